@@ -1,0 +1,59 @@
+# Thin wrapper over scripts/bootstrap, CMake and CTest: the two commands of
+# the README (make run, make test) and a few conveniences.
+#   make run     set up, build, run the main job
+#   make test    set up, build and run the whole test suite, then again in
+#                the sanitizer build (AddressSanitizer + UBSan)
+#   make bench   set up with the benchmark peers (PyTorch, Open MPI), run benchmarks
+#   make install PREFIX=/usr/local
+BUILD_DIR ?= build
+ASAN_DIR ?= build-asan
+JOBS ?= 2
+PREFIX ?= /usr/local
+CMAKE_ARGS ?=
+# CI (CI=true) treats compiler warnings as errors.
+ifeq ($(CI),true)
+WERROR ?= ON
+else
+WERROR ?= OFF
+endif
+
+.PHONY: all setup build run test test-asan bench install clean
+
+all: build
+
+setup:
+	scripts/bootstrap
+
+build: setup
+	cmake -S . -B $(BUILD_DIR) -DPX_WERROR=$(WERROR) $(CMAKE_ARGS)
+	cmake --build $(BUILD_DIR) -j$(JOBS)
+
+run: build
+	@echo "PruneX: the full job (pxctl run examples/quickstart.yaml) arrives with the control"
+	@echo "and data planes; this runs the most complete part that exists today: the"
+	@echo "structured-pruning engine compacting a ResNet-18 parameter set."
+	$(BUILD_DIR)/bench/px_bench_prune --demo --reps 10
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS)
+	$(MAKE) --no-print-directory test-asan
+
+# The sanitizer build leaves CUDA out: the CUDA runtime and ASan do not mix,
+# and no GPU code runs on machines without a GPU anyway.
+test-asan: setup
+	cmake -S . -B $(ASAN_DIR) -DPX_SANITIZE=ON -DPX_WITH_CUDA=OFF -DPX_BUILD_BENCH=OFF \
+	  -DPX_WERROR=$(WERROR) $(CMAKE_ARGS)
+	cmake --build $(ASAN_DIR) -j$(JOBS)
+	cd $(ASAN_DIR) && ctest --output-on-failure -j$(JOBS)
+
+bench:
+	scripts/bootstrap --bench
+	cmake -S . -B $(BUILD_DIR) -DPX_WERROR=$(WERROR) $(CMAKE_ARGS)
+	cmake --build $(BUILD_DIR) -j$(JOBS)
+	$(BUILD_DIR)/bench/px_bench_prune
+
+install: build
+	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
+
+clean:
+	rm -rf $(BUILD_DIR) $(ASAN_DIR)

@@ -1,0 +1,160 @@
+/* Status names, the per-thread last error, the counted allocator and logging:
+ * the few process-wide services every module of libpxcore uses. */
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "prunex/px.h"
+
+#ifndef PX_VERSION_STRING
+#define PX_VERSION_STRING "0.0.0"
+#endif
+
+const char *px_version(void) { return PX_VERSION_STRING; }
+
+const char *px_status_name(px_status_t st) {
+  switch (st) {
+    case PX_OK: return "PX_OK";
+    case PX_ERR_INVALID: return "PX_ERR_INVALID";
+    case PX_ERR_NOMEM: return "PX_ERR_NOMEM";
+    case PX_ERR_IO: return "PX_ERR_IO";
+    case PX_ERR_FORMAT: return "PX_ERR_FORMAT";
+    case PX_ERR_STATE: return "PX_ERR_STATE";
+    case PX_ERR_NOT_BUILT: return "PX_ERR_NOT_BUILT";
+    case PX_ERR_NO_DEVICE: return "PX_ERR_NO_DEVICE";
+    case PX_ERR_TIMEOUT: return "PX_ERR_TIMEOUT";
+    case PX_ERR_PEER: return "PX_ERR_PEER";
+    case PX_ERR_MISMATCH: return "PX_ERR_MISMATCH";
+    case PX_ERR_BACKEND: return "PX_ERR_BACKEND";
+    case PX_ERR_INTERNAL: return "PX_ERR_INTERNAL";
+    default: return "PX_ERR_UNKNOWN";
+  }
+}
+
+static _Thread_local char px__err_msg[512];
+
+const char *px_last_error(void) { return px__err_msg; }
+
+void px_clear_error(void) { px__err_msg[0] = '\0'; }
+
+px_status_t px_set_error(px_status_t st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(px__err_msg, sizeof px__err_msg, fmt, ap);
+  va_end(ap);
+  px_log(PX_LOG_DEBUG, "%s: %s", px_status_name(st), px__err_msg);
+  return st;
+}
+
+/* ---- allocator ----------------------------------------------------------
+ * A 64-byte header in front of every block records its size so that frees
+ * can be accounted; it also keeps the user pointer 64-byte aligned for the
+ * aligned variant (all variants share one layout, so px_free fits all). */
+
+#define PX__HDR 64
+
+static atomic_uint_fast64_t px__allocs;
+static atomic_uint_fast64_t px__frees;
+static atomic_int_fast64_t px__live;
+static atomic_int_fast64_t px__peak;
+
+static void px__account(int64_t delta) {
+  int64_t now = atomic_fetch_add(&px__live, delta) + delta;
+  int64_t peak = atomic_load(&px__peak);
+  while (now > peak && !atomic_compare_exchange_weak(&px__peak, &peak, now)) {
+  }
+}
+
+static void *px__alloc(size_t size, int zero, const char *name) {
+  if (size > SIZE_MAX - PX__HDR) {
+    px_set_error(PX_ERR_NOMEM, "allocation '%s' of %zu bytes is too large", name, size);
+    return NULL;
+  }
+  void *base = NULL;
+  if (posix_memalign(&base, PX__HDR, size + PX__HDR) != 0) {
+    px_set_error(PX_ERR_NOMEM, "out of memory allocating '%s' (%zu bytes)", name, size);
+    return NULL;
+  }
+  *(size_t *)base = size;
+  char *user = (char *)base + PX__HDR;
+  if (zero) memset(user, 0, size);
+  atomic_fetch_add(&px__allocs, 1);
+  px__account((int64_t)size);
+  return user;
+}
+
+void *px_malloc(size_t size, const char *name) { return px__alloc(size, 0, name); }
+void *px_malloc_aligned(size_t size, const char *name) { return px__alloc(size, 0, name); }
+
+void *px_calloc(size_t n, size_t size, const char *name) {
+  if (size && n > SIZE_MAX / size) {
+    px_set_error(PX_ERR_NOMEM, "allocation '%s' of %zu x %zu bytes overflows", name, n, size);
+    return NULL;
+  }
+  return px__alloc(n * size, 1, name);
+}
+
+void px_free(void *p) {
+  if (!p) return;
+  char *base = (char *)p - PX__HDR;
+  size_t size = *(size_t *)base;
+  atomic_fetch_add(&px__frees, 1);
+  px__account(-(int64_t)size);
+  free(base);
+}
+
+void *px_realloc(void *p, size_t size, const char *name) {
+  if (!p) return px__alloc(size, 0, name);
+  size_t old = *(size_t *)((char *)p - PX__HDR);
+  if (size <= old) return p; /* shrinking keeps the block: no work, no accounting */
+  void *q = px__alloc(size, 0, name);
+  if (!q) return NULL;
+  memcpy(q, p, old);
+  px_free(p);
+  return q;
+}
+
+void px_mem_stats(px_mem_stats_t *out) {
+  out->allocs = atomic_load(&px__allocs);
+  out->frees = atomic_load(&px__frees);
+  out->live_bytes = atomic_load(&px__live);
+  out->peak_bytes = atomic_load(&px__peak);
+}
+
+/* ---- logging ------------------------------------------------------------ */
+
+static atomic_int px__log_level = -1;
+
+static px_log_level_t px__env_level(void) {
+  const char *s = getenv("PX_LOG_LEVEL");
+  if (!s) return PX_LOG_WARN;
+  if (!strcmp(s, "error")) return PX_LOG_ERROR;
+  if (!strcmp(s, "info")) return PX_LOG_INFO;
+  if (!strcmp(s, "debug")) return PX_LOG_DEBUG;
+  return PX_LOG_WARN;
+}
+
+void px_log_set_level(px_log_level_t level) { atomic_store(&px__log_level, (int)level); }
+
+px_log_level_t px_log_get_level(void) {
+  int l = atomic_load(&px__log_level);
+  if (l < 0) {
+    l = (int)px__env_level();
+    atomic_store(&px__log_level, l);
+  }
+  return (px_log_level_t)l;
+}
+
+void px_log_at(px_log_level_t level, const char *file, int line, const char *fmt, ...) {
+  if (level > px_log_get_level()) return;
+  static const char *names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
+  const char *base = strrchr(file, '/');
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "%-5s %s:%d %s\n", names[level], base ? base + 1 : file, line, msg);
+}

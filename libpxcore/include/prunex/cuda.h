@@ -1,0 +1,34 @@
+/* CUDA device discovery. Compiled for real when the CUDA backend is built
+ * (PX_WITH_CUDA), otherwise every call answers PX_ERR_NOT_BUILT: callers
+ * never need #ifdefs (the one switch lives in the build). */
+#ifndef PRUNEX_CUDA_H
+#define PRUNEX_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "prunex/px.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 when libpxcore was built with the CUDA backend. */
+int px_cuda_built(void);
+
+/* Number of usable CUDA devices in *count. A build without CUDA fails with
+ * PX_ERR_NOT_BUILT; a machine without a driver or GPU gives PX_OK and 0. */
+px_status_t px_cuda_device_count(int *count);
+
+/* Name and total memory of a device. PX_ERR_INVALID for a bad index. */
+px_status_t px_cuda_device_info(int device, char *name, size_t name_len,
+                                uint64_t *memory_bytes);
+
+/* Runs a tiny kernel on the device and checks its result: proves that the
+ * device, the driver and our compiled code agree. */
+px_status_t px_cuda_selftest(int device);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

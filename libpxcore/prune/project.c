@@ -1,0 +1,293 @@
+/* Projections of conv weights onto the filter, channel and shape sparsity
+ * sets, and the group-mask algebra built on them (union, drift, index sets).
+ *
+ * Group norms are accumulated in double in a fixed order and groups are
+ * ranked by (norm descending, index ascending) with a total order, so two
+ * ranks holding the same tensor always make the same decision, ties
+ * included. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "prunex/prune.h"
+#include "px_check.h"
+
+size_t px_conv_numel(px_conv_shape_t s) {
+  return (size_t)s.c_out * (size_t)s.c_in * (size_t)s.kh * (size_t)s.kw;
+}
+
+size_t px_prune_mask_size(px_conv_shape_t s) {
+  return (size_t)s.c_out + (size_t)s.c_in + (size_t)s.c_in * (size_t)s.kh * (size_t)s.kw;
+}
+
+px_status_t px_conv_shape_validate(px_conv_shape_t s) {
+  PX_REQUIRE(s.c_out > 0 && s.c_in > 0 && s.kh > 0 && s.kw > 0,
+             "conv shape [%d, %d, %d, %d]: every dimension must be positive", s.c_out, s.c_in,
+             s.kh, s.kw);
+  return PX_OK;
+}
+
+size_t px_prune_keep_count(double keep, size_t count) {
+  if (!(keep > 0.0)) return 0; /* also NaN */
+  if (keep >= 1.0) return count;
+  double x = keep * (double)count;
+  double r = nearbyint(x);
+  size_t k = fabs(x - r) <= 1e-9 * (count > 1 ? (double)count : 1.0) ? (size_t)r : (size_t)ceil(x);
+  if (k == 0 && count > 0) k = 1; /* ceil of a positive product is at least 1 */
+  return k > count ? count : k;
+}
+
+static px_status_t px__keep_check(const char *field, double keep) {
+  PX_REQUIRE(keep >= 0.0 && keep <= 1.0, "prune.%s = %g: must be a fraction in [0, 1]", field,
+             keep);
+  return PX_OK;
+}
+
+px_status_t px_prune_keep_validate(const px_prune_keep_t *keep) {
+  PX_CHECK(px__keep_check("filter_keep", keep->filter_keep));
+  PX_CHECK(px__keep_check("channel_keep", keep->channel_keep));
+  PX_CHECK(px__keep_check("shape_keep", keep->shape_keep));
+  return PX_OK;
+}
+
+static size_t px__max_groups(px_conv_shape_t s) {
+  size_t g = (size_t)s.c_out;
+  size_t shape_groups = (size_t)s.c_in * (size_t)s.kh * (size_t)s.kw;
+  return g > shape_groups ? g : shape_groups;
+}
+
+size_t px_prune_workspace_size(px_conv_shape_t s) {
+  return px__max_groups(s) * (sizeof(double) + sizeof(int32_t));
+}
+
+/* Total order: larger norm first, NaN after every number, then lower index. */
+static int px__rank_cmp(const void *pa, const void *pb, void *ctx) {
+  const double *norm = ctx;
+  int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+  double na = norm[a], nb = norm[b];
+  int nan_a = isnan(na), nan_b = isnan(nb);
+  if (nan_a != nan_b) return nan_a ? 1 : -1;
+  if (!nan_a) {
+    if (na > nb) return -1;
+    if (na < nb) return 1;
+  }
+  return (a > b) - (a < b);
+}
+
+/* Marks in keep_out[ngroups] the `alpha` best groups by norm. */
+static void px__select(const double *norm, int32_t *idx, size_t ngroups, size_t alpha,
+                       uint8_t *keep_out) {
+  memset(keep_out, 0, ngroups);
+  if (alpha >= ngroups) {
+    memset(keep_out, 1, ngroups);
+    return;
+  }
+  if (alpha == 0) return;
+  for (size_t i = 0; i < ngroups; i++) idx[i] = (int32_t)i;
+  qsort_r(idx, ngroups, sizeof *idx, px__rank_cmp, (void *)norm);
+  for (size_t i = 0; i < alpha; i++) keep_out[idx[i]] = 1;
+}
+
+/* Scratch for one projection: norms[G] then idx[G] then, when the caller's
+ * mask part is NULL, the decision bytes. */
+typedef struct {
+  double *norm;
+  int32_t *idx;
+  void *owned;
+} px__ws_t;
+
+static px_status_t px__ws_get(px_conv_shape_t s, void *ws, size_t ws_bytes, px__ws_t *out) {
+  size_t need = px_prune_workspace_size(s);
+  out->owned = NULL;
+  if (!ws) {
+    ws = out->owned = px_malloc(need, "prune.workspace");
+    if (!ws) return PX_ERR_NOMEM;
+  } else {
+    PX_REQUIRE(ws_bytes >= need, "prune workspace of %zu bytes is too small: need %zu",
+               ws_bytes, need);
+  }
+  out->norm = ws;
+  out->idx = (int32_t *)((char *)ws + px__max_groups(s) * sizeof(double));
+  return PX_OK;
+}
+
+/* Decision bytes live in a small stack buffer when the caller gives no mask
+ * part; groups above this size require a mask part (callers always pass one
+ * on real layers; tests pass NULL only on small tensors). */
+#define PX__LOCAL_DECISIONS 4096
+
+static px_status_t px__prepare(float *w, px_conv_shape_t s, double keep, void *ws,
+                               size_t ws_bytes, px__ws_t *out) {
+  PX_REQUIRE(w != NULL, "projection of a NULL tensor");
+  PX_CHECK(px_conv_shape_validate(s));
+  PX_CHECK(px__keep_check("keep", keep));
+  return px__ws_get(s, ws, ws_bytes, out);
+}
+
+px_status_t px_prune_project_filter(float *w, px_conv_shape_t s, double keep,
+                                    uint8_t *mask_part, void *ws, size_t ws_bytes) {
+  px__ws_t W;
+  PX_CHECK(px__prepare(w, s, keep, ws, ws_bytes, &W));
+  uint8_t local[PX__LOCAL_DECISIONS];
+  uint8_t *dec = mask_part ? mask_part : local;
+  size_t row = (size_t)s.c_in * s.kh * s.kw, G = (size_t)s.c_out;
+  if (!mask_part && G > sizeof local) {
+    px_free(W.owned);
+    return px_set_error(PX_ERR_INVALID, "filter projection of %zu groups needs a mask buffer", G);
+  }
+  for (size_t o = 0; o < G; o++) {
+    const float *p = w + o * row;
+    double acc = 0.0;
+    for (size_t i = 0; i < row; i++) acc += (double)p[i] * p[i];
+    W.norm[o] = acc;
+  }
+  px__select(W.norm, W.idx, G, px_prune_keep_count(keep, G), dec);
+  for (size_t o = 0; o < G; o++)
+    if (!dec[o]) memset(w + o * row, 0, row * sizeof *w);
+  px_free(W.owned);
+  return PX_OK;
+}
+
+px_status_t px_prune_project_channel(float *w, px_conv_shape_t s, double keep,
+                                     uint8_t *mask_part, void *ws, size_t ws_bytes) {
+  px__ws_t W;
+  PX_CHECK(px__prepare(w, s, keep, ws, ws_bytes, &W));
+  uint8_t local[PX__LOCAL_DECISIONS];
+  uint8_t *dec = mask_part ? mask_part : local;
+  size_t khw = (size_t)s.kh * s.kw, C = (size_t)s.c_in, row = C * khw;
+  if (!mask_part && C > sizeof local) {
+    px_free(W.owned);
+    return px_set_error(PX_ERR_INVALID, "channel projection of %zu groups needs a mask buffer", C);
+  }
+  for (size_t c = 0; c < C; c++) W.norm[c] = 0.0;
+  for (size_t o = 0; o < (size_t)s.c_out; o++) {
+    const float *p = w + o * row;
+    for (size_t c = 0; c < C; c++) {
+      double acc = 0.0;
+      for (size_t j = 0; j < khw; j++) acc += (double)p[c * khw + j] * p[c * khw + j];
+      W.norm[c] += acc;
+    }
+  }
+  px__select(W.norm, W.idx, C, px_prune_keep_count(keep, C), dec);
+  for (size_t o = 0; o < (size_t)s.c_out; o++)
+    for (size_t c = 0; c < C; c++)
+      if (!dec[c]) memset(w + o * row + c * khw, 0, khw * sizeof *w);
+  px_free(W.owned);
+  return PX_OK;
+}
+
+px_status_t px_prune_project_shape(float *w, px_conv_shape_t s, double keep,
+                                   uint8_t *mask_part, void *ws, size_t ws_bytes) {
+  px__ws_t W;
+  PX_CHECK(px__prepare(w, s, keep, ws, ws_bytes, &W));
+  uint8_t local[PX__LOCAL_DECISIONS];
+  uint8_t *dec = mask_part ? mask_part : local;
+  size_t row = (size_t)s.c_in * s.kh * s.kw;
+  if (!mask_part && row > sizeof local) {
+    px_free(W.owned);
+    return px_set_error(PX_ERR_INVALID, "shape projection of %zu groups needs a mask buffer", row);
+  }
+  for (size_t g = 0; g < row; g++) W.norm[g] = 0.0;
+  for (size_t o = 0; o < (size_t)s.c_out; o++) {
+    const float *p = w + o * row;
+    for (size_t g = 0; g < row; g++) W.norm[g] += (double)p[g] * p[g];
+  }
+  px__select(W.norm, W.idx, row, px_prune_keep_count(keep, row), dec);
+  for (size_t o = 0; o < (size_t)s.c_out; o++) {
+    float *p = w + o * row;
+    for (size_t g = 0; g < row; g++)
+      if (!dec[g]) p[g] = 0.0f;
+  }
+  px_free(W.owned);
+  return PX_OK;
+}
+
+px_status_t px_prune_project(float *w, px_conv_shape_t s, const px_prune_keep_t *keep,
+                             uint8_t *mask, void *ws, size_t ws_bytes) {
+  PX_REQUIRE(keep != NULL, "projection without keep fractions");
+  PX_CHECK(px_conv_shape_validate(s));
+  PX_CHECK(px_prune_keep_validate(keep));
+  px__ws_t W;
+  PX_CHECK(px__ws_get(s, ws, ws_bytes, &W));
+  size_t need = px_prune_workspace_size(s);
+  uint8_t *mf = mask, *mc = mask ? mask + s.c_out : NULL, *ms = mask ? mc + s.c_in : NULL;
+  px_status_t st;
+  PX_CHECK_GOTO(px_prune_project_filter(w, s, keep->filter_keep, mf, W.norm, need), st, done);
+  PX_CHECK_GOTO(px_prune_project_channel(w, s, keep->channel_keep, mc, W.norm, need), st, done);
+  PX_CHECK_GOTO(px_prune_project_shape(w, s, keep->shape_keep, ms, W.norm, need), st, done);
+done:
+  px_free(W.owned);
+  return st;
+}
+
+void px_prune_apply_mask(float *w, px_conv_shape_t s, const uint8_t *mask) {
+  const uint8_t *mf = mask, *mc = mask + s.c_out, *ms = mc + s.c_in;
+  size_t khw = (size_t)s.kh * s.kw, row = (size_t)s.c_in * khw;
+  for (size_t o = 0; o < (size_t)s.c_out; o++) {
+    float *p = w + o * row;
+    if (!mf[o]) {
+      memset(p, 0, row * sizeof *p);
+      continue;
+    }
+    for (size_t c = 0; c < (size_t)s.c_in; c++) {
+      if (!mc[c]) {
+        memset(p + c * khw, 0, khw * sizeof *p);
+        continue;
+      }
+      for (size_t j = 0; j < khw; j++)
+        if (!ms[c * khw + j]) p[c * khw + j] = 0.0f;
+    }
+  }
+}
+
+void px_prune_mask_union(uint8_t *dst, const uint8_t *src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = dst[i] > src[i] ? dst[i] : src[i];
+}
+
+size_t px_prune_mask_drift(const uint8_t *a, const uint8_t *b, size_t n) {
+  size_t d = 0;
+  for (size_t i = 0; i < n; i++) d += (a[i] != 0) != (b[i] != 0);
+  return d;
+}
+
+void px_prune_mask_fill(uint8_t *mask, px_conv_shape_t s) {
+  memset(mask, 1, px_prune_mask_size(s));
+}
+
+void px_prune_index_sets(const uint8_t *mask, px_conv_shape_t s, int32_t *k_out,
+                         int32_t *n_out, int32_t *k_in, int32_t *n_in) {
+  const uint8_t *mf = mask, *mc = mask + s.c_out, *ms = mc + s.c_in;
+  size_t khw = (size_t)s.kh * s.kw;
+  int32_t nin = 0, nout = 0;
+  for (int32_t c = 0; c < s.c_in; c++) {
+    if (!mc[c]) continue;
+    int any = 0;
+    for (size_t j = 0; j < khw && !any; j++) any = ms[c * khw + j] != 0;
+    if (any) {
+      if (k_in) k_in[nin] = c;
+      nin++;
+    }
+  }
+  /* A filter is active only if some channel is: otherwise nothing survives. */
+  if (nin > 0) {
+    for (int32_t o = 0; o < s.c_out; o++) {
+      if (!mf[o]) continue;
+      if (k_out) k_out[nout] = o;
+      nout++;
+    }
+  }
+  if (nout == 0) nin = 0;
+  *n_out = nout;
+  *n_in = nin;
+}
+
+double px_prune_mask_density(const uint8_t *mask, px_conv_shape_t s) {
+  const uint8_t *mf = mask, *mc = mask + s.c_out, *ms = mc + s.c_in;
+  size_t khw = (size_t)s.kh * s.kw, filters = 0, inner = 0;
+  for (int32_t o = 0; o < s.c_out; o++) filters += mf[o] != 0;
+  for (int32_t c = 0; c < s.c_in; c++) {
+    if (!mc[c]) continue;
+    for (size_t j = 0; j < khw; j++) inner += ms[c * khw + j] != 0;
+  }
+  return (double)(filters * inner) / (double)px_conv_numel(s);
+}

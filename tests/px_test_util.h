@@ -1,0 +1,26 @@
+/* Small helpers shared by the cmocka tests: a seeded random generator so
+ * that every test is reproducible, and float comparisons. */
+#ifndef PX_TEST_UTIL_H
+#define PX_TEST_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* xorshift64* generator; seed 0 is replaced by a fixed constant. */
+typedef struct {
+  uint64_t s;
+} px_test_rng_t;
+
+void px_test_rng_seed(px_test_rng_t *r, uint64_t seed);
+uint64_t px_test_rng_u64(px_test_rng_t *r);
+/* Uniform in [0, 1). */
+double px_test_rng_uniform(px_test_rng_t *r);
+/* Standard normal (Box-Muller). */
+double px_test_rng_normal(px_test_rng_t *r);
+/* Fills x[n] with N(0, 1) samples. */
+void px_test_fill_normal(px_test_rng_t *r, float *x, size_t n);
+
+/* Largest |a[i] - b[i]| / max(1, |b[i]|). */
+double px_test_max_rel_err(const float *a, const float *b, size_t n);
+
+#endif
