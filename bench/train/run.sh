@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Training throughput of the PruneX CPU engine beside PyTorch (Debian's
+# python3-torch, same oneDNN 2.6), same models, batch 128, 2 threads, random
+# 3x32x32 inputs, 10 classes. Runs alternate (ours, torch, ours, torch, ...)
+# and the best of ROUNDS runs of each counts. Prints a row per model and ends
+# with RESULT resnet20_vs_torch / resnet18_vs_torch (ours/torch images/s,
+# higher is better) and the peak-memory ratios (lower is better).
+#   bench/train/run.sh [BUILD_DIR]     (env: MODELS, ROUNDS, STEPS, THREADS, BATCH)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=${1:-$here/../../build}
+pxtrain=$build/cli/pxtrain
+# Debian's interpreter: python3-torch is installed for it, not for other pythons on PATH
+PY=${PY:-/usr/bin/python3}
+[ -x "$pxtrain" ] || { echo "run.sh: $pxtrain not built (make build)" >&2; exit 1; }
+"$PY" -c "import torch" 2>/dev/null || { echo "run.sh: PyTorch missing: scripts/bootstrap --bench" >&2; exit 1; }
+MODELS=${MODELS:-"resnet20 resnet18"}
+ROUNDS=${ROUNDS:-3}
+STEPS=${STEPS:-10}
+THREADS=${THREADS:-2}
+BATCH=${BATCH:-128}
+export OMP_NUM_THREADS=$THREADS
+
+field() { awk -v k="$1" '$1=="RESULT" && $2==k {print $3}'; }
+best() { printf '%s\n' "$@" | sort -g | tail -n 1; }
+least() { printf '%s\n' "$@" | sort -g | head -n 1; }
+
+printf '%-10s %12s %12s %8s %12s %12s %8s\n' model ours_img/s torch_img/s ratio ours_MB torch_MB mem
+results=()
+for m in $MODELS; do
+  ours=(); theirs=(); ours_mem=(); theirs_mem=()
+  for r in $(seq "$ROUNDS"); do
+    o=$("$pxtrain" --bench --model "$m" --batch "$BATCH" --threads "$THREADS" --steps "$STEPS")
+    t=$("$PY" "$here/torch_bench.py" --model "$m" --batch "$BATCH" --threads "$THREADS" --steps "$STEPS")
+    ours+=("$(echo "$o" | field images_per_sec)"); theirs+=("$(echo "$t" | field images_per_sec)")
+    ours_mem+=("$(echo "$o" | field peak_rss_mb)"); theirs_mem+=("$(echo "$t" | field peak_rss_mb)")
+  done
+  a=$(best "${ours[@]}"); b=$(best "${theirs[@]}")
+  am=$(least "${ours_mem[@]}"); bm=$(least "${theirs_mem[@]}")
+  ratio=$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", a/b}')
+  mratio=$(awk -v a="$am" -v b="$bm" 'BEGIN{printf "%.3f", a/b}')
+  printf '%-10s %12s %12s %8s %12s %12s %8s\n' "$m" "$a" "$b" "$ratio" "$am" "$bm" "$mratio"
+  results+=("RESULT ${m}_vs_torch $ratio ratio" "RESULT ${m}_mem_vs_torch $mratio ratio")
+done
+printf '%s\n' "${results[@]}"

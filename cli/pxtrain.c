@@ -1,0 +1,285 @@
+/* pxtrain: single-process training of one model on one data set with the
+ * PruneX engine (the same loop every pxworker runs between
+ * synchronisations), with a progress bar, per-epoch figures and
+ * safetensors checkpoints; `--bench` times training steps on random inputs
+ * and prints `RESULT images_per_sec`. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "prunex/data.h"
+#include "prunex/nn.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: pxtrain [options]\n"
+          "  --model NAME        %s (default resnet20)\n"
+          "  --dataset NAME      fashion-mnist | cifar10 | synthetic (default fashion-mnist)\n"
+          "  --data-dir DIR      data set directory (fashion-mnist: /usr/share/datasets/fashion-mnist)\n"
+          "  --epochs N          epochs (default 15)\n"
+          "  --batch N           batch size (default 128)\n"
+          "  --lr X              peak learning rate (default 0.1)\n"
+          "  --momentum X        (default 0.9)\n"
+          "  --weight-decay X    (default 5e-4)\n"
+          "  --nesterov          Nesterov momentum\n"
+          "  --schedule S        constant | cosine | step (default cosine)\n"
+          "  --no-augment        no random crop / flip\n"
+          "  --threads N         compute threads (default: all cores)\n"
+          "  --seed N            initialisation and shuffling seed (default 1)\n"
+          "  --save FILE         write the final model (safetensors)\n"
+          "  --load FILE         start from a checkpoint\n"
+          "  --eval-only         evaluate (the loaded model) and exit\n"
+          "  --no-progress       no progress bar\n"
+          "  --bench             time training steps on random 3x32x32 inputs, 10 classes\n"
+          "  --steps N           --bench: timed steps (default 20)\n"
+          "  --warmup N          --bench: untimed steps first (default 3)\n"
+          "  -h, --help\n",
+          px_model_arch_list());
+}
+
+static int bad_arg(const char *opt, const char *val, const char *why) {
+  fprintf(stderr, "pxtrain: %s '%s': %s\n", opt, val, why);
+  usage(stderr);
+  return 2;
+}
+
+static int parse_int(const char *opt, const char *s, long lo, long hi, int *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || end == s || v < lo || v > hi) return bad_arg(opt, s, "not a valid integer in range");
+  *out = (int)v;
+  return 0;
+}
+
+static int parse_double(const char *opt, const char *s, double lo, double hi, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || *end || end == s || !(v >= lo && v <= hi)) return bad_arg(opt, s, "not a valid number in range");
+  *out = v;
+  return 0;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+  int enabled;
+  int tty;
+  double t0;
+  int64_t epoch;
+} progress_t;
+
+static int on_step(void *ctx, int64_t step, int64_t steps, double loss, double acc) {
+  progress_t *p = ctx;
+  if (!p->enabled) return 0;
+  int every = p->tty ? 1 : (int)(steps / 10 > 0 ? steps / 10 : 1);
+  if (step % every && step != steps) return 0;
+  double el = now_s() - p->t0;
+  int width = 30, fill = (int)(width * step / steps);
+  char bar[64];
+  for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
+  bar[width] = '\0';
+  fprintf(stderr, "%sepoch %lld [%s] %lld/%lld loss %.4f acc %.2f%% %.0f s%s",
+          p->tty ? "\r" : "", (long long)p->epoch + 1, bar, (long long)step, (long long)steps,
+          loss, 100 * acc, el, p->tty ? "" : "\n");
+  if (p->tty && step == steps) fputc('\n', stderr);
+  fflush(stderr);
+  return 0;
+}
+
+static int run_bench(const px_train_config_t *c, int steps, int warmup) {
+  px_ops_t *ops;
+  if (px_ops_create(px_device_cpu(), c->threads, &ops) < 0) {
+    fprintf(stderr, "pxtrain: %s\n", px_last_error());
+    return 1;
+  }
+  px_model_config_t mc = {c->arch, 3, 10, c->batch, 32, 32};
+  px_model_t *m;
+  px_sgd_t *sgd;
+  px_sgd_config_t sc = {c->lr, c->momentum, c->weight_decay, c->nesterov};
+  if (px_model_create(ops, &mc, &m) < 0 || px_model_init_params(m, c->seed) < 0 ||
+      px_sgd_create(m, &sc, &sgd) < 0) {
+    fprintf(stderr, "pxtrain: %s\n", px_last_error());
+    return 1;
+  }
+  px_synth_config_t syn;
+  px_synth_config_default(&syn);
+  syn.seed = c->seed;
+  size_t per = 3 * 32 * 32;
+  float *x = malloc((size_t)c->batch * per * sizeof(float));
+  int32_t *y = malloc((size_t)c->batch * sizeof(int32_t));
+  if (!x || !y) return 1;
+  printf("pxtrain --bench: %s, batch %d, %s, %zu parameters, %.1f MB of model memory\n", c->arch,
+         c->batch, px_ops_describe(ops), px_model_numel(m), px_model_memory_bytes(m) / 1e6);
+  double t0 = 0, loss_last = 0;
+  for (int s = 0; s < warmup + steps; s++) {
+    if (s == warmup) t0 = now_s();
+    float loss;
+    int64_t correct;
+    if (px_synth_batch(&syn, s, c->batch, x, y) < 0 ||
+        px_model_train_step(m, x, y, &loss, &correct) < 0 || px_sgd_step(sgd) < 0) {
+      fprintf(stderr, "pxtrain: step %d: %s\n", s, px_last_error());
+      return 1;
+    }
+    loss_last = loss;
+  }
+  double el = now_s() - t0;
+  double ips = steps * (double)c->batch / el;
+  printf("%d steps in %.2f s, last loss %.4f\n", steps, el, loss_last);
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  printf("RESULT images_per_sec %.1f img/s\n", ips);
+  printf("RESULT peak_rss_mb %.1f MB\n", ru.ru_maxrss / 1024.0);
+  free(x);
+  free(y);
+  px_sgd_destroy(sgd);
+  px_model_destroy(m);
+  px_ops_destroy(ops);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  px_train_config_t c;
+  px_train_config_default(&c);
+  const char *save = NULL, *load = NULL;
+  int bench = 0, steps = 20, warmup = 3, eval_only = 0, progress = 1;
+  enum { O_MODEL = 256, O_DATASET, O_DATADIR, O_EPOCHS, O_BATCH, O_LR, O_MOM, O_WD, O_NEST,
+         O_SCHED, O_NOAUG, O_THREADS, O_SEED, O_SAVE, O_LOAD, O_EVAL, O_NOPROG, O_BENCH, O_STEPS,
+         O_WARMUP };
+  static const struct option opts[] = {
+      {"model", required_argument, 0, O_MODEL},       {"dataset", required_argument, 0, O_DATASET},
+      {"data-dir", required_argument, 0, O_DATADIR},  {"epochs", required_argument, 0, O_EPOCHS},
+      {"batch", required_argument, 0, O_BATCH},       {"lr", required_argument, 0, O_LR},
+      {"momentum", required_argument, 0, O_MOM},      {"weight-decay", required_argument, 0, O_WD},
+      {"nesterov", no_argument, 0, O_NEST},           {"schedule", required_argument, 0, O_SCHED},
+      {"no-augment", no_argument, 0, O_NOAUG},        {"threads", required_argument, 0, O_THREADS},
+      {"seed", required_argument, 0, O_SEED},         {"save", required_argument, 0, O_SAVE},
+      {"load", required_argument, 0, O_LOAD},         {"eval-only", no_argument, 0, O_EVAL},
+      {"no-progress", no_argument, 0, O_NOPROG},      {"bench", no_argument, 0, O_BENCH},
+      {"steps", required_argument, 0, O_STEPS},       {"warmup", required_argument, 0, O_WARMUP},
+      {"help", no_argument, 0, 'h'},                  {0, 0, 0, 0},
+  };
+  int o, seed_i = 1, rc;
+  opterr = 0;
+  while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (o) {
+      case O_MODEL:
+        if (!px_model_arch_known(optarg)) return bad_arg("--model", optarg, "unknown architecture");
+        c.arch = optarg;
+        break;
+      case O_DATASET:
+        if (strcmp(optarg, "fashion-mnist") && strcmp(optarg, "cifar10") && strcmp(optarg, "synthetic"))
+          return bad_arg("--dataset", optarg, "expected fashion-mnist, cifar10 or synthetic");
+        c.dataset = optarg;
+        break;
+      case O_DATADIR: c.data_dir = optarg; break;
+      case O_EPOCHS: if ((rc = parse_int("--epochs", optarg, 1, 100000, &c.epochs))) return rc; break;
+      case O_BATCH: if ((rc = parse_int("--batch", optarg, 1, 1 << 20, &c.batch))) return rc; break;
+      case O_LR: if ((rc = parse_double("--lr", optarg, 1e-12, 1e6, &c.lr))) return rc; break;
+      case O_MOM: if ((rc = parse_double("--momentum", optarg, 0, 0.999999, &c.momentum))) return rc; break;
+      case O_WD: if ((rc = parse_double("--weight-decay", optarg, 0, 1, &c.weight_decay))) return rc; break;
+      case O_NEST: c.nesterov = 1; break;
+      case O_SCHED:
+        if (strcmp(optarg, "constant") && strcmp(optarg, "cosine") && strcmp(optarg, "step"))
+          return bad_arg("--schedule", optarg, "expected constant, cosine or step");
+        c.lr_schedule = optarg;
+        break;
+      case O_NOAUG: c.augment = 0; break;
+      case O_THREADS: if ((rc = parse_int("--threads", optarg, 1, 1024, &c.threads))) return rc; break;
+      case O_SEED: if ((rc = parse_int("--seed", optarg, 0, 2147483647, &seed_i))) return rc; c.seed = (uint64_t)seed_i; break;
+      case O_SAVE: save = optarg; break;
+      case O_LOAD: load = optarg; break;
+      case O_EVAL: eval_only = 1; break;
+      case O_NOPROG: progress = 0; break;
+      case O_BENCH: bench = 1; break;
+      case O_STEPS: if ((rc = parse_int("--steps", optarg, 1, 1000000, &steps))) return rc; break;
+      case O_WARMUP: if ((rc = parse_int("--warmup", optarg, 0, 1000000, &warmup))) return rc; break;
+      case 'h': usage(stdout); return 0;
+      default:
+        fprintf(stderr, "pxtrain: unknown or incomplete option '%s'\n", argv[optind - 1]);
+        usage(stderr);
+        return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "pxtrain: unexpected argument '%s'\n", argv[optind]);
+    usage(stderr);
+    return 2;
+  }
+  if (c.nesterov && c.momentum == 0) {
+    fprintf(stderr, "pxtrain: --nesterov needs a momentum > 0\n");
+    return 2;
+  }
+  if (bench) return run_bench(&c, steps, warmup);
+
+  px_trainer_t *t;
+  if (px_trainer_create(&c, &t) < 0) {
+    fprintf(stderr, "pxtrain: %s\n", px_last_error());
+    return 1;
+  }
+  px_model_t *m = px_trainer_model(t);
+  if (load && px_model_load(m, px_trainer_sgd(t), load) < 0) {
+    fprintf(stderr, "pxtrain: %s\n", px_last_error());
+    px_trainer_destroy(t);
+    return 1;
+  }
+  printf("pxtrain: %s on %s, %zu parameters, batch %d, %d epochs, lr %g (%s), %s\n", c.arch,
+         c.dataset, px_model_numel(m), c.batch, c.epochs, c.lr, c.lr_schedule,
+         px_ops_describe(px_model_ops(m)));
+  int status = 0;
+  px_eval_stats_t ev;
+  if (eval_only) {
+    if (px_trainer_evaluate(t, &ev) < 0) {
+      fprintf(stderr, "pxtrain: %s\n", px_last_error());
+      status = 1;
+    } else {
+      printf("test loss %.4f, test accuracy %.2f%% (%lld samples)\n", ev.loss, 100 * ev.accuracy,
+             (long long)ev.samples);
+    }
+    px_trainer_destroy(t);
+    return status;
+  }
+  progress_t pr = {progress, isatty(2), 0, 0};
+  double start = now_s(), best = 0;
+  for (int e = 0; e < c.epochs; e++) {
+    px_epoch_stats_t es;
+    pr.t0 = now_s();
+    pr.epoch = e;
+    if (px_trainer_epoch(t, e, on_step, &pr, &es) < 0 || px_trainer_evaluate(t, &ev) < 0) {
+      fprintf(stderr, "pxtrain: epoch %d: %s\n", e + 1, px_last_error());
+      status = 1;
+      break;
+    }
+    if (ev.accuracy > best) best = ev.accuracy;
+    printf("epoch %2d/%d  loss %.4f  train acc %.2f%%  test loss %.4f  test acc %.2f%%  "
+           "%.0f img/s  %.1f s\n",
+           e + 1, c.epochs, es.loss, 100 * es.accuracy, ev.loss, 100 * ev.accuracy,
+           es.images_per_sec, es.seconds + ev.seconds);
+    fflush(stdout);
+  }
+  if (!status) {
+    printf("done: final test accuracy %.2f%% (best %.2f%%) in %.1f s\n", 100 * ev.accuracy,
+           100 * best, now_s() - start);
+    if (save) {
+      if (px_model_save(m, px_trainer_sgd(t), save, NULL, 0) < 0) {
+        fprintf(stderr, "pxtrain: %s\n", px_last_error());
+        status = 1;
+      } else {
+        printf("saved %s\n", save);
+      }
+    }
+  }
+  px_trainer_destroy(t);
+  return status;
+}

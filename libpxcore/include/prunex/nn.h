@@ -1,0 +1,232 @@
+/* PruneX training engine: models (the ResNet family and WRN-50-2), SGD with
+ * the ADMM proximal hook, and the local training loop that pxtrain and
+ * pxworker share.
+ *
+ * A model is a fixed graph of op objects (ops.h) built for one batch size and
+ * input shape. Its tensors come in families, one allocation each (STYLE item
+ * 7): parameters (plain f32, contiguous in one arena, so the whole model is
+ * also one flat vector for collectives), gradients (same layout), BN running
+ * statistics, activations (kept in the backend's layouts from layer to layer)
+ * and activation gradients (buffers shared between tensors whose lifetimes in
+ * the backward pass do not overlap). Nothing is allocated per step. */
+#ifndef PRUNEX_NN_H
+#define PRUNEX_NN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "prunex/ops.h"
+#include "prunex/px.h"
+#include "prunex/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- models ---------------------------------------------------------------- */
+
+typedef enum {
+  PX_WEIGHT_CONV = 0,     /* conv weight [c_out, c_in, kh, kw]: what pruning acts on */
+  PX_WEIGHT_BN_SCALE = 1, /* [c] */
+  PX_WEIGHT_BN_SHIFT = 2, /* [c] */
+  PX_WEIGHT_FC = 3,       /* [out, in] */
+  PX_WEIGHT_FC_BIAS = 4,  /* [out] */
+} px_weight_kind_t;
+
+typedef struct {
+  const char *name;       /* PyTorch-style, e.g. "layer1.0.conv1.weight"; owned by the model */
+  px_weight_kind_t kind;
+  px_tensor_t *value;     /* plain f32 view into the parameter arena */
+  px_tensor_t *grad;      /* same spec, view into the gradient arena */
+} px_model_param_t;
+
+typedef struct {
+  const char *name;       /* "bn1.running_mean" / "bn1.running_var" */
+  px_tensor_t *value;     /* plain f32 [c] */
+} px_model_buffer_t;
+
+typedef struct {
+  const char *arch;       /* resnet20|resnet32|resnet56|resnet18|resnet34|resnet50|resnet101|
+                             resnet152|wrn50_2 */
+  int32_t in_channels;    /* >= 1 */
+  int32_t num_classes;    /* >= 2 */
+  int32_t batch;          /* samples per step (fixed: ops are built for it) */
+  int32_t height, width;  /* input size, e.g. 32 x 32 */
+} px_model_config_t;
+
+typedef struct px_model px_model_t;
+
+/* 1 if arch names a known architecture. */
+int px_model_arch_known(const char *arch);
+/* Space-separated list of the known architectures (static string). */
+const char *px_model_arch_list(void);
+
+/* Builds the model on ops' device: creates every op and allocates every
+ * family. Parameters are zero until px_model_init_params. The model borrows
+ * ops, which must outlive it. Caller owns *out (px_model_destroy). Fails with
+ * PX_ERR_INVALID (unknown arch, bad sizes; the message names the field),
+ * PX_ERR_NOMEM, PX_ERR_BACKEND. */
+px_status_t px_model_create(px_ops_t *ops, const px_model_config_t *cfg, px_model_t **out);
+void px_model_destroy(px_model_t *m);
+
+const px_model_config_t *px_model_config(const px_model_t *m);
+px_ops_t *px_model_ops(const px_model_t *m);
+
+/* PyTorch's initialisation for these models: conv weights Kaiming normal
+ * (fan_out, ReLU gain), BN scale 1 and shift 0, running mean 0 and var 1, FC
+ * weight and bias uniform in +-1/sqrt(fan_in); deterministic in seed. */
+px_status_t px_model_init_params(px_model_t *m, uint64_t seed);
+
+int px_model_num_params(const px_model_t *m);
+const px_model_param_t *px_model_param(const px_model_t *m, int i);
+int px_model_num_buffers(const px_model_t *m);
+const px_model_buffer_t *px_model_buffer(const px_model_t *m, int i);
+/* Total parameter elements (e.g. 272,474 for resnet20, 3 in, 10 classes). */
+size_t px_model_numel(const px_model_t *m);
+/* The parameters and gradients as single flat f32 tensors [numel] (views of
+ * the arenas: parameter i starts where parameter i-1 ends). */
+const px_tensor_t *px_model_flat_params(const px_model_t *m);
+const px_tensor_t *px_model_flat_grads(const px_model_t *m);
+/* Bytes of each family, for memory reports. */
+size_t px_model_memory_bytes(const px_model_t *m);
+
+/* One training step's forward and backward on a full batch: x is
+ * [batch][in_channels][height][width] plain host f32, y [batch] labels.
+ * Leaves every gradient set (overwritten, not accumulated) and updates the
+ * BN running statistics. Writes the mean loss and the number of correct
+ * predictions. Allocates nothing. */
+px_status_t px_model_train_step(px_model_t *m, const float *x, const int32_t *y, float *loss,
+                                int64_t *correct);
+
+/* Inference on n <= batch samples (BN uses running statistics; a short batch
+ * is zero-padded and only its first n rows count). Adds the summed loss and
+ * the number of correct predictions to *loss_sum and *correct. */
+px_status_t px_model_eval_batch(px_model_t *m, const float *x, const int32_t *y, int32_t n,
+                                double *loss_sum, int64_t *correct);
+
+/* ---- SGD ------------------------------------------------------------------- */
+
+typedef struct {
+  double lr;
+  double momentum;      /* 0: plain SGD */
+  double weight_decay;  /* L2, applied to every parameter as PyTorch does */
+  int32_t nesterov;
+} px_sgd_config_t;
+
+typedef struct px_sgd px_sgd_t;
+
+/* Creates the optimiser for m's parameters (momentum buffers in one arena on
+ * m's device). Caller owns *out. Fails with PX_ERR_INVALID naming the field
+ * (lr <= 0, momentum not in [0, 1), weight_decay < 0, nesterov without
+ * momentum), PX_ERR_NOMEM. */
+px_status_t px_sgd_create(px_model_t *m, const px_sgd_config_t *cfg, px_sgd_t **out);
+void px_sgd_destroy(px_sgd_t *s);
+void px_sgd_set_lr(px_sgd_t *s, double lr);
+double px_sgd_lr(const px_sgd_t *s);
+
+/* ADMM proximal hook for parameter i: from the next step on, the update uses
+ * grad + rho * (theta - z + u). z and u are f32 arrays with the parameter's
+ * numel on the model's device, borrowed until cleared with rho = 0 (then z
+ * and u may be NULL). u may be NULL (taken as zero). */
+px_status_t px_sgd_set_prox(px_sgd_t *s, int i, const float *z, const float *u, float rho);
+
+/* One update of every parameter from its gradient, in one pass per tensor:
+ *   g = grad + wd * theta (+ rho * (theta - z + u));  buf = momentum * buf + g;
+ *   theta -= lr * (nesterov ? g + momentum * buf : buf)
+ * (PyTorch's SGD, dampening 0). Allocates nothing. */
+px_status_t px_sgd_step(px_sgd_t *s);
+
+/* The momentum buffer of parameter i (plain f32, spec of the parameter), for
+ * checkpoints. */
+px_tensor_t *px_sgd_momentum(px_sgd_t *s, int i);
+
+
+/* ---- checkpoints -------------------------------------------------------------
+ * safetensors files (readable by PyTorch's and NumPy's safetensors loaders):
+ * every parameter and BN running statistic under its PyTorch name, plus, when
+ * an optimiser is given, its momentum buffers as "optimizer.momentum.<name>";
+ * metadata "format" = "prunex-checkpoint-v1", "arch", "in_channels",
+ * "num_classes" and any extra key/value pairs. */
+
+/* Writes the checkpoint atomically. sgd may be NULL. extra_kv holds nextra
+ * key/value pairs (may be NULL). Fails with PX_ERR_IO naming the path. */
+px_status_t px_model_save(const px_model_t *m, px_sgd_t *sgd, const char *path,
+                          const char *const *extra_kv, int nextra);
+
+/* Loads a checkpoint into m (and sgd's momentum when sgd is not NULL and the
+ * file has it). The architecture, every tensor's presence, dtype and shape
+ * must match; errors name the file and the tensor. On failure m may be
+ * partly overwritten. */
+px_status_t px_model_load(px_model_t *m, px_sgd_t *sgd, const char *path);
+
+/* ---- local training loop (pxtrain, pxworker) ------------------------------------- */
+
+typedef struct {
+  const char *arch;          /* model name (px_model_arch_list) */
+  const char *dataset;       /* fashion-mnist | cifar10 | synthetic */
+  const char *data_dir;      /* NULL: the data set's default directory */
+  int32_t batch;             /* per rank */
+  int32_t threads;           /* compute threads (<= 0: runtime default) */
+  int32_t epochs;            /* for the learning-rate schedule */
+  double lr, momentum, weight_decay;
+  int32_t nesterov;
+  const char *lr_schedule;   /* constant | cosine | step (x0.1 at 50% and 75%) */
+  uint64_t seed;             /* initialisation, shuffling, augmentation */
+  int32_t augment;           /* random crop (padding 4) + horizontal flip */
+  int32_t rank, world_size;  /* data shard of this process */
+  int32_t synthetic_samples; /* synthetic data set size (0: 10 batches) */
+} px_train_config_t;
+
+/* Defaults: resnet20 on fashion-mnist, batch 128, lr 0.1, momentum 0.9,
+ * weight decay 5e-4, cosine schedule over 15 epochs, augmentation on,
+ * seed 1, rank 0 of 1. */
+void px_train_config_default(px_train_config_t *c);
+
+typedef struct {
+  int64_t epoch;
+  int64_t steps;             /* optimiser steps in the epoch */
+  int64_t samples;
+  double loss;               /* mean training loss */
+  double accuracy;           /* training accuracy (augmented batches) */
+  double seconds;
+  double images_per_sec;
+  double data_wait_seconds;  /* time spent waiting for the input pipeline */
+} px_epoch_stats_t;
+
+typedef struct {
+  int64_t samples;
+  double loss, accuracy;
+  double seconds;
+} px_eval_stats_t;
+
+/* Called after every step with the step index in the epoch, the number of
+ * steps and the running mean loss; return non-zero to stop the epoch. */
+typedef int (*px_step_cb_t)(void *ctx, int64_t step, int64_t steps, double loss, double acc);
+
+typedef struct px_trainer px_trainer_t;
+
+/* Loads the data sets, creates the backend, the model (initialised from the
+ * seed), the optimiser and the loaders. Caller owns *out. Fails with the data
+ * set's or model's error (naming the file or field). */
+px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out);
+void px_trainer_destroy(px_trainer_t *t);
+
+px_model_t *px_trainer_model(px_trainer_t *t);
+px_sgd_t *px_trainer_sgd(px_trainer_t *t);
+/* Steps per epoch and the learning rate the schedule gives at a global step. */
+int64_t px_trainer_steps_per_epoch(const px_trainer_t *t);
+double px_trainer_lr_at(const px_trainer_t *t, int64_t global_step);
+
+/* Trains one epoch (epoch selects the shuffle and the schedule position).
+ * cb may be NULL. A stop requested by cb ends the epoch early (PX_OK). */
+px_status_t px_trainer_epoch(px_trainer_t *t, int64_t epoch, px_step_cb_t cb, void *ctx,
+                             px_epoch_stats_t *out);
+
+/* Loss and accuracy of the current model on this rank's shard of the test
+ * set (all of it for world size 1). */
+px_status_t px_trainer_evaluate(px_trainer_t *t, px_eval_stats_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

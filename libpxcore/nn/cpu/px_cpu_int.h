@@ -1,0 +1,151 @@
+/* Internals of the CPU operation backend (oneDNN 2.6 C API), shared by the
+ * files of nn/cpu/. Nothing here is visible above the backend: ops.h keeps
+ * the op API free of oneDNN types so that a CUDA backend can implement it.
+ *
+ * Model of execution: one px_ops_t holds one engine and one stream; every
+ * primitive is created with the context's attribute (user scratchpad mode)
+ * and runs on that stream with the context's one scratchpad buffer, grown at
+ * op creation to the largest size asked for. A px__exec_t bundles a
+ * primitive with pre-created memory objects for its arguments, so a call
+ * only swaps data handles (when they changed) and executes: no allocation
+ * per step. */
+#ifndef PX_CPU_INT_H
+#define PX_CPU_INT_H
+
+#include <dnnl.h>
+
+#include "prunex/ops.h"
+#include "px_check.h"
+#include "tensor/px_tensor_int.h"
+
+#define PX__EXEC_MAX_ARGS 12
+
+/* A primitive with its argument memory objects. The caller's arguments come
+ * first, in the order given at creation; the scratchpad (if the primitive
+ * needs one) is appended and bound to the context's buffer at run time. */
+typedef struct {
+  dnnl_primitive_t prim;
+  int nargs;  /* entries used in args[] (scratchpad included) */
+  int nuser;  /* caller arguments */
+  int scratch_idx; /* index of the scratchpad in args[], -1 if none */
+  dnnl_exec_arg_t args[PX__EXEC_MAX_ARGS];
+  void *handles[PX__EXEC_MAX_ARGS]; /* handle last bound to each memory object */
+} px__exec_t;
+
+/* A layout chosen by oneDNN, interned per context (one object per distinct
+ * memory descriptor). Conversions to and from plain order are created on
+ * first use. */
+typedef struct {
+  struct px_layout base;
+  px_ops_t *ops;
+  dnnl_memory_desc_t md;
+  dnnl_memory_desc_t plain_md;
+  px__exec_t to_plain, from_plain;
+  int have_to_plain, have_from_plain;
+} px__cpu_layout_t;
+
+typedef void (*px__omp_set_fn)(int);
+
+struct px_ops {
+  px_device_t device;
+  int nthreads; /* <= 0: runtime default */
+  px__omp_set_fn omp_set_num_threads;
+  dnnl_engine_t engine;
+  dnnl_stream_t stream;
+  dnnl_primitive_attr_t attr; /* user scratchpad; every primitive is made with it */
+  void *scratch;              /* the shared scratchpad */
+  size_t scratch_bytes;
+  px__cpu_layout_t **layouts;
+  size_t nlayouts, cap_layouts;
+  int64_t live_ops; /* op objects created and not destroyed */
+  char desc[128];
+};
+
+/* Converts a oneDNN status at the boundary: PX_OK, or PX_ERR_BACKEND (or
+ * PX_ERR_NOMEM / PX_ERR_INVALID) with a message naming the call. */
+px_status_t px__dnnl_status(dnnl_status_t s, const char *what);
+
+#define PX_DNNL(call) PX_CHECK(px__dnnl_status((call), #call))
+#define PX_DNNL_GOTO(call, st, label) PX_CHECK_GOTO(px__dnnl_status((call), #call), st, label)
+
+/* Applies the context's thread count to the calling thread. Must precede
+ * primitive creation too: oneDNN sizes per-thread scratchpads by it. */
+void px__cpu_enter(px_ops_t *ops);
+
+/* Grows the shared scratchpad to at least bytes (creation time only). */
+px_status_t px__cpu_reserve_scratch(px_ops_t *ops, size_t bytes);
+
+/* Plain row-major descriptor for ndim dims (tags a, ab, abc, abcd). */
+px_status_t px__cpu_plain_md(dnnl_memory_desc_t *md, int ndim, const int64_t *dims,
+                             px_dtype_t dtype);
+
+/* Descriptor of a spec: plain, or the md of its layout, which must belong to
+ * ops. Fails with PX_ERR_INVALID for a spec of another device or context. */
+px_status_t px__cpu_md_of(px_ops_t *ops, const px_tensor_t *spec, dnnl_memory_desc_t *md);
+
+/* Fills *spec (no storage) from md: dims, dtype, storage size and the
+ * interned layout (NULL when md is plain). */
+px_status_t px__cpu_spec_of(px_ops_t *ops, const dnnl_memory_desc_t *md, px_tensor_t *spec);
+
+/* Checks that t matches spec (device, dtype, dims, layout) and has storage;
+ * PX_ERR_INVALID naming `what` otherwise. */
+px_status_t px__cpu_check(const px_tensor_t *t, const px_tensor_t *spec, const char *what);
+
+/* Validates an input spec for op creation: CPU, f32, ndim in [min, max]. */
+px_status_t px__cpu_check_input(px_ops_t *ops, const px_tensor_t *x, int min_ndim, int max_ndim,
+                                const char *what);
+
+/* Creates a primitive descriptor from an op descriptor with the context's
+ * attribute (or attr when not NULL) and an optional forward hint. */
+px_status_t px__cpu_pd_create(px_ops_t *ops, dnnl_primitive_desc_t *pd, const void *op_desc,
+                              const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint,
+                              const char *what);
+
+/* Descriptor the primitive wants for an execution argument (DNNL_ARG_*). */
+const dnnl_memory_desc_t *px__cpu_pd_md(const_dnnl_primitive_desc_t pd, int arg);
+
+/* Creates the primitive of pd and a memory object per argument in arg_ids
+ * (descriptors queried from pd), plus the scratchpad. Does not keep pd. */
+px_status_t px__exec_create(px_ops_t *ops, px__exec_t *ex, const_dnnl_primitive_desc_t pd,
+                            const int *arg_ids, int n);
+/* Reorder from src_md to dst_md (arguments FROM, TO). */
+px_status_t px__exec_create_reorder(px_ops_t *ops, px__exec_t *ex, const dnnl_memory_desc_t *src_md,
+                                    const dnnl_memory_desc_t *dst_md);
+/* Binds ptrs[0..nuser) (in creation order) and the scratchpad, executes and
+ * waits. Allocates nothing. */
+px_status_t px__exec_run(px_ops_t *ops, px__exec_t *ex, void *const *ptrs);
+void px__exec_destroy(px__exec_t *ex);
+
+/* A weights buffer in the layout a primitive wants, converted from (or to)
+ * the caller's plain weights. When the layouts are equal there is no buffer
+ * and the caller's memory is used directly. */
+typedef struct {
+  int needed;
+  void *buf;
+  px__exec_t reorder;
+} px__wbuf_t;
+
+/* to_prim: 1 converts plain -> primitive layout (weights in), 0 converts
+ * primitive layout -> plain (weight gradients out). */
+px_status_t px__wbuf_create(px_ops_t *ops, px__wbuf_t *wb, const dnnl_memory_desc_t *plain_md,
+                            const dnnl_memory_desc_t *prim_md, int to_prim);
+void px__wbuf_destroy(px__wbuf_t *wb);
+/* Weights w (plain) in the primitive's layout: w's own memory when the
+ * layouts agree, else the buffer after a conversion. */
+px_status_t px__wbuf_in(px_ops_t *ops, px__wbuf_t *wb, const px_tensor_t *w, void **out);
+/* Where the primitive should write a weight gradient destined for dw. */
+static inline void *px__wbuf_target(const px__wbuf_t *wb, const px_tensor_t *dw) {
+  return wb->needed ? wb->buf : dw->data;
+}
+/* Converts the gradient the primitive wrote (px__wbuf_target) into dw. */
+px_status_t px__wbuf_out(px_ops_t *ops, px__wbuf_t *wb, px_tensor_t *dw);
+
+/* Registers and unregisters an op object with its context (leak check). */
+void px__cpu_op_born(px_ops_t *ops);
+void px__cpu_op_died(px_ops_t *ops);
+
+/* Returns PX_ERR_NOT_BUILT unless ops is a CPU context (the only backend
+ * built so far). */
+px_status_t px__cpu_require(const px_ops_t *ops, const char *what);
+
+#endif

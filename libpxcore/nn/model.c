@@ -1,0 +1,889 @@
+/* ResNet-family models as a fixed graph of op objects.
+ *
+ * Building walks the architecture once: every layer becomes a node holding
+ * its op (created for the exact input spec, so every primitive exists before
+ * the first step), its output activation and its parameters. Then each
+ * family is allocated in one arena. Training runs the nodes forward, the loss,
+ * and the nodes backward in reverse; inference runs them forward with the
+ * running statistics.
+ *
+ * Activation gradients. An ADD's inputs that feed nothing else take their
+ * gradient straight from the ADD's output gradient (the same buffer: the
+ * ADD's backward computes it in place), so residual blocks copy nothing. An
+ * activation with two consumers (a block input feeding both the block and
+ * its shortcut) gets the first gradient written in place and the second
+ * added from a scratch buffer. Gradient buffers are then shared between
+ * tensors whose lifetimes in the backward pass do not overlap, an interval
+ * colouring computed once at build time; peak memory stays near the
+ * activations' own size. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "prunex/nn.h"
+#include "px_check.h"
+
+typedef enum { PX__CONV, PX__BN, PX__ADD, PX__POOL, PX__FC } px__node_kind_t;
+
+typedef struct {
+  px__node_kind_t kind;
+  int in, in2, out;          /* activation indices (in2: ADD only) */
+  int w, b;                  /* parameter indices, -1 if none */
+  int rm, rv;                /* BN running-statistics buffer indices */
+  px_conv2d_t *conv;
+  px_batchnorm_t *bn;
+  px_add_t *add;
+  px_pool2d_t *pool;
+  px_fc_t *fc;
+  px_tensor_t mean, var;     /* BN batch statistics [c] */
+  px_tensor_t ws;            /* BN ReLU mask / pooling workspace; nbytes 0 if none */
+} px__node_t;
+
+struct px_model {
+  px_model_config_t cfg;
+  char arch[32];
+  px_ops_t *ops;
+
+  px__node_t *nodes;         /* [nnodes], forward order */
+  int nnodes, cap_nodes;
+  px_tensor_t *acts;         /* [nacts]; act 0 is the input, the last the logits */
+  int nacts, cap_acts;
+  px_tensor_t *pvals, *pgrads;  /* [nparams] */
+  char **pnames;
+  px_weight_kind_t *pkinds;
+  int nparams, cap_params;
+  px_tensor_t *bufs;         /* [nbufs] BN running statistics */
+  char **bnames;
+  int nbufs, cap_bufs;
+
+  px_model_param_t *params;  /* public views, built once the arrays are final */
+  px_model_buffer_t *buffers;
+
+  int *consumers;            /* [nacts] number of nodes reading each activation */
+  int *producer;             /* [nacts] node writing it (-1 for the input) */
+  int *last_use;             /* [nacts] last node reading it (nnodes for the logits) */
+  int *alias;                /* [nacts] activation whose gradient buffer it shares, or itself */
+  px_tensor_t *grads;        /* [nacts] activation gradients (views) */
+  px_tensor_t *scratch;      /* [nacts] second-consumer gradient (views; multi-consumer only) */
+  px_add_t **acc;            /* [nacts] accumulate op (multi-consumer only) */
+  uint8_t *ready;            /* [nacts] gradient written in this backward pass */
+
+  px_tensor_t labels;        /* i32 [batch] */
+  px_tensor_t *gbufs;        /* shared gradient buffers (u8 specs) */
+  int ngbufs;
+  px_arena_t a_params, a_grads, a_bufs, a_acts, a_gacts;
+  px_tensor_t flat_params, flat_grads;
+  size_t numel;
+  float *host_x;             /* [batch * C * H * W] staging for short batches */
+  float *host_logits;        /* [batch * classes] */
+};
+
+/* ---- architectures ---------------------------------------------------------- */
+
+typedef struct {
+  const char *name;
+  int bottleneck;            /* 0: basic blocks (2 x 3x3), 1: bottleneck (1x1, 3x3, 1x1) */
+  int nstages;
+  int blocks[4];
+  int base;                  /* channels of the stem and first stage */
+  int width_factor;          /* bottleneck inner width = planes * width_factor */
+} px__arch_t;
+
+static const px__arch_t px__archs[] = {
+    {"resnet20", 0, 3, {3, 3, 3, 0}, 16, 1},      {"resnet32", 0, 3, {5, 5, 5, 0}, 16, 1},
+    {"resnet56", 0, 3, {9, 9, 9, 0}, 16, 1},      {"resnet18", 0, 4, {2, 2, 2, 2}, 64, 1},
+    {"resnet34", 0, 4, {3, 4, 6, 3}, 64, 1},      {"resnet50", 1, 4, {3, 4, 6, 3}, 64, 1},
+    {"resnet101", 1, 4, {3, 4, 23, 3}, 64, 1},    {"resnet152", 1, 4, {3, 8, 36, 3}, 64, 1},
+    {"wrn50_2", 1, 4, {3, 4, 6, 3}, 64, 2},
+};
+
+static const px__arch_t *px__arch_find(const char *name) {
+  for (size_t i = 0; i < sizeof px__archs / sizeof px__archs[0]; i++)
+    if (name && !strcmp(px__archs[i].name, name)) return &px__archs[i];
+  return NULL;
+}
+
+int px_model_arch_known(const char *arch) { return px__arch_find(arch) != NULL; }
+
+const char *px_model_arch_list(void) {
+  return "resnet20 resnet32 resnet56 resnet18 resnet34 resnet50 resnet101 resnet152 wrn50_2";
+}
+
+/* ---- building ------------------------------------------------------------------ */
+
+static px_status_t px__grow(void **arr, int *cap, int need, size_t elem, const char *name) {
+  if (need <= *cap) return PX_OK;
+  int ncap = *cap ? *cap * 2 : 32;
+  while (ncap < need) ncap *= 2;
+  void *p = px_realloc(*arr, (size_t)ncap * elem, name);
+  if (!p) return PX_ERR_NOMEM;
+  memset((char *)p + (size_t)*cap * elem, 0, (size_t)(ncap - *cap) * elem);
+  *arr = p;
+  *cap = ncap;
+  return PX_OK;
+}
+
+static char *px__strdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = px_malloc(n, "model.name");
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+static px_status_t px__new_act(px_model_t *m, const px_tensor_t *spec, int *out) {
+  PX_CHECK(px__grow((void **)&m->acts, &m->cap_acts, m->nacts + 1, sizeof *m->acts, "model.acts"));
+  m->acts[m->nacts] = *spec;
+  m->acts[m->nacts].data = NULL;
+  m->acts[m->nacts].flags = 0;
+  *out = m->nacts++;
+  return PX_OK;
+}
+
+static px_status_t px__new_param(px_model_t *m, const px_tensor_t *spec, const char *prefix,
+                                 const char *suffix, px_weight_kind_t kind, int *out) {
+  int need = m->nparams + 1, cap = m->cap_params;
+  PX_CHECK(px__grow((void **)&m->pvals, &cap, need, sizeof *m->pvals, "model.pvals"));
+  cap = m->cap_params;
+  PX_CHECK(px__grow((void **)&m->pgrads, &cap, need, sizeof *m->pgrads, "model.pgrads"));
+  cap = m->cap_params;
+  PX_CHECK(px__grow((void **)&m->pnames, &cap, need, sizeof *m->pnames, "model.pnames"));
+  cap = m->cap_params;
+  PX_CHECK(px__grow((void **)&m->pkinds, &cap, need, sizeof *m->pkinds, "model.pkinds"));
+  m->cap_params = cap;
+  char name[160];
+  snprintf(name, sizeof name, "%s.%s", prefix, suffix);
+  if (!(m->pnames[m->nparams] = px__strdup(name))) return PX_ERR_NOMEM;
+  m->pvals[m->nparams] = *spec;
+  m->pgrads[m->nparams] = *spec;
+  m->pkinds[m->nparams] = kind;
+  *out = m->nparams++;
+  return PX_OK;
+}
+
+static px_status_t px__new_buffer(px_model_t *m, const px_tensor_t *spec, const char *prefix,
+                                  const char *suffix, int *out) {
+  int need = m->nbufs + 1, cap = m->cap_bufs;
+  PX_CHECK(px__grow((void **)&m->bufs, &cap, need, sizeof *m->bufs, "model.bufs"));
+  cap = m->cap_bufs;
+  PX_CHECK(px__grow((void **)&m->bnames, &cap, need, sizeof *m->bnames, "model.bnames"));
+  m->cap_bufs = cap;
+  char name[160];
+  snprintf(name, sizeof name, "%s.%s", prefix, suffix);
+  if (!(m->bnames[m->nbufs] = px__strdup(name))) return PX_ERR_NOMEM;
+  m->bufs[m->nbufs] = *spec;
+  *out = m->nbufs++;
+  return PX_OK;
+}
+
+/* Appends a node (ops are stored at once so that destroy frees them). */
+static px_status_t px__push(px_model_t *m, px__node_kind_t kind, int in, int in2, px__node_t **out) {
+  PX_CHECK(px__grow((void **)&m->nodes, &m->cap_nodes, m->nnodes + 1, sizeof *m->nodes,
+                    "model.nodes"));
+  px__node_t *n = &m->nodes[m->nnodes++];
+  memset(n, 0, sizeof *n);
+  n->kind = kind;
+  n->in = in;
+  n->in2 = in2;
+  n->out = n->w = n->b = n->rm = n->rv = -1;
+  *out = n;
+  return PX_OK;
+}
+
+static px_status_t px__conv(px_model_t *m, int in, int c_out, int k, int stride, const char *name,
+                            int *out) {
+  px__node_t *n;
+  PX_CHECK(px__push(m, PX__CONV, in, -1, &n));
+  px_conv2d_params_t p = {c_out, k, k, stride, stride, k / 2, k / 2, 0};
+  PX_CHECK(px_conv2d_create(m->ops, &m->acts[in], &p, &n->conv));
+  px_tensor_t ys, ws;
+  px_conv2d_y_spec(n->conv, &ys);
+  px_conv2d_w_spec(n->conv, &ws);
+  int o, w;
+  PX_CHECK(px__new_act(m, &ys, &o));
+  PX_CHECK(px__new_param(m, &ws, name, "weight", PX_WEIGHT_CONV, &w));
+  n = &m->nodes[m->nnodes - 1]; /* arrays may have moved */
+  n->out = o;
+  n->w = w;
+  *out = o;
+  return PX_OK;
+}
+
+static px_status_t px__bn(px_model_t *m, int in, int relu, const char *name, int *out) {
+  px__node_t *n;
+  PX_CHECK(px__push(m, PX__BN, in, -1, &n));
+  px_batchnorm_params_t p = {1e-5f, 0.1f, relu};
+  PX_CHECK(px_batchnorm_create(m->ops, &m->acts[in], &p, &n->bn));
+  px_tensor_t ys, cs;
+  px_batchnorm_y_spec(n->bn, &ys);
+  px_batchnorm_c_spec(n->bn, &cs);
+  px_batchnorm_ws_spec(n->bn, &n->ws);
+  n->mean = cs;
+  n->var = cs;
+  int o, w, b, rm, rv;
+  PX_CHECK(px__new_act(m, &ys, &o));
+  PX_CHECK(px__new_param(m, &cs, name, "weight", PX_WEIGHT_BN_SCALE, &w));
+  PX_CHECK(px__new_param(m, &cs, name, "bias", PX_WEIGHT_BN_SHIFT, &b));
+  PX_CHECK(px__new_buffer(m, &cs, name, "running_mean", &rm));
+  PX_CHECK(px__new_buffer(m, &cs, name, "running_var", &rv));
+  n = &m->nodes[m->nnodes - 1];
+  n->out = o;
+  n->w = w;
+  n->b = b;
+  n->rm = rm;
+  n->rv = rv;
+  *out = o;
+  return PX_OK;
+}
+
+static px_status_t px__add(px_model_t *m, int a, int b, int *out) {
+  if (!px_tensor_same_spec(&m->acts[a], &m->acts[b]))
+    return px_set_error(PX_ERR_INTERNAL,
+                        "residual add: the branches have different layouts (%s vs %s)",
+                        px_layout_name(m->acts[a].layout), px_layout_name(m->acts[b].layout));
+  px__node_t *n;
+  PX_CHECK(px__push(m, PX__ADD, a, b, &n));
+  PX_CHECK(px_add_create(m->ops, &m->acts[a], 1, &n->add));
+  px_tensor_t ys;
+  px_add_y_spec(n->add, &ys);
+  int o;
+  PX_CHECK(px__new_act(m, &ys, &o));
+  m->nodes[m->nnodes - 1].out = o;
+  *out = o;
+  return PX_OK;
+}
+
+static px_status_t px__gap(px_model_t *m, int in, int *out) {
+  px__node_t *n;
+  PX_CHECK(px__push(m, PX__POOL, in, -1, &n));
+  PX_CHECK(px_global_avgpool_create(m->ops, &m->acts[in], &n->pool));
+  px_tensor_t ys;
+  px_pool2d_y_spec(n->pool, &ys);
+  px_pool2d_ws_spec(n->pool, &n->ws);
+  int o;
+  PX_CHECK(px__new_act(m, &ys, &o));
+  m->nodes[m->nnodes - 1].out = o;
+  *out = o;
+  return PX_OK;
+}
+
+static px_status_t px__fc(px_model_t *m, int in, int classes, const char *name, int *out) {
+  px__node_t *n;
+  PX_CHECK(px__push(m, PX__FC, in, -1, &n));
+  px_fc_params_t p = {classes, 1};
+  PX_CHECK(px_fc_create(m->ops, &m->acts[in], &p, &n->fc));
+  px_tensor_t ys, ws, bs;
+  px_fc_y_spec(n->fc, &ys);
+  px_fc_w_spec(n->fc, &ws);
+  px_fc_b_spec(n->fc, &bs);
+  int o, w, b;
+  PX_CHECK(px__new_act(m, &ys, &o));
+  PX_CHECK(px__new_param(m, &ws, name, "weight", PX_WEIGHT_FC, &w));
+  PX_CHECK(px__new_param(m, &bs, name, "bias", PX_WEIGHT_FC_BIAS, &b));
+  n = &m->nodes[m->nnodes - 1];
+  n->out = o;
+  n->w = w;
+  n->b = b;
+  *out = o;
+  return PX_OK;
+}
+
+/* torchvision's BasicBlock / Bottleneck, with a 1x1 conv + BN shortcut when
+ * the shape changes (which is also what gives ResNet-20 its 272,474
+ * parameters). */
+static px_status_t px__block(px_model_t *m, const px__arch_t *a, int in, int in_c, int planes,
+                             int stride, const char *prefix, int *out, int *out_c) {
+  char nm[128];
+  int h, main_out, sc = in, c_out;
+  if (!a->bottleneck) {
+    c_out = planes;
+    snprintf(nm, sizeof nm, "%s.conv1", prefix);
+    PX_CHECK(px__conv(m, in, planes, 3, stride, nm, &h));
+    snprintf(nm, sizeof nm, "%s.bn1", prefix);
+    PX_CHECK(px__bn(m, h, 1, nm, &h));
+    snprintf(nm, sizeof nm, "%s.conv2", prefix);
+    PX_CHECK(px__conv(m, h, planes, 3, 1, nm, &h));
+    snprintf(nm, sizeof nm, "%s.bn2", prefix);
+    PX_CHECK(px__bn(m, h, 0, nm, &main_out));
+  } else {
+    int width = planes * a->width_factor;
+    c_out = planes * 4;
+    snprintf(nm, sizeof nm, "%s.conv1", prefix);
+    PX_CHECK(px__conv(m, in, width, 1, 1, nm, &h));
+    snprintf(nm, sizeof nm, "%s.bn1", prefix);
+    PX_CHECK(px__bn(m, h, 1, nm, &h));
+    snprintf(nm, sizeof nm, "%s.conv2", prefix);
+    PX_CHECK(px__conv(m, h, width, 3, stride, nm, &h));
+    snprintf(nm, sizeof nm, "%s.bn2", prefix);
+    PX_CHECK(px__bn(m, h, 1, nm, &h));
+    snprintf(nm, sizeof nm, "%s.conv3", prefix);
+    PX_CHECK(px__conv(m, h, c_out, 1, 1, nm, &h));
+    snprintf(nm, sizeof nm, "%s.bn3", prefix);
+    PX_CHECK(px__bn(m, h, 0, nm, &main_out));
+  }
+  if (stride != 1 || in_c != c_out) {
+    snprintf(nm, sizeof nm, "%s.downsample.0", prefix);
+    PX_CHECK(px__conv(m, in, c_out, 1, stride, nm, &sc));
+    snprintf(nm, sizeof nm, "%s.downsample.1", prefix);
+    PX_CHECK(px__bn(m, sc, 0, nm, &sc));
+  }
+  PX_CHECK(px__add(m, main_out, sc, out));
+  *out_c = c_out;
+  return PX_OK;
+}
+
+static px_status_t px__build(px_model_t *m, const px__arch_t *a) {
+  px_tensor_t x;
+  PX_CHECK(px_tensor_init4(&x, px_ops_device(m->ops), m->cfg.batch, m->cfg.in_channels,
+                           m->cfg.height, m->cfg.width));
+  int h, c = a->base;
+  PX_CHECK(px__new_act(m, &x, &h));
+  PX_CHECK(px__conv(m, h, a->base, 3, 1, "conv1", &h));
+  PX_CHECK(px__bn(m, h, 1, "bn1", &h));
+  for (int s = 0; s < a->nstages; s++) {
+    int planes = a->base << s;
+    for (int b = 0; b < a->blocks[s]; b++) {
+      char prefix[64];
+      snprintf(prefix, sizeof prefix, "layer%d.%d", s + 1, b);
+      PX_CHECK(px__block(m, a, h, c, planes, (s > 0 && b == 0) ? 2 : 1, prefix, &h, &c));
+    }
+  }
+  PX_CHECK(px__gap(m, h, &h));
+  PX_CHECK(px__fc(m, h, m->cfg.num_classes, "fc", &h));
+  return PX_OK;
+}
+
+/* Consumers, producers, gradient aliases and last uses of every activation. */
+static px_status_t px__analyse(px_model_t *m) {
+  int n = m->nacts;
+  m->consumers = px_calloc((size_t)n, sizeof(int), "model.consumers");
+  m->producer = px_calloc((size_t)n, sizeof(int), "model.producer");
+  m->last_use = px_calloc((size_t)n, sizeof(int), "model.last_use");
+  m->alias = px_calloc((size_t)n, sizeof(int), "model.alias");
+  m->ready = px_calloc((size_t)n, 1, "model.ready");
+  m->grads = px_calloc((size_t)n, sizeof(px_tensor_t), "model.grads");
+  m->scratch = px_calloc((size_t)n, sizeof(px_tensor_t), "model.scratch");
+  m->acc = px_calloc((size_t)n, sizeof(px_add_t *), "model.acc");
+  if (!m->consumers || !m->producer || !m->last_use || !m->alias || !m->ready || !m->grads ||
+      !m->scratch || !m->acc)
+    return PX_ERR_NOMEM;
+  for (int a = 0; a < n; a++) {
+    m->producer[a] = -1;
+    m->last_use[a] = -1;
+    m->alias[a] = a;
+  }
+  for (int k = 0; k < m->nnodes; k++) {
+    const px__node_t *nd = &m->nodes[k];
+    m->producer[nd->out] = k;
+    m->consumers[nd->in]++;
+    m->last_use[nd->in] = k;
+    if (nd->in2 >= 0) {
+      m->consumers[nd->in2]++;
+      m->last_use[nd->in2] = k;
+    }
+  }
+  m->last_use[n - 1] = m->nnodes; /* the logits are read by the loss */
+  for (int k = 0; k < m->nnodes; k++) {
+    const px__node_t *nd = &m->nodes[k];
+    if (nd->kind != PX__ADD) continue;
+    if (m->consumers[nd->in] == 1) m->alias[nd->in] = nd->out;
+    if (m->consumers[nd->in2] == 1) m->alias[nd->in2] = nd->out;
+  }
+  return PX_OK;
+}
+
+static int px__root(const px_model_t *m, int a) {
+  while (m->alias[a] != a) a = m->alias[a];
+  return a;
+}
+
+/* Interval colouring of the gradient slots onto shared buffers of equal
+ * size, plus one scratch buffer per size for second consumers. */
+static px_status_t px__plan_grads(px_model_t *m) {
+  int n = m->nacts;
+  int *lo = px_malloc((size_t)n * sizeof(int), "model.plan"), *hi = px_malloc((size_t)n * sizeof(int), "model.plan");
+  int *slot_buf = px_malloc((size_t)n * sizeof(int), "model.plan");
+  int *order = px_malloc((size_t)n * sizeof(int), "model.plan");
+  int *buf_free_at = px_malloc((size_t)(2 * n) * sizeof(int), "model.plan");
+  size_t *buf_bytes = px_malloc((size_t)(2 * n) * sizeof(size_t), "model.plan");
+  px_status_t st = PX_OK;
+  if (!lo || !hi || !slot_buf || !order || !buf_free_at || !buf_bytes) {
+    st = PX_ERR_NOMEM;
+    goto done;
+  }
+  for (int a = 0; a < n; a++) {
+    lo[a] = m->nnodes + 1;
+    hi[a] = -1;
+    slot_buf[a] = -1;
+  }
+  /* a slot (root) lives from the first backward node that writes it (the
+   * highest last use among its members) down to the last that reads it (the
+   * lowest producer among its members) */
+  for (int a = 1; a < n; a++) {
+    int r = px__root(m, a);
+    if (m->producer[a] < lo[r]) lo[r] = m->producer[a];
+    if (m->last_use[a] > hi[r]) hi[r] = m->last_use[a];
+  }
+  int nslots = 0;
+  for (int a = 1; a < n; a++)
+    if (px__root(m, a) == a) order[nslots++] = a;
+  /* by decreasing hi: the order in which the backward pass opens them */
+  for (int i = 1; i < nslots; i++)
+    for (int j = i; j > 0 && hi[order[j]] > hi[order[j - 1]]; j--) {
+      int t = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = t;
+    }
+  int nb = 0;
+  for (int i = 0; i < nslots; i++) {
+    int s = order[i];
+    size_t bytes = m->acts[s].nbytes;
+    int pick = -1;
+    for (int b = 0; b < nb && pick < 0; b++)
+      if (buf_bytes[b] == bytes && buf_free_at[b] > hi[s]) pick = b;
+    if (pick < 0) {
+      pick = nb++;
+      buf_bytes[pick] = bytes;
+    }
+    buf_free_at[pick] = lo[s];
+    slot_buf[s] = pick;
+  }
+  /* scratch: one buffer per size among multi-consumer activations */
+  int nscratch_first = nb;
+  for (int a = 1; a < n; a++) {
+    if (m->consumers[a] < 2) continue;
+    int pick = -1;
+    for (int b = nscratch_first; b < nb && pick < 0; b++)
+      if (buf_bytes[b] == m->acts[a].nbytes) pick = b;
+    if (pick < 0) {
+      pick = nb++;
+      buf_bytes[pick] = m->acts[a].nbytes;
+    }
+    order[a] = pick; /* reuse: scratch buffer of a */
+  }
+  m->gbufs = px_calloc((size_t)nb, sizeof(px_tensor_t), "model.gbufs");
+  px_tensor_t **ptrs = px_malloc((size_t)(nb ? nb : 1) * sizeof *ptrs, "model.plan");
+  if (!m->gbufs || !ptrs) {
+    px_free(ptrs);
+    st = PX_ERR_NOMEM;
+    goto done;
+  }
+  m->ngbufs = nb;
+  for (int b = 0; b < nb; b++) {
+    int64_t d = (int64_t)buf_bytes[b];
+    PX_CHECK_GOTO(px_tensor_init(&m->gbufs[b], px_ops_device(m->ops), PX_DTYPE_U8, 1, &d), st,
+                  fail_ptrs);
+    ptrs[b] = &m->gbufs[b];
+  }
+  PX_CHECK_GOTO(px_arena_alloc(&m->a_gacts, px_ops_device(m->ops), ptrs, (size_t)nb, 64,
+                               "model.activation_grads"),
+                st, fail_ptrs);
+  for (int a = 1; a < n; a++) {
+    m->grads[a] = m->acts[a];
+    m->grads[a].data = m->gbufs[slot_buf[px__root(m, a)]].data;
+    m->grads[a].flags = 0;
+    if (m->consumers[a] >= 2) {
+      m->scratch[a] = m->acts[a];
+      m->scratch[a].data = m->gbufs[order[a]].data;
+      m->scratch[a].flags = 0;
+      PX_CHECK_GOTO(px_add_create(m->ops, &m->acts[a], 0, &m->acc[a]), st, fail_ptrs);
+    }
+  }
+fail_ptrs:
+  px_free(ptrs);
+done:
+  px_free(lo);
+  px_free(hi);
+  px_free(slot_buf);
+  px_free(order);
+  px_free(buf_free_at);
+  px_free(buf_bytes);
+  return st;
+}
+
+static px_status_t px__alloc_families(px_model_t *m) {
+  px_device_t dev = px_ops_device(m->ops);
+  int np = m->nparams;
+  px_status_t st = PX_OK;
+  size_t nlist = (size_t)(m->nacts + 3 * m->nnodes + 1 + np + m->nbufs);
+  px_tensor_t **list = px_malloc(nlist * sizeof *list, "model.alloc");
+  if (!list) return PX_ERR_NOMEM;
+  for (int i = 0; i < np; i++) list[i] = &m->pvals[i];
+  PX_CHECK_GOTO(px_arena_alloc(&m->a_params, dev, list, (size_t)np, 4, "model.params"), st, done);
+  for (int i = 0; i < np; i++) list[i] = &m->pgrads[i];
+  PX_CHECK_GOTO(px_arena_alloc(&m->a_grads, dev, list, (size_t)np, 4, "model.grads"), st, done);
+  for (int i = 0; i < m->nbufs; i++) list[i] = &m->bufs[i];
+  PX_CHECK_GOTO(px_arena_alloc(&m->a_bufs, dev, list, (size_t)m->nbufs, 4, "model.bn_running"),
+                st, done);
+  size_t k = 0;
+  for (int a = 0; a < m->nacts; a++) list[k++] = &m->acts[a];
+  for (int i = 0; i < m->nnodes; i++) {
+    px__node_t *nd = &m->nodes[i];
+    if (nd->kind == PX__BN) {
+      list[k++] = &nd->mean;
+      list[k++] = &nd->var;
+    }
+    if ((nd->kind == PX__BN || nd->kind == PX__POOL) && nd->ws.nbytes > 0) list[k++] = &nd->ws;
+  }
+  int64_t b = m->cfg.batch;
+  PX_CHECK_GOTO(px_tensor_init(&m->labels, dev, PX_DTYPE_I32, 1, &b), st, done);
+  list[k++] = &m->labels;
+  PX_CHECK_GOTO(px_arena_alloc(&m->a_acts, dev, list, k, 64, "model.activations"), st, done);
+
+  m->numel = 0;
+  for (int i = 0; i < np; i++) m->numel += px_tensor_numel(&m->pvals[i]);
+  int64_t ne = (int64_t)m->numel;
+  PX_CHECK_GOTO(px_tensor_init(&m->flat_params, dev, PX_DTYPE_F32, 1, &ne), st, done);
+  m->flat_grads = m->flat_params;
+  m->flat_params.data = m->a_params.base;
+  m->flat_grads.data = m->a_grads.base;
+  if (m->a_params.bytes < m->numel * sizeof(float)) {
+    st = px_set_error(PX_ERR_INTERNAL, "parameter arena of %zu bytes for %zu floats",
+                      m->a_params.bytes, m->numel);
+    goto done;
+  }
+  size_t xin = (size_t)m->cfg.batch * m->cfg.in_channels * m->cfg.height * m->cfg.width;
+  m->host_x = px_malloc(xin * sizeof(float), "model.host_x");
+  m->host_logits = px_malloc((size_t)m->cfg.batch * m->cfg.num_classes * sizeof(float),
+                             "model.host_logits");
+  if (!m->host_x || !m->host_logits) st = PX_ERR_NOMEM;
+done:
+  px_free(list);
+  return st;
+}
+
+static px_status_t px__publish(px_model_t *m) {
+  m->params = px_calloc((size_t)m->nparams, sizeof *m->params, "model.param_views");
+  m->buffers = px_calloc((size_t)(m->nbufs ? m->nbufs : 1), sizeof *m->buffers, "model.buffer_views");
+  if (!m->params || !m->buffers) return PX_ERR_NOMEM;
+  for (int i = 0; i < m->nparams; i++)
+    m->params[i] = (px_model_param_t){m->pnames[i], m->pkinds[i], &m->pvals[i], &m->pgrads[i]};
+  for (int i = 0; i < m->nbufs; i++) m->buffers[i] = (px_model_buffer_t){m->bnames[i], &m->bufs[i]};
+  return PX_OK;
+}
+
+px_status_t px_model_create(px_ops_t *ops, const px_model_config_t *cfg, px_model_t **out) {
+  PX_REQUIRE(out != NULL && ops != NULL && cfg != NULL, "px_model_create: NULL argument");
+  *out = NULL;
+  const px__arch_t *a = px__arch_find(cfg->arch);
+  PX_REQUIRE(a != NULL, "model.name '%s' is not a known architecture (%s)",
+             cfg->arch ? cfg->arch : "(null)", px_model_arch_list());
+  PX_REQUIRE(cfg->in_channels >= 1, "model.in_channels = %d: must be >= 1", cfg->in_channels);
+  PX_REQUIRE(cfg->num_classes >= 2, "model.num_classes = %d: must be >= 2", cfg->num_classes);
+  PX_REQUIRE(cfg->batch >= 1, "batch size %d: must be >= 1", cfg->batch);
+  int min_side = 1 << (a->nstages - 1);
+  PX_REQUIRE(cfg->height >= min_side && cfg->width >= min_side,
+             "input %dx%d is too small for %s (needs at least %dx%d)", cfg->height, cfg->width,
+             a->name, min_side, min_side);
+  px_model_t *m = px_calloc(1, sizeof *m, "model");
+  if (!m) return PX_ERR_NOMEM;
+  m->cfg = *cfg;
+  snprintf(m->arch, sizeof m->arch, "%s", a->name);
+  m->cfg.arch = m->arch;
+  m->ops = ops;
+  px_status_t st;
+  PX_CHECK_GOTO(px__build(m, a), st, fail);
+  PX_CHECK_GOTO(px__analyse(m), st, fail);
+  PX_CHECK_GOTO(px__alloc_families(m), st, fail);
+  PX_CHECK_GOTO(px__plan_grads(m), st, fail);
+  PX_CHECK_GOTO(px__publish(m), st, fail);
+  *out = m;
+  return PX_OK;
+fail:
+  px_model_destroy(m);
+  return st;
+}
+
+void px_model_destroy(px_model_t *m) {
+  if (!m) return;
+  for (int i = 0; i < m->nnodes; i++) {
+    px__node_t *n = &m->nodes[i];
+    if (n->conv) px_conv2d_destroy(n->conv);
+    if (n->bn) px_batchnorm_destroy(n->bn);
+    if (n->add) px_add_destroy(n->add);
+    if (n->pool) px_pool2d_destroy(n->pool);
+    if (n->fc) px_fc_destroy(n->fc);
+  }
+  for (int a = 0; a < m->nacts && m->acc; a++)
+    if (m->acc[a]) px_add_destroy(m->acc[a]);
+  for (int i = 0; i < m->nparams; i++) px_free(m->pnames[i]);
+  for (int i = 0; i < m->nbufs; i++) px_free(m->bnames[i]);
+  px_arena_free(&m->a_params);
+  px_arena_free(&m->a_grads);
+  px_arena_free(&m->a_bufs);
+  px_arena_free(&m->a_acts);
+  px_arena_free(&m->a_gacts);
+  px_free(m->nodes);
+  px_free(m->acts);
+  px_free(m->pvals);
+  px_free(m->pgrads);
+  px_free(m->pnames);
+  px_free(m->pkinds);
+  px_free(m->bufs);
+  px_free(m->bnames);
+  px_free(m->params);
+  px_free(m->buffers);
+  px_free(m->consumers);
+  px_free(m->producer);
+  px_free(m->last_use);
+  px_free(m->alias);
+  px_free(m->grads);
+  px_free(m->scratch);
+  px_free(m->acc);
+  px_free(m->ready);
+  px_free(m->gbufs);
+  px_free(m->host_x);
+  px_free(m->host_logits);
+  px_free(m);
+}
+
+/* ---- accessors ------------------------------------------------------------------ */
+
+const px_model_config_t *px_model_config(const px_model_t *m) { return &m->cfg; }
+px_ops_t *px_model_ops(const px_model_t *m) { return m->ops; }
+int px_model_num_params(const px_model_t *m) { return m->nparams; }
+const px_model_param_t *px_model_param(const px_model_t *m, int i) {
+  return i >= 0 && i < m->nparams ? &m->params[i] : NULL;
+}
+int px_model_num_buffers(const px_model_t *m) { return m->nbufs; }
+const px_model_buffer_t *px_model_buffer(const px_model_t *m, int i) {
+  return i >= 0 && i < m->nbufs ? &m->buffers[i] : NULL;
+}
+size_t px_model_numel(const px_model_t *m) { return m->numel; }
+const px_tensor_t *px_model_flat_params(const px_model_t *m) { return &m->flat_params; }
+const px_tensor_t *px_model_flat_grads(const px_model_t *m) { return &m->flat_grads; }
+size_t px_model_memory_bytes(const px_model_t *m) {
+  return m->a_params.bytes + m->a_grads.bytes + m->a_bufs.bytes + m->a_acts.bytes +
+         m->a_gacts.bytes;
+}
+
+/* ---- initialisation ----------------------------------------------------------- */
+
+typedef struct {
+  uint64_t s;
+} px__rng_t;
+
+static uint64_t px__rng_next(px__rng_t *r) {
+  uint64_t z = (r->s += 0x9E3779B97F4A7C15ull); /* splitmix64 */
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static double px__rng_uniform(px__rng_t *r) { return (double)(px__rng_next(r) >> 11) * 0x1.0p-53; }
+
+static double px__rng_normal(px__rng_t *r) {
+  double u1 = px__rng_uniform(r), u2 = px__rng_uniform(r);
+  if (u1 < 1e-300) u1 = 1e-300;
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+static px_status_t px__fill(px_tensor_t *t, float *tmp, size_t n) {
+  return px_tensor_copy_from_host(t, tmp, n * sizeof(float));
+}
+
+px_status_t px_model_init_params(px_model_t *m, uint64_t seed) {
+  size_t maxn = 1;
+  for (int i = 0; i < m->nparams; i++)
+    if (px_tensor_numel(&m->pvals[i]) > maxn) maxn = px_tensor_numel(&m->pvals[i]);
+  for (int i = 0; i < m->nbufs; i++)
+    if (px_tensor_numel(&m->bufs[i]) > maxn) maxn = px_tensor_numel(&m->bufs[i]);
+  float *tmp = px_malloc(maxn * sizeof(float), "model.init");
+  if (!tmp) return PX_ERR_NOMEM;
+  px_status_t st = PX_OK;
+  for (int i = 0; i < m->nparams; i++) {
+    px_tensor_t *t = &m->pvals[i];
+    size_t n = px_tensor_numel(t);
+    /* each parameter draws from its own stream: adding a layer does not
+     * change the others' initial values */
+    px__rng_t r = {seed * 0x100000001B3ull + (uint64_t)i * 0x9E3779B97F4A7C15ull};
+    switch (m->pkinds[i]) {
+      case PX_WEIGHT_CONV: {
+        double fan_out = (double)t->dims[0] * t->dims[2] * t->dims[3];
+        double std = sqrt(2.0 / fan_out);
+        for (size_t j = 0; j < n; j++) tmp[j] = (float)(std * px__rng_normal(&r));
+        break;
+      }
+      case PX_WEIGHT_BN_SCALE:
+        for (size_t j = 0; j < n; j++) tmp[j] = 1.0f;
+        break;
+      case PX_WEIGHT_BN_SHIFT:
+        for (size_t j = 0; j < n; j++) tmp[j] = 0.0f;
+        break;
+      case PX_WEIGHT_FC:
+      case PX_WEIGHT_FC_BIAS: {
+        const px_tensor_t *w = m->pkinds[i] == PX_WEIGHT_FC ? t : &m->pvals[i - 1];
+        double bound = 1.0 / sqrt((double)w->dims[1]);
+        for (size_t j = 0; j < n; j++) tmp[j] = (float)(bound * (2.0 * px__rng_uniform(&r) - 1.0));
+        break;
+      }
+    }
+    PX_CHECK_GOTO(px__fill(t, tmp, n), st, done);
+  }
+  for (int i = 0; i < m->nbufs; i++) {
+    size_t n = px_tensor_numel(&m->bufs[i]);
+    float v = strstr(m->bnames[i], "running_var") ? 1.0f : 0.0f;
+    for (size_t j = 0; j < n; j++) tmp[j] = v;
+    PX_CHECK_GOTO(px__fill(&m->bufs[i], tmp, n), st, done);
+  }
+  PX_CHECK_GOTO(px_tensor_zero(&m->flat_grads), st, done);
+done:
+  px_free(tmp);
+  return st;
+}
+
+/* ---- forward / backward ----------------------------------------------------------- */
+
+static px_tensor_t *px__ws(px__node_t *n) { return n->ws.nbytes > 0 ? &n->ws : NULL; }
+
+static px_status_t px__forward(px_model_t *m, int train) {
+  for (int k = 0; k < m->nnodes; k++) {
+    px__node_t *n = &m->nodes[k];
+    px_tensor_t *y = &m->acts[n->out];
+    const px_tensor_t *x = &m->acts[n->in];
+    switch (n->kind) {
+      case PX__CONV:
+        PX_CHECK(px_conv2d_forward(n->conv, y, x, &m->pvals[n->w], NULL));
+        break;
+      case PX__BN:
+        if (train)
+          PX_CHECK(px_batchnorm_forward_train(n->bn, y, &n->mean, &n->var, px__ws(n), x,
+                                              &m->pvals[n->w], &m->pvals[n->b], &m->bufs[n->rm],
+                                              &m->bufs[n->rv]));
+        else
+          PX_CHECK(px_batchnorm_forward_infer(n->bn, y, x, &m->pvals[n->w], &m->pvals[n->b],
+                                              &m->bufs[n->rm], &m->bufs[n->rv]));
+        break;
+      case PX__ADD:
+        PX_CHECK(px_add_forward(n->add, y, x, &m->acts[n->in2]));
+        break;
+      case PX__POOL:
+        PX_CHECK(px_pool2d_forward(n->pool, y, px__ws(n), x));
+        break;
+      case PX__FC:
+        PX_CHECK(px_fc_forward(n->fc, y, x, &m->pvals[n->w], &m->pvals[n->b]));
+        break;
+    }
+  }
+  return PX_OK;
+}
+
+/* Where the gradient of activation a goes: its own buffer the first time in
+ * a backward pass, the scratch buffer after (then px__settle adds it). */
+static px_tensor_t *px__dx(px_model_t *m, int a) {
+  if (!m->ready[a]) {
+    m->ready[a] = 1;
+    return &m->grads[a];
+  }
+  return &m->scratch[a];
+}
+
+static px_status_t px__settle(px_model_t *m, int a, const px_tensor_t *written) {
+  if (written == &m->scratch[a])
+    return px_add_forward(m->acc[a], &m->grads[a], &m->grads[a], &m->scratch[a]);
+  return PX_OK;
+}
+
+/* Routes an ADD's gradient g to one of its inputs. */
+static px_status_t px__route(px_model_t *m, int a, const px_tensor_t *g) {
+  if (m->alias[a] != a) { /* shares g's buffer: already there */
+    m->ready[a] = 1;
+    return PX_OK;
+  }
+  if (!m->ready[a]) {
+    m->ready[a] = 1;
+    return px_tensor_copy(&m->grads[a], g);
+  }
+  return px_add_forward(m->acc[a], &m->grads[a], &m->grads[a], g);
+}
+
+static px_status_t px__backward(px_model_t *m) {
+  memset(m->ready, 0, (size_t)m->nacts);
+  m->ready[m->nacts - 1] = 1; /* the logits' gradient comes from the loss */
+  for (int k = m->nnodes - 1; k >= 0; k--) {
+    px__node_t *n = &m->nodes[k];
+    px_tensor_t *dy = &m->grads[n->out];
+    const px_tensor_t *x = &m->acts[n->in];
+    if (n->kind == PX__ADD) { /* routes its gradient rather than computing one */
+      PX_CHECK(px_add_backward(n->add, dy, dy, &m->acts[n->out]));
+      PX_CHECK(px__route(m, n->in, dy));
+      PX_CHECK(px__route(m, n->in2, dy));
+      continue;
+    }
+    px_tensor_t *dx = n->in != 0 ? px__dx(m, n->in) : NULL; /* none for the input images */
+    switch (n->kind) {
+      case PX__CONV:
+        PX_CHECK(px_conv2d_backward_weights(n->conv, &m->pgrads[n->w], NULL, x, dy));
+        if (dx) PX_CHECK(px_conv2d_backward_data(n->conv, dx, dy, &m->pvals[n->w]));
+        break;
+      case PX__BN:
+        PX_CHECK(px_batchnorm_backward(n->bn, dx, &m->pgrads[n->w], &m->pgrads[n->b], dy, x,
+                                       &m->pvals[n->w], &m->pvals[n->b], &n->mean, &n->var,
+                                       px__ws(n)));
+        break;
+      case PX__ADD:
+        break;
+      case PX__POOL:
+        PX_CHECK(px_pool2d_backward(n->pool, dx, dy, px__ws(n)));
+        break;
+      case PX__FC:
+        PX_CHECK(px_fc_backward_weights(n->fc, &m->pgrads[n->w], &m->pgrads[n->b], x, dy));
+        PX_CHECK(px_fc_backward_data(n->fc, dx, dy, &m->pvals[n->w]));
+        break;
+    }
+    if (dx) PX_CHECK(px__settle(m, n->in, dx));
+  }
+  return PX_OK;
+}
+
+static px_status_t px__load_input(px_model_t *m, const float *x) {
+  size_t bytes = px_tensor_plain_bytes(&m->acts[0]);
+  return px_tensor_copy_from_host(&m->acts[0], x, bytes);
+}
+
+px_status_t px_model_train_step(px_model_t *m, const float *x, const int32_t *y, float *loss,
+                                int64_t *correct) {
+  PX_CHECK(px__load_input(m, x));
+  PX_CHECK(px_tensor_copy_from_host(&m->labels, y, (size_t)m->cfg.batch * sizeof(int32_t)));
+  PX_CHECK(px__forward(m, 1));
+  int lg = m->nacts - 1;
+  PX_CHECK(px_softmax_ce(m->ops, &m->grads[lg], loss, correct, &m->acts[lg], &m->labels));
+  return px__backward(m);
+}
+
+px_status_t px_model_eval_batch(px_model_t *m, const float *x, const int32_t *y, int32_t n,
+                                double *loss_sum, int64_t *correct) {
+  int B = m->cfg.batch, K = m->cfg.num_classes;
+  PX_REQUIRE(n >= 1 && n <= B, "evaluation batch of %d samples (model batch %d)", n, B);
+  for (int i = 0; i < n; i++)
+    PX_REQUIRE(y[i] >= 0 && y[i] < K, "label %d of sample %d is outside [0, %d)", y[i], i, K);
+  if (n < B) {
+    size_t per = (size_t)m->cfg.in_channels * m->cfg.height * m->cfg.width;
+    memcpy(m->host_x, x, (size_t)n * per * sizeof(float));
+    memset(m->host_x + (size_t)n * per, 0, (size_t)(B - n) * per * sizeof(float));
+    x = m->host_x;
+  }
+  PX_CHECK(px__load_input(m, x));
+  PX_CHECK(px__forward(m, 0));
+  PX_CHECK(px_tensor_copy_to_host(&m->acts[m->nacts - 1], m->host_logits,
+                                  (size_t)B * K * sizeof(float)));
+  double ls = 0;
+  int64_t ok = 0;
+  for (int i = 0; i < n; i++) {
+    const float *z = m->host_logits + (size_t)i * K;
+    int best = 0;
+    double mx = z[0];
+    for (int k = 1; k < K; k++)
+      if (z[k] > mx) {
+        mx = z[k];
+        best = k;
+      }
+    double se = 0;
+    for (int k = 0; k < K; k++) se += exp((double)z[k] - mx);
+    ls += mx + log(se) - z[y[i]];
+    ok += best == y[i];
+  }
+  *loss_sum += ls;
+  *correct += ok;
+  return PX_OK;
+}

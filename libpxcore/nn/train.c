@@ -1,0 +1,242 @@
+/* The local training loop shared by pxtrain and pxworker: data sets and
+ * loaders for this rank's shard, the model, SGD with a learning-rate
+ * schedule, one epoch at a time, and evaluation on the test set. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "prunex/data.h"
+#include "prunex/nn.h"
+#include "px_check.h"
+
+struct px_trainer {
+  px_train_config_t cfg;
+  char arch[32], dataset[32], schedule[16];
+  px_dataset_t *train, *test;
+  px_loader_t *train_loader, *test_loader;
+  px_ops_t *ops;
+  px_model_t *model;
+  px_sgd_t *sgd;
+  int64_t steps_per_epoch;
+};
+
+void px_train_config_default(px_train_config_t *c) {
+  memset(c, 0, sizeof *c);
+  c->arch = "resnet20";
+  c->dataset = "fashion-mnist";
+  c->batch = 128;
+  c->epochs = 15;
+  c->lr = 0.1;
+  c->momentum = 0.9;
+  c->weight_decay = 5e-4;
+  c->lr_schedule = "cosine";
+  c->seed = 1;
+  c->augment = 1;
+  c->world_size = 1;
+}
+
+static double px__now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static px_status_t px__load_data(px_trainer_t *t) {
+  const px_train_config_t *c = &t->cfg;
+  if (!strcmp(c->dataset, "fashion-mnist")) {
+    const char *dir = c->data_dir ? c->data_dir : "/usr/share/datasets/fashion-mnist";
+    PX_CHECK(px_dataset_load_fashion_mnist(dir, PX_SPLIT_TRAIN, &t->train));
+    return px_dataset_load_fashion_mnist(dir, PX_SPLIT_TEST, &t->test);
+  }
+  if (!strcmp(c->dataset, "cifar10")) {
+    PX_REQUIRE(c->data_dir != NULL, "dataset.path: cifar10 needs the directory of its .bin files");
+    PX_CHECK(px_dataset_load_cifar10(c->data_dir, PX_SPLIT_TRAIN, &t->train));
+    return px_dataset_load_cifar10(c->data_dir, PX_SPLIT_TEST, &t->test);
+  }
+  if (!strcmp(c->dataset, "synthetic")) {
+    px_dataset_info_t info = {0};
+    info.channels = 3;
+    info.height = info.width = 32;
+    info.num_classes = 10;
+    for (int ch = 0; ch < 3; ch++) {
+      info.mean[ch] = 0.5f;
+      info.std[ch] = 0.25f;
+    }
+    info.n = c->synthetic_samples > 0 ? c->synthetic_samples : 10 * c->batch;
+    PX_CHECK(px_dataset_create_synthetic(&info, c->seed, &t->train));
+    info.n = c->batch;
+    return px_dataset_create_synthetic(&info, c->seed + 1, &t->test);
+  }
+  return px_set_error(PX_ERR_INVALID, "dataset.name '%s': expected fashion-mnist, cifar10 or synthetic",
+                      c->dataset);
+}
+
+px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out) {
+  *out = NULL;
+  PX_REQUIRE(cfg->arch && cfg->dataset, "training config without a model or data set");
+  PX_REQUIRE(cfg->batch >= 1, "train.batch_size = %d: must be >= 1", cfg->batch);
+  PX_REQUIRE(cfg->epochs >= 1, "train.epochs = %d: must be >= 1", cfg->epochs);
+  PX_REQUIRE(cfg->world_size >= 1 && cfg->rank >= 0 && cfg->rank < cfg->world_size,
+             "rank %d of world size %d", cfg->rank, cfg->world_size);
+  const char *sch = cfg->lr_schedule ? cfg->lr_schedule : "constant";
+  PX_REQUIRE(!strcmp(sch, "constant") || !strcmp(sch, "cosine") || !strcmp(sch, "step"),
+             "train.lr_schedule '%s': expected constant, cosine or step", sch);
+  PX_REQUIRE(px_model_arch_known(cfg->arch), "model.name '%s' is not a known architecture (%s)",
+             cfg->arch, px_model_arch_list());
+  px_trainer_t *t = px_calloc(1, sizeof *t, "trainer");
+  if (!t) return PX_ERR_NOMEM;
+  t->cfg = *cfg;
+  snprintf(t->arch, sizeof t->arch, "%s", cfg->arch);
+  snprintf(t->dataset, sizeof t->dataset, "%s", cfg->dataset);
+  snprintf(t->schedule, sizeof t->schedule, "%s", sch);
+  t->cfg.arch = t->arch;
+  t->cfg.dataset = t->dataset;
+  t->cfg.lr_schedule = t->schedule;
+  t->cfg.data_dir = NULL; /* only used while loading */
+  px_status_t st;
+  px_train_config_t load_cfg = t->cfg;
+  load_cfg.data_dir = cfg->data_dir;
+  t->cfg = load_cfg;
+  PX_CHECK_GOTO(px__load_data(t), st, fail);
+  t->cfg.data_dir = NULL;
+
+  const px_dataset_info_t *info = px_dataset_info(t->train);
+  px_loader_config_t lc;
+  px_loader_config_default(t->train, &lc);
+  lc.batch_size = cfg->batch;
+  lc.rank = cfg->rank;
+  lc.world_size = cfg->world_size;
+  lc.seed = cfg->seed;
+  lc.drop_last = 1; /* the model is built for full batches */
+  if (cfg->augment) {
+    lc.augment.crop_pad = 4;
+    lc.augment.flip = 1;
+  }
+  PX_CHECK_GOTO(px_loader_create(t->train, &lc, &t->train_loader), st, fail);
+  t->steps_per_epoch = px_loader_num_batches(t->train_loader);
+  if (t->steps_per_epoch < 1) {
+    st = px_set_error(PX_ERR_INVALID,
+                      "the training shard of rank %d has fewer samples than one batch of %d",
+                      cfg->rank, cfg->batch);
+    goto fail;
+  }
+  px_loader_config_t ec;
+  px_loader_config_eval(t->test, &ec);
+  ec.batch_size = cfg->batch;
+  ec.rank = cfg->rank;
+  ec.world_size = cfg->world_size;
+  PX_CHECK_GOTO(px_loader_create(t->test, &ec, &t->test_loader), st, fail);
+
+  PX_CHECK_GOTO(px_ops_create(px_device_cpu(), cfg->threads, &t->ops), st, fail);
+  px_model_config_t mc = {t->arch, info->channels, info->num_classes, cfg->batch, info->height,
+                          info->width};
+  PX_CHECK_GOTO(px_model_create(t->ops, &mc, &t->model), st, fail);
+  PX_CHECK_GOTO(px_model_init_params(t->model, cfg->seed), st, fail);
+  px_sgd_config_t sc = {cfg->lr, cfg->momentum, cfg->weight_decay, cfg->nesterov};
+  PX_CHECK_GOTO(px_sgd_create(t->model, &sc, &t->sgd), st, fail);
+  *out = t;
+  return PX_OK;
+fail:
+  px_trainer_destroy(t);
+  return st;
+}
+
+void px_trainer_destroy(px_trainer_t *t) {
+  if (!t) return;
+  px_sgd_destroy(t->sgd);
+  px_model_destroy(t->model);
+  px_ops_destroy(t->ops);
+  px_loader_destroy(t->train_loader);
+  px_loader_destroy(t->test_loader);
+  px_dataset_destroy(t->train);
+  px_dataset_destroy(t->test);
+  px_free(t);
+}
+
+px_model_t *px_trainer_model(px_trainer_t *t) { return t->model; }
+px_sgd_t *px_trainer_sgd(px_trainer_t *t) { return t->sgd; }
+int64_t px_trainer_steps_per_epoch(const px_trainer_t *t) { return t->steps_per_epoch; }
+
+double px_trainer_lr_at(const px_trainer_t *t, int64_t step) {
+  double total = (double)t->steps_per_epoch * t->cfg.epochs;
+  double f = total > 0 ? (double)step / total : 0.0;
+  if (f > 1.0) f = 1.0;
+  if (!strcmp(t->schedule, "cosine")) return t->cfg.lr * 0.5 * (1.0 + cos(3.141592653589793 * f));
+  if (!strcmp(t->schedule, "step")) return t->cfg.lr * (f < 0.5 ? 1.0 : f < 0.75 ? 0.1 : 0.01);
+  return t->cfg.lr;
+}
+
+px_status_t px_trainer_epoch(px_trainer_t *t, int64_t epoch, px_step_cb_t cb, void *ctx,
+                             px_epoch_stats_t *out) {
+  memset(out, 0, sizeof *out);
+  out->epoch = epoch;
+  double t0 = px__now(), wait = 0, loss_sum = 0;
+  int64_t correct_sum = 0;
+  PX_CHECK(px_loader_begin_epoch(t->train_loader, epoch));
+  px_status_t st = PX_OK;
+  for (;;) {
+    px_batch_t b;
+    double w0 = px__now();
+    px_status_t r = px_loader_next(t->train_loader, &b);
+    wait += px__now() - w0;
+    if (r < 0) {
+      st = r;
+      break;
+    }
+    if (r == 0) break;
+    px_sgd_set_lr(t->sgd, px_trainer_lr_at(t, epoch * t->steps_per_epoch + out->steps));
+    float loss;
+    int64_t correct;
+    PX_CHECK_GOTO(px_model_train_step(t->model, b.x, b.y, &loss, &correct), st, end);
+    PX_CHECK_GOTO(px_sgd_step(t->sgd), st, end);
+    if (!isfinite(loss)) {
+      st = px_set_error(PX_ERR_INVALID, "training diverged: loss is %g at epoch %lld step %lld",
+                        loss, (long long)epoch, (long long)out->steps);
+      goto end;
+    }
+    out->steps++;
+    out->samples += b.n;
+    loss_sum += (double)loss * b.n;
+    correct_sum += correct;
+    if (cb && cb(ctx, out->steps, t->steps_per_epoch, loss_sum / out->samples,
+                 (double)correct_sum / out->samples))
+      break;
+  }
+end:
+  px_loader_end_epoch(t->train_loader);
+  out->seconds = px__now() - t0;
+  out->data_wait_seconds = wait;
+  if (out->samples > 0) {
+    out->loss = loss_sum / out->samples;
+    out->accuracy = (double)correct_sum / out->samples;
+    out->images_per_sec = out->samples / out->seconds;
+  }
+  return st;
+}
+
+px_status_t px_trainer_evaluate(px_trainer_t *t, px_eval_stats_t *out) {
+  memset(out, 0, sizeof *out);
+  double t0 = px__now(), loss = 0;
+  int64_t correct = 0;
+  PX_CHECK(px_loader_begin_epoch(t->test_loader, 0));
+  px_status_t st = PX_OK;
+  for (;;) {
+    px_batch_t b;
+    px_status_t r = px_loader_next(t->test_loader, &b);
+    if (r <= 0) {
+      st = r;
+      break;
+    }
+    PX_CHECK_GOTO(px_model_eval_batch(t->model, b.x, b.y, b.n, &loss, &correct), st, end);
+    out->samples += b.n;
+  }
+end:
+  px_loader_end_epoch(t->test_loader);
+  out->seconds = px__now() - t0;
+  if (out->samples > 0) {
+    out->loss = loss / out->samples;
+    out->accuracy = (double)correct / out->samples;
+  }
+  return st;
+}

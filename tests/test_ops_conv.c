@@ -1,0 +1,299 @@
+/* Convolution on the oneDNN backend: forward, backward-data and
+ * backward-weights against the naive reference on random data (plain and
+ * blocked inputs, stride 2, padding, 1x1 and 5x5 kernels, odd sizes and
+ * channel counts, with and without bias), and the gradients against central
+ * finite differences of the backend's own forward. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "nn/cpu/px_ref.h"
+#include "prunex/ops.h"
+#include "px_test_util.h"
+
+/* ---- helpers (each ops test file is self-contained) -------------------------- */
+
+#define assert_ok(call)                                                                   \
+  do {                                                                                    \
+    px_status_t st_ = (call);                                                             \
+    if (st_ != PX_OK) fail_msg("%s: %s (%s)", #call, px_status_name(st_), px_last_error()); \
+  } while (0)
+
+static px_ops_t *new_ops(void) {
+  px_ops_t *ops = NULL;
+  assert_ok(px_ops_create(px_device_cpu(), 2, &ops));
+  return ops;
+}
+
+/* Spec [n, c, h, w] in the backend's blocked layout (that of a 1x1 conv's
+ * output), or plain. */
+static void input_spec(px_ops_t *ops, int blocked, int64_t n, int64_t c, int64_t h, int64_t w,
+                       px_tensor_t *spec) {
+  if (!blocked) {
+    assert_ok(px_tensor_init4(spec, px_device_cpu(), n, c, h, w));
+    return;
+  }
+  px_tensor_t src;
+  assert_ok(px_tensor_init4(&src, px_device_cpu(), n, 8, h, w));
+  px_conv2d_params_t p = {.c_out = (int32_t)c, .kh = 1, .kw = 1, .stride_h = 1, .stride_w = 1};
+  px_conv2d_t *feeder = NULL;
+  assert_ok(px_conv2d_create(ops, &src, &p, &feeder));
+  px_conv2d_y_spec(feeder, spec);
+  px_conv2d_destroy(feeder);
+  assert_non_null(spec->layout);
+}
+
+static float *rand_host(px_test_rng_t *rng, size_t n) {
+  float *p = malloc(n * sizeof *p);
+  assert_non_null(p);
+  px_test_fill_normal(rng, p, n);
+  return p;
+}
+
+/* Allocates t with spec and fills it from plain host data (NULL: zeros). */
+static void make_tensor(px_tensor_t *t, const px_tensor_t *spec, const float *host) {
+  *t = *spec;
+  t->data = NULL;
+  t->flags = 0;
+  assert_ok(px_tensor_alloc(t, "test"));
+  if (host) assert_ok(px_tensor_copy_from_host(t, host, px_tensor_plain_bytes(t)));
+}
+
+static float *read_host(const px_tensor_t *t) {
+  float *p = malloc(px_tensor_plain_bytes(t));
+  assert_non_null(p);
+  assert_ok(px_tensor_copy_to_host(t, p, px_tensor_plain_bytes(t)));
+  return p;
+}
+
+static void expect_close(const char *what, const float *got, const float *want, size_t n, double tol) {
+  double err = px_test_max_rel_err(got, want, n);
+  if (err > tol) fail_msg("%s: max relative error %g > %g", what, err, tol);
+}
+
+/* ---- cases --------------------------------------------------------------------- */
+
+typedef struct {
+  int64_t n, c, h, w;
+  int32_t c_out, k, stride, pad, bias;
+  int blocked; /* input in the backend's blocked layout */
+} conv_case_t;
+
+static const conv_case_t cases[] = {
+    {2, 3, 8, 8, 16, 3, 1, 1, 0, 0},   /* network input: plain, 3 channels */
+    {2, 16, 9, 9, 32, 3, 2, 1, 0, 1},  /* stride 2 on an odd size */
+    {2, 16, 8, 8, 32, 1, 2, 0, 0, 1},  /* 1x1 stride-2 shortcut */
+    {3, 5, 7, 6, 7, 3, 1, 1, 1, 1},    /* odd channels (padded blocks), bias, non-square */
+    {2, 32, 4, 4, 16, 1, 1, 0, 1, 0},  /* 1x1 on a plain input, bias */
+    {1, 4, 11, 11, 8, 5, 2, 2, 0, 0},  /* 5x5 stride 2 padding 2 */
+    {2, 16, 6, 6, 16, 3, 1, 0, 0, 1},  /* no padding */
+};
+
+static void ref_shape(const conv_case_t *c, px__ref_conv_t *s) {
+  memset(s, 0, sizeof *s);
+  s->n = c->n; s->c_in = c->c; s->h = c->h; s->w = c->w;
+  s->c_out = c->c_out; s->kh = s->kw = c->k;
+  s->sh = s->sw = c->stride; s->ph = s->pw = c->pad;
+  px__ref_conv_shape(s);
+}
+
+static px_conv2d_params_t params_of(const conv_case_t *c) {
+  px_conv2d_params_t p = {.c_out = c->c_out, .kh = c->k, .kw = c->k, .stride_h = c->stride,
+                          .stride_w = c->stride, .pad_h = c->pad, .pad_w = c->pad, .bias = c->bias};
+  return p;
+}
+
+static void run_case(const conv_case_t *cc, uint64_t seed) {
+  px_ops_t *ops = new_ops();
+  px_test_rng_t rng;
+  px_test_rng_seed(&rng, seed);
+  px__ref_conv_t s;
+  ref_shape(cc, &s);
+
+  px_tensor_t xs, ys, ws, bs;
+  input_spec(ops, cc->blocked, cc->n, cc->c, cc->h, cc->w, &xs);
+  px_conv2d_params_t p = params_of(cc);
+  px_conv2d_t *conv = NULL;
+  assert_ok(px_conv2d_create(ops, &xs, &p, &conv));
+  px_conv2d_y_spec(conv, &ys);
+  px_conv2d_w_spec(conv, &ws);
+  px_conv2d_b_spec(conv, &bs);
+  assert_int_equal(ys.dims[2], s.oh);
+  assert_int_equal(ys.dims[3], s.ow);
+  assert_null(ws.layout); /* parameters stay plain */
+
+  const size_t nx = px_tensor_numel(&xs), ny = px_tensor_numel(&ys), nw = px_tensor_numel(&ws);
+  float *hx = rand_host(&rng, nx), *hw = rand_host(&rng, nw), *hb = rand_host(&rng, (size_t)cc->c_out);
+  float *hdy = rand_host(&rng, ny);
+  px_tensor_t x, y, w, b, dy, dx, dw, db;
+  make_tensor(&x, &xs, hx);
+  make_tensor(&w, &ws, hw);
+  make_tensor(&b, &bs, hb);
+  make_tensor(&y, &ys, NULL);
+  make_tensor(&dy, &ys, hdy);
+  make_tensor(&dx, &xs, NULL);
+  make_tensor(&dw, &ws, NULL);
+  make_tensor(&db, &bs, NULL);
+
+  float *ry = malloc(ny * sizeof *ry), *rdx = malloc(nx * sizeof *rdx);
+  float *rdw = malloc(nw * sizeof *rdw), *rdb = malloc((size_t)cc->c_out * sizeof *rdb);
+  px__ref_conv2d_forward(ry, hx, hw, cc->bias ? hb : NULL, &s);
+  px__ref_conv2d_backward_data(rdx, hdy, hw, &s);
+  px__ref_conv2d_backward_weights(rdw, cc->bias ? rdb : NULL, hx, hdy, &s);
+
+  assert_ok(px_conv2d_forward(conv, &y, &x, &w, cc->bias ? &b : NULL));
+  assert_ok(px_conv2d_backward_data(conv, &dx, &dy, &w));
+  assert_ok(px_conv2d_backward_weights(conv, &dw, cc->bias ? &db : NULL, &x, &dy));
+  float *gy = read_host(&y), *gdx = read_host(&dx), *gdw = read_host(&dw), *gdb = read_host(&db);
+  expect_close("forward", gy, ry, ny, 1e-4);
+  expect_close("backward data", gdx, rdx, nx, 1e-4);
+  expect_close("backward weights", gdw, rdw, nw, 1e-4);
+  if (cc->bias) expect_close("backward bias", gdb, rdb, (size_t)cc->c_out, 1e-4);
+
+  free(hx); free(hw); free(hb); free(hdy); free(ry); free(rdx); free(rdw); free(rdb);
+  free(gy); free(gdx); free(gdw); free(gdb);
+  px_tensor_t *all[] = {&x, &y, &w, &b, &dy, &dx, &dw, &db};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) px_tensor_release(all[i]);
+  px_conv2d_destroy(conv);
+  px_ops_destroy(ops);
+}
+
+static void forward_and_backward_match_reference(void **state) {
+  (void)state;
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    print_message("case %zu: x [%lld,%lld,%lld,%lld] %s, %d filters %dx%d stride %d pad %d%s\n", i,
+                  (long long)cases[i].n, (long long)cases[i].c, (long long)cases[i].h,
+                  (long long)cases[i].w, cases[i].blocked ? "blocked" : "plain", cases[i].c_out,
+                  cases[i].k, cases[i].k, cases[i].stride, cases[i].pad,
+                  cases[i].bias ? " bias" : "");
+    run_case(&cases[i], 100 + i);
+  }
+}
+
+/* L = sum(y .* r) in double, from the backend's forward. */
+static double loss_of(px_conv2d_t *conv, px_tensor_t *y, px_tensor_t *x, px_tensor_t *w,
+                      px_tensor_t *b, const float *r) {
+  assert_ok(px_conv2d_forward(conv, y, x, w, b));
+  float *hy = read_host(y);
+  double l = 0.0;
+  for (size_t i = 0; i < px_tensor_numel(y); i++) l += (double)hy[i] * r[i];
+  free(hy);
+  return l;
+}
+
+/* Central differences of L along every element of host array h (which is
+ * copied into t before each evaluation), compared with the analytic g. */
+static void check_fd(const char *what, px_conv2d_t *conv, px_tensor_t *t, float *h, const float *g,
+                     px_tensor_t *y, px_tensor_t *x, px_tensor_t *w, px_tensor_t *b, const float *r) {
+  const float eps = 0.25f; /* the conv is linear: any step is exact up to rounding */
+  double worst = 0.0;
+  for (size_t i = 0; i < px_tensor_numel(t); i++) {
+    float keep = h[i];
+    h[i] = keep + eps;
+    assert_ok(px_tensor_copy_from_host(t, h, px_tensor_plain_bytes(t)));
+    double lp = loss_of(conv, y, x, w, b, r);
+    h[i] = keep - eps;
+    assert_ok(px_tensor_copy_from_host(t, h, px_tensor_plain_bytes(t)));
+    double lm = loss_of(conv, y, x, w, b, r);
+    h[i] = keep;
+    double fd = (lp - lm) / (2.0 * eps);
+    double e = fabs(fd - g[i]) / fmax(1.0, fabs(fd));
+    if (e > worst) worst = e;
+  }
+  assert_ok(px_tensor_copy_from_host(t, h, px_tensor_plain_bytes(t)));
+  print_message("%s: finite-difference max relative error %g\n", what, worst);
+  if (worst > 1e-3) fail_msg("%s: gradient differs from finite differences (%g)", what, worst);
+}
+
+static void gradients_match_finite_differences(void **state) {
+  (void)state;
+  px_ops_t *ops = new_ops();
+  px_test_rng_t rng;
+  px_test_rng_seed(&rng, 42);
+  const conv_case_t cc = {2, 3, 5, 5, 4, 3, 2, 1, 1, 1}; /* blocked 3-channel input, padded */
+  px_tensor_t xs, ys, ws, bs;
+  input_spec(ops, cc.blocked, cc.n, cc.c, cc.h, cc.w, &xs);
+  px_conv2d_params_t p = params_of(&cc);
+  px_conv2d_t *conv = NULL;
+  assert_ok(px_conv2d_create(ops, &xs, &p, &conv));
+  px_conv2d_y_spec(conv, &ys);
+  px_conv2d_w_spec(conv, &ws);
+  px_conv2d_b_spec(conv, &bs);
+  const size_t ny = px_tensor_numel(&ys);
+  float *hx = rand_host(&rng, px_tensor_numel(&xs)), *hw = rand_host(&rng, px_tensor_numel(&ws));
+  float *hb = rand_host(&rng, px_tensor_numel(&bs)), *r = rand_host(&rng, ny);
+  px_tensor_t x, y, w, b, dy, dx, dw, db;
+  make_tensor(&x, &xs, hx);
+  make_tensor(&w, &ws, hw);
+  make_tensor(&b, &bs, hb);
+  make_tensor(&y, &ys, NULL);
+  make_tensor(&dy, &ys, r); /* dL/dy = r */
+  make_tensor(&dx, &xs, NULL);
+  make_tensor(&dw, &ws, NULL);
+  make_tensor(&db, &bs, NULL);
+  assert_ok(px_conv2d_backward_data(conv, &dx, &dy, &w));
+  assert_ok(px_conv2d_backward_weights(conv, &dw, &db, &x, &dy));
+  float *gdx = read_host(&dx), *gdw = read_host(&dw), *gdb = read_host(&db);
+  check_fd("dx", conv, &x, hx, gdx, &y, &x, &w, &b, r);
+  check_fd("dw", conv, &w, hw, gdw, &y, &x, &w, &b, r);
+  check_fd("db", conv, &b, hb, gdb, &y, &x, &w, &b, r);
+  free(hx); free(hw); free(hb); free(r); free(gdx); free(gdw); free(gdb);
+  px_tensor_t *all[] = {&x, &y, &w, &b, &dy, &dx, &dw, &db};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) px_tensor_release(all[i]);
+  px_conv2d_destroy(conv);
+  px_ops_destroy(ops);
+}
+
+static void mismatched_tensors_are_refused(void **state) {
+  (void)state;
+  px_ops_t *ops = new_ops();
+  px_tensor_t xs, ys, ws, wrong;
+  input_spec(ops, 1, 2, 16, 8, 8, &xs);
+  px_conv2d_params_t p = {.c_out = 16, .kh = 3, .kw = 3, .stride_h = 1, .stride_w = 1, .pad_h = 1,
+                          .pad_w = 1};
+  px_conv2d_t *conv = NULL;
+  assert_ok(px_conv2d_create(ops, &xs, &p, &conv));
+  px_conv2d_y_spec(conv, &ys);
+  px_conv2d_w_spec(conv, &ws);
+  px_tensor_t x, y, w, xp;
+  make_tensor(&x, &xs, NULL);
+  make_tensor(&y, &ys, NULL);
+  make_tensor(&w, &ws, NULL);
+  /* same shape, plain layout: not what the op was created for */
+  assert_ok(px_tensor_init4(&wrong, px_device_cpu(), 2, 16, 8, 8));
+  make_tensor(&xp, &wrong, NULL);
+  assert_int_equal(px_conv2d_forward(conv, &y, &xp, &w, NULL), PX_ERR_INVALID);
+  assert_int_equal(px_conv2d_forward(conv, &y, &x, &w, &w), PX_ERR_INVALID); /* bias on no-bias conv */
+  assert_ok(px_conv2d_forward(conv, &y, &x, &w, NULL));
+  /* bad parameters */
+  px_conv2d_t *bad = NULL;
+  px_conv2d_params_t q = p;
+  q.stride_h = 0;
+  assert_int_equal(px_conv2d_create(ops, &xs, &q, &bad), PX_ERR_INVALID);
+  q = p;
+  q.kh = 11;
+  q.pad_h = 0;
+  assert_int_equal(px_conv2d_create(ops, &xs, &q, &bad), PX_ERR_INVALID);
+  assert_null(bad);
+  px_tensor_release(&x);
+  px_tensor_release(&y);
+  px_tensor_release(&w);
+  px_tensor_release(&xp);
+  px_conv2d_destroy(conv);
+  px_ops_destroy(ops);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(forward_and_backward_match_reference),
+      cmocka_unit_test(gradients_match_finite_differences),
+      cmocka_unit_test(mismatched_tensors_are_refused),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
