@@ -30,8 +30,10 @@ build: setup
 
 run: build
 	@echo "PruneX: the full job (pxctl run examples/quickstart.yaml) arrives with the control"
-	@echo "and data planes; this runs the most complete part that exists today: the"
-	@echo "structured-pruning engine compacting a ResNet-18 parameter set."
+	@echo "and data planes; this runs the most complete parts that exist today: the training"
+	@echo "engine (pxtrain, ResNet-20 on Fashion-MNIST, 1 epoch) and the structured-pruning"
+	@echo "engine compacting a ResNet-18 parameter set."
+	$(BUILD_DIR)/cli/pxtrain --model resnet20 --dataset fashion-mnist --epochs 1
 	$(BUILD_DIR)/bench/px_bench_prune --demo --reps 10
 
 test: build
@@ -51,6 +53,7 @@ bench:
 	cmake -S . -B $(BUILD_DIR) -DPX_WERROR=$(WERROR) $(CMAKE_ARGS)
 	cmake --build $(BUILD_DIR) -j$(JOBS)
 	$(BUILD_DIR)/bench/px_bench_prune
+	bench/train/run.sh $(BUILD_DIR)
 
 install: build
 	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
