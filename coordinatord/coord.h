@@ -1,0 +1,218 @@
+/* pxcoordd internals: the coordinator's state, shared by the files of the
+ * daemon. The database (SQLite, WAL) is the truth for everything that must
+ * survive a restart: nodes, jobs, their events, placements, rendezvous keys,
+ * iteration metrics, control-policy state and decisions. What lives only in
+ * memory is what dies with the connections anyway: open watch streams,
+ * parked KvGet calls, timers.
+ *
+ * Everything here runs on the libuv loop thread (RPC handlers included), so
+ * there are no locks. */
+#ifndef PX_COORD_H
+#define PX_COORD_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "prunex.pb-c.h"
+#include "prunex/admm.h"
+#include "prunex/px.h"
+#include "prunex/rpc.h"
+#include "prunex/store.h"
+#include "rpc/px_rpc_server.h"
+
+/* Short names for the proto enums used everywhere in the daemon. */
+enum {
+  JS_UNSPECIFIED = PRUNEX__V1__JOB_STATE__JOB_STATE_UNSPECIFIED,
+  JS_PENDING = PRUNEX__V1__JOB_STATE__JOB_STATE_PENDING,
+  JS_SCHEDULED = PRUNEX__V1__JOB_STATE__JOB_STATE_SCHEDULED,
+  JS_RUNNING = PRUNEX__V1__JOB_STATE__JOB_STATE_RUNNING,
+  JS_SUCCEEDED = PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED,
+  JS_FAILED = PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED,
+  JS_CANCELLED = PRUNEX__V1__JOB_STATE__JOB_STATE_CANCELLED,
+};
+enum {
+  NS_UNSPECIFIED = PRUNEX__V1__NODE_STATE__NODE_STATE_UNSPECIFIED,
+  NS_READY = PRUNEX__V1__NODE_STATE__NODE_STATE_READY,
+  NS_BUSY = PRUNEX__V1__NODE_STATE__NODE_STATE_BUSY,
+  NS_LOST = PRUNEX__V1__NODE_STATE__NODE_STATE_LOST,
+};
+
+static inline int coord_job_terminal(int state) {
+  return state == JS_SUCCEEDED || state == JS_FAILED || state == JS_CANCELLED;
+}
+static inline int coord_job_active(int state) {
+  return state == JS_SCHEDULED || state == JS_RUNNING;
+}
+
+/* ---- settings (flags and config file) ----------------------------------- */
+
+#define COORD_DEFAULT_LISTEN "127.0.0.1:7070"
+#define COORD_DEFAULT_HEARTBEAT_TIMEOUT_MS 15000
+
+typedef struct {
+  char listen[256];
+  char db[4096];
+  char advertise[256];     /* "" : derived from listen and the bound port */
+  int heartbeat_timeout_ms;
+  int log_level;           /* px_log_level_t; -1: not set */
+} coord_config_t;
+
+void coord_config_defaults(coord_config_t *cfg);
+
+/* Reads a config file (YAML mapping or `key = value` lines) into cfg. Every
+ * key is optional; unknown keys and bad values fail with PX_ERR_INVALID and
+ * a message naming the file and line. */
+px_status_t coord_config_load(const char *path, coord_config_t *cfg);
+
+/* Parses one setting by its config-file name (also used for the flags). */
+px_status_t coord_config_set(coord_config_t *cfg, const char *key, const char *value,
+                             const char *where);
+
+/* ---- per-request arena -------------------------------------------------- */
+
+/* Messages built for a reply (and specs unpacked from the database) are
+ * allocated here and freed together once the reply is packed. */
+typedef struct coord_arena_chunk coord_arena_chunk_t;
+typedef struct {
+  coord_arena_chunk_t *head;
+  ProtobufCAllocator pb;   /* protobuf-c allocator drawing from the arena */
+} coord_arena_t;
+
+void coord_arena_init(coord_arena_t *a);
+void coord_arena_free(coord_arena_t *a);
+/* Zeroed memory; NULL on allocation failure (last error set). */
+void *coord_alloc(coord_arena_t *a, size_t size);
+char *coord_strdup(coord_arena_t *a, const char *s);
+/* Grows the arena array *arr (*n used of *cap elements of elem bytes) by one
+ * and returns the new, zeroed element; NULL on allocation failure. */
+void *coord_push(coord_arena_t *a, void **arr, size_t *n, size_t *cap, size_t elem);
+
+/* ---- the coordinator ----------------------------------------------------- */
+
+typedef struct coord_watch coord_watch_t;   /* an open WatchAssignments / WatchJob */
+typedef struct coord_kv_wait coord_kv_wait_t; /* a parked KvGet */
+
+typedef struct {
+  uv_loop_t *loop;
+  coord_config_t cfg;
+  px_store_t *db;
+  px_rpc_server_t *srv;
+  char advertise[300];     /* HOST:PORT given to workers in assignments */
+  uv_timer_t sweep;        /* heartbeat deadline checks */
+  uv_signal_t sigterm, sigint;
+  coord_watch_t *node_watches;
+  coord_watch_t *job_watches;
+  coord_kv_wait_t *kv_waits;
+  int stopping;
+  int exit_code;
+} coord_t;
+
+int64_t coord_now_ms(void);
+
+/* Schema of the coordinator database (schema.c). */
+extern const px_store_migration_t coord_migrations[];
+extern const int coord_nmigrations;
+
+/* The RPC method table (service.c). */
+extern const px_rpc_method_t coord_methods[];
+extern const int coord_nmethods;
+
+/* Answers a call whose handler hit a database (or other internal) error:
+ * logs px_last_error() and ends the call INTERNAL, rolling back any open
+ * transaction. */
+void coord_fail_internal(coord_t *c, px_rpc_srv_call_t *call);
+
+/* ---- records (model.c) -------------------------------------------------- */
+
+/* Records a job state change: the row in jobs, the event, the reason. Must
+ * run inside a transaction; watchers are told by coord_job_changed after
+ * the commit. */
+px_status_t coord_job_set_state(coord_t *c, const char *job_id, int from, int to,
+                                const char *reason);
+px_status_t coord_node_set_state(coord_t *c, const char *node_id, int from, int to,
+                                 const char *reason);
+
+/* Looks a job up: *found 0 when unknown; state and spec (unpacked into the
+ * arena, NULL for unknown jobs) are optional outputs. */
+px_status_t coord_job_lookup(coord_t *c, coord_arena_t *a, const char *job_id, int *found,
+                             int *state, Prunex__V1__JobSpec **spec);
+
+/* Builds the Job message (events, nodes, summary) in the arena. *out is
+ * NULL when the job is unknown. */
+px_status_t coord_job_load(coord_t *c, coord_arena_t *a, const char *job_id,
+                           Prunex__V1__Job **out);
+px_status_t coord_node_load_row(coord_t *c, coord_arena_t *a, px_store_stmt_t *st,
+                                Prunex__V1__Node **out);
+/* Column list that coord_node_load_row expects, for SELECT ... FROM nodes. */
+#define COORD_NODE_COLUMNS                                                           \
+  "node_id, name, hostname, state, job_id, addresses, last_heartbeat_unix_ms, "      \
+  "registered_unix_ms"
+
+/* Releases the nodes held by a job (back to READY unless LOST). In a
+ * transaction. */
+px_status_t coord_job_release_nodes(coord_t *c, const char *job_id, const char *reason);
+
+/* ---- nodes and assignments (nodes.c) ----------------------------------- */
+
+px_status_t coord_nodes_start(coord_t *c);   /* marks nodes LOST, starts the sweep timer */
+void coord_nodes_stop(coord_t *c);
+/* Sends the job's assignment with this action to each of its nodes'
+ * assignment streams (after the commit that made it so). */
+void coord_push_assignments(coord_t *c, const char *job_id, int action);
+
+/* An open WatchAssignments (id: node) or WatchJob (id: job) stream. */
+struct coord_watch {
+  coord_watch_t *next;
+  coord_t *c;
+  px_rpc_srv_call_t *call;
+  int is_job;
+  char id[128];
+};
+/* Opens a watch on the call (its cancel callback unlinks and frees it);
+ * NULL on allocation failure. */
+coord_watch_t *coord_watch_open(coord_t *c, px_rpc_srv_call_t *call, const char *id, int is_job);
+/* Ends a watch with status OK (a job reached a terminal state). */
+void coord_watch_close(coord_t *c, coord_watch_t *w);
+
+/* ---- jobs (jobs.c) ------------------------------------------------------ */
+
+/* Places pending jobs, in submission order, while the head of the queue
+ * fits on the ready nodes. Errors are logged. */
+void coord_schedule(coord_t *c);
+/* Tells the job's WatchJob streams (latest: the report that caused it, or
+ * NULL); ends them when the job is terminal. */
+void coord_job_changed(coord_t *c, const char *job_id, const Prunex__V1__IterationReport *latest);
+/* Checks what the coordinator needs of a spec; on failure writes a message
+ * naming the field ("spec.cluster.nodes = 0: must be >= 1") into err. */
+int coord_spec_validate(const Prunex__V1__JobSpec *spec, char *err, size_t cap);
+/* The control policy of a job. No admm section: px_admm_policy_defaults.
+ * Otherwise the defaults overridden by the section: a zero number means
+ * "unset" (default kept), except freeze_on_stable and freeze_iteration,
+ * whose 0 the proto defines as "never"; adaptive_rho is taken as given. */
+void coord_admm_policy(const Prunex__V1__JobSpec *spec, px_admm_policy_t *out);
+
+/* ---- kv (kv.c) ---------------------------------------------------------- */
+
+void coord_kv_cancel_all(coord_t *c);
+
+/* ---- handlers ----------------------------------------------------------- */
+
+void coord_rpc_register_node(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
+void coord_rpc_heartbeat(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
+void coord_rpc_watch_assignments(px_rpc_srv_call_t *call, const ProtobufCMessage *req,
+                                 void *data);
+void coord_rpc_kv_put(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
+void coord_rpc_kv_get(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
+void coord_rpc_report_iteration(px_rpc_srv_call_t *call, const ProtobufCMessage *req,
+                                void *data);
+void coord_rpc_report_rank_exit(px_rpc_srv_call_t *call, const ProtobufCMessage *req,
+                                void *data);
+void coord_rpc_submit_job(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
+void coord_rpc_get_job(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
+void coord_rpc_list_jobs(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
+void coord_rpc_cancel_job(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
+void coord_rpc_list_nodes(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
+void coord_rpc_get_iterations(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
+void coord_rpc_watch_job(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
+
+#endif

@@ -1,0 +1,433 @@
+/* ReportIteration: stores the iteration's metrics, runs the H-SADMM control
+ * policy (px_admm_decide) with the state and per-layer penalties kept in the
+ * database, and answers the ControlDecision; GetIterations reads the metrics
+ * back. Decisions are stored too, so a report retried (after a timeout or a
+ * coordinator restart) gets the very answer the first one got. */
+#include <stdio.h>
+#include <string.h>
+
+#include "coord.h"
+#include "px_check.h"
+
+/* Penalty in force for a layer whose penalties were never decided: the
+ * reported one, else the spec's initial one, else 1. */
+static double coord_initial_rho(double reported, double spec) {
+  if (reported > 0.0) return reported;
+  if (spec > 0.0) return spec;
+  return 1.0;
+}
+
+static px_status_t coord_store_report(coord_t *c, const Prunex__V1__IterationReport *r) {
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(c->db,
+                         "DELETE FROM iteration_layers WHERE job_id = ?1 AND iteration = ?2"
+                         " AND rank = ?3",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, r->job_id));
+  PX_CHECK(px_store_bind_int64(st, 2, r->iteration));
+  PX_CHECK(px_store_bind_int64(st, 3, r->rank));
+  PX_CHECK(px_store_run(st));
+  PX_CHECK(px_store_stmt(c->db,
+                         "INSERT OR REPLACE INTO iterations (job_id, iteration, rank,"
+                         " time_unix_ms, epoch, loss, train_accuracy, test_accuracy, density,"
+                         " mask_drift, bytes_intra, bytes_inter, bytes_inter_dense, frozen,"
+                         " has_phases, local_s, intra_s, projection_s, inter_s, broadcast_s,"
+                         " control_s) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
+                         " ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
+                         &st));
+  const Prunex__V1__PhaseTimes *ph = r->phases;
+  PX_CHECK(px_store_bind_text(st, 1, r->job_id));
+  PX_CHECK(px_store_bind_int64(st, 2, r->iteration));
+  PX_CHECK(px_store_bind_int64(st, 3, r->rank));
+  PX_CHECK(px_store_bind_int64(st, 4, r->time_unix_ms ? r->time_unix_ms : coord_now_ms()));
+  PX_CHECK(px_store_bind_double(st, 5, r->epoch));
+  PX_CHECK(px_store_bind_double(st, 6, r->loss));
+  PX_CHECK(px_store_bind_double(st, 7, r->train_accuracy));
+  PX_CHECK(px_store_bind_double(st, 8, r->test_accuracy));
+  PX_CHECK(px_store_bind_double(st, 9, r->density));
+  PX_CHECK(px_store_bind_int64(st, 10, r->mask_drift));
+  PX_CHECK(px_store_bind_int64(st, 11, (int64_t)r->bytes_intra));
+  PX_CHECK(px_store_bind_int64(st, 12, (int64_t)r->bytes_inter));
+  PX_CHECK(px_store_bind_int64(st, 13, (int64_t)r->bytes_inter_dense));
+  PX_CHECK(px_store_bind_int64(st, 14, r->frozen ? 1 : 0));
+  PX_CHECK(px_store_bind_int64(st, 15, ph ? 1 : 0));
+  PX_CHECK(px_store_bind_double(st, 16, ph ? ph->local_s : 0.0));
+  PX_CHECK(px_store_bind_double(st, 17, ph ? ph->intra_s : 0.0));
+  PX_CHECK(px_store_bind_double(st, 18, ph ? ph->projection_s : 0.0));
+  PX_CHECK(px_store_bind_double(st, 19, ph ? ph->inter_s : 0.0));
+  PX_CHECK(px_store_bind_double(st, 20, ph ? ph->broadcast_s : 0.0));
+  PX_CHECK(px_store_bind_double(st, 21, ph ? ph->control_s : 0.0));
+  PX_CHECK(px_store_run(st));
+  for (size_t i = 0; i < r->n_layers; i++) {
+    const Prunex__V1__LayerMetrics *L = r->layers[i];
+    PX_CHECK(px_store_stmt(c->db,
+                           "INSERT INTO iteration_layers (job_id, iteration, rank, layer, name,"
+                           " r_intra, s_intra, r_inter, s_inter, rho1, rho2, density, theta_norm,"
+                           " zi_norm, z_norm, u_norm, v_norm, numel) VALUES (?1, ?2, ?3, ?4, ?5,"
+                           " ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+                           &st));
+    PX_CHECK(px_store_bind_text(st, 1, r->job_id));
+    PX_CHECK(px_store_bind_int64(st, 2, r->iteration));
+    PX_CHECK(px_store_bind_int64(st, 3, r->rank));
+    PX_CHECK(px_store_bind_int64(st, 4, L->layer));
+    PX_CHECK(px_store_bind_text(st, 5, L->name));
+    double v[] = {L->r_intra, L->s_intra, L->r_inter, L->s_inter, L->rho1, L->rho2,
+                  L->density, L->theta_norm, L->zi_norm, L->z_norm, L->u_norm, L->v_norm};
+    for (int k = 0; k < 12; k++) PX_CHECK(px_store_bind_double(st, 6 + k, v[k]));
+    PX_CHECK(px_store_bind_int64(st, 18, L->numel));
+    PX_CHECK(px_store_run(st));
+  }
+  return PX_OK;
+}
+
+/* The stored decision for (job, iteration), or NULL. */
+static px_status_t coord_stored_decision(coord_t *c, coord_arena_t *a, const char *job_id,
+                                         int iteration, Prunex__V1__ControlDecision **out) {
+  *out = NULL;
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(c->db,
+                         "SELECT decision FROM decisions WHERE job_id = ?1 AND iteration = ?2",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  PX_CHECK(px_store_bind_int64(st, 2, iteration));
+  px_status_t rc = px_store_step(st);
+  if (rc <= 0) return rc;
+  size_t len;
+  const void *blob = px_store_column_blob(st, 0, &len);
+  *out = (Prunex__V1__ControlDecision *)protobuf_c_message_unpack(
+      &prunex__v1__control_decision__descriptor, &a->pb, len, blob);
+  px_store_reset(st);
+  if (!*out)
+    return px_set_error(PX_ERR_FORMAT, "%s: job %s: stored decision %d does not unpack",
+                        px_store_path(c->db), job_id, iteration);
+  return PX_OK;
+}
+
+/* Runs the policy for this report. *refused is set (with the message) when
+ * the policy refuses the report's figures. */
+static px_status_t coord_decide(coord_t *c, coord_arena_t *a, const Prunex__V1__IterationReport *r,
+                                const Prunex__V1__JobSpec *spec, Prunex__V1__ControlDecision *d,
+                                px_admm_policy_state_t *pstate, int *refused) {
+  *refused = 0;
+  px_store_stmt_t *st;
+  px_status_t rc;
+  PX_CHECK(px_store_stmt(c->db,
+                         "SELECT admm_stable_iterations, admm_frozen FROM jobs WHERE job_id = ?1",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, r->job_id));
+  if ((rc = px_store_step(st)) <= 0) return rc < 0 ? rc : PX_ERR_INTERNAL;
+  pstate->stable_iterations = (int)px_store_column_int64(st, 0);
+  pstate->frozen = (int)px_store_column_int64(st, 1);
+  px_store_reset(st);
+
+  int nl = (int)r->n_layers;
+  px_admm_layer_report_t *rep = coord_alloc(a, (size_t)(nl ? nl : 1) * sizeof *rep);
+  px_admm_layer_decision_t *dec = coord_alloc(a, (size_t)(nl ? nl : 1) * sizeof *dec);
+  if (!rep || !dec) return PX_ERR_NOMEM;
+  double spec_rho1 = spec->admm ? spec->admm->rho1 : 0.0;
+  double spec_rho2 = spec->admm ? spec->admm->rho2 : 0.0;
+  for (int l = 0; l < nl; l++) {
+    const Prunex__V1__LayerMetrics *L = r->layers[l];
+    rep[l] = (px_admm_layer_report_t){
+        .r_intra = L->r_intra, .s_intra = L->s_intra, .r_inter = L->r_inter,
+        .s_inter = L->s_inter, .theta_norm = L->theta_norm, .zi_norm = L->zi_norm,
+        .z_norm = L->z_norm, .u_norm = L->u_norm, .v_norm = L->v_norm, .numel = L->numel,
+        .rho1 = coord_initial_rho(L->rho1, spec_rho1), .rho2 = coord_initial_rho(L->rho2, spec_rho2),
+    };
+    /* The coordinator's own record of the penalties in force wins. */
+    PX_CHECK(px_store_stmt(c->db,
+                           "SELECT rho1, rho2 FROM job_penalties WHERE job_id = ?1 AND layer = ?2",
+                           &st));
+    PX_CHECK(px_store_bind_text(st, 1, r->job_id));
+    PX_CHECK(px_store_bind_int64(st, 2, L->layer));
+    if ((rc = px_store_step(st)) < 0) return rc;
+    if (rc == 1) {
+      rep[l].rho1 = px_store_column_double(st, 0);
+      rep[l].rho2 = px_store_column_double(st, 1);
+    }
+    px_store_reset(st);
+  }
+  px_admm_policy_t policy;
+  coord_admm_policy(spec, &policy);
+  int M = spec->cluster->nodes, P = spec->cluster->workers_per_node;
+  px_admm_decision_t out;
+  rc = px_admm_decide(&policy, pstate, r->iteration, r->mask_drift, M, P, rep, nl, dec, &out);
+  if (rc != PX_OK) {
+    *refused = 1;
+    return rc;
+  }
+
+  d->iteration = r->iteration;
+  d->freeze = out.freeze;
+  d->stop = out.stop;
+  d->stop_reason = coord_strdup(a, out.stop_reason);
+  d->n_layers = (size_t)nl;
+  d->layers = coord_alloc(a, (size_t)(nl ? nl : 1) * sizeof *d->layers);
+  if (!d->stop_reason || !d->layers) return PX_ERR_NOMEM;
+  for (int l = 0; l < nl; l++) {
+    Prunex__V1__LayerPenalty *p = coord_alloc(a, sizeof *p);
+    if (!p) return PX_ERR_NOMEM;
+    *p = (Prunex__V1__LayerPenalty)PRUNEX__V1__LAYER_PENALTY__INIT;
+    p->layer = r->layers[l]->layer;
+    p->rho1 = dec[l].rho1;
+    p->rho2 = dec[l].rho2;
+    d->layers[l] = p;
+  }
+  return PX_OK;
+}
+
+/* Everything a new decision changes, in one transaction. */
+static px_status_t coord_commit_decision(coord_t *c, const Prunex__V1__IterationReport *r,
+                                         const Prunex__V1__ControlDecision *d,
+                                         const px_admm_policy_state_t *ps, int state) {
+  px_store_stmt_t *st;
+  PX_CHECK(coord_store_report(c, r));
+  for (size_t l = 0; l < d->n_layers; l++) {
+    PX_CHECK(px_store_stmt(c->db,
+                           "INSERT OR REPLACE INTO job_penalties (job_id, layer, rho1, rho2)"
+                           " VALUES (?1, ?2, ?3, ?4)",
+                           &st));
+    PX_CHECK(px_store_bind_text(st, 1, r->job_id));
+    PX_CHECK(px_store_bind_int64(st, 2, d->layers[l]->layer));
+    PX_CHECK(px_store_bind_double(st, 3, d->layers[l]->rho1));
+    PX_CHECK(px_store_bind_double(st, 4, d->layers[l]->rho2));
+    PX_CHECK(px_store_run(st));
+  }
+  size_t len = protobuf_c_message_get_packed_size(&d->base);
+  uint8_t *blob = px_malloc(len ? len : 1, "coordd.decision");
+  if (!blob) return PX_ERR_NOMEM;
+  protobuf_c_message_pack(&d->base, blob);
+  px_status_t rc = px_store_stmt(c->db,
+                                 "INSERT OR REPLACE INTO decisions (job_id, iteration, decision,"
+                                 " time_unix_ms) VALUES (?1, ?2, ?3, ?4)",
+                                 &st);
+  if (rc == PX_OK) rc = px_store_bind_text(st, 1, r->job_id);
+  if (rc == PX_OK) rc = px_store_bind_int64(st, 2, r->iteration);
+  if (rc == PX_OK) rc = px_store_bind_blob(st, 3, blob, len);
+  if (rc == PX_OK) rc = px_store_bind_int64(st, 4, coord_now_ms());
+  if (rc == PX_OK) rc = px_store_run(st);
+  px_free(blob);
+  PX_CHECK(rc);
+  PX_CHECK(px_store_stmt(c->db,
+                         "UPDATE jobs SET admm_stable_iterations = ?2, admm_frozen = ?3,"
+                         " iteration = max(iteration, ?4), updated_unix_ms = ?5 WHERE job_id = ?1",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, r->job_id));
+  PX_CHECK(px_store_bind_int64(st, 2, ps->stable_iterations));
+  PX_CHECK(px_store_bind_int64(st, 3, ps->frozen));
+  PX_CHECK(px_store_bind_int64(st, 4, r->iteration));
+  PX_CHECK(px_store_bind_int64(st, 5, coord_now_ms()));
+  PX_CHECK(px_store_run(st));
+  if (state == JS_SCHEDULED) {
+    char reason[128];
+    snprintf(reason, sizeof reason, "first iteration report (rank %d, iteration %d)", r->rank,
+             r->iteration);
+    PX_CHECK(coord_job_set_state(c, r->job_id, JS_SCHEDULED, JS_RUNNING, reason));
+  }
+  return PX_OK;
+}
+
+void coord_rpc_report_iteration(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
+  coord_t *c = data;
+  const Prunex__V1__IterationReport *r = (const Prunex__V1__IterationReport *)msg;
+  if (!r->job_id[0]) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "job_id is required");
+    return;
+  }
+  if (r->iteration < 0 || r->rank < 0) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "iteration = %d, rank = %d: must be >= 0",
+                      r->iteration, r->rank);
+    return;
+  }
+  for (size_t i = 0; i < r->n_layers; i++)
+    for (size_t k = 0; k < i; k++)
+      if (r->layers[i]->layer == r->layers[k]->layer) {
+        px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "layers[%zu].layer = %d: reported twice",
+                          i, r->layers[i]->layer);
+        return;
+      }
+  coord_arena_t a;
+  coord_arena_init(&a);
+  int found = 0, state = 0, refused = 0;
+  Prunex__V1__JobSpec *spec = NULL;
+  Prunex__V1__ControlDecision *stored = NULL;
+  Prunex__V1__ControlDecision d = PRUNEX__V1__CONTROL_DECISION__INIT;
+  px_admm_policy_state_t ps = {0, 0};
+  if (coord_job_lookup(c, &a, r->job_id, &found, &state, &spec) != PX_OK) goto internal;
+  if (!found) {
+    px_rpc_srv_finish(call, PX_RPC_NOT_FOUND, "job %s not found", r->job_id);
+    goto out;
+  }
+  if (state == JS_CANCELLED) {
+    d.iteration = r->iteration;
+    d.cancelled = 1;
+    d.stop = 1;
+    d.stop_reason = "cancelled";
+    px_rpc_srv_reply(call, &d.base);
+    goto out;
+  }
+  if (state == JS_PENDING || coord_job_terminal(state)) {
+    px_rpc_srv_finish(call, PX_RPC_FAILED_PRECONDITION, "job %s is %s: it takes no reports",
+                      r->job_id, px_rpc_job_state_name(state));
+    goto out;
+  }
+  if (coord_stored_decision(c, &a, r->job_id, r->iteration, &stored) != PX_OK) goto internal;
+  if (px_store_begin(c->db) != PX_OK) goto internal;
+  if (stored) {
+    /* A repeated report (a retry, or another rank): same answer. */
+    if (coord_store_report(c, r) != PX_OK) goto rollback;
+  } else {
+    px_status_t rc = coord_decide(c, &a, r, spec, &d, &ps, &refused);
+    if (refused) {
+      px_store_rollback(c->db);
+      px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "%s", px_last_error());
+      goto out;
+    }
+    if (rc != PX_OK || coord_commit_decision(c, r, &d, &ps, state) != PX_OK) goto rollback;
+  }
+  if (px_store_commit(c->db) != PX_OK) goto rollback;
+  px_rpc_srv_reply(call, stored ? &stored->base : &d.base);
+  coord_job_changed(c, r->job_id, r);
+  goto out;
+rollback:
+  px_store_rollback(c->db);
+internal:
+  coord_fail_internal(c, call);
+out:
+  coord_arena_free(&a);
+}
+
+/* ---- GetIterations ------------------------------------------------------------- */
+
+static px_status_t coord_load_layers(coord_t *c, coord_arena_t *a, Prunex__V1__IterationReport *it) {
+  px_store_stmt_t *st;
+  px_status_t rc;
+  PX_CHECK(px_store_stmt(c->db,
+                         "SELECT layer, name, r_intra, s_intra, r_inter, s_inter, rho1, rho2,"
+                         " density, theta_norm, zi_norm, z_norm, u_norm, v_norm, numel"
+                         " FROM iteration_layers WHERE job_id = ?1 AND iteration = ?2"
+                         " AND rank = ?3 ORDER BY layer",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, it->job_id));
+  PX_CHECK(px_store_bind_int64(st, 2, it->iteration));
+  PX_CHECK(px_store_bind_int64(st, 3, it->rank));
+  size_t cap = 0;
+  while ((rc = px_store_step(st)) == 1) {
+    Prunex__V1__LayerMetrics **slot =
+        coord_push(a, (void **)&it->layers, &it->n_layers, &cap, sizeof *it->layers);
+    Prunex__V1__LayerMetrics *L = coord_alloc(a, sizeof *L);
+    if (!slot || !L) {
+      px_store_reset(st);
+      return PX_ERR_NOMEM;
+    }
+    *L = (Prunex__V1__LayerMetrics)PRUNEX__V1__LAYER_METRICS__INIT;
+    L->layer = (int32_t)px_store_column_int64(st, 0);
+    L->name = coord_strdup(a, px_store_column_text(st, 1));
+    L->r_intra = px_store_column_double(st, 2);
+    L->s_intra = px_store_column_double(st, 3);
+    L->r_inter = px_store_column_double(st, 4);
+    L->s_inter = px_store_column_double(st, 5);
+    L->rho1 = px_store_column_double(st, 6);
+    L->rho2 = px_store_column_double(st, 7);
+    L->density = px_store_column_double(st, 8);
+    L->theta_norm = px_store_column_double(st, 9);
+    L->zi_norm = px_store_column_double(st, 10);
+    L->z_norm = px_store_column_double(st, 11);
+    L->u_norm = px_store_column_double(st, 12);
+    L->v_norm = px_store_column_double(st, 13);
+    L->numel = px_store_column_int64(st, 14);
+    if (!L->name) {
+      px_store_reset(st);
+      return PX_ERR_NOMEM;
+    }
+    *slot = L;
+  }
+  return rc < 0 ? rc : PX_OK;
+}
+
+void coord_rpc_get_iterations(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
+  coord_t *c = data;
+  const Prunex__V1__GetIterationsRequest *r = (const Prunex__V1__GetIterationsRequest *)msg;
+  if (!r->job_id[0]) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "job_id is required");
+    return;
+  }
+  if (r->from_iteration < 0 || r->limit < 0) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
+                      "from_iteration = %d, limit = %d: must be >= 0", r->from_iteration, r->limit);
+    return;
+  }
+  coord_arena_t a;
+  coord_arena_init(&a);
+  int found = 0;
+  Prunex__V1__GetIterationsResponse resp = PRUNEX__V1__GET_ITERATIONS_RESPONSE__INIT;
+  px_store_stmt_t *st = NULL;
+  px_status_t rc = coord_job_lookup(c, &a, r->job_id, &found, NULL, NULL);
+  if (rc == PX_OK && !found) {
+    px_rpc_srv_finish(call, PX_RPC_NOT_FOUND, "job %s not found", r->job_id);
+    coord_arena_free(&a);
+    return;
+  }
+  if (rc == PX_OK)
+    rc = px_store_stmt(c->db,
+                       "SELECT iteration, rank, time_unix_ms, epoch, loss, train_accuracy,"
+                       " test_accuracy, density, mask_drift, bytes_intra, bytes_inter,"
+                       " bytes_inter_dense, frozen, has_phases, local_s, intra_s, projection_s,"
+                       " inter_s, broadcast_s, control_s FROM iterations"
+                       " WHERE job_id = ?1 AND iteration >= ?2 ORDER BY iteration, rank LIMIT ?3",
+                       &st);
+  if (rc == PX_OK) rc = px_store_bind_text(st, 1, r->job_id);
+  if (rc == PX_OK) rc = px_store_bind_int64(st, 2, r->from_iteration);
+  if (rc == PX_OK) rc = px_store_bind_int64(st, 3, r->limit > 0 ? r->limit : -1);
+  size_t cap = 0;
+  char *job_id = coord_strdup(&a, r->job_id);
+  if (!job_id) rc = PX_ERR_NOMEM;
+  while (rc == PX_OK && (rc = px_store_step(st)) == 1) {
+    Prunex__V1__IterationReport **slot =
+        coord_push(&a, (void **)&resp.iterations, &resp.n_iterations, &cap,
+                   sizeof *resp.iterations);
+    Prunex__V1__IterationReport *it = coord_alloc(&a, sizeof *it);
+    if (!slot || !it) {
+      rc = PX_ERR_NOMEM;
+      break;
+    }
+    *it = (Prunex__V1__IterationReport)PRUNEX__V1__ITERATION_REPORT__INIT;
+    it->job_id = job_id;
+    it->iteration = (int32_t)px_store_column_int64(st, 0);
+    it->rank = (int32_t)px_store_column_int64(st, 1);
+    it->time_unix_ms = px_store_column_int64(st, 2);
+    it->epoch = px_store_column_double(st, 3);
+    it->loss = px_store_column_double(st, 4);
+    it->train_accuracy = px_store_column_double(st, 5);
+    it->test_accuracy = px_store_column_double(st, 6);
+    it->density = px_store_column_double(st, 7);
+    it->mask_drift = px_store_column_int64(st, 8);
+    it->bytes_intra = (uint64_t)px_store_column_int64(st, 9);
+    it->bytes_inter = (uint64_t)px_store_column_int64(st, 10);
+    it->bytes_inter_dense = (uint64_t)px_store_column_int64(st, 11);
+    it->frozen = px_store_column_int64(st, 12) != 0;
+    if (px_store_column_int64(st, 13)) {
+      Prunex__V1__PhaseTimes *ph = coord_alloc(&a, sizeof *ph);
+      if (!ph) {
+        rc = PX_ERR_NOMEM;
+        break;
+      }
+      *ph = (Prunex__V1__PhaseTimes)PRUNEX__V1__PHASE_TIMES__INIT;
+      ph->local_s = px_store_column_double(st, 14);
+      ph->intra_s = px_store_column_double(st, 15);
+      ph->projection_s = px_store_column_double(st, 16);
+      ph->inter_s = px_store_column_double(st, 17);
+      ph->broadcast_s = px_store_column_double(st, 18);
+      ph->control_s = px_store_column_double(st, 19);
+      it->phases = ph;
+    }
+    *slot = it;
+    rc = PX_OK;
+  }
+  if (st) px_store_reset(st);
+  for (size_t i = 0; rc >= 0 && r->include_layers && i < resp.n_iterations; i++)
+    rc = coord_load_layers(c, &a, resp.iterations[i]);
+  if (rc < 0) coord_fail_internal(c, call);
+  else px_rpc_srv_reply(call, &resp.base);
+  coord_arena_free(&a);
+}

@@ -1,0 +1,576 @@
+/* The job queue: SubmitJob (validation), the FIFO scheduler (placement,
+ * ranks, leaders), CancelJob, ReportRankExit (success and failure), and the
+ * read side: GetJob, ListJobs, WatchJob. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "coord.h"
+#include "px_check.h"
+
+/* ---- spec ------------------------------------------------------------------ */
+
+void coord_admm_policy(const Prunex__V1__JobSpec *spec, px_admm_policy_t *p) {
+  px_admm_policy_defaults(p);
+  const Prunex__V1__AdmmSpec *a = spec ? spec->admm : NULL;
+  if (!a) return;
+  p->adaptive_rho = a->adaptive_rho ? 1 : 0;
+  if (a->mu != 0.0) p->mu = a->mu;
+  if (a->tau != 0.0) p->tau = a->tau;
+  if (a->rho_max != 0.0) p->rho_max = a->rho_max;
+  p->freeze_on_stable = a->freeze_on_stable;   /* 0: never (proto) */
+  p->freeze_iteration = a->freeze_iteration;   /* 0: never (proto) */
+  if (a->max_iterations != 0) p->max_iterations = a->max_iterations;
+  if (a->eps_abs != 0.0) p->eps_abs = a->eps_abs;
+  if (a->eps_rel != 0.0) p->eps_rel = a->eps_rel;
+}
+
+#define COORD_BAD(...)                \
+  do {                                \
+    snprintf(err, cap, __VA_ARGS__);  \
+    return 0;                         \
+  } while (0)
+
+static int coord_one_of(const char *v, const char *const *names) {
+  if (!v[0]) return 1;
+  for (; *names; names++)
+    if (!strcmp(v, *names)) return 1;
+  return 0;
+}
+
+static int coord_fraction(double v) { return v >= 0.0 && v <= 1.0; }
+
+int coord_spec_validate(const Prunex__V1__JobSpec *s, char *err, size_t cap) {
+  static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
+  static const char *const backends[] = {"auto", "ucx", "nccl", NULL};
+  if (!s) COORD_BAD("spec: required");
+  if (strlen(s->name) > 200) COORD_BAD("spec.name: longer than 200 bytes");
+  if (!s->cluster) COORD_BAD("spec.cluster: required (nodes, workers_per_node)");
+  if (s->cluster->nodes < 1) COORD_BAD("spec.cluster.nodes = %d: must be >= 1", s->cluster->nodes);
+  if (s->cluster->workers_per_node < 1)
+    COORD_BAD("spec.cluster.workers_per_node = %d: must be >= 1", s->cluster->workers_per_node);
+  if (s->cluster->workers_per_node > 4096)
+    COORD_BAD("spec.cluster.workers_per_node = %d: must be <= 4096", s->cluster->workers_per_node);
+  if ((int64_t)s->cluster->nodes * s->cluster->workers_per_node > 1 << 20)
+    COORD_BAD("spec.cluster: %d nodes x %d workers is too many ranks", s->cluster->nodes,
+              s->cluster->workers_per_node);
+  if (!coord_one_of(s->cluster->device, devices))
+    COORD_BAD("spec.cluster.device = '%s': must be auto, cpu or cuda", s->cluster->device);
+  if (s->cluster->threads_per_worker < 0)
+    COORD_BAD("spec.cluster.threads_per_worker = %d: must be >= 0", s->cluster->threads_per_worker);
+  if (s->strategy < PRUNEX__V1__STRATEGY__STRATEGY_HSADMM ||
+      s->strategy > PRUNEX__V1__STRATEGY__STRATEGY_TOPK)
+    COORD_BAD("spec.strategy = %d: must be set (hsadmm, hsadmm-flat, ddp or topk)",
+              (int)s->strategy);
+  if (!s->model || !s->model->name[0]) COORD_BAD("spec.model.name: required");
+  if (s->model->in_channels < 0 || s->model->num_classes < 0)
+    COORD_BAD("spec.model: in_channels and num_classes must be >= 0");
+  if (!s->dataset || !s->dataset->name[0]) COORD_BAD("spec.dataset.name: required");
+  if (s->dataset->crop_padding < 0)
+    COORD_BAD("spec.dataset.crop_padding = %d: must be >= 0", s->dataset->crop_padding);
+  if (s->train) {
+    const Prunex__V1__TrainSpec *t = s->train;
+    if (t->epochs < 0) COORD_BAD("spec.train.epochs = %d: must be >= 0", t->epochs);
+    if (t->batch_size < 0) COORD_BAD("spec.train.batch_size = %d: must be >= 0", t->batch_size);
+    if (!(t->lr >= 0.0) || isinf(t->lr)) COORD_BAD("spec.train.lr = %g: must be >= 0", t->lr);
+    if (!(t->momentum >= 0.0) || t->momentum >= 1.0)
+      COORD_BAD("spec.train.momentum = %g: must be in [0, 1)", t->momentum);
+    if (!(t->weight_decay >= 0.0))
+      COORD_BAD("spec.train.weight_decay = %g: must be >= 0", t->weight_decay);
+    if (t->local_epochs < 0) COORD_BAD("spec.train.local_epochs = %d: must be >= 0", t->local_epochs);
+    if (t->local_steps < 0) COORD_BAD("spec.train.local_steps = %d: must be >= 0", t->local_steps);
+  }
+  if (s->prune) {
+    const Prunex__V1__PruneSpec *p = s->prune;
+    if (!coord_fraction(p->filter_keep))
+      COORD_BAD("spec.prune.filter_keep = %g: must be in [0, 1]", p->filter_keep);
+    if (!coord_fraction(p->channel_keep))
+      COORD_BAD("spec.prune.channel_keep = %g: must be in [0, 1]", p->channel_keep);
+    if (!coord_fraction(p->shape_keep))
+      COORD_BAD("spec.prune.shape_keep = %g: must be in [0, 1]", p->shape_keep);
+  }
+  if (s->admm) {
+    if (!(s->admm->rho1 >= 0.0) || !(s->admm->rho2 >= 0.0) || isinf(s->admm->rho1) ||
+        isinf(s->admm->rho2))
+      COORD_BAD("spec.admm.rho1 = %g, rho2 = %g: must be >= 0 (0: 1.0)", s->admm->rho1,
+                s->admm->rho2);
+    px_admm_policy_t pol;
+    coord_admm_policy(s, &pol);
+    if (px_admm_policy_validate(&pol) != PX_OK) COORD_BAD("spec.%s", px_last_error());
+  }
+  if (s->comm) {
+    const Prunex__V1__CommSpec *c = s->comm;
+    if (c->bucket_bytes < 0) COORD_BAD("spec.comm.bucket_bytes = %lld: must be >= 0",
+                                       (long long)c->bucket_bytes);
+    if (c->timeout_ms < 0) COORD_BAD("spec.comm.timeout_ms = %d: must be >= 0", c->timeout_ms);
+    if (!coord_one_of(c->backend, backends))
+      COORD_BAD("spec.comm.backend = '%s': must be auto, ucx or nccl", c->backend);
+    if (!coord_fraction(c->topk_ratio))
+      COORD_BAD("spec.comm.topk_ratio = %g: must be in [0, 1]", c->topk_ratio);
+  }
+  return 1;
+}
+
+/* ---- job updates ------------------------------------------------------------- */
+
+void coord_job_changed(coord_t *c, const char *job_id, const Prunex__V1__IterationReport *latest) {
+  int any = 0;
+  for (coord_watch_t *w = c->job_watches; w; w = w->next) any |= !strcmp(w->id, job_id);
+  if (!any) return;
+  coord_arena_t a;
+  coord_arena_init(&a);
+  Prunex__V1__Job *job;
+  if (coord_job_load(c, &a, job_id, &job) != PX_OK || !job) {
+    px_log(PX_LOG_ERROR, "job %s: cannot load for its watchers: %s", job_id, px_last_error());
+    coord_arena_free(&a);
+    return;
+  }
+  Prunex__V1__JobUpdate up = PRUNEX__V1__JOB_UPDATE__INIT;
+  up.job = job;
+  up.latest = (Prunex__V1__IterationReport *)latest;
+  int end = coord_job_terminal(job->state);
+  coord_watch_t *w = c->job_watches, *next;
+  for (; w; w = next) {
+    next = w->next;
+    if (strcmp(w->id, job_id) != 0) continue;
+    px_rpc_srv_send(w->call, &up.base);
+    if (end) coord_watch_close(c, w);
+  }
+  coord_arena_free(&a);
+}
+
+/* ---- scheduling ----------------------------------------------------------------- */
+
+/* Places the job on the given nodes: ranks node by node, a leader per node
+ * (local rank 0 unless its device is unhealthy), nodes BUSY, job SCHEDULED.
+ * In a transaction. */
+static px_status_t coord_place(coord_t *c, const char *job_id, int P, char **nodes,
+                               char **names, int M) {
+  px_store_stmt_t *st;
+  px_status_t rc;
+  char reason[512];
+  int used = snprintf(reason, sizeof reason, "placed on %d node%s:", M, M == 1 ? "" : "s");
+  for (int i = 0; i < M; i++) {
+    int dev[4096], healthy[4096], n = 0;
+    if (P > 4096) return px_set_error(PX_ERR_INVALID, "job %s: %d workers per node", job_id, P);
+    PX_CHECK(px_store_stmt(c->db,
+                           "SELECT device_index, healthy FROM node_devices WHERE node_id = ?1"
+                           " ORDER BY position LIMIT ?2",
+                           &st));
+    PX_CHECK(px_store_bind_text(st, 1, nodes[i]));
+    PX_CHECK(px_store_bind_int64(st, 2, P));
+    while ((rc = px_store_step(st)) == 1 && n < P) {
+      dev[n] = (int)px_store_column_int64(st, 0);
+      healthy[n] = px_store_column_int64(st, 1) != 0;
+      n++;
+    }
+    if (rc < 0) return rc;
+    px_store_reset(st);
+    if (n < P) return px_set_error(PX_ERR_INTERNAL, "node %s has %d devices, needs %d", nodes[i], n, P);
+    int leader = 0;
+    while (leader < P && !healthy[leader]) leader++;
+    if (leader == P) leader = 0; /* none healthy: rank 0 leads, the job will tell */
+    for (int j = 0; j < P; j++) {
+      PX_CHECK(px_store_stmt(c->db,
+                             "INSERT INTO job_ranks (job_id, rank, node_index, local_rank,"
+                             " device_index, is_leader) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                             &st));
+      PX_CHECK(px_store_bind_text(st, 1, job_id));
+      PX_CHECK(px_store_bind_int64(st, 2, (int64_t)i * P + j));
+      PX_CHECK(px_store_bind_int64(st, 3, i));
+      PX_CHECK(px_store_bind_int64(st, 4, j));
+      PX_CHECK(px_store_bind_int64(st, 5, dev[j]));
+      PX_CHECK(px_store_bind_int64(st, 6, j == leader));
+      PX_CHECK(px_store_run(st));
+    }
+    PX_CHECK(px_store_stmt(c->db,
+                           "INSERT INTO job_nodes (job_id, node_index, node_id, leader_rank)"
+                           " VALUES (?1, ?2, ?3, ?4)",
+                           &st));
+    PX_CHECK(px_store_bind_text(st, 1, job_id));
+    PX_CHECK(px_store_bind_int64(st, 2, i));
+    PX_CHECK(px_store_bind_text(st, 3, nodes[i]));
+    PX_CHECK(px_store_bind_int64(st, 4, (int64_t)i * P + leader));
+    PX_CHECK(px_store_run(st));
+    PX_CHECK(px_store_stmt(c->db, "UPDATE nodes SET job_id = ?2 WHERE node_id = ?1", &st));
+    PX_CHECK(px_store_bind_text(st, 1, nodes[i]));
+    PX_CHECK(px_store_bind_text(st, 2, job_id));
+    PX_CHECK(px_store_run(st));
+    char why[192];
+    snprintf(why, sizeof why, "runs job %s as node %d of %d", job_id, i, M);
+    PX_CHECK(coord_node_set_state(c, nodes[i], NS_READY, NS_BUSY, why));
+    if (used < (int)sizeof reason)
+      used += snprintf(reason + used, sizeof reason - (size_t)used, " %s", names[i]);
+  }
+  return coord_job_set_state(c, job_id, JS_PENDING, JS_SCHEDULED, reason);
+}
+
+/* Tries to place the head of the queue. *placed: its id, or "" when the
+ * queue is empty or the head does not fit yet. */
+static px_status_t coord_schedule_one(coord_t *c, char *placed, size_t cap) {
+  placed[0] = '\0';
+  coord_arena_t a;
+  coord_arena_init(&a);
+  px_store_stmt_t *st;
+  px_status_t rc;
+  char job_id[128];
+  int M, P;
+  char **nodes = NULL, **names = NULL;
+  size_t n = 0, ncap = 0, n2 = 0, ncap2 = 0;
+  PX_CHECK_GOTO(px_store_stmt(c->db,
+                              "SELECT job_id, num_nodes, workers_per_node FROM jobs"
+                              " WHERE state = 1 ORDER BY id LIMIT 1",
+                              &st),
+                rc, out);
+  if ((rc = px_store_step(st)) <= 0) goto out;
+  snprintf(job_id, sizeof job_id, "%s", px_store_column_text(st, 0));
+  M = (int)px_store_column_int64(st, 1);
+  P = (int)px_store_column_int64(st, 2);
+  px_store_reset(st);
+  PX_CHECK_GOTO(px_store_stmt(c->db,
+                              "SELECT n.node_id, n.name FROM nodes n WHERE n.state = 1 AND"
+                              " (SELECT count(*) FROM node_devices d WHERE d.node_id = n.node_id)"
+                              " >= ?1 ORDER BY n.id LIMIT ?2",
+                              &st),
+                rc, out);
+  PX_CHECK_GOTO(px_store_bind_int64(st, 1, P), rc, out);
+  PX_CHECK_GOTO(px_store_bind_int64(st, 2, M), rc, out);
+  while ((rc = px_store_step(st)) == 1) {
+    char **s1 = coord_push(&a, (void **)&nodes, &n, &ncap, sizeof(char *));
+    char **s2 = coord_push(&a, (void **)&names, &n2, &ncap2, sizeof(char *));
+    if (!s1 || !s2 || !(*s1 = coord_strdup(&a, px_store_column_text(st, 0))) ||
+        !(*s2 = coord_strdup(&a, px_store_column_text(st, 1)))) {
+      px_store_reset(st);
+      rc = PX_ERR_NOMEM;
+      goto out;
+    }
+  }
+  if (rc < 0) goto out;
+  if ((int)n < M) {
+    px_log(PX_LOG_DEBUG, "job %s waits: %zu of %d nodes with %d devices ready", job_id, n, M, P);
+    rc = PX_OK;
+    goto out;
+  }
+  PX_CHECK_GOTO(px_store_begin(c->db), rc, out);
+  rc = coord_place(c, job_id, P, nodes, names, M);
+  if (rc == PX_OK) rc = px_store_commit(c->db);
+  if (rc != PX_OK) {
+    px_store_rollback(c->db);
+    goto out;
+  }
+  snprintf(placed, cap, "%s", job_id);
+out:
+  coord_arena_free(&a);
+  return rc < 0 ? rc : PX_OK;
+}
+
+void coord_schedule(coord_t *c) {
+  if (c->stopping) return;
+  for (;;) {
+    char job_id[128];
+    if (coord_schedule_one(c, job_id, sizeof job_id) != PX_OK) {
+      px_log(PX_LOG_ERROR, "scheduler: %s", px_last_error());
+      return;
+    }
+    if (!job_id[0]) return;
+    coord_push_assignments(c, job_id, PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_START);
+    coord_job_changed(c, job_id, NULL);
+  }
+}
+
+/* ---- SubmitJob ---------------------------------------------------------------------- */
+
+static px_status_t coord_submit(coord_t *c, const Prunex__V1__SubmitJobRequest *r, char *job_id,
+                                size_t cap) {
+  size_t len = protobuf_c_message_get_packed_size(&r->spec->base);
+  uint8_t *blob = px_malloc(len ? len : 1, "coordd.spec");
+  if (!blob) return PX_ERR_NOMEM;
+  protobuf_c_message_pack(&r->spec->base, blob);
+  int64_t now = coord_now_ms();
+  px_store_stmt_t *st;
+  px_status_t rc;
+  PX_CHECK_GOTO(px_store_stmt(c->db,
+                              "INSERT INTO jobs (job_id, name, state, spec, spec_yaml, num_nodes,"
+                              " workers_per_node, created_unix_ms, updated_unix_ms)"
+                              " VALUES ('new', ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+                              &st),
+                rc, out);
+  PX_CHECK_GOTO(px_store_bind_text(st, 1, r->spec->name), rc, out);
+  PX_CHECK_GOTO(px_store_bind_int64(st, 2, JS_PENDING), rc, out);
+  PX_CHECK_GOTO(px_store_bind_blob(st, 3, blob, len), rc, out);
+  PX_CHECK_GOTO(px_store_bind_text(st, 4, r->spec_yaml), rc, out);
+  PX_CHECK_GOTO(px_store_bind_int64(st, 5, r->spec->cluster->nodes), rc, out);
+  PX_CHECK_GOTO(px_store_bind_int64(st, 6, r->spec->cluster->workers_per_node), rc, out);
+  PX_CHECK_GOTO(px_store_bind_int64(st, 7, now), rc, out);
+  PX_CHECK_GOTO(px_store_run(st), rc, out);
+  int64_t id = px_store_last_insert_id(c->db);
+  snprintf(job_id, cap, "job-%06lld", (long long)id);
+  PX_CHECK_GOTO(px_store_stmt(c->db, "UPDATE jobs SET job_id = ?2 WHERE id = ?1", &st), rc, out);
+  PX_CHECK_GOTO(px_store_bind_int64(st, 1, id), rc, out);
+  PX_CHECK_GOTO(px_store_bind_text(st, 2, job_id), rc, out);
+  PX_CHECK_GOTO(px_store_run(st), rc, out);
+  char reason[160];
+  snprintf(reason, sizeof reason, "submitted: %d node%s x %d worker%s",
+           r->spec->cluster->nodes, r->spec->cluster->nodes == 1 ? "" : "s",
+           r->spec->cluster->workers_per_node, r->spec->cluster->workers_per_node == 1 ? "" : "s");
+  rc = coord_job_set_state(c, job_id, JS_UNSPECIFIED, JS_PENDING, reason);
+out:
+  px_free(blob);
+  return rc;
+}
+
+void coord_rpc_submit_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
+  coord_t *c = data;
+  const Prunex__V1__SubmitJobRequest *r = (const Prunex__V1__SubmitJobRequest *)msg;
+  char err[512];
+  if (!coord_spec_validate(r->spec, err, sizeof err)) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "%s", err);
+    return;
+  }
+  char job_id[64];
+  if (px_store_begin(c->db) != PX_OK || coord_submit(c, r, job_id, sizeof job_id) != PX_OK ||
+      px_store_commit(c->db) != PX_OK) {
+    coord_fail_internal(c, call);
+    return;
+  }
+  Prunex__V1__SubmitJobResponse resp = PRUNEX__V1__SUBMIT_JOB_RESPONSE__INIT;
+  resp.job_id = job_id;
+  px_rpc_srv_reply(call, &resp.base);
+  coord_schedule(c);
+}
+
+/* ---- GetJob / ListJobs / WatchJob ----------------------------------------------------- */
+
+static int coord_need_job_id(px_rpc_srv_call_t *call, const char *job_id) {
+  if (!job_id[0]) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "job_id is required");
+    return 0;
+  }
+  if (strlen(job_id) >= sizeof ((coord_watch_t *)0)->id) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "job_id is too long");
+    return 0;
+  }
+  return 1;
+}
+
+void coord_rpc_get_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
+  coord_t *c = data;
+  const Prunex__V1__GetJobRequest *r = (const Prunex__V1__GetJobRequest *)msg;
+  if (!coord_need_job_id(call, r->job_id)) return;
+  coord_arena_t a;
+  coord_arena_init(&a);
+  Prunex__V1__Job *job;
+  if (coord_job_load(c, &a, r->job_id, &job) != PX_OK) coord_fail_internal(c, call);
+  else if (!job) px_rpc_srv_finish(call, PX_RPC_NOT_FOUND, "job %s not found", r->job_id);
+  else px_rpc_srv_reply(call, &job->base);
+  coord_arena_free(&a);
+}
+
+void coord_rpc_list_jobs(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
+  coord_t *c = data;
+  const Prunex__V1__ListJobsRequest *r = (const Prunex__V1__ListJobsRequest *)msg;
+  if ((int)r->state < 0 || (int)r->state > JS_CANCELLED) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "state = %d: not a JobState", (int)r->state);
+    return;
+  }
+  if (r->limit < 0) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "limit = %d: must be >= 0 (0: all)",
+                      r->limit);
+    return;
+  }
+  coord_arena_t a;
+  coord_arena_init(&a);
+  char **ids = NULL;
+  size_t n = 0, cap = 0;
+  px_store_stmt_t *st;
+  px_status_t rc = px_store_stmt(c->db,
+                                 "SELECT job_id FROM jobs WHERE ?1 = 0 OR state = ?1"
+                                 " ORDER BY id LIMIT ?2",
+                                 &st);
+  if (rc == PX_OK) rc = px_store_bind_int64(st, 1, r->state);
+  if (rc == PX_OK) rc = px_store_bind_int64(st, 2, r->limit > 0 ? r->limit : -1);
+  while (rc == PX_OK && (rc = px_store_step(st)) == 1) {
+    char **slot = coord_push(&a, (void **)&ids, &n, &cap, sizeof(char *));
+    rc = slot && (*slot = coord_strdup(&a, px_store_column_text(st, 0))) ? PX_OK : PX_ERR_NOMEM;
+  }
+  if (rc < 0) px_store_reset(st);
+  Prunex__V1__ListJobsResponse resp = PRUNEX__V1__LIST_JOBS_RESPONSE__INIT;
+  if (rc >= 0 && n > 0) {
+    resp.jobs = coord_alloc(&a, n * sizeof *resp.jobs);
+    if (!resp.jobs) rc = PX_ERR_NOMEM;
+    for (size_t i = 0; rc >= 0 && i < n; i++) {
+      rc = coord_job_load(c, &a, ids[i], &resp.jobs[resp.n_jobs]);
+      if (rc == PX_OK && resp.jobs[resp.n_jobs]) resp.n_jobs++;
+    }
+  }
+  if (rc < 0) coord_fail_internal(c, call);
+  else px_rpc_srv_reply(call, &resp.base);
+  coord_arena_free(&a);
+}
+
+void coord_rpc_watch_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
+  coord_t *c = data;
+  const Prunex__V1__WatchJobRequest *r = (const Prunex__V1__WatchJobRequest *)msg;
+  if (!coord_need_job_id(call, r->job_id)) return;
+  coord_arena_t a;
+  coord_arena_init(&a);
+  Prunex__V1__Job *job;
+  if (coord_job_load(c, &a, r->job_id, &job) != PX_OK) {
+    coord_fail_internal(c, call);
+  } else if (!job) {
+    px_rpc_srv_finish(call, PX_RPC_NOT_FOUND, "job %s not found", r->job_id);
+  } else {
+    Prunex__V1__JobUpdate up = PRUNEX__V1__JOB_UPDATE__INIT;
+    up.job = job;
+    px_rpc_srv_send(call, &up.base);
+    if (coord_job_terminal(job->state)) px_rpc_srv_finish(call, PX_RPC_OK, NULL);
+    else if (!coord_watch_open(c, call, r->job_id, 1))
+      px_rpc_srv_finish(call, PX_RPC_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  coord_arena_free(&a);
+}
+
+/* ---- CancelJob --------------------------------------------------------------------------- */
+
+void coord_rpc_cancel_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
+  coord_t *c = data;
+  const Prunex__V1__CancelJobRequest *r = (const Prunex__V1__CancelJobRequest *)msg;
+  if (!coord_need_job_id(call, r->job_id)) return;
+  coord_arena_t a;
+  coord_arena_init(&a);
+  int found = 0, state = 0;
+  if (coord_job_lookup(c, &a, r->job_id, &found, &state, NULL) != PX_OK) {
+    coord_fail_internal(c, call);
+    goto out;
+  }
+  if (!found) {
+    px_rpc_srv_finish(call, PX_RPC_NOT_FOUND, "job %s not found", r->job_id);
+    goto out;
+  }
+  if (coord_job_terminal(state)) {
+    px_rpc_srv_finish(call, PX_RPC_FAILED_PRECONDITION, "job %s has already finished (%s)",
+                      r->job_id, px_rpc_job_state_name(state));
+    goto out;
+  }
+  char reason[512];
+  snprintf(reason, sizeof reason, "cancelled: %s", r->reason[0] ? r->reason : "by request");
+  if (px_store_begin(c->db) != PX_OK ||
+      coord_job_set_state(c, r->job_id, state, JS_CANCELLED, reason) != PX_OK ||
+      coord_job_release_nodes(c, r->job_id, reason) != PX_OK || px_store_commit(c->db) != PX_OK) {
+    coord_fail_internal(c, call);
+    goto out;
+  }
+  if (coord_job_active(state))
+    coord_push_assignments(c, r->job_id, PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_CANCEL);
+  coord_job_changed(c, r->job_id, NULL);
+  Prunex__V1__CancelJobResponse resp = PRUNEX__V1__CANCEL_JOB_RESPONSE__INIT;
+  if (coord_job_load(c, &a, r->job_id, &resp.job) != PX_OK) coord_fail_internal(c, call);
+  else px_rpc_srv_reply(call, &resp.base);
+  coord_schedule(c);
+out:
+  coord_arena_free(&a);
+}
+
+/* ---- ReportRankExit ------------------------------------------------------------------------ */
+
+/* Records the exit and decides the job's fate. *to: the new state, or 0. */
+static px_status_t coord_rank_exit(coord_t *c, const Prunex__V1__RankExit *r, int state, int N,
+                                   int *to) {
+  *to = 0;
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(c->db,
+                         "INSERT OR REPLACE INTO rank_exits (job_id, rank, node_id, exit_code,"
+                         " signal, reason, time_unix_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, r->job_id));
+  PX_CHECK(px_store_bind_int64(st, 2, r->rank));
+  PX_CHECK(px_store_bind_text(st, 3, r->node_id));
+  PX_CHECK(px_store_bind_int64(st, 4, r->exit_code));
+  PX_CHECK(px_store_bind_int64(st, 5, r->signal));
+  PX_CHECK(px_store_bind_text(st, 6, r->reason));
+  PX_CHECK(px_store_bind_int64(st, 7, coord_now_ms()));
+  PX_CHECK(px_store_run(st));
+  if (!coord_job_active(state)) return PX_OK;
+  char reason[640];
+  char where[160] = "";
+  if (r->node_id[0]) snprintf(where, sizeof where, " on node %s", r->node_id);
+  if (r->exit_code != 0 || r->signal != 0) {
+    if (r->signal != 0)
+      snprintf(reason, sizeof reason, "rank %d%s was killed by signal %d%s%s", r->rank, where,
+               r->signal, r->reason[0] ? ": " : "", r->reason);
+    else
+      snprintf(reason, sizeof reason, "rank %d%s exited with code %d%s%s", r->rank, where,
+               r->exit_code, r->reason[0] ? ": " : "", r->reason);
+    *to = JS_FAILED;
+  } else {
+    PX_CHECK(px_store_stmt(c->db,
+                           "SELECT count(*) FROM rank_exits WHERE job_id = ?1 AND exit_code = 0"
+                           " AND signal = 0",
+                           &st));
+    PX_CHECK(px_store_bind_text(st, 1, r->job_id));
+    px_status_t rc = px_store_step(st);
+    if (rc < 0) return rc;
+    int64_t ok = px_store_column_int64(st, 0);
+    px_store_reset(st);
+    if (ok < N) return PX_OK;
+    snprintf(reason, sizeof reason, "all %d ranks exited with code 0", N);
+    *to = JS_SUCCEEDED;
+  }
+  PX_CHECK(coord_job_set_state(c, r->job_id, state, *to, reason));
+  char why[700];
+  snprintf(why, sizeof why, "job %s %s", r->job_id, *to == JS_FAILED ? "failed" : "succeeded");
+  return coord_job_release_nodes(c, r->job_id, why);
+}
+
+void coord_rpc_report_rank_exit(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
+  coord_t *c = data;
+  const Prunex__V1__RankExit *r = (const Prunex__V1__RankExit *)msg;
+  if (!coord_need_job_id(call, r->job_id)) return;
+  if (r->rank < 0) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "rank = %d: must be >= 0", r->rank);
+    return;
+  }
+  px_store_stmt_t *st;
+  px_status_t rc = px_store_stmt(c->db,
+                                 "SELECT state, num_nodes * workers_per_node FROM jobs"
+                                 " WHERE job_id = ?1",
+                                 &st);
+  if (rc == PX_OK) rc = px_store_bind_text(st, 1, r->job_id);
+  if (rc == PX_OK) rc = px_store_step(st);
+  if (rc < 0) {
+    coord_fail_internal(c, call);
+    return;
+  }
+  if (rc == 0) {
+    px_rpc_srv_finish(call, PX_RPC_NOT_FOUND, "job %s not found", r->job_id);
+    return;
+  }
+  int state = (int)px_store_column_int64(st, 0), N = (int)px_store_column_int64(st, 1);
+  px_store_reset(st);
+  if (state == JS_PENDING) {
+    px_rpc_srv_finish(call, PX_RPC_FAILED_PRECONDITION, "job %s is PENDING: no rank has started",
+                      r->job_id);
+    return;
+  }
+  if (r->rank >= N) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "rank = %d: job %s has ranks 0..%d",
+                      r->rank, r->job_id, N - 1);
+    return;
+  }
+  int to = 0;
+  if (px_store_begin(c->db) != PX_OK || coord_rank_exit(c, r, state, N, &to) != PX_OK ||
+      px_store_commit(c->db) != PX_OK) {
+    coord_fail_internal(c, call);
+    return;
+  }
+  px_log(PX_LOG_INFO, "job %s: rank %d exited (code %d, signal %d)", r->job_id, r->rank,
+         r->exit_code, r->signal);
+  Prunex__V1__RankExitResponse resp = PRUNEX__V1__RANK_EXIT_RESPONSE__INIT;
+  px_rpc_srv_reply(call, &resp.base);
+  if (to == JS_FAILED)
+    coord_push_assignments(c, r->job_id, PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_CANCEL);
+  if (to) {
+    coord_job_changed(c, r->job_id, NULL);
+    coord_schedule(c);
+  }
+}

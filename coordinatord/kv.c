@@ -1,0 +1,173 @@
+/* Job-scoped rendezvous: KvPut stores a key (and answers every KvGet parked
+ * on it), KvGet answers at once when the key exists and otherwise parks the
+ * call with a timer for its wait. Parked calls cost no thread and block
+ * nothing: the loop goes on serving. */
+#include <stdio.h>
+#include <string.h>
+
+#include "coord.h"
+#include "prunex/kv.h"
+#include "px_check.h"
+
+struct coord_kv_wait {
+  uv_timer_t timer;          /* first: the close callback frees the struct */
+  coord_kv_wait_t *next;
+  coord_t *c;
+  px_rpc_srv_call_t *call;   /* NULL once answered */
+  char job_id[128];
+  char key[256];
+};
+
+static void coord_kv_wait_free(uv_handle_t *h) { px_free(h); }
+
+static void coord_kv_wait_unlink(coord_t *c, coord_kv_wait_t *w) {
+  for (coord_kv_wait_t **p = &c->kv_waits; *p; p = &(*p)->next) {
+    if (*p == w) {
+      *p = w->next;
+      break;
+    }
+  }
+  uv_timer_stop(&w->timer);
+  uv_close((uv_handle_t *)&w->timer, coord_kv_wait_free);
+}
+
+static void coord_kv_wait_timeout(uv_timer_t *t) {
+  coord_kv_wait_t *w = (coord_kv_wait_t *)t;
+  Prunex__V1__KvGetResponse resp = PRUNEX__V1__KV_GET_RESPONSE__INIT;
+  resp.found = 0;
+  px_rpc_srv_call_t *call = w->call;
+  w->call = NULL;
+  coord_kv_wait_unlink(w->c, w);
+  px_rpc_srv_reply(call, &resp.base);
+}
+
+static void coord_kv_wait_cancelled(px_rpc_srv_call_t *call, void *arg) {
+  coord_kv_wait_t *w = arg;
+  w->call = NULL;
+  coord_kv_wait_unlink(w->c, w);
+  px_rpc_srv_finish(call, PX_RPC_CANCELLED, "wait cancelled");
+}
+
+void coord_kv_cancel_all(coord_t *c) {
+  while (c->kv_waits) {
+    coord_kv_wait_t *w = c->kv_waits;
+    px_rpc_srv_call_t *call = w->call;
+    w->call = NULL;
+    coord_kv_wait_unlink(c, w);
+    if (call) px_rpc_srv_finish(call, PX_RPC_UNAVAILABLE, "coordinator shutting down");
+  }
+}
+
+/* Checks job_id and key; answers the call and returns 0 when they are bad
+ * or the job is unknown. */
+static int coord_kv_check(coord_t *c, px_rpc_srv_call_t *call, const char *job_id,
+                          const char *key) {
+  if (!job_id[0] || strlen(job_id) >= sizeof ((coord_kv_wait_t *)0)->job_id) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "job_id: %s",
+                      job_id[0] ? "too long" : "required");
+    return 0;
+  }
+  if (px_kv_key_validate(key) != PX_OK) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "key: %s", px_last_error());
+    return 0;
+  }
+  coord_arena_t a;
+  coord_arena_init(&a);
+  int found = 0;
+  px_status_t rc = coord_job_lookup(c, &a, job_id, &found, NULL, NULL);
+  coord_arena_free(&a);
+  if (rc != PX_OK) {
+    coord_fail_internal(c, call);
+    return 0;
+  }
+  if (!found) {
+    px_rpc_srv_finish(call, PX_RPC_NOT_FOUND, "job %s not found", job_id);
+    return 0;
+  }
+  return 1;
+}
+
+void coord_rpc_kv_put(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
+  coord_t *c = data;
+  const Prunex__V1__KvPutRequest *r = (const Prunex__V1__KvPutRequest *)msg;
+  if (!coord_kv_check(c, call, r->job_id, r->key)) return;
+  px_store_stmt_t *st;
+  px_status_t rc = px_store_stmt(c->db,
+                                 "INSERT OR REPLACE INTO kv (job_id, key, value, updated_unix_ms)"
+                                 " VALUES (?1, ?2, ?3, ?4)",
+                                 &st);
+  if (rc == PX_OK) rc = px_store_bind_text(st, 1, r->job_id);
+  if (rc == PX_OK) rc = px_store_bind_text(st, 2, r->key);
+  if (rc == PX_OK) rc = px_store_bind_blob(st, 3, r->value.data, r->value.len);
+  if (rc == PX_OK) rc = px_store_bind_int64(st, 4, coord_now_ms());
+  if (rc == PX_OK) rc = px_store_run(st);
+  if (rc != PX_OK) {
+    coord_fail_internal(c, call);
+    return;
+  }
+  px_log(PX_LOG_DEBUG, "job %s: kv put %s (%zu bytes)", r->job_id, r->key, r->value.len);
+  Prunex__V1__KvPutResponse resp = PRUNEX__V1__KV_PUT_RESPONSE__INIT;
+  px_rpc_srv_reply(call, &resp.base);
+
+  Prunex__V1__KvGetResponse got = PRUNEX__V1__KV_GET_RESPONSE__INIT;
+  got.found = 1;
+  got.value = r->value;
+  coord_kv_wait_t *w = c->kv_waits, *next;
+  for (; w; w = next) {
+    next = w->next;
+    if (strcmp(w->job_id, r->job_id) != 0 || strcmp(w->key, r->key) != 0) continue;
+    px_rpc_srv_call_t *waiting = w->call;
+    w->call = NULL;
+    coord_kv_wait_unlink(c, w);
+    px_rpc_srv_reply(waiting, &got.base);
+  }
+}
+
+void coord_rpc_kv_get(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
+  coord_t *c = data;
+  const Prunex__V1__KvGetRequest *r = (const Prunex__V1__KvGetRequest *)msg;
+  if (!coord_kv_check(c, call, r->job_id, r->key)) return;
+  if (r->wait_ms < 0) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "wait_ms = %d: must be >= 0", r->wait_ms);
+    return;
+  }
+  px_store_stmt_t *st;
+  px_status_t rc = px_store_stmt(c->db, "SELECT value FROM kv WHERE job_id = ?1 AND key = ?2", &st);
+  if (rc == PX_OK) rc = px_store_bind_text(st, 1, r->job_id);
+  if (rc == PX_OK) rc = px_store_bind_text(st, 2, r->key);
+  if (rc == PX_OK) rc = px_store_step(st);
+  if (rc < 0) {
+    coord_fail_internal(c, call);
+    return;
+  }
+  Prunex__V1__KvGetResponse resp = PRUNEX__V1__KV_GET_RESPONSE__INIT;
+  if (rc == 1) {
+    size_t len;
+    const void *v = px_store_column_blob(st, 0, &len);
+    resp.found = 1;
+    resp.value.data = (uint8_t *)v;
+    resp.value.len = len;
+    px_rpc_srv_reply(call, &resp.base); /* packed before the statement moves */
+    px_store_reset(st);
+    return;
+  }
+  px_store_reset(st);
+  if (r->wait_ms == 0 || c->stopping) {
+    px_rpc_srv_reply(call, &resp.base);
+    return;
+  }
+  coord_kv_wait_t *w = px_calloc(1, sizeof *w, "coordd.kv_wait");
+  if (!w) {
+    px_rpc_srv_finish(call, PX_RPC_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  w->c = c;
+  w->call = call;
+  snprintf(w->job_id, sizeof w->job_id, "%s", r->job_id);
+  snprintf(w->key, sizeof w->key, "%s", r->key);
+  uv_timer_init(c->loop, &w->timer);
+  uv_timer_start(&w->timer, coord_kv_wait_timeout, (uint64_t)r->wait_ms, 0);
+  w->next = c->kv_waits;
+  c->kv_waits = w;
+  px_rpc_srv_on_cancel(call, coord_kv_wait_cancelled, w);
+}

@@ -1,0 +1,266 @@
+/* pxcoordd: the PruneX coordinator daemon (DESIGN.md sections 2 and 6).
+ *
+ * Parses the flags and the optional config file, opens (and migrates) the
+ * SQLite database, serves prunex.v1.Coordinator and prunex.v1.Jobs over
+ * gRPC on a libuv loop, and shuts down cleanly on SIGTERM or SIGINT. With
+ * port 0 it listens on a free port; the first line on stdout is always
+ * `listening on HOST:PORT`, so scripts and tests can find it.
+ *
+ * Exit status: 0 after a clean shutdown, 1 when it cannot run (database,
+ * address), 2 for bad flags or configuration. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include "coord.h"
+
+static void coord_usage(FILE *f) {
+  fprintf(f,
+          "usage: pxcoordd --db PATH [--listen HOST:PORT] [--config FILE]\n"
+          "                [--heartbeat-timeout-ms N] [--advertise HOST:PORT]\n"
+          "                [--log-level error|warn|info|debug]\n"
+          "\n"
+          "The PruneX coordinator: node registry, job queue and scheduler, rendezvous\n"
+          "store, H-SADMM controller and metrics, served over gRPC (prunex.v1).\n"
+          "\n"
+          "  --db PATH                SQLite database (created if missing; required,\n"
+          "                           here or in the config file)\n"
+          "  --listen HOST:PORT       address to serve on (default %s);\n"
+          "                           port 0 picks a free port\n"
+          "  --config FILE            settings file: `key = value` lines or a YAML\n"
+          "                           mapping with the keys listen, db, advertise,\n"
+          "                           heartbeat_timeout_ms, log_level; flags win\n"
+          "  --heartbeat-timeout-ms N a node silent this long becomes LOST\n"
+          "                           (default %d; agents heartbeat every N/3)\n"
+          "  --advertise HOST:PORT    address given to workers in assignments\n"
+          "                           (default: the listen address and bound port,\n"
+          "                           with the host name for 0.0.0.0)\n"
+          "  --log-level L            stderr log threshold (default info, or the\n"
+          "                           PX_LOG_LEVEL environment variable)\n"
+          "  --help, --version\n"
+          "\n"
+          "On start it prints `listening on HOST:PORT` on stdout. SIGTERM or SIGINT\n"
+          "shut it down cleanly. Exit status: 0 clean shutdown, 1 runtime failure\n"
+          "(database, address), 2 bad flags or configuration.\n",
+          COORD_DEFAULT_LISTEN, COORD_DEFAULT_HEARTBEAT_TIMEOUT_MS);
+}
+
+static int coord_bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int coord_bad_usage(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "pxcoordd: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n(run pxcoordd --help for the flags)\n");
+  va_end(ap);
+  return 2;
+}
+
+/* Flag name -> config key; NULL for flags that are not settings. */
+static const char *coord_flag_key(const char *flag) {
+  static const char *const map[][2] = {
+      {"--listen", "listen"},
+      {"--db", "db"},
+      {"--advertise", "advertise"},
+      {"--heartbeat-timeout-ms", "heartbeat_timeout_ms"},
+      {"--log-level", "log_level"},
+  };
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (!strcmp(flag, map[i][0])) return map[i][1];
+  return NULL;
+}
+
+/* Returns -1 to go on, else the exit status. */
+static int coord_parse_args(int argc, char **argv, coord_config_t *cfg) {
+  coord_config_defaults(cfg);
+  /* The config file first, so that flags override it wherever they are. */
+  const char *config = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--config")) {
+      if (i + 1 >= argc) return coord_bad_usage("%s needs a value", argv[i]);
+      config = argv[++i];
+    } else if (!strncmp(argv[i], "--config=", 9)) {
+      config = argv[i] + 9;
+    }
+  }
+  if (config && coord_config_load(config, cfg) != PX_OK) {
+    fprintf(stderr, "pxcoordd: %s\n", px_last_error());
+    return 2;
+  }
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+      coord_usage(stdout);
+      return 0;
+    }
+    if (!strcmp(arg, "--version")) {
+      printf("pxcoordd %s\n", px_version());
+      return 0;
+    }
+    char flag[64];
+    const char *value = NULL;
+    const char *eq = strchr(arg, '=');
+    if (eq && !strncmp(arg, "--", 2) && (size_t)(eq - arg) < sizeof flag) {
+      memcpy(flag, arg, (size_t)(eq - arg));
+      flag[eq - arg] = '\0';
+      value = eq + 1;
+    } else {
+      snprintf(flag, sizeof flag, "%s", arg);
+    }
+    if (!strcmp(flag, "--config")) {
+      if (!value) i++;
+      continue;
+    }
+    const char *key = coord_flag_key(flag);
+    if (!key) return coord_bad_usage("unknown argument '%s'", arg);
+    if (!value) {
+      if (i + 1 >= argc) return coord_bad_usage("%s needs a value", flag);
+      value = argv[++i];
+    }
+    if (coord_config_set(cfg, key, value, flag) != PX_OK) {
+      fprintf(stderr, "pxcoordd: %s\n(run pxcoordd --help for the flags)\n", px_last_error());
+      return 2;
+    }
+  }
+  if (!cfg->db[0]) return coord_bad_usage("%s", "no database: give --db PATH (or db in --config)");
+  return -1;
+}
+
+/* ---- shutdown ------------------------------------------------------------------- */
+
+static void coord_server_done(px_rpc_server_t *srv, void *arg) {
+  coord_t *c = arg;
+  px_rpc_server_destroy(srv);
+  c->srv = NULL;
+  px_log(PX_LOG_INFO, "server stopped");
+}
+
+static void coord_stop(coord_t *c, const char *why) {
+  if (c->stopping) return;
+  c->stopping = 1;
+  px_log(PX_LOG_INFO, "shutting down (%s)", why);
+  coord_nodes_stop(c);
+  uv_signal_stop(&c->sigterm);
+  uv_signal_stop(&c->sigint);
+  uv_close((uv_handle_t *)&c->sigterm, NULL);
+  uv_close((uv_handle_t *)&c->sigint, NULL);
+  coord_kv_cancel_all(c);
+  px_rpc_server_shutdown(c->srv, coord_server_done, c);
+}
+
+static void coord_on_signal(uv_signal_t *h, int signum) {
+  coord_stop(h->data, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+/* ---- start ----------------------------------------------------------------------- */
+
+/* Holds an exclusive lock on the database file for the life of the process
+ * so that two coordinators never share a database. */
+static int coord_lock_db(const char *path) {
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    fprintf(stderr, "pxcoordd: %s: cannot open the database file: %s\n", path, strerror(errno));
+    return -1;
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    fprintf(stderr, "pxcoordd: %s: %s\n", path,
+            errno == EWOULDBLOCK ? "the database is in use by another pxcoordd"
+                                 : strerror(errno));
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static void coord_advertise(coord_t *c, int port) {
+  if (c->cfg.advertise[0]) {
+    snprintf(c->advertise, sizeof c->advertise, "%s", c->cfg.advertise);
+    return;
+  }
+  char host[256];
+  const char *colon = strrchr(c->cfg.listen, ':');
+  size_t n = (size_t)(colon - c->cfg.listen);
+  if (n >= sizeof host) n = sizeof host - 1;
+  memcpy(host, c->cfg.listen, n);
+  host[n] = '\0';
+  if (!strcmp(host, "0.0.0.0") || !strcmp(host, "[::]") || !strcmp(host, "::") || !host[0]) {
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "localhost");
+    host[sizeof host - 1] = '\0';
+  }
+  snprintf(c->advertise, sizeof c->advertise, "%s:%d", host, port);
+}
+
+int main(int argc, char **argv) {
+  signal(SIGPIPE, SIG_IGN);
+  coord_t c;
+  memset(&c, 0, sizeof c);
+  int rc = coord_parse_args(argc, argv, &c.cfg);
+  if (rc >= 0) return rc;
+  if (c.cfg.log_level >= 0) px_log_set_level((px_log_level_t)c.cfg.log_level);
+  else if (!getenv("PX_LOG_LEVEL")) px_log_set_level(PX_LOG_INFO);
+
+  int lock_fd = coord_lock_db(c.cfg.db);
+  if (lock_fd < 0) return 1;
+  px_store_options_t opt = {
+      .schema = "coordinator",
+      .migrations = coord_migrations,
+      .nmigrations = coord_nmigrations,
+      .busy_timeout_ms = 5000,
+      .quick_check = 1,
+      .create = 1,
+  };
+  if (px_store_open(c.cfg.db, &opt, &c.db) != PX_OK) {
+    fprintf(stderr, "pxcoordd: cannot use the database: %s\n", px_last_error());
+    close(lock_fd);
+    return 1;
+  }
+  px_log(PX_LOG_INFO, "database %s (schema version %d)", c.cfg.db,
+         px_store_schema_version(c.db));
+
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  c.loop = &loop;
+  if (px_rpc_server_create(&loop, c.cfg.listen, coord_methods, coord_nmethods, &c, &c.srv) !=
+      PX_OK) {
+    fprintf(stderr, "pxcoordd: %s\n", px_last_error());
+    uv_run(&loop, UV_RUN_DEFAULT); /* lets the server's handle close */
+    uv_loop_close(&loop);
+    px_store_close(c.db);
+    close(lock_fd);
+    return 1;
+  }
+  int port = px_rpc_server_port(c.srv);
+  coord_advertise(&c, port);
+  if (coord_nodes_start(&c) != PX_OK) {
+    fprintf(stderr, "pxcoordd: %s\n", px_last_error());
+    c.exit_code = 1;
+    c.stopping = 1;
+    px_rpc_server_shutdown(c.srv, coord_server_done, &c);
+  } else {
+    uv_signal_init(&loop, &c.sigterm);
+    uv_signal_init(&loop, &c.sigint);
+    c.sigterm.data = c.sigint.data = &c;
+    uv_signal_start(&c.sigterm, coord_on_signal, SIGTERM);
+    uv_signal_start(&c.sigint, coord_on_signal, SIGINT);
+    {
+      const char *colon = strrchr(c.cfg.listen, ':');
+      printf("listening on %.*s:%d\n", (int)(colon - c.cfg.listen), c.cfg.listen, port);
+      fflush(stdout);
+    }
+    px_log(PX_LOG_INFO, "pxcoordd %s listening on port %d (advertised as %s), heartbeat timeout %d ms",
+           px_version(), port, c.advertise, c.cfg.heartbeat_timeout_ms);
+    coord_schedule(&c);
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  if (uv_loop_close(&loop) != 0) px_log(PX_LOG_WARN, "event loop closed with handles open");
+  px_store_close(c.db);
+  close(lock_fd);
+  px_log(PX_LOG_INFO, "stopped");
+  return c.exit_code;
+}

@@ -1,0 +1,299 @@
+/* Records: state changes with their event rows, and the Job and Node
+ * messages built from the database for replies and streams. */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "coord.h"
+#include "px_check.h"
+
+int64_t coord_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+px_status_t coord_job_set_state(coord_t *c, const char *job_id, int from, int to,
+                                const char *reason) {
+  int64_t now = coord_now_ms();
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(c->db,
+                         "UPDATE jobs SET state = ?2, reason = ?3, updated_unix_ms = ?4,"
+                         " scheduled_unix_ms = CASE WHEN ?2 = 2 THEN ?4 ELSE scheduled_unix_ms END,"
+                         " finished_unix_ms = CASE WHEN ?2 >= 4 THEN ?4 ELSE finished_unix_ms END"
+                         " WHERE job_id = ?1",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  PX_CHECK(px_store_bind_int64(st, 2, to));
+  PX_CHECK(px_store_bind_text(st, 3, reason));
+  PX_CHECK(px_store_bind_int64(st, 4, now));
+  PX_CHECK(px_store_run(st));
+  PX_CHECK(px_store_stmt(c->db,
+                         "INSERT INTO job_events (job_id, time_unix_ms, from_state, to_state, reason)"
+                         " VALUES (?1, ?2, ?3, ?4, ?5)",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  PX_CHECK(px_store_bind_int64(st, 2, now));
+  PX_CHECK(px_store_bind_int64(st, 3, from));
+  PX_CHECK(px_store_bind_int64(st, 4, to));
+  PX_CHECK(px_store_bind_text(st, 5, reason));
+  PX_CHECK(px_store_run(st));
+  px_log(PX_LOG_INFO, "job %s: %s -> %s (%s)", job_id, px_rpc_job_state_name(from),
+         px_rpc_job_state_name(to), reason);
+  return PX_OK;
+}
+
+px_status_t coord_node_set_state(coord_t *c, const char *node_id, int from, int to,
+                                 const char *reason) {
+  if (from == to) return PX_OK;
+  int64_t now = coord_now_ms();
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(c->db, "UPDATE nodes SET state = ?2 WHERE node_id = ?1", &st));
+  PX_CHECK(px_store_bind_text(st, 1, node_id));
+  PX_CHECK(px_store_bind_int64(st, 2, to));
+  PX_CHECK(px_store_run(st));
+  PX_CHECK(px_store_stmt(c->db,
+                         "INSERT INTO node_events (node_id, time_unix_ms, from_state, to_state,"
+                         " reason) VALUES (?1, ?2, ?3, ?4, ?5)",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, node_id));
+  PX_CHECK(px_store_bind_int64(st, 2, now));
+  PX_CHECK(px_store_bind_int64(st, 3, from));
+  PX_CHECK(px_store_bind_int64(st, 4, to));
+  PX_CHECK(px_store_bind_text(st, 5, reason));
+  PX_CHECK(px_store_run(st));
+  px_log(PX_LOG_INFO, "node %s: %s -> %s (%s)", node_id, px_rpc_node_state_name(from),
+         px_rpc_node_state_name(to), reason);
+  return PX_OK;
+}
+
+px_status_t coord_job_lookup(coord_t *c, coord_arena_t *a, const char *job_id, int *found,
+                             int *state, Prunex__V1__JobSpec **spec) {
+  *found = 0;
+  if (spec) *spec = NULL;
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(c->db, "SELECT state, spec FROM jobs WHERE job_id = ?1", &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  px_status_t rc = px_store_step(st);
+  if (rc < 0) return rc;
+  if (rc == 0) return PX_OK;
+  *found = 1;
+  if (state) *state = (int)px_store_column_int64(st, 0);
+  if (spec) {
+    size_t len;
+    const void *blob = px_store_column_blob(st, 1, &len);
+    *spec = (Prunex__V1__JobSpec *)protobuf_c_message_unpack(&prunex__v1__job_spec__descriptor,
+                                                            &a->pb, len, blob);
+    if (!*spec) {
+      px_store_reset(st);
+      return px_set_error(PX_ERR_FORMAT, "%s: job %s: stored spec does not unpack",
+                          px_store_path(c->db), job_id);
+    }
+  }
+  px_store_reset(st);
+  return PX_OK;
+}
+
+#define COORD_NEW(a, T, init, out)                  \
+  do {                                              \
+    (out) = coord_alloc((a), sizeof(T));            \
+    if (!(out)) return PX_ERR_NOMEM;                \
+    *(out) = (T)init;                               \
+  } while (0)
+
+static px_status_t coord_job_summary(coord_t *c, coord_arena_t *a, const char *job_id,
+                                     int64_t scheduled, int64_t finished,
+                                     Prunex__V1__JobSummary **out) {
+  Prunex__V1__JobSummary *s;
+  COORD_NEW(a, Prunex__V1__JobSummary, PRUNEX__V1__JOB_SUMMARY__INIT, s);
+  px_store_stmt_t *st;
+  /* Totals over the lowest reporting rank (rank 0 reports for the job). */
+  PX_CHECK(px_store_stmt(c->db,
+                         "SELECT count(*), coalesce(sum(bytes_inter), 0),"
+                         " coalesce(sum(bytes_inter_dense), 0), coalesce(sum(bytes_intra), 0)"
+                         " FROM iterations WHERE job_id = ?1 AND rank ="
+                         " (SELECT min(rank) FROM iterations WHERE job_id = ?1)",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  if (px_store_step(st) == 1) {
+    s->iterations = (int32_t)px_store_column_int64(st, 0);
+    s->inter_bytes = (uint64_t)px_store_column_int64(st, 1);
+    s->inter_bytes_dense = (uint64_t)px_store_column_int64(st, 2);
+    s->intra_bytes = (uint64_t)px_store_column_int64(st, 3);
+  }
+  px_store_reset(st);
+  PX_CHECK(px_store_stmt(c->db,
+                         "SELECT density FROM iterations WHERE job_id = ?1"
+                         " ORDER BY iteration DESC, rank LIMIT 1",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  if (px_store_step(st) == 1) s->density = px_store_column_double(st, 0);
+  px_store_reset(st);
+  PX_CHECK(px_store_stmt(c->db,
+                         "SELECT test_accuracy FROM iterations WHERE job_id = ?1"
+                         " AND test_accuracy >= 0 ORDER BY iteration DESC, rank LIMIT 1",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  s->test_accuracy = -1.0;
+  if (px_store_step(st) == 1) s->test_accuracy = px_store_column_double(st, 0);
+  px_store_reset(st);
+  if (scheduled > 0)
+    s->wall_s = (double)((finished > 0 ? finished : coord_now_ms()) - scheduled) / 1000.0;
+  *out = s;
+  return PX_OK;
+}
+
+px_status_t coord_job_load(coord_t *c, coord_arena_t *a, const char *job_id,
+                           Prunex__V1__Job **out) {
+  *out = NULL;
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(c->db,
+                         "SELECT job_id, name, state, spec, spec_yaml, reason, created_unix_ms,"
+                         " updated_unix_ms, iteration, scheduled_unix_ms, finished_unix_ms"
+                         " FROM jobs WHERE job_id = ?1",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  px_status_t rc = px_store_step(st);
+  if (rc <= 0) return rc;
+  Prunex__V1__Job *j;
+  COORD_NEW(a, Prunex__V1__Job, PRUNEX__V1__JOB__INIT, j);
+  j->job_id = coord_strdup(a, px_store_column_text(st, 0));
+  j->name = coord_strdup(a, px_store_column_text(st, 1));
+  j->state = (Prunex__V1__JobState)px_store_column_int64(st, 2);
+  size_t len;
+  const void *blob = px_store_column_blob(st, 3, &len);
+  j->spec = (Prunex__V1__JobSpec *)protobuf_c_message_unpack(&prunex__v1__job_spec__descriptor,
+                                                            &a->pb, len, blob);
+  j->spec_yaml = coord_strdup(a, px_store_column_text(st, 4));
+  j->reason = coord_strdup(a, px_store_column_text(st, 5));
+  j->created_unix_ms = px_store_column_int64(st, 6);
+  j->updated_unix_ms = px_store_column_int64(st, 7);
+  j->iteration = (int32_t)px_store_column_int64(st, 8);
+  int64_t scheduled = px_store_column_int64(st, 9), finished = px_store_column_int64(st, 10);
+  px_store_reset(st);
+  if (!j->job_id || !j->name || !j->spec_yaml || !j->reason) return PX_ERR_NOMEM;
+  if (!j->spec)
+    return px_set_error(PX_ERR_FORMAT, "%s: job %s: stored spec does not unpack",
+                        px_store_path(c->db), job_id);
+
+  size_t cap = 0;
+  PX_CHECK(px_store_stmt(c->db,
+                         "SELECT time_unix_ms, from_state, to_state, reason FROM job_events"
+                         " WHERE job_id = ?1 ORDER BY id",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  while ((rc = px_store_step(st)) == 1) {
+    Prunex__V1__JobEvent **slot =
+        coord_push(a, (void **)&j->events, &j->n_events, &cap, sizeof *j->events);
+    if (!slot) return PX_ERR_NOMEM;
+    Prunex__V1__JobEvent *e;
+    COORD_NEW(a, Prunex__V1__JobEvent, PRUNEX__V1__JOB_EVENT__INIT, e);
+    e->time_unix_ms = px_store_column_int64(st, 0);
+    e->from_state = (Prunex__V1__JobState)px_store_column_int64(st, 1);
+    e->to_state = (Prunex__V1__JobState)px_store_column_int64(st, 2);
+    e->reason = coord_strdup(a, px_store_column_text(st, 3));
+    if (!e->reason) return PX_ERR_NOMEM;
+    *slot = e;
+  }
+  if (rc < 0) return rc;
+
+  cap = 0;
+  PX_CHECK(px_store_stmt(c->db,
+                         "SELECT node_id FROM job_nodes WHERE job_id = ?1 ORDER BY node_index",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  while ((rc = px_store_step(st)) == 1) {
+    char **slot = coord_push(a, (void **)&j->node_ids, &j->n_node_ids, &cap, sizeof(char *));
+    if (!slot || !(*slot = coord_strdup(a, px_store_column_text(st, 0)))) return PX_ERR_NOMEM;
+  }
+  if (rc < 0) return rc;
+  PX_CHECK(coord_job_summary(c, a, job_id, scheduled, finished, &j->summary));
+  *out = j;
+  return PX_OK;
+}
+
+px_status_t coord_node_load_row(coord_t *c, coord_arena_t *a, px_store_stmt_t *row,
+                                Prunex__V1__Node **out) {
+  *out = NULL;
+  Prunex__V1__Node *n;
+  COORD_NEW(a, Prunex__V1__Node, PRUNEX__V1__NODE__INIT, n);
+  n->node_id = coord_strdup(a, px_store_column_text(row, 0));
+  n->name = coord_strdup(a, px_store_column_text(row, 1));
+  n->hostname = coord_strdup(a, px_store_column_text(row, 2));
+  n->state = (Prunex__V1__NodeState)px_store_column_int64(row, 3);
+  n->job_id = coord_strdup(a, px_store_column_text(row, 4));
+  char *addrs = coord_strdup(a, px_store_column_text(row, 5));
+  n->last_heartbeat_unix_ms = px_store_column_int64(row, 6);
+  n->registered_unix_ms = px_store_column_int64(row, 7);
+  if (!n->node_id || !n->name || !n->hostname || !n->job_id || !addrs) return PX_ERR_NOMEM;
+  size_t cap = 0;
+  for (char *p = addrs, *nl; *p; p = nl ? nl + 1 : p + strlen(p)) {
+    nl = strchr(p, '\n');
+    if (nl) *nl = '\0';
+    char **slot = coord_push(a, (void **)&n->data_plane_addresses, &n->n_data_plane_addresses,
+                             &cap, sizeof(char *));
+    if (!slot) return PX_ERR_NOMEM;
+    *slot = p;
+    if (!nl) break;
+  }
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(c->db,
+                         "SELECT device_index, kind, name, memory_bytes, healthy FROM node_devices"
+                         " WHERE node_id = ?1 ORDER BY position",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, n->node_id));
+  px_status_t rc;
+  cap = 0;
+  while ((rc = px_store_step(st)) == 1) {
+    Prunex__V1__Device **slot =
+        coord_push(a, (void **)&n->devices, &n->n_devices, &cap, sizeof *n->devices);
+    if (!slot) return PX_ERR_NOMEM;
+    Prunex__V1__Device *d;
+    COORD_NEW(a, Prunex__V1__Device, PRUNEX__V1__DEVICE__INIT, d);
+    d->index = (int32_t)px_store_column_int64(st, 0);
+    d->kind = (Prunex__V1__DeviceKind)px_store_column_int64(st, 1);
+    d->name = coord_strdup(a, px_store_column_text(st, 2));
+    d->memory_bytes = (uint64_t)px_store_column_int64(st, 3);
+    d->healthy = px_store_column_int64(st, 4) != 0;
+    if (!d->name) return PX_ERR_NOMEM;
+    *slot = d;
+  }
+  if (rc < 0) return rc;
+  *out = n;
+  return PX_OK;
+}
+
+px_status_t coord_job_release_nodes(coord_t *c, const char *job_id, const char *reason) {
+  coord_arena_t a;
+  coord_arena_init(&a);
+  px_status_t rc;
+  char **ids = NULL;
+  int *states = NULL;
+  size_t n = 0, cap = 0, scap = 0, sn = 0;
+  px_store_stmt_t *st;
+  PX_CHECK_GOTO(px_store_stmt(c->db, "SELECT node_id, state FROM nodes WHERE job_id = ?1", &st),
+                rc, out);
+  PX_CHECK_GOTO(px_store_bind_text(st, 1, job_id), rc, out);
+  while ((rc = px_store_step(st)) == 1) {
+    char **slot = coord_push(&a, (void **)&ids, &n, &cap, sizeof(char *));
+    int *s = coord_push(&a, (void **)&states, &sn, &scap, sizeof(int));
+    if (!slot || !s || !(*slot = coord_strdup(&a, px_store_column_text(st, 0)))) {
+      px_store_reset(st);
+      rc = PX_ERR_NOMEM;
+      goto out;
+    }
+    *s = (int)px_store_column_int64(st, 1);
+  }
+  if (rc < 0) goto out;
+  PX_CHECK_GOTO(px_store_stmt(c->db, "UPDATE nodes SET job_id = '' WHERE job_id = ?1", &st), rc,
+                out);
+  PX_CHECK_GOTO(px_store_bind_text(st, 1, job_id), rc, out);
+  PX_CHECK_GOTO(px_store_run(st), rc, out);
+  for (size_t i = 0; i < n; i++)
+    if (states[i] == NS_BUSY)
+      PX_CHECK_GOTO(coord_node_set_state(c, ids[i], NS_BUSY, NS_READY, reason), rc, out);
+  rc = PX_OK;
+out:
+  coord_arena_free(&a);
+  return rc;
+}

@@ -1,0 +1,151 @@
+/* The coordinator database schema, as numbered migrations (px_store applies
+ * the missing ones in order, each in one transaction, and refuses a database
+ * whose schema_version is newer than the last one here). Never edit a
+ * released migration: append a new one.
+ *
+ * States are the numeric values of prunex.v1.JobState / NodeState; times
+ * are Unix milliseconds. docs/ describe the tables for people who query
+ * them directly. */
+#include "coord.h"
+
+static const char coord_schema_v1[] =
+    /* Nodes, in registration order (id). A node is found again by its name. */
+    "CREATE TABLE nodes ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  node_id TEXT NOT NULL UNIQUE,"
+    "  name TEXT NOT NULL UNIQUE,"
+    "  hostname TEXT NOT NULL DEFAULT '',"
+    "  state INTEGER NOT NULL,"
+    "  job_id TEXT NOT NULL DEFAULT '',"          /* the job holding the node, '' when idle */
+    "  addresses TEXT NOT NULL DEFAULT '',"       /* data-plane addresses, one per line */
+    "  agent_version TEXT NOT NULL DEFAULT '',"
+    "  pid INTEGER NOT NULL DEFAULT 0,"
+    "  registered_unix_ms INTEGER NOT NULL,"
+    "  last_heartbeat_unix_ms INTEGER NOT NULL);"
+    "CREATE TABLE node_devices ("
+    "  node_id TEXT NOT NULL REFERENCES nodes(node_id),"
+    "  position INTEGER NOT NULL,"                /* order as registered: local rank order */
+    "  device_index INTEGER NOT NULL,"
+    "  kind INTEGER NOT NULL,"
+    "  name TEXT NOT NULL DEFAULT '',"
+    "  memory_bytes INTEGER NOT NULL DEFAULT 0,"
+    "  healthy INTEGER NOT NULL,"
+    "  PRIMARY KEY (node_id, position));"
+    "CREATE TABLE node_events ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  node_id TEXT NOT NULL REFERENCES nodes(node_id),"
+    "  time_unix_ms INTEGER NOT NULL,"
+    "  from_state INTEGER NOT NULL,"
+    "  to_state INTEGER NOT NULL,"
+    "  reason TEXT NOT NULL DEFAULT '');"
+    /* Jobs, in submission order (id): the FIFO queue. */
+    "CREATE TABLE jobs ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  job_id TEXT NOT NULL UNIQUE,"
+    "  name TEXT NOT NULL DEFAULT '',"
+    "  state INTEGER NOT NULL,"
+    "  spec BLOB NOT NULL,"                       /* packed prunex.v1.JobSpec */
+    "  spec_yaml TEXT NOT NULL DEFAULT '',"
+    "  reason TEXT NOT NULL DEFAULT '',"
+    "  num_nodes INTEGER NOT NULL,"
+    "  workers_per_node INTEGER NOT NULL,"
+    "  created_unix_ms INTEGER NOT NULL,"
+    "  updated_unix_ms INTEGER NOT NULL,"
+    "  scheduled_unix_ms INTEGER NOT NULL DEFAULT 0,"
+    "  finished_unix_ms INTEGER NOT NULL DEFAULT 0,"
+    "  iteration INTEGER NOT NULL DEFAULT -1,"    /* latest reported */
+    "  admm_stable_iterations INTEGER NOT NULL DEFAULT 0,"  /* px_admm_policy_state_t */
+    "  admm_frozen INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX jobs_state ON jobs(state, id);"
+    "CREATE TABLE job_events ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  job_id TEXT NOT NULL REFERENCES jobs(job_id),"
+    "  time_unix_ms INTEGER NOT NULL,"
+    "  from_state INTEGER NOT NULL,"
+    "  to_state INTEGER NOT NULL,"
+    "  reason TEXT NOT NULL DEFAULT '');"
+    "CREATE INDEX job_events_job ON job_events(job_id, id);"
+    /* Placement: node i of a job gets global ranks i*P .. i*P+P-1. */
+    "CREATE TABLE job_nodes ("
+    "  job_id TEXT NOT NULL REFERENCES jobs(job_id),"
+    "  node_index INTEGER NOT NULL,"
+    "  node_id TEXT NOT NULL REFERENCES nodes(node_id),"
+    "  leader_rank INTEGER NOT NULL,"
+    "  PRIMARY KEY (job_id, node_index));"
+    "CREATE INDEX job_nodes_node ON job_nodes(node_id);"
+    "CREATE TABLE job_ranks ("
+    "  job_id TEXT NOT NULL REFERENCES jobs(job_id),"
+    "  rank INTEGER NOT NULL,"
+    "  node_index INTEGER NOT NULL,"
+    "  local_rank INTEGER NOT NULL,"
+    "  device_index INTEGER NOT NULL,"
+    "  is_leader INTEGER NOT NULL,"
+    "  PRIMARY KEY (job_id, rank));"
+    "CREATE TABLE rank_exits ("
+    "  job_id TEXT NOT NULL REFERENCES jobs(job_id),"
+    "  rank INTEGER NOT NULL,"
+    "  node_id TEXT NOT NULL DEFAULT '',"
+    "  exit_code INTEGER NOT NULL,"
+    "  signal INTEGER NOT NULL,"
+    "  reason TEXT NOT NULL DEFAULT '',"
+    "  time_unix_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (job_id, rank));"
+    /* Job-scoped rendezvous keys. */
+    "CREATE TABLE kv ("
+    "  job_id TEXT NOT NULL REFERENCES jobs(job_id),"
+    "  key TEXT NOT NULL,"
+    "  value BLOB NOT NULL,"
+    "  updated_unix_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (job_id, key));"
+    /* Metrics: one row per reported iteration and rank, and its layers. */
+    "CREATE TABLE iterations ("
+    "  job_id TEXT NOT NULL REFERENCES jobs(job_id),"
+    "  iteration INTEGER NOT NULL,"
+    "  rank INTEGER NOT NULL,"
+    "  time_unix_ms INTEGER NOT NULL,"
+    "  epoch REAL NOT NULL,"
+    "  loss REAL NOT NULL,"
+    "  train_accuracy REAL NOT NULL,"
+    "  test_accuracy REAL NOT NULL,"
+    "  density REAL NOT NULL,"
+    "  mask_drift INTEGER NOT NULL,"
+    "  bytes_intra INTEGER NOT NULL,"
+    "  bytes_inter INTEGER NOT NULL,"
+    "  bytes_inter_dense INTEGER NOT NULL,"
+    "  frozen INTEGER NOT NULL,"
+    "  has_phases INTEGER NOT NULL,"
+    "  local_s REAL NOT NULL, intra_s REAL NOT NULL, projection_s REAL NOT NULL,"
+    "  inter_s REAL NOT NULL, broadcast_s REAL NOT NULL, control_s REAL NOT NULL,"
+    "  PRIMARY KEY (job_id, iteration, rank));"
+    "CREATE TABLE iteration_layers ("
+    "  job_id TEXT NOT NULL,"
+    "  iteration INTEGER NOT NULL,"
+    "  rank INTEGER NOT NULL,"
+    "  layer INTEGER NOT NULL,"
+    "  name TEXT NOT NULL DEFAULT '',"
+    "  r_intra REAL NOT NULL, s_intra REAL NOT NULL, r_inter REAL NOT NULL, s_inter REAL NOT NULL,"
+    "  rho1 REAL NOT NULL, rho2 REAL NOT NULL, density REAL NOT NULL,"
+    "  theta_norm REAL NOT NULL, zi_norm REAL NOT NULL, z_norm REAL NOT NULL,"
+    "  u_norm REAL NOT NULL, v_norm REAL NOT NULL, numel INTEGER NOT NULL,"
+    "  PRIMARY KEY (job_id, iteration, rank, layer),"
+    "  FOREIGN KEY (job_id, iteration, rank) REFERENCES iterations(job_id, iteration, rank)"
+    "    ON DELETE CASCADE);"
+    /* Control: the penalties decided for the next iteration, per layer, and
+     * every decision returned (a retried report gets the same answer). */
+    "CREATE TABLE job_penalties ("
+    "  job_id TEXT NOT NULL REFERENCES jobs(job_id),"
+    "  layer INTEGER NOT NULL,"
+    "  rho1 REAL NOT NULL,"
+    "  rho2 REAL NOT NULL,"
+    "  PRIMARY KEY (job_id, layer));"
+    "CREATE TABLE decisions ("
+    "  job_id TEXT NOT NULL REFERENCES jobs(job_id),"
+    "  iteration INTEGER NOT NULL,"
+    "  decision BLOB NOT NULL,"                   /* packed prunex.v1.ControlDecision */
+    "  time_unix_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (job_id, iteration));";
+
+const px_store_migration_t coord_migrations[] = {
+    {1, coord_schema_v1},
+};
+const int coord_nmigrations = (int)(sizeof coord_migrations / sizeof coord_migrations[0]);

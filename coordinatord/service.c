@@ -1,0 +1,41 @@
+/* The methods pxcoordd serves: every RPC of prunex.v1.Coordinator and
+ * prunex.v1.Jobs, with the request type each one unpacks. */
+#include "coord.h"
+
+const px_rpc_method_t coord_methods[] = {
+    {PX_RPC_REGISTER_NODE, &prunex__v1__register_node_request__descriptor, PX_RPC_METHOD_UNARY,
+     coord_rpc_register_node},
+    {PX_RPC_HEARTBEAT, &prunex__v1__heartbeat_request__descriptor, PX_RPC_METHOD_UNARY,
+     coord_rpc_heartbeat},
+    {PX_RPC_WATCH_ASSIGNMENTS, &prunex__v1__watch_assignments_request__descriptor,
+     PX_RPC_METHOD_SERVER_STREAM, coord_rpc_watch_assignments},
+    {PX_RPC_KV_PUT, &prunex__v1__kv_put_request__descriptor, PX_RPC_METHOD_UNARY,
+     coord_rpc_kv_put},
+    {PX_RPC_KV_GET, &prunex__v1__kv_get_request__descriptor, PX_RPC_METHOD_UNARY,
+     coord_rpc_kv_get},
+    {PX_RPC_REPORT_ITERATION, &prunex__v1__iteration_report__descriptor, PX_RPC_METHOD_UNARY,
+     coord_rpc_report_iteration},
+    {PX_RPC_REPORT_RANK_EXIT, &prunex__v1__rank_exit__descriptor, PX_RPC_METHOD_UNARY,
+     coord_rpc_report_rank_exit},
+    {PX_RPC_SUBMIT_JOB, &prunex__v1__submit_job_request__descriptor, PX_RPC_METHOD_UNARY,
+     coord_rpc_submit_job},
+    {PX_RPC_GET_JOB, &prunex__v1__get_job_request__descriptor, PX_RPC_METHOD_UNARY,
+     coord_rpc_get_job},
+    {PX_RPC_LIST_JOBS, &prunex__v1__list_jobs_request__descriptor, PX_RPC_METHOD_UNARY,
+     coord_rpc_list_jobs},
+    {PX_RPC_CANCEL_JOB, &prunex__v1__cancel_job_request__descriptor, PX_RPC_METHOD_UNARY,
+     coord_rpc_cancel_job},
+    {PX_RPC_LIST_NODES, &prunex__v1__list_nodes_request__descriptor, PX_RPC_METHOD_UNARY,
+     coord_rpc_list_nodes},
+    {PX_RPC_GET_ITERATIONS, &prunex__v1__get_iterations_request__descriptor, PX_RPC_METHOD_UNARY,
+     coord_rpc_get_iterations},
+    {PX_RPC_WATCH_JOB, &prunex__v1__watch_job_request__descriptor, PX_RPC_METHOD_SERVER_STREAM,
+     coord_rpc_watch_job},
+};
+const int coord_nmethods = (int)(sizeof coord_methods / sizeof coord_methods[0]);
+
+void coord_fail_internal(coord_t *c, px_rpc_srv_call_t *call) {
+  px_store_rollback(c->db);
+  px_log(PX_LOG_ERROR, "%s: %s", px_rpc_srv_method(call), px_last_error());
+  px_rpc_srv_finish(call, PX_RPC_INTERNAL, "%s", px_last_error());
+}

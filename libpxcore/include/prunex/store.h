@@ -1,0 +1,117 @@
+/* SQLite helpers shared by the programs that keep state on disk: the
+ * coordinator's database and the agent's node-local metrics file.
+ *
+ * px_store_open opens (or creates) a database in WAL mode with a busy
+ * timeout, checks what it holds and brings its schema up to date through a
+ * list of numbered migrations; a database written by a newer program (a
+ * schema_version above the newest migration), or by another program (a
+ * different schema name), is refused with an error naming the file. Every
+ * SQLite error is converted at this boundary into a px_status_t whose message
+ * names the file, the operation and SQLite's own text.
+ *
+ * Handles are not thread-safe: one thread uses a store (and its statements)
+ * at a time. */
+#ifndef PRUNEX_STORE_H
+#define PRUNEX_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "prunex/px.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct px_store px_store_t;
+typedef struct px_store_stmt px_store_stmt_t;
+struct sqlite3;
+
+/* One schema step. Migration i must have version i + 1 (versions start at 1
+ * and are contiguous); its SQL (one or more statements) runs in the same
+ * transaction as the update of schema_version, so a step is applied wholly or
+ * not at all. */
+typedef struct {
+  int version;
+  const char *sql;
+} px_store_migration_t;
+
+typedef struct {
+  /* Name of the schema ("coordinator", "agent-metrics"); recorded in the
+   * schema_version table and checked on open. Required. */
+  const char *schema;
+  const px_store_migration_t *migrations;
+  int nmigrations;
+  int busy_timeout_ms;   /* 0: 5000 */
+  int quick_check;       /* run PRAGMA quick_check on open (finds corrupt pages) */
+  int create;            /* create the file when missing (else PX_ERR_IO) */
+} px_store_options_t;
+
+/* Opens path and migrates it to the newest version of opt->migrations.
+ * Errors (each message names the file): PX_ERR_IO (cannot open or create,
+ * read-only, disk full), PX_ERR_FORMAT (not a database, corrupt, newer
+ * schema, other program's schema), PX_ERR_INVALID (bad options or a failing
+ * migration's SQL). *out is owned by the caller (px_store_close). */
+px_status_t px_store_open(const char *path, const px_store_options_t *opt, px_store_t **out);
+
+/* Finalizes cached statements and closes the database. NULL is a no-op. */
+void px_store_close(px_store_t *s);
+
+/* The path given to px_store_open (owned by the store). */
+const char *px_store_path(const px_store_t *s);
+
+/* The schema version after open (the newest migration's version). */
+int px_store_schema_version(const px_store_t *s);
+
+/* The underlying connection, for programs that link SQLite themselves. */
+struct sqlite3 *px_store_sqlite(px_store_t *s);
+
+/* Runs one or more SQL statements that return no rows of interest. */
+px_status_t px_store_exec(px_store_t *s, const char *sql);
+
+/* Transactions: begin is BEGIN IMMEDIATE (takes the write lock at once, so
+ * a busy database fails here, not halfway through). rollback never fails. */
+px_status_t px_store_begin(px_store_t *s);
+px_status_t px_store_commit(px_store_t *s);
+void px_store_rollback(px_store_t *s);
+
+/* Rowid of the last INSERT, and the rows changed by the last statement. */
+int64_t px_store_last_insert_id(px_store_t *s);
+int px_store_changes(px_store_t *s);
+
+/* ---- prepared statements ------------------------------------------------
+ * px_store_stmt returns the statement for sql, prepared once and cached by
+ * the store (keyed by the text), reset and with its bindings cleared: do not
+ * finalize it. Parameters are numbered from 1, result columns from 0. */
+px_status_t px_store_stmt(px_store_t *s, const char *sql, px_store_stmt_t **out);
+
+px_status_t px_store_bind_int64(px_store_stmt_t *st, int idx, int64_t v);
+px_status_t px_store_bind_double(px_store_stmt_t *st, int idx, double v);
+/* Text and blobs are copied by SQLite (the caller keeps its buffer). */
+px_status_t px_store_bind_text(px_store_stmt_t *st, int idx, const char *v);
+px_status_t px_store_bind_blob(px_store_stmt_t *st, int idx, const void *v, size_t len);
+px_status_t px_store_bind_null(px_store_stmt_t *st, int idx);
+
+/* Steps the statement: 1 when a row is ready, 0 when done, negative on an
+ * error (converted, naming the file and the statement). */
+px_status_t px_store_step(px_store_stmt_t *st);
+
+/* Steps a statement that returns no rows (INSERT, UPDATE, ...) to its end. */
+px_status_t px_store_run(px_store_stmt_t *st);
+
+/* Column accessors for the current row. Text and blobs are owned by the
+ * statement and valid until the next step or reset; text is never NULL
+ * ("" for NULL), a NULL or empty blob gives NULL with *len 0. */
+int64_t px_store_column_int64(px_store_stmt_t *st, int col);
+double px_store_column_double(px_store_stmt_t *st, int col);
+const char *px_store_column_text(px_store_stmt_t *st, int col);
+const void *px_store_column_blob(px_store_stmt_t *st, int col, size_t *len);
+int px_store_column_is_null(px_store_stmt_t *st, int col);
+
+/* Resets the statement so that it can be stepped again (bindings kept). */
+void px_store_reset(px_store_stmt_t *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
