@@ -1,0 +1,168 @@
+/* Job specs: the YAML a user writes (the .yaml files in examples/), parsed into the
+ * prunex.v1.JobSpec message that travels to the coordinator and the workers,
+ * checked so that a bad spec is refused before it is submitted, and written
+ * back as canonical YAML for records and `pxctl status --json`.
+ *
+ * ---- the schema -------------------------------------------------------------
+ * A spec is one YAML mapping. Keys are the proto field names
+ * (proto/prunex.proto, JobSpec and its sub-messages). Every key is optional
+ * and every field has the default shown; a key whose value is empty, `~` or
+ * `null` takes its default, and so does a section left empty (`prune:`).
+ * Unknown keys, duplicate keys and values of the wrong type are errors.
+ *
+ *   name: STRING            file name without .yaml ("job" without a file);
+ *                           1..128 bytes, no '/' or control characters
+ *   strategy: hsadmm        hsadmm | hsadmm-flat | ddp | topk
+ *   output_dir: ""          "": the program running the job chooses
+ *   model:
+ *     name: resnet20        px_model_arch_list(): resnet20 resnet32 resnet56
+ *                           resnet18 resnet34 resnet50 resnet101 resnet152 wrn50_2
+ *     in_channels: 0        0: from the data set, else must match it
+ *     num_classes: 0        0: from the data set, else must match it (>= 2)
+ *   dataset:
+ *     name: fashion-mnist   fashion-mnist | cifar10 | synthetic
+ *     path: ""              "": the data set's default directory
+ *                           (fashion-mnist: /usr/share/datasets/fashion-mnist;
+ *                           cifar10 has none and needs a path)
+ *     augment: true         random crop + horizontal flip of training images
+ *     crop_padding: 4       0..32 pixels
+ *     flip: true
+ *   cluster:
+ *     nodes: 1              M >= 1
+ *     workers_per_node: 1   P >= 1 (M * P <= 2^20)
+ *     device: auto          auto | cpu | cuda
+ *     threads_per_worker: 0 0: cores / P
+ *   train:
+ *     epochs: 1             >= 1: passes over the training set (the budget)
+ *     batch_size: 128       >= 1, per worker
+ *     lr: 0.1               > 0, peak learning rate
+ *     momentum: 0.9         [0, 1)
+ *     nesterov: false       needs momentum > 0
+ *     weight_decay: 5e-4    >= 0
+ *     local_epochs: 1       >= 0: H-SADMM local epochs per outer iteration
+ *     local_steps: 0        >= 0: local SGD steps per outer iteration; when
+ *                           > 0 it wins over local_epochs. hsadmm and
+ *                           hsadmm-flat need one of the two > 0, and
+ *                           local_epochs <= epochs when it is the one used
+ *     seed: 1               any unsigned 64-bit integer
+ *     lr_schedule: cosine   constant | cosine | step
+ *   prune:                  fractions of groups kept, in [0, 1]; 1: off
+ *     filter_keep: 1.0
+ *     channel_keep: 1.0
+ *     shape_keep: 1.0
+ *     skip_layers: []       parameter names never pruned, e.g. [conv1.weight]
+ *   admm:
+ *     rho1: 1e-3            > 0, initial intra-node penalty
+ *     rho2: 1e-3            > 0, initial inter-node penalty
+ *     max_iterations: (derived)  >= 1. Absent: the outer iterations that
+ *                           spend train.epochs of data:
+ *                           ceil(epochs / local_epochs) when local_steps is 0,
+ *                           else ceil(epochs * S / local_steps) with S the
+ *                           steps per epoch of one worker,
+ *                           floor(floor(n / (M * P)) / batch_size) (at least
+ *                           1), n = 60000 (fashion-mnist), 50000 (cifar10),
+ *                           10 * batch_size (synthetic)
+ *     adaptive_rho: true    residual balancing (Boyd 3.4.1)
+ *     mu: 10                > 1
+ *     tau: 2                > 1
+ *     rho_max: 1e4          > 0 and >= rho1, rho2
+ *     freeze_on_stable: 3   >= 0 (0: never)
+ *     freeze_iteration: 0   >= 0 (0: never)
+ *     eps_abs: 1e-4         >= 0
+ *     eps_rel: 1e-3         >= 0
+ *   comm:
+ *     bucket_bytes: 32MiB   a positive multiple of 4, at most 1 GiB; an
+ *                           integer or a size with a unit: B, KB, MB, GB
+ *                           (powers of 1000), KiB, MiB, GiB (powers of 1024),
+ *                           e.g. 33554432, 32MiB, 4KB, 0.5 MiB
+ *     timeout_ms: 60000     >= 1, collective timeout
+ *     backend: auto         auto | ucx | nccl (nccl needs device auto or cuda)
+ *     topk_ratio: 0.01      (0, 1], topk: fraction of gradient entries sent
+ *
+ * Booleans are true/false/yes/no/on/off (any case). Integers are decimal.
+ *
+ * ---- errors -----------------------------------------------------------------
+ * Every error sets px_last_error() to "FILE:LINE:COLUMN: FIELD: what is
+ * wrong", e.g.
+ *   examples/bad.yaml:7:3: train.batch_size: expected a positive integer, got 'abc'
+ *   examples/bad.yaml:12:1: unknown key 'trian' at top level (did you mean 'train'?)
+ * at the offending key: the list item for list entries, libyaml's report
+ * for syntax errors, and for a rule across fields the first of its fields
+ * written in the file (else its section). A missing or unreadable file
+ * gives PX_ERR_IO naming the path; everything else PX_ERR_INVALID.
+ *
+ * ---- memory -----------------------------------------------------------------
+ * Specs returned here are built with malloc, protobuf-c's default allocator,
+ * exactly like a JobSpec from prunex__v1__job_spec__unpack(NULL, ...), so
+ * px_jobspec_free and protobuf_c_message_free_unpacked(&spec->base, NULL)
+ * free either kind (they are not counted by px_mem_stats; the YAML text
+ * px_jobspec_to_yaml returns is, and goes back with px_free). The functions are thread-safe (no shared state besides
+ * the calling thread's last error). */
+#ifndef PRUNEX_JOBSPEC_H
+#define PRUNEX_JOBSPEC_H
+
+#include <stddef.h>
+
+#include "prunex.pb-c.h"
+#include "prunex/px.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Reads, parses and validates the spec in the file at path. On success the
+ * caller owns *out (px_jobspec_free); on failure *out is NULL and nothing is
+ * allocated. Fails with PX_ERR_IO (cannot open or read path, named in the
+ * message), PX_ERR_INVALID (syntax, schema or semantic error, the message
+ * names file, line, column and field; also a file over 1 MiB or a NULL
+ * argument), PX_ERR_NOMEM. */
+px_status_t px_jobspec_parse_file(const char *path, Prunex__V1__JobSpec **out);
+
+/* The same for len bytes at text (need not be NUL-terminated);
+ * name_for_errors is the file name the messages carry and the source of the
+ * default job name (NULL: "<string>" in messages, "job" as the name). */
+px_status_t px_jobspec_parse_string(const char *text, size_t len, const char *name_for_errors,
+                                    Prunex__V1__JobSpec **out);
+
+/* Frees a spec from this module or from protobuf-c's unpack with the
+ * default allocator (sections, strings, lists included). NULL is a no-op. */
+void px_jobspec_free(Prunex__V1__JobSpec *spec);
+
+/* Semantic checks of a complete spec, the ones parsing applies: every
+ * section present, every field in range, names known, and the cross-field
+ * rules of the schema above. For specs that arrive over the wire; the
+ * message reads "job spec: FIELD: ...". Returns PX_OK or PX_ERR_INVALID; the
+ * spec is not changed. A spec from a client that leaves fields at their
+ * proto zero fails here: call px_jobspec_fill_defaults first. */
+px_status_t px_jobspec_validate(const Prunex__V1__JobSpec *spec);
+
+/* Completes a spec that may have come from a client that did not use this
+ * parser: adds every missing section with all its defaults, and within the
+ * sections present replaces each proto-zero value that is not a legal
+ * setting (nodes 0, lr 0, device "", strategy unspecified, max_iterations 0,
+ * ...) by its default. Zeros that are legal settings stay as they are,
+ * including booleans (augment, flip, adaptive_rho false) and keeps (a keep of
+ * 0 prunes every group), which proto3 cannot tell from "unset". The spec
+ * must own its memory the way protobuf-c's unpack builds it (malloc'd
+ * strings and sections, as from prunex__v1__job_spec__unpack(NULL, ...)):
+ * replaced strings are freed, added ones malloc'd. Fails with PX_ERR_NOMEM
+ * (the spec is then partly filled but still valid to free) or
+ * PX_ERR_INVALID (NULL). */
+px_status_t px_jobspec_fill_defaults(Prunex__V1__JobSpec *spec);
+
+/* Writes spec as canonical YAML: every key of the schema in a fixed order,
+ * strings double-quoted, numbers in their shortest exact form, sizes in
+ * bytes, no comments. Parsing the text gives back an equal spec for any
+ * spec that px_jobspec_validate accepts; sections absent from spec are
+ * written with the proto zero values. The caller owns *out (px_free).
+ * Fails with PX_ERR_INVALID (NULL argument) or PX_ERR_NOMEM. */
+px_status_t px_jobspec_to_yaml(const Prunex__V1__JobSpec *spec, char **out);
+
+/* "hsadmm", "hsadmm-flat", "ddp", "topk", or "unspecified" for any other
+ * value; a static string. */
+const char *px_jobspec_strategy_name(Prunex__V1__Strategy s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,567 @@
+/* Job spec YAML to prunex.v1.JobSpec. libyaml composes the document (so
+ * syntax errors come with its positions), then one walk over the top-level
+ * mapping and the section mappings fills a spec that starts with every
+ * default, refusing unknown and duplicate keys, wrong node types and values
+ * out of range at the key they belong to, and finally the cross-field
+ * checks run with the position of every key that was written. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <yaml.h>
+
+#include "jobspec/jobspec_int.h"
+#include "prunex/jobspec.h"
+#include "prunex/nn.h"
+#include "px_check.h"
+
+/* A job spec is a few KiB; anything this large is the wrong file. */
+#define PX__JS_MAX_FILE (1u << 20)
+
+typedef struct {
+  px__js_where_t w;
+  yaml_document_t *doc;
+  Prunex__V1__JobSpec *spec;
+  const char *name;          /* name_for_errors as given (may be NULL) */
+  int given[PX__JS_MAX_FIELDS]; /* a non-null value was written */
+} px__js_parse_t;
+
+static px__js_mark_t px__js_at(const yaml_node_t *n) {
+  return (px__js_mark_t){n->start_mark.line + 1, n->start_mark.column + 1};
+}
+
+static const char *px__js_node_kind(const yaml_node_t *n) {
+  switch (n->type) {
+    case YAML_MAPPING_NODE: return "a mapping";
+    case YAML_SEQUENCE_NODE: return "a list";
+    default: return "a scalar";
+  }
+}
+
+/* Empty, ~ and null (plain, not quoted) mean "the default". */
+static int px__js_is_null(const yaml_node_t *n) {
+  if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return 0;
+  const char *s = (const char *)n->data.scalar.value;
+  size_t len = n->data.scalar.length;
+  return len == 0 || (len == 1 && s[0] == '~') ||
+         (len == 4 && (!memcmp(s, "null", 4) || !memcmp(s, "Null", 4) || !memcmp(s, "NULL", 4)));
+}
+
+/* The scalar's text for a message: at most 40 characters, non-printable
+ * bytes shown as '?'. */
+static const char *px__js_quote(const char *s, char *buf, size_t cap) {
+  size_t n = 0, i = 0;
+  for (; s[i] && n + 4 < cap && i < 40; i++)
+    buf[n++] = (s[i] >= 0x20 && s[i] < 0x7f) || (unsigned char)s[i] >= 0x80 ? s[i] : '?';
+  if (s[i] && n + 4 <= cap) {
+    memcpy(buf + n, "...", 3);
+    n += 3;
+  }
+  buf[n] = '\0';
+  return buf;
+}
+
+/* ---- scalars ----------------------------------------------------------------- */
+
+static int px__js_int(const char *s, int is_unsigned, px__js_value_t *v) {
+  const char *p = s;
+  if (*p == '+' || (*p == '-' && !is_unsigned)) p++;
+  if (!*p) return 0;
+  for (const char *q = p; *q; q++)
+    if (!isdigit((unsigned char)*q)) return 0;
+  errno = 0;
+  char *end;
+  if (is_unsigned) {
+    unsigned long long u = strtoull(s, &end, 10);
+    if (errno || *end) return 0;
+    v->u = u;
+    v->is_unsigned = 1;
+  } else {
+    long long i = strtoll(s, &end, 10);
+    if (errno || *end) return 0;
+    v->i = i;
+  }
+  return 1;
+}
+
+static int px__js_double(const char *s, double *out) {
+  /* decimal notation only: no hex floats, inf or nan words */
+  if (!*s) return 0;
+  for (const char *q = s; *q; q++)
+    if (!strchr("0123456789+-.eE", *q)) return 0;
+  errno = 0;
+  char *end;
+  double d = strtod(s, &end);
+  if (end == s || *end || errno == ERANGE || !isfinite(d)) return 0;
+  *out = d;
+  return 1;
+}
+
+static int px__js_bool(const char *s, int64_t *out) {
+  static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
+  for (int i = 0; i < 3; i++) {
+    if (!strcasecmp(s, yes[i])) return (*out = 1), 1;
+    if (!strcasecmp(s, no[i])) return (*out = 0), 1;
+  }
+  return 0;
+}
+
+/* "33554432", "32MiB", "4 KB", "0.5GiB": a whole number of bytes. */
+static int px__js_size(const char *s, int64_t *out) {
+  size_t i = 0, digits = 0;
+  while (isdigit((unsigned char)s[i])) i++, digits++;
+  if (s[i] == '.') {
+    i++;
+    while (isdigit((unsigned char)s[i])) i++, digits++;
+  }
+  if (!digits || i > 24) return 0;
+  char num[32];
+  memcpy(num, s, i);
+  num[i] = '\0';
+  double x = strtod(num, NULL);
+  const char *u = s + i;
+  while (*u == ' ') u++;
+  static const struct {
+    const char *unit;
+    double mult;
+  } units[] = {{"", 1},         {"B", 1},          {"KB", 1e3},          {"MB", 1e6},
+               {"GB", 1e9},     {"KiB", 1024.0},   {"MiB", 1048576.0},   {"GiB", 1073741824.0}};
+  for (size_t k = 0; k < sizeof units / sizeof units[0]; k++) {
+    if (strcasecmp(u, units[k].unit) != 0) continue;
+    if (!units[k].unit[0] && u != s + i) return 0; /* "32 " */
+    x *= units[k].mult;
+    if (x > 9007199254740992.0 || x != floor(x)) return 0;
+    *out = (int64_t)x;
+    return 1;
+  }
+  return 0;
+}
+
+/* ---- suggestions --------------------------------------------------------------- */
+
+static int px__js_close(const char *typed, const char *known) {
+  size_t n = strlen(known);
+  int limit = n >= 9 ? 3 : n >= 6 ? 2 : 1;
+  return px__js_distance(typed, known) <= limit;
+}
+
+/* " (did you mean 'x'?)" for the closest of the '|' or ' ' separated words. */
+static void px__js_suggest_word(const char *typed, const char *words, char sep, char *buf,
+                                size_t cap) {
+  buf[0] = '\0';
+  int best = 1 << 20;
+  char word[64], pick[64] = "";
+  for (const char *p = words; *p;) {
+    const char *e = strchr(p, sep);
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    if (n < sizeof word) {
+      memcpy(word, p, n);
+      word[n] = '\0';
+      int d = px__js_distance(typed, word);
+      if (d < best && px__js_close(typed, word)) {
+        best = d;
+        memcpy(pick, word, n + 1);
+      }
+    }
+    if (!e) break;
+    p = e + 1;
+  }
+  if (pick[0]) snprintf(buf, cap, " (did you mean '%s'?)", pick);
+}
+
+/* For an unknown key in section sec (PX__JS_TOP: top level): the closest key
+ * there, else the same key in another section, else the list of keys. */
+static void px__js_suggest_key(int sec, const char *typed, char *buf, size_t cap) {
+  char words[512] = "";
+  size_t n = 0;
+  for (int i = 0; i < px__js_nfields; i++)
+    if (px__js_fields[i].section == sec)
+      n += (size_t)snprintf(words + n, sizeof words - n, "%s%s", n ? " " : "",
+                            px__js_fields[i].key);
+  if (sec == PX__JS_TOP)
+    for (int s = 0; s < px__js_nsections; s++)
+      n += (size_t)snprintf(words + n, sizeof words - n, " %s", px__js_sections[s].key);
+  px__js_suggest_word(typed, words, ' ', buf, cap);
+  if (buf[0]) return;
+  char path[64];
+  for (int i = 0; i < px__js_nfields; i++) {
+    if (px__js_fields[i].section != sec && !strcmp(px__js_fields[i].key, typed)) {
+      if (px__js_fields[i].section == PX__JS_TOP)
+        snprintf(buf, cap, " ('%s' is a top-level key, not part of %s)", typed,
+                 px__js_sections[sec].key);
+      else snprintf(buf, cap, " (did you mean '%s'?)", px__js_path(i, path, sizeof path));
+      return;
+    }
+  }
+  if (sec != PX__JS_TOP && px__js_section_find(typed) >= 0) {
+    snprintf(buf, cap, " (did you mean the top-level section '%s'?)", typed);
+    return;
+  }
+  snprintf(buf, cap, " (known keys: ");
+  for (const char *p = words; *p; p++) {
+    size_t len = strlen(buf);
+    if (len + 3 >= cap) break;
+    if (*p == ' ') snprintf(buf + len, cap - len, ", ");
+    else snprintf(buf + len, cap - len, "%c", *p);
+  }
+  size_t len = strlen(buf);
+  if (len + 2 < cap) snprintf(buf + len, cap - len, ")");
+}
+
+/* ---- the walk ---------------------------------------------------------------------- */
+
+static px_status_t px__js_key(px__js_parse_t *P, const yaml_node_t *k, const char **out) {
+  px__js_mark_t m = px__js_at(k);
+  if (k->type != YAML_SCALAR_NODE)
+    return px__js_fail(PX_ERR_INVALID, &P->w, &m, "a key must be a plain name, got %s",
+                       px__js_node_kind(k));
+  *out = (const char *)k->data.scalar.value;
+  if (strlen(*out) != k->data.scalar.length)
+    return px__js_fail(PX_ERR_INVALID, &P->w, &m, "a key contains a NUL character");
+  return PX_OK;
+}
+
+static px_status_t px__js_list(px__js_parse_t *P, int fi, const yaml_node_t *key,
+                               const yaml_node_t *val) {
+  char path[64], q[64];
+  px__js_mark_t km = px__js_at(key);
+  px__js_path(fi, path, sizeof path);
+  if (val->type != YAML_SEQUENCE_NODE) {
+    if (val->type == YAML_SCALAR_NODE)
+      return px__js_fail(PX_ERR_INVALID, &P->w, &km,
+                         "%s: expected a list of parameter names (e.g. [conv1.weight]), got '%s'",
+                         path, px__js_quote((const char *)val->data.scalar.value, q, sizeof q));
+    return px__js_fail(PX_ERR_INVALID, &P->w, &km,
+                       "%s: expected a list of parameter names, got %s", path,
+                       px__js_node_kind(val));
+  }
+  size_t n = (size_t)(val->data.sequence.items.top - val->data.sequence.items.start);
+  char **items = calloc(n ? n : 1, sizeof *items);
+  if (!items) return px_set_error(PX_ERR_NOMEM, "job spec: out of memory");
+  px_status_t st = PX_OK;
+  size_t got = 0;
+  for (; got < n; got++) {
+    yaml_node_t *it = yaml_document_get_node(P->doc, val->data.sequence.items.start[got]);
+    px__js_mark_t im = px__js_at(it);
+    if (it->type != YAML_SCALAR_NODE || px__js_is_null(it)) {
+      st = px__js_fail(PX_ERR_INVALID, &P->w, &im,
+                       "%s[%zu]: expected a parameter name (e.g. conv1.weight), got %s", path, got,
+                       it->type == YAML_SCALAR_NODE ? "nothing" : px__js_node_kind(it));
+      break;
+    }
+    const char *s = (const char *)it->data.scalar.value;
+    if (strlen(s) != it->data.scalar.length) {
+      st = px__js_fail(PX_ERR_INVALID, &P->w, &im, "%s[%zu]: contains a NUL character", path, got);
+      break;
+    }
+    items[got] = px__js_strndup(s, strlen(s));
+    if (!items[got]) {
+      st = px_set_error(PX_ERR_NOMEM, "job spec: out of memory");
+      break;
+    }
+    char why[160];
+    int bad = px__js_list_bad(items, got + 1, why, sizeof why);
+    if (bad >= 0) {
+      got++;
+      st = px__js_fail(PX_ERR_INVALID, &P->w, &im, "%s[%d]: %s", path, bad, why);
+      break;
+    }
+  }
+  if (st != PX_OK) {
+    for (size_t i = 0; i < got; i++) free(items[i]);
+    free(items);
+    return st;
+  }
+  Prunex__V1__PruneSpec *pr = P->spec->prune; /* the only list of the schema */
+  for (size_t i = 0; i < pr->n_skip_layers; i++) free(pr->skip_layers[i]);
+  free(pr->skip_layers);
+  pr->skip_layers = items;
+  pr->n_skip_layers = n;
+  P->given[fi] = 1;
+  return PX_OK;
+}
+
+static px_status_t px__js_field(px__js_parse_t *P, int fi, const yaml_node_t *key,
+                                const yaml_node_t *val) {
+  const px__js_field_t *f = &px__js_fields[fi];
+  char path[64], exp[256], q[64], hint[96] = "";
+  px__js_mark_t km = px__js_at(key);
+  px__js_path(fi, path, sizeof path);
+  if (px__js_is_null(val)) return PX_OK;
+  if (f->kind == PX__JS_STRLIST) return px__js_list(P, fi, key, val);
+  if (val->type != YAML_SCALAR_NODE)
+    return px__js_fail(PX_ERR_INVALID, &P->w, &km, "%s: expected %s, got %s", path,
+                       px__js_expected(fi, exp, sizeof exp), px__js_node_kind(val));
+  const char *text = (const char *)val->data.scalar.value;
+  if (strlen(text) != val->data.scalar.length)
+    return px__js_fail(PX_ERR_INVALID, &P->w, &km, "%s: the value contains a NUL character", path);
+  const ProtobufCFieldDescriptor *fd = px__js_fd(fi);
+  if (!fd) return px_set_error(PX_ERR_INTERNAL, "job spec: %s is not in the proto", path);
+  px__js_value_t v = {0};
+  int ok = 1;
+  switch (f->kind) {
+    case PX__JS_INT: ok = px__js_int(text, fd->type == PROTOBUF_C_TYPE_UINT64, &v); break;
+    case PX__JS_SIZE: ok = px__js_size(text, &v.i); break;
+    case PX__JS_DOUBLE: ok = px__js_double(text, &v.d); break;
+    case PX__JS_BOOL: ok = px__js_bool(text, &v.i); break;
+    case PX__JS_STRATEGY:
+      for (int s = 1; s <= 4; s++)
+        if (!strcmp(text, px_jobspec_strategy_name((Prunex__V1__Strategy)s))) v.i = s;
+      if (!v.i) px__js_suggest_word(text, "hsadmm hsadmm-flat ddp topk", ' ', hint, sizeof hint);
+      break;
+    case PX__JS_CHOICE:
+      v.s = text;
+      if (!px__js_value_ok(fi, &v)) px__js_suggest_word(text, f->choices, '|', hint, sizeof hint);
+      break;
+    case PX__JS_MODEL:
+      v.s = text;
+      if (!px__js_value_ok(fi, &v))
+        px__js_suggest_word(text, px_model_arch_list(), ' ', hint, sizeof hint);
+      break;
+    default: v.s = text; break;
+  }
+  if (!ok || !px__js_value_ok(fi, &v))
+    return px__js_fail(PX_ERR_INVALID, &P->w, &km, "%s: expected %s, got '%s'%s", path,
+                       px__js_expected(fi, exp, sizeof exp), px__js_quote(text, q, sizeof q),
+                       hint);
+  PX_CHECK(px__js_set(px__js_msg(P->spec, fi), fi, &v));
+  P->given[fi] = 1;
+  return PX_OK;
+}
+
+static px_status_t px__js_duplicate(px__js_parse_t *P, const yaml_node_t *k, const char *what,
+                                    const px__js_mark_t *first) {
+  px__js_mark_t m = px__js_at(k);
+  return px__js_fail(PX_ERR_INVALID, &P->w, &m, "duplicate key '%s' (first at line %zu)", what,
+                     first->line);
+}
+
+static px_status_t px__js_section(px__js_parse_t *P, int s, const yaml_node_t *key,
+                                  const yaml_node_t *val) {
+  const char *skey = px__js_sections[s].key;
+  if (px__js_is_null(val)) return PX_OK;
+  if (val->type != YAML_MAPPING_NODE) {
+    px__js_mark_t km = px__js_at(key);
+    char q[64];
+    if (val->type == YAML_SCALAR_NODE)
+      return px__js_fail(PX_ERR_INVALID, &P->w, &km,
+                         "%s: expected a mapping of %s settings, got '%s'", skey, skey,
+                         px__js_quote((const char *)val->data.scalar.value, q, sizeof q));
+    return px__js_fail(PX_ERR_INVALID, &P->w, &km, "%s: expected a mapping of %s settings, got %s",
+                       skey, skey, px__js_node_kind(val));
+  }
+  for (yaml_node_pair_t *p = val->data.mapping.pairs.start; p < val->data.mapping.pairs.top; p++) {
+    yaml_node_t *k = yaml_document_get_node(P->doc, p->key);
+    yaml_node_t *v = yaml_document_get_node(P->doc, p->value);
+    const char *name;
+    PX_CHECK(px__js_key(P, k, &name));
+    int fi = -1;
+    for (int i = 0; i < px__js_nfields; i++)
+      if (px__js_fields[i].section == s && !strcmp(px__js_fields[i].key, name)) fi = i;
+    if (fi < 0) {
+      char hint[384], q[64];
+      px__js_mark_t m = px__js_at(k);
+      px__js_suggest_key(s, name, hint, sizeof hint);
+      return px__js_fail(PX_ERR_INVALID, &P->w, &m, "unknown key '%s' in %s%s",
+                         px__js_quote(name, q, sizeof q), skey, hint);
+    }
+    char path[64];
+    if (P->w.field[fi].line)
+      return px__js_duplicate(P, k, px__js_path(fi, path, sizeof path), &P->w.field[fi]);
+    P->w.field[fi] = px__js_at(k);
+    PX_CHECK(px__js_field(P, fi, k, v));
+  }
+  return PX_OK;
+}
+
+static px_status_t px__js_top(px__js_parse_t *P, const yaml_node_t *root) {
+  px__js_mark_t rm = px__js_at(root);
+  /* an empty document: point at its start ("---"), not past it */
+  px__js_mark_t dm = {P->doc->start_mark.line + 1, P->doc->start_mark.column + 1};
+  if (px__js_is_null(root))
+    return px__js_fail(PX_ERR_INVALID, &P->w, &dm,
+                       "the job spec is empty (expected a mapping with model, dataset, cluster, "
+                       "strategy, train, ...; {} takes every default)");
+  if (root->type != YAML_MAPPING_NODE)
+    return px__js_fail(PX_ERR_INVALID, &P->w, &rm,
+                       "expected a mapping at top level (model:, dataset:, ...), got %s",
+                       px__js_node_kind(root));
+  for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
+       p++) {
+    yaml_node_t *k = yaml_document_get_node(P->doc, p->key);
+    yaml_node_t *v = yaml_document_get_node(P->doc, p->value);
+    const char *name;
+    PX_CHECK(px__js_key(P, k, &name));
+    int s = px__js_section_find(name);
+    if (s >= 0) {
+      if (P->w.section[s].line) return px__js_duplicate(P, k, name, &P->w.section[s]);
+      P->w.section[s] = px__js_at(k);
+      PX_CHECK(px__js_section(P, s, k, v));
+      continue;
+    }
+    int fi = -1;
+    for (int i = 0; i < px__js_nfields; i++)
+      if (px__js_fields[i].section == PX__JS_TOP && !strcmp(px__js_fields[i].key, name)) fi = i;
+    if (fi < 0) {
+      char hint[384], q[64];
+      px__js_mark_t m = px__js_at(k);
+      px__js_suggest_key(PX__JS_TOP, name, hint, sizeof hint);
+      return px__js_fail(PX_ERR_INVALID, &P->w, &m, "unknown key '%s' at top level%s",
+                         px__js_quote(name, q, sizeof q), hint);
+    }
+    if (P->w.field[fi].line) return px__js_duplicate(P, k, name, &P->w.field[fi]);
+    P->w.field[fi] = px__js_at(k);
+    PX_CHECK(px__js_field(P, fi, k, v));
+  }
+  return PX_OK;
+}
+
+/* The default job name: the file's name without directory and .yaml/.yml,
+ * when that is a plain name; else "job". */
+static px_status_t px__js_default_name(px__js_parse_t *P) {
+  char stem[129] = "job";
+  if (P->name) {
+    const char *b = strrchr(P->name, '/');
+    b = b ? b + 1 : P->name;
+    size_t n = strlen(b);
+    if (n > 5 && !strcmp(b + n - 5, ".yaml")) n -= 5;
+    else if (n > 4 && !strcmp(b + n - 4, ".yml")) n -= 4;
+    int plain = n >= 1 && n < sizeof stem;
+    for (size_t i = 0; plain && i < n; i++)
+      plain = isalnum((unsigned char)b[i]) || b[i] == '-' || b[i] == '_' || b[i] == '.';
+    if (plain) {
+      memcpy(stem, b, n);
+      stem[n] = '\0';
+    }
+  }
+  px__js_value_t v = {.s = stem};
+  return px__js_set(P->spec, px__js_find("name"), &v);
+}
+
+static px_status_t px__js_yaml_error(px__js_parse_t *P, const yaml_parser_t *yp, const char *text,
+                                     size_t len) {
+  if (yp->error == YAML_MEMORY_ERROR)
+    return px_set_error(PX_ERR_NOMEM, "%s: out of memory parsing YAML", P->w.file);
+  px__js_mark_t m = {yp->problem_mark.line + 1, yp->problem_mark.column + 1};
+  char extra[160] = "";
+  if (yp->error == YAML_READER_ERROR) {
+    /* the reader reports a byte offset, not a mark */
+    m = (px__js_mark_t){1, 1};
+    for (size_t i = 0; i < yp->problem_offset && i < len; i++) {
+      if (text[i] == '\n') m.line++, m.col = 1;
+      else m.col++;
+    }
+    if (yp->problem_value != -1) snprintf(extra, sizeof extra, " (byte 0x%02X)", yp->problem_value);
+  } else if (yp->problem_mark.index < len && text[yp->problem_mark.index] == '\t') {
+    snprintf(extra, sizeof extra, " (a tab: YAML indents with spaces only)");
+  } else if (yp->context) {
+    snprintf(extra, sizeof extra, " (%s at line %zu, column %zu)", yp->context,
+             yp->context_mark.line + 1, yp->context_mark.column + 1);
+  }
+  return px__js_fail(PX_ERR_INVALID, &P->w, &m, "YAML syntax error: %s%s",
+                     yp->problem ? yp->problem : "malformed input", extra);
+}
+
+px_status_t px_jobspec_parse_string(const char *text, size_t len, const char *name_for_errors,
+                                    Prunex__V1__JobSpec **out) {
+  PX_REQUIRE(out, "px_jobspec_parse_string: NULL out");
+  *out = NULL;
+  PX_REQUIRE(text || len == 0, "px_jobspec_parse_string: NULL text");
+  if (!text) text = "";
+  px__js_parse_t P;
+  memset(&P, 0, sizeof P);
+  P.w.file = name_for_errors ? name_for_errors : "<string>";
+  P.name = name_for_errors;
+  if (len > PX__JS_MAX_FILE)
+    return px__js_fail(PX_ERR_INVALID, &P.w, NULL,
+                       "%zu bytes is larger than a job spec may be (1 MiB)", len);
+
+  yaml_parser_t yp;
+  yaml_document_t doc, extra;
+  int have_doc = 0;
+  px_status_t st = PX_OK;
+  if (!yaml_parser_initialize(&yp))
+    return px_set_error(PX_ERR_NOMEM, "%s: cannot create a YAML parser", P.w.file);
+  yaml_parser_set_input_string(&yp, (const unsigned char *)text, len);
+  if (!yaml_parser_load(&yp, &doc)) {
+    st = px__js_yaml_error(&P, &yp, text, len);
+    goto done;
+  }
+  have_doc = 1;
+  P.doc = &doc;
+  yaml_node_t *root = yaml_document_get_root_node(&doc);
+  if (!root) {
+    st = px__js_fail(PX_ERR_INVALID, &P.w, NULL,
+                     "the job spec is empty (expected a mapping with model, dataset, cluster, "
+                     "strategy, train, ...; {} takes every default)");
+    goto done;
+  }
+  /* One document only: a second one is almost surely a pasting mistake (a
+   * trailing empty document, "---" at the end, is tolerated). */
+  if (!yaml_parser_load(&yp, &extra)) {
+    st = px__js_yaml_error(&P, &yp, text, len);
+    goto done;
+  }
+  yaml_node_t *second = yaml_document_get_root_node(&extra);
+  if (second && !px__js_is_null(second)) {
+    px__js_mark_t m = {extra.start_mark.line + 1, extra.start_mark.column + 1};
+    yaml_document_delete(&extra);
+    st = px__js_fail(PX_ERR_INVALID, &P.w, &m,
+                     "a second YAML document: a job spec is one mapping (remove the '---')");
+    goto done;
+  }
+  yaml_document_delete(&extra);
+
+  PX_CHECK_GOTO(px__js_new_default(&P.spec), st, done);
+  PX_CHECK_GOTO(px__js_top(&P, root), st, done);
+  if (!P.given[px__js_find("name")]) PX_CHECK_GOTO(px__js_default_name(&P), st, done);
+  if (!P.given[px__js_find("admm.max_iterations")])
+    P.spec->admm->max_iterations = px__js_derive_max_iterations(P.spec);
+  PX_CHECK_GOTO(px__js_check(P.spec, &P.w), st, done);
+  *out = P.spec;
+  P.spec = NULL;
+
+done:
+  if (have_doc) yaml_document_delete(&doc);
+  yaml_parser_delete(&yp);
+  px_jobspec_free(P.spec);
+  return st;
+}
+
+px_status_t px_jobspec_parse_file(const char *path, Prunex__V1__JobSpec **out) {
+  PX_REQUIRE(out, "px_jobspec_parse_file: NULL out");
+  *out = NULL;
+  PX_REQUIRE(path, "px_jobspec_parse_file: NULL path");
+  FILE *f = fopen(path, "rb");
+  if (!f) return px_set_error(PX_ERR_IO, "%s: cannot open the job spec: %s", path, strerror(errno));
+  char *buf = NULL;
+  size_t len = 0;
+  px_status_t st = PX_OK;
+  for (;;) {
+    char *nb = px_realloc(buf, len + 65536 + 1, "jobspec.file");
+    if (!nb) {
+      st = PX_ERR_NOMEM;
+      break;
+    }
+    buf = nb;
+    size_t got = fread(buf + len, 1, 65536, f);
+    len += got;
+    if (got < 65536) {
+      if (ferror(f)) st = px_set_error(PX_ERR_IO, "%s: cannot read the job spec: %s", path,
+                                       strerror(errno));
+      break;
+    }
+    if (len > PX__JS_MAX_FILE) {
+      st = px_set_error(PX_ERR_INVALID, "%s: larger than a job spec may be (1 MiB)", path);
+      break;
+    }
+  }
+  fclose(f);
+  if (st == PX_OK) st = px_jobspec_parse_string(buf, len, path, out);
+  px_free(buf);
+  return st;
+}
