@@ -73,7 +73,7 @@ struct px_model {
   px_tensor_t *gbufs;        /* shared gradient buffers (u8 specs) */
   int ngbufs;
   px_arena_t a_params, a_grads, a_bufs, a_acts, a_gacts;
-  px_tensor_t flat_params, flat_grads;
+  px_tensor_t flat_params, flat_grads, flat_bufs;
   size_t numel;
   float *host_x;             /* [batch * C * H * W] staging for short batches */
   float *host_logits;        /* [batch * classes] */
@@ -535,6 +535,11 @@ static px_status_t px__alloc_families(px_model_t *m) {
   int64_t ne = (int64_t)m->numel;
   PX_CHECK_GOTO(px_tensor_init(&m->flat_params, dev, PX_DTYPE_F32, 1, &ne), st, done);
   m->flat_grads = m->flat_params;
+  size_t nbuf = 0;
+  for (int i = 0; i < m->nbufs; i++) nbuf += px_tensor_numel(&m->bufs[i]);
+  int64_t nb64 = (int64_t)(nbuf ? nbuf : 1);
+  PX_CHECK_GOTO(px_tensor_init(&m->flat_bufs, dev, PX_DTYPE_F32, 1, &nb64), st, done);
+  m->flat_bufs.data = m->a_bufs.base;
   m->flat_params.data = m->a_params.base;
   m->flat_grads.data = m->a_grads.base;
   if (m->a_params.bytes < m->numel * sizeof(float)) {
@@ -652,6 +657,7 @@ const px_model_buffer_t *px_model_buffer(const px_model_t *m, int i) {
 size_t px_model_numel(const px_model_t *m) { return m->numel; }
 const px_tensor_t *px_model_flat_params(const px_model_t *m) { return &m->flat_params; }
 const px_tensor_t *px_model_flat_grads(const px_model_t *m) { return &m->flat_grads; }
+const px_tensor_t *px_model_flat_buffers(const px_model_t *m) { return &m->flat_bufs; }
 size_t px_model_memory_bytes(const px_model_t *m) {
   return m->a_params.bytes + m->a_grads.bytes + m->a_bufs.bytes + m->a_acts.bytes +
          m->a_gacts.bytes;

@@ -77,6 +77,8 @@ void px_sgd_destroy(px_sgd_t *s) {
 
 void px_sgd_set_lr(px_sgd_t *s, double lr) { s->cfg.lr = lr; }
 double px_sgd_lr(const px_sgd_t *s) { return s->cfg.lr; }
+double px_sgd_weight_decay(const px_sgd_t *s) { return s->cfg.weight_decay; }
+void px_sgd_set_weight_decay(px_sgd_t *s, double wd) { s->cfg.weight_decay = wd; }
 px_tensor_t *px_sgd_momentum(px_sgd_t *s, int i) { return i >= 0 && i < s->n ? &s->mom[i] : NULL; }
 
 px_status_t px_sgd_set_prox(px_sgd_t *s, int i, const float *z, const float *u, float rho) {

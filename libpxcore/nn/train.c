@@ -19,7 +19,17 @@ struct px_trainer {
   px_model_t *model;
   px_sgd_t *sgd;
   int64_t steps_per_epoch;
+  int64_t schedule_steps;  /* steps the learning-rate schedule spans */
+  int64_t global_step;     /* optimiser steps taken */
+  int64_t cursor_epoch;    /* px_trainer_steps: epoch in progress, -1 when none */
+  px_grad_hook_t hook;
+  void *hook_ctx;
 };
+
+void px_trainer_set_grad_hook(px_trainer_t *t, px_grad_hook_t hook, void *ctx) {
+  t->hook = hook;
+  t->hook_ctx = ctx;
+}
 
 void px_train_config_default(px_train_config_t *c) {
   memset(c, 0, sizeof *c);
@@ -115,6 +125,8 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out) 
   }
   PX_CHECK_GOTO(px_loader_create(t->train, &lc, &t->train_loader), st, fail);
   t->steps_per_epoch = px_loader_num_batches(t->train_loader);
+  t->schedule_steps = t->steps_per_epoch * cfg->epochs;
+  t->cursor_epoch = -1;
   if (t->steps_per_epoch < 1) {
     st = px_set_error(PX_ERR_INVALID,
                       "the training shard of rank %d has fewer samples than one batch of %d",
@@ -158,8 +170,14 @@ px_model_t *px_trainer_model(px_trainer_t *t) { return t->model; }
 px_sgd_t *px_trainer_sgd(px_trainer_t *t) { return t->sgd; }
 int64_t px_trainer_steps_per_epoch(const px_trainer_t *t) { return t->steps_per_epoch; }
 
+void px_trainer_set_schedule_steps(px_trainer_t *t, int64_t total) {
+  t->schedule_steps = total > 0 ? total : 1;
+}
+
+int64_t px_trainer_global_step(const px_trainer_t *t) { return t->global_step; }
+
 double px_trainer_lr_at(const px_trainer_t *t, int64_t step) {
-  double total = (double)t->steps_per_epoch * t->cfg.epochs;
+  double total = (double)t->schedule_steps;
   double f = total > 0 ? (double)step / total : 0.0;
   if (f > 1.0) f = 1.0;
   if (!strcmp(t->schedule, "cosine")) return t->cfg.lr * 0.5 * (1.0 + cos(3.141592653589793 * f));
@@ -185,7 +203,7 @@ px_status_t px_trainer_epoch(px_trainer_t *t, int64_t epoch, px_step_cb_t cb, vo
       break;
     }
     if (r == 0) break;
-    px_sgd_set_lr(t->sgd, px_trainer_lr_at(t, epoch * t->steps_per_epoch + out->steps));
+    px_sgd_set_lr(t->sgd, px_trainer_lr_at(t, t->global_step));
     float loss;
     int64_t correct;
     PX_CHECK_GOTO(px_model_train_step(t->model, b.x, b.y, &loss, &correct), st, end);
@@ -196,6 +214,7 @@ px_status_t px_trainer_epoch(px_trainer_t *t, int64_t epoch, px_step_cb_t cb, vo
       goto end;
     }
     out->steps++;
+    t->global_step++;
     out->samples += b.n;
     loss_sum += (double)loss * b.n;
     correct_sum += correct;
@@ -205,6 +224,52 @@ px_status_t px_trainer_epoch(px_trainer_t *t, int64_t epoch, px_step_cb_t cb, vo
   }
 end:
   px_loader_end_epoch(t->train_loader);
+  out->seconds = px__now() - t0;
+  out->data_wait_seconds = wait;
+  if (out->samples > 0) {
+    out->loss = loss_sum / out->samples;
+    out->accuracy = (double)correct_sum / out->samples;
+    out->images_per_sec = out->samples / out->seconds;
+  }
+  return st;
+}
+
+px_status_t px_trainer_steps(px_trainer_t *t, int64_t n, px_epoch_stats_t *out) {
+  memset(out, 0, sizeof *out);
+  double t0 = px__now(), wait = 0, loss_sum = 0;
+  int64_t correct_sum = 0;
+  px_status_t st = PX_OK;
+  while (out->steps < n) {
+    if (t->cursor_epoch < 0) {
+      t->cursor_epoch = t->global_step / t->steps_per_epoch;
+      PX_CHECK(px_loader_begin_epoch(t->train_loader, t->cursor_epoch));
+    }
+    px_batch_t b;
+    double w0 = px__now();
+    px_status_t r = px_loader_next(t->train_loader, &b);
+    wait += px__now() - w0;
+    if (r < 0) return r;
+    if (r == 0) { /* epoch over: the next step starts the next one */
+      px_loader_end_epoch(t->train_loader);
+      t->cursor_epoch = -1;
+      continue;
+    }
+    px_sgd_set_lr(t->sgd, px_trainer_lr_at(t, t->global_step));
+    float loss;
+    int64_t correct;
+    PX_CHECK(px_model_train_step(t->model, b.x, b.y, &loss, &correct));
+    if (t->hook) PX_CHECK(t->hook(t->hook_ctx, t->model));
+    PX_CHECK(px_sgd_step(t->sgd));
+    if (!isfinite(loss))
+      return px_set_error(PX_ERR_INVALID, "training diverged: loss is %g at step %lld", loss,
+                          (long long)t->global_step);
+    out->epoch = t->cursor_epoch;
+    out->steps++;
+    t->global_step++;
+    out->samples += b.n;
+    loss_sum += (double)loss * b.n;
+    correct_sum += correct;
+  }
   out->seconds = px__now() - t0;
   out->data_wait_seconds = wait;
   if (out->samples > 0) {

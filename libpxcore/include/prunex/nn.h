@@ -87,6 +87,9 @@ size_t px_model_numel(const px_model_t *m);
  * the arenas: parameter i starts where parameter i-1 ends). */
 const px_tensor_t *px_model_flat_params(const px_model_t *m);
 const px_tensor_t *px_model_flat_grads(const px_model_t *m);
+/* The BN running statistics as one flat f32 tensor (buffer i starts where
+ * buffer i-1 ends), for averaging across ranks. */
+const px_tensor_t *px_model_flat_buffers(const px_model_t *m);
 /* Bytes of each family, for memory reports. */
 size_t px_model_memory_bytes(const px_model_t *m);
 
@@ -123,6 +126,9 @@ px_status_t px_sgd_create(px_model_t *m, const px_sgd_config_t *cfg, px_sgd_t **
 void px_sgd_destroy(px_sgd_t *s);
 void px_sgd_set_lr(px_sgd_t *s, double lr);
 double px_sgd_lr(const px_sgd_t *s);
+/* Weight decay in use, and a new one (H-SADMM moves it into the z update). */
+double px_sgd_weight_decay(const px_sgd_t *s);
+void px_sgd_set_weight_decay(px_sgd_t *s, double wd);
 
 /* ADMM proximal hook for parameter i: from the next step on, the update uses
  * grad + rho * (theta - z + u). z and u are f32 arrays with the parameter's
@@ -221,6 +227,23 @@ double px_trainer_lr_at(const px_trainer_t *t, int64_t global_step);
  * cb may be NULL. A stop requested by cb ends the epoch early (PX_OK). */
 px_status_t px_trainer_epoch(px_trainer_t *t, int64_t epoch, px_step_cb_t cb, void *ctx,
                              px_epoch_stats_t *out);
+
+/* Runs n optimiser steps from where the last call stopped, crossing epoch
+ * boundaries as needed (a new epoch reshuffles). *out covers these steps
+ * (its epoch is the epoch the last step belonged to). For strategies that
+ * synchronise every few steps. */
+px_status_t px_trainer_steps(px_trainer_t *t, int64_t n, px_epoch_stats_t *out);
+
+/* Called by px_trainer_steps after every backward pass, before the
+ * optimiser step: how data-parallel strategies reduce the gradients. A
+ * negative return stops the steps with that status. NULL removes it. */
+typedef px_status_t (*px_grad_hook_t)(void *ctx, px_model_t *m);
+void px_trainer_set_grad_hook(px_trainer_t *t, px_grad_hook_t hook, void *ctx);
+
+/* Steps over which the learning-rate schedule runs (default epochs x steps
+ * per epoch), and the number of steps taken so far. */
+void px_trainer_set_schedule_steps(px_trainer_t *t, int64_t total);
+int64_t px_trainer_global_step(const px_trainer_t *t);
 
 /* Loss and accuracy of the current model on this rank's shard of the test
  * set (all of it for world size 1). */

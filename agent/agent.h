@@ -1,0 +1,163 @@
+/* pxagent internals, shared by the files of the daemon.
+ *
+ * Threads and what each owns:
+ *   loop thread (main)  the libuv loop: signals, the worker processes
+ *                       (uv_spawn, exit callbacks, SIGTERM then SIGKILL),
+ *                       the job table; it never makes an RPC.
+ *   control thread      RegisterNode and the WatchAssignments stream, with
+ *                       capped exponential backoff while the coordinator is
+ *                       away; hands assignments to the loop (cmds + wake).
+ *   heartbeat thread    Heartbeat at the coordinator's interval; known=false
+ *                       makes the control thread re-register, cancel_job_ids
+ *                       become cancel commands for the loop.
+ *   reporter thread     ReportRankExit for every worker exit, retried while
+ *                       the coordinator is unreachable.
+ * The threads meet in the fields under `mu`; the loop is woken with
+ * uv_async_send (the only libuv call other threads make), and only while
+ * `loop_open` says the async handle still exists. */
+#ifndef PX_AGENT_H
+#define PX_AGENT_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "prunex.pb-c.h"
+#include "prunex/px.h"
+#include "prunex/rpc.h"
+#include "util.h"
+
+#define PXA_ID_MAX 128
+#define PXA_PATH_MAX 4096
+#define PXA_FINISHED_MAX 256       /* job ids remembered after their workers ended */
+#define PXA_KILL_AFTER_MS 3000     /* SIGTERM, then SIGKILL this much later */
+#define PXA_BACKOFF_MIN_MS 100
+#define PXA_BACKOFF_MAX_MS 5000
+#define PXA_TAIL_BYTES 2048        /* log lines carried in a failed rank's reason */
+#define PXA_REPORT_GIVE_UP_MS (10 * 60 * 1000)
+#define PXA_FLUSH_MS 5000          /* exit reports still sent after a shutdown */
+
+typedef struct {
+  const char *coordinator;
+  const char *name;          /* NULL: the host name */
+  const char *work_dir;      /* NULL: $TMPDIR/pxagent-<name> */
+  const char *worker_bin;    /* NULL: pxworker beside pxagent, else from PATH */
+  int cpu_workers;           /* CPU devices when no GPU is found */
+  int threads_per_worker;    /* 0: max(1, cores / devices) */
+  int heartbeat_ms;          /* 0: the coordinator's interval; else at most this */
+  int log_level;             /* px_log_level_t; -1: not set */
+} pxa_config_t;
+
+typedef enum { PXA_CMD_START = 1, PXA_CMD_CANCEL = 2 } pxa_cmd_kind_t;
+
+/* Work for the loop, queued by the RPC threads. */
+typedef struct pxa_cmd {
+  struct pxa_cmd *next;
+  pxa_cmd_kind_t kind;
+  Prunex__V1__Assignment *assignment; /* START: owned (px_rpc_message_free) */
+  char job_id[PXA_ID_MAX];
+  char reason[160];
+} pxa_cmd_t;
+
+/* A worker exit waiting to be reported. */
+typedef struct pxa_exit {
+  struct pxa_exit *next;
+  char job_id[PXA_ID_MAX];
+  int rank, exit_code, signal;
+  char *reason;              /* px_malloc'd */
+  int64_t queued_ms;
+} pxa_exit_t;
+
+typedef struct pxa_job pxa_job_t;
+
+typedef struct {
+  uv_process_t proc;         /* valid once `open` */
+  pxa_job_t *job;
+  int rank, local_rank;
+  int open;                  /* the handle is initialised and not yet closed */
+  int running;               /* the process is alive */
+  char log[PXA_PATH_MAX + 320];
+} pxa_worker_t;
+
+struct pxa_job {
+  pxa_job_t *next;
+  struct pxa_agent *agent;
+  char id[PXA_ID_MAX];
+  int nworkers;
+  pxa_worker_t *workers;     /* [nworkers] */
+  int nrunning, nopen;
+  int stopping, killed;
+  int64_t kill_at_ms;
+  char stop_reason[160];
+};
+
+typedef struct pxa_agent {
+  pxa_config_t cfg;
+  char name[PXA_ID_MAX];
+  char hostname[256];
+  char work_dir[PXA_PATH_MAX];
+  char worker_bin[PXA_PATH_MAX];
+  char metrics_db[PXA_PATH_MAX + 16];
+  int threads_per_worker;
+  Prunex__V1__Device *devices;  /* [ndevices], names owned here */
+  Prunex__V1__Device **device_ptrs;
+  size_t ndevices;
+
+  /* ---- loop thread only ---- */
+  uv_loop_t *loop;
+  uv_async_t wake;
+  uv_signal_t sigterm, sigint;
+  uv_timer_t tick;
+  pxa_job_t *jobs;
+  char finished[PXA_FINISHED_MAX][PXA_ID_MAX];
+  int nfinished;             /* ring of ids: jobs never to start again */
+  int shutting_down;         /* a signal asked us to stop */
+  int closing;               /* the loop's handles are being closed */
+
+  /* ---- shared, under mu ---- */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;         /* wakes the threads (stop, registration, queues) */
+  int stop;                  /* every thread must end */
+  int quiesce;               /* the control thread must take no more assignments */
+  int loop_open;             /* `wake` may be signalled */
+  int registered;            /* node_id is valid */
+  int reregister;            /* the coordinator forgot us: register again */
+  int registrations;         /* successful RegisterNode calls so far */
+  char node_id[PXA_ID_MAX];
+  int hb_interval_ms;
+  px_rpc_stream_t *stream;   /* the open WatchAssignments, for cancelling */
+  pxa_cmd_t *cmds, **cmds_tail;
+  pxa_exit_t *exits, **exits_tail;
+  int64_t flush_until_ms;    /* after stop: reports are tried until then */
+  char **running_ids;        /* jobs with live workers, for heartbeats */
+  size_t nrunning_ids;
+
+  pthread_t control_thr, heartbeat_thr, reporter_thr;
+  int threads_started;       /* bit 0 control, 1 heartbeat, 2 reporter */
+} pxa_agent_t;
+
+/* ---- session threads (session.c) ---------------------------------------- */
+
+/* Starts the control, heartbeat and reporter threads. */
+px_status_t pxa_session_start(pxa_agent_t *ag);
+/* Tells every thread to end (reports get PXA_FLUSH_MS more) and joins them. */
+void pxa_session_stop(pxa_agent_t *ag);
+/* Queues an exit report (takes ownership of e). Any thread. */
+void pxa_report_exit(pxa_agent_t *ag, pxa_exit_t *e);
+/* Queues work for the loop and wakes it (takes ownership of c). Any thread. */
+void pxa_post(pxa_agent_t *ag, pxa_cmd_t *c);
+/* Frees the queues left after the threads ended. */
+void pxa_session_free(pxa_agent_t *ag);
+
+/* ---- workers (workers.c), loop thread ------------------------------------ */
+
+/* Runs the queued commands (the async callback). */
+void pxa_on_wake(uv_async_t *h);
+/* Periodic: SIGKILL for jobs past their deadline, shutdown progress. */
+void pxa_on_tick(uv_timer_t *t);
+/* Starts stopping every job (SIGTERM now, SIGKILL later). */
+void pxa_stop_all(pxa_agent_t *ag, const char *reason);
+/* SIGKILL every live worker now. */
+void pxa_kill_all(pxa_agent_t *ag);
+
+#endif

@@ -1,0 +1,171 @@
+/* Helpers shared by pxagent and pxworker; see util.h. */
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "prunex/rpc.h"
+
+int64_t pxa_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t pxa_unix_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void pxa_sleep_ms(int64_t ms) {
+  if (ms <= 0) return;
+  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+px_status_t pxa_mkdirs(const char *dir) {
+  char p[4096];
+  size_t n = strlen(dir);
+  if (n == 0 || n >= sizeof p) return px_set_error(PX_ERR_INVALID, "bad directory '%s'", dir);
+  memcpy(p, dir, n + 1);
+  for (size_t i = 1; i <= n; i++) {
+    if (p[i] != '/' && p[i] != '\0') continue;
+    char c = p[i];
+    p[i] = '\0';
+    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+      return px_set_error(PX_ERR_IO, "%s: cannot create the directory: %s", p, strerror(errno));
+    p[i] = c;
+  }
+  struct stat sb;
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return px_set_error(PX_ERR_IO, "%s: not a directory", dir);
+  return PX_OK;
+}
+
+px_status_t pxa_read_file(const char *path, size_t max, uint8_t **data, size_t *len) {
+  *data = NULL;
+  *len = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f) return px_set_error(PX_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  size_t cap = 4096, used = 0;
+  uint8_t *buf = px_malloc(cap + 1, "agent.file");
+  if (!buf) {
+    fclose(f);
+    return PX_ERR_NOMEM;
+  }
+  for (;;) {
+    if (used == cap) {
+      if (cap >= max) {
+        px_free(buf);
+        fclose(f);
+        return px_set_error(PX_ERR_FORMAT, "%s: larger than %zu bytes", path, max);
+      }
+      cap = cap * 2 > max ? max : cap * 2;
+      uint8_t *nb = px_realloc(buf, cap + 1, "agent.file");
+      if (!nb) {
+        px_free(buf);
+        fclose(f);
+        return PX_ERR_NOMEM;
+      }
+      buf = nb;
+    }
+    size_t r = fread(buf + used, 1, cap - used, f);
+    used += r;
+    if (r == 0) break;
+  }
+  int err = ferror(f);
+  fclose(f);
+  if (err) {
+    px_free(buf);
+    return px_set_error(PX_ERR_IO, "%s: read error", path);
+  }
+  buf[used] = '\0';
+  *data = buf;
+  *len = used;
+  return PX_OK;
+}
+
+px_status_t pxa_write_file(const char *path, const void *data, size_t len) {
+  char tmp[4200];
+  if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
+    return px_set_error(PX_ERR_INVALID, "%s: path too long", path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return px_set_error(PX_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+  const uint8_t *p = data;
+  size_t left = len;
+  while (left > 0) {
+    ssize_t w = write(fd, p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      int e = errno;
+      close(fd);
+      unlink(tmp);
+      return px_set_error(PX_ERR_IO, "%s: write failed: %s", tmp, strerror(e));
+    }
+    p += w;
+    left -= (size_t)w;
+  }
+  if (fsync(fd) != 0 || close(fd) != 0) {
+    unlink(tmp);
+    return px_set_error(PX_ERR_IO, "%s: cannot flush: %s", tmp, strerror(errno));
+  }
+  if (rename(tmp, path) != 0) {
+    int e = errno;
+    unlink(tmp);
+    return px_set_error(PX_ERR_IO, "%s: cannot rename into place: %s", path, strerror(e));
+  }
+  return PX_OK;
+}
+
+size_t pxa_file_tail(const char *path, char *buf, size_t cap) {
+  if (cap == 0) return 0;
+  buf[0] = '\0';
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  struct stat sb;
+  if (fstat(fd, &sb) != 0) {
+    close(fd);
+    return 0;
+  }
+  size_t want = cap - 1;
+  off_t start = sb.st_size > (off_t)want ? sb.st_size - (off_t)want : 0;
+  size_t n = 0;
+  while (n < want) {
+    ssize_t r = pread(fd, buf + n, want - n, start + (off_t)n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    n += (size_t)r;
+  }
+  close(fd);
+  buf[n] = '\0';
+  size_t off = 0;
+  if (start > 0) {
+    /* drop the partial first line */
+    char *nl = memchr(buf, '\n', n);
+    if (nl && (size_t)(nl - buf) + 1 < n) off = (size_t)(nl - buf) + 1;
+  }
+  /* trailing newlines add nothing to a reason */
+  while (n > off && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) n--;
+  if (off) memmove(buf, buf + off, n - off);
+  n -= off;
+  buf[n] = '\0';
+  return n;
+}
+
+int pxa_rpc_retryable(void) {
+  px_rpc_code_t c = px_rpc_last_code();
+  return c == PX_RPC_UNAVAILABLE || c == PX_RPC_DEADLINE_EXCEEDED || c == PX_RPC_CANCELLED ||
+         c == PX_RPC_INTERNAL || c == PX_RPC_RESOURCE_EXHAUSTED;
+}
+
+int pxa_cpu_count(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}

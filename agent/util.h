@@ -1,0 +1,43 @@
+/* Small helpers shared by pxagent and pxworker: clocks, sleeping, files and
+ * directories, and the retry rule for control-plane calls. */
+#ifndef PX_AGENT_UTIL_H
+#define PX_AGENT_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "prunex/px.h"
+
+/* Monotonic and wall-clock milliseconds. */
+int64_t pxa_now_ms(void);
+int64_t pxa_unix_ms(void);
+void pxa_sleep_ms(int64_t ms);
+
+/* Creates dir and its missing parents (mode 0755). PX_ERR_IO naming the
+ * path on failure. */
+px_status_t pxa_mkdirs(const char *dir);
+
+/* Reads a whole file (at most max bytes) into *data (px_malloc, caller
+ * frees; NUL-terminated beyond *len). PX_ERR_IO naming the path. */
+px_status_t pxa_read_file(const char *path, size_t max, uint8_t **data, size_t *len);
+
+/* Writes len bytes to path atomically (temp file in the same directory,
+ * fsync, rename). PX_ERR_IO naming the path. */
+px_status_t pxa_write_file(const char *path, const void *data, size_t len);
+
+/* Copies the last lines of the file at path, at most cap - 1 bytes and
+ * starting at a line boundary when the file is longer, into buf
+ * (NUL-terminated; "" when the file cannot be read). Returns the length. */
+size_t pxa_file_tail(const char *path, char *buf, size_t cap);
+
+/* 1 when the last failed control-plane call of this thread is worth
+ * retrying: the coordinator was unreachable, restarting, slow or briefly
+ * unable to serve (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, INTERNAL,
+ * RESOURCE_EXHAUSTED); 0 when it refused the request or the call failed
+ * locally. */
+int pxa_rpc_retryable(void);
+
+/* Online processors (at least 1). */
+int pxa_cpu_count(void);
+
+#endif

@@ -1,0 +1,729 @@
+/* pxworker: one training process per device (DESIGN.md section 2).
+ *
+ * Started by pxagent with its place in the job (rank, local rank, node),
+ * it reads the job spec the agent wrote (packed prunex.v1.JobSpec), builds
+ * the trainer for its data shard, meets the other ranks through the
+ * coordinator's rendezvous store, creates the communicator (ranks are placed
+ * node by node: node_of_rank[r] = r / P) and runs the job's strategy
+ * (px_strategy_run). Rank 0 reports every iteration to the coordinator and
+ * applies its ControlDecision (penalties, freeze, stop, cancel). Every rank
+ * records each iteration in the node-local metrics file (metrics.h). At the
+ * end rank 0 saves the final model (the consensus z) as safetensors and
+ * prints a one-line summary.
+ *
+ * Exit status: 0 success, 1 runtime failure (the error on stderr; a failed
+ * peer makes every rank fail within the collective timeout), 2 bad flags,
+ * 3 the job was cancelled (rank 0 learned it from the coordinator). */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <grpc/grpc.h>
+
+#include "metrics.h"
+#include "prunex/comm.h"
+#include "prunex/jobspec.h"
+#include "prunex/nn.h"
+#include "prunex/rpc.h"
+#include "prunex/strategy.h"
+#include "px_check.h"
+#include "util.h"
+
+#define PXW_EXIT_CANCELLED 3
+#define PXW_MAX_SPEC_BYTES (4u << 20)
+#define PXW_FOLLOW_EVERY_MS 1000
+
+typedef struct {
+  const char *coordinator, *job, *spec_path, *work_dir, *metrics_db, *leaders;
+  int rank, local_rank, world, node_index, num_nodes, threads;
+  px_log_level_t log_level;
+  int log_level_set;
+} pxw_args_t;
+
+typedef struct {
+  pxw_args_t a;
+  Prunex__V1__JobSpec *spec;
+  pxa_metrics_t *metrics;      /* NULL when the file cannot be opened (a warning) */
+  px_rpc_channel_t *ch;        /* rank 0's reports */
+  int timeout_ms;              /* collective timeout: bounds the report retries */
+  int cancelled;               /* rank 0: the coordinator said so */
+  char stop_reason[128];
+  /* ranks other than 0: the follower thread copies the coordinator's
+   * records of the job's iterations into the metrics file */
+  pthread_t follower;
+  int follower_started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int follower_stop;
+  int next_iteration;          /* first iteration not yet recorded */
+} pxw_t;
+
+static void pxw_usage(FILE *f) {
+  fprintf(f,
+          "usage: pxworker --coordinator HOST:PORT --job ID --rank R --local-rank L\n"
+          "                --world-size W --node-index I --num-nodes M --spec FILE\n"
+          "                [--threads T] [--work-dir DIR] [--metrics-db PATH]\n"
+          "                [--leaders R0,R1,...] [--log-level L]\n"
+          "\n"
+          "One PruneX training process (one per device), normally started by pxagent.\n"
+          "\n"
+          "  --coordinator HOST:PORT  the coordinator (rendezvous, control decisions)\n"
+          "  --job ID                 the job's id\n"
+          "  --rank R                 global rank, 0 <= R < W (ranks are placed node by node)\n"
+          "  --local-rank L           rank within the node, R mod (W / M)\n"
+          "  --world-size W           all ranks of the job (M nodes x P workers)\n"
+          "  --node-index I           this node's index in the job, R / (W / M)\n"
+          "  --num-nodes M            nodes of the job\n"
+          "  --spec FILE              the job spec, a packed prunex.v1.JobSpec\n"
+          "  --threads T              compute threads (default: cluster.threads_per_worker,\n"
+          "                           else max(1, cores / P))\n"
+          "  --work-dir DIR           the agent's work directory (default .); the model goes\n"
+          "                           to output_dir, else DIR/jobs/ID\n"
+          "  --metrics-db PATH        node-local metrics file (default DIR/metrics.db)\n"
+          "  --leaders LIST           global rank of each node's leader, by node index\n"
+          "                           (default: local rank 0 of each node)\n"
+          "  --log-level L            error, warn, info or debug (default: PX_LOG_LEVEL, warn)\n"
+          "  --help, --version\n"
+          "\n"
+          "Exit status: 0 success, 1 failure (the error on stderr), 2 bad flags,\n"
+          "3 the job was cancelled.\n");
+}
+
+static int pxw_bad_usage(const char *fmt, const char *arg) {
+  fprintf(stderr, "pxworker: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n");
+  pxw_usage(stderr);
+  return 2;
+}
+
+static int pxw_parse_int(const char *s, int lo, int hi, int *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+static int pxw_parse_level(const char *s, px_log_level_t *out) {
+  static const char *const names[] = {"error", "warn", "info", "debug"};
+  for (int i = 0; i < 4; i++)
+    if (!strcmp(s, names[i])) {
+      *out = (px_log_level_t)i;
+      return 0;
+    }
+  return -1;
+}
+
+static px_status_t pxw_parse_leaders(const pxw_args_t *a, int *leader);
+
+/* Returns -1 to go on, else the exit status. */
+static int pxw_parse_args(int argc, char **argv, pxw_args_t *a) {
+  enum { O_COORD = 256, O_JOB, O_RANK, O_LRANK, O_WORLD, O_NODE, O_NODES, O_SPEC, O_THREADS,
+         O_WORK, O_METRICS, O_LEADERS, O_LOG, O_VERSION };
+  static const struct option opts[] = {
+      {"coordinator", required_argument, NULL, O_COORD},
+      {"job", required_argument, NULL, O_JOB},
+      {"rank", required_argument, NULL, O_RANK},
+      {"local-rank", required_argument, NULL, O_LRANK},
+      {"world-size", required_argument, NULL, O_WORLD},
+      {"node-index", required_argument, NULL, O_NODE},
+      {"num-nodes", required_argument, NULL, O_NODES},
+      {"spec", required_argument, NULL, O_SPEC},
+      {"threads", required_argument, NULL, O_THREADS},
+      {"work-dir", required_argument, NULL, O_WORK},
+      {"metrics-db", required_argument, NULL, O_METRICS},
+      {"leaders", required_argument, NULL, O_LEADERS},
+      {"log-level", required_argument, NULL, O_LOG},
+      {"help", no_argument, NULL, 'h'},
+      {"version", no_argument, NULL, O_VERSION},
+      {NULL, 0, NULL, 0},
+  };
+  memset(a, 0, sizeof *a);
+  a->rank = a->local_rank = a->world = a->node_index = a->num_nodes = -1;
+  a->work_dir = ".";
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    int *target = NULL, lo = 0;
+    switch (c) {
+      case 'h': pxw_usage(stdout); return 0;
+      case O_VERSION: printf("pxworker %s\n", px_version()); return 0;
+      case O_COORD: a->coordinator = optarg; break;
+      case O_JOB: a->job = optarg; break;
+      case O_SPEC: a->spec_path = optarg; break;
+      case O_WORK: a->work_dir = optarg; break;
+      case O_METRICS: a->metrics_db = optarg; break;
+      case O_LEADERS: a->leaders = optarg; break;
+      case O_RANK: target = &a->rank; break;
+      case O_LRANK: target = &a->local_rank; break;
+      case O_WORLD: target = &a->world; lo = 1; break;
+      case O_NODE: target = &a->node_index; break;
+      case O_NODES: target = &a->num_nodes; lo = 1; break;
+      case O_THREADS: target = &a->threads; lo = 1; break;
+      case O_LOG:
+        if (pxw_parse_level(optarg, &a->log_level) != 0)
+          return pxw_bad_usage("--log-level '%s': expected error, warn, info or debug", optarg);
+        a->log_level_set = 1;
+        break;
+      case '?':
+      default:
+        return pxw_bad_usage("unknown or incomplete option '%s'", argv[optind - 1]);
+    }
+    if (target && pxw_parse_int(optarg, lo, 1 << 20, target) != 0)
+      return pxw_bad_usage("'%s' is not a valid number here", optarg);
+  }
+  if (optind < argc) return pxw_bad_usage("unexpected argument '%s'", argv[optind]);
+  if (!a->coordinator || !a->coordinator[0]) return pxw_bad_usage("%s is required", "--coordinator");
+  if (!a->job || !a->job[0]) return pxw_bad_usage("%s is required", "--job");
+  if (!a->spec_path) return pxw_bad_usage("%s is required", "--spec");
+  if (a->rank < 0) return pxw_bad_usage("%s is required", "--rank");
+  if (a->local_rank < 0) return pxw_bad_usage("%s is required", "--local-rank");
+  if (a->world < 0) return pxw_bad_usage("%s is required", "--world-size");
+  if (a->node_index < 0) return pxw_bad_usage("%s is required", "--node-index");
+  if (a->num_nodes < 0) return pxw_bad_usage("%s is required", "--num-nodes");
+  char msg[160];
+  if (a->world % a->num_nodes != 0) {
+    snprintf(msg, sizeof msg, "--world-size %d is not a multiple of --num-nodes %d", a->world,
+             a->num_nodes);
+    return pxw_bad_usage("%s", msg);
+  }
+  int P = a->world / a->num_nodes;
+  if (a->rank >= a->world || a->node_index >= a->num_nodes || a->rank / P != a->node_index ||
+      a->local_rank != a->rank % P) {
+    snprintf(msg, sizeof msg,
+             "rank %d, local rank %d, node %d do not fit %d nodes x %d workers (ranks are "
+             "placed node by node)",
+             a->rank, a->local_rank, a->node_index, a->num_nodes, P);
+    return pxw_bad_usage("%s", msg);
+  }
+  if (a->leaders) {
+    int *l = px_calloc((size_t)a->num_nodes, sizeof *l, "worker.leaders");
+    px_status_t st = l ? pxw_parse_leaders(a, l) : PX_ERR_NOMEM;
+    px_free(l);
+    if (st != PX_OK) return pxw_bad_usage("%s", px_last_error());
+  }
+  return -1;
+}
+
+/* Parses "--leaders": one global rank per node, each on its node. */
+static px_status_t pxw_parse_leaders(const pxw_args_t *a, int *leader) {
+  int P = a->world / a->num_nodes;
+  for (int i = 0; i < a->num_nodes; i++) leader[i] = i * P;
+  if (!a->leaders || !a->leaders[0]) return PX_OK;
+  const char *s = a->leaders;
+  for (int i = 0; i < a->num_nodes; i++) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s || v < (long)i * P || v >= (long)(i + 1) * P)
+      return px_set_error(PX_ERR_INVALID,
+                          "--leaders '%s': entry %d must be a rank of node %d (%d..%d)",
+                          a->leaders, i, i, i * P, (i + 1) * P - 1);
+    leader[i] = (int)v;
+    s = end;
+    if (i + 1 < a->num_nodes) {
+      if (*s != ',')
+        return px_set_error(PX_ERR_INVALID, "--leaders '%s': expected %d ranks", a->leaders,
+                            a->num_nodes);
+      s++;
+    }
+  }
+  if (*s) return px_set_error(PX_ERR_INVALID, "--leaders '%s': expected %d ranks", a->leaders,
+                              a->num_nodes);
+  return PX_OK;
+}
+
+/* ---- spec ---------------------------------------------------------------------- */
+
+static px_status_t pxw_load_spec(const pxw_args_t *a, Prunex__V1__JobSpec **out) {
+  *out = NULL;
+  uint8_t *data;
+  size_t len;
+  px_status_t st = pxa_read_file(a->spec_path, PXW_MAX_SPEC_BYTES, &data, &len);
+  if (st != PX_OK) return st;
+  Prunex__V1__JobSpec *spec = prunex__v1__job_spec__unpack(NULL, len, data);
+  px_free(data);
+  if (!spec)
+    return px_set_error(PX_ERR_FORMAT, "%s: not a packed prunex.v1.JobSpec", a->spec_path);
+  /* A spec from a client that left fields at their proto zero gets the
+   * documented defaults, then the same checks a parsed spec passes. */
+  if ((st = px_jobspec_fill_defaults(spec)) != PX_OK || (st = px_jobspec_validate(spec)) != PX_OK) {
+    px_jobspec_free(spec);
+    return st;
+  }
+  if (spec->cluster->nodes * spec->cluster->workers_per_node != a->world ||
+      spec->cluster->nodes != a->num_nodes) {
+    st = px_set_error(PX_ERR_INVALID,
+                      "job spec asks for %d nodes x %d workers, but this rank was placed in %d "
+                      "nodes x %d",
+                      spec->cluster->nodes, spec->cluster->workers_per_node, a->num_nodes,
+                      a->world / a->num_nodes);
+    px_jobspec_free(spec);
+    return st;
+  }
+  *out = spec;
+  return PX_OK;
+}
+
+static void pxw_train_config(const pxw_t *w, px_train_config_t *c) {
+  const Prunex__V1__JobSpec *s = w->spec;
+  px_train_config_default(c);
+  c->arch = s->model->name;
+  c->dataset = s->dataset->name;
+  c->data_dir = s->dataset->path[0] ? s->dataset->path : NULL;
+  c->batch = s->train->batch_size;
+  c->epochs = s->train->epochs;
+  c->lr = s->train->lr;
+  c->momentum = s->train->momentum;
+  c->weight_decay = s->train->weight_decay;
+  c->nesterov = s->train->nesterov ? 1 : 0;
+  c->lr_schedule = s->train->lr_schedule;
+  c->seed = s->train->seed;
+  c->augment = s->dataset->augment ? 1 : 0;
+  c->rank = w->a.rank;
+  c->world_size = w->a.world;
+  int P = w->a.world / w->a.num_nodes;
+  if (w->a.threads > 0) c->threads = w->a.threads;
+  else if (s->cluster->threads_per_worker > 0) c->threads = s->cluster->threads_per_worker;
+  else c->threads = pxa_cpu_count() / P > 1 ? pxa_cpu_count() / P : 1;
+}
+
+static px_status_t pxw_strategy_config(const pxw_t *w, px_trainer_t *t, px_strategy_config_t *c) {
+  const Prunex__V1__JobSpec *s = w->spec;
+  memset(c, 0, sizeof *c);
+  c->kind = (px_strategy_kind_t)s->strategy;
+  c->iterations = s->admm->max_iterations;
+  int64_t steps = s->train->local_steps;
+  if (steps <= 0 && s->train->local_epochs > 0)
+    steps = (int64_t)s->train->local_epochs * px_trainer_steps_per_epoch(t);
+  if (steps > INT32_MAX)
+    return px_set_error(PX_ERR_INVALID, "train.local_epochs: %" PRId64 " steps per iteration",
+                        steps);
+  c->local_steps = (int32_t)(steps > 0 ? steps : 0);
+  c->rho1 = s->admm->rho1;
+  c->rho2 = s->admm->rho2;
+  c->keep.filter_keep = s->prune->filter_keep;
+  c->keep.channel_keep = s->prune->channel_keep;
+  c->keep.shape_keep = s->prune->shape_keep;
+  c->skip_layers = (const char *const *)s->prune->skip_layers;
+  c->nskip = (int32_t)s->prune->n_skip_layers;
+  c->topk_ratio = s->comm->topk_ratio;
+  c->bucket_bytes = (size_t)s->comm->bucket_bytes;
+  c->eval_every = 1; /* the coordinator shows test accuracy every iteration */
+  return PX_OK;
+}
+
+/* ---- rank 0: report and decide ------------------------------------------------- */
+
+static px_status_t pxw_channel(pxw_t *w, px_rpc_channel_t **ch) {
+  if (*ch) return PX_OK;
+  return px_rpc_channel_create(w->a.coordinator, ch);
+}
+
+/* ReportIteration, retried (on a fresh channel, so gRPC's own reconnect
+ * backoff does not delay us) while the coordinator is unreachable, for at
+ * most three quarters of the collective timeout: the other ranks wait for
+ * the decision that long before they give up. */
+static px_status_t pxw_report(pxw_t *w, const Prunex__V1__IterationReport *rep,
+                              Prunex__V1__ControlDecision **dec) {
+  int64_t end = pxa_now_ms() + (int64_t)w->timeout_ms * 3 / 4;
+  int64_t pause = 100;
+  for (;;) {
+    px_status_t st = pxw_channel(w, &w->ch);
+    if (st == PX_OK) {
+      int64_t left = end - pxa_now_ms();
+      int deadline = left > 10000 ? 10000 : left > 500 ? (int)left : 500;
+      st = px_rpc_report_iteration(w->ch, rep, deadline, dec);
+      if (st == PX_OK) return PX_OK;
+      if (!pxa_rpc_retryable()) return st;
+    }
+    if (pxa_now_ms() + pause >= end) return st;
+    px_log(PX_LOG_WARN, "job %s: iteration %d: report failed (%s); retrying", w->a.job,
+           rep->iteration, px_last_error());
+    px_rpc_channel_destroy(w->ch);
+    w->ch = NULL;
+    pxa_sleep_ms(pause);
+    pause = pause * 2 > 2000 ? 2000 : pause * 2;
+  }
+}
+
+static px_status_t pxw_control(void *ctx, const px_iteration_t *it, px_hsadmm_decision_t *d) {
+  pxw_t *w = ctx;
+  int64_t t0 = pxa_now_ms();
+  int nl = it->layers ? it->nlayers : 0;
+  Prunex__V1__LayerMetrics *lm = NULL, **lp = NULL;
+  if (nl > 0) {
+    lm = px_calloc((size_t)nl, sizeof *lm, "worker.report.layers");
+    lp = px_calloc((size_t)nl, sizeof *lp, "worker.report.layers");
+    if (!lm || !lp) {
+      px_free(lm);
+      px_free(lp);
+      return PX_ERR_NOMEM;
+    }
+  }
+  for (int l = 0; l < nl; l++) {
+    const px_admm_layer_report_t *L = &it->layers[l];
+    lm[l] = (Prunex__V1__LayerMetrics)PRUNEX__V1__LAYER_METRICS__INIT;
+    lm[l].layer = l;
+    lm[l].name = (char *)(it->layer_names && it->layer_names[l] ? it->layer_names[l] : "");
+    lm[l].r_intra = L->r_intra;
+    lm[l].s_intra = L->s_intra;
+    lm[l].r_inter = L->r_inter;
+    lm[l].s_inter = L->s_inter;
+    lm[l].rho1 = L->rho1;
+    lm[l].rho2 = L->rho2;
+    lm[l].density = -1.0; /* not exposed per layer by the strategy */
+    lm[l].theta_norm = L->theta_norm;
+    lm[l].zi_norm = L->zi_norm;
+    lm[l].z_norm = L->z_norm;
+    lm[l].u_norm = L->u_norm;
+    lm[l].v_norm = L->v_norm;
+    lm[l].numel = L->numel;
+    lp[l] = &lm[l];
+  }
+  Prunex__V1__PhaseTimes ph = PRUNEX__V1__PHASE_TIMES__INIT;
+  ph.local_s = it->local_s;
+  ph.intra_s = it->intra_s;
+  ph.projection_s = it->projection_s;
+  ph.inter_s = it->inter_s;
+  ph.broadcast_s = it->broadcast_s;
+  ph.control_s = it->control_s;
+  Prunex__V1__IterationReport rep = PRUNEX__V1__ITERATION_REPORT__INIT;
+  rep.job_id = (char *)w->a.job;
+  rep.rank = w->a.rank;
+  rep.iteration = it->iteration;
+  rep.loss = it->loss;
+  rep.train_accuracy = it->train_accuracy;
+  rep.test_accuracy = it->test_accuracy;
+  rep.density = it->density;
+  rep.mask_drift = it->mask_drift;
+  rep.bytes_intra = it->bytes_intra;
+  rep.bytes_inter = it->bytes_inter;
+  rep.bytes_inter_dense = it->bytes_inter_dense;
+  rep.n_layers = (size_t)nl;
+  rep.layers = lp;
+  rep.phases = &ph;
+  rep.time_unix_ms = pxa_unix_ms();
+  rep.epoch = it->epoch;
+  rep.frozen = it->frozen != 0;
+
+  Prunex__V1__ControlDecision *dec = NULL;
+  px_status_t st = pxw_report(w, &rep, &dec);
+  if (st == PX_OK) {
+    for (size_t i = 0; i < dec->n_layers; i++) {
+      const Prunex__V1__LayerPenalty *p = dec->layers[i];
+      if (p->layer < 0 || p->layer >= nl) continue;
+      if (p->rho1 > 0) d->rho1[p->layer] = p->rho1;
+      if (p->rho2 > 0) d->rho2[p->layer] = p->rho2;
+    }
+    if (dec->freeze) d->freeze = 1;
+    if (dec->stop || dec->cancelled) {
+      d->stop = 1;
+      const char *why = dec->cancelled ? "cancelled" : dec->stop_reason;
+      snprintf(d->reason, sizeof d->reason, "%s", why && why[0] ? why : "coordinator");
+      snprintf(w->stop_reason, sizeof w->stop_reason, "%s", d->reason);
+    }
+    if (dec->cancelled) w->cancelled = 1;
+    px_rpc_message_free(dec);
+  }
+  /* The local row carries the time this report and decision took. */
+  ph.control_s = (double)(pxa_now_ms() - t0) / 1000.0;
+  if (w->metrics && pxa_metrics_record(w->metrics, w->a.rank, "local", &rep, it->test_loss) != PX_OK)
+    px_log(PX_LOG_WARN, "job %s: rank %d: metrics: %s", w->a.job, w->a.rank, px_last_error());
+  px_free(lm);
+  px_free(lp);
+  if (st != PX_OK)
+    return px_set_error(st, "job %s: iteration %d: cannot report to the coordinator at %s: %s",
+                        w->a.job, it->iteration, w->a.coordinator, px_last_error());
+  return PX_OK;
+}
+
+/* ---- other ranks: follow the coordinator's records --------------------------------- */
+
+/* Copies the iterations rank 0 reported from next_iteration on into the
+ * metrics file under this rank. */
+static px_status_t pxw_follow_once(pxw_t *w, px_rpc_channel_t **ch) {
+  px_status_t st = pxw_channel(w, ch);
+  if (st != PX_OK) return st;
+  Prunex__V1__GetIterationsRequest req = PRUNEX__V1__GET_ITERATIONS_REQUEST__INIT;
+  req.job_id = (char *)w->a.job;
+  req.from_iteration = w->next_iteration;
+  req.include_layers = 1;
+  Prunex__V1__GetIterationsResponse *resp = NULL;
+  st = px_rpc_get_iterations(*ch, &req, 5000, &resp);
+  if (st != PX_OK) {
+    if (pxa_rpc_retryable()) {
+      px_rpc_channel_destroy(*ch);
+      *ch = NULL;
+    }
+    return st;
+  }
+  for (size_t i = 0; i < resp->n_iterations && st == PX_OK; i++) {
+    const Prunex__V1__IterationReport *r = resp->iterations[i];
+    if (r->rank != 0 || r->iteration < w->next_iteration) continue;
+    st = pxa_metrics_record(w->metrics, w->a.rank, "coordinator", r, -1.0);
+    if (st == PX_OK) w->next_iteration = r->iteration + 1;
+  }
+  px_rpc_message_free(resp);
+  return st;
+}
+
+static void *pxw_follow_main(void *arg) {
+  pxw_t *w = arg;
+  px_rpc_channel_t *ch = NULL;
+  pthread_mutex_lock(&w->mu);
+  while (!w->follower_stop) {
+    pthread_mutex_unlock(&w->mu);
+    if (pxw_follow_once(w, &ch) != PX_OK)
+      px_log(PX_LOG_INFO, "job %s: rank %d: reading the job's iterations: %s", w->a.job,
+             w->a.rank, px_last_error());
+    pthread_mutex_lock(&w->mu);
+    if (w->follower_stop) break;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += PXW_FOLLOW_EVERY_MS / 1000;
+    ts.tv_nsec += (long)(PXW_FOLLOW_EVERY_MS % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+  }
+  pthread_mutex_unlock(&w->mu);
+  px_rpc_channel_destroy(ch);
+  return NULL;
+}
+
+static void pxw_follow_start(pxw_t *w) {
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&w->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_mutex_init(&w->mu, NULL);
+  if (pthread_create(&w->follower, NULL, pxw_follow_main, w) == 0) w->follower_started = 1;
+  else px_log(PX_LOG_WARN, "job %s: rank %d: cannot start the metrics follower", w->a.job,
+              w->a.rank);
+}
+
+/* Stops the follower; with catch_up, one last read records the iterations
+ * reported since (rank 0 reports an iteration before any rank leaves it). */
+static void pxw_follow_stop(pxw_t *w, int catch_up) {
+  if (!w->follower_started) return;
+  pthread_mutex_lock(&w->mu);
+  w->follower_stop = 1;
+  pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+  pthread_join(w->follower, NULL);
+  w->follower_started = 0;
+  pthread_cond_destroy(&w->cv);
+  pthread_mutex_destroy(&w->mu);
+  if (catch_up) {
+    px_rpc_channel_t *ch = NULL;
+    if (pxw_follow_once(w, &ch) != PX_OK)
+      px_log(PX_LOG_WARN, "job %s: rank %d: last read of the job's iterations: %s", w->a.job,
+             w->a.rank, px_last_error());
+    px_rpc_channel_destroy(ch);
+  }
+}
+
+/* ---- the run ------------------------------------------------------------------------ */
+
+static void pxw_fmt_bytes(uint64_t b, char *buf, size_t cap) {
+  if (b >= (1ull << 30)) snprintf(buf, cap, "%.2f GiB", (double)b / (double)(1ull << 30));
+  else if (b >= (1ull << 20)) snprintf(buf, cap, "%.2f MiB", (double)b / (double)(1ull << 20));
+  else if (b >= 1024) snprintf(buf, cap, "%.1f KiB", (double)b / 1024.0);
+  else snprintf(buf, cap, "%" PRIu64 " B", b);
+}
+
+static px_status_t pxw_save_model(pxw_t *w, px_trainer_t *t, const px_strategy_result_t *res,
+                                  char *path, size_t cap) {
+  char dir[4096];
+  if (w->spec->output_dir[0]) snprintf(dir, sizeof dir, "%s", w->spec->output_dir);
+  else snprintf(dir, sizeof dir, "%s/jobs/%s", w->a.work_dir, w->a.job);
+  px_status_t st = pxa_mkdirs(dir);
+  if (st != PX_OK) return st;
+  if (snprintf(path, cap, "%s/model.safetensors", dir) >= (int)cap)
+    return px_set_error(PX_ERR_INVALID, "%s: output path too long", dir);
+  char iters[32], acc[32], dens[32];
+  snprintf(iters, sizeof iters, "%d", res->iterations);
+  snprintf(acc, sizeof acc, "%.6f", res->test_accuracy);
+  snprintf(dens, sizeof dens, "%.6f", res->density);
+  const char *extra[] = {"job_id",        w->a.job,
+                         "strategy",      px_strategy_name((px_strategy_kind_t)w->spec->strategy),
+                         "iterations",    iters,
+                         "test_accuracy", acc,
+                         "density",       dens};
+  return px_model_save(px_trainer_model(t), NULL, path, extra, 5);
+}
+
+static int pxw_run(pxw_t *w) {
+  const pxw_args_t *a = &w->a;
+  px_status_t st;
+  px_trainer_t *trainer = NULL;
+  px_kv_t *kv = NULL;
+  px_comm_t *comm = NULL;
+  int *node_of_rank = NULL, *leaders = NULL;
+  int rc = 1;
+  char model_path[4200] = "";
+  px_strategy_result_t res;
+  memset(&res, 0, sizeof res);
+
+  if ((st = pxw_load_spec(a, &w->spec)) != PX_OK) {
+    fprintf(stderr, "pxworker: rank %d: %s\n", a->rank, px_last_error());
+    return 1;
+  }
+  w->timeout_ms = w->spec->comm->timeout_ms > 0 ? w->spec->comm->timeout_ms
+                                                 : PX_COMM_DEFAULT_TIMEOUT_MS;
+  char mpath[4200];
+  if (a->metrics_db) snprintf(mpath, sizeof mpath, "%s", a->metrics_db);
+  else snprintf(mpath, sizeof mpath, "%s/metrics.db", a->work_dir);
+  if (pxa_metrics_open(mpath, &w->metrics) != PX_OK) {
+    /* Metrics are a record, not the job: train without them. */
+    px_log(PX_LOG_WARN, "rank %d: no metrics file: %s", a->rank, px_last_error());
+    w->metrics = NULL;
+  } else {
+    pxa_run_info_t info = {a->job,
+                           a->rank,
+                           a->local_rank,
+                           a->node_index,
+                           a->world,
+                           a->num_nodes,
+                           px_strategy_name((px_strategy_kind_t)w->spec->strategy),
+                           w->spec->model->name,
+                           w->spec->dataset->name,
+                           (int)getpid()};
+    if (pxa_metrics_run_start(w->metrics, &info) != PX_OK)
+      px_log(PX_LOG_WARN, "rank %d: metrics: %s", a->rank, px_last_error());
+  }
+
+  if (!strcmp(w->spec->cluster->device, "cuda"))
+    px_log(PX_LOG_WARN, "rank %d: cluster.device is cuda, but the trainer runs on the CPU",
+           a->rank);
+  px_train_config_t tc;
+  pxw_train_config(w, &tc);
+  PX_CHECK_GOTO(px_trainer_create(&tc, &trainer), st, fail);
+  px_strategy_config_t sc;
+  PX_CHECK_GOTO(pxw_strategy_config(w, trainer, &sc), st, fail);
+
+  /* rendezvous and the communicator: ranks are placed node by node */
+  int P = a->world / a->num_nodes;
+  node_of_rank = px_calloc((size_t)a->world, sizeof(int), "worker.node_of_rank");
+  leaders = px_calloc((size_t)a->num_nodes, sizeof(int), "worker.leaders");
+  if (!node_of_rank || !leaders) {
+    st = PX_ERR_NOMEM;
+    goto fail;
+  }
+  for (int r = 0; r < a->world; r++) node_of_rank[r] = r / P;
+  PX_CHECK_GOTO(pxw_parse_leaders(a, leaders), st, fail);
+  PX_CHECK_GOTO(px_kv_open_coordinator(a->coordinator, a->job, &kv), st, fail);
+  char prefix[300];
+  snprintf(prefix, sizeof prefix, "job/%s/comm", a->job);
+  px_comm_opts_t co;
+  px_comm_opts_default(&co);
+  co.timeout_ms = w->timeout_ms;
+  co.bucket_bytes = (size_t)w->spec->comm->bucket_bytes;
+  co.key_prefix = prefix;
+  co.leader_of_node = leaders;
+  px_log(PX_LOG_INFO, "job %s: rank %d of %d (node %d of %d): meeting the other ranks", a->job,
+         a->rank, a->world, a->node_index, a->num_nodes);
+  PX_CHECK_GOTO(px_comm_create(a->rank, a->world, node_of_rank, kv, &co, &comm), st, fail);
+  px_kv_destroy(kv); /* only needed to meet */
+  kv = NULL;
+
+  if (a->rank != 0 && w->metrics) pxw_follow_start(w);
+  st = px_strategy_run(trainer, comm, &sc, a->rank == 0 ? pxw_control : NULL, w, &res);
+  pxw_follow_stop(w, st == PX_OK);
+  if (st != PX_OK) goto fail;
+
+  if (w->cancelled) {
+    fprintf(stderr, "pxworker: rank %d: job %s was cancelled\n", a->rank, a->job);
+    rc = PXW_EXIT_CANCELLED;
+  } else {
+    if (a->rank == 0) PX_CHECK_GOTO(pxw_save_model(w, trainer, &res, model_path, sizeof model_path),
+                                    st, fail);
+    rc = 0;
+    if (a->rank == 0) {
+      char inter[32], dense[32];
+      pxw_fmt_bytes(res.bytes_inter, inter, sizeof inter);
+      pxw_fmt_bytes(res.bytes_inter_dense, dense, sizeof dense);
+      printf("job %s: %s %s, %d iteration%s (%s), test accuracy %.2f%%, density %.3f, "
+             "inter-node %s (dense %s), %.1f s, model %s\n",
+             a->job, px_strategy_name(sc.kind), w->spec->model->name, res.iterations,
+             res.iterations == 1 ? "" : "s", w->stop_reason[0] ? w->stop_reason : res.stop_reason,
+             100.0 * res.test_accuracy, res.density, inter, dense, res.seconds, model_path);
+      fflush(stdout);
+    }
+  }
+  goto done;
+
+fail:
+  fprintf(stderr, "pxworker: rank %d: job %s: %s\n", a->rank, a->job, px_last_error());
+  rc = 1;
+done:
+  if (w->metrics) {
+    px_comm_traffic_t tr;
+    memset(&tr, 0, sizeof tr);
+    if (comm) px_comm_traffic(comm, &tr);
+    pxa_run_end_t end = {
+        .status = rc == 0 ? "succeeded" : rc == PXW_EXIT_CANCELLED ? "cancelled" : "failed",
+        .error = rc == 1 ? px_last_error() : "",
+        .iterations = res.iterations,
+        .test_accuracy = res.iterations > 0 ? res.test_accuracy : -1.0,
+        .test_loss = res.iterations > 0 ? res.test_loss : -1.0,
+        .density = res.iterations > 0 ? res.density : 1.0,
+        .seconds = res.seconds,
+        .sent_intra = tr.sent[PX_TIER_INTRA],
+        .recv_intra = tr.recv[PX_TIER_INTRA],
+        .sent_inter = tr.sent[PX_TIER_INTER],
+        .recv_inter = tr.recv[PX_TIER_INTER],
+        .model_path = model_path,
+    };
+    char err[512];
+    snprintf(err, sizeof err, "%s", end.error);
+    end.error = err;
+    if (pxa_metrics_run_end(w->metrics, a->job, a->rank, &end) != PX_OK)
+      px_log(PX_LOG_WARN, "rank %d: metrics: %s", a->rank, px_last_error());
+  }
+  pxw_follow_stop(w, 0);
+  px_comm_destroy(comm);
+  px_kv_destroy(kv);
+  px_trainer_destroy(trainer);
+  px_free(node_of_rank);
+  px_free(leaders);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  signal(SIGPIPE, SIG_IGN);
+  pxw_t w;
+  memset(&w, 0, sizeof w);
+  int rc = pxw_parse_args(argc, argv, &w.a);
+  if (rc >= 0) return rc;
+  if (w.a.log_level_set) px_log_set_level(w.a.log_level);
+  /* Started by an agent: die with it rather than train for nobody. */
+  const char *agent = getenv("PX_AGENT_PID");
+  if (agent && agent[0]) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if ((long)getppid() != strtol(agent, NULL, 10)) {
+      fprintf(stderr, "pxworker: rank %d: the agent (pid %s) is gone\n", w.a.rank, agent);
+      return 1;
+    }
+  }
+  grpc_init(); /* one reference for the run: channels come and go on retries */
+  rc = pxw_run(&w);
+  px_rpc_channel_destroy(w.ch);
+  pxa_metrics_close(w.metrics);
+  px_jobspec_free(w.spec);
+  grpc_shutdown();
+  return rc;
+}

@@ -1,0 +1,455 @@
+/* pxagent's worker processes, on the loop thread: an assignment START
+ * becomes one pxworker per listed rank (spec written to
+ * <work-dir>/jobs/<job>/spec.pb, output to rank-<R>.log beside it); every
+ * exit is reported with its code or signal and, for a failure, the last
+ * lines of the rank's log; a CANCEL (or a job the coordinator no longer
+ * runs here) sends SIGTERM to the job's workers and SIGKILL
+ * PXA_KILL_AFTER_MS later.
+ *
+ * libuv lifetime rules: a worker's uv_process_t lives in its job's array,
+ * and the job is freed only when the close callbacks of all its handles
+ * have run. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "px_check.h"
+
+extern char **environ;
+
+/* ---- the job table -------------------------------------------------------------- */
+
+static pxa_job_t *pxa_job_find(pxa_agent_t *ag, const char *id) {
+  for (pxa_job_t *j = ag->jobs; j; j = j->next)
+    if (!strcmp(j->id, id)) return j;
+  return NULL;
+}
+
+static int pxa_job_finished(const pxa_agent_t *ag, const char *id) {
+  int n = ag->nfinished < PXA_FINISHED_MAX ? ag->nfinished : PXA_FINISHED_MAX;
+  for (int i = 0; i < n; i++)
+    if (!strcmp(ag->finished[i], id)) return 1;
+  return 0;
+}
+
+static void pxa_job_mark_finished(pxa_agent_t *ag, const char *id) {
+  snprintf(ag->finished[ag->nfinished % PXA_FINISHED_MAX], PXA_ID_MAX, "%s", id);
+  ag->nfinished++;
+}
+
+/* Publishes the ids of the jobs with live workers for the heartbeats. */
+static void pxa_publish_running(pxa_agent_t *ag) {
+  size_t n = 0;
+  for (pxa_job_t *j = ag->jobs; j; j = j->next) n += j->nrunning > 0;
+  char **ids = n ? px_calloc(n, sizeof *ids, "agent.running") : NULL;
+  size_t k = 0;
+  for (pxa_job_t *j = ag->jobs; ids && j; j = j->next) {
+    if (j->nrunning <= 0) continue;
+    size_t len = strlen(j->id) + 1;
+    if ((ids[k] = px_malloc(len, "agent.running.id"))) memcpy(ids[k++], j->id, len);
+  }
+  pthread_mutex_lock(&ag->mu);
+  char **old = ag->running_ids;
+  size_t nold = ag->nrunning_ids;
+  ag->running_ids = ids;
+  ag->nrunning_ids = k;
+  pthread_mutex_unlock(&ag->mu);
+  for (size_t i = 0; i < nold; i++) px_free(old[i]);
+  px_free(old);
+}
+
+static void pxa_job_free_if_done(pxa_job_t *job) {
+  if (job->nopen > 0) return;
+  pxa_agent_t *ag = job->agent;
+  for (pxa_job_t **p = &ag->jobs; *p; p = &(*p)->next) {
+    if (*p == job) {
+      *p = job->next;
+      break;
+    }
+  }
+  px_log(PX_LOG_INFO, "job %s: all workers of this node are gone", job->id);
+  pxa_job_mark_finished(ag, job->id);
+  px_free(job->workers);
+  px_free(job);
+  pxa_publish_running(ag);
+}
+
+/* ---- exits ----------------------------------------------------------------------- */
+
+static void pxa_on_close(uv_handle_t *h) {
+  pxa_worker_t *w = h->data;
+  pxa_job_t *job = w->job;
+  w->open = 0;
+  job->nopen--;
+  pxa_job_free_if_done(job);
+}
+
+/* The reason sent with a worker's exit: empty for a success; for a failure
+ * the last line of its log first (the error, usually: the coordinator's job
+ * reason keeps only the beginning), then up to PXA_TAIL_BYTES of its last
+ * lines. */
+static char *pxa_exit_reason(const pxa_worker_t *w, int64_t code, int sig) {
+  const pxa_job_t *job = w->job;
+  if (code == 0 && sig == 0) {
+    char *r = px_malloc(1, "agent.exit.reason");
+    if (r) r[0] = '\0';
+    return r;
+  }
+  char tail[PXA_TAIL_BYTES + 1];
+  size_t n = pxa_file_tail(w->log, tail, sizeof tail);
+  const char *last = tail;
+  for (const char *p = tail; n > 0 && *p; p++)
+    if (*p == '\n' && p[1]) last = p + 1;
+  char what[256];
+  if (job->stopping)
+    snprintf(what, sizeof what, "stopped by the agent (%s)", job->stop_reason);
+  else if (sig)
+    snprintf(what, sizeof what, "pxworker was killed by signal %d (%s)", sig, strsignal(sig));
+  else
+    snprintf(what, sizeof what, "pxworker exited with code %lld", (long long)code);
+  size_t cap = strlen(what) + 2 * n + strlen(w->log) + 128;
+  char *r = px_malloc(cap, "agent.exit.reason");
+  if (!r) return NULL;
+  if (n == 0)
+    snprintf(r, cap, "%s; its log %s is empty", what, w->log);
+  else
+    snprintf(r, cap, "%s: %.*s\n--- last lines of %s:\n%s", what, 300, last, w->log, tail);
+  return r;
+}
+
+static void pxa_on_exit(uv_process_t *p, int64_t exit_status, int term_signal) {
+  pxa_worker_t *w = p->data;
+  pxa_job_t *job = w->job;
+  pxa_agent_t *ag = job->agent;
+  w->running = 0;
+  job->nrunning--;
+  if (term_signal)
+    px_log(job->stopping ? PX_LOG_INFO : PX_LOG_WARN, "job %s: rank %d was killed by signal %d",
+           job->id, w->rank, term_signal);
+  else
+    px_log(exit_status == 0 || job->stopping ? PX_LOG_INFO : PX_LOG_WARN,
+           "job %s: rank %d exited with code %lld", job->id, w->rank, (long long)exit_status);
+  pxa_exit_t *e = px_calloc(1, sizeof *e, "agent.exit");
+  if (e) {
+    snprintf(e->job_id, sizeof e->job_id, "%s", job->id);
+    e->rank = w->rank;
+    e->exit_code = (int)exit_status;
+    e->signal = term_signal;
+    e->reason = pxa_exit_reason(w, exit_status, term_signal);
+    pxa_report_exit(ag, e);
+  } else {
+    px_log(PX_LOG_ERROR, "job %s: out of memory: the exit of rank %d goes unreported", job->id,
+           w->rank);
+  }
+  if (job->nrunning == 0) pxa_publish_running(ag);
+  uv_close((uv_handle_t *)p, pxa_on_close);
+}
+
+/* Reports a rank that never ran (the agent could not start it). */
+static void pxa_report_unstarted(pxa_agent_t *ag, const char *job_id, int rank, const char *why) {
+  pxa_exit_t *e = px_calloc(1, sizeof *e, "agent.exit");
+  if (!e) return;
+  snprintf(e->job_id, sizeof e->job_id, "%s", job_id);
+  e->rank = rank;
+  e->exit_code = 127;
+  size_t len = strlen(why) + 1;
+  if ((e->reason = px_malloc(len, "agent.exit.reason"))) memcpy(e->reason, why, len);
+  pxa_report_exit(ag, e);
+}
+
+/* ---- start ----------------------------------------------------------------------- */
+
+/* environ with PX_AGENT_PID and OMP_NUM_THREADS set; *out is one px_malloc
+ * block (array then strings). */
+static char **pxa_worker_env(int threads) {
+  size_t n = 0, bytes = 0;
+  for (char **e = environ; *e; e++) {
+    if (!strncmp(*e, "PX_AGENT_PID=", 13) || !strncmp(*e, "OMP_NUM_THREADS=", 16)) continue;
+    n++;
+    bytes += strlen(*e) + 1;
+  }
+  char extra[2][64];
+  snprintf(extra[0], sizeof extra[0], "PX_AGENT_PID=%ld", (long)getpid());
+  snprintf(extra[1], sizeof extra[1], "OMP_NUM_THREADS=%d", threads);
+  bytes += strlen(extra[0]) + strlen(extra[1]) + 2;
+  char **env = px_malloc((n + 3) * sizeof *env + bytes, "agent.worker.env");
+  if (!env) return NULL;
+  char *s = (char *)(env + n + 3);
+  size_t k = 0;
+  for (char **e = environ; *e; e++) {
+    if (!strncmp(*e, "PX_AGENT_PID=", 13) || !strncmp(*e, "OMP_NUM_THREADS=", 16)) continue;
+    size_t len = strlen(*e) + 1;
+    memcpy(s, *e, len);
+    env[k++] = s;
+    s += len;
+  }
+  for (int i = 0; i < 2; i++) {
+    size_t len = strlen(extra[i]) + 1;
+    memcpy(s, extra[i], len);
+    env[k++] = s;
+    s += len;
+  }
+  env[k] = NULL;
+  return env;
+}
+
+/* Writes the job's directory and spec; fails with the reason in the error. */
+static px_status_t pxa_prepare_job(pxa_agent_t *ag, const Prunex__V1__Assignment *as, char *dir,
+                                   size_t dcap, char *spec_path, size_t scap) {
+  if ((size_t)snprintf(dir, dcap, "%s/jobs/%s", ag->work_dir, as->job_id) >= dcap ||
+      (size_t)snprintf(spec_path, scap, "%s/spec.pb", dir) >= scap)
+    return px_set_error(PX_ERR_INVALID, "job %s: path too long", as->job_id);
+  PX_CHECK(pxa_mkdirs(dir));
+  size_t len = protobuf_c_message_get_packed_size(&as->spec->base);
+  uint8_t *buf = px_malloc(len ? len : 1, "agent.spec");
+  if (!buf) return PX_ERR_NOMEM;
+  protobuf_c_message_pack(&as->spec->base, buf);
+  px_status_t st = pxa_write_file(spec_path, buf, len);
+  px_free(buf);
+  return st;
+}
+
+static int pxa_threads_for(const pxa_agent_t *ag, const Prunex__V1__Assignment *as) {
+  if (as->spec->cluster && as->spec->cluster->threads_per_worker > 0)
+    return as->spec->cluster->threads_per_worker;
+  return ag->threads_per_worker;
+}
+
+static px_status_t pxa_spawn(pxa_agent_t *ag, pxa_job_t *job, pxa_worker_t *w,
+                             const Prunex__V1__Assignment *as, const char *dir,
+                             const char *spec_path, char **env, int threads) {
+  snprintf(w->log, sizeof w->log, "%s/rank-%d.log", dir, w->rank);
+  int fd = open(w->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return px_set_error(PX_ERR_IO, "%s: cannot create: %s", w->log, strerror(errno));
+  char rank[16], lrank[16], world[16], node[16], nodes[16], thr[16], leaders[1024] = "";
+  snprintf(rank, sizeof rank, "%d", w->rank);
+  snprintf(lrank, sizeof lrank, "%d", w->local_rank);
+  snprintf(world, sizeof world, "%d", as->world_size);
+  snprintf(node, sizeof node, "%d", as->node_index);
+  snprintf(nodes, sizeof nodes, "%d", as->num_nodes);
+  snprintf(thr, sizeof thr, "%d", threads);
+  if ((int)as->n_leader_ranks == as->num_nodes) {
+    size_t used = 0;
+    for (size_t i = 0; i < as->n_leader_ranks && used < sizeof leaders; i++)
+      used += (size_t)snprintf(leaders + used, sizeof leaders - used, "%s%d", i ? "," : "",
+                               as->leader_ranks[i]);
+    if (used >= sizeof leaders) leaders[0] = '\0';
+  }
+  const char *coord = as->coordinator[0] ? as->coordinator : ag->cfg.coordinator;
+  char *args[32];
+  int n = 0;
+  args[n++] = ag->worker_bin;
+  args[n++] = "--coordinator";
+  args[n++] = (char *)coord;
+  args[n++] = "--job";
+  args[n++] = job->id;
+  args[n++] = "--rank";
+  args[n++] = rank;
+  args[n++] = "--local-rank";
+  args[n++] = lrank;
+  args[n++] = "--world-size";
+  args[n++] = world;
+  args[n++] = "--node-index";
+  args[n++] = node;
+  args[n++] = "--num-nodes";
+  args[n++] = nodes;
+  args[n++] = "--spec";
+  args[n++] = (char *)spec_path;
+  args[n++] = "--threads";
+  args[n++] = thr;
+  args[n++] = "--work-dir";
+  args[n++] = ag->work_dir;
+  args[n++] = "--metrics-db";
+  args[n++] = ag->metrics_db;
+  if (leaders[0]) {
+    args[n++] = "--leaders";
+    args[n++] = leaders;
+  }
+  args[n] = NULL;
+
+  uv_stdio_container_t stdio[3];
+  stdio[0].flags = UV_IGNORE;
+  stdio[1].flags = UV_INHERIT_FD;
+  stdio[1].data.fd = fd;
+  stdio[2].flags = UV_INHERIT_FD;
+  stdio[2].data.fd = fd;
+  uv_process_options_t o;
+  memset(&o, 0, sizeof o);
+  o.exit_cb = pxa_on_exit;
+  o.file = ag->worker_bin;
+  o.args = args;
+  o.env = env;
+  o.cwd = dir;
+  o.stdio_count = 3;
+  o.stdio = stdio;
+  w->proc.data = w;
+  int rc = uv_spawn(ag->loop, &w->proc, &o);
+  close(fd);
+  /* the handle is initialised either way and must be closed */
+  w->open = 1;
+  job->nopen++;
+  if (rc != 0) {
+    uv_close((uv_handle_t *)&w->proc, pxa_on_close);
+    return px_set_error(PX_ERR_IO, "cannot start %s: %s", ag->worker_bin, uv_strerror(rc));
+  }
+  w->running = 1;
+  job->nrunning++;
+  px_log(PX_LOG_INFO, "job %s: started rank %d (local rank %d, pid %d, %d thread%s), log %s",
+         job->id, w->rank, w->local_rank, w->proc.pid, threads, threads == 1 ? "" : "s", w->log);
+  return PX_OK;
+}
+
+static void pxa_job_start(pxa_agent_t *ag, Prunex__V1__Assignment *as) {
+  if (ag->shutting_down) return;
+  if (!as->job_id[0] || !as->spec || as->n_ranks == 0 || as->num_nodes < 1 ||
+      as->world_size < 1) {
+    px_log(PX_LOG_WARN, "ignoring an incomplete START assignment (job '%s')", as->job_id);
+    return;
+  }
+  if (pxa_job_find(ag, as->job_id) || pxa_job_finished(ag, as->job_id)) {
+    px_log(PX_LOG_INFO, "job %s: already started here; START ignored", as->job_id);
+    return;
+  }
+  char dir[PXA_PATH_MAX + 256], spec_path[PXA_PATH_MAX + 300];
+  snprintf(dir, sizeof dir, "%s/jobs/%s/spec.pb", ag->work_dir, as->job_id);
+  struct stat sb;
+  if (stat(dir, &sb) == 0) {
+    /* An earlier agent on this work directory ran the job: its workers died
+     * with it (PR_SET_PDEATHSIG), and the survivors elsewhere cannot take
+     * new ones in. The coordinator must fail the job. */
+    char why[256];
+    snprintf(why, sizeof why,
+             "pxagent restarted (now pid %ld) while this rank ran on node '%s': its worker is "
+             "gone", (long)getpid(), ag->name);
+    px_log(PX_LOG_WARN, "job %s: %s", as->job_id, why);
+    for (size_t i = 0; i < as->n_ranks; i++)
+      pxa_report_unstarted(ag, as->job_id, as->ranks[i]->rank, why);
+    pxa_job_mark_finished(ag, as->job_id);
+    return;
+  }
+  px_status_t st = pxa_prepare_job(ag, as, dir, sizeof dir, spec_path, sizeof spec_path);
+  if (st != PX_OK) {
+    char why[512];
+    snprintf(why, sizeof why, "pxagent on node '%s' cannot prepare the job: %s", ag->name,
+             px_last_error());
+    px_log(PX_LOG_ERROR, "job %s: %s", as->job_id, why);
+    for (size_t i = 0; i < as->n_ranks; i++)
+      pxa_report_unstarted(ag, as->job_id, as->ranks[i]->rank, why);
+    pxa_job_mark_finished(ag, as->job_id);
+    return;
+  }
+  pxa_job_t *job = px_calloc(1, sizeof *job, "agent.job");
+  pxa_worker_t *ws = px_calloc(as->n_ranks, sizeof *ws, "agent.workers");
+  int threads = pxa_threads_for(ag, as);
+  char **env = pxa_worker_env(threads);
+  if (!job || !ws || !env) {
+    px_log(PX_LOG_ERROR, "job %s: out of memory", as->job_id);
+    for (size_t i = 0; i < as->n_ranks; i++)
+      pxa_report_unstarted(ag, as->job_id, as->ranks[i]->rank, "pxagent: out of memory");
+    pxa_job_mark_finished(ag, as->job_id);
+    px_free(job);
+    px_free(ws);
+    px_free(env);
+    return;
+  }
+  job->agent = ag;
+  snprintf(job->id, sizeof job->id, "%s", as->job_id);
+  job->workers = ws;
+  job->nworkers = (int)as->n_ranks;
+  job->next = ag->jobs;
+  ag->jobs = job;
+  for (int i = 0; i < job->nworkers; i++) {
+    pxa_worker_t *w = &ws[i];
+    w->job = job;
+    w->rank = as->ranks[i]->rank;
+    w->local_rank = as->ranks[i]->local_rank;
+    if (pxa_spawn(ag, job, w, as, dir, spec_path, env, threads) != PX_OK) {
+      char why[600];
+      snprintf(why, sizeof why, "pxagent on node '%s': %s", ag->name, px_last_error());
+      px_log(PX_LOG_ERROR, "job %s: rank %d: %s", job->id, w->rank, why);
+      pxa_report_unstarted(ag, job->id, w->rank, why);
+    }
+  }
+  px_free(env);
+  pxa_publish_running(ag);
+  /* with no handle left (nothing could even be initialised) the job ends now */
+  if (job->nopen == 0) pxa_job_free_if_done(job);
+}
+
+/* ---- stop ------------------------------------------------------------------------ */
+
+static void pxa_job_stop(pxa_job_t *job, const char *reason) {
+  if (job->stopping) return;
+  job->stopping = 1;
+  snprintf(job->stop_reason, sizeof job->stop_reason, "%s", reason);
+  job->kill_at_ms = pxa_now_ms() + PXA_KILL_AFTER_MS;
+  px_log(PX_LOG_INFO, "job %s: stopping its %d worker%s: %s", job->id, job->nrunning,
+         job->nrunning == 1 ? "" : "s", reason);
+  for (int i = 0; i < job->nworkers; i++)
+    if (job->workers[i].running) uv_process_kill(&job->workers[i].proc, SIGTERM);
+}
+
+static void pxa_job_kill(pxa_job_t *job) {
+  job->killed = 1;
+  for (int i = 0; i < job->nworkers; i++) {
+    if (!job->workers[i].running) continue;
+    px_log(PX_LOG_WARN, "job %s: rank %d ignored SIGTERM: SIGKILL", job->id, job->workers[i].rank);
+    uv_process_kill(&job->workers[i].proc, SIGKILL);
+  }
+}
+
+void pxa_stop_all(pxa_agent_t *ag, const char *reason) {
+  for (pxa_job_t *j = ag->jobs; j; j = j->next) pxa_job_stop(j, reason);
+}
+
+void pxa_kill_all(pxa_agent_t *ag) {
+  for (pxa_job_t *j = ag->jobs; j; j = j->next) pxa_job_kill(j);
+}
+
+/* ---- loop callbacks ----------------------------------------------------------------- */
+
+void pxa_on_wake(uv_async_t *h) {
+  pxa_agent_t *ag = h->data;
+  pthread_mutex_lock(&ag->mu);
+  pxa_cmd_t *c = ag->cmds;
+  ag->cmds = NULL;
+  ag->cmds_tail = &ag->cmds;
+  pthread_mutex_unlock(&ag->mu);
+  while (c) {
+    pxa_cmd_t *next = c->next;
+    if (c->kind == PXA_CMD_START) {
+      pxa_job_start(ag, c->assignment);
+    } else {
+      pxa_job_t *job = pxa_job_find(ag, c->job_id);
+      if (job) pxa_job_stop(job, c->reason);
+      else if (!pxa_job_finished(ag, c->job_id)) pxa_job_mark_finished(ag, c->job_id);
+    }
+    px_rpc_message_free(c->assignment);
+    px_free(c);
+    c = next;
+  }
+}
+
+void pxa_on_tick(uv_timer_t *t) {
+  pxa_agent_t *ag = t->data;
+  int64_t now = pxa_now_ms();
+  for (pxa_job_t *j = ag->jobs; j; j = j->next)
+    if (j->stopping && !j->killed && j->nrunning > 0 && now >= j->kill_at_ms) pxa_job_kill(j);
+  if (ag->shutting_down && !ag->jobs && !ag->closing) {
+    /* every worker is gone: close the loop's handles so that uv_run returns */
+    ag->closing = 1;
+    pthread_mutex_lock(&ag->mu);
+    ag->loop_open = 0;
+    pthread_mutex_unlock(&ag->mu);
+    uv_close((uv_handle_t *)&ag->wake, NULL);
+    uv_close((uv_handle_t *)&ag->tick, NULL);
+    uv_close((uv_handle_t *)&ag->sigterm, NULL);
+    uv_close((uv_handle_t *)&ag->sigint, NULL);
+  }
+}

@@ -1,0 +1,362 @@
+/* pxctl: the user's command line for a PruneX cluster (DESIGN.md section 2).
+ *
+ * This file parses the command line (options may come before or after the
+ * command, as --opt VALUE or --opt=VALUE), prints the help texts and hands
+ * over to the command; the commands live in pxctl_query.c, pxctl_logs.c and
+ * pxctl_run.c. Every command accepts --help; every query command --json.
+ * Exit status: 0 success, 1 failure, 2 bad usage or a bad job spec. */
+#include <ctype.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pxctl.h"
+
+/* Options, as bits of the set a command accepts. */
+enum {
+  OPT_COORD = 1 << 0,
+  OPT_JSON = 1 << 1,
+  OPT_STATE = 1 << 2,
+  OPT_LIMIT = 1 << 3,
+  OPT_LAYERS = 1 << 4,
+  OPT_FROM = 1 << 5,
+  OPT_ALL_RANKS = 1 << 6,
+  OPT_RANK = 1 << 7,
+  OPT_FOLLOW = 1 << 8,
+  OPT_WORK_DIR = 1 << 9,
+  OPT_KEEP = 1 << 10,
+  OPT_OUTPUT = 1 << 11,
+  OPT_REASON = 1 << 12,
+};
+
+typedef struct {
+  const char *name;
+  unsigned bit;
+  int has_value;
+} pxctl_opt_t;
+
+static const pxctl_opt_t pxctl_options[] = {
+    {"--coordinator", OPT_COORD, 1}, {"--json", OPT_JSON, 0},
+    {"--state", OPT_STATE, 1},       {"--limit", OPT_LIMIT, 1},
+    {"--layers", OPT_LAYERS, 0},     {"--from", OPT_FROM, 1},
+    {"--all-ranks", OPT_ALL_RANKS, 0}, {"--rank", OPT_RANK, 1},
+    {"--follow", OPT_FOLLOW, 0},     {"-f", OPT_FOLLOW, 0},
+    {"--work-dir", OPT_WORK_DIR, 1}, {"--keep", OPT_KEEP, 0},
+    {"--output", OPT_OUTPUT, 1},     {"--reason", OPT_REASON, 1},
+};
+
+typedef struct {
+  const char *name;
+  const char *synopsis;
+  const char *summary;
+  const char *details;   /* the command's own options and output */
+  unsigned opts;
+  int npos;              /* positional arguments it takes */
+  int (*fn)(pxctl_opts_t *);
+} pxctl_cmd_t;
+
+#define COMMON_HELP                                                                        \
+  "  --coordinator HOST:PORT  the coordinator (default: $PRUNEX_COORDINATOR, else\n"      \
+  "                           " PXCTL_DEFAULT_COORDINATOR ")\n"
+
+static const pxctl_cmd_t pxctl_cmds[] = {
+    {"submit", "SPEC.yaml", "validate a job spec and submit it; prints the job id",
+     "Parses and validates SPEC.yaml on this machine first: a bad spec is refused\n"
+     "with FILE:LINE:COLUMN and what is wrong (exit 2), and nothing is submitted.\n"
+     "Prints the new job's id (--json: {\"job_id\",\"name\",\"spec_file\"}).\n\n" COMMON_HELP
+     "  --json                   one JSON object\n",
+     OPT_COORD | OPT_JSON, 1, pxctl_cmd_submit},
+    {"status", "JOB", "a job's state, placement, progress, summary and history",
+     "--json prints the Job message of proto/prunex.proto as one object keyed by the\n"
+     "proto field names (job_id, name, state, spec, spec_yaml, reason, ..., summary).\n\n"
+     COMMON_HELP "  --json                   one JSON object\n",
+     OPT_COORD | OPT_JSON, 1, pxctl_cmd_status},
+    {"list", "", "jobs, oldest first",
+     "  --state S                only jobs in state S (pending, scheduled, running,\n"
+     "                           succeeded, failed, cancelled)\n"
+     "  --limit N                at most N jobs (0: all)\n" COMMON_HELP
+     "  --json                   an array of the objects `status --json` prints\n",
+     OPT_COORD | OPT_JSON | OPT_STATE | OPT_LIMIT, 0, pxctl_cmd_list},
+    {"cancel", "JOB", "cancel a pending or running job",
+     "  --reason TEXT            recorded with the state change\n" COMMON_HELP
+     "  --json                   the cancelled job, as `status --json`\n",
+     OPT_COORD | OPT_JSON | OPT_REASON, 1, pxctl_cmd_cancel},
+    {"nodes", "", "the registered nodes, their state and devices",
+     "  --state S                only nodes in state S (ready, busy, lost)\n" COMMON_HELP
+     "  --json                   an array of Node objects (proto field names)\n",
+     OPT_COORD | OPT_JSON | OPT_STATE, 0, pxctl_cmd_nodes},
+    {"metrics", "JOB", "per-iteration figures of a job",
+     "One row per outer iteration: epoch, loss, train and test accuracy, density,\n"
+     "mask drift, intra- and inter-node bytes (the job-level report of the lowest\n"
+     "rank that reported).\n\n"
+     "  --layers                 per-layer residuals (r/s intra, r/s inter) and rho1/rho2\n"
+     "  --from N                 start at iteration N\n"
+     "  --limit N                at most N rows (0: all)\n"
+     "  --all-ranks              every rank's report, not one per iteration\n" COMMON_HELP
+     "  --json                   {\"job_id\", \"iterations\": [IterationReport objects]}\n",
+     OPT_COORD | OPT_JSON | OPT_LAYERS | OPT_FROM | OPT_LIMIT | OPT_ALL_RANKS, 1,
+     pxctl_cmd_metrics},
+    {"drift", "JOB", "mask drift and density per iteration, and when the masks froze",
+     "  --all-ranks              every rank's report, not one per iteration\n" COMMON_HELP
+     "  --json                   {\"job_id\", \"frozen\", \"frozen_at_iteration\",\n"
+     "                           \"iterations\": [{\"iteration\", \"rank\", \"mask_drift\",\n"
+     "                           \"density\", \"frozen\"}]}\n",
+     OPT_COORD | OPT_JSON | OPT_ALL_RANKS, 1, pxctl_cmd_drift},
+    {"logs", "JOB", "a job's per-rank log files on this host",
+     "Reads WORK_DIR/jobs/JOB/rank-R.log, written by the pxagent of this host (only\n"
+     "the ranks that ran here: run pxctl logs on each node for the others).\n\n"
+     "  --rank R                 only rank R (default: every rank found here)\n"
+     "  -f, --follow             keep printing new lines until the job ends (Ctrl-C\n"
+     "                           stops)\n"
+     "  --work-dir DIR           the agents' work directory (default: $PRUNEX_WORK_DIR,\n"
+     "                           else " PXCTL_DEFAULT_WORK_DIR ")\n" COMMON_HELP
+     "                           (asked for the job's state and its nodes)\n"
+     "  --json                   {\"job_id\", \"dir\", \"files\": [{\"rank\", \"path\", \"text\"}]}\n"
+     "                           (not with --follow)\n",
+     OPT_COORD | OPT_JSON | OPT_RANK | OPT_FOLLOW | OPT_WORK_DIR, 1, pxctl_cmd_logs},
+    {"watch", "JOB", "live progress until the job ends",
+     "Follows the job with WatchJob and draws a progress bar. Exit status 0 when the\n"
+     "job SUCCEEDED, 1 when it failed or was cancelled (or the coordinator went away).\n\n"
+     COMMON_HELP "  --json                   no bar; the final job as `status --json`\n",
+     OPT_COORD | OPT_JSON, 1, pxctl_cmd_watch},
+    {"run", "SPEC.yaml", "run a job on this machine (private coordinator and agents)",
+     "The embedded mode: validates SPEC.yaml, starts a private pxcoordd on a free\n"
+     "loopback port and one pxagent per cluster.nodes (node-0, node-1, ...; each with\n"
+     "cluster.workers_per_node CPU workers and max(1, cores / (nodes * workers))\n"
+     "threads per worker), waits until they are READY, submits, shows the progress,\n"
+     "prints a summary (state, iterations, test accuracy, density, inter-node bytes\n"
+     "against dense synchronisation, wall time, model path) and tears everything\n"
+     "down, also on Ctrl-C (the job is cancelled first). Exit status 0 when the job\n"
+     "SUCCEEDED, 1 when not, 2 for a bad spec, 130 (143) after SIGINT (SIGTERM).\n"
+     "pxcoordd and pxagent are looked for in $PRUNEX_BIN_DIR, next to pxctl, in the\n"
+     "build tree (../coordinatord, ../agent) and on PATH.\n\n"
+     "  --work-dir DIR           where the run directory (database, logs, agent work\n"
+     "                           directories) is made (default: $TMPDIR, else /tmp)\n"
+     "  --keep                   keep the run directory afterwards\n"
+     "  --output DIR             the job's output_dir (default: the spec's, else\n"
+     "                           RUN_DIR/output, which is kept when the job succeeds)\n"
+     "  --json                   progress on stderr; the last stdout line is one\n"
+     "                           object: job_id, name, state, reason, iterations,\n"
+     "                           test_accuracy, density, inter_bytes, inter_bytes_dense,\n"
+     "                           inter_reduction, intra_bytes, wall_s, total_s,\n"
+     "                           model_path, run_dir, summary_source\n",
+     OPT_JSON | OPT_WORK_DIR | OPT_KEEP | OPT_OUTPUT, 1, pxctl_cmd_run},
+};
+#define PXCTL_NCMDS ((int)(sizeof pxctl_cmds / sizeof pxctl_cmds[0]))
+
+static void pxctl_main_help(FILE *f) {
+  fprintf(f,
+          "usage: pxctl [--coordinator HOST:PORT] [--json] COMMAND [ARGS] [OPTIONS]\n"
+          "\n"
+          "The PruneX command line: submit training jobs to a pxcoordd coordinator,\n"
+          "follow them and read their metrics, or run one on this machine.\n"
+          "\n"
+          "Commands:\n");
+  for (int i = 0; i < PXCTL_NCMDS; i++) {
+    char head[64];
+    snprintf(head, sizeof head, "%s %s", pxctl_cmds[i].name, pxctl_cmds[i].synopsis);
+    fprintf(f, "  %-18s %s\n", head, pxctl_cmds[i].summary);
+  }
+  fprintf(f,
+          "\n"
+          "Options of every command that asks the coordinator:\n" COMMON_HELP
+          "  --json                   one JSON document (object or array) on stdout\n"
+          "  -h, --help               this help; `pxctl COMMAND --help` for a command's\n"
+          "  --version\n"
+          "\n"
+          "Exit status: 0 success; 1 failure (coordinator unreachable or refusing, no such\n"
+          "job, for watch and run: the job did not succeed); 2 bad usage or a bad spec.\n");
+}
+
+static void pxctl_cmd_help(const pxctl_cmd_t *c, FILE *f) {
+  fprintf(f, "usage: pxctl %s%s%s [OPTIONS]\n\n%c%s.\n\n%s  -h, --help               this help\n",
+          c->name, c->synopsis[0] ? " " : "", c->synopsis, toupper((unsigned char)c->summary[0]),
+          c->summary + 1, c->details);
+}
+
+int pxctl_usage_error(const pxctl_opts_t *o, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "pxctl%s%s: ", o && o->cmd ? " " : "", o && o->cmd ? o->cmd : "");
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\n(run 'pxctl%s%s --help' for usage)\n", o && o->cmd ? " " : "",
+          o && o->cmd ? o->cmd : "");
+  return PXCTL_EXIT_USAGE;
+}
+
+int pxctl_fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("pxctl: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  return PXCTL_EXIT_FAIL;
+}
+
+static const pxctl_opt_t *pxctl_find_option(const char *name) {
+  for (size_t i = 0; i < sizeof pxctl_options / sizeof pxctl_options[0]; i++)
+    if (!strcmp(pxctl_options[i].name, name)) return &pxctl_options[i];
+  return NULL;
+}
+
+static int pxctl_parse_count(pxctl_opts_t *o, const char *opt, const char *v, int *out) {
+  char *end;
+  errno = 0;
+  long n = strtol(v, &end, 10);
+  if (errno || end == v || *end || n < 0 || n > 1000000000)
+    return pxctl_usage_error(o, "%s '%s': expected a non-negative integer", opt, v);
+  *out = (int)n;
+  return 0;
+}
+
+/* Applies one option with its value (NULL for flags). */
+static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
+  switch (opt->bit) {
+    case OPT_COORD:
+      if (!v[0] || !strrchr(v, ':'))
+        return pxctl_usage_error(o, "--coordinator '%s': expected HOST:PORT", v);
+      o->coordinator = v;
+      return 0;
+    case OPT_JSON: o->json = 1; return 0;
+    case OPT_STATE: {
+      int s = !strcmp(o->cmd, "nodes") ? pxctl_parse_node_state(v) : pxctl_parse_job_state(v);
+      if (!s)
+        return pxctl_usage_error(o, "--state '%s': expected one of %s", v,
+                                 !strcmp(o->cmd, "nodes")
+                                     ? "ready, busy, lost"
+                                     : "pending, scheduled, running, succeeded, failed, cancelled");
+      o->state = s;
+      return 0;
+    }
+    case OPT_LIMIT: return pxctl_parse_count(o, "--limit", v, &o->limit);
+    case OPT_FROM: return pxctl_parse_count(o, "--from", v, &o->from);
+    case OPT_RANK: return pxctl_parse_count(o, "--rank", v, &o->rank);
+    case OPT_LAYERS: o->layers = 1; return 0;
+    case OPT_ALL_RANKS: o->all_ranks = 1; return 0;
+    case OPT_FOLLOW: o->follow = 1; return 0;
+    case OPT_KEEP: o->keep = 1; return 0;
+    case OPT_WORK_DIR:
+      if (!v[0]) return pxctl_usage_error(o, "--work-dir needs a directory");
+      o->work_dir = v;
+      return 0;
+    case OPT_OUTPUT:
+      if (!v[0]) return pxctl_usage_error(o, "--output needs a directory");
+      o->output = v;
+      return 0;
+    case OPT_REASON: o->reason = v; return 0;
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  signal(SIGPIPE, SIG_IGN);
+  pxctl_opts_t o;
+  memset(&o, 0, sizeof o);
+  o.rank = -1;
+  const char *env = getenv("PRUNEX_COORDINATOR");
+  o.coordinator = env && env[0] ? env : PXCTL_DEFAULT_COORDINATOR;
+
+  /* The command is the first argument that is neither an option nor the
+   * value of one. */
+  int cmd_at = -1, help = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--")) {
+      cmd_at = i + 1 < argc ? i + 1 : -1;
+      break;
+    }
+    if (a[0] != '-' || !a[1]) {
+      cmd_at = i;
+      break;
+    }
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      help = 1;
+      continue;
+    }
+    if (!strcmp(a, "--version")) {
+      printf("pxctl %s\n", px_version());
+      return PXCTL_EXIT_OK;
+    }
+    const pxctl_opt_t *opt = pxctl_find_option(a);
+    if (opt && opt->has_value) i++;
+  }
+  if (cmd_at < 0) {
+    if (help) {
+      pxctl_main_help(stdout);
+      return PXCTL_EXIT_OK;
+    }
+    pxctl_main_help(stderr);
+    return pxctl_usage_error(NULL, "no command given");
+  }
+  const pxctl_cmd_t *cmd = NULL;
+  for (int i = 0; i < PXCTL_NCMDS; i++)
+    if (!strcmp(argv[cmd_at], pxctl_cmds[i].name)) cmd = &pxctl_cmds[i];
+  if (!cmd) {
+    if (help) {
+      pxctl_main_help(stdout);
+      return PXCTL_EXIT_OK;
+    }
+    return pxctl_usage_error(NULL, "unknown command '%s'", argv[cmd_at]);
+  }
+  o.cmd = cmd->name;
+  if (help) {
+    pxctl_cmd_help(cmd, stdout);
+    return PXCTL_EXIT_OK;
+  }
+
+  int only_pos = 0;
+  for (int i = 1; i < argc; i++) {
+    if (i == cmd_at) continue;
+    const char *a = argv[i];
+    if (!only_pos && !strcmp(a, "--")) {
+      only_pos = 1;
+      continue;
+    }
+    if (only_pos || a[0] != '-' || !a[1]) {
+      if (o.npos >= cmd->npos) {
+        return cmd->npos ? pxctl_usage_error(&o, "unexpected argument '%s' (%s takes %s)", a,
+                                             cmd->name, cmd->synopsis)
+                         : pxctl_usage_error(&o, "unexpected argument '%s' (%s takes none)", a,
+                                             cmd->name);
+      }
+      o.pos[o.npos++] = a;
+      continue;
+    }
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      pxctl_cmd_help(cmd, stdout);
+      return PXCTL_EXIT_OK;
+    }
+    char name[64];
+    const char *value = NULL, *eq = strchr(a, '=');
+    if (eq && (size_t)(eq - a) < sizeof name) {
+      memcpy(name, a, (size_t)(eq - a));
+      name[eq - a] = '\0';
+      value = eq + 1;
+    } else {
+      snprintf(name, sizeof name, "%s", a);
+    }
+    const pxctl_opt_t *opt = pxctl_find_option(name);
+    if (!opt) return pxctl_usage_error(&o, "unknown option '%s'", a);
+    if (!(cmd->opts & opt->bit))
+      return pxctl_usage_error(&o, "option %s does not apply to '%s'%s", name, cmd->name,
+                               !strcmp(cmd->name, "run") && opt->bit == OPT_COORD
+                                   ? " (run starts its own private coordinator)"
+                                   : "");
+    if (opt->has_value && !value) {
+      if (i + 1 >= argc) return pxctl_usage_error(&o, "%s needs a value", name);
+      value = argv[++i];
+    } else if (!opt->has_value && value) {
+      return pxctl_usage_error(&o, "%s takes no value", name);
+    }
+    int rc = pxctl_apply(&o, opt, value);
+    if (rc) return rc;
+  }
+  if (o.npos < cmd->npos)
+    return pxctl_usage_error(&o, "missing %s", cmd->synopsis);
+  return cmd->fn(&o);
+}

@@ -1,0 +1,192 @@
+/* pxctl internals: what the files of the command-line client share. The
+ * program is split by concern: pxctl.c (argument parsing, dispatch, help),
+ * pxctl_query.c (the commands that ask the coordinator: submit, status,
+ * list, cancel, nodes, metrics, drift, watch), pxctl_logs.c (per-rank log
+ * files), pxctl_run.c (the embedded mode: private coordinator and agents),
+ * pxctl_json.c (the JSON emitter) and pxctl_fmt.c (tables and human
+ * formatting).
+ *
+ * Exit codes are the same for every command: 0 success, 1 a runtime
+ * failure (the coordinator, a job that did not succeed, a missing file),
+ * 2 bad usage or a bad job spec. */
+#ifndef PXCTL_H
+#define PXCTL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "prunex.pb-c.h"
+#include "prunex/px.h"
+#include "prunex/rpc.h"
+
+enum { PXCTL_EXIT_OK = 0, PXCTL_EXIT_FAIL = 1, PXCTL_EXIT_USAGE = 2 };
+
+#define PXCTL_DEFAULT_COORDINATOR "127.0.0.1:7070"
+#define PXCTL_DEFAULT_WORK_DIR "/var/lib/prunex"
+
+/* ---- command line ------------------------------------------------------ */
+
+/* Everything the options of any command can set. Strings point into argv
+ * or the environment (never freed). */
+typedef struct {
+  const char *cmd;            /* the command name ("status") */
+  const char *coordinator;    /* HOST:PORT */
+  const char *work_dir;       /* logs/run: --work-dir (NULL: not given) */
+  const char *output;         /* run: --output */
+  int json;
+  int keep;                   /* run: --keep */
+  int layers;                 /* metrics: --layers */
+  int all_ranks;              /* metrics/drift: --all-ranks */
+  int follow;                 /* logs: --follow */
+  int rank;                   /* logs: --rank (-1: all) */
+  int state;                  /* list/nodes: --state (0: any) */
+  int limit;                  /* list/metrics: --limit (0: all) */
+  int from;                   /* metrics: --from */
+  const char *reason;         /* cancel: --reason */
+  const char *pos[4];         /* positional arguments */
+  int npos;
+} pxctl_opts_t;
+
+/* Prints "pxctl CMD: <message>" and the hint to run --help on stderr;
+ * returns PXCTL_EXIT_USAGE. */
+int pxctl_usage_error(const pxctl_opts_t *o, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Prints "pxctl: <message>" on stderr; returns PXCTL_EXIT_FAIL. */
+int pxctl_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- commands ------------------------------------------------------------ */
+
+int pxctl_cmd_submit(pxctl_opts_t *o);
+int pxctl_cmd_status(pxctl_opts_t *o);
+int pxctl_cmd_list(pxctl_opts_t *o);
+int pxctl_cmd_cancel(pxctl_opts_t *o);
+int pxctl_cmd_nodes(pxctl_opts_t *o);
+int pxctl_cmd_metrics(pxctl_opts_t *o);
+int pxctl_cmd_drift(pxctl_opts_t *o);
+int pxctl_cmd_watch(pxctl_opts_t *o);
+int pxctl_cmd_logs(pxctl_opts_t *o);
+int pxctl_cmd_run(pxctl_opts_t *o);
+
+/* ---- shared pieces of the query commands (pxctl_query.c) ---------------- */
+
+/* Opens a channel to o->coordinator; on failure prints why and returns
+ * NULL. */
+px_rpc_channel_t *pxctl_connect(const pxctl_opts_t *o);
+
+/* Turns the last failed RPC into a message on stderr and returns
+ * PXCTL_EXIT_FAIL: "no job 'X'" for NOT_FOUND when job_id is given, else
+ * the coordinator's address, the gRPC status and the details. */
+int pxctl_rpc_fail(px_rpc_channel_t *ch, const char *job_id);
+
+/* Reads a spec file, parses and validates it. On success *spec and *text
+ * (the file's bytes, NUL-terminated, px_free) belong to the caller; on
+ * failure the message (FILE:LINE:COL: FIELD: what) is printed and
+ * PXCTL_EXIT_USAGE returned. */
+int pxctl_load_spec(const char *path, Prunex__V1__JobSpec **spec, char **text);
+
+/* Called between reads of a watch stream; nonzero stops the watch. */
+typedef int (*pxctl_watch_stop_fn)(void *arg);
+
+/* Follows job_id with WatchJob until it reaches a terminal state, drawing
+ * a progress bar on out (a redrawn line when out is a terminal, one line
+ * per change otherwise; nothing when out is NULL). stop is polled about
+ * every 200 ms (NULL: never). Returns PX_OK with *final (the last Job,
+ * inside *holder: free *holder with px_rpc_message_free) when the job
+ * ended; PX_ERR_STATE when stop said so (then *final is the last seen
+ * state, possibly NULL); an RPC error otherwise (last error set). */
+px_status_t pxctl_watch(px_rpc_channel_t *ch, const char *job_id, FILE *out,
+                        pxctl_watch_stop_fn stop, void *arg, void **holder,
+                        const Prunex__V1__Job **final);
+
+/* Figures of a finished job as `run` reports them. */
+typedef struct {
+  int iterations;
+  double test_accuracy;       /* < 0: never evaluated */
+  double density;
+  uint64_t inter_bytes, inter_bytes_dense, intra_bytes;
+  double wall_s;
+  char model_path[4096];
+  const char *source;         /* "coordinator" (Job.summary) or "iterations" */
+} pxctl_summary_t;
+
+/* Fills s from job->summary when the coordinator gave one, else from
+ * GetIterations (sums over iterations, last test accuracy and density). */
+px_status_t pxctl_job_summary(px_rpc_channel_t *ch, const Prunex__V1__Job *job,
+                              pxctl_summary_t *s);
+
+/* ---- JSON (pxctl_json.c) ---------------------------------------------------
+ * A streaming emitter writing compact JSON (one line per document) with
+ * proper string escaping: commas and nesting are tracked, so callers only
+ * say what comes next. Invalid UTF-8 bytes become U+FFFD; non-finite
+ * numbers become null. */
+#define PXCTL_JSON_MAX_DEPTH 32
+
+typedef struct {
+  FILE *f;
+  int depth;
+  int count[PXCTL_JSON_MAX_DEPTH];   /* values written at each level */
+  int after_key;
+} pxctl_json_t;
+
+void pxctl_json_init(pxctl_json_t *j, FILE *f);
+void pxctl_json_begin_object(pxctl_json_t *j);
+void pxctl_json_end_object(pxctl_json_t *j);
+void pxctl_json_begin_array(pxctl_json_t *j);
+void pxctl_json_end_array(pxctl_json_t *j);
+void pxctl_json_key(pxctl_json_t *j, const char *key);
+void pxctl_json_string(pxctl_json_t *j, const char *s); /* NULL: null */
+void pxctl_json_string_n(pxctl_json_t *j, const char *s, size_t n);
+void pxctl_json_int(pxctl_json_t *j, int64_t v);
+void pxctl_json_uint(pxctl_json_t *j, uint64_t v);
+void pxctl_json_double(pxctl_json_t *j, double v);
+void pxctl_json_bool(pxctl_json_t *j, int v);
+void pxctl_json_null(pxctl_json_t *j);
+/* Ends the document with a newline and flushes. */
+void pxctl_json_finish(pxctl_json_t *j);
+
+/* Writes a protobuf-c message as an object keyed by the proto field names
+ * (every field, in descriptor order); enums as their names without the
+ * type prefix ("RUNNING", "CPU"; strategies as in YAML, "hsadmm-flat"),
+ * repeated fields as arrays, absent sub-messages as null, bytes as
+ * base64. NULL writes null. */
+void pxctl_json_message(pxctl_json_t *j, const ProtobufCMessage *m);
+
+/* A Job as `status --json` prints it: pxctl_json_message, with spec_yaml
+ * replaced by the canonical YAML when the job was submitted without text. */
+void pxctl_json_job(pxctl_json_t *j, const Prunex__V1__Job *job);
+
+/* ---- human formatting (pxctl_fmt.c) ------------------------------------ */
+
+/* A table of strings: columns sized to their widest cell, right-aligned
+ * where the header starts with '>', which is not printed. */
+typedef struct pxctl_table pxctl_table_t;
+
+pxctl_table_t *pxctl_table_create(int ncols, const char *const *headers);
+/* Appends one cell to the current row (a row ends after ncols cells). */
+void pxctl_table_cell(pxctl_table_t *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Prints (indent spaces before each line) and frees. */
+void pxctl_table_print(pxctl_table_t *t, FILE *f, int indent);
+void pxctl_table_destroy(pxctl_table_t *t);
+
+/* "1.23 MiB" style with IEC units. */
+void pxctl_fmt_bytes(char *buf, size_t cap, uint64_t bytes);
+/* "85.21%" or "-" for a negative accuracy. */
+void pxctl_fmt_pct(char *buf, size_t cap, double frac);
+/* "2024-05-01 12:00:03" local time, "-" for 0. */
+void pxctl_fmt_time(char *buf, size_t cap, int64_t unix_ms);
+/* "12s", "3m04s", "2h05m", "3d04h" */
+void pxctl_fmt_duration(char *buf, size_t cap, double seconds);
+/* Age of a unix-ms time: "12s ago", "-" for 0. */
+void pxctl_fmt_age(char *buf, size_t cap, int64_t unix_ms);
+
+int64_t pxctl_now_unix_ms(void);
+double pxctl_mono_s(void);
+
+/* Parses a job state name (case-insensitive, "running", "JOB_STATE_RUNNING")
+ * or a node state name; 0 when not a state. */
+int pxctl_parse_job_state(const char *s);
+int pxctl_parse_node_state(const char *s);
+
+#endif

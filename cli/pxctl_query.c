@@ -1,0 +1,779 @@
+/* The pxctl commands that talk to a running coordinator (the Jobs service
+ * of proto/prunex.proto): submit, status, list, cancel, nodes, metrics,
+ * drift and watch, plus what `run` shares with them (spec loading, the
+ * watch loop with its progress bar, the final summary). Human tables by
+ * default, one JSON document with --json. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "prunex/jobspec.h"
+#include "pxctl.h"
+
+#define PXCTL_DEADLINE_MS 10000
+
+/* ---- connection and errors ---------------------------------------------- */
+
+px_rpc_channel_t *pxctl_connect(const pxctl_opts_t *o) {
+  px_rpc_channel_t *ch = NULL;
+  if (px_rpc_channel_create(o->coordinator, &ch) != PX_OK) {
+    pxctl_fail("coordinator %s: %s", o->coordinator, px_last_error());
+    return NULL;
+  }
+  return ch;
+}
+
+int pxctl_rpc_fail(px_rpc_channel_t *ch, const char *job_id) {
+  px_rpc_code_t code = px_rpc_last_code();
+  const char *target = ch ? px_rpc_channel_target(ch) : "?";
+  if (code == PX_RPC_NOT_FOUND && job_id)
+    return pxctl_fail("no job '%s' (coordinator %s)", job_id, target);
+  const char *hint = "";
+  if (code == PX_RPC_UNAVAILABLE)
+    hint = "\n(is pxcoordd running there? set --coordinator HOST:PORT or PRUNEX_COORDINATOR)";
+  else if (code == PX_RPC_DEADLINE_EXCEEDED)
+    hint = "\n(the coordinator did not answer in time)";
+  return pxctl_fail("coordinator %s: %s (gRPC status %s)%s", target, px_last_error(),
+                    px_rpc_code_name(code), hint);
+}
+
+/* ---- specs ------------------------------------------------------------------ */
+
+int pxctl_load_spec(const char *path, Prunex__V1__JobSpec **spec, char **text) {
+  *spec = NULL;
+  *text = NULL;
+  if (px_jobspec_parse_file(path, spec) != PX_OK) {
+    fprintf(stderr, "pxctl: %s\npxctl: the job spec was refused; nothing was submitted\n",
+            px_last_error());
+    return PXCTL_EXIT_USAGE;
+  }
+  if (px_jobspec_validate(*spec) != PX_OK) {
+    fprintf(stderr, "pxctl: %s: %s\npxctl: the job spec was refused; nothing was submitted\n",
+            path, px_last_error());
+    px_jobspec_free(*spec);
+    *spec = NULL;
+    return PXCTL_EXIT_USAGE;
+  }
+  /* The text travels with the spec, for the record. parse_file read the
+   * same file just now and refuses anything over 1 MiB. */
+  FILE *f = fopen(path, "rb");
+  char *buf = px_malloc((1u << 20) + 1, "pxctl.spec_text");
+  size_t n = 0;
+  if (f && buf) n = fread(buf, 1, 1u << 20, f);
+  if (f) fclose(f);
+  if (!buf) {
+    px_jobspec_free(*spec);
+    *spec = NULL;
+    return pxctl_fail("out of memory");
+  }
+  buf[n] = '\0';
+  *text = buf;
+  return PXCTL_EXIT_OK;
+}
+
+/* ---- submit ----------------------------------------------------------------- */
+
+int pxctl_cmd_submit(pxctl_opts_t *o) {
+  Prunex__V1__JobSpec *spec;
+  char *text;
+  int rc = pxctl_load_spec(o->pos[0], &spec, &text);
+  if (rc) return rc;
+  px_rpc_channel_t *ch = pxctl_connect(o);
+  if (!ch) {
+    px_jobspec_free(spec);
+    px_free(text);
+    return PXCTL_EXIT_FAIL;
+  }
+  Prunex__V1__SubmitJobRequest req = PRUNEX__V1__SUBMIT_JOB_REQUEST__INIT;
+  req.spec = spec;
+  req.spec_yaml = text;
+  Prunex__V1__SubmitJobResponse *resp = NULL;
+  if (px_rpc_submit_job(ch, &req, PXCTL_DEADLINE_MS, &resp) != PX_OK) {
+    rc = pxctl_rpc_fail(ch, NULL);
+  } else if (o->json) {
+    pxctl_json_t j;
+    pxctl_json_init(&j, stdout);
+    pxctl_json_begin_object(&j);
+    pxctl_json_key(&j, "job_id");
+    pxctl_json_string(&j, resp->job_id);
+    pxctl_json_key(&j, "name");
+    pxctl_json_string(&j, spec->name);
+    pxctl_json_key(&j, "spec_file");
+    pxctl_json_string(&j, o->pos[0]);
+    pxctl_json_end_object(&j);
+    pxctl_json_finish(&j);
+  } else {
+    printf("%s\n", resp->job_id);
+  }
+  px_rpc_message_free(resp);
+  px_rpc_channel_destroy(ch);
+  px_jobspec_free(spec);
+  px_free(text);
+  return rc;
+}
+
+/* ---- status ----------------------------------------------------------------- */
+
+static int pxctl_terminal(int state) {
+  return state == PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED ||
+         state == PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED ||
+         state == PRUNEX__V1__JOB_STATE__JOB_STATE_CANCELLED;
+}
+
+static int pxctl_max_iterations(const Prunex__V1__Job *job) {
+  return job->spec && job->spec->admm ? job->spec->admm->max_iterations : 0;
+}
+
+static int pxctl_done_iterations(const Prunex__V1__Job *job) {
+  return job->summary ? job->summary->iterations : 0;
+}
+
+/* "12 iterations, test accuracy 85.21%, density 0.500, inter-node 1.2 MiB
+ * (dense 9.8 MiB: 87.8% less)" */
+static void pxctl_results_line(char *buf, size_t cap, const pxctl_summary_t *s) {
+  char acc[32], inter[32], dense[32], red[64] = "";
+  pxctl_fmt_pct(acc, sizeof acc, s->test_accuracy);
+  pxctl_fmt_bytes(inter, sizeof inter, s->inter_bytes);
+  pxctl_fmt_bytes(dense, sizeof dense, s->inter_bytes_dense);
+  if (s->inter_bytes_dense > 0)
+    snprintf(red, sizeof red, ": %.1f%% less",
+             100.0 * (1.0 - (double)s->inter_bytes / (double)s->inter_bytes_dense));
+  snprintf(buf, cap, "%d iteration%s, test accuracy %s, density %.3f, inter-node %s (dense %s%s)",
+           s->iterations, s->iterations == 1 ? "" : "s", acc, s->density, inter, dense, red);
+}
+
+/* Node ids -> "name (host)" from ListNodes; best effort. */
+static void pxctl_node_label(const Prunex__V1__ListNodesResponse *nodes, const char *id, char *buf,
+                             size_t cap) {
+  for (size_t i = 0; nodes && i < nodes->n_nodes; i++)
+    if (!strcmp(nodes->nodes[i]->node_id, id)) {
+      snprintf(buf, cap, "%s (%s, host %s)", nodes->nodes[i]->name, id, nodes->nodes[i]->hostname);
+      return;
+    }
+  snprintf(buf, cap, "%s", id);
+}
+
+static void pxctl_print_job(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
+  char t1[64], t2[64];
+  printf("job        %s  %s\n", job->job_id, job->name);
+  pxctl_fmt_age(t1, sizeof t1, job->updated_unix_ms);
+  printf("state      %s (since %s)%s%s\n", px_rpc_job_state_name(job->state), t1,
+         job->reason[0] ? ": " : "", job->reason);
+  const Prunex__V1__JobSpec *s = job->spec;
+  if (s) {
+    printf("spec       %s, %s on %s, %d node%s x %d worker%s (%s)\n",
+           px_jobspec_strategy_name(s->strategy), s->model ? s->model->name : "?",
+           s->dataset ? s->dataset->name : "?", s->cluster ? s->cluster->nodes : 0,
+           s->cluster && s->cluster->nodes == 1 ? "" : "s",
+           s->cluster ? s->cluster->workers_per_node : 0,
+           s->cluster && s->cluster->workers_per_node == 1 ? "" : "s",
+           s->cluster && s->cluster->device[0] ? s->cluster->device : "auto");
+    if (s->prune)
+      printf("pruning    keep filters %.3g, channels %.3g, shapes %.3g\n", s->prune->filter_keep,
+             s->prune->channel_keep, s->prune->shape_keep);
+  }
+  int max = pxctl_max_iterations(job);
+  if (max > 0) printf("progress   %d of %d iterations\n", pxctl_done_iterations(job), max);
+  else printf("progress   %d iterations\n", pxctl_done_iterations(job));
+  if (job->n_node_ids > 0) {
+    Prunex__V1__ListNodesRequest req = PRUNEX__V1__LIST_NODES_REQUEST__INIT;
+    Prunex__V1__ListNodesResponse *nodes = NULL;
+    if (px_rpc_list_nodes(ch, &req, PXCTL_DEADLINE_MS, &nodes) != PX_OK) nodes = NULL;
+    for (size_t i = 0; i < job->n_node_ids; i++) {
+      char label[512];
+      pxctl_node_label(nodes, job->node_ids[i], label, sizeof label);
+      printf("%s %zu     %s\n", i == 0 ? "node" : "    ", i, label);
+    }
+    px_rpc_message_free(nodes);
+  }
+  pxctl_fmt_time(t1, sizeof t1, job->created_unix_ms);
+  pxctl_fmt_age(t2, sizeof t2, job->created_unix_ms);
+  printf("created    %s (%s)\n", t1, t2);
+  if (job->summary && pxctl_done_iterations(job) > 0) {
+    pxctl_summary_t sum;
+    memset(&sum, 0, sizeof sum);
+    sum.iterations = job->summary->iterations;
+    sum.test_accuracy = job->summary->test_accuracy;
+    sum.density = job->summary->density;
+    sum.inter_bytes = job->summary->inter_bytes;
+    sum.inter_bytes_dense = job->summary->inter_bytes_dense;
+    char line[512], wall[32];
+    pxctl_results_line(line, sizeof line, &sum);
+    pxctl_fmt_duration(wall, sizeof wall, job->summary->wall_s);
+    printf("%s    %s, wall %s\n", pxctl_terminal(job->state) ? "results" : "so far ", line, wall);
+    if (job->summary->model_path[0]) printf("model      %s\n", job->summary->model_path);
+  }
+  if (job->n_events > 0) {
+    printf("events\n");
+    static const char *const h[] = {"TIME", "FROM", "TO", "REASON"};
+    pxctl_table_t *t = pxctl_table_create(4, h);
+    for (size_t i = 0; i < job->n_events; i++) {
+      const Prunex__V1__JobEvent *e = job->events[i];
+      pxctl_fmt_time(t1, sizeof t1, e->time_unix_ms);
+      pxctl_table_cell(t, "%s", t1);
+      pxctl_table_cell(t, "%s", e->from_state ? px_rpc_job_state_name(e->from_state) : "-");
+      pxctl_table_cell(t, "%s", px_rpc_job_state_name(e->to_state));
+      pxctl_table_cell(t, "%s", e->reason);
+    }
+    pxctl_table_print(t, stdout, 2);
+  }
+}
+
+int pxctl_cmd_status(pxctl_opts_t *o) {
+  px_rpc_channel_t *ch = pxctl_connect(o);
+  if (!ch) return PXCTL_EXIT_FAIL;
+  Prunex__V1__Job *job = NULL;
+  int rc = PXCTL_EXIT_OK;
+  if (px_rpc_get_job(ch, o->pos[0], PXCTL_DEADLINE_MS, &job) != PX_OK) {
+    rc = pxctl_rpc_fail(ch, o->pos[0]);
+  } else if (o->json) {
+    pxctl_json_t j;
+    pxctl_json_init(&j, stdout);
+    pxctl_json_job(&j, job);
+    pxctl_json_finish(&j);
+  } else {
+    pxctl_print_job(ch, job);
+  }
+  px_rpc_message_free(job);
+  px_rpc_channel_destroy(ch);
+  return rc;
+}
+
+/* ---- list ------------------------------------------------------------------- */
+
+int pxctl_cmd_list(pxctl_opts_t *o) {
+  px_rpc_channel_t *ch = pxctl_connect(o);
+  if (!ch) return PXCTL_EXIT_FAIL;
+  Prunex__V1__ListJobsRequest req = PRUNEX__V1__LIST_JOBS_REQUEST__INIT;
+  req.state = (Prunex__V1__JobState)o->state;
+  req.limit = o->limit;
+  Prunex__V1__ListJobsResponse *resp = NULL;
+  int rc = PXCTL_EXIT_OK;
+  if (px_rpc_list_jobs(ch, &req, PXCTL_DEADLINE_MS, &resp) != PX_OK) {
+    rc = pxctl_rpc_fail(ch, NULL);
+  } else if (o->json) {
+    pxctl_json_t j;
+    pxctl_json_init(&j, stdout);
+    pxctl_json_begin_array(&j);
+    for (size_t i = 0; i < resp->n_jobs; i++) pxctl_json_job(&j, resp->jobs[i]);
+    pxctl_json_end_array(&j);
+    pxctl_json_finish(&j);
+  } else if (resp->n_jobs == 0) {
+    printf(o->state ? "no %s jobs\n" : "no jobs\n",
+           px_rpc_job_state_name((Prunex__V1__JobState)o->state));
+  } else {
+    static const char *const h[] = {"JOB",  "NAME",      "STATE",    "STRATEGY", ">NODES",
+                                    ">ITER", ">TEST-ACC", ">DENSITY", "CREATED"};
+    pxctl_table_t *t = pxctl_table_create(9, h);
+    for (size_t i = 0; i < resp->n_jobs; i++) {
+      const Prunex__V1__Job *job = resp->jobs[i];
+      const Prunex__V1__JobSpec *s = job->spec;
+      char acc[32], age[48];
+      pxctl_table_cell(t, "%s", job->job_id);
+      pxctl_table_cell(t, "%s", job->name);
+      pxctl_table_cell(t, "%s", px_rpc_job_state_name(job->state));
+      pxctl_table_cell(t, "%s", s ? px_jobspec_strategy_name(s->strategy) : "?");
+      if (s && s->cluster)
+        pxctl_table_cell(t, "%dx%d", s->cluster->nodes, s->cluster->workers_per_node);
+      else pxctl_table_cell(t, "?");
+      int max = pxctl_max_iterations(job);
+      if (max > 0) pxctl_table_cell(t, "%d/%d", pxctl_done_iterations(job), max);
+      else pxctl_table_cell(t, "%d", pxctl_done_iterations(job));
+      int have = job->summary && job->summary->iterations > 0;
+      pxctl_fmt_pct(acc, sizeof acc, have ? job->summary->test_accuracy : -1.0);
+      pxctl_table_cell(t, "%s", acc);
+      if (have) pxctl_table_cell(t, "%.3f", job->summary->density);
+      else pxctl_table_cell(t, "-");
+      pxctl_fmt_age(age, sizeof age, job->created_unix_ms);
+      pxctl_table_cell(t, "%s", age);
+    }
+    pxctl_table_print(t, stdout, 0);
+  }
+  px_rpc_message_free(resp);
+  px_rpc_channel_destroy(ch);
+  return rc;
+}
+
+/* ---- cancel ----------------------------------------------------------------- */
+
+int pxctl_cmd_cancel(pxctl_opts_t *o) {
+  px_rpc_channel_t *ch = pxctl_connect(o);
+  if (!ch) return PXCTL_EXIT_FAIL;
+  Prunex__V1__CancelJobResponse *resp = NULL;
+  int rc = PXCTL_EXIT_OK;
+  const char *reason = o->reason && o->reason[0] ? o->reason : "by pxctl cancel";
+  if (px_rpc_cancel_job(ch, o->pos[0], reason, PXCTL_DEADLINE_MS, &resp) != PX_OK) {
+    if (px_rpc_last_code() == PX_RPC_FAILED_PRECONDITION)
+      rc = pxctl_fail("cannot cancel job '%s': %s", o->pos[0], px_last_error());
+    else rc = pxctl_rpc_fail(ch, o->pos[0]);
+  } else if (o->json) {
+    pxctl_json_t j;
+    pxctl_json_init(&j, stdout);
+    pxctl_json_job(&j, resp->job);
+    pxctl_json_finish(&j);
+  } else {
+    printf("%s %s\n", o->pos[0],
+           resp->job ? px_rpc_job_state_name(resp->job->state) : "CANCELLED");
+  }
+  px_rpc_message_free(resp);
+  px_rpc_channel_destroy(ch);
+  return rc;
+}
+
+/* ---- nodes ------------------------------------------------------------------ */
+
+int pxctl_cmd_nodes(pxctl_opts_t *o) {
+  px_rpc_channel_t *ch = pxctl_connect(o);
+  if (!ch) return PXCTL_EXIT_FAIL;
+  Prunex__V1__ListNodesRequest req = PRUNEX__V1__LIST_NODES_REQUEST__INIT;
+  req.state = (Prunex__V1__NodeState)o->state;
+  Prunex__V1__ListNodesResponse *resp = NULL;
+  int rc = PXCTL_EXIT_OK;
+  if (px_rpc_list_nodes(ch, &req, PXCTL_DEADLINE_MS, &resp) != PX_OK) {
+    rc = pxctl_rpc_fail(ch, NULL);
+  } else if (o->json) {
+    pxctl_json_t j;
+    pxctl_json_init(&j, stdout);
+    pxctl_json_begin_array(&j);
+    for (size_t i = 0; i < resp->n_nodes; i++) pxctl_json_message(&j, &resp->nodes[i]->base);
+    pxctl_json_end_array(&j);
+    pxctl_json_finish(&j);
+  } else if (resp->n_nodes == 0) {
+    printf(o->state ? "no %s nodes\n" : "no nodes registered\n",
+           px_rpc_node_state_name((Prunex__V1__NodeState)o->state));
+  } else {
+    static const char *const h[] = {"NODE", "NAME", "HOST", "STATE", "DEVICES", "JOB",
+                                    "HEARTBEAT"};
+    pxctl_table_t *t = pxctl_table_create(7, h);
+    for (size_t i = 0; i < resp->n_nodes; i++) {
+      const Prunex__V1__Node *n = resp->nodes[i];
+      int cpu = 0, cuda = 0, bad = 0;
+      for (size_t k = 0; k < n->n_devices; k++) {
+        if (n->devices[k]->kind == PRUNEX__V1__DEVICE_KIND__DEVICE_KIND_CUDA) cuda++;
+        else cpu++;
+        if (!n->devices[k]->healthy) bad++;
+      }
+      char dev[96] = "", age[48];
+      int used = 0;
+      if (cuda) used += snprintf(dev + used, sizeof dev - (size_t)used, "%d gpu", cuda);
+      if (cpu)
+        used += snprintf(dev + used, sizeof dev - (size_t)used, "%s%d cpu", used ? ", " : "", cpu);
+      if (bad) snprintf(dev + used, sizeof dev - (size_t)used, " (%d unhealthy)", bad);
+      pxctl_fmt_age(age, sizeof age, n->last_heartbeat_unix_ms);
+      pxctl_table_cell(t, "%s", n->node_id);
+      pxctl_table_cell(t, "%s", n->name);
+      pxctl_table_cell(t, "%s", n->hostname);
+      pxctl_table_cell(t, "%s", px_rpc_node_state_name(n->state));
+      pxctl_table_cell(t, "%s", dev[0] ? dev : "none");
+      pxctl_table_cell(t, "%s", n->job_id[0] ? n->job_id : "-");
+      pxctl_table_cell(t, "%s", age);
+    }
+    pxctl_table_print(t, stdout, 0);
+  }
+  px_rpc_message_free(resp);
+  px_rpc_channel_destroy(ch);
+  return rc;
+}
+
+/* ---- metrics and drift -------------------------------------------------------- */
+
+/* Fetches the job's iteration reports; unless all_ranks, keeps one per
+ * iteration (the lowest rank's: rank 0 reports for the job). The kept
+ * reports are pointers into *resp; *n counts them; *rows is px_malloc'd. */
+static px_status_t pxctl_iterations(px_rpc_channel_t *ch, const char *job_id, int from,
+                                    int layers, int all_ranks,
+                                    Prunex__V1__GetIterationsResponse **resp,
+                                    Prunex__V1__IterationReport ***rows, size_t *n) {
+  *rows = NULL;
+  *n = 0;
+  Prunex__V1__GetIterationsRequest req = PRUNEX__V1__GET_ITERATIONS_REQUEST__INIT;
+  req.job_id = (char *)job_id;
+  req.from_iteration = from;
+  req.include_layers = layers;
+  px_status_t st = px_rpc_get_iterations(ch, &req, PXCTL_DEADLINE_MS, resp);
+  if (st != PX_OK) return st;
+  size_t cnt = (*resp)->n_iterations;
+  *rows = px_malloc((cnt ? cnt : 1) * sizeof **rows, "pxctl.iterations");
+  if (!*rows) return PX_ERR_NOMEM;
+  for (size_t i = 0; i < cnt; i++) {
+    Prunex__V1__IterationReport *it = (*resp)->iterations[i];
+    /* The server orders by (iteration, rank). */
+    if (!all_ranks && *n > 0 && (*rows)[*n - 1]->iteration == it->iteration) continue;
+    (*rows)[(*n)++] = it;
+  }
+  return PX_OK;
+}
+
+int pxctl_cmd_metrics(pxctl_opts_t *o) {
+  px_rpc_channel_t *ch = pxctl_connect(o);
+  if (!ch) return PXCTL_EXIT_FAIL;
+  Prunex__V1__GetIterationsResponse *resp = NULL;
+  Prunex__V1__IterationReport **rows = NULL;
+  size_t n = 0;
+  int rc = PXCTL_EXIT_OK;
+  if (pxctl_iterations(ch, o->pos[0], o->from, o->layers, o->all_ranks, &resp, &rows, &n) !=
+      PX_OK) {
+    rc = resp ? pxctl_fail("%s", px_last_error()) : pxctl_rpc_fail(ch, o->pos[0]);
+    goto out;
+  }
+  if (o->limit > 0 && n > (size_t)o->limit) n = (size_t)o->limit;
+  if (o->json) {
+    pxctl_json_t j;
+    pxctl_json_init(&j, stdout);
+    pxctl_json_begin_object(&j);
+    pxctl_json_key(&j, "job_id");
+    pxctl_json_string(&j, o->pos[0]);
+    pxctl_json_key(&j, "iterations");
+    pxctl_json_begin_array(&j);
+    for (size_t i = 0; i < n; i++) pxctl_json_message(&j, &rows[i]->base);
+    pxctl_json_end_array(&j);
+    pxctl_json_end_object(&j);
+    pxctl_json_finish(&j);
+    goto out;
+  }
+  if (n == 0) {
+    printf("job %s has no iteration reports%s\n", o->pos[0], o->from ? " from there" : " yet");
+    goto out;
+  }
+  static const char *const h[] = {">ITER",    ">RANK",    ">EPOCH", ">LOSS",  ">TRAIN-ACC",
+                                  ">TEST-ACC", ">DENSITY", ">DRIFT", ">INTRA", ">INTER"};
+  int skip_rank = !o->all_ranks;
+  const char *hh[10];
+  int nc = 0;
+  for (int c = 0; c < 10; c++)
+    if (!(skip_rank && c == 1)) hh[nc++] = h[c];
+  pxctl_table_t *t = pxctl_table_create(nc, hh);
+  for (size_t i = 0; i < n; i++) {
+    const Prunex__V1__IterationReport *it = rows[i];
+    char tr[32], te[32], bi[32], be[32];
+    pxctl_fmt_pct(tr, sizeof tr, it->train_accuracy);
+    pxctl_fmt_pct(te, sizeof te, it->test_accuracy);
+    pxctl_fmt_bytes(bi, sizeof bi, it->bytes_intra);
+    pxctl_fmt_bytes(be, sizeof be, it->bytes_inter);
+    pxctl_table_cell(t, "%d%s", it->iteration, it->frozen ? "*" : "");
+    if (!skip_rank) pxctl_table_cell(t, "%d", it->rank);
+    pxctl_table_cell(t, "%.2f", it->epoch);
+    pxctl_table_cell(t, "%.4f", it->loss);
+    pxctl_table_cell(t, "%s", tr);
+    pxctl_table_cell(t, "%s", te);
+    pxctl_table_cell(t, "%.4f", it->density);
+    pxctl_table_cell(t, "%lld", (long long)it->mask_drift);
+    pxctl_table_cell(t, "%s", bi);
+    pxctl_table_cell(t, "%s", be);
+  }
+  pxctl_table_print(t, stdout, 0);
+  int any_frozen = 0;
+  for (size_t i = 0; i < n; i++) any_frozen |= rows[i]->frozen;
+  if (any_frozen) printf("(* masks frozen)\n");
+  for (size_t i = 0; o->layers && i < n; i++) {
+    const Prunex__V1__IterationReport *it = rows[i];
+    printf("\niteration %d, rank %d: %zu layer%s\n", it->iteration, it->rank, it->n_layers,
+           it->n_layers == 1 ? "" : "s");
+    if (it->n_layers == 0) continue;
+    static const char *const lh[] = {">LAYER",   "NAME",  ">R-INTRA", ">S-INTRA", ">R-INTER",
+                                     ">S-INTER", ">RHO1", ">RHO2",    ">DENSITY"};
+    pxctl_table_t *lt = pxctl_table_create(9, lh);
+    for (size_t k = 0; k < it->n_layers; k++) {
+      const Prunex__V1__LayerMetrics *L = it->layers[k];
+      pxctl_table_cell(lt, "%d", L->layer);
+      pxctl_table_cell(lt, "%s", L->name);
+      pxctl_table_cell(lt, "%.3e", L->r_intra);
+      pxctl_table_cell(lt, "%.3e", L->s_intra);
+      pxctl_table_cell(lt, "%.3e", L->r_inter);
+      pxctl_table_cell(lt, "%.3e", L->s_inter);
+      pxctl_table_cell(lt, "%.4g", L->rho1);
+      pxctl_table_cell(lt, "%.4g", L->rho2);
+      if (L->density >= 0) pxctl_table_cell(lt, "%.4f", L->density);
+      else pxctl_table_cell(lt, "-"); /* not a pruned layer */
+    }
+    pxctl_table_print(lt, stdout, 2);
+  }
+out:
+  px_free(rows);
+  px_rpc_message_free(resp);
+  px_rpc_channel_destroy(ch);
+  return rc;
+}
+
+int pxctl_cmd_drift(pxctl_opts_t *o) {
+  px_rpc_channel_t *ch = pxctl_connect(o);
+  if (!ch) return PXCTL_EXIT_FAIL;
+  Prunex__V1__GetIterationsResponse *resp = NULL;
+  Prunex__V1__IterationReport **rows = NULL;
+  size_t n = 0;
+  int rc = PXCTL_EXIT_OK;
+  if (pxctl_iterations(ch, o->pos[0], 0, 0, o->all_ranks, &resp, &rows, &n) != PX_OK) {
+    rc = resp ? pxctl_fail("%s", px_last_error()) : pxctl_rpc_fail(ch, o->pos[0]);
+    goto out;
+  }
+  /* The first iteration whose report says frozen, and the last one that
+   * still changed the masks. */
+  int frozen_at = -1, last_change = -1;
+  for (size_t i = 0; i < n; i++) {
+    if (rows[i]->frozen && frozen_at < 0) frozen_at = rows[i]->iteration;
+    if (rows[i]->mask_drift != 0) last_change = rows[i]->iteration;
+  }
+  if (o->json) {
+    pxctl_json_t j;
+    pxctl_json_init(&j, stdout);
+    pxctl_json_begin_object(&j);
+    pxctl_json_key(&j, "job_id");
+    pxctl_json_string(&j, o->pos[0]);
+    pxctl_json_key(&j, "frozen");
+    pxctl_json_bool(&j, frozen_at >= 0);
+    pxctl_json_key(&j, "frozen_at_iteration");
+    if (frozen_at >= 0) pxctl_json_int(&j, frozen_at);
+    else pxctl_json_null(&j);
+    pxctl_json_key(&j, "last_change_iteration");
+    if (last_change >= 0) pxctl_json_int(&j, last_change);
+    else pxctl_json_null(&j);
+    pxctl_json_key(&j, "iterations");
+    pxctl_json_begin_array(&j);
+    for (size_t i = 0; i < n; i++) {
+      pxctl_json_begin_object(&j);
+      pxctl_json_key(&j, "iteration");
+      pxctl_json_int(&j, rows[i]->iteration);
+      pxctl_json_key(&j, "rank");
+      pxctl_json_int(&j, rows[i]->rank);
+      pxctl_json_key(&j, "mask_drift");
+      pxctl_json_int(&j, rows[i]->mask_drift);
+      pxctl_json_key(&j, "density");
+      pxctl_json_double(&j, rows[i]->density);
+      pxctl_json_key(&j, "frozen");
+      pxctl_json_bool(&j, rows[i]->frozen);
+      pxctl_json_end_object(&j);
+    }
+    pxctl_json_end_array(&j);
+    pxctl_json_end_object(&j);
+    pxctl_json_finish(&j);
+    goto out;
+  }
+  if (n == 0) {
+    printf("job %s has no iteration reports yet\n", o->pos[0]);
+    goto out;
+  }
+  static const char *const h[] = {">ITER", ">RANK", ">DRIFT", ">DENSITY", "MASKS"};
+  static const char *const h1[] = {">ITER", ">DRIFT", ">DENSITY", "MASKS"};
+  pxctl_table_t *t = o->all_ranks ? pxctl_table_create(5, h) : pxctl_table_create(4, h1);
+  for (size_t i = 0; i < n; i++) {
+    pxctl_table_cell(t, "%d", rows[i]->iteration);
+    if (o->all_ranks) pxctl_table_cell(t, "%d", rows[i]->rank);
+    pxctl_table_cell(t, "%lld", (long long)rows[i]->mask_drift);
+    pxctl_table_cell(t, "%.4f", rows[i]->density);
+    pxctl_table_cell(t, "%s", rows[i]->frozen ? "frozen" : "-");
+  }
+  pxctl_table_print(t, stdout, 0);
+  if (frozen_at >= 0)
+    printf("masks froze at iteration %d%s", frozen_at, last_change >= 0 ? "" : "\n");
+  else printf("masks not frozen%s", last_change >= 0 ? "" : "\n");
+  if (last_change >= 0)
+    printf("; last change at iteration %d\n", last_change);
+out:
+  px_free(rows);
+  px_rpc_message_free(resp);
+  px_rpc_channel_destroy(ch);
+  return rc;
+}
+
+/* ---- watch ------------------------------------------------------------------ */
+
+typedef struct {
+  FILE *out;
+  int tty;
+  double t0;
+  int have_it;
+  int iteration;
+  double loss, test_accuracy, density;
+  int last_state, last_done;
+  size_t last_len;
+} pxctl_bar_t;
+
+static void pxctl_bar_draw(pxctl_bar_t *b, const Prunex__V1__Job *job, int final) {
+  if (!b->out || !job) return;
+  int max = pxctl_max_iterations(job), done = pxctl_done_iterations(job);
+  if (!b->tty && !final && (int)job->state == b->last_state && done == b->last_done) return;
+  b->last_state = (int)job->state;
+  b->last_done = done;
+  char line[512], bar[64] = "", el[32], inter[32] = "";
+  int used = 0;
+  pxctl_fmt_duration(el, sizeof el, pxctl_mono_s() - b->t0);
+  if (max > 0) {
+    const int W = 24;
+    int fill = done >= max ? W : (int)((double)done / max * W);
+    bar[0] = '[';
+    for (int i = 0; i < W; i++) bar[1 + i] = i < fill ? '#' : '-';
+    bar[W + 1] = ']';
+    bar[W + 2] = '\0';
+    used = snprintf(line, sizeof line, "%s %-9s %s %d/%d", job->job_id,
+                    px_rpc_job_state_name(job->state), bar, done, max);
+  } else {
+    used = snprintf(line, sizeof line, "%s %-9s iteration %d", job->job_id,
+                    px_rpc_job_state_name(job->state), done);
+  }
+  if (b->have_it && used < (int)sizeof line) {
+    char acc[32];
+    pxctl_fmt_pct(acc, sizeof acc, b->test_accuracy);
+    used += snprintf(line + used, sizeof line - (size_t)used, "  loss %.4f  test %s  density %.3f",
+                     b->loss, acc, b->density);
+  }
+  if (job->summary && job->summary->inter_bytes > 0 && used < (int)sizeof line) {
+    pxctl_fmt_bytes(inter, sizeof inter, job->summary->inter_bytes);
+    used += snprintf(line + used, sizeof line - (size_t)used, "  inter %s", inter);
+  }
+  if (used < (int)sizeof line) snprintf(line + used, sizeof line - (size_t)used, "  %s", el);
+  if (b->tty) {
+    fprintf(b->out, "\r\033[K%s%s", line, final ? "\n" : "");
+  } else {
+    fprintf(b->out, "%s\n", line);
+  }
+  fflush(b->out);
+}
+
+px_status_t pxctl_watch(px_rpc_channel_t *ch, const char *job_id, FILE *out,
+                        pxctl_watch_stop_fn stop, void *arg, void **holder,
+                        const Prunex__V1__Job **final) {
+  *holder = NULL;
+  *final = NULL;
+  pxctl_bar_t b;
+  memset(&b, 0, sizeof b);
+  b.out = out;
+  b.tty = out && isatty(fileno(out));
+  b.t0 = pxctl_mono_s();
+  b.last_state = -1;
+  b.last_done = -1;
+  b.test_accuracy = -1.0;
+  px_rpc_stream_t *s = NULL;
+  px_status_t st = px_rpc_watch_job(ch, job_id, &s);
+  if (st != PX_OK) return st;
+  Prunex__V1__JobUpdate *last = NULL;
+  double last_draw = 0;
+  for (;;) {
+    if (stop && stop(arg)) {
+      st = PX_ERR_STATE;
+      break;
+    }
+    Prunex__V1__JobUpdate *u = NULL;
+    st = px_rpc_read_job_update(s, 200, &u);
+    if (st == PX_ERR_TIMEOUT) {
+      if (b.tty && last && pxctl_mono_s() - last_draw >= 1.0) {
+        pxctl_bar_draw(&b, last->job, 0);
+        last_draw = pxctl_mono_s();
+      }
+      continue;
+    }
+    if (st != PX_OK) break;
+    if (!u) break; /* the server ended the stream: the job is over */
+    if (u->latest) {
+      b.have_it = 1;
+      b.iteration = u->latest->iteration;
+      b.loss = u->latest->loss;
+      if (u->latest->test_accuracy >= 0) b.test_accuracy = u->latest->test_accuracy;
+      b.density = u->latest->density;
+    }
+    px_rpc_message_free(last);
+    last = u;
+    if (!last->job) continue;
+    int end = pxctl_terminal(last->job->state);
+    pxctl_bar_draw(&b, last->job, end);
+    last_draw = pxctl_mono_s();
+    if (end) break;
+  }
+  px_rpc_stream_destroy(s);
+  if (st == PX_OK && (!last || !last->job || !pxctl_terminal(last->job->state))) {
+    /* Ended without showing the end (should not happen): ask. */
+    Prunex__V1__Job *job = NULL;
+    st = px_rpc_get_job(ch, job_id, PXCTL_DEADLINE_MS, &job);
+    px_rpc_message_free(last);
+    last = NULL;
+    if (st == PX_OK) {
+      *holder = job;
+      *final = job;
+      return PX_OK;
+    }
+    return st;
+  }
+  if (st != PX_OK && b.tty && last) fputc('\n', out);
+  *holder = last;
+  *final = last ? last->job : NULL;
+  return st;
+}
+
+int pxctl_cmd_watch(pxctl_opts_t *o) {
+  px_rpc_channel_t *ch = pxctl_connect(o);
+  if (!ch) return PXCTL_EXIT_FAIL;
+  /* GetJob first: a clear "no job" beats a stream that ends NOT_FOUND. */
+  Prunex__V1__Job *job = NULL;
+  if (px_rpc_get_job(ch, o->pos[0], PXCTL_DEADLINE_MS, &job) != PX_OK) {
+    int rc = pxctl_rpc_fail(ch, o->pos[0]);
+    px_rpc_channel_destroy(ch);
+    return rc;
+  }
+  px_rpc_message_free(job);
+  void *holder = NULL;
+  const Prunex__V1__Job *fin = NULL;
+  int rc = PXCTL_EXIT_OK;
+  if (pxctl_watch(ch, o->pos[0], o->json ? NULL : stdout, NULL, NULL, &holder, &fin) != PX_OK) {
+    rc = pxctl_rpc_fail(ch, o->pos[0]);
+  } else if (o->json) {
+    pxctl_json_t j;
+    pxctl_json_init(&j, stdout);
+    pxctl_json_job(&j, fin);
+    pxctl_json_finish(&j);
+    rc = fin->state == PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED ? 0 : PXCTL_EXIT_FAIL;
+  } else {
+    printf("%s %s%s%s\n", fin->job_id, px_rpc_job_state_name(fin->state),
+           fin->reason[0] ? ": " : "", fin->reason);
+    rc = fin->state == PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED ? 0 : PXCTL_EXIT_FAIL;
+  }
+  px_rpc_message_free(holder);
+  px_rpc_channel_destroy(ch);
+  return rc;
+}
+
+/* ---- summary ------------------------------------------------------------------ */
+
+px_status_t pxctl_job_summary(px_rpc_channel_t *ch, const Prunex__V1__Job *job,
+                              pxctl_summary_t *s) {
+  memset(s, 0, sizeof *s);
+  s->test_accuracy = -1.0;
+  if (job->summary) {
+    const Prunex__V1__JobSummary *js = job->summary;
+    s->iterations = js->iterations;
+    s->test_accuracy = js->test_accuracy;
+    s->density = js->density;
+    s->inter_bytes = js->inter_bytes;
+    s->inter_bytes_dense = js->inter_bytes_dense;
+    s->intra_bytes = js->intra_bytes;
+    s->wall_s = js->wall_s;
+    snprintf(s->model_path, sizeof s->model_path, "%s", js->model_path);
+    s->source = "coordinator";
+    return PX_OK;
+  }
+  /* A coordinator that does not fill Job.summary: add it up. */
+  s->source = "iterations";
+  Prunex__V1__GetIterationsResponse *resp = NULL;
+  Prunex__V1__IterationReport **rows = NULL;
+  size_t n = 0;
+  px_status_t st = pxctl_iterations(ch, job->job_id, 0, 0, 0, &resp, &rows, &n);
+  for (size_t i = 0; st == PX_OK && i < n; i++) {
+    s->inter_bytes += rows[i]->bytes_inter;
+    s->inter_bytes_dense += rows[i]->bytes_inter_dense;
+    s->intra_bytes += rows[i]->bytes_intra;
+    s->density = rows[i]->density;
+    if (rows[i]->test_accuracy >= 0) s->test_accuracy = rows[i]->test_accuracy;
+  }
+  s->iterations = (int)n;
+  /* Wall time: from the first SCHEDULED event to the last event. */
+  int64_t t0 = 0, t1 = 0;
+  for (size_t i = 0; i < job->n_events; i++) {
+    if (job->events[i]->to_state == PRUNEX__V1__JOB_STATE__JOB_STATE_SCHEDULED && !t0)
+      t0 = job->events[i]->time_unix_ms;
+    t1 = job->events[i]->time_unix_ms;
+  }
+  if (t0 > 0 && t1 >= t0) s->wall_s = (double)(t1 - t0) / 1000.0;
+  px_free(rows);
+  px_rpc_message_free(resp);
+  return st;
+}

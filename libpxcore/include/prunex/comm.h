@@ -1,0 +1,225 @@
+/* PruneX data plane (DESIGN.md section 5): the one collective API of the
+ * system, on three groups of ranks.
+ *
+ * A communicator (px_comm_t) is created by every rank of a job from its rank,
+ * the world size, the rank-to-node map that the coordinator assigned and a
+ * rendezvous store (px_kv_t, kv.h) through which the ranks exchange their UCX
+ * worker addresses (and NCCL unique ids). It exposes up to three groups:
+ *
+ *   world  all ranks, in rank order;
+ *   intra  the ranks of this rank's node, in rank order;
+ *   inter  the node leaders (one per node, in node-id order); only a leader
+ *          has it: px_comm_group answers NULL on the other ranks.
+ *
+ * Collectives: allreduce (sum, average, max on f32, f64, u8), broadcast,
+ * allgather, allgatherv and barrier, in blocking and non-blocking forms, and a
+ * fused helper that reduces a list of tensors through buckets. Host memory
+ * goes over UCX (tag API; UCX picks shared memory within a host and TCP
+ * across hosts) with our own algorithms on top: recursive doubling for small
+ * messages, ring reduce-scatter + allgather for large ones, a pipelined
+ * binary tree for broadcast. Device memory goes through NCCL (one
+ * communicator per group) when the communicator was created with
+ * opts.nccl = 1 and libpxcore was built with CUDA.
+ *
+ * Rules every rank must follow (as with MPI): the collectives of a group are
+ * called in the same order by all its members, with the same count, dtype,
+ * op and root. A mismatch in size, dtype, op or root is detected (never a
+ * silent wrong reduction): every rank fails with PX_ERR_MISMATCH, in that
+ * call or, if its own part had already completed, in its next one. Only a
+ * disagreement that stops every message (e.g. no rank believing it is the
+ * root of a broadcast) ends as PX_ERR_TIMEOUT instead. Calls on one
+ * communicator come from one thread at a time; non-blocking operations are
+ * carried out, in call order, by a progress thread of the communicator, and
+ * a blocking call made while some are pending runs after them.
+ *
+ * Failure: every wait of the data plane has a deadline. When a peer dies or
+ * stops answering, the call fails with PX_ERR_PEER or PX_ERR_TIMEOUT within
+ * opts.timeout_ms (default 60 s) of the last progress, on every surviving
+ * rank (the rank that notices tells the others). A dead process is usually
+ * noticed much sooner: the endpoints use UCX's peer failure handling, with
+ * the shared-memory transports' error handling switched on and a keepalive
+ * interval of timeout_ms / 8 (UCX_MM_ERROR_HANDLING / UCX_KEEPALIVE_INTERVAL
+ * in the environment override these). From then on the communicator is
+ * broken: every later call fails at once with the same status; destroy it
+ * and build a new one (with a new key prefix).
+ *
+ * Traffic: every call adds the payload bytes this rank passed to its send
+ * calls and received in its receive calls to counters per tier: intra when
+ * the peer is on this rank's node, inter otherwise (px_comm_traffic). */
+#ifndef PRUNEX_COMM_H
+#define PRUNEX_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "prunex/kv.h"
+#include "prunex/px.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct px_comm px_comm_t;
+typedef struct px_group px_group_t;
+typedef struct px_comm_req px_comm_req_t;
+
+typedef enum { PX_COMM_F32 = 0, PX_COMM_F64 = 1, PX_COMM_U8 = 2 } px_comm_dtype_t;
+
+/* SUM of u8 wraps modulo 256. AVG is SUM divided by the group size, for f32
+ * and f64 only. MAX of u8 0/1 masks is their OR. Every rank receives
+ * bit-identical results (each element is reduced in one fixed order). */
+typedef enum { PX_COMM_SUM = 0, PX_COMM_AVG = 1, PX_COMM_MAX = 2 } px_comm_op_t;
+
+typedef enum { PX_GROUP_WORLD = 0, PX_GROUP_INTRA = 1, PX_GROUP_INTER = 2 } px_group_kind_t;
+
+typedef enum { PX_TIER_INTRA = 0, PX_TIER_INTER = 1 } px_comm_tier_t;
+
+/* Algorithm choice, for tuning and tests; AUTO picks by message size. */
+typedef enum {
+  PX_COMM_ALGO_AUTO = 0,
+  PX_COMM_ALGO_RD = 1,     /* allreduce: recursive doubling */
+  PX_COMM_ALGO_RING = 2,   /* allreduce: ring reduce-scatter + allgather; allgather: ring */
+  PX_COMM_ALGO_DIRECT = 3, /* allgather: every rank sends its block to every other */
+} px_comm_algo_t;
+
+#define PX_COMM_DEFAULT_TIMEOUT_MS 60000
+#define PX_COMM_DEFAULT_BUCKET_BYTES ((size_t)32 << 20)
+#define PX_COMM_DEFAULT_KEY_PREFIX "px/comm"
+
+/* Options. All-zero means defaults, so `px_comm_opts_t o = {0};` is valid. */
+typedef struct {
+  int timeout_ms;            /* failure deadline after the last progress; 0: 60000 */
+  size_t bucket_bytes;       /* bucket of px_comm_allreduce_list; 0: 32 MiB */
+  const char *key_prefix;    /* rendezvous keys start with it; NULL: "px/comm".
+                                Use a new prefix for each communicator of a job. */
+  const int *leader_of_node; /* world rank of each node's leader, indexed by node id
+                                (max node id + 1 entries); NULL: lowest rank of the node */
+  int nccl;                  /* 1: also create NCCL communicators (device memory) */
+  int cuda_device;           /* CUDA device of this rank when nccl = 1 */
+  px_comm_algo_t allreduce_algo; /* AUTO, RD or RING */
+  px_comm_algo_t allgather_algo; /* AUTO, RING or DIRECT */
+  size_t small_bytes;        /* AUTO: allreduce up to this size uses RD, allgather
+                                up to this total uses DIRECT; 0: tuned default */
+} px_comm_opts_t;
+
+/* Fills *o with the defaults spelled out (same effect as zeroing it). */
+void px_comm_opts_default(px_comm_opts_t *o);
+
+/* Collective over all world_size ranks: creates this rank's communicator.
+ * node_of_rank[world_size] gives each rank's node id (0 <= id < world_size,
+ * any ids, not necessarily dense). kv is borrowed for the call only. Waits up
+ * to timeout_ms for the other ranks (PX_ERR_TIMEOUT), fails with
+ * PX_ERR_INVALID for bad arguments, PX_ERR_BACKEND when UCX (or NCCL) fails,
+ * PX_ERR_NOT_BUILT when nccl = 1 without CUDA. *out is owned by the caller
+ * (px_comm_destroy). */
+px_status_t px_comm_create(int rank, int world_size, const int *node_of_rank, px_kv_t *kv,
+                           const px_comm_opts_t *opts, px_comm_t **out);
+
+/* Waits for pending non-blocking operations, then frees everything; every
+ * group and request of the communicator becomes invalid. Not collective, but
+ * a healthy communicator flushes its last messages so that peers still
+ * finishing their last collective are not disturbed. NULL is a no-op. */
+void px_comm_destroy(px_comm_t *c);
+
+/* Breaks the communicator on purpose: this rank and (best effort, right
+ * away) every peer fail their current and later calls with st (a negative
+ * status, e.g. PX_ERR_PEER). For shutting down a job whose rank gave up. */
+void px_comm_abort(px_comm_t *c, px_status_t st);
+
+int px_comm_rank(const px_comm_t *c);
+int px_comm_size(const px_comm_t *c);
+int px_comm_node(const px_comm_t *c);    /* node id of this rank */
+int px_comm_nnodes(const px_comm_t *c);  /* number of distinct nodes */
+/* PX_OK while healthy, else the status that broke it. */
+px_status_t px_comm_status(const px_comm_t *c);
+/* 1 when this libpxcore can run NCCL communicators (built with CUDA). */
+int px_comm_nccl_built(void);
+
+/* The group of that kind, owned by the communicator; NULL when this rank is
+ * not a member (inter on a non-leader). */
+px_group_t *px_comm_group(px_comm_t *c, px_group_kind_t kind);
+px_group_kind_t px_group_kind(const px_group_t *g);
+int px_group_rank(const px_group_t *g);
+int px_group_size(const px_group_t *g);
+/* World rank of group rank i (0 <= i < size). */
+int px_group_world_rank(const px_group_t *g, int i);
+
+/* ---- collectives -----------------------------------------------------------
+ * Buffers are host memory, or device memory when the group has an NCCL
+ * communicator. Counts are in elements. All fail with PX_ERR_INVALID for bad
+ * arguments (checked locally), PX_ERR_MISMATCH when ranks disagree,
+ * PX_ERR_PEER / PX_ERR_TIMEOUT when a peer failed, PX_ERR_STATE (or the
+ * original status) when the communicator is already broken. */
+
+/* recv[i] = op over ranks of send[i], i < count. send == recv is in place. */
+px_status_t px_comm_allreduce(px_group_t *g, const void *send, void *recv, size_t count,
+                              px_comm_dtype_t dt, px_comm_op_t op);
+
+/* buf[count] of group rank root is copied to every member. */
+px_status_t px_comm_broadcast(px_group_t *g, void *buf, size_t count, px_comm_dtype_t dt,
+                              int root);
+
+/* recv[size * count] = the send[count] blocks of ranks 0..size-1 in order.
+ * send may be recv + rank * count (in place). */
+px_status_t px_comm_allgather(px_group_t *g, const void *send, void *recv, size_t count,
+                              px_comm_dtype_t dt);
+
+/* Like allgather with counts[i] elements from rank i (counts identical on all
+ * ranks, zeros allowed); block i starts at element sum(counts[0..i)). */
+px_status_t px_comm_allgatherv(px_group_t *g, const void *send, void *recv,
+                               const size_t *counts, px_comm_dtype_t dt);
+
+px_status_t px_comm_barrier(px_group_t *g);
+
+/* In-place allreduce of n tensors bufs[i][counts[i]], packed into buckets of
+ * opts.bucket_bytes (a tensor larger than a bucket is reduced in place, one
+ * bucket-sized slice at a time). The bucket is allocated on first use and
+ * kept: steady-state calls allocate nothing. */
+px_status_t px_comm_allreduce_list(px_group_t *g, void *const *bufs, const size_t *counts, int n,
+                                   px_comm_dtype_t dt, px_comm_op_t op);
+
+/* ---- non-blocking forms ----------------------------------------------------
+ * Same arguments plus *req (owned by the caller until px_comm_wait). Buffers
+ * (and counts / bufs arrays) must stay valid and untouched until the
+ * request completes. Operations run in call order on the progress thread. */
+px_status_t px_comm_iallreduce(px_group_t *g, const void *send, void *recv, size_t count,
+                               px_comm_dtype_t dt, px_comm_op_t op, px_comm_req_t **req);
+px_status_t px_comm_ibroadcast(px_group_t *g, void *buf, size_t count, px_comm_dtype_t dt,
+                               int root, px_comm_req_t **req);
+px_status_t px_comm_iallgather(px_group_t *g, const void *send, void *recv, size_t count,
+                               px_comm_dtype_t dt, px_comm_req_t **req);
+px_status_t px_comm_iallgatherv(px_group_t *g, const void *send, void *recv,
+                                const size_t *counts, px_comm_dtype_t dt, px_comm_req_t **req);
+px_status_t px_comm_ibarrier(px_group_t *g, px_comm_req_t **req);
+px_status_t px_comm_iallreduce_list(px_group_t *g, void *const *bufs, const size_t *counts,
+                                    int n, px_comm_dtype_t dt, px_comm_op_t op,
+                                    px_comm_req_t **req);
+
+/* *done = 1 when the request has completed (successfully or not); never
+ * blocks. The request stays valid until px_comm_wait. */
+px_status_t px_comm_test(px_comm_req_t *req, int *done);
+
+/* Waits for the request (bounded by the communicator's timeout), frees it and
+ * returns the operation's status. */
+px_status_t px_comm_wait(px_comm_req_t *req);
+
+/* ---- traffic ---------------------------------------------------------------
+ * Payload bytes this rank passed to send calls and received, per tier,
+ * since creation or the last reset, over all groups. NCCL operations add
+ * the bytes NCCL's ring algorithm moves per rank (NCCL does not report its
+ * own wire bytes). */
+typedef struct {
+  uint64_t sent[2]; /* indexed by px_comm_tier_t */
+  uint64_t recv[2];
+} px_comm_traffic_t;
+
+void px_comm_traffic(const px_comm_t *c, px_comm_traffic_t *out);
+void px_comm_traffic_reset(px_comm_t *c);
+
+/* Bytes per element of a dtype (4, 8, 1); 0 for an unknown one. */
+size_t px_comm_dtype_size(px_comm_dtype_t dt);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

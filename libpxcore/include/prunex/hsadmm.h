@@ -1,0 +1,138 @@
+/* H-SADMM consensus (DESIGN.md section 4): the synchronisation phases of
+ * one outer iteration, on a rank's list of parameter tensors.
+ *
+ * The core is generic: it owns the ADMM state (scaled intra dual u, node
+ * consensus z_i, scaled inter dual v, global consensus z, and the previous
+ * z_i and z for the dual residuals) for any list of f32 parameter tensors, so
+ * the same code runs a CNN (strategy.h drives it from the trainer) and the
+ * convex problems the tests solve exactly. A round is:
+ *
+ *   local     the caller runs its local steps on
+ *             f(theta) + rho1/2 ||theta - z_i + u||^2, using px_hsadmm_prox
+ *             (the SGD hook: grad += rho1 * (theta - z_i + u));
+ *   sync      px_hsadmm_sync: intra SUM of theta + u, the exact z_i update,
+ *             projection, MAX of the masks and the packed SUM between node
+ *             leaders, v update, broadcast of z and the masks, u update,
+ *             residuals (one small world allreduce);
+ *   decide    px_hsadmm_decide: rank 0 asks the controller (the coordinator,
+ *             or an in-process px_admm_decide) and broadcasts its decision;
+ *             every rank applies it (penalties with rescaled duals, freeze).
+ *
+ * Flat mode is the paper's ablation: one consensus group (all ranks), dense
+ * buffers, projection after aggregation; there is no z_i or v.
+ *
+ * Every decision all ranks share is made identically: projections are
+ * deterministic (prune.h), masks are OR-ed by a MAX allreduce, and the
+ * controller's decision is made by rank 0 and broadcast. */
+#ifndef PRUNEX_HSADMM_H
+#define PRUNEX_HSADMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "prunex/admm.h"
+#include "prunex/comm.h"
+#include "prunex/prune.h"
+#include "prunex/px.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One parameter tensor of this rank (host f32, borrowed). A prunable tensor
+ * is a conv weight projected onto the structured set. */
+typedef struct {
+  const char *name;
+  float *theta;
+  size_t numel;
+  int prunable;
+  px_conv_shape_t shape;  /* prunable only */
+} px_hsadmm_param_t;
+
+typedef struct {
+  int flat;               /* 1: one consensus level over all ranks */
+  double rho1, rho2;      /* initial penalties (every tensor) */
+  double lambda;          /* weight decay of the global problem (z update) */
+  px_prune_keep_t keep;   /* structured set of prunable tensors */
+  size_t bucket_bytes;    /* inter-node buckets; 0: 32 MiB */
+} px_hsadmm_config_t;
+
+/* Figures of one round, the same on every rank after px_hsadmm_sync. */
+typedef struct {
+  int iteration;
+  int nlayers;
+  px_admm_layer_report_t *layers; /* [nlayers], owned by the handle */
+  int64_t mask_drift;     /* group bits changed in the union mask since the last round */
+  double density;         /* kept fraction of the prunable elements of z */
+  uint64_t bytes_intra;   /* sent + received by all ranks in this sync, per tier */
+  uint64_t bytes_inter;
+  uint64_t bytes_inter_dense; /* what the inter phase would have moved with dense buffers */
+  uint64_t packed_bytes;  /* bytes of the packed buffer reduced between leaders */
+  uint64_t dense_bytes;   /* bytes of all parameters */
+  double intra_s, projection_s, inter_s, broadcast_s; /* phase times on this rank */
+  int frozen;
+} px_hsadmm_round_t;
+
+/* The decision rank 0 obtains from its controller. */
+typedef struct {
+  double *rho1, *rho2;    /* [nlayers] next penalties */
+  int freeze;
+  int stop;
+  char reason[64];
+} px_hsadmm_decision_t;
+
+/* Rank 0's controller: from the round's figures, fill the decision (rho
+ * arrays are preallocated with the current penalties). */
+typedef px_status_t (*px_hsadmm_control_fn)(void *ctx, const px_hsadmm_round_t *round,
+                                            px_hsadmm_decision_t *decision);
+
+typedef struct px_hsadmm px_hsadmm_t;
+
+/* Creates the state on every rank of comm (collective only in the sense
+ * that all ranks must use the same parameter list and config). z, z_i start
+ * at the mean of the ranks' initial theta (one world allreduce), u and v at
+ * zero. params are borrowed for the handle's life. Caller owns *out. */
+px_status_t px_hsadmm_create(px_comm_t *comm, const px_hsadmm_param_t *params, int nparams,
+                             const px_hsadmm_config_t *cfg, px_hsadmm_t **out);
+void px_hsadmm_destroy(px_hsadmm_t *h);
+
+/* The proximal target of parameter i for the local phase: z_i (z in flat
+ * mode), u and the current rho1. Pointers stay valid for the handle's life. */
+void px_hsadmm_prox(const px_hsadmm_t *h, int i, const float **z, const float **u, float *rho1);
+
+/* Phases 2-5 of the round. Fails with the data plane's error (every rank
+ * fails within the communicator's timeout when a peer dies). */
+px_status_t px_hsadmm_sync(px_hsadmm_t *h, px_hsadmm_round_t **round);
+
+/* Phase 6: rank 0 calls control (which may be NULL on other ranks), the
+ * decision is broadcast and applied on every rank. *stop tells whether to end. */
+px_status_t px_hsadmm_decide(px_hsadmm_t *h, px_hsadmm_control_fn control, void *ctx, int *stop);
+
+/* The global consensus z of parameter i (what the job's model is), the
+ * union group mask of prunable parameter i (NULL otherwise), and whether the
+ * masks are frozen. */
+const float *px_hsadmm_z(const px_hsadmm_t *h, int i);
+const uint8_t *px_hsadmm_mask(const px_hsadmm_t *h, int i);
+int px_hsadmm_frozen(const px_hsadmm_t *h);
+double px_hsadmm_rho1(const px_hsadmm_t *h, int i);
+/* The scaled duals of parameter i: u (this rank) and v (this node). */
+void px_hsadmm_duals(const px_hsadmm_t *h, int i, const float **u, const float **v);
+double px_hsadmm_rho2(const px_hsadmm_t *h, int i);
+
+/* An in-process controller running px_admm_decide with the given policy
+ * (ctx is a px_hsadmm_local_ctl_t). */
+typedef struct {
+  px_admm_policy_t policy;
+  px_admm_policy_state_t state;
+  int num_nodes, workers_per_node;
+  int max_layers;
+  px_admm_layer_decision_t *scratch; /* [max_layers], caller-allocated */
+} px_hsadmm_local_ctl_t;
+
+px_status_t px_hsadmm_local_control(void *ctx, const px_hsadmm_round_t *round,
+                                    px_hsadmm_decision_t *decision);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,104 @@
+/* Distributed training strategies (DESIGN.md sections 1 and 4): one worker
+ * process per rank runs px_strategy_run over its trainer (nn.h) and its
+ * communicator (comm.h).
+ *
+ *   hsadmm       local steps with the ADMM proximal term, then the H-SADMM
+ *                round of hsadmm.h (intra SUM, projection, MAX of masks and
+ *                packed SUM between node leaders, broadcast), BN running
+ *                statistics averaged, and rank 0's controller decision;
+ *   hsadmm-flat  the same with one consensus group over all ranks;
+ *   ddp          dense synchronous SGD: the gradients are averaged over all
+ *                ranks every step (bucketed allreduce);
+ *   topk         each rank sends the top `topk_ratio` gradient entries of
+ *                every tensor by magnitude (values + indices, allgather) and
+ *                keeps the rest as error feedback for later steps.
+ *
+ * An "iteration" is one H-SADMM round; for ddp and topk it is a block of
+ * `local_steps` steps (an epoch when 0), so every strategy reports the same
+ * record through the controller. */
+#ifndef PRUNEX_STRATEGY_H
+#define PRUNEX_STRATEGY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "prunex/comm.h"
+#include "prunex/hsadmm.h"
+#include "prunex/nn.h"
+#include "prunex/px.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Values match prunex.v1.Strategy. */
+typedef enum {
+  PX_STRATEGY_HSADMM = 1,
+  PX_STRATEGY_HSADMM_FLAT = 2,
+  PX_STRATEGY_DDP = 3,
+  PX_STRATEGY_TOPK = 4,
+} px_strategy_kind_t;
+
+/* "hsadmm", "hsadmm-flat", "ddp", "topk" (static strings). */
+const char *px_strategy_name(px_strategy_kind_t k);
+
+typedef struct {
+  px_strategy_kind_t kind;
+  int32_t iterations;       /* outer iterations to run at most (the controller may stop sooner) */
+  int32_t local_steps;      /* optimiser steps per iteration; 0: one epoch */
+  double rho1, rho2;        /* initial penalties (hsadmm) */
+  px_prune_keep_t keep;     /* structured set of conv weights (hsadmm) */
+  const char *const *skip_layers; /* parameter names never pruned (borrowed) */
+  int32_t nskip;
+  double topk_ratio;        /* topk: fraction of each tensor's entries sent (0, 1] */
+  size_t bucket_bytes;      /* 0: 32 MiB */
+  int32_t eval_every;       /* evaluate the consensus model every k iterations (0: last only) */
+} px_strategy_config_t;
+
+/* One iteration's record (DESIGN.md section 7); what rank 0 reports. */
+typedef struct {
+  int32_t iteration;
+  double epoch;             /* epochs of data seen per rank so far */
+  double loss, train_accuracy;
+  double test_accuracy;     /* of the consensus model; negative when not evaluated */
+  double test_loss;
+  double density;           /* kept fraction of the prunable weights (1 without pruning) */
+  int64_t mask_drift;
+  uint64_t bytes_intra, bytes_inter, bytes_inter_dense; /* this iteration, all ranks */
+  int32_t nlayers;
+  const px_admm_layer_report_t *layers; /* [nlayers] (hsadmm; NULL otherwise) */
+  const char *const *layer_names;       /* [nlayers] */
+  double local_s, intra_s, projection_s, inter_s, broadcast_s, control_s;
+  int32_t frozen;
+  int32_t last;             /* no iteration follows (the limit was reached) */
+} px_iteration_t;
+
+/* Rank 0's controller: reports the iteration (to the coordinator, say) and
+ * fills the decision: penalties (hsadmm; arrays of nlayers preset to the
+ * current ones), freeze, stop. */
+typedef px_status_t (*px_strategy_control_fn)(void *ctx, const px_iteration_t *it,
+                                              px_hsadmm_decision_t *d);
+
+typedef struct {
+  int32_t iterations;
+  double test_accuracy, test_loss;
+  double density;
+  uint64_t bytes_intra, bytes_inter, bytes_inter_dense; /* whole run, all ranks */
+  double seconds;
+  char stop_reason[64];
+} px_strategy_result_t;
+
+/* Runs the strategy to the end on every rank of comm. Rank 0 calls control
+ * after every iteration (other ranks may pass NULL) and its decision is
+ * broadcast. At the end every rank holds the final model in its trainer's
+ * model (for hsadmm: the global consensus z and the averaged BN statistics);
+ * the result is the same on every rank. Fails with the data plane's error on
+ * every rank when a peer dies. */
+px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
+                            const px_strategy_config_t *cfg, px_strategy_control_fn control,
+                            void *ctx, px_strategy_result_t *result);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,518 @@
+/* H-SADMM synchronisation (DESIGN.md section 4, steps 2-6) on a rank's
+ * parameter tensors.
+ *
+ * State families, each one allocation of `total` floats laid out like the
+ * parameters: u (scaled intra dual), zi (node consensus) and zi_prev, v
+ * (scaled inter dual), z (global consensus) and z_prev, s (scratch: the intra
+ * sum, then z_i + v). Every rank of a node computes z_i and v itself from
+ * bit-identical inputs (the intra allreduce result and the broadcast z), so
+ * only the leader talks to other nodes and nothing but z and the masks is
+ * broadcast inside the node. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "prunex/hsadmm.h"
+#include "px_check.h"
+
+/* Per-layer sums of the residual allreduce, in this order. */
+enum {
+  R_INTRA, S_INTRA, THETA, U_SQ,          /* every rank: N blocks */
+  R_INTER, S_INTER, ZI_SQ, Z_SQ, V_SQ,    /* leaders: M blocks */
+  NSUMS
+};
+
+struct px_hsadmm {
+  px_comm_t *comm;
+  px_group_t *world, *intra, *inter; /* inter NULL off the leaders */
+  px_hsadmm_config_t cfg;
+  px_hsadmm_param_t *params;
+  int n;
+  size_t *off;          /* [n] offset of each tensor in the families */
+  size_t total;
+  float *u, *zi, *zi_prev, *v, *z, *z_prev, *s;
+  double *rho1, *rho2;  /* [n] */
+  int M, P, N;          /* nodes, ranks per node, ranks */
+  /* masks: prunable tensors only, one contiguous byte buffer each */
+  size_t *moff;         /* [n] offset of the tensor's mask, or SIZE_MAX */
+  size_t mtotal;
+  uint8_t *mask_node, *mask_union, *mask_prev;
+  uint8_t *mask_z;      /* groups kept in z (the union once frozen) */
+  const uint8_t **mask_ptrs; /* [n] into mask_union, NULL for dense tensors */
+  void *ws;
+  size_t ws_bytes;
+  px_pack_plan_t *plan;
+  int frozen;
+  int iteration;
+  double *sums;         /* [n * NSUMS + 4] */
+  px_admm_layer_report_t *layers;
+  px_hsadmm_round_t round;
+  double *decision_buf; /* [2 + 2n] */
+  float **src_ptrs;     /* [n] tensors of s, for packing */
+  float **dst_ptrs;     /* [n] tensors of z, for unpacking */
+};
+
+static double px__now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t px__traffic(px_comm_t *c, int tier) {
+  px_comm_traffic_t t;
+  px_comm_traffic(c, &t);
+  return t.sent[tier] + t.recv[tier];
+}
+
+px_status_t px_hsadmm_create(px_comm_t *comm, const px_hsadmm_param_t *params, int nparams,
+                             const px_hsadmm_config_t *cfg, px_hsadmm_t **out) {
+  *out = NULL;
+  PX_REQUIRE(comm && nparams > 0 && params, "H-SADMM needs a communicator and parameters");
+  PX_REQUIRE(cfg->rho1 > 0 && cfg->rho2 > 0, "admm.rho1 = %g, admm.rho2 = %g: must be > 0",
+             cfg->rho1, cfg->rho2);
+  PX_REQUIRE(cfg->lambda >= 0, "weight decay %g: must be >= 0", cfg->lambda);
+  PX_CHECK(px_prune_keep_validate(&cfg->keep));
+  for (int i = 0; i < nparams; i++) {
+    PX_REQUIRE(params[i].theta && params[i].numel > 0, "H-SADMM parameter %d (%s) is empty", i,
+               params[i].name ? params[i].name : "?");
+    if (params[i].prunable) {
+      PX_CHECK(px_conv_shape_validate(params[i].shape));
+      PX_REQUIRE(px_conv_numel(params[i].shape) == params[i].numel,
+                 "H-SADMM parameter %s: shape does not match its %zu elements", params[i].name,
+                 params[i].numel);
+    }
+  }
+  px_hsadmm_t *h = px_calloc(1, sizeof *h, "hsadmm");
+  if (!h) return PX_ERR_NOMEM;
+  px_status_t st = PX_OK;
+  h->comm = comm;
+  h->cfg = *cfg;
+  h->n = nparams;
+  h->world = px_comm_group(comm, PX_GROUP_WORLD);
+  h->intra = px_comm_group(comm, PX_GROUP_INTRA);
+  h->inter = px_comm_group(comm, PX_GROUP_INTER);
+  h->N = px_group_size(h->world);
+  h->P = px_group_size(h->intra);
+  h->M = px_comm_nnodes(comm);
+  if (!cfg->flat && h->P * h->M != h->N) {
+    st = px_set_error(PX_ERR_INVALID, "H-SADMM needs the same number of ranks on every node "
+                      "(%d ranks on %d nodes, %d here)", h->N, h->M, h->P);
+    goto fail;
+  }
+  h->params = px_malloc((size_t)nparams * sizeof *h->params, "hsadmm.params");
+  h->off = px_malloc((size_t)nparams * sizeof *h->off, "hsadmm.off");
+  h->moff = px_malloc((size_t)nparams * sizeof *h->moff, "hsadmm.moff");
+  h->mask_ptrs = px_calloc((size_t)nparams, sizeof *h->mask_ptrs, "hsadmm.mask_ptrs");
+  h->rho1 = px_malloc((size_t)nparams * sizeof(double), "hsadmm.rho1");
+  h->rho2 = px_malloc((size_t)nparams * sizeof(double), "hsadmm.rho2");
+  h->sums = px_calloc((size_t)nparams * NSUMS + 4, sizeof(double), "hsadmm.sums");
+  h->layers = px_calloc((size_t)nparams, sizeof *h->layers, "hsadmm.layers");
+  h->decision_buf = px_calloc(2 + 2 * (size_t)nparams, sizeof(double), "hsadmm.decision");
+  h->src_ptrs = px_calloc((size_t)nparams, sizeof(float *), "hsadmm.ptrs");
+  h->dst_ptrs = px_calloc((size_t)nparams, sizeof(float *), "hsadmm.ptrs");
+  if (!h->src_ptrs || !h->dst_ptrs || !h->params || !h->off || !h->moff || !h->mask_ptrs || !h->rho1 || !h->rho2 || !h->sums ||
+      !h->layers || !h->decision_buf) {
+    st = PX_ERR_NOMEM;
+    goto fail;
+  }
+  memcpy(h->params, params, (size_t)nparams * sizeof *params);
+  size_t maxws = 0;
+  px_param_desc_t *desc = px_calloc((size_t)nparams, sizeof *desc, "hsadmm.desc");
+  if (!desc) {
+    st = PX_ERR_NOMEM;
+    goto fail;
+  }
+  for (int i = 0; i < nparams; i++) {
+    h->off[i] = h->total;
+    h->total += params[i].numel;
+    h->rho1[i] = cfg->rho1;
+    h->rho2[i] = cfg->rho2;
+    h->moff[i] = SIZE_MAX;
+    desc[i].name = params[i].name;
+    if (params[i].prunable) {
+      h->moff[i] = h->mtotal;
+      h->mtotal += px_prune_mask_size(params[i].shape);
+      size_t w = px_prune_workspace_size(params[i].shape);
+      if (w > maxws) maxws = w;
+      desc[i].kind = PX_PARAM_CONV;
+      desc[i].shape = params[i].shape;
+    } else {
+      desc[i].kind = PX_PARAM_DENSE;
+      desc[i].numel = params[i].numel;
+    }
+  }
+  st = px_pack_plan_create(desc, nparams, cfg->bucket_bytes, &h->plan);
+  px_free(desc);
+  if (st < 0) goto fail;
+  float **fam[] = {&h->u, &h->zi, &h->zi_prev, &h->v, &h->z, &h->z_prev, &h->s};
+  for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+    *fam[f] = px_calloc(h->total, sizeof(float), "hsadmm.state");
+    if (!*fam[f]) {
+      st = PX_ERR_NOMEM;
+      goto fail;
+    }
+  }
+  size_t mt = h->mtotal ? h->mtotal : 1;
+  h->mask_node = px_malloc(mt, "hsadmm.mask");
+  h->mask_union = px_malloc(mt, "hsadmm.mask");
+  h->mask_prev = px_malloc(mt, "hsadmm.mask");
+  h->mask_z = px_malloc(mt, "hsadmm.mask");
+  h->ws_bytes = maxws;
+  h->ws = maxws ? px_malloc(maxws, "hsadmm.workspace") : NULL;
+  if (!h->mask_node || !h->mask_union || !h->mask_prev || !h->mask_z || (maxws && !h->ws)) {
+    st = PX_ERR_NOMEM;
+    goto fail;
+  }
+  memset(h->mask_node, 1, mt);
+  memset(h->mask_union, 1, mt);
+  memset(h->mask_prev, 1, mt);
+  memset(h->mask_z, 1, mt);
+  for (int i = 0; i < nparams; i++) {
+    if (params[i].prunable) h->mask_ptrs[i] = h->mask_union + h->moff[i];
+    h->src_ptrs[i] = h->s + h->off[i];
+    h->dst_ptrs[i] = h->z + h->off[i];
+  }
+
+  /* z = z_i = the ranks' mean initial model: every rank starts from the same
+   * consensus whatever its initialisation */
+  for (int i = 0; i < nparams; i++) memcpy(h->z + h->off[i], params[i].theta, params[i].numel * 4);
+  PX_CHECK_GOTO(px_comm_allreduce(h->world, h->z, h->z, h->total, PX_COMM_F32, PX_COMM_AVG), st,
+                fail);
+  memcpy(h->zi, h->z, h->total * sizeof(float));
+  memcpy(h->zi_prev, h->z, h->total * sizeof(float));
+  memcpy(h->z_prev, h->z, h->total * sizeof(float));
+  h->round.layers = h->layers;
+  h->round.nlayers = nparams;
+  *out = h;
+  return PX_OK;
+fail:
+  px_hsadmm_destroy(h);
+  return st;
+}
+
+void px_hsadmm_destroy(px_hsadmm_t *h) {
+  if (!h) return;
+  px_pack_plan_destroy(h->plan);
+  px_free(h->u);
+  px_free(h->zi);
+  px_free(h->zi_prev);
+  px_free(h->v);
+  px_free(h->z);
+  px_free(h->z_prev);
+  px_free(h->s);
+  px_free(h->mask_node);
+  px_free(h->mask_union);
+  px_free(h->mask_prev);
+  px_free(h->mask_z);
+  px_free(h->ws);
+  px_free(h->params);
+  px_free(h->off);
+  px_free(h->moff);
+  px_free(h->mask_ptrs);
+  px_free(h->rho1);
+  px_free(h->rho2);
+  px_free(h->sums);
+  px_free(h->layers);
+  px_free(h->decision_buf);
+  px_free(h->src_ptrs);
+  px_free(h->dst_ptrs);
+  px_free(h);
+}
+
+void px_hsadmm_prox(const px_hsadmm_t *h, int i, const float **z, const float **u, float *rho1) {
+  *z = (h->cfg.flat ? h->z : h->zi) + h->off[i];
+  *u = h->u + h->off[i];
+  *rho1 = (float)h->rho1[i];
+}
+
+const float *px_hsadmm_z(const px_hsadmm_t *h, int i) { return h->z + h->off[i]; }
+const uint8_t *px_hsadmm_mask(const px_hsadmm_t *h, int i) { return h->mask_ptrs[i]; }
+int px_hsadmm_frozen(const px_hsadmm_t *h) { return h->frozen; }
+double px_hsadmm_rho1(const px_hsadmm_t *h, int i) { return h->rho1[i]; }
+double px_hsadmm_rho2(const px_hsadmm_t *h, int i) { return h->rho2[i]; }
+void px_hsadmm_duals(const px_hsadmm_t *h, int i, const float **u, const float **v) {
+  *u = h->u + h->off[i];
+  *v = h->v + h->off[i];
+}
+
+/* Projects x (a prunable tensor) onto its set, or applies the frozen mask,
+ * writing its group mask into node_mask. */
+static px_status_t px__project(px_hsadmm_t *h, int i, float *x) {
+  const px_hsadmm_param_t *p = &h->params[i];
+  if (h->frozen) {
+    px_prune_apply_mask(x, p->shape, h->mask_union + h->moff[i]);
+    return PX_OK;
+  }
+  return px_prune_project(x, p->shape, &h->cfg.keep, h->mask_node + h->moff[i], h->ws, h->ws_bytes);
+}
+
+static double px__sqdiff(const float *a, const float *b, size_t n) {
+  double acc = 0;
+  for (size_t j = 0; j < n; j++) {
+    double d = (double)a[j] - b[j];
+    acc += d * d;
+  }
+  return acc;
+}
+
+static double px__sq(const float *a, size_t n) {
+  double acc = 0;
+  for (size_t j = 0; j < n; j++) acc += (double)a[j] * a[j];
+  return acc;
+}
+
+/* Flat ablation: z = Pi(rho * sum(theta + u) / (lambda + N rho)). */
+static px_status_t px__sync_flat(px_hsadmm_t *h) {
+  double t0 = px__now();
+  for (int i = 0; i < h->n; i++) {
+    const float *th = h->params[i].theta;
+    float *s = h->s + h->off[i];
+    const float *u = h->u + h->off[i];
+    for (size_t j = 0; j < h->params[i].numel; j++) s[j] = th[j] + u[j];
+  }
+  PX_CHECK(px_comm_allreduce(h->world, h->s, h->s, h->total, PX_COMM_F32, PX_COMM_SUM));
+  double t1 = px__now();
+  memcpy(h->z_prev, h->z, h->total * sizeof(float));
+  for (int i = 0; i < h->n; i++) {
+    float *z = h->z + h->off[i];
+    const float *s = h->s + h->off[i];
+    float scale = (float)(h->rho1[i] / (h->cfg.lambda + h->N * h->rho1[i]));
+    for (size_t j = 0; j < h->params[i].numel; j++) z[j] = scale * s[j];
+    if (h->params[i].prunable) PX_CHECK(px__project(h, i, z));
+  }
+  /* every rank projected the same sum: the masks agree without a reduction */
+  if (!h->frozen && h->mtotal) {
+    memcpy(h->mask_union, h->mask_node, h->mtotal);
+    memcpy(h->mask_z, h->mask_node, h->mtotal);
+  }
+  double t2 = px__now();
+  h->round.intra_s = t1 - t0;
+  h->round.projection_s = t2 - t1;
+  h->round.inter_s = h->round.broadcast_s = 0;
+  memcpy(h->zi_prev, h->zi, h->total * sizeof(float));
+  memcpy(h->zi, h->z, h->total * sizeof(float));
+  return PX_OK;
+}
+
+static px_status_t px__sync_hier(px_hsadmm_t *h, uint64_t *inter_value_bytes) {
+  double t0 = px__now();
+  /* 2. intra: s_i = SUM (theta + u) */
+  for (int i = 0; i < h->n; i++) {
+    const float *th = h->params[i].theta;
+    float *s = h->s + h->off[i];
+    const float *u = h->u + h->off[i];
+    for (size_t j = 0; j < h->params[i].numel; j++) s[j] = th[j] + u[j];
+  }
+  PX_CHECK(px_comm_allreduce(h->intra, h->s, h->s, h->total, PX_COMM_F32, PX_COMM_SUM));
+  double t1 = px__now();
+  /* z~_i = (rho1 s_i + rho2 (z - v)) / (lambda/M + P rho1 + rho2), then project */
+  memcpy(h->zi_prev, h->zi, h->total * sizeof(float));
+  for (int i = 0; i < h->n; i++) {
+    float *zi = h->zi + h->off[i];
+    const float *s = h->s + h->off[i], *z = h->z + h->off[i], *v = h->v + h->off[i];
+    double r1 = h->rho1[i], r2 = h->rho2[i];
+    double den = h->cfg.lambda / h->M + h->P * r1 + r2;
+    float a = (float)(r1 / den), b = (float)(r2 / den);
+    for (size_t j = 0; j < h->params[i].numel; j++) zi[j] = a * s[j] + b * (z[j] - v[j]);
+    if (h->params[i].prunable) PX_CHECK(px__project(h, i, zi));
+  }
+  double t2 = px__now();
+  /* 4. inter, leaders only: union of the masks, packed SUM of z_i + v_i */
+  memcpy(h->z_prev, h->z, h->total * sizeof(float));
+  if (h->inter) {
+    if (!h->frozen && h->mtotal) {
+      PX_CHECK(px_comm_allreduce(h->inter, h->mask_node, h->mask_union, h->mtotal, PX_COMM_U8,
+                                 PX_COMM_MAX));
+      PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
+    }
+    for (size_t j = 0; j < h->total; j++) h->s[j] = h->zi[j] + h->v[j];
+    uint64_t before = px__traffic(h->comm, PX_TIER_INTER) + px__traffic(h->comm, PX_TIER_INTRA);
+    px_status_t st = PX_OK;
+    for (int b = 0; b < px_pack_num_buckets(h->plan) && st == PX_OK; b++) {
+      size_t nf;
+      float *buf = px_pack_bucket(h->plan, b, &nf);
+      st = px_pack_shrink_bucket(h->plan, b, (const float *const *)h->src_ptrs);
+      if (st == PX_OK) st = px_comm_allreduce(h->inter, buf, buf, nf, PX_COMM_F32, PX_COMM_SUM);
+    }
+    *inter_value_bytes =
+        px__traffic(h->comm, PX_TIER_INTER) + px__traffic(h->comm, PX_TIER_INTRA) - before;
+    if (st == PX_OK) {
+      float inv = 1.0f / (float)h->M;
+      float *buf = px_pack_buffer(h->plan);
+      size_t nf = px_pack_packed_floats(h->plan);
+      for (size_t j = 0; j < nf; j++) buf[j] *= inv;
+      px_pack_expand(h->plan, h->dst_ptrs);
+      /* z is the projection of the mean onto S: the union of the node masks
+       * can hold more groups than S allows while the nodes disagree. The
+       * mean is bit-identical on every leader, so is the projection. */
+      for (int i = 0; i < h->n && st == PX_OK; i++)
+        if (h->params[i].prunable && !h->frozen)
+          st = px_prune_project(h->z + h->off[i], h->params[i].shape, &h->cfg.keep,
+                                h->mask_z + h->moff[i], h->ws, h->ws_bytes);
+    }
+    PX_CHECK(st);
+  }
+  double t3 = px__now();
+  /* z and the union masks from the leader to its node */
+  PX_CHECK(px_comm_broadcast(h->intra, h->z, h->total, PX_COMM_F32, 0));
+  if (!h->frozen && h->mtotal) {
+    PX_CHECK(px_comm_broadcast(h->intra, h->mask_union, h->mtotal, PX_COMM_U8, 0));
+    PX_CHECK(px_comm_broadcast(h->intra, h->mask_z, h->mtotal, PX_COMM_U8, 0));
+    if (!h->inter) PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
+  }
+  double t4 = px__now();
+  /* v_i += z_i - z on every rank of the node (same inputs, same result) */
+  for (size_t j = 0; j < h->total; j++) h->v[j] += h->zi[j] - h->z[j];
+  h->round.intra_s = t1 - t0;
+  h->round.projection_s = t2 - t1;
+  h->round.inter_s = t3 - t2;
+  h->round.broadcast_s = t4 - t3;
+  return PX_OK;
+}
+
+px_status_t px_hsadmm_sync(px_hsadmm_t *h, px_hsadmm_round_t **round) {
+  uint64_t intra0 = px__traffic(h->comm, PX_TIER_INTRA);
+  uint64_t inter0 = px__traffic(h->comm, PX_TIER_INTER);
+  uint64_t value_bytes = 0;
+  if (h->cfg.flat) PX_CHECK(px__sync_flat(h));
+  else PX_CHECK(px__sync_hier(h, &value_bytes));
+
+  /* 5. u += theta - z_i, and the residuals */
+  const float *target = h->cfg.flat ? h->z : h->zi;
+  int leader = h->cfg.flat ? 0 : h->inter != NULL;
+  memset(h->sums, 0, ((size_t)h->n * NSUMS + 4) * sizeof(double));
+  for (int i = 0; i < h->n; i++) {
+    size_t o = h->off[i], n = h->params[i].numel;
+    const float *th = h->params[i].theta;
+    float *u = h->u + o;
+    double *S = h->sums + (size_t)i * NSUMS;
+    S[R_INTRA] = px__sqdiff(th, target + o, n);
+    for (size_t j = 0; j < n; j++) u[j] += th[j] - target[o + j];
+    double ds = px__sqdiff(target + o, (h->cfg.flat ? h->z_prev : h->zi_prev) + o, n);
+    S[S_INTRA] = h->rho1[i] * h->rho1[i] * ds;
+    S[THETA] = px__sq(th, n);
+    S[U_SQ] = px__sq(u, n);
+    if (leader) {
+      S[R_INTER] = px__sqdiff(h->zi + o, h->z + o, n);
+      S[S_INTER] = h->rho2[i] * h->rho2[i] * px__sqdiff(h->z + o, h->z_prev + o, n);
+      S[ZI_SQ] = px__sq(h->zi + o, n);
+      S[Z_SQ] = px__sq(h->z + o, n);
+      S[V_SQ] = px__sq(h->v + o, n);
+    }
+  }
+  /* the traffic of this sync, summed over ranks (exact in doubles) */
+  double *T = h->sums + (size_t)h->n * NSUMS;
+  T[0] = (double)(px__traffic(h->comm, PX_TIER_INTRA) - intra0);
+  T[1] = (double)(px__traffic(h->comm, PX_TIER_INTER) - inter0);
+  /* dense inter phase: the value allreduce scaled to every parameter (the
+   * algorithms move bytes in proportion to the count) */
+  size_t packed = px_pack_packed_floats(h->plan);
+  T[2] = h->cfg.flat ? T[1]
+         : packed ? (double)value_bytes * (double)h->total / (double)packed : 0.0;
+  PX_CHECK(px_comm_allreduce(h->world, h->sums, h->sums, (size_t)h->n * NSUMS + 4, PX_COMM_F64,
+                             PX_COMM_SUM));
+  for (int i = 0; i < h->n; i++) {
+    const double *S = h->sums + (size_t)i * NSUMS;
+    px_admm_layer_report_t *L = &h->layers[i];
+    L->r_intra = sqrt(S[R_INTRA]);
+    L->s_intra = sqrt(S[S_INTRA]);
+    L->r_inter = sqrt(S[R_INTER]);
+    L->s_inter = sqrt(S[S_INTER]);
+    L->rho1 = h->rho1[i];
+    L->rho2 = h->rho2[i];
+    L->theta_norm = sqrt(S[THETA]);
+    L->zi_norm = sqrt(S[ZI_SQ]);
+    L->z_norm = sqrt(S[Z_SQ]);
+    L->u_norm = sqrt(S[U_SQ]);
+    L->v_norm = sqrt(S[V_SQ]);
+    L->numel = (int64_t)h->params[i].numel;
+  }
+  h->round.iteration = h->iteration++;
+  h->round.bytes_intra = (uint64_t)T[0];
+  h->round.bytes_inter = (uint64_t)T[1];
+  h->round.bytes_inter_dense = (uint64_t)llround(T[2]);
+  h->round.packed_bytes = px_pack_packed_bytes(h->plan);
+  h->round.dense_bytes = h->total * sizeof(float);
+  h->round.mask_drift = h->mtotal ? (int64_t)px_prune_mask_drift(h->mask_union, h->mask_prev, h->mtotal) : 0;
+  if (h->mtotal) memcpy(h->mask_prev, h->mask_union, h->mtotal);
+  double kept = 0, all = 0;
+  for (int i = 0; i < h->n; i++)
+    if (h->params[i].prunable) {
+      kept += px_prune_mask_density((h->frozen ? h->mask_union : h->mask_z) + h->moff[i],
+                                    h->params[i].shape) * h->params[i].numel;
+      all += (double)h->params[i].numel;
+    }
+  h->round.density = all > 0 ? kept / all : 1.0;
+  h->round.frozen = h->frozen;
+  *round = &h->round;
+  return PX_OK;
+}
+
+px_status_t px_hsadmm_decide(px_hsadmm_t *h, px_hsadmm_control_fn control, void *ctx, int *stop) {
+  double *buf = h->decision_buf;
+  int n = h->n;
+  if (px_group_rank(h->world) == 0) {
+    px_hsadmm_decision_t d = {buf + 2, buf + 2 + n, h->frozen, 0, ""};
+    for (int i = 0; i < n; i++) {
+      d.rho1[i] = h->rho1[i];
+      d.rho2[i] = h->rho2[i];
+    }
+    PX_REQUIRE(control != NULL, "rank 0 has no controller");
+    px_status_t st = control(ctx, &h->round, &d);
+    if (st < 0) {
+      /* tell the others to stop rather than leave them waiting */
+      buf[0] = -1;
+      px_comm_broadcast(h->world, buf, 2 + 2 * (size_t)n, PX_COMM_F64, 0);
+      return st;
+    }
+    buf[0] = d.stop ? 1 : 0;
+    buf[1] = d.freeze ? 1 : 0;
+  }
+  PX_CHECK(px_comm_broadcast(h->world, buf, 2 + 2 * (size_t)n, PX_COMM_F64, 0));
+  if (buf[0] < 0) return px_set_error(PX_ERR_PEER, "rank 0's controller failed: stopping");
+  for (int i = 0; i < n; i++) {
+    double r1 = buf[2 + i], r2 = buf[2 + n + i];
+    if (!(r1 > 0) || !(r2 > 0))
+      return px_set_error(PX_ERR_INVALID, "controller gave penalties %g, %g for %s", r1, r2,
+                          h->params[i].name);
+    /* scaled duals follow the penalty so that rho * u is unchanged */
+    if (r1 != h->rho1[i]) {
+      float f = (float)(h->rho1[i] / r1);
+      float *u = h->u + h->off[i];
+      for (size_t j = 0; j < h->params[i].numel; j++) u[j] *= f;
+      h->rho1[i] = r1;
+    }
+    if (r2 != h->rho2[i]) {
+      float f = (float)(h->rho2[i] / r2);
+      float *v = h->v + h->off[i];
+      for (size_t j = 0; j < h->params[i].numel; j++) v[j] *= f;
+      h->rho2[i] = r2;
+    }
+  }
+  if (buf[1] > 0 && !h->frozen) {
+    h->frozen = 1;
+    px_pack_plan_freeze(h->plan);
+  }
+  *stop = buf[0] > 0;
+  return PX_OK;
+}
+
+px_status_t px_hsadmm_local_control(void *ctx, const px_hsadmm_round_t *round,
+                                    px_hsadmm_decision_t *d) {
+  px_hsadmm_local_ctl_t *c = ctx;
+  PX_REQUIRE(round->nlayers <= c->max_layers, "controller scratch for %d layers, %d needed",
+             c->max_layers, round->nlayers);
+  px_admm_decision_t g;
+  PX_CHECK(px_admm_decide(&c->policy, &c->state, round->iteration, round->mask_drift,
+                          c->num_nodes, c->workers_per_node, round->layers, round->nlayers,
+                          c->scratch, &g));
+  for (int i = 0; i < round->nlayers; i++) {
+    d->rho1[i] = c->scratch[i].rho1;
+    d->rho2[i] = c->scratch[i].rho2;
+  }
+  d->freeze = g.freeze;
+  d->stop = g.stop;
+  snprintf(d->reason, sizeof d->reason, "%s", g.stop_reason);
+  return PX_OK;
+}

@@ -1,0 +1,192 @@
+/* Every strategy end to end on 2 nodes x 2 real ranks (forked processes,
+ * UCX on loopback) training ResNet-20 on a subset of Fashion-MNIST: each
+ * run finishes on every rank with the same final model (bitwise) and the
+ * same result; H-SADMM with channel pruning sends fewer inter-node bytes than
+ * dense synchronisation would and its consensus model keeps about half the
+ * channels; DDP's inter-node bytes are the dense ones. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "comm_harness.h"
+#include "prunex/data.h"
+#include "prunex/strategy.h"
+
+#define FMNIST "/usr/share/datasets/fashion-mnist"
+
+static char dir[256];
+
+static void put_be32(uint8_t *p, uint32_t v) {
+  p[0] = (uint8_t)(v >> 24);
+  p[1] = (uint8_t)(v >> 16);
+  p[2] = (uint8_t)(v >> 8);
+  p[3] = (uint8_t)v;
+}
+
+static int write_subset(const px_dataset_t *ds, const char *prefix, int n) {
+  const uint8_t *img = px_dataset_images(ds), *lab = px_dataset_labels(ds);
+  size_t ib = 16 + (size_t)n * 784, lb = 8 + (size_t)n;
+  uint8_t *a = malloc(ib), *b = malloc(lb);
+  put_be32(a, 0x803);
+  put_be32(a + 4, (uint32_t)n);
+  put_be32(a + 8, 28);
+  put_be32(a + 12, 28);
+  put_be32(b, 0x801);
+  put_be32(b + 4, (uint32_t)n);
+  for (int i = 0; i < n; i++) {
+    for (int r = 0; r < 28; r++)
+      memcpy(a + 16 + (size_t)i * 784 + r * 28, img + (size_t)i * 1024 + (r + 2) * 32 + 2, 28);
+    b[8 + i] = lab[i];
+  }
+  char p1[512], p2[512];
+  snprintf(p1, sizeof p1, "%s/%s-images-idx3-ubyte", dir, prefix);
+  snprintf(p2, sizeof p2, "%s/%s-labels-idx1-ubyte", dir, prefix);
+  int ok = px_data_write_file(p1, a, ib) == PX_OK && px_data_write_file(p2, b, lb) == PX_OK;
+  free(a);
+  free(b);
+  return ok;
+}
+
+static int setup(void **state) {
+  (void)state;
+  if (access(FMNIST, R_OK) != 0) return 0;
+  snprintf(dir, sizeof dir, "/tmp/px_strategy_XXXXXX");
+  if (!mkdtemp(dir)) return -1;
+  px_dataset_t *tr, *te;
+  if (px_dataset_load_fashion_mnist(FMNIST, PX_SPLIT_TRAIN, &tr) != PX_OK) return -1;
+  if (px_dataset_load_fashion_mnist(FMNIST, PX_SPLIT_TEST, &te) != PX_OK) return -1;
+  int ok = write_subset(tr, "train", 512) && write_subset(te, "t10k", 128);
+  px_dataset_destroy(tr);
+  px_dataset_destroy(te);
+  return ok ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  if (dir[0]) px_th_rmdir(dir);
+  return 0;
+}
+
+typedef struct {
+  px_strategy_kind_t kind;
+  double channel_keep;
+} scenario_t;
+
+/* rank 0's controller: fixed penalties, freeze after 1 stable iteration */
+static px_status_t control(void *ctx, const px_iteration_t *it, px_hsadmm_decision_t *d) {
+  (void)ctx;
+  (void)it;
+  d->freeze = it->mask_drift == 0 && it->iteration > 0;
+  return PX_OK;
+}
+
+static uint64_t fnv(const void *p, size_t n) {
+  const unsigned char *c = p;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
+  return h;
+}
+
+static int rank_main(px_th_ctx_t *ctx) {
+  const scenario_t *sc = ctx->arg;
+  px_train_config_t tc;
+  px_train_config_default(&tc);
+  tc.data_dir = dir;
+  tc.batch = 16;
+  tc.threads = 1;
+  tc.epochs = 1;
+  tc.lr = 0.05;
+  tc.augment = 0;
+  tc.rank = ctx->rank;
+  tc.world_size = ctx->size;
+  tc.seed = 1 + (uint64_t)ctx->rank; /* different initial models: the strategies must agree */
+  px_trainer_t *t;
+  PX_TH_OK(px_trainer_create(&tc, &t));
+  px_comm_t *comm;
+  PX_TH_OK(px_th_comm(ctx, NULL, &comm));
+  px_strategy_config_t cfg = {0};
+  cfg.kind = sc->kind;
+  cfg.iterations = 3;
+  cfg.local_steps = 3;
+  cfg.rho1 = cfg.rho2 = 1e-2;
+  cfg.keep = (px_prune_keep_t){1.0, sc->channel_keep, 1.0};
+  cfg.topk_ratio = 0.01;
+  cfg.eval_every = 1;
+  px_strategy_result_t res;
+  PX_TH_OK(px_strategy_run(t, comm, &cfg, control, NULL, &res));
+  PX_TH_CHECK(res.iterations == 3);
+  PX_TH_CHECK(res.test_accuracy >= 0 && res.test_accuracy <= 1);
+  /* the same final model on every rank, bit for bit */
+  px_model_t *m = px_trainer_model(t);
+  uint64_t mine[2] = {fnv(px_model_flat_params(m)->data, px_model_numel(m) * 4),
+                      fnv(&res.test_accuracy, sizeof(double))};
+  uint64_t all[2 * PX_TH_MAX_RANKS];
+  PX_TH_OK(px_comm_allgather(px_comm_group(comm, PX_GROUP_WORLD), mine, all, 16, PX_COMM_U8));
+  for (int r = 0; r < ctx->size; r++) PX_TH_CHECK(all[2 * r] == mine[0] && all[2 * r + 1] == mine[1]);
+  if (ctx->rank == 0) {
+    px_th_shared[0] = res.density;
+    px_th_shared[1] = (double)res.bytes_inter;
+    px_th_shared[2] = (double)res.bytes_inter_dense;
+    px_th_shared[3] = res.test_accuracy;
+  }
+  px_comm_destroy(comm);
+  px_trainer_destroy(t);
+  return 0;
+}
+
+static int nodes[4] = {0, 0, 1, 1};
+
+static void run(const scenario_t *sc) {
+  if (!dir[0]) skip();
+  assert_int_equal(px_th_run(4, nodes, rank_main, sc, 240), 0);
+  printf("%s: density %.3f, inter bytes %.0f (dense %.0f), test accuracy %.3f\n",
+         px_strategy_name(sc->kind), px_th_shared[0], px_th_shared[1], px_th_shared[2],
+         px_th_shared[3]);
+}
+
+static void test_hsadmm_prunes_and_sends_less(void **state) {
+  (void)state;
+  scenario_t sc = {PX_STRATEGY_HSADMM, 0.5};
+  run(&sc);
+  assert_true(px_th_shared[0] > 0.3 && px_th_shared[0] < 0.6);
+  assert_true(px_th_shared[1] > 0 && px_th_shared[1] < 0.75 * px_th_shared[2]);
+}
+
+static void test_hsadmm_flat_runs(void **state) {
+  (void)state;
+  scenario_t sc = {PX_STRATEGY_HSADMM_FLAT, 0.5};
+  run(&sc);
+  assert_true(px_th_shared[0] > 0.3 && px_th_shared[0] < 0.6);
+}
+
+static void test_ddp_sends_dense(void **state) {
+  (void)state;
+  scenario_t sc = {PX_STRATEGY_DDP, 1.0};
+  run(&sc);
+  assert_true(px_th_shared[1] > 0 && px_th_shared[1] == px_th_shared[2]);
+}
+
+static void test_topk_sends_a_fraction(void **state) {
+  (void)state;
+  scenario_t sc = {PX_STRATEGY_TOPK, 1.0};
+  run(&sc);
+  assert_true(px_th_shared[1] > 0 && px_th_shared[1] < 0.2 * px_th_shared[2]);
+}
+
+int main(int argc, char **argv) {
+  px_th_init(argc, argv);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_hsadmm_prunes_and_sends_less),
+      cmocka_unit_test(test_hsadmm_flat_runs),
+      cmocka_unit_test(test_ddp_sends_dense),
+      cmocka_unit_test(test_topk_sends_a_fraction),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
