@@ -1,6 +1,6 @@
 # Thin wrapper over scripts/bootstrap, CMake and CTest: the two commands of
 # the README (make run, make test) and a few conveniences.
-#   make run     set up, build, run the main job
+#   make run     set up, build, run the main job (pxctl run examples/quickstart.yaml)
 #   make test    set up, build and run the whole test suite, then again in
 #                the sanitizer build (AddressSanitizer + UBSan)
 #   make bench   set up with the benchmark peers (PyTorch, Open MPI), run benchmarks
@@ -29,12 +29,7 @@ build: setup
 	cmake --build $(BUILD_DIR) -j$(JOBS)
 
 run: build
-	@echo "PruneX: the full job (pxctl run examples/quickstart.yaml) arrives with the control"
-	@echo "and data planes; this runs the most complete parts that exist today: the training"
-	@echo "engine (pxtrain, ResNet-20 on Fashion-MNIST, 1 epoch) and the structured-pruning"
-	@echo "engine compacting a ResNet-18 parameter set."
-	$(BUILD_DIR)/cli/pxtrain --model resnet20 --dataset fashion-mnist --epochs 1
-	$(BUILD_DIR)/bench/px_bench_prune --demo --reps 10
+	$(BUILD_DIR)/cli/pxctl run examples/quickstart.yaml
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS)

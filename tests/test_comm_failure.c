@@ -300,6 +300,46 @@ static void test_abort_stops_every_peer(void **state) {
   assert_int_equal(px_th_run(3, nodes, rank_abort, NULL, 60), 0);
 }
 
+/* px_comm_abort from a second thread unblocks the caller stuck in a call */
+static void *abort_later(void *arg) {
+  struct timespec ts = {0, 200 * 1000000};
+  nanosleep(&ts, NULL);
+  px_comm_abort(arg, PX_ERR_TIMEOUT);
+  return NULL;
+}
+
+static int rank_abort_thread(px_th_ctx_t *ctx) {
+  px_comm_opts_t o;
+  px_comm_opts_default(&o);
+  o.timeout_ms = 20000;
+  px_comm_t *c = NULL;
+  PX_TH_OK(px_th_comm(ctx, &o, &c));
+  px_group_t *w = px_comm_group(c, PX_GROUP_WORLD);
+  PX_TH_OK(px_comm_barrier(w));
+  double t0 = px_th_now_ms();
+  if (ctx->rank == 0) {
+    pthread_t t;
+    pthread_create(&t, NULL, abort_later, c);
+    px_status_t st = px_comm_barrier(w); /* the others come only after 1 s */
+    pthread_join(t, NULL);
+    if (st != PX_ERR_TIMEOUT) PX_TH_FAIL("got %s, want PX_ERR_TIMEOUT", px_status_name(st));
+    double dt = px_th_now_ms() - t0;
+    if (dt < 150 || dt > 900) PX_TH_FAIL("the blocked call returned after %.0f ms", dt);
+    return check_broken(c, w, st);
+  }
+  struct timespec ts = {1, 0};
+  nanosleep(&ts, NULL);
+  px_status_t st = px_comm_barrier(w);
+  if (st != PX_ERR_PEER) PX_TH_FAIL("got %s, want PX_ERR_PEER", px_status_name(st));
+  return check_broken(c, w, st);
+}
+
+static void test_abort_from_another_thread_unblocks_the_caller(void **state) {
+  (void)state;
+  const int nodes[] = {0, 1, 1};
+  assert_int_equal(px_th_run(3, nodes, rank_abort_thread, NULL, 60), 0);
+}
+
 /* ---- a rank that never comes ------------------------------------------------ */
 
 static int rank_missing(px_th_ctx_t *ctx) {
@@ -333,6 +373,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_mismatch_fails_on_every_rank),
       cmocka_unit_test(test_mismatch_fails_on_every_rank_5_ranks),
       cmocka_unit_test(test_abort_stops_every_peer),
+      cmocka_unit_test(test_abort_from_another_thread_unblocks_the_caller),
       cmocka_unit_test(test_create_times_out_without_all_ranks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

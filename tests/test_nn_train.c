@@ -65,7 +65,7 @@ static int setup(void **state) {
   px_dataset_t *tr, *te;
   if (px_dataset_load_fashion_mnist(FMNIST, PX_SPLIT_TRAIN, &tr) != PX_OK) return -1;
   if (px_dataset_load_fashion_mnist(FMNIST, PX_SPLIT_TEST, &te) != PX_OK) return -1;
-  int ok = write_subset(tr, "train", 1024) && write_subset(te, "t10k", 256);
+  int ok = write_subset(tr, "train", 768) && write_subset(te, "t10k", 256);
   px_dataset_destroy(tr);
   px_dataset_destroy(te);
   return ok ? 0 : -1;
@@ -100,7 +100,7 @@ static void test_loss_falls_on_a_real_subset(void **state) {
   px_train_config_t c = small_config();
   px_trainer_t *t;
   assert_int_equal(px_trainer_create(&c, &t), PX_OK);
-  assert_int_equal(px_trainer_steps_per_epoch(t), 1024 / 32);
+  assert_int_equal(px_trainer_steps_per_epoch(t), 768 / 32);
   px_eval_stats_t before, after;
   assert_int_equal(px_trainer_evaluate(t, &before), PX_OK);
   assert_int_equal(before.samples, 256);

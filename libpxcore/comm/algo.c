@@ -18,7 +18,6 @@
  * owner), so all ranks get bit-identical results. Receives go straight into
  * the caller's buffer wherever no reduction is needed; the reduction steps
  * use a small window of segment buffers kept by the communicator. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "comm/comm_int.h"
@@ -180,8 +179,7 @@ static px_status_t px__ring(px__run_t *r, const px__ring_t *rg) {
   size_t maxlen = 0;
   for (int k = 0; k < n; k++)
     if (rg->len[k] > maxlen) maxlen = rg->len[k];
-  size_t segb = getenv("PX_SEG") ? (size_t)atol(getenv("PX_SEG")) : PX__RING_SEG_BYTES;
-  size_t seg_el = segb / ge.esz;
+  size_t seg_el = PX__RING_SEG_BYTES / ge.esz;
   size_t nseg = maxlen ? (maxlen + seg_el - 1) / seg_el : 1;
   size_t cap = (PX__MAX_STEPS - 1) / (size_t)T;
   if (cap > PX__RING_MAX_SEG) cap = PX__RING_MAX_SEG;

@@ -4,12 +4,14 @@
  * thread started on first use), the dispatch between the UCX algorithms and
  * NCCL, the bucketed list reduction, and the traffic counters.
  *
- * Executor rule: at any moment at most one thread drives the UCX worker. A
- * blocking call first waits until no non-blocking operation is pending, then
- * runs inline; the progress thread runs queued operations one by one. So the
- * worker can be UCS_THREAD_MODE_SERIALIZED and every rank executes its
- * collectives in the order they were called, which is what keeps the ranks'
- * sequence numbers in step. */
+ * Executor rule: at any moment at most one thread drives the UCX worker
+ * (exec_busy, under mu). A blocking call first waits until no non-blocking
+ * operation is pending, then runs inline; the progress thread runs queued
+ * operations one by one; px_comm_abort from another thread only raises a
+ * flag unless the worker is idle. So the worker can be
+ * UCS_THREAD_MODE_SERIALIZED and every rank executes its collectives in the
+ * order they were called, which is what keeps the ranks' sequence numbers in
+ * step. */
 #include <stdio.h>
 #include <string.h>
 
@@ -185,7 +187,7 @@ fail: {
 void px_comm_destroy(px_comm_t *c) {
   if (!c) return;
   pthread_mutex_lock(&c->mu);
-  while (c->pending > 0) pthread_cond_wait(&c->cv, &c->mu);
+  while (c->pending > 0 || c->exec_busy) pthread_cond_wait(&c->cv, &c->mu);
   c->stop = 1;
   pthread_cond_broadcast(&c->cv);
   pthread_mutex_unlock(&c->mu);
@@ -212,10 +214,16 @@ void px_comm_abort(px_comm_t *c, px_status_t st) {
   pthread_mutex_lock(&c->mu);
   int expected = 0;
   atomic_compare_exchange_strong(&c->abort_req, &expected, st);
-  int idle = c->pending == 0;
+  /* idle: break it here; otherwise whoever drives the worker notices */
+  int idle = c->pending == 0 && !c->exec_busy;
+  if (idle) c->exec_busy = 1;
   pthread_mutex_unlock(&c->mu);
-  /* idle: run the failure here; otherwise the progress thread notices */
-  if (idle) (void)px__check_health(c);
+  if (!idle) return;
+  (void)px__check_health(c);
+  pthread_mutex_lock(&c->mu);
+  c->exec_busy = 0;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
 }
 
 int px_comm_rank(const px_comm_t *c) { return c->rank; }
@@ -418,20 +426,28 @@ static px_status_t px__exec(px_comm_t *c, const px__op_t *o) {
 
 static px_status_t px__run_blocking(px_comm_t *c, const px__op_t *o) {
   pthread_mutex_lock(&c->mu);
-  while (c->pending > 0) pthread_cond_wait(&c->cv, &c->mu);
+  while (c->pending > 0 || c->exec_busy) pthread_cond_wait(&c->cv, &c->mu);
+  c->exec_busy = 1;
   pthread_mutex_unlock(&c->mu);
-  return px__exec(c, o);
+  px_status_t st = px__exec(c, o);
+  pthread_mutex_lock(&c->mu);
+  c->exec_busy = 0;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  return st;
 }
 
 static void *px__progress_thread(void *arg) {
   px_comm_t *c = arg;
   pthread_mutex_lock(&c->mu);
   for (;;) {
-    while (!c->qhead && !c->stop) pthread_cond_wait(&c->cv, &c->mu);
+    while ((!c->qhead || c->exec_busy) && !c->stop) pthread_cond_wait(&c->cv, &c->mu);
     if (!c->qhead) break;
+    while (c->exec_busy) pthread_cond_wait(&c->cv, &c->mu);
     px_comm_req_t *q = c->qhead;
     c->qhead = q->next;
     if (!c->qhead) c->qtail = NULL;
+    c->exec_busy = 1;
     pthread_mutex_unlock(&c->mu);
     px_status_t st = px__exec(c, &q->op);
     if (st < 0) snprintf(q->errmsg, sizeof q->errmsg, "%s", px_last_error());
@@ -439,6 +455,7 @@ static void *px__progress_thread(void *arg) {
     q->status = st;
     q->done = 1;
     c->pending--;
+    c->exec_busy = 0;
     pthread_cond_broadcast(&c->cv);
   }
   pthread_mutex_unlock(&c->mu);

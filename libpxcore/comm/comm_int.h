@@ -165,6 +165,7 @@ struct px_comm {
   int stop;
   px_comm_req_t *qhead, *qtail;
   int pending;                  /* queued + running non-blocking operations */
+  int exec_busy;                /* a thread is driving the worker (see comm.c) */
   px_comm_req_t *free_reqs;
   px_comm_req_t *all_reqs;      /* freed by destroy, waited for or not */
 };

@@ -338,13 +338,20 @@ int px__recv(px__run_t *r, int gpeer, void *buf, size_t bytes, uint32_t step) {
 
 /* ---- waiting --------------------------------------------------------------- */
 
-/* The progress loop: spins on the worker, yields the CPU when nothing
- * happens (ranks may outnumber cores), and sleeps a little when nothing has
- * happened for a long while. Fails on an abort notice, an endpoint error of a
+/* The progress loop: polls the worker, yields the CPU after a few idle polls
+ * (ranks may outnumber cores: the peer we wait for may need this core), and
+ * after PX__SPIN_MS without any event sleeps PX__SLEEP_NS at a time, so that
+ * a long wait (a straggler, a big transfer on a loaded host) leaves the CPU
+ * to whoever does the work. Fails on an abort notice, an endpoint error of a
  * peer we wait on, or timeout_ms without any completion. */
+#define PX__IDLE_YIELD 4
+#define PX__SPIN_MS 0.1
+#define PX__SLEEP_NS 20000L
+
 static px_status_t px__progress_until_done(px_comm_t *c, px__xfer_t *x) {
   unsigned idle = 0, iter = 0;
   uint64_t seen = c->completions;
+  double idle_since = 0;
   while (x->state == PX__XFER_BUSY) {
     unsigned n = ucp_worker_progress(c->worker);
     if (x->state != PX__XFER_BUSY) break;
@@ -352,8 +359,9 @@ static px_status_t px__progress_until_done(px_comm_t *c, px__xfer_t *x) {
     if (c->peer_errors) PX_CHECK(px__check_peers(c));
     if (n) idle = 0;
     else idle++;
+    double now = 0;
     if ((++iter & 31) == 0 || idle > 64) {
-      double now = px__now_ms();
+      now = px__now_ms();
       if (c->completions != seen) {
         seen = c->completions;
         c->last_activity_ms = now;
@@ -365,10 +373,12 @@ static px_status_t px__progress_until_done(px_comm_t *c, px__xfer_t *x) {
       int a = atomic_load_explicit(&c->abort_req, memory_order_relaxed);
       if (a) return px__fail(c, a, "aborted by rank %d (px_comm_abort)", c->rank);
     }
-    if (idle > 20000) {
-      struct timespec ts = {0, 50000};
+    if (idle <= PX__IDLE_YIELD) continue;
+    if (idle == 65) idle_since = now;
+    if (idle > 65 && now - idle_since > PX__SPIN_MS) {
+      struct timespec ts = {0, PX__SLEEP_NS};
       nanosleep(&ts, NULL);
-    } else if (idle > 4) {
+    } else {
       sched_yield();
     }
   }

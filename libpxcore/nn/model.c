@@ -857,6 +857,11 @@ px_status_t px_model_train_step(px_model_t *m, const float *x, const int32_t *y,
   return px__backward(m);
 }
 
+px_status_t px_model_forward_train(px_model_t *m, const float *x) {
+  PX_CHECK(px__load_input(m, x));
+  return px__forward(m, 1);
+}
+
 px_status_t px_model_eval_batch(px_model_t *m, const float *x, const int32_t *y, int32_t n,
                                 double *loss_sum, int64_t *correct) {
   int B = m->cfg.batch, K = m->cfg.num_classes;

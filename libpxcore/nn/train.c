@@ -280,6 +280,31 @@ px_status_t px_trainer_steps(px_trainer_t *t, int64_t n, px_epoch_stats_t *out) 
   return st;
 }
 
+/* Next training batch of the px_trainer_steps stream (1), starting epochs
+ * as needed. */
+static px_status_t px__next_batch(px_trainer_t *t, px_batch_t *b) {
+  for (;;) {
+    if (t->cursor_epoch < 0) {
+      t->cursor_epoch = t->global_step / t->steps_per_epoch;
+      PX_CHECK(px_loader_begin_epoch(t->train_loader, t->cursor_epoch));
+    }
+    px_status_t r = px_loader_next(t->train_loader, b);
+    if (r != 0) return r;
+    px_loader_end_epoch(t->train_loader);
+    t->cursor_epoch = -1;
+  }
+}
+
+px_status_t px_trainer_calibrate_bn(px_trainer_t *t, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    px_batch_t b;
+    px_status_t r = px__next_batch(t, &b);
+    if (r < 0) return r;
+    PX_CHECK(px_model_forward_train(t->model, b.x));
+  }
+  return PX_OK;
+}
+
 px_status_t px_trainer_evaluate(px_trainer_t *t, px_eval_stats_t *out) {
   memset(out, 0, sizeof *out);
   double t0 = px__now(), loss = 0;

@@ -86,6 +86,21 @@ static px_status_t px__ddp_hook(void *ctx, px_model_t *m) {
   return px_comm_allreduce_list(r->world, bufs, counts, 1, PX_COMM_F32, PX_COMM_AVG);
 }
 
+/* ---- H-SADMM after the freeze: training inside the masks ---------------------- */
+
+static px_status_t px__masked_hook(void *ctx, px_model_t *m) {
+  px__run_t *r = ctx;
+  if (!px_hsadmm_frozen(r->h)) return PX_OK;
+  for (int i = 0; i < r->np; i++) {
+    if (!r->hp[i].prunable) continue;
+    const uint8_t *mask = px_hsadmm_mask(r->h, i);
+    const px_model_param_t *p = px_model_param(m, i);
+    px_prune_apply_mask(p->value->data, r->hp[i].shape, mask);
+    px_prune_apply_mask(p->grad->data, r->hp[i].shape, mask);
+  }
+  return PX_OK;
+}
+
 /* ---- Top-K -------------------------------------------------------------------- */
 
 /* Moves the k entries of largest |e| to the front of idx[0..n) (quickselect
@@ -182,6 +197,18 @@ static px_status_t px__evaluate(px__run_t *r, double *loss, double *acc) {
   return PX_OK;
 }
 
+/* BN statistics for the weights now in the model (z): forward passes on
+ * training batches, then the average over ranks. */
+static px_status_t px__calibrate(px__run_t *r) {
+  int32_t n = r->cfg->calibrate_batches == 0 ? 20 : r->cfg->calibrate_batches;
+  if (n < 0) return PX_OK;
+  PX_CHECK(px_trainer_calibrate_bn(r->t, n));
+  const px_tensor_t *b = px_model_flat_buffers(r->m);
+  if (px_model_num_buffers(r->m) == 0) return PX_OK;
+  return px_comm_allreduce(r->world, b->data, b->data, px_tensor_numel(b), PX_COMM_F32,
+                           PX_COMM_AVG);
+}
+
 /* Copies z into the model's parameters (saving theta when backup). */
 static void px__load_z(px__run_t *r, int backup) {
   float *theta = px_model_flat_params(r->m)->data;
@@ -247,6 +274,7 @@ static px_status_t px__setup(px__run_t *r) {
     PX_CHECK(px_hsadmm_create(r->comm, r->hp, r->np, &hc, &r->h));
     /* every rank starts from the consensus */
     px__load_z(r, 0);
+    px_trainer_set_grad_hook(r->t, px__masked_hook, r);
   } else if (c->kind == PX_STRATEGY_DDP) {
     /* the same initial model everywhere */
     const px_tensor_t *w = px_model_flat_params(r->m);
@@ -334,11 +362,15 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
     /* ---- local phase ---- */
     double t0 = px__now();
     if (r.hs) {
+      float *theta = px_model_flat_params(r.m)->data;
+      size_t off = 0;
       for (int i = 0; i < r.np; i++) {
         const float *z, *u;
         float rho;
         px_hsadmm_prox(r.h, i, &z, &u, &rho);
         PX_CHECK_GOTO(px_sgd_set_prox(r.sgd, i, z, u, rho), st, done);
+        if (!cfg->keep_local && it > 0) memcpy(theta + off, z, r.hp[i].numel * sizeof(float));
+        off += r.hp[i].numel;
       }
     }
     px_epoch_stats_t es;
@@ -366,8 +398,12 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
     r.it.test_accuracy = -1;
     r.it.test_loss = -1;
     if (last || (cfg->eval_every > 0 && (it + 1) % cfg->eval_every == 0)) {
-      if (r.hs) px__load_z(&r, 1);
-      px_status_t est = px__evaluate(&r, &test_loss, &test_acc);
+      px_status_t est = PX_OK;
+      if (r.hs) {
+        px__load_z(&r, 1);
+        est = px__calibrate(&r);
+      }
+      if (est == PX_OK) est = px__evaluate(&r, &test_loss, &test_acc);
       if (r.hs) memcpy(px_model_flat_params(r.m)->data, r.backup, r.numel * sizeof(float));
       PX_CHECK_GOTO(est, st, done);
       r.it.test_accuracy = test_acc;
@@ -423,10 +459,12 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
     res->iterations = it + 1;
     res->density = r.it.density;
   }
-  /* the final model: z with the averaged BN statistics */
+  /* the final model: z with BN statistics of its own (already there when
+   * the last iteration evaluated it) */
   if (r.hs) px__load_z(&r, 0);
   if (test_acc < 0 || (r.it.test_accuracy < 0 && res->iterations > 0)) {
     /* stopped early by the controller before an evaluation: evaluate now */
+    if (r.hs) PX_CHECK_GOTO(px__calibrate(&r), st, done);
     PX_CHECK_GOTO(px__evaluate(&r, &test_loss, &test_acc), st, done);
   }
   res->test_accuracy = test_acc;

@@ -123,7 +123,9 @@ void px_comm_destroy(px_comm_t *c);
 
 /* Breaks the communicator on purpose: this rank and (best effort, right
  * away) every peer fail their current and later calls with st (a negative
- * status, e.g. PX_ERR_PEER). For shutting down a job whose rank gave up. */
+ * status, e.g. PX_ERR_PEER; peers see PX_ERR_PEER). For shutting down a job
+ * whose rank gave up. The one call that may come from another thread while
+ * a call on c is in progress: that call then fails promptly. */
 void px_comm_abort(px_comm_t *c, px_status_t st);
 
 int px_comm_rank(const px_comm_t *c);

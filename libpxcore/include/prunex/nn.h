@@ -101,6 +101,11 @@ size_t px_model_memory_bytes(const px_model_t *m);
 px_status_t px_model_train_step(px_model_t *m, const float *x, const int32_t *y, float *loss,
                                 int64_t *correct);
 
+/* Forward pass in training mode without loss or backward: only the BN
+ * running statistics change. Used to recalibrate them for a model whose
+ * weights did not produce them (a pruned consensus model). */
+px_status_t px_model_forward_train(px_model_t *m, const float *x);
+
 /* Inference on n <= batch samples (BN uses running statistics; a short batch
  * is zero-padded and only its first n rows count). Adds the summed loss and
  * the number of correct predictions to *loss_sum and *correct. */
@@ -239,6 +244,11 @@ px_status_t px_trainer_steps(px_trainer_t *t, int64_t n, px_epoch_stats_t *out);
  * negative return stops the steps with that status. NULL removes it. */
 typedef px_status_t (*px_grad_hook_t)(void *ctx, px_model_t *m);
 void px_trainer_set_grad_hook(px_trainer_t *t, px_grad_hook_t hook, void *ctx);
+
+/* Re-estimates the BN running statistics of the current weights from n
+ * training batches (forward passes in training mode, no update of the
+ * weights), continuing the training data stream of px_trainer_steps. */
+px_status_t px_trainer_calibrate_bn(px_trainer_t *t, int64_t n);
 
 /* Steps over which the learning-rate schedule runs (default epochs x steps
  * per epoch), and the number of steps taken so far. */

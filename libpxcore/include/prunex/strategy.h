@@ -5,7 +5,14 @@
  *   hsadmm       local steps with the ADMM proximal term, then the H-SADMM
  *                round of hsadmm.h (intra SUM, projection, MAX of masks and
  *                packed SUM between node leaders, broadcast), BN running
- *                statistics averaged, and rank 0's controller decision;
+ *                statistics averaged, and rank 0's controller decision.
+ *                Once the masks freeze, the local models train inside them
+ *                (masked weights and gradients stay zero), the masked
+ *                retraining of ADMM pruning. The consensus model z is
+ *                evaluated and returned with BN statistics re-estimated for
+ *                its own weights (calibrate_batches forward passes, averaged
+ *                over ranks): the local models' statistics do not fit a
+ *                model whose pruned channels they never saw;
  *   hsadmm-flat  the same with one consensus group over all ranks;
  *   ddp          dense synchronous SGD: the gradients are averaged over all
  *                ranks every step (bucketed allreduce);
@@ -53,6 +60,12 @@ typedef struct {
   double topk_ratio;        /* topk: fraction of each tensor's entries sent (0, 1] */
   size_t bucket_bytes;      /* 0: 32 MiB */
   int32_t eval_every;       /* evaluate the consensus model every k iterations (0: last only) */
+  int32_t keep_local;       /* hsadmm: 1 = each local phase starts from the previous local
+                                model; 0 (default) = from the node consensus z_i (the local
+                                subproblem is the same; a few SGD steps approximate its
+                                solution far better from z_i, and the ranks cannot drift apart) */
+  int32_t calibrate_batches; /* hsadmm: training batches that re-estimate the BN statistics
+                                of z before it is evaluated or returned (0: 20; < 0: none) */
 } px_strategy_config_t;
 
 /* One iteration's record (DESIGN.md section 7); what rank 0 reports. */
