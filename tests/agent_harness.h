@@ -18,6 +18,7 @@
 #include "coord_harness.h"
 #include "prunex/data.h"
 #include "prunex/store.h"
+#include "px_test_util.h"
 
 #define PXT_AGENT PX_BINARY_DIR "/agent/pxagent"
 #define PXT_WORKER PX_BINARY_DIR "/agent/pxworker"
@@ -312,44 +313,6 @@ static PXT_UNUSED px_status_t pxt_job_submit(px_rpc_channel_t *ch, pxt_job_t *j,
 
 /* ---- data ------------------------------------------------------------------------ */
 
-static void pxt__be32(uint8_t *p, uint32_t v) {
-  p[0] = (uint8_t)(v >> 24);
-  p[1] = (uint8_t)(v >> 16);
-  p[2] = (uint8_t)(v >> 8);
-  p[3] = (uint8_t)v;
-}
-
-/* Writes the first n samples of a split as plain IDX files in dir (the
- * loader pads 28x28 to 32x32; undo that here). */
-static int pxt__write_idx(const px_dataset_t *ds, const char *dir, const char *prefix, int n) {
-  const uint8_t *img = px_dataset_images(ds), *lab = px_dataset_labels(ds);
-  size_t ib = 16 + (size_t)n * 784, lb = 8 + (size_t)n;
-  uint8_t *a = malloc(ib), *b = malloc(lb);
-  if (!a || !b) {
-    free(a);
-    free(b);
-    return 0;
-  }
-  pxt__be32(a, 0x803);
-  pxt__be32(a + 4, (uint32_t)n);
-  pxt__be32(a + 8, 28);
-  pxt__be32(a + 12, 28);
-  pxt__be32(b, 0x801);
-  pxt__be32(b + 4, (uint32_t)n);
-  for (int i = 0; i < n; i++) {
-    for (int r = 0; r < 28; r++)
-      memcpy(a + 16 + (size_t)i * 784 + r * 28, img + (size_t)i * 1024 + (r + 2) * 32 + 2, 28);
-    b[8 + i] = lab[i];
-  }
-  char p1[512], p2[512];
-  snprintf(p1, sizeof p1, "%s/%s-images-idx3-ubyte", dir, prefix);
-  snprintf(p2, sizeof p2, "%s/%s-labels-idx1-ubyte", dir, prefix);
-  int ok = px_data_write_file(p1, a, ib) == PX_OK && px_data_write_file(p2, b, lb) == PX_OK;
-  free(a);
-  free(b);
-  return ok;
-}
-
 /* A Fashion-MNIST subset (ntrain training and ntest test images) in
  * dir/fmnist; dir/fmnist is copied to out. 0 when the full data set is not
  * installed (the caller uses the synthetic one), 1 when written, -1 on
@@ -359,13 +322,7 @@ static PXT_UNUSED int pxt_write_fmnist_subset(const char *dir, int ntrain, int n
   if (access(PXT_FMNIST, R_OK) != 0) return 0;
   snprintf(out, cap, "%s/fmnist", dir);
   if (mkdir(out, 0755) != 0 && errno != EEXIST) return -1;
-  px_dataset_t *tr = NULL, *te = NULL;
-  int ok = px_dataset_load_fashion_mnist(PXT_FMNIST, PX_SPLIT_TRAIN, &tr) == PX_OK &&
-           px_dataset_load_fashion_mnist(PXT_FMNIST, PX_SPLIT_TEST, &te) == PX_OK &&
-           pxt__write_idx(tr, out, "train", ntrain) && pxt__write_idx(te, out, "t10k", ntest);
-  px_dataset_destroy(tr);
-  px_dataset_destroy(te);
-  return ok ? 1 : -1;
+  return px_test_write_fmnist_subset(out, ntrain, ntest);
 }
 
 /* ---- metrics files ------------------------------------------------------------- */

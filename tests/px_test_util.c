@@ -2,6 +2,12 @@
 #include "px_test_util.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "prunex/data.h"
 
 void px_test_rng_seed(px_test_rng_t *r, uint64_t seed) {
   r->s = seed ? seed : 0x9E3779B97F4A7C15ull;
@@ -37,4 +43,52 @@ double px_test_max_rel_err(const float *a, const float *b, size_t n) {
     if (e > worst || isnan(e)) worst = isnan(e) ? INFINITY : e;
   }
   return worst;
+}
+
+static void px__be32(uint8_t *p, uint32_t v) {
+  p[0] = (uint8_t)(v >> 24);
+  p[1] = (uint8_t)(v >> 16);
+  p[2] = (uint8_t)(v >> 8);
+  p[3] = (uint8_t)v;
+}
+
+/* The first n samples of a split as IDX files (the loader pads 28x28 to
+ * 32x32; undo that here). */
+static int px__write_idx(const px_dataset_t *ds, const char *dir, const char *prefix, int n) {
+  const uint8_t *img = px_dataset_images(ds), *lab = px_dataset_labels(ds);
+  size_t ib = 16 + (size_t)n * 784, lb = 8 + (size_t)n;
+  uint8_t *a = malloc(ib), *b = malloc(lb);
+  int ok = a && b;
+  if (ok) {
+    px__be32(a, 0x803);
+    px__be32(a + 4, (uint32_t)n);
+    px__be32(a + 8, 28);
+    px__be32(a + 12, 28);
+    px__be32(b, 0x801);
+    px__be32(b + 4, (uint32_t)n);
+    for (int i = 0; i < n; i++) {
+      for (int r = 0; r < 28; r++)
+        memcpy(a + 16 + (size_t)i * 784 + r * 28, img + (size_t)i * 1024 + (r + 2) * 32 + 2, 28);
+      b[8 + i] = lab[i];
+    }
+    char p1[512], p2[512];
+    snprintf(p1, sizeof p1, "%s/%s-images-idx3-ubyte", dir, prefix);
+    snprintf(p2, sizeof p2, "%s/%s-labels-idx1-ubyte", dir, prefix);
+    ok = px_data_write_file(p1, a, ib) == PX_OK && px_data_write_file(p2, b, lb) == PX_OK;
+  }
+  free(a);
+  free(b);
+  return ok;
+}
+
+int px_test_write_fmnist_subset(const char *dir, int ntrain, int ntest) {
+  const char *src = "/usr/share/datasets/fashion-mnist";
+  if (access(src, R_OK) != 0) return 0;
+  px_dataset_t *tr = NULL, *te = NULL;
+  int ok = px_dataset_load_fashion_mnist(src, PX_SPLIT_TRAIN, &tr) == PX_OK &&
+           px_dataset_load_fashion_mnist(src, PX_SPLIT_TEST, &te) == PX_OK &&
+           px__write_idx(tr, dir, "train", ntrain) && px__write_idx(te, dir, "t10k", ntest);
+  px_dataset_destroy(tr);
+  px_dataset_destroy(te);
+  return ok ? 1 : -1;
 }

@@ -20,6 +20,12 @@ double px_test_rng_normal(px_test_rng_t *r);
 /* Fills x[n] with N(0, 1) samples. */
 void px_test_fill_normal(px_test_rng_t *r, float *x, size_t n);
 
+/* Writes the first ntrain training and ntest test images of the installed
+ * Fashion-MNIST (/usr/share/datasets/fashion-mnist) into dir as plain IDX
+ * files, a small real data set for training tests. Returns 1 when written, 0
+ * when the data set is not installed, -1 on failure. */
+int px_test_write_fmnist_subset(const char *dir, int ntrain, int ntest);
+
 /* Largest |a[i] - b[i]| / max(1, |b[i]|). */
 double px_test_max_rel_err(const float *a, const float *b, size_t n);
 

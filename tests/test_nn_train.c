@@ -24,51 +24,12 @@
 
 static char dir[256];
 
-static void put_be32(uint8_t *p, uint32_t v) {
-  p[0] = (uint8_t)(v >> 24);
-  p[1] = (uint8_t)(v >> 16);
-  p[2] = (uint8_t)(v >> 8);
-  p[3] = (uint8_t)v;
-}
-
-/* Writes the first n samples of a split as plain IDX files (the loader pads
- * 28x28 to 32x32; undo that here). */
-static int write_subset(const px_dataset_t *ds, const char *prefix, int n) {
-  const uint8_t *img = px_dataset_images(ds), *lab = px_dataset_labels(ds);
-  size_t ib = 16 + (size_t)n * 784, lb = 8 + (size_t)n;
-  uint8_t *a = malloc(ib), *b = malloc(lb);
-  put_be32(a, 0x803);
-  put_be32(a + 4, (uint32_t)n);
-  put_be32(a + 8, 28);
-  put_be32(a + 12, 28);
-  put_be32(b, 0x801);
-  put_be32(b + 4, (uint32_t)n);
-  for (int i = 0; i < n; i++) {
-    for (int r = 0; r < 28; r++)
-      memcpy(a + 16 + (size_t)i * 784 + r * 28, img + (size_t)i * 1024 + (r + 2) * 32 + 2, 28);
-    b[8 + i] = lab[i];
-  }
-  char p1[512], p2[512];
-  snprintf(p1, sizeof p1, "%s/%s-images-idx3-ubyte", dir, prefix);
-  snprintf(p2, sizeof p2, "%s/%s-labels-idx1-ubyte", dir, prefix);
-  int ok = px_data_write_file(p1, a, ib) == PX_OK && px_data_write_file(p2, b, lb) == PX_OK;
-  free(a);
-  free(b);
-  return ok;
-}
-
 static int setup(void **state) {
   (void)state;
   if (access(FMNIST, R_OK) != 0) return 0; /* tests that need it skip */
   snprintf(dir, sizeof dir, "/tmp/px_train_XXXXXX");
   if (!mkdtemp(dir)) return -1;
-  px_dataset_t *tr, *te;
-  if (px_dataset_load_fashion_mnist(FMNIST, PX_SPLIT_TRAIN, &tr) != PX_OK) return -1;
-  if (px_dataset_load_fashion_mnist(FMNIST, PX_SPLIT_TEST, &te) != PX_OK) return -1;
-  int ok = write_subset(tr, "train", 768) && write_subset(te, "t10k", 256);
-  px_dataset_destroy(tr);
-  px_dataset_destroy(te);
-  return ok ? 0 : -1;
+  return px_test_write_fmnist_subset(dir, 768, 256) == 1 ? 0 : -1;
 }
 
 static int teardown(void **state) {

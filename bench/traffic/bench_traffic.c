@@ -8,7 +8,9 @@
  * counters, summed over both ranks: the compacted exchange (packed z_i + v_i,
  * the group masks and the small residual allreduce) beside what the same
  * allreduce moves for the dense parameters. No training happens:
- * traffic depends on the shapes and the masks, not on the values. Prints a
+ * traffic depends on the shapes and the masks, not on the values. Both ranks
+ * start from the same model, as every rank of a job starts from the same
+ * consensus, so their masks agree (the steady state once drift is zero). Prints a
  * row per model and `RESULT <model>_inter_reduction <fraction>` (1 - packed
  * / dense; higher is better). */
 #include <signal.h>
@@ -41,7 +43,7 @@ static int rank_main(int rank, const char *arch, double fkeep, double keep, cons
   px_model_t *m;
   px_model_config_t mc = {arch, 3, 10, 1, 32, 32};
   if (px_ops_create(px_device_cpu(), 1, &ops) || px_model_create(ops, &mc, &m) ||
-      px_model_init_params(m, 1 + (uint64_t)rank)) {
+      px_model_init_params(m, 1)) {
     fprintf(stderr, "rank %d: %s\n", rank, px_last_error());
     return 1;
   }

@@ -14,8 +14,9 @@
  *   barrier            dissemination (ceil(log2 n) rounds of empty messages)
  *
  * Every element of a reduction is combined in one fixed order (recursive
- * doubling: lower rank's operand first on both sides; ring: once, by its
- * owner), so all ranks get bit-identical results. Receives go straight into
+ * doubling: lower rank's operand first on both sides; ring: along the ring,
+ * then the finished chunk is copied to everyone), so all ranks get
+ * bit-identical results. Receives go straight into
  * the caller's buffer wherever no reduction is needed; the reduction steps
  * use a small window of segment buffers kept by the communicator. */
 #include <string.h>

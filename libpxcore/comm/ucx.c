@@ -497,6 +497,14 @@ px_status_t px__ucx_init(px_comm_t *c, px_kv_t *kv, const char *prefix) {
     if (s != UCS_OK)
       px_log(PX_LOG_DEBUG, "ucp_config_modify(KEEPALIVE_INTERVAL): %s", ucs_status_string(s));
   }
+  /* Shared memory with peer failure handling has no zero-copy path, so a
+   * rendezvous only adds a round trip: send up to 64 KiB eagerly (all of
+   * recursive doubling by default) */
+  if (!getenv("UCX_RNDV_THRESH")) {
+    s = ucp_config_modify(cfg, "RNDV_THRESH", "64k");
+    if (s != UCS_OK)
+      px_log(PX_LOG_DEBUG, "ucp_config_modify(RNDV_THRESH): %s", ucs_status_string(s));
+  }
   ucp_params_t prm = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
                                     UCP_PARAM_FIELD_ESTIMATED_NUM_EPS,
                       .features = UCP_FEATURE_TAG,

@@ -38,10 +38,15 @@
  * rank (the rank that notices tells the others). A dead process is usually
  * noticed much sooner: the endpoints use UCX's peer failure handling, with
  * the shared-memory transports' error handling switched on and a keepalive
- * interval of timeout_ms / 8 (UCX_MM_ERROR_HANDLING / UCX_KEEPALIVE_INTERVAL
- * in the environment override these). From then on the communicator is
- * broken: every later call fails at once with the same status; destroy it
- * and build a new one (with a new key prefix).
+ * interval of timeout_ms / 8. From then on the communicator is broken: every
+ * later call fails at once with the same status; destroy it and build a new
+ * one (with a new key prefix).
+ *
+ * UCX settings the communicator chooses unless the environment sets them:
+ * UCX_MM_ERROR_HANDLING=y (without it UCX would fall back to TCP within a
+ * host), UCX_KEEPALIVE_INTERVAL=timeout_ms/8, UCX_RNDV_THRESH=64k (shared
+ * memory with failure handling has no zero-copy path, so a rendezvous only
+ * costs a round trip).
  *
  * Traffic: every call adds the payload bytes this rank passed to its send
  * calls and received in its receive calls to counters per tier: intra when
