@@ -186,7 +186,7 @@ px_status_t px_conv2d_backward_weights(px_conv2d_t *op, px_tensor_t *dw, px_tens
   else
     PX_REQUIRE(db == NULL, "conv2d backward: bias gradient asked of a conv without bias");
   px__cpu_enter(op->ops);
-  void *ptrs[4] = {x->data, dy->data, px__wbuf_target(&op->dw, dw), db ? db->data : NULL};
+  void *ptrs[4] = {x->data, dy->data, px__wbuf_target(op->ops, &op->dw, dw), db ? db->data : NULL};
   PX_CHECK(px__exec_run(op->ops, &op->bwd_w, ptrs));
   return px__wbuf_out(op->ops, &op->dw, dw);
 }

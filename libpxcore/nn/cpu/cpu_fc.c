@@ -165,7 +165,7 @@ px_status_t px_fc_backward_weights(px_fc_t *op, px_tensor_t *dw, px_tensor_t *db
   else
     PX_REQUIRE(db == NULL, "fc backward: bias gradient asked of a layer without bias");
   px__cpu_enter(op->ops);
-  void *ptrs[4] = {x->data, dy->data, px__wbuf_target(&op->dw, dw), db ? db->data : NULL};
+  void *ptrs[4] = {x->data, dy->data, px__wbuf_target(op->ops, &op->dw, dw), db ? db->data : NULL};
   PX_CHECK(px__exec_run(op->ops, &op->bwd_w, ptrs));
   return px__wbuf_out(op->ops, &op->dw, dw);
 }

@@ -94,6 +94,7 @@ void px_ops_destroy(px_ops_t *ops) {
   }
   px_free(ops->layouts);
   px_free(ops->scratch);
+  px_free(ops->wscratch);
   if (ops->attr) dnnl_primitive_attr_destroy(ops->attr);
   if (ops->stream) dnnl_stream_destroy(ops->stream);
   if (ops->engine) dnnl_engine_destroy(ops->engine);
@@ -411,17 +412,18 @@ px_status_t px__wbuf_create(px_ops_t *ops, px__wbuf_t *wb, const dnnl_memory_des
                             const dnnl_memory_desc_t *prim_md, int to_prim) {
   memset(wb, 0, sizeof *wb);
   if (dnnl_memory_desc_equal(plain_md, prim_md)) return PX_OK;
-  wb->needed = 1;
-  wb->buf = px_malloc_aligned(dnnl_memory_desc_get_size(prim_md), "op weights buffer");
-  if (!wb->buf) return PX_ERR_NOMEM;
-  memset(wb->buf, 0, dnnl_memory_desc_get_size(prim_md));
-  px_status_t st = to_prim ? px__exec_create_reorder(ops, &wb->reorder, plain_md, prim_md)
-                           : px__exec_create_reorder(ops, &wb->reorder, prim_md, plain_md);
-  if (st < 0) {
-    px_free(wb->buf);
-    wb->buf = NULL;
+  size_t need = dnnl_memory_desc_get_size(prim_md);
+  if (need > ops->wscratch_bytes) { /* grows while ops are created, never after */
+    void *buf = px_malloc_aligned(need, "op weights scratch");
+    if (!buf) return PX_ERR_NOMEM;
+    memset(buf, 0, need);
+    px_free(ops->wscratch);
+    ops->wscratch = buf;
+    ops->wscratch_bytes = need;
   }
-  return st;
+  wb->needed = 1;
+  return to_prim ? px__exec_create_reorder(ops, &wb->reorder, plain_md, prim_md)
+                 : px__exec_create_reorder(ops, &wb->reorder, prim_md, plain_md);
 }
 
 px_status_t px__wbuf_in(px_ops_t *ops, px__wbuf_t *wb, const px_tensor_t *w, void **out) {
@@ -429,22 +431,21 @@ px_status_t px__wbuf_in(px_ops_t *ops, px__wbuf_t *wb, const px_tensor_t *w, voi
     *out = w->data;
     return PX_OK;
   }
-  void *ptrs[2] = {w->data, wb->buf};
+  void *ptrs[2] = {w->data, ops->wscratch};
   PX_CHECK(px__exec_run(ops, &wb->reorder, ptrs));
-  *out = wb->buf;
+  *out = ops->wscratch;
   return PX_OK;
 }
 
 px_status_t px__wbuf_out(px_ops_t *ops, px__wbuf_t *wb, px_tensor_t *dw) {
   if (!wb->needed) return PX_OK;
-  void *ptrs[2] = {wb->buf, dw->data};
+  void *ptrs[2] = {ops->wscratch, dw->data};
   return px__exec_run(ops, &wb->reorder, ptrs);
 }
 
 void px__wbuf_destroy(px__wbuf_t *wb) {
   if (!wb) return;
   if (wb->needed) px__exec_destroy(&wb->reorder);
-  px_free(wb->buf);
   memset(wb, 0, sizeof *wb);
 }
 

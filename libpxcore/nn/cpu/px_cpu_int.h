@@ -55,6 +55,9 @@ struct px_ops {
   dnnl_primitive_attr_t attr; /* user scratchpad; every primitive is made with it */
   void *scratch;              /* the shared scratchpad */
   size_t scratch_bytes;
+  void *wscratch;             /* weights in a primitive's layout: shared by every op,
+                                 refilled by each call (ops run one at a time) */
+  size_t wscratch_bytes;
   px__cpu_layout_t **layouts;
   size_t nlayouts, cap_layouts;
   int64_t live_ops; /* op objects created and not destroyed */
@@ -116,12 +119,13 @@ px_status_t px__exec_create_reorder(px_ops_t *ops, px__exec_t *ex, const dnnl_me
 px_status_t px__exec_run(px_ops_t *ops, px__exec_t *ex, void *const *ptrs);
 void px__exec_destroy(px__exec_t *ex);
 
-/* A weights buffer in the layout a primitive wants, converted from (or to)
- * the caller's plain weights. When the layouts are equal there is no buffer
- * and the caller's memory is used directly. */
+/* Weights in the layout a primitive wants, converted from (or to) the
+ * caller's plain weights on every call into the context's shared weight
+ * scratch (ops->wscratch, sized to the largest), so a model holds one such
+ * buffer rather than three per layer. When the layouts are equal nothing is
+ * converted and the caller's memory is used directly. */
 typedef struct {
   int needed;
-  void *buf;
   px__exec_t reorder;
 } px__wbuf_t;
 
@@ -134,8 +138,9 @@ void px__wbuf_destroy(px__wbuf_t *wb);
  * layouts agree, else the buffer after a conversion. */
 px_status_t px__wbuf_in(px_ops_t *ops, px__wbuf_t *wb, const px_tensor_t *w, void **out);
 /* Where the primitive should write a weight gradient destined for dw. */
-static inline void *px__wbuf_target(const px__wbuf_t *wb, const px_tensor_t *dw) {
-  return wb->needed ? wb->buf : dw->data;
+static inline void *px__wbuf_target(const px_ops_t *ops, const px__wbuf_t *wb,
+                                    const px_tensor_t *dw) {
+  return wb->needed ? ops->wscratch : dw->data;
 }
 /* Converts the gradient the primitive wrote (px__wbuf_target) into dw. */
 px_status_t px__wbuf_out(px_ops_t *ops, px__wbuf_t *wb, px_tensor_t *dw);
