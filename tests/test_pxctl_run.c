@@ -50,9 +50,11 @@ static int have_agent(void) {
   return 0;
 }
 
-static void write_spec(const fixture_t *f, int iterations, int local_steps) {
+static void write_spec_for(const fixture_t *f, int iterations, int local_steps,
+                           const char *strategy) {
   FILE *fp = fopen(f->spec, "w");
   assert_non_null(fp);
+  fprintf(fp, "strategy: %s\n", strategy);
   fprintf(fp,
           "name: tiny\n"
           "model:\n"
@@ -74,6 +76,10 @@ static void write_spec(const fixture_t *f, int iterations, int local_steps) {
           "  max_iterations: %d\n",
           local_steps, iterations);
   fclose(fp);
+}
+
+static void write_spec(const fixture_t *f, int iterations, int local_steps) {
+  write_spec_for(f, iterations, local_steps, "hsadmm");
 }
 
 /* Pids of the processes whose command line mentions text. */
@@ -154,6 +160,34 @@ static void test_run_of_a_tiny_job_succeeds_and_reports_json(void **state) {
   assert_non_null(strstr(f->r.err, "SUCCEEDED"));
   pid_t left[16];
   assert_int_equal(procs_mentioning(f->runs, left, 16), 0);
+}
+
+/* The baselines and the flat ablation run through the same embedded mode;
+ * ddp moves exactly the dense bytes, topk far fewer. */
+static void test_every_other_strategy_runs_through_pxctl_run(void **state) {
+  fixture_t *f = *state;
+  if (!have_agent()) skip();
+  static const char *const strategies[] = {"hsadmm-flat", "ddp", "topk"};
+  for (size_t k = 0; k < sizeof strategies / sizeof strategies[0]; k++) {
+    write_spec_for(f, 2, 2, strategies[k]);
+    const char *args[] = {"run", f->spec, "--json", "--work-dir", f->runs, NULL};
+    int code = pxt_pxctl(&f->r, f->dir, args, NULL, 240000);
+    if (code != 0) pxt_show(strategies[k], &f->r);
+    assert_int_equal(code, 0);
+    char line[8192];
+    pxj_t *v = pxj_parse(pxt_last_line(f->r.out, line, sizeof line));
+    assert_non_null(v);
+    assert_string_equal(pxj_str(v, "state"), "SUCCEEDED");
+    assert_true(pxj_num(v, "iterations") == 2.0);
+    double inter = pxj_num(v, "inter_bytes"), dense = pxj_num(v, "inter_bytes_dense");
+    printf("%s: inter %.0f bytes, dense %.0f\n", strategies[k], inter, dense);
+    assert_true(inter > 0.0);
+    if (!strcmp(strategies[k], "ddp")) assert_true(inter == dense);
+    if (!strcmp(strategies[k], "topk")) assert_true(inter < 0.5 * dense);
+    pxj_free(v);
+    pid_t left[16];
+    assert_int_equal(procs_mentioning(f->runs, left, 16), 0);
+  }
 }
 
 /* Starts a long job with pxctl run and waits until it is RUNNING; returns
@@ -304,6 +338,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_missing_programs_are_named, setup, teardown),
       cmocka_unit_test_setup_teardown(test_run_refuses_more_nodes_than_one_machine_should_start,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(test_every_other_strategy_runs_through_pxctl_run, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_run_of_a_tiny_job_succeeds_and_reports_json, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_sigint_cancels_the_job_and_leaves_nothing_behind, setup,
