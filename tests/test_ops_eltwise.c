@@ -18,63 +18,7 @@
 #include "prunex/ops.h"
 #include "px_test_util.h"
 
-/* ---- helpers (each ops test file is self-contained) -------------------------- */
-
-#define assert_ok(call)                                                                   \
-  do {                                                                                    \
-    px_status_t st_ = (call);                                                             \
-    if (st_ != PX_OK) fail_msg("%s: %s (%s)", #call, px_status_name(st_), px_last_error()); \
-  } while (0)
-
-static px_ops_t *new_ops(void) {
-  px_ops_t *ops = NULL;
-  assert_ok(px_ops_create(px_device_cpu(), 2, &ops));
-  return ops;
-}
-
-static void input_spec(px_ops_t *ops, int blocked, int64_t n, int64_t c, int64_t h, int64_t w,
-                       px_tensor_t *spec) {
-  if (!blocked) {
-    assert_ok(px_tensor_init4(spec, px_device_cpu(), n, c, h, w));
-    return;
-  }
-  px_tensor_t src;
-  assert_ok(px_tensor_init4(&src, px_device_cpu(), n, 8, h, w));
-  px_conv2d_params_t p = {.c_out = (int32_t)c, .kh = 1, .kw = 1, .stride_h = 1, .stride_w = 1};
-  px_conv2d_t *feeder = NULL;
-  assert_ok(px_conv2d_create(ops, &src, &p, &feeder));
-  px_conv2d_y_spec(feeder, spec);
-  px_conv2d_destroy(feeder);
-  assert_non_null(spec->layout);
-}
-
-static float *rand_host(px_test_rng_t *rng, size_t n, float scale, float offset) {
-  float *p = malloc(n * sizeof *p);
-  assert_non_null(p);
-  px_test_fill_normal(rng, p, n);
-  for (size_t i = 0; i < n; i++) p[i] = p[i] * scale + offset;
-  return p;
-}
-
-static void make_tensor(px_tensor_t *t, const px_tensor_t *spec, const float *host) {
-  *t = *spec;
-  t->data = NULL;
-  t->flags = 0;
-  assert_ok(px_tensor_alloc(t, "test"));
-  if (host) assert_ok(px_tensor_copy_from_host(t, host, px_tensor_plain_bytes(t)));
-}
-
-static float *read_host(const px_tensor_t *t) {
-  float *p = malloc(px_tensor_plain_bytes(t));
-  assert_non_null(p);
-  assert_ok(px_tensor_copy_to_host(t, p, px_tensor_plain_bytes(t)));
-  return p;
-}
-
-static void expect_close(const char *what, const float *got, const float *want, size_t n, double tol) {
-  double err = px_test_max_rel_err(got, want, n);
-  if (err > tol) fail_msg("%s: max relative error %g > %g", what, err, tol);
-}
+#include "ops_test_util.h"
 
 static void relu_matches_reference(void **state) {
   (void)state;

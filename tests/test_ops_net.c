@@ -21,6 +21,7 @@
 #include "nn/cpu/px_ref.h"
 #include "prunex/ops.h"
 #include "px_test_util.h"
+#include "ops_test_util.h"
 
 #define assert_ok(call)                                                                   \
   do {                                                                                    \
@@ -243,11 +244,6 @@ static void net_fill(net_t *n, host_t *h, uint64_t seed) {
   assert_ok(px_tensor_copy_from_host(&n->buf.rv2, ones, sizeof ones));
 }
 
-static void expect_close(const char *what, const float *got, const float *want, size_t n, double tol) {
-  double err = px_test_max_rel_err(got, want, n);
-  print_message("  %-4s max relative error %g\n", what, err);
-  if (err > tol) fail_msg("%s: max relative error %g > %g", what, err, tol);
-}
 
 static void residual_net_matches_reference_chain(void **state) {
   (void)state;

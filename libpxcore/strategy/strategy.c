@@ -392,12 +392,16 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
     } else {
       r.it.density = 1.0;
     }
-    PX_CHECK_GOTO(px__average_bn(&r), st, done);
+    int evaluate = last || (cfg->eval_every > 0 && (it + 1) % cfg->eval_every == 0);
+    /* H-SADMM re-estimates the statistics for z before evaluating it (and
+     * averages those), so averaging the local models' ones would be undone */
+    if (!(r.hs && evaluate && cfg->calibrate_batches >= 0))
+      PX_CHECK_GOTO(px__average_bn(&r), st, done);
 
     /* ---- evaluation of the consensus model ---- */
     r.it.test_accuracy = -1;
     r.it.test_loss = -1;
-    if (last || (cfg->eval_every > 0 && (it + 1) % cfg->eval_every == 0)) {
+    if (evaluate) {
       px_status_t est = PX_OK;
       if (r.hs) {
         px__load_z(&r, 1);
