@@ -2,7 +2,8 @@
  * PruneX engine (the same loop every pxworker runs between
  * synchronisations), with a progress bar, per-epoch figures and
  * safetensors checkpoints; `--bench` times training steps on random inputs
- * and prints `RESULT images_per_sec`. */
+ * and prints `RESULT images_per_sec`. `--device` picks the CPU or a GPU
+ * (`auto`: the first GPU when there is one). */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -13,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "prunex/cuda.h"
 #include "prunex/data.h"
 #include "prunex/nn.h"
 
@@ -31,6 +33,8 @@ static void usage(FILE *f) {
           "  --schedule S        constant | cosine | step (default cosine)\n"
           "  --no-augment        no random crop / flip\n"
           "  --threads N         compute threads (default: all cores)\n"
+          "  --device D          cpu | cuda | cuda:N | auto (auto: the first GPU if there is one;\n"
+          "                      default cpu)\n"
           "  --seed N            initialisation and shuffling seed (default 1)\n"
           "  --save FILE         write the final model (safetensors)\n"
           "  --load FILE         start from a checkpoint\n"
@@ -67,6 +71,65 @@ static int parse_double(const char *opt, const char *s, double lo, double hi, do
   return 0;
 }
 
+/* "cpu", "cuda", "cuda:N" or "auto" (*is_auto set; resolved later). */
+static int parse_device(const char *s, px_device_t *dev, int *is_auto) {
+  *is_auto = 0;
+  if (!strcmp(s, "cpu")) {
+    *dev = px_device_cpu();
+    return 0;
+  }
+  if (!strcmp(s, "auto")) {
+    *is_auto = 1;
+    *dev = px_device_cpu();
+    return 0;
+  }
+  if (!strcmp(s, "cuda")) {
+    *dev = px_device_cuda(0);
+    return 0;
+  }
+  if (!strncmp(s, "cuda:", 5)) {
+    char *end;
+    errno = 0;
+    long v = strtol(s + 5, &end, 10);
+    if (!errno && end != s + 5 && !*end && v >= 0 && v < 1024) {
+      *dev = px_device_cuda((int32_t)v);
+      return 0;
+    }
+  }
+  return bad_arg("--device", s, "expected cpu, cuda, cuda:N or auto");
+}
+
+/* Resolves --device auto and checks that a requested GPU exists, so that a
+ * missing one is one clear line rather than an error deep in the set-up.
+ * Returns 0 or the exit status (1: the device is not available). */
+static int settle_device(px_device_t *dev, int is_auto) {
+  int n = 0;
+  px_status_t st = px_cuda_device_count(&n);
+  if (is_auto) {
+    *dev = st == PX_OK && n > 0 ? px_device_cuda(0) : px_device_cpu();
+    return 0;
+  }
+  if (dev->kind != PX_DEVICE_CUDA) return 0;
+  if (st == PX_ERR_NOT_BUILT) {
+    fprintf(stderr, "pxtrain: --device cuda: this pxtrain was built without CUDA support\n");
+    return 1;
+  }
+  if (st < 0) {
+    fprintf(stderr, "pxtrain: --device cuda: %s\n", px_last_error());
+    return 1;
+  }
+  if (n == 0) {
+    fprintf(stderr, "pxtrain: --device cuda: no CUDA device on this machine\n");
+    return 1;
+  }
+  if (dev->index >= n) {
+    fprintf(stderr, "pxtrain: --device cuda:%d: this machine has %d CUDA device%s\n",
+            (int)dev->index, n, n == 1 ? "" : "s");
+    return 1;
+  }
+  return 0;
+}
+
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -100,7 +163,7 @@ static int on_step(void *ctx, int64_t step, int64_t steps, double loss, double a
 
 static int run_bench(const px_train_config_t *c, int steps, int warmup) {
   px_ops_t *ops;
-  if (px_ops_create(px_device_cpu(), c->threads, &ops) < 0) {
+  if (px_ops_create(c->device, c->threads, &ops) < 0) {
     fprintf(stderr, "pxtrain: %s\n", px_last_error());
     return 1;
   }
@@ -124,7 +187,13 @@ static int run_bench(const px_train_config_t *c, int steps, int warmup) {
          c->batch, px_ops_describe(ops), px_model_numel(m), px_model_memory_bytes(m) / 1e6);
   double t0 = 0, loss_last = 0;
   for (int s = 0; s < warmup + steps; s++) {
-    if (s == warmup) t0 = now_s();
+    if (s == warmup) {
+      if (px_ops_sync(ops) < 0) { /* a GPU may still run the warm-up's last step */
+        fprintf(stderr, "pxtrain: %s\n", px_last_error());
+        return 1;
+      }
+      t0 = now_s();
+    }
     float loss;
     int64_t correct;
     if (px_synth_batch(&syn, s, c->batch, x, y) < 0 ||
@@ -134,6 +203,10 @@ static int run_bench(const px_train_config_t *c, int steps, int warmup) {
     }
     loss_last = loss;
   }
+  if (px_ops_sync(ops) < 0) {
+    fprintf(stderr, "pxtrain: %s\n", px_last_error());
+    return 1;
+  }
   double el = now_s() - t0;
   double ips = steps * (double)c->batch / el;
   printf("%d steps in %.2f s, last loss %.4f\n", steps, el, loss_last);
@@ -141,6 +214,11 @@ static int run_bench(const px_train_config_t *c, int steps, int warmup) {
   getrusage(RUSAGE_SELF, &ru);
   printf("RESULT images_per_sec %.1f img/s\n", ips);
   printf("RESULT peak_rss_mb %.1f MB\n", ru.ru_maxrss / 1024.0);
+  if (c->device.kind == PX_DEVICE_CUDA) {
+    px_cuda_mem_stats_t ms;
+    px_cuda_mem_stats(&ms);
+    printf("RESULT gpu_peak_mb %.1f MB\n", ms.peak_bytes / 1e6);
+  }
   free(x);
   free(y);
   px_sgd_destroy(sgd);
@@ -156,7 +234,7 @@ int main(int argc, char **argv) {
   int bench = 0, steps = 20, warmup = 3, eval_only = 0, progress = 1;
   enum { O_MODEL = 256, O_DATASET, O_DATADIR, O_EPOCHS, O_BATCH, O_LR, O_MOM, O_WD, O_NEST,
          O_SCHED, O_NOAUG, O_THREADS, O_SEED, O_SAVE, O_LOAD, O_EVAL, O_NOPROG, O_BENCH, O_STEPS,
-         O_WARMUP };
+         O_WARMUP, O_DEVICE };
   static const struct option opts[] = {
       {"model", required_argument, 0, O_MODEL},       {"dataset", required_argument, 0, O_DATASET},
       {"data-dir", required_argument, 0, O_DATADIR},  {"epochs", required_argument, 0, O_EPOCHS},
@@ -168,9 +246,10 @@ int main(int argc, char **argv) {
       {"load", required_argument, 0, O_LOAD},         {"eval-only", no_argument, 0, O_EVAL},
       {"no-progress", no_argument, 0, O_NOPROG},      {"bench", no_argument, 0, O_BENCH},
       {"steps", required_argument, 0, O_STEPS},       {"warmup", required_argument, 0, O_WARMUP},
+      {"device", required_argument, 0, O_DEVICE},
       {"help", no_argument, 0, 'h'},                  {0, 0, 0, 0},
   };
-  int o, seed_i = 1, rc;
+  int o, seed_i = 1, rc, device_auto = 0;
   opterr = 0;
   while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (o) {
@@ -205,6 +284,7 @@ int main(int argc, char **argv) {
       case O_BENCH: bench = 1; break;
       case O_STEPS: if ((rc = parse_int("--steps", optarg, 1, 1000000, &steps))) return rc; break;
       case O_WARMUP: if ((rc = parse_int("--warmup", optarg, 0, 1000000, &warmup))) return rc; break;
+      case O_DEVICE: if ((rc = parse_device(optarg, &c.device, &device_auto))) return rc; break;
       case 'h': usage(stdout); return 0;
       default:
         fprintf(stderr, "pxtrain: unknown or incomplete option '%s'\n", argv[optind - 1]);
@@ -221,6 +301,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "pxtrain: --nesterov needs a momentum > 0\n");
     return 2;
   }
+  if ((rc = settle_device(&c.device, device_auto))) return rc;
   if (bench) return run_bench(&c, steps, warmup);
 
   px_trainer_t *t;

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nn/px_ops_int.h"
 #include "prunex/nn.h"
 #include "px_check.h"
 
@@ -842,15 +843,18 @@ static px_status_t px__backward(px_model_t *m) {
   return PX_OK;
 }
 
-static px_status_t px__load_input(px_model_t *m, const float *x) {
-  size_t bytes = px_tensor_plain_bytes(&m->acts[0]);
-  return px_tensor_copy_from_host(&m->acts[0], x, bytes);
+/* The input batch (and the labels when y is not NULL) onto the model's
+ * device: on the GPU through the ops context's pinned staging buffer, queued
+ * before the forward pass. */
+static px_status_t px__load_input(px_model_t *m, const float *x, const int32_t *y) {
+  px_tensor_t *dst[2] = {&m->acts[0], &m->labels};
+  const void *src[2] = {x, y};
+  return px__ops_upload(m->ops, y ? 2 : 1, dst, src);
 }
 
 px_status_t px_model_train_step(px_model_t *m, const float *x, const int32_t *y, float *loss,
                                 int64_t *correct) {
-  PX_CHECK(px__load_input(m, x));
-  PX_CHECK(px_tensor_copy_from_host(&m->labels, y, (size_t)m->cfg.batch * sizeof(int32_t)));
+  PX_CHECK(px__load_input(m, x, y));
   PX_CHECK(px__forward(m, 1));
   int lg = m->nacts - 1;
   PX_CHECK(px_softmax_ce(m->ops, &m->grads[lg], loss, correct, &m->acts[lg], &m->labels));
@@ -858,7 +862,7 @@ px_status_t px_model_train_step(px_model_t *m, const float *x, const int32_t *y,
 }
 
 px_status_t px_model_forward_train(px_model_t *m, const float *x) {
-  PX_CHECK(px__load_input(m, x));
+  PX_CHECK(px__load_input(m, x, NULL));
   return px__forward(m, 1);
 }
 
@@ -874,7 +878,7 @@ px_status_t px_model_eval_batch(px_model_t *m, const float *x, const int32_t *y,
     memset(m->host_x + (size_t)n * per, 0, (size_t)(B - n) * per * sizeof(float));
     x = m->host_x;
   }
-  PX_CHECK(px__load_input(m, x));
+  PX_CHECK(px__load_input(m, x, NULL));
   PX_CHECK(px__forward(m, 0));
   PX_CHECK(px_tensor_copy_to_host(&m->acts[m->nacts - 1], m->host_logits,
                                   (size_t)B * K * sizeof(float)));

@@ -1,10 +1,13 @@
 /* SGD with momentum, Nesterov, weight decay and the ADMM proximal term, in
  * one pass over each parameter tensor (PyTorch's torch.optim.SGD update with
  * dampening 0). The momentum buffers are one arena laid out like the
- * parameters. */
+ * parameters, on the model's device. On CUDA the same update runs as one
+ * fused kernel over all parameters (nn/cuda/cuda_sgd.cu), queued on the
+ * model's ops stream after the backward pass. */
 #include <math.h>
 #include <string.h>
 
+#include "nn/px_sgd_cuda.h"
 #include "prunex/nn.h"
 #include "px_check.h"
 
@@ -20,6 +23,7 @@ struct px_sgd {
   px__prox_t *prox;   /* [nparams] */
   px_arena_t arena;
   int n;
+  px__cuda_sgd_t *cuda; /* the fused kernel's plan on CUDA, else NULL */
 };
 
 static px_status_t px__sgd_validate(const px_sgd_config_t *c) {
@@ -32,12 +36,34 @@ static px_status_t px__sgd_validate(const px_sgd_config_t *c) {
   return PX_OK;
 }
 
+/* Hands the parameters' device pointers to the fused CUDA step. */
+static px_status_t px__sgd_plan_cuda(px_sgd_t *s) {
+  size_t n = (size_t)(s->n ? s->n : 1);
+  float **w = px_malloc(n * sizeof *w, "sgd.plan"), **g = px_malloc(n * sizeof *g, "sgd.plan");
+  float **b = px_malloc(n * sizeof *b, "sgd.plan");
+  size_t *numel = px_malloc(n * sizeof *numel, "sgd.plan");
+  px_status_t st = PX_ERR_NOMEM;
+  if (w && g && b && numel) {
+    for (int i = 0; i < s->n; i++) {
+      const px_model_param_t *p = px_model_param(s->model, i);
+      w[i] = p->value->data;
+      g[i] = p->grad->data;
+      b[i] = s->mom[i].data;
+      numel[i] = px_tensor_numel(p->value);
+    }
+    st = px__cuda_sgd_create(px_model_ops(s->model), s->n, w, g, b, numel, &s->cuda);
+  }
+  px_free(w);
+  px_free(g);
+  px_free(b);
+  px_free(numel);
+  return st;
+}
+
 px_status_t px_sgd_create(px_model_t *m, const px_sgd_config_t *cfg, px_sgd_t **out) {
   *out = NULL;
   PX_CHECK(px__sgd_validate(cfg));
   px_device_t dev = px_ops_device(px_model_ops(m));
-  if (dev.kind != PX_DEVICE_CPU)
-    return px_set_error(PX_ERR_NOT_BUILT, "SGD on this device is not built yet");
   px_sgd_t *s = px_calloc(1, sizeof *s, "sgd");
   if (!s) return PX_ERR_NOMEM;
   s->model = m;
@@ -58,6 +84,7 @@ px_status_t px_sgd_create(px_model_t *m, const px_sgd_config_t *cfg, px_sgd_t **
     list[i] = &s->mom[i];
   }
   PX_CHECK_GOTO(px_arena_alloc(&s->arena, dev, list, (size_t)s->n, 4, "sgd.momentum"), st, fail);
+  if (dev.kind == PX_DEVICE_CUDA) PX_CHECK_GOTO(px__sgd_plan_cuda(s), st, fail);
   px_free(list);
   *out = s;
   return PX_OK;
@@ -69,6 +96,7 @@ fail:
 
 void px_sgd_destroy(px_sgd_t *s) {
   if (!s) return;
+  px__cuda_sgd_destroy(s->cuda); /* first: it waits for queued steps */
   px_arena_free(&s->arena);
   px_free(s->mom);
   px_free(s->prox);
@@ -86,6 +114,7 @@ px_status_t px_sgd_set_prox(px_sgd_t *s, int i, const float *z, const float *u, 
   PX_REQUIRE(rho >= 0 && isfinite(rho), "proximal penalty rho = %g: must be >= 0", rho);
   PX_REQUIRE(rho == 0 || z != NULL, "proximal term for %s without a target z",
              px_model_param(s->model, i)->name);
+  if (s->cuda) PX_CHECK(px__cuda_sgd_set_prox(s->cuda, i, z, u, rho));
   s->prox[i] = (px__prox_t){rho > 0 ? z : NULL, rho > 0 ? u : NULL, rho};
   return PX_OK;
 }
@@ -123,6 +152,7 @@ static void px__sgd_tensor(float *restrict w, const float *restrict g, float *re
 
 px_status_t px_sgd_step(px_sgd_t *s) {
   float lr = (float)s->cfg.lr, mom = (float)s->cfg.momentum, wd = (float)s->cfg.weight_decay;
+  if (s->cuda) return px__cuda_sgd_step(s->cuda, lr, mom, wd, s->cfg.nesterov);
   for (int i = 0; i < s->n; i++) {
     const px_model_param_t *p = px_model_param(s->model, i);
     size_t n = px_tensor_numel(p->value);

@@ -44,6 +44,7 @@ void px_train_config_default(px_train_config_t *c) {
   c->seed = 1;
   c->augment = 1;
   c->world_size = 1;
+  c->device = px_device_cpu();
 }
 
 static double px__now(void) {
@@ -140,7 +141,7 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out) 
   ec.world_size = cfg->world_size;
   PX_CHECK_GOTO(px_loader_create(t->test, &ec, &t->test_loader), st, fail);
 
-  PX_CHECK_GOTO(px_ops_create(px_device_cpu(), cfg->threads, &t->ops), st, fail);
+  PX_CHECK_GOTO(px_ops_create(cfg->device, cfg->threads, &t->ops), st, fail);
   px_model_config_t mc = {t->arch, info->channels, info->num_classes, cfg->batch, info->height,
                           info->width};
   PX_CHECK_GOTO(px_model_create(t->ops, &mc, &t->model), st, fail);

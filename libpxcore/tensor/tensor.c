@@ -2,14 +2,16 @@
  * arenas. Plain layouts on the CPU are handled here directly; blocked
  * layouts go through the function table of their layout object (filled in by
  * the backend that created it), so this file does not depend on oneDNN.
- * CUDA storage belongs to the CUDA backend and answers PX_ERR_NOT_BUILT
- * until that backend exists. */
+ * CUDA storage comes from the caching allocator of tensor/cuda/
+ * (px_tensor_cuda.h), which answers PX_ERR_NOT_BUILT in a build without
+ * CUDA; CUDA tensors are always plain. */
 #include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "prunex/tensor.h"
 #include "px_check.h"
+#include "tensor/px_tensor_cuda.h"
 #include "tensor/px_tensor_int.h"
 
 const char *px_device_str(px_device_t dev, char *buf, size_t len) {
@@ -82,21 +84,56 @@ int px_tensor_same_spec(const px_tensor_t *a, const px_tensor_t *b) {
   return 1;
 }
 
-static px_status_t px__require_cpu(const px_tensor_t *t, const char *what) {
+/* PX_OK for a device whose storage this file knows (CPU, CUDA); a CUDA
+ * tensor must be plain: no backend makes layouts for the GPU. */
+static px_status_t px__check_device(const px_tensor_t *t, const char *what) {
   if (t->device.kind == PX_DEVICE_CPU) return PX_OK;
-  if (t->device.kind == PX_DEVICE_CUDA)
-    return px_set_error(PX_ERR_NOT_BUILT, "%s: CUDA tensors are not built into this library", what);
+  if (t->device.kind == PX_DEVICE_CUDA) {
+    PX_REQUIRE(t->layout == NULL, "%s: CUDA tensors must be plain (layout %s)", what,
+               px_layout_name(t->layout));
+    return PX_OK;
+  }
   return px_set_error(PX_ERR_INVALID, "%s: unknown device kind %d", what, (int)t->device.kind);
+}
+
+static int px__on_cuda(const px_tensor_t *t) { return t->device.kind == PX_DEVICE_CUDA; }
+
+/* One zeroed block of bytes on dev (CPU: 64-byte aligned; CUDA: from the
+ * caching allocator). */
+static px_status_t px__storage_alloc(px_device_t dev, size_t bytes, const char *name, void **out) {
+  *out = NULL;
+  if (dev.kind == PX_DEVICE_CUDA) {
+    void *p;
+    PX_CHECK(px__cuda_mem_alloc(dev.index, bytes, name, &p));
+    px_status_t st = px__cuda_mem_zero(dev.index, p, bytes);
+    if (st < 0) {
+      px__cuda_mem_free(p);
+      return st;
+    }
+    *out = p;
+    return PX_OK;
+  }
+  void *p = px_malloc_aligned(bytes, name);
+  if (!p) return PX_ERR_NOMEM;
+  memset(p, 0, bytes);
+  *out = p;
+  return PX_OK;
+}
+
+static void px__storage_free(px_device_t dev, void *p) {
+  if (dev.kind == PX_DEVICE_CUDA)
+    px__cuda_mem_free(p);
+  else
+    px_free(p);
 }
 
 px_status_t px_tensor_alloc(px_tensor_t *t, const char *name) {
   assert(t);
-  PX_CHECK(px__require_cpu(t, "px_tensor_alloc"));
+  PX_CHECK(px__check_device(t, "px_tensor_alloc"));
   if (t->data) return px_set_error(PX_ERR_STATE, "px_tensor_alloc: tensor already has storage");
   PX_REQUIRE(t->nbytes > 0, "px_tensor_alloc: empty tensor spec");
-  void *p = px_malloc_aligned(t->nbytes, name ? name : "tensor");
-  if (!p) return PX_ERR_NOMEM;
-  memset(p, 0, t->nbytes);
+  void *p;
+  PX_CHECK(px__storage_alloc(t->device, t->nbytes, name ? name : "tensor", &p));
   t->data = p;
   t->flags |= PX_TENSOR_OWNS_DATA;
   return PX_OK;
@@ -104,33 +141,38 @@ px_status_t px_tensor_alloc(px_tensor_t *t, const char *name) {
 
 void px_tensor_release(px_tensor_t *t) {
   if (!t) return;
-  if ((t->flags & PX_TENSOR_OWNS_DATA) && t->data && t->device.kind == PX_DEVICE_CPU)
-    px_free(t->data);
+  if ((t->flags & PX_TENSOR_OWNS_DATA) && t->data &&
+      (t->device.kind == PX_DEVICE_CPU || t->device.kind == PX_DEVICE_CUDA))
+    px__storage_free(t->device, t->data);
   t->data = NULL;
   t->flags &= ~(uint32_t)PX_TENSOR_OWNS_DATA;
 }
 
 px_status_t px_tensor_zero(px_tensor_t *t) {
-  PX_CHECK(px__require_cpu(t, "px_tensor_zero"));
+  PX_CHECK(px__check_device(t, "px_tensor_zero"));
   PX_REQUIRE(t->data != NULL, "px_tensor_zero: tensor has no storage");
+  if (px__on_cuda(t)) return px__cuda_mem_zero(t->device.index, t->data, t->nbytes);
   memset(t->data, 0, t->nbytes);
   return PX_OK;
 }
 
 px_status_t px_tensor_copy(px_tensor_t *dst, const px_tensor_t *src) {
-  PX_CHECK(px__require_cpu(dst, "px_tensor_copy"));
+  PX_CHECK(px__check_device(dst, "px_tensor_copy"));
   PX_REQUIRE(px_tensor_same_spec(dst, src), "px_tensor_copy: tensors differ in shape or layout");
   PX_REQUIRE(dst->data && src->data, "px_tensor_copy: tensor has no storage");
-  if (dst->data != src->data) memmove(dst->data, src->data, dst->nbytes);
+  if (dst->data == src->data) return PX_OK;
+  if (px__on_cuda(dst)) return px__cuda_mem_copy(dst->device.index, dst->data, src->data, dst->nbytes);
+  memmove(dst->data, src->data, dst->nbytes);
   return PX_OK;
 }
 
 px_status_t px_tensor_copy_from_host(px_tensor_t *t, const void *host, size_t bytes) {
-  PX_CHECK(px__require_cpu(t, "px_tensor_copy_from_host"));
+  PX_CHECK(px__check_device(t, "px_tensor_copy_from_host"));
   PX_REQUIRE(t->data && host, "px_tensor_copy_from_host: missing storage or host buffer");
   PX_REQUIRE(bytes == px_tensor_plain_bytes(t),
              "px_tensor_copy_from_host: %zu bytes given, tensor holds %zu", bytes,
              px_tensor_plain_bytes(t));
+  if (px__on_cuda(t)) return px__cuda_mem_upload(t->device.index, t->data, host, bytes);
   if (!t->layout) {
     memcpy(t->data, host, bytes);
     return PX_OK;
@@ -139,11 +181,12 @@ px_status_t px_tensor_copy_from_host(px_tensor_t *t, const void *host, size_t by
 }
 
 px_status_t px_tensor_copy_to_host(const px_tensor_t *t, void *host, size_t bytes) {
-  PX_CHECK(px__require_cpu(t, "px_tensor_copy_to_host"));
+  PX_CHECK(px__check_device(t, "px_tensor_copy_to_host"));
   PX_REQUIRE(t->data && host, "px_tensor_copy_to_host: missing storage or host buffer");
   PX_REQUIRE(bytes == px_tensor_plain_bytes(t),
              "px_tensor_copy_to_host: %zu bytes wanted, tensor holds %zu", bytes,
              px_tensor_plain_bytes(t));
+  if (px__on_cuda(t)) return px__cuda_mem_download(t->device.index, host, t->data, bytes);
   if (!t->layout) {
     memcpy(host, t->data, bytes);
     return PX_OK;
@@ -172,12 +215,14 @@ px_status_t px_arena_alloc(px_arena_t *arena, px_device_t dev, px_tensor_t *cons
   PX_REQUIRE(n == 0 || tensors != NULL, "px_arena_alloc: tensors are NULL");
   PX_REQUIRE(align == 0 || (align & (align - 1)) == 0, "px_arena_alloc: align %zu is not a power of two",
              align);
-  if (dev.kind != PX_DEVICE_CPU)
-    return px_set_error(PX_ERR_NOT_BUILT, "px_arena_alloc: only CPU arenas are built in");
+  PX_REQUIRE(dev.kind == PX_DEVICE_CPU || dev.kind == PX_DEVICE_CUDA,
+             "px_arena_alloc: unknown device kind %d", (int)dev.kind);
   for (size_t i = 0; i < n; i++) {
     PX_REQUIRE(tensors[i] != NULL, "px_arena_alloc: tensor %zu is NULL", i);
     PX_REQUIRE(tensors[i]->data == NULL, "px_arena_alloc: tensor %zu already has storage", i);
     PX_REQUIRE(px_device_equal(tensors[i]->device, dev), "px_arena_alloc: tensor %zu is on another device", i);
+    PX_REQUIRE(dev.kind == PX_DEVICE_CPU || tensors[i]->layout == NULL,
+               "px_arena_alloc: CUDA tensor %zu is not plain", i);
   }
   /* The size table is walked twice, once to size the block and once to set
    * the pointers, so that the family costs exactly one allocation and a
@@ -185,9 +230,8 @@ px_status_t px_arena_alloc(px_arena_t *arena, px_device_t dev, px_tensor_t *cons
   const size_t total = px_arena_plan(tensors, n, align, NULL);
   const size_t a = align ? align : 64;
   if (total > 0) {
-    void *base = px_malloc_aligned(total, name ? name : "arena");
-    if (!base) return PX_ERR_NOMEM;
-    memset(base, 0, total);
+    void *base;
+    PX_CHECK(px__storage_alloc(dev, total, name ? name : "arena", &base));
     arena->base = base;
   }
   arena->device = dev;
@@ -204,7 +248,8 @@ px_status_t px_arena_alloc(px_arena_t *arena, px_device_t dev, px_tensor_t *cons
 
 void px_arena_free(px_arena_t *arena) {
   if (!arena) return;
-  if (arena->base && arena->device.kind == PX_DEVICE_CPU) px_free(arena->base);
+  if (arena->base && (arena->device.kind == PX_DEVICE_CPU || arena->device.kind == PX_DEVICE_CUDA))
+    px__storage_free(arena->device, arena->base);
   arena->base = NULL;
   arena->bytes = 0;
 }

@@ -28,6 +28,29 @@ px_status_t px_cuda_device_info(int device, char *name, size_t name_len,
  * device, the driver and our compiled code agree. */
 px_status_t px_cuda_selftest(int device);
 
+/* ---- device memory accounting ---------------------------------------------
+ * CUDA tensors and arenas get their memory from a caching allocator: freed
+ * blocks stay on per-device free lists by size class and are reused, and
+ * cudaMalloc runs only when no cached block fits. These report and release
+ * that memory; without CUDA they report zeros and do nothing. */
+
+typedef struct {
+  uint64_t allocs;        /* allocations served */
+  uint64_t frees;
+  uint64_t device_allocs; /* cudaMalloc calls (cache misses) */
+  uint64_t cache_hits;    /* allocations served from the cache */
+  int64_t live_bytes;     /* bytes handed out and not freed (size-class rounded) */
+  int64_t cached_bytes;   /* bytes held in the free lists */
+  int64_t peak_bytes;     /* largest live_bytes so far */
+} px_cuda_mem_stats_t;
+
+/* Process-wide counters (a consistent snapshot). */
+void px_cuda_mem_stats(px_cuda_mem_stats_t *out);
+
+/* Returns every cached block to the driver (cudaFree). Live blocks are not
+ * touched. Fails only on a CUDA error. */
+px_status_t px_cuda_mem_trim(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,7 +8,16 @@
  * also one flat vector for collectives), gradients (same layout), BN running
  * statistics, activations (kept in the backend's layouts from layer to layer)
  * and activation gradients (buffers shared between tensors whose lifetimes in
- * the backward pass do not overlap). Nothing is allocated per step. */
+ * the backward pass do not overlap). Nothing is allocated per step.
+ *
+ * Devices. Everything lives on the device of the px_ops_t the model is
+ * built on. On CUDA every family is device memory: the `data` pointers of
+ * the tensors below (parameters, gradients, the flat views, BN statistics,
+ * momentum buffers) are device pointers that the host must not dereference;
+ * move values with px_tensor_copy_to_host / px_tensor_copy_from_host. Code
+ * that reads px_model_flat_params(m)->data as a host float* (the training
+ * strategies today) therefore works on CPU models only. Input batches are
+ * always host memory: the model copies them to its device. */
 #ifndef PRUNEX_NN_H
 #define PRUNEX_NN_H
 
@@ -36,7 +45,7 @@ typedef enum {
 typedef struct {
   const char *name;       /* PyTorch-style, e.g. "layer1.0.conv1.weight"; owned by the model */
   px_weight_kind_t kind;
-  px_tensor_t *value;     /* plain f32 view into the parameter arena */
+  px_tensor_t *value;     /* plain f32 view into the parameter arena (device memory on CUDA) */
   px_tensor_t *grad;      /* same spec, view into the gradient arena */
 } px_model_param_t;
 
@@ -84,7 +93,8 @@ const px_model_buffer_t *px_model_buffer(const px_model_t *m, int i);
 /* Total parameter elements (e.g. 272,474 for resnet20, 3 in, 10 classes). */
 size_t px_model_numel(const px_model_t *m);
 /* The parameters and gradients as single flat f32 tensors [numel] (views of
- * the arenas: parameter i starts where parameter i-1 ends). */
+ * the arenas: parameter i starts where parameter i-1 ends). On a CUDA model
+ * their data are device pointers (see the file comment). */
 const px_tensor_t *px_model_flat_params(const px_model_t *m);
 const px_tensor_t *px_model_flat_grads(const px_model_t *m);
 /* The BN running statistics as one flat f32 tensor (buffer i starts where
@@ -97,7 +107,10 @@ size_t px_model_memory_bytes(const px_model_t *m);
  * [batch][in_channels][height][width] plain host f32, y [batch] labels.
  * Leaves every gradient set (overwritten, not accumulated) and updates the
  * BN running statistics. Writes the mean loss and the number of correct
- * predictions. Allocates nothing. */
+ * predictions. Allocates nothing (on CUDA the first call sizes the pinned
+ * staging buffer of the ops context). On CUDA the backward pass is still
+ * running on the device when this returns; the next call on the same
+ * ops context (px_sgd_step, a tensor copy, px_ops_sync) is ordered after it. */
 px_status_t px_model_train_step(px_model_t *m, const float *x, const int32_t *y, float *loss,
                                 int64_t *correct);
 
@@ -137,14 +150,17 @@ void px_sgd_set_weight_decay(px_sgd_t *s, double wd);
 
 /* ADMM proximal hook for parameter i: from the next step on, the update uses
  * grad + rho * (theta - z + u). z and u are f32 arrays with the parameter's
- * numel on the model's device, borrowed until cleared with rho = 0 (then z
+ * numel on the model's device (device pointers on CUDA: a host pointer
+ * fails with PX_ERR_INVALID), borrowed until cleared with rho = 0 (then z
  * and u may be NULL). u may be NULL (taken as zero). */
 px_status_t px_sgd_set_prox(px_sgd_t *s, int i, const float *z, const float *u, float rho);
 
 /* One update of every parameter from its gradient, in one pass per tensor:
  *   g = grad + wd * theta (+ rho * (theta - z + u));  buf = momentum * buf + g;
  *   theta -= lr * (nesterov ? g + momentum * buf : buf)
- * (PyTorch's SGD, dampening 0). Allocates nothing. */
+ * (PyTorch's SGD, dampening 0). Allocates nothing. On CUDA it is one fused
+ * kernel over all parameters, queued on the model's ops stream (returns
+ * before it has run). */
 px_status_t px_sgd_step(px_sgd_t *s);
 
 /* The momentum buffer of parameter i (plain f32, spec of the parameter), for
@@ -186,11 +202,13 @@ typedef struct {
   int32_t augment;           /* random crop (padding 4) + horizontal flip */
   int32_t rank, world_size;  /* data shard of this process */
   int32_t synthetic_samples; /* synthetic data set size (0: 10 batches) */
+  px_device_t device;        /* where the model trains: the CPU (the default, all
+                                zero) or px_device_cuda(i) */
 } px_train_config_t;
 
 /* Defaults: resnet20 on fashion-mnist, batch 128, lr 0.1, momentum 0.9,
  * weight decay 5e-4, cosine schedule over 15 epochs, augmentation on,
- * seed 1, rank 0 of 1. */
+ * seed 1, rank 0 of 1, on the CPU. */
 void px_train_config_default(px_train_config_t *c);
 
 typedef struct {
@@ -216,9 +234,11 @@ typedef int (*px_step_cb_t)(void *ctx, int64_t step, int64_t steps, double loss,
 
 typedef struct px_trainer px_trainer_t;
 
-/* Loads the data sets, creates the backend, the model (initialised from the
- * seed), the optimiser and the loaders. Caller owns *out. Fails with the data
- * set's or model's error (naming the file or field). */
+/* Loads the data sets, creates the backend on cfg->device, the model
+ * (initialised from the seed), the optimiser and the loaders. Caller owns
+ * *out. Fails with the data set's or model's error (naming the file or
+ * field), or for a CUDA device with PX_ERR_NOT_BUILT (no CUDA in this build)
+ * or PX_ERR_NO_DEVICE. */
 px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out);
 void px_trainer_destroy(px_trainer_t *t);
 

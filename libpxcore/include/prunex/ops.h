@@ -31,8 +31,16 @@
  * On the CPU each call has finished when it returns; px_ops_sync exists for
  * backends that run asynchronously.
  *
- * Nothing in this header depends on oneDNN: a CUDA backend implements the
- * same functions. */
+ * Nothing in this header depends on oneDNN: the CUDA backend (cuDNN for
+ * convolution and batch norm, cuBLAS for FC, our own kernels for the rest)
+ * implements the same functions for px_ops_create(px_device_cuda(i), ...).
+ * On CUDA every tensor is plain (layout NULL) device memory, the calls are
+ * queued on the context's one stream and return before the work is done
+ * (px_softmax_ce, which returns host values, and px_ops_sync wait for it);
+ * a tensor written by a call may be read by the next call on the same
+ * context, or by px_tensor_copy_to_host, without further synchronisation.
+ * Convolutions and FC layers on CUDA may use TF32 tensor cores unless
+ * px_ops_set_tf32(ops, 0) forbids it. */
 #ifndef PRUNEX_OPS_H
 #define PRUNEX_OPS_H
 
@@ -52,9 +60,10 @@ typedef struct px_ops px_ops_t;
 
 /* Creates the backend for dev. nthreads is the number of CPU threads the
  * ops use (<= 0: the runtime default, OMP_NUM_THREADS or all cores); it is
- * applied to the calling thread before each call. Caller owns *out (free
- * with px_ops_destroy). Fails with PX_ERR_NOT_BUILT for a device whose
- * backend is not compiled in, PX_ERR_BACKEND, PX_ERR_NOMEM. */
+ * applied to the calling thread before each call (the GPU ignores it).
+ * Caller owns *out (free with px_ops_destroy). Fails with PX_ERR_NOT_BUILT
+ * for a device whose backend is not compiled in, PX_ERR_NO_DEVICE for a GPU
+ * that is not there, PX_ERR_BACKEND, PX_ERR_NOMEM. */
 px_status_t px_ops_create(px_device_t dev, int nthreads, px_ops_t **out);
 
 /* Destroys the context. Every op object created from it must have been
@@ -70,9 +79,20 @@ px_status_t px_ops_sync(px_ops_t *ops);
 /* Bytes of the shared scratchpad (the largest any primitive asked for). */
 size_t px_ops_scratchpad_bytes(const px_ops_t *ops);
 
-/* Backend description, e.g. "oneDNN 2.6.3 (cpu, avx512_core_bf16, 2 threads)".
- * Owned by the context. */
+/* Backend description, e.g. "oneDNN 2.6.3 (cpu, avx512_core_bf16, 2 threads)"
+ * or "cuDNN 9.19.0, cuBLAS 13.0 (cuda:0 NVIDIA H100, TF32 on)". Owned by the
+ * context. */
 const char *px_ops_describe(const px_ops_t *ops);
+
+/* Allows (1) or forbids (0) TF32 tensor-core math in the convolutions and
+ * FC layers created from this context after the call (ops already created
+ * keep the math they were created with: their algorithms are chosen once).
+ * TF32 keeps f32 range with a 10-bit mantissa in the products, which is
+ * what PyTorch does by default for cuDNN convolutions; tests forbid it to
+ * compare with the CPU at f32 tolerances. On CUDA it is on by default unless
+ * the environment variable PX_CUDA_TF32=0; the CPU backend computes in f32
+ * and ignores the setting. Cannot fail on a valid context. */
+px_status_t px_ops_set_tf32(px_ops_t *ops, int allow);
 
 /* ---- convolution ------------------------------------------------------------
  * y[n, co, oh, ow] = b[co] + sum_{ci,i,j} x[n, ci, oh*s - p + i, ow*s - p + j] * w[co, ci, i, j]

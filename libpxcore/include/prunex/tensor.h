@@ -23,7 +23,12 @@
  * optimizer state) whose tensors' data pointers are set from a size table
  * by px_arena_alloc. Code above the backend never dereferences `data`: it
  * moves host data in and out with px_tensor_copy_from_host / _to_host, which
- * convert between plain host order and the tensor's layout. */
+ * convert between plain host order and the tensor's layout.
+ *
+ * CUDA. A tensor on px_device_cuda(i) is always plain; its data is device
+ * memory from a caching allocator (freed blocks are reused by size class,
+ * see px_cuda_mem_stats in prunex/cuda.h). The functions below are blocking
+ * and ordered with the work queued by the ops contexts of that device. */
 #ifndef PRUNEX_TENSOR_H
 #define PRUNEX_TENSOR_H
 
@@ -120,8 +125,9 @@ int px_tensor_same_spec(const px_tensor_t *a, const px_tensor_t *b);
 
 /* Allocates t->nbytes of zeroed storage on t->device for a tensor without
  * storage; the tensor then owns it (release with px_tensor_release). Fails
- * with PX_ERR_STATE if t already has data, PX_ERR_NOMEM, or
- * PX_ERR_NOT_BUILT for a device whose backend is not compiled in. */
+ * with PX_ERR_STATE if t already has data, PX_ERR_NOMEM, PX_ERR_NOT_BUILT
+ * for a device whose backend is not compiled in, or PX_ERR_NO_DEVICE for a
+ * GPU that is not there. */
 px_status_t px_tensor_alloc(px_tensor_t *t, const char *name);
 
 /* Frees owned storage (a no-op for views) and sets data to NULL. The spec

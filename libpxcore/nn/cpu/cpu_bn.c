@@ -11,6 +11,7 @@
 #include "nn/cpu/px_cpu_int.h"
 
 struct px_batchnorm {
+  px__ops_head_t head; /* first: the dispatcher reads it */
   px_ops_t *ops;
   px_batchnorm_params_t p;
   int64_t count;      /* N*H*W: values per channel */
@@ -23,7 +24,7 @@ struct px_batchnorm {
                          DIFF_SHIFT, [WORKSPACE] */
 };
 
-void px_batchnorm_destroy(px_batchnorm_t *op) {
+void px__cpu_batchnorm_destroy(px_batchnorm_t *op) {
   if (!op) return;
   px__exec_destroy(&op->fwd);
   px__exec_destroy(&op->infer);
@@ -32,8 +33,8 @@ void px_batchnorm_destroy(px_batchnorm_t *op) {
   px_free(op);
 }
 
-px_status_t px_batchnorm_create(px_ops_t *ops, const px_tensor_t *x_spec,
-                                const px_batchnorm_params_t *p, px_batchnorm_t **out) {
+px_status_t px__cpu_batchnorm_create(px_ops_t *ops, const px_tensor_t *x_spec,
+                                     const px_batchnorm_params_t *p, px_batchnorm_t **out) {
   PX_REQUIRE(out && p, "px_batchnorm_create: NULL argument");
   *out = NULL;
   PX_CHECK(px__cpu_check_input(ops, x_spec, 4, 4, "px_batchnorm_create"));
@@ -45,6 +46,7 @@ px_status_t px_batchnorm_create(px_ops_t *ops, const px_tensor_t *x_spec,
   dnnl_primitive_desc_t fwd_pd = NULL, inf_pd = NULL, bwd_pd = NULL;
   px_batchnorm_t *op = px_calloc(1, sizeof *op, "px_batchnorm");
   if (!op) return PX_ERR_NOMEM;
+  op->head.be = &px__cpu_backend;
   op->ops = ops;
   px__cpu_op_born(ops);
   op->p = *p;
@@ -116,23 +118,23 @@ fail:
   if (fwd_pd) dnnl_primitive_desc_destroy(fwd_pd);
   if (inf_pd) dnnl_primitive_desc_destroy(inf_pd);
   if (bwd_pd) dnnl_primitive_desc_destroy(bwd_pd);
-  px_batchnorm_destroy(op);
+  px__cpu_batchnorm_destroy(op);
   return st;
 }
 
-void px_batchnorm_y_spec(const px_batchnorm_t *op, px_tensor_t *spec) { *spec = op->x_spec; }
-void px_batchnorm_c_spec(const px_batchnorm_t *op, px_tensor_t *spec) { *spec = op->c_spec; }
-void px_batchnorm_ws_spec(const px_batchnorm_t *op, px_tensor_t *spec) { *spec = op->ws_spec; }
+void px__cpu_batchnorm_y_spec(const px_batchnorm_t *op, px_tensor_t *spec) { *spec = op->x_spec; }
+void px__cpu_batchnorm_c_spec(const px_batchnorm_t *op, px_tensor_t *spec) { *spec = op->c_spec; }
+void px__cpu_batchnorm_ws_spec(const px_batchnorm_t *op, px_tensor_t *spec) { *spec = op->ws_spec; }
 
 static px_status_t px__check_ws(const px_batchnorm_t *op, const px_tensor_t *ws, const char *what) {
   if (op->ws_spec.nbytes == 0) return PX_OK;
   return px__cpu_check(ws, &op->ws_spec, what);
 }
 
-px_status_t px_batchnorm_forward_train(px_batchnorm_t *op, px_tensor_t *y, px_tensor_t *mean,
-                                       px_tensor_t *var, px_tensor_t *ws, const px_tensor_t *x,
-                                       const px_tensor_t *scale, const px_tensor_t *shift,
-                                       px_tensor_t *running_mean, px_tensor_t *running_var) {
+px_status_t px__cpu_batchnorm_forward_train(px_batchnorm_t *op, px_tensor_t *y, px_tensor_t *mean,
+                                            px_tensor_t *var, px_tensor_t *ws, const px_tensor_t *x,
+                                            const px_tensor_t *scale, const px_tensor_t *shift,
+                                            px_tensor_t *running_mean, px_tensor_t *running_var) {
   PX_CHECK(px__cpu_check(x, &op->x_spec, "batchnorm forward x"));
   PX_CHECK(px__cpu_check(y, &op->x_spec, "batchnorm forward y"));
   PX_CHECK(px__cpu_check(mean, &op->c_spec, "batchnorm forward mean"));
@@ -160,10 +162,10 @@ px_status_t px_batchnorm_forward_train(px_batchnorm_t *op, px_tensor_t *y, px_te
   return PX_OK;
 }
 
-px_status_t px_batchnorm_forward_infer(px_batchnorm_t *op, px_tensor_t *y, const px_tensor_t *x,
-                                       const px_tensor_t *scale, const px_tensor_t *shift,
-                                       const px_tensor_t *running_mean,
-                                       const px_tensor_t *running_var) {
+px_status_t px__cpu_batchnorm_forward_infer(px_batchnorm_t *op, px_tensor_t *y, const px_tensor_t *x,
+                                            const px_tensor_t *scale, const px_tensor_t *shift,
+                                            const px_tensor_t *running_mean,
+                                            const px_tensor_t *running_var) {
   PX_CHECK(px__cpu_check(x, &op->x_spec, "batchnorm infer x"));
   PX_CHECK(px__cpu_check(y, &op->x_spec, "batchnorm infer y"));
   PX_CHECK(px__cpu_check(scale, &op->c_spec, "batchnorm infer scale"));
@@ -175,11 +177,11 @@ px_status_t px_batchnorm_forward_infer(px_batchnorm_t *op, px_tensor_t *y, const
   return px__exec_run(op->ops, &op->infer, ptrs);
 }
 
-px_status_t px_batchnorm_backward(px_batchnorm_t *op, px_tensor_t *dx, px_tensor_t *dscale,
-                                  px_tensor_t *dshift, const px_tensor_t *dy, const px_tensor_t *x,
-                                  const px_tensor_t *scale, const px_tensor_t *shift,
-                                  const px_tensor_t *mean, const px_tensor_t *var,
-                                  const px_tensor_t *ws) {
+px_status_t px__cpu_batchnorm_backward(px_batchnorm_t *op, px_tensor_t *dx, px_tensor_t *dscale,
+                                       px_tensor_t *dshift, const px_tensor_t *dy, const px_tensor_t *x,
+                                       const px_tensor_t *scale, const px_tensor_t *shift,
+                                       const px_tensor_t *mean, const px_tensor_t *var,
+                                       const px_tensor_t *ws) {
   PX_CHECK(px__cpu_check(dy, &op->x_spec, "batchnorm backward dy"));
   PX_CHECK(px__cpu_check(x, &op->x_spec, "batchnorm backward x"));
   PX_CHECK(px__cpu_check(dx, &op->x_spec, "batchnorm backward dx"));

@@ -15,6 +15,7 @@
 #include "nn/cpu/px_cpu_int.h"
 
 struct px_conv2d {
+  px__ops_head_t head; /* first: the dispatcher reads it */
   px_ops_t *ops;
   px_conv2d_params_t p;
   px_tensor_t x_spec; /* [N, C_in, H, W], layout of the input */
@@ -29,7 +30,7 @@ struct px_conv2d {
   px__wbuf_t dw;      /* weight gradient layout -> plain */
 };
 
-void px_conv2d_destroy(px_conv2d_t *op) {
+void px__cpu_conv2d_destroy(px_conv2d_t *op) {
   if (!op) return;
   px__exec_destroy(&op->fwd);
   px__exec_destroy(&op->bwd_d);
@@ -46,8 +47,8 @@ static int64_t px__out_dim(int64_t in, int32_t k, int32_t s, int32_t pad) {
   return span < 0 ? 0 : span / s + 1;
 }
 
-px_status_t px_conv2d_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_conv2d_params_t *p,
-                             px_conv2d_t **out) {
+px_status_t px__cpu_conv2d_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_conv2d_params_t *p,
+                                  px_conv2d_t **out) {
   PX_REQUIRE(out && p, "px_conv2d_create: NULL argument");
   *out = NULL;
   PX_CHECK(px__cpu_check_input(ops, x_spec, 4, 4, "px_conv2d_create"));
@@ -65,6 +66,7 @@ px_status_t px_conv2d_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_
   dnnl_primitive_desc_t fwd_pd = NULL, bwd_d_pd = NULL, bwd_w_pd = NULL;
   px_conv2d_t *op = px_calloc(1, sizeof *op, "px_conv2d");
   if (!op) return PX_ERR_NOMEM;
+  op->head.be = &px__cpu_backend;
   op->ops = ops;
   px__cpu_op_born(ops);
   op->p = *p;
@@ -140,16 +142,16 @@ fail:
   if (fwd_pd) dnnl_primitive_desc_destroy(fwd_pd);
   if (bwd_d_pd) dnnl_primitive_desc_destroy(bwd_d_pd);
   if (bwd_w_pd) dnnl_primitive_desc_destroy(bwd_w_pd);
-  px_conv2d_destroy(op);
+  px__cpu_conv2d_destroy(op);
   return st;
 }
 
-void px_conv2d_y_spec(const px_conv2d_t *op, px_tensor_t *spec) { *spec = op->y_spec; }
-void px_conv2d_w_spec(const px_conv2d_t *op, px_tensor_t *spec) { *spec = op->w_spec; }
-void px_conv2d_b_spec(const px_conv2d_t *op, px_tensor_t *spec) { *spec = op->b_spec; }
+void px__cpu_conv2d_y_spec(const px_conv2d_t *op, px_tensor_t *spec) { *spec = op->y_spec; }
+void px__cpu_conv2d_w_spec(const px_conv2d_t *op, px_tensor_t *spec) { *spec = op->w_spec; }
+void px__cpu_conv2d_b_spec(const px_conv2d_t *op, px_tensor_t *spec) { *spec = op->b_spec; }
 
-px_status_t px_conv2d_forward(px_conv2d_t *op, px_tensor_t *y, const px_tensor_t *x,
-                              const px_tensor_t *w, const px_tensor_t *b) {
+px_status_t px__cpu_conv2d_forward(px_conv2d_t *op, px_tensor_t *y, const px_tensor_t *x,
+                                   const px_tensor_t *w, const px_tensor_t *b) {
   PX_CHECK(px__cpu_check(x, &op->x_spec, "conv2d forward x"));
   PX_CHECK(px__cpu_check(w, &op->w_spec, "conv2d forward w"));
   PX_CHECK(px__cpu_check(y, &op->y_spec, "conv2d forward y"));
@@ -164,8 +166,8 @@ px_status_t px_conv2d_forward(px_conv2d_t *op, px_tensor_t *y, const px_tensor_t
   return px__exec_run(op->ops, &op->fwd, ptrs);
 }
 
-px_status_t px_conv2d_backward_data(px_conv2d_t *op, px_tensor_t *dx, const px_tensor_t *dy,
-                                    const px_tensor_t *w) {
+px_status_t px__cpu_conv2d_backward_data(px_conv2d_t *op, px_tensor_t *dx, const px_tensor_t *dy,
+                                         const px_tensor_t *w) {
   PX_CHECK(px__cpu_check(dy, &op->y_spec, "conv2d backward dy"));
   PX_CHECK(px__cpu_check(w, &op->w_spec, "conv2d backward w"));
   PX_CHECK(px__cpu_check(dx, &op->x_spec, "conv2d backward dx"));
@@ -176,8 +178,8 @@ px_status_t px_conv2d_backward_data(px_conv2d_t *op, px_tensor_t *dx, const px_t
   return px__exec_run(op->ops, &op->bwd_d, ptrs);
 }
 
-px_status_t px_conv2d_backward_weights(px_conv2d_t *op, px_tensor_t *dw, px_tensor_t *db,
-                                       const px_tensor_t *x, const px_tensor_t *dy) {
+px_status_t px__cpu_conv2d_backward_weights(px_conv2d_t *op, px_tensor_t *dw, px_tensor_t *db,
+                                            const px_tensor_t *x, const px_tensor_t *dy) {
   PX_CHECK(px__cpu_check(x, &op->x_spec, "conv2d backward x"));
   PX_CHECK(px__cpu_check(dy, &op->y_spec, "conv2d backward dy"));
   PX_CHECK(px__cpu_check(dw, &op->w_spec, "conv2d backward dw"));

@@ -11,6 +11,7 @@
 /* ---- ReLU ----------------------------------------------------------------- */
 
 struct px_relu {
+  px__ops_head_t head; /* first: the dispatcher reads it */
   px_ops_t *ops;
   px_tensor_t x_spec; /* any shape and layout; y, dx, dy share it */
   px__exec_t fwd;     /* SRC, DST */
@@ -45,7 +46,7 @@ done:
   return st;
 }
 
-void px_relu_destroy(px_relu_t *op) {
+void px__cpu_relu_destroy(px_relu_t *op) {
   if (!op) return;
   px__exec_destroy(&op->fwd);
   px__exec_destroy(&op->bwd);
@@ -53,7 +54,7 @@ void px_relu_destroy(px_relu_t *op) {
   px_free(op);
 }
 
-px_status_t px_relu_create(px_ops_t *ops, const px_tensor_t *x_spec, px_relu_t **out) {
+px_status_t px__cpu_relu_create(px_ops_t *ops, const px_tensor_t *x_spec, px_relu_t **out) {
   PX_REQUIRE(out != NULL, "px_relu_create: out is NULL");
   *out = NULL;
   PX_CHECK(px__cpu_check_input(ops, x_spec, 1, 4, "px_relu_create"));
@@ -62,6 +63,7 @@ px_status_t px_relu_create(px_ops_t *ops, const px_tensor_t *x_spec, px_relu_t *
   PX_CHECK(px__cpu_md_of(ops, x_spec, &md));
   px_relu_t *op = px_calloc(1, sizeof *op, "px_relu");
   if (!op) return PX_ERR_NOMEM;
+  op->head.be = &px__cpu_backend;
   op->ops = ops;
   px__cpu_op_born(ops);
   op->x_spec = *x_spec;
@@ -69,16 +71,16 @@ px_status_t px_relu_create(px_ops_t *ops, const px_tensor_t *x_spec, px_relu_t *
   op->x_spec.flags = 0;
   px_status_t st = px__relu_pair(ops, &md, &op->fwd, &op->bwd);
   if (st < 0) {
-    px_relu_destroy(op);
+    px__cpu_relu_destroy(op);
     return st;
   }
   *out = op;
   return PX_OK;
 }
 
-void px_relu_y_spec(const px_relu_t *op, px_tensor_t *spec) { *spec = op->x_spec; }
+void px__cpu_relu_y_spec(const px_relu_t *op, px_tensor_t *spec) { *spec = op->x_spec; }
 
-px_status_t px_relu_forward(px_relu_t *op, px_tensor_t *y, const px_tensor_t *x) {
+px_status_t px__cpu_relu_forward(px_relu_t *op, px_tensor_t *y, const px_tensor_t *x) {
   PX_CHECK(px__cpu_check(x, &op->x_spec, "relu forward x"));
   PX_CHECK(px__cpu_check(y, &op->x_spec, "relu forward y"));
   px__cpu_enter(op->ops);
@@ -86,8 +88,8 @@ px_status_t px_relu_forward(px_relu_t *op, px_tensor_t *y, const px_tensor_t *x)
   return px__exec_run(op->ops, &op->fwd, ptrs);
 }
 
-px_status_t px_relu_backward(px_relu_t *op, px_tensor_t *dx, const px_tensor_t *dy,
-                             const px_tensor_t *y) {
+px_status_t px__cpu_relu_backward(px_relu_t *op, px_tensor_t *dx, const px_tensor_t *dy,
+                                  const px_tensor_t *y) {
   PX_CHECK(px__cpu_check(y, &op->x_spec, "relu backward y"));
   PX_CHECK(px__cpu_check(dy, &op->x_spec, "relu backward dy"));
   PX_CHECK(px__cpu_check(dx, &op->x_spec, "relu backward dx"));
@@ -99,6 +101,7 @@ px_status_t px_relu_backward(px_relu_t *op, px_tensor_t *dx, const px_tensor_t *
 /* ---- residual add ----------------------------------------------------------- */
 
 struct px_add {
+  px__ops_head_t head; /* first: the dispatcher reads it */
   px_ops_t *ops;
   int relu;
   px_tensor_t x_spec; /* a, b, y, dy, g */
@@ -106,7 +109,7 @@ struct px_add {
   px__exec_t bwd;     /* DST, DIFF_DST, DIFF_SRC (ReLU backward; only with relu) */
 };
 
-void px_add_destroy(px_add_t *op) {
+void px__cpu_add_destroy(px_add_t *op) {
   if (!op) return;
   px__exec_destroy(&op->fwd);
   px__exec_destroy(&op->bwd);
@@ -114,7 +117,7 @@ void px_add_destroy(px_add_t *op) {
   px_free(op);
 }
 
-px_status_t px_add_create(px_ops_t *ops, const px_tensor_t *x_spec, int relu, px_add_t **out) {
+px_status_t px__cpu_add_create(px_ops_t *ops, const px_tensor_t *x_spec, int relu, px_add_t **out) {
   PX_REQUIRE(out != NULL, "px_add_create: out is NULL");
   *out = NULL;
   PX_CHECK(px__cpu_check_input(ops, x_spec, 1, 4, "px_add_create"));
@@ -127,6 +130,7 @@ px_status_t px_add_create(px_ops_t *ops, const px_tensor_t *x_spec, int relu, px
   dnnl_primitive_desc_t pd = NULL;
   px_add_t *op = px_calloc(1, sizeof *op, "px_add");
   if (!op) return PX_ERR_NOMEM;
+  op->head.be = &px__cpu_backend;
   op->ops = ops;
   px__cpu_op_born(ops);
   op->relu = relu ? 1 : 0;
@@ -157,14 +161,14 @@ fail:
   if (pd) dnnl_primitive_desc_destroy(pd);
   if (po) dnnl_post_ops_destroy(po);
   if (attr) dnnl_primitive_attr_destroy(attr);
-  px_add_destroy(op);
+  px__cpu_add_destroy(op);
   return st;
 }
 
-void px_add_y_spec(const px_add_t *op, px_tensor_t *spec) { *spec = op->x_spec; }
+void px__cpu_add_y_spec(const px_add_t *op, px_tensor_t *spec) { *spec = op->x_spec; }
 
-px_status_t px_add_forward(px_add_t *op, px_tensor_t *y, const px_tensor_t *a,
-                           const px_tensor_t *b) {
+px_status_t px__cpu_add_forward(px_add_t *op, px_tensor_t *y, const px_tensor_t *a,
+                                const px_tensor_t *b) {
   PX_CHECK(px__cpu_check(a, &op->x_spec, "add forward a"));
   PX_CHECK(px__cpu_check(b, &op->x_spec, "add forward b"));
   PX_CHECK(px__cpu_check(y, &op->x_spec, "add forward y"));
@@ -173,8 +177,8 @@ px_status_t px_add_forward(px_add_t *op, px_tensor_t *y, const px_tensor_t *a,
   return px__exec_run(op->ops, &op->fwd, ptrs);
 }
 
-px_status_t px_add_backward(px_add_t *op, px_tensor_t *g, const px_tensor_t *dy,
-                            const px_tensor_t *y) {
+px_status_t px__cpu_add_backward(px_add_t *op, px_tensor_t *g, const px_tensor_t *dy,
+                                 const px_tensor_t *y) {
   PX_CHECK(px__cpu_check(dy, &op->x_spec, "add backward dy"));
   PX_CHECK(px__cpu_check(g, &op->x_spec, "add backward g"));
   if (!op->relu) return px_tensor_copy(g, dy);

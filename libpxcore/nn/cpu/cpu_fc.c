@@ -9,6 +9,7 @@
 #include "nn/cpu/px_cpu_int.h"
 
 struct px_fc {
+  px__ops_head_t head; /* first: the dispatcher reads it */
   px_ops_t *ops;
   px_fc_params_t p;
   px_tensor_t x_spec; /* [N, C] or [N, C, H, W], layout of the input */
@@ -21,7 +22,7 @@ struct px_fc {
   px__wbuf_t w_fwd, w_bwd, dw;
 };
 
-void px_fc_destroy(px_fc_t *op) {
+void px__cpu_fc_destroy(px_fc_t *op) {
   if (!op) return;
   px__exec_destroy(&op->fwd);
   px__exec_destroy(&op->bwd_d);
@@ -33,8 +34,8 @@ void px_fc_destroy(px_fc_t *op) {
   px_free(op);
 }
 
-px_status_t px_fc_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_fc_params_t *p,
-                         px_fc_t **out) {
+px_status_t px__cpu_fc_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_fc_params_t *p,
+                              px_fc_t **out) {
   PX_REQUIRE(out && p, "px_fc_create: NULL argument");
   *out = NULL;
   PX_CHECK(px__cpu_check_input(ops, x_spec, 2, 4, "px_fc_create"));
@@ -50,6 +51,7 @@ px_status_t px_fc_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_fc_p
   dnnl_primitive_desc_t fwd_pd = NULL, bwd_d_pd = NULL, bwd_w_pd = NULL;
   px_fc_t *op = px_calloc(1, sizeof *op, "px_fc");
   if (!op) return PX_ERR_NOMEM;
+  op->head.be = &px__cpu_backend;
   op->ops = ops;
   px__cpu_op_born(ops);
   op->p = *p;
@@ -119,16 +121,16 @@ fail:
   if (fwd_pd) dnnl_primitive_desc_destroy(fwd_pd);
   if (bwd_d_pd) dnnl_primitive_desc_destroy(bwd_d_pd);
   if (bwd_w_pd) dnnl_primitive_desc_destroy(bwd_w_pd);
-  px_fc_destroy(op);
+  px__cpu_fc_destroy(op);
   return st;
 }
 
-void px_fc_y_spec(const px_fc_t *op, px_tensor_t *spec) { *spec = op->y_spec; }
-void px_fc_w_spec(const px_fc_t *op, px_tensor_t *spec) { *spec = op->w_spec; }
-void px_fc_b_spec(const px_fc_t *op, px_tensor_t *spec) { *spec = op->b_spec; }
+void px__cpu_fc_y_spec(const px_fc_t *op, px_tensor_t *spec) { *spec = op->y_spec; }
+void px__cpu_fc_w_spec(const px_fc_t *op, px_tensor_t *spec) { *spec = op->w_spec; }
+void px__cpu_fc_b_spec(const px_fc_t *op, px_tensor_t *spec) { *spec = op->b_spec; }
 
-px_status_t px_fc_forward(px_fc_t *op, px_tensor_t *y, const px_tensor_t *x, const px_tensor_t *w,
-                          const px_tensor_t *b) {
+px_status_t px__cpu_fc_forward(px_fc_t *op, px_tensor_t *y, const px_tensor_t *x, const px_tensor_t *w,
+                               const px_tensor_t *b) {
   PX_CHECK(px__cpu_check(x, &op->x_spec, "fc forward x"));
   PX_CHECK(px__cpu_check(w, &op->w_spec, "fc forward w"));
   PX_CHECK(px__cpu_check(y, &op->y_spec, "fc forward y"));
@@ -143,8 +145,8 @@ px_status_t px_fc_forward(px_fc_t *op, px_tensor_t *y, const px_tensor_t *x, con
   return px__exec_run(op->ops, &op->fwd, ptrs);
 }
 
-px_status_t px_fc_backward_data(px_fc_t *op, px_tensor_t *dx, const px_tensor_t *dy,
-                                const px_tensor_t *w) {
+px_status_t px__cpu_fc_backward_data(px_fc_t *op, px_tensor_t *dx, const px_tensor_t *dy,
+                                     const px_tensor_t *w) {
   PX_CHECK(px__cpu_check(dy, &op->y_spec, "fc backward dy"));
   PX_CHECK(px__cpu_check(w, &op->w_spec, "fc backward w"));
   PX_CHECK(px__cpu_check(dx, &op->x_spec, "fc backward dx"));
@@ -155,8 +157,8 @@ px_status_t px_fc_backward_data(px_fc_t *op, px_tensor_t *dx, const px_tensor_t 
   return px__exec_run(op->ops, &op->bwd_d, ptrs);
 }
 
-px_status_t px_fc_backward_weights(px_fc_t *op, px_tensor_t *dw, px_tensor_t *db,
-                                   const px_tensor_t *x, const px_tensor_t *dy) {
+px_status_t px__cpu_fc_backward_weights(px_fc_t *op, px_tensor_t *dw, px_tensor_t *db,
+                                        const px_tensor_t *x, const px_tensor_t *dy) {
   PX_CHECK(px__cpu_check(x, &op->x_spec, "fc backward x"));
   PX_CHECK(px__cpu_check(dy, &op->y_spec, "fc backward dy"));
   PX_CHECK(px__cpu_check(dw, &op->w_spec, "fc backward dw"));

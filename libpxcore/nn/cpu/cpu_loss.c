@@ -6,8 +6,8 @@
 
 #include "nn/cpu/px_cpu_int.h"
 
-px_status_t px_softmax_ce(px_ops_t *ops, px_tensor_t *dlogits, float *loss, int64_t *correct,
-                          const px_tensor_t *logits, const px_tensor_t *labels) {
+px_status_t px__cpu_softmax_ce(px_ops_t *ops, px_tensor_t *dlogits, float *loss, int64_t *correct,
+                               const px_tensor_t *logits, const px_tensor_t *labels) {
   PX_CHECK(px__cpu_require(ops, "px_softmax_ce"));
   PX_REQUIRE(logits && labels, "px_softmax_ce: NULL tensor");
   PX_REQUIRE(logits->data && labels->data, "px_softmax_ce: tensor without storage");

@@ -1,10 +1,10 @@
 /* The CPU backend context (oneDNN engine, stream, scratchpad, thread count),
  * the interned layouts that tensors point to, the execution helpers every
- * op file uses, and the public reorder op.
+ * op file uses, the reorder op, and the backend's function table.
  *
- * The public entry points of ops.h are defined by the files of nn/cpu/
- * because the CPU is the only backend built so far; when the CUDA backend
- * lands they become a thin dispatch on ops->device.kind. */
+ * The public entry points of ops.h live in nn/ops_dispatch.c; they reach the
+ * px__cpu_* functions of nn/cpu/ through px__cpu_backend, the table every
+ * CPU context and op object points to from its first member. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* RTLD_DEFAULT */
 #endif
@@ -39,22 +39,23 @@ void px__cpu_enter(px_ops_t *ops) {
 
 px_status_t px__cpu_require(const px_ops_t *ops, const char *what) {
   if (!ops) return px_set_error(PX_ERR_INVALID, "%s: ops context is NULL", what);
-  if (ops->device.kind != PX_DEVICE_CPU)
-    return px_set_error(PX_ERR_NOT_BUILT, "%s: only the CPU backend is built", what);
+  if (ops->head.be != &px__cpu_backend) /* the dispatcher routes by this pointer */
+    return px_set_error(PX_ERR_INTERNAL, "%s: not a CPU ops context", what);
   return PX_OK;
 }
 
 /* ---- context ------------------------------------------------------------- */
 
-px_status_t px_ops_create(px_device_t dev, int nthreads, px_ops_t **out) {
+static void px__cpu_ops_destroy(px_ops_t *ops);
+
+px_status_t px__cpu_ops_create(px_device_t dev, int nthreads, px_ops_t **out) {
   PX_REQUIRE(out != NULL, "px_ops_create: out is NULL");
   *out = NULL;
-  if (dev.kind == PX_DEVICE_CUDA)
-    return px_set_error(PX_ERR_NOT_BUILT, "px_ops_create: the CUDA op backend is not built");
-  PX_REQUIRE(dev.kind == PX_DEVICE_CPU, "px_ops_create: unknown device kind %d", (int)dev.kind);
+  PX_REQUIRE(dev.kind == PX_DEVICE_CPU, "px_ops_create: device kind %d is not the CPU", (int)dev.kind);
   px_status_t st = PX_OK;
   px_ops_t *ops = px_calloc(1, sizeof *ops, "px_ops");
   if (!ops) return PX_ERR_NOMEM;
+  ops->head.be = &px__cpu_backend;
   ops->device = dev;
   ops->nthreads = nthreads;
   ops->omp_set_num_threads = (px__omp_set_fn)dlsym(RTLD_DEFAULT, "omp_set_num_threads");
@@ -77,11 +78,11 @@ px_status_t px_ops_create(px_device_t dev, int nthreads, px_ops_t **out) {
   *out = ops;
   return PX_OK;
 fail:
-  px_ops_destroy(ops);
+  px__cpu_ops_destroy(ops);
   return st;
 }
 
-void px_ops_destroy(px_ops_t *ops) {
+static void px__cpu_ops_destroy(px_ops_t *ops) {
   if (!ops) return;
   if (ops->live_ops != 0)
     px_log(PX_LOG_WARN, "px_ops_destroy: %lld op objects were not destroyed first",
@@ -101,14 +102,29 @@ void px_ops_destroy(px_ops_t *ops) {
   px_free(ops);
 }
 
-px_device_t px_ops_device(const px_ops_t *ops) { return ops->device; }
-int px_ops_threads(const px_ops_t *ops) { return ops->nthreads; }
-size_t px_ops_scratchpad_bytes(const px_ops_t *ops) { return ops->scratch_bytes; }
-const char *px_ops_describe(const px_ops_t *ops) { return ops->desc; }
+static px_device_t px__cpu_ops_device(const px_ops_t *ops) { return ops->device; }
+static int px__cpu_ops_threads(const px_ops_t *ops) { return ops->nthreads; }
+static size_t px__cpu_ops_scratchpad_bytes(const px_ops_t *ops) { return ops->scratch_bytes; }
+static const char *px__cpu_ops_describe(const px_ops_t *ops) { return ops->desc; }
 
-px_status_t px_ops_sync(px_ops_t *ops) {
+static px_status_t px__cpu_ops_sync(px_ops_t *ops) {
   PX_CHECK(px__cpu_require(ops, "px_ops_sync"));
   PX_DNNL(dnnl_stream_wait(ops->stream));
+  return PX_OK;
+}
+
+/* oneDNN computes in f32 whatever is asked: nothing to switch. */
+static px_status_t px__cpu_ops_set_tf32(px_ops_t *ops, int allow) {
+  (void)ops;
+  (void)allow;
+  return PX_OK;
+}
+
+static px_status_t px__cpu_ops_upload(px_ops_t *ops, int n, px_tensor_t *const *dst,
+                                      const void *const *src) {
+  (void)ops;
+  for (int i = 0; i < n; i++)
+    PX_CHECK(px_tensor_copy_from_host(dst[i], src[i], px_tensor_plain_bytes(dst[i])));
   return PX_OK;
 }
 
@@ -476,13 +492,14 @@ static px_status_t px__layout_from_plain(const px_layout_t *layout, void *dst, c
 /* ---- public reorder op ----------------------------------------------------------- */
 
 struct px_reorder {
+  px__ops_head_t head; /* first: the dispatcher reads it */
   px_ops_t *ops;
   px_tensor_t src_spec, dst_spec;
   px__exec_t ex;
 };
 
-px_status_t px_reorder_create(px_ops_t *ops, const px_tensor_t *dst_spec,
-                              const px_tensor_t *src_spec, px_reorder_t **out) {
+static px_status_t px__cpu_reorder_create(px_ops_t *ops, const px_tensor_t *dst_spec,
+                                          const px_tensor_t *src_spec, px_reorder_t **out) {
   PX_REQUIRE(out && dst_spec && src_spec, "px_reorder_create: NULL argument");
   *out = NULL;
   PX_CHECK(px__cpu_require(ops, "px_reorder_create"));
@@ -495,6 +512,7 @@ px_status_t px_reorder_create(px_ops_t *ops, const px_tensor_t *dst_spec,
   PX_CHECK(px__cpu_md_of(ops, dst_spec, &dmd));
   px_reorder_t *r = px_calloc(1, sizeof *r, "px_reorder");
   if (!r) return PX_ERR_NOMEM;
+  r->head.be = &px__cpu_backend;
   r->ops = ops;
   r->src_spec = *src_spec;
   r->dst_spec = *dst_spec;
@@ -510,17 +528,77 @@ px_status_t px_reorder_create(px_ops_t *ops, const px_tensor_t *dst_spec,
   return PX_OK;
 }
 
-void px_reorder_destroy(px_reorder_t *op) {
+static void px__cpu_reorder_destroy(px_reorder_t *op) {
   if (!op) return;
   px__exec_destroy(&op->ex);
   px__cpu_op_died(op->ops);
   px_free(op);
 }
 
-px_status_t px_reorder_execute(px_reorder_t *op, px_tensor_t *dst, const px_tensor_t *src) {
+static px_status_t px__cpu_reorder_execute(px_reorder_t *op, px_tensor_t *dst,
+                                           const px_tensor_t *src) {
   PX_CHECK(px__cpu_check(src, &op->src_spec, "reorder src"));
   PX_CHECK(px__cpu_check(dst, &op->dst_spec, "reorder dst"));
   px__cpu_enter(op->ops);
   void *ptrs[2] = {src->data, dst->data};
   return px__exec_run(op->ops, &op->ex, ptrs);
 }
+
+/* ---- the backend's function table ------------------------------------------------- */
+
+const px__ops_backend_t px__cpu_backend = {
+    .name = "cpu",
+    .ops_destroy = px__cpu_ops_destroy,
+    .ops_device = px__cpu_ops_device,
+    .ops_threads = px__cpu_ops_threads,
+    .ops_sync = px__cpu_ops_sync,
+    .ops_scratchpad_bytes = px__cpu_ops_scratchpad_bytes,
+    .ops_describe = px__cpu_ops_describe,
+    .ops_set_tf32 = px__cpu_ops_set_tf32,
+    .ops_upload = px__cpu_ops_upload,
+    .conv2d_create = px__cpu_conv2d_create,
+    .conv2d_destroy = px__cpu_conv2d_destroy,
+    .conv2d_y_spec = px__cpu_conv2d_y_spec,
+    .conv2d_w_spec = px__cpu_conv2d_w_spec,
+    .conv2d_b_spec = px__cpu_conv2d_b_spec,
+    .conv2d_forward = px__cpu_conv2d_forward,
+    .conv2d_backward_data = px__cpu_conv2d_backward_data,
+    .conv2d_backward_weights = px__cpu_conv2d_backward_weights,
+    .batchnorm_create = px__cpu_batchnorm_create,
+    .batchnorm_destroy = px__cpu_batchnorm_destroy,
+    .batchnorm_y_spec = px__cpu_batchnorm_y_spec,
+    .batchnorm_c_spec = px__cpu_batchnorm_c_spec,
+    .batchnorm_ws_spec = px__cpu_batchnorm_ws_spec,
+    .batchnorm_forward_train = px__cpu_batchnorm_forward_train,
+    .batchnorm_forward_infer = px__cpu_batchnorm_forward_infer,
+    .batchnorm_backward = px__cpu_batchnorm_backward,
+    .relu_create = px__cpu_relu_create,
+    .relu_destroy = px__cpu_relu_destroy,
+    .relu_y_spec = px__cpu_relu_y_spec,
+    .relu_forward = px__cpu_relu_forward,
+    .relu_backward = px__cpu_relu_backward,
+    .pool2d_create = px__cpu_pool2d_create,
+    .global_avgpool_create = px__cpu_global_avgpool_create,
+    .pool2d_destroy = px__cpu_pool2d_destroy,
+    .pool2d_y_spec = px__cpu_pool2d_y_spec,
+    .pool2d_ws_spec = px__cpu_pool2d_ws_spec,
+    .pool2d_forward = px__cpu_pool2d_forward,
+    .pool2d_backward = px__cpu_pool2d_backward,
+    .fc_create = px__cpu_fc_create,
+    .fc_destroy = px__cpu_fc_destroy,
+    .fc_y_spec = px__cpu_fc_y_spec,
+    .fc_w_spec = px__cpu_fc_w_spec,
+    .fc_b_spec = px__cpu_fc_b_spec,
+    .fc_forward = px__cpu_fc_forward,
+    .fc_backward_data = px__cpu_fc_backward_data,
+    .fc_backward_weights = px__cpu_fc_backward_weights,
+    .add_create = px__cpu_add_create,
+    .add_destroy = px__cpu_add_destroy,
+    .add_y_spec = px__cpu_add_y_spec,
+    .add_forward = px__cpu_add_forward,
+    .add_backward = px__cpu_add_backward,
+    .reorder_create = px__cpu_reorder_create,
+    .reorder_destroy = px__cpu_reorder_destroy,
+    .reorder_execute = px__cpu_reorder_execute,
+    .softmax_ce = px__cpu_softmax_ce,
+};

@@ -7,6 +7,7 @@
 #include "nn/cpu/px_cpu_int.h"
 
 struct px_pool2d {
+  px__ops_head_t head; /* first: the dispatcher reads it */
   px_ops_t *ops;
   px_pool2d_params_t p;
   px_tensor_t x_spec;  /* [N, C, H, W] */
@@ -16,7 +17,7 @@ struct px_pool2d {
   px__exec_t bwd;      /* DIFF_DST, DIFF_SRC, [WORKSPACE] */
 };
 
-void px_pool2d_destroy(px_pool2d_t *op) {
+void px__cpu_pool2d_destroy(px_pool2d_t *op) {
   if (!op) return;
   px__exec_destroy(&op->fwd);
   px__exec_destroy(&op->bwd);
@@ -24,8 +25,8 @@ void px_pool2d_destroy(px_pool2d_t *op) {
   px_free(op);
 }
 
-px_status_t px_pool2d_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_pool2d_params_t *p,
-                             px_pool2d_t **out) {
+px_status_t px__cpu_pool2d_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_pool2d_params_t *p,
+                                  px_pool2d_t **out) {
   PX_REQUIRE(out && p, "px_pool2d_create: NULL argument");
   *out = NULL;
   PX_CHECK(px__cpu_check_input(ops, x_spec, 4, 4, "px_pool2d_create"));
@@ -50,6 +51,7 @@ px_status_t px_pool2d_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_
   dnnl_primitive_desc_t fwd_pd = NULL, bwd_pd = NULL;
   px_pool2d_t *op = px_calloc(1, sizeof *op, "px_pool2d");
   if (!op) return PX_ERR_NOMEM;
+  op->head.be = &px__cpu_backend;
   op->ops = ops;
   px__cpu_op_born(ops);
   op->p = *p;
@@ -97,21 +99,21 @@ px_status_t px_pool2d_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_
 fail:
   if (fwd_pd) dnnl_primitive_desc_destroy(fwd_pd);
   if (bwd_pd) dnnl_primitive_desc_destroy(bwd_pd);
-  px_pool2d_destroy(op);
+  px__cpu_pool2d_destroy(op);
   return st;
 }
 
-px_status_t px_global_avgpool_create(px_ops_t *ops, const px_tensor_t *x_spec, px_pool2d_t **out) {
+px_status_t px__cpu_global_avgpool_create(px_ops_t *ops, const px_tensor_t *x_spec, px_pool2d_t **out) {
   PX_CHECK(px__cpu_check_input(ops, x_spec, 4, 4, "px_global_avgpool_create"));
   px_pool2d_params_t p = {PX_POOL_AVG, (int32_t)x_spec->dims[2], (int32_t)x_spec->dims[3], 1, 1, 0, 0};
-  return px_pool2d_create(ops, x_spec, &p, out);
+  return px__cpu_pool2d_create(ops, x_spec, &p, out);
 }
 
-void px_pool2d_y_spec(const px_pool2d_t *op, px_tensor_t *spec) { *spec = op->y_spec; }
-void px_pool2d_ws_spec(const px_pool2d_t *op, px_tensor_t *spec) { *spec = op->ws_spec; }
+void px__cpu_pool2d_y_spec(const px_pool2d_t *op, px_tensor_t *spec) { *spec = op->y_spec; }
+void px__cpu_pool2d_ws_spec(const px_pool2d_t *op, px_tensor_t *spec) { *spec = op->ws_spec; }
 
-px_status_t px_pool2d_forward(px_pool2d_t *op, px_tensor_t *y, px_tensor_t *ws,
-                              const px_tensor_t *x) {
+px_status_t px__cpu_pool2d_forward(px_pool2d_t *op, px_tensor_t *y, px_tensor_t *ws,
+                                   const px_tensor_t *x) {
   PX_CHECK(px__cpu_check(x, &op->x_spec, "pool2d forward x"));
   PX_CHECK(px__cpu_check(y, &op->y_spec, "pool2d forward y"));
   if (op->ws_spec.nbytes) PX_CHECK(px__cpu_check(ws, &op->ws_spec, "pool2d forward ws"));
@@ -120,8 +122,8 @@ px_status_t px_pool2d_forward(px_pool2d_t *op, px_tensor_t *y, px_tensor_t *ws,
   return px__exec_run(op->ops, &op->fwd, ptrs);
 }
 
-px_status_t px_pool2d_backward(px_pool2d_t *op, px_tensor_t *dx, const px_tensor_t *dy,
-                               const px_tensor_t *ws) {
+px_status_t px__cpu_pool2d_backward(px_pool2d_t *op, px_tensor_t *dx, const px_tensor_t *dy,
+                                    const px_tensor_t *ws) {
   PX_CHECK(px__cpu_check(dy, &op->y_spec, "pool2d backward dy"));
   PX_CHECK(px__cpu_check(dx, &op->x_spec, "pool2d backward dx"));
   if (op->ws_spec.nbytes) PX_CHECK(px__cpu_check(ws, &op->ws_spec, "pool2d backward ws"));

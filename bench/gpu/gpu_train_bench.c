@@ -1,0 +1,162 @@
+/* GPU training throughput of the PruneX engine: a model of the ResNet family
+ * on a CUDA ops context, trained with SGD (momentum 0.9, weight decay 5e-4)
+ * on a few pre-made random batches of 3x32x32 inputs, 10 classes, copied from
+ * host memory every step as in real training. Times `--steps` steps after
+ * `--warmup` untimed ones (the device is synchronised at both ends) and prints
+ * RESULT images_per_sec and the GPU memory peak. `--check` only reports
+ * whether a GPU can be used (exit 0) or why not (exit 1). bench/gpu/run.sh
+ * runs it beside PyTorch. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "prunex/cuda.h"
+#include "prunex/data.h"
+#include "prunex/nn.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int fail(const char *what) {
+  fprintf(stderr, "px_bench_gpu_train: %s: %s\n", what, px_last_error());
+  return 1;
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || end == s || v < lo || v > hi) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: px_bench_gpu_train [--model NAME] [--batch N] [--steps N] [--warmup N]\n"
+             "                          [--tf32 0|1] [--device N] [--check]\n");
+}
+
+/* 0 when device `dev` is usable, else prints why and returns 1. */
+static int check_gpu(int dev) {
+  int n = 0;
+  px_status_t st = px_cuda_device_count(&n);
+  if (st == PX_ERR_NOT_BUILT) {
+    fprintf(stderr, "px_bench_gpu_train: libpxcore was built without CUDA (PX_WITH_CUDA=OFF)\n");
+    return 1;
+  }
+  if (st < 0) return fail("CUDA");
+  if (n == 0) {
+    fprintf(stderr, "px_bench_gpu_train: no CUDA GPU on this machine\n");
+    return 1;
+  }
+  if (dev >= n) {
+    fprintf(stderr, "px_bench_gpu_train: CUDA device %d does not exist (%d present)\n", dev, n);
+    return 1;
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *arch = "resnet18";
+  int batch = 128, steps = 30, warmup = 5, tf32 = 1, dev = 0, check_only = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    int bad = 0;
+    if (!strcmp(a, "--check")) {
+      check_only = 1;
+      continue;
+    }
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      return 0;
+    }
+    if (!v) bad = 1;
+    else if (!strcmp(a, "--model")) arch = v;
+    else if (!strcmp(a, "--batch")) bad = parse_int(v, 1, 1 << 16, &batch);
+    else if (!strcmp(a, "--steps")) bad = parse_int(v, 1, 1000000, &steps);
+    else if (!strcmp(a, "--warmup")) bad = parse_int(v, 0, 1000000, &warmup);
+    else if (!strcmp(a, "--tf32")) bad = parse_int(v, 0, 1, &tf32);
+    else if (!strcmp(a, "--device")) bad = parse_int(v, 0, 1023, &dev);
+    else bad = 1;
+    if (bad) {
+      fprintf(stderr, "px_bench_gpu_train: bad argument '%s'\n", a);
+      usage(stderr);
+      return 2;
+    }
+    i++;
+  }
+  if (!px_model_arch_known(arch)) {
+    fprintf(stderr, "px_bench_gpu_train: unknown model '%s' (%s)\n", arch, px_model_arch_list());
+    return 2;
+  }
+  if (check_gpu(dev)) return 1;
+  if (check_only) {
+    char name[128];
+    uint64_t mem = 0;
+    if (px_cuda_device_info(dev, name, sizeof name, &mem) < 0) return fail("device info");
+    printf("cuda:%d %s, %.1f GiB\n", dev, name, mem / 1073741824.0);
+    return 0;
+  }
+
+  px_ops_t *ops = NULL;
+  px_model_t *m = NULL;
+  px_sgd_t *sgd = NULL;
+  if (px_ops_create(px_device_cuda(dev), 0, &ops) < 0) return fail("ops");
+  if (px_ops_set_tf32(ops, tf32) < 0) return fail("tf32");
+  px_model_config_t mc = {arch, 3, 10, batch, 32, 32};
+  px_sgd_config_t sc = {0.1, 0.9, 5e-4, 0};
+  if (px_model_create(ops, &mc, &m) < 0 || px_model_init_params(m, 1) < 0 ||
+      px_sgd_create(m, &sc, &sgd) < 0)
+    return fail("model");
+
+  enum { NBATCH = 4 };
+  const size_t per = 3 * 32 * 32;
+  float *x = malloc(NBATCH * (size_t)batch * per * sizeof *x);
+  int32_t *y = malloc(NBATCH * (size_t)batch * sizeof *y);
+  if (!x || !y) {
+    fprintf(stderr, "px_bench_gpu_train: out of host memory\n");
+    return 1;
+  }
+  px_synth_config_t syn;
+  px_synth_config_default(&syn);
+  for (int b = 0; b < NBATCH; b++)
+    if (px_synth_batch(&syn, b, batch, x + (size_t)b * batch * per, y + (size_t)b * batch) < 0)
+      return fail("synthetic batch");
+
+  printf("px_bench_gpu_train: %s, batch %d, %s, %zu parameters\n", arch, batch,
+         px_ops_describe(ops), px_model_numel(m));
+  double t0 = 0, loss_last = 0;
+  for (int s = 0; s < warmup + steps; s++) {
+    if (s == warmup) {
+      if (px_ops_sync(ops) < 0) return fail("sync");
+      t0 = now_s();
+    }
+    const int b = s % NBATCH;
+    float loss;
+    int64_t correct;
+    if (px_model_train_step(m, x + (size_t)b * batch * per, y + (size_t)b * batch, &loss,
+                            &correct) < 0 ||
+        px_sgd_step(sgd) < 0)
+      return fail("training step");
+    loss_last = loss;
+  }
+  if (px_ops_sync(ops) < 0) return fail("sync");
+  const double el = now_s() - t0;
+  px_cuda_mem_stats_t ms;
+  px_cuda_mem_stats(&ms);
+  printf("%d steps in %.3f s (%.2f ms/step), last loss %.4f\n", steps, el, 1e3 * el / steps,
+         loss_last);
+  printf("RESULT images_per_sec %.1f img/s\n", steps * (double)batch / el);
+  printf("RESULT gpu_peak_mb %.1f MB\n", ms.peak_bytes / 1e6);
+  free(x);
+  free(y);
+  px_sgd_destroy(sgd);
+  px_model_destroy(m);
+  px_ops_destroy(ops);
+  return 0;
+}

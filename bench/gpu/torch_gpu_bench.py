@@ -1,0 +1,71 @@
+"""PyTorch peer for bench/gpu/run.sh: the ResNets of bench/train/torch_bench.py
+(the same definitions as libpxcore's models) trained eagerly on a CUDA GPU
+with SGD (momentum 0.9, weight decay 5e-4), fp32 with TF32 allowed in cuDNN
+and cuBLAS as the PruneX run allows it, on a few pre-made random batches of
+3x32x32 inputs, 10 classes, copied from pinned host memory every step as the
+PruneX engine copies its inputs. Prints images/s and the GPU memory peak as
+RESULT lines; exits 1 with a message when there is no GPU."""
+import argparse
+import os
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
+from torch_bench import ResNet  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="resnet18")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--tf32", type=int, default=1)
+    ap.add_argument("--cudnn-benchmark", type=int, default=0,
+                    help="1: let cuDNN time its algorithms (PruneX uses its heuristics, as 0 does)")
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("torch_gpu_bench.py: PyTorch sees no CUDA GPU (torch %s)" % torch.__version__,
+              file=sys.stderr)
+        sys.exit(1)
+    dev = torch.device("cuda:0")
+    torch.backends.cudnn.allow_tf32 = bool(a.tf32)
+    torch.backends.cuda.matmul.allow_tf32 = bool(a.tf32)
+    torch.backends.cudnn.benchmark = bool(a.cudnn_benchmark)
+    torch.manual_seed(1)
+    model = ResNet(a.model).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    crit = nn.CrossEntropyLoss()
+    model.train()
+    g = torch.Generator().manual_seed(0)
+    nb = 4
+    xs = [(torch.rand(a.batch, 3, 32, 32, generator=g) * 2 - 1).pin_memory() for _ in range(nb)]
+    ys = [torch.randint(0, 10, (a.batch,), generator=g).pin_memory() for _ in range(nb)]
+    torch.cuda.reset_peak_memory_stats(dev)
+    t0 = None
+    loss = None
+    for s in range(a.warmup + a.steps):
+        if s == a.warmup:
+            torch.cuda.synchronize(dev)
+            t0 = time.perf_counter()
+        x = xs[s % nb].to(dev, non_blocking=True)
+        y = ys[s % nb].to(dev, non_blocking=True)
+        opt.zero_grad(set_to_none=True)
+        loss = crit(model(x), y)
+        loss.backward()
+        opt.step()
+        loss.item()  # as PruneX returns the loss to the host every step
+    torch.cuda.synchronize(dev)
+    el = time.perf_counter() - t0
+    print("torch %s %s on %s: %d steps in %.3f s (%.2f ms/step), last loss %.4f"
+          % (torch.__version__, a.model, torch.cuda.get_device_name(dev), a.steps, el,
+             1e3 * el / a.steps, loss.item()))
+    print("RESULT images_per_sec %.1f img/s" % (a.steps * a.batch / el))
+    print("RESULT gpu_peak_mb %.1f MB" % (torch.cuda.max_memory_allocated(dev) / 1e6))
+
+
+if __name__ == "__main__":
+    main()

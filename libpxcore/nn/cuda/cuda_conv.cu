@@ -1,0 +1,296 @@
+/* 2-D convolution on cuDNN (legacy convolution API): forward, backward data
+ * and backward filter, plus the bias through cudnnAddTensor /
+ * cudnnConvolutionBackwardBias.
+ *
+ * The algorithm of each direction is chosen once, at creation, from cuDNN's
+ * heuristics (cudnnGet*Algorithm_v7, what PyTorch does without
+ * cudnn.benchmark): the first candidate that succeeds, whose math type the
+ * context allows and whose workspace fits the per-algorithm limit. Each
+ * direction has its own convolution descriptor carrying the math type of its
+ * algorithm (TF32 allowed: the one cuDNN suggests; forbidden: CUDNN_FMA_MATH,
+ * plain f32). The workspace is the context's shared one, grown here to the
+ * largest of the three, so the calls allocate nothing. Weights and
+ * gradients are plain OIHW, exactly the caller's tensors. */
+#include <string.h>
+
+#include "nn/cuda/px_cuda_ops_int.h"
+
+typedef struct px__cuda_conv2d {
+  px__ops_head_t head; /* first: the dispatcher reads it */
+  px__cuda_ops_t *ops;
+  px_conv2d_params_t p;
+  int tf32;
+  px_tensor_t x_spec;  /* [N, C_in, H, W] */
+  px_tensor_t y_spec;  /* [N, C_out, OH, OW] */
+  px_tensor_t w_spec;  /* [C_out, C_in, KH, KW] */
+  px_tensor_t b_spec;  /* [C_out] */
+  cudnnTensorDescriptor_t x_desc, y_desc, b_desc; /* b_desc: [1, C_out, 1, 1] */
+  cudnnFilterDescriptor_t w_desc;
+  cudnnConvolutionDescriptor_t fwd_desc, bwd_data_desc, bwd_filter_desc;
+  cudnnConvolutionFwdAlgo_t fwd_algo;
+  cudnnConvolutionBwdDataAlgo_t bwd_data_algo;
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
+  size_t fwd_ws, bwd_data_ws, bwd_filter_ws; /* workspace bytes of each algorithm */
+} px__cuda_conv2d_t;
+
+static px__cuda_conv2d_t *px__op(px_conv2d_t *op) { return (px__cuda_conv2d_t *)op; }
+static const px__cuda_conv2d_t *px__cop(const px_conv2d_t *op) {
+  return (const px__cuda_conv2d_t *)op;
+}
+
+extern "C" void px__cuda_conv2d_destroy(px_conv2d_t *o) {
+  px__cuda_conv2d_t *op = px__op(o);
+  if (!op) return;
+  if (op->x_desc) cudnnDestroyTensorDescriptor(op->x_desc);
+  if (op->y_desc) cudnnDestroyTensorDescriptor(op->y_desc);
+  if (op->b_desc) cudnnDestroyTensorDescriptor(op->b_desc);
+  if (op->w_desc) cudnnDestroyFilterDescriptor(op->w_desc);
+  if (op->fwd_desc) cudnnDestroyConvolutionDescriptor(op->fwd_desc);
+  if (op->bwd_data_desc) cudnnDestroyConvolutionDescriptor(op->bwd_data_desc);
+  if (op->bwd_filter_desc) cudnnDestroyConvolutionDescriptor(op->bwd_filter_desc);
+  if (op->ops) px__cuda_op_died(op->ops);
+  px_free(op);
+}
+
+/* Math type to run a heuristics candidate with, or -1 to skip it: never
+ * the FP16-converting kind; with TF32 the suggested one; without, only
+ * candidates not tied to tensor cores, run with CUDNN_FMA_MATH. */
+static int px__math_for(int tf32, cudnnMathType_t suggested) {
+  if (suggested == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return -1;
+  if (tf32) return (int)suggested;
+  return suggested == CUDNN_TENSOR_OP_MATH ? -1 : (int)CUDNN_FMA_MATH;
+}
+
+static px_status_t px__conv_desc(cudnnConvolutionDescriptor_t *d, const px_conv2d_params_t *p,
+                                 int tf32) {
+  PX_CUDNN(cudnnCreateConvolutionDescriptor(d));
+  PX_CUDNN(cudnnSetConvolution2dDescriptor(*d, p->pad_h, p->pad_w, p->stride_h, p->stride_w, 1, 1,
+                                           CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  PX_CUDNN(cudnnSetConvolutionMathType(*d, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+  return PX_OK;
+}
+
+static px_status_t px__pick_fwd(px__cuda_conv2d_t *op) {
+  cudnnHandle_t h = op->ops->cudnn;
+  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  int n = 0;
+  PX_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(h, op->x_desc, op->w_desc, op->fwd_desc,
+                                                  op->y_desc, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n,
+                                                  perf));
+  for (int i = 0; i < n; i++) {
+    int m = px__math_for(op->tf32, perf[i].mathType);
+    size_t ws = 0;
+    if (perf[i].status != CUDNN_STATUS_SUCCESS || m < 0) continue;
+    if (cudnnSetConvolutionMathType(op->fwd_desc, (cudnnMathType_t)m) != CUDNN_STATUS_SUCCESS)
+      continue;
+    if (cudnnGetConvolutionForwardWorkspaceSize(h, op->x_desc, op->w_desc, op->fwd_desc, op->y_desc,
+                                                perf[i].algo, &ws) != CUDNN_STATUS_SUCCESS ||
+        ws > op->ops->ws_algo_limit)
+      continue;
+    op->fwd_algo = perf[i].algo;
+    op->fwd_ws = ws;
+    return PX_OK;
+  }
+  return px_set_error(PX_ERR_BACKEND, "cuDNN offers no usable forward algorithm for this convolution");
+}
+
+static px_status_t px__pick_bwd_data(px__cuda_conv2d_t *op) {
+  cudnnHandle_t h = op->ops->cudnn;
+  cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+  int n = 0;
+  PX_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, op->w_desc, op->y_desc, op->bwd_data_desc,
+                                                       op->x_desc,
+                                                       CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n,
+                                                       perf));
+  for (int i = 0; i < n; i++) {
+    int m = px__math_for(op->tf32, perf[i].mathType);
+    size_t ws = 0;
+    if (perf[i].status != CUDNN_STATUS_SUCCESS || m < 0) continue;
+    if (cudnnSetConvolutionMathType(op->bwd_data_desc, (cudnnMathType_t)m) != CUDNN_STATUS_SUCCESS)
+      continue;
+    if (cudnnGetConvolutionBackwardDataWorkspaceSize(h, op->w_desc, op->y_desc, op->bwd_data_desc,
+                                                     op->x_desc, perf[i].algo,
+                                                     &ws) != CUDNN_STATUS_SUCCESS ||
+        ws > op->ops->ws_algo_limit)
+      continue;
+    op->bwd_data_algo = perf[i].algo;
+    op->bwd_data_ws = ws;
+    return PX_OK;
+  }
+  return px_set_error(PX_ERR_BACKEND,
+                      "cuDNN offers no usable backward-data algorithm for this convolution");
+}
+
+static px_status_t px__pick_bwd_filter(px__cuda_conv2d_t *op) {
+  cudnnHandle_t h = op->ops->cudnn;
+  cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+  int n = 0;
+  PX_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+      h, op->x_desc, op->y_desc, op->bwd_filter_desc, op->w_desc,
+      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
+  for (int i = 0; i < n; i++) {
+    int m = px__math_for(op->tf32, perf[i].mathType);
+    size_t ws = 0;
+    if (perf[i].status != CUDNN_STATUS_SUCCESS || m < 0) continue;
+    if (cudnnSetConvolutionMathType(op->bwd_filter_desc, (cudnnMathType_t)m) !=
+        CUDNN_STATUS_SUCCESS)
+      continue;
+    if (cudnnGetConvolutionBackwardFilterWorkspaceSize(h, op->x_desc, op->y_desc,
+                                                       op->bwd_filter_desc, op->w_desc,
+                                                       perf[i].algo, &ws) != CUDNN_STATUS_SUCCESS ||
+        ws > op->ops->ws_algo_limit)
+      continue;
+    op->bwd_filter_algo = perf[i].algo;
+    op->bwd_filter_ws = ws;
+    return PX_OK;
+  }
+  return px_set_error(PX_ERR_BACKEND,
+                      "cuDNN offers no usable backward-filter algorithm for this convolution");
+}
+
+static int64_t px__out_dim(int64_t in, int32_t k, int32_t s, int32_t pad) {
+  int64_t span = in + 2 * (int64_t)pad - k;
+  return span < 0 ? 0 : span / s + 1;
+}
+
+extern "C" px_status_t px__cuda_conv2d_create(px_ops_t *o, const px_tensor_t *x_spec,
+                                              const px_conv2d_params_t *p, px_conv2d_t **out) {
+  px__cuda_ops_t *ops = px__cuda_ctx(o);
+  PX_REQUIRE(out && p, "px_conv2d_create: NULL argument");
+  *out = NULL;
+  PX_CHECK(px__cuda_check_input(ops, x_spec, 4, 4, "px_conv2d_create"));
+  PX_REQUIRE(p->c_out > 0 && p->kh > 0 && p->kw > 0 && p->stride_h > 0 && p->stride_w > 0 &&
+                 p->pad_h >= 0 && p->pad_w >= 0,
+             "px_conv2d_create: bad parameters (c_out %d, kernel %dx%d, stride %dx%d, pad %dx%d)",
+             p->c_out, p->kh, p->kw, p->stride_h, p->stride_w, p->pad_h, p->pad_w);
+  const int64_t n = x_spec->dims[0], c_in = x_spec->dims[1];
+  const int64_t oh = px__out_dim(x_spec->dims[2], p->kh, p->stride_h, p->pad_h);
+  const int64_t ow = px__out_dim(x_spec->dims[3], p->kw, p->stride_w, p->pad_w);
+  PX_REQUIRE(oh > 0 && ow > 0, "px_conv2d_create: kernel larger than the padded input");
+  PX_CHECK(px__cuda_enter(ops));
+
+  px_status_t st = PX_OK;
+  px__cuda_conv2d_t *op = (px__cuda_conv2d_t *)px_calloc(1, sizeof *op, "cuda conv2d");
+  if (!op) return PX_ERR_NOMEM;
+  op->head.be = &px__cuda_backend;
+  op->ops = ops;
+  px__cuda_op_born(ops);
+  op->p = *p;
+  op->tf32 = ops->tf32;
+  op->x_spec = px__cuda_spec_copy(x_spec);
+  {
+    const int64_t yd[4] = {n, p->c_out, oh, ow}, wd[4] = {p->c_out, c_in, p->kh, p->kw};
+    const int64_t bd[1] = {p->c_out};
+    PX_CHECK_GOTO(px__cuda_spec(ops, PX_DTYPE_F32, 4, yd, &op->y_spec), st, fail);
+    PX_CHECK_GOTO(px__cuda_spec(ops, PX_DTYPE_F32, 4, wd, &op->w_spec), st, fail);
+    PX_CHECK_GOTO(px__cuda_spec(ops, PX_DTYPE_F32, 1, bd, &op->b_spec), st, fail);
+  }
+  PX_CUDNN_GOTO(cudnnCreateTensorDescriptor(&op->x_desc), st, fail);
+  PX_CUDNN_GOTO(cudnnCreateTensorDescriptor(&op->y_desc), st, fail);
+  PX_CUDNN_GOTO(cudnnCreateTensorDescriptor(&op->b_desc), st, fail);
+  PX_CUDNN_GOTO(cudnnCreateFilterDescriptor(&op->w_desc), st, fail);
+  PX_CHECK_GOTO(px__cuda_tensor_desc(op->x_desc, n, c_in, x_spec->dims[2], x_spec->dims[3]), st,
+                fail);
+  PX_CHECK_GOTO(px__cuda_tensor_desc(op->y_desc, n, p->c_out, oh, ow), st, fail);
+  PX_CHECK_GOTO(px__cuda_tensor_desc(op->b_desc, 1, p->c_out, 1, 1), st, fail);
+  PX_CUDNN_GOTO(cudnnSetFilter4dDescriptor(op->w_desc, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, p->c_out,
+                                           (int)c_in, p->kh, p->kw),
+                st, fail);
+  PX_CHECK_GOTO(px__conv_desc(&op->fwd_desc, p, op->tf32), st, fail);
+  PX_CHECK_GOTO(px__conv_desc(&op->bwd_data_desc, p, op->tf32), st, fail);
+  PX_CHECK_GOTO(px__conv_desc(&op->bwd_filter_desc, p, op->tf32), st, fail);
+  {
+    /* cuDNN must agree on the output shape (floor, as ops.h says) */
+    int cn, cc, ch, cw;
+    PX_CUDNN_GOTO(cudnnGetConvolution2dForwardOutputDim(op->fwd_desc, op->x_desc, op->w_desc, &cn,
+                                                        &cc, &ch, &cw),
+                  st, fail);
+    if (cn != n || cc != p->c_out || ch != oh || cw != ow) {
+      st = px_set_error(PX_ERR_INTERNAL, "cuDNN computes a %dx%d output, expected %lldx%lld", ch, cw,
+                        (long long)oh, (long long)ow);
+      goto fail;
+    }
+  }
+  PX_CHECK_GOTO(px__pick_fwd(op), st, fail);
+  PX_CHECK_GOTO(px__pick_bwd_data(op), st, fail);
+  PX_CHECK_GOTO(px__pick_bwd_filter(op), st, fail);
+  {
+    size_t need = op->fwd_ws;
+    if (op->bwd_data_ws > need) need = op->bwd_data_ws;
+    if (op->bwd_filter_ws > need) need = op->bwd_filter_ws;
+    PX_CHECK_GOTO(px__cuda_reserve_ws(ops, need), st, fail);
+  }
+  *out = (px_conv2d_t *)op;
+  return PX_OK;
+fail:
+  px__cuda_conv2d_destroy((px_conv2d_t *)op);
+  return st;
+}
+
+extern "C" void px__cuda_conv2d_y_spec(const px_conv2d_t *op, px_tensor_t *spec) {
+  *spec = px__cop(op)->y_spec;
+}
+extern "C" void px__cuda_conv2d_w_spec(const px_conv2d_t *op, px_tensor_t *spec) {
+  *spec = px__cop(op)->w_spec;
+}
+extern "C" void px__cuda_conv2d_b_spec(const px_conv2d_t *op, px_tensor_t *spec) {
+  *spec = px__cop(op)->b_spec;
+}
+
+extern "C" px_status_t px__cuda_conv2d_forward(px_conv2d_t *o, px_tensor_t *y, const px_tensor_t *x,
+                                               const px_tensor_t *w, const px_tensor_t *b) {
+  px__cuda_conv2d_t *op = px__op(o);
+  PX__CHECK(x, &op->x_spec, "conv2d forward x");
+  PX__CHECK(w, &op->w_spec, "conv2d forward w");
+  PX__CHECK(y, &op->y_spec, "conv2d forward y");
+  if (op->p.bias)
+    PX__CHECK(b, &op->b_spec, "conv2d forward b");
+  else
+    PX_REQUIRE(b == NULL, "conv2d forward: bias given to a conv without bias");
+  px__cuda_ops_t *ops = op->ops;
+  const float one = 1.0f, zero = 0.0f;
+  PX_CHECK(px__cuda_enter(ops));
+  PX_CUDNN(cudnnConvolutionForward(ops->cudnn, &one, op->x_desc, x->data, op->w_desc, w->data,
+                                   op->fwd_desc, op->fwd_algo, ops->ws, op->fwd_ws, &zero,
+                                   op->y_desc, y->data));
+  if (b) PX_CUDNN(cudnnAddTensor(ops->cudnn, &one, op->b_desc, b->data, &one, op->y_desc, y->data));
+  return PX_OK;
+}
+
+extern "C" px_status_t px__cuda_conv2d_backward_data(px_conv2d_t *o, px_tensor_t *dx,
+                                                     const px_tensor_t *dy, const px_tensor_t *w) {
+  px__cuda_conv2d_t *op = px__op(o);
+  PX__CHECK(dy, &op->y_spec, "conv2d backward dy");
+  PX__CHECK(w, &op->w_spec, "conv2d backward w");
+  PX__CHECK(dx, &op->x_spec, "conv2d backward dx");
+  px__cuda_ops_t *ops = op->ops;
+  const float one = 1.0f, zero = 0.0f;
+  PX_CHECK(px__cuda_enter(ops));
+  PX_CUDNN(cudnnConvolutionBackwardData(ops->cudnn, &one, op->w_desc, w->data, op->y_desc, dy->data,
+                                        op->bwd_data_desc, op->bwd_data_algo, ops->ws,
+                                        op->bwd_data_ws, &zero, op->x_desc, dx->data));
+  return PX_OK;
+}
+
+extern "C" px_status_t px__cuda_conv2d_backward_weights(px_conv2d_t *o, px_tensor_t *dw,
+                                                        px_tensor_t *db, const px_tensor_t *x,
+                                                        const px_tensor_t *dy) {
+  px__cuda_conv2d_t *op = px__op(o);
+  PX__CHECK(x, &op->x_spec, "conv2d backward x");
+  PX__CHECK(dy, &op->y_spec, "conv2d backward dy");
+  PX__CHECK(dw, &op->w_spec, "conv2d backward dw");
+  if (op->p.bias)
+    PX__CHECK(db, &op->b_spec, "conv2d backward db");
+  else
+    PX_REQUIRE(db == NULL, "conv2d backward: bias gradient asked of a conv without bias");
+  px__cuda_ops_t *ops = op->ops;
+  const float one = 1.0f, zero = 0.0f;
+  PX_CHECK(px__cuda_enter(ops));
+  PX_CUDNN(cudnnConvolutionBackwardFilter(ops->cudnn, &one, op->x_desc, x->data, op->y_desc,
+                                          dy->data, op->bwd_filter_desc, op->bwd_filter_algo,
+                                          ops->ws, op->bwd_filter_ws, &zero, op->w_desc, dw->data));
+  if (db)
+    PX_CUDNN(cudnnConvolutionBackwardBias(ops->cudnn, &one, op->y_desc, dy->data, &zero, op->b_desc,
+                                          db->data));
+  return PX_OK;
+}

@@ -1,0 +1,233 @@
+/* The CUDA backend context (stream, cuDNN and cuBLAS handles, the shared
+ * workspace, the pinned staging buffer of uploads, the loss result), the
+ * status conversions at the CUDA / cuDNN / cuBLAS boundary and the helpers
+ * every op file uses. See px_cuda_ops_int.h for the model of execution. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/cuda/px_cuda_ops_int.h"
+#include "prunex/cuda.h"
+
+/* ---- status conversion ---------------------------------------------------------- */
+
+static const char *px__base(const char *file) {
+  const char *s = strrchr(file, '/');
+  return s ? s + 1 : file;
+}
+
+px_status_t px__cuda_status(cudaError_t e, const char *call, const char *file, int line) {
+  if (e == cudaSuccess) return PX_OK;
+  cudaGetLastError(); /* clear a non-sticky error so that the next call is not blamed */
+  px_status_t st = PX_ERR_BACKEND;
+  if (e == cudaErrorMemoryAllocation) st = PX_ERR_NOMEM;
+  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || e == cudaErrorInvalidDevice)
+    st = PX_ERR_NO_DEVICE;
+  return px_set_error(st, "CUDA: %s failed (%s:%d): %s (%s)", call, px__base(file), line,
+                      cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+px_status_t px__cudnn_status(cudnnStatus_t s, const char *call, const char *file, int line) {
+  if (s == CUDNN_STATUS_SUCCESS) return PX_OK;
+  px_status_t st = PX_ERR_BACKEND;
+  if (s == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
+      s == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED)
+    st = PX_ERR_NOMEM;
+  return px_set_error(st, "cuDNN: %s failed (%s:%d): %s", call, px__base(file), line,
+                      cudnnGetErrorString(s));
+}
+
+px_status_t px__cublas_status(cublasStatus_t s, const char *call, const char *file, int line) {
+  if (s == CUBLAS_STATUS_SUCCESS) return PX_OK;
+  return px_set_error(s == CUBLAS_STATUS_ALLOC_FAILED ? PX_ERR_NOMEM : PX_ERR_BACKEND,
+                      "cuBLAS: %s failed (%s:%d): %s", call, px__base(file), line,
+                      cublasGetStatusString(s));
+}
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+px_status_t px__cuda_enter(px__cuda_ops_t *ops) {
+  PX_CUDA(cudaSetDevice(ops->device.index));
+  return PX_OK;
+}
+
+px_status_t px__cuda_reserve_ws(px__cuda_ops_t *ops, size_t bytes) {
+  if (bytes <= ops->ws_bytes) return PX_OK;
+  const size_t mib = (size_t)1 << 20;
+  size_t want = (bytes + mib - 1) / mib * mib;
+  /* work queued earlier may still use the old block */
+  PX_CUDA(cudaStreamSynchronize(ops->stream));
+  px__cuda_mem_free(ops->ws);
+  ops->ws = NULL;
+  ops->ws_bytes = 0;
+  PX_CHECK(px__cuda_mem_alloc(ops->device.index, want, "ops workspace", &ops->ws));
+  ops->ws_bytes = want;
+  return PX_OK;
+}
+
+px_status_t px__cuda_check_input(const px__cuda_ops_t *ops, const px_tensor_t *x, int min_ndim,
+                                 int max_ndim, const char *what) {
+  PX_REQUIRE(x != NULL, "%s: input spec is NULL", what);
+  PX_REQUIRE(px_device_equal(x->device, ops->device), "%s: input is on another device", what);
+  PX_REQUIRE(x->dtype == PX_DTYPE_F32, "%s: input must be f32", what);
+  PX_REQUIRE(x->layout == NULL, "%s: CUDA inputs must be plain (layout %s)", what,
+             px_layout_name(x->layout));
+  PX_REQUIRE(x->ndim >= min_ndim && x->ndim <= max_ndim, "%s: input has %d dims, wants %d..%d",
+             what, (int)x->ndim, min_ndim, max_ndim);
+  return PX_OK;
+}
+
+px_status_t px__cuda_spec(const px__cuda_ops_t *ops, px_dtype_t dt, int ndim, const int64_t *dims,
+                          px_tensor_t *spec) {
+  return px_tensor_init(spec, ops->device, dt, ndim, dims);
+}
+
+px_status_t px__cuda_tensor_desc(cudnnTensorDescriptor_t d, int64_t n, int64_t c, int64_t h,
+                                 int64_t w) {
+  PX_REQUIRE(n <= INT_MAX && c <= INT_MAX && h <= INT_MAX && w <= INT_MAX,
+             "tensor [%lld, %lld, %lld, %lld] is too large for cuDNN", (long long)n, (long long)c,
+             (long long)h, (long long)w);
+  PX_CUDNN(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)n, (int)c,
+                                      (int)h, (int)w));
+  return PX_OK;
+}
+
+void px__cuda_op_born(px__cuda_ops_t *ops) { ops->live_ops++; }
+void px__cuda_op_died(px__cuda_ops_t *ops) { ops->live_ops--; }
+
+/* ---- context ------------------------------------------------------------------------ */
+
+static void px__describe(px__cuda_ops_t *ops) {
+  char name[128] = "?";
+  px_cuda_device_info(ops->device.index, name, sizeof name, NULL);
+  size_t v = cudnnGetVersion();
+  int blas = 0;
+  cublasGetVersion(ops->cublas, &blas);
+  snprintf(ops->desc, sizeof ops->desc, "cuDNN %zu.%zu.%zu, cuBLAS %d.%d (cuda:%d %s, TF32 %s)",
+           v / 10000, (v % 10000) / 100, v % 100, blas / 10000, (blas % 10000) / 100,
+           (int)ops->device.index, name, ops->tf32 ? "on" : "off");
+}
+
+static int px__env_int(const char *name, int dflt) {
+  const char *s = getenv(name);
+  if (!s || !*s) return dflt;
+  char *end;
+  long v = strtol(s, &end, 10);
+  return (*end || v < 0 || v > INT_MAX) ? dflt : (int)v;
+}
+
+extern "C" px_status_t px__cuda_ops_create(px_device_t dev, int nthreads, px_ops_t **out) {
+  *out = NULL;
+  PX_REQUIRE(dev.kind == PX_DEVICE_CUDA, "px_ops_create: device kind %d is not CUDA", (int)dev.kind);
+  int count = 0;
+  PX_CHECK(px_cuda_device_count(&count));
+  if (count == 0) return px_set_error(PX_ERR_NO_DEVICE, "px_ops_create: no CUDA device on this machine");
+  if (dev.index < 0 || dev.index >= count)
+    return px_set_error(PX_ERR_NO_DEVICE, "px_ops_create: CUDA device %d does not exist (%d present)",
+                        (int)dev.index, count);
+  px__cuda_ops_t *ops = (px__cuda_ops_t *)px_calloc(1, sizeof *ops, "cuda ops");
+  if (!ops) return PX_ERR_NOMEM;
+  ops->head.be = &px__cuda_backend;
+  ops->device = dev;
+  ops->nthreads = nthreads;
+  ops->tf32 = px__env_int("PX_CUDA_TF32", 1) != 0;
+  ops->ws_algo_limit = (size_t)px__env_int("PX_CUDNN_WORKSPACE_MB", 1024) << 20;
+  px_status_t st = PX_OK;
+  PX_CHECK_GOTO(px__cuda_enter(ops), st, fail);
+  PX_CUDA_GOTO(cudaStreamCreate(&ops->stream), st, fail); /* blocking: see the header */
+  PX_CUDA_GOTO(cudaEventCreateWithFlags(&ops->staging_done, cudaEventDisableTiming), st, fail);
+  PX_CUDNN_GOTO(cudnnCreate(&ops->cudnn), st, fail);
+  PX_CUDNN_GOTO(cudnnSetStream(ops->cudnn, ops->stream), st, fail);
+  PX_CUBLAS_GOTO(cublasCreate(&ops->cublas), st, fail);
+  PX_CUBLAS_GOTO(cublasSetStream(ops->cublas, ops->stream), st, fail);
+  PX_CHECK_GOTO(px__cuda_mem_alloc(dev.index, sizeof *ops->dres, "softmax_ce result",
+                                   (void **)&ops->dres),
+                st, fail);
+  PX_CUDA_GOTO(cudaHostAlloc((void **)&ops->hres, sizeof *ops->hres, cudaHostAllocDefault), st,
+               fail);
+  px__describe(ops);
+  *out = (px_ops_t *)ops;
+  return PX_OK;
+fail:
+  px__cuda_ops_destroy((px_ops_t *)ops);
+  return st;
+}
+
+extern "C" void px__cuda_ops_destroy(px_ops_t *o) {
+  px__cuda_ops_t *ops = px__cuda_ctx(o);
+  if (!ops) return;
+  if (ops->live_ops != 0)
+    px_log(PX_LOG_WARN, "px_ops_destroy: %lld op objects were not destroyed first",
+           (long long)ops->live_ops);
+  cudaSetDevice(ops->device.index);
+  if (ops->stream) cudaStreamSynchronize(ops->stream);
+  px__cuda_mem_free(ops->ws);
+  px__cuda_mem_free(ops->dres);
+  if (ops->hres) cudaFreeHost(ops->hres);
+  if (ops->staging) cudaFreeHost(ops->staging);
+  if (ops->cublas) cublasDestroy(ops->cublas);
+  if (ops->cudnn) cudnnDestroy(ops->cudnn);
+  if (ops->staging_done) cudaEventDestroy(ops->staging_done);
+  if (ops->stream) cudaStreamDestroy(ops->stream);
+  px_free(ops);
+}
+
+extern "C" px_device_t px__cuda_ops_device(const px_ops_t *ops) { return px__cuda_cctx(ops)->device; }
+extern "C" int px__cuda_ops_threads(const px_ops_t *ops) { return px__cuda_cctx(ops)->nthreads; }
+extern "C" size_t px__cuda_ops_scratchpad_bytes(const px_ops_t *ops) {
+  return px__cuda_cctx(ops)->ws_bytes;
+}
+extern "C" const char *px__cuda_ops_describe(const px_ops_t *ops) { return px__cuda_cctx(ops)->desc; }
+
+extern "C" px_status_t px__cuda_ops_sync(px_ops_t *o) {
+  px__cuda_ops_t *ops = px__cuda_ctx(o);
+  PX_CHECK(px__cuda_enter(ops));
+  PX_CUDA(cudaStreamSynchronize(ops->stream));
+  return PX_OK;
+}
+
+extern "C" px_status_t px__cuda_ops_set_tf32(px_ops_t *o, int allow) {
+  px__cuda_ops_t *ops = px__cuda_ctx(o);
+  ops->tf32 = allow ? 1 : 0;
+  px__describe(ops);
+  return PX_OK;
+}
+
+extern "C" px_status_t px__cuda_ops_upload(px_ops_t *o, int n, px_tensor_t *const *dst,
+                                           const void *const *src) {
+  px__cuda_ops_t *ops = px__cuda_ctx(o);
+  const size_t align = 256;
+  size_t total = 0;
+  for (int i = 0; i < n; i++) {
+    const px_tensor_t *t = dst[i];
+    PX_REQUIRE(t && t->data && src[i], "upload: tensor %d or its host data is missing", i);
+    PX_REQUIRE(px_device_equal(t->device, ops->device) && t->layout == NULL,
+               "upload: tensor %d is not a plain tensor of this device", i);
+    total += (px_tensor_plain_bytes(t) + align - 1) / align * align;
+  }
+  if (total == 0) return PX_OK;
+  PX_CHECK(px__cuda_enter(ops));
+  if (ops->staging_pending) { /* the previous upload's copies may still read staging */
+    PX_CUDA(cudaEventSynchronize(ops->staging_done));
+    ops->staging_pending = 0;
+  }
+  if (total > ops->staging_bytes) { /* first use, or a larger batch: grow once */
+    if (ops->staging) cudaFreeHost(ops->staging);
+    ops->staging = NULL;
+    ops->staging_bytes = 0;
+    PX_CUDA(cudaHostAlloc(&ops->staging, total, cudaHostAllocDefault));
+    ops->staging_bytes = total;
+  }
+  size_t off = 0;
+  for (int i = 0; i < n; i++) {
+    const size_t bytes = px_tensor_plain_bytes(dst[i]);
+    char *stage = (char *)ops->staging + off;
+    memcpy(stage, src[i], bytes);
+    PX_CUDA(cudaMemcpyAsync(dst[i]->data, stage, bytes, cudaMemcpyHostToDevice, ops->stream));
+    off += (bytes + align - 1) / align * align;
+  }
+  PX_CUDA(cudaEventRecord(ops->staging_done, ops->stream));
+  ops->staging_pending = 1;
+  return PX_OK;
+}

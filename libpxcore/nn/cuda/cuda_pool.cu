@@ -1,0 +1,228 @@
+/* Max, average and global average pooling on CUDA with our own kernels (the
+ * semantics of ops.h, which cuDNN's pooling backward, needing x and y,
+ * does not fit). Forward: one thread per output; max pooling records the
+ * position of the first maximum of each window (int32 index into the input
+ * plane, the workspace of ops.h). Backward: one thread per input that
+ * gathers from the outputs whose windows cover it, so no atomics and no
+ * zero-fill are needed and the sums are deterministic. */
+#include <stdint.h>
+#include <string.h>
+
+#include "nn/cuda/px_cuda_ops_int.h"
+
+typedef struct {
+  int64_t n, c, h, w, oh, ow;
+  int kh, kw, sh, sw, ph, pw;
+  int mode; /* px_pool_mode_t */
+} px__pool_geom_t;
+
+typedef struct px__cuda_pool2d {
+  px__ops_head_t head; /* first: the dispatcher reads it */
+  px__cuda_ops_t *ops;
+  px_pool2d_params_t p;
+  px__pool_geom_t g;
+  px_tensor_t x_spec;  /* [N, C, H, W] */
+  px_tensor_t y_spec;  /* [N, C, OH, OW] */
+  px_tensor_t ws_spec; /* u8 [4 * N*C*OH*OW] arg-max indices for max pooling, else nbytes 0 */
+} px__cuda_pool2d_t;
+
+/* ---- kernels --------------------------------------------------------------------------- */
+
+/* Number of real inputs in the window starting at (hs, ws). */
+__device__ static int px__window_count(const px__pool_geom_t g, int64_t hs, int64_t ws) {
+  int64_t h0 = hs > 0 ? hs : 0, w0 = ws > 0 ? ws : 0;
+  int64_t h1 = hs + g.kh < g.h ? hs + g.kh : g.h, w1 = ws + g.kw < g.w ? ws + g.kw : g.w;
+  return (int)((h1 - h0) * (w1 - w0));
+}
+
+__device__ static float px__divisor(const px__pool_geom_t g, int64_t hs, int64_t ws) {
+  return g.mode == PX_POOL_AVG_EXCLUDE_PAD ? (float)px__window_count(g, hs, ws)
+                                           : (float)(g.kh * g.kw);
+}
+
+__global__ static void px__pool_fwd_kernel(float *__restrict__ y, int32_t *__restrict__ argmax,
+                                           const float *__restrict__ x, const px__pool_geom_t g) {
+  const int64_t total = g.n * g.c * g.oh * g.ow;
+  for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < total;
+       o += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t ow = o % g.ow, oh = (o / g.ow) % g.oh, nc = o / (g.ow * g.oh);
+    const float *plane = x + nc * g.h * g.w;
+    const int64_t hs = oh * g.sh - g.ph, ws = ow * g.sw - g.pw;
+    if (g.mode == PX_POOL_MAX) {
+      float best = 0.0f;
+      int32_t arg = -1;
+      for (int i = 0; i < g.kh; i++) {
+        const int64_t ih = hs + i;
+        if (ih < 0 || ih >= g.h) continue;
+        for (int j = 0; j < g.kw; j++) {
+          const int64_t iw = ws + j;
+          if (iw < 0 || iw >= g.w) continue;
+          const float v = plane[ih * g.w + iw];
+          if (arg < 0 || v > best) { /* strict: the first maximum wins */
+            best = v;
+            arg = (int32_t)(ih * g.w + iw);
+          }
+        }
+      }
+      y[o] = best;
+      argmax[o] = arg;
+    } else {
+      float sum = 0.0f;
+      for (int i = 0; i < g.kh; i++) {
+        const int64_t ih = hs + i;
+        if (ih < 0 || ih >= g.h) continue;
+        for (int j = 0; j < g.kw; j++) {
+          const int64_t iw = ws + j;
+          if (iw >= 0 && iw < g.w) sum += plane[ih * g.w + iw];
+        }
+      }
+      y[o] = sum / px__divisor(g, hs, ws);
+    }
+  }
+}
+
+/* First and last output index (inclusive) whose window covers input index
+ * i along one axis: o*s - p <= i <= o*s - p + k - 1, 0 <= o < out. */
+__device__ static void px__covering(int64_t i, int k, int s, int p, int64_t out, int64_t *lo,
+                                    int64_t *hi) {
+  *lo = i + p < k ? 0 : (i + p - k) / s + 1;
+  const int64_t h = (i + p) / s;
+  *hi = h < out - 1 ? h : out - 1;
+}
+
+__global__ static void px__pool_bwd_kernel(float *__restrict__ dx, const float *__restrict__ dy,
+                                           const int32_t *__restrict__ argmax,
+                                           const px__pool_geom_t g) {
+  const int64_t total = g.n * g.c * g.h * g.w;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t iw = i % g.w, ih = (i / g.w) % g.h, nc = i / (g.w * g.h);
+    int64_t oh0, oh1, ow0, ow1;
+    px__covering(ih, g.kh, g.sh, g.ph, g.oh, &oh0, &oh1);
+    px__covering(iw, g.kw, g.sw, g.pw, g.ow, &ow0, &ow1);
+    const int64_t base = nc * g.oh * g.ow;
+    const int32_t me = (int32_t)(ih * g.w + iw);
+    float sum = 0.0f;
+    for (int64_t oh = oh0; oh <= oh1; oh++)
+      for (int64_t ow = ow0; ow <= ow1; ow++) {
+        const int64_t o = base + oh * g.ow + ow;
+        if (g.mode == PX_POOL_MAX) {
+          if (argmax[o] == me) sum += dy[o];
+        } else {
+          sum += dy[o] / px__divisor(g, oh * g.sh - g.ph, ow * g.sw - g.pw);
+        }
+      }
+    dx[i] = sum;
+  }
+}
+
+/* ---- op -------------------------------------------------------------------------------- */
+
+extern "C" void px__cuda_pool2d_destroy(px_pool2d_t *o) {
+  px__cuda_pool2d_t *op = (px__cuda_pool2d_t *)o;
+  if (!op) return;
+  if (op->ops) px__cuda_op_died(op->ops);
+  px_free(op);
+}
+
+extern "C" px_status_t px__cuda_pool2d_create(px_ops_t *o, const px_tensor_t *x_spec,
+                                              const px_pool2d_params_t *p, px_pool2d_t **out) {
+  px__cuda_ops_t *ops = px__cuda_ctx(o);
+  PX_REQUIRE(out && p, "px_pool2d_create: NULL argument");
+  *out = NULL;
+  PX_CHECK(px__cuda_check_input(ops, x_spec, 4, 4, "px_pool2d_create"));
+  PX_REQUIRE(p->kh > 0 && p->kw > 0 && p->stride_h > 0 && p->stride_w > 0 && p->pad_h >= 0 &&
+                 p->pad_w >= 0 && p->pad_h < p->kh && p->pad_w < p->kw,
+             "px_pool2d_create: bad parameters (kernel %dx%d, stride %dx%d, pad %dx%d)", p->kh,
+             p->kw, p->stride_h, p->stride_w, p->pad_h, p->pad_w);
+  PX_REQUIRE(p->mode == PX_POOL_MAX || p->mode == PX_POOL_AVG || p->mode == PX_POOL_AVG_EXCLUDE_PAD,
+             "px_pool2d_create: unknown mode %d", (int)p->mode);
+  px__pool_geom_t g;
+  memset(&g, 0, sizeof g);
+  g.n = x_spec->dims[0];
+  g.c = x_spec->dims[1];
+  g.h = x_spec->dims[2];
+  g.w = x_spec->dims[3];
+  const int64_t span_h = g.h + 2 * (int64_t)p->pad_h - p->kh, span_w = g.w + 2 * (int64_t)p->pad_w - p->kw;
+  PX_REQUIRE(span_h >= 0 && span_w >= 0, "px_pool2d_create: kernel larger than the padded input");
+  PX_REQUIRE(g.h * g.w <= INT32_MAX, "px_pool2d_create: input plane too large");
+  g.oh = span_h / p->stride_h + 1;
+  g.ow = span_w / p->stride_w + 1;
+  g.kh = p->kh;
+  g.kw = p->kw;
+  g.sh = p->stride_h;
+  g.sw = p->stride_w;
+  g.ph = p->pad_h;
+  g.pw = p->pad_w;
+  g.mode = (int)p->mode;
+
+  px_status_t st = PX_OK;
+  px__cuda_pool2d_t *op = (px__cuda_pool2d_t *)px_calloc(1, sizeof *op, "cuda pool2d");
+  if (!op) return PX_ERR_NOMEM;
+  op->head.be = &px__cuda_backend;
+  op->ops = ops;
+  px__cuda_op_born(ops);
+  op->p = *p;
+  op->g = g;
+  op->x_spec = px__cuda_spec_copy(x_spec);
+  {
+    const int64_t yd[4] = {g.n, g.c, g.oh, g.ow};
+    const int64_t wd[1] = {p->mode == PX_POOL_MAX ? 4 * g.n * g.c * g.oh * g.ow : 1};
+    PX_CHECK_GOTO(px__cuda_spec(ops, PX_DTYPE_F32, 4, yd, &op->y_spec), st, fail);
+    PX_CHECK_GOTO(px__cuda_spec(ops, PX_DTYPE_U8, 1, wd, &op->ws_spec), st, fail);
+    if (p->mode != PX_POOL_MAX) op->ws_spec.nbytes = 0;
+  }
+  *out = (px_pool2d_t *)op;
+  return PX_OK;
+fail:
+  px__cuda_pool2d_destroy((px_pool2d_t *)op);
+  return st;
+}
+
+extern "C" px_status_t px__cuda_global_avgpool_create(px_ops_t *o, const px_tensor_t *x_spec,
+                                                      px_pool2d_t **out) {
+  PX_REQUIRE(out != NULL, "px_global_avgpool_create: out is NULL");
+  *out = NULL;
+  PX_CHECK(px__cuda_check_input(px__cuda_ctx(o), x_spec, 4, 4, "px_global_avgpool_create"));
+  PX_REQUIRE(x_spec->dims[2] <= INT32_MAX && x_spec->dims[3] <= INT32_MAX,
+             "px_global_avgpool_create: input plane too large");
+  px_pool2d_params_t p = {PX_POOL_AVG, (int32_t)x_spec->dims[2], (int32_t)x_spec->dims[3], 1, 1, 0, 0};
+  return px__cuda_pool2d_create(o, x_spec, &p, out);
+}
+
+extern "C" void px__cuda_pool2d_y_spec(const px_pool2d_t *op, px_tensor_t *spec) {
+  *spec = ((const px__cuda_pool2d_t *)op)->y_spec;
+}
+extern "C" void px__cuda_pool2d_ws_spec(const px_pool2d_t *op, px_tensor_t *spec) {
+  *spec = ((const px__cuda_pool2d_t *)op)->ws_spec;
+}
+
+extern "C" px_status_t px__cuda_pool2d_forward(px_pool2d_t *o, px_tensor_t *y, px_tensor_t *ws,
+                                               const px_tensor_t *x) {
+  px__cuda_pool2d_t *op = (px__cuda_pool2d_t *)o;
+  PX__CHECK(x, &op->x_spec, "pool2d forward x");
+  PX__CHECK(y, &op->y_spec, "pool2d forward y");
+  if (op->ws_spec.nbytes) PX__CHECK(ws, &op->ws_spec, "pool2d forward ws");
+  PX_CHECK(px__cuda_enter(op->ops));
+  const size_t n = px_tensor_numel(&op->y_spec);
+  px__pool_fwd_kernel<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, op->ops->stream>>>(
+      (float *)y->data, op->ws_spec.nbytes ? (int32_t *)ws->data : NULL, (const float *)x->data,
+      op->g);
+  PX_CUDA_LAUNCHED("pooling forward");
+  return PX_OK;
+}
+
+extern "C" px_status_t px__cuda_pool2d_backward(px_pool2d_t *o, px_tensor_t *dx,
+                                                const px_tensor_t *dy, const px_tensor_t *ws) {
+  px__cuda_pool2d_t *op = (px__cuda_pool2d_t *)o;
+  PX__CHECK(dy, &op->y_spec, "pool2d backward dy");
+  PX__CHECK(dx, &op->x_spec, "pool2d backward dx");
+  if (op->ws_spec.nbytes) PX__CHECK(ws, &op->ws_spec, "pool2d backward ws");
+  PX_CHECK(px__cuda_enter(op->ops));
+  const size_t n = px_tensor_numel(&op->x_spec);
+  px__pool_bwd_kernel<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, op->ops->stream>>>(
+      (float *)dx->data, (const float *)dy->data,
+      op->ws_spec.nbytes ? (const int32_t *)ws->data : NULL, op->g);
+  PX_CUDA_LAUNCHED("pooling backward");
+  return PX_OK;
+}

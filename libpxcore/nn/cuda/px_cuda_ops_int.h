@@ -1,0 +1,139 @@
+/* Internals of the CUDA op backend shared by the .cu files of nn/cuda/: the
+ * context struct, status conversion at the CUDA / cuDNN / cuBLAS boundary,
+ * and small helpers. C++ (nvcc) only; C sees nn/cuda/px_cuda_nn.h.
+ *
+ * Model of execution: one px_ops_t on CUDA holds one stream, one cuDNN and
+ * one cuBLAS handle bound to that stream, and one device workspace shared by
+ * every op of the context (grown while ops are created, to the largest any
+ * of them asked for; ops run one at a time on the stream, so sharing is
+ * safe). Calls check their arguments on the host, queue their kernels and
+ * return: nothing allocates or synchronises in a forward or backward call.
+ * The stream is a blocking stream (cudaStreamCreate), so the blocking copies
+ * of tensor.c on the legacy default stream are ordered with it.
+ *
+ * Every tensor is plain NCHW (or [N, K]) f32 device memory; specs carry
+ * layout NULL. */
+#ifndef PX_CUDA_OPS_INT_H
+#define PX_CUDA_OPS_INT_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include "nn/cuda/px_cuda_nn.h"
+#include "px_check.h"
+#include "tensor/px_tensor_cuda.h"
+
+/* Device result of px_softmax_ce, copied back to pinned host memory. */
+typedef struct {
+  double loss_sum;
+  long long correct;
+  int bad_label; /* index of the first sample with a label out of range, or -1 */
+  int pad;
+} px__cuda_loss_result_t;
+
+typedef struct px__cuda_ops {
+  px__ops_head_t head; /* first: the dispatcher reads it */
+  px_device_t device;
+  int nthreads;        /* as given; the GPU ignores it */
+  int tf32;            /* TF32 allowed for ops created from now on */
+  cudaStream_t stream;
+  cudnnHandle_t cudnn;
+  cublasHandle_t cublas;
+  void *ws;            /* shared device workspace */
+  size_t ws_bytes;
+  size_t ws_algo_limit; /* largest workspace a convolution algorithm may ask for */
+  void *staging;       /* pinned host buffer of px__ops_upload */
+  size_t staging_bytes;
+  cudaEvent_t staging_done; /* recorded after the copies out of staging */
+  int staging_pending;
+  px__cuda_loss_result_t *dres; /* device */
+  px__cuda_loss_result_t *hres; /* pinned host */
+  int64_t live_ops;
+  char desc[160];
+} px__cuda_ops_t;
+
+static inline px__cuda_ops_t *px__cuda_ctx(px_ops_t *ops) { return (px__cuda_ops_t *)ops; }
+static inline const px__cuda_ops_t *px__cuda_cctx(const px_ops_t *ops) {
+  return (const px__cuda_ops_t *)ops;
+}
+
+/* ---- status conversion (cuda_ops.cu) ------------------------------------------- */
+
+px_status_t px__cuda_status(cudaError_t e, const char *call, const char *file, int line);
+px_status_t px__cudnn_status(cudnnStatus_t s, const char *call, const char *file, int line);
+px_status_t px__cublas_status(cublasStatus_t s, const char *call, const char *file, int line);
+
+#define PX_CUDA(call)                                                                      \
+  do {                                                                                     \
+    cudaError_t px__e = (call);                                                            \
+    if (px__e != cudaSuccess) return px__cuda_status(px__e, #call, __FILE__, __LINE__);     \
+  } while (0)
+#define PX_CUDNN(call)                                                                     \
+  do {                                                                                     \
+    cudnnStatus_t px__s = (call);                                                          \
+    if (px__s != CUDNN_STATUS_SUCCESS) return px__cudnn_status(px__s, #call, __FILE__, __LINE__); \
+  } while (0)
+#define PX_CUBLAS(call)                                                                    \
+  do {                                                                                     \
+    cublasStatus_t px__s = (call);                                                         \
+    if (px__s != CUBLAS_STATUS_SUCCESS)                                                    \
+      return px__cublas_status(px__s, #call, __FILE__, __LINE__);                          \
+  } while (0)
+#define PX_CUDA_GOTO(call, st, label) \
+  PX_CHECK_GOTO(px__cuda_status((call), #call, __FILE__, __LINE__), st, label)
+#define PX_CUDNN_GOTO(call, st, label) \
+  PX_CHECK_GOTO(px__cudnn_status((call), #call, __FILE__, __LINE__), st, label)
+#define PX_CUBLAS_GOTO(call, st, label) \
+  PX_CHECK_GOTO(px__cublas_status((call), #call, __FILE__, __LINE__), st, label)
+
+/* After a kernel launch: reports a bad launch configuration (asynchronous
+ * faults surface at the next synchronising call). */
+#define PX_CUDA_LAUNCHED(what) PX_CUDA(cudaGetLastError())
+
+/* ---- helpers (cuda_ops.cu) ---------------------------------------------------- */
+
+/* Makes the context's device current for the calling thread. */
+px_status_t px__cuda_enter(px__cuda_ops_t *ops);
+
+/* Grows the shared workspace to at least bytes (op creation only: waits for
+ * the stream before replacing the block). */
+px_status_t px__cuda_reserve_ws(px__cuda_ops_t *ops, size_t bytes);
+
+/* Validates an input spec for op creation: this context's device, f32,
+ * plain, ndim in [min, max]. */
+px_status_t px__cuda_check_input(const px__cuda_ops_t *ops, const px_tensor_t *x, int min_ndim,
+                                 int max_ndim, const char *what);
+
+/* A plain spec of dims on the context's device. */
+px_status_t px__cuda_spec(const px__cuda_ops_t *ops, px_dtype_t dt, int ndim, const int64_t *dims,
+                          px_tensor_t *spec);
+
+/* Copies of an input spec without storage, for an op to keep. */
+static inline px_tensor_t px__cuda_spec_copy(const px_tensor_t *x) {
+  px_tensor_t s = *x;
+  s.data = NULL;
+  s.flags = 0;
+  return s;
+}
+
+/* NCHW f32 tensor descriptor of a 4-D shape (PX_ERR_INVALID when a dim
+ * does not fit an int). */
+px_status_t px__cuda_tensor_desc(cudnnTensorDescriptor_t d, int64_t n, int64_t c, int64_t h,
+                                 int64_t w);
+
+void px__cuda_op_born(px__cuda_ops_t *ops);
+void px__cuda_op_died(px__cuda_ops_t *ops);
+
+/* Launch geometry for n elements, one per thread, grid-stride beyond. */
+enum { PX__CUDA_THREADS = 256 };
+static inline unsigned px__cuda_blocks(size_t n) {
+  size_t b = (n + PX__CUDA_THREADS - 1) / PX__CUDA_THREADS;
+  if (b < 1) b = 1;
+  if (b > 65535u * 16u) b = 65535u * 16u;
+  return (unsigned)b;
+}
+
+#define PX__CHECK(t, spec, what) PX_CHECK(px__ops_check_tensor((t), (spec), (what)))
+
+#endif

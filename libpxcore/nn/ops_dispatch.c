@@ -1,0 +1,289 @@
+/* The public functions of ops.h: each routes the call to the backend that
+ * created the context or op object, through the function table every such
+ * object starts with (nn/px_ops_int.h). px_ops_create picks the backend from
+ * the device kind. Nothing here knows a backend's types. */
+#include <assert.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "nn/px_ops_int.h"
+#include "px_check.h"
+
+/* The table of any context or op object (its first member). */
+#define PX__BE(obj) (((const px__ops_head_t *)(const void *)(obj))->be)
+
+px_status_t px_ops_create(px_device_t dev, int nthreads, px_ops_t **out) {
+  PX_REQUIRE(out != NULL, "px_ops_create: out is NULL");
+  *out = NULL;
+  switch (dev.kind) {
+    case PX_DEVICE_CPU: return px__cpu_ops_create(dev, nthreads, out);
+    case PX_DEVICE_CUDA: return px__cuda_ops_create(dev, nthreads, out);
+  }
+  return px_set_error(PX_ERR_INVALID, "px_ops_create: unknown device kind %d", (int)dev.kind);
+}
+
+void px_ops_destroy(px_ops_t *ops) {
+  if (ops) PX__BE(ops)->ops_destroy(ops);
+}
+
+px_device_t px_ops_device(const px_ops_t *ops) { return PX__BE(ops)->ops_device(ops); }
+int px_ops_threads(const px_ops_t *ops) { return PX__BE(ops)->ops_threads(ops); }
+
+px_status_t px_ops_sync(px_ops_t *ops) {
+  PX_REQUIRE(ops != NULL, "px_ops_sync: ops context is NULL");
+  return PX__BE(ops)->ops_sync(ops);
+}
+
+size_t px_ops_scratchpad_bytes(const px_ops_t *ops) {
+  return PX__BE(ops)->ops_scratchpad_bytes(ops);
+}
+
+const char *px_ops_describe(const px_ops_t *ops) { return PX__BE(ops)->ops_describe(ops); }
+
+px_status_t px_ops_set_tf32(px_ops_t *ops, int allow) {
+  PX_REQUIRE(ops != NULL, "px_ops_set_tf32: ops context is NULL");
+  return PX__BE(ops)->ops_set_tf32(ops, allow ? 1 : 0);
+}
+
+px_status_t px__ops_upload(px_ops_t *ops, int n, px_tensor_t *const *dst, const void *const *src) {
+  PX_REQUIRE(ops != NULL, "upload: ops context is NULL");
+  PX_REQUIRE(n >= 0 && (n == 0 || (dst && src)), "upload: bad arguments");
+  return PX__BE(ops)->ops_upload(ops, n, dst, src);
+}
+
+static void px__spec_str(const px_tensor_t *t, char *buf, size_t len) {
+  char dev[16];
+  int k = snprintf(buf, len, "%s dtype %d [", px_device_str(t->device, dev, sizeof dev),
+                   (int)t->dtype);
+  for (int i = 0; i < t->ndim && k > 0 && (size_t)k < len; i++)
+    k += snprintf(buf + k, len - (size_t)k, i ? ",%lld" : "%lld", (long long)t->dims[i]);
+  if (k > 0 && (size_t)k < len) snprintf(buf + k, len - (size_t)k, "] %s", px_layout_name(t->layout));
+}
+
+px_status_t px__ops_check_tensor(const px_tensor_t *t, const px_tensor_t *spec, const char *what) {
+  if (!t) return px_set_error(PX_ERR_INVALID, "%s is NULL", what);
+  if (!t->data) return px_set_error(PX_ERR_INVALID, "%s has no storage", what);
+  if (!px_tensor_same_spec(t, spec)) {
+    char a[112], b[112];
+    px__spec_str(t, a, sizeof a);
+    px__spec_str(spec, b, sizeof b);
+    return px_set_error(PX_ERR_INVALID, "%s: tensor %s does not match the op's %s", what, a, b);
+  }
+  if (t->nbytes < spec->nbytes)
+    return px_set_error(PX_ERR_INVALID, "%s: storage of %zu bytes, %zu needed", what, t->nbytes,
+                        spec->nbytes);
+  return PX_OK;
+}
+
+/* ---- creation: routed by the context ------------------------------------------ */
+
+#define PX__REQUIRE_OPS(ops, out, what)                                       \
+  do {                                                                        \
+    PX_REQUIRE((out) != NULL, "%s: out is NULL", what);                       \
+    *(out) = NULL;                                                            \
+    PX_REQUIRE((ops) != NULL, "%s: ops context is NULL", what);               \
+  } while (0)
+
+px_status_t px_conv2d_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_conv2d_params_t *p,
+                             px_conv2d_t **out) {
+  PX__REQUIRE_OPS(ops, out, "px_conv2d_create");
+  return PX__BE(ops)->conv2d_create(ops, x_spec, p, out);
+}
+
+px_status_t px_batchnorm_create(px_ops_t *ops, const px_tensor_t *x_spec,
+                                const px_batchnorm_params_t *p, px_batchnorm_t **out) {
+  PX__REQUIRE_OPS(ops, out, "px_batchnorm_create");
+  return PX__BE(ops)->batchnorm_create(ops, x_spec, p, out);
+}
+
+px_status_t px_relu_create(px_ops_t *ops, const px_tensor_t *x_spec, px_relu_t **out) {
+  PX__REQUIRE_OPS(ops, out, "px_relu_create");
+  return PX__BE(ops)->relu_create(ops, x_spec, out);
+}
+
+px_status_t px_pool2d_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_pool2d_params_t *p,
+                             px_pool2d_t **out) {
+  PX__REQUIRE_OPS(ops, out, "px_pool2d_create");
+  return PX__BE(ops)->pool2d_create(ops, x_spec, p, out);
+}
+
+px_status_t px_global_avgpool_create(px_ops_t *ops, const px_tensor_t *x_spec, px_pool2d_t **out) {
+  PX__REQUIRE_OPS(ops, out, "px_global_avgpool_create");
+  return PX__BE(ops)->global_avgpool_create(ops, x_spec, out);
+}
+
+px_status_t px_fc_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_fc_params_t *p,
+                         px_fc_t **out) {
+  PX__REQUIRE_OPS(ops, out, "px_fc_create");
+  return PX__BE(ops)->fc_create(ops, x_spec, p, out);
+}
+
+px_status_t px_add_create(px_ops_t *ops, const px_tensor_t *x_spec, int relu, px_add_t **out) {
+  PX__REQUIRE_OPS(ops, out, "px_add_create");
+  return PX__BE(ops)->add_create(ops, x_spec, relu, out);
+}
+
+px_status_t px_reorder_create(px_ops_t *ops, const px_tensor_t *dst_spec,
+                              const px_tensor_t *src_spec, px_reorder_t **out) {
+  PX__REQUIRE_OPS(ops, out, "px_reorder_create");
+  return PX__BE(ops)->reorder_create(ops, dst_spec, src_spec, out);
+}
+
+px_status_t px_softmax_ce(px_ops_t *ops, px_tensor_t *dlogits, float *loss, int64_t *correct,
+                          const px_tensor_t *logits, const px_tensor_t *labels) {
+  PX_REQUIRE(ops != NULL, "px_softmax_ce: ops context is NULL");
+  return PX__BE(ops)->softmax_ce(ops, dlogits, loss, correct, logits, labels);
+}
+
+/* ---- op objects: routed by the object ------------------------------------------ */
+
+void px_conv2d_destroy(px_conv2d_t *op) {
+  if (op) PX__BE(op)->conv2d_destroy(op);
+}
+void px_conv2d_y_spec(const px_conv2d_t *op, px_tensor_t *spec) { PX__BE(op)->conv2d_y_spec(op, spec); }
+void px_conv2d_w_spec(const px_conv2d_t *op, px_tensor_t *spec) { PX__BE(op)->conv2d_w_spec(op, spec); }
+void px_conv2d_b_spec(const px_conv2d_t *op, px_tensor_t *spec) { PX__BE(op)->conv2d_b_spec(op, spec); }
+
+px_status_t px_conv2d_forward(px_conv2d_t *op, px_tensor_t *y, const px_tensor_t *x,
+                              const px_tensor_t *w, const px_tensor_t *b) {
+  assert(op);
+  return PX__BE(op)->conv2d_forward(op, y, x, w, b);
+}
+
+px_status_t px_conv2d_backward_data(px_conv2d_t *op, px_tensor_t *dx, const px_tensor_t *dy,
+                                    const px_tensor_t *w) {
+  assert(op);
+  return PX__BE(op)->conv2d_backward_data(op, dx, dy, w);
+}
+
+px_status_t px_conv2d_backward_weights(px_conv2d_t *op, px_tensor_t *dw, px_tensor_t *db,
+                                       const px_tensor_t *x, const px_tensor_t *dy) {
+  assert(op);
+  return PX__BE(op)->conv2d_backward_weights(op, dw, db, x, dy);
+}
+
+void px_batchnorm_destroy(px_batchnorm_t *op) {
+  if (op) PX__BE(op)->batchnorm_destroy(op);
+}
+void px_batchnorm_y_spec(const px_batchnorm_t *op, px_tensor_t *spec) {
+  PX__BE(op)->batchnorm_y_spec(op, spec);
+}
+void px_batchnorm_c_spec(const px_batchnorm_t *op, px_tensor_t *spec) {
+  PX__BE(op)->batchnorm_c_spec(op, spec);
+}
+void px_batchnorm_ws_spec(const px_batchnorm_t *op, px_tensor_t *spec) {
+  PX__BE(op)->batchnorm_ws_spec(op, spec);
+}
+
+px_status_t px_batchnorm_forward_train(px_batchnorm_t *op, px_tensor_t *y, px_tensor_t *mean,
+                                       px_tensor_t *var, px_tensor_t *ws, const px_tensor_t *x,
+                                       const px_tensor_t *scale, const px_tensor_t *shift,
+                                       px_tensor_t *running_mean, px_tensor_t *running_var) {
+  assert(op);
+  return PX__BE(op)->batchnorm_forward_train(op, y, mean, var, ws, x, scale, shift, running_mean,
+                                             running_var);
+}
+
+px_status_t px_batchnorm_forward_infer(px_batchnorm_t *op, px_tensor_t *y, const px_tensor_t *x,
+                                       const px_tensor_t *scale, const px_tensor_t *shift,
+                                       const px_tensor_t *running_mean,
+                                       const px_tensor_t *running_var) {
+  assert(op);
+  return PX__BE(op)->batchnorm_forward_infer(op, y, x, scale, shift, running_mean, running_var);
+}
+
+px_status_t px_batchnorm_backward(px_batchnorm_t *op, px_tensor_t *dx, px_tensor_t *dscale,
+                                  px_tensor_t *dshift, const px_tensor_t *dy, const px_tensor_t *x,
+                                  const px_tensor_t *scale, const px_tensor_t *shift,
+                                  const px_tensor_t *mean, const px_tensor_t *var,
+                                  const px_tensor_t *ws) {
+  assert(op);
+  return PX__BE(op)->batchnorm_backward(op, dx, dscale, dshift, dy, x, scale, shift, mean, var, ws);
+}
+
+void px_relu_destroy(px_relu_t *op) {
+  if (op) PX__BE(op)->relu_destroy(op);
+}
+void px_relu_y_spec(const px_relu_t *op, px_tensor_t *spec) { PX__BE(op)->relu_y_spec(op, spec); }
+
+px_status_t px_relu_forward(px_relu_t *op, px_tensor_t *y, const px_tensor_t *x) {
+  assert(op);
+  return PX__BE(op)->relu_forward(op, y, x);
+}
+
+px_status_t px_relu_backward(px_relu_t *op, px_tensor_t *dx, const px_tensor_t *dy,
+                             const px_tensor_t *y) {
+  assert(op);
+  return PX__BE(op)->relu_backward(op, dx, dy, y);
+}
+
+void px_pool2d_destroy(px_pool2d_t *op) {
+  if (op) PX__BE(op)->pool2d_destroy(op);
+}
+void px_pool2d_y_spec(const px_pool2d_t *op, px_tensor_t *spec) { PX__BE(op)->pool2d_y_spec(op, spec); }
+void px_pool2d_ws_spec(const px_pool2d_t *op, px_tensor_t *spec) {
+  PX__BE(op)->pool2d_ws_spec(op, spec);
+}
+
+px_status_t px_pool2d_forward(px_pool2d_t *op, px_tensor_t *y, px_tensor_t *ws,
+                              const px_tensor_t *x) {
+  assert(op);
+  return PX__BE(op)->pool2d_forward(op, y, ws, x);
+}
+
+px_status_t px_pool2d_backward(px_pool2d_t *op, px_tensor_t *dx, const px_tensor_t *dy,
+                               const px_tensor_t *ws) {
+  assert(op);
+  return PX__BE(op)->pool2d_backward(op, dx, dy, ws);
+}
+
+void px_fc_destroy(px_fc_t *op) {
+  if (op) PX__BE(op)->fc_destroy(op);
+}
+void px_fc_y_spec(const px_fc_t *op, px_tensor_t *spec) { PX__BE(op)->fc_y_spec(op, spec); }
+void px_fc_w_spec(const px_fc_t *op, px_tensor_t *spec) { PX__BE(op)->fc_w_spec(op, spec); }
+void px_fc_b_spec(const px_fc_t *op, px_tensor_t *spec) { PX__BE(op)->fc_b_spec(op, spec); }
+
+px_status_t px_fc_forward(px_fc_t *op, px_tensor_t *y, const px_tensor_t *x, const px_tensor_t *w,
+                          const px_tensor_t *b) {
+  assert(op);
+  return PX__BE(op)->fc_forward(op, y, x, w, b);
+}
+
+px_status_t px_fc_backward_data(px_fc_t *op, px_tensor_t *dx, const px_tensor_t *dy,
+                                const px_tensor_t *w) {
+  assert(op);
+  return PX__BE(op)->fc_backward_data(op, dx, dy, w);
+}
+
+px_status_t px_fc_backward_weights(px_fc_t *op, px_tensor_t *dw, px_tensor_t *db,
+                                   const px_tensor_t *x, const px_tensor_t *dy) {
+  assert(op);
+  return PX__BE(op)->fc_backward_weights(op, dw, db, x, dy);
+}
+
+void px_add_destroy(px_add_t *op) {
+  if (op) PX__BE(op)->add_destroy(op);
+}
+void px_add_y_spec(const px_add_t *op, px_tensor_t *spec) { PX__BE(op)->add_y_spec(op, spec); }
+
+px_status_t px_add_forward(px_add_t *op, px_tensor_t *y, const px_tensor_t *a,
+                           const px_tensor_t *b) {
+  assert(op);
+  return PX__BE(op)->add_forward(op, y, a, b);
+}
+
+px_status_t px_add_backward(px_add_t *op, px_tensor_t *g, const px_tensor_t *dy,
+                            const px_tensor_t *y) {
+  assert(op);
+  return PX__BE(op)->add_backward(op, g, dy, y);
+}
+
+void px_reorder_destroy(px_reorder_t *op) {
+  if (op) PX__BE(op)->reorder_destroy(op);
+}
+
+px_status_t px_reorder_execute(px_reorder_t *op, px_tensor_t *dst, const px_tensor_t *src) {
+  assert(op);
+  return PX__BE(op)->reorder_execute(op, dst, src);
+}

@@ -1,0 +1,147 @@
+/* Internals of the op API (ops.h) shared by the dispatcher (ops_dispatch.c),
+ * the backends (nn/cpu for oneDNN, nn/cuda for cuDNN/cuBLAS) and the model.
+ *
+ * Dispatch. Every backend context (what a px_ops_t points to) and every op
+ * object a backend creates (px_conv2d_t, px_batchnorm_t, ...) begins with a
+ * px__ops_head_t: a pointer to its backend's function table. The public
+ * functions of ops.h read that pointer and call through the table, so the
+ * dispatcher never sees a backend's types and a backend that is not built
+ * costs one stub (px__cuda_ops_create answering PX_ERR_NOT_BUILT): no object
+ * of an unbuilt backend can exist, so none of its other functions is ever
+ * reached. Each backend defines its own structs (struct px_ops and
+ * struct px_conv2d ... for the CPU, struct px__cuda_* for CUDA) and converts
+ * the public handle pointers to them; the handles themselves stay opaque. */
+#ifndef PX_OPS_INT_H
+#define PX_OPS_INT_H
+
+#include "prunex/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct px__ops_backend {
+  const char *name; /* "cpu", "cuda" */
+
+  /* context (px_ops_create itself is chosen by device kind, not by table) */
+  void (*ops_destroy)(px_ops_t *ops);
+  px_device_t (*ops_device)(const px_ops_t *ops);
+  int (*ops_threads)(const px_ops_t *ops);
+  px_status_t (*ops_sync)(px_ops_t *ops);
+  size_t (*ops_scratchpad_bytes)(const px_ops_t *ops);
+  const char *(*ops_describe)(const px_ops_t *ops);
+  px_status_t (*ops_set_tf32)(px_ops_t *ops, int allow);
+  px_status_t (*ops_upload)(px_ops_t *ops, int n, px_tensor_t *const *dst,
+                            const void *const *src);
+
+  px_status_t (*conv2d_create)(px_ops_t *ops, const px_tensor_t *x_spec,
+                               const px_conv2d_params_t *p, px_conv2d_t **out);
+  void (*conv2d_destroy)(px_conv2d_t *op);
+  void (*conv2d_y_spec)(const px_conv2d_t *op, px_tensor_t *spec);
+  void (*conv2d_w_spec)(const px_conv2d_t *op, px_tensor_t *spec);
+  void (*conv2d_b_spec)(const px_conv2d_t *op, px_tensor_t *spec);
+  px_status_t (*conv2d_forward)(px_conv2d_t *op, px_tensor_t *y, const px_tensor_t *x,
+                                const px_tensor_t *w, const px_tensor_t *b);
+  px_status_t (*conv2d_backward_data)(px_conv2d_t *op, px_tensor_t *dx, const px_tensor_t *dy,
+                                      const px_tensor_t *w);
+  px_status_t (*conv2d_backward_weights)(px_conv2d_t *op, px_tensor_t *dw, px_tensor_t *db,
+                                         const px_tensor_t *x, const px_tensor_t *dy);
+
+  px_status_t (*batchnorm_create)(px_ops_t *ops, const px_tensor_t *x_spec,
+                                  const px_batchnorm_params_t *p, px_batchnorm_t **out);
+  void (*batchnorm_destroy)(px_batchnorm_t *op);
+  void (*batchnorm_y_spec)(const px_batchnorm_t *op, px_tensor_t *spec);
+  void (*batchnorm_c_spec)(const px_batchnorm_t *op, px_tensor_t *spec);
+  void (*batchnorm_ws_spec)(const px_batchnorm_t *op, px_tensor_t *spec);
+  px_status_t (*batchnorm_forward_train)(px_batchnorm_t *op, px_tensor_t *y, px_tensor_t *mean,
+                                         px_tensor_t *var, px_tensor_t *ws, const px_tensor_t *x,
+                                         const px_tensor_t *scale, const px_tensor_t *shift,
+                                         px_tensor_t *running_mean, px_tensor_t *running_var);
+  px_status_t (*batchnorm_forward_infer)(px_batchnorm_t *op, px_tensor_t *y, const px_tensor_t *x,
+                                         const px_tensor_t *scale, const px_tensor_t *shift,
+                                         const px_tensor_t *running_mean,
+                                         const px_tensor_t *running_var);
+  px_status_t (*batchnorm_backward)(px_batchnorm_t *op, px_tensor_t *dx, px_tensor_t *dscale,
+                                    px_tensor_t *dshift, const px_tensor_t *dy,
+                                    const px_tensor_t *x, const px_tensor_t *scale,
+                                    const px_tensor_t *shift, const px_tensor_t *mean,
+                                    const px_tensor_t *var, const px_tensor_t *ws);
+
+  px_status_t (*relu_create)(px_ops_t *ops, const px_tensor_t *x_spec, px_relu_t **out);
+  void (*relu_destroy)(px_relu_t *op);
+  void (*relu_y_spec)(const px_relu_t *op, px_tensor_t *spec);
+  px_status_t (*relu_forward)(px_relu_t *op, px_tensor_t *y, const px_tensor_t *x);
+  px_status_t (*relu_backward)(px_relu_t *op, px_tensor_t *dx, const px_tensor_t *dy,
+                               const px_tensor_t *y);
+
+  px_status_t (*pool2d_create)(px_ops_t *ops, const px_tensor_t *x_spec,
+                               const px_pool2d_params_t *p, px_pool2d_t **out);
+  px_status_t (*global_avgpool_create)(px_ops_t *ops, const px_tensor_t *x_spec,
+                                       px_pool2d_t **out);
+  void (*pool2d_destroy)(px_pool2d_t *op);
+  void (*pool2d_y_spec)(const px_pool2d_t *op, px_tensor_t *spec);
+  void (*pool2d_ws_spec)(const px_pool2d_t *op, px_tensor_t *spec);
+  px_status_t (*pool2d_forward)(px_pool2d_t *op, px_tensor_t *y, px_tensor_t *ws,
+                                const px_tensor_t *x);
+  px_status_t (*pool2d_backward)(px_pool2d_t *op, px_tensor_t *dx, const px_tensor_t *dy,
+                                 const px_tensor_t *ws);
+
+  px_status_t (*fc_create)(px_ops_t *ops, const px_tensor_t *x_spec, const px_fc_params_t *p,
+                           px_fc_t **out);
+  void (*fc_destroy)(px_fc_t *op);
+  void (*fc_y_spec)(const px_fc_t *op, px_tensor_t *spec);
+  void (*fc_w_spec)(const px_fc_t *op, px_tensor_t *spec);
+  void (*fc_b_spec)(const px_fc_t *op, px_tensor_t *spec);
+  px_status_t (*fc_forward)(px_fc_t *op, px_tensor_t *y, const px_tensor_t *x,
+                            const px_tensor_t *w, const px_tensor_t *b);
+  px_status_t (*fc_backward_data)(px_fc_t *op, px_tensor_t *dx, const px_tensor_t *dy,
+                                  const px_tensor_t *w);
+  px_status_t (*fc_backward_weights)(px_fc_t *op, px_tensor_t *dw, px_tensor_t *db,
+                                     const px_tensor_t *x, const px_tensor_t *dy);
+
+  px_status_t (*add_create)(px_ops_t *ops, const px_tensor_t *x_spec, int relu, px_add_t **out);
+  void (*add_destroy)(px_add_t *op);
+  void (*add_y_spec)(const px_add_t *op, px_tensor_t *spec);
+  px_status_t (*add_forward)(px_add_t *op, px_tensor_t *y, const px_tensor_t *a,
+                             const px_tensor_t *b);
+  px_status_t (*add_backward)(px_add_t *op, px_tensor_t *g, const px_tensor_t *dy,
+                              const px_tensor_t *y);
+
+  px_status_t (*reorder_create)(px_ops_t *ops, const px_tensor_t *dst_spec,
+                                const px_tensor_t *src_spec, px_reorder_t **out);
+  void (*reorder_destroy)(px_reorder_t *op);
+  px_status_t (*reorder_execute)(px_reorder_t *op, px_tensor_t *dst, const px_tensor_t *src);
+
+  px_status_t (*softmax_ce)(px_ops_t *ops, px_tensor_t *dlogits, float *loss, int64_t *correct,
+                            const px_tensor_t *logits, const px_tensor_t *labels);
+} px__ops_backend_t;
+
+/* First member of every backend context and op object (see the file comment). */
+typedef struct {
+  const px__ops_backend_t *be;
+} px__ops_head_t;
+
+/* The backends' context constructors, picked by px_ops_create from the
+ * device kind. px__cuda_ops_create answers PX_ERR_NOT_BUILT in a build
+ * without CUDA (nn/nn_cuda_stub.c). */
+px_status_t px__cpu_ops_create(px_device_t dev, int nthreads, px_ops_t **out);
+px_status_t px__cuda_ops_create(px_device_t dev, int nthreads, px_ops_t **out);
+
+/* Copies n plain host buffers into the tensors dst[0..n) of ops' device
+ * (each src[i] holds px_tensor_plain_bytes(dst[i]) bytes; dst must be plain
+ * on the GPU). On the CPU this is px_tensor_copy_from_host. On CUDA the data
+ * go through the context's pinned staging buffer (grown on first use, then
+ * reused) and are copied asynchronously on the context's stream, ordered
+ * before the ops issued after it; the host buffers may be reused as soon as
+ * the call returns. This is how the model feeds its input batches. */
+px_status_t px__ops_upload(px_ops_t *ops, int n, px_tensor_t *const *dst, const void *const *src);
+
+/* Checks that t matches spec (device, dtype, dims, layout) and has storage
+ * of at least spec->nbytes; PX_ERR_INVALID naming `what` otherwise. Shared
+ * by backends that have no check of their own. */
+px_status_t px__ops_check_tensor(const px_tensor_t *t, const px_tensor_t *spec, const char *what);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

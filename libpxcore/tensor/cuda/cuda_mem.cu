@@ -1,0 +1,252 @@
+/* Device memory for CUDA tensors: a caching allocator over cudaMalloc, and
+ * the blocking fills and copies tensor.c needs (see px_tensor_cuda.h).
+ *
+ * cudaMalloc and cudaFree are slow and cudaFree synchronises the device, so
+ * freed blocks are kept on per-device free lists, one per size class, and
+ * handed out again for requests of the same class; cudaMalloc runs only on a
+ * miss. Size classes are 512 bytes and then four per power of two (2^k times
+ * 1.25, 1.5, 1.75, 2), so a block wastes at most a quarter of its size. A
+ * host-side table maps each live pointer to its block; every allocation is
+ * counted (px_cuda_mem_stats). One mutex guards the lists and the counters;
+ * CUDA calls run outside it. */
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "prunex/cuda.h"
+#include "px_check.h"
+#include "tensor/px_tensor_cuda.h"
+
+enum { PX__MEM_MAX_DEVICES = 64, PX__MEM_CLASSES = 256, PX__MEM_BUCKETS = 1024 };
+
+typedef struct px__cblock {
+  void *ptr;
+  size_t size;             /* the class size: what cudaMalloc was asked for */
+  int device;
+  const char *name;        /* of the last allocation that used the block */
+  struct px__cblock *next; /* in a free list or a hash bucket */
+} px__cblock_t;
+
+static pthread_mutex_t px__mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static px__cblock_t *px__free_lists[PX__MEM_MAX_DEVICES][PX__MEM_CLASSES];
+static px__cblock_t *px__live[PX__MEM_BUCKETS]; /* live blocks by pointer */
+static px_cuda_mem_stats_t px__stats;
+
+static px_status_t px__cuda_fail(cudaError_t e, const char *what) {
+  cudaGetLastError(); /* clear a non-sticky error so later calls are not blamed */
+  px_status_t st = PX_ERR_BACKEND;
+  if (e == cudaErrorMemoryAllocation) st = PX_ERR_NOMEM;
+  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || e == cudaErrorInvalidDevice)
+    st = PX_ERR_NO_DEVICE;
+  return px_set_error(st, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+/* Size class of a request: the rounded size, and its index in *cls. */
+static size_t px__class_of(size_t n, int *cls) {
+  if (n <= 512) {
+    *cls = 0;
+    return 512;
+  }
+  int k = 63 - __builtin_clzll((unsigned long long)(n - 1)); /* 2^k < n <= 2^(k+1) */
+  size_t base = (size_t)1 << k, step = base / 4;
+  size_t q = (n - base + step - 1) / step; /* 1..4 */
+  *cls = 4 * k + (int)q;
+  return base + q * step;
+}
+
+static size_t px__bucket(const void *p) { return ((uintptr_t)p >> 8) % PX__MEM_BUCKETS; }
+
+/* Makes `device` current for the calling thread, remembering the previous
+ * one in *prev (restored by px__leave) so that library calls do not move the
+ * caller's current device. */
+static px_status_t px__enter(int device, int *prev) {
+  *prev = -1;
+  if (device < 0 || device >= PX__MEM_MAX_DEVICES)
+    return px_set_error(PX_ERR_INVALID, "CUDA device %d is out of range", device);
+  cudaError_t e = cudaGetDevice(prev);
+  if (e != cudaSuccess) {
+    *prev = -1;
+    return px__cuda_fail(e, "cudaGetDevice");
+  }
+  if (*prev == device) return PX_OK;
+  e = cudaSetDevice(device);
+  if (e != cudaSuccess) {
+    *prev = -1;
+    return px__cuda_fail(e, "cudaSetDevice");
+  }
+  return PX_OK;
+}
+
+static void px__leave(int device, int prev) {
+  if (prev >= 0 && prev != device) cudaSetDevice(prev);
+}
+
+/* cudaFrees every cached block of device (the caller made it current). */
+static void px__trim_device(int device) {
+  pthread_mutex_lock(&px__mem_lock);
+  px__cblock_t *all = NULL;
+  for (int c = 0; c < PX__MEM_CLASSES; c++) {
+    while (px__free_lists[device][c]) {
+      px__cblock_t *b = px__free_lists[device][c];
+      px__free_lists[device][c] = b->next;
+      px__stats.cached_bytes -= (int64_t)b->size;
+      b->next = all;
+      all = b;
+    }
+  }
+  pthread_mutex_unlock(&px__mem_lock);
+  while (all) {
+    px__cblock_t *b = all;
+    all = b->next;
+    cudaFree(b->ptr);
+    px_free(b);
+  }
+}
+
+extern "C" px_status_t px__cuda_mem_alloc(int device, size_t bytes, const char *name, void **out) {
+  *out = NULL;
+  PX_REQUIRE(bytes > 0, "CUDA allocation of 0 bytes (%s)", name ? name : "?");
+  if (bytes > ((size_t)1 << 46))
+    return px_set_error(PX_ERR_NOMEM, "CUDA allocation of %zu bytes for %s is too large", bytes,
+                        name ? name : "?");
+  int prev;
+  PX_CHECK(px__enter(device, &prev));
+  int cls;
+  const size_t size = px__class_of(bytes, &cls);
+
+  pthread_mutex_lock(&px__mem_lock);
+  px__cblock_t *b = px__free_lists[device][cls];
+  if (b) {
+    px__free_lists[device][cls] = b->next;
+    px__stats.cached_bytes -= (int64_t)b->size;
+    px__stats.cache_hits++;
+  }
+  pthread_mutex_unlock(&px__mem_lock);
+
+  if (!b) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, size);
+    if (e == cudaErrorMemoryAllocation) { /* give the cache back and try once more */
+      cudaGetLastError();
+      px__trim_device(device);
+      e = cudaMalloc(&p, size);
+    }
+    if (e != cudaSuccess) {
+      px_status_t st = px__cuda_fail(e, "cudaMalloc");
+      px__leave(device, prev);
+      if (st == PX_ERR_NOMEM)
+        return px_set_error(PX_ERR_NOMEM, "CUDA device %d is out of memory allocating %zu bytes for %s",
+                            device, size, name ? name : "?");
+      return st;
+    }
+    b = (px__cblock_t *)px_malloc(sizeof *b, "cuda block");
+    if (!b) {
+      cudaFree(p);
+      px__leave(device, prev);
+      return PX_ERR_NOMEM;
+    }
+    b->ptr = p;
+    b->size = size;
+    b->device = device;
+    pthread_mutex_lock(&px__mem_lock);
+    px__stats.device_allocs++;
+    pthread_mutex_unlock(&px__mem_lock);
+  }
+  px__leave(device, prev);
+
+  b->name = name ? name : "cuda tensor";
+  pthread_mutex_lock(&px__mem_lock);
+  size_t h = px__bucket(b->ptr);
+  b->next = px__live[h];
+  px__live[h] = b;
+  px__stats.allocs++;
+  px__stats.live_bytes += (int64_t)b->size;
+  if (px__stats.live_bytes > px__stats.peak_bytes) px__stats.peak_bytes = px__stats.live_bytes;
+  pthread_mutex_unlock(&px__mem_lock);
+  *out = b->ptr;
+  return PX_OK;
+}
+
+extern "C" void px__cuda_mem_free(void *p) {
+  if (!p) return;
+  pthread_mutex_lock(&px__mem_lock);
+  px__cblock_t **link = &px__live[px__bucket(p)];
+  while (*link && (*link)->ptr != p) link = &(*link)->next;
+  px__cblock_t *b = *link;
+  if (b) *link = b->next;
+  pthread_mutex_unlock(&px__mem_lock);
+  if (!b) {
+    px_log(PX_LOG_ERROR, "px__cuda_mem_free: %p was not allocated by the CUDA allocator", p);
+    return;
+  }
+  /* Kernels queued on any stream may still use the block: let them finish
+   * before someone else can be handed it. Frees are rare (arenas live as
+   * long as their model), so this costs nothing in a training step. */
+  int prev;
+  if (px__enter(b->device, &prev) == PX_OK) {
+    cudaDeviceSynchronize();
+    px__leave(b->device, prev);
+  }
+  int cls;
+  px__class_of(b->size, &cls);
+  pthread_mutex_lock(&px__mem_lock);
+  b->next = px__free_lists[b->device][cls];
+  px__free_lists[b->device][cls] = b;
+  px__stats.frees++;
+  px__stats.live_bytes -= (int64_t)b->size;
+  px__stats.cached_bytes += (int64_t)b->size;
+  pthread_mutex_unlock(&px__mem_lock);
+}
+
+extern "C" px_status_t px__cuda_mem_zero(int device, void *p, size_t bytes) {
+  int prev;
+  PX_CHECK(px__enter(device, &prev));
+  cudaError_t e = cudaMemset(p, 0, bytes);
+  px__leave(device, prev);
+  return e == cudaSuccess ? PX_OK : px__cuda_fail(e, "cudaMemset");
+}
+
+static px_status_t px__copy(int device, void *dst, const void *src, size_t bytes,
+                            cudaMemcpyKind kind, const char *what) {
+  int prev;
+  PX_CHECK(px__enter(device, &prev));
+  cudaError_t e = cudaMemcpy(dst, src, bytes, kind);
+  px__leave(device, prev);
+  return e == cudaSuccess ? PX_OK : px__cuda_fail(e, what);
+}
+
+extern "C" px_status_t px__cuda_mem_copy(int device, void *dst, const void *src, size_t bytes) {
+  return px__copy(device, dst, src, bytes, cudaMemcpyDeviceToDevice, "cudaMemcpy (device to device)");
+}
+
+extern "C" px_status_t px__cuda_mem_upload(int device, void *dst, const void *host, size_t bytes) {
+  return px__copy(device, dst, host, bytes, cudaMemcpyHostToDevice, "cudaMemcpy (host to device)");
+}
+
+extern "C" px_status_t px__cuda_mem_download(int device, void *host, const void *src, size_t bytes) {
+  return px__copy(device, host, src, bytes, cudaMemcpyDeviceToHost, "cudaMemcpy (device to host)");
+}
+
+/* ---- public: accounting ------------------------------------------------------------- */
+
+extern "C" void px_cuda_mem_stats(px_cuda_mem_stats_t *out) {
+  pthread_mutex_lock(&px__mem_lock);
+  *out = px__stats;
+  pthread_mutex_unlock(&px__mem_lock);
+}
+
+extern "C" px_status_t px_cuda_mem_trim(void) {
+  for (int d = 0; d < PX__MEM_MAX_DEVICES; d++) {
+    int any = 0;
+    pthread_mutex_lock(&px__mem_lock);
+    for (int c = 0; c < PX__MEM_CLASSES && !any; c++) any = px__free_lists[d][c] != NULL;
+    pthread_mutex_unlock(&px__mem_lock);
+    if (!any) continue;
+    int prev;
+    PX_CHECK(px__enter(d, &prev));
+    px__trim_device(d);
+    px__leave(d, prev);
+  }
+  return PX_OK;
+}
