@@ -101,8 +101,8 @@ px_status_t pxa_metrics_run_end(pxa_metrics_t *m, const char *job_id, int rank,
   return px_store_run(st);
 }
 
-static px_status_t pxa__record(pxa_metrics_t *m, int rank, const char *source,
-                               const Prunex__V1__IterationReport *r, double test_loss) {
+static px_status_t pxa__record(pxa_metrics_t *m, int rank, const Prunex__V1__IterationReport *r,
+                               double test_loss, uint64_t rank_intra, uint64_t rank_inter) {
   px_store_stmt_t *st;
   PX_CHECK(px_store_stmt(m->db,
                          "DELETE FROM iteration_layers WHERE job_id = ?1 AND rank = ?2"
@@ -117,14 +117,15 @@ static px_status_t pxa__record(pxa_metrics_t *m, int rank, const char *source,
                          " time_unix_ms, epoch, loss, train_accuracy, test_accuracy, test_loss,"
                          " density, mask_drift, frozen, bytes_intra, bytes_inter,"
                          " bytes_inter_dense, local_s, intra_s, projection_s, inter_s,"
-                         " broadcast_s, control_s) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,"
-                         " ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
+                         " broadcast_s, control_s, rank_bytes_intra, rank_bytes_inter) VALUES"
+                         " (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,"
+                         " ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
                          &st));
   const Prunex__V1__PhaseTimes *ph = r->phases;
   PX_CHECK(px_store_bind_text(st, 1, r->job_id));
   PX_CHECK(px_store_bind_int64(st, 2, rank));
   PX_CHECK(px_store_bind_int64(st, 3, r->iteration));
-  PX_CHECK(px_store_bind_text(st, 4, source));
+  PX_CHECK(px_store_bind_text(st, 4, "local"));
   PX_CHECK(px_store_bind_int64(st, 5, r->time_unix_ms ? r->time_unix_ms : pxa_unix_ms()));
   PX_CHECK(px_store_bind_double(st, 6, r->epoch));
   PX_CHECK(px_store_bind_double(st, 7, r->loss));
@@ -147,6 +148,8 @@ static px_status_t pxa__record(pxa_metrics_t *m, int rank, const char *source,
     t[5] = ph->control_s;
   }
   for (int k = 0; k < 6; k++) PX_CHECK(px_store_bind_double(st, 17 + k, t[k]));
+  PX_CHECK(px_store_bind_int64(st, 23, (int64_t)rank_intra));
+  PX_CHECK(px_store_bind_int64(st, 24, (int64_t)rank_inter));
   PX_CHECK(px_store_run(st));
   for (size_t i = 0; i < r->n_layers; i++) {
     const Prunex__V1__LayerMetrics *L = r->layers[i];
@@ -171,10 +174,11 @@ static px_status_t pxa__record(pxa_metrics_t *m, int rank, const char *source,
   return PX_OK;
 }
 
-px_status_t pxa_metrics_record(pxa_metrics_t *m, int rank, const char *source,
-                               const Prunex__V1__IterationReport *r, double test_loss) {
+px_status_t pxa_metrics_record(pxa_metrics_t *m, int rank, const Prunex__V1__IterationReport *r,
+                               double test_loss, uint64_t rank_bytes_intra,
+                               uint64_t rank_bytes_inter) {
   PX_CHECK(px_store_begin(m->db));
-  px_status_t st = pxa__record(m, rank, source, r, test_loss);
+  px_status_t st = pxa__record(m, rank, r, test_loss, rank_bytes_intra, rank_bytes_inter);
   if (st == PX_OK) st = px_store_commit(m->db);
   if (st != PX_OK) px_store_rollback(m->db);
   return st;

@@ -53,12 +53,12 @@ px_status_t pxa_metrics_run_end(pxa_metrics_t *m, const char *job_id, int rank,
                                 const pxa_run_end_t *end);
 
 /* Records one iteration of rank `rank` (replacing an earlier record of the
- * same iteration) with its layers, in one transaction. r carries the figures
- * as the coordinator gets them (its own rank field is ignored); test_loss is
- * not in the report and comes separately (negative: not evaluated). source is
- * "local" when this process computed the figures, "coordinator" when they
- * were read back from the coordinator (ranks other than 0). */
-px_status_t pxa_metrics_record(pxa_metrics_t *m, int rank, const char *source,
-                               const Prunex__V1__IterationReport *r, double test_loss);
+ * same iteration) with its layers, in one transaction. r carries the job's
+ * figures as the coordinator gets them (its own rank field is ignored);
+ * test_loss is not in the report and comes separately (negative: not
+ * evaluated); rank_bytes_* are this rank's own traffic in the iteration. */
+px_status_t pxa_metrics_record(pxa_metrics_t *m, int rank, const Prunex__V1__IterationReport *r,
+                               double test_loss, uint64_t rank_bytes_intra,
+                               uint64_t rank_bytes_inter);
 
 #endif

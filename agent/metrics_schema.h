@@ -73,8 +73,15 @@ static const char pxa_metrics_schema_v1[] =
     "  u_norm REAL NOT NULL, v_norm REAL NOT NULL,"
     "  PRIMARY KEY (job_id, rank, iteration, layer));";
 
+/* Every rank records its own rows (it used to copy rank 0's from the
+ * coordinator): its own traffic of the iteration, next to the job's. */
+static const char pxa_metrics_schema_v2[] =
+    "ALTER TABLE iterations ADD COLUMN rank_bytes_intra INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE iterations ADD COLUMN rank_bytes_inter INTEGER NOT NULL DEFAULT 0;";
+
 static const px_store_migration_t pxa_metrics_migrations[] = {
     {1, pxa_metrics_schema_v1},
+    {2, pxa_metrics_schema_v2},
 };
 #define PXA_METRICS_NMIGRATIONS \
   ((int)(sizeof pxa_metrics_migrations / sizeof pxa_metrics_migrations[0]))

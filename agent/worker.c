@@ -18,7 +18,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +38,6 @@
 
 #define PXW_EXIT_CANCELLED 3
 #define PXW_MAX_SPEC_BYTES (4u << 20)
-#define PXW_FOLLOW_EVERY_MS 1000
 
 typedef struct {
   const char *coordinator, *job, *spec_path, *work_dir, *metrics_db, *leaders;
@@ -56,14 +54,11 @@ typedef struct {
   int timeout_ms;              /* collective timeout: bounds the report retries */
   int cancelled;               /* rank 0: the coordinator said so */
   char stop_reason[128];
-  /* ranks other than 0: the follower thread copies the coordinator's
-   * records of the job's iterations into the metrics file */
-  pthread_t follower;
-  int follower_started;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  int follower_stop;
-  int next_iteration;          /* first iteration not yet recorded */
+  /* the report of one iteration, reused every iteration: layers sized on
+   * the first one */
+  Prunex__V1__LayerMetrics *lm;
+  Prunex__V1__LayerMetrics **lp;
+  int nlm;
 } pxw_t;
 
 static void pxw_usage(FILE *f) {
@@ -318,7 +313,8 @@ static px_status_t pxw_strategy_config(const pxw_t *w, px_trainer_t *t, px_strat
   c->nskip = (int32_t)s->prune->n_skip_layers;
   c->topk_ratio = s->comm->topk_ratio;
   c->bucket_bytes = (size_t)s->comm->bucket_bytes;
-  c->eval_every = 1; /* the coordinator shows test accuracy every iteration */
+  /* the last iteration is always tested; 0 is an unset field (1) */
+  c->eval_every = s->train->eval_every > 0 ? s->train->eval_every : 1;
   return PX_OK;
 }
 
@@ -356,184 +352,112 @@ static px_status_t pxw_report(pxw_t *w, const Prunex__V1__IterationReport *rep,
   }
 }
 
-static px_status_t pxw_control(void *ctx, const px_iteration_t *it, px_hsadmm_decision_t *d) {
-  pxw_t *w = ctx;
-  int64_t t0 = pxa_now_ms();
+/* Fills rep (and ph, which it points to) from the iteration: the figures
+ * rank 0 reports and every rank records. The layer array is the worker's,
+ * allocated on the first call. */
+static px_status_t pxw_fill_report(pxw_t *w, const px_iteration_t *it,
+                                   Prunex__V1__IterationReport *rep, Prunex__V1__PhaseTimes *ph) {
   int nl = it->layers ? it->nlayers : 0;
-  Prunex__V1__LayerMetrics *lm = NULL, **lp = NULL;
-  if (nl > 0) {
-    lm = px_calloc((size_t)nl, sizeof *lm, "worker.report.layers");
-    lp = px_calloc((size_t)nl, sizeof *lp, "worker.report.layers");
-    if (!lm || !lp) {
-      px_free(lm);
-      px_free(lp);
-      return PX_ERR_NOMEM;
-    }
+  if (nl > w->nlm) {
+    px_free(w->lm);
+    px_free(w->lp);
+    w->lm = px_calloc((size_t)nl, sizeof *w->lm, "worker.report.layers");
+    w->lp = px_calloc((size_t)nl, sizeof *w->lp, "worker.report.layers");
+    w->nlm = w->lm && w->lp ? nl : 0;
+    if (!w->nlm) return PX_ERR_NOMEM;
   }
   for (int l = 0; l < nl; l++) {
     const px_admm_layer_report_t *L = &it->layers[l];
-    lm[l] = (Prunex__V1__LayerMetrics)PRUNEX__V1__LAYER_METRICS__INIT;
-    lm[l].layer = l;
-    lm[l].name = (char *)(it->layer_names && it->layer_names[l] ? it->layer_names[l] : "");
-    lm[l].r_intra = L->r_intra;
-    lm[l].s_intra = L->s_intra;
-    lm[l].r_inter = L->r_inter;
-    lm[l].s_inter = L->s_inter;
-    lm[l].rho1 = L->rho1;
-    lm[l].rho2 = L->rho2;
-    lm[l].density = -1.0; /* not exposed per layer by the strategy */
-    lm[l].theta_norm = L->theta_norm;
-    lm[l].zi_norm = L->zi_norm;
-    lm[l].z_norm = L->z_norm;
-    lm[l].u_norm = L->u_norm;
-    lm[l].v_norm = L->v_norm;
-    lm[l].numel = L->numel;
-    lp[l] = &lm[l];
+    Prunex__V1__LayerMetrics *m = &w->lm[l];
+    *m = (Prunex__V1__LayerMetrics)PRUNEX__V1__LAYER_METRICS__INIT;
+    m->layer = l;
+    m->name = (char *)(it->layer_names && it->layer_names[l] ? it->layer_names[l] : "");
+    m->r_intra = L->r_intra;
+    m->s_intra = L->s_intra;
+    m->r_inter = L->r_inter;
+    m->s_inter = L->s_inter;
+    m->rho1 = L->rho1;
+    m->rho2 = L->rho2;
+    m->density = it->layer_density ? it->layer_density[l] : -1.0;
+    m->theta_norm = L->theta_norm;
+    m->zi_norm = L->zi_norm;
+    m->z_norm = L->z_norm;
+    m->u_norm = L->u_norm;
+    m->v_norm = L->v_norm;
+    m->numel = L->numel;
+    w->lp[l] = m;
   }
-  Prunex__V1__PhaseTimes ph = PRUNEX__V1__PHASE_TIMES__INIT;
-  ph.local_s = it->local_s;
-  ph.intra_s = it->intra_s;
-  ph.projection_s = it->projection_s;
-  ph.inter_s = it->inter_s;
-  ph.broadcast_s = it->broadcast_s;
-  ph.control_s = it->control_s;
-  Prunex__V1__IterationReport rep = PRUNEX__V1__ITERATION_REPORT__INIT;
-  rep.job_id = (char *)w->a.job;
-  rep.rank = w->a.rank;
-  rep.iteration = it->iteration;
-  rep.loss = it->loss;
-  rep.train_accuracy = it->train_accuracy;
-  rep.test_accuracy = it->test_accuracy;
-  rep.density = it->density;
-  rep.mask_drift = it->mask_drift;
-  rep.bytes_intra = it->bytes_intra;
-  rep.bytes_inter = it->bytes_inter;
-  rep.bytes_inter_dense = it->bytes_inter_dense;
-  rep.n_layers = (size_t)nl;
-  rep.layers = lp;
-  rep.phases = &ph;
-  rep.time_unix_ms = pxa_unix_ms();
-  rep.epoch = it->epoch;
-  rep.frozen = it->frozen != 0;
-
-  Prunex__V1__ControlDecision *dec = NULL;
-  px_status_t st = pxw_report(w, &rep, &dec);
-  if (st == PX_OK) {
-    for (size_t i = 0; i < dec->n_layers; i++) {
-      const Prunex__V1__LayerPenalty *p = dec->layers[i];
-      if (p->layer < 0 || p->layer >= nl) continue;
-      if (p->rho1 > 0) d->rho1[p->layer] = p->rho1;
-      if (p->rho2 > 0) d->rho2[p->layer] = p->rho2;
-    }
-    if (dec->freeze) d->freeze = 1;
-    if (dec->stop || dec->cancelled) {
-      d->stop = 1;
-      const char *why = dec->cancelled ? "cancelled" : dec->stop_reason;
-      snprintf(d->reason, sizeof d->reason, "%s", why && why[0] ? why : "coordinator");
-      snprintf(w->stop_reason, sizeof w->stop_reason, "%s", d->reason);
-    }
-    if (dec->cancelled) w->cancelled = 1;
-    px_rpc_message_free(dec);
-  }
-  /* The local row carries the time this report and decision took. */
-  ph.control_s = (double)(pxa_now_ms() - t0) / 1000.0;
-  if (w->metrics && pxa_metrics_record(w->metrics, w->a.rank, "local", &rep, it->test_loss) != PX_OK)
-    px_log(PX_LOG_WARN, "job %s: rank %d: metrics: %s", w->a.job, w->a.rank, px_last_error());
-  px_free(lm);
-  px_free(lp);
-  if (st != PX_OK)
-    return px_set_error(st, "job %s: iteration %d: cannot report to the coordinator at %s: %s",
-                        w->a.job, it->iteration, w->a.coordinator, px_last_error());
+  *ph = (Prunex__V1__PhaseTimes)PRUNEX__V1__PHASE_TIMES__INIT;
+  ph->local_s = it->local_s;
+  ph->intra_s = it->intra_s;
+  ph->projection_s = it->projection_s;
+  ph->inter_s = it->inter_s;
+  ph->broadcast_s = it->broadcast_s;
+  ph->control_s = it->control_s;
+  *rep = (Prunex__V1__IterationReport)PRUNEX__V1__ITERATION_REPORT__INIT;
+  rep->job_id = (char *)w->a.job;
+  rep->rank = w->a.rank;
+  rep->iteration = it->iteration;
+  rep->loss = it->loss;
+  rep->train_accuracy = it->train_accuracy;
+  rep->test_accuracy = it->test_accuracy;
+  rep->density = it->density;
+  rep->mask_drift = it->mask_drift;
+  rep->bytes_intra = it->bytes_intra;
+  rep->bytes_inter = it->bytes_inter;
+  rep->bytes_inter_dense = it->bytes_inter_dense;
+  rep->n_layers = (size_t)nl;
+  rep->layers = nl ? w->lp : NULL;
+  rep->phases = ph;
+  rep->time_unix_ms = pxa_unix_ms();
+  rep->epoch = it->epoch;
+  rep->frozen = it->frozen != 0;
   return PX_OK;
 }
 
-/* ---- other ranks: follow the coordinator's records --------------------------------- */
-
-/* Copies the iterations rank 0 reported from next_iteration on into the
- * metrics file under this rank. */
-static px_status_t pxw_follow_once(pxw_t *w, px_rpc_channel_t **ch) {
-  px_status_t st = pxw_channel(w, ch);
-  if (st != PX_OK) return st;
-  Prunex__V1__GetIterationsRequest req = PRUNEX__V1__GET_ITERATIONS_REQUEST__INIT;
-  req.job_id = (char *)w->a.job;
-  req.from_iteration = w->next_iteration;
-  req.include_layers = 1;
-  Prunex__V1__GetIterationsResponse *resp = NULL;
-  st = px_rpc_get_iterations(*ch, &req, 5000, &resp);
-  if (st != PX_OK) {
-    if (pxa_rpc_retryable()) {
-      px_rpc_channel_destroy(*ch);
-      *ch = NULL;
-    }
-    return st;
+/* Rank 0: reports the iteration to the coordinator and applies its decision. */
+static px_status_t pxw_control(void *ctx, const px_iteration_t *it, px_hsadmm_decision_t *d) {
+  pxw_t *w = ctx;
+  Prunex__V1__IterationReport rep;
+  Prunex__V1__PhaseTimes ph;
+  PX_CHECK(pxw_fill_report(w, it, &rep, &ph));
+  Prunex__V1__ControlDecision *dec = NULL;
+  px_status_t st = pxw_report(w, &rep, &dec);
+  if (st != PX_OK)
+    return px_set_error(st, "job %s: iteration %d: cannot report to the coordinator at %s: %s",
+                        w->a.job, it->iteration, w->a.coordinator, px_last_error());
+  int nl = it->layers ? it->nlayers : 0;
+  for (size_t i = 0; i < dec->n_layers; i++) {
+    const Prunex__V1__LayerPenalty *p = dec->layers[i];
+    if (p->layer < 0 || p->layer >= nl) continue;
+    if (p->rho1 > 0) d->rho1[p->layer] = p->rho1;
+    if (p->rho2 > 0) d->rho2[p->layer] = p->rho2;
   }
-  for (size_t i = 0; i < resp->n_iterations && st == PX_OK; i++) {
-    const Prunex__V1__IterationReport *r = resp->iterations[i];
-    if (r->rank != 0 || r->iteration < w->next_iteration) continue;
-    st = pxa_metrics_record(w->metrics, w->a.rank, "coordinator", r, -1.0);
-    if (st == PX_OK) w->next_iteration = r->iteration + 1;
+  if (dec->freeze) d->freeze = 1;
+  if (dec->stop || dec->cancelled) {
+    d->stop = 1;
+    const char *why = dec->cancelled ? "cancelled" : dec->stop_reason;
+    snprintf(d->reason, sizeof d->reason, "%s", why && why[0] ? why : "coordinator");
+    snprintf(w->stop_reason, sizeof w->stop_reason, "%s", d->reason);
   }
-  px_rpc_message_free(resp);
-  return st;
+  if (dec->cancelled) w->cancelled = 1;
+  px_rpc_message_free(dec);
+  return PX_OK;
 }
 
-static void *pxw_follow_main(void *arg) {
-  pxw_t *w = arg;
-  px_rpc_channel_t *ch = NULL;
-  pthread_mutex_lock(&w->mu);
-  while (!w->follower_stop) {
-    pthread_mutex_unlock(&w->mu);
-    if (pxw_follow_once(w, &ch) != PX_OK)
-      px_log(PX_LOG_INFO, "job %s: rank %d: reading the job's iterations: %s", w->a.job,
-             w->a.rank, px_last_error());
-    pthread_mutex_lock(&w->mu);
-    if (w->follower_stop) break;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += PXW_FOLLOW_EVERY_MS / 1000;
-    ts.tv_nsec += (long)(PXW_FOLLOW_EVERY_MS % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&w->cv, &w->mu, &ts);
-  }
-  pthread_mutex_unlock(&w->mu);
-  px_rpc_channel_destroy(ch);
-  return NULL;
-}
-
-static void pxw_follow_start(pxw_t *w) {
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&w->cv, &ca);
-  pthread_condattr_destroy(&ca);
-  pthread_mutex_init(&w->mu, NULL);
-  if (pthread_create(&w->follower, NULL, pxw_follow_main, w) == 0) w->follower_started = 1;
-  else px_log(PX_LOG_WARN, "job %s: rank %d: cannot start the metrics follower", w->a.job,
-              w->a.rank);
-}
-
-/* Stops the follower; with catch_up, one last read records the iterations
- * reported since (rank 0 reports an iteration before any rank leaves it). */
-static void pxw_follow_stop(pxw_t *w, int catch_up) {
-  if (!w->follower_started) return;
-  pthread_mutex_lock(&w->mu);
-  w->follower_stop = 1;
-  pthread_cond_signal(&w->cv);
-  pthread_mutex_unlock(&w->mu);
-  pthread_join(w->follower, NULL);
-  w->follower_started = 0;
-  pthread_cond_destroy(&w->cv);
-  pthread_mutex_destroy(&w->mu);
-  if (catch_up) {
-    px_rpc_channel_t *ch = NULL;
-    if (pxw_follow_once(w, &ch) != PX_OK)
-      px_log(PX_LOG_WARN, "job %s: rank %d: last read of the job's iterations: %s", w->a.job,
-             w->a.rank, px_last_error());
-    px_rpc_channel_destroy(ch);
-  }
+/* Every rank: records the iteration in the node-local metrics file, with its
+ * own traffic and phase times (rank 0's control time includes the report's
+ * round trip). A failing write is a warning, not the end of the job. */
+static px_status_t pxw_observe(void *ctx, const px_iteration_t *it) {
+  pxw_t *w = ctx;
+  if (!w->metrics) return PX_OK;
+  Prunex__V1__IterationReport rep;
+  Prunex__V1__PhaseTimes ph;
+  PX_CHECK(pxw_fill_report(w, it, &rep, &ph));
+  if (pxa_metrics_record(w->metrics, w->a.rank, &rep, it->test_loss, it->rank_bytes_intra,
+                         it->rank_bytes_inter) != PX_OK)
+    px_log(PX_LOG_WARN, "job %s: rank %d: metrics: %s", w->a.job, w->a.rank, px_last_error());
+  return PX_OK;
 }
 
 /* ---- the run ------------------------------------------------------------------------ */
@@ -640,9 +564,9 @@ static int pxw_run(pxw_t *w) {
   px_kv_destroy(kv); /* only needed to meet */
   kv = NULL;
 
-  if (a->rank != 0 && w->metrics) pxw_follow_start(w);
+  sc.observe = pxw_observe;
+  sc.observe_ctx = w;
   st = px_strategy_run(trainer, comm, &sc, a->rank == 0 ? pxw_control : NULL, w, &res);
-  pxw_follow_stop(w, st == PX_OK);
   if (st != PX_OK) goto fail;
 
   if (w->cancelled) {
@@ -694,7 +618,6 @@ done:
     if (pxa_metrics_run_end(w->metrics, a->job, a->rank, &end) != PX_OK)
       px_log(PX_LOG_WARN, "rank %d: metrics: %s", a->rank, px_last_error());
   }
-  pxw_follow_stop(w, 0);
   px_comm_destroy(comm);
   px_kv_destroy(kv);
   px_trainer_destroy(trainer);
@@ -723,6 +646,8 @@ int main(int argc, char **argv) {
   rc = pxw_run(&w);
   px_rpc_channel_destroy(w.ch);
   pxa_metrics_close(w.metrics);
+  px_free(w.lm);
+  px_free(w.lp);
   px_jobspec_free(w.spec);
   grpc_shutdown();
   return rc;

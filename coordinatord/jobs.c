@@ -79,6 +79,7 @@ int coord_spec_validate(const Prunex__V1__JobSpec *s, char *err, size_t cap) {
       COORD_BAD("spec.train.weight_decay = %g: must be >= 0", t->weight_decay);
     if (t->local_epochs < 0) COORD_BAD("spec.train.local_epochs = %d: must be >= 0", t->local_epochs);
     if (t->local_steps < 0) COORD_BAD("spec.train.local_steps = %d: must be >= 0", t->local_steps);
+    if (t->eval_every < 0) COORD_BAD("spec.train.eval_every = %d: must be >= 0", t->eval_every);
   }
   if (s->prune) {
     const Prunex__V1__PruneSpec *p = s->prune;

@@ -205,13 +205,25 @@ static void test_small_job_succeeds(void **state) {
                                    " density > 0.3 AND density < 0.9",
                                    job),
                      WORKERS * iterations);
-    /* rank 0 computed its figures; the others read them back */
-    if (i == 0)
-      assert_int_equal(pxt_query_int(db,
-                                     "SELECT count(*) FROM iterations WHERE job_id = ?1 AND"
-                                     " rank = 0 AND source = 'local' AND test_accuracy >= 0",
-                                     job),
-                       iterations);
+    /* every rank recorded its own figures: the job's test accuracy and its
+     * own traffic (every rank talks inside its node) */
+    assert_int_equal(pxt_query_int(db,
+                                   "SELECT count(*) FROM iterations WHERE job_id = ?1 AND"
+                                   " source = 'local' AND test_accuracy >= 0 AND"
+                                   " rank_bytes_intra > 0 AND rank_bytes_intra < bytes_intra",
+                                   job),
+                     WORKERS * iterations);
+    /* per-layer density: the pruned convs between 0 and 1, the rest 1 */
+    assert_true(pxt_query_int(db,
+                              "SELECT count(*) FROM iteration_layers WHERE job_id = ?1 AND"
+                              " density > 0 AND density < 1 AND name LIKE '%conv%'",
+                              job) > 0);
+    assert_int_equal(pxt_query_int(db,
+                                   "SELECT count(*) FROM iteration_layers WHERE job_id = ?1 AND"
+                                   " (density < 0 OR density > 1 OR"
+                                   " (name LIKE '%bn%' AND density != 1))",
+                                   job),
+                     0);
     px_store_close(db);
   }
   /* the coordinator has rank 0's reports, with their layers */

@@ -4,7 +4,8 @@
  * every round; with sparsity z lies in the structured set and the masks
  * freeze once drift is zero; penalty changes rescale the scaled duals so the
  * unscaled ones are unchanged; the measured inter-node bytes equal the
- * packed sizes moved by the leaders. */
+ * packed sizes moved by the leaders; coupled channels take their producing
+ * filters with them. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -115,6 +116,14 @@ static uint64_t fnv(const void *p, size_t n) {
   return h;
 }
 
+/* Controller that changes nothing. */
+static px_status_t keep_going(void *ctx, const px_hsadmm_round_t *round, px_hsadmm_decision_t *d) {
+  (void)ctx;
+  (void)round;
+  (void)d;
+  return PX_OK;
+}
+
 /* Controller for the rescale check: doubles rho1, halves rho2 every round. */
 static px_status_t wobble(void *ctx, const px_hsadmm_round_t *round, px_hsadmm_decision_t *d) {
   (void)ctx;
@@ -132,8 +141,8 @@ static int rank_main(px_th_ctx_t *ctx) {
   float theta[D] = {0};
   for (int i = 0; i < D; i++) theta[i] = (float)px_th_val(3, ctx->rank, (size_t)i) / 8.0f;
   px_hsadmm_param_t params[2] = {
-      {"w", theta, DW, sc->keep_channel < 1.0, {4, 3, 1, 1}},
-      {"b", theta + DW, D - DW, 0, {0, 0, 0, 0}},
+      {"w", theta, DW, sc->keep_channel < 1.0, {4, 3, 1, 1}, 0, 0},
+      {"b", theta + DW, D - DW, 0, {0, 0, 0, 0}, 0, 0},
   };
   px_hsadmm_config_t cfg = {sc->flat, 1.0, 1.0, LAMBDA, {1.0, sc->keep_channel, 1.0}, 0};
   px_hsadmm_t *h;
@@ -276,6 +285,71 @@ static void test_rho_change_keeps_unscaled_duals(void **state) {
   run(4, nodes, &sc);
 }
 
+/* Two coupled convs, A [6, 4, 1, 1] whose output only B [5, 6, 1, 1] reads,
+ * and a dense tail. Each rank perturbs its model differently every round, so
+ * the nodes choose different channels and the union does the coupling's
+ * work: A's filter mask equals B's channel mask, z is zero on both halves of
+ * every pruned group, and the leaders move exactly the packed blocks. */
+enum { CA = 24, CB = 30, CD = 3, CN = CA + CB + CD };
+
+static int coupled_rank(px_th_ctx_t *ctx) {
+  px_comm_t *comm;
+  PX_TH_OK(px_th_comm(ctx, NULL, &comm));
+  float theta[CN];
+  for (int i = 0; i < CN; i++) theta[i] = (float)px_th_val(7, 0, (size_t)i);
+  px_hsadmm_param_t params[3] = {
+      {"a", theta, CA, 1, {6, 4, 1, 1}, 1, 1},
+      {"b", theta + CA, CB, 1, {5, 6, 1, 1}, 0, 0},
+      {"t", theta + CA + CB, CD, 0, {0, 0, 0, 0}, 0, 0},
+  };
+  px_hsadmm_config_t cfg = {0, 1.0, 1.0, 0.0, {1.0, 0.5, 1.0}, 0};
+  px_hsadmm_t *h;
+  PX_TH_OK(px_hsadmm_create(comm, params, 3, &cfg, &h));
+  for (int round = 0; round < 4; round++) {
+    for (int i = 0; i < CN; i++) theta[i] += (float)px_th_val(11 + (uint64_t)round, ctx->rank, (size_t)i);
+    px_hsadmm_round_t *rd;
+    PX_TH_OK(px_hsadmm_sync(h, &rd));
+    const uint8_t *ma = px_hsadmm_mask(h, 0), *mb = px_hsadmm_mask(h, 1);
+    const float *za = px_hsadmm_z(h, 0), *zb = px_hsadmm_z(h, 1);
+    int kout_a = 0, kin_a = 0, kin_b = 0, nz_b = 0;
+    for (int c = 0; c < 6; c++) {
+      PX_TH_CHECK(ma[c] == mb[5 + c]); /* A's filter c goes with B's channel c */
+      kout_a += ma[c];
+      kin_b += mb[5 + c];
+      int any = 0;
+      for (int o = 0; o < 5; o++) any |= zb[o * 6 + c] != 0.0f;
+      for (int i = 0; i < 4; i++) any |= za[c * 4 + i] != 0.0f;
+      if (!mb[5 + c]) PX_TH_CHECK(!any);
+      nz_b += any;
+    }
+    for (int c = 0; c < 4; c++) kin_a += ma[6 + c];
+    PX_TH_CHECK(nz_b <= 3); /* z itself is in the set, whatever the union holds */
+    PX_TH_CHECK(kin_b >= 3 && kin_a >= 2);
+    uint64_t packed = 4u * (uint64_t)(kout_a * kin_a + 5 * kin_b + CD);
+    PX_TH_CHECK(rd->packed_bytes == packed);
+    uint64_t masks = rd->frozen ? 0 : px_prune_mask_size(params[0].shape) +
+                                          px_prune_mask_size(params[1].shape);
+    PX_TH_CHECK(rd->bytes_inter == 2u * 2u * (packed + masks));
+    int stop;
+    PX_TH_OK(px_hsadmm_decide(h, keep_going, NULL, &stop));
+  }
+  px_hsadmm_destroy(h);
+  /* a consumer whose channels do not match the producer's filters */
+  params[0].consumer = 2;
+  PX_TH_CHECK(px_hsadmm_create(comm, params, 3, &cfg, &h) == PX_ERR_INVALID);
+  params[0].consumer = 1;
+  params[1].shape.c_in = 5;
+  PX_TH_CHECK(px_hsadmm_create(comm, params, 3, &cfg, &h) == PX_ERR_INVALID);
+  px_comm_destroy(comm);
+  return 0;
+}
+
+static void test_coupled_channels_take_their_filters(void **state) {
+  (void)state;
+  int nodes[4] = {0, 0, 1, 1};
+  assert_int_equal(px_th_run(4, nodes, coupled_rank, NULL, 120), 0);
+}
+
 int main(int argc, char **argv) {
   px_th_init(argc, argv);
   const struct CMUnitTest tests[] = {
@@ -283,6 +357,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_flat_converges_to_centralised_solution),
       cmocka_unit_test(test_sparse_consensus_stays_in_set_and_freezes),
       cmocka_unit_test(test_rho_change_keeps_unscaled_duals),
+      cmocka_unit_test(test_coupled_channels_take_their_filters),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

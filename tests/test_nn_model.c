@@ -86,6 +86,51 @@ static void test_names_and_kinds_follow_torchvision(void **state) {
   px_model_destroy(m);
 }
 
+static int param_index(px_model_t *m, const char *name) {
+  for (int i = 0; i < px_model_num_params(m); i++)
+    if (!strcmp(px_model_param(m, i)->name, name)) return i;
+  fail_msg("no parameter %s", name);
+  return -1;
+}
+
+/* Only a conv whose output reaches exactly one conv through one batch norm is
+ * coupled: the ones feeding a residual add (or the stem) are not. */
+static void test_channel_consumers_follow_the_graph(void **state) {
+  (void)state;
+  px_model_t *m = make("resnet20", 1, 10, 2, 32);
+  int n = px_model_num_params(m), coupled = 0;
+  for (int i = 0; i < n; i++) {
+    int c = px_model_channel_consumer(m, i);
+    const char *name = px_model_param(m, i)->name;
+    if (c < 0) continue;
+    coupled++;
+    /* "layerX.Y.conv1.weight" -> "layerX.Y.conv2.weight" */
+    char want[96];
+    snprintf(want, sizeof want, "%s", name);
+    char *p = strstr(want, ".conv1.");
+    assert_non_null(p);
+    p[5] = '2';
+    assert_string_equal(px_model_param(m, c)->name, want);
+  }
+  assert_int_equal(coupled, 9); /* one per basic block */
+  assert_int_equal(px_model_channel_consumer(m, param_index(m, "conv1.weight")), -1);
+  assert_int_equal(px_model_channel_consumer(m, param_index(m, "layer1.0.conv2.weight")), -1);
+  assert_int_equal(px_model_channel_consumer(m, param_index(m, "layer2.0.downsample.0.weight")),
+                   -1);
+  assert_int_equal(px_model_channel_consumer(m, param_index(m, "bn1.weight")), -1);
+  assert_int_equal(px_model_channel_consumer(m, -1), -1);
+  assert_int_equal(px_model_channel_consumer(m, n), -1);
+  px_model_destroy(m);
+
+  m = make("resnet50", 3, 10, 1, 32);
+  assert_int_equal(px_model_channel_consumer(m, param_index(m, "layer3.2.conv1.weight")),
+                   param_index(m, "layer3.2.conv2.weight"));
+  assert_int_equal(px_model_channel_consumer(m, param_index(m, "layer3.2.conv2.weight")),
+                   param_index(m, "layer3.2.conv3.weight"));
+  assert_int_equal(px_model_channel_consumer(m, param_index(m, "layer3.2.conv3.weight")), -1);
+  px_model_destroy(m);
+}
+
 static void test_unknown_arch_and_bad_sizes_are_rejected(void **state) {
   (void)state;
   px_model_t *m = NULL;
@@ -269,6 +314,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parameter_counts_match_pytorch),
       cmocka_unit_test(test_names_and_kinds_follow_torchvision),
+      cmocka_unit_test(test_channel_consumers_follow_the_graph),
       cmocka_unit_test(test_unknown_arch_and_bad_sizes_are_rejected),
       cmocka_unit_test(test_network_gradient_matches_finite_differences),
       cmocka_unit_test(test_sgd_overfits_one_batch_without_allocating),

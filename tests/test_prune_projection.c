@@ -2,7 +2,8 @@
  * the Frobenius-nearest point of its set (checked by brute force over every
  * support on small tensors), keeps exactly ceil(keep * count) groups, breaks
  * ties by the lowest index, and the composite applies filter, channel, shape
- * in that order. */
+ * in that order; the coupled projection (a producer's filters with its
+ * consumer's channels) is the nearest point of its set too. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -118,6 +119,91 @@ static void test_shape_projection_is_nearest_point(void **state) {
   check_nearest(KIND_SHAPE, (px_conv_shape_t){3, 2, 2, 2}, 7);
   check_nearest(KIND_SHAPE, (px_conv_shape_t){5, 1, 3, 3}, 8);
   check_nearest(KIND_SHAPE, (px_conv_shape_t){2, 12, 1, 1}, 9);
+}
+
+/* The coupled projection of a producer A [C, Ci, kh, kw] and a consumer B
+ * [Co, C, kh', kw'] is the nearest point of the set where A's filter c and
+ * B's channel c are zero together for all but at most k channels c. */
+static void check_coupled_nearest(px_conv_shape_t sa, px_conv_shape_t sb, uint64_t seed) {
+  px_test_rng_t rng;
+  px_test_rng_seed(&rng, seed);
+  size_t na = px_conv_numel(sa), nb = px_conv_numel(sb), C = (size_t)sb.c_in;
+  assert_true(C <= 12 && (size_t)sa.c_out == C);
+  float *a = malloc(na * sizeof *a), *b = malloc(nb * sizeof *b);
+  float *a2 = malloc(na * sizeof *a), *b2 = malloc(nb * sizeof *b);
+  px_test_fill_normal(&rng, a, na);
+  px_test_fill_normal(&rng, b, nb);
+  size_t arow = na / C, khw = (size_t)sb.kh * sb.kw;
+  for (size_t k = 0; k <= C; k++) {
+    double keep = (double)k / (double)C;
+    memcpy(a2, a, na * sizeof *a);
+    memcpy(b2, b, nb * sizeof *b);
+    uint8_t fmask[16], cmask[16];
+    memset(fmask, 1, sizeof fmask);
+    assert_int_equal(px_prune_project_coupled(a2, sa, b2, sb, keep, fmask, cmask, NULL, 0), PX_OK);
+    double best = INFINITY;
+    for (uint32_t sub = 0; sub < (1u << C); sub++) {
+      if ((size_t)__builtin_popcount(sub) > k) continue;
+      double d = 0;
+      for (size_t c = 0; c < C; c++) {
+        if (sub >> c & 1u) continue;
+        for (size_t i = 0; i < arow; i++) d += (double)a[c * arow + i] * a[c * arow + i];
+        for (size_t o = 0; o < (size_t)sb.c_out; o++)
+          for (size_t j = 0; j < khw; j++) {
+            double v = b[(o * C + c) * khw + j];
+            d += v * v;
+          }
+      }
+      if (d < best) best = d;
+    }
+    double got = sqdist(a, a2, na) + sqdist(b, b2, nb);
+    assert_true(fabs(got - best) <= 1e-9 * (1.0 + best));
+    size_t kept = 0;
+    for (size_t c = 0; c < C; c++) {
+      kept += cmask[c];
+      assert_int_equal(fmask[c], cmask[c]); /* the filter goes with its channel */
+      for (size_t i = 0; i < arow; i++)
+        assert_true(a2[c * arow + i] == (cmask[c] ? a[c * arow + i] : 0.0f));
+      for (size_t o = 0; o < (size_t)sb.c_out; o++)
+        for (size_t j = 0; j < khw; j++) {
+          size_t i = (o * C + c) * khw + j;
+          assert_true(b2[i] == (cmask[c] ? b[i] : 0.0f));
+        }
+    }
+    assert_int_equal(kept, k);
+  }
+  free(a);
+  free(b);
+  free(a2);
+  free(b2);
+}
+
+static void test_coupled_projection_is_nearest_point(void **state) {
+  (void)state;
+  check_coupled_nearest((px_conv_shape_t){6, 3, 3, 3}, (px_conv_shape_t){4, 6, 3, 3}, 21);
+  check_coupled_nearest((px_conv_shape_t){8, 5, 1, 1}, (px_conv_shape_t){3, 8, 3, 3}, 22);
+  check_coupled_nearest((px_conv_shape_t){1, 2, 1, 1}, (px_conv_shape_t){2, 1, 1, 1}, 23);
+}
+
+static void test_coupled_projection_keeps_pruned_filters_and_checks_shapes(void **state) {
+  (void)state;
+  px_conv_shape_t sa = {4, 2, 1, 1}, sb = {3, 4, 1, 1};
+  float a[8], b[12];
+  for (int i = 0; i < 8; i++) a[i] = 1.0f;
+  for (int i = 0; i < 12; i++) b[i] = 1.0f;
+  /* every group ties: the lowest indices win */
+  uint8_t fmask[4] = {1, 0, 1, 1}, cmask[4];
+  assert_int_equal(px_prune_project_coupled(a, sa, b, sb, 0.5, fmask, cmask, NULL, 0), PX_OK);
+  const uint8_t want_c[4] = {1, 1, 0, 0}, want_f[4] = {1, 0, 0, 0};
+  assert_memory_equal(cmask, want_c, 4);
+  assert_memory_equal(fmask, want_f, 4); /* filter 1 was pruned before and stays so */
+  px_conv_shape_t bad = {3, 5, 1, 1};
+  assert_int_equal(px_prune_project_coupled(a, sa, b, bad, 0.5, fmask, cmask, NULL, 0),
+                   PX_ERR_INVALID);
+  assert_int_equal(px_prune_project_coupled(a, sa, b, sb, 1.5, fmask, cmask, NULL, 0),
+                   PX_ERR_INVALID);
+  assert_int_equal(px_prune_project_coupled(a, sa, b, sb, 0.5, NULL, cmask, NULL, 0),
+                   PX_ERR_INVALID);
 }
 
 static void test_keep_counts_are_exact(void **state) {
@@ -291,6 +377,8 @@ int main(void) {
       cmocka_unit_test(test_filter_projection_is_nearest_point),
       cmocka_unit_test(test_channel_projection_is_nearest_point),
       cmocka_unit_test(test_shape_projection_is_nearest_point),
+      cmocka_unit_test(test_coupled_projection_is_nearest_point),
+      cmocka_unit_test(test_coupled_projection_keeps_pruned_filters_and_checks_shapes),
       cmocka_unit_test(test_keep_counts_are_exact),
       cmocka_unit_test(test_ties_keep_lowest_index),
       cmocka_unit_test(test_nan_groups_rank_lowest),

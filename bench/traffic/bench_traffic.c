@@ -24,6 +24,7 @@
 #include "prunex/hsadmm.h"
 #include "prunex/kv.h"
 #include "prunex/nn.h"
+#include "prunex/strategy.h"
 
 typedef struct {
   double inter_bytes, inter_dense, packed, dense, density;
@@ -49,16 +50,7 @@ static int rank_main(int rank, const char *arch, double fkeep, double keep, cons
   }
   int np = px_model_num_params(m);
   px_hsadmm_param_t *hp = calloc((size_t)np, sizeof *hp);
-  for (int i = 0; i < np; i++) {
-    const px_model_param_t *p = px_model_param(m, i);
-    hp[i].name = p->name;
-    hp[i].theta = p->value->data;
-    hp[i].numel = px_tensor_numel(p->value);
-    hp[i].prunable = p->kind == PX_WEIGHT_CONV;
-    if (hp[i].prunable)
-      hp[i].shape = (px_conv_shape_t){(int32_t)p->value->dims[0], (int32_t)p->value->dims[1],
-                                      (int32_t)p->value->dims[2], (int32_t)p->value->dims[3]};
-  }
+  px_strategy_hsadmm_params(m, NULL, 0, hp);
   px_kv_t *kv;
   px_comm_t *c;
   int nodes[2] = {0, 1};

@@ -70,6 +70,7 @@ const px__js_field_t px__js_fields[] = {
     {S_TRAIN, "local_steps", PX__JS_INT, 0, 0, I32MAX, NULL, 0, NULL},
     {S_TRAIN, "seed", PX__JS_INT, 0, 0, 18446744073709551615.0, NULL, 1, NULL}, /* uint64 */
     {S_TRAIN, "lr_schedule", PX__JS_CHOICE, 0, 0, 0, "constant|cosine|step", 0, "cosine"},
+    {S_TRAIN, "eval_every", PX__JS_INT, 0, 1, I32MAX, NULL, 1, NULL},
 
     {S_PRUNE, "filter_keep", PX__JS_DOUBLE, 0, 0, 1, NULL, 1.0, NULL},
     {S_PRUNE, "channel_keep", PX__JS_DOUBLE, 0, 0, 1, NULL, 1.0, NULL},

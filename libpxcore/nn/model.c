@@ -648,6 +648,33 @@ void px_model_destroy(px_model_t *m) {
 const px_model_config_t *px_model_config(const px_model_t *m) { return &m->cfg; }
 px_ops_t *px_model_ops(const px_model_t *m) { return m->ops; }
 int px_model_num_params(const px_model_t *m) { return m->nparams; }
+
+/* The one node reading activation a, or NULL when none or several do. */
+static const px__node_t *px__sole_reader(const px_model_t *m, int a) {
+  const px__node_t *r = NULL;
+  for (int k = 0; k < m->nnodes; k++) {
+    const px__node_t *n = &m->nodes[k];
+    if (n->in != a && n->in2 != a) continue;
+    if (r) return NULL;
+    r = n;
+  }
+  return r;
+}
+
+int px_model_channel_consumer(const px_model_t *m, int i) {
+  if (i < 0 || i >= m->nparams || m->pkinds[i] != PX_WEIGHT_CONV) return -1;
+  for (int k = 0; k < m->nnodes; k++) {
+    const px__node_t *n = &m->nodes[k];
+    if (n->kind != PX__CONV || n->w != i) continue;
+    /* conv -> BN (ReLU fused or not) -> conv, each the only reader */
+    const px__node_t *bn = px__sole_reader(m, n->out);
+    if (!bn || bn->kind != PX__BN) return -1;
+    const px__node_t *c = px__sole_reader(m, bn->out);
+    if (!c || c->kind != PX__CONV) return -1;
+    return c->w;
+  }
+  return -1;
+}
 const px_model_param_t *px_model_param(const px_model_t *m, int i) {
   return i >= 0 && i < m->nparams ? &m->params[i] : NULL;
 }

@@ -98,7 +98,7 @@ typedef struct {
 
 static px_status_t px__ws_get(px_conv_shape_t s, void *ws, size_t ws_bytes, px__ws_t *out) {
   size_t need = px_prune_workspace_size(s);
-  out->owned = NULL;
+  memset(out, 0, sizeof *out);
   if (!ws) {
     ws = out->owned = px_malloc(need, "prune.workspace");
     if (!ws) return PX_ERR_NOMEM;
@@ -197,6 +197,48 @@ px_status_t px_prune_project_shape(float *w, px_conv_shape_t s, double keep,
     float *p = w + o * row;
     for (size_t g = 0; g < row; g++)
       if (!dec[g]) p[g] = 0.0f;
+  }
+  px_free(W.owned);
+  return PX_OK;
+}
+
+px_status_t px_prune_project_coupled(float *producer, px_conv_shape_t sp, float *consumer,
+                                     px_conv_shape_t sc, double keep, uint8_t *producer_filter,
+                                     uint8_t *consumer_channel, void *ws, size_t ws_bytes) {
+  PX_REQUIRE(producer && consumer, "coupled projection of a NULL tensor");
+  PX_REQUIRE(producer_filter && consumer_channel, "coupled projection needs both mask parts");
+  PX_CHECK(px_conv_shape_validate(sp));
+  PX_CHECK(px_conv_shape_validate(sc));
+  PX_REQUIRE(sp.c_out == sc.c_in,
+             "coupled projection: the producer has %d filters, the consumer %d input channels",
+             (int)sp.c_out, (int)sc.c_in);
+  PX_CHECK(px__keep_check("keep", keep));
+  px__ws_t W;
+  PX_CHECK(px__ws_get(sc, ws, ws_bytes, &W));
+  size_t C = (size_t)sc.c_in, khw = (size_t)sc.kh * sc.kw, row = C * khw;
+  size_t prow = (size_t)sp.c_in * sp.kh * sp.kw;
+  /* the group of channel c: consumer W[:, c, :, :] and producer W[c, :, :, :] */
+  for (size_t c = 0; c < C; c++) {
+    const float *p = producer + c * prow;
+    double acc = 0.0;
+    for (size_t i = 0; i < prow; i++) acc += (double)p[i] * p[i];
+    W.norm[c] = acc;
+  }
+  for (size_t o = 0; o < (size_t)sc.c_out; o++) {
+    const float *p = consumer + o * row;
+    for (size_t c = 0; c < C; c++) {
+      double acc = 0.0;
+      for (size_t j = 0; j < khw; j++) acc += (double)p[c * khw + j] * p[c * khw + j];
+      W.norm[c] += acc;
+    }
+  }
+  px__select(W.norm, W.idx, C, px_prune_keep_count(keep, C), consumer_channel);
+  for (size_t c = 0; c < C; c++) {
+    if (consumer_channel[c]) continue;
+    producer_filter[c] = 0;
+    memset(producer + c * prow, 0, prow * sizeof *producer);
+    for (size_t o = 0; o < (size_t)sc.c_out; o++)
+      memset(consumer + o * row + c * khw, 0, khw * sizeof *consumer);
   }
   px_free(W.owned);
   return PX_OK;

@@ -40,6 +40,7 @@ struct px_hsadmm {
   uint8_t *mask_node, *mask_union, *mask_prev;
   uint8_t *mask_z;      /* groups kept in z (the union once frozen) */
   const uint8_t **mask_ptrs; /* [n] into mask_union, NULL for dense tensors */
+  uint8_t *is_consumer;  /* [n] 1: channel groups projected with a producer's filters */
   void *ws;
   size_t ws_bytes;
   px_pack_plan_t *plan;
@@ -145,6 +146,24 @@ px_status_t px_hsadmm_create(px_comm_t *comm, const px_hsadmm_param_t *params, i
   st = px_pack_plan_create(desc, nparams, cfg->bucket_bytes, &h->plan);
   px_free(desc);
   if (st < 0) goto fail;
+  h->is_consumer = px_calloc((size_t)nparams, 1, "hsadmm.coupling");
+  if (!h->is_consumer) {
+    st = PX_ERR_NOMEM;
+    goto fail;
+  }
+  for (int i = 0; i < nparams; i++) {
+    if (!params[i].prunable || !params[i].has_consumer) continue;
+    int32_t c = params[i].consumer;
+    if (c < 0 || c >= nparams || c == i || !params[c].prunable ||
+        params[c].shape.c_in != params[i].shape.c_out || h->is_consumer[c]) {
+      st = px_set_error(PX_ERR_INVALID,
+                        "H-SADMM parameter %s: consumer %d is not a prunable conv with %d input "
+                        "channels read by this one alone", params[i].name ? params[i].name : "?",
+                        (int)c, (int)params[i].shape.c_out);
+      goto fail;
+    }
+    h->is_consumer[c] = 1;
+  }
   float **fam[] = {&h->u, &h->zi, &h->zi_prev, &h->v, &h->z, &h->z_prev, &h->s};
   for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
     *fam[f] = px_calloc(h->total, sizeof(float), "hsadmm.state");
@@ -210,6 +229,7 @@ void px_hsadmm_destroy(px_hsadmm_t *h) {
   px_free(h->off);
   px_free(h->moff);
   px_free(h->mask_ptrs);
+  px_free(h->is_consumer);
   px_free(h->rho1);
   px_free(h->rho2);
   px_free(h->sums);
@@ -229,6 +249,11 @@ void px_hsadmm_prox(const px_hsadmm_t *h, int i, const float **z, const float **
 const float *px_hsadmm_z(const px_hsadmm_t *h, int i) { return h->z + h->off[i]; }
 const uint8_t *px_hsadmm_mask(const px_hsadmm_t *h, int i) { return h->mask_ptrs[i]; }
 int px_hsadmm_frozen(const px_hsadmm_t *h) { return h->frozen; }
+double px_hsadmm_density(const px_hsadmm_t *h, int i) {
+  if (!h->params[i].prunable) return 1.0;
+  return px_prune_mask_density((h->frozen ? h->mask_union : h->mask_z) + h->moff[i],
+                               h->params[i].shape);
+}
 double px_hsadmm_rho1(const px_hsadmm_t *h, int i) { return h->rho1[i]; }
 double px_hsadmm_rho2(const px_hsadmm_t *h, int i) { return h->rho2[i]; }
 void px_hsadmm_duals(const px_hsadmm_t *h, int i, const float **u, const float **v) {
@@ -236,15 +261,47 @@ void px_hsadmm_duals(const px_hsadmm_t *h, int i, const float **u, const float *
   *v = h->v + h->off[i];
 }
 
-/* Projects x (a prunable tensor) onto its set, or applies the frozen mask,
- * writing its group mask into node_mask. */
-static px_status_t px__project(px_hsadmm_t *h, int i, float *x) {
-  const px_hsadmm_param_t *p = &h->params[i];
-  if (h->frozen) {
-    px_prune_apply_mask(x, p->shape, h->mask_union + h->moff[i]);
-    return PX_OK;
+/* Projects the prunable tensors of a state family (zi or z) onto the
+ * structured set, writing their group masks into mask (mask_node or mask_z),
+ * or applies the frozen union mask. The composite order is filter, channel,
+ * shape for every layer, except that the channels of a coupled consumer are
+ * chosen after its producer's own steps, together with the producer's
+ * filters. Deterministic: the same input gives the same output and masks on
+ * every rank. */
+static px_status_t px__project(px_hsadmm_t *h, float *fam, uint8_t *mask) {
+  const px_prune_keep_t *k = &h->cfg.keep;
+  for (int i = 0; i < h->n; i++) {
+    const px_hsadmm_param_t *p = &h->params[i];
+    if (!p->prunable) continue;
+    float *x = fam + h->off[i];
+    if (h->frozen) {
+      px_prune_apply_mask(x, p->shape, h->mask_union + h->moff[i]);
+      continue;
+    }
+    uint8_t *m = mask + h->moff[i];
+    PX_CHECK(px_prune_project_filter(x, p->shape, k->filter_keep, m, h->ws, h->ws_bytes));
+    if (h->is_consumer[i]) continue; /* its channels are chosen with its producer below */
+    PX_CHECK(px_prune_project_channel(x, p->shape, k->channel_keep, m + p->shape.c_out, h->ws,
+                                      h->ws_bytes));
   }
-  return px_prune_project(x, p->shape, &h->cfg.keep, h->mask_node + h->moff[i], h->ws, h->ws_bytes);
+  if (h->frozen) return PX_OK;
+  for (int i = 0; i < h->n; i++) {
+    const px_hsadmm_param_t *p = &h->params[i];
+    if (!p->prunable || !p->has_consumer) continue;
+    const px_hsadmm_param_t *q = &h->params[p->consumer];
+    PX_CHECK(px_prune_project_coupled(fam + h->off[i], p->shape, fam + h->off[p->consumer],
+                                      q->shape, k->channel_keep, mask + h->moff[i],
+                                      mask + h->moff[p->consumer] + q->shape.c_out, h->ws,
+                                      h->ws_bytes));
+  }
+  for (int i = 0; i < h->n; i++) {
+    const px_hsadmm_param_t *p = &h->params[i];
+    if (!p->prunable) continue;
+    uint8_t *m = mask + h->moff[i] + p->shape.c_out + p->shape.c_in;
+    PX_CHECK(px_prune_project_shape(fam + h->off[i], p->shape, k->shape_keep, m, h->ws,
+                                    h->ws_bytes));
+  }
+  return PX_OK;
 }
 
 static double px__sqdiff(const float *a, const float *b, size_t n) {
@@ -279,8 +336,8 @@ static px_status_t px__sync_flat(px_hsadmm_t *h) {
     const float *s = h->s + h->off[i];
     float scale = (float)(h->rho1[i] / (h->cfg.lambda + h->N * h->rho1[i]));
     for (size_t j = 0; j < h->params[i].numel; j++) z[j] = scale * s[j];
-    if (h->params[i].prunable) PX_CHECK(px__project(h, i, z));
   }
+  PX_CHECK(px__project(h, h->z, h->mask_node));
   /* every rank projected the same sum: the masks agree without a reduction */
   if (!h->frozen && h->mtotal) {
     memcpy(h->mask_union, h->mask_node, h->mtotal);
@@ -315,8 +372,8 @@ static px_status_t px__sync_hier(px_hsadmm_t *h, uint64_t *inter_value_bytes) {
     double den = h->cfg.lambda / h->M + h->P * r1 + r2;
     float a = (float)(r1 / den), b = (float)(r2 / den);
     for (size_t j = 0; j < h->params[i].numel; j++) zi[j] = a * s[j] + b * (z[j] - v[j]);
-    if (h->params[i].prunable) PX_CHECK(px__project(h, i, zi));
   }
+  PX_CHECK(px__project(h, h->zi, h->mask_node));
   double t2 = px__now();
   /* 4. inter, leaders only: union of the masks, packed SUM of z_i + v_i */
   memcpy(h->z_prev, h->z, h->total * sizeof(float));
@@ -346,10 +403,7 @@ static px_status_t px__sync_hier(px_hsadmm_t *h, uint64_t *inter_value_bytes) {
       /* z is the projection of the mean onto S: the union of the node masks
        * can hold more groups than S allows while the nodes disagree. The
        * mean is bit-identical on every leader, so is the projection. */
-      for (int i = 0; i < h->n && st == PX_OK; i++)
-        if (h->params[i].prunable && !h->frozen)
-          st = px_prune_project(h->z + h->off[i], h->params[i].shape, &h->cfg.keep,
-                                h->mask_z + h->moff[i], h->ws, h->ws_bytes);
+      if (!h->frozen && h->mtotal) st = px__project(h, h->z, h->mask_z);
     }
     PX_CHECK(st);
   }
@@ -439,8 +493,7 @@ px_status_t px_hsadmm_sync(px_hsadmm_t *h, px_hsadmm_round_t **round) {
   double kept = 0, all = 0;
   for (int i = 0; i < h->n; i++)
     if (h->params[i].prunable) {
-      kept += px_prune_mask_density((h->frozen ? h->mask_union : h->mask_z) + h->moff[i],
-                                    h->params[i].shape) * h->params[i].numel;
+      kept += px_hsadmm_density(h, i) * (double)h->params[i].numel;
       all += (double)h->params[i].numel;
     }
   h->round.density = all > 0 ? kept / all : 1.0;

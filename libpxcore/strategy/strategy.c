@@ -41,6 +41,7 @@ typedef struct {
   px_hsadmm_t *h;
   px_hsadmm_param_t *hp;    /* [np] */
   float *backup;            /* [numel] theta while z is evaluated */
+  double *layer_density;    /* [np] kept fraction of each tensor of z */
   double *rho1, *rho2;      /* [np] decision arrays for ddp/topk */
   /* top-k */
   float *err;               /* [numel] error feedback */
@@ -74,6 +75,36 @@ static int px__skipped(const px_strategy_config_t *cfg, const char *name) {
     if (!strcmp(s, name) || (!strncmp(s, name, n) && !strcmp(name + n, ".weight"))) return 1;
   }
   return 0;
+}
+
+void px_strategy_hsadmm_params(px_model_t *m, const char *const *skip_layers, int nskip,
+                               px_hsadmm_param_t *out) {
+  px_strategy_config_t c;
+  memset(&c, 0, sizeof c);
+  c.skip_layers = skip_layers;
+  c.nskip = nskip;
+  int np = px_model_num_params(m);
+  for (int i = 0; i < np; i++) {
+    const px_model_param_t *p = px_model_param(m, i);
+    px_hsadmm_param_t *q = &out[i];
+    memset(q, 0, sizeof *q);
+    q->name = p->name;
+    q->theta = p->value->data;
+    q->numel = px_tensor_numel(p->value);
+    q->prunable = p->kind == PX_WEIGHT_CONV && !px__skipped(&c, p->name);
+    if (q->prunable)
+      q->shape = (px_conv_shape_t){(int32_t)p->value->dims[0], (int32_t)p->value->dims[1],
+                                   (int32_t)p->value->dims[2], (int32_t)p->value->dims[3]};
+  }
+  /* a conv whose output only the next conv reads loses a filter with each
+   * channel pruned there (px_prune_project_coupled) */
+  for (int i = 0; i < np; i++) {
+    int k = px_model_channel_consumer(m, i);
+    if (out[i].prunable && k >= 0 && out[k].prunable) {
+      out[i].has_consumer = 1;
+      out[i].consumer = k;
+    }
+  }
 }
 
 /* ---- DDP -------------------------------------------------------------------- */
@@ -253,18 +284,9 @@ static px_status_t px__setup(px__run_t *r) {
   if (r->hs) {
     r->hp = px_calloc((size_t)r->np, sizeof *r->hp, "strategy.hsadmm_params");
     r->backup = px_malloc(r->numel * sizeof(float), "strategy.backup");
-    if (!r->hp || !r->backup) return PX_ERR_NOMEM;
-    for (int i = 0; i < r->np; i++) {
-      const px_model_param_t *p = px_model_param(r->m, i);
-      px_hsadmm_param_t *q = &r->hp[i];
-      q->name = p->name;
-      q->theta = p->value->data;
-      q->numel = px_tensor_numel(p->value);
-      q->prunable = p->kind == PX_WEIGHT_CONV && !px__skipped(c, p->name);
-      if (q->prunable)
-        q->shape = (px_conv_shape_t){(int32_t)p->value->dims[0], (int32_t)p->value->dims[1],
-                                     (int32_t)p->value->dims[2], (int32_t)p->value->dims[3]};
-    }
+    r->layer_density = px_calloc((size_t)r->np, sizeof(double), "strategy.density");
+    if (!r->hp || !r->backup || !r->layer_density) return PX_ERR_NOMEM;
+    px_strategy_hsadmm_params(r->m, c->skip_layers, c->nskip, r->hp);
     /* the regulariser moves from the local steps into the z update (the
      * global problem's lambda/2 ||z||^2), so it is not applied twice */
     double lambda = px_sgd_weight_decay(r->sgd);
@@ -305,6 +327,7 @@ static void px__teardown(px__run_t *r) {
   px_hsadmm_destroy(r->h);
   px_free(r->hp);
   px_free(r->backup);
+  px_free(r->layer_density);
   px_free(r->names);
   px_free(r->rho1);
   px_free(r->rho2);
@@ -369,7 +392,11 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
         float rho;
         px_hsadmm_prox(r.h, i, &z, &u, &rho);
         PX_CHECK_GOTO(px_sgd_set_prox(r.sgd, i, z, u, rho), st, done);
-        if (!cfg->keep_local && it > 0) memcpy(theta + off, z, r.hp[i].numel * sizeof(float));
+        /* the local phase starts from the global consensus: it is what all
+         * ranks share, so the nodes cannot drift apart between the rounds,
+         * whatever rho2 is (the proximal target stays z_i - u) */
+        if (!cfg->keep_local && it > 0)
+          memcpy(theta + off, px_hsadmm_z(r.h, i), r.hp[i].numel * sizeof(float));
         off += r.hp[i].numel;
       }
     }
@@ -389,6 +416,10 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
       r.it.density = round->density;
       r.it.mask_drift = round->mask_drift;
       r.it.frozen = round->frozen;
+      r.it.layers = round->layers; /* the same on every rank after the sync */
+      r.it.nlayers = round->nlayers;
+      for (int i = 0; i < r.np; i++) r.layer_density[i] = px_hsadmm_density(r.h, i);
+      r.it.layer_density = r.layer_density;
     } else {
       r.it.density = 1.0;
     }
@@ -417,6 +448,8 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
     /* ---- figures of the iteration, summed over ranks ---- */
     double v[4] = {es.loss, es.accuracy, (double)(px__traffic(comm, PX_TIER_INTRA) - intra0),
                    (double)(px__traffic(comm, PX_TIER_INTER) - inter0)};
+    r.it.rank_bytes_intra = (uint64_t)v[2];
+    r.it.rank_bytes_inter = (uint64_t)v[3];
     PX_CHECK_GOTO(px_comm_allreduce(r.world, v, v, 4, PX_COMM_F64, PX_COMM_SUM), st, done);
     int N = px_group_size(r.world);
     r.it.loss = v[0] / N;
@@ -462,6 +495,7 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
     r.it.control_s = px__now() - t1;
     res->iterations = it + 1;
     res->density = r.it.density;
+    if (cfg->observe) PX_CHECK_GOTO(cfg->observe(cfg->observe_ctx, &r.it), st, done);
   }
   /* the final model: z with BN statistics of its own (already there when
    * the last iteration evaluated it) */

@@ -47,6 +47,13 @@ typedef struct {
   size_t numel;
   int prunable;
   px_conv_shape_t shape;  /* prunable only */
+  /* prunable only: when has_consumer, parameter `consumer` (prunable, c_in ==
+   * this c_out) is the only reader of this conv's output channels, and its
+   * channel groups are projected together with this conv's filters
+   * (px_prune_project_coupled): a pruned channel takes its producing filter
+   * with it. A parameter is the consumer of at most one producer. */
+  int has_consumer;
+  int32_t consumer;
 } px_hsadmm_param_t;
 
 typedef struct {
@@ -114,6 +121,9 @@ px_status_t px_hsadmm_decide(px_hsadmm_t *h, px_hsadmm_control_fn control, void 
 const float *px_hsadmm_z(const px_hsadmm_t *h, int i);
 const uint8_t *px_hsadmm_mask(const px_hsadmm_t *h, int i);
 int px_hsadmm_frozen(const px_hsadmm_t *h);
+/* Kept fraction of parameter i's elements in z's masks (the union once
+ * frozen); 1 for a parameter that is not prunable. */
+double px_hsadmm_density(const px_hsadmm_t *h, int i);
 double px_hsadmm_rho1(const px_hsadmm_t *h, int i);
 /* The scaled duals of parameter i: u (this rank) and v (this node). */
 void px_hsadmm_duals(const px_hsadmm_t *h, int i, const float **u, const float **v);

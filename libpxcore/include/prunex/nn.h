@@ -88,6 +88,14 @@ px_status_t px_model_init_params(px_model_t *m, uint64_t seed);
 
 int px_model_num_params(const px_model_t *m);
 const px_model_param_t *px_model_param(const px_model_t *m, int i);
+/* Channel coupling for structured pruning: when conv weight i's output
+ * channels are read by one node only, a batch norm (ReLU fused or not), whose
+ * output is read by one conv only, returns that conv's parameter index: its
+ * input channel c sees filter c of parameter i and nothing else, so the two
+ * can be pruned together (a pruned channel removes the producing filter
+ * too). -1 when i is not a conv weight or its output feeds a residual add, a
+ * pooling, several readers, ... */
+int px_model_channel_consumer(const px_model_t *m, int i);
 int px_model_num_buffers(const px_model_t *m);
 const px_model_buffer_t *px_model_buffer(const px_model_t *m, int i);
 /* Total parameter elements (e.g. 272,474 for resnet20, 3 in, 10 classes). */

@@ -80,6 +80,23 @@ px_status_t px_prune_project_shape(float *w, px_conv_shape_t s, double keep,
 px_status_t px_prune_project(float *w, px_conv_shape_t s, const px_prune_keep_t *keep,
                              uint8_t *mask, void *ws, size_t ws_bytes);
 
+/* Coupled channel projection for a producer conv whose output channels only
+ * a consumer conv reads (through batch norm / ReLU; see
+ * px_model_channel_consumer): channel c of the consumer and filter c of the
+ * producer form one group, of squared norm ||consumer[:,c,:,:]||^2 +
+ * ||producer[c,:,:,:]||^2. Keeps the alpha = px_prune_keep_count(keep, C)
+ * best groups (ties by the lowest index, NaN lowest), zeroes both halves of
+ * the others, writes the consumer's channel mask part (c_in bytes) and clears
+ * the pruned filters in the producer's filter mask part (c_out bytes; filters
+ * it already pruned stay pruned). Pruning filter c is free once channel c is
+ * gone: what it computes is read by nobody, which is what makes the producer's
+ * packed block (K_out x K_in) shrink too. Fails with PX_ERR_INVALID when
+ * producer c_out != consumer c_in, or on a bad shape or fraction; ws as for
+ * the other projections, sized for the consumer. */
+px_status_t px_prune_project_coupled(float *producer, px_conv_shape_t sp, float *consumer,
+                                     px_conv_shape_t sc, double keep, uint8_t *producer_filter,
+                                     uint8_t *consumer_channel, void *ws, size_t ws_bytes);
+
 /* Zeroes every element of w outside the mask's active set (the projection
  * used once masks are frozen). */
 void px_prune_apply_mask(float *w, px_conv_shape_t s, const uint8_t *mask);

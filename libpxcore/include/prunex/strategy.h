@@ -49,6 +49,15 @@ typedef enum {
 /* "hsadmm", "hsadmm-flat", "ddp", "topk" (static strings). */
 const char *px_strategy_name(px_strategy_kind_t k);
 
+typedef struct px_iteration px_iteration_t;
+
+/* Every rank's observer: called on every rank after each iteration, once the
+ * control decision is applied, with the iteration's figures (the job's,
+ * identical on every rank, plus this rank's own traffic and phase times).
+ * An error stops the run on this rank (the others then fail at their next
+ * collective). */
+typedef px_status_t (*px_strategy_observe_fn)(void *ctx, const px_iteration_t *it);
+
 typedef struct {
   px_strategy_kind_t kind;
   int32_t iterations;       /* outer iterations to run at most (the controller may stop sooner) */
@@ -61,15 +70,18 @@ typedef struct {
   size_t bucket_bytes;      /* 0: 32 MiB */
   int32_t eval_every;       /* evaluate the consensus model every k iterations (0: last only) */
   int32_t keep_local;       /* hsadmm: 1 = each local phase starts from the previous local
-                                model; 0 (default) = from the node consensus z_i (the local
+                                model; 0 (default) = from the global consensus z (the local
                                 subproblem is the same; a few SGD steps approximate its
-                                solution far better from z_i, and the ranks cannot drift apart) */
+                                solution far better from a shared point, and neither ranks
+                                nor nodes can drift apart between the rounds) */
   int32_t calibrate_batches; /* hsadmm: training batches that re-estimate the BN statistics
                                 of z before it is evaluated or returned (0: 20; < 0: none) */
+  px_strategy_observe_fn observe; /* NULL: none */
+  void *observe_ctx;
 } px_strategy_config_t;
 
 /* One iteration's record (DESIGN.md section 7); what rank 0 reports. */
-typedef struct {
+struct px_iteration {
   int32_t iteration;
   double epoch;             /* epochs of data seen per rank so far */
   double loss, train_accuracy;
@@ -78,13 +90,17 @@ typedef struct {
   double density;           /* kept fraction of the prunable weights (1 without pruning) */
   int64_t mask_drift;
   uint64_t bytes_intra, bytes_inter, bytes_inter_dense; /* this iteration, all ranks */
+  uint64_t rank_bytes_intra, rank_bytes_inter; /* this iteration, this rank's own (sent +
+                                                  received) */
   int32_t nlayers;
   const px_admm_layer_report_t *layers; /* [nlayers] (hsadmm; NULL otherwise) */
+  const double *layer_density;          /* [nlayers] kept fraction of each tensor of z (1 for
+                                           tensors that are not pruned); hsadmm only */
   const char *const *layer_names;       /* [nlayers] */
   double local_s, intra_s, projection_s, inter_s, broadcast_s, control_s;
   int32_t frozen;
   int32_t last;             /* no iteration follows (the limit was reached) */
-} px_iteration_t;
+};
 
 /* Rank 0's controller: reports the iteration (to the coordinator, say) and
  * fills the decision: penalties (hsadmm; arrays of nlayers preset to the
@@ -100,6 +116,14 @@ typedef struct {
   double seconds;
   char stop_reason[64];
 } px_strategy_result_t;
+
+/* Fills out[0..px_model_num_params(m)) with H-SADMM's view of the model's
+ * parameters: every conv weight not named in skip_layers is prunable ("conv1"
+ * skips "conv1.weight"), and convs whose output channels only the next conv
+ * reads are coupled to it (px_model_channel_consumer). theta points into the
+ * model's parameters (host memory). */
+void px_strategy_hsadmm_params(px_model_t *m, const char *const *skip_layers, int nskip,
+                               px_hsadmm_param_t *out);
 
 /* Runs the strategy to the end on every rank of comm. Rank 0 calls control
  * after every iteration (other ranks may pass NULL) and its decision is
