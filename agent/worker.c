@@ -59,6 +59,11 @@ typedef struct {
   Prunex__V1__LayerMetrics *lm;
   Prunex__V1__LayerMetrics **lp;
   int nlm;
+  /* the last iteration as recorded, for the final figures (below) */
+  Prunex__V1__IterationReport last;
+  Prunex__V1__PhaseTimes last_ph;
+  uint64_t last_rank_intra, last_rank_inter;
+  int have_last;
 } pxw_t;
 
 static void pxw_usage(FILE *f) {
@@ -450,14 +455,35 @@ static px_status_t pxw_control(void *ctx, const px_iteration_t *it, px_hsadmm_de
  * round trip). A failing write is a warning, not the end of the job. */
 static px_status_t pxw_observe(void *ctx, const px_iteration_t *it) {
   pxw_t *w = ctx;
-  if (!w->metrics) return PX_OK;
-  Prunex__V1__IterationReport rep;
-  Prunex__V1__PhaseTimes ph;
-  PX_CHECK(pxw_fill_report(w, it, &rep, &ph));
-  if (pxa_metrics_record(w->metrics, w->a.rank, &rep, it->test_loss, it->rank_bytes_intra,
-                         it->rank_bytes_inter) != PX_OK)
+  PX_CHECK(pxw_fill_report(w, it, &w->last, &w->last_ph));
+  w->last.phases = &w->last_ph;
+  w->last_rank_intra = it->rank_bytes_intra;
+  w->last_rank_inter = it->rank_bytes_inter;
+  w->have_last = 1;
+  if (w->metrics && pxa_metrics_record(w->metrics, w->a.rank, &w->last, it->test_loss,
+                                       it->rank_bytes_intra, it->rank_bytes_inter) != PX_OK)
     px_log(PX_LOG_WARN, "job %s: rank %d: metrics: %s", w->a.job, w->a.rank, px_last_error());
   return PX_OK;
+}
+
+/* When the controller stops a job at an iteration that was not tested, the
+ * strategy tests the final model after the loop: the last iteration's record
+ * (here and, from rank 0, at the coordinator, which takes a repeated report
+ * of an iteration as a replacement and answers with its stored decision) then
+ * gets that accuracy, so that every summary shows the model the job returns. */
+static void pxw_record_final(pxw_t *w, const px_strategy_result_t *res) {
+  if (!w->have_last || res->test_accuracy < 0 || w->last.test_accuracy >= 0) return;
+  w->last.test_accuracy = res->test_accuracy;
+  w->last.time_unix_ms = pxa_unix_ms();
+  if (w->metrics && pxa_metrics_record(w->metrics, w->a.rank, &w->last, res->test_loss,
+                                       w->last_rank_intra, w->last_rank_inter) != PX_OK)
+    px_log(PX_LOG_WARN, "job %s: rank %d: metrics: %s", w->a.job, w->a.rank, px_last_error());
+  if (w->a.rank != 0) return;
+  Prunex__V1__ControlDecision *dec = NULL;
+  if (pxw_report(w, &w->last, &dec) == PX_OK) px_rpc_message_free(dec);
+  else
+    px_log(PX_LOG_WARN, "job %s: the final accuracy did not reach the coordinator: %s", w->a.job,
+           px_last_error());
 }
 
 /* ---- the run ------------------------------------------------------------------------ */
@@ -568,6 +594,7 @@ static int pxw_run(pxw_t *w) {
   sc.observe_ctx = w;
   st = px_strategy_run(trainer, comm, &sc, a->rank == 0 ? pxw_control : NULL, w, &res);
   if (st != PX_OK) goto fail;
+  if (!w->cancelled) pxw_record_final(w, &res);
 
   if (w->cancelled) {
     fprintf(stderr, "pxworker: rank %d: job %s was cancelled\n", a->rank, a->job);

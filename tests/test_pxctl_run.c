@@ -190,6 +190,39 @@ static void test_every_other_strategy_runs_through_pxctl_run(void **state) {
   }
 }
 
+/* A job the controller stops (converged: the tolerances are huge) before any
+ * iteration due for a test: the strategy tests the final model after the
+ * loop, and the summary shows that accuracy, not "not evaluated". */
+static void test_early_stop_still_reports_the_final_accuracy(void **state) {
+  fixture_t *f = *state;
+  if (!have_agent()) skip();
+  FILE *fp = fopen(f->spec, "w");
+  assert_non_null(fp);
+  fputs("strategy: hsadmm\n"
+        "name: early\n"
+        "model:\n  name: resnet20\n"
+        "dataset:\n  name: synthetic\n  augment: false\n"
+        "cluster:\n  nodes: 2\n  workers_per_node: 2\n  device: cpu\n"
+        "train:\n  batch_size: 8\n  local_steps: 2\n  lr: 0.05\n  eval_every: 50\n"
+        "prune:\n  channel_keep: 0.5\n"
+        "admm:\n  max_iterations: 6\n  eps_abs: 1e9\n  eps_rel: 1e9\n",
+        fp);
+  fclose(fp);
+  const char *args[] = {"run", f->spec, "--json", "--work-dir", f->runs, NULL};
+  int code = pxt_pxctl(&f->r, f->dir, args, NULL, 240000);
+  if (code != 0) pxt_show("pxctl run", &f->r);
+  assert_int_equal(code, 0);
+  char line[8192];
+  pxj_t *v = pxj_parse(pxt_last_line(f->r.out, line, sizeof line));
+  assert_non_null(v);
+  assert_string_equal(pxj_str(v, "state"), "SUCCEEDED");
+  double iters = pxj_num(v, "iterations"), acc = pxj_num(v, "test_accuracy");
+  printf("stopped after %.0f iterations, test accuracy %.4f\n", iters, acc);
+  assert_true(iters >= 1.0 && iters < 6.0);
+  assert_true(acc >= 0.0 && acc <= 1.0);
+  pxj_free(v);
+}
+
 /* Starts a long job with pxctl run and waits until it is RUNNING; returns
  * the pid of pxctl (the test fails if it never gets there). */
 static pid_t start_long_run(fixture_t *f) {
@@ -339,6 +372,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_run_refuses_more_nodes_than_one_machine_should_start,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_every_other_strategy_runs_through_pxctl_run, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_early_stop_still_reports_the_final_accuracy, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_run_of_a_tiny_job_succeeds_and_reports_json, setup,
                                       teardown),
