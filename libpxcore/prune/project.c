@@ -148,6 +148,20 @@ px_status_t px_prune_project_filter(float *w, px_conv_shape_t s, double keep,
   return PX_OK;
 }
 
+/* norm[c] += ||w[:, c, :, :]||^2 for every input channel c, summed filter
+ * by filter in index order (the order the CUDA kernels reproduce). */
+static void px__add_channel_norms(const float *w, px_conv_shape_t s, double *norm) {
+  size_t khw = (size_t)s.kh * s.kw, C = (size_t)s.c_in, row = C * khw;
+  for (size_t o = 0; o < (size_t)s.c_out; o++) {
+    const float *p = w + o * row;
+    for (size_t c = 0; c < C; c++) {
+      double acc = 0.0;
+      for (size_t j = 0; j < khw; j++) acc += (double)p[c * khw + j] * p[c * khw + j];
+      norm[c] += acc;
+    }
+  }
+}
+
 px_status_t px_prune_project_channel(float *w, px_conv_shape_t s, double keep,
                                      uint8_t *mask_part, void *ws, size_t ws_bytes) {
   px__ws_t W;
@@ -160,14 +174,7 @@ px_status_t px_prune_project_channel(float *w, px_conv_shape_t s, double keep,
     return px_set_error(PX_ERR_INVALID, "channel projection of %zu groups needs a mask buffer", C);
   }
   for (size_t c = 0; c < C; c++) W.norm[c] = 0.0;
-  for (size_t o = 0; o < (size_t)s.c_out; o++) {
-    const float *p = w + o * row;
-    for (size_t c = 0; c < C; c++) {
-      double acc = 0.0;
-      for (size_t j = 0; j < khw; j++) acc += (double)p[c * khw + j] * p[c * khw + j];
-      W.norm[c] += acc;
-    }
-  }
+  px__add_channel_norms(w, s, W.norm);
   px__select(W.norm, W.idx, C, px_prune_keep_count(keep, C), dec);
   for (size_t o = 0; o < (size_t)s.c_out; o++)
     for (size_t c = 0; c < C; c++)
@@ -224,14 +231,7 @@ px_status_t px_prune_project_coupled(float *producer, px_conv_shape_t sp, float 
     for (size_t i = 0; i < prow; i++) acc += (double)p[i] * p[i];
     W.norm[c] = acc;
   }
-  for (size_t o = 0; o < (size_t)sc.c_out; o++) {
-    const float *p = consumer + o * row;
-    for (size_t c = 0; c < C; c++) {
-      double acc = 0.0;
-      for (size_t j = 0; j < khw; j++) acc += (double)p[c * khw + j] * p[c * khw + j];
-      W.norm[c] += acc;
-    }
-  }
+  px__add_channel_norms(consumer, sc, W.norm);
   px__select(W.norm, W.idx, C, px_prune_keep_count(keep, C), consumer_channel);
   for (size_t c = 0; c < C; c++) {
     if (consumer_channel[c]) continue;
