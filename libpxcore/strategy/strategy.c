@@ -67,9 +67,9 @@ static uint64_t px__traffic(px_comm_t *c, int tier) {
   return t.sent[tier] + t.recv[tier];
 }
 
-static int px__skipped(const px_strategy_config_t *cfg, const char *name) {
-  for (int i = 0; i < cfg->nskip; i++) {
-    const char *s = cfg->skip_layers[i];
+static int px__skipped(const char *const *skip_layers, int nskip, const char *name) {
+  for (int i = 0; i < nskip; i++) {
+    const char *s = skip_layers[i];
     size_t n = strlen(s);
     /* "conv1" skips "conv1.weight"; a full name skips itself */
     if (!strcmp(s, name) || (!strncmp(s, name, n) && !strcmp(name + n, ".weight"))) return 1;
@@ -79,10 +79,6 @@ static int px__skipped(const px_strategy_config_t *cfg, const char *name) {
 
 void px_strategy_hsadmm_params(px_model_t *m, const char *const *skip_layers, int nskip,
                                px_hsadmm_param_t *out) {
-  px_strategy_config_t c;
-  memset(&c, 0, sizeof c);
-  c.skip_layers = skip_layers;
-  c.nskip = nskip;
   int np = px_model_num_params(m);
   for (int i = 0; i < np; i++) {
     const px_model_param_t *p = px_model_param(m, i);
@@ -91,7 +87,7 @@ void px_strategy_hsadmm_params(px_model_t *m, const char *const *skip_layers, in
     q->name = p->name;
     q->theta = p->value->data;
     q->numel = px_tensor_numel(p->value);
-    q->prunable = p->kind == PX_WEIGHT_CONV && !px__skipped(&c, p->name);
+    q->prunable = p->kind == PX_WEIGHT_CONV && !px__skipped(skip_layers, nskip, p->name);
     if (q->prunable)
       q->shape = (px_conv_shape_t){(int32_t)p->value->dims[0], (int32_t)p->value->dims[1],
                                    (int32_t)p->value->dims[2], (int32_t)p->value->dims[3]};
@@ -262,8 +258,7 @@ static px_status_t px__average_bn(px__run_t *r) {
 static px_status_t px__hs_control(void *ctx, const px_hsadmm_round_t *round,
                                   px_hsadmm_decision_t *d) {
   px__run_t *r = ctx;
-  r->it.layers = round->layers;
-  r->it.nlayers = round->nlayers;
+  (void)round; /* its figures are in r->it already */
   return r->control(r->ctx, &r->it, d);
 }
 
