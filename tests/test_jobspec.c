@@ -99,12 +99,16 @@ static void test_quickstart_is_the_small_hsadmm_job(void **state) {
   assert_int_equal(s->cluster->workers_per_node, 2);
   assert_string_equal(s->cluster->device, "cpu");
   assert_float_equal(s->prune->channel_keep, 0.5, 0);
-  /* one pass over the data: 60000 / 4 workers / batch 64 = 234 steps, in
-   * outer iterations of 39 local steps */
-  assert_int_equal(s->train->epochs, 1);
+  /* two passes over the data: 60000 / 4 workers / batch 64 = 234 steps per
+   * epoch, in outer iterations of 4 local steps */
+  assert_int_equal(s->train->epochs, 2);
   assert_int_equal(s->train->batch_size, 64);
-  assert_int_equal(s->train->local_steps, 39);
-  assert_int_equal(s->admm->max_iterations, 6);
+  assert_int_equal(s->train->local_steps, 4);
+  assert_int_equal(s->train->eval_every, 40);
+  assert_int_equal(s->admm->max_iterations, 117);
+  assert_false(s->admm->adaptive_rho);
+  int epochs = s->train->epochs;
+  double lr = s->train->lr;
   px_jobspec_free(s);
 
   const char *others[] = {"ddp", "topk", "hsadmm-flat"};
@@ -116,6 +120,9 @@ static void test_quickstart_is_the_small_hsadmm_job(void **state) {
     assert_string_equal(s->model->name, "resnet20");
     assert_string_equal(s->dataset->name, "fashion-mnist");
     assert_int_equal(s->cluster->nodes * s->cluster->workers_per_node, 4);
+    /* the same budget, so that the figures compare like for like */
+    assert_int_equal(s->train->epochs, epochs);
+    assert_float_equal(s->train->lr, lr, 0);
     px_jobspec_free(s);
   }
   assert_int_equal(px_jobspec_parse_file(PX_SOURCE_DIR "/examples/resnet18-cifar10.yaml", &s),
