@@ -98,7 +98,7 @@ extern "C" void px__cuda_fc_b_spec(const px_fc_t *op, px_tensor_t *spec) {
 /* The op's math mode on the context's (shared) cuBLAS handle. */
 static px_status_t px__fc_enter(px__cuda_fc_t *op) {
   PX_CHECK(px__cuda_enter(op->ops));
-  PX_CUBLAS(cublasSetMathMode(op->ops->cublas,
+  PX_CUBLAS(op->ops->blas->set_math_mode(op->ops->cublas,
                               op->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   return PX_OK;
 }
@@ -115,7 +115,7 @@ extern "C" px_status_t px__cuda_fc_forward(px_fc_t *o, px_tensor_t *y, const px_
     PX_REQUIRE(b == NULL, "fc forward: bias given to a layer without bias");
   PX_CHECK(px__fc_enter(op));
   const float one = 1.0f, zero = 0.0f;
-  PX_CUBLAS(cublasSgemm(op->ops->cublas, CUBLAS_OP_T, CUBLAS_OP_N, op->out, op->n, op->in, &one,
+  PX_CUBLAS(op->ops->blas->sgemm(op->ops->cublas, CUBLAS_OP_T, CUBLAS_OP_N, op->out, op->n, op->in, &one,
                         (const float *)w->data, op->in, (const float *)x->data, op->in, &zero,
                         (float *)y->data, op->out));
   if (b) {
@@ -135,7 +135,7 @@ extern "C" px_status_t px__cuda_fc_backward_data(px_fc_t *o, px_tensor_t *dx, co
   PX__CHECK(dx, &op->x_spec, "fc backward dx");
   PX_CHECK(px__fc_enter(op));
   const float one = 1.0f, zero = 0.0f;
-  PX_CUBLAS(cublasSgemm(op->ops->cublas, CUBLAS_OP_N, CUBLAS_OP_N, op->in, op->n, op->out, &one,
+  PX_CUBLAS(op->ops->blas->sgemm(op->ops->cublas, CUBLAS_OP_N, CUBLAS_OP_N, op->in, op->n, op->out, &one,
                         (const float *)w->data, op->in, (const float *)dy->data, op->out, &zero,
                         (float *)dx->data, op->in));
   return PX_OK;
@@ -153,7 +153,7 @@ extern "C" px_status_t px__cuda_fc_backward_weights(px_fc_t *o, px_tensor_t *dw,
     PX_REQUIRE(db == NULL, "fc backward: bias gradient asked of a layer without bias");
   PX_CHECK(px__fc_enter(op));
   const float one = 1.0f, zero = 0.0f;
-  PX_CUBLAS(cublasSgemm(op->ops->cublas, CUBLAS_OP_N, CUBLAS_OP_T, op->in, op->out, op->n, &one,
+  PX_CUBLAS(op->ops->blas->sgemm(op->ops->cublas, CUBLAS_OP_N, CUBLAS_OP_T, op->in, op->out, op->n, &one,
                         (const float *)x->data, op->in, (const float *)dy->data, op->out, &zero,
                         (float *)dw->data, op->in));
   if (db) {

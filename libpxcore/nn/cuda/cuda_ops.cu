@@ -40,9 +40,11 @@ px_status_t px__cudnn_status(cudnnStatus_t s, const char *call, const char *file
 
 px_status_t px__cublas_status(cublasStatus_t s, const char *call, const char *file, int line) {
   if (s == CUBLAS_STATUS_SUCCESS) return PX_OK;
+  const px__cublas_api_t *api = NULL;
+  px__cublas_load(&api); /* already loaded: a handle exists */
   return px_set_error(s == CUBLAS_STATUS_ALLOC_FAILED ? PX_ERR_NOMEM : PX_ERR_BACKEND,
                       "cuBLAS: %s failed (%s:%d): %s", call, px__base(file), line,
-                      cublasGetStatusString(s));
+                      api ? api->status_string(s) : "?");
 }
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -103,7 +105,7 @@ static void px__describe(px__cuda_ops_t *ops) {
   px_cuda_device_info(ops->device.index, name, sizeof name, NULL);
   size_t v = cudnnGetVersion();
   int blas = 0;
-  cublasGetVersion(ops->cublas, &blas);
+  ops->blas->get_version(ops->cublas, &blas);
   snprintf(ops->desc, sizeof ops->desc, "cuDNN %zu.%zu.%zu, cuBLAS %d.%d (cuda:%d %s, TF32 %s)",
            v / 10000, (v % 10000) / 100, v % 100, blas / 10000, (blas % 10000) / 100,
            (int)ops->device.index, name, ops->tf32 ? "on" : "off");
@@ -139,8 +141,9 @@ extern "C" px_status_t px__cuda_ops_create(px_device_t dev, int nthreads, px_ops
   PX_CUDA_GOTO(cudaEventCreateWithFlags(&ops->staging_done, cudaEventDisableTiming), st, fail);
   PX_CUDNN_GOTO(cudnnCreate(&ops->cudnn), st, fail);
   PX_CUDNN_GOTO(cudnnSetStream(ops->cudnn, ops->stream), st, fail);
-  PX_CUBLAS_GOTO(cublasCreate(&ops->cublas), st, fail);
-  PX_CUBLAS_GOTO(cublasSetStream(ops->cublas, ops->stream), st, fail);
+  PX_CHECK_GOTO(px__cublas_load(&ops->blas), st, fail);
+  PX_CUBLAS_GOTO(ops->blas->create(&ops->cublas), st, fail);
+  PX_CUBLAS_GOTO(ops->blas->set_stream(ops->cublas, ops->stream), st, fail);
   PX_CHECK_GOTO(px__cuda_mem_alloc(dev.index, sizeof *ops->dres, "softmax_ce result",
                                    (void **)&ops->dres),
                 st, fail);
@@ -166,7 +169,7 @@ extern "C" void px__cuda_ops_destroy(px_ops_t *o) {
   px__cuda_mem_free(ops->dres);
   if (ops->hres) cudaFreeHost(ops->hres);
   if (ops->staging) cudaFreeHost(ops->staging);
-  if (ops->cublas) cublasDestroy(ops->cublas);
+  if (ops->cublas) ops->blas->destroy(ops->cublas);
   if (ops->cudnn) cudnnDestroy(ops->cudnn);
   if (ops->staging_done) cudaEventDestroy(ops->staging_done);
   if (ops->stream) cudaStreamDestroy(ops->stream);

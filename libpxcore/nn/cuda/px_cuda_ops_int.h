@@ -16,10 +16,10 @@
 #ifndef PX_CUDA_OPS_INT_H
 #define PX_CUDA_OPS_INT_H
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include "nn/cuda/px_cuda_blas.h"
 #include "nn/cuda/px_cuda_nn.h"
 #include "px_check.h"
 #include "tensor/px_tensor_cuda.h"
@@ -40,6 +40,7 @@ typedef struct px__cuda_ops {
   cudaStream_t stream;
   cudnnHandle_t cudnn;
   cublasHandle_t cublas;
+  const px__cublas_api_t *blas; /* cuBLAS entry points (loaded with the first context) */
   void *ws;            /* shared device workspace */
   size_t ws_bytes;
   size_t ws_algo_limit; /* largest workspace a convolution algorithm may ask for */
