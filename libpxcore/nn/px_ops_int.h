@@ -20,101 +20,82 @@
 extern "C" {
 #endif
 
+/* Every entry point of a backend, once: X(return type, name, (parameters)),
+ * each with the contract of the ops.h function px_<name> (the context ones:
+ * px_ops_destroy ... and px__ops_upload). The function table below has one
+ * field per entry, and each backend declares its px__<backend>_<name>
+ * functions and fills its table from this list (see below), so adding an
+ * operation is one line here, its ops.h function and its dispatcher. */
+#define PX__OPS_ENTRY_POINTS(X)  \
+  X(void, ops_destroy, (px_ops_t *ops)) \
+  X(px_device_t, ops_device, (const px_ops_t *ops)) \
+  X(int, ops_threads, (const px_ops_t *ops)) \
+  X(px_status_t, ops_sync, (px_ops_t *ops)) \
+  X(size_t, ops_scratchpad_bytes, (const px_ops_t *ops)) \
+  X(const char *, ops_describe, (const px_ops_t *ops)) \
+  X(px_status_t, ops_set_tf32, (px_ops_t *ops, int allow)) \
+  X(px_status_t, ops_upload, (px_ops_t *ops, int n, px_tensor_t *const *dst, const void *const *src)) \
+  X(px_status_t, conv2d_create, (px_ops_t *ops, const px_tensor_t *x_spec, const px_conv2d_params_t *p, px_conv2d_t **out)) \
+  X(void, conv2d_destroy, (px_conv2d_t *op)) \
+  X(void, conv2d_y_spec, (const px_conv2d_t *op, px_tensor_t *spec)) \
+  X(void, conv2d_w_spec, (const px_conv2d_t *op, px_tensor_t *spec)) \
+  X(void, conv2d_b_spec, (const px_conv2d_t *op, px_tensor_t *spec)) \
+  X(px_status_t, conv2d_forward, (px_conv2d_t *op, px_tensor_t *y, const px_tensor_t *x, const px_tensor_t *w, const px_tensor_t *b)) \
+  X(px_status_t, conv2d_backward_data, (px_conv2d_t *op, px_tensor_t *dx, const px_tensor_t *dy, const px_tensor_t *w)) \
+  X(px_status_t, conv2d_backward_weights, (px_conv2d_t *op, px_tensor_t *dw, px_tensor_t *db, const px_tensor_t *x, const px_tensor_t *dy)) \
+  X(px_status_t, batchnorm_create, (px_ops_t *ops, const px_tensor_t *x_spec, const px_batchnorm_params_t *p, px_batchnorm_t **out)) \
+  X(void, batchnorm_destroy, (px_batchnorm_t *op)) \
+  X(void, batchnorm_y_spec, (const px_batchnorm_t *op, px_tensor_t *spec)) \
+  X(void, batchnorm_c_spec, (const px_batchnorm_t *op, px_tensor_t *spec)) \
+  X(void, batchnorm_ws_spec, (const px_batchnorm_t *op, px_tensor_t *spec)) \
+  X(px_status_t, batchnorm_forward_train, (px_batchnorm_t *op, px_tensor_t *y, px_tensor_t *mean, px_tensor_t *var, px_tensor_t *ws, const px_tensor_t *x, const px_tensor_t *scale, const px_tensor_t *shift, px_tensor_t *running_mean, px_tensor_t *running_var)) \
+  X(px_status_t, batchnorm_forward_infer, (px_batchnorm_t *op, px_tensor_t *y, const px_tensor_t *x, const px_tensor_t *scale, const px_tensor_t *shift, const px_tensor_t *running_mean, const px_tensor_t *running_var)) \
+  X(px_status_t, batchnorm_backward, (px_batchnorm_t *op, px_tensor_t *dx, px_tensor_t *dscale, px_tensor_t *dshift, const px_tensor_t *dy, const px_tensor_t *x, const px_tensor_t *scale, const px_tensor_t *shift, const px_tensor_t *mean, const px_tensor_t *var, const px_tensor_t *ws)) \
+  X(px_status_t, relu_create, (px_ops_t *ops, const px_tensor_t *x_spec, px_relu_t **out)) \
+  X(void, relu_destroy, (px_relu_t *op)) \
+  X(void, relu_y_spec, (const px_relu_t *op, px_tensor_t *spec)) \
+  X(px_status_t, relu_forward, (px_relu_t *op, px_tensor_t *y, const px_tensor_t *x)) \
+  X(px_status_t, relu_backward, (px_relu_t *op, px_tensor_t *dx, const px_tensor_t *dy, const px_tensor_t *y)) \
+  X(px_status_t, pool2d_create, (px_ops_t *ops, const px_tensor_t *x_spec, const px_pool2d_params_t *p, px_pool2d_t **out)) \
+  X(px_status_t, global_avgpool_create, (px_ops_t *ops, const px_tensor_t *x_spec, px_pool2d_t **out)) \
+  X(void, pool2d_destroy, (px_pool2d_t *op)) \
+  X(void, pool2d_y_spec, (const px_pool2d_t *op, px_tensor_t *spec)) \
+  X(void, pool2d_ws_spec, (const px_pool2d_t *op, px_tensor_t *spec)) \
+  X(px_status_t, pool2d_forward, (px_pool2d_t *op, px_tensor_t *y, px_tensor_t *ws, const px_tensor_t *x)) \
+  X(px_status_t, pool2d_backward, (px_pool2d_t *op, px_tensor_t *dx, const px_tensor_t *dy, const px_tensor_t *ws)) \
+  X(px_status_t, fc_create, (px_ops_t *ops, const px_tensor_t *x_spec, const px_fc_params_t *p, px_fc_t **out)) \
+  X(void, fc_destroy, (px_fc_t *op)) \
+  X(void, fc_y_spec, (const px_fc_t *op, px_tensor_t *spec)) \
+  X(void, fc_w_spec, (const px_fc_t *op, px_tensor_t *spec)) \
+  X(void, fc_b_spec, (const px_fc_t *op, px_tensor_t *spec)) \
+  X(px_status_t, fc_forward, (px_fc_t *op, px_tensor_t *y, const px_tensor_t *x, const px_tensor_t *w, const px_tensor_t *b)) \
+  X(px_status_t, fc_backward_data, (px_fc_t *op, px_tensor_t *dx, const px_tensor_t *dy, const px_tensor_t *w)) \
+  X(px_status_t, fc_backward_weights, (px_fc_t *op, px_tensor_t *dw, px_tensor_t *db, const px_tensor_t *x, const px_tensor_t *dy)) \
+  X(px_status_t, add_create, (px_ops_t *ops, const px_tensor_t *x_spec, int relu, px_add_t **out)) \
+  X(void, add_destroy, (px_add_t *op)) \
+  X(void, add_y_spec, (const px_add_t *op, px_tensor_t *spec)) \
+  X(px_status_t, add_forward, (px_add_t *op, px_tensor_t *y, const px_tensor_t *a, const px_tensor_t *b)) \
+  X(px_status_t, add_backward, (px_add_t *op, px_tensor_t *g, const px_tensor_t *dy, const px_tensor_t *y)) \
+  X(px_status_t, reorder_create, (px_ops_t *ops, const px_tensor_t *dst_spec, const px_tensor_t *src_spec, px_reorder_t **out)) \
+  X(void, reorder_destroy, (px_reorder_t *op)) \
+  X(px_status_t, reorder_execute, (px_reorder_t *op, px_tensor_t *dst, const px_tensor_t *src)) \
+  X(px_status_t, softmax_ce, (px_ops_t *ops, px_tensor_t *dlogits, float *loss, int64_t *correct, const px_tensor_t *logits, const px_tensor_t *labels))
+
+#define PX__OPS_FIELD(ret, name, params) ret (*name) params;
 typedef struct px__ops_backend {
   const char *name; /* "cpu", "cuda" */
-
-  /* context (px_ops_create itself is chosen by device kind, not by table) */
-  void (*ops_destroy)(px_ops_t *ops);
-  px_device_t (*ops_device)(const px_ops_t *ops);
-  int (*ops_threads)(const px_ops_t *ops);
-  px_status_t (*ops_sync)(px_ops_t *ops);
-  size_t (*ops_scratchpad_bytes)(const px_ops_t *ops);
-  const char *(*ops_describe)(const px_ops_t *ops);
-  px_status_t (*ops_set_tf32)(px_ops_t *ops, int allow);
-  px_status_t (*ops_upload)(px_ops_t *ops, int n, px_tensor_t *const *dst,
-                            const void *const *src);
-
-  px_status_t (*conv2d_create)(px_ops_t *ops, const px_tensor_t *x_spec,
-                               const px_conv2d_params_t *p, px_conv2d_t **out);
-  void (*conv2d_destroy)(px_conv2d_t *op);
-  void (*conv2d_y_spec)(const px_conv2d_t *op, px_tensor_t *spec);
-  void (*conv2d_w_spec)(const px_conv2d_t *op, px_tensor_t *spec);
-  void (*conv2d_b_spec)(const px_conv2d_t *op, px_tensor_t *spec);
-  px_status_t (*conv2d_forward)(px_conv2d_t *op, px_tensor_t *y, const px_tensor_t *x,
-                                const px_tensor_t *w, const px_tensor_t *b);
-  px_status_t (*conv2d_backward_data)(px_conv2d_t *op, px_tensor_t *dx, const px_tensor_t *dy,
-                                      const px_tensor_t *w);
-  px_status_t (*conv2d_backward_weights)(px_conv2d_t *op, px_tensor_t *dw, px_tensor_t *db,
-                                         const px_tensor_t *x, const px_tensor_t *dy);
-
-  px_status_t (*batchnorm_create)(px_ops_t *ops, const px_tensor_t *x_spec,
-                                  const px_batchnorm_params_t *p, px_batchnorm_t **out);
-  void (*batchnorm_destroy)(px_batchnorm_t *op);
-  void (*batchnorm_y_spec)(const px_batchnorm_t *op, px_tensor_t *spec);
-  void (*batchnorm_c_spec)(const px_batchnorm_t *op, px_tensor_t *spec);
-  void (*batchnorm_ws_spec)(const px_batchnorm_t *op, px_tensor_t *spec);
-  px_status_t (*batchnorm_forward_train)(px_batchnorm_t *op, px_tensor_t *y, px_tensor_t *mean,
-                                         px_tensor_t *var, px_tensor_t *ws, const px_tensor_t *x,
-                                         const px_tensor_t *scale, const px_tensor_t *shift,
-                                         px_tensor_t *running_mean, px_tensor_t *running_var);
-  px_status_t (*batchnorm_forward_infer)(px_batchnorm_t *op, px_tensor_t *y, const px_tensor_t *x,
-                                         const px_tensor_t *scale, const px_tensor_t *shift,
-                                         const px_tensor_t *running_mean,
-                                         const px_tensor_t *running_var);
-  px_status_t (*batchnorm_backward)(px_batchnorm_t *op, px_tensor_t *dx, px_tensor_t *dscale,
-                                    px_tensor_t *dshift, const px_tensor_t *dy,
-                                    const px_tensor_t *x, const px_tensor_t *scale,
-                                    const px_tensor_t *shift, const px_tensor_t *mean,
-                                    const px_tensor_t *var, const px_tensor_t *ws);
-
-  px_status_t (*relu_create)(px_ops_t *ops, const px_tensor_t *x_spec, px_relu_t **out);
-  void (*relu_destroy)(px_relu_t *op);
-  void (*relu_y_spec)(const px_relu_t *op, px_tensor_t *spec);
-  px_status_t (*relu_forward)(px_relu_t *op, px_tensor_t *y, const px_tensor_t *x);
-  px_status_t (*relu_backward)(px_relu_t *op, px_tensor_t *dx, const px_tensor_t *dy,
-                               const px_tensor_t *y);
-
-  px_status_t (*pool2d_create)(px_ops_t *ops, const px_tensor_t *x_spec,
-                               const px_pool2d_params_t *p, px_pool2d_t **out);
-  px_status_t (*global_avgpool_create)(px_ops_t *ops, const px_tensor_t *x_spec,
-                                       px_pool2d_t **out);
-  void (*pool2d_destroy)(px_pool2d_t *op);
-  void (*pool2d_y_spec)(const px_pool2d_t *op, px_tensor_t *spec);
-  void (*pool2d_ws_spec)(const px_pool2d_t *op, px_tensor_t *spec);
-  px_status_t (*pool2d_forward)(px_pool2d_t *op, px_tensor_t *y, px_tensor_t *ws,
-                                const px_tensor_t *x);
-  px_status_t (*pool2d_backward)(px_pool2d_t *op, px_tensor_t *dx, const px_tensor_t *dy,
-                                 const px_tensor_t *ws);
-
-  px_status_t (*fc_create)(px_ops_t *ops, const px_tensor_t *x_spec, const px_fc_params_t *p,
-                           px_fc_t **out);
-  void (*fc_destroy)(px_fc_t *op);
-  void (*fc_y_spec)(const px_fc_t *op, px_tensor_t *spec);
-  void (*fc_w_spec)(const px_fc_t *op, px_tensor_t *spec);
-  void (*fc_b_spec)(const px_fc_t *op, px_tensor_t *spec);
-  px_status_t (*fc_forward)(px_fc_t *op, px_tensor_t *y, const px_tensor_t *x,
-                            const px_tensor_t *w, const px_tensor_t *b);
-  px_status_t (*fc_backward_data)(px_fc_t *op, px_tensor_t *dx, const px_tensor_t *dy,
-                                  const px_tensor_t *w);
-  px_status_t (*fc_backward_weights)(px_fc_t *op, px_tensor_t *dw, px_tensor_t *db,
-                                     const px_tensor_t *x, const px_tensor_t *dy);
-
-  px_status_t (*add_create)(px_ops_t *ops, const px_tensor_t *x_spec, int relu, px_add_t **out);
-  void (*add_destroy)(px_add_t *op);
-  void (*add_y_spec)(const px_add_t *op, px_tensor_t *spec);
-  px_status_t (*add_forward)(px_add_t *op, px_tensor_t *y, const px_tensor_t *a,
-                             const px_tensor_t *b);
-  px_status_t (*add_backward)(px_add_t *op, px_tensor_t *g, const px_tensor_t *dy,
-                              const px_tensor_t *y);
-
-  px_status_t (*reorder_create)(px_ops_t *ops, const px_tensor_t *dst_spec,
-                                const px_tensor_t *src_spec, px_reorder_t **out);
-  void (*reorder_destroy)(px_reorder_t *op);
-  px_status_t (*reorder_execute)(px_reorder_t *op, px_tensor_t *dst, const px_tensor_t *src);
-
-  px_status_t (*softmax_ce)(px_ops_t *ops, px_tensor_t *dlogits, float *loss, int64_t *correct,
-                            const px_tensor_t *logits, const px_tensor_t *labels);
+  /* px_ops_create itself is chosen by device kind, not by table */
+  PX__OPS_ENTRY_POINTS(PX__OPS_FIELD)
 } px__ops_backend_t;
+#undef PX__OPS_FIELD
+
+/* Declarations of backend b's entry points px__<b>_<name>, and the
+ * initialiser of its table (in C, for the designated initialisers):
+ *   #define PX__CPU_DECL(ret, name, params) ret px__cpu_##name params;
+ *   PX__OPS_ENTRY_POINTS(PX__CPU_DECL)
+ *   #define PX__CPU_ENTRY(ret, name, params) .name = px__cpu_##name,
+ *   const px__ops_backend_t px__cpu_backend = {.name = "cpu",
+ *                                              PX__OPS_ENTRY_POINTS(PX__CPU_ENTRY)}; */
 
 /* First member of every backend context and op object (see the file comment). */
 typedef struct {

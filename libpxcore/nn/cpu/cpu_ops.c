@@ -46,7 +46,6 @@ px_status_t px__cpu_require(const px_ops_t *ops, const char *what) {
 
 /* ---- context ------------------------------------------------------------- */
 
-static void px__cpu_ops_destroy(px_ops_t *ops);
 
 px_status_t px__cpu_ops_create(px_device_t dev, int nthreads, px_ops_t **out) {
   PX_REQUIRE(out != NULL, "px_ops_create: out is NULL");
@@ -82,7 +81,7 @@ fail:
   return st;
 }
 
-static void px__cpu_ops_destroy(px_ops_t *ops) {
+void px__cpu_ops_destroy(px_ops_t *ops) {
   if (!ops) return;
   if (ops->live_ops != 0)
     px_log(PX_LOG_WARN, "px_ops_destroy: %lld op objects were not destroyed first",
@@ -102,25 +101,25 @@ static void px__cpu_ops_destroy(px_ops_t *ops) {
   px_free(ops);
 }
 
-static px_device_t px__cpu_ops_device(const px_ops_t *ops) { return ops->device; }
-static int px__cpu_ops_threads(const px_ops_t *ops) { return ops->nthreads; }
-static size_t px__cpu_ops_scratchpad_bytes(const px_ops_t *ops) { return ops->scratch_bytes; }
-static const char *px__cpu_ops_describe(const px_ops_t *ops) { return ops->desc; }
+px_device_t px__cpu_ops_device(const px_ops_t *ops) { return ops->device; }
+int px__cpu_ops_threads(const px_ops_t *ops) { return ops->nthreads; }
+size_t px__cpu_ops_scratchpad_bytes(const px_ops_t *ops) { return ops->scratch_bytes; }
+const char *px__cpu_ops_describe(const px_ops_t *ops) { return ops->desc; }
 
-static px_status_t px__cpu_ops_sync(px_ops_t *ops) {
+px_status_t px__cpu_ops_sync(px_ops_t *ops) {
   PX_CHECK(px__cpu_require(ops, "px_ops_sync"));
   PX_DNNL(dnnl_stream_wait(ops->stream));
   return PX_OK;
 }
 
 /* oneDNN computes in f32 whatever is asked: nothing to switch. */
-static px_status_t px__cpu_ops_set_tf32(px_ops_t *ops, int allow) {
+px_status_t px__cpu_ops_set_tf32(px_ops_t *ops, int allow) {
   (void)ops;
   (void)allow;
   return PX_OK;
 }
 
-static px_status_t px__cpu_ops_upload(px_ops_t *ops, int n, px_tensor_t *const *dst,
+px_status_t px__cpu_ops_upload(px_ops_t *ops, int n, px_tensor_t *const *dst,
                                       const void *const *src) {
   (void)ops;
   for (int i = 0; i < n; i++)
@@ -498,7 +497,7 @@ struct px_reorder {
   px__exec_t ex;
 };
 
-static px_status_t px__cpu_reorder_create(px_ops_t *ops, const px_tensor_t *dst_spec,
+px_status_t px__cpu_reorder_create(px_ops_t *ops, const px_tensor_t *dst_spec,
                                           const px_tensor_t *src_spec, px_reorder_t **out) {
   PX_REQUIRE(out && dst_spec && src_spec, "px_reorder_create: NULL argument");
   *out = NULL;
@@ -528,14 +527,14 @@ static px_status_t px__cpu_reorder_create(px_ops_t *ops, const px_tensor_t *dst_
   return PX_OK;
 }
 
-static void px__cpu_reorder_destroy(px_reorder_t *op) {
+void px__cpu_reorder_destroy(px_reorder_t *op) {
   if (!op) return;
   px__exec_destroy(&op->ex);
   px__cpu_op_died(op->ops);
   px_free(op);
 }
 
-static px_status_t px__cpu_reorder_execute(px_reorder_t *op, px_tensor_t *dst,
+px_status_t px__cpu_reorder_execute(px_reorder_t *op, px_tensor_t *dst,
                                            const px_tensor_t *src) {
   PX_CHECK(px__cpu_check(src, &op->src_spec, "reorder src"));
   PX_CHECK(px__cpu_check(dst, &op->dst_spec, "reorder dst"));
@@ -546,59 +545,6 @@ static px_status_t px__cpu_reorder_execute(px_reorder_t *op, px_tensor_t *dst,
 
 /* ---- the backend's function table ------------------------------------------------- */
 
-const px__ops_backend_t px__cpu_backend = {
-    .name = "cpu",
-    .ops_destroy = px__cpu_ops_destroy,
-    .ops_device = px__cpu_ops_device,
-    .ops_threads = px__cpu_ops_threads,
-    .ops_sync = px__cpu_ops_sync,
-    .ops_scratchpad_bytes = px__cpu_ops_scratchpad_bytes,
-    .ops_describe = px__cpu_ops_describe,
-    .ops_set_tf32 = px__cpu_ops_set_tf32,
-    .ops_upload = px__cpu_ops_upload,
-    .conv2d_create = px__cpu_conv2d_create,
-    .conv2d_destroy = px__cpu_conv2d_destroy,
-    .conv2d_y_spec = px__cpu_conv2d_y_spec,
-    .conv2d_w_spec = px__cpu_conv2d_w_spec,
-    .conv2d_b_spec = px__cpu_conv2d_b_spec,
-    .conv2d_forward = px__cpu_conv2d_forward,
-    .conv2d_backward_data = px__cpu_conv2d_backward_data,
-    .conv2d_backward_weights = px__cpu_conv2d_backward_weights,
-    .batchnorm_create = px__cpu_batchnorm_create,
-    .batchnorm_destroy = px__cpu_batchnorm_destroy,
-    .batchnorm_y_spec = px__cpu_batchnorm_y_spec,
-    .batchnorm_c_spec = px__cpu_batchnorm_c_spec,
-    .batchnorm_ws_spec = px__cpu_batchnorm_ws_spec,
-    .batchnorm_forward_train = px__cpu_batchnorm_forward_train,
-    .batchnorm_forward_infer = px__cpu_batchnorm_forward_infer,
-    .batchnorm_backward = px__cpu_batchnorm_backward,
-    .relu_create = px__cpu_relu_create,
-    .relu_destroy = px__cpu_relu_destroy,
-    .relu_y_spec = px__cpu_relu_y_spec,
-    .relu_forward = px__cpu_relu_forward,
-    .relu_backward = px__cpu_relu_backward,
-    .pool2d_create = px__cpu_pool2d_create,
-    .global_avgpool_create = px__cpu_global_avgpool_create,
-    .pool2d_destroy = px__cpu_pool2d_destroy,
-    .pool2d_y_spec = px__cpu_pool2d_y_spec,
-    .pool2d_ws_spec = px__cpu_pool2d_ws_spec,
-    .pool2d_forward = px__cpu_pool2d_forward,
-    .pool2d_backward = px__cpu_pool2d_backward,
-    .fc_create = px__cpu_fc_create,
-    .fc_destroy = px__cpu_fc_destroy,
-    .fc_y_spec = px__cpu_fc_y_spec,
-    .fc_w_spec = px__cpu_fc_w_spec,
-    .fc_b_spec = px__cpu_fc_b_spec,
-    .fc_forward = px__cpu_fc_forward,
-    .fc_backward_data = px__cpu_fc_backward_data,
-    .fc_backward_weights = px__cpu_fc_backward_weights,
-    .add_create = px__cpu_add_create,
-    .add_destroy = px__cpu_add_destroy,
-    .add_y_spec = px__cpu_add_y_spec,
-    .add_forward = px__cpu_add_forward,
-    .add_backward = px__cpu_add_backward,
-    .reorder_create = px__cpu_reorder_create,
-    .reorder_destroy = px__cpu_reorder_destroy,
-    .reorder_execute = px__cpu_reorder_execute,
-    .softmax_ce = px__cpu_softmax_ce,
-};
+#define PX__CPU_ENTRY(ret, name, params) .name = px__cpu_##name,
+const px__ops_backend_t px__cpu_backend = {.name = "cpu", PX__OPS_ENTRY_POINTS(PX__CPU_ENTRY)};
+#undef PX__CPU_ENTRY

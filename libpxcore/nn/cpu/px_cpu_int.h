@@ -160,83 +160,8 @@ px_status_t px__cpu_require(const px_ops_t *ops, const char *what);
 
 extern const px__ops_backend_t px__cpu_backend;
 
-px_status_t px__cpu_conv2d_create(px_ops_t *ops, const px_tensor_t *x_spec,
-                                  const px_conv2d_params_t *p, px_conv2d_t **out);
-void px__cpu_conv2d_destroy(px_conv2d_t *op);
-void px__cpu_conv2d_y_spec(const px_conv2d_t *op, px_tensor_t *spec);
-void px__cpu_conv2d_w_spec(const px_conv2d_t *op, px_tensor_t *spec);
-void px__cpu_conv2d_b_spec(const px_conv2d_t *op, px_tensor_t *spec);
-px_status_t px__cpu_conv2d_forward(px_conv2d_t *op, px_tensor_t *y, const px_tensor_t *x,
-                                   const px_tensor_t *w, const px_tensor_t *b);
-px_status_t px__cpu_conv2d_backward_data(px_conv2d_t *op, px_tensor_t *dx, const px_tensor_t *dy,
-                                         const px_tensor_t *w);
-px_status_t px__cpu_conv2d_backward_weights(px_conv2d_t *op, px_tensor_t *dw, px_tensor_t *db,
-                                            const px_tensor_t *x, const px_tensor_t *dy);
-
-px_status_t px__cpu_batchnorm_create(px_ops_t *ops, const px_tensor_t *x_spec,
-                                     const px_batchnorm_params_t *p, px_batchnorm_t **out);
-void px__cpu_batchnorm_destroy(px_batchnorm_t *op);
-void px__cpu_batchnorm_y_spec(const px_batchnorm_t *op, px_tensor_t *spec);
-void px__cpu_batchnorm_c_spec(const px_batchnorm_t *op, px_tensor_t *spec);
-void px__cpu_batchnorm_ws_spec(const px_batchnorm_t *op, px_tensor_t *spec);
-px_status_t px__cpu_batchnorm_forward_train(px_batchnorm_t *op, px_tensor_t *y, px_tensor_t *mean,
-                                            px_tensor_t *var, px_tensor_t *ws,
-                                            const px_tensor_t *x, const px_tensor_t *scale,
-                                            const px_tensor_t *shift, px_tensor_t *running_mean,
-                                            px_tensor_t *running_var);
-px_status_t px__cpu_batchnorm_forward_infer(px_batchnorm_t *op, px_tensor_t *y,
-                                            const px_tensor_t *x, const px_tensor_t *scale,
-                                            const px_tensor_t *shift,
-                                            const px_tensor_t *running_mean,
-                                            const px_tensor_t *running_var);
-px_status_t px__cpu_batchnorm_backward(px_batchnorm_t *op, px_tensor_t *dx, px_tensor_t *dscale,
-                                       px_tensor_t *dshift, const px_tensor_t *dy,
-                                       const px_tensor_t *x, const px_tensor_t *scale,
-                                       const px_tensor_t *shift, const px_tensor_t *mean,
-                                       const px_tensor_t *var, const px_tensor_t *ws);
-
-px_status_t px__cpu_relu_create(px_ops_t *ops, const px_tensor_t *x_spec, px_relu_t **out);
-void px__cpu_relu_destroy(px_relu_t *op);
-void px__cpu_relu_y_spec(const px_relu_t *op, px_tensor_t *spec);
-px_status_t px__cpu_relu_forward(px_relu_t *op, px_tensor_t *y, const px_tensor_t *x);
-px_status_t px__cpu_relu_backward(px_relu_t *op, px_tensor_t *dx, const px_tensor_t *dy,
-                                  const px_tensor_t *y);
-
-px_status_t px__cpu_pool2d_create(px_ops_t *ops, const px_tensor_t *x_spec,
-                                  const px_pool2d_params_t *p, px_pool2d_t **out);
-px_status_t px__cpu_global_avgpool_create(px_ops_t *ops, const px_tensor_t *x_spec,
-                                          px_pool2d_t **out);
-void px__cpu_pool2d_destroy(px_pool2d_t *op);
-void px__cpu_pool2d_y_spec(const px_pool2d_t *op, px_tensor_t *spec);
-void px__cpu_pool2d_ws_spec(const px_pool2d_t *op, px_tensor_t *spec);
-px_status_t px__cpu_pool2d_forward(px_pool2d_t *op, px_tensor_t *y, px_tensor_t *ws,
-                                   const px_tensor_t *x);
-px_status_t px__cpu_pool2d_backward(px_pool2d_t *op, px_tensor_t *dx, const px_tensor_t *dy,
-                                    const px_tensor_t *ws);
-
-px_status_t px__cpu_fc_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_fc_params_t *p,
-                              px_fc_t **out);
-void px__cpu_fc_destroy(px_fc_t *op);
-void px__cpu_fc_y_spec(const px_fc_t *op, px_tensor_t *spec);
-void px__cpu_fc_w_spec(const px_fc_t *op, px_tensor_t *spec);
-void px__cpu_fc_b_spec(const px_fc_t *op, px_tensor_t *spec);
-px_status_t px__cpu_fc_forward(px_fc_t *op, px_tensor_t *y, const px_tensor_t *x,
-                               const px_tensor_t *w, const px_tensor_t *b);
-px_status_t px__cpu_fc_backward_data(px_fc_t *op, px_tensor_t *dx, const px_tensor_t *dy,
-                                     const px_tensor_t *w);
-px_status_t px__cpu_fc_backward_weights(px_fc_t *op, px_tensor_t *dw, px_tensor_t *db,
-                                        const px_tensor_t *x, const px_tensor_t *dy);
-
-px_status_t px__cpu_add_create(px_ops_t *ops, const px_tensor_t *x_spec, int relu,
-                               px_add_t **out);
-void px__cpu_add_destroy(px_add_t *op);
-void px__cpu_add_y_spec(const px_add_t *op, px_tensor_t *spec);
-px_status_t px__cpu_add_forward(px_add_t *op, px_tensor_t *y, const px_tensor_t *a,
-                                const px_tensor_t *b);
-px_status_t px__cpu_add_backward(px_add_t *op, px_tensor_t *g, const px_tensor_t *dy,
-                                 const px_tensor_t *y);
-
-px_status_t px__cpu_softmax_ce(px_ops_t *ops, px_tensor_t *dlogits, float *loss, int64_t *correct,
-                               const px_tensor_t *logits, const px_tensor_t *labels);
+#define PX__CPU_DECL(ret, name, params) ret px__cpu_##name params;
+PX__OPS_ENTRY_POINTS(PX__CPU_DECL)
+#undef PX__CPU_DECL
 
 #endif
