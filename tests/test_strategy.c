@@ -3,7 +3,9 @@
  * run finishes on every rank with the same final model (bitwise) and the
  * same result; H-SADMM with channel pruning sends fewer inter-node bytes than
  * dense synchronisation would and its consensus model keeps about half the
- * channels; DDP's inter-node bytes are the dense ones. */
+ * channels; DDP's inter-node bytes are the dense ones. The staged path of
+ * models on GPUs (host mirrors and device buffers), forced on the CPU, gives
+ * every strategy the same final model, bit for bit, as the host path. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -41,13 +43,18 @@ static int teardown(void **state) {
 typedef struct {
   px_strategy_kind_t kind;
   double channel_keep;
+  int stage_host;
+  int iterations;   /* 0: 3 */
+  int freeze_at;    /* > 0: the controller freezes the masks at this iteration */
 } scenario_t;
 
-/* rank 0's controller: fixed penalties, freeze after 1 stable iteration */
+/* rank 0's controller: fixed penalties, freeze after 1 stable iteration (or
+ * at the scenario's iteration); it counts the frozen iterations */
 static px_status_t control(void *ctx, const px_iteration_t *it, px_hsadmm_decision_t *d) {
-  (void)ctx;
-  (void)it;
-  d->freeze = it->mask_drift == 0 && it->iteration > 0;
+  const scenario_t *sc = ctx;
+  d->freeze = sc->freeze_at > 0 ? it->iteration >= sc->freeze_at
+                                : it->mask_drift == 0 && it->iteration > 0;
+  px_th_shared[6] += it->frozen;
   return PX_OK;
 }
 
@@ -77,15 +84,16 @@ static int rank_main(px_th_ctx_t *ctx) {
   PX_TH_OK(px_th_comm(ctx, NULL, &comm));
   px_strategy_config_t cfg = {0};
   cfg.kind = sc->kind;
-  cfg.iterations = 3;
+  cfg.iterations = sc->iterations ? sc->iterations : 3;
+  cfg.stage_host = sc->stage_host;
   cfg.local_steps = 3;
   cfg.rho1 = cfg.rho2 = 1e-2;
   cfg.keep = (px_prune_keep_t){1.0, sc->channel_keep, 1.0};
   cfg.topk_ratio = 0.01;
   cfg.eval_every = 1;
   px_strategy_result_t res;
-  PX_TH_OK(px_strategy_run(t, comm, &cfg, control, NULL, &res));
-  PX_TH_CHECK(res.iterations == 3);
+  PX_TH_OK(px_strategy_run(t, comm, &cfg, control, (void *)sc, &res));
+  PX_TH_CHECK(res.iterations == cfg.iterations);
   PX_TH_CHECK(res.test_accuracy >= 0 && res.test_accuracy <= 1);
   /* the same final model on every rank, bit for bit */
   px_model_t *m = px_trainer_model(t);
@@ -99,6 +107,8 @@ static int rank_main(px_th_ctx_t *ctx) {
     px_th_shared[1] = (double)res.bytes_inter;
     px_th_shared[2] = (double)res.bytes_inter_dense;
     px_th_shared[3] = res.test_accuracy;
+    px_th_shared[4] = (double)(mine[0] >> 32);
+    px_th_shared[5] = (double)(mine[0] & 0xffffffffu);
   }
   px_comm_destroy(comm);
   px_trainer_destroy(t);
@@ -117,7 +127,7 @@ static void run(const scenario_t *sc) {
 
 static void test_hsadmm_prunes_and_sends_less(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_HSADMM, 0.5};
+  scenario_t sc = {PX_STRATEGY_HSADMM, 0.5, 0, 0, 0};
   run(&sc);
   assert_true(px_th_shared[0] > 0.3 && px_th_shared[0] < 0.6);
   assert_true(px_th_shared[1] > 0 && px_th_shared[1] < 0.75 * px_th_shared[2]);
@@ -125,23 +135,55 @@ static void test_hsadmm_prunes_and_sends_less(void **state) {
 
 static void test_hsadmm_flat_runs(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_HSADMM_FLAT, 0.5};
+  scenario_t sc = {PX_STRATEGY_HSADMM_FLAT, 0.5, 0, 0, 0};
   run(&sc);
   assert_true(px_th_shared[0] > 0.3 && px_th_shared[0] < 0.6);
 }
 
 static void test_ddp_sends_dense(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_DDP, 1.0};
+  scenario_t sc = {PX_STRATEGY_DDP, 1.0, 0, 0, 0};
   run(&sc);
   assert_true(px_th_shared[1] > 0 && px_th_shared[1] == px_th_shared[2]);
 }
 
 static void test_topk_sends_a_fraction(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_TOPK, 1.0};
+  scenario_t sc = {PX_STRATEGY_TOPK, 1.0, 0, 0, 0};
   run(&sc);
   assert_true(px_th_shared[1] > 0 && px_th_shared[1] < 0.2 * px_th_shared[2]);
+}
+
+/* The same scenario on the host path and the staged one: the same final
+ * model and accuracy, bit for bit. */
+static void run_both(scenario_t *sc) {
+  double host[6];
+  sc->stage_host = 0;
+  run(sc);
+  for (int i = 0; i < 6; i++) host[i] = px_th_shared[i];
+  sc->stage_host = 1;
+  run(sc);
+  for (int i = 0; i < 6; i++) assert_true(px_th_shared[i] == host[i]);
+}
+
+static void test_staged_hsadmm_matches_host(void **state) {
+  (void)state;
+  /* frozen from the third round on: the masked local steps run staged too */
+  scenario_t sc = {PX_STRATEGY_HSADMM, 0.5, 0, 4, 1};
+  run_both(&sc);
+  assert_true(px_th_shared[6] >= 2);
+}
+
+static void test_staged_ddp_matches_host(void **state) {
+  (void)state;
+  scenario_t sc = {PX_STRATEGY_DDP, 1.0, 0, 2, 0};
+  run_both(&sc);
+}
+
+static void test_staged_topk_matches_host(void **state) {
+  (void)state;
+  scenario_t sc = {PX_STRATEGY_TOPK, 1.0, 0, 2, 0};
+  run_both(&sc);
 }
 
 int main(int argc, char **argv) {
@@ -151,6 +193,9 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_hsadmm_flat_runs),
       cmocka_unit_test(test_ddp_sends_dense),
       cmocka_unit_test(test_topk_sends_a_fraction),
+      cmocka_unit_test(test_staged_hsadmm_matches_host),
+      cmocka_unit_test(test_staged_ddp_matches_host),
+      cmocka_unit_test(test_staged_topk_matches_host),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

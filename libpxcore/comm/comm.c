@@ -242,6 +242,7 @@ px_group_t *px_comm_group(px_comm_t *c, px_group_kind_t kind) {
 px_group_kind_t px_group_kind(const px_group_t *g) { return g->kind; }
 int px_group_rank(const px_group_t *g) { return g->rank; }
 int px_group_size(const px_group_t *g) { return g->size; }
+int px_group_nccl(const px_group_t *g) { return g && g->nccl; }
 int px_group_world_rank(const px_group_t *g, int i) {
   return i >= 0 && i < g->size ? g->world[i] : -1;
 }

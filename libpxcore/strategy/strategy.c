@@ -8,12 +8,28 @@
  * of the consensus model (every eval_every iterations, all ranks sharing the
  * test set), and control (rank 0 reports and decides; the decision is
  * broadcast). Everything per iteration works in buffers allocated before the
- * first one. */
+ * first one.
+ *
+ * Device models. A model on a GPU keeps its parameters, gradients and BN
+ * statistics in device memory, while H-SADMM's state (z, the duals, the
+ * masks), the Top-K selection and the UCX collectives work on host memory.
+ * Such a run is "staged": each tensor the host side needs crosses once per
+ * use through a host mirror allocated at set-up (theta down before the
+ * round, z up at the start of the local phase, the proximal z and u and the
+ * frozen masks up into device buffers that the fused SGD kernel and the
+ * mask kernel read), and the local steps themselves stay on the device.
+ * Collectives over a model tensor (DDP's gradients, the BN statistics, the
+ * initial broadcast) take the device buffer directly when the world group
+ * runs NCCL, and go through the mirror otherwise (UCX cannot read device
+ * memory; several ranks on one GPU cannot use NCCL). The staged path does
+ * the same arithmetic as the host one, so px_strategy_config_t.stage_host
+ * runs it on a CPU model too, which is how the CPU tests check it. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
+#include "prunex/cuda_kernels.h"
 #include "prunex/strategy.h"
 #include "px_check.h"
 
@@ -40,7 +56,8 @@ typedef struct {
   int hs;                   /* hsadmm or flat */
   px_hsadmm_t *h;
   px_hsadmm_param_t *hp;    /* [np] */
-  float *backup;            /* [numel] theta while z is evaluated */
+  float *backup;            /* [numel] host model: theta while z is evaluated; staged: z on its
+                               way to the device */
   double *layer_density;    /* [np] kept fraction of each tensor of z */
   double *rho1, *rho2;      /* [np] decision arrays for ddp/topk */
   /* top-k */
@@ -49,6 +66,18 @@ typedef struct {
   uint8_t *sendbuf, *recvbuf;
   size_t kpairs;            /* pairs this rank sends per step */
   uint64_t rng;
+  /* staged runs (device models; see the file comment) */
+  int staged;
+  int cuda;                 /* the model is on a CUDA device */
+  int direct;               /* world collectives take the device buffers (NCCL) */
+  float *h_theta;           /* [numel] host mirror of the parameters (H-SADMM's theta) */
+  float *h_grad;            /* [numel] host mirror of the gradients (ddp, topk) */
+  float *h_buf;             /* [BN statistics] host mirror */
+  float *h_zu;              /* [2 numel] z and u of the local phase, host side */
+  px_tensor_t d_zu;         /* [2 numel] the same on the model's device */
+  uint8_t *h_mask;          /* [all masks] the frozen masks, host side */
+  px_tensor_t d_mask;       /* the same on the model's device */
+  size_t *moff;             /* [np] offset of parameter i's mask in d_mask */
   /* the iteration being reported, for the H-SADMM control adapter */
   px_iteration_t it;
   px_strategy_control_fn control;
@@ -65,6 +94,39 @@ static uint64_t px__traffic(px_comm_t *c, int tier) {
   px_comm_traffic_t t;
   px_comm_traffic(c, &t);
   return t.sent[tier] + t.recv[tier];
+}
+
+/* ---- host mirrors of a device model ---------------------------------------------- */
+
+static px_status_t px__down(const px_tensor_t *t, float *host) {
+  return px_tensor_copy_to_host(t, host, px_tensor_plain_bytes(t));
+}
+
+static px_status_t px__up(const px_tensor_t *t, const float *host) {
+  px_tensor_t v = *t; /* a view: the model's tensors are handed out const */
+  return px_tensor_copy_from_host(&v, host, px_tensor_plain_bytes(t));
+}
+
+/* Averages a model tensor (plain f32) over the world, in place: directly on
+ * a host model or when NCCL takes the device buffer, else through its host
+ * mirror. list: the bucketed collective (gradients). */
+static px_status_t px__world_average(px__run_t *r, const px_tensor_t *t, float *mirror,
+                                     int list) {
+  size_t n = px_tensor_numel(t);
+  float *buf = r->staged && !r->direct ? mirror : t->data;
+  if (buf == mirror) PX_CHECK(px__down(t, mirror));
+  void *bufs[1] = {buf};
+  PX_CHECK(list ? px_comm_allreduce_list(r->world, bufs, &n, 1, PX_COMM_F32, PX_COMM_AVG)
+                : px_comm_allreduce(r->world, buf, buf, n, PX_COMM_F32, PX_COMM_AVG));
+  return buf == mirror ? px__up(t, mirror) : PX_OK;
+}
+
+/* Rank 0's copy of a model tensor on every rank, the same way. */
+static px_status_t px__world_broadcast(px__run_t *r, const px_tensor_t *t, float *mirror) {
+  float *buf = r->staged && !r->direct ? mirror : t->data;
+  if (buf == mirror) PX_CHECK(px__down(t, mirror));
+  PX_CHECK(px_comm_broadcast(r->world, buf, px_tensor_numel(t), PX_COMM_F32, 0));
+  return buf == mirror ? px__up(t, mirror) : PX_OK;
 }
 
 static int px__skipped(const char *const *skip_layers, int nskip, const char *name) {
@@ -107,23 +169,34 @@ void px_strategy_hsadmm_params(px_model_t *m, const char *const *skip_layers, in
 
 static px_status_t px__ddp_hook(void *ctx, px_model_t *m) {
   px__run_t *r = ctx;
-  const px_tensor_t *g = px_model_flat_grads(m);
-  void *bufs[1] = {g->data};
-  size_t counts[1] = {r->numel};
-  return px_comm_allreduce_list(r->world, bufs, counts, 1, PX_COMM_F32, PX_COMM_AVG);
+  return px__world_average(r, px_model_flat_grads(m), r->h_grad, 1);
 }
 
 /* ---- H-SADMM after the freeze: training inside the masks ---------------------- */
+
+/* Zeroes w (the model's memory) outside parameter i's mask; on a device
+ * model w and the mask are device memory and the kernel is queued after the
+ * backward pass (the ops streams are blocking streams, ordered with the
+ * default stream), with no synchronisation. */
+static px_status_t px__apply_mask(const px__run_t *r, int i, float *w) {
+  px_conv_shape_t s = r->hp[i].shape;
+  const uint8_t *mask =
+      r->staged ? (const uint8_t *)r->d_mask.data + r->moff[i] : px_hsadmm_mask(r->h, i);
+  if (!r->cuda) {
+    px_prune_apply_mask(w, s, mask);
+    return PX_OK;
+  }
+  return px_cuda_prune_apply_mask(w, mask, mask + s.c_out, mask + s.c_out + s.c_in, s, NULL);
+}
 
 static px_status_t px__masked_hook(void *ctx, px_model_t *m) {
   px__run_t *r = ctx;
   if (!px_hsadmm_frozen(r->h)) return PX_OK;
   for (int i = 0; i < r->np; i++) {
     if (!r->hp[i].prunable) continue;
-    const uint8_t *mask = px_hsadmm_mask(r->h, i);
     const px_model_param_t *p = px_model_param(m, i);
-    px_prune_apply_mask(p->value->data, r->hp[i].shape, mask);
-    px_prune_apply_mask(p->grad->data, r->hp[i].shape, mask);
+    PX_CHECK(px__apply_mask(r, i, p->value->data));
+    PX_CHECK(px__apply_mask(r, i, p->grad->data));
   }
   return PX_OK;
 }
@@ -161,6 +234,9 @@ static void px__select_topk(const float *e, uint32_t *idx, size_t n, size_t k, u
 
 static px_status_t px__topk_hook(void *ctx, px_model_t *m) {
   px__run_t *r = ctx;
+  const px_tensor_t *flat = px_model_flat_grads(m);
+  float *grad = r->staged ? r->h_grad : flat->data;
+  if (r->staged) PX_CHECK(px__down(flat, grad));
   uint8_t *out = r->sendbuf;
   size_t off = 0;
   for (int i = 0; i < r->np; i++) {
@@ -168,7 +244,7 @@ static px_status_t px__topk_hook(void *ctx, px_model_t *m) {
     size_t n = px_tensor_numel(p->value);
     size_t k = px_prune_keep_count(r->cfg->topk_ratio, n);
     float *e = r->err + off;
-    const float *g = p->grad->data;
+    const float *g = grad + off;
     for (size_t j = 0; j < n; j++) e[j] += g[j];
     for (size_t j = 0; j < n; j++) r->idx[j] = (uint32_t)j;
     px__select_topk(e, r->idx, n, k, &r->rng);
@@ -185,7 +261,6 @@ static px_status_t px__topk_hook(void *ctx, px_model_t *m) {
   size_t bytes = r->kpairs * 8;
   PX_CHECK(px_comm_allgather(r->world, r->sendbuf, r->recvbuf, bytes, PX_COMM_U8));
   /* the averaged sparse gradient replaces the dense one */
-  float *grad = px_model_flat_grads(m)->data;
   memset(grad, 0, r->numel * sizeof(float));
   int N = px_group_size(r->world);
   float inv = 1.0f / (float)N;
@@ -207,7 +282,7 @@ static px_status_t px__topk_hook(void *ctx, px_model_t *m) {
       poff += n;
     }
   }
-  return PX_OK;
+  return r->staged ? px__up(flat, grad) : PX_OK;
 }
 
 /* ---- shared pieces ----------------------------------------------------------------- */
@@ -224,34 +299,77 @@ static px_status_t px__evaluate(px__run_t *r, double *loss, double *acc) {
   return PX_OK;
 }
 
+static px_status_t px__average_bn(px__run_t *r) {
+  if (px_model_num_buffers(r->m) == 0) return PX_OK;
+  return px__world_average(r, px_model_flat_buffers(r->m), r->h_buf, 0);
+}
+
 /* BN statistics for the weights now in the model (z): forward passes on
  * training batches, then the average over ranks. */
 static px_status_t px__calibrate(px__run_t *r) {
   int32_t n = r->cfg->calibrate_batches == 0 ? 20 : r->cfg->calibrate_batches;
   if (n < 0) return PX_OK;
   PX_CHECK(px_trainer_calibrate_bn(r->t, n));
-  const px_tensor_t *b = px_model_flat_buffers(r->m);
-  if (px_model_num_buffers(r->m) == 0) return PX_OK;
-  return px_comm_allreduce(r->world, b->data, b->data, px_tensor_numel(b), PX_COMM_F32,
-                           PX_COMM_AVG);
+  return px__average_bn(r);
 }
 
-/* Copies z into the model's parameters (saving theta when backup). */
-static void px__load_z(px__run_t *r, int backup) {
-  float *theta = px_model_flat_params(r->m)->data;
-  if (backup) memcpy(r->backup, theta, r->numel * sizeof(float));
+/* Copies z into the model's parameters. A host model saves theta first
+ * when backup is set; a staged one has theta in its mirror since the round
+ * (px__restore_theta puts either back). */
+static px_status_t px__load_z(px__run_t *r, int backup) {
+  const px_tensor_t *flat = px_model_flat_params(r->m);
+  float *dst = r->staged ? r->backup : flat->data;
+  if (backup && !r->staged) memcpy(r->backup, dst, r->numel * sizeof(float));
   size_t off = 0;
   for (int i = 0; i < r->np; i++) {
-    memcpy(theta + off, px_hsadmm_z(r->h, i), r->hp[i].numel * sizeof(float));
+    memcpy(dst + off, px_hsadmm_z(r->h, i), r->hp[i].numel * sizeof(float));
     off += r->hp[i].numel;
   }
+  return r->staged ? px__up(flat, dst) : PX_OK;
 }
 
-static px_status_t px__average_bn(px__run_t *r) {
-  const px_tensor_t *b = px_model_flat_buffers(r->m);
-  if (px_model_num_buffers(r->m) == 0) return PX_OK;
-  return px_comm_allreduce(r->world, b->data, b->data, px_tensor_numel(b), PX_COMM_F32,
-                           PX_COMM_AVG);
+static px_status_t px__restore_theta(px__run_t *r) {
+  const px_tensor_t *flat = px_model_flat_params(r->m);
+  if (r->staged) return px__up(flat, r->h_theta);
+  memcpy(flat->data, r->backup, r->numel * sizeof(float));
+  return PX_OK;
+}
+
+/* Before the local phase of H-SADMM: the proximal targets z_i and u (copied
+ * to the device of a staged model), the masks once frozen, and the start
+ * from the global consensus: it is what all ranks share, so the nodes cannot
+ * drift apart between the rounds, whatever rho2 is (the proximal target
+ * stays z_i - u). */
+static px_status_t px__local_start(px__run_t *r, int it) {
+  const px_tensor_t *flat = px_model_flat_params(r->m);
+  int restart = !r->cfg->keep_local && it > 0;
+  float *theta = r->staged ? r->h_theta : flat->data;
+  float *dz = r->d_zu.data, *du = dz ? dz + r->numel : NULL;
+  size_t off = 0;
+  for (int i = 0; i < r->np; i++) {
+    size_t n = r->hp[i].numel;
+    const float *z, *u;
+    float rho;
+    px_hsadmm_prox(r->h, i, &z, &u, &rho);
+    if (r->staged) {
+      memcpy(r->h_zu + off, z, n * sizeof(float));
+      if (u) memcpy(r->h_zu + r->numel + off, u, n * sizeof(float));
+      else memset(r->h_zu + r->numel + off, 0, n * sizeof(float));
+      z = dz + off;
+      u = du + off;
+    }
+    PX_CHECK(px_sgd_set_prox(r->sgd, i, z, u, rho));
+    if (restart) memcpy(theta + off, px_hsadmm_z(r->h, i), n * sizeof(float));
+    off += n;
+  }
+  if (!r->staged) return PX_OK;
+  PX_CHECK(px_tensor_copy_from_host(&r->d_zu, r->h_zu, 2 * r->numel * sizeof(float)));
+  if (restart) PX_CHECK(px__up(flat, r->h_theta));
+  if (!px_hsadmm_frozen(r->h)) return PX_OK;
+  for (int i = 0; i < r->np; i++) /* the union masks, for the mask kernel */
+    if (r->hp[i].prunable)
+      memcpy(r->h_mask + r->moff[i], px_hsadmm_mask(r->h, i), px_prune_mask_size(r->hp[i].shape));
+  return px_tensor_copy_from_host(&r->d_mask, r->h_mask, px_tensor_plain_bytes(&r->d_mask));
 }
 
 /* Adapter from the H-SADMM round to the strategy's iteration record. */
@@ -260,6 +378,45 @@ static px_status_t px__hs_control(void *ctx, const px_hsadmm_round_t *round,
   px__run_t *r = ctx;
   (void)round; /* its figures are in r->it already */
   return r->control(r->ctx, &r->it, d);
+}
+
+/* A device buffer of n elements on the model's device. */
+static px_status_t px__device_buffer(px__run_t *r, px_tensor_t *t, px_dtype_t dt, size_t n,
+                                     const char *name) {
+  int64_t dims[1] = {(int64_t)(n ? n : 1)};
+  PX_CHECK(px_tensor_init(t, px_model_flat_params(r->m)->device, dt, 1, dims));
+  return px_tensor_alloc(t, name);
+}
+
+/* The host mirrors and device buffers of a staged run. */
+static px_status_t px__setup_staging(px__run_t *r) {
+  const px_strategy_config_t *c = r->cfg;
+  r->cuda = px_model_flat_params(r->m)->device.kind == PX_DEVICE_CUDA;
+  r->staged = r->cuda || c->stage_host;
+  if (!r->staged) return PX_OK;
+  r->direct = r->cuda && px_group_nccl(r->world);
+  r->h_theta = px_malloc(r->numel * sizeof(float), "strategy.theta_mirror");
+  size_t nbuf = px_tensor_numel(px_model_flat_buffers(r->m));
+  r->h_buf = px_malloc((nbuf ? nbuf : 1) * sizeof(float), "strategy.bn_mirror");
+  if (!r->h_theta || !r->h_buf) return PX_ERR_NOMEM;
+  PX_CHECK(px__down(px_model_flat_params(r->m), r->h_theta));
+  if (!r->hs) {
+    r->h_grad = px_malloc(r->numel * sizeof(float), "strategy.grad_mirror");
+    return r->h_grad ? PX_OK : PX_ERR_NOMEM;
+  }
+  r->h_zu = px_malloc(2 * r->numel * sizeof(float), "strategy.prox_mirror");
+  r->moff = px_calloc((size_t)r->np, sizeof *r->moff, "strategy.mask_offsets");
+  if (!r->h_zu || !r->moff) return PX_ERR_NOMEM;
+  PX_CHECK(px__device_buffer(r, &r->d_zu, PX_DTYPE_F32, 2 * r->numel, "strategy.prox"));
+  size_t mbytes = 0;
+  for (int i = 0; i < r->np; i++) {
+    r->moff[i] = mbytes;
+    if (r->hp[i].prunable) mbytes += px_prune_mask_size(r->hp[i].shape);
+  }
+  r->h_mask = px_malloc(mbytes ? mbytes : 1, "strategy.mask_mirror");
+  if (!r->h_mask) return PX_ERR_NOMEM;
+  memset(r->h_mask, 1, mbytes ? mbytes : 1);
+  return px__device_buffer(r, &r->d_mask, PX_DTYPE_U8, mbytes, "strategy.masks");
 }
 
 static px_status_t px__setup(px__run_t *r) {
@@ -282,6 +439,9 @@ static px_status_t px__setup(px__run_t *r) {
     r->layer_density = px_calloc((size_t)r->np, sizeof(double), "strategy.density");
     if (!r->hp || !r->backup || !r->layer_density) return PX_ERR_NOMEM;
     px_strategy_hsadmm_params(r->m, c->skip_layers, c->nskip, r->hp);
+    PX_CHECK(px__setup_staging(r));
+    for (int i = 0, off = 0; r->staged && i < r->np; off += (int)r->hp[i].numel, i++)
+      r->hp[i].theta = r->h_theta + off; /* H-SADMM reads theta from the mirror */
     /* the regulariser moves from the local steps into the z update (the
      * global problem's lambda/2 ||z||^2), so it is not applied twice */
     double lambda = px_sgd_weight_decay(r->sgd);
@@ -290,18 +450,18 @@ static px_status_t px__setup(px__run_t *r) {
                              c->bucket_bytes};
     PX_CHECK(px_hsadmm_create(r->comm, r->hp, r->np, &hc, &r->h));
     /* every rank starts from the consensus */
-    px__load_z(r, 0);
+    PX_CHECK(px__load_z(r, 0));
     px_trainer_set_grad_hook(r->t, px__masked_hook, r);
   } else if (c->kind == PX_STRATEGY_DDP) {
     /* the same initial model everywhere */
-    const px_tensor_t *w = px_model_flat_params(r->m);
-    PX_CHECK(px_comm_broadcast(r->world, w->data, r->numel, PX_COMM_F32, 0));
+    PX_CHECK(px__setup_staging(r));
+    PX_CHECK(px__world_broadcast(r, px_model_flat_params(r->m), r->h_theta));
     px_trainer_set_grad_hook(r->t, px__ddp_hook, r);
   } else {
     PX_REQUIRE(c->topk_ratio > 0 && c->topk_ratio <= 1, "comm.topk_ratio = %g: must be in (0, 1]",
                c->topk_ratio);
-    const px_tensor_t *w = px_model_flat_params(r->m);
-    PX_CHECK(px_comm_broadcast(r->world, w->data, r->numel, PX_COMM_F32, 0));
+    PX_CHECK(px__setup_staging(r));
+    PX_CHECK(px__world_broadcast(r, px_model_flat_params(r->m), r->h_theta));
     r->kpairs = 0;
     for (int i = 0; i < r->np; i++)
       r->kpairs += px_prune_keep_count(c->topk_ratio, px_tensor_numel(px_model_param(r->m, i)->value));
@@ -330,6 +490,14 @@ static void px__teardown(px__run_t *r) {
   px_free(r->idx);
   px_free(r->sendbuf);
   px_free(r->recvbuf);
+  px_free(r->h_theta);
+  px_free(r->h_grad);
+  px_free(r->h_buf);
+  px_free(r->h_zu);
+  px_free(r->h_mask);
+  px_free(r->moff);
+  px_tensor_release(&r->d_zu);
+  px_tensor_release(&r->d_mask);
 }
 
 /* Bytes a dense ring allreduce of the gradients would move between nodes,
@@ -379,22 +547,7 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
 
     /* ---- local phase ---- */
     double t0 = px__now();
-    if (r.hs) {
-      float *theta = px_model_flat_params(r.m)->data;
-      size_t off = 0;
-      for (int i = 0; i < r.np; i++) {
-        const float *z, *u;
-        float rho;
-        px_hsadmm_prox(r.h, i, &z, &u, &rho);
-        PX_CHECK_GOTO(px_sgd_set_prox(r.sgd, i, z, u, rho), st, done);
-        /* the local phase starts from the global consensus: it is what all
-         * ranks share, so the nodes cannot drift apart between the rounds,
-         * whatever rho2 is (the proximal target stays z_i - u) */
-        if (!cfg->keep_local && it > 0)
-          memcpy(theta + off, px_hsadmm_z(r.h, i), r.hp[i].numel * sizeof(float));
-        off += r.hp[i].numel;
-      }
-    }
+    if (r.hs) PX_CHECK_GOTO(px__local_start(&r, it), st, done);
     px_epoch_stats_t es;
     PX_CHECK_GOTO(px_trainer_steps(trainer, steps, &es), st, done);
     r.it.local_s = px__now() - t0;
@@ -403,6 +556,7 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
     /* ---- synchronisation (H-SADMM) ---- */
     px_hsadmm_round_t *round = NULL;
     if (r.hs) {
+      if (r.staged) PX_CHECK_GOTO(px__down(px_model_flat_params(r.m), r.h_theta), st, done);
       PX_CHECK_GOTO(px_hsadmm_sync(r.h, &round), st, done);
       r.it.intra_s = round->intra_s;
       r.it.projection_s = round->projection_s;
@@ -429,12 +583,13 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
     r.it.test_loss = -1;
     if (evaluate) {
       px_status_t est = PX_OK;
-      if (r.hs) {
-        px__load_z(&r, 1);
-        est = px__calibrate(&r);
-      }
+      if (r.hs) est = px__load_z(&r, 1);
+      if (r.hs && est == PX_OK) est = px__calibrate(&r);
       if (est == PX_OK) est = px__evaluate(&r, &test_loss, &test_acc);
-      if (r.hs) memcpy(px_model_flat_params(r.m)->data, r.backup, r.numel * sizeof(float));
+      if (r.hs) {
+        px_status_t rst = px__restore_theta(&r);
+        if (est == PX_OK) est = rst;
+      }
       PX_CHECK_GOTO(est, st, done);
       r.it.test_accuracy = test_acc;
       r.it.test_loss = test_loss;
@@ -494,7 +649,7 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
   }
   /* the final model: z with BN statistics of its own (already there when
    * the last iteration evaluated it) */
-  if (r.hs) px__load_z(&r, 0);
+  if (r.hs) PX_CHECK_GOTO(px__load_z(&r, 0), st, done);
   if (test_acc < 0 || (r.it.test_accuracy < 0 && res->iterations > 0)) {
     /* stopped early by the controller before an evaluation: evaluate now */
     if (r.hs) PX_CHECK_GOTO(px__calibrate(&r), st, done);

@@ -8,7 +8,16 @@
  * ncclCommGetAsyncError; on a timeout or an asynchronous error the
  * communicator is aborted (ncclCommAbort), so no call can hang on a dead
  * peer. The CUDA device is set on every call because operations may run on
- * the communicator's progress thread. */
+ * the communicator's progress thread.
+ *
+ * Ordering. The buffers are written by work queued on other streams (the
+ * training ops' streams, which are blocking streams, and copies on the
+ * legacy default stream), while NCCL runs on a non-blocking stream of its
+ * own that is ordered with none of them. Each collective therefore first
+ * records an event on the legacy default stream, which completes only after
+ * all earlier work of the device's blocking streams, and makes the NCCL
+ * stream wait for it: the collective starts after whatever produced its
+ * input, with no host synchronisation. The host waits for its end. */
 #include <cuda_runtime.h>
 /* nccl.h declares a few functions as f() instead of f(void) */
 #pragma GCC diagnostic push
@@ -24,6 +33,7 @@
 struct px__nccl {
   ncclComm_t comm;     /* NULL once aborted */
   cudaStream_t stream;
+  cudaEvent_t queued;  /* recorded on the legacy default stream before each collective */
   int device;
   int rank, size;
 };
@@ -96,6 +106,9 @@ static px_status_t px__nccl_ready(px__nccl_t *n, const char *what) {
   if (!n->comm) return px_set_error(PX_ERR_STATE, "%s: the NCCL communicator was aborted", what);
   cudaError_t e = cudaSetDevice(n->device);
   if (e != cudaSuccess) return px__cuda_error(e, "cudaSetDevice");
+  e = cudaEventRecord(n->queued, cudaStreamLegacy);
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(n->stream, n->queued, 0);
+  if (e != cudaSuccess) return px__cuda_error(e, "ordering the collective after earlier work");
   return PX_OK;
 }
 
@@ -139,8 +152,10 @@ px_status_t px__nccl_create(px_group_t *g, int device, px_kv_t *kv, const char *
     return st;
   }
   e = cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&n->queued, cudaEventDisableTiming);
   if (e != cudaSuccess) {
     st = px__cuda_error(e, "cudaStreamCreate");
+    if (n->stream) cudaStreamDestroy(n->stream);
     px__nccl_abort(n);
     px_free(n);
     return st;
@@ -163,6 +178,7 @@ void px__nccl_destroy(px__nccl_t *n, int abort) {
       }
     }
   }
+  if (n->queued) cudaEventDestroy(n->queued);
   if (n->stream) cudaStreamDestroy(n->stream);
   px_free(n);
 }

@@ -150,6 +150,10 @@ int px_group_rank(const px_group_t *g);
 int px_group_size(const px_group_t *g);
 /* World rank of group rank i (0 <= i < size). */
 int px_group_world_rank(const px_group_t *g, int i);
+/* 1 when the group has an NCCL communicator, so that its collectives take
+ * device buffers (the communicator was created with opts.nccl = 1); 0 when
+ * only host memory can be passed (NULL gives 0). */
+int px_group_nccl(const px_group_t *g);
 
 /* ---- collectives -----------------------------------------------------------
  * Buffers are host memory, or device memory when the group has an NCCL

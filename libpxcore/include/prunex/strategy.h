@@ -76,6 +76,9 @@ typedef struct {
                                 nor nodes can drift apart between the rounds) */
   int32_t calibrate_batches; /* hsadmm: training batches that re-estimate the BN statistics
                                 of z before it is evaluated or returned (0: 20; < 0: none) */
+  int32_t stage_host;       /* 1: run the staged path of device models (host mirrors and
+                               device buffers, see strategy.c) on a CPU model too; it gives
+                               the same results, and is how tests check that path */
   px_strategy_observe_fn observe; /* NULL: none */
   void *observe_ctx;
 } px_strategy_config_t;
@@ -121,7 +124,8 @@ typedef struct {
  * parameters: every conv weight not named in skip_layers is prunable ("conv1"
  * skips "conv1.weight"), and convs whose output channels only the next conv
  * reads are coupled to it (px_model_channel_consumer). theta points into the
- * model's parameters (host memory). */
+ * model's parameters (host memory on a CPU model; px_strategy_run points it
+ * at a host mirror for a model on a GPU). */
 void px_strategy_hsadmm_params(px_model_t *m, const char *const *skip_layers, int nskip,
                                px_hsadmm_param_t *out);
 

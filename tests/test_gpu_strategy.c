@@ -1,0 +1,221 @@
+/* The strategies on models that train on a GPU: 2 nodes x 2 real ranks
+ * (forked processes) share GPU 0, so NCCL cannot run and the data plane is
+ * UCX through the host mirrors of the staged path (strategy.c). Each run
+ * finishes on every rank with the same final model (bitwise, read back from
+ * the device), H-SADMM keeps about half the channels and sends fewer
+ * inter-node bytes than dense synchronisation, and the masked local steps
+ * after the freeze keep pruned groups at zero on the device.
+ *
+ * Skips, saying why, without CUDA or a GPU. The probe runs in a child
+ * process: CUDA does not survive fork, so the parent never touches it. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "comm_harness.h"
+#include "prunex/cuda.h"
+#include "prunex/strategy.h"
+#include "px_test_util.h"
+
+#define FMNIST "/usr/share/datasets/fashion-mnist"
+
+static char dir[256];
+static int gpu = -1; /* 1 when a GPU answered the probe */
+
+/* CUDA devices seen by a child process (-1 when the probe failed). */
+static int probe_gpus(void) {
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    int n = 0;
+    _exit(px_cuda_device_count(&n) == PX_OK && n > 0 ? (n > 100 ? 100 : n) : 0);
+  }
+  int ws = 0;
+  if (waitpid(pid, &ws, 0) != pid || !WIFEXITED(ws)) return -1;
+  return WEXITSTATUS(ws);
+}
+
+static int gpu_ready(void) {
+  if (gpu < 0) {
+    if (!px_cuda_built()) {
+      printf("libpxcore was built without CUDA: GPU strategy checks skipped\n");
+      gpu = 0;
+    } else if (probe_gpus() <= 0) {
+      printf("no CUDA device on this machine: GPU strategy checks skipped\n");
+      gpu = 0;
+    } else {
+      gpu = 1;
+    }
+  }
+  return gpu;
+}
+
+static int setup(void **state) {
+  (void)state;
+  if (access(FMNIST, R_OK) != 0) return 0;
+  snprintf(dir, sizeof dir, "/tmp/px_gpu_strategy_XXXXXX");
+  if (!mkdtemp(dir)) return -1;
+  return px_test_write_fmnist_subset(dir, 512, 128) == 1 ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  if (dir[0]) px_th_rmdir(dir);
+  return 0;
+}
+
+typedef struct {
+  px_strategy_kind_t kind;
+  double channel_keep;
+  int iterations;
+  int freeze_at; /* > 0: the controller freezes the masks at this iteration */
+} scenario_t;
+
+static px_status_t control(void *ctx, const px_iteration_t *it, px_hsadmm_decision_t *d) {
+  const scenario_t *sc = ctx;
+  d->freeze = sc->freeze_at > 0 && it->iteration >= sc->freeze_at;
+  px_th_shared[5] += it->frozen;
+  return PX_OK;
+}
+
+static uint64_t fnv(const void *p, size_t n) {
+  const unsigned char *c = p;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
+  return h;
+}
+
+/* Zero groups of the final model's pruned conv weights, counted on the
+ * host copy: every filter with mask 0 must be exactly zero. */
+static int pruned_filters_are_zero(px_model_t *m, const float *w) {
+  size_t off = 0;
+  int zero_filters = 0;
+  for (int i = 0; i < px_model_num_params(m); i++) {
+    const px_model_param_t *p = px_model_param(m, i);
+    size_t n = px_tensor_numel(p->value);
+    if (p->kind == PX_WEIGHT_CONV) {
+      size_t per = n / (size_t)p->value->dims[0];
+      for (int64_t o = 0; o < p->value->dims[0]; o++) {
+        int all = 1;
+        for (size_t j = 0; j < per && all; j++) all = w[off + (size_t)o * per + j] == 0.0f;
+        zero_filters += all;
+      }
+    }
+    off += n;
+  }
+  return zero_filters;
+}
+
+static int rank_main(px_th_ctx_t *ctx) {
+  const scenario_t *sc = ctx->arg;
+  px_train_config_t tc;
+  px_train_config_default(&tc);
+  tc.data_dir = dir;
+  tc.batch = 16;
+  tc.threads = 1;
+  tc.epochs = 1;
+  tc.lr = 0.05;
+  tc.augment = 0;
+  tc.rank = ctx->rank;
+  tc.world_size = ctx->size;
+  tc.seed = 1 + (uint64_t)ctx->rank;
+  tc.device = px_device_cuda(0);
+  px_trainer_t *t;
+  PX_TH_OK(px_trainer_create(&tc, &t));
+  px_comm_t *comm;
+  PX_TH_OK(px_th_comm(ctx, NULL, &comm));
+  PX_TH_CHECK(!px_group_nccl(px_comm_group(comm, PX_GROUP_WORLD)));
+  px_strategy_config_t cfg = {0};
+  cfg.kind = sc->kind;
+  cfg.iterations = sc->iterations;
+  cfg.local_steps = 3;
+  cfg.rho1 = cfg.rho2 = 1e-2;
+  cfg.keep = (px_prune_keep_t){1.0, sc->channel_keep, 1.0};
+  cfg.topk_ratio = 0.01;
+  cfg.eval_every = 1;
+  px_strategy_result_t res;
+  PX_TH_OK(px_strategy_run(t, comm, &cfg, control, (void *)sc, &res));
+  PX_TH_CHECK(res.iterations == sc->iterations);
+  PX_TH_CHECK(res.test_accuracy >= 0 && res.test_accuracy <= 1);
+  px_model_t *m = px_trainer_model(t);
+  size_t numel = px_model_numel(m);
+  float *w = malloc(numel * sizeof(float));
+  PX_TH_CHECK(w != NULL);
+  PX_TH_OK(px_tensor_copy_to_host(px_model_flat_params(m), w, numel * sizeof(float)));
+  for (size_t i = 0; i < numel; i++) PX_TH_CHECK(isfinite(w[i]));
+  uint64_t mine[2] = {fnv(w, numel * 4), fnv(&res.test_accuracy, sizeof(double))};
+  uint64_t all[2 * PX_TH_MAX_RANKS];
+  PX_TH_OK(px_comm_allgather(px_comm_group(comm, PX_GROUP_WORLD), mine, all, 16, PX_COMM_U8));
+  for (int r = 0; r < ctx->size; r++)
+    PX_TH_CHECK(all[2 * r] == mine[0] && all[2 * r + 1] == mine[1]);
+  if (ctx->rank == 0) {
+    px_th_shared[0] = res.density;
+    px_th_shared[1] = (double)res.bytes_inter;
+    px_th_shared[2] = (double)res.bytes_inter_dense;
+    px_th_shared[3] = res.test_accuracy;
+    px_th_shared[4] = pruned_filters_are_zero(m, w);
+  }
+  free(w);
+  px_comm_destroy(comm);
+  px_trainer_destroy(t);
+  return 0;
+}
+
+static int nodes[4] = {0, 0, 1, 1};
+
+static void run(const scenario_t *sc) {
+  if (!gpu_ready()) skip();
+  if (!dir[0]) {
+    printf("%s is not installed: skipped\n", FMNIST);
+    skip();
+  }
+  assert_int_equal(px_th_run(4, nodes, rank_main, sc, 300), 0);
+  printf("%s on the GPU: density %.3f, inter bytes %.0f (dense %.0f), test accuracy %.3f, "
+         "%.0f zero filters, %.0f frozen rounds\n",
+         px_strategy_name(sc->kind), px_th_shared[0], px_th_shared[1], px_th_shared[2],
+         px_th_shared[3], px_th_shared[4], px_th_shared[5]);
+}
+
+static void test_hsadmm_on_the_gpu(void **state) {
+  (void)state;
+  scenario_t sc = {PX_STRATEGY_HSADMM, 0.5, 4, 1};
+  run(&sc);
+  assert_true(px_th_shared[0] > 0.3 && px_th_shared[0] < 0.6);
+  assert_true(px_th_shared[1] > 0 && px_th_shared[1] < 0.75 * px_th_shared[2]);
+  /* coupled channel pruning removes filters of the producers */
+  assert_true(px_th_shared[4] > 0);
+  assert_true(px_th_shared[5] >= 2);
+}
+
+static void test_ddp_on_the_gpu(void **state) {
+  (void)state;
+  scenario_t sc = {PX_STRATEGY_DDP, 1.0, 2, 0};
+  run(&sc);
+  assert_true(px_th_shared[1] > 0 && px_th_shared[1] == px_th_shared[2]);
+}
+
+static void test_topk_on_the_gpu(void **state) {
+  (void)state;
+  scenario_t sc = {PX_STRATEGY_TOPK, 1.0, 2, 0};
+  run(&sc);
+  assert_true(px_th_shared[1] > 0 && px_th_shared[1] < 0.2 * px_th_shared[2]);
+}
+
+int main(int argc, char **argv) {
+  px_th_init(argc, argv);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_hsadmm_on_the_gpu),
+      cmocka_unit_test(test_ddp_on_the_gpu),
+      cmocka_unit_test(test_topk_on_the_gpu),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
