@@ -74,6 +74,7 @@ typedef struct {
   uv_process_t proc;         /* valid once `open` */
   pxa_job_t *job;
   int rank, local_rank;
+  int device_index;          /* the node's device this rank trains on (its assignment) */
   int open;                  /* the handle is initialised and not yet closed */
   int running;               /* the process is alive */
   char log[PXA_PATH_MAX + 320];

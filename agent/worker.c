@@ -2,10 +2,13 @@
  *
  * Started by pxagent with its place in the job (rank, local rank, node),
  * it reads the job spec the agent wrote (packed prunex.v1.JobSpec), builds
- * the trainer for its data shard, meets the other ranks through the
- * coordinator's rendezvous store, creates the communicator (ranks are placed
- * node by node: node_of_rank[r] = r / P) and runs the job's strategy
- * (px_strategy_run). Rank 0 reports every iteration to the coordinator and
+ * the trainer for its data shard on the device cluster.device names (the
+ * node's device --device-index for a GPU), meets the other ranks through the
+ * coordinator's rendezvous store, picks the data plane from comm.backend
+ * (auto: NCCL when every rank has a GPU of its own, which the ranks learn
+ * from each other through the store; else UCX), creates the communicator
+ * (ranks are placed node by node: node_of_rank[r] = r / P) and runs the
+ * job's strategy (px_strategy_run). Rank 0 reports every iteration to the coordinator and
  * applies its ControlDecision (penalties, freeze, stop, cancel). Every rank
  * records each iteration in the node-local metrics file (metrics.h). At the
  * end rank 0 saves the final model (the consensus z) as safetensors and
@@ -29,6 +32,7 @@
 
 #include "metrics.h"
 #include "prunex/comm.h"
+#include "prunex/cuda.h"
 #include "prunex/jobspec.h"
 #include "prunex/nn.h"
 #include "prunex/rpc.h"
@@ -42,6 +46,7 @@
 typedef struct {
   const char *coordinator, *job, *spec_path, *work_dir, *metrics_db, *leaders;
   int rank, local_rank, world, node_index, num_nodes, threads;
+  int device_index;            /* the node's device for this rank; -1: the local rank */
   px_log_level_t log_level;
   int log_level_set;
 } pxw_args_t;
@@ -49,6 +54,7 @@ typedef struct {
 typedef struct {
   pxw_args_t a;
   Prunex__V1__JobSpec *spec;
+  px_device_t device;          /* where the trainer runs (cluster.device, --device-index) */
   pxa_metrics_t *metrics;      /* NULL when the file cannot be opened (a warning) */
   px_rpc_channel_t *ch;        /* rank 0's reports */
   int timeout_ms;              /* collective timeout: bounds the report retries */
@@ -70,7 +76,7 @@ static void pxw_usage(FILE *f) {
   fprintf(f,
           "usage: pxworker --coordinator HOST:PORT --job ID --rank R --local-rank L\n"
           "                --world-size W --node-index I --num-nodes M --spec FILE\n"
-          "                [--threads T] [--work-dir DIR] [--metrics-db PATH]\n"
+          "                [--device-index D] [--threads T] [--work-dir DIR] [--metrics-db PATH]\n"
           "                [--leaders R0,R1,...] [--log-level L]\n"
           "\n"
           "One PruneX training process (one per device), normally started by pxagent.\n"
@@ -83,6 +89,9 @@ static void pxw_usage(FILE *f) {
           "  --node-index I           this node's index in the job, R / (W / M)\n"
           "  --num-nodes M            nodes of the job\n"
           "  --spec FILE              the job spec, a packed prunex.v1.JobSpec\n"
+          "  --device-index D         the node's device for this rank: the GPU when\n"
+          "                           cluster.device is cuda (or auto and a GPU is found)\n"
+          "                           (default: the local rank)\n"
           "  --threads T              compute threads (default: cluster.threads_per_worker,\n"
           "                           else max(1, cores / P))\n"
           "  --work-dir DIR           the agent's work directory (default .); the model goes\n"
@@ -128,8 +137,8 @@ static px_status_t pxw_parse_leaders(const pxw_args_t *a, int *leader);
 
 /* Returns -1 to go on, else the exit status. */
 static int pxw_parse_args(int argc, char **argv, pxw_args_t *a) {
-  enum { O_COORD = 256, O_JOB, O_RANK, O_LRANK, O_WORLD, O_NODE, O_NODES, O_SPEC, O_THREADS,
-         O_WORK, O_METRICS, O_LEADERS, O_LOG, O_VERSION };
+  enum { O_COORD = 256, O_JOB, O_RANK, O_LRANK, O_WORLD, O_NODE, O_NODES, O_SPEC, O_DEVICE,
+         O_THREADS, O_WORK, O_METRICS, O_LEADERS, O_LOG, O_VERSION };
   static const struct option opts[] = {
       {"coordinator", required_argument, NULL, O_COORD},
       {"job", required_argument, NULL, O_JOB},
@@ -139,6 +148,7 @@ static int pxw_parse_args(int argc, char **argv, pxw_args_t *a) {
       {"node-index", required_argument, NULL, O_NODE},
       {"num-nodes", required_argument, NULL, O_NODES},
       {"spec", required_argument, NULL, O_SPEC},
+      {"device-index", required_argument, NULL, O_DEVICE},
       {"threads", required_argument, NULL, O_THREADS},
       {"work-dir", required_argument, NULL, O_WORK},
       {"metrics-db", required_argument, NULL, O_METRICS},
@@ -149,7 +159,7 @@ static int pxw_parse_args(int argc, char **argv, pxw_args_t *a) {
       {NULL, 0, NULL, 0},
   };
   memset(a, 0, sizeof *a);
-  a->rank = a->local_rank = a->world = a->node_index = a->num_nodes = -1;
+  a->rank = a->local_rank = a->world = a->node_index = a->num_nodes = a->device_index = -1;
   a->work_dir = ".";
   opterr = 0;
   int c;
@@ -169,6 +179,7 @@ static int pxw_parse_args(int argc, char **argv, pxw_args_t *a) {
       case O_WORLD: target = &a->world; lo = 1; break;
       case O_NODE: target = &a->node_index; break;
       case O_NODES: target = &a->num_nodes; lo = 1; break;
+      case O_DEVICE: target = &a->device_index; break;
       case O_THREADS: target = &a->threads; lo = 1; break;
       case O_LOG:
         if (pxw_parse_level(optarg, &a->log_level) != 0)
@@ -206,6 +217,7 @@ static int pxw_parse_args(int argc, char **argv, pxw_args_t *a) {
              a->rank, a->local_rank, a->node_index, a->num_nodes, P);
     return pxw_bad_usage("%s", msg);
   }
+  if (a->device_index < 0) a->device_index = a->local_rank;
   if (a->leaders) {
     int *l = px_calloc((size_t)a->num_nodes, sizeof *l, "worker.leaders");
     px_status_t st = l ? pxw_parse_leaders(a, l) : PX_ERR_NOMEM;
@@ -291,6 +303,7 @@ static void pxw_train_config(const pxw_t *w, px_train_config_t *c) {
   c->augment = s->dataset->augment ? 1 : 0;
   c->rank = w->a.rank;
   c->world_size = w->a.world;
+  c->device = w->device;
   int P = w->a.world / w->a.num_nodes;
   if (w->a.threads > 0) c->threads = w->a.threads;
   else if (s->cluster->threads_per_worker > 0) c->threads = s->cluster->threads_per_worker;
@@ -320,6 +333,174 @@ static px_status_t pxw_strategy_config(const pxw_t *w, px_trainer_t *t, px_strat
   c->bucket_bytes = (size_t)s->comm->bucket_bytes;
   /* the last iteration is always tested; 0 is an unset field (1) */
   c->eval_every = s->train->eval_every > 0 ? s->train->eval_every : 1;
+  return PX_OK;
+}
+
+/* ---- device and data plane ------------------------------------------------------ */
+
+/* Where this rank trains, from cluster.device: cpu; cuda, the GPU of the
+ * rank's device index, which must exist (the error names the field); auto,
+ * that GPU when there is one, else the CPU. */
+static px_status_t pxw_resolve_device(pxw_t *w) {
+  const char *want = w->spec->cluster->device;
+  int idx = w->a.device_index, n = 0;
+  w->device = px_device_cpu();
+  if (!strcmp(want, "cpu")) return PX_OK;
+  px_status_t st = px_cuda_device_count(&n);
+  if (!strcmp(want, "auto")) {
+    if (st == PX_OK && idx < n) w->device = px_device_cuda(idx);
+    else if (st != PX_OK && px_cuda_built())
+      px_log(PX_LOG_WARN, "rank %d: cluster.device auto: %s; training on the CPU", w->a.rank,
+             px_last_error());
+    return PX_OK;
+  }
+  if (!px_cuda_built())
+    return px_set_error(PX_ERR_NOT_BUILT,
+                        "cluster.device is cuda, but this pxworker was built without CUDA "
+                        "(PX_WITH_CUDA=OFF); use cluster.device cpu or auto");
+  if (st != PX_OK) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", px_last_error());
+    return px_set_error(st, "cluster.device is cuda, but CUDA cannot list the GPUs: %s", why);
+  }
+  if (idx >= n)
+    return px_set_error(PX_ERR_NO_DEVICE,
+                        "cluster.device is cuda, but this rank's GPU %d does not exist on this "
+                        "host (%d GPU%s visible)",
+                        idx, n, n == 1 ? "" : "s");
+  w->device = px_device_cuda(idx);
+  return PX_OK;
+}
+
+/* The trainer on the resolved device; a CUDA failure names cluster.device. */
+static px_status_t pxw_trainer_create(pxw_t *w, px_trainer_t **out) {
+  px_train_config_t tc;
+  pxw_train_config(w, &tc);
+  px_status_t st = px_trainer_create(&tc, out);
+  if (st == PX_OK || w->device.kind != PX_DEVICE_CUDA) return st;
+  char why[512];
+  snprintf(why, sizeof why, "%s", px_last_error());
+  return px_set_error(st, "cluster.device %s: cannot train on GPU %d: %s",
+                      w->spec->cluster->device, (int)w->device.index, why);
+}
+
+static void pxw_log_device(const pxw_t *w) {
+  char name[256] = "", bus[64] = "";
+  if (w->device.kind != PX_DEVICE_CUDA) {
+    px_log(PX_LOG_INFO, "job %s: rank %d trains on cpu (cluster.device %s)", w->a.job, w->a.rank,
+           w->spec->cluster->device);
+    return;
+  }
+  px_cuda_device_info(w->device.index, name, sizeof name, NULL);
+  px_cuda_device_bus_id(w->device.index, bus, sizeof bus);
+  px_log(PX_LOG_INFO, "job %s: rank %d trains on cuda:%d (%s, PCI %s; cluster.device %s)",
+         w->a.job, w->a.rank, (int)w->device.index, name, bus, w->spec->cluster->device);
+}
+
+/* Where a rank trains, as the backend choice compares it: "cpu", or
+ * "<host>/<PCI bus id>" of its GPU (equal for two ranks on one GPU). */
+typedef struct {
+  char *where; /* px_malloc'd */
+  int rank;
+} pxw_place_t;
+
+static int pxw_place_cmp(const void *a, const void *b) {
+  const pxw_place_t *x = a, *y = b;
+  int c = strcmp(x->where, y->where);
+  return c ? c : x->rank - y->rank;
+}
+
+static px_status_t pxw_my_place(const pxw_t *w, char *buf, size_t cap) {
+  if (w->device.kind != PX_DEVICE_CUDA) {
+    snprintf(buf, cap, "cpu");
+    return PX_OK;
+  }
+  char host[256], bus[64];
+  if (gethostname(host, sizeof host) != 0)
+    return px_set_error(PX_ERR_IO, "gethostname: %s", strerror(errno));
+  host[sizeof host - 1] = '\0';
+  PX_CHECK(px_cuda_device_bus_id(w->device.index, bus, sizeof bus));
+  snprintf(buf, cap, "%s/%s", host, bus);
+  return PX_OK;
+}
+
+/* Puts this rank's place under job/<id>/devices/<rank> and reads every
+ * rank's into all[world] (by rank), within the collective timeout in all. */
+static px_status_t pxw_gather_places(const pxw_t *w, px_kv_t *kv, pxw_place_t *all) {
+  char mine[384], key[300];
+  PX_CHECK(pxw_my_place(w, mine, sizeof mine));
+  snprintf(key, sizeof key, "job/%s/devices/%d", w->a.job, w->a.rank);
+  PX_CHECK(px_kv_put(kv, key, mine, strlen(mine)));
+  int64_t end = pxa_now_ms() + w->timeout_ms;
+  for (int r = 0; r < w->a.world; r++) {
+    snprintf(key, sizeof key, "job/%s/devices/%d", w->a.job, r);
+    int64_t left = end - pxa_now_ms();
+    void *val = NULL;
+    size_t len = 0;
+    px_status_t st = px_kv_get(kv, key, left > 0 ? (int)left : 0, &val, &len);
+    if (st != PX_OK) {
+      char why[512];
+      snprintf(why, sizeof why, "%s", px_last_error());
+      return px_set_error(st, "rank %d did not say where it trains within %d ms: %s", r,
+                          w->timeout_ms, why);
+    }
+    all[r].rank = r;
+    all[r].where = px_malloc(len + 1, "worker.place");
+    if (!all[r].where) {
+      px_free(val);
+      return PX_ERR_NOMEM;
+    }
+    if (len) memcpy(all[r].where, val, len);
+    all[r].where[len] = '\0';
+    px_free(val);
+  }
+  return PX_OK;
+}
+
+/* Whether NCCL can serve the job: every rank on a GPU of its own (NCCL runs
+ * one rank per GPU). Every rank reads the same places, so every rank
+ * decides alike. *why says what rules NCCL out ("" when nothing does). */
+static px_status_t pxw_gpus_exclusive(const pxw_t *w, px_kv_t *kv, int *yes, char *why,
+                                      size_t cap) {
+  int n = w->a.world;
+  pxw_place_t *all = px_calloc((size_t)n, sizeof *all, "worker.places");
+  if (!all) return PX_ERR_NOMEM;
+  px_status_t st = pxw_gather_places(w, kv, all);
+  *yes = 0;
+  why[0] = '\0';
+  if (st == PX_OK) {
+    qsort(all, (size_t)n, sizeof *all, pxw_place_cmp);
+    for (int i = 0; i < n && !why[0]; i++) {
+      if (!strcmp(all[i].where, "cpu"))
+        snprintf(why, cap, "rank %d trains on the CPU", all[i].rank);
+      else if (i + 1 < n && !strcmp(all[i].where, all[i + 1].where))
+        snprintf(why, cap, "ranks %d and %d share the GPU %s", all[i].rank, all[i + 1].rank,
+                 all[i].where);
+    }
+    *yes = !why[0];
+  }
+  for (int i = 0; i < n; i++) px_free(all[i].where);
+  px_free(all);
+  return st;
+}
+
+/* The data plane from comm.backend: ucx (host memory; a GPU model is
+ * staged through it), nccl (device memory: every rank needs a GPU of its
+ * own), auto (nccl when every rank has one, else ucx). */
+static px_status_t pxw_choose_backend(const pxw_t *w, px_kv_t *kv, px_comm_opts_t *co) {
+  const char *want = w->spec->comm->backend;
+  int nccl = 0;
+  char why[384] = "";
+  if (strcmp(want, "ucx") != 0) PX_CHECK(pxw_gpus_exclusive(w, kv, &nccl, why, sizeof why));
+  if (!strcmp(want, "nccl") && !nccl)
+    return px_set_error(PX_ERR_INVALID,
+                        "comm.backend is nccl, but %s (NCCL needs a GPU of its own for every "
+                        "rank; use comm.backend auto or ucx)",
+                        why);
+  co->nccl = nccl;
+  co->cuda_device = nccl ? (int)w->device.index : 0;
+  px_log(PX_LOG_INFO, "job %s: rank %d: data plane %s (comm.backend %s%s%s)", w->a.job, w->a.rank,
+         nccl ? "nccl" : "ucx", want, why[0] ? ": " : "", why);
   return PX_OK;
 }
 
@@ -556,12 +737,9 @@ static int pxw_run(pxw_t *w) {
       px_log(PX_LOG_WARN, "rank %d: metrics: %s", a->rank, px_last_error());
   }
 
-  if (!strcmp(w->spec->cluster->device, "cuda"))
-    px_log(PX_LOG_WARN, "rank %d: cluster.device is cuda, but the trainer runs on the CPU",
-           a->rank);
-  px_train_config_t tc;
-  pxw_train_config(w, &tc);
-  PX_CHECK_GOTO(px_trainer_create(&tc, &trainer), st, fail);
+  PX_CHECK_GOTO(pxw_resolve_device(w), st, fail);
+  pxw_log_device(w);
+  PX_CHECK_GOTO(pxw_trainer_create(w, &trainer), st, fail);
   px_strategy_config_t sc;
   PX_CHECK_GOTO(pxw_strategy_config(w, trainer, &sc), st, fail);
 
@@ -586,6 +764,7 @@ static int pxw_run(pxw_t *w) {
   co.leader_of_node = leaders;
   px_log(PX_LOG_INFO, "job %s: rank %d of %d (node %d of %d): meeting the other ranks", a->job,
          a->rank, a->world, a->node_index, a->num_nodes);
+  PX_CHECK_GOTO(pxw_choose_backend(w, kv, &co), st, fail);
   PX_CHECK_GOTO(px_comm_create(a->rank, a->world, node_of_rank, kv, &co, &comm), st, fail);
   px_kv_destroy(kv); /* only needed to meet */
   kv = NULL;

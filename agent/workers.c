@@ -227,9 +227,10 @@ static px_status_t pxa_spawn(pxa_agent_t *ag, pxa_job_t *job, pxa_worker_t *w,
   snprintf(w->log, sizeof w->log, "%s/rank-%d.log", dir, w->rank);
   int fd = open(w->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return px_set_error(PX_ERR_IO, "%s: cannot create: %s", w->log, strerror(errno));
-  char rank[16], lrank[16], world[16], node[16], nodes[16], thr[16], leaders[1024] = "";
+  char rank[16], lrank[16], dev[16], world[16], node[16], nodes[16], thr[16], leaders[1024] = "";
   snprintf(rank, sizeof rank, "%d", w->rank);
   snprintf(lrank, sizeof lrank, "%d", w->local_rank);
+  snprintf(dev, sizeof dev, "%d", w->device_index);
   snprintf(world, sizeof world, "%d", as->world_size);
   snprintf(node, sizeof node, "%d", as->node_index);
   snprintf(nodes, sizeof nodes, "%d", as->num_nodes);
@@ -253,6 +254,8 @@ static px_status_t pxa_spawn(pxa_agent_t *ag, pxa_job_t *job, pxa_worker_t *w,
   args[n++] = rank;
   args[n++] = "--local-rank";
   args[n++] = lrank;
+  args[n++] = "--device-index";
+  args[n++] = dev;
   args[n++] = "--world-size";
   args[n++] = world;
   args[n++] = "--node-index";
@@ -300,8 +303,10 @@ static px_status_t pxa_spawn(pxa_agent_t *ag, pxa_job_t *job, pxa_worker_t *w,
   }
   w->running = 1;
   job->nrunning++;
-  px_log(PX_LOG_INFO, "job %s: started rank %d (local rank %d, pid %d, %d thread%s), log %s",
-         job->id, w->rank, w->local_rank, w->proc.pid, threads, threads == 1 ? "" : "s", w->log);
+  px_log(PX_LOG_INFO,
+         "job %s: started rank %d (local rank %d, device %d, pid %d, %d thread%s), log %s",
+         job->id, w->rank, w->local_rank, w->device_index, w->proc.pid, threads,
+         threads == 1 ? "" : "s", w->log);
   return PX_OK;
 }
 
@@ -369,6 +374,7 @@ static void pxa_job_start(pxa_agent_t *ag, Prunex__V1__Assignment *as) {
     w->job = job;
     w->rank = as->ranks[i]->rank;
     w->local_rank = as->ranks[i]->local_rank;
+    w->device_index = as->ranks[i]->device_index;
     if (pxa_spawn(ag, job, w, as, dir, spec_path, env, threads) != PX_OK) {
       char why[600];
       snprintf(why, sizeof why, "pxagent on node '%s': %s", ag->name, px_last_error());

@@ -14,6 +14,12 @@ px_status_t px_cuda_device_info(int device, char *name, size_t name_len, uint64_
   return px_set_error(PX_ERR_NOT_BUILT, "libpxcore was built without CUDA (PX_WITH_CUDA=OFF)");
 }
 
+px_status_t px_cuda_device_bus_id(int device, char *buf, size_t len) {
+  (void)device;
+  if (buf && len) buf[0] = '\0';
+  return px_set_error(PX_ERR_NOT_BUILT, "libpxcore was built without CUDA (PX_WITH_CUDA=OFF)");
+}
+
 px_status_t px_cuda_selftest(int device) {
   (void)device;
   return px_set_error(PX_ERR_NOT_BUILT, "libpxcore was built without CUDA (PX_WITH_CUDA=OFF)");

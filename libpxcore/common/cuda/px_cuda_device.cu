@@ -44,6 +44,21 @@ extern "C" px_status_t px_cuda_device_info(int device, char *name, size_t name_l
   return PX_OK;
 }
 
+extern "C" px_status_t px_cuda_device_bus_id(int device, char *buf, size_t len) {
+  if (buf && len) buf[0] = '\0';
+  int n = 0;
+  px_status_t st = px_cuda_device_count(&n);
+  if (st < 0) return st;
+  if (device < 0 || device >= n)
+    return px_set_error(PX_ERR_INVALID, "CUDA device %d does not exist (%d present)", device, n);
+  if (!buf || len < 2) return px_set_error(PX_ERR_INVALID, "PCI bus id: no room in the buffer");
+  int cap = len > 256 ? 256 : (int)len;
+  cudaError_t e = cudaDeviceGetPCIBusId(buf, cap, device);
+  if (e != cudaSuccess) return px__cuda_error(e, "cudaDeviceGetPCIBusId");
+  buf[cap - 1] = '\0';
+  return PX_OK;
+}
+
 __global__ static void px__iota_kernel(int *out, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = 3 * i + 1;

@@ -24,6 +24,11 @@ px_status_t px_cuda_device_count(int *count);
 px_status_t px_cuda_device_info(int device, char *name, size_t name_len,
                                 uint64_t *memory_bytes);
 
+/* The PCI bus id of a device ("0000:65:00.0"), NUL-terminated in buf[len]
+ * (13 bytes suffice; a longer id is cut). With the host name it tells whether
+ * two processes drive the same GPU. PX_ERR_INVALID for a bad index. */
+px_status_t px_cuda_device_bus_id(int device, char *buf, size_t len);
+
 /* Runs a tiny kernel on the device and checks its result: proves that the
  * device, the driver and our compiled code agree. */
 px_status_t px_cuda_selftest(int device);
