@@ -58,6 +58,15 @@ static px_status_t control(void *ctx, const px_iteration_t *it, px_hsadmm_decisi
   return PX_OK;
 }
 
+/* Every rank's observer: rank 0 keeps its allocation count after each
+ * iteration in px_th_shared[10 + iteration]. */
+static px_status_t observe(void *ctx, const px_iteration_t *it) {
+  px_mem_stats_t ms;
+  px_mem_stats(&ms);
+  if (*(const int *)ctx == 0 && it->iteration < 16) px_th_shared[10 + it->iteration] = (double)ms.allocs;
+  return PX_OK;
+}
+
 static uint64_t fnv(const void *p, size_t n) {
   const unsigned char *c = p;
   uint64_t h = 1469598103934665603ull;
@@ -91,6 +100,8 @@ static int rank_main(px_th_ctx_t *ctx) {
   cfg.keep = (px_prune_keep_t){1.0, sc->channel_keep, 1.0};
   cfg.topk_ratio = 0.01;
   cfg.eval_every = 1;
+  cfg.observe = observe;
+  cfg.observe_ctx = &ctx->rank;
   px_strategy_result_t res;
   PX_TH_OK(px_strategy_run(t, comm, &cfg, control, (void *)sc, &res));
   PX_TH_CHECK(res.iterations == cfg.iterations);
@@ -172,6 +183,12 @@ static void test_staged_hsadmm_matches_host(void **state) {
   scenario_t sc = {PX_STRATEGY_HSADMM, 0.5, 0, 4, 1};
   run_both(&sc);
   assert_true(px_th_shared[6] >= 2);
+  /* from the second round on (the masks freeze in the third), a staged
+   * round allocates nothing */
+  printf("allocations by rank 0 after each round: %.0f %.0f %.0f %.0f\n", px_th_shared[10],
+         px_th_shared[11], px_th_shared[12], px_th_shared[13]);
+  assert_true(px_th_shared[11] > 0);
+  assert_true(px_th_shared[12] == px_th_shared[11] && px_th_shared[13] == px_th_shared[11]);
 }
 
 static void test_staged_ddp_matches_host(void **state) {
