@@ -413,9 +413,8 @@ static px_status_t px__setup_staging(px__run_t *r) {
     r->moff[i] = mbytes;
     if (r->hp[i].prunable) mbytes += px_prune_mask_size(r->hp[i].shape);
   }
-  r->h_mask = px_malloc(mbytes ? mbytes : 1, "strategy.mask_mirror");
+  r->h_mask = px_calloc(mbytes ? mbytes : 1, 1, "strategy.mask_mirror");
   if (!r->h_mask) return PX_ERR_NOMEM;
-  memset(r->h_mask, 1, mbytes ? mbytes : 1);
   return px__device_buffer(r, &r->d_mask, PX_DTYPE_U8, mbytes, "strategy.masks");
 }
 
@@ -440,7 +439,8 @@ static px_status_t px__setup(px__run_t *r) {
     if (!r->hp || !r->backup || !r->layer_density) return PX_ERR_NOMEM;
     px_strategy_hsadmm_params(r->m, c->skip_layers, c->nskip, r->hp);
     PX_CHECK(px__setup_staging(r));
-    for (int i = 0, off = 0; r->staged && i < r->np; off += (int)r->hp[i].numel, i++)
+    size_t off = 0;
+    for (int i = 0; r->staged && i < r->np; off += r->hp[i].numel, i++)
       r->hp[i].theta = r->h_theta + off; /* H-SADMM reads theta from the mirror */
     /* the regulariser moves from the local steps into the z update (the
      * global problem's lambda/2 ||z||^2), so it is not applied twice */
