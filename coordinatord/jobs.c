@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "coord.h"
+#include "prunex/jobspec.h"
 #include "px_check.h"
 
 /* ---- spec ------------------------------------------------------------------ */
@@ -39,6 +40,26 @@ static int coord_one_of(const char *v, const char *const *names) {
 }
 
 static int coord_fraction(double v) { return v >= 0.0 && v <= 1.0; }
+
+/* The checks every worker applies to the spec it is given (the defaults
+ * filled in, then px_jobspec_validate: known model and data set names,
+ * ranges, cross-field rules), so that a spec no rank could run is refused
+ * at submission instead of failing every rank. Runs on a copy: the spec is
+ * stored as the client sent it. */
+static int coord_spec_validate_as_workers(const Prunex__V1__JobSpec *s, char *err, size_t cap) {
+  size_t n = protobuf_c_message_get_packed_size(&s->base);
+  uint8_t *buf = px_malloc(n ? n : 1, "coord.spec_copy");
+  if (!buf) COORD_BAD("spec: out of memory while checking it");
+  protobuf_c_message_pack(&s->base, buf);
+  Prunex__V1__JobSpec *copy = prunex__v1__job_spec__unpack(NULL, n, buf);
+  px_free(buf);
+  if (!copy) COORD_BAD("spec: cannot be re-read for checking");
+  px_status_t st = px_jobspec_fill_defaults(copy);
+  if (st == PX_OK) st = px_jobspec_validate(copy);
+  px_jobspec_free(copy);
+  if (st != PX_OK) COORD_BAD("spec: %s", px_last_error());
+  return 1;
+}
 
 int coord_spec_validate(const Prunex__V1__JobSpec *s, char *err, size_t cap) {
   static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
@@ -109,7 +130,7 @@ int coord_spec_validate(const Prunex__V1__JobSpec *s, char *err, size_t cap) {
     if (!coord_fraction(c->topk_ratio))
       COORD_BAD("spec.comm.topk_ratio = %g: must be in [0, 1]", c->topk_ratio);
   }
-  return 1;
+  return coord_spec_validate_as_workers(s, err, cap);
 }
 
 /* ---- job updates ------------------------------------------------------------- */
@@ -325,6 +346,7 @@ void coord_rpc_submit_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, 
   const Prunex__V1__SubmitJobRequest *r = (const Prunex__V1__SubmitJobRequest *)msg;
   char err[512];
   if (!coord_spec_validate(r->spec, err, sizeof err)) {
+    px_log(PX_LOG_INFO, "SubmitJob refused: %s", err);
     px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "%s", err);
     return;
   }

@@ -276,6 +276,7 @@ static PXT_UNUSED void pxt_spec_init(pxt_spec_t *s, int nodes, int workers) {
   s->req = (Prunex__V1__SubmitJobRequest)PRUNEX__V1__SUBMIT_JOB_REQUEST__INIT;
   s->model.name = "resnet20";
   s->dataset.name = "cifar10";
+  s->dataset.path = "/srv/data/cifar10"; /* no default location: the workers need one */
   s->cluster.nodes = nodes;
   s->cluster.workers_per_node = workers;
   s->cluster.device = "cpu";

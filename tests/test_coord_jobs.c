@@ -100,6 +100,20 @@ static void test_submit_validates_the_spec_naming_the_field(void **state) {
   pxt_spec_init(&s, 1, 1);
   s.admm.rho1 = -1;
   expect_invalid(f->ch, &s, "spec.admm.rho1");
+  /* what every worker would refuse is refused here (the rules of
+   * px_jobspec_validate, after the defaults): an unknown model, a data set
+   * without a location, NCCL on CPUs */
+  pxt_spec_init(&s, 1, 1);
+  s.model.name = "resnet999";
+  expect_invalid(f->ch, &s, "model.name");
+  pxt_spec_init(&s, 1, 1);
+  s.dataset.path = "";
+  expect_invalid(f->ch, &s, "dataset.path: cifar10 has no default location");
+  pxt_spec_init(&s, 1, 1);
+  Prunex__V1__CommSpec comm = PRUNEX__V1__COMM_SPEC__INIT;
+  comm.backend = "nccl";
+  s.spec.comm = &comm;
+  expect_invalid(f->ch, &s, "comm.backend: nccl");
   Prunex__V1__ListJobsRequest lreq = PRUNEX__V1__LIST_JOBS_REQUEST__INIT;
   Prunex__V1__ListJobsResponse *l = NULL;
   assert_int_equal(px_rpc_list_jobs(f->ch, &lreq, 0, &l), PX_OK);

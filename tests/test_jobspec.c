@@ -495,9 +495,12 @@ static void test_wire_specs_are_validated_and_completed(void **state) {
   Prunex__V1__JobSpec part = PRUNEX__V1__JOB_SPEC__INIT;
   Prunex__V1__ClusterSpec cl = PRUNEX__V1__CLUSTER_SPEC__INIT;
   Prunex__V1__DatasetSpec ds = PRUNEX__V1__DATASET_SPEC__INIT;
+  Prunex__V1__TrainSpec tr = PRUNEX__V1__TRAIN_SPEC__INIT;
   cl.nodes = 3;
+  tr.epochs = 2;
   part.cluster = &cl;
   part.dataset = &ds;
+  part.train = &tr;
   n = packed(&part, &buf);
   w = prunex__v1__job_spec__unpack(NULL, n, buf);
   free(buf);
@@ -508,6 +511,11 @@ static void test_wire_specs_are_validated_and_completed(void **state) {
   assert_string_equal(w->dataset->name, "fashion-mnist");
   assert_false(w->dataset->augment);          /* proto3 cannot tell unset from false */
   assert_int_equal(w->dataset->crop_padding, 0); /* a legal zero */
+  /* local_epochs and local_steps both zero is no setting: the parser's
+   * defaults (1 local epoch), so the 2 epochs give 2 outer iterations */
+  assert_int_equal(w->train->local_epochs, 1);
+  assert_int_equal(w->train->local_steps, 0);
+  assert_int_equal(w->admm->max_iterations, 2);
   assert_true(w->prune->filter_keep == 1.0);  /* absent section: full defaults */
   assert_int_equal(w->strategy, PRUNEX__V1__STRATEGY__STRATEGY_HSADMM);
   assert_string_equal(w->name, "job");

@@ -525,6 +525,10 @@ px_status_t px_jobspec_fill_defaults(Prunex__V1__JobSpec *spec) {
     px__js_get(msg, i, &v);
     if (px__js_is_zero(i, &v) && !px__js_value_ok(i, &v)) PX_CHECK(px__js_set_default(msg, i));
   }
+  /* both zero is never a setting (the outer iteration would be undefined):
+   * a client that set neither gets the parser's defaults */
+  if (spec->train->local_epochs == 0 && spec->train->local_steps == 0)
+    spec->train->local_epochs = (int32_t)px__js_fields[px__js_find("train.local_epochs")].def;
   if (spec->admm->max_iterations == 0)
     spec->admm->max_iterations = px__js_derive_max_iterations(spec);
   return PX_OK;
