@@ -74,6 +74,19 @@ px_status_t pxa_metrics_run_start(pxa_metrics_t *m, const pxa_run_info_t *in) {
   return px_store_run(st);
 }
 
+px_status_t pxa_metrics_model_path(pxa_metrics_t *m, const char *job_id, int rank, char *buf,
+                                   size_t cap) {
+  px_store_stmt_t *st;
+  buf[0] = '\0';
+  PX_CHECK(px_store_stmt(m->db, "SELECT model_path FROM runs WHERE job_id = ?1 AND rank = ?2",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  PX_CHECK(px_store_bind_int64(st, 2, rank));
+  if (px_store_step(st) == 1) snprintf(buf, cap, "%s", px_store_column_text(st, 0));
+  px_store_reset(st);
+  return PX_OK;
+}
+
 px_status_t pxa_metrics_run_end(pxa_metrics_t *m, const char *job_id, int rank,
                                 const pxa_run_end_t *e) {
   px_store_stmt_t *st;

@@ -49,6 +49,11 @@ typedef struct {
   const char *model_path;   /* "" when this rank saved no model */
 } pxa_run_end_t;
 
+/* The model path that run recorded at its end into buf ("" when none or no
+ * such run). */
+px_status_t pxa_metrics_model_path(pxa_metrics_t *m, const char *job_id, int rank, char *buf,
+                                   size_t cap);
+
 px_status_t pxa_metrics_run_end(pxa_metrics_t *m, const char *job_id, int rank,
                                 const pxa_run_end_t *end);
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "metrics.h"
 #include "px_check.h"
 
 /* ---- waiting -------------------------------------------------------------- */
@@ -293,6 +294,19 @@ static void *pxa_heartbeat_main(void *arg) {
 
 /* ---- reporter thread ----------------------------------------------------------- */
 
+/* The model a rank that exited cleanly saved, from the node's metrics file
+ * (the worker records it there at its end); "" when none or unreadable. */
+static void pxa_exit_model_path(const pxa_agent_t *ag, const pxa_exit_t *e, char *buf,
+                                size_t cap) {
+  buf[0] = '\0';
+  pxa_metrics_t *m = NULL;
+  if (pxa_metrics_open(ag->metrics_db, &m) != PX_OK ||
+      pxa_metrics_model_path(m, e->job_id, e->rank, buf, cap) != PX_OK)
+    px_log(PX_LOG_WARN, "job %s: rank %d's model path is unknown: %s", e->job_id, e->rank,
+           px_last_error());
+  pxa_metrics_close(m);
+}
+
 static void *pxa_reporter_main(void *arg) {
   pxa_agent_t *ag = arg;
   px_rpc_channel_t *ch = NULL;
@@ -319,6 +333,9 @@ static void *pxa_reporter_main(void *arg) {
     req.exit_code = e->exit_code;
     req.signal = e->signal;
     req.reason = e->reason ? e->reason : "";
+    char model[4200] = "";
+    if (e->exit_code == 0 && e->signal == 0) pxa_exit_model_path(ag, e, model, sizeof model);
+    req.model_path = model;
     px_status_t st = ch ? PX_OK : px_rpc_channel_create(ag->cfg.coordinator, &ch);
     if (st == PX_OK) st = px_rpc_report_rank_exit(ch, &req, 3000);
     int drop = 0;

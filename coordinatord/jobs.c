@@ -503,7 +503,8 @@ static px_status_t coord_rank_exit(coord_t *c, const Prunex__V1__RankExit *r, in
   px_store_stmt_t *st;
   PX_CHECK(px_store_stmt(c->db,
                          "INSERT OR REPLACE INTO rank_exits (job_id, rank, node_id, exit_code,"
-                         " signal, reason, time_unix_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                         " signal, reason, time_unix_ms, model_path)"
+                         " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                          &st));
   PX_CHECK(px_store_bind_text(st, 1, r->job_id));
   PX_CHECK(px_store_bind_int64(st, 2, r->rank));
@@ -512,6 +513,7 @@ static px_status_t coord_rank_exit(coord_t *c, const Prunex__V1__RankExit *r, in
   PX_CHECK(px_store_bind_int64(st, 5, r->signal));
   PX_CHECK(px_store_bind_text(st, 6, r->reason));
   PX_CHECK(px_store_bind_int64(st, 7, coord_now_ms()));
+  PX_CHECK(px_store_bind_text(st, 8, r->model_path));
   PX_CHECK(px_store_run(st));
   if (!coord_job_active(state)) return PX_OK;
   char reason[640];

@@ -137,6 +137,15 @@ static px_status_t coord_job_summary(coord_t *c, coord_arena_t *a, const char *j
   s->test_accuracy = -1.0;
   if (px_store_step(st) == 1) s->test_accuracy = px_store_column_double(st, 0);
   px_store_reset(st);
+  /* where the final model was saved, as the rank that saved it reported */
+  PX_CHECK(px_store_stmt(c->db,
+                         "SELECT model_path FROM rank_exits WHERE job_id = ?1 AND model_path != ''"
+                         " AND exit_code = 0 AND signal = 0 ORDER BY rank LIMIT 1",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  if (px_store_step(st) == 1) s->model_path = coord_strdup(a, px_store_column_text(st, 0));
+  px_store_reset(st);
+  if (s->model_path == NULL) return PX_ERR_NOMEM;
   if (scheduled > 0)
     s->wall_s = (double)((finished > 0 ? finished : coord_now_ms()) - scheduled) / 1000.0;
   *out = s;

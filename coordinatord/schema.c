@@ -145,7 +145,12 @@ static const char coord_schema_v1[] =
     "  time_unix_ms INTEGER NOT NULL,"
     "  PRIMARY KEY (job_id, iteration));";
 
+/* v2: where a rank saved the final model (the job summary's model_path). */
+static const char coord_schema_v2[] =
+    "ALTER TABLE rank_exits ADD COLUMN model_path TEXT NOT NULL DEFAULT '';";
+
 const px_store_migration_t coord_migrations[] = {
     {1, coord_schema_v1},
+    {2, coord_schema_v2},
 };
 const int coord_nmigrations = (int)(sizeof coord_migrations / sizeof coord_migrations[0]);

@@ -163,6 +163,12 @@ static void test_small_job_succeeds(void **state) {
   char model[600], log0[600];
   snprintf(model, sizeof model, "%s/jobs/%s/model.safetensors", F->a[0].work, job);
   assert_true(pxt_file_exists(model, 100000)); /* 272k f32 parameters, more than 1 MB */
+  /* the job's summary says where the model is (rank 0's exit report) */
+  Prunex__V1__Job *jj = NULL;
+  assert_int_equal(px_rpc_get_job(F->ch, job, 0, &jj), PX_OK);
+  assert_non_null(jj->summary);
+  assert_string_equal(jj->summary->model_path, model);
+  px_rpc_message_free(jj);
   snprintf(log0, sizeof log0, "%s/jobs/%s/rank-0.log", F->a[0].work, job);
   char line[128];
   snprintf(line, sizeof line, "job %s: hsadmm resnet20, %d iterations", job, iterations);
