@@ -424,13 +424,10 @@ static px_status_t pxw_my_place(const pxw_t *w, char *buf, size_t cap) {
   return PX_OK;
 }
 
-/* Puts this rank's place under job/<id>/devices/<rank> and reads every
- * rank's into all[world] (by rank), within the collective timeout in all. */
-static px_status_t pxw_gather_places(const pxw_t *w, px_kv_t *kv, pxw_place_t *all) {
-  char mine[384], key[300];
-  PX_CHECK(pxw_my_place(w, mine, sizeof mine));
-  snprintf(key, sizeof key, "job/%s/devices/%d", w->a.job, w->a.rank);
-  PX_CHECK(px_kv_put(kv, key, mine, strlen(mine)));
+/* Reads every rank's place (job/<id>/devices/<r>) into all[world], by
+ * rank, within the collective timeout in all. */
+static px_status_t pxw_read_places(const pxw_t *w, px_kv_t *kv, pxw_place_t *all) {
+  char key[300];
   int64_t end = pxa_now_ms() + w->timeout_ms;
   for (int r = 0; r < w->a.world; r++) {
     snprintf(key, sizeof key, "job/%s/devices/%d", w->a.job, r);
@@ -457,16 +454,13 @@ static px_status_t pxw_gather_places(const pxw_t *w, px_kv_t *kv, pxw_place_t *a
   return PX_OK;
 }
 
-/* Whether NCCL can serve the job: every rank on a GPU of its own (NCCL runs
- * one rank per GPU). Every rank reads the same places, so every rank
- * decides alike. *why says what rules NCCL out ("" when nothing does). */
-static px_status_t pxw_gpus_exclusive(const pxw_t *w, px_kv_t *kv, int *yes, char *why,
-                                      size_t cap) {
+/* Rank 0's part: what rules NCCL out, from every rank's place, into why
+ * ("" when nothing does). */
+static px_status_t pxw_judge_places(const pxw_t *w, px_kv_t *kv, char *why, size_t cap) {
   int n = w->a.world;
   pxw_place_t *all = px_calloc((size_t)n, sizeof *all, "worker.places");
   if (!all) return PX_ERR_NOMEM;
-  px_status_t st = pxw_gather_places(w, kv, all);
-  *yes = 0;
+  px_status_t st = pxw_read_places(w, kv, all);
   why[0] = '\0';
   if (st == PX_OK) {
     qsort(all, (size_t)n, sizeof *all, pxw_place_cmp);
@@ -477,11 +471,45 @@ static px_status_t pxw_gpus_exclusive(const pxw_t *w, px_kv_t *kv, int *yes, cha
         snprintf(why, cap, "ranks %d and %d share the GPU %s", all[i].rank, all[i + 1].rank,
                  all[i].where);
     }
-    *yes = !why[0];
   }
   for (int i = 0; i < n; i++) px_free(all[i].where);
   px_free(all);
   return st;
+}
+
+/* Whether NCCL can serve the job: every rank on a GPU of its own (NCCL runs
+ * one rank per GPU). Every rank puts where it trains; rank 0 reads them
+ * all, judges, and puts the verdict ("nccl", or "ucx " and what rules NCCL
+ * out) under job/<id>/devices/verdict, which the other ranks read: one
+ * answer for every rank, and O(world) reads of the store in all. *why says
+ * what rules NCCL out ("" when nothing does). */
+static px_status_t pxw_gpus_exclusive(const pxw_t *w, px_kv_t *kv, int *yes, char *why,
+                                      size_t cap) {
+  char mine[384], key[300], verdict[512];
+  PX_CHECK(pxw_my_place(w, mine, sizeof mine));
+  snprintf(key, sizeof key, "job/%s/devices/%d", w->a.job, w->a.rank);
+  PX_CHECK(px_kv_put(kv, key, mine, strlen(mine)));
+  snprintf(key, sizeof key, "job/%s/devices/verdict", w->a.job);
+  if (w->a.rank == 0) {
+    PX_CHECK(pxw_judge_places(w, kv, why, cap));
+    snprintf(verdict, sizeof verdict, "%s%s", why[0] ? "ucx " : "nccl", why);
+    PX_CHECK(px_kv_put(kv, key, verdict, strlen(verdict)));
+  } else {
+    void *val = NULL;
+    size_t len = 0;
+    px_status_t st = px_kv_get(kv, key, w->timeout_ms, &val, &len);
+    if (st != PX_OK) {
+      char err[512];
+      snprintf(err, sizeof err, "%s", px_last_error());
+      return px_set_error(st, "rank 0 did not choose the data plane within %d ms: %s",
+                          w->timeout_ms, err);
+    }
+    snprintf(verdict, sizeof verdict, "%.*s", (int)len, (const char *)val);
+    px_free(val);
+    snprintf(why, cap, "%s", strncmp(verdict, "ucx ", 4) ? "" : verdict + 4);
+  }
+  *yes = !why[0];
+  return PX_OK;
 }
 
 /* The data plane from comm.backend: ucx (host memory; a GPU model is
@@ -490,8 +518,10 @@ static px_status_t pxw_gpus_exclusive(const pxw_t *w, px_kv_t *kv, int *yes, cha
 static px_status_t pxw_choose_backend(const pxw_t *w, px_kv_t *kv, px_comm_opts_t *co) {
   const char *want = w->spec->comm->backend;
   int nccl = 0;
-  char why[384] = "";
-  if (strcmp(want, "ucx") != 0) PX_CHECK(pxw_gpus_exclusive(w, kv, &nccl, why, sizeof why));
+  char why[512] = "";
+  /* the ranks compare their GPUs only when some may have one */
+  if (!strcmp(w->spec->cluster->device, "cpu")) snprintf(why, sizeof why, "cluster.device is cpu");
+  else if (strcmp(want, "ucx") != 0) PX_CHECK(pxw_gpus_exclusive(w, kv, &nccl, why, sizeof why));
   if (!strcmp(want, "nccl") && !nccl)
     return px_set_error(PX_ERR_INVALID,
                         "comm.backend is nccl, but %s (NCCL needs a GPU of its own for every "
