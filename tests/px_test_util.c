@@ -5,9 +5,42 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "prunex/cuda.h"
 #include "prunex/data.h"
+
+uint64_t px_test_fnv64(const void *p, size_t n) {
+  const unsigned char *c = p;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
+  return h;
+}
+
+/* CUDA devices a child process sees (0 when none or the probe failed). */
+static int px_test_probe_gpus(void) {
+  pid_t pid = fork();
+  if (pid < 0) return 0;
+  if (pid == 0) {
+    int n = 0;
+    _exit(px_cuda_device_count(&n) == PX_OK && n > 0 ? (n > 100 ? 100 : n) : 0);
+  }
+  int ws = 0;
+  if (waitpid(pid, &ws, 0) != pid || !WIFEXITED(ws)) return 0;
+  return WEXITSTATUS(ws);
+}
+
+int px_test_gpu_ready(const char *what) {
+  static int gpus = -1;
+  if (!px_cuda_built()) {
+    printf("libpxcore was built without CUDA: %s skipped\n", what);
+    return 0;
+  }
+  if (gpus < 0) gpus = px_test_probe_gpus();
+  if (gpus == 0) printf("no CUDA device on this machine: %s skipped\n", what);
+  return gpus > 0;
+}
 
 void px_test_rng_seed(px_test_rng_t *r, uint64_t seed) {
   r->s = seed ? seed : 0x9E3779B97F4A7C15ull;

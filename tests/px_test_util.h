@@ -29,4 +29,13 @@ int px_test_write_fmnist_subset(const char *dir, int ntrain, int ntest);
 /* Largest |a[i] - b[i]| / max(1, |b[i]|). */
 double px_test_max_rel_err(const float *a, const float *b, size_t n);
 
+/* 64-bit FNV-1a of n bytes: compares buffers across ranks in one word. */
+uint64_t px_test_fnv64(const void *p, size_t n);
+
+/* 1 when this libpxcore has CUDA and the machine a CUDA device; otherwise
+ * prints why ("...: <what> skipped") and returns 0, and the caller skips.
+ * The device count is taken in a child process, once per test program:
+ * CUDA does not survive fork, so the parent stays free to fork ranks. */
+int px_test_gpu_ready(const char *what);
+
 #endif

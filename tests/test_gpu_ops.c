@@ -28,23 +28,9 @@
 
 /* ---- environment ------------------------------------------------------------- */
 
-/* 1 when a GPU can run the checks; otherwise says why (the caller skips). */
-static int gpu_ready(void) {
-  if (!px_cuda_built()) {
-    printf("libpxcore was built without CUDA: GPU op checks skipped\n");
-    return 0;
-  }
-  int n = 0;
-  if (px_cuda_device_count(&n) != PX_OK || n == 0) {
-    printf("no CUDA device on this machine: GPU op checks skipped\n");
-    return 0;
-  }
-  return 1;
-}
-
-#define REQUIRE_GPU()         \
-  do {                        \
-    if (!gpu_ready()) skip(); \
+#define REQUIRE_GPU()                                  \
+  do {                                                 \
+    if (!px_test_gpu_ready("GPU op checks")) skip();   \
   } while (0)
 
 /* A CPU and a GPU context side by side; the GPU one computes in plain f32

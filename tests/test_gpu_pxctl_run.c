@@ -57,19 +57,7 @@ static int have_agent(void) {
   return 0;
 }
 
-/* 1 when this build has CUDA and the machine a GPU (else says why not). */
-static int gpu_present(void) {
-  if (!px_cuda_built()) {
-    printf("libpxcore was built without CUDA: GPU jobs skipped\n");
-    return 0;
-  }
-  int n = 0;
-  if (px_cuda_device_count(&n) != PX_OK || n == 0) {
-    printf("no CUDA device on this machine: GPU jobs skipped\n");
-    return 0;
-  }
-  return 1;
-}
+static int gpu_present(void) { return px_test_gpu_ready("GPU jobs"); }
 
 #define REQUIRE_GPU()                            \
   do {                                           \

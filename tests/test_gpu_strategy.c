@@ -6,8 +6,8 @@
  * inter-node bytes than dense synchronisation, and the masked local steps
  * after the freeze keep pruned groups at zero on the device.
  *
- * Skips, saying why, without CUDA or a GPU. The probe runs in a child
- * process: CUDA does not survive fork, so the parent never touches it. */
+ * Skips, saying why, without CUDA or a GPU (px_test_gpu_ready probes in a
+ * child process: CUDA does not survive fork, and the ranks are forked). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -29,36 +28,6 @@
 #define FMNIST "/usr/share/datasets/fashion-mnist"
 
 static char dir[256];
-static int gpu = -1; /* 1 when a GPU answered the probe */
-
-/* CUDA devices seen by a child process (-1 when the probe failed). */
-static int probe_gpus(void) {
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    int n = 0;
-    _exit(px_cuda_device_count(&n) == PX_OK && n > 0 ? (n > 100 ? 100 : n) : 0);
-  }
-  int ws = 0;
-  if (waitpid(pid, &ws, 0) != pid || !WIFEXITED(ws)) return -1;
-  return WEXITSTATUS(ws);
-}
-
-static int gpu_ready(void) {
-  if (gpu < 0) {
-    if (!px_cuda_built()) {
-      printf("libpxcore was built without CUDA: GPU strategy checks skipped\n");
-      gpu = 0;
-    } else if (probe_gpus() <= 0) {
-      printf("no CUDA device on this machine: GPU strategy checks skipped\n");
-      gpu = 0;
-    } else {
-      gpu = 1;
-    }
-  }
-  return gpu;
-}
-
 static int setup(void **state) {
   (void)state;
   if (access(FMNIST, R_OK) != 0) return 0;
@@ -85,13 +54,6 @@ static px_status_t control(void *ctx, const px_iteration_t *it, px_hsadmm_decisi
   d->freeze = sc->freeze_at > 0 && it->iteration >= sc->freeze_at;
   px_th_shared[5] += it->frozen;
   return PX_OK;
-}
-
-static uint64_t fnv(const void *p, size_t n) {
-  const unsigned char *c = p;
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
-  return h;
 }
 
 /* Zero groups of the final model's pruned conv weights, counted on the
@@ -152,7 +114,8 @@ static int rank_main(px_th_ctx_t *ctx) {
   PX_TH_CHECK(w != NULL);
   PX_TH_OK(px_tensor_copy_to_host(px_model_flat_params(m), w, numel * sizeof(float)));
   for (size_t i = 0; i < numel; i++) PX_TH_CHECK(isfinite(w[i]));
-  uint64_t mine[2] = {fnv(w, numel * 4), fnv(&res.test_accuracy, sizeof(double))};
+  uint64_t mine[2] = {px_test_fnv64(w, numel * 4),
+                      px_test_fnv64(&res.test_accuracy, sizeof(double))};
   uint64_t all[2 * PX_TH_MAX_RANKS];
   PX_TH_OK(px_comm_allgather(px_comm_group(comm, PX_GROUP_WORLD), mine, all, 16, PX_COMM_U8));
   for (int r = 0; r < ctx->size; r++)
@@ -173,7 +136,7 @@ static int rank_main(px_th_ctx_t *ctx) {
 static int nodes[4] = {0, 0, 1, 1};
 
 static void run(const scenario_t *sc) {
-  if (!gpu_ready()) skip();
+  if (!px_test_gpu_ready("GPU strategy checks")) skip();
   if (!dir[0]) {
     printf("%s is not installed: skipped\n", FMNIST);
     skip();

@@ -27,18 +27,7 @@
     if (st_ != PX_OK) fail_msg("%s: %s (%s)", #call, px_status_name(st_), px_last_error()); \
   } while (0)
 
-static int gpu_ready(void) {
-  if (!px_cuda_built()) {
-    printf("libpxcore was built without CUDA: GPU training checks skipped\n");
-    return 0;
-  }
-  int n = 0;
-  if (px_cuda_device_count(&n) != PX_OK || n == 0) {
-    printf("no CUDA device on this machine: GPU training checks skipped\n");
-    return 0;
-  }
-  return 1;
-}
+static int gpu_ready(void) { return px_test_gpu_ready("GPU training checks"); }
 
 #define REQUIRE_GPU()         \
   do {                        \

@@ -19,6 +19,7 @@
 
 #include "comm_harness.h"
 #include "prunex/hsadmm.h"
+#include "px_test_util.h"
 
 enum { D = 15, ROWS = 10, DW = 12 }; /* w: conv [4, 3, 1, 1] (12), b: dense (3) */
 #define LAMBDA 0.1
@@ -109,13 +110,6 @@ typedef struct {
   int rescale_check;
 } scenario_t;
 
-static uint64_t fnv(const void *p, size_t n) {
-  const unsigned char *c = p;
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
-  return h;
-}
-
 /* Controller that changes nothing. */
 static px_status_t keep_going(void *ctx, const px_hsadmm_round_t *round, px_hsadmm_decision_t *d) {
   (void)ctx;
@@ -169,7 +163,8 @@ static int rank_main(px_th_ctx_t *ctx) {
     rounds++;
     last_drift = rd->mask_drift;
     /* bitwise-identical z on every rank */
-    uint64_t mine[2] = {fnv(px_hsadmm_z(h, 0), DW * 4), fnv(px_hsadmm_z(h, 1), (D - DW) * 4)};
+    uint64_t mine[2] = {px_test_fnv64(px_hsadmm_z(h, 0), DW * 4),
+                        px_test_fnv64(px_hsadmm_z(h, 1), (D - DW) * 4)};
     uint64_t all[2 * PX_TH_MAX_RANKS];
     PX_TH_OK(px_comm_allgather(world, mine, all, 16, PX_COMM_U8));
     for (int r = 0; r < ctx->size; r++)

@@ -67,13 +67,6 @@ static px_status_t observe(void *ctx, const px_iteration_t *it) {
   return PX_OK;
 }
 
-static uint64_t fnv(const void *p, size_t n) {
-  const unsigned char *c = p;
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
-  return h;
-}
-
 static int rank_main(px_th_ctx_t *ctx) {
   const scenario_t *sc = ctx->arg;
   px_train_config_t tc;
@@ -108,8 +101,8 @@ static int rank_main(px_th_ctx_t *ctx) {
   PX_TH_CHECK(res.test_accuracy >= 0 && res.test_accuracy <= 1);
   /* the same final model on every rank, bit for bit */
   px_model_t *m = px_trainer_model(t);
-  uint64_t mine[2] = {fnv(px_model_flat_params(m)->data, px_model_numel(m) * 4),
-                      fnv(&res.test_accuracy, sizeof(double))};
+  uint64_t mine[2] = {px_test_fnv64(px_model_flat_params(m)->data, px_model_numel(m) * 4),
+                      px_test_fnv64(&res.test_accuracy, sizeof(double))};
   uint64_t all[2 * PX_TH_MAX_RANKS];
   PX_TH_OK(px_comm_allgather(px_comm_group(comm, PX_GROUP_WORLD), mine, all, 16, PX_COMM_U8));
   for (int r = 0; r < ctx->size; r++) PX_TH_CHECK(all[2 * r] == mine[0] && all[2 * r + 1] == mine[1]);
