@@ -28,7 +28,7 @@ static void pxa_usage(FILE *f) {
   fprintf(f,
           "usage: pxagent --coordinator HOST:PORT [--name NODE] [--cpu-workers N]\n"
           "               [--threads-per-worker T] [--work-dir DIR] [--heartbeat-ms N]\n"
-          "               [--worker PATH] [--log-level L]\n"
+          "               [--worker PATH] [--log-level L] [--ca FILE]\n"
           "\n"
           "The PruneX node agent: registers this node with the coordinator, heartbeats,\n"
           "starts one pxworker per assigned rank and reports how each one ended.\n"
@@ -46,6 +46,11 @@ static void pxa_usage(FILE *f) {
           "  --worker PATH            the pxworker program (default: beside pxagent)\n"
           "  --log-level L            error, warn, info or debug (default info, or the\n"
           "                           PX_LOG_LEVEL environment variable)\n"
+          "  --ca FILE                PEM CA bundle: talk TLS to the coordinator and verify\n"
+          "                           it (default $PRUNEX_CA; unset: plain text). The\n"
+          "                           node's token comes from $PRUNEX_TOKEN (role node in\n"
+          "                           the coordinator's tokens file, NAME = --name);\n"
+          "                           workers get their rank's secret instead\n"
           "  --help, --version\n"
           "\n"
           "SIGTERM or SIGINT stop the workers (SIGTERM, SIGKILL after 3 s) and then the\n"
@@ -70,7 +75,7 @@ static int pxa_parse_int(const char *s, int lo, int hi, int *out) {
 
 /* Returns -1 to go on, else the exit status. */
 static int pxa_parse_args(int argc, char **argv, pxa_config_t *c) {
-  enum { O_COORD = 256, O_NAME, O_CPU, O_THREADS, O_WORK, O_HB, O_WORKER, O_LOG, O_VERSION };
+  enum { O_COORD = 256, O_NAME, O_CPU, O_THREADS, O_WORK, O_HB, O_WORKER, O_LOG, O_VERSION, O_CA };
   static const struct option opts[] = {
       {"coordinator", required_argument, NULL, O_COORD},
       {"name", required_argument, NULL, O_NAME},
@@ -80,6 +85,7 @@ static int pxa_parse_args(int argc, char **argv, pxa_config_t *c) {
       {"heartbeat-ms", required_argument, NULL, O_HB},
       {"worker", required_argument, NULL, O_WORKER},
       {"log-level", required_argument, NULL, O_LOG},
+      {"ca", required_argument, NULL, O_CA},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, O_VERSION},
       {NULL, 0, NULL, 0},
@@ -101,6 +107,11 @@ static int pxa_parse_args(int argc, char **argv, pxa_config_t *c) {
         break;
       case O_WORK: c->work_dir = optarg; break;
       case O_WORKER: c->worker_bin = optarg; break;
+      case O_CA:
+        /* Through the environment: the RPC client and the workers read it. */
+        if (access(optarg, R_OK) != 0) return pxa_bad_usage("--ca '%s': cannot read the file", optarg);
+        setenv("PRUNEX_CA", optarg, 1);
+        break;
       case O_CPU:
         if (pxa_parse_int(optarg, 1, 4096, &c->cpu_workers) != 0)
           return pxa_bad_usage("--cpu-workers '%s': expected 1..4096", optarg);

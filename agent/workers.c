@@ -165,12 +165,16 @@ static void pxa_report_unstarted(pxa_agent_t *ag, const char *job_id, int rank, 
 
 /* ---- start ----------------------------------------------------------------------- */
 
-/* environ with PX_AGENT_PID and OMP_NUM_THREADS set; *out is one px_malloc
- * block (array then strings). */
+/* environ with PX_AGENT_PID and OMP_NUM_THREADS set and without the agent's
+ * own PRUNEX_TOKEN (the node credential stays with the agent: each worker
+ * gets its rank's secret instead, pxa_spawn); *out is one px_malloc block
+ * (array then strings). */
 static char **pxa_worker_env(int threads) {
   size_t n = 0, bytes = 0;
   for (char **e = environ; *e; e++) {
-    if (!strncmp(*e, "PX_AGENT_PID=", 13) || !strncmp(*e, "OMP_NUM_THREADS=", 16)) continue;
+    if (!strncmp(*e, "PX_AGENT_PID=", 13) || !strncmp(*e, "OMP_NUM_THREADS=", 16) ||
+        !strncmp(*e, "PRUNEX_TOKEN=", 13))
+      continue;
     n++;
     bytes += strlen(*e) + 1;
   }
@@ -183,7 +187,9 @@ static char **pxa_worker_env(int threads) {
   char *s = (char *)(env + n + 3);
   size_t k = 0;
   for (char **e = environ; *e; e++) {
-    if (!strncmp(*e, "PX_AGENT_PID=", 13) || !strncmp(*e, "OMP_NUM_THREADS=", 16)) continue;
+    if (!strncmp(*e, "PX_AGENT_PID=", 13) || !strncmp(*e, "OMP_NUM_THREADS=", 16) ||
+        !strncmp(*e, "PRUNEX_TOKEN=", 13))
+      continue;
     size_t len = strlen(*e) + 1;
     memcpy(s, *e, len);
     env[k++] = s;
@@ -291,8 +297,37 @@ static px_status_t pxa_spawn(pxa_agent_t *ag, pxa_job_t *job, pxa_worker_t *w,
   o.cwd = dir;
   o.stdio_count = 3;
   o.stdio = stdio;
+  /* The rank's secret (issue 12) goes in the environment, never in argv
+   * (which every user of the host can read). */
+  const char *secret = NULL;
+  for (size_t i = 0; i < as->n_ranks; i++)
+    if (as->ranks[i]->rank == w->rank) secret = as->ranks[i]->secret;
+  char **wenv = NULL;
+  char *tok = NULL;
+  if (secret && secret[0]) {
+    size_t ne = 0;
+    while (env[ne]) ne++;
+    wenv = px_malloc((ne + 2) * sizeof *wenv, "agent.worker.env.rank");
+    tok = px_malloc(strlen(secret) + 16, "agent.worker.env.token");
+    if (!wenv || !tok) {
+      px_free(wenv);
+      px_free(tok);
+      close(fd);
+      return px_set_error(PX_ERR_NOMEM, "out of memory");
+    }
+    memcpy(wenv, env, ne * sizeof *wenv);
+    snprintf(tok, strlen(secret) + 16, "PRUNEX_TOKEN=%s", secret);
+    wenv[ne] = tok;
+    wenv[ne + 1] = NULL;
+    o.env = wenv;
+  }
   w->proc.data = w;
   int rc = uv_spawn(ag->loop, &w->proc, &o);
+  if (tok) {
+    memset(tok, 0, strlen(tok));
+    px_free(tok);
+  }
+  px_free(wenv);
   close(fd);
   /* the handle is initialised either way and must be closed */
   w->open = 1;

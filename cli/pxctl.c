@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "pxctl.h"
 
@@ -30,6 +31,7 @@ enum {
   OPT_KEEP = 1 << 10,
   OPT_OUTPUT = 1 << 11,
   OPT_REASON = 1 << 12,
+  OPT_CA = 1 << 13,     /* accepted wherever OPT_COORD is */
 };
 
 typedef struct {
@@ -46,6 +48,7 @@ static const pxctl_opt_t pxctl_options[] = {
     {"--follow", OPT_FOLLOW, 0},     {"-f", OPT_FOLLOW, 0},
     {"--work-dir", OPT_WORK_DIR, 1}, {"--keep", OPT_KEEP, 0},
     {"--output", OPT_OUTPUT, 1},     {"--reason", OPT_REASON, 1},
+    {"--ca", OPT_CA, 1},
 };
 
 typedef struct {
@@ -60,7 +63,9 @@ typedef struct {
 
 #define COMMON_HELP                                                                        \
   "  --coordinator HOST:PORT  the coordinator (default: $PRUNEX_COORDINATOR, else\n"      \
-  "                           " PXCTL_DEFAULT_COORDINATOR ")\n"
+  "                           " PXCTL_DEFAULT_COORDINATOR ")\n"                          \
+  "  --ca FILE                PEM CA bundle: TLS, verifying the coordinator (default\n"  \
+  "                           $PRUNEX_CA; unset: plain text)\n"
 
 static const pxctl_cmd_t pxctl_cmds[] = {
     {"submit", "SPEC.yaml", "validate a job spec and submit it; prints the job id",
@@ -74,16 +79,22 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "proto field names (job_id, name, state, spec, spec_yaml, reason, ..., summary).\n\n"
      COMMON_HELP "  --json                   one JSON object\n",
      OPT_COORD | OPT_JSON, 1, pxctl_cmd_status},
-    {"list", "", "jobs, oldest first",
+    {"list", "", "jobs, newest first",
      "  --state S                only jobs in state S (pending, scheduled, running,\n"
      "                           succeeded, failed, cancelled)\n"
-     "  --limit N                at most N jobs (0: all)\n" COMMON_HELP
+     "  --limit N                the newest N jobs (0: all, fetched a page at a time)\n"
+     COMMON_HELP
      "  --json                   an array of the objects `status --json` prints\n",
      OPT_COORD | OPT_JSON | OPT_STATE | OPT_LIMIT, 0, pxctl_cmd_list},
     {"cancel", "JOB", "cancel a pending or running job",
      "  --reason TEXT            recorded with the state change\n" COMMON_HELP
      "  --json                   the cancelled job, as `status --json`\n",
      OPT_COORD | OPT_JSON | OPT_REASON, 1, pxctl_cmd_cancel},
+    {"delete", "JOB", "remove a finished job and its metrics (owner or admin)",
+     "Removes the job, its events, metrics and rank exits from the coordinator. Only\n"
+     "finished jobs (cancel a running one first); only its owner or an admin.\n\n"
+     COMMON_HELP,
+     OPT_COORD, 1, pxctl_cmd_delete},
     {"nodes", "", "the registered nodes, their state and devices",
      "  --state S                only nodes in state S (ready, busy, lost)\n" COMMON_HELP
      "  --json                   an array of Node objects (proto field names)\n",
@@ -167,6 +178,10 @@ static void pxctl_main_help(FILE *f) {
           "  -h, --help               this help; `pxctl COMMAND --help` for a command's\n"
           "  --version\n"
           "\n"
+          "Credentials (a coordinator with tokens): the token is $PRUNEX_TOKEN, else the\n"
+          "first line of $XDG_CONFIG_HOME/prunex/token (~/.config/prunex/token), which\n"
+          "must not be readable by others (chmod 600). See docs/security.md.\n"
+          "\n"
           "Exit status: 0 success; 1 failure (coordinator unreachable or refusing, no such\n"
           "job, for watch and run: the job did not succeed); 2 bad usage or a bad spec.\n");
 }
@@ -196,6 +211,41 @@ int pxctl_fail(const char *fmt, ...) {
   va_end(ap);
   fputc('\n', stderr);
   return PXCTL_EXIT_FAIL;
+}
+
+/* The user's token when PRUNEX_TOKEN is not set: the first line of
+ * $XDG_CONFIG_HOME/prunex/token (else ~/.config/prunex/token), a file
+ * only its owner may read. Put in PRUNEX_TOKEN for the RPC client. Returns
+ * 0, or -1 after saying why the file cannot be used. */
+static int pxctl_load_token(void) {
+  const char *env = getenv("PRUNEX_TOKEN");
+  if (env && env[0]) return 0;
+  char path[4096];
+  const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+  if (xdg && xdg[0]) snprintf(path, sizeof path, "%s/prunex/token", xdg);
+  else if (home && home[0]) snprintf(path, sizeof path, "%s/.config/prunex/token", home);
+  else return 0;
+  FILE *f = fopen(path, "r");
+  if (!f) return 0; /* no file: no token, as without PRUNEX_TOKEN */
+  struct stat sb;
+  if (fstat(fileno(f), &sb) == 0 && (sb.st_mode & (S_IRWXG | S_IRWXO))) {
+    fclose(f);
+    pxctl_fail("%s: readable by other users (mode %03o): run chmod 600 %s", path,
+               (unsigned)(sb.st_mode & 0777), path);
+    return -1;
+  }
+  char line[4200] = "";
+  if (!fgets(line, sizeof line, f)) line[0] = '\0';
+  fclose(f);
+  size_t n = strlen(line);
+  while (n && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ')) line[--n] = '\0';
+  if (!n) {
+    pxctl_fail("%s: empty (expected the token on the first line)", path);
+    return -1;
+  }
+  setenv("PRUNEX_TOKEN", line, 1);
+  memset(line, 0, sizeof line);
+  return 0;
 }
 
 static const pxctl_opt_t *pxctl_find_option(const char *name) {
@@ -249,6 +299,11 @@ static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
       o->output = v;
       return 0;
     case OPT_REASON: o->reason = v; return 0;
+    case OPT_CA:
+      if (!v[0]) return pxctl_usage_error(o, "--ca needs a file");
+      /* Through the environment, which the RPC client reads (PRUNEX_CA). */
+      setenv("PRUNEX_CA", v, 1);
+      return 0;
   }
   return 0;
 }
@@ -342,7 +397,7 @@ int main(int argc, char **argv) {
     }
     const pxctl_opt_t *opt = pxctl_find_option(name);
     if (!opt) return pxctl_usage_error(&o, "unknown option '%s'", a);
-    if (!(cmd->opts & opt->bit))
+    if (!(cmd->opts & opt->bit) && !(opt->bit == OPT_CA && (cmd->opts & OPT_COORD)))
       return pxctl_usage_error(&o, "option %s does not apply to '%s'%s", name, cmd->name,
                                !strcmp(cmd->name, "run") && opt->bit == OPT_COORD
                                    ? " (run starts its own private coordinator)"
@@ -358,5 +413,6 @@ int main(int argc, char **argv) {
   }
   if (o.npos < cmd->npos)
     return pxctl_usage_error(&o, "missing %s", cmd->synopsis);
+  if (strcmp(cmd->name, "run") != 0 && pxctl_load_token() != 0) return PXCTL_EXIT_FAIL;
   return cmd->fn(&o);
 }

@@ -61,6 +61,7 @@ int pxctl_cmd_submit(pxctl_opts_t *o);
 int pxctl_cmd_status(pxctl_opts_t *o);
 int pxctl_cmd_list(pxctl_opts_t *o);
 int pxctl_cmd_cancel(pxctl_opts_t *o);
+int pxctl_cmd_delete(pxctl_opts_t *o);
 int pxctl_cmd_nodes(pxctl_opts_t *o);
 int pxctl_cmd_metrics(pxctl_opts_t *o);
 int pxctl_cmd_drift(pxctl_opts_t *o);

@@ -35,6 +35,9 @@ int pxctl_rpc_fail(px_rpc_channel_t *ch, const char *job_id) {
     hint = "\n(is pxcoordd running there? set --coordinator HOST:PORT or PRUNEX_COORDINATOR)";
   else if (code == PX_RPC_DEADLINE_EXCEEDED)
     hint = "\n(the coordinator did not answer in time)";
+  else if (code == PX_RPC_UNAUTHENTICATED)
+    hint = "\n(this coordinator needs a token: set PRUNEX_TOKEN, or put it in "
+           "~/.config/prunex/token, mode 600)";
   return pxctl_fail("coordinator %s: %s (gRPC status %s)%s", target, px_last_error(),
                     px_rpc_code_name(code), hint);
 }
@@ -226,7 +229,7 @@ int pxctl_cmd_status(pxctl_opts_t *o) {
   if (!ch) return PXCTL_EXIT_FAIL;
   Prunex__V1__Job *job = NULL;
   int rc = PXCTL_EXIT_OK;
-  if (px_rpc_get_job(ch, o->pos[0], PXCTL_DEADLINE_MS, &job) != PX_OK) {
+  if (px_rpc_get_job_ex(ch, o->pos[0], 1, PXCTL_DEADLINE_MS, &job) != PX_OK) {
     rc = pxctl_rpc_fail(ch, o->pos[0]);
   } else if (o->json) {
     pxctl_json_t j;
@@ -246,12 +249,49 @@ int pxctl_cmd_status(pxctl_opts_t *o) {
 int pxctl_cmd_list(pxctl_opts_t *o) {
   px_rpc_channel_t *ch = pxctl_connect(o);
   if (!ch) return PXCTL_EXIT_FAIL;
-  Prunex__V1__ListJobsRequest req = PRUNEX__V1__LIST_JOBS_REQUEST__INIT;
-  req.state = (Prunex__V1__JobState)o->state;
-  req.limit = o->limit;
-  Prunex__V1__ListJobsResponse *resp = NULL;
-  int rc = PXCTL_EXIT_OK;
-  if (px_rpc_list_jobs(ch, &req, PXCTL_DEADLINE_MS, &resp) != PX_OK) {
+  /* Pages of at most 1000, newest first, until --limit jobs or the end. The
+   * jobs are gathered into one synthetic response (its array only). */
+  Prunex__V1__ListJobsResponse **pages = NULL;
+  size_t npages = 0;
+  Prunex__V1__ListJobsResponse all = PRUNEX__V1__LIST_JOBS_RESPONSE__INIT;
+  Prunex__V1__ListJobsResponse *resp = &all;
+  size_t jcap = 0;
+  char token[64] = "";
+  int rc = PXCTL_EXIT_OK, failed = 0;
+  for (;;) {
+    Prunex__V1__ListJobsRequest req = PRUNEX__V1__LIST_JOBS_REQUEST__INIT;
+    req.state = (Prunex__V1__JobState)o->state;
+    size_t want = o->limit > 0 ? (size_t)o->limit - all.n_jobs : 1000;
+    req.limit = (int32_t)(want > 1000 ? 1000 : want);
+    req.page_token = token;
+    Prunex__V1__ListJobsResponse *page = NULL;
+    if (px_rpc_list_jobs(ch, &req, PXCTL_DEADLINE_MS, &page) != PX_OK) {
+      failed = 1;
+      break;
+    }
+    Prunex__V1__ListJobsResponse **np = realloc(pages, (npages + 1) * sizeof *np);
+    if (!np) {
+      px_rpc_message_free(page);
+      failed = 1;
+      break;
+    }
+    pages = np;
+    pages[npages++] = page;
+    if (all.n_jobs + page->n_jobs > jcap) {
+      jcap = (all.n_jobs + page->n_jobs) * 2;
+      Prunex__V1__Job **nj = realloc(all.jobs, jcap * sizeof *nj);
+      if (!nj) {
+        failed = 1;
+        break;
+      }
+      all.jobs = nj;
+    }
+    for (size_t i = 0; i < page->n_jobs; i++) all.jobs[all.n_jobs++] = page->jobs[i];
+    if (!page->next_page_token[0] || strlen(page->next_page_token) >= sizeof token) break;
+    if (o->limit > 0 && all.n_jobs >= (size_t)o->limit) break;
+    snprintf(token, sizeof token, "%s", page->next_page_token);
+  }
+  if (failed) {
     rc = pxctl_rpc_fail(ch, NULL);
   } else if (o->json) {
     pxctl_json_t j;
@@ -291,7 +331,27 @@ int pxctl_cmd_list(pxctl_opts_t *o) {
     }
     pxctl_table_print(t, stdout, 0);
   }
-  px_rpc_message_free(resp);
+  for (size_t i = 0; i < npages; i++) px_rpc_message_free(pages[i]);
+  free(pages);
+  free(all.jobs);
+  px_rpc_channel_destroy(ch);
+  return rc;
+}
+
+/* ---- delete ----------------------------------------------------------------- */
+
+int pxctl_cmd_delete(pxctl_opts_t *o) {
+  px_rpc_channel_t *ch = pxctl_connect(o);
+  if (!ch) return PXCTL_EXIT_FAIL;
+  int rc = PXCTL_EXIT_OK;
+  if (px_rpc_delete_job(ch, o->pos[0], PXCTL_DEADLINE_MS) != PX_OK) {
+    px_rpc_code_t code = px_rpc_last_code();
+    if (code == PX_RPC_FAILED_PRECONDITION || code == PX_RPC_PERMISSION_DENIED)
+      rc = pxctl_fail("cannot delete job '%s': %s", o->pos[0], px_last_error());
+    else rc = pxctl_rpc_fail(ch, o->pos[0]);
+  } else {
+    printf("%s deleted\n", o->pos[0]);
+  }
   px_rpc_channel_destroy(ch);
   return rc;
 }

@@ -709,6 +709,11 @@ static int pxctl_make_absolute(const char *path, char *out, size_t cap) {
 }
 
 int pxctl_cmd_run(pxctl_opts_t *o) {
+  /* The private coordinator is plain text on loopback with no tokens: a
+   * CA or token meant for a shared coordinator must not reach its clients
+   * (this process, the agents, the workers). */
+  unsetenv("PRUNEX_CA");
+  unsetenv("PRUNEX_TOKEN");
   pxctl_run_t r;
   memset(&r, 0, sizeof r);
   r.o = o;

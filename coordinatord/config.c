@@ -1,7 +1,8 @@
 /* pxcoordd settings: defaults, one setter shared by the flags and the config
  * file, and the config file reader. The file is either `key = value` lines or
  * a YAML mapping (`key: value`), with the flags' names (listen, db,
- * advertise, heartbeat_timeout_ms, log_level; dashes or underscores). */
+ * advertise, heartbeat_timeout_ms, log_level, tls_cert, tls_key, tokens,
+ * retention_days; dashes or underscores). */
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
@@ -73,6 +74,23 @@ px_status_t coord_config_set(coord_config_t *cfg, const char *key_in, const char
       }
     return px_set_error(PX_ERR_INVALID, "%s: log_level = '%s': expected error, warn, info or debug",
                         where, value);
+  }
+  /* issue 12: TLS, tokens, retention (docs/security.md) */
+  if (!strcmp(key, "tls_cert"))
+    return coord_copy(cfg->tls_cert, sizeof cfg->tls_cert, value, "tls_cert", where);
+  if (!strcmp(key, "tls_key"))
+    return coord_copy(cfg->tls_key, sizeof cfg->tls_key, value, "tls_key", where);
+  if (!strcmp(key, "tokens"))
+    return coord_copy(cfg->tokens, sizeof cfg->tokens, value, "tokens", where);
+  if (!strcmp(key, "retention_days")) {
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(value, &end, 10);
+    PX_REQUIRE(errno == 0 && end != value && *end == '\0' && v >= 0 && v <= 36500,
+               "%s: retention_days = '%s': expected days, 0 (keep forever) to 36500", where,
+               value);
+    cfg->retention_days = (int)v;
+    return PX_OK;
   }
   return px_set_error(PX_ERR_INVALID, "%s: unknown setting '%s'", where, key_in);
 }

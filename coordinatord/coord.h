@@ -55,6 +55,11 @@ typedef struct {
   char advertise[256];     /* "" : derived from listen and the bound port */
   int heartbeat_timeout_ms;
   int log_level;           /* px_log_level_t; -1: not set */
+  /* issue 12: the shared service (docs/security.md) */
+  char tls_cert[4096];     /* PEM certificate chain; "" : plain text */
+  char tls_key[4096];      /* PEM private key */
+  char tokens[4096];       /* tokens file; "" : no authentication (loopback only) */
+  int retention_days;      /* finished jobs older than this are removed; 0: kept */
 } coord_config_t;
 
 void coord_config_defaults(coord_config_t *cfg);
@@ -67,6 +72,39 @@ px_status_t coord_config_load(const char *path, coord_config_t *cfg);
 /* Parses one setting by its config-file name (also used for the flags). */
 px_status_t coord_config_set(coord_config_t *cfg, const char *key, const char *value,
                              const char *where);
+
+/* ---- identity (auth.c) ------------------------------------------------- */
+
+#define COORD_NAME_MAX 128            /* user and node names */
+#define COORD_RANK_SECRET_PREFIX "pxr_"
+#define COORD_RANK_SECRET_LEN 69      /* prefix + 64 hex digits */
+
+enum { COORD_ROLE_ANON = 0, COORD_ROLE_ADMIN, COORD_ROLE_USER, COORD_ROLE_NODE, COORD_ROLE_RANK };
+
+/* Who made a call. ANON: the coordinator has no tokens (every call is let
+ * through, as an admin). RANK: job_id, rank and node_id of the secret. */
+typedef struct {
+  int role;
+  char name[COORD_NAME_MAX + 32];  /* user or node name; "rank R of JOB" */
+  char job_id[64];
+  int rank;
+  char node_id[64];
+} coord_identity_t;
+
+typedef struct coord_tokens coord_tokens_t;
+
+/* Reads a tokens file (`TOKEN NAME ROLE` lines, '#' comments). Refuses a
+ * file others may read or write, malformed lines (naming file:line),
+ * duplicate tokens, and an empty file. Caller owns *out. */
+px_status_t coord_tokens_load(const char *path, coord_tokens_t **out);
+void coord_tokens_free(coord_tokens_t *t);
+size_t coord_tokens_count(const coord_tokens_t *t);
+
+/* 1 when s is a valid user or node name (1..127 of A-Z a-z 0-9 . _ - @). */
+int coord_name_ok(const char *s);
+
+/* 1 when s (n bytes) is well-formed UTF-8 without NUL. Linear. */
+int coord_utf8_ok(const char *s, size_t n);
 
 /* ---- per-request arena -------------------------------------------------- */
 
@@ -105,7 +143,36 @@ typedef struct {
   coord_kv_wait_t *kv_waits;
   int stopping;
   int exit_code;
+  uv_signal_t sighup;      /* re-reads the tokens file */
+  uv_timer_t retention;    /* removes old finished jobs (retention_days) */
+  coord_tokens_t *tokens;  /* NULL: no authentication */
+  coord_identity_t who;    /* the caller of the handler now running (coord_authorize) */
 } coord_t;
+
+/* Re-reads the tokens file (when one is configured); on failure the old
+ * tokens stay and the error is returned. */
+px_status_t coord_auth_reload(coord_t *c);
+
+/* Turns an `authorization` value ("Bearer TOKEN"; NULL or "" when absent)
+ * into an identity. PX_RPC_OK, or UNAUTHENTICATED (INTERNAL on a database
+ * error) with the reason in err. Shared by every listener. */
+px_rpc_code_t coord_auth_identify(coord_t *c, const char *authorization, coord_identity_t *who,
+                                  char *err, size_t cap);
+
+/* The gRPC server's authorize hook (px_rpc_authorize_fn): identifies the
+ * caller into c->who and applies the per-method policy. */
+int coord_authorize(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
+
+/* 1 when who may cancel or delete a job owned by owner (owner or admin). */
+int coord_auth_may_manage(const coord_identity_t *who, const char *owner);
+
+/* A fresh rank secret ("pxr_" + 64 hex digits) into out (cap >= 70). */
+px_status_t coord_rank_secret_make(char *out, size_t cap);
+
+/* Removes finished jobs older than retention_days, with all their rows. */
+void coord_retention_run(coord_t *c);
+/* Removes one job's rows (every table). In a transaction. */
+px_status_t coord_job_delete_rows(coord_t *c, const char *job_id);
 
 int64_t coord_now_ms(void);
 
@@ -141,6 +208,9 @@ px_status_t coord_job_lookup(coord_t *c, coord_arena_t *a, const char *job_id, i
  * NULL when the job is unknown. */
 px_status_t coord_job_load(coord_t *c, coord_arena_t *a, const char *job_id,
                            Prunex__V1__Job **out);
+/* The same; spec_yaml is read only when with_yaml (else ""). */
+px_status_t coord_job_load_ex(coord_t *c, coord_arena_t *a, const char *job_id, int with_yaml,
+                              Prunex__V1__Job **out);
 px_status_t coord_node_load_row(coord_t *c, coord_arena_t *a, px_store_stmt_t *st,
                                 Prunex__V1__Node **out);
 /* Column list that coord_node_load_row expects, for SELECT ... FROM nodes. */
@@ -214,5 +284,6 @@ void coord_rpc_cancel_job(px_rpc_srv_call_t *call, const ProtobufCMessage *req, 
 void coord_rpc_list_nodes(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
 void coord_rpc_get_iterations(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
 void coord_rpc_watch_job(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
+void coord_rpc_delete_job(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
 
 #endif

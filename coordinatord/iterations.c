@@ -227,6 +227,63 @@ static px_status_t coord_commit_decision(coord_t *c, const Prunex__V1__Iteration
   return PX_OK;
 }
 
+/* Layers of a report: at most COORD_MAX_LAYERS, no more than the job's first
+ * report had (the model's parameter tensors: penalties are kept for each),
+ * each index in 0..n-1 once. One pass with a bitmap: linear, so a hostile
+ * report costs what its size costs (issue 12: a quadratic check here once
+ * held the loop for minutes). Answers the call and returns 0 when bad. */
+#define COORD_MAX_LAYERS 4096
+
+static int coord_report_layers_ok(coord_t *c, px_rpc_srv_call_t *call,
+                                  const Prunex__V1__IterationReport *r) {
+  size_t n = r->n_layers;
+  if (n > COORD_MAX_LAYERS) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
+                      "layers: %zu reported, no model has more than %d", n, COORD_MAX_LAYERS);
+    return 0;
+  }
+  unsigned char seen[COORD_MAX_LAYERS];
+  memset(seen, 0, n);
+  for (size_t i = 0; i < n; i++) {
+    int l = r->layers[i]->layer;
+    if (l < 0 || (size_t)l >= n) {
+      px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
+                        "layers[%zu].layer = %d: must be in 0..%zu (one entry per layer)", i, l,
+                        n ? n - 1 : 0);
+      return 0;
+    }
+    if (seen[l]) {
+      px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "layers[%zu].layer = %d: reported twice",
+                        i, l);
+      return 0;
+    }
+    seen[l] = 1;
+    const char *name = r->layers[i]->name;
+    if (strlen(name) > 256 || !coord_utf8_ok(name, strlen(name))) {
+      px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
+                        "layers[%zu].name: must be UTF-8 of at most 256 bytes", i);
+      return 0;
+    }
+  }
+  /* The job's model, as its first report showed it. */
+  px_store_stmt_t *st;
+  px_status_t rc = px_store_stmt(c->db, "SELECT count(*) FROM job_penalties WHERE job_id = ?1", &st);
+  if (rc == PX_OK) rc = px_store_bind_text(st, 1, r->job_id);
+  if (rc == PX_OK) rc = px_store_step(st);
+  if (rc < 0) {
+    coord_fail_internal(c, call);
+    return 0;
+  }
+  int64_t known = rc == 1 ? px_store_column_int64(st, 0) : 0;
+  px_store_reset(st);
+  if (known > 0 && (int64_t)n > known) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
+                      "layers: %zu reported, the job's model has %lld", n, (long long)known);
+    return 0;
+  }
+  return 1;
+}
+
 void coord_rpc_report_iteration(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
   coord_t *c = data;
   const Prunex__V1__IterationReport *r = (const Prunex__V1__IterationReport *)msg;
@@ -239,13 +296,7 @@ void coord_rpc_report_iteration(px_rpc_srv_call_t *call, const ProtobufCMessage 
                       r->iteration, r->rank);
     return;
   }
-  for (size_t i = 0; i < r->n_layers; i++)
-    for (size_t k = 0; k < i; k++)
-      if (r->layers[i]->layer == r->layers[k]->layer) {
-        px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "layers[%zu].layer = %d: reported twice",
-                          i, r->layers[i]->layer);
-        return;
-      }
+  if (!coord_report_layers_ok(c, call, r)) return;
   coord_arena_t a;
   coord_arena_init(&a);
   int found = 0, state = 0, refused = 0;

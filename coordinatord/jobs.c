@@ -3,6 +3,7 @@
  * read side: GetJob, ListJobs, WatchJob. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "coord.h"
@@ -26,6 +27,8 @@ void coord_admm_policy(const Prunex__V1__JobSpec *spec, px_admm_policy_t *p) {
   if (a->eps_rel != 0.0) p->eps_rel = a->eps_rel;
 }
 
+#define COORD_SPEC_YAML_MAX (1 << 20)
+
 #define COORD_BAD(...)                \
   do {                                \
     snprintf(err, cap, __VA_ARGS__);  \
@@ -40,6 +43,28 @@ static int coord_one_of(const char *v, const char *const *names) {
 }
 
 static int coord_fraction(double v) { return v >= 0.0 && v <= 1.0; }
+
+/* Every string of the spec must be UTF-8 (proto3 clients cannot decode a
+ * message that holds anything else). */
+static int coord_spec_utf8(const Prunex__V1__JobSpec *s, char *err, size_t cap) {
+#define COORD_U8(field, v)                                                          \
+  if ((v) && !coord_utf8_ok((v), strlen(v))) COORD_BAD("spec.%s: not valid UTF-8", field)
+  COORD_U8("name", s->name);
+  COORD_U8("output_dir", s->output_dir);
+  if (s->model) COORD_U8("model.name", s->model->name);
+  if (s->dataset) {
+    COORD_U8("dataset.name", s->dataset->name);
+    COORD_U8("dataset.path", s->dataset->path);
+  }
+  if (s->cluster) COORD_U8("cluster.device", s->cluster->device);
+  if (s->train) COORD_U8("train.lr_schedule", s->train->lr_schedule);
+  if (s->comm) COORD_U8("comm.backend", s->comm->backend);
+  if (s->prune)
+    for (size_t i = 0; i < s->prune->n_skip_layers; i++)
+      COORD_U8("prune.skip_layers[]", s->prune->skip_layers[i]);
+#undef COORD_U8
+  return 1;
+}
 
 /* The checks every worker applies to the spec it is given (the defaults
  * filled in, then px_jobspec_validate: known model and data set names,
@@ -66,6 +91,7 @@ int coord_spec_validate(const Prunex__V1__JobSpec *s, char *err, size_t cap) {
   static const char *const backends[] = {"auto", "ucx", "nccl", NULL};
   if (!s) COORD_BAD("spec: required");
   if (strlen(s->name) > 200) COORD_BAD("spec.name: longer than 200 bytes");
+  if (!coord_spec_utf8(s, err, cap)) return 0;
   if (!s->cluster) COORD_BAD("spec.cluster: required (nodes, workers_per_node)");
   if (s->cluster->nodes < 1) COORD_BAD("spec.cluster.nodes = %d: must be >= 1", s->cluster->nodes);
   if (s->cluster->workers_per_node < 1)
@@ -110,6 +136,9 @@ int coord_spec_validate(const Prunex__V1__JobSpec *s, char *err, size_t cap) {
       COORD_BAD("spec.prune.channel_keep = %g: must be in [0, 1]", p->channel_keep);
     if (!coord_fraction(p->shape_keep))
       COORD_BAD("spec.prune.shape_keep = %g: must be in [0, 1]", p->shape_keep);
+    /* 0 would keep nothing (a job that prunes every group "succeeds" with a
+     * model that cannot predict): the job spec schema takes (0, 1], and
+     * proto3's 0 reads as unset (1) in the check as workers below. */
   }
   if (s->admm) {
     if (!(s->admm->rho1 >= 0.0) || !(s->admm->rho2 >= 0.0) || isinf(s->admm->rho1) ||
@@ -193,10 +222,13 @@ static px_status_t coord_place(coord_t *c, const char *job_id, int P, char **nod
     while (leader < P && !healthy[leader]) leader++;
     if (leader == P) leader = 0; /* none healthy: rank 0 leads, the job will tell */
     for (int j = 0; j < P; j++) {
+      char secret[COORD_RANK_SECRET_LEN + 8];
+      PX_CHECK(coord_rank_secret_make(secret, sizeof secret));
       PX_CHECK(px_store_stmt(c->db,
                              "INSERT INTO job_ranks (job_id, rank, node_index, local_rank,"
-                             " device_index, is_leader) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                             " device_index, is_leader, secret) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                              &st));
+      PX_CHECK(px_store_bind_text(st, 7, secret));
       PX_CHECK(px_store_bind_text(st, 1, job_id));
       PX_CHECK(px_store_bind_int64(st, 2, (int64_t)i * P + j));
       PX_CHECK(px_store_bind_int64(st, 3, i));
@@ -313,10 +345,12 @@ static px_status_t coord_submit(coord_t *c, const Prunex__V1__SubmitJobRequest *
   px_status_t rc;
   PX_CHECK_GOTO(px_store_stmt(c->db,
                               "INSERT INTO jobs (job_id, name, state, spec, spec_yaml, num_nodes,"
-                              " workers_per_node, created_unix_ms, updated_unix_ms)"
-                              " VALUES ('new', ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+                              " workers_per_node, created_unix_ms, updated_unix_ms, owner)"
+                              " VALUES ('new', ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8)",
                               &st),
                 rc, out);
+  PX_CHECK_GOTO(px_store_bind_text(st, 8, c->who.role == COORD_ROLE_ANON ? "" : c->who.name), rc,
+                out);
   PX_CHECK_GOTO(px_store_bind_text(st, 1, r->spec->name), rc, out);
   PX_CHECK_GOTO(px_store_bind_int64(st, 2, JS_PENDING), rc, out);
   PX_CHECK_GOTO(px_store_bind_blob(st, 3, blob, len), rc, out);
@@ -345,6 +379,15 @@ void coord_rpc_submit_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, 
   coord_t *c = data;
   const Prunex__V1__SubmitJobRequest *r = (const Prunex__V1__SubmitJobRequest *)msg;
   char err[512];
+  if (strlen(r->spec_yaml) > COORD_SPEC_YAML_MAX) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "spec_yaml: %zu bytes, the limit is %d",
+                      strlen(r->spec_yaml), COORD_SPEC_YAML_MAX);
+    return;
+  }
+  if (!coord_utf8_ok(r->spec_yaml, strlen(r->spec_yaml))) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "spec_yaml: not valid UTF-8");
+    return;
+  }
   if (!coord_spec_validate(r->spec, err, sizeof err)) {
     px_log(PX_LOG_INFO, "SubmitJob refused: %s", err);
     px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "%s", err);
@@ -383,11 +426,19 @@ void coord_rpc_get_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, voi
   coord_arena_t a;
   coord_arena_init(&a);
   Prunex__V1__Job *job;
-  if (coord_job_load(c, &a, r->job_id, &job) != PX_OK) coord_fail_internal(c, call);
+  if (coord_job_load_ex(c, &a, r->job_id, r->include_spec_yaml, &job) != PX_OK)
+    coord_fail_internal(c, call);
   else if (!job) px_rpc_srv_finish(call, PX_RPC_NOT_FOUND, "job %s not found", r->job_id);
   else px_rpc_srv_reply(call, &job->base);
   coord_arena_free(&a);
 }
+
+/* Pages, newest first: page_token is the decimal row id of the last job of
+ * the previous page. A page holds at most limit jobs (default 100, at most
+ * 1000) and, with spec_yaml, at most COORD_PAGE_YAML_BYTES of it. */
+#define COORD_PAGE_DEFAULT 100
+#define COORD_PAGE_MAX 1000
+#define COORD_PAGE_YAML_BYTES (16 << 20)
 
 void coord_rpc_list_jobs(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
   coord_t *c = data;
@@ -396,36 +447,67 @@ void coord_rpc_list_jobs(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, v
     px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "state = %d: not a JobState", (int)r->state);
     return;
   }
-  if (r->limit < 0) {
-    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "limit = %d: must be >= 0 (0: all)",
-                      r->limit);
+  if (r->limit < 0 || r->limit > COORD_PAGE_MAX) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
+                      "limit = %d: must be 0 (default %d) to %d", r->limit, COORD_PAGE_DEFAULT,
+                      COORD_PAGE_MAX);
     return;
   }
+  long long before = 0;
+  if (r->page_token[0]) {
+    char *end = NULL;
+    before = strtoll(r->page_token, &end, 10);
+    if (!end || *end || before <= 0 || strlen(r->page_token) > 20) {
+      px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
+                        "page_token '%.32s': not a token this coordinator gave", r->page_token);
+      return;
+    }
+  }
+  int limit = r->limit > 0 ? r->limit : COORD_PAGE_DEFAULT;
   coord_arena_t a;
   coord_arena_init(&a);
   char **ids = NULL;
-  size_t n = 0, cap = 0;
+  int64_t *rowids = NULL;
+  size_t n = 0, cap = 0, n2 = 0, cap2 = 0;
   px_store_stmt_t *st;
   px_status_t rc = px_store_stmt(c->db,
-                                 "SELECT job_id FROM jobs WHERE ?1 = 0 OR state = ?1"
-                                 " ORDER BY id LIMIT ?2",
+                                 "SELECT job_id, id FROM jobs WHERE (?1 = 0 OR state = ?1)"
+                                 " AND (?3 = 0 OR id < ?3) ORDER BY id DESC LIMIT ?2",
                                  &st);
   if (rc == PX_OK) rc = px_store_bind_int64(st, 1, r->state);
-  if (rc == PX_OK) rc = px_store_bind_int64(st, 2, r->limit > 0 ? r->limit : -1);
+  if (rc == PX_OK) rc = px_store_bind_int64(st, 2, limit + 1);
+  if (rc == PX_OK) rc = px_store_bind_int64(st, 3, before);
   while (rc == PX_OK && (rc = px_store_step(st)) == 1) {
     char **slot = coord_push(&a, (void **)&ids, &n, &cap, sizeof(char *));
-    rc = slot && (*slot = coord_strdup(&a, px_store_column_text(st, 0))) ? PX_OK : PX_ERR_NOMEM;
+    int64_t *rs = coord_push(&a, (void **)&rowids, &n2, &cap2, sizeof(int64_t));
+    rc = slot && rs && (*slot = coord_strdup(&a, px_store_column_text(st, 0))) ? PX_OK
+                                                                               : PX_ERR_NOMEM;
+    if (rs) *rs = px_store_column_int64(st, 1);
   }
   if (rc < 0) px_store_reset(st);
   Prunex__V1__ListJobsResponse resp = PRUNEX__V1__LIST_JOBS_RESPONSE__INIT;
+  char next[32] = "";
+  int more = n > (size_t)limit;
+  if (more) n = (size_t)limit;
   if (rc >= 0 && n > 0) {
     resp.jobs = coord_alloc(&a, n * sizeof *resp.jobs);
     if (!resp.jobs) rc = PX_ERR_NOMEM;
+    size_t yaml = 0;
     for (size_t i = 0; rc >= 0 && i < n; i++) {
-      rc = coord_job_load(c, &a, ids[i], &resp.jobs[resp.n_jobs]);
-      if (rc == PX_OK && resp.jobs[resp.n_jobs]) resp.n_jobs++;
+      if (r->include_spec_yaml && i > 0 && yaml > COORD_PAGE_YAML_BYTES) {
+        more = 1;
+        break;
+      }
+      Prunex__V1__Job *j = NULL;
+      rc = coord_job_load_ex(c, &a, ids[i], r->include_spec_yaml, &j);
+      if (rc == PX_OK && j) {
+        resp.jobs[resp.n_jobs++] = j;
+        yaml += strlen(j->spec_yaml);
+        snprintf(next, sizeof next, "%lld", (long long)rowids[i]);
+      }
     }
   }
+  resp.next_page_token = more ? next : "";
   if (rc < 0) coord_fail_internal(c, call);
   else px_rpc_srv_reply(call, &resp.base);
   coord_arena_free(&a);
@@ -453,6 +535,100 @@ void coord_rpc_watch_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, v
   coord_arena_free(&a);
 }
 
+/* Answers PERMISSION_DENIED (or INTERNAL) and returns 0 unless the caller
+ * may manage the job (its owner, or an admin). */
+static int coord_job_owner_check(coord_t *c, px_rpc_srv_call_t *call, const char *job_id,
+                                 const char *what) {
+  px_store_stmt_t *st;
+  px_status_t rc = px_store_stmt(c->db, "SELECT owner FROM jobs WHERE job_id = ?1", &st);
+  if (rc == PX_OK) rc = px_store_bind_text(st, 1, job_id);
+  if (rc == PX_OK) rc = px_store_step(st);
+  if (rc < 0) {
+    coord_fail_internal(c, call);
+    return 0;
+  }
+  char owner[COORD_NAME_MAX] = "";
+  if (rc == 1) snprintf(owner, sizeof owner, "%s", px_store_column_text(st, 0));
+  px_store_reset(st);
+  if (coord_auth_may_manage(&c->who, owner)) return 1;
+  px_rpc_srv_finish(call, PX_RPC_PERMISSION_DENIED,
+                    "%s may not %s job %s: it belongs to %s (only its owner or an admin may)",
+                    c->who.name, what, job_id, owner[0] ? owner : "nobody");
+  return 0;
+}
+
+/* ---- DeleteJob ------------------------------------------------------------------------------ */
+
+void coord_rpc_delete_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
+  coord_t *c = data;
+  const Prunex__V1__DeleteJobRequest *r = (const Prunex__V1__DeleteJobRequest *)msg;
+  if (!coord_need_job_id(call, r->job_id)) return;
+  coord_arena_t a;
+  coord_arena_init(&a);
+  int found = 0, state = 0;
+  if (coord_job_lookup(c, &a, r->job_id, &found, &state, NULL) != PX_OK) {
+    coord_fail_internal(c, call);
+    goto out;
+  }
+  if (!found) {
+    px_rpc_srv_finish(call, PX_RPC_NOT_FOUND, "job %s not found", r->job_id);
+    goto out;
+  }
+  if (!coord_job_owner_check(c, call, r->job_id, "delete")) goto out;
+  if (!coord_job_terminal(state)) {
+    px_rpc_srv_finish(call, PX_RPC_FAILED_PRECONDITION,
+                      "job %s is %s: cancel it first (pxctl cancel), then delete it", r->job_id,
+                      px_rpc_job_state_name(state));
+    goto out;
+  }
+  if (px_store_begin(c->db) != PX_OK || coord_job_delete_rows(c, r->job_id) != PX_OK ||
+      px_store_commit(c->db) != PX_OK) {
+    coord_fail_internal(c, call);
+    goto out;
+  }
+  px_log(PX_LOG_INFO, "job %s deleted by %s", r->job_id,
+         c->who.role == COORD_ROLE_ANON ? "an anonymous caller" : c->who.name);
+  Prunex__V1__DeleteJobResponse resp = PRUNEX__V1__DELETE_JOB_RESPONSE__INIT;
+  px_rpc_srv_reply(call, &resp.base);
+out:
+  coord_arena_free(&a);
+}
+
+/* ---- retention ------------------------------------------------------------------------------ */
+
+/* One batch per run (the timer runs every minute), so that a backlog never
+ * holds the loop for long. */
+void coord_retention_run(coord_t *c) {
+  if (c->cfg.retention_days <= 0 || c->stopping) return;
+  int64_t cutoff = coord_now_ms() - (int64_t)c->cfg.retention_days * 86400 * 1000;
+  coord_arena_t a;
+  coord_arena_init(&a);
+  char **ids = NULL;
+  size_t n = 0, cap = 0;
+  px_store_stmt_t *st;
+  px_status_t rc = px_store_stmt(c->db,
+                                 "SELECT job_id FROM jobs WHERE finished_unix_ms > 0 AND"
+                                 " finished_unix_ms < ?1 AND state >= 4 ORDER BY finished_unix_ms"
+                                 " LIMIT 50",
+                                 &st);
+  if (rc == PX_OK) rc = px_store_bind_int64(st, 1, cutoff);
+  while (rc == PX_OK && (rc = px_store_step(st)) == 1) {
+    char **slot = coord_push(&a, (void **)&ids, &n, &cap, sizeof(char *));
+    rc = slot && (*slot = coord_strdup(&a, px_store_column_text(st, 0))) ? PX_OK : PX_ERR_NOMEM;
+  }
+  if (rc < 0) px_store_reset(st);
+  if (rc >= 0 && n > 0) {
+    rc = px_store_begin(c->db);
+    for (size_t i = 0; rc == PX_OK && i < n; i++) rc = coord_job_delete_rows(c, ids[i]);
+    if (rc == PX_OK) rc = px_store_commit(c->db);
+    if (rc != PX_OK) px_store_rollback(c->db);
+    else px_log(PX_LOG_INFO, "retention: removed %zu job%s finished over %d days ago", n,
+                n == 1 ? "" : "s", c->cfg.retention_days);
+  }
+  if (rc < 0) px_log(PX_LOG_ERROR, "retention: %s", px_last_error());
+  coord_arena_free(&a);
+}
+
 /* ---- CancelJob --------------------------------------------------------------------------- */
 
 void coord_rpc_cancel_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
@@ -470,6 +646,7 @@ void coord_rpc_cancel_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, 
     px_rpc_srv_finish(call, PX_RPC_NOT_FOUND, "job %s not found", r->job_id);
     goto out;
   }
+  if (!coord_job_owner_check(c, call, r->job_id, "cancel")) goto out;
   if (coord_job_terminal(state)) {
     px_rpc_srv_finish(call, PX_RPC_FAILED_PRECONDITION, "job %s has already finished (%s)",
                       r->job_id, px_rpc_job_state_name(state));

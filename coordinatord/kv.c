@@ -87,10 +87,58 @@ static int coord_kv_check(coord_t *c, px_rpc_srv_call_t *call, const char *job_i
   return 1;
 }
 
+/* Bounds of a job's rendezvous store (issue 12): what the data plane
+ * exchanges is a few small entries per rank. */
+#define COORD_KV_MAX_VALUE (256 << 10)
+#define COORD_KV_MAX_KEYS 16384
+#define COORD_KV_MAX_BYTES (32 << 20)
+
+/* Refuses a put into a job that is not live, or past the job's bounds;
+ * answers the call and returns 0 then. */
+static int coord_kv_put_allowed(coord_t *c, px_rpc_srv_call_t *call,
+                                const Prunex__V1__KvPutRequest *r) {
+  if (r->value.len > COORD_KV_MAX_VALUE) {
+    px_rpc_srv_finish(call, PX_RPC_RESOURCE_EXHAUSTED,
+                      "value of %zu bytes for key %s: the limit is %d bytes", r->value.len,
+                      r->key, COORD_KV_MAX_VALUE);
+    return 0;
+  }
+  px_store_stmt_t *st;
+  px_status_t rc = px_store_stmt(c->db,
+                                 "SELECT j.state, (SELECT count(*) FROM kv k WHERE k.job_id = j.job_id),"
+                                 " (SELECT coalesce(sum(length(k.value)), 0) FROM kv k"
+                                 " WHERE k.job_id = j.job_id) FROM jobs j WHERE j.job_id = ?1",
+                                 &st);
+  if (rc == PX_OK) rc = px_store_bind_text(st, 1, r->job_id);
+  if (rc == PX_OK) rc = px_store_step(st);
+  if (rc < 0) {
+    coord_fail_internal(c, call);
+    return 0;
+  }
+  int state = rc == 1 ? (int)px_store_column_int64(st, 0) : -1;
+  int64_t keys = rc == 1 ? px_store_column_int64(st, 1) : 0;
+  int64_t bytes = rc == 1 ? px_store_column_int64(st, 2) : 0;
+  px_store_reset(st);
+  if (coord_job_terminal(state)) {
+    px_rpc_srv_finish(call, PX_RPC_FAILED_PRECONDITION, "job %s has finished (%s): no KvPut",
+                      r->job_id, px_rpc_job_state_name(state));
+    return 0;
+  }
+  if (keys >= COORD_KV_MAX_KEYS || bytes + (int64_t)r->value.len > COORD_KV_MAX_BYTES) {
+    px_rpc_srv_finish(call, PX_RPC_RESOURCE_EXHAUSTED,
+                      "job %s holds %lld keys of %lld bytes: the limits are %d keys and %d bytes",
+                      r->job_id, (long long)keys, (long long)bytes, COORD_KV_MAX_KEYS,
+                      COORD_KV_MAX_BYTES);
+    return 0;
+  }
+  return 1;
+}
+
 void coord_rpc_kv_put(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
   coord_t *c = data;
   const Prunex__V1__KvPutRequest *r = (const Prunex__V1__KvPutRequest *)msg;
   if (!coord_kv_check(c, call, r->job_id, r->key)) return;
+  if (!coord_kv_put_allowed(c, call, r)) return;
   px_store_stmt_t *st;
   px_status_t rc = px_store_stmt(c->db,
                                  "INSERT OR REPLACE INTO kv (job_id, key, value, updated_unix_ms)"

@@ -25,6 +25,8 @@ static void coord_usage(FILE *f) {
           "usage: pxcoordd --db PATH [--listen HOST:PORT] [--config FILE]\n"
           "                [--heartbeat-timeout-ms N] [--advertise HOST:PORT]\n"
           "                [--log-level error|warn|info|debug]\n"
+          "                [--tls-cert FILE --tls-key FILE] [--tokens FILE]\n"
+          "                [--retention-days N]\n"
           "\n"
           "The PruneX coordinator: node registry, job queue and scheduler, rendezvous\n"
           "store, H-SADMM controller and metrics, served over gRPC (prunex.v1).\n"
@@ -43,6 +45,14 @@ static void coord_usage(FILE *f) {
           "                           with the host name for 0.0.0.0)\n"
           "  --log-level L            stderr log threshold (default info, or the\n"
           "                           PX_LOG_LEVEL environment variable)\n"
+          "  --tls-cert FILE          PEM certificate (chain): serve TLS (with --tls-key)\n"
+          "  --tls-key FILE           PEM private key of the certificate\n"
+          "  --tokens FILE            bearer tokens, `TOKEN NAME admin|user|node` lines,\n"
+          "                           not readable by others; re-read on SIGHUP. Every\n"
+          "                           call must then carry a token. Without TLS and\n"
+          "                           tokens only loopback addresses are served.\n"
+          "  --retention-days N       remove finished jobs (and their metrics) N days\n"
+          "                           after they end (default 0: keep)\n"
           "  --help, --version\n"
           "\n"
           "On start it prints `listening on HOST:PORT` on stdout. SIGTERM or SIGINT\n"
@@ -70,10 +80,31 @@ static const char *coord_flag_key(const char *flag) {
       {"--advertise", "advertise"},
       {"--heartbeat-timeout-ms", "heartbeat_timeout_ms"},
       {"--log-level", "log_level"},
+      {"--tls-cert", "tls_cert"},
+      {"--tls-key", "tls_key"},
+      {"--tokens", "tokens"},
+      {"--retention-days", "retention_days"},
   };
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
     if (!strcmp(flag, map[i][0])) return map[i][1];
   return NULL;
+}
+
+/* 1 when the host of HOST:PORT is a loopback address (127.0.0.0/8, ::1,
+ * localhost): the only ones served without TLS and tokens. */
+static int coord_listen_loopback(const char *listen) {
+  const char *colon = strrchr(listen, ':');
+  size_t n = colon ? (size_t)(colon - listen) : strlen(listen);
+  char host[256];
+  if (n >= sizeof host) return 0;
+  memcpy(host, listen, n);
+  host[n] = '\0';
+  if (!strcmp(host, "localhost") || !strcmp(host, "[::1]") || !strcmp(host, "::1")) return 1;
+  if (!strncmp(host, "ipv4:", 5)) memmove(host, host + 5, strlen(host + 5) + 1);
+  if (strncmp(host, "127.", 4) != 0) return 0;
+  for (const char *p = host + 4; *p; p++)
+    if (!(*p == '.' || (*p >= '0' && *p <= '9'))) return 0;
+  return 1;
 }
 
 /* Returns -1 to go on, else the exit status. */
@@ -129,6 +160,14 @@ static int coord_parse_args(int argc, char **argv, coord_config_t *cfg) {
     }
   }
   if (!cfg->db[0]) return coord_bad_usage("%s", "no database: give --db PATH (or db in --config)");
+  if (!cfg->tls_cert[0] != !cfg->tls_key[0])
+    return coord_bad_usage("%s", "TLS needs both --tls-cert and --tls-key (tls_cert, tls_key)");
+  if (!coord_listen_loopback(cfg->listen) && !(cfg->tls_cert[0] && cfg->tokens[0]))
+    return coord_bad_usage("listen = %s is not a loopback address: serving other hosts needs "
+                           "TLS and tokens (--tls-cert, --tls-key, --tokens; see "
+                           "docs/security.md), so that nobody on the network can drive the "
+                           "cluster unauthenticated",
+                           cfg->listen);
   return -1;
 }
 
@@ -148,8 +187,12 @@ static void coord_stop(coord_t *c, const char *why) {
   coord_nodes_stop(c);
   uv_signal_stop(&c->sigterm);
   uv_signal_stop(&c->sigint);
+  uv_signal_stop(&c->sighup);
+  uv_timer_stop(&c->retention);
   uv_close((uv_handle_t *)&c->sigterm, NULL);
   uv_close((uv_handle_t *)&c->sigint, NULL);
+  uv_close((uv_handle_t *)&c->sighup, NULL);
+  uv_close((uv_handle_t *)&c->retention, NULL);
   coord_kv_cancel_all(c);
   px_rpc_server_shutdown(c->srv, coord_server_done, c);
 }
@@ -157,6 +200,20 @@ static void coord_stop(coord_t *c, const char *why) {
 static void coord_on_signal(uv_signal_t *h, int signum) {
   coord_stop(h->data, signum == SIGTERM ? "SIGTERM" : "SIGINT");
 }
+
+/* SIGHUP: re-read the tokens file (a bad one keeps the tokens in force). */
+static void coord_on_sighup(uv_signal_t *h, int signum) {
+  (void)signum;
+  coord_t *c = h->data;
+  if (!c->cfg.tokens[0]) {
+    px_log(PX_LOG_INFO, "SIGHUP: no tokens file configured, nothing to re-read");
+    return;
+  }
+  if (coord_auth_reload(c) != PX_OK)
+    px_log(PX_LOG_ERROR, "SIGHUP: %s (the previous tokens stay in force)", px_last_error());
+}
+
+static void coord_on_retention(uv_timer_t *t) { coord_retention_run(t->data); }
 
 /* ---- start ----------------------------------------------------------------------- */
 
@@ -223,14 +280,28 @@ int main(int argc, char **argv) {
   px_log(PX_LOG_INFO, "database %s (schema version %d)", c.cfg.db,
          px_store_schema_version(c.db));
 
+  if (c.cfg.tokens[0] && coord_auth_reload(&c) != PX_OK) {
+    fprintf(stderr, "pxcoordd: %s\n", px_last_error());
+    px_store_close(c.db);
+    close(lock_fd);
+    return 2;
+  }
+
   uv_loop_t loop;
   uv_loop_init(&loop);
   c.loop = &loop;
-  if (px_rpc_server_create(&loop, c.cfg.listen, coord_methods, coord_nmethods, &c, &c.srv) !=
-      PX_OK) {
+  px_rpc_server_options_t sopt = {
+      .tls_cert_file = c.cfg.tls_cert[0] ? c.cfg.tls_cert : NULL,
+      .tls_key_file = c.cfg.tls_key[0] ? c.cfg.tls_key : NULL,
+      .max_receive = 2 << 20,
+      .authorize = coord_authorize,
+  };
+  if (px_rpc_server_create_ex(&loop, c.cfg.listen, coord_methods, coord_nmethods, &c, &sopt,
+                              &c.srv) != PX_OK) {
     fprintf(stderr, "pxcoordd: %s\n", px_last_error());
     uv_run(&loop, UV_RUN_DEFAULT); /* lets the server's handle close */
     uv_loop_close(&loop);
+    coord_tokens_free(c.tokens);
     px_store_close(c.db);
     close(lock_fd);
     return 1;
@@ -245,9 +316,14 @@ int main(int argc, char **argv) {
   } else {
     uv_signal_init(&loop, &c.sigterm);
     uv_signal_init(&loop, &c.sigint);
-    c.sigterm.data = c.sigint.data = &c;
+    uv_signal_init(&loop, &c.sighup);
+    uv_timer_init(&loop, &c.retention);
+    c.sigterm.data = c.sigint.data = c.sighup.data = &c;
+    c.retention.data = &c;
     uv_signal_start(&c.sigterm, coord_on_signal, SIGTERM);
     uv_signal_start(&c.sigint, coord_on_signal, SIGINT);
+    uv_signal_start(&c.sighup, coord_on_sighup, SIGHUP);
+    if (c.cfg.retention_days > 0) uv_timer_start(&c.retention, coord_on_retention, 1000, 60 * 1000);
     {
       const char *colon = strrchr(c.cfg.listen, ':');
       printf("listening on %.*s:%d\n", (int)(colon - c.cfg.listen), c.cfg.listen, port);
@@ -255,10 +331,13 @@ int main(int argc, char **argv) {
     }
     px_log(PX_LOG_INFO, "pxcoordd %s listening on port %d (advertised as %s), heartbeat timeout %d ms",
            px_version(), port, c.advertise, c.cfg.heartbeat_timeout_ms);
+    px_log(PX_LOG_INFO, "security: %s, %s", c.cfg.tls_cert[0] ? "TLS" : "plain text (loopback only)",
+           c.tokens ? "bearer tokens required" : "no authentication (loopback only)");
     coord_schedule(&c);
   }
   uv_run(&loop, UV_RUN_DEFAULT);
   if (uv_loop_close(&loop) != 0) px_log(PX_LOG_WARN, "event loop closed with handles open");
+  coord_tokens_free(c.tokens);
   px_store_close(c.db);
   close(lock_fd);
   px_log(PX_LOG_INFO, "stopped");

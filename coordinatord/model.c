@@ -38,6 +38,12 @@ px_status_t coord_job_set_state(coord_t *c, const char *job_id, int from, int to
   PX_CHECK(px_store_bind_int64(st, 4, to));
   PX_CHECK(px_store_bind_text(st, 5, reason));
   PX_CHECK(px_store_run(st));
+  if (coord_job_terminal(to)) {
+    /* A finished job's rendezvous entries are no use to anyone (issue 12). */
+    PX_CHECK(px_store_stmt(c->db, "DELETE FROM kv WHERE job_id = ?1", &st));
+    PX_CHECK(px_store_bind_text(st, 1, job_id));
+    PX_CHECK(px_store_run(st));
+  }
   px_log(PX_LOG_INFO, "job %s: %s -> %s (%s)", job_id, px_rpc_job_state_name(from),
          px_rpc_job_state_name(to), reason);
   return PX_OK;
@@ -154,14 +160,21 @@ static px_status_t coord_job_summary(coord_t *c, coord_arena_t *a, const char *j
 
 px_status_t coord_job_load(coord_t *c, coord_arena_t *a, const char *job_id,
                            Prunex__V1__Job **out) {
+  return coord_job_load_ex(c, a, job_id, 0, out);
+}
+
+px_status_t coord_job_load_ex(coord_t *c, coord_arena_t *a, const char *job_id, int with_yaml,
+                              Prunex__V1__Job **out) {
   *out = NULL;
   px_store_stmt_t *st;
   PX_CHECK(px_store_stmt(c->db,
-                         "SELECT job_id, name, state, spec, spec_yaml, reason, created_unix_ms,"
-                         " updated_unix_ms, iteration, scheduled_unix_ms, finished_unix_ms"
+                         "SELECT job_id, name, state, spec, CASE WHEN ?2 THEN spec_yaml ELSE ''"
+                         " END, reason, created_unix_ms, updated_unix_ms, iteration,"
+                         " scheduled_unix_ms, finished_unix_ms, owner"
                          " FROM jobs WHERE job_id = ?1",
                          &st));
   PX_CHECK(px_store_bind_text(st, 1, job_id));
+  PX_CHECK(px_store_bind_int64(st, 2, with_yaml ? 1 : 0));
   px_status_t rc = px_store_step(st);
   if (rc <= 0) return rc;
   Prunex__V1__Job *j;
@@ -179,8 +192,9 @@ px_status_t coord_job_load(coord_t *c, coord_arena_t *a, const char *job_id,
   j->updated_unix_ms = px_store_column_int64(st, 7);
   j->iteration = (int32_t)px_store_column_int64(st, 8);
   int64_t scheduled = px_store_column_int64(st, 9), finished = px_store_column_int64(st, 10);
+  j->owner = coord_strdup(a, px_store_column_text(st, 11));
   px_store_reset(st);
-  if (!j->job_id || !j->name || !j->spec_yaml || !j->reason) return PX_ERR_NOMEM;
+  if (!j->job_id || !j->name || !j->spec_yaml || !j->reason || !j->owner) return PX_ERR_NOMEM;
   if (!j->spec)
     return px_set_error(PX_ERR_FORMAT, "%s: job %s: stored spec does not unpack",
                         px_store_path(c->db), job_id);
@@ -305,4 +319,26 @@ px_status_t coord_job_release_nodes(coord_t *c, const char *job_id, const char *
 out:
   coord_arena_free(&a);
   return rc;
+}
+
+px_status_t coord_job_delete_rows(coord_t *c, const char *job_id) {
+  static const char *const sql[] = {
+      "DELETE FROM iteration_layers WHERE job_id = ?1",
+      "DELETE FROM iterations WHERE job_id = ?1",
+      "DELETE FROM decisions WHERE job_id = ?1",
+      "DELETE FROM job_penalties WHERE job_id = ?1",
+      "DELETE FROM kv WHERE job_id = ?1",
+      "DELETE FROM rank_exits WHERE job_id = ?1",
+      "DELETE FROM job_ranks WHERE job_id = ?1",
+      "DELETE FROM job_nodes WHERE job_id = ?1",
+      "DELETE FROM job_events WHERE job_id = ?1",
+      "DELETE FROM jobs WHERE job_id = ?1",
+  };
+  for (size_t i = 0; i < sizeof sql / sizeof sql[0]; i++) {
+    px_store_stmt_t *st;
+    PX_CHECK(px_store_stmt(c->db, sql[i], &st));
+    PX_CHECK(px_store_bind_text(st, 1, job_id));
+    PX_CHECK(px_store_run(st));
+  }
+  return PX_OK;
 }

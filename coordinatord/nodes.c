@@ -45,7 +45,7 @@ static px_status_t coord_assignment_build(coord_t *c, coord_arena_t *a, const ch
 
   size_t cap = 0;
   PX_CHECK(px_store_stmt(c->db,
-                         "SELECT rank, local_rank, device_index, is_leader FROM job_ranks"
+                         "SELECT rank, local_rank, device_index, is_leader, secret FROM job_ranks"
                          " WHERE job_id = ?1 AND node_index = ?2 ORDER BY rank",
                          &st));
   PX_CHECK(px_store_bind_text(st, 1, job_id));
@@ -60,6 +60,8 @@ static px_status_t coord_assignment_build(coord_t *c, coord_arena_t *a, const ch
     r->local_rank = (int32_t)px_store_column_int64(st, 1);
     r->device_index = (int32_t)px_store_column_int64(st, 2);
     r->is_leader = px_store_column_int64(st, 3) != 0;
+    r->secret = coord_strdup(a, px_store_column_text(st, 4));
+    if (!r->secret) return PX_ERR_NOMEM;
     *slot = r;
   }
   if (rc < 0) return rc;
@@ -248,6 +250,21 @@ void coord_rpc_register_node(px_rpc_srv_call_t *call, const ProtobufCMessage *ms
                         i, r->devices[i]->index);
       return;
     }
+  }
+  /* Strings are stored and served to every client: proto3 clients cannot
+   * decode a message holding a string that is not UTF-8. */
+  const char *bad = NULL;
+  if (!coord_utf8_ok(r->name, strlen(r->name))) bad = "name";
+  else if (!coord_utf8_ok(r->hostname, strlen(r->hostname))) bad = "hostname";
+  else if (!coord_utf8_ok(r->agent_version, strlen(r->agent_version))) bad = "agent_version";
+  for (size_t i = 0; !bad && i < r->n_devices; i++)
+    if (!coord_utf8_ok(r->devices[i]->name, strlen(r->devices[i]->name))) bad = "devices[].name";
+  for (size_t i = 0; !bad && i < r->n_data_plane_addresses; i++)
+    if (!coord_utf8_ok(r->data_plane_addresses[i], strlen(r->data_plane_addresses[i])))
+      bad = "data_plane_addresses[]";
+  if (bad) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "%s: not valid UTF-8", bad);
+    return;
   }
   char node_id[64];
   if (px_store_begin(c->db) != PX_OK || coord_register(c, r, node_id, sizeof node_id) != PX_OK ||

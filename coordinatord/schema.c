@@ -149,8 +149,18 @@ static const char coord_schema_v1[] =
 static const char coord_schema_v2[] =
     "ALTER TABLE rank_exits ADD COLUMN model_path TEXT NOT NULL DEFAULT '';";
 
+/* v3 (issue 12): job owners, per-rank secrets, and indexes for paging and
+ * retention. */
+static const char coord_schema_v3[] =
+    "ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE job_ranks ADD COLUMN secret TEXT NOT NULL DEFAULT '';"
+    "CREATE INDEX job_ranks_secret ON job_ranks(secret);"
+    "CREATE INDEX jobs_finished ON jobs(finished_unix_ms);"
+    "CREATE INDEX rank_exits_job ON rank_exits(job_id);";
+
 const px_store_migration_t coord_migrations[] = {
     {1, coord_schema_v1},
     {2, coord_schema_v2},
+    {3, coord_schema_v3},
 };
 const int coord_nmigrations = (int)(sizeof coord_migrations / sizeof coord_migrations[0]);

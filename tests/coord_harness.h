@@ -382,4 +382,62 @@ static PXT_UNUSED Prunex__V1__Assignment *pxt_next_assignment(px_rpc_stream_t *s
   return a;
 }
 
+
+/* ---- TLS and tokens (issue 12) ------------------------------------------------
+ * pxt_make_security writes, into dir, a throwaway CA (ca.pem), a server
+ * certificate for 127.0.0.1 and localhost signed by it (server.pem,
+ * server.key), a second CA that signed nothing (other-ca.pem) and a tokens
+ * file (tokens, mode 0600) with the tokens below. Made with openssl at test
+ * time: no private key is ever committed. 0 on success. */
+#define PXT_TOK_ADMIN "tok-admin-0123456789abcdef"
+#define PXT_TOK_ALICE "tok-alice-0123456789abcdef"
+#define PXT_TOK_BOB "tok-bob-0123456789abcdefgh"
+#define PXT_TOK_N1 "tok-node-n1-0123456789abcd"
+#define PXT_TOK_N2 "tok-node-n2-0123456789abcd"
+
+static PXT_UNUSED int pxt_make_security(const char *dir) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "cd '%s' && printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > ext.cnf && "
+           "timeout 60 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+           "-keyout ca.key -out ca.pem -days 2 -subj /CN=pxtest-ca 2>/dev/null && "
+           "timeout 60 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+           "-keyout other-ca.key -out other-ca.pem -days 2 -subj /CN=pxtest-other-ca 2>/dev/null && "
+           "timeout 60 openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+           "-keyout server.key -out server.csr -subj /CN=localhost 2>/dev/null && "
+           "timeout 60 openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+           "-out server.pem -days 2 -extfile ext.cnf 2>/dev/null && chmod 600 server.key",
+           dir);
+  if (system(cmd) != 0) {
+    fprintf(stderr, "openssl could not make the test certificates in %s\n", dir);
+    return -1;
+  }
+  char path[512];
+  snprintf(path, sizeof path, "%s/tokens", dir);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) return -1;
+  const char *text = "# test tokens: TOKEN NAME ROLE\n"
+                     PXT_TOK_ADMIN " root admin\n"
+                     PXT_TOK_ALICE " alice user\n"
+                     PXT_TOK_BOB " bob user\n"
+                     PXT_TOK_N1 " n1 node\n"
+                     PXT_TOK_N2 " n2 node\n";
+  ssize_t w = write(fd, text, strlen(text));
+  close(fd);
+  return w == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+/* A channel to target with the CA file (NULL: plain text) and token (NULL:
+ * none), whatever PRUNEX_CA and PRUNEX_TOKEN say. NULL on failure. */
+static PXT_UNUSED px_rpc_channel_t *pxt_channel(const char *target, const char *ca,
+                                                const char *token) {
+  px_rpc_channel_options_t o = {ca ? ca : "", token ? token : ""};
+  px_rpc_channel_t *ch = NULL;
+  if (px_rpc_channel_create_ex(target, &o, &ch) != PX_OK) {
+    fprintf(stderr, "channel: %s\n", px_last_error());
+    return NULL;
+  }
+  return ch;
+}
+
 #endif

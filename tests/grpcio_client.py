@@ -7,11 +7,14 @@ channel.unary_unary with the generated classes' own (de)serialisers, so the
 bytes on the wire are the reference protobuf implementation's, not
 protobuf-c's.
 
-    grpcio_client.py PORT PB2_DIR
+    grpcio_client.py PORT PB2_DIR [CA_FILE TOKEN]
 
-Submits a valid job and an invalid one, lists the jobs (all, and PENDING
-with limit 1), gets an unknown job, and prints one JSON line (UTF-8) of
-what it saw. It judges nothing: the C test checks the line. Exit status 0
+With CA_FILE and TOKEN it speaks TLS (verifying the daemon against
+CA_FILE) and sends `authorization: Bearer TOKEN` on every call, as pxctl
+does (issue 12); it also makes one call without the token and records the
+status. Submits a valid job and an invalid one, lists the jobs (all, and
+PENDING with limit 1), gets an unknown job, and prints one JSON line (UTF-8)
+of what it saw. It judges nothing: the C test checks the line. Exit status 0
 when every call got an answer (an error status is an answer), 1 when the
 channel never became ready or a call failed for another reason.
 """
@@ -25,18 +28,25 @@ DEADLINE_S = 10.0
 
 
 def main():
-    if len(sys.argv) != 3:
-        sys.stderr.write("usage: grpcio_client.py PORT PB2_DIR\n")
+    if len(sys.argv) not in (3, 5):
+        sys.stderr.write("usage: grpcio_client.py PORT PB2_DIR [CA_FILE TOKEN]\n")
         return 2
     port, pb2_dir = sys.argv[1], sys.argv[2]
+    ca_file, token = (sys.argv[3], sys.argv[4]) if len(sys.argv) == 5 else (None, None)
     sys.path.insert(0, pb2_dir)
     import grpc
     import google.protobuf
     import prunex_pb2 as pb
 
     # No proxy, whatever the environment says: the daemon is on loopback.
-    channel = grpc.insecure_channel("127.0.0.1:" + port,
-                                    options=[("grpc.enable_http_proxy", 0)])
+    options = [("grpc.enable_http_proxy", 0)]
+    if ca_file:
+        with open(ca_file, "rb") as f:
+            creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+        channel = grpc.secure_channel("127.0.0.1:" + port, creds, options=options)
+    else:
+        channel = grpc.insecure_channel("127.0.0.1:" + port, options=options)
+    metadata = [("authorization", "Bearer " + token)] if token else None
     try:
         grpc.channel_ready_future(channel).result(timeout=DEADLINE_S)
     except grpc.FutureTimeoutError:
@@ -52,14 +62,18 @@ def main():
     list_jobs = method("ListJobs", pb.ListJobsRequest, pb.ListJobsResponse)
     get_job = method("GetJob", pb.GetJobRequest, pb.Job)
 
-    def call(fn, req):
+    def call(fn, req, with_token=True):
         """(response, None) or (None, (code name, details)) for a status."""
         try:
-            return fn(req, timeout=DEADLINE_S), None
+            return fn(req, timeout=DEADLINE_S, metadata=metadata if with_token else None), None
         except grpc.RpcError as e:
             return None, (e.code().name, e.details() or "")
 
-    seen = {"grpc_version": grpc.__version__, "protobuf_version": google.protobuf.__version__}
+    seen = {"grpc_version": grpc.__version__, "protobuf_version": google.protobuf.__version__,
+            "tls": bool(ca_file)}
+    if token:
+        resp, err = call(list_jobs, pb.ListJobsRequest(), with_token=False)
+        seen["no_token_code"] = err[0] if err else "OK"
 
     req = pb.SubmitJobRequest(spec_yaml=SPEC_YAML)
     spec = req.spec
@@ -93,7 +107,7 @@ def main():
     seen["invalid_submit_code"] = err[0] if err else "OK"
     seen["invalid_submit_details"] = err[1] if err else ""
 
-    resp, err = call(list_jobs, pb.ListJobsRequest())
+    resp, err = call(list_jobs, pb.ListJobsRequest(include_spec_yaml=True))
     if err:
         sys.stderr.write("grpcio_client: ListJobs: %s: %s\n" % err)
         return 1

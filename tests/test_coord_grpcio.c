@@ -6,7 +6,9 @@
  * own client (gRPC C core + protobuf-c) agrees with: a job submitted from
  * Python is accepted and listed PENDING, errors arrive with their gRPC
  * codes and details, and a job submitted by either client reads the same
- * from the other one, field by field.
+ * from the other one, field by field. The daemon runs with TLS and tokens
+ * (issue 12): Python verifies it against a CA made by openssl at test time
+ * and sends a bearer token, and a call without one is UNAUTHENTICATED.
  *
  * The group setup runs the daemon and the Python client once; each test
  * checks one part of what the client printed. Without /usr/bin/python3 +
@@ -33,6 +35,7 @@ typedef struct {
   pxt_coordd_t d;
   px_rpc_channel_t *ch;
   char skip_why[1024]; /* non-empty: the prerequisites are missing */
+  char ca[320];        /* the test CA (pxt_make_security) */
   char c_job[64];      /* submitted with the C client before Python ran */
   char out[16384];     /* the client's JSON line */
   char err[4096];      /* its stderr */
@@ -204,8 +207,17 @@ static void check_prerequisites(fixture_t *f) {
 /* Starts the daemon, submits the C job, generates the Python classes and
  * runs the client; 0 or -1 after printing why. */
 static int run_client(fixture_t *f) {
-  if (pxt_coordd_setup(&f->d, NULL) != 0) return -1;
-  if (px_rpc_channel_create(f->d.target, &f->ch) != PX_OK) return -1;
+  f->d.pid = -1;
+  if (pxt_mkdtemp(f->d.dir, sizeof f->d.dir) != 0 || pxt_make_security(f->d.dir) != 0) return -1;
+  snprintf(f->d.db, sizeof f->d.db, "%s/coord.db", f->d.dir);
+  char cert[320], key[320], tokens[320];
+  snprintf(f->ca, sizeof f->ca, "%s/ca.pem", f->d.dir);
+  snprintf(cert, sizeof cert, "%s/server.pem", f->d.dir);
+  snprintf(key, sizeof key, "%s/server.key", f->d.dir);
+  snprintf(tokens, sizeof tokens, "%s/tokens", f->d.dir);
+  const char *extra[] = {"--tls-cert", cert, "--tls-key", key, "--tokens", tokens, NULL};
+  if (pxt_coordd_start(&f->d, extra) != 0) return -1;
+  if (!(f->ch = pxt_channel(f->d.target, f->ca, PXT_TOK_ADMIN))) return -1;
   /* One job from our own client first: Python must list it too. */
   if (pxt_submit_mp(f->ch, 2, 1, f->c_job, sizeof f->c_job) != PX_OK) {
     fprintf(stderr, "C SubmitJob: %s\n", px_last_error());
@@ -224,7 +236,7 @@ static int run_client(fixture_t *f) {
   }
   snprintf(port, sizeof port, "%d", f->d.port);
   /* -I: Debian's packages only, whatever PYTHONPATH or ~/.local hold. */
-  const char *client[] = {PYTHON, "-I", "-B", CLIENT, port, pb2, NULL};
+  const char *client[] = {PYTHON, "-I", "-B", CLIENT, port, pb2, f->ca, PXT_TOK_ALICE, NULL};
   int64_t t0 = pxt_now_ms();
   rc = run_capture(client, f->out, sizeof f->out, f->err, sizeof f->err, RUN_TIMEOUT_MS);
   if (rc != 0 || !strchr(f->out, '{')) {
@@ -291,10 +303,10 @@ static void test_python_submit_is_accepted_and_listed_pending(void **state) {
   assert_true(job_num(j, "rho2") == 0.25);
   assert_true(job_num(j, "spec_yaml_matches") == 1);
   assert_true(job_num(j, "events") >= 1); /* the submit transition */
-  /* The state filter and the limit, as Python encodes them: the C job is
-   * older and also pending, so it is the one that comes first. */
+  /* The state filter and the limit, as Python encodes them: newest first,
+   * so Python's own job, not the older C one. */
   char pend[128];
-  snprintf(pend, sizeof pend, "\"pending_limit_1\": [\"%s\"]", f->c_job);
+  snprintf(pend, sizeof pend, "\"pending_limit_1\": [\"%s\"]", id);
   if (!strstr(f->out, pend)) fail_msg("expected %s in %s", pend, f->out);
 }
 
@@ -308,10 +320,10 @@ static void test_python_lists_the_job_the_c_client_submitted(void **state) {
   assert_string_equal(job_str(j, "state", s, sizeof s), "JOB_STATE_PENDING");
   assert_string_equal(job_str(j, "dataset", s, sizeof s), "cifar10");
   assert_true(job_num(j, "nodes") == 2);
-  /* Exactly the two jobs, in queue order: the invalid one was not queued. */
+  /* Exactly the two jobs, newest first: the invalid one was not queued. */
   const char *jobs = strstr(f->out, "\"jobs\": [");
   assert_non_null(jobs);
-  assert_ptr_equal(strstr(jobs, "{\"job_id\""), j);
+  assert_ptr_not_equal(strstr(jobs, "{\"job_id\""), j);
   int n = 0;
   for (const char *p = jobs; (p = strstr(p, "{\"job_id\"")); p++) n++;
   assert_int_equal(n, 2);
@@ -325,6 +337,7 @@ static void test_c_client_reads_the_python_job_with_the_same_fields(void **state
   const char *pj = json_job(f->out, id);
   assert_non_null(pj);
   Prunex__V1__ListJobsRequest req = PRUNEX__V1__LIST_JOBS_REQUEST__INIT;
+  req.include_spec_yaml = 1;
   Prunex__V1__ListJobsResponse *l = NULL;
   assert_int_equal(px_rpc_list_jobs(f->ch, &req, 0, &l), PX_OK);
   assert_int_equal(l->n_jobs, 2);
@@ -379,6 +392,21 @@ static void test_python_gets_invalid_argument_with_the_field_for_a_bad_spec(void
   if (!strstr(s, "spec.cluster.nodes")) fail_msg("details do not name the field: '%s'", s);
 }
 
+static void test_python_speaks_tls_and_is_refused_without_its_token(void **state) {
+  fixture_t *f = *state;
+  SKIP_UNLESS_READY(f);
+  char s[128];
+  if (!strstr(f->out, "\"tls\": true")) fail_msg("the client did not use TLS: %s", f->out);
+  assert_string_equal(top_str(f->out, "no_token_code", s, sizeof s), "UNAUTHENTICATED");
+  /* and its job belongs to the token's user */
+  char id[64];
+  top_str(f->out, "submitted_job_id", id, sizeof id);
+  Prunex__V1__Job *j = NULL;
+  assert_int_equal(px_rpc_get_job(f->ch, id, 0, &j), PX_OK);
+  assert_string_equal(j->owner, "alice");
+  px_rpc_message_free(j);
+}
+
 static void test_python_gets_not_found_for_an_unknown_job(void **state) {
   fixture_t *f = *state;
   SKIP_UNLESS_READY(f);
@@ -408,6 +436,7 @@ int main(void) {
       cmocka_unit_test(test_c_client_reads_the_python_job_with_the_same_fields),
       cmocka_unit_test(test_python_gets_invalid_argument_with_the_field_for_a_bad_spec),
       cmocka_unit_test(test_python_gets_not_found_for_an_unknown_job),
+      cmocka_unit_test(test_python_speaks_tls_and_is_refused_without_its_token),
       cmocka_unit_test(test_daemon_stops_cleanly_after_the_python_client),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -410,6 +410,9 @@ static void test_get_and_list_jobs(void **state) {
   Prunex__V1__Job *j = get_job(f->ch, j1);
   assert_string_equal(j->job_id, j1);
   assert_string_equal(j->name, "first");
+  assert_string_equal(j->spec_yaml, ""); /* only when asked (issue 12) */
+  px_rpc_message_free(j);
+  assert_int_equal(px_rpc_get_job_ex(f->ch, j1, 1, 0, &j), PX_OK);
   assert_string_equal(j->spec_yaml, "name: first\ncluster: {nodes: 1}\n");
   assert_string_equal(j->spec->model->name, "resnet20");
   assert_int_equal(j->state, JS(SCHEDULED));
@@ -423,18 +426,32 @@ static void test_get_and_list_jobs(void **state) {
   Prunex__V1__ListJobsResponse *l = NULL;
   assert_int_equal(px_rpc_list_jobs(f->ch, &req, 0, &l), PX_OK);
   assert_int_equal(l->n_jobs, 3);
-  assert_string_equal(l->jobs[0]->job_id, j1); /* submission order */
-  assert_string_equal(l->jobs[2]->job_id, j3);
+  assert_string_equal(l->jobs[0]->job_id, j3); /* newest first */
+  assert_string_equal(l->jobs[2]->job_id, j1);
+  assert_string_equal(l->next_page_token, "");
   px_rpc_message_free(l);
   req.state = JS(PENDING);
   assert_int_equal(px_rpc_list_jobs(f->ch, &req, 0, &l), PX_OK);
   assert_int_equal(l->n_jobs, 2);
-  assert_string_equal(l->jobs[0]->job_id, j2);
+  assert_string_equal(l->jobs[0]->job_id, j3);
   px_rpc_message_free(l);
   req.limit = 1;
   assert_int_equal(px_rpc_list_jobs(f->ch, &req, 0, &l), PX_OK);
   assert_int_equal(l->n_jobs, 1);
+  assert_string_equal(l->jobs[0]->job_id, j3);
+  assert_string_not_equal(l->next_page_token, "");
+  char tok[64];
+  snprintf(tok, sizeof tok, "%s", l->next_page_token);
   px_rpc_message_free(l);
+  req.page_token = tok; /* the next page: the older pending job */
+  assert_int_equal(px_rpc_list_jobs(f->ch, &req, 0, &l), PX_OK);
+  assert_int_equal(l->n_jobs, 1);
+  assert_string_equal(l->jobs[0]->job_id, j2);
+  assert_string_equal(l->next_page_token, "");
+  px_rpc_message_free(l);
+  req.page_token = "bogus";
+  assert_int_equal(px_rpc_list_jobs(f->ch, &req, 0, &l), PX_ERR_INVALID);
+  req.page_token = "";
   req.state = (Prunex__V1__JobState)42;
   assert_int_equal(px_rpc_list_jobs(f->ch, &req, 0, &l), PX_ERR_INVALID);
   req.state = 0;

@@ -305,7 +305,14 @@ static void test_yaml_syntax_errors_carry_libyaml_position(void **state) {
 static void test_out_of_range_values_are_refused(void **state) {
   (void)state;
   expect_error("prune:\n  channel_keep: 1.5\n", 2,
-               "prune.channel_keep: expected a number in [0, 1]", "got '1.5'", NULL);
+               "prune.channel_keep: expected a number in (0, 1]", "got '1.5'", NULL);
+  /* keeping nothing is no setting (issue 12): a job that prunes every group */
+  expect_error("prune:\n  channel_keep: 0\n", 2,
+               "prune.channel_keep: expected a number in (0, 1]", "got '0'", NULL);
+  expect_error("prune:\n  filter_keep: 0.0\n", 2,
+               "prune.filter_keep: expected a number in (0, 1]", NULL);
+  expect_error("prune:\n  shape_keep: 0\n", 2,
+               "prune.shape_keep: expected a number in (0, 1]", NULL);
   expect_error("prune:\n  filter_keep: -0.1\n", 2, "prune.filter_keep", NULL);
   expect_error("train:\n  lr: -0.1\n", 2, "train.lr: expected a number > 0, got '-0.1'", NULL);
   expect_error("train:\n  lr: 0\n", 2, "train.lr", NULL);

@@ -76,6 +76,8 @@ static const ProtobufCMessageDescriptor *const px_messages[] = {
     &prunex__v1__get_job_request__descriptor,
     &prunex__v1__list_jobs_request__descriptor,
     &prunex__v1__list_jobs_response__descriptor,
+    &prunex__v1__delete_job_request__descriptor,
+    &prunex__v1__delete_job_response__descriptor,
     &prunex__v1__cancel_job_request__descriptor,
     &prunex__v1__cancel_job_response__descriptor,
     &prunex__v1__list_nodes_request__descriptor,

@@ -72,9 +72,9 @@ const px__js_field_t px__js_fields[] = {
     {S_TRAIN, "lr_schedule", PX__JS_CHOICE, 0, 0, 0, "constant|cosine|step", 0, "cosine"},
     {S_TRAIN, "eval_every", PX__JS_INT, 0, 1, I32MAX, NULL, 1, NULL},
 
-    {S_PRUNE, "filter_keep", PX__JS_DOUBLE, 0, 0, 1, NULL, 1.0, NULL},
-    {S_PRUNE, "channel_keep", PX__JS_DOUBLE, 0, 0, 1, NULL, 1.0, NULL},
-    {S_PRUNE, "shape_keep", PX__JS_DOUBLE, 0, 0, 1, NULL, 1.0, NULL},
+    {S_PRUNE, "filter_keep", PX__JS_DOUBLE, LO_OPEN, 0, 1, NULL, 1.0, NULL},
+    {S_PRUNE, "channel_keep", PX__JS_DOUBLE, LO_OPEN, 0, 1, NULL, 1.0, NULL},
+    {S_PRUNE, "shape_keep", PX__JS_DOUBLE, LO_OPEN, 0, 1, NULL, 1.0, NULL},
     {S_PRUNE, "skip_layers", PX__JS_STRLIST, 0, 0, 0, NULL, 0, NULL},
 
     /* rho1 = rho2 = 1e-3: the proximal pull rho * (theta - z + u) then has

@@ -55,8 +55,14 @@ px_status_t px_rpc_report_rank_exit(px_rpc_channel_t *ch, const Prunex__V1__Rank
 
 px_status_t px_rpc_get_job(px_rpc_channel_t *ch, const char *job_id, int deadline_ms,
                            Prunex__V1__Job **out) {
+  return px_rpc_get_job_ex(ch, job_id, 0, deadline_ms, out);
+}
+
+px_status_t px_rpc_get_job_ex(px_rpc_channel_t *ch, const char *job_id, int with_spec_yaml,
+                              int deadline_ms, Prunex__V1__Job **out) {
   Prunex__V1__GetJobRequest req = PRUNEX__V1__GET_JOB_REQUEST__INIT;
   req.job_id = (char *)job_id;
+  req.include_spec_yaml = with_spec_yaml ? 1 : 0;
   return px_rpc_call(ch, PX_RPC_GET_JOB, &req.base, &prunex__v1__job__descriptor, deadline_ms,
                      (ProtobufCMessage **)out);
 }
@@ -69,6 +75,16 @@ px_status_t px_rpc_cancel_job(px_rpc_channel_t *ch, const char *job_id, const ch
   return px_rpc_call(ch, PX_RPC_CANCEL_JOB, &req.base,
                      &prunex__v1__cancel_job_response__descriptor, deadline_ms,
                      (ProtobufCMessage **)out);
+}
+
+px_status_t px_rpc_delete_job(px_rpc_channel_t *ch, const char *job_id, int deadline_ms) {
+  Prunex__V1__DeleteJobRequest req = PRUNEX__V1__DELETE_JOB_REQUEST__INIT;
+  req.job_id = (char *)job_id;
+  ProtobufCMessage *resp = NULL;
+  PX_CHECK(px_rpc_call(ch, PX_RPC_DELETE_JOB, &req.base,
+                       &prunex__v1__delete_job_response__descriptor, deadline_ms, &resp));
+  px_rpc_message_free(resp);
+  return PX_OK;
 }
 
 px_status_t px_rpc_watch_assignments(px_rpc_channel_t *ch, const char *node_id,

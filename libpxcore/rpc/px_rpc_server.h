@@ -38,7 +38,23 @@ typedef struct {
   const ProtobufCMessageDescriptor *request;
   px_rpc_method_kind_t kind;
   px_rpc_handler_fn handler;
+  int max_request;  /* biggest request accepted, bytes; 0: the server's limit.
+                     * Bigger ones are answered RESOURCE_EXHAUSTED unread. */
 } px_rpc_method_t;
+
+/* Runs on the loop thread for every call before its handler, after the
+ * request unpacked: returns 1 to let the handler run, or 0 after ending the
+ * call itself (px_rpc_srv_finish with UNAUTHENTICATED, PERMISSION_DENIED...). */
+typedef int (*px_rpc_authorize_fn)(px_rpc_srv_call_t *call, const ProtobufCMessage *req,
+                                   void *data);
+
+/* Optional settings of px_rpc_server_create_ex; zero means the default. */
+typedef struct {
+  const char *tls_cert_file;   /* PEM certificate chain; with tls_key_file: TLS, else plain text */
+  const char *tls_key_file;    /* PEM private key */
+  int max_receive;             /* biggest message accepted, bytes (default PX_RPC_MAX_MESSAGE) */
+  px_rpc_authorize_fn authorize;
+} px_rpc_server_options_t;
 
 /* Creates the server, binds listen ("HOST:PORT"; port 0 picks a free one;
  * no SO_REUSEPORT, so a busy port is an error) and starts serving on loop.
@@ -49,6 +65,12 @@ typedef struct {
 px_status_t px_rpc_server_create(uv_loop_t *loop, const char *listen,
                                  const px_rpc_method_t *methods, int nmethods, void *data,
                                  px_rpc_server_t **out);
+
+/* The same with options (opt may be NULL). A certificate or key that cannot
+ * be read or used fails with PX_ERR_IO or PX_ERR_INVALID naming the file. */
+px_status_t px_rpc_server_create_ex(uv_loop_t *loop, const char *listen,
+                                    const px_rpc_method_t *methods, int nmethods, void *data,
+                                    const px_rpc_server_options_t *opt, px_rpc_server_t **out);
 
 /* The bound port. */
 int px_rpc_server_port(const px_rpc_server_t *srv);
@@ -69,6 +91,11 @@ const char *px_rpc_srv_method(const px_rpc_srv_call_t *call);
 
 /* Milliseconds until the client's deadline (INT64_MAX when it has none). */
 int64_t px_rpc_srv_remaining_ms(const px_rpc_srv_call_t *call);
+
+/* Copies the value of the request's metadata entry key (lower case, e.g.
+ * "authorization") into buf, NUL-terminated: its length, or -1 when the
+ * entry is absent or does not fit in cap. */
+int px_rpc_srv_metadata(const px_rpc_srv_call_t *call, const char *key, char *buf, size_t cap);
 
 /* Ends a unary call with msg and status OK. */
 px_status_t px_rpc_srv_reply(px_rpc_srv_call_t *call, const ProtobufCMessage *msg);

@@ -12,8 +12,14 @@
  * the call is parked; one send (a stream message); and the final status
  * (with the last message and the initial metadata when they are still due,
  * so a unary reply is one batch). The call is freed when its owner has ended
- * it and no batch is in flight. */
+ * it and no batch is in flight.
+ *
+ * Security: with a certificate and key the port speaks TLS (gRPC core's SSL
+ * server credentials, no client certificates); each method may cap its
+ * request size, checked before the request is unpacked; an authorize hook
+ * sees every call before its handler and may end it. */
 #include <assert.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -88,6 +94,8 @@ struct px_rpc_server {
   void (*done)(px_rpc_server_t *, void *);
   void *done_arg;
   int live_calls;
+  int max_receive;
+  px_rpc_authorize_fn authorize;
 };
 
 /* ---- the completion-queue thread ----------------------------------------- */
@@ -323,6 +331,21 @@ px_status_t px_rpc_srv_finish(px_rpc_srv_call_t *c, px_rpc_code_t code, const ch
   return px__end(c, code, msg);
 }
 
+int px_rpc_srv_metadata(const px_rpc_srv_call_t *c, const char *key, char *buf, size_t cap) {
+  size_t klen = strlen(key);
+  for (size_t i = 0; i < c->req_md.count; i++) {
+    const grpc_metadata *md = &c->req_md.metadata[i];
+    if (GRPC_SLICE_LENGTH(md->key) != klen || memcmp(GRPC_SLICE_START_PTR(md->key), key, klen))
+      continue;
+    size_t n = GRPC_SLICE_LENGTH(md->value);
+    if (n + 1 > cap) return -1;
+    memcpy(buf, GRPC_SLICE_START_PTR(md->value), n);
+    buf[n] = '\0';
+    return (int)n;
+  }
+  return -1;
+}
+
 void px_rpc_srv_on_cancel(px_rpc_srv_call_t *c, void (*cb)(px_rpc_srv_call_t *, void *),
                           void *arg) {
   c->cancel_cb = cb;
@@ -360,6 +383,16 @@ static void px__on_request(px_rpc_server_t *srv, px_rpc_srv_call_t *c, int succe
     return;
   }
   const px_rpc_method_t *m = &srv->methods[c->method];
+  size_t limit = (size_t)(m->max_request > 0 ? m->max_request : srv->max_receive);
+  size_t got = c->payload ? grpc_byte_buffer_length(c->payload) : 0;
+  if (got > limit) {
+    grpc_byte_buffer_destroy(c->payload);
+    c->payload = NULL;
+    px_rpc_srv_finish(c, PX_RPC_RESOURCE_EXHAUSTED,
+                      "%s request of %zu bytes is over this method's limit of %zu bytes",
+                      m->request->name, got, limit);
+    return;
+  }
   ProtobufCMessage *req = c->payload ? px__rpc_unpack(m->request, c->payload) : NULL;
   if (c->payload) grpc_byte_buffer_destroy(c->payload);
   c->payload = NULL;
@@ -367,7 +400,7 @@ static void px__on_request(px_rpc_server_t *srv, px_rpc_srv_call_t *c, int succe
     px_rpc_srv_finish(c, PX_RPC_INVALID_ARGUMENT, "malformed %s request", m->request->name);
     return;
   }
-  m->handler(c, req, srv->data);
+  if (!srv->authorize || srv->authorize(c, req, srv->data)) m->handler(c, req, srv->data);
   protobuf_c_message_free_unpacked(req, NULL);
 }
 
@@ -448,16 +481,83 @@ static void px__free_on_close(uv_handle_t *h) {
   px_free(srv);
 }
 
+/* Reads a whole PEM file (at most 1 MiB) as a NUL-terminated px_malloc'd
+ * string. */
+static px_status_t px__read_pem(const char *path, const char *what, char **out) {
+  *out = NULL;
+  FILE *f = fopen(path, "rb");
+  if (!f) return px_set_error(PX_ERR_IO, "%s %s: cannot open: %s", what, path, strerror(errno));
+  char *buf = px_malloc((1 << 20) + 1, "rpc.server.pem");
+  if (!buf) {
+    fclose(f);
+    return PX_ERR_NOMEM;
+  }
+  size_t n = fread(buf, 1, 1 << 20, f);
+  int big = n == (1 << 20) && fgetc(f) != EOF;
+  int err = ferror(f);
+  fclose(f);
+  buf[n] = '\0';
+  if (err || big || n == 0 || !strstr(buf, "-----BEGIN ")) {
+    px_free(buf);
+    return px_set_error(PX_ERR_INVALID, "%s %s: %s", what, path,
+                        err ? "read error" : big ? "bigger than 1 MiB" : "not a PEM file");
+  }
+  *out = buf;
+  return PX_OK;
+}
+
+static grpc_server_credentials *px__server_creds(const px_rpc_server_options_t *opt,
+                                                 px_status_t *st) {
+  *st = PX_OK;
+  if (!opt || (!opt->tls_cert_file && !opt->tls_key_file))
+    return grpc_insecure_server_credentials_create();
+  if (!opt->tls_cert_file || !opt->tls_key_file) {
+    *st = px_set_error(PX_ERR_INVALID, "rpc server: TLS needs both a certificate and a key");
+    return NULL;
+  }
+  char *cert = NULL, *key = NULL;
+  *st = px__read_pem(opt->tls_cert_file, "TLS certificate", &cert);
+  if (*st == PX_OK) *st = px__read_pem(opt->tls_key_file, "TLS key", &key);
+  grpc_server_credentials *creds = NULL;
+  if (*st == PX_OK) {
+    grpc_ssl_pem_key_cert_pair pair = {key, cert};
+    creds = grpc_ssl_server_credentials_create_ex(NULL, &pair, 1,
+                                                  GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE, NULL);
+    if (!creds)
+      *st = px_set_error(PX_ERR_INVALID, "TLS certificate %s / key %s: not usable together",
+                         opt->tls_cert_file, opt->tls_key_file);
+  }
+  if (key) {
+    memset(key, 0, strlen(key));
+    px_free(key);
+  }
+  px_free(cert);
+  return creds;
+}
+
 px_status_t px_rpc_server_create(uv_loop_t *loop, const char *listen,
                                  const px_rpc_method_t *methods, int nmethods, void *data,
                                  px_rpc_server_t **out) {
+  return px_rpc_server_create_ex(loop, listen, methods, nmethods, data, NULL, out);
+}
+
+px_status_t px_rpc_server_create_ex(uv_loop_t *loop, const char *listen,
+                                    const px_rpc_method_t *methods, int nmethods, void *data,
+                                    const px_rpc_server_options_t *opt, px_rpc_server_t **out) {
   *out = NULL;
   PX_REQUIRE(listen && listen[0], "rpc server: empty listen address");
+  px_status_t cst = PX_OK;
+  grpc_server_credentials *creds = px__server_creds(opt, &cst);
+  if (!creds) return cst;
   px_rpc_server_t *srv = px_calloc(1, sizeof *srv, "rpc.server");
-  if (!srv) return PX_ERR_NOMEM;
+  if (!srv) {
+    grpc_server_credentials_release(creds);
+    return PX_ERR_NOMEM;
+  }
   srv->handles = px_calloc((size_t)(nmethods > 0 ? nmethods : 1), sizeof(void *),
                            "rpc.server.handles");
   if (!srv->handles) {
+    grpc_server_credentials_release(creds);
     px_free(srv);
     return PX_ERR_NOMEM;
   }
@@ -466,6 +566,8 @@ px_status_t px_rpc_server_create(uv_loop_t *loop, const char *listen,
   srv->nmethods = nmethods;
   srv->data = data;
   srv->t_shutdown = (px__tag_t){PX__T_SHUTDOWN, srv};
+  srv->max_receive = opt && opt->max_receive > 0 ? opt->max_receive : PX_RPC_MAX_MESSAGE;
+  srv->authorize = opt ? opt->authorize : NULL;
   /* The loop side first: from here on every failure releases through the
    * async handle's close callback (memory is freed when the loop next runs). */
   uv_mutex_init(&srv->mu);
@@ -476,7 +578,7 @@ px_status_t px_rpc_server_create(uv_loop_t *loop, const char *listen,
   grpc_arg args[3];
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-  args[0].value.integer = PX_RPC_MAX_MESSAGE;
+  args[0].value.integer = srv->max_receive;
   args[1].type = GRPC_ARG_INTEGER;
   args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
   args[1].value.integer = PX_RPC_MAX_MESSAGE;
@@ -495,10 +597,10 @@ px_status_t px_rpc_server_create(uv_loop_t *loop, const char *listen,
                                                   GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
     if (!srv->handles[i]) {
       st = px_set_error(PX_ERR_INVALID, "rpc server: cannot register %s", methods[i].path);
+      grpc_server_credentials_release(creds);
       goto fail;
     }
   }
-  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
   srv->port = grpc_server_add_http2_port(srv->server, listen, creds);
   grpc_server_credentials_release(creds);
   if (srv->port <= 0) {

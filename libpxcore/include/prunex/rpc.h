@@ -2,8 +2,9 @@
  * pxworker, pxctl and the tests use to talk to pxcoordd (proto/prunex.proto,
  * package prunex.v1, services Coordinator and Jobs).
  *
- * A channel (px_rpc_channel_t) is one insecure HTTP/2 connection to
- * HOST:PORT, shared by any number of threads. Unary calls block the calling
+ * A channel (px_rpc_channel_t) is one HTTP/2 connection to HOST:PORT
+ * (TLS when it has a CA file, plain text otherwise), shared by any number of
+ * threads; a channel with a token sends it on every call. Unary calls block the calling
  * thread until the answer or the deadline; server-streaming calls
  * (WatchAssignments, WatchJob) return a stream handle read one message at a
  * time with a timeout. Every failure maps the gRPC status to a px_status_t
@@ -82,12 +83,32 @@ void px_rpc_message_free(void *msg);
 #define PX_RPC_LIST_NODES "/prunex.v1.Jobs/ListNodes"
 #define PX_RPC_GET_ITERATIONS "/prunex.v1.Jobs/GetIterations"
 #define PX_RPC_WATCH_JOB "/prunex.v1.Jobs/WatchJob"
+#define PX_RPC_DELETE_JOB "/prunex.v1.Jobs/DeleteJob"
 
 /* ---- channel ---------------------------------------------------------- */
 
 typedef struct px_rpc_channel px_rpc_channel_t;
 
-/* Creates a channel to target ("HOST:PORT", insecure). Connecting is lazy:
+/* Optional settings of a channel. NULL fields take the environment:
+ *   ca_file  PEM CA bundle: the channel speaks TLS and verifies the server's
+ *            certificate (and its name: the target's host) against it;
+ *            NULL: $PRUNEX_CA; unset or "": plain text;
+ *   token    bearer token sent as `authorization: Bearer TOKEN` on every
+ *            call (printable ASCII, <= 4096 bytes); NULL: $PRUNEX_TOKEN;
+ *            unset or "": none. */
+typedef struct {
+  const char *ca_file;
+  const char *token;
+} px_rpc_channel_options_t;
+
+/* Creates a channel with options (opt may be NULL: all from the
+ * environment). Fails with PX_ERR_IO / PX_ERR_INVALID when the CA file
+ * cannot be read or holds no certificate, or the token is malformed. */
+px_status_t px_rpc_channel_create_ex(const char *target, const px_rpc_channel_options_t *opt,
+                                     px_rpc_channel_t **out);
+
+/* Creates a channel to target ("HOST:PORT"; TLS and token from PRUNEX_CA and
+ * PRUNEX_TOKEN, see px_rpc_channel_options_t). Connecting is lazy:
  * this does not fail when nobody listens (calls do, with UNAVAILABLE). The
  * caller owns *out (px_rpc_channel_destroy). Thread-safe once created. */
 px_status_t px_rpc_channel_create(const char *target, px_rpc_channel_t **out);
@@ -175,12 +196,17 @@ px_status_t px_rpc_report_rank_exit(px_rpc_channel_t *ch, const Prunex__V1__Rank
 /* Jobs service (pxctl). */
 px_status_t px_rpc_submit_job(px_rpc_channel_t *ch, const Prunex__V1__SubmitJobRequest *req,
                               int deadline_ms, Prunex__V1__SubmitJobResponse **out);
+/* GetJob leaves Job.spec_yaml empty; _ex asks for it too. */
 px_status_t px_rpc_get_job(px_rpc_channel_t *ch, const char *job_id, int deadline_ms,
                            Prunex__V1__Job **out);
+px_status_t px_rpc_get_job_ex(px_rpc_channel_t *ch, const char *job_id, int with_spec_yaml,
+                              int deadline_ms, Prunex__V1__Job **out);
 px_status_t px_rpc_list_jobs(px_rpc_channel_t *ch, const Prunex__V1__ListJobsRequest *req,
                              int deadline_ms, Prunex__V1__ListJobsResponse **out);
 px_status_t px_rpc_cancel_job(px_rpc_channel_t *ch, const char *job_id, const char *reason,
                               int deadline_ms, Prunex__V1__CancelJobResponse **out);
+/* Removes a finished job and everything stored for it (owner or admin). */
+px_status_t px_rpc_delete_job(px_rpc_channel_t *ch, const char *job_id, int deadline_ms);
 px_status_t px_rpc_list_nodes(px_rpc_channel_t *ch, const Prunex__V1__ListNodesRequest *req,
                               int deadline_ms, Prunex__V1__ListNodesResponse **out);
 px_status_t px_rpc_get_iterations(px_rpc_channel_t *ch,

@@ -1,0 +1,480 @@
+/* Who is calling, and may they: pxcoordd's one place for authentication and
+ * authorisation (docs/security.md).
+ *
+ * Credentials are bearer tokens in the `authorization` metadata entry
+ * ("Bearer TOKEN"). A token is either a line of the tokens file
+ * (`TOKEN NAME ROLE`, ROLE admin, user or node; for role node NAME is the
+ * node's name) or a rank secret that the coordinator made when it placed a
+ * job (prefix "pxr_", stored in job_ranks.secret, handed to the node's agent
+ * in the assignment and by the agent to its worker). coord_auth_identify
+ * turns a header into an identity; it is what any other listener (the HTTP
+ * one) calls too. coord_authorize is the gRPC server's hook: it runs before
+ * every handler and applies the policy below, then leaves the identity in
+ * c->who for the handler (owners of jobs, owner-or-admin checks).
+ *
+ * Policy with tokens configured (without them every call is let through as
+ * an anonymous admin, which the listen check in main.c restricts to
+ * loopback addresses):
+ *   Jobs service          admin and user tokens only (nodes and ranks are
+ *                         refused); cancel/delete: the job's owner or an admin
+ *   RegisterNode          a node token whose NAME is the name registered
+ *   Heartbeat, WatchAssignments   a node token of the node that node_id is
+ *   KvPut, KvGet          the secret of a rank of that job, job live
+ *   ReportIteration       the secret of that very rank of that job, job live
+ *   ReportRankExit        the node holding that rank, or that rank itself
+ * Missing or unknown credentials: UNAUTHENTICATED; a known caller asking for
+ * what it may not touch: PERMISSION_DENIED.
+ *
+ * The tokens file is read at start and on SIGHUP (a bad file keeps the old
+ * tokens and logs why), must not be readable by others, and is held sorted
+ * so that a lookup is a binary search. */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "coord.h"
+#include "px_check.h"
+
+#define COORD_TOKENS_MAX_BYTES (4 << 20)
+#define COORD_TOKEN_MIN 16
+#define COORD_TOKEN_MAX 256
+
+typedef struct {
+  char *token;
+  char name[COORD_NAME_MAX];
+  int role;
+} coord_token_t;
+
+struct coord_tokens {
+  coord_token_t *v;
+  size_t n;
+  char *text; /* the file's bytes; tokens point into it */
+};
+
+void coord_tokens_free(coord_tokens_t *t) {
+  if (!t) return;
+  if (t->text) {
+    memset(t->text, 0, strlen(t->text));
+    px_free(t->text);
+  }
+  px_free(t->v);
+  px_free(t);
+}
+
+static int coord_token_cmp(const void *a, const void *b) {
+  return strcmp(((const coord_token_t *)a)->token, ((const coord_token_t *)b)->token);
+}
+
+int coord_name_ok(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || n >= COORD_NAME_MAX) return 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    if (!isalnum(ch) && ch != '.' && ch != '_' && ch != '-' && ch != '@') return 0;
+  }
+  return 1;
+}
+
+px_status_t coord_tokens_load(const char *path, coord_tokens_t **out) {
+  *out = NULL;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return px_set_error(PX_ERR_IO, "tokens file %s: cannot open: %s", path, strerror(errno));
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    close(fd);
+    return px_set_error(PX_ERR_INVALID, "tokens file %s: not a regular file", path);
+  }
+  if (sb.st_mode & (S_IROTH | S_IWOTH)) {
+    close(fd);
+    return px_set_error(PX_ERR_INVALID,
+                        "tokens file %s: readable or writable by every user (mode %03o); "
+                        "run chmod 600 %s", path, (unsigned)(sb.st_mode & 0777), path);
+  }
+  if (sb.st_size > COORD_TOKENS_MAX_BYTES) {
+    close(fd);
+    return px_set_error(PX_ERR_INVALID, "tokens file %s: bigger than %d bytes", path,
+                        COORD_TOKENS_MAX_BYTES);
+  }
+  coord_tokens_t *t = px_calloc(1, sizeof *t, "coordd.tokens");
+  char *text = px_malloc((size_t)sb.st_size + 1, "coordd.tokens.text");
+  if (!t || !text) {
+    close(fd);
+    px_free(t);
+    px_free(text);
+    return PX_ERR_NOMEM;
+  }
+  t->text = text;
+  size_t got = 0;
+  while (got < (size_t)sb.st_size) {
+    ssize_t r = read(fd, text + got, (size_t)sb.st_size - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  close(fd);
+  text[got] = '\0';
+  size_t lines = 1;
+  for (size_t i = 0; i < got; i++) lines += text[i] == '\n';
+  t->v = px_calloc(lines, sizeof *t->v, "coordd.tokens.v");
+  if (!t->v) {
+    coord_tokens_free(t);
+    return PX_ERR_NOMEM;
+  }
+  px_status_t st = PX_OK;
+  int lineno = 0;
+  char *save = NULL;
+  for (char *line = text; line && st == PX_OK; line = save) {
+    lineno++;
+    char *nl = strchr(line, '\n');
+    save = nl ? nl + 1 : NULL;
+    if (nl) *nl = '\0';
+    char *hash = strchr(line, '#');
+    if (hash) *hash = '\0';
+    char *f[4] = {0};
+    int nf = 0;
+    for (char *p = line; *p && nf < 4;) {
+      while (*p && isspace((unsigned char)*p)) *p++ = '\0';
+      if (!*p) break;
+      f[nf++] = p;
+      while (*p && !isspace((unsigned char)*p)) p++;
+    }
+    if (nf == 0) continue;
+    if (nf != 3) {
+      st = px_set_error(PX_ERR_INVALID, "%s:%d: expected `TOKEN NAME ROLE` (3 fields)", path, lineno);
+      break;
+    }
+    size_t tl = strlen(f[0]);
+    int printable = 1;
+    for (size_t i = 0; i < tl; i++)
+      printable &= (unsigned char)f[0][i] > ' ' && (unsigned char)f[0][i] < 0x7f;
+    if (tl < COORD_TOKEN_MIN || tl > COORD_TOKEN_MAX || !printable) {
+      st = px_set_error(PX_ERR_INVALID,
+                        "%s:%d: the token must be %d to %d printable ASCII characters "
+                        "(make one with: openssl rand -hex 32)",
+                        path, lineno, COORD_TOKEN_MIN, COORD_TOKEN_MAX);
+      break;
+    }
+    if (!strncmp(f[0], COORD_RANK_SECRET_PREFIX, strlen(COORD_RANK_SECRET_PREFIX))) {
+      st = px_set_error(PX_ERR_INVALID, "%s:%d: tokens may not start with '%s' (rank secrets do)",
+                        path, lineno, COORD_RANK_SECRET_PREFIX);
+      break;
+    }
+    if (!coord_name_ok(f[1])) {
+      st = px_set_error(PX_ERR_INVALID,
+                        "%s:%d: name '%.64s': use 1 to %d of A-Z a-z 0-9 . _ - @", path, lineno,
+                        f[1], COORD_NAME_MAX - 1);
+      break;
+    }
+    int role = !strcmp(f[2], "admin") ? COORD_ROLE_ADMIN
+               : !strcmp(f[2], "user") ? COORD_ROLE_USER
+               : !strcmp(f[2], "node") ? COORD_ROLE_NODE
+                                       : 0;
+    if (!role) {
+      st = px_set_error(PX_ERR_INVALID, "%s:%d: role '%.32s': expected admin, user or node",
+                        path, lineno, f[2]);
+      break;
+    }
+    coord_token_t *e = &t->v[t->n++];
+    e->token = f[0];
+    snprintf(e->name, sizeof e->name, "%s", f[1]);
+    e->role = role;
+  }
+  if (st == PX_OK) {
+    qsort(t->v, t->n, sizeof *t->v, coord_token_cmp);
+    for (size_t i = 1; i < t->n; i++)
+      if (!strcmp(t->v[i].token, t->v[i - 1].token)) {
+        st = px_set_error(PX_ERR_INVALID, "%s: a token appears twice (for %s and %s)", path,
+                          t->v[i - 1].name, t->v[i].name);
+        break;
+      }
+  }
+  if (st == PX_OK && t->n == 0)
+    st = px_set_error(PX_ERR_INVALID, "%s: no tokens in it", path);
+  if (st != PX_OK) {
+    coord_tokens_free(t);
+    return st;
+  }
+  *out = t;
+  return PX_OK;
+}
+
+size_t coord_tokens_count(const coord_tokens_t *t) { return t ? t->n : 0; }
+
+px_status_t coord_auth_reload(coord_t *c) {
+  if (!c->cfg.tokens[0]) return PX_OK;
+  coord_tokens_t *t = NULL;
+  PX_CHECK(coord_tokens_load(c->cfg.tokens, &t));
+  coord_tokens_free(c->tokens);
+  c->tokens = t;
+  px_log(PX_LOG_INFO, "tokens: %zu from %s", t->n, c->cfg.tokens);
+  return PX_OK;
+}
+
+px_status_t coord_rank_secret_make(char *out, size_t cap) {
+  unsigned char raw[32];
+  size_t got = 0;
+  while (got < sizeof raw) {
+    ssize_t r = getrandom(raw + got, sizeof raw - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return px_set_error(PX_ERR_IO, "getrandom: %s", strerror(errno));
+    got += (size_t)r;
+  }
+  size_t pre = strlen(COORD_RANK_SECRET_PREFIX);
+  PX_REQUIRE(cap > pre + 2 * sizeof raw, "rank secret buffer too small");
+  memcpy(out, COORD_RANK_SECRET_PREFIX, pre);
+  for (size_t i = 0; i < sizeof raw; i++) snprintf(out + pre + 2 * i, 3, "%02x", raw[i]);
+  return PX_OK;
+}
+
+/* A job's state, -1 when unknown. */
+static px_status_t coord_auth_job_state(coord_t *c, const char *job_id, int *state) {
+  *state = -1;
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(c->db, "SELECT state FROM jobs WHERE job_id = ?1", &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  px_status_t rc = px_store_step(st);
+  if (rc == 1) *state = (int)px_store_column_int64(st, 0);
+  px_store_reset(st);
+  return rc < 0 ? rc : PX_OK;
+}
+
+px_rpc_code_t coord_auth_identify(coord_t *c, const char *authorization, coord_identity_t *who,
+                                  char *err, size_t cap) {
+  memset(who, 0, sizeof *who);
+  who->rank = -1;
+  if (!c->tokens) {
+    who->role = COORD_ROLE_ANON;
+    return PX_RPC_OK;
+  }
+  if (!authorization || !authorization[0]) {
+    snprintf(err, cap, "no credentials: this coordinator needs a bearer token (PRUNEX_TOKEN)");
+    return PX_RPC_UNAUTHENTICATED;
+  }
+  if (strncmp(authorization, "Bearer ", 7) != 0) {
+    snprintf(err, cap, "the authorization metadata is not `Bearer TOKEN`");
+    return PX_RPC_UNAUTHENTICATED;
+  }
+  const char *token = authorization + 7;
+  size_t pre = strlen(COORD_RANK_SECRET_PREFIX);
+  if (!strncmp(token, COORD_RANK_SECRET_PREFIX, pre)) {
+    px_store_stmt_t *st;
+    px_status_t rc = px_store_stmt(c->db,
+                                   "SELECT r.job_id, r.rank, n.node_id FROM job_ranks r"
+                                   " JOIN job_nodes n ON n.job_id = r.job_id"
+                                   " AND n.node_index = r.node_index WHERE r.secret = ?1",
+                                   &st);
+    if (rc == PX_OK) rc = px_store_bind_text(st, 1, token);
+    if (rc == PX_OK) rc = px_store_step(st);
+    if (rc < 0) {
+      snprintf(err, cap, "%s", px_last_error());
+      return PX_RPC_INTERNAL;
+    }
+    if (rc == 1) {
+      who->role = COORD_ROLE_RANK;
+      snprintf(who->job_id, sizeof who->job_id, "%s", px_store_column_text(st, 0));
+      who->rank = (int)px_store_column_int64(st, 1);
+      snprintf(who->node_id, sizeof who->node_id, "%s", px_store_column_text(st, 2));
+      snprintf(who->name, sizeof who->name, "rank %d of %s", who->rank, who->job_id);
+      px_store_reset(st);
+      return PX_RPC_OK;
+    }
+    px_store_reset(st);
+  } else {
+    coord_token_t key = {.token = (char *)token};
+    const coord_token_t *e = bsearch(&key, c->tokens->v, c->tokens->n, sizeof key, coord_token_cmp);
+    if (e) {
+      who->role = e->role;
+      snprintf(who->name, sizeof who->name, "%s", e->name);
+      return PX_RPC_OK;
+    }
+  }
+  snprintf(err, cap, "unknown token");
+  return PX_RPC_UNAUTHENTICATED;
+}
+
+int coord_auth_may_manage(const coord_identity_t *who, const char *owner) {
+  if (who->role == COORD_ROLE_ANON || who->role == COORD_ROLE_ADMIN) return 1;
+  return who->role == COORD_ROLE_USER && !strcmp(who->name, owner);
+}
+
+static const char *coord_role_name(int role) {
+  switch (role) {
+    case COORD_ROLE_ADMIN: return "admin";
+    case COORD_ROLE_USER: return "user";
+    case COORD_ROLE_NODE: return "node";
+    case COORD_ROLE_RANK: return "rank";
+    default: return "anonymous";
+  }
+}
+
+/* The name of a node by its id; "" when unknown. */
+static px_status_t coord_auth_node_name(coord_t *c, const char *node_id, char *name, size_t cap) {
+  name[0] = '\0';
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(c->db, "SELECT name FROM nodes WHERE node_id = ?1", &st));
+  PX_CHECK(px_store_bind_text(st, 1, node_id));
+  px_status_t rc = px_store_step(st);
+  if (rc == 1) snprintf(name, cap, "%s", px_store_column_text(st, 0));
+  px_store_reset(st);
+  return rc < 0 ? rc : PX_OK;
+}
+
+/* Whether the node named name holds rank of job. */
+static px_status_t coord_auth_node_holds(coord_t *c, const char *name, const char *job_id,
+                                         int rank, int *holds) {
+  *holds = 0;
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(c->db,
+                         "SELECT 1 FROM job_ranks r JOIN job_nodes n ON n.job_id = r.job_id"
+                         " AND n.node_index = r.node_index JOIN nodes d ON d.node_id = n.node_id"
+                         " WHERE r.job_id = ?1 AND r.rank = ?2 AND d.name = ?3",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  PX_CHECK(px_store_bind_int64(st, 2, rank));
+  PX_CHECK(px_store_bind_text(st, 3, name));
+  px_status_t rc = px_store_step(st);
+  *holds = rc == 1;
+  px_store_reset(st);
+  return rc < 0 ? rc : PX_OK;
+}
+
+#define COORD_DENY(...)                                                   \
+  do {                                                                    \
+    px_rpc_srv_finish(call, PX_RPC_PERMISSION_DENIED, __VA_ARGS__);       \
+    return 0;                                                             \
+  } while (0)
+
+/* A rank's call for job_id (and rank, when >= 0): its own job, still live. */
+static int coord_auth_rank_call(coord_t *c, px_rpc_srv_call_t *call, const coord_identity_t *who,
+                                const char *job_id, int rank) {
+  if (who->role != COORD_ROLE_RANK)
+    COORD_DENY("%s: only a rank's secret may call this (the caller is %s %s)",
+               px_rpc_srv_method(call), coord_role_name(who->role), who->name);
+  if (strcmp(who->job_id, job_id) != 0)
+    COORD_DENY("the secret of %s does not open job %s", who->name, job_id);
+  if (rank >= 0 && rank != who->rank)
+    COORD_DENY("the secret of %s cannot report for rank %d", who->name, rank);
+  int state;
+  if (coord_auth_job_state(c, job_id, &state) != PX_OK) {
+    coord_fail_internal(c, call);
+    return 0;
+  }
+  if (!coord_job_active(state))
+    COORD_DENY("job %s is not running (%s): its secrets are void", job_id,
+               state < 0 ? "unknown" : px_rpc_job_state_name(state));
+  return 1;
+}
+
+int coord_authorize(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data) {
+  coord_t *c = data;
+  coord_identity_t *who = &c->who;
+  char hdr[COORD_TOKEN_MAX + 16] = "";
+  if (px_rpc_srv_metadata(call, "authorization", hdr, sizeof hdr) < 0) hdr[0] = '\0';
+  char err[256] = "";
+  px_rpc_code_t code = coord_auth_identify(c, hdr, who, err, sizeof err);
+  if (code != PX_RPC_OK) {
+    px_rpc_srv_finish(call, code, "%s: %s", px_rpc_srv_method(call), err);
+    return 0;
+  }
+  if (who->role == COORD_ROLE_ANON) return 1;
+  const char *m = px_rpc_srv_method(call);
+  if (!strncmp(m, "/prunex.v1.Jobs/", 16)) {
+    if (who->role != COORD_ROLE_ADMIN && who->role != COORD_ROLE_USER)
+      COORD_DENY("%s: the Jobs service takes user or admin tokens, not the %s credential of %s", m,
+                 coord_role_name(who->role), who->name);
+    return 1;
+  }
+  if (!strcmp(m, PX_RPC_REGISTER_NODE)) {
+    const Prunex__V1__RegisterNodeRequest *r = (const void *)req;
+    if (who->role != COORD_ROLE_NODE)
+      COORD_DENY("RegisterNode: needs a node token (the caller is %s %s)",
+                 coord_role_name(who->role), who->name);
+    if (strcmp(r->name, who->name) != 0)
+      COORD_DENY("RegisterNode: the token of node %s cannot register node '%.128s'", who->name,
+                 r->name);
+    return 1;
+  }
+  if (!strcmp(m, PX_RPC_HEARTBEAT) || !strcmp(m, PX_RPC_WATCH_ASSIGNMENTS)) {
+    const char *node_id = !strcmp(m, PX_RPC_HEARTBEAT)
+                              ? ((const Prunex__V1__HeartbeatRequest *)(const void *)req)->node_id
+                              : ((const Prunex__V1__WatchAssignmentsRequest *)(const void *)req)
+                                    ->node_id;
+    if (who->role != COORD_ROLE_NODE)
+      COORD_DENY("%s: needs a node token (the caller is %s %s)", m, coord_role_name(who->role),
+                 who->name);
+    char name[COORD_NAME_MAX];
+    if (coord_auth_node_name(c, node_id, name, sizeof name) != PX_OK) {
+      coord_fail_internal(c, call);
+      return 0;
+    }
+    if (name[0] && strcmp(name, who->name) != 0)
+      COORD_DENY("%s: node id %.64s is node %s, not %s", m, node_id, name, who->name);
+    return 1;
+  }
+  if (!strcmp(m, PX_RPC_KV_PUT))
+    return coord_auth_rank_call(c, call, who, ((const Prunex__V1__KvPutRequest *)(const void *)req)->job_id, -1);
+  if (!strcmp(m, PX_RPC_KV_GET))
+    return coord_auth_rank_call(c, call, who, ((const Prunex__V1__KvGetRequest *)(const void *)req)->job_id, -1);
+  if (!strcmp(m, PX_RPC_REPORT_ITERATION)) {
+    const Prunex__V1__IterationReport *r = (const void *)req;
+    return coord_auth_rank_call(c, call, who, r->job_id, r->rank);
+  }
+  if (!strcmp(m, PX_RPC_REPORT_RANK_EXIT)) {
+    const Prunex__V1__RankExit *r = (const void *)req;
+    if (who->role == COORD_ROLE_RANK) {
+      if (strcmp(who->job_id, r->job_id) != 0 || who->rank != r->rank)
+        COORD_DENY("ReportRankExit: the secret of %s cannot report rank %d of %.64s", who->name,
+                   r->rank, r->job_id);
+      return 1;
+    }
+    if (who->role != COORD_ROLE_NODE)
+      COORD_DENY("ReportRankExit: needs the node holding the rank (the caller is %s %s)",
+                 coord_role_name(who->role), who->name);
+    int holds = 0;
+    if (coord_auth_node_holds(c, who->name, r->job_id, r->rank, &holds) != PX_OK) {
+      coord_fail_internal(c, call);
+      return 0;
+    }
+    if (!holds)
+      COORD_DENY("ReportRankExit: node %s does not hold rank %d of job %.64s", who->name, r->rank,
+                 r->job_id);
+    return 1;
+  }
+  COORD_DENY("%s: no policy for this method", m);
+}
+
+int coord_utf8_ok(const char *str, size_t n) {
+  const unsigned char *s = (const unsigned char *)str;
+  size_t i = 0;
+  while (i < n) {
+    unsigned char b = s[i];
+    if (b == 0) return 0;
+    if (b < 0x80) {
+      i++;
+      continue;
+    }
+    size_t len;
+    uint32_t cp;
+    if (b >= 0xc2 && b <= 0xdf) len = 2, cp = b & 0x1f;
+    else if (b >= 0xe0 && b <= 0xef) len = 3, cp = b & 0x0f;
+    else if (b >= 0xf0 && b <= 0xf4) len = 4, cp = b & 0x07;
+    else return 0;
+    if (i + len > n) return 0;
+    for (size_t k = 1; k < len; k++) {
+      if ((s[i + k] & 0xc0) != 0x80) return 0;
+      cp = (cp << 6) | (s[i + k] & 0x3f);
+    }
+    /* overlong, surrogates, beyond U+10FFFF */
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+      return 0;
+    i += len;
+  }
+  return 1;
+}
