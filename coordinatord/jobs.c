@@ -354,7 +354,7 @@ static px_status_t coord_submit(coord_t *c, const Prunex__V1__SubmitJobRequest *
   PX_CHECK_GOTO(px_store_bind_text(st, 1, r->spec->name), rc, out);
   PX_CHECK_GOTO(px_store_bind_int64(st, 2, JS_PENDING), rc, out);
   PX_CHECK_GOTO(px_store_bind_blob(st, 3, blob, len), rc, out);
-  PX_CHECK_GOTO(px_store_bind_text(st, 4, r->spec_yaml), rc, out);
+  PX_CHECK_GOTO(px_store_bind_text(st, 4, ""), rc, out); /* in job_spec_yaml (schema v3) */
   PX_CHECK_GOTO(px_store_bind_int64(st, 5, r->spec->cluster->nodes), rc, out);
   PX_CHECK_GOTO(px_store_bind_int64(st, 6, r->spec->cluster->workers_per_node), rc, out);
   PX_CHECK_GOTO(px_store_bind_int64(st, 7, now), rc, out);
@@ -365,6 +365,15 @@ static px_status_t coord_submit(coord_t *c, const Prunex__V1__SubmitJobRequest *
   PX_CHECK_GOTO(px_store_bind_int64(st, 1, id), rc, out);
   PX_CHECK_GOTO(px_store_bind_text(st, 2, job_id), rc, out);
   PX_CHECK_GOTO(px_store_run(st), rc, out);
+  if (r->spec_yaml[0]) {
+    PX_CHECK_GOTO(px_store_stmt(c->db,
+                                "INSERT INTO job_spec_yaml (job_id, spec_yaml) VALUES (?1, ?2)",
+                                &st),
+                  rc, out);
+    PX_CHECK_GOTO(px_store_bind_text(st, 1, job_id), rc, out);
+    PX_CHECK_GOTO(px_store_bind_text(st, 2, r->spec_yaml), rc, out);
+    PX_CHECK_GOTO(px_store_run(st), rc, out);
+  }
   char reason[160];
   snprintf(reason, sizeof reason, "submitted: %d node%s x %d worker%s",
            r->spec->cluster->nodes, r->spec->cluster->nodes == 1 ? "" : "s",

@@ -168,8 +168,10 @@ px_status_t coord_job_load_ex(coord_t *c, coord_arena_t *a, const char *job_id, 
   *out = NULL;
   px_store_stmt_t *st;
   PX_CHECK(px_store_stmt(c->db,
-                         "SELECT job_id, name, state, spec, CASE WHEN ?2 THEN spec_yaml ELSE ''"
-                         " END, reason, created_unix_ms, updated_unix_ms, iteration,"
+                         "SELECT job_id, name, state, spec, CASE WHEN ?2 THEN coalesce((SELECT"
+                         " y.spec_yaml FROM job_spec_yaml y WHERE y.job_id = jobs.job_id),"
+                         " spec_yaml) ELSE '' END, reason, created_unix_ms, updated_unix_ms,"
+                         " iteration,"
                          " scheduled_unix_ms, finished_unix_ms, owner"
                          " FROM jobs WHERE job_id = ?1",
                          &st));
@@ -332,6 +334,7 @@ px_status_t coord_job_delete_rows(coord_t *c, const char *job_id) {
       "DELETE FROM job_ranks WHERE job_id = ?1",
       "DELETE FROM job_nodes WHERE job_id = ?1",
       "DELETE FROM job_events WHERE job_id = ?1",
+      "DELETE FROM job_spec_yaml WHERE job_id = ?1",
       "DELETE FROM jobs WHERE job_id = ?1",
   };
   for (size_t i = 0; i < sizeof sql / sizeof sql[0]; i++) {

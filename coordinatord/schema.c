@@ -149,9 +149,17 @@ static const char coord_schema_v1[] =
 static const char coord_schema_v2[] =
     "ALTER TABLE rank_exits ADD COLUMN model_path TEXT NOT NULL DEFAULT '';";
 
-/* v3 (issue 12): job owners, per-rank secrets, and indexes for paging and
- * retention. */
+/* v3 (issue 12): job owners, per-rank secrets, indexes for paging and
+ * retention, and the spec's text in a table of its own: SQLite rewrites a
+ * whole row on every UPDATE, and jobs rows are updated on every state change
+ * and every iteration, which with a 1 MiB spec_yaml in the row cost a
+ * megabyte each. */
 static const char coord_schema_v3[] =
+    "CREATE TABLE job_spec_yaml ("
+    "  job_id TEXT PRIMARY KEY REFERENCES jobs(job_id),"
+    "  spec_yaml TEXT NOT NULL);"
+    "INSERT INTO job_spec_yaml SELECT job_id, spec_yaml FROM jobs WHERE spec_yaml != '';"
+    "UPDATE jobs SET spec_yaml = '' WHERE spec_yaml != '';"
     "ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';"
     "ALTER TABLE job_ranks ADD COLUMN secret TEXT NOT NULL DEFAULT '';"
     "CREATE INDEX job_ranks_secret ON job_ranks(secret);"
