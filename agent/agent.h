@@ -37,6 +37,8 @@
 #define PXA_REPORT_GIVE_UP_MS (10 * 60 * 1000)
 #define PXA_FLUSH_MS 5000          /* exit reports still sent after a shutdown */
 
+#define PXA_MAX_ROOTS 16
+
 typedef struct {
   const char *coordinator;
   const char *name;          /* NULL: the host name */
@@ -46,7 +48,10 @@ typedef struct {
   int threads_per_worker;    /* 0: max(1, cores / devices) */
   int heartbeat_ms;          /* 0: the coordinator's interval; else at most this */
   int log_level;             /* px_log_level_t; -1: not set */
+  const char *output_roots[PXA_MAX_ROOTS]; /* --output-root: where output_dir may also be */
+  int noutput_roots;
 } pxa_config_t;
+
 
 typedef enum { PXA_CMD_START = 1, PXA_CMD_CANCEL = 2 } pxa_cmd_kind_t;
 

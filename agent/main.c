@@ -29,6 +29,7 @@ static void pxa_usage(FILE *f) {
           "usage: pxagent --coordinator HOST:PORT [--name NODE] [--cpu-workers N]\n"
           "               [--threads-per-worker T] [--work-dir DIR] [--heartbeat-ms N]\n"
           "               [--worker PATH] [--log-level L] [--ca FILE]\n"
+          "               [--output-root DIR]...\n"
           "\n"
           "The PruneX node agent: registers this node with the coordinator, heartbeats,\n"
           "starts one pxworker per assigned rank and reports how each one ended.\n"
@@ -46,6 +47,8 @@ static void pxa_usage(FILE *f) {
           "  --worker PATH            the pxworker program (default: beside pxagent)\n"
           "  --log-level L            error, warn, info or debug (default info, or the\n"
           "                           PX_LOG_LEVEL environment variable)\n"
+          "  --output-root DIR        a directory (absolute) under which a job's output_dir\n"
+          "                           may be, besides the work directory; repeatable\n"
           "  --ca FILE                PEM CA bundle: talk TLS to the coordinator and verify\n"
           "                           it (default $PRUNEX_CA; unset: plain text). The\n"
           "                           node's token comes from $PRUNEX_TOKEN (role node in\n"
@@ -75,7 +78,7 @@ static int pxa_parse_int(const char *s, int lo, int hi, int *out) {
 
 /* Returns -1 to go on, else the exit status. */
 static int pxa_parse_args(int argc, char **argv, pxa_config_t *c) {
-  enum { O_COORD = 256, O_NAME, O_CPU, O_THREADS, O_WORK, O_HB, O_WORKER, O_LOG, O_VERSION, O_CA };
+  enum { O_COORD = 256, O_NAME, O_CPU, O_THREADS, O_WORK, O_HB, O_WORKER, O_LOG, O_VERSION, O_CA, O_ROOT };
   static const struct option opts[] = {
       {"coordinator", required_argument, NULL, O_COORD},
       {"name", required_argument, NULL, O_NAME},
@@ -86,6 +89,7 @@ static int pxa_parse_args(int argc, char **argv, pxa_config_t *c) {
       {"worker", required_argument, NULL, O_WORKER},
       {"log-level", required_argument, NULL, O_LOG},
       {"ca", required_argument, NULL, O_CA},
+      {"output-root", required_argument, NULL, O_ROOT},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, O_VERSION},
       {NULL, 0, NULL, 0},
@@ -107,6 +111,14 @@ static int pxa_parse_args(int argc, char **argv, pxa_config_t *c) {
         break;
       case O_WORK: c->work_dir = optarg; break;
       case O_WORKER: c->worker_bin = optarg; break;
+      case O_ROOT:
+        if (optarg[0] != '/' || strstr(optarg, "/..") || strlen(optarg) > 1024)
+          return pxa_bad_usage("--output-root '%s': expected an absolute path without '..'",
+                               optarg);
+        if (c->noutput_roots >= PXA_MAX_ROOTS)
+          return pxa_bad_usage("--output-root '%s': at most 16 of them", optarg);
+        c->output_roots[c->noutput_roots++] = optarg;
+        break;
       case O_CA:
         /* Through the environment: the RPC client and the workers read it. */
         if (access(optarg, R_OK) != 0) return pxa_bad_usage("--ca '%s': cannot read the file", optarg);

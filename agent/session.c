@@ -94,6 +94,13 @@ static px_status_t pxa_register(pxa_agent_t *ag, px_rpc_channel_t *ch) {
   req.devices = ag->device_ptrs;
   req.agent_version = (char *)px_version();
   req.pid = (int32_t)getpid();
+  /* Where jobs may write (issue 12): the coordinator refuses at submission
+   * an output_dir that no node allows. */
+  char *roots[PXA_MAX_ROOTS + 1];
+  roots[0] = ag->work_dir;
+  for (int i = 0; i < ag->cfg.noutput_roots; i++) roots[1 + i] = (char *)ag->cfg.output_roots[i];
+  req.n_output_roots = (size_t)(1 + ag->cfg.noutput_roots);
+  req.output_roots = roots;
   Prunex__V1__RegisterNodeResponse *resp = NULL;
   PX_CHECK(px_rpc_register_node(ch, &req, 5000, &resp));
   int interval = resp->heartbeat_interval_ms > 0 ? resp->heartbeat_interval_ms : 1000;

@@ -169,3 +169,29 @@ int pxa_cpu_count(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)n : 1;
 }
+
+/* 1 when path is dir or below it, on a component boundary ("/a/b" is
+ * under "/a" and "/a/", not under "/ab"). */
+static int pxa_path_under(const char *path, const char *dir) {
+  size_t n = strlen(dir);
+  while (n > 1 && dir[n - 1] == '/') n--;
+  if (strncmp(path, dir, n) != 0) return 0;
+  return path[n] == '\0' || path[n] == '/' || (n == 1 && dir[0] == '/');
+}
+
+int pxa_output_dir_allowed(const char *out, const char *work_dir, const char *const *roots,
+                           int nroots) {
+  /* no ".." component anywhere */
+  for (const char *p = out; *p;) {
+    const char *e = strchr(p, '/');
+    size_t len = e ? (size_t)(e - p) : strlen(p);
+    if (len == 2 && p[0] == '.' && p[1] == '.') return 0;
+    if (!e) break;
+    p = e + 1;
+  }
+  if (out[0] != '/') return 1; /* relative: under the job's directory in the work dir */
+  if (pxa_path_under(out, work_dir)) return 1;
+  for (int i = 0; i < nroots; i++)
+    if (pxa_path_under(out, roots[i])) return 1;
+  return 0;
+}

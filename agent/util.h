@@ -40,4 +40,9 @@ int pxa_rpc_retryable(void);
 /* Online processors (at least 1). */
 int pxa_cpu_count(void);
 
+/* 1 when a job's output_dir is one this agent allows: relative without
+ * "..", or absolute under the work directory or one of roots (issue 12). */
+int pxa_output_dir_allowed(const char *output_dir, const char *work_dir, const char *const *roots,
+                           int nroots);
+
 #endif

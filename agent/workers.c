@@ -208,6 +208,15 @@ static char **pxa_worker_env(int threads) {
 /* Writes the job's directory and spec; fails with the reason in the error. */
 static px_status_t pxa_prepare_job(pxa_agent_t *ag, const Prunex__V1__Assignment *as, char *dir,
                                    size_t dcap, char *spec_path, size_t scap) {
+  /* The coordinator checked output_dir against the roots nodes reported
+   * at submission; a node that registered since may allow less. */
+  if (as->spec->output_dir[0] &&
+      !pxa_output_dir_allowed(as->spec->output_dir, ag->work_dir, ag->cfg.output_roots,
+                              ag->cfg.noutput_roots))
+    return px_set_error(PX_ERR_INVALID,
+                        "output_dir '%s' is not under this node's work directory (%s) or an "
+                        "--output-root: nothing written",
+                        as->spec->output_dir, ag->work_dir);
   if ((size_t)snprintf(dir, dcap, "%s/jobs/%s", ag->work_dir, as->job_id) >= dcap ||
       (size_t)snprintf(spec_path, scap, "%s/spec.pb", dir) >= scap)
     return px_set_error(PX_ERR_INVALID, "job %s: path too long", as->job_id);

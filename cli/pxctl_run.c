@@ -474,8 +474,11 @@ static int pxctl_start_agents(pxctl_run_t *r) {
     }
     snprintf(P, sizeof P, "%d", r->P);
     snprintf(T, sizeof T, "%d", r->T);
+    /* The job's output directory is outside the agents' work directories:
+     * they must allow it (issue 12: agents refuse any other output_dir). */
     char *argv[] = {r->agent_bin, "--coordinator", r->target, "--name", name, "--cpu-workers", P,
-                    "--threads-per-worker", T, "--work-dir", work, NULL};
+                    "--threads-per-worker", T, "--work-dir", work, "--output-root",
+                    r->output_dir, NULL};
     /* A CPU job on a machine with GPUs: the agents must offer CPU workers
      * (pxagent offers its GPUs whenever it sees any). */
     int hide_gpus = !strcmp(r->spec->cluster->device, "cpu");

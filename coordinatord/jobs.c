@@ -332,6 +332,70 @@ void coord_schedule(coord_t *c) {
   }
 }
 
+/* ---- output_dir ---------------------------------------------------------------- */
+
+/* 1 when path is dir or below it, on a component boundary. */
+static int coord_path_under(const char *path, const char *dir, size_t n) {
+  while (n > 1 && dir[n - 1] == '/') n--;
+  if (strncmp(path, dir, n) != 0) return 0;
+  return path[n] == '\0' || path[n] == '/' || (n == 1 && dir[0] == '/');
+}
+
+/* The job's output_dir must be where the agents let jobs write (issue 12):
+ * relative (under the job's directory in the agent's work directory) or
+ * absolute under a root that every node not LOST reported (its work
+ * directory, its --output-root directories), never with a ".." component.
+ * Returns 1, or 0 with the reason in err (or -1 on a database error). */
+static int coord_output_dir_ok(coord_t *c, const char *out, char *err, size_t cap) {
+  if (!out[0]) return 1;
+  if (strlen(out) > 1024) COORD_BAD("spec.output_dir: longer than 1024 bytes");
+  for (const char *p = out; *p;) {
+    const char *e = strchr(p, '/');
+    size_t len = e ? (size_t)(e - p) : strlen(p);
+    if (len == 2 && p[0] == '.' && p[1] == '.')
+      COORD_BAD("spec.output_dir = '%.200s': '..' is not allowed in it", out);
+    if (!e) break;
+    p = e + 1;
+  }
+  if (out[0] != '/') return 1;
+  px_store_stmt_t *st;
+  px_status_t rc = px_store_stmt(c->db, "SELECT name, output_roots FROM nodes WHERE state != 3"
+                                        " ORDER BY id", &st);
+  if (rc != PX_OK) return -1;
+  int nodes = 0, ok = 1;
+  char refused[256] = "", allowed[512] = "";
+  while ((rc = px_store_step(st)) == 1) {
+    nodes++;
+    const char *roots = px_store_column_text(st, 1);
+    int here = 0;
+    for (const char *p = roots; *p && !here;) {
+      const char *e = strchr(p, '\n');
+      size_t n = e ? (size_t)(e - p) : strlen(p);
+      here = n > 0 && coord_path_under(out, p, n);
+      p = e ? e + 1 : p + n;
+    }
+    if (!here && ok) {
+      ok = 0;
+      snprintf(refused, sizeof refused, "%s", px_store_column_text(st, 0));
+      snprintf(allowed, sizeof allowed, "%s", roots[0] ? roots : "(nothing)");
+      for (char *q = allowed; *q; q++)
+        if (*q == '\n') *q = ',';
+    }
+  }
+  if (rc < 0) {
+    px_store_reset(st);
+    return -1;
+  }
+  if (!nodes)
+    COORD_BAD("spec.output_dir = '%.200s': no node is registered to say where jobs may write "
+              "(give a relative output_dir, or start the agents first)", out);
+  if (!ok)
+    COORD_BAD("spec.output_dir = '%.200s': node %s does not let jobs write there (it allows %.160s; an "
+              "agent allows its --work-dir and its --output-root directories)",
+              out, refused, allowed);
+  return 1;
+}
+
 /* ---- SubmitJob ---------------------------------------------------------------------- */
 
 static px_status_t coord_submit(coord_t *c, const Prunex__V1__SubmitJobRequest *r, char *job_id,
@@ -400,6 +464,16 @@ void coord_rpc_submit_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, 
   if (!coord_spec_validate(r->spec, err, sizeof err)) {
     px_log(PX_LOG_INFO, "SubmitJob refused: %s", err);
     px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "%s", err);
+    return;
+  }
+  int out_ok = coord_output_dir_ok(c, r->spec->output_dir, err, sizeof err);
+  if (out_ok < 0) {
+    coord_fail_internal(c, call);
+    return;
+  }
+  if (!out_ok) {
+    px_log(PX_LOG_INFO, "SubmitJob refused: %s", err);
+    px_rpc_srv_finish(call, PX_RPC_PERMISSION_DENIED, "%s", err);
     return;
   }
   char job_id[64];

@@ -160,6 +160,8 @@ static const char coord_schema_v3[] =
     "  spec_yaml TEXT NOT NULL);"
     "INSERT INTO job_spec_yaml SELECT job_id, spec_yaml FROM jobs WHERE spec_yaml != '';"
     "UPDATE jobs SET spec_yaml = '' WHERE spec_yaml != '';"
+    /* where each node lets output_dir be, one absolute directory a line */
+    "ALTER TABLE nodes ADD COLUMN output_roots TEXT NOT NULL DEFAULT '';"
     "ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';"
     "ALTER TABLE job_ranks ADD COLUMN secret TEXT NOT NULL DEFAULT '';"
     "CREATE INDEX job_ranks_secret ON job_ranks(secret);"

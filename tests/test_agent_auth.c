@@ -4,7 +4,8 @@
  * real pxworker processes carrying the per-rank secrets their agents got in
  * the assignment. A small job submitted by a user runs to SUCCEEDED, owned
  * by that user; an agent holding a user token is refused registration and
- * says so in its log. */
+ * says so in its log; an output_dir outside what the agents allow is
+ * refused at submission, with nothing written. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -134,10 +135,38 @@ static void test_an_agent_with_a_user_token_is_refused(void **state) {
   assert_int_equal(pxt_node_by_name(F->alice, "alice", NULL, 0), -1); /* never registered */
 }
 
+static void test_output_dir_outside_the_agents_roots_is_refused_at_submit(void **state) {
+  (void)state;
+  pxt_job_t j;
+  pxt_job_init(&j, NULL, NODES, WORKERS, 2, 1);
+  char evil[600], job[64];
+  snprintf(evil, sizeof evil, "%s/evil/out", F->d.dir);
+  j.spec.output_dir = evil;
+  assert_int_not_equal(pxt_job_submit(F->alice, &j, job, sizeof job), PX_OK);
+  assert_int_equal(px_rpc_last_code(), PX_RPC_PERMISSION_DENIED);
+  assert_non_null(strstr(px_last_error(), "does not let jobs write there"));
+  char parent[400];
+  snprintf(parent, sizeof parent, "%s/evil", F->d.dir);
+  assert_int_equal(access(parent, F_OK), -1); /* nothing written */
+  /* under one node's work directory only: the other refuses it */
+  snprintf(evil, sizeof evil, "%s/out", F->a[0].work);
+  assert_int_not_equal(pxt_job_submit(F->alice, &j, job, sizeof job), PX_OK);
+  assert_non_null(strstr(px_last_error(), "node n2"));
+  j.spec.output_dir = "runs/../../../../etc";
+  assert_int_not_equal(pxt_job_submit(F->alice, &j, job, sizeof job), PX_OK);
+  assert_non_null(strstr(px_last_error(), "'..' is not allowed"));
+  j.spec.output_dir = "runs/ok"; /* relative: under the job's directory */
+  assert_int_equal(pxt_job_submit(F->alice, &j, job, sizeof job), PX_OK);
+  Prunex__V1__CancelJobResponse *cr = NULL;
+  assert_int_equal(px_rpc_cancel_job(F->alice, job, "enough", 0, &cr), PX_OK);
+  px_rpc_message_free(cr);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_a_job_runs_to_success_with_tls_tokens_and_rank_secrets),
       cmocka_unit_test(test_an_agent_with_a_user_token_is_refused),
+      cmocka_unit_test(test_output_dir_outside_the_agents_roots_is_refused_at_submit),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
