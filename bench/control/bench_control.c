@@ -19,6 +19,13 @@
  * not run it) is still timed from its own start; the lag is reported
  * separately so that a client that could not keep up is visible.
  *
+ * With --token-secret S the coordinator has TLS and tokens (issue 12; the
+ * CA comes from PRUNEX_CA): node g authenticates with the token S-node-G
+ * (its own channel, as each agent has its own credential), the job is
+ * submitted with S-admin, and rank 0 reports with the rank secret read from
+ * its node's assignment stream, as pxworker does. run.sh makes the tokens
+ * file to match.
+ *
  * Prints rows, then RESULT lines (DESIGN.md section 8), the last one
  * `RESULT heartbeat_p99_ms X ms`. Exit status 0 when every call succeeded,
  * 1 when some failed (the figures are still printed), 2 for bad usage. */
@@ -59,6 +66,7 @@ typedef struct {
   int job_nodes;
   double report_hz;
   int layers;
+  const char *secret; /* --token-secret: NULL for a coordinator without tokens */
 } cfg_t;
 
 /* Shared by the launcher and the forked clients (MAP_SHARED | MAP_ANON);
@@ -93,6 +101,19 @@ static uint8_t *in_job;          /* [agents] */
 static float *reg_lat;           /* [agents] ms */
 static float *hb_lat, *hb_lag;   /* [agents][beats] ms */
 static float *rep_lat, *rep_lag; /* [reports] ms */
+static px_rpc_channel_t **node_ch; /* [agents], token mode: each node's own channel */
+
+/* A channel with token (NULL: none; the CA, if any, from PRUNEX_CA). */
+static px_rpc_channel_t *open_channel(const char *token) {
+  px_rpc_channel_options_t o = {NULL, token ? token : ""};
+  px_rpc_channel_t *ch = NULL;
+  if (px_rpc_channel_create_ex(cfg.target, &o, &ch) != PX_OK) return NULL;
+  return ch;
+}
+
+static void node_token(int g, char *buf, size_t cap) {
+  snprintf(buf, cap, "%s-node-%05d", cfg.secret, g);
+}
 
 static int64_t now_ns(void) {
   struct timespec ts;
@@ -141,6 +162,7 @@ static void init_devices(hb_thread_t *t) {
  * every thread's agents are spread over the whole period. */
 static int agent_proc(int g) { return g % cfg.procs; }
 static int agent_thread(int g) { return (g / cfg.procs) % cfg.threads; }
+static px_rpc_channel_t *chan(hb_thread_t *t, int g) { return node_ch ? node_ch[g] : t->ch; }
 
 static void *register_main(void *arg) {
   hb_thread_t *t = arg;
@@ -161,7 +183,7 @@ static void *register_main(void *arg) {
     req.pid = getpid();
     Prunex__V1__RegisterNodeResponse *resp = NULL;
     int64_t t0 = now_ns();
-    px_status_t st = px_rpc_register_node(t->ch, &req, 30000, &resp);
+    px_status_t st = px_rpc_register_node(chan(t, g), &req, 30000, &resp);
     reg_lat[g] = (float)((now_ns() - t0) / 1e6);
     if (st != PX_OK) {
       count(&sh->reg_errors);
@@ -200,7 +222,7 @@ static void *heartbeat_main(void *arg) {
     }
     Prunex__V1__HeartbeatResponse *resp = NULL;
     int64_t t0 = now_ns();
-    px_status_t st = px_rpc_heartbeat(t->ch, &req, 5000, &resp);
+    px_status_t st = px_rpc_heartbeat(chan(t, g), &req, 5000, &resp);
     int64_t t1 = now_ns();
     size_t slot = (size_t)g * (size_t)sh->beats + (size_t)beat;
     hb_lag[slot] = (float)((t0 - when) / 1e6);
@@ -237,8 +259,17 @@ static int run_threads(px_rpc_channel_t *ch, int proc, void *(*fn)(void *)) {
 static int agent_proc_main(int proc, int ready_fd, int go_fd) {
   px_rpc_channel_t *ch = NULL;
   char c = 'r';
-  if (px_rpc_channel_create(cfg.target, &ch) != PX_OK ||
-      px_rpc_channel_wait_ready(ch, 15000) != PX_OK) {
+  if (cfg.secret) {
+    node_ch = calloc((size_t)cfg.agents, sizeof *node_ch);
+    for (int g = 0; node_ch && g < cfg.agents; g++) {
+      if (agent_proc(g) != proc) continue;
+      char tok[256];
+      node_token(g, tok, sizeof tok);
+      if (!(node_ch[g] = open_channel(tok))) c = 'e';
+    }
+    if (!node_ch) c = 'e';
+  }
+  if (c == 'e' || !(ch = open_channel(NULL)) || px_rpc_channel_wait_ready(ch, 15000) != PX_OK) {
     note_error("connect");
     c = 'e';
   } else if (run_threads(ch, proc, register_main) != 0) {
@@ -252,6 +283,8 @@ static int agent_proc_main(int proc, int ready_fd, int go_fd) {
   }
   int rc = sh->start_ns > 0 ? run_threads(ch, proc, heartbeat_main) : -1;
   px_rpc_channel_destroy(ch);
+  for (int g = 0; node_ch && g < cfg.agents; g++) px_rpc_channel_destroy(node_ch[g]);
+  free(node_ch);
   return rc == 0 ? 0 : 1;
 }
 
@@ -310,13 +343,60 @@ static int submit_job(px_rpc_channel_t *ch) {
   return -1;
 }
 
+/* Token mode: the secret of rank 0, from the assignment stream of the node
+ * that holds it (what pxagent receives and hands to pxworker), into out.
+ * 0 or -1. */
+static int rank0_secret(px_rpc_channel_t *user, char *out, size_t cap) {
+  Prunex__V1__Job *job = NULL;
+  if (px_rpc_get_job(user, sh->job_id, 10000, &job) != PX_OK || job->n_node_ids == 0) {
+    px_rpc_message_free(job);
+    return -1;
+  }
+  int g0 = -1;
+  for (int g = 0; g < cfg.agents && g0 < 0; g++)
+    if (!strcmp(node_ids[g], job->node_ids[0])) g0 = g;
+  px_rpc_message_free(job);
+  if (g0 < 0) return -1;
+  char tok[256];
+  node_token(g0, tok, sizeof tok);
+  px_rpc_channel_t *nch = open_channel(tok);
+  px_rpc_stream_t *s = NULL;
+  Prunex__V1__Assignment *as = NULL;
+  int rc = -1;
+  if (nch && px_rpc_watch_assignments(nch, node_ids[g0], &s) == PX_OK &&
+      px_rpc_read_assignment(s, 10000, &as) == PX_OK && as) {
+    for (size_t i = 0; i < as->n_ranks; i++)
+      if (as->ranks[i]->rank == 0) {
+        snprintf(out, cap, "%s", as->ranks[i]->secret);
+        rc = 0;
+      }
+  }
+  px_rpc_message_free(as);
+  px_rpc_stream_destroy(s);
+  px_rpc_channel_destroy(nch);
+  return rc;
+}
+
 static int reporter_main(int ready_fd, int go_fd, int submit_fd) {
   px_rpc_channel_t *ch = NULL;
   char c;
   while (read(submit_fd, &c, 1) < 0 && errno == EINTR) {
   }
   c = 'r';
-  if (px_rpc_channel_create(cfg.target, &ch) != PX_OK || submit_job(ch) != 0) c = 'e';
+  char admin[256];
+  snprintf(admin, sizeof admin, "%s-admin", cfg.secret ? cfg.secret : "");
+  if (!(ch = open_channel(cfg.secret ? admin : NULL)) || submit_job(ch) != 0) c = 'e';
+  if (c != 'e' && cfg.secret) {
+    /* reports carry the rank's secret, not a user token */
+    char secret[128];
+    if (rank0_secret(ch, secret, sizeof secret) != 0) {
+      note_error("rank 0 secret");
+      c = 'e';
+    } else {
+      px_rpc_channel_destroy(ch);
+      if (!(ch = open_channel(secret))) c = 'e';
+    }
+  }
   if (write(ready_fd, &c, 1) != 1 || c == 'e') {
     px_rpc_channel_destroy(ch);
     return 1;
@@ -474,7 +554,8 @@ static int usage(const char *msg) {
   fprintf(stderr,
           "usage: px_bench_control --target HOST:PORT [--coord-pid PID] [--agents N]\n"
           "         [--rate HZ] [--duration S] [--warmup S] [--procs P] [--threads T]\n"
-          "         [--devices D] [--job-nodes M] [--report-hz R] [--layers L]\n");
+          "         [--devices D] [--job-nodes M] [--report-hz R] [--layers L]\n"
+          "         [--token-secret S]\n");
   return 2;
 }
 
@@ -486,6 +567,7 @@ static int parse(int argc, char **argv) {
       {"procs", required_argument, NULL, 'P'},    {"threads", required_argument, NULL, 'T'},
       {"devices", required_argument, NULL, 'D'},  {"job-nodes", required_argument, NULL, 'M'},
       {"report-hz", required_argument, NULL, 'R'}, {"layers", required_argument, NULL, 'L'},
+      {"token-secret", required_argument, NULL, 'S'},
       {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -502,6 +584,7 @@ static int parse(int argc, char **argv) {
       case 'M': cfg.job_nodes = atoi(optarg); break;
       case 'R': cfg.report_hz = atof(optarg); break;
       case 'L': cfg.layers = atoi(optarg); break;
+      case 'S': cfg.secret = optarg; break;
       case 'h': usage(NULL); exit(0);
       default: return usage(NULL);
     }
