@@ -100,6 +100,10 @@ static void pxw_usage(FILE *f) {
           "  --leaders LIST           global rank of each node's leader, by node index\n"
           "                           (default: local rank 0 of each node)\n"
           "  --log-level L            error, warn, info or debug (default: PX_LOG_LEVEL, warn)\n"
+          "  --ca FILE                PEM CA bundle: TLS to the coordinator (default\n"
+          "                           $PRUNEX_CA). The rank's secret, which the coordinator's\n"
+          "                           calls need when it has tokens, is $PRUNEX_TOKEN (set by\n"
+          "                           pxagent; never on the command line)\n"
           "  --help, --version\n"
           "\n"
           "Exit status: 0 success, 1 failure (the error on stderr), 2 bad flags,\n"
@@ -138,7 +142,7 @@ static px_status_t pxw_parse_leaders(const pxw_args_t *a, int *leader);
 /* Returns -1 to go on, else the exit status. */
 static int pxw_parse_args(int argc, char **argv, pxw_args_t *a) {
   enum { O_COORD = 256, O_JOB, O_RANK, O_LRANK, O_WORLD, O_NODE, O_NODES, O_SPEC, O_DEVICE,
-         O_THREADS, O_WORK, O_METRICS, O_LEADERS, O_LOG, O_VERSION };
+         O_THREADS, O_WORK, O_METRICS, O_LEADERS, O_LOG, O_VERSION, O_CA };
   static const struct option opts[] = {
       {"coordinator", required_argument, NULL, O_COORD},
       {"job", required_argument, NULL, O_JOB},
@@ -154,6 +158,7 @@ static int pxw_parse_args(int argc, char **argv, pxw_args_t *a) {
       {"metrics-db", required_argument, NULL, O_METRICS},
       {"leaders", required_argument, NULL, O_LEADERS},
       {"log-level", required_argument, NULL, O_LOG},
+      {"ca", required_argument, NULL, O_CA},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, O_VERSION},
       {NULL, 0, NULL, 0},
@@ -169,6 +174,10 @@ static int pxw_parse_args(int argc, char **argv, pxw_args_t *a) {
       case 'h': pxw_usage(stdout); return 0;
       case O_VERSION: printf("pxworker %s\n", px_version()); return 0;
       case O_COORD: a->coordinator = optarg; break;
+      case O_CA: /* the RPC client reads PRUNEX_CA */
+        if (access(optarg, R_OK) != 0) return pxw_bad_usage("--ca '%s': cannot read the file", optarg);
+        setenv("PRUNEX_CA", optarg, 1);
+        break;
       case O_JOB: a->job = optarg; break;
       case O_SPEC: a->spec_path = optarg; break;
       case O_WORK: a->work_dir = optarg; break;

@@ -478,3 +478,28 @@ int coord_utf8_ok(const char *str, size_t n) {
   }
   return 1;
 }
+
+/* Length of the valid UTF-8 sequence at s (n bytes left), 0 when invalid. */
+static size_t coord_utf8_seq(const unsigned char *s, size_t n) {
+  if (s[0] && s[0] < 0x80) return 1;
+  size_t len = s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3
+               : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
+  if (!len || len > n) return 0;
+  return coord_utf8_ok((const char *)s, len) ? len : 0;
+}
+
+void coord_utf8_clean(const char *in, char *out, size_t cap) {
+  if (!cap) return;
+  const unsigned char *s = (const unsigned char *)in;
+  size_t n = strlen(in), i = 0, o = 0;
+  while (i < n) {
+    size_t len = coord_utf8_seq(s + i, n - i);
+    size_t w = len ? len : 1;
+    if (o + w >= cap) break; /* never cut a sequence */
+    if (len) memcpy(out + o, s + i, len);
+    else out[o] = '?';
+    o += w;
+    i += w;
+  }
+  out[o] = '\0';
+}

@@ -105,6 +105,11 @@ int coord_name_ok(const char *s);
 
 /* 1 when s (n bytes) is well-formed UTF-8 without NUL. Linear. */
 int coord_utf8_ok(const char *s, size_t n);
+/* Copies in to out (cap bytes, NUL-terminated) as valid UTF-8: invalid
+ * bytes become '?', and a sequence that does not fit is left out whole (text
+ * from processes, e.g. a log tail in a rank's exit reason, is kept, not
+ * refused). */
+void coord_utf8_clean(const char *in, char *out, size_t cap);
 
 /* ---- per-request arena -------------------------------------------------- */
 

@@ -771,7 +771,9 @@ static px_status_t coord_rank_exit(coord_t *c, const Prunex__V1__RankExit *r, in
   PX_CHECK(px_store_bind_text(st, 3, r->node_id));
   PX_CHECK(px_store_bind_int64(st, 4, r->exit_code));
   PX_CHECK(px_store_bind_int64(st, 5, r->signal));
-  PX_CHECK(px_store_bind_text(st, 6, r->reason));
+  char clean[4096];
+  coord_utf8_clean(r->reason, clean, sizeof clean);
+  PX_CHECK(px_store_bind_text(st, 6, clean));
   PX_CHECK(px_store_bind_int64(st, 7, coord_now_ms()));
   PX_CHECK(px_store_bind_text(st, 8, r->model_path));
   PX_CHECK(px_store_run(st));

@@ -14,7 +14,11 @@ int64_t coord_now_ms(void) {
 }
 
 px_status_t coord_job_set_state(coord_t *c, const char *job_id, int from, int to,
-                                const char *reason) {
+                                const char *reason_in) {
+  /* Reasons quote clients and logs, and are cut to fit buffers: served to
+   * proto3 clients, they must be UTF-8. */
+  char reason[2048];
+  coord_utf8_clean(reason_in, reason, sizeof reason);
   int64_t now = coord_now_ms();
   px_store_stmt_t *st;
   PX_CHECK(px_store_stmt(c->db,

@@ -5,7 +5,8 @@
  * strings that are not UTF-8 are refused at the edge; a finished job's
  * rendezvous entries are gone and it takes no more KvPuts; values and
  * requests over their caps are refused; DeleteJob and the retention setting
- * remove a finished job with everything stored for it. */
+ * remove a finished job with everything stored for it; a rank's exit
+ * reason (a log tail) that is not UTF-8 is cleaned, not served as is. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -183,6 +184,25 @@ static void test_finished_jobs_lose_their_kv_and_take_no_puts(void **state) {
   assert_non_null(strstr(px_last_error(), "has finished"));
 }
 
+static void test_exit_reasons_that_are_not_utf8_are_cleaned(void **state) {
+  fixture_t *f = *state;
+  char node[64], job[64];
+  assert_int_equal(pxt_register(f->ch, "n1", 1, 0, node, sizeof node), PX_OK);
+  assert_int_equal(pxt_submit_mp(f->ch, 1, 1, job, sizeof job), PX_OK);
+  Prunex__V1__RankExit ex = PRUNEX__V1__RANK_EXIT__INIT;
+  ex.job_id = job;
+  ex.node_id = node;
+  ex.rank = 0;
+  ex.exit_code = 1;
+  ex.reason = "log tail: bad \xff\xfe bytes and a cut \xe2\x80";
+  assert_int_equal(px_rpc_report_rank_exit(f->ch, &ex, 0), PX_OK);
+  Prunex__V1__Job *j = NULL;
+  assert_int_equal(px_rpc_get_job(f->ch, job, 0, &j), PX_OK);
+  assert_int_equal(j->state, JS(FAILED));
+  assert_non_null(strstr(j->reason, "bad ?? bytes and a cut ??"));
+  px_rpc_message_free(j);
+}
+
 /* Back-dates a job's end with Debian's python3 sqlite3 (the daemon must be
  * stopped). */
 static int backdate(const char *db, const char *job, int days) {
@@ -236,6 +256,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_finished_jobs_lose_their_kv_and_take_no_puts, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_delete_and_retention_remove_finished_jobs, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_exit_reasons_that_are_not_utf8_are_cleaned, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_list_jobs_pages_1000_jobs_of_1mib_specs, setup,
                                       teardown),
