@@ -149,8 +149,14 @@ static const char coord_schema_v1[] =
 static const char coord_schema_v2[] =
     "ALTER TABLE rank_exits ADD COLUMN model_path TEXT NOT NULL DEFAULT '';";
 
+/* v3 (recovery): when each placed node was first seen running its ranks
+ * (0: not yet), for the placement timeout. */
+static const char coord_schema_v3[] =
+    "ALTER TABLE job_nodes ADD COLUMN started_unix_ms INTEGER NOT NULL DEFAULT 0;";
+
 const px_store_migration_t coord_migrations[] = {
     {1, coord_schema_v1},
     {2, coord_schema_v2},
+    {3, coord_schema_v3},
 };
 const int coord_nmigrations = (int)(sizeof coord_migrations / sizeof coord_migrations[0]);
