@@ -233,7 +233,7 @@ static void pxctl_print_job(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
       pxctl_table_cell(t, "%d", e->rank);
       pxctl_table_cell(t, "%s", e->node_id);
       if (e->signal) pxctl_table_cell(t, "signal %d", e->signal);
-      else if (e->exit_code < 0) pxctl_table_cell(t, "none (lost)");
+      else if (e->exit_code < 0) pxctl_table_cell(t, e->exit_code == -1 ? "none (lost)" : "none (hung)");
       else pxctl_table_cell(t, "code %d", e->exit_code);
       pxctl_table_cell(t, "%s", e->reason);
     }

@@ -579,6 +579,9 @@ static px_status_t coord_rank_exit(coord_t *c, const Prunex__V1__RankExit *r, in
     if (r->signal != 0)
       snprintf(reason, sizeof reason, "rank %d%s was killed by signal %d%s%s", r->rank, where,
                r->signal, r->reason[0] ? ": " : "", r->reason);
+    else if (r->exit_code < 0) /* still there, declared failed by its agent (hung) */
+      snprintf(reason, sizeof reason, "rank %d%s failed: %s", r->rank, where,
+               r->reason[0] ? r->reason : "declared failed by its agent");
     else
       snprintf(reason, sizeof reason, "rank %d%s exited with code %d%s%s", r->rank, where,
                r->exit_code, r->reason[0] ? ": " : "", r->reason);

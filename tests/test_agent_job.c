@@ -341,6 +341,38 @@ static void test_killed_worker_fails_the_job(void **state) {
   for (int i = 0; i < NODES; i++) assert_int_equal(waitpid(F->a[i].pid, NULL, WNOHANG), 0);
 }
 
+/* A worker stopped with SIGSTOP: its peers block waiting for it; the
+ * agent's progress watchdog names it within 20 s and the job fails for it,
+ * not for a peer. */
+static void test_stopped_worker_is_named_within_20s(void **state) {
+  (void)state;
+  char job[64];
+  submit_long_job(job, sizeof job);
+  pid_t pids[8];
+  int ranks[8];
+  int n = pxt_worker_children(F->a[1].pid, pids, ranks, 8);
+  assert_int_equal(n, WORKERS);
+  int victim = n - 1;
+  int64_t t0 = pxt_now_ms();
+  kill(pids[victim], SIGSTOP);
+  int s = pxt_wait_job(F->ch, job, 0, 25000);
+  int64_t took = pxt_now_ms() - t0;
+  if (s != PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED) {
+    kill(pids[victim], SIGCONT);
+    fail_with_logs("the job did not fail within 25 s of a SIGSTOP");
+  }
+  printf("job failed %lld ms after rank %d was stopped\n", (long long)took, ranks[victim]);
+  char reason[2048], want[64];
+  pxt_job_reason(F->ch, job, reason, sizeof reason);
+  printf("reason: %s\n", reason);
+  snprintf(want, sizeof want, "rank %d", ranks[victim]);
+  assert_non_null(strstr(reason, want));
+  assert_non_null(strstr(reason, "hung"));
+  assert_true(took <= 20000);
+  /* the CANCEL ends every worker, the stopped one included (SIGKILL) */
+  if (wait_workers_gone(15000) < 0) fail_with_logs("the job's workers kept running");
+}
+
 static int job_iteration(const char *job) {
   Prunex__V1__Job *j = NULL;
   if (px_rpc_get_job(F->ch, job, 0, &j) != PX_OK) return -1;
@@ -435,6 +467,7 @@ int main(void) {
       cmocka_unit_test(test_failing_worker_reports_its_log),
       cmocka_unit_test(test_cancel_stops_workers_within_5s),
       cmocka_unit_test(test_killed_worker_fails_the_job),
+      cmocka_unit_test(test_stopped_worker_is_named_within_20s),
       cmocka_unit_test(test_job_survives_coordinator_restart),
       cmocka_unit_test(test_killed_agent_takes_its_workers_and_fails_the_job),
       cmocka_unit_test(test_agent_sigterm_stops_its_workers), /* last: one agent left */

@@ -224,6 +224,39 @@ static void test_impossible_job_does_not_block_the_queue(void **state) {
   px_rpc_message_free(j);
 }
 
+/* From tests/fuzz (coord_requests): bytes with a field number 0 under a
+ * non-canonical tag unpack, but their repacked form does not (protobuf-c).
+ * The coordinator stores a spec repacked, so such a spec would make every
+ * later GetJob and ListJobs fail: it must be refused (the workers' checks,
+ * which re-read the repacked spec, do), and the coordinator keeps
+ * answering. */
+static void test_spec_that_does_not_repack_is_refused(void **state) {
+  fixture_t *f = *state;
+  pxt_spec_t s;
+  pxt_spec_init(&s, 1, 1);
+  size_t n = protobuf_c_message_get_packed_size(&s.spec.base);
+  uint8_t spec[1024], req[1100];
+  assert_true(n + 3 < sizeof spec);
+  protobuf_c_message_pack(&s.spec.base, spec);
+  memcpy(spec + n, "\x82\x00\x00", 3); /* field 0, length 0, tag in two bytes */
+  n += 3;
+  assert_true(n < 128);
+  req[0] = 0x0a; /* SubmitJobRequest.spec */
+  req[1] = (uint8_t)n;
+  memcpy(req + 2, spec, n);
+  void *resp = NULL;
+  size_t len = 0;
+  px_status_t st = px_rpc_call_raw(f->ch, "/prunex.v1.Jobs/SubmitJob", req, n + 2, 5000, &resp,
+                                   &len);
+  px_free(resp);
+  assert_int_equal(st, PX_ERR_INVALID);
+  assert_int_equal(px_rpc_last_code(), PX_RPC_INVALID_ARGUMENT);
+  Prunex__V1__ListJobsRequest lr = PRUNEX__V1__LIST_JOBS_REQUEST__INIT;
+  Prunex__V1__ListJobsResponse *l = NULL;
+  assert_int_equal(px_rpc_list_jobs(f->ch, &lr, 0, &l), PX_OK);
+  px_rpc_message_free(l);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_gone_agent_fails_its_job_naming_the_node, setup,
@@ -233,6 +266,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_a_reconnecting_agent_is_not_lost, setup, teardown),
       cmocka_unit_test_setup_teardown(test_placement_that_never_starts_times_out, setup, teardown),
       cmocka_unit_test_setup_teardown(test_impossible_job_does_not_block_the_queue, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_spec_that_does_not_repack_is_refused, setup,
                                       teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
