@@ -2,11 +2,14 @@
 # the README (make run, make test) and a few conveniences.
 #   make run     set up, build, run the main job (pxctl run examples/quickstart.yaml)
 #   make test    set up, build and run the whole test suite, then again in
-#                the sanitizer build (AddressSanitizer + UBSan)
+#                the sanitizer build (AddressSanitizer + UBSan), then fuzz
+#                every libFuzzer harness for FUZZ_SECONDS each (clang build)
 #   make bench   set up with the benchmark peers (PyTorch, Open MPI), run benchmarks
 #   make install PREFIX=/usr/local
 BUILD_DIR ?= build
 ASAN_DIR ?= build-asan
+FUZZ_DIR ?= build-fuzz
+FUZZ_SECONDS ?= 30
 JOBS ?= 2
 PREFIX ?= /usr/local
 CMAKE_ARGS ?=
@@ -17,7 +20,7 @@ else
 WERROR ?= OFF
 endif
 
-.PHONY: all setup build run test test-asan bench install clean
+.PHONY: all setup build run test test-asan test-fuzz bench install clean
 
 all: build
 
@@ -34,6 +37,7 @@ run: build
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS)
 	$(MAKE) --no-print-directory test-asan
+	$(MAKE) --no-print-directory test-fuzz
 
 # The sanitizer build leaves CUDA out: the CUDA runtime and ASan do not mix,
 # and no GPU code runs on machines without a GPU anyway.
@@ -42,6 +46,14 @@ test-asan: setup
 	  -DPX_WERROR=$(WERROR) $(CMAKE_ARGS)
 	cmake --build $(ASAN_DIR) -j$(JOBS)
 	cd $(ASAN_DIR) && ctest --output-on-failure -j$(JOBS)
+
+# libFuzzer (clang) over the job-spec parser, the safetensors, IDX and CIFAR
+# readers and the coordinator's request decoding; a crash fails the run.
+test-fuzz: setup
+	cmake -S . -B $(FUZZ_DIR) -DCMAKE_C_COMPILER=clang -DPX_FUZZ=ON -DPX_WITH_CUDA=OFF \
+	  -DPX_BUILD_BENCH=OFF -DPX_BUILD_TESTS=OFF $(CMAKE_ARGS)
+	cmake --build $(FUZZ_DIR) -j$(JOBS) --target px_fuzzers
+	tests/fuzz/run.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
 
 bench:
 	scripts/bootstrap --bench
@@ -54,4 +66,4 @@ install: build
 	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR)

@@ -36,6 +36,8 @@
 #define PXA_TAIL_BYTES 2048        /* log lines carried in a failed rank's reason */
 #define PXA_REPORT_GIVE_UP_MS (10 * 60 * 1000)
 #define PXA_FLUSH_MS 5000          /* exit reports still sent after a shutdown */
+#define PXA_HUNG_AFTER_MS 10000    /* a worker stopped (SIGSTOP, ptrace) this long is hung */
+#define PXA_WATCHDOG_EVERY_MS 1000
 
 #define PXA_MAX_ROOTS 16
 
@@ -82,6 +84,8 @@ typedef struct {
   int device_index;          /* the node's device this rank trains on (its assignment) */
   int open;                  /* the handle is initialised and not yet closed */
   int running;               /* the process is alive */
+  int declared;              /* its failure was reported before it exited (hung) */
+  int64_t stopped_since_ms;  /* 0, or when the watchdog first saw it stopped */
   char log[PXA_PATH_MAX + 320];
 } pxa_worker_t;
 
@@ -114,6 +118,7 @@ typedef struct pxa_agent {
   uv_async_t wake;
   uv_signal_t sigterm, sigint;
   uv_timer_t tick;
+  int64_t watchdog_ms;          /* when the progress watchdog last looked */
   pxa_job_t *jobs;
   char finished[PXA_FINISHED_MAX][PXA_ID_MAX];
   int nfinished;             /* ring of ids: jobs never to start again */

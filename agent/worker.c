@@ -42,6 +42,25 @@
 
 #define PXW_EXIT_CANCELLED 3
 #define PXW_MAX_SPEC_BYTES (4u << 20)
+/* Rank 0 waits this long at most for the coordinator's decision before it
+ * decides alone (an outage); a shorter outage is ridden out in place. */
+#define PXW_REPORT_BUDGET_MS 10000
+/* Reports kept while the coordinator is unreachable, sent in order when it
+ * is back; beyond this the oldest are dropped (the node-local metrics file
+ * keeps every iteration anyway). */
+#define PXW_QUEUE_MAX_BYTES (64u << 20)
+/* At the end of the run, how long rank 0 (its model saved, its trainer
+ * freed) waits for the coordinator to take what it kept: as long as the
+ * agent keeps trying its exit reports. */
+#define PXW_FLUSH_AT_END_MS (10 * 60 * 1000)
+
+/* An iteration report rank 0 could not deliver, packed. */
+typedef struct pxw_queued {
+  struct pxw_queued *next;
+  int iteration;
+  size_t len;
+  uint8_t data[];
+} pxw_queued_t;
 
 typedef struct {
   const char *coordinator, *job, *spec_path, *work_dir, *metrics_db, *leaders;
@@ -70,6 +89,10 @@ typedef struct {
   Prunex__V1__PhaseTimes last_ph;
   uint64_t last_rank_intra, last_rank_inter;
   int have_last;
+  /* rank 0 during a coordinator outage: undelivered reports, oldest first */
+  pxw_queued_t *queue, **queue_tail;
+  size_t queue_n, queue_bytes;
+  int64_t outage_since_ms;     /* 0: the coordinator answers */
 } pxw_t;
 
 static void pxw_usage(FILE *f) {
@@ -552,11 +575,14 @@ static px_status_t pxw_channel(pxw_t *w, px_rpc_channel_t **ch) {
 
 /* ReportIteration, retried (on a fresh channel, so gRPC's own reconnect
  * backoff does not delay us) while the coordinator is unreachable, for at
- * most three quarters of the collective timeout: the other ranks wait for
- * the decision that long before they give up. */
+ * most PXW_REPORT_BUDGET_MS (and three quarters of the collective timeout:
+ * the other ranks wait for the decision that long before they give up);
+ * then the caller decides alone (pxw_control). */
 static px_status_t pxw_report(pxw_t *w, const Prunex__V1__IterationReport *rep,
                               Prunex__V1__ControlDecision **dec) {
-  int64_t end = pxa_now_ms() + (int64_t)w->timeout_ms * 3 / 4;
+  int64_t budget = (int64_t)w->timeout_ms * 3 / 4;
+  if (budget > PXW_REPORT_BUDGET_MS) budget = PXW_REPORT_BUDGET_MS;
+  int64_t end = pxa_now_ms() + budget;
   int64_t pause = 100;
   for (;;) {
     px_status_t st = pxw_channel(w, &w->ch);
@@ -640,6 +666,92 @@ static px_status_t pxw_fill_report(pxw_t *w, const px_iteration_t *it,
   return PX_OK;
 }
 
+/* ---- rank 0 during a coordinator outage ---------------------------------------------- */
+
+/* Keeps an undelivered report (packed) for later; the oldest go when the
+ * queue is over PXW_QUEUE_MAX_BYTES. Allocates: only during an outage. */
+static void pxw_enqueue(pxw_t *w, const Prunex__V1__IterationReport *rep) {
+  size_t len = prunex__v1__iteration_report__get_packed_size(rep);
+  pxw_queued_t *q = px_malloc(sizeof *q + len, "worker.report.queued");
+  if (!q) {
+    px_log(PX_LOG_WARN, "job %s: iteration %d: out of memory: its report is dropped", w->a.job,
+           rep->iteration);
+    return;
+  }
+  q->next = NULL;
+  q->iteration = rep->iteration;
+  q->len = len;
+  prunex__v1__iteration_report__pack(rep, q->data);
+  if (!w->queue_tail) w->queue_tail = &w->queue;
+  *w->queue_tail = q;
+  w->queue_tail = &q->next;
+  w->queue_n++;
+  w->queue_bytes += len;
+  while (w->queue_bytes > PXW_QUEUE_MAX_BYTES && w->queue && w->queue->next) {
+    pxw_queued_t *old = w->queue;
+    w->queue = old->next;
+    w->queue_n--;
+    w->queue_bytes -= old->len;
+    px_log(PX_LOG_WARN, "job %s: report of iteration %d dropped (queue over %u MiB)", w->a.job,
+           old->iteration, PXW_QUEUE_MAX_BYTES >> 20);
+    px_free(old);
+  }
+}
+
+/* Sends the kept reports in order, each with a short deadline, until one
+ * fails or until_ms; the coordinator's answers to them are history and are
+ * dropped. Returns 1 when the queue is empty. */
+static int pxw_flush(pxw_t *w, int64_t until_ms) {
+  while (w->queue) {
+    if (pxw_channel(w, &w->ch) != PX_OK) return 0;
+    pxw_queued_t *q = w->queue;
+    void *resp = NULL;
+    size_t rlen = 0;
+    px_status_t st = px_rpc_call_raw(w->ch, PX_RPC_REPORT_ITERATION, q->data, q->len, 2000, &resp,
+                                     &rlen);
+    px_free(resp);
+    if (st != PX_OK && pxa_rpc_retryable()) {
+      px_rpc_channel_destroy(w->ch);
+      w->ch = NULL;
+      if (pxa_now_ms() >= until_ms) return 0;
+      pxa_sleep_ms(200);
+      if (pxa_now_ms() >= until_ms) return 0;
+      continue;
+    }
+    if (st != PX_OK)
+      px_log(PX_LOG_WARN, "job %s: the coordinator refused the kept report of iteration %d: %s",
+             w->a.job, q->iteration, px_last_error());
+    w->queue = q->next;
+    if (!w->queue) w->queue_tail = &w->queue;
+    w->queue_n--;
+    w->queue_bytes -= q->len;
+    px_free(q);
+  }
+  if (w->outage_since_ms) {
+    px_log(PX_LOG_WARN, "job %s: the coordinator is back after %.1f s; every kept report delivered",
+           w->a.job, (double)(pxa_now_ms() - w->outage_since_ms) / 1000.0);
+    w->outage_since_ms = 0;
+  }
+  return 1;
+}
+
+/* The decision rank 0 takes alone while the coordinator is unreachable:
+ * the penalties in force stay (d comes filled with them), no freeze, and
+ * the job stops where its spec says (admm.max_iterations). Every rank gets
+ * it through the usual broadcast, so all ranks agree. */
+static void pxw_decide_alone(pxw_t *w, const px_iteration_t *it, px_hsadmm_decision_t *d) {
+  px_admm_policy_t p;
+  px_admm_policy_defaults(&p);
+  int max = w->spec->admm && w->spec->admm->max_iterations > 0 ? w->spec->admm->max_iterations
+                                                                 : p.max_iterations;
+  if (max > 0 && it->iteration + 1 >= max) {
+    d->stop = 1;
+    snprintf(d->reason, sizeof d->reason, "max_iterations");
+    snprintf(w->stop_reason, sizeof w->stop_reason, "max_iterations (decided by rank 0 while the"
+             " coordinator was unreachable)");
+  }
+}
+
 /* Rank 0: reports the iteration to the coordinator and applies its decision. */
 static px_status_t pxw_control(void *ctx, const px_iteration_t *it, px_hsadmm_decision_t *d) {
   pxw_t *w = ctx;
@@ -647,10 +759,26 @@ static px_status_t pxw_control(void *ctx, const px_iteration_t *it, px_hsadmm_de
   Prunex__V1__PhaseTimes ph;
   PX_CHECK(pxw_fill_report(w, it, &rep, &ph));
   Prunex__V1__ControlDecision *dec = NULL;
-  px_status_t st = pxw_report(w, &rep, &dec);
-  if (st != PX_OK)
-    return px_set_error(st, "job %s: iteration %d: cannot report to the coordinator at %s: %s",
+  /* In an outage, what was kept goes first (a quick try, then on with the
+   * training); the coordinator answers this report only once it has every
+   * earlier one. */
+  px_status_t st = PX_ERR_IO;
+  if (!w->queue || pxw_flush(w, pxa_now_ms() + 2000)) st = pxw_report(w, &rep, &dec);
+  if (st != PX_OK && w->queue == NULL && !pxa_rpc_retryable())
+    return px_set_error(st, "job %s: iteration %d: the coordinator at %s refused the report: %s",
                         w->a.job, it->iteration, w->a.coordinator, px_last_error());
+  if (st != PX_OK) {
+    if (!w->outage_since_ms) {
+      w->outage_since_ms = pxa_now_ms();
+      px_log(PX_LOG_WARN,
+             "job %s: iteration %d: the coordinator at %s is unreachable (%s): rank 0 decides"
+             " alone with the penalties in force and keeps the reports for later",
+             w->a.job, it->iteration, w->a.coordinator, px_last_error());
+    }
+    pxw_enqueue(w, &rep);
+    pxw_decide_alone(w, it, d);
+    return PX_OK;
+  }
   int nl = it->layers ? it->nlayers : 0;
   for (size_t i = 0; i < dec->n_layers; i++) {
     const Prunex__V1__LayerPenalty *p = dec->layers[i];
@@ -700,10 +828,24 @@ static void pxw_record_final(pxw_t *w, const px_strategy_result_t *res) {
     px_log(PX_LOG_WARN, "job %s: rank %d: metrics: %s", w->a.job, w->a.rank, px_last_error());
   if (w->a.rank != 0) return;
   Prunex__V1__ControlDecision *dec = NULL;
-  if (pxw_report(w, &w->last, &dec) == PX_OK) px_rpc_message_free(dec);
-  else
-    px_log(PX_LOG_WARN, "job %s: the final accuracy did not reach the coordinator: %s", w->a.job,
-           px_last_error());
+  if (!w->queue && pxw_report(w, &w->last, &dec) == PX_OK) px_rpc_message_free(dec);
+  else pxw_enqueue(w, &w->last);
+}
+
+/* Rank 0 at the end of the run: delivers what an outage left behind, for
+ * PXW_FLUSH_AT_END_MS at most (the agent's own exit report waits longer). */
+static void pxw_flush_at_end(pxw_t *w) {
+  if (!w->queue) return;
+  px_log(PX_LOG_INFO, "job %s: delivering %zu kept report%s", w->a.job, w->queue_n,
+         w->queue_n == 1 ? "" : "s");
+  if (!pxw_flush(w, pxa_now_ms() + PXW_FLUSH_AT_END_MS))
+    px_log(PX_LOG_WARN, "job %s: %zu report%s did not reach the coordinator (the node's metrics"
+           " file has them)", w->a.job, w->queue_n, w->queue_n == 1 ? "" : "s");
+  while (w->queue) {
+    pxw_queued_t *q = w->queue;
+    w->queue = q->next;
+    px_free(q);
+  }
 }
 
 /* ---- the run ------------------------------------------------------------------------ */
@@ -889,6 +1031,7 @@ int main(int argc, char **argv) {
   }
   grpc_init(); /* one reference for the run: channels come and go on retries */
   rc = pxw_run(&w);
+  pxw_flush_at_end(&w); /* what an outage kept, once the model is saved and the trainer freed */
   px_rpc_channel_destroy(w.ch);
   pxa_metrics_close(w.metrics);
   px_free(w.lm);

@@ -4,7 +4,11 @@
  * exit is reported with its code or signal and, for a failure, the last
  * lines of the rank's log; a CANCEL (or a job the coordinator no longer
  * runs here) sends SIGTERM to the job's workers and SIGKILL
- * PXA_KILL_AFTER_MS later.
+ * PXA_KILL_AFTER_MS later. A progress watchdog reports a worker that has
+ * been stopped (SIGSTOP, a debugger) for PXA_HUNG_AFTER_MS as failed, naming
+ * it, while it is still there: its peers are blocked waiting for it and
+ * cannot fail first, so the job's reason names the hung rank; the CANCEL
+ * that follows ends it.
  *
  * libuv lifetime rules: a worker's uv_process_t lives in its job's array,
  * and the job is freed only when the close callbacks of all its handles
@@ -129,6 +133,12 @@ static void pxa_on_exit(uv_process_t *p, int64_t exit_status, int term_signal) {
   pxa_agent_t *ag = job->agent;
   w->running = 0;
   job->nrunning--;
+  if (w->declared) { /* its failure is reported already */
+    px_log(PX_LOG_INFO, "job %s: hung rank %d is gone", job->id, w->rank);
+    if (job->nrunning == 0) pxa_publish_running(ag);
+    uv_close((uv_handle_t *)p, pxa_on_close);
+    return;
+  }
   if (term_signal)
     px_log(job->stopping ? PX_LOG_INFO : PX_LOG_WARN, "job %s: rank %d was killed by signal %d",
            job->id, w->rank, term_signal);
@@ -486,9 +496,66 @@ void pxa_on_wake(uv_async_t *h) {
   }
 }
 
+/* The scheduler state of a process from /proc/PID/stat ('R', 'S', 'T',
+ * ...), or 0 when it cannot be read. The command name may hold spaces and
+ * parentheses: the state follows the last ')'. */
+static char pxa_proc_state(int pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  char *rp = strrchr(buf, ')');
+  return rp && rp[1] == ' ' ? rp[2] : 0;
+}
+
+/* Reports a worker that has been stopped too long as failed. */
+static void pxa_watchdog(pxa_agent_t *ag, int64_t now) {
+  for (pxa_job_t *j = ag->jobs; j; j = j->next) {
+    if (j->stopping) continue;
+    for (int i = 0; i < j->nworkers; i++) {
+      pxa_worker_t *w = &j->workers[i];
+      if (!w->running || w->declared) continue;
+      char state = pxa_proc_state(w->proc.pid);
+      if (state != 'T' && state != 't') {
+        w->stopped_since_ms = 0;
+        continue;
+      }
+      if (!w->stopped_since_ms) w->stopped_since_ms = now;
+      if (now - w->stopped_since_ms < PXA_HUNG_AFTER_MS) continue;
+      w->declared = 1;
+      px_log(PX_LOG_WARN, "job %s: rank %d (pid %d) has been stopped for %lld ms: hung",
+             j->id, w->rank, w->proc.pid, (long long)(now - w->stopped_since_ms));
+      pxa_exit_t *e = px_calloc(1, sizeof *e, "agent.exit");
+      char *r = px_malloc(256, "agent.exit.reason");
+      if (!e || !r) {
+        px_free(e);
+        px_free(r);
+        continue;
+      }
+      snprintf(r, 256,
+               "hung: pxworker (pid %d) has been stopped (SIGSTOP or a debugger) for %lld s;"
+               " reported by the agent's progress watchdog",
+               w->proc.pid, (long long)((now - w->stopped_since_ms) / 1000));
+      snprintf(e->job_id, sizeof e->job_id, "%s", j->id);
+      e->rank = w->rank;
+      e->exit_code = -2;
+      e->reason = r;
+      pxa_report_exit(ag, e);
+    }
+  }
+}
+
 void pxa_on_tick(uv_timer_t *t) {
   pxa_agent_t *ag = t->data;
   int64_t now = pxa_now_ms();
+  if (now - ag->watchdog_ms >= PXA_WATCHDOG_EVERY_MS) {
+    ag->watchdog_ms = now;
+    pxa_watchdog(ag, now);
+  }
   for (pxa_job_t *j = ag->jobs; j; j = j->next)
     if (j->stopping && !j->killed && j->nrunning > 0 && now >= j->kill_at_ms) pxa_job_kill(j);
   if (ag->shutting_down && !ag->jobs && !ag->closing) {

@@ -222,6 +222,26 @@ static void pxctl_print_job(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
     }
     pxctl_table_print(t, stdout, 2);
   }
+  /* Ranks that ended other than cleanly: who failed, and why. */
+  size_t bad = 0;
+  for (size_t i = 0; i < job->n_rank_exits; i++)
+    bad += job->rank_exits[i]->exit_code != 0 || job->rank_exits[i]->signal != 0;
+  if (bad > 0) {
+    printf("rank exits (%zu of %zu not clean)\n", bad, job->n_rank_exits);
+    static const char *const h[] = {"RANK", "NODE", "EXIT", "REASON"};
+    pxctl_table_t *t = pxctl_table_create(4, h);
+    for (size_t i = 0; i < job->n_rank_exits; i++) {
+      const Prunex__V1__RankExit *e = job->rank_exits[i];
+      if (e->exit_code == 0 && e->signal == 0) continue;
+      pxctl_table_cell(t, "%d", e->rank);
+      pxctl_table_cell(t, "%s", e->node_id);
+      if (e->signal) pxctl_table_cell(t, "signal %d", e->signal);
+      else if (e->exit_code < 0) pxctl_table_cell(t, e->exit_code == -1 ? "none (lost)" : "none (hung)");
+      else pxctl_table_cell(t, "code %d", e->exit_code);
+      pxctl_table_cell(t, "%s", e->reason);
+    }
+    pxctl_table_print(t, stdout, 2);
+  }
 }
 
 int pxctl_cmd_status(pxctl_opts_t *o) {

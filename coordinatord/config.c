@@ -1,8 +1,9 @@
 /* pxcoordd settings: defaults, one setter shared by the flags and the config
  * file, and the config file reader. The file is either `key = value` lines or
  * a YAML mapping (`key: value`), with the flags' names (listen, db,
- * advertise, heartbeat_timeout_ms, log_level, tls_cert, tls_key, tokens,
- * retention_days; dashes or underscores). */
+ * advertise, heartbeat_timeout_ms, placement_timeout_ms, agent_grace_ms,
+ * log_level, tls_cert, tls_key, tokens, retention_days; dashes or
+ * underscores). */
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
@@ -18,6 +19,8 @@ void coord_config_defaults(coord_config_t *cfg) {
   memset(cfg, 0, sizeof *cfg);
   snprintf(cfg->listen, sizeof cfg->listen, "%s", COORD_DEFAULT_LISTEN);
   cfg->heartbeat_timeout_ms = COORD_DEFAULT_HEARTBEAT_TIMEOUT_MS;
+  cfg->placement_timeout_ms = COORD_DEFAULT_PLACEMENT_TIMEOUT_MS;
+  cfg->agent_grace_ms = COORD_DEFAULT_AGENT_GRACE_MS;
   cfg->log_level = -1;
 }
 
@@ -63,6 +66,16 @@ px_status_t coord_config_set(coord_config_t *cfg, const char *key_in, const char
                "%s: heartbeat_timeout_ms = '%s': expected milliseconds, at least 10", where,
                value);
     cfg->heartbeat_timeout_ms = (int)v;
+    return PX_OK;
+  }
+  if (!strcmp(key, "placement_timeout_ms") || !strcmp(key, "agent_grace_ms")) {
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(value, &end, 10);
+    PX_REQUIRE(errno == 0 && end != value && *end == '\0' && v >= 10 && v <= INT_MAX / 2,
+               "%s: %s = '%s': expected milliseconds, at least 10", where, key, value);
+    if (key[0] == 'p') cfg->placement_timeout_ms = (int)v;
+    else cfg->agent_grace_ms = (int)v;
     return PX_OK;
   }
   if (!strcmp(key, "log_level")) {

@@ -48,12 +48,16 @@ static inline int coord_job_active(int state) {
 
 #define COORD_DEFAULT_LISTEN "127.0.0.1:7070"
 #define COORD_DEFAULT_HEARTBEAT_TIMEOUT_MS 15000
+#define COORD_DEFAULT_PLACEMENT_TIMEOUT_MS 120000
+#define COORD_DEFAULT_AGENT_GRACE_MS 3000
 
 typedef struct {
   char listen[256];
   char db[4096];
   char advertise[256];     /* "" : derived from listen and the bound port */
   int heartbeat_timeout_ms;
+  int placement_timeout_ms; /* a SCHEDULED job's nodes must start its ranks within this */
+  int agent_grace_ms;       /* an agent whose assignment stream closed must reopen it within this */
   int log_level;           /* px_log_level_t; -1: not set */
   /* issue 12: the shared service (docs/security.md) */
   char tls_cert[4096];     /* PEM certificate chain; "" : plain text */
@@ -134,6 +138,7 @@ void *coord_push(coord_arena_t *a, void **arr, size_t *n, size_t *cap, size_t el
 
 typedef struct coord_watch coord_watch_t;   /* an open WatchAssignments / WatchJob */
 typedef struct coord_kv_wait coord_kv_wait_t; /* a parked KvGet */
+typedef struct coord_gone coord_gone_t;       /* an agent that went away (recovery.c) */
 
 typedef struct {
   uv_loop_t *loop;
@@ -146,6 +151,8 @@ typedef struct {
   coord_watch_t *node_watches;
   coord_watch_t *job_watches;
   coord_kv_wait_t *kv_waits;
+  coord_gone_t *gone;      /* nodes whose agent closed its assignment stream (recovery.c) */
+  int64_t started_ms;      /* when this process started: heartbeat ages count from here at most */
   int stopping;
   int exit_code;
   uv_signal_t sighup;      /* re-reads the tokens file */
@@ -265,6 +272,35 @@ int coord_spec_validate(const Prunex__V1__JobSpec *spec, char *err, size_t cap);
  * "unset" (default kept), except freeze_on_stable and freeze_iteration,
  * whose 0 the proto defines as "never"; adaptive_rho is taken as given. */
 void coord_admm_policy(const Prunex__V1__JobSpec *spec, px_admm_policy_t *out);
+
+/* ---- faults (recovery.c) ---------------------------------------------- */
+
+/* The node's agent closed its assignment stream (called from the stream's
+ * cancel callback) / opened one again. A node whose agent stays away past
+ * agent_grace_ms is LOST, and so are its jobs. */
+void coord_agent_gone(coord_t *c, const char *node_id);
+void coord_agent_back(coord_t *c, const char *node_id);
+/* 1 when the node's agent has closed its stream and not come back. */
+int coord_agent_is_gone(const coord_t *c, const char *node_id);
+/* Marks the node LOST and fails the job it holds, naming the node: the
+ * node's ranks without an exit record get one ("node lost"), the other
+ * nodes are released and told to stop. Commits its own transaction and
+ * tells watchers; then runs the scheduler. */
+px_status_t coord_node_lost(coord_t *c, const char *node_id, const char *why);
+/* Called by the heartbeat sweep: agents gone past their grace, nodes of
+ * active jobs silent past the heartbeat timeout, SCHEDULED jobs whose
+ * nodes did not start their ranks within placement_timeout_ms. */
+void coord_recovery_sweep(coord_t *c);
+/* Inside a transaction that is about to fail job_id for a rank's report
+ * sent by the agent of node `reporter`: when another of its nodes' agents
+ * is gone, that node is the first cause (a report from the gone node's own
+ * agent speaks for itself).
+ * Writes the reason naming it into reason, records exits for its ranks and
+ * marks it LOST; returns 1. Else 0 (nothing written). <0 on a database
+ * error. */
+int coord_blame_gone_node(coord_t *c, const char *job_id, const char *reporter, char *reason,
+                          size_t cap);
+void coord_recovery_stop(coord_t *c);
 
 /* ---- kv (kv.c) ---------------------------------------------------------- */
 

@@ -259,60 +259,116 @@ static px_status_t coord_place(coord_t *c, const char *job_id, int P, char **nod
   return coord_job_set_state(c, job_id, JS_PENDING, JS_SCHEDULED, reason);
 }
 
-/* Tries to place the head of the queue. *placed: its id, or "" when the
- * queue is empty or the head does not fit yet. */
+/* Sets a PENDING job's reason (why it waits) when it changed; no event row:
+ * the state did not change. */
+static px_status_t coord_pending_reason(coord_t *c, const char *job_id, const char *reason) {
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(c->db,
+                         "UPDATE jobs SET reason = ?2 WHERE job_id = ?1 AND state = 1 AND"
+                         " reason != ?2",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  PX_CHECK(px_store_bind_text(st, 2, reason));
+  return px_store_run(st);
+}
+
+/* Counts the nodes that could ever take a job of P devices per node now
+ * (registered, not LOST, agent connected: *alive) and lists the READY ones
+ * among them, in registration order, up to M (*ready). */
+static px_status_t coord_fitting_nodes(coord_t *c, coord_arena_t *a, int P, int M, int *alive,
+                                       char ***nodes, char ***names, size_t *ready) {
+  px_store_stmt_t *st;
+  px_status_t rc;
+  size_t cap = 0, cap2 = 0, n2 = 0;
+  *alive = 0;
+  *ready = 0;
+  PX_CHECK(px_store_stmt(c->db,
+                         "SELECT n.node_id, n.name, n.state FROM nodes n WHERE n.state IN (1, 2)"
+                         " AND (SELECT count(*) FROM node_devices d WHERE d.node_id = n.node_id)"
+                         " >= ?1 ORDER BY n.id",
+                         &st));
+  PX_CHECK(px_store_bind_int64(st, 1, P));
+  while ((rc = px_store_step(st)) == 1) {
+    const char *id = px_store_column_text(st, 0);
+    if (coord_agent_is_gone(c, id)) continue;
+    (*alive)++;
+    if (px_store_column_int64(st, 2) != NS_READY || (int)*ready >= M) continue;
+    char **s1 = coord_push(a, (void **)nodes, ready, &cap, sizeof(char *));
+    char **s2 = coord_push(a, (void **)names, &n2, &cap2, sizeof(char *));
+    if (!s1 || !s2 || !(*s1 = coord_strdup(a, id)) ||
+        !(*s2 = coord_strdup(a, px_store_column_text(st, 1)))) {
+      px_store_reset(st);
+      return PX_ERR_NOMEM;
+    }
+  }
+  return rc < 0 ? rc : PX_OK;
+}
+
+/* Places the first pending job that fits, in submission order. The rule
+ * (backfill without starving the head): a job that could run on the nodes
+ * alive now, once their jobs end, keeps its place and nothing behind it
+ * starts; a job that cannot fit even on every alive node (it needs more
+ * nodes, or more devices per node, than the cluster has) does not block
+ * the queue: it waits with a reason saying what it needs, and the jobs
+ * behind it are considered. *placed: the placed job's id, or "". */
 static px_status_t coord_schedule_one(coord_t *c, char *placed, size_t cap) {
   placed[0] = '\0';
   coord_arena_t a;
   coord_arena_init(&a);
   px_store_stmt_t *st;
   px_status_t rc;
-  char job_id[128];
-  int M, P;
-  char **nodes = NULL, **names = NULL;
-  size_t n = 0, ncap = 0, n2 = 0, ncap2 = 0;
+  char **jobs = NULL;
+  int *shape = NULL;
+  size_t nj = 0, jcap = 0, ns = 0, scap = 0;
   PX_CHECK_GOTO(px_store_stmt(c->db,
                               "SELECT job_id, num_nodes, workers_per_node FROM jobs"
-                              " WHERE state = 1 ORDER BY id LIMIT 1",
+                              " WHERE state = 1 ORDER BY id",
                               &st),
                 rc, out);
-  if ((rc = px_store_step(st)) <= 0) goto out;
-  snprintf(job_id, sizeof job_id, "%s", px_store_column_text(st, 0));
-  M = (int)px_store_column_int64(st, 1);
-  P = (int)px_store_column_int64(st, 2);
-  px_store_reset(st);
-  PX_CHECK_GOTO(px_store_stmt(c->db,
-                              "SELECT n.node_id, n.name FROM nodes n WHERE n.state = 1 AND"
-                              " (SELECT count(*) FROM node_devices d WHERE d.node_id = n.node_id)"
-                              " >= ?1 ORDER BY n.id LIMIT ?2",
-                              &st),
-                rc, out);
-  PX_CHECK_GOTO(px_store_bind_int64(st, 1, P), rc, out);
-  PX_CHECK_GOTO(px_store_bind_int64(st, 2, M), rc, out);
   while ((rc = px_store_step(st)) == 1) {
-    char **s1 = coord_push(&a, (void **)&nodes, &n, &ncap, sizeof(char *));
-    char **s2 = coord_push(&a, (void **)&names, &n2, &ncap2, sizeof(char *));
-    if (!s1 || !s2 || !(*s1 = coord_strdup(&a, px_store_column_text(st, 0))) ||
-        !(*s2 = coord_strdup(&a, px_store_column_text(st, 1)))) {
+    char **j = coord_push(&a, (void **)&jobs, &nj, &jcap, sizeof(char *));
+    int *mp = coord_push(&a, (void **)&shape, &ns, &scap, 2 * sizeof(int));
+    if (!j || !mp || !(*j = coord_strdup(&a, px_store_column_text(st, 0)))) {
       px_store_reset(st);
       rc = PX_ERR_NOMEM;
       goto out;
     }
+    mp[0] = (int)px_store_column_int64(st, 1);
+    mp[1] = (int)px_store_column_int64(st, 2);
   }
   if (rc < 0) goto out;
-  if ((int)n < M) {
-    px_log(PX_LOG_DEBUG, "job %s waits: %zu of %d nodes with %d devices ready", job_id, n, M, P);
-    rc = PX_OK;
-    goto out;
+  rc = PX_OK;
+  for (size_t k = 0; k < nj; k++) {
+    int M = shape[2 * k], P = shape[2 * k + 1], alive = 0;
+    char **nodes = NULL, **names = NULL;
+    size_t ready = 0;
+    PX_CHECK_GOTO(coord_fitting_nodes(c, &a, P, M, &alive, &nodes, &names, &ready), rc, out);
+    char why[256];
+    if ((int)ready >= M) {
+      PX_CHECK_GOTO(px_store_begin(c->db), rc, out);
+      rc = coord_place(c, jobs[k], P, nodes, names, M);
+      if (rc == PX_OK) rc = px_store_commit(c->db);
+      if (rc != PX_OK) {
+        px_store_rollback(c->db);
+        goto out;
+      }
+      snprintf(placed, cap, "%s", jobs[k]);
+      goto out;
+    }
+    if (alive < M) {
+      snprintf(why, sizeof why,
+               "cannot fit now: needs %d node%s x %d device%s; %d node%s with %d or more devices"
+               " registered and alive",
+               M, M == 1 ? "" : "s", P, P == 1 ? "" : "s", alive, alive == 1 ? "" : "s", P);
+      PX_CHECK_GOTO(coord_pending_reason(c, jobs[k], why), rc, out);
+      continue; /* does not block the jobs behind it */
+    }
+    snprintf(why, sizeof why, "waiting for nodes: needs %d node%s x %d device%s; %zu of %d free",
+             M, M == 1 ? "" : "s", P, P == 1 ? "" : "s", ready, alive);
+    PX_CHECK_GOTO(coord_pending_reason(c, jobs[k], why), rc, out);
+    px_log(PX_LOG_DEBUG, "job %s %s", jobs[k], why);
+    break; /* the head keeps its place */
   }
-  PX_CHECK_GOTO(px_store_begin(c->db), rc, out);
-  rc = coord_place(c, job_id, P, nodes, names, M);
-  if (rc == PX_OK) rc = px_store_commit(c->db);
-  if (rc != PX_OK) {
-    px_store_rollback(c->db);
-    goto out;
-  }
-  snprintf(placed, cap, "%s", job_id);
 out:
   coord_arena_free(&a);
   return rc < 0 ? rc : PX_OK;
@@ -785,10 +841,17 @@ static px_status_t coord_rank_exit(coord_t *c, const Prunex__V1__RankExit *r, in
     if (r->signal != 0)
       snprintf(reason, sizeof reason, "rank %d%s was killed by signal %d%s%s", r->rank, where,
                r->signal, r->reason[0] ? ": " : "", r->reason);
+    else if (r->exit_code < 0) /* still there, declared failed by its agent (hung) */
+      snprintf(reason, sizeof reason, "rank %d%s failed: %s", r->rank, where,
+               r->reason[0] ? r->reason : "declared failed by its agent");
     else
       snprintf(reason, sizeof reason, "rank %d%s exited with code %d%s%s", r->rank, where,
                r->exit_code, r->reason[0] ? ": " : "", r->reason);
     *to = JS_FAILED;
+    /* A rank that lost its peers because a node's agent went away is not
+     * the first cause: the node is. */
+    int blamed = coord_blame_gone_node(c, r->job_id, r->node_id, reason, sizeof reason);
+    if (blamed < 0) return blamed;
   } else {
     PX_CHECK(px_store_stmt(c->db,
                            "SELECT count(*) FROM rank_exits WHERE job_id = ?1 AND exit_code = 0"

@@ -24,6 +24,7 @@ static void coord_usage(FILE *f) {
   fprintf(f,
           "usage: pxcoordd --db PATH [--listen HOST:PORT] [--config FILE]\n"
           "                [--heartbeat-timeout-ms N] [--advertise HOST:PORT]\n"
+          "                [--placement-timeout-ms N] [--agent-grace-ms N]\n"
           "                [--log-level error|warn|info|debug]\n"
           "                [--tls-cert FILE --tls-key FILE] [--tokens FILE]\n"
           "                [--retention-days N]\n"
@@ -37,9 +38,15 @@ static void coord_usage(FILE *f) {
           "                           port 0 picks a free port\n"
           "  --config FILE            settings file: `key = value` lines or a YAML\n"
           "                           mapping with the keys listen, db, advertise,\n"
-          "                           heartbeat_timeout_ms, log_level; flags win\n"
-          "  --heartbeat-timeout-ms N a node silent this long becomes LOST\n"
+          "                           heartbeat_timeout_ms, placement_timeout_ms,\n"
+          "                           agent_grace_ms, log_level; flags win\n"
+          "  --heartbeat-timeout-ms N a node silent this long becomes LOST, and the\n"
+          "                           job it holds FAILED naming it\n"
           "                           (default %d; agents heartbeat every N/3)\n"
+          "  --placement-timeout-ms N a SCHEDULED job whose nodes have not started its\n"
+          "                           ranks this long after placement fails (default %d)\n"
+          "  --agent-grace-ms N       a node whose agent closed its assignment stream\n"
+          "                           and did not reopen it this long is LOST (default %d)\n"
           "  --advertise HOST:PORT    address given to workers in assignments\n"
           "                           (default: the listen address and bound port,\n"
           "                           with the host name for 0.0.0.0)\n"
@@ -58,7 +65,8 @@ static void coord_usage(FILE *f) {
           "On start it prints `listening on HOST:PORT` on stdout. SIGTERM or SIGINT\n"
           "shut it down cleanly. Exit status: 0 clean shutdown, 1 runtime failure\n"
           "(database, address), 2 bad flags or configuration.\n",
-          COORD_DEFAULT_LISTEN, COORD_DEFAULT_HEARTBEAT_TIMEOUT_MS);
+          COORD_DEFAULT_LISTEN, COORD_DEFAULT_HEARTBEAT_TIMEOUT_MS,
+          COORD_DEFAULT_PLACEMENT_TIMEOUT_MS, COORD_DEFAULT_AGENT_GRACE_MS);
 }
 
 static int coord_bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -79,6 +87,8 @@ static const char *coord_flag_key(const char *flag) {
       {"--db", "db"},
       {"--advertise", "advertise"},
       {"--heartbeat-timeout-ms", "heartbeat_timeout_ms"},
+      {"--placement-timeout-ms", "placement_timeout_ms"},
+      {"--agent-grace-ms", "agent_grace_ms"},
       {"--log-level", "log_level"},
       {"--tls-cert", "tls_cert"},
       {"--tls-key", "tls_key"},
@@ -257,6 +267,7 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   coord_t c;
   memset(&c, 0, sizeof c);
+  c.started_ms = coord_now_ms();
   int rc = coord_parse_args(argc, argv, &c.cfg);
   if (rc >= 0) return rc;
   if (c.cfg.log_level >= 0) px_log_set_level((px_log_level_t)c.cfg.log_level);

@@ -236,6 +236,30 @@ px_status_t coord_job_load_ex(coord_t *c, coord_arena_t *a, const char *job_id, 
     if (!slot || !(*slot = coord_strdup(a, px_store_column_text(st, 0)))) return PX_ERR_NOMEM;
   }
   if (rc < 0) return rc;
+
+  cap = 0;
+  PX_CHECK(px_store_stmt(c->db,
+                         "SELECT rank, node_id, exit_code, signal, reason, model_path FROM"
+                         " rank_exits WHERE job_id = ?1 ORDER BY rank",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  while ((rc = px_store_step(st)) == 1) {
+    Prunex__V1__RankExit **slot =
+        coord_push(a, (void **)&j->rank_exits, &j->n_rank_exits, &cap, sizeof *j->rank_exits);
+    if (!slot) return PX_ERR_NOMEM;
+    Prunex__V1__RankExit *e;
+    COORD_NEW(a, Prunex__V1__RankExit, PRUNEX__V1__RANK_EXIT__INIT, e);
+    e->job_id = j->job_id;
+    e->rank = (int32_t)px_store_column_int64(st, 0);
+    e->node_id = coord_strdup(a, px_store_column_text(st, 1));
+    e->exit_code = (int32_t)px_store_column_int64(st, 2);
+    e->signal = (int32_t)px_store_column_int64(st, 3);
+    e->reason = coord_strdup(a, px_store_column_text(st, 4));
+    e->model_path = coord_strdup(a, px_store_column_text(st, 5));
+    if (!e->node_id || !e->reason || !e->model_path) return PX_ERR_NOMEM;
+    *slot = e;
+  }
+  if (rc < 0) return rc;
   PX_CHECK(coord_job_summary(c, a, job_id, scheduled, finished, &j->summary));
   *out = j;
   return PX_OK;
@@ -318,9 +342,14 @@ px_status_t coord_job_release_nodes(coord_t *c, const char *job_id, const char *
                 out);
   PX_CHECK_GOTO(px_store_bind_text(st, 1, job_id), rc, out);
   PX_CHECK_GOTO(px_store_run(st), rc, out);
+  /* A node whose agent has gone is never offered again as READY. */
   for (size_t i = 0; i < n; i++)
     if (states[i] == NS_BUSY)
-      PX_CHECK_GOTO(coord_node_set_state(c, ids[i], NS_BUSY, NS_READY, reason), rc, out);
+      PX_CHECK_GOTO(coord_node_set_state(c, ids[i], NS_BUSY,
+                                         coord_agent_is_gone(c, ids[i]) ? NS_LOST : NS_READY,
+                                         coord_agent_is_gone(c, ids[i]) ? "its agent disconnected"
+                                                                        : reason),
+                    rc, out);
   rc = PX_OK;
 out:
   coord_arena_free(&a);

@@ -362,7 +362,18 @@ static px_status_t coord_heartbeat(coord_t *c, const Prunex__V1__HeartbeatReques
     if ((rc = px_store_step(st)) < 0) return rc;
     int keep = rc == 1 && coord_job_active((int)px_store_column_int64(st, 0));
     px_store_reset(st);
-    if (keep) continue;
+    if (keep) {
+      /* The node runs its ranks: the placement has started here. */
+      PX_CHECK(px_store_stmt(c->db,
+                             "UPDATE job_nodes SET started_unix_ms = ?3 WHERE job_id = ?1 AND"
+                             " node_id = ?2 AND started_unix_ms = 0",
+                             &st));
+      PX_CHECK(px_store_bind_text(st, 1, jid));
+      PX_CHECK(px_store_bind_text(st, 2, r->node_id));
+      PX_CHECK(px_store_bind_int64(st, 3, coord_now_ms()));
+      PX_CHECK(px_store_run(st));
+      continue;
+    }
     char **slot = coord_push(a, (void **)&resp->cancel_job_ids, &resp->n_cancel_job_ids, &cap,
                              sizeof(char *));
     if (!slot || !(*slot = coord_strdup(a, jid))) return PX_ERR_NOMEM;
@@ -438,6 +449,8 @@ static void coord_watch_unlink(coord_watch_t **list, coord_watch_t *w) {
 static void coord_watch_cancelled(px_rpc_srv_call_t *call, void *arg) {
   coord_watch_t *w = arg;
   coord_watch_unlink(w->is_job ? &w->c->job_watches : &w->c->node_watches, w);
+  /* The client left: for an assignment stream, the node's agent. */
+  if (!w->is_job) coord_agent_gone(w->c, w->id);
   px_rpc_srv_finish(call, PX_RPC_CANCELLED, "watch ended");
   px_free(w);
 }
@@ -513,6 +526,7 @@ void coord_rpc_watch_assignments(px_rpc_srv_call_t *call, const ProtobufCMessage
   }
   px_log(PX_LOG_INFO, "node %s: assignment stream open (%zu active job%s)", r->node_id, n,
          n == 1 ? "" : "s");
+  coord_agent_back(c, r->node_id);
   for (size_t i = 0; i < n; i++) {
     Prunex__V1__Assignment *as;
     if (coord_assignment_build(c, &a, jobs[i], r->node_id,
@@ -566,6 +580,7 @@ static void coord_sweep(uv_timer_t *t) {
   }
   if (rc < 0) px_log(PX_LOG_ERROR, "heartbeat sweep: %s", px_last_error());
   coord_arena_free(&a);
+  coord_recovery_sweep(c);
 }
 
 px_status_t coord_nodes_start(coord_t *c) {
@@ -615,6 +630,7 @@ out:
 }
 
 void coord_nodes_stop(coord_t *c) {
+  coord_recovery_stop(c);
   uv_timer_stop(&c->sweep);
   uv_close((uv_handle_t *)&c->sweep, NULL);
 }

@@ -167,10 +167,15 @@ static const char coord_schema_v3[] =
     "CREATE INDEX job_ranks_secret ON job_ranks(secret);"
     "CREATE INDEX jobs_finished ON jobs(finished_unix_ms);"
     "CREATE INDEX rank_exits_job ON rank_exits(job_id);";
+/* v4 (recovery): when each placed node was first seen running its ranks
+ * (0: not yet), for the placement timeout. */
+static const char coord_schema_v4[] =
+    "ALTER TABLE job_nodes ADD COLUMN started_unix_ms INTEGER NOT NULL DEFAULT 0;";
 
 const px_store_migration_t coord_migrations[] = {
     {1, coord_schema_v1},
     {2, coord_schema_v2},
     {3, coord_schema_v3},
+    {4, coord_schema_v4},
 };
 const int coord_nmigrations = (int)(sizeof coord_migrations / sizeof coord_migrations[0]);

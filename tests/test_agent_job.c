@@ -341,6 +341,38 @@ static void test_killed_worker_fails_the_job(void **state) {
   for (int i = 0; i < NODES; i++) assert_int_equal(waitpid(F->a[i].pid, NULL, WNOHANG), 0);
 }
 
+/* A worker stopped with SIGSTOP: its peers block waiting for it; the
+ * agent's progress watchdog names it within 20 s and the job fails for it,
+ * not for a peer. */
+static void test_stopped_worker_is_named_within_20s(void **state) {
+  (void)state;
+  char job[64];
+  submit_long_job(job, sizeof job);
+  pid_t pids[8];
+  int ranks[8];
+  int n = pxt_worker_children(F->a[1].pid, pids, ranks, 8);
+  assert_int_equal(n, WORKERS);
+  int victim = n - 1;
+  int64_t t0 = pxt_now_ms();
+  kill(pids[victim], SIGSTOP);
+  int s = pxt_wait_job(F->ch, job, 0, 25000);
+  int64_t took = pxt_now_ms() - t0;
+  if (s != PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED) {
+    kill(pids[victim], SIGCONT);
+    fail_with_logs("the job did not fail within 25 s of a SIGSTOP");
+  }
+  printf("job failed %lld ms after rank %d was stopped\n", (long long)took, ranks[victim]);
+  char reason[2048], want[64];
+  pxt_job_reason(F->ch, job, reason, sizeof reason);
+  printf("reason: %s\n", reason);
+  snprintf(want, sizeof want, "rank %d", ranks[victim]);
+  assert_non_null(strstr(reason, want));
+  assert_non_null(strstr(reason, "hung"));
+  assert_true(took <= 20000);
+  /* the CANCEL ends every worker, the stopped one included (SIGKILL) */
+  if (wait_workers_gone(15000) < 0) fail_with_logs("the job's workers kept running");
+}
+
 static int job_iteration(const char *job) {
   Prunex__V1__Job *j = NULL;
   if (px_rpc_get_job(F->ch, job, 0, &j) != PX_OK) return -1;
@@ -377,6 +409,67 @@ static void test_job_survives_coordinator_restart(void **state) {
   assert_int_equal(px_rpc_cancel_job(F->ch, job, "test over", 0, &cr), PX_OK);
   px_rpc_message_free(cr);
   if (wait_workers_gone(5000) < 0) fail_with_logs("the workers outlived the cancel by 5 s");
+}
+
+/* Restarts the coordinator on its old port (after pxt_coordd_stop). */
+static void restart_coordinator(int port) {
+  char listen[64];
+  snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+  const char *const args[] = {"--listen", listen, NULL};
+  assert_int_equal(pxt_coordd_start(&F->d, args), 0);
+  px_rpc_channel_destroy(F->ch);
+  assert_int_equal(px_rpc_channel_create(F->d.target, &F->ch), PX_OK);
+}
+
+/* The coordinator gone for two minutes (PX_TEST_OUTAGE_MS to change it):
+ * the workers keep training (rank 0 decides alone with the penalties in
+ * force and keeps its reports), the kept reports reach the restarted
+ * coordinator in order; and a job that reaches its last iteration during an
+ * outage stops by itself and still ends SUCCEEDED once the coordinator is
+ * back (the agents' exit reports wait for it). */
+static void test_job_survives_a_long_coordinator_outage(void **state) {
+  (void)state;
+  const char *env = getenv("PX_TEST_OUTAGE_MS");
+  int outage = env && atoi(env) > 0 ? atoi(env) : 120000;
+  char job[64];
+  submit_long_job(job, sizeof job);
+  int port = F->d.port;
+  int i0 = job_iteration(job);
+  pxt_coordd_stop(&F->d, SIGKILL);
+  int64_t t0 = pxt_now_ms();
+  while (pxt_now_ms() - t0 < outage) {
+    pxt_sleep_ms(1000);
+    if (workers_alive() != NODES * WORKERS) fail_with_logs("a worker gave up during the outage");
+  }
+  restart_coordinator(port);
+  int64_t end = pxt_now_ms() + 60000;
+  while (job_iteration(job) < i0 + 5 && pxt_now_ms() < end) pxt_sleep_ms(100);
+  int i1 = job_iteration(job);
+  printf("iteration %d before a %d ms outage, %d reported after it\n", i0, outage, i1);
+  if (i1 < i0 + 5) fail_with_logs("the iterations of the outage never reached the coordinator");
+  assert_int_equal(pxt_job_state(F->ch, job), PRUNEX__V1__JOB_STATE__JOB_STATE_RUNNING);
+  Prunex__V1__CancelJobResponse *cr = NULL;
+  assert_int_equal(px_rpc_cancel_job(F->ch, job, "test over", 0, &cr), PX_OK);
+  px_rpc_message_free(cr);
+  if (wait_workers_gone(15000) < 0) fail_with_logs("the workers outlived the cancel");
+
+  /* A short job that ends during the outage. */
+  pxt_job_t j;
+  pxt_job_init(&j, F->data[0] ? F->data : NULL, NODES, WORKERS, 8, 1);
+  submit(&j, job, sizeof job);
+  if (pxt_wait_job(F->ch, job, PRUNEX__V1__JOB_STATE__JOB_STATE_RUNNING, 150000) !=
+      PRUNEX__V1__JOB_STATE__JOB_STATE_RUNNING)
+    fail_with_logs("the short job never reached RUNNING");
+  port = F->d.port;
+  pxt_coordd_stop(&F->d, SIGKILL);
+  /* the other ranks exit when training ends; rank 0 waits to deliver */
+  end = pxt_now_ms() + 120000;
+  while (workers_alive() > 1 && pxt_now_ms() < end) pxt_sleep_ms(100);
+  if (workers_alive() != 1) fail_with_logs("the short job did not end during the outage");
+  restart_coordinator(port);
+  int s = pxt_wait_job(F->ch, job, 0, 60000);
+  if (s != PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED) fail_with_logs("the short job did not succeed");
+  assert_int_equal(job_iteration(job), 7);
 }
 
 static void test_killed_agent_takes_its_workers_and_fails_the_job(void **state) {
@@ -435,7 +528,9 @@ int main(void) {
       cmocka_unit_test(test_failing_worker_reports_its_log),
       cmocka_unit_test(test_cancel_stops_workers_within_5s),
       cmocka_unit_test(test_killed_worker_fails_the_job),
+      cmocka_unit_test(test_stopped_worker_is_named_within_20s),
       cmocka_unit_test(test_job_survives_coordinator_restart),
+      cmocka_unit_test(test_job_survives_a_long_coordinator_outage),
       cmocka_unit_test(test_killed_agent_takes_its_workers_and_fails_the_job),
       cmocka_unit_test(test_agent_sigterm_stops_its_workers), /* last: one agent left */
   };

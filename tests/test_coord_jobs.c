@@ -211,14 +211,39 @@ static void test_queue_is_fifo(void **state) {
   assert_int_equal(pxt_job_state(f->ch, j1), JS(SUCCEEDED));
   assert_int_equal(pxt_job_state(f->ch, j2), JS(SCHEDULED)); /* next in line */
   assert_int_equal(rank_exit(f->ch, j2, n1, 0, 0, 0, ""), PX_OK);
-  /* j3 heads the queue and does not fit: j4 waits behind it. */
+  /* j3 heads the queue and can never fit on this cluster: it does not block
+   * j4, and says what it needs. */
   assert_int_equal(pxt_job_state(f->ch, j3), JS(PENDING));
-  assert_int_equal(pxt_job_state(f->ch, j4), JS(PENDING));
-  assert_int_equal(pxt_node_state(f->ch, n1), NS(READY));
+  assert_int_equal(pxt_job_state(f->ch, j4), JS(SCHEDULED));
+  Prunex__V1__Job *j = get_job(f->ch, j3);
+  if (!strstr(j->reason, "needs 2 nodes x 1 device; 1 node with 1 or more devices registered"))
+    fail_msg("pending reason: %s", j->reason);
+  px_rpc_message_free(j);
   Prunex__V1__CancelJobResponse *cr = NULL;
   assert_int_equal(px_rpc_cancel_job(f->ch, j3, "too big", 0, &cr), PX_OK);
   px_rpc_message_free(cr);
-  assert_int_equal(pxt_job_state(f->ch, j4), JS(SCHEDULED));
+}
+
+/* A head job that fits once a running job ends keeps its place: nothing
+ * behind it starts (no starvation), and its reason says it waits. */
+static void test_feasible_head_is_not_overtaken(void **state) {
+  fixture_t *f = *state;
+  char n1[64], n2[64], j1[64], j2[64], j3[64];
+  assert_int_equal(pxt_register(f->ch, "one", 1, 0, n1, sizeof n1), PX_OK);
+  assert_int_equal(pxt_register(f->ch, "two", 1, 0, n2, sizeof n2), PX_OK);
+  assert_int_equal(pxt_submit_mp(f->ch, 1, 1, j1, sizeof j1), PX_OK);
+  assert_int_equal(pxt_submit_mp(f->ch, 2, 1, j2, sizeof j2), PX_OK);
+  assert_int_equal(pxt_submit_mp(f->ch, 1, 1, j3, sizeof j3), PX_OK);
+  assert_int_equal(pxt_job_state(f->ch, j1), JS(SCHEDULED));
+  assert_int_equal(pxt_job_state(f->ch, j2), JS(PENDING));
+  assert_int_equal(pxt_job_state(f->ch, j3), JS(PENDING)); /* one node free, but j2 is first */
+  Prunex__V1__Job *j = get_job(f->ch, j2);
+  if (!strstr(j->reason, "waiting for nodes: needs 2 nodes x 1 device; 1 of 2 free"))
+    fail_msg("pending reason: %s", j->reason);
+  px_rpc_message_free(j);
+  assert_int_equal(rank_exit(f->ch, j1, n1, 0, 0, 0, ""), PX_OK);
+  assert_int_equal(pxt_job_state(f->ch, j2), JS(SCHEDULED));
+  assert_int_equal(pxt_job_state(f->ch, j3), JS(PENDING));
 }
 
 static void test_reconnecting_watch_gets_active_assignments(void **state) {
@@ -323,8 +348,6 @@ static void test_failed_rank_fails_the_job_and_cancels_the_other_nodes(void **st
   px_rpc_message_free(x);
   assert_int_equal(pxt_node_state(f->ch, a), NS(READY));
   assert_int_equal(pxt_node_state(f->ch, b), NS(READY));
-  px_rpc_stream_destroy(sa);
-  px_rpc_stream_destroy(sb);
 
   /* Killed by a signal. */
   assert_int_equal(pxt_submit_mp(f->ch, 1, 1, job, sizeof job), PX_OK);
@@ -537,6 +560,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_job_waits_pending_until_enough_nodes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_placement_assigns_ranks_and_leaders, setup, teardown),
       cmocka_unit_test_setup_teardown(test_queue_is_fifo, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_feasible_head_is_not_overtaken, setup, teardown),
       cmocka_unit_test_setup_teardown(test_reconnecting_watch_gets_active_assignments, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_all_ranks_exiting_zero_succeeds, setup, teardown),

@@ -226,12 +226,24 @@ static void test_missed_heartbeats_make_a_node_lost(void **state) {
   assert_int_equal(known, 1);
   assert_int_equal(pxt_job_state(f->ch, job), PRUNEX__V1__JOB_STATE__JOB_STATE_SCHEDULED);
   assert_int_equal(pxt_node_state(f->ch, b), PRUNEX__V1__NODE_STATE__NODE_STATE_BUSY);
-  /* A BUSY node that goes silent is LOST, and comes back BUSY: its job
-   * stays until its agent reports. */
-  assert_true(pxt_wait_node_state(f->ch, b, PRUNEX__V1__NODE_STATE__NODE_STATE_LOST, 3000));
-  assert_int_equal(pxt_job_state(f->ch, job), PRUNEX__V1__JOB_STATE__JOB_STATE_SCHEDULED);
+  /* A BUSY node that goes silent is LOST and its job FAILED naming it; the
+   * node's ranks get exit records; the other node is free again. */
+  end = pxt_now_ms() + 3000; /* a keeps heartbeating */
+  while (pxt_node_state(f->ch, b) != PRUNEX__V1__NODE_STATE__NODE_STATE_LOST && pxt_now_ms() < end) {
+    assert_int_equal(heartbeat(f->ch, a, NULL), PX_OK);
+    pxt_sleep_ms(100);
+  }
+  assert_int_equal(pxt_node_state(f->ch, b), PRUNEX__V1__NODE_STATE__NODE_STATE_LOST);
+  Prunex__V1__Job *j = NULL;
+  assert_int_equal(px_rpc_get_job(f->ch, job, 0, &j), PX_OK);
+  assert_int_equal(j->state, PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED);
+  if (!strstr(j->reason, "silent")) fail_msg("reason: %s", j->reason);
+  assert_non_null(strstr(j->reason, "lost: no heartbeat"));
+  px_rpc_message_free(j);
+  assert_int_equal(pxt_node_state(f->ch, a), PRUNEX__V1__NODE_STATE__NODE_STATE_READY);
+  /* Heard from again, it is READY (its job is over). */
   assert_int_equal(heartbeat(f->ch, b, NULL), PX_OK);
-  assert_int_equal(pxt_node_state(f->ch, b), PRUNEX__V1__NODE_STATE__NODE_STATE_BUSY);
+  assert_int_equal(pxt_node_state(f->ch, b), PRUNEX__V1__NODE_STATE__NODE_STATE_READY);
 }
 
 static void test_list_nodes_rejects_unknown_state(void **state) {
