@@ -25,6 +25,7 @@
 #include "prunex.pb-c.h"
 #include "prunex/px.h"
 #include "prunex/rpc.h"
+#include "px_service.h"
 #include "util.h"
 
 #define PXA_ID_MAX 128
@@ -37,15 +38,21 @@
 #define PXA_REPORT_GIVE_UP_MS (10 * 60 * 1000)
 #define PXA_FLUSH_MS 5000          /* exit reports still sent after a shutdown */
 
+#define PXA_CONFIG_STRINGS 16
+
 typedef struct {
-  const char *coordinator;
+  const char *coordinator;   /* flag, else PRUNEX_COORDINATOR, else the config file */
   const char *name;          /* NULL: the host name */
-  const char *work_dir;      /* NULL: $TMPDIR/pxagent-<name> */
+  const char *work_dir;      /* NULL: $STATE_DIRECTORY, else $TMPDIR/pxagent-<name> */
   const char *worker_bin;    /* NULL: pxworker beside pxagent, else from PATH */
   int cpu_workers;           /* CPU devices when no GPU is found */
   int threads_per_worker;    /* 0: max(1, cores / devices) */
   int heartbeat_ms;          /* 0: the coordinator's interval; else at most this */
   int log_level;             /* px_log_level_t; -1: not set */
+  const char *config;        /* --config FILE, or NULL */
+  const char *coordinator_from; /* where coordinator came from, for messages */
+  char *strings[PXA_CONFIG_STRINGS]; /* values read from the config file (px_malloc'd) */
+  int nstrings;
 } pxa_config_t;
 
 typedef enum { PXA_CMD_START = 1, PXA_CMD_CANCEL = 2 } pxa_cmd_kind_t;
@@ -109,6 +116,7 @@ typedef struct pxa_agent {
   uv_async_t wake;
   uv_signal_t sigterm, sigint;
   uv_timer_t tick;
+  px_service_watchdog_t watchdog; /* WATCHDOG=1 from this loop under systemd */
   pxa_job_t *jobs;
   char finished[PXA_FINISHED_MAX][PXA_ID_MAX];
   int nfinished;             /* ring of ids: jobs never to start again */

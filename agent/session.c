@@ -111,6 +111,11 @@ static px_status_t pxa_register(pxa_agent_t *ag, px_rpc_channel_t *ch) {
          "%s node '%s' with the coordinator at %s as %s%s (heartbeat every %d ms, timeout %d ms)",
          again ? "re-registered" : "registered", ag->name, ag->cfg.coordinator, resp->node_id,
          changed ? " (a new id)" : "", interval, resp->heartbeat_timeout_ms);
+  /* Registered: the node can take work, which is what "ready" means for a
+   * node agent (a service manager waits for this, not for the process). */
+  px_service_notify("%sSTATUS=%s node '%s' as %s with the coordinator at %s",
+                    again ? "" : "READY=1\n", again ? "re-registered" : "registered", ag->name,
+                    resp->node_id, ag->cfg.coordinator);
   px_rpc_message_free(resp);
   return PX_OK;
 }
@@ -203,6 +208,8 @@ static void *pxa_control_main(void *arg) {
     } else if (failures++ == 0) {
       px_log(PX_LOG_WARN, "cannot register with the coordinator at %s: %s; retrying",
              ag->cfg.coordinator, px_last_error());
+      px_service_notify("STATUS=cannot register with the coordinator at %s (retrying): %s",
+                        ag->cfg.coordinator, px_last_error());
     } else {
       px_log(PX_LOG_DEBUG, "register: %s", px_last_error());
     }

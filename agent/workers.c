@@ -455,6 +455,7 @@ void pxa_on_tick(uv_timer_t *t) {
     pthread_mutex_unlock(&ag->mu);
     uv_close((uv_handle_t *)&ag->wake, NULL);
     uv_close((uv_handle_t *)&ag->tick, NULL);
+    px_service_watchdog_close(&ag->watchdog);
     uv_close((uv_handle_t *)&ag->sigterm, NULL);
     uv_close((uv_handle_t *)&ag->sigint, NULL);
   }
