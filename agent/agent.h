@@ -37,6 +37,9 @@
 #define PXA_TAIL_BYTES 2048        /* log lines carried in a failed rank's reason */
 #define PXA_REPORT_GIVE_UP_MS (10 * 60 * 1000)
 #define PXA_FLUSH_MS 5000          /* exit reports still sent after a shutdown */
+#define PXA_LOG_SHIP_MS 2000       /* rank logs are uploaded this often */
+#define PXA_LOG_CHUNK 65536        /* bytes per AppendRankLog */
+#define PXA_LOG_PASS_CHUNKS 16     /* chunks per log per pass (1 MiB) */
 
 #define PXA_CONFIG_STRINGS 16
 
@@ -74,6 +77,15 @@ typedef struct pxa_exit {
   char *reason;              /* px_malloc'd */
   int64_t queued_ms;
 } pxa_exit_t;
+
+/* A rank log being uploaded to the coordinator (logship.c). */
+typedef struct {
+  char job_id[PXA_ID_MAX];
+  int rank;
+  char path[PXA_PATH_MAX + 320];
+  int64_t offset;            /* the coordinator has the log up to here */
+  int exited;                /* the rank ended: upload to the end, with eof */
+} pxa_logfile_t;
 
 typedef struct pxa_job pxa_job_t;
 
@@ -140,9 +152,11 @@ typedef struct pxa_agent {
   int64_t flush_until_ms;    /* after stop: reports are tried until then */
   char **running_ids;        /* jobs with live workers, for heartbeats */
   size_t nrunning_ids;
+  pxa_logfile_t *logs;       /* rank logs being uploaded (logship.c) */
+  size_t nlogs, caplogs;
 
-  pthread_t control_thr, heartbeat_thr, reporter_thr;
-  int threads_started;       /* bit 0 control, 1 heartbeat, 2 reporter */
+  pthread_t control_thr, heartbeat_thr, reporter_thr, logship_thr;
+  int threads_started;       /* bit 0 control, 1 heartbeat, 2 reporter, 3 log uploads */
 } pxa_agent_t;
 
 /* ---- session threads (session.c) ---------------------------------------- */
@@ -157,6 +171,18 @@ void pxa_report_exit(pxa_agent_t *ag, pxa_exit_t *e);
 void pxa_post(pxa_agent_t *ag, pxa_cmd_t *c);
 /* Frees the queues left after the threads ended. */
 void pxa_session_free(pxa_agent_t *ag);
+
+/* ---- rank log uploads (logship.c) ----------------------------------------- */
+
+/* The thread that uploads rank logs to the coordinator (AppendRankLog):
+ * new bytes of every listed log every PXA_LOG_SHIP_MS, and the rest of a
+ * log, marked eof, soon after its rank exits (also during a shutdown, for
+ * up to PXA_FLUSH_MS). Started and joined by pxa_session_start/stop. */
+void *pxa_logship_main(void *arg);
+/* Starts uploading a rank's log (loop thread, after the worker started). */
+void pxa_logship_add(pxa_agent_t *ag, const char *job_id, int rank, const char *path);
+/* The rank ended: upload the rest of its log now (loop thread). */
+void pxa_logship_exited(pxa_agent_t *ag, const char *job_id, int rank);
 
 /* ---- workers (workers.c), loop thread ------------------------------------ */
 

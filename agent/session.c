@@ -384,6 +384,9 @@ px_status_t pxa_session_start(pxa_agent_t *ag) {
   if (pthread_create(&ag->reporter_thr, NULL, pxa_reporter_main, ag) != 0)
     return px_set_error(PX_ERR_INTERNAL, "cannot start the reporter thread");
   ag->threads_started |= 4;
+  if (pthread_create(&ag->logship_thr, NULL, pxa_logship_main, ag) != 0)
+    return px_set_error(PX_ERR_INTERNAL, "cannot start the log upload thread");
+  ag->threads_started |= 8;
   if (pthread_create(&ag->heartbeat_thr, NULL, pxa_heartbeat_main, ag) != 0)
     return px_set_error(PX_ERR_INTERNAL, "cannot start the heartbeat thread");
   ag->threads_started |= 2;
@@ -404,6 +407,7 @@ void pxa_session_stop(pxa_agent_t *ag) {
   if (ag->threads_started & 1) pthread_join(ag->control_thr, NULL);
   if (ag->threads_started & 2) pthread_join(ag->heartbeat_thr, NULL);
   if (ag->threads_started & 4) pthread_join(ag->reporter_thr, NULL);
+  if (ag->threads_started & 8) pthread_join(ag->logship_thr, NULL);
   ag->threads_started = 0;
 }
 
@@ -424,5 +428,8 @@ void pxa_session_free(pxa_agent_t *ag) {
   for (size_t i = 0; i < ag->nrunning_ids; i++) px_free(ag->running_ids[i]);
   px_free(ag->running_ids);
   ag->running_ids = NULL;
+  px_free(ag->logs);
+  ag->logs = NULL;
+  ag->nlogs = ag->caplogs = 0;
   ag->nrunning_ids = 0;
 }

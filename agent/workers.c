@@ -135,6 +135,7 @@ static void pxa_on_exit(uv_process_t *p, int64_t exit_status, int term_signal) {
   else
     px_log(exit_status == 0 || job->stopping ? PX_LOG_INFO : PX_LOG_WARN,
            "job %s: rank %d exited with code %lld", job->id, w->rank, (long long)exit_status);
+  pxa_logship_exited(ag, job->id, w->rank);
   pxa_exit_t *e = px_calloc(1, sizeof *e, "agent.exit");
   if (e) {
     snprintf(e->job_id, sizeof e->job_id, "%s", job->id);
@@ -307,6 +308,7 @@ static px_status_t pxa_spawn(pxa_agent_t *ag, pxa_job_t *job, pxa_worker_t *w,
          "job %s: started rank %d (local rank %d, device %d, pid %d, %d thread%s), log %s",
          job->id, w->rank, w->local_rank, w->device_index, w->proc.pid, threads,
          threads == 1 ? "" : "s", w->log);
+  pxa_logship_add(ag, job->id, w->rank, w->log);
   return PX_OK;
 }
 

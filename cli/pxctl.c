@@ -105,17 +105,21 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "                           \"iterations\": [{\"iteration\", \"rank\", \"mask_drift\",\n"
      "                           \"density\", \"frozen\"}]}\n",
      OPT_COORD | OPT_JSON | OPT_ALL_RANKS, 1, pxctl_cmd_drift},
-    {"logs", "JOB", "a job's per-rank log files on this host",
-     "Reads WORK_DIR/jobs/JOB/rank-R.log, written by the pxagent of this host (only\n"
-     "the ranks that ran here: run pxctl logs on each node for the others).\n\n"
-     "  --rank R                 only rank R (default: every rank found here)\n"
+    {"logs", "JOB", "a job's per-rank logs, from any host (through the coordinator)",
+     "The agents upload every rank's log (WORK_DIR/jobs/JOB/rank-R.log on the node\n"
+     "that ran it) to the coordinator every few seconds and when the rank ends; the\n"
+     "coordinator keeps the last MiB of each rank, and this prints it. When the\n"
+     "coordinator holds nothing for the job (or cannot be asked), the files of this\n"
+     "host's agent are read instead.\n\n"
+     "  --rank R                 only rank R (default: every rank)\n"
      "  -f, --follow             keep printing new lines until the job ends (Ctrl-C\n"
      "                           stops)\n"
-     "  --work-dir DIR           the agents' work directory (default: $PRUNEX_WORK_DIR,\n"
-     "                           else " PXCTL_DEFAULT_WORK_DIR ")\n" COMMON_HELP
-     "                           (asked for the job's state and its nodes)\n"
-     "  --json                   {\"job_id\", \"dir\", \"files\": [{\"rank\", \"path\", \"text\"}]}\n"
-     "                           (not with --follow)\n",
+     "  --work-dir DIR           this host's agent work directory, for the local files\n"
+     "                           (default: $PRUNEX_WORK_DIR, else " PXCTL_DEFAULT_WORK_DIR ")\n" COMMON_HELP
+     "  --json                   {\"job_id\", \"source\": \"coordinator\", \"files\": [{\"rank\",\n"
+     "                           \"text\", \"size\", \"start_offset\", \"eof\"}]}, or for local\n"
+     "                           files {\"job_id\", \"dir\", \"files\": [{\"rank\", \"path\",\n"
+     "                           \"text\"}]} (not with --follow)\n",
      OPT_COORD | OPT_JSON | OPT_RANK | OPT_FOLLOW | OPT_WORK_DIR, 1, pxctl_cmd_logs},
     {"watch", "JOB", "live progress until the job ends",
      "Follows the job with WatchJob and draws a progress bar. Exit status 0 when the\n"

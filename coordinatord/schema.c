@@ -149,8 +149,30 @@ static const char coord_schema_v1[] =
 static const char coord_schema_v2[] =
     "ALTER TABLE rank_exits ADD COLUMN model_path TEXT NOT NULL DEFAULT '';";
 
+/* v3: rank logs uploaded by the agents (logs.c). rank_logs holds one row
+ * per rank (size uploaded so far, where the kept tail starts, whether the
+ * rank's log is complete); rank_log_chunks the kept bytes, in upload order,
+ * oldest dropped once a rank holds more than COORD_LOG_TAIL_BYTES. */
+static const char coord_schema_v3[] =
+    "CREATE TABLE rank_logs ("
+    "  job_id TEXT NOT NULL REFERENCES jobs(job_id),"
+    "  rank INTEGER NOT NULL,"
+    "  node_id TEXT NOT NULL DEFAULT '',"
+    "  size INTEGER NOT NULL DEFAULT 0,"
+    "  start_offset INTEGER NOT NULL DEFAULT 0,"
+    "  eof INTEGER NOT NULL DEFAULT 0,"
+    "  updated_unix_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (job_id, rank));"
+    "CREATE TABLE rank_log_chunks ("
+    "  job_id TEXT NOT NULL,"
+    "  rank INTEGER NOT NULL,"
+    "  pos INTEGER NOT NULL,"
+    "  data BLOB NOT NULL,"
+    "  PRIMARY KEY (job_id, rank, pos));";
+
 const px_store_migration_t coord_migrations[] = {
     {1, coord_schema_v1},
     {2, coord_schema_v2},
+    {3, coord_schema_v3},
 };
 const int coord_nmigrations = (int)(sizeof coord_migrations / sizeof coord_migrations[0]);
