@@ -30,6 +30,8 @@ enum {
   OPT_KEEP = 1 << 10,
   OPT_OUTPUT = 1 << 11,
   OPT_REASON = 1 << 12,
+  OPT_NODES = 1 << 13,
+  OPT_WPN = 1 << 14,
 };
 
 typedef struct {
@@ -46,6 +48,7 @@ static const pxctl_opt_t pxctl_options[] = {
     {"--follow", OPT_FOLLOW, 0},     {"-f", OPT_FOLLOW, 0},
     {"--work-dir", OPT_WORK_DIR, 1}, {"--keep", OPT_KEEP, 0},
     {"--output", OPT_OUTPUT, 1},     {"--reason", OPT_REASON, 1},
+    {"--nodes", OPT_NODES, 1},       {"--workers-per-node", OPT_WPN, 1},
 };
 
 typedef struct {
@@ -66,9 +69,14 @@ static const pxctl_cmd_t pxctl_cmds[] = {
     {"submit", "SPEC.yaml", "validate a job spec and submit it; prints the job id",
      "Parses and validates SPEC.yaml on this machine first: a bad spec is refused\n"
      "with FILE:LINE:COLUMN and what is wrong (exit 2), and nothing is submitted.\n"
-     "Prints the new job's id (--json: {\"job_id\",\"name\",\"spec_file\"}).\n\n" COMMON_HELP
+     "Prints the new job's id (--json: {\"job_id\",\"name\",\"spec_file\"}).\n\n"
+     "  --nodes M                run on M nodes instead of the spec's cluster.nodes\n"
+     "  --workers-per-node P     P workers per node instead of cluster.workers_per_node\n"
+     "                           (with either, an admm.max_iterations the spec does not\n"
+     "                           give is derived again for the new cluster; the Slurm\n"
+     "                           script passes the allocation's node count)\n" COMMON_HELP
      "  --json                   one JSON object\n",
-     OPT_COORD | OPT_JSON, 1, pxctl_cmd_submit},
+     OPT_COORD | OPT_JSON | OPT_NODES | OPT_WPN, 1, pxctl_cmd_submit},
     {"status", "JOB", "a job's state, placement, progress, summary and history",
      "--json prints the Job message of proto/prunex.proto as one object keyed by the\n"
      "proto field names (job_id, name, state, spec, spec_yaml, reason, ..., summary).\n\n"
@@ -253,6 +261,14 @@ static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
       o->output = v;
       return 0;
     case OPT_REASON: o->reason = v; return 0;
+    case OPT_NODES:
+    case OPT_WPN: {
+      const char *name = opt->bit == OPT_NODES ? "--nodes" : "--workers-per-node";
+      int *dst = opt->bit == OPT_NODES ? &o->nodes : &o->workers_per_node;
+      if (pxctl_parse_count(o, name, v, dst)) return PXCTL_EXIT_USAGE;
+      if (*dst < 1) return pxctl_usage_error(o, "%s '%s': expected at least 1", name, v);
+      return 0;
+    }
   }
   return 0;
 }
