@@ -110,7 +110,6 @@ static int pxa_logship_pass(pxa_agent_t *ag, px_rpc_channel_t **ch, uint8_t *buf
   pthread_mutex_lock(&ag->mu);
   size_t n = ag->nlogs;
   pthread_mutex_unlock(&ag->mu);
-  int retry = 0;
   for (size_t k = 0; k < n; k++) {
     pxa_logfile_t l;
     char node_id[PXA_ID_MAX];
@@ -136,12 +135,8 @@ static int pxa_logship_pass(pxa_agent_t *ag, px_rpc_channel_t **ch, uint8_t *buf
       }
     }
     pthread_mutex_unlock(&ag->mu);
-    if (what == SHIP_RETRY) {
-      retry = 1;
-      break; /* the coordinator is away: try again next pass */
-    }
+    if (what == SHIP_RETRY) break; /* the coordinator is away: try again next pass */
   }
-  (void)retry;
   pthread_mutex_lock(&ag->mu);
   int left = ag->nlogs > 0;
   pthread_mutex_unlock(&ag->mu);
@@ -189,7 +184,7 @@ void *pxa_logship_main(void *arg) {
     next = pxa_now_ms() + PXA_LOG_SHIP_MS;
     pthread_mutex_lock(&ag->mu);
     /* An exited rank whose upload failed must not spin: wait a little. */
-    if (pxa_logship_due(ag) && !ag->stop) {
+    if (pxa_logship_due(ag)) {
       pthread_mutex_unlock(&ag->mu);
       struct timespec ts = {0, 200 * 1000000L};
       nanosleep(&ts, NULL);
