@@ -62,6 +62,15 @@ static void pxa_publish_running(pxa_agent_t *ag) {
   pthread_mutex_unlock(&ag->mu);
   for (size_t i = 0; i < nold; i++) px_free(old[i]);
   px_free(old);
+  /* What `systemctl status pxagent` shows while jobs come and go. */
+  int ranks = 0;
+  for (pxa_job_t *j = ag->jobs; j; j = j->next) ranks += j->nrunning > 0 ? j->nrunning : 0;
+  if (k == 0)
+    px_service_notify("STATUS=node '%s': idle (%zu device%s)", ag->name, ag->ndevices,
+                      ag->ndevices == 1 ? "" : "s");
+  else
+    px_service_notify("STATUS=node '%s': %d rank%s of %zu job%s running (%s%s)", ag->name, ranks,
+                      ranks == 1 ? "" : "s", k, k == 1 ? "" : "s", ids[0], k > 1 ? ", ..." : "");
 }
 
 static void pxa_job_free_if_done(pxa_job_t *job) {
