@@ -25,6 +25,7 @@
 #include "prunex.pb-c.h"
 #include "prunex/px.h"
 #include "prunex/rpc.h"
+#include "px_service.h"
 #include "util.h"
 
 #define PXA_ID_MAX 128
@@ -38,13 +39,17 @@
 #define PXA_FLUSH_MS 5000          /* exit reports still sent after a shutdown */
 #define PXA_HUNG_AFTER_MS 10000    /* a worker stopped (SIGSTOP, ptrace) this long is hung */
 #define PXA_WATCHDOG_EVERY_MS 1000
+#define PXA_LOG_SHIP_MS 2000       /* rank logs are uploaded this often */
+#define PXA_LOG_CHUNK 65536        /* bytes per AppendRankLog */
+#define PXA_LOG_PASS_CHUNKS 16     /* chunks per log per pass (1 MiB) */
 
 #define PXA_MAX_ROOTS 16
+#define PXA_CONFIG_STRINGS (PXA_MAX_ROOTS + 16)
 
 typedef struct {
-  const char *coordinator;
+  const char *coordinator;   /* flag, else PRUNEX_COORDINATOR, else the config file */
   const char *name;          /* NULL: the host name */
-  const char *work_dir;      /* NULL: $TMPDIR/pxagent-<name> */
+  const char *work_dir;      /* NULL: $STATE_DIRECTORY, else $TMPDIR/pxagent-<name> */
   const char *worker_bin;    /* NULL: pxworker beside pxagent, else from PATH */
   int cpu_workers;           /* CPU devices when no GPU is found */
   int threads_per_worker;    /* 0: max(1, cores / devices) */
@@ -52,6 +57,10 @@ typedef struct {
   int log_level;             /* px_log_level_t; -1: not set */
   const char *output_roots[PXA_MAX_ROOTS]; /* --output-root: where output_dir may also be */
   int noutput_roots;
+  const char *config;        /* --config FILE, or NULL */
+  const char *coordinator_from; /* where coordinator came from, for messages */
+  char *strings[PXA_CONFIG_STRINGS]; /* values read from the config file (px_malloc'd) */
+  int nstrings;
 } pxa_config_t;
 
 
@@ -74,6 +83,15 @@ typedef struct pxa_exit {
   char *reason;              /* px_malloc'd */
   int64_t queued_ms;
 } pxa_exit_t;
+
+/* A rank log being uploaded to the coordinator (logship.c). */
+typedef struct {
+  char job_id[PXA_ID_MAX];
+  int rank;
+  char path[PXA_PATH_MAX + 320];
+  int64_t offset;            /* the coordinator has the log up to here */
+  int exited;                /* the rank ended: upload to the end, with eof */
+} pxa_logfile_t;
 
 typedef struct pxa_job pxa_job_t;
 
@@ -118,7 +136,8 @@ typedef struct pxa_agent {
   uv_async_t wake;
   uv_signal_t sigterm, sigint;
   uv_timer_t tick;
-  int64_t watchdog_ms;          /* when the progress watchdog last looked */
+  int64_t watchdog_ms;          /* when the progress watchdog last looked at the workers */
+  px_service_watchdog_t watchdog; /* WATCHDOG=1 from this loop under systemd */
   pxa_job_t *jobs;
   char finished[PXA_FINISHED_MAX][PXA_ID_MAX];
   int nfinished;             /* ring of ids: jobs never to start again */
@@ -142,9 +161,11 @@ typedef struct pxa_agent {
   int64_t flush_until_ms;    /* after stop: reports are tried until then */
   char **running_ids;        /* jobs with live workers, for heartbeats */
   size_t nrunning_ids;
+  pxa_logfile_t *logs;       /* rank logs being uploaded (logship.c) */
+  size_t nlogs, caplogs;
 
-  pthread_t control_thr, heartbeat_thr, reporter_thr;
-  int threads_started;       /* bit 0 control, 1 heartbeat, 2 reporter */
+  pthread_t control_thr, heartbeat_thr, reporter_thr, logship_thr;
+  int threads_started;       /* bit 0 control, 1 heartbeat, 2 reporter, 3 log uploads */
 } pxa_agent_t;
 
 /* ---- session threads (session.c) ---------------------------------------- */
@@ -159,6 +180,18 @@ void pxa_report_exit(pxa_agent_t *ag, pxa_exit_t *e);
 void pxa_post(pxa_agent_t *ag, pxa_cmd_t *c);
 /* Frees the queues left after the threads ended. */
 void pxa_session_free(pxa_agent_t *ag);
+
+/* ---- rank log uploads (logship.c) ----------------------------------------- */
+
+/* The thread that uploads rank logs to the coordinator (AppendRankLog):
+ * new bytes of every listed log every PXA_LOG_SHIP_MS, and the rest of a
+ * log, marked eof, soon after its rank exits (also during a shutdown, for
+ * up to PXA_FLUSH_MS). Started and joined by pxa_session_start/stop. */
+void *pxa_logship_main(void *arg);
+/* Starts uploading a rank's log (loop thread, after the worker started). */
+void pxa_logship_add(pxa_agent_t *ag, const char *job_id, int rank, const char *path);
+/* The rank ended: upload the rest of its log now (loop thread). */
+void pxa_logship_exited(pxa_agent_t *ag, const char *job_id, int rank);
 
 /* ---- workers (workers.c), loop thread ------------------------------------ */
 

@@ -22,26 +22,35 @@
 
 #include "agent.h"
 #include "metrics.h"
+#include "px_conf.h"
 #include "prunex/cuda.h"
 
 static void pxa_usage(FILE *f) {
   fprintf(f,
-          "usage: pxagent --coordinator HOST:PORT [--name NODE] [--cpu-workers N]\n"
-          "               [--threads-per-worker T] [--work-dir DIR] [--heartbeat-ms N]\n"
-          "               [--worker PATH] [--log-level L] [--ca FILE]\n"
+          "usage: pxagent --coordinator HOST:PORT [--config FILE] [--name NODE]\n"
+          "               [--cpu-workers N] [--threads-per-worker T] [--work-dir DIR]\n"
+          "               [--heartbeat-ms N] [--worker PATH] [--log-level L] [--ca FILE]\n"
           "               [--output-root DIR]...\n"
           "\n"
           "The PruneX node agent: registers this node with the coordinator, heartbeats,\n"
           "starts one pxworker per assigned rank and reports how each one ended.\n"
           "\n"
-          "  --coordinator HOST:PORT  the coordinator (pxcoordd) to serve\n"
+          "  --coordinator HOST:PORT  the coordinator (pxcoordd) to serve (default: the\n"
+          "                           PRUNEX_COORDINATOR environment variable, else\n"
+          "                           coordinator in the config file)\n"
+          "  --config FILE            settings file (e.g. /etc/prunex/pxagent.conf):\n"
+          "                           `key = value` lines or a YAML mapping; keys are the\n"
+          "                           flags' names (coordinator, name, cpu_workers, ...,\n"
+          "                           dashes or underscores); flags win\n"
           "  --name NODE              stable node name (default: the host name); an agent\n"
           "                           that registers again under it gets the same node\n"
           "  --cpu-workers N          CPU devices to offer when no GPU is found (default 1)\n"
           "  --threads-per-worker T   compute threads per worker when the job does not set\n"
           "                           cluster.threads_per_worker (default max(1, cores / N))\n"
           "  --work-dir DIR           job files (jobs/<job>/spec.pb, rank-<R>.log, the\n"
-          "                           model) and metrics.db (default $TMPDIR/pxagent-<name>)\n"
+          "                           model) and metrics.db (default $STATE_DIRECTORY when\n"
+          "                           set, as under systemd: /var/lib/prunex; else\n"
+          "                           $TMPDIR/pxagent-<name>)\n"
           "  --heartbeat-ms N         heartbeat at least this often (default: the interval\n"
           "                           the coordinator asks for)\n"
           "  --worker PATH            the pxworker program (default: beside pxagent)\n"
@@ -56,6 +65,8 @@ static void pxa_usage(FILE *f) {
           "                           workers get their rank's secret instead\n"
           "  --help, --version\n"
           "\n"
+          "Under systemd (Type=notify) it sends READY=1 once registered, STATUS= lines,\n"
+          "and WATCHDOG=1 from its event loop when WatchdogSec= is set.\n"
           "SIGTERM or SIGINT stop the workers (SIGTERM, SIGKILL after 3 s) and then the\n"
           "agent. Exit status: 0 clean shutdown, 1 runtime failure, 2 bad flags.\n");
 }
@@ -76,9 +87,110 @@ static int pxa_parse_int(const char *s, int lo, int hi, int *out) {
   return 0;
 }
 
-/* Returns -1 to go on, else the exit status. */
+/* Keeps a copy of a config-file value for the life of the run. */
+static const char *pxa_config_keep(pxa_config_t *c, const char *v, int from_file) {
+  if (!from_file) return v; /* argv outlives the run */
+  if (c->nstrings >= PXA_CONFIG_STRINGS) return NULL;
+  size_t n = strlen(v) + 1;
+  char *copy = px_malloc(n, "agent.config");
+  if (!copy) return NULL;
+  memcpy(copy, v, n);
+  c->strings[c->nstrings++] = copy;
+  return copy;
+}
+
+/* One setting, by its config-file name (dashes already underscores), from a
+ * flag (where = "--flag") or the config file (where = "FILE:LINE: key").
+ * Errors name where and the value. */
+static px_status_t pxa_config_apply(pxa_config_t *c, const char *key, const char *v,
+                                    const char *where, int from_file) {
+  if (!strcmp(key, "coordinator") || !strcmp(key, "name") || !strcmp(key, "work_dir") ||
+      !strcmp(key, "worker")) {
+    if (!strcmp(key, "coordinator")) {
+      const char *colon = strrchr(v, ':');
+      if (!colon || colon == v || !colon[1])
+        return px_set_error(PX_ERR_INVALID, "%s '%s': expected HOST:PORT", where, v);
+    }
+    if (!v[0] || (!strcmp(key, "name") && strlen(v) > 120))
+      return px_set_error(PX_ERR_INVALID, "%s '%s': %s", where, v,
+                          !strcmp(key, "name") ? "1 to 120 bytes" : "must not be empty");
+    const char *kept = pxa_config_keep(c, v, from_file);
+    if (!kept) return px_set_error(PX_ERR_NOMEM, "%s: out of memory", where);
+    if (!strcmp(key, "coordinator")) {
+      c->coordinator = kept;
+      c->coordinator_from = from_file ? c->config : "--coordinator";
+    } else if (!strcmp(key, "name")) {
+      c->name = kept;
+    } else if (!strcmp(key, "work_dir")) {
+      c->work_dir = kept;
+    } else {
+      c->worker_bin = kept;
+    }
+    return PX_OK;
+  }
+  if (!strcmp(key, "cpu_workers") || !strcmp(key, "threads_per_worker")) {
+    int *dst = !strcmp(key, "cpu_workers") ? &c->cpu_workers : &c->threads_per_worker;
+    if (pxa_parse_int(v, 1, 4096, dst) != 0)
+      return px_set_error(PX_ERR_INVALID, "%s '%s': expected 1..4096", where, v);
+    return PX_OK;
+  }
+  if (!strcmp(key, "heartbeat_ms")) {
+    if (pxa_parse_int(v, 10, 3600000, &c->heartbeat_ms) != 0)
+      return px_set_error(PX_ERR_INVALID, "%s '%s': expected 10..3600000", where, v);
+    return PX_OK;
+  }
+  if (!strcmp(key, "log_level")) {
+    static const char *const names[] = {"error", "warn", "info", "debug"};
+    for (int i = 0; i < 4; i++)
+      if (!strcmp(v, names[i])) {
+        c->log_level = i;
+        return PX_OK;
+      }
+    return px_set_error(PX_ERR_INVALID, "%s '%s': expected error, warn, info or debug", where, v);
+  }
+  if (!strcmp(key, "output_root")) {
+    if (v[0] != '/' || strstr(v, "/..") || strlen(v) > 1024)
+      return px_set_error(PX_ERR_INVALID, "%s '%s': expected an absolute path without '..'", where,
+                          v);
+    if (c->noutput_roots >= PXA_MAX_ROOTS)
+      return px_set_error(PX_ERR_INVALID, "%s '%s': at most %d of them", where, v, PXA_MAX_ROOTS);
+    const char *kept = pxa_config_keep(c, v, from_file);
+    if (!kept) return px_set_error(PX_ERR_NOMEM, "%s: out of memory", where);
+    c->output_roots[c->noutput_roots++] = kept;
+    return PX_OK;
+  }
+  if (!strcmp(key, "ca")) {
+    if (access(v, R_OK) != 0)
+      return px_set_error(PX_ERR_INVALID, "%s '%s': cannot read the file", where, v);
+    /* Through the environment: the RPC client and the workers read it. The
+     * flag wins over PRUNEX_CA, which wins over the config file. */
+    const char *env = getenv("PRUNEX_CA");
+    if (!from_file || !env || !env[0]) setenv("PRUNEX_CA", v, 1);
+    return PX_OK;
+  }
+  return px_set_error(PX_ERR_INVALID, "%s: unknown setting (known: coordinator, name, "
+                      "cpu_workers, threads_per_worker, work_dir, heartbeat_ms, worker, "
+                      "log_level, ca, output_root)", where);
+}
+
+static px_status_t pxa_config_file_set(void *ctx, const char *key, const char *value,
+                                       const char *where) {
+  char w[4400];
+  snprintf(w, sizeof w, "%s: %s", where, key);
+  return pxa_config_apply(ctx, key, value, w, 1);
+}
+
+/* Frees the config-file strings. */
+static void pxa_config_free(pxa_config_t *c) {
+  for (int i = 0; i < c->nstrings; i++) px_free(c->strings[i]);
+  c->nstrings = 0;
+}
+
+/* Returns -1 to go on, else the exit status. Precedence: flags, then the
+ * environment (PRUNEX_COORDINATOR), then the config file, then defaults. */
 static int pxa_parse_args(int argc, char **argv, pxa_config_t *c) {
-  enum { O_COORD = 256, O_NAME, O_CPU, O_THREADS, O_WORK, O_HB, O_WORKER, O_LOG, O_VERSION, O_CA, O_ROOT };
+  enum { O_COORD = 256, O_NAME, O_CPU, O_THREADS, O_WORK, O_HB, O_WORKER, O_LOG, O_VERSION,
+         O_CONFIG, O_CA, O_ROOT };
   static const struct option opts[] = {
       {"coordinator", required_argument, NULL, O_COORD},
       {"name", required_argument, NULL, O_NAME},
@@ -88,6 +200,7 @@ static int pxa_parse_args(int argc, char **argv, pxa_config_t *c) {
       {"heartbeat-ms", required_argument, NULL, O_HB},
       {"worker", required_argument, NULL, O_WORKER},
       {"log-level", required_argument, NULL, O_LOG},
+      {"config", required_argument, NULL, O_CONFIG},
       {"ca", required_argument, NULL, O_CA},
       {"output-root", required_argument, NULL, O_ROOT},
       {"help", no_argument, NULL, 'h'},
@@ -97,62 +210,60 @@ static int pxa_parse_args(int argc, char **argv, pxa_config_t *c) {
   memset(c, 0, sizeof *c);
   c->cpu_workers = 1;
   c->log_level = -1;
+  /* The config file first, so that flags override it wherever they are. */
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--config") && i + 1 < argc) c->config = argv[++i];
+    else if (!strncmp(argv[i], "--config=", 9)) c->config = argv[i] + 9;
+    else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h") ||
+             !strcmp(argv[i], "--version")) break;
+  }
+  int help = 0;
+  for (int i = 1; i < argc; i++)
+    help |= !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h") || !strcmp(argv[i], "--version");
+  if (c->config && !help && px_conf_load(c->config, pxa_config_file_set, c) != PX_OK) {
+    fprintf(stderr, "pxagent: %s\n", px_last_error());
+    return 2;
+  }
+  const char *env = getenv("PRUNEX_COORDINATOR");
+  if (env && env[0]) {
+    c->coordinator = env;
+    c->coordinator_from = "PRUNEX_COORDINATOR";
+  }
   opterr = 0;
   int o;
   while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    static const char *const keys[] = {"coordinator", "name", "cpu_workers", "threads_per_worker",
+                                       "work_dir", "coordinator", "worker", "log_level"};
+    const char *key = NULL, *flag = NULL;
     switch (o) {
       case 'h': pxa_usage(stdout); return 0;
       case O_VERSION: printf("pxagent %s\n", px_version()); return 0;
-      case O_COORD: c->coordinator = optarg; break;
-      case O_NAME:
-        if (!optarg[0] || strlen(optarg) > 120)
-          return pxa_bad_usage("--name '%s': 1 to 120 bytes", optarg);
-        c->name = optarg;
-        break;
-      case O_WORK: c->work_dir = optarg; break;
-      case O_WORKER: c->worker_bin = optarg; break;
-      case O_ROOT:
-        if (optarg[0] != '/' || strstr(optarg, "/..") || strlen(optarg) > 1024)
-          return pxa_bad_usage("--output-root '%s': expected an absolute path without '..'",
-                               optarg);
-        if (c->noutput_roots >= PXA_MAX_ROOTS)
-          return pxa_bad_usage("--output-root '%s': at most 16 of them", optarg);
-        c->output_roots[c->noutput_roots++] = optarg;
-        break;
-      case O_CA:
-        /* Through the environment: the RPC client and the workers read it. */
-        if (access(optarg, R_OK) != 0) return pxa_bad_usage("--ca '%s': cannot read the file", optarg);
-        setenv("PRUNEX_CA", optarg, 1);
-        break;
-      case O_CPU:
-        if (pxa_parse_int(optarg, 1, 4096, &c->cpu_workers) != 0)
-          return pxa_bad_usage("--cpu-workers '%s': expected 1..4096", optarg);
-        break;
-      case O_THREADS:
-        if (pxa_parse_int(optarg, 1, 4096, &c->threads_per_worker) != 0)
-          return pxa_bad_usage("--threads-per-worker '%s': expected 1..4096", optarg);
-        break;
-      case O_HB:
-        if (pxa_parse_int(optarg, 10, 3600000, &c->heartbeat_ms) != 0)
-          return pxa_bad_usage("--heartbeat-ms '%s': expected 10..3600000", optarg);
-        break;
-      case O_LOG: {
-        static const char *const names[] = {"error", "warn", "info", "debug"};
-        c->log_level = -1;
-        for (int i = 0; i < 4; i++)
-          if (!strcmp(optarg, names[i])) c->log_level = i;
-        if (c->log_level < 0)
-          return pxa_bad_usage("--log-level '%s': expected error, warn, info or debug", optarg);
-        break;
-      }
+      case O_CONFIG: continue; /* read above */
+      case O_COORD: key = keys[0]; flag = "--coordinator"; break;
+      case O_NAME: key = keys[1]; flag = "--name"; break;
+      case O_CPU: key = keys[2]; flag = "--cpu-workers"; break;
+      case O_THREADS: key = keys[3]; flag = "--threads-per-worker"; break;
+      case O_WORK: key = keys[4]; flag = "--work-dir"; break;
+      case O_HB: key = "heartbeat_ms"; flag = "--heartbeat-ms"; break;
+      case O_WORKER: key = keys[6]; flag = "--worker"; break;
+      case O_LOG: key = keys[7]; flag = "--log-level"; break;
+      case O_CA: key = "ca"; flag = "--ca"; break;
+      case O_ROOT: key = "output_root"; flag = "--output-root"; break;
       default: return pxa_bad_usage("unknown or incomplete option '%s'", argv[optind - 1]);
     }
+    if (pxa_config_apply(c, key, optarg, flag, 0) != PX_OK)
+      return pxa_bad_usage("%s", px_last_error());
   }
   if (optind < argc) return pxa_bad_usage("unexpected argument '%s'", argv[optind]);
-  if (!c->coordinator) return pxa_bad_usage("%s", "--coordinator HOST:PORT is required");
+  if (!c->coordinator)
+    return pxa_bad_usage("%s", "--coordinator HOST:PORT is required (or coordinator in "
+                               "--config FILE, or the PRUNEX_COORDINATOR environment variable)");
   const char *colon = strrchr(c->coordinator, ':');
-  if (!colon || colon == c->coordinator || !colon[1])
-    return pxa_bad_usage("--coordinator '%s': expected HOST:PORT", c->coordinator);
+  if (!colon || colon == c->coordinator || !colon[1]) {
+    fprintf(stderr, "pxagent: %s '%s': expected HOST:PORT\n(run pxagent --help for the flags)\n",
+            c->coordinator_from ? c->coordinator_from : "coordinator", c->coordinator);
+    return 2;
+  }
   return -1;
 }
 
@@ -234,8 +345,12 @@ static px_status_t pxa_setup(pxa_agent_t *ag) {
     snprintf(ag->hostname, sizeof ag->hostname, "localhost");
   ag->hostname[sizeof ag->hostname - 1] = '\0';
   snprintf(ag->name, sizeof ag->name, "%.120s", ag->cfg.name ? ag->cfg.name : ag->hostname);
+  const char *state_dir = getenv("STATE_DIRECTORY"); /* systemd's StateDirectory= */
   if (ag->cfg.work_dir) {
     snprintf(ag->work_dir, sizeof ag->work_dir, "%s", ag->cfg.work_dir);
+  } else if (state_dir && state_dir[0]) {
+    /* the first of a colon-separated list */
+    snprintf(ag->work_dir, sizeof ag->work_dir, "%.*s", (int)strcspn(state_dir, ":"), state_dir);
   } else {
     const char *tmp = getenv("TMPDIR");
     snprintf(ag->work_dir, sizeof ag->work_dir, "%s/pxagent-%s", tmp && tmp[0] ? tmp : "/tmp",
@@ -276,6 +391,8 @@ static void pxa_on_signal(uv_signal_t *h, int signum) {
   }
   ag->shutting_down = 1;
   px_log(PX_LOG_INFO, "shutting down (%s)", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+  px_service_notify("STOPPING=1\nSTATUS=stopping the workers (%s)",
+                    signum == SIGTERM ? "SIGTERM" : "SIGINT");
   pthread_mutex_lock(&ag->mu);
   ag->quiesce = 1; /* no new assignments */
   if (ag->stream) px_rpc_stream_cancel(ag->stream);
@@ -293,6 +410,7 @@ int main(int argc, char **argv) {
   }
   int rc = pxa_parse_args(argc, argv, &ag->cfg);
   if (rc >= 0) {
+    pxa_config_free(&ag->cfg);
     px_free(ag);
     return rc;
   }
@@ -334,6 +452,9 @@ int main(int argc, char **argv) {
   uv_signal_start(&ag->sigterm, pxa_on_signal, SIGTERM);
   uv_signal_start(&ag->sigint, pxa_on_signal, SIGINT);
   ag->loop_open = 1;
+  px_service_watchdog_start(&ag->watchdog, &loop);
+  px_service_notify("STATUS=registering node '%s' with the coordinator at %s", ag->name,
+                    ag->cfg.coordinator);
 
   rc = 0;
   if (pxa_session_start(ag) != PX_OK) {
@@ -350,6 +471,7 @@ out:
   pxa_free_devices(ag);
   pthread_cond_destroy(&ag->cv);
   pthread_mutex_destroy(&ag->mu);
+  pxa_config_free(&ag->cfg);
   px_free(ag);
   grpc_shutdown();
   return rc;

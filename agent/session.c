@@ -118,6 +118,11 @@ static px_status_t pxa_register(pxa_agent_t *ag, px_rpc_channel_t *ch) {
          "%s node '%s' with the coordinator at %s as %s%s (heartbeat every %d ms, timeout %d ms)",
          again ? "re-registered" : "registered", ag->name, ag->cfg.coordinator, resp->node_id,
          changed ? " (a new id)" : "", interval, resp->heartbeat_timeout_ms);
+  /* Registered: the node can take work, which is what "ready" means for a
+   * node agent (a service manager waits for this, not for the process). */
+  px_service_notify("%sSTATUS=%s node '%s' as %s with the coordinator at %s",
+                    again ? "" : "READY=1\n", again ? "re-registered" : "registered", ag->name,
+                    resp->node_id, ag->cfg.coordinator);
   px_rpc_message_free(resp);
   return PX_OK;
 }
@@ -210,6 +215,8 @@ static void *pxa_control_main(void *arg) {
     } else if (failures++ == 0) {
       px_log(PX_LOG_WARN, "cannot register with the coordinator at %s: %s; retrying",
              ag->cfg.coordinator, px_last_error());
+      px_service_notify("STATUS=cannot register with the coordinator at %s (retrying): %s",
+                        ag->cfg.coordinator, px_last_error());
     } else {
       px_log(PX_LOG_DEBUG, "register: %s", px_last_error());
     }
@@ -384,6 +391,9 @@ px_status_t pxa_session_start(pxa_agent_t *ag) {
   if (pthread_create(&ag->reporter_thr, NULL, pxa_reporter_main, ag) != 0)
     return px_set_error(PX_ERR_INTERNAL, "cannot start the reporter thread");
   ag->threads_started |= 4;
+  if (pthread_create(&ag->logship_thr, NULL, pxa_logship_main, ag) != 0)
+    return px_set_error(PX_ERR_INTERNAL, "cannot start the log upload thread");
+  ag->threads_started |= 8;
   if (pthread_create(&ag->heartbeat_thr, NULL, pxa_heartbeat_main, ag) != 0)
     return px_set_error(PX_ERR_INTERNAL, "cannot start the heartbeat thread");
   ag->threads_started |= 2;
@@ -404,6 +414,7 @@ void pxa_session_stop(pxa_agent_t *ag) {
   if (ag->threads_started & 1) pthread_join(ag->control_thr, NULL);
   if (ag->threads_started & 2) pthread_join(ag->heartbeat_thr, NULL);
   if (ag->threads_started & 4) pthread_join(ag->reporter_thr, NULL);
+  if (ag->threads_started & 8) pthread_join(ag->logship_thr, NULL);
   ag->threads_started = 0;
 }
 
@@ -424,5 +435,8 @@ void pxa_session_free(pxa_agent_t *ag) {
   for (size_t i = 0; i < ag->nrunning_ids; i++) px_free(ag->running_ids[i]);
   px_free(ag->running_ids);
   ag->running_ids = NULL;
+  px_free(ag->logs);
+  ag->logs = NULL;
+  ag->nlogs = ag->caplogs = 0;
   ag->nrunning_ids = 0;
 }

@@ -122,7 +122,7 @@ static void pxw_usage(FILE *f) {
           "  --metrics-db PATH        node-local metrics file (default DIR/metrics.db)\n"
           "  --leaders LIST           global rank of each node's leader, by node index\n"
           "                           (default: local rank 0 of each node)\n"
-          "  --log-level L            error, warn, info or debug (default: PX_LOG_LEVEL, warn)\n"
+          "  --log-level L            error, warn, info or debug (default: PX_LOG_LEVEL, info)\n"
           "  --ca FILE                PEM CA bundle: TLS to the coordinator (default\n"
           "                           $PRUNEX_CA). The rank's secret, which the coordinator's\n"
           "                           calls need when it has tokens, is $PRUNEX_TOKEN (set by\n"
@@ -808,6 +808,17 @@ static px_status_t pxw_observe(void *ctx, const px_iteration_t *it) {
   w->last_rank_intra = it->rank_bytes_intra;
   w->last_rank_inter = it->rank_bytes_inter;
   w->have_last = 1;
+  /* Progress in the rank's log (which the agent uploads to the coordinator
+   * for `pxctl logs`): one line per outer iteration. */
+  const Prunex__V1__IterationReport *r = &w->last;
+  char test[32] = "";
+  if (r->test_accuracy >= 0) snprintf(test, sizeof test, ", test acc %.2f%%", 100 * r->test_accuracy);
+  px_log(PX_LOG_INFO,
+         "job %s: rank %d: iteration %d (epoch %.2f): loss %.4f, train acc %.2f%%%s, density %.3f, "
+         "drift %lld%s, %llu B intra, %llu B inter",
+         w->a.job, w->a.rank, r->iteration, r->epoch, r->loss, 100 * r->train_accuracy, test,
+         r->density, (long long)r->mask_drift, r->frozen ? " (frozen)" : "",
+         (unsigned long long)it->rank_bytes_intra, (unsigned long long)it->rank_bytes_inter);
   if (w->metrics && pxa_metrics_record(w->metrics, w->a.rank, &w->last, it->test_loss,
                                        it->rank_bytes_intra, it->rank_bytes_inter) != PX_OK)
     px_log(PX_LOG_WARN, "job %s: rank %d: metrics: %s", w->a.job, w->a.rank, px_last_error());
@@ -1019,7 +1030,9 @@ int main(int argc, char **argv) {
   memset(&w, 0, sizeof w);
   int rc = pxw_parse_args(argc, argv, &w.a);
   if (rc >= 0) return rc;
+  /* Info by default: the rank's log is where its progress is read. */
   if (w.a.log_level_set) px_log_set_level(w.a.log_level);
+  else if (!getenv("PX_LOG_LEVEL")) px_log_set_level(PX_LOG_INFO);
   /* Started by an agent: die with it rather than train for nobody. */
   const char *agent = getenv("PX_AGENT_PID");
   if (agent && agent[0]) {

@@ -66,6 +66,15 @@ static void pxa_publish_running(pxa_agent_t *ag) {
   pthread_mutex_unlock(&ag->mu);
   for (size_t i = 0; i < nold; i++) px_free(old[i]);
   px_free(old);
+  /* What `systemctl status pxagent` shows while jobs come and go. */
+  int ranks = 0;
+  for (pxa_job_t *j = ag->jobs; j; j = j->next) ranks += j->nrunning > 0 ? j->nrunning : 0;
+  if (k == 0)
+    px_service_notify("STATUS=node '%s': idle (%zu device%s)", ag->name, ag->ndevices,
+                      ag->ndevices == 1 ? "" : "s");
+  else
+    px_service_notify("STATUS=node '%s': %d rank%s of %zu job%s running (%s%s)", ag->name, ranks,
+                      ranks == 1 ? "" : "s", k, k == 1 ? "" : "s", ids[0], k > 1 ? ", ..." : "");
 }
 
 static void pxa_job_free_if_done(pxa_job_t *job) {
@@ -145,6 +154,7 @@ static void pxa_on_exit(uv_process_t *p, int64_t exit_status, int term_signal) {
   else
     px_log(exit_status == 0 || job->stopping ? PX_LOG_INFO : PX_LOG_WARN,
            "job %s: rank %d exited with code %lld", job->id, w->rank, (long long)exit_status);
+  pxa_logship_exited(ag, job->id, w->rank);
   pxa_exit_t *e = px_calloc(1, sizeof *e, "agent.exit");
   if (e) {
     snprintf(e->job_id, sizeof e->job_id, "%s", job->id);
@@ -361,6 +371,7 @@ static px_status_t pxa_spawn(pxa_agent_t *ag, pxa_job_t *job, pxa_worker_t *w,
          "job %s: started rank %d (local rank %d, device %d, pid %d, %d thread%s), log %s",
          job->id, w->rank, w->local_rank, w->device_index, w->proc.pid, threads,
          threads == 1 ? "" : "s", w->log);
+  pxa_logship_add(ag, job->id, w->rank, w->log);
   return PX_OK;
 }
 
@@ -566,6 +577,7 @@ void pxa_on_tick(uv_timer_t *t) {
     pthread_mutex_unlock(&ag->mu);
     uv_close((uv_handle_t *)&ag->wake, NULL);
     uv_close((uv_handle_t *)&ag->tick, NULL);
+    px_service_watchdog_close(&ag->watchdog);
     uv_close((uv_handle_t *)&ag->sigterm, NULL);
     uv_close((uv_handle_t *)&ag->sigint, NULL);
   }

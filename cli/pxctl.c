@@ -32,6 +32,8 @@ enum {
   OPT_OUTPUT = 1 << 11,
   OPT_REASON = 1 << 12,
   OPT_CA = 1 << 13,     /* accepted wherever OPT_COORD is */
+  OPT_NODES = 1 << 14,
+  OPT_WPN = 1 << 15,
 };
 
 typedef struct {
@@ -49,6 +51,7 @@ static const pxctl_opt_t pxctl_options[] = {
     {"--work-dir", OPT_WORK_DIR, 1}, {"--keep", OPT_KEEP, 0},
     {"--output", OPT_OUTPUT, 1},     {"--reason", OPT_REASON, 1},
     {"--ca", OPT_CA, 1},
+    {"--nodes", OPT_NODES, 1},       {"--workers-per-node", OPT_WPN, 1},
 };
 
 typedef struct {
@@ -71,9 +74,14 @@ static const pxctl_cmd_t pxctl_cmds[] = {
     {"submit", "SPEC.yaml", "validate a job spec and submit it; prints the job id",
      "Parses and validates SPEC.yaml on this machine first: a bad spec is refused\n"
      "with FILE:LINE:COLUMN and what is wrong (exit 2), and nothing is submitted.\n"
-     "Prints the new job's id (--json: {\"job_id\",\"name\",\"spec_file\"}).\n\n" COMMON_HELP
+     "Prints the new job's id (--json: {\"job_id\",\"name\",\"spec_file\"}).\n\n"
+     "  --nodes M                run on M nodes instead of the spec's cluster.nodes\n"
+     "  --workers-per-node P     P workers per node instead of cluster.workers_per_node\n"
+     "                           (with either, an admm.max_iterations the spec does not\n"
+     "                           give is derived again for the new cluster; the Slurm\n"
+     "                           script passes the allocation's node count)\n" COMMON_HELP
      "  --json                   one JSON object\n",
-     OPT_COORD | OPT_JSON, 1, pxctl_cmd_submit},
+     OPT_COORD | OPT_JSON | OPT_NODES | OPT_WPN, 1, pxctl_cmd_submit},
     {"status", "JOB", "a job's state, placement, progress, summary and history",
      "--json prints the Job message of proto/prunex.proto as one object keyed by the\n"
      "proto field names (job_id, name, state, spec, spec_yaml, reason, ..., summary).\n\n"
@@ -116,17 +124,21 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "                           \"iterations\": [{\"iteration\", \"rank\", \"mask_drift\",\n"
      "                           \"density\", \"frozen\"}]}\n",
      OPT_COORD | OPT_JSON | OPT_ALL_RANKS, 1, pxctl_cmd_drift},
-    {"logs", "JOB", "a job's per-rank log files on this host",
-     "Reads WORK_DIR/jobs/JOB/rank-R.log, written by the pxagent of this host (only\n"
-     "the ranks that ran here: run pxctl logs on each node for the others).\n\n"
-     "  --rank R                 only rank R (default: every rank found here)\n"
+    {"logs", "JOB", "a job's per-rank logs, from any host (through the coordinator)",
+     "The agents upload every rank's log (WORK_DIR/jobs/JOB/rank-R.log on the node\n"
+     "that ran it) to the coordinator every few seconds and when the rank ends; the\n"
+     "coordinator keeps the last MiB of each rank, and this prints it. When the\n"
+     "coordinator holds nothing for the job (or cannot be asked), the files of this\n"
+     "host's agent are read instead.\n\n"
+     "  --rank R                 only rank R (default: every rank)\n"
      "  -f, --follow             keep printing new lines until the job ends (Ctrl-C\n"
      "                           stops)\n"
-     "  --work-dir DIR           the agents' work directory (default: $PRUNEX_WORK_DIR,\n"
-     "                           else " PXCTL_DEFAULT_WORK_DIR ")\n" COMMON_HELP
-     "                           (asked for the job's state and its nodes)\n"
-     "  --json                   {\"job_id\", \"dir\", \"files\": [{\"rank\", \"path\", \"text\"}]}\n"
-     "                           (not with --follow)\n",
+     "  --work-dir DIR           this host's agent work directory, for the local files\n"
+     "                           (default: $PRUNEX_WORK_DIR, else " PXCTL_DEFAULT_WORK_DIR ")\n" COMMON_HELP
+     "  --json                   {\"job_id\", \"source\": \"coordinator\", \"files\": [{\"rank\",\n"
+     "                           \"text\", \"size\", \"start_offset\", \"eof\"}]}, or for local\n"
+     "                           files {\"job_id\", \"dir\", \"files\": [{\"rank\", \"path\",\n"
+     "                           \"text\"}]} (not with --follow)\n",
      OPT_COORD | OPT_JSON | OPT_RANK | OPT_FOLLOW | OPT_WORK_DIR, 1, pxctl_cmd_logs},
     {"watch", "JOB", "live progress until the job ends",
      "Follows the job with WatchJob and draws a progress bar. Exit status 0 when the\n"
@@ -304,6 +316,14 @@ static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
       /* Through the environment, which the RPC client reads (PRUNEX_CA). */
       setenv("PRUNEX_CA", v, 1);
       return 0;
+    case OPT_NODES:
+    case OPT_WPN: {
+      const char *name = opt->bit == OPT_NODES ? "--nodes" : "--workers-per-node";
+      int *dst = opt->bit == OPT_NODES ? &o->nodes : &o->workers_per_node;
+      if (pxctl_parse_count(o, name, v, dst)) return PXCTL_EXIT_USAGE;
+      if (*dst < 1) return pxctl_usage_error(o, "%s '%s': expected at least 1", name, v);
+      return 0;
+    }
   }
   return 0;
 }

@@ -43,6 +43,8 @@ typedef struct {
   int limit;                  /* list/metrics: --limit (0: all) */
   int from;                   /* metrics: --from */
   const char *reason;         /* cancel: --reason */
+  int nodes;                  /* submit: --nodes (0: the spec's) */
+  int workers_per_node;       /* submit: --workers-per-node (0: the spec's) */
   const char *pos[4];         /* positional arguments */
   int npos;
 } pxctl_opts_t;

@@ -1,9 +1,12 @@
-/* `pxctl logs`: the per-rank log files a pxagent writes for the ranks it
- * runs, WORK_DIR/jobs/JOB/rank-R.log. They live on the node that ran the
- * rank, so this reads the local file system only; when the files are not
- * here it says so and, if the coordinator answers, names the nodes (and
- * their hosts) that ran the job. --follow prints new lines as they are
- * written until the job ends. */
+/* `pxctl logs`: the per-rank logs of a job. Agents upload every rank's log
+ * (WORK_DIR/jobs/JOB/rank-R.log on the node that ran it) to the coordinator,
+ * which keeps the last MiB of each; this asks the coordinator first
+ * (GetRankLog), so it works from any host. When the coordinator holds
+ * nothing for the job (older agents, a job not yet started) or cannot be
+ * asked, it reads the local files of this host's agent instead, and when
+ * those are not here either it says so and names the nodes (and hosts)
+ * that ran the job. --follow prints new lines as they arrive until the job
+ * ends. */
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
@@ -181,10 +184,230 @@ static int pxctl_logs_elsewhere(px_rpc_channel_t *ch, const Prunex__V1__Job *job
   return PXCTL_EXIT_FAIL;
 }
 
+
 static volatile sig_atomic_t pxctl_logs_stop;
 static void pxctl_logs_on_signal(int sig) {
   (void)sig;
   pxctl_logs_stop = 1;
+}
+
+/* ---- through the coordinator ----------------------------------------------- */
+
+#define PXCTL_REMOTE_GRACE_S 5.0 /* after the job ends: wait this long for the last uploads */
+
+typedef struct {
+  int64_t offset;     /* bytes printed (or read) so far */
+  int eof, found;
+  int64_t size, start_offset;
+  char partial[4096]; /* --follow: a line not yet ended */
+  size_t npartial;
+} pxctl_remote_rank_t;
+
+static int pxctl_job_over(int s) {
+  return s == PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED ||
+         s == PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED ||
+         s == PRUNEX__V1__JOB_STATE__JOB_STATE_CANCELLED;
+}
+
+static int pxctl_job_nranks(const Prunex__V1__Job *job) {
+  const Prunex__V1__ClusterSpec *c = job->spec ? job->spec->cluster : NULL;
+  int m = c && c->nodes > 0 ? c->nodes : 1, p = c && c->workers_per_node > 0 ? c->workers_per_node : 1;
+  return m * p;
+}
+
+/* One GetRankLog from r->offset; the answer, or NULL when the call failed. */
+static Prunex__V1__RankLog *pxctl_get_rank_log(px_rpc_channel_t *ch, const char *job_id, int rank,
+                                                int64_t offset) {
+  Prunex__V1__GetRankLogRequest req = PRUNEX__V1__GET_RANK_LOG_REQUEST__INIT;
+  req.job_id = (char *)job_id;
+  req.rank = rank;
+  req.offset = offset;
+  Prunex__V1__RankLog *log = NULL;
+  if (px_rpc_get_rank_log(ch, &req, 10000, &log) != PX_OK) return NULL;
+  return log;
+}
+
+/* The whole log of a rank as the coordinator holds it (px_malloc'd, NUL
+ * terminated), with the rank's fields in r. NULL when the call failed. */
+static char *pxctl_read_rank_log(px_rpc_channel_t *ch, const char *job_id, int rank,
+                                 pxctl_remote_rank_t *r, size_t *len) {
+  size_t n = 0, cap = 0;
+  char *text = NULL;
+  int64_t offset = 0;
+  for (;;) {
+    Prunex__V1__RankLog *log = pxctl_get_rank_log(ch, job_id, rank, offset);
+    if (!log) {
+      px_free(text);
+      return NULL;
+    }
+    r->found = log->found;
+    r->eof = log->eof;
+    r->size = log->size;
+    r->start_offset = log->start_offset;
+    if (n + log->data.len + 1 > cap) {
+      cap = (n + log->data.len + 1) * 2;
+      char *t = px_realloc(text, cap, "pxctl.ranklog");
+      if (!t) {
+        px_rpc_message_free(log);
+        px_free(text);
+        return NULL;
+      }
+      text = t;
+    }
+    if (log->data.len) memcpy(text + n, log->data.data, log->data.len);
+    n += log->data.len;
+    offset = log->offset + (int64_t)log->data.len;
+    int more = log->data.len > 0 && offset < log->size;
+    px_rpc_message_free(log);
+    if (!more) break;
+  }
+  if (!text && !(text = px_malloc(1, "pxctl.ranklog"))) return NULL;
+  text[n] = '\0';
+  *len = n;
+  r->offset = offset;
+  return text;
+}
+
+/* Prints data as whole lines (prefix "[rank R] "), keeping an unended line. */
+static void pxctl_remote_lines(pxctl_remote_rank_t *r, int rank, int prefix, const uint8_t *d,
+                               size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    char c = (char)d[i];
+    if (c != '\n' && r->npartial < sizeof r->partial - 1) {
+      r->partial[r->npartial++] = c;
+      continue;
+    }
+    if (prefix) printf("[rank %d] ", rank);
+    fwrite(r->partial, 1, r->npartial, stdout);
+    fputc('\n', stdout);
+    r->npartial = 0;
+    if (c != '\n') r->partial[r->npartial++] = c;
+  }
+}
+
+/* Whether the coordinator holds any log of the job's ranks (first..last):
+ * 1 yes, 0 no, -1 it could not be asked. */
+static int pxctl_remote_has_logs(px_rpc_channel_t *ch, const char *job_id, int first, int last) {
+  for (int rank = first; rank <= last; rank++) {
+    Prunex__V1__GetRankLogRequest req = PRUNEX__V1__GET_RANK_LOG_REQUEST__INIT;
+    req.job_id = (char *)job_id;
+    req.rank = rank;
+    req.max_bytes = 1;
+    Prunex__V1__RankLog *log = NULL;
+    if (px_rpc_get_rank_log(ch, &req, 5000, &log) != PX_OK) return -1;
+    int found = log->found;
+    px_rpc_message_free(log);
+    if (found) return 1;
+  }
+  return 0;
+}
+
+/* The logs of ranks first..last from the coordinator: printed, as JSON,
+ * or followed until the job ends. */
+static int pxctl_logs_remote(pxctl_opts_t *o, px_rpc_channel_t *ch, const char *job_id,
+                             int first, int last) {
+  int n = last - first + 1, rc = PXCTL_EXIT_OK;
+  pxctl_remote_rank_t *rr = px_calloc((size_t)n, sizeof *rr, "pxctl.logs.remote");
+  if (!rr) return pxctl_fail("out of memory");
+  int prefix = n > 1 || o->rank < 0;
+  if (!o->follow) {
+    pxctl_json_t j;
+    if (o->json) {
+      pxctl_json_init(&j, stdout);
+      pxctl_json_begin_object(&j);
+      pxctl_json_key(&j, "job_id");
+      pxctl_json_string(&j, job_id);
+      pxctl_json_key(&j, "source");
+      pxctl_json_string(&j, "coordinator");
+      pxctl_json_key(&j, "files");
+      pxctl_json_begin_array(&j);
+    }
+    for (int k = 0; k < n; k++) {
+      size_t len = 0;
+      char *text = pxctl_read_rank_log(ch, job_id, first + k, &rr[k], &len);
+      if (!text) {
+        rc = pxctl_rpc_fail(ch, NULL);
+        break;
+      }
+      if (o->json) {
+        pxctl_json_begin_object(&j);
+        pxctl_json_key(&j, "rank");
+        pxctl_json_int(&j, first + k);
+        pxctl_json_key(&j, "text");
+        if (rr[k].found) pxctl_json_string_n(&j, text, len);
+        else pxctl_json_null(&j);
+        pxctl_json_key(&j, "size");
+        pxctl_json_int(&j, rr[k].size);
+        pxctl_json_key(&j, "start_offset");
+        pxctl_json_int(&j, rr[k].start_offset);
+        pxctl_json_key(&j, "eof");
+        pxctl_json_bool(&j, rr[k].eof);
+        pxctl_json_end_object(&j);
+      } else if (rr[k].found) {
+        if (n > 1) printf("%s==> rank %d <==\n", k ? "\n" : "", first + k);
+        if (rr[k].start_offset > 0)
+          printf("[... the first %lld bytes of rank %d's log were dropped: the coordinator keeps "
+                 "the last ones]\n",
+                 (long long)rr[k].start_offset, first + k);
+        fwrite(text, 1, len, stdout);
+        if (len > 0 && text[len - 1] != '\n') fputc('\n', stdout);
+      } else if (n > 1) {
+        printf("%s==> rank %d: no log yet <==\n", k ? "\n" : "", first + k);
+      }
+      px_free(text);
+    }
+    if (o->json && rc == PXCTL_EXIT_OK) {
+      pxctl_json_end_array(&j);
+      pxctl_json_end_object(&j);
+      pxctl_json_finish(&j);
+    }
+    px_free(rr);
+    return rc;
+  }
+
+  /* --follow: poll each unfinished rank twice a second; after the job ends,
+   * wait PXCTL_REMOTE_GRACE_S at most for the ranks' last uploads. */
+  double over_at = -1, last_check = 0;
+  while (!pxctl_logs_stop) {
+    int open = 0;
+    for (int k = 0; k < n; k++) {
+      if (rr[k].eof) continue;
+      for (;;) {
+        Prunex__V1__RankLog *log = pxctl_get_rank_log(ch, job_id, first + k, rr[k].offset);
+        if (!log) break;
+        if (log->offset > rr[k].offset) /* the kept tail starts past what we printed */
+          printf("[rank %d: %lld bytes dropped]\n", first + k,
+                 (long long)(log->offset - rr[k].offset));
+        pxctl_remote_lines(&rr[k], first + k, prefix, log->data.data, log->data.len);
+        rr[k].offset = log->offset + (int64_t)log->data.len;
+        rr[k].eof = log->eof && rr[k].offset >= log->size;
+        int more = log->data.len > 0 && rr[k].offset < log->size;
+        px_rpc_message_free(log);
+        if (!more) break;
+      }
+      open += !rr[k].eof;
+    }
+    fflush(stdout);
+    if (open == 0 || (over_at >= 0 && pxctl_mono_s() - over_at >= PXCTL_REMOTE_GRACE_S)) break;
+    if (over_at < 0 && pxctl_mono_s() - last_check >= 1.0) {
+      last_check = pxctl_mono_s();
+      Prunex__V1__Job *jb = NULL;
+      if (px_rpc_get_job(ch, job_id, 3000, &jb) == PX_OK) {
+        if (pxctl_job_over(jb->state)) over_at = pxctl_mono_s();
+        px_rpc_message_free(jb);
+      }
+    }
+    struct timespec ts = {0, 500 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  for (int k = 0; k < n; k++) /* a last line without its newline */
+    if (rr[k].npartial) {
+      if (prefix) printf("[rank %d] ", first + k);
+      printf("%.*s\n", (int)rr[k].npartial, rr[k].partial);
+    }
+  fflush(stdout);
+  px_free(rr);
+  return rc;
 }
 
 int pxctl_cmd_logs(pxctl_opts_t *o) {
@@ -204,6 +427,35 @@ int pxctl_cmd_logs(pxctl_opts_t *o) {
   int rc = PXCTL_EXIT_OK;
   Prunex__V1__Job *job = NULL;
   struct stat sb;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = pxctl_logs_on_signal;
+
+  /* The coordinator first: it holds what the agents uploaded. */
+  int unknown = 0;
+  job = pxctl_logs_job(ch, job_id, &unknown);
+  if (job) {
+    int nranks = pxctl_job_nranks(job);
+    if (o->rank >= nranks) {
+      rc = pxctl_fail("job '%s' has ranks 0..%d, not %d", job_id, nranks - 1, o->rank);
+      goto out;
+    }
+    int first = o->rank >= 0 ? o->rank : 0, last = o->rank >= 0 ? o->rank : nranks - 1;
+    int has = pxctl_remote_has_logs(ch, job_id, first, last);
+    int local = stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode);
+    /* Following a job that has not uploaded yet: wait for it at the
+     * coordinator, unless this host has its files. */
+    if (has == 1 || (has == 0 && o->follow && !local && !pxctl_job_over(job->state))) {
+      if (o->follow) {
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+      }
+      rc = pxctl_logs_remote(o, ch, job_id, first, last);
+      goto out;
+    }
+    px_rpc_message_free(job);
+    job = NULL;
+  }
   errno = 0;
   if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
     int dir_errno = errno, not_found;
@@ -282,9 +534,6 @@ int pxctl_cmd_logs(pxctl_opts_t *o) {
 
   /* --follow: poll the files; ask the coordinator about once a second
    * whether the job is over; Ctrl-C ends it quietly. */
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = pxctl_logs_on_signal;
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   double last_check = 0;

@@ -83,6 +83,27 @@ int pxctl_cmd_submit(pxctl_opts_t *o) {
   char *text;
   int rc = pxctl_load_spec(o->pos[0], &spec, &text);
   if (rc) return rc;
+  if (o->nodes > 0 || o->workers_per_node > 0) {
+    /* The cluster shape from the command line (the Slurm script's
+     * allocation). A derived max_iterations follows the new shape; one the
+     * spec gives stays. */
+    if (o->nodes > 0) spec->cluster->nodes = o->nodes;
+    if (o->workers_per_node > 0) spec->cluster->workers_per_node = o->workers_per_node;
+    if (!strstr(text, "max_iterations")) spec->admm->max_iterations = 0;
+    if (px_jobspec_fill_defaults(spec) != PX_OK || px_jobspec_validate(spec) != PX_OK) {
+      fprintf(stderr, "pxctl: %s with --nodes %d --workers-per-node %d: %s\n", o->pos[0],
+              spec->cluster->nodes, spec->cluster->workers_per_node, px_last_error());
+      px_jobspec_free(spec);
+      px_free(text);
+      return PXCTL_EXIT_USAGE;
+    }
+    size_t n = strlen(text);
+    char note[96];
+    int m = snprintf(note, sizeof note, "%s# pxctl submit --nodes %d --workers-per-node %d\n",
+                     n && text[n - 1] != '\n' ? "\n" : "", spec->cluster->nodes,
+                     spec->cluster->workers_per_node);
+    if (n + (size_t)m <= (1u << 20)) memcpy(text + n, note, (size_t)m + 1); /* buffer: 1 MiB + 1 */
+  }
   px_rpc_channel_t *ch = pxctl_connect(o);
   if (!ch) {
     px_jobspec_free(spec);

@@ -446,6 +446,21 @@ int coord_authorize(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *
                  r->job_id);
     return 1;
   }
+  if (!strcmp(m, PX_RPC_APPEND_RANK_LOG)) {
+    const Prunex__V1__RankLogChunk *r = (const void *)req;
+    if (who->role != COORD_ROLE_NODE)
+      COORD_DENY("AppendRankLog: needs the node holding the rank (the caller is %s %s)",
+                 coord_role_name(who->role), who->name);
+    int holds = 0;
+    if (coord_auth_node_holds(c, who->name, r->job_id, r->rank, &holds) != PX_OK) {
+      coord_fail_internal(c, call);
+      return 0;
+    }
+    if (!holds)
+      COORD_DENY("AppendRankLog: node %s does not hold rank %d of job %.64s", who->name, r->rank,
+                 r->job_id);
+    return 1;
+  }
   COORD_DENY("%s: no policy for this method", m);
 }
 

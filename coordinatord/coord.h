@@ -326,5 +326,8 @@ void coord_rpc_list_nodes(px_rpc_srv_call_t *call, const ProtobufCMessage *req, 
 void coord_rpc_get_iterations(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
 void coord_rpc_watch_job(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
 void coord_rpc_delete_job(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
+/* Rank logs (logs.c): agents append, pxctl reads; a bounded tail per rank. */
+void coord_rpc_append_rank_log(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
+void coord_rpc_get_rank_log(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
 
 #endif

@@ -19,6 +19,10 @@
 #include <unistd.h>
 
 #include "coord.h"
+#include "px_service.h"
+
+/* The service manager's watchdog keep-alive (px_service.h): loop thread. */
+static px_service_watchdog_t coord_watchdog;
 
 static void coord_usage(FILE *f) {
   fprintf(f,
@@ -61,6 +65,11 @@ static void coord_usage(FILE *f) {
           "  --retention-days N       remove finished jobs (and their metrics) N days\n"
           "                           after they end (default 0: keep)\n"
           "  --help, --version\n"
+          "\n"
+          "Without --db or db in the config file, $STATE_DIRECTORY/coordinator.db is used\n"
+          "when STATE_DIRECTORY is set (systemd's StateDirectory=prunex).\n"
+          "Under systemd (Type=notify) it sends READY=1 once it serves, STATUS= lines,\n"
+          "and WATCHDOG=1 from its event loop when WatchdogSec= is set.\n"
           "\n"
           "On start it prints `listening on HOST:PORT` on stdout. SIGTERM or SIGINT\n"
           "shut it down cleanly. Exit status: 0 clean shutdown, 1 runtime failure\n"
@@ -169,7 +178,17 @@ static int coord_parse_args(int argc, char **argv, coord_config_t *cfg) {
       return 2;
     }
   }
-  if (!cfg->db[0]) return coord_bad_usage("%s", "no database: give --db PATH (or db in --config)");
+  /* Under systemd (StateDirectory=prunex) the database has a natural home. */
+  const char *state_dir = getenv("STATE_DIRECTORY");
+  if (!cfg->db[0] && state_dir && state_dir[0]) {
+    size_t n = strcspn(state_dir, ":"); /* the first of a colon-separated list */
+    if (snprintf(cfg->db, sizeof cfg->db, "%.*s/coordinator.db", (int)n, state_dir) >=
+        (int)sizeof cfg->db)
+      return coord_bad_usage("STATE_DIRECTORY '%s' is too long for a database path", state_dir);
+  }
+  if (!cfg->db[0])
+    return coord_bad_usage("%s", "no database: give --db PATH (or db in --config, or run with "
+                                 "STATE_DIRECTORY set)");
   if (!cfg->tls_cert[0] != !cfg->tls_key[0])
     return coord_bad_usage("%s", "TLS needs both --tls-cert and --tls-key (tls_cert, tls_key)");
   if (!coord_listen_loopback(cfg->listen) && !(cfg->tls_cert[0] && cfg->tokens[0]))
@@ -194,6 +213,8 @@ static void coord_stop(coord_t *c, const char *why) {
   if (c->stopping) return;
   c->stopping = 1;
   px_log(PX_LOG_INFO, "shutting down (%s)", why);
+  px_service_notify("STOPPING=1\nSTATUS=shutting down (%s)", why);
+  px_service_watchdog_close(&coord_watchdog);
   coord_nodes_stop(c);
   uv_signal_stop(&c->sigterm);
   uv_signal_stop(&c->sigint);
@@ -344,6 +365,10 @@ int main(int argc, char **argv) {
            px_version(), port, c.advertise, c.cfg.heartbeat_timeout_ms);
     px_log(PX_LOG_INFO, "security: %s, %s", c.cfg.tls_cert[0] ? "TLS" : "plain text (loopback only)",
            c.tokens ? "bearer tokens required" : "no authentication (loopback only)");
+    /* Only now can it serve: the port is bound and the server started. */
+    px_service_notify("READY=1\nSTATUS=serving on port %d (advertised as %s), database %s", port,
+                      c.advertise, c.cfg.db);
+    px_service_watchdog_start(&coord_watchdog, &loop);
     coord_schedule(&c);
   }
   uv_run(&loop, UV_RUN_DEFAULT);

@@ -368,6 +368,8 @@ px_status_t coord_job_delete_rows(coord_t *c, const char *job_id) {
       "DELETE FROM job_nodes WHERE job_id = ?1",
       "DELETE FROM job_events WHERE job_id = ?1",
       "DELETE FROM job_spec_yaml WHERE job_id = ?1",
+      "DELETE FROM rank_log_chunks WHERE job_id = ?1",
+      "DELETE FROM rank_logs WHERE job_id = ?1",
       "DELETE FROM jobs WHERE job_id = ?1",
   };
   for (size_t i = 0; i < sizeof sql / sizeof sql[0]; i++) {

@@ -171,11 +171,32 @@ static const char coord_schema_v3[] =
  * (0: not yet), for the placement timeout. */
 static const char coord_schema_v4[] =
     "ALTER TABLE job_nodes ADD COLUMN started_unix_ms INTEGER NOT NULL DEFAULT 0;";
+/* v5: rank logs uploaded by the agents (logs.c). rank_logs holds one row
+ * per rank (size uploaded so far, where the kept tail starts, whether the
+ * rank's log is complete); rank_log_chunks the kept bytes, in upload order,
+ * oldest dropped once a rank holds more than COORD_LOG_TAIL_BYTES. */
+static const char coord_schema_v5[] =
+    "CREATE TABLE rank_logs ("
+    "  job_id TEXT NOT NULL REFERENCES jobs(job_id),"
+    "  rank INTEGER NOT NULL,"
+    "  node_id TEXT NOT NULL DEFAULT '',"
+    "  size INTEGER NOT NULL DEFAULT 0,"
+    "  start_offset INTEGER NOT NULL DEFAULT 0,"
+    "  eof INTEGER NOT NULL DEFAULT 0,"
+    "  updated_unix_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (job_id, rank));"
+    "CREATE TABLE rank_log_chunks ("
+    "  job_id TEXT NOT NULL,"
+    "  rank INTEGER NOT NULL,"
+    "  pos INTEGER NOT NULL,"
+    "  data BLOB NOT NULL,"
+    "  PRIMARY KEY (job_id, rank, pos));";
 
 const px_store_migration_t coord_migrations[] = {
     {1, coord_schema_v1},
     {2, coord_schema_v2},
     {3, coord_schema_v3},
     {4, coord_schema_v4},
+    {5, coord_schema_v5},
 };
 const int coord_nmigrations = (int)(sizeof coord_migrations / sizeof coord_migrations[0]);

@@ -35,6 +35,10 @@ const px_rpc_method_t coord_methods[] = {
      coord_rpc_watch_job, 4 << 10},
     {PX_RPC_DELETE_JOB, &prunex__v1__delete_job_request__descriptor, PX_RPC_METHOD_UNARY,
      coord_rpc_delete_job, 4 << 10},
+    {PX_RPC_APPEND_RANK_LOG, &prunex__v1__rank_log_chunk__descriptor, PX_RPC_METHOD_UNARY,
+     coord_rpc_append_rank_log, (256 << 10) + (4 << 10)},
+    {PX_RPC_GET_RANK_LOG, &prunex__v1__get_rank_log_request__descriptor, PX_RPC_METHOD_UNARY,
+     coord_rpc_get_rank_log, 4 << 10},
 };
 const int coord_nmethods = (int)(sizeof coord_methods / sizeof coord_methods[0]);
 

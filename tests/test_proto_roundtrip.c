@@ -86,6 +86,10 @@ static const ProtobufCMessageDescriptor *const px_messages[] = {
     &prunex__v1__get_iterations_response__descriptor,
     &prunex__v1__watch_job_request__descriptor,
     &prunex__v1__job_update__descriptor,
+    &prunex__v1__rank_log_chunk__descriptor,
+    &prunex__v1__rank_log_chunk_response__descriptor,
+    &prunex__v1__get_rank_log_request__descriptor,
+    &prunex__v1__rank_log__descriptor,
 };
 #define PX_N_MESSAGES (sizeof px_messages / sizeof px_messages[0])
 

@@ -563,6 +563,41 @@ static void test_logs_follow_prints_new_lines_until_the_job_ends(void **state) {
   assert_non_null(strstr(out, "[rank 0] no newline yet\n"));
 }
 
+/* submit --nodes/--workers-per-node (the Slurm script's allocation) change
+ * the cluster shape, derive max_iterations again when the spec leaves it
+ * out, and are checked like the spec. */
+static void test_submit_overrides_the_cluster_shape(void **state) {
+  fixture_t *f = *state;
+  char spec[400];
+  snprintf(spec, sizeof spec, "%s/derived.yaml", f->d.dir);
+  write_text(spec, "name: derived\nmodel: {name: resnet20}\ndataset: {name: synthetic}\n"
+                   "cluster: {nodes: 1, workers_per_node: 1, device: cpu}\n"
+                   "train: {batch_size: 8, local_steps: 2}\n");
+  assert_int_equal(pxctl(f, (const char *[]){"submit", spec, NULL}), 0);
+  char job1[64], job2[64];
+  snprintf(job1, sizeof job1, "%.63s", f->r.out);
+  job1[strcspn(job1, "\n")] = '\0';
+  assert_int_equal(pxctl(f, (const char *[]){"submit", spec, "--nodes", "3",
+                                             "--workers-per-node", "2", NULL}),
+                   0);
+  snprintf(job2, sizeof job2, "%.63s", f->r.out);
+  job2[strcspn(job2, "\n")] = '\0';
+  Prunex__V1__Job *a = NULL, *b = NULL;
+  assert_int_equal(px_rpc_get_job(f->ch, job1, 0, &a), PX_OK);
+  assert_int_equal(px_rpc_get_job(f->ch, job2, 0, &b), PX_OK);
+  assert_int_equal(b->spec->cluster->nodes, 3);
+  assert_int_equal(b->spec->cluster->workers_per_node, 2);
+  /* 6 ranks instead of 1: fewer steps per epoch, fewer derived iterations */
+  printf("max_iterations: %d on 1x1, %d on 3x2\n", a->spec->admm->max_iterations,
+         b->spec->admm->max_iterations);
+  assert_true(b->spec->admm->max_iterations < a->spec->admm->max_iterations);
+  assert_non_null(strstr(b->spec_yaml, "# pxctl submit --nodes 3 --workers-per-node 2"));
+  px_rpc_message_free(a);
+  px_rpc_message_free(b);
+  assert_int_equal(pxctl(f, (const char *[]){"submit", spec, "--nodes", "0", NULL}), 2);
+  assert_non_null(strstr(f->r.err, "--nodes '0'"));
+}
+
 int main(void) {
   if (access(PXT_PXCTL, X_OK) != 0) {
     fprintf(stderr, "pxctl is not built (%s)\n", PXT_PXCTL);
@@ -582,6 +617,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_json_strings_are_escaped, setup, teardown),
       cmocka_unit_test_setup_teardown(test_logs_reads_rank_files_and_says_when_they_are_elsewhere,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(test_submit_overrides_the_cluster_shape, setup, teardown),
       cmocka_unit_test_setup_teardown(test_logs_follow_prints_new_lines_until_the_job_ends, setup,
                                       teardown),
   };

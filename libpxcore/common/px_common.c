@@ -5,8 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
+#include <time.h>
 
 #include "prunex/px.h"
+#include "px_service.h"
 
 #ifndef PX_VERSION_STRING
 #define PX_VERSION_STRING "0.0.0"
@@ -147,14 +150,38 @@ px_log_level_t px_log_get_level(void) {
   return (px_log_level_t)l;
 }
 
+/* Where stderr goes decides the line format, once per process: under
+ * journald (JOURNAL_STREAM names our stderr) a "<N>" syslog priority
+ * prefix, which the journal turns into the entry's priority and which
+ * carries its own time stamp; anywhere else an ISO 8601 UTC time stamp. */
+static atomic_int px__log_journal = -1;
+
 void px_log_at(px_log_level_t level, const char *file, int line, const char *fmt, ...) {
   if (level > px_log_get_level()) return;
   static const char *names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
+  static const int syslog_prio[] = {3, 4, 6, 7}; /* LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG */
   const char *base = strrchr(file, '/');
   char msg[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "%-5s %s:%d %s\n", names[level], base ? base + 1 : file, line, msg);
+  int journal = atomic_load(&px__log_journal);
+  if (journal < 0) {
+    journal = px_service_stderr_is_journal();
+    atomic_store(&px__log_journal, journal);
+  }
+  if (journal) {
+    fprintf(stderr, "<%d>%-5s %s:%d %s\n", syslog_prio[level], names[level],
+            base ? base + 1 : file, line, msg);
+    return;
+  }
+  struct timeval tv;
+  gettimeofday(&tv, NULL);
+  struct tm tm;
+  gmtime_r(&tv.tv_sec, &tm);
+  char when[32];
+  strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+  fprintf(stderr, "%s.%03dZ %-5s %s:%d %s\n", when, (int)(tv.tv_usec / 1000), names[level],
+          base ? base + 1 : file, line, msg);
 }

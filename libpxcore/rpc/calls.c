@@ -25,6 +25,10 @@ PX__UNARY(px_rpc_list_nodes, PX_RPC_LIST_NODES, Prunex__V1__ListNodesRequest,
           Prunex__V1__ListNodesResponse, prunex__v1__list_nodes_response__descriptor)
 PX__UNARY(px_rpc_get_iterations, PX_RPC_GET_ITERATIONS, Prunex__V1__GetIterationsRequest,
           Prunex__V1__GetIterationsResponse, prunex__v1__get_iterations_response__descriptor)
+PX__UNARY(px_rpc_append_rank_log, PX_RPC_APPEND_RANK_LOG, Prunex__V1__RankLogChunk,
+          Prunex__V1__RankLogChunkResponse, prunex__v1__rank_log_chunk_response__descriptor)
+PX__UNARY(px_rpc_get_rank_log, PX_RPC_GET_RANK_LOG, Prunex__V1__GetRankLogRequest,
+          Prunex__V1__RankLog, prunex__v1__rank_log__descriptor)
 
 px_status_t px_rpc_kv_put(px_rpc_channel_t *ch, const Prunex__V1__KvPutRequest *req,
                           int deadline_ms) {

@@ -84,6 +84,8 @@ void px_rpc_message_free(void *msg);
 #define PX_RPC_GET_ITERATIONS "/prunex.v1.Jobs/GetIterations"
 #define PX_RPC_WATCH_JOB "/prunex.v1.Jobs/WatchJob"
 #define PX_RPC_DELETE_JOB "/prunex.v1.Jobs/DeleteJob"
+#define PX_RPC_APPEND_RANK_LOG "/prunex.v1.Coordinator/AppendRankLog"
+#define PX_RPC_GET_RANK_LOG "/prunex.v1.Jobs/GetRankLog"
 
 /* ---- channel ---------------------------------------------------------- */
 
@@ -217,6 +219,14 @@ px_status_t px_rpc_get_iterations(px_rpc_channel_t *ch,
 px_status_t px_rpc_watch_job(px_rpc_channel_t *ch, const char *job_id, px_rpc_stream_t **out);
 px_status_t px_rpc_read_job_update(px_rpc_stream_t *s, int timeout_ms,
                                    Prunex__V1__JobUpdate **out);
+
+/* Rank logs held by the coordinator: an agent uploads new bytes of a
+ * rank's log (the answer says where the next chunk must start); pxctl reads
+ * them back from any host. */
+px_status_t px_rpc_append_rank_log(px_rpc_channel_t *ch, const Prunex__V1__RankLogChunk *req,
+                                   int deadline_ms, Prunex__V1__RankLogChunkResponse **out);
+px_status_t px_rpc_get_rank_log(px_rpc_channel_t *ch, const Prunex__V1__GetRankLogRequest *req,
+                                int deadline_ms, Prunex__V1__RankLog **out);
 
 /* Names of the enums as the proto spells them without the prefix
  * ("RUNNING", "READY", "START"); "?" for values outside the enum. */

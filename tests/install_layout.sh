@@ -1,0 +1,67 @@
+#!/bin/bash
+# install_layout: `cmake --install` into a temporary prefix gives programs
+# that run from there (RPATH $ORIGIN/../lib, no LD_LIBRARY_PATH), the
+# systemd units, the sysusers.d entry, the example settings files (which
+# the programs accept), man pages that `man -l` renders without warnings,
+# bash completion that completes pxctl's commands, and the Slurm script.
+set -u
+build=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+p=$tmp/prefix
+fail=0
+check() { if "$@"; then :; else echo "FAILED: $*"; fail=1; fi; }
+cmake --install "$build" --prefix "$p" >"$tmp/install.log" 2>&1 || { cat "$tmp/install.log"; exit 1; }
+unset LD_LIBRARY_PATH
+libdir=$(dirname "$(find "$p" -name 'libpxcore.so.0' | head -n 1)")
+[ -n "$libdir" ] && echo "libpxcore installed in ${libdir#$p/}"
+for prog in pxctl pxcoordd pxagent pxworker pxtrain; do
+  check test -x "$p/bin/$prog"
+  runpath=$(readelf -d "$p/bin/$prog" 2>/dev/null | sed -n 's/.*R\(UN\)\?PATH.*\[\(.*\)\]/\2/p')
+  echo "$prog: RUNPATH $runpath"
+  check test "$runpath" = "\$ORIGIN/../${libdir#$p/}"
+done
+v=$("$p/bin/pxctl" --version 2>&1); echo "pxctl --version: $v"; check test "${v#pxctl }" != "$v"
+check "$p/bin/pxcoordd" --help >"$tmp/h1" 2>&1; check grep -q 'usage: pxcoordd' "$tmp/h1"
+check "$p/bin/pxagent" --help >"$tmp/h2" 2>&1; check grep -q 'usage: pxagent' "$tmp/h2"
+check "$p/bin/pxagent" --version >/dev/null
+# units, sysusers, settings
+for u in pxcoordd.service pxagent.service; do
+  check test -f "$p/lib/systemd/system/$u"
+done
+check grep -q '^u prunex ' "$p/lib/sysusers.d/prunex.conf"
+check test -f "$p/share/prunex/config/pxcoordd.conf"
+check test -f "$p/share/prunex/config/pxagent.conf"
+check test -x "$p/share/prunex/slurm/prunex.sbatch"
+# the example settings parse: pxagent stops at a bad coordinator only after
+# reading the file (exit 2 names the file for a bad key, not for this one)
+cp "$p/share/prunex/config/pxcoordd.conf" "$tmp/c.conf"
+sed -i "s#^db = .*#db = $tmp/c.db#; s#^listen = .*#listen = 127.0.0.1:0#" "$tmp/c.conf"
+"$p/bin/pxcoordd" --config "$tmp/c.conf" >"$tmp/c.out" 2>&1 &
+cpid=$!
+for _ in $(seq 1 100); do grep -q '^listening on' "$tmp/c.out" && break; sleep 0.1; done
+check grep -q '^listening on 127.0.0.1:' "$tmp/c.out"
+kill -TERM $cpid; wait $cpid; check test $? -eq 0
+echo "bogus_key = 1" >"$tmp/a.conf"
+"$p/bin/pxagent" --config "$tmp/a.conf" >"$tmp/a.out" 2>&1; rc=$?
+check test $rc -eq 2; check grep -q "a.conf:1: bogus_key: unknown setting" "$tmp/a.out"
+# man pages
+for m in man1/pxctl.1 man8/pxcoordd.8 man8/pxagent.8 man5/prunex-jobspec.5; do
+  f=$p/share/man/$m
+  check test -f "$f"
+  out=$(MANWIDTH=80 man -l "$f" 2>"$tmp/man.err"); rc=$?
+  lines=$(printf '%s\n' "$out" | wc -l)
+  echo "man -l $m: exit $rc, $lines lines"
+  check test $rc -eq 0; check test "$lines" -gt 20
+  check test ! -s "$tmp/man.err"
+  check test -z "$(groff -man -ww -z "$f" 2>&1)"
+done
+# bash completion
+comp=$p/share/bash-completion/completions/pxctl
+check test -f "$comp"
+got=$(bash -c 'source "$1"; COMP_WORDS=(pxctl lo); COMP_CWORD=1; _pxctl; echo "${COMPREPLY[*]}"' _ "$comp")
+echo "completion of 'pxctl lo': $got"; check test "$got" = "logs"
+got=$(bash -c 'source "$1"; COMP_WORDS=(pxctl logs JOB --fo); COMP_CWORD=3; _pxctl; echo "${COMPREPLY[*]}"' _ "$comp")
+echo "completion of 'pxctl logs JOB --fo': $got"; check test "$got" = "--follow"
+[ $fail -eq 0 ] && echo "installed layout OK"
+exit $fail
