@@ -55,7 +55,12 @@ typedef struct {
   char advertise[256];     /* "" : derived from listen and the bound port */
   int heartbeat_timeout_ms;
   int log_level;           /* px_log_level_t; -1: not set */
+  char http[256];          /* HTTP listener HOST:PORT; "" : none (http.c) */
+  char http_www[4096];     /* dashboard files; "" : the installed ones */
+  char http_js[4096];      /* JS libraries; "" : COORD_DEFAULT_HTTP_JS */
 } coord_config_t;
+
+#define COORD_DEFAULT_HTTP_JS "/usr/share/javascript"
 
 void coord_config_defaults(coord_config_t *cfg);
 
@@ -91,6 +96,7 @@ void *coord_push(coord_arena_t *a, void **arr, size_t *n, size_t *cap, size_t el
 
 typedef struct coord_watch coord_watch_t;   /* an open WatchAssignments / WatchJob */
 typedef struct coord_kv_wait coord_kv_wait_t; /* a parked KvGet */
+typedef struct coord_http coord_http_t;       /* the HTTP listener (http.h) */
 
 typedef struct {
   uv_loop_t *loop;
@@ -103,6 +109,7 @@ typedef struct {
   coord_watch_t *node_watches;
   coord_watch_t *job_watches;
   coord_kv_wait_t *kv_waits;
+  coord_http_t *http;      /* NULL without --http */
   int stopping;
   int exit_code;
 } coord_t;

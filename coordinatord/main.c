@@ -19,12 +19,14 @@
 #include <unistd.h>
 
 #include "coord.h"
+#include "http.h"
 
 static void coord_usage(FILE *f) {
   fprintf(f,
           "usage: pxcoordd --db PATH [--listen HOST:PORT] [--config FILE]\n"
           "                [--heartbeat-timeout-ms N] [--advertise HOST:PORT]\n"
           "                [--log-level error|warn|info|debug]\n"
+          "                [--http HOST:PORT [--http-www DIR] [--http-js DIR]]\n"
           "\n"
           "The PruneX coordinator: node registry, job queue and scheduler, rendezvous\n"
           "store, H-SADMM controller and metrics, served over gRPC (prunex.v1).\n"
@@ -43,12 +45,20 @@ static void coord_usage(FILE *f) {
           "                           with the host name for 0.0.0.0)\n"
           "  --log-level L            stderr log threshold (default info, or the\n"
           "                           PX_LOG_LEVEL environment variable)\n"
+          "  --http HOST:PORT         also serve HTTP: Prometheus /metrics, JSON under\n"
+          "                           /api/v1 and the dashboard at / (port 0 picks a\n"
+          "                           free port; printed as `http on HOST:PORT`)\n"
+          "  --http-www DIR           the dashboard's files (default: the installed\n"
+          "                           ones, %s)\n"
+          "  --http-js DIR            JavaScript libraries from Debian packages\n"
+          "                           (default %s; Chart.js from libjs-chart.js)\n"
           "  --help, --version\n"
           "\n"
           "On start it prints `listening on HOST:PORT` on stdout. SIGTERM or SIGINT\n"
           "shut it down cleanly. Exit status: 0 clean shutdown, 1 runtime failure\n"
           "(database, address), 2 bad flags or configuration.\n",
-          COORD_DEFAULT_LISTEN, COORD_DEFAULT_HEARTBEAT_TIMEOUT_MS);
+          COORD_DEFAULT_LISTEN, COORD_DEFAULT_HEARTBEAT_TIMEOUT_MS, PX_WWW_DIR,
+          COORD_DEFAULT_HTTP_JS);
 }
 
 static int coord_bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -70,6 +80,9 @@ static const char *coord_flag_key(const char *flag) {
       {"--advertise", "advertise"},
       {"--heartbeat-timeout-ms", "heartbeat_timeout_ms"},
       {"--log-level", "log_level"},
+      {"--http", "http"},
+      {"--http-www", "http_www"},
+      {"--http-js", "http_js"},
   };
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
     if (!strcmp(flag, map[i][0])) return map[i][1];
@@ -151,7 +164,17 @@ static void coord_stop(coord_t *c, const char *why) {
   uv_close((uv_handle_t *)&c->sigterm, NULL);
   uv_close((uv_handle_t *)&c->sigint, NULL);
   coord_kv_cancel_all(c);
+  coord_http_stop(c->http); /* its thread never touches c: stopping it here is safe */
+  c->http = NULL;
   px_rpc_server_shutdown(c->srv, coord_server_done, c);
+}
+
+/* The dashboard's directory: the configured one, else the installed one,
+ * else (a build tree that was never installed) the source tree's. */
+static const char *coord_www_dir(const coord_config_t *cfg) {
+  if (cfg->http_www[0]) return cfg->http_www;
+  if (access(PX_WWW_DIR "/index.html", R_OK) == 0) return PX_WWW_DIR;
+  return PX_WWW_SRC_DIR;
 }
 
 static void coord_on_signal(uv_signal_t *h, int signum) {
@@ -252,6 +275,21 @@ int main(int argc, char **argv) {
       const char *colon = strrchr(c.cfg.listen, ':');
       printf("listening on %.*s:%d\n", (int)(colon - c.cfg.listen), c.cfg.listen, port);
       fflush(stdout);
+    }
+    if (c.cfg.http[0]) {
+      const char *js = c.cfg.http_js[0] ? c.cfg.http_js : COORD_DEFAULT_HTTP_JS;
+      if (coord_http_start(c.cfg.http, c.cfg.db, coord_www_dir(&c.cfg), js, &c.http) != PX_OK) {
+        fprintf(stderr, "pxcoordd: %s\n", px_last_error());
+        c.exit_code = 1;
+        coord_stop(&c, "the HTTP listener could not start");
+      } else {
+        const char *colon = strrchr(c.cfg.http, ':');
+        printf("http on %.*s:%d\n", (int)(colon - c.cfg.http), c.cfg.http,
+               coord_http_port(c.http));
+        fflush(stdout);
+        px_log(PX_LOG_INFO, "HTTP (metrics, JSON, dashboard from %s) on port %d",
+               coord_www_dir(&c.cfg), coord_http_port(c.http));
+      }
     }
     px_log(PX_LOG_INFO, "pxcoordd %s listening on port %d (advertised as %s), heartbeat timeout %d ms",
            px_version(), port, c.advertise, c.cfg.heartbeat_timeout_ms);
