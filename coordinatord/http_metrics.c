@@ -6,7 +6,8 @@
  *   prunex_rpc_requests_total{method}                 counter
  *   prunex_rpc_handler_seconds{method}                histogram of the handler's
  *                                                     time on the event loop
- *   per RUNNING job (labels job, name, strategy), from rank 0's latest report:
+ *   per RUNNING job (labels job_id, job_name, strategy: not `job`, which
+ *   Prometheus sets to the scrape job), from rank 0's latest report:
  *   prunex_job_iteration, prunex_job_loss, prunex_job_train_accuracy,
  *   prunex_job_test_accuracy (the latest evaluated), prunex_job_density,
  *   prunex_job_mask_drift (bits of the latest iteration),
@@ -50,9 +51,9 @@ static void http_family(coord_hbuf_t *b, const char *name, const char *type, con
 }
 
 static void http_job_labels(coord_hbuf_t *b, const http_job_row_t *j) {
-  coord_hb_put(b, "job=\"", 5);
+  coord_hb_put(b, "job_id=\"", 8);
   coord_hb_plabel(b, j->job);
-  coord_hb_put(b, "\",name=\"", 8);
+  coord_hb_put(b, "\",job_name=\"", 12);
   coord_hb_plabel(b, j->name);
   coord_hb_put(b, "\",strategy=\"", 12);
   coord_hb_plabel(b, j->strategy);
