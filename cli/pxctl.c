@@ -30,6 +30,9 @@ enum {
   OPT_KEEP = 1 << 10,
   OPT_OUTPUT = 1 << 11,
   OPT_REASON = 1 << 12,
+  OPT_CSV = 1 << 13,
+  OPT_OUT = 1 << 14,
+  OPT_DB = 1 << 15,
 };
 
 typedef struct {
@@ -46,6 +49,8 @@ static const pxctl_opt_t pxctl_options[] = {
     {"--follow", OPT_FOLLOW, 0},     {"-f", OPT_FOLLOW, 0},
     {"--work-dir", OPT_WORK_DIR, 1}, {"--keep", OPT_KEEP, 0},
     {"--output", OPT_OUTPUT, 1},     {"--reason", OPT_REASON, 1},
+    {"--csv", OPT_CSV, 0},           {"--out", OPT_OUT, 1},
+    {"--db", OPT_DB, 1},
 };
 
 typedef struct {
@@ -96,9 +101,33 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "  --from N                 start at iteration N\n"
      "  --limit N                at most N rows (0: all)\n"
      "  --all-ranks              every rank's report, not one per iteration\n" COMMON_HELP
-     "  --json                   {\"job_id\", \"iterations\": [IterationReport objects]}\n",
-     OPT_COORD | OPT_JSON | OPT_LAYERS | OPT_FROM | OPT_LIMIT | OPT_ALL_RANKS, 1,
+     "  --json                   {\"job_id\", \"iterations\": [IterationReport objects]}\n"
+     "                           (null where a figure was not measured)\n"
+     "  --csv                    CSV with a header line: iteration, rank, time_unix_ms,\n"
+     "                           epoch, loss, train_accuracy, test_accuracy, density,\n"
+     "                           mask_drift, mask_groups, frozen, bytes_intra,\n"
+     "                           bytes_inter, bytes_inter_dense, local_s, intra_s,\n"
+     "                           projection_s, inter_s, broadcast_s, control_s\n"
+     "                           (empty where not measured); with --layers one row per\n"
+     "                           iteration and layer: iteration, rank, layer, name,\n"
+     "                           r_intra, s_intra, r_inter, s_inter, rho1, rho2, density\n",
+     OPT_COORD | OPT_JSON | OPT_LAYERS | OPT_FROM | OPT_LIMIT | OPT_ALL_RANKS | OPT_CSV, 1,
      pxctl_cmd_metrics},
+    {"plot", "JOB [JOB ...]", "figures of one job, or several overlaid, as PNG and SVG",
+     "Draws with gnuplot (Debian's gnuplot-nox) into --out DIR, each figure as\n"
+     "NAME.png (1200x800) and NAME.svg: accuracy-time, accuracy-bytes (test accuracy\n"
+     "against wall time and cumulative inter-node bytes; several jobs are overlaid,\n"
+     "e.g. hsadmm against ddp), message-size (inter-node bytes per iteration),\n"
+     "drift-density, phases (time per phase per iteration), and for one H-SADMM job\n"
+     "residuals (the four residual norms per layer) and rho (rho1, rho2 per layer).\n"
+     "The data comes from the coordinator, or with --db from a coordinator database\n"
+     "file (the one `pxctl run` keeps in its output directory, metrics/coordinator.db).\n"
+     "Up to 8 jobs; each is an id or an unambiguous name.\n\n"
+     "  --out DIR                where the files go (created; required)\n"
+     "  --db FILE                read this coordinator database instead of asking\n"
+     "                           a coordinator\n" COMMON_HELP
+     "  --json                   {\"out\", \"files\": [paths]}\n",
+     OPT_COORD | OPT_JSON | OPT_OUT | OPT_DB, 8, pxctl_cmd_plot},
     {"drift", "JOB", "mask drift and density per iteration, and when the masks froze",
      "  --all-ranks              every rank's report, not one per iteration\n" COMMON_HELP
      "  --json                   {\"job_id\", \"frozen\", \"frozen_at_iteration\",\n"
@@ -249,6 +278,15 @@ static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
       o->output = v;
       return 0;
     case OPT_REASON: o->reason = v; return 0;
+    case OPT_CSV: o->csv = 1; return 0;
+    case OPT_OUT:
+      if (!v[0]) return pxctl_usage_error(o, "--out needs a directory");
+      o->out = v;
+      return 0;
+    case OPT_DB:
+      if (!v[0]) return pxctl_usage_error(o, "--db needs a file");
+      o->db = v;
+      return 0;
   }
   return 0;
 }
@@ -356,7 +394,13 @@ int main(int argc, char **argv) {
     int rc = pxctl_apply(&o, opt, value);
     if (rc) return rc;
   }
-  if (o.npos < cmd->npos)
+  if (o.npos < cmd->npos && !(o.npos >= 1 && !strcmp(cmd->name, "plot")))
     return pxctl_usage_error(&o, "missing %s", cmd->synopsis);
+  /* Commands taking JOB also take a job's name, where only one job has it. */
+  if (!strncmp(cmd->synopsis, "JOB", 3) && !o.db)
+    for (int i = 0; i < o.npos; i++) {
+      int rc = pxctl_resolve_job(&o, &o.pos[i]);
+      if (rc) return rc;
+    }
   return cmd->fn(&o);
 }

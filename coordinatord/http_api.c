@@ -256,7 +256,7 @@ int coord_http_iterations(sqlite3 *db, const char *ref, const coord_http_page_t 
                          "SELECT iteration, time_unix_ms, epoch, loss, train_accuracy,"
                          " test_accuracy, density, mask_drift, frozen, bytes_intra, bytes_inter,"
                          " bytes_inter_dense, has_phases, local_s, intra_s, projection_s,"
-                         " inter_s, broadcast_s, control_s FROM iterations"
+                         " inter_s, broadcast_s, control_s, mask_groups FROM iterations"
                          " WHERE job_id = ?1 AND rank = 0 AND iteration > ?2"
                          " ORDER BY iteration LIMIT ?3",
                          -1, &st, NULL) != SQLITE_OK)
@@ -291,6 +291,9 @@ int coord_http_iterations(sqlite3 *db, const char *ref, const coord_http_page_t 
     coord_hb_jnum(out, tea, tea >= 0);
     coord_hb_put(out, ",\"density\":", 11);
     coord_hb_jnum(out, sqlite3_column_double(st, 6), 1);
+    int64_t groups = sqlite3_column_int64(st, 19);
+    coord_hb_put(out, ",\"mask_groups\":", 15);
+    coord_hb_jnum(out, (double)groups, groups > 0);
     coord_hb_printf(out,
                     ",\"mask_drift\":%lld,\"frozen\":%s,\"bytes_intra\":%lld,\"bytes_inter\":%lld,"
                     "\"bytes_inter_dense\":%lld,\"phases\":",

@@ -10,7 +10,7 @@
  *   Prometheus sets to the scrape job), from rank 0's latest report:
  *   prunex_job_iteration, prunex_job_loss, prunex_job_train_accuracy,
  *   prunex_job_test_accuracy (the latest evaluated), prunex_job_density,
- *   prunex_job_mask_drift (bits of the latest iteration),
+ *   prunex_job_mask_drift (bits of the latest iteration), prunex_job_mask_groups,
  *   prunex_job_rho{level="intra"|"inter"} (mean over layers of rho1 / rho2),
  *   prunex_job_phase_seconds{phase} (latest iteration), and counters summed
  *   over the job's iterations: prunex_job_inter_bytes_total,
@@ -30,7 +30,7 @@
 
 enum {
   V_ITER, V_LOSS, V_TRAIN, V_TEST, V_DENSITY, V_DRIFT, V_BINTER, V_BINTRA, V_BDENSE,
-  V_RHO1, V_RHO2, V_PH0 /* 6 latest phases */, V_PT0 = V_PH0 + 6 /* 6 phase totals */,
+  V_RHO1, V_RHO2, V_GROUPS, V_PH0 /* 6 latest phases */, V_PT0 = V_PH0 + 6 /* 6 phase totals */,
   V_N = V_PT0 + 6
 };
 
@@ -83,6 +83,7 @@ static int http_load_jobs(sqlite3 *db, http_job_row_t *jobs, int *njobs, int *dr
           "SELECT j.job_id, j.name, j.spec,"
           " i.iteration, i.loss, i.train_accuracy, i.density, i.mask_drift, i.has_phases,"
           " i.local_s, i.intra_s, i.projection_s, i.inter_s, i.broadcast_s, i.control_s,"
+          " i.mask_groups,"
           " (SELECT test_accuracy FROM iterations t WHERE t.job_id = j.job_id AND t.rank = 0"
           "   AND t.test_accuracy >= 0 ORDER BY iteration DESC LIMIT 1),"
           " (SELECT avg(rho1) FROM iteration_layers l WHERE l.job_id = j.job_id AND l.rank = 0"
@@ -136,13 +137,14 @@ static int http_load_jobs(sqlite3 *db, http_job_row_t *jobs, int *njobs, int *dr
     SETV(V_DRIFT, 7, 1);
     int has_phases = sqlite3_column_int(st, 8);
     for (int k = 0; k < 6; k++) SETV(V_PH0 + k, 9 + k, has_phases);
-    SETV(V_TEST, 15, 1);
-    SETV(V_RHO1, 16, 1);
-    SETV(V_RHO2, 17, 1);
-    SETV(V_BINTER, 18, 1);
-    SETV(V_BINTRA, 19, 1);
-    SETV(V_BDENSE, 20, 1);
-    for (int k = 0; k < 6; k++) SETV(V_PT0 + k, 21 + k, 1);
+    SETV(V_GROUPS, 15, j->v[V_GROUPS] > 0);
+    SETV(V_TEST, 16, 1);
+    SETV(V_RHO1, 17, 1);
+    SETV(V_RHO2, 18, 1);
+    SETV(V_BINTER, 19, 1);
+    SETV(V_BINTRA, 20, 1);
+    SETV(V_BDENSE, 21, 1);
+    for (int k = 0; k < 6; k++) SETV(V_PT0 + k, 22 + k, 1);
 #undef SETV
   }
   sqlite3_finalize(st);
@@ -240,6 +242,8 @@ int coord_http_metrics(sqlite3 *db, int64_t started_unix_ms, coord_hbuf_t *out) 
                   "Kept fraction of the prunable weights at the latest iteration.");
   http_job_family(out, jobs, njobs, V_DRIFT, "prunex_job_mask_drift", "gauge",
                   "Group-mask bits that changed in the latest iteration.");
+  http_job_family(out, jobs, njobs, V_GROUPS, "prunex_job_mask_groups", "gauge",
+                  "Group-mask bits in all (the drift is out of these).");
   http_family(out, "prunex_job_rho", "gauge",
               "Mean over layers of the ADMM penalty in force at the latest iteration, per "
               "consensus level (intra: rho1, inter: rho2).");

@@ -149,8 +149,13 @@ static const char coord_schema_v1[] =
 static const char coord_schema_v2[] =
     "ALTER TABLE rank_exits ADD COLUMN model_path TEXT NOT NULL DEFAULT '';";
 
+/* v3: how many group-mask bits there are, so that drift reads "N of M". */
+static const char coord_schema_v3[] =
+    "ALTER TABLE iterations ADD COLUMN mask_groups INTEGER NOT NULL DEFAULT 0;";
+
 const px_store_migration_t coord_migrations[] = {
     {1, coord_schema_v1},
     {2, coord_schema_v2},
+    {3, coord_schema_v3},
 };
 const int coord_nmigrations = (int)(sizeof coord_migrations / sizeof coord_migrations[0]);
