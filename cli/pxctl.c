@@ -120,9 +120,11 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "e.g. hsadmm against ddp), message-size (inter-node bytes per iteration),\n"
      "drift-density, phases (time per phase per iteration), and for one H-SADMM job\n"
      "residuals (the four residual norms per layer) and rho (rho1, rho2 per layer).\n"
-     "The data comes from the coordinator, or with --db from a coordinator database\n"
-     "file (the one `pxctl run` keeps in its output directory, metrics/coordinator.db).\n"
-     "Up to 8 jobs; each is an id or an unambiguous name.\n\n"
+     "Each JOB is a job id or an unambiguous name, read from the coordinator (or\n"
+     "with --db from a coordinator database file), or the output directory of a\n"
+     "`pxctl run` (which keeps its metrics in OUTPUT/metrics/coordinator.db), or a\n"
+     "run directory kept with --keep. Up to 8. The data goes to DIR/data/*.tsv and\n"
+     "the script to DIR/plot.gp (`gnuplot DIR/plot.gp` redraws).\n\n"
      "  --out DIR                where the files go (created; required)\n"
      "  --db FILE                read this coordinator database instead of asking\n"
      "                           a coordinator\n" COMMON_HELP
@@ -399,6 +401,8 @@ int main(int argc, char **argv) {
   /* Commands taking JOB also take a job's name, where only one job has it. */
   if (!strncmp(cmd->synopsis, "JOB", 3) && !o.db)
     for (int i = 0; i < o.npos; i++) {
+      char db[4400];
+      if (!strcmp(cmd->name, "plot") && plot_run_dir_db(o.pos[i], db, sizeof db)) continue;
       int rc = pxctl_resolve_job(&o, &o.pos[i]);
       if (rc) return rc;
     }

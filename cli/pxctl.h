@@ -71,6 +71,11 @@ int pxctl_cmd_watch(pxctl_opts_t *o);
 int pxctl_cmd_logs(pxctl_opts_t *o);
 int pxctl_cmd_run(pxctl_opts_t *o);
 int pxctl_cmd_plot(pxctl_opts_t *o);
+/* 1 when arg is a directory holding a coordinator database that `pxctl
+ * plot` reads: a `pxctl run` output directory (metrics/coordinator.db) or
+ * a run directory kept with --keep (coordinator.db); its path goes to out
+ * (pxctl_plot.c). */
+int plot_run_dir_db(const char *arg, char *out, size_t cap);
 
 /* ---- shared pieces of the query commands (pxctl_query.c) ---------------- */
 

@@ -50,6 +50,7 @@ typedef struct {
 
 typedef struct {
   char id[128], name[128], strategy[24];
+  char key[160];      /* file names: the id, made unique (two runs' job-000001) */
   int64_t start_ms;
   plot_row_t *rows;
   size_t n, cap;
@@ -135,20 +136,22 @@ static int plot_load_rpc(px_rpc_channel_t *ch, const char *ref, plot_job_t *j) {
 
 static int plot_load_db(sqlite3 *db, const char *ref, plot_job_t *j) {
   sqlite3_stmt *st = NULL;
-  /* by id, else by a name only one job has */
+  /* by id, else by a name only one job has; ref NULL: the newest job */
   int rc = sqlite3_prepare_v2(db,
-                              "SELECT job_id, name, spec, created_unix_ms, scheduled_unix_ms"
-                              " FROM jobs WHERE job_id = ?1 OR name = ?1"
-                              " ORDER BY job_id = ?1 DESC LIMIT 2",
+                              ref ? "SELECT job_id, name, spec, created_unix_ms, scheduled_unix_ms"
+                                    " FROM jobs WHERE job_id = ?1 OR name = ?1"
+                                    " ORDER BY job_id = ?1 DESC LIMIT 2"
+                                  : "SELECT job_id, name, spec, created_unix_ms, scheduled_unix_ms"
+                                    " FROM jobs ORDER BY id DESC LIMIT 1",
                               -1, &st, NULL);
   if (rc != SQLITE_OK) return pxctl_fail("database: %s", sqlite3_errmsg(db));
-  sqlite3_bind_text(st, 1, ref, -1, SQLITE_TRANSIENT);
+  if (ref) sqlite3_bind_text(st, 1, ref, -1, SQLITE_TRANSIENT);
   int rows = 0, exact = 0;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     if (rows++ == 0) {
       snprintf(j->id, sizeof j->id, "%s", (const char *)sqlite3_column_text(st, 0));
       snprintf(j->name, sizeof j->name, "%s", (const char *)sqlite3_column_text(st, 1));
-      exact = !strcmp(j->id, ref);
+      exact = !ref || !strcmp(j->id, ref);
       const void *blob = sqlite3_column_blob(st, 2);
       int n = sqlite3_column_bytes(st, 2);
       Prunex__V1__JobSpec *spec =
@@ -161,7 +164,7 @@ static int plot_load_db(sqlite3 *db, const char *ref, plot_job_t *j) {
     }
   }
   sqlite3_finalize(st);
-  if (rows == 0) return pxctl_fail("no job '%s' in the database", ref);
+  if (rows == 0) return pxctl_fail("no job '%s' in the database", ref ? ref : "(any)");
   if (rows > 1 && !exact) return pxctl_fail("several jobs are named '%s': give the job id", ref);
   if (!j->name[0]) snprintf(j->name, sizeof j->name, "%s", j->id);
   rc = sqlite3_prepare_v2(db,
@@ -199,6 +202,28 @@ static int plot_load_db(sqlite3 *db, const char *ref, plot_job_t *j) {
   return ps == PX_OK ? 0 : pxctl_fail("out of memory reading job %s", j->id);
 }
 
+static int plot_load_file(const char *path, const char *ref, plot_job_t *j) {
+  sqlite3 *db = NULL;
+  if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+    int rc = pxctl_fail("%s: %s", path, db ? sqlite3_errmsg(db) : "cannot open");
+    sqlite3_close(db);
+    return rc;
+  }
+  sqlite3_busy_timeout(db, 5000);
+  int rc = plot_load_db(db, ref, j);
+  sqlite3_close(db);
+  return rc;
+}
+
+int plot_run_dir_db(const char *arg, char *out, size_t cap) {
+  struct stat sb;
+  if (stat(arg, &sb) != 0 || !S_ISDIR(sb.st_mode)) return 0;
+  snprintf(out, cap, "%s/metrics/coordinator.db", arg);
+  if (access(out, R_OK) == 0) return 1;
+  snprintf(out, cap, "%s/coordinator.db", arg);
+  return access(out, R_OK) == 0;
+}
+
 /* ---- data files and the gnuplot script ------------------------------------------ */
 
 /* A gnuplot string literal (single quotes doubled). */
@@ -216,7 +241,7 @@ static void plot_gp_str(FILE *f, const char *s) {
  * returns the number of layers. */
 static int plot_write_data(const char *dir, const plot_job_t *j) {
   char path[4400];
-  snprintf(path, sizeof path, "%s/data/%s.tsv", dir, j->id);
+  snprintf(path, sizeof path, "%s/data/%s.tsv", dir, j->key);
   FILE *f = fopen(path, "w");
   if (!f) return -1;
   fprintf(f, "# iteration\tseconds\ttest_accuracy\tinter_mb_cum\tinter_mb\tdense_mb\tdrift\t"
@@ -239,7 +264,7 @@ static int plot_write_data(const char *dir, const plot_job_t *j) {
   for (size_t i = 0; i < j->nl; i++)
     if (j->layers[i].layer + 1 > nlayers) nlayers = j->layers[i].layer + 1;
   if (nlayers == 0) return 0;
-  snprintf(path, sizeof path, "%s/data/%s-layers.tsv", dir, j->id);
+  snprintf(path, sizeof path, "%s/data/%s-layers.tsv", dir, j->key);
   f = fopen(path, "w");
   if (!f) return -1;
   for (int L = 0; L < nlayers; L++) {
@@ -286,7 +311,7 @@ static char *plot_overlay(const char *dir, const plot_job_t *jobs, int njobs, co
     for (char *p = title; *p; p++)
       if (*p == '\'' || *p == '\n') *p = ' ';
     n += (size_t)snprintf(b + n, cap - n, "%s'%s/data/%s.tsv' using %s with %s lw 2 title '%s'",
-                          i ? ", " : "", dir, jobs[i].id, using, with, title);
+                          i ? ", " : "", dir, jobs[i].key, using, with, title);
   }
   return b;
 }
@@ -335,27 +360,34 @@ int pxctl_cmd_plot(pxctl_opts_t *o) {
   snprintf(data, sizeof data, "%s/data", o->out);
   if ((mkdir(o->out, 0755) != 0 && errno != EEXIST) || (mkdir(data, 0755) != 0 && errno != EEXIST))
     return pxctl_fail("cannot create %s: %s", data, strerror(errno));
-  if (o->db) {
-    sqlite3 *db = NULL;
-    if (sqlite3_open_v2(o->db, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-      rc = pxctl_fail("%s: %s", o->db, db ? sqlite3_errmsg(db) : "cannot open");
-      sqlite3_close(db);
-      return rc;
+  px_rpc_channel_t *ch = NULL;
+  for (int i = 0; i < njobs && !rc; i++) {
+    char dbpath[4400];
+    const char *ref = o->pos[i];
+    if (plot_run_dir_db(ref, dbpath, sizeof dbpath)) {
+      rc = plot_load_file(dbpath, NULL, &jobs[i]); /* a `pxctl run` output directory */
+    } else if (o->db) {
+      rc = plot_load_file(o->db, ref, &jobs[i]);
+    } else {
+      if (!ch && !(ch = pxctl_connect(o))) {
+        rc = PXCTL_EXIT_FAIL;
+        break;
+      }
+      rc = plot_load_rpc(ch, ref, &jobs[i]);
     }
-    sqlite3_busy_timeout(db, 5000);
-    for (int i = 0; i < njobs && !rc; i++) rc = plot_load_db(db, o->pos[i], &jobs[i]);
-    sqlite3_close(db);
-  } else {
-    px_rpc_channel_t *ch = pxctl_connect(o);
-    if (!ch) return PXCTL_EXIT_FAIL;
-    for (int i = 0; i < njobs && !rc; i++) rc = plot_load_rpc(ch, o->pos[i], &jobs[i]);
-    px_rpc_channel_destroy(ch);
   }
+  if (ch) px_rpc_channel_destroy(ch);
   char script[4400];
   snprintf(script, sizeof script, "%s/plot.gp", o->out);
   static char files[2 * (5 + 3 * PLOT_MAX_JOBS)][4400];
   int nfiles = 0;
   FILE *gp = NULL;
+  for (int i = 0; i < njobs && !rc; i++) {
+    int dup = 0;
+    for (int k = 0; k < i; k++) dup |= !strcmp(jobs[k].id, jobs[i].id);
+    if (dup) snprintf(jobs[i].key, sizeof jobs[i].key, "%.120s-%d", jobs[i].id, i + 1);
+    else snprintf(jobs[i].key, sizeof jobs[i].key, "%.150s", jobs[i].id);
+  }
   if (!rc) {
     for (int i = 0; i < njobs && !rc; i++) {
       if (jobs[i].n == 0) rc = pxctl_fail("job %s has no iterations to plot", jobs[i].id);
@@ -406,7 +438,7 @@ int pxctl_cmd_plot(pxctl_opts_t *o) {
     for (int i = 0; i < njobs && !rc; i++) {
       const plot_job_t *j = &jobs[i];
       char name[4096];
-      snprintf(name, sizeof name, "phases-%s", j->id);
+      snprintf(name, sizeof name, "phases-%s", j->key);
       snprintf(body, sizeof body,
                "set title 'Phase times per iteration: %s (rank 0)'\nset xlabel 'iteration'\n"
                "set ylabel 'seconds'\nset style fill solid 0.8 noborder\nset boxwidth 0.9 relative\n"
@@ -417,13 +449,13 @@ int pxctl_cmd_plot(pxctl_opts_t *o) {
                "f using 1:($10+$11+$12) with boxes title 'projection', "
                "f using 1:($10+$11) with boxes title 'intra', "
                "f using 1:10 with boxes title 'local'",
-               j->id, o->out, j->id);
+               j->name, o->out, j->key);
       plot_figure(gp, o->out, name, body, files, &nfiles);
       int nlayers = 0;
       for (size_t k = 0; k < j->nl; k++)
         if (j->layers[k].layer + 1 > nlayers) nlayers = j->layers[k].layer + 1;
       if (nlayers == 0) continue; /* ddp, topk: no per-layer figures */
-      snprintf(name, sizeof name, "residuals-%s", j->id);
+      snprintf(name, sizeof name, "residuals-%s", j->key);
       snprintf(body, sizeof body,
                "f='%s/data/%s-layers.tsv'\nset multiplot layout 2,2 title 'Residuals per layer: "
                "%s (one line per layer)'\nset logscale y\nset format y '%%.0e'\nunset key\n"
@@ -433,16 +465,16 @@ int pxctl_cmd_plot(pxctl_opts_t *o) {
                "set title 'inter primal r'\nplot for [L=0:%d] f index L using 1:4 with lines\n"
                "set title 'inter dual s'\nplot for [L=0:%d] f index L using 1:5 with lines\n"
                "unset multiplot",
-               o->out, j->id, j->id, nlayers - 1, nlayers - 1, nlayers - 1, nlayers - 1);
+               o->out, j->key, j->name, nlayers - 1, nlayers - 1, nlayers - 1, nlayers - 1);
       plot_figure(gp, o->out, name, body, files, &nfiles);
-      snprintf(name, sizeof name, "rho-%s", j->id);
+      snprintf(name, sizeof name, "rho-%s", j->key);
       snprintf(body, sizeof body,
                "f='%s/data/%s-layers.tsv'\nset multiplot layout 1,2 title 'Penalties per layer: "
                "%s'\nset logscale y\nunset key\nset xlabel 'iteration'\n"
                "set title 'rho1 (intra)'\nplot for [L=0:%d] f index L using 1:6 with lines\n"
                "set title 'rho2 (inter)'\nplot for [L=0:%d] f index L using 1:7 with lines\n"
                "unset multiplot",
-               o->out, j->id, j->id, nlayers - 1, nlayers - 1);
+               o->out, j->key, j->name, nlayers - 1, nlayers - 1);
       plot_figure(gp, o->out, name, body, files, &nfiles);
     }
     fclose(gp);
