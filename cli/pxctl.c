@@ -33,6 +33,7 @@ enum {
   OPT_CSV = 1 << 13,
   OPT_OUT = 1 << 14,
   OPT_DB = 1 << 15,
+  OPT_HTTP = 1 << 16,
 };
 
 typedef struct {
@@ -50,7 +51,7 @@ static const pxctl_opt_t pxctl_options[] = {
     {"--work-dir", OPT_WORK_DIR, 1}, {"--keep", OPT_KEEP, 0},
     {"--output", OPT_OUTPUT, 1},     {"--reason", OPT_REASON, 1},
     {"--csv", OPT_CSV, 0},           {"--out", OPT_OUT, 1},
-    {"--db", OPT_DB, 1},
+    {"--db", OPT_DB, 1},             {"--http", OPT_HTTP, 1},
 };
 
 typedef struct {
@@ -169,12 +170,16 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "  --keep                   keep the run directory afterwards\n"
      "  --output DIR             the job's output_dir (default: the spec's, else\n"
      "                           RUN_DIR/output, which is kept when the job succeeds)\n"
+     "  --http HOST:PORT         the private pxcoordd also serves HTTP: the live\n"
+     "                           dashboard at /, Prometheus /metrics (port 0: free)\n"
      "  --json                   progress on stderr; the last stdout line is one\n"
      "                           object: job_id, name, state, reason, iterations,\n"
      "                           test_accuracy, density, inter_bytes, inter_bytes_dense,\n"
      "                           inter_reduction, intra_bytes, wall_s, total_s,\n"
-     "                           model_path, run_dir, summary_source\n",
-     OPT_JSON | OPT_WORK_DIR | OPT_KEEP | OPT_OUTPUT, 1, pxctl_cmd_run},
+     "                           model_path, metrics_dir, run_dir, summary_source\n"
+     "The metrics databases are kept in OUTPUT/metrics (coordinator.db and each\n"
+     "node's metrics.db) whenever the output directory is: `pxctl plot OUTPUT`.\n",
+     OPT_JSON | OPT_WORK_DIR | OPT_KEEP | OPT_OUTPUT | OPT_HTTP, 1, pxctl_cmd_run},
 };
 #define PXCTL_NCMDS ((int)(sizeof pxctl_cmds / sizeof pxctl_cmds[0]))
 
@@ -281,6 +286,11 @@ static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
       return 0;
     case OPT_REASON: o->reason = v; return 0;
     case OPT_CSV: o->csv = 1; return 0;
+    case OPT_HTTP:
+      if (!v[0] || !strrchr(v, ':'))
+        return pxctl_usage_error(o, "--http '%s': expected HOST:PORT", v);
+      o->http = v;
+      return 0;
     case OPT_OUT:
       if (!v[0]) return pxctl_usage_error(o, "--out needs a directory");
       o->out = v;

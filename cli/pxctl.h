@@ -45,6 +45,7 @@ typedef struct {
   const char *reason;         /* cancel: --reason */
   const char *out;            /* plot: --out */
   const char *db;             /* plot: --db (a coordinator database file) */
+  const char *http;           /* run: --http HOST:PORT for the private pxcoordd */
   int csv;                    /* metrics: --csv */
   const char *pos[8];         /* positional arguments */
   int npos;

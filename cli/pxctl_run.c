@@ -429,7 +429,11 @@ static int pxctl_start_coordd(pxctl_run_t *r) {
       pxctl_fmt(db, sizeof db, "%s/coordinator.db", r->run_dir) != 0)
     return -1; /* cannot happen: the run directory's length is checked */
   char *argv[] = {r->coordd_bin, "--listen", "127.0.0.1:0", "--db", db, "--log-level", "info",
-                  NULL};
+                  NULL, NULL, NULL};
+  if (r->o->http) { /* the HTTP listener: metrics, JSON, the live dashboard */
+    argv[7] = "--http";
+    argv[8] = (char *)r->o->http;
+  }
   int fd = -1;
   if (pxctl_spawn(c, r->coordd_bin, argv, &fd, 0) != 0) return -1;
   char line[256];
@@ -448,8 +452,25 @@ static int pxctl_start_coordd(pxctl_run_t *r) {
     used++;
   }
   line[used] = '\0';
+  char hline[256] = "";
+  for (size_t hu = 0; r->o->http && hu < sizeof hline - 1 && !pxctl_signal;) {
+    int left = (int)((end - pxctl_mono_s()) * 1000);
+    struct pollfd p = {fd, POLLIN, 0};
+    if (left <= 0 || poll(&p, 1, left < 200 ? left : 200) <= 0) {
+      if (left <= 0) break;
+      continue;
+    }
+    if (read(fd, hline + hu, 1) <= 0 || hline[hu] == '\n') {
+      hline[hu] = '\0';
+      break;
+    }
+    hline[++hu] = '\0';
+  }
   close(fd);
   if (pxctl_signal) return -1;
+  if (r->o->http && !strncmp(hline, "http on ", 8))
+    fprintf(r->progress ? r->progress : stderr,
+            "pxctl: dashboard at http://%s/ (Prometheus metrics at /metrics)\n", hline + 8);
   const char *colon = strrchr(line, ':');
   if (strncmp(line, "listening on ", 13) != 0 || !colon || atoi(colon + 1) <= 0) {
     char how[128] = "said nothing in time";
