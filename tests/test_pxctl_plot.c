@@ -6,6 +6,7 @@
  * (width and height 1200 and 800) files; a pxcoordd started on the kept
  * database serves `pxctl metrics --csv` (the expected columns, one row per
  * iteration, every test accuracy a number) and --json (null, never -1),
+ * `pxctl run`'s progress shows the rate, the ETA and "drift N of M groups",
  * `pxctl drift` ("N of M groups") and finds the job by its name. gnuplot
  * missing skips the plot test (scripts/bootstrap installs gnuplot-nox). */
 #include <setjmp.h>
@@ -70,6 +71,14 @@ static int group_teardown(void **state) {
 static void test_run_keeps_the_metrics_databases_next_to_the_model(void **state) {
   (void)state;
   assert_int_equal(run_job("plot-hsadmm", "hsadmm", 4, F->o1), 0);
+  /* the progress lines (stderr under --json) carry the rate, the ETA while
+   * running and the drift out of the mask's groups */
+  if (!strstr(F->r.err, " it/s") || !strstr(F->r.err, "  ETA ") || !strstr(F->r.err, " groups"))
+    pxt_show("pxctl run progress", &F->r);
+  assert_non_null(strstr(F->r.err, " it/s"));
+  assert_non_null(strstr(F->r.err, "  ETA "));
+  assert_non_null(strstr(F->r.err, " of "));
+  assert_non_null(strstr(F->r.err, " groups"));
   char line[8192];
   pxj_t *v = pxj_parse(pxt_last_line(F->r.out, line, sizeof line));
   assert_non_null(v);
