@@ -95,7 +95,7 @@ function draw(id, type, datasets, opts) {
     x: {type: opts.xType || 'linear', title: {display: true, text: opts.x}, stacked: !!opts.stacked},
     y: {type: opts.logY ? 'logarithmic' : 'linear', title: {display: true, text: opts.y}, stacked: !!opts.stacked},
   };
-  if (opts.y2) scales.y2 = {type: 'linear', position: 'right', title: {display: true, text: opts.y2}, grid: {drawOnChartArea: false}};
+  if (opts.y2) scales.y2 = {type: 'linear', position: 'right', min: 0, max: 1, title: {display: true, text: opts.y2}, grid: {drawOnChartArea: false}};
   const many = datasets.length > 12;
   const config = {
     type: type,
