@@ -12,7 +12,8 @@
  *     finished one, and every chart reports data points (data-points="N"
  *     written by the page's script after drawing);
  *   - the JSON is paged (limit, cursor), validates its parameters, finds a
- *     job by name, and writes null, never -1, for what was not measured.
+ *     job by name, and writes null, never -1, for what was not measured;
+ *   - a bad --http value exits 2, a busy HTTP port 1, each with a message.
  * A tool that is not installed skips its test (scripts/bootstrap installs
  * them). Bounded: each step has its own deadline. */
 #include <setjmp.h>
@@ -421,6 +422,21 @@ static void test_dashboard_of_a_finished_job_has_data_in_every_chart(void **stat
   assert_non_null(strstr(dom, F.done));
 }
 
+static void test_bad_or_busy_http_address_is_refused_clearly(void **state) {
+  (void)state;
+  char db[400], out[4096], err[8192], busy[64];
+  snprintf(db, sizeof db, "%s/other.db", F.d.dir);
+  const char *bad[] = {"--db", db, "--listen", "127.0.0.1:0", "--http", "no-port", NULL};
+  assert_int_equal(pxt_coordd_run(F.d.dir, bad, out, sizeof out, err, sizeof err, 15000), 2);
+  assert_non_null(strstr(err, "http"));
+  /* the HTTP port of the running coordinator is taken */
+  snprintf(busy, sizeof busy, "127.0.0.1:%d", F.d.http_port);
+  const char *taken[] = {"--db", db, "--listen", "127.0.0.1:0", "--http", busy, NULL};
+  assert_int_equal(pxt_coordd_run(F.d.dir, taken, out, sizeof out, err, sizeof err, 15000), 1);
+  if (!strstr(err, "cannot listen")) fprintf(stderr, "stderr: %s\n", err);
+  assert_non_null(strstr(err, "cannot listen"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_metrics_of_a_running_job_pass_promtool),
@@ -428,6 +444,7 @@ int main(void) {
       cmocka_unit_test(test_json_is_paged_and_writes_null_for_missing_values),
       cmocka_unit_test(test_dashboard_of_a_running_job_has_data_in_every_chart),
       cmocka_unit_test(test_dashboard_of_a_finished_job_has_data_in_every_chart),
+      cmocka_unit_test(test_bad_or_busy_http_address_is_refused_clearly),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
