@@ -199,6 +199,17 @@ static void test_metrics_csv_json_and_drift_from_the_kept_database(void **state)
     line = nl + 1;
   }
   assert_int_equal(rows, 4);
+  /* per layer: a header and iterations x layers rows (resnet20: 65 tensors) */
+  const char *lcsv[] = {"metrics", "plot-hsadmm", "--csv", "--layers", "--coordinator",
+                        d.target, NULL};
+  assert_int_equal(pxt_pxctl(&F->r, F->dir, lcsv, NULL, 30000), 0);
+  const char *lheader = "iteration,rank,layer,name,r_intra,s_intra,r_inter,s_inter,rho1,rho2,"
+                        "density\n";
+  assert_memory_equal(F->r.out, lheader, strlen(lheader));
+  int lines = 0;
+  for (const char *p = F->r.out; *p; p++) lines += *p == '\n';
+  assert_int_equal(lines - 1, 4 * 65);
+  assert_non_null(strstr(F->r.out, ",\"layer1.0.conv1.weight\","));
   const char *json[] = {"metrics", "plot-hsadmm", "--json", "--coordinator", d.target, NULL};
   assert_int_equal(pxt_pxctl(&F->r, F->dir, json, NULL, 30000), 0);
   assert_null(strstr(F->r.out, ":-1"));
