@@ -654,6 +654,7 @@ static px_status_t pxw_fill_report(pxw_t *w, const px_iteration_t *it,
   rep->test_accuracy = it->test_accuracy;
   rep->density = it->density;
   rep->mask_drift = it->mask_drift;
+  rep->mask_groups = it->mask_groups;
   rep->bytes_intra = it->bytes_intra;
   rep->bytes_inter = it->bytes_inter;
   rep->bytes_inter_dense = it->bytes_inter_dense;

@@ -34,6 +34,10 @@ enum {
   OPT_CA = 1 << 13,     /* accepted wherever OPT_COORD is */
   OPT_NODES = 1 << 14,
   OPT_WPN = 1 << 15,
+  OPT_CSV = 1 << 16,
+  OPT_OUT = 1 << 17,
+  OPT_DB = 1 << 18,
+  OPT_HTTP = 1 << 19,
 };
 
 typedef struct {
@@ -52,6 +56,8 @@ static const pxctl_opt_t pxctl_options[] = {
     {"--output", OPT_OUTPUT, 1},     {"--reason", OPT_REASON, 1},
     {"--ca", OPT_CA, 1},
     {"--nodes", OPT_NODES, 1},       {"--workers-per-node", OPT_WPN, 1},
+    {"--csv", OPT_CSV, 0},           {"--out", OPT_OUT, 1},
+    {"--db", OPT_DB, 1},             {"--http", OPT_HTTP, 1},
 };
 
 typedef struct {
@@ -115,9 +121,35 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "  --from N                 start at iteration N\n"
      "  --limit N                at most N rows (0: all)\n"
      "  --all-ranks              every rank's report, not one per iteration\n" COMMON_HELP
-     "  --json                   {\"job_id\", \"iterations\": [IterationReport objects]}\n",
-     OPT_COORD | OPT_JSON | OPT_LAYERS | OPT_FROM | OPT_LIMIT | OPT_ALL_RANKS, 1,
+     "  --json                   {\"job_id\", \"iterations\": [IterationReport objects]}\n"
+     "                           (null where a figure was not measured)\n"
+     "  --csv                    CSV with a header line: iteration, rank, time_unix_ms,\n"
+     "                           epoch, loss, train_accuracy, test_accuracy, density,\n"
+     "                           mask_drift, mask_groups, frozen, bytes_intra,\n"
+     "                           bytes_inter, bytes_inter_dense, local_s, intra_s,\n"
+     "                           projection_s, inter_s, broadcast_s, control_s\n"
+     "                           (empty where not measured); with --layers one row per\n"
+     "                           iteration and layer: iteration, rank, layer, name,\n"
+     "                           r_intra, s_intra, r_inter, s_inter, rho1, rho2, density\n",
+     OPT_COORD | OPT_JSON | OPT_LAYERS | OPT_FROM | OPT_LIMIT | OPT_ALL_RANKS | OPT_CSV, 1,
      pxctl_cmd_metrics},
+    {"plot", "JOB [JOB ...]", "figures of one job, or several overlaid, as PNG and SVG",
+     "Draws with gnuplot (Debian's gnuplot-nox) into --out DIR, each figure as\n"
+     "NAME.png (1200x800) and NAME.svg: accuracy-time, accuracy-bytes (test accuracy\n"
+     "against wall time and cumulative inter-node bytes; several jobs are overlaid,\n"
+     "e.g. hsadmm against ddp), message-size (inter-node bytes per iteration),\n"
+     "drift-density, phases (time per phase per iteration), and for one H-SADMM job\n"
+     "residuals (the four residual norms per layer) and rho (rho1, rho2 per layer).\n"
+     "Each JOB is a job id or an unambiguous name, read from the coordinator (or\n"
+     "with --db from a coordinator database file), or the output directory of a\n"
+     "`pxctl run` (which keeps its metrics in OUTPUT/metrics/coordinator.db), or a\n"
+     "run directory kept with --keep. Up to 8. The data goes to DIR/data/*.tsv and\n"
+     "the script to DIR/plot.gp (`gnuplot DIR/plot.gp` redraws).\n\n"
+     "  --out DIR                where the files go (created; required)\n"
+     "  --db FILE                read this coordinator database instead of asking\n"
+     "                           a coordinator\n" COMMON_HELP
+     "  --json                   {\"out\", \"files\": [paths]}\n",
+     OPT_COORD | OPT_JSON | OPT_OUT | OPT_DB, 8, pxctl_cmd_plot},
     {"drift", "JOB", "mask drift and density per iteration, and when the masks froze",
      "  --all-ranks              every rank's report, not one per iteration\n" COMMON_HELP
      "  --json                   {\"job_id\", \"frozen\", \"frozen_at_iteration\",\n"
@@ -161,12 +193,16 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "  --keep                   keep the run directory afterwards\n"
      "  --output DIR             the job's output_dir (default: the spec's, else\n"
      "                           RUN_DIR/output, which is kept when the job succeeds)\n"
+     "  --http HOST:PORT         the private pxcoordd also serves HTTP: the live\n"
+     "                           dashboard at /, Prometheus /metrics (port 0: free)\n"
      "  --json                   progress on stderr; the last stdout line is one\n"
      "                           object: job_id, name, state, reason, iterations,\n"
      "                           test_accuracy, density, inter_bytes, inter_bytes_dense,\n"
      "                           inter_reduction, intra_bytes, wall_s, total_s,\n"
-     "                           model_path, run_dir, summary_source\n",
-     OPT_JSON | OPT_WORK_DIR | OPT_KEEP | OPT_OUTPUT, 1, pxctl_cmd_run},
+     "                           model_path, metrics_dir, run_dir, summary_source\n"
+     "The metrics databases are kept in OUTPUT/metrics (coordinator.db and each\n"
+     "node's metrics.db) whenever the output directory is: `pxctl plot OUTPUT`.\n",
+     OPT_JSON | OPT_WORK_DIR | OPT_KEEP | OPT_OUTPUT | OPT_HTTP, 1, pxctl_cmd_run},
 };
 #define PXCTL_NCMDS ((int)(sizeof pxctl_cmds / sizeof pxctl_cmds[0]))
 
@@ -324,6 +360,20 @@ static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
       if (*dst < 1) return pxctl_usage_error(o, "%s '%s': expected at least 1", name, v);
       return 0;
     }
+    case OPT_CSV: o->csv = 1; return 0;
+    case OPT_HTTP:
+      if (!v[0] || !strrchr(v, ':'))
+        return pxctl_usage_error(o, "--http '%s': expected HOST:PORT", v);
+      o->http = v;
+      return 0;
+    case OPT_OUT:
+      if (!v[0]) return pxctl_usage_error(o, "--out needs a directory");
+      o->out = v;
+      return 0;
+    case OPT_DB:
+      if (!v[0]) return pxctl_usage_error(o, "--db needs a file");
+      o->db = v;
+      return 0;
   }
   return 0;
 }
@@ -431,8 +481,16 @@ int main(int argc, char **argv) {
     int rc = pxctl_apply(&o, opt, value);
     if (rc) return rc;
   }
-  if (o.npos < cmd->npos)
+  if (o.npos < cmd->npos && !(o.npos >= 1 && !strcmp(cmd->name, "plot")))
     return pxctl_usage_error(&o, "missing %s", cmd->synopsis);
   if (strcmp(cmd->name, "run") != 0 && pxctl_load_token() != 0) return PXCTL_EXIT_FAIL;
+  /* Commands taking JOB also take a job's name, where only one job has it. */
+  if (!strncmp(cmd->synopsis, "JOB", 3) && !o.db)
+    for (int i = 0; i < o.npos; i++) {
+      char db[4400];
+      if (!strcmp(cmd->name, "plot") && plot_run_dir_db(o.pos[i], db, sizeof db)) continue;
+      int rc = pxctl_resolve_job(&o, &o.pos[i]);
+      if (rc) return rc;
+    }
   return cmd->fn(&o);
 }

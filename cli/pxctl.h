@@ -45,7 +45,11 @@ typedef struct {
   const char *reason;         /* cancel: --reason */
   int nodes;                  /* submit: --nodes (0: the spec's) */
   int workers_per_node;       /* submit: --workers-per-node (0: the spec's) */
-  const char *pos[4];         /* positional arguments */
+  const char *out;            /* plot: --out */
+  const char *db;             /* plot: --db (a coordinator database file) */
+  const char *http;           /* run: --http HOST:PORT for the private pxcoordd */
+  int csv;                    /* metrics: --csv */
+  const char *pos[8];         /* positional arguments */
   int npos;
 } pxctl_opts_t;
 
@@ -70,8 +74,21 @@ int pxctl_cmd_drift(pxctl_opts_t *o);
 int pxctl_cmd_watch(pxctl_opts_t *o);
 int pxctl_cmd_logs(pxctl_opts_t *o);
 int pxctl_cmd_run(pxctl_opts_t *o);
+int pxctl_cmd_plot(pxctl_opts_t *o);
+/* 1 when arg is a directory holding a coordinator database that `pxctl
+ * plot` reads: a `pxctl run` output directory (metrics/coordinator.db) or
+ * a run directory kept with --keep (coordinator.db); its path goes to out
+ * (pxctl_plot.c). */
+int plot_run_dir_db(const char *arg, char *out, size_t cap);
 
 /* ---- shared pieces of the query commands (pxctl_query.c) ---------------- */
+
+/* Turns a job name into its id when *ref is not a job id and exactly one
+ * job has that name (*ref then points at static storage that lives until
+ * exit); several jobs of that name are an error naming them (exit 1).
+ * Anything else (an id, no such job, coordinator unreachable) is left for
+ * the command to report. Returns 0 or the exit code. */
+int pxctl_resolve_job(const pxctl_opts_t *o, const char **ref);
 
 /* Opens a channel to o->coordinator; on failure prints why and returns
  * NULL. */
@@ -152,7 +169,8 @@ void pxctl_json_finish(pxctl_json_t *j);
  * (every field, in descriptor order); enums as their names without the
  * type prefix ("RUNNING", "CPU"; strategies as in YAML, "hsadmm-flat"),
  * repeated fields as arrays, absent sub-messages as null, bytes as
- * base64. NULL writes null. */
+ * base64; accuracies, losses and densities the proto marks "not measured"
+ * (negative) as null, never -1. NULL writes null. */
 void pxctl_json_message(pxctl_json_t *j, const ProtobufCMessage *m);
 
 /* A Job as `status --json` prints it: pxctl_json_message, with spec_yaml

@@ -248,6 +248,17 @@ static void pxctl__json_scalar(pxctl_json_t *j, const ProtobufCFieldDescriptor *
   }
 }
 
+/* Fields where the proto says "negative: not measured" (an iteration
+ * without a test evaluation, a layer that is not pruned): JSON says null. */
+static int pxctl__json_unmeasured(const ProtobufCFieldDescriptor *fd, const void *p) {
+  static const char *const names[] = {"test_accuracy", "train_accuracy", "loss", "test_loss",
+                                      "density"};
+  if (fd->type != PROTOBUF_C_TYPE_DOUBLE || *(const double *)p >= 0) return 0;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (!strcmp(fd->name, names[i])) return 1;
+  return 0;
+}
+
 void pxctl_json_message(pxctl_json_t *j, const ProtobufCMessage *m) {
   if (!m) {
     pxctl_json_null(j);
@@ -266,6 +277,8 @@ void pxctl_json_message(pxctl_json_t *j, const ProtobufCMessage *m) {
       pxctl_json_begin_array(j);
       for (size_t k = 0; k < n && arr; k++) pxctl__json_scalar(j, fd, arr + k * sz);
       pxctl_json_end_array(j);
+    } else if (pxctl__json_unmeasured(fd, base + fd->offset)) {
+      pxctl_json_null(j);
     } else {
       pxctl__json_scalar(j, fd, base + fd->offset);
     }

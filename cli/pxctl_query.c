@@ -42,6 +42,52 @@ int pxctl_rpc_fail(px_rpc_channel_t *ch, const char *job_id) {
                     px_rpc_code_name(code), hint);
 }
 
+int pxctl_resolve_job(const pxctl_opts_t *o, const char **ref) {
+  px_rpc_channel_t *ch = NULL;
+  if (px_rpc_channel_create(o->coordinator, &ch) != PX_OK) return 0;
+  Prunex__V1__Job *job = NULL;
+  int rc = 0;
+  if (px_rpc_get_job(ch, *ref, PXCTL_DEADLINE_MS, &job) == PX_OK ||
+      px_rpc_last_code() != PX_RPC_NOT_FOUND) {
+    px_rpc_message_free(job);
+    px_rpc_channel_destroy(ch);
+    return 0;
+  }
+  /* Every page of ListJobs (newest first), so that older jobs are found. */
+  Prunex__V1__ListJobsRequest req = PRUNEX__V1__LIST_JOBS_REQUEST__INIT;
+  req.limit = 1000;
+  char token[256] = "", first_id[128] = "", ids[512] = "";
+  size_t found = 0;
+  for (;;) {
+    Prunex__V1__ListJobsResponse *resp = NULL;
+    req.page_token = token;
+    if (px_rpc_list_jobs(ch, &req, PXCTL_DEADLINE_MS, &resp) != PX_OK) break;
+    for (size_t i = 0; i < resp->n_jobs; i++) {
+      if (strcmp(resp->jobs[i]->name, *ref) != 0) continue;
+      if (found++ == 0) snprintf(first_id, sizeof first_id, "%s", resp->jobs[i]->job_id);
+      size_t used = strlen(ids);
+      if (used + 2 < sizeof ids)
+        snprintf(ids + used, sizeof ids - used, "%s%s", used ? ", " : "", resp->jobs[i]->job_id);
+    }
+    int more = resp->next_page_token && resp->next_page_token[0] &&
+               strlen(resp->next_page_token) < sizeof token;
+    if (more) snprintf(token, sizeof token, "%s", resp->next_page_token);
+    px_rpc_message_free(resp);
+    if (!more) break;
+  }
+  if (found == 1) {
+    static char names[8][128];
+    static int next;
+    char *slot = names[next++ % 8];
+    snprintf(slot, sizeof names[0], "%s", first_id);
+    *ref = slot;
+  } else if (found > 1) {
+    rc = pxctl_fail("%zu jobs are named '%s' (%s): give the job id", found, *ref, ids);
+  }
+  px_rpc_channel_destroy(ch);
+  return rc;
+}
+
 /* ---- specs ------------------------------------------------------------------ */
 
 int pxctl_load_spec(const char *path, Prunex__V1__JobSpec **spec, char **text) {
@@ -182,7 +228,12 @@ static void pxctl_node_label(const Prunex__V1__ListNodesResponse *nodes, const c
 static void pxctl_print_job(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
   char t1[64], t2[64];
   printf("job        %s  %s\n", job->job_id, job->name);
-  pxctl_fmt_age(t1, sizeof t1, job->updated_unix_ms);
+  /* Since the change into the current state (its newest event), not the
+   * last update: a running job is updated by every iteration. */
+  int64_t since = 0;
+  for (size_t i = 0; i < job->n_events; i++)
+    if ((int)job->events[i]->to_state == (int)job->state) since = job->events[i]->time_unix_ms;
+  pxctl_fmt_age(t1, sizeof t1, since ? since : job->created_unix_ms);
   printf("state      %s (since %s)%s%s\n", px_rpc_job_state_name(job->state), t1,
          job->reason[0] ? ": " : "", job->reason);
   const Prunex__V1__JobSpec *s = job->spec;
@@ -507,6 +558,58 @@ static px_status_t pxctl_iterations(px_rpc_channel_t *ch, const char *job_id, in
   return PX_OK;
 }
 
+/* A CSV number: empty when not measured (negative accuracy or loss). */
+static void pxctl_csv_num(FILE *f, double v, int present) {
+  if (present) fprintf(f, ",%.9g", v);
+  else fputc(',', f);
+}
+
+/* `metrics --csv`: RFC 4180 (names are quoted, with quotes doubled). */
+static void pxctl_metrics_csv(FILE *f, Prunex__V1__IterationReport **rows, size_t n, int layers) {
+  if (layers) {
+    fputs("iteration,rank,layer,name,r_intra,s_intra,r_inter,s_inter,rho1,rho2,density\n", f);
+    for (size_t i = 0; i < n; i++)
+      for (size_t k = 0; k < rows[i]->n_layers; k++) {
+        const Prunex__V1__LayerMetrics *L = rows[i]->layers[k];
+        fprintf(f, "%d,%d,%d,\"", rows[i]->iteration, rows[i]->rank, L->layer);
+        for (const char *p = L->name; *p; p++) {
+          if (*p == '"') fputc('"', f);
+          fputc(*p, f);
+        }
+        fputc('"', f);
+        double v[] = {L->r_intra, L->s_intra, L->r_inter, L->s_inter, L->rho1, L->rho2};
+        for (int c = 0; c < 6; c++) pxctl_csv_num(f, v[c], 1);
+        pxctl_csv_num(f, L->density, L->density >= 0);
+        fputc('\n', f);
+      }
+    fflush(f);
+    return;
+  }
+  fputs("iteration,rank,time_unix_ms,epoch,loss,train_accuracy,test_accuracy,density,"
+        "mask_drift,mask_groups,frozen,bytes_intra,bytes_inter,bytes_inter_dense,local_s,"
+        "intra_s,projection_s,inter_s,broadcast_s,control_s\n",
+        f);
+  for (size_t i = 0; i < n; i++) {
+    const Prunex__V1__IterationReport *it = rows[i];
+    fprintf(f, "%d,%d,%lld", it->iteration, it->rank, (long long)it->time_unix_ms);
+    pxctl_csv_num(f, it->epoch, 1);
+    pxctl_csv_num(f, it->loss, it->loss >= 0);
+    pxctl_csv_num(f, it->train_accuracy, it->train_accuracy >= 0);
+    pxctl_csv_num(f, it->test_accuracy, it->test_accuracy >= 0);
+    pxctl_csv_num(f, it->density, it->density >= 0);
+    fprintf(f, ",%lld,", (long long)it->mask_drift);
+    if (it->mask_groups > 0) fprintf(f, "%lld", (long long)it->mask_groups);
+    fprintf(f, ",%d,%llu,%llu,%llu", it->frozen ? 1 : 0, (unsigned long long)it->bytes_intra,
+            (unsigned long long)it->bytes_inter, (unsigned long long)it->bytes_inter_dense);
+    const Prunex__V1__PhaseTimes *ph = it->phases;
+    double v[] = {ph ? ph->local_s : 0, ph ? ph->intra_s : 0, ph ? ph->projection_s : 0,
+                  ph ? ph->inter_s : 0, ph ? ph->broadcast_s : 0, ph ? ph->control_s : 0};
+    for (int c = 0; c < 6; c++) pxctl_csv_num(f, v[c], ph != NULL);
+    fputc('\n', f);
+  }
+  fflush(f);
+}
+
 int pxctl_cmd_metrics(pxctl_opts_t *o) {
   px_rpc_channel_t *ch = pxctl_connect(o);
   if (!ch) return PXCTL_EXIT_FAIL;
@@ -520,6 +623,14 @@ int pxctl_cmd_metrics(pxctl_opts_t *o) {
     goto out;
   }
   if (o->limit > 0 && n > (size_t)o->limit) n = (size_t)o->limit;
+  if (o->csv && o->json) {
+    rc = pxctl_usage_error(o, "--csv and --json: choose one");
+    goto out;
+  }
+  if (o->csv) {
+    pxctl_metrics_csv(stdout, rows, n, o->layers);
+    goto out;
+  }
   if (o->json) {
     pxctl_json_t j;
     pxctl_json_init(&j, stdout);
@@ -560,7 +671,9 @@ int pxctl_cmd_metrics(pxctl_opts_t *o) {
     pxctl_table_cell(t, "%s", tr);
     pxctl_table_cell(t, "%s", te);
     pxctl_table_cell(t, "%.4f", it->density);
-    pxctl_table_cell(t, "%lld", (long long)it->mask_drift);
+    if (it->mask_groups > 0)
+      pxctl_table_cell(t, "%lld/%lld", (long long)it->mask_drift, (long long)it->mask_groups);
+    else pxctl_table_cell(t, "%lld", (long long)it->mask_drift);
     pxctl_table_cell(t, "%s", bi);
     pxctl_table_cell(t, "%s", be);
   }
@@ -640,6 +753,9 @@ int pxctl_cmd_drift(pxctl_opts_t *o) {
       pxctl_json_int(&j, rows[i]->rank);
       pxctl_json_key(&j, "mask_drift");
       pxctl_json_int(&j, rows[i]->mask_drift);
+      pxctl_json_key(&j, "mask_groups");
+      if (rows[i]->mask_groups > 0) pxctl_json_int(&j, rows[i]->mask_groups);
+      else pxctl_json_null(&j);
       pxctl_json_key(&j, "density");
       pxctl_json_double(&j, rows[i]->density);
       pxctl_json_key(&j, "frozen");
@@ -661,7 +777,10 @@ int pxctl_cmd_drift(pxctl_opts_t *o) {
   for (size_t i = 0; i < n; i++) {
     pxctl_table_cell(t, "%d", rows[i]->iteration);
     if (o->all_ranks) pxctl_table_cell(t, "%d", rows[i]->rank);
-    pxctl_table_cell(t, "%lld", (long long)rows[i]->mask_drift);
+    if (rows[i]->mask_groups > 0)
+      pxctl_table_cell(t, "%lld of %lld groups", (long long)rows[i]->mask_drift,
+                       (long long)rows[i]->mask_groups);
+    else pxctl_table_cell(t, "%lld", (long long)rows[i]->mask_drift);
     pxctl_table_cell(t, "%.4f", rows[i]->density);
     pxctl_table_cell(t, "%s", rows[i]->frozen ? "frozen" : "-");
   }
@@ -687,6 +806,7 @@ typedef struct {
   int have_it;
   int iteration;
   double loss, test_accuracy, density;
+  int64_t drift, groups;
   int last_state, last_done;
   size_t last_len;
 } pxctl_bar_t;
@@ -697,9 +817,22 @@ static void pxctl_bar_draw(pxctl_bar_t *b, const Prunex__V1__Job *job, int final
   if (!b->tty && !final && (int)job->state == b->last_state && done == b->last_done) return;
   b->last_state = (int)job->state;
   b->last_done = done;
-  char line[512], bar[64] = "", el[32], inter[32] = "";
+  char line[640], bar[64] = "", el[32], inter[32] = "";
   int used = 0;
-  pxctl_fmt_duration(el, sizeof el, pxctl_mono_s() - b->t0);
+  /* The clock counts from the job's start (its first SCHEDULED event), not
+   * from when this watch attached, and stops at its end. */
+  int64_t start = job->created_unix_ms, end = pxctl_now_unix_ms();
+  for (size_t i = 0; i < job->n_events; i++) {
+    const Prunex__V1__JobEvent *e = job->events[i];
+    if (e->to_state == PRUNEX__V1__JOB_STATE__JOB_STATE_SCHEDULED) {
+      start = e->time_unix_ms;
+      break;
+    }
+  }
+  if (pxctl_terminal(job->state) && job->n_events > 0)
+    end = job->events[job->n_events - 1]->time_unix_ms;
+  double elapsed = end > start ? (double)(end - start) / 1000.0 : 0.0;
+  pxctl_fmt_duration(el, sizeof el, elapsed);
   if (max > 0) {
     const int W = 24;
     int fill = done >= max ? W : (int)((double)done / max * W);
@@ -723,7 +856,26 @@ static void pxctl_bar_draw(pxctl_bar_t *b, const Prunex__V1__Job *job, int final
     pxctl_fmt_bytes(inter, sizeof inter, job->summary->inter_bytes);
     used += snprintf(line + used, sizeof line - (size_t)used, "  inter %s", inter);
   }
-  if (used < (int)sizeof line) snprintf(line + used, sizeof line - (size_t)used, "  %s", el);
+  if (b->have_it && b->groups > 0 && used < (int)sizeof line)
+    used += snprintf(line + used, sizeof line - (size_t)used, "  drift %lld of %lld groups",
+                     (long long)b->drift, (long long)b->groups);
+  else if (b->have_it && used < (int)sizeof line)
+    used += snprintf(line + used, sizeof line - (size_t)used, "  drift %lld", (long long)b->drift);
+  double rate = elapsed > 0 && done > 0 ? done / elapsed : 0.0;
+  if (rate > 0 && used < (int)sizeof line)
+    used += snprintf(line + used, sizeof line - (size_t)used, "  %.2f it/s", rate);
+  if (rate > 0 && max > done && !pxctl_terminal(job->state) && used < (int)sizeof line) {
+    char eta[32];
+    pxctl_fmt_duration(eta, sizeof eta, (max - done) / rate);
+    used += snprintf(line + used, sizeof line - (size_t)used, "  ETA %s", eta);
+  }
+  if (used < (int)sizeof line) used += snprintf(line + used, sizeof line - (size_t)used, "  %s", el);
+  /* A job that ended before max_iterations says why (the controller
+   * converged, a rank failed, it was cancelled). */
+  if (final && pxctl_terminal(job->state) && max > done && job->reason[0] &&
+      used < (int)sizeof line)
+    snprintf(line + used, sizeof line - (size_t)used, "  (ended at %d of %d: %s)", done, max,
+             job->reason);
   if (b->tty) {
     fprintf(b->out, "\r\033[K%s%s", line, final ? "\n" : "");
   } else {
@@ -772,6 +924,8 @@ px_status_t pxctl_watch(px_rpc_channel_t *ch, const char *job_id, FILE *out,
       b.loss = u->latest->loss;
       if (u->latest->test_accuracy >= 0) b.test_accuracy = u->latest->test_accuracy;
       b.density = u->latest->density;
+      b.drift = u->latest->mask_drift;
+      b.groups = u->latest->mask_groups;
     }
     px_rpc_message_free(last);
     last = u;

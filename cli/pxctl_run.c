@@ -22,6 +22,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -428,7 +429,11 @@ static int pxctl_start_coordd(pxctl_run_t *r) {
       pxctl_fmt(db, sizeof db, "%s/coordinator.db", r->run_dir) != 0)
     return -1; /* cannot happen: the run directory's length is checked */
   char *argv[] = {r->coordd_bin, "--listen", "127.0.0.1:0", "--db", db, "--log-level", "info",
-                  NULL};
+                  NULL, NULL, NULL};
+  if (r->o->http) { /* the HTTP listener: metrics, JSON, the live dashboard */
+    argv[7] = "--http";
+    argv[8] = (char *)r->o->http;
+  }
   int fd = -1;
   if (pxctl_spawn(c, r->coordd_bin, argv, &fd, 0) != 0) return -1;
   char line[256];
@@ -447,8 +452,25 @@ static int pxctl_start_coordd(pxctl_run_t *r) {
     used++;
   }
   line[used] = '\0';
+  char hline[256] = "";
+  for (size_t hu = 0; r->o->http && hu < sizeof hline - 1 && !pxctl_signal;) {
+    int left = (int)((end - pxctl_mono_s()) * 1000);
+    struct pollfd p = {fd, POLLIN, 0};
+    if (left <= 0 || poll(&p, 1, left < 200 ? left : 200) <= 0) {
+      if (left <= 0) break;
+      continue;
+    }
+    if (read(fd, hline + hu, 1) <= 0 || hline[hu] == '\n') {
+      hline[hu] = '\0';
+      break;
+    }
+    hline[++hu] = '\0';
+  }
   close(fd);
   if (pxctl_signal) return -1;
+  if (r->o->http && !strncmp(hline, "http on ", 8))
+    fprintf(r->progress ? r->progress : stderr,
+            "pxctl: dashboard at http://%s/ (Prometheus metrics at /metrics)\n", hline + 8);
   const char *colon = strrchr(line, ':');
   if (strncmp(line, "listening on ", 13) != 0 || !colon || atoi(colon + 1) <= 0) {
     char how[128] = "said nothing in time";
@@ -598,7 +620,56 @@ typedef struct {
   int interrupted;
   int kept;                   /* the run directory is kept (entirely) */
   int output_kept;            /* only RUN_DIR/output is kept */
+  char metrics_dir[PATH_MAX]; /* OUTPUT/metrics when the databases were exported, else "" */
 } pxctl_result_t;
+
+/* Copies one SQLite database with the online backup API (consistent, WAL
+ * included; the source is only read). 0 on success. */
+static int pxctl_copy_db(const char *from, const char *to) {
+  sqlite3 *src = NULL, *dst = NULL;
+  int rc = sqlite3_open_v2(from, &src, SQLITE_OPEN_READONLY, NULL);
+  if (rc == SQLITE_OK) rc = sqlite3_open_v2(to, &dst, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+  if (rc == SQLITE_OK) {
+    sqlite3_backup *b = sqlite3_backup_init(dst, "main", src, "main");
+    if (b) {
+      rc = sqlite3_backup_step(b, -1);
+      sqlite3_backup_finish(b);
+      rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+    } else {
+      rc = sqlite3_errcode(dst);
+    }
+  }
+  sqlite3_close(src);
+  sqlite3_close(dst);
+  return rc == SQLITE_OK ? 0 : -1;
+}
+
+/* Keeps the run's metrics next to the model: OUTPUT/metrics/coordinator.db
+ * (what `pxctl plot OUTPUT` and `pxctl plot --db` read) and each node's
+ * metrics.db as node-I-metrics.db. Best effort: a failure is reported in
+ * res->error and the run's outcome is unchanged. */
+static void pxctl_export_metrics(const pxctl_run_t *r, pxctl_result_t *res) {
+  char dir[PATH_MAX], from[PATH_MAX], to[PATH_MAX + 64];
+  if (pxctl_fmt(dir, sizeof dir, "%s/metrics", r->output_dir) != 0) return;
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST) return;
+  if (pxctl_fmt(from, sizeof from, "%s/coordinator.db", r->run_dir) != 0) return;
+  snprintf(to, sizeof to, "%s/coordinator.db", dir);
+  unlink(to);
+  if (pxctl_copy_db(from, to) != 0) {
+    snprintf(res->error, sizeof res->error, "could not copy the metrics database %.400s to %.400s", from,
+             to);
+    return;
+  }
+  for (int i = 0; i < r->M; i++) {
+    char f2[PATH_MAX];
+    snprintf(f2, sizeof f2, "%s/node-%d/metrics.db", r->run_dir, i);
+    if (access(f2, R_OK) != 0) continue;
+    snprintf(to, sizeof to, "%s/node-%d-metrics.db", dir, i);
+    unlink(to);
+    pxctl_copy_db(f2, to);
+  }
+  snprintf(res->metrics_dir, sizeof res->metrics_dir, "%s", dir);
+}
 
 static void pxctl_print_result(const pxctl_run_t *r, const pxctl_result_t *res) {
   double total = pxctl_mono_s() - r->t0;
@@ -649,6 +720,11 @@ static void pxctl_print_result(const pxctl_run_t *r, const pxctl_result_t *res) 
     pxctl_json_double(&j, total);
     pxctl_json_key(&j, "model_path");
     pxctl_json_string(&j, res->model_path[0] ? res->model_path : NULL);
+    pxctl_json_key(&j, "metrics_dir");
+    pxctl_json_string(&j, res->metrics_dir[0] && (res->kept || res->output_kept ||
+                                                  !r->output_defaulted)
+                              ? res->metrics_dir
+                              : NULL);
     pxctl_json_key(&j, "run_dir");
     pxctl_json_string(&j, res->kept ? r->run_dir : NULL);
     pxctl_json_key(&j, "summary_source");
@@ -687,6 +763,9 @@ static void pxctl_print_result(const pxctl_run_t *r, const pxctl_result_t *res) 
   if (res->model_path[0]) printf("  model               %s\n", res->model_path);
   else if (res->have_summary && !strcmp(res->state, "SUCCEEDED"))
     printf("  model               none kept (use --keep or --output DIR)\n");
+  if (res->metrics_dir[0] && (res->kept || res->output_kept || !r->output_defaulted))
+    printf("  metrics             %s (pxctl plot %s --out DIR)\n", res->metrics_dir,
+           r->output_dir);
   if (res->kept) printf("  run directory       %s (kept)\n", r->run_dir);
   else if (res->output_kept) printf("  run directory       removed, except %s\n", r->output_dir);
   fflush(stdout);
@@ -908,6 +987,7 @@ teardown:
     pxctl_stop_children(cs, 1, PXCTL_COORDD_GRACE_MS);
     pxctl_sweep_orphans();
   }
+  if (r.job_id[0] && r.output_dir[0]) pxctl_export_metrics(&r, &res);
   if (res.have_summary) {
     snprintf(res.model_path, sizeof res.model_path, "%s", res.sum.model_path);
     if (!res.model_path[0]) {

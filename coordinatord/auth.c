@@ -206,6 +206,17 @@ px_status_t coord_tokens_load(const char *path, coord_tokens_t **out) {
 
 size_t coord_tokens_count(const coord_tokens_t *t) { return t ? t->n : 0; }
 
+int coord_tokens_lookup(const coord_tokens_t *t, const char *token, char *name, size_t cap,
+                        int *role) {
+  if (!t || !token) return 0;
+  coord_token_t key = {.token = (char *)token};
+  const coord_token_t *e = bsearch(&key, t->v, t->n, sizeof key, coord_token_cmp);
+  if (!e) return 0;
+  if (name) snprintf(name, cap, "%s", e->name);
+  if (role) *role = e->role;
+  return 1;
+}
+
 px_status_t coord_auth_reload(coord_t *c) {
   if (!c->cfg.tokens[0]) return PX_OK;
   coord_tokens_t *t = NULL;

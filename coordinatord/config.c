@@ -2,8 +2,8 @@
  * file, and the config file reader. The file is either `key = value` lines or
  * a YAML mapping (`key: value`), with the flags' names (listen, db,
  * advertise, heartbeat_timeout_ms, placement_timeout_ms, agent_grace_ms,
- * log_level, tls_cert, tls_key, tokens, retention_days; dashes or
- * underscores). */
+ * log_level, tls_cert, tls_key, tokens, retention_days, http, http_www,
+ * http_js; dashes or underscores). */
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
@@ -58,6 +58,14 @@ px_status_t coord_config_set(coord_config_t *cfg, const char *key_in, const char
     return coord_copy(cfg->advertise, sizeof cfg->advertise, value, "advertise", where);
   }
   if (!strcmp(key, "db")) return coord_copy(cfg->db, sizeof cfg->db, value, "db", where);
+  if (!strcmp(key, "http")) {
+    PX_CHECK(coord_check_hostport(value, "http", where));
+    return coord_copy(cfg->http, sizeof cfg->http, value, "http", where);
+  }
+  if (!strcmp(key, "http_www"))
+    return coord_copy(cfg->http_www, sizeof cfg->http_www, value, "http_www", where);
+  if (!strcmp(key, "http_js"))
+    return coord_copy(cfg->http_js, sizeof cfg->http_js, value, "http_js", where);
   if (!strcmp(key, "heartbeat_timeout_ms")) {
     char *end = NULL;
     errno = 0;

@@ -64,7 +64,12 @@ typedef struct {
   char tls_key[4096];      /* PEM private key */
   char tokens[4096];       /* tokens file; "" : no authentication (loopback only) */
   int retention_days;      /* finished jobs older than this are removed; 0: kept */
+  char http[256];          /* HTTP listener HOST:PORT; "" : none (http.c) */
+  char http_www[4096];     /* dashboard files; "" : the installed ones */
+  char http_js[4096];      /* JS libraries; "" : COORD_DEFAULT_HTTP_JS */
 } coord_config_t;
+
+#define COORD_DEFAULT_HTTP_JS "/usr/share/javascript"
 
 void coord_config_defaults(coord_config_t *cfg);
 
@@ -103,6 +108,10 @@ typedef struct coord_tokens coord_tokens_t;
 px_status_t coord_tokens_load(const char *path, coord_tokens_t **out);
 void coord_tokens_free(coord_tokens_t *t);
 size_t coord_tokens_count(const coord_tokens_t *t);
+/* Looks a token of the file up (not rank secrets): 1 and its name and role
+ * when known. Reads t only: safe from any thread that holds t. */
+int coord_tokens_lookup(const coord_tokens_t *t, const char *token, char *name, size_t cap,
+                        int *role);
 
 /* 1 when s is a valid user or node name (1..127 of A-Z a-z 0-9 . _ - @). */
 int coord_name_ok(const char *s);
@@ -139,6 +148,7 @@ void *coord_push(coord_arena_t *a, void **arr, size_t *n, size_t *cap, size_t el
 typedef struct coord_watch coord_watch_t;   /* an open WatchAssignments / WatchJob */
 typedef struct coord_kv_wait coord_kv_wait_t; /* a parked KvGet */
 typedef struct coord_gone coord_gone_t;       /* an agent that went away (recovery.c) */
+typedef struct coord_http coord_http_t;       /* the HTTP listener (http.h) */
 
 typedef struct {
   uv_loop_t *loop;
@@ -153,6 +163,7 @@ typedef struct {
   coord_kv_wait_t *kv_waits;
   coord_gone_t *gone;      /* nodes whose agent closed its assignment stream (recovery.c) */
   int64_t started_ms;      /* when this process started: heartbeat ages count from here at most */
+  coord_http_t *http;      /* NULL without --http */
   int stopping;
   int exit_code;
   uv_signal_t sighup;      /* re-reads the tokens file */

@@ -32,8 +32,8 @@ static px_status_t coord_store_report(coord_t *c, const Prunex__V1__IterationRep
                          " time_unix_ms, epoch, loss, train_accuracy, test_accuracy, density,"
                          " mask_drift, bytes_intra, bytes_inter, bytes_inter_dense, frozen,"
                          " has_phases, local_s, intra_s, projection_s, inter_s, broadcast_s,"
-                         " control_s) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
-                         " ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
+                         " control_s, mask_groups) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,"
+                         " ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
                          &st));
   const Prunex__V1__PhaseTimes *ph = r->phases;
   PX_CHECK(px_store_bind_text(st, 1, r->job_id));
@@ -57,6 +57,7 @@ static px_status_t coord_store_report(coord_t *c, const Prunex__V1__IterationRep
   PX_CHECK(px_store_bind_double(st, 19, ph ? ph->inter_s : 0.0));
   PX_CHECK(px_store_bind_double(st, 20, ph ? ph->broadcast_s : 0.0));
   PX_CHECK(px_store_bind_double(st, 21, ph ? ph->control_s : 0.0));
+  PX_CHECK(px_store_bind_int64(st, 22, r->mask_groups));
   PX_CHECK(px_store_run(st));
   for (size_t i = 0; i < r->n_layers; i++) {
     const Prunex__V1__LayerMetrics *L = r->layers[i];
@@ -424,7 +425,7 @@ void coord_rpc_get_iterations(px_rpc_srv_call_t *call, const ProtobufCMessage *m
                        "SELECT iteration, rank, time_unix_ms, epoch, loss, train_accuracy,"
                        " test_accuracy, density, mask_drift, bytes_intra, bytes_inter,"
                        " bytes_inter_dense, frozen, has_phases, local_s, intra_s, projection_s,"
-                       " inter_s, broadcast_s, control_s FROM iterations"
+                       " inter_s, broadcast_s, control_s, mask_groups FROM iterations"
                        " WHERE job_id = ?1 AND iteration >= ?2 ORDER BY iteration, rank LIMIT ?3",
                        &st);
   if (rc == PX_OK) rc = px_store_bind_text(st, 1, r->job_id);
@@ -457,6 +458,7 @@ void coord_rpc_get_iterations(px_rpc_srv_call_t *call, const ProtobufCMessage *m
     it->bytes_inter = (uint64_t)px_store_column_int64(st, 10);
     it->bytes_inter_dense = (uint64_t)px_store_column_int64(st, 11);
     it->frozen = px_store_column_int64(st, 12) != 0;
+    it->mask_groups = px_store_column_int64(st, 20);
     if (px_store_column_int64(st, 13)) {
       Prunex__V1__PhaseTimes *ph = coord_alloc(&a, sizeof *ph);
       if (!ph) {

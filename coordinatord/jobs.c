@@ -814,6 +814,42 @@ out:
 /* ---- ReportRankExit ------------------------------------------------------------------------ */
 
 /* Records the exit and decides the job's fate. *to: the new state, or 0. */
+/* Why the controller ended the job, from its last stored decision: "the
+ * controller stopped it at iteration K: the residuals converged", "it
+ * reached max_iterations (N iterations)";
+ * "" when the last decision did not stop (the workers ended on their own,
+ * e.g. after their epochs). */
+static px_status_t coord_stop_reason(coord_t *c, const char *job_id, char *buf, size_t cap) {
+  buf[0] = '\0';
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(c->db,
+                         "SELECT decision FROM decisions WHERE job_id = ?1"
+                         " ORDER BY iteration DESC LIMIT 1",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  px_status_t rc = px_store_step(st);
+  if (rc < 0) return rc;
+  if (rc == 1) {
+    size_t n = 0;
+    const void *blob = px_store_column_blob(st, 0, &n);
+    Prunex__V1__ControlDecision *d =
+        blob ? prunex__v1__control_decision__unpack(NULL, n, blob) : NULL;
+    if (d && d->stop && d->stop_reason[0] && strcmp(d->stop_reason, "cancelled") != 0) {
+      if (!strcmp(d->stop_reason, "converged"))
+        snprintf(buf, cap, "the controller stopped it at iteration %d: the residuals converged",
+                 d->iteration);
+      else if (!strcmp(d->stop_reason, "max_iterations"))
+        snprintf(buf, cap, "it reached max_iterations (%d iterations)", d->iteration + 1);
+      else
+        snprintf(buf, cap, "the controller stopped it at iteration %d: %s", d->iteration,
+                 d->stop_reason);
+    }
+    if (d) prunex__v1__control_decision__free_unpacked(d, NULL);
+  }
+  px_store_reset(st);
+  return PX_OK;
+}
+
 static px_status_t coord_rank_exit(coord_t *c, const Prunex__V1__RankExit *r, int state, int N,
                                    int *to) {
   *to = 0;
@@ -864,7 +900,10 @@ static px_status_t coord_rank_exit(coord_t *c, const Prunex__V1__RankExit *r, in
     int64_t ok = px_store_column_int64(st, 0);
     px_store_reset(st);
     if (ok < N) return PX_OK;
-    snprintf(reason, sizeof reason, "all %d ranks exited with code 0", N);
+    char why[200] = "";
+    PX_CHECK(coord_stop_reason(c, r->job_id, why, sizeof why));
+    snprintf(reason, sizeof reason, "%s%sall %d ranks exited with code 0", why, why[0] ? "; " : "",
+             N);
     *to = JS_SUCCEEDED;
   }
   PX_CHECK(coord_job_set_state(c, r->job_id, state, *to, reason));

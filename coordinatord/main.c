@@ -23,6 +23,7 @@
 
 /* The service manager's watchdog keep-alive (px_service.h): loop thread. */
 static px_service_watchdog_t coord_watchdog;
+#include "http.h"
 
 static void coord_usage(FILE *f) {
   fprintf(f,
@@ -32,6 +33,7 @@ static void coord_usage(FILE *f) {
           "                [--log-level error|warn|info|debug]\n"
           "                [--tls-cert FILE --tls-key FILE] [--tokens FILE]\n"
           "                [--retention-days N]\n"
+          "                [--http HOST:PORT [--http-www DIR] [--http-js DIR]]\n"
           "\n"
           "The PruneX coordinator: node registry, job queue and scheduler, rendezvous\n"
           "store, H-SADMM controller and metrics, served over gRPC (prunex.v1).\n"
@@ -64,6 +66,13 @@ static void coord_usage(FILE *f) {
           "                           tokens only loopback addresses are served.\n"
           "  --retention-days N       remove finished jobs (and their metrics) N days\n"
           "                           after they end (default 0: keep)\n"
+          "  --http HOST:PORT         also serve HTTP: Prometheus /metrics, JSON under\n"
+          "                           /api/v1 and the dashboard at / (port 0 picks a\n"
+          "                           free port; printed as `http on HOST:PORT`)\n"
+          "  --http-www DIR           the dashboard's files (default: the installed\n"
+          "                           ones, %s)\n"
+          "  --http-js DIR            JavaScript libraries from Debian packages\n"
+          "                           (default %s; Chart.js from libjs-chart.js)\n"
           "  --help, --version\n"
           "\n"
           "Without --db or db in the config file, $STATE_DIRECTORY/coordinator.db is used\n"
@@ -75,7 +84,8 @@ static void coord_usage(FILE *f) {
           "shut it down cleanly. Exit status: 0 clean shutdown, 1 runtime failure\n"
           "(database, address), 2 bad flags or configuration.\n",
           COORD_DEFAULT_LISTEN, COORD_DEFAULT_HEARTBEAT_TIMEOUT_MS,
-          COORD_DEFAULT_PLACEMENT_TIMEOUT_MS, COORD_DEFAULT_AGENT_GRACE_MS);
+          COORD_DEFAULT_PLACEMENT_TIMEOUT_MS, COORD_DEFAULT_AGENT_GRACE_MS, PX_WWW_DIR,
+          COORD_DEFAULT_HTTP_JS);
 }
 
 static int coord_bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -103,6 +113,9 @@ static const char *coord_flag_key(const char *flag) {
       {"--tls-key", "tls_key"},
       {"--tokens", "tokens"},
       {"--retention-days", "retention_days"},
+      {"--http", "http"},
+      {"--http-www", "http_www"},
+      {"--http-js", "http_js"},
   };
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
     if (!strcmp(flag, map[i][0])) return map[i][1];
@@ -191,6 +204,13 @@ static int coord_parse_args(int argc, char **argv, coord_config_t *cfg) {
                                  "STATE_DIRECTORY set)");
   if (!cfg->tls_cert[0] != !cfg->tls_key[0])
     return coord_bad_usage("%s", "TLS needs both --tls-cert and --tls-key (tls_cert, tls_key)");
+  /* The HTTP listener speaks plain HTTP: it stays on loopback (a TLS reverse
+   * proxy exposes it; docs/security.md). */
+  if (cfg->http[0] && !coord_listen_loopback(cfg->http))
+    return coord_bad_usage("http = %s is not a loopback address: the HTTP listener has no TLS; "
+                           "bind it to 127.0.0.1 and put a TLS reverse proxy in front of it "
+                           "(see docs/security.md)",
+                           cfg->http);
   if (!coord_listen_loopback(cfg->listen) && !(cfg->tls_cert[0] && cfg->tokens[0]))
     return coord_bad_usage("listen = %s is not a loopback address: serving other hosts needs "
                            "TLS and tokens (--tls-cert, --tls-key, --tokens; see "
@@ -225,7 +245,17 @@ static void coord_stop(coord_t *c, const char *why) {
   uv_close((uv_handle_t *)&c->sighup, NULL);
   uv_close((uv_handle_t *)&c->retention, NULL);
   coord_kv_cancel_all(c);
+  coord_http_stop(c->http); /* its thread never touches c: stopping it here is safe */
+  c->http = NULL;
   px_rpc_server_shutdown(c->srv, coord_server_done, c);
+}
+
+/* The dashboard's directory: the configured one, else the installed one,
+ * else (a build tree that was never installed) the source tree's. */
+static const char *coord_www_dir(const coord_config_t *cfg) {
+  if (cfg->http_www[0]) return cfg->http_www;
+  if (access(PX_WWW_DIR "/index.html", R_OK) == 0) return PX_WWW_DIR;
+  return PX_WWW_SRC_DIR;
 }
 
 static void coord_on_signal(uv_signal_t *h, int signum) {
@@ -242,6 +272,8 @@ static void coord_on_sighup(uv_signal_t *h, int signum) {
   }
   if (coord_auth_reload(c) != PX_OK)
     px_log(PX_LOG_ERROR, "SIGHUP: %s (the previous tokens stay in force)", px_last_error());
+  else if (coord_http_reload_tokens(c->http) != PX_OK)
+    px_log(PX_LOG_ERROR, "SIGHUP: http: %s (the previous tokens stay in force)", px_last_error());
 }
 
 static void coord_on_retention(uv_timer_t *t) { coord_retention_run(t->data); }
@@ -360,6 +392,22 @@ int main(int argc, char **argv) {
       const char *colon = strrchr(c.cfg.listen, ':');
       printf("listening on %.*s:%d\n", (int)(colon - c.cfg.listen), c.cfg.listen, port);
       fflush(stdout);
+    }
+    if (c.cfg.http[0]) {
+      const char *js = c.cfg.http_js[0] ? c.cfg.http_js : COORD_DEFAULT_HTTP_JS;
+      if (coord_http_start(c.cfg.http, c.cfg.db, coord_www_dir(&c.cfg), js, c.cfg.tokens,
+                           &c.http) != PX_OK) {
+        fprintf(stderr, "pxcoordd: %s\n", px_last_error());
+        c.exit_code = 1;
+        coord_stop(&c, "the HTTP listener could not start");
+      } else {
+        const char *colon = strrchr(c.cfg.http, ':');
+        printf("http on %.*s:%d\n", (int)(colon - c.cfg.http), c.cfg.http,
+               coord_http_port(c.http));
+        fflush(stdout);
+        px_log(PX_LOG_INFO, "HTTP (metrics, JSON, dashboard from %s) on port %d",
+               coord_www_dir(&c.cfg), coord_http_port(c.http));
+      }
     }
     px_log(PX_LOG_INFO, "pxcoordd %s listening on port %d (advertised as %s), heartbeat timeout %d ms",
            px_version(), port, c.advertise, c.cfg.heartbeat_timeout_ms);

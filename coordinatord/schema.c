@@ -191,6 +191,9 @@ static const char coord_schema_v5[] =
     "  pos INTEGER NOT NULL,"
     "  data BLOB NOT NULL,"
     "  PRIMARY KEY (job_id, rank, pos));";
+/* v6: how many group-mask bits there are, so that drift reads "N of M". */
+static const char coord_schema_v6[] =
+    "ALTER TABLE iterations ADD COLUMN mask_groups INTEGER NOT NULL DEFAULT 0;";
 
 const px_store_migration_t coord_migrations[] = {
     {1, coord_schema_v1},
@@ -198,5 +201,6 @@ const px_store_migration_t coord_migrations[] = {
     {3, coord_schema_v3},
     {4, coord_schema_v4},
     {5, coord_schema_v5},
+    {6, coord_schema_v6},
 };
 const int coord_nmigrations = (int)(sizeof coord_migrations / sizeof coord_migrations[0]);

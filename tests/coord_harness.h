@@ -38,6 +38,7 @@ typedef struct {
   char log[320];
   char target[64];
   int port;
+  int http_port;   /* with --http among the extra args: the port of `http on HOST:PORT` */
 } pxt_coordd_t;
 
 static PXT_UNUSED int64_t pxt_now_ms(void) {
@@ -126,6 +127,21 @@ static PXT_UNUSED void pxt_coordd_dump_log(const pxt_coordd_t *d) {
   fclose(f);
 }
 
+/* Reads one line (without its newline) from fd until the deadline. */
+static PXT_UNUSED void pxt__read_line(int fd, char *line, size_t cap, int64_t end) {
+  size_t used = 0;
+  while (used < cap - 1) {
+    int left = (int)(end - pxt_now_ms());
+    struct pollfd p = {fd, POLLIN, 0};
+    if (left <= 0 || poll(&p, 1, left) <= 0) break;
+    ssize_t r = read(fd, line + used, 1);
+    if (r <= 0) break;
+    if (line[used] == '\n') break;
+    used++;
+  }
+  line[used] = '\0';
+}
+
 /* Starts pxcoordd on d->db (which must be set; d->dir too) with
  * --listen 127.0.0.1:0 and the extra args, and reads the port. Returns 0,
  * or -1 when the daemon exits or says nothing within 15 s (its log says
@@ -146,28 +162,25 @@ static PXT_UNUSED int pxt_coordd_start(pxt_coordd_t *d, const char *const *extra
   d->pid = pxt__spawn(args, d->log, &fd);
   if (d->pid < 0) return -1;
   char line[256];
-  size_t used = 0;
   int64_t end = pxt_now_ms() + 15000;
-  while (used < sizeof line - 1) {
-    int left = (int)(end - pxt_now_ms());
-    struct pollfd p = {fd, POLLIN, 0};
-    if (left <= 0 || poll(&p, 1, left) <= 0) break;
-    ssize_t r = read(fd, line + used, 1);
-    if (r <= 0) break;
-    if (line[used] == '\n') break;
-    used++;
-  }
-  line[used] = '\0';
+  pxt__read_line(fd, line, sizeof line, end);
+  int want_http = 0;
+  for (int i = 0; extra && extra[i]; i++) want_http |= !strcmp(extra[i], "--http");
+  char hline[256] = "";
+  if (want_http) pxt__read_line(fd, hline, sizeof hline, end);
   close(fd);
   const char *colon = strrchr(line, ':');
-  if (strncmp(line, "listening on ", 13) != 0 || !colon) {
-    fprintf(stderr, "pxcoordd did not start (stdout: '%s')\n", line);
+  const char *hcolon = strrchr(hline, ':');
+  if (strncmp(line, "listening on ", 13) != 0 || !colon ||
+      (want_http && (strncmp(hline, "http on ", 8) != 0 || !hcolon))) {
+    fprintf(stderr, "pxcoordd did not start (stdout: '%s' '%s')\n", line, hline);
     pxt_coordd_dump_log(d);
     kill(d->pid, SIGKILL);
     pxt_wait_pid(d->pid, 5000);
     d->pid = -1;
     return -1;
   }
+  d->http_port = want_http ? atoi(hcolon + 1) : 0;
   d->port = atoi(colon + 1);
   snprintf(d->target, sizeof d->target, "127.0.0.1:%d", d->port);
   return 0;

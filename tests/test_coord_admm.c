@@ -212,6 +212,39 @@ static void test_masks_freeze_after_stable_drift(void **state) {
   }
 }
 
+static void job_reason(px_rpc_channel_t *ch, const char *job, char *buf, size_t cap) {
+  Prunex__V1__Job *j = NULL;
+  assert_int_equal(px_rpc_get_job(ch, job, 0, &j), PX_OK);
+  snprintf(buf, cap, "%s", j->reason);
+  px_rpc_message_free(j);
+}
+
+static void test_a_converged_job_says_so_when_it_ends(void **state) {
+  fixture_t *f = *state;
+  pxt_spec_t s;
+  pxt_spec_init(&s, 1, 2);
+  char job[64];
+  start_job(f, &s, job, sizeof job);
+  report_t r;
+  report_init(&r, job, 0, 2, 1e-12, 1e-12, 0);
+  Prunex__V1__ControlDecision *d = report(f->ch, &r);
+  if (!d->stop) fprintf(stderr, "no stop: reason '%s'\n", d->stop_reason);
+  assert_true(d->stop);
+  assert_string_equal(d->stop_reason, "converged");
+  px_rpc_message_free(d);
+  Prunex__V1__RankExit ex = PRUNEX__V1__RANK_EXIT__INIT;
+  ex.job_id = job;
+  for (int rank = 0; rank < 2; rank++) {
+    ex.rank = rank;
+    assert_int_equal(px_rpc_report_rank_exit(f->ch, &ex, 0), PX_OK);
+  }
+  assert_int_equal(pxt_job_state(f->ch, job), PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED);
+  char reason[512];
+  job_reason(f->ch, job, reason, sizeof reason);
+  assert_string_equal(reason, "the controller stopped it at iteration 0: the residuals converged; "
+                              "all 2 ranks exited with code 0");
+}
+
 static void test_stop_at_max_iterations_and_defaults(void **state) {
   fixture_t *f = *state;
   pxt_spec_t s;
@@ -235,6 +268,12 @@ static void test_stop_at_max_iterations_and_defaults(void **state) {
     ex.rank = rank;
     assert_int_equal(px_rpc_report_rank_exit(f->ch, &ex, 0), PX_OK);
   }
+  /* the job's reason says why it ended (issue 16) */
+  char reason[512];
+  job_reason(f->ch, job, reason, sizeof reason);
+  if (!strstr(reason, "it reached max_iterations (3 iterations)")) fprintf(stderr, "%s\n", reason);
+  assert_non_null(strstr(reason, "it reached max_iterations (3 iterations)"));
+  assert_non_null(strstr(reason, "all 2 ranks exited with code 0"));
   pxt_spec_init(&s, 1, 2);
   s.spec.admm = NULL;
   start_job(f, &s, job2, sizeof job2);
@@ -374,6 +413,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_decisions_match_px_admm_decide, setup, teardown),
       cmocka_unit_test_setup_teardown(test_masks_freeze_after_stable_drift, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stop_at_max_iterations_and_defaults, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_converged_job_says_so_when_it_ends, setup, teardown),
       cmocka_unit_test_setup_teardown(test_repeated_report_gets_the_same_decision, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_bad_reports_are_refused, setup, teardown),

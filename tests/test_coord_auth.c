@@ -15,6 +15,10 @@
 #include <setjmp.h>
 #include <stdint.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <cmocka.h>
 
 #include "coord_harness.h"
@@ -42,7 +46,7 @@ static int setup(void **state) {
   snprintf(f->key, sizeof f->key, "%s/server.key", f->d.dir);
   snprintf(f->tokens, sizeof f->tokens, "%s/tokens", f->d.dir);
   const char *extra[] = {"--tls-cert", f->cert, "--tls-key", f->key, "--tokens", f->tokens,
-                         "--heartbeat-timeout-ms", "60000", NULL};
+                         "--heartbeat-timeout-ms", "60000", "--http", "127.0.0.1:0", NULL};
   if (pxt_coordd_start(&f->d, extra) != 0) {
     pxt_rmtree(f->d.dir);
     free(f);
@@ -394,6 +398,47 @@ static void test_tokens_file_is_reread_on_sighup(void **state) {
   px_rpc_channel_destroy(ch);
 }
 
+/* One GET on the coordinator's HTTP listener: the status code, or -1. */
+static int http_status(int port, const char *path, const char *token) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  struct timeval tv = {10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  char req[512], auth[128] = "";
+  if (token) snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", token);
+  int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%sConnection: close\r\n\r\n",
+                   path, auth);
+  if (write(fd, req, (size_t)n) != n) {
+    close(fd);
+    return -1;
+  }
+  char buf[64] = "";
+  ssize_t r = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  int code = -1;
+  if (r > 12 && sscanf(buf, "HTTP/1.%*d %d", &code) != 1) code = -1;
+  return code;
+}
+
+/* The HTTP listener applies the same users: /metrics and the JSON API need
+ * a user or admin token; the dashboard's files do not (they hold no data). */
+static void test_http_needs_a_user_token(void **state) {
+  fixture_t *f = *state;
+  assert_true(f->d.http_port > 0);
+  assert_int_equal(http_status(f->d.http_port, "/metrics", NULL), 401);
+  assert_int_equal(http_status(f->d.http_port, "/api/v1/jobs", "not-a-token"), 401);
+  assert_int_equal(http_status(f->d.http_port, "/api/v1/jobs", PXT_TOK_N1), 401); /* a node */
+  assert_int_equal(http_status(f->d.http_port, "/metrics", PXT_TOK_ALICE), 200);
+  assert_int_equal(http_status(f->d.http_port, "/api/v1/nodes", PXT_TOK_ADMIN), 200);
+  assert_int_equal(http_status(f->d.http_port, "/", NULL), 200);
+}
+
 static void test_daemon_refuses_unsafe_settings(void **state) {
   fixture_t *f = *state;
   char out[512], err[2048], db[400];
@@ -412,6 +457,11 @@ static void test_daemon_refuses_unsafe_settings(void **state) {
   const char *a2[] = {"--db", db, "--listen", "0.0.0.0:0", NULL};
   assert_int_equal(pxt_coordd_run(f->d.dir, a2, out, sizeof out, err, sizeof err, 10000), 2);
   assert_non_null(strstr(err, "not a loopback address"));
+  /* the HTTP listener (plain HTTP) beyond loopback */
+  const char *a4[] = {"--db", db, "--tls-cert", f->cert, "--tls-key", f->key, "--tokens",
+                      f->tokens, "--listen", "0.0.0.0:0", "--http", "0.0.0.0:0", NULL};
+  assert_int_equal(pxt_coordd_run(f->d.dir, a4, out, sizeof out, err, sizeof err, 10000), 2);
+  assert_non_null(strstr(err, "reverse proxy"));
   /* a key without a certificate */
   const char *a3[] = {"--db", db, "--tls-key", f->key, NULL};
   assert_int_equal(pxt_coordd_run(f->d.dir, a3, out, sizeof out, err, sizeof err, 10000), 2);
@@ -433,6 +483,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_a_400000_layer_report_is_refused_at_once, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_tokens_file_is_reread_on_sighup, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_http_needs_a_user_token, setup, teardown),
       cmocka_unit_test_setup_teardown(test_daemon_refuses_unsafe_settings, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

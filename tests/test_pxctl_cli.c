@@ -288,6 +288,10 @@ static void test_submit_status_list_nodes_metrics_drift_cancel_with_json(void **
   assert_int_equal(pxctl(f, (const char *[]){"status", job, NULL}), 0);
   assert_non_null(strstr(f->r.out, job));
   assert_non_null(strstr(f->r.out, "PENDING"));
+  /* The only job named "tiny" is found by its name too. */
+  assert_int_equal(pxctl(f, (const char *[]){"status", "tiny", NULL}), 0);
+  assert_non_null(strstr(f->r.out, job));
+  assert_non_null(strstr(f->r.out, "PENDING (since"));
 
   v = pxctl_json(f, (const char *[]){"list", "--json", NULL});
   assert_non_null(v);
@@ -414,6 +418,13 @@ static void test_submit_status_list_nodes_metrics_drift_cancel_with_json(void **
   assert_non_null(v);
   assert_string_equal(pxj_str(v, "state"), "CANCELLED");
   pxj_free(v);
+
+  /* A second job named "tiny": the name no longer says which. */
+  char job2[64];
+  submit_good(f, job2);
+  assert_int_equal(pxctl(f, (const char *[]){"status", "tiny", NULL}), 1);
+  assert_non_null(strstr(f->r.err, "2 jobs are named 'tiny'"));
+  assert_non_null(strstr(f->r.err, job2));
 }
 
 static void test_unknown_job_is_reported_clearly(void **state) {
@@ -584,7 +595,7 @@ static void test_submit_overrides_the_cluster_shape(void **state) {
   job2[strcspn(job2, "\n")] = '\0';
   Prunex__V1__Job *a = NULL, *b = NULL;
   assert_int_equal(px_rpc_get_job(f->ch, job1, 0, &a), PX_OK);
-  assert_int_equal(px_rpc_get_job(f->ch, job2, 0, &b), PX_OK);
+  assert_int_equal(px_rpc_get_job_ex(f->ch, job2, 1, 0, &b), PX_OK); /* with spec_yaml */
   assert_int_equal(b->spec->cluster->nodes, 3);
   assert_int_equal(b->spec->cluster->workers_per_node, 2);
   /* 6 ranks instead of 1: fewer steps per epoch, fewer derived iterations */

@@ -489,6 +489,7 @@ px_status_t px_hsadmm_sync(px_hsadmm_t *h, px_hsadmm_round_t **round) {
   h->round.packed_bytes = px_pack_packed_bytes(h->plan);
   h->round.dense_bytes = h->total * sizeof(float);
   h->round.mask_drift = h->mtotal ? (int64_t)px_prune_mask_drift(h->mask_union, h->mask_prev, h->mtotal) : 0;
+  h->round.mask_groups = (int64_t)h->mtotal;
   if (h->mtotal) memcpy(h->mask_prev, h->mask_union, h->mtotal);
   double kept = 0, all = 0;
   for (int i = 0; i < h->n; i++)

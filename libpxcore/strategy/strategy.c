@@ -564,6 +564,7 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
       r.it.broadcast_s = round->broadcast_s;
       r.it.density = round->density;
       r.it.mask_drift = round->mask_drift;
+      r.it.mask_groups = round->mask_groups;
       r.it.frozen = round->frozen;
       r.it.layers = round->layers; /* the same on every rank after the sync */
       r.it.nlayers = round->nlayers;

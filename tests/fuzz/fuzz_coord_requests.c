@@ -27,6 +27,9 @@ static const ProtobufCMessageDescriptor *const requests[] = {
     &prunex__v1__list_nodes_request__descriptor,
     &prunex__v1__get_iterations_request__descriptor,
     &prunex__v1__watch_job_request__descriptor,
+    &prunex__v1__delete_job_request__descriptor,
+    &prunex__v1__rank_log_chunk__descriptor,
+    &prunex__v1__get_rank_log_request__descriptor,
 };
 
 static void submit_checks(const Prunex__V1__SubmitJobRequest *r) {

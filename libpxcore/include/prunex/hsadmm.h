@@ -70,6 +70,7 @@ typedef struct {
   int nlayers;
   px_admm_layer_report_t *layers; /* [nlayers], owned by the handle */
   int64_t mask_drift;     /* group bits changed in the union mask since the last round */
+  int64_t mask_groups;    /* group bits of the union mask in all (drift is out of these) */
   double density;         /* kept fraction of the prunable elements of z */
   uint64_t bytes_intra;   /* sent + received by all ranks in this sync, per tier */
   uint64_t bytes_inter;

@@ -92,6 +92,7 @@ struct px_iteration {
   double test_loss;
   double density;           /* kept fraction of the prunable weights (1 without pruning) */
   int64_t mask_drift;
+  int64_t mask_groups;      /* group-mask bits in all (0 without masks): drift is "of" these */
   uint64_t bytes_intra, bytes_inter, bytes_inter_dense; /* this iteration, all ranks */
   uint64_t rank_bytes_intra, rank_bytes_inter; /* this iteration, this rank's own (sent +
                                                   received) */

@@ -1,0 +1,507 @@
+/* `pxctl plot JOB [JOB ...] --out DIR`: the dashboard's figures as files for
+ * reports, drawn by gnuplot (Debian's gnuplot-nox), each as PNG (pngcairo,
+ * 1200x800) and SVG (1200x800). Several jobs are overlaid where that makes
+ * sense (accuracy against time and against inter-node bytes, message size,
+ * drift and density: hsadmm against ddp, say); the per-layer figures
+ * (residuals, rho) and the phase times are drawn per job.
+ *
+ * The data comes from the coordinator (GetJob, GetIterations with layers),
+ * or with --db from a coordinator database file opened read-only (what
+ * `pxctl run` keeps in its output directory). It is written as
+ * tab-separated files under DIR/data/ next to the gnuplot script DIR/plot.gp,
+ * so a figure can be restyled and redrawn with `gnuplot DIR/plot.gp`.
+ * gnuplot is found on PATH (or $PRUNEX_GNUPLOT); it is run once, bounded by
+ * a 120 s limit. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "prunex/jobspec.h"
+#include "pxctl.h"
+
+extern char **environ;
+
+#define PLOT_MAX_JOBS 8
+
+typedef struct {
+  int iteration;
+  int64_t time_ms;
+  double test_acc;    /* < 0: not evaluated */
+  uint64_t binter, bdense;
+  int64_t drift, groups;
+  double density;
+  int has_ph;
+  double ph[6];
+} plot_row_t;
+
+typedef struct {
+  int iteration, layer;
+  char name[96];
+  double v[6];        /* r_intra, s_intra, r_inter, s_inter, rho1, rho2 */
+} plot_layer_t;
+
+typedef struct {
+  char id[128], name[128], strategy[24];
+  char key[160];      /* file names: the id, made unique (two runs' job-000001) */
+  int64_t start_ms;
+  plot_row_t *rows;
+  size_t n, cap;
+  plot_layer_t *layers;
+  size_t nl, lcap;
+} plot_job_t;
+
+static void *plot_grow(void *p, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return p;
+  size_t c = *cap ? *cap * 2 : 256;
+  while (c < need) c *= 2;
+  void *q = px_realloc(p, c * elem, "pxctl.plot");
+  if (q) *cap = c;
+  return q;
+}
+
+static px_status_t plot_add_row(plot_job_t *j, const plot_row_t *r) {
+  plot_row_t *p = plot_grow(j->rows, &j->cap, j->n + 1, sizeof *p);
+  if (!p) return PX_ERR_NOMEM;
+  j->rows = p;
+  j->rows[j->n++] = *r;
+  return PX_OK;
+}
+
+static px_status_t plot_add_layer(plot_job_t *j, const plot_layer_t *l) {
+  plot_layer_t *p = plot_grow(j->layers, &j->lcap, j->nl + 1, sizeof *p);
+  if (!p) return PX_ERR_NOMEM;
+  j->layers = p;
+  j->layers[j->nl++] = *l;
+  return PX_OK;
+}
+
+/* ---- loading: coordinator ------------------------------------------------------ */
+
+static int plot_load_rpc(px_rpc_channel_t *ch, const char *ref, plot_job_t *j) {
+  Prunex__V1__Job *job = NULL;
+  if (px_rpc_get_job(ch, ref, 10000, &job) != PX_OK) return pxctl_rpc_fail(ch, ref);
+  snprintf(j->id, sizeof j->id, "%s", job->job_id);
+  snprintf(j->name, sizeof j->name, "%s", job->name[0] ? job->name : job->job_id);
+  snprintf(j->strategy, sizeof j->strategy, "%s",
+           job->spec ? px_jobspec_strategy_name(job->spec->strategy) : "");
+  j->start_ms = job->created_unix_ms;
+  for (size_t i = 0; i < job->n_events; i++)
+    if (job->events[i]->to_state == PRUNEX__V1__JOB_STATE__JOB_STATE_SCHEDULED) {
+      j->start_ms = job->events[i]->time_unix_ms;
+      break;
+    }
+  px_rpc_message_free(job);
+  Prunex__V1__GetIterationsRequest req = PRUNEX__V1__GET_ITERATIONS_REQUEST__INIT;
+  req.job_id = j->id;
+  req.include_layers = 1;
+  Prunex__V1__GetIterationsResponse *resp = NULL;
+  if (px_rpc_get_iterations(ch, &req, 60000, &resp) != PX_OK) return pxctl_rpc_fail(ch, ref);
+  px_status_t st = PX_OK;
+  int last = -1;
+  for (size_t i = 0; st == PX_OK && i < resp->n_iterations; i++) {
+    const Prunex__V1__IterationReport *it = resp->iterations[i];
+    if (it->iteration == last) continue; /* one report per iteration: the lowest rank's */
+    last = it->iteration;
+    plot_row_t r = {it->iteration, it->time_unix_ms, it->test_accuracy, it->bytes_inter,
+                    it->bytes_inter_dense, it->mask_drift, it->mask_groups, it->density,
+                    it->phases != NULL, {0}};
+    if (it->phases) {
+      const Prunex__V1__PhaseTimes *ph = it->phases;
+      double v[6] = {ph->local_s, ph->intra_s, ph->projection_s, ph->inter_s, ph->broadcast_s,
+                     ph->control_s};
+      memcpy(r.ph, v, sizeof v);
+    }
+    st = plot_add_row(j, &r);
+    for (size_t k = 0; st == PX_OK && k < it->n_layers; k++) {
+      const Prunex__V1__LayerMetrics *L = it->layers[k];
+      plot_layer_t l = {it->iteration, L->layer, "", {L->r_intra, L->s_intra, L->r_inter,
+                                                      L->s_inter, L->rho1, L->rho2}};
+      snprintf(l.name, sizeof l.name, "%s", L->name);
+      st = plot_add_layer(j, &l);
+    }
+  }
+  px_rpc_message_free(resp);
+  return st == PX_OK ? 0 : pxctl_fail("out of memory reading job %s", j->id);
+}
+
+/* ---- loading: a coordinator database file -------------------------------------- */
+
+static int plot_load_db(sqlite3 *db, const char *ref, plot_job_t *j) {
+  sqlite3_stmt *st = NULL;
+  /* by id, else by a name only one job has; ref NULL: the newest job */
+  int rc = sqlite3_prepare_v2(db,
+                              ref ? "SELECT job_id, name, spec, created_unix_ms, scheduled_unix_ms"
+                                    " FROM jobs WHERE job_id = ?1 OR name = ?1"
+                                    " ORDER BY job_id = ?1 DESC LIMIT 2"
+                                  : "SELECT job_id, name, spec, created_unix_ms, scheduled_unix_ms"
+                                    " FROM jobs ORDER BY id DESC LIMIT 1",
+                              -1, &st, NULL);
+  if (rc != SQLITE_OK) return pxctl_fail("database: %s", sqlite3_errmsg(db));
+  if (ref) sqlite3_bind_text(st, 1, ref, -1, SQLITE_TRANSIENT);
+  int rows = 0, exact = 0;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (rows++ == 0) {
+      snprintf(j->id, sizeof j->id, "%s", (const char *)sqlite3_column_text(st, 0));
+      snprintf(j->name, sizeof j->name, "%s", (const char *)sqlite3_column_text(st, 1));
+      exact = !ref || !strcmp(j->id, ref);
+      const void *blob = sqlite3_column_blob(st, 2);
+      int n = sqlite3_column_bytes(st, 2);
+      Prunex__V1__JobSpec *spec =
+          blob && n > 0 ? prunex__v1__job_spec__unpack(NULL, (size_t)n, blob) : NULL;
+      snprintf(j->strategy, sizeof j->strategy, "%s",
+               spec ? px_jobspec_strategy_name(spec->strategy) : "");
+      if (spec) prunex__v1__job_spec__free_unpacked(spec, NULL);
+      int64_t sched = sqlite3_column_int64(st, 4);
+      j->start_ms = sched > 0 ? sched : sqlite3_column_int64(st, 3);
+    }
+  }
+  sqlite3_finalize(st);
+  if (rows == 0) return pxctl_fail("no job '%s' in the database", ref ? ref : "(any)");
+  if (rows > 1 && !exact) return pxctl_fail("several jobs are named '%s': give the job id", ref);
+  if (!j->name[0]) snprintf(j->name, sizeof j->name, "%s", j->id);
+  rc = sqlite3_prepare_v2(db,
+                          "SELECT iteration, time_unix_ms, test_accuracy, bytes_inter,"
+                          " bytes_inter_dense, mask_drift, density, has_phases, local_s, intra_s,"
+                          " projection_s, inter_s, broadcast_s, control_s FROM iterations"
+                          " WHERE job_id = ?1 AND rank = 0 ORDER BY iteration",
+                          -1, &st, NULL);
+  if (rc != SQLITE_OK) return pxctl_fail("database: %s", sqlite3_errmsg(db));
+  sqlite3_bind_text(st, 1, j->id, -1, SQLITE_TRANSIENT);
+  px_status_t ps = PX_OK;
+  while (ps == PX_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    plot_row_t r = {sqlite3_column_int(st, 0), sqlite3_column_int64(st, 1),
+                    sqlite3_column_double(st, 2), (uint64_t)sqlite3_column_int64(st, 3),
+                    (uint64_t)sqlite3_column_int64(st, 4), sqlite3_column_int64(st, 5), 0,
+                    sqlite3_column_double(st, 6), sqlite3_column_int(st, 7), {0}};
+    for (int k = 0; k < 6; k++) r.ph[k] = sqlite3_column_double(st, 8 + k);
+    ps = plot_add_row(j, &r);
+  }
+  sqlite3_finalize(st);
+  rc = sqlite3_prepare_v2(db,
+                          "SELECT iteration, layer, name, r_intra, s_intra, r_inter, s_inter,"
+                          " rho1, rho2 FROM iteration_layers WHERE job_id = ?1 AND rank = 0"
+                          " ORDER BY iteration, layer",
+                          -1, &st, NULL);
+  if (rc != SQLITE_OK) return pxctl_fail("database: %s", sqlite3_errmsg(db));
+  sqlite3_bind_text(st, 1, j->id, -1, SQLITE_TRANSIENT);
+  while (ps == PX_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    plot_layer_t l = {sqlite3_column_int(st, 0), sqlite3_column_int(st, 1), "", {0}};
+    snprintf(l.name, sizeof l.name, "%s", (const char *)sqlite3_column_text(st, 2));
+    for (int k = 0; k < 6; k++) l.v[k] = sqlite3_column_double(st, 3 + k);
+    ps = plot_add_layer(j, &l);
+  }
+  sqlite3_finalize(st);
+  return ps == PX_OK ? 0 : pxctl_fail("out of memory reading job %s", j->id);
+}
+
+static int plot_load_file(const char *path, const char *ref, plot_job_t *j) {
+  sqlite3 *db = NULL;
+  if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+    int rc = pxctl_fail("%s: %s", path, db ? sqlite3_errmsg(db) : "cannot open");
+    sqlite3_close(db);
+    return rc;
+  }
+  sqlite3_busy_timeout(db, 5000);
+  int rc = plot_load_db(db, ref, j);
+  sqlite3_close(db);
+  return rc;
+}
+
+int plot_run_dir_db(const char *arg, char *out, size_t cap) {
+  struct stat sb;
+  if (stat(arg, &sb) != 0 || !S_ISDIR(sb.st_mode)) return 0;
+  snprintf(out, cap, "%s/metrics/coordinator.db", arg);
+  if (access(out, R_OK) == 0) return 1;
+  snprintf(out, cap, "%s/coordinator.db", arg);
+  return access(out, R_OK) == 0;
+}
+
+/* ---- data files and the gnuplot script ------------------------------------------ */
+
+/* A gnuplot string literal (single quotes doubled). */
+static void plot_gp_str(FILE *f, const char *s) {
+  fputc('\'', f);
+  for (; *s; s++) {
+    if (*s == '\'') fputc('\'', f);
+    if (*s != '\n') fputc(*s, f);
+  }
+  fputc('\'', f);
+}
+
+/* DIR/data/ID.tsv (per iteration) and DIR/data/ID-layers.tsv (one block
+ * per layer, blocks separated by two blank lines for gnuplot's `index`);
+ * returns the number of layers. */
+static int plot_write_data(const char *dir, const plot_job_t *j) {
+  char path[4400];
+  snprintf(path, sizeof path, "%s/data/%s.tsv", dir, j->key);
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  fprintf(f, "# iteration\tseconds\ttest_accuracy\tinter_mb_cum\tinter_mb\tdense_mb\tdrift\t"
+             "groups\tdensity\tlocal\tintra\tprojection\tinter\tbroadcast\tcontrol\n");
+  double cum = 0;
+  for (size_t i = 0; i < j->n; i++) {
+    const plot_row_t *r = &j->rows[i];
+    cum += (double)r->binter / 1e6;
+    fprintf(f, "%d\t%.3f\t", r->iteration, (double)(r->time_ms - j->start_ms) / 1000.0);
+    if (r->test_acc >= 0) fprintf(f, "%.6f", r->test_acc);
+    else fputs("NaN", f);
+    fprintf(f, "\t%.6f\t%.6f\t%.6f\t%lld\t%lld\t%.6f", cum, (double)r->binter / 1e6,
+            (double)r->bdense / 1e6, (long long)r->drift, (long long)r->groups, r->density);
+    for (int k = 0; k < 6; k++) fprintf(f, "\t%.6g", r->has_ph ? r->ph[k] : 0.0);
+    fputc('\n', f);
+  }
+  fclose(f);
+  /* layers: sorted by layer, then iteration */
+  int nlayers = 0;
+  for (size_t i = 0; i < j->nl; i++)
+    if (j->layers[i].layer + 1 > nlayers) nlayers = j->layers[i].layer + 1;
+  if (nlayers == 0) return 0;
+  snprintf(path, sizeof path, "%s/data/%s-layers.tsv", dir, j->key);
+  f = fopen(path, "w");
+  if (!f) return -1;
+  for (int L = 0; L < nlayers; L++) {
+    fprintf(f, "%s# layer %d\n", L ? "\n\n" : "", L);
+    for (size_t i = 0; i < j->nl; i++) {
+      const plot_layer_t *l = &j->layers[i];
+      if (l->layer != L) continue;
+      fprintf(f, "%d", l->iteration);
+      for (int k = 0; k < 6; k++) fprintf(f, "\t%.6g", l->v[k] > 0 ? l->v[k] : 1e-30);
+      fputc('\n', f);
+    }
+  }
+  fclose(f);
+  return nlayers;
+}
+
+/* One figure, drawn twice (PNG, SVG): body is the gnuplot text after the
+ * terminal and output are set. */
+static void plot_figure(FILE *gp, const char *dir, const char *name, const char *body,
+                        char files[][4400], int *nfiles) {
+  static const char *const term[2][2] = {
+      {"pngcairo size 1200,800 enhanced font 'sans,11'", "png"},
+      {"svg size 1200,800 enhanced font 'sans,11' background rgb 'white'", "svg"}};
+  for (int t = 0; t < 2; t++) {
+    snprintf(files[*nfiles], 4400, "%s/%s.%s", dir, name, term[t][1]);
+    fprintf(gp, "reset\nset terminal %s\nset output ", term[t][0]);
+    plot_gp_str(gp, files[*nfiles]);
+    fprintf(gp, "\nset grid\nset key outside bottom center horizontal noenhanced\n%s\nunset output\n",
+            body);
+    (*nfiles)++;
+  }
+}
+
+/* The body of an overlay figure: for every job, `plot` term using cols. */
+static char *plot_overlay(const char *dir, const plot_job_t *jobs, int njobs, const char *setup,
+                          const char *using, const char *with) {
+  size_t cap = 4096 + (size_t)njobs * 5000;
+  char *b = px_malloc(cap, "pxctl.plot.body");
+  if (!b) return NULL;
+  size_t n = (size_t)snprintf(b, cap, "%s\nplot ", setup);
+  for (int i = 0; i < njobs && n < cap; i++) {
+    char title[300];
+    snprintf(title, sizeof title, "%s (%s, %s)", jobs[i].name, jobs[i].id, jobs[i].strategy);
+    for (char *p = title; *p; p++)
+      if (*p == '\'' || *p == '\n') *p = ' ';
+    n += (size_t)snprintf(b + n, cap - n, "%s'%s/data/%s.tsv' using %s with %s lw 2 title '%s'",
+                          i ? ", " : "", dir, jobs[i].key, using, with, title);
+  }
+  return b;
+}
+
+static int plot_run_gnuplot(const char *script, const char *dir) {
+  const char *gnuplot = getenv("PRUNEX_GNUPLOT");
+  if (!gnuplot || !gnuplot[0]) gnuplot = "gnuplot";
+  char log[4400];
+  snprintf(log, sizeof log, "%s/plot.log", dir);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  const char *argv[] = {gnuplot, script, NULL};
+  pid_t pid;
+  int rc = posix_spawnp(&pid, gnuplot, &fa, NULL, (char *const *)argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0)
+    return pxctl_fail("cannot run %s: %s (install Debian's gnuplot-nox, or set PRUNEX_GNUPLOT)",
+                      gnuplot, strerror(rc));
+  int status = 0;
+  double end = pxctl_mono_s() + 120.0;
+  for (;;) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (pxctl_mono_s() > end) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return pxctl_fail("gnuplot took more than 120 s; killed (see %s)", log);
+    }
+    struct timespec ts = {0, 20000000};
+    nanosleep(&ts, NULL);
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return pxctl_fail("gnuplot failed on %s (its messages are in %s)", script, log);
+  return 0;
+}
+
+int pxctl_cmd_plot(pxctl_opts_t *o) {
+  if (!o->out) return pxctl_usage_error(o, "--out DIR is required");
+  plot_job_t jobs[PLOT_MAX_JOBS];
+  memset(jobs, 0, sizeof jobs);
+  int njobs = o->npos, rc = 0;
+  char data[4400];
+  snprintf(data, sizeof data, "%s/data", o->out);
+  if ((mkdir(o->out, 0755) != 0 && errno != EEXIST) || (mkdir(data, 0755) != 0 && errno != EEXIST))
+    return pxctl_fail("cannot create %s: %s", data, strerror(errno));
+  px_rpc_channel_t *ch = NULL;
+  for (int i = 0; i < njobs && !rc; i++) {
+    char dbpath[4400];
+    const char *ref = o->pos[i];
+    if (plot_run_dir_db(ref, dbpath, sizeof dbpath)) {
+      rc = plot_load_file(dbpath, NULL, &jobs[i]); /* a `pxctl run` output directory */
+    } else if (o->db) {
+      rc = plot_load_file(o->db, ref, &jobs[i]);
+    } else {
+      if (!ch && !(ch = pxctl_connect(o))) {
+        rc = PXCTL_EXIT_FAIL;
+        break;
+      }
+      rc = plot_load_rpc(ch, ref, &jobs[i]);
+    }
+  }
+  if (ch) px_rpc_channel_destroy(ch);
+  char script[4400];
+  snprintf(script, sizeof script, "%s/plot.gp", o->out);
+  static char files[2 * (5 + 3 * PLOT_MAX_JOBS)][4400];
+  int nfiles = 0;
+  FILE *gp = NULL;
+  for (int i = 0; i < njobs && !rc; i++) {
+    int dup = 0;
+    for (int k = 0; k < i; k++) dup |= !strcmp(jobs[k].id, jobs[i].id);
+    if (dup) snprintf(jobs[i].key, sizeof jobs[i].key, "%.120s-%d", jobs[i].id, i + 1);
+    else snprintf(jobs[i].key, sizeof jobs[i].key, "%.150s", jobs[i].id);
+  }
+  if (!rc) {
+    for (int i = 0; i < njobs && !rc; i++) {
+      if (jobs[i].n == 0) rc = pxctl_fail("job %s has no iterations to plot", jobs[i].id);
+      else if (plot_write_data(o->out, &jobs[i]) < 0)
+        rc = pxctl_fail("cannot write the data of %s under %s: %s", jobs[i].id, data,
+                        strerror(errno));
+    }
+  }
+  if (!rc && !(gp = fopen(script, "w"))) rc = pxctl_fail("cannot write %s: %s", script, strerror(errno));
+  if (!rc) {
+    fprintf(gp, "# written by pxctl plot; redraw with: gnuplot %s\nset datafile missing 'NaN'\n",
+                script);
+    struct {
+      const char *name, *setup, *using, *with;
+    } overlays[] = {
+        {"accuracy-time",
+         "set title 'Test accuracy vs wall time'\nset xlabel 'seconds since the job started'\n"
+         "set ylabel 'test accuracy'",
+         "2:3", "linespoints pt 7 ps 0.5"},
+        {"accuracy-bytes",
+         "set title 'Test accuracy vs cumulative inter-node bytes'\n"
+         "set xlabel 'inter-node MB (sent + received, cumulative)'\nset ylabel 'test accuracy'",
+         "4:3", "linespoints pt 7 ps 0.5"},
+        {"message-size",
+         "set title 'Inter-node bytes per iteration'\nset xlabel 'iteration'\n"
+         "set ylabel 'MB per iteration'",
+         "1:5", "lines"},
+        {"drift",
+         "set title 'Mask drift per iteration'\nset xlabel 'iteration'\n"
+         "set ylabel 'changed group-mask bits'",
+         "1:7", "lines"},
+        {"density",
+         "set title 'Density (kept fraction of the prunable weights)'\nset xlabel 'iteration'\n"
+         "set ylabel 'density'",
+         "1:9", "lines"},
+    };
+    for (size_t f = 0; f < sizeof overlays / sizeof overlays[0] && !rc; f++) {
+      char *body = plot_overlay(o->out, jobs, njobs, overlays[f].setup, overlays[f].using,
+                                overlays[f].with);
+      if (!body) {
+        rc = pxctl_fail("out of memory");
+        break;
+      }
+      plot_figure(gp, o->out, overlays[f].name, body, files, &nfiles);
+      px_free(body);
+    }
+    char body[16384];
+    for (int i = 0; i < njobs && !rc; i++) {
+      const plot_job_t *j = &jobs[i];
+      char name[4096];
+      snprintf(name, sizeof name, "phases-%s", j->key);
+      snprintf(body, sizeof body,
+               "set title 'Phase times per iteration: %s (rank 0)'\nset xlabel 'iteration'\n"
+               "set ylabel 'seconds'\nset style fill solid 0.8 noborder\nset boxwidth 0.9 relative\n"
+               "f='%s/data/%s.tsv'\n"
+               "plot f using 1:($10+$11+$12+$13+$14+$15) with boxes title 'control', "
+               "f using 1:($10+$11+$12+$13+$14) with boxes title 'broadcast', "
+               "f using 1:($10+$11+$12+$13) with boxes title 'inter', "
+               "f using 1:($10+$11+$12) with boxes title 'projection', "
+               "f using 1:($10+$11) with boxes title 'intra', "
+               "f using 1:10 with boxes title 'local'",
+               j->name, o->out, j->key);
+      plot_figure(gp, o->out, name, body, files, &nfiles);
+      int nlayers = 0;
+      for (size_t k = 0; k < j->nl; k++)
+        if (j->layers[k].layer + 1 > nlayers) nlayers = j->layers[k].layer + 1;
+      if (nlayers == 0) continue; /* ddp, topk: no per-layer figures */
+      snprintf(name, sizeof name, "residuals-%s", j->key);
+      snprintf(body, sizeof body,
+               "f='%s/data/%s-layers.tsv'\nset multiplot layout 2,2 title 'Residuals per layer: "
+               "%s (one line per layer)'\nset logscale y\nset format y '%%.0e'\nunset key\n"
+               "set xlabel 'iteration'\n"
+               "set title 'intra primal r'\nplot for [L=0:%d] f index L using 1:2 with lines\n"
+               "set title 'intra dual s'\nplot for [L=0:%d] f index L using 1:3 with lines\n"
+               "set title 'inter primal r'\nplot for [L=0:%d] f index L using 1:4 with lines\n"
+               "set title 'inter dual s'\nplot for [L=0:%d] f index L using 1:5 with lines\n"
+               "unset multiplot",
+               o->out, j->key, j->name, nlayers - 1, nlayers - 1, nlayers - 1, nlayers - 1);
+      plot_figure(gp, o->out, name, body, files, &nfiles);
+      snprintf(name, sizeof name, "rho-%s", j->key);
+      snprintf(body, sizeof body,
+               "f='%s/data/%s-layers.tsv'\nset multiplot layout 1,2 title 'Penalties per layer: "
+               "%s'\nset logscale y\nunset key\nset xlabel 'iteration'\n"
+               "set title 'rho1 (intra)'\nplot for [L=0:%d] f index L using 1:6 with lines\n"
+               "set title 'rho2 (inter)'\nplot for [L=0:%d] f index L using 1:7 with lines\n"
+               "unset multiplot",
+               o->out, j->key, j->name, nlayers - 1, nlayers - 1);
+      plot_figure(gp, o->out, name, body, files, &nfiles);
+    }
+    fclose(gp);
+    if (!rc) rc = plot_run_gnuplot(script, o->out);
+  }
+  if (!rc) {
+    if (o->json) {
+      pxctl_json_t jw;
+      pxctl_json_init(&jw, stdout);
+      pxctl_json_begin_object(&jw);
+      pxctl_json_key(&jw, "out");
+      pxctl_json_string(&jw, o->out);
+      pxctl_json_key(&jw, "script");
+      pxctl_json_string(&jw, script);
+      pxctl_json_key(&jw, "files");
+      pxctl_json_begin_array(&jw);
+      for (int i = 0; i < nfiles; i++) pxctl_json_string(&jw, files[i]);
+      pxctl_json_end_array(&jw);
+      pxctl_json_end_object(&jw);
+      pxctl_json_finish(&jw);
+    } else {
+      for (int i = 0; i < nfiles; i++) printf("%s\n", files[i]);
+    }
+  }
+  for (int i = 0; i < PLOT_MAX_JOBS; i++) {
+    px_free(jobs[i].rows);
+    px_free(jobs[i].layers);
+  }
+  return rc;
+}

@@ -1,0 +1,429 @@
+/* pxcoordd's HTTP listener (issue 16): libmicrohttpd with its own polling
+ * thread, so that nothing HTTP ever runs on the libuv loop (see http.h for
+ * the threading). This file owns the listener, the routing, the single
+ * authorisation hook (http_authorize), the static files (the dashboard from
+ * the www directory, the charting library from the Debian JS directory) and
+ * the small text buffer the handlers write into.
+ *
+ * Routes (GET and HEAD only; anything else is 405):
+ *   /                         the dashboard (www/index.html)
+ *   /static/NAME              a file of the www directory
+ *   /js/PATH                  a file under the JS directory (/usr/share/javascript)
+ *   /metrics                  Prometheus text format
+ *   /api/v1/jobs              jobs, newest first, paged (limit, cursor)
+ *   /api/v1/jobs/ID           one job (by id, or by name when unambiguous)
+ *   /api/v1/jobs/ID/iterations  its iterations, paged
+ *   /api/v1/jobs/ID/layers      its per-layer figures, paged
+ *   /api/v1/nodes             nodes, paged */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "coord.h"
+#include "http.h"
+#include "px_check.h"
+
+struct coord_http {
+  struct MHD_Daemon *d;
+  sqlite3 *db;             /* read-only; used by the HTTP thread only */
+  /* The HTTP side's own copy of the tokens file (NULL: no authentication),
+   * swapped by coord_http_reload_tokens on the loop thread, read by the
+   * HTTP thread under mu. */
+  pthread_mutex_t mu;
+  coord_tokens_t *tokens;
+  char tokens_path[4096];
+  char www[4096];
+  char js[4096];
+  int port;
+  int64_t started_unix_ms;
+};
+
+/* ---- buffer ----------------------------------------------------------------- */
+
+void coord_hb_free(coord_hbuf_t *b) {
+  px_free(b->p);
+  memset(b, 0, sizeof *b);
+}
+
+static int coord_hb_reserve(coord_hbuf_t *b, size_t extra) {
+  if (b->failed) return 0;
+  if (b->n + extra + 1 <= b->cap) return 1;
+  if (b->n + extra + 1 > COORD_HBUF_MAX) {
+    b->failed = 1;
+    return 0;
+  }
+  size_t cap = b->cap ? b->cap : 4096;
+  while (cap < b->n + extra + 1) cap *= 2;
+  if (cap > COORD_HBUF_MAX) cap = COORD_HBUF_MAX;
+  char *p = px_realloc(b->p, cap, "coord.http.buf");
+  if (!p) {
+    b->failed = 1;
+    return 0;
+  }
+  b->p = p;
+  b->cap = cap;
+  return 1;
+}
+
+void coord_hb_put(coord_hbuf_t *b, const char *s, size_t n) {
+  if (!coord_hb_reserve(b, n)) return;
+  memcpy(b->p + b->n, s, n);
+  b->n += n;
+  b->p[b->n] = '\0';
+}
+
+void coord_hb_printf(coord_hbuf_t *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char small[512];
+  int n = vsnprintf(small, sizeof small, fmt, ap);
+  va_end(ap);
+  if (n < 0) {
+    b->failed = 1;
+    return;
+  }
+  if ((size_t)n < sizeof small) {
+    coord_hb_put(b, small, (size_t)n);
+    return;
+  }
+  if (!coord_hb_reserve(b, (size_t)n)) return;
+  va_start(ap, fmt);
+  vsnprintf(b->p + b->n, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  b->n += (size_t)n;
+}
+
+void coord_hb_jstr(coord_hbuf_t *b, const char *s) {
+  if (!s) {
+    coord_hb_put(b, "null", 4);
+    return;
+  }
+  coord_hb_put(b, "\"", 1);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\') {
+      char e[2] = {'\\', (char)*p};
+      coord_hb_put(b, e, 2);
+    } else if (*p < 0x20) {
+      coord_hb_printf(b, "\\u%04x", *p);
+    } else {
+      coord_hb_put(b, (const char *)p, 1);
+    }
+  }
+  coord_hb_put(b, "\"", 1);
+}
+
+void coord_hb_jnum(coord_hbuf_t *b, double v, int present) {
+  if (!present || !isfinite(v)) coord_hb_put(b, "null", 4);
+  else if (v == floor(v) && fabs(v) < 9e15) coord_hb_printf(b, "%.0f", v);
+  else coord_hb_printf(b, "%.9g", v);
+}
+
+void coord_hb_plabel(coord_hbuf_t *b, const char *s) {
+  for (const char *p = s ? s : ""; *p; p++) {
+    if (*p == '\\') coord_hb_put(b, "\\\\", 2);
+    else if (*p == '"') coord_hb_put(b, "\\\"", 2);
+    else if (*p == '\n') coord_hb_put(b, "\\n", 2);
+    else coord_hb_put(b, p, 1);
+  }
+}
+
+void coord_hb_pnum(coord_hbuf_t *b, double v) {
+  if (isnan(v)) coord_hb_put(b, "NaN", 3);
+  else if (isinf(v)) coord_hb_printf(b, "%sInf", v > 0 ? "+" : "-");
+  else if (v == floor(v) && fabs(v) < 9e15) coord_hb_printf(b, "%.0f", v);
+  else coord_hb_printf(b, "%.9g", v);
+}
+
+/* ---- authorisation ------------------------------------------------------------ */
+
+/* The one place that decides who may read what over HTTP. Today it allows
+ * every request (the listener is meant for loopback or a trusted network,
+ * like the gRPC port without security). Issue 12's bearer tokens plug in
+ * here: read MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+ * MHD_HTTP_HEADER_AUTHORIZATION), expect "Bearer TOKEN", look the token up
+ * and decide by role and path. Returns 1 to serve the request, 0 to answer
+ * 401 with a `WWW-Authenticate: Bearer` challenge. */
+static int http_authorize(coord_http_t *h, struct MHD_Connection *conn, const char *path) {
+  if (!h->tokens_path[0]) return 1; /* no tokens: loopback only, like the gRPC port */
+  /* The page and its scripts hold no data: the browser loads them, then
+   * sends the token with every API request (the dashboard takes it from
+   * #token=... in its address, kept for the tab only). */
+  if (!strcmp(path, "/") || !strcmp(path, "/index.html") || !strncmp(path, "/static/", 8) ||
+      !strncmp(path, "/js/", 4))
+    return 1;
+  const char *a = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+  if (!a || strncmp(a, "Bearer ", 7) != 0) return 0;
+  int role = 0, ok;
+  pthread_mutex_lock(&h->mu);
+  ok = coord_tokens_lookup(h->tokens, a + 7, NULL, 0, &role);
+  pthread_mutex_unlock(&h->mu);
+  /* what the Jobs service allows: users and admins (everyone sees every job) */
+  return ok && (role == COORD_ROLE_ADMIN || role == COORD_ROLE_USER);
+}
+
+/* ---- responses -------------------------------------------------------------- */
+
+static enum MHD_Result http_send(struct MHD_Connection *conn, unsigned status,
+                                 const char *type, coord_hbuf_t *body) {
+  struct MHD_Response *r =
+      MHD_create_response_from_buffer(body->n, body->p ? body->p : (void *)"",
+                                      MHD_RESPMEM_MUST_COPY);
+  coord_hb_free(body);
+  if (!r) return MHD_NO;
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+  MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+  if (status == MHD_HTTP_UNAUTHORIZED)
+    MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"prunex\"");
+  if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+  enum MHD_Result ret = MHD_queue_response(conn, status, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
+static enum MHD_Result http_error(struct MHD_Connection *conn, unsigned status, const char *msg) {
+  coord_hbuf_t b = {0};
+  coord_hb_put(&b, "{\"error\":", 9);
+  coord_hb_jstr(&b, msg);
+  coord_hb_put(&b, "}\n", 2);
+  return http_send(conn, status, "application/json", &b);
+}
+
+static const char *http_mime(const char *path) {
+  const char *dot = strrchr(path, '.');
+  if (!dot) return "application/octet-stream";
+  static const char *const map[][2] = {
+      {".html", "text/html; charset=utf-8"}, {".js", "text/javascript; charset=utf-8"},
+      {".mjs", "text/javascript; charset=utf-8"}, {".css", "text/css; charset=utf-8"},
+      {".map", "application/json"}, {".png", "image/png"}, {".svg", "image/svg+xml"},
+      {".json", "application/json"}};
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (!strcmp(dot, map[i][0])) return map[i][1];
+  return "application/octet-stream";
+}
+
+/* A relative path made only of [A-Za-z0-9._-] segments separated by '/',
+ * none empty or starting with '.', so it cannot leave its directory. */
+static int http_safe_relpath(const char *p) {
+  size_t n = strlen(p);
+  if (n == 0 || n > 256) return 0;
+  int seg_start = 1;
+  for (const char *s = p; *s; s++) {
+    char ch = *s;
+    if (ch == '/') {
+      if (seg_start) return 0;
+      seg_start = 1;
+      continue;
+    }
+    if (seg_start && ch == '.') return 0;
+    seg_start = 0;
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+          ch == '.' || ch == '_' || ch == '-'))
+      return 0;
+  }
+  return !seg_start;
+}
+
+static enum MHD_Result http_file(struct MHD_Connection *conn, const char *dir, const char *rel) {
+  if (!http_safe_relpath(rel)) return http_error(conn, MHD_HTTP_NOT_FOUND, "no such file");
+  char path[4400];
+  snprintf(path, sizeof path, "%s/%s", dir, rel);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat sb;
+  if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fd >= 0) close(fd);
+    return http_error(conn, MHD_HTTP_NOT_FOUND, "no such file");
+  }
+  struct MHD_Response *r = MHD_create_response_from_fd((uint64_t)sb.st_size, fd);
+  if (!r) {
+    close(fd);
+    return MHD_NO;
+  }
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, http_mime(rel));
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+  enum MHD_Result ret = MHD_queue_response(conn, MHD_HTTP_OK, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
+/* ---- routing ---------------------------------------------------------------- */
+
+static enum MHD_Result http_answer(void *cls, struct MHD_Connection *conn, const char *url,
+                                   const char *method, const char *version,
+                                   const char *upload_data, size_t *upload_data_size,
+                                   void **con_cls) {
+  (void)version;
+  (void)upload_data;
+  (void)upload_data_size;
+  (void)con_cls;
+  coord_http_t *h = cls;
+  if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+    return http_error(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD are served");
+  if (!http_authorize(h, conn, url))
+    return http_error(conn, MHD_HTTP_UNAUTHORIZED, "a bearer token is required");
+  if (!strcmp(url, "/") || !strcmp(url, "/index.html")) return http_file(conn, h->www, "index.html");
+  if (!strncmp(url, "/static/", 8)) return http_file(conn, h->www, url + 8);
+  if (!strncmp(url, "/js/", 4)) return http_file(conn, h->js, url + 4);
+
+  coord_hbuf_t b = {0};
+  int status;
+  const char *type = "application/json";
+  coord_http_page_t pg = {
+      MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "limit"),
+      MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "cursor"),
+  };
+  if (!strcmp(url, "/metrics")) {
+    status = coord_http_metrics(h->db, h->started_unix_ms, &b);
+    type = "text/plain; version=0.0.4; charset=utf-8";
+  } else if (!strcmp(url, "/api/v1/jobs")) {
+    status = coord_http_jobs(h->db, &pg, &b);
+  } else if (!strcmp(url, "/api/v1/nodes")) {
+    status = coord_http_nodes(h->db, &pg, &b);
+  } else if (!strncmp(url, "/api/v1/jobs/", 13)) {
+    char job[160];
+    const char *rest = url + 13, *slash = strchr(rest, '/');
+    size_t n = slash ? (size_t)(slash - rest) : strlen(rest);
+    if (n == 0 || n >= sizeof job) return http_error(conn, MHD_HTTP_NOT_FOUND, "no such job");
+    memcpy(job, rest, n);
+    job[n] = '\0';
+    if (!slash) status = coord_http_job(h->db, job, &b);
+    else if (!strcmp(slash, "/iterations")) status = coord_http_iterations(h->db, job, &pg, &b);
+    else if (!strcmp(slash, "/layers")) status = coord_http_layers(h->db, job, &pg, &b);
+    else return http_error(conn, MHD_HTTP_NOT_FOUND, "no such resource");
+  } else {
+    return http_error(conn, MHD_HTTP_NOT_FOUND, "no such resource");
+  }
+  if (b.failed) {
+    coord_hb_free(&b);
+    return http_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR,
+                      "the response grew past its limit (use a smaller page)");
+  }
+  return http_send(conn, (unsigned)status, type, &b);
+}
+
+static void http_log(void *cls, const char *fmt, va_list ap) {
+  (void)cls;
+  char msg[512];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  size_t n = strlen(msg);
+  while (n && msg[n - 1] == '\n') msg[--n] = '\0';
+  px_log(PX_LOG_WARN, "http: %s", msg);
+}
+
+/* ---- start / stop ------------------------------------------------------------- */
+
+px_status_t coord_http_reload_tokens(coord_http_t *h) {
+  if (!h || !h->tokens_path[0]) return PX_OK;
+  coord_tokens_t *t = NULL;
+  PX_CHECK(coord_tokens_load(h->tokens_path, &t));
+  pthread_mutex_lock(&h->mu);
+  coord_tokens_t *old = h->tokens;
+  h->tokens = t;
+  pthread_mutex_unlock(&h->mu);
+  coord_tokens_free(old);
+  return PX_OK;
+}
+
+px_status_t coord_http_start(const char *listen, const char *db_path, const char *www_dir,
+                             const char *js_dir, const char *tokens_path, coord_http_t **out) {
+  *out = NULL;
+  const char *colon = strrchr(listen, ':');
+  PX_REQUIRE(colon, "http = '%s': expected HOST:PORT", listen);
+  char host[256];
+  size_t hn = (size_t)(colon - listen);
+  PX_REQUIRE(hn < sizeof host, "http = '%s': host too long", listen);
+  memcpy(host, listen, hn);
+  host[hn] = '\0';
+  if (hn >= 2 && host[0] == '[' && host[hn - 1] == ']') {
+    memmove(host, host + 1, hn - 2);
+    host[hn - 2] = '\0';
+  }
+  struct addrinfo hints = {0}, *ai = NULL;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  int gai = getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &ai);
+  if (gai != 0)
+    return px_set_error(PX_ERR_IO, "http = '%s': cannot resolve: %s", listen, gai_strerror(gai));
+
+  coord_http_t *h = px_calloc(1, sizeof *h, "coord.http");
+  if (!h) {
+    freeaddrinfo(ai);
+    return PX_ERR_NOMEM;
+  }
+  snprintf(h->www, sizeof h->www, "%s", www_dir);
+  snprintf(h->js, sizeof h->js, "%s", js_dir);
+  pthread_mutex_init(&h->mu, NULL);
+  snprintf(h->tokens_path, sizeof h->tokens_path, "%s", tokens_path ? tokens_path : "");
+  px_status_t tst = coord_http_reload_tokens(h);
+  if (tst != PX_OK) {
+    px_status_t st = tst;
+    pthread_mutex_destroy(&h->mu);
+    px_free(h);
+    freeaddrinfo(ai);
+    return st;
+  }
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  h->started_unix_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+  /* Opened read-only: the HTTP side can never write the database, and WAL
+   * lets it read while the loop thread writes. */
+  int rc = sqlite3_open_v2(db_path, &h->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+  if (rc != SQLITE_OK) {
+    px_status_t st = px_set_error(PX_ERR_IO, "http: cannot open %s read-only: %s", db_path,
+                                  h->db ? sqlite3_errmsg(h->db) : sqlite3_errstr(rc));
+    sqlite3_close(h->db);
+    coord_tokens_free(h->tokens);
+    pthread_mutex_destroy(&h->mu);
+    px_free(h);
+    freeaddrinfo(ai);
+    return st;
+  }
+  sqlite3_busy_timeout(h->db, 2000);
+
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_POLL;
+  if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+  h->d = MHD_start_daemon(
+      flags, 0, NULL, NULL, http_answer, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_EXTERNAL_LOGGER,
+      http_log, NULL, MHD_OPTION_END);
+  freeaddrinfo(ai);
+  if (!h->d) {
+    sqlite3_close(h->db);
+    coord_tokens_free(h->tokens);
+    pthread_mutex_destroy(&h->mu);
+    px_free(h);
+    return px_set_error(PX_ERR_IO, "http = '%s': cannot listen (address in use or not local?)",
+                        listen);
+  }
+  const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+  h->port = info ? info->port : atoi(colon + 1);
+  *out = h;
+  return PX_OK;
+}
+
+int coord_http_port(const coord_http_t *h) { return h->port; }
+
+void coord_http_stop(coord_http_t *h) {
+  if (!h) return;
+  MHD_stop_daemon(h->d);
+  sqlite3_close(h->db);
+  coord_tokens_free(h->tokens);
+  pthread_mutex_destroy(&h->mu);
+  px_free(h);
+}

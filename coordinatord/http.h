@@ -1,0 +1,108 @@
+/* pxcoordd's HTTP side (issue 16): a second listener, next to gRPC, that
+ * serves Prometheus /metrics, JSON for the dashboard, the dashboard's
+ * static files and the charting library from its Debian package.
+ *
+ * Threads: the listener is libmicrohttpd with its own internal polling
+ * thread (MHD_USE_INTERNAL_POLLING_THREAD), so no request ever runs on the
+ * libuv loop. That thread reads the coordinator database through its own
+ * read-only SQLite connection (the database is in WAL mode: readers never
+ * block the loop's writer and always see a committed snapshot) and never
+ * touches coord_t. The only state shared with the loop thread is the RPC
+ * statistics below, which are C11 atomics. */
+#ifndef PX_COORD_HTTP_H
+#define PX_COORD_HTTP_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "prunex/px.h"
+
+/* ---- RPC statistics (service.c; written on the loop thread, read by
+ * /metrics on the HTTP thread) ------------------------------------------- */
+
+#define COORD_RPC_NBUCKETS 14
+/* Upper bounds (seconds) of the handler-latency histogram buckets; a last
+ * bucket, +Inf, follows. */
+extern const double coord_rpc_bucket_le[COORD_RPC_NBUCKETS];
+
+typedef struct {
+  const char *name;                             /* "SubmitJob" */
+  _Atomic uint64_t calls;
+  _Atomic uint64_t nanos;                       /* sum of handler times */
+  _Atomic uint64_t bucket[COORD_RPC_NBUCKETS + 1]; /* per bucket, not cumulative */
+} coord_rpc_stat_t;
+
+/* One per entry of coord_methods, same order. */
+extern coord_rpc_stat_t coord_rpc_stats[];
+extern const int coord_rpc_nstats;
+
+/* ---- response buffer ----------------------------------------------------- */
+
+/* A growing text buffer capped at COORD_HBUF_MAX bytes; past the cap (or on
+ * allocation failure) it stops growing and sets failed, so a handler can
+ * write freely and check once at the end. */
+#define COORD_HBUF_MAX ((size_t)64 << 20)
+typedef struct {
+  char *p;
+  size_t n, cap;
+  int failed;
+} coord_hbuf_t;
+
+void coord_hb_free(coord_hbuf_t *b);
+void coord_hb_printf(coord_hbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void coord_hb_put(coord_hbuf_t *b, const char *s, size_t n);
+/* A JSON string literal (quotes included; NULL writes null). */
+void coord_hb_jstr(coord_hbuf_t *b, const char *s);
+/* A JSON number; null when v is not finite or when !present. */
+void coord_hb_jnum(coord_hbuf_t *b, double v, int present);
+/* A Prometheus label value (no quotes): backslash, quote, newline escaped. */
+void coord_hb_plabel(coord_hbuf_t *b, const char *s);
+/* A Prometheus sample value (NaN, +Inf, -Inf spelled as the format wants). */
+void coord_hb_pnum(coord_hbuf_t *b, double v);
+
+/* ---- handlers (http_api.c, http_metrics.c): run on the HTTP thread -------- */
+
+typedef struct sqlite3 sqlite3;
+
+/* Query parameters, already looked up (NULL when absent). */
+typedef struct {
+  const char *limit;
+  const char *cursor;
+} coord_http_page_t;
+
+/* Each returns the HTTP status and writes the body (JSON, or on an error a
+ * {"error": "..."} object) into out. job_id is the URL's job segment. */
+int coord_http_jobs(sqlite3 *db, const coord_http_page_t *pg, coord_hbuf_t *out);
+int coord_http_job(sqlite3 *db, const char *job_id, coord_hbuf_t *out);
+int coord_http_iterations(sqlite3 *db, const char *job_id, const coord_http_page_t *pg,
+                          coord_hbuf_t *out);
+int coord_http_layers(sqlite3 *db, const char *job_id, const coord_http_page_t *pg,
+                      coord_hbuf_t *out);
+int coord_http_nodes(sqlite3 *db, const coord_http_page_t *pg, coord_hbuf_t *out);
+/* Prometheus text format 0.0.4. */
+int coord_http_metrics(sqlite3 *db, int64_t started_unix_ms, coord_hbuf_t *out);
+
+/* ---- the listener (http.c) ----------------------------------------------- */
+
+typedef struct coord_http coord_http_t;
+
+/* Starts the HTTP listener on listen ("HOST:PORT"; port 0 picks a free
+ * one), reading db_path read-only, serving the dashboard from www_dir and
+ * the charting library from js_dir. With tokens_path (the coordinator's
+ * tokens file; NULL or "": none) /metrics and /api/v1 need a user or admin
+ * bearer token. Fails with PX_ERR_IO when the address cannot be bound or
+ * the database not opened, PX_ERR_INVALID for a bad tokens file. *out is
+ * owned by the caller: coord_http_stop frees it. */
+px_status_t coord_http_start(const char *listen, const char *db_path, const char *www_dir,
+                             const char *js_dir, const char *tokens_path, coord_http_t **out);
+/* Re-reads the tokens file into the listener's copy (SIGHUP, loop thread);
+ * on failure the old tokens stay. */
+px_status_t coord_http_reload_tokens(coord_http_t *h);
+int coord_http_port(const coord_http_t *h);
+/* Stops the listener (waits for the request in progress, which is bounded)
+ * and frees it. NULL is a no-op. */
+void coord_http_stop(coord_http_t *h);
+
+#endif

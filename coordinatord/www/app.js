@@ -1,0 +1,271 @@
+// The PruneX dashboard (issue 16): reads pxcoordd's JSON and draws it with
+// Chart.js (Debian's libjs-chart.js, served by pxcoordd under /js/). Two
+// views: the overview (nodes, jobs, both by state) and a job (?job=ID or a
+// job name): test accuracy against wall time and against cumulative
+// inter-node bytes, inter-node bytes per iteration, the four residuals and
+// both penalties per layer, mask drift and density, the phase times. While
+// the job is not finished it polls every 2 s and asks only for what is new
+// (the listings are paged with cursors). After drawing, every chart's box
+// carries data-points="N" (points drawn) and <body> data-ready="1".
+'use strict';
+
+const POLL_MS = 2000;
+const charts = {};
+
+function el(tag, attrs, text) {
+  const e = document.createElement(tag);
+  for (const k in attrs || {}) e.setAttribute(k, attrs[k]);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+// With a tokens file on the coordinator the API needs a bearer token: open
+// the dashboard as /#token=TOKEN (the fragment never leaves the browser); it
+// is kept for this tab only and removed from the address bar.
+const TOKEN = (() => {
+  const m = location.hash.match(/(?:^#|&)token=([^&]+)/);
+  if (m) {
+    sessionStorage.setItem('prunex-token', decodeURIComponent(m[1]));
+    history.replaceState(null, '', location.pathname + location.search);
+  }
+  return sessionStorage.getItem('prunex-token');
+})();
+
+async function getJSON(url) {
+  const headers = TOKEN ? {Authorization: 'Bearer ' + TOKEN} : {};
+  const r = await fetch(url, {cache: 'no-store', headers});
+  const body = await r.json();
+  if (!r.ok) throw new Error(body.error || r.statusText);
+  return body;
+}
+
+// Every page of a listing, starting after `cursor`.
+async function getAll(url, key, cursor) {
+  const out = [];
+  for (;;) {
+    const sep = url.includes('?') ? '&' : '?';
+    const page = await getJSON(url + (cursor != null ? sep + 'cursor=' + encodeURIComponent(cursor) : ''));
+    out.push(...page[key]);
+    if (page.next_cursor == null) return out;
+    cursor = page.next_cursor;
+  }
+}
+
+function fmtTime(ms) { return ms == null ? '' : new Date(ms).toISOString().replace('T', ' ').slice(0, 19); }
+function fmtNum(v, d) { return v == null ? '-' : Number(v).toFixed(d); }
+
+function table(parent, cols, rows) {
+  const t = el('table');
+  const hr = el('tr');
+  cols.forEach(c => hr.appendChild(el('th', {}, c[0])));
+  t.appendChild(hr);
+  rows.forEach(r => {
+    const tr = el('tr');
+    cols.forEach(c => {
+      const td = el('td');
+      const v = c[1](r);
+      if (v instanceof Node) td.appendChild(v); else td.textContent = v == null ? '-' : String(v);
+      tr.appendChild(td);
+    });
+    t.appendChild(tr);
+  });
+  parent.appendChild(t);
+}
+
+// A chart box: title, canvas, and the data-points attribute.
+function chartBox(grid, id, title) {
+  const div = el('div', {class: 'chart', id: 'chart-' + id, 'data-points': '0'});
+  div.appendChild(el('h3', {}, title));
+  const box = el('div', {class: 'box'});
+  box.appendChild(el('canvas'));
+  div.appendChild(box);
+  grid.appendChild(div);
+  return div;
+}
+
+const PALETTE = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2',
+                 '#7f7f7f', '#bcbd22', '#17becf'];
+
+// Draws (or redraws) chart `id` with datasets [{label, data: [{x, y}], ...}].
+function draw(id, type, datasets, opts) {
+  const div = document.getElementById('chart-' + id);
+  if (!div) return;
+  let points = 0;
+  datasets.forEach((d, i) => {
+    d.data = d.data.filter(p => p.y != null && isFinite(p.y) && (!opts.logY || p.y > 0));
+    points += d.data.length;
+    const c = d.color || PALETTE[i % PALETTE.length];
+    d.borderColor = c;
+    d.backgroundColor = c;
+    d.pointRadius = d.pointRadius != null ? d.pointRadius : (d.data.length > 60 ? 0 : 2);
+    d.borderWidth = 1.5;
+  });
+  div.setAttribute('data-points', String(points));
+  let empty = div.querySelector('.empty');
+  if (!points && !empty) div.querySelector('.box').appendChild(el('div', {class: 'empty'}, opts.emptyText || 'no data yet'));
+  if (points && empty) empty.remove();
+  const scales = {
+    x: {type: opts.xType || 'linear', title: {display: true, text: opts.x}, stacked: !!opts.stacked},
+    y: {type: opts.logY ? 'logarithmic' : 'linear', title: {display: true, text: opts.y}, stacked: !!opts.stacked},
+  };
+  if (opts.y2) scales.y2 = {type: 'linear', position: 'right', min: 0, max: 1, title: {display: true, text: opts.y2}, grid: {drawOnChartArea: false}};
+  const many = datasets.length > 12;
+  const config = {
+    type: type,
+    data: {datasets: datasets},
+    options: {
+      animation: false, responsive: true, maintainAspectRatio: false, parsing: true,
+      plugins: {legend: {display: !many, labels: {boxWidth: 10, font: {size: 10}}},
+                tooltip: {enabled: true}},
+      scales: scales,
+    },
+  };
+  if (charts[id]) charts[id].destroy();
+  charts[id] = new Chart(div.querySelector('canvas'), config);
+}
+
+// ---- overview ------------------------------------------------------------------
+
+async function overview(main) {
+  document.getElementById('subtitle').textContent = 'cluster';
+  const [nodes, jobs] = await Promise.all([getAll('/api/v1/nodes?limit=1000', 'nodes'),
+                                           getJSON('/api/v1/jobs?limit=200')]);
+  main.textContent = '';
+  const grid = el('div', {class: 'grid'});
+  main.appendChild(grid);
+  chartBox(grid, 'nodes', 'Nodes by state');
+  chartBox(grid, 'jobs', 'Jobs by state (latest 200)');
+  const count = (rows, states) => states.map(s => ({x: s, y: rows.filter(r => r.state === s).length}));
+  draw('nodes', 'bar', [{label: 'nodes', data: count(nodes, ['READY', 'BUSY', 'LOST'])}],
+       {x: 'state', y: 'nodes', xType: 'category'});
+  draw('jobs', 'bar', [{label: 'jobs', data: count(jobs.jobs, ['PENDING', 'SCHEDULED', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED'])}],
+       {x: 'state', y: 'jobs', xType: 'category'});
+  main.appendChild(el('h2', {}, 'Nodes'));
+  table(main, [['name', r => r.name], ['state', r => r.state], ['job', r => r.job_id],
+               ['devices', r => r.devices], ['host', r => r.hostname],
+               ['last heartbeat', r => fmtTime(r.last_heartbeat_unix_ms)]], nodes);
+  main.appendChild(el('h2', {}, 'Jobs'));
+  table(main, [['job', r => { const a = el('a', {href: '/?job=' + encodeURIComponent(r.job_id)}, r.job_id); return a; }],
+               ['name', r => r.name], ['state', r => r.state], ['strategy', r => r.strategy],
+               ['model', r => r.model], ['iteration', r => r.iteration],
+               ['test acc', r => fmtNum(r.test_accuracy, 4)], ['density', r => fmtNum(r.density, 3)],
+               ['created', r => fmtTime(r.created_unix_ms)], ['reason', r => r.reason]], jobs.jobs);
+  document.body.setAttribute('data-ready', '1');
+  setTimeout(() => overview(main).catch(showError), 5000);
+}
+
+// ---- one job ---------------------------------------------------------------------
+
+const JOB_CHARTS = [
+  ['acc_time', 'Test accuracy vs wall time'],
+  ['acc_bytes', 'Test accuracy vs cumulative inter-node bytes'],
+  ['msg', 'Inter-node bytes per iteration'],
+  ['r_intra', 'Intra primal residual per layer'],
+  ['s_intra', 'Intra dual residual per layer'],
+  ['r_inter', 'Inter primal residual per layer'],
+  ['s_inter', 'Inter dual residual per layer'],
+  ['rho1', 'rho1 (intra penalty) per layer'],
+  ['rho2', 'rho2 (inter penalty) per layer'],
+  ['drift', 'Mask drift and density'],
+  ['phases', 'Phase times per iteration (rank 0)'],
+];
+const PHASES = ['local_s', 'intra_s', 'projection_s', 'inter_s', 'broadcast_s', 'control_s'];
+
+const st = {job: null, iters: [], layers: [], iterCursor: null, layerCursor: null, built: false};
+
+function drawJob() {
+  const job = st.job, it = st.iters;
+  const t0 = job.scheduled_unix_ms || job.created_unix_ms;
+  let cum = 0;
+  const accT = [], accB = [], msg = [], dense = [], drift = [], dens = [];
+  it.forEach(r => {
+    cum += r.bytes_inter;
+    if (r.test_accuracy != null) {
+      accT.push({x: (r.time_unix_ms - t0) / 1000, y: r.test_accuracy});
+      accB.push({x: cum / 1e6, y: r.test_accuracy});
+    }
+    msg.push({x: r.iteration, y: r.bytes_inter / 1e6});
+    dense.push({x: r.iteration, y: r.bytes_inter_dense / 1e6});
+    drift.push({x: r.iteration, y: r.mask_drift});
+    dens.push({x: r.iteration, y: r.density});
+  });
+  draw('acc_time', 'line', [{label: 'test accuracy', data: accT}], {x: 'seconds since the job started', y: 'accuracy'});
+  draw('acc_bytes', 'line', [{label: 'test accuracy', data: accB}], {x: 'inter-node MB (cumulative)', y: 'accuracy'});
+  draw('msg', 'line', [{label: 'sent + received', data: msg}, {label: 'dense equivalent', data: dense}],
+       {x: 'iteration', y: 'MB per iteration'});
+  const byLayer = {};
+  st.layers.forEach(l => { (byLayer[l.layer] = byLayer[l.layer] || {name: l.name, rows: []}).rows.push(l); });
+  const layerSets = (key) => Object.keys(byLayer).map(k => ({
+    label: byLayer[k].name, data: byLayer[k].rows.map(l => ({x: l.iteration, y: l[key]})), pointRadius: 0}));
+  const noLayers = job.strategy && job.strategy !== 'hsadmm' && job.strategy !== 'hsadmm-flat'
+    ? 'no per-layer figures for ' + job.strategy : 'no data yet';
+  ['r_intra', 's_intra', 'r_inter', 's_inter'].forEach(k =>
+    draw(k, 'line', layerSets(k), {x: 'iteration', y: 'norm (log)', logY: true, emptyText: noLayers}));
+  ['rho1', 'rho2'].forEach(k => draw(k, 'line', layerSets(k), {x: 'iteration', y: k + ' (log)', logY: true, emptyText: noLayers}));
+  draw('drift', 'line', [{label: 'mask drift (bits)', data: drift, yAxisID: 'y'},
+                         {label: 'density', data: dens, yAxisID: 'y2'}],
+       {x: 'iteration', y: 'changed mask bits', y2: 'kept fraction'});
+  const withPh = it.filter(r => r.phases);
+  draw('phases', 'bar', PHASES.map(p => ({label: p.replace('_s', ''), data: withPh.map(r => ({x: r.iteration, y: r.phases[p]}))})),
+       {x: 'iteration', y: 'seconds', stacked: true, emptyText: 'no phase times reported'});
+}
+
+function summary(main) {
+  let s = document.getElementById('summary');
+  if (!s) { s = el('div', {id: 'summary'}); main.insertBefore(s, main.firstChild); }
+  s.textContent = '';
+  const j = st.job, last = st.iters[st.iters.length - 1];
+  const t0 = j.scheduled_unix_ms || j.created_unix_ms;
+  const end = j.finished_unix_ms || (last ? last.time_unix_ms : t0);
+  table(s, [['job', r => r.job_id], ['name', r => r.name], ['state', r => r.state],
+            ['strategy', r => r.strategy], ['model', r => r.model], ['dataset', r => r.dataset],
+            ['nodes x workers', r => r.nodes + ' x ' + r.workers_per_node],
+            ['iteration', r => (r.iteration == null ? '-' : r.iteration) + (r.max_iterations ? ' / ' + r.max_iterations : '')],
+            ['test acc', r => fmtNum(r.test_accuracy, 4)], ['density', r => fmtNum(r.density, 3)],
+            ['wall', r => fmtNum((end - t0) / 1000, 1) + ' s'],
+            ['inter MB', r => fmtNum(r.bytes_inter / 1e6, 2)], ['reason', r => r.reason]], [j]);
+}
+
+async function jobView(main, ref) {
+  st.job = await getJSON('/api/v1/jobs/' + encodeURIComponent(ref));
+  const id = encodeURIComponent(st.job.job_id);
+  const newIters = await getAll('/api/v1/jobs/' + id + '/iterations?limit=5000', 'iterations', st.iterCursor);
+  const newLayers = await getAll('/api/v1/jobs/' + id + '/layers?limit=20000', 'layers', st.layerCursor);
+  st.iters.push(...newIters);
+  st.layers.push(...newLayers);
+  if (st.iters.length) st.iterCursor = String(st.iters[st.iters.length - 1].iteration);
+  if (st.layers.length) { const l = st.layers[st.layers.length - 1]; st.layerCursor = l.iteration + ':' + l.layer; }
+  document.getElementById('subtitle').textContent = st.job.job_id + ' (' + st.job.name + ')';
+  if (!st.built) {
+    main.textContent = '';
+    const grid = el('div', {class: 'grid'});
+    main.appendChild(grid);
+    JOB_CHARTS.forEach(c => chartBox(grid, c[0], c[1]));
+    st.built = true;
+  }
+  summary(main);
+  drawJob();
+  document.body.setAttribute('data-ready', '1');
+  const live = ['PENDING', 'SCHEDULED', 'RUNNING'].includes(st.job.state);
+  document.getElementById('status').textContent = live ? 'live, every ' + POLL_MS / 1000 + ' s' : st.job.state;
+  if (live) setTimeout(() => jobView(main, ref).catch(showError), POLL_MS);
+}
+
+function showError(e) {
+  const s = document.getElementById('status');
+  s.textContent = 'error: ' + e.message;
+  s.className = 'error';
+  document.body.setAttribute('data-error', e.message);
+}
+
+function start() {
+  const main = document.getElementById('main');
+  if (typeof Chart === 'undefined') {
+    showError(new Error('Chart.js did not load (is libjs-chart.js installed, --http-js right?)'));
+    return;
+  }
+  const job = new URLSearchParams(location.search).get('job');
+  (job ? jobView(main, job) : overview(main)).catch(showError);
+}
+
+start();

@@ -1,0 +1,450 @@
+/* pxcoordd's HTTP side (issue 16) with the real programs: a coordinator
+ * started with --http, two agents, and a small hsadmm job (2 nodes x 1 CPU
+ * worker, resnet20 on the synthetic data set, one local step per
+ * iteration) long enough to be watched while it runs; then a short one
+ * that finishes. Checked against the real tools from Debian:
+ *   - /metrics during the running job passes `promtool check metrics` and
+ *     carries the job's series;
+ *   - a real Prometheus (throwaway config and storage in the test's
+ *     directory, 1 s scrape interval) scrapes it and its HTTP API returns a
+ *     prunex_job_iteration series for the job;
+ *   - headless Chromium loads the dashboard of the running job and of the
+ *     finished one, and every chart reports data points (data-points="N"
+ *     written by the page's script after drawing);
+ *   - the JSON is paged (limit, cursor), validates its parameters, finds a
+ *     job by name, and writes null, never -1, for what was not measured;
+ *   - a bad --http value exits 2, a busy HTTP port 1, each with a message.
+ * A tool that is not installed skips its test (scripts/bootstrap installs
+ * them). Bounded: each step has its own deadline. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "agent_harness.h"
+#include "pxctl_harness.h"
+
+#define CHROMIUM "/usr/bin/chromium"
+#define PROMTOOL "/usr/bin/promtool"
+#define PROMETHEUS "/usr/bin/prometheus"
+
+typedef struct {
+  pxt_coordd_t d;
+  pxt_agent_t a[2];
+  px_rpc_channel_t *ch;
+  char job[64];      /* the long job, running during the first tests */
+  char done[64];     /* the short job, finished */
+} fixture_t;
+
+static fixture_t F;
+
+/* ---- a minimal HTTP/1.0 GET ------------------------------------------------ */
+
+/* GETs path from 127.0.0.1:port into body (NUL-terminated, truncated to
+ * cap); returns the status code, -1 on a connection failure. */
+static int http_get(int port, const char *path, char *body, size_t cap) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  struct sockaddr_in sa = {0};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  struct timeval tv = {20, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    close(fd);
+    return -1;
+  }
+  char req[1024];
+  int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
+  if (write(fd, req, (size_t)n) != n) {
+    close(fd);
+    return -1;
+  }
+  size_t cap_all = 1 << 24, used = 0;
+  char *all = malloc(cap_all);
+  ssize_t r;
+  while (used < cap_all - 1 && (r = read(fd, all + used, cap_all - 1 - used)) > 0) used += (size_t)r;
+  close(fd);
+  all[used] = '\0';
+  int status = -1;
+  sscanf(all, "HTTP/1.%*d %d", &status);
+  const char *b = strstr(all, "\r\n\r\n");
+  b = b ? b + 4 : all + used;
+  snprintf(body, cap, "%s", b);
+  free(all);
+  return status;
+}
+
+/* A free TCP port on loopback (bound and released: good enough for a test). */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {0};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof sa;
+  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+      getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  close(fd);
+  return ntohs(sa.sin_port);
+}
+
+/* Runs argv (argv[0] the program), stdin from in_path (or /dev/null),
+ * stdout to out_path, stderr to err_path; its exit code, -1 on timeout. */
+static int run_tool(const char *const *argv, const char *in_path, const char *out_path,
+                    const char *err_path, int timeout_ms) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, in_path ? in_path : "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return -1;
+  int status = pxt_wait_pid(pid, timeout_ms);
+  if (status == -1) {
+    kill(pid, SIGKILL);
+    pxt_wait_pid(pid, 5000);
+    return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* The job's JSON object (caller frees), NULL when it cannot be read. */
+static pxj_t *job_json(const char *job) {
+  static char body[1 << 16];
+  char path[256];
+  snprintf(path, sizeof path, "/api/v1/jobs/%s", job);
+  if (http_get(F.d.http_port, path, body, sizeof body) != 200) return NULL;
+  return pxj_parse(body);
+}
+
+/* Waits until the job has reported at least `iters` iterations (by the
+ * HTTP JSON): 1 when it did. */
+static int wait_iterations(const char *job, int iters, int timeout_ms) {
+  int64_t end = pxt_now_ms() + timeout_ms;
+  do {
+    pxj_t *v = job_json(job);
+    double it = v ? pxj_num(v, "iteration") : NAN;
+    pxj_free(v);
+    if (!isnan(it) && it + 1 >= iters) return 1;
+    pxt_sleep_ms(200);
+  } while (pxt_now_ms() < end);
+  return 0;
+}
+
+/* ---- fixture ------------------------------------------------------------------ */
+
+static int group_setup(void **state) {
+  (void)state;
+  memset(&F, 0, sizeof F);
+  const char *extra[] = {"--http", "127.0.0.1:0", "--http-www", PX_SOURCE_DIR "/coordinatord/www",
+                         NULL};
+  if (pxt_coordd_setup(&F.d, extra) != 0) return -1;
+  if (px_rpc_channel_create(F.d.target, &F.ch) != PX_OK) return -1;
+  for (int i = 0; i < 2; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "node%d", i);
+    if (pxt_agent_start(&F.a[i], &F.d, name, 1, NULL) != 0) return -1;
+    if (!pxt_wait_node_named(F.ch, name, PRUNEX__V1__NODE_STATE__NODE_STATE_READY, 30000))
+      return -1;
+  }
+  pxt_job_t j;
+  pxt_job_init(&j, NULL, 2, 1, 100000, 1);
+  j.spec.name = "dash-long";
+  if (pxt_job_submit(F.ch, &j, F.job, sizeof F.job) != PX_OK) return -1;
+  if (!wait_iterations(F.job, 4, 60000)) {
+    fprintf(stderr, "the job did not reach 4 iterations\n");
+    pxt_dump_file(F.a[0].log);
+    return -1;
+  }
+  return 0;
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  for (int i = 0; i < 2; i++) pxt_agent_stop(&F.a[i], SIGTERM, 20000);
+  if (F.ch) px_rpc_channel_destroy(F.ch);
+  return pxt_coordd_teardown(&F.d);
+}
+
+/* Every chart box of the dumped DOM ('id="chart-X" data-points="N"'):
+ * how many there are, and how many have N > 0. */
+static void count_charts(const char *dom, int *charts, int *with_points) {
+  *charts = *with_points = 0;
+  for (const char *p = dom; (p = strstr(p, "id=\"chart-")); p++) {
+    const char *dp = strstr(p, "data-points=\"");
+    const char *close = strchr(p, '>');
+    if (!dp || !close || dp > close) continue;
+    (*charts)++;
+    int n = atoi(dp + 13);
+    if (n > 0) (*with_points)++;
+    else fprintf(stderr, "empty chart: %.40s\n", p);
+  }
+}
+
+/* Loads URL in headless Chromium and returns its rendered DOM (static). */
+static const char *dump_dom(const char *url) {
+  static char dom[1 << 20];
+  char out[400], err[400];
+  snprintf(out, sizeof out, "%s/dom.html", F.d.dir);
+  snprintf(err, sizeof err, "%s/chromium.log", F.d.dir);
+  char profile[400], profile_arg[440];
+  snprintf(profile, sizeof profile, "%s/chromium-profile", F.d.dir);
+  snprintf(profile_arg, sizeof profile_arg, "--user-data-dir=%s", profile);
+  const char *argv[] = {CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                        "--no-first-run", profile_arg, "--virtual-time-budget=6000",
+                        "--dump-dom", url, NULL};
+  int rc = run_tool(argv, NULL, out, err, 90000);
+  if (rc != 0) {
+    fprintf(stderr, "chromium exited with %d\n", rc);
+    pxt_dump_file(err);
+  }
+  pxt_read_file(out, dom, sizeof dom);
+  return dom;
+}
+
+/* ---- tests -------------------------------------------------------------------- */
+
+static void test_metrics_of_a_running_job_pass_promtool(void **state) {
+  (void)state;
+  static char body[1 << 20];
+  assert_int_equal(http_get(F.d.http_port, "/metrics", body, sizeof body), 200);
+  char want[160];
+  snprintf(want, sizeof want, "prunex_job_iteration{job_id=\"%s\",job_name=\"dash-long\"", F.job);
+  if (!strstr(body, want)) fprintf(stderr, "%s\n", body);
+  assert_non_null(strstr(body, want));
+  assert_non_null(strstr(body, "prunex_jobs{state=\"running\"} 1"));
+  assert_non_null(strstr(body, "prunex_nodes{state=\"busy\"} 2"));
+  assert_non_null(strstr(body, "prunex_rpc_handler_seconds_bucket{method=\"ReportIteration\",le=\"+Inf\"}"));
+  assert_non_null(strstr(body, "prunex_job_inter_bytes_total{"));
+  assert_non_null(strstr(body, "prunex_job_rho{"));
+  assert_non_null(strstr(body, "prunex_job_phase_seconds{"));
+  /* every RPC so far: the agents registered, and rank 0 reports */
+  assert_null(strstr(body, "prunex_rpc_requests_total{method=\"ReportIteration\"} 0\n"));
+  if (access(PROMTOOL, X_OK) != 0) {
+    fprintf(stderr, "SKIP: %s not installed (Debian package prometheus)\n", PROMTOOL);
+    skip();
+  }
+  char in[400], out[400], err[400];
+  snprintf(in, sizeof in, "%s/metrics.txt", F.d.dir);
+  snprintf(out, sizeof out, "%s/promtool.out", F.d.dir);
+  snprintf(err, sizeof err, "%s/promtool.err", F.d.dir);
+  FILE *f = fopen(in, "w");
+  assert_non_null(f);
+  fputs(body, f);
+  fclose(f);
+  const char *argv[] = {PROMTOOL, "check", "metrics", NULL};
+  int rc = run_tool(argv, in, out, err, 30000);
+  if (rc != 0) {
+    pxt_dump_file(out);
+    pxt_dump_file(err);
+  }
+  assert_int_equal(rc, 0);
+}
+
+static void test_prometheus_scrapes_a_prunex_series(void **state) {
+  (void)state;
+  if (access(PROMETHEUS, X_OK) != 0) {
+    fprintf(stderr, "SKIP: %s not installed (Debian package prometheus)\n", PROMETHEUS);
+    skip();
+  }
+  char cfg[400], tsdb[400], log[400], listen[64];
+  snprintf(cfg, sizeof cfg, "%s/prometheus.yml", F.d.dir);
+  snprintf(tsdb, sizeof tsdb, "--storage.tsdb.path=%s/tsdb", F.d.dir);
+  snprintf(log, sizeof log, "%s/prometheus.log", F.d.dir);
+  int pport = free_port();
+  assert_true(pport > 0);
+  snprintf(listen, sizeof listen, "--web.listen-address=127.0.0.1:%d", pport);
+  FILE *f = fopen(cfg, "w");
+  assert_non_null(f);
+  fprintf(f,
+          "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+          "scrape_configs:\n  - job_name: prunex\n    static_configs:\n"
+          "      - targets: ['127.0.0.1:%d']\n",
+          F.d.http_port);
+  fclose(f);
+  char cfg_arg[440];
+  snprintf(cfg_arg, sizeof cfg_arg, "--config.file=%s", cfg);
+  const char *argv[] = {PROMETHEUS, cfg_arg, tsdb, listen, "--log.level=warn", NULL};
+  pid_t pid = pxt_spawn_logged(PROMETHEUS, argv, log);
+  assert_true(pid > 0);
+  char query[256], body[1 << 16];
+  snprintf(query, sizeof query, "/api/v1/query?query=prunex_job_iteration%%7Bjob_id%%3D%%22%s%%22%%7D",
+           F.job);
+  int found = 0;
+  int64_t end = pxt_now_ms() + 60000;
+  while (!found && pxt_now_ms() < end) {
+    pxt_sleep_ms(500);
+    if (http_get(pport, query, body, sizeof body) != 200) continue;
+    pxj_t *v = pxj_parse(body);
+    const pxj_t *data = pxj_get(v, "data");
+    const pxj_t *result = pxj_get(data, "result");
+    found = !strcmp(pxj_str(v, "status"), "success") && result && result->type == PXJ_ARR &&
+            result->n == 1;
+    pxj_free(v);
+  }
+  kill(pid, SIGTERM);
+  if (pxt_wait_pid(pid, 15000) == -1) {
+    kill(pid, SIGKILL);
+    pxt_wait_pid(pid, 5000);
+  }
+  if (!found) {
+    fprintf(stderr, "last answer: %s\n", body);
+    pxt_dump_file(log);
+  }
+  assert_true(found);
+}
+
+static void test_json_is_paged_and_writes_null_for_missing_values(void **state) {
+  (void)state;
+  static char body[1 << 20];
+  char path[256];
+  /* a running job: not finished, so finished_unix_ms is null, not -1 or 0 */
+  pxj_t *job = job_json("dash-long"); /* by name */
+  assert_non_null(job);
+  assert_string_equal(pxj_str(job, "job_id"), F.job);
+  assert_string_equal(pxj_str(job, "state"), "RUNNING");
+  const pxj_t *fin = pxj_get(job, "finished_unix_ms");
+  assert_non_null(fin);
+  assert_int_equal(fin->type, PXJ_NULL);
+  pxj_free(job);
+  /* pages of 2 iterations, walked with the cursor, give 0, 1, 2, 3 in order */
+  int expect = 0;
+  char cursor[64] = "";
+  for (int page = 0; page < 2; page++) {
+    snprintf(path, sizeof path, "/api/v1/jobs/%s/iterations?limit=2%s%s", F.job,
+             cursor[0] ? "&cursor=" : "", cursor);
+    assert_int_equal(http_get(F.d.http_port, path, body, sizeof body), 200);
+    assert_null(strstr(body, ":-1"));
+    pxj_t *v = pxj_parse(body);
+    assert_non_null(v);
+    const pxj_t *its = pxj_get(v, "iterations");
+    assert_non_null(its);
+    assert_int_equal(its->n, 2);
+    for (size_t i = 0; i < its->n; i++) {
+      assert_int_equal((int)pxj_num(its->items[i], "iteration"), expect++);
+      static const char *const keys[] = {"time_unix_ms", "loss", "test_accuracy", "density",
+                                         "mask_drift", "bytes_inter", "bytes_inter_dense",
+                                         "phases", NULL};
+      assert_true(pxj_has_keys(its->items[i], keys));
+    }
+    const pxj_t *next = pxj_get(v, "next_cursor");
+    assert_non_null(next);
+    assert_int_equal(next->type, PXJ_STR);
+    snprintf(cursor, sizeof cursor, "%s", next->str);
+    pxj_free(v);
+  }
+  /* per-layer figures, paged by "iteration:layer" */
+  snprintf(path, sizeof path, "/api/v1/jobs/%s/layers?limit=3", F.job);
+  assert_int_equal(http_get(F.d.http_port, path, body, sizeof body), 200);
+  pxj_t *v = pxj_parse(body);
+  assert_non_null(v);
+  assert_int_equal(pxj_get(v, "layers")->n, 3);
+  assert_string_equal(pxj_str(v, "next_cursor"), "0:2");
+  pxj_free(v);
+  /* listings of jobs and nodes */
+  assert_int_equal(http_get(F.d.http_port, "/api/v1/nodes?limit=1", body, sizeof body), 200);
+  v = pxj_parse(body);
+  assert_int_equal(pxj_get(v, "nodes")->n, 1);
+  assert_string_equal(pxj_str(v, "next_cursor"), "1");
+  pxj_free(v);
+  assert_int_equal(http_get(F.d.http_port, "/api/v1/jobs", body, sizeof body), 200);
+  assert_non_null(strstr(body, F.job));
+  /* bad input is refused with a message; unknown things are 404 */
+  assert_int_equal(http_get(F.d.http_port, "/api/v1/jobs?limit=0", body, sizeof body), 400);
+  assert_non_null(strstr(body, "limit"));
+  assert_int_equal(http_get(F.d.http_port, "/api/v1/jobs?limit=99999999999999999999", body,
+                            sizeof body), 400);
+  snprintf(path, sizeof path, "/api/v1/jobs/%s/layers?cursor=x", F.job);
+  assert_int_equal(http_get(F.d.http_port, path, body, sizeof body), 400);
+  assert_int_equal(http_get(F.d.http_port, "/api/v1/jobs/no-such-job", body, sizeof body), 404);
+  assert_int_equal(http_get(F.d.http_port, "/static/../coord.db", body, sizeof body), 404);
+  assert_int_equal(http_get(F.d.http_port, "/nothing", body, sizeof body), 404);
+}
+
+static void check_dashboard(const char *job, int expect_live) {
+  if (access(CHROMIUM, X_OK) != 0) {
+    fprintf(stderr, "SKIP: %s not installed (Debian package chromium)\n", CHROMIUM);
+    skip();
+  }
+  char url[256];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/?job=%s", F.d.http_port, job);
+  const char *dom = dump_dom(url);
+  int charts, with_points;
+  count_charts(dom, &charts, &with_points);
+  if (charts != 11 || with_points != 11 || !strstr(dom, "data-ready=\"1\""))
+    fprintf(stderr, "DOM:\n%.4000s\n", dom);
+  assert_non_null(strstr(dom, "data-ready=\"1\""));
+  assert_null(strstr(dom, "data-error="));
+  assert_int_equal(charts, 11);
+  assert_int_equal(with_points, 11);
+  if (expect_live) assert_non_null(strstr(dom, "live, every"));
+  else assert_non_null(strstr(dom, "SUCCEEDED"));
+}
+
+static void test_dashboard_of_a_running_job_has_data_in_every_chart(void **state) {
+  (void)state;
+  check_dashboard(F.job, 1);
+}
+
+static void test_dashboard_of_a_finished_job_has_data_in_every_chart(void **state) {
+  (void)state;
+  /* end the long job, then run a short one to the end */
+  Prunex__V1__CancelJobResponse *cr = NULL;
+  assert_int_equal(px_rpc_cancel_job(F.ch, F.job, "test", 0, &cr), PX_OK);
+  px_rpc_message_free(cr);
+  assert_int_equal(pxt_wait_job(F.ch, F.job, PRUNEX__V1__JOB_STATE__JOB_STATE_CANCELLED, 30000),
+                   PRUNEX__V1__JOB_STATE__JOB_STATE_CANCELLED);
+  pxt_job_t j;
+  pxt_job_init(&j, NULL, 2, 1, 5, 1);
+  j.spec.name = "dash-short";
+  assert_int_equal(pxt_job_submit(F.ch, &j, F.done, sizeof F.done), PX_OK);
+  assert_int_equal(pxt_wait_job(F.ch, F.done, 0, 60000), PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED);
+  check_dashboard(F.done, 0);
+  /* and the overview lists both jobs with its two charts drawn */
+  char url[256];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/", F.d.http_port);
+  const char *dom = dump_dom(url);
+  int charts, with_points;
+  count_charts(dom, &charts, &with_points);
+  assert_int_equal(charts, 2);
+  assert_int_equal(with_points, 2);
+  assert_non_null(strstr(dom, F.job));
+  assert_non_null(strstr(dom, F.done));
+}
+
+static void test_bad_or_busy_http_address_is_refused_clearly(void **state) {
+  (void)state;
+  char db[400], out[4096], err[8192], busy[64];
+  snprintf(db, sizeof db, "%s/other.db", F.d.dir);
+  const char *bad[] = {"--db", db, "--listen", "127.0.0.1:0", "--http", "no-port", NULL};
+  assert_int_equal(pxt_coordd_run(F.d.dir, bad, out, sizeof out, err, sizeof err, 15000), 2);
+  assert_non_null(strstr(err, "http"));
+  /* the HTTP port of the running coordinator is taken */
+  snprintf(busy, sizeof busy, "127.0.0.1:%d", F.d.http_port);
+  const char *taken[] = {"--db", db, "--listen", "127.0.0.1:0", "--http", busy, NULL};
+  assert_int_equal(pxt_coordd_run(F.d.dir, taken, out, sizeof out, err, sizeof err, 15000), 1);
+  if (!strstr(err, "cannot listen")) fprintf(stderr, "stderr: %s\n", err);
+  assert_non_null(strstr(err, "cannot listen"));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_metrics_of_a_running_job_pass_promtool),
+      cmocka_unit_test(test_prometheus_scrapes_a_prunex_series),
+      cmocka_unit_test(test_json_is_paged_and_writes_null_for_missing_values),
+      cmocka_unit_test(test_dashboard_of_a_running_job_has_data_in_every_chart),
+      cmocka_unit_test(test_dashboard_of_a_finished_job_has_data_in_every_chart),
+      cmocka_unit_test(test_bad_or_busy_http_address_is_refused_clearly),
+  };
+  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
