@@ -868,7 +868,9 @@ static px_status_t coord_rank_exit(coord_t *c, const Prunex__V1__RankExit *r, in
   coord_utf8_clean(r->reason, clean, sizeof clean);
   PX_CHECK(px_store_bind_text(st, 6, clean));
   PX_CHECK(px_store_bind_int64(st, 7, coord_now_ms()));
-  PX_CHECK(px_store_bind_text(st, 8, r->model_path));
+  char path[4096];
+  coord_utf8_clean(r->model_path, path, sizeof path); /* served in JobSummary */
+  PX_CHECK(px_store_bind_text(st, 8, path));
   PX_CHECK(px_store_run(st));
   if (!coord_job_active(state)) return PX_OK;
   char reason[640];

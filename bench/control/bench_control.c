@@ -21,7 +21,9 @@
  *
  * With --token-secret S the coordinator has TLS and tokens (issue 12; the
  * CA comes from PRUNEX_CA): node g authenticates with the token S-node-G
- * (its own channel, as each agent has its own credential), the job is
+ * (its own channel, as each agent has its own credential; channels with
+ * their own credentials do not share a connection, so the coordinator serves
+ * one TLS connection per simulated agent, as with real agents), the job is
  * submitted with S-admin, and rank 0 reports with the rank secret read from
  * its node's assignment stream, as pxworker does. run.sh makes the tokens
  * file to match.
@@ -767,7 +769,11 @@ int main(int argc, char **argv) {
   printf("control plane: %d agents x %.3g Hz heartbeats (%d device%s each), %.3g s measured after "
          "%.3g s warm-up\n",
          cfg.agents, cfg.rate, cfg.devices, cfg.devices == 1 ? "" : "s", cfg.duration, cfg.warmup);
-  printf("clients: %d processes (= connections) x %d threads", cfg.procs, cfg.threads);
+  if (cfg.secret)
+    printf("clients: %d processes x %d threads, one TLS connection per agent (each its own "
+           "token)", cfg.procs, cfg.threads);
+  else
+    printf("clients: %d processes (= connections) x %d threads", cfg.procs, cfg.threads);
   if (cfg.report_hz > 0)
     printf("; rank 0 of %s (%d nodes) reports %.3g iterations/s with %d layers", sh->job_id,
            cfg.job_nodes, cfg.report_hz, cfg.layers);
