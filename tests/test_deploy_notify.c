@@ -42,8 +42,9 @@ static int pxt_file_has(const char *path, const char *needle) {
 
 typedef struct {
   char dir[256];
-  char sock_path[320];
-  int sock;
+  char sock_paths[2][320];    /* one socket per daemon, so that pings are told apart */
+  int socks[2];
+  int cur;                    /* the socket the next daemon and the waits use */
   pid_t coord, agent;
   char coord_log[320], agent_log[320];
   char target[64];
@@ -53,12 +54,14 @@ static int setup(void **state) {
   fixture_t *f = calloc(1, sizeof *f);
   if (!f || pxt_mkdtemp(f->dir, sizeof f->dir) != 0) return -1;
   f->coord = f->agent = -1;
-  snprintf(f->sock_path, sizeof f->sock_path, "%s/notify.sock", f->dir);
-  f->sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  if (strlen(f->sock_path) >= sizeof sa.sun_path) return -1;
-  memcpy(sa.sun_path, f->sock_path, strlen(f->sock_path) + 1);
-  if (f->sock < 0 || bind(f->sock, (struct sockaddr *)&sa, sizeof sa) != 0) return -1;
+  for (int i = 0; i < 2; i++) {
+    snprintf(f->sock_paths[i], sizeof f->sock_paths[i], "%s/notify-%d.sock", f->dir, i);
+    f->socks[i] = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(f->sock_paths[i]) >= sizeof sa.sun_path) return -1;
+    memcpy(sa.sun_path, f->sock_paths[i], strlen(f->sock_paths[i]) + 1);
+    if (f->socks[i] < 0 || bind(f->socks[i], (struct sockaddr *)&sa, sizeof sa) != 0) return -1;
+  }
   snprintf(f->coord_log, sizeof f->coord_log, "%s/coordd.log", f->dir);
   snprintf(f->agent_log, sizeof f->agent_log, "%s/agent.log", f->dir);
   *state = f;
@@ -76,7 +79,8 @@ static int teardown(void **state) {
   fixture_t *f = *state;
   stop(&f->agent);
   stop(&f->coord);
-  close(f->sock);
+  close(f->socks[0]);
+  close(f->socks[1]);
   if (!getenv("PX_TEST_KEEP")) pxt_rmtree(f->dir);
   free(f);
   return 0;
@@ -95,7 +99,7 @@ static pid_t spawn_service(const fixture_t *f, const char *path, const char *con
   pid_t pid = fork();
   if (pid == 0) {
     char buf[64];
-    setenv("NOTIFY_SOCKET", f->sock_path, 1);
+    setenv("NOTIFY_SOCKET", f->sock_paths[f->cur], 1);
     snprintf(buf, sizeof buf, "%d", WATCHDOG_USEC);
     setenv("WATCHDOG_USEC", buf, 1);
     snprintf(buf, sizeof buf, "%ld", (long)(watchdog_pid > 0 ? watchdog_pid : getpid()));
@@ -128,10 +132,10 @@ static int wait_notify(fixture_t *f, const char *needle, int timeout_ms, char *s
   for (;;) {
     int left = (int)(end - pxt_now_ms());
     if (left <= 0) return 0;
-    struct pollfd p = {f->sock, POLLIN, 0};
+    struct pollfd p = {f->socks[f->cur], POLLIN, 0};
     if (poll(&p, 1, left) <= 0) return 0;
     char msg[4096];
-    ssize_t n = recv(f->sock, msg, sizeof msg - 1, 0);
+    ssize_t n = recv(f->socks[f->cur], msg, sizeof msg - 1, 0);
     if (n <= 0) continue;
     msg[n] = '\0';
     size_t used = strlen(seen);
@@ -147,10 +151,10 @@ static int count_watchdog(fixture_t *f, int ms) {
   for (;;) {
     int left = (int)(end - pxt_now_ms());
     if (left <= 0) return n;
-    struct pollfd p = {f->sock, POLLIN, 0};
+    struct pollfd p = {f->socks[f->cur], POLLIN, 0};
     if (poll(&p, 1, left) <= 0) return n;
     char msg[4096];
-    ssize_t r = recv(f->sock, msg, sizeof msg - 1, 0);
+    ssize_t r = recv(f->socks[f->cur], msg, sizeof msg - 1, 0);
     if (r <= 0) continue;
     msg[r] = '\0';
     if (strstr(msg, "WATCHDOG=1")) n++;
@@ -159,7 +163,7 @@ static int count_watchdog(fixture_t *f, int ms) {
 
 static void drain(fixture_t *f) {
   char msg[4096];
-  while (recv(f->sock, msg, sizeof msg, MSG_DONTWAIT) > 0) {
+  while (recv(f->socks[f->cur], msg, sizeof msg, MSG_DONTWAIT) > 0) {
   }
 }
 
@@ -211,7 +215,7 @@ static void test_coordinator_ready_watchdog_stopping(void **state) {
   assert_non_null(strstr(seen, "STATUS=serving on port"));
   int pings = count_watchdog(f, 1000);
   printf("pxcoordd: %d WATCHDOG=1 in 1 s (WATCHDOG_USEC %d)\n", pings, WATCHDOG_USEC);
-  assert_true(pings >= 3);
+  assert_true(pings >= 3 && pings <= 12); /* every 150 ms: about 7 */
   kill(f->coord, SIGTERM);
   seen[0] = '\0';
   assert_true(wait_notify(f, "STOPPING=1", 5000, seen, sizeof seen));
@@ -229,6 +233,7 @@ static void test_agent_ready_once_registered(void **state) {
   char seen[8192] = "";
   assert_true(wait_notify(f, "READY=1", 15000, seen, sizeof seen));
   drain(f);
+  f->cur = 1; /* the agent's own socket: the coordinator keeps pinging its own */
   char work[320];
   snprintf(work, sizeof work, "%s/work", f->dir);
   const char *argv[] = {PXT_AGENT_BIN, "--coordinator", f->target, "--name", "notify-node",
@@ -254,7 +259,7 @@ static void test_agent_ready_once_registered(void **state) {
   assert_non_null(strstr(seen, "STATUS=registered node 'notify-node'"));
   int pings = count_watchdog(f, 1000);
   printf("pxagent: %d WATCHDOG=1 in 1 s\n", pings);
-  assert_true(pings >= 3);
+  assert_true(pings >= 3 && pings <= 12); /* every 150 ms: about 7 */
   kill(f->agent, SIGTERM);
   seen[0] = '\0';
   assert_true(wait_notify(f, "STOPPING=1", 5000, seen, sizeof seen));
