@@ -382,6 +382,23 @@ static int coord_auth_rank_call(coord_t *c, px_rpc_srv_call_t *call, const coord
   return 1;
 }
 
+/* The caller must be the node that holds this rank of this job. */
+static int coord_auth_node_of_rank(coord_t *c, px_rpc_srv_call_t *call,
+                                   const coord_identity_t *who, const char *m, const char *job_id,
+                                   int rank) {
+  if (who->role != COORD_ROLE_NODE)
+    COORD_DENY("%s: needs the node holding the rank (the caller is %s %s)", m,
+               coord_role_name(who->role), who->name);
+  int holds = 0;
+  if (coord_auth_node_holds(c, who->name, job_id, rank, &holds) != PX_OK) {
+    coord_fail_internal(c, call);
+    return 0;
+  }
+  if (!holds)
+    COORD_DENY("%s: node %s does not hold rank %d of job %.64s", m, who->name, rank, job_id);
+  return 1;
+}
+
 int coord_authorize(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data) {
   coord_t *c = data;
   coord_identity_t *who = &c->who;
@@ -444,33 +461,11 @@ int coord_authorize(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *
                    r->rank, r->job_id);
       return 1;
     }
-    if (who->role != COORD_ROLE_NODE)
-      COORD_DENY("ReportRankExit: needs the node holding the rank (the caller is %s %s)",
-                 coord_role_name(who->role), who->name);
-    int holds = 0;
-    if (coord_auth_node_holds(c, who->name, r->job_id, r->rank, &holds) != PX_OK) {
-      coord_fail_internal(c, call);
-      return 0;
-    }
-    if (!holds)
-      COORD_DENY("ReportRankExit: node %s does not hold rank %d of job %.64s", who->name, r->rank,
-                 r->job_id);
-    return 1;
+    return coord_auth_node_of_rank(c, call, who, "ReportRankExit", r->job_id, r->rank);
   }
   if (!strcmp(m, PX_RPC_APPEND_RANK_LOG)) {
     const Prunex__V1__RankLogChunk *r = (const void *)req;
-    if (who->role != COORD_ROLE_NODE)
-      COORD_DENY("AppendRankLog: needs the node holding the rank (the caller is %s %s)",
-                 coord_role_name(who->role), who->name);
-    int holds = 0;
-    if (coord_auth_node_holds(c, who->name, r->job_id, r->rank, &holds) != PX_OK) {
-      coord_fail_internal(c, call);
-      return 0;
-    }
-    if (!holds)
-      COORD_DENY("AppendRankLog: node %s does not hold rank %d of job %.64s", who->name, r->rank,
-                 r->job_id);
-    return 1;
+    return coord_auth_node_of_rank(c, call, who, "AppendRankLog", r->job_id, r->rank);
   }
   COORD_DENY("%s: no policy for this method", m);
 }

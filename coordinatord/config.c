@@ -4,16 +4,15 @@
  * advertise, heartbeat_timeout_ms, placement_timeout_ms, agent_grace_ms,
  * log_level, tls_cert, tls_key, tokens, retention_days, http, http_www,
  * http_js; dashes or underscores). */
-#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <yaml.h>
 
 #include "coord.h"
 #include "px_check.h"
+#include "px_conf.h"
 
 void coord_config_defaults(coord_config_t *cfg) {
   memset(cfg, 0, sizeof *cfg);
@@ -116,96 +115,13 @@ px_status_t coord_config_set(coord_config_t *cfg, const char *key_in, const char
   return px_set_error(PX_ERR_INVALID, "%s: unknown setting '%s'", where, key_in);
 }
 
-static char *coord_trim(char *s) {
-  while (isspace((unsigned char)*s)) s++;
-  size_t n = strlen(s);
-  while (n && isspace((unsigned char)s[n - 1])) s[--n] = '\0';
-  return s;
+static px_status_t coord_config_file_set(void *ctx, const char *key, const char *value,
+                                         const char *where) {
+  return coord_config_set(ctx, key, value, where);
 }
 
-/* `key = value` lines; '#' starts a comment; values may be "quoted". */
-static px_status_t coord_config_kv(const char *path, FILE *f, coord_config_t *cfg) {
-  char line[8192];
-  int lineno = 0;
-  while (fgets(line, sizeof line, f)) {
-    lineno++;
-    char where[4200];
-    snprintf(where, sizeof where, "%s:%d", path, lineno);
-    char *hash = strchr(line, '#');
-    if (hash) *hash = '\0';
-    char *s = coord_trim(line);
-    if (!*s) continue;
-    char *eq = strchr(s, '=');
-    PX_REQUIRE(eq, "%s: expected 'key = value'", where);
-    *eq = '\0';
-    char *key = coord_trim(s), *val = coord_trim(eq + 1);
-    size_t n = strlen(val);
-    if (n >= 2 && ((val[0] == '"' && val[n - 1] == '"') || (val[0] == '\'' && val[n - 1] == '\''))) {
-      val[n - 1] = '\0';
-      val++;
-    }
-    PX_CHECK(coord_config_set(cfg, key, val, where));
-  }
-  PX_REQUIRE(!ferror(f), "%s: read error", path);
-  return PX_OK;
-}
-
-/* A YAML document whose root is a mapping of scalars. */
-static px_status_t coord_config_yaml(const char *path, FILE *f, coord_config_t *cfg) {
-  yaml_parser_t parser;
-  yaml_document_t doc;
-  if (!yaml_parser_initialize(&parser)) return px_set_error(PX_ERR_NOMEM, "%s: yaml", path);
-  yaml_parser_set_input_file(&parser, f);
-  px_status_t st = PX_OK;
-  if (!yaml_parser_load(&parser, &doc)) {
-    st = px_set_error(PX_ERR_INVALID, "%s:%zu: YAML error: %s", path,
-                      (size_t)parser.problem_mark.line + 1,
-                      parser.problem ? parser.problem : "unknown");
-    yaml_parser_delete(&parser);
-    return st;
-  }
-  yaml_node_t *root = yaml_document_get_root_node(&doc);
-  if (root && root->type == YAML_MAPPING_NODE) {
-    for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
-         p++) {
-      yaml_node_t *k = yaml_document_get_node(&doc, p->key);
-      yaml_node_t *v = yaml_document_get_node(&doc, p->value);
-      char where[4200];
-      snprintf(where, sizeof where, "%s:%zu", path, (size_t)k->start_mark.line + 1);
-      if (k->type != YAML_SCALAR_NODE || v->type != YAML_SCALAR_NODE) {
-        st = px_set_error(PX_ERR_INVALID, "%s: expected 'key: value' with plain values", where);
-        break;
-      }
-      st = coord_config_set(cfg, (const char *)k->data.scalar.value,
-                            (const char *)v->data.scalar.value, where);
-      if (st != PX_OK) break;
-    }
-  } else if (root) {
-    st = px_set_error(PX_ERR_INVALID, "%s: expected a mapping of settings", path);
-  }
-  yaml_document_delete(&doc);
-  yaml_parser_delete(&parser);
-  return st;
-}
-
+/* The file is read by libpxcore's settings reader (px_conf.c, shared with
+ * pxagent): `key = value` lines or a YAML mapping, errors naming FILE:LINE. */
 px_status_t coord_config_load(const char *path, coord_config_t *cfg) {
-  FILE *f = fopen(path, "r");
-  if (!f) return px_set_error(PX_ERR_IO, "%s: cannot open config file: %s", path, strerror(errno));
-  /* The first setting line decides the format: '=' before any ':' is
-   * `key = value`, anything else is YAML. */
-  int kv = 0;
-  char line[8192];
-  while (fgets(line, sizeof line, f)) {
-    char *hash = strchr(line, '#');
-    if (hash) *hash = '\0';
-    char *s = coord_trim(line);
-    if (!*s || !strcmp(s, "---")) continue;
-    char *eq = strchr(s, '='), *colon = strchr(s, ':');
-    kv = eq && (!colon || eq < colon);
-    break;
-  }
-  rewind(f);
-  px_status_t st = kv ? coord_config_kv(path, f, cfg) : coord_config_yaml(path, f, cfg);
-  fclose(f);
-  return st;
+  return px_conf_load(path, coord_config_file_set, cfg);
 }
