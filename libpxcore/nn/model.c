@@ -201,6 +201,8 @@ static px_status_t px__push(px_model_t *m, px__node_kind_t kind, int in, int in2
   return PX_OK;
 }
 
+static px_status_t px__reorder(px_model_t *m, int in, const px_tensor_t *spec, int *out);
+
 static px_status_t px__conv(px_model_t *m, int in, int c_out, int k, int stride, const char *name,
                             int *out) {
   if (m->widths) { /* a compact model: the file's width replaces the dense one */
@@ -213,6 +215,12 @@ static px_status_t px__conv(px_model_t *m, int in, int c_out, int k, int stride,
                           name, c_out);
   }
   m->nconv++;
+  if (m->widths && m->acts[in].layout != NULL && m->acts[in].dims[1] % 16 != 0) {
+    px_tensor_t plain;
+    const px_tensor_t *a = &m->acts[in];
+    PX_CHECK(px_tensor_init4(&plain, a->device, a->dims[0], a->dims[1], a->dims[2], a->dims[3]));
+    PX_CHECK(px__reorder(m, in, &plain, &in));
+  }
   px__node_t *n;
   PX_CHECK(px__push(m, PX__CONV, in, -1, &n));
   n->kernel = k;
@@ -260,13 +268,16 @@ static px_status_t px__bn(px_model_t *m, int in, int relu, const char *name, int
   return PX_OK;
 }
 
-/* A layout conversion of activation in to the layout of activation like
- * (same shape): a compact model's widths can make the backend pick different
- * layouts for the two branches of a residual add. */
-static px_status_t px__reorder(px_model_t *m, int in, int like, int *out) {
+/* A layout conversion of activation in to spec's layout (same shape): a
+ * compact model's widths can make the backend pick different layouts for
+ * the two branches of a residual add, and a channel count that is not a
+ * multiple of the backend's block (16 on AVX-512) read in a blocked layout
+ * sends oneDNN to its reference convolution (40x slower): such convs read
+ * a plain copy, which its direct kernels take. */
+static px_status_t px__reorder(px_model_t *m, int in, const px_tensor_t *spec, int *out) {
   px__node_t *n;
   PX_CHECK(px__push(m, PX__REORDER, in, -1, &n));
-  px_tensor_t ys = m->acts[like];
+  px_tensor_t ys = *spec;
   ys.data = NULL;
   PX_CHECK(px_reorder_create(m->ops, &ys, &m->acts[in], &n->rf));
   PX_CHECK(px_reorder_create(m->ops, &m->acts[in], &ys, &n->rb));
@@ -284,7 +295,7 @@ static px_status_t px__add(px_model_t *m, int a, int b, int *out) {
                         m->pnames[m->nparams - 1], (long long)m->acts[a].dims[1],
                         (long long)m->acts[b].dims[1]);
   if (m->widths && !px_tensor_same_spec(&m->acts[a], &m->acts[b]))
-    PX_CHECK(px__reorder(m, b, a, &b));
+    PX_CHECK(px__reorder(m, b, &m->acts[a], &b));
   if (!px_tensor_same_spec(&m->acts[a], &m->acts[b]))
     return px_set_error(PX_ERR_INTERNAL,
                         "residual add: the branches have different layouts (%s vs %s)",
