@@ -30,6 +30,8 @@ enum {
   OPT_KEEP = 1 << 10,
   OPT_OUTPUT = 1 << 11,
   OPT_REASON = 1 << 12,
+  OPT_OUT = 1 << 13,
+  OPT_ONNX = 1 << 14,
 };
 
 typedef struct {
@@ -46,6 +48,7 @@ static const pxctl_opt_t pxctl_options[] = {
     {"--follow", OPT_FOLLOW, 0},     {"-f", OPT_FOLLOW, 0},
     {"--work-dir", OPT_WORK_DIR, 1}, {"--keep", OPT_KEEP, 0},
     {"--output", OPT_OUTPUT, 1},     {"--reason", OPT_REASON, 1},
+    {"--out", OPT_OUT, 1},           {"--onnx", OPT_ONNX, 0},
 };
 
 typedef struct {
@@ -144,6 +147,21 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "                           inter_reduction, intra_bytes, wall_s, total_s,\n"
      "                           model_path, run_dir, summary_source\n",
      OPT_JSON | OPT_WORK_DIR | OPT_KEEP | OPT_OUTPUT, 1, pxctl_cmd_run},
+    {"export", "JOB|MODEL.safetensors", "the compact (physically pruned) model, and ONNX",
+     "Removes the pruned filters and input channels from every convolution of a\n"
+     "PruneX model (the final model of job JOB, whose path the coordinator's job\n"
+     "summary gives, or a .safetensors checkpoint on this machine) and writes\n"
+     "DIR/<name>.compact.safetensors (loadable with pxtrain --load) and, with --onnx,\n"
+     "DIR/<name>.onnx (opset 13; input float32 N x C x 32 x 32 normalised as the\n"
+     "training loader does, output the logits). Prints the parameter counts and\n"
+     "file sizes, dense and compact.\n\n"
+     "  --out DIR                the output directory (required; created if needed)\n"
+     "  --onnx                   also write the ONNX model\n" COMMON_HELP
+     "                           (asked only for a JOB)\n"
+     "  --json                   {\"source\", \"arch\", \"dense_params\", \"compact_params\",\n"
+     "                           \"dense_bytes\", \"compact_bytes\", \"compact_path\",\n"
+     "                           \"onnx_path\", \"onnx_bytes\", \"widths\"}\n",
+     OPT_COORD | OPT_JSON | OPT_OUT | OPT_ONNX, 1, pxctl_cmd_export},
 };
 #define PXCTL_NCMDS ((int)(sizeof pxctl_cmds / sizeof pxctl_cmds[0]))
 
@@ -240,6 +258,11 @@ static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
     case OPT_ALL_RANKS: o->all_ranks = 1; return 0;
     case OPT_FOLLOW: o->follow = 1; return 0;
     case OPT_KEEP: o->keep = 1; return 0;
+    case OPT_ONNX: o->onnx = 1; return 0;
+    case OPT_OUT:
+      if (!v[0]) return pxctl_usage_error(o, "--out needs a directory");
+      o->out_dir = v;
+      return 0;
     case OPT_WORK_DIR:
       if (!v[0]) return pxctl_usage_error(o, "--work-dir needs a directory");
       o->work_dir = v;

@@ -43,6 +43,8 @@ typedef struct {
   int limit;                  /* list/metrics: --limit (0: all) */
   int from;                   /* metrics: --from */
   const char *reason;         /* cancel: --reason */
+  const char *out_dir;        /* export: --out */
+  int onnx;                   /* export: --onnx */
   const char *pos[4];         /* positional arguments */
   int npos;
 } pxctl_opts_t;
@@ -67,6 +69,13 @@ int pxctl_cmd_drift(pxctl_opts_t *o);
 int pxctl_cmd_watch(pxctl_opts_t *o);
 int pxctl_cmd_logs(pxctl_opts_t *o);
 int pxctl_cmd_run(pxctl_opts_t *o);
+int pxctl_cmd_export(pxctl_opts_t *o);
+
+/* status: when the model file is readable here, prints "model size" with the
+ * dense and compact parameter counts and file sizes (the compact file is the
+ * one pxctl run / pxctl export writes beside it, if there). Prints nothing
+ * otherwise. */
+void pxctl_print_model_sizes(const char *model_path);
 
 /* ---- shared pieces of the query commands (pxctl_query.c) ---------------- */
 

@@ -4,7 +4,7 @@ with Debian's /usr/bin/python3; none of PruneX's code is used here):
 
   1. python3-onnx's checker accepts the ONNX file, whose metadata describes
      the input and the output;
-  2. OpenCV's dnn module runs it on the whole Fashion-MNIST test set, the
+  2. OpenCV's dnn module runs it on the Fashion-MNIST test set, the
      images prepared from the IDX files exactly as the metadata says (28x28
      padded with zero bytes to 32x32, then (x/255 - 0.2860)/0.3530), and gets
      the accuracy our engine measured within 0.1 point;
@@ -13,7 +13,8 @@ with Debian's /usr/bin/python3; none of PruneX's code is used here):
      file's metadata (arch, widths) and gives our engine's logits on the
      first test images.
 
-usage: export_check.py ONNX COMPACT.safetensors LOGITS.f32 NLOGITS ACCURACY DATA_DIR
+usage: export_check.py ONNX COMPACT.safetensors LOGITS.f32 NLOGITS ACCURACY DATA_DIR [NTEST]
+(NTEST: only the first NTEST test images, default all 10,000)
 Prints one line per check; exits 1 on the first failure.
 """
 import gzip
@@ -150,6 +151,8 @@ def main():
     onnx_path, st_path, logits_path, nlogits, acc, data_dir = sys.argv[1:7]
     nlogits, acc = int(nlogits), float(acc)
     x, labels = test_images(data_dir)
+    if len(sys.argv) > 7:
+        x, labels = x[:int(sys.argv[7])], labels[:int(sys.argv[7])]
 
     import onnx
     model = onnx.load(onnx_path)

@@ -76,6 +76,8 @@ px_status_t px_export_file(const char *model_path, const char *out_dir, int onnx
   px_status_t st;
   PX_CHECK_GOTO(px__load_dense(model_path, ops, &m), st, done);
   PX_CHECK_GOTO(px_model_compact(m, ops, 1, &cm), st, done);
+  if (!dataset) /* PruneX's only one-channel data set is Fashion-MNIST */
+    dataset = px_model_config(m)->in_channels == 1 ? "fashion-mnist" : NULL;
   const char *kv[4] = {"source", base, "dataset", dataset ? dataset : "unknown"};
   PX_CHECK_GOTO(px_model_save(cm, NULL, rep->compact_path, kv, 2), st, done);
   if (onnx) {

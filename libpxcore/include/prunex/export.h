@@ -79,7 +79,8 @@ typedef struct {
  * writes DIR/<stem>.compact.safetensors (stem: the file name without
  * ".safetensors") and, with onnx != 0, DIR/<stem>.onnx; creates out_dir if
  * needed. Fills *rep. dataset (may be NULL) names the data set the model was
- * trained on, for the ONNX input description. Fails with the loading,
+ * trained on, for the ONNX input description (NULL: "fashion-mnist" for a
+ * one-channel model, PruneX's only one-channel data set, else unknown). Fails with the loading,
  * compaction or writing error (naming the file). */
 px_status_t px_export_file(const char *model_path, const char *out_dir, int onnx,
                            const char *dataset, px_export_report_t *rep);
