@@ -115,7 +115,7 @@ static void onnx_opencv_and_torch_agree_with_our_engine(void **state) {
   double acc_c = eval_model(cmod, ds, logits);
   print_message("our engine: compact model accuracy %.2f%% on the first %d test images\n", acc_c,
                 NTEST);
-  assert_true(acc_c > 25); /* it learnt something: accuracies to compare mean something */
+  assert_true(acc_c > 15); /* not a constant predictor (10%): accuracies to compare mean something */
   snprintf(logits_path, sizeof logits_path, "%s/logits.f32", dir);
   FILE *f = fopen(logits_path, "wb");
   assert_non_null(f);
