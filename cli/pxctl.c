@@ -131,7 +131,8 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "cluster.workers_per_node CPU workers and max(1, cores / (nodes * workers))\n"
      "threads per worker), waits until they are READY, submits, shows the progress,\n"
      "prints a summary (state, iterations, test accuracy, density, inter-node bytes\n"
-     "against dense synchronisation, wall time, model path) and tears everything\n"
+     "against dense synchronisation, wall time, model path, dense and compact model\n"
+     "sizes: the compact model is written beside the final one) and tears everything\n"
      "down, also on Ctrl-C (the job is cancelled first). Exit status 0 when the job\n"
      "SUCCEEDED, 1 when not, 2 for a bad spec, 130 (143) after SIGINT (SIGTERM).\n"
      "pxcoordd and pxagent are looked for in $PRUNEX_BIN_DIR, next to pxctl, in the\n"
@@ -145,7 +146,10 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "                           object: job_id, name, state, reason, iterations,\n"
      "                           test_accuracy, density, inter_bytes, inter_bytes_dense,\n"
      "                           inter_reduction, intra_bytes, wall_s, total_s,\n"
-     "                           model_path, run_dir, summary_source\n",
+     "                           model_path, run_dir, summary_source; after a\n"
+     "                           successful job also dense_params, dense_bytes,\n"
+     "                           compact_params, compact_bytes, compact_path (the\n"
+     "                           compact model pxctl run writes beside the final one)\n",
      OPT_JSON | OPT_WORK_DIR | OPT_KEEP | OPT_OUTPUT, 1, pxctl_cmd_run},
     {"export", "JOB|MODEL.safetensors", "the compact (physically pruned) model, and ONNX",
      "Removes the pruned filters and input channels from every convolution of a\n"
