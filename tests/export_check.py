@@ -201,8 +201,8 @@ def main():
     scale = 1.0 + float(np.abs(ours).max())
     d_torch = float(np.abs(tl - ours).max())
     d_cv = float(np.abs(cv_logits - ours).max())
-    print("torch: %d parameters, max |logit diff| vs our engine %.3g (opencv %.3g), scale %.3g" %
-          (sum(v.size for v in tensors.values() if True), d_torch, d_cv, scale))
+    print("torch: %d tensor elements, max |logit diff| vs our engine %.3g (opencv %.3g), scale %.3g" %
+          (sum(v.size for v in tensors.values()), d_torch, d_cv, scale))
     if d_torch > 1e-3 * scale or d_cv > 1e-3 * scale:
         sys.exit("logits differ from our engine's")
     print("all checks passed")
