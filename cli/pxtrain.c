@@ -253,7 +253,7 @@ int main(int argc, char **argv) {
   px_train_config_t c;
   px_train_config_default(&c);
   const char *save = NULL, *load = NULL, *export_path = NULL, *out_dir = NULL;
-  int onnx = 0, model_given = 0;
+  int onnx = 0, model_given = 0, dataset_given = 0;
   int bench = 0, steps = 20, warmup = 3, eval_only = 0, progress = 1;
   enum { O_MODEL = 256, O_DATASET, O_DATADIR, O_EPOCHS, O_BATCH, O_LR, O_MOM, O_WD, O_NEST,
          O_SCHED, O_NOAUG, O_THREADS, O_SEED, O_SAVE, O_LOAD, O_EVAL, O_NOPROG, O_BENCH, O_STEPS,
@@ -287,6 +287,7 @@ int main(int argc, char **argv) {
         if (strcmp(optarg, "fashion-mnist") && strcmp(optarg, "cifar10") && strcmp(optarg, "synthetic"))
           return bad_arg("--dataset", optarg, "expected fashion-mnist, cifar10 or synthetic");
         c.dataset = optarg;
+        dataset_given = 1;
         break;
       case O_DATADIR: c.data_dir = optarg; break;
       case O_EPOCHS: if ((rc = parse_int("--epochs", optarg, 1, 100000, &c.epochs))) return rc; break;
@@ -335,7 +336,8 @@ int main(int argc, char **argv) {
       fprintf(stderr, "pxtrain: --export FILE and --out DIR go together (--onnx with them)\n");
       return 2;
     }
-    return run_export(export_path, out_dir, onnx, c.dataset);
+    /* without --dataset the export infers it from the model (see export.h) */
+    return run_export(export_path, out_dir, onnx, dataset_given ? c.dataset : NULL);
   }
   if ((rc = settle_device(&c.device, device_auto))) return rc;
   if (bench) return run_bench(&c, steps, warmup);
