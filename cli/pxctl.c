@@ -38,6 +38,7 @@ enum {
   OPT_OUT = 1 << 17,
   OPT_DB = 1 << 18,
   OPT_HTTP = 1 << 19,
+  OPT_ONNX = 1 << 20,
 };
 
 typedef struct {
@@ -58,6 +59,7 @@ static const pxctl_opt_t pxctl_options[] = {
     {"--nodes", OPT_NODES, 1},       {"--workers-per-node", OPT_WPN, 1},
     {"--csv", OPT_CSV, 0},           {"--out", OPT_OUT, 1},
     {"--db", OPT_DB, 1},             {"--http", OPT_HTTP, 1},
+    {"--onnx", OPT_ONNX, 0},
 };
 
 typedef struct {
@@ -183,7 +185,8 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "cluster.workers_per_node CPU workers and max(1, cores / (nodes * workers))\n"
      "threads per worker), waits until they are READY, submits, shows the progress,\n"
      "prints a summary (state, iterations, test accuracy, density, inter-node bytes\n"
-     "against dense synchronisation, wall time, model path) and tears everything\n"
+     "against dense synchronisation, wall time, model path, dense and compact model\n"
+     "sizes: the compact model is written beside the final one) and tears everything\n"
      "down, also on Ctrl-C (the job is cancelled first). Exit status 0 when the job\n"
      "SUCCEEDED, 1 when not, 2 for a bad spec, 130 (143) after SIGINT (SIGTERM).\n"
      "pxcoordd and pxagent are looked for in $PRUNEX_BIN_DIR, next to pxctl, in the\n"
@@ -199,10 +202,29 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "                           object: job_id, name, state, reason, iterations,\n"
      "                           test_accuracy, density, inter_bytes, inter_bytes_dense,\n"
      "                           inter_reduction, intra_bytes, wall_s, total_s,\n"
-     "                           model_path, metrics_dir, run_dir, summary_source\n"
+     "                           model_path, metrics_dir, run_dir, summary_source;\n"
+     "                           after a successful job also dense_params,\n"
+     "                           dense_bytes, compact_params, compact_bytes,\n"
+     "                           compact_path (the compact model pxctl run writes\n"
+     "                           beside the final one)\n"
      "The metrics databases are kept in OUTPUT/metrics (coordinator.db and each\n"
      "node's metrics.db) whenever the output directory is: `pxctl plot OUTPUT`.\n",
      OPT_JSON | OPT_WORK_DIR | OPT_KEEP | OPT_OUTPUT | OPT_HTTP, 1, pxctl_cmd_run},
+    {"export", "JOB|MODEL.safetensors", "the compact (physically pruned) model, and ONNX",
+     "Removes the pruned filters and input channels from every convolution of a\n"
+     "PruneX model (the final model of job JOB, whose path the coordinator's job\n"
+     "summary gives, or a .safetensors checkpoint on this machine) and writes\n"
+     "DIR/<name>.compact.safetensors (loadable with pxtrain --load) and, with --onnx,\n"
+     "DIR/<name>.onnx (opset 13; input float32 N x C x 32 x 32 normalised as the\n"
+     "training loader does, output the logits). Prints the parameter counts and\n"
+     "file sizes, dense and compact.\n\n"
+     "  --out DIR                the output directory (required; created if needed)\n"
+     "  --onnx                   also write the ONNX model\n" COMMON_HELP
+     "                           (asked only for a JOB)\n"
+     "  --json                   {\"source\", \"arch\", \"dense_params\", \"compact_params\",\n"
+     "                           \"dense_bytes\", \"compact_bytes\", \"compact_path\",\n"
+     "                           \"onnx_path\", \"onnx_bytes\", \"widths\"}\n",
+     OPT_COORD | OPT_JSON | OPT_OUT | OPT_ONNX, 1, pxctl_cmd_export},
 };
 #define PXCTL_NCMDS ((int)(sizeof pxctl_cmds / sizeof pxctl_cmds[0]))
 
@@ -338,6 +360,7 @@ static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
     case OPT_ALL_RANKS: o->all_ranks = 1; return 0;
     case OPT_FOLLOW: o->follow = 1; return 0;
     case OPT_KEEP: o->keep = 1; return 0;
+    case OPT_ONNX: o->onnx = 1; return 0;
     case OPT_WORK_DIR:
       if (!v[0]) return pxctl_usage_error(o, "--work-dir needs a directory");
       o->work_dir = v;

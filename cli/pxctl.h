@@ -50,6 +50,7 @@ typedef struct {
   const char *http;           /* run: --http HOST:PORT for the private pxcoordd */
   int csv;                    /* metrics: --csv */
   const char *pos[8];         /* positional arguments */
+  int onnx;                   /* export: --onnx */
   int npos;
 } pxctl_opts_t;
 
@@ -80,6 +81,13 @@ int pxctl_cmd_plot(pxctl_opts_t *o);
  * a run directory kept with --keep (coordinator.db); its path goes to out
  * (pxctl_plot.c). */
 int plot_run_dir_db(const char *arg, char *out, size_t cap);
+int pxctl_cmd_export(pxctl_opts_t *o);
+
+/* status: when the model file is readable here, prints "model size" with the
+ * dense and compact parameter counts and file sizes (the compact file is the
+ * one pxctl run / pxctl export writes beside it, if there). Prints nothing
+ * otherwise. */
+void pxctl_print_model_sizes(const char *model_path);
 
 /* ---- shared pieces of the query commands (pxctl_query.c) ---------------- */
 

@@ -278,7 +278,10 @@ static void pxctl_print_job(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
     pxctl_results_line(line, sizeof line, &sum);
     pxctl_fmt_duration(wall, sizeof wall, job->summary->wall_s);
     printf("%s    %s, wall %s\n", pxctl_terminal(job->state) ? "results" : "so far ", line, wall);
-    if (job->summary->model_path[0]) printf("model      %s\n", job->summary->model_path);
+    if (job->summary->model_path[0]) {
+      printf("model      %s\n", job->summary->model_path);
+      pxctl_print_model_sizes(job->summary->model_path);
+    }
   }
   if (job->n_events > 0) {
     printf("events\n");

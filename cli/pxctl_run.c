@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "prunex/jobspec.h"
+#include "prunex/export.h"
 #include "pxctl.h"
 
 #define PXCTL_COORDD_START_S 30.0   /* until pxcoordd prints its port */
@@ -616,6 +617,8 @@ typedef struct {
   int have_summary;
   pxctl_summary_t sum;
   char model_path[PATH_MAX];  /* "" when none (or removed) */
+  int have_compact;           /* compact: the compact model written beside it */
+  px_export_report_t compact;
   char name[256];
   int interrupted;
   int kept;                   /* the run directory is kept (entirely) */
@@ -725,6 +728,18 @@ static void pxctl_print_result(const pxctl_run_t *r, const pxctl_result_t *res) 
                                                   !r->output_defaulted)
                               ? res->metrics_dir
                               : NULL);
+    if (res->have_compact) {
+      pxctl_json_key(&j, "dense_params");
+      pxctl_json_uint(&j, res->compact.dense_params);
+      pxctl_json_key(&j, "dense_bytes");
+      pxctl_json_uint(&j, res->compact.dense_bytes);
+      pxctl_json_key(&j, "compact_params");
+      pxctl_json_uint(&j, res->compact.compact_params);
+      pxctl_json_key(&j, "compact_bytes");
+      pxctl_json_uint(&j, res->compact.compact_bytes);
+      pxctl_json_key(&j, "compact_path");
+      pxctl_json_string(&j, res->model_path[0] ? res->compact.compact_path : NULL);
+    }
     pxctl_json_key(&j, "run_dir");
     pxctl_json_string(&j, res->kept ? r->run_dir : NULL);
     pxctl_json_key(&j, "summary_source");
@@ -761,7 +776,15 @@ static void pxctl_print_result(const pxctl_run_t *r, const pxctl_result_t *res) 
     printf("  wall time           %s (%s with start-up and teardown)\n", wall, tot);
   }
   if (res->model_path[0]) printf("  model               %s\n", res->model_path);
-  else if (res->have_summary && !strcmp(res->state, "SUCCEEDED"))
+  if (res->have_compact)
+    printf("  model size          %zu parameters, %.2f MB dense; %zu parameters (%.1f%%), "
+           "%.2f MB compact%s%s\n",
+           res->compact.dense_params, res->compact.dense_bytes / 1e6,
+           res->compact.compact_params,
+           100.0 * (double)res->compact.compact_params / (double)res->compact.dense_params,
+           res->compact.compact_bytes / 1e6, res->model_path[0] ? " in " : "",
+           res->model_path[0] ? res->compact.compact_path : "");
+  if (!res->model_path[0] && res->have_summary && !strcmp(res->state, "SUCCEEDED"))
     printf("  model               none kept (use --keep or --output DIR)\n");
   if (res->metrics_dir[0] && (res->kept || res->output_kept || !r->output_defaulted))
     printf("  metrics             %s (pxctl plot %s --out DIR)\n", res->metrics_dir,
@@ -995,6 +1018,19 @@ teardown:
       pxctl_find_model(r.output_dir, 3, res.model_path, sizeof res.model_path, &t);
       if (!res.model_path[0] && r.run_dir[0])
         pxctl_find_model(r.run_dir, 5, res.model_path, sizeof res.model_path, &t);
+    }
+    /* the compact model beside the dense one, and both sizes for the summary */
+    if (res.model_path[0] && !strcmp(res.state, "SUCCEEDED")) {
+      char dir[PATH_MAX];
+      snprintf(dir, sizeof dir, "%s", res.model_path);
+      char *slash = strrchr(dir, '/');
+      if (slash) *slash = '\0';
+      else snprintf(dir, sizeof dir, ".");
+      const char *ds = r.spec && r.spec->dataset ? r.spec->dataset->name : NULL;
+      if (px_export_file(res.model_path, dir, 0, ds && ds[0] ? ds : NULL, &res.compact) == PX_OK)
+        res.have_compact = 1;
+      else
+        fprintf(stderr, "pxctl: compact model: %s\n", px_last_error());
     }
   }
   if (r.run_dir[0]) {

@@ -16,6 +16,7 @@
 
 #include "prunex/cuda.h"
 #include "prunex/data.h"
+#include "prunex/export.h"
 #include "prunex/nn.h"
 
 static void usage(FILE *f) {
@@ -37,7 +38,13 @@ static void usage(FILE *f) {
           "                      default cpu)\n"
           "  --seed N            initialisation and shuffling seed (default 1)\n"
           "  --save FILE         write the final model (safetensors)\n"
-          "  --load FILE         start from a checkpoint\n"
+          "  --load FILE         start from a checkpoint (a compact one builds the model at\n"
+          "                      the file's widths; --model defaults to the file's arch)\n"
+          "  --export FILE       write FILE's compact model (pruned filters and channels\n"
+          "                      removed) to --out DIR as <name>.compact.safetensors, and\n"
+          "                      with --onnx also <name>.onnx; prints the sizes and exits\n"
+          "  --out DIR           --export: the output directory (created if needed)\n"
+          "  --onnx              --export: also write the ONNX model\n"
           "  --eval-only         evaluate (the loaded model) and exit\n"
           "  --no-progress       no progress bar\n"
           "  --bench             time training steps on random 3x32x32 inputs, 10 classes\n"
@@ -167,7 +174,7 @@ static int run_bench(const px_train_config_t *c, int steps, int warmup) {
     fprintf(stderr, "pxtrain: %s\n", px_last_error());
     return 1;
   }
-  px_model_config_t mc = {c->arch, 3, 10, c->batch, 32, 32};
+  px_model_config_t mc = {c->arch, 3, 10, c->batch, 32, 32, NULL, 0};
   px_model_t *m;
   px_sgd_t *sgd;
   px_sgd_config_t sc = {c->lr, c->momentum, c->weight_decay, c->nesterov};
@@ -227,14 +234,30 @@ static int run_bench(const px_train_config_t *c, int steps, int warmup) {
   return 0;
 }
 
+static int run_export(const char *path, const char *dir, int onnx, const char *dataset) {
+  px_export_report_t r;
+  if (px_export_file(path, dir, onnx, dataset, &r) < 0) {
+    fprintf(stderr, "pxtrain: %s\n", px_last_error());
+    return 1;
+  }
+  printf("pxtrain: %s, %zu -> %zu parameters (%.1f%%), %.2f -> %.2f MB\n", r.arch,
+         r.dense_params, r.compact_params, 100.0 * r.compact_params / r.dense_params,
+         r.dense_bytes / 1e6, r.compact_bytes / 1e6);
+  printf("widths  %s\n", r.widths);
+  printf("compact %s\n", r.compact_path);
+  if (onnx) printf("onnx    %s (%.2f MB)\n", r.onnx_path, r.onnx_bytes / 1e6);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   px_train_config_t c;
   px_train_config_default(&c);
-  const char *save = NULL, *load = NULL;
+  const char *save = NULL, *load = NULL, *export_path = NULL, *out_dir = NULL;
+  int onnx = 0, model_given = 0, dataset_given = 0;
   int bench = 0, steps = 20, warmup = 3, eval_only = 0, progress = 1;
   enum { O_MODEL = 256, O_DATASET, O_DATADIR, O_EPOCHS, O_BATCH, O_LR, O_MOM, O_WD, O_NEST,
          O_SCHED, O_NOAUG, O_THREADS, O_SEED, O_SAVE, O_LOAD, O_EVAL, O_NOPROG, O_BENCH, O_STEPS,
-         O_WARMUP, O_DEVICE };
+         O_WARMUP, O_DEVICE, O_EXPORT, O_OUT, O_ONNX };
   static const struct option opts[] = {
       {"model", required_argument, 0, O_MODEL},       {"dataset", required_argument, 0, O_DATASET},
       {"data-dir", required_argument, 0, O_DATADIR},  {"epochs", required_argument, 0, O_EPOCHS},
@@ -247,6 +270,8 @@ int main(int argc, char **argv) {
       {"no-progress", no_argument, 0, O_NOPROG},      {"bench", no_argument, 0, O_BENCH},
       {"steps", required_argument, 0, O_STEPS},       {"warmup", required_argument, 0, O_WARMUP},
       {"device", required_argument, 0, O_DEVICE},
+      {"export", required_argument, 0, O_EXPORT},    {"out", required_argument, 0, O_OUT},
+      {"onnx", no_argument, 0, O_ONNX},
       {"help", no_argument, 0, 'h'},                  {0, 0, 0, 0},
   };
   int o, seed_i = 1, rc, device_auto = 0;
@@ -256,11 +281,13 @@ int main(int argc, char **argv) {
       case O_MODEL:
         if (!px_model_arch_known(optarg)) return bad_arg("--model", optarg, "unknown architecture");
         c.arch = optarg;
+        model_given = 1;
         break;
       case O_DATASET:
         if (strcmp(optarg, "fashion-mnist") && strcmp(optarg, "cifar10") && strcmp(optarg, "synthetic"))
           return bad_arg("--dataset", optarg, "expected fashion-mnist, cifar10 or synthetic");
         c.dataset = optarg;
+        dataset_given = 1;
         break;
       case O_DATADIR: c.data_dir = optarg; break;
       case O_EPOCHS: if ((rc = parse_int("--epochs", optarg, 1, 100000, &c.epochs))) return rc; break;
@@ -285,6 +312,9 @@ int main(int argc, char **argv) {
       case O_STEPS: if ((rc = parse_int("--steps", optarg, 1, 1000000, &steps))) return rc; break;
       case O_WARMUP: if ((rc = parse_int("--warmup", optarg, 0, 1000000, &warmup))) return rc; break;
       case O_DEVICE: if ((rc = parse_device(optarg, &c.device, &device_auto))) return rc; break;
+      case O_EXPORT: export_path = optarg; break;
+      case O_OUT: out_dir = optarg; break;
+      case O_ONNX: onnx = 1; break;
       case 'h': usage(stdout); return 0;
       default:
         fprintf(stderr, "pxtrain: unknown or incomplete option '%s'\n", argv[optind - 1]);
@@ -301,8 +331,27 @@ int main(int argc, char **argv) {
     fprintf(stderr, "pxtrain: --nesterov needs a momentum > 0\n");
     return 2;
   }
+  if (export_path || out_dir || onnx) {
+    if (!export_path || !out_dir) {
+      fprintf(stderr, "pxtrain: --export FILE and --out DIR go together (--onnx with them)\n");
+      return 2;
+    }
+    /* without --dataset the export infers it from the model (see export.h) */
+    return run_export(export_path, out_dir, onnx, dataset_given ? c.dataset : NULL);
+  }
   if ((rc = settle_device(&c.device, device_auto))) return rc;
   if (bench) return run_bench(&c, steps, warmup);
+  int32_t widths[512];
+  if (load) { /* a compact checkpoint builds the model at its widths */
+    px_model_config_t fc;
+    if (px_model_file_config(load, &fc, widths, 512) < 0) {
+      fprintf(stderr, "pxtrain: %s\n", px_last_error());
+      return 1;
+    }
+    if (!model_given) c.arch = fc.arch;
+    c.widths = fc.widths;
+    c.nwidths = fc.nwidths;
+  }
 
   px_trainer_t *t;
   if (px_trainer_create(&c, &t) < 0) {
@@ -315,8 +364,8 @@ int main(int argc, char **argv) {
     px_trainer_destroy(t);
     return 1;
   }
-  printf("pxtrain: %s on %s, %zu parameters, batch %d, %d epochs, lr %g (%s), %s\n", c.arch,
-         c.dataset, px_model_numel(m), c.batch, c.epochs, c.lr, c.lr_schedule,
+  printf("pxtrain: %s%s on %s, %zu parameters, batch %d, %d epochs, lr %g (%s), %s\n", c.arch,
+         c.widths ? " (compact)" : "", c.dataset, px_model_numel(m), c.batch, c.epochs, c.lr, c.lr_schedule,
          px_ops_describe(px_model_ops(m)));
   int status = 0;
   px_eval_stats_t ev;

@@ -153,6 +153,14 @@ static void test_run_of_a_tiny_job_succeeds_and_reports_json(void **state) {
   const char *model = pxj_str(v, "model_path");
   assert_true(strncmp(model, out, strlen(out)) == 0);
   assert_true(pxt_exists(model));
+  /* ... with its compact twin beside it, and both sizes in the summary */
+  static const char *const sizes[] = {"dense_params", "compact_params", "dense_bytes",
+                                      "compact_bytes", "compact_path", NULL};
+  assert_true(pxj_has_keys(v, sizes));
+  assert_true(pxj_num(v, "compact_params") > 0.0);
+  assert_true(pxj_num(v, "compact_params") <= pxj_num(v, "dense_params"));
+  assert_true(pxj_num(v, "compact_bytes") > 0.0);
+  assert_true(pxt_exists(pxj_str(v, "compact_path")));
   assert_int_equal(pxj_get(v, "run_dir")->type, PXJ_NULL);
   assert_int_equal(pxt_dir_entries(f->runs), 0);
   pxj_free(v);

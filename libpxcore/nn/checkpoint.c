@@ -4,6 +4,7 @@
  * staging (px_tensor_copy_to_host / _from_host), so the same code serves
  * every device. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "prunex/nn.h"
@@ -49,6 +50,18 @@ static void px__entries_free(const px_model_t *m, px__ck_entry_t *e, int n) {
   px_free(e);
 }
 
+/* "16,8,16,...": the conv widths of a compact model. Caller frees. */
+static char *px__widths_string(const int32_t *w, int n) {
+  size_t cap = (size_t)n * 12 + 1;
+  char *s = px_malloc(cap, "checkpoint.widths");
+  if (!s) return NULL;
+  size_t len = 0;
+  s[0] = '\0';
+  for (int i = 0; i < n; i++)
+    len += (size_t)snprintf(s + len, cap - len, "%s%d", i ? "," : "", (int)w[i]);
+  return s;
+}
+
 px_status_t px_model_save(const px_model_t *m, px_sgd_t *sgd, const char *path,
                           const char *const *extra_kv, int nextra) {
   PX_REQUIRE(path && path[0], "checkpoint path is empty");
@@ -60,8 +73,10 @@ px_status_t px_model_save(const px_model_t *m, px_sgd_t *sgd, const char *path,
   px_status_t st = PX_OK;
   char *host = px_malloc(total ? total : 1, "checkpoint.host");
   px_st_tensor_t *list = px_calloc((size_t)n, sizeof *list, "checkpoint.list");
-  const char **kv = px_calloc((size_t)(8 + 2 * nextra), sizeof *kv, "checkpoint.meta");
-  if (!host || !list || !kv) {
+  const char **kv = px_calloc((size_t)(10 + 2 * nextra), sizeof *kv, "checkpoint.meta");
+  const px_model_config_t *c = px_model_config(m);
+  char *widths = c->widths ? px__widths_string(c->widths, c->nwidths) : NULL;
+  if (!host || !list || !kv || (c->widths && !widths)) {
     st = PX_ERR_NOMEM;
     goto done;
   }
@@ -76,7 +91,6 @@ px_status_t px_model_save(const px_model_t *m, px_sgd_t *sgd, const char *path,
     list[i].data = host + off;
     off += bytes;
   }
-  const px_model_config_t *c = px_model_config(m);
   char in_c[16], classes[16];
   snprintf(in_c, sizeof in_c, "%d", c->in_channels);
   snprintf(classes, sizeof classes, "%d", c->num_classes);
@@ -89,9 +103,14 @@ px_status_t px_model_save(const px_model_t *m, px_sgd_t *sgd, const char *path,
   kv[nk++] = in_c;
   kv[nk++] = "num_classes";
   kv[nk++] = classes;
+  if (widths) {
+    kv[nk++] = "widths";
+    kv[nk++] = widths;
+  }
   for (int i = 0; i < 2 * nextra; i++) kv[nk++] = extra_kv[i];
   st = px_safetensors_save(path, list, n, kv, nk / 2);
 done:
+  px_free(widths);
   px_free(kv);
   px_free(list);
   px_free(host);
@@ -122,6 +141,24 @@ px_status_t px_model_load(px_model_t *m, px_sgd_t *sgd, const char *path) {
   PX_CHECK_GOTO(px__meta_check(f, path, "arch", c->arch), st, done);
   PX_CHECK_GOTO(px__meta_check(f, path, "in_channels", in_c), st, done);
   PX_CHECK_GOTO(px__meta_check(f, path, "num_classes", classes), st, done);
+  {
+    /* a compact file loads only into a model of its widths (and a dense one
+     * only into a dense model); the shapes below then name any tensor that
+     * disagrees with its width */
+    const char *fw = px_safetensors_meta(f, "widths");
+    char *mw = c->widths ? px__widths_string(c->widths, c->nwidths) : NULL;
+    if (c->widths && !mw) {
+      st = PX_ERR_NOMEM;
+      goto done;
+    }
+    if (!fw != !mw) {
+      st = px_set_error(PX_ERR_MISMATCH, "%s: the file is a %s model, the model is %s", path,
+                        fw ? "compact" : "dense", mw ? "compact" : "dense");
+      px_free(mw);
+      goto done;
+    }
+    px_free(mw);
+  }
   /* momentum is optional in the file: load it only when present */
   px_st_info_t probe;
   char probe_name[200] = "";
@@ -166,6 +203,54 @@ px_status_t px_model_load(px_model_t *m, px_sgd_t *sgd, const char *path) {
 done:
   px_free(host);
   if (e) px__entries_free(m, e, n);
+  px_safetensors_close(f);
+  return st;
+}
+
+px_status_t px_model_file_config(const char *path, px_model_config_t *cfg, int32_t *widths,
+                                 int cap) {
+  PX_REQUIRE(path && cfg, "px_model_file_config: NULL argument");
+  px_safetensors_t *f;
+  PX_CHECK(px_safetensors_open(path, &f));
+  px_status_t st = PX_OK;
+  const char *arch = px_safetensors_meta(f, "arch"), *in_c = px_safetensors_meta(f, "in_channels");
+  const char *cls = px_safetensors_meta(f, "num_classes"), *w = px_safetensors_meta(f, "widths");
+  if (!arch || !in_c || !cls) {
+    st = px_set_error(PX_ERR_FORMAT, "%s: no PruneX model metadata (arch, in_channels, num_classes)",
+                      path);
+    goto done;
+  }
+  const char *known = px_model_arch_name(arch);
+  if (!known) {
+    st = px_set_error(PX_ERR_FORMAT, "%s: arch '%s' is not a known architecture", path, arch);
+    goto done;
+  }
+  cfg->arch = known; /* static: the handle's strings die with it */
+  cfg->in_channels = atoi(in_c);
+  cfg->num_classes = atoi(cls);
+  cfg->widths = NULL;
+  cfg->nwidths = 0;
+  if (w) {
+    int n = 0;
+    for (const char *p = w; *p;) {
+      char *end;
+      long v = strtol(p, &end, 10);
+      if (end == p || v < 1 || v > (1 << 20) || (*end && *end != ',')) {
+        st = px_set_error(PX_ERR_FORMAT, "%s: metadata widths '%.60s' is not a list of positive "
+                          "integers", path, w);
+        goto done;
+      }
+      if (n >= cap) {
+        st = px_set_error(PX_ERR_INVALID, "%s: %d or more widths, room for %d", path, n + 1, cap);
+        goto done;
+      }
+      widths[n++] = (int32_t)v;
+      p = *end ? end + 1 : end;
+    }
+    cfg->widths = widths;
+    cfg->nwidths = n;
+  }
+done:
   px_safetensors_close(f);
   return st;
 }

@@ -25,18 +25,21 @@
 #include "prunex/nn.h"
 #include "px_check.h"
 
-typedef enum { PX__CONV, PX__BN, PX__ADD, PX__POOL, PX__FC } px__node_kind_t;
+typedef enum { PX__CONV, PX__BN, PX__ADD, PX__POOL, PX__FC, PX__REORDER } px__node_kind_t;
 
 typedef struct {
   px__node_kind_t kind;
   int in, in2, out;          /* activation indices (in2: ADD only) */
   int w, b;                  /* parameter indices, -1 if none */
   int rm, rv;                /* BN running-statistics buffer indices */
+  int relu;                  /* BN / ADD: ReLU fused */
+  int kernel, stride;        /* CONV: square kernel, stride (padding kernel / 2) */
   px_conv2d_t *conv;
   px_batchnorm_t *bn;
   px_add_t *add;
   px_pool2d_t *pool;
   px_fc_t *fc;
+  px_reorder_t *rf, *rb;     /* REORDER: forward (x -> y layout) and backward (y -> x) */
   px_tensor_t mean, var;     /* BN batch statistics [c] */
   px_tensor_t ws;            /* BN ReLU mask / pooling workspace; nbytes 0 if none */
 } px__node_t;
@@ -44,6 +47,8 @@ typedef struct {
 struct px_model {
   px_model_config_t cfg;
   char arch[32];
+  int32_t *widths;           /* [nwidths] conv output widths of a compact model, or NULL */
+  int nconv;                 /* convs built so far (index into widths) */
   px_ops_t *ops;
 
   px__node_t *nodes;         /* [nnodes], forward order */
@@ -106,6 +111,11 @@ static const px__arch_t *px__arch_find(const char *name) {
 }
 
 int px_model_arch_known(const char *arch) { return px__arch_find(arch) != NULL; }
+
+const char *px_model_arch_name(const char *arch) {
+  const px__arch_t *a = px__arch_find(arch);
+  return a ? a->name : NULL;
+}
 
 const char *px_model_arch_list(void) {
   return "resnet20 resnet32 resnet56 resnet18 resnet34 resnet50 resnet101 resnet152 wrn50_2";
@@ -191,10 +201,30 @@ static px_status_t px__push(px_model_t *m, px__node_kind_t kind, int in, int in2
   return PX_OK;
 }
 
+static px_status_t px__reorder(px_model_t *m, int in, const px_tensor_t *spec, int *out);
+
 static px_status_t px__conv(px_model_t *m, int in, int c_out, int k, int stride, const char *name,
                             int *out) {
+  if (m->widths) { /* a compact model: the file's width replaces the dense one */
+    if (m->nconv >= m->cfg.nwidths)
+      return px_set_error(PX_ERR_INVALID, "model widths: %d given, but %s has more convolutions",
+                          m->cfg.nwidths, m->arch);
+    c_out = m->widths[m->nconv];
+    if (c_out < 1)
+      return px_set_error(PX_ERR_INVALID, "model widths: %s.weight has %d output channels",
+                          name, c_out);
+  }
+  m->nconv++;
+  if (m->widths && m->acts[in].layout != NULL && m->acts[in].dims[1] % 16 != 0) {
+    px_tensor_t plain;
+    const px_tensor_t *a = &m->acts[in];
+    PX_CHECK(px_tensor_init4(&plain, a->device, a->dims[0], a->dims[1], a->dims[2], a->dims[3]));
+    PX_CHECK(px__reorder(m, in, &plain, &in));
+  }
   px__node_t *n;
   PX_CHECK(px__push(m, PX__CONV, in, -1, &n));
+  n->kernel = k;
+  n->stride = stride;
   px_conv2d_params_t p = {c_out, k, k, stride, stride, k / 2, k / 2, 0};
   PX_CHECK(px_conv2d_create(m->ops, &m->acts[in], &p, &n->conv));
   px_tensor_t ys, ws;
@@ -213,6 +243,7 @@ static px_status_t px__conv(px_model_t *m, int in, int c_out, int k, int stride,
 static px_status_t px__bn(px_model_t *m, int in, int relu, const char *name, int *out) {
   px__node_t *n;
   PX_CHECK(px__push(m, PX__BN, in, -1, &n));
+  n->relu = relu;
   px_batchnorm_params_t p = {1e-5f, 0.1f, relu};
   PX_CHECK(px_batchnorm_create(m->ops, &m->acts[in], &p, &n->bn));
   px_tensor_t ys, cs;
@@ -237,13 +268,41 @@ static px_status_t px__bn(px_model_t *m, int in, int relu, const char *name, int
   return PX_OK;
 }
 
+/* A layout conversion of activation in to spec's layout (same shape): a
+ * compact model's widths can make the backend pick different layouts for
+ * the two branches of a residual add, and a channel count that is not a
+ * multiple of the backend's block (16 on AVX-512) read in a blocked layout
+ * sends oneDNN to its reference convolution (40x slower): such convs read
+ * a plain copy, which its direct kernels take. */
+static px_status_t px__reorder(px_model_t *m, int in, const px_tensor_t *spec, int *out) {
+  px__node_t *n;
+  PX_CHECK(px__push(m, PX__REORDER, in, -1, &n));
+  px_tensor_t ys = *spec;
+  ys.data = NULL;
+  PX_CHECK(px_reorder_create(m->ops, &ys, &m->acts[in], &n->rf));
+  PX_CHECK(px_reorder_create(m->ops, &m->acts[in], &ys, &n->rb));
+  int o;
+  PX_CHECK(px__new_act(m, &ys, &o));
+  m->nodes[m->nnodes - 1].out = o;
+  *out = o;
+  return PX_OK;
+}
+
 static px_status_t px__add(px_model_t *m, int a, int b, int *out) {
+  if (m->acts[a].dims[1] != m->acts[b].dims[1])
+    return px_set_error(PX_ERR_INVALID,
+                        "model widths: a residual add (after %s) joins %lld and %lld channels",
+                        m->pnames[m->nparams - 1], (long long)m->acts[a].dims[1],
+                        (long long)m->acts[b].dims[1]);
+  if (m->widths && !px_tensor_same_spec(&m->acts[a], &m->acts[b]))
+    PX_CHECK(px__reorder(m, b, &m->acts[a], &b));
   if (!px_tensor_same_spec(&m->acts[a], &m->acts[b]))
     return px_set_error(PX_ERR_INTERNAL,
                         "residual add: the branches have different layouts (%s vs %s)",
                         px_layout_name(m->acts[a].layout), px_layout_name(m->acts[b].layout));
   px__node_t *n;
   PX_CHECK(px__push(m, PX__ADD, a, b, &n));
+  n->relu = 1;
   PX_CHECK(px_add_create(m->ops, &m->acts[a], 1, &n->add));
   px_tensor_t ys;
   px_add_y_spec(n->add, &ys);
@@ -588,7 +647,27 @@ px_status_t px_model_create(px_ops_t *ops, const px_model_config_t *cfg, px_mode
   m->cfg.arch = m->arch;
   m->ops = ops;
   px_status_t st;
+  if (cfg->widths) {
+    if (cfg->nwidths < 1) {
+      st = px_set_error(PX_ERR_INVALID, "model widths: %d given", cfg->nwidths);
+      goto fail;
+    }
+    m->widths = px_malloc((size_t)cfg->nwidths * sizeof(int32_t), "model.widths");
+    if (!m->widths) {
+      st = PX_ERR_NOMEM;
+      goto fail;
+    }
+    memcpy(m->widths, cfg->widths, (size_t)cfg->nwidths * sizeof(int32_t));
+    m->cfg.widths = m->widths;
+  } else {
+    m->cfg.nwidths = 0;
+  }
   PX_CHECK_GOTO(px__build(m, a), st, fail);
+  if (m->widths && m->nconv != m->cfg.nwidths) {
+    st = px_set_error(PX_ERR_INVALID, "model widths: %d given, %s has %d convolutions",
+                      m->cfg.nwidths, m->arch, m->nconv);
+    goto fail;
+  }
   PX_CHECK_GOTO(px__analyse(m), st, fail);
   PX_CHECK_GOTO(px__alloc_families(m), st, fail);
   PX_CHECK_GOTO(px__plan_grads(m), st, fail);
@@ -609,6 +688,8 @@ void px_model_destroy(px_model_t *m) {
     if (n->add) px_add_destroy(n->add);
     if (n->pool) px_pool2d_destroy(n->pool);
     if (n->fc) px_fc_destroy(n->fc);
+    if (n->rf) px_reorder_destroy(n->rf);
+    if (n->rb) px_reorder_destroy(n->rb);
   }
   for (int a = 0; a < m->nacts && m->acc; a++)
     if (m->acc[a]) px_add_destroy(m->acc[a]);
@@ -640,6 +721,7 @@ void px_model_destroy(px_model_t *m) {
   px_free(m->gbufs);
   px_free(m->host_x);
   px_free(m->host_logits);
+  px_free(m->widths);
   px_free(m);
 }
 
@@ -675,6 +757,23 @@ int px_model_channel_consumer(const px_model_t *m, int i) {
   }
   return -1;
 }
+int px_model_num_nodes(const px_model_t *m) { return m->nnodes; }
+int px_model_num_acts(const px_model_t *m) { return m->nacts; }
+int px_model_act_channels(const px_model_t *m, int a) {
+  return a >= 0 && a < m->nacts ? (int)m->acts[a].dims[1] : -1;
+}
+
+px_status_t px_model_node(const px_model_t *m, int k, px_model_node_t *out) {
+  PX_REQUIRE(k >= 0 && k < m->nnodes, "model node %d of %d", k, m->nnodes);
+  const px__node_t *n = &m->nodes[k];
+  static const px_node_kind_t kinds[] = {PX_NODE_CONV, PX_NODE_BN, PX_NODE_ADD, PX_NODE_GAP,
+                                         PX_NODE_FC, PX_NODE_REORDER};
+  *out = (px_model_node_t){kinds[n->kind], n->in, n->in2, n->out, n->w, n->b, n->rm, n->rv,
+                           n->relu, n->kernel, n->stride, n->kernel / 2,
+                           (int)m->acts[n->in].dims[1], (int)m->acts[n->out].dims[1]};
+  return PX_OK;
+}
+
 const px_model_param_t *px_model_param(const px_model_t *m, int i) {
   return i >= 0 && i < m->nparams ? &m->params[i] : NULL;
 }
@@ -797,6 +896,9 @@ static px_status_t px__forward(px_model_t *m, int train) {
       case PX__FC:
         PX_CHECK(px_fc_forward(n->fc, y, x, &m->pvals[n->w], &m->pvals[n->b]));
         break;
+      case PX__REORDER:
+        PX_CHECK(px_reorder_execute(n->rf, y, x));
+        break;
     }
   }
   return PX_OK;
@@ -864,6 +966,9 @@ static px_status_t px__backward(px_model_t *m) {
         PX_CHECK(px_fc_backward_weights(n->fc, &m->pgrads[n->w], &m->pgrads[n->b], x, dy));
         PX_CHECK(px_fc_backward_data(n->fc, dx, dy, &m->pvals[n->w]));
         break;
+      case PX__REORDER:
+        PX_CHECK(px_reorder_execute(n->rb, dx, dy));
+        break;
     }
     if (dx) PX_CHECK(px__settle(m, n->in, dx));
   }
@@ -891,6 +996,23 @@ px_status_t px_model_train_step(px_model_t *m, const float *x, const int32_t *y,
 px_status_t px_model_forward_train(px_model_t *m, const float *x) {
   PX_CHECK(px__load_input(m, x, NULL));
   return px__forward(m, 1);
+}
+
+px_status_t px_model_logits(px_model_t *m, const float *x, int32_t n, float *logits) {
+  int B = m->cfg.batch, K = m->cfg.num_classes;
+  PX_REQUIRE(n >= 1 && n <= B, "logits of %d samples (model batch %d)", n, B);
+  if (n < B) {
+    size_t per = (size_t)m->cfg.in_channels * m->cfg.height * m->cfg.width;
+    memcpy(m->host_x, x, (size_t)n * per * sizeof(float));
+    memset(m->host_x + (size_t)n * per, 0, (size_t)(B - n) * per * sizeof(float));
+    x = m->host_x;
+  }
+  PX_CHECK(px__load_input(m, x, NULL));
+  PX_CHECK(px__forward(m, 0));
+  PX_CHECK(px_tensor_copy_to_host(&m->acts[m->nacts - 1], m->host_logits,
+                                  (size_t)B * K * sizeof(float)));
+  memcpy(logits, m->host_logits, (size_t)n * K * sizeof(float));
+  return PX_OK;
 }
 
 px_status_t px_model_eval_batch(px_model_t *m, const float *x, const int32_t *y, int32_t n,

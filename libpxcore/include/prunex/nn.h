@@ -61,12 +61,22 @@ typedef struct {
   int32_t num_classes;    /* >= 2 */
   int32_t batch;          /* samples per step (fixed: ops are built for it) */
   int32_t height, width;  /* input size, e.g. 32 x 32 */
+  /* A compact (physically pruned) model: the output channels of every
+   * convolution in build order (stem conv1, then per block conv1, conv2
+   * [, conv3] [, downsample.0]), nwidths of them; NULL (the default of a
+   * zero-initialised config) builds the dense architecture. Copied by
+   * px_model_create; the model's config then points at its own copy. The
+   * block structure (which blocks have a downsample) is the dense one. */
+  const int32_t *widths;
+  int32_t nwidths;
 } px_model_config_t;
 
 typedef struct px_model px_model_t;
 
 /* 1 if arch names a known architecture. */
 int px_model_arch_known(const char *arch);
+/* The static name string of a known architecture, NULL if unknown. */
+const char *px_model_arch_name(const char *arch);
 /* Space-separated list of the known architectures (static string). */
 const char *px_model_arch_list(void);
 
@@ -97,6 +107,30 @@ const px_model_param_t *px_model_param(const px_model_t *m, int i);
  * pooling, several readers, ... */
 int px_model_channel_consumer(const px_model_t *m, int i);
 int px_model_num_buffers(const px_model_t *m);
+
+/* The graph, for exporters (compaction, ONNX): nodes in forward order. */
+/* REORDER: a layout conversion (the identity on values) that a compact
+ * model may need before a residual add. */
+typedef enum {
+  PX_NODE_CONV, PX_NODE_BN, PX_NODE_ADD, PX_NODE_GAP, PX_NODE_FC, PX_NODE_REORDER
+} px_node_kind_t;
+typedef struct {
+  px_node_kind_t kind;
+  int in, in2, out;        /* activation indices (0: the input images, the last: the
+                              logits); in2 is the ADD's second input, else -1 */
+  int w, b;                /* parameter indices (CONV: w; BN: scale, shift; FC: weight,
+                              bias), -1 if none */
+  int rm, rv;              /* BN: running mean / var buffer indices, else -1 */
+  int relu;                /* BN, ADD: a ReLU follows (fused) */
+  int kernel, stride, pad; /* CONV: square kernel, stride, zero padding on each side */
+  int c_in, c_out;         /* channels (FC: features) of input and output */
+} px_model_node_t;
+int px_model_num_nodes(const px_model_t *m);
+/* Fills *out for node k; PX_ERR_INVALID when k is out of range. */
+px_status_t px_model_node(const px_model_t *m, int k, px_model_node_t *out);
+int px_model_num_acts(const px_model_t *m);
+/* Channels of activation a (features for the pooled vector), -1 out of range. */
+int px_model_act_channels(const px_model_t *m, int a);
 const px_model_buffer_t *px_model_buffer(const px_model_t *m, int i);
 /* Total parameter elements (e.g. 272,474 for resnet20, 3 in, 10 classes). */
 size_t px_model_numel(const px_model_t *m);
@@ -126,6 +160,10 @@ px_status_t px_model_train_step(px_model_t *m, const float *x, const int32_t *y,
  * running statistics change. Used to recalibrate them for a model whose
  * weights did not produce them (a pruned consensus model). */
 px_status_t px_model_forward_train(px_model_t *m, const float *x);
+
+/* Inference on n <= batch samples (as px_model_eval_batch) writing the logits
+ * [n][num_classes] to the caller's host buffer. */
+px_status_t px_model_logits(px_model_t *m, const float *x, int32_t n, float *logits);
 
 /* Inference on n <= batch samples (BN uses running statistics; a short batch
  * is zero-padded and only its first n rows count). Adds the summed loss and
@@ -194,6 +232,15 @@ px_status_t px_model_save(const px_model_t *m, px_sgd_t *sgd, const char *path,
  * partly overwritten. */
 px_status_t px_model_load(px_model_t *m, px_sgd_t *sgd, const char *path);
 
+/* Reads a checkpoint's model metadata into cfg: arch (a static string),
+ * in_channels, num_classes and, for a compact model (metadata "widths"),
+ * widths (written to the caller's widths[0..cap), cfg->widths pointing at
+ * it) and nwidths; cfg->widths NULL for a dense file. batch, height and width
+ * are left to the caller. Fails with PX_ERR_IO / PX_ERR_FORMAT naming the
+ * file (no or bad metadata), PX_ERR_INVALID (more widths than cap). */
+px_status_t px_model_file_config(const char *path, px_model_config_t *cfg, int32_t *widths,
+                                 int cap);
+
 /* ---- local training loop (pxtrain, pxworker) ------------------------------------- */
 
 typedef struct {
@@ -212,6 +259,9 @@ typedef struct {
   int32_t synthetic_samples; /* synthetic data set size (0: 10 batches) */
   px_device_t device;        /* where the model trains: the CPU (the default, all
                                 zero) or px_device_cuda(i) */
+  const int32_t *widths;     /* a compact model's conv widths (px_model_config_t), read
+                                only by px_trainer_create; NULL: dense */
+  int32_t nwidths;
 } px_train_config_t;
 
 /* Defaults: resnet20 on fashion-mnist, batch 128, lr 0.1, momentum 0.9,

@@ -1,0 +1,102 @@
+/* pxctl export: the compact model (and ONNX) of a job's final model or of a
+ * checkpoint file. For a JOB the coordinator is asked for the job summary's
+ * model_path (the file is read on this machine: run it where the job's
+ * output is, as pxctl logs does); the work itself is px_export_file. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "prunex/export.h"
+#include "pxctl.h"
+
+#define PXCTL_EXPORT_DEADLINE_MS 10000
+
+static int pxctl_is_file_arg(const char *a) {
+  size_t n = strlen(a), x = strlen(".safetensors");
+  return (n > x && !strcmp(a + n - x, ".safetensors")) || strchr(a, '/') || access(a, R_OK) == 0;
+}
+
+int pxctl_cmd_export(pxctl_opts_t *o) {
+  if (!o->out) return pxctl_usage_error(o, "--out DIR is required");
+  const char *arg = o->pos[0];
+  char model[4096], dataset[64] = "";
+  if (pxctl_is_file_arg(arg)) {
+    snprintf(model, sizeof model, "%s", arg);
+  } else {
+    px_rpc_channel_t *ch = pxctl_connect(o);
+    if (!ch) return PXCTL_EXIT_FAIL;
+    Prunex__V1__Job *job = NULL;
+    if (px_rpc_get_job(ch, arg, PXCTL_EXPORT_DEADLINE_MS, &job) != PX_OK) {
+      int rc = pxctl_rpc_fail(ch, arg);
+      px_rpc_channel_destroy(ch);
+      return rc;
+    }
+    model[0] = '\0';
+    if (job->summary && job->summary->model_path && job->summary->model_path[0])
+      snprintf(model, sizeof model, "%s", job->summary->model_path);
+    if (job->spec && job->spec->dataset && job->spec->dataset->name)
+      snprintf(dataset, sizeof dataset, "%s", job->spec->dataset->name);
+    px_rpc_message_free(job);
+    px_rpc_channel_destroy(ch);
+    if (!model[0])
+      return pxctl_fail("job %s has no final model yet (its summary names none)", arg);
+  }
+  px_export_report_t r;
+  if (px_export_file(model, o->out, o->onnx, dataset[0] ? dataset : NULL, &r) < 0)
+    return pxctl_fail("export %s: %s", model, px_last_error());
+  if (o->json) {
+    pxctl_json_t j;
+    pxctl_json_init(&j, stdout);
+    pxctl_json_begin_object(&j);
+    pxctl_json_key(&j, "source");
+    pxctl_json_string(&j, model);
+    pxctl_json_key(&j, "arch");
+    pxctl_json_string(&j, r.arch);
+    pxctl_json_key(&j, "dense_params");
+    pxctl_json_uint(&j, r.dense_params);
+    pxctl_json_key(&j, "compact_params");
+    pxctl_json_uint(&j, r.compact_params);
+    pxctl_json_key(&j, "dense_bytes");
+    pxctl_json_uint(&j, r.dense_bytes);
+    pxctl_json_key(&j, "compact_bytes");
+    pxctl_json_uint(&j, r.compact_bytes);
+    pxctl_json_key(&j, "compact_path");
+    pxctl_json_string(&j, r.compact_path);
+    pxctl_json_key(&j, "onnx_path");
+    pxctl_json_string(&j, r.onnx_path[0] ? r.onnx_path : NULL);
+    pxctl_json_key(&j, "onnx_bytes");
+    pxctl_json_uint(&j, r.onnx_bytes);
+    pxctl_json_key(&j, "widths");
+    pxctl_json_string(&j, r.widths);
+    pxctl_json_end_object(&j);
+    pxctl_json_finish(&j);
+    return PXCTL_EXIT_OK;
+  }
+  printf("model    %s (%s)\n", model, r.arch);
+  printf("params   %zu dense, %zu compact (%.1f%%)\n", r.dense_params, r.compact_params,
+         100.0 * (double)r.compact_params / (double)r.dense_params);
+  printf("size     %.2f MB dense, %.2f MB compact\n", r.dense_bytes / 1e6, r.compact_bytes / 1e6);
+  printf("widths   %s\n", r.widths);
+  printf("compact  %s\n", r.compact_path);
+  if (r.onnx_path[0]) printf("onnx     %s (%.2f MB)\n", r.onnx_path, r.onnx_bytes / 1e6);
+  return PXCTL_EXIT_OK;
+}
+
+void pxctl_print_model_sizes(const char *model_path) {
+  size_t dp, cp;
+  struct stat sb;
+  if (access(model_path, R_OK) != 0 || stat(model_path, &sb) != 0) return;
+  if (px_export_count(model_path, &dp, &cp) != PX_OK) return;
+  char compact[4096];
+  snprintf(compact, sizeof compact, "%s", model_path);
+  size_t n = strlen(compact), x = strlen(".safetensors");
+  if (n > x && !strcmp(compact + n - x, ".safetensors")) compact[n - x] = '\0';
+  snprintf(compact + strlen(compact), sizeof compact - strlen(compact), ".compact.safetensors");
+  struct stat cb;
+  int have = stat(compact, &cb) == 0;
+  printf("model size %zu parameters, %.2f MB dense; %zu parameters (%.1f%%) compact", dp,
+         (double)sb.st_size / 1e6, cp, 100.0 * (double)cp / (double)dp);
+  if (have) printf(", %.2f MB (%s)", (double)cb.st_size / 1e6, compact);
+  printf("\n");
+}

@@ -1,0 +1,280 @@
+/* Compaction: the physically smaller twin of a masked dense model.
+ *
+ * Works on the model graph (px_model_node) and host copies of its values.
+ * Activations are joined into channel groups by the per-channel ops (batch
+ * norm, residual add, global pooling); a group's channel c is live when some
+ * convolution or the FC reading a tensor of the group has a non-zero weight
+ * for it. Dead channels disappear from every producer's filters, every batch
+ * norm of the group and every reader's input channels. A live channel whose
+ * only producer filter is zero is a constant after its batch norm; when every
+ * reader is a 1x1 unpadded conv feeding a batch norm, the constant is folded
+ * into that batch norm's running mean and the channel goes too. See
+ * prunex/export.h for the contract. */
+#include <math.h>
+#include <string.h>
+
+#include "prunex/export.h"
+#include "px_check.h"
+
+#define PX__BN_EPS 1e-5
+
+typedef struct {
+  int nn, na, np, nb;
+  px_model_node_t *nodes;  /* [nn] */
+  float **pv;              /* [np] host copies of the parameters */
+  float **bv;              /* [nb] host copies of the BN running statistics */
+  int *group;              /* [na] channel group of each activation */
+  uint8_t **live;          /* [na] per group root: keep mask over its channels (NULL elsewhere) */
+} px__cg_t;
+
+static int px__find(int *g, int a) {
+  while (g[a] != a) a = g[a] = g[g[a]];
+  return a;
+}
+
+static void px__union(int *g, int a, int b) {
+  a = px__find(g, a);
+  b = px__find(g, b);
+  if (a != b) g[a > b ? a : b] = a < b ? a : b;
+}
+
+static void px__cg_free(px__cg_t *c) {
+  for (int i = 0; c->pv && i < c->np; i++) px_free(c->pv[i]);
+  for (int i = 0; c->bv && i < c->nb; i++) px_free(c->bv[i]);
+  for (int i = 0; c->live && i < c->na; i++) px_free(c->live[i]);
+  px_free(c->pv);
+  px_free(c->bv);
+  px_free(c->live);
+  px_free(c->group);
+  px_free(c->nodes);
+}
+
+static px_status_t px__host_copy(const px_tensor_t *t, float **out) {
+  size_t n = px_tensor_numel(t);
+  *out = px_malloc((n ? n : 1) * sizeof(float), "compact.host");
+  if (!*out) return PX_ERR_NOMEM;
+  return px_tensor_copy_to_host(t, *out, n * sizeof(float));
+}
+
+/* The node reading activation a, when exactly one does; else -1. */
+static int px__sole_reader(const px__cg_t *c, int a) {
+  int r = -1;
+  for (int k = 0; k < c->nn; k++)
+    if (c->nodes[k].in == a || c->nodes[k].in2 == a) {
+      if (r >= 0) return -1;
+      r = k;
+    }
+  return r;
+}
+
+/* Folds the constant channels of a conv -> BN -> {1x1 conv -> BN}* chain
+ * into the readers' batch norms (see the file comment). */
+static void px__fold_constants(px__cg_t *c, int g) {
+  int prod = -1, bn = -1, nprod = 0;
+  for (int k = 0; k < c->nn; k++) {
+    const px_model_node_t *n = &c->nodes[k];
+    if (c->group[n->out] != g) continue;
+    if (n->kind == PX_NODE_CONV) {
+      prod = k;
+      nprod++;
+    } else if (n->kind == PX_NODE_BN) {
+      if (bn >= 0) return;
+      bn = k;
+    } else {
+      return; /* a residual add or pooling joins this group */
+    }
+  }
+  if (nprod != 1 || bn < 0 || c->nodes[bn].in != c->nodes[prod].out) return;
+  if (px__sole_reader(c, c->nodes[prod].out) != bn) return;
+  const px_model_node_t *P = &c->nodes[prod], *B = &c->nodes[bn];
+  int all_1x1 = 1, nreaders = 0;
+  for (int k = 0; k < c->nn; k++) {
+    const px_model_node_t *n = &c->nodes[k];
+    if (n->in != B->out && n->in2 != B->out) continue;
+    nreaders++;
+    if (n->kind != PX_NODE_CONV || n->kernel != 1 || n->pad != 0) all_1x1 = 0;
+    else {
+      int nb = px__sole_reader(c, n->out);
+      if (nb < 0 || c->nodes[nb].kind != PX_NODE_BN) all_1x1 = 0;
+    }
+  }
+  if (!nreaders) return;
+  size_t per_filter = (size_t)P->c_in * P->kernel * P->kernel;
+  const float *wp = c->pv[P->w];
+  for (int ch = 0; ch < P->c_out; ch++) {
+    if (!c->live[g][ch]) continue;
+    int zero = 1;
+    for (size_t j = 0; j < per_filter && zero; j++) zero = wp[(size_t)ch * per_filter + j] == 0.0f;
+    if (!zero) continue;
+    /* the BN output of a zero filter: scale * (0 - mean) / sqrt(var + eps) + shift */
+    double k = (double)c->pv[B->w][ch] * (0.0 - c->bv[B->rm][ch]) /
+                   sqrt((double)c->bv[B->rv][ch] + PX__BN_EPS) +
+               c->pv[B->b][ch];
+    if (B->relu && k < 0) k = 0;
+    if (k != 0 && !all_1x1) continue; /* a padded reader: keep the channel */
+    for (int r = 0; k != 0 && r < c->nn; r++) {
+      const px_model_node_t *R = &c->nodes[r];
+      if (R->in != B->out) continue;
+      const px_model_node_t *nb = &c->nodes[px__sole_reader(c, R->out)];
+      const float *wr = c->pv[R->w];
+      for (int o = 0; o < R->c_out; o++)
+        c->bv[nb->rm][o] -= (float)((double)wr[(size_t)o * R->c_in + ch] * k);
+    }
+    c->live[g][ch] = 0;
+  }
+}
+
+/* Groups, liveness, folding. */
+static px_status_t px__analyse(const px_model_t *m, px__cg_t *c) {
+  c->nn = px_model_num_nodes(m);
+  c->na = px_model_num_acts(m);
+  c->np = px_model_num_params(m);
+  c->nb = px_model_num_buffers(m);
+  c->nodes = px_calloc((size_t)c->nn, sizeof *c->nodes, "compact.nodes");
+  c->pv = px_calloc((size_t)c->np, sizeof *c->pv, "compact.pv");
+  c->bv = px_calloc((size_t)(c->nb ? c->nb : 1), sizeof *c->bv, "compact.bv");
+  c->group = px_calloc((size_t)c->na, sizeof *c->group, "compact.group");
+  c->live = px_calloc((size_t)c->na, sizeof *c->live, "compact.live");
+  if (!c->nodes || !c->pv || !c->bv || !c->group || !c->live) return PX_ERR_NOMEM;
+  for (int k = 0; k < c->nn; k++) PX_CHECK(px_model_node(m, k, &c->nodes[k]));
+  for (int i = 0; i < c->np; i++) PX_CHECK(px__host_copy(px_model_param(m, i)->value, &c->pv[i]));
+  for (int i = 0; i < c->nb; i++) PX_CHECK(px__host_copy(px_model_buffer(m, i)->value, &c->bv[i]));
+  for (int a = 0; a < c->na; a++) c->group[a] = a;
+  for (int k = 0; k < c->nn; k++) {
+    const px_model_node_t *n = &c->nodes[k];
+    if (n->kind == PX_NODE_BN || n->kind == PX_NODE_GAP || n->kind == PX_NODE_ADD ||
+        n->kind == PX_NODE_REORDER)
+      px__union(c->group, n->in, n->out);
+    if (n->kind == PX_NODE_ADD) px__union(c->group, n->in2, n->out);
+  }
+  for (int a = 0; a < c->na; a++) c->group[a] = px__find(c->group, a);
+  for (int a = 0; a < c->na; a++) {
+    int g = c->group[a];
+    if (c->live[g]) continue;
+    int ch = px_model_act_channels(m, a);
+    c->live[g] = px_calloc((size_t)ch, 1, "compact.live");
+    if (!c->live[g]) return PX_ERR_NOMEM;
+  }
+  memset(c->live[c->group[0]], 1, (size_t)px_model_act_channels(m, 0)); /* the images */
+  memset(c->live[c->group[c->na - 1]], 1, (size_t)px_model_act_channels(m, c->na - 1));
+  for (int k = 0; k < c->nn; k++) {
+    const px_model_node_t *n = &c->nodes[k];
+    if (n->kind != PX_NODE_CONV && n->kind != PX_NODE_FC) continue;
+    uint8_t *live = c->live[c->group[n->in]];
+    size_t kk = n->kind == PX_NODE_CONV ? (size_t)n->kernel * n->kernel : 1;
+    const float *w = c->pv[n->w];
+    for (int o = 0; o < n->c_out; o++)
+      for (int ch = 0; ch < n->c_in; ch++) {
+        if (live[ch]) continue;
+        const float *p = w + ((size_t)o * n->c_in + ch) * kk;
+        for (size_t j = 0; j < kk; j++)
+          if (p[j] != 0.0f) {
+            live[ch] = 1;
+            break;
+          }
+      }
+  }
+  for (int a = 0; a < c->na; a++)
+    if (c->group[a] == a && a != c->group[0]) px__fold_constants(c, a);
+  /* a group must keep one channel to be a tensor at all; a dead one is exact */
+  for (int a = 0; a < c->na; a++) {
+    if (c->group[a] != a) continue;
+    int ch = px_model_act_channels(m, a), any = 0;
+    for (int i = 0; i < ch && !any; i++) any = c->live[a][i];
+    if (!any) c->live[a][0] = 1;
+  }
+  return PX_OK;
+}
+
+/* Indices of the kept channels of activation a's group into idx (room for
+ * all); returns their number. */
+static int px__kept(const px__cg_t *c, const px_model_t *m, int a, int32_t *idx) {
+  const uint8_t *live = c->live[c->group[a]];
+  int n = 0, ch = px_model_act_channels(m, a);
+  for (int i = 0; i < ch; i++)
+    if (live[i]) idx[n++] = i;
+  return n;
+}
+
+px_status_t px_model_compact(const px_model_t *dense, px_ops_t *ops, int32_t batch,
+                             px_model_t **out) {
+  PX_REQUIRE(dense && ops && out && batch >= 1, "px_model_compact: bad argument");
+  *out = NULL;
+  px__cg_t c;
+  memset(&c, 0, sizeof c);
+  px_model_t *cm = NULL;
+  int32_t *widths = NULL, *ki = NULL, *ko = NULL;
+  float *tmp = NULL;
+  px_status_t st;
+  PX_CHECK_GOTO(px__analyse(dense, &c), st, done);
+  int maxc = 1, nconv = 0;
+  size_t maxn = 1;
+  for (int a = 0; a < c.na; a++)
+    if (px_model_act_channels(dense, a) > maxc) maxc = px_model_act_channels(dense, a);
+  for (int k = 0; k < c.nn; k++) nconv += c.nodes[k].kind == PX_NODE_CONV;
+  for (int i = 0; i < c.np; i++)
+    if (px_tensor_numel(px_model_param(dense, i)->value) > maxn)
+      maxn = px_tensor_numel(px_model_param(dense, i)->value);
+  widths = px_malloc((size_t)(nconv ? nconv : 1) * sizeof *widths, "compact.widths");
+  ki = px_malloc((size_t)maxc * sizeof *ki, "compact.idx");
+  ko = px_malloc((size_t)maxc * sizeof *ko, "compact.idx");
+  tmp = px_malloc(maxn * sizeof *tmp, "compact.tmp");
+  if (!widths || !ki || !ko || !tmp) {
+    st = PX_ERR_NOMEM;
+    goto done;
+  }
+  int nw = 0;
+  for (int k = 0; k < c.nn; k++)
+    if (c.nodes[k].kind == PX_NODE_CONV) widths[nw++] = px__kept(&c, dense, c.nodes[k].out, ko);
+  px_model_config_t cfg = *px_model_config(dense);
+  cfg.batch = batch;
+  cfg.widths = widths;
+  cfg.nwidths = nw;
+  PX_CHECK_GOTO(px_model_create(ops, &cfg, &cm), st, done);
+  /* the same parameters in the same order (a compact model may add layout
+   * conversions, which have none) */
+  if (px_model_num_params(cm) != c.np || px_model_num_buffers(cm) != c.nb) {
+    st = px_set_error(PX_ERR_INTERNAL, "compact model has a different graph");
+    goto done;
+  }
+  for (int k = 0; k < c.nn; k++) {
+    const px_model_node_t *n = &c.nodes[k];
+    int nin = px__kept(&c, dense, n->in, ki), nout = px__kept(&c, dense, n->out, ko);
+    if (n->kind == PX_NODE_CONV) {
+      size_t kk = (size_t)n->kernel * n->kernel, j = 0;
+      for (int o = 0; o < nout; o++)
+        for (int i = 0; i < nin; i++, j += kk)
+          memcpy(tmp + j, c.pv[n->w] + ((size_t)ko[o] * n->c_in + ki[i]) * kk, kk * sizeof *tmp);
+      PX_CHECK_GOTO(px_tensor_copy_from_host(px_model_param(cm, n->w)->value, tmp,
+                                             j * sizeof *tmp), st, done);
+    } else if (n->kind == PX_NODE_BN) {
+      int pi[2] = {n->w, n->b}, bi[2] = {n->rm, n->rv};
+      for (int t = 0; t < 4; t++) {
+        const float *src = t < 2 ? c.pv[pi[t]] : c.bv[bi[t - 2]];
+        for (int o = 0; o < nout; o++) tmp[o] = src[ko[o]];
+        px_tensor_t *dst = t < 2 ? px_model_param(cm, pi[t])->value
+                                 : px_model_buffer(cm, bi[t - 2])->value;
+        PX_CHECK_GOTO(px_tensor_copy_from_host(dst, tmp, (size_t)nout * sizeof *tmp), st, done);
+      }
+    } else if (n->kind == PX_NODE_FC) {
+      size_t j = 0;
+      for (int o = 0; o < n->c_out; o++)
+        for (int i = 0; i < nin; i++) tmp[j++] = c.pv[n->w][(size_t)o * n->c_in + ki[i]];
+      PX_CHECK_GOTO(px_tensor_copy_from_host(px_model_param(cm, n->w)->value, tmp,
+                                             j * sizeof *tmp), st, done);
+      PX_CHECK_GOTO(px_tensor_copy_from_host(px_model_param(cm, n->b)->value, c.pv[n->b],
+                                             (size_t)n->c_out * sizeof *tmp), st, done);
+    }
+  }
+  *out = cm;
+  cm = NULL;
+  st = PX_OK;
+done:
+  px_model_destroy(cm);
+  px_free(widths);
+  px_free(ki);
+  px_free(ko);
+  px_free(tmp);
+  px__cg_free(&c);
+  return st;
+}

@@ -1,0 +1,401 @@
+/* ONNX export of a PruneX model (dense or compact), written with protobuf-c
+ * from the onnx.proto that Debian's libonnx-dev ships (generated into the
+ * build tree at build time; no C++, no ONNX runtime).
+ *
+ * The graph follows the model's nodes one to one: Conv (no bias), then
+ * BatchNormalization (inference form, epsilon 1e-5) and a Relu where the
+ * model fuses one, Add + Relu for the residual joins, GlobalAveragePool +
+ * Flatten, and Gemm (transB) for the classifier. Weights are initializers
+ * under the checkpoint's PyTorch names, as raw little-endian float32. Every
+ * message is allocated from one list freed at the end, so the code builds
+ * the tree without ownership bookkeeping. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "onnx.pb-c.h"
+#include "prunex/export.h"
+#include "px_check.h"
+
+typedef struct {
+  void **ptrs;
+  int n, cap;
+  int failed;
+} px__pool_t;
+
+static void *px__alloc(px__pool_t *p, size_t bytes) {
+  if (p->failed) return NULL;
+  if (p->n == p->cap) {
+    int cap = p->cap ? 2 * p->cap : 256;
+    void **np = px_realloc(p->ptrs, (size_t)cap * sizeof *np, "onnx.pool");
+    if (!np) {
+      p->failed = 1;
+      return NULL;
+    }
+    p->ptrs = np;
+    p->cap = cap;
+  }
+  void *v = px_calloc(1, bytes ? bytes : 1, "onnx.msg");
+  if (!v) {
+    p->failed = 1;
+    return NULL;
+  }
+  p->ptrs[p->n++] = v;
+  return v;
+}
+
+static char *px__str(px__pool_t *p, const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = px__alloc(p, n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+static void px__pool_free(px__pool_t *p) {
+  for (int i = 0; i < p->n; i++) px_free(p->ptrs[i]);
+  px_free(p->ptrs);
+}
+
+/* A growable array of message pointers inside the pool. */
+typedef struct {
+  void **v;
+  size_t n, cap;
+} px__vec_t;
+
+static void px__push(px__pool_t *p, px__vec_t *vec, void *item) {
+  if (!item) p->failed = 1;
+  if (p->failed) return;
+  if (vec->n == vec->cap) {
+    size_t cap = vec->cap ? 2 * vec->cap : 64;
+    void **nv = px__alloc(p, cap * sizeof *nv);
+    if (!nv) return;
+    if (vec->n) memcpy(nv, vec->v, vec->n * sizeof *nv);
+    vec->v = nv;
+    vec->cap = cap;
+  }
+  vec->v[vec->n++] = item;
+}
+
+static Onnx__AttributeProto *px__attr_int(px__pool_t *p, const char *name, int64_t v) {
+  Onnx__AttributeProto *a = px__alloc(p, sizeof *a);
+  if (!a) return NULL;
+  onnx__attribute_proto__init(a);
+  a->name = px__str(p, name);
+  a->has_type = 1;
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+  a->has_i = 1;
+  a->i = v;
+  return a;
+}
+
+static Onnx__AttributeProto *px__attr_float(px__pool_t *p, const char *name, float v) {
+  Onnx__AttributeProto *a = px__alloc(p, sizeof *a);
+  if (!a) return NULL;
+  onnx__attribute_proto__init(a);
+  a->name = px__str(p, name);
+  a->has_type = 1;
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
+  a->has_f = 1;
+  a->f = v;
+  return a;
+}
+
+static Onnx__AttributeProto *px__attr_ints(px__pool_t *p, const char *name, int n, int64_t v) {
+  Onnx__AttributeProto *a = px__alloc(p, sizeof *a);
+  int64_t *ints = px__alloc(p, (size_t)n * sizeof *ints);
+  if (!a || !ints) return NULL;
+  onnx__attribute_proto__init(a);
+  a->name = px__str(p, name);
+  a->has_type = 1;
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+  for (int i = 0; i < n; i++) ints[i] = v;
+  a->n_ints = (size_t)n;
+  a->ints = ints;
+  return a;
+}
+
+/* A node with up to 5 inputs and one output; attributes pushed after. */
+static Onnx__NodeProto *px__node(px__pool_t *p, px__vec_t *nodes, const char *op, const char *name,
+                                 const char *const *in, int nin, const char *out) {
+  Onnx__NodeProto *n = px__alloc(p, sizeof *n);
+  char **ins = px__alloc(p, (size_t)nin * sizeof *ins), **outs = px__alloc(p, sizeof *outs);
+  if (!n || !ins || !outs) return NULL;
+  onnx__node_proto__init(n);
+  n->op_type = px__str(p, op);
+  n->name = px__str(p, name);
+  for (int i = 0; i < nin; i++) ins[i] = px__str(p, in[i]);
+  outs[0] = px__str(p, out);
+  n->n_input = (size_t)nin;
+  n->input = ins;
+  n->n_output = 1;
+  n->output = outs;
+  px__push(p, nodes, n);
+  return n;
+}
+
+static void px__node_attrs(px__pool_t *p, Onnx__NodeProto *n, px__vec_t *attrs) {
+  if (!n || p->failed) return;
+  n->n_attribute = attrs->n;
+  n->attribute = (Onnx__AttributeProto **)attrs->v;
+}
+
+static px_status_t px__initializer(px__pool_t *p, px__vec_t *inits, const char *name,
+                                   const px_tensor_t *t) {
+  Onnx__TensorProto *tp = px__alloc(p, sizeof *tp);
+  int64_t *dims = px__alloc(p, (size_t)t->ndim * sizeof *dims);
+  size_t bytes = px_tensor_numel(t) * sizeof(float);
+  uint8_t *raw = px__alloc(p, bytes);
+  if (!tp || !dims || !raw) return PX_ERR_NOMEM;
+  PX_CHECK(px_tensor_copy_to_host(t, raw, bytes)); /* little-endian hosts only, as safetensors */
+  onnx__tensor_proto__init(tp);
+  for (int d = 0; d < t->ndim; d++) dims[d] = t->dims[d];
+  tp->n_dims = (size_t)t->ndim;
+  tp->dims = dims;
+  tp->has_data_type = 1;
+  tp->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+  tp->name = px__str(p, name);
+  tp->has_raw_data = 1;
+  tp->raw_data.len = bytes;
+  tp->raw_data.data = raw;
+  px__push(p, inits, tp);
+  return p->failed ? PX_ERR_NOMEM : PX_OK;
+}
+
+/* float32 tensor value info with dims (a negative dim is the symbol "N"). */
+static Onnx__ValueInfoProto *px__value_info(px__pool_t *p, const char *name, int nd,
+                                            const int64_t *dims) {
+  Onnx__ValueInfoProto *vi = px__alloc(p, sizeof *vi);
+  Onnx__TypeProto *tp = px__alloc(p, sizeof *tp);
+  Onnx__TypeProto__Tensor *tt = px__alloc(p, sizeof *tt);
+  Onnx__TensorShapeProto *sh = px__alloc(p, sizeof *sh);
+  Onnx__TensorShapeProto__Dimension **dv = px__alloc(p, (size_t)nd * sizeof *dv);
+  if (!vi || !tp || !tt || !sh || !dv) return NULL;
+  onnx__value_info_proto__init(vi);
+  onnx__type_proto__init(tp);
+  onnx__type_proto__tensor__init(tt);
+  onnx__tensor_shape_proto__init(sh);
+  for (int d = 0; d < nd; d++) {
+    Onnx__TensorShapeProto__Dimension *dim = px__alloc(p, sizeof *dim);
+    if (!dim) return NULL;
+    onnx__tensor_shape_proto__dimension__init(dim);
+    if (dims[d] < 0) {
+      dim->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+      dim->dim_param = px__str(p, "N");
+    } else {
+      dim->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+      dim->dim_value = dims[d];
+    }
+    dv[d] = dim;
+  }
+  sh->n_dim = (size_t)nd;
+  sh->dim = dv;
+  tt->has_elem_type = 1;
+  tt->elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+  tt->shape = sh;
+  tp->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+  tp->tensor_type = tt;
+  vi->name = px__str(p, name);
+  vi->type = tp;
+  return vi;
+}
+
+static Onnx__StringStringEntryProto *px__kv(px__pool_t *p, const char *k, const char *v) {
+  Onnx__StringStringEntryProto *e = px__alloc(p, sizeof *e);
+  if (!e) return NULL;
+  onnx__string_string_entry_proto__init(e);
+  e->key = px__str(p, k);
+  e->value = px__str(p, v);
+  return e;
+}
+
+static px_status_t px__write_file(const char *path, const uint8_t *buf, size_t len) {
+  char tmp[1100];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f) return px_set_error(PX_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+  int ok = fwrite(buf, 1, len, f) == len;
+  ok = fflush(f) == 0 && ok;
+  ok = fsync(fileno(f)) == 0 && ok;
+  ok = fclose(f) == 0 && ok;
+  if (!ok || rename(tmp, path) != 0) {
+    int e = errno;
+    unlink(tmp);
+    return px_set_error(PX_ERR_IO, "%s: cannot write: %s", path, strerror(e));
+  }
+  return PX_OK;
+}
+
+px_status_t px_onnx_save(const px_model_t *m, const char *path, const px_onnx_info_t *info) {
+  PX_REQUIRE(m && path && path[0], "px_onnx_save: bad argument");
+  px__pool_t p = {0};
+  px_status_t st = PX_OK;
+  px__vec_t nodes = {0}, inits = {0}, meta = {0};
+  uint8_t *buf = NULL;
+  const px_model_config_t *cfg = px_model_config(m);
+  int nn = px_model_num_nodes(m), na = px_model_num_acts(m);
+  char names[2][64], nm[96];
+  for (int i = 0; i < px_model_num_params(m); i++)
+    PX_CHECK_GOTO(px__initializer(&p, &inits, px_model_param(m, i)->name,
+                                  px_model_param(m, i)->value), st, done);
+  for (int i = 0; i < px_model_num_buffers(m); i++)
+    PX_CHECK_GOTO(px__initializer(&p, &inits, px_model_buffer(m, i)->name,
+                                  px_model_buffer(m, i)->value), st, done);
+  for (int k = 0; k < nn; k++) {
+    px_model_node_t n;
+    PX_CHECK_GOTO(px_model_node(m, k, &n), st, done);
+    /* activation a is "input", "logits" or "t<a>" */
+    const char *in = n.in == 0 ? "input" : (snprintf(names[0], 64, "t%d", n.in), names[0]);
+    char out[64];
+    if (n.out == na - 1) snprintf(out, sizeof out, "logits");
+    else snprintf(out, sizeof out, "t%d", n.out);
+    const char *pn = n.w >= 0 ? px_model_param(m, n.w)->name : "";
+    snprintf(nm, sizeof nm, "%.*s", (int)(strrchr(pn, '.') ? strrchr(pn, '.') - pn : 0), pn);
+    px__vec_t attrs = {0};
+    Onnx__NodeProto *node = NULL;
+    char pre[80];
+    snprintf(pre, sizeof pre, "%s_pre", out);
+    switch (n.kind) {
+      case PX_NODE_CONV: {
+        const char *ins[2] = {in, pn};
+        node = px__node(&p, &nodes, "Conv", nm, ins, 2, out);
+        px__push(&p, &attrs, px__attr_ints(&p, "kernel_shape", 2, n.kernel));
+        px__push(&p, &attrs, px__attr_ints(&p, "strides", 2, n.stride));
+        px__push(&p, &attrs, px__attr_ints(&p, "pads", 4, n.pad));
+        px__push(&p, &attrs, px__attr_ints(&p, "dilations", 2, 1));
+        px__push(&p, &attrs, px__attr_int(&p, "group", 1));
+        px__node_attrs(&p, node, &attrs);
+        break;
+      }
+      case PX_NODE_BN: {
+        const char *ins[5] = {in, pn, px_model_param(m, n.b)->name,
+                              px_model_buffer(m, n.rm)->name, px_model_buffer(m, n.rv)->name};
+        node = px__node(&p, &nodes, "BatchNormalization", nm, ins, 5, n.relu ? pre : out);
+        px__push(&p, &attrs, px__attr_float(&p, "epsilon", 1e-5f));
+        px__push(&p, &attrs, px__attr_float(&p, "momentum", 0.9f));
+        px__node_attrs(&p, node, &attrs);
+        if (n.relu) {
+          const char *r[1] = {pre};
+          snprintf(nm + strlen(nm), sizeof nm - strlen(nm), ".relu");
+          px__node(&p, &nodes, "Relu", nm, r, 1, out);
+        }
+        break;
+      }
+      case PX_NODE_ADD: {
+        snprintf(names[1], 64, "t%d", n.in2);
+        const char *ins[2] = {in, names[1]};
+        snprintf(nm, sizeof nm, "add%d", k);
+        px__node(&p, &nodes, "Add", nm, ins, 2, n.relu ? pre : out);
+        if (n.relu) {
+          const char *r[1] = {pre};
+          snprintf(nm, sizeof nm, "add%d.relu", k);
+          px__node(&p, &nodes, "Relu", nm, r, 1, out);
+        }
+        break;
+      }
+      case PX_NODE_GAP: {
+        const char *ins[1] = {in};
+        px__node(&p, &nodes, "GlobalAveragePool", "avgpool", ins, 1, pre);
+        const char *f[1] = {pre};
+        node = px__node(&p, &nodes, "Flatten", "flatten", f, 1, out);
+        px__push(&p, &attrs, px__attr_int(&p, "axis", 1));
+        px__node_attrs(&p, node, &attrs);
+        break;
+      }
+      case PX_NODE_REORDER: { /* a memory layout change: nothing in ONNX */
+        const char *ins[1] = {in};
+        snprintf(nm, sizeof nm, "layout%d", k);
+        px__node(&p, &nodes, "Identity", nm, ins, 1, out);
+        break;
+      }
+      case PX_NODE_FC: {
+        const char *ins[3] = {in, pn, px_model_param(m, n.b)->name};
+        node = px__node(&p, &nodes, "Gemm", nm, ins, 3, out);
+        px__push(&p, &attrs, px__attr_int(&p, "transB", 1));
+        px__node_attrs(&p, node, &attrs);
+        break;
+      }
+    }
+    if (p.failed) {
+      st = PX_ERR_NOMEM;
+      goto done;
+    }
+  }
+  int64_t in_dims[4] = {-1, cfg->in_channels, cfg->height, cfg->width};
+  int64_t out_dims[2] = {-1, cfg->num_classes};
+  Onnx__ValueInfoProto *vin = px__value_info(&p, "input", 4, in_dims);
+  Onnx__ValueInfoProto *vout = px__value_info(&p, "logits", 2, out_dims);
+  Onnx__ValueInfoProto **vins = px__alloc(&p, sizeof *vins), **vouts = px__alloc(&p, sizeof *vouts);
+  Onnx__GraphProto *g = px__alloc(&p, sizeof *g);
+  Onnx__ModelProto *model = px__alloc(&p, sizeof *model);
+  Onnx__OperatorSetIdProto *ops = px__alloc(&p, sizeof *ops);
+  Onnx__OperatorSetIdProto **opsv = px__alloc(&p, sizeof *opsv);
+  if (p.failed || !vin || !vout) {
+    st = PX_ERR_NOMEM;
+    goto done;
+  }
+  vins[0] = vin;
+  vouts[0] = vout;
+  onnx__graph_proto__init(g);
+  g->name = px__str(&p, cfg->arch);
+  g->n_node = nodes.n;
+  g->node = (Onnx__NodeProto **)nodes.v;
+  g->n_initializer = inits.n;
+  g->initializer = (Onnx__TensorProto **)inits.v;
+  g->n_input = 1;
+  g->input = vins;
+  g->n_output = 1;
+  g->output = vouts;
+  onnx__operator_set_id_proto__init(ops);
+  ops->domain = px__str(&p, "");
+  ops->has_version = 1;
+  ops->version = 13;
+  opsv[0] = ops;
+  onnx__model_proto__init(model);
+  model->has_ir_version = 1;
+  model->ir_version = 7; /* the IR of opset 13 (ONNX 1.8) */
+  model->n_opset_import = 1;
+  model->opset_import = opsv;
+  model->producer_name = px__str(&p, "prunex");
+  model->producer_version = px__str(&p, px_version());
+  model->graph = g;
+  char input_desc[512], widths[64];
+  const char *ds = info && info->dataset ? info->dataset : NULL;
+  if (ds && !strcmp(ds, "fashion-mnist"))
+    snprintf(input_desc, sizeof input_desc,
+             "float32 N x %d x %d x %d: Fashion-MNIST 28x28 uint8 images padded with zero bytes "
+             "to 32x32 (2 pixels each side), then every pixel, padding included, normalised as "
+             "(x/255 - 0.2860)/0.3530, exactly as PruneX's training loader does",
+             cfg->in_channels, cfg->height, cfg->width);
+  else
+    snprintf(input_desc, sizeof input_desc,
+             "float32 N x %d x %d x %d, normalised per channel as (x/255 - mean)/std with the "
+             "data set's mean and std, as PruneX's training loader does (data set: %s)",
+             cfg->in_channels, cfg->height, cfg->width, ds ? ds : "unknown");
+  snprintf(widths, sizeof widths, "%s", cfg->widths ? "compact" : "dense");
+  px__push(&p, &meta, px__kv(&p, "prunex.input", input_desc));
+  px__push(&p, &meta, px__kv(&p, "prunex.output",
+                             "float32 N x classes: logits (no softmax); the class is the argmax"));
+  px__push(&p, &meta, px__kv(&p, "prunex.arch", cfg->arch));
+  px__push(&p, &meta, px__kv(&p, "prunex.model", widths));
+  if (ds) px__push(&p, &meta, px__kv(&p, "prunex.dataset", ds));
+  if (info && info->source) px__push(&p, &meta, px__kv(&p, "prunex.source", info->source));
+  if (p.failed) {
+    st = PX_ERR_NOMEM;
+    goto done;
+  }
+  model->n_metadata_props = meta.n;
+  model->metadata_props = (Onnx__StringStringEntryProto **)meta.v;
+  size_t len = onnx__model_proto__get_packed_size(model);
+  buf = px_malloc(len ? len : 1, "onnx.buf");
+  if (!buf) {
+    st = PX_ERR_NOMEM;
+    goto done;
+  }
+  onnx__model_proto__pack(model, buf);
+  st = px__write_file(path, buf, len);
+done:
+  px_free(buf);
+  px__pool_free(&p);
+  return st;
+}

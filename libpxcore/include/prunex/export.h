@@ -1,0 +1,96 @@
+/* Deployment export of a pruned model: the physically compacted network
+ * (pruned filters and input channels removed), saved as a compact
+ * safetensors checkpoint that PruneX (and PyTorch, from the metadata) loads,
+ * and as an ONNX model for other runtimes.
+ *
+ * Masks are not stored in PruneX checkpoints; they are derived from the
+ * weights, which is exact: a channel is removed only when nothing reads it,
+ * i.e. every convolution (and the FC) that reads the activation has all-zero
+ * weights for it. Channels are decided per "channel group": the activations
+ * joined by per-channel ops (batch norm, ReLU, residual add, pooling) share
+ * one channel index, so a residual stream keeps a channel while any reader
+ * of any tensor of the stream uses it, and loses it in every producing conv,
+ * batch norm and reader at once. A channel whose producing filter is zero
+ * but whose (constant) batch-norm output is still read is either removed by
+ * folding the constant into the running mean of the batch norm after each
+ * reader, when every reader is a 1x1 convolution without padding followed
+ * by a batch norm (exact), or kept (a 3x3 reader with zero padding sees the
+ * constant differently at the border). The compact model computes the same
+ * logits as the masked dense one, up to float rounding.
+ *
+ * The ONNX file (opset 13, IR version 7) has one input "input", float32
+ * [N, C, H, W] normalised exactly as the training loader does (Fashion-MNIST:
+ * the 28x28 bytes padded with zeros to 32x32, then every pixel, padding
+ * included, (x/255 - 0.2860)/0.3530), and one output "logits" [N, classes];
+ * its metadata_props say so ("prunex.input", "prunex.output").
+ *
+ * Everything here runs on the host: the dense model may live on any device
+ * (its values are copied to the host); the compact model is built on the
+ * ops context the caller gives. */
+#ifndef PRUNEX_EXPORT_H
+#define PRUNEX_EXPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "prunex/nn.h"
+#include "prunex/px.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Builds the compact twin of `dense` on ops for `batch` samples (same input
+ * size), with the weights, batch-norm parameters and running statistics of
+ * the kept channels. Caller owns *out (px_model_destroy); the compact model's
+ * config carries its widths (px_model_save writes them as metadata
+ * "widths"). dense is not modified. Fails with PX_ERR_NOMEM, or the errors of
+ * px_model_create and tensor copies. */
+px_status_t px_model_compact(const px_model_t *dense, px_ops_t *ops, int32_t batch,
+                             px_model_t **out);
+
+/* What px_onnx_save writes in metadata_props besides the input and output
+ * descriptions; every field may be NULL. */
+typedef struct {
+  const char *dataset;     /* e.g. "fashion-mnist" (selects the input description) */
+  const char *source;      /* the file the model came from */
+} px_onnx_info_t;
+
+/* Writes m (dense or compact, any device) as an ONNX model to path
+ * (atomically: temporary file + rename). The batch dimension is symbolic
+ * ("N"). Fails with PX_ERR_IO naming the path, PX_ERR_NOMEM. */
+px_status_t px_onnx_save(const px_model_t *m, const char *path, const px_onnx_info_t *info);
+
+/* Result of px_export_file. */
+typedef struct {
+  char compact_path[1024];  /* DIR/<stem>.compact.safetensors */
+  char onnx_path[1024];     /* DIR/<stem>.onnx, "" when not asked */
+  size_t dense_params;      /* parameter elements of the dense model */
+  size_t compact_params;    /* ... of the compact model */
+  uint64_t dense_bytes;     /* file sizes */
+  uint64_t compact_bytes;
+  uint64_t onnx_bytes;
+  char arch[32];
+  char widths[2048];        /* the compact widths, comma-separated (truncated if long) */
+} px_export_report_t;
+
+/* The whole export of a checkpoint file (pxctl export, pxtrain --export):
+ * loads `model_path` (a dense PruneX checkpoint) on the CPU, compacts it,
+ * writes DIR/<stem>.compact.safetensors (stem: the file name without
+ * ".safetensors") and, with onnx != 0, DIR/<stem>.onnx; creates out_dir if
+ * needed. Fills *rep. dataset (may be NULL) names the data set the model was
+ * trained on, for the ONNX input description (NULL: "fashion-mnist" for a
+ * one-channel model, PruneX's only one-channel data set, else unknown). Fails with the loading,
+ * compaction or writing error (naming the file). */
+px_status_t px_export_file(const char *model_path, const char *out_dir, int onnx,
+                           const char *dataset, px_export_report_t *rep);
+
+/* Parameter elements a checkpoint's compact model would have, and the
+ * dense count, without writing anything (for job summaries). */
+px_status_t px_export_count(const char *model_path, size_t *dense_params,
+                            size_t *compact_params);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,212 @@
+#!/usr/bin/python3
+"""Independent checks of a PruneX export (run by tests/test_export_runtimes.c
+with Debian's /usr/bin/python3; none of PruneX's code is used here):
+
+  1. python3-onnx's checker accepts the ONNX file, whose metadata describes
+     the input and the output;
+  2. OpenCV's dnn module runs it on the Fashion-MNIST test set, the
+     images prepared from the IDX files exactly as the metadata says (28x28
+     padded with zero bytes to 32x32, then (x/255 - 0.2860)/0.3530), and gets
+     the accuracy our engine measured within 0.1 point;
+  3. PyTorch loads the compact safetensors (read with numpy: Debian's torch
+     1.13 has no safetensors reader) into a plain torch module built from the
+     file's metadata (arch, widths) and gives our engine's logits on the
+     first test images.
+
+usage: export_check.py ONNX COMPACT.safetensors LOGITS.f32 NLOGITS ACCURACY DATA_DIR [NTEST]
+(NTEST: only the first NTEST test images, default all 10,000)
+Prints one line per check; exits 1 on the first failure.
+"""
+import gzip
+import json
+import struct
+import sys
+
+import numpy as np
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        raw = f.read()
+    magic, = struct.unpack(">I", raw[:4])
+    nd = magic & 0xFF
+    dims = struct.unpack(">" + "I" * nd, raw[4:4 + 4 * nd])
+    return np.frombuffer(raw[4 + 4 * nd:], dtype=np.uint8).reshape(dims)
+
+
+def test_images(data_dir):
+    imgs = read_idx(data_dir + "/t10k-images-idx3-ubyte.gz")
+    labels = read_idx(data_dir + "/t10k-labels-idx1-ubyte.gz").astype(np.int64)
+    padded = np.zeros((imgs.shape[0], 32, 32), dtype=np.uint8)
+    padded[:, 2:30, 2:30] = imgs
+    x = (padded.astype(np.float32) / np.float32(255.0) - np.float32(0.2860)) / np.float32(0.3530)
+    return x[:, None, :, :].astype(np.float32), labels
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n].decode("utf-8"))
+    meta = header.pop("__metadata__", {})
+    data = raw[8 + n:]
+    tensors = {}
+    for name, e in header.items():
+        assert e["dtype"] == "F32", name
+        b, end = e["data_offsets"]
+        tensors[name] = np.frombuffer(data[b:end], dtype="<f4").reshape(e["shape"]).copy()
+    return tensors, meta
+
+
+# arch -> (bottleneck, blocks per stage, base width, bottleneck width factor)
+ARCHS = {
+    "resnet20": (False, [3, 3, 3], 16, 1), "resnet32": (False, [5, 5, 5], 16, 1),
+    "resnet56": (False, [9, 9, 9], 16, 1), "resnet18": (False, [2, 2, 2, 2], 64, 1),
+    "resnet34": (False, [3, 4, 6, 3], 64, 1), "resnet50": (True, [3, 4, 6, 3], 64, 1),
+    "resnet101": (True, [3, 4, 23, 3], 64, 1), "resnet152": (True, [3, 8, 36, 3], 64, 1),
+    "wrn50_2": (True, [3, 4, 6, 3], 64, 2),
+}
+
+
+def build_torch(meta):
+    """A plain torch module with the compact widths, PyTorch names."""
+    import torch
+    from torch import nn
+
+    bottleneck, blocks, base, wf = ARCHS[meta["arch"]]
+    widths = [int(w) for w in meta["widths"].split(",")] if meta.get("widths") else None
+    it = iter(widths) if widths else None
+
+    def width(dense):
+        return next(it) if it else dense
+
+    class Block(nn.Module):
+        def __init__(self, cin, cin_dense, planes, stride):
+            super().__init__()
+            self.bottleneck = bottleneck
+            if not bottleneck:
+                out_dense = planes
+                w1 = width(planes)
+                self.conv1 = nn.Conv2d(cin, w1, 3, stride, 1, bias=False)
+                self.bn1 = nn.BatchNorm2d(w1)
+                w2 = width(planes)
+                self.conv2 = nn.Conv2d(w1, w2, 3, 1, 1, bias=False)
+                self.bn2 = nn.BatchNorm2d(w2)
+                last = w2
+            else:
+                inner, out_dense = planes * wf, planes * 4
+                w1 = width(inner)
+                self.conv1 = nn.Conv2d(cin, w1, 1, 1, 0, bias=False)
+                self.bn1 = nn.BatchNorm2d(w1)
+                w2 = width(inner)
+                self.conv2 = nn.Conv2d(w1, w2, 3, stride, 1, bias=False)
+                self.bn2 = nn.BatchNorm2d(w2)
+                w3 = width(out_dense)
+                self.conv3 = nn.Conv2d(w2, w3, 1, 1, 0, bias=False)
+                self.bn3 = nn.BatchNorm2d(w3)
+                last = w3
+            self.downsample = None
+            if stride != 1 or cin_dense != out_dense:
+                wd = width(out_dense)
+                self.downsample = nn.Sequential(nn.Conv2d(cin, wd, 1, stride, 0, bias=False),
+                                                nn.BatchNorm2d(wd))
+            self.out_c, self.out_dense = last, out_dense
+
+        def forward(self, x):
+            o = torch.relu(self.bn1(self.conv1(x)))
+            if self.bottleneck:
+                o = torch.relu(self.bn2(self.conv2(o)))
+                o = self.bn3(self.conv3(o))
+            else:
+                o = self.bn2(self.conv2(o))
+            s = self.downsample(x) if self.downsample is not None else x
+            return torch.relu(o + s)
+
+    class Net(nn.Module):
+        def __init__(self, in_c, classes):
+            super().__init__()
+            c = width(base)
+            self.conv1 = nn.Conv2d(in_c, c, 3, 1, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(c)
+            cd = base
+            for s, nb in enumerate(blocks):
+                layer = []
+                for b in range(nb):
+                    blk = Block(c, cd, base << s, 2 if s > 0 and b == 0 else 1)
+                    c, cd = blk.out_c, blk.out_dense
+                    layer.append(blk)
+                setattr(self, "layer%d" % (s + 1), nn.Sequential(*layer))
+            self.fc = nn.Linear(c, classes)
+
+        def forward(self, x):
+            x = torch.relu(self.bn1(self.conv1(x)))
+            for s in range(len(blocks)):
+                x = getattr(self, "layer%d" % (s + 1))(x)
+            return self.fc(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+    return Net(int(meta["in_channels"]), int(meta["num_classes"]))
+
+
+def main():
+    onnx_path, st_path, logits_path, nlogits, acc, data_dir = sys.argv[1:7]
+    nlogits, acc = int(nlogits), float(acc)
+    x, labels = test_images(data_dir)
+    if len(sys.argv) > 7:
+        x, labels = x[:int(sys.argv[7])], labels[:int(sys.argv[7])]
+
+    import onnx
+    model = onnx.load(onnx_path)
+    onnx.checker.check_model(model, full_check=True)
+    props = {p.key: p.value for p in model.metadata_props}
+    if "0.2860" not in props.get("prunex.input", "") or "logits" not in props.get("prunex.output", ""):
+        sys.exit("onnx: metadata_props do not describe the input and output: %r" % props)
+    opset = max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    print("onnx checker: ok (opset %d, %d nodes, %d initializers)" %
+          (opset, len(model.graph.node), len(model.graph.initializer)))
+    if opset < 13:
+        sys.exit("onnx: opset %d < 13" % opset)
+
+    import cv2
+    net = cv2.dnn.readNetFromONNX(onnx_path)
+    net.setPreferableBackend(cv2.dnn.DNN_BACKEND_OPENCV)
+    correct, cv_logits = 0, []
+    for i in range(0, x.shape[0], 500):
+        net.setInput(x[i:i + 500])
+        out = net.forward()
+        if i == 0:
+            cv_logits = out[:nlogits]
+        correct += int((out.argmax(1) == labels[i:i + 500]).sum())
+    cv_acc = 100.0 * correct / x.shape[0]
+    print("opencv dnn: accuracy %.2f%% on %d images (our engine %.2f%%)" % (cv_acc, x.shape[0], acc))
+    if abs(cv_acc - acc) > 0.1:
+        sys.exit("opencv accuracy differs from our engine's by more than 0.1 point")
+
+    ours = np.fromfile(logits_path, dtype="<f4").reshape(nlogits, -1)
+    import torch
+    tensors, meta = read_safetensors(st_path)
+    net_t = build_torch(meta)
+    sd = net_t.state_dict()
+    missing = [k for k in sd if not k.endswith("num_batches_tracked") and k not in tensors]
+    extra = [k for k in tensors if k not in sd]
+    if missing or extra:
+        sys.exit("torch: names differ: missing %s, extra %s" % (missing[:5], extra[:5]))
+    for k in tensors:
+        if tuple(sd[k].shape) != tensors[k].shape:
+            sys.exit("torch: %s is %s in the file, %s in the module built from the metadata" %
+                     (k, tensors[k].shape, tuple(sd[k].shape)))
+    net_t.load_state_dict({k: torch.from_numpy(v) for k, v in tensors.items()}, strict=False)
+    net_t.eval()
+    with torch.no_grad():
+        tl = net_t(torch.from_numpy(x[:nlogits])).numpy()
+    scale = 1.0 + float(np.abs(ours).max())
+    d_torch = float(np.abs(tl - ours).max())
+    d_cv = float(np.abs(cv_logits - ours).max())
+    print("torch: %d tensor elements, max |logit diff| vs our engine %.3g (opencv %.3g), scale %.3g" %
+          (sum(v.size for v in tensors.values()), d_torch, d_cv, scale))
+    if d_torch > 1e-3 * scale or d_cv > 1e-3 * scale:
+        sys.exit("logits differ from our engine's")
+    print("all checks passed")
+
+
+if __name__ == "__main__":
+    main()
