@@ -175,8 +175,10 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "                           \"text\"}]} (not with --follow)\n",
      OPT_COORD | OPT_JSON | OPT_RANK | OPT_FOLLOW | OPT_WORK_DIR, 1, pxctl_cmd_logs},
     {"watch", "JOB", "live progress until the job ends",
-     "Follows the job with WatchJob and draws a progress bar. Exit status 0 when the\n"
-     "job SUCCEEDED, 1 when it failed or was cancelled (or the coordinator went away).\n\n"
+     "Follows the job with WatchJob and draws a progress bar. A coordinator that\n"
+     "restarts or cannot be reached is waited for (reconnecting, up to 15 minutes).\n"
+     "Exit status 0 when the job SUCCEEDED, 1 when it failed or was cancelled (or\n"
+     "the coordinator stayed away).\n\n"
      COMMON_HELP "  --json                   no bar; the final job as `status --json`\n",
      OPT_COORD | OPT_JSON, 1, pxctl_cmd_watch},
     {"run", "SPEC.yaml", "run a job on this machine (private coordinator and agents)",

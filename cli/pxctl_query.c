@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +14,8 @@
 #include "pxctl.h"
 
 #define PXCTL_DEADLINE_MS 10000
+/* pxctl watch waits this long for a coordinator that went away. */
+#define PXCTL_WATCH_RECONNECT_MS (15 * 60 * 1000)
 
 /* ---- connection and errors ---------------------------------------------- */
 
@@ -972,7 +975,32 @@ int pxctl_cmd_watch(pxctl_opts_t *o) {
   void *holder = NULL;
   const Prunex__V1__Job *fin = NULL;
   int rc = PXCTL_EXIT_OK;
-  if (pxctl_watch(ch, o->pos[0], o->json ? NULL : stdout, NULL, NULL, &holder, &fin) != PX_OK) {
+  /* A coordinator that goes away (a restart, an outage) is waited for: the
+   * stream is opened again, with a backoff, for PXCTL_WATCH_RECONNECT_MS. */
+  px_status_t st;
+  int64_t lost_at = 0, pause = 200;
+  while ((st = pxctl_watch(ch, o->pos[0], o->json ? NULL : stdout, NULL, NULL, &holder, &fin)) !=
+         PX_OK) {
+    px_rpc_code_t code = px_rpc_last_code();
+    int retryable = code == PX_RPC_UNAVAILABLE || code == PX_RPC_DEADLINE_EXCEEDED ||
+                    code == PX_RPC_CANCELLED || code == PX_RPC_INTERNAL || code == PX_RPC_UNKNOWN;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    if (!lost_at) lost_at = now;
+    if (!retryable || now - lost_at > PXCTL_WATCH_RECONNECT_MS) break;
+    fprintf(stderr, "pxctl: watch %s: the coordinator at %s is unreachable (%s); reconnecting\n",
+            o->pos[0], o->coordinator, px_last_error());
+    px_rpc_message_free(holder);
+    holder = NULL;
+    px_rpc_channel_destroy(ch);
+    struct timespec d = {pause / 1000, (long)(pause % 1000) * 1000000L};
+    nanosleep(&d, NULL);
+    pause = pause * 2 > 5000 ? 5000 : pause * 2;
+    ch = pxctl_connect(o);
+    if (!ch) return PXCTL_EXIT_FAIL;
+  }
+  if (st != PX_OK) {
     rc = pxctl_rpc_fail(ch, o->pos[0]);
   } else if (o->json) {
     pxctl_json_t j;

@@ -28,6 +28,8 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <fcntl.h>
+#include <spawn.h>
 
 #include "agent_harness.h"
 
@@ -435,6 +437,20 @@ static void test_job_survives_a_long_coordinator_outage(void **state) {
   submit_long_job(job, sizeof job);
   int port = F->d.port;
   int i0 = job_iteration(job);
+  /* pxctl watch follows the job across the outage. */
+  char wout[400], werr[400];
+  snprintf(wout, sizeof wout, "%s/watch.out", F->d.dir);
+  snprintf(werr, sizeof werr, "%s/watch.err", F->d.dir);
+  const char *wargv[] = {PX_BINARY_DIR "/cli/pxctl", "--coordinator", F->d.target, "watch", job,
+                         NULL};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, wout, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, werr, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t watcher = -1;
+  assert_int_equal(posix_spawn(&watcher, wargv[0], &fa, NULL, (char *const *)wargv, environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  pxt_sleep_ms(1000);
   pxt_coordd_stop(&F->d, SIGKILL);
   int64_t t0 = pxt_now_ms();
   while (pxt_now_ms() - t0 < outage) {
@@ -452,6 +468,17 @@ static void test_job_survives_a_long_coordinator_outage(void **state) {
   assert_int_equal(px_rpc_cancel_job(F->ch, job, "test over", 0, &cr), PX_OK);
   px_rpc_message_free(cr);
   if (wait_workers_gone(15000) < 0) fail_with_logs("the workers outlived the cancel");
+  /* the watcher reconnected and saw the job end */
+  int ws = pxt_wait_pid(watcher, 30000);
+  if (ws == -1) kill(watcher, SIGKILL);
+  char wo[8192], we[8192];
+  FILE *fo = fopen(wout, "r"), *fe = fopen(werr, "r");
+  size_t no = fo ? fread(wo, 1, sizeof wo - 1, fo) : 0, ne = fe ? fread(we, 1, sizeof we - 1, fe) : 0;
+  wo[no] = we[ne] = '\0';
+  if (fo) fclose(fo);
+  if (fe) fclose(fe);
+  if (ws == -1 || !strstr(wo, "CANCELLED") || !strstr(we, "reconnecting"))
+    fail_msg("pxctl watch across the outage: status %d\nstdout: %s\nstderr: %s", ws, wo, we);
 
   /* A short job that ends during the outage. */
   pxt_job_t j;

@@ -356,6 +356,10 @@ static void test_failed_rank_fails_the_job_and_cancels_the_other_nodes(void **st
   assert_int_equal(j->state, JS(FAILED));
   assert_non_null(strstr(j->reason, "signal 9"));
   px_rpc_message_free(j);
+  /* the agents' streams stay open until here: a node whose agent has gone
+   * is not offered to the second job */
+  px_rpc_stream_destroy(sa);
+  px_rpc_stream_destroy(sb);
 }
 
 /* ---- CancelJob -------------------------------------------------------------------- */
