@@ -171,6 +171,34 @@ static void test_small_job_succeeds(void **state) {
   assert_non_null(jj->summary);
   assert_string_equal(jj->summary->model_path, model);
   px_rpc_message_free(jj);
+  /* pxctl export JOB: the coordinator's summary says where the model is;
+   * the compact safetensors and ONNX files are written */
+  char xdir[400], xout[460], xerr[460];
+  snprintf(xdir, sizeof xdir, "%s/export-%s", F->d.dir, job);
+  snprintf(xout, sizeof xout, "%s.out", xdir);
+  snprintf(xerr, sizeof xerr, "%s.err", xdir);
+  const char *xargv[] = {PX_BINARY_DIR "/cli/pxctl", "--coordinator", F->d.target, "export", job,
+                         "--out", xdir, "--onnx", "--json", NULL};
+  posix_spawn_file_actions_t xfa;
+  posix_spawn_file_actions_init(&xfa);
+  posix_spawn_file_actions_addopen(&xfa, 1, xout, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&xfa, 2, xerr, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t xp = -1;
+  assert_int_equal(posix_spawn(&xp, xargv[0], &xfa, NULL, (char *const *)xargv, environ), 0);
+  posix_spawn_file_actions_destroy(&xfa);
+  int xs = pxt_wait_pid(xp, 120000);
+  if (xs == -1) kill(xp, SIGKILL);
+  if (xs == -1 || !WIFEXITED(xs) || WEXITSTATUS(xs) != 0) {
+    pxt_dump_file(xout);
+    pxt_dump_file(xerr);
+    fail_msg("pxctl export %s failed (status %d)", job, xs);
+  }
+  assert_true(pxt_file_contains(xout, "\"compact_params\""));
+  char xf[600];
+  snprintf(xf, sizeof xf, "%s/model.compact.safetensors", xdir);
+  assert_true(pxt_file_exists(xf, 1000));
+  snprintf(xf, sizeof xf, "%s/model.onnx", xdir);
+  assert_true(pxt_file_exists(xf, 1000));
   snprintf(log0, sizeof log0, "%s/jobs/%s/rank-0.log", F->a[0].work, job);
   char line[128];
   snprintf(line, sizeof line, "job %s: hsadmm resnet20, %d iterations", job, iterations);
