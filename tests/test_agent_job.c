@@ -128,6 +128,23 @@ static void submit_long_job(char *job, size_t cap) {
   if (workers_alive() != NODES * WORKERS) fail_with_logs("not every worker is running");
 }
 
+/* Starts pxctl with args (NULL-terminated, pxctl itself excluded), stdout
+ * and stderr to the files out and err; its pid. */
+static pid_t spawn_pxctl(const char *const *args, const char *out, const char *err) {
+  const char *argv[16] = {PX_BINARY_DIR "/cli/pxctl"};
+  int n = 1;
+  for (int i = 0; args[i] && n < 15; i++) argv[n++] = args[i];
+  argv[n] = NULL;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ) != 0) pid = -1;
+  posix_spawn_file_actions_destroy(&fa);
+  return pid;
+}
+
 static void test_small_job_succeeds(void **state) {
   (void)state;
   pxt_job_t j;
@@ -177,15 +194,10 @@ static void test_small_job_succeeds(void **state) {
   snprintf(xdir, sizeof xdir, "%s/export-%s", F->d.dir, job);
   snprintf(xout, sizeof xout, "%s.out", xdir);
   snprintf(xerr, sizeof xerr, "%s.err", xdir);
-  const char *xargv[] = {PX_BINARY_DIR "/cli/pxctl", "--coordinator", F->d.target, "export", job,
-                         "--out", xdir, "--onnx", "--json", NULL};
-  posix_spawn_file_actions_t xfa;
-  posix_spawn_file_actions_init(&xfa);
-  posix_spawn_file_actions_addopen(&xfa, 1, xout, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&xfa, 2, xerr, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t xp = -1;
-  assert_int_equal(posix_spawn(&xp, xargv[0], &xfa, NULL, (char *const *)xargv, environ), 0);
-  posix_spawn_file_actions_destroy(&xfa);
+  const char *xargs[] = {"--coordinator", F->d.target, "export", job, "--out", xdir, "--onnx",
+                         "--json", NULL};
+  pid_t xp = spawn_pxctl(xargs, xout, xerr);
+  assert_true(xp > 0);
   int xs = pxt_wait_pid(xp, 120000);
   if (xs == -1) kill(xp, SIGKILL);
   if (xs == -1 || !WIFEXITED(xs) || WEXITSTATUS(xs) != 0) {
@@ -469,15 +481,9 @@ static void test_job_survives_a_long_coordinator_outage(void **state) {
   char wout[400], werr[400];
   snprintf(wout, sizeof wout, "%s/watch.out", F->d.dir);
   snprintf(werr, sizeof werr, "%s/watch.err", F->d.dir);
-  const char *wargv[] = {PX_BINARY_DIR "/cli/pxctl", "--coordinator", F->d.target, "watch", job,
-                         NULL};
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, wout, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, werr, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t watcher = -1;
-  assert_int_equal(posix_spawn(&watcher, wargv[0], &fa, NULL, (char *const *)wargv, environ), 0);
-  posix_spawn_file_actions_destroy(&fa);
+  const char *wargs[] = {"--coordinator", F->d.target, "watch", job, NULL};
+  pid_t watcher = spawn_pxctl(wargs, wout, werr);
+  assert_true(watcher > 0);
   pxt_sleep_ms(1000);
   pxt_coordd_stop(&F->d, SIGKILL);
   int64_t t0 = pxt_now_ms();
