@@ -345,6 +345,9 @@ static int submit_job(px_rpc_channel_t *ch) {
   return -1;
 }
 
+static px_rpc_stream_t *rank0_stream;     /* token mode: kept open, see rank0_secret */
+static px_rpc_channel_t *rank0_stream_ch;
+
 /* Token mode: the secret of rank 0, from the assignment stream of the node
  * that holds it (what pxagent receives and hands to pxworker), into out.
  * 0 or -1. */
@@ -374,8 +377,11 @@ static int rank0_secret(px_rpc_channel_t *user, char *out, size_t cap) {
       }
   }
   px_rpc_message_free(as);
-  px_rpc_stream_destroy(s);
-  px_rpc_channel_destroy(nch);
+  /* The stream stays open for the run, as its agent's would: the
+   * coordinator takes a node whose assignment stream closes (and stays
+   * closed) for lost, and fails its job. The process exit closes it. */
+  rank0_stream = s;
+  rank0_stream_ch = nch;
   return rc;
 }
 
