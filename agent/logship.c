@@ -87,7 +87,7 @@ static pxa_ship_t pxa_logship_chunk(pxa_agent_t *ag, px_rpc_channel_t **ch, pxa_
   px_status_t st = *ch ? PX_OK : px_rpc_channel_create(ag->cfg.coordinator, ch);
   if (st == PX_OK) st = px_rpc_append_rank_log(*ch, &req, 5000, &resp);
   if (st != PX_OK) {
-    if (!pxa_rpc_retryable()) {
+    if (!px_rpc_last_retryable()) {
       px_log(PX_LOG_WARN, "job %s: the coordinator refused rank %d's log: %s", l->job_id,
              l->rank, px_last_error());
       return SHIP_DROP;

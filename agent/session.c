@@ -356,7 +356,7 @@ static void *pxa_reporter_main(void *arg) {
     if (st == PX_OK) {
       px_log(PX_LOG_INFO, "job %s: reported the exit of rank %d", e->job_id, e->rank);
       drop = 1;
-    } else if (!pxa_rpc_retryable()) {
+    } else if (!px_rpc_last_retryable()) {
       px_log(PX_LOG_WARN, "job %s: the coordinator refused the exit report of rank %d: %s",
              e->job_id, e->rank, px_last_error());
       drop = 1;

@@ -159,12 +159,6 @@ size_t pxa_file_tail(const char *path, char *buf, size_t cap) {
   return n;
 }
 
-int pxa_rpc_retryable(void) {
-  px_rpc_code_t c = px_rpc_last_code();
-  return c == PX_RPC_UNAVAILABLE || c == PX_RPC_DEADLINE_EXCEEDED || c == PX_RPC_CANCELLED ||
-         c == PX_RPC_INTERNAL || c == PX_RPC_RESOURCE_EXHAUSTED;
-}
-
 int pxa_cpu_count(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)n : 1;

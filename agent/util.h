@@ -30,13 +30,6 @@ px_status_t pxa_write_file(const char *path, const void *data, size_t len);
  * (NUL-terminated; "" when the file cannot be read). Returns the length. */
 size_t pxa_file_tail(const char *path, char *buf, size_t cap);
 
-/* 1 when the last failed control-plane call of this thread is worth
- * retrying: the coordinator was unreachable, restarting, slow or briefly
- * unable to serve (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, INTERNAL,
- * RESOURCE_EXHAUSTED); 0 when it refused the request or the call failed
- * locally. */
-int pxa_rpc_retryable(void);
-
 /* Online processors (at least 1). */
 int pxa_cpu_count(void);
 

@@ -591,7 +591,7 @@ static px_status_t pxw_report(pxw_t *w, const Prunex__V1__IterationReport *rep,
       int deadline = left > 10000 ? 10000 : left > 500 ? (int)left : 500;
       st = px_rpc_report_iteration(w->ch, rep, deadline, dec);
       if (st == PX_OK) return PX_OK;
-      if (!pxa_rpc_retryable()) return st;
+      if (!px_rpc_last_retryable()) return st;
     }
     if (pxa_now_ms() + pause >= end) return st;
     px_log(PX_LOG_WARN, "job %s: iteration %d: report failed (%s); retrying", w->a.job,
@@ -711,7 +711,7 @@ static int pxw_flush(pxw_t *w, int64_t until_ms) {
     px_status_t st = px_rpc_call_raw(w->ch, PX_RPC_REPORT_ITERATION, q->data, q->len, 2000, &resp,
                                      &rlen);
     px_free(resp);
-    if (st != PX_OK && pxa_rpc_retryable()) {
+    if (st != PX_OK && px_rpc_last_retryable()) {
       px_rpc_channel_destroy(w->ch);
       w->ch = NULL;
       if (pxa_now_ms() >= until_ms) return 0;
@@ -765,7 +765,7 @@ static px_status_t pxw_control(void *ctx, const px_iteration_t *it, px_hsadmm_de
    * earlier one. */
   px_status_t st = PX_ERR_IO;
   if (!w->queue || pxw_flush(w, pxa_now_ms() + 2000)) st = pxw_report(w, &rep, &dec);
-  if (st != PX_OK && w->queue == NULL && !pxa_rpc_retryable())
+  if (st != PX_OK && w->queue == NULL && !px_rpc_last_retryable())
     return px_set_error(st, "job %s: iteration %d: the coordinator at %s refused the report: %s",
                         w->a.job, it->iteration, w->a.coordinator, px_last_error());
   if (st != PX_OK) {

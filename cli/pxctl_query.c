@@ -981,9 +981,7 @@ int pxctl_cmd_watch(pxctl_opts_t *o) {
   int64_t lost_at = 0, pause = 200;
   while ((st = pxctl_watch(ch, o->pos[0], o->json ? NULL : stdout, NULL, NULL, &holder, &fin)) !=
          PX_OK) {
-    px_rpc_code_t code = px_rpc_last_code();
-    int retryable = code == PX_RPC_UNAVAILABLE || code == PX_RPC_DEADLINE_EXCEEDED ||
-                    code == PX_RPC_CANCELLED || code == PX_RPC_INTERNAL || code == PX_RPC_UNKNOWN;
+    int retryable = px_rpc_last_retryable();
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;

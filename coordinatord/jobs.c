@@ -674,20 +674,27 @@ void coord_rpc_watch_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, v
   coord_arena_free(&a);
 }
 
-/* Answers PERMISSION_DENIED (or INTERNAL) and returns 0 unless the caller
- * may manage the job (its owner, or an admin). */
-static int coord_job_owner_check(coord_t *c, px_rpc_srv_call_t *call, const char *job_id,
-                                 const char *what) {
+/* The job a CancelJob or DeleteJob names, for a caller who wants to `what`
+ * it: 1 with its state when it exists and the caller may manage it (its
+ * owner, or an admin); else the call is answered (NOT_FOUND,
+ * PERMISSION_DENIED or INTERNAL) and 0 returned. One query. */
+static int coord_job_to_manage(coord_t *c, px_rpc_srv_call_t *call, const char *job_id,
+                               const char *what, int *state) {
   px_store_stmt_t *st;
-  px_status_t rc = px_store_stmt(c->db, "SELECT owner FROM jobs WHERE job_id = ?1", &st);
+  px_status_t rc = px_store_stmt(c->db, "SELECT owner, state FROM jobs WHERE job_id = ?1", &st);
   if (rc == PX_OK) rc = px_store_bind_text(st, 1, job_id);
   if (rc == PX_OK) rc = px_store_step(st);
   if (rc < 0) {
     coord_fail_internal(c, call);
     return 0;
   }
-  char owner[COORD_NAME_MAX] = "";
-  if (rc == 1) snprintf(owner, sizeof owner, "%s", px_store_column_text(st, 0));
+  if (rc == 0) {
+    px_rpc_srv_finish(call, PX_RPC_NOT_FOUND, "job %s not found", job_id);
+    return 0;
+  }
+  char owner[COORD_NAME_MAX];
+  snprintf(owner, sizeof owner, "%s", px_store_column_text(st, 0));
+  *state = (int)px_store_column_int64(st, 1);
   px_store_reset(st);
   if (coord_auth_may_manage(&c->who, owner)) return 1;
   px_rpc_srv_finish(call, PX_RPC_PERMISSION_DENIED,
@@ -704,16 +711,8 @@ void coord_rpc_delete_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, 
   if (!coord_need_job_id(call, r->job_id)) return;
   coord_arena_t a;
   coord_arena_init(&a);
-  int found = 0, state = 0;
-  if (coord_job_lookup(c, &a, r->job_id, &found, &state, NULL) != PX_OK) {
-    coord_fail_internal(c, call);
-    goto out;
-  }
-  if (!found) {
-    px_rpc_srv_finish(call, PX_RPC_NOT_FOUND, "job %s not found", r->job_id);
-    goto out;
-  }
-  if (!coord_job_owner_check(c, call, r->job_id, "delete")) goto out;
+  int state = 0;
+  if (!coord_job_to_manage(c, call, r->job_id, "delete", &state)) goto out;
   if (!coord_job_terminal(state)) {
     px_rpc_srv_finish(call, PX_RPC_FAILED_PRECONDITION,
                       "job %s is %s: cancel it first (pxctl cancel), then delete it", r->job_id,
@@ -777,16 +776,8 @@ void coord_rpc_cancel_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, 
   if (!coord_need_job_id(call, r->job_id)) return;
   coord_arena_t a;
   coord_arena_init(&a);
-  int found = 0, state = 0;
-  if (coord_job_lookup(c, &a, r->job_id, &found, &state, NULL) != PX_OK) {
-    coord_fail_internal(c, call);
-    goto out;
-  }
-  if (!found) {
-    px_rpc_srv_finish(call, PX_RPC_NOT_FOUND, "job %s not found", r->job_id);
-    goto out;
-  }
-  if (!coord_job_owner_check(c, call, r->job_id, "cancel")) goto out;
+  int state = 0;
+  if (!coord_job_to_manage(c, call, r->job_id, "cancel", &state)) goto out;
   if (coord_job_terminal(state)) {
     px_rpc_srv_finish(call, PX_RPC_FAILED_PRECONDITION, "job %s has already finished (%s)",
                       r->job_id, px_rpc_job_state_name(state));

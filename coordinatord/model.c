@@ -343,13 +343,13 @@ px_status_t coord_job_release_nodes(coord_t *c, const char *job_id, const char *
   PX_CHECK_GOTO(px_store_bind_text(st, 1, job_id), rc, out);
   PX_CHECK_GOTO(px_store_run(st), rc, out);
   /* A node whose agent has gone is never offered again as READY. */
-  for (size_t i = 0; i < n; i++)
-    if (states[i] == NS_BUSY)
-      PX_CHECK_GOTO(coord_node_set_state(c, ids[i], NS_BUSY,
-                                         coord_agent_is_gone(c, ids[i]) ? NS_LOST : NS_READY,
-                                         coord_agent_is_gone(c, ids[i]) ? "its agent disconnected"
-                                                                        : reason),
-                    rc, out);
+  for (size_t i = 0; i < n; i++) {
+    if (states[i] != NS_BUSY) continue;
+    int gone = coord_agent_is_gone(c, ids[i]);
+    PX_CHECK_GOTO(coord_node_set_state(c, ids[i], NS_BUSY, gone ? NS_LOST : NS_READY,
+                                       gone ? "its agent disconnected" : reason),
+                  rc, out);
+  }
   rc = PX_OK;
 out:
   coord_arena_free(&a);

@@ -11,6 +11,12 @@
 static _Thread_local px_rpc_code_t px__last_code = PX_RPC_OK;
 
 px_rpc_code_t px_rpc_last_code(void) { return px__last_code; }
+
+int px_rpc_last_retryable(void) {
+  px_rpc_code_t c = px__last_code;
+  return c == PX_RPC_UNAVAILABLE || c == PX_RPC_DEADLINE_EXCEEDED || c == PX_RPC_CANCELLED ||
+         c == PX_RPC_INTERNAL || c == PX_RPC_RESOURCE_EXHAUSTED;
+}
 void px__rpc_set_last_code(px_rpc_code_t code) { px__last_code = code; }
 
 const char *px_rpc_code_name(px_rpc_code_t code) {

@@ -62,6 +62,12 @@ px_status_t px_rpc_code_status(px_rpc_code_t code);
  * PX_RPC_UNKNOWN when the call failed locally before reaching gRPC. */
 px_rpc_code_t px_rpc_last_code(void);
 
+/* 1 when the last call on this thread failed in a way worth retrying: the
+ * server was unreachable, restarting, slow or briefly unable to serve
+ * (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, INTERNAL, RESOURCE_EXHAUSTED);
+ * 0 after a success, a refusal, or a call that failed locally. */
+int px_rpc_last_retryable(void);
+
 /* Frees a message returned by this API; NULL is a no-op. */
 void px_rpc_message_free(void *msg);
 
