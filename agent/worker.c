@@ -93,6 +93,8 @@ typedef struct {
   pxw_queued_t *queue, **queue_tail;
   size_t queue_n, queue_bytes;
   int64_t outage_since_ms;     /* 0: the coordinator answers */
+  int attempt;                 /* $PRUNEX_ATTEMPT: 1, 2, ... (issue 14) */
+  char checkpoint_dir[4200];   /* <work-dir>/jobs/<job>/checkpoints */
 } pxw_t;
 
 static void pxw_usage(FILE *f) {
@@ -365,6 +367,13 @@ static px_status_t pxw_strategy_config(const pxw_t *w, px_trainer_t *t, px_strat
   c->bucket_bytes = (size_t)s->comm->bucket_bytes;
   /* the last iteration is always tested; 0 is an unset field (1) */
   c->eval_every = s->train->eval_every > 0 ? s->train->eval_every : 1;
+  /* checkpoints: in the job's directory on this node, which the attempts
+   * of the job share (issue 14) */
+  if (s->recovery && s->recovery->checkpoint_every > 0) {
+    c->checkpoint_dir = w->checkpoint_dir;
+    c->checkpoint_every = s->recovery->checkpoint_every;
+    c->checkpoint_keep = s->recovery->keep;
+  }
   return PX_OK;
 }
 
@@ -908,6 +917,12 @@ static int pxw_run(pxw_t *w) {
   }
   w->timeout_ms = w->spec->comm->timeout_ms > 0 ? w->spec->comm->timeout_ms
                                                  : PX_COMM_DEFAULT_TIMEOUT_MS;
+  const char *att = getenv("PRUNEX_ATTEMPT");
+  w->attempt = att && atoi(att) > 0 ? atoi(att) : 1;
+  snprintf(w->checkpoint_dir, sizeof w->checkpoint_dir, "%s/jobs/%s/checkpoints", a->work_dir,
+           a->job);
+  if (w->attempt > 1)
+    px_log(PX_LOG_INFO, "job %s: rank %d: attempt %d", a->job, a->rank, w->attempt);
   char mpath[4200];
   if (a->metrics_db) snprintf(mpath, sizeof mpath, "%s", a->metrics_db);
   else snprintf(mpath, sizeof mpath, "%s/metrics.db", a->work_dir);
@@ -948,7 +963,10 @@ static int pxw_run(pxw_t *w) {
   PX_CHECK_GOTO(pxw_parse_leaders(a, leaders), st, fail);
   PX_CHECK_GOTO(px_kv_open_coordinator(a->coordinator, a->job, &kv), st, fail);
   char prefix[300];
-  snprintf(prefix, sizeof prefix, "job/%s/comm", a->job);
+  /* each attempt meets under its own keys: nothing of an earlier one's
+   * rendezvous can be mistaken for this one's */
+  if (w->attempt > 1) snprintf(prefix, sizeof prefix, "job/%s/a%d/comm", a->job, w->attempt);
+  else snprintf(prefix, sizeof prefix, "job/%s/comm", a->job);
   px_comm_opts_t co;
   px_comm_opts_default(&co);
   co.timeout_ms = w->timeout_ms;

@@ -32,6 +32,7 @@
 #include "prunex/cuda_kernels.h"
 #include "prunex/strategy.h"
 #include "px_check.h"
+#include "strategy/px_resume.h"
 
 const char *px_strategy_name(px_strategy_kind_t k) {
   switch (k) {
@@ -78,6 +79,10 @@ typedef struct {
   uint8_t *h_mask;          /* [all masks] the frozen masks, host side */
   px_tensor_t d_mask;       /* the same on the model's device */
   size_t *moff;             /* [np] offset of parameter i's mask in d_mask */
+  /* checkpoints (issue 14) */
+  px_resume_t *rs;
+  int64_t ck[8];            /* last iteration done, trainer position [3], bytes [3], stop */
+  double ckf[2];            /* test loss, test accuracy */
   /* the iteration being reported, for the H-SADMM control adapter */
   px_iteration_t it;
   px_strategy_control_fn control;
@@ -477,7 +482,83 @@ static px_status_t px__setup(px__run_t *r) {
   return PX_OK;
 }
 
+/* ---- checkpoints (issue 14) ------------------------------------------------------- */
+
+/* Lists the run's state for px_resume. H-SADMM's local models, momentum
+ * and duals are each rank's own; the baselines' model and momentum are the
+ * same on every rank (one averaged update), Top-K's residuals are not. */
+static px_status_t px__resume_setup(px__run_t *r) {
+  const px_strategy_config_t *c = r->cfg;
+  PX_CHECK(px_resume_create(r->comm, c->checkpoint_dir, c->checkpoint_keep ? c->checkpoint_keep : 2,
+                            &r->rs));
+  px_rs_scope_t model = r->hs ? PX_RS_RANK : PX_RS_GLOBAL;
+  PX_CHECK(px_resume_add(r->rs, "run.scalars", PX_RS_GLOBAL, PX_ST_I64, r->ck, sizeof r->ck));
+  PX_CHECK(px_resume_add(r->rs, "run.figures", PX_RS_GLOBAL, PX_ST_F64, r->ckf, sizeof r->ckf));
+  PX_CHECK(px_resume_add_tensor(r->rs, "model.params", model,
+                                (px_tensor_t *)px_model_flat_params(r->m)));
+  if (px_model_num_buffers(r->m) > 0) /* averaged over the ranks every iteration */
+    PX_CHECK(px_resume_add_tensor(r->rs, "model.buffers", PX_RS_GLOBAL,
+                                  (px_tensor_t *)px_model_flat_buffers(r->m)));
+  for (int i = 0; i < r->np; i++) {
+    char name[96];
+    snprintf(name, sizeof name, "sgd.momentum.%d", i);
+    px_tensor_t *mom = px_sgd_momentum(r->sgd, i);
+    if (mom && px_tensor_plain_bytes(mom) > 0) PX_CHECK(px_resume_add_tensor(r->rs, name, model, mom));
+  }
+  if (r->hs) PX_CHECK(px_hsadmm_resume_items(r->h, r->rs));
+  if (r->err) {
+    PX_CHECK(px_resume_add(r->rs, "topk.residual", PX_RS_RANK, PX_ST_F32, r->err,
+                           r->numel * sizeof(float)));
+    PX_CHECK(px_resume_add(r->rs, "topk.rng", PX_RS_RANK, PX_ST_U64, &r->rng, sizeof r->rng));
+  }
+  return PX_OK;
+}
+
+/* Resumes from the newest checkpoint every rank can read; *first: the
+ * iteration to run next. */
+static px_status_t px__resume(px__run_t *r, px_strategy_result_t *res, int *first) {
+  int R, node_fresh, rank_fresh;
+  *first = 0;
+  res->resumed_from = -1;
+  PX_CHECK(px_resume_load(r->rs, &R, &node_fresh, &rank_fresh));
+  if (R < 0) return PX_OK;
+  if (r->hs) {
+    PX_CHECK(px_hsadmm_resumed(r->h, node_fresh, rank_fresh));
+    if (rank_fresh) PX_CHECK(px__load_z(r, 0)); /* theta = z, momentum 0 */
+  }
+  PX_CHECK(px_trainer_set_position(r->t, r->ck + 1));
+  res->bytes_intra = (uint64_t)r->ck[4];
+  res->bytes_inter = (uint64_t)r->ck[5];
+  res->bytes_inter_dense = (uint64_t)r->ck[6];
+  res->resumed_from = R;
+  res->iterations = R + 1;
+  *first = r->ck[7] ? r->cfg->iterations : R + 1; /* the controller had stopped it */
+  return PX_OK;
+}
+
+static px_status_t px__checkpoint(px__run_t *r, int it, int stop, px_strategy_result_t *res,
+                                  double loss, double acc) {
+  r->ck[0] = it;
+  r->ck[7] = stop;
+  px_trainer_position(r->t, r->ck + 1);
+  r->ck[4] = (int64_t)res->bytes_intra;
+  r->ck[5] = (int64_t)res->bytes_inter;
+  r->ck[6] = (int64_t)res->bytes_inter_dense;
+  r->ckf[0] = loss;
+  r->ckf[1] = acc;
+  uint64_t bytes;
+  double s;
+  PX_CHECK(px_resume_save(r->rs, it, &bytes, &s));
+  res->checkpoints++;
+  res->checkpoint_seconds += s;
+  res->checkpoint_bytes = bytes;
+  px_log(PX_LOG_INFO, "checkpoint of iteration %d: %.1f MB in %.1f ms", it, (double)bytes / 1e6,
+         s * 1e3);
+  return PX_OK;
+}
+
 static void px__teardown(px__run_t *r) {
+  px_resume_destroy(r->rs);
   px_trainer_set_grad_hook(r->t, NULL, NULL);
   px_hsadmm_destroy(r->h);
   px_free(r->hp);
@@ -532,13 +613,21 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
   r.ctx = ctx;
   int rank0 = px_comm_rank(comm) == 0;
   px_status_t st;
-  double t_start = px__now();
+  double t_start = px__now(), test_loss = -1, test_acc = -1;
+  r.ckf[0] = r.ckf[1] = -1;
   PX_CHECK_GOTO(px__setup(&r), st, done);
+  int first = 0;
+  res->resumed_from = -1;
+  if (cfg->checkpoint_every > 0 && cfg->checkpoint_dir) {
+    PX_CHECK_GOTO(px__resume_setup(&r), st, done);
+    PX_CHECK_GOTO(px__resume(&r, res, &first), st, done);
+    test_loss = r.ckf[0];
+    test_acc = r.ckf[1];
+  }
   int64_t steps = cfg->local_steps ? cfg->local_steps : px_trainer_steps_per_epoch(trainer);
   px_trainer_set_schedule_steps(trainer, steps * cfg->iterations);
-  double test_loss = -1, test_acc = -1;
   int stop = 0, it;
-  for (it = 0; it < cfg->iterations && !stop; it++) {
+  for (it = first; it < cfg->iterations && !stop; it++) {
     int last = it == cfg->iterations - 1;
     memset(&r.it, 0, sizeof r.it);
     r.it.iteration = it;
@@ -647,6 +736,8 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
     res->iterations = it + 1;
     res->density = r.it.density;
     if (cfg->observe) PX_CHECK_GOTO(cfg->observe(cfg->observe_ctx, &r.it), st, done);
+    if (r.rs && ((it + 1) % cfg->checkpoint_every == 0 || last || stop))
+      PX_CHECK_GOTO(px__checkpoint(&r, it, stop, res, test_loss, test_acc), st, done);
   }
   /* the final model: z with BN statistics of its own (already there when
    * the last iteration evaluated it) */
