@@ -20,8 +20,9 @@
  * RANK state, are "fresh" and the strategy restarts them from the global
  * state (H-SADMM: z_i = z, v_i = u = 0, theta = z, no momentum).
  *
- * Everything is allocated at set-up; a save allocates only inside
- * px_safetensors_save (the header), once per checkpoint. */
+ * Everything is allocated at set-up or at the first save (the snapshot the
+ * writer thread reads); later saves allocate only the file header inside
+ * px_safetensors_save and the thread, once per checkpoint. */
 #ifndef PX_RESUME_H
 #define PX_RESUME_H
 
@@ -45,11 +46,15 @@ px_status_t px_resume_add(px_resume_t *rs, const char *name, px_rs_scope_t scope
 px_status_t px_resume_add_tensor(px_resume_t *rs, const char *name, px_rs_scope_t scope,
                                  px_tensor_t *t);
 
-/* Collective. Writes this rank's checkpoint of `iteration` (the last one
- * finished); *bytes and *seconds: what this rank wrote and how long the
- * whole call took. A rank that cannot write logs why; the job goes on and
- * nothing is deleted anywhere. */
+/* Collective. Snapshots this rank's state after `iteration` (the last one
+ * finished) and writes it in a background thread; first it waits for the
+ * previous write and settles it (all ranks agree it landed, then older
+ * files beyond keep go). *bytes and *seconds: the checkpoint's size and
+ * how long the call held training up. A rank that cannot write logs why;
+ * the job goes on and nothing is deleted anywhere. */
 px_status_t px_resume_save(px_resume_t *rs, int iteration, uint64_t *bytes, double *seconds);
+/* Collective: waits for and settles the last write (at the end of a run). */
+px_status_t px_resume_finish(px_resume_t *rs, double *seconds);
 
 /* Collective. *iteration: the iteration resumed from, -1 when there is
  * none (start afresh; nothing was read). *node_fresh / *rank_fresh: this

@@ -5,6 +5,7 @@
  * metadata holds the format, iteration, rank, world size and an FNV-1a
  * checksum of every buffer's bytes in table order. */
 #include <dirent.h>
+#include <pthread.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -42,6 +43,13 @@ struct px_resume {
   void *scratch;           /* [max bytes] verification reads */
   size_t scratch_bytes;
   double *lists;           /* [size * PX_RS_MAX_KEEP] the agreement */
+  void *snap;              /* [all bytes] the state being written */
+  pthread_t thread;        /* the background writer of `pending` */
+  int pending;             /* iteration being written, -1: none */
+  int inline_write;        /* no thread could start: written already */
+  px_status_t write_status;
+  char write_error[512];
+  double write_seconds;
 };
 
 static double px_rs_now(void) {
@@ -81,6 +89,7 @@ px_status_t px_resume_create(px_comm_t *comm, const char *dir, int keep, px_resu
   rs->size = px_comm_size(comm);
   rs->keep = keep;
   snprintf(rs->dir, sizeof rs->dir, "%s", dir);
+  rs->pending = -1;
   rs->lists = px_malloc((size_t)rs->size * PX_RS_MAX_KEEP * sizeof(double), "resume.lists");
   if (!rs->lists) {
     px_free(rs);
@@ -92,10 +101,12 @@ px_status_t px_resume_create(px_comm_t *comm, const char *dir, int keep, px_resu
 
 void px_resume_destroy(px_resume_t *rs) {
   if (!rs) return;
+  if (rs->pending >= 0 && !rs->inline_write) pthread_join(rs->thread, NULL);
   for (int i = 0; i < rs->n; i++) px_free(rs->items[i].host);
   px_free(rs->items);
   px_free(rs->table);
   px_free(rs->scratch);
+  px_free(rs->snap);
   px_free(rs->lists);
   px_free(rs);
 }
@@ -155,12 +166,6 @@ static void px_rs_path(const px_resume_t *rs, int iteration, char *buf, size_t c
 static uint64_t px_rs_fnv(uint64_t h, const void *p, size_t n) {
   const unsigned char *b = p;
   for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-  return h;
-}
-
-static uint64_t px_rs_checksum(const px_resume_t *rs) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (int i = 0; i < rs->n; i++) h = px_rs_fnv(h, rs->items[i].data, rs->items[i].bytes);
   return h;
 }
 
@@ -251,63 +256,118 @@ static int px_rs_verify(px_resume_t *rs, int iteration, int load) {
   return 1;
 }
 
-/* ---- save -------------------------------------------------------------------------- */
+/* ---- save ------------------------------------------------------------------------
+ * The state is copied into one snapshot buffer (memory speed), and a
+ * background thread checksums and writes it while training goes on; the
+ * next save (or px_resume_finish) waits for it, and the ranks agree that it
+ * is complete everywhere before older files go. */
 
-static px_status_t px_rs_write(px_resume_t *rs, int iteration, uint64_t *bytes) {
+static void *px_rs_writer(void *arg) {
+  px_resume_t *rs = arg;
+  double t0 = px_rs_now();
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int i = 0; i < rs->n; i++) h = px_rs_fnv(h, rs->table[i].data, rs->items[i].bytes);
+  char sum[32], its[16], rank[16], world[16], path[4200];
+  snprintf(sum, sizeof sum, "%016" PRIx64, h);
+  snprintf(its, sizeof its, "%d", rs->pending);
+  snprintf(rank, sizeof rank, "%d", rs->rank);
+  snprintf(world, sizeof world, "%d", rs->size);
+  const char *meta[] = {"format", PX_RS_FORMAT, "iteration", its, "rank", rank,
+                        "world_size", world, "checksum", sum};
+  px_rs_path(rs, rs->pending, path, sizeof path);
+  rs->write_status = px_safetensors_save(path, rs->table, rs->n, meta, 5);
+  if (rs->write_status != PX_OK) snprintf(rs->write_error, sizeof rs->write_error, "%s", px_last_error());
+  rs->write_seconds = px_rs_now() - t0;
+  return NULL;
+}
+
+/* Waits for the background write, agrees with the other ranks that it
+ * landed everywhere, and then removes this rank's files beyond keep.
+ * Collective when a write was pending on every rank (the same iterations
+ * save everywhere). */
+static px_status_t px_rs_settle(px_resume_t *rs) {
+  if (rs->pending < 0) return PX_OK;
+  if (!rs->inline_write) pthread_join(rs->thread, NULL);
+  rs->inline_write = 0;
+  int it = rs->pending;
+  rs->pending = -1;
+  double failed = rs->write_status == PX_OK ? 0 : 1;
+  if (failed)
+    px_log(PX_LOG_WARN, "rank %d: checkpoint of iteration %d not written: %s", rs->rank, it,
+           rs->write_error);
+  else
+    px_log(PX_LOG_DEBUG, "rank %d: checkpoint of iteration %d written in %.1f ms", rs->rank, it,
+           rs->write_seconds * 1e3);
+  PX_CHECK(px_comm_allreduce(rs->world, &failed, &failed, 1, PX_COMM_F64, PX_COMM_MAX));
+  if (failed != 0) {
+    if (rs->rank == 0)
+      px_log(PX_LOG_WARN, "checkpoint of iteration %d incomplete on some rank: older ones kept", it);
+    return PX_OK;
+  }
+  /* every rank holds `it` now: the older ones beyond keep can go (a scan
+   * sees the newest PX_RS_MAX_KEEP + 1: older leftovers go one per save) */
+  int its[PX_RS_MAX_KEEP + 1];
+  int n = px_rs_scan(rs, its, PX_RS_MAX_KEEP + 1, 0);
+  for (int k = rs->keep; k < n; k++) {
+    char path[4200];
+    px_rs_path(rs, its[k], path, sizeof path);
+    if (unlink(path) != 0 && errno != ENOENT)
+      px_log(PX_LOG_WARN, "%s: cannot remove: %s", path, strerror(errno));
+  }
+  return PX_OK;
+}
+
+static px_status_t px_rs_snapshot(px_resume_t *rs, uint64_t *bytes) {
+  size_t total = 0;
+  for (int i = 0; i < rs->n; i++) total += rs->items[i].bytes;
   if (!rs->table) {
     rs->table = px_calloc((size_t)(rs->n ? rs->n : 1), sizeof *rs->table, "resume.table");
-    if (!rs->table) return PX_ERR_NOMEM;
+    rs->snap = px_malloc(total ? total : 1, "resume.snapshot");
+    if (!rs->table || !rs->snap) return PX_ERR_NOMEM;
   }
-  *bytes = 0;
+  size_t off = 0;
   for (int i = 0; i < rs->n; i++) {
     px_rs_item_t *it = &rs->items[i];
-    if (it->t) PX_CHECK(px_tensor_copy_to_host(it->t, it->host, it->bytes));
+    unsigned char *dst = (unsigned char *)rs->snap + off;
+    if (it->t) PX_CHECK(px_tensor_copy_to_host(it->t, dst, it->bytes));
+    else if (it->bytes) memcpy(dst, it->data, it->bytes);
     px_st_tensor_t *t = &rs->table[i];
     memset(t, 0, sizeof *t);
     t->name = it->name;
     t->dtype = it->dtype;
     t->ndim = 1;
     t->shape[0] = (int64_t)(it->bytes / px_st_dtype_size(it->dtype));
-    t->data = it->data;
-    *bytes += it->bytes;
+    t->data = dst;
+    off += it->bytes;
   }
-  char sum[32], its[16], rank[16], world[16], path[4200];
-  snprintf(sum, sizeof sum, "%016" PRIx64, px_rs_checksum(rs));
-  snprintf(its, sizeof its, "%d", iteration);
-  snprintf(rank, sizeof rank, "%d", rs->rank);
-  snprintf(world, sizeof world, "%d", rs->size);
-  const char *meta[] = {"format", PX_RS_FORMAT, "iteration", its, "rank", rank,
-                        "world_size", world, "checksum", sum};
-  px_rs_path(rs, iteration, path, sizeof path);
-  return px_safetensors_save(path, rs->table, rs->n, meta, 5);
+  *bytes = total;
+  return PX_OK;
 }
 
 px_status_t px_resume_save(px_resume_t *rs, int iteration, uint64_t *bytes, double *seconds) {
   double t0 = px_rs_now();
   *bytes = 0;
-  double failed = px_rs_write(rs, iteration, bytes) == PX_OK ? 0 : 1;
-  if (failed)
-    px_log(PX_LOG_WARN, "rank %d: checkpoint of iteration %d not written: %s", rs->rank,
-           iteration, px_last_error());
-  PX_CHECK(px_comm_allreduce(rs->world, &failed, &failed, 1, PX_COMM_F64, PX_COMM_MAX));
-  if (failed == 0) {
-    /* every rank holds `iteration` now: the older ones beyond keep can go */
-    int its[PX_RS_MAX_KEEP + 1];
-    int n = px_rs_scan(rs, its, PX_RS_MAX_KEEP + 1, 0);
-    for (int k = rs->keep; k < n; k++) {
-      char path[4200];
-      px_rs_path(rs, its[k], path, sizeof path);
-      if (unlink(path) != 0 && errno != ENOENT)
-        px_log(PX_LOG_WARN, "%s: cannot remove: %s", path, strerror(errno));
-    }
-    /* a scan sees the newest PX_RS_MAX_KEEP + 1 only: older leftovers go
-     * on later saves, one at a time */
-  } else if (rs->rank == 0) {
-    px_log(PX_LOG_WARN, "checkpoint of iteration %d incomplete on some rank: older ones kept",
-           iteration);
+  PX_CHECK(px_rs_settle(rs));
+  PX_CHECK(px_rs_snapshot(rs, bytes));
+  rs->pending = iteration;
+  rs->write_status = PX_OK;
+  int e = pthread_create(&rs->thread, NULL, px_rs_writer, rs);
+  if (e != 0) { /* write it here instead */
+    rs->pending = -1;
+    px_rs_writer(rs);
+    rs->pending = iteration;
+    rs->thread = pthread_self();
+    rs->inline_write = 1;
   }
   *seconds = px_rs_now() - t0;
   return PX_OK;
+}
+
+px_status_t px_resume_finish(px_resume_t *rs, double *seconds) {
+  double t0 = px_rs_now();
+  px_status_t st = px_rs_settle(rs);
+  *seconds = px_rs_now() - t0;
+  return st;
 }
 
 /* ---- load -------------------------------------------------------------------------- */

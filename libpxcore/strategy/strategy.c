@@ -552,8 +552,8 @@ static px_status_t px__checkpoint(px__run_t *r, int it, int stop, px_strategy_re
   res->checkpoints++;
   res->checkpoint_seconds += s;
   res->checkpoint_bytes = bytes;
-  px_log(PX_LOG_INFO, "checkpoint of iteration %d: %.1f MB in %.1f ms", it, (double)bytes / 1e6,
-         s * 1e3);
+  px_log(PX_LOG_INFO, "checkpoint of iteration %d: %.1f MB, training held %.1f ms", it,
+         (double)bytes / 1e6, s * 1e3);
   return PX_OK;
 }
 
@@ -738,6 +738,11 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
     if (cfg->observe) PX_CHECK_GOTO(cfg->observe(cfg->observe_ctx, &r.it), st, done);
     if (r.rs && ((it + 1) % cfg->checkpoint_every == 0 || last || stop))
       PX_CHECK_GOTO(px__checkpoint(&r, it, stop, res, test_loss, test_acc), st, done);
+  }
+  if (r.rs) { /* the last checkpoint lands on every rank before the run ends */
+    double s;
+    PX_CHECK_GOTO(px_resume_finish(r.rs, &s), st, done);
+    res->checkpoint_seconds += s;
   }
   /* the final model: z with BN statistics of its own (already there when
    * the last iteration evaluated it) */
