@@ -38,6 +38,7 @@
 #define PXA_REPORT_GIVE_UP_MS (10 * 60 * 1000)
 #define PXA_FLUSH_MS 5000          /* exit reports still sent after a shutdown */
 #define PXA_HUNG_AFTER_MS 10000    /* a worker stopped (SIGSTOP, ptrace) this long is hung */
+#define PXA_STALLED_AFTER_MS 15000 /* a training worker that used no CPU this long is hung */
 #define PXA_WATCHDOG_EVERY_MS 1000
 #define PXA_LOG_SHIP_MS 2000       /* rank logs are uploaded this often */
 #define PXA_LOG_CHUNK 65536        /* bytes per AppendRankLog */
@@ -104,7 +105,11 @@ typedef struct {
   int running;               /* the process is alive */
   int declared;              /* its failure was reported before it exited (hung) */
   int64_t stopped_since_ms;  /* 0, or when the watchdog first saw it stopped */
+  int training;              /* 0 before its first iteration, 1 training, 2 done training */
+  int64_t cpu_ticks;         /* its CPU time (all threads) when last looked at */
+  int64_t idle_since_ms;     /* 0, or since when that has not moved */
   char log[PXA_PATH_MAX + 320];
+  char progress[PXA_PATH_MAX + 330]; /* rank-R.progress: exists while it trains */
 } pxa_worker_t;
 
 struct pxa_job {

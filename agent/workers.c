@@ -260,6 +260,8 @@ static px_status_t pxa_spawn(pxa_agent_t *ag, pxa_job_t *job, pxa_worker_t *w,
                              const Prunex__V1__Assignment *as, const char *dir,
                              const char *spec_path, char **env, int threads) {
   snprintf(w->log, sizeof w->log, "%s/rank-%d.log", dir, w->rank);
+  snprintf(w->progress, sizeof w->progress, "%s/rank-%d.progress", dir, w->rank);
+  unlink(w->progress); /* an earlier attempt's */
   int fd = open(w->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return px_set_error(PX_ERR_IO, "%s: cannot create: %s", w->log, strerror(errno));
   char rank[16], lrank[16], dev[16], world[16], node[16], nodes[16], thr[16], leaders[1024] = "";
@@ -523,7 +525,74 @@ static char pxa_proc_state(int pid) {
   return rp && rp[1] == ' ' ? rp[2] : 0;
 }
 
-/* Reports a worker that has been stopped too long as failed. */
+/* CPU time (user + system, all threads, in clock ticks) of a process, or
+ * -1 when it cannot be read. */
+static int64_t pxa_proc_cpu(int pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  char *p = strrchr(buf, ')');
+  if (!p) return -1;
+  /* after ") ": state(3) ppid pgrp session tty_nr tpgid flags minflt cminflt
+   * majflt cmajflt utime(14) stime(15) */
+  long long ut = 0, st = 0;
+  if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lld %lld", &ut, &st) != 2)
+    return -1;
+  return ut + st;
+}
+
+static void pxa_declare_hung(pxa_agent_t *ag, pxa_job_t *j, pxa_worker_t *w, const char *why) {
+  w->declared = 1;
+  px_log(PX_LOG_WARN, "job %s: rank %d (pid %d) is hung: %s", j->id, w->rank, w->proc.pid, why);
+  pxa_exit_t *e = px_calloc(1, sizeof *e, "agent.exit");
+  char *r = px_malloc(320, "agent.exit.reason");
+  if (!e || !r) {
+    px_free(e);
+    px_free(r);
+    return;
+  }
+  snprintf(r, 320, "hung: pxworker (pid %d) %s; reported by the agent's progress watchdog",
+           w->proc.pid, why);
+  snprintf(e->job_id, sizeof e->job_id, "%s", j->id);
+  e->rank = w->rank;
+  e->exit_code = -2;
+  e->reason = r;
+  pxa_report_exit(ag, e);
+}
+
+/* A worker that trains and has used no CPU at all for PXA_STALLED_AFTER_MS
+ * is blocked for good (a deadlock, a kernel wait): a rank waiting for a
+ * peer polls its network and uses some CPU, so its stuck peer is the one
+ * named. The rank-R.progress file says when training began and ended (the
+ * waits before the first iteration and after the last, on peers and on the
+ * coordinator, are not watched). */
+static void pxa_watch_stall(pxa_agent_t *ag, pxa_job_t *j, pxa_worker_t *w, int64_t now) {
+  struct stat sb;
+  int there = stat(w->progress, &sb) == 0;
+  if (w->training == 0 && there) w->training = 1;
+  else if (w->training == 1 && !there) w->training = 2;
+  if (w->training != 1) return;
+  int64_t cpu = pxa_proc_cpu(w->proc.pid);
+  if (cpu < 0 || cpu != w->cpu_ticks) {
+    w->cpu_ticks = cpu;
+    w->idle_since_ms = 0;
+    return;
+  }
+  if (!w->idle_since_ms) w->idle_since_ms = now;
+  if (now - w->idle_since_ms < PXA_STALLED_AFTER_MS) return;
+  char why[160];
+  snprintf(why, sizeof why, "used no CPU for %lld s while training (deadlocked or blocked)",
+           (long long)((now - w->idle_since_ms) / 1000));
+  pxa_declare_hung(ag, j, w, why);
+}
+
+/* Reports a worker that has been stopped, or has stalled, too long as
+ * failed. */
 static void pxa_watchdog(pxa_agent_t *ag, int64_t now) {
   for (pxa_job_t *j = ag->jobs; j; j = j->next) {
     if (j->stopping) continue;
@@ -533,29 +602,16 @@ static void pxa_watchdog(pxa_agent_t *ag, int64_t now) {
       char state = pxa_proc_state(w->proc.pid);
       if (state != 'T' && state != 't') {
         w->stopped_since_ms = 0;
+        pxa_watch_stall(ag, j, w, now);
         continue;
       }
+      w->idle_since_ms = 0; /* a stopped process is the other rule's */
       if (!w->stopped_since_ms) w->stopped_since_ms = now;
       if (now - w->stopped_since_ms < PXA_HUNG_AFTER_MS) continue;
-      w->declared = 1;
-      px_log(PX_LOG_WARN, "job %s: rank %d (pid %d) has been stopped for %lld ms: hung",
-             j->id, w->rank, w->proc.pid, (long long)(now - w->stopped_since_ms));
-      pxa_exit_t *e = px_calloc(1, sizeof *e, "agent.exit");
-      char *r = px_malloc(256, "agent.exit.reason");
-      if (!e || !r) {
-        px_free(e);
-        px_free(r);
-        continue;
-      }
-      snprintf(r, 256,
-               "hung: pxworker (pid %d) has been stopped (SIGSTOP or a debugger) for %lld s;"
-               " reported by the agent's progress watchdog",
-               w->proc.pid, (long long)((now - w->stopped_since_ms) / 1000));
-      snprintf(e->job_id, sizeof e->job_id, "%s", j->id);
-      e->rank = w->rank;
-      e->exit_code = -2;
-      e->reason = r;
-      pxa_report_exit(ag, e);
+      char why[160];
+      snprintf(why, sizeof why, "has been stopped (SIGSTOP or a debugger) for %lld s",
+               (long long)((now - w->stopped_since_ms) / 1000));
+      pxa_declare_hung(ag, j, w, why);
     }
   }
 }

@@ -296,8 +296,9 @@ static px_status_t px_rs_settle(px_resume_t *rs) {
     px_log(PX_LOG_WARN, "rank %d: checkpoint of iteration %d not written: %s", rs->rank, it,
            rs->write_error);
   else
-    px_log(PX_LOG_DEBUG, "rank %d: checkpoint of iteration %d written in %.1f ms", rs->rank, it,
-           rs->write_seconds * 1e3);
+    px_log(rs->rank == 0 ? PX_LOG_INFO : PX_LOG_DEBUG,
+           "rank %d: checkpoint of iteration %d written in the background in %.1f ms", rs->rank,
+           it, rs->write_seconds * 1e3);
   PX_CHECK(px_comm_allreduce(rs->world, &failed, &failed, 1, PX_COMM_F64, PX_COMM_MAX));
   if (failed != 0) {
     if (rs->rank == 0)
