@@ -268,11 +268,12 @@ typedef struct {
 /* A fault (a failed or hung rank, a lost node, a placement timeout) ends
  * the active job's current attempt with cause as its first cause. While
  * restarts remain (attempts used < 1 + spec.recovery.max_restarts) the
- * attempt is recorded in job_attempts, the nodes released, the placement,
+ * nodes are released, the placement,
  * rank secrets, exit records and KV rows dropped, and the job PENDING again
  * with jobs.attempt + 1; the next placement prefers the attempt's nodes
  * except avoid_node (may be NULL). Else the job FAILED with the cause and
- * its nodes released. In a transaction; f filled (arena a). */
+ * its nodes released. With max_restarts > 0 the attempt is recorded in
+ * job_attempts either way. In a transaction; f filled (arena a). */
 px_status_t coord_job_fault(coord_t *c, coord_arena_t *a, const char *job_id, int state,
                             const char *cause, const char *avoid_node, coord_fault_t *f);
 /* After the commit: CANCEL to the ended attempt's nodes (naming the

@@ -147,6 +147,21 @@ px_status_t coord_job_fault(coord_t *c, coord_arena_t *a, const char *job_id, in
       pused += (size_t)snprintf(prefer + pused, sizeof prefer - pused, "%s\n", id);
   }
   if (rc < 0) return rc;
+  char lines[4096];
+  snprintf(lines, sizeof lines, "%.*s", used > 2 ? (int)(used - 2) : 0, nodes + 1);
+  if (max_restarts > 0) {
+    /* Every attempt of a job that may restart is listed, the last too. */
+    PX_CHECK(px_store_stmt(c->db,
+                           "INSERT OR REPLACE INTO job_attempts (job_id, attempt, cause, node_ids,"
+                           " ended_unix_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+                           &st));
+    PX_CHECK(px_store_bind_text(st, 1, job_id));
+    PX_CHECK(px_store_bind_int64(st, 2, attempt));
+    PX_CHECK(px_store_bind_text(st, 3, cause));
+    PX_CHECK(px_store_bind_text(st, 4, lines));
+    PX_CHECK(px_store_bind_int64(st, 5, coord_now_ms()));
+    PX_CHECK(px_store_run(st));
+  }
   if (attempt >= 1 + max_restarts) {
     /* No restart left: the job fails with this attempt's first cause. */
     char reason[2300];
@@ -166,18 +181,6 @@ px_status_t coord_job_fault(coord_t *c, coord_arena_t *a, const char *job_id, in
    * Iteration rows and decisions stay: the resumed attempt re-reports its
    * iterations and gets the same decisions back. */
   f->restarted = 1;
-  char lines[4096];
-  snprintf(lines, sizeof lines, "%.*s", used > 2 ? (int)(used - 2) : 0, nodes + 1);
-  PX_CHECK(px_store_stmt(c->db,
-                         "INSERT OR REPLACE INTO job_attempts (job_id, attempt, cause, node_ids,"
-                         " ended_unix_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, attempt));
-  PX_CHECK(px_store_bind_text(st, 3, cause));
-  PX_CHECK(px_store_bind_text(st, 4, lines));
-  PX_CHECK(px_store_bind_int64(st, 5, coord_now_ms()));
-  PX_CHECK(px_store_run(st));
   char why[300];
   snprintf(why, sizeof why, "job %s: attempt %d failed, restarting it", job_id, attempt);
   PX_CHECK(coord_job_release_nodes(c, job_id, why));
