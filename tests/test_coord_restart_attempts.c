@@ -4,8 +4,8 @@
  * attempt's nodes get a CANCEL naming it, the job is placed again (the same
  * nodes when alive, else others) with START naming the new attempt, an exit
  * of the old attempt is ignored, and the fault after the last restart FAILS
- * the job. Without restarts nothing changes. Real pxcoordd on loopback,
- * agents played through the RPC API. */
+ * the job. Without restarts nothing changes. `pxctl status` shows the
+ * attempts. Real pxcoordd on loopback, agents played through the RPC API. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "coord_harness.h"
+#include "pxctl_harness.h"
 
 #define JS(x) PRUNEX__V1__JOB_STATE__JOB_STATE_##x
 #define NS(x) PRUNEX__V1__NODE_STATE__NODE_STATE_##x
@@ -167,6 +167,28 @@ static void test_killed_rank_restarts_then_the_next_fault_fails_the_job(void **s
   px_rpc_message_free(j);
   assert_int_equal(pxt_node_state(f->ch, a), NS(READY));
   assert_int_equal(pxt_node_state(f->ch, b), NS(READY));
+
+  /* What the operator sees. */
+  char env[128];
+  snprintf(env, sizeof env, "PRUNEX_COORDINATOR=%s", f->d.target);
+  const char *const envs[] = {env, NULL};
+  static pxt_result_t r;
+  const char *const st[] = {"status", job, NULL};
+  if (pxt_pxctl(&r, f->d.dir, st, envs, 30000) != 0) pxt_show("pxctl status", &r);
+  assert_int_equal(r.code, 0);
+  printf("%s", r.out);
+  if (!strstr(r.out, "attempt    2 of 2 (1 restart allowed)") ||
+      !strstr(r.out, "attempt 1  ended") || !strstr(r.out, "attempt 2  ended") ||
+      !strstr(r.out, "n2 (") || !strstr(r.out, "signal 9"))
+    fail_msg("pxctl status:\n%s", r.out);
+  const char *const js[] = {"status", job, "--json", NULL};
+  assert_int_equal(pxt_pxctl(&r, f->d.dir, js, envs, 30000), 0);
+  if (!strstr(r.out, "\"attempts\"") ||
+      (!strstr(r.out, "\"attempt\": 2") && !strstr(r.out, "\"attempt\":2")))
+    fail_msg("pxctl status --json:\n%s", r.out);
+  const char *const ls[] = {"list", NULL};
+  assert_int_equal(pxt_pxctl(&r, f->d.dir, ls, envs, 30000), 0);
+  if (!strstr(r.out, "FAILED (attempt 2)")) fail_msg("pxctl list:\n%s", r.out);
   px_rpc_stream_destroy(sa);
   px_rpc_stream_destroy(sb);
 }
