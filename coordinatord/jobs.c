@@ -275,7 +275,9 @@ static px_status_t coord_pending_reason(coord_t *c, const char *job_id, const ch
 /* Counts the nodes that could ever take a job of P devices per node now
  * (registered, not LOST, agent connected: *alive) and lists the READY ones
  * among them, up to M (*ready): first those named in prefer ('\n' around
- * each id: a restarted job's previous nodes), then in registration order. */
+ * each id: a restarted job's previous nodes), then the others, last those
+ * named "-ID" in prefer (the node its placement timed out on), each group
+ * in registration order. */
 static px_status_t coord_fitting_nodes(coord_t *c, coord_arena_t *a, int P, int M,
                                        const char *prefer, int *alive, char ***nodes,
                                        char ***names, size_t *ready) {
@@ -287,8 +289,10 @@ static px_status_t coord_fitting_nodes(coord_t *c, coord_arena_t *a, int P, int 
   PX_CHECK(px_store_stmt(c->db,
                          "SELECT n.node_id, n.name, n.state FROM nodes n WHERE n.state IN (1, 2)"
                          " AND (SELECT count(*) FROM node_devices d WHERE d.node_id = n.node_id)"
-                         " >= ?1 ORDER BY instr(?2, char(10) || n.node_id || char(10)) = 0,"
-                         " n.id",
+                         " >= ?1 ORDER BY CASE"
+                         " WHEN instr(?2, char(10) || n.node_id || char(10)) THEN 0"
+                         " WHEN instr(?2, char(10) || '-' || n.node_id || char(10)) THEN 2"
+                         " ELSE 1 END, n.id",
                          &st));
   PX_CHECK(px_store_bind_int64(st, 1, P));
   PX_CHECK(px_store_bind_text(st, 2, prefer));

@@ -143,8 +143,11 @@ px_status_t coord_job_fault(coord_t *c, coord_arena_t *a, const char *job_id, in
     }
     if (used + strlen(id) + 2 < sizeof nodes)
       used += (size_t)snprintf(nodes + used, sizeof nodes - used, "%s\n", id);
-    if ((!avoid_node || strcmp(id, avoid_node) != 0) && pused + strlen(id) + 2 < sizeof prefer)
-      pused += (size_t)snprintf(prefer + pused, sizeof prefer - pused, "%s\n", id);
+    /* the node a placement timed out on goes last ("-ID"), the others first */
+    int avoid = avoid_node && !strcmp(id, avoid_node);
+    if (pused + strlen(id) + 3 < sizeof prefer)
+      pused += (size_t)snprintf(prefer + pused, sizeof prefer - pused, "%s%s\n",
+                                avoid ? "-" : "", id);
   }
   if (rc < 0) return rc;
   char lines[4096];

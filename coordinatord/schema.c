@@ -197,8 +197,8 @@ static const char coord_schema_v6[] =
 
 /* v7 (issue 14): automatic restarts. jobs.attempt is the attempt running
  * now (1 before any restart); prefer_nodes the nodes the next placement
- * tries first (the previous attempt's, one a line, '\n' around each);
- * job_attempts one row per attempt that ended in a fault, for jobs with
+ * tries first (the previous attempt's, one a line, '\n' around each; a
+ * line "-ID" is a node it tries last); job_attempts one row per attempt that ended in a fault, for jobs with
  * max_restarts > 0 (node_ids one a line). */
 static const char coord_schema_v7[] =
     "ALTER TABLE jobs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;"

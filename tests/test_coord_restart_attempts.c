@@ -3,7 +3,8 @@
  * failing it: the attempt is recorded with its cause and nodes, the old
  * attempt's nodes get a CANCEL naming it, the job is placed again (the same
  * nodes when alive, else others) with START naming the new attempt, an exit
- * of the old attempt is ignored, and the fault after the last restart FAILS
+ * of the old attempt is ignored, a placement that timed out avoids the node
+ * that did not start, and the fault after the last restart FAILS
  * the job. Without restarts nothing changes. `pxctl status` shows the
  * attempts. Real pxcoordd on loopback, agents played through the RPC API. */
 #include <stdarg.h>
@@ -28,6 +29,20 @@ typedef struct {
 static int setup(void **state) {
   fixture_t *f = calloc(1, sizeof *f);
   static const char *const extra[] = {"--agent-grace-ms", "400", "--placement-timeout-ms", "20000",
+                                      NULL};
+  if (!f || pxt_coordd_setup(&f->d, extra) != 0) {
+    free(f);
+    return -1;
+  }
+  if (px_rpc_channel_create(f->d.target, &f->ch) != PX_OK) return -1;
+  *state = f;
+  return 0;
+}
+
+/* The same with a placement timeout of 1 s. */
+static int setup_short_placement(void **state) {
+  fixture_t *f = calloc(1, sizeof *f);
+  static const char *const extra[] = {"--agent-grace-ms", "400", "--placement-timeout-ms", "1000",
                                       NULL};
   if (!f || pxt_coordd_setup(&f->d, extra) != 0) {
     free(f);
@@ -295,6 +310,59 @@ static void test_survivor_report_restarts_without_the_gone_node(void **state) {
   px_rpc_stream_destroy(sc);
 }
 
+static px_status_t heartbeat_running(px_rpc_channel_t *ch, const char *node, const char *job) {
+  Prunex__V1__HeartbeatRequest req = PRUNEX__V1__HEARTBEAT_REQUEST__INIT;
+  req.node_id = (char *)node;
+  char *ids[1] = {(char *)job};
+  req.n_running_job_ids = job ? 1 : 0;
+  req.running_job_ids = ids;
+  Prunex__V1__HeartbeatResponse *resp = NULL;
+  px_status_t st = px_rpc_heartbeat(ch, &req, 0, &resp);
+  px_rpc_message_free(resp);
+  return st;
+}
+
+/* A placement that times out on one node is placed again with that node
+ * last: the job moves to the free third node. */
+static void test_placement_timeout_restarts_away_from_the_stuck_node(void **state) {
+  fixture_t *f = *state;
+  char a[64], b[64], c[64], job[64];
+  px_rpc_stream_t *sa = NULL, *sb = NULL, *sc = NULL;
+  assert_int_equal(pxt_register(f->ch, "runs", 1, 0, a, sizeof a), PX_OK);
+  assert_int_equal(pxt_register(f->ch, "stuck", 1, 0, b, sizeof b), PX_OK);
+  assert_int_equal(pxt_register(f->ch, "spare", 1, 0, c, sizeof c), PX_OK);
+  assert_int_equal(px_rpc_watch_assignments(f->ch, a, &sa), PX_OK);
+  assert_int_equal(px_rpc_watch_assignments(f->ch, b, &sb), PX_OK);
+  assert_int_equal(px_rpc_watch_assignments(f->ch, c, &sc), PX_OK);
+  submit(f, 2, 1, job, sizeof job);
+  expect(sa, START, 1, job);
+  expect(sb, START, 1, job);
+  int64_t end = pxt_now_ms() + 4000;
+  Prunex__V1__Job *j = NULL;
+  while (pxt_now_ms() < end) { /* runs starts its rank; stuck never does */
+    assert_int_equal(heartbeat_running(f->ch, a, job), PX_OK);
+    assert_int_equal(heartbeat_running(f->ch, b, NULL), PX_OK);
+    assert_int_equal(heartbeat_running(f->ch, c, NULL), PX_OK);
+    j = get_job(f->ch, job);
+    if (j->attempt == 2) break;
+    px_rpc_message_free(j);
+    j = NULL;
+    pxt_sleep_ms(100);
+  }
+  assert_non_null(j);
+  if (!strstr(j->attempts[0]->cause, "placement timed out: node stuck"))
+    fail_msg("cause: %s", j->attempts[0]->cause);
+  assert_int_equal(j->n_node_ids, 2);
+  assert_string_equal(j->node_ids[0], a);
+  assert_string_equal(j->node_ids[1], c);
+  px_rpc_message_free(j);
+  expect(sc, START, 2, job);
+  assert_int_equal(pxt_node_state(f->ch, b), NS(READY)); /* its agent is alive */
+  px_rpc_stream_destroy(sa);
+  px_rpc_stream_destroy(sb);
+  px_rpc_stream_destroy(sc);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_killed_rank_restarts_then_the_next_fault_fails_the_job,
@@ -305,6 +373,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_survivor_report_restarts_without_the_gone_node, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_placement_timeout_restarts_away_from_the_stuck_node,
+                                      setup_short_placement, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
