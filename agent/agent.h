@@ -73,6 +73,7 @@ typedef struct pxa_cmd {
   pxa_cmd_kind_t kind;
   Prunex__V1__Assignment *assignment; /* START: owned (px_rpc_message_free) */
   char job_id[PXA_ID_MAX];
+  int attempt;               /* CANCEL: the attempt to stop; 0: every attempt */
   char reason[160];
 } pxa_cmd_t;
 
@@ -80,6 +81,7 @@ typedef struct pxa_cmd {
 typedef struct pxa_exit {
   struct pxa_exit *next;
   char job_id[PXA_ID_MAX];
+  int attempt;               /* the attempt the rank belonged to (issue 14) */
   int rank, exit_code, signal;
   char *reason;              /* px_malloc'd */
   int64_t queued_ms;
@@ -112,10 +114,16 @@ typedef struct {
   char progress[PXA_PATH_MAX + 330]; /* rank-R.progress: exists while it trains */
 } pxa_worker_t;
 
+/* One attempt of a job on this node: the table is keyed by (id, attempt).
+ * The job's directory is shared by its attempts (the workers keep their
+ * checkpoints in it). */
 struct pxa_job {
   pxa_job_t *next;
   struct pxa_agent *agent;
   char id[PXA_ID_MAX];
+  int attempt;               /* 1, 2, ...: the coordinator's restarts of the job */
+  Prunex__V1__Assignment *pending; /* START of a newer attempt, run once this one's workers
+                                      are gone (owned) */
   int nworkers;
   pxa_worker_t *workers;     /* [nworkers] */
   int nrunning, nopen;
@@ -145,7 +153,8 @@ typedef struct pxa_agent {
   px_service_watchdog_t watchdog; /* WATCHDOG=1 from this loop under systemd */
   pxa_job_t *jobs;
   char finished[PXA_FINISHED_MAX][PXA_ID_MAX];
-  int nfinished;             /* ring of ids: jobs never to start again */
+  int finished_attempt[PXA_FINISHED_MAX];
+  int nfinished;             /* ring of (id, attempt): job attempts never to start again */
   int shutting_down;         /* a signal asked us to stop */
   int closing;               /* the loop's handles are being closed */
 
@@ -165,6 +174,7 @@ typedef struct pxa_agent {
   pxa_exit_t *exits, **exits_tail;
   int64_t flush_until_ms;    /* after stop: reports are tried until then */
   char **running_ids;        /* jobs with live workers, for heartbeats */
+  int *running_attempts;     /* [nrunning_ids]: the attempt of each */
   size_t nrunning_ids;
   pxa_logfile_t *logs;       /* rank logs being uploaded (logship.c) */
   size_t nlogs, caplogs;
