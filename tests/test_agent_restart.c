@@ -56,6 +56,9 @@ static int group_setup(void **state) {
   int w = pxt_write_fmnist_subset(F->d.dir, 256, 64, F->data, sizeof F->data);
   if (w < 0) return -1;
   if (w == 0) F->data[0] = '\0';
+  /* the workers log at info: test_killed_worker_resumes_from_its_checkpoint
+   * reads where rank 0 resumed from its log */
+  setenv("PX_LOG_LEVEL", "info", 1);
   for (int i = 0; i < NODES; i++) { /* one at a time: node index i is agent i */
     char name[16];
     snprintf(name, sizeof name, "node%d", i);
