@@ -618,41 +618,29 @@ void pxa_on_wake(uv_async_t *h) {
   }
 }
 
-/* The scheduler state of a process from /proc/PID/stat ('R', 'S', 'T',
- * ...), or 0 when it cannot be read. The command name may hold spaces and
- * parentheses: the state follows the last ')'. */
-static char pxa_proc_state(int pid) {
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  char *rp = strrchr(buf, ')');
-  return rp && rp[1] == ' ' ? rp[2] : 0;
-}
-
-/* CPU time (user + system, all threads, in clock ticks) of a process, or
- * -1 when it cannot be read. */
-static int64_t pxa_proc_cpu(int pid) {
+/* The scheduler state ('R', 'S', 'T', ...) and the CPU time (user +
+ * system, all threads, in clock ticks) of a process from /proc/PID/stat;
+ * 0 and -1 when it cannot be read. The command name may hold spaces and
+ * parentheses: the fields follow the last ')'. */
+static void pxa_proc_stat(int pid, char *state, int64_t *cpu) {
+  *state = 0;
+  *cpu = -1;
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%d/stat", pid);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
+  if (fd < 0) return;
   ssize_t n = read(fd, buf, sizeof buf - 1);
   close(fd);
-  if (n <= 0) return -1;
+  if (n <= 0) return;
   buf[n] = '\0';
   char *p = strrchr(buf, ')');
-  if (!p) return -1;
-  /* after ") ": state(3) ppid pgrp session tty_nr tpgid flags minflt cminflt
-   * majflt cmajflt utime(14) stime(15) */
+  if (!p || p[1] != ' ') return;
+  *state = p[2];
+  /* after ") ": state ppid pgrp session tty_nr tpgid flags minflt cminflt
+   * majflt cmajflt utime stime */
   long long ut = 0, st = 0;
-  if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lld %lld", &ut, &st) != 2)
-    return -1;
-  return ut + st;
+  if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lld %lld", &ut, &st) == 2)
+    *cpu = ut + st;
 }
 
 static void pxa_declare_hung(pxa_agent_t *ag, pxa_job_t *j, pxa_worker_t *w, const char *why) {
@@ -681,13 +669,13 @@ static void pxa_declare_hung(pxa_agent_t *ag, pxa_job_t *j, pxa_worker_t *w, con
  * named. The rank-R.progress file says when training began and ended (the
  * waits before the first iteration and after the last, on peers and on the
  * coordinator, are not watched). */
-static void pxa_watch_stall(pxa_agent_t *ag, pxa_job_t *j, pxa_worker_t *w, int64_t now) {
+static void pxa_watch_stall(pxa_agent_t *ag, pxa_job_t *j, pxa_worker_t *w, int64_t cpu,
+                            int64_t now) {
   struct stat sb;
   int there = stat(w->progress, &sb) == 0;
   if (w->training == 0 && there) w->training = 1;
   else if (w->training == 1 && !there) w->training = 2;
   if (w->training != 1) return;
-  int64_t cpu = pxa_proc_cpu(w->proc.pid);
   if (cpu < 0 || cpu != w->cpu_ticks) {
     w->cpu_ticks = cpu;
     w->idle_since_ms = 0;
@@ -709,10 +697,12 @@ static void pxa_watchdog(pxa_agent_t *ag, int64_t now) {
     for (int i = 0; i < j->nworkers; i++) {
       pxa_worker_t *w = &j->workers[i];
       if (!w->running || w->declared) continue;
-      char state = pxa_proc_state(w->proc.pid);
+      char state;
+      int64_t cpu;
+      pxa_proc_stat(w->proc.pid, &state, &cpu);
       if (state != 'T' && state != 't') {
         w->stopped_since_ms = 0;
-        pxa_watch_stall(ag, j, w, now);
+        pxa_watch_stall(ag, j, w, cpu, now);
         continue;
       }
       w->idle_since_ms = 0; /* a stopped process is the other rule's */

@@ -64,8 +64,10 @@ static px_status_t control(void *ctx, const px_iteration_t *it, px_hsadmm_decisi
 
 static int nodes[4] = {0, 0, 1, 1};
 
-static int rank_main(px_th_ctx_t *ctx) {
-  const scenario_t *sc = ctx->arg;
+/* The trainer, communicator and strategy configuration of a rank of the
+ * scenario (the same for the interrupted and the resumed runs). */
+static void rank_setup(px_th_ctx_t *ctx, const scenario_t *sc, px_trainer_t **t, px_comm_t **comm,
+                       px_strategy_config_t *cfg, char *ck, size_t cap) {
   px_train_config_t tc;
   px_train_config_default(&tc);
   tc.data_dir = dir;
@@ -77,23 +79,31 @@ static int rank_main(px_th_ctx_t *ctx) {
   tc.rank = ctx->rank;
   tc.world_size = ctx->size;
   tc.seed = 1 + (uint64_t)ctx->rank;
+  *t = NULL;
+  *comm = NULL;
+  if (px_trainer_create(&tc, t) != PX_OK || px_th_comm(ctx, NULL, comm) != PX_OK) return;
+  snprintf(ck, cap, "%s/%s/node%d", dir, sc->tag, nodes[ctx->rank]);
+  memset(cfg, 0, sizeof *cfg);
+  cfg->kind = sc->kind;
+  cfg->iterations = ITERS;
+  cfg->local_steps = 3;
+  cfg->rho1 = cfg->rho2 = 1e-2;
+  cfg->keep = (px_prune_keep_t){1.0, sc->kind == PX_STRATEGY_HSADMM ? 0.5 : 1.0, 1.0};
+  cfg->topk_ratio = 0.05;
+  cfg->eval_every = 2;
+  cfg->checkpoint_dir = ck;
+  cfg->checkpoint_every = 1;
+  cfg->checkpoint_keep = 2;
+}
+
+static int rank_main(px_th_ctx_t *ctx) {
+  const scenario_t *sc = ctx->arg;
   px_trainer_t *t;
-  PX_TH_OK(px_trainer_create(&tc, &t));
   px_comm_t *comm;
-  PX_TH_OK(px_th_comm(ctx, NULL, &comm));
+  px_strategy_config_t cfg;
   char ck[512];
-  snprintf(ck, sizeof ck, "%s/%s/node%d", dir, sc->tag, nodes[ctx->rank]);
-  px_strategy_config_t cfg = {0};
-  cfg.kind = sc->kind;
-  cfg.iterations = ITERS;
-  cfg.local_steps = 3;
-  cfg.rho1 = cfg.rho2 = 1e-2;
-  cfg.keep = (px_prune_keep_t){1.0, sc->kind == PX_STRATEGY_HSADMM ? 0.5 : 1.0, 1.0};
-  cfg.topk_ratio = 0.05;
-  cfg.eval_every = 2;
-  cfg.checkpoint_dir = ck;
-  cfg.checkpoint_every = 1;
-  cfg.checkpoint_keep = 2;
+  rank_setup(ctx, sc, &t, &comm, &cfg, ck, sizeof ck);
+  PX_TH_CHECK(t && comm);
   px_strategy_result_t res;
   PX_TH_OK(px_strategy_run(t, comm, &cfg, control, NULL, &res));
   PX_TH_CHECK(res.iterations == ITERS);
@@ -139,34 +149,12 @@ static px_status_t die_observe(void *ctx, const px_iteration_t *it) {
 
 static int die_main(px_th_ctx_t *ctx) {
   const scenario_t *sc = ctx->arg;
-  px_train_config_t tc;
-  px_train_config_default(&tc);
-  tc.data_dir = dir;
-  tc.batch = 16;
-  tc.threads = 1;
-  tc.epochs = 1;
-  tc.lr = 0.05;
-  tc.augment = 1;
-  tc.rank = ctx->rank;
-  tc.world_size = ctx->size;
-  tc.seed = 1 + (uint64_t)ctx->rank;
   px_trainer_t *t;
-  PX_TH_OK(px_trainer_create(&tc, &t));
   px_comm_t *comm;
-  PX_TH_OK(px_th_comm(ctx, NULL, &comm));
+  px_strategy_config_t cfg;
   char ck[512];
-  snprintf(ck, sizeof ck, "%s/%s/node%d", dir, sc->tag, nodes[ctx->rank]);
-  px_strategy_config_t cfg = {0};
-  cfg.kind = sc->kind;
-  cfg.iterations = ITERS;
-  cfg.local_steps = 3;
-  cfg.rho1 = cfg.rho2 = 1e-2;
-  cfg.keep = (px_prune_keep_t){1.0, sc->kind == PX_STRATEGY_HSADMM ? 0.5 : 1.0, 1.0};
-  cfg.topk_ratio = 0.05;
-  cfg.eval_every = 2;
-  cfg.checkpoint_dir = ck;
-  cfg.checkpoint_every = 1;
-  cfg.checkpoint_keep = 2;
+  rank_setup(ctx, sc, &t, &comm, &cfg, ck, sizeof ck);
+  PX_TH_CHECK(t && comm);
   cfg.observe = die_observe;
   cfg.observe_ctx = (void *)sc;
   px_th_shared[40] = sc->die_after;
