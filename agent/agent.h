@@ -108,7 +108,7 @@ typedef struct {
   int declared;              /* its failure was reported before it exited (hung) */
   int64_t stopped_since_ms;  /* 0, or when the watchdog first saw it stopped */
   int training;              /* 0 before its first iteration, 1 training, 2 done training */
-  int64_t cpu_ticks;         /* its CPU time (all threads) when last looked at */
+  int64_t cpu_ticks;         /* its main thread's CPU time when last looked at */
   int64_t idle_since_ms;     /* 0, or since when that has not moved */
   char log[PXA_PATH_MAX + 320];
   char progress[PXA_PATH_MAX + 330]; /* rank-R.progress: exists while it trains */

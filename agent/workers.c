@@ -619,14 +619,17 @@ void pxa_on_wake(uv_async_t *h) {
 }
 
 /* The scheduler state ('R', 'S', 'T', ...) and the CPU time (user +
- * system, all threads, in clock ticks) of a process from /proc/PID/stat;
+ * system, in clock ticks) of a process's main thread from its stat file;
  * 0 and -1 when it cannot be read. The command name may hold spaces and
  * parentheses: the fields follow the last ')'. */
 static void pxa_proc_stat(int pid, char *state, int64_t *cpu) {
   *state = 0;
   *cpu = -1;
   char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  /* the main thread's (its tid is the pid): it trains and polls the
+   * network; helper threads (the data loader, UCX's, gRPC's) may wake up
+   * now and then in a process whose training is stuck */
+  snprintf(path, sizeof path, "/proc/%d/task/%d/stat", pid, pid);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
   ssize_t n = read(fd, buf, sizeof buf - 1);

@@ -49,10 +49,8 @@ EOF
 
 json() { "$PY" -c "import json,sys; d=json.loads(sys.stdin.read().strip().splitlines()[-1]); print(d$1)"; }
 
-# rank 0's log of the newest run under $work/$1
-rank0_log() { find "$work/$1" -name rank-0.log -path '*node-0*' | head -n 1; }
-
-mean_of() { awk -v k="$1" '{ for (i = 1; i <= NF; i++) if ($i == k) { s += $(i + 1); n++ } } END { if (n) printf "%.1f", s / n; else print "nan" }'; }
+# rank 0's log of the run under $work/$1
+rank0_log() { find "$work/$1" -name rank-0.log 2>/dev/null | head -n 1; }
 
 printf '%-9s %10s %10s %9s %9s %9s %10s %12s\n' model it_ms ckpt_it_ms held_ms write_ms MB/rank overhead torch_save_ms
 for m in resnet20:fashion-mnist resnet18:synthetic; do
@@ -63,24 +61,15 @@ for m in resnet20:fashion-mnist resnet18:synthetic; do
   for every in 0 1; do
     d=$work/$model-$every
     mkdir -p "$d"
-    out=$("$pxctl" run "$(spec "$model" "$data" "$n" "$every" 0)" --json --keep --work-dir "$d" 2>/dev/null)
-    wall=$(echo "$out" | json "['wall_s']")
-    its=$(echo "$out" | json "['iterations']")
-    eval "wall_$every=$wall its_$every=$its"
-    log=$(rank0_log "$model-$every")
-    if [ "$every" = 1 ]; then
-      held=$(grep -o 'training held [0-9.]* ms' "$log" | awk '{print "held", $3}' | mean_of held)
-      write=$(grep -o 'in the background in [0-9.]* ms' "$log" | awk '{print "w", $5}' | mean_of w)
-      mb=$(grep -o 'iteration [0-9]*: [0-9.]* MB' "$log" | head -n 1 | awk '{print $3}')
-    fi
+    "$pxctl" run "$(spec "$model" "$data" "$n" "$every" 0)" --json --keep --work-dir "$d" > /dev/null 2>&1
+    read -r it held write mb < <("$PY" "$here/logstats.py" "$(rank0_log "$model-$every")")
+    eval "it_$every=$it"
   done
-  it0=$(awk -v w="$wall_0" -v n="$its_0" 'BEGIN { printf "%.1f", 1000 * w / n }')
-  it1=$(awk -v w="$wall_1" -v n="$its_1" 'BEGIN { printf "%.1f", 1000 * w / n }')
-  over=$(awk -v a="$it0" -v b="$it1" 'BEGIN { printf "%.1f%%", 100 * (b - a) / a }')
+  over=$(awk -v a="$it_0" -v b="$it_1" 'BEGIN { printf "%.1f%%", 100 * (b - a) / a }')
   torch_ms=$("$PY" "$here/torch_save.py" "$mb" "$work/torch")
-  printf '%-9s %10s %10s %9s %9s %9s %10s %12s\n' "$model" "$it0" "$it1" "$held" "$write" "$mb" "$over" "$torch_ms"
+  printf '%-9s %10s %10s %9s %9s %9s %10s %12s\n' "$model" "$it_0" "$it_1" "$held" "$write" "$mb" "$over" "$torch_ms"
   echo "RESULT ${model}_checkpoint_held_ms $held"
-  echo "RESULT ${model}_checkpoint_held_pct_of_iteration $(awk -v h="$held" -v i="$it0" 'BEGIN { printf "%.2f", 100 * h / i }')"
+  echo "RESULT ${model}_checkpoint_held_pct_of_iteration $(awk -v h="$held" -v i="$it_0" 'BEGIN { printf "%.2f", 100 * h / i }')"
   echo "RESULT ${model}_torch_save_ms $torch_ms"
 done
 
