@@ -449,6 +449,7 @@ static px_status_t px__setup(px__run_t *r) {
     px_hsadmm_config_t hc = {c->kind == PX_STRATEGY_HSADMM_FLAT, c->rho1, c->rho2, lambda, c->keep,
                              c->bucket_bytes};
     PX_CHECK(px_hsadmm_create(r->comm, r->hp, r->np, &hc, &r->h));
+    PX_CHECK(px_hsadmm_set_quantize(r->h, c->quantize_bits, c->seed));
     /* every rank starts from the consensus */
     PX_CHECK(px__load_z(r, 0));
     px_trainer_set_grad_hook(r->t, px__masked_hook, r);

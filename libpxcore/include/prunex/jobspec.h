@@ -78,6 +78,9 @@
  *     timeout_ms: 60000     >= 1, collective timeout
  *     backend: auto         auto | ucx | nccl (nccl needs device auto or cuda)
  *     topk_ratio: 0.01      (0, 1], topk: fraction of gradient entries sent
+ *     quantize: none        none | 8 | 4, hsadmm only: the node leaders'
+ *                           packed exchange as block-scaled integers
+ *                           (quantize.h, px_hsadmm_set_quantize)
  *
  * Booleans are true/false/yes/no/on/off (any case). Integers are decimal.
  *

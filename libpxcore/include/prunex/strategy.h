@@ -68,6 +68,9 @@ typedef struct {
   int32_t nskip;
   double topk_ratio;        /* topk: fraction of each tensor's entries sent (0, 1] */
   size_t bucket_bytes;      /* 0: 32 MiB */
+  int32_t quantize_bits;    /* hsadmm: 0 (exact), 8 or 4: the leaders' exchange quantized
+                               (px_hsadmm_config_t.quantize_bits) */
+  uint64_t seed;            /* keys the quantizer's stochastic rounding */
   int32_t eval_every;       /* evaluate the consensus model every k iterations (0: last only) */
   int32_t keep_local;       /* hsadmm: 1 = each local phase starts from the previous local
                                 model; 0 (default) = from the global consensus z (the local
