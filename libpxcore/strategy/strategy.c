@@ -32,6 +32,7 @@
 #include "prunex/cuda_kernels.h"
 #include "prunex/strategy.h"
 #include "px_check.h"
+#include "strategy/ddp_overlap.h"
 
 const char *px_strategy_name(px_strategy_kind_t k) {
   switch (k) {
@@ -60,6 +61,7 @@ typedef struct {
                                way to the device */
   double *layer_density;    /* [np] kept fraction of each tensor of z */
   double *rho1, *rho2;      /* [np] decision arrays for ddp/topk */
+  px__ddp_buckets_t *ddp;   /* ddp over host memory: gradient buckets (ddp_overlap.h) */
   /* top-k */
   float *err;               /* [numel] error feedback */
   uint32_t *idx;            /* [max tensor] selection workspace */
@@ -169,7 +171,12 @@ void px_strategy_hsadmm_params(px_model_t *m, const char *const *skip_layers, in
 
 static px_status_t px__ddp_hook(void *ctx, px_model_t *m) {
   px__run_t *r = ctx;
-  return px__world_average(r, px_model_flat_grads(m), r->h_grad, 1);
+  const px_tensor_t *g = px_model_flat_grads(m);
+  if (!r->ddp) return px__world_average(r, g, r->h_grad, 1); /* NCCL on the device buffer */
+  if (!r->staged) return px__ddp_buckets_finish(r->ddp, g->data);
+  PX_CHECK(px__down(g, r->h_grad));
+  PX_CHECK(px__ddp_buckets_finish(r->ddp, r->h_grad));
+  return px__up(g, r->h_grad);
 }
 
 /* ---- H-SADMM after the freeze: training inside the masks ---------------------- */
@@ -457,6 +464,9 @@ static px_status_t px__setup(px__run_t *r) {
     /* the same initial model everywhere */
     PX_CHECK(px__setup_staging(r));
     PX_CHECK(px__world_broadcast(r, px_model_flat_params(r->m), r->h_theta));
+    if (!r->direct)
+      PX_CHECK(px__ddp_buckets_create(r->m, r->world, c->bucket_bytes,
+                                      !r->staged && !c->ddp_no_overlap, &r->ddp));
     px_trainer_set_grad_hook(r->t, px__ddp_hook, r);
   } else {
     PX_REQUIRE(c->topk_ratio > 0 && c->topk_ratio <= 1, "comm.topk_ratio = %g: must be in (0, 1]",
@@ -480,6 +490,7 @@ static px_status_t px__setup(px__run_t *r) {
 
 static void px__teardown(px__run_t *r) {
   px_trainer_set_grad_hook(r->t, NULL, NULL);
+  px__ddp_buckets_destroy(r->ddp);
   px_hsadmm_destroy(r->h);
   px_free(r->hp);
   px_free(r->backup);
