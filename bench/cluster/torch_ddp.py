@@ -46,6 +46,7 @@ def main():
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--eval-steps", type=int, default=39)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--max-steps", type=int, default=0, help="stop after this many (smoke test)")
     a = ap.parse_args()
     start = a.start if a.start is not None else time.time()
     torch.set_num_threads(1)
@@ -64,6 +65,8 @@ def main():
     shard = len(xtr) // a.world
     steps_per_epoch = max(1, shard // a.batch)
     total = steps_per_epoch * a.epochs
+    if a.max_steps > 0:
+        total = min(total, a.max_steps)
     model = ResNet("resnet20", in_channels=1, num_classes=10)
     ddp = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=0.9, weight_decay=5e-4)
@@ -92,6 +95,8 @@ def main():
         perm = torch.randperm(len(xtr), generator=g)  # the same on every rank
         mine = perm[a.rank * shard:(a.rank + 1) * shard]
         for s in range(steps_per_epoch):
+            if step >= total:
+                break
             ids = mine[s * a.batch:(s + 1) * a.batch]
             x = F.pad(xtr[ids], (pad, pad, pad, pad))
             ox, oy = torch.randint(0, 2 * pad + 1, (2,), generator=g).tolist()
