@@ -36,6 +36,7 @@
 #include "prunex/cuda.h"
 #include "prunex/jobspec.h"
 #include "prunex/nn.h"
+#include "prunex/quantize.h"
 #include "prunex/rpc.h"
 #include "prunex/strategy.h"
 #include "px_check.h"
@@ -368,6 +369,11 @@ static px_status_t pxw_strategy_config(const pxw_t *w, px_trainer_t *t, px_strat
   c->nskip = (int32_t)s->prune->n_skip_layers;
   c->topk_ratio = s->comm->topk_ratio;
   c->bucket_bytes = (size_t)s->comm->bucket_bytes;
+  c->quantize_bits = px_quant_bits_from_name(s->comm->quantize);
+  if (c->quantize_bits < 0)
+    return px_set_error(PX_ERR_INVALID, "comm.quantize = '%s': must be none, 8 or 4",
+                        s->comm->quantize);
+  c->seed = s->train->seed;
   /* the last iteration is always tested; 0 is an unset field (1) */
   c->eval_every = s->train->eval_every > 0 ? s->train->eval_every : 1;
   /* checkpoints: in the job's directory on this node, which the attempts

@@ -74,6 +74,8 @@ struct px_model {
   px_tensor_t *scratch;      /* [nacts] second-consumer gradient (views; multi-consumer only) */
   px_add_t **acc;            /* [nacts] accumulate op (multi-consumer only) */
   uint8_t *ready;            /* [nacts] gradient written in this backward pass */
+  px_grad_ready_fn grad_ready; /* NULL: none (px_model_set_grad_ready) */
+  void *grad_ready_ctx;
 
   px_tensor_t labels;        /* i32 [batch] */
   px_tensor_t *gbufs;        /* shared gradient buffers (u8 specs) */
@@ -971,8 +973,17 @@ static px_status_t px__backward(px_model_t *m) {
         break;
     }
     if (dx) PX_CHECK(px__settle(m, n->in, dx));
+    /* the node's parameter gradients are final: a data-parallel strategy
+     * may start reducing them while the earlier layers run backward */
+    if (m->grad_ready && n->w >= 0) PX_CHECK(m->grad_ready(m->grad_ready_ctx, m, n->w));
+    if (m->grad_ready && n->b >= 0) PX_CHECK(m->grad_ready(m->grad_ready_ctx, m, n->b));
   }
   return PX_OK;
+}
+
+void px_model_set_grad_ready(px_model_t *m, px_grad_ready_fn fn, void *ctx) {
+  m->grad_ready = fn;
+  m->grad_ready_ctx = ctx;
 }
 
 /* The input batch (and the labels when y is not NULL) onto the model's

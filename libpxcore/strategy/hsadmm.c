@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "prunex/hsadmm.h"
+#include "prunex/quantize.h"
 #include "px_check.h"
 #include "strategy/px_resume.h"
 
@@ -53,6 +54,17 @@ struct px_hsadmm {
   double *decision_buf; /* [2 + 2n] */
   float **src_ptrs;     /* [n] tensors of s, for packing */
   float **dst_ptrs;     /* [n] tensors of z, for unpacking */
+  /* comm.quantize (leaders only; NULL otherwise): see px__quant_bucket */
+  float *qerr;          /* [total] error feedback, laid out like the parameters */
+  float *qsum;          /* [total] decoded sum of the leaders' payloads, packed layout */
+  float *qref;          /* [total] the previous z, packed layout: payloads are differences
+                           from it, which shrink as the consensus settles */
+  float **err_ptrs;     /* [n] tensors of qerr, for unpacking */
+  float **ref_ptrs;     /* [n] tensors of z_prev, for packing */
+  uint8_t *qsend;       /* [px_quant_bytes(largest bucket)] this leader's payload */
+  uint8_t *qrecv;       /* [M * that] every leader's payload, in node order */
+  int qbits;            /* 0: exact exchange */
+  uint64_t qseed;
 };
 
 static double px__now(void) {
@@ -238,7 +250,59 @@ void px_hsadmm_destroy(px_hsadmm_t *h) {
   px_free(h->decision_buf);
   px_free(h->src_ptrs);
   px_free(h->dst_ptrs);
+  px_free(h->qerr);
+  px_free(h->qsum);
+  px_free(h->err_ptrs);
+  px_free(h->qref);
+  px_free(h->ref_ptrs);
+  px_free(h->qsend);
+  px_free(h->qrecv);
   px_free(h);
+}
+
+px_status_t px_hsadmm_set_quantize(px_hsadmm_t *h, int bits, uint64_t seed) {
+  PX_REQUIRE(bits == 0 || px_quant_bits_ok(bits), "comm.quantize = %d: must be none, 8 or 4",
+             bits);
+  PX_REQUIRE(bits == 0 || !h->cfg.flat,
+             "comm.quantize = %d: applies to the hierarchical exchange (strategy hsadmm) only",
+             bits);
+  if (h->iteration > 0)
+    return px_set_error(PX_ERR_STATE, "comm.quantize: set before the first round");
+  h->qbits = bits;
+  h->qseed = seed;
+  if (!bits || !h->inter || h->qerr) return PX_OK;
+  /* the largest bucket: all of it before the first mask, never more later */
+  size_t bf = (h->cfg.bucket_bytes ? h->cfg.bucket_bytes : PX_PACK_DEFAULT_BUCKET_BYTES) / 4;
+  if (bf > h->total) bf = h->total;
+  size_t stride = px_quant_bytes(8, bf); /* the wider of the two */
+  h->qerr = px_calloc(h->total, sizeof(float), "hsadmm.quant_error");
+  h->qsum = px_calloc(h->total, sizeof(float), "hsadmm.quant_sum");
+  h->err_ptrs = px_calloc((size_t)h->n, sizeof(float *), "hsadmm.ptrs");
+  h->qref = px_calloc(h->total, sizeof(float), "hsadmm.quant_ref");
+  h->ref_ptrs = px_calloc((size_t)h->n, sizeof(float *), "hsadmm.ptrs");
+  h->qsend = px_malloc(stride, "hsadmm.quant_send");
+  h->qrecv = px_malloc(stride * (size_t)h->M, "hsadmm.quant_recv");
+  if (!h->qerr || !h->qsum || !h->err_ptrs || !h->qref || !h->ref_ptrs || !h->qsend ||
+      !h->qrecv) {
+    px_free(h->qerr);
+    px_free(h->qsum);
+    px_free(h->err_ptrs);
+    px_free(h->qref);
+    px_free(h->ref_ptrs);
+    h->qref = NULL;
+    h->ref_ptrs = NULL;
+    px_free(h->qsend);
+    px_free(h->qrecv);
+    h->qerr = h->qsum = NULL;
+    h->err_ptrs = NULL;
+    h->qsend = h->qrecv = NULL;
+    return PX_ERR_NOMEM;
+  }
+  for (int i = 0; i < h->n; i++) {
+    h->err_ptrs[i] = h->qerr + h->off[i];
+    h->ref_ptrs[i] = h->z_prev + h->off[i];
+  }
+  return PX_OK;
 }
 
 void px_hsadmm_prox(const px_hsadmm_t *h, int i, const float **z, const float **u, float *rho1) {
@@ -353,6 +417,34 @@ static px_status_t px__sync_flat(px_hsadmm_t *h) {
   return PX_OK;
 }
 
+/* The quantized exchange of packed bucket b. Every leader packs the
+ * previous z (bit-identical on all of them) into qref, then its own
+ * z_i + v_i + error feedback - z_prev into buf[nf] (s holds that), encodes
+ * buf (buf keeps the quantization error), allgathers the payloads and
+ * decodes every leader's payload into the same place of qsum, summing in
+ * node order, so that every leader obtains the same bits. Sending the
+ * difference from z_prev rather than z_i + v_i itself makes the blocks'
+ * ranges, and so the steps, those of the change (v_i and the node's
+ * disagreement), not of the weights. The rounding is keyed by the seed, the
+ * iteration, this rank and the bucket: a rerun gives the same payloads. */
+static px_status_t px__quant_bucket(px_hsadmm_t *h, int b, float *buf, size_t nf) {
+  int bits = h->qbits;
+  size_t o = (size_t)(buf - px_pack_buffer(h->plan));
+  PX_CHECK(px_pack_shrink_bucket(h->plan, b, (const float *const *)h->ref_ptrs));
+  memcpy(h->qref + o, buf, nf * sizeof(float));
+  PX_CHECK(px_pack_shrink_bucket(h->plan, b, (const float *const *)h->src_ptrs));
+  size_t qb = px_quant_bytes(bits, nf);
+  uint64_t key = px_quant_key(h->qseed, (uint64_t)h->iteration,
+                              (uint64_t)px_group_rank(h->world), (uint64_t)b);
+  px_quant_encode(buf, nf, bits, key, h->qsend);
+  /* every leader packs the same layout, so qb is the same on all of them */
+  PX_CHECK(px_comm_allgather(h->inter, h->qsend, h->qrecv, qb, PX_COMM_U8));
+  float *acc = h->qsum + o;
+  memset(acc, 0, nf * sizeof(float));
+  for (int r = 0; r < h->M; r++) px_quant_decode_add(h->qrecv + (size_t)r * qb, nf, bits, acc);
+  return PX_OK;
+}
+
 static px_status_t px__sync_hier(px_hsadmm_t *h, uint64_t *inter_value_bytes) {
   double t0 = px__now();
   /* 2. intra: s_i = SUM (theta + u) */
@@ -385,11 +477,17 @@ static px_status_t px__sync_hier(px_hsadmm_t *h, uint64_t *inter_value_bytes) {
       PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
     }
     for (size_t j = 0; j < h->total; j++) h->s[j] = h->zi[j] + h->v[j];
+    if (h->qbits)
+      for (size_t j = 0; j < h->total; j++) h->s[j] += h->qerr[j] - h->z_prev[j];
     uint64_t before = px__traffic(h->comm, PX_TIER_INTER) + px__traffic(h->comm, PX_TIER_INTRA);
     px_status_t st = PX_OK;
     for (int b = 0; b < px_pack_num_buckets(h->plan) && st == PX_OK; b++) {
       size_t nf;
       float *buf = px_pack_bucket(h->plan, b, &nf);
+      if (h->qbits) {
+        st = px__quant_bucket(h, b, buf, nf);
+        continue;
+      }
       st = px_pack_shrink_bucket(h->plan, b, (const float *const *)h->src_ptrs);
       if (st == PX_OK) st = px_comm_allreduce(h->inter, buf, buf, nf, PX_COMM_F32, PX_COMM_SUM);
     }
@@ -399,7 +497,14 @@ static px_status_t px__sync_hier(px_hsadmm_t *h, uint64_t *inter_value_bytes) {
       float inv = 1.0f / (float)h->M;
       float *buf = px_pack_buffer(h->plan);
       size_t nf = px_pack_packed_floats(h->plan);
-      for (size_t j = 0; j < nf; j++) buf[j] *= inv;
+      if (h->qbits) {
+        /* the buffer holds the quantization errors: keep them for the next
+         * round (pruned positions drop theirs), then take the decoded sum */
+        px_pack_expand(h->plan, h->err_ptrs);
+        for (size_t j = 0; j < nf; j++) buf[j] = h->qref[j] + h->qsum[j] * inv;
+      } else {
+        for (size_t j = 0; j < nf; j++) buf[j] *= inv;
+      }
       px_pack_expand(h->plan, h->dst_ptrs);
       /* z is the projection of the mean onto S: the union of the node masks
        * can hold more groups than S allows while the nodes disagree. The
@@ -488,6 +593,17 @@ px_status_t px_hsadmm_sync(px_hsadmm_t *h, px_hsadmm_round_t **round) {
   h->round.bytes_inter = (uint64_t)T[1];
   h->round.bytes_inter_dense = (uint64_t)llround(T[2]);
   h->round.packed_bytes = px_pack_packed_bytes(h->plan);
+  if (h->qbits) {
+    /* the payload one leader sends: every rank has the plan's layout (the
+     * same masks), so every rank computes it alike */
+    uint64_t q = 0;
+    for (int b = 0; b < px_pack_num_buckets(h->plan); b++) {
+      size_t nf;
+      (void)px_pack_bucket(h->plan, b, &nf);
+      q += px_quant_bytes(h->qbits, nf);
+    }
+    h->round.packed_bytes = q;
+  }
   h->round.dense_bytes = h->total * sizeof(float);
   h->round.mask_drift = h->mtotal ? (int64_t)px_prune_mask_drift(h->mask_union, h->mask_prev, h->mtotal) : 0;
   h->round.mask_groups = (int64_t)h->mtotal;

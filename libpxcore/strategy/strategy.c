@@ -32,6 +32,7 @@
 #include "prunex/cuda_kernels.h"
 #include "prunex/strategy.h"
 #include "px_check.h"
+#include "strategy/ddp_overlap.h"
 #include "strategy/px_resume.h"
 
 const char *px_strategy_name(px_strategy_kind_t k) {
@@ -61,6 +62,7 @@ typedef struct {
                                way to the device */
   double *layer_density;    /* [np] kept fraction of each tensor of z */
   double *rho1, *rho2;      /* [np] decision arrays for ddp/topk */
+  px__ddp_buckets_t *ddp;   /* ddp over host memory: gradient buckets (ddp_overlap.h) */
   /* top-k */
   float *err;               /* [numel] error feedback */
   uint32_t *idx;            /* [max tensor] selection workspace */
@@ -174,7 +176,12 @@ void px_strategy_hsadmm_params(px_model_t *m, const char *const *skip_layers, in
 
 static px_status_t px__ddp_hook(void *ctx, px_model_t *m) {
   px__run_t *r = ctx;
-  return px__world_average(r, px_model_flat_grads(m), r->h_grad, 1);
+  const px_tensor_t *g = px_model_flat_grads(m);
+  if (!r->ddp) return px__world_average(r, g, r->h_grad, 1); /* NCCL on the device buffer */
+  if (!r->staged) return px__ddp_buckets_finish(r->ddp, g->data);
+  PX_CHECK(px__down(g, r->h_grad));
+  PX_CHECK(px__ddp_buckets_finish(r->ddp, r->h_grad));
+  return px__up(g, r->h_grad);
 }
 
 /* ---- H-SADMM after the freeze: training inside the masks ---------------------- */
@@ -454,6 +461,7 @@ static px_status_t px__setup(px__run_t *r) {
     px_hsadmm_config_t hc = {c->kind == PX_STRATEGY_HSADMM_FLAT, c->rho1, c->rho2, lambda, c->keep,
                              c->bucket_bytes};
     PX_CHECK(px_hsadmm_create(r->comm, r->hp, r->np, &hc, &r->h));
+    PX_CHECK(px_hsadmm_set_quantize(r->h, c->quantize_bits, c->seed));
     /* every rank starts from the consensus */
     PX_CHECK(px__load_z(r, 0));
     px_trainer_set_grad_hook(r->t, px__masked_hook, r);
@@ -461,6 +469,9 @@ static px_status_t px__setup(px__run_t *r) {
     /* the same initial model everywhere */
     PX_CHECK(px__setup_staging(r));
     PX_CHECK(px__world_broadcast(r, px_model_flat_params(r->m), r->h_theta));
+    if (!r->direct)
+      PX_CHECK(px__ddp_buckets_create(r->m, r->world, c->bucket_bytes,
+                                      !r->staged && !c->ddp_no_overlap, &r->ddp));
     px_trainer_set_grad_hook(r->t, px__ddp_hook, r);
   } else {
     PX_REQUIRE(c->topk_ratio > 0 && c->topk_ratio <= 1, "comm.topk_ratio = %g: must be in (0, 1]",
@@ -560,6 +571,7 @@ static px_status_t px__checkpoint(px__run_t *r, int it, int stop, px_strategy_re
 static void px__teardown(px__run_t *r) {
   px_resume_destroy(r->rs);
   px_trainer_set_grad_hook(r->t, NULL, NULL);
+  px__ddp_buckets_destroy(r->ddp);
   px_hsadmm_destroy(r->h);
   px_free(r->hp);
   px_free(r->backup);

@@ -75,7 +75,8 @@ typedef struct {
   uint64_t bytes_intra;   /* sent + received by all ranks in this sync, per tier */
   uint64_t bytes_inter;
   uint64_t bytes_inter_dense; /* what the inter phase would have moved with dense buffers */
-  uint64_t packed_bytes;  /* bytes of the packed buffer reduced between leaders */
+  uint64_t packed_bytes;  /* bytes of the packed buffer reduced between leaders (the
+                             quantized payload of one leader when quantize_bits is set) */
   uint64_t dense_bytes;   /* bytes of all parameters */
   double intra_s, projection_s, inter_s, broadcast_s; /* phase times on this rank */
   int frozen;
@@ -103,6 +104,19 @@ typedef struct px_hsadmm px_hsadmm_t;
 px_status_t px_hsadmm_create(px_comm_t *comm, const px_hsadmm_param_t *params, int nparams,
                              const px_hsadmm_config_t *cfg, px_hsadmm_t **out);
 void px_hsadmm_destroy(px_hsadmm_t *h);
+
+/* comm.quantize: with bits 8 or 4, each leader sends its packed z_i + v_i
+ * as block-scaled integers with stochastic rounding and error feedback
+ * (quantize.h) in an allgather of bytes over the leaders, instead of the
+ * f32 allreduce, and every leader decodes and sums the payloads in node
+ * order, so z stays bit-identical on every rank; intra-node exchanges and
+ * masks stay exact. seed keys the rounding (with the iteration, the rank and
+ * the bucket), so a rerun sends the same bytes. bits 0 is the exact
+ * exchange. Call on every rank before the first px_hsadmm_sync (it
+ * allocates the buffers then; syncs allocate nothing). Fails with
+ * PX_ERR_INVALID for other widths or in flat mode, PX_ERR_STATE after a
+ * sync, PX_ERR_NOMEM. */
+px_status_t px_hsadmm_set_quantize(px_hsadmm_t *h, int bits, uint64_t seed);
 
 /* The proximal target of parameter i for the local phase: z_i (z in flat
  * mode), u and the current rho1. Pointers stay valid for the handle's life. */

@@ -78,6 +78,9 @@
  *     timeout_ms: 60000     >= 1, collective timeout
  *     backend: auto         auto | ucx | nccl (nccl needs device auto or cuda)
  *     topk_ratio: 0.01      (0, 1], topk: fraction of gradient entries sent
+ *     quantize: none        none | 8 | 4, hsadmm only: the node leaders'
+ *                           packed exchange as block-scaled integers
+ *                           (quantize.h, px_hsadmm_set_quantize)
  *   recovery:
  *     checkpoint_every: 0   >= 0: every rank writes its whole state every N
  *                           iterations and at the end (0: never)

@@ -156,6 +156,16 @@ size_t px_model_memory_bytes(const px_model_t *m);
 px_status_t px_model_train_step(px_model_t *m, const float *x, const int32_t *y, float *loss,
                                 int64_t *correct);
 
+/* Called by px_model_train_step's backward pass each time parameter i's
+ * gradient is complete, in backward (reverse layer) order, every parameter
+ * once per step: a data-parallel strategy starts reducing a bucket of
+ * gradients as soon as all of its parameters are ready (PyTorch DDP's
+ * overlap). Host models only: on CUDA the gradient is still being computed
+ * on the device when it is called. An error fails the step. */
+typedef px_status_t (*px_grad_ready_fn)(void *ctx, px_model_t *m, int param);
+/* Sets (fn non-NULL) or clears the callback; ctx is borrowed. */
+void px_model_set_grad_ready(px_model_t *m, px_grad_ready_fn fn, void *ctx);
+
 /* Forward pass in training mode without loss or backward: only the BN
  * running statistics change. Used to recalibrate them for a model whose
  * weights did not produce them (a pruned consensus model). */

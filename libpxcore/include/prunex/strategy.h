@@ -15,7 +15,11 @@
  *                model whose pruned channels they never saw;
  *   hsadmm-flat  the same with one consensus group over all ranks;
  *   ddp          dense synchronous SGD: the gradients are averaged over all
- *                ranks every step (bucketed allreduce);
+ *                ranks every step, in buckets of consecutive parameters
+ *                from the last layer backwards, each bucket's allreduce
+ *                started during the backward pass as soon as its gradients
+ *                are ready (PyTorch DDP's overlap; ddp_no_overlap turns it
+ *                off, with the same result);
  *   topk         each rank sends the top `topk_ratio` gradient entries of
  *                every tensor by magnitude (values + indices, allgather) and
  *                keeps the rest as error feedback for later steps.
@@ -68,6 +72,9 @@ typedef struct {
   int32_t nskip;
   double topk_ratio;        /* topk: fraction of each tensor's entries sent (0, 1] */
   size_t bucket_bytes;      /* 0: 32 MiB */
+  int32_t quantize_bits;    /* hsadmm: 0 (exact), 8 or 4: the leaders' exchange quantized
+                               (px_hsadmm_config_t.quantize_bits) */
+  uint64_t seed;            /* keys the quantizer's stochastic rounding */
   int32_t eval_every;       /* evaluate the consensus model every k iterations (0: last only) */
   int32_t keep_local;       /* hsadmm: 1 = each local phase starts from the previous local
                                 model; 0 (default) = from the global consensus z (the local
@@ -79,6 +86,8 @@ typedef struct {
   int32_t stage_host;       /* 1: run the staged path of device models (host mirrors and
                                device buffers, see strategy.c) on a CPU model too; it gives
                                the same results, and is how tests check that path */
+  int32_t ddp_no_overlap;   /* ddp: 1 = reduce the gradient buckets after the backward pass
+                               instead of during it (the same bits; for comparisons) */
   px_strategy_observe_fn observe; /* NULL: none */
   void *observe_ctx;
   /* Checkpoints (issue 14): with checkpoint_every > 0 every rank writes its
