@@ -716,6 +716,9 @@ px_status_t px_hsadmm_resume_items(px_hsadmm_t *h, px_resume_t *rs) {
   };
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
     PX_CHECK(px_resume_add(rs, t[i].name, t[i].scope, t[i].dt, t[i].p, t[i].bytes));
+  /* a quantizing leader's error feedback: its own (never broadcast); a new
+   * leader starts it at zero */
+  if (h->qerr) PX_CHECK(px_resume_add(rs, "hsadmm.quant_error", PX_RS_RANK, PX_ST_F32, h->qerr, fb));
   return PX_OK;
 }
 
