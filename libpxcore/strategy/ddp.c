@@ -1,0 +1,55 @@
+/* The ddp strategy: dense synchronous SGD, the gradients averaged over all
+ * ranks after every backward pass (bucketed allreduce, in the trainer's
+ * gradient hook). An iteration is a block of local steps, reported like an
+ * H-SADMM round. On a staged run (strategy.c) the gradients cross through a
+ * host mirror unless NCCL takes the device buffer. */
+#include "px_check.h"
+#include "strategy/strategy_int.h"
+
+typedef struct {
+  px__strategy_run_t *run;
+  float *h_grad; /* [numel] host mirror of the gradients (staged runs) */
+} px__ddp_strategy_t;
+
+static px_status_t px__ddp_hook(void *ctx, px_model_t *m) {
+  px__ddp_strategy_t *s = ctx;
+  return px__strategy_world_average(s->run, px_model_flat_grads(m), s->h_grad, 1);
+}
+
+static px_status_t px__ddp_create(px__strategy_run_t *r, void **priv) {
+  px__ddp_strategy_t *s = px_calloc(1, sizeof *s, "strategy.ddp");
+  if (!s) return PX_ERR_NOMEM;
+  *priv = s;
+  s->run = r;
+  if (r->staged) {
+    s->h_grad = px_malloc(r->numel * sizeof(float), "strategy.grad_mirror");
+    if (!s->h_grad) return PX_ERR_NOMEM;
+  }
+  /* the same initial model everywhere */
+  PX_CHECK(px__strategy_world_broadcast(r, px_model_flat_params(r->m), r->h_theta));
+  px_trainer_set_grad_hook(r->t, px__ddp_hook, s);
+  return PX_OK;
+}
+
+/* DDP's exchange is the dense one. */
+static uint64_t px__ddp_dense_inter(const px__strategy_run_t *r, void *priv) {
+  (void)priv;
+  return r->it.bytes_inter;
+}
+
+static void px__ddp_destroy(px__strategy_run_t *r, void *priv) {
+  px__ddp_strategy_t *s = priv;
+  px_trainer_set_grad_hook(r->t, NULL, NULL);
+  if (!s) return;
+  px_free(s->h_grad);
+  px_free(s);
+}
+
+const px__strategy_ops_t px__strategy_ddp_ops = {
+    .info = {PX_STRATEGY_DDP, "ddp",
+             "dense data-parallel SGD: gradients averaged over all ranks every step", 0, 0},
+    .create = px__ddp_create,
+    .dense_inter = px__ddp_dense_inter,
+    .decide = px__strategy_decide_plain,
+    .destroy = px__ddp_destroy,
+};
