@@ -55,18 +55,6 @@ struct px_hsadmm {
   float **dst_ptrs;     /* [n] tensors of z, for unpacking */
 };
 
-static double px__now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static uint64_t px__traffic(px_comm_t *c, int tier) {
-  px_comm_traffic_t t;
-  px_comm_traffic(c, &t);
-  return t.sent[tier] + t.recv[tier];
-}
-
 /* The arguments of px_hsadmm_create. */
 static px_status_t px__hsadmm_validate(px_comm_t *comm, const px_hsadmm_param_t *params,
                                        int nparams, const px_hsadmm_config_t *cfg) {
@@ -234,30 +222,12 @@ fail:
 void px_hsadmm_destroy(px_hsadmm_t *h) {
   if (!h) return;
   px_pack_plan_destroy(h->plan);
-  px_free(h->u);
-  px_free(h->zi);
-  px_free(h->zi_prev);
-  px_free(h->v);
-  px_free(h->z);
-  px_free(h->z_prev);
-  px_free(h->s);
-  px_free(h->mask_node);
-  px_free(h->mask_union);
-  px_free(h->mask_prev);
-  px_free(h->mask_z);
-  px_free(h->ws);
-  px_free(h->params);
-  px_free(h->off);
-  px_free(h->moff);
-  px_free(h->mask_ptrs);
-  px_free(h->is_consumer);
-  px_free(h->rho1);
-  px_free(h->rho2);
-  px_free(h->sums);
-  px_free(h->layers);
-  px_free(h->decision_buf);
-  px_free(h->src_ptrs);
-  px_free(h->dst_ptrs);
+  void *owned[] = {h->u, h->zi, h->zi_prev, h->v, h->z, h->z_prev, h->s,
+                   h->mask_node, h->mask_union, h->mask_prev, h->mask_z, h->ws,
+                   h->params, h->off, h->moff, (void *)h->mask_ptrs, h->is_consumer,
+                   h->rho1, h->rho2, h->sums, h->layers, h->decision_buf,
+                   h->src_ptrs, h->dst_ptrs};
+  for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) px_free(owned[i]);
   px_free(h);
 }
 
@@ -340,17 +310,22 @@ static double px__sq(const float *a, size_t n) {
   return acc;
 }
 
-/* Flat ablation: z = Pi(rho * sum(theta + u) / (lambda + N rho)). */
-static px_status_t px__sync_flat(px_hsadmm_t *h) {
-  double t0 = px__now();
+/* s = SUM over group g of (theta + u). */
+static px_status_t px__sum_theta_u(px_hsadmm_t *h, px_group_t *g) {
   for (int i = 0; i < h->n; i++) {
     const float *th = h->params[i].theta;
     float *s = h->s + h->off[i];
     const float *u = h->u + h->off[i];
     for (size_t j = 0; j < h->params[i].numel; j++) s[j] = th[j] + u[j];
   }
-  PX_CHECK(px_comm_allreduce(h->world, h->s, h->s, h->total, PX_COMM_F32, PX_COMM_SUM));
-  double t1 = px__now();
+  return px_comm_allreduce(g, h->s, h->s, h->total, PX_COMM_F32, PX_COMM_SUM);
+}
+
+/* Flat ablation: z = Pi(rho * sum(theta + u) / (lambda + N rho)). */
+static px_status_t px__sync_flat(px_hsadmm_t *h) {
+  double t0 = px__admm_now();
+  PX_CHECK(px__sum_theta_u(h, h->world));
+  double t1 = px__admm_now();
   memcpy(h->z_prev, h->z, h->total * sizeof(float));
   for (int i = 0; i < h->n; i++) {
     float *z = h->z + h->off[i];
@@ -364,7 +339,7 @@ static px_status_t px__sync_flat(px_hsadmm_t *h) {
     memcpy(h->mask_union, h->mask_node, h->mtotal);
     memcpy(h->mask_z, h->mask_node, h->mtotal);
   }
-  double t2 = px__now();
+  double t2 = px__admm_now();
   h->round.intra_s = t1 - t0;
   h->round.projection_s = t2 - t1;
   h->round.inter_s = h->round.broadcast_s = 0;
@@ -374,16 +349,10 @@ static px_status_t px__sync_flat(px_hsadmm_t *h) {
 }
 
 static px_status_t px__sync_hier(px_hsadmm_t *h, uint64_t *inter_value_bytes) {
-  double t0 = px__now();
+  double t0 = px__admm_now();
   /* 2. intra: s_i = SUM (theta + u) */
-  for (int i = 0; i < h->n; i++) {
-    const float *th = h->params[i].theta;
-    float *s = h->s + h->off[i];
-    const float *u = h->u + h->off[i];
-    for (size_t j = 0; j < h->params[i].numel; j++) s[j] = th[j] + u[j];
-  }
-  PX_CHECK(px_comm_allreduce(h->intra, h->s, h->s, h->total, PX_COMM_F32, PX_COMM_SUM));
-  double t1 = px__now();
+  PX_CHECK(px__sum_theta_u(h, h->intra));
+  double t1 = px__admm_now();
   /* z~_i = (rho1 s_i + rho2 (z - v)) / (lambda/M + P rho1 + rho2), then project */
   memcpy(h->zi_prev, h->zi, h->total * sizeof(float));
   for (int i = 0; i < h->n; i++) {
@@ -395,7 +364,7 @@ static px_status_t px__sync_hier(px_hsadmm_t *h, uint64_t *inter_value_bytes) {
     for (size_t j = 0; j < h->params[i].numel; j++) zi[j] = a * s[j] + b * (z[j] - v[j]);
   }
   PX_CHECK(px__project(h, h->zi, h->mask_node));
-  double t2 = px__now();
+  double t2 = px__admm_now();
   /* 4. inter, leaders only: union of the masks, packed SUM of z_i + v_i */
   memcpy(h->z_prev, h->z, h->total * sizeof(float));
   if (h->inter) {
@@ -405,7 +374,7 @@ static px_status_t px__sync_hier(px_hsadmm_t *h, uint64_t *inter_value_bytes) {
       PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
     }
     for (size_t j = 0; j < h->total; j++) h->s[j] = h->zi[j] + h->v[j];
-    uint64_t before = px__traffic(h->comm, PX_TIER_INTER) + px__traffic(h->comm, PX_TIER_INTRA);
+    uint64_t before = px__admm_traffic(h->comm, PX_TIER_INTER) + px__admm_traffic(h->comm, PX_TIER_INTRA);
     px_status_t st = PX_OK;
     for (int b = 0; b < px_pack_num_buckets(h->plan) && st == PX_OK; b++) {
       size_t nf;
@@ -414,7 +383,7 @@ static px_status_t px__sync_hier(px_hsadmm_t *h, uint64_t *inter_value_bytes) {
       if (st == PX_OK) st = px_comm_allreduce(h->inter, buf, buf, nf, PX_COMM_F32, PX_COMM_SUM);
     }
     *inter_value_bytes =
-        px__traffic(h->comm, PX_TIER_INTER) + px__traffic(h->comm, PX_TIER_INTRA) - before;
+        px__admm_traffic(h->comm, PX_TIER_INTER) + px__admm_traffic(h->comm, PX_TIER_INTRA) - before;
     if (st == PX_OK) {
       float inv = 1.0f / (float)h->M;
       float *buf = px_pack_buffer(h->plan);
@@ -428,7 +397,7 @@ static px_status_t px__sync_hier(px_hsadmm_t *h, uint64_t *inter_value_bytes) {
     }
     PX_CHECK(st);
   }
-  double t3 = px__now();
+  double t3 = px__admm_now();
   /* z and the union masks from the leader to its node */
   PX_CHECK(px_comm_broadcast(h->intra, h->z, h->total, PX_COMM_F32, 0));
   if (!h->frozen && h->mtotal) {
@@ -436,7 +405,7 @@ static px_status_t px__sync_hier(px_hsadmm_t *h, uint64_t *inter_value_bytes) {
     PX_CHECK(px_comm_broadcast(h->intra, h->mask_z, h->mtotal, PX_COMM_U8, 0));
     if (!h->inter) PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
   }
-  double t4 = px__now();
+  double t4 = px__admm_now();
   /* v_i += z_i - z on every rank of the node (same inputs, same result) */
   for (size_t j = 0; j < h->total; j++) h->v[j] += h->zi[j] - h->z[j];
   h->round.intra_s = t1 - t0;
@@ -447,8 +416,8 @@ static px_status_t px__sync_hier(px_hsadmm_t *h, uint64_t *inter_value_bytes) {
 }
 
 px_status_t px_hsadmm_sync(px_hsadmm_t *h, px_hsadmm_round_t **round) {
-  uint64_t intra0 = px__traffic(h->comm, PX_TIER_INTRA);
-  uint64_t inter0 = px__traffic(h->comm, PX_TIER_INTER);
+  uint64_t intra0 = px__admm_traffic(h->comm, PX_TIER_INTRA);
+  uint64_t inter0 = px__admm_traffic(h->comm, PX_TIER_INTER);
   uint64_t value_bytes = 0;
   if (h->cfg.flat) PX_CHECK(px__sync_flat(h));
   else PX_CHECK(px__sync_hier(h, &value_bytes));
@@ -478,8 +447,8 @@ px_status_t px_hsadmm_sync(px_hsadmm_t *h, px_hsadmm_round_t **round) {
   }
   /* the traffic of this sync, summed over ranks (exact in doubles) */
   double *T = h->sums + (size_t)h->n * NSUMS;
-  T[0] = (double)(px__traffic(h->comm, PX_TIER_INTRA) - intra0);
-  T[1] = (double)(px__traffic(h->comm, PX_TIER_INTER) - inter0);
+  T[0] = (double)(px__admm_traffic(h->comm, PX_TIER_INTRA) - intra0);
+  T[1] = (double)(px__admm_traffic(h->comm, PX_TIER_INTER) - inter0);
   /* dense inter phase: the value allreduce scaled to every parameter (the
    * algorithms move bytes in proportion to the count) */
   size_t packed = px_pack_packed_floats(h->plan);

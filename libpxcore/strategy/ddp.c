@@ -21,12 +21,7 @@ static px_status_t px__ddp_create(px__strategy_run_t *r, void **priv) {
   if (!s) return PX_ERR_NOMEM;
   *priv = s;
   s->run = r;
-  if (r->staged) {
-    s->h_grad = px_malloc(r->numel * sizeof(float), "strategy.grad_mirror");
-    if (!s->h_grad) return PX_ERR_NOMEM;
-  }
-  /* the same initial model everywhere */
-  PX_CHECK(px__strategy_world_broadcast(r, px_model_flat_params(r->m), r->h_theta));
+  PX_CHECK(px__strategy_start_baseline(r, &s->h_grad));
   px_trainer_set_grad_hook(r->t, px__ddp_hook, s);
   return PX_OK;
 }

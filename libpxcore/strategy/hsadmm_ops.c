@@ -266,15 +266,10 @@ static void px__hsadmm_destroy(px__strategy_run_t *r, void *priv) {
   for (int i = 0; r->sgd && i < r->np; i++) px_sgd_set_prox(r->sgd, i, NULL, NULL, 0.0f);
   if (!s) return;
   px_hsadmm_destroy(s->h);
-  px_free(s->hp);
-  px_free(s->backup);
-  px_free(s->layer_density);
-  px_free(s->h_zu);
-  px_free(s->h_mask);
-  px_free(s->moff);
   px_tensor_release(&s->d_zu);
   px_tensor_release(&s->d_mask);
-  px_free(s);
+  void *owned[] = {s->hp, s->backup, s->layer_density, s->h_zu, s->h_mask, s->moff, s};
+  for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) px_free(owned[i]);
 }
 
 #define PX__HSADMM_OPS                                                                   \

@@ -31,7 +31,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "admm/admm_int.h"
 #include "px_check.h"
@@ -88,18 +87,6 @@ const char *px_strategy_name(px_strategy_kind_t k) {
 
 /* ---- helpers ----------------------------------------------------------------------- */
 
-static double px__strategy_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static uint64_t px__strategy_traffic(px_comm_t *c, int tier) {
-  px_comm_traffic_t t;
-  px_comm_traffic(c, &t);
-  return t.sent[tier] + t.recv[tier];
-}
-
 px_status_t px__strategy_down(const px_tensor_t *t, float *host) {
   return px_tensor_copy_to_host(t, host, px_tensor_plain_bytes(t));
 }
@@ -126,6 +113,16 @@ px_status_t px__strategy_world_broadcast(px__strategy_run_t *r, const px_tensor_
   if (buf == mirror) PX_CHECK(px__strategy_down(t, mirror));
   PX_CHECK(px_comm_broadcast(r->world, buf, px_tensor_numel(t), PX_COMM_F32, 0));
   return buf == mirror ? px__strategy_up(t, mirror) : PX_OK;
+}
+
+px_status_t px__strategy_start_baseline(px__strategy_run_t *r, float **grad_mirror) {
+  *grad_mirror = NULL;
+  if (r->staged) {
+    *grad_mirror = px_malloc(r->numel * sizeof(float), "strategy.grad_mirror");
+    if (!*grad_mirror) return PX_ERR_NOMEM;
+  }
+  /* the same initial model everywhere */
+  return px__strategy_world_broadcast(r, px_model_flat_params(r->m), r->h_theta);
 }
 
 /* Rank 0: the controller's decision for a strategy without penalties
@@ -232,15 +229,15 @@ static px_status_t px__strategy_iteration(px__strategy_run_t *r, const px__strat
   memset(&r->it, 0, sizeof r->it);
   r->it.iteration = it;
   r->it.layer_names = r->names;
-  uint64_t intra0 = px__strategy_traffic(comm, PX_TIER_INTRA);
-  uint64_t inter0 = px__strategy_traffic(comm, PX_TIER_INTER);
+  uint64_t intra0 = px__admm_traffic(comm, PX_TIER_INTRA);
+  uint64_t inter0 = px__admm_traffic(comm, PX_TIER_INTER);
 
   /* ---- local phase ---- */
-  double t0 = px__strategy_now();
+  double t0 = px__admm_now();
   if (ops->before_local) PX_CHECK(ops->before_local(r, priv, it));
   px_epoch_stats_t es;
   PX_CHECK(px_trainer_steps(r->t, r->steps, &es));
-  r->it.local_s = px__strategy_now() - t0;
+  r->it.local_s = px__admm_now() - t0;
   r->it.epoch =
       (double)px_trainer_global_step(r->t) / (double)px_trainer_steps_per_epoch(r->t);
 
@@ -265,8 +262,8 @@ static px_status_t px__strategy_iteration(px__strategy_run_t *r, const px__strat
 
   /* ---- figures of the iteration, summed over ranks ---- */
   double v[4] = {es.loss, es.accuracy,
-                 (double)(px__strategy_traffic(comm, PX_TIER_INTRA) - intra0),
-                 (double)(px__strategy_traffic(comm, PX_TIER_INTER) - inter0)};
+                 (double)(px__admm_traffic(comm, PX_TIER_INTRA) - intra0),
+                 (double)(px__admm_traffic(comm, PX_TIER_INTER) - inter0)};
   r->it.rank_bytes_intra = (uint64_t)v[2];
   r->it.rank_bytes_inter = (uint64_t)v[3];
   PX_CHECK(px_comm_allreduce(r->world, v, v, 4, PX_COMM_F64, PX_COMM_SUM));
@@ -282,9 +279,9 @@ static px_status_t px__strategy_iteration(px__strategy_run_t *r, const px__strat
   res->bytes_inter_dense += r->it.bytes_inter_dense;
 
   /* ---- control: rank 0 decides, everyone applies ---- */
-  double t1 = px__strategy_now();
+  double t1 = px__admm_now();
   PX_CHECK(ops->decide(r, priv, stop));
-  r->it.control_s = px__strategy_now() - t1;
+  r->it.control_s = px__admm_now() - t1;
   res->iterations = it + 1;
   res->density = r->it.density;
   if (cfg->observe) PX_CHECK(cfg->observe(cfg->observe_ctx, &r->it));
@@ -328,7 +325,7 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
   r.ctx = ctx;
   void *priv = NULL;
   px_status_t st;
-  double t_start = px__strategy_now();
+  double t_start = px__admm_now();
   PX_CHECK_GOTO(px__strategy_setup(&r), st, done);
   PX_CHECK_GOTO(ops->create(&r, &priv), st, done);
   r.steps = cfg->local_steps ? cfg->local_steps : px_trainer_steps_per_epoch(trainer);
@@ -338,7 +335,7 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
   for (int it = 0; it < cfg->iterations && !stop; it++)
     PX_CHECK_GOTO(px__strategy_iteration(&r, ops, priv, it, res, &stop), st, done);
   PX_CHECK_GOTO(px__strategy_finish(&r, ops, priv, res), st, done);
-  res->seconds = px__strategy_now() - t_start;
+  res->seconds = px__admm_now() - t_start;
   snprintf(res->stop_reason, sizeof res->stop_reason, "%s",
            stop ? "controller" : "iterations");
   st = PX_OK;

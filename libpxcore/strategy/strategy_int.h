@@ -97,6 +97,10 @@ px_status_t px__strategy_world_average(px__strategy_run_t *r, const px_tensor_t 
 /* Rank 0's copy of a model tensor on every rank, the same way. */
 px_status_t px__strategy_world_broadcast(px__strategy_run_t *r, const px_tensor_t *t,
                                          float *mirror);
+/* The start of a baseline (ddp, topk): rank 0's model on every rank, and
+ * on a staged run a host mirror of the gradients in *grad_mirror (NULL
+ * otherwise; the caller frees it). */
+px_status_t px__strategy_start_baseline(px__strategy_run_t *r, float **grad_mirror);
 /* The decision of a strategy without penalties (ddp, topk): rank 0's
  * controller sees r->it and may stop the run. */
 px_status_t px__strategy_decide_plain(px__strategy_run_t *r, void *priv, int *stop);

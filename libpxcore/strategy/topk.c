@@ -121,11 +121,7 @@ static px_status_t px__topk_create(px__strategy_run_t *r, void **priv) {
   if (!s) return PX_ERR_NOMEM;
   *priv = s;
   s->run = r;
-  if (r->staged) {
-    s->h_grad = px_malloc(r->numel * sizeof(float), "strategy.grad_mirror");
-    if (!s->h_grad) return PX_ERR_NOMEM;
-  }
-  PX_CHECK(px__strategy_world_broadcast(r, px_model_flat_params(r->m), r->h_theta));
+  PX_CHECK(px__strategy_start_baseline(r, &s->h_grad));
   for (int i = 0; i < r->np; i++)
     s->kpairs += px_prune_keep_count(c->topk_ratio, px_tensor_numel(px_model_param(r->m, i)->value));
   int N = px_group_size(r->world);
@@ -155,12 +151,8 @@ static void px__topk_destroy(px__strategy_run_t *r, void *priv) {
   px__topk_strategy_t *s = priv;
   px_trainer_set_grad_hook(r->t, NULL, NULL);
   if (!s) return;
-  px_free(s->err);
-  px_free(s->idx);
-  px_free(s->sendbuf);
-  px_free(s->recvbuf);
-  px_free(s->h_grad);
-  px_free(s);
+  void *owned[] = {s->err, s->idx, s->sendbuf, s->recvbuf, s->h_grad, s};
+  for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) px_free(owned[i]);
 }
 
 const px__strategy_ops_t px__strategy_topk_ops = {
