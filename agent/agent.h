@@ -38,6 +38,7 @@
 #define PXA_REPORT_GIVE_UP_MS (10 * 60 * 1000)
 #define PXA_FLUSH_MS 5000          /* exit reports still sent after a shutdown */
 #define PXA_HUNG_AFTER_MS 10000    /* a worker stopped (SIGSTOP, ptrace) this long is hung */
+#define PXA_STALLED_AFTER_MS 15000 /* a training worker that used no CPU this long is hung */
 #define PXA_WATCHDOG_EVERY_MS 1000
 #define PXA_LOG_SHIP_MS 2000       /* rank logs are uploaded this often */
 #define PXA_LOG_CHUNK 65536        /* bytes per AppendRankLog */
@@ -72,6 +73,7 @@ typedef struct pxa_cmd {
   pxa_cmd_kind_t kind;
   Prunex__V1__Assignment *assignment; /* START: owned (px_rpc_message_free) */
   char job_id[PXA_ID_MAX];
+  int attempt;               /* CANCEL: the attempt to stop; 0: every attempt */
   char reason[160];
 } pxa_cmd_t;
 
@@ -79,6 +81,7 @@ typedef struct pxa_cmd {
 typedef struct pxa_exit {
   struct pxa_exit *next;
   char job_id[PXA_ID_MAX];
+  int attempt;               /* the attempt the rank belonged to (issue 14) */
   int rank, exit_code, signal;
   char *reason;              /* px_malloc'd */
   int64_t queued_ms;
@@ -104,13 +107,23 @@ typedef struct {
   int running;               /* the process is alive */
   int declared;              /* its failure was reported before it exited (hung) */
   int64_t stopped_since_ms;  /* 0, or when the watchdog first saw it stopped */
+  int training;              /* 0 before its first iteration, 1 training, 2 done training */
+  int64_t cpu_ticks;         /* its main thread's CPU time when last looked at */
+  int64_t idle_since_ms;     /* 0, or since when that has not moved */
   char log[PXA_PATH_MAX + 320];
+  char progress[PXA_PATH_MAX + 330]; /* rank-R.progress: exists while it trains */
 } pxa_worker_t;
 
+/* One attempt of a job on this node: the table is keyed by (id, attempt).
+ * The job's directory is shared by its attempts (the workers keep their
+ * checkpoints in it). */
 struct pxa_job {
   pxa_job_t *next;
   struct pxa_agent *agent;
   char id[PXA_ID_MAX];
+  int attempt;               /* 1, 2, ...: the coordinator's restarts of the job */
+  Prunex__V1__Assignment *pending; /* START of a newer attempt, run once this one's workers
+                                      are gone (owned) */
   int nworkers;
   pxa_worker_t *workers;     /* [nworkers] */
   int nrunning, nopen;
@@ -140,7 +153,8 @@ typedef struct pxa_agent {
   px_service_watchdog_t watchdog; /* WATCHDOG=1 from this loop under systemd */
   pxa_job_t *jobs;
   char finished[PXA_FINISHED_MAX][PXA_ID_MAX];
-  int nfinished;             /* ring of ids: jobs never to start again */
+  int finished_attempt[PXA_FINISHED_MAX];
+  int nfinished;             /* ring of (id, attempt): job attempts never to start again */
   int shutting_down;         /* a signal asked us to stop */
   int closing;               /* the loop's handles are being closed */
 
@@ -160,6 +174,7 @@ typedef struct pxa_agent {
   pxa_exit_t *exits, **exits_tail;
   int64_t flush_until_ms;    /* after stop: reports are tried until then */
   char **running_ids;        /* jobs with live workers, for heartbeats */
+  int *running_attempts;     /* [nrunning_ids]: the attempt of each */
   size_t nrunning_ids;
   pxa_logfile_t *logs;       /* rank logs being uploaded (logship.c) */
   size_t nlogs, caplogs;

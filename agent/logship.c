@@ -23,6 +23,16 @@
 
 void pxa_logship_add(pxa_agent_t *ag, const char *job_id, int rank, const char *path) {
   pthread_mutex_lock(&ag->mu);
+  for (size_t i = 0; i < ag->nlogs; i++) {
+    pxa_logfile_t *l = &ag->logs[i];
+    if (l->rank == rank && !strcmp(l->job_id, job_id)) {
+      /* a later attempt of the rank appends to the same log: one upload */
+      l->exited = 0;
+      snprintf(l->path, sizeof l->path, "%s", path);
+      pthread_mutex_unlock(&ag->mu);
+      return;
+    }
+  }
   if (ag->nlogs == ag->caplogs) {
     size_t cap = ag->caplogs ? 2 * ag->caplogs : 8;
     pxa_logfile_t *l = px_realloc(ag->logs, cap * sizeof *l, "agent.logs");
@@ -128,7 +138,8 @@ static int pxa_logship_pass(pxa_agent_t *ag, px_rpc_channel_t **ch, uint8_t *buf
     long i = pxa_logship_find(ag, l.job_id, l.rank);
     if (i >= 0) {
       ag->logs[i].offset = l.offset;
-      if (what == SHIP_DONE || what == SHIP_DROP) {
+      /* (unless a later attempt of the rank took the entry meanwhile) */
+      if ((what == SHIP_DONE || what == SHIP_DROP) && ag->logs[i].exited) {
         pxa_logship_remove(ag, (size_t)i);
         n--;
         k--; /* the last entry moved here */

@@ -138,9 +138,9 @@ static int pxa_control_should_leave(pxa_agent_t *ag) {
 static void pxa_handle_assignment(pxa_agent_t *ag, Prunex__V1__Assignment *as) {
   int cancel = as->action == PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_CANCEL;
   int start = as->action == PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_START;
-  px_log(PX_LOG_INFO, "job %s: %s assignment (%zu rank%s, node %d of %d)", as->job_id,
-         cancel ? "CANCEL" : start ? "START" : "unknown", as->n_ranks, as->n_ranks == 1 ? "" : "s",
-         as->node_index, as->num_nodes);
+  px_log(PX_LOG_INFO, "job %s: %s assignment for attempt %d (%zu rank%s, node %d of %d)",
+         as->job_id, cancel ? "CANCEL" : start ? "START" : "unknown", as->attempt, as->n_ranks,
+         as->n_ranks == 1 ? "" : "s", as->node_index, as->num_nodes);
   if (!start && !cancel) {
     px_rpc_message_free(as);
     return;
@@ -152,6 +152,7 @@ static void pxa_handle_assignment(pxa_agent_t *ag, Prunex__V1__Assignment *as) {
     px_rpc_message_free(as);
     return;
   }
+  c->attempt = as->attempt; /* CANCEL: the attempt to stop (0: all) */
   if (start) c->assignment = as;
   else px_rpc_message_free(as);
   pxa_post(ag, c);
@@ -248,10 +249,14 @@ static void *pxa_heartbeat_main(void *arg) {
     int interval = ag->hb_interval_ms;
     size_t nrun = ag->nrunning_ids;
     char **run = nrun ? px_calloc(nrun, sizeof *run, "agent.heartbeat.jobs") : NULL;
+    int *run_att = nrun ? px_calloc(nrun, sizeof *run_att, "agent.heartbeat.attempts") : NULL;
     size_t nr = 0;
-    for (size_t i = 0; run && i < nrun; i++) {
+    for (size_t i = 0; run && run_att && i < nrun; i++) {
       size_t len = strlen(ag->running_ids[i]) + 1;
-      if ((run[nr] = px_malloc(len, "agent.heartbeat.job"))) memcpy(run[nr++], ag->running_ids[i], len);
+      if ((run[nr] = px_malloc(len, "agent.heartbeat.job"))) {
+        memcpy(run[nr], ag->running_ids[i], len);
+        run_att[nr++] = ag->running_attempts ? ag->running_attempts[i] : 0;
+      }
     }
     pthread_mutex_unlock(&ag->mu);
 
@@ -265,8 +270,6 @@ static void *pxa_heartbeat_main(void *arg) {
     int deadline = interval < 1000 ? 1000 : interval > 5000 ? 5000 : interval;
     px_status_t st = ch ? PX_OK : px_rpc_channel_create(ag->cfg.coordinator, &ch);
     if (st == PX_OK) st = px_rpc_heartbeat(ch, &req, deadline, &resp);
-    for (size_t i = 0; i < nr; i++) px_free(run[i]);
-    px_free(run);
     if (st != PX_OK) {
       px_log(PX_LOG_DEBUG, "heartbeat: %s", px_last_error());
       px_rpc_channel_destroy(ch);
@@ -287,6 +290,10 @@ static void *pxa_heartbeat_main(void *arg) {
         pxa_cmd_t *c = pxa_cmd_new(PXA_CMD_CANCEL, resp->cancel_job_ids[i],
                                    "the coordinator no longer runs the job here");
         if (!c) continue;
+        /* Only the attempt this heartbeat said was running: a newer one
+         * started since (a restart) is not what the coordinator refused. */
+        for (size_t k = 0; k < nr; k++)
+          if (!strcmp(run[k], c->job_id)) c->attempt = run_att[k];
         pthread_mutex_unlock(&ag->mu);
         px_log(PX_LOG_INFO, "job %s: the coordinator asks to stop it", c->job_id);
         pxa_post(ag, c);
@@ -299,6 +306,9 @@ static void *pxa_heartbeat_main(void *arg) {
       px_log(PX_LOG_WARN, "3 heartbeats failed (%s): reconnecting", px_last_error());
       px_rpc_stream_cancel(ag->stream);
     }
+    for (size_t i = 0; i < nr; i++) px_free(run[i]);
+    px_free(run);
+    px_free(run_att);
     if (!ag->stop) pxa_wait(ag, interval);
   }
   pthread_mutex_unlock(&ag->mu);
@@ -343,6 +353,7 @@ static void *pxa_reporter_main(void *arg) {
     Prunex__V1__RankExit req = PRUNEX__V1__RANK_EXIT__INIT;
     req.job_id = e->job_id;
     req.node_id = node_id;
+    req.attempt = e->attempt;
     req.rank = e->rank;
     req.exit_code = e->exit_code;
     req.signal = e->signal;
@@ -435,6 +446,8 @@ void pxa_session_free(pxa_agent_t *ag) {
   for (size_t i = 0; i < ag->nrunning_ids; i++) px_free(ag->running_ids[i]);
   px_free(ag->running_ids);
   ag->running_ids = NULL;
+  px_free(ag->running_attempts);
+  ag->running_attempts = NULL;
   px_free(ag->logs);
   ag->logs = NULL;
   ag->nlogs = ag->caplogs = 0;

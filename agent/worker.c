@@ -18,6 +18,7 @@
  * peer makes every rank fail within the collective timeout), 2 bad flags,
  * 3 the job was cancelled (rank 0 learned it from the coordinator). */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -93,6 +94,10 @@ typedef struct {
   pxw_queued_t *queue, **queue_tail;
   size_t queue_n, queue_bytes;
   int64_t outage_since_ms;     /* 0: the coordinator answers */
+  int attempt;                 /* $PRUNEX_ATTEMPT: 1, 2, ... (issue 14) */
+  char checkpoint_dir[4200];   /* <work-dir>/jobs/<job>/checkpoints */
+  char progress_path[4200];    /* <work-dir>/jobs/<job>/rank-R.progress while training */
+  int training;
 } pxw_t;
 
 static void pxw_usage(FILE *f) {
@@ -365,6 +370,13 @@ static px_status_t pxw_strategy_config(const pxw_t *w, px_trainer_t *t, px_strat
   c->bucket_bytes = (size_t)s->comm->bucket_bytes;
   /* the last iteration is always tested; 0 is an unset field (1) */
   c->eval_every = s->train->eval_every > 0 ? s->train->eval_every : 1;
+  /* checkpoints: in the job's directory on this node, which the attempts
+   * of the job share (issue 14) */
+  if (s->recovery && s->recovery->checkpoint_every > 0) {
+    c->checkpoint_dir = w->checkpoint_dir;
+    c->checkpoint_every = s->recovery->checkpoint_every;
+    c->checkpoint_keep = s->recovery->keep;
+  }
   return PX_OK;
 }
 
@@ -799,11 +811,32 @@ static px_status_t pxw_control(void *ctx, const px_iteration_t *it, px_hsadmm_de
   return PX_OK;
 }
 
+/* Fault injection for the tests of the agent's stall watchdog:
+ * PRUNEX_FAULT_STALL=NAME:RANK:ITERATION makes rank RANK of a job named NAME
+ * block for good, using no CPU, after that iteration (pause() until a
+ * signal ends it), as a deadlocked rank would. */
+static void pxw_fault_stall(const pxw_t *w, int iteration) {
+  const char *f = getenv("PRUNEX_FAULT_STALL");
+  char name[128];
+  int rank, at;
+  if (!f || sscanf(f, "%127[^:]:%d:%d", name, &rank, &at) != 3) return;
+  if (strcmp(name, w->spec->name) != 0 || rank != w->a.rank || at != iteration) return;
+  px_log(PX_LOG_WARN, "job %s: rank %d: PRUNEX_FAULT_STALL: blocking for good after iteration %d",
+         w->a.job, w->a.rank, iteration);
+  for (;;) pause();
+}
+
 /* Every rank: records the iteration in the node-local metrics file, with its
  * own traffic and phase times (rank 0's control time includes the report's
  * round trip). A failing write is a warning, not the end of the job. */
 static px_status_t pxw_observe(void *ctx, const px_iteration_t *it) {
   pxw_t *w = ctx;
+  if (!w->training) { /* the agent's watchdog watches a training rank for stalls */
+    int fd = open(w->progress_path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) close(fd);
+    w->training = 1;
+  }
+  pxw_fault_stall(w, it->iteration);
   PX_CHECK(pxw_fill_report(w, it, &w->last, &w->last_ph));
   w->last.phases = &w->last_ph;
   w->last_rank_intra = it->rank_bytes_intra;
@@ -908,6 +941,14 @@ static int pxw_run(pxw_t *w) {
   }
   w->timeout_ms = w->spec->comm->timeout_ms > 0 ? w->spec->comm->timeout_ms
                                                  : PX_COMM_DEFAULT_TIMEOUT_MS;
+  const char *att = getenv("PRUNEX_ATTEMPT");
+  w->attempt = att && atoi(att) > 0 ? atoi(att) : 1;
+  snprintf(w->checkpoint_dir, sizeof w->checkpoint_dir, "%s/jobs/%s/checkpoints", a->work_dir,
+           a->job);
+  snprintf(w->progress_path, sizeof w->progress_path, "%s/jobs/%s/rank-%d.progress", a->work_dir,
+           a->job, a->rank);
+  if (w->attempt > 1)
+    px_log(PX_LOG_INFO, "job %s: rank %d: attempt %d", a->job, a->rank, w->attempt);
   char mpath[4200];
   if (a->metrics_db) snprintf(mpath, sizeof mpath, "%s", a->metrics_db);
   else snprintf(mpath, sizeof mpath, "%s/metrics.db", a->work_dir);
@@ -948,7 +989,10 @@ static int pxw_run(pxw_t *w) {
   PX_CHECK_GOTO(pxw_parse_leaders(a, leaders), st, fail);
   PX_CHECK_GOTO(px_kv_open_coordinator(a->coordinator, a->job, &kv), st, fail);
   char prefix[300];
-  snprintf(prefix, sizeof prefix, "job/%s/comm", a->job);
+  /* each attempt meets under its own keys: nothing of an earlier one's
+   * rendezvous can be mistaken for this one's */
+  if (w->attempt > 1) snprintf(prefix, sizeof prefix, "job/%s/a%d/comm", a->job, w->attempt);
+  else snprintf(prefix, sizeof prefix, "job/%s/comm", a->job);
   px_comm_opts_t co;
   px_comm_opts_default(&co);
   co.timeout_ms = w->timeout_ms;
@@ -965,6 +1009,7 @@ static int pxw_run(pxw_t *w) {
   sc.observe = pxw_observe;
   sc.observe_ctx = w;
   st = px_strategy_run(trainer, comm, &sc, a->rank == 0 ? pxw_control : NULL, w, &res);
+  if (w->training) unlink(w->progress_path); /* what follows may wait (final reports) */
   if (st != PX_OK) goto fail;
   if (!w->cancelled) pxw_record_final(w, &res);
 

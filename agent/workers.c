@@ -1,6 +1,7 @@
 /* pxagent's worker processes, on the loop thread: an assignment START
  * becomes one pxworker per listed rank (spec written to
- * <work-dir>/jobs/<job>/spec.pb, output to rank-<R>.log beside it); every
+ * <work-dir>/jobs/<job>/spec.pb, spec-<K>.pb for attempt K > 1, output to
+ * rank-<R>.log beside it, appended to by later attempts); every
  * exit is reported with its code or signal and, for a failure, the last
  * lines of the rank's log; a CANCEL (or a job the coordinator no longer
  * runs here) sends SIGTERM to the job's workers and SIGKILL
@@ -9,6 +10,12 @@
  * it, while it is still there: its peers are blocked waiting for it and
  * cannot fail first, so the job's reason names the hung rank; the CANCEL
  * that follows ends it.
+ *
+ * Restarts (issue 14): the table is keyed by (job, attempt). A START for
+ * attempt K of a job whose older attempt still has workers here stops them
+ * and waits in that entry (`pending`) until they are all gone; a CANCEL
+ * names the attempt it stops (0: every attempt). Workers get PRUNEX_ATTEMPT
+ * in their environment and their exits are reported with their attempt.
  *
  * libuv lifetime rules: a worker's uv_process_t lives in its job's array,
  * and the job is freed only when the close callbacks of all its handles
@@ -29,43 +36,68 @@ extern char **environ;
 
 /* ---- the job table -------------------------------------------------------------- */
 
-static pxa_job_t *pxa_job_find(pxa_agent_t *ag, const char *id) {
-  for (pxa_job_t *j = ag->jobs; j; j = j->next)
-    if (!strcmp(j->id, id)) return j;
-  return NULL;
+/* The entry of the job's attempt (0: its newest entry, any attempt). */
+static pxa_job_t *pxa_job_find(pxa_agent_t *ag, const char *id, int attempt) {
+  pxa_job_t *best = NULL;
+  for (pxa_job_t *j = ag->jobs; j; j = j->next) {
+    if (strcmp(j->id, id) != 0) continue;
+    if (attempt > 0 && j->attempt == attempt) return j;
+    if (attempt == 0 && (!best || j->attempt > best->attempt)) best = j;
+  }
+  return best;
 }
 
-static int pxa_job_finished(const pxa_agent_t *ag, const char *id) {
+static int pxa_job_finished(const pxa_agent_t *ag, const char *id, int attempt) {
   int n = ag->nfinished < PXA_FINISHED_MAX ? ag->nfinished : PXA_FINISHED_MAX;
   for (int i = 0; i < n; i++)
-    if (!strcmp(ag->finished[i], id)) return 1;
+    if (ag->finished_attempt[i] == attempt && !strcmp(ag->finished[i], id)) return 1;
   return 0;
 }
 
-static void pxa_job_mark_finished(pxa_agent_t *ag, const char *id) {
-  snprintf(ag->finished[ag->nfinished % PXA_FINISHED_MAX], PXA_ID_MAX, "%s", id);
+static void pxa_job_mark_finished(pxa_agent_t *ag, const char *id, int attempt) {
+  int k = ag->nfinished % PXA_FINISHED_MAX;
+  snprintf(ag->finished[k], PXA_ID_MAX, "%s", id);
+  ag->finished_attempt[k] = attempt;
   ag->nfinished++;
 }
+
+/* An assignment's attempt: 1 when the coordinator predates attempts. */
+static int pxa_attempt_of(const Prunex__V1__Assignment *as) {
+  return as->attempt > 0 ? as->attempt : 1;
+}
+
+static int pxa_job_start(pxa_agent_t *ag, Prunex__V1__Assignment *as);
 
 /* Publishes the ids of the jobs with live workers for the heartbeats. */
 static void pxa_publish_running(pxa_agent_t *ag) {
   size_t n = 0;
   for (pxa_job_t *j = ag->jobs; j; j = j->next) n += j->nrunning > 0;
   char **ids = n ? px_calloc(n, sizeof *ids, "agent.running") : NULL;
+  int *atts = n ? px_calloc(n, sizeof *atts, "agent.running.attempts") : NULL;
   size_t k = 0;
+  if (!atts) {
+    px_free(ids);
+    ids = NULL;
+  }
   for (pxa_job_t *j = ag->jobs; ids && j; j = j->next) {
     if (j->nrunning <= 0) continue;
     size_t len = strlen(j->id) + 1;
-    if ((ids[k] = px_malloc(len, "agent.running.id"))) memcpy(ids[k++], j->id, len);
+    if ((ids[k] = px_malloc(len, "agent.running.id"))) {
+      memcpy(ids[k], j->id, len);
+      atts[k++] = j->attempt;
+    }
   }
   pthread_mutex_lock(&ag->mu);
   char **old = ag->running_ids;
+  int *old_atts = ag->running_attempts;
   size_t nold = ag->nrunning_ids;
   ag->running_ids = ids;
+  ag->running_attempts = atts;
   ag->nrunning_ids = k;
   pthread_mutex_unlock(&ag->mu);
   for (size_t i = 0; i < nold; i++) px_free(old[i]);
   px_free(old);
+  px_free(old_atts);
   /* What `systemctl status pxagent` shows while jobs come and go. */
   int ranks = 0;
   for (pxa_job_t *j = ag->jobs; j; j = j->next) ranks += j->nrunning > 0 ? j->nrunning : 0;
@@ -86,11 +118,18 @@ static void pxa_job_free_if_done(pxa_job_t *job) {
       break;
     }
   }
-  px_log(PX_LOG_INFO, "job %s: all workers of this node are gone", job->id);
-  pxa_job_mark_finished(ag, job->id);
+  px_log(PX_LOG_INFO, "job %s: all workers of attempt %d on this node are gone", job->id,
+         job->attempt);
+  pxa_job_mark_finished(ag, job->id, job->attempt);
+  Prunex__V1__Assignment *next = job->pending;
   px_free(job->workers);
   px_free(job);
   pxa_publish_running(ag);
+  if (next) {
+    /* the newer attempt waited for these workers to go */
+    px_log(PX_LOG_INFO, "job %s: starting attempt %d", next->job_id, pxa_attempt_of(next));
+    if (!pxa_job_start(ag, next)) px_rpc_message_free(next);
+  }
 }
 
 /* ---- exits ----------------------------------------------------------------------- */
@@ -158,6 +197,7 @@ static void pxa_on_exit(uv_process_t *p, int64_t exit_status, int term_signal) {
   pxa_exit_t *e = px_calloc(1, sizeof *e, "agent.exit");
   if (e) {
     snprintf(e->job_id, sizeof e->job_id, "%s", job->id);
+    e->attempt = job->attempt;
     e->rank = w->rank;
     e->exit_code = (int)exit_status;
     e->signal = term_signal;
@@ -172,10 +212,12 @@ static void pxa_on_exit(uv_process_t *p, int64_t exit_status, int term_signal) {
 }
 
 /* Reports a rank that never ran (the agent could not start it). */
-static void pxa_report_unstarted(pxa_agent_t *ag, const char *job_id, int rank, const char *why) {
+static void pxa_report_unstarted(pxa_agent_t *ag, const char *job_id, int attempt, int rank,
+                                 const char *why) {
   pxa_exit_t *e = px_calloc(1, sizeof *e, "agent.exit");
   if (!e) return;
   snprintf(e->job_id, sizeof e->job_id, "%s", job_id);
+  e->attempt = attempt;
   e->rank = rank;
   e->exit_code = 127;
   size_t len = strlen(why) + 1;
@@ -185,37 +227,39 @@ static void pxa_report_unstarted(pxa_agent_t *ag, const char *job_id, int rank, 
 
 /* ---- start ----------------------------------------------------------------------- */
 
-/* environ with PX_AGENT_PID and OMP_NUM_THREADS set and without the agent's
- * own PRUNEX_TOKEN (the node credential stays with the agent: each worker
- * gets its rank's secret instead, pxa_spawn); *out is one px_malloc block
- * (array then strings). */
-static char **pxa_worker_env(int threads) {
+/* environ with PX_AGENT_PID, OMP_NUM_THREADS and PRUNEX_ATTEMPT (the job's
+ * attempt, issue 14) set and without the agent's own PRUNEX_TOKEN (the node
+ * credential stays with the agent: each worker gets its rank's secret
+ * instead, pxa_spawn); *out is one px_malloc block (array then strings). */
+static int pxa_env_ours(const char *e) {
+  return !strncmp(e, "PX_AGENT_PID=", 13) || !strncmp(e, "OMP_NUM_THREADS=", 16) ||
+         !strncmp(e, "PRUNEX_TOKEN=", 13) || !strncmp(e, "PRUNEX_ATTEMPT=", 15);
+}
+
+static char **pxa_worker_env(int threads, int attempt) {
   size_t n = 0, bytes = 0;
   for (char **e = environ; *e; e++) {
-    if (!strncmp(*e, "PX_AGENT_PID=", 13) || !strncmp(*e, "OMP_NUM_THREADS=", 16) ||
-        !strncmp(*e, "PRUNEX_TOKEN=", 13))
-      continue;
+    if (pxa_env_ours(*e)) continue;
     n++;
     bytes += strlen(*e) + 1;
   }
-  char extra[2][64];
+  char extra[3][64];
   snprintf(extra[0], sizeof extra[0], "PX_AGENT_PID=%ld", (long)getpid());
   snprintf(extra[1], sizeof extra[1], "OMP_NUM_THREADS=%d", threads);
-  bytes += strlen(extra[0]) + strlen(extra[1]) + 2;
-  char **env = px_malloc((n + 3) * sizeof *env + bytes, "agent.worker.env");
+  snprintf(extra[2], sizeof extra[2], "PRUNEX_ATTEMPT=%d", attempt);
+  bytes += strlen(extra[0]) + strlen(extra[1]) + strlen(extra[2]) + 3;
+  char **env = px_malloc((n + 4) * sizeof *env + bytes, "agent.worker.env");
   if (!env) return NULL;
-  char *s = (char *)(env + n + 3);
+  char *s = (char *)(env + n + 4);
   size_t k = 0;
   for (char **e = environ; *e; e++) {
-    if (!strncmp(*e, "PX_AGENT_PID=", 13) || !strncmp(*e, "OMP_NUM_THREADS=", 16) ||
-        !strncmp(*e, "PRUNEX_TOKEN=", 13))
-      continue;
+    if (pxa_env_ours(*e)) continue;
     size_t len = strlen(*e) + 1;
     memcpy(s, *e, len);
     env[k++] = s;
     s += len;
   }
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 3; i++) {
     size_t len = strlen(extra[i]) + 1;
     memcpy(s, extra[i], len);
     env[k++] = s;
@@ -223,6 +267,17 @@ static char **pxa_worker_env(int threads) {
   }
   env[k] = NULL;
   return env;
+}
+
+/* Where an attempt's spec is written: spec.pb for attempt 1 (as before
+ * restarts existed), spec-<K>.pb for attempt K. Its existence also says
+ * that an agent on this work directory started the attempt. Returns the
+ * length snprintf would write. */
+static size_t pxa_spec_path(const pxa_agent_t *ag, const char *job_id, int attempt, char *out,
+                            size_t cap) {
+  int n = attempt <= 1 ? snprintf(out, cap, "%s/jobs/%s/spec.pb", ag->work_dir, job_id)
+                       : snprintf(out, cap, "%s/jobs/%s/spec-%d.pb", ag->work_dir, job_id, attempt);
+  return n < 0 ? cap : (size_t)n;
 }
 
 /* Writes the job's directory and spec; fails with the reason in the error. */
@@ -238,7 +293,7 @@ static px_status_t pxa_prepare_job(pxa_agent_t *ag, const Prunex__V1__Assignment
                         "--output-root: nothing written",
                         as->spec->output_dir, ag->work_dir);
   if ((size_t)snprintf(dir, dcap, "%s/jobs/%s", ag->work_dir, as->job_id) >= dcap ||
-      (size_t)snprintf(spec_path, scap, "%s/spec.pb", dir) >= scap)
+      pxa_spec_path(ag, as->job_id, pxa_attempt_of(as), spec_path, scap) >= scap)
     return px_set_error(PX_ERR_INVALID, "job %s: path too long", as->job_id);
   PX_CHECK(pxa_mkdirs(dir));
   size_t len = protobuf_c_message_get_packed_size(&as->spec->base);
@@ -260,8 +315,19 @@ static px_status_t pxa_spawn(pxa_agent_t *ag, pxa_job_t *job, pxa_worker_t *w,
                              const Prunex__V1__Assignment *as, const char *dir,
                              const char *spec_path, char **env, int threads) {
   snprintf(w->log, sizeof w->log, "%s/rank-%d.log", dir, w->rank);
-  int fd = open(w->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  snprintf(w->progress, sizeof w->progress, "%s/rank-%d.progress", dir, w->rank);
+  unlink(w->progress); /* an earlier attempt's */
+  /* A later attempt appends: the earlier attempt's lines say why it ended. */
+  int fd = open(w->log,
+                O_WRONLY | O_CREAT | O_CLOEXEC | (job->attempt > 1 ? O_APPEND : O_TRUNC), 0644);
   if (fd < 0) return px_set_error(PX_ERR_IO, "%s: cannot create: %s", w->log, strerror(errno));
+  if (job->attempt > 1) {
+    char mark[96];
+    int m = snprintf(mark, sizeof mark, "--- pxagent: attempt %d of job %s starts here ---\n",
+                     job->attempt, job->id);
+    if (m > 0 && write(fd, mark, (size_t)m) < 0)
+      px_log(PX_LOG_WARN, "%s: cannot write: %s", w->log, strerror(errno));
+  }
   char rank[16], lrank[16], dev[16], world[16], node[16], nodes[16], thr[16], leaders[1024] = "";
   snprintf(rank, sizeof rank, "%d", w->rank);
   snprintf(lrank, sizeof lrank, "%d", w->local_rank);
@@ -368,26 +434,56 @@ static px_status_t pxa_spawn(pxa_agent_t *ag, pxa_job_t *job, pxa_worker_t *w,
   w->running = 1;
   job->nrunning++;
   px_log(PX_LOG_INFO,
-         "job %s: started rank %d (local rank %d, device %d, pid %d, %d thread%s), log %s",
-         job->id, w->rank, w->local_rank, w->device_index, w->proc.pid, threads,
+         "job %s: started rank %d of attempt %d (local rank %d, device %d, pid %d, %d thread%s),"
+         " log %s",
+         job->id, w->rank, job->attempt, w->local_rank, w->device_index, w->proc.pid, threads,
          threads == 1 ? "" : "s", w->log);
   pxa_logship_add(ag, job->id, w->rank, w->log);
   return PX_OK;
 }
 
-static void pxa_job_start(pxa_agent_t *ag, Prunex__V1__Assignment *as) {
-  if (ag->shutting_down) return;
+static void pxa_job_stop(pxa_job_t *job, const char *reason);
+
+/* Starts the assignment's ranks. Returns 1 when it kept as (pending in an
+ * older attempt's entry), 0 when the caller still owns it. */
+static int pxa_job_start(pxa_agent_t *ag, Prunex__V1__Assignment *as) {
+  if (ag->shutting_down) return 0;
   if (!as->job_id[0] || !as->spec || as->n_ranks == 0 || as->num_nodes < 1 ||
       as->world_size < 1) {
     px_log(PX_LOG_WARN, "ignoring an incomplete START assignment (job '%s')", as->job_id);
-    return;
+    return 0;
   }
-  if (pxa_job_find(ag, as->job_id) || pxa_job_finished(ag, as->job_id)) {
-    px_log(PX_LOG_INFO, "job %s: already started here; START ignored", as->job_id);
-    return;
+  int attempt = pxa_attempt_of(as);
+  if (pxa_job_find(ag, as->job_id, attempt) || pxa_job_finished(ag, as->job_id, attempt)) {
+    px_log(PX_LOG_INFO, "job %s: attempt %d already started here; START ignored", as->job_id,
+           attempt);
+    return 0;
+  }
+  pxa_job_t *newest = pxa_job_find(ag, as->job_id, 0);
+  if (newest && newest->attempt > attempt) {
+    px_log(PX_LOG_INFO, "job %s: attempt %d runs here; START of attempt %d ignored", as->job_id,
+           newest->attempt, attempt);
+    return 0;
+  }
+  if (newest) {
+    /* An older attempt still has workers here: they go first (the new
+     * ranks would share their devices, logs and checkpoints). */
+    char why[96];
+    snprintf(why, sizeof why, "attempt %d of the job starts", attempt);
+    for (pxa_job_t *j = ag->jobs; j; j = j->next)
+      if (!strcmp(j->id, as->job_id)) pxa_job_stop(j, why);
+    if (newest->pending) {
+      if (pxa_attempt_of(newest->pending) > attempt) return 0;
+      px_rpc_message_free(newest->pending);
+    }
+    newest->pending = as;
+    px_log(PX_LOG_INFO, "job %s: attempt %d waits for the %d worker%s of attempt %d to end",
+           as->job_id, attempt, newest->nrunning, newest->nrunning == 1 ? "" : "s",
+           newest->attempt);
+    return 1;
   }
   char dir[PXA_PATH_MAX + 256], spec_path[PXA_PATH_MAX + 300];
-  snprintf(dir, sizeof dir, "%s/jobs/%s/spec.pb", ag->work_dir, as->job_id);
+  pxa_spec_path(ag, as->job_id, attempt, dir, sizeof dir);
   struct stat sb;
   if (stat(dir, &sb) == 0) {
     /* An earlier agent on this work directory ran the job: its workers died
@@ -399,9 +495,9 @@ static void pxa_job_start(pxa_agent_t *ag, Prunex__V1__Assignment *as) {
              "gone", (long)getpid(), ag->name);
     px_log(PX_LOG_WARN, "job %s: %s", as->job_id, why);
     for (size_t i = 0; i < as->n_ranks; i++)
-      pxa_report_unstarted(ag, as->job_id, as->ranks[i]->rank, why);
-    pxa_job_mark_finished(ag, as->job_id);
-    return;
+      pxa_report_unstarted(ag, as->job_id, attempt, as->ranks[i]->rank, why);
+    pxa_job_mark_finished(ag, as->job_id, attempt);
+    return 0;
   }
   px_status_t st = pxa_prepare_job(ag, as, dir, sizeof dir, spec_path, sizeof spec_path);
   if (st != PX_OK) {
@@ -410,25 +506,26 @@ static void pxa_job_start(pxa_agent_t *ag, Prunex__V1__Assignment *as) {
              px_last_error());
     px_log(PX_LOG_ERROR, "job %s: %s", as->job_id, why);
     for (size_t i = 0; i < as->n_ranks; i++)
-      pxa_report_unstarted(ag, as->job_id, as->ranks[i]->rank, why);
-    pxa_job_mark_finished(ag, as->job_id);
-    return;
+      pxa_report_unstarted(ag, as->job_id, attempt, as->ranks[i]->rank, why);
+    pxa_job_mark_finished(ag, as->job_id, attempt);
+    return 0;
   }
   pxa_job_t *job = px_calloc(1, sizeof *job, "agent.job");
   pxa_worker_t *ws = px_calloc(as->n_ranks, sizeof *ws, "agent.workers");
   int threads = pxa_threads_for(ag, as);
-  char **env = pxa_worker_env(threads);
+  char **env = pxa_worker_env(threads, attempt);
   if (!job || !ws || !env) {
     px_log(PX_LOG_ERROR, "job %s: out of memory", as->job_id);
     for (size_t i = 0; i < as->n_ranks; i++)
-      pxa_report_unstarted(ag, as->job_id, as->ranks[i]->rank, "pxagent: out of memory");
-    pxa_job_mark_finished(ag, as->job_id);
+      pxa_report_unstarted(ag, as->job_id, attempt, as->ranks[i]->rank, "pxagent: out of memory");
+    pxa_job_mark_finished(ag, as->job_id, attempt);
     px_free(job);
     px_free(ws);
     px_free(env);
-    return;
+    return 0;
   }
   job->agent = ag;
+  job->attempt = attempt;
   snprintf(job->id, sizeof job->id, "%s", as->job_id);
   job->workers = ws;
   job->nworkers = (int)as->n_ranks;
@@ -444,13 +541,14 @@ static void pxa_job_start(pxa_agent_t *ag, Prunex__V1__Assignment *as) {
       char why[600];
       snprintf(why, sizeof why, "pxagent on node '%s': %s", ag->name, px_last_error());
       px_log(PX_LOG_ERROR, "job %s: rank %d: %s", job->id, w->rank, why);
-      pxa_report_unstarted(ag, job->id, w->rank, why);
+      pxa_report_unstarted(ag, job->id, job->attempt, w->rank, why);
     }
   }
   px_free(env);
   pxa_publish_running(ag);
   /* with no handle left (nothing could even be initialised) the job ends now */
   if (job->nopen == 0) pxa_job_free_if_done(job);
+  return 0;
 }
 
 /* ---- stop ------------------------------------------------------------------------ */
@@ -460,8 +558,8 @@ static void pxa_job_stop(pxa_job_t *job, const char *reason) {
   job->stopping = 1;
   snprintf(job->stop_reason, sizeof job->stop_reason, "%s", reason);
   job->kill_at_ms = pxa_now_ms() + PXA_KILL_AFTER_MS;
-  px_log(PX_LOG_INFO, "job %s: stopping its %d worker%s: %s", job->id, job->nrunning,
-         job->nrunning == 1 ? "" : "s", reason);
+  px_log(PX_LOG_INFO, "job %s: stopping the %d worker%s of attempt %d: %s", job->id,
+         job->nrunning, job->nrunning == 1 ? "" : "s", job->attempt, reason);
   for (int i = 0; i < job->nworkers; i++)
     if (job->workers[i].running) uv_process_kill(&job->workers[i].proc, SIGTERM);
 }
@@ -495,11 +593,24 @@ void pxa_on_wake(uv_async_t *h) {
   while (c) {
     pxa_cmd_t *next = c->next;
     if (c->kind == PXA_CMD_START) {
-      pxa_job_start(ag, c->assignment);
+      if (pxa_job_start(ag, c->assignment)) c->assignment = NULL; /* kept pending */
     } else {
-      pxa_job_t *job = pxa_job_find(ag, c->job_id);
-      if (job) pxa_job_stop(job, c->reason);
-      else if (!pxa_job_finished(ag, c->job_id)) pxa_job_mark_finished(ag, c->job_id);
+      /* attempt 0: every attempt of the job; else only that one (a newer
+       * attempt that already runs here is left alone). */
+      int any = 0;
+      for (pxa_job_t *j = ag->jobs; j; j = j->next) {
+        if (strcmp(j->id, c->job_id) != 0 || (c->attempt > 0 && j->attempt != c->attempt))
+          continue;
+        any = 1;
+        if (c->attempt == 0 && j->pending) {
+          px_rpc_message_free(j->pending); /* the whole job stops */
+          j->pending = NULL;
+        }
+        pxa_job_stop(j, c->reason);
+      }
+      /* a START of that attempt arriving later must not run it */
+      if (!any && c->attempt > 0 && !pxa_job_finished(ag, c->job_id, c->attempt))
+        pxa_job_mark_finished(ag, c->job_id, c->attempt);
     }
     px_rpc_message_free(c->assignment);
     px_free(c);
@@ -507,55 +618,103 @@ void pxa_on_wake(uv_async_t *h) {
   }
 }
 
-/* The scheduler state of a process from /proc/PID/stat ('R', 'S', 'T',
- * ...), or 0 when it cannot be read. The command name may hold spaces and
- * parentheses: the state follows the last ')'. */
-static char pxa_proc_state(int pid) {
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+/* The scheduler state ('R', 'S', 'T', ...) and the CPU time (user +
+ * system, in clock ticks) of a process's main thread from its stat file;
+ * 0 and -1 when it cannot be read. The command name may hold spaces and
+ * parentheses: the fields follow the last ')'. */
+static void pxa_proc_stat(int pid, char *state, int64_t *cpu) {
+  *state = 0;
+  *cpu = -1;
+  char path[64], buf[1024];
+  /* the main thread's (its tid is the pid): it trains and polls the
+   * network; helper threads (the data loader, UCX's, gRPC's) may wake up
+   * now and then in a process whose training is stuck */
+  snprintf(path, sizeof path, "/proc/%d/task/%d/stat", pid, pid);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
+  if (fd < 0) return;
   ssize_t n = read(fd, buf, sizeof buf - 1);
   close(fd);
-  if (n <= 0) return 0;
+  if (n <= 0) return;
   buf[n] = '\0';
-  char *rp = strrchr(buf, ')');
-  return rp && rp[1] == ' ' ? rp[2] : 0;
+  char *p = strrchr(buf, ')');
+  if (!p || p[1] != ' ') return;
+  *state = p[2];
+  /* after ") ": state ppid pgrp session tty_nr tpgid flags minflt cminflt
+   * majflt cmajflt utime stime */
+  long long ut = 0, st = 0;
+  if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lld %lld", &ut, &st) == 2)
+    *cpu = ut + st;
 }
 
-/* Reports a worker that has been stopped too long as failed. */
+static void pxa_declare_hung(pxa_agent_t *ag, pxa_job_t *j, pxa_worker_t *w, const char *why) {
+  w->declared = 1;
+  px_log(PX_LOG_WARN, "job %s: rank %d (pid %d) is hung: %s", j->id, w->rank, w->proc.pid, why);
+  pxa_exit_t *e = px_calloc(1, sizeof *e, "agent.exit");
+  char *r = px_malloc(320, "agent.exit.reason");
+  if (!e || !r) {
+    px_free(e);
+    px_free(r);
+    return;
+  }
+  snprintf(r, 320, "hung: pxworker (pid %d) %s; reported by the agent's progress watchdog",
+           w->proc.pid, why);
+  snprintf(e->job_id, sizeof e->job_id, "%s", j->id);
+  e->attempt = j->attempt;
+  e->rank = w->rank;
+  e->exit_code = -2;
+  e->reason = r;
+  pxa_report_exit(ag, e);
+}
+
+/* A worker that trains and has used no CPU at all for PXA_STALLED_AFTER_MS
+ * is blocked for good (a deadlock, a kernel wait): a rank waiting for a
+ * peer polls its network and uses some CPU, so its stuck peer is the one
+ * named. The rank-R.progress file says when training began and ended (the
+ * waits before the first iteration and after the last, on peers and on the
+ * coordinator, are not watched). */
+static void pxa_watch_stall(pxa_agent_t *ag, pxa_job_t *j, pxa_worker_t *w, int64_t cpu,
+                            int64_t now) {
+  struct stat sb;
+  int there = stat(w->progress, &sb) == 0;
+  if (w->training == 0 && there) w->training = 1;
+  else if (w->training == 1 && !there) w->training = 2;
+  if (w->training != 1) return;
+  if (cpu < 0 || cpu != w->cpu_ticks) {
+    w->cpu_ticks = cpu;
+    w->idle_since_ms = 0;
+    return;
+  }
+  if (!w->idle_since_ms) w->idle_since_ms = now;
+  if (now - w->idle_since_ms < PXA_STALLED_AFTER_MS) return;
+  char why[160];
+  snprintf(why, sizeof why, "used no CPU for %lld s while training (deadlocked or blocked)",
+           (long long)((now - w->idle_since_ms) / 1000));
+  pxa_declare_hung(ag, j, w, why);
+}
+
+/* Reports a worker that has been stopped, or has stalled, too long as
+ * failed. */
 static void pxa_watchdog(pxa_agent_t *ag, int64_t now) {
   for (pxa_job_t *j = ag->jobs; j; j = j->next) {
     if (j->stopping) continue;
     for (int i = 0; i < j->nworkers; i++) {
       pxa_worker_t *w = &j->workers[i];
       if (!w->running || w->declared) continue;
-      char state = pxa_proc_state(w->proc.pid);
+      char state;
+      int64_t cpu;
+      pxa_proc_stat(w->proc.pid, &state, &cpu);
       if (state != 'T' && state != 't') {
         w->stopped_since_ms = 0;
+        pxa_watch_stall(ag, j, w, cpu, now);
         continue;
       }
+      w->idle_since_ms = 0; /* a stopped process is the other rule's */
       if (!w->stopped_since_ms) w->stopped_since_ms = now;
       if (now - w->stopped_since_ms < PXA_HUNG_AFTER_MS) continue;
-      w->declared = 1;
-      px_log(PX_LOG_WARN, "job %s: rank %d (pid %d) has been stopped for %lld ms: hung",
-             j->id, w->rank, w->proc.pid, (long long)(now - w->stopped_since_ms));
-      pxa_exit_t *e = px_calloc(1, sizeof *e, "agent.exit");
-      char *r = px_malloc(256, "agent.exit.reason");
-      if (!e || !r) {
-        px_free(e);
-        px_free(r);
-        continue;
-      }
-      snprintf(r, 256,
-               "hung: pxworker (pid %d) has been stopped (SIGSTOP or a debugger) for %lld s;"
-               " reported by the agent's progress watchdog",
-               w->proc.pid, (long long)((now - w->stopped_since_ms) / 1000));
-      snprintf(e->job_id, sizeof e->job_id, "%s", j->id);
-      e->rank = w->rank;
-      e->exit_code = -2;
-      e->reason = r;
-      pxa_report_exit(ag, e);
+      char why[160];
+      snprintf(why, sizeof why, "has been stopped (SIGSTOP or a debugger) for %lld s",
+               (long long)((now - w->stopped_since_ms) / 1000));
+      pxa_declare_hung(ag, j, w, why);
     }
   }
 }

@@ -255,17 +255,38 @@ static void pxctl_print_job(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
   int max = pxctl_max_iterations(job);
   if (max > 0) printf("progress   %d of %d iterations\n", pxctl_done_iterations(job), max);
   else printf("progress   %d iterations\n", pxctl_done_iterations(job));
-  if (job->n_node_ids > 0) {
+  /* Automatic restarts (issue 14): which attempt, and how the earlier ones
+   * ended. */
+  int restarts = s && s->recovery ? s->recovery->max_restarts : 0;
+  int attempt = job->attempt > 0 ? job->attempt : 1;
+  if (restarts > 0 || attempt > 1)
+    printf("attempt    %d of %d (%d restart%s allowed)\n", attempt, 1 + restarts, restarts,
+           restarts == 1 ? "" : "s");
+  Prunex__V1__ListNodesResponse *nodes = NULL;
+  if (job->n_node_ids > 0 || job->n_attempts > 0) {
     Prunex__V1__ListNodesRequest req = PRUNEX__V1__LIST_NODES_REQUEST__INIT;
-    Prunex__V1__ListNodesResponse *nodes = NULL;
     if (px_rpc_list_nodes(ch, &req, PXCTL_DEADLINE_MS, &nodes) != PX_OK) nodes = NULL;
-    for (size_t i = 0; i < job->n_node_ids; i++) {
-      char label[512];
-      pxctl_node_label(nodes, job->node_ids[i], label, sizeof label);
-      printf("%s %zu     %s\n", i == 0 ? "node" : "    ", i, label);
-    }
-    px_rpc_message_free(nodes);
   }
+  for (size_t i = 0; i < job->n_node_ids; i++) {
+    char label[512];
+    pxctl_node_label(nodes, job->node_ids[i], label, sizeof label);
+    printf("%s %zu     %s\n", i == 0 ? "node" : "    ", i, label);
+  }
+  for (size_t i = 0; i < job->n_attempts; i++) {
+    const Prunex__V1__JobAttempt *a = job->attempts[i];
+    char on[1024] = "";
+    size_t used = 0;
+    for (size_t k = 0; k < a->n_node_ids && used < sizeof on; k++) {
+      char label[512];
+      pxctl_node_label(nodes, a->node_ids[k], label, sizeof label);
+      used += (size_t)snprintf(on + used, sizeof on - used, "%s%s", k ? ", " : "", label);
+    }
+    size_t cut = strcspn(a->cause, "\n");
+    pxctl_fmt_time(t1, sizeof t1, a->ended_unix_ms);
+    printf("attempt %d  ended %s on %s: %.*s\n", a->attempt, t1, on[0] ? on : "no node",
+           (int)(cut > 600 ? 600 : cut), a->cause);
+  }
+  px_rpc_message_free(nodes);
   pxctl_fmt_time(t1, sizeof t1, job->created_unix_ms);
   pxctl_fmt_age(t2, sizeof t2, job->created_unix_ms);
   printf("created    %s (%s)\n", t1, t2);
@@ -411,7 +432,9 @@ int pxctl_cmd_list(pxctl_opts_t *o) {
       char acc[32], age[48];
       pxctl_table_cell(t, "%s", job->job_id);
       pxctl_table_cell(t, "%s", job->name);
-      pxctl_table_cell(t, "%s", px_rpc_job_state_name(job->state));
+      if (job->attempt > 1)
+        pxctl_table_cell(t, "%s (attempt %d)", px_rpc_job_state_name(job->state), job->attempt);
+      else pxctl_table_cell(t, "%s", px_rpc_job_state_name(job->state));
       pxctl_table_cell(t, "%s", s ? px_jobspec_strategy_name(s->strategy) : "?");
       if (s && s->cluster)
         pxctl_table_cell(t, "%dx%d", s->cluster->nodes, s->cluster->workers_per_node);

@@ -355,6 +355,19 @@ static px_status_t coord_auth_node_holds(coord_t *c, const char *name, const cha
   return rc < 0 ? rc : PX_OK;
 }
 
+/* 1 when attempt is set and is not job_id's current attempt (an exit of a
+ * restarted attempt, which ReportRankExit ignores), else 0; < 0 on error. */
+static int coord_auth_old_attempt(coord_t *c, const char *job_id, int attempt) {
+  if (attempt <= 0) return 0;
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(c->db, "SELECT attempt FROM jobs WHERE job_id = ?1", &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  px_status_t rc = px_store_step(st);
+  int old = rc == 1 && px_store_column_int64(st, 0) != attempt;
+  px_store_reset(st);
+  return rc < 0 ? rc : old;
+}
+
 #define COORD_DENY(...)                                                   \
   do {                                                                    \
     px_rpc_srv_finish(call, PX_RPC_PERMISSION_DENIED, __VA_ARGS__);       \
@@ -461,6 +474,14 @@ int coord_authorize(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *
                    r->rank, r->job_id);
       return 1;
     }
+    /* A node's report of a rank of a restarted attempt: the rank may now
+     * be elsewhere; the handler answers OK and records nothing. */
+    int old = who->role == COORD_ROLE_NODE ? coord_auth_old_attempt(c, r->job_id, r->attempt) : 0;
+    if (old < 0) {
+      coord_fail_internal(c, call);
+      return 0;
+    }
+    if (old) return 1;
     return coord_auth_node_of_rank(c, call, who, "ReportRankExit", r->job_id, r->rank);
   }
   if (!strcmp(m, PX_RPC_APPEND_RANK_LOG)) {

@@ -252,6 +252,34 @@ void coord_nodes_stop(coord_t *c);
 /* Sends the job's assignment with this action to each of its nodes'
  * assignment streams (after the commit that made it so). */
 void coord_push_assignments(coord_t *c, const char *job_id, int action);
+/* Sends one assignment to every open stream of node_id. */
+void coord_send_to_node(coord_t *c, const char *node_id, const Prunex__V1__Assignment *as);
+
+/* ---- faults: restart or fail (recovery.c) ------------------------------- */
+
+/* What coord_job_fault did, for coord_after_fault. */
+typedef struct {
+  int restarted;   /* 1: the job is PENDING again for its next attempt; 0: FAILED */
+  int attempt;     /* the attempt that ended */
+  char **nodes;    /* its nodes (in the caller's arena) */
+  size_t nnodes;
+} coord_fault_t;
+
+/* A fault (a failed or hung rank, a lost node, a placement timeout) ends
+ * the active job's current attempt with cause as its first cause. While
+ * restarts remain (attempts used < 1 + spec.recovery.max_restarts) the
+ * nodes are released, the placement,
+ * rank secrets, exit records and KV rows dropped, and the job PENDING again
+ * with jobs.attempt + 1; the next placement prefers the attempt's nodes
+ * except avoid_node (may be NULL). Else the job FAILED with the cause and
+ * its nodes released. With max_restarts > 0 the attempt is recorded in
+ * job_attempts either way. In a transaction; f filled (arena a). */
+px_status_t coord_job_fault(coord_t *c, coord_arena_t *a, const char *job_id, int state,
+                            const char *cause, const char *avoid_node, coord_fault_t *f);
+/* After the commit: CANCEL to the ended attempt's nodes (naming the
+ * attempt), watchers told, the scheduler run (which places a restarted job
+ * again). */
+void coord_after_fault(coord_t *c, const char *job_id, const coord_fault_t *f);
 
 /* An open WatchAssignments (id: node) or WatchJob (id: job) stream. */
 struct coord_watch {

@@ -122,7 +122,7 @@ static int http_resolve_job(sqlite3 *db, const char *ref, char *job_id, size_t c
   " (SELECT test_accuracy FROM iterations i WHERE i.job_id = j.job_id AND i.rank = 0"         \
   "   AND i.test_accuracy >= 0 ORDER BY iteration DESC LIMIT 1),"                              \
   " (SELECT density FROM iterations i WHERE i.job_id = j.job_id AND i.rank = 0"               \
-  "   ORDER BY iteration DESC LIMIT 1)"
+  "   ORDER BY iteration DESC LIMIT 1), j.attempt"
 
 /* One job object from a row of HTTP_JOB_COLUMNS. */
 static void http_job_json(sqlite3_stmt *st, coord_hbuf_t *b) {
@@ -164,6 +164,10 @@ static void http_job_json(sqlite3_stmt *st, coord_hbuf_t *b) {
   coord_hb_jnum(b, sqlite3_column_double(st, 14), sqlite3_column_type(st, 14) != SQLITE_NULL);
   coord_hb_put(b, ",\"density\":", 11);
   coord_hb_jnum(b, sqlite3_column_double(st, 15), sqlite3_column_type(st, 15) != SQLITE_NULL);
+  /* the attempt running now (issue 14: 1 before any restart) and how many
+   * the spec allows */
+  coord_hb_printf(b, ",\"attempt\":%d,\"max_restarts\":%d", sqlite3_column_int(st, 16),
+                  spec && spec->recovery ? spec->recovery->max_restarts : 0);
   coord_hb_put(b, "}", 1);
   if (spec) prunex__v1__job_spec__free_unpacked(spec, NULL);
 }

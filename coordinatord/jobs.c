@@ -276,9 +276,13 @@ static px_status_t coord_pending_reason(coord_t *c, const char *job_id, const ch
 
 /* Counts the nodes that could ever take a job of P devices per node now
  * (registered, not LOST, agent connected: *alive) and lists the READY ones
- * among them, in registration order, up to M (*ready). */
-static px_status_t coord_fitting_nodes(coord_t *c, coord_arena_t *a, int P, int M, int *alive,
-                                       char ***nodes, char ***names, size_t *ready) {
+ * among them, up to M (*ready): first those named in prefer ('\n' around
+ * each id: a restarted job's previous nodes), then the others, last those
+ * named "-ID" in prefer (the node its placement timed out on), each group
+ * in registration order. */
+static px_status_t coord_fitting_nodes(coord_t *c, coord_arena_t *a, int P, int M,
+                                       const char *prefer, int *alive, char ***nodes,
+                                       char ***names, size_t *ready) {
   px_store_stmt_t *st;
   px_status_t rc;
   size_t cap = 0, cap2 = 0, n2 = 0;
@@ -287,9 +291,13 @@ static px_status_t coord_fitting_nodes(coord_t *c, coord_arena_t *a, int P, int 
   PX_CHECK(px_store_stmt(c->db,
                          "SELECT n.node_id, n.name, n.state FROM nodes n WHERE n.state IN (1, 2)"
                          " AND (SELECT count(*) FROM node_devices d WHERE d.node_id = n.node_id)"
-                         " >= ?1 ORDER BY n.id",
+                         " >= ?1 ORDER BY CASE"
+                         " WHEN instr(?2, char(10) || n.node_id || char(10)) THEN 0"
+                         " WHEN instr(?2, char(10) || '-' || n.node_id || char(10)) THEN 2"
+                         " ELSE 1 END, n.id",
                          &st));
   PX_CHECK(px_store_bind_int64(st, 1, P));
+  PX_CHECK(px_store_bind_text(st, 2, prefer));
   while ((rc = px_store_step(st)) == 1) {
     const char *id = px_store_column_text(st, 0);
     if (coord_agent_is_gone(c, id)) continue;
@@ -323,14 +331,15 @@ static px_status_t coord_schedule_one(coord_t *c, char *placed, size_t cap) {
   int *shape = NULL;
   size_t nj = 0, jcap = 0, ns = 0, scap = 0;
   PX_CHECK_GOTO(px_store_stmt(c->db,
-                              "SELECT job_id, num_nodes, workers_per_node FROM jobs"
+                              "SELECT job_id, num_nodes, workers_per_node, prefer_nodes FROM jobs"
                               " WHERE state = 1 ORDER BY id",
                               &st),
                 rc, out);
   while ((rc = px_store_step(st)) == 1) {
-    char **j = coord_push(&a, (void **)&jobs, &nj, &jcap, sizeof(char *));
+    char **j = coord_push(&a, (void **)&jobs, &nj, &jcap, 2 * sizeof(char *));
     int *mp = coord_push(&a, (void **)&shape, &ns, &scap, 2 * sizeof(int));
-    if (!j || !mp || !(*j = coord_strdup(&a, px_store_column_text(st, 0)))) {
+    if (!j || !mp || !(j[0] = coord_strdup(&a, px_store_column_text(st, 0))) ||
+        !(j[1] = coord_strdup(&a, px_store_column_text(st, 3)))) {
       px_store_reset(st);
       rc = PX_ERR_NOMEM;
       goto out;
@@ -344,17 +353,19 @@ static px_status_t coord_schedule_one(coord_t *c, char *placed, size_t cap) {
     int M = shape[2 * k], P = shape[2 * k + 1], alive = 0;
     char **nodes = NULL, **names = NULL;
     size_t ready = 0;
-    PX_CHECK_GOTO(coord_fitting_nodes(c, &a, P, M, &alive, &nodes, &names, &ready), rc, out);
+    const char *job = jobs[2 * k], *prefer = jobs[2 * k + 1];
+    PX_CHECK_GOTO(coord_fitting_nodes(c, &a, P, M, prefer, &alive, &nodes, &names, &ready), rc,
+                  out);
     char why[256];
     if ((int)ready >= M) {
       PX_CHECK_GOTO(px_store_begin(c->db), rc, out);
-      rc = coord_place(c, jobs[k], P, nodes, names, M);
+      rc = coord_place(c, job, P, nodes, names, M);
       if (rc == PX_OK) rc = px_store_commit(c->db);
       if (rc != PX_OK) {
         px_store_rollback(c->db);
         goto out;
       }
-      snprintf(placed, cap, "%s", jobs[k]);
+      snprintf(placed, cap, "%s", job);
       goto out;
     }
     if (alive < M) {
@@ -362,13 +373,13 @@ static px_status_t coord_schedule_one(coord_t *c, char *placed, size_t cap) {
                "cannot fit now: needs %d node%s x %d device%s; %d node%s with %d or more devices"
                " registered and alive",
                M, M == 1 ? "" : "s", P, P == 1 ? "" : "s", alive, alive == 1 ? "" : "s", P);
-      PX_CHECK_GOTO(coord_pending_reason(c, jobs[k], why), rc, out);
+      PX_CHECK_GOTO(coord_pending_reason(c, job, why), rc, out);
       continue; /* does not block the jobs behind it */
     }
     snprintf(why, sizeof why, "waiting for nodes: needs %d node%s x %d device%s; %zu of %d free",
              M, M == 1 ? "" : "s", P, P == 1 ? "" : "s", ready, alive);
-    PX_CHECK_GOTO(coord_pending_reason(c, jobs[k], why), rc, out);
-    px_log(PX_LOG_DEBUG, "job %s %s", jobs[k], why);
+    PX_CHECK_GOTO(coord_pending_reason(c, job, why), rc, out);
+    px_log(PX_LOG_DEBUG, "job %s %s", job, why);
     break; /* the head keeps its place */
   }
 out:
@@ -843,9 +854,10 @@ static px_status_t coord_stop_reason(coord_t *c, const char *job_id, char *buf, 
   return PX_OK;
 }
 
-static px_status_t coord_rank_exit(coord_t *c, const Prunex__V1__RankExit *r, int state, int N,
-                                   int *to) {
+static px_status_t coord_rank_exit(coord_t *c, coord_arena_t *a, const Prunex__V1__RankExit *r,
+                                   int state, int N, int *to, coord_fault_t *f) {
   *to = 0;
+  memset(f, 0, sizeof *f);
   px_store_stmt_t *st;
   PX_CHECK(px_store_stmt(c->db,
                          "INSERT OR REPLACE INTO rank_exits (job_id, rank, node_id, exit_code,"
@@ -884,6 +896,10 @@ static px_status_t coord_rank_exit(coord_t *c, const Prunex__V1__RankExit *r, in
      * the first cause: the node is. */
     int blamed = coord_blame_gone_node(c, r->job_id, r->node_id, reason, sizeof reason);
     if (blamed < 0) return blamed;
+    /* Restarted while restarts remain, else FAILED. */
+    PX_CHECK(coord_job_fault(c, a, r->job_id, state, reason, NULL, f));
+    if (f->restarted) *to = JS_PENDING;
+    return PX_OK;
   } else {
     PX_CHECK(px_store_stmt(c->db,
                            "SELECT count(*) FROM rank_exits WHERE job_id = ?1 AND exit_code = 0"
@@ -903,7 +919,7 @@ static px_status_t coord_rank_exit(coord_t *c, const Prunex__V1__RankExit *r, in
   }
   PX_CHECK(coord_job_set_state(c, r->job_id, state, *to, reason));
   char why[700];
-  snprintf(why, sizeof why, "job %s %s", r->job_id, *to == JS_FAILED ? "failed" : "succeeded");
+  snprintf(why, sizeof why, "job %s succeeded", r->job_id);
   return coord_job_release_nodes(c, r->job_id, why);
 }
 
@@ -917,7 +933,7 @@ void coord_rpc_report_rank_exit(px_rpc_srv_call_t *call, const ProtobufCMessage 
   }
   px_store_stmt_t *st;
   px_status_t rc = px_store_stmt(c->db,
-                                 "SELECT state, num_nodes * workers_per_node FROM jobs"
+                                 "SELECT state, num_nodes * workers_per_node, attempt FROM jobs"
                                  " WHERE job_id = ?1",
                                  &st);
   if (rc == PX_OK) rc = px_store_bind_text(st, 1, r->job_id);
@@ -931,7 +947,18 @@ void coord_rpc_report_rank_exit(px_rpc_srv_call_t *call, const ProtobufCMessage 
     return;
   }
   int state = (int)px_store_column_int64(st, 0), N = (int)px_store_column_int64(st, 1);
+  int attempt = (int)px_store_column_int64(st, 2);
   px_store_reset(st);
+  if (r->attempt != 0 && r->attempt != attempt) {
+    /* A rank of an attempt that has ended (its workers die after the
+     * restart): nothing to record, nothing to decide. */
+    px_log(PX_LOG_INFO, "job %s: rank %d of attempt %d exited (code %d, signal %d); the job is"
+           " on attempt %d: ignored", r->job_id, r->rank, r->attempt, r->exit_code, r->signal,
+           attempt);
+    Prunex__V1__RankExitResponse ok = PRUNEX__V1__RANK_EXIT_RESPONSE__INIT;
+    px_rpc_srv_reply(call, &ok.base);
+    return;
+  }
   if (state == JS_PENDING) {
     px_rpc_srv_finish(call, PX_RPC_FAILED_PRECONDITION, "job %s is PENDING: no rank has started",
                       r->job_id);
@@ -943,19 +970,24 @@ void coord_rpc_report_rank_exit(px_rpc_srv_call_t *call, const ProtobufCMessage 
     return;
   }
   int to = 0;
-  if (px_store_begin(c->db) != PX_OK || coord_rank_exit(c, r, state, N, &to) != PX_OK ||
+  coord_arena_t a;
+  coord_arena_init(&a);
+  coord_fault_t f;
+  if (px_store_begin(c->db) != PX_OK || coord_rank_exit(c, &a, r, state, N, &to, &f) != PX_OK ||
       px_store_commit(c->db) != PX_OK) {
     coord_fail_internal(c, call);
+    coord_arena_free(&a);
     return;
   }
   px_log(PX_LOG_INFO, "job %s: rank %d exited (code %d, signal %d)", r->job_id, r->rank,
          r->exit_code, r->signal);
   Prunex__V1__RankExitResponse resp = PRUNEX__V1__RANK_EXIT_RESPONSE__INIT;
   px_rpc_srv_reply(call, &resp.base);
-  if (to == JS_FAILED)
-    coord_push_assignments(c, r->job_id, PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_CANCEL);
-  if (to) {
+  if (to == JS_FAILED || to == JS_PENDING) {
+    coord_after_fault(c, r->job_id, &f);
+  } else if (to) {
     coord_job_changed(c, r->job_id, NULL);
     coord_schedule(c);
   }
+  coord_arena_free(&a);
 }

@@ -176,7 +176,7 @@ px_status_t coord_job_load_ex(coord_t *c, coord_arena_t *a, const char *job_id, 
                          " y.spec_yaml FROM job_spec_yaml y WHERE y.job_id = jobs.job_id),"
                          " spec_yaml) ELSE '' END, reason, created_unix_ms, updated_unix_ms,"
                          " iteration,"
-                         " scheduled_unix_ms, finished_unix_ms, owner"
+                         " scheduled_unix_ms, finished_unix_ms, owner, attempt"
                          " FROM jobs WHERE job_id = ?1",
                          &st));
   PX_CHECK(px_store_bind_text(st, 1, job_id));
@@ -199,6 +199,7 @@ px_status_t coord_job_load_ex(coord_t *c, coord_arena_t *a, const char *job_id, 
   j->iteration = (int32_t)px_store_column_int64(st, 8);
   int64_t scheduled = px_store_column_int64(st, 9), finished = px_store_column_int64(st, 10);
   j->owner = coord_strdup(a, px_store_column_text(st, 11));
+  j->attempt = (int32_t)px_store_column_int64(st, 12);
   px_store_reset(st);
   if (!j->job_id || !j->name || !j->spec_yaml || !j->reason || !j->owner) return PX_ERR_NOMEM;
   if (!j->spec)
@@ -257,6 +258,37 @@ px_status_t coord_job_load_ex(coord_t *c, coord_arena_t *a, const char *job_id, 
     e->reason = coord_strdup(a, px_store_column_text(st, 4));
     e->model_path = coord_strdup(a, px_store_column_text(st, 5));
     if (!e->node_id || !e->reason || !e->model_path) return PX_ERR_NOMEM;
+    *slot = e;
+  }
+  if (rc < 0) return rc;
+
+  /* The attempts that ended in a fault and were restarted (issue 14). */
+  cap = 0;
+  PX_CHECK(px_store_stmt(c->db,
+                         "SELECT attempt, cause, node_ids, ended_unix_ms FROM job_attempts"
+                         " WHERE job_id = ?1 ORDER BY attempt",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  while ((rc = px_store_step(st)) == 1) {
+    Prunex__V1__JobAttempt **slot =
+        coord_push(a, (void **)&j->attempts, &j->n_attempts, &cap, sizeof *j->attempts);
+    if (!slot) return PX_ERR_NOMEM;
+    Prunex__V1__JobAttempt *e;
+    COORD_NEW(a, Prunex__V1__JobAttempt, PRUNEX__V1__JOB_ATTEMPT__INIT, e);
+    e->attempt = (int32_t)px_store_column_int64(st, 0);
+    e->cause = coord_strdup(a, px_store_column_text(st, 1));
+    char *ids = coord_strdup(a, px_store_column_text(st, 2));
+    e->ended_unix_ms = px_store_column_int64(st, 3);
+    if (!e->cause || !ids) return PX_ERR_NOMEM;
+    size_t icap = 0;
+    for (char *p = ids, *nl; *p; p = nl + 1) {
+      nl = strchr(p, '\n');
+      if (nl) *nl = '\0';
+      char **is = coord_push(a, (void **)&e->node_ids, &e->n_node_ids, &icap, sizeof(char *));
+      if (!is) return PX_ERR_NOMEM;
+      *is = p;
+      if (!nl) break;
+    }
     *slot = e;
   }
   if (rc < 0) return rc;
@@ -370,6 +402,7 @@ px_status_t coord_job_delete_rows(coord_t *c, const char *job_id) {
       "DELETE FROM job_spec_yaml WHERE job_id = ?1",
       "DELETE FROM rank_log_chunks WHERE job_id = ?1",
       "DELETE FROM rank_logs WHERE job_id = ?1",
+      "DELETE FROM job_attempts WHERE job_id = ?1",
       "DELETE FROM jobs WHERE job_id = ?1",
   };
   for (size_t i = 0; i < sizeof sql / sizeof sql[0]; i++) {

@@ -31,7 +31,8 @@ static px_status_t coord_assignment_build(coord_t *c, coord_arena_t *a, const ch
   px_store_stmt_t *st;
   px_status_t rc;
   PX_CHECK(px_store_stmt(c->db,
-                         "SELECT j.num_nodes, j.workers_per_node, n.node_index FROM jobs j"
+                         "SELECT j.num_nodes, j.workers_per_node, n.node_index, j.attempt"
+                         " FROM jobs j"
                          " JOIN job_nodes n ON n.job_id = j.job_id"
                          " WHERE j.job_id = ?1 AND n.node_id = ?2",
                          &st));
@@ -41,6 +42,7 @@ static px_status_t coord_assignment_build(coord_t *c, coord_arena_t *a, const ch
   as->num_nodes = (int32_t)px_store_column_int64(st, 0);
   as->world_size = as->num_nodes * (int32_t)px_store_column_int64(st, 1);
   as->node_index = (int32_t)px_store_column_int64(st, 2);
+  as->attempt = (int32_t)px_store_column_int64(st, 3);
   px_store_reset(st);
 
   size_t cap = 0;
@@ -81,15 +83,16 @@ static px_status_t coord_assignment_build(coord_t *c, coord_arena_t *a, const ch
   return PX_OK;
 }
 
-static void coord_send_to_node(coord_t *c, const char *node_id, const Prunex__V1__Assignment *as) {
+void coord_send_to_node(coord_t *c, const char *node_id, const Prunex__V1__Assignment *as) {
   int sent = 0;
   for (coord_watch_t *w = c->node_watches; w; w = w->next) {
     if (strcmp(w->id, node_id) != 0) continue;
     if (px_rpc_srv_send(w->call, &as->base) == PX_OK) sent++;
   }
-  px_log(PX_LOG_INFO, "job %s: %s assignment for node %s (%d stream%s)", as->job_id,
+  px_log(PX_LOG_INFO, "job %s: %s assignment (attempt %d) for node %s (%d stream%s)",
+         as->job_id,
          as->action == PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_START ? "START" : "CANCEL",
-         node_id, sent, sent == 1 ? "" : "s");
+         as->attempt, node_id, sent, sent == 1 ? "" : "s");
 }
 
 void coord_push_assignments(coord_t *c, const char *job_id, int action) {

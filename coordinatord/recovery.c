@@ -1,10 +1,16 @@
 /* Faults the coordinator handles on its own: a node whose agent went away
  * (its assignment stream closed and was not reopened within the grace), a
  * node of a running job that stopped heartbeating, and a placement whose
- * nodes never started their ranks. Each ends the job it concerns with a
- * reason that names the first cause (the node), gives the node's ranks an
- * exit record, releases the other nodes and tells them to stop, so that
- * `rank_exits` agrees with the job and nothing waits forever.
+ * nodes never started their ranks. Each ends the current attempt of the job
+ * it concerns with a reason that names the first cause (the node), gives the
+ * node's ranks an exit record, releases the other nodes and tells them to
+ * stop, so that `rank_exits` agrees with the job and nothing waits forever.
+ *
+ * Every fault, these and a failed or hung rank (jobs.c), goes through
+ * coord_job_fault: while the job's spec.recovery.max_restarts allows, the
+ * attempt is recorded (job_attempts) and the job queued again for its next
+ * attempt, placed on the same nodes when they are alive and READY, else on
+ * others; when no restart is left it FAILS with the cause.
  *
  * The list of gone agents lives in memory only: after a restart every node
  * is LOST until heard from anyway, and heartbeat ages count from the
@@ -91,21 +97,149 @@ static px_status_t coord_node_name(coord_t *c, const char *node_id, char *name, 
   return PX_OK;
 }
 
-/* Fails an active job because of node_id: its ranks get exit records, the
- * job FAILED with reason, the nodes released. In a transaction. */
-static px_status_t coord_fail_for_node(coord_t *c, const char *job_id, int state,
-                                       const char *node_id, const char *reason) {
-  PX_CHECK(coord_record_node_ranks(c, job_id, node_id, reason));
-  PX_CHECK(coord_job_set_state(c, job_id, state, JS_FAILED, reason));
-  char why[700];
-  snprintf(why, sizeof why, "job %s failed", job_id);
-  return coord_job_release_nodes(c, job_id, why);
+/* ---- faults: restart or fail ------------------------------------------------ */
+
+/* Copies the first line of s, at most cap-1 bytes, into out. */
+static void coord_first_line(const char *s, char *out, size_t cap) {
+  size_t n = strcspn(s, "\n");
+  if (n >= cap) n = cap - 1;
+  memcpy(out, s, n);
+  out[n] = '\0';
 }
 
-/* After the commit: the other nodes stop, watchers hear, the queue moves. */
-static void coord_after_fail(coord_t *c, const char *job_id) {
-  coord_push_assignments(c, job_id, PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_CANCEL);
+px_status_t coord_job_fault(coord_t *c, coord_arena_t *a, const char *job_id, int state,
+                            const char *cause_in, const char *avoid_node, coord_fault_t *f) {
+  memset(f, 0, sizeof *f);
+  char cause[2048];
+  coord_utf8_clean(cause_in, cause, sizeof cause);
+  px_store_stmt_t *st;
+  px_status_t rc;
+  int attempt = 1, found = 0, js = 0;
+  Prunex__V1__JobSpec *spec = NULL;
+  PX_CHECK(coord_job_lookup(c, a, job_id, &found, &js, &spec));
+  if (!found) return px_set_error(PX_ERR_INTERNAL, "job %s: not found", job_id);
+  PX_CHECK(px_store_stmt(c->db, "SELECT attempt FROM jobs WHERE job_id = ?1", &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  if ((rc = px_store_step(st)) < 0) return rc;
+  if (rc == 1) attempt = (int)px_store_column_int64(st, 0);
+  px_store_reset(st);
+  int max_restarts = spec && spec->recovery ? spec->recovery->max_restarts : 0;
+  if (max_restarts < 0) max_restarts = 0;
+  f->attempt = attempt;
+  /* The attempt's nodes, in node order: for the record, the CANCEL of the
+   * old attempt and the preference of the next placement. */
+  size_t cap = 0;
+  char nodes[4096] = "\n", prefer[4096] = "\n";
+  size_t used = 1, pused = 1;
+  PX_CHECK(px_store_stmt(c->db, "SELECT node_id FROM job_nodes WHERE job_id = ?1"
+                                " ORDER BY node_index", &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  while ((rc = px_store_step(st)) == 1) {
+    const char *id = px_store_column_text(st, 0);
+    char **slot = coord_push(a, (void **)&f->nodes, &f->nnodes, &cap, sizeof(char *));
+    if (!slot || !(*slot = coord_strdup(a, id))) {
+      px_store_reset(st);
+      return PX_ERR_NOMEM;
+    }
+    if (used + strlen(id) + 2 < sizeof nodes)
+      used += (size_t)snprintf(nodes + used, sizeof nodes - used, "%s\n", id);
+    /* the node a placement timed out on goes last ("-ID"), the others first */
+    int avoid = avoid_node && !strcmp(id, avoid_node);
+    if (pused + strlen(id) + 3 < sizeof prefer)
+      pused += (size_t)snprintf(prefer + pused, sizeof prefer - pused, "%s%s\n",
+                                avoid ? "-" : "", id);
+  }
+  if (rc < 0) return rc;
+  char lines[4096];
+  snprintf(lines, sizeof lines, "%.*s", used > 2 ? (int)(used - 2) : 0, nodes + 1);
+  if (max_restarts > 0) {
+    /* Every attempt of a job that may restart is listed, the last too. */
+    PX_CHECK(px_store_stmt(c->db,
+                           "INSERT OR REPLACE INTO job_attempts (job_id, attempt, cause, node_ids,"
+                           " ended_unix_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+                           &st));
+    PX_CHECK(px_store_bind_text(st, 1, job_id));
+    PX_CHECK(px_store_bind_int64(st, 2, attempt));
+    PX_CHECK(px_store_bind_text(st, 3, cause));
+    PX_CHECK(px_store_bind_text(st, 4, lines));
+    PX_CHECK(px_store_bind_int64(st, 5, coord_now_ms()));
+    PX_CHECK(px_store_run(st));
+  }
+  if (attempt >= 1 + max_restarts) {
+    /* No restart left: the job fails with this attempt's first cause. */
+    char reason[2300];
+    if (attempt > 1)
+      snprintf(reason, sizeof reason, "failed after %d attempts: %s", attempt, cause);
+    else
+      snprintf(reason, sizeof reason, "%s", cause);
+    PX_CHECK(coord_job_set_state(c, job_id, state, JS_FAILED, reason));
+    char why[700];
+    snprintf(why, sizeof why, "job %s failed", job_id);
+    return coord_job_release_nodes(c, job_id, why);
+  }
+  /* Restart: the attempt is recorded, its nodes released (a LOST node
+   * stays LOST, a gone agent's node becomes LOST), its placement, rank
+   * secrets, exit records and rendezvous keys dropped (a stale rank of the
+   * old attempt is refused from now on), and the job queued again.
+   * Iteration rows and decisions stay: the resumed attempt re-reports its
+   * iterations and gets the same decisions back. */
+  f->restarted = 1;
+  char why[300];
+  snprintf(why, sizeof why, "job %s: attempt %d failed, restarting it", job_id, attempt);
+  PX_CHECK(coord_job_release_nodes(c, job_id, why));
+  static const char *const drop[] = {
+      "DELETE FROM rank_exits WHERE job_id = ?1",
+      "DELETE FROM job_ranks WHERE job_id = ?1",
+      "DELETE FROM job_nodes WHERE job_id = ?1",
+      "DELETE FROM kv WHERE job_id = ?1",
+      /* the new attempt's ranks may run elsewhere: their logs start anew
+       * (an agent that runs a rank again appends to the same file) */
+      "DELETE FROM rank_log_chunks WHERE job_id = ?1",
+      "DELETE FROM rank_logs WHERE job_id = ?1",
+  };
+  for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++) {
+    PX_CHECK(px_store_stmt(c->db, drop[i], &st));
+    PX_CHECK(px_store_bind_text(st, 1, job_id));
+    PX_CHECK(px_store_run(st));
+  }
+  PX_CHECK(px_store_stmt(c->db,
+                         "UPDATE jobs SET attempt = ?2, prefer_nodes = ?3 WHERE job_id = ?1", &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  PX_CHECK(px_store_bind_int64(st, 2, attempt + 1));
+  PX_CHECK(px_store_bind_text(st, 3, pused > 1 ? prefer : ""));
+  PX_CHECK(px_store_run(st));
+  char first[1600], reason[2000];
+  coord_first_line(cause, first, sizeof first);
+  snprintf(reason, sizeof reason, "attempt %d failed: %s; restart %d of %d", attempt, first,
+           attempt, max_restarts);
+  return coord_job_set_state(c, job_id, state, JS_PENDING, reason);
+}
+
+void coord_after_fault(coord_t *c, const char *job_id, const coord_fault_t *f) {
+  if (f->restarted) {
+    /* The old attempt's nodes stop it: its placement is gone, so the
+     * CANCEL is built here, naming the attempt. */
+    Prunex__V1__Assignment as = PRUNEX__V1__ASSIGNMENT__INIT;
+    as.job_id = (char *)job_id;
+    as.action = PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_CANCEL;
+    as.coordinator = c->advertise;
+    as.attempt = f->attempt;
+    for (size_t i = 0; i < f->nnodes; i++) coord_send_to_node(c, f->nodes[i], &as);
+  } else {
+    coord_push_assignments(c, job_id, PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_CANCEL);
+  }
   coord_job_changed(c, job_id, NULL);
+  coord_schedule(c);
+}
+
+/* Ends the active job's attempt because of node_id: its ranks get exit
+ * records, then the job restarts or fails (coord_job_fault). In a
+ * transaction. */
+static px_status_t coord_fail_for_node(coord_t *c, coord_arena_t *a, const char *job_id,
+                                       int state, const char *node_id, const char *reason,
+                                       coord_fault_t *f) {
+  PX_CHECK(coord_record_node_ranks(c, job_id, node_id, reason));
+  return coord_job_fault(c, a, job_id, state, reason, node_id, f);
 }
 
 px_status_t coord_node_lost(coord_t *c, const char *node_id, const char *why) {
@@ -113,7 +247,10 @@ px_status_t coord_node_lost(coord_t *c, const char *node_id, const char *why) {
   px_status_t rc;
   char job_id[128] = "", name[256] = "";
   int state = 0, job_state = 0, failed = 0;
-  PX_CHECK(px_store_begin(c->db));
+  coord_arena_t a;
+  coord_arena_init(&a);
+  coord_fault_t f;
+  PX_CHECK_GOTO(px_store_begin(c->db), rc, out);
   PX_CHECK_GOTO(px_store_stmt(c->db, "SELECT state, job_id, name FROM nodes WHERE node_id = ?1", &st),
                 rc, fail);
   PX_CHECK_GOTO(px_store_bind_text(st, 1, node_id), rc, fail);
@@ -121,7 +258,8 @@ px_status_t coord_node_lost(coord_t *c, const char *node_id, const char *why) {
   if (rc == 0) {
     px_store_rollback(c->db);
     coord_agent_back(c, node_id);
-    return PX_OK;
+    rc = PX_OK;
+    goto out;
   }
   state = (int)px_store_column_int64(st, 0);
   snprintf(job_id, sizeof job_id, "%s", px_store_column_text(st, 1));
@@ -137,7 +275,7 @@ px_status_t coord_node_lost(coord_t *c, const char *node_id, const char *why) {
     if (coord_job_active(job_state)) {
       char reason[640];
       snprintf(reason, sizeof reason, "node %s (%s) lost: %s", name, node_id, why);
-      PX_CHECK_GOTO(coord_fail_for_node(c, job_id, job_state, node_id, reason), rc, fail);
+      PX_CHECK_GOTO(coord_fail_for_node(c, &a, job_id, job_state, node_id, reason, &f), rc, fail);
       failed = 1;
     } else {
       PX_CHECK_GOTO(px_store_stmt(c->db, "UPDATE nodes SET job_id = '' WHERE node_id = ?1", &st),
@@ -148,12 +286,16 @@ px_status_t coord_node_lost(coord_t *c, const char *node_id, const char *why) {
   }
   PX_CHECK_GOTO(px_store_commit(c->db), rc, fail);
   coord_agent_back(c, node_id);
-  if (failed) coord_after_fail(c, job_id);
-  coord_schedule(c);
-  return PX_OK;
+  if (failed) coord_after_fault(c, job_id, &f);
+  else coord_schedule(c);
+  rc = PX_OK;
+  goto out;
 fail:
   px_store_rollback(c->db);
-  return rc < 0 ? rc : PX_ERR_INTERNAL;
+  if (rc >= 0) rc = PX_ERR_INTERNAL;
+out:
+  coord_arena_free(&a);
+  return rc;
 }
 
 int coord_blame_gone_node(coord_t *c, const char *job_id, const char *reporter, char *reason,
@@ -244,14 +386,14 @@ static px_status_t coord_placement_sweep(coord_t *c, int64_t now) {
              "placement timed out: node %s (%s) did not start its ranks within %d ms", name, node,
              c->cfg.placement_timeout_ms);
     PX_CHECK_GOTO(px_store_begin(c->db), rc, out);
-    rc = coord_fail_for_node(c, job, JS_SCHEDULED, node, reason);
+    coord_fault_t f;
+    rc = coord_fail_for_node(c, &a, job, JS_SCHEDULED, node, reason, &f);
     if (rc == PX_OK) rc = px_store_commit(c->db);
     if (rc != PX_OK) {
       px_store_rollback(c->db);
       goto out;
     }
-    coord_after_fail(c, job);
-    coord_schedule(c);
+    coord_after_fault(c, job, &f);
   }
   rc = PX_OK;
 out:

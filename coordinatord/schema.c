@@ -195,6 +195,22 @@ static const char coord_schema_v5[] =
 static const char coord_schema_v6[] =
     "ALTER TABLE iterations ADD COLUMN mask_groups INTEGER NOT NULL DEFAULT 0;";
 
+/* v7 (issue 14): automatic restarts. jobs.attempt is the attempt running
+ * now (1 before any restart); prefer_nodes the nodes the next placement
+ * tries first (the previous attempt's, one a line, '\n' around each; a
+ * line "-ID" is a node it tries last); job_attempts one row per attempt that ended in a fault, for jobs with
+ * max_restarts > 0 (node_ids one a line). */
+static const char coord_schema_v7[] =
+    "ALTER TABLE jobs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;"
+    "ALTER TABLE jobs ADD COLUMN prefer_nodes TEXT NOT NULL DEFAULT '';"
+    "CREATE TABLE job_attempts ("
+    "  job_id TEXT NOT NULL REFERENCES jobs(job_id),"
+    "  attempt INTEGER NOT NULL,"
+    "  cause TEXT NOT NULL DEFAULT '',"
+    "  node_ids TEXT NOT NULL DEFAULT '',"
+    "  ended_unix_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (job_id, attempt));";
+
 const px_store_migration_t coord_migrations[] = {
     {1, coord_schema_v1},
     {2, coord_schema_v2},
@@ -202,5 +218,6 @@ const px_store_migration_t coord_migrations[] = {
     {4, coord_schema_v4},
     {5, coord_schema_v5},
     {6, coord_schema_v6},
+    {7, coord_schema_v7},
 };
 const int coord_nmigrations = (int)(sizeof coord_migrations / sizeof coord_migrations[0]);

@@ -64,6 +64,9 @@ static int group_setup(void **state) {
   int w = pxt_write_fmnist_subset(F->d.dir, 256, 64, F->data, sizeof F->data);
   if (w < 0) return -1;
   if (w == 0) F->data[0] = '\0';
+  /* the workers of a job named stall-test: rank 3 blocks for good after
+   * iteration 1 (test_stalled_worker_is_named_within_20s) */
+  setenv("PRUNEX_FAULT_STALL", "stall-test:3:1", 1);
   /* one at a time, so that node index i is agent i (placement follows
    * registration order) */
   for (int i = 0; i < NODES; i++) {
@@ -423,6 +426,35 @@ static int job_iteration(const char *job) {
   return it;
 }
 
+/* A worker that blocks for good without being stopped (a deadlock: here
+ * pause() by fault injection) uses no CPU while its peers poll for it: the
+ * watchdog names it within 20 s. */
+static void test_stalled_worker_is_named_within_20s(void **state) {
+  (void)state;
+  pxt_job_t j;
+  pxt_job_init(&j, F->data[0] ? F->data : NULL, NODES, WORKERS, 100000, 1);
+  j.spec.name = "stall-test";
+  char job[64];
+  submit(&j, job, sizeof job);
+  if (pxt_wait_job(F->ch, job, PRUNEX__V1__JOB_STATE__JOB_STATE_RUNNING, 150000) !=
+      PRUNEX__V1__JOB_STATE__JOB_STATE_RUNNING)
+    fail_with_logs("the stall job never reached RUNNING");
+  /* it stalls after iteration 1: from the report of iteration 1 on */
+  int64_t end = pxt_now_ms() + 120000;
+  while (job_iteration(job) < 1 && pxt_now_ms() < end) pxt_sleep_ms(50);
+  int64_t t0 = pxt_now_ms();
+  int s = pxt_wait_job(F->ch, job, 0, 40000);
+  int64_t took = pxt_now_ms() - t0;
+  if (s != PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED) fail_with_logs("the stalled job did not fail");
+  char reason[2048];
+  pxt_job_reason(F->ch, job, reason, sizeof reason);
+  printf("job failed %lld ms after iteration 1: %s\n", (long long)took, reason);
+  assert_non_null(strstr(reason, "rank 3"));
+  assert_non_null(strstr(reason, "no CPU"));
+  assert_true(took <= 20000 + 2000); /* 15 s of no CPU + the watchdog's tick + reporting */
+  if (wait_workers_gone(15000) < 0) fail_with_logs("the job's workers kept running");
+}
+
 static void test_job_survives_coordinator_restart(void **state) {
   (void)state;
   char job[64];
@@ -590,6 +622,7 @@ int main(void) {
       cmocka_unit_test(test_cancel_stops_workers_within_5s),
       cmocka_unit_test(test_killed_worker_fails_the_job),
       cmocka_unit_test(test_stopped_worker_is_named_within_20s),
+      cmocka_unit_test(test_stalled_worker_is_named_within_20s),
       cmocka_unit_test(test_job_survives_coordinator_restart),
       cmocka_unit_test(test_job_survives_a_long_coordinator_outage),
       cmocka_unit_test(test_killed_agent_takes_its_workers_and_fails_the_job),

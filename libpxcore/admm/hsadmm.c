@@ -16,6 +16,7 @@
 #include "admm/admm_int.h"
 #include "prunex/hsadmm.h"
 #include "px_check.h"
+#include "strategy/px_resume.h"
 
 /* Per-layer sums of the residual allreduce, in this order. */
 enum {
@@ -565,5 +566,50 @@ px_status_t px_hsadmm_local_control(void *ctx, const px_hsadmm_round_t *round,
   d->freeze = g.freeze;
   d->stop = g.stop;
   snprintf(d->reason, sizeof d->reason, "%s", g.stop_reason);
+  return PX_OK;
+}
+
+/* ---- checkpoints (issue 14) ------------------------------------------------------- */
+
+px_status_t px_hsadmm_resume_items(px_hsadmm_t *h, px_resume_t *rs) {
+  size_t fb = h->total * sizeof(float), db = (size_t)h->n * sizeof(double);
+  struct {
+    const char *name;
+    px_rs_scope_t scope;
+    px_st_dtype_t dt;
+    void *p;
+    size_t bytes;
+  } t[] = {
+      {"hsadmm.z", PX_RS_GLOBAL, PX_ST_F32, h->z, fb},
+      {"hsadmm.z_prev", PX_RS_GLOBAL, PX_ST_F32, h->z_prev, fb},
+      {"hsadmm.rho1", PX_RS_GLOBAL, PX_ST_F64, h->rho1, db},
+      {"hsadmm.rho2", PX_RS_GLOBAL, PX_ST_F64, h->rho2, db},
+      {"hsadmm.frozen", PX_RS_GLOBAL, PX_ST_I32, &h->frozen, sizeof h->frozen},
+      {"hsadmm.iteration", PX_RS_GLOBAL, PX_ST_I32, &h->iteration, sizeof h->iteration},
+      {"hsadmm.mask_union", PX_RS_GLOBAL, PX_ST_U8, h->mask_union, h->mtotal},
+      {"hsadmm.mask_prev", PX_RS_GLOBAL, PX_ST_U8, h->mask_prev, h->mtotal},
+      {"hsadmm.mask_z", PX_RS_GLOBAL, PX_ST_U8, h->mask_z, h->mtotal},
+      {"hsadmm.zi", PX_RS_NODE, PX_ST_F32, h->zi, fb},
+      {"hsadmm.zi_prev", PX_RS_NODE, PX_ST_F32, h->zi_prev, fb},
+      {"hsadmm.v", PX_RS_NODE, PX_ST_F32, h->v, fb},
+      {"hsadmm.mask_node", PX_RS_NODE, PX_ST_U8, h->mask_node, h->mtotal},
+      {"hsadmm.u", PX_RS_RANK, PX_ST_F32, h->u, fb},
+  };
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+    PX_CHECK(px_resume_add(rs, t[i].name, t[i].scope, t[i].dt, t[i].p, t[i].bytes));
+  return PX_OK;
+}
+
+px_status_t px_hsadmm_resumed(px_hsadmm_t *h, int node_fresh, int rank_fresh) {
+  size_t fb = h->total * sizeof(float);
+  if (node_fresh) { /* a node without state: its consensus restarts at z */
+    memcpy(h->zi, h->z, fb);
+    memcpy(h->zi_prev, h->z, fb);
+    memset(h->v, 0, fb);
+    if (h->mtotal) memcpy(h->mask_node, h->mask_union, h->mtotal);
+  }
+  if (rank_fresh) memset(h->u, 0, fb);
+  if (h->mtotal) PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
+  if (h->frozen) px_pack_plan_freeze(h->plan);
   return PX_OK;
 }

@@ -237,7 +237,14 @@ fail:
 }
 
 px_status_t px_loader_begin_epoch(px_loader_t *l, int64_t epoch) {
+  return px_loader_begin_epoch_at(l, epoch, 0);
+}
+
+px_status_t px_loader_begin_epoch_at(px_loader_t *l, int64_t epoch, int64_t first) {
   assert(l != NULL);
+  if (first < 0 || first > l->num_batches)
+    return px_set_error(PX_ERR_INVALID, "loader: batch %lld of an epoch of %lld batches",
+                        (long long)first, (long long)l->num_batches);
   if (l->active) {
     return px_set_error(PX_ERR_STATE, "loader: epoch %lld is still active (end it before "
                         "beginning epoch %lld)", (long long)l->epoch, (long long)epoch);
@@ -251,7 +258,7 @@ px_status_t px_loader_begin_epoch(px_loader_t *l, int64_t epoch) {
   }
   if (l->has_thread) pthread_mutex_lock(&l->mu);
   l->epoch = epoch;
-  l->filled = l->released = l->taken = 0;
+  l->filled = l->released = l->taken = first;
   l->gen++;
   l->active = 1;
   if (l->has_thread) {
@@ -302,6 +309,8 @@ px_status_t px_loader_next(px_loader_t *l, px_batch_t *out) {
   out->epoch = l->epoch;
   return 1;
 }
+
+int64_t px_loader_position(const px_loader_t *l) { return l->active ? l->taken : 0; }
 
 px_status_t px_loader_end_epoch(px_loader_t *l) {
   assert(l != NULL);

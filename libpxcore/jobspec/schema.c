@@ -18,7 +18,7 @@
 
 /* ---- the table ------------------------------------------------------------ */
 
-enum { S_MODEL, S_DATASET, S_CLUSTER, S_TRAIN, S_PRUNE, S_ADMM, S_COMM };
+enum { S_MODEL, S_DATASET, S_CLUSTER, S_TRAIN, S_PRUNE, S_ADMM, S_COMM, S_RECOVERY };
 
 const px__js_section_t px__js_sections[] = {
     [S_MODEL] = {"model", &prunex__v1__model_spec__descriptor},
@@ -28,6 +28,7 @@ const px__js_section_t px__js_sections[] = {
     [S_PRUNE] = {"prune", &prunex__v1__prune_spec__descriptor},
     [S_ADMM] = {"admm", &prunex__v1__admm_spec__descriptor},
     [S_COMM] = {"comm", &prunex__v1__comm_spec__descriptor},
+    [S_RECOVERY] = {"recovery", &prunex__v1__recovery_spec__descriptor},
 };
 const int px__js_nsections = (int)(sizeof px__js_sections / sizeof px__js_sections[0]);
 
@@ -104,6 +105,12 @@ const px__js_field_t px__js_fields[] = {
     {S_COMM, "timeout_ms", PX__JS_INT, 0, 1, I32MAX, NULL, 60000, NULL},
     {S_COMM, "backend", PX__JS_CHOICE, 0, 0, 0, "auto|ucx|nccl", 0, "auto"},
     {S_COMM, "topk_ratio", PX__JS_DOUBLE, LO_OPEN, 0, 1, NULL, 0.01, NULL},
+
+    /* Faults (issue 14): off by default; a restart without checkpoints
+     * starts from iteration 0. 1000 restarts is far past any sane policy. */
+    {S_RECOVERY, "checkpoint_every", PX__JS_INT, 0, 0, I32MAX, NULL, 0, NULL},
+    {S_RECOVERY, "max_restarts", PX__JS_INT, 0, 0, 1000, NULL, 0, NULL},
+    {S_RECOVERY, "keep", PX__JS_INT, 0, 1, 16, NULL, 2, NULL},
 };
 const int px__js_nfields = (int)(sizeof px__js_fields / sizeof px__js_fields[0]);
 

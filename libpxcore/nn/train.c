@@ -177,6 +177,22 @@ void px_trainer_set_schedule_steps(px_trainer_t *t, int64_t total) {
 
 int64_t px_trainer_global_step(const px_trainer_t *t) { return t->global_step; }
 
+void px_trainer_position(const px_trainer_t *t, int64_t pos[3]) {
+  pos[0] = t->global_step;
+  pos[1] = t->cursor_epoch;
+  pos[2] = t->cursor_epoch >= 0 ? px_loader_position(t->train_loader) : 0;
+}
+
+px_status_t px_trainer_set_position(px_trainer_t *t, const int64_t pos[3]) {
+  PX_REQUIRE(pos[0] >= 0 && pos[1] >= -1 && pos[2] >= 0, "trainer position %lld/%lld/%lld",
+             (long long)pos[0], (long long)pos[1], (long long)pos[2]);
+  PX_CHECK(px_loader_end_epoch(t->train_loader));
+  t->global_step = pos[0];
+  t->cursor_epoch = pos[1];
+  if (pos[1] >= 0) PX_CHECK(px_loader_begin_epoch_at(t->train_loader, pos[1], pos[2]));
+  return PX_OK;
+}
+
 double px_trainer_lr_at(const px_trainer_t *t, int64_t step) {
   double total = (double)t->schedule_steps;
   double f = total > 0 ? (double)step / total : 0.0;

@@ -46,5 +46,6 @@ const px__strategy_ops_t px__strategy_ddp_ops = {
     .create = px__ddp_create,
     .dense_inter = px__ddp_dense_inter,
     .decide = px__strategy_decide_plain,
+    .resume_items = px__strategy_resume_global,
     .destroy = px__ddp_destroy,
 };

@@ -206,6 +206,24 @@ static px_status_t px__hsadmm_decide(px__strategy_run_t *r, void *priv, int *sto
   return px_hsadmm_decide(s->h, px__hsadmm_control, r, stop);
 }
 
+/* ---- checkpoints (issue 14) ----------------------------------------------------------- */
+
+/* Each rank's local model, momentum and dual are its own; z, the node
+ * consensus and the masks are listed by admm/hsadmm.c. */
+static px_status_t px__hsadmm_resume_items(px__strategy_run_t *r, void *priv, px_resume_t *rs) {
+  px__hsadmm_strategy_t *s = priv;
+  PX_CHECK(px__strategy_resume_model(r, rs, PX_RS_RANK));
+  return px_hsadmm_resume_items(s->h, rs);
+}
+
+static px_status_t px__hsadmm_resumed(px__strategy_run_t *r, void *priv, int node_fresh,
+                                      int rank_fresh) {
+  px__hsadmm_strategy_t *s = priv;
+  PX_CHECK(px_hsadmm_resumed(s->h, node_fresh, rank_fresh));
+  if (rank_fresh) PX_CHECK(px__hsadmm_load_z(r, s, 0)); /* theta = z, momentum 0 */
+  return PX_OK;
+}
+
 /* ---- set-up ------------------------------------------------------------------------------ */
 
 /* A device buffer of n elements on the model's device. */
@@ -276,7 +294,8 @@ static void px__hsadmm_destroy(px__strategy_run_t *r, void *priv) {
   .create = px__hsadmm_create, .before_local = px__hsadmm_before_local,                  \
   .synchronise = px__hsadmm_synchronise, .load_consensus = px__hsadmm_load_z,            \
   .restore_local = px__hsadmm_restore_theta, .dense_inter = px__hsadmm_dense_inter,      \
-  .decide = px__hsadmm_decide, .destroy = px__hsadmm_destroy
+  .decide = px__hsadmm_decide, .resume_items = px__hsadmm_resume_items,                 \
+  .resumed = px__hsadmm_resumed, .destroy = px__hsadmm_destroy
 
 const px__strategy_ops_t px__strategy_hsadmm_ops = {
     .info = {PX_STRATEGY_HSADMM, "hsadmm",

@@ -34,6 +34,7 @@
 
 #include "admm/admm_int.h"
 #include "px_check.h"
+#include "strategy/px_resume.h"
 #include "strategy/strategy_int.h"
 
 /* ---- the table ----------------------------------------------------------------------- */
@@ -301,6 +302,84 @@ static px_status_t px__strategy_finish(px__strategy_run_t *r, const px__strategy
   return PX_OK;
 }
 
+/* ---- checkpoints (issue 14) ------------------------------------------------------- */
+
+px_status_t px__strategy_resume_model(px__strategy_run_t *r, px_resume_t *rs,
+                                      px_rs_scope_t scope) {
+  PX_CHECK(px_resume_add_tensor(rs, "model.params", scope,
+                                (px_tensor_t *)px_model_flat_params(r->m)));
+  if (px_model_num_buffers(r->m) > 0) /* averaged over the ranks every iteration */
+    PX_CHECK(px_resume_add_tensor(rs, "model.buffers", PX_RS_GLOBAL,
+                                  (px_tensor_t *)px_model_flat_buffers(r->m)));
+  for (int i = 0; i < r->np; i++) {
+    char name[96];
+    snprintf(name, sizeof name, "sgd.momentum.%d", i);
+    px_tensor_t *mom = px_sgd_momentum(r->sgd, i);
+    if (mom && px_tensor_plain_bytes(mom) > 0) PX_CHECK(px_resume_add_tensor(rs, name, scope, mom));
+  }
+  return PX_OK;
+}
+
+px_status_t px__strategy_resume_global(px__strategy_run_t *r, void *priv, px_resume_t *rs) {
+  (void)priv;
+  return px__strategy_resume_model(r, rs, PX_RS_GLOBAL);
+}
+
+/* Lists the run's state for px_resume: the loop's scalars and figures
+ * here, the model, momentum and private state by the strategy. */
+static px_status_t px__strategy_resume_setup(px__strategy_run_t *r, const px__strategy_ops_t *ops,
+                                             void *priv) {
+  const px_strategy_config_t *c = r->cfg;
+  PX_CHECK(px_resume_create(r->comm, c->checkpoint_dir, c->checkpoint_keep ? c->checkpoint_keep : 2,
+                            &r->rs));
+  PX_CHECK(px_resume_add(r->rs, "run.scalars", PX_RS_GLOBAL, PX_ST_I64, r->ck, sizeof r->ck));
+  PX_CHECK(px_resume_add(r->rs, "run.figures", PX_RS_GLOBAL, PX_ST_F64, r->ckf, sizeof r->ckf));
+  return ops->resume_items(r, priv, r->rs);
+}
+
+/* Resumes from the newest checkpoint every rank can read; *first: the
+ * iteration to run next. */
+static px_status_t px__strategy_resume(px__strategy_run_t *r, const px__strategy_ops_t *ops,
+                                       void *priv, px_strategy_result_t *res, int *first) {
+  int R, node_fresh, rank_fresh;
+  *first = 0;
+  res->resumed_from = -1;
+  PX_CHECK(px_resume_load(r->rs, &R, &node_fresh, &rank_fresh));
+  if (R < 0) return PX_OK;
+  if (ops->resumed) PX_CHECK(ops->resumed(r, priv, node_fresh, rank_fresh));
+  PX_CHECK(px_trainer_set_position(r->t, r->ck + 1));
+  res->bytes_intra = (uint64_t)r->ck[4];
+  res->bytes_inter = (uint64_t)r->ck[5];
+  res->bytes_inter_dense = (uint64_t)r->ck[6];
+  res->test_loss = r->ckf[0];
+  res->test_accuracy = r->ckf[1];
+  res->resumed_from = R;
+  res->iterations = R + 1;
+  *first = r->ck[7] ? r->cfg->iterations : R + 1; /* the controller had stopped it */
+  return PX_OK;
+}
+
+static px_status_t px__strategy_checkpoint(px__strategy_run_t *r, int it, int stop,
+                                           px_strategy_result_t *res) {
+  r->ck[0] = it;
+  r->ck[7] = stop;
+  px_trainer_position(r->t, r->ck + 1);
+  r->ck[4] = (int64_t)res->bytes_intra;
+  r->ck[5] = (int64_t)res->bytes_inter;
+  r->ck[6] = (int64_t)res->bytes_inter_dense;
+  r->ckf[0] = res->test_loss;
+  r->ckf[1] = res->test_accuracy;
+  uint64_t bytes;
+  double s;
+  PX_CHECK(px_resume_save(r->rs, it, &bytes, &s));
+  res->checkpoints++;
+  res->checkpoint_seconds += s;
+  res->checkpoint_bytes = bytes;
+  px_log(PX_LOG_INFO, "checkpoint of iteration %d: %.1f MB, training held %.1f ms", it,
+         (double)bytes / 1e6, s * 1e3);
+  return PX_OK;
+}
+
 px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
                             const px_strategy_config_t *cfg, px_strategy_control_fn control,
                             void *ctx, px_strategy_result_t *res) {
@@ -328,18 +407,34 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
   double t_start = px__admm_now();
   PX_CHECK_GOTO(px__strategy_setup(&r), st, done);
   PX_CHECK_GOTO(ops->create(&r, &priv), st, done);
+  res->test_accuracy = res->test_loss = -1;
+  r.ckf[0] = r.ckf[1] = -1;
+  res->resumed_from = -1;
+  int first = 0;
+  if (cfg->checkpoint_every > 0 && cfg->checkpoint_dir) {
+    PX_CHECK_GOTO(px__strategy_resume_setup(&r, ops, priv), st, done);
+    PX_CHECK_GOTO(px__strategy_resume(&r, ops, priv, res, &first), st, done);
+  }
   r.steps = cfg->local_steps ? cfg->local_steps : px_trainer_steps_per_epoch(trainer);
   px_trainer_set_schedule_steps(trainer, r.steps * cfg->iterations);
-  res->test_accuracy = res->test_loss = -1;
   int stop = 0;
-  for (int it = 0; it < cfg->iterations && !stop; it++)
+  for (int it = first; it < cfg->iterations && !stop; it++) {
     PX_CHECK_GOTO(px__strategy_iteration(&r, ops, priv, it, res, &stop), st, done);
+    if (r.rs && ((it + 1) % cfg->checkpoint_every == 0 || it == cfg->iterations - 1 || stop))
+      PX_CHECK_GOTO(px__strategy_checkpoint(&r, it, stop, res), st, done);
+  }
+  if (r.rs) { /* the last checkpoint lands on every rank before the run ends */
+    double s;
+    PX_CHECK_GOTO(px_resume_finish(r.rs, &s), st, done);
+    res->checkpoint_seconds += s;
+  }
   PX_CHECK_GOTO(px__strategy_finish(&r, ops, priv, res), st, done);
   res->seconds = px__admm_now() - t_start;
   snprintf(res->stop_reason, sizeof res->stop_reason, "%s",
            stop ? "controller" : "iterations");
   st = PX_OK;
 done:
+  px_resume_destroy(r.rs); /* first: its writer thread reads the strategy's buffers */
   ops->destroy(&r, priv);
   px__strategy_teardown(&r);
   return st;

@@ -12,12 +12,19 @@
  * (hsadmm_ops.c: hsadmm and hsadmm-flat; ddp.c; topk.c) and in the table of
  * strategy.c; its state is private (void *priv) beside the common run.
  *
- * The ops are meant to grow: a save_state / load_state pair (checkpoints
- * and restart: the private state, for H-SADMM z, the duals and the masks,
- * written and read through the same priv pointer) and a per-bucket
- * "gradient ready" hook (DDP overlapping its allreduce with the backward
- * pass) are further members of px__strategy_ops_t that a strategy may leave
- * NULL; the loop calls what is set. */
+ * Checkpoints (issue 14, strategy/px_resume.h): with recovery.checkpoint_every
+ * set, the loop lists its own scalars (iteration, data position, byte
+ * counters, stop flag, last test figures) and asks the strategy for the
+ * rest (resume_items: the model and momentum with the strategy's scope,
+ * and its private state, e.g. H-SADMM's z, duals and masks); it resumes
+ * from the newest checkpoint every rank holds before the first iteration
+ * (resumed: the strategy restarts what was not restored) and saves one
+ * after observe every checkpoint_every iterations and at the end.
+ *
+ * The ops are meant to grow: a per-bucket "gradient ready" hook (DDP
+ * overlapping its allreduce with the backward pass) is a further member of
+ * px__strategy_ops_t that a strategy may leave NULL; the loop calls what
+ * is set. */
 #ifndef PX_STRATEGY_INT_H
 #define PX_STRATEGY_INT_H
 
@@ -25,6 +32,7 @@
 #include <stdint.h>
 
 #include "prunex/strategy.h"
+#include "strategy/px_resume.h"
 
 /* What every strategy shares for one run (the common part; each strategy
  * keeps its own state behind priv). */
@@ -47,6 +55,10 @@ typedef struct {
   int direct;               /* world collectives take the device buffers (NCCL) */
   float *h_theta;           /* [numel] host mirror of the parameters */
   float *h_buf;             /* [BN statistics] host mirror */
+  /* checkpoints (issue 14; NULL rs: none) */
+  px_resume_t *rs;
+  int64_t ck[8];            /* last iteration done, trainer position [3], bytes [3], stop */
+  double ckf[2];            /* test loss, test accuracy */
   /* the iteration being reported */
   px_iteration_t it;
   px_strategy_control_fn control;
@@ -74,6 +86,14 @@ typedef struct {
   uint64_t (*dense_inter)(const px__strategy_run_t *r, void *priv);
   /* Control: rank 0 reports r->it and decides; everyone applies. */
   px_status_t (*decide)(px__strategy_run_t *r, void *priv, int *stop);
+  /* Lists the state a checkpoint holds beyond the loop's own: the model
+   * and momentum (px__strategy_resume_model, with the scope the strategy
+   * gives them) and the private state. */
+  px_status_t (*resume_items)(px__strategy_run_t *r, void *priv, px_resume_t *rs);
+  /* After a checkpoint was loaded: restarts the NODE / RANK state that was
+   * not restored (node_fresh, rank_fresh) from the global state (NULL:
+   * nothing to do). */
+  px_status_t (*resumed)(px__strategy_run_t *r, void *priv, int node_fresh, int rank_fresh);
   /* Frees priv and removes the hooks (priv may be NULL). */
   void (*destroy)(px__strategy_run_t *r, void *priv);
 } px__strategy_ops_t;
@@ -101,6 +121,13 @@ px_status_t px__strategy_world_broadcast(px__strategy_run_t *r, const px_tensor_
  * on a staged run a host mirror of the gradients in *grad_mirror (NULL
  * otherwise; the caller frees it). */
 px_status_t px__strategy_start_baseline(px__strategy_run_t *r, float **grad_mirror);
+/* Lists the model's parameters and the SGD momentum with `scope` (RANK:
+ * each rank's own, GLOBAL: the same on every rank) and the BN statistics
+ * (GLOBAL: averaged every iteration) for a checkpoint. */
+px_status_t px__strategy_resume_model(px__strategy_run_t *r, px_resume_t *rs,
+                                      px_rs_scope_t scope);
+/* resume_items of a baseline whose model is the same on every rank. */
+px_status_t px__strategy_resume_global(px__strategy_run_t *r, void *priv, px_resume_t *rs);
 /* The decision of a strategy without penalties (ddp, topk): rank 0's
  * controller sees r->it and may stop the run. */
 px_status_t px__strategy_decide_plain(px__strategy_run_t *r, void *priv, int *stop);

@@ -147,6 +147,16 @@ static uint64_t px__topk_dense_inter(const px__strategy_run_t *r, void *priv) {
   return (uint64_t)llround(per * (double)r->steps);
 }
 
+/* The model and momentum are the same on every rank (one averaged
+ * update); the residuals and the selection's generator are each rank's. */
+static px_status_t px__topk_resume_items(px__strategy_run_t *r, void *priv, px_resume_t *rs) {
+  px__topk_strategy_t *s = priv;
+  PX_CHECK(px__strategy_resume_model(r, rs, PX_RS_GLOBAL));
+  PX_CHECK(px_resume_add(rs, "topk.residual", PX_RS_RANK, PX_ST_F32, s->err,
+                         r->numel * sizeof(float)));
+  return px_resume_add(rs, "topk.rng", PX_RS_RANK, PX_ST_U64, &s->rng, sizeof s->rng);
+}
+
 static void px__topk_destroy(px__strategy_run_t *r, void *priv) {
   px__topk_strategy_t *s = priv;
   px_trainer_set_grad_hook(r->t, NULL, NULL);
@@ -162,5 +172,6 @@ const px__strategy_ops_t px__strategy_topk_ops = {
     .create = px__topk_create,
     .dense_inter = px__topk_dense_inter,
     .decide = px__strategy_decide_plain,
+    .resume_items = px__topk_resume_items,
     .destroy = px__topk_destroy,
 };

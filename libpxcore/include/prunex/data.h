@@ -259,6 +259,11 @@ void px_loader_destroy(px_loader_t *l);
  * Fails with PX_ERR_STATE if an epoch is already active (call
  * px_loader_end_epoch first). */
 px_status_t px_loader_begin_epoch(px_loader_t *l, int64_t epoch);
+/* The same, starting at batch `first` of the epoch (0..batches): a resumed
+ * job picks up its data order where its checkpoint left it. */
+px_status_t px_loader_begin_epoch_at(px_loader_t *l, int64_t epoch, int64_t first);
+/* Batches of the active epoch handed out so far (0 when none is active). */
+int64_t px_loader_position(const px_loader_t *l);
 
 /* Next batch of the active epoch. Returns 1 and fills *out, or 0 (PX_OK) when
  * the epoch has no more batches. Invalidates the previously returned batch.

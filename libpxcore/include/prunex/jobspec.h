@@ -78,6 +78,13 @@
  *     timeout_ms: 60000     >= 1, collective timeout
  *     backend: auto         auto | ucx | nccl (nccl needs device auto or cuda)
  *     topk_ratio: 0.01      (0, 1], topk: fraction of gradient entries sent
+ *   recovery:
+ *     checkpoint_every: 0   >= 0: every rank writes its whole state every N
+ *                           iterations and at the end (0: never)
+ *     max_restarts: 0       0..1000: after a failed rank or a lost node the
+ *                           job is placed again and resumes from the newest
+ *                           checkpoint every rank can read
+ *     keep: 2               1..16: checkpoints kept per rank
  *
  * Booleans are true/false/yes/no/on/off (any case). Integers are decimal.
  *

@@ -332,6 +332,12 @@ px_status_t px_trainer_calibrate_bn(px_trainer_t *t, int64_t n);
  * per epoch), and the number of steps taken so far. */
 void px_trainer_set_schedule_steps(px_trainer_t *t, int64_t total);
 int64_t px_trainer_global_step(const px_trainer_t *t);
+/* Where the trainer stands in its data and schedule: {optimiser steps taken,
+ * epoch of the training stream in progress (-1: none), batches of it
+ * consumed}. px_trainer_set_position puts a trainer there (a resumed job:
+ * the same batches, augmentations and learning rates follow). */
+void px_trainer_position(const px_trainer_t *t, int64_t pos[3]);
+px_status_t px_trainer_set_position(px_trainer_t *t, const int64_t pos[3]);
 
 /* Loss and accuracy of the current model on this rank's shard of the test
  * set (all of it for world size 1). */

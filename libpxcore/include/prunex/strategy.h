@@ -104,6 +104,14 @@ typedef struct {
                                the same results, and is how tests check that path */
   px_strategy_observe_fn observe; /* NULL: none */
   void *observe_ctx;
+  /* Checkpoints (issue 14): with checkpoint_every > 0 every rank writes its
+   * whole state under checkpoint_dir (shared by the ranks of a node) after
+   * every checkpoint_every-th iteration and the last one, keeping the
+   * newest checkpoint_keep (0: 2), and a run first resumes from the newest
+   * checkpoint every rank can read there (see strategy/px_resume.h). */
+  const char *checkpoint_dir;
+  int32_t checkpoint_every;
+  int32_t checkpoint_keep;
 } px_strategy_config_t;
 
 /* One iteration's record (DESIGN.md section 7); what rank 0 reports. */
@@ -142,6 +150,10 @@ typedef struct {
   uint64_t bytes_intra, bytes_inter, bytes_inter_dense; /* whole run, all ranks */
   double seconds;
   char stop_reason[64];
+  int32_t resumed_from;         /* iteration the run resumed after; -1: started afresh */
+  int32_t checkpoints;          /* checkpoints written */
+  double checkpoint_seconds;    /* time spent writing them (this rank) */
+  uint64_t checkpoint_bytes;    /* bytes of the last one (this rank) */
 } px_strategy_result_t;
 
 /* Fills out[0..px_model_num_params(m)) with H-SADMM's view of the model's
