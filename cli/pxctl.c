@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "prunex/strategy.h"
 #include "pxctl.h"
 
 /* Options, as bits of the set a command accepts. */
@@ -242,6 +243,11 @@ static void pxctl_main_help(FILE *f) {
     char head[64];
     snprintf(head, sizeof head, "%s %s", pxctl_cmds[i].name, pxctl_cmds[i].synopsis);
     fprintf(f, "  %-18s %s\n", head, pxctl_cmds[i].summary);
+  }
+  fprintf(f, "\nStrategies (the spec's `strategy:`):\n");
+  for (int i = 0; i < px_strategy_count(); i++) {
+    const px_strategy_info_t *s = px_strategy_at(i);
+    fprintf(f, "  %-18s %s%s\n", s->name, s->description, s->is_default ? " (default)" : "");
   }
   fprintf(f,
           "\n"

@@ -18,6 +18,7 @@
 
 #include "coord.h"
 #include "http.h"
+#include "prunex/strategy.h"
 
 static const char *http_job_state(int s) {
   switch (s) {
@@ -41,13 +42,8 @@ static const char *http_node_state(int s) {
 }
 
 static const char *http_strategy(int s) {
-  switch (s) {
-  case PRUNEX__V1__STRATEGY__STRATEGY_HSADMM: return "hsadmm";
-  case PRUNEX__V1__STRATEGY__STRATEGY_HSADMM_FLAT: return "hsadmm-flat";
-  case PRUNEX__V1__STRATEGY__STRATEGY_DDP: return "ddp";
-  case PRUNEX__V1__STRATEGY__STRATEGY_TOPK: return "topk";
-  default: return NULL;
-  }
+  const px_strategy_info_t *i = px_strategy_info((px_strategy_kind_t)s);
+  return i ? i->name : NULL;
 }
 
 static int http_fail(coord_hbuf_t *out, int status, const char *fmt, ...)

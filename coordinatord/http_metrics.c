@@ -25,6 +25,7 @@
 
 #include "coord.h"
 #include "http.h"
+#include "prunex/strategy.h"
 
 #define HTTP_MAX_JOBS 256 /* running jobs exported; more are left out (and counted) */
 
@@ -119,9 +120,9 @@ static int http_load_jobs(sqlite3 *db, http_job_row_t *jobs, int *njobs, int *dr
     int blen = sqlite3_column_bytes(st, 2);
     Prunex__V1__JobSpec *spec =
         blob && blen > 0 ? prunex__v1__job_spec__unpack(NULL, (size_t)blen, blob) : NULL;
-    static const char *const strat[] = {"", "hsadmm", "hsadmm-flat", "ddp", "topk"};
-    snprintf(j->strategy, sizeof j->strategy, "%s",
-             spec && spec->strategy >= 0 && spec->strategy <= 4 ? strat[spec->strategy] : "");
+    const px_strategy_info_t *si =
+        spec ? px_strategy_info((px_strategy_kind_t)spec->strategy) : NULL;
+    snprintf(j->strategy, sizeof j->strategy, "%s", si ? si->name : "");
     if (spec) prunex__v1__job_spec__free_unpacked(spec, NULL);
     if (sqlite3_column_type(st, 3) == SQLITE_NULL) continue; /* nothing reported yet */
     j->has_row = 1;

@@ -8,6 +8,7 @@
 
 #include "coord.h"
 #include "prunex/jobspec.h"
+#include "prunex/strategy.h"
 #include "px_check.h"
 
 /* ---- spec ------------------------------------------------------------------ */
@@ -105,10 +106,11 @@ int coord_spec_validate(const Prunex__V1__JobSpec *s, char *err, size_t cap) {
     COORD_BAD("spec.cluster.device = '%s': must be auto, cpu or cuda", s->cluster->device);
   if (s->cluster->threads_per_worker < 0)
     COORD_BAD("spec.cluster.threads_per_worker = %d: must be >= 0", s->cluster->threads_per_worker);
-  if (s->strategy < PRUNEX__V1__STRATEGY__STRATEGY_HSADMM ||
-      s->strategy > PRUNEX__V1__STRATEGY__STRATEGY_TOPK)
-    COORD_BAD("spec.strategy = %d: must be set (hsadmm, hsadmm-flat, ddp or topk)",
-              (int)s->strategy);
+  if (!px_strategy_info((px_strategy_kind_t)s->strategy)) {
+    char names[128];
+    COORD_BAD("spec.strategy = %d: must be set (one of %s)", (int)s->strategy,
+              px_strategy_names(names, sizeof names, ", "));
+  }
   if (!s->model || !s->model->name[0]) COORD_BAD("spec.model.name: required");
   if (s->model->in_channels < 0 || s->model->num_classes < 0)
     COORD_BAD("spec.model: in_channels and num_classes must be >= 0");

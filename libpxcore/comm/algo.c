@@ -48,7 +48,7 @@ typedef struct {
   int head, n;
 } px__fifo_t;
 
-static px_status_t px__fifo_push(px__run_t *r, px__fifo_t *f, int slot) {
+static px_status_t px__fifo_push(px__coll_t *r, px__fifo_t *f, int slot) {
   if (slot < 0) return slot;
   if (f->n == PX__SEND_FIFO) {
     PX_CHECK(px__wait(r, f->slot[f->head]));
@@ -60,7 +60,7 @@ static px_status_t px__fifo_push(px__run_t *r, px__fifo_t *f, int slot) {
   return PX_OK;
 }
 
-static px_status_t px__fifo_drain(px__run_t *r, px__fifo_t *f) {
+static px_status_t px__fifo_drain(px__coll_t *r, px__fifo_t *f) {
   while (f->n > 0) {
     PX_CHECK(px__wait(r, f->slot[f->head]));
     f->head = (f->head + 1) % PX__SEND_FIFO;
@@ -71,7 +71,7 @@ static px_status_t px__fifo_drain(px__run_t *r, px__fifo_t *f) {
 
 /* ---- recursive doubling ---------------------------------------------------- */
 
-static px_status_t px__allreduce_rd(px__run_t *r, const void *send, void *recv, size_t count,
+static px_status_t px__allreduce_rd(px__coll_t *r, const void *send, void *recv, size_t count,
                                     px_comm_dtype_t dt, px_comm_op_t op) {
   px_comm_t *c = r->c;
   int n = r->g->size, me = r->g->rank;
@@ -158,7 +158,7 @@ static void px__seg(const px__ring_t *rg, const px__ring_geom_t *ge, int k, int 
   *nel = b - a;
 }
 
-static int px__ring_post_recv(px__run_t *r, const px__ring_t *rg, const px__ring_geom_t *ge,
+static int px__ring_post_recv(px__coll_t *r, const px__ring_t *rg, const px__ring_geom_t *ge,
                               int q) {
   int n = r->g->size, me = r->g->rank;
   int t = q / ge->nseg, j = q % ge->nseg;
@@ -170,7 +170,7 @@ static int px__ring_post_recv(px__run_t *r, const px__ring_t *rg, const px__ring
   return px__recv(r, (me - 1 + n) % n, dst, nel * ge->esz, (uint32_t)q);
 }
 
-static px_status_t px__ring(px__run_t *r, const px__ring_t *rg) {
+static px_status_t px__ring(px__coll_t *r, const px__ring_t *rg) {
   px_comm_t *c = r->c;
   int n = r->g->size, me = r->g->rank;
   int right = (me + 1) % n;
@@ -236,7 +236,7 @@ px_status_t px__allreduce(px_group_t *g, const void *send, void *recv, size_t co
                           px_comm_dtype_t dt, px_comm_op_t op) {
   px_comm_t *c = g->c;
   size_t bytes = count * px_comm_dtype_size(dt);
-  px__run_t r;
+  px__coll_t r;
   px__run_begin(&r, g, PX__OP_ALLREDUCE, count, (uint64_t)dt, (uint64_t)op);
   int n = g->size;
   if (n == 1) {
@@ -259,7 +259,7 @@ px_status_t px__allreduce(px_group_t *g, const void *send, void *recv, size_t co
 
 /* ---- allgather(v) ---------------------------------------------------------- */
 
-static px_status_t px__allgather_direct(px__run_t *r, const void *send, void *recv,
+static px_status_t px__allgather_direct(px__coll_t *r, const void *send, void *recv,
                                         const size_t *off, const size_t *len, size_t esz) {
   int n = r->g->size, me = r->g->rank;
   px__fifo_t f = {.head = 0, .n = 0};
@@ -288,7 +288,7 @@ px_status_t px__allgatherv(px_group_t *g, const void *send, void *recv, const si
     if (is_v) h = px__hash3(h, counts[k], (uint64_t)k);
   }
   g->blk_off[n] = total;
-  px__run_t r;
+  px__coll_t r;
   px__run_begin(&r, g, is_v ? PX__OP_ALLGATHERV : PX__OP_ALLGATHER, h, (uint64_t)dt, 0);
   char *mine = (char *)recv + g->blk_off[me] * esz;
   if (g->blk_len[me] && (const char *)send != mine) memcpy(mine, send, g->blk_len[me] * esz);
@@ -309,7 +309,7 @@ px_status_t px__allgatherv(px_group_t *g, const void *send, void *recv, const si
 px_status_t px__bcast(px_group_t *g, void *buf, size_t count, px_comm_dtype_t dt, int root) {
   int n = g->size, me = g->rank;
   size_t esz = px_comm_dtype_size(dt), bytes = count * esz;
-  px__run_t r;
+  px__coll_t r;
   px__run_begin(&r, g, PX__OP_BCAST, count, (uint64_t)dt, (uint64_t)root);
   if (n == 1) return PX_OK;
   int vr = (me - root + n) % n;
@@ -356,7 +356,7 @@ px_status_t px__bcast(px_group_t *g, void *buf, size_t count, px_comm_dtype_t dt
 
 px_status_t px__barrier(px_group_t *g) {
   int n = g->size, me = g->rank;
-  px__run_t r;
+  px__coll_t r;
   px__run_begin(&r, g, PX__OP_BARRIER, 0, 0, 0);
   uint32_t step = 0;
   for (int k = 1; k < n; k <<= 1, step++) {

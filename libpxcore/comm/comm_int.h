@@ -177,7 +177,7 @@ typedef struct {
   px_group_t *g;
   uint64_t tagbase;
   uint64_t sig;
-} px__run_t;
+} px__coll_t;
 
 /* ---- reduce.c ---- */
 void px__reduce(void *dst, const void *a, const void *b, size_t n, px_comm_dtype_t dt,
@@ -188,15 +188,15 @@ void px__avg_finish(void *buf, size_t n, px_comm_dtype_t dt, int group_size);
 px_status_t px__ucx_init(struct px_comm *c, px_kv_t *kv, const char *prefix);
 void px__ucx_fini(struct px_comm *c);
 /* Starts a collective on g: takes the next sequence number. */
-void px__run_begin(px__run_t *r, px_group_t *g, int kind, uint64_t a, uint64_t b, uint64_t d);
+void px__run_begin(px__coll_t *r, px_group_t *g, int kind, uint64_t a, uint64_t b, uint64_t d);
 /* Post a send / receive to group rank gpeer; answer a slot index >= 0 or a
  * negative status (the communicator is then broken). */
-int px__send(px__run_t *r, int gpeer, const void *buf, size_t bytes, uint32_t step);
-int px__recv(px__run_t *r, int gpeer, void *buf, size_t bytes, uint32_t step);
+int px__send(px__coll_t *r, int gpeer, const void *buf, size_t bytes, uint32_t step);
+int px__recv(px__coll_t *r, int gpeer, void *buf, size_t bytes, uint32_t step);
 /* Waits for slots, checks them (receives: length and signature) and frees
  * them. On failure the communicator is broken and every slot is released. */
-px_status_t px__wait(px__run_t *r, int slot);
-px_status_t px__waitall(px__run_t *r, const int *slots, int n);
+px_status_t px__wait(px__coll_t *r, int slot);
+px_status_t px__waitall(px__coll_t *r, const int *slots, int n);
 /* Breaks the communicator with st (first failure wins), tells the peers, and
  * drains every transfer in flight. Returns the communicator's status with
  * the message set on this thread. */

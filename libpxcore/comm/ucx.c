@@ -94,7 +94,7 @@ uint64_t px__hash3(uint64_t a, uint64_t b, uint64_t d) {
   return px__mix(a ^ px__mix(b ^ px__mix(d + 0x9E3779B97F4A7C15ull)));
 }
 
-void px__run_begin(px__run_t *r, px_group_t *g, int kind, uint64_t a, uint64_t b, uint64_t d) {
+void px__run_begin(px__coll_t *r, px_group_t *g, int kind, uint64_t a, uint64_t b, uint64_t d) {
   px_comm_t *c = g->c;
   r->c = c;
   r->g = g;
@@ -268,7 +268,7 @@ static const char *px__group_name(px_group_kind_t k) {
 
 /* ---- posting --------------------------------------------------------------- */
 
-int px__send(px__run_t *r, int gpeer, const void *buf, size_t bytes, uint32_t step) {
+int px__send(px__coll_t *r, int gpeer, const void *buf, size_t bytes, uint32_t step) {
   px_comm_t *c = r->c;
   px_group_t *g = r->g;
   int wp = g->world[gpeer];
@@ -302,7 +302,7 @@ int px__send(px__run_t *r, int gpeer, const void *buf, size_t bytes, uint32_t st
   return i;
 }
 
-int px__recv(px__run_t *r, int gpeer, void *buf, size_t bytes, uint32_t step) {
+int px__recv(px__coll_t *r, int gpeer, void *buf, size_t bytes, uint32_t step) {
   px_comm_t *c = r->c;
   px_group_t *g = r->g;
   int wp = g->world[gpeer];
@@ -385,7 +385,7 @@ static px_status_t px__progress_until_done(px_comm_t *c, px__xfer_t *x) {
   return PX_OK;
 }
 
-static px_status_t px__finish(px__run_t *r, int slot) {
+static px_status_t px__finish(px__coll_t *r, int slot) {
   px_comm_t *c = r->c;
   px__xfer_t *x = &c->xf[slot];
   if (x->status != UCS_OK) {
@@ -422,14 +422,14 @@ static px_status_t px__finish(px__run_t *r, int slot) {
   return PX_OK;
 }
 
-px_status_t px__wait(px__run_t *r, int slot) {
+px_status_t px__wait(px__coll_t *r, int slot) {
   px_comm_t *c = r->c;
   if (slot < 0) return slot;
   PX_CHECK(px__progress_until_done(c, &c->xf[slot]));
   return px__finish(r, slot);
 }
 
-px_status_t px__waitall(px__run_t *r, const int *slots, int n) {
+px_status_t px__waitall(px__coll_t *r, const int *slots, int n) {
   for (int i = 0; i < n; i++) PX_CHECK(px__wait(r, slots[i]));
   return PX_OK;
 }
@@ -456,6 +456,44 @@ static px_status_t px__post_abort_recv(px_comm_t *c) {
   return PX_OK;
 }
 
+/* UCX's configuration (the environment's), with our defaults where the
+ * user set none. The caller releases *out. */
+static px_status_t px__ucx_read_config(const px_comm_t *c, ucp_config_t **out) {
+  ucs_status_t s = ucp_config_read(NULL, NULL, out);
+  if (s != UCS_OK) return px__ucs_error(s, "ucp_config_read");
+  /* UCX's shared-memory transports (posix, sysv) support peer failure
+   * handling only when asked (their ERROR_HANDLING option); without it,
+   * UCP_ERR_HANDLING_MODE_PEER leaves UCX nothing but TCP over loopback
+   * within a host. A setting of the user's in the environment wins. */
+  if (!getenv("UCX_POSIX_ERROR_HANDLING") && !getenv("UCX_SYSV_ERROR_HANDLING") &&
+      !getenv("UCX_MM_ERROR_HANDLING")) {
+    s = ucp_config_modify(*out, "MM_ERROR_HANDLING", "y");
+    if (s != UCS_OK)
+      px_log(PX_LOG_DEBUG, "ucp_config_modify(MM_ERROR_HANDLING): %s", ucs_status_string(s));
+  }
+  /* keepalive is how UCX notices a dead peer over shared memory: check
+   * several times per timeout period (default interval: 20 s) */
+  if (!getenv("UCX_KEEPALIVE_INTERVAL")) {
+    int ka = c->timeout_ms / 8;
+    if (ka < 100) ka = 100;
+    if (ka > 20000) ka = 20000;
+    char val[32];
+    snprintf(val, sizeof val, "%dms", ka);
+    s = ucp_config_modify(*out, "KEEPALIVE_INTERVAL", val);
+    if (s != UCS_OK)
+      px_log(PX_LOG_DEBUG, "ucp_config_modify(KEEPALIVE_INTERVAL): %s", ucs_status_string(s));
+  }
+  /* Shared memory with peer failure handling has no zero-copy path, so a
+   * rendezvous only adds a round trip: send up to 64 KiB eagerly (all of
+   * recursive doubling by default) */
+  if (!getenv("UCX_RNDV_THRESH")) {
+    s = ucp_config_modify(*out, "RNDV_THRESH", "64k");
+    if (s != UCS_OK)
+      px_log(PX_LOG_DEBUG, "ucp_config_modify(RNDV_THRESH): %s", ucs_status_string(s));
+  }
+  return PX_OK;
+}
+
 px_status_t px__ucx_init(px_comm_t *c, px_kv_t *kv, const char *prefix) {
   px_status_t st = PX_OK;
   c->xf = px_calloc(PX__XFER_MAX, sizeof *c->xf, "comm.xfers");
@@ -473,38 +511,8 @@ px_status_t px__ucx_init(px_comm_t *c, px_kv_t *kv, const char *prefix) {
   }
 
   ucp_config_t *cfg = NULL;
-  ucs_status_t s = ucp_config_read(NULL, NULL, &cfg);
-  if (s != UCS_OK) return px__ucs_error(s, "ucp_config_read");
-  /* UCX's shared-memory transports (posix, sysv) support peer failure
-   * handling only when asked (their ERROR_HANDLING option); without it,
-   * UCP_ERR_HANDLING_MODE_PEER leaves UCX nothing but TCP over loopback
-   * within a host. A setting of the user's in the environment wins. */
-  if (!getenv("UCX_POSIX_ERROR_HANDLING") && !getenv("UCX_SYSV_ERROR_HANDLING") &&
-      !getenv("UCX_MM_ERROR_HANDLING")) {
-    s = ucp_config_modify(cfg, "MM_ERROR_HANDLING", "y");
-    if (s != UCS_OK)
-      px_log(PX_LOG_DEBUG, "ucp_config_modify(MM_ERROR_HANDLING): %s", ucs_status_string(s));
-  }
-  /* keepalive is how UCX notices a dead peer over shared memory: check
-   * several times per timeout period (default interval: 20 s) */
-  if (!getenv("UCX_KEEPALIVE_INTERVAL")) {
-    int ka = c->timeout_ms / 8;
-    if (ka < 100) ka = 100;
-    if (ka > 20000) ka = 20000;
-    char val[32];
-    snprintf(val, sizeof val, "%dms", ka);
-    s = ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", val);
-    if (s != UCS_OK)
-      px_log(PX_LOG_DEBUG, "ucp_config_modify(KEEPALIVE_INTERVAL): %s", ucs_status_string(s));
-  }
-  /* Shared memory with peer failure handling has no zero-copy path, so a
-   * rendezvous only adds a round trip: send up to 64 KiB eagerly (all of
-   * recursive doubling by default) */
-  if (!getenv("UCX_RNDV_THRESH")) {
-    s = ucp_config_modify(cfg, "RNDV_THRESH", "64k");
-    if (s != UCS_OK)
-      px_log(PX_LOG_DEBUG, "ucp_config_modify(RNDV_THRESH): %s", ucs_status_string(s));
-  }
+  PX_CHECK(px__ucx_read_config(c, &cfg));
+  ucs_status_t s;
   ucp_params_t prm = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
                                     UCP_PARAM_FIELD_ESTIMATED_NUM_EPS,
                       .features = UCP_FEATURE_TAG,

@@ -226,6 +226,114 @@ static px_status_t px__write_file(const char *path, const uint8_t *buf, size_t l
   return PX_OK;
 }
 
+/* Node k of the model as ONNX nodes (a BN or an add with a fused ReLU
+ * gives two); allocation failures show in p->failed. */
+static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, const px_model_t *m, int k) {
+  int na = px_model_num_acts(m);
+  char names[2][64], nm[96];
+  px_model_node_t n;
+  PX_CHECK(px_model_node(m, k, &n));
+  /* activation a is "input", "logits" or "t<a>" */
+  const char *in = n.in == 0 ? "input" : (snprintf(names[0], 64, "t%d", n.in), names[0]);
+  char out[64];
+  if (n.out == na - 1) snprintf(out, sizeof out, "logits");
+  else snprintf(out, sizeof out, "t%d", n.out);
+  const char *pn = n.w >= 0 ? px_model_param(m, n.w)->name : "";
+  snprintf(nm, sizeof nm, "%.*s", (int)(strrchr(pn, '.') ? strrchr(pn, '.') - pn : 0), pn);
+  px__vec_t attrs = {0};
+  Onnx__NodeProto *node = NULL;
+  char pre[80];
+  snprintf(pre, sizeof pre, "%s_pre", out);
+  switch (n.kind) {
+    case PX_NODE_CONV: {
+      const char *ins[2] = {in, pn};
+      node = px__node(p, nodes, "Conv", nm, ins, 2, out);
+      px__push(p, &attrs, px__attr_ints(p, "kernel_shape", 2, n.kernel));
+      px__push(p, &attrs, px__attr_ints(p, "strides", 2, n.stride));
+      px__push(p, &attrs, px__attr_ints(p, "pads", 4, n.pad));
+      px__push(p, &attrs, px__attr_ints(p, "dilations", 2, 1));
+      px__push(p, &attrs, px__attr_int(p, "group", 1));
+      px__node_attrs(p, node, &attrs);
+      break;
+    }
+    case PX_NODE_BN: {
+      const char *ins[5] = {in, pn, px_model_param(m, n.b)->name,
+                            px_model_buffer(m, n.rm)->name, px_model_buffer(m, n.rv)->name};
+      node = px__node(p, nodes, "BatchNormalization", nm, ins, 5, n.relu ? pre : out);
+      px__push(p, &attrs, px__attr_float(p, "epsilon", 1e-5f));
+      px__push(p, &attrs, px__attr_float(p, "momentum", 0.9f));
+      px__node_attrs(p, node, &attrs);
+      if (n.relu) {
+        const char *r[1] = {pre};
+        snprintf(nm + strlen(nm), sizeof nm - strlen(nm), ".relu");
+        px__node(p, nodes, "Relu", nm, r, 1, out);
+      }
+      break;
+    }
+    case PX_NODE_ADD: {
+      snprintf(names[1], 64, "t%d", n.in2);
+      const char *ins[2] = {in, names[1]};
+      snprintf(nm, sizeof nm, "add%d", k);
+      px__node(p, nodes, "Add", nm, ins, 2, n.relu ? pre : out);
+      if (n.relu) {
+        const char *r[1] = {pre};
+        snprintf(nm, sizeof nm, "add%d.relu", k);
+        px__node(p, nodes, "Relu", nm, r, 1, out);
+      }
+      break;
+    }
+    case PX_NODE_GAP: {
+      const char *ins[1] = {in};
+      px__node(p, nodes, "GlobalAveragePool", "avgpool", ins, 1, pre);
+      const char *f[1] = {pre};
+      node = px__node(p, nodes, "Flatten", "flatten", f, 1, out);
+      px__push(p, &attrs, px__attr_int(p, "axis", 1));
+      px__node_attrs(p, node, &attrs);
+      break;
+    }
+    case PX_NODE_REORDER: { /* a memory layout change: nothing in ONNX */
+      const char *ins[1] = {in};
+      snprintf(nm, sizeof nm, "layout%d", k);
+      px__node(p, nodes, "Identity", nm, ins, 1, out);
+      break;
+    }
+    case PX_NODE_FC: {
+      const char *ins[3] = {in, pn, px_model_param(m, n.b)->name};
+      node = px__node(p, nodes, "Gemm", nm, ins, 3, out);
+      px__push(p, &attrs, px__attr_int(p, "transB", 1));
+      px__node_attrs(p, node, &attrs);
+      break;
+    }
+  }
+  return PX_OK;
+}
+
+/* The metadata that says what the model's input and output are. */
+static void px__onnx_metadata(px__pool_t *p, px__vec_t *meta, const px_model_config_t *cfg,
+                              const px_onnx_info_t *info) {
+  char input_desc[512], widths[64];
+  const char *ds = info && info->dataset ? info->dataset : NULL;
+  if (ds && !strcmp(ds, "fashion-mnist"))
+    snprintf(input_desc, sizeof input_desc,
+             "float32 N x %d x %d x %d: Fashion-MNIST 28x28 uint8 images padded with zero bytes "
+             "to 32x32 (2 pixels each side), then every pixel, padding included, normalised as "
+             "(x/255 - 0.2860)/0.3530, exactly as PruneX's training loader does",
+             cfg->in_channels, cfg->height, cfg->width);
+  else
+    snprintf(input_desc, sizeof input_desc,
+             "float32 N x %d x %d x %d, normalised per channel as (x/255 - mean)/std with the "
+             "data set's mean and std, as PruneX's training loader does (data set: %s)",
+             cfg->in_channels, cfg->height, cfg->width, ds ? ds : "unknown");
+  snprintf(widths, sizeof widths, "%s", cfg->widths ? "compact" : "dense");
+  px__push(p, meta, px__kv(p, "prunex.input", input_desc));
+  px__push(p, meta, px__kv(p, "prunex.output",
+                             "float32 N x classes: logits (no softmax); the class is the argmax"));
+  px__push(p, meta, px__kv(p, "prunex.arch", cfg->arch));
+  px__push(p, meta, px__kv(p, "prunex.model", widths));
+  if (ds) px__push(p, meta, px__kv(p, "prunex.dataset", ds));
+  if (info && info->source) px__push(p, meta, px__kv(p, "prunex.source", info->source));
+}
+
 px_status_t px_onnx_save(const px_model_t *m, const char *path, const px_onnx_info_t *info) {
   PX_REQUIRE(m && path && path[0], "px_onnx_save: bad argument");
   px__pool_t p = {0};
@@ -233,8 +341,7 @@ px_status_t px_onnx_save(const px_model_t *m, const char *path, const px_onnx_in
   px__vec_t nodes = {0}, inits = {0}, meta = {0};
   uint8_t *buf = NULL;
   const px_model_config_t *cfg = px_model_config(m);
-  int nn = px_model_num_nodes(m), na = px_model_num_acts(m);
-  char names[2][64], nm[96];
+  int nn = px_model_num_nodes(m);
   for (int i = 0; i < px_model_num_params(m); i++)
     PX_CHECK_GOTO(px__initializer(&p, &inits, px_model_param(m, i)->name,
                                   px_model_param(m, i)->value), st, done);
@@ -242,80 +349,7 @@ px_status_t px_onnx_save(const px_model_t *m, const char *path, const px_onnx_in
     PX_CHECK_GOTO(px__initializer(&p, &inits, px_model_buffer(m, i)->name,
                                   px_model_buffer(m, i)->value), st, done);
   for (int k = 0; k < nn; k++) {
-    px_model_node_t n;
-    PX_CHECK_GOTO(px_model_node(m, k, &n), st, done);
-    /* activation a is "input", "logits" or "t<a>" */
-    const char *in = n.in == 0 ? "input" : (snprintf(names[0], 64, "t%d", n.in), names[0]);
-    char out[64];
-    if (n.out == na - 1) snprintf(out, sizeof out, "logits");
-    else snprintf(out, sizeof out, "t%d", n.out);
-    const char *pn = n.w >= 0 ? px_model_param(m, n.w)->name : "";
-    snprintf(nm, sizeof nm, "%.*s", (int)(strrchr(pn, '.') ? strrchr(pn, '.') - pn : 0), pn);
-    px__vec_t attrs = {0};
-    Onnx__NodeProto *node = NULL;
-    char pre[80];
-    snprintf(pre, sizeof pre, "%s_pre", out);
-    switch (n.kind) {
-      case PX_NODE_CONV: {
-        const char *ins[2] = {in, pn};
-        node = px__node(&p, &nodes, "Conv", nm, ins, 2, out);
-        px__push(&p, &attrs, px__attr_ints(&p, "kernel_shape", 2, n.kernel));
-        px__push(&p, &attrs, px__attr_ints(&p, "strides", 2, n.stride));
-        px__push(&p, &attrs, px__attr_ints(&p, "pads", 4, n.pad));
-        px__push(&p, &attrs, px__attr_ints(&p, "dilations", 2, 1));
-        px__push(&p, &attrs, px__attr_int(&p, "group", 1));
-        px__node_attrs(&p, node, &attrs);
-        break;
-      }
-      case PX_NODE_BN: {
-        const char *ins[5] = {in, pn, px_model_param(m, n.b)->name,
-                              px_model_buffer(m, n.rm)->name, px_model_buffer(m, n.rv)->name};
-        node = px__node(&p, &nodes, "BatchNormalization", nm, ins, 5, n.relu ? pre : out);
-        px__push(&p, &attrs, px__attr_float(&p, "epsilon", 1e-5f));
-        px__push(&p, &attrs, px__attr_float(&p, "momentum", 0.9f));
-        px__node_attrs(&p, node, &attrs);
-        if (n.relu) {
-          const char *r[1] = {pre};
-          snprintf(nm + strlen(nm), sizeof nm - strlen(nm), ".relu");
-          px__node(&p, &nodes, "Relu", nm, r, 1, out);
-        }
-        break;
-      }
-      case PX_NODE_ADD: {
-        snprintf(names[1], 64, "t%d", n.in2);
-        const char *ins[2] = {in, names[1]};
-        snprintf(nm, sizeof nm, "add%d", k);
-        px__node(&p, &nodes, "Add", nm, ins, 2, n.relu ? pre : out);
-        if (n.relu) {
-          const char *r[1] = {pre};
-          snprintf(nm, sizeof nm, "add%d.relu", k);
-          px__node(&p, &nodes, "Relu", nm, r, 1, out);
-        }
-        break;
-      }
-      case PX_NODE_GAP: {
-        const char *ins[1] = {in};
-        px__node(&p, &nodes, "GlobalAveragePool", "avgpool", ins, 1, pre);
-        const char *f[1] = {pre};
-        node = px__node(&p, &nodes, "Flatten", "flatten", f, 1, out);
-        px__push(&p, &attrs, px__attr_int(&p, "axis", 1));
-        px__node_attrs(&p, node, &attrs);
-        break;
-      }
-      case PX_NODE_REORDER: { /* a memory layout change: nothing in ONNX */
-        const char *ins[1] = {in};
-        snprintf(nm, sizeof nm, "layout%d", k);
-        px__node(&p, &nodes, "Identity", nm, ins, 1, out);
-        break;
-      }
-      case PX_NODE_FC: {
-        const char *ins[3] = {in, pn, px_model_param(m, n.b)->name};
-        node = px__node(&p, &nodes, "Gemm", nm, ins, 3, out);
-        px__push(&p, &attrs, px__attr_int(&p, "transB", 1));
-        px__node_attrs(&p, node, &attrs);
-        break;
-      }
-    }
+    PX_CHECK_GOTO(px__onnx_node(&p, &nodes, m, k), st, done);
     if (p.failed) {
       st = PX_ERR_NOMEM;
       goto done;
@@ -359,27 +393,7 @@ px_status_t px_onnx_save(const px_model_t *m, const char *path, const px_onnx_in
   model->producer_name = px__str(&p, "prunex");
   model->producer_version = px__str(&p, px_version());
   model->graph = g;
-  char input_desc[512], widths[64];
-  const char *ds = info && info->dataset ? info->dataset : NULL;
-  if (ds && !strcmp(ds, "fashion-mnist"))
-    snprintf(input_desc, sizeof input_desc,
-             "float32 N x %d x %d x %d: Fashion-MNIST 28x28 uint8 images padded with zero bytes "
-             "to 32x32 (2 pixels each side), then every pixel, padding included, normalised as "
-             "(x/255 - 0.2860)/0.3530, exactly as PruneX's training loader does",
-             cfg->in_channels, cfg->height, cfg->width);
-  else
-    snprintf(input_desc, sizeof input_desc,
-             "float32 N x %d x %d x %d, normalised per channel as (x/255 - mean)/std with the "
-             "data set's mean and std, as PruneX's training loader does (data set: %s)",
-             cfg->in_channels, cfg->height, cfg->width, ds ? ds : "unknown");
-  snprintf(widths, sizeof widths, "%s", cfg->widths ? "compact" : "dense");
-  px__push(&p, &meta, px__kv(&p, "prunex.input", input_desc));
-  px__push(&p, &meta, px__kv(&p, "prunex.output",
-                             "float32 N x classes: logits (no softmax); the class is the argmax"));
-  px__push(&p, &meta, px__kv(&p, "prunex.arch", cfg->arch));
-  px__push(&p, &meta, px__kv(&p, "prunex.model", widths));
-  if (ds) px__push(&p, &meta, px__kv(&p, "prunex.dataset", ds));
-  if (info && info->source) px__push(&p, &meta, px__kv(&p, "prunex.source", info->source));
+  px__onnx_metadata(&p, &meta, cfg, info);
   if (p.failed) {
     st = PX_ERR_NOMEM;
     goto done;

@@ -12,6 +12,7 @@
 
 #include "jobspec/jobspec_int.h"
 #include "prunex/jobspec.h"
+#include "prunex/strategy.h"
 #include "px_check.h"
 
 typedef struct {
@@ -115,7 +116,7 @@ px_status_t px_jobspec_to_yaml(const Prunex__V1__JobSpec *spec, char **out) {
       case PX__JS_DOUBLE: px__js_put_double(&o, v.d); break;
       case PX__JS_BOOL: px__js_put(&o, "%s", v.i ? "true" : "false"); break;
       case PX__JS_STRATEGY:
-        if (v.i >= 1 && v.i <= 4)
+        if (px_strategy_info((px_strategy_kind_t)v.i))
           px__js_put(&o, "%s", px_jobspec_strategy_name((Prunex__V1__Strategy)v.i));
         else px__js_put(&o, "%lld", (long long)v.i);
         break;

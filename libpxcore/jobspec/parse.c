@@ -17,6 +17,7 @@
 #include "jobspec/jobspec_int.h"
 #include "prunex/jobspec.h"
 #include "prunex/nn.h"
+#include "prunex/strategy.h"
 #include "px_check.h"
 
 /* A job spec is a few KiB; anything this large is the wrong file. */
@@ -308,11 +309,14 @@ static px_status_t px__js_field(px__js_parse_t *P, int fi, const yaml_node_t *ke
     case PX__JS_SIZE: ok = px__js_size(text, &v.i); break;
     case PX__JS_DOUBLE: ok = px__js_double(text, &v.d); break;
     case PX__JS_BOOL: ok = px__js_bool(text, &v.i); break;
-    case PX__JS_STRATEGY:
-      for (int s = 1; s <= 4; s++)
-        if (!strcmp(text, px_jobspec_strategy_name((Prunex__V1__Strategy)s))) v.i = s;
-      if (!v.i) px__js_suggest_word(text, "hsadmm hsadmm-flat ddp topk", ' ', hint, sizeof hint);
+    case PX__JS_STRATEGY: {
+      char names[128];
+      v.i = (int64_t)px_strategy_lookup(text);
+      if (!v.i)
+        px__js_suggest_word(text, px_strategy_names(names, sizeof names, " "), ' ', hint,
+                            sizeof hint);
       break;
+    }
     case PX__JS_CHOICE:
       v.s = text;
       if (!px__js_value_ok(fi, &v)) px__js_suggest_word(text, f->choices, '|', hint, sizeof hint);

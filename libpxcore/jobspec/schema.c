@@ -13,6 +13,7 @@
 #include "jobspec/jobspec_int.h"
 #include "prunex/jobspec.h"
 #include "prunex/nn.h"
+#include "prunex/strategy.h"
 #include "px_check.h"
 
 /* ---- the table ------------------------------------------------------------ */
@@ -119,12 +120,11 @@ _Static_assert(sizeof px__js_fields / sizeof px__js_fields[0] <= PX__JS_MAX_FIEL
 _Static_assert(sizeof px__js_sections / sizeof px__js_sections[0] <= PX__JS_MAX_SECTIONS,
                "raise PX__JS_MAX_SECTIONS");
 
-static const char *const px__js_strategies[] = {"unspecified", "hsadmm", "hsadmm-flat", "ddp",
-                                                "topk"};
-
+/* Strategy names come from the strategy table (strategy.h); its kinds are
+ * the values of prunex.v1.Strategy. */
 const char *px_jobspec_strategy_name(Prunex__V1__Strategy s) {
-  if ((int)s >= 1 && (int)s <= 4) return px__js_strategies[s];
-  return "unspecified";
+  const px_strategy_info_t *i = px_strategy_info((px_strategy_kind_t)s);
+  return i ? i->name : "unspecified";
 }
 
 /* ---- lookups and access ---------------------------------------------------------- */
@@ -312,7 +312,7 @@ int px__js_value_ok(int fi, const px__js_value_t *v) {
       return 1;
     case PX__JS_CHOICE: return v->s && px__js_in_choices(f->choices, v->s);
     case PX__JS_MODEL: return v->s && v->s[0] && px_model_arch_known(v->s);
-    case PX__JS_STRATEGY: return v->i >= 1 && v->i <= 4;
+    case PX__JS_STRATEGY: return px_strategy_info((px_strategy_kind_t)v->i) != NULL;
     case PX__JS_STRLIST: return 1;
   }
   return 0;
@@ -385,7 +385,11 @@ const char *px__js_expected(int fi, char *buf, size_t cap) {
       px__js_append(buf, cap, "one of ");
       px__js_list(buf, cap, px_model_arch_list(), ' ');
       break;
-    case PX__JS_STRATEGY: px__js_append(buf, cap, "one of hsadmm, hsadmm-flat, ddp, topk"); break;
+    case PX__JS_STRATEGY: {
+      char names[128];
+      px__js_append(buf, cap, "one of %s", px_strategy_names(names, sizeof names, ", "));
+      break;
+    }
     case PX__JS_STRLIST: px__js_append(buf, cap, "a list of parameter names"); break;
   }
   return buf;
@@ -625,8 +629,8 @@ px_status_t px__js_check(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
 
   const Prunex__V1__TrainSpec *t = spec->train;
   const Prunex__V1__ClusterSpec *c = spec->cluster;
-  int admm = spec->strategy == PRUNEX__V1__STRATEGY__STRATEGY_HSADMM ||
-             spec->strategy == PRUNEX__V1__STRATEGY__STRATEGY_HSADMM_FLAT;
+  const px_strategy_info_t *si = px_strategy_info((px_strategy_kind_t)spec->strategy);
+  int admm = si && si->admm;
   int f_le = px__js_find("train.local_epochs"), f_ls = px__js_find("train.local_steps");
   if (admm && t->local_epochs == 0 && t->local_steps == 0)
     return px__js_fail(PX_ERR_INVALID, w, px__js_mark(w, f_le, f_ls),

@@ -459,6 +459,45 @@ static int px__root(const px_model_t *m, int a) {
   return a;
 }
 
+/* Allocates the nb gradient buffers (one arena) and points every
+ * activation's gradient at its slot's buffer, and the scratch of a
+ * multi-consumer activation a at buffer scratch_buf[a]. */
+static px_status_t px__bind_grads(px_model_t *m, int nb, const size_t *buf_bytes,
+                                  const int *slot_buf, const int *scratch_buf) {
+  int n = m->nacts;
+  px_status_t st = PX_OK;
+  m->gbufs = px_calloc((size_t)nb, sizeof(px_tensor_t), "model.gbufs");
+  px_tensor_t **ptrs = px_malloc((size_t)(nb ? nb : 1) * sizeof *ptrs, "model.plan");
+  if (!m->gbufs || !ptrs) {
+    px_free(ptrs);
+    return PX_ERR_NOMEM;
+  }
+  m->ngbufs = nb;
+  for (int b = 0; b < nb; b++) {
+    int64_t d = (int64_t)buf_bytes[b];
+    PX_CHECK_GOTO(px_tensor_init(&m->gbufs[b], px_ops_device(m->ops), PX_DTYPE_U8, 1, &d), st,
+                  done);
+    ptrs[b] = &m->gbufs[b];
+  }
+  PX_CHECK_GOTO(px_arena_alloc(&m->a_gacts, px_ops_device(m->ops), ptrs, (size_t)nb, 64,
+                               "model.activation_grads"),
+                st, done);
+  for (int a = 1; a < n; a++) {
+    m->grads[a] = m->acts[a];
+    m->grads[a].data = m->gbufs[slot_buf[px__root(m, a)]].data;
+    m->grads[a].flags = 0;
+    if (m->consumers[a] >= 2) {
+      m->scratch[a] = m->acts[a];
+      m->scratch[a].data = m->gbufs[scratch_buf[a]].data;
+      m->scratch[a].flags = 0;
+      PX_CHECK_GOTO(px_add_create(m->ops, &m->acts[a], 0, &m->acc[a]), st, done);
+    }
+  }
+done:
+  px_free(ptrs);
+  return st;
+}
+
 /* Interval colouring of the gradient slots onto shared buffers of equal
  * size, plus one scratch buffer per size for second consumers. */
 static px_status_t px__plan_grads(px_model_t *m) {
@@ -523,36 +562,7 @@ static px_status_t px__plan_grads(px_model_t *m) {
     }
     order[a] = pick; /* reuse: scratch buffer of a */
   }
-  m->gbufs = px_calloc((size_t)nb, sizeof(px_tensor_t), "model.gbufs");
-  px_tensor_t **ptrs = px_malloc((size_t)(nb ? nb : 1) * sizeof *ptrs, "model.plan");
-  if (!m->gbufs || !ptrs) {
-    px_free(ptrs);
-    st = PX_ERR_NOMEM;
-    goto done;
-  }
-  m->ngbufs = nb;
-  for (int b = 0; b < nb; b++) {
-    int64_t d = (int64_t)buf_bytes[b];
-    PX_CHECK_GOTO(px_tensor_init(&m->gbufs[b], px_ops_device(m->ops), PX_DTYPE_U8, 1, &d), st,
-                  fail_ptrs);
-    ptrs[b] = &m->gbufs[b];
-  }
-  PX_CHECK_GOTO(px_arena_alloc(&m->a_gacts, px_ops_device(m->ops), ptrs, (size_t)nb, 64,
-                               "model.activation_grads"),
-                st, fail_ptrs);
-  for (int a = 1; a < n; a++) {
-    m->grads[a] = m->acts[a];
-    m->grads[a].data = m->gbufs[slot_buf[px__root(m, a)]].data;
-    m->grads[a].flags = 0;
-    if (m->consumers[a] >= 2) {
-      m->scratch[a] = m->acts[a];
-      m->scratch[a].data = m->gbufs[order[a]].data;
-      m->scratch[a].flags = 0;
-      PX_CHECK_GOTO(px_add_create(m->ops, &m->acts[a], 0, &m->acc[a]), st, fail_ptrs);
-    }
-  }
-fail_ptrs:
-  px_free(ptrs);
+  st = px__bind_grads(m, nb, buf_bytes, slot_buf, order);
 done:
   px_free(lo);
   px_free(hi);
@@ -796,19 +806,19 @@ size_t px_model_memory_bytes(const px_model_t *m) {
 
 typedef struct {
   uint64_t s;
-} px__rng_t;
+} px__init_rng_t;
 
-static uint64_t px__rng_next(px__rng_t *r) {
+static uint64_t px__init_rng_next(px__init_rng_t *r) {
   uint64_t z = (r->s += 0x9E3779B97F4A7C15ull); /* splitmix64 */
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
 
-static double px__rng_uniform(px__rng_t *r) { return (double)(px__rng_next(r) >> 11) * 0x1.0p-53; }
+static double px__init_rng_uniform(px__init_rng_t *r) { return (double)(px__init_rng_next(r) >> 11) * 0x1.0p-53; }
 
-static double px__rng_normal(px__rng_t *r) {
-  double u1 = px__rng_uniform(r), u2 = px__rng_uniform(r);
+static double px__init_rng_normal(px__init_rng_t *r) {
+  double u1 = px__init_rng_uniform(r), u2 = px__init_rng_uniform(r);
   if (u1 < 1e-300) u1 = 1e-300;
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
@@ -831,12 +841,12 @@ px_status_t px_model_init_params(px_model_t *m, uint64_t seed) {
     size_t n = px_tensor_numel(t);
     /* each parameter draws from its own stream: adding a layer does not
      * change the others' initial values */
-    px__rng_t r = {seed * 0x100000001B3ull + (uint64_t)i * 0x9E3779B97F4A7C15ull};
+    px__init_rng_t r = {seed * 0x100000001B3ull + (uint64_t)i * 0x9E3779B97F4A7C15ull};
     switch (m->pkinds[i]) {
       case PX_WEIGHT_CONV: {
         double fan_out = (double)t->dims[0] * t->dims[2] * t->dims[3];
         double std = sqrt(2.0 / fan_out);
-        for (size_t j = 0; j < n; j++) tmp[j] = (float)(std * px__rng_normal(&r));
+        for (size_t j = 0; j < n; j++) tmp[j] = (float)(std * px__init_rng_normal(&r));
         break;
       }
       case PX_WEIGHT_BN_SCALE:
@@ -849,7 +859,7 @@ px_status_t px_model_init_params(px_model_t *m, uint64_t seed) {
       case PX_WEIGHT_FC_BIAS: {
         const px_tensor_t *w = m->pkinds[i] == PX_WEIGHT_FC ? t : &m->pvals[i - 1];
         double bound = 1.0 / sqrt((double)w->dims[1]);
-        for (size_t j = 0; j < n; j++) tmp[j] = (float)(bound * (2.0 * px__rng_uniform(&r) - 1.0));
+        for (size_t j = 0; j < n; j++) tmp[j] = (float)(bound * (2.0 * px__init_rng_uniform(&r) - 1.0));
         break;
       }
     }

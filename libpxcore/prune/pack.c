@@ -31,7 +31,7 @@ typedef struct {
   uint32_t len;
   uint32_t pk;     /* start within the packed row (packed runs only) */
   uint32_t kind;
-} px__run_t;
+} px__pack_run_t;
 
 typedef struct {
   px_param_desc_t desc;
@@ -46,7 +46,7 @@ typedef struct {
   int32_t *k_out;      /* [c_out] */
   int32_t *k_in;       /* [c_in] */
   int32_t *out_rank;   /* [nrows]: position in k_out, or -1 */
-  px__run_t *runs;     /* [row_len] capacity */
+  px__pack_run_t *runs;     /* [row_len] capacity */
   int32_t nruns;
 } px__layer_t;
 
@@ -123,7 +123,7 @@ px_status_t px_pack_plan_create(const px_param_desc_t *params, int nparams,
     off += L->numel;
     L->out_rank = px_malloc(L->nrows * sizeof(int32_t), "pack.out_rank");
     size_t run_cap = L->desc.kind == PX_PARAM_CONV ? L->row_len : 1;
-    L->runs = px_malloc(run_cap * sizeof(px__run_t), "pack.runs");
+    L->runs = px_malloc(run_cap * sizeof(px__pack_run_t), "pack.runs");
     if (!L->out_rank || !L->runs ||
         (L->desc.kind == PX_PARAM_CONV && (!L->k_out || !L->k_in))) {
       st = PX_ERR_NOMEM;
@@ -160,7 +160,7 @@ static void px__layer_layout(px__layer_t *L, const uint8_t *mask) {
   if (L->desc.kind == PX_PARAM_DENSE) {
     L->n_out = L->n_in = 0;
     L->out_rank[0] = 0;
-    L->runs[0] = (px__run_t){0, (uint32_t)L->row_len, 0, PX__RUN_COPY};
+    L->runs[0] = (px__pack_run_t){0, (uint32_t)L->row_len, 0, PX__RUN_COPY};
     L->nruns = 1;
     L->packed_row = L->row_len;
     L->packed_len = L->row_len;
@@ -196,7 +196,7 @@ static void px__layer_layout(px__layer_t *L, const uint8_t *mask) {
       if (nr > 0 && L->runs[nr - 1].kind == kind) {
         L->runs[nr - 1].len++;
       } else {
-        L->runs[nr++] = (px__run_t){at, 1, pk, kind};
+        L->runs[nr++] = (px__pack_run_t){at, 1, pk, kind};
       }
       if (kind != PX__RUN_ZERO) pk++;
     }
@@ -220,7 +220,7 @@ static size_t px__stream_pos(const px_pack_plan_t *p, size_t q) {
   size_t rank = rel / L->packed_row, w = rel % L->packed_row;
   size_t row = L->desc.kind == PX_PARAM_CONV ? (size_t)L->k_out[rank] : 0;
   for (int32_t r = 0; r < L->nruns; r++) {
-    const px__run_t *R = &L->runs[r];
+    const px__pack_run_t *R = &L->runs[r];
     if (R->kind != PX__RUN_ZERO && w >= R->pk && w < (size_t)R->pk + R->len)
       return L->stream_off + row * L->row_len + R->off + (w - R->pk);
   }
@@ -340,7 +340,7 @@ static void px__walk(const px_pack_plan_t *p, size_t s, size_t e, int op, float 
         r = rlo;
       }
       for (; r < L->nruns && L->runs[r].off < b; r++) {
-        const px__run_t *R = &L->runs[r];
+        const px__pack_run_t *R = &L->runs[r];
         size_t x = a > R->off ? a : R->off;
         size_t y = b < (size_t)R->off + R->len ? b : (size_t)R->off + R->len;
         size_t n = y - x;

@@ -61,7 +61,7 @@ px_status_t px_resume_finish(px_resume_t *rs, double *seconds);
  * rank's NODE / RANK buffers were not restored. */
 px_status_t px_resume_load(px_resume_t *rs, int *iteration, int *node_fresh, int *rank_fresh);
 
-/* H-SADMM's part (hsadmm.c): lists its state; after a load, restarts what
+/* H-SADMM's part (admm/hsadmm.c): lists its state; after a load, restarts what
  * was not restored and rebuilds the pack plan from the masks. */
 px_status_t px_hsadmm_resume_items(px_hsadmm_t *h, px_resume_t *rs);
 px_status_t px_hsadmm_resumed(px_hsadmm_t *h, int node_fresh, int rank_fresh);

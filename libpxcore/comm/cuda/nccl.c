@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "comm/comm_int.h"
+#include "px_cuda_int.h"
 
 struct px__nccl {
   ncclComm_t comm;     /* NULL once aborted */
@@ -51,8 +52,7 @@ static px_status_t px__nccl_error(ncclResult_t r, const char *what) {
 }
 
 static px_status_t px__cuda_error(cudaError_t e, const char *what) {
-  return px_set_error(PX_ERR_BACKEND, "%s: %s (%s)", what, cudaGetErrorString(e),
-                      cudaGetErrorName(e));
+  return px__cuda_to_status(e, what);
 }
 
 static void px__nccl_abort(px__nccl_t *n) {

@@ -6,10 +6,20 @@
 #include <string.h>
 
 #include "prunex/cuda.h"
+#include "px_cuda_int.h"
+
+extern "C" px_status_t px__cuda_to_status(cudaError_t e, const char *what) {
+  if (e == cudaSuccess) return PX_OK;
+  cudaGetLastError(); /* clear a non-sticky error so that the next call is not blamed */
+  px_status_t st = PX_ERR_BACKEND;
+  if (e == cudaErrorMemoryAllocation) st = PX_ERR_NOMEM;
+  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || e == cudaErrorInvalidDevice)
+    st = PX_ERR_NO_DEVICE;
+  return px_set_error(st, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
 
 static px_status_t px__cuda_error(cudaError_t e, const char *what) {
-  return px_set_error(PX_ERR_BACKEND, "%s: %s (%s)", what, cudaGetErrorString(e),
-                      cudaGetErrorName(e));
+  return px__cuda_to_status(e, what);
 }
 
 extern "C" int px_cuda_built(void) { return 1; }

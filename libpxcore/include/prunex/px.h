@@ -14,9 +14,7 @@ extern "C" {
 /* Status: 0 is success, negative is an error. Functions that fail also set
  * the calling thread's last error message (px_last_error). The library never
  * exits or aborts on a runtime failure. */
-typedef int px_status_t;
-
-enum {
+typedef enum {
   PX_OK = 0,
   PX_ERR_INVALID = -1,    /* bad argument or input data */
   PX_ERR_NOMEM = -2,      /* allocation failed */
@@ -30,7 +28,7 @@ enum {
   PX_ERR_MISMATCH = -10,  /* ranks disagree (sizes, types) */
   PX_ERR_BACKEND = -11,   /* an error from a library we call (CUDA, UCX, SQLite, ...) */
   PX_ERR_INTERNAL = -12,
-};
+} px_status_t;
 
 /* Short constant name of a status ("PX_ERR_INVALID"); never NULL. */
 const char *px_status_name(px_status_t st);

@@ -50,7 +50,30 @@ typedef enum {
   PX_STRATEGY_TOPK = 4,
 } px_strategy_kind_t;
 
-/* "hsadmm", "hsadmm-flat", "ddp", "topk" (static strings). */
+/* The table of strategies: what the job spec accepts, what pxctl's help,
+ * the coordinator and the docs list. One entry per strategy, in kind order;
+ * adding a strategy adds an entry here (and its file in strategy/). */
+typedef struct {
+  px_strategy_kind_t kind;
+  const char *name;         /* as in the job spec: "hsadmm", "hsadmm-flat", "ddp", "topk" */
+  const char *description;  /* one line, for help texts */
+  int admm;                 /* 1: trains with H-SADMM rounds (admm.* and prune.* apply, and
+                               an iteration needs local steps); 0: a baseline */
+  int is_default;           /* 1: the job spec's default strategy */
+} px_strategy_info_t;
+
+/* Entries of the table, and entry i of it (NULL when out of range). */
+int px_strategy_count(void);
+const px_strategy_info_t *px_strategy_at(int i);
+/* The entry of a kind, or NULL when k is no strategy. */
+const px_strategy_info_t *px_strategy_info(px_strategy_kind_t k);
+/* The kind named name, or 0 when there is none. */
+px_strategy_kind_t px_strategy_lookup(const char *name);
+/* The names joined by sep into buf (truncated to cap, always terminated);
+ * returns buf. */
+char *px_strategy_names(char *buf, size_t cap, const char *sep);
+
+/* The entry's name, or "unknown" (static strings). */
 const char *px_strategy_name(px_strategy_kind_t k);
 
 typedef struct px_iteration px_iteration_t;

@@ -19,13 +19,9 @@ static const char *px__base(const char *file) {
 
 px_status_t px__cuda_status(cudaError_t e, const char *call, const char *file, int line) {
   if (e == cudaSuccess) return PX_OK;
-  cudaGetLastError(); /* clear a non-sticky error so that the next call is not blamed */
-  px_status_t st = PX_ERR_BACKEND;
-  if (e == cudaErrorMemoryAllocation) st = PX_ERR_NOMEM;
-  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || e == cudaErrorInvalidDevice)
-    st = PX_ERR_NO_DEVICE;
-  return px_set_error(st, "CUDA: %s failed (%s:%d): %s (%s)", call, px__base(file), line,
-                      cudaGetErrorString(e), cudaGetErrorName(e));
+  char what[256];
+  snprintf(what, sizeof what, "CUDA: %s failed (%s:%d)", call, px__base(file), line);
+  return px__cuda_to_status(e, what);
 }
 
 px_status_t px__cudnn_status(cudnnStatus_t s, const char *call, const char *file, int line) {

@@ -22,6 +22,7 @@
 #include "nn/cuda/px_cuda_blas.h"
 #include "nn/cuda/px_cuda_nn.h"
 #include "px_check.h"
+#include "px_cuda_int.h"
 #include "tensor/px_tensor_cuda.h"
 
 /* Device result of px_softmax_ce, copied back to pinned host memory. */

@@ -11,6 +11,7 @@
  *     copying values, so the results are the CPU's bit for bit. */
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "prunex/cuda_kernels.h"
@@ -26,9 +27,9 @@ extern "C" px_status_t px_cuda_kernels_alloc(size_t bytes, const char *name, voi
   cudaError_t e = cudaMalloc(dev, bytes);
   if (e != cudaSuccess) {
     *dev = NULL;
-    cudaGetLastError(); /* an allocation failure must not stick to later calls */
-    return px_set_error(PX_ERR_BACKEND, "cudaMalloc of %zu bytes (%s): %s", bytes,
-                        name ? name : "?", cudaGetErrorString(e));
+    char what[160];
+    snprintf(what, sizeof what, "cudaMalloc of %zu bytes (%s)", bytes, name ? name : "?");
+    return px__cuda_to_status(e, what); /* clears the error: it must not stick */
   }
   return PX_OK;
 }

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include "prunex/px.h"
+#include "px_cuda_int.h"
 
 /* Threads per block of every kernel here. Reductions depend on it being a
  * power of two. */
@@ -17,11 +18,11 @@
 #define PX__MAX_BLOCKS 4096
 
 static inline px_status_t px__cuda_status(cudaError_t e, const char *what) {
-  return px_set_error(PX_ERR_BACKEND, "%s: %s (%s)", what, cudaGetErrorString(e),
-                      cudaGetErrorName(e));
+  return px__cuda_to_status(e, what);
 }
 
-/* Returns PX_ERR_BACKEND from the enclosing function when a CUDA call fails. */
+/* Returns the call's status (px__cuda_to_status) from the enclosing function when a CUDA
+ * call fails. */
 #define PX__CUDA_TRY(call)                                   \
   do {                                                       \
     cudaError_t px__e = (call);                              \

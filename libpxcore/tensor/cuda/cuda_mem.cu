@@ -16,6 +16,7 @@
 
 #include "prunex/cuda.h"
 #include "px_check.h"
+#include "px_cuda_int.h"
 #include "tensor/px_tensor_cuda.h"
 
 enum { PX__MEM_MAX_DEVICES = 64, PX__MEM_CLASSES = 256, PX__MEM_BUCKETS = 1024 };
@@ -34,12 +35,7 @@ static px__cblock_t *px__live[PX__MEM_BUCKETS]; /* live blocks by pointer */
 static px_cuda_mem_stats_t px__stats;
 
 static px_status_t px__cuda_fail(cudaError_t e, const char *what) {
-  cudaGetLastError(); /* clear a non-sticky error so later calls are not blamed */
-  px_status_t st = PX_ERR_BACKEND;
-  if (e == cudaErrorMemoryAllocation) st = PX_ERR_NOMEM;
-  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || e == cudaErrorInvalidDevice)
-    st = PX_ERR_NO_DEVICE;
-  return px_set_error(st, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+  return px__cuda_to_status(e, what);
 }
 
 /* Size class of a request: the rounded size, and its index in *cls. */

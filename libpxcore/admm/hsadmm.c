@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "admm/admm_int.h"
 #include "prunex/hsadmm.h"
 #include "prunex/quantize.h"
 #include "px_check.h"
@@ -67,21 +68,9 @@ struct px_hsadmm {
   uint64_t qseed;
 };
 
-static double px__now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static uint64_t px__traffic(px_comm_t *c, int tier) {
-  px_comm_traffic_t t;
-  px_comm_traffic(c, &t);
-  return t.sent[tier] + t.recv[tier];
-}
-
-px_status_t px_hsadmm_create(px_comm_t *comm, const px_hsadmm_param_t *params, int nparams,
-                             const px_hsadmm_config_t *cfg, px_hsadmm_t **out) {
-  *out = NULL;
+/* The arguments of px_hsadmm_create. */
+static px_status_t px__hsadmm_validate(px_comm_t *comm, const px_hsadmm_param_t *params,
+                                       int nparams, const px_hsadmm_config_t *cfg) {
   PX_REQUIRE(comm && nparams > 0 && params, "H-SADMM needs a communicator and parameters");
   PX_REQUIRE(cfg->rho1 > 0 && cfg->rho2 > 0, "admm.rho1 = %g, admm.rho2 = %g: must be > 0",
              cfg->rho1, cfg->rho2);
@@ -97,6 +86,111 @@ px_status_t px_hsadmm_create(px_comm_t *comm, const px_hsadmm_param_t *params, i
                  params[i].numel);
     }
   }
+  return PX_OK;
+}
+
+/* The per-parameter arrays of the handle. */
+static px_status_t px__hsadmm_alloc_arrays(px_hsadmm_t *h, int nparams) {
+  h->params = px_malloc((size_t)nparams * sizeof *h->params, "hsadmm.params");
+  h->off = px_malloc((size_t)nparams * sizeof *h->off, "hsadmm.off");
+  h->moff = px_malloc((size_t)nparams * sizeof *h->moff, "hsadmm.moff");
+  h->mask_ptrs = px_calloc((size_t)nparams, sizeof *h->mask_ptrs, "hsadmm.mask_ptrs");
+  h->rho1 = px_malloc((size_t)nparams * sizeof(double), "hsadmm.rho1");
+  h->rho2 = px_malloc((size_t)nparams * sizeof(double), "hsadmm.rho2");
+  h->sums = px_calloc((size_t)nparams * NSUMS + 4, sizeof(double), "hsadmm.sums");
+  h->layers = px_calloc((size_t)nparams, sizeof *h->layers, "hsadmm.layers");
+  h->decision_buf = px_calloc(2 + 2 * (size_t)nparams, sizeof(double), "hsadmm.decision");
+  h->src_ptrs = px_calloc((size_t)nparams, sizeof(float *), "hsadmm.ptrs");
+  h->dst_ptrs = px_calloc((size_t)nparams, sizeof(float *), "hsadmm.ptrs");
+  h->is_consumer = px_calloc((size_t)nparams, 1, "hsadmm.coupling");
+  if (!h->src_ptrs || !h->dst_ptrs || !h->params || !h->off || !h->moff || !h->mask_ptrs ||
+      !h->rho1 || !h->rho2 || !h->sums || !h->layers || !h->decision_buf || !h->is_consumer)
+    return PX_ERR_NOMEM;
+  return PX_OK;
+}
+
+/* Offsets of every tensor in the state families and of every mask, the
+ * initial penalties, the projection workspace size and the pack plan. */
+static px_status_t px__hsadmm_layout(px_hsadmm_t *h, size_t *maxws) {
+  const px_hsadmm_param_t *params = h->params;
+  int nparams = h->n;
+  *maxws = 0;
+  px_param_desc_t *desc = px_calloc((size_t)nparams, sizeof *desc, "hsadmm.desc");
+  if (!desc) return PX_ERR_NOMEM;
+  for (int i = 0; i < nparams; i++) {
+    h->off[i] = h->total;
+    h->total += params[i].numel;
+    h->rho1[i] = h->cfg.rho1;
+    h->rho2[i] = h->cfg.rho2;
+    h->moff[i] = SIZE_MAX;
+    desc[i].name = params[i].name;
+    if (params[i].prunable) {
+      h->moff[i] = h->mtotal;
+      h->mtotal += px_prune_mask_size(params[i].shape);
+      size_t w = px_prune_workspace_size(params[i].shape);
+      if (w > *maxws) *maxws = w;
+      desc[i].kind = PX_PARAM_CONV;
+      desc[i].shape = params[i].shape;
+    } else {
+      desc[i].kind = PX_PARAM_DENSE;
+      desc[i].numel = params[i].numel;
+    }
+  }
+  px_status_t st = px_pack_plan_create(desc, nparams, h->cfg.bucket_bytes, &h->plan);
+  px_free(desc);
+  return st;
+}
+
+/* Marks the consumers of coupled producers, checking each pair. */
+static px_status_t px__hsadmm_coupling(px_hsadmm_t *h) {
+  const px_hsadmm_param_t *params = h->params;
+  for (int i = 0; i < h->n; i++) {
+    if (!params[i].prunable || !params[i].has_consumer) continue;
+    int32_t c = params[i].consumer;
+    if (c < 0 || c >= h->n || c == i || !params[c].prunable ||
+        params[c].shape.c_in != params[i].shape.c_out || h->is_consumer[c])
+      return px_set_error(PX_ERR_INVALID,
+                          "H-SADMM parameter %s: consumer %d is not a prunable conv with %d "
+                          "input channels read by this one alone",
+                          params[i].name ? params[i].name : "?", (int)c,
+                          (int)params[i].shape.c_out);
+    h->is_consumer[c] = 1;
+  }
+  return PX_OK;
+}
+
+/* The state families, the masks (all groups kept) and the workspace. */
+static px_status_t px__hsadmm_alloc_state(px_hsadmm_t *h, size_t maxws) {
+  float **fam[] = {&h->u, &h->zi, &h->zi_prev, &h->v, &h->z, &h->z_prev, &h->s};
+  for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+    *fam[f] = px_calloc(h->total, sizeof(float), "hsadmm.state");
+    if (!*fam[f]) return PX_ERR_NOMEM;
+  }
+  size_t mt = h->mtotal ? h->mtotal : 1;
+  h->mask_node = px_malloc(mt, "hsadmm.mask");
+  h->mask_union = px_malloc(mt, "hsadmm.mask");
+  h->mask_prev = px_malloc(mt, "hsadmm.mask");
+  h->mask_z = px_malloc(mt, "hsadmm.mask");
+  h->ws_bytes = maxws;
+  h->ws = maxws ? px_malloc(maxws, "hsadmm.workspace") : NULL;
+  if (!h->mask_node || !h->mask_union || !h->mask_prev || !h->mask_z || (maxws && !h->ws))
+    return PX_ERR_NOMEM;
+  memset(h->mask_node, 1, mt);
+  memset(h->mask_union, 1, mt);
+  memset(h->mask_prev, 1, mt);
+  memset(h->mask_z, 1, mt);
+  for (int i = 0; i < h->n; i++) {
+    if (h->params[i].prunable) h->mask_ptrs[i] = h->mask_union + h->moff[i];
+    h->src_ptrs[i] = h->s + h->off[i];
+    h->dst_ptrs[i] = h->z + h->off[i];
+  }
+  return PX_OK;
+}
+
+px_status_t px_hsadmm_create(px_comm_t *comm, const px_hsadmm_param_t *params, int nparams,
+                             const px_hsadmm_config_t *cfg, px_hsadmm_t **out) {
+  *out = NULL;
+  PX_CHECK(px__hsadmm_validate(comm, params, nparams, cfg));
   px_hsadmm_t *h = px_calloc(1, sizeof *h, "hsadmm");
   if (!h) return PX_ERR_NOMEM;
   px_status_t st = PX_OK;
@@ -114,97 +208,12 @@ px_status_t px_hsadmm_create(px_comm_t *comm, const px_hsadmm_param_t *params, i
                       "(%d ranks on %d nodes, %d here)", h->N, h->M, h->P);
     goto fail;
   }
-  h->params = px_malloc((size_t)nparams * sizeof *h->params, "hsadmm.params");
-  h->off = px_malloc((size_t)nparams * sizeof *h->off, "hsadmm.off");
-  h->moff = px_malloc((size_t)nparams * sizeof *h->moff, "hsadmm.moff");
-  h->mask_ptrs = px_calloc((size_t)nparams, sizeof *h->mask_ptrs, "hsadmm.mask_ptrs");
-  h->rho1 = px_malloc((size_t)nparams * sizeof(double), "hsadmm.rho1");
-  h->rho2 = px_malloc((size_t)nparams * sizeof(double), "hsadmm.rho2");
-  h->sums = px_calloc((size_t)nparams * NSUMS + 4, sizeof(double), "hsadmm.sums");
-  h->layers = px_calloc((size_t)nparams, sizeof *h->layers, "hsadmm.layers");
-  h->decision_buf = px_calloc(2 + 2 * (size_t)nparams, sizeof(double), "hsadmm.decision");
-  h->src_ptrs = px_calloc((size_t)nparams, sizeof(float *), "hsadmm.ptrs");
-  h->dst_ptrs = px_calloc((size_t)nparams, sizeof(float *), "hsadmm.ptrs");
-  if (!h->src_ptrs || !h->dst_ptrs || !h->params || !h->off || !h->moff || !h->mask_ptrs || !h->rho1 || !h->rho2 || !h->sums ||
-      !h->layers || !h->decision_buf) {
-    st = PX_ERR_NOMEM;
-    goto fail;
-  }
+  PX_CHECK_GOTO(px__hsadmm_alloc_arrays(h, nparams), st, fail);
   memcpy(h->params, params, (size_t)nparams * sizeof *params);
   size_t maxws = 0;
-  px_param_desc_t *desc = px_calloc((size_t)nparams, sizeof *desc, "hsadmm.desc");
-  if (!desc) {
-    st = PX_ERR_NOMEM;
-    goto fail;
-  }
-  for (int i = 0; i < nparams; i++) {
-    h->off[i] = h->total;
-    h->total += params[i].numel;
-    h->rho1[i] = cfg->rho1;
-    h->rho2[i] = cfg->rho2;
-    h->moff[i] = SIZE_MAX;
-    desc[i].name = params[i].name;
-    if (params[i].prunable) {
-      h->moff[i] = h->mtotal;
-      h->mtotal += px_prune_mask_size(params[i].shape);
-      size_t w = px_prune_workspace_size(params[i].shape);
-      if (w > maxws) maxws = w;
-      desc[i].kind = PX_PARAM_CONV;
-      desc[i].shape = params[i].shape;
-    } else {
-      desc[i].kind = PX_PARAM_DENSE;
-      desc[i].numel = params[i].numel;
-    }
-  }
-  st = px_pack_plan_create(desc, nparams, cfg->bucket_bytes, &h->plan);
-  px_free(desc);
-  if (st < 0) goto fail;
-  h->is_consumer = px_calloc((size_t)nparams, 1, "hsadmm.coupling");
-  if (!h->is_consumer) {
-    st = PX_ERR_NOMEM;
-    goto fail;
-  }
-  for (int i = 0; i < nparams; i++) {
-    if (!params[i].prunable || !params[i].has_consumer) continue;
-    int32_t c = params[i].consumer;
-    if (c < 0 || c >= nparams || c == i || !params[c].prunable ||
-        params[c].shape.c_in != params[i].shape.c_out || h->is_consumer[c]) {
-      st = px_set_error(PX_ERR_INVALID,
-                        "H-SADMM parameter %s: consumer %d is not a prunable conv with %d input "
-                        "channels read by this one alone", params[i].name ? params[i].name : "?",
-                        (int)c, (int)params[i].shape.c_out);
-      goto fail;
-    }
-    h->is_consumer[c] = 1;
-  }
-  float **fam[] = {&h->u, &h->zi, &h->zi_prev, &h->v, &h->z, &h->z_prev, &h->s};
-  for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
-    *fam[f] = px_calloc(h->total, sizeof(float), "hsadmm.state");
-    if (!*fam[f]) {
-      st = PX_ERR_NOMEM;
-      goto fail;
-    }
-  }
-  size_t mt = h->mtotal ? h->mtotal : 1;
-  h->mask_node = px_malloc(mt, "hsadmm.mask");
-  h->mask_union = px_malloc(mt, "hsadmm.mask");
-  h->mask_prev = px_malloc(mt, "hsadmm.mask");
-  h->mask_z = px_malloc(mt, "hsadmm.mask");
-  h->ws_bytes = maxws;
-  h->ws = maxws ? px_malloc(maxws, "hsadmm.workspace") : NULL;
-  if (!h->mask_node || !h->mask_union || !h->mask_prev || !h->mask_z || (maxws && !h->ws)) {
-    st = PX_ERR_NOMEM;
-    goto fail;
-  }
-  memset(h->mask_node, 1, mt);
-  memset(h->mask_union, 1, mt);
-  memset(h->mask_prev, 1, mt);
-  memset(h->mask_z, 1, mt);
-  for (int i = 0; i < nparams; i++) {
-    if (params[i].prunable) h->mask_ptrs[i] = h->mask_union + h->moff[i];
-    h->src_ptrs[i] = h->s + h->off[i];
-    h->dst_ptrs[i] = h->z + h->off[i];
-  }
+  PX_CHECK_GOTO(px__hsadmm_layout(h, &maxws), st, fail);
+  PX_CHECK_GOTO(px__hsadmm_coupling(h), st, fail);
+  PX_CHECK_GOTO(px__hsadmm_alloc_state(h, maxws), st, fail);
 
   /* z = z_i = the ranks' mean initial model: every rank starts from the same
    * consensus whatever its initialisation */
@@ -226,37 +235,13 @@ fail:
 void px_hsadmm_destroy(px_hsadmm_t *h) {
   if (!h) return;
   px_pack_plan_destroy(h->plan);
-  px_free(h->u);
-  px_free(h->zi);
-  px_free(h->zi_prev);
-  px_free(h->v);
-  px_free(h->z);
-  px_free(h->z_prev);
-  px_free(h->s);
-  px_free(h->mask_node);
-  px_free(h->mask_union);
-  px_free(h->mask_prev);
-  px_free(h->mask_z);
-  px_free(h->ws);
-  px_free(h->params);
-  px_free(h->off);
-  px_free(h->moff);
-  px_free(h->mask_ptrs);
-  px_free(h->is_consumer);
-  px_free(h->rho1);
-  px_free(h->rho2);
-  px_free(h->sums);
-  px_free(h->layers);
-  px_free(h->decision_buf);
-  px_free(h->src_ptrs);
-  px_free(h->dst_ptrs);
-  px_free(h->qerr);
-  px_free(h->qsum);
-  px_free(h->err_ptrs);
-  px_free(h->qref);
-  px_free(h->ref_ptrs);
-  px_free(h->qsend);
-  px_free(h->qrecv);
+  void *owned[] = {h->u, h->zi, h->zi_prev, h->v, h->z, h->z_prev, h->s,
+                   h->mask_node, h->mask_union, h->mask_prev, h->mask_z, h->ws,
+                   h->params, h->off, h->moff, (void *)h->mask_ptrs, h->is_consumer,
+                   h->rho1, h->rho2, h->sums, h->layers, h->decision_buf,
+                   h->src_ptrs, h->dst_ptrs, h->qerr, h->qsum, (void *)h->err_ptrs,
+                   h->qref, (void *)h->ref_ptrs, h->qsend, h->qrecv};
+  for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) px_free(owned[i]);
   px_free(h);
 }
 
@@ -384,17 +369,22 @@ static double px__sq(const float *a, size_t n) {
   return acc;
 }
 
-/* Flat ablation: z = Pi(rho * sum(theta + u) / (lambda + N rho)). */
-static px_status_t px__sync_flat(px_hsadmm_t *h) {
-  double t0 = px__now();
+/* s = SUM over group g of (theta + u). */
+static px_status_t px__sum_theta_u(px_hsadmm_t *h, px_group_t *g) {
   for (int i = 0; i < h->n; i++) {
     const float *th = h->params[i].theta;
     float *s = h->s + h->off[i];
     const float *u = h->u + h->off[i];
     for (size_t j = 0; j < h->params[i].numel; j++) s[j] = th[j] + u[j];
   }
-  PX_CHECK(px_comm_allreduce(h->world, h->s, h->s, h->total, PX_COMM_F32, PX_COMM_SUM));
-  double t1 = px__now();
+  return px_comm_allreduce(g, h->s, h->s, h->total, PX_COMM_F32, PX_COMM_SUM);
+}
+
+/* Flat ablation: z = Pi(rho * sum(theta + u) / (lambda + N rho)). */
+static px_status_t px__sync_flat(px_hsadmm_t *h) {
+  double t0 = px__admm_now();
+  PX_CHECK(px__sum_theta_u(h, h->world));
+  double t1 = px__admm_now();
   memcpy(h->z_prev, h->z, h->total * sizeof(float));
   for (int i = 0; i < h->n; i++) {
     float *z = h->z + h->off[i];
@@ -408,7 +398,7 @@ static px_status_t px__sync_flat(px_hsadmm_t *h) {
     memcpy(h->mask_union, h->mask_node, h->mtotal);
     memcpy(h->mask_z, h->mask_node, h->mtotal);
   }
-  double t2 = px__now();
+  double t2 = px__admm_now();
   h->round.intra_s = t1 - t0;
   h->round.projection_s = t2 - t1;
   h->round.inter_s = h->round.broadcast_s = 0;
@@ -446,16 +436,10 @@ static px_status_t px__quant_bucket(px_hsadmm_t *h, int b, float *buf, size_t nf
 }
 
 static px_status_t px__sync_hier(px_hsadmm_t *h, uint64_t *inter_value_bytes) {
-  double t0 = px__now();
+  double t0 = px__admm_now();
   /* 2. intra: s_i = SUM (theta + u) */
-  for (int i = 0; i < h->n; i++) {
-    const float *th = h->params[i].theta;
-    float *s = h->s + h->off[i];
-    const float *u = h->u + h->off[i];
-    for (size_t j = 0; j < h->params[i].numel; j++) s[j] = th[j] + u[j];
-  }
-  PX_CHECK(px_comm_allreduce(h->intra, h->s, h->s, h->total, PX_COMM_F32, PX_COMM_SUM));
-  double t1 = px__now();
+  PX_CHECK(px__sum_theta_u(h, h->intra));
+  double t1 = px__admm_now();
   /* z~_i = (rho1 s_i + rho2 (z - v)) / (lambda/M + P rho1 + rho2), then project */
   memcpy(h->zi_prev, h->zi, h->total * sizeof(float));
   for (int i = 0; i < h->n; i++) {
@@ -467,7 +451,7 @@ static px_status_t px__sync_hier(px_hsadmm_t *h, uint64_t *inter_value_bytes) {
     for (size_t j = 0; j < h->params[i].numel; j++) zi[j] = a * s[j] + b * (z[j] - v[j]);
   }
   PX_CHECK(px__project(h, h->zi, h->mask_node));
-  double t2 = px__now();
+  double t2 = px__admm_now();
   /* 4. inter, leaders only: union of the masks, packed SUM of z_i + v_i */
   memcpy(h->z_prev, h->z, h->total * sizeof(float));
   if (h->inter) {
@@ -479,7 +463,7 @@ static px_status_t px__sync_hier(px_hsadmm_t *h, uint64_t *inter_value_bytes) {
     for (size_t j = 0; j < h->total; j++) h->s[j] = h->zi[j] + h->v[j];
     if (h->qbits)
       for (size_t j = 0; j < h->total; j++) h->s[j] += h->qerr[j] - h->z_prev[j];
-    uint64_t before = px__traffic(h->comm, PX_TIER_INTER) + px__traffic(h->comm, PX_TIER_INTRA);
+    uint64_t before = px__admm_traffic(h->comm, PX_TIER_INTER) + px__admm_traffic(h->comm, PX_TIER_INTRA);
     px_status_t st = PX_OK;
     for (int b = 0; b < px_pack_num_buckets(h->plan) && st == PX_OK; b++) {
       size_t nf;
@@ -492,7 +476,7 @@ static px_status_t px__sync_hier(px_hsadmm_t *h, uint64_t *inter_value_bytes) {
       if (st == PX_OK) st = px_comm_allreduce(h->inter, buf, buf, nf, PX_COMM_F32, PX_COMM_SUM);
     }
     *inter_value_bytes =
-        px__traffic(h->comm, PX_TIER_INTER) + px__traffic(h->comm, PX_TIER_INTRA) - before;
+        px__admm_traffic(h->comm, PX_TIER_INTER) + px__admm_traffic(h->comm, PX_TIER_INTRA) - before;
     if (st == PX_OK) {
       float inv = 1.0f / (float)h->M;
       float *buf = px_pack_buffer(h->plan);
@@ -513,7 +497,7 @@ static px_status_t px__sync_hier(px_hsadmm_t *h, uint64_t *inter_value_bytes) {
     }
     PX_CHECK(st);
   }
-  double t3 = px__now();
+  double t3 = px__admm_now();
   /* z and the union masks from the leader to its node */
   PX_CHECK(px_comm_broadcast(h->intra, h->z, h->total, PX_COMM_F32, 0));
   if (!h->frozen && h->mtotal) {
@@ -521,7 +505,7 @@ static px_status_t px__sync_hier(px_hsadmm_t *h, uint64_t *inter_value_bytes) {
     PX_CHECK(px_comm_broadcast(h->intra, h->mask_z, h->mtotal, PX_COMM_U8, 0));
     if (!h->inter) PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
   }
-  double t4 = px__now();
+  double t4 = px__admm_now();
   /* v_i += z_i - z on every rank of the node (same inputs, same result) */
   for (size_t j = 0; j < h->total; j++) h->v[j] += h->zi[j] - h->z[j];
   h->round.intra_s = t1 - t0;
@@ -532,8 +516,8 @@ static px_status_t px__sync_hier(px_hsadmm_t *h, uint64_t *inter_value_bytes) {
 }
 
 px_status_t px_hsadmm_sync(px_hsadmm_t *h, px_hsadmm_round_t **round) {
-  uint64_t intra0 = px__traffic(h->comm, PX_TIER_INTRA);
-  uint64_t inter0 = px__traffic(h->comm, PX_TIER_INTER);
+  uint64_t intra0 = px__admm_traffic(h->comm, PX_TIER_INTRA);
+  uint64_t inter0 = px__admm_traffic(h->comm, PX_TIER_INTER);
   uint64_t value_bytes = 0;
   if (h->cfg.flat) PX_CHECK(px__sync_flat(h));
   else PX_CHECK(px__sync_hier(h, &value_bytes));
@@ -563,8 +547,8 @@ px_status_t px_hsadmm_sync(px_hsadmm_t *h, px_hsadmm_round_t **round) {
   }
   /* the traffic of this sync, summed over ranks (exact in doubles) */
   double *T = h->sums + (size_t)h->n * NSUMS;
-  T[0] = (double)(px__traffic(h->comm, PX_TIER_INTRA) - intra0);
-  T[1] = (double)(px__traffic(h->comm, PX_TIER_INTER) - inter0);
+  T[0] = (double)(px__admm_traffic(h->comm, PX_TIER_INTRA) - intra0);
+  T[1] = (double)(px__admm_traffic(h->comm, PX_TIER_INTER) - inter0);
   /* dense inter phase: the value allreduce scaled to every parameter (the
    * algorithms move bytes in proportion to the count) */
   size_t packed = px_pack_packed_floats(h->plan);
@@ -620,28 +604,35 @@ px_status_t px_hsadmm_sync(px_hsadmm_t *h, px_hsadmm_round_t **round) {
   return PX_OK;
 }
 
+typedef struct {
+  px_hsadmm_t *h;
+  px_hsadmm_control_fn control;
+  void *ctx;
+} px__hsadmm_ask_t;
+
+/* Rank 0: the controller's decision into the broadcast buffer
+ * [stop, freeze, rho1[n], rho2[n]]. */
+static px_status_t px__hsadmm_fill(void *ctx, double *buf) {
+  px__hsadmm_ask_t *a = ctx;
+  px_hsadmm_t *h = a->h;
+  int n = h->n;
+  px_hsadmm_decision_t d = {buf + 2, buf + 2 + n, h->frozen, 0, ""};
+  for (int i = 0; i < n; i++) {
+    d.rho1[i] = h->rho1[i];
+    d.rho2[i] = h->rho2[i];
+  }
+  PX_REQUIRE(a->control != NULL, "rank 0 has no controller");
+  PX_CHECK(a->control(a->ctx, &h->round, &d));
+  buf[0] = d.stop ? 1 : 0;
+  buf[1] = d.freeze ? 1 : 0;
+  return PX_OK;
+}
+
 px_status_t px_hsadmm_decide(px_hsadmm_t *h, px_hsadmm_control_fn control, void *ctx, int *stop) {
   double *buf = h->decision_buf;
-  int n = h->n;
-  if (px_group_rank(h->world) == 0) {
-    px_hsadmm_decision_t d = {buf + 2, buf + 2 + n, h->frozen, 0, ""};
-    for (int i = 0; i < n; i++) {
-      d.rho1[i] = h->rho1[i];
-      d.rho2[i] = h->rho2[i];
-    }
-    PX_REQUIRE(control != NULL, "rank 0 has no controller");
-    px_status_t st = control(ctx, &h->round, &d);
-    if (st < 0) {
-      /* tell the others to stop rather than leave them waiting */
-      buf[0] = -1;
-      px_comm_broadcast(h->world, buf, 2 + 2 * (size_t)n, PX_COMM_F64, 0);
-      return st;
-    }
-    buf[0] = d.stop ? 1 : 0;
-    buf[1] = d.freeze ? 1 : 0;
-  }
-  PX_CHECK(px_comm_broadcast(h->world, buf, 2 + 2 * (size_t)n, PX_COMM_F64, 0));
-  if (buf[0] < 0) return px_set_error(PX_ERR_PEER, "rank 0's controller failed: stopping");
+  int n = h->n, end = 0;
+  px__hsadmm_ask_t ask = {h, control, ctx};
+  PX_CHECK(px__decide_broadcast(h->world, buf, 2 + 2 * (size_t)n, px__hsadmm_fill, &ask, &end));
   for (int i = 0; i < n; i++) {
     double r1 = buf[2 + i], r2 = buf[2 + n + i];
     if (!(r1 > 0) || !(r2 > 0))
@@ -665,7 +656,7 @@ px_status_t px_hsadmm_decide(px_hsadmm_t *h, px_hsadmm_control_fn control, void 
     h->frozen = 1;
     px_pack_plan_freeze(h->plan);
   }
-  *stop = buf[0] > 0;
+  *stop = end;
   return PX_OK;
 }
 

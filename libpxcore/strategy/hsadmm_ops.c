@@ -1,0 +1,312 @@
+/* The hsadmm and hsadmm-flat strategies: the H-SADMM round of admm/hsadmm.c
+ * over the CNN trainer (strategy.h describes both; they differ only in the
+ * round's topology, so they share this file and have two table entries).
+ *
+ * Before the local phase the proximal targets z_i and u (and, once frozen,
+ * the union masks) go to the SGD step; after it the round runs on theta;
+ * the consensus z is what is evaluated and returned. On a staged run (a
+ * device model, see strategy.c) theta crosses through the run's host mirror
+ * and the proximal targets and masks through device buffers of this file. */
+#include <string.h>
+
+#include "prunex/cuda_kernels.h"
+#include "px_check.h"
+#include "strategy/strategy_int.h"
+
+typedef struct {
+  px_hsadmm_t *h;
+  px_hsadmm_param_t *hp;    /* [np] */
+  px_hsadmm_round_t *round; /* of the current iteration */
+  float *backup;            /* [numel] host model: theta while z is evaluated; staged: z on its
+                               way to the device */
+  double *layer_density;    /* [np] kept fraction of each tensor of z */
+  /* staged runs */
+  float *h_zu;              /* [2 numel] z and u of the local phase, host side */
+  px_tensor_t d_zu;         /* [2 numel] the same on the model's device */
+  uint8_t *h_mask;          /* [all masks] the frozen masks, host side */
+  px_tensor_t d_mask;       /* the same on the model's device */
+  size_t *moff;             /* [np] offset of parameter i's mask in d_mask */
+  px__strategy_run_t *run;  /* for the grad hook and the control adapter */
+} px__hsadmm_strategy_t;
+
+static int px__skipped(const char *const *skip_layers, int nskip, const char *name) {
+  for (int i = 0; i < nskip; i++) {
+    const char *s = skip_layers[i];
+    size_t n = strlen(s);
+    /* "conv1" skips "conv1.weight"; a full name skips itself */
+    if (!strcmp(s, name) || (!strncmp(s, name, n) && !strcmp(name + n, ".weight"))) return 1;
+  }
+  return 0;
+}
+
+void px_strategy_hsadmm_params(px_model_t *m, const char *const *skip_layers, int nskip,
+                               px_hsadmm_param_t *out) {
+  int np = px_model_num_params(m);
+  for (int i = 0; i < np; i++) {
+    const px_model_param_t *p = px_model_param(m, i);
+    px_hsadmm_param_t *q = &out[i];
+    memset(q, 0, sizeof *q);
+    q->name = p->name;
+    q->theta = p->value->data;
+    q->numel = px_tensor_numel(p->value);
+    q->prunable = p->kind == PX_WEIGHT_CONV && !px__skipped(skip_layers, nskip, p->name);
+    if (q->prunable)
+      q->shape = (px_conv_shape_t){(int32_t)p->value->dims[0], (int32_t)p->value->dims[1],
+                                   (int32_t)p->value->dims[2], (int32_t)p->value->dims[3]};
+  }
+  /* a conv whose output only the next conv reads loses a filter with each
+   * channel pruned there (px_prune_project_coupled) */
+  for (int i = 0; i < np; i++) {
+    int k = px_model_channel_consumer(m, i);
+    if (out[i].prunable && k >= 0 && out[k].prunable) {
+      out[i].has_consumer = 1;
+      out[i].consumer = k;
+    }
+  }
+}
+
+/* ---- after the freeze: training inside the masks ------------------------------------ */
+
+/* Zeroes w (the model's memory) outside parameter i's mask; on a device
+ * model w and the mask are device memory and the kernel is queued after the
+ * backward pass (the ops streams are blocking streams, ordered with the
+ * default stream), with no synchronisation. */
+static px_status_t px__hsadmm_apply_mask(const px__hsadmm_strategy_t *s, int i, float *w) {
+  const px__strategy_run_t *r = s->run;
+  px_conv_shape_t sh = s->hp[i].shape;
+  const uint8_t *mask =
+      r->staged ? (const uint8_t *)s->d_mask.data + s->moff[i] : px_hsadmm_mask(s->h, i);
+  if (!r->cuda) {
+    px_prune_apply_mask(w, sh, mask);
+    return PX_OK;
+  }
+  return px_cuda_prune_apply_mask(w, mask, mask + sh.c_out, mask + sh.c_out + sh.c_in, sh, NULL);
+}
+
+static px_status_t px__hsadmm_masked_hook(void *ctx, px_model_t *m) {
+  px__hsadmm_strategy_t *s = ctx;
+  if (!px_hsadmm_frozen(s->h)) return PX_OK;
+  for (int i = 0; i < s->run->np; i++) {
+    if (!s->hp[i].prunable) continue;
+    const px_model_param_t *p = px_model_param(m, i);
+    PX_CHECK(px__hsadmm_apply_mask(s, i, p->value->data));
+    PX_CHECK(px__hsadmm_apply_mask(s, i, p->grad->data));
+  }
+  return PX_OK;
+}
+
+/* ---- the consensus model --------------------------------------------------------------- */
+
+/* Copies z into the model's parameters. A host model saves theta first
+ * when backup is set; a staged one has theta in its mirror since the round
+ * (restore_local puts either back). */
+static px_status_t px__hsadmm_load_z(px__strategy_run_t *r, void *priv, int backup) {
+  px__hsadmm_strategy_t *s = priv;
+  const px_tensor_t *flat = px_model_flat_params(r->m);
+  float *dst = r->staged ? s->backup : flat->data;
+  if (backup && !r->staged) memcpy(s->backup, dst, r->numel * sizeof(float));
+  size_t off = 0;
+  for (int i = 0; i < r->np; i++) {
+    memcpy(dst + off, px_hsadmm_z(s->h, i), s->hp[i].numel * sizeof(float));
+    off += s->hp[i].numel;
+  }
+  return r->staged ? px__strategy_up(flat, dst) : PX_OK;
+}
+
+static px_status_t px__hsadmm_restore_theta(px__strategy_run_t *r, void *priv) {
+  px__hsadmm_strategy_t *s = priv;
+  const px_tensor_t *flat = px_model_flat_params(r->m);
+  if (r->staged) return px__strategy_up(flat, r->h_theta);
+  memcpy(flat->data, s->backup, r->numel * sizeof(float));
+  return PX_OK;
+}
+
+/* ---- the round ------------------------------------------------------------------------- */
+
+/* The frozen union masks to the device buffer the mask kernel reads. */
+static px_status_t px__hsadmm_masks_up(px__strategy_run_t *r, px__hsadmm_strategy_t *s) {
+  for (int i = 0; i < r->np; i++)
+    if (s->hp[i].prunable)
+      memcpy(s->h_mask + s->moff[i], px_hsadmm_mask(s->h, i), px_prune_mask_size(s->hp[i].shape));
+  return px_tensor_copy_from_host(&s->d_mask, s->h_mask, px_tensor_plain_bytes(&s->d_mask));
+}
+
+/* Before the local phase: the proximal targets z_i and u (copied to the
+ * device of a staged model), the masks once frozen, and the start from the
+ * global consensus: it is what all ranks share, so the nodes cannot drift
+ * apart between the rounds, whatever rho2 is (the proximal target stays
+ * z_i - u). */
+static px_status_t px__hsadmm_before_local(px__strategy_run_t *r, void *priv, int it) {
+  px__hsadmm_strategy_t *s = priv;
+  const px_tensor_t *flat = px_model_flat_params(r->m);
+  int restart = !r->cfg->keep_local && it > 0;
+  float *theta = r->staged ? r->h_theta : flat->data;
+  float *dz = s->d_zu.data, *du = dz ? dz + r->numel : NULL;
+  size_t off = 0;
+  for (int i = 0; i < r->np; i++) {
+    size_t n = s->hp[i].numel;
+    const float *z, *u;
+    float rho;
+    px_hsadmm_prox(s->h, i, &z, &u, &rho);
+    if (r->staged) {
+      memcpy(s->h_zu + off, z, n * sizeof(float));
+      if (u) memcpy(s->h_zu + r->numel + off, u, n * sizeof(float));
+      else memset(s->h_zu + r->numel + off, 0, n * sizeof(float));
+      z = dz + off;
+      u = du + off;
+    }
+    PX_CHECK(px_sgd_set_prox(r->sgd, i, z, u, rho));
+    if (restart) memcpy(theta + off, px_hsadmm_z(s->h, i), n * sizeof(float));
+    off += n;
+  }
+  if (!r->staged) return PX_OK;
+  PX_CHECK(px_tensor_copy_from_host(&s->d_zu, s->h_zu, 2 * r->numel * sizeof(float)));
+  if (restart) PX_CHECK(px__strategy_up(flat, r->h_theta));
+  if (!px_hsadmm_frozen(s->h)) return PX_OK;
+  return px__hsadmm_masks_up(r, s);
+}
+
+static px_status_t px__hsadmm_synchronise(px__strategy_run_t *r, void *priv) {
+  px__hsadmm_strategy_t *s = priv;
+  if (r->staged) PX_CHECK(px__strategy_down(px_model_flat_params(r->m), r->h_theta));
+  PX_CHECK(px_hsadmm_sync(s->h, &s->round));
+  const px_hsadmm_round_t *round = s->round;
+  r->it.intra_s = round->intra_s;
+  r->it.projection_s = round->projection_s;
+  r->it.inter_s = round->inter_s;
+  r->it.broadcast_s = round->broadcast_s;
+  r->it.density = round->density;
+  r->it.mask_drift = round->mask_drift;
+  r->it.mask_groups = round->mask_groups;
+  r->it.frozen = round->frozen;
+  r->it.layers = round->layers; /* the same on every rank after the sync */
+  r->it.nlayers = round->nlayers;
+  for (int i = 0; i < r->np; i++) s->layer_density[i] = px_hsadmm_density(s->h, i);
+  r->it.layer_density = s->layer_density;
+  return PX_OK;
+}
+
+/* The value exchange as measured, plus what dense buffers would have added
+ * to the round's inter phase. */
+static uint64_t px__hsadmm_dense_inter(const px__strategy_run_t *r, void *priv) {
+  const px__hsadmm_strategy_t *s = priv;
+  return s->round->bytes_inter_dense + (r->it.bytes_inter - s->round->bytes_inter);
+}
+
+/* Adapter from the H-SADMM round to the strategy's iteration record. */
+static px_status_t px__hsadmm_control(void *ctx, const px_hsadmm_round_t *round,
+                                      px_hsadmm_decision_t *d) {
+  px__strategy_run_t *r = ctx;
+  (void)round; /* its figures are in r->it already */
+  return r->control(r->ctx, &r->it, d);
+}
+
+static px_status_t px__hsadmm_decide(px__strategy_run_t *r, void *priv, int *stop) {
+  px__hsadmm_strategy_t *s = priv;
+  return px_hsadmm_decide(s->h, px__hsadmm_control, r, stop);
+}
+
+/* ---- checkpoints (issue 14) ----------------------------------------------------------- */
+
+/* Each rank's local model, momentum and dual are its own; z, the node
+ * consensus and the masks are listed by admm/hsadmm.c. */
+static px_status_t px__hsadmm_resume_items(px__strategy_run_t *r, void *priv, px_resume_t *rs) {
+  px__hsadmm_strategy_t *s = priv;
+  PX_CHECK(px__strategy_resume_model(r, rs, PX_RS_RANK));
+  return px_hsadmm_resume_items(s->h, rs);
+}
+
+static px_status_t px__hsadmm_resumed(px__strategy_run_t *r, void *priv, int node_fresh,
+                                      int rank_fresh) {
+  px__hsadmm_strategy_t *s = priv;
+  PX_CHECK(px_hsadmm_resumed(s->h, node_fresh, rank_fresh));
+  if (rank_fresh) PX_CHECK(px__hsadmm_load_z(r, s, 0)); /* theta = z, momentum 0 */
+  return PX_OK;
+}
+
+/* ---- set-up ------------------------------------------------------------------------------ */
+
+/* A device buffer of n elements on the model's device. */
+static px_status_t px__hsadmm_device_buffer(px__strategy_run_t *r, px_tensor_t *t,
+                                            px_dtype_t dt, size_t n, const char *name) {
+  int64_t dims[1] = {(int64_t)(n ? n : 1)};
+  PX_CHECK(px_tensor_init(t, px_model_flat_params(r->m)->device, dt, 1, dims));
+  return px_tensor_alloc(t, name);
+}
+
+/* The proximal-target and mask buffers of a staged run. */
+static px_status_t px__hsadmm_setup_staging(px__strategy_run_t *r, px__hsadmm_strategy_t *s) {
+  s->h_zu = px_malloc(2 * r->numel * sizeof(float), "strategy.prox_mirror");
+  s->moff = px_calloc((size_t)r->np, sizeof *s->moff, "strategy.mask_offsets");
+  if (!s->h_zu || !s->moff) return PX_ERR_NOMEM;
+  PX_CHECK(px__hsadmm_device_buffer(r, &s->d_zu, PX_DTYPE_F32, 2 * r->numel, "strategy.prox"));
+  size_t mbytes = 0;
+  for (int i = 0; i < r->np; i++) {
+    s->moff[i] = mbytes;
+    if (s->hp[i].prunable) mbytes += px_prune_mask_size(s->hp[i].shape);
+  }
+  s->h_mask = px_calloc(mbytes ? mbytes : 1, 1, "strategy.mask_mirror");
+  if (!s->h_mask) return PX_ERR_NOMEM;
+  return px__hsadmm_device_buffer(r, &s->d_mask, PX_DTYPE_U8, mbytes, "strategy.masks");
+}
+
+static px_status_t px__hsadmm_create(px__strategy_run_t *r, void **priv) {
+  const px_strategy_config_t *c = r->cfg;
+  px__hsadmm_strategy_t *s = px_calloc(1, sizeof *s, "strategy.hsadmm");
+  if (!s) return PX_ERR_NOMEM;
+  *priv = s;
+  s->run = r;
+  s->hp = px_calloc((size_t)r->np, sizeof *s->hp, "strategy.hsadmm_params");
+  s->backup = px_malloc(r->numel * sizeof(float), "strategy.backup");
+  s->layer_density = px_calloc((size_t)r->np, sizeof(double), "strategy.density");
+  if (!s->hp || !s->backup || !s->layer_density) return PX_ERR_NOMEM;
+  px_strategy_hsadmm_params(r->m, c->skip_layers, c->nskip, s->hp);
+  if (r->staged) PX_CHECK(px__hsadmm_setup_staging(r, s));
+  size_t off = 0;
+  for (int i = 0; r->staged && i < r->np; off += s->hp[i].numel, i++)
+    s->hp[i].theta = r->h_theta + off; /* H-SADMM reads theta from the mirror */
+  /* the regulariser moves from the local steps into the z update (the
+   * global problem's lambda/2 ||z||^2), so it is not applied twice */
+  double lambda = px_sgd_weight_decay(r->sgd);
+  px_sgd_set_weight_decay(r->sgd, 0.0);
+  px_hsadmm_config_t hc = {c->kind == PX_STRATEGY_HSADMM_FLAT, c->rho1, c->rho2, lambda, c->keep,
+                           c->bucket_bytes};
+  PX_CHECK(px_hsadmm_create(r->comm, s->hp, r->np, &hc, &s->h));
+  PX_CHECK(px_hsadmm_set_quantize(s->h, c->quantize_bits, c->seed));
+  /* every rank starts from the consensus */
+  PX_CHECK(px__hsadmm_load_z(r, s, 0));
+  px_trainer_set_grad_hook(r->t, px__hsadmm_masked_hook, s);
+  return PX_OK;
+}
+
+static void px__hsadmm_destroy(px__strategy_run_t *r, void *priv) {
+  px__hsadmm_strategy_t *s = priv;
+  px_trainer_set_grad_hook(r->t, NULL, NULL);
+  for (int i = 0; r->sgd && i < r->np; i++) px_sgd_set_prox(r->sgd, i, NULL, NULL, 0.0f);
+  if (!s) return;
+  px_hsadmm_destroy(s->h);
+  px_tensor_release(&s->d_zu);
+  px_tensor_release(&s->d_mask);
+  void *owned[] = {s->hp, s->backup, s->layer_density, s->h_zu, s->h_mask, s->moff, s};
+  for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) px_free(owned[i]);
+}
+
+#define PX__HSADMM_OPS                                                                   \
+  .create = px__hsadmm_create, .before_local = px__hsadmm_before_local,                  \
+  .synchronise = px__hsadmm_synchronise, .load_consensus = px__hsadmm_load_z,            \
+  .restore_local = px__hsadmm_restore_theta, .dense_inter = px__hsadmm_dense_inter,      \
+  .decide = px__hsadmm_decide, .resume_items = px__hsadmm_resume_items,                 \
+  .resumed = px__hsadmm_resumed, .destroy = px__hsadmm_destroy
+
+const px__strategy_ops_t px__strategy_hsadmm_ops = {
+    .info = {PX_STRATEGY_HSADMM, "hsadmm",
+             "H-SADMM: local steps, node consensus, pruned and packed exchange between node "
+             "leaders", 1, 1},
+    PX__HSADMM_OPS,
+};
+
+const px__strategy_ops_t px__strategy_hsadmm_flat_ops = {
+    .info = {PX_STRATEGY_HSADMM_FLAT, "hsadmm-flat",
+             "the flat ablation: one consensus group over all ranks, dense buffers", 1, 0},
+    PX__HSADMM_OPS,
+};

@@ -1,0 +1,135 @@
+/* Internal interface of strategy/: the operations every strategy implements
+ * and the run state they share (like NCCL's transports: one table of
+ * function pointers per strategy, and a loop that knows none of them).
+ *
+ * px_strategy_run (strategy.c) is the loop: set-up of what every strategy
+ * needs (names, host mirrors of a device model), then per iteration
+ *   before_local -> the trainer's local steps (the strategy's gradient hook
+ *   runs inside) -> synchronise -> BN statistics and evaluation (of the
+ *   consensus model when the strategy has one) -> the iteration's figures
+ *   -> decide -> observe,
+ * and at the end the final model. A strategy lives in its own file
+ * (hsadmm_ops.c: hsadmm and hsadmm-flat; ddp.c; topk.c) and in the table of
+ * strategy.c; its state is private (void *priv) beside the common run.
+ *
+ * Checkpoints (issue 14, strategy/px_resume.h): with recovery.checkpoint_every
+ * set, the loop lists its own scalars (iteration, data position, byte
+ * counters, stop flag, last test figures) and asks the strategy for the
+ * rest (resume_items: the model and momentum with the strategy's scope,
+ * and its private state, e.g. H-SADMM's z, duals and masks); it resumes
+ * from the newest checkpoint every rank holds before the first iteration
+ * (resumed: the strategy restarts what was not restored) and saves one
+ * after observe every checkpoint_every iterations and at the end.
+ *
+ * The ops are meant to grow: a per-bucket "gradient ready" hook (DDP
+ * overlapping its allreduce with the backward pass) is a further member of
+ * px__strategy_ops_t that a strategy may leave NULL; the loop calls what
+ * is set. */
+#ifndef PX_STRATEGY_INT_H
+#define PX_STRATEGY_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "prunex/strategy.h"
+#include "strategy/px_resume.h"
+
+/* What every strategy shares for one run (the common part; each strategy
+ * keeps its own state behind priv). */
+typedef struct {
+  px_trainer_t *t;
+  px_model_t *m;
+  px_sgd_t *sgd;
+  px_comm_t *comm;
+  px_group_t *world;
+  const px_strategy_config_t *cfg;
+  int np;                   /* parameter tensors */
+  size_t numel;             /* parameter elements in all */
+  size_t max_numel;         /* of the largest tensor */
+  const char **names;       /* [np] */
+  int64_t steps;            /* local steps per iteration */
+  double *decision;         /* [1 + 2 np] broadcast buffer of the baselines' decision */
+  /* staged runs (device models; see strategy.c) */
+  int staged;
+  int cuda;                 /* the model is on a CUDA device */
+  int direct;               /* world collectives take the device buffers (NCCL) */
+  float *h_theta;           /* [numel] host mirror of the parameters */
+  float *h_buf;             /* [BN statistics] host mirror */
+  /* checkpoints (issue 14; NULL rs: none) */
+  px_resume_t *rs;
+  int64_t ck[8];            /* last iteration done, trainer position [3], bytes [3], stop */
+  double ckf[2];            /* test loss, test accuracy */
+  /* the iteration being reported */
+  px_iteration_t it;
+  px_strategy_control_fn control;
+  void *ctx;
+} px__strategy_run_t;
+
+typedef struct {
+  px_strategy_info_t info;
+  /* Allocates the private state, installs the trainer's hooks and brings
+   * every rank to the same starting model. On failure *priv may be set and
+   * is destroyed. */
+  px_status_t (*create)(px__strategy_run_t *r, void **priv);
+  /* Before the local steps of iteration it (NULL: nothing). */
+  px_status_t (*before_local)(px__strategy_run_t *r, void *priv, int it);
+  /* After the local steps: the synchronisation; fills r->it's phase times,
+   * density, masks and layer reports (NULL: density 1, nothing else). */
+  px_status_t (*synchronise)(px__strategy_run_t *r, void *priv);
+  /* The consensus model into the trainer's model (backup: keep the local
+   * model for restore_local), and back. NULL: the model is the consensus
+   * (its BN statistics are then averaged, not re-estimated). */
+  px_status_t (*load_consensus)(px__strategy_run_t *r, void *priv, int backup);
+  px_status_t (*restore_local)(px__strategy_run_t *r, void *priv);
+  /* Inter-node bytes of this iteration with dense exchanges (r->it holds
+   * the measured figures). */
+  uint64_t (*dense_inter)(const px__strategy_run_t *r, void *priv);
+  /* Control: rank 0 reports r->it and decides; everyone applies. */
+  px_status_t (*decide)(px__strategy_run_t *r, void *priv, int *stop);
+  /* Lists the state a checkpoint holds beyond the loop's own: the model
+   * and momentum (px__strategy_resume_model, with the scope the strategy
+   * gives them) and the private state. */
+  px_status_t (*resume_items)(px__strategy_run_t *r, void *priv, px_resume_t *rs);
+  /* After a checkpoint was loaded: restarts the NODE / RANK state that was
+   * not restored (node_fresh, rank_fresh) from the global state (NULL:
+   * nothing to do). */
+  px_status_t (*resumed)(px__strategy_run_t *r, void *priv, int node_fresh, int rank_fresh);
+  /* Frees priv and removes the hooks (priv may be NULL). */
+  void (*destroy)(px__strategy_run_t *r, void *priv);
+} px__strategy_ops_t;
+
+extern const px__strategy_ops_t px__strategy_hsadmm_ops;
+extern const px__strategy_ops_t px__strategy_hsadmm_flat_ops;
+extern const px__strategy_ops_t px__strategy_ddp_ops;
+extern const px__strategy_ops_t px__strategy_topk_ops;
+
+/* ---- helpers of strategy.c the strategies share ---- */
+
+/* A model tensor to its host mirror and back (staged runs). */
+px_status_t px__strategy_down(const px_tensor_t *t, float *host);
+px_status_t px__strategy_up(const px_tensor_t *t, const float *host);
+
+/* Averages a model tensor (plain f32) over the world in place, directly
+ * (host model, or NCCL on the device buffer) or through mirror. list: the
+ * bucketed collective (gradients). */
+px_status_t px__strategy_world_average(px__strategy_run_t *r, const px_tensor_t *t,
+                                       float *mirror, int list);
+/* Rank 0's copy of a model tensor on every rank, the same way. */
+px_status_t px__strategy_world_broadcast(px__strategy_run_t *r, const px_tensor_t *t,
+                                         float *mirror);
+/* The start of a baseline (ddp, topk): rank 0's model on every rank, and
+ * on a staged run a host mirror of the gradients in *grad_mirror (NULL
+ * otherwise; the caller frees it). */
+px_status_t px__strategy_start_baseline(px__strategy_run_t *r, float **grad_mirror);
+/* Lists the model's parameters and the SGD momentum with `scope` (RANK:
+ * each rank's own, GLOBAL: the same on every rank) and the BN statistics
+ * (GLOBAL: averaged every iteration) for a checkpoint. */
+px_status_t px__strategy_resume_model(px__strategy_run_t *r, px_resume_t *rs,
+                                      px_rs_scope_t scope);
+/* resume_items of a baseline whose model is the same on every rank. */
+px_status_t px__strategy_resume_global(px__strategy_run_t *r, void *priv, px_resume_t *rs);
+/* The decision of a strategy without penalties (ddp, topk): rank 0's
+ * controller sees r->it and may stop the run. */
+px_status_t px__strategy_decide_plain(px__strategy_run_t *r, void *priv, int *stop);
+
+#endif
