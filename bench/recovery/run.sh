@@ -11,7 +11,9 @@
 #      of a state of the same size, which a PyTorch loop would do inline;
 #   2. time from kill -9 of a worker to the restarted job's next iteration
 #      (checkpoint_every 5, max_restarts 1), and the final accuracy beside
-#      the same job uninterrupted.
+#      the same job uninterrupted;
+#   3. the same kill after node 1's checkpoints were removed: the cost in
+#      accuracy of resuming a node from the shared state alone.
 #   bench/recovery/run.sh [BUILD_DIR]      (env: ITERS, ITERS18, KEEP_DIR)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -103,3 +105,29 @@ echo "kill -9 of rank 3 after iteration $((ITERS / 2 + 2)): resumed after iterat
 echo "final: $state, test accuracy $acc (uninterrupted $acc_ref)"
 echo "RESULT kill_to_next_iteration_s $kill_s"
 echo "RESULT restart_accuracy_delta_pt $(awk -v a="$acc" -v b="$acc_ref" 'BEGIN { printf "%.2f", 100 * (a - b) }')"
+
+# ---- 3. a node without its checkpoints (a new node in a lost one's place) ----
+# The same kill, after node 1's checkpoints are removed: at the restart its
+# ranks hold nothing, take the shared state (z, masks, penalties, position)
+# from node 0 and restart their own duals and momentum (docs/architecture.md).
+# Its cost: the final accuracy beside the uninterrupted job's.
+d=$work/fresh
+mkdir -p "$d"
+"$pxctl" run "$(spec resnet20 fashion-mnist "$iters" 5 1)" --json --keep --work-dir "$d" > "$work/fresh.json" 2>/dev/null &
+run_pid=$!
+log=""
+for _ in $(seq 600); do log=$(rank0_log fresh); [ -n "$log" ] && break; sleep 0.5; done
+until grep -q "rank 0: iteration $((ITERS / 2 + 2)) " "$log" 2>/dev/null; do sleep 0.05; done
+victim=$(pgrep -f "pxworker .*--rank 3 " | head -n 1)
+mate=$(pgrep -f "pxworker .*--rank 2 " | head -n 1)
+node1=$(dirname "$(find "$d" -name rank-3.log | head -n 1)")
+kill -STOP "$victim" "$mate"
+sleep 1 # a background checkpoint write in flight lands first
+rm -f "$node1"/checkpoints/ckpt-*
+kill -9 "$victim"
+kill -CONT "$mate"
+wait "$run_pid" || true
+acc=$(json "['test_accuracy']" < "$work/fresh.json")
+state=$(json "['state']" < "$work/fresh.json")
+echo "node 1 without checkpoints at the restart: $state, test accuracy $acc (uninterrupted $acc_ref)"
+echo "RESULT fresh_node_accuracy_delta_pt $(awk -v a="$acc" -v b="$acc_ref" 'BEGIN { printf "%.2f", 100 * (a - b) }')"
