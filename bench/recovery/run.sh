@@ -79,14 +79,21 @@ done
 iters=$((ITERS * 2))
 ref=$("$pxctl" run "$(spec resnet20 fashion-mnist "$iters" 5 1)" --json --work-dir "$work" 2>/dev/null)
 acc_ref=$(echo "$ref" | json "['test_accuracy']")
-d=$work/kill
-mkdir -p "$d"
-"$pxctl" run "$(spec resnet20 fashion-mnist "$iters" 5 1)" --json --keep --work-dir "$d" > "$work/kill.json" 2>/dev/null &
-run_pid=$!
-log=""
-for _ in $(seq 600); do log=$(rank0_log kill); [ -n "$log" ] && break; sleep 0.5; done
-until grep -q "rank 0: iteration $((ITERS / 2 + 2)) " "$log" 2>/dev/null; do sleep 0.05; done
-victim=$(pgrep -f "pxworker .*--rank 3 " | head -n 1)
+# start_until NAME: the restartable job (checkpoints every 5, one restart) in
+# the background under $work/NAME, output in $work/NAME.json; returns once
+# rank 0 logged iteration ITERS/2 + 2. Sets d, run_pid, log, victim (rank 3).
+start_until() {
+  d=$work/$1
+  mkdir -p "$d"
+  "$pxctl" run "$(spec resnet20 fashion-mnist "$iters" 5 1)" --json --keep --work-dir "$d" \
+    > "$work/$1.json" 2>/dev/null &
+  run_pid=$!
+  log=""
+  for _ in $(seq 600); do log=$(rank0_log "$1"); [ -n "$log" ] && break; sleep 0.5; done
+  until grep -q "rank 0: iteration $((ITERS / 2 + 2)) " "$log" 2>/dev/null; do sleep 0.05; done
+  victim=$(pgrep -f "pxworker .*--rank 3 " | head -n 1)
+}
+start_until kill
 t0=$(date +%s.%N)
 kill -9 "$victim"
 # the next iteration of attempt 2: the first iteration line after the marker
@@ -111,14 +118,7 @@ echo "RESULT restart_accuracy_delta_pt $(awk -v a="$acc" -v b="$acc_ref" 'BEGIN 
 # ranks hold nothing, take the shared state (z, masks, penalties, position)
 # from node 0 and restart their own duals and momentum (docs/architecture.md).
 # Its cost: the final accuracy beside the uninterrupted job's.
-d=$work/fresh
-mkdir -p "$d"
-"$pxctl" run "$(spec resnet20 fashion-mnist "$iters" 5 1)" --json --keep --work-dir "$d" > "$work/fresh.json" 2>/dev/null &
-run_pid=$!
-log=""
-for _ in $(seq 600); do log=$(rank0_log fresh); [ -n "$log" ] && break; sleep 0.5; done
-until grep -q "rank 0: iteration $((ITERS / 2 + 2)) " "$log" 2>/dev/null; do sleep 0.05; done
-victim=$(pgrep -f "pxworker .*--rank 3 " | head -n 1)
+start_until fresh
 mate=$(pgrep -f "pxworker .*--rank 2 " | head -n 1)
 node1=$(dirname "$(find "$d" -name rank-3.log | head -n 1)")
 kill -STOP "$victim" "$mate"
