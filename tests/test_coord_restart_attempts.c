@@ -97,6 +97,16 @@ static void expect(px_rpc_stream_t *s, int action, int attempt, const char *job)
   px_rpc_message_free(a);
 }
 
+/* Registers nodes named names[0..n) (one device each) and opens each one's
+ * assignment stream, as its agent would: ids[i], streams[i]. */
+static void nodes_up(fixture_t *f, int n, const char *const *names, char ids[][64],
+                     px_rpc_stream_t **streams) {
+  for (int i = 0; i < n; i++)
+    assert_int_equal(pxt_register(f->ch, names[i], 1, 0, ids[i], 64), PX_OK);
+  for (int i = 0; i < n; i++)
+    assert_int_equal(px_rpc_watch_assignments(f->ch, ids[i], &streams[i]), PX_OK);
+}
+
 static px_status_t rank_exit(fixture_t *f, const char *job, const char *node, int rank,
                              int attempt, int code, int sig) {
   Prunex__V1__RankExit req = PRUNEX__V1__RANK_EXIT__INIT;
@@ -118,12 +128,11 @@ static int has_event(const Prunex__V1__Job *j, int to, const char *text) {
 
 static void test_killed_rank_restarts_then_the_next_fault_fails_the_job(void **state) {
   fixture_t *f = *state;
-  char a[64], b[64], job[64];
-  px_rpc_stream_t *sa = NULL, *sb = NULL;
-  assert_int_equal(pxt_register(f->ch, "n1", 1, 0, a, sizeof a), PX_OK);
-  assert_int_equal(pxt_register(f->ch, "n2", 1, 0, b, sizeof b), PX_OK);
-  assert_int_equal(px_rpc_watch_assignments(f->ch, a, &sa), PX_OK);
-  assert_int_equal(px_rpc_watch_assignments(f->ch, b, &sb), PX_OK);
+  char id[2][64], job[64];
+  px_rpc_stream_t *strm[2] = {NULL, NULL};
+  nodes_up(f, 2, (const char *const[]){"n1", "n2"}, id, strm);
+  char *a = id[0], *b = id[1];
+  px_rpc_stream_t *sa = strm[0], *sb = strm[1];
   submit(f, 2, 1, job, sizeof job);
   expect(sa, START, 1, job);
   expect(sb, START, 1, job);
@@ -233,14 +242,11 @@ static void test_without_restarts_a_fault_fails_the_job(void **state) {
 
 static void test_lost_node_moves_the_job_to_the_third_node(void **state) {
   fixture_t *f = *state;
-  char a[64], b[64], c[64], job[64];
-  px_rpc_stream_t *sa = NULL, *sb = NULL, *sc = NULL;
-  assert_int_equal(pxt_register(f->ch, "n1", 1, 0, a, sizeof a), PX_OK);
-  assert_int_equal(pxt_register(f->ch, "n2", 1, 0, b, sizeof b), PX_OK);
-  assert_int_equal(pxt_register(f->ch, "n3", 1, 0, c, sizeof c), PX_OK);
-  assert_int_equal(px_rpc_watch_assignments(f->ch, a, &sa), PX_OK);
-  assert_int_equal(px_rpc_watch_assignments(f->ch, b, &sb), PX_OK);
-  assert_int_equal(px_rpc_watch_assignments(f->ch, c, &sc), PX_OK);
+  char id[3][64], job[64];
+  px_rpc_stream_t *strm[3] = {NULL, NULL, NULL};
+  nodes_up(f, 3, (const char *const[]){"n1", "n2", "n3"}, id, strm);
+  char *a = id[0], *b = id[1], *c = id[2];
+  px_rpc_stream_t *sa = strm[0], *sb = strm[1], *sc = strm[2];
   submit(f, 2, 1, job, sizeof job);
   expect(sa, START, 1, job);
   expect(sb, START, 1, job);
@@ -276,14 +282,11 @@ static void test_lost_node_moves_the_job_to_the_third_node(void **state) {
  * LOST, and the restarted job avoids it. */
 static void test_survivor_report_restarts_without_the_gone_node(void **state) {
   fixture_t *f = *state;
-  char a[64], b[64], c[64], job[64];
-  px_rpc_stream_t *sa = NULL, *sb = NULL, *sc = NULL;
-  assert_int_equal(pxt_register(f->ch, "n1", 1, 0, a, sizeof a), PX_OK);
-  assert_int_equal(pxt_register(f->ch, "n2", 1, 0, b, sizeof b), PX_OK);
-  assert_int_equal(pxt_register(f->ch, "n3", 1, 0, c, sizeof c), PX_OK);
-  assert_int_equal(px_rpc_watch_assignments(f->ch, a, &sa), PX_OK);
-  assert_int_equal(px_rpc_watch_assignments(f->ch, b, &sb), PX_OK);
-  assert_int_equal(px_rpc_watch_assignments(f->ch, c, &sc), PX_OK);
+  char id[3][64], job[64];
+  px_rpc_stream_t *strm[3] = {NULL, NULL, NULL};
+  nodes_up(f, 3, (const char *const[]){"n1", "n2", "n3"}, id, strm);
+  char *a = id[0], *b = id[1]; /* n3: free for the restart */
+  px_rpc_stream_t *sa = strm[0], *sb = strm[1], *sc = strm[2];
   submit(f, 2, 2, job, sizeof job);
   expect(sa, START, 1, job);
   expect(sb, START, 1, job);
@@ -326,14 +329,11 @@ static px_status_t heartbeat_running(px_rpc_channel_t *ch, const char *node, con
  * last: the job moves to the free third node. */
 static void test_placement_timeout_restarts_away_from_the_stuck_node(void **state) {
   fixture_t *f = *state;
-  char a[64], b[64], c[64], job[64];
-  px_rpc_stream_t *sa = NULL, *sb = NULL, *sc = NULL;
-  assert_int_equal(pxt_register(f->ch, "runs", 1, 0, a, sizeof a), PX_OK);
-  assert_int_equal(pxt_register(f->ch, "stuck", 1, 0, b, sizeof b), PX_OK);
-  assert_int_equal(pxt_register(f->ch, "spare", 1, 0, c, sizeof c), PX_OK);
-  assert_int_equal(px_rpc_watch_assignments(f->ch, a, &sa), PX_OK);
-  assert_int_equal(px_rpc_watch_assignments(f->ch, b, &sb), PX_OK);
-  assert_int_equal(px_rpc_watch_assignments(f->ch, c, &sc), PX_OK);
+  char id[3][64], job[64];
+  px_rpc_stream_t *strm[3] = {NULL, NULL, NULL};
+  nodes_up(f, 3, (const char *const[]){"runs", "stuck", "spare"}, id, strm);
+  char *a = id[0], *b = id[1], *c = id[2];
+  px_rpc_stream_t *sa = strm[0], *sb = strm[1], *sc = strm[2];
   submit(f, 2, 1, job, sizeof job);
   expect(sa, START, 1, job);
   expect(sb, START, 1, job);

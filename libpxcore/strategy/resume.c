@@ -197,9 +197,10 @@ static int px_rs_scan(const px_resume_t *rs, int *its, int cap, int clean) {
   return n;
 }
 
-/* Reads and checks the whole file of `iteration`; with load set the buffers
- * receive its contents (after every check passed). Logs why a file is
- * unusable and returns 0 then. */
+/* Reads and checks the whole file of `iteration`; with load set it is read
+ * straight into the buffers (a failed check then leaves them partly
+ * written: the caller fails the run). Logs why a file is unusable and
+ * returns 0 then. */
 static int px_rs_verify(px_resume_t *rs, int iteration, int load) {
   char path[4200];
   px_rs_path(rs, iteration, path, sizeof path);
@@ -228,25 +229,19 @@ static int px_rs_verify(px_resume_t *rs, int iteration, int load) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (int i = 0; !why && i < rs->n; i++) {
     px_rs_item_t *it = &rs->items[i];
-    if (px_safetensors_read(f, it->name, rs->scratch, it->bytes) != PX_OK) {
+    void *dst = load ? it->data : rs->scratch; /* one read either way */
+    if (px_safetensors_read(f, it->name, dst, it->bytes) != PX_OK) {
       snprintf(msg, sizeof msg, "%s", px_last_error());
       why = msg;
       break;
     }
-    h = px_rs_fnv(h, rs->scratch, it->bytes);
+    h = px_rs_fnv(h, dst, it->bytes);
   }
   char want[32];
   snprintf(want, sizeof want, "%016" PRIx64, h);
   if (!why && strcmp(want, sum) != 0) {
     snprintf(msg, sizeof msg, "checksum %s, the contents give %s: corrupt", sum, want);
     why = msg;
-  }
-  for (int i = 0; !why && load && i < rs->n; i++) {
-    px_rs_item_t *it = &rs->items[i];
-    if (px_safetensors_read(f, it->name, it->data, it->bytes) != PX_OK) {
-      snprintf(msg, sizeof msg, "%s", px_last_error());
-      why = msg;
-    }
   }
   px_safetensors_close(f);
   if (why) {
