@@ -25,7 +25,7 @@
 #include "prunex.pb-c.h"
 #include "prunex/px.h"
 #include "prunex/rpc.h"
-#include "px_service.h"
+#include "prunex/service.h"
 #include "util.h"
 
 #define PXA_ID_MAX 128

@@ -22,7 +22,7 @@
 
 #include "agent.h"
 #include "metrics.h"
-#include "px_conf.h"
+#include "prunex/conf.h"
 #include "prunex/cuda.h"
 
 static void pxa_usage(FILE *f) {

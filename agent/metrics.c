@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "metrics_schema.h"
-#include "px_check.h"
+#include "prunex/check.h"
 #include "util.h"
 
 struct pxa_metrics {

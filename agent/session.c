@@ -16,7 +16,7 @@
 
 #include "agent.h"
 #include "metrics.h"
-#include "px_check.h"
+#include "prunex/check.h"
 
 /* ---- waiting -------------------------------------------------------------- */
 

@@ -39,7 +39,7 @@
 #include "prunex/quantize.h"
 #include "prunex/rpc.h"
 #include "prunex/strategy.h"
-#include "px_check.h"
+#include "prunex/check.h"
 #include "util.h"
 
 #define PXW_EXIT_CANCELLED 3

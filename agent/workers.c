@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "agent.h"
-#include "px_check.h"
+#include "prunex/check.h"
 
 extern char **environ;
 

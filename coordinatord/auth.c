@@ -39,7 +39,7 @@
 #include <unistd.h>
 
 #include "coord.h"
-#include "px_check.h"
+#include "prunex/check.h"
 
 #define COORD_TOKENS_MAX_BYTES (4 << 20)
 #define COORD_TOKEN_MIN 16

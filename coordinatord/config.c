@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "coord.h"
-#include "px_check.h"
-#include "px_conf.h"
+#include "prunex/check.h"
+#include "prunex/conf.h"
 
 void coord_config_defaults(coord_config_t *cfg) {
   memset(cfg, 0, sizeof *cfg);

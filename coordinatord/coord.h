@@ -18,7 +18,7 @@
 #include "prunex/px.h"
 #include "prunex/rpc.h"
 #include "prunex/store.h"
-#include "rpc/px_rpc_server.h"
+#include "prunex/rpc_server.h"
 
 /* Short names for the proto enums used everywhere in the daemon. */
 enum {

@@ -34,7 +34,7 @@
 
 #include "coord.h"
 #include "http.h"
-#include "px_check.h"
+#include "prunex/check.h"
 
 struct coord_http {
   struct MHD_Daemon *d;

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "coord.h"
-#include "px_check.h"
+#include "prunex/check.h"
 
 /* Penalty in force for a layer whose penalties were never decided: the
  * reported one, else the spec's initial one, else 1. */

@@ -9,7 +9,7 @@
 #include "coord.h"
 #include "prunex/jobspec.h"
 #include "prunex/strategy.h"
-#include "px_check.h"
+#include "prunex/check.h"
 
 /* ---- spec ------------------------------------------------------------------ */
 

@@ -7,7 +7,7 @@
 
 #include "coord.h"
 #include "prunex/kv.h"
-#include "px_check.h"
+#include "prunex/check.h"
 
 struct coord_kv_wait {
   uv_timer_t timer;          /* first: the close callback frees the struct */

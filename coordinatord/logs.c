@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "coord.h"
-#include "px_check.h"
+#include "prunex/check.h"
 
 #define COORD_LOG_TAIL_BYTES (1 << 20) /* kept per rank */
 #define COORD_LOG_CHUNK_MAX (256 << 10) /* one upload */

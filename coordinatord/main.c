@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "coord.h"
-#include "px_service.h"
+#include "prunex/service.h"
 
 /* The service manager's watchdog keep-alive (px_service.h): loop thread. */
 static px_service_watchdog_t coord_watchdog;

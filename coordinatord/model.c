@@ -5,7 +5,7 @@
 #include <time.h>
 
 #include "coord.h"
-#include "px_check.h"
+#include "prunex/check.h"
 
 int64_t coord_now_ms(void) {
   struct timespec ts;

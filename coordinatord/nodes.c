@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "coord.h"
-#include "px_check.h"
+#include "prunex/check.h"
 
 /* ---- assignments ------------------------------------------------------------ */
 

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "coord.h"
-#include "px_check.h"
+#include "prunex/check.h"
 
 struct coord_gone {
   coord_gone_t *next;

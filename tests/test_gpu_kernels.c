@@ -109,7 +109,7 @@ static float *host_copy(const float *x, size_t n) {
   return y;
 }
 
-/* ---- CPU references that project.c and strategy.c keep static ------------------- */
+/* ---- CPU references that project.c and strategy/topk.c keep static ------------ */
 
 /* project.c's group norms, same loops, same order. */
 static void ref_norms(px_prune_group_t kind, const float *w, px_conv_shape_t s, double *norm) {
@@ -710,7 +710,7 @@ static void check_topk(px_test_rng_t *rng, size_t n, double ratio) {
     want[r].value = e[idx[r]];
     want_e[idx[r]] = 0.0f;
   }
-  /* what strategy.c guarantees of any choice: no unselected number beats a
+  /* what strategy/topk.c guarantees of any choice: no unselected number beats a
    * selected one */
   if (k > 0 && k < n && !isnan(e[idx[k]]))
     assert_true(fabsf(e[idx[k - 1]]) >= fabsf(e[idx[k]]));
@@ -750,7 +750,7 @@ static void test_topk_select_exact(void **state) {
   check_topk(&rng, 2000003, 0.001); /* beyond one grid */
 }
 
-/* Adding three ranks' pairs in rank order equals strategy.c's loop; an index
+/* Adding three ranks' pairs in rank order equals strategy/topk.c's loop; an index
  * out of range is skipped and counted. */
 static void test_topk_scatter_add_equals_cpu(void **state) {
   (void)state;

@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "prunex/px.h"
-#include "px_service.h"
+#include "prunex/service.h"
 
 #ifndef PX_VERSION_STRING
 #define PX_VERSION_STRING "0.0.0"

@@ -7,7 +7,7 @@
 #include <yaml.h>
 
 #include "px_check.h"
-#include "px_conf.h"
+#include "prunex/conf.h"
 
 static char *px__conf_trim(char *s) {
   while (isspace((unsigned char)*s)) s++;

@@ -9,7 +9,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "prunex/px.h"
-#include "px_service.h"
+#include "prunex/service.h"
 
 int px_service_notify(const char *fmt, ...) {
   char msg[1024];

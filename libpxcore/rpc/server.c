@@ -30,7 +30,7 @@
 
 #include "px_check.h"
 #include "px_rpc_int.h"
-#include "rpc/px_rpc_server.h"
+#include "prunex/rpc_server.h"
 
 #define PX__SLOTS_PER_METHOD 4
 #define PX__GENERIC_SLOTS 2

@@ -30,10 +30,10 @@ typedef struct {
 
 /* Defaults: adaptive, mu 10, tau 2, rho in [1e-6, 1e4], freeze after 3
  * stable iterations, 100 iterations, eps_abs 1e-4, eps_rel 1e-3. */
-void px_admm_policy_defaults(px_admm_policy_t *p);
+PX_API void px_admm_policy_defaults(px_admm_policy_t *p);
 
 /* PX_ERR_INVALID naming the bad field (admm.mu etc.) when out of range. */
-px_status_t px_admm_policy_validate(const px_admm_policy_t *p);
+PX_API px_status_t px_admm_policy_validate(const px_admm_policy_t *p);
 
 /* One layer's figures for one iteration. Residual norms are of the stacked
  * vectors over all ranks (intra: N blocks, inter: M blocks), as are the norms
@@ -66,15 +66,15 @@ typedef struct {
  * workers_per_node ranks: writes one decision per layer to out_layers[nlayers]
  * and the global one to *out, and advances *state. Fails with
  * PX_ERR_INVALID on a bad policy or a negative/NaN figure (naming the layer). */
-px_status_t px_admm_decide(const px_admm_policy_t *policy, px_admm_policy_state_t *state,
-                           int iteration, int64_t mask_drift, int num_nodes,
-                           int workers_per_node, const px_admm_layer_report_t *layers,
-                           int nlayers, px_admm_layer_decision_t *out_layers,
-                           px_admm_decision_t *out);
+PX_API px_status_t px_admm_decide(const px_admm_policy_t *policy, px_admm_policy_state_t *state,
+                                  int iteration, int64_t mask_drift, int num_nodes,
+                                  int workers_per_node, const px_admm_layer_report_t *layers,
+                                  int nlayers, px_admm_layer_decision_t *out_layers,
+                                  px_admm_decision_t *out);
 
 /* Scaled duals must follow a penalty change so that the unscaled dual
  * y = rho * u stays the same: u *= rho_old / rho_new. */
-void px_admm_rescale_dual(float *u, size_t n, double rho_old, double rho_new);
+PX_API void px_admm_rescale_dual(float *u, size_t n, double rho_old, double rho_new);
 
 #ifdef __cplusplus
 }

@@ -108,7 +108,7 @@ typedef struct {
 } px_comm_opts_t;
 
 /* Fills *o with the defaults spelled out (same effect as zeroing it). */
-void px_comm_opts_default(px_comm_opts_t *o);
+PX_API void px_comm_opts_default(px_comm_opts_t *o);
 
 /* Collective over all world_size ranks: creates this rank's communicator.
  * node_of_rank[world_size] gives each rank's node id (0 <= id < world_size,
@@ -117,43 +117,43 @@ void px_comm_opts_default(px_comm_opts_t *o);
  * PX_ERR_INVALID for bad arguments, PX_ERR_BACKEND when UCX (or NCCL) fails,
  * PX_ERR_NOT_BUILT when nccl = 1 without CUDA. *out is owned by the caller
  * (px_comm_destroy). */
-px_status_t px_comm_create(int rank, int world_size, const int *node_of_rank, px_kv_t *kv,
-                           const px_comm_opts_t *opts, px_comm_t **out);
+PX_API px_status_t px_comm_create(int rank, int world_size, const int *node_of_rank, px_kv_t *kv,
+                                  const px_comm_opts_t *opts, px_comm_t **out);
 
 /* Waits for pending non-blocking operations, then frees everything; every
  * group and request of the communicator becomes invalid. Not collective, but
  * a healthy communicator flushes its last messages so that peers still
  * finishing their last collective are not disturbed. NULL is a no-op. */
-void px_comm_destroy(px_comm_t *c);
+PX_API void px_comm_destroy(px_comm_t *c);
 
 /* Breaks the communicator on purpose: this rank and (best effort, right
  * away) every peer fail their current and later calls with st (a negative
  * status, e.g. PX_ERR_PEER; peers see PX_ERR_PEER). For shutting down a job
  * whose rank gave up. The one call that may come from another thread while
  * a call on c is in progress: that call then fails promptly. */
-void px_comm_abort(px_comm_t *c, px_status_t st);
+PX_API void px_comm_abort(px_comm_t *c, px_status_t st);
 
-int px_comm_rank(const px_comm_t *c);
-int px_comm_size(const px_comm_t *c);
-int px_comm_node(const px_comm_t *c);    /* node id of this rank */
-int px_comm_nnodes(const px_comm_t *c);  /* number of distinct nodes */
+PX_API int px_comm_rank(const px_comm_t *c);
+PX_API int px_comm_size(const px_comm_t *c);
+PX_API int px_comm_node(const px_comm_t *c);    /* node id of this rank */
+PX_API int px_comm_nnodes(const px_comm_t *c);  /* number of distinct nodes */
 /* PX_OK while healthy, else the status that broke it. */
-px_status_t px_comm_status(const px_comm_t *c);
+PX_API px_status_t px_comm_status(const px_comm_t *c);
 /* 1 when this libpxcore can run NCCL communicators (built with CUDA). */
-int px_comm_nccl_built(void);
+PX_API int px_comm_nccl_built(void);
 
 /* The group of that kind, owned by the communicator; NULL when this rank is
  * not a member (inter on a non-leader). */
-px_group_t *px_comm_group(px_comm_t *c, px_group_kind_t kind);
-px_group_kind_t px_group_kind(const px_group_t *g);
-int px_group_rank(const px_group_t *g);
-int px_group_size(const px_group_t *g);
+PX_API px_group_t *px_comm_group(px_comm_t *c, px_group_kind_t kind);
+PX_API px_group_kind_t px_group_kind(const px_group_t *g);
+PX_API int px_group_rank(const px_group_t *g);
+PX_API int px_group_size(const px_group_t *g);
 /* World rank of group rank i (0 <= i < size). */
-int px_group_world_rank(const px_group_t *g, int i);
+PX_API int px_group_world_rank(const px_group_t *g, int i);
 /* 1 when the group has an NCCL communicator, so that its collectives take
  * device buffers (the communicator was created with opts.nccl = 1); 0 when
  * only host memory can be passed (NULL gives 0). */
-int px_group_nccl(const px_group_t *g);
+PX_API int px_group_nccl(const px_group_t *g);
 
 /* ---- collectives -----------------------------------------------------------
  * Buffers are host memory, or device memory when the group has an NCCL
@@ -163,56 +163,57 @@ int px_group_nccl(const px_group_t *g);
  * original status) when the communicator is already broken. */
 
 /* recv[i] = op over ranks of send[i], i < count. send == recv is in place. */
-px_status_t px_comm_allreduce(px_group_t *g, const void *send, void *recv, size_t count,
-                              px_comm_dtype_t dt, px_comm_op_t op);
+PX_API px_status_t px_comm_allreduce(px_group_t *g, const void *send, void *recv, size_t count,
+                                     px_comm_dtype_t dt, px_comm_op_t op);
 
 /* buf[count] of group rank root is copied to every member. */
-px_status_t px_comm_broadcast(px_group_t *g, void *buf, size_t count, px_comm_dtype_t dt,
-                              int root);
+PX_API px_status_t px_comm_broadcast(px_group_t *g, void *buf, size_t count, px_comm_dtype_t dt,
+                                     int root);
 
 /* recv[size * count] = the send[count] blocks of ranks 0..size-1 in order.
  * send may be recv + rank * count (in place). */
-px_status_t px_comm_allgather(px_group_t *g, const void *send, void *recv, size_t count,
-                              px_comm_dtype_t dt);
+PX_API px_status_t px_comm_allgather(px_group_t *g, const void *send, void *recv, size_t count,
+                                     px_comm_dtype_t dt);
 
 /* Like allgather with counts[i] elements from rank i (counts identical on all
  * ranks, zeros allowed); block i starts at element sum(counts[0..i)). */
-px_status_t px_comm_allgatherv(px_group_t *g, const void *send, void *recv,
-                               const size_t *counts, px_comm_dtype_t dt);
+PX_API px_status_t px_comm_allgatherv(px_group_t *g, const void *send, void *recv,
+                                      const size_t *counts, px_comm_dtype_t dt);
 
-px_status_t px_comm_barrier(px_group_t *g);
+PX_API px_status_t px_comm_barrier(px_group_t *g);
 
 /* In-place allreduce of n tensors bufs[i][counts[i]], packed into buckets of
  * opts.bucket_bytes (a tensor larger than a bucket is reduced in place, one
  * bucket-sized slice at a time). The bucket is allocated on first use and
  * kept: steady-state calls allocate nothing. */
-px_status_t px_comm_allreduce_list(px_group_t *g, void *const *bufs, const size_t *counts, int n,
-                                   px_comm_dtype_t dt, px_comm_op_t op);
+PX_API px_status_t px_comm_allreduce_list(px_group_t *g, void *const *bufs, const size_t *counts,
+                                          int n, px_comm_dtype_t dt, px_comm_op_t op);
 
 /* ---- non-blocking forms ----------------------------------------------------
  * Same arguments plus *req (owned by the caller until px_comm_wait). Buffers
  * (and counts / bufs arrays) must stay valid and untouched until the
  * request completes. Operations run in call order on the progress thread. */
-px_status_t px_comm_iallreduce(px_group_t *g, const void *send, void *recv, size_t count,
-                               px_comm_dtype_t dt, px_comm_op_t op, px_comm_req_t **req);
-px_status_t px_comm_ibroadcast(px_group_t *g, void *buf, size_t count, px_comm_dtype_t dt,
-                               int root, px_comm_req_t **req);
-px_status_t px_comm_iallgather(px_group_t *g, const void *send, void *recv, size_t count,
-                               px_comm_dtype_t dt, px_comm_req_t **req);
-px_status_t px_comm_iallgatherv(px_group_t *g, const void *send, void *recv,
-                                const size_t *counts, px_comm_dtype_t dt, px_comm_req_t **req);
-px_status_t px_comm_ibarrier(px_group_t *g, px_comm_req_t **req);
-px_status_t px_comm_iallreduce_list(px_group_t *g, void *const *bufs, const size_t *counts,
-                                    int n, px_comm_dtype_t dt, px_comm_op_t op,
-                                    px_comm_req_t **req);
+PX_API px_status_t px_comm_iallreduce(px_group_t *g, const void *send, void *recv, size_t count,
+                                      px_comm_dtype_t dt, px_comm_op_t op, px_comm_req_t **req);
+PX_API px_status_t px_comm_ibroadcast(px_group_t *g, void *buf, size_t count, px_comm_dtype_t dt,
+                                      int root, px_comm_req_t **req);
+PX_API px_status_t px_comm_iallgather(px_group_t *g, const void *send, void *recv, size_t count,
+                                      px_comm_dtype_t dt, px_comm_req_t **req);
+PX_API px_status_t px_comm_iallgatherv(px_group_t *g, const void *send, void *recv,
+                                       const size_t *counts, px_comm_dtype_t dt,
+                                       px_comm_req_t **req);
+PX_API px_status_t px_comm_ibarrier(px_group_t *g, px_comm_req_t **req);
+PX_API px_status_t px_comm_iallreduce_list(px_group_t *g, void *const *bufs, const size_t *counts,
+                                           int n, px_comm_dtype_t dt, px_comm_op_t op,
+                                           px_comm_req_t **req);
 
 /* *done = 1 when the request has completed (successfully or not); never
  * blocks. The request stays valid until px_comm_wait. */
-px_status_t px_comm_test(px_comm_req_t *req, int *done);
+PX_API px_status_t px_comm_test(px_comm_req_t *req, int *done);
 
 /* Waits for the request (bounded by the communicator's timeout), frees it and
  * returns the operation's status. */
-px_status_t px_comm_wait(px_comm_req_t *req);
+PX_API px_status_t px_comm_wait(px_comm_req_t *req);
 
 /* ---- traffic ---------------------------------------------------------------
  * Payload bytes this rank passed to send calls and received, per tier,
@@ -224,11 +225,11 @@ typedef struct {
   uint64_t recv[2];
 } px_comm_traffic_t;
 
-void px_comm_traffic(const px_comm_t *c, px_comm_traffic_t *out);
-void px_comm_traffic_reset(px_comm_t *c);
+PX_API void px_comm_traffic(const px_comm_t *c, px_comm_traffic_t *out);
+PX_API void px_comm_traffic_reset(px_comm_t *c);
 
 /* Bytes per element of a dtype (4, 8, 1); 0 for an unknown one. */
-size_t px_comm_dtype_size(px_comm_dtype_t dt);
+PX_API size_t px_comm_dtype_size(px_comm_dtype_t dt);
 
 #ifdef __cplusplus
 }

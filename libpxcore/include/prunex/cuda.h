@@ -14,24 +14,24 @@ extern "C" {
 #endif
 
 /* 1 when libpxcore was built with the CUDA backend. */
-int px_cuda_built(void);
+PX_API int px_cuda_built(void);
 
 /* Number of usable CUDA devices in *count. A build without CUDA fails with
  * PX_ERR_NOT_BUILT; a machine without a driver or GPU gives PX_OK and 0. */
-px_status_t px_cuda_device_count(int *count);
+PX_API px_status_t px_cuda_device_count(int *count);
 
 /* Name and total memory of a device. PX_ERR_INVALID for a bad index. */
-px_status_t px_cuda_device_info(int device, char *name, size_t name_len,
-                                uint64_t *memory_bytes);
+PX_API px_status_t px_cuda_device_info(int device, char *name, size_t name_len,
+                                       uint64_t *memory_bytes);
 
 /* The PCI bus id of a device ("0000:65:00.0"), NUL-terminated in buf[len]
  * (13 bytes suffice; a longer id is cut). With the host name it tells whether
  * two processes drive the same GPU. PX_ERR_INVALID for a bad index. */
-px_status_t px_cuda_device_bus_id(int device, char *buf, size_t len);
+PX_API px_status_t px_cuda_device_bus_id(int device, char *buf, size_t len);
 
 /* Runs a tiny kernel on the device and checks its result: proves that the
  * device, the driver and our compiled code agree. */
-px_status_t px_cuda_selftest(int device);
+PX_API px_status_t px_cuda_selftest(int device);
 
 /* ---- device memory accounting ---------------------------------------------
  * CUDA tensors and arenas get their memory from a caching allocator: freed
@@ -50,11 +50,11 @@ typedef struct {
 } px_cuda_mem_stats_t;
 
 /* Process-wide counters (a consistent snapshot). */
-void px_cuda_mem_stats(px_cuda_mem_stats_t *out);
+PX_API void px_cuda_mem_stats(px_cuda_mem_stats_t *out);
 
 /* Returns every cached block to the driver (cudaFree). Live blocks are not
  * touched. Fails only on a CUDA error. */
-px_status_t px_cuda_mem_trim(void);
+PX_API px_status_t px_cuda_mem_trim(void);
 
 #ifdef __cplusplus
 }

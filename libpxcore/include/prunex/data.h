@@ -50,10 +50,10 @@ extern "C" {
 /* Standard normalisation constants, in units of pixel / 255. The
  * Fashion-MNIST ones are the usual statistics of the 28x28 images (they are
  * applied unchanged to the 32x32 padded images, as is common practice). */
-extern const float px_fashion_mnist_mean[1]; /* 0.2860 */
-extern const float px_fashion_mnist_std[1];  /* 0.3530 */
-extern const float px_cifar10_mean[3];       /* 0.4914, 0.4822, 0.4465 (R, G, B) */
-extern const float px_cifar10_std[3];        /* 0.2470, 0.2435, 0.2616 */
+PX_API extern const float px_fashion_mnist_mean[1]; /* 0.2860 */
+PX_API extern const float px_fashion_mnist_std[1];  /* 0.3530 */
+PX_API extern const float px_cifar10_mean[3];       /* 0.4914, 0.4822, 0.4465 (R, G, B) */
+PX_API extern const float px_cifar10_std[3];        /* 0.2470, 0.2435, 0.2616 */
 
 typedef enum {
   PX_SPLIT_TRAIN = 0,
@@ -80,7 +80,8 @@ typedef struct {
  * format load too. The caller owns *out (px_dataset_destroy). Fails with
  * PX_ERR_IO (missing or unreadable file), PX_ERR_FORMAT, PX_ERR_NOMEM,
  * PX_ERR_INVALID (NULL argument, path too long); *out is untouched then. */
-px_status_t px_dataset_load_fashion_mnist(const char *dir, px_split_t split, px_dataset_t **out);
+PX_API px_status_t px_dataset_load_fashion_mnist(const char *dir, px_split_t split,
+                                                 px_dataset_t **out);
 
 /* Loads any IDX pair: an idx3 ubyte image file (magic 0x00000803) and an idx1
  * ubyte label file (0x00000801), each gzip-compressed or plain; a path ending
@@ -89,27 +90,27 @@ px_status_t px_dataset_load_fashion_mnist(const char *dir, px_split_t split, px_
  * rows and cols must be 1..4096. Labels must be < num_classes (1..256). The
  * default mean/std are 0.5/0.5 (set the loader's mean/std for the real
  * statistics). Same ownership and errors as px_dataset_load_fashion_mnist. */
-px_status_t px_dataset_load_idx(const char *images_path, const char *labels_path,
-                                int32_t num_classes, int32_t pad, px_dataset_t **out);
+PX_API px_status_t px_dataset_load_idx(const char *images_path, const char *labels_path,
+                                       int32_t num_classes, int32_t pad, px_dataset_t **out);
 
 /* Writes len bytes to path (created or truncated), gzip-compressed when the
  * name ends in ".gz", so that what the readers accept can be produced: data
  * subsets, caches, test fixtures. Fails with PX_ERR_INVALID (NULL argument)
  * or PX_ERR_IO naming the file; a partly written file may remain then. */
-px_status_t px_data_write_file(const char *path, const void *data, size_t len);
+PX_API px_status_t px_data_write_file(const char *path, const void *data, size_t len);
 
 /* Loads a CIFAR-10 split from dir (or from dir/cifar-10-batches-bin when dir
  * itself has no data_batch_1.bin): data_batch_1.bin .. data_batch_5.bin for
  * the training split, test_batch.bin for the test split. 3x32x32, 10 classes,
  * mean/std px_cifar10_*. Same ownership and errors as above. */
-px_status_t px_dataset_load_cifar10(const char *dir, px_split_t split, px_dataset_t **out);
+PX_API px_status_t px_dataset_load_cifar10(const char *dir, px_split_t split, px_dataset_t **out);
 
 /* Loads and concatenates CIFAR-10 binary files in the given order. Each file
  * is a sequence of 3073-byte records (label byte 0..9, then 3072 pixel bytes
  * in CHW order); any positive number of records per file is accepted (the
  * real files hold 10000). Same ownership and errors as above. */
-px_status_t px_dataset_load_cifar10_files(const char *const *paths, int nfiles,
-                                          px_dataset_t **out);
+PX_API px_status_t px_dataset_load_cifar10_files(const char *const *paths, int nfiles,
+                                                 px_dataset_t **out);
 
 /* Creates a data set from caller memory, which is copied: images
  * [n][channels][height][width] (NULL for all zeros) and labels [n] (NULL for
@@ -117,26 +118,26 @@ px_status_t px_dataset_load_cifar10_files(const char *const *paths, int nfiles,
  * positive height and width, 1 <= num_classes <= 256, std > 0). The caller owns
  * *out. Fails with PX_ERR_INVALID (bad info, label >= num_classes) or
  * PX_ERR_NOMEM. */
-px_status_t px_dataset_create(const px_dataset_info_t *info, const uint8_t *images,
-                              const uint8_t *labels, px_dataset_t **out);
+PX_API px_status_t px_dataset_create(const px_dataset_info_t *info, const uint8_t *images,
+                                     const uint8_t *labels, px_dataset_t **out);
 
 /* Creates a data set of uniformly random pixels (0..255) and uniformly random
  * labels, a pure function of (shape, seed). info->mean/std are kept, except
  * that a channel with std <= 0 gets mean 0.5 and std 0.2887 (uniform [0, 1]).
  * The caller owns *out. Fails like px_dataset_create. */
-px_status_t px_dataset_create_synthetic(const px_dataset_info_t *info, uint64_t seed,
-                                        px_dataset_t **out);
+PX_API px_status_t px_dataset_create_synthetic(const px_dataset_info_t *info, uint64_t seed,
+                                               px_dataset_t **out);
 
 /* Frees the data set; NULL is a no-op. No loader may still use it. */
-void px_dataset_destroy(px_dataset_t *ds);
+PX_API void px_dataset_destroy(px_dataset_t *ds);
 
 /* Shape, classes and default normalisation; owned by ds, valid while it lives. */
-const px_dataset_info_t *px_dataset_info(const px_dataset_t *ds);
+PX_API const px_dataset_info_t *px_dataset_info(const px_dataset_t *ds);
 /* Images [n][channels][height][width] and labels [n]; owned by ds, read-only. */
-const uint8_t *px_dataset_images(const px_dataset_t *ds);
-const uint8_t *px_dataset_labels(const px_dataset_t *ds);
+PX_API const uint8_t *px_dataset_images(const px_dataset_t *ds);
+PX_API const uint8_t *px_dataset_labels(const px_dataset_t *ds);
 /* Short description for logs, e.g. "fashion-mnist/train"; owned by ds. */
-const char *px_dataset_name(const px_dataset_t *ds);
+PX_API const char *px_dataset_name(const px_dataset_t *ds);
 
 /* ---- sharding, shuffling, augmentation, normalisation -------------------- */
 
@@ -155,14 +156,14 @@ typedef enum {
  * rank (0 <= rank < world). Slices of consecutive ranks are adjacent and
  * ascending. Fails with PX_ERR_INVALID on n < 0, world < 1 or a rank out of
  * range. */
-px_status_t px_data_shard(int64_t n, int32_t rank, int32_t world, px_shard_mode_t mode,
-                          int64_t *begin, int64_t *count);
+PX_API px_status_t px_data_shard(int64_t n, int32_t rank, int32_t world, px_shard_mode_t mode,
+                                 int64_t *begin, int64_t *count);
 
 /* Writes to perm[n] the permutation of 0..n-1 for (seed, epoch): a
  * Fisher-Yates shuffle driven by xoshiro256** seeded from (seed, epoch), so it
  * is the same on every machine and differs between epochs. Fails with
  * PX_ERR_INVALID on n < 0 or n > UINT32_MAX. */
-px_status_t px_data_shuffle(int64_t n, uint64_t seed, int64_t epoch, uint32_t *perm);
+PX_API px_status_t px_data_shuffle(int64_t n, uint64_t seed, int64_t epoch, uint32_t *perm);
 
 /* Augmentation settings; all zero is no augmentation. */
 typedef struct {
@@ -179,19 +180,19 @@ typedef struct {
 
 /* Choices for sample `index` (its index in the data set) in `epoch`: a pure
  * function of its arguments. aug NULL means no augmentation. */
-void px_augment_choose(const px_augment_t *aug, uint64_t seed, int64_t epoch, int64_t index,
-                       px_crop_flip_t *out);
+PX_API void px_augment_choose(const px_augment_t *aug, uint64_t seed, int64_t epoch, int64_t index,
+                              px_crop_flip_t *out);
 
 /* Applies a crop and flip to one uint8 image src[c][h][w]:
  *   out[ch][y][x] = padded[ch][y + dy][x' + dx], x' = flip ? w-1-x : x,
  * where padded is src surrounded by `pad` zeros. dst must not overlap src. */
-void px_augment_apply_u8(const uint8_t *src, int32_t c, int32_t h, int32_t w, int32_t pad,
-                         const px_crop_flip_t *cf, uint8_t *dst);
+PX_API void px_augment_apply_u8(const uint8_t *src, int32_t c, int32_t h, int32_t w, int32_t pad,
+                                const px_crop_flip_t *cf, uint8_t *dst);
 
 /* dst[ch][i] = (src[ch][i] / 255 - mean[ch]) / std[ch] for c channels of hw
  * pixels each. */
-void px_data_normalize_u8(const uint8_t *src, int32_t c, int64_t hw, const float *mean,
-                          const float *std, float *dst);
+PX_API void px_data_normalize_u8(const uint8_t *src, int32_t c, int64_t hw, const float *mean,
+                                 const float *std, float *dst);
 
 /* Builds one batch from data set samples indices[0..n): x gets n float
  * images [n][c][h][w] (augmented when aug is not NULL and active, with
@@ -199,9 +200,9 @@ void px_data_normalize_u8(const uint8_t *src, int32_t c, int64_t hw, const float
  * mean/std), y gets the n labels. Allocates nothing; safe to call from
  * several threads on the same data set. Fails with PX_ERR_INVALID on an
  * index out of range or n < 0 (x and y may then be partly written). */
-px_status_t px_data_fill_batch(const px_dataset_t *ds, const uint32_t *indices, int32_t n,
-                               const px_augment_t *aug, const float *mean, const float *std,
-                               uint64_t seed, int64_t epoch, float *x, int32_t *y);
+PX_API px_status_t px_data_fill_batch(const px_dataset_t *ds, const uint32_t *indices, int32_t n,
+                                      const px_augment_t *aug, const float *mean, const float *std,
+                                      uint64_t seed, int64_t epoch, float *x, int32_t *y);
 
 /* ---- batch loader --------------------------------------------------------- */
 
@@ -224,11 +225,11 @@ typedef struct {
 /* Training defaults for ds: batch 128, rank 0 of 1, PX_SHARD_EQUAL, seed 0,
  * shuffle on, drop_last off, no augmentation, the data set's mean/std,
  * prefetch 1. */
-void px_loader_config_default(const px_dataset_t *ds, px_loader_config_t *out);
+PX_API void px_loader_config_default(const px_dataset_t *ds, px_loader_config_t *out);
 
 /* Evaluation defaults for ds: as above but PX_SHARD_SPREAD (every sample is
  * seen once across ranks), no shuffle, no augmentation, prefetch 0. */
-void px_loader_config_eval(const px_dataset_t *ds, px_loader_config_t *out);
+PX_API void px_loader_config_eval(const px_dataset_t *ds, px_loader_config_t *out);
 
 /* One batch. The buffers belong to the loader and stay valid until the next
  * px_loader_next, px_loader_end_epoch or px_loader_destroy. */
@@ -246,51 +247,51 @@ typedef struct {
  * when prefetch > 0, starts the background thread, which idles until an
  * epoch begins. The caller owns *out (px_loader_destroy). Fails with
  * PX_ERR_INVALID (bad config), PX_ERR_NOMEM, PX_ERR_BACKEND (thread creation). */
-px_status_t px_loader_create(const px_dataset_t *ds, const px_loader_config_t *cfg,
-                             px_loader_t **out);
+PX_API px_status_t px_loader_create(const px_dataset_t *ds, const px_loader_config_t *cfg,
+                                    px_loader_t **out);
 
 /* Stops and joins the background thread (also in the middle of an epoch; it
  * waits at most for the batch being built) and frees everything. NULL is a
  * no-op. */
-void px_loader_destroy(px_loader_t *l);
+PX_API void px_loader_destroy(px_loader_t *l);
 
 /* Starts epoch `epoch` (any value; it selects the permutation and the
  * augmentation choices): the background thread starts filling batches.
  * Fails with PX_ERR_STATE if an epoch is already active (call
  * px_loader_end_epoch first). */
-px_status_t px_loader_begin_epoch(px_loader_t *l, int64_t epoch);
+PX_API px_status_t px_loader_begin_epoch(px_loader_t *l, int64_t epoch);
 /* The same, starting at batch `first` of the epoch (0..batches): a resumed
  * job picks up its data order where its checkpoint left it. */
-px_status_t px_loader_begin_epoch_at(px_loader_t *l, int64_t epoch, int64_t first);
+PX_API px_status_t px_loader_begin_epoch_at(px_loader_t *l, int64_t epoch, int64_t first);
 /* Batches of the active epoch handed out so far (0 when none is active). */
-int64_t px_loader_position(const px_loader_t *l);
+PX_API int64_t px_loader_position(const px_loader_t *l);
 
 /* Next batch of the active epoch. Returns 1 and fills *out, or 0 (PX_OK) when
  * the epoch has no more batches. Invalidates the previously returned batch.
  * Fails with PX_ERR_STATE when no epoch is active. Must be called from one
  * thread at a time. */
-px_status_t px_loader_next(px_loader_t *l, px_batch_t *out);
+PX_API px_status_t px_loader_next(px_loader_t *l, px_batch_t *out);
 
 /* Ends the active epoch, whether or not all its batches were taken: batches
  * prepared ahead are discarded and the last returned batch is invalidated.
  * A no-op when no epoch is active. Always PX_OK. */
-px_status_t px_loader_end_epoch(px_loader_t *l);
+PX_API px_status_t px_loader_end_epoch(px_loader_t *l);
 
 /* Batches per epoch on this rank, and samples per epoch on this rank (after
  * sharding and drop_last). The same for every epoch. */
-int64_t px_loader_num_batches(const px_loader_t *l);
-int64_t px_loader_num_samples(const px_loader_t *l);
+PX_API int64_t px_loader_num_batches(const px_loader_t *l);
+PX_API int64_t px_loader_num_samples(const px_loader_t *l);
 
 /* Batches of the active epoch already built ahead and not yet taken: at most
  * prefetch while the caller holds a batch, prefetch + 1 before the epoch's
  * first px_loader_next; 0 when no epoch is active or prefetch is 0. For
  * diagnostics and tests. */
-int32_t px_loader_ready(px_loader_t *l);
+PX_API int32_t px_loader_ready(px_loader_t *l);
 
 /* Seconds px_loader_next has spent waiting for the background thread (with
  * prefetch) or building batches (without), since creation: the time compute
  * was held up by the input pipeline. */
-double px_loader_stall_seconds(const px_loader_t *l);
+PX_API double px_loader_stall_seconds(const px_loader_t *l);
 
 /* ---- synthetic inputs for benchmarks --------------------------------------- */
 
@@ -308,14 +309,14 @@ typedef struct {
 } px_synth_config_t;
 
 /* 3x32x32, 10 classes, uniform in [-1, 1), seed 0. */
-void px_synth_config_default(px_synth_config_t *out);
+PX_API void px_synth_config_default(px_synth_config_t *out);
 
 /* Writes batch `batch_index` of a synthetic stream: x[n][c][h][w] and y[n],
  * a pure function of (cfg, batch_index, n); allocates nothing and may be
  * called from several threads. Fails with PX_ERR_INVALID on a bad config
  * (non-positive dimensions or classes, scale < 0) or n < 0. */
-px_status_t px_synth_batch(const px_synth_config_t *cfg, int64_t batch_index, int32_t n,
-                           float *x, int32_t *y);
+PX_API px_status_t px_synth_batch(const px_synth_config_t *cfg, int64_t batch_index, int32_t n,
+                                  float *x, int32_t *y);
 
 #ifdef __cplusplus
 }

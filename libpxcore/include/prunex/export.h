@@ -46,8 +46,8 @@ extern "C" {
  * config carries its widths (px_model_save writes them as metadata
  * "widths"). dense is not modified. Fails with PX_ERR_NOMEM, or the errors of
  * px_model_create and tensor copies. */
-px_status_t px_model_compact(const px_model_t *dense, px_ops_t *ops, int32_t batch,
-                             px_model_t **out);
+PX_API px_status_t px_model_compact(const px_model_t *dense, px_ops_t *ops, int32_t batch,
+                                    px_model_t **out);
 
 /* What px_onnx_save writes in metadata_props besides the input and output
  * descriptions; every field may be NULL. */
@@ -59,7 +59,7 @@ typedef struct {
 /* Writes m (dense or compact, any device) as an ONNX model to path
  * (atomically: temporary file + rename). The batch dimension is symbolic
  * ("N"). Fails with PX_ERR_IO naming the path, PX_ERR_NOMEM. */
-px_status_t px_onnx_save(const px_model_t *m, const char *path, const px_onnx_info_t *info);
+PX_API px_status_t px_onnx_save(const px_model_t *m, const char *path, const px_onnx_info_t *info);
 
 /* Result of px_export_file. */
 typedef struct {
@@ -82,13 +82,13 @@ typedef struct {
  * trained on, for the ONNX input description (NULL: "fashion-mnist" for a
  * one-channel model, PruneX's only one-channel data set, else unknown). Fails with the loading,
  * compaction or writing error (naming the file). */
-px_status_t px_export_file(const char *model_path, const char *out_dir, int onnx,
-                           const char *dataset, px_export_report_t *rep);
+PX_API px_status_t px_export_file(const char *model_path, const char *out_dir, int onnx,
+                                  const char *dataset, px_export_report_t *rep);
 
 /* Parameter elements a checkpoint's compact model would have, and the
  * dense count, without writing anything (for job summaries). */
-px_status_t px_export_count(const char *model_path, size_t *dense_params,
-                            size_t *compact_params);
+PX_API px_status_t px_export_count(const char *model_path, size_t *dense_params,
+                                   size_t *compact_params);
 
 #ifdef __cplusplus
 }

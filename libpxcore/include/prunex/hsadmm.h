@@ -101,9 +101,9 @@ typedef struct px_hsadmm px_hsadmm_t;
  * that all ranks must use the same parameter list and config). z, z_i start
  * at the mean of the ranks' initial theta (one world allreduce), u and v at
  * zero. params are borrowed for the handle's life. Caller owns *out. */
-px_status_t px_hsadmm_create(px_comm_t *comm, const px_hsadmm_param_t *params, int nparams,
-                             const px_hsadmm_config_t *cfg, px_hsadmm_t **out);
-void px_hsadmm_destroy(px_hsadmm_t *h);
+PX_API px_status_t px_hsadmm_create(px_comm_t *comm, const px_hsadmm_param_t *params, int nparams,
+                                    const px_hsadmm_config_t *cfg, px_hsadmm_t **out);
+PX_API void px_hsadmm_destroy(px_hsadmm_t *h);
 
 /* comm.quantize: with bits 8 or 4, each leader sends its packed z_i + v_i
  * as block-scaled integers with stochastic rounding and error feedback
@@ -116,33 +116,35 @@ void px_hsadmm_destroy(px_hsadmm_t *h);
  * allocates the buffers then; syncs allocate nothing). Fails with
  * PX_ERR_INVALID for other widths or in flat mode, PX_ERR_STATE after a
  * sync, PX_ERR_NOMEM. */
-px_status_t px_hsadmm_set_quantize(px_hsadmm_t *h, int bits, uint64_t seed);
+PX_API px_status_t px_hsadmm_set_quantize(px_hsadmm_t *h, int bits, uint64_t seed);
 
 /* The proximal target of parameter i for the local phase: z_i (z in flat
  * mode), u and the current rho1. Pointers stay valid for the handle's life. */
-void px_hsadmm_prox(const px_hsadmm_t *h, int i, const float **z, const float **u, float *rho1);
+PX_API void px_hsadmm_prox(const px_hsadmm_t *h, int i, const float **z, const float **u,
+                           float *rho1);
 
 /* Phases 2-5 of the round. Fails with the data plane's error (every rank
  * fails within the communicator's timeout when a peer dies). */
-px_status_t px_hsadmm_sync(px_hsadmm_t *h, px_hsadmm_round_t **round);
+PX_API px_status_t px_hsadmm_sync(px_hsadmm_t *h, px_hsadmm_round_t **round);
 
 /* Phase 6: rank 0 calls control (which may be NULL on other ranks), the
  * decision is broadcast and applied on every rank. *stop tells whether to end. */
-px_status_t px_hsadmm_decide(px_hsadmm_t *h, px_hsadmm_control_fn control, void *ctx, int *stop);
+PX_API px_status_t px_hsadmm_decide(px_hsadmm_t *h, px_hsadmm_control_fn control, void *ctx,
+                                    int *stop);
 
 /* The global consensus z of parameter i (what the job's model is), the
  * union group mask of prunable parameter i (NULL otherwise), and whether the
  * masks are frozen. */
-const float *px_hsadmm_z(const px_hsadmm_t *h, int i);
-const uint8_t *px_hsadmm_mask(const px_hsadmm_t *h, int i);
-int px_hsadmm_frozen(const px_hsadmm_t *h);
+PX_API const float *px_hsadmm_z(const px_hsadmm_t *h, int i);
+PX_API const uint8_t *px_hsadmm_mask(const px_hsadmm_t *h, int i);
+PX_API int px_hsadmm_frozen(const px_hsadmm_t *h);
 /* Kept fraction of parameter i's elements in z's masks (the union once
  * frozen); 1 for a parameter that is not prunable. */
-double px_hsadmm_density(const px_hsadmm_t *h, int i);
-double px_hsadmm_rho1(const px_hsadmm_t *h, int i);
+PX_API double px_hsadmm_density(const px_hsadmm_t *h, int i);
+PX_API double px_hsadmm_rho1(const px_hsadmm_t *h, int i);
 /* The scaled duals of parameter i: u (this rank) and v (this node). */
-void px_hsadmm_duals(const px_hsadmm_t *h, int i, const float **u, const float **v);
-double px_hsadmm_rho2(const px_hsadmm_t *h, int i);
+PX_API void px_hsadmm_duals(const px_hsadmm_t *h, int i, const float **u, const float **v);
+PX_API double px_hsadmm_rho2(const px_hsadmm_t *h, int i);
 
 /* An in-process controller running px_admm_decide with the given policy
  * (ctx is a px_hsadmm_local_ctl_t). */
@@ -154,8 +156,8 @@ typedef struct {
   px_admm_layer_decision_t *scratch; /* [max_layers], caller-allocated */
 } px_hsadmm_local_ctl_t;
 
-px_status_t px_hsadmm_local_control(void *ctx, const px_hsadmm_round_t *round,
-                                    px_hsadmm_decision_t *decision);
+PX_API px_status_t px_hsadmm_local_control(void *ctx, const px_hsadmm_round_t *round,
+                                           px_hsadmm_decision_t *decision);
 
 #ifdef __cplusplus
 }

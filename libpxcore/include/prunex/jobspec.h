@@ -126,17 +126,17 @@ extern "C" {
  * message), PX_ERR_INVALID (syntax, schema or semantic error, the message
  * names file, line, column and field; also a file over 1 MiB or a NULL
  * argument), PX_ERR_NOMEM. */
-px_status_t px_jobspec_parse_file(const char *path, Prunex__V1__JobSpec **out);
+PX_API px_status_t px_jobspec_parse_file(const char *path, Prunex__V1__JobSpec **out);
 
 /* The same for len bytes at text (need not be NUL-terminated);
  * name_for_errors is the file name the messages carry and the source of the
  * default job name (NULL: "<string>" in messages, "job" as the name). */
-px_status_t px_jobspec_parse_string(const char *text, size_t len, const char *name_for_errors,
-                                    Prunex__V1__JobSpec **out);
+PX_API px_status_t px_jobspec_parse_string(const char *text, size_t len,
+                                           const char *name_for_errors, Prunex__V1__JobSpec **out);
 
 /* Frees a spec from this module or from protobuf-c's unpack with the
  * default allocator (sections, strings, lists included). NULL is a no-op. */
-void px_jobspec_free(Prunex__V1__JobSpec *spec);
+PX_API void px_jobspec_free(Prunex__V1__JobSpec *spec);
 
 /* Semantic checks of a complete spec, the ones parsing applies: every
  * section present, every field in range, names known, and the cross-field
@@ -144,7 +144,7 @@ void px_jobspec_free(Prunex__V1__JobSpec *spec);
  * message reads "job spec: FIELD: ...". Returns PX_OK or PX_ERR_INVALID; the
  * spec is not changed. A spec from a client that leaves fields at their
  * proto zero fails here: call px_jobspec_fill_defaults first. */
-px_status_t px_jobspec_validate(const Prunex__V1__JobSpec *spec);
+PX_API px_status_t px_jobspec_validate(const Prunex__V1__JobSpec *spec);
 
 /* Completes a spec that may have come from a client that did not use this
  * parser: adds every missing section with all its defaults, and within the
@@ -158,7 +158,7 @@ px_status_t px_jobspec_validate(const Prunex__V1__JobSpec *spec);
  * replaced strings are freed, added ones malloc'd. Fails with PX_ERR_NOMEM
  * (the spec is then partly filled but still valid to free) or
  * PX_ERR_INVALID (NULL). */
-px_status_t px_jobspec_fill_defaults(Prunex__V1__JobSpec *spec);
+PX_API px_status_t px_jobspec_fill_defaults(Prunex__V1__JobSpec *spec);
 
 /* Writes spec as canonical YAML: every key of the schema in a fixed order,
  * strings double-quoted, numbers in their shortest exact form, sizes in
@@ -166,11 +166,11 @@ px_status_t px_jobspec_fill_defaults(Prunex__V1__JobSpec *spec);
  * spec that px_jobspec_validate accepts; sections absent from spec are
  * written with the proto zero values. The caller owns *out (px_free).
  * Fails with PX_ERR_INVALID (NULL argument) or PX_ERR_NOMEM. */
-px_status_t px_jobspec_to_yaml(const Prunex__V1__JobSpec *spec, char **out);
+PX_API px_status_t px_jobspec_to_yaml(const Prunex__V1__JobSpec *spec, char **out);
 
 /* "hsadmm", "hsadmm-flat", "ddp", "topk", or "unspecified" for any other
  * value; a static string. */
-const char *px_jobspec_strategy_name(Prunex__V1__Strategy s);
+PX_API const char *px_jobspec_strategy_name(Prunex__V1__Strategy s);
 
 #ifdef __cplusplus
 }

@@ -30,21 +30,21 @@ typedef struct {
 
 /* Wraps a store. The handle owns ctx from then on (ops->destroy frees it).
  * Fails with PX_ERR_NOMEM (then ctx is destroyed too). */
-px_status_t px_kv_create(const px_kv_ops_t *ops, void *ctx, px_kv_t **out);
-void px_kv_destroy(px_kv_t *kv);
+PX_API px_status_t px_kv_create(const px_kv_ops_t *ops, void *ctx, px_kv_t **out);
+PX_API void px_kv_destroy(px_kv_t *kv);
 
 /* Keys are non-empty strings of at most 255 bytes of [A-Za-z0-9._:/-].
  * Putting an existing key replaces its value. */
-px_status_t px_kv_put(px_kv_t *kv, const char *key, const void *val, size_t len);
-px_status_t px_kv_get(px_kv_t *kv, const char *key, int wait_ms, void **val, size_t *len);
+PX_API px_status_t px_kv_put(px_kv_t *kv, const char *key, const void *val, size_t len);
+PX_API px_status_t px_kv_get(px_kv_t *kv, const char *key, int wait_ms, void **val, size_t *len);
 
 /* PX_OK if the key is well formed, else PX_ERR_INVALID naming it. */
-px_status_t px_kv_key_validate(const char *key);
+PX_API px_status_t px_kv_key_validate(const char *key);
 
 /* A store in a directory shared by the ranks (same host or shared file
  * system): each key is one file, written atomically (temp file + rename);
  * get polls until the deadline. The directory is created if missing. */
-px_status_t px_kv_open_dir(const char *dir, px_kv_t **out);
+PX_API px_status_t px_kv_open_dir(const char *dir, px_kv_t **out);
 
 #ifdef __cplusplus
 }

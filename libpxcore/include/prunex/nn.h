@@ -74,30 +74,30 @@ typedef struct {
 typedef struct px_model px_model_t;
 
 /* 1 if arch names a known architecture. */
-int px_model_arch_known(const char *arch);
+PX_API int px_model_arch_known(const char *arch);
 /* The static name string of a known architecture, NULL if unknown. */
-const char *px_model_arch_name(const char *arch);
+PX_API const char *px_model_arch_name(const char *arch);
 /* Space-separated list of the known architectures (static string). */
-const char *px_model_arch_list(void);
+PX_API const char *px_model_arch_list(void);
 
 /* Builds the model on ops' device: creates every op and allocates every
  * family. Parameters are zero until px_model_init_params. The model borrows
  * ops, which must outlive it. Caller owns *out (px_model_destroy). Fails with
  * PX_ERR_INVALID (unknown arch, bad sizes; the message names the field),
  * PX_ERR_NOMEM, PX_ERR_BACKEND. */
-px_status_t px_model_create(px_ops_t *ops, const px_model_config_t *cfg, px_model_t **out);
-void px_model_destroy(px_model_t *m);
+PX_API px_status_t px_model_create(px_ops_t *ops, const px_model_config_t *cfg, px_model_t **out);
+PX_API void px_model_destroy(px_model_t *m);
 
-const px_model_config_t *px_model_config(const px_model_t *m);
-px_ops_t *px_model_ops(const px_model_t *m);
+PX_API const px_model_config_t *px_model_config(const px_model_t *m);
+PX_API px_ops_t *px_model_ops(const px_model_t *m);
 
 /* PyTorch's initialisation for these models: conv weights Kaiming normal
  * (fan_out, ReLU gain), BN scale 1 and shift 0, running mean 0 and var 1, FC
  * weight and bias uniform in +-1/sqrt(fan_in); deterministic in seed. */
-px_status_t px_model_init_params(px_model_t *m, uint64_t seed);
+PX_API px_status_t px_model_init_params(px_model_t *m, uint64_t seed);
 
-int px_model_num_params(const px_model_t *m);
-const px_model_param_t *px_model_param(const px_model_t *m, int i);
+PX_API int px_model_num_params(const px_model_t *m);
+PX_API const px_model_param_t *px_model_param(const px_model_t *m, int i);
 /* Channel coupling for structured pruning: when conv weight i's output
  * channels are read by one node only, a batch norm (ReLU fused or not), whose
  * output is read by one conv only, returns that conv's parameter index: its
@@ -105,8 +105,8 @@ const px_model_param_t *px_model_param(const px_model_t *m, int i);
  * can be pruned together (a pruned channel removes the producing filter
  * too). -1 when i is not a conv weight or its output feeds a residual add, a
  * pooling, several readers, ... */
-int px_model_channel_consumer(const px_model_t *m, int i);
-int px_model_num_buffers(const px_model_t *m);
+PX_API int px_model_channel_consumer(const px_model_t *m, int i);
+PX_API int px_model_num_buffers(const px_model_t *m);
 
 /* The graph, for exporters (compaction, ONNX): nodes in forward order. */
 /* REORDER: a layout conversion (the identity on values) that a compact
@@ -125,25 +125,25 @@ typedef struct {
   int kernel, stride, pad; /* CONV: square kernel, stride, zero padding on each side */
   int c_in, c_out;         /* channels (FC: features) of input and output */
 } px_model_node_t;
-int px_model_num_nodes(const px_model_t *m);
+PX_API int px_model_num_nodes(const px_model_t *m);
 /* Fills *out for node k; PX_ERR_INVALID when k is out of range. */
-px_status_t px_model_node(const px_model_t *m, int k, px_model_node_t *out);
-int px_model_num_acts(const px_model_t *m);
+PX_API px_status_t px_model_node(const px_model_t *m, int k, px_model_node_t *out);
+PX_API int px_model_num_acts(const px_model_t *m);
 /* Channels of activation a (features for the pooled vector), -1 out of range. */
-int px_model_act_channels(const px_model_t *m, int a);
-const px_model_buffer_t *px_model_buffer(const px_model_t *m, int i);
+PX_API int px_model_act_channels(const px_model_t *m, int a);
+PX_API const px_model_buffer_t *px_model_buffer(const px_model_t *m, int i);
 /* Total parameter elements (e.g. 272,474 for resnet20, 3 in, 10 classes). */
-size_t px_model_numel(const px_model_t *m);
+PX_API size_t px_model_numel(const px_model_t *m);
 /* The parameters and gradients as single flat f32 tensors [numel] (views of
  * the arenas: parameter i starts where parameter i-1 ends). On a CUDA model
  * their data are device pointers (see the file comment). */
-const px_tensor_t *px_model_flat_params(const px_model_t *m);
-const px_tensor_t *px_model_flat_grads(const px_model_t *m);
+PX_API const px_tensor_t *px_model_flat_params(const px_model_t *m);
+PX_API const px_tensor_t *px_model_flat_grads(const px_model_t *m);
 /* The BN running statistics as one flat f32 tensor (buffer i starts where
  * buffer i-1 ends), for averaging across ranks. */
-const px_tensor_t *px_model_flat_buffers(const px_model_t *m);
+PX_API const px_tensor_t *px_model_flat_buffers(const px_model_t *m);
 /* Bytes of each family, for memory reports. */
-size_t px_model_memory_bytes(const px_model_t *m);
+PX_API size_t px_model_memory_bytes(const px_model_t *m);
 
 /* One training step's forward and backward on a full batch: x is
  * [batch][in_channels][height][width] plain host f32, y [batch] labels.
@@ -153,8 +153,8 @@ size_t px_model_memory_bytes(const px_model_t *m);
  * staging buffer of the ops context). On CUDA the backward pass is still
  * running on the device when this returns; the next call on the same
  * ops context (px_sgd_step, a tensor copy, px_ops_sync) is ordered after it. */
-px_status_t px_model_train_step(px_model_t *m, const float *x, const int32_t *y, float *loss,
-                                int64_t *correct);
+PX_API px_status_t px_model_train_step(px_model_t *m, const float *x, const int32_t *y, float *loss,
+                                       int64_t *correct);
 
 /* Called by px_model_train_step's backward pass each time parameter i's
  * gradient is complete, in backward (reverse layer) order, every parameter
@@ -164,22 +164,22 @@ px_status_t px_model_train_step(px_model_t *m, const float *x, const int32_t *y,
  * on the device when it is called. An error fails the step. */
 typedef px_status_t (*px_grad_ready_fn)(void *ctx, px_model_t *m, int param);
 /* Sets (fn non-NULL) or clears the callback; ctx is borrowed. */
-void px_model_set_grad_ready(px_model_t *m, px_grad_ready_fn fn, void *ctx);
+PX_API void px_model_set_grad_ready(px_model_t *m, px_grad_ready_fn fn, void *ctx);
 
 /* Forward pass in training mode without loss or backward: only the BN
  * running statistics change. Used to recalibrate them for a model whose
  * weights did not produce them (a pruned consensus model). */
-px_status_t px_model_forward_train(px_model_t *m, const float *x);
+PX_API px_status_t px_model_forward_train(px_model_t *m, const float *x);
 
 /* Inference on n <= batch samples (as px_model_eval_batch) writing the logits
  * [n][num_classes] to the caller's host buffer. */
-px_status_t px_model_logits(px_model_t *m, const float *x, int32_t n, float *logits);
+PX_API px_status_t px_model_logits(px_model_t *m, const float *x, int32_t n, float *logits);
 
 /* Inference on n <= batch samples (BN uses running statistics; a short batch
  * is zero-padded and only its first n rows count). Adds the summed loss and
  * the number of correct predictions to *loss_sum and *correct. */
-px_status_t px_model_eval_batch(px_model_t *m, const float *x, const int32_t *y, int32_t n,
-                                double *loss_sum, int64_t *correct);
+PX_API px_status_t px_model_eval_batch(px_model_t *m, const float *x, const int32_t *y, int32_t n,
+                                       double *loss_sum, int64_t *correct);
 
 /* ---- SGD ------------------------------------------------------------------- */
 
@@ -196,20 +196,20 @@ typedef struct px_sgd px_sgd_t;
  * m's device). Caller owns *out. Fails with PX_ERR_INVALID naming the field
  * (lr <= 0, momentum not in [0, 1), weight_decay < 0, nesterov without
  * momentum), PX_ERR_NOMEM. */
-px_status_t px_sgd_create(px_model_t *m, const px_sgd_config_t *cfg, px_sgd_t **out);
-void px_sgd_destroy(px_sgd_t *s);
-void px_sgd_set_lr(px_sgd_t *s, double lr);
-double px_sgd_lr(const px_sgd_t *s);
+PX_API px_status_t px_sgd_create(px_model_t *m, const px_sgd_config_t *cfg, px_sgd_t **out);
+PX_API void px_sgd_destroy(px_sgd_t *s);
+PX_API void px_sgd_set_lr(px_sgd_t *s, double lr);
+PX_API double px_sgd_lr(const px_sgd_t *s);
 /* Weight decay in use, and a new one (H-SADMM moves it into the z update). */
-double px_sgd_weight_decay(const px_sgd_t *s);
-void px_sgd_set_weight_decay(px_sgd_t *s, double wd);
+PX_API double px_sgd_weight_decay(const px_sgd_t *s);
+PX_API void px_sgd_set_weight_decay(px_sgd_t *s, double wd);
 
 /* ADMM proximal hook for parameter i: from the next step on, the update uses
  * grad + rho * (theta - z + u). z and u are f32 arrays with the parameter's
  * numel on the model's device (device pointers on CUDA: a host pointer
  * fails with PX_ERR_INVALID), borrowed until cleared with rho = 0 (then z
  * and u may be NULL). u may be NULL (taken as zero). */
-px_status_t px_sgd_set_prox(px_sgd_t *s, int i, const float *z, const float *u, float rho);
+PX_API px_status_t px_sgd_set_prox(px_sgd_t *s, int i, const float *z, const float *u, float rho);
 
 /* One update of every parameter from its gradient, in one pass per tensor:
  *   g = grad + wd * theta (+ rho * (theta - z + u));  buf = momentum * buf + g;
@@ -217,11 +217,11 @@ px_status_t px_sgd_set_prox(px_sgd_t *s, int i, const float *z, const float *u, 
  * (PyTorch's SGD, dampening 0). Allocates nothing. On CUDA it is one fused
  * kernel over all parameters, queued on the model's ops stream (returns
  * before it has run). */
-px_status_t px_sgd_step(px_sgd_t *s);
+PX_API px_status_t px_sgd_step(px_sgd_t *s);
 
 /* The momentum buffer of parameter i (plain f32, spec of the parameter), for
  * checkpoints. */
-px_tensor_t *px_sgd_momentum(px_sgd_t *s, int i);
+PX_API px_tensor_t *px_sgd_momentum(px_sgd_t *s, int i);
 
 
 /* ---- checkpoints -------------------------------------------------------------
@@ -233,14 +233,14 @@ px_tensor_t *px_sgd_momentum(px_sgd_t *s, int i);
 
 /* Writes the checkpoint atomically. sgd may be NULL. extra_kv holds nextra
  * key/value pairs (may be NULL). Fails with PX_ERR_IO naming the path. */
-px_status_t px_model_save(const px_model_t *m, px_sgd_t *sgd, const char *path,
-                          const char *const *extra_kv, int nextra);
+PX_API px_status_t px_model_save(const px_model_t *m, px_sgd_t *sgd, const char *path,
+                                 const char *const *extra_kv, int nextra);
 
 /* Loads a checkpoint into m (and sgd's momentum when sgd is not NULL and the
  * file has it). The architecture, every tensor's presence, dtype and shape
  * must match; errors name the file and the tensor. On failure m may be
  * partly overwritten. */
-px_status_t px_model_load(px_model_t *m, px_sgd_t *sgd, const char *path);
+PX_API px_status_t px_model_load(px_model_t *m, px_sgd_t *sgd, const char *path);
 
 /* Reads a checkpoint's model metadata into cfg: arch (a static string),
  * in_channels, num_classes and, for a compact model (metadata "widths"),
@@ -248,8 +248,8 @@ px_status_t px_model_load(px_model_t *m, px_sgd_t *sgd, const char *path);
  * it) and nwidths; cfg->widths NULL for a dense file. batch, height and width
  * are left to the caller. Fails with PX_ERR_IO / PX_ERR_FORMAT naming the
  * file (no or bad metadata), PX_ERR_INVALID (more widths than cap). */
-px_status_t px_model_file_config(const char *path, px_model_config_t *cfg, int32_t *widths,
-                                 int cap);
+PX_API px_status_t px_model_file_config(const char *path, px_model_config_t *cfg, int32_t *widths,
+                                        int cap);
 
 /* ---- local training loop (pxtrain, pxworker) ------------------------------------- */
 
@@ -277,7 +277,7 @@ typedef struct {
 /* Defaults: resnet20 on fashion-mnist, batch 128, lr 0.1, momentum 0.9,
  * weight decay 5e-4, cosine schedule over 15 epochs, augmentation on,
  * seed 1, rank 0 of 1, on the CPU. */
-void px_train_config_default(px_train_config_t *c);
+PX_API void px_train_config_default(px_train_config_t *c);
 
 typedef struct {
   int64_t epoch;
@@ -307,51 +307,51 @@ typedef struct px_trainer px_trainer_t;
  * *out. Fails with the data set's or model's error (naming the file or
  * field), or for a CUDA device with PX_ERR_NOT_BUILT (no CUDA in this build)
  * or PX_ERR_NO_DEVICE. */
-px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out);
-void px_trainer_destroy(px_trainer_t *t);
+PX_API px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out);
+PX_API void px_trainer_destroy(px_trainer_t *t);
 
-px_model_t *px_trainer_model(px_trainer_t *t);
-px_sgd_t *px_trainer_sgd(px_trainer_t *t);
+PX_API px_model_t *px_trainer_model(px_trainer_t *t);
+PX_API px_sgd_t *px_trainer_sgd(px_trainer_t *t);
 /* Steps per epoch and the learning rate the schedule gives at a global step. */
-int64_t px_trainer_steps_per_epoch(const px_trainer_t *t);
-double px_trainer_lr_at(const px_trainer_t *t, int64_t global_step);
+PX_API int64_t px_trainer_steps_per_epoch(const px_trainer_t *t);
+PX_API double px_trainer_lr_at(const px_trainer_t *t, int64_t global_step);
 
 /* Trains one epoch (epoch selects the shuffle and the schedule position).
  * cb may be NULL. A stop requested by cb ends the epoch early (PX_OK). */
-px_status_t px_trainer_epoch(px_trainer_t *t, int64_t epoch, px_step_cb_t cb, void *ctx,
-                             px_epoch_stats_t *out);
+PX_API px_status_t px_trainer_epoch(px_trainer_t *t, int64_t epoch, px_step_cb_t cb, void *ctx,
+                                    px_epoch_stats_t *out);
 
 /* Runs n optimiser steps from where the last call stopped, crossing epoch
  * boundaries as needed (a new epoch reshuffles). *out covers these steps
  * (its epoch is the epoch the last step belonged to). For strategies that
  * synchronise every few steps. */
-px_status_t px_trainer_steps(px_trainer_t *t, int64_t n, px_epoch_stats_t *out);
+PX_API px_status_t px_trainer_steps(px_trainer_t *t, int64_t n, px_epoch_stats_t *out);
 
 /* Called by px_trainer_steps after every backward pass, before the
  * optimiser step: how data-parallel strategies reduce the gradients. A
  * negative return stops the steps with that status. NULL removes it. */
 typedef px_status_t (*px_grad_hook_t)(void *ctx, px_model_t *m);
-void px_trainer_set_grad_hook(px_trainer_t *t, px_grad_hook_t hook, void *ctx);
+PX_API void px_trainer_set_grad_hook(px_trainer_t *t, px_grad_hook_t hook, void *ctx);
 
 /* Re-estimates the BN running statistics of the current weights from n
  * training batches (forward passes in training mode, no update of the
  * weights), continuing the training data stream of px_trainer_steps. */
-px_status_t px_trainer_calibrate_bn(px_trainer_t *t, int64_t n);
+PX_API px_status_t px_trainer_calibrate_bn(px_trainer_t *t, int64_t n);
 
 /* Steps over which the learning-rate schedule runs (default epochs x steps
  * per epoch), and the number of steps taken so far. */
-void px_trainer_set_schedule_steps(px_trainer_t *t, int64_t total);
-int64_t px_trainer_global_step(const px_trainer_t *t);
+PX_API void px_trainer_set_schedule_steps(px_trainer_t *t, int64_t total);
+PX_API int64_t px_trainer_global_step(const px_trainer_t *t);
 /* Where the trainer stands in its data and schedule: {optimiser steps taken,
  * epoch of the training stream in progress (-1: none), batches of it
  * consumed}. px_trainer_set_position puts a trainer there (a resumed job:
  * the same batches, augmentations and learning rates follow). */
-void px_trainer_position(const px_trainer_t *t, int64_t pos[3]);
-px_status_t px_trainer_set_position(px_trainer_t *t, const int64_t pos[3]);
+PX_API void px_trainer_position(const px_trainer_t *t, int64_t pos[3]);
+PX_API px_status_t px_trainer_set_position(px_trainer_t *t, const int64_t pos[3]);
 
 /* Loss and accuracy of the current model on this rank's shard of the test
  * set (all of it for world size 1). */
-px_status_t px_trainer_evaluate(px_trainer_t *t, px_eval_stats_t *out);
+PX_API px_status_t px_trainer_evaluate(px_trainer_t *t, px_eval_stats_t *out);
 
 #ifdef __cplusplus
 }

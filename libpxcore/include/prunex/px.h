@@ -7,6 +7,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Marks the library's API: libpxcore is built with hidden visibility, so a
+ * function or variable is exported from libpxcore.so only when its
+ * declaration in these public headers carries PX_API. Everything else,
+ * including every px__ internal, stays inside the library; the repository's
+ * tests reach internals through the static pxcore_internal library. */
+#define PX_API __attribute__((visibility("default")))
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -31,19 +38,19 @@ typedef enum {
 } px_status_t;
 
 /* Short constant name of a status ("PX_ERR_INVALID"); never NULL. */
-const char *px_status_name(px_status_t st);
+PX_API const char *px_status_name(px_status_t st);
 
 /* Message of the last error set on this thread ("" if none). The string is
  * owned by the library and valid until the next failing call on this thread. */
-const char *px_last_error(void);
+PX_API const char *px_last_error(void);
 
 /* Records st and a formatted message as this thread's last error and returns
  * st, so that `return px_set_error(PX_ERR_INVALID, "...")` reads naturally. */
-px_status_t px_set_error(px_status_t st, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+PX_API px_status_t px_set_error(px_status_t st, const char *fmt, ...)
+           __attribute__((format(printf, 2, 3)));
 
 /* Clears this thread's last error. */
-void px_clear_error(void);
+PX_API void px_clear_error(void);
 
 /* ---- counted allocation -------------------------------------------------
  * Every allocation of the library goes through these so that memory can be
@@ -51,11 +58,11 @@ void px_clear_error(void);
  * name is a static string describing the allocation, kept for debugging.
  * px_malloc/px_calloc/px_realloc return NULL on failure and set the last
  * error; memory is aligned to 64 bytes when align64 variants are used. */
-void *px_malloc(size_t size, const char *name);
-void *px_calloc(size_t n, size_t size, const char *name);
-void *px_realloc(void *p, size_t size, const char *name);
-void *px_malloc_aligned(size_t size, const char *name); /* 64-byte aligned */
-void px_free(void *p);
+PX_API void *px_malloc(size_t size, const char *name);
+PX_API void *px_calloc(size_t n, size_t size, const char *name);
+PX_API void *px_realloc(void *p, size_t size, const char *name);
+PX_API void *px_malloc_aligned(size_t size, const char *name); /* 64-byte aligned */
+PX_API void px_free(void *p);
 
 typedef struct {
   uint64_t allocs;      /* calls that allocated (malloc, calloc, aligned, growing realloc) */
@@ -65,7 +72,7 @@ typedef struct {
 } px_mem_stats_t;
 
 /* Process-wide counters, updated atomically. */
-void px_mem_stats(px_mem_stats_t *out);
+PX_API void px_mem_stats(px_mem_stats_t *out);
 
 /* ---- logging -------------------------------------------------------------
  * Lines go to stderr as "LEVEL file:line message". The threshold comes from
@@ -73,15 +80,15 @@ void px_mem_stats(px_mem_stats_t *out);
  * warn for the library, programs may lower it with px_log_set_level). */
 typedef enum { PX_LOG_ERROR = 0, PX_LOG_WARN = 1, PX_LOG_INFO = 2, PX_LOG_DEBUG = 3 } px_log_level_t;
 
-void px_log_set_level(px_log_level_t level);
-px_log_level_t px_log_get_level(void);
-void px_log_at(px_log_level_t level, const char *file, int line, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+PX_API void px_log_set_level(px_log_level_t level);
+PX_API px_log_level_t px_log_get_level(void);
+PX_API void px_log_at(px_log_level_t level, const char *file, int line, const char *fmt, ...)
+           __attribute__((format(printf, 4, 5)));
 
 #define px_log(level, ...) px_log_at((level), __FILE__, __LINE__, __VA_ARGS__)
 
 /* Library version string, e.g. "0.1.0". */
-const char *px_version(void);
+PX_API const char *px_version(void);
 
 #ifdef __cplusplus
 }

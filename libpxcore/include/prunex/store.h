@@ -52,64 +52,64 @@ typedef struct {
  * read-only, disk full), PX_ERR_FORMAT (not a database, corrupt, newer
  * schema, other program's schema), PX_ERR_INVALID (bad options or a failing
  * migration's SQL). *out is owned by the caller (px_store_close). */
-px_status_t px_store_open(const char *path, const px_store_options_t *opt, px_store_t **out);
+PX_API px_status_t px_store_open(const char *path, const px_store_options_t *opt, px_store_t **out);
 
 /* Finalizes cached statements and closes the database. NULL is a no-op. */
-void px_store_close(px_store_t *s);
+PX_API void px_store_close(px_store_t *s);
 
 /* The path given to px_store_open (owned by the store). */
-const char *px_store_path(const px_store_t *s);
+PX_API const char *px_store_path(const px_store_t *s);
 
 /* The schema version after open (the newest migration's version). */
-int px_store_schema_version(const px_store_t *s);
+PX_API int px_store_schema_version(const px_store_t *s);
 
 /* The underlying connection, for programs that link SQLite themselves. */
-struct sqlite3 *px_store_sqlite(px_store_t *s);
+PX_API struct sqlite3 *px_store_sqlite(px_store_t *s);
 
 /* Runs one or more SQL statements that return no rows of interest. */
-px_status_t px_store_exec(px_store_t *s, const char *sql);
+PX_API px_status_t px_store_exec(px_store_t *s, const char *sql);
 
 /* Transactions: begin is BEGIN IMMEDIATE (takes the write lock at once, so
  * a busy database fails here, not halfway through). rollback never fails. */
-px_status_t px_store_begin(px_store_t *s);
-px_status_t px_store_commit(px_store_t *s);
-void px_store_rollback(px_store_t *s);
+PX_API px_status_t px_store_begin(px_store_t *s);
+PX_API px_status_t px_store_commit(px_store_t *s);
+PX_API void px_store_rollback(px_store_t *s);
 
 /* Rowid of the last INSERT, and the rows changed by the last statement. */
-int64_t px_store_last_insert_id(px_store_t *s);
-int px_store_changes(px_store_t *s);
+PX_API int64_t px_store_last_insert_id(px_store_t *s);
+PX_API int px_store_changes(px_store_t *s);
 
 /* ---- prepared statements ------------------------------------------------
  * px_store_stmt returns the statement for sql, prepared once and cached by
  * the store (keyed by the text), reset and with its bindings cleared: do not
  * finalize it. Parameters are numbered from 1, result columns from 0. */
-px_status_t px_store_stmt(px_store_t *s, const char *sql, px_store_stmt_t **out);
+PX_API px_status_t px_store_stmt(px_store_t *s, const char *sql, px_store_stmt_t **out);
 
-px_status_t px_store_bind_int64(px_store_stmt_t *st, int idx, int64_t v);
-px_status_t px_store_bind_double(px_store_stmt_t *st, int idx, double v);
+PX_API px_status_t px_store_bind_int64(px_store_stmt_t *st, int idx, int64_t v);
+PX_API px_status_t px_store_bind_double(px_store_stmt_t *st, int idx, double v);
 /* Text and blobs are copied by SQLite (the caller keeps its buffer). */
-px_status_t px_store_bind_text(px_store_stmt_t *st, int idx, const char *v);
-px_status_t px_store_bind_blob(px_store_stmt_t *st, int idx, const void *v, size_t len);
-px_status_t px_store_bind_null(px_store_stmt_t *st, int idx);
+PX_API px_status_t px_store_bind_text(px_store_stmt_t *st, int idx, const char *v);
+PX_API px_status_t px_store_bind_blob(px_store_stmt_t *st, int idx, const void *v, size_t len);
+PX_API px_status_t px_store_bind_null(px_store_stmt_t *st, int idx);
 
 /* Steps the statement: 1 when a row is ready, 0 when done, negative on an
  * error (converted, naming the file and the statement). */
-px_status_t px_store_step(px_store_stmt_t *st);
+PX_API px_status_t px_store_step(px_store_stmt_t *st);
 
 /* Steps a statement that returns no rows (INSERT, UPDATE, ...) to its end. */
-px_status_t px_store_run(px_store_stmt_t *st);
+PX_API px_status_t px_store_run(px_store_stmt_t *st);
 
 /* Column accessors for the current row. Text and blobs are owned by the
  * statement and valid until the next step or reset; text is never NULL
  * ("" for NULL), a NULL or empty blob gives NULL with *len 0. */
-int64_t px_store_column_int64(px_store_stmt_t *st, int col);
-double px_store_column_double(px_store_stmt_t *st, int col);
-const char *px_store_column_text(px_store_stmt_t *st, int col);
-const void *px_store_column_blob(px_store_stmt_t *st, int col, size_t *len);
-int px_store_column_is_null(px_store_stmt_t *st, int col);
+PX_API int64_t px_store_column_int64(px_store_stmt_t *st, int col);
+PX_API double px_store_column_double(px_store_stmt_t *st, int col);
+PX_API const char *px_store_column_text(px_store_stmt_t *st, int col);
+PX_API const void *px_store_column_blob(px_store_stmt_t *st, int col, size_t *len);
+PX_API int px_store_column_is_null(px_store_stmt_t *st, int col);
 
 /* Resets the statement so that it can be stepped again (bindings kept). */
-void px_store_reset(px_store_stmt_t *st);
+PX_API void px_store_reset(px_store_stmt_t *st);
 
 #ifdef __cplusplus
 }

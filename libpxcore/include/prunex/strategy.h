@@ -63,18 +63,18 @@ typedef struct {
 } px_strategy_info_t;
 
 /* Entries of the table, and entry i of it (NULL when out of range). */
-int px_strategy_count(void);
-const px_strategy_info_t *px_strategy_at(int i);
+PX_API int px_strategy_count(void);
+PX_API const px_strategy_info_t *px_strategy_at(int i);
 /* The entry of a kind, or NULL when k is no strategy. */
-const px_strategy_info_t *px_strategy_info(px_strategy_kind_t k);
+PX_API const px_strategy_info_t *px_strategy_info(px_strategy_kind_t k);
 /* The kind named name, or 0 when there is none. */
-px_strategy_kind_t px_strategy_lookup(const char *name);
+PX_API px_strategy_kind_t px_strategy_lookup(const char *name);
 /* The names joined by sep into buf (truncated to cap, always terminated);
  * returns buf. */
-char *px_strategy_names(char *buf, size_t cap, const char *sep);
+PX_API char *px_strategy_names(char *buf, size_t cap, const char *sep);
 
 /* The entry's name, or "unknown" (static strings). */
-const char *px_strategy_name(px_strategy_kind_t k);
+PX_API const char *px_strategy_name(px_strategy_kind_t k);
 
 typedef struct px_iteration px_iteration_t;
 
@@ -171,8 +171,8 @@ typedef struct {
  * reads are coupled to it (px_model_channel_consumer). theta points into the
  * model's parameters (host memory on a CPU model; px_strategy_run points it
  * at a host mirror for a model on a GPU). */
-void px_strategy_hsadmm_params(px_model_t *m, const char *const *skip_layers, int nskip,
-                               px_hsadmm_param_t *out);
+PX_API void px_strategy_hsadmm_params(px_model_t *m, const char *const *skip_layers, int nskip,
+                                      px_hsadmm_param_t *out);
 
 /* Runs the strategy to the end on every rank of comm. Rank 0 calls control
  * after every iteration (other ranks may pass NULL) and its decision is
@@ -180,9 +180,9 @@ void px_strategy_hsadmm_params(px_model_t *m, const char *const *skip_layers, in
  * model (for hsadmm: the global consensus z and the averaged BN statistics);
  * the result is the same on every rank. Fails with the data plane's error on
  * every rank when a peer dies. */
-px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
-                            const px_strategy_config_t *cfg, px_strategy_control_fn control,
-                            void *ctx, px_strategy_result_t *result);
+PX_API px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
+                                   const px_strategy_config_t *cfg, px_strategy_control_fn control,
+                                   void *ctx, px_strategy_result_t *result);
 
 #ifdef __cplusplus
 }

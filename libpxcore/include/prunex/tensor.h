@@ -67,14 +67,14 @@ static inline int px_device_equal(px_device_t a, px_device_t b) {
 }
 
 /* "cpu" or "cuda:N" into buf (always NUL-terminated); returns buf. */
-const char *px_device_str(px_device_t dev, char *buf, size_t len);
+PX_API const char *px_device_str(px_device_t dev, char *buf, size_t len);
 
 /* ---- element types ------------------------------------------------------ */
 
 typedef enum { PX_DTYPE_F32 = 0, PX_DTYPE_U8 = 1, PX_DTYPE_I32 = 2 } px_dtype_t;
 
 /* Bytes per element (4, 1, 4); 0 for an unknown type. */
-size_t px_dtype_size(px_dtype_t dt);
+PX_API size_t px_dtype_size(px_dtype_t dt);
 
 /* ---- layouts ------------------------------------------------------------ */
 
@@ -84,7 +84,7 @@ typedef struct px_layout px_layout_t;
 /* Short name of a layout: "plain", or for oneDNN layouts its format tag,
  * dims outermost first, blocked dims in upper case, then the inner blocks
  * ("aBcd16b" is nChw16c). Never NULL; owned by the layout. */
-const char *px_layout_name(const px_layout_t *layout);
+PX_API const char *px_layout_name(const px_layout_t *layout);
 
 /* ---- tensors ------------------------------------------------------------ */
 
@@ -105,51 +105,51 @@ typedef struct {
 
 /* Initialises *t as a plain spec (no storage: data NULL) of the given shape.
  * Fails with PX_ERR_INVALID on a bad ndim, a non-positive dim or dtype. */
-px_status_t px_tensor_init(px_tensor_t *t, px_device_t dev, px_dtype_t dtype, int ndim,
-                           const int64_t *dims);
+PX_API px_status_t px_tensor_init(px_tensor_t *t, px_device_t dev, px_dtype_t dtype, int ndim,
+                                  const int64_t *dims);
 
 /* Shorthand for a plain 4-D f32 spec [n, c, h, w]. */
-px_status_t px_tensor_init4(px_tensor_t *t, px_device_t dev, int64_t n, int64_t c, int64_t h,
-                            int64_t w);
+PX_API px_status_t px_tensor_init4(px_tensor_t *t, px_device_t dev, int64_t n, int64_t c, int64_t h,
+                                   int64_t w);
 
 /* Number of logical elements (product of dims). */
-size_t px_tensor_numel(const px_tensor_t *t);
+PX_API size_t px_tensor_numel(const px_tensor_t *t);
 
 /* Bytes of a plain copy of the tensor: numel * dtype size. */
-size_t px_tensor_plain_bytes(const px_tensor_t *t);
+PX_API size_t px_tensor_plain_bytes(const px_tensor_t *t);
 
 static inline int px_tensor_is_plain(const px_tensor_t *t) { return t->layout == NULL; }
 
 /* 1 if a and b have the same device, dtype, dims and layout. */
-int px_tensor_same_spec(const px_tensor_t *a, const px_tensor_t *b);
+PX_API int px_tensor_same_spec(const px_tensor_t *a, const px_tensor_t *b);
 
 /* Allocates t->nbytes of zeroed storage on t->device for a tensor without
  * storage; the tensor then owns it (release with px_tensor_release). Fails
  * with PX_ERR_STATE if t already has data, PX_ERR_NOMEM, PX_ERR_NOT_BUILT
  * for a device whose backend is not compiled in, or PX_ERR_NO_DEVICE for a
  * GPU that is not there. */
-px_status_t px_tensor_alloc(px_tensor_t *t, const char *name);
+PX_API px_status_t px_tensor_alloc(px_tensor_t *t, const char *name);
 
 /* Frees owned storage (a no-op for views) and sets data to NULL. The spec
  * (shape, layout) is kept, so the tensor can be allocated again. */
-void px_tensor_release(px_tensor_t *t);
+PX_API void px_tensor_release(px_tensor_t *t);
 
 /* Sets every byte of the storage to zero (blocked padding included). */
-px_status_t px_tensor_zero(px_tensor_t *t);
+PX_API px_status_t px_tensor_zero(px_tensor_t *t);
 
 /* Copies src's storage into dst's; both must have the same spec. */
-px_status_t px_tensor_copy(px_tensor_t *dst, const px_tensor_t *src);
+PX_API px_status_t px_tensor_copy(px_tensor_t *dst, const px_tensor_t *src);
 
 /* Copies plain row-major host data (bytes == px_tensor_plain_bytes(t)) into
  * the tensor, converting to its layout. For a blocked layout this runs a
  * backend reorder (its primitives are created on first use and cached in the
  * layout). Fails with PX_ERR_INVALID on a size mismatch or missing storage. */
-px_status_t px_tensor_copy_from_host(px_tensor_t *t, const void *host, size_t bytes);
+PX_API px_status_t px_tensor_copy_from_host(px_tensor_t *t, const void *host, size_t bytes);
 
 /* Copies the tensor out to plain row-major host memory (bytes ==
  * px_tensor_plain_bytes(t)), converting from its layout; waits for the
  * device. This is the reorder helper used to check blocked results. */
-px_status_t px_tensor_copy_to_host(const px_tensor_t *t, void *host, size_t bytes);
+PX_API px_status_t px_tensor_copy_to_host(const px_tensor_t *t, void *host, size_t bytes);
 
 /* ---- arenas ------------------------------------------------------------- */
 
@@ -165,17 +165,17 @@ typedef struct {
 /* Bytes an arena needs for tensors[0..n) laid out in order, each starting at
  * a multiple of align (a power of two; 0 means 64). Also writes each
  * tensor's offset to offsets[i] when offsets is not NULL. */
-size_t px_arena_plan(px_tensor_t *const *tensors, size_t n, size_t align, size_t *offsets);
+PX_API size_t px_arena_plan(px_tensor_t *const *tensors, size_t n, size_t align, size_t *offsets);
 
 /* Allocates one zeroed block for tensors[0..n) on dev and points each
  * tensor's data into it (the tensors become views: they do not own it).
  * Every tensor must be a spec on dev without storage. On failure nothing is
  * allocated and no tensor is changed. *arena must be empty (zeroed). */
-px_status_t px_arena_alloc(px_arena_t *arena, px_device_t dev, px_tensor_t *const *tensors,
-                           size_t n, size_t align, const char *name);
+PX_API px_status_t px_arena_alloc(px_arena_t *arena, px_device_t dev, px_tensor_t *const *tensors,
+                                  size_t n, size_t align, const char *name);
 
 /* Frees the block; views into it dangle afterwards. Safe on an empty arena. */
-void px_arena_free(px_arena_t *arena);
+PX_API void px_arena_free(px_arena_t *arena);
 
 #ifdef __cplusplus
 }
