@@ -185,7 +185,7 @@ static const char *const KIND_NAMES[] = {"filter", "channel", "shape"};
 static void test_stubs_and_argument_errors(void **state) {
   (void)state;
   px_conv_shape_t s = {4, 3, 3, 3}, bad = {4, 0, 3, 3};
-  px_prune_keep_t keep = {0.5, 0.5, 0.5};
+  px_prune_keep_t keep = {0.5, 0.5, 0.5, 0, 0};
   float f = 0;
   uint8_t m[64];
   double d;
@@ -382,7 +382,8 @@ static void test_composite_projection_equals_cpu(void **state) {
   NEED_GPU();
   px_test_rng_t rng;
   px_test_rng_seed(&rng, 14);
-  const px_prune_keep_t keeps[] = {{0.5, 0.5, 0.5}, {0.3, 0.8, 0.6}, {1, 1, 0.25}, {1, 1, 1}};
+  const px_prune_keep_t keeps[] = {
+      {0.5, 0.5, 0.5, 0, 0}, {0.3, 0.8, 0.6, 0, 0}, {1, 1, 0.25, 0, 0}, {1, 1, 1, 0, 0}};
   for (size_t t = 0; t < NSHAPES; t++) {
     px_conv_shape_t s = SHAPES[t];
     size_t n = px_conv_numel(s), M = px_prune_mask_size(s), wsb = px_prune_workspace_size(s);
@@ -465,12 +466,13 @@ static void test_shrink_expand_equal_pack_plan(void **state) {
   px_test_rng_t rng;
   px_test_rng_seed(&rng, 16);
   const px_param_desc_t desc[] = {
-      {"conv_a", PX_PARAM_CONV, {16, 8, 3, 3}, 0},
-      {"bn", PX_PARAM_DENSE, {0, 0, 0, 0}, 37},
-      {"conv_b", PX_PARAM_CONV, {10, 12, 1, 1}, 0},
-      {"conv_c", PX_PARAM_CONV, {6, 4, 3, 3}, 0},
+      {"conv_a", PX_PARAM_CONV, {16, 8, 3, 3}, 0, NULL},
+      {"bn", PX_PARAM_DENSE, {0, 0, 0, 0}, 37, NULL},
+      {"conv_b", PX_PARAM_CONV, {10, 12, 1, 1}, 0, NULL},
+      {"conv_c", PX_PARAM_CONV, {6, 4, 3, 3}, 0, NULL},
   };
-  const px_prune_keep_t keeps[] = {{0.5, 0.75, 0.5}, {1, 1, 1}, {0.6, 0.5, 1}, {0, 1, 1}};
+  const px_prune_keep_t keeps[] = {
+      {0.5, 0.75, 0.5, 0, 0}, {1, 1, 1, 0, 0}, {0.6, 0.5, 1, 0, 0}, {0, 1, 1, 0, 0}};
   enum { NP = 4 };
   float *x[NP], *y[NP];
   uint8_t *mask[NP] = {NULL};
