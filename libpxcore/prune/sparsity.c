@@ -153,3 +153,16 @@ double px_sparsity_density(const px_sparsity_t *sp, int i, const uint8_t *masks)
   if (!sp->params[i].prunable) return 1.0;
   return px_prune_layout_density(&sp->layouts[i], masks + sp->moff[i]);
 }
+
+int px_sparsity_freeze_masks(const px_sparsity_t *sp, uint8_t *masks_union,
+                             const uint8_t *masks_z) {
+  int changed = 0;
+  for (int i = 0; i < sp->n; i++) {
+    const px_prune_layout_t *L = &sp->layouts[i];
+    if (!sp->params[i].prunable || !px_prune_layout_per_element(L)) continue;
+    memcpy(px_prune_part(L, masks_union + sp->moff[i], PX_PRUNE_PART_NM),
+           px_prune_part(L, masks_z + sp->moff[i], PX_PRUNE_PART_NM), L->len[PX_PRUNE_PART_NM]);
+    changed = 1;
+  }
+  return changed;
+}

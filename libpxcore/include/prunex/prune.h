@@ -217,6 +217,14 @@ px_status_t px_sparsity_project(px_sparsity_t *sp, float *base, const size_t *of
 /* Zeroes the prunable tensors outside their masks (the frozen projection). */
 void px_sparsity_apply(const px_sparsity_t *sp, float *base, const size_t *off,
                        const uint8_t *masks);
+/* At the freeze: the union of the node masks may break a set whose rule is
+ * per element (N:M: two nodes' 2:4 choices OR to 4:4), so its part of the
+ * frozen mask becomes z's own projection (mask_z, the same on every rank);
+ * the other parts keep the union. Returns 1 when masks_union changed (its
+ * pack layout must be set again), 0 when no layer has such a part. */
+int px_sparsity_freeze_masks(const px_sparsity_t *sp, uint8_t *masks_union,
+                             const uint8_t *masks_z);
+
 /* Kept fraction of parameter i's elements (1 for a dense one). */
 double px_sparsity_density(const px_sparsity_t *sp, int i, const uint8_t *masks);
 
