@@ -253,7 +253,11 @@ extern "C" px_status_t px_cuda_prune_project(float *w, uint8_t *mask, px_conv_sh
   PX_CHECK(px_conv_shape_validate(s));
   PX_CHECK(px_prune_keep_validate(keep));
   PX_REQUIRE(mask != NULL, "projection: NULL mask");
-  uint8_t *mf = mask, *mc = mask + s.c_out, *ms = mc + s.c_in;
+  px_prune_layout_t L; /* filter | channel | shape: the twin of px_prune_project */
+  PX_CHECK(px_prune_layout_init(&L, s, NULL));
+  uint8_t *mf = px_prune_part(&L, mask, PX_PRUNE_PART_FILTER);
+  uint8_t *mc = px_prune_part(&L, mask, PX_PRUNE_PART_CHANNEL);
+  uint8_t *ms = px_prune_part(&L, mask, PX_PRUNE_PART_SHAPE);
   PX_CHECK(px_cuda_prune_project_group(w, mf, s, PX_PRUNE_GROUP_FILTER, keep->filter_keep, ws,
                                        ws_bytes, stream));
   PX_CHECK(px_cuda_prune_project_group(w, mc, s, PX_PRUNE_GROUP_CHANNEL, keep->channel_keep, ws,
