@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "prune/prune_int.h"
 #include "prunex/prune.h"
 #include "px_check.h"
 
@@ -21,27 +22,30 @@ static px_status_t px__nm_check(int32_t n, int32_t m) {
   return PX_OK;
 }
 
-px_status_t px_prune_layout_init(px_prune_layout_t *L, px_conv_shape_t s,
-                                 const px_prune_keep_t *keep) {
-  PX_REQUIRE(L != NULL, "px_prune_layout_init: NULL layout");
+void px__prune_layout_set(px_prune_layout_t *L, px_conv_shape_t s, int32_t nm_n, int32_t nm_m) {
   memset(L, 0, sizeof *L);
-  PX_CHECK(px_conv_shape_validate(s));
-  if (keep) {
-    PX_CHECK(px_prune_keep_validate(keep));
-    L->nm_n = keep->nm_n;
-    L->nm_m = keep->nm_m;
-  }
   L->shape = s;
+  L->nm_n = nm_n;
+  L->nm_m = nm_m;
   L->len[PX_PRUNE_PART_FILTER] = (size_t)s.c_out;
   L->len[PX_PRUNE_PART_CHANNEL] = (size_t)s.c_in;
   L->len[PX_PRUNE_PART_SHAPE] = (size_t)s.c_in * (size_t)s.kh * (size_t)s.kw;
-  L->len[PX_PRUNE_PART_NM] = L->nm_m > 0 ? px_conv_numel(s) : 0;
+  L->len[PX_PRUNE_PART_NM] = nm_m > 0 ? px_conv_numel(s) : 0;
   size_t off = 0;
   for (int p = 0; p < PX_PRUNE_NPARTS; p++) {
     L->off[p] = off;
     off += L->len[p];
   }
   L->size = off;
+}
+
+px_status_t px_prune_layout_init(px_prune_layout_t *L, px_conv_shape_t s,
+                                 const px_prune_keep_t *keep) {
+  PX_REQUIRE(L != NULL, "px_prune_layout_init: NULL layout");
+  memset(L, 0, sizeof *L);
+  PX_CHECK(px_conv_shape_validate(s));
+  if (keep) PX_CHECK(px_prune_keep_validate(keep));
+  px__prune_layout_set(L, s, keep ? keep->nm_n : 0, keep ? keep->nm_m : 0);
   return PX_OK;
 }
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "prune/prune_int.h"
 #include "prunex/prune.h"
 #include "px_check.h"
 
@@ -16,15 +17,7 @@
  * validation (they never validated their shape). */
 static px_prune_layout_t px__classic(px_conv_shape_t s) {
   px_prune_layout_t L;
-  memset(&L, 0, sizeof L);
-  L.shape = s;
-  L.len[PX_PRUNE_PART_FILTER] = (size_t)s.c_out;
-  L.len[PX_PRUNE_PART_CHANNEL] = (size_t)s.c_in;
-  L.len[PX_PRUNE_PART_SHAPE] = (size_t)s.c_in * (size_t)s.kh * (size_t)s.kw;
-  L.off[PX_PRUNE_PART_CHANNEL] = L.len[PX_PRUNE_PART_FILTER];
-  L.off[PX_PRUNE_PART_SHAPE] = L.off[PX_PRUNE_PART_CHANNEL] + L.len[PX_PRUNE_PART_CHANNEL];
-  L.off[PX_PRUNE_PART_NM] = L.off[PX_PRUNE_PART_SHAPE] + L.len[PX_PRUNE_PART_SHAPE];
-  L.size = L.off[PX_PRUNE_PART_NM];
+  px__prune_layout_set(&L, s, 0, 0);
   return L;
 }
 
