@@ -365,6 +365,8 @@ static px_status_t pxw_strategy_config(const pxw_t *w, px_trainer_t *t, px_strat
   c->keep.filter_keep = s->prune->filter_keep;
   c->keep.channel_keep = s->prune->channel_keep;
   c->keep.shape_keep = s->prune->shape_keep;
+  c->keep.nm_n = s->prune->nm_n;
+  c->keep.nm_m = s->prune->nm_m;
   c->skip_layers = (const char *const *)s->prune->skip_layers;
   c->nskip = (int32_t)s->prune->n_skip_layers;
   c->topk_ratio = s->comm->topk_ratio;

@@ -37,7 +37,7 @@ static double median(double *v, int n) {
 static int resnet18_convs(px_param_desc_t *d, char names[][32]) {
   int n = 0, cin = 64;
   snprintf(names[n], 32, "conv1");
-  d[n] = (px_param_desc_t){names[n], PX_PARAM_CONV, {64, 3, 3, 3}, 0};
+  d[n] = (px_param_desc_t){names[n], PX_PARAM_CONV, {64, 3, 3, 3}, 0, NULL};
   n++;
   int widths[4] = {64, 128, 256, 512};
   for (int l = 0; l < 4; l++) {
@@ -45,14 +45,14 @@ static int resnet18_convs(px_param_desc_t *d, char names[][32]) {
     for (int b = 0; b < 2; b++) {
       int in = b == 0 ? cin : w;
       snprintf(names[n], 32, "layer%d.%d.conv1", l + 1, b);
-      d[n] = (px_param_desc_t){names[n], PX_PARAM_CONV, {w, in, 3, 3}, 0};
+      d[n] = (px_param_desc_t){names[n], PX_PARAM_CONV, {w, in, 3, 3}, 0, NULL};
       n++;
       snprintf(names[n], 32, "layer%d.%d.conv2", l + 1, b);
-      d[n] = (px_param_desc_t){names[n], PX_PARAM_CONV, {w, w, 3, 3}, 0};
+      d[n] = (px_param_desc_t){names[n], PX_PARAM_CONV, {w, w, 3, 3}, 0, NULL};
       n++;
       if (b == 0 && in != w) {
         snprintf(names[n], 32, "layer%d.%d.downsample", l + 1, b);
-        d[n] = (px_param_desc_t){names[n], PX_PARAM_CONV, {w, in, 1, 1}, 0};
+        d[n] = (px_param_desc_t){names[n], PX_PARAM_CONV, {w, in, 1, 1}, 0, NULL};
         n++;
       }
     }
@@ -70,7 +70,7 @@ static float rnd(void) {
 }
 
 int main(int argc, char **argv) {
-  px_prune_keep_t keep = {1.0, 0.5, 1.0};
+  px_prune_keep_t keep = {1.0, 0.5, 1.0, 0, 0};
   int reps = 30, demo = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--demo")) demo = 1;

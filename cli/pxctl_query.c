@@ -251,6 +251,8 @@ static void pxctl_print_job(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
     if (s->prune)
       printf("pruning    keep filters %.3g, channels %.3g, shapes %.3g\n", s->prune->filter_keep,
              s->prune->channel_keep, s->prune->shape_keep);
+    if (s->prune && s->prune->nm_m > 0)
+      printf("           N:M %d:%d along input channels\n", s->prune->nm_n, s->prune->nm_m);
   }
   int max = pxctl_max_iterations(job);
   if (max > 0) printf("progress   %d of %d iterations\n", pxctl_done_iterations(job), max);

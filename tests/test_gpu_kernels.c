@@ -185,7 +185,7 @@ static const char *const KIND_NAMES[] = {"filter", "channel", "shape"};
 static void test_stubs_and_argument_errors(void **state) {
   (void)state;
   px_conv_shape_t s = {4, 3, 3, 3}, bad = {4, 0, 3, 3};
-  px_prune_keep_t keep = {0.5, 0.5, 0.5};
+  px_prune_keep_t keep = {0.5, 0.5, 0.5, 0, 0};
   float f = 0;
   uint8_t m[64];
   double d;
@@ -203,6 +203,9 @@ static void test_stubs_and_argument_errors(void **state) {
                      PX_ERR_NOT_BUILT);
     assert_int_equal(px_cuda_prune_select(m, &d, 1, 1, NULL), PX_ERR_NOT_BUILT);
     assert_int_equal(px_cuda_prune_apply_mask(&f, m, m, m, s, NULL), PX_ERR_NOT_BUILT);
+    px_prune_layout_t L;
+    assert_int_equal(px_prune_layout_init(&L, s, NULL), PX_OK);
+    assert_int_equal(px_cuda_prune_apply_layout(&f, m, &L, NULL), PX_ERR_NOT_BUILT);
     assert_int_equal(px_cuda_prune_project_group(&f, m, s, PX_PRUNE_GROUP_SHAPE, 0.5, &d, 8, NULL),
                      PX_ERR_NOT_BUILT);
     assert_int_equal(px_cuda_prune_project(&f, m, s, &keep, &d, 8, NULL), PX_ERR_NOT_BUILT);
@@ -382,7 +385,8 @@ static void test_composite_projection_equals_cpu(void **state) {
   NEED_GPU();
   px_test_rng_t rng;
   px_test_rng_seed(&rng, 14);
-  const px_prune_keep_t keeps[] = {{0.5, 0.5, 0.5}, {0.3, 0.8, 0.6}, {1, 1, 0.25}, {1, 1, 1}};
+  const px_prune_keep_t keeps[] = {
+      {0.5, 0.5, 0.5, 0, 0}, {0.3, 0.8, 0.6, 0, 0}, {1, 1, 0.25, 0, 0}, {1, 1, 1, 0, 0}};
   for (size_t t = 0; t < NSHAPES; t++) {
     px_conv_shape_t s = SHAPES[t];
     size_t n = px_conv_numel(s), M = px_prune_mask_size(s), wsb = px_prune_workspace_size(s);
@@ -454,6 +458,43 @@ static void test_apply_mask_equals_cpu(void **state) {
   }
 }
 
+/* Applying a mask through its layout, N:M part included (2:4 and 1:3 masks
+ * from the CPU projection, then random bytes), equals px_prune_layout_apply. */
+static void test_apply_layout_equals_cpu(void **state) {
+  (void)state;
+  NEED_GPU();
+  px_test_rng_t rng;
+  px_test_rng_seed(&rng, 25);
+  for (size_t t = 0; t < NSHAPES; t++) {
+    px_conv_shape_t s = SHAPES[t];
+    px_prune_keep_t k = {0.75, 0.75, 0.75, t % 2 ? 1 : 2, t % 2 ? 3 : 4};
+    px_prune_layout_t L;
+    OK(px_prune_layout_init(&L, s, &k));
+    size_t n = px_conv_numel(s);
+    float *w = host_normal(&rng, n, 1.0f), *want = host_copy(w, n), *got = malloc(n * 4);
+    uint8_t *mask = malloc(L.size);
+    OK(px_prune_layout_project(&L, want, &k, mask, NULL, 0)); /* want: w masked */
+    for (int round = 0; round < 2; round++) {
+      if (round == 1) { /* random bytes, nonzero keeps */
+        for (size_t i = 0; i < L.size; i++) mask[i] = (uint8_t)(px_test_rng_u64(&rng) % 3);
+        memcpy(want, w, n * sizeof(float));
+        px_prune_layout_apply(&L, want, mask);
+      }
+      float *dw = dev_from(w, n * sizeof(float));
+      uint8_t *dm = dev_from(mask, L.size);
+      OK(px_cuda_prune_apply_layout(dw, dm, &L, NULL));
+      dev_to(got, dw, n * sizeof(float));
+      assert_same_bits(got, want, n, sizeof(float), "apply layout");
+      px_cuda_kernels_free(dw);
+      px_cuda_kernels_free(dm);
+    }
+    free(w);
+    free(want);
+    free(got);
+    free(mask);
+  }
+}
+
 /* ---- shrink / expand -------------------------------------------------------------- */
 
 /* Per-layer shrink into a plan-ordered device buffer equals the plan's packed
@@ -465,12 +506,13 @@ static void test_shrink_expand_equal_pack_plan(void **state) {
   px_test_rng_t rng;
   px_test_rng_seed(&rng, 16);
   const px_param_desc_t desc[] = {
-      {"conv_a", PX_PARAM_CONV, {16, 8, 3, 3}, 0},
-      {"bn", PX_PARAM_DENSE, {0, 0, 0, 0}, 37},
-      {"conv_b", PX_PARAM_CONV, {10, 12, 1, 1}, 0},
-      {"conv_c", PX_PARAM_CONV, {6, 4, 3, 3}, 0},
+      {"conv_a", PX_PARAM_CONV, {16, 8, 3, 3}, 0, NULL},
+      {"bn", PX_PARAM_DENSE, {0, 0, 0, 0}, 37, NULL},
+      {"conv_b", PX_PARAM_CONV, {10, 12, 1, 1}, 0, NULL},
+      {"conv_c", PX_PARAM_CONV, {6, 4, 3, 3}, 0, NULL},
   };
-  const px_prune_keep_t keeps[] = {{0.5, 0.75, 0.5}, {1, 1, 1}, {0.6, 0.5, 1}, {0, 1, 1}};
+  const px_prune_keep_t keeps[] = {
+      {0.5, 0.75, 0.5, 0, 0}, {1, 1, 1, 0, 0}, {0.6, 0.5, 1, 0, 0}, {0, 1, 1, 0, 0}};
   enum { NP = 4 };
   float *x[NP], *y[NP];
   uint8_t *mask[NP] = {NULL};
@@ -809,6 +851,7 @@ int main(void) {
       cmocka_unit_test(test_single_projections_equal_cpu),
       cmocka_unit_test(test_composite_projection_equals_cpu),
       cmocka_unit_test(test_apply_mask_equals_cpu),
+      cmocka_unit_test(test_apply_layout_equals_cpu),
       cmocka_unit_test(test_shrink_expand_equal_pack_plan),
       cmocka_unit_test(test_admm_updates_equal_cpu),
       cmocka_unit_test(test_sqdiff_close_and_repeatable),

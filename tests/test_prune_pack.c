@@ -207,12 +207,12 @@ static int resnet_like(px_param_desc_t *d, int max, int width) {
   int n = 0, cin = 3;
   int widths[] = {width, width, 2 * width, 2 * width, 4 * width};
   for (int l = 0; l < 5 && n + 3 <= max; l++) {
-    d[n++] = (px_param_desc_t){"conv", PX_PARAM_CONV, {widths[l], cin, 3, 3}, 0};
-    d[n++] = (px_param_desc_t){"bn.weight", PX_PARAM_DENSE, {0, 0, 0, 0}, (size_t)widths[l]};
-    d[n++] = (px_param_desc_t){"bn.bias", PX_PARAM_DENSE, {0, 0, 0, 0}, (size_t)widths[l]};
+    d[n++] = (px_param_desc_t){"conv", PX_PARAM_CONV, {widths[l], cin, 3, 3}, 0, NULL};
+    d[n++] = (px_param_desc_t){"bn.weight", PX_PARAM_DENSE, {0, 0, 0, 0}, (size_t)widths[l], NULL};
+    d[n++] = (px_param_desc_t){"bn.bias", PX_PARAM_DENSE, {0, 0, 0, 0}, (size_t)widths[l], NULL};
     cin = widths[l];
   }
-  d[n++] = (px_param_desc_t){"fc.weight", PX_PARAM_DENSE, {0, 0, 0, 0}, (size_t)cin * 10};
+  d[n++] = (px_param_desc_t){"fc.weight", PX_PARAM_DENSE, {0, 0, 0, 0}, (size_t)cin * 10, NULL};
   return n;
 }
 
@@ -220,21 +220,21 @@ static void test_roundtrip_on_resnet_like_model(void **state) {
   (void)state;
   px_param_desc_t d[32];
   int n = resnet_like(d, 31, 16);
-  check_plan(d, n, (px_prune_keep_t){1, 0.5, 1}, PX_PACK_DEFAULT_BUCKET_BYTES, 1);
-  check_plan(d, n, (px_prune_keep_t){0.75, 0.5, 1}, 4096, 2);
-  check_plan(d, n, (px_prune_keep_t){0.5, 0.75, 0.7}, 1000, 3); /* shape pruning inside blocks */
+  check_plan(d, n, (px_prune_keep_t){1, 0.5, 1, 0, 0}, PX_PACK_DEFAULT_BUCKET_BYTES, 1);
+  check_plan(d, n, (px_prune_keep_t){0.75, 0.5, 1, 0, 0}, 4096, 2);
+  check_plan(d, n, (px_prune_keep_t){0.5, 0.75, 0.7, 0, 0}, 1000, 3); /* shape pruning inside blocks */
 }
 
 static void test_layer_larger_than_a_bucket(void **state) {
   (void)state;
   px_param_desc_t d[2] = {
-      {"big", PX_PARAM_CONV, {64, 32, 3, 3}, 0},
-      {"bias", PX_PARAM_DENSE, {0, 0, 0, 0}, 7},
+      {"big", PX_PARAM_CONV, {64, 32, 3, 3}, 0, NULL},
+      {"bias", PX_PARAM_DENSE, {0, 0, 0, 0}, 7, NULL},
   };
   /* buckets of 1, 3 and 37 floats: every boundary lands mid-row */
-  check_plan(d, 2, (px_prune_keep_t){0.5, 0.5, 1}, 4, 4);
-  check_plan(d, 2, (px_prune_keep_t){0.5, 0.5, 0.5}, 12, 5);
-  check_plan(d, 2, (px_prune_keep_t){1, 0.3, 1}, 148, 6);
+  check_plan(d, 2, (px_prune_keep_t){0.5, 0.5, 1, 0, 0}, 4, 4);
+  check_plan(d, 2, (px_prune_keep_t){0.5, 0.5, 0.5, 0, 0}, 12, 5);
+  check_plan(d, 2, (px_prune_keep_t){1, 0.3, 1, 0, 0}, 148, 6);
 }
 
 static void test_hundreds_of_tiny_layers(void **state) {
@@ -242,27 +242,27 @@ static void test_hundreds_of_tiny_layers(void **state) {
   enum { N = 400 };
   px_param_desc_t d[N];
   for (int i = 0; i < N; i++)
-    d[i] = i % 3 == 2 ? (px_param_desc_t){"b", PX_PARAM_DENSE, {0, 0, 0, 0}, 1 + (size_t)i % 4}
-                      : (px_param_desc_t){"c", PX_PARAM_CONV, {1 + i % 3, 1 + i % 4, 1, 1 + i % 2}, 0};
-  check_plan(d, N, (px_prune_keep_t){0.5, 0.5, 1}, 64, 7);
-  check_plan(d, N, (px_prune_keep_t){1, 1, 1}, 4, 8);
-  check_plan(d, N, (px_prune_keep_t){0.6, 0.4, 0.5}, PX_PACK_DEFAULT_BUCKET_BYTES, 9);
+    d[i] = i % 3 == 2 ? (px_param_desc_t){"b", PX_PARAM_DENSE, {0, 0, 0, 0}, 1 + (size_t)i % 4, NULL}
+                      : (px_param_desc_t){"c", PX_PARAM_CONV, {1 + i % 3, 1 + i % 4, 1, 1 + i % 2}, 0, NULL};
+  check_plan(d, N, (px_prune_keep_t){0.5, 0.5, 1, 0, 0}, 64, 7);
+  check_plan(d, N, (px_prune_keep_t){1, 1, 1, 0, 0}, 4, 8);
+  check_plan(d, N, (px_prune_keep_t){0.6, 0.4, 0.5, 0, 0}, PX_PACK_DEFAULT_BUCKET_BYTES, 9);
 }
 
 static void test_everything_pruned(void **state) {
   (void)state;
   px_param_desc_t d[3] = {
-      {"a", PX_PARAM_CONV, {8, 4, 3, 3}, 0},
-      {"b", PX_PARAM_CONV, {4, 8, 1, 1}, 0},
-      {"c", PX_PARAM_CONV, {2, 4, 3, 3}, 0},
+      {"a", PX_PARAM_CONV, {8, 4, 3, 3}, 0, NULL},
+      {"b", PX_PARAM_CONV, {4, 8, 1, 1}, 0, NULL},
+      {"c", PX_PARAM_CONV, {2, 4, 3, 3}, 0, NULL},
   };
-  check_plan(d, 3, (px_prune_keep_t){0, 1, 1}, 64, 10); /* no buckets at all */
-  check_plan(d, 3, (px_prune_keep_t){1, 0, 1}, 64, 11);
-  check_plan(d, 3, (px_prune_keep_t){1, 1, 0}, 64, 12);
+  check_plan(d, 3, (px_prune_keep_t){0, 1, 1, 0, 0}, 64, 10); /* no buckets at all */
+  check_plan(d, 3, (px_prune_keep_t){1, 0, 1, 0, 0}, 64, 11);
+  check_plan(d, 3, (px_prune_keep_t){1, 1, 0, 0, 0}, 64, 12);
 
   /* with nothing packed there are no buckets, and expand zeroes everything */
   model_t m;
-  model_init(&m, d, 3, (px_prune_keep_t){0, 0, 0}, 13);
+  model_init(&m, d, 3, (px_prune_keep_t){0, 0, 0, 0, 0}, 13);
   px_pack_plan_t *plan;
   assert_int_equal(px_pack_plan_create(m.desc, 3, 64, &plan), PX_OK);
   assert_int_equal(px_pack_plan_set_masks(plan, (const uint8_t *const *)m.mask), PX_OK);
@@ -280,7 +280,7 @@ static void test_nothing_pruned_packs_everything(void **state) {
   (void)state;
   px_param_desc_t d[32];
   int n = resnet_like(d, 31, 8);
-  check_plan(d, n, (px_prune_keep_t){1, 1, 1}, 256, 14);
+  check_plan(d, n, (px_prune_keep_t){1, 1, 1, 0, 0}, 256, 14);
   /* a fresh plan (no masks set) is the dense layout */
   px_pack_plan_t *plan;
   assert_int_equal(px_pack_plan_create(d, n, 0, &plan), PX_OK);
@@ -294,7 +294,7 @@ static void test_frozen_plan_allocates_nothing(void **state) {
   px_param_desc_t d[32];
   int n = resnet_like(d, 31, 16);
   model_t m;
-  model_init(&m, d, n, (px_prune_keep_t){1, 0.5, 1}, 15);
+  model_init(&m, d, n, (px_prune_keep_t){1, 0.5, 1, 0, 0}, 15);
   px_pack_plan_t *plan;
   assert_int_equal(px_pack_plan_create(m.desc, n, 2048, &plan), PX_OK);
   assert_int_equal(px_pack_plan_set_masks(plan, (const uint8_t *const *)m.mask), PX_OK);
@@ -330,8 +330,8 @@ static void test_bad_plans_are_rejected(void **state) {
   (void)state;
   px_pack_plan_t *plan = (px_pack_plan_t *)0x1;
   px_param_desc_t d[2] = {
-      {"layer1.conv", PX_PARAM_CONV, {8, 0, 3, 3}, 0},
-      {"fc", PX_PARAM_DENSE, {0, 0, 0, 0}, 4},
+      {"layer1.conv", PX_PARAM_CONV, {8, 0, 3, 3}, 0, NULL},
+      {"fc", PX_PARAM_DENSE, {0, 0, 0, 0}, 4, NULL},
   };
   assert_int_equal(px_pack_plan_create(d, 2, 0, &plan), PX_ERR_INVALID);
   assert_null(plan);

@@ -37,15 +37,14 @@ struct px_hsadmm {
   float *u, *zi, *zi_prev, *v, *z, *z_prev, *s;
   double *rho1, *rho2;  /* [n] */
   int M, P, N;          /* nodes, ranks per node, ranks */
-  /* masks: prunable tensors only, one contiguous byte buffer each */
+  /* masks: prunable tensors only, one contiguous byte buffer each, laid out
+   * by the sparsity set (offsets and sizes are its answers, copied here) */
+  px_sparsity_t *sp;
   size_t *moff;         /* [n] offset of the tensor's mask, or SIZE_MAX */
   size_t mtotal;
   uint8_t *mask_node, *mask_union, *mask_prev;
   uint8_t *mask_z;      /* groups kept in z (the union once frozen) */
   const uint8_t **mask_ptrs; /* [n] into mask_union, NULL for dense tensors */
-  uint8_t *is_consumer;  /* [n] 1: channel groups projected with a producer's filters */
-  void *ws;
-  size_t ws_bytes;
   px_pack_plan_t *plan;
   int frozen;
   int iteration;
@@ -102,19 +101,40 @@ static px_status_t px__hsadmm_alloc_arrays(px_hsadmm_t *h, int nparams) {
   h->decision_buf = px_calloc(2 + 2 * (size_t)nparams, sizeof(double), "hsadmm.decision");
   h->src_ptrs = px_calloc((size_t)nparams, sizeof(float *), "hsadmm.ptrs");
   h->dst_ptrs = px_calloc((size_t)nparams, sizeof(float *), "hsadmm.ptrs");
-  h->is_consumer = px_calloc((size_t)nparams, 1, "hsadmm.coupling");
   if (!h->src_ptrs || !h->dst_ptrs || !h->params || !h->off || !h->moff || !h->mask_ptrs ||
-      !h->rho1 || !h->rho2 || !h->sums || !h->layers || !h->decision_buf || !h->is_consumer)
+      !h->rho1 || !h->rho2 || !h->sums || !h->layers || !h->decision_buf)
     return PX_ERR_NOMEM;
   return PX_OK;
 }
 
+/* The sparsity set of the prunable tensors (it owns their mask layouts and
+ * the coupling of producers with consumers). */
+static px_status_t px__hsadmm_sparsity(px_hsadmm_t *h) {
+  int n = h->n;
+  px_sparsity_param_t *sp = px_calloc((size_t)n, sizeof *sp, "hsadmm.sparsity");
+  const char **names = px_calloc((size_t)n, sizeof *names, "hsadmm.sparsity");
+  px_status_t st = PX_ERR_NOMEM;
+  if (sp && names) {
+    for (int i = 0; i < n; i++) {
+      const px_hsadmm_param_t *p = &h->params[i];
+      names[i] = p->name;
+      sp[i].prunable = p->prunable;
+      sp[i].shape = p->shape;
+      sp[i].consumer = !p->has_consumer ? -1 : p->consumer >= 0 ? p->consumer : INT32_MAX;
+    }
+    st = px_sparsity_create(sp, names, n, &h->cfg.keep, &h->sp);
+  }
+  px_free(sp);
+  px_free((void *)names);
+  return st;
+}
+
 /* Offsets of every tensor in the state families and of every mask, the
- * initial penalties, the projection workspace size and the pack plan. */
-static px_status_t px__hsadmm_layout(px_hsadmm_t *h, size_t *maxws) {
+ * initial penalties and the pack plan. */
+static px_status_t px__hsadmm_layout(px_hsadmm_t *h) {
   const px_hsadmm_param_t *params = h->params;
   int nparams = h->n;
-  *maxws = 0;
+  PX_CHECK(px__hsadmm_sparsity(h));
   px_param_desc_t *desc = px_calloc((size_t)nparams, sizeof *desc, "hsadmm.desc");
   if (!desc) return PX_ERR_NOMEM;
   for (int i = 0; i < nparams; i++) {
@@ -122,45 +142,25 @@ static px_status_t px__hsadmm_layout(px_hsadmm_t *h, size_t *maxws) {
     h->total += params[i].numel;
     h->rho1[i] = h->cfg.rho1;
     h->rho2[i] = h->cfg.rho2;
-    h->moff[i] = SIZE_MAX;
+    h->moff[i] = px_sparsity_mask_offset(h->sp, i);
     desc[i].name = params[i].name;
     if (params[i].prunable) {
-      h->moff[i] = h->mtotal;
-      h->mtotal += px_prune_mask_size(params[i].shape);
-      size_t w = px_prune_workspace_size(params[i].shape);
-      if (w > *maxws) *maxws = w;
       desc[i].kind = PX_PARAM_CONV;
       desc[i].shape = params[i].shape;
+      desc[i].layout = px_sparsity_layout(h->sp, i);
     } else {
       desc[i].kind = PX_PARAM_DENSE;
       desc[i].numel = params[i].numel;
     }
   }
+  h->mtotal = px_sparsity_mask_bytes(h->sp);
   px_status_t st = px_pack_plan_create(desc, nparams, h->cfg.bucket_bytes, &h->plan);
   px_free(desc);
   return st;
 }
 
-/* Marks the consumers of coupled producers, checking each pair. */
-static px_status_t px__hsadmm_coupling(px_hsadmm_t *h) {
-  const px_hsadmm_param_t *params = h->params;
-  for (int i = 0; i < h->n; i++) {
-    if (!params[i].prunable || !params[i].has_consumer) continue;
-    int32_t c = params[i].consumer;
-    if (c < 0 || c >= h->n || c == i || !params[c].prunable ||
-        params[c].shape.c_in != params[i].shape.c_out || h->is_consumer[c])
-      return px_set_error(PX_ERR_INVALID,
-                          "H-SADMM parameter %s: consumer %d is not a prunable conv with %d "
-                          "input channels read by this one alone",
-                          params[i].name ? params[i].name : "?", (int)c,
-                          (int)params[i].shape.c_out);
-    h->is_consumer[c] = 1;
-  }
-  return PX_OK;
-}
-
-/* The state families, the masks (all groups kept) and the workspace. */
-static px_status_t px__hsadmm_alloc_state(px_hsadmm_t *h, size_t maxws) {
+/* The state families and the masks (all groups kept). */
+static px_status_t px__hsadmm_alloc_state(px_hsadmm_t *h) {
   float **fam[] = {&h->u, &h->zi, &h->zi_prev, &h->v, &h->z, &h->z_prev, &h->s};
   for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
     *fam[f] = px_calloc(h->total, sizeof(float), "hsadmm.state");
@@ -171,9 +171,7 @@ static px_status_t px__hsadmm_alloc_state(px_hsadmm_t *h, size_t maxws) {
   h->mask_union = px_malloc(mt, "hsadmm.mask");
   h->mask_prev = px_malloc(mt, "hsadmm.mask");
   h->mask_z = px_malloc(mt, "hsadmm.mask");
-  h->ws_bytes = maxws;
-  h->ws = maxws ? px_malloc(maxws, "hsadmm.workspace") : NULL;
-  if (!h->mask_node || !h->mask_union || !h->mask_prev || !h->mask_z || (maxws && !h->ws))
+  if (!h->mask_node || !h->mask_union || !h->mask_prev || !h->mask_z)
     return PX_ERR_NOMEM;
   memset(h->mask_node, 1, mt);
   memset(h->mask_union, 1, mt);
@@ -210,10 +208,8 @@ px_status_t px_hsadmm_create(px_comm_t *comm, const px_hsadmm_param_t *params, i
   }
   PX_CHECK_GOTO(px__hsadmm_alloc_arrays(h, nparams), st, fail);
   memcpy(h->params, params, (size_t)nparams * sizeof *params);
-  size_t maxws = 0;
-  PX_CHECK_GOTO(px__hsadmm_layout(h, &maxws), st, fail);
-  PX_CHECK_GOTO(px__hsadmm_coupling(h), st, fail);
-  PX_CHECK_GOTO(px__hsadmm_alloc_state(h, maxws), st, fail);
+  PX_CHECK_GOTO(px__hsadmm_layout(h), st, fail);
+  PX_CHECK_GOTO(px__hsadmm_alloc_state(h), st, fail);
 
   /* z = z_i = the ranks' mean initial model: every rank starts from the same
    * consensus whatever its initialisation */
@@ -235,9 +231,10 @@ fail:
 void px_hsadmm_destroy(px_hsadmm_t *h) {
   if (!h) return;
   px_pack_plan_destroy(h->plan);
+  px_sparsity_destroy(h->sp);
   void *owned[] = {h->u, h->zi, h->zi_prev, h->v, h->z, h->z_prev, h->s,
-                   h->mask_node, h->mask_union, h->mask_prev, h->mask_z, h->ws,
-                   h->params, h->off, h->moff, (void *)h->mask_ptrs, h->is_consumer,
+                   h->mask_node, h->mask_union, h->mask_prev, h->mask_z,
+                   h->params, h->off, h->moff, (void *)h->mask_ptrs,
                    h->rho1, h->rho2, h->sums, h->layers, h->decision_buf,
                    h->src_ptrs, h->dst_ptrs, h->qerr, h->qsum, (void *)h->err_ptrs,
                    h->qref, (void *)h->ref_ptrs, h->qsend, h->qrecv};
@@ -300,10 +297,9 @@ const float *px_hsadmm_z(const px_hsadmm_t *h, int i) { return h->z + h->off[i];
 const uint8_t *px_hsadmm_mask(const px_hsadmm_t *h, int i) { return h->mask_ptrs[i]; }
 int px_hsadmm_frozen(const px_hsadmm_t *h) { return h->frozen; }
 double px_hsadmm_density(const px_hsadmm_t *h, int i) {
-  if (!h->params[i].prunable) return 1.0;
-  return px_prune_mask_density((h->frozen ? h->mask_union : h->mask_z) + h->moff[i],
-                               h->params[i].shape);
+  return px_sparsity_density(h->sp, i, h->frozen ? h->mask_union : h->mask_z);
 }
+const px_sparsity_t *px_hsadmm_sparsity(const px_hsadmm_t *h) { return h->sp; }
 double px_hsadmm_rho1(const px_hsadmm_t *h, int i) { return h->rho1[i]; }
 double px_hsadmm_rho2(const px_hsadmm_t *h, int i) { return h->rho2[i]; }
 void px_hsadmm_duals(const px_hsadmm_t *h, int i, const float **u, const float **v) {
@@ -313,44 +309,11 @@ void px_hsadmm_duals(const px_hsadmm_t *h, int i, const float **u, const float *
 
 /* Projects the prunable tensors of a state family (zi or z) onto the
  * structured set, writing their group masks into mask (mask_node or mask_z),
- * or applies the frozen union mask. The composite order is filter, channel,
- * shape for every layer, except that the channels of a coupled consumer are
- * chosen after its producer's own steps, together with the producer's
- * filters. Deterministic: the same input gives the same output and masks on
- * every rank. */
+ * or applies the frozen union mask. Deterministic: the same input gives the
+ * same output and masks on every rank. */
 static px_status_t px__project(px_hsadmm_t *h, float *fam, uint8_t *mask) {
-  const px_prune_keep_t *k = &h->cfg.keep;
-  for (int i = 0; i < h->n; i++) {
-    const px_hsadmm_param_t *p = &h->params[i];
-    if (!p->prunable) continue;
-    float *x = fam + h->off[i];
-    if (h->frozen) {
-      px_prune_apply_mask(x, p->shape, h->mask_union + h->moff[i]);
-      continue;
-    }
-    uint8_t *m = mask + h->moff[i];
-    PX_CHECK(px_prune_project_filter(x, p->shape, k->filter_keep, m, h->ws, h->ws_bytes));
-    if (h->is_consumer[i]) continue; /* its channels are chosen with its producer below */
-    PX_CHECK(px_prune_project_channel(x, p->shape, k->channel_keep, m + p->shape.c_out, h->ws,
-                                      h->ws_bytes));
-  }
-  if (h->frozen) return PX_OK;
-  for (int i = 0; i < h->n; i++) {
-    const px_hsadmm_param_t *p = &h->params[i];
-    if (!p->prunable || !p->has_consumer) continue;
-    const px_hsadmm_param_t *q = &h->params[p->consumer];
-    PX_CHECK(px_prune_project_coupled(fam + h->off[i], p->shape, fam + h->off[p->consumer],
-                                      q->shape, k->channel_keep, mask + h->moff[i],
-                                      mask + h->moff[p->consumer] + q->shape.c_out, h->ws,
-                                      h->ws_bytes));
-  }
-  for (int i = 0; i < h->n; i++) {
-    const px_hsadmm_param_t *p = &h->params[i];
-    if (!p->prunable) continue;
-    uint8_t *m = mask + h->moff[i] + p->shape.c_out + p->shape.c_in;
-    PX_CHECK(px_prune_project_shape(fam + h->off[i], p->shape, k->shape_keep, m, h->ws,
-                                    h->ws_bytes));
-  }
+  if (!h->frozen) return px_sparsity_project(h->sp, fam, h->off, mask);
+  px_sparsity_apply(h->sp, fam, h->off, h->mask_union);
   return PX_OK;
 }
 
@@ -654,6 +617,8 @@ px_status_t px_hsadmm_decide(px_hsadmm_t *h, px_hsadmm_control_fn control, void 
   }
   if (buf[1] > 0 && !h->frozen) {
     h->frozen = 1;
+    if (px_sparsity_freeze_masks(h->sp, h->mask_union, h->mask_z)) /* N:M: see prune.h */
+      PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
     px_pack_plan_freeze(h->plan);
   }
   *stop = end;

@@ -78,6 +78,8 @@ const px__js_field_t px__js_fields[] = {
     {S_PRUNE, "channel_keep", PX__JS_DOUBLE, LO_OPEN, 0, 1, NULL, 1.0, NULL},
     {S_PRUNE, "shape_keep", PX__JS_DOUBLE, LO_OPEN, 0, 1, NULL, 1.0, NULL},
     {S_PRUNE, "skip_layers", PX__JS_STRLIST, 0, 0, 0, NULL, 0, NULL},
+    {S_PRUNE, "nm_n", PX__JS_INT, 0, 0, PX_PRUNE_NM_MAX, NULL, 0, NULL},
+    {S_PRUNE, "nm_m", PX__JS_INT, 0, 0, PX_PRUNE_NM_MAX, NULL, 0, NULL},
 
     /* rho1 = rho2 = 1e-3: the proximal pull rho * (theta - z + u) then has
      * the size of the weight decay (5e-4 * theta) for CNN weights of the
@@ -596,6 +598,17 @@ static int px__js_channels(const char *dataset) {
   return !strcmp(dataset, "fashion-mnist") ? 1 : 3;
 }
 
+/* The prune section's cross-field rules: N:M is both numbers or neither. */
+static px_status_t px__js_check_prune(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
+  const Prunex__V1__PruneSpec *p = spec->prune;
+  if ((p->nm_n == 0) != (p->nm_m == 0) || p->nm_n > p->nm_m)
+    return px__js_fail(PX_ERR_INVALID, w,
+                       px__js_mark(w, px__js_find("prune.nm_n"), px__js_find("prune.nm_m")),
+                       "prune.nm_n: N:M sparsity %d:%d needs 1 <= nm_n <= nm_m (both 0: off)",
+                       p->nm_n, p->nm_m);
+  return PX_OK;
+}
+
 px_status_t px__js_check(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
   char path[64], exp[256], got[96];
   for (int s = 0; s < px__js_nsections; s++) {
@@ -693,7 +706,7 @@ px_status_t px__js_check(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
                        "model.num_classes: %d, but data set %s has 10 classes (0 takes it from "
                        "the data set)",
                        spec->model->num_classes, ds);
-  return PX_OK;
+  return px__js_check_prune(spec, w);
 }
 
 px_status_t px_jobspec_validate(const Prunex__V1__JobSpec *spec) {

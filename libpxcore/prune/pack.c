@@ -10,6 +10,12 @@
  * interval of the stream and copy run by run, which makes whole-model and
  * per-bucket work the same code.
  *
+ * A layer whose mask layout is per element (N:M: the kept elements of a row
+ * differ from filter to filter) has no row template: it keeps one activity
+ * byte per element and the packed offset of every row, and packs exactly
+ * the active elements of each kept filter in row order. Both sides hold the
+ * same union mask, so the packed stream still needs no index.
+ *
  * Every array a layout needs is sized for the worst case (everything kept)
  * when the plan is created, except the packed buffer and the bucket table,
  * which only grow; after the freeze nothing changes, so shrink and expand
@@ -48,6 +54,9 @@ typedef struct {
   int32_t *out_rank;   /* [nrows]: position in k_out, or -1 */
   px__pack_run_t *runs;     /* [row_len] capacity */
   int32_t nruns;
+  px_prune_layout_t layout; /* conv: the mask layout */
+  uint8_t *act;             /* per-element layouts: [numel] 1 for an active element */
+  size_t *row_pk;           /* per-element layouts: [nrows + 1] packed offset of each row */
 } px__layer_t;
 
 struct px_pack_plan {
@@ -66,6 +75,8 @@ struct px_pack_plan {
 
 /* Largest integer a run field may hold; rows longer than this are refused. */
 #define PX__RUN_MAX 0xFFFFFFFFu
+
+static px_status_t px__layer_conv(px__layer_t *L, const px_prune_layout_t *layout);
 
 px_status_t px_pack_plan_create(const px_param_desc_t *params, int nparams,
                                 size_t bucket_bytes, px_pack_plan_t **out) {
@@ -108,12 +119,9 @@ px_status_t px_pack_plan_create(const px_param_desc_t *params, int nparams,
   for (int i = 0; i < nparams; i++) {
     px__layer_t *L = &p->layers[i];
     L->desc = params[i];
+    L->desc.layout = NULL; /* copied into L->layout */
     if (L->desc.kind == PX_PARAM_CONV) {
-      px_conv_shape_t s = L->desc.shape;
-      L->nrows = (size_t)s.c_out;
-      L->row_len = (size_t)s.c_in * s.kh * s.kw;
-      L->k_out = px_malloc((size_t)s.c_out * sizeof(int32_t), "pack.k_out");
-      L->k_in = px_malloc((size_t)s.c_in * sizeof(int32_t), "pack.k_in");
+      PX_CHECK_GOTO(px__layer_conv(L, params[i].layout), st, fail);
     } else {
       L->nrows = 1;
       L->row_len = L->desc.numel;
@@ -139,6 +147,28 @@ fail:
   return st;
 }
 
+/* A conv layer's mask layout and index arrays (and the element arrays of a
+ * per-element layout). */
+static px_status_t px__layer_conv(px__layer_t *L, const px_prune_layout_t *layout) {
+  px_conv_shape_t s = L->desc.shape;
+  if (layout) {
+    PX_REQUIRE(!memcmp(&layout->shape, &s, sizeof s), "pack plan: %s: layout of another shape",
+               L->desc.name ? L->desc.name : "?");
+    L->layout = *layout;
+  } else {
+    PX_CHECK(px_prune_layout_init(&L->layout, s, NULL));
+  }
+  L->nrows = (size_t)s.c_out;
+  L->row_len = (size_t)s.c_in * s.kh * s.kw;
+  L->k_out = px_malloc((size_t)s.c_out * sizeof(int32_t), "pack.k_out");
+  L->k_in = px_malloc((size_t)s.c_in * sizeof(int32_t), "pack.k_in");
+  if (!L->k_out || !L->k_in) return PX_ERR_NOMEM;
+  if (!px_prune_layout_per_element(&L->layout)) return PX_OK;
+  L->act = px_malloc(px_conv_numel(s), "pack.active");
+  L->row_pk = px_malloc((L->nrows + 1) * sizeof *L->row_pk, "pack.row_offsets");
+  return L->act && L->row_pk ? PX_OK : PX_ERR_NOMEM;
+}
+
 void px_pack_plan_destroy(px_pack_plan_t *p) {
   if (!p) return;
   for (int i = 0; i < p->nlayers && p->layers; i++) {
@@ -147,11 +177,35 @@ void px_pack_plan_destroy(px_pack_plan_t *p) {
     px_free(L->k_in);
     px_free(L->out_rank);
     px_free(L->runs);
+    px_free(L->act);
+    px_free(L->row_pk);
   }
   px_free(p->layers);
   px_free(p->buf);
   px_free(p->bucket_start);
   px_free(p);
+}
+
+/* A per-element layer's activity and row offsets, after its index sets:
+ * the kept filters pack their active elements, the others nothing. */
+static void px__layer_layout_elements(px__layer_t *L, const uint8_t *mask) {
+  size_t pk = 0;
+  for (size_t o = 0; o < L->nrows; o++) {
+    uint8_t *a = L->act + o * L->row_len;
+    L->row_pk[o] = pk;
+    if (L->out_rank[o] < 0) {
+      memset(a, 0, L->row_len);
+      continue;
+    }
+    for (size_t j = 0; j < L->row_len; j++) {
+      a[j] = (uint8_t)(!mask || px_prune_layout_active(&L->layout, mask, (int32_t)o, j));
+      pk += a[j];
+    }
+  }
+  L->row_pk[L->nrows] = pk;
+  L->nruns = 0;
+  L->packed_row = 0; /* rows differ: row_pk says where each starts */
+  L->packed_len = pk;
 }
 
 /* Builds a layer's index sets and row template from its mask (NULL: all
@@ -169,7 +223,7 @@ static void px__layer_layout(px__layer_t *L, const uint8_t *mask) {
   px_conv_shape_t s = L->desc.shape;
   size_t khw = (size_t)s.kh * s.kw;
   if (mask) {
-    px_prune_index_sets(mask, s, L->k_out, &L->n_out, L->k_in, &L->n_in);
+    px_prune_layout_index_sets(&L->layout, mask, L->k_out, &L->n_out, L->k_in, &L->n_in);
   } else {
     L->n_out = s.c_out;
     L->n_in = s.c_in;
@@ -178,11 +232,15 @@ static void px__layer_layout(px__layer_t *L, const uint8_t *mask) {
   }
   for (size_t o = 0; o < L->nrows; o++) L->out_rank[o] = -1;
   for (int32_t r = 0; r < L->n_out; r++) L->out_rank[L->k_out[r]] = r;
+  if (L->act) {
+    px__layer_layout_elements(L, mask);
+    return;
+  }
 
   /* Row template: walk the channels, marking each element as copied, masked
    * (in K_in but shape-pruned) or zero (channel not in K_in); merge equal
    * neighbours into runs. */
-  const uint8_t *ms = mask ? mask + s.c_out + s.c_in : NULL;
+  const uint8_t *ms = px_prune_part(&L->layout, mask, PX_PRUNE_PART_SHAPE);
   int32_t nr = 0, next_in = 0;
   uint32_t pk = 0;
   for (int32_t c = 0; c < s.c_in; c++) {
@@ -206,6 +264,20 @@ static void px__layer_layout(px__layer_t *L, const uint8_t *mask) {
   L->packed_len = (size_t)L->n_out * L->packed_row;
 }
 
+/* Position in a per-element layer of its packed element rel. */
+static size_t px__element_pos(const px__layer_t *L, size_t rel) {
+  size_t lo = 0, hi = L->nrows - 1;
+  while (lo < hi) { /* last row starting at or before rel */
+    size_t mid = (lo + hi + 1) / 2;
+    if (L->row_pk[mid] <= rel) lo = mid; else hi = mid - 1;
+  }
+  const uint8_t *a = L->act + lo * L->row_len;
+  size_t left = rel - L->row_pk[lo];
+  for (size_t j = 0; j < L->row_len; j++)
+    if (a[j] && left-- == 0) return lo * L->row_len + j;
+  return 0; /* unreachable: the row holds row_pk[lo + 1] - row_pk[lo] active elements */
+}
+
 /* Stream position of packed element q (q < packed_len). */
 static size_t px__stream_pos(const px_pack_plan_t *p, size_t q) {
   int lo = 0, hi = p->nlayers - 1;
@@ -217,6 +289,7 @@ static size_t px__stream_pos(const px_pack_plan_t *p, size_t q) {
     lo--; /* empty layers share their packed_off with the next one */
   const px__layer_t *L = &p->layers[lo];
   size_t rel = q - L->packed_off;
+  if (L->act) return L->stream_off + px__element_pos(L, rel);
   size_t rank = rel / L->packed_row, w = rel % L->packed_row;
   size_t row = L->desc.kind == PX_PARAM_CONV ? (size_t)L->k_out[rank] : 0;
   for (int32_t r = 0; r < L->nruns; r++) {
@@ -303,6 +376,29 @@ void px_pack_param_sets(const px_pack_plan_t *p, int i, const int32_t **k_out, i
 
 enum { PX__SHRINK, PX__EXPAND };
 
+/* px__walk over the elements [lo, lend) of a per-element layer. */
+static void px__walk_elements(const px__layer_t *L, size_t lo, size_t lend, int op,
+                              float *buf, const float *in, float *out) {
+  for (size_t row = lo / L->row_len; row * L->row_len < lend; row++) {
+    size_t rs = row * L->row_len;
+    size_t a = lo > rs ? lo - rs : 0;
+    size_t b = lend - rs < L->row_len ? lend - rs : L->row_len;
+    const uint8_t *act = L->act + rs;
+    float *pk = buf + L->packed_off + L->row_pk[row];
+    size_t q = 0;
+    for (size_t j = 0; j < a; j++) q += act[j];
+    for (size_t j = a; j < b; j++) {
+      if (!act[j]) {
+        if (op == PX__EXPAND) out[rs + j] = 0.0f;
+        continue;
+      }
+      if (op == PX__SHRINK) pk[q] = in[rs + j];
+      else out[rs + j] = pk[q];
+      q++;
+    }
+  }
+}
+
 /* Copies between the tensors and the packed buffer for the stream interval
  * [s, e): shrink reads params and writes buf, expand the reverse (and writes
  * zeros to every element of the interval that is not active). */
@@ -320,6 +416,11 @@ static void px__walk(const px_pack_plan_t *p, size_t s, size_t e, int op, float 
     size_t lend = L->numel < e - L->stream_off ? L->numel : e - L->stream_off;
     const float *in = op == PX__SHRINK ? src[li] : NULL;
     float *out = op == PX__EXPAND ? dst[li] : NULL;
+    if (L->act) {
+      px__walk_elements(L, lo, lend, op, buf, in, out);
+      s = L->stream_off + L->numel;
+      continue;
+    }
     for (size_t row = lo / L->row_len; row * L->row_len < lend; row++) {
       size_t rs = row * L->row_len;
       size_t a = lo > rs ? lo - rs : 0;

@@ -9,16 +9,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "prune/prune_int.h"
 #include "prunex/prune.h"
 #include "px_check.h"
+
+/* The filter | channel | shape layout of the classic mask functions, without
+ * validation (they never validated their shape). */
+static px_prune_layout_t px__classic(px_conv_shape_t s) {
+  px_prune_layout_t L;
+  px__prune_layout_set(&L, s, 0, 0);
+  return L;
+}
 
 size_t px_conv_numel(px_conv_shape_t s) {
   return (size_t)s.c_out * (size_t)s.c_in * (size_t)s.kh * (size_t)s.kw;
 }
 
-size_t px_prune_mask_size(px_conv_shape_t s) {
-  return (size_t)s.c_out + (size_t)s.c_in + (size_t)s.c_in * (size_t)s.kh * (size_t)s.kw;
-}
+size_t px_prune_mask_size(px_conv_shape_t s) { return px__classic(s).size; }
 
 px_status_t px_conv_shape_validate(px_conv_shape_t s) {
   PX_REQUIRE(s.c_out > 0 && s.c_in > 0 && s.kh > 0 && s.kw > 0,
@@ -47,6 +54,10 @@ px_status_t px_prune_keep_validate(const px_prune_keep_t *keep) {
   PX_CHECK(px__keep_check("filter_keep", keep->filter_keep));
   PX_CHECK(px__keep_check("channel_keep", keep->channel_keep));
   PX_CHECK(px__keep_check("shape_keep", keep->shape_keep));
+  PX_REQUIRE((keep->nm_n == 0 && keep->nm_m == 0) ||
+                 (keep->nm_n >= 1 && keep->nm_n <= keep->nm_m && keep->nm_m <= PX_PRUNE_NM_MAX),
+             "prune.nm_n = %d, prune.nm_m = %d: N:M needs 1 <= N <= M <= %d (0, 0: off)",
+             (int)keep->nm_n, (int)keep->nm_m, PX_PRUNE_NM_MAX);
   return PX_OK;
 }
 
@@ -252,7 +263,10 @@ px_status_t px_prune_project(float *w, px_conv_shape_t s, const px_prune_keep_t 
   px__ws_t W;
   PX_CHECK(px__ws_get(s, ws, ws_bytes, &W));
   size_t need = px_prune_workspace_size(s);
-  uint8_t *mf = mask, *mc = mask ? mask + s.c_out : NULL, *ms = mask ? mc + s.c_in : NULL;
+  px_prune_layout_t L = px__classic(s);
+  uint8_t *mf = px_prune_part(&L, mask, PX_PRUNE_PART_FILTER);
+  uint8_t *mc = px_prune_part(&L, mask, PX_PRUNE_PART_CHANNEL);
+  uint8_t *ms = px_prune_part(&L, mask, PX_PRUNE_PART_SHAPE);
   px_status_t st;
   PX_CHECK_GOTO(px_prune_project_filter(w, s, keep->filter_keep, mf, W.norm, need), st, done);
   PX_CHECK_GOTO(px_prune_project_channel(w, s, keep->channel_keep, mc, W.norm, need), st, done);
@@ -263,23 +277,8 @@ done:
 }
 
 void px_prune_apply_mask(float *w, px_conv_shape_t s, const uint8_t *mask) {
-  const uint8_t *mf = mask, *mc = mask + s.c_out, *ms = mc + s.c_in;
-  size_t khw = (size_t)s.kh * s.kw, row = (size_t)s.c_in * khw;
-  for (size_t o = 0; o < (size_t)s.c_out; o++) {
-    float *p = w + o * row;
-    if (!mf[o]) {
-      memset(p, 0, row * sizeof *p);
-      continue;
-    }
-    for (size_t c = 0; c < (size_t)s.c_in; c++) {
-      if (!mc[c]) {
-        memset(p + c * khw, 0, khw * sizeof *p);
-        continue;
-      }
-      for (size_t j = 0; j < khw; j++)
-        if (!ms[c * khw + j]) p[c * khw + j] = 0.0f;
-    }
-  }
+  px_prune_layout_t L = px__classic(s);
+  px_prune_layout_apply(&L, w, mask);
 }
 
 void px_prune_mask_union(uint8_t *dst, const uint8_t *src, size_t n) {
@@ -298,38 +297,11 @@ void px_prune_mask_fill(uint8_t *mask, px_conv_shape_t s) {
 
 void px_prune_index_sets(const uint8_t *mask, px_conv_shape_t s, int32_t *k_out,
                          int32_t *n_out, int32_t *k_in, int32_t *n_in) {
-  const uint8_t *mf = mask, *mc = mask + s.c_out, *ms = mc + s.c_in;
-  size_t khw = (size_t)s.kh * s.kw;
-  int32_t nin = 0, nout = 0;
-  for (int32_t c = 0; c < s.c_in; c++) {
-    if (!mc[c]) continue;
-    int any = 0;
-    for (size_t j = 0; j < khw && !any; j++) any = ms[c * khw + j] != 0;
-    if (any) {
-      if (k_in) k_in[nin] = c;
-      nin++;
-    }
-  }
-  /* A filter is active only if some channel is: otherwise nothing survives. */
-  if (nin > 0) {
-    for (int32_t o = 0; o < s.c_out; o++) {
-      if (!mf[o]) continue;
-      if (k_out) k_out[nout] = o;
-      nout++;
-    }
-  }
-  if (nout == 0) nin = 0;
-  *n_out = nout;
-  *n_in = nin;
+  px_prune_layout_t L = px__classic(s);
+  px_prune_layout_index_sets(&L, mask, k_out, n_out, k_in, n_in);
 }
 
 double px_prune_mask_density(const uint8_t *mask, px_conv_shape_t s) {
-  const uint8_t *mf = mask, *mc = mask + s.c_out, *ms = mc + s.c_in;
-  size_t khw = (size_t)s.kh * s.kw, filters = 0, inner = 0;
-  for (int32_t o = 0; o < s.c_out; o++) filters += mf[o] != 0;
-  for (int32_t c = 0; c < s.c_in; c++) {
-    if (!mc[c]) continue;
-    for (size_t j = 0; j < khw; j++) inner += ms[c * khw + j] != 0;
-  }
-  return (double)(filters * inner) / (double)px_conv_numel(s);
+  px_prune_layout_t L = px__classic(s);
+  return px_prune_layout_density(&L, mask);
 }

@@ -48,6 +48,12 @@ px_status_t px_cuda_prune_apply_mask(float *w, const uint8_t *filter, const uint
   return px__not_built();
 }
 
+px_status_t px_cuda_prune_apply_layout(float *w, const uint8_t *mask, const px_prune_layout_t *L,
+                                       void *stream) {
+  (void)w; (void)mask; (void)L; (void)stream;
+  return px__not_built();
+}
+
 px_status_t px_cuda_prune_project_group(float *w, uint8_t *mask_part, px_conv_shape_t s,
                                         px_prune_group_t kind, double keep, void *ws,
                                         size_t ws_bytes, void *stream) {

@@ -73,14 +73,14 @@ void px_strategy_hsadmm_params(px_model_t *m, const char *const *skip_layers, in
  * default stream), with no synchronisation. */
 static px_status_t px__hsadmm_apply_mask(const px__hsadmm_strategy_t *s, int i, float *w) {
   const px__strategy_run_t *r = s->run;
-  px_conv_shape_t sh = s->hp[i].shape;
+  const px_prune_layout_t *L = px_sparsity_layout(px_hsadmm_sparsity(s->h), i);
   const uint8_t *mask =
       r->staged ? (const uint8_t *)s->d_mask.data + s->moff[i] : px_hsadmm_mask(s->h, i);
   if (!r->cuda) {
-    px_prune_apply_mask(w, sh, mask);
+    px_prune_layout_apply(L, w, mask);
     return PX_OK;
   }
-  return px_cuda_prune_apply_mask(w, mask, mask + sh.c_out, mask + sh.c_out + sh.c_in, sh, NULL);
+  return px_cuda_prune_apply_layout(w, mask, L, NULL);
 }
 
 static px_status_t px__hsadmm_masked_hook(void *ctx, px_model_t *m) {
@@ -127,7 +127,8 @@ static px_status_t px__hsadmm_restore_theta(px__strategy_run_t *r, void *priv) {
 static px_status_t px__hsadmm_masks_up(px__strategy_run_t *r, px__hsadmm_strategy_t *s) {
   for (int i = 0; i < r->np; i++)
     if (s->hp[i].prunable)
-      memcpy(s->h_mask + s->moff[i], px_hsadmm_mask(s->h, i), px_prune_mask_size(s->hp[i].shape));
+      memcpy(s->h_mask + s->moff[i], px_hsadmm_mask(s->h, i),
+             px_sparsity_layout(px_hsadmm_sparsity(s->h), i)->size);
   return px_tensor_copy_from_host(&s->d_mask, s->h_mask, px_tensor_plain_bytes(&s->d_mask));
 }
 
@@ -234,17 +235,16 @@ static px_status_t px__hsadmm_device_buffer(px__strategy_run_t *r, px_tensor_t *
   return px_tensor_alloc(t, name);
 }
 
-/* The proximal-target and mask buffers of a staged run. */
+/* The proximal-target and mask buffers of a staged run (after the H-SADMM
+ * state: the masks are laid out as its sparsity set says). */
 static px_status_t px__hsadmm_setup_staging(px__strategy_run_t *r, px__hsadmm_strategy_t *s) {
   s->h_zu = px_malloc(2 * r->numel * sizeof(float), "strategy.prox_mirror");
   s->moff = px_calloc((size_t)r->np, sizeof *s->moff, "strategy.mask_offsets");
   if (!s->h_zu || !s->moff) return PX_ERR_NOMEM;
   PX_CHECK(px__hsadmm_device_buffer(r, &s->d_zu, PX_DTYPE_F32, 2 * r->numel, "strategy.prox"));
-  size_t mbytes = 0;
-  for (int i = 0; i < r->np; i++) {
-    s->moff[i] = mbytes;
-    if (s->hp[i].prunable) mbytes += px_prune_mask_size(s->hp[i].shape);
-  }
+  const px_sparsity_t *sp = px_hsadmm_sparsity(s->h);
+  size_t mbytes = px_sparsity_mask_bytes(sp);
+  for (int i = 0; i < r->np; i++) s->moff[i] = s->hp[i].prunable ? px_sparsity_mask_offset(sp, i) : 0;
   s->h_mask = px_calloc(mbytes ? mbytes : 1, 1, "strategy.mask_mirror");
   if (!s->h_mask) return PX_ERR_NOMEM;
   return px__hsadmm_device_buffer(r, &s->d_mask, PX_DTYPE_U8, mbytes, "strategy.masks");
@@ -261,7 +261,6 @@ static px_status_t px__hsadmm_create(px__strategy_run_t *r, void **priv) {
   s->layer_density = px_calloc((size_t)r->np, sizeof(double), "strategy.density");
   if (!s->hp || !s->backup || !s->layer_density) return PX_ERR_NOMEM;
   px_strategy_hsadmm_params(r->m, c->skip_layers, c->nskip, s->hp);
-  if (r->staged) PX_CHECK(px__hsadmm_setup_staging(r, s));
   size_t off = 0;
   for (int i = 0; r->staged && i < r->np; off += s->hp[i].numel, i++)
     s->hp[i].theta = r->h_theta + off; /* H-SADMM reads theta from the mirror */
@@ -272,6 +271,7 @@ static px_status_t px__hsadmm_create(px__strategy_run_t *r, void **priv) {
   px_hsadmm_config_t hc = {c->kind == PX_STRATEGY_HSADMM_FLAT, c->rho1, c->rho2, lambda, c->keep,
                            c->bucket_bytes};
   PX_CHECK(px_hsadmm_create(r->comm, s->hp, r->np, &hc, &s->h));
+  if (r->staged) PX_CHECK(px__hsadmm_setup_staging(r, s));
   PX_CHECK(px_hsadmm_set_quantize(s->h, c->quantize_bits, c->seed));
   /* every rank starts from the consensus */
   PX_CHECK(px__hsadmm_load_z(r, s, 0));

@@ -105,6 +105,12 @@ PX_API px_status_t px_cuda_prune_select(uint8_t *keep, const double *norms, size
 PX_API px_status_t px_cuda_prune_apply_mask(float *w, const uint8_t *filter, const uint8_t *channel,
                                             const uint8_t *shape, px_conv_shape_t s, void *stream);
 
+/* px_prune_layout_apply on a device tensor and a device mask laid out by L
+ * (a host descriptor): the parts of px_cuda_prune_apply_mask, then the N:M
+ * element part when L has one. */
+PX_API px_status_t px_cuda_prune_apply_layout(float *w, const uint8_t *mask,
+                                              const px_prune_layout_t *L, void *stream);
+
 /* One projection in place, the twin of px_prune_project_filter / _channel /
  * _shape: norms, selection of px_prune_keep_count(keep, groups) groups, and
  * zeroing of the others. Writes the decision to mask_part (the kind's part of

@@ -141,6 +141,9 @@ PX_API int px_hsadmm_frozen(const px_hsadmm_t *h);
 /* Kept fraction of parameter i's elements in z's masks (the union once
  * frozen); 1 for a parameter that is not prunable. */
 PX_API double px_hsadmm_density(const px_hsadmm_t *h, int i);
+/* The sparsity set of the parameters (borrowed): the layout and offset of
+ * every mask that px_hsadmm_mask returns. */
+PX_API const px_sparsity_t *px_hsadmm_sparsity(const px_hsadmm_t *h);
 PX_API double px_hsadmm_rho1(const px_hsadmm_t *h, int i);
 /* The scaled duals of parameter i: u (this rank) and v (this node). */
 PX_API void px_hsadmm_duals(const px_hsadmm_t *h, int i, const float **u, const float **v);

@@ -51,6 +51,10 @@
  *     channel_keep: 1.0
  *     shape_keep: 1.0
  *     skip_layers: []       parameter names never pruned, e.g. [conv1.weight]
+ *     nm_n: 0, nm_m: 0      N:M along input channels (e.g. 2, 4): of every nm_m
+ *                           consecutive input channels of a filter at one kernel
+ *                           position at most nm_n stay; 1 <= nm_n <= nm_m <= 64,
+ *                           both 0: off
  *   admm:
  *     rho1: 1e-3            > 0, initial intra-node penalty
  *     rho2: 1e-3            > 0, initial inter-node penalty

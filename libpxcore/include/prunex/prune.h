@@ -10,12 +10,13 @@
  * W[c_out][c_in][kh][kw], row-major, float32.
  *
  * Group mask of a conv layer: one byte per group, 0 (pruned) or 1 (kept),
- * laid out as
- *     filter[c_out] | channel[c_in] | shape[c_in * kh * kw]
- * Element (o, c, h, w) is active iff filter[o] & channel[c] & shape[c,h,w].
- * A projection whose keep fraction is 1 keeps every group of its kind, so its
- * part of the mask is all ones. Masks of several nodes combine by a bytewise
- * OR (MAX), which is how they are reduced across node leaders. */
+ * laid out as a px_prune_layout_t says (the one place that knows it):
+ *     filter[c_out] | channel[c_in] | shape[c_in * kh * kw] [| nm[c_out * c_in * kh * kw]]
+ * Element (o, c, h, w) is active iff filter[o] & channel[c] & shape[c,h,w]
+ * (& nm[o,c,h,w] when the N:M set is on). A projection whose keep fraction
+ * is 1 keeps every group of its kind, so its part of the mask is all ones.
+ * Masks of several nodes combine by a bytewise OR (MAX), which is how they
+ * are reduced across node leaders. */
 #ifndef PRUNEX_PRUNE_H
 #define PRUNEX_PRUNE_H
 
@@ -32,12 +33,19 @@ typedef struct {
   int32_t c_out, c_in, kh, kw;
 } px_conv_shape_t;
 
-/* Fractions of groups kept per projection, each in [0, 1]. */
+/* Fractions of groups kept per projection, each in [0, 1], and the N:M
+ * set: of every M consecutive input channels of one filter at one kernel
+ * position, W[o, bM..bM+M-1, h, w], at most N stay (the last block of a
+ * c_in that M does not divide keeps min(N, its length)); nm_n = nm_m = 0 is
+ * off, else 1 <= nm_n <= nm_m <= PX_PRUNE_NM_MAX. */
 typedef struct {
   double filter_keep;   /* groups W[o,:,:,:] */
   double channel_keep;  /* groups W[:,c,:,:] */
   double shape_keep;    /* groups W[:,c,h,w] */
+  int32_t nm_n, nm_m;   /* N:M along input channels; 0, 0: off */
 } px_prune_keep_t;
+
+#define PX_PRUNE_NM_MAX 64
 
 /* Number of elements of a conv weight. */
 PX_API size_t px_conv_numel(px_conv_shape_t s);
@@ -76,7 +84,8 @@ PX_API px_status_t px_prune_project_shape(float *w, px_conv_shape_t s, double ke
 
 /* Composite projection: filter, then channel, then shape, each on the result
  * of the one before. Writes the whole group mask (px_prune_mask_size bytes)
- * when mask is not NULL. */
+ * when mask is not NULL. keep's N:M is not applied here (its mask part is
+ * not in this layout): px_prune_layout_project does all the sets. */
 PX_API px_status_t px_prune_project(float *w, px_conv_shape_t s, const px_prune_keep_t *keep,
                                     uint8_t *mask, void *ws, size_t ws_bytes);
 
@@ -97,6 +106,130 @@ PX_API px_status_t px_prune_project_coupled(float *producer, px_conv_shape_t sp,
                                             px_conv_shape_t sc, double keep,
                                             uint8_t *producer_filter, uint8_t *consumer_channel,
                                             void *ws, size_t ws_bytes);
+
+/* ---- the sparsity-set descriptor ----------------------------------------
+ * A layout names the parts of one conv layer's group mask: where each set's
+ * groups sit and how many there are. Every user of a mask (projection,
+ * masking, packing, H-SADMM, the strategies' device mirrors) asks the layout
+ * instead of computing offsets, so a new set adds a part here and nothing
+ * outside prune/ (and the job spec) changes. A set that is off has no part
+ * (len 0), except filter, channel and shape, which are always present (all
+ * ones when their keep is 1) so that their masks keep the layout they have
+ * always had. */
+
+typedef enum {
+  PX_PRUNE_PART_FILTER = 0,  /* [c_out]              groups W[o,:,:,:] */
+  PX_PRUNE_PART_CHANNEL = 1, /* [c_in]               groups W[:,c,:,:] */
+  PX_PRUNE_PART_SHAPE = 2,   /* [c_in*kh*kw]         groups W[:,c,h,w] */
+  PX_PRUNE_PART_NM = 3,      /* [c_out*c_in*kh*kw]   elements, N:M along c_in */
+  PX_PRUNE_NPARTS = 4,
+} px_prune_part_t;
+
+typedef struct {
+  px_conv_shape_t shape;
+  int32_t nm_n, nm_m;            /* 0, 0: no N:M part */
+  size_t off[PX_PRUNE_NPARTS];   /* byte offset of each part in the mask */
+  size_t len[PX_PRUNE_NPARTS];   /* bytes of each part; 0: the set is off */
+  size_t size;                   /* bytes of the whole mask */
+} px_prune_layout_t;
+
+/* The layout of a layer of shape s under keep (NULL: filter, channel and
+ * shape only). Fails with PX_ERR_INVALID on a bad shape or keep. */
+PX_API px_status_t px_prune_layout_init(px_prune_layout_t *L, px_conv_shape_t s,
+                                        const px_prune_keep_t *keep);
+
+/* Part p of mask (borrowed, inside mask), or NULL when the set is off. */
+PX_API uint8_t *px_prune_part(const px_prune_layout_t *L, const uint8_t *mask, px_prune_part_t p);
+
+/* 1 when some part is finer than a filter x channel product, so that the
+ * active elements of a row differ from filter to filter (N:M): such a layer
+ * packs element by element (see the pack plan). */
+PX_API int px_prune_layout_per_element(const px_prune_layout_t *L);
+
+/* Whether element j (= c*kh*kw + h*kw + w) of filter o is active. */
+PX_API int px_prune_layout_active(const px_prune_layout_t *L, const uint8_t *mask, int32_t o,
+                                  size_t j);
+
+/* Layout forms of the mask functions below (which use the layout without
+ * N:M). */
+PX_API void px_prune_layout_fill(const px_prune_layout_t *L, uint8_t *mask);
+PX_API void px_prune_layout_apply(const px_prune_layout_t *L, float *w, const uint8_t *mask);
+PX_API double px_prune_layout_density(const px_prune_layout_t *L, const uint8_t *mask);
+PX_API void px_prune_layout_index_sets(const px_prune_layout_t *L, const uint8_t *mask,
+                                       int32_t *k_out, int32_t *n_out, int32_t *k_in,
+                                       int32_t *n_in);
+
+/* Composite projection in the layout's order: filter, channel, shape, then
+ * N:M, each on the result of the one before; writes the whole mask
+ * (L->size bytes) when mask is not NULL. ws as for px_prune_project. */
+PX_API px_status_t px_prune_layout_project(const px_prune_layout_t *L, float *w,
+                                           const px_prune_keep_t *keep, uint8_t *mask, void *ws,
+                                           size_t ws_bytes);
+
+/* N:M projection along input channels, in place: in every block
+ * W[o, bM..min(bM+M, c_in)-1, h, w] keeps the min(N, block length) elements
+ * of largest magnitude (ties by the lowest channel, NaN lowest), zeroes the
+ * rest and writes the element mask (c_out*c_in*kh*kw bytes, laid out like
+ * w; may be NULL). Needs no workspace. Fails with PX_ERR_INVALID on a bad
+ * shape or n, m. */
+PX_API px_status_t px_prune_project_nm(float *w, px_conv_shape_t s, int32_t n, int32_t m,
+                                       uint8_t *mask_part);
+
+/* The same, written as plainly as possible (sort each block): the reference
+ * that tests compare px_prune_project_nm with. */
+PX_API px_status_t px_prune_project_nm_ref(float *w, px_conv_shape_t s, int32_t n, int32_t m,
+                                           uint8_t *mask_part);
+
+/* ---- the sparsity set of a parameter list --------------------------------
+ * One layout per prunable parameter, the offsets of their masks in one
+ * contiguous buffer, the coupling of producer filters with consumer
+ * channels, and the projection of the whole list in the fixed order: for
+ * every layer filter, channel (consumers skip theirs), then the coupled
+ * channel groups, then shape, then N:M. */
+
+typedef struct {
+  int prunable;            /* 0: dense, no mask */
+  px_conv_shape_t shape;   /* prunable only */
+  int32_t consumer;        /* prunable only: the parameter whose channels read this one's
+                              filters alone (px_prune_project_coupled), or -1 */
+} px_sparsity_param_t;
+
+typedef struct px_sparsity px_sparsity_t;
+
+/* Copies the list. Fails with PX_ERR_INVALID on a bad keep, shape or
+ * coupling (a consumer that is not a prunable conv with c_in equal to the
+ * producer's c_out, or that has two producers), PX_ERR_NOMEM. The caller
+ * owns *out. names (may be NULL) are used in error messages only. */
+PX_API px_status_t px_sparsity_create(const px_sparsity_param_t *params, const char *const *names,
+                                      int n, const px_prune_keep_t *keep, px_sparsity_t **out);
+PX_API void px_sparsity_destroy(px_sparsity_t *sp);
+
+/* Bytes of all masks together, and where parameter i's mask starts
+ * (SIZE_MAX for a dense one). */
+PX_API size_t px_sparsity_mask_bytes(const px_sparsity_t *sp);
+PX_API size_t px_sparsity_mask_offset(const px_sparsity_t *sp, int i);
+/* Layout of parameter i (borrowed), NULL for a dense one. */
+PX_API const px_prune_layout_t *px_sparsity_layout(const px_sparsity_t *sp, int i);
+
+/* Projects the prunable tensors, parameter i at base + off[i], writing
+ * their masks into masks (px_sparsity_mask_bytes). Deterministic. Uses the
+ * set's own workspace: not thread-safe on one set. Fails as the projections
+ * do. */
+PX_API px_status_t px_sparsity_project(px_sparsity_t *sp, float *base, const size_t *off,
+                                       uint8_t *masks);
+/* Zeroes the prunable tensors outside their masks (the frozen projection). */
+PX_API void px_sparsity_apply(const px_sparsity_t *sp, float *base, const size_t *off,
+                              const uint8_t *masks);
+/* At the freeze: the union of the node masks may break a set whose rule is
+ * per element (N:M: two nodes' 2:4 choices OR to 4:4), so its part of the
+ * frozen mask becomes z's own projection (mask_z, the same on every rank);
+ * the other parts keep the union. Returns 1 when masks_union changed (its
+ * pack layout must be set again), 0 when no layer has such a part. */
+PX_API int px_sparsity_freeze_masks(const px_sparsity_t *sp, uint8_t *masks_union,
+                                    const uint8_t *masks_z);
+
+/* Kept fraction of parameter i's elements (1 for a dense one). */
+PX_API double px_sparsity_density(const px_sparsity_t *sp, int i, const uint8_t *masks);
 
 /* Zeroes every element of w outside the mask's active set (the projection
  * used once masks are frozen). */
@@ -145,6 +278,11 @@ typedef struct {
   px_param_kind_t kind;
   px_conv_shape_t shape;  /* PX_PARAM_CONV */
   size_t numel;           /* PX_PARAM_DENSE (ignored for CONV) */
+  /* PX_PARAM_CONV: the mask layout (copied), or NULL for filter | channel |
+   * shape. A per-element layout (N:M) packs exactly the active elements of
+   * each kept filter, in row order: the shared union mask says which, so
+   * the wire still carries no index. */
+  const px_prune_layout_t *layout;
 } px_param_desc_t;
 
 #define PX_PACK_DEFAULT_BUCKET_BYTES ((size_t)32 << 20)

@@ -200,6 +200,28 @@ extern "C" px_status_t px_cuda_prune_apply_mask(float *w, const uint8_t *filter,
   return PX_OK;
 }
 
+/* w[i] = 0 where the element mask is 0 (the N:M part, laid out like w). */
+__global__ static void px__apply_elements(float *w, const uint8_t *elem, size_t numel) {
+  PX__GROUP_LOOP(i, numel) {
+    if (!elem[i]) w[i] = 0.0f;
+  }
+}
+
+extern "C" px_status_t px_cuda_prune_apply_layout(float *w, const uint8_t *mask,
+                                                  const px_prune_layout_t *L, void *stream) {
+  PX_REQUIRE(L != NULL && mask != NULL, "apply layout: NULL mask or layout");
+  PX_CHECK(px_cuda_prune_apply_mask(w, px_prune_part(L, mask, PX_PRUNE_PART_FILTER),
+                                    px_prune_part(L, mask, PX_PRUNE_PART_CHANNEL),
+                                    px_prune_part(L, mask, PX_PRUNE_PART_SHAPE), L->shape,
+                                    stream));
+  const uint8_t *elem = px_prune_part(L, mask, PX_PRUNE_PART_NM);
+  if (!elem) return PX_OK;
+  size_t numel = px_conv_numel(L->shape);
+  px__apply_elements<<<px__blocks(numel), PX__THREADS, 0, px__stream(stream)>>>(w, elem, numel);
+  PX__LAUNCHED("apply N:M mask");
+  return PX_OK;
+}
+
 /* ---- projections ------------------------------------------------------------------ */
 
 extern "C" px_status_t px_cuda_prune_project_group(float *w, uint8_t *mask_part,
@@ -231,7 +253,11 @@ extern "C" px_status_t px_cuda_prune_project(float *w, uint8_t *mask, px_conv_sh
   PX_CHECK(px_conv_shape_validate(s));
   PX_CHECK(px_prune_keep_validate(keep));
   PX_REQUIRE(mask != NULL, "projection: NULL mask");
-  uint8_t *mf = mask, *mc = mask + s.c_out, *ms = mc + s.c_in;
+  px_prune_layout_t L; /* filter | channel | shape: the twin of px_prune_project */
+  PX_CHECK(px_prune_layout_init(&L, s, NULL));
+  uint8_t *mf = px_prune_part(&L, mask, PX_PRUNE_PART_FILTER);
+  uint8_t *mc = px_prune_part(&L, mask, PX_PRUNE_PART_CHANNEL);
+  uint8_t *ms = px_prune_part(&L, mask, PX_PRUNE_PART_SHAPE);
   PX_CHECK(px_cuda_prune_project_group(w, mf, s, PX_PRUNE_GROUP_FILTER, keep->filter_keep, ws,
                                        ws_bytes, stream));
   PX_CHECK(px_cuda_prune_project_group(w, mc, s, PX_PRUNE_GROUP_CHANNEL, keep->channel_keep, ws,
