@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "coord.h"
+#include "prunex/jobspec.h"
 #include "px_check.h"
 
 /* Penalty in force for a layer whose penalties were never decided: the
@@ -149,7 +150,7 @@ static px_status_t coord_decide(coord_t *c, coord_arena_t *a, const Prunex__V1__
     px_store_reset(st);
   }
   px_admm_policy_t policy;
-  coord_admm_policy(spec, &policy);
+  px_jobspec_admm_policy(spec, &policy);
   int M = spec->cluster->nodes, P = spec->cluster->workers_per_node;
   px_admm_decision_t out;
   rc = px_admm_decide(&policy, pstate, r->iteration, r->mask_drift, M, P, rep, nl, dec, &out);
