@@ -35,6 +35,7 @@
 #include "prunex/comm.h"
 #include "prunex/cuda.h"
 #include "prunex/jobspec.h"
+#include "prunex/layer_metrics.h"
 #include "prunex/nn.h"
 #include "prunex/rpc.h"
 #include "prunex/strategy.h"
@@ -479,25 +480,8 @@ static px_status_t pxw_fill_report(pxw_t *w, const px_iteration_t *it,
     if (!w->nlm) return PX_ERR_NOMEM;
   }
   for (int l = 0; l < nl; l++) {
-    const px_admm_layer_report_t *L = &it->layers[l];
-    Prunex__V1__LayerMetrics *m = &w->lm[l];
-    *m = (Prunex__V1__LayerMetrics)PRUNEX__V1__LAYER_METRICS__INIT;
-    m->layer = l;
-    m->name = (char *)(it->layer_names && it->layer_names[l] ? it->layer_names[l] : "");
-    m->r_intra = L->r_intra;
-    m->s_intra = L->s_intra;
-    m->r_inter = L->r_inter;
-    m->s_inter = L->s_inter;
-    m->rho1 = L->rho1;
-    m->rho2 = L->rho2;
-    m->density = it->layer_density ? it->layer_density[l] : -1.0;
-    m->theta_norm = L->theta_norm;
-    m->zi_norm = L->zi_norm;
-    m->z_norm = L->z_norm;
-    m->u_norm = L->u_norm;
-    m->v_norm = L->v_norm;
-    m->numel = L->numel;
-    w->lp[l] = m;
+    px_layer_metrics_from_iteration(it, l, &w->lm[l]);
+    w->lp[l] = &w->lm[l];
   }
   *ph = (Prunex__V1__PhaseTimes)PRUNEX__V1__PHASE_TIMES__INIT;
   ph->local_s = it->local_s;
