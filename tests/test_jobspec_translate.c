@@ -180,6 +180,25 @@ static void test_cross_field_rules_apply_after_the_defaults(void **state) {
   expect_refused(&w, "spec.cluster.workers_per_node: 2048 nodes x 1024 workers");
 }
 
+/* Bytes protobuf-c unpacks but cannot read back once repacked (a field
+ * number 0 under a non-canonical tag, found by fuzzing the coordinator):
+ * refused, as such a spec could never be stored. */
+static void test_a_spec_that_does_not_repack_is_refused(void **state) {
+  (void)state;
+  wire_t w;
+  wire_init(&w);
+  uint8_t buf[1024];
+  size_t n = protobuf_c_message_get_packed_size(&w.spec.base);
+  assert_true(n + 3 < sizeof buf);
+  protobuf_c_message_pack(&w.spec.base, buf);
+  memcpy(buf + n, "\x82\x00\x00", 3);
+  Prunex__V1__JobSpec *s = prunex__v1__job_spec__unpack(NULL, n + 3, buf);
+  assert_non_null(s);
+  assert_int_equal(px_jobspec_check_submitted(s), PX_ERR_INVALID);
+  assert_non_null(strstr(px_last_error(), "spec: cannot be read back once packed"));
+  px_jobspec_free(s);
+}
+
 /* Every example the project ships passes as it would be submitted. */
 static void test_examples_pass_as_submitted(void **state) {
   (void)state;
@@ -294,6 +313,7 @@ int main(void) {
       cmocka_unit_test(test_bad_values_name_the_field_and_the_value),
       cmocka_unit_test(test_text_must_be_utf8),
       cmocka_unit_test(test_cross_field_rules_apply_after_the_defaults),
+      cmocka_unit_test(test_a_spec_that_does_not_repack_is_refused),
       cmocka_unit_test(test_examples_pass_as_submitted),
       cmocka_unit_test(test_the_producers_translate_every_field),
       cmocka_unit_test(test_local_steps_win_and_baselines_need_none),

@@ -73,7 +73,12 @@ static px_status_t px__js_wire_complete(const Prunex__V1__JobSpec *spec) {
   protobuf_c_message_pack(&spec->base, buf);
   Prunex__V1__JobSpec *copy = prunex__v1__job_spec__unpack(NULL, n, buf);
   px_free(buf);
-  if (!copy) return px_set_error(PX_ERR_NOMEM, PX__JS_WIRE "cannot be re-read for checking");
+  /* protobuf-c unpacks some bytes (a field number 0 under a non-canonical
+   * tag) whose repacked form it cannot read: such a spec could never be
+   * stored and read back (the fuzz case of test_coord_recovery) */
+  if (!copy)
+    return px_set_error(PX_ERR_INVALID, "spec: cannot be read back once packed (a malformed "
+                                        "message)");
   px_status_t st = px_jobspec_fill_defaults(copy);
   if (st == PX_OK) {
     px__js_where_t w;
