@@ -2,13 +2,15 @@
  *
  * Started by pxagent with its place in the job (rank, local rank, node),
  * it reads the job spec the agent wrote (packed prunex.v1.JobSpec), builds
- * the trainer for its data shard on the device cluster.device names (the
- * node's device --device-index for a GPU), meets the other ranks through the
+ * from it (with the configurations jobspec.h produces) the trainer for its
+ * data shard on the device cluster.device names (the node's device
+ * --device-index for a GPU), meets the other ranks through the
  * coordinator's rendezvous store, picks the data plane from comm.backend
- * (auto: NCCL when every rank has a GPU of its own, which the ranks learn
- * from each other through the store; else UCX), creates the communicator
- * (ranks are placed node by node: node_of_rank[r] = r / P) and runs the
- * job's strategy (px_strategy_run). Rank 0 reports every iteration to the coordinator and
+ * (px_comm_choose_backend; auto: NCCL when every rank has a GPU of its own,
+ * which the ranks learn from each other through the store; else UCX),
+ * creates the communicator (ranks are placed node by node: node_of_rank[r] =
+ * r / P) and runs the job's strategy (px_strategy_run). Rank 0 reports every
+ * iteration (each layer as layer_metrics.h defines it) to the coordinator and
  * applies its ControlDecision (penalties, freeze, stop, cancel). Every rank
  * records each iteration in the node-local metrics file (metrics.h). At the
  * end rank 0 saves the final model (the consensus z) as safetensors and
