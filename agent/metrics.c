@@ -7,6 +7,7 @@
 
 #include "metrics_schema.h"
 #include "prunex/check.h"
+#include "prunex/layer_metrics.h"
 #include "util.h"
 
 struct pxa_metrics {
@@ -164,24 +165,18 @@ static px_status_t pxa__record(pxa_metrics_t *m, int rank, const Prunex__V1__Ite
   PX_CHECK(px_store_bind_int64(st, 23, (int64_t)rank_intra));
   PX_CHECK(px_store_bind_int64(st, 24, (int64_t)rank_inter));
   PX_CHECK(px_store_run(st));
+  char cols[512], params[512], sql[1200];
+  snprintf(sql, sizeof sql,
+           "INSERT OR REPLACE INTO iteration_layers (job_id, rank, iteration, %s) VALUES (?1,"
+           " ?2, ?3, %s)",
+           px_layer_metrics_columns(cols, sizeof cols),
+           px_layer_metrics_params(4, params, sizeof params));
   for (size_t i = 0; i < r->n_layers; i++) {
-    const Prunex__V1__LayerMetrics *L = r->layers[i];
-    PX_CHECK(px_store_stmt(m->db,
-                           "INSERT OR REPLACE INTO iteration_layers (job_id, rank, iteration,"
-                           " layer, name, numel, r_intra, s_intra, r_inter, s_inter, rho1, rho2,"
-                           " density, theta_norm, zi_norm, z_norm, u_norm, v_norm) VALUES (?1,"
-                           " ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,"
-                           " ?17, ?18)",
-                           &st));
+    PX_CHECK(px_store_stmt(m->db, sql, &st));
     PX_CHECK(px_store_bind_text(st, 1, r->job_id));
     PX_CHECK(px_store_bind_int64(st, 2, rank));
     PX_CHECK(px_store_bind_int64(st, 3, r->iteration));
-    PX_CHECK(px_store_bind_int64(st, 4, L->layer));
-    PX_CHECK(px_store_bind_text(st, 5, L->name));
-    PX_CHECK(px_store_bind_int64(st, 6, L->numel));
-    double v[12] = {L->r_intra,    L->s_intra, L->r_inter, L->s_inter, L->rho1,   L->rho2,
-                    L->density,    L->theta_norm, L->zi_norm, L->z_norm, L->u_norm, L->v_norm};
-    for (int k = 0; k < 12; k++) PX_CHECK(px_store_bind_double(st, 7 + k, v[k]));
+    PX_CHECK(px_layer_metrics_bind(st, 4, r->layers[i]));
     PX_CHECK(px_store_run(st));
   }
   return PX_OK;

@@ -2,13 +2,15 @@
  *
  * Started by pxagent with its place in the job (rank, local rank, node),
  * it reads the job spec the agent wrote (packed prunex.v1.JobSpec), builds
- * the trainer for its data shard on the device cluster.device names (the
- * node's device --device-index for a GPU), meets the other ranks through the
+ * from it (with the configurations jobspec.h produces) the trainer for its
+ * data shard on the device cluster.device names (the node's device
+ * --device-index for a GPU), meets the other ranks through the
  * coordinator's rendezvous store, picks the data plane from comm.backend
- * (auto: NCCL when every rank has a GPU of its own, which the ranks learn
- * from each other through the store; else UCX), creates the communicator
- * (ranks are placed node by node: node_of_rank[r] = r / P) and runs the
- * job's strategy (px_strategy_run). Rank 0 reports every iteration to the coordinator and
+ * (px_comm_choose_backend; auto: NCCL when every rank has a GPU of its own,
+ * which the ranks learn from each other through the store; else UCX),
+ * creates the communicator (ranks are placed node by node: node_of_rank[r] =
+ * r / P) and runs the job's strategy (px_strategy_run). Rank 0 reports every
+ * iteration (each layer as layer_metrics.h defines it) to the coordinator and
  * applies its ControlDecision (penalties, freeze, stop, cancel). Every rank
  * records each iteration in the node-local metrics file (metrics.h). At the
  * end rank 0 saves the final model (the consensus z) as safetensors and
@@ -35,8 +37,8 @@
 #include "prunex/comm.h"
 #include "prunex/cuda.h"
 #include "prunex/jobspec.h"
+#include "prunex/layer_metrics.h"
 #include "prunex/nn.h"
-#include "prunex/quantize.h"
 #include "prunex/rpc.h"
 #include "prunex/strategy.h"
 #include "prunex/check.h"
@@ -324,67 +326,26 @@ static px_status_t pxw_load_spec(const pxw_args_t *a, Prunex__V1__JobSpec **out)
   return PX_OK;
 }
 
+/* The trainer's configuration: the spec's (px_jobspec_train_config), with
+ * this rank's place and device, and its threads (--threads, else
+ * cluster.threads_per_worker, else the node's cores shared by its P ranks). */
 static void pxw_train_config(const pxw_t *w, px_train_config_t *c) {
-  const Prunex__V1__JobSpec *s = w->spec;
-  px_train_config_default(c);
-  c->arch = s->model->name;
-  c->dataset = s->dataset->name;
-  c->data_dir = s->dataset->path[0] ? s->dataset->path : NULL;
-  c->batch = s->train->batch_size;
-  c->epochs = s->train->epochs;
-  c->lr = s->train->lr;
-  c->momentum = s->train->momentum;
-  c->weight_decay = s->train->weight_decay;
-  c->nesterov = s->train->nesterov ? 1 : 0;
-  c->lr_schedule = s->train->lr_schedule;
-  c->seed = s->train->seed;
-  c->augment = s->dataset->augment ? 1 : 0;
+  px_jobspec_train_config(w->spec, c);
   c->rank = w->a.rank;
   c->world_size = w->a.world;
   c->device = w->device;
   int P = w->a.world / w->a.num_nodes;
   if (w->a.threads > 0) c->threads = w->a.threads;
-  else if (s->cluster->threads_per_worker > 0) c->threads = s->cluster->threads_per_worker;
-  else c->threads = pxa_cpu_count() / P > 1 ? pxa_cpu_count() / P : 1;
+  else if (w->spec->cluster->threads_per_worker <= 0)
+    c->threads = pxa_cpu_count() / P > 1 ? pxa_cpu_count() / P : 1;
 }
 
+/* The strategy's configuration: the spec's (px_jobspec_strategy_config),
+ * with the checkpoints in the job's directory on this node, which the
+ * attempts of the job share (issue 14). */
 static px_status_t pxw_strategy_config(const pxw_t *w, px_trainer_t *t, px_strategy_config_t *c) {
-  const Prunex__V1__JobSpec *s = w->spec;
-  memset(c, 0, sizeof *c);
-  c->kind = (px_strategy_kind_t)s->strategy;
-  c->iterations = s->admm->max_iterations;
-  int64_t steps = s->train->local_steps;
-  if (steps <= 0 && s->train->local_epochs > 0)
-    steps = (int64_t)s->train->local_epochs * px_trainer_steps_per_epoch(t);
-  if (steps > INT32_MAX)
-    return px_set_error(PX_ERR_INVALID, "train.local_epochs: %" PRId64 " steps per iteration",
-                        steps);
-  c->local_steps = (int32_t)(steps > 0 ? steps : 0);
-  c->rho1 = s->admm->rho1;
-  c->rho2 = s->admm->rho2;
-  c->keep.filter_keep = s->prune->filter_keep;
-  c->keep.channel_keep = s->prune->channel_keep;
-  c->keep.shape_keep = s->prune->shape_keep;
-  c->keep.nm_n = s->prune->nm_n;
-  c->keep.nm_m = s->prune->nm_m;
-  c->skip_layers = (const char *const *)s->prune->skip_layers;
-  c->nskip = (int32_t)s->prune->n_skip_layers;
-  c->topk_ratio = s->comm->topk_ratio;
-  c->bucket_bytes = (size_t)s->comm->bucket_bytes;
-  c->quantize_bits = px_quant_bits_from_name(s->comm->quantize);
-  if (c->quantize_bits < 0)
-    return px_set_error(PX_ERR_INVALID, "comm.quantize = '%s': must be none, 8 or 4",
-                        s->comm->quantize);
-  c->seed = s->train->seed;
-  /* the last iteration is always tested; 0 is an unset field (1) */
-  c->eval_every = s->train->eval_every > 0 ? s->train->eval_every : 1;
-  /* checkpoints: in the job's directory on this node, which the attempts
-   * of the job share (issue 14) */
-  if (s->recovery && s->recovery->checkpoint_every > 0) {
-    c->checkpoint_dir = w->checkpoint_dir;
-    c->checkpoint_every = s->recovery->checkpoint_every;
-    c->checkpoint_keep = s->recovery->keep;
-  }
+  PX_CHECK(px_jobspec_strategy_config(w->spec, px_trainer_steps_per_epoch(t), c));
+  if (c->checkpoint_every > 0) c->checkpoint_dir = w->checkpoint_dir;
   return PX_OK;
 }
 
@@ -449,140 +410,23 @@ static void pxw_log_device(const pxw_t *w) {
          w->a.job, w->a.rank, (int)w->device.index, name, bus, w->spec->cluster->device);
 }
 
-/* Where a rank trains, as the backend choice compares it: "cpu", or
- * "<host>/<PCI bus id>" of its GPU (equal for two ranks on one GPU). */
-typedef struct {
-  char *where; /* px_malloc'd */
-  int rank;
-} pxw_place_t;
-
-static int pxw_place_cmp(const void *a, const void *b) {
-  const pxw_place_t *x = a, *y = b;
-  int c = strcmp(x->where, y->where);
-  return c ? c : x->rank - y->rank;
-}
-
-static px_status_t pxw_my_place(const pxw_t *w, char *buf, size_t cap) {
-  if (w->device.kind != PX_DEVICE_CUDA) {
-    snprintf(buf, cap, "cpu");
-    return PX_OK;
-  }
-  char host[256], bus[64];
-  if (gethostname(host, sizeof host) != 0)
-    return px_set_error(PX_ERR_IO, "gethostname: %s", strerror(errno));
-  host[sizeof host - 1] = '\0';
-  PX_CHECK(px_cuda_device_bus_id(w->device.index, bus, sizeof bus));
-  snprintf(buf, cap, "%s/%s", host, bus);
-  return PX_OK;
-}
-
-/* Reads every rank's place (job/<id>/devices/<r>) into all[world], by
- * rank, within the collective timeout in all. */
-static px_status_t pxw_read_places(const pxw_t *w, px_kv_t *kv, pxw_place_t *all) {
-  char key[300];
-  int64_t end = pxa_now_ms() + w->timeout_ms;
-  for (int r = 0; r < w->a.world; r++) {
-    snprintf(key, sizeof key, "job/%s/devices/%d", w->a.job, r);
-    int64_t left = end - pxa_now_ms();
-    void *val = NULL;
-    size_t len = 0;
-    px_status_t st = px_kv_get(kv, key, left > 0 ? (int)left : 0, &val, &len);
-    if (st != PX_OK) {
-      char why[512];
-      snprintf(why, sizeof why, "%s", px_last_error());
-      return px_set_error(st, "rank %d did not say where it trains within %d ms: %s", r,
-                          w->timeout_ms, why);
-    }
-    all[r].rank = r;
-    all[r].where = px_malloc(len + 1, "worker.place");
-    if (!all[r].where) {
-      px_free(val);
-      return PX_ERR_NOMEM;
-    }
-    if (len) memcpy(all[r].where, val, len);
-    all[r].where[len] = '\0';
-    px_free(val);
-  }
-  return PX_OK;
-}
-
-/* Rank 0's part: what rules NCCL out, from every rank's place, into why
- * ("" when nothing does). */
-static px_status_t pxw_judge_places(const pxw_t *w, px_kv_t *kv, char *why, size_t cap) {
-  int n = w->a.world;
-  pxw_place_t *all = px_calloc((size_t)n, sizeof *all, "worker.places");
-  if (!all) return PX_ERR_NOMEM;
-  px_status_t st = pxw_read_places(w, kv, all);
-  why[0] = '\0';
-  if (st == PX_OK) {
-    qsort(all, (size_t)n, sizeof *all, pxw_place_cmp);
-    for (int i = 0; i < n && !why[0]; i++) {
-      if (!strcmp(all[i].where, "cpu"))
-        snprintf(why, cap, "rank %d trains on the CPU", all[i].rank);
-      else if (i + 1 < n && !strcmp(all[i].where, all[i + 1].where))
-        snprintf(why, cap, "ranks %d and %d share the GPU %s", all[i].rank, all[i + 1].rank,
-                 all[i].where);
-    }
-  }
-  for (int i = 0; i < n; i++) px_free(all[i].where);
-  px_free(all);
-  return st;
-}
-
-/* Whether NCCL can serve the job: every rank on a GPU of its own (NCCL runs
- * one rank per GPU). Every rank puts where it trains; rank 0 reads them
- * all, judges, and puts the verdict ("nccl", or "ucx " and what rules NCCL
- * out) under job/<id>/devices/verdict, which the other ranks read: one
- * answer for every rank, and O(world) reads of the store in all. *why says
- * what rules NCCL out ("" when nothing does). */
-static px_status_t pxw_gpus_exclusive(const pxw_t *w, px_kv_t *kv, int *yes, char *why,
-                                      size_t cap) {
-  char mine[384], key[300], verdict[512];
-  PX_CHECK(pxw_my_place(w, mine, sizeof mine));
-  snprintf(key, sizeof key, "job/%s/devices/%d", w->a.job, w->a.rank);
-  PX_CHECK(px_kv_put(kv, key, mine, strlen(mine)));
-  snprintf(key, sizeof key, "job/%s/devices/verdict", w->a.job);
-  if (w->a.rank == 0) {
-    PX_CHECK(pxw_judge_places(w, kv, why, cap));
-    snprintf(verdict, sizeof verdict, "%s%s", why[0] ? "ucx " : "nccl", why);
-    PX_CHECK(px_kv_put(kv, key, verdict, strlen(verdict)));
-  } else {
-    void *val = NULL;
-    size_t len = 0;
-    px_status_t st = px_kv_get(kv, key, w->timeout_ms, &val, &len);
-    if (st != PX_OK) {
-      char err[512];
-      snprintf(err, sizeof err, "%s", px_last_error());
-      return px_set_error(st, "rank 0 did not choose the data plane within %d ms: %s",
-                          w->timeout_ms, err);
-    }
-    snprintf(verdict, sizeof verdict, "%.*s", (int)len, (const char *)val);
-    px_free(val);
-    snprintf(why, cap, "%s", strncmp(verdict, "ucx ", 4) ? "" : verdict + 4);
-  }
-  *yes = !why[0];
-  return PX_OK;
-}
-
-/* The data plane from comm.backend: ucx (host memory; a GPU model is
- * staged through it), nccl (device memory: every rank needs a GPU of its
- * own), auto (nccl when every rank has one, else ucx). */
+/* The data plane from comm.backend (px_comm_choose_backend), chosen with
+ * the other ranks under job/<id>/devices. */
 static px_status_t pxw_choose_backend(const pxw_t *w, px_kv_t *kv, px_comm_opts_t *co) {
-  const char *want = w->spec->comm->backend;
-  int nccl = 0;
-  char why[512] = "";
-  /* the ranks compare their GPUs only when some may have one */
-  if (!strcmp(w->spec->cluster->device, "cpu")) snprintf(why, sizeof why, "cluster.device is cpu");
-  else if (strcmp(want, "ucx") != 0) PX_CHECK(pxw_gpus_exclusive(w, kv, &nccl, why, sizeof why));
-  if (!strcmp(want, "nccl") && !nccl)
-    return px_set_error(PX_ERR_INVALID,
-                        "comm.backend is nccl, but %s (NCCL needs a GPU of its own for every "
-                        "rank; use comm.backend auto or ucx)",
-                        why);
-  co->nccl = nccl;
-  co->cuda_device = nccl ? (int)w->device.index : 0;
+  char prefix[300], why[512];
+  snprintf(prefix, sizeof prefix, "job/%s/devices", w->a.job);
+  px_comm_backend_query_t q = {
+      .backend = w->spec->comm->backend,
+      .cluster_device = w->spec->cluster->device,
+      .device = w->device,
+      .rank = w->a.rank,
+      .world = w->a.world,
+      .key_prefix = prefix,
+      .timeout_ms = w->timeout_ms,
+  };
+  PX_CHECK(px_comm_choose_backend(&q, kv, co, why, sizeof why));
   px_log(PX_LOG_INFO, "job %s: rank %d: data plane %s (comm.backend %s%s%s)", w->a.job, w->a.rank,
-         nccl ? "nccl" : "ucx", want, why[0] ? ": " : "", why);
+         co->nccl ? "nccl" : "ucx", q.backend, why[0] ? ": " : "", why);
   return PX_OK;
 }
 
@@ -638,25 +482,8 @@ static px_status_t pxw_fill_report(pxw_t *w, const px_iteration_t *it,
     if (!w->nlm) return PX_ERR_NOMEM;
   }
   for (int l = 0; l < nl; l++) {
-    const px_admm_layer_report_t *L = &it->layers[l];
-    Prunex__V1__LayerMetrics *m = &w->lm[l];
-    *m = (Prunex__V1__LayerMetrics)PRUNEX__V1__LAYER_METRICS__INIT;
-    m->layer = l;
-    m->name = (char *)(it->layer_names && it->layer_names[l] ? it->layer_names[l] : "");
-    m->r_intra = L->r_intra;
-    m->s_intra = L->s_intra;
-    m->r_inter = L->r_inter;
-    m->s_inter = L->s_inter;
-    m->rho1 = L->rho1;
-    m->rho2 = L->rho2;
-    m->density = it->layer_density ? it->layer_density[l] : -1.0;
-    m->theta_norm = L->theta_norm;
-    m->zi_norm = L->zi_norm;
-    m->z_norm = L->z_norm;
-    m->u_norm = L->u_norm;
-    m->v_norm = L->v_norm;
-    m->numel = L->numel;
-    w->lp[l] = m;
+    px_layer_metrics_from_iteration(it, l, &w->lm[l]);
+    w->lp[l] = &w->lm[l];
   }
   *ph = (Prunex__V1__PhaseTimes)PRUNEX__V1__PHASE_TIMES__INIT;
   ph->local_s = it->local_s;
@@ -947,8 +774,9 @@ static int pxw_run(pxw_t *w) {
     fprintf(stderr, "pxworker: rank %d: %s\n", a->rank, px_last_error());
     return 1;
   }
-  w->timeout_ms = w->spec->comm->timeout_ms > 0 ? w->spec->comm->timeout_ms
-                                                 : PX_COMM_DEFAULT_TIMEOUT_MS;
+  px_comm_opts_t co;
+  px_jobspec_comm_opts(w->spec, &co);
+  w->timeout_ms = co.timeout_ms;
   const char *att = getenv("PRUNEX_ATTEMPT");
   w->attempt = att && atoi(att) > 0 ? atoi(att) : 1;
   snprintf(w->checkpoint_dir, sizeof w->checkpoint_dir, "%s/jobs/%s/checkpoints", a->work_dir,
@@ -1001,10 +829,6 @@ static int pxw_run(pxw_t *w) {
    * rendezvous can be mistaken for this one's */
   if (w->attempt > 1) snprintf(prefix, sizeof prefix, "job/%s/a%d/comm", a->job, w->attempt);
   else snprintf(prefix, sizeof prefix, "job/%s/comm", a->job);
-  px_comm_opts_t co;
-  px_comm_opts_default(&co);
-  co.timeout_ms = w->timeout_ms;
-  co.bucket_bytes = (size_t)w->spec->comm->bucket_bytes;
   co.key_prefix = prefix;
   co.leader_of_node = leaders;
   px_log(PX_LOG_INFO, "job %s: rank %d of %d (node %d of %d): meeting the other ranks", a->job,

@@ -303,14 +303,6 @@ void coord_schedule(coord_t *c);
 /* Tells the job's WatchJob streams (latest: the report that caused it, or
  * NULL); ends them when the job is terminal. */
 void coord_job_changed(coord_t *c, const char *job_id, const Prunex__V1__IterationReport *latest);
-/* Checks what the coordinator needs of a spec; on failure writes a message
- * naming the field ("spec.cluster.nodes = 0: must be >= 1") into err. */
-int coord_spec_validate(const Prunex__V1__JobSpec *spec, char *err, size_t cap);
-/* The control policy of a job. No admm section: px_admm_policy_defaults.
- * Otherwise the defaults overridden by the section: a zero number means
- * "unset" (default kept), except freeze_on_stable and freeze_iteration,
- * whose 0 the proto defines as "never"; adaptive_rho is taken as given. */
-void coord_admm_policy(const Prunex__V1__JobSpec *spec, px_admm_policy_t *out);
 
 /* ---- faults (recovery.c) ---------------------------------------------- */
 

@@ -8,6 +8,8 @@
 
 #include "coord.h"
 #include "prunex/check.h"
+#include "prunex/jobspec.h"
+#include "prunex/layer_metrics.h"
 
 /* Penalty in force for a layer whose penalties were never decided: the
  * reported one, else the spec's initial one, else 1. */
@@ -59,23 +61,17 @@ static px_status_t coord_store_report(coord_t *c, const Prunex__V1__IterationRep
   PX_CHECK(px_store_bind_double(st, 21, ph ? ph->control_s : 0.0));
   PX_CHECK(px_store_bind_int64(st, 22, r->mask_groups));
   PX_CHECK(px_store_run(st));
+  char cols[512], params[512], sql[1200];
+  snprintf(sql, sizeof sql,
+           "INSERT INTO iteration_layers (job_id, iteration, rank, %s) VALUES (?1, ?2, ?3, %s)",
+           px_layer_metrics_columns(cols, sizeof cols),
+           px_layer_metrics_params(4, params, sizeof params));
   for (size_t i = 0; i < r->n_layers; i++) {
-    const Prunex__V1__LayerMetrics *L = r->layers[i];
-    PX_CHECK(px_store_stmt(c->db,
-                           "INSERT INTO iteration_layers (job_id, iteration, rank, layer, name,"
-                           " r_intra, s_intra, r_inter, s_inter, rho1, rho2, density, theta_norm,"
-                           " zi_norm, z_norm, u_norm, v_norm, numel) VALUES (?1, ?2, ?3, ?4, ?5,"
-                           " ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
-                           &st));
+    PX_CHECK(px_store_stmt(c->db, sql, &st));
     PX_CHECK(px_store_bind_text(st, 1, r->job_id));
     PX_CHECK(px_store_bind_int64(st, 2, r->iteration));
     PX_CHECK(px_store_bind_int64(st, 3, r->rank));
-    PX_CHECK(px_store_bind_int64(st, 4, L->layer));
-    PX_CHECK(px_store_bind_text(st, 5, L->name));
-    double v[] = {L->r_intra, L->s_intra, L->r_inter, L->s_inter, L->rho1, L->rho2,
-                  L->density, L->theta_norm, L->zi_norm, L->z_norm, L->u_norm, L->v_norm};
-    for (int k = 0; k < 12; k++) PX_CHECK(px_store_bind_double(st, 6 + k, v[k]));
-    PX_CHECK(px_store_bind_int64(st, 18, L->numel));
+    PX_CHECK(px_layer_metrics_bind(st, 4, r->layers[i]));
     PX_CHECK(px_store_run(st));
   }
   return PX_OK;
@@ -129,12 +125,9 @@ static px_status_t coord_decide(coord_t *c, coord_arena_t *a, const Prunex__V1__
   double spec_rho2 = spec->admm ? spec->admm->rho2 : 0.0;
   for (int l = 0; l < nl; l++) {
     const Prunex__V1__LayerMetrics *L = r->layers[l];
-    rep[l] = (px_admm_layer_report_t){
-        .r_intra = L->r_intra, .s_intra = L->s_intra, .r_inter = L->r_inter,
-        .s_inter = L->s_inter, .theta_norm = L->theta_norm, .zi_norm = L->zi_norm,
-        .z_norm = L->z_norm, .u_norm = L->u_norm, .v_norm = L->v_norm, .numel = L->numel,
-        .rho1 = coord_initial_rho(L->rho1, spec_rho1), .rho2 = coord_initial_rho(L->rho2, spec_rho2),
-    };
+    px_layer_metrics_to_admm(L, &rep[l]);
+    rep[l].rho1 = coord_initial_rho(L->rho1, spec_rho1);
+    rep[l].rho2 = coord_initial_rho(L->rho2, spec_rho2);
     /* The coordinator's own record of the penalties in force wins. */
     PX_CHECK(px_store_stmt(c->db,
                            "SELECT rho1, rho2 FROM job_penalties WHERE job_id = ?1 AND layer = ?2",
@@ -149,7 +142,7 @@ static px_status_t coord_decide(coord_t *c, coord_arena_t *a, const Prunex__V1__
     px_store_reset(st);
   }
   px_admm_policy_t policy;
-  coord_admm_policy(spec, &policy);
+  px_jobspec_admm_policy(spec, &policy);
   int M = spec->cluster->nodes, P = spec->cluster->workers_per_node;
   px_admm_decision_t out;
   rc = px_admm_decide(&policy, pstate, r->iteration, r->mask_drift, M, P, rep, nl, dec, &out);
@@ -354,12 +347,12 @@ out:
 static px_status_t coord_load_layers(coord_t *c, coord_arena_t *a, Prunex__V1__IterationReport *it) {
   px_store_stmt_t *st;
   px_status_t rc;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT layer, name, r_intra, s_intra, r_inter, s_inter, rho1, rho2,"
-                         " density, theta_norm, zi_norm, z_norm, u_norm, v_norm, numel"
-                         " FROM iteration_layers WHERE job_id = ?1 AND iteration = ?2"
-                         " AND rank = ?3 ORDER BY layer",
-                         &st));
+  char cols[512], sql[800];
+  snprintf(sql, sizeof sql,
+           "SELECT %s FROM iteration_layers WHERE job_id = ?1 AND iteration = ?2 AND rank = ?3"
+           " ORDER BY layer",
+           px_layer_metrics_columns(cols, sizeof cols));
+  PX_CHECK(px_store_stmt(c->db, sql, &st));
   PX_CHECK(px_store_bind_text(st, 1, it->job_id));
   PX_CHECK(px_store_bind_int64(st, 2, it->iteration));
   PX_CHECK(px_store_bind_int64(st, 3, it->rank));
@@ -372,22 +365,8 @@ static px_status_t coord_load_layers(coord_t *c, coord_arena_t *a, Prunex__V1__I
       px_store_reset(st);
       return PX_ERR_NOMEM;
     }
-    *L = (Prunex__V1__LayerMetrics)PRUNEX__V1__LAYER_METRICS__INIT;
-    L->layer = (int32_t)px_store_column_int64(st, 0);
-    L->name = coord_strdup(a, px_store_column_text(st, 1));
-    L->r_intra = px_store_column_double(st, 2);
-    L->s_intra = px_store_column_double(st, 3);
-    L->r_inter = px_store_column_double(st, 4);
-    L->s_inter = px_store_column_double(st, 5);
-    L->rho1 = px_store_column_double(st, 6);
-    L->rho2 = px_store_column_double(st, 7);
-    L->density = px_store_column_double(st, 8);
-    L->theta_norm = px_store_column_double(st, 9);
-    L->zi_norm = px_store_column_double(st, 10);
-    L->z_norm = px_store_column_double(st, 11);
-    L->u_norm = px_store_column_double(st, 12);
-    L->v_norm = px_store_column_double(st, 13);
-    L->numel = px_store_column_int64(st, 14);
+    px_layer_metrics_read(st, 0, L);
+    L->name = coord_strdup(a, L->name); /* the row's text lasts until the next step */
     if (!L->name) {
       px_store_reset(st);
       return PX_ERR_NOMEM;

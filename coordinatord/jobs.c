@@ -1,32 +1,13 @@
 /* The job queue: SubmitJob (validation), the FIFO scheduler (placement,
  * ranks, leaders), CancelJob, ReportRankExit (success and failure), and the
  * read side: GetJob, ListJobs, WatchJob. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "coord.h"
 #include "prunex/jobspec.h"
-#include "prunex/strategy.h"
 #include "prunex/check.h"
-
-/* ---- spec ------------------------------------------------------------------ */
-
-void coord_admm_policy(const Prunex__V1__JobSpec *spec, px_admm_policy_t *p) {
-  px_admm_policy_defaults(p);
-  const Prunex__V1__AdmmSpec *a = spec ? spec->admm : NULL;
-  if (!a) return;
-  p->adaptive_rho = a->adaptive_rho ? 1 : 0;
-  if (a->mu != 0.0) p->mu = a->mu;
-  if (a->tau != 0.0) p->tau = a->tau;
-  if (a->rho_max != 0.0) p->rho_max = a->rho_max;
-  p->freeze_on_stable = a->freeze_on_stable;   /* 0: never (proto) */
-  p->freeze_iteration = a->freeze_iteration;   /* 0: never (proto) */
-  if (a->max_iterations != 0) p->max_iterations = a->max_iterations;
-  if (a->eps_abs != 0.0) p->eps_abs = a->eps_abs;
-  if (a->eps_rel != 0.0) p->eps_rel = a->eps_rel;
-}
 
 #define COORD_SPEC_YAML_MAX (1 << 20)
 
@@ -35,134 +16,6 @@ void coord_admm_policy(const Prunex__V1__JobSpec *spec, px_admm_policy_t *p) {
     snprintf(err, cap, __VA_ARGS__);  \
     return 0;                         \
   } while (0)
-
-static int coord_one_of(const char *v, const char *const *names) {
-  if (!v[0]) return 1;
-  for (; *names; names++)
-    if (!strcmp(v, *names)) return 1;
-  return 0;
-}
-
-static int coord_fraction(double v) { return v >= 0.0 && v <= 1.0; }
-
-/* Every string of the spec must be UTF-8 (proto3 clients cannot decode a
- * message that holds anything else). */
-static int coord_spec_utf8(const Prunex__V1__JobSpec *s, char *err, size_t cap) {
-#define COORD_U8(field, v)                                                          \
-  if ((v) && !coord_utf8_ok((v), strlen(v))) COORD_BAD("spec.%s: not valid UTF-8", field)
-  COORD_U8("name", s->name);
-  COORD_U8("output_dir", s->output_dir);
-  if (s->model) COORD_U8("model.name", s->model->name);
-  if (s->dataset) {
-    COORD_U8("dataset.name", s->dataset->name);
-    COORD_U8("dataset.path", s->dataset->path);
-  }
-  if (s->cluster) COORD_U8("cluster.device", s->cluster->device);
-  if (s->train) COORD_U8("train.lr_schedule", s->train->lr_schedule);
-  if (s->comm) COORD_U8("comm.backend", s->comm->backend);
-  if (s->prune)
-    for (size_t i = 0; i < s->prune->n_skip_layers; i++)
-      COORD_U8("prune.skip_layers[]", s->prune->skip_layers[i]);
-#undef COORD_U8
-  return 1;
-}
-
-/* The checks every worker applies to the spec it is given (the defaults
- * filled in, then px_jobspec_validate: known model and data set names,
- * ranges, cross-field rules), so that a spec no rank could run is refused
- * at submission instead of failing every rank. Runs on a copy: the spec is
- * stored as the client sent it. */
-static int coord_spec_validate_as_workers(const Prunex__V1__JobSpec *s, char *err, size_t cap) {
-  size_t n = protobuf_c_message_get_packed_size(&s->base);
-  uint8_t *buf = px_malloc(n ? n : 1, "coord.spec_copy");
-  if (!buf) COORD_BAD("spec: out of memory while checking it");
-  protobuf_c_message_pack(&s->base, buf);
-  Prunex__V1__JobSpec *copy = prunex__v1__job_spec__unpack(NULL, n, buf);
-  px_free(buf);
-  if (!copy) COORD_BAD("spec: cannot be re-read for checking");
-  px_status_t st = px_jobspec_fill_defaults(copy);
-  if (st == PX_OK) st = px_jobspec_validate(copy);
-  px_jobspec_free(copy);
-  if (st != PX_OK) COORD_BAD("spec: %s", px_last_error());
-  return 1;
-}
-
-int coord_spec_validate(const Prunex__V1__JobSpec *s, char *err, size_t cap) {
-  static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
-  static const char *const backends[] = {"auto", "ucx", "nccl", NULL};
-  if (!s) COORD_BAD("spec: required");
-  if (strlen(s->name) > 200) COORD_BAD("spec.name: longer than 200 bytes");
-  if (!coord_spec_utf8(s, err, cap)) return 0;
-  if (!s->cluster) COORD_BAD("spec.cluster: required (nodes, workers_per_node)");
-  if (s->cluster->nodes < 1) COORD_BAD("spec.cluster.nodes = %d: must be >= 1", s->cluster->nodes);
-  if (s->cluster->workers_per_node < 1)
-    COORD_BAD("spec.cluster.workers_per_node = %d: must be >= 1", s->cluster->workers_per_node);
-  if (s->cluster->workers_per_node > 4096)
-    COORD_BAD("spec.cluster.workers_per_node = %d: must be <= 4096", s->cluster->workers_per_node);
-  if ((int64_t)s->cluster->nodes * s->cluster->workers_per_node > 1 << 20)
-    COORD_BAD("spec.cluster: %d nodes x %d workers is too many ranks", s->cluster->nodes,
-              s->cluster->workers_per_node);
-  if (!coord_one_of(s->cluster->device, devices))
-    COORD_BAD("spec.cluster.device = '%s': must be auto, cpu or cuda", s->cluster->device);
-  if (s->cluster->threads_per_worker < 0)
-    COORD_BAD("spec.cluster.threads_per_worker = %d: must be >= 0", s->cluster->threads_per_worker);
-  if (!px_strategy_info((px_strategy_kind_t)s->strategy)) {
-    char names[128];
-    COORD_BAD("spec.strategy = %d: must be set (one of %s)", (int)s->strategy,
-              px_strategy_names(names, sizeof names, ", "));
-  }
-  if (!s->model || !s->model->name[0]) COORD_BAD("spec.model.name: required");
-  if (s->model->in_channels < 0 || s->model->num_classes < 0)
-    COORD_BAD("spec.model: in_channels and num_classes must be >= 0");
-  if (!s->dataset || !s->dataset->name[0]) COORD_BAD("spec.dataset.name: required");
-  if (s->dataset->crop_padding < 0)
-    COORD_BAD("spec.dataset.crop_padding = %d: must be >= 0", s->dataset->crop_padding);
-  if (s->train) {
-    const Prunex__V1__TrainSpec *t = s->train;
-    if (t->epochs < 0) COORD_BAD("spec.train.epochs = %d: must be >= 0", t->epochs);
-    if (t->batch_size < 0) COORD_BAD("spec.train.batch_size = %d: must be >= 0", t->batch_size);
-    if (!(t->lr >= 0.0) || isinf(t->lr)) COORD_BAD("spec.train.lr = %g: must be >= 0", t->lr);
-    if (!(t->momentum >= 0.0) || t->momentum >= 1.0)
-      COORD_BAD("spec.train.momentum = %g: must be in [0, 1)", t->momentum);
-    if (!(t->weight_decay >= 0.0))
-      COORD_BAD("spec.train.weight_decay = %g: must be >= 0", t->weight_decay);
-    if (t->local_epochs < 0) COORD_BAD("spec.train.local_epochs = %d: must be >= 0", t->local_epochs);
-    if (t->local_steps < 0) COORD_BAD("spec.train.local_steps = %d: must be >= 0", t->local_steps);
-    if (t->eval_every < 0) COORD_BAD("spec.train.eval_every = %d: must be >= 0", t->eval_every);
-  }
-  if (s->prune) {
-    const Prunex__V1__PruneSpec *p = s->prune;
-    if (!coord_fraction(p->filter_keep))
-      COORD_BAD("spec.prune.filter_keep = %g: must be in [0, 1]", p->filter_keep);
-    if (!coord_fraction(p->channel_keep))
-      COORD_BAD("spec.prune.channel_keep = %g: must be in [0, 1]", p->channel_keep);
-    if (!coord_fraction(p->shape_keep))
-      COORD_BAD("spec.prune.shape_keep = %g: must be in [0, 1]", p->shape_keep);
-    /* 0 would keep nothing (a job that prunes every group "succeeds" with a
-     * model that cannot predict): the job spec schema takes (0, 1], and
-     * proto3's 0 reads as unset (1) in the check as workers below. */
-  }
-  if (s->admm) {
-    if (!(s->admm->rho1 >= 0.0) || !(s->admm->rho2 >= 0.0) || isinf(s->admm->rho1) ||
-        isinf(s->admm->rho2))
-      COORD_BAD("spec.admm.rho1 = %g, rho2 = %g: must be >= 0 (0: 1.0)", s->admm->rho1,
-                s->admm->rho2);
-    px_admm_policy_t pol;
-    coord_admm_policy(s, &pol);
-    if (px_admm_policy_validate(&pol) != PX_OK) COORD_BAD("spec.%s", px_last_error());
-  }
-  if (s->comm) {
-    const Prunex__V1__CommSpec *c = s->comm;
-    if (c->bucket_bytes < 0) COORD_BAD("spec.comm.bucket_bytes = %lld: must be >= 0",
-                                       (long long)c->bucket_bytes);
-    if (c->timeout_ms < 0) COORD_BAD("spec.comm.timeout_ms = %d: must be >= 0", c->timeout_ms);
-    if (!coord_one_of(c->backend, backends))
-      COORD_BAD("spec.comm.backend = '%s': must be auto, ucx or nccl", c->backend);
-    if (!coord_fraction(c->topk_ratio))
-      COORD_BAD("spec.comm.topk_ratio = %g: must be in [0, 1]", c->topk_ratio);
-  }
-  return coord_spec_validate_as_workers(s, err, cap);
-}
 
 /* ---- job updates ------------------------------------------------------------- */
 
@@ -530,9 +383,16 @@ void coord_rpc_submit_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, 
     px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "spec_yaml: not valid UTF-8");
     return;
   }
-  if (!coord_spec_validate(r->spec, err, sizeof err)) {
-    px_log(PX_LOG_INFO, "SubmitJob refused: %s", err);
-    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "%s", err);
+  /* the spec's rules are the job spec module's (jobspec.h), the very ones
+   * every worker applies: a spec no rank could run is refused here */
+  px_status_t bad = px_jobspec_check_submitted(r->spec);
+  if (bad == PX_ERR_NOMEM) {
+    coord_fail_internal(c, call);
+    return;
+  }
+  if (bad != PX_OK) {
+    px_log(PX_LOG_INFO, "SubmitJob refused: %s", px_last_error());
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "%s", px_last_error());
     return;
   }
   int out_ok = coord_output_dir_ok(c, r->spec->output_dir, err, sizeof err);

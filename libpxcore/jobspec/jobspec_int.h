@@ -31,6 +31,8 @@ enum {
   PX__JS_NAME = 1u << 3,     /* STRING: non-empty, no '/' */
   PX__JS_MULT4 = 1u << 4,    /* SIZE: a multiple of 4 */
   PX__JS_DERIVED = 1u << 5,  /* default computed from other fields */
+  PX__JS_REQUIRED = 1u << 6, /* a submitted spec must set it: its proto zero is refused,
+                                not defaulted (px_jobspec_check_submitted) */
 };
 
 #define PX__JS_TOP (-1)
@@ -66,6 +68,7 @@ typedef struct {
 
 typedef struct {
   const char *file;         /* NULL: a spec from the wire ("job spec") */
+  const char *prefix;       /* file NULL: what messages start with (NULL: "job spec: ") */
   px__js_mark_t field[PX__JS_MAX_FIELDS];
   px__js_mark_t section[PX__JS_MAX_SECTIONS];
 } px__js_where_t;
@@ -117,6 +120,12 @@ px_status_t px__js_check(const Prunex__V1__JobSpec *spec, px__js_where_t *w);
  * then the message, and sets it as the last error with status st. */
 px_status_t px__js_fail(px_status_t st, const px__js_where_t *w, const px__js_mark_t *mark,
                         const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* 1 when v is field fi's proto zero (unset on the wire). */
+int px__js_is_zero(int fi, const px__js_value_t *v);
+
+/* v as a message shows it: a number, or a quoted string cut at 60 bytes. */
+void px__js_show(int fi, const px__js_value_t *v, char *buf, size_t cap);
 
 /* Optimal string alignment distance (edits and adjacent swaps), capped. */
 int px__js_distance(const char *a, const char *b);

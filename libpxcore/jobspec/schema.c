@@ -42,23 +42,23 @@ const int px__js_nsections = (int)(sizeof px__js_sections / sizeof px__js_sectio
  * with examples/README.md. */
 const px__js_field_t px__js_fields[] = {
     {PX__JS_TOP, "name", PX__JS_STRING, PX__JS_NAME, 0, 0, NULL, 0, "job"},
-    {PX__JS_TOP, "strategy", PX__JS_STRATEGY, 0, 0, 0, NULL,
+    {PX__JS_TOP, "strategy", PX__JS_STRATEGY, PX__JS_REQUIRED, 0, 0, NULL,
      PRUNEX__V1__STRATEGY__STRATEGY_HSADMM, NULL},
     {PX__JS_TOP, "output_dir", PX__JS_STRING, 0, 0, 0, NULL, 0, ""},
 
-    {S_MODEL, "name", PX__JS_MODEL, 0, 0, 0, NULL, 0, "resnet20"},
+    {S_MODEL, "name", PX__JS_MODEL, PX__JS_REQUIRED, 0, 0, NULL, 0, "resnet20"},
     {S_MODEL, "in_channels", PX__JS_INT, 0, 0, I32MAX, NULL, 0, NULL},
     {S_MODEL, "num_classes", PX__JS_INT, PX__JS_ZERO_OK, 2, I32MAX, NULL, 0, NULL},
 
-    {S_DATASET, "name", PX__JS_CHOICE, 0, 0, 0, "fashion-mnist|cifar10|synthetic", 0,
+    {S_DATASET, "name", PX__JS_CHOICE, PX__JS_REQUIRED, 0, 0, "fashion-mnist|cifar10|synthetic", 0,
      "fashion-mnist"},
     {S_DATASET, "path", PX__JS_STRING, 0, 0, 0, NULL, 0, ""},
     {S_DATASET, "augment", PX__JS_BOOL, 0, 0, 0, NULL, 1, NULL},
     {S_DATASET, "crop_padding", PX__JS_INT, 0, 0, 32, NULL, 4, NULL},
     {S_DATASET, "flip", PX__JS_BOOL, 0, 0, 0, NULL, 1, NULL},
 
-    {S_CLUSTER, "nodes", PX__JS_INT, 0, 1, I32MAX, NULL, 1, NULL},
-    {S_CLUSTER, "workers_per_node", PX__JS_INT, 0, 1, I32MAX, NULL, 1, NULL},
+    {S_CLUSTER, "nodes", PX__JS_INT, PX__JS_REQUIRED, 1, I32MAX, NULL, 1, NULL},
+    {S_CLUSTER, "workers_per_node", PX__JS_INT, PX__JS_REQUIRED, 1, 4096, NULL, 1, NULL},
     {S_CLUSTER, "device", PX__JS_CHOICE, 0, 0, 0, "auto|cpu|cuda", 0, "auto"},
     {S_CLUSTER, "threads_per_worker", PX__JS_INT, 0, 0, I32MAX, NULL, 0, NULL},
 
@@ -403,7 +403,8 @@ px_status_t px__js_fail(px_status_t st, const px__js_where_t *w, const px__js_ma
                         const char *fmt, ...) {
   char msg[512];
   int n;
-  if (!w || !w->file) n = snprintf(msg, sizeof msg, "job spec: ");
+  if (!w || !w->file)
+    n = snprintf(msg, sizeof msg, "%s", w && w->prefix ? w->prefix : "job spec: ");
   else if (mark && mark->line)
     n = snprintf(msg, sizeof msg, "%s:%zu:%zu: ", w->file, mark->line, mark->col);
   else n = snprintf(msg, sizeof msg, "%s: ", w->file);
@@ -514,7 +515,7 @@ int32_t px__js_derive_max_iterations(const Prunex__V1__JobSpec *spec) {
   return iters > INT32_MAX ? INT32_MAX : (int32_t)iters;
 }
 
-static int px__js_is_zero(int fi, const px__js_value_t *v) {
+int px__js_is_zero(int fi, const px__js_value_t *v) {
   switch (px__js_fields[fi].kind) {
     case PX__JS_DOUBLE: return v->d == 0.0;
     case PX__JS_STRING:
@@ -564,7 +565,7 @@ static const px__js_mark_t *px__js_mark(const px__js_where_t *w, int a, int b) {
   return NULL;
 }
 
-static void px__js_show(int fi, const px__js_value_t *v, char *buf, size_t cap) {
+void px__js_show(int fi, const px__js_value_t *v, char *buf, size_t cap) {
   switch (px__js_fields[fi].kind) {
     case PX__JS_DOUBLE: snprintf(buf, cap, "%g", v->d); break;
     case PX__JS_STRING:

@@ -59,6 +59,7 @@
 
 #include "prunex/kv.h"
 #include "prunex/px.h"
+#include "prunex/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -109,6 +110,34 @@ typedef struct {
 
 /* Fills *o with the defaults spelled out (same effect as zeroing it). */
 PX_API void px_comm_opts_default(px_comm_opts_t *o);
+
+/* ---- choosing the data plane (a job spec's comm.backend) ------------------- */
+
+typedef struct {
+  const char *backend;        /* comm.backend: "auto", "ucx" or "nccl" */
+  const char *cluster_device; /* cluster.device: "cpu" rules NCCL out without a look */
+  px_device_t device;         /* where this rank trains */
+  int rank, world;
+  const char *key_prefix;     /* rendezvous keys: <prefix>/<rank> says where each rank
+                                 trains, <prefix>/verdict is rank 0's choice */
+  int timeout_ms;             /* how long a rank waits for the others' keys */
+} px_comm_backend_query_t;
+
+/* Chooses the data plane of a job, with every rank of it: ucx (host
+ * memory; a GPU model is staged through it), nccl (device memory: every
+ * rank needs a GPU of its own, NCCL runs one rank per GPU), auto (nccl when
+ * every rank has one, else ucx). Unless cluster.device is cpu or the
+ * backend ucx, every rank puts where it trains under the prefix, rank 0
+ * reads them all and puts the verdict, the others read it: every rank
+ * gets the same answer. Sets opts->nccl and opts->cuda_device (the rank's
+ * GPU with nccl) and writes to why[cap] what rules NCCL out ("" when
+ * nothing does, or the backend is ucx). kv is borrowed for the call. Fails
+ * with PX_ERR_INVALID (bad query; comm.backend nccl where NCCL cannot
+ * serve, saying why), the store's error (a rank that does not answer
+ * within timeout_ms is named) or PX_ERR_NOMEM. Without CUDA every rank
+ * trains on the CPU and the answer is ucx. */
+PX_API px_status_t px_comm_choose_backend(const px_comm_backend_query_t *q, px_kv_t *kv,
+                                          px_comm_opts_t *opts, char *why, size_t cap);
 
 /* Collective over all world_size ranks: creates this rank's communicator.
  * node_of_rank[world_size] gives each rank's node id (0 <= id < world_size,

@@ -29,7 +29,7 @@
  *     flip: true
  *   cluster:
  *     nodes: 1              M >= 1
- *     workers_per_node: 1   P >= 1 (M * P <= 2^20)
+ *     workers_per_node: 1   P in 1..4096 (M * P <= 2^20)
  *     device: auto          auto | cpu | cuda
  *     threads_per_worker: 0 0: cores / P
  *   train:
@@ -118,7 +118,11 @@
 #include <stddef.h>
 
 #include "prunex.pb-c.h"
+#include "prunex/admm.h"
+#include "prunex/comm.h"
+#include "prunex/nn.h"
 #include "prunex/px.h"
+#include "prunex/strategy.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -171,6 +175,59 @@ PX_API px_status_t px_jobspec_fill_defaults(Prunex__V1__JobSpec *spec);
  * written with the proto zero values. The caller owns *out (px_free).
  * Fails with PX_ERR_INVALID (NULL argument) or PX_ERR_NOMEM. */
 PX_API px_status_t px_jobspec_to_yaml(const Prunex__V1__JobSpec *spec, char **out);
+
+/* ---- the spec translated once ------------------------------------------------
+ * What the coordinator and the worker know of a spec comes from here: they
+ * keep no rules of their own. */
+
+/* Checks a spec as a client submitted it (SubmitJob), before any default is
+ * filled in, so that a spec no rank could run is refused at submission:
+ * every string valid UTF-8 text without control characters; the fields a
+ * job cannot do without set (strategy, model.name, dataset.name,
+ * cluster.nodes, cluster.workers_per_node: their proto zero is refused, not
+ * defaulted); every other field either its proto zero (which takes the
+ * default, see px_jobspec_fill_defaults) or a legal value; then, on a copy
+ * with the defaults filled in, every rule of px_jobspec_validate and the
+ * control policy's (px_admm_policy_validate). The message names the field
+ * from the spec down: "spec.cluster.nodes: required, expected a positive
+ * integer", "spec.admm.mu: expected a number > 1, got 0.5". Returns PX_OK,
+ * PX_ERR_INVALID (also for a NULL spec: "spec: required") or PX_ERR_NOMEM;
+ * spec is not changed. */
+PX_API px_status_t px_jobspec_check_submitted(const Prunex__V1__JobSpec *spec);
+
+/* The coordinator's H-SADMM control policy (admm.h) from a spec as
+ * submitted or completed: proto zeros of mu, tau, rho_max, max_iterations,
+ * eps_abs and eps_rel take the policy's defaults; freeze_on_stable and
+ * freeze_iteration 0 mean never. A NULL spec or admm section gives the
+ * defaults. Cannot fail (px_admm_policy_validate judges the result). */
+PX_API void px_jobspec_admm_policy(const Prunex__V1__JobSpec *spec, px_admm_policy_t *out);
+
+/* The producers below take a complete spec (px_jobspec_fill_defaults, then
+ * px_jobspec_validate passed): every section present. Strings in the
+ * configurations point into spec, which must outlive them. */
+
+/* The trainer's configuration (px_train_config_default, then model, data
+ * set, optimiser, schedule, seed, augmentation, and threads when
+ * cluster.threads_per_worker > 0). What depends on the rank's place (rank,
+ * world_size, device, and threads when the spec leaves them to the
+ * machine) is the caller's. Cannot fail. */
+PX_API void px_jobspec_train_config(const Prunex__V1__JobSpec *spec, px_train_config_t *out);
+
+/* The strategy's configuration: kind, iterations (admm.max_iterations),
+ * local steps (train.local_steps, else train.local_epochs times
+ * steps_per_epoch, px_trainer_steps_per_epoch of the rank's trainer),
+ * penalties, prune keeps and skip_layers, topk_ratio, bucket_bytes,
+ * quantize bits, seed, eval_every, checkpoint_every and keep. Zeroes *out
+ * first: the callbacks (observe), checkpoint_dir and the test switches are
+ * the caller's. Fails with PX_ERR_INVALID when the local steps of an
+ * iteration exceed INT32_MAX or comm.quantize is unknown. */
+PX_API px_status_t px_jobspec_strategy_config(const Prunex__V1__JobSpec *spec,
+                                              int64_t steps_per_epoch, px_strategy_config_t *out);
+
+/* The data plane's options: px_comm_opts_default, then comm.timeout_ms and
+ * comm.bucket_bytes. The rendezvous keys, the leaders and the backend
+ * (px_comm_choose_backend with comm.backend) are the caller's. */
+PX_API void px_jobspec_comm_opts(const Prunex__V1__JobSpec *spec, px_comm_opts_t *out);
 
 /* "hsadmm", "hsadmm-flat", "ddp", "topk", or "unspecified" for any other
  * value; a static string. */
