@@ -374,6 +374,7 @@ static px_status_t pxw_strategy_config(const pxw_t *w, px_trainer_t *t, px_strat
     return px_set_error(PX_ERR_INVALID, "comm.quantize = '%s': must be none, 8 or 4",
                         s->comm->quantize);
   c->seed = s->train->seed;
+  c->overlap = s->comm->overlap ? 1 : 0;
   /* the last iteration is always tested; 0 is an unset field (1) */
   c->eval_every = s->train->eval_every > 0 ? s->train->eval_every : 1;
   /* checkpoints: in the job's directory on this node, which the attempts

@@ -219,7 +219,7 @@ static px_status_t px__idx_load(const char *images_path, const char *labels_path
   px_status_t st = PX_OK;
   px__idx_file_t fi = {0}, fl = {0};
   uint8_t *images = NULL, *labels = NULL;
-  uint32_t idims[3], ldims[1];
+  uint32_t idims[3] = {0}, ldims[1] = {0}; /* set by the header read; zero quiets -Wmaybe-uninitialized */
   px__pad_ctx_t pctx;
   px_dataset_info_t info;
 

@@ -361,7 +361,7 @@ static px_status_t px__js_section(px__js_parse_t *P, int s, const yaml_node_t *k
   for (yaml_node_pair_t *p = val->data.mapping.pairs.start; p < val->data.mapping.pairs.top; p++) {
     yaml_node_t *k = yaml_document_get_node(P->doc, p->key);
     yaml_node_t *v = yaml_document_get_node(P->doc, p->value);
-    const char *name;
+    const char *name = NULL;
     PX_CHECK(px__js_key(P, k, &name));
     int fi = -1;
     for (int i = 0; i < px__js_nfields; i++)
@@ -398,7 +398,7 @@ static px_status_t px__js_top(px__js_parse_t *P, const yaml_node_t *root) {
        p++) {
     yaml_node_t *k = yaml_document_get_node(P->doc, p->key);
     yaml_node_t *v = yaml_document_get_node(P->doc, p->value);
-    const char *name;
+    const char *name = NULL;
     PX_CHECK(px__js_key(P, k, &name));
     int s = px__js_section_find(name);
     if (s >= 0) {
