@@ -581,7 +581,8 @@ static px_status_t px__hier_finish(px_hsadmm_t *h) {
  * k+1 begins (px_hsadmm_overlap_start, after every collective of round k)
  * and runs on the communicator's progress thread while the workers train;
  * round k+1's sync takes its z first (px__overlap_finish). Round k+1's local
- * phase therefore starts from z^(k-1) instead of z^k (its proximal targets
+ * phase therefore starts from z^(k-1) + z_i^k - z_i^(k-1) instead of z^k
+ * (px_hsadmm_restart_point; its proximal targets
  * z_i^k and u^k are exact), and round k's inter residuals are reported with
  * z^(k-1). A round that is evaluated, checkpointed or last, and a decision
  * that stops, freezes or changes rho, drain the exchange first, so z is
@@ -642,6 +643,18 @@ px_status_t px_hsadmm_overlap_start(px_hsadmm_t *h) {
     h->nreqs = b + 1;
   }
   return PX_OK;
+}
+
+void px_hsadmm_restart_point(const px_hsadmm_t *h, int i, float *dst) {
+  size_t o = h->off[i], n = h->params[i].numel;
+  if (!h->pending) {
+    memcpy(dst, h->z + o, n * sizeof(float));
+    return;
+  }
+  /* z^(k-1) + (z_i^k - z_i^(k-1)): the old consensus moved by this node's
+   * last step. Restarting from z^(k-1) alone would drop the last local phase
+   * every round (two interleaved chains, each trained every other round). */
+  for (size_t j = 0; j < n; j++) dst[j] = h->z[o + j] + (h->zi[o + j] - h->zi_prev[o + j]);
 }
 
 px_status_t px_hsadmm_overlap_drain(px_hsadmm_t *h) {

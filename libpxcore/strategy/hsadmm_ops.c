@@ -170,7 +170,7 @@ static px_status_t px__hsadmm_before_local(px__strategy_run_t *r, void *priv, in
       u = du + off;
     }
     PX_CHECK(px_sgd_set_prox(r->sgd, i, z, u, rho));
-    if (restart) memcpy(theta + off, px_hsadmm_z(s->h, i), n * sizeof(float));
+    if (restart) px_hsadmm_restart_point(s->h, i, theta + off);
     off += n;
   }
   if (!r->staged) return px__hsadmm_overlap_begin(r, s, it);

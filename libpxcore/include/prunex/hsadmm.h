@@ -125,7 +125,8 @@ px_status_t px_hsadmm_set_quantize(px_hsadmm_t *h, int bits, uint64_t seed);
  * (after the round's last collective); it then runs on the communicator's
  * progress thread while the workers train, and the next px_hsadmm_sync
  * takes its z first. This changes the math in one place: the next local
- * phase can only start from the z of the round before (the proximal targets
+ * phase starts from the z of the round before moved by the node's last step
+ * (px_hsadmm_restart_point; the proximal targets
  * z_i and u are exact); the round's inter residuals are reported with that
  * z too. px_hsadmm_set_drain(h, 1) before a sync makes that round exchange
  * at once (a round that is evaluated, checkpointed or last: z is read);
@@ -137,6 +138,10 @@ px_status_t px_hsadmm_set_overlap(px_hsadmm_t *h, int on);
 void px_hsadmm_set_drain(px_hsadmm_t *h, int drain);
 px_status_t px_hsadmm_overlap_start(px_hsadmm_t *h);
 px_status_t px_hsadmm_overlap_drain(px_hsadmm_t *h);
+/* Where parameter i's next local phase starts (numel floats into dst): z;
+ * while an exchange is pending, z^(k-1) + z_i^k - z_i^(k-1), the last z
+ * moved by this node's latest step (the same on every rank of a node). */
+void px_hsadmm_restart_point(const px_hsadmm_t *h, int i, float *dst);
 /* 1 while a round's exchange is packed or in flight and its z not taken. */
 int px_hsadmm_pending(const px_hsadmm_t *h);
 

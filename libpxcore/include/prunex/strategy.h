@@ -113,7 +113,8 @@ typedef struct {
                                instead of during it (the same bits; for comparisons) */
   int32_t overlap;          /* hsadmm (exact exchange, host model): 1 = the leaders' exchange
                                of a round runs during the next local phase, which starts from
-                               the z of the round before (px_hsadmm_set_overlap); 0: off */
+                               the z of the round before plus the node's last step
+                               (px_hsadmm_restart_point); 0: off */
   px_strategy_observe_fn observe; /* NULL: none */
   void *observe_ctx;
   /* Checkpoints (issue 14): with checkpoint_every > 0 every rank writes its
