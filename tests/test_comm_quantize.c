@@ -254,11 +254,15 @@ static void test_all_ranks_bitwise_equal_after_quantized_rounds(void **state) {
   double e4 = run(4, two_by_two, &q4);
   printf("2 nodes x 2, 60 rounds: relative error exact %.2e, 8 bit %.2e, 4 bit %.2e\n", e0, e8,
          e4);
-  assert_true(e8 < 5e-3);
-  assert_true(e4 < 5e-2);
+  /* v_i stays home (the leaders track sum v_i), so the payload is z_i - z,
+   * which vanishes as the consensus settles, and so does the rounding
+   * noise: the quantized runs reach the exact run's error (it was 5e-4 at
+   * 8 bit and 1e-2 at 4 bit with v_i in the payload) */
+  assert_true(e8 < 1e-5);
+  assert_true(e4 < 1e-5);
   double e3 = run(3, three_nodes, &q8);
   printf("3 nodes x 1, 8 bit: relative error %.2e\n", e3);
-  assert_true(e3 < 5e-3);
+  assert_true(e3 < 1e-5);
 }
 
 static void test_traffic_counts_quantized_payloads_with_masks(void **state) {

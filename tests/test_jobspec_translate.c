@@ -265,6 +265,7 @@ static void test_the_producers_translate_every_field(void **state) {
   assert_true(sc.topk_ratio == 0.5);
   assert_int_equal(sc.bucket_bytes, 4096);
   assert_int_equal(sc.quantize_bits, 8);
+  assert_int_equal(sc.overlap, 0);
   assert_int_equal(sc.seed, 77);
   assert_int_equal(sc.eval_every, 3);
   assert_int_equal(sc.checkpoint_every, 2);
@@ -291,6 +292,14 @@ static void test_the_producers_translate_every_field(void **state) {
   px_admm_policy_t d;
   px_admm_policy_defaults(&d);
   assert_true(p.eps_abs == d.eps_abs && p.eps_rel == d.eps_rel);
+  px_jobspec_free(s);
+
+  /* comm.overlap (exact exchange only) reaches the strategy */
+  s = parse("strategy: hsadmm\nmodel: {name: resnet20}\ndataset: {name: synthetic}\n"
+            "cluster: {nodes: 2, workers_per_node: 1}\ncomm: {overlap: true}\n");
+  assert_int_equal(px_jobspec_strategy_config(s, 50, &sc), PX_OK);
+  assert_int_equal(sc.overlap, 1);
+  assert_int_equal(sc.quantize_bits, 0);
   px_jobspec_free(s);
 
   px_jobspec_admm_policy(NULL, &p); /* no spec: the defaults */

@@ -26,7 +26,8 @@
 #
 # Environment:
 #   RATES   link rates, tc syntax (default "25mbit 100mbit 1gbit")
-#   RUNS    of hsadmm hsadmm-q8 hsadmm-q4 hsadmm-flat ddp topk torch-ddp
+#   RUNS    of hsadmm hsadmm-q8 hsadmm-q4 hsadmm-ovl hsadmm-flat ddp topk torch-ddp
+#           (hsadmm-ovl: the quickstart with comm.overlap: true)
 #           (default "hsadmm hsadmm-flat ddp topk torch-ddp")
 #   EPOCHS  train.epochs of every run (default 2, the examples' budget)
 #   TARGET  accuracy for the time-to-accuracy figure (default 0.85)
@@ -183,6 +184,7 @@ spec() {
     hsadmm) ex=quickstart; extra="" ;;
     hsadmm-q8) ex=quickstart; extra="q8" ;;
     hsadmm-q4) ex=quickstart; extra="q4" ;;
+    hsadmm-ovl) ex=quickstart; extra="overlap" ;;
     hsadmm-flat) ex=hsadmm-flat; extra="" ;;
     ddp) ex=ddp; extra="" ;;
     topk) ex=topk; extra="" ;;
@@ -200,11 +202,11 @@ text = re.sub(r"(?m)^train:\n", "train:\n  eval_every: %s\n" % ("10" if hs else 
 if not hs:
     text = re.sub(r"(?m)^train:\n", "train:\n  local_steps: 39\n", text)
 if extra:
-    bits = extra[1:]
+    line = "overlap: true" if extra == "overlap" else "quantize: %s" % extra[1:]
     if re.search(r"(?m)^comm:", text):
-        text = re.sub(r"(?m)^comm:\n", "comm:\n  quantize: %s\n" % bits, text)
+        text = re.sub(r"(?m)^comm:\n", "comm:\n  %s\n" % line, text)
     else:
-        text += "comm:\n  quantize: %s\n" % bits
+        text += "comm:\n  %s\n" % line
 print(text)
 EOF
 }
@@ -296,7 +298,7 @@ for rate in $rates; do
   for r in $runs; do
     case $r in
       torch-ddp) run_torch "$rate" ;;
-      hsadmm|hsadmm-q8|hsadmm-q4|hsadmm-flat|ddp|topk) run_px "$r" "$rate" || true ;;
+      hsadmm|hsadmm-q8|hsadmm-q4|hsadmm-ovl|hsadmm-flat|ddp|topk) run_px "$r" "$rate" || true ;;
       *) echo "run.sh: unknown run '$r'" >&2 ;;
     esac
   done

@@ -1,10 +1,14 @@
 """PyTorch DDP peer of bench/cluster/run.sh: the recipe of examples/ddp.yaml
 (ResNet-20, Fashion-MNIST 28x28 normalised with mean 0.2860 / std 0.3530,
-random crop with 4 pixels of padding and horizontal flip (one offset and
-one flip per batch), batch 64 per rank,
-SGD lr 0.05 momentum 0.9 weight decay 5e-4, cosine schedule over the run, a
-disjoint shard of the training set per rank), over gloo, one process per rank
-with one compute thread. The test set is evaluated on the unwrapped module
+random crop with 4 pixels of padding and horizontal flip drawn per image
+(as libpxcore/data/sampler.c does: the padding is a black pixel, 0 before
+normalisation, not the mean), batch 64 per rank, SGD lr 0.05 momentum 0.9
+weight decay 5e-4 on every parameter, cosine schedule over the run, a
+disjoint shard of the training set per rank, convolutions initialised as
+libpxcore does (Kaiming normal, fan out), over gloo, one process per rank
+with one compute thread. Before each evaluation the BN running statistics
+are averaged over the ranks (our ddp averages them every step), so every
+rank holds the same model; the test set is evaluated on the unwrapped module
 every --eval-steps steps and at the end, each rank on its shard of the test
 set, the counts summed with an allreduce; rank 0 prints
 `EVAL <seconds since --start> <accuracy>` lines and a `FINAL` line.
@@ -68,6 +72,9 @@ def main():
     if a.max_steps > 0:
         total = min(total, a.max_steps)
     model = ResNet("resnet20", in_channels=1, num_classes=10)
+    for mod in model.modules():
+        if isinstance(mod, nn.Conv2d):  # libpxcore/nn/model.c: N(0, 2 / fan_out)
+            nn.init.kaiming_normal_(mod.weight, mode="fan_out", nonlinearity="relu")
     ddp = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=0.9, weight_decay=5e-4)
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -78,6 +85,11 @@ def main():
     pad = 4
 
     def evaluate():
+        with torch.no_grad():  # one set of BN statistics: the ranks' average
+            for b in model.buffers():
+                if b.is_floating_point():
+                    dist.all_reduce(b)
+                    b.div_(a.world)
         model.eval()
         correct = 0
         with torch.no_grad():
@@ -89,6 +101,19 @@ def main():
         model.train()
         return (t[0] / t[1]).item()
 
+    black = -mean / std  # a padding pixel: 0 before normalisation
+    ar = torch.arange(28)
+
+    def augment(x):
+        """A crop offset and a flip per image (sampler.c's px_augment_choose)."""
+        n = x.shape[0]
+        xp = F.pad(x, (pad, pad, pad, pad), value=black)[:, 0]
+        off = torch.randint(0, 2 * pad + 1, (n, 2), generator=g)
+        flip = torch.rand(n, generator=g) < 0.5
+        rows = off[:, 0:1] + ar
+        cols = off[:, 1:2] + torch.where(flip[:, None], 27 - ar, ar)
+        return xp[torch.arange(n)[:, None, None], rows[:, :, None], cols[:, None, :]].unsqueeze(1)
+
     step = 0
     acc = -1.0
     for epoch in range(a.epochs):
@@ -98,11 +123,7 @@ def main():
             if step >= total:
                 break
             ids = mine[s * a.batch:(s + 1) * a.batch]
-            x = F.pad(xtr[ids], (pad, pad, pad, pad))
-            ox, oy = torch.randint(0, 2 * pad + 1, (2,), generator=g).tolist()
-            x = x[:, :, oy:oy + 28, ox:ox + 28]
-            if torch.rand(1, generator=g).item() < 0.5:
-                x = torch.flip(x, dims=[3])
+            x = augment(xtr[ids])
             opt.zero_grad(set_to_none=True)
             loss = F.cross_entropy(ddp(x), ytr[ids])
             loss.backward()

@@ -60,11 +60,24 @@ struct px_hsadmm {
   float *qref;          /* [total] the previous z, packed layout: payloads are differences
                            from it, which shrink as the consensus settles */
   float **err_ptrs;     /* [n] tensors of qerr, for unpacking */
-  float **ref_ptrs;     /* [n] tensors of z_prev, for packing */
+  float **ref_ptrs;     /* [n] tensors of z (the previous one while exchanging), for packing */
+  float *qvsum;         /* [total] sum over nodes of v_i as the leaders track it (see
+                           px__quant_bucket), parameter layout, the same on every leader */
+  float *qvp;           /* [total] qvsum packed, packed layout */
+  float **vs_ptrs;      /* [n] tensors of qvsum, for packing */
   uint8_t *qsend;       /* [px_quant_bytes(largest bucket)] this leader's payload */
   uint8_t *qrecv;       /* [M * that] every leader's payload, in node order */
   int qbits;            /* 0: exact exchange */
   uint64_t qseed;
+  /* comm.overlap: see px__overlap_finish */
+  int overlap;          /* px_hsadmm_set_overlap */
+  int drain;            /* this round's exchange is not deferred (px_hsadmm_set_drain) */
+  int pending;          /* a packed exchange whose z is not yet taken */
+  int started;          /* ... and it is in flight */
+  int pend_project;     /* the exchange's z is projected (masks not frozen when packed) */
+  px_comm_req_t **reqs; /* [maxreqs] one request per bucket in flight */
+  int nreqs, maxreqs;
+  uint64_t pend_bytes0; /* traffic counters when it started */
 };
 
 /* The arguments of px_hsadmm_create. */
@@ -230,6 +243,7 @@ fail:
 
 void px_hsadmm_destroy(px_hsadmm_t *h) {
   if (!h) return;
+  for (int b = 0; b < h->nreqs; b++) (void)px_comm_wait(h->reqs[b]); /* an aborted overlap */
   px_pack_plan_destroy(h->plan);
   px_sparsity_destroy(h->sp);
   void *owned[] = {h->u, h->zi, h->zi_prev, h->v, h->z, h->z_prev, h->s,
@@ -237,7 +251,8 @@ void px_hsadmm_destroy(px_hsadmm_t *h) {
                    h->params, h->off, h->moff, (void *)h->mask_ptrs,
                    h->rho1, h->rho2, h->sums, h->layers, h->decision_buf,
                    h->src_ptrs, h->dst_ptrs, h->qerr, h->qsum, (void *)h->err_ptrs,
-                   h->qref, (void *)h->ref_ptrs, h->qsend, h->qrecv};
+                   h->qref, (void *)h->ref_ptrs, h->qsend, h->qrecv, (void *)h->reqs,
+                   h->qvsum, h->qvp, (void *)h->vs_ptrs};
   for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) px_free(owned[i]);
   px_free(h);
 }
@@ -262,6 +277,10 @@ px_status_t px_hsadmm_set_quantize(px_hsadmm_t *h, int bits, uint64_t seed) {
   h->err_ptrs = px_calloc((size_t)h->n, sizeof(float *), "hsadmm.ptrs");
   h->qref = px_calloc(h->total, sizeof(float), "hsadmm.quant_ref");
   h->ref_ptrs = px_calloc((size_t)h->n, sizeof(float *), "hsadmm.ptrs");
+  h->qvsum = px_calloc(h->total, sizeof(float), "hsadmm.quant_vsum");
+  h->qvp = px_calloc(h->total, sizeof(float), "hsadmm.quant_vsum_packed");
+  h->vs_ptrs = px_calloc((size_t)h->n, sizeof(float *), "hsadmm.ptrs");
+  if (!h->qvsum || !h->qvp || !h->vs_ptrs) return PX_ERR_NOMEM; /* freed by destroy */
   h->qsend = px_malloc(stride, "hsadmm.quant_send");
   h->qrecv = px_malloc(stride * (size_t)h->M, "hsadmm.quant_recv");
   if (!h->qerr || !h->qsum || !h->err_ptrs || !h->qref || !h->ref_ptrs || !h->qsend ||
@@ -282,7 +301,8 @@ px_status_t px_hsadmm_set_quantize(px_hsadmm_t *h, int bits, uint64_t seed) {
   }
   for (int i = 0; i < h->n; i++) {
     h->err_ptrs[i] = h->qerr + h->off[i];
-    h->ref_ptrs[i] = h->z_prev + h->off[i];
+    h->ref_ptrs[i] = h->z + h->off[i]; /* z is not written until the exchange lands */
+    h->vs_ptrs[i] = h->qvsum + h->off[i];
   }
   return PX_OK;
 }
@@ -371,20 +391,30 @@ static px_status_t px__sync_flat(px_hsadmm_t *h) {
 }
 
 /* The quantized exchange of packed bucket b. Every leader packs the
- * previous z (bit-identical on all of them) into qref, then its own
- * z_i + v_i + error feedback - z_prev into buf[nf] (s holds that), encodes
- * buf (buf keeps the quantization error), allgathers the payloads and
- * decodes every leader's payload into the same place of qsum, summing in
- * node order, so that every leader obtains the same bits. Sending the
- * difference from z_prev rather than z_i + v_i itself makes the blocks'
- * ranges, and so the steps, those of the change (v_i and the node's
- * disagreement), not of the weights. The rounding is keyed by the seed, the
- * iteration, this rank and the bucket: a rerun gives the same payloads. */
+ * previous z (bit-identical on all of them) into qref and the tracked sum
+ * of v_i into qvp, then its own z_i + error feedback - z into buf[nf] (s
+ * holds that), encodes buf (buf keeps the quantization error), allgathers
+ * the payloads and decodes every leader's payload into the same place of
+ * qsum, summing in node order, so that every leader obtains the same bits
+ * (px__quant_take_sum makes z of them). The rounding is keyed by the seed,
+ * the iteration, this rank and the bucket: a rerun gives the same payloads.
+ *
+ * Why v_i stays home (issue 18b): z = mean(z_i + v_i) = (sum z_i + sum
+ * v_i) / M, and sum v_i moves by sum z_i - M z each round, which every
+ * leader knows once it has sum z_i; so the leaders exchange only z_i (its
+ * change from z) and track sum v_i themselves (qvsum). The scaled dual v_i
+ * is large where rho2 is small and does not shrink as the consensus
+ * settles, while z_i - z does: without v_i in it the payload's range, and
+ * so the rounding noise of z, falls as the run converges. With error
+ * feedback the tracked sum differs from the true one by at most the
+ * leaders' current rounding errors (the sum of what was sent telescopes). */
 static px_status_t px__quant_bucket(px_hsadmm_t *h, int b, float *buf, size_t nf) {
   int bits = h->qbits;
   size_t o = (size_t)(buf - px_pack_buffer(h->plan));
   PX_CHECK(px_pack_shrink_bucket(h->plan, b, (const float *const *)h->ref_ptrs));
   memcpy(h->qref + o, buf, nf * sizeof(float));
+  PX_CHECK(px_pack_shrink_bucket(h->plan, b, (const float *const *)h->vs_ptrs));
+  memcpy(h->qvp + o, buf, nf * sizeof(float));
   PX_CHECK(px_pack_shrink_bucket(h->plan, b, (const float *const *)h->src_ptrs));
   size_t qb = px_quant_bytes(bits, nf);
   uint64_t key = px_quant_key(h->qseed, (uint64_t)h->iteration,
@@ -398,12 +428,12 @@ static px_status_t px__quant_bucket(px_hsadmm_t *h, int b, float *buf, size_t nf
   return PX_OK;
 }
 
-static px_status_t px__sync_hier(px_hsadmm_t *h, uint64_t *inter_value_bytes) {
+/* 2-3. intra: s_i = SUM (theta + u); z~_i = (rho1 s_i + rho2 (z - v)) /
+ * (lambda/M + P rho1 + rho2), then projected: z_i and the node masks. */
+static px_status_t px__hier_node(px_hsadmm_t *h) {
   double t0 = px__admm_now();
-  /* 2. intra: s_i = SUM (theta + u) */
   PX_CHECK(px__sum_theta_u(h, h->intra));
   double t1 = px__admm_now();
-  /* z~_i = (rho1 s_i + rho2 (z - v)) / (lambda/M + P rho1 + rho2), then project */
   memcpy(h->zi_prev, h->zi, h->total * sizeof(float));
   for (int i = 0; i < h->n; i++) {
     float *zi = h->zi + h->off[i];
@@ -414,68 +444,204 @@ static px_status_t px__sync_hier(px_hsadmm_t *h, uint64_t *inter_value_bytes) {
     for (size_t j = 0; j < h->params[i].numel; j++) zi[j] = a * s[j] + b * (z[j] - v[j]);
   }
   PX_CHECK(px__project(h, h->zi, h->mask_node));
-  double t2 = px__admm_now();
-  /* 4. inter, leaders only: union of the masks, packed SUM of z_i + v_i */
+  h->round.intra_s = t1 - t0;
+  h->round.projection_s = px__admm_now() - t1;
+  return PX_OK;
+}
+
+/* 4, first half (leaders): the union of the masks and z_i + v_i in s (z_i
+ * + error feedback - z when quantized); the
+ * exact exchange also packs every bucket now (the quantized one packs
+ * bucket by bucket as it sends). Records whether z is to be projected. */
+static px_status_t px__hier_pack(px_hsadmm_t *h) {
+  h->pend_project = !h->frozen && h->mtotal;
+  if (!h->inter) return PX_OK;
+  if (!h->frozen && h->mtotal) {
+    PX_CHECK(px_comm_allreduce(h->inter, h->mask_node, h->mask_union, h->mtotal, PX_COMM_U8,
+                               PX_COMM_MAX));
+    PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
+  }
+  for (size_t j = 0; j < h->total; j++) h->s[j] = h->zi[j] + h->v[j];
+  if (h->qbits) { /* z_i + error feedback - z: v_i stays home (px__quant_bucket) */
+    for (size_t j = 0; j < h->total; j++) h->s[j] = h->zi[j] + h->qerr[j] - h->z[j];
+    return PX_OK;
+  }
+  for (int b = 0; b < px_pack_num_buckets(h->plan); b++)
+    PX_CHECK(px_pack_shrink_bucket(h->plan, b, (const float *const *)h->src_ptrs));
+  return PX_OK;
+}
+
+/* 4, the exchange itself (leaders), blocking: the f32 SUM of every packed
+ * bucket, or the quantized exchange. *bytes: what it moved. */
+static px_status_t px__hier_exchange(px_hsadmm_t *h, uint64_t *bytes) {
+  *bytes = 0;
+  if (!h->inter) return PX_OK;
+  uint64_t before = px__admm_traffic(h->comm, PX_TIER_INTER) + px__admm_traffic(h->comm, PX_TIER_INTRA);
+  px_status_t st = PX_OK;
+  for (int b = 0; b < px_pack_num_buckets(h->plan) && st == PX_OK; b++) {
+    size_t nf;
+    float *buf = px_pack_bucket(h->plan, b, &nf);
+    if (h->qbits) st = px__quant_bucket(h, b, buf, nf);
+    else st = px_comm_allreduce(h->inter, buf, buf, nf, PX_COMM_F32, PX_COMM_SUM);
+  }
+  *bytes = px__admm_traffic(h->comm, PX_TIER_INTER) + px__admm_traffic(h->comm, PX_TIER_INTRA) -
+           before;
+  return st;
+}
+
+/* The quantized exchange's sum, packed: sum z_i (decoded payloads plus M
+ * times the previous z) into s (parameter layout, zero where pruned), and
+ * the mean with the tracked sum of v_i into the plan's buffer. */
+static void px__quant_take_sum(px_hsadmm_t *h) {
+  float *buf = px_pack_buffer(h->plan);
+  size_t nf = px_pack_packed_floats(h->plan);
+  float M = (float)h->M, inv = 1.0f / M;
+  for (size_t j = 0; j < nf; j++) buf[j] = M * h->qref[j] + h->qsum[j];
+  px_pack_expand(h->plan, h->src_ptrs);
+  for (size_t j = 0; j < nf; j++) buf[j] = (buf[j] + h->qvp[j]) * inv;
+}
+
+/* 4, second half: z from the summed buckets (leaders), projected when the
+ * masks were not frozen at packing; z and the masks to the node; 5 (first
+ * part): v_i += z_i - z on every rank of the node (same inputs, same
+ * result). z_prev keeps the z it replaces. */
+static px_status_t px__hier_finish(px_hsadmm_t *h) {
+  double t3 = px__admm_now();
   memcpy(h->z_prev, h->z, h->total * sizeof(float));
   if (h->inter) {
-    if (!h->frozen && h->mtotal) {
-      PX_CHECK(px_comm_allreduce(h->inter, h->mask_node, h->mask_union, h->mtotal, PX_COMM_U8,
-                                 PX_COMM_MAX));
-      PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
+    float inv = 1.0f / (float)h->M;
+    float *buf = px_pack_buffer(h->plan);
+    size_t nf = px_pack_packed_floats(h->plan);
+    if (h->qbits) {
+      /* the buffer holds the quantization errors: keep them for the next
+       * round (pruned positions drop theirs), then take the decoded sum */
+      px_pack_expand(h->plan, h->err_ptrs);
+      px__quant_take_sum(h);
+    } else {
+      for (size_t j = 0; j < nf; j++) buf[j] *= inv;
     }
-    for (size_t j = 0; j < h->total; j++) h->s[j] = h->zi[j] + h->v[j];
-    if (h->qbits)
-      for (size_t j = 0; j < h->total; j++) h->s[j] += h->qerr[j] - h->z_prev[j];
-    uint64_t before = px__admm_traffic(h->comm, PX_TIER_INTER) + px__admm_traffic(h->comm, PX_TIER_INTRA);
-    px_status_t st = PX_OK;
-    for (int b = 0; b < px_pack_num_buckets(h->plan) && st == PX_OK; b++) {
-      size_t nf;
-      float *buf = px_pack_bucket(h->plan, b, &nf);
-      if (h->qbits) {
-        st = px__quant_bucket(h, b, buf, nf);
-        continue;
-      }
-      st = px_pack_shrink_bucket(h->plan, b, (const float *const *)h->src_ptrs);
-      if (st == PX_OK) st = px_comm_allreduce(h->inter, buf, buf, nf, PX_COMM_F32, PX_COMM_SUM);
-    }
-    *inter_value_bytes =
-        px__admm_traffic(h->comm, PX_TIER_INTER) + px__admm_traffic(h->comm, PX_TIER_INTRA) - before;
-    if (st == PX_OK) {
-      float inv = 1.0f / (float)h->M;
-      float *buf = px_pack_buffer(h->plan);
-      size_t nf = px_pack_packed_floats(h->plan);
-      if (h->qbits) {
-        /* the buffer holds the quantization errors: keep them for the next
-         * round (pruned positions drop theirs), then take the decoded sum */
-        px_pack_expand(h->plan, h->err_ptrs);
-        for (size_t j = 0; j < nf; j++) buf[j] = h->qref[j] + h->qsum[j] * inv;
-      } else {
-        for (size_t j = 0; j < nf; j++) buf[j] *= inv;
-      }
-      px_pack_expand(h->plan, h->dst_ptrs);
-      /* z is the projection of the mean onto S: the union of the node masks
-       * can hold more groups than S allows while the nodes disagree. The
-       * mean is bit-identical on every leader, so is the projection. */
-      if (!h->frozen && h->mtotal) st = px__project(h, h->z, h->mask_z);
-    }
-    PX_CHECK(st);
+    px_pack_expand(h->plan, h->dst_ptrs);
+    /* z is the projection of the mean onto S: the union of the node masks
+     * can hold more groups than S allows while the nodes disagree. The
+     * mean is bit-identical on every leader, so is the projection. */
+    if (h->pend_project) PX_CHECK(px__project(h, h->z, h->mask_z));
+    if (h->qbits) /* the tracked sum of v_i follows: sum v_i += sum z_i - M z */
+      for (size_t j = 0; j < h->total; j++) h->qvsum[j] += h->s[j] - (float)h->M * h->z[j];
   }
-  double t3 = px__admm_now();
-  /* z and the union masks from the leader to its node */
   PX_CHECK(px_comm_broadcast(h->intra, h->z, h->total, PX_COMM_F32, 0));
-  if (!h->frozen && h->mtotal) {
+  if (h->pend_project) {
     PX_CHECK(px_comm_broadcast(h->intra, h->mask_union, h->mtotal, PX_COMM_U8, 0));
     PX_CHECK(px_comm_broadcast(h->intra, h->mask_z, h->mtotal, PX_COMM_U8, 0));
     if (!h->inter) PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
   }
-  double t4 = px__admm_now();
-  /* v_i += z_i - z on every rank of the node (same inputs, same result) */
   for (size_t j = 0; j < h->total; j++) h->v[j] += h->zi[j] - h->z[j];
-  h->round.intra_s = t1 - t0;
-  h->round.projection_s = t2 - t1;
-  h->round.inter_s = t3 - t2;
-  h->round.broadcast_s = t4 - t3;
+  h->round.broadcast_s = px__admm_now() - t3;
   return PX_OK;
+}
+
+/* ---- comm.overlap (issue 18) -------------------------------------------------------
+ * The leaders' exchange of round k is started when the local phase of round
+ * k+1 begins (px_hsadmm_overlap_start, after every collective of round k)
+ * and runs on the communicator's progress thread while the workers train;
+ * round k+1's sync takes its z first (px__overlap_finish). Round k+1's local
+ * phase therefore starts from z^(k-1) + z_i^k - z_i^(k-1) instead of z^k
+ * (px_hsadmm_restart_point; its proximal targets
+ * z_i^k and u^k are exact), and round k's inter residuals are reported with
+ * z^(k-1). A round that is evaluated, checkpointed or last, and a decision
+ * that stops, freezes or changes rho, drain the exchange first, so z is
+ * never stale where it is read or rescaled. */
+
+/* Waits for the exchange in flight (started or not) and takes its z. */
+static px_status_t px__overlap_finish(px_hsadmm_t *h, uint64_t *bytes) {
+  if (!h->pending) return PX_OK;
+  px_status_t st = PX_OK;
+  if (!h->started) {
+    st = px__hier_exchange(h, bytes);
+  } else {
+    for (int b = 0; b < h->nreqs; b++) {
+      px_status_t w = px_comm_wait(h->reqs[b]);
+      h->reqs[b] = NULL;
+      if (st == PX_OK) st = w;
+    }
+    h->nreqs = 0;
+    if (h->inter)
+      *bytes = px__admm_traffic(h->comm, PX_TIER_INTER) + px__admm_traffic(h->comm, PX_TIER_INTRA) -
+               h->pend_bytes0;
+  }
+  h->pending = h->started = 0;
+  PX_CHECK(st);
+  return px__hier_finish(h);
+}
+
+px_status_t px_hsadmm_set_overlap(px_hsadmm_t *h, int on) {
+  PX_REQUIRE(!on || (!h->cfg.flat && !h->qbits),
+             "comm.overlap: applies to the exact hierarchical exchange (strategy hsadmm, "
+             "comm.quantize none) only");
+  if (h->iteration > 0) return px_set_error(PX_ERR_STATE, "comm.overlap: set before the first round");
+  h->overlap = on ? 1 : 0;
+  if (!on || h->reqs) return PX_OK;
+  size_t bb = h->cfg.bucket_bytes ? h->cfg.bucket_bytes : PX_PACK_DEFAULT_BUCKET_BYTES;
+  h->maxreqs = (int)((h->total * sizeof(float) + bb - 1) / bb) + 1;
+  h->reqs = px_calloc((size_t)h->maxreqs, sizeof *h->reqs, "hsadmm.overlap_reqs");
+  return h->reqs ? PX_OK : PX_ERR_NOMEM;
+}
+
+void px_hsadmm_set_drain(px_hsadmm_t *h, int drain) { h->drain = drain ? 1 : 0; }
+
+int px_hsadmm_pending(const px_hsadmm_t *h) { return h->pending; }
+
+px_status_t px_hsadmm_overlap_start(px_hsadmm_t *h) {
+  if (!h->pending || h->started) return PX_OK;
+  h->started = 1;
+  if (!h->inter) return PX_OK;
+  h->pend_bytes0 = px__admm_traffic(h->comm, PX_TIER_INTER) + px__admm_traffic(h->comm, PX_TIER_INTRA);
+  int nb = px_pack_num_buckets(h->plan);
+  PX_REQUIRE(nb <= h->maxreqs, "comm.overlap: %d buckets, room for %d", nb, h->maxreqs);
+  for (int b = 0; b < nb; b++) {
+    size_t nf;
+    float *buf = px_pack_bucket(h->plan, b, &nf);
+    px_status_t st = px_comm_iallreduce(h->inter, buf, buf, nf, PX_COMM_F32, PX_COMM_SUM,
+                                        &h->reqs[b]);
+    if (st != PX_OK) return st; /* the requests started are waited for by the finish */
+    h->nreqs = b + 1;
+  }
+  return PX_OK;
+}
+
+void px_hsadmm_restart_point(const px_hsadmm_t *h, int i, float *dst) {
+  size_t o = h->off[i], n = h->params[i].numel;
+  if (!h->pending) {
+    memcpy(dst, h->z + o, n * sizeof(float));
+    return;
+  }
+  /* z^(k-1) + (z_i^k - z_i^(k-1)): the old consensus moved by this node's
+   * last step. Restarting from z^(k-1) alone would drop the last local phase
+   * every round (two interleaved chains, each trained every other round). */
+  for (size_t j = 0; j < n; j++) dst[j] = h->z[o + j] + (h->zi[o + j] - h->zi_prev[o + j]);
+}
+
+px_status_t px_hsadmm_overlap_drain(px_hsadmm_t *h) {
+  uint64_t bytes = 0;
+  return px__overlap_finish(h, &bytes);
+}
+
+static px_status_t px__sync_hier(px_hsadmm_t *h, uint64_t *inter_value_bytes) {
+  /* comm.overlap: the exchange of the previous round, in flight since the
+   * local phase began, lands first: this round's z_i needs its z and v */
+  double tw = px__admm_now();
+  if (h->pending) PX_CHECK(px__overlap_finish(h, inter_value_bytes));
+  double waited = px__admm_now() - tw;
+  PX_CHECK(px__hier_node(h));
+  double t2 = px__admm_now();
+  PX_CHECK(px__hier_pack(h));
+  if (h->overlap && !h->drain) { /* sent during the next local phase */
+    h->pending = 1;
+    h->round.inter_s = waited + (px__admm_now() - t2);
+    return PX_OK;
+  }
+  PX_CHECK(px__hier_exchange(h, inter_value_bytes));
+  h->round.inter_s = waited + (px__admm_now() - t2);
+  return px__hier_finish(h);
 }
 
 px_status_t px_hsadmm_sync(px_hsadmm_t *h, px_hsadmm_round_t **round) {
@@ -596,6 +762,11 @@ px_status_t px_hsadmm_decide(px_hsadmm_t *h, px_hsadmm_control_fn control, void 
   int n = h->n, end = 0;
   px__hsadmm_ask_t ask = {h, control, ctx};
   PX_CHECK(px__decide_broadcast(h->world, buf, 2 + 2 * (size_t)n, px__hsadmm_fill, &ask, &end));
+  /* comm.overlap: a stop, a rescaled v or a freeze (the plan's masks are
+   * set as the exchange lands) needs the round's own z first */
+  int change = buf[1] > 0 && !h->frozen;
+  for (int i = 0; i < n; i++) change |= buf[2 + i] != h->rho1[i] || buf[2 + n + i] != h->rho2[i];
+  if (h->pending && (end || change)) PX_CHECK(px_hsadmm_overlap_drain(h));
   for (int i = 0; i < n; i++) {
     double r1 = buf[2 + i], r2 = buf[2 + n + i];
     if (!(r1 > 0) || !(r2 > 0))
@@ -675,6 +846,20 @@ px_status_t px_hsadmm_resume_items(px_hsadmm_t *h, px_resume_t *rs) {
   /* a quantizing leader's error feedback: its own (never broadcast); a new
    * leader starts it at zero */
   if (h->qerr) PX_CHECK(px_resume_add(rs, "hsadmm.quant_error", PX_RS_RANK, PX_ST_F32, h->qerr, fb));
+  if (h->qvsum) PX_CHECK(px_resume_add(rs, "hsadmm.quant_vsum", PX_RS_RANK, PX_ST_F32, h->qvsum, fb));
+  return PX_OK;
+}
+
+/* The quantized exchange tracks sum v_i on the leaders (px__quant_bucket):
+ * a node or leader that resumes without state would break the sum, so then
+ * every node restarts its inter dual, and the leaders the sum, at zero.
+ * Collective over the world. */
+static px_status_t px__quant_resumed(px_hsadmm_t *h, int fresh) {
+  double f = fresh ? 1.0 : 0.0;
+  PX_CHECK(px_comm_allreduce(h->world, &f, &f, 1, PX_COMM_F64, PX_COMM_MAX));
+  if (f == 0.0) return PX_OK;
+  memset(h->v, 0, h->total * sizeof(float));
+  if (h->qvsum) memset(h->qvsum, 0, h->total * sizeof(float));
   return PX_OK;
 }
 
@@ -687,6 +872,7 @@ px_status_t px_hsadmm_resumed(px_hsadmm_t *h, int node_fresh, int rank_fresh) {
     if (h->mtotal) memcpy(h->mask_node, h->mask_union, h->mtotal);
   }
   if (rank_fresh) memset(h->u, 0, fb);
+  if (h->qbits && !h->cfg.flat) PX_CHECK(px__quant_resumed(h, node_fresh || rank_fresh));
   if (h->mtotal) PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
   if (h->frozen) px_pack_plan_freeze(h->plan);
   return PX_OK;

@@ -108,6 +108,7 @@ const px__js_field_t px__js_fields[] = {
     {S_COMM, "backend", PX__JS_CHOICE, 0, 0, 0, "auto|ucx|nccl", 0, "auto"},
     {S_COMM, "topk_ratio", PX__JS_DOUBLE, LO_OPEN, 0, 1, NULL, 0.01, NULL},
     {S_COMM, "quantize", PX__JS_CHOICE, 0, 0, 0, "none|8|4", 0, "none"},
+    {S_COMM, "overlap", PX__JS_BOOL, 0, 0, 0, NULL, 0, NULL},
 
     /* Faults (issue 14): off by default; a restart without checkpoints
      * starts from iteration 0. 1000 restarts is far past any sane policy. */
@@ -610,6 +611,30 @@ static px_status_t px__js_check_prune(const Prunex__V1__JobSpec *spec, px__js_wh
   return PX_OK;
 }
 
+/* The comm section's cross-field rules: quantize and overlap apply to the
+ * node leaders' exchange of strategy hsadmm. */
+static px_status_t px__js_check_comm(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
+  if (spec->comm->quantize && spec->comm->quantize[0] && strcmp(spec->comm->quantize, "none") &&
+      spec->strategy != PRUNEX__V1__STRATEGY__STRATEGY_HSADMM)
+    return px__js_fail(PX_ERR_INVALID, w,
+                       px__js_mark(w, px__js_find("comm.quantize"), px__js_find("strategy")),
+                       "comm.quantize: %s quantizes the node leaders' exchange of strategy hsadmm "
+                       "and has no meaning for strategy %s (use none)",
+                       spec->comm->quantize, px_jobspec_strategy_name(spec->strategy));
+  if (spec->comm->overlap && (spec->strategy != PRUNEX__V1__STRATEGY__STRATEGY_HSADMM ||
+                              (spec->comm->quantize && strcmp(spec->comm->quantize, "none"))))
+    return px__js_fail(PX_ERR_INVALID, w,
+                       px__js_mark(w, px__js_find("comm.overlap"),
+                                   px__js_find(spec->strategy != PRUNEX__V1__STRATEGY__STRATEGY_HSADMM
+                                                   ? "strategy"
+                                                   : "comm.quantize")),
+                       "comm.overlap: overlaps the exact exchange of strategy hsadmm's node "
+                       "leaders with the next local phase; strategy %s, comm.quantize %s",
+                       px_jobspec_strategy_name(spec->strategy),
+                       spec->comm->quantize ? spec->comm->quantize : "none");
+  return PX_OK;
+}
+
 px_status_t px__js_check(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
   char path[64], exp[256], got[96];
   for (int s = 0; s < px__js_nsections; s++) {
@@ -671,13 +696,8 @@ px_status_t px__js_check(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
                        px__js_mark(w, px__js_find("comm.backend"), px__js_find("cluster.device")),
                        "comm.backend: nccl moves device memory and needs cluster.device cuda or "
                        "auto, got cpu");
-  if (spec->comm->quantize && spec->comm->quantize[0] && strcmp(spec->comm->quantize, "none") &&
-      spec->strategy != PRUNEX__V1__STRATEGY__STRATEGY_HSADMM)
-    return px__js_fail(PX_ERR_INVALID, w,
-                       px__js_mark(w, px__js_find("comm.quantize"), px__js_find("strategy")),
-                       "comm.quantize: %s quantizes the node leaders' exchange of strategy hsadmm "
-                       "and has no meaning for strategy %s (use none)",
-                       spec->comm->quantize, px_jobspec_strategy_name(spec->strategy));
+  px_status_t cst = px__js_check_comm(spec, w);
+  if (cst != PX_OK) return cst;
   const Prunex__V1__AdmmSpec *a = spec->admm;
   if (a->rho_max < a->rho1 || a->rho_max < a->rho2)
     return px__js_fail(PX_ERR_INVALID, w,

@@ -166,6 +166,7 @@ px_status_t px_jobspec_strategy_config(const Prunex__V1__JobSpec *s, int64_t ste
     return px_set_error(PX_ERR_INVALID, "comm.quantize = '%s': must be none, 8 or 4",
                         s->comm->quantize);
   c->seed = s->train->seed;
+  c->overlap = s->comm->overlap ? 1 : 0;
   /* the last iteration is always tested; 0 is an unset field (1) */
   c->eval_every = s->train->eval_every > 0 ? s->train->eval_every : 1;
   if (s->recovery && s->recovery->checkpoint_every > 0) {

@@ -104,6 +104,7 @@ static px_status_t px__hsadmm_load_z(px__strategy_run_t *r, void *priv, int back
   px__hsadmm_strategy_t *s = priv;
   const px_tensor_t *flat = px_model_flat_params(r->m);
   float *dst = r->staged ? s->backup : flat->data;
+  if (px_hsadmm_pending(s->h)) PX_CHECK(px_hsadmm_overlap_drain(s->h)); /* comm.overlap */
   if (backup && !r->staged) memcpy(s->backup, dst, r->numel * sizeof(float));
   size_t off = 0;
   for (int i = 0; i < r->np; i++) {
@@ -132,6 +133,19 @@ static px_status_t px__hsadmm_masks_up(px__strategy_run_t *r, px__hsadmm_strateg
   return px_tensor_copy_from_host(&s->d_mask, s->h_mask, px_tensor_plain_bytes(&s->d_mask));
 }
 
+/* comm.overlap: the previous round's exchange goes out as this local phase
+ * begins (theta has read z already); this round's sync exchanges at once
+ * where z will be read: an evaluated, checkpointed or last round. */
+static px_status_t px__hsadmm_overlap_begin(px__strategy_run_t *r, px__hsadmm_strategy_t *s,
+                                            int it) {
+  const px_strategy_config_t *c = r->cfg;
+  if (!c->overlap) return PX_OK;
+  int drain = it == c->iterations - 1 || (c->eval_every > 0 && (it + 1) % c->eval_every == 0) ||
+              (c->checkpoint_every > 0 && (it + 1) % c->checkpoint_every == 0);
+  px_hsadmm_set_drain(s->h, drain);
+  return px_hsadmm_overlap_start(s->h);
+}
+
 /* Before the local phase: the proximal targets z_i and u (copied to the
  * device of a staged model), the masks once frozen, and the start from the
  * global consensus: it is what all ranks share, so the nodes cannot drift
@@ -157,10 +171,10 @@ static px_status_t px__hsadmm_before_local(px__strategy_run_t *r, void *priv, in
       u = du + off;
     }
     PX_CHECK(px_sgd_set_prox(r->sgd, i, z, u, rho));
-    if (restart) memcpy(theta + off, px_hsadmm_z(s->h, i), n * sizeof(float));
+    if (restart) px_hsadmm_restart_point(s->h, i, theta + off);
     off += n;
   }
-  if (!r->staged) return PX_OK;
+  if (!r->staged) return px__hsadmm_overlap_begin(r, s, it);
   PX_CHECK(px_tensor_copy_from_host(&s->d_zu, s->h_zu, 2 * r->numel * sizeof(float)));
   if (restart) PX_CHECK(px__strategy_up(flat, r->h_theta));
   if (!px_hsadmm_frozen(s->h)) return PX_OK;
@@ -273,6 +287,8 @@ static px_status_t px__hsadmm_create(px__strategy_run_t *r, void **priv) {
   PX_CHECK(px_hsadmm_create(r->comm, s->hp, r->np, &hc, &s->h));
   if (r->staged) PX_CHECK(px__hsadmm_setup_staging(r, s));
   PX_CHECK(px_hsadmm_set_quantize(s->h, c->quantize_bits, c->seed));
+  PX_REQUIRE(!c->overlap || !r->staged, "comm.overlap: host models only");
+  PX_CHECK(px_hsadmm_set_overlap(s->h, c->overlap));
   /* every rank starts from the consensus */
   PX_CHECK(px__hsadmm_load_z(r, s, 0));
   px_trainer_set_grad_hook(r->t, px__hsadmm_masked_hook, s);

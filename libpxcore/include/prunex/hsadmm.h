@@ -105,8 +105,9 @@ PX_API px_status_t px_hsadmm_create(px_comm_t *comm, const px_hsadmm_param_t *pa
                                     const px_hsadmm_config_t *cfg, px_hsadmm_t **out);
 PX_API void px_hsadmm_destroy(px_hsadmm_t *h);
 
-/* comm.quantize: with bits 8 or 4, each leader sends its packed z_i + v_i
- * as block-scaled integers with stochastic rounding and error feedback
+/* comm.quantize: with bits 8 or 4, each leader sends its packed z_i (its
+ * change from z, with error feedback; the leaders track the sum of the v_i
+ * themselves, so v_i is not sent) as block-scaled integers with stochastic rounding and error feedback
  * (quantize.h) in an allgather of bytes over the leaders, instead of the
  * f32 allreduce, and every leader decodes and sums the payloads in node
  * order, so z stays bit-identical on every rank; intra-node exchanges and
@@ -117,6 +118,32 @@ PX_API void px_hsadmm_destroy(px_hsadmm_t *h);
  * PX_ERR_INVALID for other widths or in flat mode, PX_ERR_STATE after a
  * sync, PX_ERR_NOMEM. */
 PX_API px_status_t px_hsadmm_set_quantize(px_hsadmm_t *h, int bits, uint64_t seed);
+
+/* comm.overlap (strategy hsadmm, exact exchange only): the leaders' exchange
+ * of a round is packed by px_hsadmm_sync but sent by px_hsadmm_overlap_start,
+ * which the caller calls on every rank when the next local phase begins
+ * (after the round's last collective); it then runs on the communicator's
+ * progress thread while the workers train, and the next px_hsadmm_sync
+ * takes its z first. This changes the math in one place: the next local
+ * phase starts from the z of the round before moved by the node's last step
+ * (px_hsadmm_restart_point; the proximal targets
+ * z_i and u are exact); the round's inter residuals are reported with that
+ * z too. px_hsadmm_set_drain(h, 1) before a sync makes that round exchange
+ * at once (a round that is evaluated, checkpointed or last: z is read);
+ * px_hsadmm_decide drains itself before a stop, a freeze or a change of rho;
+ * px_hsadmm_overlap_drain takes a pending z at once (collective over the
+ * node). Set on every rank before the first sync. Fails with PX_ERR_INVALID
+ * in flat or quantized mode, PX_ERR_STATE after a sync, PX_ERR_NOMEM. */
+PX_API px_status_t px_hsadmm_set_overlap(px_hsadmm_t *h, int on);
+PX_API void px_hsadmm_set_drain(px_hsadmm_t *h, int drain);
+PX_API px_status_t px_hsadmm_overlap_start(px_hsadmm_t *h);
+PX_API px_status_t px_hsadmm_overlap_drain(px_hsadmm_t *h);
+/* Where parameter i's next local phase starts (numel floats into dst): z;
+ * while an exchange is pending, z^(k-1) + z_i^k - z_i^(k-1), the last z
+ * moved by this node's latest step (the same on every rank of a node). */
+PX_API void px_hsadmm_restart_point(const px_hsadmm_t *h, int i, float *dst);
+/* 1 while a round's exchange is packed or in flight and its z not taken. */
+PX_API int px_hsadmm_pending(const px_hsadmm_t *h);
 
 /* The proximal target of parameter i for the local phase: z_i (z in flat
  * mode), u and the current rho1. Pointers stay valid for the handle's life. */

@@ -85,6 +85,11 @@
  *     quantize: none        none | 8 | 4, hsadmm only: the node leaders'
  *                           packed exchange as block-scaled integers
  *                           (quantize.h, px_hsadmm_set_quantize)
+ *     overlap: false        hsadmm with quantize none: the leaders' exchange
+ *                           of a round runs during the next local phase,
+ *                           which starts from the z of the round before
+ *                           plus the node's last step
+ *                           (px_hsadmm_set_overlap; changes the math)
  *   recovery:
  *     checkpoint_every: 0   >= 0: every rank writes its whole state every N
  *                           iterations and at the end (0: never)

@@ -111,6 +111,10 @@ typedef struct {
                                the same results, and is how tests check that path */
   int32_t ddp_no_overlap;   /* ddp: 1 = reduce the gradient buckets after the backward pass
                                instead of during it (the same bits; for comparisons) */
+  int32_t overlap;          /* hsadmm (exact exchange, host model): 1 = the leaders' exchange
+                               of a round runs during the next local phase, which starts from
+                               the z of the round before plus the node's last step
+                               (px_hsadmm_restart_point); 0: off */
   px_strategy_observe_fn observe; /* NULL: none */
   void *observe_ctx;
   /* Checkpoints (issue 14): with checkpoint_every > 0 every rank writes its
