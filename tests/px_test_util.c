@@ -125,3 +125,24 @@ int px_test_write_fmnist_subset(const char *dir, int ntrain, int ntest) {
   px_dataset_destroy(te);
   return ok ? 1 : -1;
 }
+
+int px_test_fmnist_fixture(char *dir, size_t cap, const char *tag) {
+  dir[0] = 0;
+  if (access("/usr/share/datasets/fashion-mnist", R_OK) != 0) return 0;
+  snprintf(dir, cap, "/tmp/%s_XXXXXX", tag);
+  if (!mkdtemp(dir)) return -1;
+  return px_test_write_fmnist_subset(dir, 512, 128) == 1 ? 0 : -1;
+}
+
+void px_test_rank_train_config(px_train_config_t *tc, const char *dir, int rank, int size) {
+  px_train_config_default(tc);
+  tc->data_dir = dir;
+  tc->batch = 16;
+  tc->threads = 1;
+  tc->epochs = 1;
+  tc->lr = 0.05;
+  tc->augment = 0;
+  tc->rank = rank;
+  tc->world_size = size;
+  tc->seed = 1 + (uint64_t)rank;
+}

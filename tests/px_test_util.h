@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "prunex/nn.h"
+
 /* xorshift64* generator; seed 0 is replaced by a fixed constant. */
 typedef struct {
   uint64_t s;
@@ -25,6 +27,18 @@ void px_test_fill_normal(px_test_rng_t *r, float *x, size_t n);
  * files, a small real data set for training tests. Returns 1 when written, 0
  * when the data set is not installed, -1 on failure. */
 int px_test_write_fmnist_subset(const char *dir, int ntrain, int ntest);
+
+/* The strategy tests' data set: a fresh directory /tmp/<tag>_XXXXXX, named
+ * in dir[cap], holding the first 512 training and 128 test images. Returns 0
+ * (also when Fashion-MNIST is not installed: dir is left empty and the tests
+ * skip), -1 on failure. */
+int px_test_fmnist_fixture(char *dir, size_t cap, const char *tag);
+
+/* The strategy tests' trainer for one rank of size: the defaults, then the
+ * data of dir, batch 16, one thread, one epoch, lr 0.05, no augmentation and
+ * seed 1 + rank (every rank starts from another model: the strategies must
+ * make them agree). */
+void px_test_rank_train_config(px_train_config_t *tc, const char *dir, int rank, int size);
 
 /* Largest |a[i] - b[i]| / max(1, |b[i]|). */
 double px_test_max_rel_err(const float *a, const float *b, size_t n);

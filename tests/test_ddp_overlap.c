@@ -19,16 +19,12 @@
 #include "prunex/strategy.h"
 #include "px_test_util.h"
 
-#define FMNIST "/usr/share/datasets/fashion-mnist"
 
 static char dir[256];
 
 static int setup(void **state) {
   (void)state;
-  if (access(FMNIST, R_OK) != 0) return 0;
-  snprintf(dir, sizeof dir, "/tmp/px_ddp_overlap_XXXXXX");
-  if (!mkdtemp(dir)) return -1;
-  return px_test_write_fmnist_subset(dir, 512, 128) == 1 ? 0 : -1;
+  return px_test_fmnist_fixture(dir, sizeof dir, "px_ddp_overlap");
 }
 
 static int teardown(void **state) {
@@ -39,16 +35,7 @@ static int teardown(void **state) {
 
 static px_status_t trainer(int rank, int size, px_trainer_t **t) {
   px_train_config_t tc;
-  px_train_config_default(&tc);
-  tc.data_dir = dir;
-  tc.batch = 16;
-  tc.threads = 1;
-  tc.epochs = 1;
-  tc.lr = 0.05;
-  tc.augment = 0;
-  tc.rank = rank;
-  tc.world_size = size;
-  tc.seed = 1 + (uint64_t)rank;
+  px_test_rank_train_config(&tc, dir, rank, size);
   return px_trainer_create(&tc, t);
 }
 

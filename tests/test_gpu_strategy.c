@@ -30,10 +30,7 @@
 static char dir[256];
 static int setup(void **state) {
   (void)state;
-  if (access(FMNIST, R_OK) != 0) return 0;
-  snprintf(dir, sizeof dir, "/tmp/px_gpu_strategy_XXXXXX");
-  if (!mkdtemp(dir)) return -1;
-  return px_test_write_fmnist_subset(dir, 512, 128) == 1 ? 0 : -1;
+  return px_test_fmnist_fixture(dir, sizeof dir, "px_gpu_strategy");
 }
 
 static int teardown(void **state) {
@@ -80,16 +77,7 @@ static int pruned_filters_are_zero(px_model_t *m, const float *w) {
 static int rank_main(px_th_ctx_t *ctx) {
   const scenario_t *sc = ctx->arg;
   px_train_config_t tc;
-  px_train_config_default(&tc);
-  tc.data_dir = dir;
-  tc.batch = 16;
-  tc.threads = 1;
-  tc.epochs = 1;
-  tc.lr = 0.05;
-  tc.augment = 0;
-  tc.rank = ctx->rank;
-  tc.world_size = ctx->size;
-  tc.seed = 1 + (uint64_t)ctx->rank;
+  px_test_rank_train_config(&tc, dir, ctx->rank, ctx->size);
   tc.device = px_device_cuda(0);
   px_trainer_t *t;
   PX_TH_OK(px_trainer_create(&tc, &t));

@@ -29,16 +29,12 @@
 #include "prunex/strategy.h"
 #include "px_test_util.h"
 
-#define FMNIST "/usr/share/datasets/fashion-mnist"
 
 static char dir[256];
 
 static int setup(void **state) {
   (void)state;
-  if (access(FMNIST, R_OK) != 0) return 0;
-  snprintf(dir, sizeof dir, "/tmp/px_resume_XXXXXX");
-  if (!mkdtemp(dir)) return -1;
-  return px_test_write_fmnist_subset(dir, 512, 128) == 1 ? 0 : -1;
+  return px_test_fmnist_fixture(dir, sizeof dir, "px_resume");
 }
 
 static int teardown(void **state) {
@@ -69,16 +65,8 @@ static int nodes[4] = {0, 0, 1, 1};
 static void rank_setup(px_th_ctx_t *ctx, const scenario_t *sc, px_trainer_t **t, px_comm_t **comm,
                        px_strategy_config_t *cfg, char *ck, size_t cap) {
   px_train_config_t tc;
-  px_train_config_default(&tc);
-  tc.data_dir = dir;
-  tc.batch = 16;
-  tc.threads = 1;
-  tc.epochs = 1;
-  tc.lr = 0.05;
+  px_test_rank_train_config(&tc, dir, ctx->rank, ctx->size);
   tc.augment = 1; /* the augmentation draws must resume where they were too */
-  tc.rank = ctx->rank;
-  tc.world_size = ctx->size;
-  tc.seed = 1 + (uint64_t)ctx->rank;
   *t = NULL;
   *comm = NULL;
   if (px_trainer_create(&tc, t) != PX_OK || px_th_comm(ctx, NULL, comm) != PX_OK) return;

@@ -246,15 +246,11 @@ void px_hsadmm_destroy(px_hsadmm_t *h) {
   for (int b = 0; b < h->nreqs; b++) (void)px_comm_wait(h->reqs[b]); /* an aborted overlap */
   px_pack_plan_destroy(h->plan);
   px_sparsity_destroy(h->sp);
-  void *owned[] = {h->u, h->zi, h->zi_prev, h->v, h->z, h->z_prev, h->s,
-                   h->mask_node, h->mask_union, h->mask_prev, h->mask_z,
-                   h->params, h->off, h->moff, (void *)h->mask_ptrs,
-                   h->rho1, h->rho2, h->sums, h->layers, h->decision_buf,
-                   h->src_ptrs, h->dst_ptrs, h->qerr, h->qsum, (void *)h->err_ptrs,
-                   h->qref, (void *)h->ref_ptrs, h->qsend, h->qrecv, (void *)h->reqs,
-                   h->qvsum, h->qvp, (void *)h->vs_ptrs};
-  for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) px_free(owned[i]);
-  px_free(h);
+  PX_FREE_ALL(h->u, h->zi, h->zi_prev, h->v, h->z, h->z_prev, h->s, h->mask_node, h->mask_union,
+              h->mask_prev, h->mask_z, h->params, h->off, h->moff, (void *)h->mask_ptrs, h->rho1,
+              h->rho2, h->sums, h->layers, h->decision_buf, h->src_ptrs, h->dst_ptrs, h->qerr,
+              h->qsum, (void *)h->err_ptrs, h->qref, (void *)h->ref_ptrs, h->qsend, h->qrecv,
+              (void *)h->reqs, h->qvsum, h->qvp, (void *)h->vs_ptrs, h);
 }
 
 px_status_t px_hsadmm_set_quantize(px_hsadmm_t *h, int bits, uint64_t seed) {
@@ -285,11 +281,7 @@ px_status_t px_hsadmm_set_quantize(px_hsadmm_t *h, int bits, uint64_t seed) {
   h->qrecv = px_malloc(stride * (size_t)h->M, "hsadmm.quant_recv");
   if (!h->qerr || !h->qsum || !h->err_ptrs || !h->qref || !h->ref_ptrs || !h->qsend ||
       !h->qrecv) {
-    px_free(h->qerr);
-    px_free(h->qsum);
-    px_free(h->err_ptrs);
-    px_free(h->qref);
-    px_free(h->ref_ptrs);
+    PX_FREE_ALL(h->qerr, h->qsum, h->err_ptrs, h->qref, h->ref_ptrs);
     h->qref = NULL;
     h->ref_ptrs = NULL;
     px_free(h->qsend);
@@ -817,7 +809,7 @@ px_status_t px_hsadmm_local_control(void *ctx, const px_hsadmm_round_t *round,
 
 /* ---- checkpoints (issue 14) ------------------------------------------------------- */
 
-px_status_t px_hsadmm_resume_items(px_hsadmm_t *h, px_resume_t *rs) {
+px_status_t px__hsadmm_state_items(px_hsadmm_t *h, px__resume_t *rs) {
   size_t fb = h->total * sizeof(float), db = (size_t)h->n * sizeof(double);
   struct {
     const char *name;
@@ -842,11 +834,13 @@ px_status_t px_hsadmm_resume_items(px_hsadmm_t *h, px_resume_t *rs) {
       {"hsadmm.u", PX_RS_RANK, PX_ST_F32, h->u, fb},
   };
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
-    PX_CHECK(px_resume_add(rs, t[i].name, t[i].scope, t[i].dt, t[i].p, t[i].bytes));
+    PX_CHECK(px__resume_add(rs, t[i].name, t[i].scope, t[i].dt, t[i].p, t[i].bytes));
   /* a quantizing leader's error feedback: its own (never broadcast); a new
    * leader starts it at zero */
-  if (h->qerr) PX_CHECK(px_resume_add(rs, "hsadmm.quant_error", PX_RS_RANK, PX_ST_F32, h->qerr, fb));
-  if (h->qvsum) PX_CHECK(px_resume_add(rs, "hsadmm.quant_vsum", PX_RS_RANK, PX_ST_F32, h->qvsum, fb));
+  if (h->qerr)
+    PX_CHECK(px__resume_add(rs, "hsadmm.quant_error", PX_RS_RANK, PX_ST_F32, h->qerr, fb));
+  if (h->qvsum)
+    PX_CHECK(px__resume_add(rs, "hsadmm.quant_vsum", PX_RS_RANK, PX_ST_F32, h->qvsum, fb));
   return PX_OK;
 }
 
@@ -863,7 +857,7 @@ static px_status_t px__quant_resumed(px_hsadmm_t *h, int fresh) {
   return PX_OK;
 }
 
-px_status_t px_hsadmm_resumed(px_hsadmm_t *h, int node_fresh, int rank_fresh) {
+px_status_t px__hsadmm_state_resumed(px_hsadmm_t *h, int node_fresh, int rank_fresh) {
   size_t fb = h->total * sizeof(float);
   if (node_fresh) { /* a node without state: its consensus restarts at z */
     memcpy(h->zi, h->z, fb);

@@ -585,10 +585,7 @@ void px__ucx_fini(px_comm_t *c) {
   }
   if (c->ctx) ucp_cleanup(c->ctx);
   c->ctx = NULL;
-  px_free(c->xf);
-  px_free(c->xf_free);
-  px_free(c->peers);
-  px_free(c->abort_out);
+  PX_FREE_ALL(c->xf, c->xf_free, c->peers, c->abort_out);
   c->xf = NULL;
   c->xf_free = NULL;
   c->peers = NULL;

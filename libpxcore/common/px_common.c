@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "prunex/px.h"
+#include "px_check.h"
 #include "prunex/service.h"
 
 #ifndef PX_VERSION_STRING
@@ -106,6 +107,10 @@ void px_free(void *p) {
   atomic_fetch_add(&px__frees, 1);
   px__account(-(int64_t)size);
   free(base);
+}
+
+void px__free_all(void *const *p, size_t n) {
+  for (size_t i = 0; i < n; i++) px_free(p[i]);
 }
 
 void *px_realloc(void *p, size_t size, const char *name) {

@@ -42,11 +42,7 @@ static void px__cg_free(px__cg_t *c) {
   for (int i = 0; c->pv && i < c->np; i++) px_free(c->pv[i]);
   for (int i = 0; c->bv && i < c->nb; i++) px_free(c->bv[i]);
   for (int i = 0; c->live && i < c->na; i++) px_free(c->live[i]);
-  px_free(c->pv);
-  px_free(c->bv);
-  px_free(c->live);
-  px_free(c->group);
-  px_free(c->nodes);
+  PX_FREE_ALL(c->pv, c->bv, c->live, c->group, c->nodes);
 }
 
 static px_status_t px__host_copy(const px_tensor_t *t, float **out) {
@@ -271,10 +267,7 @@ px_status_t px_model_compact(const px_model_t *dense, px_ops_t *ops, int32_t bat
   st = PX_OK;
 done:
   px_model_destroy(cm);
-  px_free(widths);
-  px_free(ki);
-  px_free(ko);
-  px_free(tmp);
+  PX_FREE_ALL(widths, ki, ko, tmp);
   px__cg_free(&c);
   return st;
 }

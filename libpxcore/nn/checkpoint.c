@@ -110,10 +110,7 @@ px_status_t px_model_save(const px_model_t *m, px_sgd_t *sgd, const char *path,
   for (int i = 0; i < 2 * nextra; i++) kv[nk++] = extra_kv[i];
   st = px_safetensors_save(path, list, n, kv, nk / 2);
 done:
-  px_free(widths);
-  px_free(kv);
-  px_free(list);
-  px_free(host);
+  PX_FREE_ALL(widths, kv, list, host);
   px__entries_free(m, e, n);
   return st;
 }

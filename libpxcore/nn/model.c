@@ -564,12 +564,7 @@ static px_status_t px__plan_grads(px_model_t *m) {
   }
   st = px__bind_grads(m, nb, buf_bytes, slot_buf, order);
 done:
-  px_free(lo);
-  px_free(hi);
-  px_free(slot_buf);
-  px_free(order);
-  px_free(buf_free_at);
-  px_free(buf_bytes);
+  PX_FREE_ALL(lo, hi, slot_buf, order, buf_free_at, buf_bytes);
   return st;
 }
 
@@ -712,29 +707,9 @@ void px_model_destroy(px_model_t *m) {
   px_arena_free(&m->a_bufs);
   px_arena_free(&m->a_acts);
   px_arena_free(&m->a_gacts);
-  px_free(m->nodes);
-  px_free(m->acts);
-  px_free(m->pvals);
-  px_free(m->pgrads);
-  px_free(m->pnames);
-  px_free(m->pkinds);
-  px_free(m->bufs);
-  px_free(m->bnames);
-  px_free(m->params);
-  px_free(m->buffers);
-  px_free(m->consumers);
-  px_free(m->producer);
-  px_free(m->last_use);
-  px_free(m->alias);
-  px_free(m->grads);
-  px_free(m->scratch);
-  px_free(m->acc);
-  px_free(m->ready);
-  px_free(m->gbufs);
-  px_free(m->host_x);
-  px_free(m->host_logits);
-  px_free(m->widths);
-  px_free(m);
+  PX_FREE_ALL(m->nodes, m->acts, m->pvals, m->pgrads, m->pnames, m->pkinds, m->bufs, m->bnames,
+              m->params, m->buffers, m->consumers, m->producer, m->last_use, m->alias, m->grads,
+              m->scratch, m->acc, m->ready, m->gbufs, m->host_x, m->host_logits, m->widths, m);
 }
 
 /* ---- accessors ------------------------------------------------------------------ */

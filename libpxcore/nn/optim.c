@@ -53,10 +53,7 @@ static px_status_t px__sgd_plan_cuda(px_sgd_t *s) {
     }
     st = px__cuda_sgd_create(px_model_ops(s->model), s->n, w, g, b, numel, &s->cuda);
   }
-  px_free(w);
-  px_free(g);
-  px_free(b);
-  px_free(numel);
+  PX_FREE_ALL(w, g, b, numel);
   return st;
 }
 
@@ -98,9 +95,7 @@ void px_sgd_destroy(px_sgd_t *s) {
   if (!s) return;
   px__cuda_sgd_destroy(s->cuda); /* first: it waits for queued steps */
   px_arena_free(&s->arena);
-  px_free(s->mom);
-  px_free(s->prox);
-  px_free(s);
+  PX_FREE_ALL(s->mom, s->prox, s);
 }
 
 void px_sgd_set_lr(px_sgd_t *s, double lr) { s->cfg.lr = lr; }

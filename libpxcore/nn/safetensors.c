@@ -461,9 +461,7 @@ fail_tmp:
   fd = -1;
   unlink(tmp);
 out:
-  px_free(tmp);
-  px_free(hdr.p);
-  px_free(o);
+  PX_FREE_ALL(tmp, hdr.p, o);
   return st;
 }
 
@@ -1064,13 +1062,7 @@ fail:
 void px_safetensors_close(px_safetensors_t *st) {
   if (!st) return;
   if (st->fd >= 0) close(st->fd);
-  px_free(st->meta_by_key);
-  px_free(st->meta);
-  px_free(st->by_name);
-  px_free(st->entries);
-  px_free(st->header);
-  px_free(st->path);
-  px_free(st);
+  PX_FREE_ALL(st->meta_by_key, st->meta, st->by_name, st->entries, st->header, st->path, st);
 }
 
 int px_safetensors_count(const px_safetensors_t *st) { return st ? st->n : 0; }

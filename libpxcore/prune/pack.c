@@ -173,17 +173,9 @@ void px_pack_plan_destroy(px_pack_plan_t *p) {
   if (!p) return;
   for (int i = 0; i < p->nlayers && p->layers; i++) {
     px__layer_t *L = &p->layers[i];
-    px_free(L->k_out);
-    px_free(L->k_in);
-    px_free(L->out_rank);
-    px_free(L->runs);
-    px_free(L->act);
-    px_free(L->row_pk);
+    PX_FREE_ALL(L->k_out, L->k_in, L->out_rank, L->runs, L->act, L->row_pk);
   }
-  px_free(p->layers);
-  px_free(p->buf);
-  px_free(p->bucket_start);
-  px_free(p);
+  PX_FREE_ALL(p->layers, p->buf, p->bucket_start, p);
 }
 
 /* A per-element layer's activity and row offsets, after its index sets:

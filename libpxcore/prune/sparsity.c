@@ -85,12 +85,7 @@ fail:
 
 void px_sparsity_destroy(px_sparsity_t *sp) {
   if (!sp) return;
-  px_free(sp->params);
-  px_free(sp->layouts);
-  px_free(sp->moff);
-  px_free(sp->is_consumer);
-  px_free(sp->ws);
-  px_free(sp);
+  PX_FREE_ALL(sp->params, sp->layouts, sp->moff, sp->is_consumer, sp->ws, sp);
 }
 
 size_t px_sparsity_mask_bytes(const px_sparsity_t *sp) { return sp->mtotal; }

@@ -114,11 +114,5 @@ void px__ddp_buckets_destroy(px__ddp_buckets_t *b) {
   if (b->overlap) px_model_set_grad_ready(b->m, NULL, NULL);
   for (int k = 0; b->req && k < b->nb; k++)
     if (b->req[k]) (void)px_comm_wait(b->req[k]);
-  px_free(b->bucket_of);
-  px_free(b->lo);
-  px_free(b->n);
-  px_free(b->count);
-  px_free(b->pending);
-  px_free(b->req);
-  px_free(b);
+  PX_FREE_ALL(b->bucket_of, b->lo, b->n, b->count, b->pending, b->req, b);
 }

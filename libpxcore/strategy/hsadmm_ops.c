@@ -225,16 +225,16 @@ static px_status_t px__hsadmm_decide(px__strategy_run_t *r, void *priv, int *sto
 
 /* Each rank's local model, momentum and dual are its own; z, the node
  * consensus and the masks are listed by admm/hsadmm.c. */
-static px_status_t px__hsadmm_resume_items(px__strategy_run_t *r, void *priv, px_resume_t *rs) {
+static px_status_t px__hsadmm_resume_items(px__strategy_run_t *r, void *priv, px__resume_t *rs) {
   px__hsadmm_strategy_t *s = priv;
   PX_CHECK(px__strategy_resume_model(r, rs, PX_RS_RANK));
-  return px_hsadmm_resume_items(s->h, rs);
+  return px__hsadmm_state_items(s->h, rs);
 }
 
 static px_status_t px__hsadmm_resumed(px__strategy_run_t *r, void *priv, int node_fresh,
                                       int rank_fresh) {
   px__hsadmm_strategy_t *s = priv;
-  PX_CHECK(px_hsadmm_resumed(s->h, node_fresh, rank_fresh));
+  PX_CHECK(px__hsadmm_state_resumed(s->h, node_fresh, rank_fresh));
   if (rank_fresh) PX_CHECK(px__hsadmm_load_z(r, s, 0)); /* theta = z, momentum 0 */
   return PX_OK;
 }
@@ -303,8 +303,7 @@ static void px__hsadmm_destroy(px__strategy_run_t *r, void *priv) {
   px_hsadmm_destroy(s->h);
   px_tensor_release(&s->d_zu);
   px_tensor_release(&s->d_mask);
-  void *owned[] = {s->hp, s->backup, s->layer_density, s->h_zu, s->h_mask, s->moff, s};
-  for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) px_free(owned[i]);
+  PX_FREE_ALL(s->hp, s->backup, s->layer_density, s->h_zu, s->h_mask, s->moff, s);
 }
 
 #define PX__HSADMM_OPS                                                                   \

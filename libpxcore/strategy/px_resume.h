@@ -4,13 +4,13 @@
  * ranks that share it: GLOBAL (the same bits on every rank: H-SADMM's z and
  * masks, the penalties, DDP's model, the data position), NODE (the same on
  * every rank of a node: z_i, v_i) or RANK (a rank's own: theta, u,
- * momentum, Top-K's residuals). px_resume_save writes every rank's file
+ * momentum, Top-K's residuals). px__resume_save writes every rank's file
  * <dir>/ckpt-<iteration>-r<rank>.safetensors atomically (temporary file,
  * fsync, rename) with a checksum of its contents; once every rank has
  * written (one allreduce), each deletes its files beyond the newest `keep`,
  * so that the newest checkpoint every rank holds always survives.
  *
- * px_resume_load, on a new attempt: every rank lists the checkpoints it can
+ * px__resume_load, on a new attempt: every rank lists the checkpoints it can
  * read whole (a truncated or corrupt file is named and skipped), the lists
  * go round in one allreduce, and all ranks pick the same iteration: the
  * newest one held by every rank that holds any. A rank without it (a new
@@ -33,18 +33,18 @@
 
 typedef enum { PX_RS_GLOBAL = 0, PX_RS_NODE = 1, PX_RS_RANK = 2 } px_rs_scope_t;
 
-typedef struct px_resume px_resume_t;
+typedef struct px_resume px__resume_t;
 
 /* keep: files kept per rank (>= 1). dir is created when missing. */
-px_status_t px_resume_create(px_comm_t *comm, const char *dir, int keep, px_resume_t **out);
-void px_resume_destroy(px_resume_t *rs);
+px_status_t px__resume_create(px_comm_t *comm, const char *dir, int keep, px__resume_t **out);
+void px__resume_destroy(px__resume_t *rs);
 
 /* A host buffer of `bytes` bytes (dtype names its elements in the file). */
-px_status_t px_resume_add(px_resume_t *rs, const char *name, px_rs_scope_t scope,
-                          px_st_dtype_t dtype, void *data, size_t bytes);
+px_status_t px__resume_add(px__resume_t *rs, const char *name, px_rs_scope_t scope,
+                           px_st_dtype_t dtype, void *data, size_t bytes);
 /* A tensor on any device, staged through a host copy made here. */
-px_status_t px_resume_add_tensor(px_resume_t *rs, const char *name, px_rs_scope_t scope,
-                                 px_tensor_t *t);
+px_status_t px__resume_add_tensor(px__resume_t *rs, const char *name, px_rs_scope_t scope,
+                                  px_tensor_t *t);
 
 /* Collective. Snapshots this rank's state after `iteration` (the last one
  * finished) and writes it in a background thread; first it waits for the
@@ -52,18 +52,18 @@ px_status_t px_resume_add_tensor(px_resume_t *rs, const char *name, px_rs_scope_
  * files beyond keep go). *bytes and *seconds: the checkpoint's size and
  * how long the call held training up. A rank that cannot write logs why;
  * the job goes on and nothing is deleted anywhere. */
-px_status_t px_resume_save(px_resume_t *rs, int iteration, uint64_t *bytes, double *seconds);
+px_status_t px__resume_save(px__resume_t *rs, int iteration, uint64_t *bytes, double *seconds);
 /* Collective: waits for and settles the last write (at the end of a run). */
-px_status_t px_resume_finish(px_resume_t *rs, double *seconds);
+px_status_t px__resume_finish(px__resume_t *rs, double *seconds);
 
 /* Collective. *iteration: the iteration resumed from, -1 when there is
  * none (start afresh; nothing was read). *node_fresh / *rank_fresh: this
  * rank's NODE / RANK buffers were not restored. */
-px_status_t px_resume_load(px_resume_t *rs, int *iteration, int *node_fresh, int *rank_fresh);
+px_status_t px__resume_load(px__resume_t *rs, int *iteration, int *node_fresh, int *rank_fresh);
 
 /* H-SADMM's part (admm/hsadmm.c): lists its state; after a load, restarts what
  * was not restored and rebuilds the pack plan from the masks. */
-px_status_t px_hsadmm_resume_items(px_hsadmm_t *h, px_resume_t *rs);
-px_status_t px_hsadmm_resumed(px_hsadmm_t *h, int node_fresh, int rank_fresh);
+px_status_t px__hsadmm_state_items(px_hsadmm_t *h, px__resume_t *rs);
+px_status_t px__hsadmm_state_resumed(px_hsadmm_t *h, int node_fresh, int rank_fresh);
 
 #endif

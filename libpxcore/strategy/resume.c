@@ -73,14 +73,14 @@ static px_status_t px_rs_mkdirs(const char *dir) {
   return PX_OK;
 }
 
-px_status_t px_resume_create(px_comm_t *comm, const char *dir, int keep, px_resume_t **out) {
+px_status_t px__resume_create(px_comm_t *comm, const char *dir, int keep, px__resume_t **out) {
   *out = NULL;
   PX_REQUIRE(comm && dir && dir[0], "checkpoints need a communicator and a directory");
   PX_REQUIRE(keep >= 1 && keep <= PX_RS_MAX_KEEP, "recovery.keep = %d: must be in 1..%d", keep,
              PX_RS_MAX_KEEP);
   PX_REQUIRE(strlen(dir) < 4000, "checkpoint directory path too long: %s", dir);
   PX_CHECK(px_rs_mkdirs(dir));
-  px_resume_t *rs = px_calloc(1, sizeof *rs, "resume");
+  px__resume_t *rs = px_calloc(1, sizeof *rs, "resume");
   if (!rs) return PX_ERR_NOMEM;
   rs->comm = comm;
   rs->world = px_comm_group(comm, PX_GROUP_WORLD);
@@ -99,19 +99,14 @@ px_status_t px_resume_create(px_comm_t *comm, const char *dir, int keep, px_resu
   return PX_OK;
 }
 
-void px_resume_destroy(px_resume_t *rs) {
+void px__resume_destroy(px__resume_t *rs) {
   if (!rs) return;
   if (rs->pending >= 0 && !rs->inline_write) pthread_join(rs->thread, NULL);
   for (int i = 0; i < rs->n; i++) px_free(rs->items[i].host);
-  px_free(rs->items);
-  px_free(rs->table);
-  px_free(rs->scratch);
-  px_free(rs->snap);
-  px_free(rs->lists);
-  px_free(rs);
+  PX_FREE_ALL(rs->items, rs->table, rs->scratch, rs->snap, rs->lists, rs);
 }
 
-static px_status_t px_rs_push(px_resume_t *rs, const char *name, px_rs_scope_t scope,
+static px_status_t px_rs_push(px__resume_t *rs, const char *name, px_rs_scope_t scope,
                               px_st_dtype_t dtype, void *data, size_t bytes, px_tensor_t *t) {
   PX_REQUIRE(!rs->table, "checkpoint buffer %s added after the first save", name);
   PX_REQUIRE(rs->n < PX_RS_MAX_ITEMS, "more than %d checkpoint buffers", PX_RS_MAX_ITEMS);
@@ -146,20 +141,20 @@ static px_status_t px_rs_push(px_resume_t *rs, const char *name, px_rs_scope_t s
   return PX_OK;
 }
 
-px_status_t px_resume_add(px_resume_t *rs, const char *name, px_rs_scope_t scope,
-                          px_st_dtype_t dtype, void *data, size_t bytes) {
+px_status_t px__resume_add(px__resume_t *rs, const char *name, px_rs_scope_t scope,
+                           px_st_dtype_t dtype, void *data, size_t bytes) {
   PX_REQUIRE(data || bytes == 0, "checkpoint buffer %s has no memory", name);
   return px_rs_push(rs, name, scope, dtype, data, bytes, NULL);
 }
 
-px_status_t px_resume_add_tensor(px_resume_t *rs, const char *name, px_rs_scope_t scope,
-                                 px_tensor_t *t) {
+px_status_t px__resume_add_tensor(px__resume_t *rs, const char *name, px_rs_scope_t scope,
+                                  px_tensor_t *t) {
   return px_rs_push(rs, name, scope, PX_ST_F32, NULL, px_tensor_plain_bytes(t), t);
 }
 
 /* ---- files ------------------------------------------------------------------------ */
 
-static void px_rs_path(const px_resume_t *rs, int iteration, char *buf, size_t cap) {
+static void px_rs_path(const px__resume_t *rs, int iteration, char *buf, size_t cap) {
   snprintf(buf, cap, "%s/ckpt-%08d-r%d.safetensors", rs->dir, iteration, rs->rank);
 }
 
@@ -170,7 +165,7 @@ static uint64_t px_rs_fnv(uint64_t h, const void *p, size_t n) {
 }
 
 /* This rank's iterations on disk, newest first, up to cap (names only). */
-static int px_rs_scan(const px_resume_t *rs, int *its, int cap, int clean) {
+static int px_rs_scan(const px__resume_t *rs, int *its, int cap, int clean) {
   DIR *d = opendir(rs->dir);
   if (!d) return 0;
   int n = 0;
@@ -201,7 +196,7 @@ static int px_rs_scan(const px_resume_t *rs, int *its, int cap, int clean) {
  * straight into the buffers (a failed check then leaves them partly
  * written: the caller fails the run). Logs why a file is unusable and
  * returns 0 then. */
-static int px_rs_verify(px_resume_t *rs, int iteration, int load) {
+static int px_rs_verify(px__resume_t *rs, int iteration, int load) {
   char path[4200];
   px_rs_path(rs, iteration, path, sizeof path);
   px_safetensors_t *f = NULL;
@@ -254,11 +249,11 @@ static int px_rs_verify(px_resume_t *rs, int iteration, int load) {
 /* ---- save ------------------------------------------------------------------------
  * The state is copied into one snapshot buffer (memory speed), and a
  * background thread checksums and writes it while training goes on; the
- * next save (or px_resume_finish) waits for it, and the ranks agree that it
+ * next save (or px__resume_finish) waits for it, and the ranks agree that it
  * is complete everywhere before older files go. */
 
 static void *px_rs_writer(void *arg) {
-  px_resume_t *rs = arg;
+  px__resume_t *rs = arg;
   double t0 = px_rs_now();
   uint64_t h = 0xcbf29ce484222325ull;
   for (int i = 0; i < rs->n; i++) h = px_rs_fnv(h, rs->table[i].data, rs->items[i].bytes);
@@ -280,7 +275,7 @@ static void *px_rs_writer(void *arg) {
  * landed everywhere, and then removes this rank's files beyond keep.
  * Collective when a write was pending on every rank (the same iterations
  * save everywhere). */
-static px_status_t px_rs_settle(px_resume_t *rs) {
+static px_status_t px_rs_settle(px__resume_t *rs) {
   if (rs->pending < 0) return PX_OK;
   if (!rs->inline_write) pthread_join(rs->thread, NULL);
   rs->inline_write = 0;
@@ -313,7 +308,7 @@ static px_status_t px_rs_settle(px_resume_t *rs) {
   return PX_OK;
 }
 
-static px_status_t px_rs_snapshot(px_resume_t *rs, uint64_t *bytes) {
+static px_status_t px_rs_snapshot(px__resume_t *rs, uint64_t *bytes) {
   size_t total = 0;
   for (int i = 0; i < rs->n; i++) total += rs->items[i].bytes;
   if (!rs->table) {
@@ -340,7 +335,7 @@ static px_status_t px_rs_snapshot(px_resume_t *rs, uint64_t *bytes) {
   return PX_OK;
 }
 
-px_status_t px_resume_save(px_resume_t *rs, int iteration, uint64_t *bytes, double *seconds) {
+px_status_t px__resume_save(px__resume_t *rs, int iteration, uint64_t *bytes, double *seconds) {
   double t0 = px_rs_now();
   *bytes = 0;
   PX_CHECK(px_rs_settle(rs));
@@ -359,7 +354,7 @@ px_status_t px_resume_save(px_resume_t *rs, int iteration, uint64_t *bytes, doub
   return PX_OK;
 }
 
-px_status_t px_resume_finish(px_resume_t *rs, double *seconds) {
+px_status_t px__resume_finish(px__resume_t *rs, double *seconds) {
   double t0 = px_rs_now();
   px_status_t st = px_rs_settle(rs);
   *seconds = px_rs_now() - t0;
@@ -375,7 +370,7 @@ static int px_rs_holds(const double *list, double it) {
 }
 
 /* The newest iteration every rank with a list holds; -1 when none. */
-static int px_rs_agree(const px_resume_t *rs) {
+static int px_rs_agree(const px__resume_t *rs) {
   int best = -1;
   for (int r = 0; r < rs->size; r++) {
     for (int k = 0; k < PX_RS_MAX_KEEP; k++) {
@@ -393,7 +388,7 @@ static int px_rs_agree(const px_resume_t *rs) {
 }
 
 /* Broadcasts the buffers of `scope` from group rank root (bytes). */
-static px_status_t px_rs_bcast(px_resume_t *rs, px_group_t *g, px_rs_scope_t scope, int root) {
+static px_status_t px_rs_bcast(px__resume_t *rs, px_group_t *g, px_rs_scope_t scope, int root) {
   for (int i = 0; i < rs->n; i++) {
     px_rs_item_t *it = &rs->items[i];
     if (it->scope != scope || it->bytes == 0) continue;
@@ -402,7 +397,7 @@ static px_status_t px_rs_bcast(px_resume_t *rs, px_group_t *g, px_rs_scope_t sco
   return PX_OK;
 }
 
-px_status_t px_resume_load(px_resume_t *rs, int *iteration, int *node_fresh, int *rank_fresh) {
+px_status_t px__resume_load(px__resume_t *rs, int *iteration, int *node_fresh, int *rank_fresh) {
   *iteration = -1;
   *node_fresh = *rank_fresh = 1;
   if (!rs->scratch) {

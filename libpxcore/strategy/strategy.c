@@ -211,10 +211,7 @@ static px_status_t px__strategy_setup(px__strategy_run_t *r) {
 }
 
 static void px__strategy_teardown(px__strategy_run_t *r) {
-  px_free(r->names);
-  px_free(r->decision);
-  px_free(r->h_theta);
-  px_free(r->h_buf);
+  PX_FREE_ALL(r->names, r->decision, r->h_theta, r->h_buf);
 }
 
 /* ---- the loop ----------------------------------------------------------------------- */
@@ -304,23 +301,24 @@ static px_status_t px__strategy_finish(px__strategy_run_t *r, const px__strategy
 
 /* ---- checkpoints (issue 14) ------------------------------------------------------- */
 
-px_status_t px__strategy_resume_model(px__strategy_run_t *r, px_resume_t *rs,
+px_status_t px__strategy_resume_model(px__strategy_run_t *r, px__resume_t *rs,
                                       px_rs_scope_t scope) {
-  PX_CHECK(px_resume_add_tensor(rs, "model.params", scope,
-                                (px_tensor_t *)px_model_flat_params(r->m)));
+  PX_CHECK(
+      px__resume_add_tensor(rs, "model.params", scope, (px_tensor_t *)px_model_flat_params(r->m)));
   if (px_model_num_buffers(r->m) > 0) /* averaged over the ranks every iteration */
-    PX_CHECK(px_resume_add_tensor(rs, "model.buffers", PX_RS_GLOBAL,
-                                  (px_tensor_t *)px_model_flat_buffers(r->m)));
+    PX_CHECK(px__resume_add_tensor(rs, "model.buffers", PX_RS_GLOBAL,
+                                   (px_tensor_t *)px_model_flat_buffers(r->m)));
   for (int i = 0; i < r->np; i++) {
     char name[96];
     snprintf(name, sizeof name, "sgd.momentum.%d", i);
     px_tensor_t *mom = px_sgd_momentum(r->sgd, i);
-    if (mom && px_tensor_plain_bytes(mom) > 0) PX_CHECK(px_resume_add_tensor(rs, name, scope, mom));
+    if (mom && px_tensor_plain_bytes(mom) > 0)
+      PX_CHECK(px__resume_add_tensor(rs, name, scope, mom));
   }
   return PX_OK;
 }
 
-px_status_t px__strategy_resume_global(px__strategy_run_t *r, void *priv, px_resume_t *rs) {
+px_status_t px__strategy_resume_global(px__strategy_run_t *r, void *priv, px__resume_t *rs) {
   (void)priv;
   return px__strategy_resume_model(r, rs, PX_RS_GLOBAL);
 }
@@ -330,10 +328,10 @@ px_status_t px__strategy_resume_global(px__strategy_run_t *r, void *priv, px_res
 static px_status_t px__strategy_resume_setup(px__strategy_run_t *r, const px__strategy_ops_t *ops,
                                              void *priv) {
   const px_strategy_config_t *c = r->cfg;
-  PX_CHECK(px_resume_create(r->comm, c->checkpoint_dir, c->checkpoint_keep ? c->checkpoint_keep : 2,
-                            &r->rs));
-  PX_CHECK(px_resume_add(r->rs, "run.scalars", PX_RS_GLOBAL, PX_ST_I64, r->ck, sizeof r->ck));
-  PX_CHECK(px_resume_add(r->rs, "run.figures", PX_RS_GLOBAL, PX_ST_F64, r->ckf, sizeof r->ckf));
+  PX_CHECK(px__resume_create(r->comm, c->checkpoint_dir,
+                             c->checkpoint_keep ? c->checkpoint_keep : 2, &r->rs));
+  PX_CHECK(px__resume_add(r->rs, "run.scalars", PX_RS_GLOBAL, PX_ST_I64, r->ck, sizeof r->ck));
+  PX_CHECK(px__resume_add(r->rs, "run.figures", PX_RS_GLOBAL, PX_ST_F64, r->ckf, sizeof r->ckf));
   return ops->resume_items(r, priv, r->rs);
 }
 
@@ -344,7 +342,7 @@ static px_status_t px__strategy_resume(px__strategy_run_t *r, const px__strategy
   int R, node_fresh, rank_fresh;
   *first = 0;
   res->resumed_from = -1;
-  PX_CHECK(px_resume_load(r->rs, &R, &node_fresh, &rank_fresh));
+  PX_CHECK(px__resume_load(r->rs, &R, &node_fresh, &rank_fresh));
   if (R < 0) return PX_OK;
   if (ops->resumed) PX_CHECK(ops->resumed(r, priv, node_fresh, rank_fresh));
   PX_CHECK(px_trainer_set_position(r->t, r->ck + 1));
@@ -371,7 +369,7 @@ static px_status_t px__strategy_checkpoint(px__strategy_run_t *r, int it, int st
   r->ckf[1] = res->test_accuracy;
   uint64_t bytes;
   double s;
-  PX_CHECK(px_resume_save(r->rs, it, &bytes, &s));
+  PX_CHECK(px__resume_save(r->rs, it, &bytes, &s));
   res->checkpoints++;
   res->checkpoint_seconds += s;
   res->checkpoint_bytes = bytes;
@@ -425,7 +423,7 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
   }
   if (r.rs) { /* the last checkpoint lands on every rank before the run ends */
     double s;
-    PX_CHECK_GOTO(px_resume_finish(r.rs, &s), st, done);
+    PX_CHECK_GOTO(px__resume_finish(r.rs, &s), st, done);
     res->checkpoint_seconds += s;
   }
   PX_CHECK_GOTO(px__strategy_finish(&r, ops, priv, res), st, done);
@@ -434,7 +432,7 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
            stop ? "controller" : "iterations");
   st = PX_OK;
 done:
-  px_resume_destroy(r.rs); /* first: its writer thread reads the strategy's buffers */
+  px__resume_destroy(r.rs); /* first: its writer thread reads the strategy's buffers */
   ops->destroy(&r, priv);
   px__strategy_teardown(&r);
   return st;

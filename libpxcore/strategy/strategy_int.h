@@ -56,7 +56,7 @@ typedef struct {
   float *h_theta;           /* [numel] host mirror of the parameters */
   float *h_buf;             /* [BN statistics] host mirror */
   /* checkpoints (issue 14; NULL rs: none) */
-  px_resume_t *rs;
+  px__resume_t *rs;
   int64_t ck[8];            /* last iteration done, trainer position [3], bytes [3], stop */
   double ckf[2];            /* test loss, test accuracy */
   /* the iteration being reported */
@@ -89,7 +89,7 @@ typedef struct {
   /* Lists the state a checkpoint holds beyond the loop's own: the model
    * and momentum (px__strategy_resume_model, with the scope the strategy
    * gives them) and the private state. */
-  px_status_t (*resume_items)(px__strategy_run_t *r, void *priv, px_resume_t *rs);
+  px_status_t (*resume_items)(px__strategy_run_t *r, void *priv, px__resume_t *rs);
   /* After a checkpoint was loaded: restarts the NODE / RANK state that was
    * not restored (node_fresh, rank_fresh) from the global state (NULL:
    * nothing to do). */
@@ -124,10 +124,9 @@ px_status_t px__strategy_start_baseline(px__strategy_run_t *r, float **grad_mirr
 /* Lists the model's parameters and the SGD momentum with `scope` (RANK:
  * each rank's own, GLOBAL: the same on every rank) and the BN statistics
  * (GLOBAL: averaged every iteration) for a checkpoint. */
-px_status_t px__strategy_resume_model(px__strategy_run_t *r, px_resume_t *rs,
-                                      px_rs_scope_t scope);
+px_status_t px__strategy_resume_model(px__strategy_run_t *r, px__resume_t *rs, px_rs_scope_t scope);
 /* resume_items of a baseline whose model is the same on every rank. */
-px_status_t px__strategy_resume_global(px__strategy_run_t *r, void *priv, px_resume_t *rs);
+px_status_t px__strategy_resume_global(px__strategy_run_t *r, void *priv, px__resume_t *rs);
 /* The decision of a strategy without penalties (ddp, topk): rank 0's
  * controller sees r->it and may stop the run. */
 px_status_t px__strategy_decide_plain(px__strategy_run_t *r, void *priv, int *stop);

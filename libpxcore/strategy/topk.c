@@ -149,12 +149,12 @@ static uint64_t px__topk_dense_inter(const px__strategy_run_t *r, void *priv) {
 
 /* The model and momentum are the same on every rank (one averaged
  * update); the residuals and the selection's generator are each rank's. */
-static px_status_t px__topk_resume_items(px__strategy_run_t *r, void *priv, px_resume_t *rs) {
+static px_status_t px__topk_resume_items(px__strategy_run_t *r, void *priv, px__resume_t *rs) {
   px__topk_strategy_t *s = priv;
   PX_CHECK(px__strategy_resume_model(r, rs, PX_RS_GLOBAL));
-  PX_CHECK(px_resume_add(rs, "topk.residual", PX_RS_RANK, PX_ST_F32, s->err,
-                         r->numel * sizeof(float)));
-  return px_resume_add(rs, "topk.rng", PX_RS_RANK, PX_ST_U64, &s->rng, sizeof s->rng);
+  PX_CHECK(
+      px__resume_add(rs, "topk.residual", PX_RS_RANK, PX_ST_F32, s->err, r->numel * sizeof(float)));
+  return px__resume_add(rs, "topk.rng", PX_RS_RANK, PX_ST_U64, &s->rng, sizeof s->rng);
 }
 
 static void px__topk_destroy(px__strategy_run_t *r, void *priv) {
