@@ -10,6 +10,7 @@
 
 #include "prunex/cuda.h"
 #include "prunex/data.h"
+#include "prunex/jobspec.h"
 
 uint64_t px_test_fnv64(const void *p, size_t n) {
   const unsigned char *c = p;
@@ -145,4 +146,13 @@ void px_test_rank_train_config(px_train_config_t *tc, const char *dir, int rank,
   tc->rank = rank;
   tc->world_size = size;
   tc->seed = 1 + (uint64_t)rank;
+}
+
+int px_test_spec_outcome(const char *yaml, const char *needle) {
+  Prunex__V1__JobSpec *spec = NULL;
+  px_status_t st = px_jobspec_parse_string(yaml, strlen(yaml), "test.yaml", &spec);
+  int ok = needle ? st != PX_OK && strstr(px_last_error(), needle) != NULL : st == PX_OK;
+  if (needle) printf("%s\n", px_last_error());
+  px_jobspec_free(spec);
+  return ok;
 }

@@ -40,6 +40,12 @@ int px_test_fmnist_fixture(char *dir, size_t cap, const char *tag);
  * make them agree). */
 void px_test_rank_train_config(px_train_config_t *tc, const char *dir, int rank, int size);
 
+/* Parses a YAML job spec (px_jobspec_parse_string, which fills the
+ * defaults and validates): with needle NULL, 1 when it is accepted; else 1
+ * when it is refused with an error that contains needle (the error is
+ * printed). 0 otherwise. */
+int px_test_spec_outcome(const char *yaml, const char *needle);
+
 /* Largest |a[i] - b[i]| / max(1, |b[i]|). */
 double px_test_max_rel_err(const float *a, const float *b, size_t n);
 

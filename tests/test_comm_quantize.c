@@ -283,28 +283,16 @@ static void test_rejects_bad_widths(void **state) {
 
 /* The job spec: comm.quantize takes none, 8 or 4, for strategy hsadmm; the
  * error of anything else names the field. */
-static void parse_expect(const char *text, int ok, const char *needle) {
-  Prunex__V1__JobSpec *spec = NULL;
-  px_status_t st = px_jobspec_parse_string(text, strlen(text), "q.yaml", &spec);
-  if (ok) {
-    assert_int_equal(st, PX_OK);
-  } else {
-    assert_int_not_equal(st, PX_OK);
-    printf("%s\n", px_last_error());
-    assert_non_null(strstr(px_last_error(), needle));
-  }
-  px_jobspec_free(spec);
-}
-
 static void test_jobspec_field(void **state) {
   (void)state;
-  parse_expect("strategy: hsadmm\ncomm:\n  quantize: 8\n", 1, NULL);
-  parse_expect("strategy: hsadmm\ncomm:\n  quantize: 4\n", 1, NULL);
-  parse_expect("strategy: hsadmm\ncomm:\n  quantize: none\n", 1, NULL);
-  parse_expect("strategy: ddp\ncomm:\n  quantize: none\n", 1, NULL);
-  parse_expect("strategy: hsadmm\ncomm:\n  quantize: 3\n", 0, "comm.quantize");
-  parse_expect("strategy: ddp\ncomm:\n  quantize: 8\n", 0, "comm.quantize");
-  parse_expect("strategy: hsadmm-flat\ncomm:\n  quantize: 4\n", 0, "comm.quantize");
+  assert_true(px_test_spec_outcome("strategy: hsadmm\ncomm:\n  quantize: 8\n", NULL));
+  assert_true(px_test_spec_outcome("strategy: hsadmm\ncomm:\n  quantize: 4\n", NULL));
+  assert_true(px_test_spec_outcome("strategy: hsadmm\ncomm:\n  quantize: none\n", NULL));
+  assert_true(px_test_spec_outcome("strategy: ddp\ncomm:\n  quantize: none\n", NULL));
+  assert_true(px_test_spec_outcome("strategy: hsadmm\ncomm:\n  quantize: 3\n", "comm.quantize"));
+  assert_true(px_test_spec_outcome("strategy: ddp\ncomm:\n  quantize: 8\n", "comm.quantize"));
+  assert_true(
+      px_test_spec_outcome("strategy: hsadmm-flat\ncomm:\n  quantize: 4\n", "comm.quantize"));
 }
 
 int main(int argc, char **argv) {

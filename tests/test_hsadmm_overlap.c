@@ -169,28 +169,17 @@ static void test_rejects_quantized_or_flat(void **state) {
   assert_int_equal(px_th_run(2, two, refuse_main, NULL, 60), 0);
 }
 
-static void parse_expect(const char *text, int ok, const char *needle) {
-  Prunex__V1__JobSpec *spec = NULL;
-  px_status_t st = px_jobspec_parse_string(text, strlen(text), "o.yaml", &spec);
-  if (ok) {
-    assert_int_equal(st, PX_OK);
-  } else {
-    assert_int_not_equal(st, PX_OK);
-    printf("%s\n", px_last_error());
-    assert_non_null(strstr(px_last_error(), needle));
-  }
-  px_jobspec_free(spec);
-}
-
 static void test_jobspec_field(void **state) {
   (void)state;
-  parse_expect("strategy: hsadmm\ncomm:\n  overlap: true\n", 1, NULL);
-  parse_expect("strategy: hsadmm\ncomm:\n  overlap: false\n", 1, NULL);
-  parse_expect("strategy: ddp\ncomm:\n  overlap: false\n", 1, NULL);
-  parse_expect("strategy: ddp\ncomm:\n  overlap: true\n", 0, "comm.overlap");
-  parse_expect("strategy: hsadmm-flat\ncomm:\n  overlap: true\n", 0, "comm.overlap");
-  parse_expect("strategy: hsadmm\ncomm:\n  overlap: true\n  quantize: 8\n", 0, "comm.overlap");
-  parse_expect("strategy: hsadmm\ncomm:\n  overlap: maybe\n", 0, "comm.overlap");
+  assert_true(px_test_spec_outcome("strategy: hsadmm\ncomm:\n  overlap: true\n", NULL));
+  assert_true(px_test_spec_outcome("strategy: hsadmm\ncomm:\n  overlap: false\n", NULL));
+  assert_true(px_test_spec_outcome("strategy: ddp\ncomm:\n  overlap: false\n", NULL));
+  assert_true(px_test_spec_outcome("strategy: ddp\ncomm:\n  overlap: true\n", "comm.overlap"));
+  assert_true(
+      px_test_spec_outcome("strategy: hsadmm-flat\ncomm:\n  overlap: true\n", "comm.overlap"));
+  assert_true(px_test_spec_outcome("strategy: hsadmm\ncomm:\n  overlap: true\n  quantize: 8\n",
+                                   "comm.overlap"));
+  assert_true(px_test_spec_outcome("strategy: hsadmm\ncomm:\n  overlap: maybe\n", "comm.overlap"));
 }
 
 int main(int argc, char **argv) {
