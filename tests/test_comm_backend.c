@@ -172,6 +172,9 @@ static void test_a_bad_query_is_refused(void **state) {
   assert_int_equal(px_comm_choose_backend(&q, NULL, &o, why, sizeof why), PX_ERR_INVALID);
   assert_non_null(strstr(px_last_error(), "comm.backend 'tcp': must be auto, ucx or nccl"));
   q.backend = "auto";
+  /* auto on cluster.device auto asks the other ranks: no store is refused */
+  assert_int_equal(px_comm_choose_backend(&q, NULL, &o, why, sizeof why), PX_ERR_INVALID);
+  assert_non_null(strstr(px_last_error(), "needs a rendezvous store"));
   q.rank = 1;
   assert_int_equal(px_comm_choose_backend(&q, NULL, &o, why, sizeof why), PX_ERR_INVALID);
   assert_int_equal(px_comm_choose_backend(NULL, NULL, &o, why, sizeof why), PX_ERR_INVALID);

@@ -377,10 +377,12 @@ static void test_nm_jobspec(void **state) {
   px_jobspec_free(spec);
   const char *bad[] = {"prune:\n  nm_n: 2\n", "prune:\n  nm_n: 4\n  nm_m: 2\n",
                        "prune:\n  nm_n: 2\n  nm_m: 65\n", "prune:\n  nm_n: -1\n  nm_m: 4\n"};
+  const char *field[] = {"prune.nm_m", "prune.nm_n", "prune.nm_m", "prune.nm_n"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     spec = NULL;
     assert_int_equal(parse(bad[i], &spec), PX_ERR_INVALID);
     assert_null(spec);
+    assert_non_null(strstr(px_last_error(), field[i])); /* the field at fault is named */
   }
 }
 

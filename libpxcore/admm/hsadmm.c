@@ -779,9 +779,9 @@ px_status_t px_hsadmm_decide(px_hsadmm_t *h, px_hsadmm_control_fn control, void 
     }
   }
   if (buf[1] > 0 && !h->frozen) {
-    h->frozen = 1;
     if (px_sparsity_freeze_masks(h->sp, h->mask_union, h->mask_z)) /* N:M: see prune.h */
       PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
+    h->frozen = 1; /* only once the plan has the masks it freezes */
     px_pack_plan_freeze(h->plan);
   }
   *stop = end;

@@ -144,6 +144,10 @@ px_status_t px_comm_choose_backend(const px_comm_backend_query_t *q, px_kv_t *kv
              "comm.backend '%s': must be auto, ucx or nccl", q->backend);
   PX_REQUIRE(q->world >= 1 && q->rank >= 0 && q->rank < q->world,
              "px_comm_choose_backend: rank %d of %d", q->rank, q->world);
+  PX_REQUIRE(kv || !strcmp(q->cluster_device, "cpu") || !strcmp(q->backend, "ucx"),
+             "px_comm_choose_backend: comm.backend %s on cluster.device %s needs a rendezvous "
+             "store",
+             q->backend, q->cluster_device);
   why[0] = '\0';
   int nccl = 0;
   /* the ranks compare their GPUs only when some may have one */

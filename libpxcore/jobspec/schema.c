@@ -603,10 +603,12 @@ static int px__js_channels(const char *dataset) {
 /* The prune section's cross-field rules: N:M is both numbers or neither. */
 static px_status_t px__js_check_prune(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
   const Prunex__V1__PruneSpec *p = spec->prune;
+  /* the field named first is the one set alone, else nm_n (too large) */
+  const char *field = p->nm_m == 0 ? "prune.nm_m" : "prune.nm_n";
   if ((p->nm_n == 0) != (p->nm_m == 0) || p->nm_n > p->nm_m)
     return px__js_fail(PX_ERR_INVALID, w,
                        px__js_mark(w, px__js_find("prune.nm_n"), px__js_find("prune.nm_m")),
-                       "prune.nm_n: N:M sparsity %d:%d needs 1 <= nm_n <= nm_m (both 0: off)",
+                       "%s: N:M sparsity %d:%d needs 1 <= nm_n <= nm_m (both 0: off)", field,
                        p->nm_n, p->nm_m);
   return PX_OK;
 }

@@ -15,7 +15,7 @@
 #include "prunex/prune.h"
 #include "px_check.h"
 
-static px_status_t px__nm_check(int32_t n, int32_t m) {
+px_status_t px__nm_check(int32_t n, int32_t m) {
   PX_REQUIRE((n == 0 && m == 0) || (n >= 1 && n <= m && m <= PX_PRUNE_NM_MAX),
              "prune.nm_n = %d, prune.nm_m = %d: N:M needs 1 <= N <= M <= %d (0, 0: off)",
              (int)n, (int)m, PX_PRUNE_NM_MAX);
@@ -68,10 +68,6 @@ int px_prune_layout_active(const px_prune_layout_t *L, const uint8_t *mask, int3
       !mask[L->off[PX_PRUNE_PART_NM] + (size_t)o * L->len[PX_PRUNE_PART_SHAPE] + j])
     return 0;
   return 1;
-}
-
-void px_prune_layout_fill(const px_prune_layout_t *L, uint8_t *mask) {
-  memset(mask, 1, L->size);
 }
 
 void px_prune_layout_apply(const px_prune_layout_t *L, float *w, const uint8_t *mask) {
@@ -136,8 +132,10 @@ void px_prune_layout_index_sets(const px_prune_layout_t *L, const uint8_t *mask,
     }
   }
   /* A filter is active only if some channel is: otherwise nothing survives.
-   * (An N:M part keeps at least one element of every block, so it empties
-   * no filter and no channel that the other parts keep.) */
+   * (An N:M part keeps at least one element of every block, so it empties no
+   * filter that the other parts keep; it can empty a channel, which then
+   * stays in k_in with no active element: a superset, which the per-element
+   * packing of N:M layers does not read.) */
   if (nin > 0) {
     for (int32_t o = 0; o < s.c_out; o++) {
       if (!mf[o]) continue;

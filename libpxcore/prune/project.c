@@ -54,11 +54,7 @@ px_status_t px_prune_keep_validate(const px_prune_keep_t *keep) {
   PX_CHECK(px__keep_check("filter_keep", keep->filter_keep));
   PX_CHECK(px__keep_check("channel_keep", keep->channel_keep));
   PX_CHECK(px__keep_check("shape_keep", keep->shape_keep));
-  PX_REQUIRE((keep->nm_n == 0 && keep->nm_m == 0) ||
-                 (keep->nm_n >= 1 && keep->nm_n <= keep->nm_m && keep->nm_m <= PX_PRUNE_NM_MAX),
-             "prune.nm_n = %d, prune.nm_m = %d: N:M needs 1 <= N <= M <= %d (0, 0: off)",
-             (int)keep->nm_n, (int)keep->nm_m, PX_PRUNE_NM_MAX);
-  return PX_OK;
+  return px__nm_check(keep->nm_n, keep->nm_m);
 }
 
 static size_t px__max_groups(px_conv_shape_t s) {

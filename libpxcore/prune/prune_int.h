@@ -7,6 +7,9 @@
 #include "prunex/prune.h"
 
 /* Fills L for shape s and N:M n:m (0, 0: no N:M part), without checks. */
+/* The N:M pair's rule: (0, 0) is off, else 1 <= n <= m <= PX_PRUNE_NM_MAX
+ * (PX_ERR_INVALID naming prune.nm_n and prune.nm_m). */
+px_status_t px__nm_check(int32_t n, int32_t m);
 void px__prune_layout_set(px_prune_layout_t *L, px_conv_shape_t s, int32_t nm_n, int32_t nm_m);
 
 #endif

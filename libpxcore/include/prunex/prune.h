@@ -150,9 +150,8 @@ PX_API int px_prune_layout_per_element(const px_prune_layout_t *L);
 PX_API int px_prune_layout_active(const px_prune_layout_t *L, const uint8_t *mask, int32_t o,
                                   size_t j);
 
-/* Layout forms of the mask functions below (which use the layout without
+/* Layout form of px_prune_apply_mask below (which uses the layout without
  * N:M). */
-PX_API void px_prune_layout_fill(const px_prune_layout_t *L, uint8_t *mask);
 PX_API void px_prune_layout_apply(const px_prune_layout_t *L, float *w, const uint8_t *mask);
 PX_API double px_prune_layout_density(const px_prune_layout_t *L, const uint8_t *mask);
 PX_API void px_prune_layout_index_sets(const px_prune_layout_t *L, const uint8_t *mask,
