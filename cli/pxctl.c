@@ -281,15 +281,18 @@ int pxctl_usage_error(const pxctl_opts_t *o, const char *fmt, ...) {
   return PXCTL_EXIT_USAGE;
 }
 
+static char pxctl_failure[512]; /* the last pxctl_fail message */
+
 int pxctl_fail(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fputs("pxctl: ", stderr);
-  vfprintf(stderr, fmt, ap);
+  vsnprintf(pxctl_failure, sizeof pxctl_failure, fmt, ap);
   va_end(ap);
-  fputc('\n', stderr);
+  fprintf(stderr, "pxctl: %s\n", pxctl_failure);
   return PXCTL_EXIT_FAIL;
 }
+
+const char *pxctl_last_failure(void) { return pxctl_failure; }
 
 /* The user's token when PRUNEX_TOKEN is not set: the first line of
  * $XDG_CONFIG_HOME/prunex/token (else ~/.config/prunex/token), a file

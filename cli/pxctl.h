@@ -62,6 +62,10 @@ int pxctl_usage_error(const pxctl_opts_t *o, const char *fmt, ...)
 /* Prints "pxctl: <message>" on stderr; returns PXCTL_EXIT_FAIL. */
 int pxctl_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* The message of the last pxctl_fail call ("" before any), for summaries
+ * that must carry the reason (pxctl run --json). Owned by pxctl.c. */
+const char *pxctl_last_failure(void);
+
 /* ---- commands ------------------------------------------------------------ */
 
 int pxctl_cmd_submit(pxctl_opts_t *o);

@@ -905,9 +905,14 @@ int pxctl_cmd_run(pxctl_opts_t *o) {
     goto teardown;
   }
   r.spec->output_dir = r.output_dir;
-  fprintf(r.progress, "pxctl: run directory %s; %d node%s x %d CPU worker%s, %d thread%s each\n",
-          r.run_dir, r.M, r.M == 1 ? "" : "s", r.P, r.P == 1 ? "" : "s", r.T,
-          r.T == 1 ? "" : "s");
+  if (!strcmp(r.spec->cluster->device, "cpu"))
+    fprintf(r.progress, "pxctl: run directory %s; %d node%s x %d CPU worker%s, %d thread%s each\n",
+            r.run_dir, r.M, r.M == 1 ? "" : "s", r.P, r.P == 1 ? "" : "s", r.T,
+            r.T == 1 ? "" : "s");
+  else /* cuda or auto: the agents offer the GPUs they find */
+    fprintf(r.progress, "pxctl: run directory %s; %d node%s x %d worker%s on device %s\n",
+            r.run_dir, r.M, r.M == 1 ? "" : "s", r.P, r.P == 1 ? "" : "s",
+            r.spec->cluster->device);
 
   step = "starting the coordinator";
   if (pxctl_start_coordd(&r) != 0) goto step_failed;
@@ -959,7 +964,10 @@ int pxctl_cmd_run(pxctl_opts_t *o) {
   goto teardown;
 
 step_failed:
-  if (!pxctl_signal && !res.error[0]) snprintf(res.error, sizeof res.error, "failed %s", step);
+  if (!pxctl_signal && !res.error[0]) {
+    const char *why = pxctl_last_failure();
+    snprintf(res.error, sizeof res.error, "failed %s%s%s", step, why[0] ? ": " : "", why);
+  }
 
 teardown:
   if (pxctl_signal) {

@@ -36,6 +36,8 @@ static void usage(FILE *f) {
           "  --threads N         compute threads (default: all cores)\n"
           "  --device D          cpu | cuda | cuda:N | auto (auto: the first GPU if there is one;\n"
           "                      default cpu)\n"
+          "  --precision P       fp32 | bf16 (bf16 activations with f32 weights; CUDA only;\n"
+          "                      default fp32)\n"
           "  --seed N            initialisation and shuffling seed (default 1)\n"
           "  --save FILE         write the final model (safetensors)\n"
           "  --load FILE         start from a checkpoint (a compact one builds the model at\n"
@@ -174,7 +176,7 @@ static int run_bench(const px_train_config_t *c, int steps, int warmup) {
     fprintf(stderr, "pxtrain: %s\n", px_last_error());
     return 1;
   }
-  px_model_config_t mc = {c->arch, 3, 10, c->batch, 32, 32, NULL, 0};
+  px_model_config_t mc = {c->arch, 3, 10, c->batch, 32, 32, NULL, 0, c->precision};
   px_model_t *m;
   px_sgd_t *sgd;
   px_sgd_config_t sc = {c->lr, c->momentum, c->weight_decay, c->nesterov};
@@ -257,7 +259,7 @@ int main(int argc, char **argv) {
   int bench = 0, steps = 20, warmup = 3, eval_only = 0, progress = 1;
   enum { O_MODEL = 256, O_DATASET, O_DATADIR, O_EPOCHS, O_BATCH, O_LR, O_MOM, O_WD, O_NEST,
          O_SCHED, O_NOAUG, O_THREADS, O_SEED, O_SAVE, O_LOAD, O_EVAL, O_NOPROG, O_BENCH, O_STEPS,
-         O_WARMUP, O_DEVICE, O_EXPORT, O_OUT, O_ONNX };
+         O_WARMUP, O_DEVICE, O_EXPORT, O_OUT, O_ONNX, O_PRECISION };
   static const struct option opts[] = {
       {"model", required_argument, 0, O_MODEL},       {"dataset", required_argument, 0, O_DATASET},
       {"data-dir", required_argument, 0, O_DATADIR},  {"epochs", required_argument, 0, O_EPOCHS},
@@ -270,6 +272,7 @@ int main(int argc, char **argv) {
       {"no-progress", no_argument, 0, O_NOPROG},      {"bench", no_argument, 0, O_BENCH},
       {"steps", required_argument, 0, O_STEPS},       {"warmup", required_argument, 0, O_WARMUP},
       {"device", required_argument, 0, O_DEVICE},
+      {"precision", required_argument, 0, O_PRECISION},
       {"export", required_argument, 0, O_EXPORT},    {"out", required_argument, 0, O_OUT},
       {"onnx", no_argument, 0, O_ONNX},
       {"help", no_argument, 0, 'h'},                  {0, 0, 0, 0},
@@ -312,6 +315,11 @@ int main(int argc, char **argv) {
       case O_STEPS: if ((rc = parse_int("--steps", optarg, 1, 1000000, &steps))) return rc; break;
       case O_WARMUP: if ((rc = parse_int("--warmup", optarg, 0, 1000000, &warmup))) return rc; break;
       case O_DEVICE: if ((rc = parse_device(optarg, &c.device, &device_auto))) return rc; break;
+      case O_PRECISION:
+        if (!strcmp(optarg, "fp32")) c.precision = PX_PRECISION_FP32;
+        else if (!strcmp(optarg, "bf16")) c.precision = PX_PRECISION_BF16;
+        else return bad_arg("--precision", optarg, "expected fp32 or bf16");
+        break;
       case O_EXPORT: export_path = optarg; break;
       case O_OUT: out_dir = optarg; break;
       case O_ONNX: onnx = 1; break;

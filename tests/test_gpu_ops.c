@@ -125,6 +125,10 @@ static void device_allocator_reuses_freed_blocks(void **state) {
   REQUIRE_GPU();
   px_cuda_mem_stats_t a, b, c;
   px_tensor_t t = spec4(px_device_cuda(0), 3, 5, 7, 11);
+  /* a live block keeps the device's cache (the last free of a device
+   * empties it, checked at the end) */
+  px_tensor_t keeper = spec4(px_device_cuda(0), 1, 1, 1, 1);
+  assert_ok(px_tensor_alloc(&keeper, "keeper"));
   px_cuda_mem_stats(&a);
   assert_ok(px_tensor_alloc(&t, "test"));
   px_cuda_mem_stats(&b);
@@ -161,8 +165,17 @@ static void device_allocator_reuses_freed_blocks(void **state) {
   free(h);
   px_tensor_release(&u);
   px_tensor_release(&t);
+  px_cuda_mem_stats(&c);
+  assert_true(c.cached_bytes > 0);
   assert_ok(px_cuda_mem_trim());
   px_cuda_mem_stats(&c);
+  assert_int_equal(c.cached_bytes, 0);
+  /* the last live block of the device gone: its cache goes back to the driver */
+  assert_ok(px_tensor_alloc(&t, "test"));
+  px_tensor_release(&t);
+  px_tensor_release(&keeper);
+  px_cuda_mem_stats(&c);
+  assert_int_equal(c.live_bytes, 0);
   assert_int_equal(c.cached_bytes, 0);
 }
 

@@ -119,9 +119,9 @@ static void write_ddp_spec(const fixture_t *f) {
 
 /* Runs the spec with --keep at PX_LOG_LEVEL=info; returns the parsed last
  * line of --json output (the caller frees it). */
-static pxj_t *run_job(fixture_t *f, int expect_code) {
+static pxj_t *run_job_env(fixture_t *f, int expect_code, const char *extra_env) {
   const char *args[] = {"run", f->spec, "--json", "--keep", "--work-dir", f->runs, NULL};
-  const char *env[] = {"PX_LOG_LEVEL=info", NULL};
+  const char *env[] = {"PX_LOG_LEVEL=info", extra_env, NULL};
   int code = pxt_pxctl(&f->r, f->dir, args, env, PXCTL_RUN_MS);
   if (code != expect_code) pxt_show("pxctl run", &f->r);
   assert_int_equal(code, expect_code);
@@ -132,6 +132,8 @@ static pxj_t *run_job(fixture_t *f, int expect_code) {
   return v;
 }
 
+static pxj_t *run_job(fixture_t *f, int expect_code) { return run_job_env(f, expect_code, NULL); }
+
 /* The log of rank `rank` (on node `node`) of the kept run, into buf. */
 static void rank_log(const pxj_t *v, int node, int rank, char *buf, size_t cap) {
   char path[1024];
@@ -139,6 +141,19 @@ static void rank_log(const pxj_t *v, int node, int rank, char *buf, size_t cap) 
            pxj_str(v, "job_id"), rank);
   pxt_read_file(path, buf, cap);
   if (!buf[0]) fprintf(stderr, "%s is missing or empty\n", path);
+}
+
+/* The log of rank `rank` on whichever of the run's `nodes` nodes it ran
+ * (the coordinator chooses which node holds which ranks). */
+static void rank_log_any(const pxj_t *v, int nodes, int rank, char *buf, size_t cap) {
+  buf[0] = '\0';
+  for (int node = 0; node < nodes && !buf[0]; node++) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/node-%d/jobs/%s/rank-%d.log", pxj_str(v, "run_dir"), node,
+             pxj_str(v, "job_id"), rank);
+    pxt_read_file(path, buf, cap);
+  }
+  if (!buf[0]) fprintf(stderr, "no node of the run has a log of rank %d\n", rank);
 }
 
 static void expect_in_log(const char *log, const char *text) {
@@ -185,7 +200,7 @@ static void test_two_ranks_on_one_gpu_share_it_over_ucx(void **state) {
   static char log[1 << 16];
   for (int r = 0; r < 2; r++) {
     char want[64];
-    rank_log(v, r, r, log, sizeof log);
+    rank_log_any(v, 2, r, log, sizeof log);
     snprintf(want, sizeof want, "rank %d trains on cuda:0", r);
     expect_in_log(log, want);
     expect_in_log(log, "data plane ucx (comm.backend auto: ranks 0 and 1 share the GPU");
@@ -194,24 +209,50 @@ static void test_two_ranks_on_one_gpu_share_it_over_ucx(void **state) {
 }
 
 /* Where there is no GPU to train on, cluster.device cuda is an error that
- * names the field (never a silent CPU run). */
+ * names the field (never a silent CPU run). On a machine with GPUs they
+ * are hidden from the run (CUDA_VISIBLE_DEVICES empty), so the check runs
+ * there too (a skipped check would mark the whole program skipped). */
 static void test_cuda_job_without_a_gpu_fails_naming_cluster_device(void **state) {
   fixture_t *f = *state;
   if (!have_agent()) skip();
-  int n = 0;
-  if (px_cuda_built() && px_cuda_device_count(&n) == PX_OK && n > 0) {
-    printf("this machine has a GPU: the refusal is not checked here\n");
-    skip();
-  }
   f->data[0] = '\0';
   write_hsadmm_spec(f, "cuda");
-  pxj_t *v = run_job(f, 1);
+  pxj_t *v = run_job_env(f, 1, "CUDA_VISIBLE_DEVICES=");
   assert_string_equal(pxj_str(v, "state"), "FAILED");
   static char log[1 << 16];
   rank_log(v, 0, 0, log, sizeof log);
   expect_in_log(log, "cluster.device is cuda, but");
   if (!strstr(pxj_str(v, "reason"), "cluster.device is cuda"))
     fail_msg("the job's reason does not name cluster.device: %s", pxj_str(v, "reason"));
+  pxj_free(v);
+}
+
+/* More workers per node than the node has GPUs: refused at once, and the
+ * --json summary carries the reason (not just the step that failed); the
+ * progress line does not call GPU workers CPU workers. */
+static void test_more_workers_than_gpus_is_refused_with_the_reason(void **state) {
+  fixture_t *f = *state;
+  REQUIRE_GPU();
+  int gpus = 0;
+  assert_int_equal(px_cuda_device_count(&gpus), PX_OK);
+  f->data[0] = '\0';
+  FILE *fp = fopen(f->spec, "w");
+  assert_non_null(fp);
+  fprintf(fp,
+          "name: too-many\nstrategy: ddp\nmodel:\n  name: resnet20\n"
+          "dataset:\n  name: synthetic\n"
+          "cluster:\n  nodes: 1\n  workers_per_node: %d\n  device: cuda\n"
+          "admm:\n  max_iterations: 2\n",
+          gpus + 1);
+  fclose(fp);
+  pxj_t *v = run_job(f, 1);
+  const char *err = pxj_str(v, "error");
+  if (!strstr(err, "waiting for the agents: node-0 offers"))
+    fail_msg("the JSON error lacks the reason: %s", err);
+  char line[128];
+  snprintf(line, sizeof line, "1 node x %d workers on device cuda", gpus + 1);
+  if (!strstr(f->r.err, line) && !strstr(f->r.out, line))
+    fail_msg("the run's first line does not say '%s':\n%s", line, f->r.err);
   pxj_free(v);
 }
 
@@ -227,6 +268,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_two_ranks_on_one_gpu_share_it_over_ucx, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_more_workers_than_gpus_is_refused_with_the_reason,
+                                      setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -178,6 +178,12 @@ static void test_cross_field_rules_apply_after_the_defaults(void **state) {
   w.cluster.nodes = 2048;
   w.cluster.workers_per_node = 1024;
   expect_refused(&w, "spec.cluster.workers_per_node: 2048 nodes x 1024 workers");
+  wire_init(&w);
+  w.train.precision = "bf16"; /* device cpu */
+  expect_refused(&w, "spec.train.precision: bf16 runs on the CUDA engine only");
+  wire_init(&w);
+  w.train.precision = "fp16";
+  expect_refused(&w, "spec.train.precision");
 }
 
 /* Bytes protobuf-c unpacks but cannot read back once repacked (a field
@@ -227,9 +233,10 @@ static void test_the_producers_translate_every_field(void **state) {
   Prunex__V1__JobSpec *s = parse(
       "strategy: hsadmm\nmodel: {name: resnet32}\n"
       "dataset: {name: synthetic, augment: false}\n"
-      "cluster: {nodes: 2, workers_per_node: 3, threads_per_worker: 5}\n"
+      "cluster: {nodes: 2, workers_per_node: 3, threads_per_worker: 5, device: cuda}\n"
       "train: {epochs: 4, batch_size: 32, lr: 0.05, momentum: 0.8, nesterov: true,"
-      " weight_decay: 1e-4, local_epochs: 2, seed: 77, lr_schedule: step, eval_every: 3}\n"
+      " weight_decay: 1e-4, local_epochs: 2, seed: 77, lr_schedule: step, eval_every: 3,"
+      " precision: bf16}\n"
       "prune: {filter_keep: 0.5, channel_keep: 0.75, shape_keep: 0.9, nm_n: 2, nm_m: 4,"
       " skip_layers: [conv1]}\n"
       "admm: {rho1: 0.01, rho2: 0.02, max_iterations: 9, mu: 5, tau: 3, rho_max: 100,"
@@ -249,6 +256,7 @@ static void test_the_producers_translate_every_field(void **state) {
   assert_int_equal(tc.seed, 77);
   assert_int_equal(tc.augment, 0);
   assert_int_equal(tc.threads, 5);
+  assert_int_equal(tc.precision, PX_PRECISION_BF16);
 
   px_strategy_config_t sc;
   assert_int_equal(px_jobspec_strategy_config(s, 50, &sc), PX_OK);

@@ -3,7 +3,10 @@
  * on a few pre-made random batches of 3x32x32 inputs, 10 classes, copied from
  * host memory every step as in real training. Times `--steps` steps after
  * `--warmup` untimed ones (the device is synchronised at both ends) and prints
- * RESULT images_per_sec and the GPU memory peak. `--check` only reports
+ * RESULT images_per_sec and the GPU memory peak (every device block the
+ * engine held at once, cuDNN workspaces included). `--precision bf16` trains
+ * with bf16 activations (PX_CUDA_LAYOUT=nchw: fp32 in the old NCHW layout).
+ * `--check` only reports
  * whether a GPU can be used (exit 0) or why not (exit 1). bench/gpu/run.sh
  * runs it beside PyTorch. */
 #include <errno.h>
@@ -38,7 +41,7 @@ static int parse_int(const char *s, int lo, int hi, int *out) {
 
 static void usage(FILE *f) {
   fprintf(f, "usage: px_bench_gpu_train [--model NAME] [--batch N] [--steps N] [--warmup N]\n"
-             "                          [--tf32 0|1] [--device N] [--check]\n");
+             "                          [--tf32 0|1] [--precision fp32|bf16] [--device N] [--check]\n");
 }
 
 /* 0 when device `dev` is usable, else prints why and returns 1. */
@@ -63,7 +66,7 @@ static int check_gpu(int dev) {
 
 int main(int argc, char **argv) {
   const char *arch = "resnet18";
-  int batch = 128, steps = 30, warmup = 5, tf32 = 1, dev = 0, check_only = 0;
+  int batch = 128, steps = 30, warmup = 5, tf32 = 1, dev = 0, check_only = 0, bf16 = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int bad = 0;
@@ -82,6 +85,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--warmup")) bad = parse_int(v, 0, 1000000, &warmup);
     else if (!strcmp(a, "--tf32")) bad = parse_int(v, 0, 1, &tf32);
     else if (!strcmp(a, "--device")) bad = parse_int(v, 0, 1023, &dev);
+    else if (!strcmp(a, "--precision")) {
+      bad = strcmp(v, "fp32") && strcmp(v, "bf16");
+      bf16 = !strcmp(v, "bf16");
+    }
     else bad = 1;
     if (bad) {
       fprintf(stderr, "px_bench_gpu_train: bad argument '%s'\n", a);
@@ -108,7 +115,8 @@ int main(int argc, char **argv) {
   px_sgd_t *sgd = NULL;
   if (px_ops_create(px_device_cuda(dev), 0, &ops) < 0) return fail("ops");
   if (px_ops_set_tf32(ops, tf32) < 0) return fail("tf32");
-  px_model_config_t mc = {arch, 3, 10, batch, 32, 32, NULL, 0};
+  px_model_config_t mc = {arch, 3, 10, batch, 32, 32, NULL, 0,
+                          bf16 ? PX_PRECISION_BF16 : PX_PRECISION_FP32};
   px_sgd_config_t sc = {0.1, 0.9, 5e-4, 0};
   if (px_model_create(ops, &mc, &m) < 0 || px_model_init_params(m, 1) < 0 ||
       px_sgd_create(m, &sc, &sgd) < 0)
@@ -128,8 +136,8 @@ int main(int argc, char **argv) {
     if (px_synth_batch(&syn, b, batch, x + (size_t)b * batch * per, y + (size_t)b * batch) < 0)
       return fail("synthetic batch");
 
-  printf("px_bench_gpu_train: %s, batch %d, %s, %zu parameters\n", arch, batch,
-         px_ops_describe(ops), px_model_numel(m));
+  printf("px_bench_gpu_train: %s, batch %d, %s, %s, %zu parameters\n", arch, batch,
+         bf16 ? "bf16" : "fp32", px_ops_describe(ops), px_model_numel(m));
   double t0 = 0, loss_last = 0;
   for (int s = 0; s < warmup + steps; s++) {
     if (s == warmup) {

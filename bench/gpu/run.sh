@@ -1,12 +1,26 @@
 #!/usr/bin/env bash
-# GPU training throughput of the PruneX CUDA engine beside PyTorch eager on
-# the same GPU: resnet18 and resnet50 (the CIFAR-size models of libpxcore's
-# model.c: 3x3 stem, no max-pool, 32x32 inputs), batch 128, fp32 with TF32
-# allowed on both sides, random inputs copied from host memory every step,
-# SGD with momentum. Runs alternate (ours, torch, ours, torch, ...) and the
-# best of ROUNDS runs of each counts. Prints a row per model and ends with
-# RESULT resnet18_gpu_vs_torch / resnet50_gpu_vs_torch (ours/torch images/s,
-# higher is better). Exits 1 with a message when there is no usable GPU.
+# GPU training throughput and peak memory of the PruneX CUDA engine beside
+# PyTorch on the same GPU, as users run it: resnet18 and resnet50 (the
+# CIFAR-size models of libpxcore's model.c: 3x3 stem, no max-pool, 32x32
+# inputs), batch 128, SGD with momentum, random inputs copied from host
+# memory every step. Configurations:
+#   ours fp32     the engine's default: NHWC activations, TF32 tensor cores,
+#                 cuDNN algorithms chosen by timing
+#   ours bf16     the same with bf16 activations (--precision bf16)
+#   ours nchw     fp32 in the former NCHW layout (PX_CUDA_LAYOUT=nchw), for
+#                 what channels-last gains
+#   torch eager   fp32 NCHW, cuDNN heuristics (PyTorch's defaults)
+#   torch best    fp32 with channels_last and cudnn.benchmark (the best fp32
+#                 configuration users tune to)
+#   torch bf16    bf16 autocast with channels_last and cudnn.benchmark
+# TF32 allowed on both sides. Runs alternate (ours, torch, ...) and the best
+# of ROUNDS runs of each counts (the least peak memory). Prints a table and
+# ends with RESULT lines: <model>_gpu_vs_torch (ours fp32 / eager),
+# <model>_gpu_vs_torch_best (ours fp32 / torch best), <model>_gpu_bf16_vs_torch_bf16,
+# and the peak-memory ratios <model>_gpu_mem_vs_torch_best and
+# <model>_gpu_bf16_mem_vs_torch_bf16 (ours / torch, lower is better); images/s
+# ratios are ours / torch, higher is better. Exits 1 with a message when
+# there is no usable GPU.
 #   bench/gpu/run.sh [BUILD_DIR]   (env: MODELS, ROUNDS, STEPS, WARMUP, BATCH, TF32, PY)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -15,7 +29,7 @@ drv=$build/bench/gpu/px_bench_gpu_train
 # the interpreter that has a CUDA build of PyTorch (on our GPU machines: python3)
 PY=${PY:-python3}
 MODELS=${MODELS:-"resnet18 resnet50"}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-2}
 STEPS=${STEPS:-30}
 WARMUP=${WARMUP:-5}
 BATCH=${BATCH:-128}
@@ -35,22 +49,52 @@ echo "GPU: $gpu; batch $BATCH, TF32 $TF32, $STEPS timed steps after $WARMUP, bes
 field() { awk -v k="$1" '$1=="RESULT" && $2==k {print $3}'; }
 best() { printf '%s\n' "$@" | sort -g | tail -n 1; }
 least() { printf '%s\n' "$@" | sort -g | head -n 1; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a == "" || b == "" || b == 0) print "nan"; else printf "%.3f", a/b }'; }
 
-printf '%-10s %12s %12s %8s %12s %12s\n' model ours_img/s torch_img/s ratio ours_MB torch_MB
+ours() { "$drv" --model "$1" --batch "$BATCH" --steps "$STEPS" --warmup "$WARMUP" --tf32 "$TF32" "${@:2}"; }
+torch() {
+  PYTHONUNBUFFERED=1 "$PY" "$here/torch_gpu_bench.py" --model "$1" --batch "$BATCH" \
+    --steps "$STEPS" --warmup "$WARMUP" --tf32 "$TF32" "${@:2}"
+}
+
+confs=(ours_fp32 ours_bf16 ours_nchw torch_eager torch_best torch_bf16)
+run_conf() {
+  case "$2" in
+    ours_fp32) ours "$1" ;;
+    ours_bf16) ours "$1" --precision bf16 ;;
+    ours_nchw) PX_CUDA_LAYOUT=nchw ours "$1" ;;
+    torch_eager) torch "$1" ;;
+    torch_best) torch "$1" --cudnn-benchmark 1 --channels-last 1 ;;
+    torch_bf16) torch "$1" --cudnn-benchmark 1 --channels-last 1 --bf16 1 ;;
+  esac
+}
+
+printf '%-9s %-12s %12s %10s\n' model config img/s peak_MB
 results=()
 for m in $MODELS; do
-  ours=(); theirs=(); ours_mem=(); theirs_mem=()
+  declare -A ips=() mem=()
+  for c in "${confs[@]}"; do ips[$c]=""; mem[$c]=""; done
   for r in $(seq "$ROUNDS"); do
-    o=$("$drv" --model "$m" --batch "$BATCH" --steps "$STEPS" --warmup "$WARMUP" --tf32 "$TF32")
-    t=$(PYTHONUNBUFFERED=1 "$PY" "$here/torch_gpu_bench.py" --model "$m" --batch "$BATCH" \
-          --steps "$STEPS" --warmup "$WARMUP" --tf32 "$TF32")
-    ours+=("$(echo "$o" | field images_per_sec)"); theirs+=("$(echo "$t" | field images_per_sec)")
-    ours_mem+=("$(echo "$o" | field gpu_peak_mb)"); theirs_mem+=("$(echo "$t" | field gpu_peak_mb)")
+    for c in "${confs[@]}"; do
+      if out=$(run_conf "$m" "$c" 2>&1); then
+        v=$(echo "$out" | field images_per_sec); p=$(echo "$out" | field gpu_peak_mb)
+        ips[$c]="${ips[$c]} $v"; mem[$c]="${mem[$c]} $p"
+      else
+        echo "run.sh: $m $c failed:" >&2; echo "$out" | tail -n 5 >&2
+      fi
+    done
   done
-  a=$(best "${ours[@]}"); b=$(best "${theirs[@]}")
-  am=$(least "${ours_mem[@]}"); bm=$(least "${theirs_mem[@]}")
-  ratio=$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", a/b}')
-  printf '%-10s %12s %12s %8s %12s %12s\n' "$m" "$a" "$b" "$ratio" "$am" "$bm"
-  results+=("RESULT ${m}_gpu_vs_torch $ratio ratio")
+  declare -A bi=() bm=()
+  for c in "${confs[@]}"; do
+    # shellcheck disable=SC2086
+    if [ -n "${ips[$c]// /}" ]; then bi[$c]=$(best ${ips[$c]}); bm[$c]=$(least ${mem[$c]}); else bi[$c]=""; bm[$c]=""; fi
+    printf '%-9s %-12s %12s %10s\n' "$m" "$c" "${bi[$c]:-failed}" "${bm[$c]:-}"
+  done
+  results+=("RESULT ${m}_gpu_vs_torch $(ratio "${bi[ours_fp32]}" "${bi[torch_eager]}") ratio")
+  results+=("RESULT ${m}_gpu_vs_torch_best $(ratio "${bi[ours_fp32]}" "${bi[torch_best]}") ratio")
+  results+=("RESULT ${m}_gpu_bf16_vs_torch_bf16 $(ratio "${bi[ours_bf16]}" "${bi[torch_bf16]}") ratio")
+  results+=("RESULT ${m}_gpu_mem_vs_torch_best $(ratio "${bm[ours_fp32]}" "${bm[torch_best]}") ratio")
+  results+=("RESULT ${m}_gpu_bf16_mem_vs_torch_bf16 $(ratio "${bm[ours_bf16]}" "${bm[torch_bf16]}") ratio")
+  unset ips mem bi bm
 done
 printf '%s\n' "${results[@]}"

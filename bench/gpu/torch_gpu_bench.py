@@ -4,7 +4,12 @@ with SGD (momentum 0.9, weight decay 5e-4), fp32 with TF32 allowed in cuDNN
 and cuBLAS as the PruneX run allows it, on a few pre-made random batches of
 3x32x32 inputs, 10 classes, copied from pinned host memory every step as the
 PruneX engine copies its inputs. Prints images/s and the GPU memory peak as
-RESULT lines; exits 1 with a message when there is no GPU."""
+RESULT lines; exits 1 with a message when there is no GPU.
+
+The configurations users tune PyTorch to: --cudnn-benchmark 1 (cuDNN times
+its algorithms), --channels-last 1 (model and inputs in
+torch.channels_last) and --bf16 1 (torch.autocast to bfloat16 around the
+forward pass and the loss, fp32 master weights)."""
 import argparse
 import os
 import sys
@@ -25,7 +30,11 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--tf32", type=int, default=1)
     ap.add_argument("--cudnn-benchmark", type=int, default=0,
-                    help="1: let cuDNN time its algorithms (PruneX uses its heuristics, as 0 does)")
+                    help="1: let cuDNN time its algorithms")
+    ap.add_argument("--channels-last", type=int, default=0,
+                    help="1: model and inputs in torch.channels_last")
+    ap.add_argument("--bf16", type=int, default=0,
+                    help="1: bf16 autocast around the forward pass and the loss")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("torch_gpu_bench.py: PyTorch sees no CUDA GPU (torch %s)" % torch.__version__,
@@ -37,6 +46,8 @@ def main():
     torch.backends.cudnn.benchmark = bool(a.cudnn_benchmark)
     torch.manual_seed(1)
     model = ResNet(a.model).to(dev)
+    fmt = torch.channels_last if a.channels_last else torch.contiguous_format
+    model = model.to(memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
     crit = nn.CrossEntropyLoss()
     model.train()
@@ -51,18 +62,20 @@ def main():
         if s == a.warmup:
             torch.cuda.synchronize(dev)
             t0 = time.perf_counter()
-        x = xs[s % nb].to(dev, non_blocking=True)
+        x = xs[s % nb].to(dev, non_blocking=True).contiguous(memory_format=fmt)
         y = ys[s % nb].to(dev, non_blocking=True)
         opt.zero_grad(set_to_none=True)
-        loss = crit(model(x), y)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bool(a.bf16)):
+            loss = crit(model(x), y)
         loss.backward()
         opt.step()
         loss.item()  # as PruneX returns the loss to the host every step
     torch.cuda.synchronize(dev)
     el = time.perf_counter() - t0
-    print("torch %s %s on %s: %d steps in %.3f s (%.2f ms/step), last loss %.4f"
-          % (torch.__version__, a.model, torch.cuda.get_device_name(dev), a.steps, el,
-             1e3 * el / a.steps, loss.item()))
+    print("torch %s %s on %s (benchmark %d, channels_last %d, bf16 %d): %d steps in %.3f s "
+          "(%.2f ms/step), last loss %.4f"
+          % (torch.__version__, a.model, torch.cuda.get_device_name(dev), a.cudnn_benchmark,
+             a.channels_last, a.bf16, a.steps, el, 1e3 * el / a.steps, loss.item()))
     print("RESULT images_per_sec %.1f img/s" % (a.steps * a.batch / el))
     print("RESULT gpu_peak_mb %.1f MB" % (torch.cuda.max_memory_allocated(dev) / 1e6))
 

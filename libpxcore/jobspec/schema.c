@@ -73,6 +73,7 @@ const px__js_field_t px__js_fields[] = {
     {S_TRAIN, "seed", PX__JS_INT, 0, 0, 18446744073709551615.0, NULL, 1, NULL}, /* uint64 */
     {S_TRAIN, "lr_schedule", PX__JS_CHOICE, 0, 0, 0, "constant|cosine|step", 0, "cosine"},
     {S_TRAIN, "eval_every", PX__JS_INT, 0, 1, I32MAX, NULL, 1, NULL},
+    {S_TRAIN, "precision", PX__JS_CHOICE, 0, 0, 0, "fp32|bf16", 0, "fp32"},
 
     {S_PRUNE, "filter_keep", PX__JS_DOUBLE, LO_OPEN, 0, 1, NULL, 1.0, NULL},
     {S_PRUNE, "channel_keep", PX__JS_DOUBLE, LO_OPEN, 0, 1, NULL, 1.0, NULL},
@@ -698,6 +699,11 @@ px_status_t px__js_check(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
                        px__js_mark(w, px__js_find("comm.backend"), px__js_find("cluster.device")),
                        "comm.backend: nccl moves device memory and needs cluster.device cuda or "
                        "auto, got cpu");
+  if (!strcmp(spec->train->precision, "bf16") && !strcmp(c->device, "cpu"))
+    return px__js_fail(PX_ERR_INVALID, w,
+                       px__js_mark(w, px__js_find("train.precision"), px__js_find("cluster.device")),
+                       "train.precision: bf16 runs on the CUDA engine only and needs "
+                       "cluster.device cuda or auto, got cpu");
   px_status_t cst = px__js_check_comm(spec, w);
   if (cst != PX_OK) return cst;
   const Prunex__V1__AdmmSpec *a = spec->admm;

@@ -133,6 +133,8 @@ void px_jobspec_train_config(const Prunex__V1__JobSpec *s, px_train_config_t *c)
   c->weight_decay = s->train->weight_decay;
   c->nesterov = s->train->nesterov ? 1 : 0;
   c->lr_schedule = s->train->lr_schedule;
+  c->precision = s->train->precision && !strcmp(s->train->precision, "bf16") ? PX_PRECISION_BF16
+                                                                            : PX_PRECISION_FP32;
   c->seed = s->train->seed;
   c->augment = s->dataset->augment ? 1 : 0;
   if (s->cluster->threads_per_worker > 0) c->threads = s->cluster->threads_per_worker;

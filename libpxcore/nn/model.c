@@ -50,6 +50,8 @@ struct px_model {
   int32_t *widths;           /* [nwidths] conv output widths of a compact model, or NULL */
   int nconv;                 /* convs built so far (index into widths) */
   px_ops_t *ops;
+  int in_act;                /* the input images in the engine's format: act 0, or the
+                                output of the conversion node that reads act 0 */
 
   px__node_t *nodes;         /* [nnodes], forward order */
   int nnodes, cap_nodes;
@@ -217,7 +219,8 @@ static px_status_t px__conv(px_model_t *m, int in, int c_out, int k, int stride,
                           name, c_out);
   }
   m->nconv++;
-  if (m->widths && m->acts[in].layout != NULL && m->acts[in].dims[1] % 16 != 0) {
+  if (m->widths && px_ops_device(m->ops).kind == PX_DEVICE_CPU && m->acts[in].layout != NULL &&
+      m->acts[in].dims[1] % 16 != 0) {
     px_tensor_t plain;
     const px_tensor_t *a = &m->acts[in];
     PX_CHECK(px_tensor_init4(&plain, a->device, a->dims[0], a->dims[1], a->dims[2], a->dims[3]));
@@ -400,6 +403,12 @@ static px_status_t px__build(px_model_t *m, const px__arch_t *a) {
                            m->cfg.height, m->cfg.width));
   int h, c = a->base;
   PX_CHECK(px__new_act(m, &x, &h));
+  /* the engine's activation format (CUDA: NHWC, f32 or bf16): the input is
+   * converted once, by the first node */
+  px_tensor_t fmt = x;
+  PX_CHECK(px_ops_act_format(m->ops, (px_precision_t)m->cfg.precision, &fmt));
+  if (fmt.layout != x.layout || fmt.dtype != x.dtype) PX_CHECK(px__reorder(m, h, &fmt, &h));
+  m->in_act = h;
   PX_CHECK(px__conv(m, h, a->base, 3, 1, "conv1", &h));
   PX_CHECK(px__bn(m, h, 1, "bn1", &h));
   for (int s = 0; s < a->nstages; s++) {
@@ -933,7 +942,8 @@ static px_status_t px__backward(px_model_t *m) {
       PX_CHECK(px__route(m, n->in2, dy));
       continue;
     }
-    px_tensor_t *dx = n->in != 0 ? px__dx(m, n->in) : NULL; /* none for the input images */
+    /* none for the input images, nor for their conversion */
+    px_tensor_t *dx = n->in != 0 && n->in != m->in_act ? px__dx(m, n->in) : NULL;
     switch (n->kind) {
       case PX__CONV:
         PX_CHECK(px_conv2d_backward_weights(n->conv, &m->pgrads[n->w], NULL, x, dy));
@@ -954,7 +964,7 @@ static px_status_t px__backward(px_model_t *m) {
         PX_CHECK(px_fc_backward_data(n->fc, dx, dy, &m->pvals[n->w]));
         break;
       case PX__REORDER:
-        PX_CHECK(px_reorder_execute(n->rb, dx, dy));
+        if (dx) PX_CHECK(px_reorder_execute(n->rb, dx, dy));
         break;
     }
     if (dx) PX_CHECK(px__settle(m, n->in, dx));

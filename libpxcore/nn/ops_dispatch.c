@@ -40,6 +40,15 @@ size_t px_ops_scratchpad_bytes(const px_ops_t *ops) {
 
 const char *px_ops_describe(const px_ops_t *ops) { return PX__BE(ops)->ops_describe(ops); }
 
+px_status_t px_ops_act_format(px_ops_t *ops, px_precision_t precision, px_tensor_t *spec) {
+  PX_REQUIRE(ops != NULL && spec != NULL, "px_ops_act_format: NULL argument");
+  PX_REQUIRE(precision == PX_PRECISION_FP32 || precision == PX_PRECISION_BF16,
+             "px_ops_act_format: unknown precision %d", (int)precision);
+  PX_REQUIRE(spec->ndim == 4 && spec->dtype == PX_DTYPE_F32 && spec->layout == NULL,
+             "px_ops_act_format: the spec must be a plain f32 4-D activation");
+  return PX__BE(ops)->ops_act_format(ops, precision, spec);
+}
+
 px_status_t px_ops_set_tf32(px_ops_t *ops, int allow) {
   PX_REQUIRE(ops != NULL, "px_ops_set_tf32: ops context is NULL");
   return PX__BE(ops)->ops_set_tf32(ops, allow ? 1 : 0);

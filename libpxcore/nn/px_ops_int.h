@@ -34,6 +34,7 @@ extern "C" {
   X(size_t, ops_scratchpad_bytes, (const px_ops_t *ops)) \
   X(const char *, ops_describe, (const px_ops_t *ops)) \
   X(px_status_t, ops_set_tf32, (px_ops_t *ops, int allow)) \
+  X(px_status_t, ops_act_format, (px_ops_t *ops, px_precision_t precision, px_tensor_t *spec)) \
   X(px_status_t, ops_upload, (px_ops_t *ops, int n, px_tensor_t *const *dst, const void *const *src)) \
   X(px_status_t, conv2d_create, (px_ops_t *ops, const px_tensor_t *x_spec, const px_conv2d_params_t *p, px_conv2d_t **out)) \
   X(void, conv2d_destroy, (px_conv2d_t *op)) \

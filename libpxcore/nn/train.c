@@ -142,8 +142,9 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out) 
   PX_CHECK_GOTO(px_loader_create(t->test, &ec, &t->test_loader), st, fail);
 
   PX_CHECK_GOTO(px_ops_create(cfg->device, cfg->threads, &t->ops), st, fail);
-  px_model_config_t mc = {t->arch, info->channels, info->num_classes, cfg->batch, info->height,
-                          info->width, cfg->widths, cfg->nwidths};
+  px_model_config_t mc = {t->arch,       info->channels, info->num_classes, cfg->batch,
+                          info->height,  info->width,    cfg->widths,       cfg->nwidths,
+                          cfg->precision};
   PX_CHECK_GOTO(px_model_create(t->ops, &mc, &t->model), st, fail);
   PX_CHECK_GOTO(px_model_init_params(t->model, cfg->seed), st, fail);
   px_sgd_config_t sc = {cfg->lr, cfg->momentum, cfg->weight_decay, cfg->nesterov};

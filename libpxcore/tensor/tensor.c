@@ -30,6 +30,7 @@ size_t px_dtype_size(px_dtype_t dt) {
     case PX_DTYPE_F32: return 4;
     case PX_DTYPE_U8: return 1;
     case PX_DTYPE_I32: return 4;
+    case PX_DTYPE_BF16: return 2;
   }
   return 0;
 }
@@ -85,11 +86,13 @@ int px_tensor_same_spec(const px_tensor_t *a, const px_tensor_t *b) {
 }
 
 /* PX_OK for a device whose storage this file knows (CPU, CUDA); a CUDA
- * tensor must be plain: no backend makes layouts for the GPU. */
+ * tensor in a layout (the CUDA engine's channels-last activations) must
+ * have a layout of its own device. */
 static px_status_t px__check_device(const px_tensor_t *t, const char *what) {
   if (t->device.kind == PX_DEVICE_CPU) return PX_OK;
   if (t->device.kind == PX_DEVICE_CUDA) {
-    PX_REQUIRE(t->layout == NULL, "%s: CUDA tensors must be plain (layout %s)", what,
+    PX_REQUIRE(t->layout == NULL || px_device_equal(t->layout->device, t->device),
+               "%s: CUDA tensor in a layout of another device (%s)", what,
                px_layout_name(t->layout));
     return PX_OK;
   }
@@ -172,7 +175,8 @@ px_status_t px_tensor_copy_from_host(px_tensor_t *t, const void *host, size_t by
   PX_REQUIRE(bytes == px_tensor_plain_bytes(t),
              "px_tensor_copy_from_host: %zu bytes given, tensor holds %zu", bytes,
              px_tensor_plain_bytes(t));
-  if (px__on_cuda(t)) return px__cuda_mem_upload(t->device.index, t->data, host, bytes);
+  if (px__on_cuda(t) && !t->layout)
+    return px__cuda_mem_upload(t->device.index, t->data, host, bytes);
   if (!t->layout) {
     memcpy(t->data, host, bytes);
     return PX_OK;
@@ -186,7 +190,8 @@ px_status_t px_tensor_copy_to_host(const px_tensor_t *t, void *host, size_t byte
   PX_REQUIRE(bytes == px_tensor_plain_bytes(t),
              "px_tensor_copy_to_host: %zu bytes wanted, tensor holds %zu", bytes,
              px_tensor_plain_bytes(t));
-  if (px__on_cuda(t)) return px__cuda_mem_download(t->device.index, host, t->data, bytes);
+  if (px__on_cuda(t) && !t->layout)
+    return px__cuda_mem_download(t->device.index, host, t->data, bytes);
   if (!t->layout) {
     memcpy(host, t->data, bytes);
     return PX_OK;
@@ -221,8 +226,9 @@ px_status_t px_arena_alloc(px_arena_t *arena, px_device_t dev, px_tensor_t *cons
     PX_REQUIRE(tensors[i] != NULL, "px_arena_alloc: tensor %zu is NULL", i);
     PX_REQUIRE(tensors[i]->data == NULL, "px_arena_alloc: tensor %zu already has storage", i);
     PX_REQUIRE(px_device_equal(tensors[i]->device, dev), "px_arena_alloc: tensor %zu is on another device", i);
-    PX_REQUIRE(dev.kind == PX_DEVICE_CPU || tensors[i]->layout == NULL,
-               "px_arena_alloc: CUDA tensor %zu is not plain", i);
+    PX_REQUIRE(dev.kind == PX_DEVICE_CPU || tensors[i]->layout == NULL ||
+                   px_device_equal(tensors[i]->layout->device, dev),
+               "px_arena_alloc: CUDA tensor %zu is in a layout of another device", i);
   }
   /* The size table is walked twice, once to size the block and once to set
    * the pointers, so that the family costs exactly one allocation and a

@@ -36,8 +36,11 @@ PX_API px_status_t px_cuda_selftest(int device);
 /* ---- device memory accounting ---------------------------------------------
  * CUDA tensors and arenas get their memory from a caching allocator: freed
  * blocks stay on per-device free lists by size class and are reused, and
- * cudaMalloc runs only when no cached block fits. These report and release
- * that memory; without CUDA they report zeros and do nothing. */
+ * cudaMalloc runs only when no cached block fits. When the last live block
+ * of a device is freed, that device's cache goes back to the driver, so a
+ * process that destroys what it created holds no device memory. These
+ * report and release that memory; without CUDA they report zeros and do
+ * nothing. */
 
 typedef struct {
   uint64_t allocs;        /* allocations served */

@@ -46,6 +46,9 @@
  *                           local_epochs <= epochs when it is the one used
  *     seed: 1               any unsigned 64-bit integer
  *     lr_schedule: cosine   constant | cosine | step
+ *     precision: fp32       fp32 | bf16: bf16 activations and convolutions
+ *                           with f32 weights, optimiser state, BN statistics
+ *                           and loss (CUDA only: refused with device cpu)
  *   prune:                  fractions of groups kept, in [0, 1]; 1: off
  *     filter_keep: 1.0
  *     channel_keep: 1.0

@@ -69,6 +69,10 @@ typedef struct {
    * block structure (which blocks have a downsample) is the dense one. */
   const int32_t *widths;
   int32_t nwidths;
+  /* Activation precision (px_precision_t of ops.h): PX_PRECISION_FP32 (0,
+   * the default) or PX_PRECISION_BF16 (CUDA only: bf16 activations, f32
+   * weights, gradients, BN statistics and loss). */
+  int32_t precision;
 } px_model_config_t;
 
 typedef struct px_model px_model_t;
@@ -272,6 +276,7 @@ typedef struct {
   const int32_t *widths;     /* a compact model's conv widths (px_model_config_t), read
                                 only by px_trainer_create; NULL: dense */
   int32_t nwidths;
+  int32_t precision;         /* px_precision_t: fp32 (0, the default) or bf16 (CUDA) */
 } px_train_config_t;
 
 /* Defaults: resnet20 on fashion-mnist, batch 128, lr 0.1, momentum 0.9,

@@ -34,7 +34,10 @@
  * Nothing in this header depends on oneDNN: the CUDA backend (cuDNN for
  * convolution and batch norm, cuBLAS for FC, our own kernels for the rest)
  * implements the same functions for px_ops_create(px_device_cuda(i), ...).
- * On CUDA every tensor is plain (layout NULL) device memory, the calls are
+ * On CUDA weights, gradients and statistics are plain (layout NULL) device
+ * memory; activations may be channels-last (the layout px_ops_act_format
+ * gives, NHWC, in f32 or bf16), and the ops take whichever they are built
+ * for. The calls are
  * queued on the context's one stream and return before the work is done
  * (px_softmax_ce, which returns host values, and px_ops_sync wait for it);
  * a tensor written by a call may be read by the next call on the same
@@ -93,6 +96,22 @@ PX_API const char *px_ops_describe(const px_ops_t *ops);
  * the environment variable PX_CUDA_TF32=0; the CPU backend computes in f32
  * and ignores the setting. Cannot fail on a valid context. */
 PX_API px_status_t px_ops_set_tf32(px_ops_t *ops, int allow);
+
+/* Precision of a model's activations: fp32, or bf16 (bf16 activations and
+ * convolution inputs with f32 accumulation; weights, gradients, optimiser
+ * state, BN statistics and the loss stay f32). */
+typedef enum { PX_PRECISION_FP32 = 0, PX_PRECISION_BF16 = 1 } px_precision_t;
+
+/* The activation format the backend computes best in, for a model of the
+ * given precision: *spec (a plain f32 [N, C, H, W] activation spec) gets the
+ * layout and dtype the model should convert its input to before the first
+ * convolution; ops created for such a spec produce the same format, and
+ * global average pooling gives plain f32 again. On the CPU the spec stays
+ * as it is (oneDNN picks its layouts per op); on CUDA it becomes NHWC
+ * (cuDNN's channels-last, on tensor cores) in f32 or bf16, or stays plain
+ * f32 NCHW for fp32 when the environment says PX_CUDA_LAYOUT=nchw. Fails
+ * with PX_ERR_INVALID for bf16 on the CPU (the CUDA engine's only). */
+PX_API px_status_t px_ops_act_format(px_ops_t *ops, px_precision_t precision, px_tensor_t *spec);
 
 /* ---- convolution ------------------------------------------------------------
  * y[n, co, oh, ow] = b[co] + sum_{ci,i,j} x[n, ci, oh*s - p + i, ow*s - p + j] * w[co, ci, i, j]

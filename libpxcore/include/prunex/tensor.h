@@ -71,9 +71,11 @@ PX_API const char *px_device_str(px_device_t dev, char *buf, size_t len);
 
 /* ---- element types ------------------------------------------------------ */
 
-typedef enum { PX_DTYPE_F32 = 0, PX_DTYPE_U8 = 1, PX_DTYPE_I32 = 2 } px_dtype_t;
+/* BF16: bfloat16 (the upper half of an f32), the activations of the CUDA
+ * engine's bf16 precision; no CPU op takes it. */
+typedef enum { PX_DTYPE_F32 = 0, PX_DTYPE_U8 = 1, PX_DTYPE_I32 = 2, PX_DTYPE_BF16 = 3 } px_dtype_t;
 
-/* Bytes per element (4, 1, 4); 0 for an unknown type. */
+/* Bytes per element (4, 1, 4, 2); 0 for an unknown type. */
 PX_API size_t px_dtype_size(px_dtype_t dt);
 
 /* ---- layouts ------------------------------------------------------------ */

@@ -112,6 +112,16 @@ px_status_t px__cpu_ops_sync(px_ops_t *ops) {
   return PX_OK;
 }
 
+/* The CPU keeps f32 activations; oneDNN chooses each op's layout itself. */
+px_status_t px__cpu_ops_act_format(px_ops_t *ops, px_precision_t precision, px_tensor_t *spec) {
+  (void)ops;
+  (void)spec;
+  if (precision != PX_PRECISION_FP32)
+    return px_set_error(PX_ERR_INVALID, "bf16 precision runs on the CUDA engine only (this model "
+                                        "is on the CPU): use precision fp32 here");
+  return PX_OK;
+}
+
 /* oneDNN computes in f32 whatever is asked: nothing to switch. */
 px_status_t px__cpu_ops_set_tf32(px_ops_t *ops, int allow) {
   (void)ops;
@@ -149,6 +159,7 @@ static dnnl_data_type_t px__dnnl_dt(px_dtype_t dt) {
     case PX_DTYPE_F32: return dnnl_f32;
     case PX_DTYPE_U8: return dnnl_u8;
     case PX_DTYPE_I32: return dnnl_s32;
+    case PX_DTYPE_BF16: return dnnl_bf16;
   }
   return dnnl_data_type_undef;
 }

@@ -2,15 +2,27 @@
  * and backward filter, plus the bias through cudnnAddTensor /
  * cudnnConvolutionBackwardBias.
  *
- * The algorithm of each direction is chosen once, at creation, from cuDNN's
- * heuristics (cudnnGet*Algorithm_v7, what PyTorch does without
- * cudnn.benchmark): the first candidate that succeeds, whose math type the
- * context allows and whose workspace fits the per-algorithm limit. Each
+ * The algorithm of each direction is chosen once, at creation: by timing
+ * every algorithm (cudnnFind*Algorithm, what PyTorch's cudnn.benchmark does;
+ * the default, remembered per shape in the context so that a model's
+ * repeated shapes are timed once) or, with PX_CUDNN_BENCHMARK=0, from
+ * cuDNN's heuristics (cudnnGet*Algorithm_v7): the fastest (first) candidate
+ * that succeeds, whose math type the context allows and whose workspace
+ * fits the per-algorithm limit. Each
  * direction has its own convolution descriptor carrying the math type of its
  * algorithm (TF32 allowed: the one cuDNN suggests; forbidden: CUDNN_FMA_MATH,
  * plain f32). The workspace is the context's shared one, grown here to the
- * largest of the three, so the calls allocate nothing. Weights and
- * gradients are plain OIHW, exactly the caller's tensors. */
+ * largest of the three, so the calls allocate nothing.
+ *
+ * Formats. The input may be plain f32 NCHW or channels-last (NHWC) in f32 or
+ * bf16 (px_cuda_ops_int.h); the output has the input's format. Weights and
+ * their gradients are always the caller's plain f32 OIHW tensors: for an
+ * NHWC input the op converts them at this one point, into the context's
+ * shared weight-copy buffer, to cuDNN's KRSC filter in the activations'
+ * dtype before the forward and the backward-data call, and the KRSC
+ * gradient back to f32 OIHW after the backward-filter call (a few
+ * microseconds a layer, no allocation). bf16 convolutions accumulate in f32
+ * on tensor cores. */
 #include <string.h>
 
 #include "nn/cuda/px_cuda_ops_int.h"
@@ -20,6 +32,9 @@ typedef struct px__cuda_conv2d {
   px__cuda_ops_t *ops;
   px_conv2d_params_t p;
   int tf32;
+  int nhwc;            /* channels-last input and output: KRSC weight copies */
+  int bf16;            /* bf16 activations (and weight copies) */
+  size_t w_numel;      /* C_out * C_in * KH * KW */
   px_tensor_t x_spec;  /* [N, C_in, H, W] */
   px_tensor_t y_spec;  /* [N, C_out, OH, OW] */
   px_tensor_t w_spec;  /* [C_out, C_in, KH, KW] */
@@ -31,6 +46,7 @@ typedef struct px__cuda_conv2d {
   cudnnConvolutionBwdDataAlgo_t bwd_data_algo;
   cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
   size_t fwd_ws, bwd_data_ws, bwd_filter_ws; /* workspace bytes of each algorithm */
+  int fwd_math, bwd_data_math, bwd_filter_math; /* cudnnMathType_t of each */
 } px__cuda_conv2d_t;
 
 static px__cuda_conv2d_t *px__op(px_conv2d_t *op) { return (px__cuda_conv2d_t *)op; }
@@ -55,30 +71,64 @@ extern "C" void px__cuda_conv2d_destroy(px_conv2d_t *o) {
 /* Math type to run a heuristics candidate with, or -1 to skip it: never
  * the FP16-converting kind; with TF32 the suggested one; without, only
  * candidates not tied to tensor cores, run with CUDNN_FMA_MATH. */
-static int px__math_for(int tf32, cudnnMathType_t suggested) {
+static int px__math_for(int tf32, int bf16, cudnnMathType_t suggested) {
   if (suggested == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return -1;
-  if (tf32) return (int)suggested;
+  if (tf32 || bf16) return (int)suggested;
   return suggested == CUDNN_TENSOR_OP_MATH ? -1 : (int)CUDNN_FMA_MATH;
 }
 
 static px_status_t px__conv_desc(cudnnConvolutionDescriptor_t *d, const px_conv2d_params_t *p,
-                                 int tf32) {
+                                 int tf32, int bf16) {
   PX_CUDNN(cudnnCreateConvolutionDescriptor(d));
+  /* f32 accumulation also for bf16 data */
   PX_CUDNN(cudnnSetConvolution2dDescriptor(*d, p->pad_h, p->pad_w, p->stride_h, p->stride_w, 1, 1,
                                            CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-  PX_CUDNN(cudnnSetConvolutionMathType(*d, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+  PX_CUDNN(cudnnSetConvolutionMathType(*d, bf16   ? CUDNN_TENSOR_OP_MATH
+                                           : tf32 ? CUDNN_DEFAULT_MATH
+                                                  : CUDNN_FMA_MATH));
   return PX_OK;
+}
+
+/* ---- timed algorithms, remembered by shape ------------------------------------------- */
+
+typedef struct px__conv_algo_cache {
+  int64_t key[14];
+  int fwd, bwd_data, bwd_filter;          /* algorithms */
+  int fwd_m, bwd_data_m, bwd_filter_m;    /* their math types */
+  size_t fwd_ws, bwd_data_ws, bwd_filter_ws;
+  struct px__conv_algo_cache *next;
+} px__conv_algo_cache_t;
+
+static void px__algo_key(const px__cuda_conv2d_t *op, int64_t *key) {
+  const px_conv2d_params_t *p = &op->p;
+  const int64_t k[14] = {op->x_spec.dims[0], op->x_spec.dims[1], op->x_spec.dims[2],
+                         op->x_spec.dims[3], p->c_out, p->kh, p->kw, p->stride_h, p->stride_w,
+                         p->pad_h, p->pad_w, op->nhwc, op->bf16, op->tf32};
+  memcpy(key, k, sizeof k);
+}
+
+void px__cuda_conv_algo_cache_free(px__cuda_ops_t *ops) {
+  while (ops->algos) {
+    px__conv_algo_cache_t *c = ops->algos;
+    ops->algos = c->next;
+    px_free(c);
+  }
 }
 
 static px_status_t px__pick_fwd(px__cuda_conv2d_t *op) {
   cudnnHandle_t h = op->ops->cudnn;
   cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
   int n = 0;
-  PX_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(h, op->x_desc, op->w_desc, op->fwd_desc,
+  if (op->ops->benchmark)
+    PX_CUDNN(cudnnFindConvolutionForwardAlgorithm(h, op->x_desc, op->w_desc, op->fwd_desc,
                                                   op->y_desc, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n,
                                                   perf));
+  else
+    PX_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(h, op->x_desc, op->w_desc, op->fwd_desc,
+                                                    op->y_desc, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                    &n, perf));
   for (int i = 0; i < n; i++) {
-    int m = px__math_for(op->tf32, perf[i].mathType);
+    int m = px__math_for(op->tf32, op->bf16, perf[i].mathType);
     size_t ws = 0;
     if (perf[i].status != CUDNN_STATUS_SUCCESS || m < 0) continue;
     if (cudnnSetConvolutionMathType(op->fwd_desc, (cudnnMathType_t)m) != CUDNN_STATUS_SUCCESS)
@@ -88,6 +138,7 @@ static px_status_t px__pick_fwd(px__cuda_conv2d_t *op) {
         ws > op->ops->ws_algo_limit)
       continue;
     op->fwd_algo = perf[i].algo;
+    op->fwd_math = m;
     op->fwd_ws = ws;
     return PX_OK;
   }
@@ -98,12 +149,18 @@ static px_status_t px__pick_bwd_data(px__cuda_conv2d_t *op) {
   cudnnHandle_t h = op->ops->cudnn;
   cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
   int n = 0;
-  PX_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, op->w_desc, op->y_desc, op->bwd_data_desc,
-                                                       op->x_desc,
+  if (op->ops->benchmark)
+    PX_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(h, op->w_desc, op->y_desc,
+                                                       op->bwd_data_desc, op->x_desc,
                                                        CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n,
                                                        perf));
+  else
+    PX_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, op->w_desc, op->y_desc,
+                                                         op->bwd_data_desc, op->x_desc,
+                                                         CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n,
+                                                         perf));
   for (int i = 0; i < n; i++) {
-    int m = px__math_for(op->tf32, perf[i].mathType);
+    int m = px__math_for(op->tf32, op->bf16, perf[i].mathType);
     size_t ws = 0;
     if (perf[i].status != CUDNN_STATUS_SUCCESS || m < 0) continue;
     if (cudnnSetConvolutionMathType(op->bwd_data_desc, (cudnnMathType_t)m) != CUDNN_STATUS_SUCCESS)
@@ -114,6 +171,7 @@ static px_status_t px__pick_bwd_data(px__cuda_conv2d_t *op) {
         ws > op->ops->ws_algo_limit)
       continue;
     op->bwd_data_algo = perf[i].algo;
+    op->bwd_data_math = m;
     op->bwd_data_ws = ws;
     return PX_OK;
   }
@@ -125,11 +183,16 @@ static px_status_t px__pick_bwd_filter(px__cuda_conv2d_t *op) {
   cudnnHandle_t h = op->ops->cudnn;
   cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
   int n = 0;
-  PX_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-      h, op->x_desc, op->y_desc, op->bwd_filter_desc, op->w_desc,
-      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
+  if (op->ops->benchmark)
+    PX_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(
+        h, op->x_desc, op->y_desc, op->bwd_filter_desc, op->w_desc,
+        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
+  else
+    PX_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+        h, op->x_desc, op->y_desc, op->bwd_filter_desc, op->w_desc,
+        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
   for (int i = 0; i < n; i++) {
-    int m = px__math_for(op->tf32, perf[i].mathType);
+    int m = px__math_for(op->tf32, op->bf16, perf[i].mathType);
     size_t ws = 0;
     if (perf[i].status != CUDNN_STATUS_SUCCESS || m < 0) continue;
     if (cudnnSetConvolutionMathType(op->bwd_filter_desc, (cudnnMathType_t)m) !=
@@ -141,6 +204,7 @@ static px_status_t px__pick_bwd_filter(px__cuda_conv2d_t *op) {
         ws > op->ops->ws_algo_limit)
       continue;
     op->bwd_filter_algo = perf[i].algo;
+    op->bwd_filter_math = m;
     op->bwd_filter_ws = ws;
     return PX_OK;
   }
@@ -153,16 +217,60 @@ static int64_t px__out_dim(int64_t in, int32_t k, int32_t s, int32_t pad) {
   return span < 0 ? 0 : span / s + 1;
 }
 
+/* The three algorithms: from the context's cache for a shape timed before,
+ * else picked (and, when timed, remembered). */
+static px_status_t px__pick_all(px__cuda_conv2d_t *op) {
+  px__cuda_ops_t *ops = op->ops;
+  int64_t key[14];
+  px__algo_key(op, key);
+  if (ops->benchmark)
+    for (px__conv_algo_cache_t *c = ops->algos; c; c = c->next) {
+      if (memcmp(c->key, key, sizeof key)) continue;
+      op->fwd_algo = (cudnnConvolutionFwdAlgo_t)c->fwd;
+      op->bwd_data_algo = (cudnnConvolutionBwdDataAlgo_t)c->bwd_data;
+      op->bwd_filter_algo = (cudnnConvolutionBwdFilterAlgo_t)c->bwd_filter;
+      op->fwd_ws = c->fwd_ws;
+      op->bwd_data_ws = c->bwd_data_ws;
+      op->bwd_filter_ws = c->bwd_filter_ws;
+      PX_CUDNN(cudnnSetConvolutionMathType(op->fwd_desc, (cudnnMathType_t)c->fwd_m));
+      PX_CUDNN(cudnnSetConvolutionMathType(op->bwd_data_desc, (cudnnMathType_t)c->bwd_data_m));
+      PX_CUDNN(cudnnSetConvolutionMathType(op->bwd_filter_desc, (cudnnMathType_t)c->bwd_filter_m));
+      return PX_OK;
+    }
+  PX_CHECK(px__pick_fwd(op));
+  PX_CHECK(px__pick_bwd_data(op));
+  PX_CHECK(px__pick_bwd_filter(op));
+  if (!ops->benchmark) return PX_OK;
+  px__conv_algo_cache_t *c = (px__conv_algo_cache_t *)px_calloc(1, sizeof *c, "conv algorithms");
+  if (!c) return PX_ERR_NOMEM;
+  memcpy(c->key, key, sizeof key);
+  c->fwd = (int)op->fwd_algo;
+  c->bwd_data = (int)op->bwd_data_algo;
+  c->bwd_filter = (int)op->bwd_filter_algo;
+  c->fwd_m = op->fwd_math;
+  c->bwd_data_m = op->bwd_data_math;
+  c->bwd_filter_m = op->bwd_filter_math;
+  c->fwd_ws = op->fwd_ws;
+  c->bwd_data_ws = op->bwd_data_ws;
+  c->bwd_filter_ws = op->bwd_filter_ws;
+  c->next = ops->algos;
+  ops->algos = c;
+  return PX_OK;
+}
+
 extern "C" px_status_t px__cuda_conv2d_create(px_ops_t *o, const px_tensor_t *x_spec,
                                               const px_conv2d_params_t *p, px_conv2d_t **out) {
   px__cuda_ops_t *ops = px__cuda_ctx(o);
   PX_REQUIRE(out && p, "px_conv2d_create: NULL argument");
   *out = NULL;
-  PX_CHECK(px__cuda_check_input(ops, x_spec, 4, 4, "px_conv2d_create"));
+  PX_CHECK(px__cuda_check_act(ops, x_spec, 4, 4, "px_conv2d_create"));
   PX_REQUIRE(p->c_out > 0 && p->kh > 0 && p->kw > 0 && p->stride_h > 0 && p->stride_w > 0 &&
                  p->pad_h >= 0 && p->pad_w >= 0,
              "px_conv2d_create: bad parameters (c_out %d, kernel %dx%d, stride %dx%d, pad %dx%d)",
              p->c_out, p->kh, p->kw, p->stride_h, p->stride_w, p->pad_h, p->pad_w);
+  PX_REQUIRE(!(p->bias && x_spec->dtype == PX_DTYPE_BF16),
+             "px_conv2d_create: a bias on bf16 activations is not supported (fold it into the "
+             "batch norm that follows)");
   const int64_t n = x_spec->dims[0], c_in = x_spec->dims[1];
   const int64_t oh = px__out_dim(x_spec->dims[2], p->kh, p->stride_h, p->pad_h);
   const int64_t ow = px__out_dim(x_spec->dims[3], p->kw, p->stride_w, p->pad_w);
@@ -177,11 +285,14 @@ extern "C" px_status_t px__cuda_conv2d_create(px_ops_t *o, const px_tensor_t *x_
   px__cuda_op_born(ops);
   op->p = *p;
   op->tf32 = ops->tf32;
+  op->nhwc = px__cuda_nhwc(x_spec);
+  op->bf16 = x_spec->dtype == PX_DTYPE_BF16;
+  op->w_numel = (size_t)p->c_out * (size_t)c_in * (size_t)p->kh * (size_t)p->kw;
   op->x_spec = px__cuda_spec_copy(x_spec);
   {
     const int64_t yd[4] = {n, p->c_out, oh, ow}, wd[4] = {p->c_out, c_in, p->kh, p->kw};
     const int64_t bd[1] = {p->c_out};
-    PX_CHECK_GOTO(px__cuda_spec(ops, PX_DTYPE_F32, 4, yd, &op->y_spec), st, fail);
+    PX_CHECK_GOTO(px__cuda_spec_like(ops, x_spec, yd, &op->y_spec), st, fail);
     PX_CHECK_GOTO(px__cuda_spec(ops, PX_DTYPE_F32, 4, wd, &op->w_spec), st, fail);
     PX_CHECK_GOTO(px__cuda_spec(ops, PX_DTYPE_F32, 1, bd, &op->b_spec), st, fail);
   }
@@ -189,16 +300,16 @@ extern "C" px_status_t px__cuda_conv2d_create(px_ops_t *o, const px_tensor_t *x_
   PX_CUDNN_GOTO(cudnnCreateTensorDescriptor(&op->y_desc), st, fail);
   PX_CUDNN_GOTO(cudnnCreateTensorDescriptor(&op->b_desc), st, fail);
   PX_CUDNN_GOTO(cudnnCreateFilterDescriptor(&op->w_desc), st, fail);
-  PX_CHECK_GOTO(px__cuda_tensor_desc(op->x_desc, n, c_in, x_spec->dims[2], x_spec->dims[3]), st,
-                fail);
-  PX_CHECK_GOTO(px__cuda_tensor_desc(op->y_desc, n, p->c_out, oh, ow), st, fail);
+  PX_CHECK_GOTO(px__cuda_act_desc(op->x_desc, &op->x_spec), st, fail);
+  PX_CHECK_GOTO(px__cuda_act_desc(op->y_desc, &op->y_spec), st, fail);
   PX_CHECK_GOTO(px__cuda_tensor_desc(op->b_desc, 1, p->c_out, 1, 1), st, fail);
-  PX_CUDNN_GOTO(cudnnSetFilter4dDescriptor(op->w_desc, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, p->c_out,
-                                           (int)c_in, p->kh, p->kw),
+  PX_CUDNN_GOTO(cudnnSetFilter4dDescriptor(op->w_desc, px__cudnn_dtype(x_spec),
+                                           op->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                           p->c_out, (int)c_in, p->kh, p->kw),
                 st, fail);
-  PX_CHECK_GOTO(px__conv_desc(&op->fwd_desc, p, op->tf32), st, fail);
-  PX_CHECK_GOTO(px__conv_desc(&op->bwd_data_desc, p, op->tf32), st, fail);
-  PX_CHECK_GOTO(px__conv_desc(&op->bwd_filter_desc, p, op->tf32), st, fail);
+  PX_CHECK_GOTO(px__conv_desc(&op->fwd_desc, p, op->tf32, op->bf16), st, fail);
+  PX_CHECK_GOTO(px__conv_desc(&op->bwd_data_desc, p, op->tf32, op->bf16), st, fail);
+  PX_CHECK_GOTO(px__conv_desc(&op->bwd_filter_desc, p, op->tf32, op->bf16), st, fail);
   {
     /* cuDNN must agree on the output shape (floor, as ops.h says) */
     int cn, cc, ch, cw;
@@ -211,14 +322,16 @@ extern "C" px_status_t px__cuda_conv2d_create(px_ops_t *o, const px_tensor_t *x_
       goto fail;
     }
   }
-  PX_CHECK_GOTO(px__pick_fwd(op), st, fail);
-  PX_CHECK_GOTO(px__pick_bwd_data(op), st, fail);
-  PX_CHECK_GOTO(px__pick_bwd_filter(op), st, fail);
+  PX_CHECK_GOTO(px__pick_all(op), st, fail);
   {
     size_t need = op->fwd_ws;
     if (op->bwd_data_ws > need) need = op->bwd_data_ws;
     if (op->bwd_filter_ws > need) need = op->bwd_filter_ws;
     PX_CHECK_GOTO(px__cuda_reserve_ws(ops, need), st, fail);
+    /* KRSC copies: the weights and, behind them, their gradient */
+    if (op->nhwc)
+      PX_CHECK_GOTO(px__cuda_reserve_wt(ops, 2 * op->w_numel * px_dtype_size(x_spec->dtype) + 256),
+                    st, fail);
   }
   *out = (px_conv2d_t *)op;
   return PX_OK;
@@ -237,6 +350,75 @@ extern "C" void px__cuda_conv2d_b_spec(const px_conv2d_t *op, px_tensor_t *spec)
   *spec = px__cop(op)->b_spec;
 }
 
+/* ---- the one conversion point of the weights --------------------------------------- */
+
+/* out[k][rs][c] = w[k][c][rs]: f32 OIHW to KRSC in T. */
+template <typename T>
+__global__ static void px__w_to_krsc(T *__restrict__ out, const float *__restrict__ w, int64_t k,
+                                     int64_t c, int64_t rs) {
+  const int64_t total = k * c * rs;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t ci = i % c, r = (i / c) % rs, ko = i / (c * rs);
+    px__st(out + i, w[(ko * c + ci) * rs + r]);
+  }
+}
+
+/* dw[k][c][rs] = in[k][rs][c]: KRSC in T back to f32 OIHW. */
+template <typename T>
+__global__ static void px__w_from_krsc(float *__restrict__ dw, const T *__restrict__ in, int64_t k,
+                                       int64_t c, int64_t rs) {
+  const int64_t total = k * c * rs;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i % rs, ci = (i / rs) % c, ko = i / (c * rs);
+    dw[i] = px__ld(in + (ko * rs + r) * c + ci);
+  }
+}
+
+/* The weights cuDNN reads: w itself (NCHW) or its KRSC copy. */
+static px_status_t px__weights_in(px__cuda_conv2d_t *op, const px_tensor_t *w, const void **out) {
+  *out = w->data;
+  if (!op->nhwc) return PX_OK;
+  px__cuda_ops_t *ops = op->ops;
+  const int64_t k = op->w_spec.dims[0], c = op->w_spec.dims[1];
+  const int64_t rs = op->w_spec.dims[2] * op->w_spec.dims[3];
+  const unsigned blocks = px__cuda_blocks(op->w_numel);
+  if (op->bf16)
+    px__w_to_krsc<<<blocks, PX__CUDA_THREADS, 0, ops->stream>>>(
+        (__nv_bfloat16 *)ops->wt, (const float *)w->data, k, c, rs);
+  else
+    px__w_to_krsc<<<blocks, PX__CUDA_THREADS, 0, ops->stream>>>((float *)ops->wt,
+                                                               (const float *)w->data, k, c, rs);
+  PX_CUDA_LAUNCHED("conv weights to KRSC");
+  *out = ops->wt;
+  return PX_OK;
+}
+
+/* Where cuDNN writes the weight gradient: dw itself, or behind the KRSC copy. */
+static void *px__dw_out(px__cuda_conv2d_t *op, px_tensor_t *dw) {
+  if (!op->nhwc) return dw->data;
+  const size_t es = op->bf16 ? 2 : 4;
+  const size_t off = (op->w_numel * es + 255) / 256 * 256;
+  return (char *)op->ops->wt + off;
+}
+
+static px_status_t px__dw_back(px__cuda_conv2d_t *op, px_tensor_t *dw, const void *krsc) {
+  if (!op->nhwc) return PX_OK;
+  const int64_t k = op->w_spec.dims[0], c = op->w_spec.dims[1];
+  const int64_t rs = op->w_spec.dims[2] * op->w_spec.dims[3];
+  const unsigned blocks = px__cuda_blocks(op->w_numel);
+  cudaStream_t s = op->ops->stream;
+  if (op->bf16)
+    px__w_from_krsc<<<blocks, PX__CUDA_THREADS, 0, s>>>((float *)dw->data,
+                                                       (const __nv_bfloat16 *)krsc, k, c, rs);
+  else
+    px__w_from_krsc<<<blocks, PX__CUDA_THREADS, 0, s>>>((float *)dw->data, (const float *)krsc, k,
+                                                       c, rs);
+  PX_CUDA_LAUNCHED("conv weight gradient from KRSC");
+  return PX_OK;
+}
+
 extern "C" px_status_t px__cuda_conv2d_forward(px_conv2d_t *o, px_tensor_t *y, const px_tensor_t *x,
                                                const px_tensor_t *w, const px_tensor_t *b) {
   px__cuda_conv2d_t *op = px__op(o);
@@ -249,8 +431,10 @@ extern "C" px_status_t px__cuda_conv2d_forward(px_conv2d_t *o, px_tensor_t *y, c
     PX_REQUIRE(b == NULL, "conv2d forward: bias given to a conv without bias");
   px__cuda_ops_t *ops = op->ops;
   const float one = 1.0f, zero = 0.0f;
+  const void *wd;
   PX_CHECK(px__cuda_enter(ops));
-  PX_CUDNN(cudnnConvolutionForward(ops->cudnn, &one, op->x_desc, x->data, op->w_desc, w->data,
+  PX_CHECK(px__weights_in(op, w, &wd));
+  PX_CUDNN(cudnnConvolutionForward(ops->cudnn, &one, op->x_desc, x->data, op->w_desc, wd,
                                    op->fwd_desc, op->fwd_algo, ops->ws, op->fwd_ws, &zero,
                                    op->y_desc, y->data));
   if (b) PX_CUDNN(cudnnAddTensor(ops->cudnn, &one, op->b_desc, b->data, &one, op->y_desc, y->data));
@@ -265,8 +449,10 @@ extern "C" px_status_t px__cuda_conv2d_backward_data(px_conv2d_t *o, px_tensor_t
   PX__CHECK(dx, &op->x_spec, "conv2d backward dx");
   px__cuda_ops_t *ops = op->ops;
   const float one = 1.0f, zero = 0.0f;
+  const void *wd;
   PX_CHECK(px__cuda_enter(ops));
-  PX_CUDNN(cudnnConvolutionBackwardData(ops->cudnn, &one, op->w_desc, w->data, op->y_desc, dy->data,
+  PX_CHECK(px__weights_in(op, w, &wd));
+  PX_CUDNN(cudnnConvolutionBackwardData(ops->cudnn, &one, op->w_desc, wd, op->y_desc, dy->data,
                                         op->bwd_data_desc, op->bwd_data_algo, ops->ws,
                                         op->bwd_data_ws, &zero, op->x_desc, dx->data));
   return PX_OK;
@@ -285,10 +471,12 @@ extern "C" px_status_t px__cuda_conv2d_backward_weights(px_conv2d_t *o, px_tenso
     PX_REQUIRE(db == NULL, "conv2d backward: bias gradient asked of a conv without bias");
   px__cuda_ops_t *ops = op->ops;
   const float one = 1.0f, zero = 0.0f;
+  void *dwd = px__dw_out(op, dw);
   PX_CHECK(px__cuda_enter(ops));
   PX_CUDNN(cudnnConvolutionBackwardFilter(ops->cudnn, &one, op->x_desc, x->data, op->y_desc,
                                           dy->data, op->bwd_filter_desc, op->bwd_filter_algo,
-                                          ops->ws, op->bwd_filter_ws, &zero, op->w_desc, dw->data));
+                                          ops->ws, op->bwd_filter_ws, &zero, op->w_desc, dwd));
+  PX_CHECK(px__dw_back(op, dw, dwd));
   if (db)
     PX_CUDNN(cudnnConvolutionBackwardBias(ops->cudnn, &one, op->y_desc, dy->data, &zero, op->b_desc,
                                           db->data));

@@ -9,6 +9,7 @@
 
 #include "nn/cuda/px_cuda_ops_int.h"
 #include "prunex/cuda.h"
+#include "tensor/px_tensor_int.h"
 
 /* ---- status conversion ---------------------------------------------------------- */
 
@@ -50,18 +51,29 @@ px_status_t px__cuda_enter(px__cuda_ops_t *ops) {
   return PX_OK;
 }
 
-px_status_t px__cuda_reserve_ws(px__cuda_ops_t *ops, size_t bytes) {
-  if (bytes <= ops->ws_bytes) return PX_OK;
+/* Grows a shared device buffer of the context to at least bytes (rounded
+ * up to a MiB). */
+static px_status_t px__reserve(px__cuda_ops_t *ops, void **buf, size_t *have, size_t bytes,
+                               const char *name) {
+  if (bytes <= *have) return PX_OK;
   const size_t mib = (size_t)1 << 20;
   size_t want = (bytes + mib - 1) / mib * mib;
   /* work queued earlier may still use the old block */
   PX_CUDA(cudaStreamSynchronize(ops->stream));
-  px__cuda_mem_free(ops->ws);
-  ops->ws = NULL;
-  ops->ws_bytes = 0;
-  PX_CHECK(px__cuda_mem_alloc(ops->device.index, want, "ops workspace", &ops->ws));
-  ops->ws_bytes = want;
+  px__cuda_mem_free(*buf);
+  *buf = NULL;
+  *have = 0;
+  PX_CHECK(px__cuda_mem_alloc(ops->device.index, want, name, buf));
+  *have = want;
   return PX_OK;
+}
+
+px_status_t px__cuda_reserve_ws(px__cuda_ops_t *ops, size_t bytes) {
+  return px__reserve(ops, &ops->ws, &ops->ws_bytes, bytes, "ops workspace");
+}
+
+px_status_t px__cuda_reserve_wt(px__cuda_ops_t *ops, size_t bytes) {
+  return px__reserve(ops, &ops->wt, &ops->wt_bytes, bytes, "conv weight copies");
 }
 
 px_status_t px__cuda_check_input(const px__cuda_ops_t *ops, const px_tensor_t *x, int min_ndim,
@@ -91,6 +103,117 @@ px_status_t px__cuda_tensor_desc(cudnnTensorDescriptor_t d, int64_t n, int64_t c
   return PX_OK;
 }
 
+/* ---- activation formats -------------------------------------------------------------- */
+
+/* Host transposition between NCHW and NHWC of elements of `es` bytes. */
+static void px__host_transpose(void *dst, const void *src, const int64_t *d, size_t es,
+                               int to_nhwc) {
+  const int64_t n = d[0], c = d[1], hw = d[2] * d[3];
+  char *o = (char *)dst;
+  const char *in = (const char *)src;
+  for (int64_t b = 0; b < n; b++)
+    for (int64_t ch = 0; ch < c; ch++)
+      for (int64_t p = 0; p < hw; p++) {
+        const int64_t nchw = (b * c + ch) * hw + p, nhwc = (b * hw + p) * c + ch;
+        memcpy(o + (size_t)(to_nhwc ? nhwc : nchw) * es, in + (size_t)(to_nhwc ? nchw : nhwc) * es,
+               es);
+      }
+}
+
+static px_status_t px__nhwc_to_plain(const px_layout_t *l, void *dst_plain, const void *src) {
+  void *tmp = px_malloc(l->nbytes, "nhwc download");
+  if (!tmp) return PX_ERR_NOMEM;
+  px_status_t st = px__cuda_mem_download(l->device.index, tmp, src, l->nbytes);
+  if (st == PX_OK) px__host_transpose(dst_plain, tmp, l->dims, px_dtype_size(l->dtype), 0);
+  px_free(tmp);
+  return st;
+}
+
+static px_status_t px__nhwc_from_plain(const px_layout_t *l, void *dst, const void *src_plain) {
+  void *tmp = px_malloc(l->nbytes, "nhwc upload");
+  if (!tmp) return PX_ERR_NOMEM;
+  px__host_transpose(tmp, src_plain, l->dims, px_dtype_size(l->dtype), 1);
+  px_status_t st = px__cuda_mem_upload(l->device.index, dst, tmp, l->nbytes);
+  px_free(tmp);
+  return st;
+}
+
+static const px__layout_vtbl_t px__nhwc_vt = {px__nhwc_to_plain, px__nhwc_from_plain};
+
+px_status_t px__cuda_nhwc_layout(px__cuda_ops_t *ops, px_dtype_t dt, const int64_t *dims,
+                                 const px_layout_t **out) {
+  *out = NULL;
+  PX_REQUIRE(dt == PX_DTYPE_F32 || dt == PX_DTYPE_BF16, "NHWC layout: dtype %d is not f32 or bf16",
+             (int)dt);
+  for (px__cuda_layout_t *l = ops->layouts; l; l = l->next)
+    if (l->base.dtype == dt && !memcmp(l->base.dims, dims, 4 * sizeof *dims)) {
+      *out = &l->base;
+      return PX_OK;
+    }
+  px__cuda_layout_t *l = (px__cuda_layout_t *)px_calloc(1, sizeof *l, "cuda nhwc layout");
+  if (!l) return PX_ERR_NOMEM;
+  l->base.vt = &px__nhwc_vt;
+  l->base.device = ops->device;
+  l->base.dtype = dt;
+  l->base.ndim = 4;
+  memcpy(l->base.dims, dims, 4 * sizeof *dims);
+  l->base.nbytes = (size_t)(dims[0] * dims[1] * dims[2] * dims[3]) * px_dtype_size(dt);
+  snprintf(l->base.name, sizeof l->base.name, "nhwc-%s", dt == PX_DTYPE_BF16 ? "bf16" : "f32");
+  l->next = ops->layouts;
+  ops->layouts = l;
+  *out = &l->base;
+  return PX_OK;
+}
+
+px_status_t px__cuda_spec_like(px__cuda_ops_t *ops, const px_tensor_t *like, const int64_t *dims,
+                               px_tensor_t *spec) {
+  PX_CHECK(px_tensor_init(spec, ops->device, like->dtype, 4, dims));
+  if (!px__cuda_nhwc(like)) return PX_OK;
+  const px_layout_t *l;
+  PX_CHECK(px__cuda_nhwc_layout(ops, like->dtype, dims, &l));
+  spec->layout = l;
+  spec->nbytes = l->nbytes;
+  return PX_OK;
+}
+
+px_status_t px__cuda_check_act(const px__cuda_ops_t *ops, const px_tensor_t *x, int min_ndim,
+                               int max_ndim, const char *what) {
+  PX_REQUIRE(x != NULL, "%s: input spec is NULL", what);
+  if (x->layout == NULL) return px__cuda_check_input(ops, x, min_ndim, max_ndim, what);
+  PX_REQUIRE(px_device_equal(x->device, ops->device) && px_device_equal(x->layout->device, ops->device),
+             "%s: input is on another device", what);
+  PX_REQUIRE(x->layout->vt == &px__nhwc_vt, "%s: layout %s is not one of the CUDA engine's", what,
+             px_layout_name(x->layout));
+  PX_REQUIRE(x->ndim == 4 && (x->dtype == PX_DTYPE_F32 || x->dtype == PX_DTYPE_BF16),
+             "%s: an NHWC input must be a 4-D f32 or bf16 tensor", what);
+  return PX_OK;
+}
+
+px_status_t px__cuda_act_desc(cudnnTensorDescriptor_t d, const px_tensor_t *spec) {
+  const int64_t *x = spec->dims;
+  PX_REQUIRE(x[0] <= INT_MAX && x[1] <= INT_MAX && x[2] <= INT_MAX && x[3] <= INT_MAX,
+             "tensor [%lld, %lld, %lld, %lld] is too large for cuDNN", (long long)x[0],
+             (long long)x[1], (long long)x[2], (long long)x[3]);
+  PX_CUDNN(cudnnSetTensor4dDescriptor(d, px__cuda_nhwc(spec) ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                      px__cudnn_dtype(spec), (int)x[0], (int)x[1], (int)x[2],
+                                      (int)x[3]));
+  return PX_OK;
+}
+
+extern "C" px_status_t px__cuda_ops_act_format(px_ops_t *o, px_precision_t precision,
+                                               px_tensor_t *spec) {
+  px__cuda_ops_t *ops = px__cuda_ctx(o);
+  PX_REQUIRE(px_device_equal(spec->device, ops->device), "px_ops_act_format: spec on another device");
+  if (precision == PX_PRECISION_FP32 && ops->nchw) return PX_OK;
+  const px_layout_t *l;
+  const px_dtype_t dt = precision == PX_PRECISION_BF16 ? PX_DTYPE_BF16 : PX_DTYPE_F32;
+  PX_CHECK(px__cuda_nhwc_layout(ops, dt, spec->dims, &l));
+  spec->dtype = dt;
+  spec->layout = l;
+  spec->nbytes = l->nbytes;
+  return PX_OK;
+}
+
 void px__cuda_op_born(px__cuda_ops_t *ops) { ops->live_ops++; }
 void px__cuda_op_died(px__cuda_ops_t *ops) { ops->live_ops--; }
 
@@ -102,9 +225,11 @@ static void px__describe(px__cuda_ops_t *ops) {
   size_t v = cudnnGetVersion();
   int blas = 0;
   ops->blas->get_version(ops->cublas, &blas);
-  snprintf(ops->desc, sizeof ops->desc, "cuDNN %zu.%zu.%zu, cuBLAS %d.%d (cuda:%d %s, TF32 %s)",
-           v / 10000, (v % 10000) / 100, v % 100, blas / 10000, (blas % 10000) / 100,
-           (int)ops->device.index, name, ops->tf32 ? "on" : "off");
+  snprintf(ops->desc, sizeof ops->desc,
+           "cuDNN %zu.%zu.%zu, cuBLAS %d.%d (cuda:%d %s, TF32 %s, %s, algorithms %s)", v / 10000,
+           (v % 10000) / 100, v % 100, blas / 10000, (blas % 10000) / 100, (int)ops->device.index,
+           name, ops->tf32 ? "on" : "off", ops->nchw ? "NCHW" : "NHWC",
+           ops->benchmark ? "timed" : "by heuristics");
 }
 
 static int px__env_int(const char *name, int dflt) {
@@ -131,6 +256,11 @@ extern "C" px_status_t px__cuda_ops_create(px_device_t dev, int nthreads, px_ops
   ops->nthreads = nthreads;
   ops->tf32 = px__env_int("PX_CUDA_TF32", 1) != 0;
   ops->ws_algo_limit = (size_t)px__env_int("PX_CUDNN_WORKSPACE_MB", 1024) << 20;
+  ops->benchmark = px__env_int("PX_CUDNN_BENCHMARK", 1) != 0;
+  {
+    const char *l = getenv("PX_CUDA_LAYOUT");
+    ops->nchw = l && !strcmp(l, "nchw");
+  }
   px_status_t st = PX_OK;
   PX_CHECK_GOTO(px__cuda_enter(ops), st, fail);
   PX_CUDA_GOTO(cudaStreamCreate(&ops->stream), st, fail); /* blocking: see the header */
@@ -162,7 +292,14 @@ extern "C" void px__cuda_ops_destroy(px_ops_t *o) {
   cudaSetDevice(ops->device.index);
   if (ops->stream) cudaStreamSynchronize(ops->stream);
   px__cuda_mem_free(ops->ws);
+  px__cuda_mem_free(ops->wt);
   px__cuda_mem_free(ops->dres);
+  while (ops->layouts) {
+    px__cuda_layout_t *l = ops->layouts;
+    ops->layouts = l->next;
+    px_free(l);
+  }
+  px__cuda_conv_algo_cache_free(ops);
   if (ops->hres) cudaFreeHost(ops->hres);
   if (ops->staging) cudaFreeHost(ops->staging);
   if (ops->cublas) ops->blas->destroy(ops->cublas);

@@ -4,7 +4,12 @@
  * position of the first maximum of each window (int32 index into the input
  * plane, the workspace of ops.h). Backward: one thread per input that
  * gathers from the outputs whose windows cover it, so no atomics and no
- * zero-fill are needed and the sums are deterministic. */
+ * zero-fill are needed and the sums are deterministic.
+ *
+ * Global average pooling also takes channels-last input (NHWC, f32 or
+ * bf16: px_cuda_ops_int.h) and gives plain f32 [N, C, 1, 1], which is the
+ * same memory in either order; its kernels read a channel's values with
+ * threads of neighbouring channels side by side. */
 #include <stdint.h>
 #include <string.h>
 
@@ -24,6 +29,7 @@ typedef struct px__cuda_pool2d {
   px_tensor_t x_spec;  /* [N, C, H, W] */
   px_tensor_t y_spec;  /* [N, C, OH, OW] */
   px_tensor_t ws_spec; /* u8 [4 * N*C*OH*OW] arg-max indices for max pooling, else nbytes 0 */
+  int nhwc_gap;        /* global average pooling of an NHWC input */
 } px__cuda_pool2d_t;
 
 /* ---- kernels --------------------------------------------------------------------------- */
@@ -116,6 +122,30 @@ __global__ static void px__pool_bwd_kernel(float *__restrict__ dx, const float *
   }
 }
 
+/* Global average of NHWC x: y[n][c] = mean over p of x[n][p][c]. */
+template <typename T>
+__global__ static void px__gap_nhwc_fwd(float *__restrict__ y, const T *__restrict__ x, int64_t n,
+                                        int64_t c, int64_t hw) {
+  for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < n * c;
+       o += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t ch = o % c, b = o / c;
+    const T *in = x + b * hw * c + ch;
+    float sum = 0.0f;
+    for (int64_t p = 0; p < hw; p++) sum += px__ld(in + p * c);
+    y[o] = sum / (float)hw;
+  }
+}
+
+template <typename T>
+__global__ static void px__gap_nhwc_bwd(T *__restrict__ dx, const float *__restrict__ dy, int64_t n,
+                                        int64_t c, int64_t hw) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n * hw * c;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t ch = i % c, b = i / (hw * c);
+    px__st(dx + i, dy[b * c + ch] / (float)hw);
+  }
+}
+
 /* ---- op -------------------------------------------------------------------------------- */
 
 extern "C" void px__cuda_pool2d_destroy(px_pool2d_t *o) {
@@ -183,11 +213,21 @@ extern "C" px_status_t px__cuda_global_avgpool_create(px_ops_t *o, const px_tens
                                                       px_pool2d_t **out) {
   PX_REQUIRE(out != NULL, "px_global_avgpool_create: out is NULL");
   *out = NULL;
-  PX_CHECK(px__cuda_check_input(px__cuda_ctx(o), x_spec, 4, 4, "px_global_avgpool_create"));
+  px__cuda_ops_t *ops = px__cuda_ctx(o);
+  PX_CHECK(px__cuda_check_act(ops, x_spec, 4, 4, "px_global_avgpool_create"));
   PX_REQUIRE(x_spec->dims[2] <= INT32_MAX && x_spec->dims[3] <= INT32_MAX,
              "px_global_avgpool_create: input plane too large");
   px_pool2d_params_t p = {PX_POOL_AVG, (int32_t)x_spec->dims[2], (int32_t)x_spec->dims[3], 1, 1, 0, 0};
-  return px__cuda_pool2d_create(o, x_spec, &p, out);
+  if (!px__cuda_nhwc(x_spec)) return px__cuda_pool2d_create(o, x_spec, &p, out);
+  /* channels-last: the geometry of a plain one, the input's own spec kept */
+  px_tensor_t plain;
+  PX_CHECK(px_tensor_init4(&plain, ops->device, x_spec->dims[0], x_spec->dims[1], x_spec->dims[2],
+                           x_spec->dims[3]));
+  PX_CHECK(px__cuda_pool2d_create(o, &plain, &p, out));
+  px__cuda_pool2d_t *op = (px__cuda_pool2d_t *)*out;
+  op->x_spec = px__cuda_spec_copy(x_spec);
+  op->nhwc_gap = 1;
+  return PX_OK;
 }
 
 extern "C" void px__cuda_pool2d_y_spec(const px_pool2d_t *op, px_tensor_t *spec) {
@@ -205,6 +245,17 @@ extern "C" px_status_t px__cuda_pool2d_forward(px_pool2d_t *o, px_tensor_t *y, p
   if (op->ws_spec.nbytes) PX__CHECK(ws, &op->ws_spec, "pool2d forward ws");
   PX_CHECK(px__cuda_enter(op->ops));
   const size_t n = px_tensor_numel(&op->y_spec);
+  if (op->nhwc_gap) {
+    const int64_t hw = op->g.h * op->g.w;
+    if (op->x_spec.dtype == PX_DTYPE_BF16)
+      px__gap_nhwc_fwd<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, op->ops->stream>>>(
+          (float *)y->data, (const __nv_bfloat16 *)x->data, op->g.n, op->g.c, hw);
+    else
+      px__gap_nhwc_fwd<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, op->ops->stream>>>(
+          (float *)y->data, (const float *)x->data, op->g.n, op->g.c, hw);
+    PX_CUDA_LAUNCHED("global average pooling forward");
+    return PX_OK;
+  }
   px__pool_fwd_kernel<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, op->ops->stream>>>(
       (float *)y->data, op->ws_spec.nbytes ? (int32_t *)ws->data : NULL, (const float *)x->data,
       op->g);
@@ -220,6 +271,17 @@ extern "C" px_status_t px__cuda_pool2d_backward(px_pool2d_t *o, px_tensor_t *dx,
   if (op->ws_spec.nbytes) PX__CHECK(ws, &op->ws_spec, "pool2d backward ws");
   PX_CHECK(px__cuda_enter(op->ops));
   const size_t n = px_tensor_numel(&op->x_spec);
+  if (op->nhwc_gap) {
+    const int64_t hw = op->g.h * op->g.w;
+    if (op->x_spec.dtype == PX_DTYPE_BF16)
+      px__gap_nhwc_bwd<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, op->ops->stream>>>(
+          (__nv_bfloat16 *)dx->data, (const float *)dy->data, op->g.n, op->g.c, hw);
+    else
+      px__gap_nhwc_bwd<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, op->ops->stream>>>(
+          (float *)dx->data, (const float *)dy->data, op->g.n, op->g.c, hw);
+    PX_CUDA_LAUNCHED("global average pooling backward");
+    return PX_OK;
+  }
   px__pool_bwd_kernel<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, op->ops->stream>>>(
       (float *)dx->data, (const float *)dy->data,
       op->ws_spec.nbytes ? (const int32_t *)ws->data : NULL, op->g);

@@ -11,11 +11,18 @@
  * The stream is a blocking stream (cudaStreamCreate), so the blocking copies
  * of tensor.c on the legacy default stream are ordered with it.
  *
- * Every tensor is plain NCHW (or [N, K]) f32 device memory; specs carry
- * layout NULL. */
+ * Formats. Weights, gradients, statistics, FC inputs and logits are plain
+ * NCHW (or [N, K]) f32 device memory (layout NULL). Activations of the
+ * convolutional trunk may instead be channels-last: layout px__cuda_nhwc
+ * (one interned layout object per shape and dtype, owned by the context;
+ * the memory order is N, H, W, C) in f32 or bf16, what px_ops_act_format
+ * hands the model. Convolution, batch norm, ReLU, add and global average
+ * pooling take all three formats (the pooling gives plain f32); the other
+ * ops take plain f32 only. */
 #ifndef PX_CUDA_OPS_INT_H
 #define PX_CUDA_OPS_INT_H
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
@@ -24,6 +31,7 @@
 #include "px_check.h"
 #include "px_cuda_int.h"
 #include "tensor/px_tensor_cuda.h"
+#include "tensor/px_tensor_int.h"
 
 /* Device result of px_softmax_ce, copied back to pinned host memory. */
 typedef struct {
@@ -49,6 +57,12 @@ typedef struct px__cuda_ops {
   size_t staging_bytes;
   cudaEvent_t staging_done; /* recorded after the copies out of staging */
   int staging_pending;
+  int benchmark;        /* pick convolution algorithms by timing them (cudnnFind) */
+  int nchw;             /* PX_CUDA_LAYOUT=nchw: fp32 activations stay plain NCHW */
+  struct px__cuda_layout *layouts; /* interned NHWC layouts (cuda_ops.cu) */
+  struct px__conv_algo_cache *algos; /* timed algorithms by convolution shape (cuda_conv.cu) */
+  void *wt;             /* shared device buffer of the convolutions' KRSC weight copies */
+  size_t wt_bytes;
   px__cuda_loss_result_t *dres; /* device */
   px__cuda_loss_result_t *hres; /* pinned host */
   int64_t live_ops;
@@ -94,6 +108,52 @@ px_status_t px__cublas_status(cublasStatus_t s, const char *call, const char *fi
 #define PX_CUDA_LAUNCHED(what) PX_CUDA(cudaGetLastError())
 
 /* ---- helpers (cuda_ops.cu) ---------------------------------------------------- */
+
+/* ---- activation formats (cuda_ops.cu) ----------------------------------------------- */
+
+/* An NHWC layout object: base first (tensor.c reads it). */
+typedef struct px__cuda_layout {
+  struct px_layout base;
+  struct px__cuda_layout *next;
+} px__cuda_layout_t;
+
+/* 1 if spec is channels-last (any CUDA layout is NHWC). */
+static inline int px__cuda_nhwc(const px_tensor_t *spec) { return spec->layout != NULL; }
+
+/* The interned NHWC layout of a 4-D shape in dtype dt (f32 or bf16). */
+px_status_t px__cuda_nhwc_layout(px__cuda_ops_t *ops, px_dtype_t dt, const int64_t *dims,
+                                 const px_layout_t **out);
+
+/* A spec of dims in the format of `like` (layout and dtype; plain f32 when
+ * like is plain f32): for an op's output of another shape than its input. */
+px_status_t px__cuda_spec_like(px__cuda_ops_t *ops, const px_tensor_t *like, const int64_t *dims,
+                               px_tensor_t *spec);
+
+/* Validates the input spec of an op that takes every activation format:
+ * this context's device, 4-D (or [min, max] dims for plain f32), plain f32
+ * or NHWC f32/bf16. */
+px_status_t px__cuda_check_act(const px__cuda_ops_t *ops, const px_tensor_t *x, int min_ndim,
+                               int max_ndim, const char *what);
+
+/* cuDNN data type and format of an activation spec. */
+static inline cudnnDataType_t px__cudnn_dtype(const px_tensor_t *spec) {
+  return spec->dtype == PX_DTYPE_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+}
+
+/* Tensor descriptor of a 4-D activation spec in its format. */
+px_status_t px__cuda_act_desc(cudnnTensorDescriptor_t d, const px_tensor_t *spec);
+
+/* Element access for the kernels that take f32 and bf16 alike. */
+__device__ static inline float px__ld(const float *p) { return *p; }
+__device__ static inline float px__ld(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ static inline void px__st(float *p, float v) { *p = v; }
+__device__ static inline void px__st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+/* Frees the context's timed-algorithm cache (cuda_conv.cu). */
+void px__cuda_conv_algo_cache_free(px__cuda_ops_t *ops);
+
+/* Grows the shared weight-copy buffer to at least bytes (op creation only). */
+px_status_t px__cuda_reserve_wt(px__cuda_ops_t *ops, size_t bytes);
 
 /* Makes the context's device current for the calling thread. */
 px_status_t px__cuda_enter(px__cuda_ops_t *ops);

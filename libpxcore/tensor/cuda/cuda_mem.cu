@@ -8,7 +8,15 @@
  * 1.25, 1.5, 1.75, 2), so a block wastes at most a quarter of its size. A
  * host-side table maps each live pointer to its block; every allocation is
  * counted (px_cuda_mem_stats). One mutex guards the lists and the counters;
- * CUDA calls run outside it. */
+ * CUDA calls run outside it.
+ *
+ * The cache is a device's only while something of it lives: when the last
+ * live block of a device is freed (its models, ops contexts and strategy
+ * buffers all destroyed), the device's cache goes back to the driver. A
+ * process that tears down what it made thus ends with no device memory and
+ * no block records (compute-sanitizer's leak check, the test harness's
+ * px_malloc count), while a training run, whose arenas live throughout,
+ * keeps every block it reuses. */
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -32,6 +40,7 @@ typedef struct px__cblock {
 static pthread_mutex_t px__mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static px__cblock_t *px__free_lists[PX__MEM_MAX_DEVICES][PX__MEM_CLASSES];
 static px__cblock_t *px__live[PX__MEM_BUCKETS]; /* live blocks by pointer */
+static int64_t px__live_blocks[PX__MEM_MAX_DEVICES]; /* live blocks per device */
 static px_cuda_mem_stats_t px__stats;
 
 static px_status_t px__cuda_fail(cudaError_t e, const char *what) {
@@ -156,6 +165,7 @@ extern "C" px_status_t px__cuda_mem_alloc(int device, size_t bytes, const char *
   size_t h = px__bucket(b->ptr);
   b->next = px__live[h];
   px__live[h] = b;
+  px__live_blocks[device]++;
   px__stats.allocs++;
   px__stats.live_bytes += (int64_t)b->size;
   if (px__stats.live_bytes > px__stats.peak_bytes) px__stats.peak_bytes = px__stats.live_bytes;
@@ -192,7 +202,13 @@ extern "C" void px__cuda_mem_free(void *p) {
   px__stats.frees++;
   px__stats.live_bytes -= (int64_t)b->size;
   px__stats.cached_bytes += (int64_t)b->size;
+  const int idle = --px__live_blocks[b->device] == 0;
+  const int device = b->device;
   pthread_mutex_unlock(&px__mem_lock);
+  if (idle && px__enter(device, &prev) == PX_OK) { /* nothing of the device lives: see above */
+    px__trim_device(device);
+    px__leave(device, prev);
+  }
 }
 
 extern "C" px_status_t px__cuda_mem_zero(int device, void *p, size_t bytes) {
