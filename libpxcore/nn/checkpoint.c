@@ -227,6 +227,7 @@ px_status_t px_model_file_config(const char *path, px_model_config_t *cfg, int32
   cfg->num_classes = atoi(cls);
   cfg->widths = NULL;
   cfg->nwidths = 0;
+  cfg->precision = PX_PRECISION_FP32; /* a file holds f32 weights; how to run them is the caller's */
   if (w) {
     int n = 0;
     for (const char *p = w; *p;) {

@@ -249,8 +249,8 @@ PX_API px_status_t px_model_load(px_model_t *m, px_sgd_t *sgd, const char *path)
 /* Reads a checkpoint's model metadata into cfg: arch (a static string),
  * in_channels, num_classes and, for a compact model (metadata "widths"),
  * widths (written to the caller's widths[0..cap), cfg->widths pointing at
- * it) and nwidths; cfg->widths NULL for a dense file. batch, height and width
- * are left to the caller. Fails with PX_ERR_IO / PX_ERR_FORMAT naming the
+ * it) and nwidths; cfg->widths NULL for a dense file; precision fp32. batch,
+ * height and width are left to the caller. Fails with PX_ERR_IO / PX_ERR_FORMAT naming the
  * file (no or bad metadata), PX_ERR_INVALID (more widths than cap). */
 PX_API px_status_t px_model_file_config(const char *path, px_model_config_t *cfg, int32_t *widths,
                                         int cap);
