@@ -26,8 +26,10 @@
  * what it may not touch: PERMISSION_DENIED.
  *
  * The tokens file is read at start and on SIGHUP (a bad file keeps the old
- * tokens and logs why), must not be readable by others, and is held sorted
- * so that a lookup is a binary search. */
+ * tokens and logs why) and must be mode 0600 or 0400. Only the SHA-256 of
+ * each token is kept, and a lookup compares the presented token's digest
+ * with every entry in constant time (CRYPTO_memcmp, no early exit), so
+ * neither the order nor the bytes of the tokens leak through timing. */
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -38,6 +40,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+
 #include "coord.h"
 #include "prunex/check.h"
 
@@ -46,7 +51,7 @@
 #define COORD_TOKEN_MAX 256
 
 typedef struct {
-  char *token;
+  unsigned char digest[SHA256_DIGEST_LENGTH]; /* SHA-256 of the token */
   char name[COORD_NAME_MAX];
   int role;
 } coord_token_t;
@@ -54,21 +59,44 @@ typedef struct {
 struct coord_tokens {
   coord_token_t *v;
   size_t n;
-  char *text; /* the file's bytes; tokens point into it */
 };
 
 void coord_tokens_free(coord_tokens_t *t) {
   if (!t) return;
-  if (t->text) {
-    memset(t->text, 0, strlen(t->text));
-    px_free(t->text);
-  }
+  if (t->v) OPENSSL_cleanse(t->v, t->n * sizeof *t->v);
   px_free(t->v);
   px_free(t);
 }
 
 static int coord_token_cmp(const void *a, const void *b) {
-  return strcmp(((const coord_token_t *)a)->token, ((const coord_token_t *)b)->token);
+  return memcmp(((const coord_token_t *)a)->digest, ((const coord_token_t *)b)->digest,
+                SHA256_DIGEST_LENGTH);
+}
+
+/* The entry whose digest is the token's, or NULL. Every entry is compared,
+ * each in constant time, whatever matches: the time depends on the number
+ * of tokens and the length of the one presented only. */
+static const coord_token_t *coord_tokens_find(const coord_tokens_t *t, const char *token) {
+  unsigned char d[SHA256_DIGEST_LENGTH];
+  SHA256((const unsigned char *)token, strlen(token), d);
+  const coord_token_t *hit = NULL;
+  for (size_t i = 0; i < t->n; i++) {
+    int same = CRYPTO_memcmp(d, t->v[i].digest, sizeof d) == 0;
+    hit = same ? &t->v[i] : hit;
+  }
+  OPENSSL_cleanse(d, sizeof d);
+  return hit;
+}
+
+int coord_secret_equal(const char *a, const char *b) {
+  size_t na = strlen(a), nb = strlen(b);
+  unsigned char da[SHA256_DIGEST_LENGTH], db[SHA256_DIGEST_LENGTH];
+  SHA256((const unsigned char *)a, na, da);
+  SHA256((const unsigned char *)b, nb, db);
+  int eq = CRYPTO_memcmp(da, db, sizeof da) == 0;
+  OPENSSL_cleanse(da, sizeof da);
+  OPENSSL_cleanse(db, sizeof db);
+  return eq;
 }
 
 int coord_name_ok(const char *s) {
@@ -90,11 +118,15 @@ px_status_t coord_tokens_load(const char *path, coord_tokens_t **out) {
     close(fd);
     return px_set_error(PX_ERR_INVALID, "tokens file %s: not a regular file", path);
   }
-  if (sb.st_mode & (S_IROTH | S_IWOTH)) {
+  /* Only its owner may read it: 0600, or 0400 for a file nobody edits in
+   * place (a group, even the service's own, is more than one user). */
+  unsigned mode = (unsigned)(sb.st_mode & 07777);
+  if (mode != 0600 && mode != 0400) {
     close(fd);
     return px_set_error(PX_ERR_INVALID,
-                        "tokens file %s: readable or writable by every user (mode %03o); "
-                        "run chmod 600 %s", path, (unsigned)(sb.st_mode & 0777), path);
+                        "tokens file %s: mode %04o, but it must be 0600 or 0400 (readable by "
+                        "its owner only); run chmod 600 %s",
+                        path, mode, path);
   }
   if (sb.st_size > COORD_TOKENS_MAX_BYTES) {
     close(fd);
@@ -109,7 +141,6 @@ px_status_t coord_tokens_load(const char *path, coord_tokens_t **out) {
     px_free(text);
     return PX_ERR_NOMEM;
   }
-  t->text = text;
   size_t got = 0;
   while (got < (size_t)sb.st_size) {
     ssize_t r = read(fd, text + got, (size_t)sb.st_size - got);
@@ -123,6 +154,8 @@ px_status_t coord_tokens_load(const char *path, coord_tokens_t **out) {
   for (size_t i = 0; i < got; i++) lines += text[i] == '\n';
   t->v = px_calloc(lines, sizeof *t->v, "coordd.tokens.v");
   if (!t->v) {
+    OPENSSL_cleanse(text, got);
+    px_free(text);
     coord_tokens_free(t);
     return PX_ERR_NOMEM;
   }
@@ -181,14 +214,16 @@ px_status_t coord_tokens_load(const char *path, coord_tokens_t **out) {
       break;
     }
     coord_token_t *e = &t->v[t->n++];
-    e->token = f[0];
+    SHA256((const unsigned char *)f[0], tl, e->digest);
     snprintf(e->name, sizeof e->name, "%s", f[1]);
     e->role = role;
   }
+  OPENSSL_cleanse(text, got); /* only the digests are kept */
+  px_free(text);
   if (st == PX_OK) {
     qsort(t->v, t->n, sizeof *t->v, coord_token_cmp);
     for (size_t i = 1; i < t->n; i++)
-      if (!strcmp(t->v[i].token, t->v[i - 1].token)) {
+      if (!coord_token_cmp(&t->v[i], &t->v[i - 1])) {
         st = px_set_error(PX_ERR_INVALID, "%s: a token appears twice (for %s and %s)", path,
                           t->v[i - 1].name, t->v[i].name);
         break;
@@ -209,8 +244,7 @@ size_t coord_tokens_count(const coord_tokens_t *t) { return t ? t->n : 0; }
 int coord_tokens_lookup(const coord_tokens_t *t, const char *token, char *name, size_t cap,
                         int *role) {
   if (!t || !token) return 0;
-  coord_token_t key = {.token = (char *)token};
-  const coord_token_t *e = bsearch(&key, t->v, t->n, sizeof key, coord_token_cmp);
+  const coord_token_t *e = coord_tokens_find(t, token);
   if (!e) return 0;
   if (name) snprintf(name, cap, "%s", e->name);
   if (role) *role = e->role;
@@ -297,8 +331,7 @@ px_rpc_code_t coord_auth_identify(coord_t *c, const char *authorization, coord_i
     }
     px_store_reset(st);
   } else {
-    coord_token_t key = {.token = (char *)token};
-    const coord_token_t *e = bsearch(&key, c->tokens->v, c->tokens->n, sizeof key, coord_token_cmp);
+    const coord_token_t *e = coord_tokens_find(c->tokens, token);
     if (e) {
       who->role = e->role;
       snprintf(who->name, sizeof who->name, "%s", e->name);

@@ -103,15 +103,20 @@ typedef struct {
 typedef struct coord_tokens coord_tokens_t;
 
 /* Reads a tokens file (`TOKEN NAME ROLE` lines, '#' comments). Refuses a
- * file others may read or write, malformed lines (naming file:line),
+ * file whose mode is not 0600 or 0400, malformed lines (naming file:line),
  * duplicate tokens, and an empty file. Caller owns *out. */
 px_status_t coord_tokens_load(const char *path, coord_tokens_t **out);
 void coord_tokens_free(coord_tokens_t *t);
 size_t coord_tokens_count(const coord_tokens_t *t);
 /* Looks a token of the file up (not rank secrets): 1 and its name and role
- * when known. Reads t only: safe from any thread that holds t. */
+ * when known. Constant time in the token's bytes (only SHA-256 digests are
+ * held, each compared). Reads t only: safe from any thread that holds t. */
 int coord_tokens_lookup(const coord_tokens_t *t, const char *token, char *name, size_t cap,
                         int *role);
+
+/* 1 when the two strings are equal; the time taken does not depend on
+ * where they differ (both are hashed, then compared with CRYPTO_memcmp). */
+int coord_secret_equal(const char *a, const char *b);
 
 /* 1 when s is a valid user or node name (1..127 of A-Z a-z 0-9 . _ - @). */
 int coord_name_ok(const char *s);

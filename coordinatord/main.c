@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "coord.h"
@@ -280,13 +281,58 @@ static void coord_on_retention(uv_timer_t *t) { coord_retention_run(t->data); }
 
 /* ---- start ----------------------------------------------------------------------- */
 
+/* The database holds every job's data and the rank secrets: it and its
+ * -wal, -shm and -journal files must be readable by the service user only.
+ * 0 when path (missing is fine) has no group or other permission bits;
+ * else -1 after saying which file and how to fix it. */
+static int coord_check_private(const char *path, int fd) {
+  struct stat sb;
+  if ((fd >= 0 ? fstat(fd, &sb) : stat(path, &sb)) != 0) {
+    if (errno == ENOENT) return 0;
+    fprintf(stderr, "pxcoordd: %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  if (!(sb.st_mode & 077)) return 0;
+  fprintf(stderr,
+          "pxcoordd: %s: mode %04o lets other users read the coordinator's database (rank "
+          "secrets, every job's data); run chmod 600 %s (and its -wal and -shm files) or "
+          "remove it\n",
+          path, (unsigned)(sb.st_mode & 07777), path);
+  return -1;
+}
+
 /* Holds an exclusive lock on the database file for the life of the process
- * so that two coordinators never share a database. */
+ * so that two coordinators never share a database. The file is created here
+ * (before SQLite sees it) with mode 0600 whatever the umask; SQLite gives
+ * its -wal and -shm files the database file's mode. An existing database
+ * (or -wal, -shm, -journal file) that others may read is refused. */
 static int coord_lock_db(const char *path) {
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd >= 0) {
+    if (fchmod(fd, 0600) != 0) { /* a umask cannot widen it, but 0277 narrows it */
+      fprintf(stderr, "pxcoordd: %s: chmod 600: %s\n", path, strerror(errno));
+      close(fd);
+      return -1;
+    }
+  } else if (errno == EEXIST) {
+    fd = open(path, O_RDWR | O_CLOEXEC);
+  }
   if (fd < 0) {
     fprintf(stderr, "pxcoordd: %s: cannot open the database file: %s\n", path, strerror(errno));
     return -1;
+  }
+  if (coord_check_private(path, fd) != 0) {
+    close(fd);
+    return -1;
+  }
+  static const char *const side[] = {"-wal", "-shm", "-journal"};
+  for (size_t i = 0; i < sizeof side / sizeof side[0]; i++) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s%s", path, side[i]);
+    if (coord_check_private(p, -1) != 0) {
+      close(fd);
+      return -1;
+    }
   }
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     fprintf(stderr, "pxcoordd: %s: %s\n", path,
