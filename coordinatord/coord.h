@@ -67,7 +67,10 @@ typedef struct {
   char http[256];          /* HTTP listener HOST:PORT; "" : none (http.c) */
   char http_www[4096];     /* dashboard files; "" : the installed ones */
   char http_js[4096];      /* JS libraries; "" : COORD_DEFAULT_HTTP_JS */
+  int http_max_per_address; /* HTTP connections from one address (issue 26) */
 } coord_config_t;
+
+#define COORD_DEFAULT_HTTP_PER_ADDRESS 32
 
 #define COORD_DEFAULT_HTTP_JS "/usr/share/javascript"
 

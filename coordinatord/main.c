@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,7 +35,8 @@ static void coord_usage(FILE *f) {
           "                [--log-level error|warn|info|debug]\n"
           "                [--tls-cert FILE --tls-key FILE] [--tokens FILE]\n"
           "                [--retention-days N]\n"
-          "                [--http HOST:PORT [--http-www DIR] [--http-js DIR]]\n"
+          "                [--http HOST:PORT [--http-www DIR] [--http-js DIR]\n"
+          "                 [--http-max-per-address N]]\n"
           "\n"
           "The PruneX coordinator: node registry, job queue and scheduler, rendezvous\n"
           "store, H-SADMM controller and metrics, served over gRPC (prunex.v1).\n"
@@ -74,6 +76,9 @@ static void coord_usage(FILE *f) {
           "                           ones, %s)\n"
           "  --http-js DIR            JavaScript libraries from Debian packages\n"
           "                           (default %s; Chart.js from libjs-chart.js)\n"
+          "  --http-max-per-address N at most N HTTP connections from one address\n"
+          "                           (default %d; of %d in all); raise it behind a\n"
+          "                           reverse proxy, whose connections share one address\n"
           "  --help, --version\n"
           "\n"
           "Without --db or db in the config file, $STATE_DIRECTORY/coordinator.db is used\n"
@@ -86,7 +91,7 @@ static void coord_usage(FILE *f) {
           "(database, address), 2 bad flags or configuration.\n",
           COORD_DEFAULT_LISTEN, COORD_DEFAULT_HEARTBEAT_TIMEOUT_MS,
           COORD_DEFAULT_PLACEMENT_TIMEOUT_MS, COORD_DEFAULT_AGENT_GRACE_MS, PX_WWW_DIR,
-          COORD_DEFAULT_HTTP_JS);
+          COORD_DEFAULT_HTTP_JS, COORD_DEFAULT_HTTP_PER_ADDRESS, COORD_HTTP_MAX_CONNECTIONS);
 }
 
 static int coord_bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -117,6 +122,7 @@ static const char *coord_flag_key(const char *flag) {
       {"--http", "http"},
       {"--http-www", "http_www"},
       {"--http-js", "http_js"},
+      {"--http-max-per-address", "http_max_per_address"},
   };
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
     if (!strcmp(flag, map[i][0])) return map[i][1];
@@ -362,8 +368,23 @@ static void coord_advertise(coord_t *c, int port) {
   snprintf(c->advertise, sizeof c->advertise, "%s:%d", host, port);
 }
 
+/* Up to COORD_HTTP_MAX_CONNECTIONS HTTP connections besides gRPC's and
+ * SQLite's descriptors: more than the usual soft limit of 1024, so the soft
+ * limit is raised to the hard one (at most 65536). Nothing here uses
+ * select(), so descriptors past FD_SETSIZE are fine. */
+static void coord_raise_nofile(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max) return;
+  rlim_t want = rl.rlim_max < 65536 ? rl.rlim_max : 65536;
+  if (want <= rl.rlim_cur) return;
+  rl.rlim_cur = want;
+  if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+    px_log(PX_LOG_WARN, "cannot raise the open-file limit: %s", strerror(errno));
+}
+
 int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
+  coord_raise_nofile();
   coord_t c;
   memset(&c, 0, sizeof c);
   c.started_ms = coord_now_ms();
@@ -442,7 +463,7 @@ int main(int argc, char **argv) {
     if (c.cfg.http[0]) {
       const char *js = c.cfg.http_js[0] ? c.cfg.http_js : COORD_DEFAULT_HTTP_JS;
       if (coord_http_start(c.cfg.http, c.cfg.db, coord_www_dir(&c.cfg), js, c.cfg.tokens,
-                           &c.http) != PX_OK) {
+                           c.cfg.http_max_per_address, &c.http) != PX_OK) {
         fprintf(stderr, "pxcoordd: %s\n", px_last_error());
         c.exit_code = 1;
         coord_stop(&c, "the HTTP listener could not start");
