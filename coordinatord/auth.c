@@ -73,19 +73,24 @@ static int coord_token_cmp(const void *a, const void *b) {
                 SHA256_DIGEST_LENGTH);
 }
 
-/* The entry whose digest is the token's, or NULL. Every entry is compared,
- * each in constant time, whatever matches: the time depends on the number
- * of tokens and the length of the one presented only. */
-static const coord_token_t *coord_tokens_find(const coord_tokens_t *t, const char *token) {
-  unsigned char d[SHA256_DIGEST_LENGTH];
-  SHA256((const unsigned char *)token, strlen(token), d);
+/* The entry whose digest is d, or NULL. Every entry is compared, each in
+ * constant time, whatever matches: the time depends on the number of
+ * tokens only. */
+static const coord_token_t *coord_tokens_find_digest(const coord_tokens_t *t,
+                                                     const unsigned char *d) {
   const coord_token_t *hit = NULL;
   for (size_t i = 0; i < t->n; i++) {
-    int same = CRYPTO_memcmp(d, t->v[i].digest, sizeof d) == 0;
+    int same = CRYPTO_memcmp(d, t->v[i].digest, SHA256_DIGEST_LENGTH) == 0;
     hit = same ? &t->v[i] : hit;
   }
-  OPENSSL_cleanse(d, sizeof d);
   return hit;
+}
+
+/* The entry of token (its digest into d), or NULL. */
+static const coord_token_t *coord_tokens_find(const coord_tokens_t *t, const char *token,
+                                              unsigned char d[SHA256_DIGEST_LENGTH]) {
+  SHA256((const unsigned char *)token, strlen(token), d);
+  return coord_tokens_find_digest(t, d);
 }
 
 int coord_secret_equal(const char *a, const char *b) {
@@ -244,7 +249,9 @@ size_t coord_tokens_count(const coord_tokens_t *t) { return t ? t->n : 0; }
 int coord_tokens_lookup(const coord_tokens_t *t, const char *token, char *name, size_t cap,
                         int *role) {
   if (!t || !token) return 0;
-  const coord_token_t *e = coord_tokens_find(t, token);
+  unsigned char d[SHA256_DIGEST_LENGTH];
+  const coord_token_t *e = coord_tokens_find(t, token, d);
+  OPENSSL_cleanse(d, sizeof d);
   if (!e) return 0;
   if (name) snprintf(name, cap, "%s", e->name);
   if (role) *role = e->role;
@@ -259,6 +266,38 @@ px_status_t coord_auth_reload(coord_t *c) {
   c->tokens = t;
   px_log(PX_LOG_INFO, "tokens: %zu from %s", t->n, c->cfg.tokens);
   return PX_OK;
+}
+
+static const char *coord_role_name(int role);
+
+/* 1 when the identity a stream was opened with still holds under the
+ * tokens now in force: its token is in the file, for the same name and
+ * role. Identities that are not from the file (anonymous, rank secrets)
+ * are not the file's to revoke. */
+static int coord_auth_still_valid(const coord_t *c, const coord_identity_t *who) {
+  if (!who->from_file) return 1;
+  if (!c->tokens) return 0;
+  const coord_token_t *e = coord_tokens_find_digest(c->tokens, who->digest);
+  return e && e->role == who->role && !strcmp(e->name, who->name);
+}
+
+size_t coord_auth_revoke_streams(coord_t *c) {
+  size_t ended = 0;
+  for (int lists = 0; lists < 2; lists++) {
+    coord_watch_t *w = lists ? c->node_watches : c->job_watches, *next;
+    for (; w; w = next) {
+      next = w->next;
+      if (coord_auth_still_valid(c, &w->who)) continue;
+      px_log(PX_LOG_INFO, "tokens: closing the %s stream of %s %s (%s): its token was revoked",
+             w->is_job ? "WatchJob" : "WatchAssignments", coord_role_name(w->who.role),
+             w->who.name, w->id);
+      coord_watch_end(c, w, PX_RPC_UNAUTHENTICATED,
+                      "the token of %s %s was revoked (the tokens file no longer holds it)",
+                      coord_role_name(w->who.role), w->who.name);
+      ended++;
+    }
+  }
+  return ended;
 }
 
 px_status_t coord_rank_secret_make(char *out, size_t cap) {
@@ -331,8 +370,9 @@ px_rpc_code_t coord_auth_identify(coord_t *c, const char *authorization, coord_i
     }
     px_store_reset(st);
   } else {
-    const coord_token_t *e = coord_tokens_find(c->tokens, token);
+    const coord_token_t *e = coord_tokens_find(c->tokens, token, who->digest);
     if (e) {
+      who->from_file = 1;
       who->role = e->role;
       snprintf(who->name, sizeof who->name, "%s", e->name);
       return PX_RPC_OK;

@@ -101,6 +101,8 @@ typedef struct {
   char job_id[64];
   int rank;
   char node_id[64];
+  int from_file;                   /* 1: a token of the tokens file, digest below */
+  unsigned char digest[32];        /* its SHA-256: streams are re-checked on SIGHUP */
 } coord_identity_t;
 
 typedef struct coord_tokens coord_tokens_t;
@@ -183,6 +185,10 @@ typedef struct {
 /* Re-reads the tokens file (when one is configured); on failure the old
  * tokens stay and the error is returned. */
 px_status_t coord_auth_reload(coord_t *c);
+/* After a reload: ends (UNAUTHENTICATED) every open WatchJob and
+ * WatchAssignments stream whose token is no longer in the file (or now
+ * names another user or role); returns how many. */
+size_t coord_auth_revoke_streams(coord_t *c);
 
 /* Turns an `authorization` value ("Bearer TOKEN"; NULL or "" when absent)
  * into an identity. PX_RPC_OK, or UNAUTHENTICATED (INTERNAL on a database
@@ -296,12 +302,17 @@ struct coord_watch {
   px_rpc_srv_call_t *call;
   int is_job;
   char id[128];
+  coord_identity_t who;  /* who opened it (re-checked when the tokens change) */
 };
 /* Opens a watch on the call (its cancel callback unlinks and frees it);
  * NULL on allocation failure. */
 coord_watch_t *coord_watch_open(coord_t *c, px_rpc_srv_call_t *call, const char *id, int is_job);
 /* Ends a watch with status OK (a job reached a terminal state). */
 void coord_watch_close(coord_t *c, coord_watch_t *w);
+/* Ends a watch with code and message (frees w). An assignment stream ended
+ * this way counts as its agent gone (coord_agent_gone). */
+void coord_watch_end(coord_t *c, coord_watch_t *w, px_rpc_code_t code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* ---- jobs (jobs.c) ------------------------------------------------------ */
 

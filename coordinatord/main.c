@@ -277,9 +277,15 @@ static void coord_on_sighup(uv_signal_t *h, int signum) {
     px_log(PX_LOG_INFO, "SIGHUP: no tokens file configured, nothing to re-read");
     return;
   }
-  if (coord_auth_reload(c) != PX_OK)
+  if (coord_auth_reload(c) != PX_OK) {
     px_log(PX_LOG_ERROR, "SIGHUP: %s (the previous tokens stay in force)", px_last_error());
-  else if (coord_http_reload_tokens(c->http) != PX_OK)
+    return;
+  }
+  /* A removed token loses the streams it opened, not only its next call. */
+  size_t ended = coord_auth_revoke_streams(c);
+  if (ended) px_log(PX_LOG_INFO, "SIGHUP: %zu stream%s of revoked tokens closed", ended,
+                    ended == 1 ? "" : "s");
+  if (coord_http_reload_tokens(c->http) != PX_OK)
     px_log(PX_LOG_ERROR, "SIGHUP: http: %s (the previous tokens stay in force)", px_last_error());
 }
 

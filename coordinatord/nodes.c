@@ -1,6 +1,7 @@
 /* Node registry: RegisterNode, Heartbeat, ListNodes, the heartbeat sweep
  * that marks silent nodes LOST, and the WatchAssignments streams through
  * which nodes learn what to start and what to stop. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -464,6 +465,7 @@ coord_watch_t *coord_watch_open(coord_t *c, px_rpc_srv_call_t *call, const char 
   w->c = c;
   w->call = call;
   w->is_job = is_job;
+  w->who = c->who; /* the caller coord_authorize identified for this call */
   snprintf(w->id, sizeof w->id, "%s", id);
   coord_watch_t **list = is_job ? &c->job_watches : &c->node_watches;
   w->next = *list;
@@ -475,6 +477,18 @@ coord_watch_t *coord_watch_open(coord_t *c, px_rpc_srv_call_t *call, const char 
 void coord_watch_close(coord_t *c, coord_watch_t *w) {
   coord_watch_unlink(w->is_job ? &c->job_watches : &c->node_watches, w);
   px_rpc_srv_finish(w->call, PX_RPC_OK, NULL);
+  px_free(w);
+}
+
+void coord_watch_end(coord_t *c, coord_watch_t *w, px_rpc_code_t code, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  coord_watch_unlink(w->is_job ? &c->job_watches : &c->node_watches, w);
+  if (!w->is_job) coord_agent_gone(c, w->id);
+  px_rpc_srv_finish(w->call, code, "%s", msg);
   px_free(w);
 }
 
