@@ -627,9 +627,17 @@ typedef struct {
 } pxctl_result_t;
 
 /* Copies one SQLite database with the online backup API (consistent, WAL
- * included; the source is only read). 0 on success. */
+ * included; the source is only read). The copy is made 0600 whatever the
+ * umask, as pxcoordd makes its own (and wants it to reopen it). 0 on
+ * success. */
 static int pxctl_copy_db(const char *from, const char *to) {
   sqlite3 *src = NULL, *dst = NULL;
+  int fd = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 || fchmod(fd, 0600) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  close(fd);
   int rc = sqlite3_open_v2(from, &src, SQLITE_OPEN_READONLY, NULL);
   if (rc == SQLITE_OK) rc = sqlite3_open_v2(to, &dst, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
   if (rc == SQLITE_OK) {

@@ -41,6 +41,8 @@
 #include <unistd.h>
 
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/sha.h>
 
 #include "coord.h"
@@ -300,20 +302,182 @@ size_t coord_auth_revoke_streams(coord_t *c) {
   return ended;
 }
 
-px_status_t coord_rank_secret_make(char *out, size_t cap) {
-  unsigned char raw[32];
+/* getrandom() until n bytes are in. */
+static px_status_t coord_random(unsigned char *out, size_t n) {
   size_t got = 0;
-  while (got < sizeof raw) {
-    ssize_t r = getrandom(raw + got, sizeof raw - got, 0);
+  while (got < n) {
+    ssize_t r = getrandom(out + got, n - got, 0);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return px_set_error(PX_ERR_IO, "getrandom: %s", strerror(errno));
     got += (size_t)r;
   }
-  size_t pre = strlen(COORD_RANK_SECRET_PREFIX);
-  PX_REQUIRE(cap > pre + 2 * sizeof raw, "rank secret buffer too small");
-  memcpy(out, COORD_RANK_SECRET_PREFIX, pre);
-  for (size_t i = 0; i < sizeof raw; i++) snprintf(out + pre + 2 * i, 3, "%02x", raw[i]);
   return PX_OK;
+}
+
+static void coord_hex(const unsigned char *b, size_t n, char *out) {
+  static const char digits[] = "0123456789abcdef";
+  for (size_t i = 0; i < n; i++) {
+    out[2 * i] = digits[b[i] >> 4];
+    out[2 * i + 1] = digits[b[i] & 15];
+  }
+  out[2 * n] = '\0';
+}
+
+void coord_sha256_hex(const char *s, char out[65]) {
+  unsigned char d[SHA256_DIGEST_LENGTH];
+  SHA256((const unsigned char *)s, strlen(s), d);
+  coord_hex(d, sizeof d, out);
+}
+
+px_status_t coord_secret_key_load(coord_t *c) {
+  char path[sizeof c->cfg.db + 8];
+  snprintf(path, sizeof path, "%s.key", c->cfg.db);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0 && errno == ENOENT) {
+    /* First start on this database: a new key, 0600 whatever the umask. */
+    unsigned char raw[COORD_SECRET_KEY_BYTES];
+    char hex[2 * COORD_SECRET_KEY_BYTES + 2];
+    PX_CHECK(coord_random(raw, sizeof raw));
+    coord_hex(raw, sizeof raw, hex);
+    OPENSSL_cleanse(raw, sizeof raw);
+    strcat(hex, "\n");
+    int w = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int ok = w >= 0 && fchmod(w, 0600) == 0 && write(w, hex, strlen(hex)) == (ssize_t)strlen(hex) &&
+             fsync(w) == 0;
+    int err = errno;
+    if (w >= 0) close(w);
+    OPENSSL_cleanse(hex, sizeof hex);
+    if (!ok) {
+      if (w >= 0) unlink(path);
+      return px_set_error(PX_ERR_IO, "%s: cannot write the rank-secret key: %s", path,
+                          strerror(err));
+    }
+    px_log(PX_LOG_INFO, "rank-secret key %s created", path);
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  }
+  if (fd < 0)
+    return px_set_error(PX_ERR_IO, "%s: cannot open the rank-secret key: %s", path,
+                        strerror(errno));
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    close(fd);
+    return px_set_error(PX_ERR_INVALID, "%s: the rank-secret key is not a regular file", path);
+  }
+  if (sb.st_mode & 077) {
+    close(fd);
+    return px_set_error(PX_ERR_INVALID,
+                        "%s: mode %04o lets other users read the rank-secret key; run chmod "
+                        "600 %s",
+                        path, (unsigned)(sb.st_mode & 07777), path);
+  }
+  char hex[2 * COORD_SECRET_KEY_BYTES + 8];
+  ssize_t n = read(fd, hex, sizeof hex - 1);
+  close(fd);
+  if (n < 0) n = 0;
+  hex[n] = '\0';
+  while (n > 0 && (hex[n - 1] == '\n' || hex[n - 1] == '\r')) hex[--n] = '\0';
+  px_status_t st = PX_OK;
+  if (n != 2 * COORD_SECRET_KEY_BYTES) st = PX_ERR_INVALID;
+  for (int i = 0; st == PX_OK && i < COORD_SECRET_KEY_BYTES; i++) {
+    unsigned v;
+    if (sscanf(hex + 2 * i, "%2x", &v) != 1 || !isxdigit((unsigned char)hex[2 * i]) ||
+        !isxdigit((unsigned char)hex[2 * i + 1]))
+      st = PX_ERR_INVALID;
+    else c->secret_key[i] = (unsigned char)v;
+  }
+  OPENSSL_cleanse(hex, sizeof hex);
+  if (st != PX_OK)
+    return px_set_error(PX_ERR_INVALID,
+                        "%s: not a rank-secret key (expected %d hex digits); the jobs running "
+                        "now need the original (remove it only when none run)",
+                        path, 2 * COORD_SECRET_KEY_BYTES);
+  return PX_OK;
+}
+
+px_status_t coord_rank_secret_derive(const coord_t *c, const char *salt, char *out, size_t cap) {
+  size_t pre = strlen(COORD_RANK_SECRET_PREFIX);
+  PX_REQUIRE(cap > pre + 64, "rank secret buffer too small");
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned len = 0;
+  if (!HMAC(EVP_sha256(), c->secret_key, COORD_SECRET_KEY_BYTES, (const unsigned char *)salt,
+            strlen(salt), mac, &len) ||
+      len != 32)
+    return px_set_error(PX_ERR_BACKEND, "HMAC-SHA256 failed");
+  memcpy(out, COORD_RANK_SECRET_PREFIX, pre);
+  coord_hex(mac, 32, out + pre);
+  OPENSSL_cleanse(mac, sizeof mac);
+  return PX_OK;
+}
+
+px_status_t coord_rank_secret_new(const coord_t *c, char salt[33], char hash[65]) {
+  unsigned char raw[16];
+  PX_CHECK(coord_random(raw, sizeof raw));
+  coord_hex(raw, sizeof raw, salt);
+  char secret[COORD_RANK_SECRET_LEN + 8];
+  PX_CHECK(coord_rank_secret_derive(c, salt, secret, sizeof secret));
+  coord_sha256_hex(secret, hash);
+  OPENSSL_cleanse(secret, sizeof secret);
+  return PX_OK;
+}
+
+px_status_t coord_rank_secrets_upgrade(coord_t *c) {
+  typedef struct {
+    char job_id[64];
+    int64_t rank;
+    int active;
+    char hash[65];
+  } row_t;
+  row_t *rows = NULL;
+  size_t n = 0, cap = 0;
+  px_store_stmt_t *st;
+  px_status_t rc = px_store_stmt(c->db,
+                                 "SELECT r.job_id, r.rank, r.secret, j.state FROM job_ranks r"
+                                 " JOIN jobs j ON j.job_id = r.job_id WHERE r.secret != ''",
+                                 &st);
+  while (rc == PX_OK && (rc = px_store_step(st)) == 1) {
+    if (n == cap) {
+      size_t nc = cap ? 2 * cap : 64;
+      row_t *nr = px_realloc(rows, nc * sizeof *rows, "coordd.secrets.upgrade");
+      if (!nr) {
+        rc = PX_ERR_NOMEM;
+        break;
+      }
+      rows = nr;
+      cap = nc;
+    }
+    row_t *r = &rows[n++];
+    snprintf(r->job_id, sizeof r->job_id, "%s", px_store_column_text(st, 0));
+    r->rank = px_store_column_int64(st, 1);
+    coord_sha256_hex(px_store_column_text(st, 2), r->hash);
+    r->active = coord_job_active((int)px_store_column_int64(st, 3));
+    rc = PX_OK;
+  }
+  if (rc != PX_OK) px_store_reset(st);
+  if (rc == PX_OK && n) {
+    /* secure_delete: the plaintext is overwritten in the file, not left in
+     * a free block */
+    rc = px_store_exec(c->db, "PRAGMA secure_delete = ON");
+    if (rc == PX_OK) rc = px_store_begin(c->db);
+    for (size_t i = 0; rc == PX_OK && i < n; i++) {
+      rc = px_store_stmt(c->db,
+                         "UPDATE job_ranks SET secret_hash = ?1,"
+                         " secret = CASE WHEN ?4 THEN secret ELSE '' END"
+                         " WHERE job_id = ?2 AND rank = ?3",
+                         &st);
+      if (rc == PX_OK) rc = px_store_bind_text(st, 1, rows[i].hash);
+      if (rc == PX_OK) rc = px_store_bind_text(st, 2, rows[i].job_id);
+      if (rc == PX_OK) rc = px_store_bind_int64(st, 3, rows[i].rank);
+      if (rc == PX_OK) rc = px_store_bind_int64(st, 4, rows[i].active);
+      if (rc == PX_OK) rc = px_store_run(st);
+    }
+    if (rc == PX_OK) rc = px_store_commit(c->db);
+    else px_store_rollback(c->db);
+    if (rc == PX_OK) rc = px_store_exec(c->db, "PRAGMA secure_delete = OFF");
+    if (rc == PX_OK)
+      px_log(PX_LOG_INFO, "rank secrets: %zu stored in clear by an older pxcoordd now hashed", n);
+  }
+  px_free(rows);
+  return rc;
 }
 
 /* A job's state, -1 when unknown. */
@@ -347,13 +511,18 @@ px_rpc_code_t coord_auth_identify(coord_t *c, const char *authorization, coord_i
   const char *token = authorization + 7;
   size_t pre = strlen(COORD_RANK_SECRET_PREFIX);
   if (!strncmp(token, COORD_RANK_SECRET_PREFIX, pre)) {
+    /* Only the secrets' SHA-256 is stored: the index is searched by the
+     * hash of what was presented, so its timing tells nothing about a
+     * secret's bytes. */
+    char hash[65];
+    coord_sha256_hex(token, hash);
     px_store_stmt_t *st;
     px_status_t rc = px_store_stmt(c->db,
                                    "SELECT r.job_id, r.rank, n.node_id FROM job_ranks r"
                                    " JOIN job_nodes n ON n.job_id = r.job_id"
-                                   " AND n.node_index = r.node_index WHERE r.secret = ?1",
+                                   " AND n.node_index = r.node_index WHERE r.secret_hash = ?1",
                                    &st);
-    if (rc == PX_OK) rc = px_store_bind_text(st, 1, token);
+    if (rc == PX_OK) rc = px_store_bind_text(st, 1, hash);
     if (rc == PX_OK) rc = px_store_step(st);
     if (rc < 0) {
       snprintf(err, cap, "%s", px_last_error());

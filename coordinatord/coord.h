@@ -180,6 +180,7 @@ typedef struct {
   uv_timer_t retention;    /* removes old finished jobs (retention_days) */
   coord_tokens_t *tokens;  /* NULL: no authentication */
   coord_identity_t who;    /* the caller of the handler now running (coord_authorize) */
+  unsigned char secret_key[32]; /* rank secrets are HMACs under it (DB.key) */
 } coord_t;
 
 /* Re-reads the tokens file (when one is configured); on failure the old
@@ -203,8 +204,27 @@ int coord_authorize(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *
 /* 1 when who may cancel or delete a job owned by owner (owner or admin). */
 int coord_auth_may_manage(const coord_identity_t *who, const char *owner);
 
-/* A fresh rank secret ("pxr_" + 64 hex digits) into out (cap >= 70). */
-px_status_t coord_rank_secret_make(char *out, size_t cap);
+/* Rank secrets at rest (issue 26): a rank's secret is "pxr_" + the hex of
+ * HMAC-SHA256(key, salt), where the key (COORD_SECRET_KEY_BYTES random
+ * bytes, hex) is the file DB.key beside the database (0600, made at first
+ * start) and the salt is random per rank. job_ranks keeps the salt and the
+ * secret's SHA-256 only: a copy of the database opens nothing, and the
+ * coordinator can still send an agent its ranks' secrets again after a
+ * restart. */
+#define COORD_SECRET_KEY_BYTES 32
+/* Reads (or, when missing, creates) DB.key into c->secret_key; refuses a key
+ * file others may read, or one that is not a key. */
+px_status_t coord_secret_key_load(coord_t *c);
+/* A new rank: a random salt (32 hex digits) and its secret's SHA-256 (hex). */
+px_status_t coord_rank_secret_new(const coord_t *c, char salt[33], char hash[65]);
+/* The secret of a rank from its salt, into out (cap >= 70). */
+px_status_t coord_rank_secret_derive(const coord_t *c, const char *salt, char *out, size_t cap);
+/* The SHA-256 of s, as 64 hex digits. */
+void coord_sha256_hex(const char *s, char out[65]);
+/* At start: secrets an older pxcoordd stored in clear get their hash; the
+ * clear text is wiped except for jobs still running (their agents may need
+ * it sent again). */
+px_status_t coord_rank_secrets_upgrade(coord_t *c);
 
 /* Removes finished jobs older than retention_days, with all their rows. */
 void coord_retention_run(coord_t *c);
@@ -222,8 +242,8 @@ extern const px_rpc_method_t coord_methods[];
 extern const int coord_nmethods;
 
 /* Answers a call whose handler hit a database (or other internal) error:
- * logs px_last_error() and ends the call INTERNAL, rolling back any open
- * transaction. */
+ * logs px_last_error() and ends the call INTERNAL (RESOURCE_EXHAUSTED when
+ * the database's disk is full), rolling back any open transaction. */
 void coord_fail_internal(coord_t *c, px_rpc_srv_call_t *call);
 
 /* ---- records (model.c) -------------------------------------------------- */

@@ -77,13 +77,15 @@ static px_status_t coord_place(coord_t *c, const char *job_id, int P, char **nod
     while (leader < P && !healthy[leader]) leader++;
     if (leader == P) leader = 0; /* none healthy: rank 0 leads, the job will tell */
     for (int j = 0; j < P; j++) {
-      char secret[COORD_RANK_SECRET_LEN + 8];
-      PX_CHECK(coord_rank_secret_make(secret, sizeof secret));
+      char salt[33], hash[65];
+      PX_CHECK(coord_rank_secret_new(c, salt, hash));
       PX_CHECK(px_store_stmt(c->db,
                              "INSERT INTO job_ranks (job_id, rank, node_index, local_rank,"
-                             " device_index, is_leader, secret) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                             " device_index, is_leader, secret_salt, secret_hash)"
+                             " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                              &st));
-      PX_CHECK(px_store_bind_text(st, 7, secret));
+      PX_CHECK(px_store_bind_text(st, 7, salt));
+      PX_CHECK(px_store_bind_text(st, 8, hash));
       PX_CHECK(px_store_bind_text(st, 1, job_id));
       PX_CHECK(px_store_bind_int64(st, 2, (int64_t)i * P + j));
       PX_CHECK(px_store_bind_int64(st, 3, i));

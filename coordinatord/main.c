@@ -417,6 +417,13 @@ int main(int argc, char **argv) {
   px_log(PX_LOG_INFO, "database %s (schema version %d)", c.cfg.db,
          px_store_schema_version(c.db));
 
+  if (coord_secret_key_load(&c) != PX_OK || coord_rank_secrets_upgrade(&c) != PX_OK) {
+    fprintf(stderr, "pxcoordd: %s\n", px_last_error());
+    px_store_close(c.db);
+    close(lock_fd);
+    return 1;
+  }
+
   if (c.cfg.tokens[0] && coord_auth_reload(&c) != PX_OK) {
     fprintf(stderr, "pxcoordd: %s\n", px_last_error());
     px_store_close(c.db);

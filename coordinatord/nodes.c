@@ -48,7 +48,8 @@ static px_status_t coord_assignment_build(coord_t *c, coord_arena_t *a, const ch
 
   size_t cap = 0;
   PX_CHECK(px_store_stmt(c->db,
-                         "SELECT rank, local_rank, device_index, is_leader, secret FROM job_ranks"
+                         "SELECT rank, local_rank, device_index, is_leader, secret, secret_salt"
+                         " FROM job_ranks"
                          " WHERE job_id = ?1 AND node_index = ?2 ORDER BY rank",
                          &st));
   PX_CHECK(px_store_bind_text(st, 1, job_id));
@@ -63,7 +64,14 @@ static px_status_t coord_assignment_build(coord_t *c, coord_arena_t *a, const ch
     r->local_rank = (int32_t)px_store_column_int64(st, 1);
     r->device_index = (int32_t)px_store_column_int64(st, 2);
     r->is_leader = px_store_column_int64(st, 3) != 0;
-    r->secret = coord_strdup(a, px_store_column_text(st, 4));
+    /* derived again from the salt (a job placed by an older pxcoordd may
+     * still have its secret in clear) */
+    char secret[COORD_RANK_SECRET_LEN + 8] = "";
+    const char *clear = px_store_column_text(st, 4), *salt = px_store_column_text(st, 5);
+    if (clear[0]) snprintf(secret, sizeof secret, "%s", clear);
+    else if (salt[0]) PX_CHECK(coord_rank_secret_derive(c, salt, secret, sizeof secret));
+    r->secret = coord_strdup(a, secret);
+    memset(secret, 0, sizeof secret);
     if (!r->secret) return PX_ERR_NOMEM;
     *slot = r;
   }
