@@ -38,4 +38,16 @@ int pxa_cpu_count(void);
 int pxa_output_dir_allowed(const char *output_dir, const char *work_dir, const char *const *roots,
                            int nroots);
 
+/* The root (work_dir or one of roots; the longest) that the absolute path
+ * out is under; NULL when none. */
+const char *pxa_output_root_of(const char *out, const char *work_dir, const char *const *roots,
+                               int nroots);
+
+/* Creates dir (under root) and its missing parents (mode 0755) without
+ * leaving root: symbolic links below root are followed only while they stay
+ * below it (openat2 RESOLVE_BENEATH; no link at all on kernels without it).
+ * PX_ERR_INVALID naming the link that leads out, or a component that is
+ * not a directory; PX_ERR_IO otherwise. */
+px_status_t pxa_mkdirs_beneath(const char *root, const char *dir);
+
 #endif

@@ -292,6 +292,15 @@ static px_status_t pxa_prepare_job(pxa_agent_t *ag, const Prunex__V1__Assignment
                         "output_dir '%s' is not under this node's work directory (%s) or an "
                         "--output-root: nothing written",
                         as->spec->output_dir, ag->work_dir);
+  /* Textually under a root is not enough: a symbolic link below the root
+   * (made by a user who may write there) could lead anywhere, and agents
+   * often run as root. The directory is made here, resolved beneath its
+   * root, before any worker writes to it. */
+  if (as->spec->output_dir[0] == '/') {
+    const char *root = pxa_output_root_of(as->spec->output_dir, ag->work_dir,
+                                          ag->cfg.output_roots, ag->cfg.noutput_roots);
+    if (root) PX_CHECK(pxa_mkdirs_beneath(root, as->spec->output_dir));
+  }
   if ((size_t)snprintf(dir, dcap, "%s/jobs/%s", ag->work_dir, as->job_id) >= dcap ||
       pxa_spec_path(ag, as->job_id, pxa_attempt_of(as), spec_path, scap) >= scap)
     return px_set_error(PX_ERR_INVALID, "job %s: path too long", as->job_id);

@@ -5,7 +5,9 @@
  * the assignment. A small job submitted by a user runs to SUCCEEDED, owned
  * by that user; an agent holding a user token is refused registration and
  * says so in its log; an output_dir outside what the agents allow is
- * refused at submission, with nothing written. */
+ * refused at submission, with nothing written; and one that is under an
+ * agent's --output-root only through a symbolic link leading out of it is
+ * refused by the agents before anything runs, naming the link. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -21,6 +23,7 @@
 typedef struct {
   pxt_coordd_t d;
   char ca[320];
+  char root[320];     /* every agent's --output-root */
   pxt_agent_t a[NODES];
   px_rpc_channel_t *alice;
 } fixture_t;
@@ -34,7 +37,7 @@ static void dump_all(void) {
 
 /* Starts an agent with a token in its environment (and --ca). */
 static int start_agent(pxt_agent_t *a, const char *name, const char *token) {
-  const char *extra[] = {"--ca", F->ca, NULL};
+  const char *extra[] = {"--ca", F->ca, "--output-root", F->root, NULL};
   setenv("PRUNEX_TOKEN", token, 1);
   int rc = pxt_agent_start(a, &F->d, name, WORKERS, extra);
   unsetenv("PRUNEX_TOKEN");
@@ -49,6 +52,8 @@ static int group_setup(void **state) {
   if (pxt_mkdtemp(F->d.dir, sizeof F->d.dir) != 0 || pxt_make_security(F->d.dir) != 0) return -1;
   snprintf(F->d.db, sizeof F->d.db, "%s/coord.db", F->d.dir);
   snprintf(F->ca, sizeof F->ca, "%s/ca.pem", F->d.dir);
+  snprintf(F->root, sizeof F->root, "%s/outputs", F->d.dir);
+  if (mkdir(F->root, 0755) != 0) return -1;
   char cert[320], key[320], tokens[320];
   snprintf(cert, sizeof cert, "%s/server.pem", F->d.dir);
   snprintf(key, sizeof key, "%s/server.key", F->d.dir);
@@ -162,11 +167,56 @@ static void test_output_dir_outside_the_agents_roots_is_refused_at_submit(void *
   px_rpc_message_free(cr);
 }
 
+/* ROOT/evil -> ELSEWHERE: output_dir ROOT/evil/m is textually under the
+ * agents' --output-root, so the coordinator accepts it; the agents resolve
+ * it beneath ROOT (openat2 RESOLVE_BENEATH) and refuse it, naming the link,
+ * before any worker runs: the job fails and ELSEWHERE stays empty. A link
+ * that stays inside ROOT is fine. */
+static void test_output_dir_through_a_link_out_of_the_root_is_refused(void **state) {
+  (void)state;
+  char elsewhere[400], evil[400], out[450], job[64];
+  snprintf(elsewhere, sizeof elsewhere, "%s/elsewhere", F->d.dir);
+  snprintf(evil, sizeof evil, "%s/evil", F->root);
+  assert_int_equal(mkdir(elsewhere, 0755), 0);
+  assert_int_equal(symlink(elsewhere, evil), 0);
+  pxt_job_t j;
+  pxt_job_init(&j, NULL, NODES, WORKERS, 2, 1);
+  snprintf(out, sizeof out, "%s/m", evil);
+  j.spec.output_dir = out;
+  if (pxt_job_submit(F->alice, &j, job, sizeof job) != PX_OK)
+    fail_msg("submit: %s", px_last_error());
+  int s = pxt_wait_job(F->alice, job, 0, 30000);
+  char reason[2048];
+  pxt_job_reason(F->alice, job, reason, sizeof reason);
+  if (s != PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED || !strstr(reason, "symbolic link") ||
+      !strstr(reason, evil))
+    fail_msg("job state %d, reason: %s", s, reason);
+  char m[450];
+  snprintf(m, sizeof m, "%s/m", elsewhere);
+  assert_int_equal(access(m, F_OK), -1); /* nothing made through the link */
+
+  /* a relative link inside the root is followed */
+  char inside[400], link[400];
+  snprintf(inside, sizeof inside, "%s/real", F->root);
+  snprintf(link, sizeof link, "%s/alias", F->root);
+  assert_int_equal(mkdir(inside, 0755), 0);
+  assert_int_equal(symlink("real", link), 0);
+  snprintf(out, sizeof out, "%s/m", link);
+  if (pxt_job_submit(F->alice, &j, job, sizeof job) != PX_OK)
+    fail_msg("submit: %s", px_last_error());
+  s = pxt_wait_job(F->alice, job, 0, 200000);
+  pxt_job_reason(F->alice, job, reason, sizeof reason);
+  if (s != PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED) fail_msg("job state %d: %s", s, reason);
+  snprintf(m, sizeof m, "%s/m/model.safetensors", inside);
+  assert_int_equal(access(m, F_OK), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_a_job_runs_to_success_with_tls_tokens_and_rank_secrets),
       cmocka_unit_test(test_an_agent_with_a_user_token_is_refused),
       cmocka_unit_test(test_output_dir_outside_the_agents_roots_is_refused_at_submit),
+      cmocka_unit_test(test_output_dir_through_a_link_out_of_the_root_is_refused),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
