@@ -408,6 +408,7 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
   res->test_accuracy = res->test_loss = -1;
   r.ckf[0] = r.ckf[1] = -1;
   res->resumed_from = -1;
+  res->checkpoint_complete = -1;
   int first = 0;
   if (cfg->checkpoint_every > 0 && cfg->checkpoint_dir) {
     PX_CHECK_GOTO(px__strategy_resume_setup(&r, ops, priv), st, done);
@@ -425,6 +426,8 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
     double s;
     PX_CHECK_GOTO(px__resume_finish(r.rs, &s), st, done);
     res->checkpoint_seconds += s;
+    res->checkpoint_complete = px__resume_complete(r.rs, res->checkpoint_problem,
+                                                   sizeof res->checkpoint_problem);
   }
   PX_CHECK_GOTO(px__strategy_finish(&r, ops, priv, res), st, done);
   res->seconds = px__admm_now() - t_start;

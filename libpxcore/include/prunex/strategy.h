@@ -167,6 +167,9 @@ typedef struct {
   int32_t checkpoints;          /* checkpoints written */
   double checkpoint_seconds;    /* time spent writing them (this rank) */
   uint64_t checkpoint_bytes;    /* bytes of the last one (this rank) */
+  int32_t checkpoint_complete;  /* newest iteration every rank's checkpoint holds; -1: none */
+  char checkpoint_problem[256]; /* "" or why later checkpoints are unusable
+                                   ("iteration N: rank R: ERROR", every rank) */
 } px_strategy_result_t;
 
 /* Fills out[0..px_model_num_params(m)) with H-SADMM's view of the model's
