@@ -149,8 +149,17 @@ static void pxa_on_close(uv_handle_t *h) {
 static char *pxa_exit_reason(const pxa_worker_t *w, int64_t code, int sig) {
   const pxa_job_t *job = w->job;
   if (code == 0 && sig == 0) {
-    char *r = px_malloc(1, "agent.exit.reason");
-    if (r) r[0] = '\0';
+    /* a success may carry a note (pxworker: no usable checkpoint since ...) */
+    char note[512] = "", path[sizeof w->log + 16];
+    snprintf(path, sizeof path, "%s", w->log);
+    char *dot = strrchr(path, '.');
+    if (dot && !strcmp(dot, ".log")) {
+      strcpy(dot, ".note");
+      pxa_file_tail(path, note, sizeof note);
+    }
+    size_t n = strlen(note) + 1;
+    char *r = px_malloc(n, "agent.exit.reason");
+    if (r) memcpy(r, note, n);
     return r;
   }
   char tail[PXA_TAIL_BYTES + 1];

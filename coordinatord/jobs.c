@@ -775,8 +775,20 @@ static px_status_t coord_rank_exit(coord_t *c, coord_arena_t *a, const Prunex__V
     if (ok < N) return PX_OK;
     char why[200] = "";
     PX_CHECK(coord_stop_reason(c, r->job_id, why, sizeof why));
-    snprintf(reason, sizeof reason, "%s%sall %d ranks exited with code 0", why, why[0] ? "; " : "",
-             N);
+    /* A rank's note on a success (issue 26: "no usable checkpoint since
+     * iteration N: ...") is said with it: the job ran unprotected. */
+    char note[400] = "";
+    PX_CHECK(px_store_stmt(c->db,
+                           "SELECT reason FROM rank_exits WHERE job_id = ?1 AND exit_code = 0"
+                           " AND signal = 0 AND reason != '' ORDER BY rank LIMIT 1",
+                           &st));
+    PX_CHECK(px_store_bind_text(st, 1, r->job_id));
+    rc = px_store_step(st);
+    if (rc < 0) return rc;
+    if (rc == 1) snprintf(note, sizeof note, "; %s", px_store_column_text(st, 0));
+    px_store_reset(st);
+    snprintf(reason, sizeof reason, "%s%sall %d ranks exited with code 0%s", why,
+             why[0] ? "; " : "", N, note);
     *to = JS_SUCCEEDED;
   }
   PX_CHECK(coord_job_set_state(c, r->job_id, state, *to, reason));

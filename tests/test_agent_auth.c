@@ -7,7 +7,9 @@
  * says so in its log; an output_dir outside what the agents allow is
  * refused at submission, with nothing written; and one that is under an
  * agent's --output-root only through a symbolic link leading out of it is
- * refused by the agents before anything runs, naming the link. */
+ * refused by the agents before anything runs, naming the link; and a job
+ * that ran without a usable checkpoint because one node could not write
+ * says so when it ends, while the other node kept only keep + 1 files. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -211,12 +213,60 @@ static void test_output_dir_through_a_link_out_of_the_root_is_refused(void **sta
   assert_int_equal(access(m, F_OK), 0);
 }
 
+/* n2 (rank 1) cannot write its checkpoints after iteration 0: their file
+ * names are taken by directories, as good as a full disk for the rename.
+ * The job still succeeds, and its reason says "no usable checkpoint since
+ * iteration 0", naming rank 1; n1 (rank 0) holds keep (1) + 1 files, not
+ * one per iteration. */
+static void test_a_job_without_usable_checkpoints_says_so(void **state) {
+  (void)state;
+  enum { ITERS = 3 };
+  Prunex__V1__ListJobsRequest lr = PRUNEX__V1__LIST_JOBS_REQUEST__INIT;
+  lr.limit = 1;
+  Prunex__V1__ListJobsResponse *l = NULL;
+  assert_int_equal(px_rpc_list_jobs(F->alice, &lr, 0, &l), PX_OK);
+  long next = l->n_jobs ? atol(l->jobs[0]->job_id + 4) + 1 : 1;
+  px_rpc_message_free(l);
+  char want[64], p[700];
+  snprintf(want, sizeof want, "job-%06ld", next);
+  for (int it = 1; it < ITERS; it++) {
+    snprintf(p, sizeof p, "mkdir -p '%s/jobs/%s/checkpoints/ckpt-%08d-r1.safetensors'",
+             F->a[1].work, want, it);
+    assert_int_equal(system(p), 0);
+  }
+  pxt_job_t j;
+  pxt_job_init(&j, NULL, NODES, WORKERS, ITERS, 1);
+  Prunex__V1__RecoverySpec rec = PRUNEX__V1__RECOVERY_SPEC__INIT;
+  rec.checkpoint_every = 1;
+  rec.keep = 1;
+  rec.max_restarts = 0;
+  j.spec.recovery = &rec;
+  char job[64];
+  if (pxt_job_submit(F->alice, &j, job, sizeof job) != PX_OK)
+    fail_msg("submit: %s", px_last_error());
+  assert_string_equal(job, want);
+  int s = pxt_wait_job(F->alice, job, 0, 200000);
+  char reason[2048];
+  pxt_job_reason(F->alice, job, reason, sizeof reason);
+  if (s != PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED ||
+      !strstr(reason, "no usable checkpoint since iteration 0") || !strstr(reason, "rank 1: "))
+    fail_msg("job state %d, reason: %s", s, reason);
+  int n = 0, has0 = 0;
+  for (int it = 0; it < ITERS; it++) {
+    snprintf(p, sizeof p, "%s/jobs/%s/checkpoints/ckpt-%08d-r0.safetensors", F->a[0].work, job,
+             it);
+    if (access(p, F_OK) == 0) n++, has0 |= it == 0;
+  }
+  if (n > 2 || !has0) fail_msg("rank 0 holds %d checkpoint files (iteration 0: %d)", n, has0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_a_job_runs_to_success_with_tls_tokens_and_rank_secrets),
       cmocka_unit_test(test_an_agent_with_a_user_token_is_refused),
       cmocka_unit_test(test_output_dir_outside_the_agents_roots_is_refused_at_submit),
       cmocka_unit_test(test_output_dir_through_a_link_out_of_the_root_is_refused),
+      cmocka_unit_test(test_a_job_without_usable_checkpoints_says_so),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
