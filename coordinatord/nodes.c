@@ -339,7 +339,37 @@ static px_status_t coord_heartbeat(coord_t *c, const Prunex__V1__HeartbeatReques
   PX_CHECK(px_store_bind_text(st, 1, r->node_id));
   PX_CHECK(px_store_bind_int64(st, 2, coord_now_ms()));
   PX_CHECK(px_store_run(st));
-  for (size_t i = 0; i < r->n_devices; i++) {
+  /* The agent's heartbeat is the truth about its devices: a list that
+   * differs from the stored one (changed by a later RegisterNode, say)
+   * replaces it, rather than lasting until the agent restarts (issue 26).
+   * Otherwise only health changes. */
+  int same = 1;
+  if (r->n_devices > 0) {
+    size_t n = 0;
+    PX_CHECK(px_store_stmt(c->db,
+                           "SELECT device_index, kind, name, memory_bytes FROM node_devices"
+                           " WHERE node_id = ?1 ORDER BY position",
+                           &st));
+    PX_CHECK(px_store_bind_text(st, 1, r->node_id));
+    while ((rc = px_store_step(st)) == 1) {
+      const Prunex__V1__Device *d = n < r->n_devices ? r->devices[n] : NULL;
+      if (!d || d->index != px_store_column_int64(st, 0) ||
+          (int64_t)d->kind != px_store_column_int64(st, 1) ||
+          strcmp(d->name, px_store_column_text(st, 2)) != 0 ||
+          (int64_t)d->memory_bytes != px_store_column_int64(st, 3))
+        same = 0;
+      n++;
+    }
+    if (rc < 0) return rc;
+    if (n != r->n_devices) same = 0;
+  }
+  if (!same) {
+    px_log(PX_LOG_WARN, "node %s: its heartbeat lists %zu devices that differ from those "
+           "registered: the heartbeat's replace them", r->node_id, r->n_devices);
+    PX_CHECK(coord_store_devices(c, r->node_id, r->n_devices, r->devices));
+    *revived = 1; /* placement may change */
+  }
+  for (size_t i = 0; same && i < r->n_devices; i++) {
     PX_CHECK(px_store_stmt(c->db,
                            "UPDATE node_devices SET healthy = ?3 WHERE node_id = ?1 AND"
                            " device_index = ?2",
@@ -358,7 +388,7 @@ static px_status_t coord_heartbeat(coord_t *c, const Prunex__V1__HeartbeatReques
       PX_CHECK(px_store_run(st));
     }
     PX_CHECK(coord_node_set_state(c, r->node_id, old, state, "heartbeat resumed"));
-    *revived = state == NS_READY;
+    *revived |= state == NS_READY;
   }
   /* Jobs the agent runs that it should not: unknown, finished, or not
    * placed on this node. */
@@ -399,6 +429,15 @@ void coord_rpc_heartbeat(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, v
   if (!r->node_id[0]) {
     px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "node_id is required");
     return;
+  }
+  /* The devices may replace the registered ones: the same checks. */
+  for (size_t i = 0; i < r->n_devices; i++) {
+    if (r->devices[i]->index < 0 ||
+        !coord_utf8_ok(r->devices[i]->name, strlen(r->devices[i]->name))) {
+      px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
+                        "devices[%zu]: index must be >= 0 and name valid UTF-8", i);
+      return;
+    }
   }
   coord_arena_t a;
   coord_arena_init(&a);
