@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -280,6 +281,8 @@ px_status_t pxa_mkdirs_beneath(const char *root, const char *dir) {
   return st;
 }
 
+int pxa_path_is_under(const char *path, const char *dir) { return pxa_path_under(path, dir); }
+
 const char *pxa_output_root_of(const char *out, const char *work_dir, const char *const *roots,
                                int nroots) {
   const char *best = pxa_path_under(out, work_dir) ? work_dir : NULL;
@@ -287,4 +290,45 @@ const char *pxa_output_root_of(const char *out, const char *work_dir, const char
     if (pxa_path_under(out, roots[i]) && (!best || strlen(roots[i]) > strlen(best)))
       best = roots[i];
   return best;
+}
+
+px_status_t pxa_check_beneath(const char *root, const char *path, const char *what) {
+  size_t rn = strlen(root);
+  while (rn > 1 && root[rn - 1] == '/') rn--;
+  const char *rel = path + rn;
+  while (*rel == '/') rel++;
+  if (!*rel) return PX_OK;
+  int rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (rootfd < 0)
+    return px_set_error(PX_ERR_IO, "%s '%s': cannot open %s: %s", what, path, root,
+                        strerror(errno));
+  struct open_how how = {.flags = O_PATH | O_CLOEXEC,
+                         .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+  long fd = syscall(SYS_openat2, rootfd, rel, &how, sizeof how);
+  int err = errno;
+  if (fd < 0 && err == ENOSYS) {
+    /* before Linux 5.6: where the path really leads, compared as text */
+    char real_root[4096], real[4096];
+    if (!realpath(root, real_root) || !realpath(path, real)) {
+      err = errno;
+    } else {
+      size_t n = strlen(real_root);
+      int under = !strncmp(real, real_root, n) && (real[n] == '\0' || real[n] == '/' || n == 1);
+      err = under ? 0 : EXDEV;
+      fd = under ? 0 : -1;
+      if (under) fd = dup(rootfd);
+    }
+  }
+  close(rootfd);
+  if (fd >= 0) {
+    close((int)fd);
+    return PX_OK;
+  }
+  if (err == ENOENT) return PX_OK; /* missing: the worker says so, naming it */
+  if (err == EXDEV || err == ELOOP)
+    return px_set_error(PX_ERR_INVALID,
+                        "%s '%s' leads out of %s through a symbolic link (paths are resolved "
+                        "without leaving their root)",
+                        what, path, root);
+  return px_set_error(PX_ERR_IO, "%s '%s': %s", what, path, strerror(err));
 }

@@ -50,4 +50,13 @@ const char *pxa_output_root_of(const char *out, const char *work_dir, const char
  * not a directory; PX_ERR_IO otherwise. */
 px_status_t pxa_mkdirs_beneath(const char *root, const char *dir);
 
+/* PX_OK when path (textually under root) does not lead out of root through
+ * a symbolic link (openat2 RESOLVE_BENEATH; realpath on older kernels), or
+ * does not exist; else PX_ERR_INVALID naming what (e.g. "dataset.path"),
+ * path and root. */
+px_status_t pxa_check_beneath(const char *root, const char *path, const char *what);
+
+/* 1 when path is dir or below it, on a path-component boundary. */
+int pxa_path_is_under(const char *path, const char *dir);
+
 #endif

@@ -501,7 +501,14 @@ static int pxctl_start_agents(pxctl_run_t *r) {
      * they must allow it (issue 12: agents refuse any other output_dir). */
     char *argv[] = {r->agent_bin, "--coordinator", r->target, "--name", name, "--cpu-workers", P,
                     "--threads-per-worker", T, "--work-dir", work, "--output-root",
-                    r->output_dir, NULL};
+                    r->output_dir, "--data-root", "/usr/share/datasets", NULL, NULL, NULL};
+    /* The user's own data set, wherever it is, is theirs to read (pxagent
+     * reads dataset.path only under its --data-root list, issue 26). */
+    const char *data = r->spec->dataset ? r->spec->dataset->path : NULL;
+    if (data && data[0] == '/') {
+      argv[15] = "--data-root";
+      argv[16] = (char *)data;
+    }
     /* A CPU job on a machine with GPUs: the agents must offer CPU workers
      * (pxagent offers its GPUs whenever it sees any). */
     int hide_gpus = !strcmp(r->spec->cluster->device, "cpu");

@@ -9,7 +9,9 @@
  * agent's --output-root only through a symbolic link leading out of it is
  * refused by the agents before anything runs, naming the link; and a job
  * that ran without a usable checkpoint because one node could not write
- * says so when it ends, while the other node kept only keep + 1 files. */
+ * says so when it ends, while the other node kept only keep + 1 files; a
+ * dataset.path outside the agents' data roots (or leading out of one
+ * through a link) is refused before anything runs. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -213,6 +215,33 @@ static void test_output_dir_through_a_link_out_of_the_root_is_refused(void **sta
   assert_int_equal(access(m, F_OK), 0);
 }
 
+/* dataset.path is read only under the agents' data roots (the harness
+ * gives them the test's directory and /usr/share/datasets): /etc is
+ * refused before any worker runs, naming the roots, and so is a path under
+ * a root that a link leads out of. */
+static void test_dataset_path_outside_the_data_roots_is_refused(void **state) {
+  (void)state;
+  char link[400], job[64], reason[2048];
+  snprintf(link, sizeof link, "%s/data-link", F->d.dir);
+  assert_int_equal(symlink("/etc", link), 0);
+  char through[450];
+  snprintf(through, sizeof through, "%s/passwd", link);
+  const char *paths[] = {"/etc/passwd", through};
+  const char *wants[] = {"is not under this node's data roots", "through a symbolic link"};
+  for (int i = 0; i < 2; i++) {
+    pxt_job_t j;
+    pxt_job_init(&j, NULL, NODES, WORKERS, 2, 1);
+    j.dataset.path = (char *)paths[i];
+    if (pxt_job_submit(F->alice, &j, job, sizeof job) != PX_OK)
+      fail_msg("submit: %s", px_last_error());
+    int s = pxt_wait_job(F->alice, job, 0, 30000);
+    pxt_job_reason(F->alice, job, reason, sizeof reason);
+    if (s != PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED || !strstr(reason, wants[i]) ||
+        !strstr(reason, paths[i]))
+      fail_msg("dataset.path %s: job state %d, reason: %s", paths[i], s, reason);
+  }
+}
+
 /* n2 (rank 1) cannot write its checkpoints after iteration 0: their file
  * names are taken by directories, as good as a full disk for the rename.
  * The job still succeeds, and its reason says "no usable checkpoint since
@@ -267,6 +296,7 @@ int main(void) {
       cmocka_unit_test(test_output_dir_outside_the_agents_roots_is_refused_at_submit),
       cmocka_unit_test(test_output_dir_through_a_link_out_of_the_root_is_refused),
       cmocka_unit_test(test_a_job_without_usable_checkpoints_says_so),
+      cmocka_unit_test(test_dataset_path_outside_the_data_roots_is_refused),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
