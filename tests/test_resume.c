@@ -292,6 +292,48 @@ static void test_one_rank_that_cannot_write_bounds_the_others_files(void **state
   }
 }
 
+/* The same blocked rank with recovery.max_unprotected_iterations = 1: at
+ * the checkpoint of iteration 2 the newest complete one (0) is 2 behind,
+ * and every rank fails the run with the same error, naming rank 3, rather
+ * than run on unprotected. */
+static int unprotected_main(px_th_ctx_t *ctx) {
+  const scenario_t *sc = ctx->arg;
+  px_trainer_t *t;
+  px_comm_t *comm;
+  px_strategy_config_t cfg;
+  char ck[512];
+  rank_setup(ctx, sc, &t, &comm, &cfg, ck, sizeof ck);
+  PX_TH_CHECK(t && comm);
+  cfg.checkpoint_max_unprotected = 1;
+  px_strategy_result_t res;
+  px_status_t st = px_strategy_run(t, comm, &cfg, control, NULL, &res);
+  const char *msg = px_last_error();
+  if (st != PX_ERR_IO || !strstr(msg, "no usable checkpoint since iteration 0") ||
+      !strstr(msg, "rank 3: ") || !strstr(msg, "max_unprotected_iterations = 1")) {
+    fprintf(stderr, "rank %d: status %d: %s\n", ctx->rank, st, msg);
+    return 1;
+  }
+  px_comm_destroy(comm);
+  px_trainer_destroy(t);
+  return 0;
+}
+
+static void test_a_run_without_usable_checkpoints_can_be_told_to_fail(void **state) {
+  (void)state;
+  if (!dir[0]) skip();
+  char p[600];
+  snprintf(p, sizeof p, "%s/unprot", dir);
+  assert_int_equal(mkdir(p, 0755), 0);
+  snprintf(p, sizeof p, "%s/unprot/node1", dir);
+  assert_int_equal(mkdir(p, 0755), 0);
+  for (int it = 1; it < ITERS; it++) {
+    ckpt_path("unprot", 1, it, 3, p, sizeof p);
+    assert_int_equal(mkdir(p, 0755), 0);
+  }
+  scenario_t sc = {PX_STRATEGY_HSADMM, "unprot", 0};
+  assert_int_equal(px_th_run(4, nodes, unprotected_main, &sc, 300), 0);
+}
+
 int main(int argc, char **argv) {
   px_th_init(argc, argv);
   const struct CMUnitTest tests[] = {
@@ -301,6 +343,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_truncated_checkpoint_uses_previous),
       cmocka_unit_test(test_new_node_resumes_from_shared_state),
       cmocka_unit_test(test_one_rank_that_cannot_write_bounds_the_others_files),
+      cmocka_unit_test(test_a_run_without_usable_checkpoints_can_be_told_to_fail),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

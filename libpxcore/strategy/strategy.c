@@ -371,6 +371,18 @@ static px_status_t px__strategy_checkpoint(px__strategy_run_t *r, int it, int st
   double s;
   PX_CHECK(px__resume_save(r->rs, it, &bytes, &s));
   res->checkpoints++;
+  /* the save settled the previous one on every rank: all agree on this */
+  int max = r->cfg->checkpoint_max_unprotected;
+  char problem[256];
+  int complete = px__resume_complete(r->rs, problem, sizeof problem);
+  if (max > 0 && problem[0] && it - complete > max) {
+    char since[32];
+    snprintf(since, sizeof since, "iteration %d", complete);
+    return px_set_error(PX_ERR_IO,
+                        "no usable checkpoint since %s, %d iterations ago "
+                        "(recovery.max_unprotected_iterations = %d): %s",
+                        complete >= 0 ? since : "the start", it - complete, max, problem);
+  }
   res->checkpoint_seconds += s;
   res->checkpoint_bytes = bytes;
   px_log(PX_LOG_INFO, "checkpoint of iteration %d: %.1f MB, training held %.1f ms", it,

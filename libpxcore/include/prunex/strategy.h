@@ -125,6 +125,10 @@ typedef struct {
   const char *checkpoint_dir;
   int32_t checkpoint_every;
   int32_t checkpoint_keep;
+  /* > 0: the run fails (PX_ERR_IO, naming the rank and its error) once the
+   * newest checkpoint every rank holds is more than this many iterations
+   * behind, instead of running on unprotected (issue 26). */
+  int32_t checkpoint_max_unprotected;
 } px_strategy_config_t;
 
 /* One iteration's record (DESIGN.md section 7); what rank 0 reports. */
