@@ -90,6 +90,7 @@ typedef struct {
   int nlm;
   /* the last iteration as recorded, for the final figures (below) */
   Prunex__V1__IterationReport last;
+  char ck_note[512];           /* the reports' checkpoint_problem (issue 26) */
   Prunex__V1__PhaseTimes last_ph;
   uint64_t last_rank_intra, last_rank_inter;
   int have_last;
@@ -511,6 +512,15 @@ static px_status_t pxw_fill_report(pxw_t *w, const px_iteration_t *it,
   rep->time_unix_ms = pxa_unix_ms();
   rep->epoch = it->epoch;
   rep->frozen = it->frozen != 0;
+  /* the job's status says it while it runs unprotected (issue 26) */
+  w->ck_note[0] = '\0';
+  if (it->checkpoint_problem && it->checkpoint_problem[0]) {
+    char since[32];
+    snprintf(since, sizeof since, "iteration %d", it->checkpoint_complete);
+    snprintf(w->ck_note, sizeof w->ck_note, "no usable checkpoint since %s: %s",
+             it->checkpoint_complete >= 0 ? since : "the start", it->checkpoint_problem);
+  }
+  rep->checkpoint_problem = w->ck_note;
   return PX_OK;
 }
 

@@ -221,6 +221,11 @@ static const char coord_schema_v8[] =
     "DROP INDEX job_ranks_secret;"
     "CREATE INDEX job_ranks_secret_hash ON job_ranks(secret_hash);";
 
+/* v9 (issue 26): what the latest iteration report said of the job's
+ * checkpoints ("" : usable), for its status while it runs. */
+static const char coord_schema_v9[] =
+    "ALTER TABLE jobs ADD COLUMN checkpoint_problem TEXT NOT NULL DEFAULT '';";
+
 const px_store_migration_t coord_migrations[] = {
     {1, coord_schema_v1},
     {2, coord_schema_v2},
@@ -230,5 +235,6 @@ const px_store_migration_t coord_migrations[] = {
     {6, coord_schema_v6},
     {7, coord_schema_v7},
     {8, coord_schema_v8},
+    {9, coord_schema_v9},
 };
 const int coord_nmigrations = (int)(sizeof coord_migrations / sizeof coord_migrations[0]);

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "agent_harness.h"
+#include "pxctl_harness.h"
 
 #define NODES 2
 #define WORKERS 1
@@ -244,12 +245,13 @@ static void test_dataset_path_outside_the_data_roots_is_refused(void **state) {
 
 /* n2 (rank 1) cannot write its checkpoints after iteration 0: their file
  * names are taken by directories, as good as a full disk for the rename.
- * The job still succeeds, and its reason says "no usable checkpoint since
- * iteration 0", naming rank 1; n1 (rank 0) holds keep (1) + 1 files, not
- * one per iteration. */
+ * The job still succeeds, its reason says "no usable checkpoint since
+ * iteration 0", naming rank 1, and so did its status while it ran
+ * (Job.checkpoint_problem, from the iteration reports); n1 (rank 0) holds
+ * keep (1) + 1 files, not one per iteration. */
 static void test_a_job_without_usable_checkpoints_says_so(void **state) {
   (void)state;
-  enum { ITERS = 3 };
+  enum { ITERS = 4 }; /* the report of iteration 3 knows checkpoint 1 failed */
   Prunex__V1__ListJobsRequest lr = PRUNEX__V1__LIST_JOBS_REQUEST__INIT;
   lr.limit = 1;
   Prunex__V1__ListJobsResponse *l = NULL;
@@ -280,6 +282,23 @@ static void test_a_job_without_usable_checkpoints_says_so(void **state) {
   if (s != PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED ||
       !strstr(reason, "no usable checkpoint since iteration 0") || !strstr(reason, "rank 1: "))
     fail_msg("job state %d, reason: %s", s, reason);
+  /* said while it ran: the iteration reports carried it to the job */
+  Prunex__V1__Job *jb = NULL;
+  assert_int_equal(px_rpc_get_job(F->alice, job, 0, &jb), PX_OK);
+  if (!strstr(jb->checkpoint_problem, "no usable checkpoint since iteration 0: iteration 1: rank 1: "))
+    fail_msg("checkpoint_problem: '%s'", jb->checkpoint_problem);
+  px_rpc_message_free(jb);
+  /* what the operator sees */
+  char e1[128], e2[400], e3[128];
+  snprintf(e1, sizeof e1, "PRUNEX_COORDINATOR=%s", F->d.target);
+  snprintf(e2, sizeof e2, "PRUNEX_CA=%s", F->ca);
+  snprintf(e3, sizeof e3, "PRUNEX_TOKEN=%s", PXT_TOK_ALICE);
+  const char *const envs[] = {e1, e2, e3, NULL};
+  static pxt_result_t r;
+  const char *const st[] = {"status", job, NULL};
+  if (pxt_pxctl(&r, F->d.dir, st, envs, 30000) != 0) pxt_show("pxctl status", &r);
+  if (!strstr(r.out, "checkpoint no usable checkpoint since iteration 0"))
+    fail_msg("pxctl status:\n%s", r.out);
   int n = 0, has0 = 0;
   for (int it = 0; it < ITERS; it++) {
     snprintf(p, sizeof p, "%s/jobs/%s/checkpoints/ckpt-%08d-r0.safetensors", F->a[0].work, job,

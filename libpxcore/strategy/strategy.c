@@ -227,6 +227,12 @@ static px_status_t px__strategy_iteration(px__strategy_run_t *r, const px__strat
   memset(&r->it, 0, sizeof r->it);
   r->it.iteration = it;
   r->it.layer_names = r->names;
+  r->it.checkpoint_complete = -1;
+  r->it.checkpoint_problem = "";
+  if (r->rs) {
+    r->it.checkpoint_complete = px__resume_complete(r->rs, r->ck_problem, sizeof r->ck_problem);
+    r->it.checkpoint_problem = r->ck_problem;
+  }
   uint64_t intra0 = px__admm_traffic(comm, PX_TIER_INTRA);
   uint64_t inter0 = px__admm_traffic(comm, PX_TIER_INTER);
 

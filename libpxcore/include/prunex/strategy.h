@@ -152,6 +152,11 @@ struct px_iteration {
   double local_s, intra_s, projection_s, inter_s, broadcast_s, control_s;
   int32_t frozen;
   int32_t last;             /* no iteration follows (the limit was reached) */
+  /* Checkpoints (issue 26): the newest iteration every rank's checkpoint
+   * holds (-1: none, or no checkpoints), and "" or why the later ones are
+   * unusable ("iteration M: rank R: ERROR"; valid during the callback). */
+  int32_t checkpoint_complete;
+  const char *checkpoint_problem;
 };
 
 /* Rank 0's controller: reports the iteration (to the coordinator, say) and
