@@ -67,7 +67,6 @@ struct coord_http {
   pthread_t reaper;
   int reaper_started;
   coord_http_conn_t *conns;
-  uint64_t cut_total;
   sqlite3 *db;             /* read-only; used by the HTTP thread only */
   /* The HTTP side's own copy of the tokens file (NULL: no authentication),
    * swapped by coord_http_reload_tokens on the loop thread, read by the
@@ -278,7 +277,6 @@ static void *http_reaper(void *arg) {
       if (hc->waiting && !hc->cut && now - hc->since_ms > COORD_HTTP_HEADER_DEADLINE_MS) {
         shutdown(hc->fd, SHUT_RDWR);
         hc->cut = 1;
-        h->cut_total++;
       }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
