@@ -269,22 +269,29 @@ static int coord_path_under(const char *path, const char *dir, size_t n) {
  * relative (under the job's directory in the agent's work directory) or
  * absolute under a root that every node not LOST reported (its work
  * directory, its --output-root directories), never with a ".." component.
+ * With data set, the same for dataset.path and the nodes' data roots
+ * (issue 26; a node that reported none, an older agent, is not asked).
  * Returns 1, or 0 with the reason in err (or -1 on a database error). */
-static int coord_output_dir_ok(coord_t *c, const char *out, char *err, size_t cap) {
+static int coord_path_ok(coord_t *c, const char *out, int data, char *err, size_t cap) {
+  const char *field = data ? "spec.dataset.path" : "spec.output_dir";
   if (!out[0]) return 1;
-  if (strlen(out) > 1024) COORD_BAD("spec.output_dir: longer than 1024 bytes");
+  if (strlen(out) > 1024) COORD_BAD("%s: longer than 1024 bytes", field);
   for (const char *p = out; *p;) {
     const char *e = strchr(p, '/');
     size_t len = e ? (size_t)(e - p) : strlen(p);
     if (len == 2 && p[0] == '.' && p[1] == '.')
-      COORD_BAD("spec.output_dir = '%.200s': '..' is not allowed in it", out);
+      COORD_BAD("%s = '%.200s': '..' is not allowed in it", field, out);
     if (!e) break;
     p = e + 1;
   }
   if (out[0] != '/') return 1;
   px_store_stmt_t *st;
-  px_status_t rc = px_store_stmt(c->db, "SELECT name, output_roots FROM nodes WHERE state != 3"
-                                        " ORDER BY id", &st);
+  px_status_t rc = px_store_stmt(c->db,
+                                 data ? "SELECT name, data_roots FROM nodes WHERE state != 3"
+                                        " AND data_roots != '' ORDER BY id"
+                                      : "SELECT name, output_roots FROM nodes WHERE state != 3"
+                                        " ORDER BY id",
+                                 &st);
   if (rc != PX_OK) return -1;
   int nodes = 0, ok = 1;
   char refused[256] = "", allowed[512] = "";
@@ -309,6 +316,14 @@ static int coord_output_dir_ok(coord_t *c, const char *out, char *err, size_t ca
   if (rc < 0) {
     px_store_reset(st);
     return -1;
+  }
+  if (data) {
+    if (!ok)
+      COORD_BAD("%s = '%.200s': node %.100s does not let jobs read there (it allows %.160s; "
+                "an agent allows its --work-dir and its --data-root directories, by default "
+                "/usr/share/datasets)",
+                field, out, refused, allowed);
+    return 1; /* no node said: the agents check it when the job starts */
   }
   if (!nodes)
     COORD_BAD("spec.output_dir = '%.200s': no node is registered to say where jobs may write "
@@ -375,7 +390,7 @@ out:
 void coord_rpc_submit_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
   coord_t *c = data;
   const Prunex__V1__SubmitJobRequest *r = (const Prunex__V1__SubmitJobRequest *)msg;
-  char err[512];
+  char err[1024];
   if (strlen(r->spec_yaml) > COORD_SPEC_YAML_MAX) {
     px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "spec_yaml: %zu bytes, the limit is %d",
                       strlen(r->spec_yaml), COORD_SPEC_YAML_MAX);
@@ -397,7 +412,9 @@ void coord_rpc_submit_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, 
     px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "%s", px_last_error());
     return;
   }
-  int out_ok = coord_output_dir_ok(c, r->spec->output_dir, err, sizeof err);
+  int out_ok = coord_path_ok(c, r->spec->output_dir, 0, err, sizeof err);
+  if (out_ok > 0 && r->spec->dataset)
+    out_ok = coord_path_ok(c, r->spec->dataset->path, 1, err, sizeof err);
   if (out_ok < 0) {
     coord_fail_internal(c, call);
     return;

@@ -178,11 +178,15 @@ static px_status_t coord_register(coord_t *c, const Prunex__V1__RegisterNodeRequ
     if (w < 0 || (size_t)w >= sizeof addrs - used) break;
     used += (size_t)w;
   }
-  char roots[66 * 1026] = "";
+  char roots[66 * 1026] = "", droots[66 * 1026] = "";
   size_t rused = 0;
   for (size_t i = 0; i < r->n_output_roots && i < 64; i++)
     rused += (size_t)snprintf(roots + rused, sizeof roots - rused, "%s%s", i ? "\n" : "",
                               r->output_roots[i]);
+  rused = 0;
+  for (size_t i = 0; i < r->n_data_roots && i < 64; i++)
+    rused += (size_t)snprintf(droots + rused, sizeof droots - rused, "%s%s", i ? "\n" : "",
+                              r->data_roots[i]);
   int64_t now = coord_now_ms();
   px_store_stmt_t *st;
   px_status_t rc;
@@ -201,9 +205,10 @@ static px_status_t coord_register(coord_t *c, const Prunex__V1__RegisterNodeRequ
                            "UPDATE nodes SET hostname = ?2, addresses = ?3, agent_version = ?4,"
                            " pid = ?5, last_heartbeat_unix_ms = ?6,"
                            " job_id = CASE WHEN ?7 = 2 THEN job_id ELSE '' END,"
-                           " output_roots = ?8 WHERE node_id = ?1",
+                           " output_roots = ?8, data_roots = ?9 WHERE node_id = ?1",
                            &st));
     PX_CHECK(px_store_bind_text(st, 8, roots));
+    PX_CHECK(px_store_bind_text(st, 9, droots));
     PX_CHECK(px_store_bind_text(st, 1, node_id));
     PX_CHECK(px_store_bind_text(st, 2, r->hostname));
     PX_CHECK(px_store_bind_text(st, 3, addrs));
@@ -217,9 +222,11 @@ static px_status_t coord_register(coord_t *c, const Prunex__V1__RegisterNodeRequ
     PX_CHECK(px_store_stmt(c->db,
                            "INSERT INTO nodes (node_id, name, hostname, state, addresses,"
                            " agent_version, pid, registered_unix_ms, last_heartbeat_unix_ms,"
-                           " output_roots) VALUES ('new:' || ?1, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8)",
+                           " output_roots, data_roots)"
+                           " VALUES ('new:' || ?1, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9)",
                            &st));
     PX_CHECK(px_store_bind_text(st, 8, roots));
+    PX_CHECK(px_store_bind_text(st, 9, droots));
     PX_CHECK(px_store_bind_text(st, 1, r->name));
     PX_CHECK(px_store_bind_text(st, 2, r->hostname));
     PX_CHECK(px_store_bind_int64(st, 3, NS_READY));
@@ -296,6 +303,20 @@ void coord_rpc_register_node(px_rpc_srv_call_t *call, const ProtobufCMessage *ms
         !coord_utf8_ok(p, strlen(p))) {
       px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
                         "output_roots[%zu]: expected an absolute UTF-8 path without '..'", i);
+      return;
+    }
+  }
+  if (r->n_data_roots > 64) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "data_roots: %zu, at most 64",
+                      r->n_data_roots);
+    return;
+  }
+  for (size_t i = 0; i < r->n_data_roots; i++) {
+    const char *p = r->data_roots[i];
+    if (p[0] != '/' || strlen(p) > 1024 || strchr(p, '\n') || strstr(p, "/..") ||
+        !coord_utf8_ok(p, strlen(p))) {
+      px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
+                        "data_roots[%zu]: expected an absolute UTF-8 path without '..'", i);
       return;
     }
   }

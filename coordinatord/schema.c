@@ -226,6 +226,11 @@ static const char coord_schema_v8[] =
 static const char coord_schema_v9[] =
     "ALTER TABLE jobs ADD COLUMN checkpoint_problem TEXT NOT NULL DEFAULT '';";
 
+/* v10 (issue 26): where each node reads data sets from, one absolute
+ * directory a line ("" : an older agent that did not say). */
+static const char coord_schema_v10[] =
+    "ALTER TABLE nodes ADD COLUMN data_roots TEXT NOT NULL DEFAULT '';";
+
 const px_store_migration_t coord_migrations[] = {
     {1, coord_schema_v1},
     {2, coord_schema_v2},
@@ -236,5 +241,6 @@ const px_store_migration_t coord_migrations[] = {
     {7, coord_schema_v7},
     {8, coord_schema_v8},
     {9, coord_schema_v9},
+    {10, coord_schema_v10},
 };
 const int coord_nmigrations = (int)(sizeof coord_migrations / sizeof coord_migrations[0]);
