@@ -45,7 +45,10 @@
 #define PXA_LOG_PASS_CHUNKS 16     /* chunks per log per pass (1 MiB) */
 
 #define PXA_MAX_ROOTS 16
-#define PXA_CONFIG_STRINGS (PXA_MAX_ROOTS + 16)
+#define PXA_CONFIG_STRINGS (2 * PXA_MAX_ROOTS + 16)
+/* Where data sets may be read from when no --data-root is given (besides
+ * the work directory): Debian's data set packages install there. */
+#define PXA_DEFAULT_DATA_ROOT "/usr/share/datasets"
 
 typedef struct {
   const char *coordinator;   /* flag, else PRUNEX_COORDINATOR, else the config file */
@@ -58,6 +61,8 @@ typedef struct {
   int log_level;             /* px_log_level_t; -1: not set */
   const char *output_roots[PXA_MAX_ROOTS]; /* --output-root: where output_dir may also be */
   int noutput_roots;
+  const char *data_roots[PXA_MAX_ROOTS];   /* --data-root: where dataset.path may be (issue 26) */
+  int ndata_roots;
   const char *config;        /* --config FILE, or NULL */
   const char *coordinator_from; /* where coordinator came from, for messages */
   char *strings[PXA_CONFIG_STRINGS]; /* values read from the config file (px_malloc'd) */

@@ -58,6 +58,11 @@ static void pxa_usage(FILE *f) {
           "                           PX_LOG_LEVEL environment variable)\n"
           "  --output-root DIR        a directory (absolute) under which a job's output_dir\n"
           "                           may be, besides the work directory; repeatable\n"
+          "  --data-root DIR          a directory (absolute) under which a job's\n"
+          "                           dataset.path may be, besides the work directory;\n"
+          "                           repeatable (default " PXA_DEFAULT_DATA_ROOT ", where the\n"
+          "                           data set packages install). Links are followed only\n"
+          "                           while they stay inside\n"
           "  --ca FILE                PEM CA bundle: talk TLS to the coordinator and verify\n"
           "                           it (default $PRUNEX_CA; unset: plain text). The\n"
           "                           node's token comes from $PRUNEX_TOKEN (role node in\n"
@@ -148,15 +153,17 @@ static px_status_t pxa_config_apply(pxa_config_t *c, const char *key, const char
       }
     return px_set_error(PX_ERR_INVALID, "%s '%s': expected error, warn, info or debug", where, v);
   }
-  if (!strcmp(key, "output_root")) {
+  if (!strcmp(key, "output_root") || !strcmp(key, "data_root")) {
+    int data = !strcmp(key, "data_root");
     if (v[0] != '/' || strstr(v, "/..") || strlen(v) > 1024)
       return px_set_error(PX_ERR_INVALID, "%s '%s': expected an absolute path without '..'", where,
                           v);
-    if (c->noutput_roots >= PXA_MAX_ROOTS)
+    int *n = data ? &c->ndata_roots : &c->noutput_roots;
+    if (*n >= PXA_MAX_ROOTS)
       return px_set_error(PX_ERR_INVALID, "%s '%s': at most %d of them", where, v, PXA_MAX_ROOTS);
     const char *kept = pxa_config_keep(c, v, from_file);
     if (!kept) return px_set_error(PX_ERR_NOMEM, "%s: out of memory", where);
-    c->output_roots[c->noutput_roots++] = kept;
+    (data ? c->data_roots : c->output_roots)[(*n)++] = kept;
     return PX_OK;
   }
   if (!strcmp(key, "ca")) {
@@ -170,7 +177,7 @@ static px_status_t pxa_config_apply(pxa_config_t *c, const char *key, const char
   }
   return px_set_error(PX_ERR_INVALID, "%s: unknown setting (known: coordinator, name, "
                       "cpu_workers, threads_per_worker, work_dir, heartbeat_ms, worker, "
-                      "log_level, ca, output_root)", where);
+                      "log_level, ca, output_root, data_root)", where);
 }
 
 static px_status_t pxa_config_file_set(void *ctx, const char *key, const char *value,
@@ -190,7 +197,7 @@ static void pxa_config_free(pxa_config_t *c) {
  * environment (PRUNEX_COORDINATOR), then the config file, then defaults. */
 static int pxa_parse_args(int argc, char **argv, pxa_config_t *c) {
   enum { O_COORD = 256, O_NAME, O_CPU, O_THREADS, O_WORK, O_HB, O_WORKER, O_LOG, O_VERSION,
-         O_CONFIG, O_CA, O_ROOT };
+         O_CONFIG, O_CA, O_ROOT, O_DATA_ROOT };
   static const struct option opts[] = {
       {"coordinator", required_argument, NULL, O_COORD},
       {"name", required_argument, NULL, O_NAME},
@@ -203,6 +210,7 @@ static int pxa_parse_args(int argc, char **argv, pxa_config_t *c) {
       {"config", required_argument, NULL, O_CONFIG},
       {"ca", required_argument, NULL, O_CA},
       {"output-root", required_argument, NULL, O_ROOT},
+      {"data-root", required_argument, NULL, O_DATA_ROOT},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, O_VERSION},
       {NULL, 0, NULL, 0},
@@ -249,6 +257,7 @@ static int pxa_parse_args(int argc, char **argv, pxa_config_t *c) {
       case O_LOG: key = keys[7]; flag = "--log-level"; break;
       case O_CA: key = "ca"; flag = "--ca"; break;
       case O_ROOT: key = "output_root"; flag = "--output-root"; break;
+      case O_DATA_ROOT: key = "data_root"; flag = "--data-root"; break;
       default: return pxa_bad_usage("unknown or incomplete option '%s'", argv[optind - 1]);
     }
     if (pxa_config_apply(c, key, optarg, flag, 0) != PX_OK)

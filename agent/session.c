@@ -101,6 +101,13 @@ static px_status_t pxa_register(pxa_agent_t *ag, px_rpc_channel_t *ch) {
   for (int i = 0; i < ag->cfg.noutput_roots; i++) roots[1 + i] = (char *)ag->cfg.output_roots[i];
   req.n_output_roots = (size_t)(1 + ag->cfg.noutput_roots);
   req.output_roots = roots;
+  /* where jobs may read data sets (issue 26): refused at submission too */
+  char *droots[PXA_MAX_ROOTS + 1];
+  droots[0] = ag->work_dir;
+  if (ag->cfg.ndata_roots == 0) droots[1] = (char *)PXA_DEFAULT_DATA_ROOT;
+  for (int i = 0; i < ag->cfg.ndata_roots; i++) droots[1 + i] = (char *)ag->cfg.data_roots[i];
+  req.n_data_roots = (size_t)(1 + (ag->cfg.ndata_roots ? ag->cfg.ndata_roots : 1));
+  req.data_roots = droots;
   Prunex__V1__RegisterNodeResponse *resp = NULL;
   PX_CHECK(px_rpc_register_node(ch, &req, 5000, &resp));
   int interval = resp->heartbeat_interval_ms > 0 ? resp->heartbeat_interval_ms : 1000;

@@ -3,9 +3,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -188,4 +191,144 @@ int pxa_output_dir_allowed(const char *out, const char *work_dir, const char *co
   for (int i = 0; i < nroots; i++)
     if (pxa_path_under(out, roots[i])) return 1;
   return 0;
+}
+
+/* ---- paths that stay inside their root (issue 26) ------------------------------- */
+
+/* openat2(dirfd, rel, O_DIRECTORY, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS):
+ * every symbolic link is followed only while it stays below dirfd (an
+ * absolute link or '..' past it fails with EXDEV). Kernels before 5.6
+ * (ENOSYS): a walk that opens each component with O_NOFOLLOW, so no
+ * link at all is followed. */
+static int pxa_open_dir_beneath(int dirfd, const char *rel) {
+  struct open_how how = {.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC,
+                         .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+  long fd = syscall(SYS_openat2, dirfd, rel, &how, sizeof how);
+  if (fd >= 0 || errno != ENOSYS) return (int)fd;
+  char buf[4096];
+  if (snprintf(buf, sizeof buf, "%s", rel) >= (int)sizeof buf) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  int cur = dup(dirfd);
+  for (char *save = NULL, *c = strtok_r(buf, "/", &save); cur >= 0 && c;
+       c = strtok_r(NULL, "/", &save)) {
+    if (!strcmp(c, "..")) {
+      close(cur);
+      errno = EXDEV;
+      return -1;
+    }
+    int next = openat(cur, c, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    int err = errno;
+    close(cur);
+    errno = err;
+    cur = next;
+  }
+  return cur;
+}
+
+px_status_t pxa_mkdirs_beneath(const char *root, const char *dir) {
+  size_t rn = strlen(root);
+  while (rn > 1 && root[rn - 1] == '/') rn--;
+  if (strncmp(dir, root, rn) != 0 || (dir[rn] != '\0' && dir[rn] != '/' && rn > 1))
+    return px_set_error(PX_ERR_INVALID, "%s is not under %s", dir, root);
+  const char *rel = dir + rn;
+  while (*rel == '/') rel++;
+  int rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* the root may be a link */
+  if (rootfd < 0)
+    return px_set_error(PX_ERR_IO, "%s: cannot open the directory: %s", root, strerror(errno));
+  char prefix[4096];
+  px_status_t st = PX_OK;
+  size_t n = strlen(rel);
+  if (n >= sizeof prefix) st = px_set_error(PX_ERR_INVALID, "%s: path too long", dir);
+  /* each prefix of rel in turn: opened beneath the root, or made there */
+  for (size_t i = 1; st == PX_OK && i <= n; i++) {
+    if (rel[i] != '/' && rel[i] != '\0') continue;
+    memcpy(prefix, rel, i);
+    prefix[i] = '\0';
+    int fd = pxa_open_dir_beneath(rootfd, prefix);
+    if (fd < 0 && errno == ENOENT) {
+      /* make the last component inside its (checked) parent */
+      char *slash = strrchr(prefix, '/');
+      int parent = slash ? (*slash = '\0', pxa_open_dir_beneath(rootfd, prefix)) : dup(rootfd);
+      const char *leaf = slash ? slash + 1 : prefix;
+      if (parent >= 0 && mkdirat(parent, leaf, 0755) != 0 && errno != EEXIST) {
+        st = px_set_error(PX_ERR_IO, "%s/%.*s: cannot create the directory: %s", root, (int)i,
+                          rel, strerror(errno));
+      }
+      if (parent >= 0) close(parent);
+      if (slash) *slash = '/';
+      if (st != PX_OK) break;
+      fd = pxa_open_dir_beneath(rootfd, prefix);
+    }
+    if (fd < 0) {
+      int err = errno;
+      if (err == EXDEV || err == ELOOP)
+        st = px_set_error(PX_ERR_INVALID,
+                          "%s: %s/%.*s is a symbolic link that leads out of %s (paths are "
+                          "resolved without leaving their root)",
+                          dir, root, (int)i, rel, root);
+      else if (err == ENOTDIR)
+        st = px_set_error(PX_ERR_INVALID, "%s: %s/%.*s is not a directory", dir, root, (int)i,
+                          rel);
+      else
+        st = px_set_error(PX_ERR_IO, "%s: %s/%.*s: %s", dir, root, (int)i, rel, strerror(err));
+      break;
+    }
+    close(fd);
+  }
+  close(rootfd);
+  return st;
+}
+
+int pxa_path_is_under(const char *path, const char *dir) { return pxa_path_under(path, dir); }
+
+const char *pxa_output_root_of(const char *out, const char *work_dir, const char *const *roots,
+                               int nroots) {
+  const char *best = pxa_path_under(out, work_dir) ? work_dir : NULL;
+  for (int i = 0; i < nroots; i++)
+    if (pxa_path_under(out, roots[i]) && (!best || strlen(roots[i]) > strlen(best)))
+      best = roots[i];
+  return best;
+}
+
+px_status_t pxa_check_beneath(const char *root, const char *path, const char *what) {
+  size_t rn = strlen(root);
+  while (rn > 1 && root[rn - 1] == '/') rn--;
+  const char *rel = path + rn;
+  while (*rel == '/') rel++;
+  if (!*rel) return PX_OK;
+  int rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (rootfd < 0)
+    return px_set_error(PX_ERR_IO, "%s '%s': cannot open %s: %s", what, path, root,
+                        strerror(errno));
+  struct open_how how = {.flags = O_PATH | O_CLOEXEC,
+                         .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+  long fd = syscall(SYS_openat2, rootfd, rel, &how, sizeof how);
+  int err = errno;
+  if (fd < 0 && err == ENOSYS) {
+    /* before Linux 5.6: where the path really leads, compared as text */
+    char real_root[4096], real[4096];
+    if (!realpath(root, real_root) || !realpath(path, real)) {
+      err = errno;
+    } else {
+      size_t n = strlen(real_root);
+      int under = !strncmp(real, real_root, n) && (real[n] == '\0' || real[n] == '/' || n == 1);
+      err = under ? 0 : EXDEV;
+      fd = under ? 0 : -1;
+      if (under) fd = dup(rootfd);
+    }
+  }
+  close(rootfd);
+  if (fd >= 0) {
+    close((int)fd);
+    return PX_OK;
+  }
+  if (err == ENOENT) return PX_OK; /* missing: the worker says so, naming it */
+  if (err == EXDEV || err == ELOOP)
+    return px_set_error(PX_ERR_INVALID,
+                        "%s '%s' leads out of %s through a symbolic link (paths are resolved "
+                        "without leaving their root)",
+                        what, path, root);
+  return px_set_error(PX_ERR_IO, "%s '%s': %s", what, path, strerror(err));
 }

@@ -38,4 +38,25 @@ int pxa_cpu_count(void);
 int pxa_output_dir_allowed(const char *output_dir, const char *work_dir, const char *const *roots,
                            int nroots);
 
+/* The root (work_dir or one of roots; the longest) that the absolute path
+ * out is under; NULL when none. */
+const char *pxa_output_root_of(const char *out, const char *work_dir, const char *const *roots,
+                               int nroots);
+
+/* Creates dir (under root) and its missing parents (mode 0755) without
+ * leaving root: symbolic links below root are followed only while they stay
+ * below it (openat2 RESOLVE_BENEATH; no link at all on kernels without it).
+ * PX_ERR_INVALID naming the link that leads out, or a component that is
+ * not a directory; PX_ERR_IO otherwise. */
+px_status_t pxa_mkdirs_beneath(const char *root, const char *dir);
+
+/* PX_OK when path (textually under root) does not lead out of root through
+ * a symbolic link (openat2 RESOLVE_BENEATH; realpath on older kernels), or
+ * does not exist; else PX_ERR_INVALID naming what (e.g. "dataset.path"),
+ * path and root. */
+px_status_t pxa_check_beneath(const char *root, const char *path, const char *what);
+
+/* 1 when path is dir or below it, on a path-component boundary. */
+int pxa_path_is_under(const char *path, const char *dir);
+
 #endif

@@ -90,6 +90,7 @@ typedef struct {
   int nlm;
   /* the last iteration as recorded, for the final figures (below) */
   Prunex__V1__IterationReport last;
+  char ck_note[512];           /* the reports' checkpoint_problem (issue 26) */
   Prunex__V1__PhaseTimes last_ph;
   uint64_t last_rank_intra, last_rank_inter;
   int have_last;
@@ -511,6 +512,15 @@ static px_status_t pxw_fill_report(pxw_t *w, const px_iteration_t *it,
   rep->time_unix_ms = pxa_unix_ms();
   rep->epoch = it->epoch;
   rep->frozen = it->frozen != 0;
+  /* the job's status says it while it runs unprotected (issue 26) */
+  w->ck_note[0] = '\0';
+  if (it->checkpoint_problem && it->checkpoint_problem[0]) {
+    char since[32];
+    snprintf(since, sizeof since, "iteration %d", it->checkpoint_complete);
+    snprintf(w->ck_note, sizeof w->ck_note, "no usable checkpoint since %s: %s",
+             it->checkpoint_complete >= 0 ? since : "the start", it->checkpoint_problem);
+  }
+  rep->checkpoint_problem = w->ck_note;
   return PX_OK;
 }
 
@@ -758,6 +768,22 @@ static px_status_t pxw_save_model(pxw_t *w, px_trainer_t *t, const px_strategy_r
   return px_model_save(px_trainer_model(t), NULL, path, extra, 5);
 }
 
+/* A run that succeeded without a usable checkpoint since iteration N (a
+ * rank could not write: a full disk): rank 0 leaves the reason in
+ * <work-dir>/jobs/<job>/rank-0.note, which its agent reports as the exit's
+ * reason and the coordinator adds to the job's (issue 26). Best effort. */
+static void pxw_write_note(const pxw_t *w, const px_strategy_result_t *res) {
+  char path[4200], note[512], since[32];
+  snprintf(path, sizeof path, "%s/jobs/%s/rank-%d.note", w->a.work_dir, w->a.job, w->a.rank);
+  snprintf(since, sizeof since, "iteration %d", res->checkpoint_complete);
+  int n = snprintf(note, sizeof note, "no usable checkpoint since %s: %s",
+                   res->checkpoint_complete >= 0 ? since : "the start", res->checkpoint_problem);
+  if (n < 0) return;
+  fprintf(stderr, "pxworker: rank %d: job %s: %s\n", w->a.rank, w->a.job, note);
+  if (pxa_write_file(path, note, strlen(note)) != PX_OK)
+    px_log(PX_LOG_WARN, "rank %d: %s", w->a.rank, px_last_error());
+}
+
 static int pxw_run(pxw_t *w) {
   const pxw_args_t *a = &w->a;
   px_status_t st;
@@ -851,6 +877,7 @@ static int pxw_run(pxw_t *w) {
   } else {
     if (a->rank == 0) PX_CHECK_GOTO(pxw_save_model(w, trainer, &res, model_path, sizeof model_path),
                                     st, fail);
+    if (a->rank == 0 && res.checkpoint_problem[0]) pxw_write_note(w, &res);
     rc = 0;
     if (a->rank == 0) {
       char inter[32], dense[32];

@@ -149,8 +149,17 @@ static void pxa_on_close(uv_handle_t *h) {
 static char *pxa_exit_reason(const pxa_worker_t *w, int64_t code, int sig) {
   const pxa_job_t *job = w->job;
   if (code == 0 && sig == 0) {
-    char *r = px_malloc(1, "agent.exit.reason");
-    if (r) r[0] = '\0';
+    /* a success may carry a note (pxworker: no usable checkpoint since ...) */
+    char note[512] = "", path[sizeof w->log + 16];
+    snprintf(path, sizeof path, "%s", w->log);
+    char *dot = strrchr(path, '.');
+    if (dot && !strcmp(dot, ".log")) {
+      strcpy(dot, ".note");
+      pxa_file_tail(path, note, sizeof note);
+    }
+    size_t n = strlen(note) + 1;
+    char *r = px_malloc(n, "agent.exit.reason");
+    if (r) memcpy(r, note, n);
     return r;
   }
   char tail[PXA_TAIL_BYTES + 1];
@@ -280,6 +289,48 @@ static size_t pxa_spec_path(const pxa_agent_t *ag, const char *job_id, int attem
   return n < 0 ? cap : (size_t)n;
 }
 
+/* dataset.path must be under one of this node's data roots (--data-root,
+ * default PXA_DEFAULT_DATA_ROOT) or its work directory, without leaving it
+ * through a link: jobs must not read what the agent's user can read
+ * elsewhere (/etc, other jobs' keys). A relative path is under the job's
+ * directory (the worker's cwd) and may not hold "..". */
+static px_status_t pxa_check_dataset_path(const pxa_agent_t *ag,
+                                          const Prunex__V1__Assignment *as) {
+  const char *p = as->spec->dataset ? as->spec->dataset->path : NULL;
+  if (!p || !p[0]) return PX_OK;
+  for (const char *c = p; *c;) {
+    const char *e = strchr(c, '/');
+    size_t len = e ? (size_t)(e - c) : strlen(c);
+    if (len == 2 && c[0] == '.' && c[1] == '.')
+      return px_set_error(PX_ERR_INVALID, "dataset.path '%s': '..' is not allowed", p);
+    if (!e) break;
+    c = e + 1;
+  }
+  if (p[0] != '/') {
+    char jd[PXA_PATH_MAX + 200], full[2 * PXA_PATH_MAX + 200];
+    snprintf(jd, sizeof jd, "%s/jobs/%s", ag->work_dir, as->job_id);
+    snprintf(full, sizeof full, "%s/%s", jd, p);
+    return pxa_check_beneath(jd, full, "dataset.path");
+  }
+  const char *def[1] = {PXA_DEFAULT_DATA_ROOT};
+  const char *const *roots = ag->cfg.ndata_roots ? ag->cfg.data_roots : def;
+  int n = ag->cfg.ndata_roots ? ag->cfg.ndata_roots : 1;
+  const char *root = pxa_path_is_under(p, ag->work_dir) ? ag->work_dir : NULL;
+  for (int i = 0; i < n; i++)
+    if (pxa_path_is_under(p, roots[i]) && (!root || strlen(roots[i]) > strlen(root)))
+      root = roots[i];
+  if (!root) {
+    char list[1024] = "";
+    for (int i = 0; i < n; i++)
+      snprintf(list + strlen(list), sizeof list - strlen(list), "%s, ", roots[i]);
+    return px_set_error(PX_ERR_INVALID,
+                        "dataset.path '%s' is not under this node's data roots (%s%s): nothing "
+                        "read (pxagent --data-root DIR allows more)",
+                        p, list, ag->work_dir);
+  }
+  return pxa_check_beneath(root, p, "dataset.path");
+}
+
 /* Writes the job's directory and spec; fails with the reason in the error. */
 static px_status_t pxa_prepare_job(pxa_agent_t *ag, const Prunex__V1__Assignment *as, char *dir,
                                    size_t dcap, char *spec_path, size_t scap) {
@@ -292,10 +343,20 @@ static px_status_t pxa_prepare_job(pxa_agent_t *ag, const Prunex__V1__Assignment
                         "output_dir '%s' is not under this node's work directory (%s) or an "
                         "--output-root: nothing written",
                         as->spec->output_dir, ag->work_dir);
+  /* Textually under a root is not enough: a symbolic link below the root
+   * (made by a user who may write there) could lead anywhere, and agents
+   * often run as root. The directory is made here, resolved beneath its
+   * root, before any worker writes to it. */
+  if (as->spec->output_dir[0] == '/') {
+    const char *root = pxa_output_root_of(as->spec->output_dir, ag->work_dir,
+                                          ag->cfg.output_roots, ag->cfg.noutput_roots);
+    if (root) PX_CHECK(pxa_mkdirs_beneath(root, as->spec->output_dir));
+  }
   if ((size_t)snprintf(dir, dcap, "%s/jobs/%s", ag->work_dir, as->job_id) >= dcap ||
       pxa_spec_path(ag, as->job_id, pxa_attempt_of(as), spec_path, scap) >= scap)
     return px_set_error(PX_ERR_INVALID, "job %s: path too long", as->job_id);
   PX_CHECK(pxa_mkdirs(dir));
+  PX_CHECK(pxa_check_dataset_path(ag, as));
   size_t len = protobuf_c_message_get_packed_size(&as->spec->base);
   uint8_t *buf = px_malloc(len ? len : 1, "agent.spec");
   if (!buf) return PX_ERR_NOMEM;

@@ -264,6 +264,8 @@ static void pxctl_print_job(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
   if (restarts > 0 || attempt > 1)
     printf("attempt    %d of %d (%d restart%s allowed)\n", attempt, 1 + restarts, restarts,
            restarts == 1 ? "" : "s");
+  /* a job running without a usable checkpoint (a full disk) says so (issue 26) */
+  if (job->checkpoint_problem[0]) printf("checkpoint %s\n", job->checkpoint_problem);
   Prunex__V1__ListNodesResponse *nodes = NULL;
   if (job->n_node_ids > 0 || job->n_attempts > 0) {
     Prunex__V1__ListNodesRequest req = PRUNEX__V1__LIST_NODES_REQUEST__INIT;

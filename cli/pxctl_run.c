@@ -501,7 +501,14 @@ static int pxctl_start_agents(pxctl_run_t *r) {
      * they must allow it (issue 12: agents refuse any other output_dir). */
     char *argv[] = {r->agent_bin, "--coordinator", r->target, "--name", name, "--cpu-workers", P,
                     "--threads-per-worker", T, "--work-dir", work, "--output-root",
-                    r->output_dir, NULL};
+                    r->output_dir, "--data-root", "/usr/share/datasets", NULL, NULL, NULL};
+    /* The user's own data set, wherever it is, is theirs to read (pxagent
+     * reads dataset.path only under its --data-root list, issue 26). */
+    const char *data = r->spec->dataset ? r->spec->dataset->path : NULL;
+    if (data && data[0] == '/') {
+      argv[15] = "--data-root";
+      argv[16] = (char *)data;
+    }
     /* A CPU job on a machine with GPUs: the agents must offer CPU workers
      * (pxagent offers its GPUs whenever it sees any). */
     int hide_gpus = !strcmp(r->spec->cluster->device, "cpu");
@@ -627,9 +634,17 @@ typedef struct {
 } pxctl_result_t;
 
 /* Copies one SQLite database with the online backup API (consistent, WAL
- * included; the source is only read). 0 on success. */
+ * included; the source is only read). The copy is made 0600 whatever the
+ * umask, as pxcoordd makes its own (and wants it to reopen it). 0 on
+ * success. */
 static int pxctl_copy_db(const char *from, const char *to) {
   sqlite3 *src = NULL, *dst = NULL;
+  int fd = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 || fchmod(fd, 0600) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  close(fd);
   int rc = sqlite3_open_v2(from, &src, SQLITE_OPEN_READONLY, NULL);
   if (rc == SQLITE_OK) rc = sqlite3_open_v2(to, &dst, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
   if (rc == SQLITE_OK) {

@@ -3,7 +3,7 @@
  * a YAML mapping (`key: value`), with the flags' names (listen, db,
  * advertise, heartbeat_timeout_ms, placement_timeout_ms, agent_grace_ms,
  * log_level, tls_cert, tls_key, tokens, retention_days, http, http_www,
- * http_js; dashes or underscores). */
+ * http_js, http_max_per_address; dashes or underscores). */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -21,6 +21,7 @@ void coord_config_defaults(coord_config_t *cfg) {
   cfg->placement_timeout_ms = COORD_DEFAULT_PLACEMENT_TIMEOUT_MS;
   cfg->agent_grace_ms = COORD_DEFAULT_AGENT_GRACE_MS;
   cfg->log_level = -1;
+  cfg->http_max_per_address = COORD_DEFAULT_HTTP_PER_ADDRESS;
 }
 
 static px_status_t coord_copy(char *dst, size_t cap, const char *v, const char *key,
@@ -63,6 +64,17 @@ px_status_t coord_config_set(coord_config_t *cfg, const char *key_in, const char
   }
   if (!strcmp(key, "http_www"))
     return coord_copy(cfg->http_www, sizeof cfg->http_www, value, "http_www", where);
+  if (!strcmp(key, "http_max_per_address")) {
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(value, &end, 10);
+    PX_REQUIRE(errno == 0 && end != value && *end == '\0' && v >= 1 && v <= 1000,
+               "%s: http_max_per_address = '%s': expected connections from one address, "
+               "1 to 1000",
+               where, value);
+    cfg->http_max_per_address = (int)v;
+    return PX_OK;
+  }
   if (!strcmp(key, "http_js"))
     return coord_copy(cfg->http_js, sizeof cfg->http_js, value, "http_js", where);
   if (!strcmp(key, "heartbeat_timeout_ms")) {

@@ -67,7 +67,10 @@ typedef struct {
   char http[256];          /* HTTP listener HOST:PORT; "" : none (http.c) */
   char http_www[4096];     /* dashboard files; "" : the installed ones */
   char http_js[4096];      /* JS libraries; "" : COORD_DEFAULT_HTTP_JS */
+  int http_max_per_address; /* HTTP connections from one address (issue 26) */
 } coord_config_t;
+
+#define COORD_DEFAULT_HTTP_PER_ADDRESS 32
 
 #define COORD_DEFAULT_HTTP_JS "/usr/share/javascript"
 
@@ -98,20 +101,27 @@ typedef struct {
   char job_id[64];
   int rank;
   char node_id[64];
+  int from_file;                   /* 1: a token of the tokens file, digest below */
+  unsigned char digest[32];        /* its SHA-256: streams are re-checked on SIGHUP */
 } coord_identity_t;
 
 typedef struct coord_tokens coord_tokens_t;
 
 /* Reads a tokens file (`TOKEN NAME ROLE` lines, '#' comments). Refuses a
- * file others may read or write, malformed lines (naming file:line),
+ * file whose mode is not 0600 or 0400, malformed lines (naming file:line),
  * duplicate tokens, and an empty file. Caller owns *out. */
 px_status_t coord_tokens_load(const char *path, coord_tokens_t **out);
 void coord_tokens_free(coord_tokens_t *t);
 size_t coord_tokens_count(const coord_tokens_t *t);
 /* Looks a token of the file up (not rank secrets): 1 and its name and role
- * when known. Reads t only: safe from any thread that holds t. */
+ * when known. Constant time in the token's bytes (only SHA-256 digests are
+ * held, each compared). Reads t only: safe from any thread that holds t. */
 int coord_tokens_lookup(const coord_tokens_t *t, const char *token, char *name, size_t cap,
                         int *role);
+
+/* 1 when the two strings are equal; the time taken does not depend on
+ * where they differ (both are hashed, then compared with CRYPTO_memcmp). */
+int coord_secret_equal(const char *a, const char *b);
 
 /* 1 when s is a valid user or node name (1..127 of A-Z a-z 0-9 . _ - @). */
 int coord_name_ok(const char *s);
@@ -170,11 +180,16 @@ typedef struct {
   uv_timer_t retention;    /* removes old finished jobs (retention_days) */
   coord_tokens_t *tokens;  /* NULL: no authentication */
   coord_identity_t who;    /* the caller of the handler now running (coord_authorize) */
+  unsigned char secret_key[32]; /* rank secrets are HMACs under it (DB.key) */
 } coord_t;
 
 /* Re-reads the tokens file (when one is configured); on failure the old
  * tokens stay and the error is returned. */
 px_status_t coord_auth_reload(coord_t *c);
+/* After a reload: ends (UNAUTHENTICATED) every open WatchJob and
+ * WatchAssignments stream whose token is no longer in the file (or now
+ * names another user or role); returns how many. */
+size_t coord_auth_revoke_streams(coord_t *c);
 
 /* Turns an `authorization` value ("Bearer TOKEN"; NULL or "" when absent)
  * into an identity. PX_RPC_OK, or UNAUTHENTICATED (INTERNAL on a database
@@ -189,8 +204,27 @@ int coord_authorize(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *
 /* 1 when who may cancel or delete a job owned by owner (owner or admin). */
 int coord_auth_may_manage(const coord_identity_t *who, const char *owner);
 
-/* A fresh rank secret ("pxr_" + 64 hex digits) into out (cap >= 70). */
-px_status_t coord_rank_secret_make(char *out, size_t cap);
+/* Rank secrets at rest (issue 26): a rank's secret is "pxr_" + the hex of
+ * HMAC-SHA256(key, salt), where the key (COORD_SECRET_KEY_BYTES random
+ * bytes, hex) is the file DB.key beside the database (0600, made at first
+ * start) and the salt is random per rank. job_ranks keeps the salt and the
+ * secret's SHA-256 only: a copy of the database opens nothing, and the
+ * coordinator can still send an agent its ranks' secrets again after a
+ * restart. */
+#define COORD_SECRET_KEY_BYTES 32
+/* Reads (or, when missing, creates) DB.key into c->secret_key; refuses a key
+ * file others may read, or one that is not a key. */
+px_status_t coord_secret_key_load(coord_t *c);
+/* A new rank: a random salt (32 hex digits) and its secret's SHA-256 (hex). */
+px_status_t coord_rank_secret_new(const coord_t *c, char salt[33], char hash[65]);
+/* The secret of a rank from its salt, into out (cap >= 70). */
+px_status_t coord_rank_secret_derive(const coord_t *c, const char *salt, char *out, size_t cap);
+/* The SHA-256 of s, as 64 hex digits. */
+void coord_sha256_hex(const char *s, char out[65]);
+/* At start: secrets an older pxcoordd stored in clear get their hash; the
+ * clear text is wiped except for jobs still running (their agents may need
+ * it sent again). */
+px_status_t coord_rank_secrets_upgrade(coord_t *c);
 
 /* Removes finished jobs older than retention_days, with all their rows. */
 void coord_retention_run(coord_t *c);
@@ -208,8 +242,8 @@ extern const px_rpc_method_t coord_methods[];
 extern const int coord_nmethods;
 
 /* Answers a call whose handler hit a database (or other internal) error:
- * logs px_last_error() and ends the call INTERNAL, rolling back any open
- * transaction. */
+ * logs px_last_error() and ends the call INTERNAL (RESOURCE_EXHAUSTED when
+ * the database's disk is full), rolling back any open transaction. */
 void coord_fail_internal(coord_t *c, px_rpc_srv_call_t *call);
 
 /* ---- records (model.c) -------------------------------------------------- */
@@ -288,12 +322,17 @@ struct coord_watch {
   px_rpc_srv_call_t *call;
   int is_job;
   char id[128];
+  coord_identity_t who;  /* who opened it (re-checked when the tokens change) */
 };
 /* Opens a watch on the call (its cancel callback unlinks and frees it);
  * NULL on allocation failure. */
 coord_watch_t *coord_watch_open(coord_t *c, px_rpc_srv_call_t *call, const char *id, int is_job);
 /* Ends a watch with status OK (a job reached a terminal state). */
 void coord_watch_close(coord_t *c, coord_watch_t *w);
+/* Ends a watch with code and message (frees w). An assignment stream ended
+ * this way counts as its agent gone (coord_agent_gone). */
+void coord_watch_end(coord_t *c, coord_watch_t *w, px_rpc_code_t code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* ---- jobs (jobs.c) ------------------------------------------------------ */
 

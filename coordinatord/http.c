@@ -14,7 +14,16 @@
  *   /api/v1/jobs/ID           one job (by id, or by name when unambiguous)
  *   /api/v1/jobs/ID/iterations  its iterations, paged
  *   /api/v1/jobs/ID/layers      its per-layer figures, paged
- *   /api/v1/nodes             nodes, paged */
+ *   /api/v1/nodes             nodes, paged
+ *
+ * Limits (issue 26: idle sockets must not starve it): at most
+ * COORD_HTTP_MAX_CONNECTIONS connections, at most per_address of them from
+ * one address (MHD refuses the rest at accept), and a request's headers
+ * must be in within COORD_HTTP_HEADER_DEADLINE_MS of the connection's start
+ * (or of the end of its previous request): a slowloris client that sends a
+ * byte now and then is cut by the reaper thread, which MHD's idle timeout
+ * alone would not do. */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -36,8 +45,28 @@
 #include "http.h"
 #include "prunex/check.h"
 
+/* A connection whose request headers are not all in yet (http_conn_*). */
+typedef struct coord_http_conn {
+  struct coord_http_conn *prev, *next;
+  int fd;
+  int64_t since_ms;  /* CLOCK_MONOTONIC: connection start or end of its last request */
+  int waiting;       /* 1 while headers are awaited; 0 while a request is served */
+  int cut;           /* shut down by the reaper */
+  int linked;        /* in coord_http_t.conns */
+} coord_http_conn_t;
+
 struct coord_http {
   struct MHD_Daemon *d;
+  /* Connections, for the header deadline: added and removed by MHD's
+   * thread (its connection and completion callbacks), read by the reaper
+   * thread, both under cmu. MHD calls the CLOSED notification before it
+   * closes the socket, so an fd in this list is always the connection's. */
+  pthread_mutex_t cmu;
+  pthread_cond_t stop_cv;
+  int stop;
+  pthread_t reaper;
+  int reaper_started;
+  coord_http_conn_t *conns;
   sqlite3 *db;             /* read-only; used by the HTTP thread only */
   /* The HTTP side's own copy of the tokens file (NULL: no authentication),
    * swapped by coord_http_reload_tokens on the loop thread, read by the
@@ -174,6 +203,94 @@ static int http_authorize(coord_http_t *h, struct MHD_Connection *conn, const ch
   return ok && (role == COORD_ROLE_ADMIN || role == COORD_ROLE_USER);
 }
 
+/* ---- connection limits and the header deadline ----------------------------- */
+
+static int64_t http_mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* MHD's thread: a connection starts (headers awaited) or closes. */
+static void http_on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                               enum MHD_ConnectionNotificationCode toe) {
+  coord_http_t *h = cls;
+  if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+    const union MHD_ConnectionInfo *fi =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    coord_http_conn_t *hc = px_calloc(1, sizeof *hc, "coord.http.conn");
+    *socket_context = hc;
+    if (!hc || !fi) return; /* no deadline for it: MHD's idle timeout still applies */
+    hc->fd = fi->connect_fd;
+    hc->since_ms = http_mono_ms();
+    hc->waiting = 1;
+    hc->linked = 1;
+    pthread_mutex_lock(&h->cmu);
+    hc->next = h->conns;
+    if (h->conns) h->conns->prev = hc;
+    h->conns = hc;
+    pthread_mutex_unlock(&h->cmu);
+    return;
+  }
+  coord_http_conn_t *hc = *socket_context;
+  if (!hc) return;
+  *socket_context = NULL;
+  pthread_mutex_lock(&h->cmu);
+  if (hc->linked) {
+    if (hc->prev) hc->prev->next = hc->next;
+    else h->conns = hc->next;
+    if (hc->next) hc->next->prev = hc->prev;
+  }
+  pthread_mutex_unlock(&h->cmu);
+  px_free(hc);
+}
+
+/* MHD's thread: the headers of a request are in (its first handler call),
+ * or a request ended (the next one's headers are awaited). */
+static void http_conn_waiting(coord_http_t *h, struct MHD_Connection *conn, int waiting) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  coord_http_conn_t *hc = ci ? ci->socket_context : NULL;
+  if (!hc) return;
+  pthread_mutex_lock(&h->cmu);
+  hc->waiting = waiting;
+  hc->since_ms = http_mono_ms();
+  pthread_mutex_unlock(&h->cmu);
+}
+
+static void http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                              enum MHD_RequestTerminationCode toe) {
+  (void)con_cls;
+  (void)toe;
+  http_conn_waiting(cls, conn, 1);
+}
+
+/* The reaper: every 250 ms, shuts down the sockets whose headers are late.
+ * shutdown(), not close(): MHD then sees the end of the stream and closes
+ * the connection itself, on its own thread. */
+static void *http_reaper(void *arg) {
+  coord_http_t *h = arg;
+  pthread_mutex_lock(&h->cmu);
+  while (!h->stop) {
+    int64_t now = http_mono_ms();
+    for (coord_http_conn_t *hc = h->conns; hc; hc = hc->next)
+      if (hc->waiting && !hc->cut && now - hc->since_ms > COORD_HTTP_HEADER_DEADLINE_MS) {
+        shutdown(hc->fd, SHUT_RDWR);
+        hc->cut = 1;
+      }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 250 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&h->stop_cv, &h->cmu, &ts);
+  }
+  pthread_mutex_unlock(&h->cmu);
+  return NULL;
+}
+
 /* ---- responses -------------------------------------------------------------- */
 
 static enum MHD_Result http_send(struct MHD_Connection *conn, unsigned status,
@@ -269,8 +386,12 @@ static enum MHD_Result http_answer(void *cls, struct MHD_Connection *conn, const
   (void)version;
   (void)upload_data;
   (void)upload_data_size;
-  (void)con_cls;
   coord_http_t *h = cls;
+  /* The first call for a request: its headers are in. */
+  if (!*con_cls) {
+    *con_cls = h;
+    http_conn_waiting(h, conn, 0);
+  }
   if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
     return http_error(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD are served");
   if (!http_authorize(h, conn, url))
@@ -326,6 +447,22 @@ static void http_log(void *cls, const char *fmt, va_list ap) {
 
 /* ---- start / stop ------------------------------------------------------------- */
 
+/* Frees what coord_http_start made (the daemon already stopped or never
+ * started). */
+static void coord_http_free(coord_http_t *h) {
+  while (h->conns) { /* none once MHD has told of every close; never leak one */
+    coord_http_conn_t *next = h->conns->next;
+    px_free(h->conns);
+    h->conns = next;
+  }
+  if (h->db) sqlite3_close(h->db);
+  coord_tokens_free(h->tokens);
+  pthread_cond_destroy(&h->stop_cv);
+  pthread_mutex_destroy(&h->cmu);
+  pthread_mutex_destroy(&h->mu);
+  px_free(h);
+}
+
 px_status_t coord_http_reload_tokens(coord_http_t *h) {
   if (!h || !h->tokens_path[0]) return PX_OK;
   coord_tokens_t *t = NULL;
@@ -339,8 +476,10 @@ px_status_t coord_http_reload_tokens(coord_http_t *h) {
 }
 
 px_status_t coord_http_start(const char *listen, const char *db_path, const char *www_dir,
-                             const char *js_dir, const char *tokens_path, coord_http_t **out) {
+                             const char *js_dir, const char *tokens_path, int per_address,
+                             coord_http_t **out) {
   *out = NULL;
+  assert(per_address >= 1);
   const char *colon = strrchr(listen, ':');
   PX_REQUIRE(colon, "http = '%s': expected HOST:PORT", listen);
   char host[256];
@@ -368,12 +507,13 @@ px_status_t coord_http_start(const char *listen, const char *db_path, const char
   snprintf(h->www, sizeof h->www, "%s", www_dir);
   snprintf(h->js, sizeof h->js, "%s", js_dir);
   pthread_mutex_init(&h->mu, NULL);
+  pthread_mutex_init(&h->cmu, NULL);
+  pthread_cond_init(&h->stop_cv, NULL);
   snprintf(h->tokens_path, sizeof h->tokens_path, "%s", tokens_path ? tokens_path : "");
   px_status_t tst = coord_http_reload_tokens(h);
   if (tst != PX_OK) {
     px_status_t st = tst;
-    pthread_mutex_destroy(&h->mu);
-    px_free(h);
+    coord_http_free(h);
     freeaddrinfo(ai);
     return st;
   }
@@ -386,10 +526,7 @@ px_status_t coord_http_start(const char *listen, const char *db_path, const char
   if (rc != SQLITE_OK) {
     px_status_t st = px_set_error(PX_ERR_IO, "http: cannot open %s read-only: %s", db_path,
                                   h->db ? sqlite3_errmsg(h->db) : sqlite3_errstr(rc));
-    sqlite3_close(h->db);
-    coord_tokens_free(h->tokens);
-    pthread_mutex_destroy(&h->mu);
-    px_free(h);
+    coord_http_free(h);
     freeaddrinfo(ai);
     return st;
   }
@@ -399,18 +536,25 @@ px_status_t coord_http_start(const char *listen, const char *db_path, const char
   if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
   h->d = MHD_start_daemon(
       flags, 0, NULL, NULL, http_answer, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
-      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_EXTERNAL_LOGGER,
-      http_log, NULL, MHD_OPTION_END);
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)COORD_HTTP_MAX_CONNECTIONS,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)per_address,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)COORD_HTTP_IDLE_TIMEOUT_S,
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+      MHD_OPTION_NOTIFY_CONNECTION, http_on_connection, h,
+      MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, h,
+      MHD_OPTION_EXTERNAL_LOGGER, http_log, NULL, MHD_OPTION_END);
   freeaddrinfo(ai);
   if (!h->d) {
-    sqlite3_close(h->db);
-    coord_tokens_free(h->tokens);
-    pthread_mutex_destroy(&h->mu);
-    px_free(h);
+    coord_http_free(h);
     return px_set_error(PX_ERR_IO, "http = '%s': cannot listen (address in use or not local?)",
                         listen);
   }
+  if (pthread_create(&h->reaper, NULL, http_reaper, h) != 0) {
+    MHD_stop_daemon(h->d);
+    coord_http_free(h);
+    return px_set_error(PX_ERR_IO, "http: cannot start the header-deadline thread");
+  }
+  h->reaper_started = 1;
   const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
   h->port = info ? info->port : atoi(colon + 1);
   *out = h;
@@ -421,9 +565,13 @@ int coord_http_port(const coord_http_t *h) { return h->port; }
 
 void coord_http_stop(coord_http_t *h) {
   if (!h) return;
-  MHD_stop_daemon(h->d);
-  sqlite3_close(h->db);
-  coord_tokens_free(h->tokens);
-  pthread_mutex_destroy(&h->mu);
-  px_free(h);
+  if (h->reaper_started) {
+    pthread_mutex_lock(&h->cmu);
+    h->stop = 1;
+    pthread_cond_signal(&h->stop_cv);
+    pthread_mutex_unlock(&h->cmu);
+    pthread_join(h->reaper, NULL);
+  }
+  MHD_stop_daemon(h->d); /* closes every connection: the CLOSED notes empty the list */
+  coord_http_free(h);
 }

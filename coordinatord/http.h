@@ -88,15 +88,23 @@ int coord_http_metrics(sqlite3 *db, int64_t started_unix_ms, coord_hbuf_t *out);
 
 typedef struct coord_http coord_http_t;
 
+/* Connection limits (issue 26): far more connections than any honest set of
+ * clients needs, at most per_address (http_max_per_address) from one
+ * address, a request's headers within the deadline, idle ones closed. */
+#define COORD_HTTP_MAX_CONNECTIONS 1000
+#define COORD_HTTP_HEADER_DEADLINE_MS 5000
+#define COORD_HTTP_IDLE_TIMEOUT_S 30
+
 /* Starts the HTTP listener on listen ("HOST:PORT"; port 0 picks a free
  * one), reading db_path read-only, serving the dashboard from www_dir and
  * the charting library from js_dir. With tokens_path (the coordinator's
  * tokens file; NULL or "": none) /metrics and /api/v1 need a user or admin
- * bearer token. Fails with PX_ERR_IO when the address cannot be bound or
+ * bearer token. per_address (>= 1) caps the connections from one address. Fails with PX_ERR_IO when the address cannot be bound or
  * the database not opened, PX_ERR_INVALID for a bad tokens file. *out is
  * owned by the caller: coord_http_stop frees it. */
 px_status_t coord_http_start(const char *listen, const char *db_path, const char *www_dir,
-                             const char *js_dir, const char *tokens_path, coord_http_t **out);
+                             const char *js_dir, const char *tokens_path, int per_address,
+                             coord_http_t **out);
 /* Re-reads the tokens file into the listener's copy (SIGHUP, loop thread);
  * on failure the old tokens stay. */
 px_status_t coord_http_reload_tokens(coord_http_t *h);

@@ -122,7 +122,7 @@ static int http_resolve_job(sqlite3 *db, const char *ref, char *job_id, size_t c
   " (SELECT test_accuracy FROM iterations i WHERE i.job_id = j.job_id AND i.rank = 0"         \
   "   AND i.test_accuracy >= 0 ORDER BY iteration DESC LIMIT 1),"                              \
   " (SELECT density FROM iterations i WHERE i.job_id = j.job_id AND i.rank = 0"               \
-  "   ORDER BY iteration DESC LIMIT 1), j.attempt"
+  "   ORDER BY iteration DESC LIMIT 1), j.attempt, j.checkpoint_problem"
 
 /* One job object from a row of HTTP_JOB_COLUMNS. */
 static void http_job_json(sqlite3_stmt *st, coord_hbuf_t *b) {
@@ -168,6 +168,9 @@ static void http_job_json(sqlite3_stmt *st, coord_hbuf_t *b) {
    * the spec allows */
   coord_hb_printf(b, ",\"attempt\":%d,\"max_restarts\":%d", sqlite3_column_int(st, 16),
                   spec && spec->recovery ? spec->recovery->max_restarts : 0);
+  /* "" while the checkpoints are usable (issue 26) */
+  coord_hb_put(b, ",\"checkpoint_problem\":", 22);
+  coord_hb_jstr(b, (const char *)sqlite3_column_text(st, 17));
   coord_hb_put(b, "}", 1);
   if (spec) prunex__v1__job_spec__free_unpacked(spec, NULL);
 }

@@ -204,13 +204,15 @@ static px_status_t coord_commit_decision(coord_t *c, const Prunex__V1__Iteration
   PX_CHECK(rc);
   PX_CHECK(px_store_stmt(c->db,
                          "UPDATE jobs SET admm_stable_iterations = ?2, admm_frozen = ?3,"
-                         " iteration = max(iteration, ?4), updated_unix_ms = ?5 WHERE job_id = ?1",
+                         " iteration = max(iteration, ?4), updated_unix_ms = ?5,"
+                         " checkpoint_problem = ?6 WHERE job_id = ?1",
                          &st));
   PX_CHECK(px_store_bind_text(st, 1, r->job_id));
   PX_CHECK(px_store_bind_int64(st, 2, ps->stable_iterations));
   PX_CHECK(px_store_bind_int64(st, 3, ps->frozen));
   PX_CHECK(px_store_bind_int64(st, 4, r->iteration));
   PX_CHECK(px_store_bind_int64(st, 5, coord_now_ms()));
+  PX_CHECK(px_store_bind_text(st, 6, r->checkpoint_problem));
   PX_CHECK(px_store_run(st));
   if (state == JS_SCHEDULED) {
     char reason[128];
@@ -258,6 +260,12 @@ static int coord_report_layers_ok(coord_t *c, px_rpc_srv_call_t *call,
                         "layers[%zu].name: must be UTF-8 of at most 256 bytes", i);
       return 0;
     }
+  }
+  size_t np = strlen(r->checkpoint_problem);
+  if (np > 512 || !coord_utf8_ok(r->checkpoint_problem, np)) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
+                      "checkpoint_problem: must be UTF-8 of at most 512 bytes");
+    return 0;
   }
   /* The job's model, as its first report showed it. */
   px_store_stmt_t *st;

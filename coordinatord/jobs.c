@@ -77,13 +77,15 @@ static px_status_t coord_place(coord_t *c, const char *job_id, int P, char **nod
     while (leader < P && !healthy[leader]) leader++;
     if (leader == P) leader = 0; /* none healthy: rank 0 leads, the job will tell */
     for (int j = 0; j < P; j++) {
-      char secret[COORD_RANK_SECRET_LEN + 8];
-      PX_CHECK(coord_rank_secret_make(secret, sizeof secret));
+      char salt[33], hash[65];
+      PX_CHECK(coord_rank_secret_new(c, salt, hash));
       PX_CHECK(px_store_stmt(c->db,
                              "INSERT INTO job_ranks (job_id, rank, node_index, local_rank,"
-                             " device_index, is_leader, secret) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                             " device_index, is_leader, secret_salt, secret_hash)"
+                             " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                              &st));
-      PX_CHECK(px_store_bind_text(st, 7, secret));
+      PX_CHECK(px_store_bind_text(st, 7, salt));
+      PX_CHECK(px_store_bind_text(st, 8, hash));
       PX_CHECK(px_store_bind_text(st, 1, job_id));
       PX_CHECK(px_store_bind_int64(st, 2, (int64_t)i * P + j));
       PX_CHECK(px_store_bind_int64(st, 3, i));
@@ -267,22 +269,29 @@ static int coord_path_under(const char *path, const char *dir, size_t n) {
  * relative (under the job's directory in the agent's work directory) or
  * absolute under a root that every node not LOST reported (its work
  * directory, its --output-root directories), never with a ".." component.
+ * With data set, the same for dataset.path and the nodes' data roots
+ * (issue 26; a node that reported none, an older agent, is not asked).
  * Returns 1, or 0 with the reason in err (or -1 on a database error). */
-static int coord_output_dir_ok(coord_t *c, const char *out, char *err, size_t cap) {
+static int coord_path_ok(coord_t *c, const char *out, int data, char *err, size_t cap) {
+  const char *field = data ? "spec.dataset.path" : "spec.output_dir";
   if (!out[0]) return 1;
-  if (strlen(out) > 1024) COORD_BAD("spec.output_dir: longer than 1024 bytes");
+  if (strlen(out) > 1024) COORD_BAD("%s: longer than 1024 bytes", field);
   for (const char *p = out; *p;) {
     const char *e = strchr(p, '/');
     size_t len = e ? (size_t)(e - p) : strlen(p);
     if (len == 2 && p[0] == '.' && p[1] == '.')
-      COORD_BAD("spec.output_dir = '%.200s': '..' is not allowed in it", out);
+      COORD_BAD("%s = '%.200s': '..' is not allowed in it", field, out);
     if (!e) break;
     p = e + 1;
   }
   if (out[0] != '/') return 1;
   px_store_stmt_t *st;
-  px_status_t rc = px_store_stmt(c->db, "SELECT name, output_roots FROM nodes WHERE state != 3"
-                                        " ORDER BY id", &st);
+  px_status_t rc = px_store_stmt(c->db,
+                                 data ? "SELECT name, data_roots FROM nodes WHERE state != 3"
+                                        " AND data_roots != '' ORDER BY id"
+                                      : "SELECT name, output_roots FROM nodes WHERE state != 3"
+                                        " ORDER BY id",
+                                 &st);
   if (rc != PX_OK) return -1;
   int nodes = 0, ok = 1;
   char refused[256] = "", allowed[512] = "";
@@ -307,6 +316,14 @@ static int coord_output_dir_ok(coord_t *c, const char *out, char *err, size_t ca
   if (rc < 0) {
     px_store_reset(st);
     return -1;
+  }
+  if (data) {
+    if (!ok)
+      COORD_BAD("%s = '%.200s': node %.100s does not let jobs read there (it allows %.160s; "
+                "an agent allows its --work-dir and its --data-root directories, by default "
+                "/usr/share/datasets)",
+                field, out, refused, allowed);
+    return 1; /* no node said: the agents check it when the job starts */
   }
   if (!nodes)
     COORD_BAD("spec.output_dir = '%.200s': no node is registered to say where jobs may write "
@@ -373,7 +390,7 @@ out:
 void coord_rpc_submit_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
   coord_t *c = data;
   const Prunex__V1__SubmitJobRequest *r = (const Prunex__V1__SubmitJobRequest *)msg;
-  char err[512];
+  char err[1024];
   if (strlen(r->spec_yaml) > COORD_SPEC_YAML_MAX) {
     px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "spec_yaml: %zu bytes, the limit is %d",
                       strlen(r->spec_yaml), COORD_SPEC_YAML_MAX);
@@ -395,7 +412,9 @@ void coord_rpc_submit_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, 
     px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "%s", px_last_error());
     return;
   }
-  int out_ok = coord_output_dir_ok(c, r->spec->output_dir, err, sizeof err);
+  int out_ok = coord_path_ok(c, r->spec->output_dir, 0, err, sizeof err);
+  if (out_ok > 0 && r->spec->dataset)
+    out_ok = coord_path_ok(c, r->spec->dataset->path, 1, err, sizeof err);
   if (out_ok < 0) {
     coord_fail_internal(c, call);
     return;
@@ -773,8 +792,20 @@ static px_status_t coord_rank_exit(coord_t *c, coord_arena_t *a, const Prunex__V
     if (ok < N) return PX_OK;
     char why[200] = "";
     PX_CHECK(coord_stop_reason(c, r->job_id, why, sizeof why));
-    snprintf(reason, sizeof reason, "%s%sall %d ranks exited with code 0", why, why[0] ? "; " : "",
-             N);
+    /* A rank's note on a success (issue 26: "no usable checkpoint since
+     * iteration N: ...") is said with it: the job ran unprotected. */
+    char note[400] = "";
+    PX_CHECK(px_store_stmt(c->db,
+                           "SELECT reason FROM rank_exits WHERE job_id = ?1 AND exit_code = 0"
+                           " AND signal = 0 AND reason != '' ORDER BY rank LIMIT 1",
+                           &st));
+    PX_CHECK(px_store_bind_text(st, 1, r->job_id));
+    rc = px_store_step(st);
+    if (rc < 0) return rc;
+    if (rc == 1) snprintf(note, sizeof note, "; %s", px_store_column_text(st, 0));
+    px_store_reset(st);
+    snprintf(reason, sizeof reason, "%s%sall %d ranks exited with code 0%s", why,
+             why[0] ? "; " : "", N, note);
     *to = JS_SUCCEEDED;
   }
   PX_CHECK(coord_job_set_state(c, r->job_id, state, *to, reason));

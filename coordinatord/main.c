@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "coord.h"
@@ -33,7 +35,8 @@ static void coord_usage(FILE *f) {
           "                [--log-level error|warn|info|debug]\n"
           "                [--tls-cert FILE --tls-key FILE] [--tokens FILE]\n"
           "                [--retention-days N]\n"
-          "                [--http HOST:PORT [--http-www DIR] [--http-js DIR]]\n"
+          "                [--http HOST:PORT [--http-www DIR] [--http-js DIR]\n"
+          "                 [--http-max-per-address N]]\n"
           "\n"
           "The PruneX coordinator: node registry, job queue and scheduler, rendezvous\n"
           "store, H-SADMM controller and metrics, served over gRPC (prunex.v1).\n"
@@ -73,6 +76,9 @@ static void coord_usage(FILE *f) {
           "                           ones, %s)\n"
           "  --http-js DIR            JavaScript libraries from Debian packages\n"
           "                           (default %s; Chart.js from libjs-chart.js)\n"
+          "  --http-max-per-address N at most N HTTP connections from one address\n"
+          "                           (default %d; of %d in all); raise it behind a\n"
+          "                           reverse proxy, whose connections share one address\n"
           "  --help, --version\n"
           "\n"
           "Without --db or db in the config file, $STATE_DIRECTORY/coordinator.db is used\n"
@@ -85,7 +91,7 @@ static void coord_usage(FILE *f) {
           "(database, address), 2 bad flags or configuration.\n",
           COORD_DEFAULT_LISTEN, COORD_DEFAULT_HEARTBEAT_TIMEOUT_MS,
           COORD_DEFAULT_PLACEMENT_TIMEOUT_MS, COORD_DEFAULT_AGENT_GRACE_MS, PX_WWW_DIR,
-          COORD_DEFAULT_HTTP_JS);
+          COORD_DEFAULT_HTTP_JS, COORD_DEFAULT_HTTP_PER_ADDRESS, COORD_HTTP_MAX_CONNECTIONS);
 }
 
 static int coord_bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -116,6 +122,7 @@ static const char *coord_flag_key(const char *flag) {
       {"--http", "http"},
       {"--http-www", "http_www"},
       {"--http-js", "http_js"},
+      {"--http-max-per-address", "http_max_per_address"},
   };
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
     if (!strcmp(flag, map[i][0])) return map[i][1];
@@ -270,9 +277,15 @@ static void coord_on_sighup(uv_signal_t *h, int signum) {
     px_log(PX_LOG_INFO, "SIGHUP: no tokens file configured, nothing to re-read");
     return;
   }
-  if (coord_auth_reload(c) != PX_OK)
+  if (coord_auth_reload(c) != PX_OK) {
     px_log(PX_LOG_ERROR, "SIGHUP: %s (the previous tokens stay in force)", px_last_error());
-  else if (coord_http_reload_tokens(c->http) != PX_OK)
+    return;
+  }
+  /* A removed token loses the streams it opened, not only its next call. */
+  size_t ended = coord_auth_revoke_streams(c);
+  if (ended) px_log(PX_LOG_INFO, "SIGHUP: %zu stream%s of revoked tokens closed", ended,
+                    ended == 1 ? "" : "s");
+  if (coord_http_reload_tokens(c->http) != PX_OK)
     px_log(PX_LOG_ERROR, "SIGHUP: http: %s (the previous tokens stay in force)", px_last_error());
 }
 
@@ -280,13 +293,58 @@ static void coord_on_retention(uv_timer_t *t) { coord_retention_run(t->data); }
 
 /* ---- start ----------------------------------------------------------------------- */
 
+/* The database holds every job's data and the rank secrets: it and its
+ * -wal, -shm and -journal files must be readable by the service user only.
+ * 0 when path (missing is fine) has no group or other permission bits;
+ * else -1 after saying which file and how to fix it. */
+static int coord_check_private(const char *path, int fd) {
+  struct stat sb;
+  if ((fd >= 0 ? fstat(fd, &sb) : stat(path, &sb)) != 0) {
+    if (errno == ENOENT) return 0;
+    fprintf(stderr, "pxcoordd: %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  if (!(sb.st_mode & 077)) return 0;
+  fprintf(stderr,
+          "pxcoordd: %s: mode %04o lets other users read the coordinator's database (rank "
+          "secrets, every job's data); run chmod 600 %s (and its -wal and -shm files) or "
+          "remove it\n",
+          path, (unsigned)(sb.st_mode & 07777), path);
+  return -1;
+}
+
 /* Holds an exclusive lock on the database file for the life of the process
- * so that two coordinators never share a database. */
+ * so that two coordinators never share a database. The file is created here
+ * (before SQLite sees it) with mode 0600 whatever the umask; SQLite gives
+ * its -wal and -shm files the database file's mode. An existing database
+ * (or -wal, -shm, -journal file) that others may read is refused. */
 static int coord_lock_db(const char *path) {
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd >= 0) {
+    if (fchmod(fd, 0600) != 0) { /* a umask cannot widen it, but 0277 narrows it */
+      fprintf(stderr, "pxcoordd: %s: chmod 600: %s\n", path, strerror(errno));
+      close(fd);
+      return -1;
+    }
+  } else if (errno == EEXIST) {
+    fd = open(path, O_RDWR | O_CLOEXEC);
+  }
   if (fd < 0) {
     fprintf(stderr, "pxcoordd: %s: cannot open the database file: %s\n", path, strerror(errno));
     return -1;
+  }
+  if (coord_check_private(path, fd) != 0) {
+    close(fd);
+    return -1;
+  }
+  static const char *const side[] = {"-wal", "-shm", "-journal"};
+  for (size_t i = 0; i < sizeof side / sizeof side[0]; i++) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s%s", path, side[i]);
+    if (coord_check_private(p, -1) != 0) {
+      close(fd);
+      return -1;
+    }
   }
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     fprintf(stderr, "pxcoordd: %s: %s\n", path,
@@ -316,8 +374,23 @@ static void coord_advertise(coord_t *c, int port) {
   snprintf(c->advertise, sizeof c->advertise, "%s:%d", host, port);
 }
 
+/* Up to COORD_HTTP_MAX_CONNECTIONS HTTP connections besides gRPC's and
+ * SQLite's descriptors: more than the usual soft limit of 1024, so the soft
+ * limit is raised to the hard one (at most 65536). Nothing here uses
+ * select(), so descriptors past FD_SETSIZE are fine. */
+static void coord_raise_nofile(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max) return;
+  rlim_t want = rl.rlim_max < 65536 ? rl.rlim_max : 65536;
+  if (want <= rl.rlim_cur) return;
+  rl.rlim_cur = want;
+  if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+    px_log(PX_LOG_WARN, "cannot raise the open-file limit: %s", strerror(errno));
+}
+
 int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
+  coord_raise_nofile();
   coord_t c;
   memset(&c, 0, sizeof c);
   c.started_ms = coord_now_ms();
@@ -343,6 +416,13 @@ int main(int argc, char **argv) {
   }
   px_log(PX_LOG_INFO, "database %s (schema version %d)", c.cfg.db,
          px_store_schema_version(c.db));
+
+  if (coord_secret_key_load(&c) != PX_OK || coord_rank_secrets_upgrade(&c) != PX_OK) {
+    fprintf(stderr, "pxcoordd: %s\n", px_last_error());
+    px_store_close(c.db);
+    close(lock_fd);
+    return 1;
+  }
 
   if (c.cfg.tokens[0] && coord_auth_reload(&c) != PX_OK) {
     fprintf(stderr, "pxcoordd: %s\n", px_last_error());
@@ -396,7 +476,7 @@ int main(int argc, char **argv) {
     if (c.cfg.http[0]) {
       const char *js = c.cfg.http_js[0] ? c.cfg.http_js : COORD_DEFAULT_HTTP_JS;
       if (coord_http_start(c.cfg.http, c.cfg.db, coord_www_dir(&c.cfg), js, c.cfg.tokens,
-                           &c.http) != PX_OK) {
+                           c.cfg.http_max_per_address, &c.http) != PX_OK) {
         fprintf(stderr, "pxcoordd: %s\n", px_last_error());
         c.exit_code = 1;
         coord_stop(&c, "the HTTP listener could not start");

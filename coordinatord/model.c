@@ -156,6 +156,20 @@ static px_status_t coord_job_summary(coord_t *c, coord_arena_t *a, const char *j
   if (px_store_step(st) == 1) s->model_path = coord_strdup(a, px_store_column_text(st, 0));
   px_store_reset(st);
   if (s->model_path == NULL) return PX_ERR_NOMEM;
+  /* Wall time runs from the first placement, not the current attempt's
+   * (jobs.scheduled_unix_ms is the current attempt's: the placement timeout
+   * counts from it): a restarted job's time includes its failed attempts. */
+  PX_CHECK(px_store_stmt(c->db,
+                         "SELECT min(time_unix_ms) FROM job_events WHERE job_id = ?1"
+                         " AND to_state = ?2",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  PX_CHECK(px_store_bind_int64(st, 2, JS_SCHEDULED));
+  if (px_store_step(st) == 1 && !px_store_column_is_null(st, 0)) {
+    int64_t first = px_store_column_int64(st, 0);
+    if (first > 0 && (scheduled <= 0 || first < scheduled)) scheduled = first;
+  }
+  px_store_reset(st);
   if (scheduled > 0)
     s->wall_s = (double)((finished > 0 ? finished : coord_now_ms()) - scheduled) / 1000.0;
   *out = s;
@@ -176,7 +190,7 @@ px_status_t coord_job_load_ex(coord_t *c, coord_arena_t *a, const char *job_id, 
                          " y.spec_yaml FROM job_spec_yaml y WHERE y.job_id = jobs.job_id),"
                          " spec_yaml) ELSE '' END, reason, created_unix_ms, updated_unix_ms,"
                          " iteration,"
-                         " scheduled_unix_ms, finished_unix_ms, owner, attempt"
+                         " scheduled_unix_ms, finished_unix_ms, owner, attempt, checkpoint_problem"
                          " FROM jobs WHERE job_id = ?1",
                          &st));
   PX_CHECK(px_store_bind_text(st, 1, job_id));
@@ -200,8 +214,11 @@ px_status_t coord_job_load_ex(coord_t *c, coord_arena_t *a, const char *job_id, 
   int64_t scheduled = px_store_column_int64(st, 9), finished = px_store_column_int64(st, 10);
   j->owner = coord_strdup(a, px_store_column_text(st, 11));
   j->attempt = (int32_t)px_store_column_int64(st, 12);
+  j->checkpoint_problem = coord_strdup(a, px_store_column_text(st, 13));
   px_store_reset(st);
-  if (!j->job_id || !j->name || !j->spec_yaml || !j->reason || !j->owner) return PX_ERR_NOMEM;
+  if (!j->job_id || !j->name || !j->spec_yaml || !j->reason || !j->owner ||
+      !j->checkpoint_problem)
+    return PX_ERR_NOMEM;
   if (!j->spec)
     return px_set_error(PX_ERR_FORMAT, "%s: job %s: stored spec does not unpack",
                         px_store_path(c->db), job_id);

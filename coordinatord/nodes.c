@@ -1,6 +1,7 @@
 /* Node registry: RegisterNode, Heartbeat, ListNodes, the heartbeat sweep
  * that marks silent nodes LOST, and the WatchAssignments streams through
  * which nodes learn what to start and what to stop. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -47,7 +48,8 @@ static px_status_t coord_assignment_build(coord_t *c, coord_arena_t *a, const ch
 
   size_t cap = 0;
   PX_CHECK(px_store_stmt(c->db,
-                         "SELECT rank, local_rank, device_index, is_leader, secret FROM job_ranks"
+                         "SELECT rank, local_rank, device_index, is_leader, secret, secret_salt"
+                         " FROM job_ranks"
                          " WHERE job_id = ?1 AND node_index = ?2 ORDER BY rank",
                          &st));
   PX_CHECK(px_store_bind_text(st, 1, job_id));
@@ -62,7 +64,14 @@ static px_status_t coord_assignment_build(coord_t *c, coord_arena_t *a, const ch
     r->local_rank = (int32_t)px_store_column_int64(st, 1);
     r->device_index = (int32_t)px_store_column_int64(st, 2);
     r->is_leader = px_store_column_int64(st, 3) != 0;
-    r->secret = coord_strdup(a, px_store_column_text(st, 4));
+    /* derived again from the salt (a job placed by an older pxcoordd may
+     * still have its secret in clear) */
+    char secret[COORD_RANK_SECRET_LEN + 8] = "";
+    const char *clear = px_store_column_text(st, 4), *salt = px_store_column_text(st, 5);
+    if (clear[0]) snprintf(secret, sizeof secret, "%s", clear);
+    else if (salt[0]) PX_CHECK(coord_rank_secret_derive(c, salt, secret, sizeof secret));
+    r->secret = coord_strdup(a, secret);
+    memset(secret, 0, sizeof secret);
     if (!r->secret) return PX_ERR_NOMEM;
     *slot = r;
   }
@@ -169,11 +178,15 @@ static px_status_t coord_register(coord_t *c, const Prunex__V1__RegisterNodeRequ
     if (w < 0 || (size_t)w >= sizeof addrs - used) break;
     used += (size_t)w;
   }
-  char roots[66 * 1026] = "";
+  char roots[66 * 1026] = "", droots[66 * 1026] = "";
   size_t rused = 0;
   for (size_t i = 0; i < r->n_output_roots && i < 64; i++)
     rused += (size_t)snprintf(roots + rused, sizeof roots - rused, "%s%s", i ? "\n" : "",
                               r->output_roots[i]);
+  rused = 0;
+  for (size_t i = 0; i < r->n_data_roots && i < 64; i++)
+    rused += (size_t)snprintf(droots + rused, sizeof droots - rused, "%s%s", i ? "\n" : "",
+                              r->data_roots[i]);
   int64_t now = coord_now_ms();
   px_store_stmt_t *st;
   px_status_t rc;
@@ -192,9 +205,10 @@ static px_status_t coord_register(coord_t *c, const Prunex__V1__RegisterNodeRequ
                            "UPDATE nodes SET hostname = ?2, addresses = ?3, agent_version = ?4,"
                            " pid = ?5, last_heartbeat_unix_ms = ?6,"
                            " job_id = CASE WHEN ?7 = 2 THEN job_id ELSE '' END,"
-                           " output_roots = ?8 WHERE node_id = ?1",
+                           " output_roots = ?8, data_roots = ?9 WHERE node_id = ?1",
                            &st));
     PX_CHECK(px_store_bind_text(st, 8, roots));
+    PX_CHECK(px_store_bind_text(st, 9, droots));
     PX_CHECK(px_store_bind_text(st, 1, node_id));
     PX_CHECK(px_store_bind_text(st, 2, r->hostname));
     PX_CHECK(px_store_bind_text(st, 3, addrs));
@@ -208,9 +222,11 @@ static px_status_t coord_register(coord_t *c, const Prunex__V1__RegisterNodeRequ
     PX_CHECK(px_store_stmt(c->db,
                            "INSERT INTO nodes (node_id, name, hostname, state, addresses,"
                            " agent_version, pid, registered_unix_ms, last_heartbeat_unix_ms,"
-                           " output_roots) VALUES ('new:' || ?1, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8)",
+                           " output_roots, data_roots)"
+                           " VALUES ('new:' || ?1, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9)",
                            &st));
     PX_CHECK(px_store_bind_text(st, 8, roots));
+    PX_CHECK(px_store_bind_text(st, 9, droots));
     PX_CHECK(px_store_bind_text(st, 1, r->name));
     PX_CHECK(px_store_bind_text(st, 2, r->hostname));
     PX_CHECK(px_store_bind_int64(st, 3, NS_READY));
@@ -290,6 +306,20 @@ void coord_rpc_register_node(px_rpc_srv_call_t *call, const ProtobufCMessage *ms
       return;
     }
   }
+  if (r->n_data_roots > 64) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "data_roots: %zu, at most 64",
+                      r->n_data_roots);
+    return;
+  }
+  for (size_t i = 0; i < r->n_data_roots; i++) {
+    const char *p = r->data_roots[i];
+    if (p[0] != '/' || strlen(p) > 1024 || strchr(p, '\n') || strstr(p, "/..") ||
+        !coord_utf8_ok(p, strlen(p))) {
+      px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
+                        "data_roots[%zu]: expected an absolute UTF-8 path without '..'", i);
+      return;
+    }
+  }
   char node_id[64];
   if (px_store_begin(c->db) != PX_OK || coord_register(c, r, node_id, sizeof node_id) != PX_OK ||
       px_store_commit(c->db) != PX_OK) {
@@ -330,7 +360,37 @@ static px_status_t coord_heartbeat(coord_t *c, const Prunex__V1__HeartbeatReques
   PX_CHECK(px_store_bind_text(st, 1, r->node_id));
   PX_CHECK(px_store_bind_int64(st, 2, coord_now_ms()));
   PX_CHECK(px_store_run(st));
-  for (size_t i = 0; i < r->n_devices; i++) {
+  /* The agent's heartbeat is the truth about its devices: a list that
+   * differs from the stored one (changed by a later RegisterNode, say)
+   * replaces it, rather than lasting until the agent restarts (issue 26).
+   * Otherwise only health changes. */
+  int same = 1;
+  if (r->n_devices > 0) {
+    size_t n = 0;
+    PX_CHECK(px_store_stmt(c->db,
+                           "SELECT device_index, kind, name, memory_bytes FROM node_devices"
+                           " WHERE node_id = ?1 ORDER BY position",
+                           &st));
+    PX_CHECK(px_store_bind_text(st, 1, r->node_id));
+    while ((rc = px_store_step(st)) == 1) {
+      const Prunex__V1__Device *d = n < r->n_devices ? r->devices[n] : NULL;
+      if (!d || d->index != px_store_column_int64(st, 0) ||
+          (int64_t)d->kind != px_store_column_int64(st, 1) ||
+          strcmp(d->name, px_store_column_text(st, 2)) != 0 ||
+          (int64_t)d->memory_bytes != px_store_column_int64(st, 3))
+        same = 0;
+      n++;
+    }
+    if (rc < 0) return rc;
+    if (n != r->n_devices) same = 0;
+  }
+  if (!same) {
+    px_log(PX_LOG_WARN, "node %s: its heartbeat lists %zu devices that differ from those "
+           "registered: the heartbeat's replace them", r->node_id, r->n_devices);
+    PX_CHECK(coord_store_devices(c, r->node_id, r->n_devices, r->devices));
+    *revived = 1; /* placement may change */
+  }
+  for (size_t i = 0; same && i < r->n_devices; i++) {
     PX_CHECK(px_store_stmt(c->db,
                            "UPDATE node_devices SET healthy = ?3 WHERE node_id = ?1 AND"
                            " device_index = ?2",
@@ -349,7 +409,7 @@ static px_status_t coord_heartbeat(coord_t *c, const Prunex__V1__HeartbeatReques
       PX_CHECK(px_store_run(st));
     }
     PX_CHECK(coord_node_set_state(c, r->node_id, old, state, "heartbeat resumed"));
-    *revived = state == NS_READY;
+    *revived |= state == NS_READY;
   }
   /* Jobs the agent runs that it should not: unknown, finished, or not
    * placed on this node. */
@@ -390,6 +450,15 @@ void coord_rpc_heartbeat(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, v
   if (!r->node_id[0]) {
     px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "node_id is required");
     return;
+  }
+  /* The devices may replace the registered ones: the same checks. */
+  for (size_t i = 0; i < r->n_devices; i++) {
+    if (r->devices[i]->index < 0 ||
+        !coord_utf8_ok(r->devices[i]->name, strlen(r->devices[i]->name))) {
+      px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
+                        "devices[%zu]: index must be >= 0 and name valid UTF-8", i);
+      return;
+    }
   }
   coord_arena_t a;
   coord_arena_init(&a);
@@ -464,6 +533,7 @@ coord_watch_t *coord_watch_open(coord_t *c, px_rpc_srv_call_t *call, const char 
   w->c = c;
   w->call = call;
   w->is_job = is_job;
+  w->who = c->who; /* the caller coord_authorize identified for this call */
   snprintf(w->id, sizeof w->id, "%s", id);
   coord_watch_t **list = is_job ? &c->job_watches : &c->node_watches;
   w->next = *list;
@@ -475,6 +545,18 @@ coord_watch_t *coord_watch_open(coord_t *c, px_rpc_srv_call_t *call, const char 
 void coord_watch_close(coord_t *c, coord_watch_t *w) {
   coord_watch_unlink(w->is_job ? &c->job_watches : &c->node_watches, w);
   px_rpc_srv_finish(w->call, PX_RPC_OK, NULL);
+  px_free(w);
+}
+
+void coord_watch_end(coord_t *c, coord_watch_t *w, px_rpc_code_t code, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  coord_watch_unlink(w->is_job ? &c->job_watches : &c->node_watches, w);
+  if (!w->is_job) coord_agent_gone(c, w->id);
+  px_rpc_srv_finish(w->call, code, "%s", msg);
   px_free(w);
 }
 

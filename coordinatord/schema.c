@@ -211,6 +211,26 @@ static const char coord_schema_v7[] =
     "  ended_unix_ms INTEGER NOT NULL,"
     "  PRIMARY KEY (job_id, attempt));";
 
+/* v8 (issue 26): rank secrets are no longer stored; a rank keeps the salt
+ * its secret is derived from (auth.c) and the secret's SHA-256, which is
+ * what a presented secret is looked up by. Secrets stored in clear before
+ * are hashed at start (coord_rank_secrets_upgrade). */
+static const char coord_schema_v8[] =
+    "ALTER TABLE job_ranks ADD COLUMN secret_salt TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE job_ranks ADD COLUMN secret_hash TEXT NOT NULL DEFAULT '';"
+    "DROP INDEX job_ranks_secret;"
+    "CREATE INDEX job_ranks_secret_hash ON job_ranks(secret_hash);";
+
+/* v9 (issue 26): what the latest iteration report said of the job's
+ * checkpoints ("" : usable), for its status while it runs. */
+static const char coord_schema_v9[] =
+    "ALTER TABLE jobs ADD COLUMN checkpoint_problem TEXT NOT NULL DEFAULT '';";
+
+/* v10 (issue 26): where each node reads data sets from, one absolute
+ * directory a line ("" : an older agent that did not say). */
+static const char coord_schema_v10[] =
+    "ALTER TABLE nodes ADD COLUMN data_roots TEXT NOT NULL DEFAULT '';";
+
 const px_store_migration_t coord_migrations[] = {
     {1, coord_schema_v1},
     {2, coord_schema_v2},
@@ -219,5 +239,8 @@ const px_store_migration_t coord_migrations[] = {
     {5, coord_schema_v5},
     {6, coord_schema_v6},
     {7, coord_schema_v7},
+    {8, coord_schema_v8},
+    {9, coord_schema_v9},
+    {10, coord_schema_v10},
 };
 const int coord_nmigrations = (int)(sizeof coord_migrations / sizeof coord_migrations[0]);

@@ -89,7 +89,15 @@ static void coord_rpc_timed(px_rpc_srv_call_t *call, const ProtobufCMessage *req
 }
 
 void coord_fail_internal(coord_t *c, px_rpc_srv_call_t *call) {
+  /* a full disk (or quota) is the operator's to fix, not a bug */
+  int full = px_store_full(c->db);
   px_store_rollback(c->db);
   px_log(PX_LOG_ERROR, "%s: %s", px_rpc_srv_method(call), px_last_error());
-  px_rpc_srv_finish(call, PX_RPC_INTERNAL, "%s", px_last_error());
+  if (full)
+    px_rpc_srv_finish(call, PX_RPC_RESOURCE_EXHAUSTED,
+                      "the coordinator's disk is full (nothing was changed; free space on the "
+                      "database's file system and retry): %s",
+                      px_last_error());
+  else
+    px_rpc_srv_finish(call, PX_RPC_INTERNAL, "%s", px_last_error());
 }

@@ -79,6 +79,12 @@ static PXT_UNUSED int pxt_agent_start(pxt_agent_t *a, const pxt_coordd_t *d, con
   argv[n++] = a->work;
   argv[n++] = "--log-level";
   argv[n++] = "info";
+  /* the tests' data sets live in the test's directory (issue 26: dataset.path
+   * must be under a --data-root) */
+  argv[n++] = "--data-root";
+  argv[n++] = d->dir;
+  argv[n++] = "--data-root";
+  argv[n++] = "/usr/share/datasets";
   for (int i = 0; extra && extra[i] && n < 31; i++) argv[n++] = extra[i];
   argv[n] = NULL;
   a->pid = pxt_spawn_logged(PXT_AGENT, argv, a->log);

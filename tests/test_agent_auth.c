@@ -5,7 +5,13 @@
  * the assignment. A small job submitted by a user runs to SUCCEEDED, owned
  * by that user; an agent holding a user token is refused registration and
  * says so in its log; an output_dir outside what the agents allow is
- * refused at submission, with nothing written. */
+ * refused at submission, with nothing written; and one that is under an
+ * agent's --output-root only through a symbolic link leading out of it is
+ * refused by the agents before anything runs, naming the link; and a job
+ * that ran without a usable checkpoint because one node could not write
+ * says so when it ends, while the other node kept only keep + 1 files; a
+ * dataset.path outside the agents' data roots (or leading out of one
+ * through a link) is refused before anything runs. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -14,6 +20,7 @@
 #include <cmocka.h>
 
 #include "agent_harness.h"
+#include "pxctl_harness.h"
 
 #define NODES 2
 #define WORKERS 1
@@ -21,6 +28,7 @@
 typedef struct {
   pxt_coordd_t d;
   char ca[320];
+  char root[320];     /* every agent's --output-root */
   pxt_agent_t a[NODES];
   px_rpc_channel_t *alice;
 } fixture_t;
@@ -34,7 +42,7 @@ static void dump_all(void) {
 
 /* Starts an agent with a token in its environment (and --ca). */
 static int start_agent(pxt_agent_t *a, const char *name, const char *token) {
-  const char *extra[] = {"--ca", F->ca, NULL};
+  const char *extra[] = {"--ca", F->ca, "--output-root", F->root, NULL};
   setenv("PRUNEX_TOKEN", token, 1);
   int rc = pxt_agent_start(a, &F->d, name, WORKERS, extra);
   unsetenv("PRUNEX_TOKEN");
@@ -49,6 +57,8 @@ static int group_setup(void **state) {
   if (pxt_mkdtemp(F->d.dir, sizeof F->d.dir) != 0 || pxt_make_security(F->d.dir) != 0) return -1;
   snprintf(F->d.db, sizeof F->d.db, "%s/coord.db", F->d.dir);
   snprintf(F->ca, sizeof F->ca, "%s/ca.pem", F->d.dir);
+  snprintf(F->root, sizeof F->root, "%s/outputs", F->d.dir);
+  if (mkdir(F->root, 0755) != 0) return -1;
   char cert[320], key[320], tokens[320];
   snprintf(cert, sizeof cert, "%s/server.pem", F->d.dir);
   snprintf(key, sizeof key, "%s/server.key", F->d.dir);
@@ -162,11 +172,159 @@ static void test_output_dir_outside_the_agents_roots_is_refused_at_submit(void *
   px_rpc_message_free(cr);
 }
 
+/* ROOT/evil -> ELSEWHERE: output_dir ROOT/evil/m is textually under the
+ * agents' --output-root, so the coordinator accepts it; the agents resolve
+ * it beneath ROOT (openat2 RESOLVE_BENEATH) and refuse it, naming the link,
+ * before any worker runs: the job fails and ELSEWHERE stays empty. A link
+ * that stays inside ROOT is fine. */
+static void test_output_dir_through_a_link_out_of_the_root_is_refused(void **state) {
+  (void)state;
+  char elsewhere[400], evil[400], out[450], job[64];
+  snprintf(elsewhere, sizeof elsewhere, "%s/elsewhere", F->d.dir);
+  snprintf(evil, sizeof evil, "%s/evil", F->root);
+  assert_int_equal(mkdir(elsewhere, 0755), 0);
+  assert_int_equal(symlink(elsewhere, evil), 0);
+  pxt_job_t j;
+  pxt_job_init(&j, NULL, NODES, WORKERS, 2, 1);
+  snprintf(out, sizeof out, "%s/m", evil);
+  j.spec.output_dir = out;
+  if (pxt_job_submit(F->alice, &j, job, sizeof job) != PX_OK)
+    fail_msg("submit: %s", px_last_error());
+  int s = pxt_wait_job(F->alice, job, 0, 30000);
+  char reason[2048];
+  pxt_job_reason(F->alice, job, reason, sizeof reason);
+  if (s != PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED || !strstr(reason, "symbolic link") ||
+      !strstr(reason, evil))
+    fail_msg("job state %d, reason: %s", s, reason);
+  char m[450];
+  snprintf(m, sizeof m, "%s/m", elsewhere);
+  assert_int_equal(access(m, F_OK), -1); /* nothing made through the link */
+
+  /* a relative link inside the root is followed */
+  char inside[400], link[400];
+  snprintf(inside, sizeof inside, "%s/real", F->root);
+  snprintf(link, sizeof link, "%s/alias", F->root);
+  assert_int_equal(mkdir(inside, 0755), 0);
+  assert_int_equal(symlink("real", link), 0);
+  snprintf(out, sizeof out, "%s/m", link);
+  if (pxt_job_submit(F->alice, &j, job, sizeof job) != PX_OK)
+    fail_msg("submit: %s", px_last_error());
+  s = pxt_wait_job(F->alice, job, 0, 200000);
+  pxt_job_reason(F->alice, job, reason, sizeof reason);
+  if (s != PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED) fail_msg("job state %d: %s", s, reason);
+  snprintf(m, sizeof m, "%s/m/model.safetensors", inside);
+  assert_int_equal(access(m, F_OK), 0);
+}
+
+/* dataset.path is read only under the agents' data roots (the harness
+ * gives them the test's directory and /usr/share/datasets), which they
+ * report when they register: /etc/passwd is refused at SubmitJob, naming
+ * the node and what it allows; a path under a root that a link leads out
+ * of can only be seen by the agents, which fail the job before any worker
+ * runs, naming the link's root. */
+static void test_dataset_path_outside_the_data_roots_is_refused(void **state) {
+  (void)state;
+  char link[400], job[64], reason[2048];
+  pxt_job_t j;
+  pxt_job_init(&j, NULL, NODES, WORKERS, 2, 1);
+  j.dataset.path = "/etc/passwd";
+  assert_int_not_equal(pxt_job_submit(F->alice, &j, job, sizeof job), PX_OK);
+  assert_int_equal(px_rpc_last_code(), PX_RPC_PERMISSION_DENIED);
+  if (!strstr(px_last_error(), "spec.dataset.path = '/etc/passwd': node n1 does not let jobs "
+                               "read there") ||
+      !strstr(px_last_error(), "/usr/share/datasets"))
+    fail_msg("%s", px_last_error());
+  j.dataset.path = "data/../../../etc/passwd";
+  assert_int_not_equal(pxt_job_submit(F->alice, &j, job, sizeof job), PX_OK);
+  assert_non_null(strstr(px_last_error(), "'..' is not allowed"));
+
+  snprintf(link, sizeof link, "%s/data-link", F->d.dir);
+  assert_int_equal(symlink("/etc", link), 0);
+  char through[450];
+  snprintf(through, sizeof through, "%s/passwd", link);
+  j.dataset.path = through;
+  if (pxt_job_submit(F->alice, &j, job, sizeof job) != PX_OK)
+    fail_msg("submit: %s", px_last_error());
+  int s = pxt_wait_job(F->alice, job, 0, 30000);
+  pxt_job_reason(F->alice, job, reason, sizeof reason);
+  if (s != PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED || !strstr(reason, "through a symbolic link") ||
+      !strstr(reason, through))
+    fail_msg("dataset.path %s: job state %d, reason: %s", through, s, reason);
+}
+
+/* n2 (rank 1) cannot write its checkpoints after iteration 0: their file
+ * names are taken by directories, as good as a full disk for the rename.
+ * The job still succeeds, its reason says "no usable checkpoint since
+ * iteration 0", naming rank 1, and so did its status while it ran
+ * (Job.checkpoint_problem, from the iteration reports); n1 (rank 0) holds
+ * keep (1) + 1 files, not one per iteration. */
+static void test_a_job_without_usable_checkpoints_says_so(void **state) {
+  (void)state;
+  enum { ITERS = 4 }; /* the report of iteration 3 knows checkpoint 1 failed */
+  Prunex__V1__ListJobsRequest lr = PRUNEX__V1__LIST_JOBS_REQUEST__INIT;
+  lr.limit = 1;
+  Prunex__V1__ListJobsResponse *l = NULL;
+  assert_int_equal(px_rpc_list_jobs(F->alice, &lr, 0, &l), PX_OK);
+  long next = l->n_jobs ? atol(l->jobs[0]->job_id + 4) + 1 : 1;
+  px_rpc_message_free(l);
+  char want[64], p[700];
+  snprintf(want, sizeof want, "job-%06ld", next);
+  for (int it = 1; it < ITERS; it++) {
+    snprintf(p, sizeof p, "mkdir -p '%s/jobs/%s/checkpoints/ckpt-%08d-r1.safetensors'",
+             F->a[1].work, want, it);
+    assert_int_equal(system(p), 0);
+  }
+  pxt_job_t j;
+  pxt_job_init(&j, NULL, NODES, WORKERS, ITERS, 1);
+  Prunex__V1__RecoverySpec rec = PRUNEX__V1__RECOVERY_SPEC__INIT;
+  rec.checkpoint_every = 1;
+  rec.keep = 1;
+  rec.max_restarts = 0;
+  j.spec.recovery = &rec;
+  char job[64];
+  if (pxt_job_submit(F->alice, &j, job, sizeof job) != PX_OK)
+    fail_msg("submit: %s", px_last_error());
+  assert_string_equal(job, want);
+  int s = pxt_wait_job(F->alice, job, 0, 200000);
+  char reason[2048];
+  pxt_job_reason(F->alice, job, reason, sizeof reason);
+  if (s != PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED ||
+      !strstr(reason, "no usable checkpoint since iteration 0") || !strstr(reason, "rank 1: "))
+    fail_msg("job state %d, reason: %s", s, reason);
+  /* said while it ran: the iteration reports carried it to the job */
+  Prunex__V1__Job *jb = NULL;
+  assert_int_equal(px_rpc_get_job(F->alice, job, 0, &jb), PX_OK);
+  if (!strstr(jb->checkpoint_problem, "no usable checkpoint since iteration 0: iteration 1: rank 1: "))
+    fail_msg("checkpoint_problem: '%s'", jb->checkpoint_problem);
+  px_rpc_message_free(jb);
+  /* what the operator sees */
+  char e1[128], e2[400], e3[128];
+  snprintf(e1, sizeof e1, "PRUNEX_COORDINATOR=%s", F->d.target);
+  snprintf(e2, sizeof e2, "PRUNEX_CA=%s", F->ca);
+  snprintf(e3, sizeof e3, "PRUNEX_TOKEN=%s", PXT_TOK_ALICE);
+  const char *const envs[] = {e1, e2, e3, NULL};
+  static pxt_result_t r;
+  const char *const st[] = {"status", job, NULL};
+  if (pxt_pxctl(&r, F->d.dir, st, envs, 30000) != 0) pxt_show("pxctl status", &r);
+  if (!strstr(r.out, "checkpoint no usable checkpoint since iteration 0"))
+    fail_msg("pxctl status:\n%s", r.out);
+  int n = 0, has0 = 0;
+  for (int it = 0; it < ITERS; it++) {
+    snprintf(p, sizeof p, "%s/jobs/%s/checkpoints/ckpt-%08d-r0.safetensors", F->a[0].work, job,
+             it);
+    if (access(p, F_OK) == 0) n++, has0 |= it == 0;
+  }
+  if (n > 2 || !has0) fail_msg("rank 0 holds %d checkpoint files (iteration 0: %d)", n, has0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_a_job_runs_to_success_with_tls_tokens_and_rank_secrets),
       cmocka_unit_test(test_an_agent_with_a_user_token_is_refused),
       cmocka_unit_test(test_output_dir_outside_the_agents_roots_is_refused_at_submit),
+      cmocka_unit_test(test_output_dir_through_a_link_out_of_the_root_is_refused),
+      cmocka_unit_test(test_a_job_without_usable_checkpoints_says_so),
+      cmocka_unit_test(test_dataset_path_outside_the_data_roots_is_refused),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

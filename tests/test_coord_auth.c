@@ -7,7 +7,8 @@
  * as themselves and for the ranks they hold, and rank secrets only for
  * their own rank of their own, live job; that a client with the wrong CA
  * cannot connect; that the tokens file is re-read on SIGHUP and refused when
- * others may read it; that the daemon refuses a non-loopback address
+ * others may read it; that a token removed from it loses the streams it
+ * opened; that the daemon refuses a non-loopback address
  * without TLS and tokens; and that a hostile 400,000-layer report is refused
  * at once while the daemon keeps answering. */
 #include <stdarg.h>
@@ -398,6 +399,60 @@ static void test_tokens_file_is_reread_on_sighup(void **state) {
   px_rpc_channel_destroy(ch);
 }
 
+/* Revocation reaches open streams (issue 26): bob's WatchJob and node n2's
+ * WatchAssignments, opened before their lines left the tokens file, end
+ * UNAUTHENTICATED on SIGHUP, while the admin's stream goes on and still
+ * sees the job end. */
+static void test_a_revoked_token_loses_its_open_streams(void **state) {
+  fixture_t *f = *state;
+  char job[64], node[64];
+  assert_int_equal(pxt_submit_mp(f->alice, 2, 1, job, sizeof job), PX_OK); /* stays PENDING */
+  assert_int_equal(pxt_register(f->n2, "n2", 1, 0, node, sizeof node), PX_OK);
+  px_rpc_stream_t *bobs = NULL, *admins = NULL, *n2s = NULL;
+  Prunex__V1__JobUpdate *u = NULL;
+  Prunex__V1__Assignment *as = NULL;
+  assert_int_equal(px_rpc_watch_job(f->bob, job, &bobs), PX_OK);
+  assert_int_equal(px_rpc_read_job_update(bobs, 5000, &u), PX_OK);
+  assert_non_null(u);
+  px_rpc_message_free(u);
+  assert_int_equal(px_rpc_watch_job(f->admin, job, &admins), PX_OK);
+  assert_int_equal(px_rpc_read_job_update(admins, 5000, &u), PX_OK);
+  assert_non_null(u);
+  px_rpc_message_free(u);
+  assert_int_equal(px_rpc_watch_assignments(f->n2, node, &n2s), PX_OK);
+  assert_int_equal(px_rpc_read_assignment(n2s, 500, &as), PX_ERR_TIMEOUT); /* open, quiet */
+
+  /* bob and n2 leave the file (same mode: rewritten in place) */
+  int fd = open(f->tokens, O_WRONLY | O_TRUNC);
+  assert_true(fd >= 0);
+  const char *text = PXT_TOK_ADMIN " root admin\n" PXT_TOK_ALICE " alice user\n" PXT_TOK_N1
+                     " n1 node\n";
+  assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  close(fd);
+  int64_t t0 = pxt_now_ms();
+  kill(f->d.pid, SIGHUP);
+
+  assert_int_not_equal(px_rpc_read_job_update(bobs, 5000, &u), PX_OK);
+  assert_int_equal(px_rpc_last_code(), PX_RPC_UNAUTHENTICATED);
+  assert_non_null(strstr(px_last_error(), "revoked"));
+  assert_int_not_equal(px_rpc_read_assignment(n2s, 5000, &as), PX_OK);
+  assert_int_equal(px_rpc_last_code(), PX_RPC_UNAUTHENTICATED);
+  assert_true(pxt_now_ms() - t0 < 3000);
+
+  /* the admin's stream is untouched: it sees the job cancelled, then ends OK */
+  assert_int_equal(px_rpc_read_job_update(admins, 300, &u), PX_ERR_TIMEOUT);
+  Prunex__V1__CancelJobResponse *cr = NULL;
+  assert_int_equal(px_rpc_cancel_job(f->alice, job, "test", 5000, &cr), PX_OK);
+  px_rpc_message_free(cr);
+  assert_int_equal(px_rpc_read_job_update(admins, 5000, &u), PX_OK);
+  assert_non_null(u);
+  assert_int_equal(u->job->state, JS(CANCELLED));
+  px_rpc_message_free(u);
+  px_rpc_stream_destroy(bobs);
+  px_rpc_stream_destroy(admins);
+  px_rpc_stream_destroy(n2s);
+}
+
 /* One GET on the coordinator's HTTP listener: the status code, or -1. */
 static int http_status(int port, const char *path, const char *token) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -483,6 +538,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_a_400000_layer_report_is_refused_at_once, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_tokens_file_is_reread_on_sighup, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_revoked_token_loses_its_open_streams, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_http_needs_a_user_token, setup, teardown),
       cmocka_unit_test_setup_teardown(test_daemon_refuses_unsafe_settings, setup, teardown),
   };

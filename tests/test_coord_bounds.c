@@ -6,13 +6,18 @@
  * rendezvous entries are gone and it takes no more KvPuts; values and
  * requests over their caps are refused; DeleteJob and the retention setting
  * remove a finished job with everything stored for it; a rank's exit
- * reason (a log tail) that is not UTF-8 is cleaned, not served as is. */
+ * reason (a log tail) that is not UTF-8 is cleaned, not served as is; a
+ * full disk is RESOURCE_EXHAUSTED (not INTERNAL), and the daemon works on
+ * once there is room again. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/statvfs.h>
 
 #include "coord_harness.h"
 
@@ -249,8 +254,63 @@ static void test_delete_and_retention_remove_finished_jobs(void **state) {
   assert_int_equal(pxt_job_state(f->ch, j3), JS(PENDING));
 }
 
+/* A full disk, for real: the daemon's database on a 2 MiB tmpfs in a
+ * mount namespace of this test's own (root only; skipped otherwise), most
+ * of it taken by a filler file. A 1 MiB SubmitJob cannot be written and is
+ * refused RESOURCE_EXHAUSTED, saying the disk is full (it was INTERNAL);
+ * once the filler is gone the same call succeeds. */
+static void test_a_full_disk_is_resource_exhausted(void **state) {
+  (void)state;
+  pxt_coordd_t d;
+  memset(&d, 0, sizeof d);
+  d.pid = -1;
+  assert_int_equal(pxt_mkdtemp(d.dir, sizeof d.dir), 0);
+  if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+      mount("tmpfs", d.dir, "tmpfs", 0, "size=2m") != 0) {
+    pxt_rmtree(d.dir);
+    skip(); /* not root: no file system of our own to fill */
+  }
+  snprintf(d.db, sizeof d.db, "%s/coord.db", d.dir);
+  assert_int_equal(pxt_coordd_start(&d, NULL), 0);
+  char filler[400];
+  snprintf(filler, sizeof filler, "%s/filler", d.dir);
+  struct statvfs vs;
+  assert_int_equal(statvfs(d.dir, &vs), 0);
+  size_t room = (size_t)vs.f_bavail * vs.f_bsize;
+  assert_true(room > 512 * 1024);
+  size_t fill = room - 512 * 1024; /* leaves 512 KiB: less than the spec */
+  char *zeros = calloc(1, fill);
+  assert_non_null(zeros);
+  int fd = open(filler, O_WRONLY | O_CREAT, 0600);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, zeros, fill), (ssize_t)fill);
+  close(fd);
+  free(zeros);
+
+  px_rpc_channel_t *ch = NULL;
+  assert_int_equal(px_rpc_channel_create(d.target, &ch), PX_OK);
+  char *yaml = big_yaml(1 << 20);
+  pxt_spec_t s;
+  pxt_spec_init(&s, 1, 1);
+  s.req.spec_yaml = yaml;
+  char job[64];
+  assert_int_not_equal(pxt_submit(ch, &s, job, sizeof job), PX_OK);
+  if (px_rpc_last_code() != PX_RPC_RESOURCE_EXHAUSTED || !strstr(px_last_error(), "disk is full"))
+    fail_msg("code %d: %s", px_rpc_last_code(), px_last_error());
+  assert_int_equal(unlink(filler), 0);
+  assert_int_equal(pxt_submit(ch, &s, job, sizeof job), PX_OK);
+  assert_int_equal(pxt_job_state(ch, job), JS(PENDING));
+  free(yaml);
+  px_rpc_channel_destroy(ch);
+  int status = pxt_coordd_stop(&d, SIGTERM);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  umount2(d.dir, MNT_DETACH);
+  pxt_rmtree(d.dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_a_full_disk_is_resource_exhausted),
       cmocka_unit_test_setup_teardown(test_spec_yaml_over_1mib_and_non_utf8_strings_are_refused,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_finished_jobs_lose_their_kv_and_take_no_puts, setup,

@@ -153,20 +153,48 @@ static void test_heartbeat_updates_device_health(void **state) {
   fixture_t *f = *state;
   char id[64];
   assert_int_equal(pxt_register(f->ch, "n1", 2, 0, id, sizeof id), PX_OK);
-  Prunex__V1__Device dev = PRUNEX__V1__DEVICE__INIT, *dp = &dev;
-  dev.index = 1;
-  dev.healthy = 0;
+  /* a heartbeat lists the node's devices (as pxt_register made them) */
+  Prunex__V1__Device dev[2], *dp[2];
+  for (int i = 0; i < 2; i++) {
+    dev[i] = (Prunex__V1__Device)PRUNEX__V1__DEVICE__INIT;
+    dev[i].index = i;
+    dev[i].kind = PRUNEX__V1__DEVICE_KIND__DEVICE_KIND_CPU;
+    dev[i].name = "cpu";
+    dev[i].healthy = i == 0;
+    dp[i] = &dev[i];
+  }
   Prunex__V1__HeartbeatRequest req = PRUNEX__V1__HEARTBEAT_REQUEST__INIT;
   req.node_id = id;
-  req.n_devices = 1;
-  req.devices = &dp;
+  req.n_devices = 2;
+  req.devices = dp;
   Prunex__V1__HeartbeatResponse *r = NULL;
   assert_int_equal(px_rpc_heartbeat(f->ch, &req, 0, &r), PX_OK);
   px_rpc_message_free(r);
   Prunex__V1__ListNodesResponse *l = list_nodes(f->ch, 0);
+  assert_int_equal(l->nodes[0]->n_devices, 2);
   assert_true(l->nodes[0]->devices[0]->healthy);
   assert_false(l->nodes[0]->devices[1]->healthy);
   px_rpc_message_free(l);
+
+  /* A RegisterNode that claims 4 devices (issue 26: it used to last until
+   * the agent restarted) is corrected by the next heartbeat, which lists
+   * the 2 the agent has. */
+  assert_int_equal(pxt_register(f->ch, "n1", 4, 0, NULL, 0), PX_OK);
+  l = list_nodes(f->ch, 0);
+  assert_int_equal(l->nodes[0]->n_devices, 4);
+  px_rpc_message_free(l);
+  dev[1].healthy = 1;
+  assert_int_equal(px_rpc_heartbeat(f->ch, &req, 0, &r), PX_OK);
+  px_rpc_message_free(r);
+  l = list_nodes(f->ch, 0);
+  assert_int_equal(l->nodes[0]->n_devices, 2);
+  assert_true(l->nodes[0]->devices[1]->healthy);
+  px_rpc_message_free(l);
+  /* a device without a valid index is refused, naming it */
+  dev[1].index = -2;
+  assert_int_not_equal(px_rpc_heartbeat(f->ch, &req, 0, &r), PX_OK);
+  assert_int_equal(px_rpc_last_code(), PX_RPC_INVALID_ARGUMENT);
+  assert_non_null(strstr(px_last_error(), "devices[1]"));
 }
 
 static void test_heartbeat_tells_the_agent_what_to_stop(void **state) {

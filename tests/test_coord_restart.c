@@ -222,6 +222,7 @@ static void test_garbage_file_is_refused(void **state) {
   assert_non_null(f);
   for (int i = 0; i < 20000; i++) fputc((i * 31 + 7) & 0xff, f);
   fclose(f);
+  assert_int_equal(chmod(db, 0600), 0); /* private, as pxcoordd wants: refused for its bytes */
   expect_refused(w->d.dir, db, "not a database");
 }
 
@@ -293,6 +294,7 @@ static void test_newer_schema_is_refused(void **state) {
   assert_int_equal(px_store_open(db, &o, &s), PX_OK);
   assert_int_equal(px_store_exec(s, "UPDATE schema_version SET version = 1000"), PX_OK);
   px_store_close(s);
+  assert_int_equal(chmod(db, 0600), 0);
   expect_refused(w->d.dir, db, "1000");
   expect_refused(w->d.dir, db, "newer");
   /* And a database of another program. */
@@ -300,6 +302,7 @@ static void test_newer_schema_is_refused(void **state) {
   o.schema = "agent-metrics";
   assert_int_equal(px_store_open(db, &o, &s), PX_OK);
   px_store_close(s);
+  assert_int_equal(chmod(db, 0600), 0);
   expect_refused(w->d.dir, db, "agent-metrics");
 }
 

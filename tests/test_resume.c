@@ -107,6 +107,8 @@ static int rank_main(px_th_ctx_t *ctx) {
     px_th_shared[2] = res.test_accuracy;
     px_th_shared[3] = res.resumed_from;
     px_th_shared[4] = res.checkpoints;
+    px_th_shared[5] = res.checkpoint_complete;
+    px_th_shared[6] = strstr(res.checkpoint_problem, "rank 3: ") != NULL;
   }
   px_comm_destroy(comm);
   px_trainer_destroy(t);
@@ -246,6 +248,92 @@ static void test_new_node_resumes_from_shared_state(void **state) {
   assert_true(b[2] >= 0 && b[2] <= 1); /* evaluated; its accuracy cost is measured by bench/recovery */
 }
 
+/* Files of one rank in a checkpoint directory. */
+static int count_rank_files(const char *tag, int node, int rank, int *has0) {
+  int n = 0;
+  *has0 = 0;
+  for (int it = 0; it < ITERS; it++) {
+    char p[600];
+    ckpt_path(tag, node, it, rank, p, sizeof p);
+    struct stat sb;
+    if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) {
+      n++;
+      if (it == 0) *has0 = 1;
+    }
+  }
+  return n;
+}
+
+/* Rank 3 cannot write any checkpoint after iteration 0 (its file names are
+ * taken by directories, as good as a full disk for a rename): the run goes
+ * on, the healthy ranks keep at most keep (2) files plus iteration 0, the
+ * newest that every rank holds, instead of every one; and the result says
+ * that nothing after iteration 0 is usable, naming rank 3. */
+static void test_one_rank_that_cannot_write_bounds_the_others_files(void **state) {
+  (void)state;
+  if (!dir[0]) skip();
+  char p[600];
+  snprintf(p, sizeof p, "%s/full", dir);
+  assert_int_equal(mkdir(p, 0755), 0);
+  snprintf(p, sizeof p, "%s/full/node1", dir);
+  assert_int_equal(mkdir(p, 0755), 0);
+  for (int it = 1; it < ITERS; it++) {
+    ckpt_path("full", 1, it, 3, p, sizeof p);
+    assert_int_equal(mkdir(p, 0755), 0);
+  }
+  scenario_t sc = {PX_STRATEGY_HSADMM, "full", 0};
+  double out[5];
+  run(&sc, out);
+  assert_true(px_th_shared[5] == 0);   /* the newest complete checkpoint */
+  assert_true(px_th_shared[6] == 1);   /* the problem names rank 3 */
+  for (int r = 0; r < 3; r++) {
+    int has0 = 0, n = count_rank_files("full", r < 2 ? 0 : 1, r, &has0);
+    if (n > 3 || !has0) fail_msg("rank %d holds %d checkpoint files (iteration 0: %d)", r, n, has0);
+  }
+}
+
+/* The same blocked rank with recovery.max_unprotected_iterations = 1: at
+ * the checkpoint of iteration 2 the newest complete one (0) is 2 behind,
+ * and every rank fails the run with the same error, naming rank 3, rather
+ * than run on unprotected. */
+static int unprotected_main(px_th_ctx_t *ctx) {
+  const scenario_t *sc = ctx->arg;
+  px_trainer_t *t;
+  px_comm_t *comm;
+  px_strategy_config_t cfg;
+  char ck[512];
+  rank_setup(ctx, sc, &t, &comm, &cfg, ck, sizeof ck);
+  PX_TH_CHECK(t && comm);
+  cfg.checkpoint_max_unprotected = 1;
+  px_strategy_result_t res;
+  px_status_t st = px_strategy_run(t, comm, &cfg, control, NULL, &res);
+  const char *msg = px_last_error();
+  if (st != PX_ERR_IO || !strstr(msg, "no usable checkpoint since iteration 0") ||
+      !strstr(msg, "rank 3: ") || !strstr(msg, "max_unprotected_iterations = 1")) {
+    fprintf(stderr, "rank %d: status %d: %s\n", ctx->rank, st, msg);
+    return 1;
+  }
+  px_comm_destroy(comm);
+  px_trainer_destroy(t);
+  return 0;
+}
+
+static void test_a_run_without_usable_checkpoints_can_be_told_to_fail(void **state) {
+  (void)state;
+  if (!dir[0]) skip();
+  char p[600];
+  snprintf(p, sizeof p, "%s/unprot", dir);
+  assert_int_equal(mkdir(p, 0755), 0);
+  snprintf(p, sizeof p, "%s/unprot/node1", dir);
+  assert_int_equal(mkdir(p, 0755), 0);
+  for (int it = 1; it < ITERS; it++) {
+    ckpt_path("unprot", 1, it, 3, p, sizeof p);
+    assert_int_equal(mkdir(p, 0755), 0);
+  }
+  scenario_t sc = {PX_STRATEGY_HSADMM, "unprot", 0};
+  assert_int_equal(px_th_run(4, nodes, unprotected_main, &sc, 300), 0);
+}
+
 int main(int argc, char **argv) {
   px_th_init(argc, argv);
   const struct CMUnitTest tests[] = {
@@ -254,6 +342,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_topk_resumes_bitwise),
       cmocka_unit_test(test_truncated_checkpoint_uses_previous),
       cmocka_unit_test(test_new_node_resumes_from_shared_state),
+      cmocka_unit_test(test_one_rank_that_cannot_write_bounds_the_others_files),
+      cmocka_unit_test(test_a_run_without_usable_checkpoints_can_be_told_to_fail),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -224,6 +224,9 @@ function summary(main) {
             ['test acc', r => fmtNum(r.test_accuracy, 4)], ['density', r => fmtNum(r.density, 3)],
             ['wall', r => fmtNum((end - t0) / 1000, 1) + ' s'],
             ['inter MB', r => fmtNum(r.bytes_inter / 1e6, 2)], ['reason', r => r.reason]], [j]);
+  // a job running (or that ran) without a usable checkpoint says so (issue 26)
+  if (j.checkpoint_problem)
+    s.appendChild(el('p', {class: 'warning', id: 'checkpoint-problem'}, 'checkpoints: ' + j.checkpoint_problem));
 }
 
 async function jobView(main, ref) {

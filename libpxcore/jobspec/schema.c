@@ -116,6 +116,7 @@ const px__js_field_t px__js_fields[] = {
     {S_RECOVERY, "checkpoint_every", PX__JS_INT, 0, 0, I32MAX, NULL, 0, NULL},
     {S_RECOVERY, "max_restarts", PX__JS_INT, 0, 0, 1000, NULL, 0, NULL},
     {S_RECOVERY, "keep", PX__JS_INT, 0, 1, 16, NULL, 2, NULL},
+    {S_RECOVERY, "max_unprotected_iterations", PX__JS_INT, 0, 0, I32MAX, NULL, 0, NULL},
 };
 const int px__js_nfields = (int)(sizeof px__js_fields / sizeof px__js_fields[0]);
 

@@ -174,6 +174,7 @@ px_status_t px_jobspec_strategy_config(const Prunex__V1__JobSpec *s, int64_t ste
   if (s->recovery && s->recovery->checkpoint_every > 0) {
     c->checkpoint_every = s->recovery->checkpoint_every;
     c->checkpoint_keep = s->recovery->keep;
+    c->checkpoint_max_unprotected = s->recovery->max_unprotected_iterations;
   }
   return PX_OK;
 }

@@ -4,6 +4,7 @@
  * agent's metrics file are both opened through here, so a corrupt, foreign
  * or too-new file is refused the same way everywhere. */
 #include <assert.h>
+#include <errno.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
@@ -24,6 +25,7 @@ struct px_store {
   char *path;
   int version;
   px_store_stmt_t *stmts; /* cache, most recently added first */
+  int full;               /* the last failure was for lack of space (px_store_full) */
 };
 
 static char *px__strdup(const char *s, const char *name) {
@@ -57,7 +59,23 @@ static px_status_t px__store_status(int rc) {
 }
 
 /* Sets the last error "PATH: WHAT: sqlite message (code name)". */
-static px_status_t px__store_error(const char *path, sqlite3 *db, int rc, const char *what) {
+/* 1 when rc (on db) means the disk, a quota or a file-size limit is full:
+ * SQLite says SQLITE_FULL for a short write, or an I/O error whose errno
+ * says so. Read at the failure: the connection's errno is overwritten by
+ * the next one. */
+static int px__store_is_full(sqlite3 *db, int rc) {
+  int e = db ? sqlite3_system_errno(db) : 0;
+  return (rc & 0xff) == SQLITE_FULL ||
+         ((rc & 0xff) == SQLITE_IOERR && (e == ENOSPC || e == EDQUOT || e == EFBIG));
+}
+
+static px_status_t px__store_error(px_store_t *s, const char *path, sqlite3 *db, int rc,
+                                   const char *what) {
+  int full = px__store_is_full(db, rc);
+  if (s) s->full = full;
+  if (full)
+    return px_set_error(PX_ERR_IO, "%s: %s: no space left (%s)", path, what,
+                        db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
   const char *msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
   if (strcmp(msg, sqlite3_errstr(rc)) == 0)
     return px_set_error(px__store_status(rc), "%s: %s: %s", path, what, msg);
@@ -68,6 +86,7 @@ static px_status_t px__store_error(const char *path, sqlite3 *db, int rc, const 
 const char *px_store_path(const px_store_t *s) { return s->path; }
 int px_store_schema_version(const px_store_t *s) { return s->version; }
 struct sqlite3 *px_store_sqlite(px_store_t *s) { return s->db; }
+int px_store_full(const px_store_t *s) { return s->full; }
 int64_t px_store_last_insert_id(px_store_t *s) { return sqlite3_last_insert_rowid(s->db); }
 int px_store_changes(px_store_t *s) { return sqlite3_changes(s->db); }
 
@@ -75,8 +94,12 @@ px_status_t px_store_exec(px_store_t *s, const char *sql) {
   char *err = NULL;
   int rc = sqlite3_exec(s->db, sql, NULL, NULL, &err);
   if (rc != SQLITE_OK) {
-    px_status_t st = px_set_error(px__store_status(rc), "%s: %.60s...: %s (%s)", s->path, sql,
-                                  err ? err : sqlite3_errmsg(s->db), sqlite3_errstr(rc));
+    s->full = px__store_is_full(s->db, rc);
+    int e = (rc & 0xff) == SQLITE_IOERR ? sqlite3_system_errno(s->db) : 0;
+    px_status_t st = px_set_error(px__store_status(rc), "%s: %.60s...: %s (%s%s%s)%s", s->path,
+                                  sql, err ? err : sqlite3_errmsg(s->db), sqlite3_errstr(rc),
+                                  e ? ": " : "", e ? strerror(e) : "",
+                                  s->full ? ": no space left" : "");
     sqlite3_free(err);
     return st;
   }
@@ -113,7 +136,7 @@ px_status_t px_store_stmt(px_store_t *s, const char *sql, px_store_stmt_t **out)
   if (rc != SQLITE_OK) {
     char what[96];
     snprintf(what, sizeof what, "prepare '%.60s'", sql);
-    px_status_t st = px__store_error(s->path, s->db, rc, what);
+    px_status_t st = px__store_error(s, s->path, s->db, rc, what);
     sqlite3_finalize(c->stmt);
     px_free(c->sql);
     px_free(c);
@@ -130,7 +153,7 @@ static px_status_t px__bind_check(px_store_stmt_t *st, int idx, int rc) {
   if (rc == SQLITE_OK) return PX_OK;
   char what[112];
   snprintf(what, sizeof what, "bind parameter %d of '%.60s'", idx, st->sql);
-  return px__store_error(st->store->path, st->store->db, rc, what);
+  return px__store_error(st->store, st->store->path, st->store->db, rc, what);
 }
 
 px_status_t px_store_bind_int64(px_store_stmt_t *st, int idx, int64_t v) {
@@ -163,7 +186,7 @@ px_status_t px_store_step(px_store_stmt_t *st) {
   if (rc == SQLITE_DONE) return 0;
   char what[96];
   snprintf(what, sizeof what, "'%.60s'", st->sql);
-  px_status_t s = px__store_error(st->store->path, st->store->db, rc, what);
+  px_status_t s = px__store_error(st->store, st->store->path, st->store->db, rc, what);
   sqlite3_reset(st->stmt);
   return s;
 }
@@ -211,7 +234,7 @@ static px_status_t px__pragma_text(px_store_t *s, const char *sql, const char *w
   int rc = sqlite3_prepare_v2(s->db, sql, -1, &stmt, NULL);
   if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
-    px_status_t st = px__store_error(s->path, s->db, rc, what);
+    px_status_t st = px__store_error(s, s->path, s->db, rc, what);
     sqlite3_finalize(stmt);
     return st;
   }
@@ -242,7 +265,7 @@ static px_status_t px__read_schema(px_store_t *s, const char *schema, int *versi
   if (rc != SQLITE_ROW) {
     px_status_t st = rc == SQLITE_DONE
                          ? px_set_error(PX_ERR_FORMAT, "%s: schema_version table is empty", s->path)
-                         : px__store_error(s->path, s->db, rc, "read schema_version");
+                         : px__store_error(s, s->path, s->db, rc, "read schema_version");
     sqlite3_finalize(stmt);
     return st;
   }
@@ -322,7 +345,7 @@ px_status_t px_store_open(const char *path, const px_store_options_t *opt, px_st
   int flags = SQLITE_OPEN_READWRITE | (opt->create ? SQLITE_OPEN_CREATE : 0);
   int rc = sqlite3_open_v2(path, &s->db, flags, NULL);
   if (rc != SQLITE_OK) {
-    st = px__store_error(path, s->db, rc, "open");
+    st = px__store_error(s, path, s->db, rc, "open");
     goto fail;
   }
   sqlite3_extended_result_codes(s->db, 1);

@@ -8,7 +8,10 @@
  * <dir>/ckpt-<iteration>-r<rank>.safetensors atomically (temporary file,
  * fsync, rename) with a checksum of its contents; once every rank has
  * written (one allreduce), each deletes its files beyond the newest `keep`,
- * so that the newest checkpoint every rank holds always survives.
+ * so that the newest checkpoint every rank holds always survives. When some
+ * rank could not write (a full disk), every rank learns which and why (one
+ * allgather) and still keeps at most `keep` files plus the newest complete
+ * checkpoint: a rank that cannot write never makes the others' disks fill.
  *
  * px__resume_load, on a new attempt: every rank lists the checkpoints it can
  * read whole (a truncated or corrupt file is named and skipped), the lists
@@ -51,10 +54,14 @@ px_status_t px__resume_add_tensor(px__resume_t *rs, const char *name, px_rs_scop
  * previous write and settles it (all ranks agree it landed, then older
  * files beyond keep go). *bytes and *seconds: the checkpoint's size and
  * how long the call held training up. A rank that cannot write logs why;
- * the job goes on and nothing is deleted anywhere. */
+ * the job goes on (see px__resume_complete). */
 px_status_t px__resume_save(px__resume_t *rs, int iteration, uint64_t *bytes, double *seconds);
 /* Collective: waits for and settles the last write (at the end of a run). */
 px_status_t px__resume_finish(px__resume_t *rs, double *seconds);
+/* The newest iteration whose checkpoint every rank holds (-1: none yet);
+ * problem (cap bytes): "" when the last save landed everywhere, else why
+ * the later ones are not usable ("iteration N: rank R: ERROR"). */
+int px__resume_complete(const px__resume_t *rs, char *problem, size_t cap);
 
 /* Collective. *iteration: the iteration resumed from, -1 when there is
  * none (start afresh; nothing was read). *node_fresh / *rank_fresh: this

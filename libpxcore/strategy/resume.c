@@ -21,6 +21,7 @@
 #define PX_RS_FORMAT "prunex-resume-1"
 #define PX_RS_MAX_KEEP 16
 #define PX_RS_MAX_ITEMS 4096
+#define PX_RS_PROBLEM_MAX 256
 
 typedef struct {
   char name[96];
@@ -50,6 +51,8 @@ struct px_resume {
   px_status_t write_status;
   char write_error[512];
   double write_seconds;
+  int complete;            /* newest iteration every rank holds; -1: none */
+  char problem[PX_RS_PROBLEM_MAX]; /* why a later one is not usable ("" when none) */
 };
 
 static double px_rs_now(void) {
@@ -90,6 +93,7 @@ px_status_t px__resume_create(px_comm_t *comm, const char *dir, int keep, px__re
   rs->keep = keep;
   snprintf(rs->dir, sizeof rs->dir, "%s", dir);
   rs->pending = -1;
+  rs->complete = -1;
   rs->lists = px_malloc((size_t)rs->size * PX_RS_MAX_KEEP * sizeof(double), "resume.lists");
   if (!rs->lists) {
     px_free(rs);
@@ -271,10 +275,47 @@ static void *px_rs_writer(void *arg) {
   return NULL;
 }
 
+/* Removes this rank's files beyond the newest keep, except `protect` (the
+ * newest checkpoint every rank holds, -1: none), so that a rank holds at
+ * most keep + 1 files whatever the other ranks manage to write. (A scan
+ * sees the newest PX_RS_MAX_KEEP + 1: older leftovers go one per save.) */
+static void px_rs_prune(px__resume_t *rs, int protect) {
+  int its[PX_RS_MAX_KEEP + 1];
+  int n = px_rs_scan(rs, its, PX_RS_MAX_KEEP + 1, 0);
+  for (int k = rs->keep; k < n; k++) {
+    if (its[k] == protect) continue;
+    char path[4200];
+    px_rs_path(rs, its[k], path, sizeof path);
+    if (unlink(path) != 0 && errno != ENOENT)
+      px_log(PX_LOG_WARN, "%s: cannot remove: %s", path, strerror(errno));
+  }
+}
+
+/* After a write that failed on some rank: every rank learns who and why
+ * (the lowest failing rank's error, one allgather), for the job's status. */
+static px_status_t px_rs_note_failure(px__resume_t *rs, int it) {
+  char *all = px_calloc((size_t)rs->size, PX_RS_PROBLEM_MAX, "resume.problems");
+  char mine[PX_RS_PROBLEM_MAX] = "";
+  if (!all) return PX_ERR_NOMEM;
+  if (rs->write_status != PX_OK)
+    snprintf(mine, sizeof mine, "%.*s", PX_RS_PROBLEM_MAX - 1, rs->write_error);
+  px_status_t st = px_comm_allgather(rs->world, mine, all, PX_RS_PROBLEM_MAX, PX_COMM_U8);
+  for (int r = 0; st == PX_OK && r < rs->size; r++) {
+    const char *why = all + (size_t)r * PX_RS_PROBLEM_MAX;
+    if (!why[0]) continue;
+    snprintf(rs->problem, sizeof rs->problem, "iteration %d: rank %d: %.*s", it, r,
+             PX_RS_PROBLEM_MAX - 40, why);
+    break;
+  }
+  px_free(all);
+  return st;
+}
+
 /* Waits for the background write, agrees with the other ranks that it
- * landed everywhere, and then removes this rank's files beyond keep.
- * Collective when a write was pending on every rank (the same iterations
- * save everywhere). */
+ * landed everywhere, and then removes this rank's files beyond keep (and,
+ * when it did not land everywhere, beyond keep plus the newest one that
+ * did). Collective when a write was pending on every rank (the same
+ * iterations save everywhere). */
 static px_status_t px_rs_settle(px__resume_t *rs) {
   if (rs->pending < 0) return PX_OK;
   if (!rs->inline_write) pthread_join(rs->thread, NULL);
@@ -291,21 +332,26 @@ static px_status_t px_rs_settle(px__resume_t *rs) {
            it, rs->write_seconds * 1e3);
   PX_CHECK(px_comm_allreduce(rs->world, &failed, &failed, 1, PX_COMM_F64, PX_COMM_MAX));
   if (failed != 0) {
-    if (rs->rank == 0)
-      px_log(PX_LOG_WARN, "checkpoint of iteration %d incomplete on some rank: older ones kept", it);
+    PX_CHECK(px_rs_note_failure(rs, it));
+    if (rs->rank == 0) {
+      char since[32];
+      snprintf(since, sizeof since, "%d", rs->complete);
+      px_log(PX_LOG_WARN, "no usable checkpoint since %s%s: %s",
+             rs->complete >= 0 ? "iteration " : "", rs->complete >= 0 ? since : "the start",
+             rs->problem);
+    }
+    px_rs_prune(rs, rs->complete);
     return PX_OK;
   }
-  /* every rank holds `it` now: the older ones beyond keep can go (a scan
-   * sees the newest PX_RS_MAX_KEEP + 1: older leftovers go one per save) */
-  int its[PX_RS_MAX_KEEP + 1];
-  int n = px_rs_scan(rs, its, PX_RS_MAX_KEEP + 1, 0);
-  for (int k = rs->keep; k < n; k++) {
-    char path[4200];
-    px_rs_path(rs, its[k], path, sizeof path);
-    if (unlink(path) != 0 && errno != ENOENT)
-      px_log(PX_LOG_WARN, "%s: cannot remove: %s", path, strerror(errno));
-  }
+  rs->complete = it;
+  rs->problem[0] = '\0';
+  px_rs_prune(rs, it);
   return PX_OK;
+}
+
+int px__resume_complete(const px__resume_t *rs, char *problem, size_t cap) {
+  if (problem && cap) snprintf(problem, cap, "%s", rs->problem);
+  return rs->complete;
 }
 
 static px_status_t px_rs_snapshot(px__resume_t *rs, uint64_t *bytes) {
@@ -449,6 +495,7 @@ px_status_t px__resume_load(px__resume_t *rs, int *iteration, int *node_fresh, i
     PX_CHECK(px_tensor_copy_from_host(it->t, it->host, it->bytes));
   }
   *iteration = R;
+  rs->complete = R;
   if (rs->rank == 0)
     px_log(PX_LOG_INFO, "resuming from the checkpoint of iteration %d (%s)", R,
            all ? "every rank has its own" : "some ranks restart their own state");

@@ -227,6 +227,12 @@ static px_status_t px__strategy_iteration(px__strategy_run_t *r, const px__strat
   memset(&r->it, 0, sizeof r->it);
   r->it.iteration = it;
   r->it.layer_names = r->names;
+  r->it.checkpoint_complete = -1;
+  r->it.checkpoint_problem = "";
+  if (r->rs) {
+    r->it.checkpoint_complete = px__resume_complete(r->rs, r->ck_problem, sizeof r->ck_problem);
+    r->it.checkpoint_problem = r->ck_problem;
+  }
   uint64_t intra0 = px__admm_traffic(comm, PX_TIER_INTRA);
   uint64_t inter0 = px__admm_traffic(comm, PX_TIER_INTER);
 
@@ -371,6 +377,18 @@ static px_status_t px__strategy_checkpoint(px__strategy_run_t *r, int it, int st
   double s;
   PX_CHECK(px__resume_save(r->rs, it, &bytes, &s));
   res->checkpoints++;
+  /* the save settled the previous one on every rank: all agree on this */
+  int max = r->cfg->checkpoint_max_unprotected;
+  char problem[256];
+  int complete = px__resume_complete(r->rs, problem, sizeof problem);
+  if (max > 0 && problem[0] && it - complete > max) {
+    char since[32];
+    snprintf(since, sizeof since, "iteration %d", complete);
+    return px_set_error(PX_ERR_IO,
+                        "no usable checkpoint since %s, %d iterations ago "
+                        "(recovery.max_unprotected_iterations = %d): %s",
+                        complete >= 0 ? since : "the start", it - complete, max, problem);
+  }
   res->checkpoint_seconds += s;
   res->checkpoint_bytes = bytes;
   px_log(PX_LOG_INFO, "checkpoint of iteration %d: %.1f MB, training held %.1f ms", it,
@@ -408,6 +426,7 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
   res->test_accuracy = res->test_loss = -1;
   r.ckf[0] = r.ckf[1] = -1;
   res->resumed_from = -1;
+  res->checkpoint_complete = -1;
   int first = 0;
   if (cfg->checkpoint_every > 0 && cfg->checkpoint_dir) {
     PX_CHECK_GOTO(px__strategy_resume_setup(&r, ops, priv), st, done);
@@ -425,6 +444,8 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
     double s;
     PX_CHECK_GOTO(px__resume_finish(r.rs, &s), st, done);
     res->checkpoint_seconds += s;
+    res->checkpoint_complete = px__resume_complete(r.rs, res->checkpoint_problem,
+                                                   sizeof res->checkpoint_problem);
   }
   PX_CHECK_GOTO(px__strategy_finish(&r, ops, priv, res), st, done);
   res->seconds = px__admm_now() - t_start;

@@ -59,6 +59,7 @@ typedef struct {
   px__resume_t *rs;
   int64_t ck[8];            /* last iteration done, trainer position [3], bytes [3], stop */
   double ckf[2];            /* test loss, test accuracy */
+  char ck_problem[256];     /* px__resume_complete's, for px_iteration_t */
   /* the iteration being reported */
   px_iteration_t it;
   px_strategy_control_fn control;

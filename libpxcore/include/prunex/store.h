@@ -66,6 +66,11 @@ PX_API int px_store_schema_version(const px_store_t *s);
 /* The underlying connection, for programs that link SQLite themselves. */
 PX_API struct sqlite3 *px_store_sqlite(px_store_t *s);
 
+/* 1 when the last call on s that failed did so for lack of space (a full
+ * disk, a quota, a file-size limit): an operator's problem rather than a
+ * bug. The message of that failure says "no space left". */
+PX_API int px_store_full(const px_store_t *s);
+
 /* Runs one or more SQL statements that return no rows of interest. */
 PX_API px_status_t px_store_exec(px_store_t *s, const char *sql);
 

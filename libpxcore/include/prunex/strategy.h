@@ -125,6 +125,10 @@ typedef struct {
   const char *checkpoint_dir;
   int32_t checkpoint_every;
   int32_t checkpoint_keep;
+  /* > 0: the run fails (PX_ERR_IO, naming the rank and its error) once the
+   * newest checkpoint every rank holds is more than this many iterations
+   * behind, instead of running on unprotected (issue 26). */
+  int32_t checkpoint_max_unprotected;
 } px_strategy_config_t;
 
 /* One iteration's record (DESIGN.md section 7); what rank 0 reports. */
@@ -148,6 +152,11 @@ struct px_iteration {
   double local_s, intra_s, projection_s, inter_s, broadcast_s, control_s;
   int32_t frozen;
   int32_t last;             /* no iteration follows (the limit was reached) */
+  /* Checkpoints (issue 26): the newest iteration every rank's checkpoint
+   * holds (-1: none, or no checkpoints), and "" or why the later ones are
+   * unusable ("iteration M: rank R: ERROR"; valid during the callback). */
+  int32_t checkpoint_complete;
+  const char *checkpoint_problem;
 };
 
 /* Rank 0's controller: reports the iteration (to the coordinator, say) and
@@ -167,6 +176,9 @@ typedef struct {
   int32_t checkpoints;          /* checkpoints written */
   double checkpoint_seconds;    /* time spent writing them (this rank) */
   uint64_t checkpoint_bytes;    /* bytes of the last one (this rank) */
+  int32_t checkpoint_complete;  /* newest iteration every rank's checkpoint holds; -1: none */
+  char checkpoint_problem[256]; /* "" or why later checkpoints are unusable
+                                   ("iteration N: rank R: ERROR", every rank) */
 } px_strategy_result_t;
 
 /* Fills out[0..px_model_num_params(m)) with H-SADMM's view of the model's
