@@ -110,8 +110,8 @@ static const pxctl_cmd_t pxctl_cmds[] = {
     {"delete", "JOB", "remove a finished job and its metrics (owner or admin)",
      "Removes the job, its events, metrics and rank exits from the coordinator. Only\n"
      "finished jobs (cancel a running one first); only its owner or an admin.\n\n"
-     COMMON_HELP,
-     OPT_COORD, 1, pxctl_cmd_delete},
+     COMMON_HELP "  --json                   {\"job_id\", \"deleted\": true}\n",
+     OPT_COORD | OPT_JSON, 1, pxctl_cmd_delete},
     {"nodes", "", "the registered nodes, their state and devices",
      "  --state S                only nodes in state S (ready, busy, lost)\n" COMMON_HELP
      "  --json                   an array of Node objects (proto field names)\n",
