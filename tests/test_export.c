@@ -397,6 +397,21 @@ static void onnx_carries_the_input_contract(void **state) {
   assert_non_null(strstr(px_last_error(), "cifar10's 3 x 32 x 32"));
   assert_int_not_equal(access(path, F_OK), 0); /* nothing written */
   px_model_destroy(m);
+
+  /* CIFAR-10: 3x32x32 R,G,B, normalised in the graph, nothing to pad */
+  cfg.in_channels = 3;
+  assert_int_equal(px_model_create(ops, &cfg, &m), PX_OK);
+  assert_int_equal(px_model_init_params(m, 3), PX_OK);
+  assert_int_equal(px_onnx_save(m, path, &cifar), PX_OK);
+  b = slurp(path, &len);
+  assert_false(file_has(b, len, "preprocess.pad"));
+  assert_true(file_has(b, len, "preprocess.sub_mean"));
+  assert_true(file_has(b, len, "3x32x32"));
+  assert_true(file_has(b, len, "0.4914,0.4822,0.4465"));
+  assert_true(file_has(b, len, "R,G,B"));
+  free(b);
+  unlink(path);
+  px_model_destroy(m);
   px_ops_destroy(ops);
 }
 

@@ -11,9 +11,10 @@
  * the tree without ownership bookkeeping.
  *
  * For a data set we know (Fashion-MNIST, CIFAR-10) the graph starts with the
- * training loader's preprocessing: Pad with 0 to the training size (the
- * loader pads the bytes with zeros before normalising, so the padding is the
- * normalised zero, not 0), Sub mean, Div std. The file then takes what every
+ * training loader's preprocessing: Pad with 0 to the training size, then Sub
+ * mean, Div std (the loader pads the bytes before normalising, so a padding
+ * pixel reaches the model as -mean/std, -0.81 for Fashion-MNIST, not as 0).
+ * The file then takes what every
  * user has, raw pixels in [0, 1] at the data set's own size, and cannot be
  * fed the way that silently costs accuracy (normalise, then pad with 0). */
 #include <errno.h>
