@@ -110,8 +110,8 @@ static const pxctl_cmd_t pxctl_cmds[] = {
     {"delete", "JOB", "remove a finished job and its metrics (owner or admin)",
      "Removes the job, its events, metrics and rank exits from the coordinator. Only\n"
      "finished jobs (cancel a running one first); only its owner or an admin.\n\n"
-     COMMON_HELP,
-     OPT_COORD, 1, pxctl_cmd_delete},
+     COMMON_HELP "  --json                   {\"job_id\", \"deleted\": true}\n",
+     OPT_COORD | OPT_JSON, 1, pxctl_cmd_delete},
     {"nodes", "", "the registered nodes, their state and devices",
      "  --state S                only nodes in state S (ready, busy, lost)\n" COMMON_HELP
      "  --json                   an array of Node objects (proto field names)\n",
@@ -218,9 +218,11 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "PruneX model (the final model of job JOB, whose path the coordinator's job\n"
      "summary gives, or a .safetensors checkpoint on this machine) and writes\n"
      "DIR/<name>.compact.safetensors (loadable with pxtrain --load) and, with --onnx,\n"
-     "DIR/<name>.onnx (opset 13; input float32 N x C x 32 x 32 normalised as the\n"
-     "training loader does, output the logits). Prints the parameter counts and\n"
-     "file sizes, dense and compact.\n\n"
+     "DIR/<name>.onnx (opset 13; the input is the raw pixels in [0, 1] at the data\n"
+     "set's own size, e.g. N x 1 x 28 x 28 for Fashion-MNIST: the graph pads and\n"
+     "normalises them as the training loader does; the output is the logits; see\n"
+     "docs/user-guide.md). Prints the parameter counts and file sizes, dense and\n"
+     "compact.\n\n"
      "  --out DIR                the output directory (required; created if needed)\n"
      "  --onnx                   also write the ONNX model\n" COMMON_HELP
      "                           (asked only for a JOB)\n"

@@ -119,8 +119,8 @@ void pxctl_fmt_time(char *buf, size_t cap, int64_t unix_ms) {
   }
   time_t t = (time_t)(unix_ms / 1000);
   struct tm tm;
-  localtime_r(&t, &tm);
-  strftime(buf, cap, "%Y-%m-%d %H:%M:%S", &tm);
+  gmtime_r(&t, &tm); /* UTC, as the logs and the dashboard */
+  strftime(buf, cap, "%Y-%m-%d %H:%M:%S UTC", &tm);
 }
 
 void pxctl_fmt_duration(char *buf, size_t cap, double s) {

@@ -249,10 +249,15 @@ static void pxctl__json_scalar(pxctl_json_t *j, const ProtobufCFieldDescriptor *
 }
 
 /* Fields where the proto says "negative: not measured" (an iteration
- * without a test evaluation, a layer that is not pruned): JSON says null. */
+ * without a test evaluation, a layer that is not pruned) or "empty: none"
+ * (a summary's model_path before there is a model): JSON says null. */
 static int pxctl__json_unmeasured(const ProtobufCFieldDescriptor *fd, const void *p) {
   static const char *const names[] = {"test_accuracy", "train_accuracy", "loss", "test_loss",
                                       "density"};
+  if (fd->type == PROTOBUF_C_TYPE_STRING && !strcmp(fd->name, "model_path")) {
+    const char *s = *(char *const *)p;
+    return !s || !s[0];
+  }
   if (fd->type != PROTOBUF_C_TYPE_DOUBLE || *(const double *)p >= 0) return 0;
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (!strcmp(fd->name, names[i])) return 1;
@@ -293,6 +298,15 @@ void pxctl_json_job(pxctl_json_t *j, const Prunex__V1__Job *job) {
   }
   char *canonical = NULL;
   Prunex__V1__Job copy = *job;
+  /* A job without iterations (cancelled while pending, failed at start)
+   * measured no density: the coordinator's 0 is proto3's default, not a
+   * figure, so it is written as null, as test_accuracy already is. */
+  Prunex__V1__JobSummary sum;
+  if (job->summary && job->summary->iterations == 0) {
+    sum = *job->summary;
+    sum.density = -1.0;
+    copy.summary = &sum;
+  }
   if ((!job->spec_yaml || !job->spec_yaml[0]) && job->spec &&
       px_jobspec_to_yaml(job->spec, &canonical) == PX_OK)
     copy.spec_yaml = canonical;

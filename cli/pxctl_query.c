@@ -474,6 +474,16 @@ int pxctl_cmd_delete(pxctl_opts_t *o) {
     if (code == PX_RPC_FAILED_PRECONDITION || code == PX_RPC_PERMISSION_DENIED)
       rc = pxctl_fail("cannot delete job '%s': %s", o->pos[0], px_last_error());
     else rc = pxctl_rpc_fail(ch, o->pos[0]);
+  } else if (o->json) {
+    pxctl_json_t j;
+    pxctl_json_init(&j, stdout);
+    pxctl_json_begin_object(&j);
+    pxctl_json_key(&j, "job_id");
+    pxctl_json_string(&j, o->pos[0]);
+    pxctl_json_key(&j, "deleted");
+    pxctl_json_bool(&j, 1);
+    pxctl_json_end_object(&j);
+    pxctl_json_finish(&j);
   } else {
     printf("%s deleted\n", o->pos[0]);
   }

@@ -52,7 +52,8 @@ static void usage(FILE *f) {
           "  --bench             time training steps on random 3x32x32 inputs, 10 classes\n"
           "  --steps N           --bench: timed steps (default 20)\n"
           "  --warmup N          --bench: untimed steps first (default 3)\n"
-          "  -h, --help\n",
+          "  -h, --help\n"
+          "  --version\n",
           px_model_arch_list());
 }
 
@@ -259,7 +260,7 @@ int main(int argc, char **argv) {
   int bench = 0, steps = 20, warmup = 3, eval_only = 0, progress = 1;
   enum { O_MODEL = 256, O_DATASET, O_DATADIR, O_EPOCHS, O_BATCH, O_LR, O_MOM, O_WD, O_NEST,
          O_SCHED, O_NOAUG, O_THREADS, O_SEED, O_SAVE, O_LOAD, O_EVAL, O_NOPROG, O_BENCH, O_STEPS,
-         O_WARMUP, O_DEVICE, O_EXPORT, O_OUT, O_ONNX, O_PRECISION };
+         O_WARMUP, O_DEVICE, O_EXPORT, O_OUT, O_ONNX, O_PRECISION, O_VERSION };
   static const struct option opts[] = {
       {"model", required_argument, 0, O_MODEL},       {"dataset", required_argument, 0, O_DATASET},
       {"data-dir", required_argument, 0, O_DATADIR},  {"epochs", required_argument, 0, O_EPOCHS},
@@ -275,7 +276,8 @@ int main(int argc, char **argv) {
       {"precision", required_argument, 0, O_PRECISION},
       {"export", required_argument, 0, O_EXPORT},    {"out", required_argument, 0, O_OUT},
       {"onnx", no_argument, 0, O_ONNX},
-      {"help", no_argument, 0, 'h'},                  {0, 0, 0, 0},
+      {"help", no_argument, 0, 'h'},                  {"version", no_argument, 0, O_VERSION},
+      {0, 0, 0, 0},
   };
   int o, seed_i = 1, rc, device_auto = 0;
   opterr = 0;
@@ -324,6 +326,7 @@ int main(int argc, char **argv) {
       case O_OUT: out_dir = optarg; break;
       case O_ONNX: onnx = 1; break;
       case 'h': usage(stdout); return 0;
+      case O_VERSION: printf("pxtrain %s\n", px_version()); return 0;
       default:
         fprintf(stderr, "pxtrain: unknown or incomplete option '%s'\n", argv[optind - 1]);
         usage(stderr);
@@ -372,9 +375,15 @@ int main(int argc, char **argv) {
     px_trainer_destroy(t);
     return 1;
   }
-  printf("pxtrain: %s%s on %s, %zu parameters, batch %d, %d epochs, lr %g (%s), %s\n", c.arch,
-         c.widths ? " (compact)" : "", c.dataset, px_model_numel(m), c.batch, c.epochs, c.lr, c.lr_schedule,
-         px_ops_describe(px_model_ops(m)));
+  if (eval_only) /* no training happens: no training settings */
+    printf("pxtrain: evaluating %s%s%s%s on the %s test set, %zu parameters, batch %d, %s\n",
+           c.arch, c.widths ? " (compact)" : "", load ? " from " : " (untrained: no --load)",
+           load ? load : "", c.dataset, px_model_numel(m), c.batch,
+           px_ops_describe(px_model_ops(m)));
+  else
+    printf("pxtrain: %s%s on %s, %zu parameters, batch %d, %d epochs, lr %g (%s), %s\n", c.arch,
+           c.widths ? " (compact)" : "", c.dataset, px_model_numel(m), c.batch, c.epochs, c.lr,
+           c.lr_schedule, px_ops_describe(px_model_ops(m)));
   int status = 0;
   px_eval_stats_t ev;
   if (eval_only) {

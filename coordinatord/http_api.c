@@ -9,6 +9,7 @@
  * (an iteration without a test evaluation, a job not yet finished) are
  * null, never -1. Times are Unix milliseconds. Metrics are rank 0's
  * reports, the only rank that reports to the coordinator. */
+#include <assert.h>
 #include <errno.h>
 #include <limits.h>
 #include <sqlite3.h>
@@ -123,6 +124,10 @@ static int http_resolve_job(sqlite3 *db, const char *ref, char *job_id, size_t c
   "   AND i.test_accuracy >= 0 ORDER BY iteration DESC LIMIT 1),"                              \
   " (SELECT density FROM iterations i WHERE i.job_id = j.job_id AND i.rank = 0"               \
   "   ORDER BY iteration DESC LIMIT 1), j.attempt, j.checkpoint_problem"
+/* How many columns HTTP_JOB_COLUMNS has: a query that adds its own reads them
+ * from this index on (reading them from a hard-coded 16 once shifted the
+ * totals of /api/v1/jobs/JOB by one column). */
+#define HTTP_JOB_NCOLS 18
 
 /* One job object from a row of HTTP_JOB_COLUMNS. */
 static void http_job_json(sqlite3_stmt *st, coord_hbuf_t *b) {
@@ -235,9 +240,11 @@ int coord_http_job(sqlite3 *db, const char *ref, coord_hbuf_t *out) {
   }
   http_job_json(st, out);
   if (!out->failed) out->n--; /* reopen the object */
+  assert(sqlite3_column_count(st) == HTTP_JOB_NCOLS + 3);
   coord_hb_printf(out, ",\"iterations\":%lld,\"bytes_inter\":%.0f,\"bytes_intra\":%.0f}\n",
-                  (long long)sqlite3_column_int64(st, 16), sqlite3_column_double(st, 17),
-                  sqlite3_column_double(st, 18));
+                  (long long)sqlite3_column_int64(st, HTTP_JOB_NCOLS),
+                  sqlite3_column_double(st, HTTP_JOB_NCOLS + 1),
+                  sqlite3_column_double(st, HTTP_JOB_NCOLS + 2));
   sqlite3_finalize(st);
   return 200;
 }

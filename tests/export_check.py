@@ -2,16 +2,20 @@
 """Independent checks of a PruneX export (run by tests/test_export_runtimes.c
 with Debian's /usr/bin/python3; none of PruneX's code is used here):
 
-  1. python3-onnx's checker accepts the ONNX file, whose metadata describes
-     the input and the output;
-  2. OpenCV's dnn module runs it on the Fashion-MNIST test set, the
-     images prepared from the IDX files exactly as the metadata says (28x28
-     padded with zero bytes to 32x32, then (x/255 - 0.2860)/0.3530), and gets
-     the accuracy our engine measured within 0.1 point;
+  1. python3-onnx's checker accepts the ONNX file; its input is
+     N x 1 x 28 x 28 (Fashion-MNIST's own size), the graph starts with the
+     preprocessing (Pad, Sub, Div) and the metadata describes the input
+     (size, pad, mean, std) and the output;
+  2. OpenCV's dnn module runs it on the Fashion-MNIST test set fed as
+     docs/user-guide.md says: the raw 28x28 images as float32 bytes/255, no
+     padding, no normalisation. It gets the accuracy our engine measured
+     (with the training loader's own preprocessing) within 0.1 point, and
+     its logits;
   3. PyTorch loads the compact safetensors (read with numpy: Debian's torch
      1.13 has no safetensors reader) into a plain torch module built from the
-     file's metadata (arch, widths) and gives our engine's logits on the
-     first test images.
+     file's metadata (arch, widths), preprocesses the raw images with what
+     the ONNX metadata says (pad, mean, std) and gives our engine's logits on
+     the first test images.
 
 usage: export_check.py ONNX COMPACT.safetensors LOGITS.f32 NLOGITS ACCURACY DATA_DIR [NTEST]
 (NTEST: only the first NTEST test images, default all 10,000)
@@ -35,12 +39,38 @@ def read_idx(path):
 
 
 def test_images(data_dir):
+    """The raw test images as a user has them: N x 1 x 28 x 28 float32 in [0, 1]."""
     imgs = read_idx(data_dir + "/t10k-images-idx3-ubyte.gz")
     labels = read_idx(data_dir + "/t10k-labels-idx1-ubyte.gz").astype(np.int64)
-    padded = np.zeros((imgs.shape[0], 32, 32), dtype=np.uint8)
-    padded[:, 2:30, 2:30] = imgs
-    x = (padded.astype(np.float32) / np.float32(255.0) - np.float32(0.2860)) / np.float32(0.3530)
-    return x[:, None, :, :].astype(np.float32), labels
+    x = imgs.astype(np.float32) / np.float32(255.0)
+    return x[:, None, :, :], labels
+
+
+def check_onnx(onnx_path):
+    """The checker, the raw input contract and the metadata; returns the
+    metadata_props."""
+    import onnx
+    model = onnx.load(onnx_path)
+    onnx.checker.check_model(model, full_check=True)
+    props = {p.key: p.value for p in model.metadata_props}
+    opset = max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    print("onnx checker: ok (opset %d, %d nodes, %d initializers)" %
+          (opset, len(model.graph.node), len(model.graph.initializer)))
+    if opset < 13:
+        sys.exit("onnx: opset %d < 13" % opset)
+    dims = [d.dim_value if d.HasField("dim_value") else d.dim_param
+            for d in model.graph.input[0].type.tensor_type.shape.dim]
+    ops = [n.op_type for n in model.graph.node[:3]]
+    print("onnx input %s %s, first nodes %s" % (model.graph.input[0].name, dims, ops))
+    if dims[1:] != [1, 28, 28] or ops != ["Pad", "Sub", "Div"]:
+        sys.exit("onnx: expected raw 1x28x28 input and the preprocessing (Pad, Sub, Div) in the graph")
+    want = {"prunex.input_size": "1x28x28", "prunex.pad": "2", "prunex.mean": "0.2860",
+            "prunex.std": "0.3530", "prunex.input_range": "0,1"}
+    bad = {k: props.get(k) for k in want if props.get(k) != want[k]}
+    if bad or "logits" not in props.get("prunex.output", "") or \
+            "raw" not in props.get("prunex.input", ""):
+        sys.exit("onnx: metadata_props do not describe the input and output: %r" % props)
+    return props
 
 
 def read_safetensors(path):
@@ -154,17 +184,7 @@ def main():
     if len(sys.argv) > 7:
         x, labels = x[:int(sys.argv[7])], labels[:int(sys.argv[7])]
 
-    import onnx
-    model = onnx.load(onnx_path)
-    onnx.checker.check_model(model, full_check=True)
-    props = {p.key: p.value for p in model.metadata_props}
-    if "0.2860" not in props.get("prunex.input", "") or "logits" not in props.get("prunex.output", ""):
-        sys.exit("onnx: metadata_props do not describe the input and output: %r" % props)
-    opset = max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-    print("onnx checker: ok (opset %d, %d nodes, %d initializers)" %
-          (opset, len(model.graph.node), len(model.graph.initializer)))
-    if opset < 13:
-        sys.exit("onnx: opset %d < 13" % opset)
+    props = check_onnx(onnx_path)
 
     import cv2
     net = cv2.dnn.readNetFromONNX(onnx_path)
@@ -177,7 +197,8 @@ def main():
             cv_logits = out[:nlogits]
         correct += int((out.argmax(1) == labels[i:i + 500]).sum())
     cv_acc = 100.0 * correct / x.shape[0]
-    print("opencv dnn: accuracy %.2f%% on %d images (our engine %.2f%%)" % (cv_acc, x.shape[0], acc))
+    print("opencv dnn, raw 28x28 pixels in [0, 1]: accuracy %.2f%% on %d images (our engine %.2f%%)" %
+          (cv_acc, x.shape[0], acc))
     if abs(cv_acc - acc) > 0.1:
         sys.exit("opencv accuracy differs from our engine's by more than 0.1 point")
 
@@ -196,8 +217,13 @@ def main():
                      (k, tensors[k].shape, tuple(sd[k].shape)))
     net_t.load_state_dict({k: torch.from_numpy(v) for k, v in tensors.items()}, strict=False)
     net_t.eval()
+    # the preprocessing the metadata describes, done by hand
+    pad = int(props["prunex.pad"])
+    mean = torch.tensor([float(v) for v in props["prunex.mean"].split(",")]).view(1, -1, 1, 1)
+    std = torch.tensor([float(v) for v in props["prunex.std"].split(",")]).view(1, -1, 1, 1)
     with torch.no_grad():
-        tl = net_t(torch.from_numpy(x[:nlogits])).numpy()
+        xt = torch.nn.functional.pad(torch.from_numpy(x[:nlogits]), (pad, pad, pad, pad), value=0.0)
+        tl = net_t((xt - mean) / std).numpy()
     scale = 1.0 + float(np.abs(ours).max())
     d_torch = float(np.abs(tl - ours).max())
     d_cv = float(np.abs(cv_logits - ours).max())

@@ -2,8 +2,10 @@
 # install_layout: `cmake --install` into a temporary prefix gives programs
 # that run from there (RPATH $ORIGIN/../lib, no LD_LIBRARY_PATH), the
 # systemd units, the sysusers.d entry, the example settings files (which
-# the programs accept), man pages that `man -l` renders without warnings,
-# bash completion that completes pxctl's commands, and the Slurm script.
+# the programs accept), --version in every program, a man page for every
+# program that `man -l` renders without warnings, bash completion of every
+# pxctl command and of the job ids of a running coordinator (each once),
+# and the Slurm script.
 set -u
 build=$1
 tmp=$(mktemp -d)
@@ -21,7 +23,11 @@ for prog in pxctl pxcoordd pxagent pxworker pxtrain; do
   echo "$prog: RUNPATH $runpath"
   check test "$runpath" = "\$ORIGIN/../${libdir#$p/}"
 done
-v=$("$p/bin/pxctl" --version 2>&1); echo "pxctl --version: $v"; check test "${v#pxctl }" != "$v"
+for prog in pxctl pxcoordd pxagent pxworker pxtrain; do
+  v=$("$p/bin/$prog" --version 2>&1); rc=$?
+  echo "$prog --version: $v (exit $rc)"
+  check test $rc -eq 0; check test "${v#"$prog" [0-9]}" != "$v"
+done
 check "$p/bin/pxcoordd" --help >"$tmp/h1" 2>&1; check grep -q 'usage: pxcoordd' "$tmp/h1"
 check "$p/bin/pxagent" --help >"$tmp/h2" 2>&1; check grep -q 'usage: pxagent' "$tmp/h2"
 check "$p/bin/pxagent" --version >/dev/null
@@ -41,12 +47,22 @@ sed -i "s#^db = .*#db = $tmp/c.db#; s#^listen = .*#listen = 127.0.0.1:0#" "$tmp/
 cpid=$!
 for _ in $(seq 1 100); do grep -q '^listening on' "$tmp/c.out" && break; sleep 0.1; done
 check grep -q '^listening on 127.0.0.1:' "$tmp/c.out"
+# two jobs waiting there: completion offers each id once
+coord=$(sed -n 's/^listening on \(127\.0\.0\.1:[0-9]*\).*/\1/p' "$tmp/c.out" | head -n 1)
+printf 'model:\n  name: resnet20\ndataset:\n  name: synthetic\n' >"$tmp/spec.yaml"
+for _ in 1 2; do
+  check "$p/bin/pxctl" --coordinator "$coord" submit "$tmp/spec.yaml" >/dev/null
+done
+ids=$(PATH=$p/bin:$PATH bash -c 'source "$1"; COMP_WORDS=(pxctl --coordinator "$2" status ""); COMP_CWORD=4; _pxctl; echo "${COMPREPLY[*]}"' _ "$p/share/bash-completion/completions/pxctl" "$coord")
+echo "completion of job ids: $ids"
+check test "$(printf '%s\n' $ids | sort | tr '\n' ' ')" = "job-000001 job-000002 "
 kill -TERM $cpid; wait $cpid; check test $? -eq 0
 echo "bogus_key = 1" >"$tmp/a.conf"
 "$p/bin/pxagent" --config "$tmp/a.conf" >"$tmp/a.out" 2>&1; rc=$?
 check test $rc -eq 2; check grep -q "a.conf:1: bogus_key: unknown setting" "$tmp/a.out"
 # man pages
-for m in man1/pxctl.1 man8/pxcoordd.8 man8/pxagent.8 man5/prunex-jobspec.5; do
+for m in man1/pxctl.1 man1/pxtrain.1 man8/pxcoordd.8 man8/pxagent.8 man8/pxworker.8 \
+         man5/prunex-jobspec.5; do
   f=$p/share/man/$m
   check test -f "$f"
   out=$(MANWIDTH=80 man -l "$f" 2>"$tmp/man.err"); rc=$?
@@ -63,5 +79,13 @@ got=$(bash -c 'source "$1"; COMP_WORDS=(pxctl lo); COMP_CWORD=1; _pxctl; echo "$
 echo "completion of 'pxctl lo': $got"; check test "$got" = "logs"
 got=$(bash -c 'source "$1"; COMP_WORDS=(pxctl logs JOB --fo); COMP_CWORD=3; _pxctl; echo "${COMPREPLY[*]}"' _ "$comp")
 echo "completion of 'pxctl logs JOB --fo': $got"; check test "$got" = "--follow"
+for c in delete:de export:ex plot:pl; do
+  got=$(bash -c 'source "$1"; COMP_WORDS=(pxctl "$2"); COMP_CWORD=1; _pxctl; echo "${COMPREPLY[*]}"' _ "$comp" "${c#*:}")
+  echo "completion of 'pxctl ${c#*:}': $got"; check test "$got" = "${c%%:*}"
+done
+got=$(bash -c 'source "$1"; COMP_WORDS=(pxctl export m.safetensors --o); COMP_CWORD=3; _pxctl; echo "${COMPREPLY[*]}"' _ "$comp")
+echo "completion of 'pxctl export m.safetensors --o': $got"; check test "$got" = "--out --onnx"
+got=$(bash -c 'source "$1"; COMP_WORDS=(pxctl delete --j); COMP_CWORD=2; _pxctl; echo "${COMPREPLY[*]}"' _ "$comp")
+echo "completion of 'pxctl delete --j': $got"; check test "$got" = "--json"
 [ $fail -eq 0 ] && echo "installed layout OK"
 exit $fail

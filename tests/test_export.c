@@ -5,7 +5,12 @@
  * batch-norm constant is still read (folded for 1x1 readers, kept for 3x3);
  * the compact file holds the masked shapes and reloads; a wrong width fails
  * naming the tensor. Random batch-norm parameters and statistics make the
- * constants non-trivial. */
+ * constants non-trivial. The ONNX file of a known data set carries its
+ * preprocessing (Pad, Sub, Div: it takes raw pixels at the data set's own
+ * size), one of an unknown data set takes the normalised tensor, and a data
+ * set the model cannot take is refused naming both sizes (what the graph
+ * computes is checked by tests/export_check.py with onnx, OpenCV and
+ * PyTorch). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -331,12 +336,92 @@ static void dense_model_compacts_to_same_size(void **state) {
   px_ops_destroy(ops);
 }
 
+/* Reads a whole file; caller frees. */
+static char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *b = malloc((size_t)n + 1);
+  assert_non_null(b);
+  assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  *len = (size_t)n;
+  return b;
+}
+
+static int file_has(const char *b, size_t len, const char *s) {
+  return memmem(b, len, s, strlen(s)) != NULL;
+}
+
+static void onnx_carries_the_input_contract(void **state) {
+  (void)state;
+  px_ops_t *ops;
+  assert_int_equal(px_ops_create(px_device_cpu(), 0, &ops), PX_OK);
+  px_model_config_t cfg = {"resnet20", 1, 10, 1, 32, 32, NULL, 0, PX_PRECISION_FP32};
+  px_model_t *m;
+  assert_int_equal(px_model_create(ops, &cfg, &m), PX_OK);
+  assert_int_equal(px_model_init_params(m, 3), PX_OK);
+  char path[256];
+  snprintf(path, sizeof path, "/tmp/px_test_export_%d.onnx", (int)getpid());
+  size_t len;
+  char *b;
+
+  /* Fashion-MNIST: raw 1x28x28 pixels, the preprocessing in the graph */
+  px_onnx_info_t fm = {"fashion-mnist", "m.safetensors"};
+  assert_int_equal(px_onnx_save(m, path, &fm), PX_OK);
+  b = slurp(path, &len);
+  assert_true(file_has(b, len, "preprocess.pad"));
+  assert_true(file_has(b, len, "preprocess.sub_mean"));
+  assert_true(file_has(b, len, "preprocess.div_std"));
+  assert_true(file_has(b, len, "1x28x28"));
+  assert_true(file_has(b, len, "raw Fashion-MNIST pixels in [0, 1]"));
+  free(b);
+
+  /* a data set we do not know: the normalised 32x32 tensor, said so */
+  px_onnx_info_t syn = {"synthetic", NULL};
+  assert_int_equal(px_onnx_save(m, path, &syn), PX_OK);
+  b = slurp(path, &len);
+  assert_false(file_has(b, len, "preprocess.pad"));
+  assert_true(file_has(b, len, "none: the input is normalised"));
+  assert_true(file_has(b, len, "1x32x32"));
+  free(b);
+
+  /* CIFAR-10's 3-channel images cannot feed a 1-channel model */
+  unlink(path);
+  px_onnx_info_t cifar = {"cifar10", NULL};
+  assert_int_equal(px_onnx_save(m, path, &cifar), PX_ERR_INVALID);
+  print_message("cifar10 into a 1-channel model: %s\n", px_last_error());
+  assert_non_null(strstr(px_last_error(), "1 x 32 x 32"));
+  assert_non_null(strstr(px_last_error(), "cifar10's 3 x 32 x 32"));
+  assert_int_not_equal(access(path, F_OK), 0); /* nothing written */
+  px_model_destroy(m);
+
+  /* CIFAR-10: 3x32x32 R,G,B, normalised in the graph, nothing to pad */
+  cfg.in_channels = 3;
+  assert_int_equal(px_model_create(ops, &cfg, &m), PX_OK);
+  assert_int_equal(px_model_init_params(m, 3), PX_OK);
+  assert_int_equal(px_onnx_save(m, path, &cifar), PX_OK);
+  b = slurp(path, &len);
+  assert_false(file_has(b, len, "preprocess.pad"));
+  assert_true(file_has(b, len, "preprocess.sub_mean"));
+  assert_true(file_has(b, len, "3x32x32"));
+  assert_true(file_has(b, len, "0.4914,0.4822,0.4465"));
+  assert_true(file_has(b, len, "R,G,B"));
+  free(b);
+  unlink(path);
+  px_model_destroy(m);
+  px_ops_destroy(ops);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(dense_model_compacts_to_same_size),
       cmocka_unit_test(compact_resnet20_same_logits),
       cmocka_unit_test(compact_resnet18_same_logits),
       cmocka_unit_test(compact_resnet50_bottleneck_same_logits),
+      cmocka_unit_test(onnx_carries_the_input_contract),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,11 +4,15 @@
  * it), its BN statistics re-estimated, then exported (compact safetensors +
  * ONNX) with px_export_file. Our engine measures the accuracy of the compact
  * model on the first 2,000 test images and its logits on the first 64 (test
- * export proves they are the masked dense model's); tests/export_check.py
- * (Debian's /usr/bin/python3) then runs python3-onnx's checker, OpenCV's dnn
- * on the same images (accuracy within 0.1 point) and a plain PyTorch module
- * built from the compact file's metadata (same logits). Skips without the
- * data set or the Python packages (scripts/bootstrap installs them). */
+ * export proves they are the masked dense model's), fed by the training
+ * loader (padded, normalised); tests/export_check.py (Debian's
+ * /usr/bin/python3) then runs python3-onnx's checker (a raw 1x28x28 input,
+ * the preprocessing in the graph), OpenCV's dnn fed the raw 28x28 test
+ * images / 255 as docs/user-guide.md says (accuracy within 0.1 point, same
+ * logits) and a plain PyTorch module built from the compact file's metadata
+ * fed the raw images preprocessed as the ONNX metadata says (same logits).
+ * Skips without the data set or the Python packages (scripts/bootstrap
+ * installs them). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>

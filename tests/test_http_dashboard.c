@@ -10,7 +10,13 @@
  *     prunex_job_iteration series for the job;
  *   - headless Chromium loads the dashboard of the running job and of the
  *     finished one, and every chart reports data points (data-points="N"
- *     written by the page's script after drawing);
+ *     written by the page's script after drawing); the per-layer charts of
+ *     resnet20's 20+ layers draw a band, the median and the top layers with
+ *     a legend (data-series, data-legend), the accuracy axes are [0, 1]
+ *     whatever the number of points, the summary's inter-node MB is the
+ *     job's, and times say UTC (issue 28);
+ *   - /api/v1/jobs/JOB's totals (iterations, bytes_inter, bytes_intra) are
+ *     the sums of its iterations (they were read one column off);
  *   - the JSON is paged (limit, cursor), validates its parameters, finds a
  *     job by name, and writes null, never -1, for what was not measured;
  *   - a bad --http value exits 2, a busy HTTP port 1, each with a message.
@@ -189,6 +195,34 @@ static void count_charts(const char *dom, int *charts, int *with_points) {
     if (n > 0) (*with_points)++;
     else fprintf(stderr, "empty chart: %.40s\n", p);
   }
+}
+
+/* Attribute attr of chart box `id` in the dumped DOM, NAN when absent. */
+static double chart_attr(const char *dom, const char *id, const char *attr) {
+  char key[96], a[64];
+  snprintf(key, sizeof key, "id=\"chart-%s\"", id);
+  snprintf(a, sizeof a, " %s=\"", attr);
+  const char *p = strstr(dom, key);
+  if (!p) return NAN;
+  const char *open = p, *close = strchr(p, '>');
+  while (open > dom && *open != '<') open--;
+  for (const char *at = strstr(open, a); at && at < close; at = strstr(at + 1, a))
+    return strtod(at + strlen(a), NULL);
+  return NAN;
+}
+
+/* The text of the first table cell of column col (data-col="col"), "" if none. */
+static const char *cell(const char *dom, const char *col) {
+  static char text[256];
+  char key[96];
+  snprintf(key, sizeof key, "data-col=\"%s\">", col);
+  const char *p = strstr(dom, key);
+  text[0] = '\0';
+  if (!p) return text;
+  p += strlen(key);
+  size_t n = strcspn(p, "<");
+  snprintf(text, sizeof text, "%.*s", (int)(n < sizeof text ? n : sizeof text - 1), p);
+  return text;
 }
 
 /* Loads URL in headless Chromium and returns its rendered DOM (static). */
@@ -389,6 +423,45 @@ static void check_dashboard(const char *job, int expect_live) {
   assert_int_equal(with_points, 11);
   if (expect_live) assert_non_null(strstr(dom, "live, every"));
   else assert_non_null(strstr(dom, "SUCCEEDED"));
+  /* accuracy in [0, 1] on the y axis, from 0 on the x axis, however many points */
+  static const char *const acc[] = {"acc_time", "acc_bytes"};
+  for (int i = 0; i < 2; i++) {
+    double y0 = chart_attr(dom, acc[i], "data-y-min"), y1 = chart_attr(dom, acc[i], "data-y-max");
+    double x0 = chart_attr(dom, acc[i], "data-x-min");
+    print_message("%s: %g points, x from %g, y %g..%g\n", acc[i],
+                  chart_attr(dom, acc[i], "data-points"), x0, y0, y1);
+    assert_true(y0 == 0.0 && y1 == 1.0);
+    assert_true(x0 == 0.0);
+  }
+  /* resnet20's 20+ layers: a band, the median and the top layers, with a legend */
+  static const char *const per_layer[] = {"r_intra", "s_intra", "r_inter", "s_inter", "rho1", "rho2"};
+  for (int i = 0; i < 6; i++) {
+    double series = chart_attr(dom, per_layer[i], "data-series");
+    print_message("%s: %g series, legend %g\n", per_layer[i], series,
+                  chart_attr(dom, per_layer[i], "data-legend"));
+    assert_true(series >= 3 && series <= 8);
+    assert_true(chart_attr(dom, per_layer[i], "data-legend") == 1.0);
+  }
+  /* named in the canvas's aria-label: the band over every layer, the median,
+   * and layers by their parameter names */
+  const char *label = strstr(dom, "aria-label=\"Intra primal residual per layer: ");
+  assert_non_null(label);
+  print_message("%.300s\n", label);
+  assert_non_null(strstr(label, "max over "));
+  assert_non_null(strstr(label, "median"));
+  assert_true(atoi(strstr(label, "max over ") + 9) > 8);
+  assert_non_null(strstr(label, ".weight"));
+  /* the summary's inter-node MB is the job's (it read a shifted column: 0.00) */
+  pxj_t *j = job_json(job);
+  assert_non_null(j);
+  double mb = atof(cell(dom, "inter MB"));
+  print_message("summary: inter MB '%s', the job's bytes_inter %.0f\n", cell(dom, "inter MB"),
+                pxj_num(j, "bytes_inter"));
+  assert_true(pxj_num(j, "bytes_inter") > 0);
+  if (expect_live) /* still sending: the page saw fewer bytes than asked now */
+    assert_true(mb > 0 && mb <= pxj_num(j, "bytes_inter") / 1e6 + 0.006);
+  else assert_true(fabs(mb - pxj_num(j, "bytes_inter") / 1e6) <= 0.006);
+  pxj_free(j);
 }
 
 static void test_dashboard_of_a_running_job_has_data_in_every_chart(void **state) {
@@ -420,6 +493,41 @@ static void test_dashboard_of_a_finished_job_has_data_in_every_chart(void **stat
   assert_int_equal(with_points, 2);
   assert_non_null(strstr(dom, F.job));
   assert_non_null(strstr(dom, F.done));
+  /* table times carry their zone (UTC, as the logs) */
+  const char *created = cell(dom, "created");
+  print_message("created: '%s'\n", created);
+  assert_true(strlen(created) > 4 && !strcmp(created + strlen(created) - 4, " UTC"));
+}
+
+/* The job object's totals are the sums of its iterations (they were read one
+ * column off: "iterations" was the attempt, "bytes_inter" the count). */
+static void test_job_json_totals_are_its_iterations(void **state) {
+  (void)state;
+  static char body[1 << 20];
+  char path[256];
+  snprintf(path, sizeof path, "/api/v1/jobs/%s/iterations", F.done);
+  assert_int_equal(http_get(F.d.http_port, path, body, sizeof body), 200);
+  pxj_t *v = pxj_parse(body);
+  const pxj_t *its = pxj_get(v, "iterations");
+  assert_non_null(its);
+  double inter = 0, intra = 0;
+  for (size_t i = 0; i < its->n; i++) {
+    inter += pxj_num(its->items[i], "bytes_inter");
+    intra += pxj_num(its->items[i], "bytes_intra");
+  }
+  pxj_t *j = job_json(F.done);
+  assert_non_null(j);
+  print_message("%s: %g iterations, inter %.0f, intra %.0f; sums: %zu, %.0f, %.0f\n", F.done,
+                pxj_num(j, "iterations"), pxj_num(j, "bytes_inter"), pxj_num(j, "bytes_intra"),
+                its->n, inter, intra);
+  assert_int_equal((int)pxj_num(j, "iterations"), (int)its->n);
+  assert_int_equal((int)its->n, 5);
+  assert_true(inter > 0); /* 2 nodes x 1 worker: nothing intra-node */
+  assert_true(pxj_num(j, "bytes_inter") == inter);
+  assert_true(pxj_num(j, "bytes_intra") == intra);
+  assert_int_equal((int)pxj_num(j, "attempt"), 1);
+  pxj_free(j);
+  pxj_free(v);
 }
 
 static void test_bad_or_busy_http_address_is_refused_clearly(void **state) {
@@ -444,6 +552,7 @@ int main(void) {
       cmocka_unit_test(test_json_is_paged_and_writes_null_for_missing_values),
       cmocka_unit_test(test_dashboard_of_a_running_job_has_data_in_every_chart),
       cmocka_unit_test(test_dashboard_of_a_finished_job_has_data_in_every_chart),
+      cmocka_unit_test(test_job_json_totals_are_its_iterations),
       cmocka_unit_test(test_bad_or_busy_http_address_is_refused_clearly),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -2,7 +2,7 @@
  * the model learns), checkpoints (a round trip restores parameters, running
  * statistics and momentum exactly; a mismatched model is refused naming what
  * differs), and the pxtrain program (usage errors exit 2, --bench prints its
- * RESULT line). */
+ * RESULT line, --version, an --eval-only banner without training settings). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -144,6 +144,17 @@ static void test_pxtrain_usage_errors_and_bench(void **state) {
   assert_int_equal(run(cmd, out, sizeof out), 2);
   snprintf(cmd, sizeof cmd, "%s --help 2>&1", bin);
   assert_int_equal(run(cmd, out, sizeof out), 0);
+  snprintf(cmd, sizeof cmd, "%s --version 2>&1", bin);
+  assert_int_equal(run(cmd, out, sizeof out), 0);
+  assert_true(strncmp(out, "pxtrain ", 8) == 0 && out[8] >= '0' && out[8] <= '9');
+  /* --eval-only trains nothing: its banner has no training settings */
+  snprintf(cmd, sizeof cmd, "%s --dataset synthetic --eval-only --threads 1 --batch 32 2>&1", bin);
+  assert_int_equal(run(cmd, out, sizeof out), 0);
+  printf("%s", out);
+  assert_non_null(strstr(out, "pxtrain: evaluating resnet20"));
+  assert_null(strstr(out, "epochs"));
+  assert_null(strstr(out, "lr "));
+  assert_non_null(strstr(out, "test accuracy"));
   snprintf(cmd, sizeof cmd, "%s --dataset cifar10 --data-dir /nonexistent --epochs 1 2>&1", bin);
   assert_int_equal(run(cmd, out, sizeof out), 1);
   assert_non_null(strstr(out, "/nonexistent"));

@@ -3,7 +3,9 @@
  * reaches the coordinator, submit/status/list/cancel/nodes/metrics/drift
  * with --json parsed and their keys checked, unknown jobs and an unreachable
  * coordinator reported clearly (exit 1), JSON string escaping, and logs
- * read from a work directory. The coordinator is driven with real RPCs
+ * read from a work directory; a job cancelled before any iteration has a
+ * null density and model path in --json, `pxctl --json delete` answers in
+ * JSON, and status times say UTC (issue 28). The coordinator is driven with real RPCs
  * (a node registers, rank 0 reports iterations) as an agent would. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -427,6 +429,45 @@ static void test_submit_status_list_nodes_metrics_drift_cancel_with_json(void **
   assert_non_null(strstr(f->r.err, job2));
 }
 
+/* Issue 28: a job cancelled while pending measured nothing and has no model:
+ * null, not 0 and ""; delete takes --json wherever it is given; times are UTC. */
+static void test_cancelled_job_has_nulls_and_delete_speaks_json(void **state) {
+  fixture_t *f = *state;
+  char job[64];
+  submit_good(f, job);
+  pxj_t *v = pxctl_json(f, (const char *[]){"cancel", job, "--json", NULL});
+  assert_non_null(v);
+  pxj_free(v);
+  v = pxctl_json(f, (const char *[]){"status", job, "--json", NULL});
+  assert_non_null(v);
+  check_job_object(v, job, "CANCELLED");
+  const pxj_t *sum = pxj_get(v, "summary");
+  static const char *const nulls[] = {"density", "model_path", "test_accuracy"};
+  for (int i = 0; i < 3; i++) {
+    const pxj_t *x = pxj_get(sum, nulls[i]);
+    assert_non_null(x);
+    if (x->type != PXJ_NULL) fprintf(stderr, "summary.%s is not null: %s\n", nulls[i], f->r.out);
+    assert_int_equal(x->type, PXJ_NULL);
+  }
+  assert_true(pxj_num(sum, "iterations") == 0.0);
+  pxj_free(v);
+  /* human status: times with their zone */
+  assert_int_equal(pxctl(f, (const char *[]){"status", job, NULL}), 0);
+  assert_non_null(strstr(f->r.out, " UTC ("));
+  /* delete --json, the option before or after the command */
+  v = pxctl_json(f, (const char *[]){"--json", "delete", job, NULL});
+  assert_non_null(v);
+  assert_string_equal(pxj_str(v, "job_id"), job);
+  assert_int_equal(pxj_get(v, "deleted")->type, PXJ_BOOL);
+  assert_true(pxj_get(v, "deleted")->b);
+  pxj_free(v);
+  assert_int_equal(count_jobs(f->ch), 0);
+  /* deleting it again: exit 1 with a message, nothing on stdout */
+  assert_int_equal(pxctl(f, (const char *[]){"delete", job, "--json", NULL}), 1);
+  assert_non_null(strstr(f->r.err, job));
+  assert_string_equal(f->r.out, "");
+}
+
 static void test_unknown_job_is_reported_clearly(void **state) {
   fixture_t *f = *state;
   static const char *const cmds[] = {"status", "cancel", "metrics", "drift", "watch"};
@@ -622,6 +663,8 @@ int main(void) {
           test_bad_spec_is_refused_with_file_and_line_and_nothing_is_submitted, setup, teardown),
       cmocka_unit_test_setup_teardown(test_submit_status_list_nodes_metrics_drift_cancel_with_json,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cancelled_job_has_nulls_and_delete_speaks_json, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_unknown_job_is_reported_clearly, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unreachable_coordinator_names_it_and_the_grpc_status,
                                       setup, teardown),

@@ -5,8 +5,15 @@
 // inter-node bytes, inter-node bytes per iteration, the four residuals and
 // both penalties per layer, mask drift and density, the phase times. While
 // the job is not finished it polls every 2 s and asks only for what is new
-// (the listings are paged with cursors). After drawing, every chart's box
-// carries data-points="N" (points drawn) and <body> data-ready="1".
+// (the listings are paged with cursors). With more than LAYER_LINES layers a
+// per-layer chart draws the band from the smallest to the largest layer, the
+// median, and the TOP_LAYERS largest layers by name (with 60+ layers one line
+// each is unreadable). Times are UTC, as in the logs. After drawing, every
+// chart's box carries data-points="N" (points drawn), data-series="N"
+// (lines), data-legend="0|1", its axes' ranges (data-x-min, data-x-max,
+// data-y-min, data-y-max) and its canvas an aria-label naming the series;
+// every table cell has data-col="COLUMN", and <body>
+// data-ready="1".
 'use strict';
 
 const POLL_MS = 2000;
@@ -51,7 +58,7 @@ async function getAll(url, key, cursor) {
   }
 }
 
-function fmtTime(ms) { return ms == null ? '' : new Date(ms).toISOString().replace('T', ' ').slice(0, 19); }
+function fmtTime(ms) { return ms == null ? '' : new Date(ms).toISOString().replace('T', ' ').slice(0, 19) + ' UTC'; }
 function fmtNum(v, d) { return v == null ? '-' : Number(v).toFixed(d); }
 
 function table(parent, cols, rows) {
@@ -62,7 +69,7 @@ function table(parent, cols, rows) {
   rows.forEach(r => {
     const tr = el('tr');
     cols.forEach(c => {
-      const td = el('td');
+      const td = el('td', {'data-col': c[0]});
       const v = c[1](r);
       if (v instanceof Node) td.appendChild(v); else td.textContent = v == null ? '-' : String(v);
       tr.appendChild(td);
@@ -96,7 +103,7 @@ function draw(id, type, datasets, opts) {
     points += d.data.length;
     const c = d.color || PALETTE[i % PALETTE.length];
     d.borderColor = c;
-    d.backgroundColor = c;
+    d.backgroundColor = d.fillColor || c;
     d.pointRadius = d.pointRadius != null ? d.pointRadius : (d.data.length > 60 ? 0 : 2);
     d.borderWidth = 1.5;
   });
@@ -108,6 +115,11 @@ function draw(id, type, datasets, opts) {
     x: {type: opts.xType || 'linear', title: {display: true, text: opts.x}, stacked: !!opts.stacked},
     y: {type: opts.logY ? 'logarithmic' : 'linear', title: {display: true, text: opts.y}, stacked: !!opts.stacked},
   };
+  // fixed ends where the quantity has them (an accuracy is in [0, 1]): with
+  // one point Chart.js would otherwise centre an arbitrary range on it
+  ['xMin', 'xMax', 'yMin', 'yMax'].forEach(k => {
+    if (opts[k] != null) scales[k[0]][k.slice(1).toLowerCase()] = opts[k];
+  });
   if (opts.y2) scales.y2 = {type: 'linear', position: 'right', min: 0, max: 1, title: {display: true, text: opts.y2}, grid: {drawOnChartArea: false}};
   const many = datasets.length > 12;
   const config = {
@@ -115,6 +127,7 @@ function draw(id, type, datasets, opts) {
     data: {datasets: datasets},
     options: {
       animation: false, responsive: true, maintainAspectRatio: false, parsing: true,
+      interaction: {mode: 'nearest', intersect: false},
       plugins: {legend: {display: !many, labels: {boxWidth: 10, font: {size: 10}}},
                 tooltip: {enabled: true}},
       scales: scales,
@@ -122,6 +135,57 @@ function draw(id, type, datasets, opts) {
   };
   if (charts[id]) charts[id].destroy();
   charts[id] = new Chart(div.querySelector('canvas'), config);
+  // the series by name for screen readers (and tests): the legend is pixels
+  div.querySelector('canvas').setAttribute('aria-label', div.querySelector('h3').textContent + ': ' +
+    datasets.map(d => d.label).join(', '));
+  div.setAttribute('data-series', String(datasets.length));
+  div.setAttribute('data-legend', many ? '0' : '1');
+  const sc = charts[id].scales;
+  ['x', 'y'].forEach(a => {
+    if (!sc[a] || typeof sc[a].min !== 'number') return;
+    div.setAttribute('data-' + a + '-min', String(sc[a].min));
+    div.setAttribute('data-' + a + '-max', String(sc[a].max));
+  });
+}
+
+// ---- per-layer figures -----------------------------------------------------------
+
+const LAYER_LINES = 8;  // up to this many layers: one line each
+const TOP_LAYERS = 5;   // beyond: min-max band, median, and the largest layers
+
+function median(v) {
+  const s = v.slice().sort((a, b) => a - b), m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+}
+
+// Datasets for figure `key` of the layers grouped in byLayer ({layer: {name,
+// rows}}); positiveOnly drops values a log axis cannot show.
+function layerDatasets(byLayer, key, positiveOnly) {
+  const layers = Object.keys(byLayer);
+  const ok = v => v != null && isFinite(v) && (!positiveOnly || v > 0);
+  const line = (k, color) => ({label: byLayer[k].name, data: byLayer[k].rows.map(l => ({x: l.iteration, y: l[key]})),
+                               pointRadius: 0, color});
+  if (layers.length <= LAYER_LINES) return layers.map(k => line(k));
+  const byIt = new Map();
+  layers.forEach(k => byLayer[k].rows.forEach(l => {
+    if (!ok(l[key])) return;
+    if (!byIt.has(l.iteration)) byIt.set(l.iteration, []);
+    byIt.get(l.iteration).push(l[key]);
+  }));
+  const its = [...byIt.keys()].sort((a, b) => a - b);
+  const band = f => its.map(i => ({x: i, y: f(byIt.get(i))}));
+  const grey = '#9e9e9e';
+  const sets = [
+    {label: 'min over ' + layers.length + ' layers', data: band(v => Math.min(...v)), pointRadius: 0, color: grey},
+    {label: 'max over ' + layers.length + ' layers', data: band(v => Math.max(...v)), pointRadius: 0, color: grey,
+     fill: '-1', fillColor: 'rgba(158,158,158,0.25)'},
+    {label: 'median', data: band(median), pointRadius: 0, color: '#000000'},
+  ];
+  // the largest layers at their latest iteration, by name
+  const last = k => { const r = byLayer[k].rows.filter(l => ok(l[key])); return r.length ? r[r.length - 1][key] : -Infinity; };
+  layers.slice().sort((a, b) => last(b) - last(a)).slice(0, TOP_LAYERS)
+    .forEach((k, i) => sets.push(line(k, PALETTE[i % PALETTE.length])));
+  return sets;
 }
 
 // ---- overview ------------------------------------------------------------------
@@ -189,14 +253,14 @@ function drawJob() {
     drift.push({x: r.iteration, y: r.mask_drift});
     dens.push({x: r.iteration, y: r.density});
   });
-  draw('acc_time', 'line', [{label: 'test accuracy', data: accT}], {x: 'seconds since the job started', y: 'accuracy'});
-  draw('acc_bytes', 'line', [{label: 'test accuracy', data: accB}], {x: 'inter-node MB (cumulative)', y: 'accuracy'});
+  const acc = {y: 'accuracy', yMin: 0, yMax: 1, xMin: 0};
+  draw('acc_time', 'line', [{label: 'test accuracy', data: accT}], {...acc, x: 'seconds since the job started'});
+  draw('acc_bytes', 'line', [{label: 'test accuracy', data: accB}], {...acc, x: 'inter-node MB (cumulative)'});
   draw('msg', 'line', [{label: 'sent + received', data: msg}, {label: 'dense equivalent', data: dense}],
        {x: 'iteration', y: 'MB per iteration'});
   const byLayer = {};
   st.layers.forEach(l => { (byLayer[l.layer] = byLayer[l.layer] || {name: l.name, rows: []}).rows.push(l); });
-  const layerSets = (key) => Object.keys(byLayer).map(k => ({
-    label: byLayer[k].name, data: byLayer[k].rows.map(l => ({x: l.iteration, y: l[key]})), pointRadius: 0}));
+  const layerSets = key => layerDatasets(byLayer, key, true);
   const noLayers = job.strategy && job.strategy !== 'hsadmm' && job.strategy !== 'hsadmm-flat'
     ? 'no per-layer figures for ' + job.strategy : 'no data yet';
   ['r_intra', 's_intra', 'r_inter', 's_inter'].forEach(k =>

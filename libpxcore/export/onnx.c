@@ -8,13 +8,22 @@
  * Flatten, and Gemm (transB) for the classifier. Weights are initializers
  * under the checkpoint's PyTorch names, as raw little-endian float32. Every
  * message is allocated from one list freed at the end, so the code builds
- * the tree without ownership bookkeeping. */
+ * the tree without ownership bookkeeping.
+ *
+ * For a data set we know (Fashion-MNIST, CIFAR-10) the graph starts with the
+ * training loader's preprocessing: Pad with 0 to the training size, then Sub
+ * mean, Div std (the loader pads the bytes before normalising, so a padding
+ * pixel reaches the model as -mean/std, -0.81 for Fashion-MNIST, not as 0).
+ * The file then takes what every
+ * user has, raw pixels in [0, 1] at the data set's own size, and cannot be
+ * fed the way that silently costs accuracy (normalise, then pad with 0). */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "onnx.pb-c.h"
+#include "prunex/data.h"
 #include "prunex/export.h"
 #include "px_check.h"
 
@@ -162,6 +171,27 @@ static px_status_t px__initializer(px__pool_t *p, px__vec_t *inits, const char *
   return p->failed ? PX_ERR_NOMEM : PX_OK;
 }
 
+/* An initializer from host data (float32 or int64, little-endian). */
+static void px__initializer_host(px__pool_t *p, px__vec_t *inits, const char *name, int32_t type,
+                                 int nd, const int64_t *dims, const void *data, size_t bytes) {
+  Onnx__TensorProto *tp = px__alloc(p, sizeof *tp);
+  int64_t *dv = px__alloc(p, (size_t)nd * sizeof *dv);
+  uint8_t *raw = px__alloc(p, bytes);
+  if (!tp || !dv || !raw) return;
+  memcpy(raw, data, bytes);
+  memcpy(dv, dims, (size_t)nd * sizeof *dv);
+  onnx__tensor_proto__init(tp);
+  tp->n_dims = (size_t)nd;
+  tp->dims = dv;
+  tp->has_data_type = 1;
+  tp->data_type = type;
+  tp->name = px__str(p, name);
+  tp->has_raw_data = 1;
+  tp->raw_data.len = bytes;
+  tp->raw_data.data = raw;
+  px__push(p, inits, tp);
+}
+
 /* float32 tensor value info with dims (a negative dim is the symbol "N"). */
 static Onnx__ValueInfoProto *px__value_info(px__pool_t *p, const char *name, int nd,
                                             const int64_t *dims) {
@@ -226,15 +256,93 @@ static px_status_t px__write_file(const char *path, const uint8_t *buf, size_t l
   return PX_OK;
 }
 
+/* The training loader's preprocessing of a data set PruneX reads. */
+typedef struct {
+  const char *name;          /* as in a job spec's dataset.name */
+  const char *title;
+  int channels, height, width; /* the data set's own image size */
+  const float *mean, *std;   /* per channel, pixel/255 units (prunex/data.h) */
+  const char *channel_order;
+} px__onnx_dataset_t;
+
+static const px__onnx_dataset_t px__onnx_datasets[] = {
+    {"fashion-mnist", "Fashion-MNIST", 1, 28, 28, px_fashion_mnist_mean, px_fashion_mnist_std,
+     "grey"},
+    {"cifar10", "CIFAR-10", 3, 32, 32, px_cifar10_mean, px_cifar10_std, "R,G,B"},
+};
+
+/* The preprocessing the graph does for cfg's model trained on ds, or NULL
+ * (*err set) when ds cannot feed it; NULL (no error) for a data set we do
+ * not know (synthetic, unnamed: the input stays the normalised tensor). */
+static const px__onnx_dataset_t *px__onnx_dataset(const char *ds, const px_model_config_t *cfg,
+                                                  px_status_t *err) {
+  *err = PX_OK;
+  if (!ds) return NULL;
+  for (size_t i = 0; i < sizeof px__onnx_datasets / sizeof px__onnx_datasets[0]; i++) {
+    const px__onnx_dataset_t *d = &px__onnx_datasets[i];
+    if (strcmp(ds, d->name)) continue;
+    if (cfg->in_channels != d->channels || cfg->height < d->height || cfg->width < d->width ||
+        (cfg->height - d->height) % 2 || (cfg->width - d->width) % 2 ||
+        cfg->height - d->height != cfg->width - d->width) {
+      *err = px_set_error(PX_ERR_INVALID,
+                          "ONNX export: the model takes %d x %d x %d inputs, which %s's %d x %d x "
+                          "%d images cannot be padded to (wrong data set for this model?)",
+                          cfg->in_channels, cfg->height, cfg->width, ds, d->channels, d->height,
+                          d->width);
+      return NULL;
+    }
+    return d;
+  }
+  return NULL;
+}
+
+/* Pad (constant 0) to the model's size, Sub mean, Div std: "input" (raw
+ * pixels in [0, 1] at the data set's size) -> "normalized". */
+static void px__onnx_preprocess(px__pool_t *p, px__vec_t *nodes, px__vec_t *inits,
+                                const px__onnx_dataset_t *d, const px_model_config_t *cfg) {
+  int64_t pad = (cfg->height - d->height) / 2;
+  const char *x = "input";
+  if (pad > 0) {
+    int64_t pads[8] = {0, 0, pad, pad, 0, 0, pad, pad}, pd[1] = {8};
+    px__initializer_host(p, inits, "preprocess.pads", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1,
+                         pd, pads, sizeof pads);
+    const char *ins[2] = {"input", "preprocess.pads"};
+    Onnx__NodeProto *n = px__node(p, nodes, "Pad", "preprocess.pad", ins, 2, "padded");
+    Onnx__AttributeProto *mode = px__alloc(p, sizeof *mode);
+    if (mode) {
+      onnx__attribute_proto__init(mode);
+      mode->name = px__str(p, "mode");
+      mode->has_type = 1;
+      mode->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+      mode->has_s = 1;
+      mode->s.data = (uint8_t *)px__str(p, "constant");
+      mode->s.len = strlen("constant");
+    }
+    px__vec_t attrs = {0};
+    px__push(p, &attrs, mode);
+    px__node_attrs(p, n, &attrs);
+    x = "padded";
+  }
+  int64_t cd[4] = {1, d->channels, 1, 1};
+  px__initializer_host(p, inits, "preprocess.mean", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 4, cd,
+                       d->mean, (size_t)d->channels * sizeof(float));
+  px__initializer_host(p, inits, "preprocess.std", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 4, cd,
+                       d->std, (size_t)d->channels * sizeof(float));
+  const char *sub[2] = {x, "preprocess.mean"}, *div[2] = {"centred", "preprocess.std"};
+  px__node(p, nodes, "Sub", "preprocess.sub_mean", sub, 2, "centred");
+  px__node(p, nodes, "Div", "preprocess.div_std", div, 2, "normalized");
+}
+
 /* Node k of the model as ONNX nodes (a BN or an add with a fused ReLU
  * gives two); allocation failures show in p->failed. */
-static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, const px_model_t *m, int k) {
+static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, const px_model_t *m, int k,
+                                 const char *input) {
   int na = px_model_num_acts(m);
   char names[2][64], nm[96];
   px_model_node_t n;
   PX_CHECK(px_model_node(m, k, &n));
-  /* activation a is "input", "logits" or "t<a>" */
-  const char *in = n.in == 0 ? "input" : (snprintf(names[0], 64, "t%d", n.in), names[0]);
+  /* activation a is `input` (a = 0), "logits" or "t<a>" */
+  const char *in = n.in == 0 ? input : (snprintf(names[0], 64, "t%d", n.in), names[0]);
   char out[64];
   if (n.out == na - 1) snprintf(out, sizeof out, "logits");
   else snprintf(out, sizeof out, "t%d", n.out);
@@ -308,28 +416,52 @@ static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, const px_model
   return PX_OK;
 }
 
-/* The metadata that says what the model's input and output are. */
+/* The metadata that says what the model's input and output are: a sentence
+ * (prunex.input) and the same as fields a program can read. */
 static void px__onnx_metadata(px__pool_t *p, px__vec_t *meta, const px_model_config_t *cfg,
-                              const px_onnx_info_t *info) {
-  char input_desc[512], widths[64];
+                              const px_onnx_info_t *info, const px__onnx_dataset_t *d) {
+  char input_desc[1024], v[128];
   const char *ds = info && info->dataset ? info->dataset : NULL;
-  if (ds && !strcmp(ds, "fashion-mnist"))
+  if (d) {
+    int pad = (cfg->height - d->height) / 2;
+    size_t n = 0;
+    for (int c = 0; c < d->channels; c++)
+      n += (size_t)snprintf(v + n, sizeof v - n, "%s%.4f", c ? "," : "", (double)d->mean[c]);
+    char stds[128];
+    n = 0;
+    for (int c = 0; c < d->channels; c++)
+      n += (size_t)snprintf(stds + n, sizeof stds - n, "%s%.4f", c ? "," : "", (double)d->std[c]);
     snprintf(input_desc, sizeof input_desc,
-             "float32 N x %d x %d x %d: Fashion-MNIST 28x28 uint8 images padded with zero bytes "
-             "to 32x32 (2 pixels each side), then every pixel, padding included, normalised as "
-             "(x/255 - 0.2860)/0.3530, exactly as PruneX's training loader does",
-             cfg->in_channels, cfg->height, cfg->width);
-  else
+             "float32 N x %d x %d x %d (NCHW, channels %s): raw %s pixels in [0, 1] (the image "
+             "bytes / 255), not normalised, not padded. The graph pads them with 0 to %d x %d "
+             "(%d pixels each side) and then normalises every pixel, padding included, as "
+             "(x - mean) / std with mean %s, std %s, exactly as PruneX's training loader does",
+             d->channels, d->height, d->width, d->channel_order, d->title, cfg->height,
+             cfg->width, pad, v, stds);
+    px__push(p, meta, px__kv(p, "prunex.preprocessing", "in-graph: pad, then (x - mean) / std"));
+    px__push(p, meta, px__kv(p, "prunex.input_range", "0,1"));
+    px__push(p, meta, px__kv(p, "prunex.mean", v));
+    px__push(p, meta, px__kv(p, "prunex.std", stds));
+    px__push(p, meta, px__kv(p, "prunex.channel_order", d->channel_order));
+    snprintf(v, sizeof v, "%d", pad);
+    px__push(p, meta, px__kv(p, "prunex.pad", v));
+    snprintf(v, sizeof v, "%dx%dx%d", d->channels, d->height, d->width);
+    px__push(p, meta, px__kv(p, "prunex.input_size", v));
+  } else {
     snprintf(input_desc, sizeof input_desc,
              "float32 N x %d x %d x %d, normalised per channel as (x/255 - mean)/std with the "
-             "data set's mean and std, as PruneX's training loader does (data set: %s)",
+             "data set's mean and std, as PruneX's training loader does (data set: %s; no "
+             "preprocessing in the graph)",
              cfg->in_channels, cfg->height, cfg->width, ds ? ds : "unknown");
-  snprintf(widths, sizeof widths, "%s", cfg->widths ? "compact" : "dense");
+    px__push(p, meta, px__kv(p, "prunex.preprocessing", "none: the input is normalised"));
+    snprintf(v, sizeof v, "%dx%dx%d", cfg->in_channels, cfg->height, cfg->width);
+    px__push(p, meta, px__kv(p, "prunex.input_size", v));
+  }
   px__push(p, meta, px__kv(p, "prunex.input", input_desc));
   px__push(p, meta, px__kv(p, "prunex.output",
                              "float32 N x classes: logits (no softmax); the class is the argmax"));
   px__push(p, meta, px__kv(p, "prunex.arch", cfg->arch));
-  px__push(p, meta, px__kv(p, "prunex.model", widths));
+  px__push(p, meta, px__kv(p, "prunex.model", cfg->widths ? "compact" : "dense"));
   if (ds) px__push(p, meta, px__kv(p, "prunex.dataset", ds));
   if (info && info->source) px__push(p, meta, px__kv(p, "prunex.source", info->source));
 }
@@ -342,6 +474,9 @@ px_status_t px_onnx_save(const px_model_t *m, const char *path, const px_onnx_in
   uint8_t *buf = NULL;
   const px_model_config_t *cfg = px_model_config(m);
   int nn = px_model_num_nodes(m);
+  const px__onnx_dataset_t *d = px__onnx_dataset(info ? info->dataset : NULL, cfg, &st);
+  if (st < 0) return st;
+  if (d) px__onnx_preprocess(&p, &nodes, &inits, d, cfg);
   for (int i = 0; i < px_model_num_params(m); i++)
     PX_CHECK_GOTO(px__initializer(&p, &inits, px_model_param(m, i)->name,
                                   px_model_param(m, i)->value), st, done);
@@ -349,13 +484,14 @@ px_status_t px_onnx_save(const px_model_t *m, const char *path, const px_onnx_in
     PX_CHECK_GOTO(px__initializer(&p, &inits, px_model_buffer(m, i)->name,
                                   px_model_buffer(m, i)->value), st, done);
   for (int k = 0; k < nn; k++) {
-    PX_CHECK_GOTO(px__onnx_node(&p, &nodes, m, k), st, done);
+    PX_CHECK_GOTO(px__onnx_node(&p, &nodes, m, k, d ? "normalized" : "input"), st, done);
     if (p.failed) {
       st = PX_ERR_NOMEM;
       goto done;
     }
   }
-  int64_t in_dims[4] = {-1, cfg->in_channels, cfg->height, cfg->width};
+  int64_t in_dims[4] = {-1, cfg->in_channels, d ? d->height : cfg->height,
+                        d ? d->width : cfg->width};
   int64_t out_dims[2] = {-1, cfg->num_classes};
   Onnx__ValueInfoProto *vin = px__value_info(&p, "input", 4, in_dims);
   Onnx__ValueInfoProto *vout = px__value_info(&p, "logits", 2, out_dims);
@@ -393,7 +529,7 @@ px_status_t px_onnx_save(const px_model_t *m, const char *path, const px_onnx_in
   model->producer_name = px__str(&p, "prunex");
   model->producer_version = px__str(&p, px_version());
   model->graph = g;
-  px__onnx_metadata(&p, &meta, cfg, info);
+  px__onnx_metadata(&p, &meta, cfg, info, d);
   if (p.failed) {
     st = PX_ERR_NOMEM;
     goto done;

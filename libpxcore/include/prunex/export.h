@@ -18,11 +18,15 @@
  * constant differently at the border). The compact model computes the same
  * logits as the masked dense one, up to float rounding.
  *
- * The ONNX file (opset 13, IR version 7) has one input "input", float32
- * [N, C, H, W] normalised exactly as the training loader does (Fashion-MNIST:
- * the 28x28 bytes padded with zeros to 32x32, then every pixel, padding
- * included, (x/255 - 0.2860)/0.3530), and one output "logits" [N, classes];
- * its metadata_props say so ("prunex.input", "prunex.output").
+ * The ONNX file (opset 13, IR version 7) has one input "input" and one
+ * output "logits" [N, classes]. For a data set PruneX knows, the graph starts
+ * with the training loader's preprocessing (Pad with 0 to the training size,
+ * Sub mean, Div std), so "input" is float32 [N, C, h, w] raw pixels in
+ * [0, 1] at the data set's own size (Fashion-MNIST: 1 x 28 x 28, padded by
+ * the graph to 32 x 32 and normalised as (x - 0.2860)/0.3530; CIFAR-10:
+ * 3 x 32 x 32); for another data set it is the normalised [N, C, H, W]
+ * tensor. Its metadata_props say which ("prunex.input", "prunex.input_size",
+ * "prunex.pad", "prunex.mean", "prunex.std", "prunex.preprocessing", ...).
  *
  * Everything here runs on the host: the dense model may live on any device
  * (its values are copied to the host); the compact model is built on the
@@ -52,13 +56,16 @@ PX_API px_status_t px_model_compact(const px_model_t *dense, px_ops_t *ops, int3
 /* What px_onnx_save writes in metadata_props besides the input and output
  * descriptions; every field may be NULL. */
 typedef struct {
-  const char *dataset;     /* e.g. "fashion-mnist" (selects the input description) */
+  const char *dataset;     /* e.g. "fashion-mnist": selects the preprocessing in the graph
+                              (fashion-mnist, cifar10; any other: none) */
   const char *source;      /* the file the model came from */
 } px_onnx_info_t;
 
 /* Writes m (dense or compact, any device) as an ONNX model to path
  * (atomically: temporary file + rename). The batch dimension is symbolic
- * ("N"). Fails with PX_ERR_IO naming the path, PX_ERR_NOMEM. */
+ * ("N"). Fails with PX_ERR_INVALID when info->dataset's images cannot feed
+ * m (channels, or a size that does not pad evenly to m's; nothing is
+ * written), PX_ERR_IO naming the path, PX_ERR_NOMEM. */
 PX_API px_status_t px_onnx_save(const px_model_t *m, const char *path, const px_onnx_info_t *info);
 
 /* Result of px_export_file. */
