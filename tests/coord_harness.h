@@ -209,6 +209,27 @@ static PXT_UNUSED int pxt_coordd_setup(pxt_coordd_t *d, const char *const *extra
   return pxt_coordd_start(d, extra);
 }
 
+/* Makes a directory and a database path in it (not started), and in that
+ * directory a tokens file `tokens` (cap bytes) of mode 0600 holding text.
+ * 0, or -1 with nothing left behind. */
+static PXT_UNUSED int pxt_coordd_prepare_tokens(pxt_coordd_t *d, char *tokens, size_t cap,
+                                                const char *text) {
+  memset(d, 0, sizeof *d);
+  d->pid = -1;
+  if (pxt_mkdtemp(d->dir, sizeof d->dir) != 0) return -1;
+  snprintf(d->db, sizeof d->db, "%s/coord.db", d->dir);
+  snprintf(tokens, cap, "%s/tokens", d->dir);
+  int fd = open(tokens, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) {
+    if (fd >= 0) close(fd);
+    pxt_rmtree(d->dir);
+    d->dir[0] = '\0';
+    return -1;
+  }
+  close(fd);
+  return 0;
+}
+
 /* Stops a running daemon with SIGTERM and removes the directory. Returns 0
  * when the daemon (if running) shut down cleanly with status 0 (under the
  * sanitizers that includes no leak report), else -1 after printing its log:

@@ -24,24 +24,12 @@ typedef struct {
 
 static int setup(void **state) {
   fixture_t *f = calloc(1, sizeof *f);
-  if (!f) return -1;
-  f->d.pid = -1;
-  if (pxt_mkdtemp(f->d.dir, sizeof f->d.dir) != 0) {
-    free(f);
-    return -1;
-  }
-  snprintf(f->d.db, sizeof f->d.db, "%s/coord.db", f->d.dir);
-  snprintf(f->tokens, sizeof f->tokens, "%s/tokens", f->d.dir);
-  int fd = open(f->tokens, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   const char *text = PXT_TOK_ADMIN " root admin\n" PXT_TOK_ALICE " alice user\n" PXT_TOK_N1
                      " n1 node\n";
-  if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) {
-    if (fd >= 0) close(fd);
-    pxt_rmtree(f->d.dir);
+  if (!f || pxt_coordd_prepare_tokens(&f->d, f->tokens, sizeof f->tokens, text) != 0) {
     free(f);
     return -1;
   }
-  close(fd);
   *state = f;
   return 0;
 }

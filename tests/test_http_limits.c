@@ -39,23 +39,11 @@ static int setup(void **state) {
     setrlimit(RLIMIT_NOFILE, &rl);
   }
   fixture_t *f = calloc(1, sizeof *f);
-  if (!f) return -1;
-  f->d.pid = -1;
-  if (pxt_mkdtemp(f->d.dir, sizeof f->d.dir) != 0) {
+  if (!f || pxt_coordd_prepare_tokens(&f->d, f->tokens, sizeof f->tokens,
+                                      PXT_TOK_ALICE " alice user\n") != 0) {
     free(f);
     return -1;
   }
-  snprintf(f->d.db, sizeof f->d.db, "%s/coord.db", f->d.dir);
-  snprintf(f->tokens, sizeof f->tokens, "%s/tokens", f->d.dir);
-  int fd = open(f->tokens, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  const char *text = PXT_TOK_ALICE " alice user\n";
-  if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) {
-    if (fd >= 0) close(fd);
-    pxt_rmtree(f->d.dir);
-    free(f);
-    return -1;
-  }
-  close(fd);
   const char *extra[] = {"--tokens", f->tokens, "--http", "127.0.0.1:0", NULL};
   if (pxt_coordd_start(&f->d, extra) != 0) {
     pxt_rmtree(f->d.dir);

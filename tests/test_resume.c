@@ -264,6 +264,21 @@ static int count_rank_files(const char *tag, int node, int rank, int *has0) {
   return n;
 }
 
+/* Run `name` (dir/name/node0, node1): rank 3, on node 1, finds the names of
+ * its checkpoints after iteration 0 taken by directories, as good as a full
+ * disk for a rename. */
+static void take_rank3_checkpoint_names(const char *name) {
+  char p[600];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  assert_int_equal(mkdir(p, 0755), 0);
+  snprintf(p, sizeof p, "%s/%s/node1", dir, name);
+  assert_int_equal(mkdir(p, 0755), 0);
+  for (int it = 1; it < ITERS; it++) {
+    ckpt_path(name, 1, it, 3, p, sizeof p);
+    assert_int_equal(mkdir(p, 0755), 0);
+  }
+}
+
 /* Rank 3 cannot write any checkpoint after iteration 0 (its file names are
  * taken by directories, as good as a full disk for a rename): the run goes
  * on, the healthy ranks keep at most keep (2) files plus iteration 0, the
@@ -272,15 +287,7 @@ static int count_rank_files(const char *tag, int node, int rank, int *has0) {
 static void test_one_rank_that_cannot_write_bounds_the_others_files(void **state) {
   (void)state;
   if (!dir[0]) skip();
-  char p[600];
-  snprintf(p, sizeof p, "%s/full", dir);
-  assert_int_equal(mkdir(p, 0755), 0);
-  snprintf(p, sizeof p, "%s/full/node1", dir);
-  assert_int_equal(mkdir(p, 0755), 0);
-  for (int it = 1; it < ITERS; it++) {
-    ckpt_path("full", 1, it, 3, p, sizeof p);
-    assert_int_equal(mkdir(p, 0755), 0);
-  }
+  take_rank3_checkpoint_names("full");
   scenario_t sc = {PX_STRATEGY_HSADMM, "full", 0};
   double out[5];
   run(&sc, out);
@@ -321,15 +328,7 @@ static int unprotected_main(px_th_ctx_t *ctx) {
 static void test_a_run_without_usable_checkpoints_can_be_told_to_fail(void **state) {
   (void)state;
   if (!dir[0]) skip();
-  char p[600];
-  snprintf(p, sizeof p, "%s/unprot", dir);
-  assert_int_equal(mkdir(p, 0755), 0);
-  snprintf(p, sizeof p, "%s/unprot/node1", dir);
-  assert_int_equal(mkdir(p, 0755), 0);
-  for (int it = 1; it < ITERS; it++) {
-    ckpt_path("unprot", 1, it, 3, p, sizeof p);
-    assert_int_equal(mkdir(p, 0755), 0);
-  }
+  take_rank3_checkpoint_names("unprot");
   scenario_t sc = {PX_STRATEGY_HSADMM, "unprot", 0};
   assert_int_equal(px_th_run(4, nodes, unprotected_main, &sc, 300), 0);
 }

@@ -149,28 +149,6 @@ static void px__node_attrs(px__pool_t *p, Onnx__NodeProto *n, px__vec_t *attrs) 
   n->attribute = (Onnx__AttributeProto **)attrs->v;
 }
 
-static px_status_t px__initializer(px__pool_t *p, px__vec_t *inits, const char *name,
-                                   const px_tensor_t *t) {
-  Onnx__TensorProto *tp = px__alloc(p, sizeof *tp);
-  int64_t *dims = px__alloc(p, (size_t)t->ndim * sizeof *dims);
-  size_t bytes = px_tensor_numel(t) * sizeof(float);
-  uint8_t *raw = px__alloc(p, bytes);
-  if (!tp || !dims || !raw) return PX_ERR_NOMEM;
-  PX_CHECK(px_tensor_copy_to_host(t, raw, bytes)); /* little-endian hosts only, as safetensors */
-  onnx__tensor_proto__init(tp);
-  for (int d = 0; d < t->ndim; d++) dims[d] = t->dims[d];
-  tp->n_dims = (size_t)t->ndim;
-  tp->dims = dims;
-  tp->has_data_type = 1;
-  tp->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
-  tp->name = px__str(p, name);
-  tp->has_raw_data = 1;
-  tp->raw_data.len = bytes;
-  tp->raw_data.data = raw;
-  px__push(p, inits, tp);
-  return p->failed ? PX_ERR_NOMEM : PX_OK;
-}
-
 /* An initializer from host data (float32 or int64, little-endian). */
 static void px__initializer_host(px__pool_t *p, px__vec_t *inits, const char *name, int32_t type,
                                  int nd, const int64_t *dims, const void *data, size_t bytes) {
@@ -190,6 +168,22 @@ static void px__initializer_host(px__pool_t *p, px__vec_t *inits, const char *na
   tp->raw_data.len = bytes;
   tp->raw_data.data = raw;
   px__push(p, inits, tp);
+}
+
+/* A float32 initializer holding tensor t (read back from its device). */
+static px_status_t px__initializer(px__pool_t *p, px__vec_t *inits, const char *name,
+                                   const px_tensor_t *t) {
+  const size_t bytes = px_tensor_numel(t) * sizeof(float);
+  void *host = px_malloc(bytes ? bytes : 1, "onnx initializer");
+  if (!host) return PX_ERR_NOMEM;
+  /* little-endian hosts only, as safetensors */
+  px_status_t st = px_tensor_copy_to_host(t, host, bytes);
+  if (st == PX_OK)
+    px__initializer_host(p, inits, name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, t->ndim, t->dims,
+                         host, bytes);
+  px_free(host);
+  PX_CHECK(st);
+  return p->failed ? PX_ERR_NOMEM : PX_OK;
 }
 
 /* float32 tensor value info with dims (a negative dim is the symbol "N"). */
