@@ -427,6 +427,8 @@ px_status_t coord_rank_secrets_upgrade(coord_t *c) {
     int active;
     char hash[65];
   } row_t;
+  coord_arena_t a;
+  coord_arena_init(&a);
   row_t *rows = NULL;
   size_t n = 0, cap = 0;
   px_store_stmt_t *st;
@@ -435,17 +437,11 @@ px_status_t coord_rank_secrets_upgrade(coord_t *c) {
                                  " JOIN jobs j ON j.job_id = r.job_id WHERE r.secret != ''",
                                  &st);
   while (rc == PX_OK && (rc = px_store_step(st)) == 1) {
-    if (n == cap) {
-      size_t nc = cap ? 2 * cap : 64;
-      row_t *nr = px_realloc(rows, nc * sizeof *rows, "coordd.secrets.upgrade");
-      if (!nr) {
-        rc = PX_ERR_NOMEM;
-        break;
-      }
-      rows = nr;
-      cap = nc;
+    row_t *r = coord_push(&a, (void **)&rows, &n, &cap, sizeof *rows);
+    if (!r) {
+      rc = PX_ERR_NOMEM;
+      break;
     }
-    row_t *r = &rows[n++];
     snprintf(r->job_id, sizeof r->job_id, "%s", px_store_column_text(st, 0));
     r->rank = px_store_column_int64(st, 1);
     coord_sha256_hex(px_store_column_text(st, 2), r->hash);
@@ -476,7 +472,7 @@ px_status_t coord_rank_secrets_upgrade(coord_t *c) {
     if (rc == PX_OK)
       px_log(PX_LOG_INFO, "rank secrets: %zu stored in clear by an older pxcoordd now hashed", n);
   }
-  px_free(rows);
+  coord_arena_free(&a);
   return rc;
 }
 

@@ -93,14 +93,20 @@ px_status_t px__cuda_spec(const px__cuda_ops_t *ops, px_dtype_t dt, int ndim, co
   return px_tensor_init(spec, ops->device, dt, ndim, dims);
 }
 
+/* A 4-D cuDNN tensor descriptor of dims x in format f and type t. */
+static px_status_t px__desc4(cudnnTensorDescriptor_t d, cudnnTensorFormat_t f, cudnnDataType_t t,
+                             const int64_t *x) {
+  PX_REQUIRE(x[0] <= INT_MAX && x[1] <= INT_MAX && x[2] <= INT_MAX && x[3] <= INT_MAX,
+             "tensor [%lld, %lld, %lld, %lld] is too large for cuDNN", (long long)x[0],
+             (long long)x[1], (long long)x[2], (long long)x[3]);
+  PX_CUDNN(cudnnSetTensor4dDescriptor(d, f, t, (int)x[0], (int)x[1], (int)x[2], (int)x[3]));
+  return PX_OK;
+}
+
 px_status_t px__cuda_tensor_desc(cudnnTensorDescriptor_t d, int64_t n, int64_t c, int64_t h,
                                  int64_t w) {
-  PX_REQUIRE(n <= INT_MAX && c <= INT_MAX && h <= INT_MAX && w <= INT_MAX,
-             "tensor [%lld, %lld, %lld, %lld] is too large for cuDNN", (long long)n, (long long)c,
-             (long long)h, (long long)w);
-  PX_CUDNN(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)n, (int)c,
-                                      (int)h, (int)w));
-  return PX_OK;
+  const int64_t x[4] = {n, c, h, w};
+  return px__desc4(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, x);
 }
 
 /* ---- activation formats -------------------------------------------------------------- */
@@ -190,14 +196,8 @@ px_status_t px__cuda_check_act(const px__cuda_ops_t *ops, const px_tensor_t *x, 
 }
 
 px_status_t px__cuda_act_desc(cudnnTensorDescriptor_t d, const px_tensor_t *spec) {
-  const int64_t *x = spec->dims;
-  PX_REQUIRE(x[0] <= INT_MAX && x[1] <= INT_MAX && x[2] <= INT_MAX && x[3] <= INT_MAX,
-             "tensor [%lld, %lld, %lld, %lld] is too large for cuDNN", (long long)x[0],
-             (long long)x[1], (long long)x[2], (long long)x[3]);
-  PX_CUDNN(cudnnSetTensor4dDescriptor(d, px__cuda_nhwc(spec) ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
-                                      px__cudnn_dtype(spec), (int)x[0], (int)x[1], (int)x[2],
-                                      (int)x[3]));
-  return PX_OK;
+  return px__desc4(d, px__cuda_nhwc(spec) ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                   px__cudnn_dtype(spec), spec->dims);
 }
 
 extern "C" px_status_t px__cuda_ops_act_format(px_ops_t *o, px_precision_t precision,
