@@ -95,38 +95,6 @@ px_status_t pxa_read_file(const char *path, size_t max, uint8_t **data, size_t *
   return PX_OK;
 }
 
-px_status_t pxa_write_file(const char *path, const void *data, size_t len) {
-  char tmp[4200];
-  if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
-    return px_set_error(PX_ERR_INVALID, "%s: path too long", path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return px_set_error(PX_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-  const uint8_t *p = data;
-  size_t left = len;
-  while (left > 0) {
-    ssize_t w = write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      int e = errno;
-      close(fd);
-      unlink(tmp);
-      return px_set_error(PX_ERR_IO, "%s: write failed: %s", tmp, strerror(e));
-    }
-    p += w;
-    left -= (size_t)w;
-  }
-  if (fsync(fd) != 0 || close(fd) != 0) {
-    unlink(tmp);
-    return px_set_error(PX_ERR_IO, "%s: cannot flush: %s", tmp, strerror(errno));
-  }
-  if (rename(tmp, path) != 0) {
-    int e = errno;
-    unlink(tmp);
-    return px_set_error(PX_ERR_IO, "%s: cannot rename into place: %s", path, strerror(e));
-  }
-  return PX_OK;
-}
-
 size_t pxa_file_tail(const char *path, char *buf, size_t cap) {
   if (cap == 0) return 0;
   buf[0] = '\0';

@@ -21,10 +21,6 @@ px_status_t pxa_mkdirs(const char *dir);
  * frees; NUL-terminated beyond *len). PX_ERR_IO naming the path. */
 px_status_t pxa_read_file(const char *path, size_t max, uint8_t **data, size_t *len);
 
-/* Writes len bytes to path atomically (temp file in the same directory,
- * fsync, rename). PX_ERR_IO naming the path. */
-px_status_t pxa_write_file(const char *path, const void *data, size_t len);
-
 /* Copies the last lines of the file at path, at most cap - 1 bytes and
  * starting at a line boundary when the file is longer, into buf
  * (NUL-terminated; "" when the file cannot be read). Returns the length. */

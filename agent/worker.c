@@ -42,6 +42,7 @@
 #include "prunex/rpc.h"
 #include "prunex/strategy.h"
 #include "prunex/check.h"
+#include "prunex/text.h"
 #include "util.h"
 
 #define PXW_EXIT_CANCELLED 3
@@ -780,7 +781,7 @@ static void pxw_write_note(const pxw_t *w, const px_strategy_result_t *res) {
                    res->checkpoint_complete >= 0 ? since : "the start", res->checkpoint_problem);
   if (n < 0) return;
   fprintf(stderr, "pxworker: rank %d: job %s: %s\n", w->a.rank, w->a.job, note);
-  if (pxa_write_file(path, note, strlen(note)) != PX_OK)
+  if (px_file_write_atomic(path, note, strlen(note), 0644, 0) != PX_OK)
     px_log(PX_LOG_WARN, "rank %d: %s", w->a.rank, px_last_error());
 }
 

@@ -31,6 +31,7 @@
 
 #include "agent.h"
 #include "prunex/check.h"
+#include "prunex/text.h"
 
 extern char **environ;
 
@@ -361,7 +362,7 @@ static px_status_t pxa_prepare_job(pxa_agent_t *ag, const Prunex__V1__Assignment
   uint8_t *buf = px_malloc(len ? len : 1, "agent.spec");
   if (!buf) return PX_ERR_NOMEM;
   protobuf_c_message_pack(&as->spec->base, buf);
-  px_status_t st = pxa_write_file(spec_path, buf, len);
+  px_status_t st = px_file_write_atomic(spec_path, buf, len, 0644, 0);
   px_free(buf);
   return st;
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "prunex/jobspec.h"
+#include "prunex/text.h"
 #include "pxctl.h"
 
 void pxctl_json_init(pxctl_json_t *j, FILE *f) {
@@ -44,56 +45,13 @@ void pxctl_json_end_object(pxctl_json_t *j) { pxctl__json_close(j, '}'); }
 void pxctl_json_begin_array(pxctl_json_t *j) { pxctl__json_open(j, '['); }
 void pxctl_json_end_array(pxctl_json_t *j) { pxctl__json_close(j, ']'); }
 
-/* Length of the valid UTF-8 sequence at s (n bytes left), 0 if invalid. */
-static size_t pxctl__utf8_len(const unsigned char *s, size_t n) {
-  unsigned c = s[0];
-  size_t len;
-  unsigned min;
-  if (c < 0x80) return 1;
-  if (c >= 0xc2 && c <= 0xdf) len = 2, min = 0x80;
-  else if (c >= 0xe0 && c <= 0xef) len = 3, min = 0x800;
-  else if (c >= 0xf0 && c <= 0xf4) len = 4, min = 0x10000;
-  else return 0;
-  if (n < len) return 0;
-  unsigned cp = c & (0x7fu >> len);
-  for (size_t i = 1; i < len; i++) {
-    if ((s[i] & 0xc0) != 0x80) return 0;
-    cp = (cp << 6) | (s[i] & 0x3fu);
-  }
-  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-  return len;
-}
-
-static void pxctl__json_raw_string(FILE *f, const char *str, size_t n) {
-  const unsigned char *s = (const unsigned char *)str;
-  fputc('"', f);
-  for (size_t i = 0; i < n;) {
-    unsigned c = s[i];
-    switch (c) {
-      case '"': fputs("\\\"", f); i++; continue;
-      case '\\': fputs("\\\\", f); i++; continue;
-      case '\n': fputs("\\n", f); i++; continue;
-      case '\r': fputs("\\r", f); i++; continue;
-      case '\t': fputs("\\t", f); i++; continue;
-      case '\b': fputs("\\b", f); i++; continue;
-      case '\f': fputs("\\f", f); i++; continue;
-      default: break;
-    }
-    if (c < 0x20 || c == 0x7f) {
-      fprintf(f, "\\u%04x", c);
-      i++;
-      continue;
-    }
-    size_t len = pxctl__utf8_len(s + i, n - i);
-    if (len == 0) {
-      fputs("\\ufffd", f);
-      i++;
-      continue;
-    }
-    fwrite(s + i, 1, len, f);
-    i += len;
-  }
-  fputc('"', f);
+/* s[0..n) quoted (prunex/text.h's one JSON quoting). */
+static void pxctl__json_raw_string(FILE *f, const char *s, size_t n) {
+  px_buf_t b = {0};
+  px_buf_json_string(&b, s, n);
+  if (!b.oom) fwrite(b.p, 1, b.len, f);
+  else fputs("\"\"", f); /* out of memory: still a document */
+  px_buf_free(&b);
 }
 
 void pxctl_json_key(pxctl_json_t *j, const char *key) {

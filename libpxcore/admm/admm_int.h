@@ -1,30 +1,18 @@
 /* Internal pieces of admm/ that strategy/ shares: the decide-and-broadcast
  * protocol of the control phase (DESIGN.md section 4, step 6), written once
  * for H-SADMM (px_hsadmm_decide) and the baselines (strategy.c), and the
- * clock and traffic readings both take their phase figures with. */
+ * list of H-SADMM's state a checkpoint holds (strategy/px_resume.h writes
+ * and reads the files; admm/ knows nothing of them). */
 #ifndef PX_ADMM_INT_H
 #define PX_ADMM_INT_H
 
 #include <stddef.h>
 #include <stdint.h>
-#include <time.h>
 
 #include "prunex/comm.h"
+#include "prunex/hsadmm.h"
 #include "prunex/px.h"
-
-/* Monotonic seconds, for the phase times of H-SADMM and the strategies. */
-static inline double px__admm_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Bytes this rank sent and received so far on one tier of comm. */
-static inline uint64_t px__admm_traffic(px_comm_t *c, int tier) {
-  px_comm_traffic_t t;
-  px_comm_traffic(c, &t);
-  return t.sent[tier] + t.recv[tier];
-}
+#include "prunex/safetensors.h"
 
 /* Rank 0's side of a decision: fills buf[1..n) and sets buf[0] to 1 (stop)
  * or 0 (go on). An error is broadcast as buf[0] = -1 so that the other
@@ -37,5 +25,28 @@ typedef px_status_t (*px__decide_fill_fn)(void *ctx, double *buf);
  * PX_ERR_PEER) or the data plane failed. */
 px_status_t px__decide_broadcast(px_group_t *world, double *buf, size_t n,
                                  px__decide_fill_fn fill, void *ctx, int *stop);
+
+/* Which ranks hold the same bits of a checkpoint item: every rank, the
+ * ranks of a node, or one rank (the values of strategy/px_resume.h's
+ * px_rs_scope_t). */
+typedef enum { PX__ITEM_GLOBAL = 0, PX__ITEM_NODE = 1, PX__ITEM_RANK = 2 } px__item_scope_t;
+
+typedef struct {
+  const char *name;         /* static */
+  px__item_scope_t scope;
+  px_st_dtype_t dtype;
+  void *data;               /* the handle's own buffer, restored in place */
+  size_t bytes;
+} px__state_item_t;
+
+#define PX__HSADMM_MAX_ITEMS 16
+
+/* H-SADMM's state for a checkpoint: fills items[PX__HSADMM_MAX_ITEMS] and
+ * returns how many. The buffers stay the handle's. Cannot fail. */
+int px__hsadmm_state_items(px_hsadmm_t *h, px__state_item_t *items);
+/* After a load: restarts the node state (node_fresh) and the rank's dual
+ * (rank_fresh) that were not restored, and rebuilds the pack plan from the
+ * masks. Collective over the world with comm.quantize. */
+px_status_t px__hsadmm_state_resumed(px_hsadmm_t *h, int node_fresh, int rank_fresh);
 
 #endif

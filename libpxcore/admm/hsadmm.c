@@ -7,77 +7,26 @@
  * sum, then z_i + v). Every rank of a node computes z_i and v itself from
  * bit-identical inputs (the intra allreduce result and the broadcast z), so
  * only the leader talks to other nodes and nothing but z and the masks is
- * broadcast inside the node. */
+ * broadcast inside the node.
+ *
+ * This is the core of the three rooms of hsadmm_int.h: the quantized
+ * exchange lives in hsadmm_quant.c, the overlapped one in hsadmm_overlap.c. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include "admm/admm_int.h"
-#include "prunex/hsadmm.h"
+#include "admm/hsadmm_int.h"
 #include "prunex/quantize.h"
 #include "px_check.h"
-#include "strategy/px_resume.h"
+#include "px_clock.h"
 
 /* Per-layer sums of the residual allreduce, in this order. */
 enum {
   R_INTRA, S_INTRA, THETA, U_SQ,          /* every rank: N blocks */
   R_INTER, S_INTER, ZI_SQ, Z_SQ, V_SQ,    /* leaders: M blocks */
   NSUMS
-};
-
-struct px_hsadmm {
-  px_comm_t *comm;
-  px_group_t *world, *intra, *inter; /* inter NULL off the leaders */
-  px_hsadmm_config_t cfg;
-  px_hsadmm_param_t *params;
-  int n;
-  size_t *off;          /* [n] offset of each tensor in the families */
-  size_t total;
-  float *u, *zi, *zi_prev, *v, *z, *z_prev, *s;
-  double *rho1, *rho2;  /* [n] */
-  int M, P, N;          /* nodes, ranks per node, ranks */
-  /* masks: prunable tensors only, one contiguous byte buffer each, laid out
-   * by the sparsity set (offsets and sizes are its answers, copied here) */
-  px_sparsity_t *sp;
-  size_t *moff;         /* [n] offset of the tensor's mask, or SIZE_MAX */
-  size_t mtotal;
-  uint8_t *mask_node, *mask_union, *mask_prev;
-  uint8_t *mask_z;      /* groups kept in z (the union once frozen) */
-  const uint8_t **mask_ptrs; /* [n] into mask_union, NULL for dense tensors */
-  px_pack_plan_t *plan;
-  int frozen;
-  int iteration;
-  double *sums;         /* [n * NSUMS + 4] */
-  px_admm_layer_report_t *layers;
-  px_hsadmm_round_t round;
-  double *decision_buf; /* [2 + 2n] */
-  float **src_ptrs;     /* [n] tensors of s, for packing */
-  float **dst_ptrs;     /* [n] tensors of z, for unpacking */
-  /* comm.quantize (leaders only; NULL otherwise): see px__quant_bucket */
-  float *qerr;          /* [total] error feedback, laid out like the parameters */
-  float *qsum;          /* [total] decoded sum of the leaders' payloads, packed layout */
-  float *qref;          /* [total] the previous z, packed layout: payloads are differences
-                           from it, which shrink as the consensus settles */
-  float **err_ptrs;     /* [n] tensors of qerr, for unpacking */
-  float **ref_ptrs;     /* [n] tensors of z (the previous one while exchanging), for packing */
-  float *qvsum;         /* [total] sum over nodes of v_i as the leaders track it (see
-                           px__quant_bucket), parameter layout, the same on every leader */
-  float *qvp;           /* [total] qvsum packed, packed layout */
-  float **vs_ptrs;      /* [n] tensors of qvsum, for packing */
-  uint8_t *qsend;       /* [px_quant_bytes(largest bucket)] this leader's payload */
-  uint8_t *qrecv;       /* [M * that] every leader's payload, in node order */
-  int qbits;            /* 0: exact exchange */
-  uint64_t qseed;
-  /* comm.overlap: see px__overlap_finish */
-  int overlap;          /* px_hsadmm_set_overlap */
-  int drain;            /* this round's exchange is not deferred (px_hsadmm_set_drain) */
-  int pending;          /* a packed exchange whose z is not yet taken */
-  int started;          /* ... and it is in flight */
-  int pend_project;     /* the exchange's z is projected (masks not frozen when packed) */
-  px_comm_req_t **reqs; /* [maxreqs] one request per bucket in flight */
-  int nreqs, maxreqs;
-  uint64_t pend_bytes0; /* traffic counters when it started */
 };
 
 /* The arguments of px_hsadmm_create. */
@@ -105,7 +54,6 @@ static px_status_t px__hsadmm_validate(px_comm_t *comm, const px_hsadmm_param_t 
 static px_status_t px__hsadmm_alloc_arrays(px_hsadmm_t *h, int nparams) {
   h->params = px_malloc((size_t)nparams * sizeof *h->params, "hsadmm.params");
   h->off = px_malloc((size_t)nparams * sizeof *h->off, "hsadmm.off");
-  h->moff = px_malloc((size_t)nparams * sizeof *h->moff, "hsadmm.moff");
   h->mask_ptrs = px_calloc((size_t)nparams, sizeof *h->mask_ptrs, "hsadmm.mask_ptrs");
   h->rho1 = px_malloc((size_t)nparams * sizeof(double), "hsadmm.rho1");
   h->rho2 = px_malloc((size_t)nparams * sizeof(double), "hsadmm.rho2");
@@ -114,7 +62,7 @@ static px_status_t px__hsadmm_alloc_arrays(px_hsadmm_t *h, int nparams) {
   h->decision_buf = px_calloc(2 + 2 * (size_t)nparams, sizeof(double), "hsadmm.decision");
   h->src_ptrs = px_calloc((size_t)nparams, sizeof(float *), "hsadmm.ptrs");
   h->dst_ptrs = px_calloc((size_t)nparams, sizeof(float *), "hsadmm.ptrs");
-  if (!h->src_ptrs || !h->dst_ptrs || !h->params || !h->off || !h->moff || !h->mask_ptrs ||
+  if (!h->src_ptrs || !h->dst_ptrs || !h->params || !h->off || !h->mask_ptrs ||
       !h->rho1 || !h->rho2 || !h->sums || !h->layers || !h->decision_buf)
     return PX_ERR_NOMEM;
   return PX_OK;
@@ -155,7 +103,6 @@ static px_status_t px__hsadmm_layout(px_hsadmm_t *h) {
     h->total += params[i].numel;
     h->rho1[i] = h->cfg.rho1;
     h->rho2[i] = h->cfg.rho2;
-    h->moff[i] = px_sparsity_mask_offset(h->sp, i);
     desc[i].name = params[i].name;
     if (params[i].prunable) {
       desc[i].kind = PX_PARAM_CONV;
@@ -191,7 +138,8 @@ static px_status_t px__hsadmm_alloc_state(px_hsadmm_t *h) {
   memset(h->mask_prev, 1, mt);
   memset(h->mask_z, 1, mt);
   for (int i = 0; i < h->n; i++) {
-    if (h->params[i].prunable) h->mask_ptrs[i] = h->mask_union + h->moff[i];
+    if (h->params[i].prunable)
+      h->mask_ptrs[i] = h->mask_union + px_sparsity_mask_offset(h->sp, i);
     h->src_ptrs[i] = h->s + h->off[i];
     h->dst_ptrs[i] = h->z + h->off[i];
   }
@@ -243,60 +191,13 @@ fail:
 
 void px_hsadmm_destroy(px_hsadmm_t *h) {
   if (!h) return;
-  for (int b = 0; b < h->nreqs; b++) (void)px_comm_wait(h->reqs[b]); /* an aborted overlap */
+  px__hso_free(h);
+  px__hsq_free(h);
   px_pack_plan_destroy(h->plan);
   px_sparsity_destroy(h->sp);
   PX_FREE_ALL(h->u, h->zi, h->zi_prev, h->v, h->z, h->z_prev, h->s, h->mask_node, h->mask_union,
-              h->mask_prev, h->mask_z, h->params, h->off, h->moff, (void *)h->mask_ptrs, h->rho1,
-              h->rho2, h->sums, h->layers, h->decision_buf, h->src_ptrs, h->dst_ptrs, h->qerr,
-              h->qsum, (void *)h->err_ptrs, h->qref, (void *)h->ref_ptrs, h->qsend, h->qrecv,
-              (void *)h->reqs, h->qvsum, h->qvp, (void *)h->vs_ptrs, h);
-}
-
-px_status_t px_hsadmm_set_quantize(px_hsadmm_t *h, int bits, uint64_t seed) {
-  PX_REQUIRE(bits == 0 || px_quant_bits_ok(bits), "comm.quantize = %d: must be none, 8 or 4",
-             bits);
-  PX_REQUIRE(bits == 0 || !h->cfg.flat,
-             "comm.quantize = %d: applies to the hierarchical exchange (strategy hsadmm) only",
-             bits);
-  if (h->iteration > 0)
-    return px_set_error(PX_ERR_STATE, "comm.quantize: set before the first round");
-  h->qbits = bits;
-  h->qseed = seed;
-  if (!bits || !h->inter || h->qerr) return PX_OK;
-  /* the largest bucket: all of it before the first mask, never more later */
-  size_t bf = (h->cfg.bucket_bytes ? h->cfg.bucket_bytes : PX_PACK_DEFAULT_BUCKET_BYTES) / 4;
-  if (bf > h->total) bf = h->total;
-  size_t stride = px_quant_bytes(8, bf); /* the wider of the two */
-  h->qerr = px_calloc(h->total, sizeof(float), "hsadmm.quant_error");
-  h->qsum = px_calloc(h->total, sizeof(float), "hsadmm.quant_sum");
-  h->err_ptrs = px_calloc((size_t)h->n, sizeof(float *), "hsadmm.ptrs");
-  h->qref = px_calloc(h->total, sizeof(float), "hsadmm.quant_ref");
-  h->ref_ptrs = px_calloc((size_t)h->n, sizeof(float *), "hsadmm.ptrs");
-  h->qvsum = px_calloc(h->total, sizeof(float), "hsadmm.quant_vsum");
-  h->qvp = px_calloc(h->total, sizeof(float), "hsadmm.quant_vsum_packed");
-  h->vs_ptrs = px_calloc((size_t)h->n, sizeof(float *), "hsadmm.ptrs");
-  if (!h->qvsum || !h->qvp || !h->vs_ptrs) return PX_ERR_NOMEM; /* freed by destroy */
-  h->qsend = px_malloc(stride, "hsadmm.quant_send");
-  h->qrecv = px_malloc(stride * (size_t)h->M, "hsadmm.quant_recv");
-  if (!h->qerr || !h->qsum || !h->err_ptrs || !h->qref || !h->ref_ptrs || !h->qsend ||
-      !h->qrecv) {
-    PX_FREE_ALL(h->qerr, h->qsum, h->err_ptrs, h->qref, h->ref_ptrs);
-    h->qref = NULL;
-    h->ref_ptrs = NULL;
-    px_free(h->qsend);
-    px_free(h->qrecv);
-    h->qerr = h->qsum = NULL;
-    h->err_ptrs = NULL;
-    h->qsend = h->qrecv = NULL;
-    return PX_ERR_NOMEM;
-  }
-  for (int i = 0; i < h->n; i++) {
-    h->err_ptrs[i] = h->qerr + h->off[i];
-    h->ref_ptrs[i] = h->z + h->off[i]; /* z is not written until the exchange lands */
-    h->vs_ptrs[i] = h->qvsum + h->off[i];
-  }
-  return PX_OK;
+              h->mask_prev, h->mask_z, h->params, h->off, (void *)h->mask_ptrs, h->rho1,
+              h->rho2, h->sums, h->layers, h->decision_buf, h->src_ptrs, h->dst_ptrs, h);
 }
 
 void px_hsadmm_prox(const px_hsadmm_t *h, int i, const float **z, const float **u, float *rho1) {
@@ -357,9 +258,9 @@ static px_status_t px__sum_theta_u(px_hsadmm_t *h, px_group_t *g) {
 
 /* Flat ablation: z = Pi(rho * sum(theta + u) / (lambda + N rho)). */
 static px_status_t px__sync_flat(px_hsadmm_t *h) {
-  double t0 = px__admm_now();
+  double t0 = px__now();
   PX_CHECK(px__sum_theta_u(h, h->world));
-  double t1 = px__admm_now();
+  double t1 = px__now();
   memcpy(h->z_prev, h->z, h->total * sizeof(float));
   for (int i = 0; i < h->n; i++) {
     float *z = h->z + h->off[i];
@@ -373,7 +274,7 @@ static px_status_t px__sync_flat(px_hsadmm_t *h) {
     memcpy(h->mask_union, h->mask_node, h->mtotal);
     memcpy(h->mask_z, h->mask_node, h->mtotal);
   }
-  double t2 = px__admm_now();
+  double t2 = px__now();
   h->round.intra_s = t1 - t0;
   h->round.projection_s = t2 - t1;
   h->round.inter_s = h->round.broadcast_s = 0;
@@ -382,50 +283,12 @@ static px_status_t px__sync_flat(px_hsadmm_t *h) {
   return PX_OK;
 }
 
-/* The quantized exchange of packed bucket b. Every leader packs the
- * previous z (bit-identical on all of them) into qref and the tracked sum
- * of v_i into qvp, then its own z_i + error feedback - z into buf[nf] (s
- * holds that), encodes buf (buf keeps the quantization error), allgathers
- * the payloads and decodes every leader's payload into the same place of
- * qsum, summing in node order, so that every leader obtains the same bits
- * (px__quant_take_sum makes z of them). The rounding is keyed by the seed,
- * the iteration, this rank and the bucket: a rerun gives the same payloads.
- *
- * Why v_i stays home (issue 18b): z = mean(z_i + v_i) = (sum z_i + sum
- * v_i) / M, and sum v_i moves by sum z_i - M z each round, which every
- * leader knows once it has sum z_i; so the leaders exchange only z_i (its
- * change from z) and track sum v_i themselves (qvsum). The scaled dual v_i
- * is large where rho2 is small and does not shrink as the consensus
- * settles, while z_i - z does: without v_i in it the payload's range, and
- * so the rounding noise of z, falls as the run converges. With error
- * feedback the tracked sum differs from the true one by at most the
- * leaders' current rounding errors (the sum of what was sent telescopes). */
-static px_status_t px__quant_bucket(px_hsadmm_t *h, int b, float *buf, size_t nf) {
-  int bits = h->qbits;
-  size_t o = (size_t)(buf - px_pack_buffer(h->plan));
-  PX_CHECK(px_pack_shrink_bucket(h->plan, b, (const float *const *)h->ref_ptrs));
-  memcpy(h->qref + o, buf, nf * sizeof(float));
-  PX_CHECK(px_pack_shrink_bucket(h->plan, b, (const float *const *)h->vs_ptrs));
-  memcpy(h->qvp + o, buf, nf * sizeof(float));
-  PX_CHECK(px_pack_shrink_bucket(h->plan, b, (const float *const *)h->src_ptrs));
-  size_t qb = px_quant_bytes(bits, nf);
-  uint64_t key = px_quant_key(h->qseed, (uint64_t)h->iteration,
-                              (uint64_t)px_group_rank(h->world), (uint64_t)b);
-  px_quant_encode(buf, nf, bits, key, h->qsend);
-  /* every leader packs the same layout, so qb is the same on all of them */
-  PX_CHECK(px_comm_allgather(h->inter, h->qsend, h->qrecv, qb, PX_COMM_U8));
-  float *acc = h->qsum + o;
-  memset(acc, 0, nf * sizeof(float));
-  for (int r = 0; r < h->M; r++) px_quant_decode_add(h->qrecv + (size_t)r * qb, nf, bits, acc);
-  return PX_OK;
-}
-
 /* 2-3. intra: s_i = SUM (theta + u); z~_i = (rho1 s_i + rho2 (z - v)) /
  * (lambda/M + P rho1 + rho2), then projected: z_i and the node masks. */
 static px_status_t px__hier_node(px_hsadmm_t *h) {
-  double t0 = px__admm_now();
+  double t0 = px__now();
   PX_CHECK(px__sum_theta_u(h, h->intra));
-  double t1 = px__admm_now();
+  double t1 = px__now();
   memcpy(h->zi_prev, h->zi, h->total * sizeof(float));
   for (int i = 0; i < h->n; i++) {
     float *zi = h->zi + h->off[i];
@@ -437,7 +300,7 @@ static px_status_t px__hier_node(px_hsadmm_t *h) {
   }
   PX_CHECK(px__project(h, h->zi, h->mask_node));
   h->round.intra_s = t1 - t0;
-  h->round.projection_s = px__admm_now() - t1;
+  h->round.projection_s = px__now() - t1;
   return PX_OK;
 }
 
@@ -446,7 +309,7 @@ static px_status_t px__hier_node(px_hsadmm_t *h) {
  * exact exchange also packs every bucket now (the quantized one packs
  * bucket by bucket as it sends). Records whether z is to be projected. */
 static px_status_t px__hier_pack(px_hsadmm_t *h) {
-  h->pend_project = !h->frozen && h->mtotal;
+  h->project_z = !h->frozen && h->mtotal;
   if (!h->inter) return PX_OK;
   if (!h->frozen && h->mtotal) {
     PX_CHECK(px_comm_allreduce(h->inter, h->mask_node, h->mask_union, h->mtotal, PX_COMM_U8,
@@ -454,8 +317,8 @@ static px_status_t px__hier_pack(px_hsadmm_t *h) {
     PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
   }
   for (size_t j = 0; j < h->total; j++) h->s[j] = h->zi[j] + h->v[j];
-  if (h->qbits) { /* z_i + error feedback - z: v_i stays home (px__quant_bucket) */
-    for (size_t j = 0; j < h->total; j++) h->s[j] = h->zi[j] + h->qerr[j] - h->z[j];
+  if (h->q.bits) { /* z_i + error feedback - z: v_i stays home (hsadmm_quant.c) */
+    px__hsq_source(h);
     return PX_OK;
   }
   for (int b = 0; b < px_pack_num_buckets(h->plan); b++)
@@ -465,50 +328,38 @@ static px_status_t px__hier_pack(px_hsadmm_t *h) {
 
 /* 4, the exchange itself (leaders), blocking: the f32 SUM of every packed
  * bucket, or the quantized exchange. *bytes: what it moved. */
-static px_status_t px__hier_exchange(px_hsadmm_t *h, uint64_t *bytes) {
+uint64_t px__hsadmm_bytes(const px_hsadmm_t *h) {
+  return px_comm_tier_bytes(h->comm, PX_TIER_INTER) + px_comm_tier_bytes(h->comm, PX_TIER_INTRA);
+}
+
+px_status_t px__hsadmm_exchange(px_hsadmm_t *h, uint64_t *bytes) {
   *bytes = 0;
   if (!h->inter) return PX_OK;
-  uint64_t before = px__admm_traffic(h->comm, PX_TIER_INTER) + px__admm_traffic(h->comm, PX_TIER_INTRA);
+  uint64_t before = px__hsadmm_bytes(h);
   px_status_t st = PX_OK;
   for (int b = 0; b < px_pack_num_buckets(h->plan) && st == PX_OK; b++) {
     size_t nf;
     float *buf = px_pack_bucket(h->plan, b, &nf);
-    if (h->qbits) st = px__quant_bucket(h, b, buf, nf);
+    if (h->q.bits) st = px__hsq_bucket(h, b, buf, nf);
     else st = px_comm_allreduce(h->inter, buf, buf, nf, PX_COMM_F32, PX_COMM_SUM);
   }
-  *bytes = px__admm_traffic(h->comm, PX_TIER_INTER) + px__admm_traffic(h->comm, PX_TIER_INTRA) -
-           before;
+  *bytes = px__hsadmm_bytes(h) - before;
   return st;
-}
-
-/* The quantized exchange's sum, packed: sum z_i (decoded payloads plus M
- * times the previous z) into s (parameter layout, zero where pruned), and
- * the mean with the tracked sum of v_i into the plan's buffer. */
-static void px__quant_take_sum(px_hsadmm_t *h) {
-  float *buf = px_pack_buffer(h->plan);
-  size_t nf = px_pack_packed_floats(h->plan);
-  float M = (float)h->M, inv = 1.0f / M;
-  for (size_t j = 0; j < nf; j++) buf[j] = M * h->qref[j] + h->qsum[j];
-  px_pack_expand(h->plan, h->src_ptrs);
-  for (size_t j = 0; j < nf; j++) buf[j] = (buf[j] + h->qvp[j]) * inv;
 }
 
 /* 4, second half: z from the summed buckets (leaders), projected when the
  * masks were not frozen at packing; z and the masks to the node; 5 (first
  * part): v_i += z_i - z on every rank of the node (same inputs, same
  * result). z_prev keeps the z it replaces. */
-static px_status_t px__hier_finish(px_hsadmm_t *h) {
-  double t3 = px__admm_now();
+px_status_t px__hsadmm_finish(px_hsadmm_t *h) {
+  double t3 = px__now();
   memcpy(h->z_prev, h->z, h->total * sizeof(float));
   if (h->inter) {
     float inv = 1.0f / (float)h->M;
     float *buf = px_pack_buffer(h->plan);
     size_t nf = px_pack_packed_floats(h->plan);
-    if (h->qbits) {
-      /* the buffer holds the quantization errors: keep them for the next
-       * round (pruned positions drop theirs), then take the decoded sum */
-      px_pack_expand(h->plan, h->err_ptrs);
-      px__quant_take_sum(h);
+    if (h->q.bits) {
+      px__hsq_take_sum(h);
     } else {
       for (size_t j = 0; j < nf; j++) buf[j] *= inv;
     }
@@ -516,129 +367,41 @@ static px_status_t px__hier_finish(px_hsadmm_t *h) {
     /* z is the projection of the mean onto S: the union of the node masks
      * can hold more groups than S allows while the nodes disagree. The
      * mean is bit-identical on every leader, so is the projection. */
-    if (h->pend_project) PX_CHECK(px__project(h, h->z, h->mask_z));
-    if (h->qbits) /* the tracked sum of v_i follows: sum v_i += sum z_i - M z */
-      for (size_t j = 0; j < h->total; j++) h->qvsum[j] += h->s[j] - (float)h->M * h->z[j];
+    if (h->project_z) PX_CHECK(px__project(h, h->z, h->mask_z));
+    if (h->q.bits) px__hsq_track_vsum(h); /* sum v_i += sum z_i - M z */
   }
   PX_CHECK(px_comm_broadcast(h->intra, h->z, h->total, PX_COMM_F32, 0));
-  if (h->pend_project) {
+  if (h->project_z) {
     PX_CHECK(px_comm_broadcast(h->intra, h->mask_union, h->mtotal, PX_COMM_U8, 0));
     PX_CHECK(px_comm_broadcast(h->intra, h->mask_z, h->mtotal, PX_COMM_U8, 0));
     if (!h->inter) PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
   }
   for (size_t j = 0; j < h->total; j++) h->v[j] += h->zi[j] - h->z[j];
-  h->round.broadcast_s = px__admm_now() - t3;
+  h->round.broadcast_s = px__now() - t3;
   return PX_OK;
-}
-
-/* ---- comm.overlap (issue 18) -------------------------------------------------------
- * The leaders' exchange of round k is started when the local phase of round
- * k+1 begins (px_hsadmm_overlap_start, after every collective of round k)
- * and runs on the communicator's progress thread while the workers train;
- * round k+1's sync takes its z first (px__overlap_finish). Round k+1's local
- * phase therefore starts from z^(k-1) + z_i^k - z_i^(k-1) instead of z^k
- * (px_hsadmm_restart_point; its proximal targets
- * z_i^k and u^k are exact), and round k's inter residuals are reported with
- * z^(k-1). A round that is evaluated, checkpointed or last, and a decision
- * that stops, freezes or changes rho, drain the exchange first, so z is
- * never stale where it is read or rescaled. */
-
-/* Waits for the exchange in flight (started or not) and takes its z. */
-static px_status_t px__overlap_finish(px_hsadmm_t *h, uint64_t *bytes) {
-  if (!h->pending) return PX_OK;
-  px_status_t st = PX_OK;
-  if (!h->started) {
-    st = px__hier_exchange(h, bytes);
-  } else {
-    for (int b = 0; b < h->nreqs; b++) {
-      px_status_t w = px_comm_wait(h->reqs[b]);
-      h->reqs[b] = NULL;
-      if (st == PX_OK) st = w;
-    }
-    h->nreqs = 0;
-    if (h->inter)
-      *bytes = px__admm_traffic(h->comm, PX_TIER_INTER) + px__admm_traffic(h->comm, PX_TIER_INTRA) -
-               h->pend_bytes0;
-  }
-  h->pending = h->started = 0;
-  PX_CHECK(st);
-  return px__hier_finish(h);
-}
-
-px_status_t px_hsadmm_set_overlap(px_hsadmm_t *h, int on) {
-  PX_REQUIRE(!on || (!h->cfg.flat && !h->qbits),
-             "comm.overlap: applies to the exact hierarchical exchange (strategy hsadmm, "
-             "comm.quantize none) only");
-  if (h->iteration > 0) return px_set_error(PX_ERR_STATE, "comm.overlap: set before the first round");
-  h->overlap = on ? 1 : 0;
-  if (!on || h->reqs) return PX_OK;
-  size_t bb = h->cfg.bucket_bytes ? h->cfg.bucket_bytes : PX_PACK_DEFAULT_BUCKET_BYTES;
-  h->maxreqs = (int)((h->total * sizeof(float) + bb - 1) / bb) + 1;
-  h->reqs = px_calloc((size_t)h->maxreqs, sizeof *h->reqs, "hsadmm.overlap_reqs");
-  return h->reqs ? PX_OK : PX_ERR_NOMEM;
-}
-
-void px_hsadmm_set_drain(px_hsadmm_t *h, int drain) { h->drain = drain ? 1 : 0; }
-
-int px_hsadmm_pending(const px_hsadmm_t *h) { return h->pending; }
-
-px_status_t px_hsadmm_overlap_start(px_hsadmm_t *h) {
-  if (!h->pending || h->started) return PX_OK;
-  h->started = 1;
-  if (!h->inter) return PX_OK;
-  h->pend_bytes0 = px__admm_traffic(h->comm, PX_TIER_INTER) + px__admm_traffic(h->comm, PX_TIER_INTRA);
-  int nb = px_pack_num_buckets(h->plan);
-  PX_REQUIRE(nb <= h->maxreqs, "comm.overlap: %d buckets, room for %d", nb, h->maxreqs);
-  for (int b = 0; b < nb; b++) {
-    size_t nf;
-    float *buf = px_pack_bucket(h->plan, b, &nf);
-    px_status_t st = px_comm_iallreduce(h->inter, buf, buf, nf, PX_COMM_F32, PX_COMM_SUM,
-                                        &h->reqs[b]);
-    if (st != PX_OK) return st; /* the requests started are waited for by the finish */
-    h->nreqs = b + 1;
-  }
-  return PX_OK;
-}
-
-void px_hsadmm_restart_point(const px_hsadmm_t *h, int i, float *dst) {
-  size_t o = h->off[i], n = h->params[i].numel;
-  if (!h->pending) {
-    memcpy(dst, h->z + o, n * sizeof(float));
-    return;
-  }
-  /* z^(k-1) + (z_i^k - z_i^(k-1)): the old consensus moved by this node's
-   * last step. Restarting from z^(k-1) alone would drop the last local phase
-   * every round (two interleaved chains, each trained every other round). */
-  for (size_t j = 0; j < n; j++) dst[j] = h->z[o + j] + (h->zi[o + j] - h->zi_prev[o + j]);
-}
-
-px_status_t px_hsadmm_overlap_drain(px_hsadmm_t *h) {
-  uint64_t bytes = 0;
-  return px__overlap_finish(h, &bytes);
 }
 
 static px_status_t px__sync_hier(px_hsadmm_t *h, uint64_t *inter_value_bytes) {
   /* comm.overlap: the exchange of the previous round, in flight since the
    * local phase began, lands first: this round's z_i needs its z and v */
-  double tw = px__admm_now();
-  if (h->pending) PX_CHECK(px__overlap_finish(h, inter_value_bytes));
-  double waited = px__admm_now() - tw;
+  double tw = px__now();
+  PX_CHECK(px__hso_land(h, inter_value_bytes));
+  double waited = px__now() - tw;
   PX_CHECK(px__hier_node(h));
-  double t2 = px__admm_now();
+  double t2 = px__now();
   PX_CHECK(px__hier_pack(h));
-  if (h->overlap && !h->drain) { /* sent during the next local phase */
-    h->pending = 1;
-    h->round.inter_s = waited + (px__admm_now() - t2);
+  if (px__hso_defer(h)) { /* sent during the next local phase */
+    h->round.inter_s = waited + (px__now() - t2);
     return PX_OK;
   }
-  PX_CHECK(px__hier_exchange(h, inter_value_bytes));
-  h->round.inter_s = waited + (px__admm_now() - t2);
-  return px__hier_finish(h);
+  PX_CHECK(px__hsadmm_exchange(h, inter_value_bytes));
+  h->round.inter_s = waited + (px__now() - t2);
+  return px__hsadmm_finish(h);
 }
 
 px_status_t px_hsadmm_sync(px_hsadmm_t *h, px_hsadmm_round_t **round) {
-  uint64_t intra0 = px__admm_traffic(h->comm, PX_TIER_INTRA);
-  uint64_t inter0 = px__admm_traffic(h->comm, PX_TIER_INTER);
+  uint64_t intra0 = px_comm_tier_bytes(h->comm, PX_TIER_INTRA);
+  uint64_t inter0 = px_comm_tier_bytes(h->comm, PX_TIER_INTER);
   uint64_t value_bytes = 0;
   if (h->cfg.flat) PX_CHECK(px__sync_flat(h));
   else PX_CHECK(px__sync_hier(h, &value_bytes));
@@ -668,8 +431,8 @@ px_status_t px_hsadmm_sync(px_hsadmm_t *h, px_hsadmm_round_t **round) {
   }
   /* the traffic of this sync, summed over ranks (exact in doubles) */
   double *T = h->sums + (size_t)h->n * NSUMS;
-  T[0] = (double)(px__admm_traffic(h->comm, PX_TIER_INTRA) - intra0);
-  T[1] = (double)(px__admm_traffic(h->comm, PX_TIER_INTER) - inter0);
+  T[0] = (double)(px_comm_tier_bytes(h->comm, PX_TIER_INTRA) - intra0);
+  T[1] = (double)(px_comm_tier_bytes(h->comm, PX_TIER_INTER) - inter0);
   /* dense inter phase: the value allreduce scaled to every parameter (the
    * algorithms move bytes in proportion to the count) */
   size_t packed = px_pack_packed_floats(h->plan);
@@ -698,17 +461,7 @@ px_status_t px_hsadmm_sync(px_hsadmm_t *h, px_hsadmm_round_t **round) {
   h->round.bytes_inter = (uint64_t)T[1];
   h->round.bytes_inter_dense = (uint64_t)llround(T[2]);
   h->round.packed_bytes = px_pack_packed_bytes(h->plan);
-  if (h->qbits) {
-    /* the payload one leader sends: every rank has the plan's layout (the
-     * same masks), so every rank computes it alike */
-    uint64_t q = 0;
-    for (int b = 0; b < px_pack_num_buckets(h->plan); b++) {
-      size_t nf;
-      (void)px_pack_bucket(h->plan, b, &nf);
-      q += px_quant_bytes(h->qbits, nf);
-    }
-    h->round.packed_bytes = q;
-  }
+  if (h->q.bits) h->round.packed_bytes = px__hsq_payload_bytes(h);
   h->round.dense_bytes = h->total * sizeof(float);
   h->round.mask_drift = h->mtotal ? (int64_t)px_prune_mask_drift(h->mask_union, h->mask_prev, h->mtotal) : 0;
   h->round.mask_groups = (int64_t)h->mtotal;
@@ -758,7 +511,7 @@ px_status_t px_hsadmm_decide(px_hsadmm_t *h, px_hsadmm_control_fn control, void 
    * set as the exchange lands) needs the round's own z first */
   int change = buf[1] > 0 && !h->frozen;
   for (int i = 0; i < n; i++) change |= buf[2 + i] != h->rho1[i] || buf[2 + n + i] != h->rho2[i];
-  if (h->pending && (end || change)) PX_CHECK(px_hsadmm_overlap_drain(h));
+  if (px_hsadmm_pending(h) && (end || change)) PX_CHECK(px_hsadmm_overlap_drain(h));
   for (int i = 0; i < n; i++) {
     double r1 = buf[2 + i], r2 = buf[2 + n + i];
     if (!(r1 > 0) || !(r2 > 0))
@@ -809,52 +562,33 @@ px_status_t px_hsadmm_local_control(void *ctx, const px_hsadmm_round_t *round,
 
 /* ---- checkpoints (issue 14) ------------------------------------------------------- */
 
-px_status_t px__hsadmm_state_items(px_hsadmm_t *h, px__resume_t *rs) {
+int px__hsadmm_state_items(px_hsadmm_t *h, px__state_item_t *items) {
   size_t fb = h->total * sizeof(float), db = (size_t)h->n * sizeof(double);
-  struct {
-    const char *name;
-    px_rs_scope_t scope;
-    px_st_dtype_t dt;
-    void *p;
-    size_t bytes;
-  } t[] = {
-      {"hsadmm.z", PX_RS_GLOBAL, PX_ST_F32, h->z, fb},
-      {"hsadmm.z_prev", PX_RS_GLOBAL, PX_ST_F32, h->z_prev, fb},
-      {"hsadmm.rho1", PX_RS_GLOBAL, PX_ST_F64, h->rho1, db},
-      {"hsadmm.rho2", PX_RS_GLOBAL, PX_ST_F64, h->rho2, db},
-      {"hsadmm.frozen", PX_RS_GLOBAL, PX_ST_I32, &h->frozen, sizeof h->frozen},
-      {"hsadmm.iteration", PX_RS_GLOBAL, PX_ST_I32, &h->iteration, sizeof h->iteration},
-      {"hsadmm.mask_union", PX_RS_GLOBAL, PX_ST_U8, h->mask_union, h->mtotal},
-      {"hsadmm.mask_prev", PX_RS_GLOBAL, PX_ST_U8, h->mask_prev, h->mtotal},
-      {"hsadmm.mask_z", PX_RS_GLOBAL, PX_ST_U8, h->mask_z, h->mtotal},
-      {"hsadmm.zi", PX_RS_NODE, PX_ST_F32, h->zi, fb},
-      {"hsadmm.zi_prev", PX_RS_NODE, PX_ST_F32, h->zi_prev, fb},
-      {"hsadmm.v", PX_RS_NODE, PX_ST_F32, h->v, fb},
-      {"hsadmm.mask_node", PX_RS_NODE, PX_ST_U8, h->mask_node, h->mtotal},
-      {"hsadmm.u", PX_RS_RANK, PX_ST_F32, h->u, fb},
+  const px__state_item_t t[] = {
+      {"hsadmm.z", PX__ITEM_GLOBAL, PX_ST_F32, h->z, fb},
+      {"hsadmm.z_prev", PX__ITEM_GLOBAL, PX_ST_F32, h->z_prev, fb},
+      {"hsadmm.rho1", PX__ITEM_GLOBAL, PX_ST_F64, h->rho1, db},
+      {"hsadmm.rho2", PX__ITEM_GLOBAL, PX_ST_F64, h->rho2, db},
+      {"hsadmm.frozen", PX__ITEM_GLOBAL, PX_ST_I32, &h->frozen, sizeof h->frozen},
+      {"hsadmm.iteration", PX__ITEM_GLOBAL, PX_ST_I32, &h->iteration, sizeof h->iteration},
+      {"hsadmm.mask_union", PX__ITEM_GLOBAL, PX_ST_U8, h->mask_union, h->mtotal},
+      {"hsadmm.mask_prev", PX__ITEM_GLOBAL, PX_ST_U8, h->mask_prev, h->mtotal},
+      {"hsadmm.mask_z", PX__ITEM_GLOBAL, PX_ST_U8, h->mask_z, h->mtotal},
+      {"hsadmm.zi", PX__ITEM_NODE, PX_ST_F32, h->zi, fb},
+      {"hsadmm.zi_prev", PX__ITEM_NODE, PX_ST_F32, h->zi_prev, fb},
+      {"hsadmm.v", PX__ITEM_NODE, PX_ST_F32, h->v, fb},
+      {"hsadmm.mask_node", PX__ITEM_NODE, PX_ST_U8, h->mask_node, h->mtotal},
+      {"hsadmm.u", PX__ITEM_RANK, PX_ST_F32, h->u, fb},
   };
-  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
-    PX_CHECK(px__resume_add(rs, t[i].name, t[i].scope, t[i].dt, t[i].p, t[i].bytes));
-  /* a quantizing leader's error feedback: its own (never broadcast); a new
-   * leader starts it at zero */
-  if (h->qerr)
-    PX_CHECK(px__resume_add(rs, "hsadmm.quant_error", PX_RS_RANK, PX_ST_F32, h->qerr, fb));
-  if (h->qvsum)
-    PX_CHECK(px__resume_add(rs, "hsadmm.quant_vsum", PX_RS_RANK, PX_ST_F32, h->qvsum, fb));
-  return PX_OK;
-}
-
-/* The quantized exchange tracks sum v_i on the leaders (px__quant_bucket):
- * a node or leader that resumes without state would break the sum, so then
- * every node restarts its inter dual, and the leaders the sum, at zero.
- * Collective over the world. */
-static px_status_t px__quant_resumed(px_hsadmm_t *h, int fresh) {
-  double f = fresh ? 1.0 : 0.0;
-  PX_CHECK(px_comm_allreduce(h->world, &f, &f, 1, PX_COMM_F64, PX_COMM_MAX));
-  if (f == 0.0) return PX_OK;
-  memset(h->v, 0, h->total * sizeof(float));
-  if (h->qvsum) memset(h->qvsum, 0, h->total * sizeof(float));
-  return PX_OK;
+  int n = (int)(sizeof t / sizeof t[0]);
+  memcpy(items, t, sizeof t);
+  /* a quantizing leader's error feedback and tracked sum: its own (never
+   * broadcast); a new leader starts them at zero */
+  if (h->q.err)
+    items[n++] = (px__state_item_t){"hsadmm.quant_error", PX__ITEM_RANK, PX_ST_F32, h->q.err, fb};
+  if (h->q.vsum)
+    items[n++] = (px__state_item_t){"hsadmm.quant_vsum", PX__ITEM_RANK, PX_ST_F32, h->q.vsum, fb};
+  return n;
 }
 
 px_status_t px__hsadmm_state_resumed(px_hsadmm_t *h, int node_fresh, int rank_fresh) {
@@ -866,7 +600,7 @@ px_status_t px__hsadmm_state_resumed(px_hsadmm_t *h, int node_fresh, int rank_fr
     if (h->mtotal) memcpy(h->mask_node, h->mask_union, h->mtotal);
   }
   if (rank_fresh) memset(h->u, 0, fb);
-  if (h->qbits && !h->cfg.flat) PX_CHECK(px__quant_resumed(h, node_fresh || rank_fresh));
+  if (h->q.bits && !h->cfg.flat) PX_CHECK(px__hsq_resumed(h, node_fresh || rank_fresh));
   if (h->mtotal) PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
   if (h->frozen) px_pack_plan_freeze(h->plan);
   return PX_OK;

@@ -257,6 +257,11 @@ void px_comm_traffic(const px_comm_t *c, px_comm_traffic_t *out) {
   }
 }
 
+uint64_t px_comm_tier_bytes(const px_comm_t *c, px_comm_tier_t tier) {
+  px_comm_t *m = (px_comm_t *)c;
+  return atomic_load(&m->sent[tier]) + atomic_load(&m->recvd[tier]);
+}
+
 void px_comm_traffic_reset(px_comm_t *c) {
   for (int t = 0; t < 2; t++) {
     atomic_store(&c->sent[t], 0);

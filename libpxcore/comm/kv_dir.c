@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "prunex/kv.h"
+#include "prunex/text.h"
 #include "px_check.h"
 
 #define PX__KV_NAME_MAX 240
@@ -26,7 +27,6 @@ typedef struct {
   char *dir;
 } px__kv_dir_t;
 
-static atomic_uint px__kv_tmp_counter;
 
 static uint64_t px__fnv1a(const char *s, uint64_t h) {
   for (; *s; s++) {
@@ -81,33 +81,15 @@ static px_status_t px__mkdirs(const char *dir) {
 
 static px_status_t px__kv_dir_put(void *ctx, const char *key, const void *val, size_t len) {
   px__kv_dir_t *d = ctx;
-  char name[PX__KV_NAME_MAX + 8], path[4400], tmp[4400];
+  char name[PX__KV_NAME_MAX + 8], path[4400];
   px__kv_file_name(key, name);
   snprintf(path, sizeof path, "%s/%s", d->dir, name);
-  snprintf(tmp, sizeof tmp, "%s/.tmp.%ld.%u", d->dir, (long)getpid(),
-           atomic_fetch_add(&px__kv_tmp_counter, 1u));
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return px_set_error(PX_ERR_IO, "kv put '%s': cannot create %s: %s", key, tmp, strerror(errno));
-  const char *p = val;
-  size_t left = len;
-  while (left > 0) {
-    ssize_t w = write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      int e = errno;
-      close(fd);
-      unlink(tmp);
-      return px_set_error(PX_ERR_IO, "kv put '%s': write failed: %s", key, strerror(e));
-    }
-    p += w;
-    left -= (size_t)w;
-  }
-  if (close(fd) != 0 || rename(tmp, path) != 0) {
-    int e = errno;
-    unlink(tmp);
-    return px_set_error(PX_ERR_IO, "kv put '%s': cannot publish %s: %s", key, path, strerror(e));
-  }
-  return PX_OK;
+  /* rendezvous files of one run: a crash loses the run anyway, so no fsync */
+  px_status_t st = px_file_write_atomic(path, val, len, 0644, PX_FILE_NO_SYNC);
+  if (st == PX_OK) return PX_OK;
+  char why[512];
+  snprintf(why, sizeof why, "%s", px_last_error());
+  return px_set_error(st, "kv put '%s': %s", key, why);
 }
 
 /* Reads a whole file into a px_malloc'd buffer. PX_ERR_TIMEOUT (no message)

@@ -25,6 +25,7 @@
 #include "onnx.pb-c.h"
 #include "prunex/data.h"
 #include "prunex/export.h"
+#include "prunex/text.h"
 #include "px_check.h"
 
 typedef struct {
@@ -231,23 +232,6 @@ static Onnx__StringStringEntryProto *px__kv(px__pool_t *p, const char *k, const 
   e->key = px__str(p, k);
   e->value = px__str(p, v);
   return e;
-}
-
-static px_status_t px__write_file(const char *path, const uint8_t *buf, size_t len) {
-  char tmp[1100];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "wb");
-  if (!f) return px_set_error(PX_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-  int ok = fwrite(buf, 1, len, f) == len;
-  ok = fflush(f) == 0 && ok;
-  ok = fsync(fileno(f)) == 0 && ok;
-  ok = fclose(f) == 0 && ok;
-  if (!ok || rename(tmp, path) != 0) {
-    int e = errno;
-    unlink(tmp);
-    return px_set_error(PX_ERR_IO, "%s: cannot write: %s", path, strerror(e));
-  }
-  return PX_OK;
 }
 
 /* The training loader's preprocessing of a data set PruneX reads. */
@@ -537,7 +521,7 @@ px_status_t px_onnx_save(const px_model_t *m, const char *path, const px_onnx_in
     goto done;
   }
   onnx__model_proto__pack(model, buf);
-  st = px__write_file(path, buf, len);
+  st = px_file_write_atomic(path, buf, len, 0666, 0);
 done:
   px_free(buf);
   px__pool_free(&p);

@@ -11,6 +11,7 @@
 
 #include "prunex.pb-c.h"
 #include "prunex/px.h"
+#include "prunex/text.h"
 
 typedef enum {
   PX__JS_INT,      /* int32 / int64 / uint64 number, range lo..hi */
@@ -136,8 +137,5 @@ char *px__js_strndup(const char *s, size_t n);
 /* Entries of skip_layers: each a non-empty name, none twice. Returns the
  * index of the first bad one (-1: all good) and why in why[cap]. */
 int px__js_list_bad(char *const *items, size_t n, char *why, size_t cap);
-
-/* Checks a string that will be stored: valid UTF-8, no control characters. */
-int px__js_text_ok(const char *s);
 
 #endif

@@ -254,29 +254,6 @@ px_status_t px__js_set(void *msg, int fi, const px__js_value_t *v) {
 
 /* ---- legal values ------------------------------------------------------------- */
 
-int px__js_text_ok(const char *s) {
-  const unsigned char *p = (const unsigned char *)s;
-  while (*p) {
-    unsigned c = *p;
-    if (c < 0x20 || c == 0x7f) return 0;
-    if (c < 0x80) {
-      p++;
-      continue;
-    }
-    int n = c >= 0xf0 && c <= 0xf4 ? 3 : c >= 0xe0 ? 2 : c >= 0xc2 && c < 0xe0 ? 1 : -1;
-    if (n < 0 || c > 0xf4) return 0;
-    for (int k = 1; k <= n; k++)
-      if ((p[k] & 0xc0) != 0x80) return 0;
-    /* overlong three-byte forms, surrogates, and beyond U+10FFFF */
-    if (c == 0xe0 && p[1] < 0xa0) return 0;
-    if (c == 0xed && p[1] >= 0xa0) return 0;
-    if (c == 0xf0 && p[1] < 0x90) return 0;
-    if (c == 0xf4 && p[1] >= 0x90) return 0;
-    p += n + 1;
-  }
-  return 1;
-}
-
 static int px__js_in_choices(const char *choices, const char *s) {
   size_t n = strlen(s);
   const char *p = choices;
@@ -309,7 +286,7 @@ int px__js_value_ok(int fi, const px__js_value_t *v) {
     }
     case PX__JS_BOOL: return 1;
     case PX__JS_STRING:
-      if (!v->s || !px__js_text_ok(v->s)) return 0;
+      if (!v->s || !px_text_ok(v->s)) return 0;
       if (f->flags & PX__JS_NAME) {
         size_t n = strlen(v->s);
         return n >= 1 && n <= 128 && !strchr(v->s, '/');
@@ -583,7 +560,7 @@ void px__js_show(int fi, const px__js_value_t *v, char *buf, size_t cap) {
 int px__js_list_bad(char *const *items, size_t n, char *why, size_t cap) {
   for (size_t i = 0; i < n; i++) {
     const char *s = items[i] ? items[i] : "";
-    if (!s[0] || !px__js_text_ok(s)) {
+    if (!s[0] || !px_text_ok(s)) {
       snprintf(why, cap, "expected a parameter name (e.g. conv1.weight), got '%.60s'", s);
       return (int)i;
     }

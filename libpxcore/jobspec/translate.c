@@ -24,7 +24,7 @@ static px_status_t px__js_wire_list(const void *msg, int fi, const char *path) {
   size_t n = *(const size_t *)((const char *)msg + fd->quantifier_offset);
   char *const *items = *(char *const *const *)((const char *)msg + fd->offset);
   for (size_t i = 0; i < n; i++)
-    if (items[i] && !px__js_text_ok(items[i]))
+    if (items[i] && !px_text_ok(items[i]))
       return px_set_error(PX_ERR_INVALID,
                           PX__JS_WIRE "%s[%zu]: not valid UTF-8 text (or holds control "
                                       "characters)",
@@ -49,7 +49,7 @@ static px_status_t px__js_wire_field(const Prunex__V1__JobSpec *spec, int fi) {
   px__js_value_t v;
   px__js_get(msg, fi, &v);
   int text = f->kind == PX__JS_STRING || f->kind == PX__JS_CHOICE || f->kind == PX__JS_MODEL;
-  if (text && v.s && !px__js_text_ok(v.s))
+  if (text && v.s && !px_text_ok(v.s))
     return px_set_error(PX_ERR_INVALID,
                         PX__JS_WIRE "%s: not valid UTF-8 text (or holds control characters)",
                         path);

@@ -14,7 +14,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,7 @@
 #include <unistd.h>
 
 #include "prunex/safetensors.h"
+#include "prunex/text.h"
 #include "px_check.h"
 
 /* Data is written and read as it lies in memory. */
@@ -102,106 +102,14 @@ static int px__st_nbytes(px_st_dtype_t dtype, int ndim, const int64_t *shape, ui
   return 0;
 }
 
-/* Length of the valid UTF-8 sequence at s[0..avail) (no overlong forms, no
- * surrogates, at most U+10FFFF), or 0 when it is not valid. */
-static size_t px__st_utf8_seq(const unsigned char *s, size_t avail) {
-  unsigned c = s[0];
-  if (c < 0x80) return 1;
-  size_t n;
-  unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-  if (c >= 0xC2 && c <= 0xDF) {
-    n = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (avail < n || s[1] < lo || s[1] > hi) return 0;
-  for (size_t k = 2; k < n; k++) {
-    if ((s[k] & 0xC0) != 0x80) return 0;
-  }
-  return n;
-}
-
-static int px__st_utf8_valid(const char *s) {
-  const unsigned char *p = (const unsigned char *)s;
-  size_t len = strlen(s);
-  for (size_t i = 0, n; i < len; i += n) {
-    n = px__st_utf8_seq(p + i, len - i);
-    if (n == 0) return 0;
-  }
-  return 1;
-}
-
 /* ======================================================================
  * Writer
  * ====================================================================== */
 
-typedef struct {
-  char *p;
-  size_t len, cap;
-  int oom;
-} px__st_buf_t;
-
-static void px__st_put(px__st_buf_t *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + n + 1) cap *= 2;
-    char *p = px_realloc(b->p, cap, "safetensors.header");
-    if (!p) {
-      b->oom = 1;
-      return;
-    }
-    b->p = p;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->len, s, n);
-  b->len += n;
-  b->p[b->len] = '\0';
-}
-
-static void px__st_puts(px__st_buf_t *b, const char *s) { px__st_put(b, s, strlen(s)); }
-
-static void px__st_put_u64(px__st_buf_t *b, uint64_t v) {
+static void px__st_put_u64(px_buf_t *b, uint64_t v) {
   char tmp[24];
   int n = snprintf(tmp, sizeof tmp, "%" PRIu64, v);
-  px__st_put(b, tmp, (size_t)n);
-}
-
-/* A JSON string: quotes, backslashes and control characters escaped, other
- * bytes (already checked to be UTF-8) as they are. */
-static void px__st_put_json_string(px__st_buf_t *b, const char *s) {
-  px__st_put(b, "\"", 1);
-  const char *run = s;
-  for (const char *p = s; *p; p++) {
-    unsigned char c = (unsigned char)*p;
-    if (c != '"' && c != '\\' && c >= 0x20) continue;
-    px__st_put(b, run, (size_t)(p - run));
-    char esc[8];
-    switch (c) {
-      case '"': px__st_put(b, "\\\"", 2); break;
-      case '\\': px__st_put(b, "\\\\", 2); break;
-      case '\n': px__st_put(b, "\\n", 2); break;
-      case '\r': px__st_put(b, "\\r", 2); break;
-      case '\t': px__st_put(b, "\\t", 2); break;
-      case '\b': px__st_put(b, "\\b", 2); break;
-      case '\f': px__st_put(b, "\\f", 2); break;
-      default:
-        snprintf(esc, sizeof esc, "\\u%04x", c);
-        px__st_put(b, esc, 6);
-        break;
-    }
-    run = p + 1;
-  }
-  px__st_put(b, run, strlen(run));
-  px__st_put(b, "\"", 1);
+  px_buf_put(b, tmp, (size_t)n);
 }
 
 typedef struct {
@@ -230,7 +138,7 @@ static int px__st_cmp_str(const void *a, const void *b) {
 static px_status_t px__st_check_tensor(const char *path, const char *op, const px_st_tensor_t *t,
                                        int i, int need_data, uint64_t *nbytes) {
   if (!t->name) return px__st_fail(PX_ERR_INVALID, path, "%s: tensor %d has no name", op, i);
-  if (!px__st_utf8_valid(t->name)) {
+  if (!px_utf8_valid(t->name, strlen(t->name))) {
     return px__st_fail(PX_ERR_INVALID, path, "%s: tensor %d: name is not valid UTF-8", op, i);
   }
   if (strcmp(t->name, PX__ST_META_KEY) == 0) {
@@ -291,7 +199,7 @@ static px_status_t px__st_plan(const char *path, const px_st_tensor_t *tensors, 
                        k ? "value" : "key");
       goto fail;
     }
-    if (!px__st_utf8_valid(k) || !px__st_utf8_valid(v)) {
+    if (!px_utf8_valid(k, strlen(k)) || !px_utf8_valid(v, strlen(v))) {
       st = px__st_fail(PX_ERR_INVALID, path, "save: metadata pair %d is not valid UTF-8", i);
       goto fail;
     }
@@ -315,41 +223,41 @@ fail:
 
 /* The header JSON, padded with spaces to a multiple of 8 bytes. */
 static px_status_t px__st_header(const char *path, const px__st_out_t *o, int n,
-                                 const char *const *meta_kv, int nmeta, px__st_buf_t *b) {
-  px__st_put(b, "{", 1);
+                                 const char *const *meta_kv, int nmeta, px_buf_t *b) {
+  px_buf_put(b, "{", 1);
   if (nmeta > 0) {
-    px__st_puts(b, "\"" PX__ST_META_KEY "\":{");
+    px_buf_puts(b, "\"" PX__ST_META_KEY "\":{");
     for (int i = 0; i < nmeta; i++) {
-      if (i) px__st_put(b, ",", 1);
-      px__st_put_json_string(b, meta_kv[2 * i]);
-      px__st_put(b, ":", 1);
-      px__st_put_json_string(b, meta_kv[2 * i + 1]);
+      if (i) px_buf_put(b, ",", 1);
+      px_buf_json_string(b, meta_kv[2 * i], strlen(meta_kv[2 * i]));
+      px_buf_put(b, ":", 1);
+      px_buf_json_string(b, meta_kv[2 * i + 1], strlen(meta_kv[2 * i + 1]));
     }
-    px__st_put(b, "}", 1);
+    px_buf_put(b, "}", 1);
   }
   uint64_t off = 0;
   for (int i = 0; i < n; i++) {
     const px_st_tensor_t *t = o[i].t;
-    if (i || nmeta > 0) px__st_put(b, ",", 1);
-    px__st_put_json_string(b, t->name);
-    px__st_puts(b, ":{\"dtype\":\"");
-    px__st_puts(b, px__st_dtypes[t->dtype].name);
-    px__st_puts(b, "\",\"shape\":[");
+    if (i || nmeta > 0) px_buf_put(b, ",", 1);
+    px_buf_json_string(b, t->name, strlen(t->name));
+    px_buf_puts(b, ":{\"dtype\":\"");
+    px_buf_puts(b, px__st_dtypes[t->dtype].name);
+    px_buf_puts(b, "\",\"shape\":[");
     for (int d = 0; d < t->ndim; d++) {
-      if (d) px__st_put(b, ",", 1);
+      if (d) px_buf_put(b, ",", 1);
       px__st_put_u64(b, (uint64_t)t->shape[d]);
     }
-    px__st_puts(b, "],\"data_offsets\":[");
+    px_buf_puts(b, "],\"data_offsets\":[");
     px__st_put_u64(b, off);
-    px__st_put(b, ",", 1);
+    px_buf_put(b, ",", 1);
     if (__builtin_add_overflow(off, o[i].nbytes, &off) || off > (uint64_t)INT64_MAX) {
       return px__st_fail(PX_ERR_INVALID, path, "save: total data size overflows");
     }
     px__st_put_u64(b, off);
-    px__st_puts(b, "]}");
+    px_buf_puts(b, "]}");
   }
-  px__st_put(b, "}", 1);
-  while (!b->oom && b->len % 8 != 0) px__st_put(b, " ", 1);
+  px_buf_put(b, "}", 1);
+  while (!b->oom && b->len % 8 != 0) px_buf_put(b, " ", 1);
   if (b->oom) return PX_ERR_NOMEM;
   if (b->len > PX_ST_MAX_HEADER) {
     return px__st_fail(PX_ERR_INVALID, path, "save: header of %zu bytes exceeds the %u-byte limit",
@@ -358,47 +266,8 @@ static px_status_t px__st_header(const char *path, const px__st_out_t *o, int n,
   return PX_OK;
 }
 
-static px_status_t px__st_write_all(int fd, const void *buf, size_t len, const char *path,
-                                    const char *tmp) {
-  const char *p = buf;
-  while (len > 0) {
-    size_t chunk = len < PX__ST_IO_CHUNK ? len : PX__ST_IO_CHUNK;
-    ssize_t w = write(fd, p, chunk);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return px__st_fail(PX_ERR_IO, path, "cannot write %s: %s", tmp, strerror(errno));
-    }
-    p += w;
-    len -= (size_t)w;
-  }
-  return PX_OK;
-}
-
-/* fsync of the directory holding path, so that the rename itself survives a
- * crash. Best effort: the new file is in place whatever happens here. */
-static void px__st_sync_dir(const char *path) {
-  const char *slash = strrchr(path, '/');
-  char dir[4096];
-  if (!slash) {
-    snprintf(dir, sizeof dir, ".");
-  } else if (slash == path) {
-    snprintf(dir, sizeof dir, "/");
-  } else if ((size_t)(slash - path) < sizeof dir) {
-    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-  } else {
-    return;
-  }
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  if (fsync(fd) != 0 && errno != EINVAL) {
-    px_log(PX_LOG_WARN, "%s: fsync of directory %s failed: %s", path, dir, strerror(errno));
-  }
-  close(fd);
-}
-
 px_status_t px_safetensors_save(const char *path, const px_st_tensor_t *tensors, int n,
                                 const char *const *meta_kv, int nmeta) {
-  static atomic_uint px__st_tmp_counter;
   PX_REQUIRE(path != NULL && path[0] != '\0', "px_safetensors_save: no path");
   PX_REQUIRE(n >= 0 && (n == 0 || tensors != NULL), "%s: save: bad tensor table (n = %d)", path,
              n);
@@ -407,61 +276,20 @@ px_status_t px_safetensors_save(const char *path, const px_st_tensor_t *tensors,
 
   px_status_t st = PX_OK;
   px__st_out_t *o = NULL;
-  px__st_buf_t hdr = {0};
-  char *tmp = NULL;
-  int fd = -1;
+  px_buf_t hdr = {0};
+  px_atomic_file_t f;
   PX_CHECK(px__st_plan(path, tensors, n, meta_kv, nmeta, &o));
   PX_CHECK_GOTO(px__st_header(path, o, n, meta_kv, nmeta, &hdr), st, out);
-
-  size_t tmp_cap = strlen(path) + 64;
-  tmp = px_malloc(tmp_cap, "safetensors.tmp_path");
-  if (!tmp) {
-    st = PX_ERR_NOMEM;
-    goto out;
-  }
-  /* A name of our own with O_EXCL rather than mkstemp: the file gets the
-   * usual 0666 & ~umask permissions without touching the process umask. */
-  for (int attempt = 0;; attempt++) {
-    snprintf(tmp, tmp_cap, "%s.tmp.%ld.%u", path, (long)getpid(),
-             atomic_fetch_add(&px__st_tmp_counter, 1));
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0) break;
-    if (errno == EINTR || (errno == EEXIST && attempt < 100)) continue;
-    st = px__st_fail(PX_ERR_IO, path, "cannot create temporary file %s: %s", tmp, strerror(errno));
-    goto out;
-  }
-
+  PX_CHECK_GOTO(px_atomic_file_open(&f, path, 0666, 0), st, out);
   uint8_t size_le[8];
   for (int i = 0; i < 8; i++) size_le[i] = (uint8_t)((uint64_t)hdr.len >> (8 * i));
-  PX_CHECK_GOTO(px__st_write_all(fd, size_le, 8, path, tmp), st, fail_tmp);
-  PX_CHECK_GOTO(px__st_write_all(fd, hdr.p, hdr.len, path, tmp), st, fail_tmp);
-  for (int i = 0; i < n; i++) {
-    PX_CHECK_GOTO(px__st_write_all(fd, o[i].t->data, (size_t)o[i].nbytes, path, tmp), st,
-                  fail_tmp);
-  }
-  if (fsync(fd) != 0) {
-    st = px__st_fail(PX_ERR_IO, path, "cannot fsync %s: %s", tmp, strerror(errno));
-    goto fail_tmp;
-  }
-  int rc = close(fd);
-  fd = -1;
-  if (rc != 0) {
-    st = px__st_fail(PX_ERR_IO, path, "cannot close %s: %s", tmp, strerror(errno));
-    goto fail_tmp;
-  }
-  if (rename(tmp, path) != 0) {
-    st = px__st_fail(PX_ERR_IO, path, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-    goto fail_tmp;
-  }
-  px__st_sync_dir(path);
-  goto out;
-
-fail_tmp:
-  if (fd >= 0) close(fd);
-  fd = -1;
-  unlink(tmp);
+  (void)px_atomic_file_write(&f, size_le, 8);
+  (void)px_atomic_file_write(&f, hdr.p, hdr.len);
+  for (int i = 0; i < n; i++) (void)px_atomic_file_write(&f, o[i].t->data, (size_t)o[i].nbytes);
+  st = px_atomic_file_commit(&f); /* reports the first failed write */
 out:
-  PX_FREE_ALL(tmp, hdr.p, o);
+  px_buf_free(&hdr);
+  px_free(o);
   return st;
 }
 
@@ -562,7 +390,7 @@ static px_status_t px__js_string(px__js_t *js, const char **out) {
     }
     if (c < 0x20) return px__js_syntax(js, "control character in a string");
     if (c >= 0x80) {
-      size_t n = px__st_utf8_seq((const unsigned char *)js->s + js->pos, js->len - js->pos);
+      size_t n = px_utf8_seq(js->s + js->pos, js->len - js->pos);
       if (n == 0) return px__js_syntax(js, "invalid UTF-8 in a string");
       memmove(w, js->s + js->pos, n);
       w += n;

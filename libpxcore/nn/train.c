@@ -9,6 +9,7 @@
 #include "prunex/data.h"
 #include "prunex/nn.h"
 #include "px_check.h"
+#include "px_clock.h"
 
 struct px_trainer {
   px_train_config_t cfg;
@@ -45,12 +46,6 @@ void px_train_config_default(px_train_config_t *c) {
   c->augment = 1;
   c->world_size = 1;
   c->device = px_device_cpu();
-}
-
-static double px__now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static px_status_t px__load_data(px_trainer_t *t) {

@@ -9,6 +9,7 @@
  * and the proximal targets and masks through device buffers of this file. */
 #include <string.h>
 
+#include "admm/admm_int.h"
 #include "prunex/cuda_kernels.h"
 #include "px_check.h"
 #include "strategy/strategy_int.h"
@@ -25,7 +26,6 @@ typedef struct {
   px_tensor_t d_zu;         /* [2 numel] the same on the model's device */
   uint8_t *h_mask;          /* [all masks] the frozen masks, host side */
   px_tensor_t d_mask;       /* the same on the model's device */
-  size_t *moff;             /* [np] offset of parameter i's mask in d_mask */
   px__strategy_run_t *run;  /* for the grad hook and the control adapter */
 } px__hsadmm_strategy_t;
 
@@ -75,7 +75,8 @@ static px_status_t px__hsadmm_apply_mask(const px__hsadmm_strategy_t *s, int i, 
   const px__strategy_run_t *r = s->run;
   const px_prune_layout_t *L = px_sparsity_layout(px_hsadmm_sparsity(s->h), i);
   const uint8_t *mask =
-      r->staged ? (const uint8_t *)s->d_mask.data + s->moff[i] : px_hsadmm_mask(s->h, i);
+      r->staged ? (const uint8_t *)s->d_mask.data + px_sparsity_mask_offset(px_hsadmm_sparsity(s->h), i)
+                : px_hsadmm_mask(s->h, i);
   if (!r->cuda) {
     px_prune_layout_apply(L, w, mask);
     return PX_OK;
@@ -126,10 +127,11 @@ static px_status_t px__hsadmm_restore_theta(px__strategy_run_t *r, void *priv) {
 
 /* The frozen union masks to the device buffer the mask kernel reads. */
 static px_status_t px__hsadmm_masks_up(px__strategy_run_t *r, px__hsadmm_strategy_t *s) {
+  const px_sparsity_t *sp = px_hsadmm_sparsity(s->h);
   for (int i = 0; i < r->np; i++)
     if (s->hp[i].prunable)
-      memcpy(s->h_mask + s->moff[i], px_hsadmm_mask(s->h, i),
-             px_sparsity_layout(px_hsadmm_sparsity(s->h), i)->size);
+      memcpy(s->h_mask + px_sparsity_mask_offset(sp, i), px_hsadmm_mask(s->h, i),
+             px_sparsity_layout(sp, i)->size);
   return px_tensor_copy_from_host(&s->d_mask, s->h_mask, px_tensor_plain_bytes(&s->d_mask));
 }
 
@@ -225,10 +227,19 @@ static px_status_t px__hsadmm_decide(px__strategy_run_t *r, void *priv, int *sto
 
 /* Each rank's local model, momentum and dual are its own; z, the node
  * consensus and the masks are listed by admm/hsadmm.c. */
+_Static_assert((int)PX__ITEM_GLOBAL == (int)PX_RS_GLOBAL && (int)PX__ITEM_NODE == (int)PX_RS_NODE &&
+                   (int)PX__ITEM_RANK == (int)PX_RS_RANK,
+               "admm_int.h's item scopes are px_resume's");
+
 static px_status_t px__hsadmm_resume_items(px__strategy_run_t *r, void *priv, px__resume_t *rs) {
   px__hsadmm_strategy_t *s = priv;
   PX_CHECK(px__strategy_resume_model(r, rs, PX_RS_RANK));
-  return px__hsadmm_state_items(s->h, rs);
+  px__state_item_t items[PX__HSADMM_MAX_ITEMS];
+  int n = px__hsadmm_state_items(s->h, items);
+  for (int i = 0; i < n; i++)
+    PX_CHECK(px__resume_add(rs, items[i].name, (px_rs_scope_t)items[i].scope, items[i].dtype,
+                            items[i].data, items[i].bytes));
+  return PX_OK;
 }
 
 static px_status_t px__hsadmm_resumed(px__strategy_run_t *r, void *priv, int node_fresh,
@@ -253,12 +264,10 @@ static px_status_t px__hsadmm_device_buffer(px__strategy_run_t *r, px_tensor_t *
  * state: the masks are laid out as its sparsity set says). */
 static px_status_t px__hsadmm_setup_staging(px__strategy_run_t *r, px__hsadmm_strategy_t *s) {
   s->h_zu = px_malloc(2 * r->numel * sizeof(float), "strategy.prox_mirror");
-  s->moff = px_calloc((size_t)r->np, sizeof *s->moff, "strategy.mask_offsets");
-  if (!s->h_zu || !s->moff) return PX_ERR_NOMEM;
+  if (!s->h_zu) return PX_ERR_NOMEM;
   PX_CHECK(px__hsadmm_device_buffer(r, &s->d_zu, PX_DTYPE_F32, 2 * r->numel, "strategy.prox"));
   const px_sparsity_t *sp = px_hsadmm_sparsity(s->h);
   size_t mbytes = px_sparsity_mask_bytes(sp);
-  for (int i = 0; i < r->np; i++) s->moff[i] = s->hp[i].prunable ? px_sparsity_mask_offset(sp, i) : 0;
   s->h_mask = px_calloc(mbytes ? mbytes : 1, 1, "strategy.mask_mirror");
   if (!s->h_mask) return PX_ERR_NOMEM;
   return px__hsadmm_device_buffer(r, &s->d_mask, PX_DTYPE_U8, mbytes, "strategy.masks");
@@ -303,7 +312,7 @@ static void px__hsadmm_destroy(px__strategy_run_t *r, void *priv) {
   px_hsadmm_destroy(s->h);
   px_tensor_release(&s->d_zu);
   px_tensor_release(&s->d_mask);
-  PX_FREE_ALL(s->hp, s->backup, s->layer_density, s->h_zu, s->h_mask, s->moff, s);
+  PX_FREE_ALL(s->hp, s->backup, s->layer_density, s->h_zu, s->h_mask, s);
 }
 
 #define PX__HSADMM_OPS                                                                   \

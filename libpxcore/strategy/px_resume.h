@@ -30,7 +30,6 @@
 #define PX_RESUME_H
 
 #include "prunex/comm.h"
-#include "prunex/hsadmm.h"
 #include "prunex/safetensors.h"
 #include "prunex/tensor.h"
 
@@ -67,10 +66,5 @@ int px__resume_complete(const px__resume_t *rs, char *problem, size_t cap);
  * none (start afresh; nothing was read). *node_fresh / *rank_fresh: this
  * rank's NODE / RANK buffers were not restored. */
 px_status_t px__resume_load(px__resume_t *rs, int *iteration, int *node_fresh, int *rank_fresh);
-
-/* H-SADMM's part (admm/hsadmm.c): lists its state; after a load, restarts what
- * was not restored and rebuilds the pack plan from the masks. */
-px_status_t px__hsadmm_state_items(px_hsadmm_t *h, px__resume_t *rs);
-px_status_t px__hsadmm_state_resumed(px_hsadmm_t *h, int node_fresh, int rank_fresh);
 
 #endif

@@ -34,6 +34,7 @@
 
 #include "admm/admm_int.h"
 #include "px_check.h"
+#include "px_clock.h"
 #include "strategy/px_resume.h"
 #include "strategy/strategy_int.h"
 
@@ -233,15 +234,15 @@ static px_status_t px__strategy_iteration(px__strategy_run_t *r, const px__strat
     r->it.checkpoint_complete = px__resume_complete(r->rs, r->ck_problem, sizeof r->ck_problem);
     r->it.checkpoint_problem = r->ck_problem;
   }
-  uint64_t intra0 = px__admm_traffic(comm, PX_TIER_INTRA);
-  uint64_t inter0 = px__admm_traffic(comm, PX_TIER_INTER);
+  uint64_t intra0 = px_comm_tier_bytes(comm, PX_TIER_INTRA);
+  uint64_t inter0 = px_comm_tier_bytes(comm, PX_TIER_INTER);
 
   /* ---- local phase ---- */
-  double t0 = px__admm_now();
+  double t0 = px__now();
   if (ops->before_local) PX_CHECK(ops->before_local(r, priv, it));
   px_epoch_stats_t es;
   PX_CHECK(px_trainer_steps(r->t, r->steps, &es));
-  r->it.local_s = px__admm_now() - t0;
+  r->it.local_s = px__now() - t0;
   r->it.epoch =
       (double)px_trainer_global_step(r->t) / (double)px_trainer_steps_per_epoch(r->t);
 
@@ -266,8 +267,8 @@ static px_status_t px__strategy_iteration(px__strategy_run_t *r, const px__strat
 
   /* ---- figures of the iteration, summed over ranks ---- */
   double v[4] = {es.loss, es.accuracy,
-                 (double)(px__admm_traffic(comm, PX_TIER_INTRA) - intra0),
-                 (double)(px__admm_traffic(comm, PX_TIER_INTER) - inter0)};
+                 (double)(px_comm_tier_bytes(comm, PX_TIER_INTRA) - intra0),
+                 (double)(px_comm_tier_bytes(comm, PX_TIER_INTER) - inter0)};
   r->it.rank_bytes_intra = (uint64_t)v[2];
   r->it.rank_bytes_inter = (uint64_t)v[3];
   PX_CHECK(px_comm_allreduce(r->world, v, v, 4, PX_COMM_F64, PX_COMM_SUM));
@@ -283,9 +284,9 @@ static px_status_t px__strategy_iteration(px__strategy_run_t *r, const px__strat
   res->bytes_inter_dense += r->it.bytes_inter_dense;
 
   /* ---- control: rank 0 decides, everyone applies ---- */
-  double t1 = px__admm_now();
+  double t1 = px__now();
   PX_CHECK(ops->decide(r, priv, stop));
-  r->it.control_s = px__admm_now() - t1;
+  r->it.control_s = px__now() - t1;
   res->iterations = it + 1;
   res->density = r->it.density;
   if (cfg->observe) PX_CHECK(cfg->observe(cfg->observe_ctx, &r->it));
@@ -336,8 +337,8 @@ static px_status_t px__strategy_resume_setup(px__strategy_run_t *r, const px__st
   const px_strategy_config_t *c = r->cfg;
   PX_CHECK(px__resume_create(r->comm, c->checkpoint_dir,
                              c->checkpoint_keep ? c->checkpoint_keep : 2, &r->rs));
-  PX_CHECK(px__resume_add(r->rs, "run.scalars", PX_RS_GLOBAL, PX_ST_I64, r->ck, sizeof r->ck));
-  PX_CHECK(px__resume_add(r->rs, "run.figures", PX_RS_GLOBAL, PX_ST_F64, r->ckf, sizeof r->ckf));
+  PX_CHECK(px__resume_add(r->rs, "run.scalars", PX_RS_GLOBAL, PX_ST_I64, &r->ck, sizeof r->ck));
+  PX_CHECK(px__resume_add(r->rs, "run.figures", PX_RS_GLOBAL, PX_ST_F64, &r->ckf, sizeof r->ckf));
   return ops->resume_items(r, priv, r->rs);
 }
 
@@ -351,28 +352,28 @@ static px_status_t px__strategy_resume(px__strategy_run_t *r, const px__strategy
   PX_CHECK(px__resume_load(r->rs, &R, &node_fresh, &rank_fresh));
   if (R < 0) return PX_OK;
   if (ops->resumed) PX_CHECK(ops->resumed(r, priv, node_fresh, rank_fresh));
-  PX_CHECK(px_trainer_set_position(r->t, r->ck + 1));
-  res->bytes_intra = (uint64_t)r->ck[4];
-  res->bytes_inter = (uint64_t)r->ck[5];
-  res->bytes_inter_dense = (uint64_t)r->ck[6];
-  res->test_loss = r->ckf[0];
-  res->test_accuracy = r->ckf[1];
+  PX_CHECK(px_trainer_set_position(r->t, r->ck.position));
+  res->bytes_intra = (uint64_t)r->ck.bytes_intra;
+  res->bytes_inter = (uint64_t)r->ck.bytes_inter;
+  res->bytes_inter_dense = (uint64_t)r->ck.bytes_inter_dense;
+  res->test_loss = r->ckf.test_loss;
+  res->test_accuracy = r->ckf.test_accuracy;
   res->resumed_from = R;
   res->iterations = R + 1;
-  *first = r->ck[7] ? r->cfg->iterations : R + 1; /* the controller had stopped it */
+  *first = r->ck.stopped ? r->cfg->iterations : R + 1; /* the controller had stopped it */
   return PX_OK;
 }
 
 static px_status_t px__strategy_checkpoint(px__strategy_run_t *r, int it, int stop,
                                            px_strategy_result_t *res) {
-  r->ck[0] = it;
-  r->ck[7] = stop;
-  px_trainer_position(r->t, r->ck + 1);
-  r->ck[4] = (int64_t)res->bytes_intra;
-  r->ck[5] = (int64_t)res->bytes_inter;
-  r->ck[6] = (int64_t)res->bytes_inter_dense;
-  r->ckf[0] = res->test_loss;
-  r->ckf[1] = res->test_accuracy;
+  r->ck.iteration = it;
+  r->ck.stopped = stop;
+  px_trainer_position(r->t, r->ck.position);
+  r->ck.bytes_intra = (int64_t)res->bytes_intra;
+  r->ck.bytes_inter = (int64_t)res->bytes_inter;
+  r->ck.bytes_inter_dense = (int64_t)res->bytes_inter_dense;
+  r->ckf.test_loss = res->test_loss;
+  r->ckf.test_accuracy = res->test_accuracy;
   uint64_t bytes;
   double s;
   PX_CHECK(px__resume_save(r->rs, it, &bytes, &s));
@@ -420,11 +421,11 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
   r.ctx = ctx;
   void *priv = NULL;
   px_status_t st;
-  double t_start = px__admm_now();
+  double t_start = px__now();
   PX_CHECK_GOTO(px__strategy_setup(&r), st, done);
   PX_CHECK_GOTO(ops->create(&r, &priv), st, done);
   res->test_accuracy = res->test_loss = -1;
-  r.ckf[0] = r.ckf[1] = -1;
+  r.ckf.test_loss = r.ckf.test_accuracy = -1;
   res->resumed_from = -1;
   res->checkpoint_complete = -1;
   int first = 0;
@@ -448,7 +449,7 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
                                                    sizeof res->checkpoint_problem);
   }
   PX_CHECK_GOTO(px__strategy_finish(&r, ops, priv, res), st, done);
-  res->seconds = px__admm_now() - t_start;
+  res->seconds = px__now() - t_start;
   snprintf(res->stop_reason, sizeof res->stop_reason, "%s",
            stop ? "controller" : "iterations");
   st = PX_OK;

@@ -34,6 +34,24 @@
 #include "prunex/strategy.h"
 #include "strategy/px_resume.h"
 
+/* The loop's own checkpoint items: each struct is one tensor of the file
+ * (I64 and F64), its fields in this order. */
+typedef struct {
+  int64_t iteration;        /* the last iteration done */
+  int64_t position[3];      /* the trainer's data position (px_trainer_position) */
+  int64_t bytes_intra;      /* the run's byte counters so far */
+  int64_t bytes_inter;
+  int64_t bytes_inter_dense;
+  int64_t stopped;          /* the controller had stopped the run */
+} px__run_scalars_t;
+_Static_assert(sizeof(px__run_scalars_t) == 8 * sizeof(int64_t),
+               "run.scalars is eight int64 in the checkpoint file");
+
+typedef struct {
+  double test_loss;         /* the last evaluation's (-1: none yet) */
+  double test_accuracy;
+} px__run_figures_t;
+
 /* What every strategy shares for one run (the common part; each strategy
  * keeps its own state behind priv). */
 typedef struct {
@@ -57,8 +75,8 @@ typedef struct {
   float *h_buf;             /* [BN statistics] host mirror */
   /* checkpoints (issue 14; NULL rs: none) */
   px__resume_t *rs;
-  int64_t ck[8];            /* last iteration done, trainer position [3], bytes [3], stop */
-  double ckf[2];            /* test loss, test accuracy */
+  px__run_scalars_t ck;     /* the loop's own items, "run.scalars" */
+  px__run_figures_t ckf;    /* and "run.figures" */
   char ck_problem[256];     /* px__resume_complete's, for px_iteration_t */
   /* the iteration being reported */
   px_iteration_t it;

@@ -256,6 +256,9 @@ typedef struct {
 
 PX_API void px_comm_traffic(const px_comm_t *c, px_comm_traffic_t *out);
 PX_API void px_comm_traffic_reset(px_comm_t *c);
+/* Bytes sent plus received on one tier so far (px_comm_traffic's sum): what
+ * phase timers take before and after a phase. Cannot fail. */
+PX_API uint64_t px_comm_tier_bytes(const px_comm_t *c, px_comm_tier_t tier);
 
 /* Bytes per element of a dtype (4, 8, 1); 0 for an unknown one. */
 PX_API size_t px_comm_dtype_size(px_comm_dtype_t dt);

@@ -1,0 +1,133 @@
+/* H-SADMM's three rooms (DESIGN.md section 4) and the handle they share.
+ *
+ *   hsadmm.c          the core: state families, masks, the round (intra
+ *                     sum and node consensus, projection, the exact packed
+ *                     exchange, z and the duals, residuals), the decision,
+ *                     the checkpoint items;
+ *   hsadmm_quant.c    comm.quantize: the leaders' 4/8-bit exchange of z_i
+ *                     with error feedback and the tracked sum of v_i;
+ *   hsadmm_overlap.c  comm.overlap: the exact exchange of round k in flight
+ *                     during the local phase of round k+1.
+ *
+ * The core calls the rooms through the px__hsq_* and px__hso_* functions
+ * below; the rooms call back only px__hsadmm_exchange, px__hsadmm_finish and
+ * px__hsadmm_bytes. Nothing here is seen outside admm/. */
+#ifndef PX_HSADMM_INT_H
+#define PX_HSADMM_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "prunex/hsadmm.h"
+
+/* comm.quantize, on the leaders (every pointer NULL elsewhere and with
+ * bits 0). Buffers of `total` floats are laid out like the parameters
+ * ("parameter layout") or like the pack plan's buffer ("packed layout"). */
+typedef struct {
+  int bits;             /* 0: exact exchange */
+  uint64_t seed;
+  float *err;           /* [total] error feedback, parameter layout */
+  float *sum;           /* [total] decoded sum of the leaders' payloads, packed layout */
+  float *ref;           /* [total] the previous z, packed layout: payloads are differences
+                           from it, which shrink as the consensus settles */
+  float *vsum;          /* [total] sum over nodes of v_i as the leaders track it,
+                           parameter layout, the same on every leader */
+  float *vp;            /* [total] vsum packed, packed layout */
+  float **err_ptrs;     /* [n] tensors of err, for unpacking */
+  float **ref_ptrs;     /* [n] tensors of z (the previous one while exchanging), for packing */
+  float **vs_ptrs;      /* [n] tensors of vsum, for packing */
+  uint8_t *send;        /* [px_quant_bytes(largest bucket)] this leader's payload */
+  uint8_t *recv;        /* [M * that] every leader's payload, in node order */
+} px__hsadmm_quant_t;
+
+/* Where the exchange of comm.overlap stands. */
+typedef enum {
+  PX__OV_IDLE = 0,      /* nothing waiting: z is the last sync's */
+  PX__OV_PACKED,        /* the last sync packed its exchange and deferred it */
+  PX__OV_IN_FLIGHT,     /* ... and the exchange was started (px_hsadmm_overlap_start) */
+} px__overlap_state_t;
+
+typedef struct {
+  int enabled;          /* px_hsadmm_set_overlap */
+  int drain;            /* the next sync exchanges at once (px_hsadmm_set_drain) */
+  px__overlap_state_t state;
+  px_comm_req_t **reqs; /* [maxreqs] one request per bucket in flight */
+  int nreqs, maxreqs;
+  uint64_t bytes0;      /* the traffic counters when it started */
+} px__hsadmm_overlap_t;
+
+struct px_hsadmm {
+  px_comm_t *comm;
+  px_group_t *world, *intra, *inter; /* inter NULL off the leaders */
+  px_hsadmm_config_t cfg;
+  px_hsadmm_param_t *params;
+  int n;
+  size_t *off;          /* [n] offset of each tensor in the families */
+  size_t total;
+  float *u, *zi, *zi_prev, *v, *z, *z_prev, *s;
+  double *rho1, *rho2;  /* [n] */
+  int M, P, N;          /* nodes, ranks per node, ranks */
+  /* masks: prunable tensors only, one contiguous byte buffer each, laid out
+   * by the sparsity set (px_sparsity_mask_offset gives where) */
+  px_sparsity_t *sp;
+  size_t mtotal;
+  uint8_t *mask_node, *mask_union, *mask_prev;
+  uint8_t *mask_z;      /* groups kept in z (the union once frozen) */
+  const uint8_t **mask_ptrs; /* [n] into mask_union, NULL for dense tensors */
+  px_pack_plan_t *plan;
+  int frozen;
+  int iteration;
+  int project_z;        /* the exchange packed last projects its z (masks not frozen then) */
+  double *sums;         /* [n * NSUMS + 4] */
+  px_admm_layer_report_t *layers;
+  px_hsadmm_round_t round;
+  double *decision_buf; /* [2 + 2n] */
+  float **src_ptrs;     /* [n] tensors of s, for packing */
+  float **dst_ptrs;     /* [n] tensors of z, for unpacking */
+  px__hsadmm_quant_t q;
+  px__hsadmm_overlap_t ov;
+};
+
+/* ---- the core, for the rooms (hsadmm.c) ---- */
+
+/* Bytes this rank moved on both tiers so far. */
+uint64_t px__hsadmm_bytes(const px_hsadmm_t *h);
+/* The leaders' blocking exchange of every packed bucket (exact or
+ * quantized); *bytes: what it moved. */
+px_status_t px__hsadmm_exchange(px_hsadmm_t *h, uint64_t *bytes);
+/* z from the exchanged buckets, projected when project_z; z and the masks
+ * to the node; v_i += z_i - z. */
+px_status_t px__hsadmm_finish(px_hsadmm_t *h);
+
+/* ---- comm.quantize (hsadmm_quant.c) ---- */
+
+/* The exchange of packed bucket b (leaders): buf[nf] is the bucket of the
+ * plan's buffer, packed here; the decoded sum lands in q.sum. */
+px_status_t px__hsq_bucket(px_hsadmm_t *h, int b, float *buf, size_t nf);
+/* s = z_i + error feedback - z (leaders, before the exchange). */
+void px__hsq_source(px_hsadmm_t *h);
+/* After the exchange: the quantization errors kept, then the mean of
+ * z_i + v_i in the plan's buffer (packed layout), sum z_i in s. */
+void px__hsq_take_sum(px_hsadmm_t *h);
+/* After z is final: sum v_i += sum z_i - M z. */
+void px__hsq_track_vsum(px_hsadmm_t *h);
+/* The payload one leader sends with the plan's current masks. */
+uint64_t px__hsq_payload_bytes(const px_hsadmm_t *h);
+/* A resumed run: restarts v (and the tracked sum) when some rank resumed
+ * without state. Collective over the world. */
+px_status_t px__hsq_resumed(px_hsadmm_t *h, int fresh);
+void px__hsq_free(px_hsadmm_t *h);
+
+/* ---- comm.overlap (hsadmm_overlap.c) ---- */
+
+/* The exchange deferred by the last sync, if any, lands (waited for, or
+ * run now when never started); *bytes: what it moved. */
+px_status_t px__hso_land(px_hsadmm_t *h, uint64_t *bytes);
+/* Called by the sync after packing: 1 when this round's exchange is
+ * deferred to the next local phase (state PACKED), 0 when the sync is to
+ * exchange now. */
+int px__hso_defer(px_hsadmm_t *h);
+/* Waits for requests left by a failed run and frees the room. */
+void px__hso_free(px_hsadmm_t *h);
+
+#endif
