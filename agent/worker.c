@@ -34,6 +34,7 @@
 #include <grpc/grpc.h>
 
 #include "metrics.h"
+#include "outbox.h"
 #include "prunex/comm.h"
 #include "prunex/cuda.h"
 #include "prunex/jobspec.h"
@@ -47,25 +48,10 @@
 
 #define PXW_EXIT_CANCELLED 3
 #define PXW_MAX_SPEC_BYTES (4u << 20)
-/* Rank 0 waits this long at most for the coordinator's decision before it
- * decides alone (an outage); a shorter outage is ridden out in place. */
-#define PXW_REPORT_BUDGET_MS 10000
-/* Reports kept while the coordinator is unreachable, sent in order when it
- * is back; beyond this the oldest are dropped (the node-local metrics file
- * keeps every iteration anyway). */
-#define PXW_QUEUE_MAX_BYTES (64u << 20)
 /* At the end of the run, how long rank 0 (its model saved, its trainer
  * freed) waits for the coordinator to take what it kept: as long as the
  * agent keeps trying its exit reports. */
 #define PXW_FLUSH_AT_END_MS (10 * 60 * 1000)
-
-/* An iteration report rank 0 could not deliver, packed. */
-typedef struct pxw_queued {
-  struct pxw_queued *next;
-  int iteration;
-  size_t len;
-  uint8_t data[];
-} pxw_queued_t;
 
 typedef struct {
   const char *coordinator, *job, *spec_path, *work_dir, *metrics_db, *leaders;
@@ -80,7 +66,7 @@ typedef struct {
   Prunex__V1__JobSpec *spec;
   px_device_t device;          /* where the trainer runs (cluster.device, --device-index) */
   pxa_metrics_t *metrics;      /* NULL when the file cannot be opened (a warning) */
-  px_rpc_channel_t *ch;        /* rank 0's reports */
+  pxa_outbox_t out;            /* rank 0's reports, and what an outage keeps */
   int timeout_ms;              /* collective timeout: bounds the report retries */
   int cancelled;               /* rank 0: the coordinator said so */
   char stop_reason[128];
@@ -95,10 +81,6 @@ typedef struct {
   Prunex__V1__PhaseTimes last_ph;
   uint64_t last_rank_intra, last_rank_inter;
   int have_last;
-  /* rank 0 during a coordinator outage: undelivered reports, oldest first */
-  pxw_queued_t *queue, **queue_tail;
-  size_t queue_n, queue_bytes;
-  int64_t outage_since_ms;     /* 0: the coordinator answers */
   int attempt;                 /* $PRUNEX_ATTEMPT: 1, 2, ... (issue 14) */
   char checkpoint_dir[4200];   /* <work-dir>/jobs/<job>/checkpoints */
   char progress_path[4200];    /* <work-dir>/jobs/<job>/rank-R.progress while training */
@@ -434,41 +416,6 @@ static px_status_t pxw_choose_backend(const pxw_t *w, px_kv_t *kv, px_comm_opts_
 
 /* ---- rank 0: report and decide ------------------------------------------------- */
 
-static px_status_t pxw_channel(pxw_t *w, px_rpc_channel_t **ch) {
-  if (*ch) return PX_OK;
-  return px_rpc_channel_create(w->a.coordinator, ch);
-}
-
-/* ReportIteration, retried (on a fresh channel, so gRPC's own reconnect
- * backoff does not delay us) while the coordinator is unreachable, for at
- * most PXW_REPORT_BUDGET_MS (and three quarters of the collective timeout:
- * the other ranks wait for the decision that long before they give up);
- * then the caller decides alone (pxw_control). */
-static px_status_t pxw_report(pxw_t *w, const Prunex__V1__IterationReport *rep,
-                              Prunex__V1__ControlDecision **dec) {
-  int64_t budget = (int64_t)w->timeout_ms * 3 / 4;
-  if (budget > PXW_REPORT_BUDGET_MS) budget = PXW_REPORT_BUDGET_MS;
-  int64_t end = pxa_now_ms() + budget;
-  int64_t pause = 100;
-  for (;;) {
-    px_status_t st = pxw_channel(w, &w->ch);
-    if (st == PX_OK) {
-      int64_t left = end - pxa_now_ms();
-      int deadline = left > 10000 ? 10000 : left > 500 ? (int)left : 500;
-      st = px_rpc_report_iteration(w->ch, rep, deadline, dec);
-      if (st == PX_OK) return PX_OK;
-      if (!px_rpc_last_retryable()) return st;
-    }
-    if (pxa_now_ms() + pause >= end) return st;
-    px_log(PX_LOG_WARN, "job %s: iteration %d: report failed (%s); retrying", w->a.job,
-           rep->iteration, px_last_error());
-    px_rpc_channel_destroy(w->ch);
-    w->ch = NULL;
-    pxa_sleep_ms(pause);
-    pause = pause * 2 > 2000 ? 2000 : pause * 2;
-  }
-}
-
 /* Fills rep (and ph, which it points to) from the iteration: the figures
  * rank 0 reports and every rank records. The layer array is the worker's,
  * allocated on the first call. */
@@ -525,75 +472,6 @@ static px_status_t pxw_fill_report(pxw_t *w, const px_iteration_t *it,
   return PX_OK;
 }
 
-/* ---- rank 0 during a coordinator outage ---------------------------------------------- */
-
-/* Keeps an undelivered report (packed) for later; the oldest go when the
- * queue is over PXW_QUEUE_MAX_BYTES. Allocates: only during an outage. */
-static void pxw_enqueue(pxw_t *w, const Prunex__V1__IterationReport *rep) {
-  size_t len = prunex__v1__iteration_report__get_packed_size(rep);
-  pxw_queued_t *q = px_malloc(sizeof *q + len, "worker.report.queued");
-  if (!q) {
-    px_log(PX_LOG_WARN, "job %s: iteration %d: out of memory: its report is dropped", w->a.job,
-           rep->iteration);
-    return;
-  }
-  q->next = NULL;
-  q->iteration = rep->iteration;
-  q->len = len;
-  prunex__v1__iteration_report__pack(rep, q->data);
-  if (!w->queue_tail) w->queue_tail = &w->queue;
-  *w->queue_tail = q;
-  w->queue_tail = &q->next;
-  w->queue_n++;
-  w->queue_bytes += len;
-  while (w->queue_bytes > PXW_QUEUE_MAX_BYTES && w->queue && w->queue->next) {
-    pxw_queued_t *old = w->queue;
-    w->queue = old->next;
-    w->queue_n--;
-    w->queue_bytes -= old->len;
-    px_log(PX_LOG_WARN, "job %s: report of iteration %d dropped (queue over %u MiB)", w->a.job,
-           old->iteration, PXW_QUEUE_MAX_BYTES >> 20);
-    px_free(old);
-  }
-}
-
-/* Sends the kept reports in order, each with a short deadline, until one
- * fails or until_ms; the coordinator's answers to them are history and are
- * dropped. Returns 1 when the queue is empty. */
-static int pxw_flush(pxw_t *w, int64_t until_ms) {
-  while (w->queue) {
-    if (pxw_channel(w, &w->ch) != PX_OK) return 0;
-    pxw_queued_t *q = w->queue;
-    void *resp = NULL;
-    size_t rlen = 0;
-    px_status_t st = px_rpc_call_raw(w->ch, PX_RPC_REPORT_ITERATION, q->data, q->len, 2000, &resp,
-                                     &rlen);
-    px_free(resp);
-    if (st != PX_OK && px_rpc_last_retryable()) {
-      px_rpc_channel_destroy(w->ch);
-      w->ch = NULL;
-      if (pxa_now_ms() >= until_ms) return 0;
-      pxa_sleep_ms(200);
-      if (pxa_now_ms() >= until_ms) return 0;
-      continue;
-    }
-    if (st != PX_OK)
-      px_log(PX_LOG_WARN, "job %s: the coordinator refused the kept report of iteration %d: %s",
-             w->a.job, q->iteration, px_last_error());
-    w->queue = q->next;
-    if (!w->queue) w->queue_tail = &w->queue;
-    w->queue_n--;
-    w->queue_bytes -= q->len;
-    px_free(q);
-  }
-  if (w->outage_since_ms) {
-    px_log(PX_LOG_WARN, "job %s: the coordinator is back after %.1f s; every kept report delivered",
-           w->a.job, (double)(pxa_now_ms() - w->outage_since_ms) / 1000.0);
-    w->outage_since_ms = 0;
-  }
-  return 1;
-}
-
 /* The decision rank 0 takes alone while the coordinator is unreachable:
  * the penalties in force stay (d comes filled with them), no freeze, and
  * the job stops where its spec says (admm.max_iterations). Every rank gets
@@ -618,23 +496,9 @@ static px_status_t pxw_control(void *ctx, const px_iteration_t *it, px_hsadmm_de
   Prunex__V1__PhaseTimes ph;
   PX_CHECK(pxw_fill_report(w, it, &rep, &ph));
   Prunex__V1__ControlDecision *dec = NULL;
-  /* In an outage, what was kept goes first (a quick try, then on with the
-   * training); the coordinator answers this report only once it has every
-   * earlier one. */
-  px_status_t st = PX_ERR_IO;
-  if (!w->queue || pxw_flush(w, pxa_now_ms() + 2000)) st = pxw_report(w, &rep, &dec);
-  if (st != PX_OK && w->queue == NULL && !px_rpc_last_retryable())
-    return px_set_error(st, "job %s: iteration %d: the coordinator at %s refused the report: %s",
-                        w->a.job, it->iteration, w->a.coordinator, px_last_error());
-  if (st != PX_OK) {
-    if (!w->outage_since_ms) {
-      w->outage_since_ms = pxa_now_ms();
-      px_log(PX_LOG_WARN,
-             "job %s: iteration %d: the coordinator at %s is unreachable (%s): rank 0 decides"
-             " alone with the penalties in force and keeps the reports for later",
-             w->a.job, it->iteration, w->a.coordinator, px_last_error());
-    }
-    pxw_enqueue(w, &rep);
+  int kept;
+  PX_CHECK(pxa_outbox_deliver(&w->out, &rep, &dec, &kept));
+  if (kept) { /* the coordinator is unreachable */
     pxw_decide_alone(w, it, d);
     return PX_OK;
   }
@@ -717,26 +581,7 @@ static void pxw_record_final(pxw_t *w, const px_strategy_result_t *res) {
   if (w->metrics && pxa_metrics_record(w->metrics, w->a.rank, &w->last, res->test_loss,
                                        w->last_rank_intra, w->last_rank_inter) != PX_OK)
     px_log(PX_LOG_WARN, "job %s: rank %d: metrics: %s", w->a.job, w->a.rank, px_last_error());
-  if (w->a.rank != 0) return;
-  Prunex__V1__ControlDecision *dec = NULL;
-  if (!w->queue && pxw_report(w, &w->last, &dec) == PX_OK) px_rpc_message_free(dec);
-  else pxw_enqueue(w, &w->last);
-}
-
-/* Rank 0 at the end of the run: delivers what an outage left behind, for
- * PXW_FLUSH_AT_END_MS at most (the agent's own exit report waits longer). */
-static void pxw_flush_at_end(pxw_t *w) {
-  if (!w->queue) return;
-  px_log(PX_LOG_INFO, "job %s: delivering %zu kept report%s", w->a.job, w->queue_n,
-         w->queue_n == 1 ? "" : "s");
-  if (!pxw_flush(w, pxa_now_ms() + PXW_FLUSH_AT_END_MS))
-    px_log(PX_LOG_WARN, "job %s: %zu report%s did not reach the coordinator (the node's metrics"
-           " file has them)", w->a.job, w->queue_n, w->queue_n == 1 ? "" : "s");
-  while (w->queue) {
-    pxw_queued_t *q = w->queue;
-    w->queue = q->next;
-    px_free(q);
-  }
+  if (w->a.rank == 0) pxa_outbox_resend(&w->out, &w->last);
 }
 
 /* ---- the run ------------------------------------------------------------------------ */
@@ -785,25 +630,14 @@ static void pxw_write_note(const pxw_t *w, const px_strategy_result_t *res) {
     px_log(PX_LOG_WARN, "rank %d: %s", w->a.rank, px_last_error());
 }
 
-static int pxw_run(pxw_t *w) {
+/* The run's settings from the spec and the environment; the node's
+ * metrics file (a warning without it: metrics are a record, not the job). */
+static px_status_t pxw_prepare(pxw_t *w, px_comm_opts_t *co) {
   const pxw_args_t *a = &w->a;
-  px_status_t st;
-  px_trainer_t *trainer = NULL;
-  px_kv_t *kv = NULL;
-  px_comm_t *comm = NULL;
-  int *node_of_rank = NULL, *leaders = NULL;
-  int rc = 1;
-  char model_path[4200] = "";
-  px_strategy_result_t res;
-  memset(&res, 0, sizeof res);
-
-  if ((st = pxw_load_spec(a, &w->spec)) != PX_OK) {
-    fprintf(stderr, "pxworker: rank %d: %s\n", a->rank, px_last_error());
-    return 1;
-  }
-  px_comm_opts_t co;
-  px_jobspec_comm_opts(w->spec, &co);
-  w->timeout_ms = co.timeout_ms;
+  PX_CHECK(pxw_load_spec(a, &w->spec));
+  px_jobspec_comm_opts(w->spec, co);
+  w->timeout_ms = co->timeout_ms;
+  pxa_outbox_init(&w->out, a->coordinator, a->job, w->timeout_ms);
   const char *att = getenv("PRUNEX_ATTEMPT");
   w->attempt = att && atoi(att) > 0 ? atoi(att) : 1;
   snprintf(w->checkpoint_dir, sizeof w->checkpoint_dir, "%s/jobs/%s/checkpoints", a->work_dir,
@@ -816,117 +650,152 @@ static int pxw_run(pxw_t *w) {
   if (a->metrics_db) snprintf(mpath, sizeof mpath, "%s", a->metrics_db);
   else snprintf(mpath, sizeof mpath, "%s/metrics.db", a->work_dir);
   if (pxa_metrics_open(mpath, &w->metrics) != PX_OK) {
-    /* Metrics are a record, not the job: train without them. */
     px_log(PX_LOG_WARN, "rank %d: no metrics file: %s", a->rank, px_last_error());
     w->metrics = NULL;
-  } else {
-    pxa_run_info_t info = {a->job,
-                           a->rank,
-                           a->local_rank,
-                           a->node_index,
-                           a->world,
-                           a->num_nodes,
-                           px_strategy_name((px_strategy_kind_t)w->spec->strategy),
-                           w->spec->model->name,
-                           w->spec->dataset->name,
-                           (int)getpid()};
-    if (pxa_metrics_run_start(w->metrics, &info) != PX_OK)
-      px_log(PX_LOG_WARN, "rank %d: metrics: %s", a->rank, px_last_error());
+    return PX_OK;
   }
+  pxa_run_info_t info = {a->job,
+                         a->rank,
+                         a->local_rank,
+                         a->node_index,
+                         a->world,
+                         a->num_nodes,
+                         px_strategy_name((px_strategy_kind_t)w->spec->strategy),
+                         w->spec->model->name,
+                         w->spec->dataset->name,
+                         (int)getpid()};
+  if (pxa_metrics_run_start(w->metrics, &info) != PX_OK)
+    px_log(PX_LOG_WARN, "rank %d: metrics: %s", a->rank, px_last_error());
+  return PX_OK;
+}
 
-  PX_CHECK_GOTO(pxw_resolve_device(w), st, fail);
-  pxw_log_device(w);
-  PX_CHECK_GOTO(pxw_trainer_create(w, &trainer), st, fail);
-  px_strategy_config_t sc;
-  PX_CHECK_GOTO(pxw_strategy_config(w, trainer, &sc), st, fail);
-
-  /* rendezvous and the communicator: ranks are placed node by node */
+/* The rendezvous through the coordinator and the communicator: ranks are
+ * placed node by node. */
+static px_status_t pxw_meet(pxw_t *w, px_comm_opts_t *co, px_comm_t **comm) {
+  const pxw_args_t *a = &w->a;
+  px_status_t st = PX_OK;
+  px_kv_t *kv = NULL;
   int P = a->world / a->num_nodes;
-  node_of_rank = px_calloc((size_t)a->world, sizeof(int), "worker.node_of_rank");
-  leaders = px_calloc((size_t)a->num_nodes, sizeof(int), "worker.leaders");
+  int *node_of_rank = px_calloc((size_t)a->world, sizeof(int), "worker.node_of_rank");
+  int *leaders = px_calloc((size_t)a->num_nodes, sizeof(int), "worker.leaders");
   if (!node_of_rank || !leaders) {
     st = PX_ERR_NOMEM;
-    goto fail;
+    goto out;
   }
   for (int r = 0; r < a->world; r++) node_of_rank[r] = r / P;
-  PX_CHECK_GOTO(pxw_parse_leaders(a, leaders), st, fail);
-  PX_CHECK_GOTO(px_kv_open_coordinator(a->coordinator, a->job, &kv), st, fail);
+  PX_CHECK_GOTO(pxw_parse_leaders(a, leaders), st, out);
+  PX_CHECK_GOTO(px_kv_open_coordinator(a->coordinator, a->job, &kv), st, out);
   char prefix[300];
   /* each attempt meets under its own keys: nothing of an earlier one's
    * rendezvous can be mistaken for this one's */
   if (w->attempt > 1) snprintf(prefix, sizeof prefix, "job/%s/a%d/comm", a->job, w->attempt);
   else snprintf(prefix, sizeof prefix, "job/%s/comm", a->job);
-  co.key_prefix = prefix;
-  co.leader_of_node = leaders;
+  co->key_prefix = prefix;
+  co->leader_of_node = leaders;
   px_log(PX_LOG_INFO, "job %s: rank %d of %d (node %d of %d): meeting the other ranks", a->job,
          a->rank, a->world, a->node_index, a->num_nodes);
-  PX_CHECK_GOTO(pxw_choose_backend(w, kv, &co), st, fail);
-  PX_CHECK_GOTO(px_comm_create(a->rank, a->world, node_of_rank, kv, &co, &comm), st, fail);
+  PX_CHECK_GOTO(pxw_choose_backend(w, kv, co), st, out);
+  PX_CHECK_GOTO(px_comm_create(a->rank, a->world, node_of_rank, kv, co, comm), st, out);
+out:
+  co->key_prefix = NULL;
+  co->leader_of_node = NULL;
   px_kv_destroy(kv); /* only needed to meet */
-  kv = NULL;
+  px_free(node_of_rank);
+  px_free(leaders);
+  return st;
+}
 
+/* After a run that ended well: rank 0 saves the model, notes a checkpoint
+ * problem and prints the summary line. Returns the exit status. */
+static px_status_t pxw_conclude(pxw_t *w, px_trainer_t *trainer, px_strategy_kind_t kind,
+                                const px_strategy_result_t *res, char *model_path, size_t cap,
+                                int *rc) {
+  const pxw_args_t *a = &w->a;
+  if (w->cancelled) {
+    fprintf(stderr, "pxworker: rank %d: job %s was cancelled\n", a->rank, a->job);
+    *rc = PXW_EXIT_CANCELLED;
+    return PX_OK;
+  }
+  if (a->rank == 0) PX_CHECK(pxw_save_model(w, trainer, res, model_path, cap));
+  if (a->rank == 0 && res->checkpoint_problem[0]) pxw_write_note(w, res);
+  *rc = 0;
+  if (a->rank != 0) return PX_OK;
+  char inter[32], dense[32];
+  pxw_fmt_bytes(res->bytes_inter, inter, sizeof inter);
+  pxw_fmt_bytes(res->bytes_inter_dense, dense, sizeof dense);
+  printf("job %s: %s %s, %d iteration%s (%s), test accuracy %.2f%%, density %.3f, "
+         "inter-node %s (dense %s), %.1f s, model %s\n",
+         a->job, px_strategy_name(kind), w->spec->model->name,
+         res->iterations, res->iterations == 1 ? "" : "s",
+         w->stop_reason[0] ? w->stop_reason : res->stop_reason, 100.0 * res->test_accuracy,
+         res->density, inter, dense, res->seconds, model_path);
+  fflush(stdout);
+  return PX_OK;
+}
+
+/* The rank's end in the node's metrics file. */
+static void pxw_record_end(pxw_t *w, px_comm_t *comm, const px_strategy_result_t *res, int rc,
+                           const char *model_path) {
+  if (!w->metrics) return;
+  px_comm_traffic_t tr;
+  memset(&tr, 0, sizeof tr);
+  if (comm) px_comm_traffic(comm, &tr);
+  char err[512];
+  snprintf(err, sizeof err, "%s", rc == 1 ? px_last_error() : "");
+  pxa_run_end_t end = {
+      .status = rc == 0 ? "succeeded" : rc == PXW_EXIT_CANCELLED ? "cancelled" : "failed",
+      .error = err,
+      .iterations = res->iterations,
+      .test_accuracy = res->iterations > 0 ? res->test_accuracy : -1.0,
+      .test_loss = res->iterations > 0 ? res->test_loss : -1.0,
+      .density = res->iterations > 0 ? res->density : 1.0,
+      .seconds = res->seconds,
+      .sent_intra = tr.sent[PX_TIER_INTRA],
+      .recv_intra = tr.recv[PX_TIER_INTRA],
+      .sent_inter = tr.sent[PX_TIER_INTER],
+      .recv_inter = tr.recv[PX_TIER_INTER],
+      .model_path = model_path,
+  };
+  if (pxa_metrics_run_end(w->metrics, w->a.job, w->a.rank, &end) != PX_OK)
+    px_log(PX_LOG_WARN, "rank %d: metrics: %s", w->a.rank, px_last_error());
+}
+
+static int pxw_run(pxw_t *w) {
+  const pxw_args_t *a = &w->a;
+  px_status_t st;
+  px_trainer_t *trainer = NULL;
+  px_comm_t *comm = NULL;
+  int rc = 1;
+  char model_path[4200] = "";
+  px_strategy_result_t res;
+  memset(&res, 0, sizeof res);
+  px_comm_opts_t co;
+  if (pxw_prepare(w, &co) != PX_OK) {
+    fprintf(stderr, "pxworker: rank %d: %s\n", a->rank, px_last_error());
+    return 1;
+  }
+  PX_CHECK_GOTO(pxw_resolve_device(w), st, fail);
+  pxw_log_device(w);
+  PX_CHECK_GOTO(pxw_trainer_create(w, &trainer), st, fail);
+  px_strategy_config_t sc;
+  PX_CHECK_GOTO(pxw_strategy_config(w, trainer, &sc), st, fail);
+  PX_CHECK_GOTO(pxw_meet(w, &co, &comm), st, fail);
   sc.observe = pxw_observe;
   sc.observe_ctx = w;
   st = px_strategy_run(trainer, comm, &sc, a->rank == 0 ? pxw_control : NULL, w, &res);
   if (w->training) unlink(w->progress_path); /* what follows may wait (final reports) */
   if (st != PX_OK) goto fail;
   if (!w->cancelled) pxw_record_final(w, &res);
-
-  if (w->cancelled) {
-    fprintf(stderr, "pxworker: rank %d: job %s was cancelled\n", a->rank, a->job);
-    rc = PXW_EXIT_CANCELLED;
-  } else {
-    if (a->rank == 0) PX_CHECK_GOTO(pxw_save_model(w, trainer, &res, model_path, sizeof model_path),
-                                    st, fail);
-    if (a->rank == 0 && res.checkpoint_problem[0]) pxw_write_note(w, &res);
-    rc = 0;
-    if (a->rank == 0) {
-      char inter[32], dense[32];
-      pxw_fmt_bytes(res.bytes_inter, inter, sizeof inter);
-      pxw_fmt_bytes(res.bytes_inter_dense, dense, sizeof dense);
-      printf("job %s: %s %s, %d iteration%s (%s), test accuracy %.2f%%, density %.3f, "
-             "inter-node %s (dense %s), %.1f s, model %s\n",
-             a->job, px_strategy_name(sc.kind), w->spec->model->name, res.iterations,
-             res.iterations == 1 ? "" : "s", w->stop_reason[0] ? w->stop_reason : res.stop_reason,
-             100.0 * res.test_accuracy, res.density, inter, dense, res.seconds, model_path);
-      fflush(stdout);
-    }
-  }
+  PX_CHECK_GOTO(pxw_conclude(w, trainer, sc.kind, &res, model_path, sizeof model_path, &rc), st, fail);
   goto done;
 
 fail:
   fprintf(stderr, "pxworker: rank %d: job %s: %s\n", a->rank, a->job, px_last_error());
   rc = 1;
 done:
-  if (w->metrics) {
-    px_comm_traffic_t tr;
-    memset(&tr, 0, sizeof tr);
-    if (comm) px_comm_traffic(comm, &tr);
-    pxa_run_end_t end = {
-        .status = rc == 0 ? "succeeded" : rc == PXW_EXIT_CANCELLED ? "cancelled" : "failed",
-        .error = rc == 1 ? px_last_error() : "",
-        .iterations = res.iterations,
-        .test_accuracy = res.iterations > 0 ? res.test_accuracy : -1.0,
-        .test_loss = res.iterations > 0 ? res.test_loss : -1.0,
-        .density = res.iterations > 0 ? res.density : 1.0,
-        .seconds = res.seconds,
-        .sent_intra = tr.sent[PX_TIER_INTRA],
-        .recv_intra = tr.recv[PX_TIER_INTRA],
-        .sent_inter = tr.sent[PX_TIER_INTER],
-        .recv_inter = tr.recv[PX_TIER_INTER],
-        .model_path = model_path,
-    };
-    char err[512];
-    snprintf(err, sizeof err, "%s", end.error);
-    end.error = err;
-    if (pxa_metrics_run_end(w->metrics, a->job, a->rank, &end) != PX_OK)
-      px_log(PX_LOG_WARN, "rank %d: metrics: %s", a->rank, px_last_error());
-  }
+  pxw_record_end(w, comm, &res, rc, model_path);
   px_comm_destroy(comm);
-  px_kv_destroy(kv);
   px_trainer_destroy(trainer);
-  px_free(node_of_rank);
-  px_free(leaders);
   return rc;
 }
 
@@ -950,8 +819,9 @@ int main(int argc, char **argv) {
   }
   grpc_init(); /* one reference for the run: channels come and go on retries */
   rc = pxw_run(&w);
-  pxw_flush_at_end(&w); /* what an outage kept, once the model is saved and the trainer freed */
-  px_rpc_channel_destroy(w.ch);
+  /* what an outage kept, once the model is saved and the trainer freed */
+  pxa_outbox_finish(&w.out, pxa_now_ms() + PXW_FLUSH_AT_END_MS);
+  pxa_outbox_free(&w.out);
   pxa_metrics_close(w.metrics);
   px_free(w.lm);
   px_free(w.lp);

@@ -373,72 +373,106 @@ static int pxa_threads_for(const pxa_agent_t *ag, const Prunex__V1__Assignment *
   return ag->threads_per_worker;
 }
 
-static px_status_t pxa_spawn(pxa_agent_t *ag, pxa_job_t *job, pxa_worker_t *w,
-                             const Prunex__V1__Assignment *as, const char *dir,
-                             const char *spec_path, char **env, int threads) {
+/* The rank's log file, opened for the worker's stdout and stderr: a later
+ * attempt appends (the earlier attempt's lines say why it ended). */
+static px_status_t pxa_open_rank_log(pxa_job_t *job, pxa_worker_t *w, const char *dir, int *fd) {
   snprintf(w->log, sizeof w->log, "%s/rank-%d.log", dir, w->rank);
   snprintf(w->progress, sizeof w->progress, "%s/rank-%d.progress", dir, w->rank);
   unlink(w->progress); /* an earlier attempt's */
-  /* A later attempt appends: the earlier attempt's lines say why it ended. */
-  int fd = open(w->log,
-                O_WRONLY | O_CREAT | O_CLOEXEC | (job->attempt > 1 ? O_APPEND : O_TRUNC), 0644);
-  if (fd < 0) return px_set_error(PX_ERR_IO, "%s: cannot create: %s", w->log, strerror(errno));
+  *fd = open(w->log, O_WRONLY | O_CREAT | O_CLOEXEC | (job->attempt > 1 ? O_APPEND : O_TRUNC),
+             0644);
+  if (*fd < 0) return px_set_error(PX_ERR_IO, "%s: cannot create: %s", w->log, strerror(errno));
   if (job->attempt > 1) {
     char mark[96];
     int m = snprintf(mark, sizeof mark, "--- pxagent: attempt %d of job %s starts here ---\n",
                      job->attempt, job->id);
-    if (m > 0 && write(fd, mark, (size_t)m) < 0)
+    if (m > 0 && write(*fd, mark, (size_t)m) < 0)
       px_log(PX_LOG_WARN, "%s: cannot write: %s", w->log, strerror(errno));
   }
-  char rank[16], lrank[16], dev[16], world[16], node[16], nodes[16], thr[16], leaders[1024] = "";
-  snprintf(rank, sizeof rank, "%d", w->rank);
-  snprintf(lrank, sizeof lrank, "%d", w->local_rank);
-  snprintf(dev, sizeof dev, "%d", w->device_index);
-  snprintf(world, sizeof world, "%d", as->world_size);
-  snprintf(node, sizeof node, "%d", as->node_index);
-  snprintf(nodes, sizeof nodes, "%d", as->num_nodes);
-  snprintf(thr, sizeof thr, "%d", threads);
+  return PX_OK;
+}
+
+/* pxworker's command line for one rank; the strings live in the struct. */
+typedef struct {
+  char *args[32];
+  char rank[16], lrank[16], dev[16], world[16], node[16], nodes[16], thr[16], leaders[1024];
+} pxa_worker_argv_t;
+
+static void pxa_worker_argv(pxa_agent_t *ag, pxa_job_t *job, const pxa_worker_t *w,
+                            const Prunex__V1__Assignment *as, const char *spec_path, int threads,
+                            pxa_worker_argv_t *v) {
+  snprintf(v->rank, sizeof v->rank, "%d", w->rank);
+  snprintf(v->lrank, sizeof v->lrank, "%d", w->local_rank);
+  snprintf(v->dev, sizeof v->dev, "%d", w->device_index);
+  snprintf(v->world, sizeof v->world, "%d", as->world_size);
+  snprintf(v->node, sizeof v->node, "%d", as->node_index);
+  snprintf(v->nodes, sizeof v->nodes, "%d", as->num_nodes);
+  snprintf(v->thr, sizeof v->thr, "%d", threads);
+  v->leaders[0] = '\0';
   if ((int)as->n_leader_ranks == as->num_nodes) {
     size_t used = 0;
-    for (size_t i = 0; i < as->n_leader_ranks && used < sizeof leaders; i++)
-      used += (size_t)snprintf(leaders + used, sizeof leaders - used, "%s%d", i ? "," : "",
+    for (size_t i = 0; i < as->n_leader_ranks && used < sizeof v->leaders; i++)
+      used += (size_t)snprintf(v->leaders + used, sizeof v->leaders - used, "%s%d", i ? "," : "",
                                as->leader_ranks[i]);
-    if (used >= sizeof leaders) leaders[0] = '\0';
+    if (used >= sizeof v->leaders) v->leaders[0] = '\0';
   }
   const char *coord = as->coordinator[0] ? as->coordinator : ag->cfg.coordinator;
-  char *args[32];
+  char *const fixed[] = {ag->worker_bin, "--coordinator", (char *)coord, "--job", job->id,
+                         "--rank", v->rank, "--local-rank", v->lrank, "--device-index", v->dev,
+                         "--world-size", v->world, "--node-index", v->node, "--num-nodes",
+                         v->nodes, "--spec", (char *)spec_path, "--threads", v->thr,
+                         "--work-dir", ag->work_dir, "--metrics-db", ag->metrics_db};
   int n = 0;
-  args[n++] = ag->worker_bin;
-  args[n++] = "--coordinator";
-  args[n++] = (char *)coord;
-  args[n++] = "--job";
-  args[n++] = job->id;
-  args[n++] = "--rank";
-  args[n++] = rank;
-  args[n++] = "--local-rank";
-  args[n++] = lrank;
-  args[n++] = "--device-index";
-  args[n++] = dev;
-  args[n++] = "--world-size";
-  args[n++] = world;
-  args[n++] = "--node-index";
-  args[n++] = node;
-  args[n++] = "--num-nodes";
-  args[n++] = nodes;
-  args[n++] = "--spec";
-  args[n++] = (char *)spec_path;
-  args[n++] = "--threads";
-  args[n++] = thr;
-  args[n++] = "--work-dir";
-  args[n++] = ag->work_dir;
-  args[n++] = "--metrics-db";
-  args[n++] = ag->metrics_db;
-  if (leaders[0]) {
-    args[n++] = "--leaders";
-    args[n++] = leaders;
+  for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) v->args[n++] = fixed[i];
+  if (v->leaders[0]) {
+    v->args[n++] = "--leaders";
+    v->args[n++] = v->leaders;
   }
-  args[n] = NULL;
+  v->args[n] = NULL;
+}
 
+/* The worker's environment: the agent's plus the rank's secret (issue 12)
+ * as PRUNEX_TOKEN, never in argv (which every user of the host can read).
+ * *wenv and *tok are NULL when the rank has no secret; the caller wipes
+ * and frees them. */
+static px_status_t pxa_rank_env(const Prunex__V1__Assignment *as, int rank, char **env,
+                                char ***wenv, char **tok) {
+  *wenv = NULL;
+  *tok = NULL;
+  const char *secret = NULL;
+  for (size_t i = 0; i < as->n_ranks; i++)
+    if (as->ranks[i]->rank == rank) secret = as->ranks[i]->secret;
+  if (!secret || !secret[0]) return PX_OK;
+  size_t ne = 0;
+  while (env[ne]) ne++;
+  *wenv = px_malloc((ne + 2) * sizeof **wenv, "agent.worker.env.rank");
+  *tok = px_malloc(strlen(secret) + 16, "agent.worker.env.token");
+  if (!*wenv || !*tok) {
+    px_free(*wenv);
+    px_free(*tok);
+    *wenv = NULL;
+    *tok = NULL;
+    return px_set_error(PX_ERR_NOMEM, "out of memory");
+  }
+  memcpy(*wenv, env, ne * sizeof **wenv);
+  snprintf(*tok, strlen(secret) + 16, "PRUNEX_TOKEN=%s", secret);
+  (*wenv)[ne] = *tok;
+  (*wenv)[ne + 1] = NULL;
+  return PX_OK;
+}
+
+static px_status_t pxa_spawn(pxa_agent_t *ag, pxa_job_t *job, pxa_worker_t *w,
+                             const Prunex__V1__Assignment *as, const char *dir,
+                             const char *spec_path, char **env, int threads) {
+  int fd;
+  PX_CHECK(pxa_open_rank_log(job, w, dir, &fd));
+  pxa_worker_argv_t v;
+  pxa_worker_argv(ag, job, w, as, spec_path, threads, &v);
+  char **wenv, *tok;
+  if (pxa_rank_env(as, w->rank, env, &wenv, &tok) != PX_OK) {
+    close(fd);
+    return PX_ERR_NOMEM;
+  }
   uv_stdio_container_t stdio[3];
   stdio[0].flags = UV_IGNORE;
   stdio[1].flags = UV_INHERIT_FD;
@@ -449,35 +483,11 @@ static px_status_t pxa_spawn(pxa_agent_t *ag, pxa_job_t *job, pxa_worker_t *w,
   memset(&o, 0, sizeof o);
   o.exit_cb = pxa_on_exit;
   o.file = ag->worker_bin;
-  o.args = args;
-  o.env = env;
+  o.args = v.args;
+  o.env = wenv ? wenv : env;
   o.cwd = dir;
   o.stdio_count = 3;
   o.stdio = stdio;
-  /* The rank's secret (issue 12) goes in the environment, never in argv
-   * (which every user of the host can read). */
-  const char *secret = NULL;
-  for (size_t i = 0; i < as->n_ranks; i++)
-    if (as->ranks[i]->rank == w->rank) secret = as->ranks[i]->secret;
-  char **wenv = NULL;
-  char *tok = NULL;
-  if (secret && secret[0]) {
-    size_t ne = 0;
-    while (env[ne]) ne++;
-    wenv = px_malloc((ne + 2) * sizeof *wenv, "agent.worker.env.rank");
-    tok = px_malloc(strlen(secret) + 16, "agent.worker.env.token");
-    if (!wenv || !tok) {
-      px_free(wenv);
-      px_free(tok);
-      close(fd);
-      return px_set_error(PX_ERR_NOMEM, "out of memory");
-    }
-    memcpy(wenv, env, ne * sizeof *wenv);
-    snprintf(tok, strlen(secret) + 16, "PRUNEX_TOKEN=%s", secret);
-    wenv[ne] = tok;
-    wenv[ne + 1] = NULL;
-    o.env = wenv;
-  }
   w->proc.data = w;
   int rc = uv_spawn(ag->loop, &w->proc, &o);
   if (tok) {
@@ -506,6 +516,35 @@ static px_status_t pxa_spawn(pxa_agent_t *ag, pxa_job_t *job, pxa_worker_t *w,
 
 static void pxa_job_stop(pxa_job_t *job, const char *reason);
 
+/* Every rank of the assignment reported as never started (why), and the
+ * attempt marked finished here. */
+static void pxa_fail_unstarted(pxa_agent_t *ag, const Prunex__V1__Assignment *as, int attempt,
+                               const char *why) {
+  for (size_t i = 0; i < as->n_ranks; i++)
+    pxa_report_unstarted(ag, as->job_id, attempt, as->ranks[i]->rank, why);
+  pxa_job_mark_finished(ag, as->job_id, attempt);
+}
+
+/* An older attempt still has workers here: they go first (the new ranks
+ * would share their devices, logs and checkpoints), and as waits in the
+ * newest entry. Returns 1 when it kept as, 0 when a newer one waits. */
+static int pxa_job_defer(pxa_agent_t *ag, pxa_job_t *newest, Prunex__V1__Assignment *as,
+                         int attempt) {
+  char why[96];
+  snprintf(why, sizeof why, "attempt %d of the job starts", attempt);
+  for (pxa_job_t *j = ag->jobs; j; j = j->next)
+    if (!strcmp(j->id, as->job_id)) pxa_job_stop(j, why);
+  if (newest->pending) {
+    if (pxa_attempt_of(newest->pending) > attempt) return 0;
+    px_rpc_message_free(newest->pending);
+  }
+  newest->pending = as;
+  px_log(PX_LOG_INFO, "job %s: attempt %d waits for the %d worker%s of attempt %d to end",
+         as->job_id, attempt, newest->nrunning, newest->nrunning == 1 ? "" : "s",
+         newest->attempt);
+  return 1;
+}
+
 /* Starts the assignment's ranks. Returns 1 when it kept as (pending in an
  * older attempt's entry), 0 when the caller still owns it. */
 static int pxa_job_start(pxa_agent_t *ag, Prunex__V1__Assignment *as) {
@@ -527,23 +566,7 @@ static int pxa_job_start(pxa_agent_t *ag, Prunex__V1__Assignment *as) {
            newest->attempt, attempt);
     return 0;
   }
-  if (newest) {
-    /* An older attempt still has workers here: they go first (the new
-     * ranks would share their devices, logs and checkpoints). */
-    char why[96];
-    snprintf(why, sizeof why, "attempt %d of the job starts", attempt);
-    for (pxa_job_t *j = ag->jobs; j; j = j->next)
-      if (!strcmp(j->id, as->job_id)) pxa_job_stop(j, why);
-    if (newest->pending) {
-      if (pxa_attempt_of(newest->pending) > attempt) return 0;
-      px_rpc_message_free(newest->pending);
-    }
-    newest->pending = as;
-    px_log(PX_LOG_INFO, "job %s: attempt %d waits for the %d worker%s of attempt %d to end",
-           as->job_id, attempt, newest->nrunning, newest->nrunning == 1 ? "" : "s",
-           newest->attempt);
-    return 1;
-  }
+  if (newest) return pxa_job_defer(ag, newest, as, attempt);
   char dir[PXA_PATH_MAX + 256], spec_path[PXA_PATH_MAX + 300];
   pxa_spec_path(ag, as->job_id, attempt, dir, sizeof dir);
   struct stat sb;
@@ -556,9 +579,7 @@ static int pxa_job_start(pxa_agent_t *ag, Prunex__V1__Assignment *as) {
              "pxagent restarted (now pid %ld) while this rank ran on node '%s': its worker is "
              "gone", (long)getpid(), ag->name);
     px_log(PX_LOG_WARN, "job %s: %s", as->job_id, why);
-    for (size_t i = 0; i < as->n_ranks; i++)
-      pxa_report_unstarted(ag, as->job_id, attempt, as->ranks[i]->rank, why);
-    pxa_job_mark_finished(ag, as->job_id, attempt);
+    pxa_fail_unstarted(ag, as, attempt, why);
     return 0;
   }
   px_status_t st = pxa_prepare_job(ag, as, dir, sizeof dir, spec_path, sizeof spec_path);
@@ -567,9 +588,7 @@ static int pxa_job_start(pxa_agent_t *ag, Prunex__V1__Assignment *as) {
     snprintf(why, sizeof why, "pxagent on node '%s' cannot prepare the job: %s", ag->name,
              px_last_error());
     px_log(PX_LOG_ERROR, "job %s: %s", as->job_id, why);
-    for (size_t i = 0; i < as->n_ranks; i++)
-      pxa_report_unstarted(ag, as->job_id, attempt, as->ranks[i]->rank, why);
-    pxa_job_mark_finished(ag, as->job_id, attempt);
+    pxa_fail_unstarted(ag, as, attempt, why);
     return 0;
   }
   pxa_job_t *job = px_calloc(1, sizeof *job, "agent.job");
@@ -578,9 +597,7 @@ static int pxa_job_start(pxa_agent_t *ag, Prunex__V1__Assignment *as) {
   char **env = pxa_worker_env(threads, attempt);
   if (!job || !ws || !env) {
     px_log(PX_LOG_ERROR, "job %s: out of memory", as->job_id);
-    for (size_t i = 0; i < as->n_ranks; i++)
-      pxa_report_unstarted(ag, as->job_id, attempt, as->ranks[i]->rank, "pxagent: out of memory");
-    pxa_job_mark_finished(ag, as->job_id, attempt);
+    pxa_fail_unstarted(ag, as, attempt, "pxagent: out of memory");
     px_free(job);
     px_free(ws);
     px_free(env);
