@@ -302,71 +302,67 @@ static int pxctl_remote_has_logs(px_rpc_channel_t *ch, const char *job_id, int f
   return 0;
 }
 
-/* The logs of ranks first..last from the coordinator: printed, as JSON,
- * or followed until the job ends. */
-static int pxctl_logs_remote(pxctl_opts_t *o, px_rpc_channel_t *ch, const char *job_id,
-                             int first, int last) {
-  int n = last - first + 1, rc = PXCTL_EXIT_OK;
-  pxctl_remote_rank_t *rr = px_calloc((size_t)n, sizeof *rr, "pxctl.logs.remote");
-  if (!rr) return pxctl_fail("out of memory");
-  int prefix = n > 1 || o->rank < 0;
-  if (!o->follow) {
-    pxctl_json_t j;
-    if (o->json) {
-      pxctl_json_init(&j, stdout);
-      pxctl_json_begin_object(&j);
-      pxctl_json_key(&j, "job_id");
-      pxctl_json_string(&j, job_id);
-      pxctl_json_key(&j, "source");
-      pxctl_json_string(&j, "coordinator");
-      pxctl_json_key(&j, "files");
-      pxctl_json_begin_array(&j);
-    }
-    for (int k = 0; k < n; k++) {
-      size_t len = 0;
-      char *text = pxctl_read_rank_log(ch, job_id, first + k, &rr[k], &len);
-      if (!text) {
-        rc = pxctl_rpc_fail(ch, NULL);
-        break;
-      }
-      if (o->json) {
-        pxctl_json_begin_object(&j);
-        pxctl_json_key(&j, "rank");
-        pxctl_json_int(&j, first + k);
-        pxctl_json_key(&j, "text");
-        if (rr[k].found) pxctl_json_string_n(&j, text, len);
-        else pxctl_json_null(&j);
-        pxctl_json_key(&j, "size");
-        pxctl_json_int(&j, rr[k].size);
-        pxctl_json_key(&j, "start_offset");
-        pxctl_json_int(&j, rr[k].start_offset);
-        pxctl_json_key(&j, "eof");
-        pxctl_json_bool(&j, rr[k].eof);
-        pxctl_json_end_object(&j);
-      } else if (rr[k].found) {
-        if (n > 1) printf("%s==> rank %d <==\n", k ? "\n" : "", first + k);
-        if (rr[k].start_offset > 0)
-          printf("[... the first %lld bytes of rank %d's log were dropped: the coordinator keeps "
-                 "the last ones]\n",
-                 (long long)rr[k].start_offset, first + k);
-        fwrite(text, 1, len, stdout);
-        if (len > 0 && text[len - 1] != '\n') fputc('\n', stdout);
-      } else if (n > 1) {
-        printf("%s==> rank %d: no log yet <==\n", k ? "\n" : "", first + k);
-      }
-      px_free(text);
-    }
-    if (o->json && rc == PXCTL_EXIT_OK) {
-      pxctl_json_end_array(&j);
-      pxctl_json_end_object(&j);
-      pxctl_json_finish(&j);
-    }
-    px_free(rr);
-    return rc;
+/* The logs of ranks first..last from the coordinator, printed or as JSON. */
+static int pxctl_logs_remote_print(pxctl_opts_t *o, px_rpc_channel_t *ch, const char *job_id,
+                                   int first, int n, pxctl_remote_rank_t *rr) {
+  int rc = PXCTL_EXIT_OK;
+  pxctl_json_t j;
+  if (o->json) {
+    pxctl_json_init(&j, stdout);
+    pxctl_json_begin_object(&j);
+    pxctl_json_key(&j, "job_id");
+    pxctl_json_string(&j, job_id);
+    pxctl_json_key(&j, "source");
+    pxctl_json_string(&j, "coordinator");
+    pxctl_json_key(&j, "files");
+    pxctl_json_begin_array(&j);
   }
+  for (int k = 0; k < n; k++) {
+    size_t len = 0;
+    char *text = pxctl_read_rank_log(ch, job_id, first + k, &rr[k], &len);
+    if (!text) {
+      rc = pxctl_rpc_fail(ch, NULL);
+      break;
+    }
+    if (o->json) {
+      pxctl_json_begin_object(&j);
+      pxctl_json_key(&j, "rank");
+      pxctl_json_int(&j, first + k);
+      pxctl_json_key(&j, "text");
+      if (rr[k].found) pxctl_json_string_n(&j, text, len);
+      else pxctl_json_null(&j);
+      pxctl_json_key(&j, "size");
+      pxctl_json_int(&j, rr[k].size);
+      pxctl_json_key(&j, "start_offset");
+      pxctl_json_int(&j, rr[k].start_offset);
+      pxctl_json_key(&j, "eof");
+      pxctl_json_bool(&j, rr[k].eof);
+      pxctl_json_end_object(&j);
+    } else if (rr[k].found) {
+      if (n > 1) printf("%s==> rank %d <==\n", k ? "\n" : "", first + k);
+      if (rr[k].start_offset > 0)
+        printf("[... the first %lld bytes of rank %d's log were dropped: the coordinator keeps "
+               "the last ones]\n",
+               (long long)rr[k].start_offset, first + k);
+      fwrite(text, 1, len, stdout);
+      if (len > 0 && text[len - 1] != '\n') fputc('\n', stdout);
+    } else if (n > 1) {
+      printf("%s==> rank %d: no log yet <==\n", k ? "\n" : "", first + k);
+    }
+    px_free(text);
+  }
+  if (o->json && rc == PXCTL_EXIT_OK) {
+    pxctl_json_end_array(&j);
+    pxctl_json_end_object(&j);
+    pxctl_json_finish(&j);
+  }
+  return rc;
+}
 
-  /* --follow: poll each unfinished rank twice a second; after the job ends,
-   * wait PXCTL_REMOTE_GRACE_S at most for the ranks' last uploads. */
+/* --follow: poll each unfinished rank twice a second; after the job ends,
+ * wait PXCTL_REMOTE_GRACE_S at most for the ranks' last uploads. */
+static void pxctl_logs_remote_follow(px_rpc_channel_t *ch, const char *job_id, int first, int n,
+                                     int prefix, pxctl_remote_rank_t *rr) {
   double over_at = -1, last_check = 0;
   while (!pxctl_logs_stop) {
     int open = 0;
@@ -406,8 +402,119 @@ static int pxctl_logs_remote(pxctl_opts_t *o, px_rpc_channel_t *ch, const char *
       printf("%.*s\n", (int)rr[k].npartial, rr[k].partial);
     }
   fflush(stdout);
+}
+
+/* The logs of ranks first..last from the coordinator: printed, as JSON,
+ * or followed until the job ends. */
+static int pxctl_logs_remote(pxctl_opts_t *o, px_rpc_channel_t *ch, const char *job_id,
+                             int first, int last) {
+  int n = last - first + 1, rc = PXCTL_EXIT_OK;
+  pxctl_remote_rank_t *rr = px_calloc((size_t)n, sizeof *rr, "pxctl.logs.remote");
+  if (!rr) return pxctl_fail("out of memory");
+  if (o->follow) pxctl_logs_remote_follow(ch, job_id, first, n, n > 1 || o->rank < 0, rr);
+  else rc = pxctl_logs_remote_print(o, ch, job_id, first, n, rr);
   px_free(rr);
   return rc;
+}
+
+/* A rank asked for whose log this host does not have: which it has. */
+static int pxctl_logs_no_rank(int rank, const char *job_id, const char *dir) {
+  pxctl_logset_t all = {NULL, 0, 0};
+  pxctl_scan(&all, dir, -1);
+  char have[512] = "";
+  int used = 0;
+  for (size_t i = 0; i < all.n && used < (int)sizeof have - 16; i++)
+    used += snprintf(have + used, sizeof have - (size_t)used, "%s%d", i ? ", " : "",
+                     all.f[i].rank);
+  int rc = pxctl_fail("the log of rank %d of job '%s' is not on this host (%s has %s%s); it is "
+                      "on the node that ran that rank",
+                      rank, job_id, dir, all.n ? "ranks " : "no rank logs", have);
+  px_free(all.f);
+  return rc;
+}
+
+static void pxctl_logs_local_json(const pxctl_logset_t *set, const char *job_id, const char *dir) {
+  pxctl_json_t j;
+  pxctl_json_init(&j, stdout);
+  pxctl_json_begin_object(&j);
+  pxctl_json_key(&j, "job_id");
+  pxctl_json_string(&j, job_id);
+  pxctl_json_key(&j, "dir");
+  pxctl_json_string(&j, dir);
+  pxctl_json_key(&j, "files");
+  pxctl_json_begin_array(&j);
+  for (size_t i = 0; i < set->n; i++) {
+    size_t len = 0;
+    char *text = pxctl_slurp(set->f[i].path, &len);
+    pxctl_json_begin_object(&j);
+    pxctl_json_key(&j, "rank");
+    pxctl_json_int(&j, set->f[i].rank);
+    pxctl_json_key(&j, "path");
+    pxctl_json_string(&j, set->f[i].path);
+    pxctl_json_key(&j, "text");
+    if (text) pxctl_json_string_n(&j, text, len);
+    else pxctl_json_null(&j);
+    pxctl_json_end_object(&j);
+    px_free(text);
+  }
+  pxctl_json_end_array(&j);
+  pxctl_json_end_object(&j);
+  pxctl_json_finish(&j);
+}
+
+static int pxctl_logs_local_print(const pxctl_logset_t *set, const char *dir) {
+  int rc = PXCTL_EXIT_OK;
+  if (set->n == 0) printf("(no rank logs in %s yet)\n", dir);
+  for (size_t i = 0; i < set->n; i++) {
+    size_t len = 0;
+    char *text = pxctl_slurp(set->f[i].path, &len);
+    if (set->n > 1)
+      printf("%s==> rank %d: %s <==\n", i ? "\n" : "", set->f[i].rank, set->f[i].path);
+    if (!text) {
+      fprintf(stderr, "pxctl: %s: %s\n", set->f[i].path, strerror(errno));
+      rc = PXCTL_EXIT_FAIL;
+      continue;
+    }
+    fwrite(text, 1, len, stdout);
+    if (len > 0 && text[len - 1] != '\n') fputc('\n', stdout);
+    px_free(text);
+  }
+  return rc;
+}
+
+/* --follow on this host's files: poll them; ask the coordinator about once
+ * a second whether the job is over; Ctrl-C ends it quietly. */
+static void pxctl_logs_local_follow(pxctl_logset_t *set, px_rpc_channel_t *ch, const char *job_id,
+                                    const char *dir, int rank, const struct sigaction *sa) {
+  sigaction(SIGINT, sa, NULL);
+  sigaction(SIGTERM, sa, NULL);
+  double last_check = 0;
+  int over = 0;
+  while (!pxctl_logs_stop) {
+    pxctl_scan(set, dir, rank);
+    for (size_t i = 0; i < set->n; i++) pxctl_follow_one(&set->f[i], set->n > 1 || rank < 0);
+    if (over) break;
+    if (ch && pxctl_mono_s() - last_check >= 1.0) {
+      last_check = pxctl_mono_s();
+      int nf;
+      Prunex__V1__Job *jb = pxctl_logs_job(ch, job_id, &nf);
+      if (jb) {
+        int s = jb->state;
+        over = s == PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED ||
+               s == PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED ||
+               s == PRUNEX__V1__JOB_STATE__JOB_STATE_CANCELLED;
+        px_rpc_message_free(jb);
+        if (over) continue; /* one more pass for the last lines */
+      }
+    }
+    struct timespec ts = {0, 250 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  for (size_t i = 0; i < set->n; i++) /* a last line without its newline */
+    if (set->f[i].npartial) {
+      if (set->n > 1 || rank < 0) printf("[rank %d] ", set->f[i].rank);
+      printf("%.*s\n", (int)set->f[i].npartial, set->f[i].partial);
+    }
 }
 
 int pxctl_cmd_logs(pxctl_opts_t *o) {
@@ -470,99 +577,12 @@ int pxctl_cmd_logs(pxctl_opts_t *o) {
     goto out;
   }
   if (o->rank >= 0 && set.n == 0 && !o->follow) {
-    pxctl_logset_t all = {NULL, 0, 0};
-    pxctl_scan(&all, dir, -1);
-    char have[512] = "";
-    int used = 0;
-    for (size_t i = 0; i < all.n && used < (int)sizeof have - 16; i++)
-      used += snprintf(have + used, sizeof have - (size_t)used, "%s%d", i ? ", " : "",
-                       all.f[i].rank);
-    rc = pxctl_fail("the log of rank %d of job '%s' is not on this host (%s has %s%s); it is on "
-                    "the node that ran that rank",
-                    o->rank, job_id, dir, all.n ? "ranks " : "no rank logs", have);
-    px_free(all.f);
+    rc = pxctl_logs_no_rank(o->rank, job_id, dir);
     goto out;
   }
-
-  if (o->json) {
-    pxctl_json_t j;
-    pxctl_json_init(&j, stdout);
-    pxctl_json_begin_object(&j);
-    pxctl_json_key(&j, "job_id");
-    pxctl_json_string(&j, job_id);
-    pxctl_json_key(&j, "dir");
-    pxctl_json_string(&j, dir);
-    pxctl_json_key(&j, "files");
-    pxctl_json_begin_array(&j);
-    for (size_t i = 0; i < set.n; i++) {
-      size_t len = 0;
-      char *text = pxctl_slurp(set.f[i].path, &len);
-      pxctl_json_begin_object(&j);
-      pxctl_json_key(&j, "rank");
-      pxctl_json_int(&j, set.f[i].rank);
-      pxctl_json_key(&j, "path");
-      pxctl_json_string(&j, set.f[i].path);
-      pxctl_json_key(&j, "text");
-      if (text) pxctl_json_string_n(&j, text, len);
-      else pxctl_json_null(&j);
-      pxctl_json_end_object(&j);
-      px_free(text);
-    }
-    pxctl_json_end_array(&j);
-    pxctl_json_end_object(&j);
-    pxctl_json_finish(&j);
-    goto out;
-  }
-
-  if (!o->follow) {
-    if (set.n == 0) printf("(no rank logs in %s yet)\n", dir);
-    for (size_t i = 0; i < set.n; i++) {
-      size_t len = 0;
-      char *text = pxctl_slurp(set.f[i].path, &len);
-      if (set.n > 1) printf("%s==> rank %d: %s <==\n", i ? "\n" : "", set.f[i].rank, set.f[i].path);
-      if (!text) {
-        fprintf(stderr, "pxctl: %s: %s\n", set.f[i].path, strerror(errno));
-        rc = PXCTL_EXIT_FAIL;
-        continue;
-      }
-      fwrite(text, 1, len, stdout);
-      if (len > 0 && text[len - 1] != '\n') fputc('\n', stdout);
-      px_free(text);
-    }
-    goto out;
-  }
-
-  /* --follow: poll the files; ask the coordinator about once a second
-   * whether the job is over; Ctrl-C ends it quietly. */
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
-  double last_check = 0;
-  int over = 0;
-  while (!pxctl_logs_stop) {
-    pxctl_scan(&set, dir, o->rank);
-    for (size_t i = 0; i < set.n; i++) pxctl_follow_one(&set.f[i], set.n > 1 || o->rank < 0);
-    if (over) break;
-    if (ch && pxctl_mono_s() - last_check >= 1.0) {
-      last_check = pxctl_mono_s();
-      int nf;
-      Prunex__V1__Job *jb = pxctl_logs_job(ch, job_id, &nf);
-      if (jb) {
-        int s = jb->state;
-        over = s == PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED ||
-               s == PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED ||
-               s == PRUNEX__V1__JOB_STATE__JOB_STATE_CANCELLED;
-        px_rpc_message_free(jb);
-        if (over) continue; /* one more pass for the last lines */
-      }
-    }
-    struct timespec ts = {0, 250 * 1000000L};
-    nanosleep(&ts, NULL);
-  }
-  for (size_t i = 0; i < set.n; i++) /* a last line without its newline */
-    if (set.f[i].npartial) {
-      if (set.n > 1 || o->rank < 0) printf("[rank %d] ", set.f[i].rank);
-      printf("%.*s\n", (int)set.f[i].npartial, set.f[i].partial);
-    }
+  if (o->json) pxctl_logs_local_json(&set, job_id, dir);
+  else if (!o->follow) rc = pxctl_logs_local_print(&set, dir);
+  else pxctl_logs_local_follow(&set, ch, job_id, dir, o->rank, &sa);
 out:
   px_rpc_message_free(job);
   px_free(set.f);

@@ -351,15 +351,10 @@ static int plot_run_gnuplot(const char *script, const char *dir) {
   return 0;
 }
 
-int pxctl_cmd_plot(pxctl_opts_t *o) {
-  if (!o->out) return pxctl_usage_error(o, "--out DIR is required");
-  plot_job_t jobs[PLOT_MAX_JOBS];
-  memset(jobs, 0, sizeof jobs);
-  int njobs = o->npos, rc = 0;
-  char data[4400];
-  snprintf(data, sizeof data, "%s/data", o->out);
-  if ((mkdir(o->out, 0755) != 0 && errno != EEXIST) || (mkdir(data, 0755) != 0 && errno != EEXIST))
-    return pxctl_fail("cannot create %s: %s", data, strerror(errno));
+/* Reads each job (a `pxctl run` output directory, a database file, or the
+ * coordinator) and gives each its file key (the id, made unique). */
+static int plot_load_all(pxctl_opts_t *o, plot_job_t *jobs, int njobs) {
+  int rc = 0;
   px_rpc_channel_t *ch = NULL;
   for (int i = 0; i < njobs && !rc; i++) {
     char dbpath[4400];
@@ -377,128 +372,149 @@ int pxctl_cmd_plot(pxctl_opts_t *o) {
     }
   }
   if (ch) px_rpc_channel_destroy(ch);
-  char script[4400];
-  snprintf(script, sizeof script, "%s/plot.gp", o->out);
-  static char files[2 * (5 + 3 * PLOT_MAX_JOBS)][4400];
-  int nfiles = 0;
-  FILE *gp = NULL;
   for (int i = 0; i < njobs && !rc; i++) {
     int dup = 0;
     for (int k = 0; k < i; k++) dup |= !strcmp(jobs[k].id, jobs[i].id);
     if (dup) snprintf(jobs[i].key, sizeof jobs[i].key, "%.120s-%d", jobs[i].id, i + 1);
     else snprintf(jobs[i].key, sizeof jobs[i].key, "%.150s", jobs[i].id);
   }
-  if (!rc) {
-    for (int i = 0; i < njobs && !rc; i++) {
-      if (jobs[i].n == 0) rc = pxctl_fail("job %s has no iterations to plot", jobs[i].id);
-      else if (plot_write_data(o->out, &jobs[i]) < 0)
-        rc = pxctl_fail("cannot write the data of %s under %s: %s", jobs[i].id, data,
-                        strerror(errno));
-    }
+  return rc;
+}
+
+/* The figures that overlay every job. */
+static int plot_overlays(FILE *gp, const char *out, const plot_job_t *jobs, int njobs,
+                         char (*files)[4400], int *nfiles) {
+  struct {
+    const char *name, *setup, *using, *with;
+  } overlays[] = {
+      {"accuracy-time",
+       "set title 'Test accuracy vs wall time'\nset xlabel 'seconds since the job started'\n"
+       "set ylabel 'test accuracy'",
+       "2:3", "linespoints pt 7 ps 0.5"},
+      {"accuracy-bytes",
+       "set title 'Test accuracy vs cumulative inter-node bytes'\n"
+       "set xlabel 'inter-node MB (sent + received, cumulative)'\nset ylabel 'test accuracy'",
+       "4:3", "linespoints pt 7 ps 0.5"},
+      {"message-size",
+       "set title 'Inter-node bytes per iteration'\nset xlabel 'iteration'\n"
+       "set ylabel 'MB per iteration'",
+       "1:5", "lines"},
+      {"drift",
+       "set title 'Mask drift per iteration'\nset xlabel 'iteration'\n"
+       "set ylabel 'changed group-mask bits'",
+       "1:7", "lines"},
+      {"density",
+       "set title 'Density (kept fraction of the prunable weights)'\nset xlabel 'iteration'\n"
+       "set ylabel 'density'",
+       "1:9", "lines"},
+  };
+  for (size_t f = 0; f < sizeof overlays / sizeof overlays[0]; f++) {
+    char *body = plot_overlay(out, jobs, njobs, overlays[f].setup, overlays[f].using,
+                              overlays[f].with);
+    if (!body) return pxctl_fail("out of memory");
+    plot_figure(gp, out, overlays[f].name, body, files, nfiles);
+    px_free(body);
+  }
+  return 0;
+}
+
+/* One job's own figures: phase times, and per layer (H-SADMM) residuals
+ * and penalties. */
+static void plot_job_figures(FILE *gp, const char *out, const plot_job_t *j, char (*files)[4400],
+                             int *nfiles) {
+  char body[16384], name[4096];
+  snprintf(name, sizeof name, "phases-%s", j->key);
+  snprintf(body, sizeof body,
+           "set title 'Phase times per iteration: %s (rank 0)'\nset xlabel 'iteration'\n"
+           "set ylabel 'seconds'\nset style fill solid 0.8 noborder\nset boxwidth 0.9 relative\n"
+           "f='%s/data/%s.tsv'\n"
+           "plot f using 1:($10+$11+$12+$13+$14+$15) with boxes title 'control', "
+           "f using 1:($10+$11+$12+$13+$14) with boxes title 'broadcast', "
+           "f using 1:($10+$11+$12+$13) with boxes title 'inter', "
+           "f using 1:($10+$11+$12) with boxes title 'projection', "
+           "f using 1:($10+$11) with boxes title 'intra', "
+           "f using 1:10 with boxes title 'local'",
+           j->name, out, j->key);
+  plot_figure(gp, out, name, body, files, nfiles);
+  int nlayers = 0;
+  for (size_t k = 0; k < j->nl; k++)
+    if (j->layers[k].layer + 1 > nlayers) nlayers = j->layers[k].layer + 1;
+  if (nlayers == 0) return; /* ddp, topk: no per-layer figures */
+  snprintf(name, sizeof name, "residuals-%s", j->key);
+  snprintf(body, sizeof body,
+           "f='%s/data/%s-layers.tsv'\nset multiplot layout 2,2 title 'Residuals per layer: "
+           "%s (one line per layer)'\nset logscale y\nset format y '%%.0e'\nunset key\n"
+           "set xlabel 'iteration'\n"
+           "set title 'intra primal r'\nplot for [L=0:%d] f index L using 1:2 with lines\n"
+           "set title 'intra dual s'\nplot for [L=0:%d] f index L using 1:3 with lines\n"
+           "set title 'inter primal r'\nplot for [L=0:%d] f index L using 1:4 with lines\n"
+           "set title 'inter dual s'\nplot for [L=0:%d] f index L using 1:5 with lines\n"
+           "unset multiplot",
+           out, j->key, j->name, nlayers - 1, nlayers - 1, nlayers - 1, nlayers - 1);
+  plot_figure(gp, out, name, body, files, nfiles);
+  snprintf(name, sizeof name, "rho-%s", j->key);
+  snprintf(body, sizeof body,
+           "f='%s/data/%s-layers.tsv'\nset multiplot layout 1,2 title 'Penalties per layer: "
+           "%s'\nset logscale y\nunset key\nset xlabel 'iteration'\n"
+           "set title 'rho1 (intra)'\nplot for [L=0:%d] f index L using 1:6 with lines\n"
+           "set title 'rho2 (inter)'\nplot for [L=0:%d] f index L using 1:7 with lines\n"
+           "unset multiplot",
+           out, j->key, j->name, nlayers - 1, nlayers - 1);
+  plot_figure(gp, out, name, body, files, nfiles);
+}
+
+static void plot_print_files(const pxctl_opts_t *o, const char *script, char (*files)[4400],
+                             int nfiles) {
+  if (!o->json) {
+    for (int i = 0; i < nfiles; i++) printf("%s\n", files[i]);
+    return;
+  }
+  pxctl_json_t jw;
+  pxctl_json_init(&jw, stdout);
+  pxctl_json_begin_object(&jw);
+  pxctl_json_key(&jw, "out");
+  pxctl_json_string(&jw, o->out);
+  pxctl_json_key(&jw, "script");
+  pxctl_json_string(&jw, script);
+  pxctl_json_key(&jw, "files");
+  pxctl_json_begin_array(&jw);
+  for (int i = 0; i < nfiles; i++) pxctl_json_string(&jw, files[i]);
+  pxctl_json_end_array(&jw);
+  pxctl_json_end_object(&jw);
+  pxctl_json_finish(&jw);
+}
+
+int pxctl_cmd_plot(pxctl_opts_t *o) {
+  if (!o->out) return pxctl_usage_error(o, "--out DIR is required");
+  plot_job_t jobs[PLOT_MAX_JOBS];
+  memset(jobs, 0, sizeof jobs);
+  int njobs = o->npos;
+  char data[4400];
+  snprintf(data, sizeof data, "%s/data", o->out);
+  if ((mkdir(o->out, 0755) != 0 && errno != EEXIST) || (mkdir(data, 0755) != 0 && errno != EEXIST))
+    return pxctl_fail("cannot create %s: %s", data, strerror(errno));
+  int rc = plot_load_all(o, jobs, njobs);
+  char script[4400];
+  snprintf(script, sizeof script, "%s/plot.gp", o->out);
+  static char files[2 * (5 + 3 * PLOT_MAX_JOBS)][4400];
+  int nfiles = 0;
+  FILE *gp = NULL;
+  for (int i = 0; i < njobs && !rc; i++) {
+    if (jobs[i].n == 0) rc = pxctl_fail("job %s has no iterations to plot", jobs[i].id);
+    else if (plot_write_data(o->out, &jobs[i]) < 0)
+      rc = pxctl_fail("cannot write the data of %s under %s: %s", jobs[i].id, data,
+                      strerror(errno));
   }
   if (!rc && !(gp = fopen(script, "w"))) rc = pxctl_fail("cannot write %s: %s", script, strerror(errno));
   if (!rc) {
     fprintf(gp, "# written by pxctl plot; redraw with: gnuplot %s\nset datafile missing 'NaN'\n",
-                script);
-    struct {
-      const char *name, *setup, *using, *with;
-    } overlays[] = {
-        {"accuracy-time",
-         "set title 'Test accuracy vs wall time'\nset xlabel 'seconds since the job started'\n"
-         "set ylabel 'test accuracy'",
-         "2:3", "linespoints pt 7 ps 0.5"},
-        {"accuracy-bytes",
-         "set title 'Test accuracy vs cumulative inter-node bytes'\n"
-         "set xlabel 'inter-node MB (sent + received, cumulative)'\nset ylabel 'test accuracy'",
-         "4:3", "linespoints pt 7 ps 0.5"},
-        {"message-size",
-         "set title 'Inter-node bytes per iteration'\nset xlabel 'iteration'\n"
-         "set ylabel 'MB per iteration'",
-         "1:5", "lines"},
-        {"drift",
-         "set title 'Mask drift per iteration'\nset xlabel 'iteration'\n"
-         "set ylabel 'changed group-mask bits'",
-         "1:7", "lines"},
-        {"density",
-         "set title 'Density (kept fraction of the prunable weights)'\nset xlabel 'iteration'\n"
-         "set ylabel 'density'",
-         "1:9", "lines"},
-    };
-    for (size_t f = 0; f < sizeof overlays / sizeof overlays[0] && !rc; f++) {
-      char *body = plot_overlay(o->out, jobs, njobs, overlays[f].setup, overlays[f].using,
-                                overlays[f].with);
-      if (!body) {
-        rc = pxctl_fail("out of memory");
-        break;
-      }
-      plot_figure(gp, o->out, overlays[f].name, body, files, &nfiles);
-      px_free(body);
-    }
-    char body[16384];
-    for (int i = 0; i < njobs && !rc; i++) {
-      const plot_job_t *j = &jobs[i];
-      char name[4096];
-      snprintf(name, sizeof name, "phases-%s", j->key);
-      snprintf(body, sizeof body,
-               "set title 'Phase times per iteration: %s (rank 0)'\nset xlabel 'iteration'\n"
-               "set ylabel 'seconds'\nset style fill solid 0.8 noborder\nset boxwidth 0.9 relative\n"
-               "f='%s/data/%s.tsv'\n"
-               "plot f using 1:($10+$11+$12+$13+$14+$15) with boxes title 'control', "
-               "f using 1:($10+$11+$12+$13+$14) with boxes title 'broadcast', "
-               "f using 1:($10+$11+$12+$13) with boxes title 'inter', "
-               "f using 1:($10+$11+$12) with boxes title 'projection', "
-               "f using 1:($10+$11) with boxes title 'intra', "
-               "f using 1:10 with boxes title 'local'",
-               j->name, o->out, j->key);
-      plot_figure(gp, o->out, name, body, files, &nfiles);
-      int nlayers = 0;
-      for (size_t k = 0; k < j->nl; k++)
-        if (j->layers[k].layer + 1 > nlayers) nlayers = j->layers[k].layer + 1;
-      if (nlayers == 0) continue; /* ddp, topk: no per-layer figures */
-      snprintf(name, sizeof name, "residuals-%s", j->key);
-      snprintf(body, sizeof body,
-               "f='%s/data/%s-layers.tsv'\nset multiplot layout 2,2 title 'Residuals per layer: "
-               "%s (one line per layer)'\nset logscale y\nset format y '%%.0e'\nunset key\n"
-               "set xlabel 'iteration'\n"
-               "set title 'intra primal r'\nplot for [L=0:%d] f index L using 1:2 with lines\n"
-               "set title 'intra dual s'\nplot for [L=0:%d] f index L using 1:3 with lines\n"
-               "set title 'inter primal r'\nplot for [L=0:%d] f index L using 1:4 with lines\n"
-               "set title 'inter dual s'\nplot for [L=0:%d] f index L using 1:5 with lines\n"
-               "unset multiplot",
-               o->out, j->key, j->name, nlayers - 1, nlayers - 1, nlayers - 1, nlayers - 1);
-      plot_figure(gp, o->out, name, body, files, &nfiles);
-      snprintf(name, sizeof name, "rho-%s", j->key);
-      snprintf(body, sizeof body,
-               "f='%s/data/%s-layers.tsv'\nset multiplot layout 1,2 title 'Penalties per layer: "
-               "%s'\nset logscale y\nunset key\nset xlabel 'iteration'\n"
-               "set title 'rho1 (intra)'\nplot for [L=0:%d] f index L using 1:6 with lines\n"
-               "set title 'rho2 (inter)'\nplot for [L=0:%d] f index L using 1:7 with lines\n"
-               "unset multiplot",
-               o->out, j->key, j->name, nlayers - 1, nlayers - 1);
-      plot_figure(gp, o->out, name, body, files, &nfiles);
-    }
+            script);
+    rc = plot_overlays(gp, o->out, jobs, njobs, files, &nfiles);
+    for (int i = 0; i < njobs && !rc; i++) plot_job_figures(gp, o->out, &jobs[i], files, &nfiles);
     fclose(gp);
     if (!rc) rc = plot_run_gnuplot(script, o->out);
   }
-  if (!rc) {
-    if (o->json) {
-      pxctl_json_t jw;
-      pxctl_json_init(&jw, stdout);
-      pxctl_json_begin_object(&jw);
-      pxctl_json_key(&jw, "out");
-      pxctl_json_string(&jw, o->out);
-      pxctl_json_key(&jw, "script");
-      pxctl_json_string(&jw, script);
-      pxctl_json_key(&jw, "files");
-      pxctl_json_begin_array(&jw);
-      for (int i = 0; i < nfiles; i++) pxctl_json_string(&jw, files[i]);
-      pxctl_json_end_array(&jw);
-      pxctl_json_end_object(&jw);
-      pxctl_json_finish(&jw);
-    } else {
-      for (int i = 0; i < nfiles; i++) printf("%s\n", files[i]);
-    }
-  }
+  if (!rc) plot_print_files(o, script, files, nfiles);
   for (int i = 0; i < PLOT_MAX_JOBS; i++) {
     px_free(jobs[i].rows);
     px_free(jobs[i].layers);

@@ -342,73 +342,71 @@ static int pxctl_metrics_shown(const pxctl_run_t *r, const pxctl_result_t *res) 
 static void pxctl_print_result_json(const pxctl_run_t *r, const pxctl_result_t *res,
                                     double total) {
   const pxctl_summary_t *s = &res->sum;
-  {
-    pxctl_json_t j;
-    pxctl_json_init(&j, stdout);
-    pxctl_json_begin_object(&j);
-    pxctl_json_key(&j, "job_id");
-    pxctl_json_string(&j, r->job_id[0] ? r->job_id : NULL);
-    pxctl_json_key(&j, "name");
-    pxctl_json_string(&j, res->name);
-    pxctl_json_key(&j, "state");
-    pxctl_json_string(&j, res->state);
-    pxctl_json_key(&j, "reason");
-    pxctl_json_string(&j, res->reason);
-    pxctl_json_key(&j, "error");
-    pxctl_json_string(&j, res->error[0] ? res->error : NULL);
-    pxctl_json_key(&j, "interrupted");
-    pxctl_json_bool(&j, res->interrupted);
-    pxctl_json_key(&j, "nodes");
-    pxctl_json_int(&j, r->M);
-    pxctl_json_key(&j, "workers_per_node");
-    pxctl_json_int(&j, r->P);
-    pxctl_json_key(&j, "threads_per_worker");
-    pxctl_json_int(&j, r->T);
-    pxctl_json_key(&j, "iterations");
-    pxctl_json_int(&j, s->iterations);
-    pxctl_json_key(&j, "test_accuracy");
-    if (res->have_summary && s->test_accuracy >= 0) pxctl_json_double(&j, s->test_accuracy);
-    else pxctl_json_null(&j);
-    pxctl_json_key(&j, "density");
-    if (res->have_summary && s->iterations > 0) pxctl_json_double(&j, s->density);
-    else pxctl_json_null(&j);
-    pxctl_json_key(&j, "inter_bytes");
-    pxctl_json_uint(&j, s->inter_bytes);
-    pxctl_json_key(&j, "inter_bytes_dense");
-    pxctl_json_uint(&j, s->inter_bytes_dense);
-    pxctl_json_key(&j, "inter_reduction");
-    if (s->inter_bytes_dense > 0)
-      pxctl_json_double(&j, 1.0 - (double)s->inter_bytes / (double)s->inter_bytes_dense);
-    else pxctl_json_null(&j);
-    pxctl_json_key(&j, "intra_bytes");
-    pxctl_json_uint(&j, s->intra_bytes);
-    pxctl_json_key(&j, "wall_s");
-    pxctl_json_double(&j, s->wall_s);
-    pxctl_json_key(&j, "total_s");
-    pxctl_json_double(&j, total);
-    pxctl_json_key(&j, "model_path");
-    pxctl_json_string(&j, res->model_path[0] ? res->model_path : NULL);
-    pxctl_json_key(&j, "metrics_dir");
-    pxctl_json_string(&j, pxctl_metrics_shown(r, res) ? res->metrics_dir : NULL);
-    if (res->have_compact) {
-      pxctl_json_key(&j, "dense_params");
-      pxctl_json_uint(&j, res->compact.dense_params);
-      pxctl_json_key(&j, "dense_bytes");
-      pxctl_json_uint(&j, res->compact.dense_bytes);
-      pxctl_json_key(&j, "compact_params");
-      pxctl_json_uint(&j, res->compact.compact_params);
-      pxctl_json_key(&j, "compact_bytes");
-      pxctl_json_uint(&j, res->compact.compact_bytes);
-      pxctl_json_key(&j, "compact_path");
-      pxctl_json_string(&j, res->model_path[0] ? res->compact.compact_path : NULL);
-    }
-    pxctl_json_key(&j, "run_dir");
-    pxctl_json_string(&j, res->kept ? r->run_dir : NULL);
-    pxctl_json_key(&j, "summary_source");
-    pxctl_json_string(&j, res->have_summary ? s->source : NULL);
-    pxctl_json_end_object(&j);
-    pxctl_json_finish(&j);
+  pxctl_json_t j;
+  pxctl_json_init(&j, stdout);
+  pxctl_json_begin_object(&j);
+  pxctl_json_key(&j, "job_id");
+  pxctl_json_string(&j, r->job_id[0] ? r->job_id : NULL);
+  pxctl_json_key(&j, "name");
+  pxctl_json_string(&j, res->name);
+  pxctl_json_key(&j, "state");
+  pxctl_json_string(&j, res->state);
+  pxctl_json_key(&j, "reason");
+  pxctl_json_string(&j, res->reason);
+  pxctl_json_key(&j, "error");
+  pxctl_json_string(&j, res->error[0] ? res->error : NULL);
+  pxctl_json_key(&j, "interrupted");
+  pxctl_json_bool(&j, res->interrupted);
+  pxctl_json_key(&j, "nodes");
+  pxctl_json_int(&j, r->M);
+  pxctl_json_key(&j, "workers_per_node");
+  pxctl_json_int(&j, r->P);
+  pxctl_json_key(&j, "threads_per_worker");
+  pxctl_json_int(&j, r->T);
+  pxctl_json_key(&j, "iterations");
+  pxctl_json_int(&j, s->iterations);
+  pxctl_json_key(&j, "test_accuracy");
+  if (res->have_summary && s->test_accuracy >= 0) pxctl_json_double(&j, s->test_accuracy);
+  else pxctl_json_null(&j);
+  pxctl_json_key(&j, "density");
+  if (res->have_summary && s->iterations > 0) pxctl_json_double(&j, s->density);
+  else pxctl_json_null(&j);
+  pxctl_json_key(&j, "inter_bytes");
+  pxctl_json_uint(&j, s->inter_bytes);
+  pxctl_json_key(&j, "inter_bytes_dense");
+  pxctl_json_uint(&j, s->inter_bytes_dense);
+  pxctl_json_key(&j, "inter_reduction");
+  if (s->inter_bytes_dense > 0)
+    pxctl_json_double(&j, 1.0 - (double)s->inter_bytes / (double)s->inter_bytes_dense);
+  else pxctl_json_null(&j);
+  pxctl_json_key(&j, "intra_bytes");
+  pxctl_json_uint(&j, s->intra_bytes);
+  pxctl_json_key(&j, "wall_s");
+  pxctl_json_double(&j, s->wall_s);
+  pxctl_json_key(&j, "total_s");
+  pxctl_json_double(&j, total);
+  pxctl_json_key(&j, "model_path");
+  pxctl_json_string(&j, res->model_path[0] ? res->model_path : NULL);
+  pxctl_json_key(&j, "metrics_dir");
+  pxctl_json_string(&j, pxctl_metrics_shown(r, res) ? res->metrics_dir : NULL);
+  if (res->have_compact) {
+    pxctl_json_key(&j, "dense_params");
+    pxctl_json_uint(&j, res->compact.dense_params);
+    pxctl_json_key(&j, "dense_bytes");
+    pxctl_json_uint(&j, res->compact.dense_bytes);
+    pxctl_json_key(&j, "compact_params");
+    pxctl_json_uint(&j, res->compact.compact_params);
+    pxctl_json_key(&j, "compact_bytes");
+    pxctl_json_uint(&j, res->compact.compact_bytes);
+    pxctl_json_key(&j, "compact_path");
+    pxctl_json_string(&j, res->model_path[0] ? res->compact.compact_path : NULL);
   }
+  pxctl_json_key(&j, "run_dir");
+  pxctl_json_string(&j, res->kept ? r->run_dir : NULL);
+  pxctl_json_key(&j, "summary_source");
+  pxctl_json_string(&j, res->have_summary ? s->source : NULL);
+  pxctl_json_end_object(&j);
+  pxctl_json_finish(&j);
 }
 
 static void pxctl_print_result(const pxctl_run_t *r, const pxctl_result_t *res) {
