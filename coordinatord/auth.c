@@ -116,128 +116,128 @@ int coord_name_ok(const char *s) {
   return 1;
 }
 
-px_status_t coord_tokens_load(const char *path, coord_tokens_t **out) {
-  *out = NULL;
+/* The tokens file, whole: a regular file only its owner may read (0600, or
+ * 0400 for a file nobody edits in place: a group, even the service's own,
+ * is more than one user), at most COORD_TOKENS_MAX_BYTES. *text is
+ * NUL-terminated; the caller cleanses and frees it. */
+static px_status_t coord_tokens_read(const char *path, char **text, size_t *len) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return px_set_error(PX_ERR_IO, "tokens file %s: cannot open: %s", path, strerror(errno));
   struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+  px_status_t st = PX_OK;
+  unsigned mode = 0;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+    st = px_set_error(PX_ERR_INVALID, "tokens file %s: not a regular file", path);
+  else if ((mode = (unsigned)(sb.st_mode & 07777)) != 0600 && mode != 0400)
+    st = px_set_error(PX_ERR_INVALID,
+                      "tokens file %s: mode %04o, but it must be 0600 or 0400 (readable by "
+                      "its owner only); run chmod 600 %s",
+                      path, mode, path);
+  else if (sb.st_size > COORD_TOKENS_MAX_BYTES)
+    st = px_set_error(PX_ERR_INVALID, "tokens file %s: bigger than %d bytes", path,
+                      COORD_TOKENS_MAX_BYTES);
+  else if (!(*text = px_malloc((size_t)sb.st_size + 1, "coordd.tokens.text")))
+    st = PX_ERR_NOMEM;
+  if (st != PX_OK) {
     close(fd);
-    return px_set_error(PX_ERR_INVALID, "tokens file %s: not a regular file", path);
-  }
-  /* Only its owner may read it: 0600, or 0400 for a file nobody edits in
-   * place (a group, even the service's own, is more than one user). */
-  unsigned mode = (unsigned)(sb.st_mode & 07777);
-  if (mode != 0600 && mode != 0400) {
-    close(fd);
-    return px_set_error(PX_ERR_INVALID,
-                        "tokens file %s: mode %04o, but it must be 0600 or 0400 (readable by "
-                        "its owner only); run chmod 600 %s",
-                        path, mode, path);
-  }
-  if (sb.st_size > COORD_TOKENS_MAX_BYTES) {
-    close(fd);
-    return px_set_error(PX_ERR_INVALID, "tokens file %s: bigger than %d bytes", path,
-                        COORD_TOKENS_MAX_BYTES);
-  }
-  coord_tokens_t *t = px_calloc(1, sizeof *t, "coordd.tokens");
-  char *text = px_malloc((size_t)sb.st_size + 1, "coordd.tokens.text");
-  if (!t || !text) {
-    close(fd);
-    px_free(t);
-    px_free(text);
-    return PX_ERR_NOMEM;
+    return st;
   }
   size_t got = 0;
   while (got < (size_t)sb.st_size) {
-    ssize_t r = read(fd, text + got, (size_t)sb.st_size - got);
+    ssize_t r = read(fd, *text + got, (size_t)sb.st_size - got);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) break;
     got += (size_t)r;
   }
   close(fd);
-  text[got] = '\0';
+  (*text)[got] = '\0';
+  *len = got;
+  return PX_OK;
+}
+
+/* One line `TOKEN NAME ROLE` (comments after '#', blank lines skipped) into
+ * *e; *used is 0 for a line with nothing on it. The line is cut up. */
+static px_status_t coord_tokens_line(const char *path, int lineno, char *line, coord_token_t *e,
+                                     int *used) {
+  *used = 0;
+  char *hash = strchr(line, '#');
+  if (hash) *hash = '\0';
+  char *f[4] = {0};
+  int nf = 0;
+  for (char *p = line; *p && nf < 4;) {
+    while (*p && isspace((unsigned char)*p)) *p++ = '\0';
+    if (!*p) break;
+    f[nf++] = p;
+    while (*p && !isspace((unsigned char)*p)) p++;
+  }
+  if (nf == 0) return PX_OK;
+  if (nf != 3)
+    return px_set_error(PX_ERR_INVALID, "%s:%d: expected `TOKEN NAME ROLE` (3 fields)", path,
+                        lineno);
+  size_t tl = strlen(f[0]);
+  int printable = 1;
+  for (size_t i = 0; i < tl; i++)
+    printable &= (unsigned char)f[0][i] > ' ' && (unsigned char)f[0][i] < 0x7f;
+  if (tl < COORD_TOKEN_MIN || tl > COORD_TOKEN_MAX || !printable)
+    return px_set_error(PX_ERR_INVALID,
+                        "%s:%d: the token must be %d to %d printable ASCII characters "
+                        "(make one with: openssl rand -hex 32)",
+                        path, lineno, COORD_TOKEN_MIN, COORD_TOKEN_MAX);
+  if (!strncmp(f[0], COORD_RANK_SECRET_PREFIX, strlen(COORD_RANK_SECRET_PREFIX)))
+    return px_set_error(PX_ERR_INVALID, "%s:%d: tokens may not start with '%s' (rank secrets do)",
+                        path, lineno, COORD_RANK_SECRET_PREFIX);
+  if (!coord_name_ok(f[1]))
+    return px_set_error(PX_ERR_INVALID, "%s:%d: name '%.64s': use 1 to %d of A-Z a-z 0-9 . _ - @",
+                        path, lineno, f[1], COORD_NAME_MAX - 1);
+  int role = !strcmp(f[2], "admin") ? COORD_ROLE_ADMIN
+             : !strcmp(f[2], "user") ? COORD_ROLE_USER
+             : !strcmp(f[2], "node") ? COORD_ROLE_NODE
+                                     : 0;
+  if (!role)
+    return px_set_error(PX_ERR_INVALID, "%s:%d: role '%.32s': expected admin, user or node", path,
+                        lineno, f[2]);
+  SHA256((const unsigned char *)f[0], tl, e->digest);
+  snprintf(e->name, sizeof e->name, "%s", f[1]);
+  e->role = role;
+  *used = 1;
+  return PX_OK;
+}
+
+/* The tokens, sorted by digest: none twice, at least one. */
+static px_status_t coord_tokens_check(const char *path, coord_tokens_t *t) {
+  qsort(t->v, t->n, sizeof *t->v, coord_token_cmp);
+  for (size_t i = 1; i < t->n; i++)
+    if (!coord_token_cmp(&t->v[i], &t->v[i - 1]))
+      return px_set_error(PX_ERR_INVALID, "%s: a token appears twice (for %s and %s)", path,
+                          t->v[i - 1].name, t->v[i].name);
+  if (t->n == 0) return px_set_error(PX_ERR_INVALID, "%s: no tokens in it", path);
+  return PX_OK;
+}
+
+px_status_t coord_tokens_load(const char *path, coord_tokens_t **out) {
+  *out = NULL;
+  char *text = NULL;
+  size_t got = 0;
+  PX_CHECK(coord_tokens_read(path, &text, &got));
   size_t lines = 1;
   for (size_t i = 0; i < got; i++) lines += text[i] == '\n';
-  t->v = px_calloc(lines, sizeof *t->v, "coordd.tokens.v");
-  if (!t->v) {
-    OPENSSL_cleanse(text, got);
-    px_free(text);
-    coord_tokens_free(t);
-    return PX_ERR_NOMEM;
-  }
-  px_status_t st = PX_OK;
+  coord_tokens_t *t = px_calloc(1, sizeof *t, "coordd.tokens");
+  px_status_t st = t ? PX_OK : PX_ERR_NOMEM;
+  if (t && !(t->v = px_calloc(lines, sizeof *t->v, "coordd.tokens.v"))) st = PX_ERR_NOMEM;
   int lineno = 0;
   char *save = NULL;
-  for (char *line = text; line && st == PX_OK; line = save) {
+  for (char *line = text; st == PX_OK && line; line = save) {
     lineno++;
     char *nl = strchr(line, '\n');
     save = nl ? nl + 1 : NULL;
     if (nl) *nl = '\0';
-    char *hash = strchr(line, '#');
-    if (hash) *hash = '\0';
-    char *f[4] = {0};
-    int nf = 0;
-    for (char *p = line; *p && nf < 4;) {
-      while (*p && isspace((unsigned char)*p)) *p++ = '\0';
-      if (!*p) break;
-      f[nf++] = p;
-      while (*p && !isspace((unsigned char)*p)) p++;
-    }
-    if (nf == 0) continue;
-    if (nf != 3) {
-      st = px_set_error(PX_ERR_INVALID, "%s:%d: expected `TOKEN NAME ROLE` (3 fields)", path, lineno);
-      break;
-    }
-    size_t tl = strlen(f[0]);
-    int printable = 1;
-    for (size_t i = 0; i < tl; i++)
-      printable &= (unsigned char)f[0][i] > ' ' && (unsigned char)f[0][i] < 0x7f;
-    if (tl < COORD_TOKEN_MIN || tl > COORD_TOKEN_MAX || !printable) {
-      st = px_set_error(PX_ERR_INVALID,
-                        "%s:%d: the token must be %d to %d printable ASCII characters "
-                        "(make one with: openssl rand -hex 32)",
-                        path, lineno, COORD_TOKEN_MIN, COORD_TOKEN_MAX);
-      break;
-    }
-    if (!strncmp(f[0], COORD_RANK_SECRET_PREFIX, strlen(COORD_RANK_SECRET_PREFIX))) {
-      st = px_set_error(PX_ERR_INVALID, "%s:%d: tokens may not start with '%s' (rank secrets do)",
-                        path, lineno, COORD_RANK_SECRET_PREFIX);
-      break;
-    }
-    if (!coord_name_ok(f[1])) {
-      st = px_set_error(PX_ERR_INVALID,
-                        "%s:%d: name '%.64s': use 1 to %d of A-Z a-z 0-9 . _ - @", path, lineno,
-                        f[1], COORD_NAME_MAX - 1);
-      break;
-    }
-    int role = !strcmp(f[2], "admin") ? COORD_ROLE_ADMIN
-               : !strcmp(f[2], "user") ? COORD_ROLE_USER
-               : !strcmp(f[2], "node") ? COORD_ROLE_NODE
-                                       : 0;
-    if (!role) {
-      st = px_set_error(PX_ERR_INVALID, "%s:%d: role '%.32s': expected admin, user or node",
-                        path, lineno, f[2]);
-      break;
-    }
-    coord_token_t *e = &t->v[t->n++];
-    SHA256((const unsigned char *)f[0], tl, e->digest);
-    snprintf(e->name, sizeof e->name, "%s", f[1]);
-    e->role = role;
+    int used;
+    st = coord_tokens_line(path, lineno, line, &t->v[t->n], &used);
+    t->n += (size_t)used;
   }
   OPENSSL_cleanse(text, got); /* only the digests are kept */
   px_free(text);
-  if (st == PX_OK) {
-    qsort(t->v, t->n, sizeof *t->v, coord_token_cmp);
-    for (size_t i = 1; i < t->n; i++)
-      if (!coord_token_cmp(&t->v[i], &t->v[i - 1])) {
-        st = px_set_error(PX_ERR_INVALID, "%s: a token appears twice (for %s and %s)", path,
-                          t->v[i - 1].name, t->v[i].name);
-        break;
-      }
-  }
-  if (st == PX_OK && t->n == 0)
-    st = px_set_error(PX_ERR_INVALID, "%s: no tokens in it", path);
+  if (st == PX_OK) st = coord_tokens_check(path, t);
   if (st != PX_OK) {
     coord_tokens_free(t);
     return st;
@@ -729,57 +729,3 @@ int coord_authorize(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *
   COORD_DENY("%s: no policy for this method", m);
 }
 
-int coord_utf8_ok(const char *str, size_t n) {
-  const unsigned char *s = (const unsigned char *)str;
-  size_t i = 0;
-  while (i < n) {
-    unsigned char b = s[i];
-    if (b == 0) return 0;
-    if (b < 0x80) {
-      i++;
-      continue;
-    }
-    size_t len;
-    uint32_t cp;
-    if (b >= 0xc2 && b <= 0xdf) len = 2, cp = b & 0x1f;
-    else if (b >= 0xe0 && b <= 0xef) len = 3, cp = b & 0x0f;
-    else if (b >= 0xf0 && b <= 0xf4) len = 4, cp = b & 0x07;
-    else return 0;
-    if (i + len > n) return 0;
-    for (size_t k = 1; k < len; k++) {
-      if ((s[i + k] & 0xc0) != 0x80) return 0;
-      cp = (cp << 6) | (s[i + k] & 0x3f);
-    }
-    /* overlong, surrogates, beyond U+10FFFF */
-    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-        (cp >= 0xd800 && cp <= 0xdfff))
-      return 0;
-    i += len;
-  }
-  return 1;
-}
-
-/* Length of the valid UTF-8 sequence at s (n bytes left), 0 when invalid. */
-static size_t coord_utf8_seq(const unsigned char *s, size_t n) {
-  if (s[0] && s[0] < 0x80) return 1;
-  size_t len = s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3
-               : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
-  if (!len || len > n) return 0;
-  return coord_utf8_ok((const char *)s, len) ? len : 0;
-}
-
-void coord_utf8_clean(const char *in, char *out, size_t cap) {
-  if (!cap) return;
-  const unsigned char *s = (const unsigned char *)in;
-  size_t n = strlen(in), i = 0, o = 0;
-  while (i < n) {
-    size_t len = coord_utf8_seq(s + i, n - i);
-    size_t w = len ? len : 1;
-    if (o + w >= cap) break; /* never cut a sequence */
-    if (len) memcpy(out + o, s + i, len);
-    else out[o] = '?';
-    o += w;
-    i += w;
-  }
-  out[o] = '\0';
-}

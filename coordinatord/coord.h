@@ -18,6 +18,7 @@
 #include "prunex/px.h"
 #include "prunex/rpc.h"
 #include "prunex/store.h"
+#include "prunex/text.h"
 #include "prunex/rpc_server.h"
 
 /* Short names for the proto enums used everywhere in the daemon. */
@@ -126,13 +127,9 @@ int coord_secret_equal(const char *a, const char *b);
 /* 1 when s is a valid user or node name (1..127 of A-Z a-z 0-9 . _ - @). */
 int coord_name_ok(const char *s);
 
-/* 1 when s (n bytes) is well-formed UTF-8 without NUL. Linear. */
-int coord_utf8_ok(const char *s, size_t n);
-/* Copies in to out (cap bytes, NUL-terminated) as valid UTF-8: invalid
- * bytes become '?', and a sequence that does not fit is left out whole (text
- * from processes, e.g. a log tail in a rank's exit reason, is kept, not
- * refused). */
-void coord_utf8_clean(const char *in, char *out, size_t cap);
+/* UTF-8: px_utf8_valid checks what a request gives; px_utf8_clean keeps
+ * text from processes (e.g. a log tail in a rank's exit reason) as valid
+ * UTF-8 rather than refusing it (prunex/text.h). */
 
 /* ---- per-request arena -------------------------------------------------- */
 

@@ -82,98 +82,31 @@ struct coord_http {
 
 /* ---- buffer ----------------------------------------------------------------- */
 
-void coord_hb_free(coord_hbuf_t *b) {
-  px_free(b->p);
-  memset(b, 0, sizeof *b);
-}
-
-static int coord_hb_reserve(coord_hbuf_t *b, size_t extra) {
-  if (b->failed) return 0;
-  if (b->n + extra + 1 <= b->cap) return 1;
-  if (b->n + extra + 1 > COORD_HBUF_MAX) {
-    b->failed = 1;
-    return 0;
-  }
-  size_t cap = b->cap ? b->cap : 4096;
-  while (cap < b->n + extra + 1) cap *= 2;
-  if (cap > COORD_HBUF_MAX) cap = COORD_HBUF_MAX;
-  char *p = px_realloc(b->p, cap, "coord.http.buf");
-  if (!p) {
-    b->failed = 1;
-    return 0;
-  }
-  b->p = p;
-  b->cap = cap;
-  return 1;
-}
-
-void coord_hb_put(coord_hbuf_t *b, const char *s, size_t n) {
-  if (!coord_hb_reserve(b, n)) return;
-  memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = '\0';
-}
-
-void coord_hb_printf(coord_hbuf_t *b, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char small[512];
-  int n = vsnprintf(small, sizeof small, fmt, ap);
-  va_end(ap);
-  if (n < 0) {
-    b->failed = 1;
-    return;
-  }
-  if ((size_t)n < sizeof small) {
-    coord_hb_put(b, small, (size_t)n);
-    return;
-  }
-  if (!coord_hb_reserve(b, (size_t)n)) return;
-  va_start(ap, fmt);
-  vsnprintf(b->p + b->n, (size_t)n + 1, fmt, ap);
-  va_end(ap);
-  b->n += (size_t)n;
-}
-
 void coord_hb_jstr(coord_hbuf_t *b, const char *s) {
-  if (!s) {
-    coord_hb_put(b, "null", 4);
-    return;
-  }
-  coord_hb_put(b, "\"", 1);
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\') {
-      char e[2] = {'\\', (char)*p};
-      coord_hb_put(b, e, 2);
-    } else if (*p < 0x20) {
-      coord_hb_printf(b, "\\u%04x", *p);
-    } else {
-      coord_hb_put(b, (const char *)p, 1);
-    }
-  }
-  coord_hb_put(b, "\"", 1);
+  if (!s) px_buf_put(b, "null", 4);
+  else px_buf_json_string(b, s, strlen(s));
 }
 
 void coord_hb_jnum(coord_hbuf_t *b, double v, int present) {
-  if (!present || !isfinite(v)) coord_hb_put(b, "null", 4);
-  else if (v == floor(v) && fabs(v) < 9e15) coord_hb_printf(b, "%.0f", v);
-  else coord_hb_printf(b, "%.9g", v);
+  if (!present || !isfinite(v)) px_buf_put(b, "null", 4);
+  else if (v == floor(v) && fabs(v) < 9e15) px_buf_printf(b, "%.0f", v);
+  else px_buf_printf(b, "%.9g", v);
 }
 
 void coord_hb_plabel(coord_hbuf_t *b, const char *s) {
   for (const char *p = s ? s : ""; *p; p++) {
-    if (*p == '\\') coord_hb_put(b, "\\\\", 2);
-    else if (*p == '"') coord_hb_put(b, "\\\"", 2);
-    else if (*p == '\n') coord_hb_put(b, "\\n", 2);
-    else coord_hb_put(b, p, 1);
+    if (*p == '\\') px_buf_put(b, "\\\\", 2);
+    else if (*p == '"') px_buf_put(b, "\\\"", 2);
+    else if (*p == '\n') px_buf_put(b, "\\n", 2);
+    else px_buf_put(b, p, 1);
   }
 }
 
 void coord_hb_pnum(coord_hbuf_t *b, double v) {
-  if (isnan(v)) coord_hb_put(b, "NaN", 3);
-  else if (isinf(v)) coord_hb_printf(b, "%sInf", v > 0 ? "+" : "-");
-  else if (v == floor(v) && fabs(v) < 9e15) coord_hb_printf(b, "%.0f", v);
-  else coord_hb_printf(b, "%.9g", v);
+  if (isnan(v)) px_buf_put(b, "NaN", 3);
+  else if (isinf(v)) px_buf_printf(b, "%sInf", v > 0 ? "+" : "-");
+  else if (v == floor(v) && fabs(v) < 9e15) px_buf_printf(b, "%.0f", v);
+  else px_buf_printf(b, "%.9g", v);
 }
 
 /* ---- authorisation ------------------------------------------------------------ */
@@ -296,9 +229,9 @@ static void *http_reaper(void *arg) {
 static enum MHD_Result http_send(struct MHD_Connection *conn, unsigned status,
                                  const char *type, coord_hbuf_t *body) {
   struct MHD_Response *r =
-      MHD_create_response_from_buffer(body->n, body->p ? body->p : (void *)"",
+      MHD_create_response_from_buffer(body->len, body->p ? body->p : (void *)"",
                                       MHD_RESPMEM_MUST_COPY);
-  coord_hb_free(body);
+  px_buf_free(body);
   if (!r) return MHD_NO;
   MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
   MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
@@ -313,10 +246,10 @@ static enum MHD_Result http_send(struct MHD_Connection *conn, unsigned status,
 }
 
 static enum MHD_Result http_error(struct MHD_Connection *conn, unsigned status, const char *msg) {
-  coord_hbuf_t b = {0};
-  coord_hb_put(&b, "{\"error\":", 9);
+  coord_hbuf_t b = COORD_HBUF_INIT;
+  px_buf_put(&b, "{\"error\":", 9);
   coord_hb_jstr(&b, msg);
-  coord_hb_put(&b, "}\n", 2);
+  px_buf_put(&b, "}\n", 2);
   return http_send(conn, status, "application/json", &b);
 }
 
@@ -400,7 +333,7 @@ static enum MHD_Result http_answer(void *cls, struct MHD_Connection *conn, const
   if (!strncmp(url, "/static/", 8)) return http_file(conn, h->www, url + 8);
   if (!strncmp(url, "/js/", 4)) return http_file(conn, h->js, url + 4);
 
-  coord_hbuf_t b = {0};
+  coord_hbuf_t b = COORD_HBUF_INIT;
   int status;
   const char *type = "application/json";
   coord_http_page_t pg = {
@@ -428,8 +361,8 @@ static enum MHD_Result http_answer(void *cls, struct MHD_Connection *conn, const
   } else {
     return http_error(conn, MHD_HTTP_NOT_FOUND, "no such resource");
   }
-  if (b.failed) {
-    coord_hb_free(&b);
+  if (b.oom) {
+    px_buf_free(&b);
     return http_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR,
                       "the response grew past its limit (use a smaller page)");
   }

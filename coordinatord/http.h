@@ -40,19 +40,14 @@ extern const int coord_rpc_nstats;
 
 /* ---- response buffer ----------------------------------------------------- */
 
-/* A growing text buffer capped at COORD_HBUF_MAX bytes; past the cap (or on
- * allocation failure) it stops growing and sets failed, so a handler can
- * write freely and check once at the end. */
+/* Responses are written into a px_buf_t (prunex/text.h) bounded at
+ * COORD_HBUF_MAX bytes: past it (or on allocation failure) it stops
+ * growing and sets oom, so a handler can write freely and check once at the
+ * end. */
 #define COORD_HBUF_MAX ((size_t)64 << 20)
-typedef struct {
-  char *p;
-  size_t n, cap;
-  int failed;
-} coord_hbuf_t;
+typedef px_buf_t coord_hbuf_t;
+#define COORD_HBUF_INIT {.max = COORD_HBUF_MAX}
 
-void coord_hb_free(coord_hbuf_t *b);
-void coord_hb_printf(coord_hbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void coord_hb_put(coord_hbuf_t *b, const char *s, size_t n);
 /* A JSON string literal (quotes included; NULL writes null). */
 void coord_hb_jstr(coord_hbuf_t *b, const char *s);
 /* A JSON number; null when v is not finite or when !present. */

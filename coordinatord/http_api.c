@@ -55,10 +55,10 @@ static int http_fail(coord_hbuf_t *out, int status, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  coord_hb_free(out);
-  coord_hb_put(out, "{\"error\":", 9);
+  px_buf_free(out);
+  px_buf_put(out, "{\"error\":", 9);
   coord_hb_jstr(out, msg);
-  coord_hb_put(out, "}\n", 2);
+  px_buf_put(out, "}\n", 2);
   return status;
 }
 
@@ -135,48 +135,48 @@ static void http_job_json(sqlite3_stmt *st, coord_hbuf_t *b) {
   const void *blob = sqlite3_column_blob(st, 5);
   int blen = sqlite3_column_bytes(st, 5);
   if (blob && blen > 0) spec = prunex__v1__job_spec__unpack(NULL, (size_t)blen, blob);
-  coord_hb_put(b, "{\"job_id\":", 10);
+  px_buf_put(b, "{\"job_id\":", 10);
   coord_hb_jstr(b, (const char *)sqlite3_column_text(st, 1));
-  coord_hb_put(b, ",\"name\":", 8);
+  px_buf_put(b, ",\"name\":", 8);
   coord_hb_jstr(b, (const char *)sqlite3_column_text(st, 2));
-  coord_hb_put(b, ",\"state\":", 9);
+  px_buf_put(b, ",\"state\":", 9);
   coord_hb_jstr(b, http_job_state(sqlite3_column_int(st, 3)));
-  coord_hb_put(b, ",\"reason\":", 10);
+  px_buf_put(b, ",\"reason\":", 10);
   coord_hb_jstr(b, (const char *)sqlite3_column_text(st, 4));
-  coord_hb_put(b, ",\"strategy\":", 12);
+  px_buf_put(b, ",\"strategy\":", 12);
   coord_hb_jstr(b, spec ? http_strategy(spec->strategy) : NULL);
-  coord_hb_put(b, ",\"model\":", 9);
+  px_buf_put(b, ",\"model\":", 9);
   coord_hb_jstr(b, spec && spec->model ? spec->model->name : NULL);
-  coord_hb_put(b, ",\"dataset\":", 11);
+  px_buf_put(b, ",\"dataset\":", 11);
   coord_hb_jstr(b, spec && spec->dataset ? spec->dataset->name : NULL);
   int maxit = spec && spec->admm ? spec->admm->max_iterations : 0;
-  coord_hb_printf(b, ",\"nodes\":%d,\"workers_per_node\":%d,\"max_iterations\":",
+  px_buf_printf(b, ",\"nodes\":%d,\"workers_per_node\":%d,\"max_iterations\":",
                   sqlite3_column_int(st, 6), sqlite3_column_int(st, 7));
   coord_hb_jnum(b, maxit, maxit > 0);
-  coord_hb_printf(b, ",\"created_unix_ms\":%lld,\"updated_unix_ms\":%lld",
+  px_buf_printf(b, ",\"created_unix_ms\":%lld,\"updated_unix_ms\":%lld",
                   (long long)sqlite3_column_int64(st, 8), (long long)sqlite3_column_int64(st, 9));
   int64_t sched = sqlite3_column_int64(st, 10), fin = sqlite3_column_int64(st, 11);
   int64_t it = sqlite3_column_int64(st, 12);
-  coord_hb_put(b, ",\"scheduled_unix_ms\":", 21);
+  px_buf_put(b, ",\"scheduled_unix_ms\":", 21);
   coord_hb_jnum(b, (double)sched, sched > 0);
-  coord_hb_put(b, ",\"finished_unix_ms\":", 20);
+  px_buf_put(b, ",\"finished_unix_ms\":", 20);
   coord_hb_jnum(b, (double)fin, fin > 0);
-  coord_hb_put(b, ",\"state_since_unix_ms\":", 23);
+  px_buf_put(b, ",\"state_since_unix_ms\":", 23);
   coord_hb_jnum(b, (double)sqlite3_column_int64(st, 13), sqlite3_column_type(st, 13) != SQLITE_NULL);
-  coord_hb_put(b, ",\"iteration\":", 13);
+  px_buf_put(b, ",\"iteration\":", 13);
   coord_hb_jnum(b, (double)it, it >= 0);
-  coord_hb_put(b, ",\"test_accuracy\":", 17);
+  px_buf_put(b, ",\"test_accuracy\":", 17);
   coord_hb_jnum(b, sqlite3_column_double(st, 14), sqlite3_column_type(st, 14) != SQLITE_NULL);
-  coord_hb_put(b, ",\"density\":", 11);
+  px_buf_put(b, ",\"density\":", 11);
   coord_hb_jnum(b, sqlite3_column_double(st, 15), sqlite3_column_type(st, 15) != SQLITE_NULL);
   /* the attempt running now (issue 14: 1 before any restart) and how many
    * the spec allows */
-  coord_hb_printf(b, ",\"attempt\":%d,\"max_restarts\":%d", sqlite3_column_int(st, 16),
+  px_buf_printf(b, ",\"attempt\":%d,\"max_restarts\":%d", sqlite3_column_int(st, 16),
                   spec && spec->recovery ? spec->recovery->max_restarts : 0);
   /* "" while the checkpoints are usable (issue 26) */
-  coord_hb_put(b, ",\"checkpoint_problem\":", 22);
+  px_buf_put(b, ",\"checkpoint_problem\":", 22);
   coord_hb_jstr(b, (const char *)sqlite3_column_text(st, 17));
-  coord_hb_put(b, "}", 1);
+  px_buf_put(b, "}", 1);
   if (spec) prunex__v1__job_spec__free_unpacked(spec, NULL);
 }
 
@@ -195,7 +195,7 @@ int coord_http_jobs(sqlite3 *db, const coord_http_page_t *pg, coord_hbuf_t *out)
     return http_db_fail(db, out);
   sqlite3_bind_int64(st, 1, cursor);
   sqlite3_bind_int(st, 2, limit + 1);
-  coord_hb_put(out, "{\"jobs\":[", 9);
+  px_buf_put(out, "{\"jobs\":[", 9);
   int n = 0;
   long long last = 0, more = 0;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -203,15 +203,15 @@ int coord_http_jobs(sqlite3 *db, const coord_http_page_t *pg, coord_hbuf_t *out)
       more = 1;
       break;
     }
-    if (n++) coord_hb_put(out, ",", 1);
+    if (n++) px_buf_put(out, ",", 1);
     http_job_json(st, out);
     last = sqlite3_column_int64(st, 0);
   }
   sqlite3_finalize(st);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE) return http_db_fail(db, out);
-  coord_hb_put(out, "],\"next_cursor\":", 16);
-  if (more) coord_hb_printf(out, "\"%lld\"}\n", last);
-  else coord_hb_put(out, "null}\n", 6);
+  px_buf_put(out, "],\"next_cursor\":", 16);
+  if (more) px_buf_printf(out, "\"%lld\"}\n", last);
+  else px_buf_put(out, "null}\n", 6);
   return 200;
 }
 
@@ -239,9 +239,9 @@ int coord_http_job(sqlite3 *db, const char *ref, coord_hbuf_t *out) {
                              : http_db_fail(db, out);
   }
   http_job_json(st, out);
-  if (!out->failed) out->n--; /* reopen the object */
+  if (!out->oom) out->len--; /* reopen the object */
   assert(sqlite3_column_count(st) == HTTP_JOB_NCOLS + 3);
-  coord_hb_printf(out, ",\"iterations\":%lld,\"bytes_inter\":%.0f,\"bytes_intra\":%.0f}\n",
+  px_buf_printf(out, ",\"iterations\":%lld,\"bytes_inter\":%.0f,\"bytes_intra\":%.0f}\n",
                   (long long)sqlite3_column_int64(st, HTTP_JOB_NCOLS),
                   sqlite3_column_double(st, HTTP_JOB_NCOLS + 1),
                   sqlite3_column_double(st, HTTP_JOB_NCOLS + 2));
@@ -274,9 +274,9 @@ int coord_http_iterations(sqlite3 *db, const char *ref, const coord_http_page_t 
   sqlite3_bind_text(st, 1, job, -1, SQLITE_TRANSIENT);
   sqlite3_bind_int64(st, 2, cursor);
   sqlite3_bind_int(st, 3, limit + 1);
-  coord_hb_put(out, "{\"job_id\":", 10);
+  px_buf_put(out, "{\"job_id\":", 10);
   coord_hb_jstr(out, job);
-  coord_hb_put(out, ",\"iterations\":[", 15);
+  px_buf_put(out, ",\"iterations\":[", 15);
   int n = 0, more = 0;
   long long last = 0;
   static const char *const phases[] = {"local_s", "intra_s", "projection_s",
@@ -286,25 +286,25 @@ int coord_http_iterations(sqlite3 *db, const char *ref, const coord_http_page_t 
       more = 1;
       break;
     }
-    if (n++) coord_hb_put(out, ",", 1);
+    if (n++) px_buf_put(out, ",", 1);
     last = sqlite3_column_int64(st, 0);
     double loss = sqlite3_column_double(st, 3), tra = sqlite3_column_double(st, 4),
            tea = sqlite3_column_double(st, 5);
-    coord_hb_printf(out, "{\"iteration\":%lld,\"time_unix_ms\":%lld,\"epoch\":", last,
+    px_buf_printf(out, "{\"iteration\":%lld,\"time_unix_ms\":%lld,\"epoch\":", last,
                     (long long)sqlite3_column_int64(st, 1));
     coord_hb_jnum(out, sqlite3_column_double(st, 2), 1);
-    coord_hb_put(out, ",\"loss\":", 8);
+    px_buf_put(out, ",\"loss\":", 8);
     coord_hb_jnum(out, loss, loss >= 0);
-    coord_hb_put(out, ",\"train_accuracy\":", 18);
+    px_buf_put(out, ",\"train_accuracy\":", 18);
     coord_hb_jnum(out, tra, tra >= 0);
-    coord_hb_put(out, ",\"test_accuracy\":", 17);
+    px_buf_put(out, ",\"test_accuracy\":", 17);
     coord_hb_jnum(out, tea, tea >= 0);
-    coord_hb_put(out, ",\"density\":", 11);
+    px_buf_put(out, ",\"density\":", 11);
     coord_hb_jnum(out, sqlite3_column_double(st, 6), 1);
     int64_t groups = sqlite3_column_int64(st, 19);
-    coord_hb_put(out, ",\"mask_groups\":", 15);
+    px_buf_put(out, ",\"mask_groups\":", 15);
     coord_hb_jnum(out, (double)groups, groups > 0);
-    coord_hb_printf(out,
+    px_buf_printf(out,
                     ",\"mask_drift\":%lld,\"frozen\":%s,\"bytes_intra\":%lld,\"bytes_inter\":%lld,"
                     "\"bytes_inter_dense\":%lld,\"phases\":",
                     (long long)sqlite3_column_int64(st, 7),
@@ -312,20 +312,20 @@ int coord_http_iterations(sqlite3 *db, const char *ref, const coord_http_page_t 
                     (long long)sqlite3_column_int64(st, 9), (long long)sqlite3_column_int64(st, 10),
                     (long long)sqlite3_column_int64(st, 11));
     if (!sqlite3_column_int(st, 12)) {
-      coord_hb_put(out, "null}", 5);
+      px_buf_put(out, "null}", 5);
       continue;
     }
     for (int k = 0; k < 6; k++) {
-      coord_hb_printf(out, "%s\"%s\":", k ? "," : "{", phases[k]);
+      px_buf_printf(out, "%s\"%s\":", k ? "," : "{", phases[k]);
       coord_hb_jnum(out, sqlite3_column_double(st, 13 + k), 1);
     }
-    coord_hb_put(out, "}}", 2);
+    px_buf_put(out, "}}", 2);
   }
   sqlite3_finalize(st);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE) return http_db_fail(db, out);
-  coord_hb_put(out, "],\"next_cursor\":", 16);
-  if (more) coord_hb_printf(out, "\"%lld\"}\n", last);
-  else coord_hb_put(out, "null}\n", 6);
+  px_buf_put(out, "],\"next_cursor\":", 16);
+  if (more) px_buf_printf(out, "\"%lld\"}\n", last);
+  else px_buf_put(out, "null}\n", 6);
   return 200;
 }
 
@@ -361,9 +361,9 @@ int coord_http_layers(sqlite3 *db, const char *ref, const coord_http_page_t *pg,
   sqlite3_bind_int64(st, 2, ci);
   sqlite3_bind_int64(st, 3, cl);
   sqlite3_bind_int(st, 4, limit + 1);
-  coord_hb_put(out, "{\"job_id\":", 10);
+  px_buf_put(out, "{\"job_id\":", 10);
   coord_hb_jstr(out, job);
-  coord_hb_put(out, ",\"layers\":[", 11);
+  px_buf_put(out, ",\"layers\":[", 11);
   int n = 0, more = 0;
   long long li = 0, ll = 0;
   static const char *const cols[] = {"r_intra", "s_intra", "r_inter", "s_inter",
@@ -373,22 +373,22 @@ int coord_http_layers(sqlite3 *db, const char *ref, const coord_http_page_t *pg,
       more = 1;
       break;
     }
-    if (n++) coord_hb_put(out, ",", 1);
+    if (n++) px_buf_put(out, ",", 1);
     li = sqlite3_column_int64(st, 0);
     ll = sqlite3_column_int64(st, 1);
-    coord_hb_printf(out, "{\"iteration\":%lld,\"layer\":%lld,\"name\":", li, ll);
+    px_buf_printf(out, "{\"iteration\":%lld,\"layer\":%lld,\"name\":", li, ll);
     coord_hb_jstr(out, (const char *)sqlite3_column_text(st, 2));
     for (int k = 0; k < 7; k++) {
-      coord_hb_printf(out, ",\"%s\":", cols[k]);
+      px_buf_printf(out, ",\"%s\":", cols[k]);
       coord_hb_jnum(out, sqlite3_column_double(st, 3 + k), 1);
     }
-    coord_hb_printf(out, ",\"numel\":%lld}", (long long)sqlite3_column_int64(st, 10));
+    px_buf_printf(out, ",\"numel\":%lld}", (long long)sqlite3_column_int64(st, 10));
   }
   sqlite3_finalize(st);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE) return http_db_fail(db, out);
-  coord_hb_put(out, "],\"next_cursor\":", 16);
-  if (more) coord_hb_printf(out, "\"%lld:%lld\"}\n", li, ll);
-  else coord_hb_put(out, "null}\n", 6);
+  px_buf_put(out, "],\"next_cursor\":", 16);
+  if (more) px_buf_printf(out, "\"%lld:%lld\"}\n", li, ll);
+  else px_buf_put(out, "null}\n", 6);
   return 200;
 }
 
@@ -411,7 +411,7 @@ int coord_http_nodes(sqlite3 *db, const coord_http_page_t *pg, coord_hbuf_t *out
     return http_db_fail(db, out);
   sqlite3_bind_int64(st, 1, cursor);
   sqlite3_bind_int(st, 2, limit + 1);
-  coord_hb_put(out, "{\"nodes\":[", 10);
+  px_buf_put(out, "{\"nodes\":[", 10);
   int n = 0, more = 0;
   long long last = 0;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -419,28 +419,28 @@ int coord_http_nodes(sqlite3 *db, const coord_http_page_t *pg, coord_hbuf_t *out
       more = 1;
       break;
     }
-    if (n++) coord_hb_put(out, ",", 1);
+    if (n++) px_buf_put(out, ",", 1);
     last = sqlite3_column_int64(st, 0);
     const char *job = (const char *)sqlite3_column_text(st, 5);
-    coord_hb_put(out, "{\"node_id\":", 11);
+    px_buf_put(out, "{\"node_id\":", 11);
     coord_hb_jstr(out, (const char *)sqlite3_column_text(st, 1));
-    coord_hb_put(out, ",\"name\":", 8);
+    px_buf_put(out, ",\"name\":", 8);
     coord_hb_jstr(out, (const char *)sqlite3_column_text(st, 2));
-    coord_hb_put(out, ",\"hostname\":", 12);
+    px_buf_put(out, ",\"hostname\":", 12);
     coord_hb_jstr(out, (const char *)sqlite3_column_text(st, 3));
-    coord_hb_put(out, ",\"state\":", 9);
+    px_buf_put(out, ",\"state\":", 9);
     coord_hb_jstr(out, http_node_state(sqlite3_column_int(st, 4)));
-    coord_hb_put(out, ",\"job_id\":", 10);
+    px_buf_put(out, ",\"job_id\":", 10);
     coord_hb_jstr(out, job && job[0] ? job : NULL);
-    coord_hb_printf(out,
+    px_buf_printf(out,
                     ",\"devices\":%d,\"registered_unix_ms\":%lld,\"last_heartbeat_unix_ms\":%lld}",
                     sqlite3_column_int(st, 8), (long long)sqlite3_column_int64(st, 6),
                     (long long)sqlite3_column_int64(st, 7));
   }
   sqlite3_finalize(st);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE) return http_db_fail(db, out);
-  coord_hb_put(out, "],\"next_cursor\":", 16);
-  if (more) coord_hb_printf(out, "\"%lld\"}\n", last);
-  else coord_hb_put(out, "null}\n", 6);
+  px_buf_put(out, "],\"next_cursor\":", 16);
+  if (more) px_buf_printf(out, "\"%lld\"}\n", last);
+  else px_buf_put(out, "null}\n", 6);
   return 200;
 }

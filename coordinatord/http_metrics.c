@@ -48,17 +48,17 @@ static const char *const http_phases[6] = {"local", "intra", "projection",
                                            "inter", "broadcast", "control"};
 
 static void http_family(coord_hbuf_t *b, const char *name, const char *type, const char *help) {
-  coord_hb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+  px_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 static void http_job_labels(coord_hbuf_t *b, const http_job_row_t *j) {
-  coord_hb_put(b, "job_id=\"", 8);
+  px_buf_put(b, "job_id=\"", 8);
   coord_hb_plabel(b, j->job);
-  coord_hb_put(b, "\",job_name=\"", 12);
+  px_buf_put(b, "\",job_name=\"", 12);
   coord_hb_plabel(b, j->name);
-  coord_hb_put(b, "\",strategy=\"", 12);
+  px_buf_put(b, "\",strategy=\"", 12);
   coord_hb_plabel(b, j->strategy);
-  coord_hb_put(b, "\"", 1);
+  px_buf_put(b, "\"", 1);
 }
 
 /* Counts of rows by state: 0, or -1 on a database error. */
@@ -158,55 +158,46 @@ static void http_job_family(coord_hbuf_t *b, const http_job_row_t *jobs, int n, 
   http_family(b, name, type, help);
   for (int i = 0; i < n; i++) {
     if (!jobs[i].has_row || !jobs[i].present[k]) continue;
-    coord_hb_printf(b, "%s{", name);
+    px_buf_printf(b, "%s{", name);
     http_job_labels(b, &jobs[i]);
-    coord_hb_put(b, "} ", 2);
+    px_buf_put(b, "} ", 2);
     coord_hb_pnum(b, jobs[i].v[k]);
-    coord_hb_put(b, "\n", 1);
+    px_buf_put(b, "\n", 1);
   }
 }
 
-int coord_http_metrics(sqlite3 *db, int64_t started_unix_ms, coord_hbuf_t *out) {
-  static http_job_row_t jobs[HTTP_MAX_JOBS]; /* HTTP thread only: one request at a time */
-  long long ns[8], js[8];
-  int njobs = 0, dropped = 0;
-  /* One read transaction, so that every figure comes from the same snapshot. */
-  sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
-  int bad = http_state_counts(db, "SELECT state, count(*) FROM nodes GROUP BY state", ns, 8) ||
-            http_state_counts(db, "SELECT state, count(*) FROM jobs GROUP BY state", js, 8) ||
-            http_load_jobs(db, jobs, &njobs, &dropped);
-  if (bad) {
-    coord_hb_printf(out, "# database error: %s\n", sqlite3_errmsg(db));
-    sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-    return 500;
-  }
-  sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
-
+/* The coordinator itself: start time, version, nodes and jobs by state. */
+static void http_metrics_service(coord_hbuf_t *out, int64_t started_unix_ms, const long long *ns,
+                                 const long long *js) {
   http_family(out, "prunex_coordinator_start_time_seconds", "gauge",
               "Unix time at which this pxcoordd started.");
-  coord_hb_printf(out, "prunex_coordinator_start_time_seconds %.3f\n",
+  px_buf_printf(out, "prunex_coordinator_start_time_seconds %.3f\n",
                   (double)started_unix_ms / 1000.0);
   http_family(out, "prunex_build_info", "gauge", "Always 1; the version label says which pxcoordd.");
-  coord_hb_put(out, "prunex_build_info{version=\"", 27);
+  px_buf_put(out, "prunex_build_info{version=\"", 27);
   coord_hb_plabel(out, px_version());
-  coord_hb_put(out, "\"} 1\n", 5);
+  px_buf_put(out, "\"} 1\n", 5);
 
   http_family(out, "prunex_nodes", "gauge", "Nodes known to the coordinator, by state.");
   static const struct { int s; const char *n; } nst[] = {
       {NS_READY, "ready"}, {NS_BUSY, "busy"}, {NS_LOST, "lost"}};
   for (size_t i = 0; i < 3; i++)
-    coord_hb_printf(out, "prunex_nodes{state=\"%s\"} %lld\n", nst[i].n, ns[nst[i].s]);
+    px_buf_printf(out, "prunex_nodes{state=\"%s\"} %lld\n", nst[i].n, ns[nst[i].s]);
   http_family(out, "prunex_jobs", "gauge", "Jobs known to the coordinator, by state.");
   static const struct { int s; const char *n; } jst[] = {
       {JS_PENDING, "pending"},     {JS_SCHEDULED, "scheduled"}, {JS_RUNNING, "running"},
       {JS_SUCCEEDED, "succeeded"}, {JS_FAILED, "failed"},       {JS_CANCELLED, "cancelled"}};
   for (size_t i = 0; i < 6; i++)
-    coord_hb_printf(out, "prunex_jobs{state=\"%s\"} %lld\n", jst[i].n, js[jst[i].s]);
+    px_buf_printf(out, "prunex_jobs{state=\"%s\"} %lld\n", jst[i].n, js[jst[i].s]);
 
+}
+
+/* The gRPC calls handled, and the handlers' time on the loop (a histogram). */
+static void http_metrics_rpc(coord_hbuf_t *out) {
   http_family(out, "prunex_rpc_requests_total", "counter",
               "gRPC calls handled by the coordinator since it started, by method.");
   for (int m = 0; m < coord_rpc_nstats; m++)
-    coord_hb_printf(out, "prunex_rpc_requests_total{method=\"%s\"} %llu\n", coord_rpc_stats[m].name,
+    px_buf_printf(out, "prunex_rpc_requests_total{method=\"%s\"} %llu\n", coord_rpc_stats[m].name,
                     (unsigned long long)atomic_load(&coord_rpc_stats[m].calls));
   http_family(out, "prunex_rpc_handler_seconds", "histogram",
               "Time the handler of a gRPC call ran on the coordinator's event loop, by method "
@@ -217,20 +208,25 @@ int coord_http_metrics(sqlite3 *db, int64_t started_unix_ms, coord_hbuf_t *out) 
     for (int k = 0; k <= COORD_RPC_NBUCKETS; k++) {
       cum += (unsigned long long)atomic_load(&s->bucket[k]);
       if (k < COORD_RPC_NBUCKETS)
-        coord_hb_printf(out, "prunex_rpc_handler_seconds_bucket{method=\"%s\",le=\"%g\"} %llu\n",
+        px_buf_printf(out, "prunex_rpc_handler_seconds_bucket{method=\"%s\",le=\"%g\"} %llu\n",
                         s->name, coord_rpc_bucket_le[k], cum);
       else
-        coord_hb_printf(out, "prunex_rpc_handler_seconds_bucket{method=\"%s\",le=\"+Inf\"} %llu\n",
+        px_buf_printf(out, "prunex_rpc_handler_seconds_bucket{method=\"%s\",le=\"+Inf\"} %llu\n",
                         s->name, cum);
     }
-    coord_hb_printf(out, "prunex_rpc_handler_seconds_sum{method=\"%s\"} %.9f\n", s->name,
+    px_buf_printf(out, "prunex_rpc_handler_seconds_sum{method=\"%s\"} %.9f\n", s->name,
                     (double)atomic_load(&s->nanos) / 1e9);
-    coord_hb_printf(out, "prunex_rpc_handler_seconds_count{method=\"%s\"} %llu\n", s->name, cum);
+    px_buf_printf(out, "prunex_rpc_handler_seconds_count{method=\"%s\"} %llu\n", s->name, cum);
   }
 
+}
+
+/* The running jobs' latest figures (at most HTTP_MAX_JOBS). */
+static void http_metrics_jobs(coord_hbuf_t *out, const http_job_row_t *jobs, int njobs,
+                              int dropped) {
   http_family(out, "prunex_running_jobs_not_exported", "gauge",
               "Running jobs left out of the per-job families (more than 256 run).");
-  coord_hb_printf(out, "prunex_running_jobs_not_exported %d\n", dropped);
+  px_buf_printf(out, "prunex_running_jobs_not_exported %d\n", dropped);
   http_job_family(out, jobs, njobs, V_ITER, "prunex_job_iteration", "gauge",
                   "Latest iteration reported by a running job (counted from 0).");
   http_job_family(out, jobs, njobs, V_LOSS, "prunex_job_loss", "gauge",
@@ -251,11 +247,11 @@ int coord_http_metrics(sqlite3 *db, int64_t started_unix_ms, coord_hbuf_t *out) 
   for (int i = 0; i < njobs; i++)
     for (int lv = 0; lv < 2; lv++) {
       if (!jobs[i].has_row || !jobs[i].present[V_RHO1 + lv]) continue;
-      coord_hb_put(out, "prunex_job_rho{", 15);
+      px_buf_put(out, "prunex_job_rho{", 15);
       http_job_labels(out, &jobs[i]);
-      coord_hb_printf(out, ",level=\"%s\"} ", lv ? "inter" : "intra");
+      px_buf_printf(out, ",level=\"%s\"} ", lv ? "inter" : "intra");
       coord_hb_pnum(out, jobs[i].v[V_RHO1 + lv]);
-      coord_hb_put(out, "\n", 1);
+      px_buf_put(out, "\n", 1);
     }
   http_job_family(out, jobs, njobs, V_BINTER, "prunex_job_inter_bytes_total", "counter",
                   "Inter-node bytes (sent plus received, all ranks) of the job so far.");
@@ -272,12 +268,32 @@ int coord_http_metrics(sqlite3 *db, int64_t started_unix_ms, coord_hbuf_t *out) 
       for (int p = 0; p < 6; p++) {
         int k = (tot ? V_PT0 : V_PH0) + p;
         if (!jobs[i].has_row || !jobs[i].present[k]) continue;
-        coord_hb_printf(out, "%s{", name);
+        px_buf_printf(out, "%s{", name);
         http_job_labels(out, &jobs[i]);
-        coord_hb_printf(out, ",phase=\"%s\"} ", http_phases[p]);
+        px_buf_printf(out, ",phase=\"%s\"} ", http_phases[p]);
         coord_hb_pnum(out, jobs[i].v[k]);
-        coord_hb_put(out, "\n", 1);
+        px_buf_put(out, "\n", 1);
       }
   }
+}
+
+int coord_http_metrics(sqlite3 *db, int64_t started_unix_ms, coord_hbuf_t *out) {
+  static http_job_row_t jobs[HTTP_MAX_JOBS]; /* HTTP thread only: one request at a time */
+  long long ns[8], js[8];
+  int njobs = 0, dropped = 0;
+  /* One read transaction, so that every figure comes from the same snapshot. */
+  sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
+  int bad = http_state_counts(db, "SELECT state, count(*) FROM nodes GROUP BY state", ns, 8) ||
+            http_state_counts(db, "SELECT state, count(*) FROM jobs GROUP BY state", js, 8) ||
+            http_load_jobs(db, jobs, &njobs, &dropped);
+  if (bad) {
+    px_buf_printf(out, "# database error: %s\n", sqlite3_errmsg(db));
+    sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    return 500;
+  }
+  sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+  http_metrics_service(out, started_unix_ms, ns, js);
+  http_metrics_rpc(out);
+  http_metrics_jobs(out, jobs, njobs, dropped);
   return 200;
 }

@@ -255,14 +255,14 @@ static int coord_report_layers_ok(coord_t *c, px_rpc_srv_call_t *call,
     }
     seen[l] = 1;
     const char *name = r->layers[i]->name;
-    if (strlen(name) > 256 || !coord_utf8_ok(name, strlen(name))) {
+    if (strlen(name) > 256 || !px_utf8_valid(name, strlen(name))) {
       px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
                         "layers[%zu].name: must be UTF-8 of at most 256 bytes", i);
       return 0;
     }
   }
   size_t np = strlen(r->checkpoint_problem);
-  if (np > 512 || !coord_utf8_ok(r->checkpoint_problem, np)) {
+  if (np > 512 || !px_utf8_valid(r->checkpoint_problem, np)) {
     px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
                       "checkpoint_problem: must be UTF-8 of at most 512 bytes");
     return 0;

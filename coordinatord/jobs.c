@@ -396,7 +396,7 @@ void coord_rpc_submit_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, 
                       strlen(r->spec_yaml), COORD_SPEC_YAML_MAX);
     return;
   }
-  if (!coord_utf8_ok(r->spec_yaml, strlen(r->spec_yaml))) {
+  if (!px_utf8_valid(r->spec_yaml, strlen(r->spec_yaml))) {
     px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "spec_yaml: not valid UTF-8");
     return;
   }
@@ -749,11 +749,11 @@ static px_status_t coord_rank_exit(coord_t *c, coord_arena_t *a, const Prunex__V
   PX_CHECK(px_store_bind_int64(st, 4, r->exit_code));
   PX_CHECK(px_store_bind_int64(st, 5, r->signal));
   char clean[4096];
-  coord_utf8_clean(r->reason, clean, sizeof clean);
+  px_utf8_clean(r->reason, clean, sizeof clean);
   PX_CHECK(px_store_bind_text(st, 6, clean));
   PX_CHECK(px_store_bind_int64(st, 7, coord_now_ms()));
   char path[4096];
-  coord_utf8_clean(r->model_path, path, sizeof path); /* served in JobSummary */
+  px_utf8_clean(r->model_path, path, sizeof path); /* served in JobSummary */
   PX_CHECK(px_store_bind_text(st, 8, path));
   PX_CHECK(px_store_run(st));
   if (!coord_job_active(state)) return PX_OK;

@@ -388,6 +388,82 @@ static void coord_raise_nofile(void) {
     px_log(PX_LOG_WARN, "cannot raise the open-file limit: %s", strerror(errno));
 }
 
+/* The database (locked, migrated), its key and the tokens. Returns the exit
+ * status of a failure (everything closed), or -1 to go on. */
+static int coord_open_state(coord_t *c, int *lock_fd) {
+  *lock_fd = coord_lock_db(c->cfg.db);
+  if (*lock_fd < 0) return 1;
+  px_store_options_t opt = {
+      .schema = "coordinator",
+      .migrations = coord_migrations,
+      .nmigrations = coord_nmigrations,
+      .busy_timeout_ms = 5000,
+      .quick_check = 1,
+      .create = 1,
+  };
+  if (px_store_open(c->cfg.db, &opt, &c->db) != PX_OK) {
+    fprintf(stderr, "pxcoordd: cannot use the database: %s\n", px_last_error());
+    close(*lock_fd);
+    return 1;
+  }
+  px_log(PX_LOG_INFO, "database %s (schema version %d)", c->cfg.db,
+         px_store_schema_version(c->db));
+  int rc = -1;
+  if (coord_secret_key_load(c) != PX_OK || coord_rank_secrets_upgrade(c) != PX_OK) rc = 1;
+  else if (c->cfg.tokens[0] && coord_auth_reload(c) != PX_OK) rc = 2;
+  if (rc < 0) return -1;
+  fprintf(stderr, "pxcoordd: %s\n", px_last_error());
+  px_store_close(c->db);
+  close(*lock_fd);
+  return rc;
+}
+
+/* The HTTP listener (metrics, JSON API, dashboard); a failure stops the
+ * coordinator. */
+static void coord_start_http(coord_t *c) {
+  const char *js = c->cfg.http_js[0] ? c->cfg.http_js : COORD_DEFAULT_HTTP_JS;
+  if (coord_http_start(c->cfg.http, c->cfg.db, coord_www_dir(&c->cfg), js, c->cfg.tokens,
+                       c->cfg.http_max_per_address, &c->http) != PX_OK) {
+    fprintf(stderr, "pxcoordd: %s\n", px_last_error());
+    c->exit_code = 1;
+    coord_stop(c, "the HTTP listener could not start");
+    return;
+  }
+  const char *colon = strrchr(c->cfg.http, ':');
+  printf("http on %.*s:%d\n", (int)(colon - c->cfg.http), c->cfg.http, coord_http_port(c->http));
+  fflush(stdout);
+  px_log(PX_LOG_INFO, "HTTP (metrics, JSON, dashboard from %s) on port %d",
+         coord_www_dir(&c->cfg), coord_http_port(c->http));
+}
+
+/* Signals, the retention timer, the listeners' lines on stdout, READY=1
+ * and the first scheduling pass: the coordinator serves. */
+static void coord_serve(coord_t *c, uv_loop_t *loop, int port) {
+  uv_signal_init(loop, &c->sigterm);
+  uv_signal_init(loop, &c->sigint);
+  uv_signal_init(loop, &c->sighup);
+  uv_timer_init(loop, &c->retention);
+  c->sigterm.data = c->sigint.data = c->sighup.data = c;
+  c->retention.data = c;
+  uv_signal_start(&c->sigterm, coord_on_signal, SIGTERM);
+  uv_signal_start(&c->sigint, coord_on_signal, SIGINT);
+  uv_signal_start(&c->sighup, coord_on_sighup, SIGHUP);
+  if (c->cfg.retention_days > 0) uv_timer_start(&c->retention, coord_on_retention, 1000, 60 * 1000);
+  const char *colon = strrchr(c->cfg.listen, ':');
+  printf("listening on %.*s:%d\n", (int)(colon - c->cfg.listen), c->cfg.listen, port);
+  fflush(stdout);
+  if (c->cfg.http[0]) coord_start_http(c);
+  px_log(PX_LOG_INFO, "pxcoordd %s listening on port %d (advertised as %s), heartbeat timeout %d ms",
+         px_version(), port, c->advertise, c->cfg.heartbeat_timeout_ms);
+  px_log(PX_LOG_INFO, "security: %s, %s", c->cfg.tls_cert[0] ? "TLS" : "plain text (loopback only)",
+         c->tokens ? "bearer tokens required" : "no authentication (loopback only)");
+  /* Only now can it serve: the port is bound and the server started. */
+  px_service_notify("READY=1\nSTATUS=serving on port %d (advertised as %s), database %s", port,
+                    c->advertise, c->cfg.db);
+  px_service_watchdog_start(&coord_watchdog, loop);
+  coord_schedule(c);
+}
+
 int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   coord_raise_nofile();
@@ -398,38 +474,8 @@ int main(int argc, char **argv) {
   if (rc >= 0) return rc;
   if (c.cfg.log_level >= 0) px_log_set_level((px_log_level_t)c.cfg.log_level);
   else if (!getenv("PX_LOG_LEVEL")) px_log_set_level(PX_LOG_INFO);
-
-  int lock_fd = coord_lock_db(c.cfg.db);
-  if (lock_fd < 0) return 1;
-  px_store_options_t opt = {
-      .schema = "coordinator",
-      .migrations = coord_migrations,
-      .nmigrations = coord_nmigrations,
-      .busy_timeout_ms = 5000,
-      .quick_check = 1,
-      .create = 1,
-  };
-  if (px_store_open(c.cfg.db, &opt, &c.db) != PX_OK) {
-    fprintf(stderr, "pxcoordd: cannot use the database: %s\n", px_last_error());
-    close(lock_fd);
-    return 1;
-  }
-  px_log(PX_LOG_INFO, "database %s (schema version %d)", c.cfg.db,
-         px_store_schema_version(c.db));
-
-  if (coord_secret_key_load(&c) != PX_OK || coord_rank_secrets_upgrade(&c) != PX_OK) {
-    fprintf(stderr, "pxcoordd: %s\n", px_last_error());
-    px_store_close(c.db);
-    close(lock_fd);
-    return 1;
-  }
-
-  if (c.cfg.tokens[0] && coord_auth_reload(&c) != PX_OK) {
-    fprintf(stderr, "pxcoordd: %s\n", px_last_error());
-    px_store_close(c.db);
-    close(lock_fd);
-    return 2;
-  }
+  int lock_fd;
+  if ((rc = coord_open_state(&c, &lock_fd)) >= 0) return rc;
 
   uv_loop_t loop;
   uv_loop_init(&loop);
@@ -458,46 +504,7 @@ int main(int argc, char **argv) {
     c.stopping = 1;
     px_rpc_server_shutdown(c.srv, coord_server_done, &c);
   } else {
-    uv_signal_init(&loop, &c.sigterm);
-    uv_signal_init(&loop, &c.sigint);
-    uv_signal_init(&loop, &c.sighup);
-    uv_timer_init(&loop, &c.retention);
-    c.sigterm.data = c.sigint.data = c.sighup.data = &c;
-    c.retention.data = &c;
-    uv_signal_start(&c.sigterm, coord_on_signal, SIGTERM);
-    uv_signal_start(&c.sigint, coord_on_signal, SIGINT);
-    uv_signal_start(&c.sighup, coord_on_sighup, SIGHUP);
-    if (c.cfg.retention_days > 0) uv_timer_start(&c.retention, coord_on_retention, 1000, 60 * 1000);
-    {
-      const char *colon = strrchr(c.cfg.listen, ':');
-      printf("listening on %.*s:%d\n", (int)(colon - c.cfg.listen), c.cfg.listen, port);
-      fflush(stdout);
-    }
-    if (c.cfg.http[0]) {
-      const char *js = c.cfg.http_js[0] ? c.cfg.http_js : COORD_DEFAULT_HTTP_JS;
-      if (coord_http_start(c.cfg.http, c.cfg.db, coord_www_dir(&c.cfg), js, c.cfg.tokens,
-                           c.cfg.http_max_per_address, &c.http) != PX_OK) {
-        fprintf(stderr, "pxcoordd: %s\n", px_last_error());
-        c.exit_code = 1;
-        coord_stop(&c, "the HTTP listener could not start");
-      } else {
-        const char *colon = strrchr(c.cfg.http, ':');
-        printf("http on %.*s:%d\n", (int)(colon - c.cfg.http), c.cfg.http,
-               coord_http_port(c.http));
-        fflush(stdout);
-        px_log(PX_LOG_INFO, "HTTP (metrics, JSON, dashboard from %s) on port %d",
-               coord_www_dir(&c.cfg), coord_http_port(c.http));
-      }
-    }
-    px_log(PX_LOG_INFO, "pxcoordd %s listening on port %d (advertised as %s), heartbeat timeout %d ms",
-           px_version(), port, c.advertise, c.cfg.heartbeat_timeout_ms);
-    px_log(PX_LOG_INFO, "security: %s, %s", c.cfg.tls_cert[0] ? "TLS" : "plain text (loopback only)",
-           c.tokens ? "bearer tokens required" : "no authentication (loopback only)");
-    /* Only now can it serve: the port is bound and the server started. */
-    px_service_notify("READY=1\nSTATUS=serving on port %d (advertised as %s), database %s", port,
-                      c.advertise, c.cfg.db);
-    px_service_watchdog_start(&coord_watchdog, &loop);
-    coord_schedule(&c);
+    coord_serve(&c, &loop, port);
   }
   uv_run(&loop, UV_RUN_DEFAULT);
   if (uv_loop_close(&loop) != 0) px_log(PX_LOG_WARN, "event loop closed with handles open");

@@ -18,7 +18,7 @@ px_status_t coord_job_set_state(coord_t *c, const char *job_id, int from, int to
   /* Reasons quote clients and logs, and are cut to fit buffers: served to
    * proto3 clients, they must be UTF-8. */
   char reason[2048];
-  coord_utf8_clean(reason_in, reason, sizeof reason);
+  px_utf8_clean(reason_in, reason, sizeof reason);
   int64_t now = coord_now_ms();
   px_store_stmt_t *st;
   PX_CHECK(px_store_stmt(c->db,
@@ -181,9 +181,10 @@ px_status_t coord_job_load(coord_t *c, coord_arena_t *a, const char *job_id,
   return coord_job_load_ex(c, a, job_id, 0, out);
 }
 
-px_status_t coord_job_load_ex(coord_t *c, coord_arena_t *a, const char *job_id, int with_yaml,
-                              Prunex__V1__Job **out) {
-  *out = NULL;
+/* The jobs row (spec_yaml only with_yaml): *out NULL when there is no
+ * such job; *scheduled and *finished for the summary. */
+static px_status_t coord_job_row(coord_t *c, coord_arena_t *a, const char *job_id, int with_yaml,
+                                 Prunex__V1__Job **out, int64_t *scheduled, int64_t *finished) {
   px_store_stmt_t *st;
   PX_CHECK(px_store_stmt(c->db,
                          "SELECT job_id, name, state, spec, CASE WHEN ?2 THEN coalesce((SELECT"
@@ -211,7 +212,8 @@ px_status_t coord_job_load_ex(coord_t *c, coord_arena_t *a, const char *job_id, 
   j->created_unix_ms = px_store_column_int64(st, 6);
   j->updated_unix_ms = px_store_column_int64(st, 7);
   j->iteration = (int32_t)px_store_column_int64(st, 8);
-  int64_t scheduled = px_store_column_int64(st, 9), finished = px_store_column_int64(st, 10);
+  *scheduled = px_store_column_int64(st, 9);
+  *finished = px_store_column_int64(st, 10);
   j->owner = coord_strdup(a, px_store_column_text(st, 11));
   j->attempt = (int32_t)px_store_column_int64(st, 12);
   j->checkpoint_problem = coord_strdup(a, px_store_column_text(st, 13));
@@ -222,7 +224,15 @@ px_status_t coord_job_load_ex(coord_t *c, coord_arena_t *a, const char *job_id, 
   if (!j->spec)
     return px_set_error(PX_ERR_FORMAT, "%s: job %s: stored spec does not unpack",
                         px_store_path(c->db), job_id);
+  *out = j;
+  return PX_OK;
+}
 
+/* The job's events, its placement (node ids) and its ranks' exits, in order. */
+static px_status_t coord_job_history(coord_t *c, coord_arena_t *a, const char *job_id,
+                                     Prunex__V1__Job *j) {
+  px_store_stmt_t *st;
+  px_status_t rc;
   size_t cap = 0;
   PX_CHECK(px_store_stmt(c->db,
                          "SELECT time_unix_ms, from_state, to_state, reason FROM job_events"
@@ -279,8 +289,15 @@ px_status_t coord_job_load_ex(coord_t *c, coord_arena_t *a, const char *job_id, 
   }
   if (rc < 0) return rc;
 
-  /* The attempts that ended in a fault and were restarted (issue 14). */
-  cap = 0;
+  return PX_OK;
+}
+
+/* The attempts that ended in a fault and were restarted (issue 14). */
+static px_status_t coord_job_attempts(coord_t *c, coord_arena_t *a, const char *job_id,
+                                      Prunex__V1__Job *j) {
+  px_store_stmt_t *st;
+  px_status_t rc;
+  size_t cap = 0;
   PX_CHECK(px_store_stmt(c->db,
                          "SELECT attempt, cause, node_ids, ended_unix_ms FROM job_attempts"
                          " WHERE job_id = ?1 ORDER BY attempt",
@@ -309,6 +326,18 @@ px_status_t coord_job_load_ex(coord_t *c, coord_arena_t *a, const char *job_id, 
     *slot = e;
   }
   if (rc < 0) return rc;
+  return PX_OK;
+}
+
+px_status_t coord_job_load_ex(coord_t *c, coord_arena_t *a, const char *job_id, int with_yaml,
+                              Prunex__V1__Job **out) {
+  *out = NULL;
+  Prunex__V1__Job *j = NULL;
+  int64_t scheduled = 0, finished = 0;
+  PX_CHECK(coord_job_row(c, a, job_id, with_yaml, &j, &scheduled, &finished));
+  if (!j) return PX_OK;
+  PX_CHECK(coord_job_history(c, a, job_id, j));
+  PX_CHECK(coord_job_attempts(c, a, job_id, j));
   PX_CHECK(coord_job_summary(c, a, job_id, scheduled, finished, &j->summary));
   *out = j;
   return PX_OK;

@@ -280,13 +280,13 @@ void coord_rpc_register_node(px_rpc_srv_call_t *call, const ProtobufCMessage *ms
   /* Strings are stored and served to every client: proto3 clients cannot
    * decode a message holding a string that is not UTF-8. */
   const char *bad = NULL;
-  if (!coord_utf8_ok(r->name, strlen(r->name))) bad = "name";
-  else if (!coord_utf8_ok(r->hostname, strlen(r->hostname))) bad = "hostname";
-  else if (!coord_utf8_ok(r->agent_version, strlen(r->agent_version))) bad = "agent_version";
+  if (!px_utf8_valid(r->name, strlen(r->name))) bad = "name";
+  else if (!px_utf8_valid(r->hostname, strlen(r->hostname))) bad = "hostname";
+  else if (!px_utf8_valid(r->agent_version, strlen(r->agent_version))) bad = "agent_version";
   for (size_t i = 0; !bad && i < r->n_devices; i++)
-    if (!coord_utf8_ok(r->devices[i]->name, strlen(r->devices[i]->name))) bad = "devices[].name";
+    if (!px_utf8_valid(r->devices[i]->name, strlen(r->devices[i]->name))) bad = "devices[].name";
   for (size_t i = 0; !bad && i < r->n_data_plane_addresses; i++)
-    if (!coord_utf8_ok(r->data_plane_addresses[i], strlen(r->data_plane_addresses[i])))
+    if (!px_utf8_valid(r->data_plane_addresses[i], strlen(r->data_plane_addresses[i])))
       bad = "data_plane_addresses[]";
   if (bad) {
     px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "%s: not valid UTF-8", bad);
@@ -300,7 +300,7 @@ void coord_rpc_register_node(px_rpc_srv_call_t *call, const ProtobufCMessage *ms
   for (size_t i = 0; i < r->n_output_roots; i++) {
     const char *p = r->output_roots[i];
     if (p[0] != '/' || strlen(p) > 1024 || strchr(p, '\n') || strstr(p, "/..") ||
-        !coord_utf8_ok(p, strlen(p))) {
+        !px_utf8_valid(p, strlen(p))) {
       px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
                         "output_roots[%zu]: expected an absolute UTF-8 path without '..'", i);
       return;
@@ -314,7 +314,7 @@ void coord_rpc_register_node(px_rpc_srv_call_t *call, const ProtobufCMessage *ms
   for (size_t i = 0; i < r->n_data_roots; i++) {
     const char *p = r->data_roots[i];
     if (p[0] != '/' || strlen(p) > 1024 || strchr(p, '\n') || strstr(p, "/..") ||
-        !coord_utf8_ok(p, strlen(p))) {
+        !px_utf8_valid(p, strlen(p))) {
       px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
                         "data_roots[%zu]: expected an absolute UTF-8 path without '..'", i);
       return;
@@ -336,34 +336,14 @@ void coord_rpc_register_node(px_rpc_srv_call_t *call, const ProtobufCMessage *ms
 
 /* ---- Heartbeat ------------------------------------------------------------------- */
 
-static px_status_t coord_heartbeat(coord_t *c, const Prunex__V1__HeartbeatRequest *r,
-                                   coord_arena_t *a, Prunex__V1__HeartbeatResponse *resp,
-                                   int *revived) {
-  *revived = 0;
+/* The agent's heartbeat is the truth about its devices: a list that
+ * differs from the stored one (changed by a later RegisterNode, say)
+ * replaces it, rather than lasting until the agent restarts (issue 26), and
+ * sets *revived (placement may change). Otherwise only health changes. */
+static px_status_t coord_heartbeat_devices(coord_t *c, const Prunex__V1__HeartbeatRequest *r,
+                                           int *revived) {
   px_store_stmt_t *st;
   px_status_t rc;
-  PX_CHECK(px_store_stmt(c->db, "SELECT state, job_id FROM nodes WHERE node_id = ?1", &st));
-  PX_CHECK(px_store_bind_text(st, 1, r->node_id));
-  if ((rc = px_store_step(st)) < 0) return rc;
-  if (rc == 0) {
-    resp->known = 0;
-    return PX_OK;
-  }
-  resp->known = 1;
-  int old = (int)px_store_column_int64(st, 0);
-  char job_id[128];
-  snprintf(job_id, sizeof job_id, "%s", px_store_column_text(st, 1));
-  px_store_reset(st);
-
-  PX_CHECK(px_store_stmt(c->db, "UPDATE nodes SET last_heartbeat_unix_ms = ?2 WHERE node_id = ?1",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, r->node_id));
-  PX_CHECK(px_store_bind_int64(st, 2, coord_now_ms()));
-  PX_CHECK(px_store_run(st));
-  /* The agent's heartbeat is the truth about its devices: a list that
-   * differs from the stored one (changed by a later RegisterNode, say)
-   * replaces it, rather than lasting until the agent restarts (issue 26).
-   * Otherwise only health changes. */
   int same = 1;
   if (r->n_devices > 0) {
     size_t n = 0;
@@ -388,7 +368,7 @@ static px_status_t coord_heartbeat(coord_t *c, const Prunex__V1__HeartbeatReques
     px_log(PX_LOG_WARN, "node %s: its heartbeat lists %zu devices that differ from those "
            "registered: the heartbeat's replace them", r->node_id, r->n_devices);
     PX_CHECK(coord_store_devices(c, r->node_id, r->n_devices, r->devices));
-    *revived = 1; /* placement may change */
+    *revived = 1;
   }
   for (size_t i = 0; same && i < r->n_devices; i++) {
     PX_CHECK(px_store_stmt(c->db,
@@ -400,19 +380,16 @@ static px_status_t coord_heartbeat(coord_t *c, const Prunex__V1__HeartbeatReques
     PX_CHECK(px_store_bind_int64(st, 3, r->devices[i]->healthy ? 1 : 0));
     PX_CHECK(px_store_run(st));
   }
-  if (old == NS_LOST) {
-    int state;
-    PX_CHECK(coord_node_live_state(c, job_id, &state));
-    if (state == NS_READY && job_id[0]) {
-      PX_CHECK(px_store_stmt(c->db, "UPDATE nodes SET job_id = '' WHERE node_id = ?1", &st));
-      PX_CHECK(px_store_bind_text(st, 1, r->node_id));
-      PX_CHECK(px_store_run(st));
-    }
-    PX_CHECK(coord_node_set_state(c, r->node_id, old, state, "heartbeat resumed"));
-    *revived |= state == NS_READY;
-  }
-  /* Jobs the agent runs that it should not: unknown, finished, or not
-   * placed on this node. */
+  return PX_OK;
+}
+
+/* Jobs the agent runs that it should not (unknown, finished, or not placed
+ * on this node) into resp->cancel_job_ids; the others' placement is
+ * marked started here. */
+static px_status_t coord_heartbeat_jobs(coord_t *c, const Prunex__V1__HeartbeatRequest *r,
+                                        coord_arena_t *a, Prunex__V1__HeartbeatResponse *resp) {
+  px_store_stmt_t *st;
+  px_status_t rc;
   size_t cap = 0;
   for (size_t i = 0; i < r->n_running_job_ids; i++) {
     const char *jid = r->running_job_ids[i];
@@ -444,6 +421,45 @@ static px_status_t coord_heartbeat(coord_t *c, const Prunex__V1__HeartbeatReques
   return PX_OK;
 }
 
+static px_status_t coord_heartbeat(coord_t *c, const Prunex__V1__HeartbeatRequest *r,
+                                   coord_arena_t *a, Prunex__V1__HeartbeatResponse *resp,
+                                   int *revived) {
+  *revived = 0;
+  px_store_stmt_t *st;
+  px_status_t rc;
+  PX_CHECK(px_store_stmt(c->db, "SELECT state, job_id FROM nodes WHERE node_id = ?1", &st));
+  PX_CHECK(px_store_bind_text(st, 1, r->node_id));
+  if ((rc = px_store_step(st)) < 0) return rc;
+  if (rc == 0) {
+    resp->known = 0;
+    return PX_OK;
+  }
+  resp->known = 1;
+  int old = (int)px_store_column_int64(st, 0);
+  char job_id[128];
+  snprintf(job_id, sizeof job_id, "%s", px_store_column_text(st, 1));
+  px_store_reset(st);
+
+  PX_CHECK(px_store_stmt(c->db, "UPDATE nodes SET last_heartbeat_unix_ms = ?2 WHERE node_id = ?1",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, r->node_id));
+  PX_CHECK(px_store_bind_int64(st, 2, coord_now_ms()));
+  PX_CHECK(px_store_run(st));
+  PX_CHECK(coord_heartbeat_devices(c, r, revived));
+  if (old == NS_LOST) {
+    int state;
+    PX_CHECK(coord_node_live_state(c, job_id, &state));
+    if (state == NS_READY && job_id[0]) {
+      PX_CHECK(px_store_stmt(c->db, "UPDATE nodes SET job_id = '' WHERE node_id = ?1", &st));
+      PX_CHECK(px_store_bind_text(st, 1, r->node_id));
+      PX_CHECK(px_store_run(st));
+    }
+    PX_CHECK(coord_node_set_state(c, r->node_id, old, state, "heartbeat resumed"));
+    *revived |= state == NS_READY;
+  }
+  return coord_heartbeat_jobs(c, r, a, resp);
+}
+
 void coord_rpc_heartbeat(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
   coord_t *c = data;
   const Prunex__V1__HeartbeatRequest *r = (const Prunex__V1__HeartbeatRequest *)msg;
@@ -454,7 +470,7 @@ void coord_rpc_heartbeat(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, v
   /* The devices may replace the registered ones: the same checks. */
   for (size_t i = 0; i < r->n_devices; i++) {
     if (r->devices[i]->index < 0 ||
-        !coord_utf8_ok(r->devices[i]->name, strlen(r->devices[i]->name))) {
+        !px_utf8_valid(r->devices[i]->name, strlen(r->devices[i]->name))) {
       px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
                         "devices[%zu]: index must be >= 0 and name valid UTF-8", i);
       return;

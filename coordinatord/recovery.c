@@ -107,83 +107,49 @@ static void coord_first_line(const char *s, char *out, size_t cap) {
   out[n] = '\0';
 }
 
-px_status_t coord_job_fault(coord_t *c, coord_arena_t *a, const char *job_id, int state,
-                            const char *cause_in, const char *avoid_node, coord_fault_t *f) {
-  memset(f, 0, sizeof *f);
-  char cause[2048];
-  coord_utf8_clean(cause_in, cause, sizeof cause);
+/* The attempt's nodes, in node order: into f->nodes (for the CANCEL of the
+ * old attempt), lines[cap] ("ID\nID", for the record) and prefer[cap]
+ * ("\nID\n-ID\n", the preference of the next placement: the node a
+ * placement timed out on goes last, as "-ID"). */
+static px_status_t coord_fault_nodes(coord_t *c, coord_arena_t *a, const char *job_id,
+                                     const char *avoid_node, coord_fault_t *f, char *lines,
+                                     char *prefer, size_t cap) {
   px_store_stmt_t *st;
   px_status_t rc;
-  int attempt = 1, found = 0, js = 0;
-  Prunex__V1__JobSpec *spec = NULL;
-  PX_CHECK(coord_job_lookup(c, a, job_id, &found, &js, &spec));
-  if (!found) return px_set_error(PX_ERR_INTERNAL, "job %s: not found", job_id);
-  PX_CHECK(px_store_stmt(c->db, "SELECT attempt FROM jobs WHERE job_id = ?1", &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  if ((rc = px_store_step(st)) < 0) return rc;
-  if (rc == 1) attempt = (int)px_store_column_int64(st, 0);
-  px_store_reset(st);
-  int max_restarts = spec && spec->recovery ? spec->recovery->max_restarts : 0;
-  if (max_restarts < 0) max_restarts = 0;
-  f->attempt = attempt;
-  /* The attempt's nodes, in node order: for the record, the CANCEL of the
-   * old attempt and the preference of the next placement. */
-  size_t cap = 0;
-  char nodes[4096] = "\n", prefer[4096] = "\n";
-  size_t used = 1, pused = 1;
+  size_t fcap = 0, used = 1, pused = 1;
+  char nodes[4096] = "\n";
+  snprintf(prefer, cap, "\n");
   PX_CHECK(px_store_stmt(c->db, "SELECT node_id FROM job_nodes WHERE job_id = ?1"
                                 " ORDER BY node_index", &st));
   PX_CHECK(px_store_bind_text(st, 1, job_id));
   while ((rc = px_store_step(st)) == 1) {
     const char *id = px_store_column_text(st, 0);
-    char **slot = coord_push(a, (void **)&f->nodes, &f->nnodes, &cap, sizeof(char *));
+    char **slot = coord_push(a, (void **)&f->nodes, &f->nnodes, &fcap, sizeof(char *));
     if (!slot || !(*slot = coord_strdup(a, id))) {
       px_store_reset(st);
       return PX_ERR_NOMEM;
     }
     if (used + strlen(id) + 2 < sizeof nodes)
       used += (size_t)snprintf(nodes + used, sizeof nodes - used, "%s\n", id);
-    /* the node a placement timed out on goes last ("-ID"), the others first */
     int avoid = avoid_node && !strcmp(id, avoid_node);
-    if (pused + strlen(id) + 3 < sizeof prefer)
-      pused += (size_t)snprintf(prefer + pused, sizeof prefer - pused, "%s%s\n",
-                                avoid ? "-" : "", id);
+    if (pused + strlen(id) + 3 < cap)
+      pused += (size_t)snprintf(prefer + pused, cap - pused, "%s%s\n", avoid ? "-" : "", id);
   }
   if (rc < 0) return rc;
-  char lines[4096];
-  snprintf(lines, sizeof lines, "%.*s", used > 2 ? (int)(used - 2) : 0, nodes + 1);
-  if (max_restarts > 0) {
-    /* Every attempt of a job that may restart is listed, the last too. */
-    PX_CHECK(px_store_stmt(c->db,
-                           "INSERT OR REPLACE INTO job_attempts (job_id, attempt, cause, node_ids,"
-                           " ended_unix_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-                           &st));
-    PX_CHECK(px_store_bind_text(st, 1, job_id));
-    PX_CHECK(px_store_bind_int64(st, 2, attempt));
-    PX_CHECK(px_store_bind_text(st, 3, cause));
-    PX_CHECK(px_store_bind_text(st, 4, lines));
-    PX_CHECK(px_store_bind_int64(st, 5, coord_now_ms()));
-    PX_CHECK(px_store_run(st));
-  }
-  if (attempt >= 1 + max_restarts) {
-    /* No restart left: the job fails with this attempt's first cause. */
-    char reason[2300];
-    if (attempt > 1)
-      snprintf(reason, sizeof reason, "failed after %d attempts: %s", attempt, cause);
-    else
-      snprintf(reason, sizeof reason, "%s", cause);
-    PX_CHECK(coord_job_set_state(c, job_id, state, JS_FAILED, reason));
-    char why[700];
-    snprintf(why, sizeof why, "job %s failed", job_id);
-    return coord_job_release_nodes(c, job_id, why);
-  }
-  /* Restart: the attempt is recorded, its nodes released (a LOST node
-   * stays LOST, a gone agent's node becomes LOST), its placement, rank
-   * secrets, exit records and rendezvous keys dropped (a stale rank of the
-   * old attempt is refused from now on), and the job queued again.
-   * Iteration rows and decisions stay: the resumed attempt re-reports its
-   * iterations and gets the same decisions back. */
-  f->restarted = 1;
+  snprintf(lines, cap, "%.*s", used > 2 ? (int)(used - 2) : 0, nodes + 1);
+  if (pused <= 1) prefer[0] = '\0';
+  return PX_OK;
+}
+
+/* Restart: the attempt's nodes released (a LOST node stays LOST, a gone
+ * agent's node becomes LOST), its placement, rank secrets, exit records
+ * and rendezvous keys dropped (a stale rank of the old attempt is refused
+ * from now on), and the job queued again. Iteration rows and decisions
+ * stay: the resumed attempt re-reports its iterations and gets the same
+ * decisions back. */
+static px_status_t coord_fault_restart(coord_t *c, const char *job_id, int state, int attempt,
+                                       int max_restarts, const char *cause, const char *prefer) {
+  px_store_stmt_t *st;
   char why[300];
   snprintf(why, sizeof why, "job %s: attempt %d failed, restarting it", job_id, attempt);
   PX_CHECK(coord_job_release_nodes(c, job_id, why));
@@ -206,13 +172,61 @@ px_status_t coord_job_fault(coord_t *c, coord_arena_t *a, const char *job_id, in
                          "UPDATE jobs SET attempt = ?2, prefer_nodes = ?3 WHERE job_id = ?1", &st));
   PX_CHECK(px_store_bind_text(st, 1, job_id));
   PX_CHECK(px_store_bind_int64(st, 2, attempt + 1));
-  PX_CHECK(px_store_bind_text(st, 3, pused > 1 ? prefer : ""));
+  PX_CHECK(px_store_bind_text(st, 3, prefer));
   PX_CHECK(px_store_run(st));
   char first[1600], reason[2000];
   coord_first_line(cause, first, sizeof first);
   snprintf(reason, sizeof reason, "attempt %d failed: %s; restart %d of %d", attempt, first,
            attempt, max_restarts);
   return coord_job_set_state(c, job_id, state, JS_PENDING, reason);
+}
+
+px_status_t coord_job_fault(coord_t *c, coord_arena_t *a, const char *job_id, int state,
+                            const char *cause_in, const char *avoid_node, coord_fault_t *f) {
+  memset(f, 0, sizeof *f);
+  char cause[2048];
+  px_utf8_clean(cause_in, cause, sizeof cause);
+  px_store_stmt_t *st;
+  px_status_t rc;
+  int attempt = 1, found = 0, js = 0;
+  Prunex__V1__JobSpec *spec = NULL;
+  PX_CHECK(coord_job_lookup(c, a, job_id, &found, &js, &spec));
+  if (!found) return px_set_error(PX_ERR_INTERNAL, "job %s: not found", job_id);
+  PX_CHECK(px_store_stmt(c->db, "SELECT attempt FROM jobs WHERE job_id = ?1", &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  if ((rc = px_store_step(st)) < 0) return rc;
+  if (rc == 1) attempt = (int)px_store_column_int64(st, 0);
+  px_store_reset(st);
+  int max_restarts = spec && spec->recovery ? spec->recovery->max_restarts : 0;
+  if (max_restarts < 0) max_restarts = 0;
+  f->attempt = attempt;
+  char lines[4096], prefer[4096];
+  PX_CHECK(coord_fault_nodes(c, a, job_id, avoid_node, f, lines, prefer, sizeof lines));
+  if (max_restarts > 0) {
+    /* Every attempt of a job that may restart is listed, the last too. */
+    PX_CHECK(px_store_stmt(c->db,
+                           "INSERT OR REPLACE INTO job_attempts (job_id, attempt, cause, node_ids,"
+                           " ended_unix_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+                           &st));
+    PX_CHECK(px_store_bind_text(st, 1, job_id));
+    PX_CHECK(px_store_bind_int64(st, 2, attempt));
+    PX_CHECK(px_store_bind_text(st, 3, cause));
+    PX_CHECK(px_store_bind_text(st, 4, lines));
+    PX_CHECK(px_store_bind_int64(st, 5, coord_now_ms()));
+    PX_CHECK(px_store_run(st));
+  }
+  if (attempt < 1 + max_restarts) {
+    f->restarted = 1;
+    return coord_fault_restart(c, job_id, state, attempt, max_restarts, cause, prefer);
+  }
+  /* No restart left: the job fails with this attempt's first cause. */
+  char reason[2300];
+  if (attempt > 1) snprintf(reason, sizeof reason, "failed after %d attempts: %s", attempt, cause);
+  else snprintf(reason, sizeof reason, "%s", cause);
+  PX_CHECK(coord_job_set_state(c, job_id, state, JS_FAILED, reason));
+  char why[700];
+  snprintf(why, sizeof why, "job %s failed", job_id);
+  return coord_job_release_nodes(c, job_id, why);
 }
 
 void coord_after_fault(coord_t *c, const char *job_id, const coord_fault_t *f) {

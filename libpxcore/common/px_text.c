@@ -21,8 +21,13 @@ static int px__buf_reserve(px_buf_t *b, size_t n) {
   }
   size_t need = b->len + n + 1;
   if (need <= b->cap) return 1;
+  if (b->max && need > b->max) {
+    b->oom = 1;
+    return 0;
+  }
   size_t cap = b->cap ? b->cap : 256;
   while (cap < need) cap *= 2;
+  if (b->max && cap > b->max) cap = b->max;
   char *p = px_realloc(b->p, cap, "text.buffer");
   if (!p) {
     b->oom = 1;
@@ -66,8 +71,10 @@ void px_buf_reset(px_buf_t *b) {
 }
 
 void px_buf_free(px_buf_t *b) {
+  size_t max = b->max;
   px_free(b->p);
   memset(b, 0, sizeof *b);
+  b->max = max;
 }
 
 /* ---- UTF-8 ---------------------------------------------------------------------- */

@@ -15,13 +15,15 @@ extern "C" {
 #endif
 
 /* ---- buffer ---------------------------------------------------------------
- * A zeroed px_buf_t is empty and ready. Appends grow it (px_realloc); a
- * failed growth sets oom and drops that and every later append, so a writer
- * checks oom once at the end. p is NUL-terminated after every append that
- * fit (and NULL while nothing was appended). */
+ * A zeroed px_buf_t is empty, unbounded and ready. Appends grow it
+ * (px_realloc); a failed growth, or one past max (a bound on what untrusted
+ * input can make it hold), sets oom and drops that and every later append,
+ * so a writer checks oom once at the end. p is NUL-terminated after every
+ * append that fit (and NULL while nothing was appended). */
 typedef struct {
   char *p;
   size_t len, cap;
+  size_t max;           /* 0: no bound; else len + 1 never exceeds it */
   int oom;
 } px_buf_t;
 
