@@ -19,6 +19,7 @@
 #include "prunex/rpc.h"
 #include "prunex/store.h"
 #include "prunex/rpc_server.h"
+#include "sched.h"
 
 /* Short names for the proto enums used everywhere in the daemon. */
 enum {
@@ -68,6 +69,8 @@ typedef struct {
   char http_www[4096];     /* dashboard files; "" : the installed ones */
   char http_js[4096];      /* JS libraries; "" : COORD_DEFAULT_HTTP_JS */
   int http_max_per_address; /* HTTP connections from one address (issue 26) */
+  char config_path[4096];  /* --config FILE ("" : none): re-read on SIGHUP for the policy */
+  coord_sched_policy_t sched; /* issue 31: priorities, fair share, quotas, time limits */
 } coord_config_t;
 
 #define COORD_DEFAULT_HTTP_PER_ADDRESS 32
@@ -80,6 +83,11 @@ void coord_config_defaults(coord_config_t *cfg);
  * key is optional; unknown keys and bad values fail with PX_ERR_INVALID and
  * a message naming the file and line. */
 px_status_t coord_config_load(const char *path, coord_config_t *cfg);
+
+/* Re-reads the config file's scheduling policy (share.*, quotas, weights,
+ * time limits) into cfg->sched; the other settings need a restart and are
+ * left as they are. On error cfg is unchanged. */
+px_status_t coord_config_reload_policy(coord_config_t *cfg);
 
 /* Parses one setting by its config-file name (also used for the flags). */
 px_status_t coord_config_set(coord_config_t *cfg, const char *key, const char *value,
@@ -372,6 +380,43 @@ int coord_blame_gone_node(coord_t *c, const char *job_id, const char *reporter, 
                           size_t cap);
 void coord_recovery_stop(coord_t *c);
 
+/* ---- scheduling policy and accounting (sched_db.c; the policy: sched.h) -- */
+
+/* The snapshot the policy decided over, with what the coordinator needs to
+ * act on it: per pending job (submission order) its id, preferred nodes and
+ * row id. */
+typedef struct {
+  coord_sched_snapshot_t s;
+  char **job_ids;
+  char **prefer;
+  int64_t *rowids;
+} coord_sched_view_t;
+
+/* Builds the snapshot from the database (arena a) and runs
+ * coord_sched_decide on it with the configured policy. */
+px_status_t coord_sched_view(coord_t *c, coord_arena_t *a, coord_sched_view_t *v);
+/* The pending job of that row id in v, or NULL. O(log n). */
+const coord_sched_job_t *coord_sched_view_find(const coord_sched_view_t *v, int64_t rowid);
+/* Sets a PENDING job's reason (why it waits) when it changed; no event. */
+px_status_t coord_sched_set_reason(coord_t *c, const char *job_id, const char *reason);
+/* A submitted job's scheduling fields and its accounting row. In the
+ * submission's transaction. */
+px_status_t coord_sched_job_new(coord_t *c, const char *job_id, const char *owner,
+                                const char *name, int nodes, int per_node, int priority,
+                                int64_t time_limit_ms, int64_t now);
+/* The owner's jobs not finished (PENDING, SCHEDULED, RUNNING). */
+px_status_t coord_sched_unfinished_jobs(coord_t *c, const char *owner, int64_t *n);
+/* Called by coord_job_set_state: an attempt that ends charges its
+ * node-seconds to the owner's usage and the accounting row, which also
+ * follows the state (start, attempts, end, exit reason). */
+px_status_t coord_sched_state_changed(coord_t *c, const char *job_id, int from, int to,
+                                      const char *reason, int64_t now);
+/* Accounting records (newest first, at most limit: 0 means 1000, capped at
+ * 5000) and per-user totals matching user ("" : all), submitted at or
+ * after since, in state (0: any); filled into out in arena a. */
+px_status_t coord_acct_query(coord_t *c, coord_arena_t *a, const char *user, int64_t since,
+                             int state, int limit, Prunex__V1__GetAccountingResponse *out);
+
 /* ---- kv (kv.c) ---------------------------------------------------------- */
 
 void coord_kv_cancel_all(coord_t *c);
@@ -399,5 +444,6 @@ void coord_rpc_delete_job(px_rpc_srv_call_t *call, const ProtobufCMessage *req, 
 /* Rank logs (logs.c): agents append, pxctl reads; a bounded tail per rank. */
 void coord_rpc_append_rank_log(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
 void coord_rpc_get_rank_log(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
+void coord_rpc_get_accounting(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
 
 #endif

@@ -116,19 +116,6 @@ static px_status_t coord_place(coord_t *c, const char *job_id, int P, char **nod
   return coord_job_set_state(c, job_id, JS_PENDING, JS_SCHEDULED, reason);
 }
 
-/* Sets a PENDING job's reason (why it waits) when it changed; no event row:
- * the state did not change. */
-static px_status_t coord_pending_reason(coord_t *c, const char *job_id, const char *reason) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "UPDATE jobs SET reason = ?2 WHERE job_id = ?1 AND state = 1 AND"
-                         " reason != ?2",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_text(st, 2, reason));
-  return px_store_run(st);
-}
-
 /* Counts the nodes that could ever take a job of P devices per node now
  * (registered, not LOST, agent connected: *alive) and lists the READY ones
  * among them, up to M (*ready): first those named in prefer ('\n' around
@@ -169,91 +156,67 @@ static px_status_t coord_fitting_nodes(coord_t *c, coord_arena_t *a, int P, int 
   return rc < 0 ? rc : PX_OK;
 }
 
-/* Places the first pending job that fits, in submission order. The rule
- * (backfill without starving the head): a job that could run on the nodes
- * alive now, once their jobs end, keeps its place and nothing behind it
- * starts; a job that cannot fit even on every alive node (it needs more
- * nodes, or more devices per node, than the cluster has) does not block
- * the queue: it waits with a reason saying what it needs, and the jobs
- * behind it are considered. *placed: the placed job's id, or "". */
-static px_status_t coord_schedule_one(coord_t *c, char *placed, size_t cap) {
-  placed[0] = '\0';
-  coord_arena_t a;
-  coord_arena_init(&a);
-  px_store_stmt_t *st;
-  px_status_t rc;
-  char **jobs = NULL;
-  int *shape = NULL;
-  size_t nj = 0, jcap = 0, ns = 0, scap = 0;
-  PX_CHECK_GOTO(px_store_stmt(c->db,
-                              "SELECT job_id, num_nodes, workers_per_node, prefer_nodes FROM jobs"
-                              " WHERE state = 1 ORDER BY id",
-                              &st),
-                rc, out);
-  while ((rc = px_store_step(st)) == 1) {
-    char **j = coord_push(&a, (void **)&jobs, &nj, &jcap, 2 * sizeof(char *));
-    int *mp = coord_push(&a, (void **)&shape, &ns, &scap, 2 * sizeof(int));
-    if (!j || !mp || !(j[0] = coord_strdup(&a, px_store_column_text(st, 0))) ||
-        !(j[1] = coord_strdup(&a, px_store_column_text(st, 3)))) {
-      px_store_reset(st);
-      rc = PX_ERR_NOMEM;
-      goto out;
-    }
-    mp[0] = (int)px_store_column_int64(st, 1);
-    mp[1] = (int)px_store_column_int64(st, 2);
+/* One pass of the scheduler: the policy (sched.h) orders the pending jobs
+ * over a snapshot and says which start now; each waiting job's reason says
+ * why it waits, and the jobs to start are placed in the policy's order, on
+ * the nodes coord_fitting_nodes picks (a restarted job's previous nodes
+ * first). A job the policy started that finds too few nodes after all (the
+ * snapshot's node counts against the preferences) ends the pass: the next
+ * event schedules again. The placed jobs' ids go to *placed (arena a). */
+static px_status_t coord_schedule_pass(coord_t *c, coord_arena_t *a, char ***placed,
+                                       size_t *nplaced) {
+  coord_sched_view_t v;
+  size_t cap = 0;
+  *nplaced = 0;
+  PX_CHECK(coord_sched_view(c, a, &v));
+  PX_CHECK(px_store_begin(c->db));
+  px_status_t rc = PX_OK;
+  for (size_t i = 0; rc == PX_OK && i < v.s.njobs; i++) {
+    const coord_sched_job_t *j = &v.s.jobs[i];
+    if (j->start) continue;
+    char why[320];
+    coord_sched_reason(j, why, sizeof why);
+    rc = coord_sched_set_reason(c, v.job_ids[i], why);
   }
-  if (rc < 0) goto out;
-  rc = PX_OK;
-  for (size_t k = 0; k < nj; k++) {
-    int M = shape[2 * k], P = shape[2 * k + 1], alive = 0;
+  for (size_t r = 0; rc == PX_OK && r < v.s.njobs; r++) {
+    size_t i = v.s.order[r];
+    const coord_sched_job_t *j = &v.s.jobs[i];
+    if (!j->start) continue;
+    int alive = 0;
     char **nodes = NULL, **names = NULL;
     size_t ready = 0;
-    const char *job = jobs[2 * k], *prefer = jobs[2 * k + 1];
-    PX_CHECK_GOTO(coord_fitting_nodes(c, &a, P, M, prefer, &alive, &nodes, &names, &ready), rc,
-                  out);
-    char why[256];
-    if ((int)ready >= M) {
-      PX_CHECK_GOTO(px_store_begin(c->db), rc, out);
-      rc = coord_place(c, job, P, nodes, names, M);
-      if (rc == PX_OK) rc = px_store_commit(c->db);
-      if (rc != PX_OK) {
-        px_store_rollback(c->db);
-        goto out;
-      }
-      snprintf(placed, cap, "%s", job);
-      goto out;
-    }
-    if (alive < M) {
-      snprintf(why, sizeof why,
-               "cannot fit now: needs %d node%s x %d device%s; %d node%s with %d or more devices"
-               " registered and alive",
-               M, M == 1 ? "" : "s", P, P == 1 ? "" : "s", alive, alive == 1 ? "" : "s", P);
-      PX_CHECK_GOTO(coord_pending_reason(c, job, why), rc, out);
-      continue; /* does not block the jobs behind it */
-    }
-    snprintf(why, sizeof why, "waiting for nodes: needs %d node%s x %d device%s; %zu of %d free",
-             M, M == 1 ? "" : "s", P, P == 1 ? "" : "s", ready, alive);
-    PX_CHECK_GOTO(coord_pending_reason(c, job, why), rc, out);
-    px_log(PX_LOG_DEBUG, "job %s %s", job, why);
-    break; /* the head keeps its place */
+    rc = coord_fitting_nodes(c, a, j->per_node, j->nodes, v.prefer[i], &alive, &nodes, &names,
+                             &ready);
+    if (rc != PX_OK || (int)ready < j->nodes) break;
+    rc = coord_place(c, v.job_ids[i], j->per_node, nodes, names, j->nodes);
+    char **slot = rc == PX_OK ? coord_push(a, (void **)placed, nplaced, &cap, sizeof(char *)) : NULL;
+    if (rc == PX_OK && !slot) rc = PX_ERR_NOMEM;
+    if (slot) *slot = v.job_ids[i];
+    if (rc == PX_OK && j->backfill)
+      px_log(PX_LOG_INFO, "job %s backfilled: its time limit ends before the first waiting"
+             " job can start", v.job_ids[i]);
   }
-out:
-  coord_arena_free(&a);
-  return rc < 0 ? rc : PX_OK;
+  if (rc == PX_OK) rc = px_store_commit(c->db);
+  if (rc != PX_OK) {
+    px_store_rollback(c->db);
+    *nplaced = 0;
+  }
+  return rc;
 }
 
 void coord_schedule(coord_t *c) {
   if (c->stopping) return;
-  for (;;) {
-    char job_id[128];
-    if (coord_schedule_one(c, job_id, sizeof job_id) != PX_OK) {
-      px_log(PX_LOG_ERROR, "scheduler: %s", px_last_error());
-      return;
-    }
-    if (!job_id[0]) return;
-    coord_push_assignments(c, job_id, PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_START);
-    coord_job_changed(c, job_id, NULL);
+  coord_arena_t a;
+  coord_arena_init(&a);
+  char **placed = NULL;
+  size_t n = 0;
+  if (coord_schedule_pass(c, &a, &placed, &n) != PX_OK)
+    px_log(PX_LOG_ERROR, "scheduler: %s", px_last_error());
+  for (size_t i = 0; i < n; i++) {
+    coord_push_assignments(c, placed[i], PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_START);
+    coord_job_changed(c, placed[i], NULL);
   }
+  coord_arena_free(&a);
 }
 
 /* ---- output_dir ---------------------------------------------------------------- */
@@ -337,8 +300,8 @@ static int coord_path_ok(coord_t *c, const char *out, int data, char *err, size_
 
 /* ---- SubmitJob ---------------------------------------------------------------------- */
 
-static px_status_t coord_submit(coord_t *c, const Prunex__V1__SubmitJobRequest *r, char *job_id,
-                                size_t cap) {
+static px_status_t coord_submit(coord_t *c, const Prunex__V1__SubmitJobRequest *r, int priority,
+                                int64_t time_limit_ms, char *job_id, size_t cap) {
   size_t len = protobuf_c_message_get_packed_size(&r->spec->base);
   uint8_t *blob = px_malloc(len ? len : 1, "coordd.spec");
   if (!blob) return PX_ERR_NOMEM;
@@ -377,6 +340,11 @@ static px_status_t coord_submit(coord_t *c, const Prunex__V1__SubmitJobRequest *
     PX_CHECK_GOTO(px_store_bind_text(st, 2, r->spec_yaml), rc, out);
     PX_CHECK_GOTO(px_store_run(st), rc, out);
   }
+  PX_CHECK_GOTO(coord_sched_job_new(c, job_id, c->who.role == COORD_ROLE_ANON ? "" : c->who.name,
+                                    r->spec->name, r->spec->cluster->nodes,
+                                    r->spec->cluster->workers_per_node, priority, time_limit_ms,
+                                    now),
+                rc, out);
   char reason[160];
   snprintf(reason, sizeof reason, "submitted: %d node%s x %d worker%s",
            r->spec->cluster->nodes, r->spec->cluster->nodes == 1 ? "" : "s",
@@ -385,6 +353,54 @@ static px_status_t coord_submit(coord_t *c, const Prunex__V1__SubmitJobRequest *
 out:
   px_free(blob);
   return rc;
+}
+
+/* The scheduling policy's rules for a submission (issue 31): only admins
+ * raise a job's priority above the default, a time limit within the
+ * cluster's maximum, and the user's quota of unfinished jobs. 1 with the
+ * job's priority and time limit (ms, 0: none), or 0 with the call answered
+ * (PERMISSION_DENIED, INVALID_ARGUMENT, RESOURCE_EXHAUSTED or INTERNAL). */
+static int coord_submit_policy(coord_t *c, px_rpc_srv_call_t *call,
+                               const Prunex__V1__JobSpec *spec, int *priority,
+                               int64_t *time_limit_ms) {
+  const coord_sched_policy_t *p = &c->cfg.sched;
+  *priority = spec->priority > 0 ? spec->priority : COORD_PRIORITY_DEFAULT;
+  if (*priority > COORD_PRIORITY_DEFAULT && c->who.role != COORD_ROLE_ADMIN &&
+      c->who.role != COORD_ROLE_ANON) {
+    px_rpc_srv_finish(call, PX_RPC_PERMISSION_DENIED,
+                      "spec.priority = %d: only an admin may raise a job's priority above %d"
+                      " (%s may lower it: 1 to %d)",
+                      *priority, COORD_PRIORITY_DEFAULT, c->who.name, COORD_PRIORITY_DEFAULT);
+    return 0;
+  }
+  if (p->time_limit_max_s > 0 && spec->time_limit_s > p->time_limit_max_s) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
+                      "spec.time_limit_s = %d: above this cluster's maximum of %lld s"
+                      " (time_limit_max_s)",
+                      spec->time_limit_s, (long long)p->time_limit_max_s);
+    return 0;
+  }
+  *time_limit_ms = coord_sched_time_limit_ms(p, spec->time_limit_s);
+  const char *owner = c->who.role == COORD_ROLE_ANON ? "" : c->who.name;
+  int quota = coord_sched_max_queued_jobs(p, owner);
+  if (quota > 0) {
+    int64_t n = 0;
+    if (coord_sched_unfinished_jobs(c, owner, &n) != PX_OK) {
+      coord_fail_internal(c, call);
+      return 0;
+    }
+    if (n >= quota) {
+      px_log(PX_LOG_INFO, "SubmitJob refused: %s has %lld unfinished jobs (quota %d)",
+             owner[0] ? owner : "anonymous", (long long)n, quota);
+      px_rpc_srv_finish(call, PX_RPC_RESOURCE_EXHAUSTED,
+                        "user quota: %s has %lld unfinished job%s (pending or running) and may"
+                        " have at most %d (max_queued_jobs); wait for one to end or cancel one",
+                        owner[0] ? owner : "the anonymous user", (long long)n, n == 1 ? "" : "s",
+                        quota);
+      return 0;
+    }
+  }
+  return 1;
 }
 
 void coord_rpc_submit_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
@@ -424,8 +440,12 @@ void coord_rpc_submit_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, 
     px_rpc_srv_finish(call, PX_RPC_PERMISSION_DENIED, "%s", err);
     return;
   }
+  int priority = 0;
+  int64_t time_limit_ms = 0;
+  if (!coord_submit_policy(c, call, r->spec, &priority, &time_limit_ms)) return;
   char job_id[64];
-  if (px_store_begin(c->db) != PX_OK || coord_submit(c, r, job_id, sizeof job_id) != PX_OK ||
+  if (px_store_begin(c->db) != PX_OK ||
+      coord_submit(c, r, priority, time_limit_ms, job_id, sizeof job_id) != PX_OK ||
       px_store_commit(c->db) != PX_OK) {
     coord_fail_internal(c, call);
     return;
@@ -470,6 +490,25 @@ void coord_rpc_get_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, voi
 #define COORD_PAGE_DEFAULT 100
 #define COORD_PAGE_MAX 1000
 #define COORD_PAGE_YAML_BYTES (16 << 20)
+
+/* The job's JobPriority from the policy's decision (nothing when sj is
+ * NULL: the job left the queue between the queries). */
+static px_status_t coord_job_priority(coord_arena_t *a, const coord_sched_job_t *sj,
+                                      Prunex__V1__Job *j) {
+  if (!sj) return PX_OK;
+  Prunex__V1__JobPriority *p = coord_alloc(a, sizeof *p);
+  if (!p) return PX_ERR_NOMEM;
+  prunex__v1__job_priority__init(p);
+  p->priority = sj->score;
+  p->job_factor = sj->f_job;
+  p->fairshare_factor = sj->f_fairshare;
+  p->age_factor = sj->f_age;
+  p->ahead = sj->ahead;
+  p->job_priority = sj->priority;
+  p->time_limit_ms = sj->time_limit_ms;
+  j->sched = p;
+  return PX_OK;
+}
 
 void coord_rpc_list_jobs(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
   coord_t *c = data;
@@ -520,6 +559,13 @@ void coord_rpc_list_jobs(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, v
   char next[32] = "";
   int more = n > (size_t)limit;
   if (more) n = (size_t)limit;
+  /* pending jobs carry their place in the queue: one policy pass per page */
+  coord_sched_view_t view;
+  int have_view = 0;
+  if (rc >= 0 && n > 0 && (r->state == 0 || (int)r->state == JS_PENDING)) {
+    rc = coord_sched_view(c, &a, &view);
+    have_view = rc == PX_OK;
+  }
   if (rc >= 0 && n > 0) {
     resp.jobs = coord_alloc(&a, n * sizeof *resp.jobs);
     if (!resp.jobs) rc = PX_ERR_NOMEM;
@@ -531,6 +577,8 @@ void coord_rpc_list_jobs(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, v
       }
       Prunex__V1__Job *j = NULL;
       rc = coord_job_load_ex(c, &a, ids[i], r->include_spec_yaml, &j);
+      if (rc == PX_OK && j && have_view && (int)j->state == JS_PENDING)
+        rc = coord_job_priority(&a, coord_sched_view_find(&view, rowids[i]), j);
       if (rc == PX_OK && j) {
         resp.jobs[resp.n_jobs++] = j;
         yaml += strlen(j->spec_yaml);
@@ -593,6 +641,39 @@ static int coord_job_to_manage(coord_t *c, px_rpc_srv_call_t *call, const char *
                     "%s may not %s job %s: it belongs to %s (only its owner or an admin may)",
                     c->who.name, what, job_id, owner[0] ? owner : "nobody");
   return 0;
+}
+
+/* ---- GetAccounting ---------------------------------------------------------------------- */
+
+void coord_rpc_get_accounting(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
+  coord_t *c = data;
+  const Prunex__V1__GetAccountingRequest *r = (const Prunex__V1__GetAccountingRequest *)msg;
+  if ((int)r->state < 0 || (int)r->state > JS_CANCELLED) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "state = %d: not a JobState", (int)r->state);
+    return;
+  }
+  if (r->limit < 0 || r->limit > 5000) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "limit = %d: must be 0 (1000) to 5000",
+                      r->limit);
+    return;
+  }
+  if (r->since_unix_ms < 0) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "since_unix_ms = %lld: must be >= 0",
+                      (long long)r->since_unix_ms);
+    return;
+  }
+  if (r->user[0] && !coord_name_ok(r->user)) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
+                      "user: not a user name (1 to 127 of A-Z a-z 0-9 . _ - @)");
+    return;
+  }
+  coord_arena_t a;
+  coord_arena_init(&a);
+  Prunex__V1__GetAccountingResponse resp = PRUNEX__V1__GET_ACCOUNTING_RESPONSE__INIT;
+  if (coord_acct_query(c, &a, r->user, r->since_unix_ms, (int)r->state, r->limit, &resp) != PX_OK)
+    coord_fail_internal(c, call);
+  else px_rpc_srv_reply(call, &resp.base);
+  coord_arena_free(&a);
 }
 
 /* ---- DeleteJob ------------------------------------------------------------------------------ */

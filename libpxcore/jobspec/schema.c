@@ -45,6 +45,10 @@ const px__js_field_t px__js_fields[] = {
     {PX__JS_TOP, "strategy", PX__JS_STRATEGY, PX__JS_REQUIRED, 0, 0, NULL,
      PRUNEX__V1__STRATEGY__STRATEGY_HSADMM, NULL},
     {PX__JS_TOP, "output_dir", PX__JS_STRING, 0, 0, 0, NULL, 0, ""},
+    /* Scheduling (issue 31): 100 is every user's default; the coordinator
+     * lets users lower it and admins set any value in range. */
+    {PX__JS_TOP, "priority", PX__JS_INT, 0, 1, 1000, NULL, 100, NULL},
+    {PX__JS_TOP, "time_limit_s", PX__JS_INT, 0, 0, I32MAX, NULL, 0, NULL},
 
     {S_MODEL, "name", PX__JS_MODEL, PX__JS_REQUIRED, 0, 0, NULL, 0, "resnet20"},
     {S_MODEL, "in_channels", PX__JS_INT, 0, 0, I32MAX, NULL, 0, NULL},

@@ -14,6 +14,10 @@
  *                           1..128 bytes, no '/' or control characters
  *   strategy: hsadmm        hsadmm | hsadmm-flat | ddp | topk
  *   output_dir: ""          "": the program running the job chooses
+ *   priority: 100           1..1000, the job's own priority factor; a user
+ *                           may lower it, only an admin may raise it
+ *   time_limit_s: 0         >= 0 wall-clock seconds the job may run (0: the
+ *                           coordinator's default limit, or none)
  *   model:
  *     name: resnet20        px_model_arch_list(): resnet20 resnet32 resnet56
  *                           resnet18 resnet34 resnet50 resnet101 resnet152 wrn50_2
