@@ -173,3 +173,12 @@ int pxctl_parse_node_state(const char *s) {
   static const char *const names[] = {"unspecified", "ready", "busy", "lost"};
   return pxctl__parse_enum(s, "node_state_", names, 4);
 }
+
+void pxctl_csv_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (const char *p = s ? s : ""; *p; p++) {
+    if (*p == '"') fputc('"', f);
+    fputc(*p, f);
+  }
+  fputc('"', f);
+}

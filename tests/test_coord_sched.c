@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "agent_harness.h"
+#include "pxctl_harness.h"
 
 #define JS(x) PRUNEX__V1__JOB_STATE__JOB_STATE_##x
 
@@ -350,6 +351,74 @@ static void test_time_limit_above_the_maximum_is_refused(void **state) {
   stop(f);
 }
 
+/* ---- pxctl list / status / acct ----------------------------------------------------- */
+
+static void pxctl_as(pxt_result_t *r, fixture_t *f, const char *token, const char *const *args) {
+  char coord[96], tok[96];
+  snprintf(coord, sizeof coord, "PRUNEX_COORDINATOR=%s", f->d.target);
+  snprintf(tok, sizeof tok, "PRUNEX_TOKEN=%s", token);
+  const char *env[] = {coord, tok, NULL};
+  pxt_pxctl(r, f->d.dir, args, env, 30000);
+}
+
+static void test_pxctl_shows_the_queue_and_the_accounting(void **state) {
+  (void)state;
+  fixture_t *f = start("log_level = info\n", 1);
+  char a1[64], b1[64];
+  must_submit(f->alice, 1, 0, 0, a1, sizeof a1);
+  must_submit(f->bob, 1, 40, 0, b1, sizeof b1);
+  static pxt_result_t r;
+  const char *list[] = {"list", NULL};
+  pxctl_as(&r, f, PXT_TOK_BOB, list);
+  if (r.code != 0 || !strstr(r.out, "PRIORITY") || !strstr(r.out, "JOB/FAIR/AGE") ||
+      !strstr(r.out, "0.04/1.00/"))
+    pxt_show("pxctl list", &r), fail();
+  const char *status[] = {"status", b1, NULL};
+  pxctl_as(&r, f, PXT_TOK_BOB, status);
+  if (r.code != 0 || !strstr(r.out, "first in line; waiting for nodes")) pxt_show("status", &r), fail();
+  pxt_sleep_ms(200);
+  cancel(f, a1);
+  cancel(f, b1);
+
+  const char *csv[] = {"acct", "--csv", NULL};
+  pxctl_as(&r, f, PXT_TOK_ALICE, csv);
+  if (r.code != 0 ||
+      strncmp(r.out, "job_id,user,name,nodes,devices,submit,start,end,node_seconds,state,"
+                     "attempts,reason\n", 82) != 0)
+    pxt_show("acct --csv", &r), fail();
+  int lines = 0;
+  for (const char *p = r.out; *p; p++) lines += *p == '\n';
+  assert_int_equal(lines, 3);
+  assert_non_null(strstr(r.out, ",\"alice\",\"test-job\",1,1,"));
+
+  const char *json[] = {"acct", "--json", "--since", "1h", NULL};
+  pxctl_as(&r, f, PXT_TOK_ALICE, json);
+  pxj_t *v = r.code == 0 ? pxj_parse(r.out) : NULL;
+  if (!v) pxt_show("acct --json", &r), fail();
+  const pxj_t *recs = pxj_get(v, "records"), *tot = pxj_get(v, "totals");
+  assert_true(recs && recs->type == PXJ_ARR && recs->n == 2);
+  assert_true(tot && tot->type == PXJ_ARR && tot->n == 2);
+  double sum = 0, total = 0;
+  for (size_t i = 0; i < recs->n; i++) sum += pxj_num(recs->items[i], "node_seconds");
+  for (size_t i = 0; i < tot->n; i++) total += pxj_num(tot->items[i], "node_seconds");
+  assert_true(sum > 0.15);
+  assert_float_equal(sum, total, 1e-6);
+  pxj_free(v);
+
+  const char *human[] = {"acct", "--user", "bob", NULL};
+  pxctl_as(&r, f, PXT_TOK_ALICE, human);
+  if (r.code != 0 || !strstr(r.out, "NODE-HOURS") || !strstr(r.out, b1) || strstr(r.out, a1))
+    pxt_show("acct --user bob", &r), fail();
+  const char *bad[] = {"acct", "--since", "yesterday", NULL};
+  pxctl_as(&r, f, PXT_TOK_ALICE, bad);
+  assert_int_equal(r.code, 2);
+  assert_non_null(strstr(r.err, "--since 'yesterday'"));
+  const char *future[] = {"acct", "--since", "2999-01-01", NULL};
+  pxctl_as(&r, f, PXT_TOK_ALICE, future);
+  if (r.code != 0 || !strstr(r.out, "no accounting records")) pxt_show("acct --since", &r), fail();
+  stop(f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_queue_follows_priority_and_only_admins_raise_it),
@@ -358,6 +427,7 @@ int main(void) {
       cmocka_unit_test(test_quotas_refuse_and_hold_and_sighup_rereads_them),
       cmocka_unit_test(test_backfill_never_delays_the_top_job),
       cmocka_unit_test(test_time_limit_above_the_maximum_is_refused),
+      cmocka_unit_test(test_pxctl_shows_the_queue_and_the_accounting),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
