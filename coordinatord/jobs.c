@@ -175,7 +175,7 @@ static px_status_t coord_schedule_pass(coord_t *c, coord_arena_t *a, char ***pla
     const coord_sched_job_t *j = &v.s.jobs[i];
     if (j->start) continue;
     char why[320];
-    coord_sched_reason(j, why, sizeof why);
+    coord_sched_reason(j, 0, why, sizeof why);
     rc = coord_sched_set_reason(c, v.job_ids[i], why);
   }
   for (size_t r = 0; rc == PX_OK && r < v.s.njobs; r++) {
@@ -470,34 +470,16 @@ static int coord_need_job_id(px_rpc_srv_call_t *call, const char *job_id) {
   return 1;
 }
 
-void coord_rpc_get_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
-  coord_t *c = data;
-  const Prunex__V1__GetJobRequest *r = (const Prunex__V1__GetJobRequest *)msg;
-  if (!coord_need_job_id(call, r->job_id)) return;
-  coord_arena_t a;
-  coord_arena_init(&a);
-  Prunex__V1__Job *job;
-  if (coord_job_load_ex(c, &a, r->job_id, r->include_spec_yaml, &job) != PX_OK)
-    coord_fail_internal(c, call);
-  else if (!job) px_rpc_srv_finish(call, PX_RPC_NOT_FOUND, "job %s not found", r->job_id);
-  else px_rpc_srv_reply(call, &job->base);
-  coord_arena_free(&a);
-}
-
-/* Pages, newest first: page_token is the decimal row id of the last job of
- * the previous page. A page holds at most limit jobs (default 100, at most
- * 1000) and, with spec_yaml, at most COORD_PAGE_YAML_BYTES of it. */
-#define COORD_PAGE_DEFAULT 100
-#define COORD_PAGE_MAX 1000
-#define COORD_PAGE_YAML_BYTES (16 << 20)
-
-/* The job's JobPriority from the policy's decision (nothing when sj is
- * NULL: the job left the queue between the queries). */
-static px_status_t coord_job_priority(coord_arena_t *a, const coord_sched_job_t *sj,
-                                      Prunex__V1__Job *j) {
+/* A pending job's live place in the queue from the policy's decision: its
+ * JobPriority, and its reason with its priority and the jobs ahead
+ * (nothing when sj is NULL: the job left the queue between the queries). */
+static px_status_t coord_job_live(coord_arena_t *a, const coord_sched_job_t *sj,
+                                  Prunex__V1__Job *j) {
   if (!sj) return PX_OK;
   Prunex__V1__JobPriority *p = coord_alloc(a, sizeof *p);
-  if (!p) return PX_ERR_NOMEM;
+  char why[320];
+  coord_sched_reason(sj, 1, why, sizeof why);
+  if (!p || !(j->reason = coord_strdup(a, why))) return PX_ERR_NOMEM;
   prunex__v1__job_priority__init(p);
   p->priority = sj->score;
   p->job_factor = sj->f_job;
@@ -509,6 +491,37 @@ static px_status_t coord_job_priority(coord_arena_t *a, const coord_sched_job_t 
   j->sched = p;
   return PX_OK;
 }
+
+/* The same for GetJob: one policy pass for the one job. */
+static px_status_t coord_job_queue_place(coord_t *c, coord_arena_t *a, Prunex__V1__Job *job) {
+  coord_sched_view_t v;
+  PX_CHECK(coord_sched_view(c, a, &v));
+  for (size_t i = 0; i < v.s.njobs; i++)
+    if (!strcmp(v.job_ids[i], job->job_id)) return coord_job_live(a, &v.s.jobs[i], job);
+  return PX_OK;
+}
+
+void coord_rpc_get_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
+  coord_t *c = data;
+  const Prunex__V1__GetJobRequest *r = (const Prunex__V1__GetJobRequest *)msg;
+  if (!coord_need_job_id(call, r->job_id)) return;
+  coord_arena_t a;
+  coord_arena_init(&a);
+  Prunex__V1__Job *job;
+  px_status_t rc = coord_job_load_ex(c, &a, r->job_id, r->include_spec_yaml, &job);
+  if (rc == PX_OK && job && (int)job->state == JS_PENDING) rc = coord_job_queue_place(c, &a, job);
+  if (rc != PX_OK) coord_fail_internal(c, call);
+  else if (!job) px_rpc_srv_finish(call, PX_RPC_NOT_FOUND, "job %s not found", r->job_id);
+  else px_rpc_srv_reply(call, &job->base);
+  coord_arena_free(&a);
+}
+
+/* Pages, newest first: page_token is the decimal row id of the last job of
+ * the previous page. A page holds at most limit jobs (default 100, at most
+ * 1000) and, with spec_yaml, at most COORD_PAGE_YAML_BYTES of it. */
+#define COORD_PAGE_DEFAULT 100
+#define COORD_PAGE_MAX 1000
+#define COORD_PAGE_YAML_BYTES (16 << 20)
 
 void coord_rpc_list_jobs(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
   coord_t *c = data;
@@ -578,7 +591,7 @@ void coord_rpc_list_jobs(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, v
       Prunex__V1__Job *j = NULL;
       rc = coord_job_load_ex(c, &a, ids[i], r->include_spec_yaml, &j);
       if (rc == PX_OK && j && have_view && (int)j->state == JS_PENDING)
-        rc = coord_job_priority(&a, coord_sched_view_find(&view, rowids[i]), j);
+        rc = coord_job_live(&a, coord_sched_view_find(&view, rowids[i]), j);
       if (rc == PX_OK && j) {
         resp.jobs[resp.n_jobs++] = j;
         yaml += strlen(j->spec_yaml);

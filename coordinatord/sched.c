@@ -177,8 +177,10 @@ void coord_sched_decide(const coord_sched_policy_t *p, coord_sched_snapshot_t *s
   }
 }
 
-void coord_sched_reason(const coord_sched_job_t *j, char *buf, size_t cap) {
+void coord_sched_reason(const coord_sched_job_t *j, int live, char *buf, size_t cap) {
   int M = j->nodes, P = j->per_node;
+  char head[64] = "";
+  if (live) snprintf(head, sizeof head, "priority %.2f, ", j->score);
   switch (j->wait) {
     case COORD_WAIT_NEVER:
       snprintf(buf, cap,
@@ -193,16 +195,17 @@ void coord_sched_reason(const coord_sched_job_t *j, char *buf, size_t cap) {
       return;
     case COORD_WAIT_NODES:
       snprintf(buf, cap,
-               "priority %.2f, first in line; waiting for nodes: needs %d node%s x %d device%s;"
-               " %d of %d free",
-               j->score, M, M == 1 ? "" : "s", P, P == 1 ? "" : "s", j->wait_a, j->wait_b);
+               "%sfirst in line; waiting for nodes: needs %d node%s x %d device%s; %d of %d free",
+               head, M, M == 1 ? "" : "s", P, P == 1 ? "" : "s", j->wait_a, j->wait_b);
       return;
     case COORD_WAIT_PRIORITY:
-      snprintf(buf, cap, "priority %.2f, %lld job%s ahead", j->score, (long long)j->ahead,
-               j->ahead == 1 ? "" : "s");
+      if (live)
+        snprintf(buf, cap, "%s%lld job%s ahead", head, (long long)j->ahead,
+                 j->ahead == 1 ? "" : "s");
+      else snprintf(buf, cap, "waiting behind jobs of higher priority");
       return;
     default:
-      snprintf(buf, cap, "priority %.2f: starts now%s", j->score,
+      snprintf(buf, cap, "%sstarts now%s", head,
                j->backfill ? " (backfilled: its time limit ends before the first job's start)"
                            : "");
   }

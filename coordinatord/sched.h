@@ -125,8 +125,11 @@ void coord_sched_decide(const coord_sched_policy_t *p, coord_sched_snapshot_t *s
 
 /* Why a pending job waits, for its reason ("priority 0.42, 3 jobs ahead",
  * "user quota: 4 of 4 nodes in use", "priority 0.61, first in line; waiting
- * for nodes: needs 2 nodes x 1 device; 1 of 2 free"). */
-void coord_sched_reason(const coord_sched_job_t *j, char *buf, size_t cap);
+ * for nodes: needs 2 nodes x 1 device; 1 of 2 free"). With live 0 the text
+ * leaves out what changes with every submission and with time (the
+ * priority, the jobs ahead), so that the stored reason changes only when
+ * the cause does; GetJob and ListJobs say the live one. */
+void coord_sched_reason(const coord_sched_job_t *j, int live, char *buf, size_t cap);
 
 /* The decayed value of usage recorded at then_ms, at now_ms. */
 double coord_sched_decay(double usage, int64_t then_ms, int64_t now_ms, int64_t half_life_s);
