@@ -386,7 +386,7 @@ static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
         return pxctl_usage_error(o, "--state '%s': expected one of %s", v,
                                  !strcmp(o->cmd, "nodes")
                                      ? "ready, busy, lost"
-                                     : "pending, scheduled, running, succeeded, failed, cancelled");
+                                     : "pending, scheduled, running, succeeded, failed, cancelled, timeout");
       o->state = s;
       return 0;
     }

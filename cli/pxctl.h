@@ -89,6 +89,8 @@ int pxctl_cmd_plot(pxctl_opts_t *o);
 int plot_run_dir_db(const char *arg, char *out, size_t cap);
 int pxctl_cmd_export(pxctl_opts_t *o);
 int pxctl_cmd_acct(pxctl_opts_t *o);
+/* 1 for the terminal job states (SUCCEEDED, FAILED, CANCELLED, TIMEOUT). */
+int pxctl_job_finished(int state);
 /* --since: "YYYY-MM-DD[THH:MM[:SS]]" (UTC) or a duration back from now
  * ("90m", "12h", "7d", "30s") into unix ms; 0, or -1 when malformed. */
 int pxctl_parse_since(const char *v, int64_t *out);

@@ -189,11 +189,7 @@ int pxctl_cmd_submit(pxctl_opts_t *o) {
 
 /* ---- status ----------------------------------------------------------------- */
 
-static int pxctl_terminal(int state) {
-  return state == PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED ||
-         state == PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED ||
-         state == PRUNEX__V1__JOB_STATE__JOB_STATE_CANCELLED;
-}
+static int pxctl_terminal(int state) { return pxctl_job_finished(state); }
 
 static int pxctl_max_iterations(const Prunex__V1__Job *job) {
   return job->spec && job->spec->admm ? job->spec->admm->max_iterations : 0;

@@ -30,6 +30,7 @@ enum {
   JS_SUCCEEDED = PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED,
   JS_FAILED = PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED,
   JS_CANCELLED = PRUNEX__V1__JOB_STATE__JOB_STATE_CANCELLED,
+  JS_TIMEOUT = PRUNEX__V1__JOB_STATE__JOB_STATE_TIMEOUT,
 };
 enum {
   NS_UNSPECIFIED = PRUNEX__V1__NODE_STATE__NODE_STATE_UNSPECIFIED,
@@ -39,7 +40,8 @@ enum {
 };
 
 static inline int coord_job_terminal(int state) {
-  return state == JS_SUCCEEDED || state == JS_FAILED || state == JS_CANCELLED;
+  return state == JS_SUCCEEDED || state == JS_FAILED || state == JS_CANCELLED ||
+         state == JS_TIMEOUT;
 }
 static inline int coord_job_active(int state) {
   return state == JS_SCHEDULED || state == JS_RUNNING;
@@ -411,6 +413,29 @@ px_status_t coord_sched_unfinished_jobs(coord_t *c, const char *owner, int64_t *
  * follows the state (start, attempts, end, exit reason). */
 px_status_t coord_sched_state_changed(coord_t *c, const char *job_id, int from, int to,
                                       const char *reason, int64_t now);
+/* Time limits: active jobs whose attempt has run past its limit (a), with
+ * when a stop was asked of them (0: not yet). */
+typedef struct {
+  char *job_id;
+  int state;
+  int64_t time_limit_ms;
+  int64_t stop_requested_ms;
+} coord_sched_overdue_t;
+px_status_t coord_sched_overdue(coord_t *c, coord_arena_t *a, int64_t now,
+                                coord_sched_overdue_t **out, size_t *n);
+/* Marks the job's attempt asked to stop (the next control decision says
+ * stop, "time_limit"); no-op when already asked. */
+px_status_t coord_sched_request_stop(coord_t *c, const char *job_id, int64_t now);
+/* *yes 1 when the job's attempt was asked to stop at its time limit. */
+px_status_t coord_sched_stop_requested(coord_t *c, const char *job_id, int *yes);
+/* The time-limit sweep (jobs.c, from the heartbeat sweep): asks overdue
+ * jobs to stop (rank 0's next report is answered stop, "time_limit": the
+ * ranks write their final checkpoint and exit, and the job ends TIMEOUT);
+ * one that has not ended COORD_TIMEOUT_GRACE_MS later is ended TIMEOUT and
+ * its ranks cancelled. */
+#define COORD_TIMEOUT_GRACE_MS 30000
+void coord_time_limit_sweep(coord_t *c);
+
 /* Accounting records (newest first, at most limit: 0 means 1000, capped at
  * 5000) and per-user totals matching user ("" : all), submitted at or
  * after since, in state (0: any); filled into out in arena a. */

@@ -199,8 +199,9 @@ int coord_http_metrics(sqlite3 *db, int64_t started_unix_ms, coord_hbuf_t *out) 
   http_family(out, "prunex_jobs", "gauge", "Jobs known to the coordinator, by state.");
   static const struct { int s; const char *n; } jst[] = {
       {JS_PENDING, "pending"},     {JS_SCHEDULED, "scheduled"}, {JS_RUNNING, "running"},
-      {JS_SUCCEEDED, "succeeded"}, {JS_FAILED, "failed"},       {JS_CANCELLED, "cancelled"}};
-  for (size_t i = 0; i < 6; i++)
+      {JS_SUCCEEDED, "succeeded"}, {JS_FAILED, "failed"},       {JS_CANCELLED, "cancelled"},
+      {JS_TIMEOUT, "timeout"}};
+  for (size_t i = 0; i < sizeof jst / sizeof jst[0]; i++)
     coord_hb_printf(out, "prunex_jobs{state=\"%s\"} %lld\n", jst[i].n, js[jst[i].s]);
 
   http_family(out, "prunex_rpc_requests_total", "counter",

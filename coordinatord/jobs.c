@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "coord.h"
 #include "prunex/jobspec.h"
@@ -156,6 +157,12 @@ static px_status_t coord_fitting_nodes(coord_t *c, coord_arena_t *a, int P, int 
   return rc < 0 ? rc : PX_OK;
 }
 
+static double coord_clock_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
 /* One pass of the scheduler: the policy (sched.h) orders the pending jobs
  * over a snapshot and says which start now; each waiting job's reason says
  * why it waits, and the jobs to start are placed in the policy's order, on
@@ -168,7 +175,9 @@ static px_status_t coord_schedule_pass(coord_t *c, coord_arena_t *a, char ***pla
   coord_sched_view_t v;
   size_t cap = 0;
   *nplaced = 0;
+  double t0 = coord_clock_ms();
   PX_CHECK(coord_sched_view(c, a, &v));
+  double t1 = coord_clock_ms();
   PX_CHECK(px_store_begin(c->db));
   px_status_t rc = PX_OK;
   for (size_t i = 0; rc == PX_OK && i < v.s.njobs; i++) {
@@ -201,6 +210,10 @@ static px_status_t coord_schedule_pass(coord_t *c, coord_arena_t *a, char ***pla
     px_store_rollback(c->db);
     *nplaced = 0;
   }
+  /* bench/sched reads these lines for the decision latency of a pass */
+  px_log(PX_LOG_DEBUG, "scheduler pass: %zu pending, %zu nodes, %zu started in %.2f ms"
+         " (snapshot and policy %.2f ms)", v.s.njobs, v.s.nnodes, *nplaced,
+         coord_clock_ms() - t0, t1 - t0);
   return rc;
 }
 
@@ -217,6 +230,51 @@ void coord_schedule(coord_t *c) {
     coord_job_changed(c, placed[i], NULL);
   }
   coord_arena_free(&a);
+}
+
+/* ---- time limits ------------------------------------------------------------------ */
+
+void coord_time_limit_sweep(coord_t *c) {
+  if (c->stopping) return;
+  int64_t now = coord_now_ms();
+  coord_arena_t a;
+  coord_arena_init(&a);
+  coord_sched_overdue_t *o = NULL;
+  size_t n = 0;
+  int ended = 0;
+  if (coord_sched_overdue(c, &a, now, &o, &n) != PX_OK) goto fail;
+  for (size_t i = 0; i < n; i++) {
+    long long limit_s = (long long)(o[i].time_limit_ms / 1000);
+    if (!o[i].stop_requested_ms) {
+      /* the graceful end: rank 0's next report is answered stop */
+      if (coord_sched_request_stop(c, o[i].job_id, now) != PX_OK) goto fail;
+      px_log(PX_LOG_INFO, "job %s reached its time limit of %lld s: its ranks are asked to stop"
+             " (final checkpoint, then TIMEOUT)", o[i].job_id, limit_s);
+      continue;
+    }
+    if (now - o[i].stop_requested_ms < COORD_TIMEOUT_GRACE_MS) continue;
+    char reason[256];
+    snprintf(reason, sizeof reason,
+             "TIMEOUT: ran past its time limit of %lld s and did not stop within %d s of being"
+             " asked: its ranks were cancelled",
+             limit_s, COORD_TIMEOUT_GRACE_MS / 1000);
+    if (px_store_begin(c->db) != PX_OK ||
+        coord_job_set_state(c, o[i].job_id, o[i].state, JS_TIMEOUT, reason) != PX_OK ||
+        coord_job_release_nodes(c, o[i].job_id, reason) != PX_OK ||
+        px_store_commit(c->db) != PX_OK) {
+      px_store_rollback(c->db);
+      goto fail;
+    }
+    coord_push_assignments(c, o[i].job_id, PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_CANCEL);
+    coord_job_changed(c, o[i].job_id, NULL);
+    ended = 1;
+  }
+  goto out;
+fail:
+  px_log(PX_LOG_ERROR, "time limits: %s", px_last_error());
+out:
+  coord_arena_free(&a);
+  if (ended) coord_schedule(c);
 }
 
 /* ---- output_dir ---------------------------------------------------------------- */
@@ -526,7 +584,7 @@ void coord_rpc_get_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, voi
 void coord_rpc_list_jobs(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
   coord_t *c = data;
   const Prunex__V1__ListJobsRequest *r = (const Prunex__V1__ListJobsRequest *)msg;
-  if ((int)r->state < 0 || (int)r->state > JS_CANCELLED) {
+  if ((int)r->state < 0 || (int)r->state > JS_TIMEOUT) {
     px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "state = %d: not a JobState", (int)r->state);
     return;
   }
@@ -661,7 +719,7 @@ static int coord_job_to_manage(coord_t *c, px_rpc_srv_call_t *call, const char *
 void coord_rpc_get_accounting(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
   coord_t *c = data;
   const Prunex__V1__GetAccountingRequest *r = (const Prunex__V1__GetAccountingRequest *)msg;
-  if ((int)r->state < 0 || (int)r->state > JS_CANCELLED) {
+  if ((int)r->state < 0 || (int)r->state > JS_TIMEOUT) {
     px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "state = %d: not a JobState", (int)r->state);
     return;
   }
@@ -796,8 +854,10 @@ out:
  * reached max_iterations (N iterations)";
  * "" when the last decision did not stop (the workers ended on their own,
  * e.g. after their epochs). */
-static px_status_t coord_stop_reason(coord_t *c, const char *job_id, char *buf, size_t cap) {
+static px_status_t coord_stop_reason(coord_t *c, const char *job_id, char *buf, size_t cap,
+                                     int *timeout) {
   buf[0] = '\0';
+  *timeout = 0;
   px_store_stmt_t *st;
   PX_CHECK(px_store_stmt(c->db,
                          "SELECT decision FROM decisions WHERE job_id = ?1"
@@ -817,6 +877,8 @@ static px_status_t coord_stop_reason(coord_t *c, const char *job_id, char *buf, 
                  d->iteration);
       else if (!strcmp(d->stop_reason, "max_iterations"))
         snprintf(buf, cap, "it reached max_iterations (%d iterations)", d->iteration + 1);
+      else if (!strcmp(d->stop_reason, "time_limit") && (*timeout = 1))
+        snprintf(buf, cap, "TIMEOUT: stopped at iteration %d, at its time limit", d->iteration);
       else
         snprintf(buf, cap, "the controller stopped it at iteration %d: %s", d->iteration,
                  d->stop_reason);
@@ -885,7 +947,8 @@ static px_status_t coord_rank_exit(coord_t *c, coord_arena_t *a, const Prunex__V
     px_store_reset(st);
     if (ok < N) return PX_OK;
     char why[200] = "";
-    PX_CHECK(coord_stop_reason(c, r->job_id, why, sizeof why));
+    int timeout = 0;
+    PX_CHECK(coord_stop_reason(c, r->job_id, why, sizeof why, &timeout));
     /* A rank's note on a success (issue 26: "no usable checkpoint since
      * iteration N: ...") is said with it: the job ran unprotected. */
     char note[400] = "";
@@ -900,11 +963,11 @@ static px_status_t coord_rank_exit(coord_t *c, coord_arena_t *a, const Prunex__V
     px_store_reset(st);
     snprintf(reason, sizeof reason, "%s%sall %d ranks exited with code 0%s", why,
              why[0] ? "; " : "", N, note);
-    *to = JS_SUCCEEDED;
+    *to = timeout ? JS_TIMEOUT : JS_SUCCEEDED;
   }
   PX_CHECK(coord_job_set_state(c, r->job_id, state, *to, reason));
   char why[700];
-  snprintf(why, sizeof why, "job %s succeeded", r->job_id);
+  snprintf(why, sizeof why, "job %s %s", r->job_id, *to == JS_TIMEOUT ? "timed out" : "succeeded");
   return coord_job_release_nodes(c, r->job_id, why);
 }
 

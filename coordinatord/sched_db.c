@@ -114,8 +114,9 @@ px_status_t coord_sched_state_changed(coord_t *c, const char *job_id, int from, 
                          " start_unix_ms = CASE WHEN ?2 = ?4 AND start_unix_ms = 0 THEN ?3"
                          "   ELSE start_unix_ms END,"
                          " attempts = attempts + (?2 = ?4),"
-                         " end_unix_ms = CASE WHEN ?2 IN (?5, ?6, ?7) THEN ?3 ELSE end_unix_ms END,"
-                         " reason = CASE WHEN ?2 IN (?5, ?6, ?7) THEN ?8 ELSE reason END"
+                         " end_unix_ms = CASE WHEN ?2 IN (?5, ?6, ?7, ?9) THEN ?3"
+                         "   ELSE end_unix_ms END,"
+                         " reason = CASE WHEN ?2 IN (?5, ?6, ?7, ?9) THEN ?8 ELSE reason END"
                          " WHERE job_id = ?1",
                          &st));
   PX_CHECK(px_store_bind_text(st, 1, job_id));
@@ -125,10 +126,74 @@ px_status_t coord_sched_state_changed(coord_t *c, const char *job_id, int from, 
   PX_CHECK(px_store_bind_int64(st, 5, JS_SUCCEEDED));
   PX_CHECK(px_store_bind_int64(st, 6, JS_FAILED));
   PX_CHECK(px_store_bind_int64(st, 7, JS_CANCELLED));
+  PX_CHECK(px_store_bind_int64(st, 9, JS_TIMEOUT));
   char brief[256]; /* the record keeps the reason's start: rows stay compact */
   coord_utf8_clean(reason, brief, sizeof brief);
   PX_CHECK(px_store_bind_text(st, 8, brief));
+  PX_CHECK(px_store_run(st));
+  if (to == JS_SCHEDULED) { /* a new attempt: its own time limit, no stop asked */
+    PX_CHECK(px_store_stmt(c->db, "UPDATE jobs SET stop_requested_unix_ms = 0 WHERE job_id = ?1",
+                           &st));
+    PX_CHECK(px_store_bind_text(st, 1, job_id));
+    PX_CHECK(px_store_run(st));
+  }
+  return PX_OK;
+}
+
+/* ---- time limits ---------------------------------------------------------------- */
+
+px_status_t coord_sched_overdue(coord_t *c, coord_arena_t *a, int64_t now,
+                                coord_sched_overdue_t **out, size_t *n) {
+  px_store_stmt_t *st;
+  size_t cap = 0;
+  *out = NULL;
+  *n = 0;
+  PX_CHECK(px_store_stmt(c->db,
+                         "SELECT job_id, state, time_limit_ms, stop_requested_unix_ms FROM jobs"
+                         " WHERE state IN (?1, ?2) AND time_limit_ms > 0"
+                         " AND scheduled_unix_ms + time_limit_ms <= ?3 ORDER BY id",
+                         &st));
+  PX_CHECK(px_store_bind_int64(st, 1, JS_SCHEDULED));
+  PX_CHECK(px_store_bind_int64(st, 2, JS_RUNNING));
+  PX_CHECK(px_store_bind_int64(st, 3, now));
+  px_status_t rc;
+  while ((rc = px_store_step(st)) == 1) {
+    coord_sched_overdue_t *o = coord_push(a, (void **)out, n, &cap, sizeof *o);
+    if (!o || !(o->job_id = coord_strdup(a, px_store_column_text(st, 0)))) {
+      px_store_reset(st);
+      return px_set_error(PX_ERR_NOMEM, "time limits: out of memory");
+    }
+    o->state = (int)px_store_column_int64(st, 1);
+    o->time_limit_ms = px_store_column_int64(st, 2);
+    o->stop_requested_ms = px_store_column_int64(st, 3);
+  }
+  return rc < 0 ? rc : PX_OK;
+}
+
+px_status_t coord_sched_request_stop(coord_t *c, const char *job_id, int64_t now) {
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(c->db,
+                         "UPDATE jobs SET stop_requested_unix_ms = ?2 WHERE job_id = ?1"
+                         " AND stop_requested_unix_ms = 0",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  PX_CHECK(px_store_bind_int64(st, 2, now));
   return px_store_run(st);
+}
+
+px_status_t coord_sched_stop_requested(coord_t *c, const char *job_id, int *yes) {
+  px_store_stmt_t *st;
+  *yes = 0;
+  PX_CHECK(px_store_stmt(c->db, "SELECT stop_requested_unix_ms FROM jobs WHERE job_id = ?1",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  px_status_t rc = px_store_step(st);
+  if (rc < 0) return rc;
+  if (rc == 1) {
+    *yes = px_store_column_int64(st, 0) > 0;
+    px_store_reset(st);
+  }
+  return PX_OK;
 }
 
 px_status_t coord_sched_set_reason(coord_t *c, const char *job_id, const char *reason) {
