@@ -391,6 +391,7 @@ typedef struct {
   coord_sched_snapshot_t s;
   char **job_ids;
   char **prefer;
+  char **reasons;   /* the stored reason: rewritten only when it changes */
   int64_t *rowids;
 } coord_sched_view_t;
 

@@ -185,7 +185,7 @@ static px_status_t coord_schedule_pass(coord_t *c, coord_arena_t *a, char ***pla
     if (j->start) continue;
     char why[320];
     coord_sched_reason(j, 0, why, sizeof why);
-    rc = coord_sched_set_reason(c, v.job_ids[i], why);
+    if (strcmp(why, v.reasons[i]) != 0) rc = coord_sched_set_reason(c, v.job_ids[i], why);
   }
   for (size_t r = 0; rc == PX_OK && r < v.s.njobs; r++) {
     size_t i = v.s.order[r];

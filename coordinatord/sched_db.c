@@ -225,6 +225,7 @@ px_status_t coord_sched_view(coord_t *c, coord_arena_t *a, coord_sched_view_t *v
   int64_t now = coord_now_ms();
   v->s.now_ms = now;
   size_t ucap = 0, ncap = 0, jcap = 0, idcap = 0, pcap = 0, rcap = 0, n2 = 0, n3 = 0, n4 = 0;
+  size_t wcap = 0, n5 = 0;
   px_store_stmt_t *st;
   px_status_t rc;
   /* alive nodes: free now, or busy until their job's time limit */
@@ -279,7 +280,7 @@ px_status_t coord_sched_view(coord_t *c, coord_arena_t *a, coord_sched_view_t *v
     if (coord_sched_user_index(a, v, &ucap, c->cfg.sched.users[i].name) < 0) goto nomem;
   PX_CHECK(px_store_stmt(c->db,
                          "SELECT job_id, id, owner, num_nodes, workers_per_node, priority,"
-                         " created_unix_ms, time_limit_ms, prefer_nodes FROM jobs"
+                         " created_unix_ms, time_limit_ms, prefer_nodes, reason FROM jobs"
                          " WHERE state = ?1 ORDER BY id",
                          &st));
   PX_CHECK(px_store_bind_int64(st, 1, JS_PENDING));
@@ -288,10 +289,12 @@ px_status_t coord_sched_view(coord_t *c, coord_arena_t *a, coord_sched_view_t *v
     char **id = coord_push(a, (void **)&v->job_ids, &n2, &idcap, sizeof(char *));
     char **pf = coord_push(a, (void **)&v->prefer, &n3, &pcap, sizeof(char *));
     int64_t *row = coord_push(a, (void **)&v->rowids, &n4, &rcap, sizeof(int64_t));
+    char **why = coord_push(a, (void **)&v->reasons, &n5, &wcap, sizeof(char *));
     int u = coord_sched_user_index(a, v, &ucap, px_store_column_text(st, 2));
-    if (!j || !id || !pf || !row || u < 0 ||
+    if (!j || !id || !pf || !row || !why || u < 0 ||
         !(*id = coord_strdup(a, px_store_column_text(st, 0))) ||
-        !(*pf = coord_strdup(a, px_store_column_text(st, 8))))
+        !(*pf = coord_strdup(a, px_store_column_text(st, 8))) ||
+        !(*why = coord_strdup(a, px_store_column_text(st, 9))))
       goto nomem;
     *row = px_store_column_int64(st, 1);
     j->user = u;
