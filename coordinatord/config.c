@@ -8,8 +8,9 @@
  * priority_weight_fairshare, priority_weight_age, fairshare_half_life_s,
  * priority_max_age_s, max_running_nodes, max_queued_jobs,
  * time_limit_default_s, time_limit_max_s, and per user share.NAME,
- * max_running_nodes.NAME, max_queued_jobs.NAME. The policy is re-read on
- * SIGHUP (coord_config_reload_policy). */
+ * max_running_nodes.NAME, max_queued_jobs.NAME; notifications notify_url
+ * and notify_states. The policy and notifications are re-read on SIGHUP
+ * (coord_config_reload_policy). */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include "coord.h"
 #include "prunex/check.h"
 #include "prunex/conf.h"
+#include "prunex/jobspec.h"
 
 void coord_config_defaults(coord_config_t *cfg) {
   memset(cfg, 0, sizeof *cfg);
@@ -29,6 +31,7 @@ void coord_config_defaults(coord_config_t *cfg) {
   cfg->log_level = -1;
   cfg->http_max_per_address = COORD_DEFAULT_HTTP_PER_ADDRESS;
   coord_sched_policy_defaults(&cfg->sched);
+  snprintf(cfg->notify_states, sizeof cfg->notify_states, "end");
 }
 
 /* A decimal number in [lo, hi] (integers when integral), else an error
@@ -140,6 +143,20 @@ px_status_t coord_config_set(coord_config_t *cfg, const char *key_in, const char
     if (*p == '-') *p = '_';
   px_status_t pst = PX_OK;
   if (coord_policy_set(&cfg->sched, key, value, where, &pst)) return pst;
+  if (!strcmp(key, "notify_url")) {
+    PX_REQUIRE(px_jobspec_notify_url_ok(value) && value[0],
+               "%s: notify_url = '%.80s': expected an http:// or https:// URL of at most 1024"
+               " bytes without blanks", where, value);
+    return coord_copy(cfg->notify_url, sizeof cfg->notify_url, value, "notify_url", where);
+  }
+  if (!strcmp(key, "notify_states")) {
+    unsigned mask;
+    PX_REQUIRE(px_jobspec_notify_states(value, &mask) == 0,
+               "%s: notify_states = '%.80s': expected states separated by commas (pending,"
+               " scheduled, running, succeeded, failed, cancelled, timeout) or end", where, value);
+    return coord_copy(cfg->notify_states, sizeof cfg->notify_states, value, "notify_states",
+                      where);
+  }
   if (!strcmp(key, "listen")) {
     PX_CHECK(coord_check_hostport(value, "listen", where));
     return coord_copy(cfg->listen, sizeof cfg->listen, value, "listen", where);
@@ -242,7 +259,11 @@ px_status_t coord_config_reload_policy(coord_config_t *cfg) {
   if (!fresh) return PX_ERR_NOMEM;
   coord_config_defaults(fresh);
   px_status_t st = coord_config_load(cfg->config_path, fresh);
-  if (st == PX_OK) cfg->sched = fresh->sched;
+  if (st == PX_OK) {
+    cfg->sched = fresh->sched;
+    memcpy(cfg->notify_url, fresh->notify_url, sizeof cfg->notify_url);
+    memcpy(cfg->notify_states, fresh->notify_states, sizeof cfg->notify_states);
+  }
   px_free(fresh);
   return st;
 }

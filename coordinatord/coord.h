@@ -73,6 +73,8 @@ typedef struct {
   int http_max_per_address; /* HTTP connections from one address (issue 26) */
   char config_path[4096];  /* --config FILE ("" : none): re-read on SIGHUP for the policy */
   coord_sched_policy_t sched; /* issue 31: priorities, fair share, quotas, time limits */
+  char notify_url[1100];   /* every job's state changes are POSTed here ("" : none) */
+  char notify_states[260]; /* which (px_jobspec_notify_states); default "end" */
 } coord_config_t;
 
 #define COORD_DEFAULT_HTTP_PER_ADDRESS 32
@@ -169,6 +171,7 @@ typedef struct coord_watch coord_watch_t;   /* an open WatchAssignments / WatchJ
 typedef struct coord_kv_wait coord_kv_wait_t; /* a parked KvGet */
 typedef struct coord_gone coord_gone_t;       /* an agent that went away (recovery.c) */
 typedef struct coord_http coord_http_t;       /* the HTTP listener (http.h) */
+typedef struct coord_notifier coord_notifier_t; /* the notifications' sender (notify.c) */
 
 typedef struct {
   uv_loop_t *loop;
@@ -191,6 +194,7 @@ typedef struct {
   coord_tokens_t *tokens;  /* NULL: no authentication */
   coord_identity_t who;    /* the caller of the handler now running (coord_authorize) */
   unsigned char secret_key[32]; /* rank secrets are HMACs under it (DB.key) */
+  coord_notifier_t *notifier;   /* job notifications (notify.c) */
 } coord_t;
 
 /* Re-reads the tokens file (when one is configured); on failure the old
@@ -349,7 +353,8 @@ void coord_watch_end(coord_t *c, coord_watch_t *w, px_rpc_code_t code, const cha
 /* Places pending jobs, in submission order, while the head of the queue
  * fits on the ready nodes. Errors are logged. */
 void coord_schedule(coord_t *c);
-/* Tells the job's WatchJob streams (latest: the report that caused it, or
+/* Queues the job's notifications of a new state (notify.c) and tells its
+ * WatchJob streams (latest: the report that caused it, or
  * NULL); ends them when the job is terminal. */
 void coord_job_changed(coord_t *c, const char *job_id, const Prunex__V1__IterationReport *latest);
 
@@ -406,7 +411,8 @@ px_status_t coord_sched_set_reason(coord_t *c, const char *job_id, const char *r
  * submission's transaction. */
 px_status_t coord_sched_job_new(coord_t *c, const char *job_id, const char *owner,
                                 const char *name, int nodes, int per_node, int priority,
-                                int64_t time_limit_ms, int64_t now);
+                                int64_t time_limit_ms, const char *notify_url,
+                                unsigned notify_mask, int64_t now);
 /* The owner's jobs not finished (PENDING, SCHEDULED, RUNNING). */
 px_status_t coord_sched_unfinished_jobs(coord_t *c, const char *owner, int64_t *n);
 /* Called by coord_job_set_state: an attempt that ends charges its
@@ -414,6 +420,29 @@ px_status_t coord_sched_unfinished_jobs(coord_t *c, const char *owner, int64_t *
  * follows the state (start, attempts, end, exit reason). */
 px_status_t coord_sched_state_changed(coord_t *c, const char *job_id, int from, int to,
                                       const char *reason, int64_t now);
+/* Notifications: the job's state, its notify.url and states mask, and
+ * whether that state is not yet notified (due). */
+typedef struct {
+  int due;
+  int state;
+  unsigned mask;
+  char url[1100];
+} coord_sched_notify_t;
+px_status_t coord_sched_notify_due(coord_t *c, const char *job_id, coord_sched_notify_t *out);
+/* Records that the job's state `state` has been handled. */
+px_status_t coord_sched_notify_done(coord_t *c, const char *job_id, int state);
+
+/* ---- notifications (notify.c) ------------------------------------------ */
+
+/* Starts the sender thread (libcurl). Caller owns *out. */
+px_status_t coord_notifier_start(coord_notifier_t **out);
+/* Stops and joins it; queued notifications are dropped (logged). */
+void coord_notifier_stop(coord_notifier_t *n);
+/* After a job's state change (committed): queues the POSTs its spec's
+ * notify and the coordinator's notify_url ask for, once per state. Never
+ * blocks on the network. */
+void coord_notify_job(coord_t *c, const char *job_id);
+
 /* Time limits: active jobs whose attempt has run past its limit (a), with
  * when a stop was asked of them (0: not yet). */
 typedef struct {

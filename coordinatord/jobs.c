@@ -21,6 +21,7 @@
 /* ---- job updates ------------------------------------------------------------- */
 
 void coord_job_changed(coord_t *c, const char *job_id, const Prunex__V1__IterationReport *latest) {
+  coord_notify_job(c, job_id); /* a state change: its notifications (issue 31) */
   int any = 0;
   for (coord_watch_t *w = c->job_watches; w; w = w->next) any |= !strcmp(w->id, job_id);
   if (!any) return;
@@ -398,10 +399,14 @@ static px_status_t coord_submit(coord_t *c, const Prunex__V1__SubmitJobRequest *
     PX_CHECK_GOTO(px_store_bind_text(st, 2, r->spec_yaml), rc, out);
     PX_CHECK_GOTO(px_store_run(st), rc, out);
   }
+  unsigned notify_mask = 0;
+  const char *notify_url = r->spec->notify && r->spec->notify->url ? r->spec->notify->url : "";
+  if (notify_url[0] && px_jobspec_notify_states(r->spec->notify->states, &notify_mask) != 0)
+    notify_mask = 0; /* px_jobspec_check_submitted refused such a spec already */
   PX_CHECK_GOTO(coord_sched_job_new(c, job_id, c->who.role == COORD_ROLE_ANON ? "" : c->who.name,
                                     r->spec->name, r->spec->cluster->nodes,
                                     r->spec->cluster->workers_per_node, priority, time_limit_ms,
-                                    now),
+                                    notify_url, notify_mask, now),
                 rc, out);
   char reason[160];
   snprintf(reason, sizeof reason, "submitted: %d node%s x %d worker%s",
@@ -511,6 +516,7 @@ void coord_rpc_submit_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, 
   Prunex__V1__SubmitJobResponse resp = PRUNEX__V1__SUBMIT_JOB_RESPONSE__INIT;
   resp.job_id = job_id;
   px_rpc_srv_reply(call, &resp.base);
+  coord_notify_job(c, job_id); /* PENDING (no watcher can exist yet) */
   coord_schedule(c);
 }
 

@@ -465,6 +465,9 @@ int main(int argc, char **argv) {
   }
   int port = px_rpc_server_port(c.srv);
   coord_advertise(&c, port);
+  /* job notifications: a sender thread, whether or not any job asks yet */
+  if (coord_notifier_start(&c.notifier) != PX_OK)
+    px_log(PX_LOG_ERROR, "%s: jobs will not be notified", px_last_error());
   if (coord_nodes_start(&c) != PX_OK) {
     fprintf(stderr, "pxcoordd: %s\n", px_last_error());
     c.exit_code = 1;
@@ -514,6 +517,7 @@ int main(int argc, char **argv) {
   }
   uv_run(&loop, UV_RUN_DEFAULT);
   if (uv_loop_close(&loop) != 0) px_log(PX_LOG_WARN, "event loop closed with handles open");
+  coord_notifier_stop(c.notifier);
   coord_tokens_free(c.tokens);
   px_store_close(c.db);
   close(lock_fd);

@@ -43,14 +43,18 @@ static px_status_t coord_sched_charge(coord_t *c, const char *user, double node_
 
 px_status_t coord_sched_job_new(coord_t *c, const char *job_id, const char *owner,
                                 const char *name, int nodes, int per_node, int priority,
-                                int64_t time_limit_ms, int64_t now) {
+                                int64_t time_limit_ms, const char *notify_url,
+                                unsigned notify_mask, int64_t now) {
   px_store_stmt_t *st;
   PX_CHECK(px_store_stmt(c->db,
-                         "UPDATE jobs SET priority = ?2, time_limit_ms = ?3 WHERE job_id = ?1",
+                         "UPDATE jobs SET priority = ?2, time_limit_ms = ?3, notify_url = ?4,"
+                         " notify_mask = ?5 WHERE job_id = ?1",
                          &st));
   PX_CHECK(px_store_bind_text(st, 1, job_id));
   PX_CHECK(px_store_bind_int64(st, 2, priority));
   PX_CHECK(px_store_bind_int64(st, 3, time_limit_ms));
+  PX_CHECK(px_store_bind_text(st, 4, notify_url));
+  PX_CHECK(px_store_bind_int64(st, 5, notify_mask));
   PX_CHECK(px_store_run(st));
   PX_CHECK(px_store_stmt(c->db,
                          "INSERT INTO acct (id, job_id, owner, name, num_nodes, devices,"
@@ -138,6 +142,34 @@ px_status_t coord_sched_state_changed(coord_t *c, const char *job_id, int from, 
     PX_CHECK(px_store_run(st));
   }
   return PX_OK;
+}
+
+/* ---- notifications ---------------------------------------------------------------- */
+
+px_status_t coord_sched_notify_due(coord_t *c, const char *job_id, coord_sched_notify_t *out) {
+  memset(out, 0, sizeof *out);
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(c->db,
+                         "SELECT state, notify_url, notify_mask, notified_state FROM jobs"
+                         " WHERE job_id = ?1",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  px_status_t rc = px_store_step(st);
+  if (rc <= 0) return rc;
+  out->state = (int)px_store_column_int64(st, 0);
+  snprintf(out->url, sizeof out->url, "%s", px_store_column_text(st, 1));
+  out->mask = (unsigned)px_store_column_int64(st, 2);
+  out->due = px_store_column_int64(st, 3) != out->state;
+  px_store_reset(st);
+  return PX_OK;
+}
+
+px_status_t coord_sched_notify_done(coord_t *c, const char *job_id, int state) {
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(c->db, "UPDATE jobs SET notified_state = ?2 WHERE job_id = ?1", &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  PX_CHECK(px_store_bind_int64(st, 2, state));
+  return px_store_run(st);
 }
 
 /* ---- time limits ---------------------------------------------------------------- */

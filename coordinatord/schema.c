@@ -234,7 +234,9 @@ static const char coord_schema_v10[] =
 /* v11 (issue 31): the scheduling policy and accounting. jobs.priority (1..1000)
  * and jobs.time_limit_ms (0: none) are the spec's, fixed at submission;
  * jobs.stop_requested_unix_ms is when the coordinator asked the attempt to
- * stop at its time limit (0: not asked);
+ * stop at its time limit (0: not asked); notify_url and notify_mask are
+ * the spec's notify (bit s: state s), notified_state the last state whose
+ * notifications were queued;
  * sched_usage holds each user's decayed node-seconds as of updated_unix_ms
  * (sched_db.c decays it on read); acct keeps one compact row per job that
  * outlives the job's rows (retention) for `pxctl acct`. */
@@ -242,6 +244,9 @@ static const char coord_schema_v11[] =
     "ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 100;"
     "ALTER TABLE jobs ADD COLUMN time_limit_ms INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE jobs ADD COLUMN stop_requested_unix_ms INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN notify_url TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE jobs ADD COLUMN notify_mask INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN notified_state INTEGER NOT NULL DEFAULT 0;"
     "CREATE INDEX jobs_owner_state ON jobs(owner, state);"
     "CREATE TABLE sched_usage ("
     "  user TEXT PRIMARY KEY,"
