@@ -466,8 +466,10 @@ px_status_t coord_sched_stop_requested(coord_t *c, const char *job_id, int *yes)
 #define COORD_TIMEOUT_GRACE_MS 30000
 void coord_time_limit_sweep(coord_t *c);
 
-/* Accounting records (newest first, at most limit: 0 means 1000, capped at
- * 5000) and per-user totals matching user ("" : all), submitted at or
+#define COORD_ACCT_DEFAULT 1000
+#define COORD_ACCT_MAX 5000
+/* Accounting records (newest first, at most limit: 0 means
+ * COORD_ACCT_DEFAULT, capped at COORD_ACCT_MAX) and per-user totals matching user ("" : all), submitted at or
  * after since, in state (0: any); filled into out in arena a. */
 px_status_t coord_acct_query(coord_t *c, coord_arena_t *a, const char *user, int64_t since,
                              int state, int limit, Prunex__V1__GetAccountingResponse *out);

@@ -587,19 +587,26 @@ void coord_rpc_get_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, voi
 #define COORD_PAGE_MAX 1000
 #define COORD_PAGE_YAML_BYTES (16 << 20)
 
+/* A request's state filter (0: any) and limit (0: def, at most max): 1
+ * when both are good, else the call is answered INVALID_ARGUMENT and 0
+ * returned. */
+static int coord_filter_ok(px_rpc_srv_call_t *call, int state, int limit, int def, int max) {
+  if (state < 0 || state > JS_TIMEOUT) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "state = %d: not a JobState", state);
+    return 0;
+  }
+  if (limit < 0 || limit > max) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "limit = %d: must be 0 (default %d) to %d",
+                      limit, def, max);
+    return 0;
+  }
+  return 1;
+}
+
 void coord_rpc_list_jobs(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
   coord_t *c = data;
   const Prunex__V1__ListJobsRequest *r = (const Prunex__V1__ListJobsRequest *)msg;
-  if ((int)r->state < 0 || (int)r->state > JS_TIMEOUT) {
-    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "state = %d: not a JobState", (int)r->state);
-    return;
-  }
-  if (r->limit < 0 || r->limit > COORD_PAGE_MAX) {
-    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
-                      "limit = %d: must be 0 (default %d) to %d", r->limit, COORD_PAGE_DEFAULT,
-                      COORD_PAGE_MAX);
-    return;
-  }
+  if (!coord_filter_ok(call, (int)r->state, r->limit, COORD_PAGE_DEFAULT, COORD_PAGE_MAX)) return;
   long long before = 0;
   if (r->page_token[0]) {
     char *end = NULL;
@@ -725,15 +732,7 @@ static int coord_job_to_manage(coord_t *c, px_rpc_srv_call_t *call, const char *
 void coord_rpc_get_accounting(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
   coord_t *c = data;
   const Prunex__V1__GetAccountingRequest *r = (const Prunex__V1__GetAccountingRequest *)msg;
-  if ((int)r->state < 0 || (int)r->state > JS_TIMEOUT) {
-    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "state = %d: not a JobState", (int)r->state);
-    return;
-  }
-  if (r->limit < 0 || r->limit > 5000) {
-    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "limit = %d: must be 0 (1000) to 5000",
-                      r->limit);
-    return;
-  }
+  if (!coord_filter_ok(call, (int)r->state, r->limit, COORD_ACCT_DEFAULT, COORD_ACCT_MAX)) return;
   if (r->since_unix_ms < 0) {
     px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "since_unix_ms = %lld: must be >= 0",
                       (long long)r->since_unix_ms);

@@ -360,8 +360,25 @@ const coord_sched_job_t *coord_sched_view_find(const coord_sched_view_t *v, int6
 
 /* ---- accounting ----------------------------------------------------------------- */
 
-#define COORD_ACCT_DEFAULT 1000
-#define COORD_ACCT_MAX 5000
+/* The filters and the running-attempt terms of both accounting queries:
+ * ?1 user, ?2 since, ?3 state, ?4 ?5 the active states, ?6 now. */
+#define COORD_ACCT_NODE_SECONDS                                                   \
+  "a.node_seconds + CASE WHEN j.state IN (?4, ?5) AND j.scheduled_unix_ms > 0"  \
+  " THEN a.num_nodes * max(0, ?6 - j.scheduled_unix_ms) / 1000.0 ELSE 0 END"
+#define COORD_ACCT_WHERE                                                          \
+  " FROM acct a LEFT JOIN jobs j ON j.id = a.id"                                  \
+  " WHERE (?1 = '' OR a.owner = ?1) AND a.submit_unix_ms >= ?2"                   \
+  " AND (?3 = 0 OR a.state = ?3)"
+
+static px_status_t coord_acct_bind(px_store_stmt_t *st, const char *user, int64_t since,
+                                   int state, int64_t now) {
+  PX_CHECK(px_store_bind_text(st, 1, user));
+  PX_CHECK(px_store_bind_int64(st, 2, since));
+  PX_CHECK(px_store_bind_int64(st, 3, state));
+  PX_CHECK(px_store_bind_int64(st, 4, JS_SCHEDULED));
+  PX_CHECK(px_store_bind_int64(st, 5, JS_RUNNING));
+  return px_store_bind_int64(st, 6, now);
+}
 
 px_status_t coord_acct_query(coord_t *c, coord_arena_t *a, const char *user, int64_t since,
                              int state, int limit, Prunex__V1__GetAccountingResponse *out) {
@@ -374,22 +391,12 @@ px_status_t coord_acct_query(coord_t *c, coord_arena_t *a, const char *user, int
   /* a running attempt counts up to now, so that totals are current */
   PX_CHECK(px_store_stmt(c->db,
                          "SELECT a.job_id, a.owner, a.name, a.num_nodes, a.devices,"
-                         " a.submit_unix_ms, a.start_unix_ms, a.end_unix_ms,"
-                         " a.node_seconds + CASE WHEN j.state IN (?5, ?6) AND"
-                         "   j.scheduled_unix_ms > 0 THEN a.num_nodes *"
-                         "   max(0, ?7 - j.scheduled_unix_ms) / 1000.0 ELSE 0 END,"
-                         " a.state, a.reason, a.attempts"
-                         " FROM acct a LEFT JOIN jobs j ON j.id = a.id"
-                         " WHERE (?1 = '' OR a.owner = ?1) AND a.submit_unix_ms >= ?2"
-                         " AND (?3 = 0 OR a.state = ?3) ORDER BY a.id DESC LIMIT ?4",
+                         " a.submit_unix_ms, a.start_unix_ms, a.end_unix_ms, "
+                         COORD_ACCT_NODE_SECONDS ", a.state, a.reason, a.attempts"
+                         COORD_ACCT_WHERE " ORDER BY a.id DESC LIMIT ?7",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, user));
-  PX_CHECK(px_store_bind_int64(st, 2, since));
-  PX_CHECK(px_store_bind_int64(st, 3, state));
-  PX_CHECK(px_store_bind_int64(st, 4, (int64_t)limit + 1));
-  PX_CHECK(px_store_bind_int64(st, 5, JS_SCHEDULED));
-  PX_CHECK(px_store_bind_int64(st, 6, JS_RUNNING));
-  PX_CHECK(px_store_bind_int64(st, 7, now));
+  PX_CHECK(coord_acct_bind(st, user, since, state, now));
+  PX_CHECK(px_store_bind_int64(st, 7, (int64_t)limit + 1));
   while ((rc = px_store_step(st)) == 1) {
     if (out->n_records == (size_t)limit) {
       out->truncated = 1;
@@ -420,19 +427,10 @@ px_status_t coord_acct_query(coord_t *c, coord_arena_t *a, const char *user, int
   /* totals over every matching record, not only the page */
   cap = 0;
   PX_CHECK(px_store_stmt(c->db,
-                         "SELECT a.owner, count(*), sum(a.node_seconds + CASE WHEN"
-                         "   j.state IN (?4, ?5) AND j.scheduled_unix_ms > 0 THEN a.num_nodes *"
-                         "   max(0, ?6 - j.scheduled_unix_ms) / 1000.0 ELSE 0 END)"
-                         " FROM acct a LEFT JOIN jobs j ON j.id = a.id"
-                         " WHERE (?1 = '' OR a.owner = ?1) AND a.submit_unix_ms >= ?2"
-                         " AND (?3 = 0 OR a.state = ?3) GROUP BY a.owner ORDER BY a.owner",
+                         "SELECT a.owner, count(*), sum(" COORD_ACCT_NODE_SECONDS ")"
+                         COORD_ACCT_WHERE " GROUP BY a.owner ORDER BY a.owner",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, user));
-  PX_CHECK(px_store_bind_int64(st, 2, since));
-  PX_CHECK(px_store_bind_int64(st, 3, state));
-  PX_CHECK(px_store_bind_int64(st, 4, JS_SCHEDULED));
-  PX_CHECK(px_store_bind_int64(st, 5, JS_RUNNING));
-  PX_CHECK(px_store_bind_int64(st, 6, now));
+  PX_CHECK(coord_acct_bind(st, user, since, state, now));
   while ((rc = px_store_step(st)) == 1) {
     Prunex__V1__AcctUserTotal **slot =
         coord_push(a, (void **)&out->totals, &out->n_totals, &cap, sizeof *slot);
