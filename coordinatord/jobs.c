@@ -643,16 +643,11 @@ void coord_rpc_list_jobs(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, v
   char next[32] = "";
   int more = n > (size_t)limit;
   if (more) n = (size_t)limit;
-  /* pending jobs carry their place in the queue: one policy pass per page */
-  coord_sched_view_t view;
-  int have_view = 0;
-  if (rc >= 0 && n > 0 && (r->state == 0 || (int)r->state == JS_PENDING)) {
-    rc = coord_sched_view(c, &a, &view);
-    have_view = rc == PX_OK;
-  }
+  int64_t *rows = NULL; /* of resp.jobs */
   if (rc >= 0 && n > 0) {
     resp.jobs = coord_alloc(&a, n * sizeof *resp.jobs);
-    if (!resp.jobs) rc = PX_ERR_NOMEM;
+    rows = coord_alloc(&a, n * sizeof *rows);
+    if (!resp.jobs || !rows) rc = PX_ERR_NOMEM;
     size_t yaml = 0;
     for (size_t i = 0; rc >= 0 && i < n; i++) {
       if (r->include_spec_yaml && i > 0 && yaml > COORD_PAGE_YAML_BYTES) {
@@ -661,13 +656,23 @@ void coord_rpc_list_jobs(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, v
       }
       Prunex__V1__Job *j = NULL;
       rc = coord_job_load_ex(c, &a, ids[i], r->include_spec_yaml, &j);
-      if (rc == PX_OK && j && have_view && (int)j->state == JS_PENDING)
-        rc = coord_job_live(&a, coord_sched_view_find(&view, rowids[i]), j);
       if (rc == PX_OK && j) {
+        rows[resp.n_jobs] = rowids[i];
         resp.jobs[resp.n_jobs++] = j;
         yaml += strlen(j->spec_yaml);
         snprintf(next, sizeof next, "%lld", (long long)rowids[i]);
       }
+    }
+  }
+  /* the page's pending jobs carry their place in the queue: one policy pass */
+  int pending = 0;
+  for (size_t i = 0; i < resp.n_jobs; i++) pending |= (int)resp.jobs[i]->state == JS_PENDING;
+  if (rc >= 0 && pending) {
+    coord_sched_view_t view;
+    rc = coord_sched_view(c, &a, &view);
+    for (size_t i = 0; rc == PX_OK && i < resp.n_jobs; i++) {
+      if ((int)resp.jobs[i]->state != JS_PENDING) continue;
+      rc = coord_job_live(&a, coord_sched_view_find(&view, rows[i]), resp.jobs[i]);
     }
   }
   resp.next_page_token = more ? next : "";
