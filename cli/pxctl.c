@@ -40,6 +40,8 @@ enum {
   OPT_DB = 1 << 18,
   OPT_HTTP = 1 << 19,
   OPT_ONNX = 1 << 20,
+  OPT_USER = 1 << 21,
+  OPT_SINCE = 1 << 22,
 };
 
 typedef struct {
@@ -61,6 +63,7 @@ static const pxctl_opt_t pxctl_options[] = {
     {"--csv", OPT_CSV, 0},           {"--out", OPT_OUT, 1},
     {"--db", OPT_DB, 1},             {"--http", OPT_HTTP, 1},
     {"--onnx", OPT_ONNX, 0},
+    {"--user", OPT_USER, 1},         {"--since", OPT_SINCE, 1},
 };
 
 typedef struct {
@@ -97,12 +100,33 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      COMMON_HELP "  --json                   one JSON object\n",
      OPT_COORD | OPT_JSON, 1, pxctl_cmd_status},
     {"list", "", "jobs, newest first",
+     "Pending jobs also show their place in the queue: PRIORITY (0 to 1, the weighted\n"
+     "mean of the job's own priority, its user's fair share and its age: the three\n"
+     "factors under JOB/FAIR/AGE) and AHEAD (pending jobs before it); `status` says\n"
+     "why one waits.\n\n"
      "  --state S                only jobs in state S (pending, scheduled, running,\n"
      "                           succeeded, failed, cancelled)\n"
      "  --limit N                the newest N jobs (0: all, fetched a page at a time)\n"
      COMMON_HELP
      "  --json                   an array of the objects `status --json` prints\n",
      OPT_COORD | OPT_JSON | OPT_STATE | OPT_LIMIT, 0, pxctl_cmd_list},
+    {"acct", "", "accounting: who used what, like sacct (kept past job retention)",
+     "One row per job, newest first: user, name, nodes and devices, submit, start and\n"
+     "end times, node-seconds (over every attempt; a running one up to now), state,\n"
+     "attempts and exit reason; then per-user totals over every matching job.\n\n"
+     "  --user NAME              only NAME's jobs\n"
+     "  --since WHEN             only jobs submitted since WHEN: YYYY-MM-DD[THH:MM[:SS]]\n"
+     "                           (UTC) or a duration back from now (90m, 12h, 7d)\n"
+     "  --state S                only jobs in state S (pending, ..., cancelled)\n"
+     "  --limit N                at most N rows (default 1000, at most 5000; the totals\n"
+     "                           still cover every matching job)\n" COMMON_HELP
+     "  --json                   {\"records\": [AcctRecord], \"totals\": [AcctUserTotal],\n"
+     "                           \"truncated\"} (proto field names)\n"
+     "  --csv                    the records as CSV with a header line: job_id, user,\n"
+     "                           name, nodes, devices, submit, start, end (ISO 8601 UTC,\n"
+     "                           empty when not yet), node_seconds, state, attempts, reason\n",
+     OPT_COORD | OPT_JSON | OPT_CSV | OPT_STATE | OPT_LIMIT | OPT_USER | OPT_SINCE, 0,
+     pxctl_cmd_acct},
     {"cancel", "JOB", "cancel a pending or running job",
      "  --reason TEXT            recorded with the state change\n" COMMON_HELP
      "  --json                   the cancelled job, as `status --json`\n",
@@ -362,11 +386,17 @@ static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
         return pxctl_usage_error(o, "--state '%s': expected one of %s", v,
                                  !strcmp(o->cmd, "nodes")
                                      ? "ready, busy, lost"
-                                     : "pending, scheduled, running, succeeded, failed, cancelled");
+                                     : "pending, scheduled, running, succeeded, failed, cancelled, timeout");
       o->state = s;
       return 0;
     }
     case OPT_LIMIT: return pxctl_parse_count(o, "--limit", v, &o->limit);
+    case OPT_USER: o->user = v; return 0;
+    case OPT_SINCE:
+      if (pxctl_parse_since(v, &o->since_unix_ms) != 0)
+        return pxctl_usage_error(o, "--since '%s': expected YYYY-MM-DD[THH:MM[:SS]] (UTC) or a"
+                                    " duration such as 90m, 12h, 7d", v);
+      return 0;
     case OPT_FROM: return pxctl_parse_count(o, "--from", v, &o->from);
     case OPT_RANK: return pxctl_parse_count(o, "--rank", v, &o->rank);
     case OPT_LAYERS: o->layers = 1; return 0;

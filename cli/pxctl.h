@@ -51,6 +51,8 @@ typedef struct {
   int csv;                    /* metrics: --csv */
   const char *pos[8];         /* positional arguments */
   int onnx;                   /* export: --onnx */
+  const char *user;           /* acct: --user */
+  int64_t since_unix_ms;      /* acct: --since (0: all) */
   int npos;
 } pxctl_opts_t;
 
@@ -86,6 +88,12 @@ int pxctl_cmd_plot(pxctl_opts_t *o);
  * (pxctl_plot.c). */
 int plot_run_dir_db(const char *arg, char *out, size_t cap);
 int pxctl_cmd_export(pxctl_opts_t *o);
+int pxctl_cmd_acct(pxctl_opts_t *o);
+/* 1 for the terminal job states (SUCCEEDED, FAILED, CANCELLED, TIMEOUT). */
+int pxctl_job_finished(int state);
+/* --since: "YYYY-MM-DD[THH:MM[:SS]]" (UTC) or a duration back from now
+ * ("90m", "12h", "7d", "30s") into unix ms; 0, or -1 when malformed. */
+int pxctl_parse_since(const char *v, int64_t *out);
 
 /* status: when the model file is readable here, prints "model size" with the
  * dense and compact parameter counts and file sizes (the compact file is the
@@ -213,6 +221,8 @@ void pxctl_fmt_time(char *buf, size_t cap, int64_t unix_ms);
 void pxctl_fmt_duration(char *buf, size_t cap, double seconds);
 /* Age of a unix-ms time: "12s ago", "-" for 0. */
 void pxctl_fmt_age(char *buf, size_t cap, int64_t unix_ms);
+/* A CSV field as RFC 4180 quotes it: in double quotes, quotes doubled. */
+void pxctl_csv_string(FILE *f, const char *s);
 
 int64_t pxctl_now_unix_ms(void);
 double pxctl_mono_s(void);

@@ -164,12 +164,28 @@ static int pxctl__parse_enum(const char *s, const char *prefix, const char *cons
 
 int pxctl_parse_job_state(const char *s) {
   static const char *const names[] = {"unspecified", "pending", "scheduled", "running",
-                                      "succeeded",   "failed",  "cancelled"};
+                                      "succeeded",   "failed",  "cancelled", "timeout"};
   if (!strcasecmp(s, "canceled")) return PRUNEX__V1__JOB_STATE__JOB_STATE_CANCELLED;
-  return pxctl__parse_enum(s, "job_state_", names, 7);
+  return pxctl__parse_enum(s, "job_state_", names, 8);
+}
+
+int pxctl_job_finished(int s) {
+  return s == PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED ||
+         s == PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED ||
+         s == PRUNEX__V1__JOB_STATE__JOB_STATE_CANCELLED ||
+         s == PRUNEX__V1__JOB_STATE__JOB_STATE_TIMEOUT;
 }
 
 int pxctl_parse_node_state(const char *s) {
   static const char *const names[] = {"unspecified", "ready", "busy", "lost"};
   return pxctl__parse_enum(s, "node_state_", names, 4);
+}
+
+void pxctl_csv_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (const char *p = s ? s : ""; *p; p++) {
+    if (*p == '"') fputc('"', f);
+    fputc(*p, f);
+  }
+  fputc('"', f);
 }

@@ -203,11 +203,7 @@ typedef struct {
   size_t npartial;
 } pxctl_remote_rank_t;
 
-static int pxctl_job_over(int s) {
-  return s == PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED ||
-         s == PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED ||
-         s == PRUNEX__V1__JOB_STATE__JOB_STATE_CANCELLED;
-}
+static int pxctl_job_over(int s) { return pxctl_job_finished(s); }
 
 static int pxctl_job_nranks(const Prunex__V1__Job *job) {
   const Prunex__V1__ClusterSpec *c = job->spec ? job->spec->cluster : NULL;
@@ -500,9 +496,7 @@ static void pxctl_logs_local_follow(pxctl_logset_t *set, px_rpc_channel_t *ch, c
       Prunex__V1__Job *jb = pxctl_logs_job(ch, job_id, &nf);
       if (jb) {
         int s = jb->state;
-        over = s == PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED ||
-               s == PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED ||
-               s == PRUNEX__V1__JOB_STATE__JOB_STATE_CANCELLED;
+        over = pxctl_job_finished(s);
         px_rpc_message_free(jb);
         if (over) continue; /* one more pass for the last lines */
       }

@@ -189,11 +189,7 @@ int pxctl_cmd_submit(pxctl_opts_t *o) {
 
 /* ---- status ----------------------------------------------------------------- */
 
-static int pxctl_terminal(int state) {
-  return state == PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED ||
-         state == PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED ||
-         state == PRUNEX__V1__JOB_STATE__JOB_STATE_CANCELLED;
-}
+static int pxctl_terminal(int state) { return pxctl_job_finished(state); }
 
 static int pxctl_max_iterations(const Prunex__V1__Job *job) {
   return job->spec && job->spec->admm ? job->spec->admm->max_iterations : 0;
@@ -427,9 +423,13 @@ int pxctl_cmd_list(pxctl_opts_t *o) {
     printf(o->state ? "no %s jobs\n" : "no jobs\n",
            px_rpc_job_state_name((Prunex__V1__JobState)o->state));
   } else {
-    static const char *const h[] = {"JOB",  "NAME",      "STATE",    "STRATEGY", ">NODES",
-                                    ">ITER", ">TEST-ACC", ">DENSITY", "CREATED"};
-    pxctl_table_t *t = pxctl_table_create(9, h);
+    /* pending jobs add their place in the queue: PRIORITY, its factors, AHEAD */
+    int queue = 0;
+    for (size_t i = 0; i < resp->n_jobs; i++) queue |= resp->jobs[i]->sched != NULL;
+    static const char *const h[] = {"JOB",      "NAME",    "STATE",          "STRATEGY",
+                                    ">NODES",   ">ITER",   ">TEST-ACC",      ">DENSITY",
+                                    "CREATED",  ">PRIORITY", "JOB/FAIR/AGE", ">AHEAD"};
+    pxctl_table_t *t = pxctl_table_create(queue ? 12 : 9, h);
     for (size_t i = 0; i < resp->n_jobs; i++) {
       const Prunex__V1__Job *job = resp->jobs[i];
       const Prunex__V1__JobSpec *s = job->spec;
@@ -453,6 +453,16 @@ int pxctl_cmd_list(pxctl_opts_t *o) {
       else pxctl_table_cell(t, "-");
       pxctl_fmt_age(age, sizeof age, job->created_unix_ms);
       pxctl_table_cell(t, "%s", age);
+      if (!queue) continue;
+      const Prunex__V1__JobPriority *p = job->sched;
+      if (p) {
+        pxctl_table_cell(t, "%.3f", p->priority);
+        pxctl_table_cell(t, "%.2f/%.2f/%.2f", p->job_factor, p->fairshare_factor,
+                         p->age_factor);
+        pxctl_table_cell(t, "%lld", (long long)p->ahead);
+      } else {
+        for (int k = 0; k < 3; k++) pxctl_table_cell(t, "-");
+      }
     }
     pxctl_table_print(t, stdout, 0);
   }
@@ -614,12 +624,8 @@ static void pxctl_metrics_csv(FILE *f, Prunex__V1__IterationReport **rows, size_
     for (size_t i = 0; i < n; i++)
       for (size_t k = 0; k < rows[i]->n_layers; k++) {
         const Prunex__V1__LayerMetrics *L = rows[i]->layers[k];
-        fprintf(f, "%d,%d,%d,\"", rows[i]->iteration, rows[i]->rank, L->layer);
-        for (const char *p = L->name; *p; p++) {
-          if (*p == '"') fputc('"', f);
-          fputc(*p, f);
-        }
-        fputc('"', f);
+        fprintf(f, "%d,%d,%d,", rows[i]->iteration, rows[i]->rank, L->layer);
+        pxctl_csv_string(f, L->name);
         double v[] = {L->r_intra, L->s_intra, L->r_inter, L->s_inter, L->rho1, L->rho2};
         for (int c = 0; c < 6; c++) pxctl_csv_num(f, v[c], 1);
         pxctl_csv_num(f, L->density, L->density >= 0);

@@ -617,9 +617,7 @@ static void pxctl_run_cancel(pxctl_run_t *r, pxctl_result_t *res) {
   int s = job->state;
   Prunex__V1__CancelJobResponse *cr = NULL;
   const Prunex__V1__Job *last = job;
-  if (s != PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED &&
-      s != PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED &&
-      s != PRUNEX__V1__JOB_STATE__JOB_STATE_CANCELLED) {
+  if (!pxctl_job_finished(s)) {
     const char *why = pxctl_signal ? "pxctl run was interrupted" : "pxctl run is stopping";
     if (px_rpc_cancel_job(r->ch, r->job_id, why, PXCTL_RPC_MS, &cr) == PX_OK && cr->job)
       last = cr->job;

@@ -3,7 +3,14 @@
  * a YAML mapping (`key: value`), with the flags' names (listen, db,
  * advertise, heartbeat_timeout_ms, placement_timeout_ms, agent_grace_ms,
  * log_level, tls_cert, tls_key, tokens, retention_days, http, http_www,
- * http_js, http_max_per_address; dashes or underscores). */
+ * http_js, http_max_per_address; dashes or underscores), and the
+ * scheduling policy (issue 31; docs/operations.md): priority_weight_job,
+ * priority_weight_fairshare, priority_weight_age, fairshare_half_life_s,
+ * priority_max_age_s, max_running_nodes, max_queued_jobs,
+ * time_limit_default_s, time_limit_max_s, and per user share.NAME,
+ * max_running_nodes.NAME, max_queued_jobs.NAME; notifications notify_url
+ * and notify_states. The policy and notifications are re-read on SIGHUP
+ * (coord_config_reload_policy). */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -13,6 +20,7 @@
 #include "coord.h"
 #include "prunex/check.h"
 #include "prunex/conf.h"
+#include "prunex/jobspec.h"
 
 void coord_config_defaults(coord_config_t *cfg) {
   memset(cfg, 0, sizeof *cfg);
@@ -22,6 +30,89 @@ void coord_config_defaults(coord_config_t *cfg) {
   cfg->agent_grace_ms = COORD_DEFAULT_AGENT_GRACE_MS;
   cfg->log_level = -1;
   cfg->http_max_per_address = COORD_DEFAULT_HTTP_PER_ADDRESS;
+  coord_sched_policy_defaults(&cfg->sched);
+  snprintf(cfg->notify_states, sizeof cfg->notify_states, "end");
+}
+
+/* A decimal number in [lo, hi] (integers when integral), else an error
+ * naming where, key and the range. */
+static px_status_t coord_number(const char *value, double lo, double hi, int integral,
+                                const char *key, const char *where, double *out) {
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(value, &end);
+  PX_REQUIRE(errno == 0 && end != value && *end == '\0' && v >= lo && v <= hi &&
+                 (!integral || v == (double)(int64_t)v),
+             "%s: %s = '%s': expected %s in [%.0f, %.0f]", where, key, value,
+             integral ? "an integer" : "a number", lo, hi);
+  *out = v;
+  return PX_OK;
+}
+
+/* The user's line of the policy, made when new (defaults: -1). */
+static px_status_t coord_policy_user(coord_sched_policy_t *p, const char *name, const char *key,
+                                     const char *where, coord_sched_user_conf_t **out) {
+  PX_REQUIRE(name[0] && strlen(name) < COORD_SCHED_USER_NAME,
+             "%s: %s: expected a user name after the dot (1 to %d bytes)", where, key,
+             COORD_SCHED_USER_NAME - 1);
+  coord_sched_user_conf_t *u = (coord_sched_user_conf_t *)coord_sched_user_conf(p, name);
+  if (!u) {
+    PX_REQUIRE(p->nusers < COORD_SCHED_USERS_MAX, "%s: %s: more than %d users in the policy",
+               where, key, COORD_SCHED_USERS_MAX);
+    u = &p->users[p->nusers++];
+    snprintf(u->name, sizeof u->name, "%s", name);
+    u->share = -1;
+    u->max_running_nodes = u->max_queued_jobs = -1;
+  }
+  *out = u;
+  return PX_OK;
+}
+
+/* The scheduling policy's settings; 1 when key is one (set or failed in
+ * *st), 0 when it is not a policy key. */
+static int coord_policy_set(coord_sched_policy_t *p, const char *key, const char *value,
+                            const char *where, px_status_t *st) {
+  static const char *const weights[] = {"priority_weight_job", "priority_weight_fairshare",
+                                        "priority_weight_age"};
+  double *wp[] = {&p->weight_job, &p->weight_fairshare, &p->weight_age};
+  double v = 0;
+  for (int i = 0; i < 3; i++)
+    if (!strcmp(key, weights[i])) {
+      *st = coord_number(value, 0, 1e9, 0, key, where, &v);
+      if (*st == PX_OK) *wp[i] = v;
+      return 1;
+    }
+  static const char *const secs[] = {"fairshare_half_life_s", "priority_max_age_s",
+                                     "time_limit_default_s", "time_limit_max_s"};
+  int64_t *sp[] = {&p->half_life_s, &p->max_age_s, &p->time_limit_default_s,
+                   &p->time_limit_max_s};
+  for (int i = 0; i < 4; i++)
+    if (!strcmp(key, secs[i])) {
+      *st = coord_number(value, i < 2 ? 1 : 0, 2147483647.0, 1, key, where, &v);
+      if (*st == PX_OK) *sp[i] = (int64_t)v;
+      return 1;
+    }
+  if (!strcmp(key, "max_running_nodes") || !strcmp(key, "max_queued_jobs")) {
+    *st = coord_number(value, 0, 1e9, 1, key, where, &v);
+    if (*st == PX_OK) *(key[4] == 'r' ? &p->max_running_nodes : &p->max_queued_jobs) = (int)v;
+    return 1;
+  }
+  static const char *const per_user[] = {"share.", "max_running_nodes.", "max_queued_jobs."};
+  for (int i = 0; i < 3; i++) {
+    size_t n = strlen(per_user[i]);
+    if (strncmp(key, per_user[i], n) != 0) continue;
+    coord_sched_user_conf_t *u = NULL;
+    *st = coord_policy_user(p, key + n, key, where, &u);
+    if (*st == PX_OK)
+      *st = i == 0 ? coord_number(value, 1e-6, 1e9, 0, key, where, &v)
+                   : coord_number(value, 0, 1e9, 1, key, where, &v);
+    if (*st != PX_OK) return 1;
+    if (i == 0) u->share = v;
+    else if (i == 1) u->max_running_nodes = (int)v;
+    else u->max_queued_jobs = (int)v;
+    return 1;
+  }
+  return 0;
 }
 
 static px_status_t coord_copy(char *dst, size_t cap, const char *v, const char *key,
@@ -45,10 +136,27 @@ static px_status_t coord_check_hostport(const char *v, const char *key, const ch
 
 px_status_t coord_config_set(coord_config_t *cfg, const char *key_in, const char *value,
                              const char *where) {
-  char key[64];
+  char key[COORD_SCHED_USER_NAME + 64];
   snprintf(key, sizeof key, "%s", key_in);
-  for (char *p = key; *p; p++)
+  /* dashes are underscores in the setting's name, not in a user's name */
+  for (char *p = key; *p && *p != '.'; p++)
     if (*p == '-') *p = '_';
+  px_status_t pst = PX_OK;
+  if (coord_policy_set(&cfg->sched, key, value, where, &pst)) return pst;
+  if (!strcmp(key, "notify_url")) {
+    PX_REQUIRE(px_jobspec_notify_url_ok(value) && value[0],
+               "%s: notify_url = '%.80s': expected an http:// or https:// URL of at most 1024"
+               " bytes without blanks", where, value);
+    return coord_copy(cfg->notify_url, sizeof cfg->notify_url, value, "notify_url", where);
+  }
+  if (!strcmp(key, "notify_states")) {
+    unsigned mask;
+    PX_REQUIRE(px_jobspec_notify_states(value, &mask) == 0,
+               "%s: notify_states = '%.80s': expected states separated by commas (pending,"
+               " scheduled, running, succeeded, failed, cancelled, timeout) or end", where, value);
+    return coord_copy(cfg->notify_states, sizeof cfg->notify_states, value, "notify_states",
+                      where);
+  }
   if (!strcmp(key, "listen")) {
     PX_CHECK(coord_check_hostport(value, "listen", where));
     return coord_copy(cfg->listen, sizeof cfg->listen, value, "listen", where);
@@ -135,5 +243,27 @@ static px_status_t coord_config_file_set(void *ctx, const char *key, const char 
 /* The file is read by libpxcore's settings reader (px_conf.c, shared with
  * pxagent): `key = value` lines or a YAML mapping, errors naming FILE:LINE. */
 px_status_t coord_config_load(const char *path, coord_config_t *cfg) {
-  return px_conf_load(path, coord_config_file_set, cfg);
+  PX_CHECK(px_conf_load(path, coord_config_file_set, cfg));
+  PX_REQUIRE(!cfg->sched.time_limit_max_s ||
+                 cfg->sched.time_limit_default_s <= cfg->sched.time_limit_max_s,
+             "%s: time_limit_default_s = %lld is above time_limit_max_s = %lld", path,
+             (long long)cfg->sched.time_limit_default_s, (long long)cfg->sched.time_limit_max_s);
+  PX_REQUIRE(cfg->sched.weight_job + cfg->sched.weight_fairshare + cfg->sched.weight_age > 0,
+             "%s: the priority weights are all 0", path);
+  return PX_OK;
+}
+
+px_status_t coord_config_reload_policy(coord_config_t *cfg) {
+  PX_REQUIRE(cfg->config_path[0], "no config file (--config) to re-read");
+  coord_config_t *fresh = px_malloc(sizeof *fresh, "coordd.config");
+  if (!fresh) return PX_ERR_NOMEM;
+  coord_config_defaults(fresh);
+  px_status_t st = coord_config_load(cfg->config_path, fresh);
+  if (st == PX_OK) {
+    cfg->sched = fresh->sched;
+    memcpy(cfg->notify_url, fresh->notify_url, sizeof cfg->notify_url);
+    memcpy(cfg->notify_states, fresh->notify_states, sizeof cfg->notify_states);
+  }
+  px_free(fresh);
+  return st;
 }

@@ -20,6 +20,7 @@
 #include "prunex/store.h"
 #include "prunex/text.h"
 #include "prunex/rpc_server.h"
+#include "sched.h"
 
 /* Short names for the proto enums used everywhere in the daemon. */
 enum {
@@ -30,6 +31,7 @@ enum {
   JS_SUCCEEDED = PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED,
   JS_FAILED = PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED,
   JS_CANCELLED = PRUNEX__V1__JOB_STATE__JOB_STATE_CANCELLED,
+  JS_TIMEOUT = PRUNEX__V1__JOB_STATE__JOB_STATE_TIMEOUT,
 };
 enum {
   NS_UNSPECIFIED = PRUNEX__V1__NODE_STATE__NODE_STATE_UNSPECIFIED,
@@ -39,7 +41,8 @@ enum {
 };
 
 static inline int coord_job_terminal(int state) {
-  return state == JS_SUCCEEDED || state == JS_FAILED || state == JS_CANCELLED;
+  return state == JS_SUCCEEDED || state == JS_FAILED || state == JS_CANCELLED ||
+         state == JS_TIMEOUT;
 }
 static inline int coord_job_active(int state) {
   return state == JS_SCHEDULED || state == JS_RUNNING;
@@ -69,6 +72,10 @@ typedef struct {
   char http_www[4096];     /* dashboard files; "" : the installed ones */
   char http_js[4096];      /* JS libraries; "" : COORD_DEFAULT_HTTP_JS */
   int http_max_per_address; /* HTTP connections from one address (issue 26) */
+  char config_path[4096];  /* --config FILE ("" : none): re-read on SIGHUP for the policy */
+  coord_sched_policy_t sched; /* issue 31: priorities, fair share, quotas, time limits */
+  char notify_url[1100];   /* every job's state changes are POSTed here ("" : none) */
+  char notify_states[260]; /* which (px_jobspec_notify_states); default "end" */
 } coord_config_t;
 
 #define COORD_DEFAULT_HTTP_PER_ADDRESS 32
@@ -81,6 +88,11 @@ void coord_config_defaults(coord_config_t *cfg);
  * key is optional; unknown keys and bad values fail with PX_ERR_INVALID and
  * a message naming the file and line. */
 px_status_t coord_config_load(const char *path, coord_config_t *cfg);
+
+/* Re-reads the config file's scheduling policy (share.*, quotas, weights,
+ * time limits) into cfg->sched; the other settings need a restart and are
+ * left as they are. On error cfg is unchanged. */
+px_status_t coord_config_reload_policy(coord_config_t *cfg);
 
 /* Parses one setting by its config-file name (also used for the flags). */
 px_status_t coord_config_set(coord_config_t *cfg, const char *key, const char *value,
@@ -156,6 +168,7 @@ typedef struct coord_watch coord_watch_t;   /* an open WatchAssignments / WatchJ
 typedef struct coord_kv_wait coord_kv_wait_t; /* a parked KvGet */
 typedef struct coord_gone coord_gone_t;       /* an agent that went away (recovery.c) */
 typedef struct coord_http coord_http_t;       /* the HTTP listener (http.h) */
+typedef struct coord_notifier coord_notifier_t; /* the notifications' sender (notify.c) */
 
 typedef struct {
   uv_loop_t *loop;
@@ -178,6 +191,7 @@ typedef struct {
   coord_tokens_t *tokens;  /* NULL: no authentication */
   coord_identity_t who;    /* the caller of the handler now running (coord_authorize) */
   unsigned char secret_key[32]; /* rank secrets are HMACs under it (DB.key) */
+  coord_notifier_t *notifier;   /* job notifications (notify.c) */
 } coord_t;
 
 /* Re-reads the tokens file (when one is configured); on failure the old
@@ -336,7 +350,8 @@ void coord_watch_end(coord_t *c, coord_watch_t *w, px_rpc_code_t code, const cha
 /* Places pending jobs, in submission order, while the head of the queue
  * fits on the ready nodes. Errors are logged. */
 void coord_schedule(coord_t *c);
-/* Tells the job's WatchJob streams (latest: the report that caused it, or
+/* Queues the job's notifications of a new state (notify.c) and tells its
+ * WatchJob streams (latest: the report that caused it, or
  * NULL); ends them when the job is terminal. */
 void coord_job_changed(coord_t *c, const char *job_id, const Prunex__V1__IterationReport *latest);
 
@@ -369,6 +384,93 @@ int coord_blame_gone_node(coord_t *c, const char *job_id, const char *reporter, 
                           size_t cap);
 void coord_recovery_stop(coord_t *c);
 
+/* ---- scheduling policy and accounting (sched_db.c; the policy: sched.h) -- */
+
+/* The snapshot the policy decided over, with what the coordinator needs to
+ * act on it: per pending job (submission order) its id, preferred nodes and
+ * row id. */
+typedef struct {
+  coord_sched_snapshot_t s;
+  char **job_ids;
+  char **prefer;
+  char **reasons;   /* the stored reason: rewritten only when it changes */
+  int64_t *rowids;
+} coord_sched_view_t;
+
+/* Builds the snapshot from the database (arena a) and runs
+ * coord_sched_decide on it with the configured policy. */
+px_status_t coord_sched_view(coord_t *c, coord_arena_t *a, coord_sched_view_t *v);
+/* The pending job of that row id in v, or NULL. O(log n). */
+const coord_sched_job_t *coord_sched_view_find(const coord_sched_view_t *v, int64_t rowid);
+/* Sets a PENDING job's reason (why it waits) when it changed; no event. */
+px_status_t coord_sched_set_reason(coord_t *c, const char *job_id, const char *reason);
+/* A submitted job's scheduling fields and its accounting row. In the
+ * submission's transaction. */
+px_status_t coord_sched_job_new(coord_t *c, const char *job_id, const char *owner,
+                                const char *name, int nodes, int per_node, int priority,
+                                int64_t time_limit_ms, const char *notify_url,
+                                unsigned notify_mask, int64_t now);
+/* The owner's jobs not finished (PENDING, SCHEDULED, RUNNING). */
+px_status_t coord_sched_unfinished_jobs(coord_t *c, const char *owner, int64_t *n);
+/* Called by coord_job_set_state: an attempt that ends charges its
+ * node-seconds to the owner's usage and the accounting row, which also
+ * follows the state (start, attempts, end, exit reason). */
+px_status_t coord_sched_state_changed(coord_t *c, const char *job_id, int from, int to,
+                                      const char *reason, int64_t now);
+/* Notifications: the job's state, its notify.url and states mask, and
+ * whether that state is not yet notified (due). */
+typedef struct {
+  int due;
+  int state;
+  unsigned mask;
+  char url[1100];
+} coord_sched_notify_t;
+px_status_t coord_sched_notify_due(coord_t *c, const char *job_id, coord_sched_notify_t *out);
+/* Records that the job's state `state` has been handled. */
+px_status_t coord_sched_notify_done(coord_t *c, const char *job_id, int state);
+
+/* ---- notifications (notify.c) ------------------------------------------ */
+
+/* Starts the sender thread (libcurl). Caller owns *out. */
+px_status_t coord_notifier_start(coord_notifier_t **out);
+/* Stops and joins it; queued notifications are dropped (logged). */
+void coord_notifier_stop(coord_notifier_t *n);
+/* After a job's state change (committed): queues the POSTs its spec's
+ * notify and the coordinator's notify_url ask for, once per state. Never
+ * blocks on the network. */
+void coord_notify_job(coord_t *c, const char *job_id);
+
+/* Time limits: active jobs whose attempt has run past its limit (a), with
+ * when a stop was asked of them (0: not yet). */
+typedef struct {
+  char *job_id;
+  int state;
+  int64_t time_limit_ms;
+  int64_t stop_requested_ms;
+} coord_sched_overdue_t;
+px_status_t coord_sched_overdue(coord_t *c, coord_arena_t *a, int64_t now,
+                                coord_sched_overdue_t **out, size_t *n);
+/* Marks the job's attempt asked to stop (the next control decision says
+ * stop, "time_limit"); no-op when already asked. */
+px_status_t coord_sched_request_stop(coord_t *c, const char *job_id, int64_t now);
+/* *yes 1 when the job's attempt was asked to stop at its time limit. */
+px_status_t coord_sched_stop_requested(coord_t *c, const char *job_id, int *yes);
+/* The time-limit sweep (jobs.c, from the heartbeat sweep): asks overdue
+ * jobs to stop (rank 0's next report is answered stop, "time_limit": the
+ * ranks write their final checkpoint and exit, and the job ends TIMEOUT);
+ * one that has not ended COORD_TIMEOUT_GRACE_MS later is ended TIMEOUT and
+ * its ranks cancelled. */
+#define COORD_TIMEOUT_GRACE_MS 30000
+void coord_time_limit_sweep(coord_t *c);
+
+#define COORD_ACCT_DEFAULT 1000
+#define COORD_ACCT_MAX 5000
+/* Accounting records (newest first, at most limit: 0 means
+ * COORD_ACCT_DEFAULT, capped at COORD_ACCT_MAX) and per-user totals matching user ("" : all), submitted at or
+ * after since, in state (0: any); filled into out in arena a. */
+px_status_t coord_acct_query(coord_t *c, coord_arena_t *a, const char *user, int64_t since,
+                             int state, int limit, Prunex__V1__GetAccountingResponse *out);
+
 /* ---- kv (kv.c) ---------------------------------------------------------- */
 
 void coord_kv_cancel_all(coord_t *c);
@@ -396,5 +498,6 @@ void coord_rpc_delete_job(px_rpc_srv_call_t *call, const ProtobufCMessage *req, 
 /* Rank logs (logs.c): agents append, pxctl reads; a bounded tail per rank. */
 void coord_rpc_append_rank_log(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
 void coord_rpc_get_rank_log(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
+void coord_rpc_get_accounting(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
 
 #endif

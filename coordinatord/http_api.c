@@ -29,6 +29,7 @@ static const char *http_job_state(int s) {
   case JS_SUCCEEDED: return "SUCCEEDED";
   case JS_FAILED: return "FAILED";
   case JS_CANCELLED: return "CANCELLED";
+  case JS_TIMEOUT: return "TIMEOUT";
   default: return "UNSPECIFIED";
   }
 }

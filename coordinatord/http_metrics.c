@@ -186,10 +186,10 @@ static void http_metrics_service(coord_hbuf_t *out, int64_t started_unix_ms, con
   http_family(out, "prunex_jobs", "gauge", "Jobs known to the coordinator, by state.");
   static const struct { int s; const char *n; } jst[] = {
       {JS_PENDING, "pending"},     {JS_SCHEDULED, "scheduled"}, {JS_RUNNING, "running"},
-      {JS_SUCCEEDED, "succeeded"}, {JS_FAILED, "failed"},       {JS_CANCELLED, "cancelled"}};
-  for (size_t i = 0; i < 6; i++)
+      {JS_SUCCEEDED, "succeeded"}, {JS_FAILED, "failed"},       {JS_CANCELLED, "cancelled"},
+      {JS_TIMEOUT, "timeout"}};
+  for (size_t i = 0; i < sizeof jst / sizeof jst[0]; i++)
     px_buf_printf(out, "prunex_jobs{state=\"%s\"} %lld\n", jst[i].n, js[jst[i].s]);
-
 }
 
 /* The gRPC calls handled, and the handlers' time on the loop (a histogram). */

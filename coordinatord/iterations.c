@@ -336,6 +336,14 @@ void coord_rpc_report_iteration(px_rpc_srv_call_t *call, const ProtobufCMessage 
       px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "%s", px_last_error());
       goto out;
     }
+    /* past its time limit (issue 31): stop here; the ranks write their
+     * final checkpoint and exit, and the job ends TIMEOUT */
+    int stop_asked = 0;
+    if (rc == PX_OK) rc = coord_sched_stop_requested(c, r->job_id, &stop_asked);
+    if (rc == PX_OK && stop_asked && !d.stop) {
+      d.stop = 1;
+      d.stop_reason = "time_limit";
+    }
     if (rc != PX_OK || coord_commit_decision(c, r, &d, &ps, state) != PX_OK) goto rollback;
   }
   if (px_store_commit(c->db) != PX_OK) goto rollback;

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "coord.h"
 #include "prunex/jobspec.h"
@@ -20,6 +21,7 @@
 /* ---- job updates ------------------------------------------------------------- */
 
 void coord_job_changed(coord_t *c, const char *job_id, const Prunex__V1__IterationReport *latest) {
+  coord_notify_job(c, job_id); /* a state change: its notifications (issue 31) */
   int any = 0;
   for (coord_watch_t *w = c->job_watches; w; w = w->next) any |= !strcmp(w->id, job_id);
   if (!any) return;
@@ -116,19 +118,6 @@ static px_status_t coord_place(coord_t *c, const char *job_id, int P, char **nod
   return coord_job_set_state(c, job_id, JS_PENDING, JS_SCHEDULED, reason);
 }
 
-/* Sets a PENDING job's reason (why it waits) when it changed; no event row:
- * the state did not change. */
-static px_status_t coord_pending_reason(coord_t *c, const char *job_id, const char *reason) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "UPDATE jobs SET reason = ?2 WHERE job_id = ?1 AND state = 1 AND"
-                         " reason != ?2",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_text(st, 2, reason));
-  return px_store_run(st);
-}
-
 /* Counts the nodes that could ever take a job of P devices per node now
  * (registered, not LOST, agent connected: *alive) and lists the READY ones
  * among them, up to M (*ready): first those named in prefer ('\n' around
@@ -169,91 +158,124 @@ static px_status_t coord_fitting_nodes(coord_t *c, coord_arena_t *a, int P, int 
   return rc < 0 ? rc : PX_OK;
 }
 
-/* Places the first pending job that fits, in submission order. The rule
- * (backfill without starving the head): a job that could run on the nodes
- * alive now, once their jobs end, keeps its place and nothing behind it
- * starts; a job that cannot fit even on every alive node (it needs more
- * nodes, or more devices per node, than the cluster has) does not block
- * the queue: it waits with a reason saying what it needs, and the jobs
- * behind it are considered. *placed: the placed job's id, or "". */
-static px_status_t coord_schedule_one(coord_t *c, char *placed, size_t cap) {
-  placed[0] = '\0';
-  coord_arena_t a;
-  coord_arena_init(&a);
-  px_store_stmt_t *st;
-  px_status_t rc;
-  char **jobs = NULL;
-  int *shape = NULL;
-  size_t nj = 0, jcap = 0, ns = 0, scap = 0;
-  PX_CHECK_GOTO(px_store_stmt(c->db,
-                              "SELECT job_id, num_nodes, workers_per_node, prefer_nodes FROM jobs"
-                              " WHERE state = 1 ORDER BY id",
-                              &st),
-                rc, out);
-  while ((rc = px_store_step(st)) == 1) {
-    char **j = coord_push(&a, (void **)&jobs, &nj, &jcap, 2 * sizeof(char *));
-    int *mp = coord_push(&a, (void **)&shape, &ns, &scap, 2 * sizeof(int));
-    if (!j || !mp || !(j[0] = coord_strdup(&a, px_store_column_text(st, 0))) ||
-        !(j[1] = coord_strdup(&a, px_store_column_text(st, 3)))) {
-      px_store_reset(st);
-      rc = PX_ERR_NOMEM;
-      goto out;
-    }
-    mp[0] = (int)px_store_column_int64(st, 1);
-    mp[1] = (int)px_store_column_int64(st, 2);
+static double coord_clock_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* One pass of the scheduler: the policy (sched.h) orders the pending jobs
+ * over a snapshot and says which start now; each waiting job's reason says
+ * why it waits, and the jobs to start are placed in the policy's order, on
+ * the nodes coord_fitting_nodes picks (a restarted job's previous nodes
+ * first). A job the policy started that finds too few nodes after all (the
+ * snapshot's node counts against the preferences) ends the pass: the next
+ * event schedules again. The placed jobs' ids go to *placed (arena a). */
+static px_status_t coord_schedule_pass(coord_t *c, coord_arena_t *a, char ***placed,
+                                       size_t *nplaced) {
+  coord_sched_view_t v;
+  size_t cap = 0;
+  *nplaced = 0;
+  double t0 = coord_clock_ms();
+  PX_CHECK(coord_sched_view(c, a, &v));
+  double t1 = coord_clock_ms();
+  PX_CHECK(px_store_begin(c->db));
+  px_status_t rc = PX_OK;
+  for (size_t i = 0; rc == PX_OK && i < v.s.njobs; i++) {
+    const coord_sched_job_t *j = &v.s.jobs[i];
+    if (j->start) continue;
+    char why[320];
+    coord_sched_reason(j, 0, why, sizeof why);
+    if (strcmp(why, v.reasons[i]) != 0) rc = coord_sched_set_reason(c, v.job_ids[i], why);
   }
-  if (rc < 0) goto out;
-  rc = PX_OK;
-  for (size_t k = 0; k < nj; k++) {
-    int M = shape[2 * k], P = shape[2 * k + 1], alive = 0;
+  for (size_t r = 0; rc == PX_OK && r < v.s.njobs; r++) {
+    size_t i = v.s.order[r];
+    const coord_sched_job_t *j = &v.s.jobs[i];
+    if (!j->start) continue;
+    int alive = 0;
     char **nodes = NULL, **names = NULL;
     size_t ready = 0;
-    const char *job = jobs[2 * k], *prefer = jobs[2 * k + 1];
-    PX_CHECK_GOTO(coord_fitting_nodes(c, &a, P, M, prefer, &alive, &nodes, &names, &ready), rc,
-                  out);
-    char why[256];
-    if ((int)ready >= M) {
-      PX_CHECK_GOTO(px_store_begin(c->db), rc, out);
-      rc = coord_place(c, job, P, nodes, names, M);
-      if (rc == PX_OK) rc = px_store_commit(c->db);
-      if (rc != PX_OK) {
-        px_store_rollback(c->db);
-        goto out;
-      }
-      snprintf(placed, cap, "%s", job);
-      goto out;
-    }
-    if (alive < M) {
-      snprintf(why, sizeof why,
-               "cannot fit now: needs %d node%s x %d device%s; %d node%s with %d or more devices"
-               " registered and alive",
-               M, M == 1 ? "" : "s", P, P == 1 ? "" : "s", alive, alive == 1 ? "" : "s", P);
-      PX_CHECK_GOTO(coord_pending_reason(c, job, why), rc, out);
-      continue; /* does not block the jobs behind it */
-    }
-    snprintf(why, sizeof why, "waiting for nodes: needs %d node%s x %d device%s; %zu of %d free",
-             M, M == 1 ? "" : "s", P, P == 1 ? "" : "s", ready, alive);
-    PX_CHECK_GOTO(coord_pending_reason(c, job, why), rc, out);
-    px_log(PX_LOG_DEBUG, "job %s %s", job, why);
-    break; /* the head keeps its place */
+    rc = coord_fitting_nodes(c, a, j->per_node, j->nodes, v.prefer[i], &alive, &nodes, &names,
+                             &ready);
+    if (rc != PX_OK || (int)ready < j->nodes) break;
+    rc = coord_place(c, v.job_ids[i], j->per_node, nodes, names, j->nodes);
+    char **slot = rc == PX_OK ? coord_push(a, (void **)placed, nplaced, &cap, sizeof(char *)) : NULL;
+    if (rc == PX_OK && !slot) rc = PX_ERR_NOMEM;
+    if (slot) *slot = v.job_ids[i];
+    if (rc == PX_OK && j->backfill)
+      px_log(PX_LOG_INFO, "job %s backfilled: its time limit ends before the first waiting"
+             " job can start", v.job_ids[i]);
   }
-out:
-  coord_arena_free(&a);
-  return rc < 0 ? rc : PX_OK;
+  if (rc == PX_OK) rc = px_store_commit(c->db);
+  if (rc != PX_OK) {
+    px_store_rollback(c->db);
+    *nplaced = 0;
+  }
+  /* bench/sched reads these lines for the decision latency of a pass */
+  px_log(PX_LOG_DEBUG, "scheduler pass: %zu pending, %zu nodes, %zu started in %.2f ms"
+         " (snapshot and policy %.2f ms)", v.s.njobs, v.s.nnodes, *nplaced,
+         coord_clock_ms() - t0, t1 - t0);
+  return rc;
 }
 
 void coord_schedule(coord_t *c) {
   if (c->stopping) return;
-  for (;;) {
-    char job_id[128];
-    if (coord_schedule_one(c, job_id, sizeof job_id) != PX_OK) {
-      px_log(PX_LOG_ERROR, "scheduler: %s", px_last_error());
-      return;
-    }
-    if (!job_id[0]) return;
-    coord_push_assignments(c, job_id, PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_START);
-    coord_job_changed(c, job_id, NULL);
+  coord_arena_t a;
+  coord_arena_init(&a);
+  char **placed = NULL;
+  size_t n = 0;
+  if (coord_schedule_pass(c, &a, &placed, &n) != PX_OK)
+    px_log(PX_LOG_ERROR, "scheduler: %s", px_last_error());
+  for (size_t i = 0; i < n; i++) {
+    coord_push_assignments(c, placed[i], PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_START);
+    coord_job_changed(c, placed[i], NULL);
   }
+  coord_arena_free(&a);
+}
+
+/* ---- time limits ------------------------------------------------------------------ */
+
+void coord_time_limit_sweep(coord_t *c) {
+  if (c->stopping) return;
+  int64_t now = coord_now_ms();
+  coord_arena_t a;
+  coord_arena_init(&a);
+  coord_sched_overdue_t *o = NULL;
+  size_t n = 0;
+  int ended = 0;
+  if (coord_sched_overdue(c, &a, now, &o, &n) != PX_OK) goto fail;
+  for (size_t i = 0; i < n; i++) {
+    long long limit_s = (long long)(o[i].time_limit_ms / 1000);
+    if (!o[i].stop_requested_ms) {
+      /* the graceful end: rank 0's next report is answered stop */
+      if (coord_sched_request_stop(c, o[i].job_id, now) != PX_OK) goto fail;
+      px_log(PX_LOG_INFO, "job %s reached its time limit of %lld s: its ranks are asked to stop"
+             " (final checkpoint, then TIMEOUT)", o[i].job_id, limit_s);
+      continue;
+    }
+    if (now - o[i].stop_requested_ms < COORD_TIMEOUT_GRACE_MS) continue;
+    char reason[256];
+    snprintf(reason, sizeof reason,
+             "TIMEOUT: ran past its time limit of %lld s and did not stop within %d s of being"
+             " asked: its ranks were cancelled",
+             limit_s, COORD_TIMEOUT_GRACE_MS / 1000);
+    if (px_store_begin(c->db) != PX_OK ||
+        coord_job_set_state(c, o[i].job_id, o[i].state, JS_TIMEOUT, reason) != PX_OK ||
+        coord_job_release_nodes(c, o[i].job_id, reason) != PX_OK ||
+        px_store_commit(c->db) != PX_OK) {
+      px_store_rollback(c->db);
+      goto fail;
+    }
+    coord_push_assignments(c, o[i].job_id, PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_CANCEL);
+    coord_job_changed(c, o[i].job_id, NULL);
+    ended = 1;
+  }
+  goto out;
+fail:
+  px_log(PX_LOG_ERROR, "time limits: %s", px_last_error());
+out:
+  coord_arena_free(&a);
+  if (ended) coord_schedule(c);
 }
 
 /* ---- output_dir ---------------------------------------------------------------- */
@@ -337,8 +359,8 @@ static int coord_path_ok(coord_t *c, const char *out, int data, char *err, size_
 
 /* ---- SubmitJob ---------------------------------------------------------------------- */
 
-static px_status_t coord_submit(coord_t *c, const Prunex__V1__SubmitJobRequest *r, char *job_id,
-                                size_t cap) {
+static px_status_t coord_submit(coord_t *c, const Prunex__V1__SubmitJobRequest *r, int priority,
+                                int64_t time_limit_ms, char *job_id, size_t cap) {
   size_t len = protobuf_c_message_get_packed_size(&r->spec->base);
   uint8_t *blob = px_malloc(len ? len : 1, "coordd.spec");
   if (!blob) return PX_ERR_NOMEM;
@@ -377,6 +399,15 @@ static px_status_t coord_submit(coord_t *c, const Prunex__V1__SubmitJobRequest *
     PX_CHECK_GOTO(px_store_bind_text(st, 2, r->spec_yaml), rc, out);
     PX_CHECK_GOTO(px_store_run(st), rc, out);
   }
+  unsigned notify_mask = 0;
+  const char *notify_url = r->spec->notify && r->spec->notify->url ? r->spec->notify->url : "";
+  if (notify_url[0] && px_jobspec_notify_states(r->spec->notify->states, &notify_mask) != 0)
+    notify_mask = 0; /* px_jobspec_check_submitted refused such a spec already */
+  PX_CHECK_GOTO(coord_sched_job_new(c, job_id, c->who.role == COORD_ROLE_ANON ? "" : c->who.name,
+                                    r->spec->name, r->spec->cluster->nodes,
+                                    r->spec->cluster->workers_per_node, priority, time_limit_ms,
+                                    notify_url, notify_mask, now),
+                rc, out);
   char reason[160];
   snprintf(reason, sizeof reason, "submitted: %d node%s x %d worker%s",
            r->spec->cluster->nodes, r->spec->cluster->nodes == 1 ? "" : "s",
@@ -385,6 +416,54 @@ static px_status_t coord_submit(coord_t *c, const Prunex__V1__SubmitJobRequest *
 out:
   px_free(blob);
   return rc;
+}
+
+/* The scheduling policy's rules for a submission (issue 31): only admins
+ * raise a job's priority above the default, a time limit within the
+ * cluster's maximum, and the user's quota of unfinished jobs. 1 with the
+ * job's priority and time limit (ms, 0: none), or 0 with the call answered
+ * (PERMISSION_DENIED, INVALID_ARGUMENT, RESOURCE_EXHAUSTED or INTERNAL). */
+static int coord_submit_policy(coord_t *c, px_rpc_srv_call_t *call,
+                               const Prunex__V1__JobSpec *spec, int *priority,
+                               int64_t *time_limit_ms) {
+  const coord_sched_policy_t *p = &c->cfg.sched;
+  *priority = spec->priority > 0 ? spec->priority : COORD_PRIORITY_DEFAULT;
+  if (*priority > COORD_PRIORITY_DEFAULT && c->who.role != COORD_ROLE_ADMIN &&
+      c->who.role != COORD_ROLE_ANON) {
+    px_rpc_srv_finish(call, PX_RPC_PERMISSION_DENIED,
+                      "spec.priority = %d: only an admin may raise a job's priority above %d"
+                      " (%s may lower it: 1 to %d)",
+                      *priority, COORD_PRIORITY_DEFAULT, c->who.name, COORD_PRIORITY_DEFAULT);
+    return 0;
+  }
+  if (p->time_limit_max_s > 0 && spec->time_limit_s > p->time_limit_max_s) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
+                      "spec.time_limit_s = %d: above this cluster's maximum of %lld s"
+                      " (time_limit_max_s)",
+                      spec->time_limit_s, (long long)p->time_limit_max_s);
+    return 0;
+  }
+  *time_limit_ms = coord_sched_time_limit_ms(p, spec->time_limit_s);
+  const char *owner = c->who.role == COORD_ROLE_ANON ? "" : c->who.name;
+  int quota = coord_sched_max_queued_jobs(p, owner);
+  if (quota > 0) {
+    int64_t n = 0;
+    if (coord_sched_unfinished_jobs(c, owner, &n) != PX_OK) {
+      coord_fail_internal(c, call);
+      return 0;
+    }
+    if (n >= quota) {
+      px_log(PX_LOG_INFO, "SubmitJob refused: %s has %lld unfinished jobs (quota %d)",
+             owner[0] ? owner : "anonymous", (long long)n, quota);
+      px_rpc_srv_finish(call, PX_RPC_RESOURCE_EXHAUSTED,
+                        "user quota: %s has %lld unfinished job%s (pending or running) and may"
+                        " have at most %d (max_queued_jobs); wait for one to end or cancel one",
+                        owner[0] ? owner : "the anonymous user", (long long)n, n == 1 ? "" : "s",
+                        quota);
+      return 0;
+    }
+  }
+  return 1;
 }
 
 void coord_rpc_submit_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
@@ -424,8 +503,12 @@ void coord_rpc_submit_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, 
     px_rpc_srv_finish(call, PX_RPC_PERMISSION_DENIED, "%s", err);
     return;
   }
+  int priority = 0;
+  int64_t time_limit_ms = 0;
+  if (!coord_submit_policy(c, call, r->spec, &priority, &time_limit_ms)) return;
   char job_id[64];
-  if (px_store_begin(c->db) != PX_OK || coord_submit(c, r, job_id, sizeof job_id) != PX_OK ||
+  if (px_store_begin(c->db) != PX_OK ||
+      coord_submit(c, r, priority, time_limit_ms, job_id, sizeof job_id) != PX_OK ||
       px_store_commit(c->db) != PX_OK) {
     coord_fail_internal(c, call);
     return;
@@ -433,6 +516,7 @@ void coord_rpc_submit_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, 
   Prunex__V1__SubmitJobResponse resp = PRUNEX__V1__SUBMIT_JOB_RESPONSE__INIT;
   resp.job_id = job_id;
   px_rpc_srv_reply(call, &resp.base);
+  coord_notify_job(c, job_id); /* PENDING (no watcher can exist yet) */
   coord_schedule(c);
 }
 
@@ -450,6 +534,37 @@ static int coord_need_job_id(px_rpc_srv_call_t *call, const char *job_id) {
   return 1;
 }
 
+/* A pending job's live place in the queue from the policy's decision: its
+ * JobPriority, and its reason with its priority and the jobs ahead
+ * (nothing when sj is NULL: the job left the queue between the queries). */
+static px_status_t coord_job_live(coord_arena_t *a, const coord_sched_job_t *sj,
+                                  Prunex__V1__Job *j) {
+  if (!sj) return PX_OK;
+  Prunex__V1__JobPriority *p = coord_alloc(a, sizeof *p);
+  char why[320];
+  coord_sched_reason(sj, 1, why, sizeof why);
+  if (!p || !(j->reason = coord_strdup(a, why))) return PX_ERR_NOMEM;
+  prunex__v1__job_priority__init(p);
+  p->priority = sj->score;
+  p->job_factor = sj->f_job;
+  p->fairshare_factor = sj->f_fairshare;
+  p->age_factor = sj->f_age;
+  p->ahead = sj->ahead;
+  p->job_priority = sj->priority;
+  p->time_limit_ms = sj->time_limit_ms;
+  j->sched = p;
+  return PX_OK;
+}
+
+/* The same for GetJob: one policy pass for the one job. */
+static px_status_t coord_job_queue_place(coord_t *c, coord_arena_t *a, Prunex__V1__Job *job) {
+  coord_sched_view_t v;
+  PX_CHECK(coord_sched_view(c, a, &v));
+  for (size_t i = 0; i < v.s.njobs; i++)
+    if (!strcmp(v.job_ids[i], job->job_id)) return coord_job_live(a, &v.s.jobs[i], job);
+  return PX_OK;
+}
+
 void coord_rpc_get_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
   coord_t *c = data;
   const Prunex__V1__GetJobRequest *r = (const Prunex__V1__GetJobRequest *)msg;
@@ -457,8 +572,9 @@ void coord_rpc_get_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, voi
   coord_arena_t a;
   coord_arena_init(&a);
   Prunex__V1__Job *job;
-  if (coord_job_load_ex(c, &a, r->job_id, r->include_spec_yaml, &job) != PX_OK)
-    coord_fail_internal(c, call);
+  px_status_t rc = coord_job_load_ex(c, &a, r->job_id, r->include_spec_yaml, &job);
+  if (rc == PX_OK && job && (int)job->state == JS_PENDING) rc = coord_job_queue_place(c, &a, job);
+  if (rc != PX_OK) coord_fail_internal(c, call);
   else if (!job) px_rpc_srv_finish(call, PX_RPC_NOT_FOUND, "job %s not found", r->job_id);
   else px_rpc_srv_reply(call, &job->base);
   coord_arena_free(&a);
@@ -471,19 +587,26 @@ void coord_rpc_get_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, voi
 #define COORD_PAGE_MAX 1000
 #define COORD_PAGE_YAML_BYTES (16 << 20)
 
+/* A request's state filter (0: any) and limit (0: def, at most max): 1
+ * when both are good, else the call is answered INVALID_ARGUMENT and 0
+ * returned. */
+static int coord_filter_ok(px_rpc_srv_call_t *call, int state, int limit, int def, int max) {
+  if (state < 0 || state > JS_TIMEOUT) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "state = %d: not a JobState", state);
+    return 0;
+  }
+  if (limit < 0 || limit > max) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "limit = %d: must be 0 (default %d) to %d",
+                      limit, def, max);
+    return 0;
+  }
+  return 1;
+}
+
 void coord_rpc_list_jobs(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
   coord_t *c = data;
   const Prunex__V1__ListJobsRequest *r = (const Prunex__V1__ListJobsRequest *)msg;
-  if ((int)r->state < 0 || (int)r->state > JS_CANCELLED) {
-    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "state = %d: not a JobState", (int)r->state);
-    return;
-  }
-  if (r->limit < 0 || r->limit > COORD_PAGE_MAX) {
-    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
-                      "limit = %d: must be 0 (default %d) to %d", r->limit, COORD_PAGE_DEFAULT,
-                      COORD_PAGE_MAX);
-    return;
-  }
+  if (!coord_filter_ok(call, (int)r->state, r->limit, COORD_PAGE_DEFAULT, COORD_PAGE_MAX)) return;
   long long before = 0;
   if (r->page_token[0]) {
     char *end = NULL;
@@ -520,9 +643,11 @@ void coord_rpc_list_jobs(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, v
   char next[32] = "";
   int more = n > (size_t)limit;
   if (more) n = (size_t)limit;
+  int64_t *rows = NULL; /* of resp.jobs */
   if (rc >= 0 && n > 0) {
     resp.jobs = coord_alloc(&a, n * sizeof *resp.jobs);
-    if (!resp.jobs) rc = PX_ERR_NOMEM;
+    rows = coord_alloc(&a, n * sizeof *rows);
+    if (!resp.jobs || !rows) rc = PX_ERR_NOMEM;
     size_t yaml = 0;
     for (size_t i = 0; rc >= 0 && i < n; i++) {
       if (r->include_spec_yaml && i > 0 && yaml > COORD_PAGE_YAML_BYTES) {
@@ -532,10 +657,22 @@ void coord_rpc_list_jobs(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, v
       Prunex__V1__Job *j = NULL;
       rc = coord_job_load_ex(c, &a, ids[i], r->include_spec_yaml, &j);
       if (rc == PX_OK && j) {
+        rows[resp.n_jobs] = rowids[i];
         resp.jobs[resp.n_jobs++] = j;
         yaml += strlen(j->spec_yaml);
         snprintf(next, sizeof next, "%lld", (long long)rowids[i]);
       }
+    }
+  }
+  /* the page's pending jobs carry their place in the queue: one policy pass */
+  int pending = 0;
+  for (size_t i = 0; i < resp.n_jobs; i++) pending |= (int)resp.jobs[i]->state == JS_PENDING;
+  if (rc >= 0 && pending) {
+    coord_sched_view_t view;
+    rc = coord_sched_view(c, &a, &view);
+    for (size_t i = 0; rc == PX_OK && i < resp.n_jobs; i++) {
+      if ((int)resp.jobs[i]->state != JS_PENDING) continue;
+      rc = coord_job_live(&a, coord_sched_view_find(&view, rows[i]), resp.jobs[i]);
     }
   }
   resp.next_page_token = more ? next : "";
@@ -593,6 +730,31 @@ static int coord_job_to_manage(coord_t *c, px_rpc_srv_call_t *call, const char *
                     "%s may not %s job %s: it belongs to %s (only its owner or an admin may)",
                     c->who.name, what, job_id, owner[0] ? owner : "nobody");
   return 0;
+}
+
+/* ---- GetAccounting ---------------------------------------------------------------------- */
+
+void coord_rpc_get_accounting(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
+  coord_t *c = data;
+  const Prunex__V1__GetAccountingRequest *r = (const Prunex__V1__GetAccountingRequest *)msg;
+  if (!coord_filter_ok(call, (int)r->state, r->limit, COORD_ACCT_DEFAULT, COORD_ACCT_MAX)) return;
+  if (r->since_unix_ms < 0) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "since_unix_ms = %lld: must be >= 0",
+                      (long long)r->since_unix_ms);
+    return;
+  }
+  if (r->user[0] && !coord_name_ok(r->user)) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
+                      "user: not a user name (1 to 127 of A-Z a-z 0-9 . _ - @)");
+    return;
+  }
+  coord_arena_t a;
+  coord_arena_init(&a);
+  Prunex__V1__GetAccountingResponse resp = PRUNEX__V1__GET_ACCOUNTING_RESPONSE__INIT;
+  if (coord_acct_query(c, &a, r->user, r->since_unix_ms, (int)r->state, r->limit, &resp) != PX_OK)
+    coord_fail_internal(c, call);
+  else px_rpc_srv_reply(call, &resp.base);
+  coord_arena_free(&a);
 }
 
 /* ---- DeleteJob ------------------------------------------------------------------------------ */
@@ -702,8 +864,10 @@ out:
  * reached max_iterations (N iterations)";
  * "" when the last decision did not stop (the workers ended on their own,
  * e.g. after their epochs). */
-static px_status_t coord_stop_reason(coord_t *c, const char *job_id, char *buf, size_t cap) {
+static px_status_t coord_stop_reason(coord_t *c, const char *job_id, char *buf, size_t cap,
+                                     int *timeout) {
   buf[0] = '\0';
+  *timeout = 0;
   px_store_stmt_t *st;
   PX_CHECK(px_store_stmt(c->db,
                          "SELECT decision FROM decisions WHERE job_id = ?1"
@@ -723,6 +887,8 @@ static px_status_t coord_stop_reason(coord_t *c, const char *job_id, char *buf, 
                  d->iteration);
       else if (!strcmp(d->stop_reason, "max_iterations"))
         snprintf(buf, cap, "it reached max_iterations (%d iterations)", d->iteration + 1);
+      else if (!strcmp(d->stop_reason, "time_limit") && (*timeout = 1))
+        snprintf(buf, cap, "TIMEOUT: stopped at iteration %d, at its time limit", d->iteration);
       else
         snprintf(buf, cap, "the controller stopped it at iteration %d: %s", d->iteration,
                  d->stop_reason);
@@ -791,7 +957,8 @@ static px_status_t coord_rank_exit(coord_t *c, coord_arena_t *a, const Prunex__V
     px_store_reset(st);
     if (ok < N) return PX_OK;
     char why[200] = "";
-    PX_CHECK(coord_stop_reason(c, r->job_id, why, sizeof why));
+    int timeout = 0;
+    PX_CHECK(coord_stop_reason(c, r->job_id, why, sizeof why, &timeout));
     /* A rank's note on a success (issue 26: "no usable checkpoint since
      * iteration N: ...") is said with it: the job ran unprotected. */
     char note[400] = "";
@@ -806,11 +973,11 @@ static px_status_t coord_rank_exit(coord_t *c, coord_arena_t *a, const Prunex__V
     px_store_reset(st);
     snprintf(reason, sizeof reason, "%s%sall %d ranks exited with code 0%s", why,
              why[0] ? "; " : "", N, note);
-    *to = JS_SUCCEEDED;
+    *to = timeout ? JS_TIMEOUT : JS_SUCCEEDED;
   }
   PX_CHECK(coord_job_set_state(c, r->job_id, state, *to, reason));
   char why[700];
-  snprintf(why, sizeof why, "job %s succeeded", r->job_id);
+  snprintf(why, sizeof why, "job %s %s", r->job_id, *to == JS_TIMEOUT ? "timed out" : "succeeded");
   return coord_job_release_nodes(c, r->job_id, why);
 }
 

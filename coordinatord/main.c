@@ -163,6 +163,11 @@ static int coord_parse_args(int argc, char **argv, coord_config_t *cfg) {
     fprintf(stderr, "pxcoordd: %s\n", px_last_error());
     return 2;
   }
+  if (config) { /* SIGHUP re-reads its policy, whatever the directory then */
+    char *abs = realpath(config, NULL);
+    snprintf(cfg->config_path, sizeof cfg->config_path, "%s", abs ? abs : config);
+    free(abs);
+  }
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
@@ -269,10 +274,18 @@ static void coord_on_signal(uv_signal_t *h, int signum) {
   coord_stop(h->data, signum == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
-/* SIGHUP: re-read the tokens file (a bad one keeps the tokens in force). */
+/* SIGHUP: re-read the scheduling policy of the config file and the tokens
+ * file (a bad file keeps what is in force). */
 static void coord_on_sighup(uv_signal_t *h, int signum) {
   (void)signum;
   coord_t *c = h->data;
+  if (c->cfg.config_path[0]) {
+    if (coord_config_reload_policy(&c->cfg) != PX_OK)
+      px_log(PX_LOG_ERROR, "SIGHUP: %s (the previous scheduling policy stays in force)",
+             px_last_error());
+    else px_log(PX_LOG_INFO, "SIGHUP: scheduling policy re-read from %s", c->cfg.config_path);
+    coord_schedule(c); /* quotas or shares may let jobs start now */
+  }
   if (!c->cfg.tokens[0]) {
     px_log(PX_LOG_INFO, "SIGHUP: no tokens file configured, nothing to re-read");
     return;
@@ -498,6 +511,9 @@ int main(int argc, char **argv) {
   }
   int port = px_rpc_server_port(c.srv);
   coord_advertise(&c, port);
+  /* job notifications: a sender thread, whether or not any job asks yet */
+  if (coord_notifier_start(&c.notifier) != PX_OK)
+    px_log(PX_LOG_ERROR, "%s: jobs will not be notified", px_last_error());
   if (coord_nodes_start(&c) != PX_OK) {
     fprintf(stderr, "pxcoordd: %s\n", px_last_error());
     c.exit_code = 1;
@@ -508,6 +524,7 @@ int main(int argc, char **argv) {
   }
   uv_run(&loop, UV_RUN_DEFAULT);
   if (uv_loop_close(&loop) != 0) px_log(PX_LOG_WARN, "event loop closed with handles open");
+  coord_notifier_stop(c.notifier);
   coord_tokens_free(c.tokens);
   px_store_close(c.db);
   close(lock_fd);

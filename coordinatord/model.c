@@ -42,6 +42,7 @@ px_status_t coord_job_set_state(coord_t *c, const char *job_id, int from, int to
   PX_CHECK(px_store_bind_int64(st, 4, to));
   PX_CHECK(px_store_bind_text(st, 5, reason));
   PX_CHECK(px_store_run(st));
+  PX_CHECK(coord_sched_state_changed(c, job_id, from, to, reason, now));
   if (coord_job_terminal(to)) {
     /* A finished job's rendezvous entries are no use to anyone (issue 12). */
     PX_CHECK(px_store_stmt(c->db, "DELETE FROM kv WHERE job_id = ?1", &st));

@@ -682,6 +682,7 @@ static void coord_sweep(uv_timer_t *t) {
   if (rc < 0) px_log(PX_LOG_ERROR, "heartbeat sweep: %s", px_last_error());
   coord_arena_free(&a);
   coord_recovery_sweep(c);
+  coord_time_limit_sweep(c);
 }
 
 px_status_t coord_nodes_start(coord_t *c) {

@@ -231,6 +231,43 @@ static const char coord_schema_v9[] =
 static const char coord_schema_v10[] =
     "ALTER TABLE nodes ADD COLUMN data_roots TEXT NOT NULL DEFAULT '';";
 
+/* v11 (issue 31): the scheduling policy and accounting. jobs.priority (1..1000)
+ * and jobs.time_limit_ms (0: none) are the spec's, fixed at submission;
+ * jobs.stop_requested_unix_ms is when the coordinator asked the attempt to
+ * stop at its time limit (0: not asked); notify_url and notify_mask are
+ * the spec's notify (bit s: state s), notified_state the last state whose
+ * notifications were queued;
+ * sched_usage holds each user's decayed node-seconds as of updated_unix_ms
+ * (sched_db.c decays it on read); acct keeps one compact row per job that
+ * outlives the job's rows (retention) for `pxctl acct`. */
+static const char coord_schema_v11[] =
+    "ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 100;"
+    "ALTER TABLE jobs ADD COLUMN time_limit_ms INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN stop_requested_unix_ms INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN notify_url TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE jobs ADD COLUMN notify_mask INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN notified_state INTEGER NOT NULL DEFAULT 0;"
+    "CREATE INDEX jobs_owner_state ON jobs(owner, state);"
+    "CREATE TABLE sched_usage ("
+    "  user TEXT PRIMARY KEY,"
+    "  usage REAL NOT NULL,"
+    "  updated_unix_ms INTEGER NOT NULL);"
+    "CREATE TABLE acct ("
+    "  id INTEGER PRIMARY KEY,"                  /* the job's jobs.id */
+    "  job_id TEXT NOT NULL UNIQUE,"
+    "  owner TEXT NOT NULL DEFAULT '',"
+    "  name TEXT NOT NULL DEFAULT '',"
+    "  num_nodes INTEGER NOT NULL,"
+    "  devices INTEGER NOT NULL,"               /* nodes x workers per node */
+    "  submit_unix_ms INTEGER NOT NULL,"
+    "  start_unix_ms INTEGER NOT NULL DEFAULT 0,"  /* first placement */
+    "  end_unix_ms INTEGER NOT NULL DEFAULT 0,"
+    "  node_seconds REAL NOT NULL DEFAULT 0,"     /* over every attempt */
+    "  state INTEGER NOT NULL,"
+    "  reason TEXT NOT NULL DEFAULT '',"
+    "  attempts INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX acct_submit ON acct(submit_unix_ms);";
+
 const px_store_migration_t coord_migrations[] = {
     {1, coord_schema_v1},
     {2, coord_schema_v2},
@@ -242,5 +279,6 @@ const px_store_migration_t coord_migrations[] = {
     {8, coord_schema_v8},
     {9, coord_schema_v9},
     {10, coord_schema_v10},
+    {11, coord_schema_v11},
 };
 const int coord_nmigrations = (int)(sizeof coord_migrations / sizeof coord_migrations[0]);

@@ -39,7 +39,9 @@
   X(PX_RPC_APPEND_RANK_LOG, rank_log_chunk, UNARY, coord_rpc_append_rank_log, "AppendRankLog", \
     (256 << 10) + (4 << 10))                                                                  \
   X(PX_RPC_GET_RANK_LOG, get_rank_log_request, UNARY, coord_rpc_get_rank_log, "GetRankLog",   \
-    4 << 10)
+    4 << 10)                                                                                  \
+  X(PX_RPC_GET_ACCOUNTING, get_accounting_request, UNARY, coord_rpc_get_accounting,           \
+    "GetAccounting", 4 << 10)
 
 static void coord_rpc_timed(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
 

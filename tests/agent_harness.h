@@ -150,7 +150,8 @@ static PXT_UNUSED int pxt_wait_job(px_rpc_channel_t *ch, const char *job, int st
     if (state ? s == state
               : s == PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED ||
                     s == PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED ||
-                    s == PRUNEX__V1__JOB_STATE__JOB_STATE_CANCELLED)
+                    s == PRUNEX__V1__JOB_STATE__JOB_STATE_CANCELLED ||
+                    s == PRUNEX__V1__JOB_STATE__JOB_STATE_TIMEOUT)
       return s;
     pxt_sleep_ms(100);
   } while (pxt_now_ms() < end);

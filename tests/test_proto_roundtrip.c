@@ -92,6 +92,12 @@ static const ProtobufCMessageDescriptor *const px_messages[] = {
     &prunex__v1__rank_log_chunk_response__descriptor,
     &prunex__v1__get_rank_log_request__descriptor,
     &prunex__v1__rank_log__descriptor,
+    &prunex__v1__job_priority__descriptor,
+    &prunex__v1__notify_spec__descriptor,
+    &prunex__v1__acct_record__descriptor,
+    &prunex__v1__acct_user_total__descriptor,
+    &prunex__v1__get_accounting_request__descriptor,
+    &prunex__v1__get_accounting_response__descriptor,
 };
 #define PX_N_MESSAGES (sizeof px_messages / sizeof px_messages[0])
 

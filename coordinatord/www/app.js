@@ -202,7 +202,7 @@ async function overview(main) {
   const count = (rows, states) => states.map(s => ({x: s, y: rows.filter(r => r.state === s).length}));
   draw('nodes', 'bar', [{label: 'nodes', data: count(nodes, ['READY', 'BUSY', 'LOST'])}],
        {x: 'state', y: 'nodes', xType: 'category'});
-  draw('jobs', 'bar', [{label: 'jobs', data: count(jobs.jobs, ['PENDING', 'SCHEDULED', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED'])}],
+  draw('jobs', 'bar', [{label: 'jobs', data: count(jobs.jobs, ['PENDING', 'SCHEDULED', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED', 'TIMEOUT'])}],
        {x: 'state', y: 'jobs', xType: 'category'});
   main.appendChild(el('h2', {}, 'Nodes'));
   table(main, [['name', r => r.name], ['state', r => r.state], ['job', r => r.job_id],

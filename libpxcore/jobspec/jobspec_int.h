@@ -55,7 +55,7 @@ typedef struct {
 } px__js_section_t;
 
 #define PX__JS_MAX_FIELDS 64
-#define PX__JS_MAX_SECTIONS 8
+#define PX__JS_MAX_SECTIONS 12
 
 extern const px__js_section_t px__js_sections[];
 extern const int px__js_nsections;

@@ -18,7 +18,7 @@
 
 /* ---- the table ------------------------------------------------------------ */
 
-enum { S_MODEL, S_DATASET, S_CLUSTER, S_TRAIN, S_PRUNE, S_ADMM, S_COMM, S_RECOVERY };
+enum { S_MODEL, S_DATASET, S_CLUSTER, S_TRAIN, S_PRUNE, S_ADMM, S_COMM, S_RECOVERY, S_NOTIFY };
 
 const px__js_section_t px__js_sections[] = {
     [S_MODEL] = {"model", &prunex__v1__model_spec__descriptor},
@@ -29,6 +29,7 @@ const px__js_section_t px__js_sections[] = {
     [S_ADMM] = {"admm", &prunex__v1__admm_spec__descriptor},
     [S_COMM] = {"comm", &prunex__v1__comm_spec__descriptor},
     [S_RECOVERY] = {"recovery", &prunex__v1__recovery_spec__descriptor},
+    [S_NOTIFY] = {"notify", &prunex__v1__notify_spec__descriptor},
 };
 const int px__js_nsections = (int)(sizeof px__js_sections / sizeof px__js_sections[0]);
 
@@ -45,6 +46,10 @@ const px__js_field_t px__js_fields[] = {
     {PX__JS_TOP, "strategy", PX__JS_STRATEGY, PX__JS_REQUIRED, 0, 0, NULL,
      PRUNEX__V1__STRATEGY__STRATEGY_HSADMM, NULL},
     {PX__JS_TOP, "output_dir", PX__JS_STRING, 0, 0, 0, NULL, 0, ""},
+    /* Scheduling (issue 31): 100 is every user's default; the coordinator
+     * lets users lower it and admins set any value in range. */
+    {PX__JS_TOP, "priority", PX__JS_INT, 0, 1, 1000, NULL, 100, NULL},
+    {PX__JS_TOP, "time_limit_s", PX__JS_INT, 0, 0, I32MAX, NULL, 0, NULL},
 
     {S_MODEL, "name", PX__JS_MODEL, PX__JS_REQUIRED, 0, 0, NULL, 0, "resnet20"},
     {S_MODEL, "in_channels", PX__JS_INT, 0, 0, I32MAX, NULL, 0, NULL},
@@ -117,6 +122,10 @@ const px__js_field_t px__js_fields[] = {
     {S_RECOVERY, "max_restarts", PX__JS_INT, 0, 0, 1000, NULL, 0, NULL},
     {S_RECOVERY, "keep", PX__JS_INT, 0, 1, 16, NULL, 2, NULL},
     {S_RECOVERY, "max_unprotected_iterations", PX__JS_INT, 0, 0, I32MAX, NULL, 0, NULL},
+
+    /* Notifications (issue 31): checked by px__js_check_notify. */
+    {S_NOTIFY, "url", PX__JS_STRING, 0, 0, 0, NULL, 0, ""},
+    {S_NOTIFY, "states", PX__JS_STRING, 0, 0, 0, NULL, 0, "end"},
 };
 const int px__js_nfields = (int)(sizeof px__js_fields / sizeof px__js_fields[0]);
 
@@ -616,6 +625,61 @@ static px_status_t px__js_check_comm(const Prunex__V1__JobSpec *spec, px__js_whe
   return PX_OK;
 }
 
+int px_jobspec_notify_states(const char *on, unsigned *mask) { /* on: the states text */
+  static const char *const names[] = {"", "pending", "scheduled", "running", "succeeded",
+                                      "failed", "cancelled", "timeout"};
+  *mask = 0;
+  if (!on || !on[0]) on = "end";
+  size_t len = strlen(on);
+  if (len > 256) return -1;
+  for (const char *p = on; *p;) {
+    while (*p == ' ' || *p == ',') p++;
+    const char *e = p;
+    while (*e && *e != ',' && *e != ' ') e++;
+    size_t n = (size_t)(e - p);
+    if (!n) break;
+    int found = 0;
+    if (n == 3 && !strncmp(p, "end", 3)) {
+      *mask |= (1u << 4) | (1u << 5) | (1u << 6) | (1u << 7);
+      found = 1;
+    }
+    for (int s = 1; s < 8 && !found; s++)
+      if (strlen(names[s]) == n && !strncmp(p, names[s], n)) {
+        *mask |= 1u << s;
+        found = 1;
+      }
+    if (!found) return (int)(p - on) + 1;
+    p = e;
+  }
+  return 0;
+}
+
+int px_jobspec_notify_url_ok(const char *url) {
+  size_t n = strlen(url);
+  int ok = n == 0 || ((!strncmp(url, "http://", 7) || !strncmp(url, "https://", 8)) && n <= 1024);
+  for (const char *p = url; ok && *p; p++) ok = (unsigned char)*p > ' ' && *p != 0x7f;
+  return ok;
+}
+
+/* The notify section: an http(s) URL without blanks, and known states. */
+static px_status_t px__js_check_notify(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
+  const char *url = spec->notify->url ? spec->notify->url : "";
+  if (!px_jobspec_notify_url_ok(url))
+    return px__js_fail(PX_ERR_INVALID, w, px__js_mark(w, px__js_find("notify.url"), -1),
+                       "notify.url: expected an http:// or https:// URL of at most 1024 bytes "
+                       "without blanks, got '%.80s'",
+                       url);
+  unsigned mask;
+  int bad = px_jobspec_notify_states(spec->notify->states, &mask);
+  if (bad)
+    return px__js_fail(PX_ERR_INVALID, w, px__js_mark(w, px__js_find("notify.states"), -1),
+                       "notify.states: '%.80s': expected states separated by commas (pending, "
+                       "scheduled, running, succeeded, failed, cancelled, timeout) or end, at most "
+                       "256 bytes",
+                       spec->notify->states);
+  return PX_OK;
+}
+
 px_status_t px__js_check(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
   char path[64], exp[256], got[96];
   for (int s = 0; s < px__js_nsections; s++) {
@@ -683,6 +747,7 @@ px_status_t px__js_check(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
                        "train.precision: bf16 runs on the CUDA engine only and needs "
                        "cluster.device cuda or auto, got cpu");
   px_status_t cst = px__js_check_comm(spec, w);
+  if (cst == PX_OK) cst = px__js_check_notify(spec, w);
   if (cst != PX_OK) return cst;
   const Prunex__V1__AdmmSpec *a = spec->admm;
   if (a->rho_max < a->rho1 || a->rho_max < a->rho2)

@@ -29,6 +29,8 @@ PX__UNARY(px_rpc_append_rank_log, PX_RPC_APPEND_RANK_LOG, Prunex__V1__RankLogChu
           Prunex__V1__RankLogChunkResponse, prunex__v1__rank_log_chunk_response__descriptor)
 PX__UNARY(px_rpc_get_rank_log, PX_RPC_GET_RANK_LOG, Prunex__V1__GetRankLogRequest,
           Prunex__V1__RankLog, prunex__v1__rank_log__descriptor)
+PX__UNARY(px_rpc_get_accounting, PX_RPC_GET_ACCOUNTING, Prunex__V1__GetAccountingRequest,
+          Prunex__V1__GetAccountingResponse, prunex__v1__get_accounting_response__descriptor)
 
 px_status_t px_rpc_kv_put(px_rpc_channel_t *ch, const Prunex__V1__KvPutRequest *req,
                           int deadline_ms) {

@@ -54,7 +54,7 @@ void px_rpc_message_free(void *msg) {
 
 const char *px_rpc_job_state_name(Prunex__V1__JobState s) {
   static const char *names[] = {"UNSPECIFIED", "PENDING",   "SCHEDULED", "RUNNING",
-                                "SUCCEEDED",   "FAILED",    "CANCELLED"};
+                                "SUCCEEDED",   "FAILED",    "CANCELLED", "TIMEOUT"};
   return (int)s >= 0 && (size_t)s < sizeof names / sizeof names[0] ? names[s] : "?";
 }
 

@@ -14,6 +14,10 @@
  *                           1..128 bytes, no '/' or control characters
  *   strategy: hsadmm        hsadmm | hsadmm-flat | ddp | topk
  *   output_dir: ""          "": the program running the job chooses
+ *   priority: 100           1..1000, the job's own priority factor; a user
+ *                           may lower it, only an admin may raise it
+ *   time_limit_s: 0         >= 0 wall-clock seconds the job may run (0: the
+ *                           coordinator's default limit, or none)
  *   model:
  *     name: resnet20        px_model_arch_list(): resnet20 resnet32 resnet56
  *                           resnet18 resnet34 resnet50 resnet101 resnet152 wrn50_2
@@ -100,6 +104,11 @@
  *                           job is placed again and resumes from the newest
  *                           checkpoint every rank can read
  *     keep: 2               1..16: checkpoints kept per rank
+ *   notify:
+ *     url: ""               http:// or https://: the coordinator POSTs the job
+ *                           as JSON there when it enters one of `states`
+ *     states: end           comma-separated states (pending, scheduled, running,
+ *                           succeeded, failed, cancelled, timeout) or end
  *
  * Booleans are true/false/yes/no/on/off (any case). Integers are decimal.
  *
@@ -161,6 +170,14 @@ PX_API void px_jobspec_free(Prunex__V1__JobSpec *spec);
  * spec is not changed. A spec from a client that leaves fields at their
  * proto zero fails here: call px_jobspec_fill_defaults first. */
 PX_API px_status_t px_jobspec_validate(const Prunex__V1__JobSpec *spec);
+
+/* notify.states as a bit mask of prunex.v1.JobState values (bit s for state s;
+ * "" or "end": SUCCEEDED, FAILED, CANCELLED, TIMEOUT). 0, or the 1-based
+ * position of the first unknown word (-1 when on is over 256 bytes). */
+PX_API int px_jobspec_notify_states(const char *states, unsigned *mask);
+/* 1 when url is "" or an http:// or https:// URL of at most 1024 bytes
+ * without blanks or control characters. */
+PX_API int px_jobspec_notify_url_ok(const char *url);
 
 /* Completes a spec that may have come from a client that did not use this
  * parser: adds every missing section with all its defaults, and within the

@@ -92,6 +92,7 @@ PX_API void px_rpc_message_free(void *msg);
 #define PX_RPC_DELETE_JOB "/prunex.v1.Jobs/DeleteJob"
 #define PX_RPC_APPEND_RANK_LOG "/prunex.v1.Coordinator/AppendRankLog"
 #define PX_RPC_GET_RANK_LOG "/prunex.v1.Jobs/GetRankLog"
+#define PX_RPC_GET_ACCOUNTING "/prunex.v1.Jobs/GetAccounting"
 
 /* ---- channel ---------------------------------------------------------- */
 
@@ -238,6 +239,10 @@ PX_API px_status_t px_rpc_append_rank_log(px_rpc_channel_t *ch, const Prunex__V1
 PX_API px_status_t px_rpc_get_rank_log(px_rpc_channel_t *ch,
                                        const Prunex__V1__GetRankLogRequest *req, int deadline_ms,
                                        Prunex__V1__RankLog **out);
+/* Accounting records and per-user totals (issue 31: `pxctl acct`). */
+PX_API px_status_t px_rpc_get_accounting(px_rpc_channel_t *ch,
+                                         const Prunex__V1__GetAccountingRequest *req,
+                                         int deadline_ms, Prunex__V1__GetAccountingResponse **out);
 
 /* Names of the enums as the proto spells them without the prefix
  * ("RUNNING", "READY", "START"); "?" for values outside the enum. */
