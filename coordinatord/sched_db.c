@@ -132,7 +132,7 @@ px_status_t coord_sched_state_changed(coord_t *c, const char *job_id, int from, 
   PX_CHECK(px_store_bind_int64(st, 7, JS_CANCELLED));
   PX_CHECK(px_store_bind_int64(st, 9, JS_TIMEOUT));
   char brief[256]; /* the record keeps the reason's start: rows stay compact */
-  coord_utf8_clean(reason, brief, sizeof brief);
+  px_utf8_clean(reason, brief, sizeof brief);
   PX_CHECK(px_store_bind_text(st, 8, brief));
   PX_CHECK(px_store_run(st));
   if (to == JS_SCHEDULED) { /* a new attempt: its own time limit, no stop asked */
