@@ -444,29 +444,24 @@ static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
   return 0;
 }
 
-int main(int argc, char **argv) {
-  signal(SIGPIPE, SIG_IGN);
-  pxctl_opts_t o;
-  memset(&o, 0, sizeof o);
-  o.rank = -1;
-  const char *env = getenv("PRUNEX_COORDINATOR");
-  o.coordinator = env && env[0] ? env : PXCTL_DEFAULT_COORDINATOR;
-
-  /* The command is the first argument that is neither an option nor the
-   * value of one. */
-  int cmd_at = -1, help = 0;
+/* The command is the first argument that is neither an option nor the
+ * value of one; *help: --help or -h before it. Returns an exit status when
+ * the line is answered here (--version, no command), -1 otherwise. */
+static int pxctl_find_command(int argc, char **argv, int *cmd_at, int *help) {
+  *cmd_at = -1;
+  *help = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--")) {
-      cmd_at = i + 1 < argc ? i + 1 : -1;
+      *cmd_at = i + 1 < argc ? i + 1 : -1;
       break;
     }
     if (a[0] != '-' || !a[1]) {
-      cmd_at = i;
+      *cmd_at = i;
       break;
     }
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      help = 1;
+      *help = 1;
       continue;
     }
     if (!strcmp(a, "--version")) {
@@ -476,30 +471,20 @@ int main(int argc, char **argv) {
     const pxctl_opt_t *opt = pxctl_find_option(a);
     if (opt && opt->has_value) i++;
   }
-  if (cmd_at < 0) {
-    if (help) {
-      pxctl_main_help(stdout);
-      return PXCTL_EXIT_OK;
-    }
-    pxctl_main_help(stderr);
-    return pxctl_usage_error(NULL, "no command given");
-  }
-  const pxctl_cmd_t *cmd = NULL;
-  for (int i = 0; i < PXCTL_NCMDS; i++)
-    if (!strcmp(argv[cmd_at], pxctl_cmds[i].name)) cmd = &pxctl_cmds[i];
-  if (!cmd) {
-    if (help) {
-      pxctl_main_help(stdout);
-      return PXCTL_EXIT_OK;
-    }
-    return pxctl_usage_error(NULL, "unknown command '%s'", argv[cmd_at]);
-  }
-  o.cmd = cmd->name;
-  if (help) {
-    pxctl_cmd_help(cmd, stdout);
+  if (*cmd_at >= 0) return -1;
+  if (*help) {
+    pxctl_main_help(stdout);
     return PXCTL_EXIT_OK;
   }
+  pxctl_main_help(stderr);
+  return pxctl_usage_error(NULL, "no command given");
+}
 
+/* Every argument but the command: positional ones into o->pos, options
+ * (--opt VALUE or --opt=VALUE) checked against the command and applied.
+ * -1, or the exit status of a line answered here (a usage error, --help). */
+static int pxctl_parse_options(pxctl_opts_t *o, const pxctl_cmd_t *cmd, int argc, char **argv,
+                               int cmd_at) {
   int only_pos = 0;
   for (int i = 1; i < argc; i++) {
     if (i == cmd_at) continue;
@@ -509,13 +494,13 @@ int main(int argc, char **argv) {
       continue;
     }
     if (only_pos || a[0] != '-' || !a[1]) {
-      if (o.npos >= cmd->npos) {
-        return cmd->npos ? pxctl_usage_error(&o, "unexpected argument '%s' (%s takes %s)", a,
+      if (o->npos >= cmd->npos) {
+        return cmd->npos ? pxctl_usage_error(o, "unexpected argument '%s' (%s takes %s)", a,
                                              cmd->name, cmd->synopsis)
-                         : pxctl_usage_error(&o, "unexpected argument '%s' (%s takes none)", a,
+                         : pxctl_usage_error(o, "unexpected argument '%s' (%s takes none)", a,
                                              cmd->name);
       }
-      o.pos[o.npos++] = a;
+      o->pos[o->npos++] = a;
       continue;
     }
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -532,21 +517,52 @@ int main(int argc, char **argv) {
       snprintf(name, sizeof name, "%s", a);
     }
     const pxctl_opt_t *opt = pxctl_find_option(name);
-    if (!opt) return pxctl_usage_error(&o, "unknown option '%s'", a);
+    if (!opt) return pxctl_usage_error(o, "unknown option '%s'", a);
     if (!(cmd->opts & opt->bit) && !(opt->bit == OPT_CA && (cmd->opts & OPT_COORD)))
-      return pxctl_usage_error(&o, "option %s does not apply to '%s'%s", name, cmd->name,
+      return pxctl_usage_error(o, "option %s does not apply to '%s'%s", name, cmd->name,
                                !strcmp(cmd->name, "run") && opt->bit == OPT_COORD
                                    ? " (run starts its own private coordinator)"
                                    : "");
     if (opt->has_value && !value) {
-      if (i + 1 >= argc) return pxctl_usage_error(&o, "%s needs a value", name);
+      if (i + 1 >= argc) return pxctl_usage_error(o, "%s needs a value", name);
       value = argv[++i];
     } else if (!opt->has_value && value) {
-      return pxctl_usage_error(&o, "%s takes no value", name);
+      return pxctl_usage_error(o, "%s takes no value", name);
     }
-    int rc = pxctl_apply(&o, opt, value);
+    int rc = pxctl_apply(o, opt, value);
     if (rc) return rc;
   }
+  return -1;
+}
+
+int main(int argc, char **argv) {
+  signal(SIGPIPE, SIG_IGN);
+  pxctl_opts_t o;
+  memset(&o, 0, sizeof o);
+  o.rank = -1;
+  const char *env = getenv("PRUNEX_COORDINATOR");
+  o.coordinator = env && env[0] ? env : PXCTL_DEFAULT_COORDINATOR;
+
+  int cmd_at, help;
+  int rc = pxctl_find_command(argc, argv, &cmd_at, &help);
+  if (rc >= 0) return rc;
+  const pxctl_cmd_t *cmd = NULL;
+  for (int i = 0; i < PXCTL_NCMDS; i++)
+    if (!strcmp(argv[cmd_at], pxctl_cmds[i].name)) cmd = &pxctl_cmds[i];
+  if (!cmd) {
+    if (help) {
+      pxctl_main_help(stdout);
+      return PXCTL_EXIT_OK;
+    }
+    return pxctl_usage_error(NULL, "unknown command '%s'", argv[cmd_at]);
+  }
+  o.cmd = cmd->name;
+  if (help) {
+    pxctl_cmd_help(cmd, stdout);
+    return PXCTL_EXIT_OK;
+  }
+
+  if ((rc = pxctl_parse_options(&o, cmd, argc, argv, cmd_at)) >= 0) return rc;
   if (o.npos < cmd->npos && !(o.npos >= 1 && !strcmp(cmd->name, "plot")))
     return pxctl_usage_error(&o, "missing %s", cmd->synopsis);
   if (strcmp(cmd->name, "run") != 0 && pxctl_load_token() != 0) return PXCTL_EXIT_FAIL;
@@ -555,8 +571,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < o.npos; i++) {
       char db[4400];
       if (!strcmp(cmd->name, "plot") && plot_run_dir_db(o.pos[i], db, sizeof db)) continue;
-      int rc = pxctl_resolve_job(&o, &o.pos[i]);
-      if (rc) return rc;
+      if ((rc = pxctl_resolve_job(&o, &o.pos[i])) != 0) return rc;
     }
   return cmd->fn(&o);
 }

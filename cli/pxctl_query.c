@@ -224,6 +224,75 @@ static void pxctl_node_label(const Prunex__V1__ListNodesResponse *nodes, const c
   snprintf(buf, cap, "%s", id);
 }
 
+/* The job's nodes, and where and how its earlier attempts ended. */
+static void pxctl_print_placement(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
+  char t1[64];
+  Prunex__V1__ListNodesResponse *nodes = NULL;
+  if (job->n_node_ids > 0 || job->n_attempts > 0) {
+    Prunex__V1__ListNodesRequest req = PRUNEX__V1__LIST_NODES_REQUEST__INIT;
+    if (px_rpc_list_nodes(ch, &req, PXCTL_DEADLINE_MS, &nodes) != PX_OK) nodes = NULL;
+  }
+  for (size_t i = 0; i < job->n_node_ids; i++) {
+    char label[512];
+    pxctl_node_label(nodes, job->node_ids[i], label, sizeof label);
+    printf("%s %zu     %s\n", i == 0 ? "node" : "    ", i, label);
+  }
+  for (size_t i = 0; i < job->n_attempts; i++) {
+    const Prunex__V1__JobAttempt *a = job->attempts[i];
+    char on[1024] = "";
+    size_t used = 0;
+    for (size_t k = 0; k < a->n_node_ids && used < sizeof on; k++) {
+      char label[512];
+      pxctl_node_label(nodes, a->node_ids[k], label, sizeof label);
+      used += (size_t)snprintf(on + used, sizeof on - used, "%s%s", k ? ", " : "", label);
+    }
+    size_t cut = strcspn(a->cause, "\n");
+    pxctl_fmt_time(t1, sizeof t1, a->ended_unix_ms);
+    printf("attempt %d  ended %s on %s: %.*s\n", a->attempt, t1, on[0] ? on : "no node",
+           (int)(cut > 600 ? 600 : cut), a->cause);
+  }
+  px_rpc_message_free(nodes);
+}
+
+/* The job's events, and the ranks that ended other than cleanly. */
+static void pxctl_print_history(const Prunex__V1__Job *job) {
+  char t1[64];
+  if (job->n_events > 0) {
+    printf("events\n");
+    static const char *const h[] = {"TIME", "FROM", "TO", "REASON"};
+    pxctl_table_t *t = pxctl_table_create(4, h);
+    for (size_t i = 0; i < job->n_events; i++) {
+      const Prunex__V1__JobEvent *e = job->events[i];
+      pxctl_fmt_time(t1, sizeof t1, e->time_unix_ms);
+      pxctl_table_cell(t, "%s", t1);
+      pxctl_table_cell(t, "%s", e->from_state ? px_rpc_job_state_name(e->from_state) : "-");
+      pxctl_table_cell(t, "%s", px_rpc_job_state_name(e->to_state));
+      pxctl_table_cell(t, "%s", e->reason);
+    }
+    pxctl_table_print(t, stdout, 2);
+  }
+  /* Ranks that ended other than cleanly: who failed, and why. */
+  size_t bad = 0;
+  for (size_t i = 0; i < job->n_rank_exits; i++)
+    bad += job->rank_exits[i]->exit_code != 0 || job->rank_exits[i]->signal != 0;
+  if (bad > 0) {
+    printf("rank exits (%zu of %zu not clean)\n", bad, job->n_rank_exits);
+    static const char *const h[] = {"RANK", "NODE", "EXIT", "REASON"};
+    pxctl_table_t *t = pxctl_table_create(4, h);
+    for (size_t i = 0; i < job->n_rank_exits; i++) {
+      const Prunex__V1__RankExit *e = job->rank_exits[i];
+      if (e->exit_code == 0 && e->signal == 0) continue;
+      pxctl_table_cell(t, "%d", e->rank);
+      pxctl_table_cell(t, "%s", e->node_id);
+      if (e->signal) pxctl_table_cell(t, "signal %d", e->signal);
+      else if (e->exit_code < 0) pxctl_table_cell(t, e->exit_code == -1 ? "none (lost)" : "none (hung)");
+      else pxctl_table_cell(t, "code %d", e->exit_code);
+      pxctl_table_cell(t, "%s", e->reason);
+    }
+    pxctl_table_print(t, stdout, 2);
+  }
+}
+
 static void pxctl_print_job(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
   char t1[64], t2[64];
   printf("job        %s  %s\n", job->job_id, job->name);
@@ -262,31 +331,7 @@ static void pxctl_print_job(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
            restarts == 1 ? "" : "s");
   /* a job running without a usable checkpoint (a full disk) says so (issue 26) */
   if (job->checkpoint_problem[0]) printf("checkpoint %s\n", job->checkpoint_problem);
-  Prunex__V1__ListNodesResponse *nodes = NULL;
-  if (job->n_node_ids > 0 || job->n_attempts > 0) {
-    Prunex__V1__ListNodesRequest req = PRUNEX__V1__LIST_NODES_REQUEST__INIT;
-    if (px_rpc_list_nodes(ch, &req, PXCTL_DEADLINE_MS, &nodes) != PX_OK) nodes = NULL;
-  }
-  for (size_t i = 0; i < job->n_node_ids; i++) {
-    char label[512];
-    pxctl_node_label(nodes, job->node_ids[i], label, sizeof label);
-    printf("%s %zu     %s\n", i == 0 ? "node" : "    ", i, label);
-  }
-  for (size_t i = 0; i < job->n_attempts; i++) {
-    const Prunex__V1__JobAttempt *a = job->attempts[i];
-    char on[1024] = "";
-    size_t used = 0;
-    for (size_t k = 0; k < a->n_node_ids && used < sizeof on; k++) {
-      char label[512];
-      pxctl_node_label(nodes, a->node_ids[k], label, sizeof label);
-      used += (size_t)snprintf(on + used, sizeof on - used, "%s%s", k ? ", " : "", label);
-    }
-    size_t cut = strcspn(a->cause, "\n");
-    pxctl_fmt_time(t1, sizeof t1, a->ended_unix_ms);
-    printf("attempt %d  ended %s on %s: %.*s\n", a->attempt, t1, on[0] ? on : "no node",
-           (int)(cut > 600 ? 600 : cut), a->cause);
-  }
-  px_rpc_message_free(nodes);
+  pxctl_print_placement(ch, job);
   pxctl_fmt_time(t1, sizeof t1, job->created_unix_ms);
   pxctl_fmt_age(t2, sizeof t2, job->created_unix_ms);
   printf("created    %s (%s)\n", t1, t2);
@@ -307,40 +352,7 @@ static void pxctl_print_job(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
       pxctl_print_model_sizes(job->summary->model_path);
     }
   }
-  if (job->n_events > 0) {
-    printf("events\n");
-    static const char *const h[] = {"TIME", "FROM", "TO", "REASON"};
-    pxctl_table_t *t = pxctl_table_create(4, h);
-    for (size_t i = 0; i < job->n_events; i++) {
-      const Prunex__V1__JobEvent *e = job->events[i];
-      pxctl_fmt_time(t1, sizeof t1, e->time_unix_ms);
-      pxctl_table_cell(t, "%s", t1);
-      pxctl_table_cell(t, "%s", e->from_state ? px_rpc_job_state_name(e->from_state) : "-");
-      pxctl_table_cell(t, "%s", px_rpc_job_state_name(e->to_state));
-      pxctl_table_cell(t, "%s", e->reason);
-    }
-    pxctl_table_print(t, stdout, 2);
-  }
-  /* Ranks that ended other than cleanly: who failed, and why. */
-  size_t bad = 0;
-  for (size_t i = 0; i < job->n_rank_exits; i++)
-    bad += job->rank_exits[i]->exit_code != 0 || job->rank_exits[i]->signal != 0;
-  if (bad > 0) {
-    printf("rank exits (%zu of %zu not clean)\n", bad, job->n_rank_exits);
-    static const char *const h[] = {"RANK", "NODE", "EXIT", "REASON"};
-    pxctl_table_t *t = pxctl_table_create(4, h);
-    for (size_t i = 0; i < job->n_rank_exits; i++) {
-      const Prunex__V1__RankExit *e = job->rank_exits[i];
-      if (e->exit_code == 0 && e->signal == 0) continue;
-      pxctl_table_cell(t, "%d", e->rank);
-      pxctl_table_cell(t, "%s", e->node_id);
-      if (e->signal) pxctl_table_cell(t, "signal %d", e->signal);
-      else if (e->exit_code < 0) pxctl_table_cell(t, e->exit_code == -1 ? "none (lost)" : "none (hung)");
-      else pxctl_table_cell(t, "code %d", e->exit_code);
-      pxctl_table_cell(t, "%s", e->reason);
-    }
-    pxctl_table_print(t, stdout, 2);
-  }
+  pxctl_print_history(job);
 }
 
 int pxctl_cmd_status(pxctl_opts_t *o) {
@@ -364,6 +376,51 @@ int pxctl_cmd_status(pxctl_opts_t *o) {
 }
 
 /* ---- list ------------------------------------------------------------------- */
+
+/* The jobs as a table; pending ones add their place in the queue. */
+static void pxctl_print_jobs(const Prunex__V1__ListJobsResponse *resp) {
+  int queue = 0;
+  for (size_t i = 0; i < resp->n_jobs; i++) queue |= resp->jobs[i]->sched != NULL;
+  static const char *const h[] = {"JOB",      "NAME",    "STATE",          "STRATEGY",
+                                  ">NODES",   ">ITER",   ">TEST-ACC",      ">DENSITY",
+                                  "CREATED",  ">PRIORITY", "JOB/FAIR/AGE", ">AHEAD"};
+  pxctl_table_t *t = pxctl_table_create(queue ? 12 : 9, h);
+  for (size_t i = 0; i < resp->n_jobs; i++) {
+    const Prunex__V1__Job *job = resp->jobs[i];
+    const Prunex__V1__JobSpec *s = job->spec;
+    char acc[32], age[48];
+    pxctl_table_cell(t, "%s", job->job_id);
+    pxctl_table_cell(t, "%s", job->name);
+    if (job->attempt > 1)
+      pxctl_table_cell(t, "%s (attempt %d)", px_rpc_job_state_name(job->state), job->attempt);
+    else pxctl_table_cell(t, "%s", px_rpc_job_state_name(job->state));
+    pxctl_table_cell(t, "%s", s ? px_jobspec_strategy_name(s->strategy) : "?");
+    if (s && s->cluster)
+      pxctl_table_cell(t, "%dx%d", s->cluster->nodes, s->cluster->workers_per_node);
+    else pxctl_table_cell(t, "?");
+    int max = pxctl_max_iterations(job);
+    if (max > 0) pxctl_table_cell(t, "%d/%d", pxctl_done_iterations(job), max);
+    else pxctl_table_cell(t, "%d", pxctl_done_iterations(job));
+    int have = job->summary && job->summary->iterations > 0;
+    pxctl_fmt_pct(acc, sizeof acc, have ? job->summary->test_accuracy : -1.0);
+    pxctl_table_cell(t, "%s", acc);
+    if (have) pxctl_table_cell(t, "%.3f", job->summary->density);
+    else pxctl_table_cell(t, "-");
+    pxctl_fmt_age(age, sizeof age, job->created_unix_ms);
+    pxctl_table_cell(t, "%s", age);
+    if (!queue) continue;
+    const Prunex__V1__JobPriority *p = job->sched;
+    if (p) {
+      pxctl_table_cell(t, "%.3f", p->priority);
+      pxctl_table_cell(t, "%.2f/%.2f/%.2f", p->job_factor, p->fairshare_factor,
+                       p->age_factor);
+      pxctl_table_cell(t, "%lld", (long long)p->ahead);
+    } else {
+      for (int k = 0; k < 3; k++) pxctl_table_cell(t, "-");
+    }
+  }
+  pxctl_table_print(t, stdout, 0);
+}
 
 int pxctl_cmd_list(pxctl_opts_t *o) {
   px_rpc_channel_t *ch = pxctl_connect(o);
@@ -423,48 +480,7 @@ int pxctl_cmd_list(pxctl_opts_t *o) {
     printf(o->state ? "no %s jobs\n" : "no jobs\n",
            px_rpc_job_state_name((Prunex__V1__JobState)o->state));
   } else {
-    /* pending jobs add their place in the queue: PRIORITY, its factors, AHEAD */
-    int queue = 0;
-    for (size_t i = 0; i < resp->n_jobs; i++) queue |= resp->jobs[i]->sched != NULL;
-    static const char *const h[] = {"JOB",      "NAME",    "STATE",          "STRATEGY",
-                                    ">NODES",   ">ITER",   ">TEST-ACC",      ">DENSITY",
-                                    "CREATED",  ">PRIORITY", "JOB/FAIR/AGE", ">AHEAD"};
-    pxctl_table_t *t = pxctl_table_create(queue ? 12 : 9, h);
-    for (size_t i = 0; i < resp->n_jobs; i++) {
-      const Prunex__V1__Job *job = resp->jobs[i];
-      const Prunex__V1__JobSpec *s = job->spec;
-      char acc[32], age[48];
-      pxctl_table_cell(t, "%s", job->job_id);
-      pxctl_table_cell(t, "%s", job->name);
-      if (job->attempt > 1)
-        pxctl_table_cell(t, "%s (attempt %d)", px_rpc_job_state_name(job->state), job->attempt);
-      else pxctl_table_cell(t, "%s", px_rpc_job_state_name(job->state));
-      pxctl_table_cell(t, "%s", s ? px_jobspec_strategy_name(s->strategy) : "?");
-      if (s && s->cluster)
-        pxctl_table_cell(t, "%dx%d", s->cluster->nodes, s->cluster->workers_per_node);
-      else pxctl_table_cell(t, "?");
-      int max = pxctl_max_iterations(job);
-      if (max > 0) pxctl_table_cell(t, "%d/%d", pxctl_done_iterations(job), max);
-      else pxctl_table_cell(t, "%d", pxctl_done_iterations(job));
-      int have = job->summary && job->summary->iterations > 0;
-      pxctl_fmt_pct(acc, sizeof acc, have ? job->summary->test_accuracy : -1.0);
-      pxctl_table_cell(t, "%s", acc);
-      if (have) pxctl_table_cell(t, "%.3f", job->summary->density);
-      else pxctl_table_cell(t, "-");
-      pxctl_fmt_age(age, sizeof age, job->created_unix_ms);
-      pxctl_table_cell(t, "%s", age);
-      if (!queue) continue;
-      const Prunex__V1__JobPriority *p = job->sched;
-      if (p) {
-        pxctl_table_cell(t, "%.3f", p->priority);
-        pxctl_table_cell(t, "%.2f/%.2f/%.2f", p->job_factor, p->fairshare_factor,
-                         p->age_factor);
-        pxctl_table_cell(t, "%lld", (long long)p->ahead);
-      } else {
-        for (int k = 0; k < 3; k++) pxctl_table_cell(t, "-");
-      }
-    }
-    pxctl_table_print(t, stdout, 0);
+    pxctl_print_jobs(resp);
   }
   for (size_t i = 0; i < npages; i++) px_rpc_message_free(pages[i]);
   free(pages);
