@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "jobspec/jobspec_int.h"
+#include "prunex/data.h"
 #include "prunex/jobspec.h"
 #include "prunex/nn.h"
 #include "prunex/strategy.h"
@@ -50,12 +51,17 @@ const px__js_field_t px__js_fields[] = {
     {S_MODEL, "in_channels", PX__JS_INT, 0, 0, I32MAX, NULL, 0, NULL},
     {S_MODEL, "num_classes", PX__JS_INT, PX__JS_ZERO_OK, 2, I32MAX, NULL, 0, NULL},
 
-    {S_DATASET, "name", PX__JS_CHOICE, PX__JS_REQUIRED, 0, 0, "fashion-mnist|cifar10|synthetic", 0,
-     "fashion-mnist"},
+    {S_DATASET, "name", PX__JS_CHOICE, PX__JS_REQUIRED, 0, 0,
+     "fashion-mnist|cifar10|synthetic|folder", 0, "fashion-mnist"},
     {S_DATASET, "path", PX__JS_STRING, 0, 0, 0, NULL, 0, ""},
     {S_DATASET, "augment", PX__JS_BOOL, 0, 0, 0, NULL, 1, NULL},
     {S_DATASET, "crop_padding", PX__JS_INT, 0, 0, 32, NULL, 4, NULL},
     {S_DATASET, "flip", PX__JS_BOOL, 0, 0, 0, NULL, 1, NULL},
+    /* image folders: the stored size is bounded by PX_IMAGE_MAX_SIZE */
+    {S_DATASET, "image_size", PX__JS_INT, 0, 8, PX_IMAGE_MAX_SIZE, NULL, 32, NULL},
+    {S_DATASET, "channels", PX__JS_INT, 0, 1, 3, NULL, 3, NULL},
+    {S_DATASET, "min_scale", PX__JS_DOUBLE, LO_OPEN, 0, 1, NULL, 0.35, NULL},
+    {S_DATASET, "cache_dir", PX__JS_STRING, 0, 0, 0, NULL, 0, ""},
 
     {S_CLUSTER, "nodes", PX__JS_INT, PX__JS_REQUIRED, 1, I32MAX, NULL, 1, NULL},
     {S_CLUSTER, "workers_per_node", PX__JS_INT, PX__JS_REQUIRED, 1, 4096, NULL, 1, NULL},
@@ -494,6 +500,15 @@ static int64_t px__js_train_samples(const Prunex__V1__JobSpec *spec) {
   const char *d = spec->dataset ? spec->dataset->name : "";
   if (!strcmp(d, "cifar10")) return 50000;
   if (!strcmp(d, "synthetic")) return 10 * (int64_t)spec->train->batch_size;
+  if (!strcmp(d, "folder")) {
+    /* counted where the spec is completed: pxctl, on a machine that sees the
+     * data (the spec it sends carries the result); a coordinator that does
+     * not see it assumes Fashion-MNIST's size */
+    int64_t files = 0;
+    if (spec->dataset->path && spec->dataset->path[0] &&
+        px_folder_check(spec->dataset->path, NULL, &files) == PX_OK)
+      return files;
+  }
   return 60000;
 }
 
@@ -597,9 +612,11 @@ int px__js_list_bad(char *const *items, size_t n, char *why, size_t cap) {
   return -1;
 }
 
-/* Image channels of the data sets (synthetic is 3x32x32 like cifar10). */
-static int px__js_channels(const char *dataset) {
-  return !strcmp(dataset, "fashion-mnist") ? 1 : 3;
+/* Image channels of the data sets (synthetic is 3x32x32 like cifar10; a
+ * folder has the channels it asks for). */
+static int px__js_channels(const Prunex__V1__DatasetSpec *d) {
+  if (!strcmp(d->name, "folder")) return d->channels;
+  return !strcmp(d->name, "fashion-mnist") ? 1 : 3;
 }
 
 /* The prune section's cross-field rules: N:M is both numbers or neither. */
@@ -721,7 +738,17 @@ px_status_t px__js_check(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
                        px__js_mark(w, px__js_find("dataset.path"), px__js_find("dataset.name")),
                        "dataset.path: cifar10 has no default location; set it to the directory "
                        "of the data set's .bin files on the workers");
-  int chans = px__js_channels(ds);
+  int folder = !strcmp(ds, "folder");
+  if (folder && (!spec->dataset->path || !spec->dataset->path[0]))
+    return px__js_fail(PX_ERR_INVALID, w,
+                       px__js_mark(w, px__js_find("dataset.path"), px__js_find("dataset.name")),
+                       "dataset.path: a folder data set needs the directory that holds its "
+                       "train/ and val/ class directories");
+  if (folder && spec->dataset->channels == 2)
+    return px__js_fail(PX_ERR_INVALID, w, px__js_mark(w, px__js_find("dataset.channels"), -1),
+                       "dataset.channels: 2: images are decoded to 1 (grey) or 3 (R, G, B) "
+                       "channels");
+  int chans = px__js_channels(spec->dataset);
   if (spec->model->in_channels != 0 && spec->model->in_channels != chans)
     return px__js_fail(PX_ERR_INVALID, w,
                        px__js_mark(w, px__js_find("model.in_channels"),
@@ -729,7 +756,7 @@ px_status_t px__js_check(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
                        "model.in_channels: %d, but data set %s has %d channel%s (0 takes it from "
                        "the data set)",
                        spec->model->in_channels, ds, chans, chans == 1 ? "" : "s");
-  if (spec->model->num_classes != 0 && spec->model->num_classes != 10)
+  if (spec->model->num_classes != 0 && spec->model->num_classes != 10 && !folder)
     return px__js_fail(PX_ERR_INVALID, w,
                        px__js_mark(w, px__js_find("model.num_classes"),
                                    px__js_find("dataset.name")),

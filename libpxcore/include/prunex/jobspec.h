@@ -162,6 +162,14 @@ PX_API void px_jobspec_free(Prunex__V1__JobSpec *spec);
  * proto zero fails here: call px_jobspec_fill_defaults first. */
 PX_API px_status_t px_jobspec_validate(const Prunex__V1__JobSpec *spec);
 
+/* The checks of a valid spec that need the data on this machine, run by
+ * pxctl before it submits (the coordinator may not see the data): an image
+ * folder's layout (px_folder_check: both splits, no empty class) and
+ * model.num_classes against its classes. Other data sets pass. Fails with
+ * the folder check's error (the message names the directory), or
+ * PX_ERR_INVALID ("spec.model.num_classes: ..."). */
+PX_API px_status_t px_jobspec_check_data(const Prunex__V1__JobSpec *spec);
+
 /* Completes a spec that may have come from a client that did not use this
  * parser: adds every missing section with all its defaults, and within the
  * sections present replaces each proto-zero value that is not a legal
