@@ -26,6 +26,8 @@ struct px_image_decoder {
   size_t pix_cap;
   float *resampled;   /* [channels * size * size] before rounding */
   size_t res_cap;
+  float *rowbuf;      /* [width * channels] one row of area sums */
+  size_t row_cap;
   char why[256];      /* why the last image was refused */
 };
 
@@ -46,7 +48,7 @@ px_status_t px_image_decoder_create(px_image_decoder_t **out) {
 void px_image_decoder_destroy(px_image_decoder_t *d) {
   if (!d) return;
   tjDestroy(d->tj);
-  PX_FREE_ALL(d->file, d->pixels, d->resampled, d);
+  PX_FREE_ALL(d->file, d->pixels, d->resampled, d->rowbuf, d);
 }
 
 const char *px_image_decoder_reason(const px_image_decoder_t *d) { return d->why; }
@@ -141,6 +143,54 @@ void px_image_resample(const uint8_t *src, int32_t w, int32_t h, int32_t c, int3
         float v = top + wy * (bot - top);
         dst[((size_t)ch * oh + oy) * ow + ox] = v * a[ch] + b[ch];
       }
+    }
+  }
+}
+
+/* The decoder's area average of an interleaved (HWC) source, the same
+ * weights as px__area: each output row first sums its source rows into
+ * rowbuf [w * c] (contiguous, so the inner loop runs over whole rows), then
+ * each output pixel sums its columns of that. */
+static void px__area_hwc(const uint8_t *src, int32_t w, int32_t h, int32_t c,
+                         const px_rect_t *crop, int32_t ow, int32_t oh, float *rowbuf,
+                         float *dst) {
+  double sx = crop->w / ow, sy = crop->h / oh;
+  int32_t xlo = (int32_t)floor(crop->x), xhi = (int32_t)ceil(crop->x + crop->w);
+  if (xlo < 0) xlo = 0;
+  if (xhi > w) xhi = w;
+  size_t plane = (size_t)ow * oh;
+  for (int32_t oy = 0; oy < oh; oy++) {
+    double ya = crop->y + oy * sy, yb = ya + sy;
+    int32_t iy0 = (int32_t)floor(ya), iy1 = (int32_t)ceil(yb);
+    if (iy0 < 0) iy0 = 0;
+    if (iy1 > h) iy1 = h;
+    float *rb = rowbuf + (size_t)xlo * c;
+    size_t len = (size_t)(xhi - xlo) * c;
+    memset(rb, 0, len * sizeof *rb);
+    double wysum = 0.0;
+    for (int32_t iy = iy0; iy < iy1; iy++) {
+      float wy = (float)(fmin(yb, iy + 1.0) - fmax(ya, (double)iy));
+      if (wy <= 0.0f) continue;
+      wysum += wy;
+      const uint8_t *r = src + ((size_t)iy * w + xlo) * c;
+      for (size_t k = 0; k < len; k++) rb[k] += wy * (float)r[k];
+    }
+    for (int32_t ox = 0; ox < ow; ox++) {
+      double xa = crop->x + ox * sx, xb = xa + sx;
+      int32_t ix0 = (int32_t)floor(xa), ix1 = (int32_t)ceil(xb);
+      if (ix0 < 0) ix0 = 0;
+      if (ix1 > w) ix1 = w;
+      float acc[3] = {0.0f, 0.0f, 0.0f};
+      double wxsum = 0.0;
+      for (int32_t ix = ix0; ix < ix1; ix++) {
+        float wx = (float)(fmin(xb, ix + 1.0) - fmax(xa, (double)ix));
+        if (wx <= 0.0f) continue;
+        wxsum += wx;
+        for (int32_t ch = 0; ch < c; ch++) acc[ch] += wx * rowbuf[(size_t)ix * c + ch];
+      }
+      float norm = wysum * wxsum > 0.0 ? (float)(1.0 / (wysum * wxsum)) : 0.0f;
+      for (int32_t ch = 0; ch < c; ch++)
+        dst[(size_t)ch * plane + (size_t)oy * ow + ox] = acc[ch] * norm;
     }
   }
 }
@@ -245,10 +295,16 @@ px_status_t px_image_decode(px_image_decoder_t *d, const uint8_t *buf, size_t le
                     (size_t)channels * size * size * sizeof(float), "data.resampled"));
   int32_t side = w < h ? w : h;
   px_rect_t crop = {(w - side) / 2.0, (h - side) / 2.0, side, side};
-  static const float one[3] = {1.0f, 1.0f, 1.0f}, zero[3] = {0.0f, 0.0f, 0.0f};
   /* both decoders give HWC pixels of exactly `channels` */
-  px_image_resample(d->pixels, w, h, channels, w * channels, channels, 1, &crop, size, size, 0, one, zero,
-                    d->resampled);
+  if (side >= size) {
+    PX_CHECK(px__grow((void **)&d->rowbuf, &d->row_cap, (size_t)w * channels * sizeof(float),
+                      "data.rowbuf"));
+    px__area_hwc(d->pixels, w, h, channels, &crop, size, size, d->rowbuf, d->resampled);
+  } else {
+    static const float one[3] = {1.0f, 1.0f, 1.0f}, zero[3] = {0.0f, 0.0f, 0.0f};
+    px_image_resample(d->pixels, w, h, channels, w * channels, channels, 1, &crop, size, size, 0,
+                      one, zero, d->resampled);
+  }
   size_t plane = (size_t)size * size;
   for (int32_t ch = 0; ch < channels; ch++) {
     const float *s = d->resampled + (size_t)ch * plane;
