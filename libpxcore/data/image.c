@@ -258,7 +258,10 @@ static px_status_t px__decode_png(px_image_decoder_t *d, const uint8_t *buf, siz
     png_image_free(&img);
     return st;
   }
-  if (!png_image_finish_read(&img, NULL, d->pixels, 0, NULL))
+  /* alpha is composited onto black: without a background libpng would
+   * composite onto whatever the reused buffer holds */
+  static const png_color black = {0, 0, 0};
+  if (!png_image_finish_read(&img, &black, d->pixels, 0, NULL))
     return PX__REFUSE(d, "corrupt PNG data: %s", img.message);
   if (rgb && channels == 1) {
     for (size_t i = 0, np = (size_t)img.width * img.height; i < np; i++) {
