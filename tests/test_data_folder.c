@@ -66,16 +66,9 @@ static void need_fixtures(void) {
 }
 
 static uint8_t *read_all(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *buf = malloc((size_t)n + 1);
-  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  *len = (size_t)n;
-  return buf;
+  uint8_t *b = (uint8_t *)px_test_read_file(path, len);
+  assert_non_null(b);
+  return b;
 }
 
 static void write_bytes(const char *path, const void *p, size_t n) {

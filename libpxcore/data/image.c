@@ -95,6 +95,18 @@ static float px__area(const uint8_t *s, int32_t w, int32_t h, int32_t row, int32
   return total > 0.0 ? (float)(acc / total) : 0.0f;
 }
 
+/* The two source pixels i0, i1 (clamped to 0..n-1) around position f and
+ * the weight of i1. */
+static float px__lin_tap(double f, int32_t n, int32_t *i0, int32_t *i1) {
+  if (f < 0.0) f = 0.0;
+  int32_t a = (int32_t)f;
+  if (a > n - 1) a = n - 1;
+  *i0 = a;
+  *i1 = a + 1 < n ? a + 1 : n - 1;
+  float t = (float)(f - a);
+  return t > 1.0f ? 1.0f : t;
+}
+
 void px_image_resample(const uint8_t *src, int32_t w, int32_t h, int32_t c, int32_t row,
                        int32_t px, int32_t cstride, const px_rect_t *crop, int32_t ow,
                        int32_t oh, int32_t flip, const float *a, const float *b, float *dst) {
@@ -118,22 +130,11 @@ void px_image_resample(const uint8_t *src, int32_t w, int32_t h, int32_t c, int3
   /* Bilinear with pixel centres at +0.5, clamped at the borders (OpenCV's
    * INTER_LINEAR): the random-resized crop always enlarges. */
   for (int32_t oy = 0; oy < oh; oy++) {
-    double fy = crop->y + (oy + 0.5) * sy - 0.5;
-    if (fy < 0.0) fy = 0.0;
-    int32_t y0 = (int32_t)fy;
-    if (y0 > h - 1) y0 = h - 1;
-    int32_t y1 = y0 + 1 < h ? y0 + 1 : h - 1;
-    float wy = (float)(fy - y0);
-    if (wy > 1.0f) wy = 1.0f;
+    int32_t y0, y1;
+    float wy = px__lin_tap(crop->y + (oy + 0.5) * sy - 0.5, h, &y0, &y1);
     for (int32_t ox = 0; ox < ow; ox++) {
-      int32_t tx = flip ? ow - 1 - ox : ox;
-      double fx = crop->x + (tx + 0.5) * sx - 0.5;
-      if (fx < 0.0) fx = 0.0;
-      int32_t x0 = (int32_t)fx;
-      if (x0 > w - 1) x0 = w - 1;
-      int32_t x1 = x0 + 1 < w ? x0 + 1 : w - 1;
-      float wx = (float)(fx - x0);
-      if (wx > 1.0f) wx = 1.0f;
+      int32_t tx = flip ? ow - 1 - ox : ox, x0, x1;
+      float wx = px__lin_tap(crop->x + (tx + 0.5) * sx - 0.5, w, &x0, &x1);
       size_t p00 = (size_t)y0 * row + (size_t)x0 * px, p01 = (size_t)y0 * row + (size_t)x1 * px;
       size_t p10 = (size_t)y1 * row + (size_t)x0 * px, p11 = (size_t)y1 * row + (size_t)x1 * px;
       for (int32_t ch = 0; ch < c; ch++) {
