@@ -266,6 +266,19 @@ static void layout_errors_are_refused_naming_the_directory(void **state) {
   assert_int_equal(px_jobspec_check_data(spec), PX_ERR_INVALID);
   assert_non_null(strstr(px_last_error(), "3 classes"));
   px_jobspec_free(spec);
+  /* a spec file's derived iteration count counts the folder's training
+   * images (3 here: 3 steps of batch 1 per epoch, one step per iteration);
+   * completed from the wire it reads no disk */
+  snprintf(yaml, sizeof yaml,
+           "strategy: hsadmm\nmodel: {name: resnet20}\ndataset: {name: folder, path: %s}\n"
+           "cluster: {nodes: 1, workers_per_node: 1, device: cpu}\n"
+           "train: {batch_size: 1, local_steps: 1, epochs: 1}\n", dir);
+  assert_int_equal(px_jobspec_parse_string(yaml, strlen(yaml), "t.yaml", &spec), PX_OK);
+  assert_int_equal(spec->admm->max_iterations, 3);
+  spec->admm->max_iterations = 0;
+  assert_int_equal(px_jobspec_fill_defaults(spec), PX_OK);
+  assert_int_equal(spec->admm->max_iterations, 60000);
+  px_jobspec_free(spec);
   /* no path at all is a spec error */
   const char *nopath = "strategy: ddp\nmodel: {name: resnet20}\ndataset: {name: folder}\n"
                        "cluster: {nodes: 1, workers_per_node: 1, device: cpu}\n";

@@ -211,6 +211,7 @@ px_status_t px_folder_check(const char *dir, int32_t *num_classes, int64_t *trai
   if (st == PX_OK) st = px__list_files(sdir, &l);
   int64_t ntrain = (int64_t)l.n;
   l.n = 0;
+  l.names_len = 0;
   if (st == PX_OK) st = px__join(sdir, dir, "val");
   if (st == PX_OK) st = px__list_files(sdir, &l);
   if (st == PX_OK && num_classes) *num_classes = l.nclasses;

@@ -496,23 +496,24 @@ px_status_t px__js_new_default(Prunex__V1__JobSpec **out) {
 }
 
 /* Training samples of the data sets, for the derived iteration count. */
-static int64_t px__js_train_samples(const Prunex__V1__JobSpec *spec) {
+static int64_t px__js_train_samples(const Prunex__V1__JobSpec *spec, int read_data) {
   const char *d = spec->dataset ? spec->dataset->name : "";
   if (!strcmp(d, "cifar10")) return 50000;
   if (!strcmp(d, "synthetic")) return 10 * (int64_t)spec->train->batch_size;
   if (!strcmp(d, "folder")) {
-    /* counted where the spec is completed: pxctl, on a machine that sees the
-     * data (the spec it sends carries the result); a coordinator that does
-     * not see it assumes Fashion-MNIST's size */
+    /* counted where a spec file is parsed: pxctl, on a machine that sees
+     * the data (the spec it sends carries the result); a spec completed from
+     * the wire (the coordinator) never makes it read the disk, and assumes
+     * Fashion-MNIST's size */
     int64_t files = 0;
-    if (spec->dataset->path && spec->dataset->path[0] &&
+    if (read_data && spec->dataset->path && spec->dataset->path[0] &&
         px_folder_check(spec->dataset->path, NULL, &files) == PX_OK)
       return files;
   }
   return 60000;
 }
 
-int32_t px__js_derive_max_iterations(const Prunex__V1__JobSpec *spec) {
+int32_t px__js_derive_max_iterations(const Prunex__V1__JobSpec *spec, int read_data) {
   const Prunex__V1__TrainSpec *t = spec->train;
   const Prunex__V1__ClusterSpec *c = spec->cluster;
   if (!t || !c) return 1;
@@ -521,7 +522,7 @@ int32_t px__js_derive_max_iterations(const Prunex__V1__JobSpec *spec) {
     int64_t world = (int64_t)(c->nodes > 0 ? c->nodes : 1) *
                     (c->workers_per_node > 0 ? c->workers_per_node : 1);
     int64_t batch = t->batch_size > 0 ? t->batch_size : 1;
-    int64_t steps = px__js_train_samples(spec) / world / batch;
+    int64_t steps = px__js_train_samples(spec, read_data) / world / batch;
     if (steps < 1) steps = 1;
     iters = (epochs * steps + t->local_steps - 1) / t->local_steps;
   } else if (t->local_epochs > 0) {
@@ -563,7 +564,7 @@ px_status_t px_jobspec_fill_defaults(Prunex__V1__JobSpec *spec) {
   if (spec->train->local_epochs == 0 && spec->train->local_steps == 0)
     spec->train->local_epochs = (int32_t)px__js_fields[px__js_find("train.local_epochs")].def;
   if (spec->admm->max_iterations == 0)
-    spec->admm->max_iterations = px__js_derive_max_iterations(spec);
+    spec->admm->max_iterations = px__js_derive_max_iterations(spec, 0);
   return PX_OK;
 }
 
