@@ -24,7 +24,7 @@
 #define FMNIST "/usr/share/datasets/fashion-mnist"
 #define SIZE 16
 
-static void write_floats(const char *path, const void *p, size_t bytes) {
+static void write_file(const char *path, const void *p, size_t bytes) {
   FILE *fp = fopen(path, "wb");
   assert_non_null(fp);
   assert_int_equal(fwrite(p, 1, bytes, fp), bytes);
@@ -112,8 +112,8 @@ static void folder_job_learns_packs_less_and_its_onnx_agrees(void **state) {
                    PX_OK);
   snprintf(xs, sizeof xs, "%s/x.raw", dir);
   snprintf(ys, sizeof ys, "%s/y.raw", dir);
-  write_floats(xs, x, n * per * sizeof *x);
-  write_floats(ys, y, n * sizeof *y);
+  write_file(xs, x, n * per * sizeof *x);
+  write_file(ys, y, n * sizeof *y);
   snprintf(cmd, sizeof cmd, PY " %s/tests/folder_onnx_check.py %s %s %s %zu 1 %d", PX_SOURCE_DIR,
            er.onnx_path, xs, ys, n, SIZE);
   FILE *pp = popen(cmd, "r");
@@ -133,8 +133,46 @@ static void folder_job_learns_packs_less_and_its_onnx_agrees(void **state) {
   pxt_rmtree(dir);
 }
 
+/* pxctl refuses a folder with an empty class before anything starts: exit
+ * status 2, the directory named. */
+static void pxctl_refuses_a_folder_with_an_empty_class(void **state) {
+  (void)state;
+  char dir[256], p[512], spec[320];
+  assert_int_equal(pxt_mkdtemp(dir, sizeof dir), 0);
+  const char *sub[] = {"data", "data/train", "data/val", "data/train/cat", "data/train/dog",
+                       "data/val/cat", "data/val/dog"};
+  for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++) {
+    snprintf(p, sizeof p, "%s/%s", dir, sub[i]);
+    assert_int_equal(mkdir(p, 0755), 0);
+  }
+  static const uint8_t png[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  const char *files[] = {"data/train/cat/1.png", "data/train/dog/1.png", "data/val/cat/1.png"};
+  for (size_t i = 0; i < 3; i++) {
+    snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+    write_file(p, png, sizeof png);
+  }
+  snprintf(spec, sizeof spec, "%s/j.yaml", dir);
+  FILE *fp = fopen(spec, "w");
+  assert_non_null(fp);
+  fprintf(fp, "strategy: ddp\nmodel: {name: resnet20}\ndataset: {name: folder, path: %s/data}\n"
+              "cluster: {nodes: 1, workers_per_node: 1, device: cpu}\n", dir);
+  fclose(fp);
+  pxt_result_t r;
+  const char *run[] = {"run", spec, NULL};
+  const char *submit[] = {"submit", spec, "--coordinator", "127.0.0.1:1", NULL};
+  const char *const *cmds[] = {run, submit};
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(pxt_pxctl(&r, dir, cmds[k], NULL, 30000), 2);
+    if (!strstr(r.err, "data/val/dog") || !strstr(r.err, "empty class")) pxt_show("pxctl", &r);
+    assert_non_null(strstr(r.err, "data/val/dog"));
+    assert_non_null(strstr(r.err, "empty class"));
+  }
+  pxt_rmtree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(pxctl_refuses_a_folder_with_an_empty_class),
       cmocka_unit_test(folder_job_learns_packs_less_and_its_onnx_agrees),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
