@@ -309,6 +309,8 @@ static int px__cache_map(const char *path, const px_folder_config_t *cfg, uint64
            hdr.n <= hdr.files && hdr.files <= PX_FOLDER_MAX_FILES &&
            hdr.skipped == hdr.files - hdr.n &&
            (uint64_t)sb.st_size == PX__CACHE_HDR + hdr.n * (img + 1);
+  for (int c = 0; ok && c < cfg->channels; c++)
+    ok = hdr.mean[c] >= 0.0f && hdr.mean[c] <= 1.0f && hdr.std[c] >= 0.0f && hdr.std[c] <= 1.0f;
   if (!ok) {
     close(fd);
     return 0;
