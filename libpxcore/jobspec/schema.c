@@ -657,6 +657,42 @@ static px_status_t px__js_check_comm(const Prunex__V1__JobSpec *spec, px__js_whe
   return PX_OK;
 }
 
+/* The dataset section's cross-field rules and the model's fit to it. */
+static px_status_t px__js_check_dataset(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
+  const char *ds = spec->dataset->name;
+  if (!strcmp(ds, "cifar10") && (!spec->dataset->path || !spec->dataset->path[0]))
+    return px__js_fail(PX_ERR_INVALID, w,
+                       px__js_mark(w, px__js_find("dataset.path"), px__js_find("dataset.name")),
+                       "dataset.path: cifar10 has no default location; set it to the directory "
+                       "of the data set's .bin files on the workers");
+  int folder = !strcmp(ds, "folder");
+  if (folder && (!spec->dataset->path || !spec->dataset->path[0]))
+    return px__js_fail(PX_ERR_INVALID, w,
+                       px__js_mark(w, px__js_find("dataset.path"), px__js_find("dataset.name")),
+                       "dataset.path: a folder data set needs the directory that holds its "
+                       "train/ and val/ class directories");
+  if (folder && spec->dataset->channels == 2)
+    return px__js_fail(PX_ERR_INVALID, w, px__js_mark(w, px__js_find("dataset.channels"), -1),
+                       "dataset.channels: 2: images are decoded to 1 (grey) or 3 (R, G, B) "
+                       "channels");
+  int chans = px__js_channels(spec->dataset);
+  if (spec->model->in_channels != 0 && spec->model->in_channels != chans)
+    return px__js_fail(PX_ERR_INVALID, w,
+                       px__js_mark(w, px__js_find("model.in_channels"),
+                                   px__js_find("dataset.name")),
+                       "model.in_channels: %d, but data set %s has %d channel%s (0 takes it from "
+                       "the data set)",
+                       spec->model->in_channels, ds, chans, chans == 1 ? "" : "s");
+  if (spec->model->num_classes != 0 && spec->model->num_classes != 10 && !folder)
+    return px__js_fail(PX_ERR_INVALID, w,
+                       px__js_mark(w, px__js_find("model.num_classes"),
+                                   px__js_find("dataset.name")),
+                       "model.num_classes: %d, but data set %s has 10 classes (0 takes it from "
+                       "the data set)",
+                       spec->model->num_classes, ds);
+  return PX_OK;
+}
+
 px_status_t px__js_check(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
   char path[64], exp[256], got[96];
   for (int s = 0; s < px__js_nsections; s++) {
@@ -733,37 +769,8 @@ px_status_t px__js_check(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
                        "admm.rho_max: %g is below the initial penalty admm.%s (%g)", a->rho_max,
                        a->rho_max < a->rho1 ? "rho1" : "rho2",
                        a->rho_max < a->rho1 ? a->rho1 : a->rho2);
-  const char *ds = spec->dataset->name;
-  if (!strcmp(ds, "cifar10") && (!spec->dataset->path || !spec->dataset->path[0]))
-    return px__js_fail(PX_ERR_INVALID, w,
-                       px__js_mark(w, px__js_find("dataset.path"), px__js_find("dataset.name")),
-                       "dataset.path: cifar10 has no default location; set it to the directory "
-                       "of the data set's .bin files on the workers");
-  int folder = !strcmp(ds, "folder");
-  if (folder && (!spec->dataset->path || !spec->dataset->path[0]))
-    return px__js_fail(PX_ERR_INVALID, w,
-                       px__js_mark(w, px__js_find("dataset.path"), px__js_find("dataset.name")),
-                       "dataset.path: a folder data set needs the directory that holds its "
-                       "train/ and val/ class directories");
-  if (folder && spec->dataset->channels == 2)
-    return px__js_fail(PX_ERR_INVALID, w, px__js_mark(w, px__js_find("dataset.channels"), -1),
-                       "dataset.channels: 2: images are decoded to 1 (grey) or 3 (R, G, B) "
-                       "channels");
-  int chans = px__js_channels(spec->dataset);
-  if (spec->model->in_channels != 0 && spec->model->in_channels != chans)
-    return px__js_fail(PX_ERR_INVALID, w,
-                       px__js_mark(w, px__js_find("model.in_channels"),
-                                   px__js_find("dataset.name")),
-                       "model.in_channels: %d, but data set %s has %d channel%s (0 takes it from "
-                       "the data set)",
-                       spec->model->in_channels, ds, chans, chans == 1 ? "" : "s");
-  if (spec->model->num_classes != 0 && spec->model->num_classes != 10 && !folder)
-    return px__js_fail(PX_ERR_INVALID, w,
-                       px__js_mark(w, px__js_find("model.num_classes"),
-                                   px__js_find("dataset.name")),
-                       "model.num_classes: %d, but data set %s has 10 classes (0 takes it from "
-                       "the data set)",
-                       spec->model->num_classes, ds);
+  px_status_t dst = px__js_check_dataset(spec, w);
+  if (dst != PX_OK) return dst;
   return px__js_check_prune(spec, w);
 }
 

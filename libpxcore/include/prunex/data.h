@@ -188,7 +188,9 @@ typedef struct {
 
 /* Loads one split of an image folder as a data set whose images are mapped
  * from the cache (building the cache first when it is missing, stale or
- * damaged). mean/std are 0.5/0.25 per channel. report may be NULL. The
+ * damaged). mean/std are the per-channel statistics of the split's stored
+ * pixels, computed when the cache was built (the trainer normalises both
+ * splits with the training split's). report may be NULL. The
  * caller owns *out (px_dataset_destroy unmaps it). Fails with PX_ERR_IO
  * (missing or unreadable directory, cache not writable anywhere),
  * PX_ERR_FORMAT (layout: missing split, empty or unmatched class, too many
