@@ -101,7 +101,7 @@ int pxctl_load_spec(const char *path, Prunex__V1__JobSpec **spec, char **text) {
             px_last_error());
     return PXCTL_EXIT_USAGE;
   }
-  if (px_jobspec_validate(*spec) != PX_OK) {
+  if (px_jobspec_validate(*spec) != PX_OK || px_jobspec_check_data(*spec) != PX_OK) {
     fprintf(stderr, "pxctl: %s: %s\npxctl: the job spec was refused; nothing was submitted\n",
             path, px_last_error());
     px_jobspec_free(*spec);

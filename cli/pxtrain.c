@@ -23,8 +23,11 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: pxtrain [options]\n"
           "  --model NAME        %s (default resnet20)\n"
-          "  --dataset NAME      fashion-mnist | cifar10 | synthetic (default fashion-mnist)\n"
-          "  --data-dir DIR      data set directory (fashion-mnist: /usr/share/datasets/fashion-mnist)\n"
+          "  --dataset NAME      fashion-mnist | cifar10 | synthetic | folder (default fashion-mnist)\n"
+          "  --data-dir DIR      data set directory (fashion-mnist: /usr/share/datasets/fashion-mnist;\n"
+          "                      folder: DIR/train/CLASS/*.jpg|*.png and DIR/val/CLASS/...)\n"
+          "  --image-size N      folder: images decoded to N x N (default 32)\n"
+          "  --channels N        folder: 1 (grey) or 3 (R, G, B; default)\n"
           "  --epochs N          epochs (default 15)\n"
           "  --batch N           batch size (default 128)\n"
           "  --lr X              peak learning rate (default 0.1)\n"
@@ -260,7 +263,8 @@ int main(int argc, char **argv) {
   int bench = 0, steps = 20, warmup = 3, eval_only = 0, progress = 1;
   enum { O_MODEL = 256, O_DATASET, O_DATADIR, O_EPOCHS, O_BATCH, O_LR, O_MOM, O_WD, O_NEST,
          O_SCHED, O_NOAUG, O_THREADS, O_SEED, O_SAVE, O_LOAD, O_EVAL, O_NOPROG, O_BENCH, O_STEPS,
-         O_WARMUP, O_DEVICE, O_EXPORT, O_OUT, O_ONNX, O_PRECISION, O_VERSION };
+         O_WARMUP, O_DEVICE, O_EXPORT, O_OUT, O_ONNX, O_PRECISION, O_VERSION, O_IMGSIZE,
+         O_CHANNELS };
   static const struct option opts[] = {
       {"model", required_argument, 0, O_MODEL},       {"dataset", required_argument, 0, O_DATASET},
       {"data-dir", required_argument, 0, O_DATADIR},  {"epochs", required_argument, 0, O_EPOCHS},
@@ -276,6 +280,7 @@ int main(int argc, char **argv) {
       {"precision", required_argument, 0, O_PRECISION},
       {"export", required_argument, 0, O_EXPORT},    {"out", required_argument, 0, O_OUT},
       {"onnx", no_argument, 0, O_ONNX},
+      {"image-size", required_argument, 0, O_IMGSIZE}, {"channels", required_argument, 0, O_CHANNELS},
       {"help", no_argument, 0, 'h'},                  {"version", no_argument, 0, O_VERSION},
       {0, 0, 0, 0},
   };
@@ -289,12 +294,20 @@ int main(int argc, char **argv) {
         model_given = 1;
         break;
       case O_DATASET:
-        if (strcmp(optarg, "fashion-mnist") && strcmp(optarg, "cifar10") && strcmp(optarg, "synthetic"))
-          return bad_arg("--dataset", optarg, "expected fashion-mnist, cifar10 or synthetic");
+        if (strcmp(optarg, "fashion-mnist") && strcmp(optarg, "cifar10") &&
+            strcmp(optarg, "synthetic") && strcmp(optarg, "folder"))
+          return bad_arg("--dataset", optarg, "expected fashion-mnist, cifar10, synthetic or folder");
         c.dataset = optarg;
         dataset_given = 1;
         break;
       case O_DATADIR: c.data_dir = optarg; break;
+      case O_IMGSIZE:
+        if ((rc = parse_int("--image-size", optarg, 8, PX_IMAGE_MAX_SIZE, &c.image_size))) return rc;
+        break;
+      case O_CHANNELS:
+        if ((rc = parse_int("--channels", optarg, 1, 3, &c.image_channels))) return rc;
+        if (c.image_channels == 2) return bad_arg("--channels", optarg, "expected 1 or 3");
+        break;
       case O_EPOCHS: if ((rc = parse_int("--epochs", optarg, 1, 100000, &c.epochs))) return rc; break;
       case O_BATCH: if ((rc = parse_int("--batch", optarg, 1, 1 << 20, &c.batch))) return rc; break;
       case O_LR: if ((rc = parse_double("--lr", optarg, 1e-12, 1e6, &c.lr))) return rc; break;

@@ -156,3 +156,22 @@ int px_test_spec_outcome(const char *yaml, const char *needle) {
   px_jobspec_free(spec);
   return ok;
 }
+
+char *px_test_read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *b = NULL;
+  long n = -1;
+  if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
+  if (n >= 0 && fseek(f, 0, SEEK_SET) == 0) b = malloc((size_t)n + 1);
+  if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+    free(b);
+    b = NULL;
+  }
+  fclose(f);
+  if (b) {
+    b[n] = '\0';
+    *len = (size_t)n;
+  }
+  return b;
+}

@@ -52,6 +52,10 @@ double px_test_max_rel_err(const float *a, const float *b, size_t n);
 /* 64-bit FNV-1a of n bytes: compares buffers across ranks in one word. */
 uint64_t px_test_fnv64(const void *p, size_t n);
 
+/* The whole file (NUL-terminated, *len without the NUL), or NULL when it
+ * cannot be read. The caller frees it. */
+char *px_test_read_file(const char *path, size_t *len);
+
 /* 1 when this libpxcore has CUDA and the machine a CUDA device; otherwise
  * prints why ("...: <what> skipped") and returns 0, and the caller skips.
  * The device count is taken in a child process, once per test program:

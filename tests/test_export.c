@@ -338,16 +338,8 @@ static void dense_model_compacts_to_same_size(void **state) {
 
 /* Reads a whole file; caller frees. */
 static char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = malloc((size_t)n + 1);
+  char *b = px_test_read_file(path, len);
   assert_non_null(b);
-  assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  *len = (size_t)n;
   return b;
 }
 

@@ -325,7 +325,7 @@ static void test_out_of_range_values_are_refused(void **state) {
   expect_error("model:\n  name: resnet21\n", 2, "model.name: expected one of resnet20, resnet32",
                "wrn50_2", "(did you mean 'resnet20'?)", NULL);
   expect_error("dataset:\n  name: mnist\n", 2,
-               "dataset.name: expected one of fashion-mnist, cifar10, synthetic, got 'mnist'",
+               "dataset.name: expected one of fashion-mnist, cifar10, synthetic, folder, got 'mnist'",
                NULL);
   expect_error("strategy: hsadmm_flat\n", 1,
                "strategy: expected one of hsadmm, hsadmm-flat, ddp, topk",

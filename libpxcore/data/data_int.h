@@ -14,6 +14,9 @@ struct px_dataset {
   uint8_t *images;  /* [n][channels][height][width] */
   uint8_t *labels;  /* [n] */
   char name[64];
+  void *map;        /* non-NULL: images and labels point into this read-only mapping
+                       of map_len bytes (an image folder's cache), unmapped at destroy */
+  size_t map_len;
 };
 
 /* Largest data set the pipeline handles (indices are uint32, counts int32

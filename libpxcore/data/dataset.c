@@ -4,6 +4,7 @@
  * locking, so it is immutable once created. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "data_int.h"
 #include "px_check.h"
@@ -129,8 +130,12 @@ px_status_t px_dataset_create_synthetic(const px_dataset_info_t *info, uint64_t 
 
 void px_dataset_destroy(px_dataset_t *ds) {
   if (!ds) return;
-  px_free(ds->images);
-  px_free(ds->labels);
+  if (ds->map) {
+    munmap(ds->map, ds->map_len);
+  } else {
+    px_free(ds->images);
+    px_free(ds->labels);
+  }
   px_free(ds);
 }
 

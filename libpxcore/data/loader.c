@@ -108,6 +108,9 @@ static px_status_t px__loader_check(const px_dataset_t *ds, const px_loader_conf
              "loader prefetch %d: must be in 0..%d", cfg->prefetch, PX__LOADER_MAX_PREFETCH);
   PX_REQUIRE(cfg->augment.crop_pad >= 0 && cfg->augment.crop_pad <= 1024,
              "loader crop padding %d: must be in 0..1024", cfg->augment.crop_pad);
+  PX_REQUIRE(cfg->augment.rrc_scale >= 0.0f && cfg->augment.rrc_scale <= 1.0f,
+             "loader random-resized-crop scale %g: must be in 0..1 (0: off)",
+             (double)cfg->augment.rrc_scale);
   for (int c = 0; c < info->channels; c++) {
     PX_REQUIRE(cfg->std[c] > 0.0f, "loader std[%d] = %g: must be positive", c,
                (double)cfg->std[c]);

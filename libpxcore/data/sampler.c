@@ -47,16 +47,44 @@ px_status_t px_data_shuffle(int64_t n, uint64_t seed, int64_t epoch, uint32_t *p
 }
 
 static int px__augment_active(const px_augment_t *aug) {
-  return aug && (aug->crop_pad > 0 || aug->flip);
+  return aug && (aug->crop_pad > 0 || aug->flip || aug->rrc_scale > 0.0f);
+}
+
+/* torchvision's RandomResizedCrop in fractions of the image: up to ten draws
+ * of an area fraction in [scale, 1] and a log-uniform aspect ratio in
+ * [3/4, 4/3]; the first that fits is placed uniformly, else the whole
+ * image. Its own stream, so that the crop/flip draws are unchanged. */
+static void px__rrc_choose(float scale, uint64_t h, px_rect_t *r) {
+  px__rng_t rng;
+  px__rng_seed(&rng, px__mix64(h ^ 0x5252435f52454354ull)); /* "RRC_RECT" */
+  double lo = log(3.0 / 4.0), hi = log(4.0 / 3.0);
+  for (int attempt = 0; attempt < 10; attempt++) {
+    double area = scale + (1.0 - scale) * px__rng_uniform(&rng);
+    double ar = exp(lo + (hi - lo) * px__rng_uniform(&rng));
+    double w = sqrt(area * ar), hh = sqrt(area / ar);
+    if (w <= 1.0 && hh <= 1.0) {
+      r->x = (1.0 - w) * px__rng_uniform(&rng);
+      r->y = (1.0 - hh) * px__rng_uniform(&rng);
+      r->w = w;
+      r->h = hh;
+      return;
+    }
+  }
+  r->x = r->y = 0.0;
+  r->w = r->h = 1.0;
 }
 
 void px_augment_choose(const px_augment_t *aug, uint64_t seed, int64_t epoch, int64_t index,
                        px_crop_flip_t *out) {
   int32_t pad = aug && aug->crop_pad > 0 ? aug->crop_pad : 0;
+  memset(out, 0, sizeof *out); /* padding too: callers compare choices bytewise */
   out->dy = out->dx = pad;
   out->flip = 0;
+  out->rect.x = out->rect.y = 0.0;
+  out->rect.w = out->rect.h = 1.0;
   if (!px__augment_active(aug)) return;
   uint64_t h = px__key(PX__DOMAIN_AUGMENT, seed, (uint64_t)epoch, (uint64_t)index);
+  if (aug->rrc_scale > 0.0f) px__rrc_choose(aug->rrc_scale, h, &out->rect);
   if (pad > 0) {
     uint64_t range = 2 * (uint64_t)pad + 1;
     out->dy = (int32_t)(((h >> 32) * range) >> 32);
@@ -134,6 +162,7 @@ px_status_t px_data_fill_batch(const px_dataset_t *ds, const uint32_t *indices, 
     b[ch] = -mean[ch] / std[ch];
   }
   int active = px__augment_active(aug);
+  int rrc = active && aug->rrc_scale > 0.0f;
   int32_t pad = active && aug->crop_pad > 0 ? aug->crop_pad : 0;
   for (int32_t i = 0; i < n; i++) {
     uint32_t k = indices[i];
@@ -145,7 +174,12 @@ px_status_t px_data_fill_batch(const px_dataset_t *ds, const uint32_t *indices, 
     if (active) {
       px_crop_flip_t cf;
       px_augment_choose(aug, seed, epoch, k, &cf);
-      px__sample_to_float(src, c, h, w, pad, &cf, a, b, dst);
+      if (rrc) {
+        px_rect_t r = {cf.rect.x * w, cf.rect.y * h, cf.rect.w * w, cf.rect.h * h};
+        px_image_resample(src, w, h, c, w, 1, h * w, &r, w, h, cf.flip, a, b, dst);
+      } else {
+        px__sample_to_float(src, c, h, w, pad, &cf, a, b, dst);
+      }
     } else {
       for (int32_t ch = 0; ch < c; ch++) {
         const uint8_t *s = src + (size_t)ch * h * w;

@@ -112,7 +112,10 @@ int px__js_value_ok(int fi, const px__js_value_t *v);
 px_status_t px__js_new_default(Prunex__V1__JobSpec **out);
 
 /* Default of a derived field (admm.max_iterations) from the rest of spec. */
-int32_t px__js_derive_max_iterations(const Prunex__V1__JobSpec *spec);
+/* read_data != 0 (a spec file read by a client, on a machine that should see
+ * the data): an image folder's training files are counted; 0 (a spec that
+ * came over the wire): nothing on disk is read. */
+int32_t px__js_derive_max_iterations(const Prunex__V1__JobSpec *spec, int read_data);
 
 /* All checks; positions from w (w->file NULL for the wire). */
 px_status_t px__js_check(const Prunex__V1__JobSpec *spec, px__js_where_t *w);

@@ -576,7 +576,7 @@ px_status_t px_jobspec_parse_string(const char *text, size_t len, const char *na
   PX_CHECK_GOTO(px__js_top(&P, root), st, done);
   if (!P.given[px__js_find("name")]) PX_CHECK_GOTO(px__js_default_name(&P), st, done);
   if (!P.given[px__js_find("admm.max_iterations")])
-    P.spec->admm->max_iterations = px__js_derive_max_iterations(P.spec);
+    P.spec->admm->max_iterations = px__js_derive_max_iterations(P.spec, 1);
   PX_CHECK_GOTO(px__js_check(P.spec, &P.w), st, done);
   *out = P.spec;
   P.spec = NULL;

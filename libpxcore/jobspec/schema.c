@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "jobspec/jobspec_int.h"
+#include "prunex/data.h"
 #include "prunex/jobspec.h"
 #include "prunex/nn.h"
 #include "prunex/strategy.h"
@@ -55,12 +56,17 @@ const px__js_field_t px__js_fields[] = {
     {S_MODEL, "in_channels", PX__JS_INT, 0, 0, I32MAX, NULL, 0, NULL},
     {S_MODEL, "num_classes", PX__JS_INT, PX__JS_ZERO_OK, 2, I32MAX, NULL, 0, NULL},
 
-    {S_DATASET, "name", PX__JS_CHOICE, PX__JS_REQUIRED, 0, 0, "fashion-mnist|cifar10|synthetic", 0,
-     "fashion-mnist"},
+    {S_DATASET, "name", PX__JS_CHOICE, PX__JS_REQUIRED, 0, 0,
+     "fashion-mnist|cifar10|synthetic|folder", 0, "fashion-mnist"},
     {S_DATASET, "path", PX__JS_STRING, 0, 0, 0, NULL, 0, ""},
     {S_DATASET, "augment", PX__JS_BOOL, 0, 0, 0, NULL, 1, NULL},
     {S_DATASET, "crop_padding", PX__JS_INT, 0, 0, 32, NULL, 4, NULL},
     {S_DATASET, "flip", PX__JS_BOOL, 0, 0, 0, NULL, 1, NULL},
+    /* image folders: the stored size is bounded by PX_IMAGE_MAX_SIZE */
+    {S_DATASET, "image_size", PX__JS_INT, 0, 8, PX_IMAGE_MAX_SIZE, NULL, 32, NULL},
+    {S_DATASET, "channels", PX__JS_INT, 0, 1, 3, NULL, 3, NULL},
+    {S_DATASET, "min_scale", PX__JS_DOUBLE, LO_OPEN, 0, 1, NULL, 0.35, NULL},
+    {S_DATASET, "cache_dir", PX__JS_STRING, 0, 0, 0, NULL, 0, ""},
 
     {S_CLUSTER, "nodes", PX__JS_INT, PX__JS_REQUIRED, 1, I32MAX, NULL, 1, NULL},
     {S_CLUSTER, "workers_per_node", PX__JS_INT, PX__JS_REQUIRED, 1, 4096, NULL, 1, NULL},
@@ -476,14 +482,24 @@ px_status_t px__js_new_default(Prunex__V1__JobSpec **out) {
 }
 
 /* Training samples of the data sets, for the derived iteration count. */
-static int64_t px__js_train_samples(const Prunex__V1__JobSpec *spec) {
+static int64_t px__js_train_samples(const Prunex__V1__JobSpec *spec, int read_data) {
   const char *d = spec->dataset ? spec->dataset->name : "";
   if (!strcmp(d, "cifar10")) return 50000;
   if (!strcmp(d, "synthetic")) return 10 * (int64_t)spec->train->batch_size;
+  if (!strcmp(d, "folder")) {
+    /* counted where a spec file is parsed: pxctl, on a machine that sees
+     * the data (the spec it sends carries the result); a spec completed from
+     * the wire (the coordinator) never makes it read the disk, and assumes
+     * Fashion-MNIST's size */
+    int64_t files = 0;
+    if (read_data && spec->dataset->path && spec->dataset->path[0] &&
+        px_folder_check(spec->dataset->path, NULL, &files) == PX_OK)
+      return files;
+  }
   return 60000;
 }
 
-int32_t px__js_derive_max_iterations(const Prunex__V1__JobSpec *spec) {
+int32_t px__js_derive_max_iterations(const Prunex__V1__JobSpec *spec, int read_data) {
   const Prunex__V1__TrainSpec *t = spec->train;
   const Prunex__V1__ClusterSpec *c = spec->cluster;
   if (!t || !c) return 1;
@@ -492,7 +508,7 @@ int32_t px__js_derive_max_iterations(const Prunex__V1__JobSpec *spec) {
     int64_t world = (int64_t)(c->nodes > 0 ? c->nodes : 1) *
                     (c->workers_per_node > 0 ? c->workers_per_node : 1);
     int64_t batch = t->batch_size > 0 ? t->batch_size : 1;
-    int64_t steps = px__js_train_samples(spec) / world / batch;
+    int64_t steps = px__js_train_samples(spec, read_data) / world / batch;
     if (steps < 1) steps = 1;
     iters = (epochs * steps + t->local_steps - 1) / t->local_steps;
   } else if (t->local_epochs > 0) {
@@ -534,7 +550,7 @@ px_status_t px_jobspec_fill_defaults(Prunex__V1__JobSpec *spec) {
   if (spec->train->local_epochs == 0 && spec->train->local_steps == 0)
     spec->train->local_epochs = (int32_t)px__js_fields[px__js_find("train.local_epochs")].def;
   if (spec->admm->max_iterations == 0)
-    spec->admm->max_iterations = px__js_derive_max_iterations(spec);
+    spec->admm->max_iterations = px__js_derive_max_iterations(spec, 0);
   return PX_OK;
 }
 
@@ -583,9 +599,11 @@ int px__js_list_bad(char *const *items, size_t n, char *why, size_t cap) {
   return -1;
 }
 
-/* Image channels of the data sets (synthetic is 3x32x32 like cifar10). */
-static int px__js_channels(const char *dataset) {
-  return !strcmp(dataset, "fashion-mnist") ? 1 : 3;
+/* Image channels of the data sets (synthetic is 3x32x32 like cifar10; a
+ * folder has the channels it asks for). */
+static int px__js_channels(const Prunex__V1__DatasetSpec *d) {
+  if (!strcmp(d->name, "folder")) return d->channels;
+  return !strcmp(d->name, "fashion-mnist") ? 1 : 3;
 }
 
 /* The prune section's cross-field rules: N:M is both numbers or neither. */
@@ -680,6 +698,42 @@ static px_status_t px__js_check_notify(const Prunex__V1__JobSpec *spec, px__js_w
   return PX_OK;
 }
 
+/* The dataset section's cross-field rules and the model's fit to it. */
+static px_status_t px__js_check_dataset(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
+  const char *ds = spec->dataset->name;
+  if (!strcmp(ds, "cifar10") && (!spec->dataset->path || !spec->dataset->path[0]))
+    return px__js_fail(PX_ERR_INVALID, w,
+                       px__js_mark(w, px__js_find("dataset.path"), px__js_find("dataset.name")),
+                       "dataset.path: cifar10 has no default location; set it to the directory "
+                       "of the data set's .bin files on the workers");
+  int folder = !strcmp(ds, "folder");
+  if (folder && (!spec->dataset->path || !spec->dataset->path[0]))
+    return px__js_fail(PX_ERR_INVALID, w,
+                       px__js_mark(w, px__js_find("dataset.path"), px__js_find("dataset.name")),
+                       "dataset.path: a folder data set needs the directory that holds its "
+                       "train/ and val/ class directories");
+  if (folder && spec->dataset->channels == 2)
+    return px__js_fail(PX_ERR_INVALID, w, px__js_mark(w, px__js_find("dataset.channels"), -1),
+                       "dataset.channels: 2: images are decoded to 1 (grey) or 3 (R, G, B) "
+                       "channels");
+  int chans = px__js_channels(spec->dataset);
+  if (spec->model->in_channels != 0 && spec->model->in_channels != chans)
+    return px__js_fail(PX_ERR_INVALID, w,
+                       px__js_mark(w, px__js_find("model.in_channels"),
+                                   px__js_find("dataset.name")),
+                       "model.in_channels: %d, but data set %s has %d channel%s (0 takes it from "
+                       "the data set)",
+                       spec->model->in_channels, ds, chans, chans == 1 ? "" : "s");
+  if (spec->model->num_classes != 0 && spec->model->num_classes != 10 && !folder)
+    return px__js_fail(PX_ERR_INVALID, w,
+                       px__js_mark(w, px__js_find("model.num_classes"),
+                                   px__js_find("dataset.name")),
+                       "model.num_classes: %d, but data set %s has 10 classes (0 takes it from "
+                       "the data set)",
+                       spec->model->num_classes, ds);
+  return PX_OK;
+}
+
 px_status_t px__js_check(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
   char path[64], exp[256], got[96];
   for (int s = 0; s < px__js_nsections; s++) {
@@ -757,27 +811,8 @@ px_status_t px__js_check(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
                        "admm.rho_max: %g is below the initial penalty admm.%s (%g)", a->rho_max,
                        a->rho_max < a->rho1 ? "rho1" : "rho2",
                        a->rho_max < a->rho1 ? a->rho1 : a->rho2);
-  const char *ds = spec->dataset->name;
-  if (!strcmp(ds, "cifar10") && (!spec->dataset->path || !spec->dataset->path[0]))
-    return px__js_fail(PX_ERR_INVALID, w,
-                       px__js_mark(w, px__js_find("dataset.path"), px__js_find("dataset.name")),
-                       "dataset.path: cifar10 has no default location; set it to the directory "
-                       "of the data set's .bin files on the workers");
-  int chans = px__js_channels(ds);
-  if (spec->model->in_channels != 0 && spec->model->in_channels != chans)
-    return px__js_fail(PX_ERR_INVALID, w,
-                       px__js_mark(w, px__js_find("model.in_channels"),
-                                   px__js_find("dataset.name")),
-                       "model.in_channels: %d, but data set %s has %d channel%s (0 takes it from "
-                       "the data set)",
-                       spec->model->in_channels, ds, chans, chans == 1 ? "" : "s");
-  if (spec->model->num_classes != 0 && spec->model->num_classes != 10)
-    return px__js_fail(PX_ERR_INVALID, w,
-                       px__js_mark(w, px__js_find("model.num_classes"),
-                                   px__js_find("dataset.name")),
-                       "model.num_classes: %d, but data set %s has 10 classes (0 takes it from "
-                       "the data set)",
-                       spec->model->num_classes, ds);
+  px_status_t dst = px__js_check_dataset(spec, w);
+  if (dst != PX_OK) return dst;
   return px__js_check_prune(spec, w);
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "jobspec/jobspec_int.h"
+#include "prunex/data.h"
 #include "prunex/jobspec.h"
 #include "prunex/quantize.h"
 #include "px_check.h"
@@ -104,6 +105,18 @@ px_status_t px_jobspec_check_submitted(const Prunex__V1__JobSpec *spec) {
   return PX_OK;
 }
 
+px_status_t px_jobspec_check_data(const Prunex__V1__JobSpec *spec) {
+  PX_REQUIRE(spec && spec->dataset && spec->model, "px_jobspec_check_data: incomplete spec");
+  if (strcmp(spec->dataset->name, "folder") != 0) return PX_OK;
+  int32_t classes = 0;
+  PX_CHECK(px_folder_check(spec->dataset->path, &classes, NULL));
+  if (spec->model->num_classes != 0 && spec->model->num_classes != classes)
+    return px_set_error(PX_ERR_INVALID, PX__JS_WIRE "model.num_classes: %d, but the image folder "
+                        "%s has %d classes (0 takes it from the data set)",
+                        spec->model->num_classes, spec->dataset->path, classes);
+  return PX_OK;
+}
+
 /* ---- configurations ---------------------------------------------------------------- */
 
 void px_jobspec_admm_policy(const Prunex__V1__JobSpec *spec, px_admm_policy_t *p) {
@@ -137,6 +150,10 @@ void px_jobspec_train_config(const Prunex__V1__JobSpec *s, px_train_config_t *c)
                                                                             : PX_PRECISION_FP32;
   c->seed = s->train->seed;
   c->augment = s->dataset->augment ? 1 : 0;
+  c->image_size = s->dataset->image_size;
+  c->image_channels = s->dataset->channels;
+  c->min_scale = (float)s->dataset->min_scale;
+  c->cache_dir = s->dataset->cache_dir && s->dataset->cache_dir[0] ? s->dataset->cache_dir : NULL;
   if (s->cluster->threads_per_worker > 0) c->threads = s->cluster->threads_per_worker;
 }
 

@@ -74,7 +74,20 @@ static px_status_t px__load_data(px_trainer_t *t) {
     info.n = c->batch;
     return px_dataset_create_synthetic(&info, c->seed + 1, &t->test);
   }
-  return px_set_error(PX_ERR_INVALID, "dataset.name '%s': expected fashion-mnist, cifar10 or synthetic",
+  if (!strcmp(c->dataset, "folder")) {
+    PX_REQUIRE(c->data_dir != NULL, "dataset.path: a folder data set needs its directory");
+    px_folder_config_t fc = {c->data_dir, PX_SPLIT_TRAIN, c->image_channels ? c->image_channels : 3,
+                             c->image_size ? c->image_size : 32, c->cache_dir};
+    px_folder_report_t rep;
+    PX_CHECK(px_dataset_load_folder(&fc, &rep, &t->train));
+    px_log(PX_LOG_INFO, "image folder %s: %lld training images (%lld skipped), %d classes, %s "
+           "cache %s", c->data_dir, (long long)(rep.files - rep.skipped), (long long)rep.skipped,
+           rep.num_classes, rep.built ? "decoded into" : "read from", rep.cache_path);
+    fc.split = PX_SPLIT_TEST;
+    return px_dataset_load_folder(&fc, NULL, &t->test);
+  }
+  return px_set_error(PX_ERR_INVALID,
+                      "dataset.name '%s': expected fashion-mnist, cifar10, synthetic or folder",
                       c->dataset);
 }
 
@@ -115,7 +128,11 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out) 
   lc.world_size = cfg->world_size;
   lc.seed = cfg->seed;
   lc.drop_last = 1; /* the model is built for full batches */
-  if (cfg->augment) {
+  int folder = !strcmp(t->dataset, "folder");
+  if (cfg->augment && folder) {
+    lc.augment.rrc_scale = cfg->min_scale > 0.0f ? cfg->min_scale : 0.35f;
+    lc.augment.flip = 1;
+  } else if (cfg->augment) {
     lc.augment.crop_pad = 4;
     lc.augment.flip = 1;
   }
@@ -131,6 +148,11 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out) 
   }
   px_loader_config_t ec;
   px_loader_config_eval(t->test, &ec);
+  if (folder) {
+    /* the test split is normalised with the training split's statistics */
+    memcpy(ec.mean, lc.mean, sizeof ec.mean);
+    memcpy(ec.std, lc.std, sizeof ec.std);
+  }
   ec.batch_size = cfg->batch;
   ec.rank = cfg->rank;
   ec.world_size = cfg->world_size;

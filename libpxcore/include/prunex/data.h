@@ -139,6 +139,110 @@ PX_API const uint8_t *px_dataset_labels(const px_dataset_t *ds);
 /* Short description for logs, e.g. "fashion-mnist/train"; owned by ds. */
 PX_API const char *px_dataset_name(const px_dataset_t *ds);
 
+/* ---- image folders ---------------------------------------------------------
+ *
+ * A folder in the ImageFolder layout: dir/train/CLASS/NAME and
+ * dir/val/CLASS/NAME, where NAME ends in .jpg, .jpeg or .png (any case; the
+ * format is told by the file's first bytes). Classes are the
+ * subdirectories of train/, sorted by name (label 0 is the first); val/ must
+ * have the same ones, and every class at least one image in each split.
+ * Names starting with '.' are ignored, and so are files of other
+ * extensions.
+ *
+ * The first load of a split decodes every image (libjpeg-turbo, libpng),
+ * scales its shorter side to `size` and crops the centre square (area
+ * averaging when shrinking, bilinear when enlarging), and writes the result
+ * to a cache file: a header with a checksum of the file list (names, sizes,
+ * modification times) and of the settings, the labels, then the images
+ * [n][channels][size][size]. Later loads, by this process or any other rank
+ * on the node, map that file read-only (mmap) instead of decoding. The cache
+ * is written to a temporary file and renamed into place while an exclusive
+ * flock on "<cache>.lock" is held, so ranks that start together decode
+ * once: the others wait on the lock, then map the finished file. An image
+ * that cannot be read or decoded is left out and named (path and reason) in
+ * a warning; the count is in the report and in the cache header. */
+
+#define PX_IMAGE_MAX_SIDE 16384            /* pixels per side of a source image */
+#define PX_IMAGE_MAX_PIXELS (1 << 26)      /* pixels of a source image */
+#define PX_IMAGE_MAX_FILE_BYTES (64 << 20) /* bytes of one image file */
+#define PX_IMAGE_MAX_SIZE 1024             /* side of a stored (cached) image */
+#define PX_FOLDER_MAX_CLASSES 256
+#define PX_FOLDER_MAX_FILES (1 << 24)      /* image files of one split */
+
+typedef struct {
+  const char *dir;        /* the folder (train/ and val/ under it) */
+  px_split_t split;       /* PX_SPLIT_TRAIN: train/, PX_SPLIT_TEST: val/ */
+  int32_t channels;       /* 1 (grey, BT.601 luma) or 3 (R, G, B) */
+  int32_t size;           /* stored images are size x size, 1..PX_IMAGE_MAX_SIZE */
+  const char *cache_dir;  /* NULL or "": dir/.prunex-cache, or, when dir is not
+                             writable, $XDG_CACHE_HOME/prunex ($HOME/.cache/prunex) */
+} px_folder_config_t;
+
+typedef struct {
+  int64_t files;          /* image files listed */
+  int64_t skipped;        /* of them, unreadable or corrupt and left out */
+  int32_t num_classes;
+  int32_t built;          /* 1: this call decoded and wrote the cache; 0: it mapped one */
+  char cache_path[4096];  /* the cache file used */
+} px_folder_report_t;
+
+/* Loads one split of an image folder as a data set whose images are mapped
+ * from the cache (building the cache first when it is missing, stale or
+ * damaged). mean/std are the per-channel statistics of the split's stored
+ * pixels, computed when the cache was built (the trainer normalises both
+ * splits with the training split's). report may be NULL. The
+ * caller owns *out (px_dataset_destroy unmaps it). Fails with PX_ERR_IO
+ * (missing or unreadable directory, cache not writable anywhere),
+ * PX_ERR_FORMAT (layout: missing split, empty or unmatched class, too many
+ * classes or files, a name too long; or every image corrupt), PX_ERR_INVALID
+ * (bad config), PX_ERR_NOMEM; the message names the path. */
+PX_API px_status_t px_dataset_load_folder(const px_folder_config_t *cfg,
+                                          px_folder_report_t *report, px_dataset_t **out);
+
+/* Checks the layout of an image folder without decoding anything: both
+ * splits exist, they have the same classes (at most PX_FOLDER_MAX_CLASSES),
+ * and every class holds at least one image file in each. Sets *num_classes
+ * and *train_files (either may be NULL). What job submission runs. Fails like
+ * px_dataset_load_folder, naming the directory at fault. */
+PX_API px_status_t px_folder_check(const char *dir, int32_t *num_classes, int64_t *train_files);
+
+/* A float rectangle of a source image, in pixels (x, y: top-left corner). */
+typedef struct {
+  double x, y, w, h;
+} px_rect_t;
+
+/* A reusable decoder: its buffers grow to the largest image seen. */
+typedef struct px_image_decoder px_image_decoder_t;
+
+/* The caller owns *out (px_image_decoder_destroy). Fails with PX_ERR_NOMEM
+ * or PX_ERR_BACKEND (libjpeg-turbo). */
+PX_API px_status_t px_image_decoder_create(px_image_decoder_t **out);
+PX_API void px_image_decoder_destroy(px_image_decoder_t *d);
+
+/* Decodes a JPEG or PNG held in memory to dst[channels][size][size]: the
+ * shorter side scaled to size and the centre square kept, rounded to uint8.
+ * Fails with PX_ERR_FORMAT (not JPEG/PNG, corrupt, dimensions over the
+ * limits; px_image_decoder_reason says why), PX_ERR_INVALID, PX_ERR_NOMEM. */
+PX_API px_status_t px_image_decode(px_image_decoder_t *d, const uint8_t *buf, size_t len,
+                                   int32_t channels, int32_t size, uint8_t *dst);
+/* The same for a file (at most PX_IMAGE_MAX_FILE_BYTES); PX_ERR_IO when it
+ * cannot be read. The message names the path. */
+PX_API px_status_t px_image_decode_file(px_image_decoder_t *d, const char *path, int32_t channels,
+                                        int32_t size, uint8_t *dst);
+/* Why the last decode failed ("" after a success); owned by d. */
+PX_API const char *px_image_decoder_reason(const px_image_decoder_t *d);
+
+/* Resamples the rectangle crop of a w x h source with c channels, pixel
+ * (x, y) of channel ch at src[ch*cstride + y*row + x*px], to an ow x oh
+ * float image dst[c][oh][ow] = value * a[ch] + b[ch], mirrored when flip.
+ * Area averaging when the rectangle is at least as large as the output on
+ * both axes, bilinear (pixel centres at +0.5, borders clamped) otherwise.
+ * Allocates nothing. */
+PX_API void px_image_resample(const uint8_t *src, int32_t w, int32_t h, int32_t c, int32_t row,
+                              int32_t px, int32_t cstride, const px_rect_t *crop, int32_t ow,
+                              int32_t oh, int32_t flip, const float *a, const float *b,
+                              float *dst);
+
 /* ---- sharding, shuffling, augmentation, normalisation -------------------- */
 
 typedef enum {
@@ -170,12 +274,18 @@ typedef struct {
   int32_t crop_pad;  /* > 0: random crop of the original size from the image padded with
                         crop_pad zero pixels on each side (offsets 0..2*crop_pad) */
   int32_t flip;      /* != 0: horizontal flip with probability 1/2 */
+  float rrc_scale;   /* > 0: random-resized crop instead of the padded crop: a
+                        rectangle of rrc_scale..1 of the image's area and aspect
+                        ratio 3/4..4/3 (torchvision's RandomResizedCrop), resized
+                        back to the image's size; must be <= 1 */
 } px_augment_t;
 
 /* The random choices for one sample. */
 typedef struct {
   int32_t dy, dx;  /* crop offsets in the padded image, 0..2*crop_pad; crop_pad when no crop */
   int32_t flip;    /* 1: mirror horizontally (after the crop) */
+  px_rect_t rect;  /* random-resized crop: the rectangle taken, as fractions of the
+                      image's width and height (0, 0, 1, 1 when rrc_scale is 0) */
 } px_crop_flip_t;
 
 /* Choices for sample `index` (its index in the data set) in `epoch`: a pure

@@ -179,6 +179,14 @@ PX_API int px_jobspec_notify_states(const char *states, unsigned *mask);
  * without blanks or control characters. */
 PX_API int px_jobspec_notify_url_ok(const char *url);
 
+/* The checks of a valid spec that need the data on this machine, run by
+ * pxctl before it submits (the coordinator may not see the data): an image
+ * folder's layout (px_folder_check: both splits, no empty class) and
+ * model.num_classes against its classes. Other data sets pass. Fails with
+ * the folder check's error (the message names the directory), or
+ * PX_ERR_INVALID ("spec.model.num_classes: ..."). */
+PX_API px_status_t px_jobspec_check_data(const Prunex__V1__JobSpec *spec);
+
 /* Completes a spec that may have come from a client that did not use this
  * parser: adds every missing section with all its defaults, and within the
  * sections present replaces each proto-zero value that is not a legal

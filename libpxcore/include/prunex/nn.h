@@ -259,7 +259,7 @@ PX_API px_status_t px_model_file_config(const char *path, px_model_config_t *cfg
 
 typedef struct {
   const char *arch;          /* model name (px_model_arch_list) */
-  const char *dataset;       /* fashion-mnist | cifar10 | synthetic */
+  const char *dataset;       /* fashion-mnist | cifar10 | synthetic | folder */
   const char *data_dir;      /* NULL: the data set's default directory */
   int32_t batch;             /* per rank */
   int32_t threads;           /* compute threads (<= 0: runtime default) */
@@ -277,6 +277,11 @@ typedef struct {
                                 only by px_trainer_create; NULL: dense */
   int32_t nwidths;
   int32_t precision;         /* px_precision_t: fp32 (0, the default) or bf16 (CUDA) */
+  /* dataset "folder" (data.h, image folders): data_dir is the folder */
+  int32_t image_size;        /* stored and trained size (0: 32) */
+  int32_t image_channels;    /* 1 or 3 (0: 3) */
+  float min_scale;           /* random-resized crop's smallest area fraction (0: 0.35) */
+  const char *cache_dir;     /* NULL: beside the data (px_folder_config_t) */
 } px_train_config_t;
 
 /* Defaults: resnet20 on fashion-mnist, batch 128, lr 0.1, momentum 0.9,

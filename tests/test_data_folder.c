@@ -1,0 +1,537 @@
+/* Image folders: the decoder against OpenCV (tests/image_fixture.py writes
+ * PNG and JPEG files with python3-opencv and what OpenCV decodes from them),
+ * corrupt and oversized files named and skipped, layout refusals (missing
+ * split, empty class, unmatched class), the cache (built once, mapped after,
+ * rebuilt when the file list changes or the cache is damaged, built once by
+ * concurrent processes), the random-resized crop against a plain bilinear
+ * reference, and the loader sharding a folder across ranks. Skips without
+ * /usr/bin/python3 and python3-opencv. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "prunex/data.h"
+#include "prunex/jobspec.h"
+#include "px_test_util.h"
+
+#define PY "/usr/bin/python3"
+
+static char fxdir[64]; /* OpenCV fixtures */
+static char root[64]; /* scratch folders */
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  return remove(path);
+}
+
+static void rm_tree(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+static int group_setup(void **state) {
+  (void)state;
+  snprintf(fxdir, sizeof fxdir, "/tmp/px_folder_fx_XXXXXX");
+  snprintf(root, sizeof root, "/tmp/px_folder_XXXXXX");
+  if (!mkdtemp(fxdir) || !mkdtemp(root)) return -1;
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, PY " %s/tests/image_fixture.py %s >/dev/null 2>&1", PX_SOURCE_DIR, fxdir);
+  if (system(cmd) != 0) fxdir[0] = '\0'; /* tests that need OpenCV skip */
+  return 0;
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  if (fxdir[0]) rm_tree(fxdir);
+  rm_tree(root);
+  return 0;
+}
+
+static void need_fixtures(void) {
+  if (!fxdir[0]) {
+    print_message("needs " PY " with python3-opencv and numpy (scripts/bootstrap)\n");
+    skip();
+  }
+}
+
+static uint8_t *read_all(const char *path, size_t *len) {
+  uint8_t *b = (uint8_t *)px_test_read_file(path, len);
+  assert_non_null(b);
+  return b;
+}
+
+static void write_bytes(const char *path, const void *p, size_t n) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(p, 1, n, f), n);
+  fclose(f);
+}
+
+static void copy_file(const char *from, const char *to) {
+  size_t n;
+  uint8_t *b = read_all(from, &n);
+  write_bytes(to, b, n);
+  free(b);
+}
+
+/* Decodes fx/NAME.ext at (channels, size) and compares with OpenCV's
+ * reference NAME.c<ch>s<refsize>.raw: the largest difference. */
+static int decode_vs_opencv(const char *file, int channels, int size, int refsize) {
+  char path[256], refp[256], base[64];
+  snprintf(path, sizeof path, "%s/%s", fxdir, file);
+  snprintf(base, sizeof base, "%s", file);
+  *strrchr(base, '.') = '\0';
+  snprintf(refp, sizeof refp, "%s/%s.c%ds%d.raw", fxdir, base, channels, refsize);
+  size_t rn;
+  uint8_t *ref = read_all(refp, &rn);
+  assert_int_equal(rn, (size_t)channels * size * size);
+  uint8_t *got = malloc(rn);
+  px_image_decoder_t *d;
+  assert_int_equal(px_image_decoder_create(&d), PX_OK);
+  assert_int_equal(px_image_decode_file(d, path, channels, size, got), PX_OK);
+  assert_string_equal(px_image_decoder_reason(d), "");
+  int worst = 0;
+  for (size_t i = 0; i < rn; i++) {
+    int diff = abs((int)got[i] - (int)ref[i]);
+    if (diff > worst) worst = diff;
+  }
+  px_image_decoder_destroy(d);
+  free(got);
+  free(ref);
+  return worst;
+}
+
+static void png_and_jpeg_decode_as_opencv_does(void **state) {
+  (void)state;
+  need_fixtures();
+  /* lossless PNG at its own size: exact, colour, grey and either way round */
+  assert_int_equal(decode_vs_opencv("rgb40.png", 3, 40, 0), 0);
+  assert_int_equal(decode_vs_opencv("grey24.png", 1, 24, 0), 0);
+  assert_int_equal(decode_vs_opencv("grey24.png", 3, 24, 0), 0);
+  /* colour to grey: OpenCV's BT.601 weights, rounding may differ by one */
+  assert_true(decode_vs_opencv("rgb40.png", 1, 40, 0) <= 1);
+  /* JPEG through the same libjpeg-turbo: identical pixels */
+  assert_int_equal(decode_vs_opencv("smooth.jpg", 3, 64, 0), 0);
+  assert_int_equal(decode_vs_opencv("smooth.jpg", 1, 64, 0), 0);
+  assert_int_equal(decode_vs_opencv("grey.jpg", 1, 64, 0), 0);
+}
+
+static void resize_and_centre_crop_match_opencv(void **state) {
+  (void)state;
+  need_fixtures();
+  /* shrinking by 2: INTER_AREA averages 2x2 blocks; OpenCV rounds in fixed
+   * point, we in float: one level at most */
+  assert_true(decode_vs_opencv("rgb40.png", 3, 20, 20) <= 1);
+  /* enlarging by 2: INTER_LINEAR (11-bit fixed-point weights in OpenCV) */
+  assert_true(decode_vs_opencv("grey24.png", 1, 48, 48) <= 1);
+  /* 64x32 to 16: shorter side to 16, centre 16x16 of 32x16 */
+  assert_true(decode_vs_opencv("wide.png", 3, 16, 16) <= 1);
+  /* JPEG at half size: libjpeg-turbo's scaled IDCT (1/2) instead of a full
+   * decode and an area average: close, not identical */
+  assert_true(decode_vs_opencv("smooth.jpg", 3, 32, 32) <= 8);
+}
+
+static void corrupt_and_oversized_files_are_refused_with_a_reason(void **state) {
+  (void)state;
+  need_fixtures();
+  px_image_decoder_t *d;
+  assert_int_equal(px_image_decoder_create(&d), PX_OK);
+  uint8_t out[3 * 8 * 8];
+  char path[256];
+  size_t n;
+  snprintf(path, sizeof path, "%s/smooth.jpg", fxdir);
+  uint8_t *jpg = read_all(path, &n);
+  /* truncated JPEG */
+  assert_int_equal(px_image_decode(d, jpg, n / 2, 3, 8, out), PX_ERR_FORMAT);
+  assert_non_null(strstr(px_image_decoder_reason(d), "JPEG"));
+  /* neither format */
+  assert_int_equal(px_image_decode(d, (const uint8_t *)"hello, world", 12, 3, 8, out),
+                   PX_ERR_FORMAT);
+  assert_non_null(strstr(px_image_decoder_reason(d), "not a JPEG or PNG"));
+  assert_int_equal(px_image_decode(d, NULL, 0, 3, 8, out), PX_ERR_FORMAT);
+  /* a PNG whose header claims 100000 x 100000 pixels: refused before any
+   * memory is sized from it (the CRC of IHDR is not checked first) */
+  snprintf(path, sizeof path, "%s/grey24.png", fxdir);
+  free(jpg);
+  uint8_t *png = read_all(path, &n);
+  uint8_t big[4] = {0x00, 0x01, 0x86, 0xA0};
+  memcpy(png + 16, big, 4);
+  memcpy(png + 20, big, 4);
+  px_status_t st = px_image_decode(d, png, n, 1, 8, out);
+  assert_int_equal(st, PX_ERR_FORMAT);
+  /* a PNG cut in its image data */
+  free(png);
+  png = read_all(path, &n);
+  assert_int_equal(px_image_decode(d, png, n - 40, 1, 8, out), PX_ERR_FORMAT);
+  assert_non_null(strstr(px_image_decoder_reason(d), "PNG"));
+  /* a missing file is an I/O error naming it */
+  assert_int_equal(px_image_decode_file(d, "/nonexistent/x.png", 1, 8, out), PX_ERR_IO);
+  assert_non_null(strstr(px_last_error(), "/nonexistent/x.png"));
+  /* size and channels are checked */
+  assert_int_equal(px_image_decode(d, png, n, 2, 8, out), PX_ERR_INVALID);
+  assert_int_equal(px_image_decode(d, png, n, 1, 0, out), PX_ERR_INVALID);
+  free(png);
+  px_image_decoder_destroy(d);
+}
+
+/* root/NAME/{train,val}/{a,b,c}/ with `per` copies of the fixture PNGs and
+ * JPEGs in each. */
+static void make_folder(char *dir, size_t cap, const char *name, int per) {
+  snprintf(dir, cap, "%s/%s", root, name);
+  rm_tree(dir);
+  char p[512];
+  mkdir(dir, 0755);
+  const char *splits[2] = {"train", "val"}, *classes[3] = {"a", "b", "c"};
+  const char *src[3] = {"rgb40.png", "smooth.jpg", "grey24.png"};
+  for (int s = 0; s < 2; s++) {
+    snprintf(p, sizeof p, "%s/%s", dir, splits[s]);
+    mkdir(p, 0755);
+    for (int c = 0; c < 3; c++) {
+      snprintf(p, sizeof p, "%s/%s/%s", dir, splits[s], classes[c]);
+      mkdir(p, 0755);
+      for (int i = 0; i < per; i++) {
+        char from[256];
+        snprintf(from, sizeof from, "%s/%s", fxdir, src[(c + i) % 3]);
+        snprintf(p, sizeof p, "%s/%s/%s/%02d%s", dir, splits[s], classes[c], i,
+                 strrchr(src[(c + i) % 3], '.'));
+        copy_file(from, p);
+      }
+    }
+  }
+}
+
+static void layout_errors_are_refused_naming_the_directory(void **state) {
+  (void)state;
+  need_fixtures();
+  char dir[256], p[512];
+  int32_t classes = 0;
+  int64_t files = 0;
+  make_folder(dir, sizeof dir, "layout", 2);
+  assert_int_equal(px_folder_check(dir, &classes, &files), PX_OK);
+  assert_int_equal(classes, 3);
+  assert_int_equal(files, 6);
+  /* an empty class in val/ */
+  snprintf(p, sizeof p, "%s/val/b/00.jpg", dir);
+  assert_int_equal(unlink(p), 0);
+  snprintf(p, sizeof p, "%s/val/b/01.png", dir);
+  assert_int_equal(unlink(p), 0);
+  snprintf(p, sizeof p, "%s/val/b/notes.txt", dir); /* other files do not count */
+  write_bytes(p, "x", 1);
+  assert_int_equal(px_folder_check(dir, NULL, NULL), PX_ERR_FORMAT);
+  assert_non_null(strstr(px_last_error(), "val/b"));
+  assert_non_null(strstr(px_last_error(), "empty class"));
+  /* a class of val/ that train/ lacks */
+  make_folder(dir, sizeof dir, "layout", 1);
+  snprintf(p, sizeof p, "%s/val/zebra", dir);
+  mkdir(p, 0755);
+  assert_int_equal(px_folder_check(dir, NULL, NULL), PX_ERR_FORMAT);
+  assert_non_null(strstr(px_last_error(), "zebra"));
+  /* a missing split */
+  make_folder(dir, sizeof dir, "layout", 1);
+  snprintf(p, sizeof p, "%s/val", dir);
+  rm_tree(p);
+  assert_int_equal(px_folder_check(dir, NULL, NULL), PX_ERR_FORMAT);
+  assert_non_null(strstr(px_last_error(), "/val"));
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 8, NULL};
+  px_dataset_t *ds = NULL;
+  assert_int_equal(px_dataset_load_folder(&fc, NULL, &ds), PX_ERR_FORMAT);
+  assert_null(ds);
+  /* the job spec check that pxctl submit runs */
+  Prunex__V1__JobSpec *spec;
+  char yaml[512];
+  snprintf(yaml, sizeof yaml,
+           "strategy: ddp\nmodel: {name: resnet20}\ndataset: {name: folder, path: %s}\n"
+           "cluster: {nodes: 1, workers_per_node: 1, device: cpu}\n", dir);
+  assert_int_equal(px_jobspec_parse_string(yaml, strlen(yaml), "t.yaml", &spec), PX_OK);
+  assert_int_equal(px_jobspec_check_data(spec), PX_ERR_FORMAT);
+  assert_non_null(strstr(px_last_error(), "/val"));
+  px_jobspec_free(spec);
+  make_folder(dir, sizeof dir, "layout", 1);
+  snprintf(yaml, sizeof yaml,
+           "strategy: ddp\nmodel: {name: resnet20, num_classes: 10}\n"
+           "dataset: {name: folder, path: %s}\n"
+           "cluster: {nodes: 1, workers_per_node: 1, device: cpu}\n", dir);
+  assert_int_equal(px_jobspec_parse_string(yaml, strlen(yaml), "t.yaml", &spec), PX_OK);
+  assert_int_equal(px_jobspec_check_data(spec), PX_ERR_INVALID);
+  assert_non_null(strstr(px_last_error(), "3 classes"));
+  px_jobspec_free(spec);
+  /* a spec file's derived iteration count counts the folder's training
+   * images (3 here: 3 steps of batch 1 per epoch, one step per iteration);
+   * completed from the wire it reads no disk */
+  snprintf(yaml, sizeof yaml,
+           "strategy: hsadmm\nmodel: {name: resnet20}\ndataset: {name: folder, path: %s}\n"
+           "cluster: {nodes: 1, workers_per_node: 1, device: cpu}\n"
+           "train: {batch_size: 1, local_steps: 1, epochs: 1}\n", dir);
+  assert_int_equal(px_jobspec_parse_string(yaml, strlen(yaml), "t.yaml", &spec), PX_OK);
+  assert_int_equal(spec->admm->max_iterations, 3);
+  spec->admm->max_iterations = 0;
+  assert_int_equal(px_jobspec_fill_defaults(spec), PX_OK);
+  assert_int_equal(spec->admm->max_iterations, 60000);
+  px_jobspec_free(spec);
+  /* no path at all is a spec error */
+  const char *nopath = "strategy: ddp\nmodel: {name: resnet20}\ndataset: {name: folder}\n"
+                       "cluster: {nodes: 1, workers_per_node: 1, device: cpu}\n";
+  assert_int_equal(px_jobspec_parse_string(nopath, strlen(nopath), "t.yaml", &spec),
+                   PX_ERR_INVALID);
+  assert_non_null(strstr(px_last_error(), "dataset.path"));
+}
+
+static void corrupt_images_are_skipped_and_counted(void **state) {
+  (void)state;
+  need_fixtures();
+  char dir[256], p[512];
+  make_folder(dir, sizeof dir, "corrupt", 3);
+  snprintf(p, sizeof p, "%s/train/a/90.jpg", dir);
+  write_bytes(p, "\xff\xd8\xff\xe0 not really", 15);
+  snprintf(p, sizeof p, "%s/train/b/91.png", dir);
+  write_bytes(p, "", 0);
+  snprintf(p, sizeof p, "%s/train/c/92.png", dir);
+  write_bytes(p, "\x89PNG\r\n\x1a\n garbage", 16);
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL};
+  px_folder_report_t rep;
+  px_dataset_t *ds;
+  assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_OK);
+  assert_int_equal(rep.files, 12);
+  assert_int_equal(rep.skipped, 3);
+  assert_int_equal(rep.built, 1);
+  assert_int_equal(px_dataset_info(ds)->n, 9);
+  assert_int_equal(px_dataset_info(ds)->num_classes, 3);
+  /* labels follow the sorted classes, files in name order */
+  const uint8_t *labels = px_dataset_labels(ds);
+  for (int i = 0; i < 9; i++) assert_int_equal(labels[i], i / 3);
+  px_dataset_destroy(ds);
+  /* the count survives in the cache */
+  assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_OK);
+  assert_int_equal(rep.built, 0);
+  assert_int_equal(rep.skipped, 3);
+  px_dataset_destroy(ds);
+}
+
+static uint64_t dataset_hash(const px_dataset_t *ds) {
+  const px_dataset_info_t *in = px_dataset_info(ds);
+  size_t img = (size_t)in->channels * in->height * in->width;
+  return px_test_fnv64(px_dataset_images(ds), (size_t)in->n * img) ^
+         px_test_fnv64(px_dataset_labels(ds), (size_t)in->n);
+}
+
+static void the_cache_is_built_once_and_rebuilt_when_stale(void **state) {
+  (void)state;
+  need_fixtures();
+  char dir[256], p[512];
+  make_folder(dir, sizeof dir, "cache", 4);
+  px_folder_config_t fc = {dir, PX_SPLIT_TEST, 1, 12, NULL};
+  px_folder_report_t rep;
+  px_dataset_t *a, *b;
+  assert_int_equal(px_dataset_load_folder(&fc, &rep, &a), PX_OK);
+  assert_int_equal(rep.built, 1);
+  assert_non_null(strstr(rep.cache_path, "/.prunex-cache/val-1x12x12.pxc"));
+  /* what was cached is what the decoder gives */
+  px_image_decoder_t *d;
+  assert_int_equal(px_image_decoder_create(&d), PX_OK);
+  uint8_t img[144];
+  snprintf(p, sizeof p, "%s/val/b/00.jpg", dir); /* sample 4: class b's first file */
+  assert_int_equal(px_image_decode_file(d, p, 1, 12, img), PX_OK);
+  assert_memory_equal(px_dataset_images(a) + 4 * 144, img, 144);
+  px_image_decoder_destroy(d);
+  assert_int_equal(px_dataset_load_folder(&fc, &rep, &b), PX_OK);
+  assert_int_equal(rep.built, 0);
+  assert_int_equal(dataset_hash(a), dataset_hash(b));
+  px_dataset_destroy(b);
+  /* a changed file list (a new image) makes the cache stale */
+  snprintf(p, sizeof p, "%s/val/c/zz.png", dir);
+  char from[256];
+  snprintf(from, sizeof from, "%s/rgb40.png", fxdir);
+  copy_file(from, p);
+  assert_int_equal(px_dataset_load_folder(&fc, &rep, &b), PX_OK);
+  assert_int_equal(rep.built, 1);
+  assert_int_equal(px_dataset_info(b)->n, 13);
+  px_dataset_destroy(b);
+  /* a truncated cache is rebuilt, not trusted; the old mapping stays valid */
+  truncate(rep.cache_path, 200);
+  assert_int_equal(px_dataset_load_folder(&fc, &rep, &b), PX_OK);
+  assert_int_equal(rep.built, 1);
+  assert_int_equal(px_dataset_info(b)->n, 13);
+  assert_int_equal(px_dataset_info(a)->n, 12);
+  px_dataset_destroy(b);
+  px_dataset_destroy(a);
+  /* an explicit cache directory */
+  char cdir[300];
+  snprintf(cdir, sizeof cdir, "%s/elsewhere", root);
+  fc.cache_dir = cdir;
+  assert_int_equal(px_dataset_load_folder(&fc, &rep, &b), PX_OK);
+  assert_int_equal(rep.built, 1);
+  assert_int_equal(strncmp(rep.cache_path, cdir, strlen(cdir)), 0);
+  px_dataset_destroy(b);
+}
+
+static void concurrent_ranks_decode_once(void **state) {
+  (void)state;
+  need_fixtures();
+  char dir[256];
+  make_folder(dir, sizeof dir, "ranks", 20);
+  enum { NPROC = 4 };
+  pid_t pids[NPROC];
+  for (int r = 0; r < NPROC; r++) {
+    pids[r] = fork();
+    assert_true(pids[r] >= 0);
+    if (pids[r] == 0) {
+      px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 24, NULL};
+      px_folder_report_t rep;
+      px_dataset_t *ds;
+      if (px_dataset_load_folder(&fc, &rep, &ds) != PX_OK) _exit(100);
+      int code = (rep.built ? 1 : 0) | (px_dataset_info(ds)->n == 60 ? 2 : 0);
+      _exit(code | (int)((dataset_hash(ds) & 0xf) << 2));
+    }
+  }
+  int built = 0, hash = -1;
+  for (int r = 0; r < NPROC; r++) {
+    int status;
+    assert_int_equal(waitpid(pids[r], &status, 0), pids[r]);
+    assert_true(WIFEXITED(status));
+    int code = WEXITSTATUS(status);
+    assert_true(code != 100);
+    assert_true(code & 2);
+    built += code & 1;
+    if (hash < 0) hash = code >> 2;
+    assert_int_equal(code >> 2, hash);
+  }
+  assert_int_equal(built, 1);
+}
+
+/* Plain bilinear sample of plane s (w x h) at (fx, fy), borders clamped. */
+static double bilinear_ref(const uint8_t *s, int w, int h, double fx, double fy) {
+  fx = fx < 0 ? 0 : fx;
+  fy = fy < 0 ? 0 : fy;
+  int x0 = (int)fx < w - 1 ? (int)fx : w - 1, y0 = (int)fy < h - 1 ? (int)fy : h - 1;
+  int x1 = x0 + 1 < w ? x0 + 1 : w - 1, y1 = y0 + 1 < h ? y0 + 1 : h - 1;
+  double ax = fmin(fx - x0, 1.0), ay = fmin(fy - y0, 1.0);
+  double top = s[y0 * w + x0] * (1 - ax) + s[y0 * w + x1] * ax;
+  double bot = s[y1 * w + x0] * (1 - ax) + s[y1 * w + x1] * ax;
+  return top * (1 - ay) + bot * ay;
+}
+
+static void random_resized_crop_matches_a_plain_reference(void **state) {
+  (void)state;
+  enum { C = 3, H = 20, W = 20, N = 64 };
+  px_dataset_info_t info;
+  memset(&info, 0, sizeof info);
+  info.n = N;
+  info.channels = C;
+  info.height = H;
+  info.width = W;
+  info.num_classes = 10;
+  for (int c = 0; c < C; c++) {
+    info.mean[c] = 0.5f;
+    info.std[c] = 0.25f;
+  }
+  px_dataset_t *ds;
+  assert_int_equal(px_dataset_create_synthetic(&info, 7, &ds), PX_OK);
+  px_augment_t aug = {.crop_pad = 0, .flip = 1, .rrc_scale = 0.3f};
+  uint32_t idx[N];
+  for (int i = 0; i < N; i++) idx[i] = (uint32_t)i;
+  float *x = malloc(sizeof(float) * N * C * H * W);
+  int32_t y[N];
+  assert_int_equal(px_data_fill_batch(ds, idx, N, &aug, info.mean, info.std, 11, 3, x, y), PX_OK);
+  int flips = 0, smaller = 0;
+  double worst = 0;
+  for (int i = 0; i < N; i++) {
+    px_crop_flip_t cf, again;
+    px_augment_choose(&aug, 11, 3, i, &cf);
+    px_augment_choose(&aug, 11, 3, i, &again);
+    assert_memory_equal(&cf, &again, sizeof cf); /* a pure function */
+    double area = cf.rect.w * cf.rect.h;
+    assert_true(area >= 0.3 - 1e-9 && area <= 1.0 + 1e-9);
+    assert_true(cf.rect.x >= 0 && cf.rect.y >= 0 && cf.rect.x + cf.rect.w <= 1 + 1e-9 &&
+                cf.rect.y + cf.rect.h <= 1 + 1e-9);
+    double ar = (cf.rect.w * W) / (cf.rect.h * H);
+    if (area < 1.0) assert_true(ar >= 0.75 - 1e-9 && ar <= 4.0 / 3.0 + 1e-9);
+    flips += cf.flip;
+    smaller += area < 0.999;
+    const uint8_t *img = px_dataset_images(ds) + (size_t)i * C * H * W;
+    for (int c = 0; c < C; c++) {
+      for (int oy = 0; oy < H; oy++) {
+        for (int ox = 0; ox < W; ox++) {
+          int tx = cf.flip ? W - 1 - ox : ox;
+          double fx = cf.rect.x * W + (tx + 0.5) * (cf.rect.w * W) / W - 0.5;
+          double fy = cf.rect.y * H + (oy + 0.5) * (cf.rect.h * H) / H - 0.5;
+          double want = (bilinear_ref(img + c * H * W, W, H, fx, fy) / 255.0 - 0.5) / 0.25;
+          double got = x[((size_t)i * C + c) * H * W + oy * W + ox];
+          if (fabs(got - want) > worst) worst = fabs(got - want);
+        }
+      }
+    }
+  }
+  assert_true(worst < 1e-4);
+  assert_true(flips > 10 && flips < 54);
+  assert_true(smaller > 50);
+  /* another epoch, other crops */
+  px_crop_flip_t e3, e4;
+  int same = 0;
+  for (int i = 0; i < N; i++) {
+    px_augment_choose(&aug, 11, 3, i, &e3);
+    px_augment_choose(&aug, 11, 4, i, &e4);
+    same += e3.rect.x == e4.rect.x && e3.rect.w == e4.rect.w;
+  }
+  assert_true(same < 4);
+  free(x);
+  px_dataset_destroy(ds);
+}
+
+static void ranks_shard_a_mapped_folder(void **state) {
+  (void)state;
+  need_fixtures();
+  char dir[256];
+  make_folder(dir, sizeof dir, "shard", 5);
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL};
+  px_dataset_t *ds;
+  assert_int_equal(px_dataset_load_folder(&fc, NULL, &ds), PX_OK);
+  int seen[15] = {0};
+  for (int r = 0; r < 2; r++) {
+    px_loader_config_t lc;
+    px_loader_config_eval(ds, &lc);
+    lc.batch_size = 4;
+    lc.rank = r;
+    lc.world_size = 2;
+    px_loader_t *l;
+    assert_int_equal(px_loader_create(ds, &lc, &l), PX_OK);
+    assert_int_equal(px_loader_num_samples(l), r == 0 ? 8 : 7);
+    assert_int_equal(px_loader_begin_epoch(l, 0), PX_OK);
+    px_batch_t b;
+    int k = r == 0 ? 0 : 8;
+    while (px_loader_next(l, &b) == 1) {
+      for (int i = 0; i < b.n; i++) {
+        assert_int_equal(b.y[i], px_dataset_labels(ds)[k]);
+        seen[k++]++;
+      }
+    }
+    px_loader_destroy(l);
+  }
+  for (int i = 0; i < 15; i++) assert_int_equal(seen[i], 1);
+  px_dataset_destroy(ds);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(png_and_jpeg_decode_as_opencv_does),
+      cmocka_unit_test(resize_and_centre_crop_match_opencv),
+      cmocka_unit_test(corrupt_and_oversized_files_are_refused_with_a_reason),
+      cmocka_unit_test(layout_errors_are_refused_naming_the_directory),
+      cmocka_unit_test(corrupt_images_are_skipped_and_counted),
+      cmocka_unit_test(the_cache_is_built_once_and_rebuilt_when_stale),
+      cmocka_unit_test(concurrent_ranks_decode_once),
+      cmocka_unit_test(random_resized_crop_matches_a_plain_reference),
+      cmocka_unit_test(ranks_shard_a_mapped_folder),
+  };
+  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
