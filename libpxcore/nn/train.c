@@ -313,17 +313,38 @@ static px_status_t px__next_batch(px_trainer_t *t, px_batch_t *b) {
   }
 }
 
-px_status_t px_trainer_calibrate_bn(px_trainer_t *t, int64_t n) {
+px_status_t px_trainer_calibrate_bn_of(px_trainer_t *t, px_model_t *m, int64_t n) {
+  const px_model_config_t *a = px_model_config(m), *b = px_model_config(t->model);
+  PX_REQUIRE(a->batch == b->batch && a->in_channels == b->in_channels && a->height == b->height &&
+                 a->width == b->width,
+             "calibration: the model takes batches of %d x %dx%dx%d, the trainer's are %d x "
+             "%dx%dx%d",
+             a->batch, a->in_channels, a->height, a->width, b->batch, b->in_channels, b->height,
+             b->width);
   for (int64_t i = 0; i < n; i++) {
-    px_batch_t b;
-    px_status_t r = px__next_batch(t, &b);
+    px_batch_t bt;
+    px_status_t r = px__next_batch(t, &bt);
     if (r < 0) return r;
-    PX_CHECK(px_model_forward_train(t->model, b.x));
+    PX_CHECK(px_model_forward_train(m, bt.x));
   }
   return PX_OK;
 }
 
+px_status_t px_trainer_calibrate_bn(px_trainer_t *t, int64_t n) {
+  return px_trainer_calibrate_bn_of(t, t->model, n);
+}
+
+static px_status_t px__eval_model(void *ctx, const float *x, const int32_t *y, int32_t n,
+                                  double *loss_sum, int64_t *correct) {
+  return px_model_eval_batch(ctx, x, y, n, loss_sum, correct);
+}
+
 px_status_t px_trainer_evaluate(px_trainer_t *t, px_eval_stats_t *out) {
+  return px_trainer_evaluate_with(t, px__eval_model, t->model, out);
+}
+
+px_status_t px_trainer_evaluate_with(px_trainer_t *t, px_eval_batch_fn fn, void *ctx,
+                                     px_eval_stats_t *out) {
   memset(out, 0, sizeof *out);
   double t0 = px__now(), loss = 0;
   int64_t correct = 0;
@@ -336,7 +357,7 @@ px_status_t px_trainer_evaluate(px_trainer_t *t, px_eval_stats_t *out) {
       st = r;
       break;
     }
-    PX_CHECK_GOTO(px_model_eval_batch(t->model, b.x, b.y, b.n, &loss, &correct), st, end);
+    PX_CHECK_GOTO(fn(ctx, b.x, b.y, b.n, &loss, &correct), st, end);
     out->samples += b.n;
   }
 end:
