@@ -6,7 +6,8 @@
  * logits, and both give the dense masked model's logits through the
  * training engine; a compact plan that keeps constant channels (the
  * strategies' evaluation) and one that folds them (export) agree. Repeated
- * runs and reloads allocate nothing. */
+ * runs and reloads allocate nothing. The calibration net (BN in training
+ * mode) moves the running statistics as the training engine does. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -88,7 +89,7 @@ static void check_arch(const char *arch, int in_c, int hw, int n) {
     assert_int_equal(px__compact_plan(dense, fold, &plan), PX_OK);
     assert_int_equal(px__compact_build(plan, dense, ops, n, &cm), PX_OK);
     /* chunks of 3: the last one short */
-    assert_int_equal(px__infer_create(cm, 3, &net), PX_OK);
+    assert_int_equal(px__infer_create(cm, 3, 0, &net), PX_OK);
     assert_int_equal(px__infer_load(net), PX_OK);
     assert_int_equal(px__infer_logits(net, x, n, got), PX_OK);
     assert_int_equal(px__infer_logits_ref(net, x, n, ref), PX_OK);
@@ -156,7 +157,7 @@ static void eval_matches_model_eval(void **state) {
   px_model_t *cm;
   assert_int_equal(px_model_compact(dense, ops, n, &cm), PX_OK);
   px__infer_t *net;
-  assert_int_equal(px__infer_create(cm, px__infer_cache_batch(cm, n), &net), PX_OK);
+  assert_int_equal(px__infer_create(cm, px__infer_cache_batch(cm, n), 0, &net), PX_OK);
   assert_int_equal(px__infer_load(net), PX_OK);
   assert_int_equal(px__infer_eval(net, x, y, n, &l1, &c1), PX_OK);
   printf("loss %.6f vs %.6f, correct %lld vs %lld\n", l0, l1, (long long)c0, (long long)c1);
@@ -172,12 +173,71 @@ static void eval_matches_model_eval(void **state) {
   free(x);
 }
 
+/* The calibration net (BN in training mode) moves the compact model's
+ * running statistics as a training-mode forward of the dense model moves
+ * the kept channels' ones. */
+static void calibration_matches_training_forward(void **state) {
+  (void)state;
+  px_ops_t *ops;
+  assert_int_equal(px_ops_create(px_device_cpu(), 2, &ops), PX_OK);
+  const int n = 6;
+  px_model_t *dense = pruned_model(ops, "resnet20", 1, 28, n);
+  float *x = malloc((size_t)n * 784 * sizeof *x);
+  for (size_t i = 0; i < (size_t)n * 784; i++) x[i] = (float)(2 * unif() - 1);
+  px__compact_t *plan;
+  px_model_t *cm;
+  px__infer_t *cal, *net;
+  assert_int_equal(px__compact_plan(dense, 0, &plan), PX_OK);
+  assert_int_equal(px__compact_build(plan, dense, ops, 1, &cm), PX_OK);
+  assert_int_equal(px__infer_create(cm, n, 1, &cal), PX_OK);
+  assert_int_equal(px__infer_create(cm, 4, 0, &net), PX_OK);
+  assert_int_equal(px__infer_calibrate(net, x), PX_ERR_INVALID);
+  assert_int_equal(px__infer_load(cal), PX_OK);
+  for (int r = 0; r < 2; r++) {
+    assert_int_equal(px_model_forward_train(dense, x), PX_OK);
+    assert_int_equal(px__infer_calibrate(cal, x), PX_OK);
+  }
+  int32_t idx[64];
+  double worst = 0;
+  int nbn = 0;
+  for (int k = 0; k < plan->nn; k++) {
+    const px_model_node_t *bn = &plan->nodes[k];
+    if (bn->kind != PX_NODE_BN) continue;
+    nbn++;
+    int nk = px__compact_kept(plan, dense, bn->out, idx);
+    for (int t = 0; t < 2; t++) {
+      int b = t ? bn->rv : bn->rm;
+      const float *c = px_model_buffer(cm, b)->value->data, *d = px_model_buffer(dense, b)->value->data;
+      for (int i = 0; i < nk; i++)
+        worst = fmax(worst, fabs((double)c[i] - d[idx[i]]) / fmax(1e-3, fabs((double)d[idx[i]])));
+    }
+  }
+  printf("%d batch norms: running statistics within %.2e (relative)\n", nbn, worst);
+  assert_true(nbn == 21 && worst < 1e-4);
+  /* the inference net then reads the calibrated statistics */
+  float *a = malloc((size_t)n * 10 * sizeof *a), *b = malloc((size_t)n * 10 * sizeof *b);
+  assert_int_equal(px_model_logits(dense, x, n, a), PX_OK);
+  assert_int_equal(px__infer_load(net), PX_OK);
+  assert_int_equal(px__infer_logits(net, x, n, b), PX_OK);
+  assert_true(max_rel_diff(b, a, (size_t)n * 10) < 1e-4);
+  free(a);
+  free(b);
+  free(x);
+  px__infer_destroy(cal);
+  px__infer_destroy(net);
+  px_model_destroy(cm);
+  px__compact_destroy(plan);
+  px_model_destroy(dense);
+  px_ops_destroy(ops);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(resnet20_engine_matches_reference_and_dense),
       cmocka_unit_test(resnet18_engine_matches_reference_and_dense),
       cmocka_unit_test(resnet50_engine_matches_reference_and_dense),
       cmocka_unit_test(eval_matches_model_eval),
+      cmocka_unit_test(calibration_matches_training_forward),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -117,7 +117,7 @@ static int rank_main(px_th_ctx_t *ctx) {
     compare_t c = {d1, NULL, 0, 0};
     PX_TH_OK(px__compact_plan(d1, 0, &plan));
     PX_TH_OK(px__compact_build(plan, d1, px_model_ops(d1), tc.batch, &cm));
-    PX_TH_OK(px__infer_create(cm, px__infer_cache_batch(cm, tc.batch), &c.net));
+    PX_TH_OK(px__infer_create(cm, px__infer_cache_batch(cm, tc.batch), 0, &c.net));
     PX_TH_OK(px__infer_load(c.net));
     px_eval_stats_t es;
     PX_TH_OK(px_trainer_evaluate_with(t1, compare_batch, &c, &es));

@@ -66,6 +66,8 @@ static px_status_t compare(void *c, const float *x, const int32_t *y, int32_t n,
   return px__infer_compare(k->net, k->dense, x, n, &k->differ);
 }
 
+static px_status_t calibrate(void *c, const float *x) { return px__infer_calibrate(c, x); }
+
 static void project(px_model_t *m) {
   for (int i = 0; i < px_model_num_params(m); i++) {
     int j = px_model_channel_consumer(m, i);
@@ -111,10 +113,13 @@ int main(int argc, char **argv) {
   px_model_t *cm;
   ctx_t k = {NULL, dense, 0};
   if (px__compact_plan(dense, 0, &plan) < 0 ||
-      px__compact_build(plan, dense, px_model_ops(dense), tc.batch, &cm) < 0)
+      px__compact_build(plan, dense, px_model_ops(dense), 1, &cm) < 0)
     return die("compact");
   int32_t b = chunk > 0 ? chunk : px__infer_cache_batch(cm, tc.batch);
-  if (px__infer_create(cm, b, &k.net) < 0 || px__infer_load(k.net) < 0) return die("net");
+  px__infer_t *cal;
+  if (px__infer_create(cm, b, 0, &k.net) < 0 || px__infer_load(k.net) < 0 ||
+      px__infer_create(cm, tc.batch, 1, &cal) < 0)
+    return die("net");
   double t_build = now_s() - t0;
   px_eval_stats_t ed, ek;
   if (px_trainer_evaluate_with(t, compare, &k, &ed) < 0) return die("compare");
@@ -143,7 +148,8 @@ int main(int argc, char **argv) {
     if (px_trainer_calibrate_bn(t, CALIBRATE) < 0) return die("dense calibration");
     double a = now_s() - t0;
     t0 = now_s();
-    if (px_trainer_calibrate_bn_of(t, cm, CALIBRATE) < 0) return die("compact calibration");
+    if (px__infer_load(cal) < 0 || px_trainer_calibrate_with(t, calibrate, cal, CALIBRATE) < 0)
+      return die("compact calibration");
     double c = now_s() - t0;
     if (a < dense_cal) dense_cal = a;
     if (c < compact_cal) compact_cal = c;
@@ -165,6 +171,7 @@ int main(int argc, char **argv) {
   printf("RESULT compact_eval_total_speedup %.2f ratio\n",
          (dense_eval + dense_cal) / (compact_eval + compact_cal));
   px__infer_destroy(k.net);
+  px__infer_destroy(cal);
   px_model_destroy(cm);
   px__compact_destroy(plan);
   px_trainer_destroy(t);

@@ -21,7 +21,7 @@
 
 #define PX__INFER_BN_EPS 1e-5
 
-enum { PX__S_CONV, PX__S_BN, PX__S_ADD, PX__S_GAP, PX__S_FC };
+enum { PX__S_CONV, PX__S_BN, PX__S_BN_TRAIN, PX__S_ADD, PX__S_GAP, PX__S_FC };
 
 typedef struct {
   int kind;
@@ -32,6 +32,7 @@ typedef struct {
   int in, in2, out;       /* activations (REORDERs resolved); in2 -1 unless sum / ADD */
   int sin, sin2, sout;    /* their slots */
   int c_in, c_out, h, w, oh, ow, k, stride, pad;
+  int pw, pb, rm, rv;     /* BN_TRAIN: the model's scale, shift, running mean and var */
   float *wf;              /* CONV [c_out][c_in][k][k] folded, FC [c_out][c_in], BN [c_out]
                              scale */
   float *bf;              /* [c_out] folded bias (BN: shift) */
@@ -43,6 +44,8 @@ typedef struct {
 struct px__infer {
   px_model_t *m;
   px_ops_t *ops;
+  int train_bn;          /* 1: BN in training mode (batch statistics; running ones updated) */
+  double *stat;          /* [2][max channels] train_bn's per-channel sums */
   int32_t batch, classes, in_c, in_h, in_w;
   int nsteps;
   px__istep_t *steps;    /* [nsteps] */
@@ -120,7 +123,7 @@ static px_status_t px__plan_steps(px__infer_t *net, px__graph_t *g) {
         s->pad = n->pad;
         s->relu = 0;
         int last, r = px__g_sole_reader(g, s->out, &last);
-        if (r >= 0 && g->nodes[r].kind == PX_NODE_BN) {
+        if (r >= 0 && g->nodes[r].kind == PX_NODE_BN && !net->train_bn) {
           s->bn = r;
           used[r] = 1;
           s->out = g->alias[g->nodes[r].out];
@@ -144,7 +147,13 @@ static px_status_t px__plan_steps(px__infer_t *net, px__graph_t *g) {
         }
         break;
       }
-      case PX_NODE_BN: s->kind = PX__S_BN; break;
+      case PX_NODE_BN:
+        s->kind = net->train_bn ? PX__S_BN_TRAIN : PX__S_BN;
+        s->pw = n->w;
+        s->pb = n->b;
+        s->rm = n->rm;
+        s->rv = n->rv;
+        break;
       case PX_NODE_ADD: s->kind = PX__S_ADD; break;
       case PX_NODE_GAP: s->kind = PX__S_GAP; break;
       case PX_NODE_FC: s->kind = PX__S_FC; break;
@@ -329,7 +338,7 @@ done:
   return st;
 }
 
-px_status_t px__infer_create(px_model_t *m, int32_t batch, px__infer_t **out) {
+px_status_t px__infer_create(px_model_t *m, int32_t batch, int train_bn, px__infer_t **out) {
   PX_REQUIRE(m && out && batch >= 1, "px__infer_create: bad argument");
   *out = NULL;
   px_ops_t *ops = px_model_ops(m);
@@ -341,6 +350,7 @@ px_status_t px__infer_create(px_model_t *m, int32_t batch, px__infer_t **out) {
   if (!net) return PX_ERR_NOMEM;
   net->m = m;
   net->ops = ops;
+  net->train_bn = train_bn;
   net->batch = batch;
   net->classes = cfg->num_classes;
   net->in_c = cfg->in_channels;
@@ -360,10 +370,14 @@ px_status_t px__infer_create(px_model_t *m, int32_t batch, px__infer_t **out) {
     size_t f = (size_t)batch * g.ch[a] * g.h[a] * g.w[a];
     if (f > net->slot_floats) net->slot_floats = f;
   }
+  int maxc = 1;
+  for (int a = 0; a < g.na; a++)
+    if (g.ch[a] > maxc) maxc = g.ch[a];
+  net->stat = px_calloc(2 * (size_t)maxc, sizeof *net->stat, "infer.stat");
   net->slot = px_calloc((size_t)net->nslots, sizeof *net->slot, "infer.slots");
   net->logits = px_malloc((size_t)batch * net->classes * sizeof(float), "infer.logits");
   net->logits2 = px_malloc((size_t)batch * net->classes * sizeof(float), "infer.logits");
-  if (!net->slot || !net->logits || !net->logits2) {
+  if (!net->slot || !net->logits || !net->logits2 || !net->stat) {
     st = PX_ERR_NOMEM;
     goto fail;
   }
@@ -408,7 +422,7 @@ void px__infer_destroy(px__infer_t *net) {
     PX_FREE_ALL(s->wf, s->bf);
   }
   for (int i = 0; net->slot && i < net->nslots; i++) px_free(net->slot[i]);
-  PX_FREE_ALL(net->slot, net->steps, net->logits, net->logits2);
+  PX_FREE_ALL(net->slot, net->steps, net->logits, net->logits2, net->stat);
   px_free(net);
 }
 
@@ -433,7 +447,7 @@ px_status_t px__infer_load(px__infer_t *net) {
       memcpy(s->bf, px__param(m, n.b), (size_t)s->c_out * sizeof(float));
       continue;
     }
-    if (s->kind != PX__S_CONV && s->kind != PX__S_BN) continue;
+    if (s->kind != PX__S_CONV && s->kind != PX__S_BN) continue; /* BN_TRAIN reads the model */
     int has_bn = s->kind == PX__S_BN || s->bn >= 0;
     if (has_bn) PX_CHECK(px_model_node(m, s->kind == PX__S_BN ? s->node : s->bn, &bn));
     size_t per = s->kind == PX__S_CONV ? (size_t)s->c_in * s->k * s->k : 1;
@@ -473,6 +487,42 @@ static void px__pack_input(px__infer_t *net, const float *x, int32_t n) {
   memset(d + (size_t)n * per, 0, (size_t)(net->batch - n) * per * sizeof(float));
 }
 
+/* Training-mode batch norm on NHWC, as the training engine's (cpu_bn.c):
+ * normalised by the batch mean and biased variance over N*H*W, the running
+ * mean and the unbiased running variance moved by momentum 0.1 (written
+ * into the model's buffers). */
+static void px__bn_train(px__infer_t *net, const px__istep_t *s, const float *x, float *y) {
+  const size_t P = (size_t)net->batch * s->h * s->w, C = (size_t)s->c_in;
+  const float *scale = px__param(net->m, s->pw), *shift = px__param(net->m, s->pb);
+  float *rm = (float *)px__buffer(net->m, s->rm), *rv = (float *)px__buffer(net->m, s->rv);
+  double *mean = net->stat, *var = net->stat + C;
+  memset(net->stat, 0, 2 * C * sizeof *net->stat);
+  for (size_t p = 0; p < P; p++)
+    for (size_t c = 0; c < C; c++) mean[c] += x[p * C + c];
+  for (size_t c = 0; c < C; c++) mean[c] /= (double)P;
+  for (size_t p = 0; p < P; p++)
+    for (size_t c = 0; c < C; c++) {
+      double d = x[p * C + c] - mean[c];
+      var[c] += d * d;
+    }
+  const float m = 0.1f;
+  const float unbias = (float)((double)P / (double)(P - 1));
+  for (size_t c = 0; c < C; c++) {
+    var[c] /= (double)P;
+    rm[c] = (1.0f - m) * rm[c] + m * (float)mean[c];
+    rv[c] = (1.0f - m) * rv[c] + m * (float)var[c] * unbias;
+    /* y = a x + b */
+    double a = scale[c] / sqrt(var[c] + PX__INFER_BN_EPS);
+    var[c] = a;
+    mean[c] = shift[c] - a * mean[c];
+  }
+  for (size_t p = 0; p < P; p++)
+    for (size_t c = 0; c < C; c++) {
+      float v = (float)(var[c] * x[p * C + c] + mean[c]);
+      y[p * C + c] = s->relu && v < 0 ? 0 : v;
+    }
+}
+
 /* The steps that are not convolutions (plain loops, shared by both paths). */
 static void px__run_other(px__infer_t *net, const px__istep_t *s) {
   const float *x = net->slot[s->sin];
@@ -486,6 +536,7 @@ static void px__run_other(px__infer_t *net, const px__istep_t *s) {
           y[p * C + c] = s->relu && v < 0 ? 0 : v;
         }
       break;
+    case PX__S_BN_TRAIN: px__bn_train(net, s, x, y); break;
     case PX__S_ADD: {
       const float *x2 = net->slot[s->sin2];
       for (size_t i = 0; i < B * hw * C; i++) {
@@ -566,6 +617,12 @@ static px_status_t px__run(px__infer_t *net, const float *x, int32_t n, float *l
            (size_t)c * net->classes * sizeof(float));
   }
   return PX_OK;
+}
+
+px_status_t px__infer_calibrate(px__infer_t *net, const float *x) {
+  PX_REQUIRE(net->train_bn, "px__infer_calibrate: a net built for inference");
+  float *junk = net->logits;
+  return px__run(net, x, net->batch, junk, 0);
 }
 
 px_status_t px__infer_logits(px__infer_t *net, const float *x, int32_t n, float *logits) {

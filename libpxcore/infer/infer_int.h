@@ -25,10 +25,13 @@ int32_t px__infer_cache_batch(const px_model_t *m, int32_t cap);
 
 /* Builds the net of m's graph (a CPU model: its ops context runs the
  * primitives; m must outlive the net) for batch samples per chunk. The
- * weights are not read: px__infer_load before the first run. Caller owns
- * *out (px__infer_destroy). PX_ERR_INVALID for a model not on the CPU or a
+ * weights are not read: px__infer_load before the first run. train_bn 1
+ * builds the calibration net instead: batch norms in training mode (batch
+ * statistics, m's running statistics updated as the training engine does;
+ * nothing folded or fused), for px__infer_calibrate. Caller owns *out
+ * (px__infer_destroy). PX_ERR_INVALID for a model not on the CPU or a
  * graph the engine does not know, PX_ERR_NOMEM, PX_ERR_BACKEND. */
-px_status_t px__infer_create(px_model_t *m, int32_t batch, px__infer_t **out);
+px_status_t px__infer_create(px_model_t *m, int32_t batch, int train_bn, px__infer_t **out);
 void px__infer_destroy(px__infer_t *net);
 int32_t px__infer_batch(const px__infer_t *net);
 
@@ -36,6 +39,10 @@ int32_t px__infer_batch(const px__infer_t *net);
  * them (scale / sqrt(var + eps) into the filters, the rest into a bias) and
  * converts the weights for the primitives. Allocates nothing. */
 px_status_t px__infer_load(px__infer_t *net);
+
+/* One training-mode forward of a calibration net over exactly its batch of
+ * samples x: m's BN running statistics move. Allocates nothing. */
+px_status_t px__infer_calibrate(px__infer_t *net, const float *x);
 
 /* Logits [n][classes] of n >= 1 samples x ([n][C][H][W] plain host f32),
  * into the caller's logits. Allocates nothing. */

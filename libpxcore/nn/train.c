@@ -313,25 +313,23 @@ static px_status_t px__next_batch(px_trainer_t *t, px_batch_t *b) {
   }
 }
 
-px_status_t px_trainer_calibrate_bn_of(px_trainer_t *t, px_model_t *m, int64_t n) {
-  const px_model_config_t *a = px_model_config(m), *b = px_model_config(t->model);
-  PX_REQUIRE(a->batch == b->batch && a->in_channels == b->in_channels && a->height == b->height &&
-                 a->width == b->width,
-             "calibration: the model takes batches of %d x %dx%dx%d, the trainer's are %d x "
-             "%dx%dx%d",
-             a->batch, a->in_channels, a->height, a->width, b->batch, b->in_channels, b->height,
-             b->width);
+px_status_t px_trainer_calibrate_with(px_trainer_t *t, px_train_batch_fn fn, void *ctx,
+                                     int64_t n) {
   for (int64_t i = 0; i < n; i++) {
-    px_batch_t bt;
-    px_status_t r = px__next_batch(t, &bt);
+    px_batch_t b;
+    px_status_t r = px__next_batch(t, &b);
     if (r < 0) return r;
-    PX_CHECK(px_model_forward_train(m, bt.x));
+    PX_CHECK(fn(ctx, b.x));
   }
   return PX_OK;
 }
 
+static px_status_t px__forward_train(void *ctx, const float *x) {
+  return px_model_forward_train(ctx, x);
+}
+
 px_status_t px_trainer_calibrate_bn(px_trainer_t *t, int64_t n) {
-  return px_trainer_calibrate_bn_of(t, t->model, n);
+  return px_trainer_calibrate_with(t, px__forward_train, t->model, n);
 }
 
 static px_status_t px__eval_model(void *ctx, const float *x, const int32_t *y, int32_t n,

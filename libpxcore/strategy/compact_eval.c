@@ -3,8 +3,9 @@
  * compact twin (export/compact_int.h: pruned filters and channels removed)
  * run by the inference engine (infer/infer_int.h: BN folded, ReLU and
  * residual adds fused, forward-inference primitives, cache-sized chunks),
- * and the BN statistics that precede an evaluation are re-estimated on the
- * compact model too. Both give the dense model's predictions up to rounding.
+ * and the BN statistics that precede an evaluation are re-estimated by the
+ * same engine's calibration net (the compact convolutions, BN in training
+ * mode) on the training batches the dense calibration would have taken. Both give the dense model's predictions up to rounding.
  *
  * The compact model and its net are built when the pattern of kept
  * channels changes (every evaluation while the masks move, never after
@@ -29,8 +30,9 @@ struct px__ceval {
   px__compact_t *plan;  /* analysis of the dense model, refreshed per evaluation */
   uint8_t *pattern;     /* kept channels of every group the models were built for */
   size_t npattern;
-  px_model_t *cm;       /* the compact model, at the trainer's batch (calibration) */
+  px_model_t *cm;       /* the compact model (the values the nets read; batch 1) */
   px__infer_t *net;     /* the inference net over cm's values */
+  px__infer_t *cal;     /* the calibration net (training-mode BN), the trainer's batch */
   int64_t builds;
 };
 
@@ -41,6 +43,7 @@ int px__ceval_wanted(const px__strategy_run_t *r, int has_consensus) {
 void px__ceval_destroy(px__ceval_t *ce) {
   if (!ce) return;
   px__infer_destroy(ce->net);
+  px__infer_destroy(ce->cal);
   px_model_destroy(ce->cm);
   px__compact_destroy(ce->plan);
   px_free(ce->pattern);
@@ -88,21 +91,28 @@ static px_status_t px__ceval_sync(px__strategy_run_t *r) {
   }
   if (same) return px__compact_fill(ce->plan, r->m, ce->cm);
   px__infer_destroy(ce->net);
+  px__infer_destroy(ce->cal);
   px_model_destroy(ce->cm);
-  ce->net = NULL;
+  ce->net = ce->cal = NULL;
   ce->cm = NULL;
   const px_model_config_t *cfg = px_model_config(r->m);
-  PX_CHECK(px__compact_build(ce->plan, r->m, px_model_ops(r->m), cfg->batch, &ce->cm));
-  PX_CHECK(px__infer_create(ce->cm, px__infer_cache_batch(ce->cm, cfg->batch), &ce->net));
+  PX_CHECK(px__compact_build(ce->plan, r->m, px_model_ops(r->m), 1, &ce->cm));
+  PX_CHECK(px__infer_create(ce->cm, px__infer_cache_batch(ce->cm, cfg->batch), 0, &ce->net));
+  PX_CHECK(px__infer_create(ce->cm, cfg->batch, 1, &ce->cal));
   px__pattern(ce->plan, r->m, ce->pattern);
   ce->builds++;
   return PX_OK;
 }
 
+static px_status_t px__ceval_train_batch(void *ctx, const float *x) {
+  return px__infer_calibrate(ctx, x);
+}
+
 px_status_t px__ceval_calibrate(px__strategy_run_t *r, int64_t n) {
   PX_CHECK(px__ceval_sync(r));
   px__ceval_t *ce = r->ceval;
-  PX_CHECK(px_trainer_calibrate_bn_of(r->t, ce->cm, n));
+  PX_CHECK(px__infer_load(ce->cal));
+  PX_CHECK(px_trainer_calibrate_with(r->t, px__ceval_train_batch, ce->cal, n));
   /* the kept channels' statistics back into the dense model */
   int32_t *idx = ce->plan->ko;
   for (int k = 0; k < ce->plan->nn; k++) {

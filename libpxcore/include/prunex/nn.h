@@ -342,10 +342,13 @@ PX_API void px_trainer_set_grad_hook(px_trainer_t *t, px_grad_hook_t hook, void 
  * training batches (forward passes in training mode, no update of the
  * weights), continuing the training data stream of px_trainer_steps. */
 PX_API px_status_t px_trainer_calibrate_bn(px_trainer_t *t, int64_t n);
-/* The same on another model m built for the trainer's batch and input (a
- * compact twin of the trainer's model): m's BN statistics change, and the
- * stream advances exactly as px_trainer_calibrate_bn would advance it. */
-PX_API px_status_t px_trainer_calibrate_bn_of(px_trainer_t *t, px_model_t *m, int64_t n);
+/* The same batches handed to fn instead (x: a full batch, [batch][C][H][W]
+ * host f32), which runs its own training-mode forward (the compact
+ * evaluation's calibration): the stream advances exactly as
+ * px_trainer_calibrate_bn would advance it. */
+typedef px_status_t (*px_train_batch_fn)(void *ctx, const float *x);
+PX_API px_status_t px_trainer_calibrate_with(px_trainer_t *t, px_train_batch_fn fn, void *ctx,
+                                             int64_t n);
 
 /* Steps over which the learning-rate schedule runs (default epochs x steps
  * per epoch), and the number of steps taken so far. */
