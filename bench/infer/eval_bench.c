@@ -23,6 +23,7 @@
 #include "infer/infer_int.h"
 #include "prunex/nn.h"
 #include "prunex/prune.h"
+#include "bench_project.h"
 
 #define CALIBRATE 20
 
@@ -66,22 +67,33 @@ static px_status_t compare(void *c, const float *x, const int32_t *y, int32_t n,
   return px__infer_compare(k->net, k->dense, x, n, &k->differ);
 }
 
+/* Multiply-adds per image of the convolutions and the FC. */
+static double macs(const px_model_t *m) {
+  const px_model_config_t *c = px_model_config(m);
+  int h[512], w[512];
+  double total = 0;
+  h[0] = c->height;
+  w[0] = c->width;
+  for (int k = 0; k < px_model_num_nodes(m) && k < 512; k++) {
+    px_model_node_t n;
+    px_model_node(m, k, &n);
+    if (n.out >= 512) break;
+    if (n.kind == PX_NODE_CONV) {
+      h[n.out] = (h[n.in] + 2 * n.pad - n.kernel) / n.stride + 1;
+      w[n.out] = (w[n.in] + 2 * n.pad - n.kernel) / n.stride + 1;
+      total += (double)n.c_out * n.c_in * n.kernel * n.kernel * h[n.out] * w[n.out];
+    } else if (n.kind == PX_NODE_FC) {
+      total += (double)n.c_out * n.c_in;
+    } else {
+      h[n.out] = h[n.in];
+      w[n.out] = w[n.in];
+    }
+  }
+  return total;
+}
+
 static px_status_t calibrate(void *c, const float *x) { return px__infer_calibrate(c, x); }
 
-static void project(px_model_t *m) {
-  for (int i = 0; i < px_model_num_params(m); i++) {
-    int j = px_model_channel_consumer(m, i);
-    if (j < 0) continue;
-    px_tensor_t *tp = px_model_param(m, i)->value, *tc = px_model_param(m, j)->value;
-    px_conv_shape_t sp = {(int32_t)tp->dims[0], (int32_t)tp->dims[1], (int32_t)tp->dims[2],
-                          (int32_t)tp->dims[3]};
-    px_conv_shape_t sc = {(int32_t)tc->dims[0], (int32_t)tc->dims[1], (int32_t)tc->dims[2],
-                          (int32_t)tc->dims[3]};
-    uint8_t fm[4096], cm[4096];
-    memset(fm, 1, sizeof fm);
-    px_prune_project_coupled(tp->data, sp, tc->data, sc, 0.5, fm, cm, NULL, 0);
-  }
-}
 
 int main(int argc, char **argv) {
   if (argc < 3) {
@@ -100,7 +112,7 @@ int main(int argc, char **argv) {
   if (px_trainer_create(&tc, &t) < 0) return die("trainer");
   px_model_t *dense = px_trainer_model(t);
   if (!strcmp(argv[1], "random")) {
-    project(dense);
+    if (px_bench_project_coupled(dense, 0.5) < 0) return die("projection");
   } else if (px_model_load(dense, NULL, argv[1]) < 0) {
     return die(argv[1]);
   }
@@ -157,6 +169,8 @@ int main(int argc, char **argv) {
   printf("model %s: %zu parameters, density %.4f, compact %zu parameters; engine chunk %d, %d "
          "thread(s); compact model and net built in %.3f s\n",
          argv[1], numel, (double)nz / (double)numel, px_model_numel(cm), b, threads, t_build);
+  printf("multiply-adds per image: dense %.2f M, compact %.2f M (%.3f)\n", macs(dense) / 1e6,
+         macs(cm) / 1e6, macs(cm) / macs(dense));
   printf("test set %lld images: accuracy dense %.4f, compact %.4f; predictions differ on %lld\n",
          (long long)ed.samples, ed.accuracy, ek.accuracy, (long long)k.differ);
   printf("evaluation   dense %.3f s  compact %.3f s  (%.2fx)   wall: %.3f s, %.3f s\n",

@@ -279,7 +279,10 @@ int32_t px__infer_cache_batch(const px_model_t *m, int32_t cap) {
   }
   size_t b = (size_t)l2 / widest;
   if (b < 1) b = 1;
-  return b > (size_t)cap ? cap : (int32_t)b;
+  if (b >= (size_t)cap) return cap;
+  /* even chunks of a batch of cap: 64 = 3 x 22 - 2 rather than 2 x 24 + 16 */
+  size_t chunks = ((size_t)cap + b - 1) / b;
+  return (int32_t)(((size_t)cap + chunks - 1) / chunks);
 }
 
 /* ---- primitives --------------------------------------------------------------------- */

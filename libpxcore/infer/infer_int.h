@@ -20,7 +20,8 @@
 typedef struct px__infer px__infer_t;
 
 /* Samples per chunk whose widest convolution (input and output
- * activations) fits the L2 cache of one core, at least 1, at most cap. */
+ * activations) fits the L2 cache of one core, at least 1, at most cap,
+ * and evened out over a batch of cap. */
 int32_t px__infer_cache_batch(const px_model_t *m, int32_t cap);
 
 /* Builds the net of m's graph (a CPU model: its ops context runs the
