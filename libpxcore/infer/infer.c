@@ -37,8 +37,11 @@ typedef struct {
                              scale */
   float *bf;              /* [c_out] folded bias (BN: shift) */
   void *wp;               /* CONV: weights in the primitive's layout (wf when plain) */
-  px__exec_t fwd, wreo;   /* CONV: the primitive; plain -> primitive weights */
+  px__exec_t fwd, wreo;   /* CONV: the primitive; plain -> primitive weights; BN_TRAIN:
+                             oneDNN's training-mode batch norm */
   int have_fwd, have_wreo;
+  float *bstat;           /* BN_TRAIN: [2][c_out] batch mean and biased variance */
+  void *ws;               /* BN_TRAIN with ReLU: the primitive's workspace */
 } px__istep_t;
 
 struct px__infer {
@@ -341,6 +344,64 @@ done:
   return st;
 }
 
+/* oneDNN's training-mode batch norm on the step's NHWC activation (ReLU
+ * fused), as the training engine runs it (nn/cpu/cpu_bn.c). */
+static px_status_t px__bn_train_create(px__infer_t *net, px__istep_t *s) {
+  px_ops_t *ops = net->ops;
+  dnnl_memory_desc_t md;
+  dnnl_dims_t d = {net->batch, s->c_in, s->h, s->w};
+  dnnl_primitive_desc_t pd = NULL;
+  px_status_t st = PX_OK;
+  PX_DNNL(dnnl_memory_desc_init_by_tag(&md, 4, d, dnnl_f32, dnnl_nhwc));
+  const unsigned flags = dnnl_use_scale | dnnl_use_shift | (s->relu ? dnnl_fuse_norm_relu : 0u);
+  dnnl_batch_normalization_desc_t bd;
+  PX_DNNL(dnnl_batch_normalization_forward_desc_init(&bd, dnnl_forward_training, &md,
+                                                     (float)PX__INFER_BN_EPS, flags));
+  PX_CHECK(px__cpu_pd_create(ops, &pd, &bd, NULL, NULL, "calibration batch norm"));
+  const int fa[] = {DNNL_ARG_SRC,  DNNL_ARG_SCALE,    DNNL_ARG_SHIFT,    DNNL_ARG_DST,
+                    DNNL_ARG_MEAN, DNNL_ARG_VARIANCE, DNNL_ARG_WORKSPACE};
+  PX_CHECK_GOTO(px__exec_create(ops, &s->fwd, pd, fa, s->relu ? 7 : 6), st, done);
+  s->have_fwd = 1;
+  s->bstat = px_malloc(2 * (size_t)s->c_in * sizeof(float), "infer.bstat");
+  if (!s->bstat) {
+    st = PX_ERR_NOMEM;
+    goto done;
+  }
+  if (s->relu) {
+    const dnnl_memory_desc_t *ws = dnnl_primitive_desc_query_md(pd, dnnl_query_workspace_md, 0);
+    size_t wb = ws ? dnnl_memory_desc_get_size(ws) : 0;
+    s->ws = px_malloc(wb ? wb : 1, "infer.bn_ws");
+    if (!s->ws) st = PX_ERR_NOMEM;
+  }
+done:
+  dnnl_primitive_desc_destroy(pd);
+  return st;
+}
+
+static const float *px__param(const px_model_t *m, int i);
+static const float *px__buffer(const px_model_t *m, int i);
+
+/* Runs a BN_TRAIN step on oneDNN, then moves the running statistics as
+ * cpu_bn.c does (momentum 0.1, unbiased variance). */
+static px_status_t px__bn_train_run(px__infer_t *net, px__istep_t *s) {
+  const size_t C = (size_t)s->c_in;
+  const int64_t count = (int64_t)net->batch * s->h * s->w;
+  PX_REQUIRE(count >= 2, "calibration: %lld values per channel, training needs 2 or more",
+             (long long)count);
+  void *ptrs[7] = {net->slot[s->sin], (void *)px__param(net->m, s->pw),
+                   (void *)px__param(net->m, s->pb), net->slot[s->sout], s->bstat,
+                   s->bstat + C, s->ws};
+  PX_CHECK(px__exec_run(net->ops, &s->fwd, ptrs));
+  const float m = 0.1f;
+  const float unbias = (float)((double)count / (double)(count - 1));
+  float *rm = (float *)px__buffer(net->m, s->rm), *rv = (float *)px__buffer(net->m, s->rv);
+  for (size_t c = 0; c < C; c++) {
+    rm[c] = (1.0f - m) * rm[c] + m * s->bstat[c];
+    rv[c] = (1.0f - m) * rv[c] + m * s->bstat[C + c] * unbias;
+  }
+  return PX_OK;
+}
+
 px_status_t px__infer_create(px_model_t *m, int32_t batch, int train_bn, px__infer_t **out) {
   PX_REQUIRE(m && out && batch >= 1, "px__infer_create: bad argument");
   *out = NULL;
@@ -394,6 +455,7 @@ px_status_t px__infer_create(px_model_t *m, int32_t batch, int train_bn, px__inf
   px__cpu_enter(ops);
   for (int i = 0; i < net->nsteps; i++) {
     px__istep_t *s = &net->steps[i];
+    if (s->kind == PX__S_BN_TRAIN) PX_CHECK_GOTO(px__bn_train_create(net, s), st, fail);
     size_t nw = s->kind == PX__S_CONV ? (size_t)s->c_out * s->c_in * s->k * s->k
                 : s->kind == PX__S_FC ? (size_t)s->c_out * s->c_in
                 : s->kind == PX__S_BN ? (size_t)s->c_out : 0;
@@ -422,7 +484,7 @@ void px__infer_destroy(px__infer_t *net) {
     if (s->have_fwd) px__exec_destroy(&s->fwd);
     if (s->have_wreo) px__exec_destroy(&s->wreo);
     if (s->wp != s->wf) px_free(s->wp);
-    PX_FREE_ALL(s->wf, s->bf);
+    PX_FREE_ALL(s->wf, s->bf, s->bstat, s->ws);
   }
   for (int i = 0; net->slot && i < net->nslots; i++) px_free(net->slot[i]);
   PX_FREE_ALL(net->slot, net->steps, net->logits, net->logits2, net->stat);
@@ -607,7 +669,9 @@ static px_status_t px__run(px__infer_t *net, const float *x, int32_t n, float *l
     px__pack_input(net, x + (size_t)done * per, c);
     for (int i = 0; i < net->nsteps; i++) {
       px__istep_t *s = &net->steps[i];
-      if (s->kind != PX__S_CONV) {
+      if (s->kind == PX__S_BN_TRAIN && !ref) {
+        PX_CHECK(px__bn_train_run(net, s));
+      } else if (s->kind != PX__S_CONV) {
         px__run_other(net, s);
       } else if (ref) {
         px__conv_ref(net, s);
