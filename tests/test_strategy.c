@@ -163,12 +163,14 @@ static void test_staged_hsadmm_matches_host(void **state) {
   scenario_t sc = {PX_STRATEGY_HSADMM, 0.5, 0, 4, 1};
   run_both(&sc);
   assert_true(px_th_shared[6] >= 2);
-  /* from the second round on (the masks freeze in the third), a staged
-   * round allocates nothing */
+  /* once the masks froze (in the third round) a staged round allocates
+   * nothing; before, the compact model that evaluates the consensus
+   * (issue 29) is rebuilt whenever the masks moved (with eval_dense, the
+   * second round already allocated nothing) */
   printf("allocations by rank 0 after each round: %.0f %.0f %.0f %.0f\n", px_th_shared[10],
          px_th_shared[11], px_th_shared[12], px_th_shared[13]);
   assert_true(px_th_shared[11] > 0);
-  assert_true(px_th_shared[12] == px_th_shared[11] && px_th_shared[13] == px_th_shared[11]);
+  assert_true(px_th_shared[12] >= px_th_shared[11] && px_th_shared[13] == px_th_shared[12]);
 }
 
 static void test_staged_ddp_matches_host(void **state) {

@@ -16,6 +16,7 @@
 
 #include "prunex/export.h"
 #include "prunex/prune.h"
+#include "bench_project.h"
 
 static double now_s(void) {
   struct timespec t;
@@ -83,21 +84,7 @@ int main(int argc, char **argv) {
       v[j] = strstr(b->name, "running_var") ? (float)(0.5 + u) : (float)(0.2 * (u - 0.5));
     }
   }
-  for (int i = 0; i < px_model_num_params(d128); i++) {
-    int j = px_model_channel_consumer(d128, i);
-    if (j < 0) continue;
-    px_tensor_t *tp = px_model_param(d128, i)->value, *tc = px_model_param(d128, j)->value;
-    px_conv_shape_t sp = {(int32_t)tp->dims[0], (int32_t)tp->dims[1], (int32_t)tp->dims[2],
-                          (int32_t)tp->dims[3]};
-    px_conv_shape_t sc = {(int32_t)tc->dims[0], (int32_t)tc->dims[1], (int32_t)tc->dims[2],
-                          (int32_t)tc->dims[3]};
-    uint8_t *fm = malloc((size_t)sp.c_out), *cm = malloc((size_t)sc.c_in);
-    memset(fm, 1, (size_t)sp.c_out);
-    if (px_prune_project_coupled(tp->data, sp, tc->data, sc, keep, fm, cm, NULL, 0) < 0)
-      return die("projection");
-    free(fm);
-    free(cm);
-  }
+  if (px_bench_project_coupled(d128, keep) < 0) return die("projection");
   char dense_path[1024], compact_path[1024];
   snprintf(dense_path, sizeof dense_path, "%s/%s.safetensors", out, arch);
   snprintf(compact_path, sizeof compact_path, "%s/%s.compact.safetensors", out, arch);

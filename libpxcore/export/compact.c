@@ -13,19 +13,13 @@
 #include <math.h>
 #include <string.h>
 
+#include "export/compact_int.h"
 #include "prunex/export.h"
 #include "px_check.h"
 
 #define PX__BN_EPS 1e-5
 
-typedef struct {
-  int nn, na, np, nb;
-  px_model_node_t *nodes;  /* [nn] */
-  float **pv;              /* [np] host copies of the parameters */
-  float **bv;              /* [nb] host copies of the BN running statistics */
-  int *group;              /* [na] channel group of each activation */
-  uint8_t **live;          /* [na] per group root: keep mask over its channels (NULL elsewhere) */
-} px__cg_t;
+typedef px__compact_t px__cg_t;
 
 static int px__find(int *g, int a) {
   while (g[a] != a) a = g[a] = g[g[a]];
@@ -39,17 +33,17 @@ static void px__union(int *g, int a, int b) {
 }
 
 static void px__cg_free(px__cg_t *c) {
+  if (!c) return;
   for (int i = 0; c->pv && i < c->np; i++) px_free(c->pv[i]);
   for (int i = 0; c->bv && i < c->nb; i++) px_free(c->bv[i]);
   for (int i = 0; c->live && i < c->na; i++) px_free(c->live[i]);
   PX_FREE_ALL(c->pv, c->bv, c->live, c->group, c->nodes);
 }
 
-static px_status_t px__host_copy(const px_tensor_t *t, float **out) {
+static px_status_t px__host_alloc(const px_tensor_t *t, float **out) {
   size_t n = px_tensor_numel(t);
   *out = px_malloc((n ? n : 1) * sizeof(float), "compact.host");
-  if (!*out) return PX_ERR_NOMEM;
-  return px_tensor_copy_to_host(t, *out, n * sizeof(float));
+  return *out ? PX_OK : PX_ERR_NOMEM;
 }
 
 /* The node reading activation a, when exactly one does; else -1. */
@@ -120,8 +114,8 @@ static void px__fold_constants(px__cg_t *c, int g) {
   }
 }
 
-/* Groups, liveness, folding. */
-static px_status_t px__analyse(const px_model_t *m, px__cg_t *c) {
+/* The plan's arrays for m's graph (px__compact_update fills them). */
+static px_status_t px__plan_alloc(const px_model_t *m, px__cg_t *c) {
   c->nn = px_model_num_nodes(m);
   c->na = px_model_num_acts(m);
   c->np = px_model_num_params(m);
@@ -133,8 +127,8 @@ static px_status_t px__analyse(const px_model_t *m, px__cg_t *c) {
   c->live = px_calloc((size_t)c->na, sizeof *c->live, "compact.live");
   if (!c->nodes || !c->pv || !c->bv || !c->group || !c->live) return PX_ERR_NOMEM;
   for (int k = 0; k < c->nn; k++) PX_CHECK(px_model_node(m, k, &c->nodes[k]));
-  for (int i = 0; i < c->np; i++) PX_CHECK(px__host_copy(px_model_param(m, i)->value, &c->pv[i]));
-  for (int i = 0; i < c->nb; i++) PX_CHECK(px__host_copy(px_model_buffer(m, i)->value, &c->bv[i]));
+  for (int i = 0; i < c->np; i++) PX_CHECK(px__host_alloc(px_model_param(m, i)->value, &c->pv[i]));
+  for (int i = 0; i < c->nb; i++) PX_CHECK(px__host_alloc(px_model_buffer(m, i)->value, &c->bv[i]));
   for (int a = 0; a < c->na; a++) c->group[a] = a;
   for (int k = 0; k < c->nn; k++) {
     const px_model_node_t *n = &c->nodes[k];
@@ -151,6 +145,20 @@ static px_status_t px__analyse(const px_model_t *m, px__cg_t *c) {
     c->live[g] = px_calloc((size_t)ch, 1, "compact.live");
     if (!c->live[g]) return PX_ERR_NOMEM;
   }
+  return PX_OK;
+}
+
+px_status_t px__compact_update(px__compact_t *c, const px_model_t *m) {
+  for (int i = 0; i < c->np; i++) {
+    const px_tensor_t *t = px_model_param(m, i)->value;
+    PX_CHECK(px_tensor_copy_to_host(t, c->pv[i], px_tensor_numel(t) * sizeof(float)));
+  }
+  for (int i = 0; i < c->nb; i++) {
+    const px_tensor_t *t = px_model_buffer(m, i)->value;
+    PX_CHECK(px_tensor_copy_to_host(t, c->bv[i], px_tensor_numel(t) * sizeof(float)));
+  }
+  for (int a = 0; a < c->na; a++)
+    if (c->group[a] == a) memset(c->live[a], 0, (size_t)px_model_act_channels(m, a));
   memset(c->live[c->group[0]], 1, (size_t)px_model_act_channels(m, 0)); /* the images */
   memset(c->live[c->group[c->na - 1]], 1, (size_t)px_model_act_channels(m, c->na - 1));
   for (int k = 0; k < c->nn; k++) {
@@ -170,7 +178,7 @@ static px_status_t px__analyse(const px_model_t *m, px__cg_t *c) {
           }
       }
   }
-  for (int a = 0; a < c->na; a++)
+  for (int a = 0; a < c->na && c->fold; a++)
     if (c->group[a] == a && a != c->group[0]) px__fold_constants(c, a);
   /* a group must keep one channel to be a tensor at all; a dead one is exact */
   for (int a = 0; a < c->na; a++) {
@@ -184,7 +192,7 @@ static px_status_t px__analyse(const px_model_t *m, px__cg_t *c) {
 
 /* Indices of the kept channels of activation a's group into idx (room for
  * all); returns their number. */
-static int px__kept(const px__cg_t *c, const px_model_t *m, int a, int32_t *idx) {
+int px__compact_kept(const px__compact_t *c, const px_model_t *m, int a, int32_t *idx) {
   const uint8_t *live = c->live[c->group[a]];
   int n = 0, ch = px_model_act_channels(m, a);
   for (int i = 0; i < ch; i++)
@@ -192,82 +200,116 @@ static int px__kept(const px__cg_t *c, const px_model_t *m, int a, int32_t *idx)
   return n;
 }
 
-px_status_t px_model_compact(const px_model_t *dense, px_ops_t *ops, int32_t batch,
-                             px_model_t **out) {
-  PX_REQUIRE(dense && ops && out && batch >= 1, "px_model_compact: bad argument");
+px_status_t px__compact_plan(const px_model_t *dense, int fold, px__compact_t **out) {
   *out = NULL;
-  px__cg_t c;
-  memset(&c, 0, sizeof c);
-  px_model_t *cm = NULL;
-  int32_t *widths = NULL, *ki = NULL, *ko = NULL;
-  float *tmp = NULL;
+  px__compact_t *c = px_calloc(1, sizeof *c, "compact.plan");
+  if (!c) return PX_ERR_NOMEM;
+  c->fold = fold;
   px_status_t st;
-  PX_CHECK_GOTO(px__analyse(dense, &c), st, done);
-  int maxc = 1, nconv = 0;
+  PX_CHECK_GOTO(px__plan_alloc(dense, c), st, fail);
+  int maxc = 1;
   size_t maxn = 1;
-  for (int a = 0; a < c.na; a++)
+  for (int a = 0; a < c->na; a++)
     if (px_model_act_channels(dense, a) > maxc) maxc = px_model_act_channels(dense, a);
-  for (int k = 0; k < c.nn; k++) nconv += c.nodes[k].kind == PX_NODE_CONV;
-  for (int i = 0; i < c.np; i++)
+  for (int i = 0; i < c->np; i++)
     if (px_tensor_numel(px_model_param(dense, i)->value) > maxn)
       maxn = px_tensor_numel(px_model_param(dense, i)->value);
-  widths = px_malloc((size_t)(nconv ? nconv : 1) * sizeof *widths, "compact.widths");
-  ki = px_malloc((size_t)maxc * sizeof *ki, "compact.idx");
-  ko = px_malloc((size_t)maxc * sizeof *ko, "compact.idx");
-  tmp = px_malloc(maxn * sizeof *tmp, "compact.tmp");
-  if (!widths || !ki || !ko || !tmp) {
+  c->ki = px_malloc((size_t)maxc * sizeof *c->ki, "compact.idx");
+  c->ko = px_malloc((size_t)maxc * sizeof *c->ko, "compact.idx");
+  c->tmp = px_malloc(maxn * sizeof *c->tmp, "compact.tmp");
+  if (!c->ki || !c->ko || !c->tmp) {
     st = PX_ERR_NOMEM;
-    goto done;
+    goto fail;
   }
+  PX_CHECK_GOTO(px__compact_update(c, dense), st, fail);
+  *out = c;
+  return PX_OK;
+fail:
+  px__compact_destroy(c);
+  return st;
+}
+
+void px__compact_destroy(px__compact_t *c) {
+  if (!c) return;
+  PX_FREE_ALL(c->ki, c->ko, c->tmp);
+  px__cg_free(c);
+  px_free(c);
+}
+
+px_status_t px__compact_build(px__compact_t *c, const px_model_t *dense, px_ops_t *ops,
+                              int32_t batch, px_model_t **out) {
+  *out = NULL;
+  int nconv = 0;
+  for (int k = 0; k < c->nn; k++) nconv += c->nodes[k].kind == PX_NODE_CONV;
+  int32_t *widths = px_malloc((size_t)(nconv ? nconv : 1) * sizeof *widths, "compact.widths");
+  if (!widths) return PX_ERR_NOMEM;
   int nw = 0;
-  for (int k = 0; k < c.nn; k++)
-    if (c.nodes[k].kind == PX_NODE_CONV) widths[nw++] = px__kept(&c, dense, c.nodes[k].out, ko);
+  for (int k = 0; k < c->nn; k++)
+    if (c->nodes[k].kind == PX_NODE_CONV)
+      widths[nw++] = px__compact_kept(c, dense, c->nodes[k].out, c->ko);
   px_model_config_t cfg = *px_model_config(dense);
   cfg.batch = batch;
   cfg.widths = widths;
   cfg.nwidths = nw;
+  px_model_t *cm = NULL;
+  px_status_t st;
   PX_CHECK_GOTO(px_model_create(ops, &cfg, &cm), st, done);
   /* the same parameters in the same order (a compact model may add layout
    * conversions, which have none) */
-  if (px_model_num_params(cm) != c.np || px_model_num_buffers(cm) != c.nb) {
+  if (px_model_num_params(cm) != c->np || px_model_num_buffers(cm) != c->nb) {
     st = px_set_error(PX_ERR_INTERNAL, "compact model has a different graph");
     goto done;
   }
-  for (int k = 0; k < c.nn; k++) {
-    const px_model_node_t *n = &c.nodes[k];
-    int nin = px__kept(&c, dense, n->in, ki), nout = px__kept(&c, dense, n->out, ko);
-    if (n->kind == PX_NODE_CONV) {
-      size_t kk = (size_t)n->kernel * n->kernel, j = 0;
-      for (int o = 0; o < nout; o++)
-        for (int i = 0; i < nin; i++, j += kk)
-          memcpy(tmp + j, c.pv[n->w] + ((size_t)ko[o] * n->c_in + ki[i]) * kk, kk * sizeof *tmp);
-      PX_CHECK_GOTO(px_tensor_copy_from_host(px_model_param(cm, n->w)->value, tmp,
-                                             j * sizeof *tmp), st, done);
-    } else if (n->kind == PX_NODE_BN) {
-      int pi[2] = {n->w, n->b}, bi[2] = {n->rm, n->rv};
-      for (int t = 0; t < 4; t++) {
-        const float *src = t < 2 ? c.pv[pi[t]] : c.bv[bi[t - 2]];
-        for (int o = 0; o < nout; o++) tmp[o] = src[ko[o]];
-        px_tensor_t *dst = t < 2 ? px_model_param(cm, pi[t])->value
-                                 : px_model_buffer(cm, bi[t - 2])->value;
-        PX_CHECK_GOTO(px_tensor_copy_from_host(dst, tmp, (size_t)nout * sizeof *tmp), st, done);
-      }
-    } else if (n->kind == PX_NODE_FC) {
-      size_t j = 0;
-      for (int o = 0; o < n->c_out; o++)
-        for (int i = 0; i < nin; i++) tmp[j++] = c.pv[n->w][(size_t)o * n->c_in + ki[i]];
-      PX_CHECK_GOTO(px_tensor_copy_from_host(px_model_param(cm, n->w)->value, tmp,
-                                             j * sizeof *tmp), st, done);
-      PX_CHECK_GOTO(px_tensor_copy_from_host(px_model_param(cm, n->b)->value, c.pv[n->b],
-                                             (size_t)n->c_out * sizeof *tmp), st, done);
-    }
-  }
+  PX_CHECK_GOTO(px__compact_fill(c, dense, cm), st, done);
   *out = cm;
   cm = NULL;
   st = PX_OK;
 done:
   px_model_destroy(cm);
-  PX_FREE_ALL(widths, ki, ko, tmp);
-  px__cg_free(&c);
+  px_free(widths);
+  return st;
+}
+
+px_status_t px__compact_fill(px__compact_t *c, const px_model_t *dense, px_model_t *cm) {
+  int32_t *ki = c->ki, *ko = c->ko;
+  float *tmp = c->tmp;
+  for (int k = 0; k < c->nn; k++) {
+    const px_model_node_t *n = &c->nodes[k];
+    int nin = px__compact_kept(c, dense, n->in, ki), nout = px__compact_kept(c, dense, n->out, ko);
+    if (n->kind == PX_NODE_CONV) {
+      size_t kk = (size_t)n->kernel * n->kernel, j = 0;
+      for (int o = 0; o < nout; o++)
+        for (int i = 0; i < nin; i++, j += kk)
+          memcpy(tmp + j, c->pv[n->w] + ((size_t)ko[o] * n->c_in + ki[i]) * kk, kk * sizeof *tmp);
+      PX_CHECK(px_tensor_copy_from_host(px_model_param(cm, n->w)->value, tmp, j * sizeof *tmp));
+    } else if (n->kind == PX_NODE_BN) {
+      int pi[2] = {n->w, n->b}, bi[2] = {n->rm, n->rv};
+      for (int t = 0; t < 4; t++) {
+        const float *src = t < 2 ? c->pv[pi[t]] : c->bv[bi[t - 2]];
+        for (int o = 0; o < nout; o++) tmp[o] = src[ko[o]];
+        px_tensor_t *dst = t < 2 ? px_model_param(cm, pi[t])->value
+                                 : px_model_buffer(cm, bi[t - 2])->value;
+        PX_CHECK(px_tensor_copy_from_host(dst, tmp, (size_t)nout * sizeof *tmp));
+      }
+    } else if (n->kind == PX_NODE_FC) {
+      size_t j = 0;
+      for (int o = 0; o < n->c_out; o++)
+        for (int i = 0; i < nin; i++) tmp[j++] = c->pv[n->w][(size_t)o * n->c_in + ki[i]];
+      PX_CHECK(px_tensor_copy_from_host(px_model_param(cm, n->w)->value, tmp, j * sizeof *tmp));
+      PX_CHECK(px_tensor_copy_from_host(px_model_param(cm, n->b)->value, c->pv[n->b],
+                                        (size_t)n->c_out * sizeof *tmp));
+    }
+  }
+  return PX_OK;
+}
+
+px_status_t px_model_compact(const px_model_t *dense, px_ops_t *ops, int32_t batch,
+                             px_model_t **out) {
+  PX_REQUIRE(dense && ops && out && batch >= 1, "px_model_compact: bad argument");
+  *out = NULL;
+  px__compact_t *c;
+  PX_CHECK(px__compact_plan(dense, 1, &c));
+  px_status_t st = px__compact_build(c, dense, ops, batch, out);
+  px__compact_destroy(c);
   return st;
 }

@@ -330,17 +330,36 @@ static px_status_t px__next_batch(px_trainer_t *t, px_batch_t *b) {
   }
 }
 
-px_status_t px_trainer_calibrate_bn(px_trainer_t *t, int64_t n) {
+px_status_t px_trainer_calibrate_with(px_trainer_t *t, px_train_batch_fn fn, void *ctx,
+                                     int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     px_batch_t b;
     px_status_t r = px__next_batch(t, &b);
     if (r < 0) return r;
-    PX_CHECK(px_model_forward_train(t->model, b.x));
+    PX_CHECK(fn(ctx, b.x));
   }
   return PX_OK;
 }
 
+static px_status_t px__forward_train(void *ctx, const float *x) {
+  return px_model_forward_train(ctx, x);
+}
+
+px_status_t px_trainer_calibrate_bn(px_trainer_t *t, int64_t n) {
+  return px_trainer_calibrate_with(t, px__forward_train, t->model, n);
+}
+
+static px_status_t px__eval_model(void *ctx, const float *x, const int32_t *y, int32_t n,
+                                  double *loss_sum, int64_t *correct) {
+  return px_model_eval_batch(ctx, x, y, n, loss_sum, correct);
+}
+
 px_status_t px_trainer_evaluate(px_trainer_t *t, px_eval_stats_t *out) {
+  return px_trainer_evaluate_with(t, px__eval_model, t->model, out);
+}
+
+px_status_t px_trainer_evaluate_with(px_trainer_t *t, px_eval_batch_fn fn, void *ctx,
+                                     px_eval_stats_t *out) {
   memset(out, 0, sizeof *out);
   double t0 = px__now(), loss = 0;
   int64_t correct = 0;
@@ -353,7 +372,7 @@ px_status_t px_trainer_evaluate(px_trainer_t *t, px_eval_stats_t *out) {
       st = r;
       break;
     }
-    PX_CHECK_GOTO(px_model_eval_batch(t->model, b.x, b.y, b.n, &loss, &correct), st, end);
+    PX_CHECK_GOTO(fn(ctx, b.x, b.y, b.n, &loss, &correct), st, end);
     out->samples += b.n;
   }
 end:

@@ -150,7 +150,7 @@ px_status_t px__strategy_decide_plain(px__strategy_run_t *r, void *priv, int *st
  * rank evaluates its shard). */
 static px_status_t px__strategy_evaluate(px__strategy_run_t *r, double *loss, double *acc) {
   px_eval_stats_t e;
-  PX_CHECK(px_trainer_evaluate(r->t, &e));
+  PX_CHECK(r->compact_eval ? px__ceval_evaluate(r, &e) : px_trainer_evaluate(r->t, &e));
   double v[3] = {e.loss * (double)e.samples, e.accuracy * (double)e.samples, (double)e.samples};
   PX_CHECK(px_comm_allreduce(r->world, v, v, 3, PX_COMM_F64, PX_COMM_SUM));
   *loss = v[2] > 0 ? v[0] / v[2] : 0;
@@ -168,7 +168,7 @@ static px_status_t px__strategy_average_bn(px__strategy_run_t *r) {
 static px_status_t px__strategy_calibrate(px__strategy_run_t *r) {
   int32_t n = r->cfg->calibrate_batches == 0 ? 20 : r->cfg->calibrate_batches;
   if (n < 0) return PX_OK;
-  PX_CHECK(px_trainer_calibrate_bn(r->t, n));
+  PX_CHECK(r->compact_eval ? px__ceval_calibrate(r, n) : px_trainer_calibrate_bn(r->t, n));
   return px__strategy_average_bn(r);
 }
 
@@ -212,6 +212,7 @@ static px_status_t px__strategy_setup(px__strategy_run_t *r) {
 }
 
 static void px__strategy_teardown(px__strategy_run_t *r) {
+  px__ceval_destroy(r->ceval);
   PX_FREE_ALL(r->names, r->decision, r->h_theta, r->h_buf);
 }
 
@@ -424,6 +425,7 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
   double t_start = px__now();
   PX_CHECK_GOTO(px__strategy_setup(&r), st, done);
   PX_CHECK_GOTO(ops->create(&r, &priv), st, done);
+  r.compact_eval = px__ceval_wanted(&r, ops->load_consensus != NULL);
   res->test_accuracy = res->test_loss = -1;
   r.ckf.test_loss = r.ckf.test_accuracy = -1;
   res->resumed_from = -1;
@@ -450,6 +452,7 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
   }
   PX_CHECK_GOTO(px__strategy_finish(&r, ops, priv, res), st, done);
   res->seconds = px__now() - t_start;
+  res->compact_builds = (int32_t)px__ceval_builds(r.ceval);
   snprintf(res->stop_reason, sizeof res->stop_reason, "%s",
            stop ? "controller" : "iterations");
   st = PX_OK;

@@ -82,6 +82,9 @@ typedef struct {
   px_iteration_t it;
   px_strategy_control_fn control;
   void *ctx;
+  /* compact evaluation of the consensus (compact_eval.c; issue 29) */
+  int compact_eval;         /* 1: calibration and evaluation go through the compact model */
+  struct px__ceval *ceval;  /* its state, created by the first evaluation */
 } px__strategy_run_t;
 
 typedef struct {
@@ -121,6 +124,23 @@ extern const px__strategy_ops_t px__strategy_hsadmm_ops;
 extern const px__strategy_ops_t px__strategy_hsadmm_flat_ops;
 extern const px__strategy_ops_t px__strategy_ddp_ops;
 extern const px__strategy_ops_t px__strategy_topk_ops;
+
+/* ---- compact evaluation (compact_eval.c) ---- */
+
+typedef struct px__ceval px__ceval_t;
+/* Whether a run evaluates its consensus (has_consensus: the strategy has
+ * one) through the compact model: CPU models, unless eval_dense. */
+int px__ceval_wanted(const px__strategy_run_t *r, int has_consensus);
+/* Re-estimates the BN statistics of the consensus now in r->m from n
+ * training batches through its compact model (the trainer's data stream
+ * advances as px_trainer_calibrate_bn's), and writes those of the kept
+ * channels into r->m. Builds the compact model when its channels changed. */
+px_status_t px__ceval_calibrate(px__strategy_run_t *r, int64_t n);
+/* This rank's shard of the test set through the compact model of r->m. */
+px_status_t px__ceval_evaluate(px__strategy_run_t *r, px_eval_stats_t *e);
+/* Times the compact model was built (0 for NULL). */
+int64_t px__ceval_builds(const px__ceval_t *ce);
+void px__ceval_destroy(px__ceval_t *ce);
 
 /* ---- helpers of strategy.c the strategies share ---- */
 

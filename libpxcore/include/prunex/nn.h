@@ -347,6 +347,13 @@ PX_API void px_trainer_set_grad_hook(px_trainer_t *t, px_grad_hook_t hook, void 
  * training batches (forward passes in training mode, no update of the
  * weights), continuing the training data stream of px_trainer_steps. */
 PX_API px_status_t px_trainer_calibrate_bn(px_trainer_t *t, int64_t n);
+/* The same batches handed to fn instead (x: a full batch, [batch][C][H][W]
+ * host f32), which runs its own training-mode forward (the compact
+ * evaluation's calibration): the stream advances exactly as
+ * px_trainer_calibrate_bn would advance it. */
+typedef px_status_t (*px_train_batch_fn)(void *ctx, const float *x);
+PX_API px_status_t px_trainer_calibrate_with(px_trainer_t *t, px_train_batch_fn fn, void *ctx,
+                                             int64_t n);
 
 /* Steps over which the learning-rate schedule runs (default epochs x steps
  * per epoch), and the number of steps taken so far. */
@@ -362,6 +369,13 @@ PX_API px_status_t px_trainer_set_position(px_trainer_t *t, const int64_t pos[3]
 /* Loss and accuracy of the current model on this rank's shard of the test
  * set (all of it for world size 1). */
 PX_API px_status_t px_trainer_evaluate(px_trainer_t *t, px_eval_stats_t *out);
+/* The same with another evaluator: fn gets each test batch (n <= the
+ * trainer's batch samples, x [n][C][H][W] host f32, y [n] labels) and adds
+ * its summed loss and correct predictions as px_model_eval_batch does. */
+typedef px_status_t (*px_eval_batch_fn)(void *ctx, const float *x, const int32_t *y, int32_t n,
+                                        double *loss_sum, int64_t *correct);
+PX_API px_status_t px_trainer_evaluate_with(px_trainer_t *t, px_eval_batch_fn fn, void *ctx,
+                                            px_eval_stats_t *out);
 
 #ifdef __cplusplus
 }

@@ -129,6 +129,12 @@ typedef struct {
    * newest checkpoint every rank holds is more than this many iterations
    * behind, instead of running on unprotected (issue 26). */
   int32_t checkpoint_max_unprotected;
+  /* hsadmm: 1 = calibrate and evaluate the consensus as the dense-shaped
+   * model through the training engine (what every run did before issue 29;
+   * for comparisons); 0 (default) = through its compact model on the
+   * inference engine (CPU models; a model on a GPU always takes the dense
+   * path). The predictions are the same up to rounding. */
+  int32_t eval_dense;
 } px_strategy_config_t;
 
 /* One iteration's record (DESIGN.md section 7); what rank 0 reports. */
@@ -179,6 +185,8 @@ typedef struct {
   int32_t checkpoint_complete;  /* newest iteration every rank's checkpoint holds; -1: none */
   char checkpoint_problem[256]; /* "" or why later checkpoints are unusable
                                    ("iteration N: rank R: ERROR", every rank) */
+  int32_t compact_builds;       /* times the compact evaluation model was built (0: the
+                                   dense evaluation ran) */
 } px_strategy_result_t;
 
 /* Fills out[0..px_model_num_params(m)) with H-SADMM's view of the model's

@@ -1,0 +1,193 @@
+/* What an H-SADMM evaluation of the consensus costs, the dense way (the
+ * dense-shaped model through the training engine: BN calibration on 20
+ * training batches, then the test set) against the compact way (issue 29:
+ * the compact model calibrated, then evaluated on the inference engine),
+ * on one rank holding the whole Fashion-MNIST test set (10,000 images) at
+ * the quickstart's batch of 64.
+ *   px_bench_eval MODEL.safetensors|random DATA_DIR [THREADS] [REPEATS] [CHUNK]
+ * MODEL: a final model (the quickstart's model.safetensors), or "random":
+ * resnet20 initialised with seed 1, its coupled channels projected at keep
+ * 0.5 as H-SADMM does (density 0.387). CHUNK overrides the engine's
+ * cache-sized batch. Prints the disagreements between the compact and the
+ * dense predictions on the model as given (before any calibration), each
+ * phase's best CPU time over REPEATS (process CPU time, which a loaded
+ * machine does not inflate; the wall times follow), and RESULT compact_eval_speedup (dense /
+ * compact seconds of evaluation alone) and compact_eval_total_speedup
+ * (calibration and evaluation). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "export/compact_int.h"
+#include "infer/infer_int.h"
+#include "prunex/nn.h"
+#include "prunex/prune.h"
+#include "bench_project.h"
+
+#define CALIBRATE 20
+
+/* Process CPU time: on a shared, loaded machine the wall clock measures the
+ * other tenants; with one thread this is the work done (wall times are
+ * printed too). */
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double wall_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int die(const char *what) {
+  fprintf(stderr, "px_bench_eval: %s: %s\n", what, px_last_error());
+  return 1;
+}
+
+typedef struct {
+  px__infer_t *net;
+  px_model_t *dense;
+  int64_t differ;
+} ctx_t;
+
+static px_status_t eval_compact(void *c, const float *x, const int32_t *y, int32_t n,
+                                double *loss_sum, int64_t *correct) {
+  return px__infer_eval(((ctx_t *)c)->net, x, y, n, loss_sum, correct);
+}
+
+static px_status_t compare(void *c, const float *x, const int32_t *y, int32_t n,
+                           double *loss_sum, int64_t *correct) {
+  (void)y;
+  (void)loss_sum;
+  (void)correct;
+  ctx_t *k = c;
+  return px__infer_compare(k->net, k->dense, x, n, &k->differ);
+}
+
+/* Multiply-adds per image of the convolutions and the FC. */
+static double macs(const px_model_t *m) {
+  const px_model_config_t *c = px_model_config(m);
+  int h[512], w[512];
+  double total = 0;
+  h[0] = c->height;
+  w[0] = c->width;
+  for (int k = 0; k < px_model_num_nodes(m) && k < 512; k++) {
+    px_model_node_t n;
+    px_model_node(m, k, &n);
+    if (n.out >= 512) break;
+    if (n.kind == PX_NODE_CONV) {
+      h[n.out] = (h[n.in] + 2 * n.pad - n.kernel) / n.stride + 1;
+      w[n.out] = (w[n.in] + 2 * n.pad - n.kernel) / n.stride + 1;
+      total += (double)n.c_out * n.c_in * n.kernel * n.kernel * h[n.out] * w[n.out];
+    } else if (n.kind == PX_NODE_FC) {
+      total += (double)n.c_out * n.c_in;
+    } else {
+      h[n.out] = h[n.in];
+      w[n.out] = w[n.in];
+    }
+  }
+  return total;
+}
+
+static px_status_t calibrate(void *c, const float *x) { return px__infer_calibrate(c, x); }
+
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: px_bench_eval MODEL.safetensors|random DATA_DIR [THREADS] [REPEATS] [CHUNK]\n");
+    return 2;
+  }
+  int threads = argc > 3 ? atoi(argv[3]) : 1, repeats = argc > 4 ? atoi(argv[4]) : 3;
+  int chunk = argc > 5 ? atoi(argv[5]) : 0;
+  px_train_config_t tc;
+  px_train_config_default(&tc);
+  tc.data_dir = argv[2];
+  tc.batch = 64;
+  tc.threads = threads;
+  tc.augment = 1;
+  px_trainer_t *t;
+  if (px_trainer_create(&tc, &t) < 0) return die("trainer");
+  px_model_t *dense = px_trainer_model(t);
+  if (!strcmp(argv[1], "random")) {
+    if (px_bench_project_coupled(dense, 0.5) < 0) return die("projection");
+  } else if (px_model_load(dense, NULL, argv[1]) < 0) {
+    return die(argv[1]);
+  }
+  size_t nz = 0, numel = px_model_numel(dense);
+  const float *w = px_model_flat_params(dense)->data;
+  for (size_t i = 0; i < numel; i++) nz += w[i] != 0.0f;
+  /* the compact model and its net, built once */
+  double t0 = now_s();
+  px__compact_t *plan;
+  px_model_t *cm;
+  ctx_t k = {NULL, dense, 0};
+  if (px__compact_plan(dense, 0, &plan) < 0 ||
+      px__compact_build(plan, dense, px_model_ops(dense), 1, &cm) < 0)
+    return die("compact");
+  int32_t b = chunk > 0 ? chunk : px__infer_cache_batch(cm, tc.batch);
+  px__infer_t *cal;
+  if (px__infer_create(cm, b, 0, &k.net) < 0 || px__infer_load(k.net) < 0 ||
+      px__infer_create(cm, tc.batch, 1, &cal) < 0)
+    return die("net");
+  double t_build = now_s() - t0;
+  px_eval_stats_t ed, ek;
+  if (px_trainer_evaluate_with(t, compare, &k, &ed) < 0) return die("compare");
+  /* evaluation alone, the model as given */
+  double dense_eval = 1e30, compact_eval = 1e30, dense_cal = 1e30, compact_cal = 1e30;
+  double wd = 1e30, wk = 1e30;
+  for (int r = 0; r < repeats; r++) {
+    double w0 = wall_s();
+    t0 = now_s();
+    if (px_trainer_evaluate(t, &ed) < 0) return die("dense evaluation");
+    double a = now_s() - t0, wa = wall_s() - w0;
+    w0 = wall_s();
+    t0 = now_s();
+    if (px__compact_update(plan, dense) < 0 || px__compact_fill(plan, dense, cm) < 0 ||
+        px__infer_load(k.net) < 0 || px_trainer_evaluate_with(t, eval_compact, &k, &ek) < 0)
+      return die("compact evaluation");
+    double c = now_s() - t0, wc = wall_s() - w0;
+    if (a < dense_eval) dense_eval = a;
+    if (c < compact_eval) compact_eval = c;
+    if (wa < wd) wd = wa;
+    if (wc < wk) wk = wc;
+  }
+  /* calibration (changes the statistics: after the comparisons) */
+  for (int r = 0; r < repeats; r++) {
+    t0 = now_s();
+    if (px_trainer_calibrate_bn(t, CALIBRATE) < 0) return die("dense calibration");
+    double a = now_s() - t0;
+    t0 = now_s();
+    if (px__infer_load(cal) < 0 || px_trainer_calibrate_with(t, calibrate, cal, CALIBRATE) < 0)
+      return die("compact calibration");
+    double c = now_s() - t0;
+    if (a < dense_cal) dense_cal = a;
+    if (c < compact_cal) compact_cal = c;
+  }
+  printf("model %s: %zu parameters, density %.4f, compact %zu parameters; engine chunk %d, %d "
+         "thread(s); compact model and net built in %.3f s\n",
+         argv[1], numel, (double)nz / (double)numel, px_model_numel(cm), b, threads, t_build);
+  printf("multiply-adds per image: dense %.2f M, compact %.2f M (%.3f)\n", macs(dense) / 1e6,
+         macs(cm) / 1e6, macs(cm) / macs(dense));
+  printf("test set %lld images: accuracy dense %.4f, compact %.4f; predictions differ on %lld\n",
+         (long long)ed.samples, ed.accuracy, ek.accuracy, (long long)k.differ);
+  printf("evaluation   dense %.3f s  compact %.3f s  (%.2fx)   wall: %.3f s, %.3f s\n",
+         dense_eval, compact_eval, dense_eval / compact_eval, wd, wk);
+  printf("calibration  dense %.3f s  compact %.3f s  (%.2fx, %d batches of %d)\n", dense_cal,
+         compact_cal, dense_cal / compact_cal, CALIBRATE, tc.batch);
+  printf("both         dense %.3f s  compact %.3f s  (%.2fx)\n", dense_eval + dense_cal,
+         compact_eval + compact_cal, (dense_eval + dense_cal) / (compact_eval + compact_cal));
+  printf("RESULT compact_eval_disagreements %lld of %lld\n", (long long)k.differ,
+         (long long)ed.samples);
+  printf("RESULT compact_eval_speedup %.2f ratio\n", dense_eval / compact_eval);
+  printf("RESULT compact_eval_total_speedup %.2f ratio\n",
+         (dense_eval + dense_cal) / (compact_eval + compact_cal));
+  px__infer_destroy(k.net);
+  px__infer_destroy(cal);
+  px_model_destroy(cm);
+  px__compact_destroy(plan);
+  px_trainer_destroy(t);
+  return 0;
+}

@@ -1,0 +1,50 @@
+/* Internals of compaction (compact.c) for the code that keeps a compact
+ * twin of a training model up to date rather than exporting it once: the
+ * strategies' compact evaluation (strategy/compact_eval.c).
+ *
+ * A plan is the analysis of a dense model: host copies of its values, the
+ * channel groups and which channels of each stay. It is allocated once per
+ * dense model (px__compact_plan) and refreshed from the model's current
+ * values without allocating (px__compact_update); a compact model built
+ * from it (px__compact_build) takes new values of the same pattern through
+ * px__compact_fill. */
+#ifndef PX_COMPACT_INT_H
+#define PX_COMPACT_INT_H
+
+#include <stdint.h>
+
+#include "prunex/nn.h"
+
+typedef struct px__compact {
+  int fold;                /* 1: fold constant channels into batch norms (export);
+                              0: keep them, so the compact model's BN statistics map
+                              one to one onto the dense model's kept channels */
+  int nn, na, np, nb;
+  px_model_node_t *nodes;  /* [nn] */
+  float **pv;              /* [np] host copies of the parameters */
+  float **bv;              /* [nb] host copies of the BN running statistics */
+  int *group;              /* [na] channel group of each activation */
+  uint8_t **live;          /* [na] per group root: keep mask over its channels (NULL elsewhere) */
+  int32_t *ki, *ko;        /* [max channels] index scratch */
+  float *tmp;              /* [largest parameter] value scratch */
+} px__compact_t;
+
+/* Analyses dense (values copied to the host). Caller owns *out
+ * (px__compact_destroy). PX_ERR_NOMEM, or a copy's error. */
+px_status_t px__compact_plan(const px_model_t *dense, int fold, px__compact_t **out);
+/* Re-reads dense's values (the same graph as the plan's) and redoes the
+ * analysis; allocates nothing. */
+px_status_t px__compact_update(px__compact_t *c, const px_model_t *dense);
+void px__compact_destroy(px__compact_t *c);
+/* The kept channels of activation a's group, ascending, into idx (room for
+ * all of a's channels); returns their number (>= 1). */
+int px__compact_kept(const px__compact_t *c, const px_model_t *dense, int a, int32_t *idx);
+/* Creates the compact model of the plan on ops for batch samples and fills
+ * it (px__compact_fill). Caller owns *out. */
+px_status_t px__compact_build(px__compact_t *c, const px_model_t *dense, px_ops_t *ops,
+                              int32_t batch, px_model_t **out);
+/* Copies the plan's values of the kept channels into cm, a model built from
+ * a plan with the same kept channels; allocates nothing. */
+px_status_t px__compact_fill(px__compact_t *c, const px_model_t *dense, px_model_t *cm);
+
+#endif

@@ -1,0 +1,746 @@
+/* The inference engine (infer_int.h): a model's graph turned into a list of
+ * steps once, at creation.
+ *
+ * A convolution absorbs the batch norm that is its only reader (folded into
+ * its filters and a bias) with that norm's ReLU, and then the residual add
+ * that is the norm's only reader when the add's other input already exists
+ * and nothing after the convolution but the add reads it: the convolution
+ * then accumulates into that input's buffer (oneDNN's sum post-op) and
+ * applies the add's ReLU. What is left (a norm or an add that could not be
+ * fused, the global pooling, the classifier) runs in plain loops; layout
+ * conversions (REORDER nodes) are the identity in NHWC and vanish. Buffers
+ * ("slots") are shared by activations whose lifetimes do not overlap, so a
+ * chunk's working set is a few activations, which the batch is sized to
+ * keep in cache. */
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "infer/infer_int.h"
+#include "nn/cpu/px_cpu_int.h"
+
+#define PX__INFER_BN_EPS 1e-5
+
+enum { PX__S_CONV, PX__S_BN, PX__S_BN_TRAIN, PX__S_ADD, PX__S_GAP, PX__S_FC };
+
+typedef struct {
+  int kind;
+  int node, bn;           /* graph nodes: the step's (CONV: the conv), the folded BN or -1 */
+  int relu_mid;           /* CONV: the folded BN's ReLU (before a fused add) */
+  int sum;                /* CONV: accumulates into in2's buffer (fused residual add) */
+  int relu;               /* ReLU last (the add's when fused, else the BN's or ADD's) */
+  int in, in2, out;       /* activations (REORDERs resolved); in2 -1 unless sum / ADD */
+  int sin, sin2, sout;    /* their slots */
+  int c_in, c_out, h, w, oh, ow, k, stride, pad;
+  int pw, pb, rm, rv;     /* BN_TRAIN: the model's scale, shift, running mean and var */
+  float *wf;              /* CONV [c_out][c_in][k][k] folded, FC [c_out][c_in], BN [c_out]
+                             scale */
+  float *bf;              /* [c_out] folded bias (BN: shift) */
+  void *wp;               /* CONV: weights in the primitive's layout (wf when plain) */
+  px__exec_t fwd, wreo;   /* CONV: the primitive; plain -> primitive weights; BN_TRAIN:
+                             oneDNN's training-mode batch norm */
+  int have_fwd, have_wreo;
+  float *bstat;           /* BN_TRAIN: [2][c_out] batch mean and biased variance */
+  void *ws;               /* BN_TRAIN with ReLU: the primitive's workspace */
+} px__istep_t;
+
+struct px__infer {
+  px_model_t *m;
+  px_ops_t *ops;
+  int train_bn;          /* 1: BN in training mode (batch statistics; running ones updated) */
+  double *stat;          /* [2][max channels] train_bn's per-channel sums */
+  int32_t batch, classes, in_c, in_h, in_w;
+  int nsteps;
+  px__istep_t *steps;    /* [nsteps] */
+  int nslots;
+  float **slot;          /* [nslots] each [slot_floats] */
+  size_t slot_floats;
+  int in_slot, out_slot; /* the images (NHWC), the logits [batch][classes] */
+  float *logits;         /* [batch][classes] eval's scratch */
+  float *logits2;        /* [batch][classes] px__infer_compare's */
+};
+
+int32_t px__infer_batch(const px__infer_t *net) { return net->batch; }
+
+/* ---- graph analysis ----------------------------------------------------------------- */
+
+typedef struct {
+  int nn, na;
+  px_model_node_t *nodes;
+  int *alias;   /* [na] activation a is stored as alias[a] (REORDERs resolved) */
+  int *ch, *h, *w; /* [na] */
+} px__graph_t;
+
+static int px__g_reads(const px__graph_t *g, int k, int a) {
+  const px_model_node_t *n = &g->nodes[k];
+  if (n->kind == PX_NODE_REORDER) return 0;
+  return g->alias[n->in] == a || (n->in2 >= 0 && g->alias[n->in2] == a);
+}
+
+/* The only node reading a (-1 when none or several); *last: the latest. */
+static int px__g_sole_reader(const px__graph_t *g, int a, int *last) {
+  int r = -1, cnt = 0;
+  *last = -1;
+  for (int k = 0; k < g->nn; k++)
+    if (px__g_reads(g, k, a)) {
+      r = k;
+      cnt++;
+      *last = k;
+    }
+  return cnt == 1 ? r : -1;
+}
+
+/* Whether any node other than except, at or after node from, reads a. */
+static int px__g_read_after(const px__graph_t *g, int a, int from, int except) {
+  for (int k = from; k < g->nn; k++)
+    if (k != except && px__g_reads(g, k, a)) return 1;
+  return 0;
+}
+
+static px_status_t px__plan_steps(px__infer_t *net, px__graph_t *g) {
+  int *used = px_calloc((size_t)g->nn, sizeof *used, "infer.used");
+  if (!used) return PX_ERR_NOMEM;
+  px_status_t st = PX_OK;
+  for (int k = 0; k < g->nn; k++) {
+    const px_model_node_t *n = &g->nodes[k];
+    if (used[k] || n->kind == PX_NODE_REORDER) continue;
+    px__istep_t *s = &net->steps[net->nsteps++];
+    memset(s, 0, sizeof *s);
+    s->node = k;
+    s->bn = -1;
+    s->in = g->alias[n->in];
+    s->in2 = n->in2 >= 0 ? g->alias[n->in2] : -1;
+    s->out = g->alias[n->out];
+    s->relu = n->relu;
+    s->c_in = g->ch[s->in];
+    s->c_out = g->ch[s->out];
+    s->h = g->h[s->in];
+    s->w = g->w[s->in];
+    s->oh = g->h[s->out];
+    s->ow = g->w[s->out];
+    switch (n->kind) {
+      case PX_NODE_CONV: {
+        s->kind = PX__S_CONV;
+        s->k = n->kernel;
+        s->stride = n->stride;
+        s->pad = n->pad;
+        s->relu = 0;
+        int last, r = px__g_sole_reader(g, s->out, &last);
+        if (r >= 0 && g->nodes[r].kind == PX_NODE_BN && !net->train_bn) {
+          s->bn = r;
+          used[r] = 1;
+          s->out = g->alias[g->nodes[r].out];
+          s->relu = g->nodes[r].relu;
+          r = px__g_sole_reader(g, s->out, &last);
+          if (r >= 0 && g->nodes[r].kind == PX_NODE_ADD) {
+            const px_model_node_t *A = &g->nodes[r];
+            int other = g->alias[A->in] == s->out ? g->alias[A->in2] : g->alias[A->in];
+            int produced = other == 0;
+            for (int j = 0; j < k && !produced; j++)
+              produced = g->nodes[j].kind != PX_NODE_REORDER && g->alias[g->nodes[j].out] == other;
+            if (other != s->out && produced && !px__g_read_after(g, other, k, r)) {
+              used[r] = 1;
+              s->sum = 1;
+              s->relu_mid = s->relu;
+              s->relu = A->relu;
+              s->in2 = other;
+              s->out = g->alias[A->out];
+            }
+          }
+        }
+        break;
+      }
+      case PX_NODE_BN:
+        s->kind = net->train_bn ? PX__S_BN_TRAIN : PX__S_BN;
+        s->pw = n->w;
+        s->pb = n->b;
+        s->rm = n->rm;
+        s->rv = n->rv;
+        break;
+      case PX_NODE_ADD: s->kind = PX__S_ADD; break;
+      case PX_NODE_GAP: s->kind = PX__S_GAP; break;
+      case PX_NODE_FC: s->kind = PX__S_FC; break;
+      default:
+        st = px_set_error(PX_ERR_INVALID, "inference: node %d has an unknown kind %d", k,
+                          (int)n->kind);
+        goto done;
+    }
+  }
+done:
+  px_free(used);
+  return st;
+}
+
+/* Slots: a step's output takes a free slot (or, fused with an add, the
+ * slot of the add's other input); inputs free theirs after their last step. */
+static px_status_t px__plan_slots(px__infer_t *net, int na) {
+  int *last = px_malloc((size_t)na * sizeof *last, "infer.last");
+  int *slot_of = px_malloc((size_t)na * sizeof *slot_of, "infer.slot_of");
+  int *busy = px_calloc((size_t)na + 1, sizeof *busy, "infer.busy");
+  px_status_t st = PX_OK;
+  if (!last || !slot_of || !busy) {
+    st = PX_ERR_NOMEM;
+    goto done;
+  }
+  for (int a = 0; a < na; a++) last[a] = -1, slot_of[a] = -1;
+  for (int i = 0; i < net->nsteps; i++) {
+    last[net->steps[i].in] = i;
+    if (net->steps[i].in2 >= 0) last[net->steps[i].in2] = i;
+  }
+  slot_of[0] = 0;
+  busy[0] = 1;
+  net->nslots = 1;
+  for (int i = 0; i < net->nsteps; i++) {
+    px__istep_t *s = &net->steps[i];
+    s->sin = slot_of[s->in];
+    s->sin2 = s->in2 >= 0 ? slot_of[s->in2] : -1;
+    if (s->sin < 0 || (s->in2 >= 0 && s->sin2 < 0)) {
+      st = px_set_error(PX_ERR_INVALID, "inference: step %d reads an activation not computed", i);
+      goto done;
+    }
+    if (s->sum) {
+      s->sout = s->sin2;
+    } else {
+      int f = 0;
+      while (f < net->nslots && busy[f]) f++;
+      if (f == net->nslots) net->nslots++;
+      s->sout = f;
+      busy[f] = 1;
+    }
+    slot_of[s->out] = s->sout;
+    if (last[s->in] == i && s->sin != s->sout) busy[s->sin] = 0;
+    if (s->in2 >= 0 && last[s->in2] == i && s->sin2 != s->sout) busy[s->sin2] = 0;
+  }
+  net->in_slot = 0;
+  net->out_slot = slot_of[na - 1];
+  if (net->out_slot < 0) st = px_set_error(PX_ERR_INVALID, "inference: the logits are not computed");
+done:
+  PX_FREE_ALL(last, slot_of, busy);
+  return st;
+}
+
+static px_status_t px__graph_load(const px_model_t *m, px__graph_t *g) {
+  const px_model_config_t *cfg = px_model_config(m);
+  g->nn = px_model_num_nodes(m);
+  g->na = px_model_num_acts(m);
+  g->nodes = px_calloc((size_t)g->nn, sizeof *g->nodes, "infer.nodes");
+  g->alias = px_malloc((size_t)g->na * sizeof *g->alias, "infer.alias");
+  g->ch = px_malloc((size_t)g->na * sizeof *g->ch, "infer.dims");
+  g->h = px_malloc((size_t)g->na * sizeof *g->h, "infer.dims");
+  g->w = px_malloc((size_t)g->na * sizeof *g->w, "infer.dims");
+  if (!g->nodes || !g->alias || !g->ch || !g->h || !g->w) return PX_ERR_NOMEM;
+  for (int a = 0; a < g->na; a++) {
+    g->alias[a] = a;
+    g->ch[a] = px_model_act_channels(m, a);
+    g->h[a] = g->w[a] = 1;
+  }
+  g->h[0] = cfg->height;
+  g->w[0] = cfg->width;
+  for (int k = 0; k < g->nn; k++) {
+    px_model_node_t *n = &g->nodes[k];
+    PX_CHECK(px_model_node(m, k, n));
+    PX_REQUIRE(n->in >= 0 && n->in < g->na && n->out > 0 && n->out < g->na && n->in2 < g->na,
+               "inference: node %d has activations out of range", k);
+    if (n->kind == PX_NODE_REORDER) g->alias[n->out] = g->alias[n->in];
+    if (n->kind == PX_NODE_CONV) {
+      g->h[n->out] = (g->h[n->in] + 2 * n->pad - n->kernel) / n->stride + 1;
+      g->w[n->out] = (g->w[n->in] + 2 * n->pad - n->kernel) / n->stride + 1;
+    } else if (n->kind != PX_NODE_GAP && n->kind != PX_NODE_FC) {
+      g->h[n->out] = g->h[n->in];
+      g->w[n->out] = g->w[n->in];
+    }
+  }
+  return PX_OK;
+}
+
+static void px__graph_free(px__graph_t *g) { PX_FREE_ALL(g->nodes, g->alias, g->ch, g->h, g->w); }
+
+int32_t px__infer_cache_batch(const px_model_t *m, int32_t cap) {
+  const px_model_config_t *cfg = px_model_config(m);
+  long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (l2 <= 0) l2 = 1 << 20;
+  size_t widest = 1;
+  int h[1024], w[1024];
+  int na = px_model_num_acts(m);
+  if (na > 1024) return cap < 16 ? cap : 16;
+  for (int a = 0; a < na; a++) h[a] = w[a] = 1;
+  h[0] = cfg->height;
+  w[0] = cfg->width;
+  for (int k = 0; k < px_model_num_nodes(m); k++) {
+    px_model_node_t n;
+    if (px_model_node(m, k, &n) < 0) break;
+    if (n.kind == PX_NODE_CONV) {
+      h[n.out] = (h[n.in] + 2 * n.pad - n.kernel) / n.stride + 1;
+      w[n.out] = (w[n.in] + 2 * n.pad - n.kernel) / n.stride + 1;
+      size_t bytes = sizeof(float) * ((size_t)n.c_in * h[n.in] * w[n.in] +
+                                      (size_t)n.c_out * h[n.out] * w[n.out]);
+      if (bytes > widest) widest = bytes;
+    } else if (n.kind != PX_NODE_GAP && n.kind != PX_NODE_FC) {
+      h[n.out] = h[n.in];
+      w[n.out] = w[n.in];
+    }
+  }
+  size_t b = (size_t)l2 / widest;
+  if (b < 1) b = 1;
+  if (b >= (size_t)cap) return cap;
+  /* even chunks of a batch of cap: 64 = 3 x 22 - 2 rather than 2 x 24 + 16 */
+  size_t chunks = ((size_t)cap + b - 1) / b;
+  return (int32_t)(((size_t)cap + chunks - 1) / chunks);
+}
+
+/* ---- primitives --------------------------------------------------------------------- */
+
+static px_status_t px__conv_create(px__infer_t *net, px__istep_t *s) {
+  px_ops_t *ops = net->ops;
+  const int64_t B = net->batch;
+  dnnl_memory_desc_t src, dst, w_any, w_plain, b_md;
+  dnnl_dims_t sd = {B, s->c_in, s->h, s->w}, dd = {B, s->c_out, s->oh, s->ow};
+  dnnl_dims_t wd = {s->c_out, s->c_in, s->k, s->k}, strides = {s->stride, s->stride},
+              pad = {s->pad, s->pad};
+  const int64_t wdims[4] = {s->c_out, s->c_in, s->k, s->k}, bdims[1] = {s->c_out};
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t po = NULL;
+  dnnl_primitive_desc_t pd = NULL;
+  px_status_t st = PX_OK;
+  PX_DNNL_GOTO(dnnl_memory_desc_init_by_tag(&src, 4, sd, dnnl_f32, dnnl_nhwc), st, done);
+  PX_DNNL_GOTO(dnnl_memory_desc_init_by_tag(&dst, 4, dd, dnnl_f32, dnnl_nhwc), st, done);
+  PX_DNNL_GOTO(dnnl_memory_desc_init_by_tag(&w_any, 4, wd, dnnl_f32, dnnl_format_tag_any), st, done);
+  PX_CHECK_GOTO(px__cpu_plain_md(&w_plain, 4, wdims, PX_DTYPE_F32), st, done);
+  PX_CHECK_GOTO(px__cpu_plain_md(&b_md, 1, bdims, PX_DTYPE_F32), st, done);
+  dnnl_convolution_desc_t cd;
+  PX_DNNL_GOTO(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference,
+                                                  dnnl_convolution_direct, &src, &w_any, &b_md,
+                                                  &dst, strides, pad, pad),
+               st, done);
+  PX_DNNL_GOTO(dnnl_primitive_attr_create(&attr), st, done);
+  PX_DNNL_GOTO(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), st, done);
+  PX_DNNL_GOTO(dnnl_post_ops_create(&po), st, done);
+  if (s->sum && s->relu_mid)
+    PX_DNNL_GOTO(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f), st, done);
+  if (s->sum) PX_DNNL_GOTO(dnnl_post_ops_append_sum(po, 1.0f), st, done);
+  if (s->relu)
+    PX_DNNL_GOTO(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f), st, done);
+  PX_DNNL_GOTO(dnnl_primitive_attr_set_post_ops(attr, po), st, done);
+  PX_CHECK_GOTO(px__cpu_pd_create(ops, &pd, &cd, attr, NULL, "inference convolution"), st, done);
+  const int args[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST};
+  PX_CHECK_GOTO(px__exec_create(ops, &s->fwd, pd, args, 4), st, done);
+  s->have_fwd = 1;
+  const dnnl_memory_desc_t *wmd = px__cpu_pd_md(pd, DNNL_ARG_WEIGHTS);
+  if (dnnl_memory_desc_equal(wmd, &w_plain)) {
+    s->wp = s->wf;
+  } else {
+    s->wp = px_malloc(dnnl_memory_desc_get_size(wmd), "infer.weights");
+    if (!s->wp) {
+      st = PX_ERR_NOMEM;
+      goto done;
+    }
+    PX_CHECK_GOTO(px__exec_create_reorder(ops, &s->wreo, &w_plain, wmd), st, done);
+    s->have_wreo = 1;
+  }
+done:
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (po) dnnl_post_ops_destroy(po);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  return st;
+}
+
+/* oneDNN's training-mode batch norm on the step's NHWC activation (ReLU
+ * fused), as the training engine runs it (nn/cpu/cpu_bn.c). */
+static px_status_t px__bn_train_create(px__infer_t *net, px__istep_t *s) {
+  px_ops_t *ops = net->ops;
+  dnnl_memory_desc_t md;
+  dnnl_dims_t d = {net->batch, s->c_in, s->h, s->w};
+  dnnl_primitive_desc_t pd = NULL;
+  px_status_t st = PX_OK;
+  PX_DNNL(dnnl_memory_desc_init_by_tag(&md, 4, d, dnnl_f32, dnnl_nhwc));
+  const unsigned flags = dnnl_use_scale | dnnl_use_shift | (s->relu ? dnnl_fuse_norm_relu : 0u);
+  dnnl_batch_normalization_desc_t bd;
+  PX_DNNL(dnnl_batch_normalization_forward_desc_init(&bd, dnnl_forward_training, &md,
+                                                     (float)PX__INFER_BN_EPS, flags));
+  PX_CHECK(px__cpu_pd_create(ops, &pd, &bd, NULL, NULL, "calibration batch norm"));
+  const int fa[] = {DNNL_ARG_SRC,  DNNL_ARG_SCALE,    DNNL_ARG_SHIFT,    DNNL_ARG_DST,
+                    DNNL_ARG_MEAN, DNNL_ARG_VARIANCE, DNNL_ARG_WORKSPACE};
+  PX_CHECK_GOTO(px__exec_create(ops, &s->fwd, pd, fa, s->relu ? 7 : 6), st, done);
+  s->have_fwd = 1;
+  s->bstat = px_malloc(2 * (size_t)s->c_in * sizeof(float), "infer.bstat");
+  if (!s->bstat) {
+    st = PX_ERR_NOMEM;
+    goto done;
+  }
+  if (s->relu) {
+    const dnnl_memory_desc_t *ws = dnnl_primitive_desc_query_md(pd, dnnl_query_workspace_md, 0);
+    size_t wb = ws ? dnnl_memory_desc_get_size(ws) : 0;
+    s->ws = px_malloc(wb ? wb : 1, "infer.bn_ws");
+    if (!s->ws) st = PX_ERR_NOMEM;
+  }
+done:
+  dnnl_primitive_desc_destroy(pd);
+  return st;
+}
+
+static const float *px__param(const px_model_t *m, int i);
+static const float *px__buffer(const px_model_t *m, int i);
+
+/* Runs a BN_TRAIN step on oneDNN, then moves the running statistics as
+ * cpu_bn.c does (momentum 0.1, unbiased variance). */
+static px_status_t px__bn_train_run(px__infer_t *net, px__istep_t *s) {
+  const size_t C = (size_t)s->c_in;
+  const int64_t count = (int64_t)net->batch * s->h * s->w;
+  PX_REQUIRE(count >= 2, "calibration: %lld values per channel, training needs 2 or more",
+             (long long)count);
+  void *ptrs[7] = {net->slot[s->sin], (void *)px__param(net->m, s->pw),
+                   (void *)px__param(net->m, s->pb), net->slot[s->sout], s->bstat,
+                   s->bstat + C, s->ws};
+  PX_CHECK(px__exec_run(net->ops, &s->fwd, ptrs));
+  const float m = 0.1f;
+  const float unbias = (float)((double)count / (double)(count - 1));
+  float *rm = (float *)px__buffer(net->m, s->rm), *rv = (float *)px__buffer(net->m, s->rv);
+  for (size_t c = 0; c < C; c++) {
+    rm[c] = (1.0f - m) * rm[c] + m * s->bstat[c];
+    rv[c] = (1.0f - m) * rv[c] + m * s->bstat[C + c] * unbias;
+  }
+  return PX_OK;
+}
+
+px_status_t px__infer_create(px_model_t *m, int32_t batch, int train_bn, px__infer_t **out) {
+  PX_REQUIRE(m && out && batch >= 1, "px__infer_create: bad argument");
+  *out = NULL;
+  px_ops_t *ops = px_model_ops(m);
+  PX_CHECK(px__cpu_require(ops, "inference engine"));
+  const px_model_config_t *cfg = px_model_config(m);
+  px__graph_t g;
+  memset(&g, 0, sizeof g);
+  px__infer_t *net = px_calloc(1, sizeof *net, "infer");
+  if (!net) return PX_ERR_NOMEM;
+  net->m = m;
+  net->ops = ops;
+  net->train_bn = train_bn;
+  net->batch = batch;
+  net->classes = cfg->num_classes;
+  net->in_c = cfg->in_channels;
+  net->in_h = cfg->height;
+  net->in_w = cfg->width;
+  px_status_t st;
+  PX_CHECK_GOTO(px__graph_load(m, &g), st, fail);
+  net->steps = px_calloc((size_t)g.nn, sizeof *net->steps, "infer.steps");
+  if (!net->steps) {
+    st = PX_ERR_NOMEM;
+    goto fail;
+  }
+  PX_CHECK_GOTO(px__plan_steps(net, &g), st, fail);
+  PX_CHECK_GOTO(px__plan_slots(net, g.na), st, fail);
+  net->slot_floats = 1;
+  for (int a = 0; a < g.na; a++) {
+    size_t f = (size_t)batch * g.ch[a] * g.h[a] * g.w[a];
+    if (f > net->slot_floats) net->slot_floats = f;
+  }
+  int maxc = 1;
+  for (int a = 0; a < g.na; a++)
+    if (g.ch[a] > maxc) maxc = g.ch[a];
+  net->stat = px_calloc(2 * (size_t)maxc, sizeof *net->stat, "infer.stat");
+  net->slot = px_calloc((size_t)net->nslots, sizeof *net->slot, "infer.slots");
+  net->logits = px_malloc((size_t)batch * net->classes * sizeof(float), "infer.logits");
+  net->logits2 = px_malloc((size_t)batch * net->classes * sizeof(float), "infer.logits");
+  if (!net->slot || !net->logits || !net->logits2 || !net->stat) {
+    st = PX_ERR_NOMEM;
+    goto fail;
+  }
+  for (int i = 0; i < net->nslots; i++) {
+    net->slot[i] = px_calloc(net->slot_floats, sizeof(float), "infer.slot");
+    if (!net->slot[i]) {
+      st = PX_ERR_NOMEM;
+      goto fail;
+    }
+  }
+  px__cpu_enter(ops);
+  for (int i = 0; i < net->nsteps; i++) {
+    px__istep_t *s = &net->steps[i];
+    if (s->kind == PX__S_BN_TRAIN) PX_CHECK_GOTO(px__bn_train_create(net, s), st, fail);
+    size_t nw = s->kind == PX__S_CONV ? (size_t)s->c_out * s->c_in * s->k * s->k
+                : s->kind == PX__S_FC ? (size_t)s->c_out * s->c_in
+                : s->kind == PX__S_BN ? (size_t)s->c_out : 0;
+    if (!nw) continue;
+    s->wf = px_malloc(nw * sizeof(float), "infer.folded");
+    s->bf = px_calloc((size_t)s->c_out, sizeof(float), "infer.bias");
+    if (!s->wf || !s->bf) {
+      st = PX_ERR_NOMEM;
+      goto fail;
+    }
+    if (s->kind == PX__S_CONV) PX_CHECK_GOTO(px__conv_create(net, s), st, fail);
+  }
+  px__graph_free(&g);
+  *out = net;
+  return PX_OK;
+fail:
+  px__graph_free(&g);
+  px__infer_destroy(net);
+  return st;
+}
+
+void px__infer_destroy(px__infer_t *net) {
+  if (!net) return;
+  for (int i = 0; net->steps && i < net->nsteps; i++) {
+    px__istep_t *s = &net->steps[i];
+    if (s->have_fwd) px__exec_destroy(&s->fwd);
+    if (s->have_wreo) px__exec_destroy(&s->wreo);
+    if (s->wp != s->wf) px_free(s->wp);
+    PX_FREE_ALL(s->wf, s->bf, s->bstat, s->ws);
+  }
+  for (int i = 0; net->slot && i < net->nslots; i++) px_free(net->slot[i]);
+  PX_FREE_ALL(net->slot, net->steps, net->logits, net->logits2, net->stat);
+  px_free(net);
+}
+
+/* ---- values ------------------------------------------------------------------------- */
+
+static const float *px__param(const px_model_t *m, int i) {
+  return (const float *)px_model_param(m, i)->value->data; /* CPU model: host memory */
+}
+
+static const float *px__buffer(const px_model_t *m, int i) {
+  return (const float *)px_model_buffer(m, i)->value->data;
+}
+
+px_status_t px__infer_load(px__infer_t *net) {
+  const px_model_t *m = net->m;
+  for (int i = 0; i < net->nsteps; i++) {
+    px__istep_t *s = &net->steps[i];
+    px_model_node_t n, bn;
+    PX_CHECK(px_model_node(m, s->node, &n));
+    if (s->kind == PX__S_FC) {
+      memcpy(s->wf, px__param(m, n.w), (size_t)s->c_out * s->c_in * sizeof(float));
+      memcpy(s->bf, px__param(m, n.b), (size_t)s->c_out * sizeof(float));
+      continue;
+    }
+    if (s->kind != PX__S_CONV && s->kind != PX__S_BN) continue; /* BN_TRAIN reads the model */
+    int has_bn = s->kind == PX__S_BN || s->bn >= 0;
+    if (has_bn) PX_CHECK(px_model_node(m, s->kind == PX__S_BN ? s->node : s->bn, &bn));
+    size_t per = s->kind == PX__S_CONV ? (size_t)s->c_in * s->k * s->k : 1;
+    const float *w = s->kind == PX__S_CONV ? px__param(m, n.w) : NULL;
+    for (int o = 0; o < s->c_out; o++) {
+      double a = 1, b = 0;
+      if (has_bn) {
+        a = (double)px__param(m, bn.w)[o] /
+            sqrt((double)px__buffer(m, bn.rv)[o] + PX__INFER_BN_EPS);
+        b = (double)px__param(m, bn.b)[o] - a * (double)px__buffer(m, bn.rm)[o];
+      }
+      s->bf[o] = (float)b;
+      if (!w) {
+        s->wf[o] = (float)a;
+        continue;
+      }
+      for (size_t j = 0; j < per; j++) s->wf[(size_t)o * per + j] = (float)(a * w[(size_t)o * per + j]);
+    }
+    if (s->have_wreo) {
+      px__cpu_enter(net->ops);
+      void *ptrs[2] = {s->wf, s->wp};
+      PX_CHECK(px__exec_run(net->ops, &s->wreo, ptrs));
+    }
+  }
+  return PX_OK;
+}
+
+/* ---- running ------------------------------------------------------------------------ */
+
+/* n samples of x (NCHW) into the input slot (NHWC), the rest of the batch zero. */
+static void px__pack_input(px__infer_t *net, const float *x, int32_t n) {
+  const size_t hw = (size_t)net->in_h * net->in_w, per = hw * net->in_c;
+  float *d = net->slot[net->in_slot];
+  for (int32_t i = 0; i < n; i++)
+    for (int c = 0; c < net->in_c; c++)
+      for (size_t p = 0; p < hw; p++) d[i * per + p * net->in_c + c] = x[i * per + c * hw + p];
+  memset(d + (size_t)n * per, 0, (size_t)(net->batch - n) * per * sizeof(float));
+}
+
+/* Training-mode batch norm on NHWC, as the training engine's (cpu_bn.c):
+ * normalised by the batch mean and biased variance over N*H*W, the running
+ * mean and the unbiased running variance moved by momentum 0.1 (written
+ * into the model's buffers). */
+static void px__bn_train(px__infer_t *net, const px__istep_t *s, const float *x, float *y) {
+  const size_t P = (size_t)net->batch * s->h * s->w, C = (size_t)s->c_in;
+  const float *scale = px__param(net->m, s->pw), *shift = px__param(net->m, s->pb);
+  float *rm = (float *)px__buffer(net->m, s->rm), *rv = (float *)px__buffer(net->m, s->rv);
+  double *mean = net->stat, *var = net->stat + C;
+  memset(net->stat, 0, 2 * C * sizeof *net->stat);
+  for (size_t p = 0; p < P; p++)
+    for (size_t c = 0; c < C; c++) mean[c] += x[p * C + c];
+  for (size_t c = 0; c < C; c++) mean[c] /= (double)P;
+  for (size_t p = 0; p < P; p++)
+    for (size_t c = 0; c < C; c++) {
+      double d = x[p * C + c] - mean[c];
+      var[c] += d * d;
+    }
+  const float m = 0.1f;
+  const float unbias = (float)((double)P / (double)(P - 1));
+  for (size_t c = 0; c < C; c++) {
+    var[c] /= (double)P;
+    rm[c] = (1.0f - m) * rm[c] + m * (float)mean[c];
+    rv[c] = (1.0f - m) * rv[c] + m * (float)var[c] * unbias;
+    /* y = a x + b */
+    double a = scale[c] / sqrt(var[c] + PX__INFER_BN_EPS);
+    var[c] = a;
+    mean[c] = shift[c] - a * mean[c];
+  }
+  for (size_t p = 0; p < P; p++)
+    for (size_t c = 0; c < C; c++) {
+      float v = (float)(var[c] * x[p * C + c] + mean[c]);
+      y[p * C + c] = s->relu && v < 0 ? 0 : v;
+    }
+}
+
+/* The steps that are not convolutions (plain loops, shared by both paths). */
+static void px__run_other(px__infer_t *net, const px__istep_t *s) {
+  const float *x = net->slot[s->sin];
+  float *y = net->slot[s->sout];
+  const size_t B = (size_t)net->batch, hw = (size_t)s->h * s->w, C = (size_t)s->c_in;
+  switch (s->kind) {
+    case PX__S_BN:
+      for (size_t p = 0; p < B * hw; p++)
+        for (size_t c = 0; c < C; c++) {
+          float v = x[p * C + c] * s->wf[c] + s->bf[c];
+          y[p * C + c] = s->relu && v < 0 ? 0 : v;
+        }
+      break;
+    case PX__S_BN_TRAIN: px__bn_train(net, s, x, y); break;
+    case PX__S_ADD: {
+      const float *x2 = net->slot[s->sin2];
+      for (size_t i = 0; i < B * hw * C; i++) {
+        float v = x[i] + x2[i];
+        y[i] = s->relu && v < 0 ? 0 : v;
+      }
+      break;
+    }
+    case PX__S_GAP:
+      for (size_t b = 0; b < B; b++)
+        for (size_t c = 0; c < C; c++) {
+          float acc = 0;
+          for (size_t p = 0; p < hw; p++) acc += x[(b * hw + p) * C + c];
+          y[b * C + c] = acc / (float)hw;
+        }
+      break;
+    case PX__S_FC:
+      for (size_t b = 0; b < B; b++)
+        for (int o = 0; o < s->c_out; o++) {
+          float acc = s->bf[o];
+          for (size_t i = 0; i < C; i++) acc += s->wf[(size_t)o * C + i] * x[b * C + i];
+          y[b * (size_t)s->c_out + o] = acc;
+        }
+      break;
+    default: break;
+  }
+}
+
+/* Plain direct convolution on NHWC with the step's folding and fusions. */
+static void px__conv_ref(px__infer_t *net, const px__istep_t *s) {
+  const float *x = net->slot[s->sin];
+  float *y = net->slot[s->sout];
+  const int K = s->k;
+  for (int b = 0; b < net->batch; b++)
+    for (int oy = 0; oy < s->oh; oy++)
+      for (int ox = 0; ox < s->ow; ox++)
+        for (int o = 0; o < s->c_out; o++) {
+          double acc = s->bf[o];
+          for (int ky = 0; ky < K; ky++) {
+            int iy = oy * s->stride - s->pad + ky;
+            if (iy < 0 || iy >= s->h) continue;
+            for (int kx = 0; kx < K; kx++) {
+              int ix = ox * s->stride - s->pad + kx;
+              if (ix < 0 || ix >= s->w) continue;
+              const float *xp = x + (((size_t)b * s->h + iy) * s->w + ix) * s->c_in;
+              for (int c = 0; c < s->c_in; c++)
+                acc += (double)xp[c] * s->wf[(((size_t)o * s->c_in + c) * K + ky) * K + kx];
+            }
+          }
+          size_t yi = (((size_t)b * s->oh + oy) * s->ow + ox) * s->c_out + o;
+          if (s->sum) {
+            if (s->relu_mid && acc < 0) acc = 0;
+            acc += y[yi];
+          }
+          y[yi] = (float)(s->relu && acc < 0 ? 0 : acc);
+        }
+}
+
+static px_status_t px__run(px__infer_t *net, const float *x, int32_t n, float *logits, int ref) {
+  PX_REQUIRE(n >= 1, "inference on %d samples", n);
+  const size_t per = (size_t)net->in_c * net->in_h * net->in_w;
+  if (!ref) px__cpu_enter(net->ops);
+  for (int32_t done = 0; done < n; done += net->batch) {
+    int32_t c = n - done < net->batch ? n - done : net->batch;
+    px__pack_input(net, x + (size_t)done * per, c);
+    for (int i = 0; i < net->nsteps; i++) {
+      px__istep_t *s = &net->steps[i];
+      if (s->kind == PX__S_BN_TRAIN && !ref) {
+        PX_CHECK(px__bn_train_run(net, s));
+      } else if (s->kind != PX__S_CONV) {
+        px__run_other(net, s);
+      } else if (ref) {
+        px__conv_ref(net, s);
+      } else {
+        void *ptrs[4] = {net->slot[s->sin], s->wp, s->bf, net->slot[s->sout]};
+        PX_CHECK(px__exec_run(net->ops, &s->fwd, ptrs));
+      }
+    }
+    memcpy(logits + (size_t)done * net->classes, net->slot[net->out_slot],
+           (size_t)c * net->classes * sizeof(float));
+  }
+  return PX_OK;
+}
+
+px_status_t px__infer_calibrate(px__infer_t *net, const float *x) {
+  PX_REQUIRE(net->train_bn, "px__infer_calibrate: a net built for inference");
+  float *junk = net->logits;
+  return px__run(net, x, net->batch, junk, 0);
+}
+
+px_status_t px__infer_logits(px__infer_t *net, const float *x, int32_t n, float *logits) {
+  return px__run(net, x, n, logits, 0);
+}
+
+px_status_t px__infer_logits_ref(px__infer_t *net, const float *x, int32_t n, float *logits) {
+  return px__run(net, x, n, logits, 1);
+}
+
+static int px__argmax(const float *z, int k) {
+  int best = 0;
+  for (int j = 1; j < k; j++)
+    if (z[j] > z[best]) best = j;
+  return best;
+}
+
+px_status_t px__infer_compare(px__infer_t *net, px_model_t *dense, const float *x, int32_t n,
+                              int64_t *differ) {
+  const int K = net->classes;
+  const size_t per = (size_t)net->in_c * net->in_h * net->in_w;
+  int32_t step = px_model_config(dense)->batch < net->batch ? px_model_config(dense)->batch
+                                                              : net->batch;
+  for (int32_t done = 0; done < n; done += step) {
+    int32_t c = n - done < step ? n - done : step;
+    PX_CHECK(px__run(net, x + (size_t)done * per, c, net->logits, 0));
+    PX_CHECK(px_model_logits(dense, x + (size_t)done * per, c, net->logits2));
+    for (int32_t i = 0; i < c; i++)
+      *differ += px__argmax(net->logits + (size_t)i * K, K) !=
+                 px__argmax(net->logits2 + (size_t)i * K, K);
+  }
+  return PX_OK;
+}
+
+px_status_t px__infer_eval(px__infer_t *net, const float *x, const int32_t *y, int32_t n,
+                           double *loss_sum, int64_t *correct) {
+  const int K = net->classes;
+  const size_t per = (size_t)net->in_c * net->in_h * net->in_w;
+  for (int32_t i = 0; i < n; i++)
+    PX_REQUIRE(y[i] >= 0 && y[i] < K, "label %d of sample %d is outside [0, %d)", y[i], i, K);
+  for (int32_t done = 0; done < n; done += net->batch) {
+    int32_t c = n - done < net->batch ? n - done : net->batch;
+    PX_CHECK(px__run(net, x + (size_t)done * per, c, net->logits, 0));
+    for (int32_t i = 0; i < c; i++) {
+      const float *z = net->logits + (size_t)i * K;
+      int best = px__argmax(z, K);
+      double mx = z[best], se = 0;
+      for (int k = 0; k < K; k++) se += exp((double)z[k] - mx);
+      *loss_sum += mx + log(se) - z[y[done + i]];
+      *correct += best == y[done + i];
+    }
+  }
+  return PX_OK;
+}

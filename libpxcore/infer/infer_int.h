@@ -1,0 +1,66 @@
+/* Inference engine for a (compact) CPU model: the model's graph run with
+ * oneDNN forward-inference primitives, batch norm folded into the
+ * convolution before it, the ReLU that follows and the residual add that
+ * reads it fused as post-ops (sum, eltwise), activations in NHWC, weights
+ * converted to the primitives' layouts once per px__infer_load. No
+ * gradients, no training state: the strategies' compact evaluation of a
+ * consensus model (strategy/compact_eval.c) and bench/infer use it.
+ *
+ * A net is built for a batch (px__infer_cache_batch gives the largest whose
+ * widest layer fits the L2 cache) and runs any number of samples in chunks
+ * of it. px__infer_logits_ref runs the same folded net in plain C loops: the
+ * reference the oneDNN path is tested against. */
+#ifndef PX_INFER_INT_H
+#define PX_INFER_INT_H
+
+#include <stdint.h>
+
+#include "prunex/nn.h"
+
+typedef struct px__infer px__infer_t;
+
+/* Samples per chunk whose widest convolution (input and output
+ * activations) fits the L2 cache of one core, at least 1, at most cap,
+ * and evened out over a batch of cap. */
+int32_t px__infer_cache_batch(const px_model_t *m, int32_t cap);
+
+/* Builds the net of m's graph (a CPU model: its ops context runs the
+ * primitives; m must outlive the net) for batch samples per chunk. The
+ * weights are not read: px__infer_load before the first run. train_bn 1
+ * builds the calibration net instead: batch norms in training mode (batch
+ * statistics, m's running statistics updated as the training engine does;
+ * nothing folded or fused), for px__infer_calibrate. Caller owns *out
+ * (px__infer_destroy). PX_ERR_INVALID for a model not on the CPU or a
+ * graph the engine does not know, PX_ERR_NOMEM, PX_ERR_BACKEND. */
+px_status_t px__infer_create(px_model_t *m, int32_t batch, int train_bn, px__infer_t **out);
+void px__infer_destroy(px__infer_t *net);
+int32_t px__infer_batch(const px__infer_t *net);
+
+/* Reads the model's current parameters and BN running statistics, folds
+ * them (scale / sqrt(var + eps) into the filters, the rest into a bias) and
+ * converts the weights for the primitives. Allocates nothing. */
+px_status_t px__infer_load(px__infer_t *net);
+
+/* One training-mode forward of a calibration net over exactly its batch of
+ * samples x: m's BN running statistics move. Allocates nothing. */
+px_status_t px__infer_calibrate(px__infer_t *net, const float *x);
+
+/* Logits [n][classes] of n >= 1 samples x ([n][C][H][W] plain host f32),
+ * into the caller's logits. Allocates nothing. */
+px_status_t px__infer_logits(px__infer_t *net, const float *x, int32_t n, float *logits);
+/* The same with plain C loops (the reference; slow). */
+px_status_t px__infer_logits_ref(px__infer_t *net, const float *x, int32_t n, float *logits);
+
+/* Adds the summed cross-entropy and the correct predictions of n samples
+ * (labels y in [0, classes)) to *loss_sum and *correct, as
+ * px_model_eval_batch does. PX_ERR_INVALID for a label out of range. */
+px_status_t px__infer_eval(px__infer_t *net, const float *x, const int32_t *y, int32_t n,
+                           double *loss_sum, int64_t *correct);
+
+/* Counts the samples of x (n >= 1) whose predicted class (first largest
+ * logit) differs between the net and dense (a model of the same input whose
+ * compact twin the net runs), adding them to *differ. Allocates nothing. */
+px_status_t px__infer_compare(px__infer_t *net, px_model_t *dense, const float *x, int32_t n,
+                              int64_t *differ);
+
+#endif

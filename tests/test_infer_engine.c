@@ -1,0 +1,243 @@
+/* The inference engine (libpxcore/infer/infer_int.h) on compact models of
+ * resnet20, resnet18 and resnet50 (bottleneck), their coupled channels
+ * projected at keep 0.5 as H-SADMM does, with random BN parameters and
+ * statistics: the oneDNN path (BN folded, ReLU and residual adds fused,
+ * NHWC, chunks smaller than the input) gives the plain reference loops'
+ * logits, and both give the dense masked model's logits through the
+ * training engine; a compact plan that keeps constant channels (the
+ * strategies' evaluation) and one that folds them (export) agree. Repeated
+ * runs and reloads allocate nothing. The calibration net (BN in training
+ * mode) moves the running statistics as the training engine does. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "export/compact_int.h"
+#include "infer/infer_int.h"
+#include "prunex/export.h"
+#include "prunex/prune.h"
+#include "px_test_util.h"
+
+static uint64_t rng = 12345;
+
+static double unif(void) {
+  rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+  return (double)(rng >> 11) * 0x1.0p-53;
+}
+
+/* A dense model with random BN values and coupled channels projected. */
+static px_model_t *pruned_model(px_ops_t *ops, const char *arch, int in_c, int hw, int batch) {
+  px_model_config_t c = {arch, in_c, 10, batch, hw, hw, NULL, 0, PX_PRECISION_FP32};
+  px_model_t *m;
+  assert_int_equal(px_model_create(ops, &c, &m), PX_OK);
+  assert_int_equal(px_model_init_params(m, 7), PX_OK);
+  for (int i = 0; i < px_model_num_buffers(m); i++) {
+    const px_model_buffer_t *b = px_model_buffer(m, i);
+    float *v = b->value->data;
+    for (size_t j = 0; j < px_tensor_numel(b->value); j++)
+      v[j] = strstr(b->name, "running_var") ? (float)(0.5 + unif()) : (float)(0.2 * (unif() - 0.5));
+  }
+  for (int i = 0; i < px_model_num_params(m); i++) {
+    const px_model_param_t *p = px_model_param(m, i);
+    if (p->kind == PX_WEIGHT_BN_SCALE || p->kind == PX_WEIGHT_BN_SHIFT) {
+      float *v = p->value->data;
+      for (size_t j = 0; j < px_tensor_numel(p->value); j++)
+        v[j] = p->kind == PX_WEIGHT_BN_SCALE ? (float)(0.5 + unif()) : (float)(0.4 * (unif() - 0.5));
+    }
+    int j = px_model_channel_consumer(m, i);
+    if (j < 0) continue;
+    px_tensor_t *tp = p->value, *tc = px_model_param(m, j)->value;
+    px_conv_shape_t sp = {(int32_t)tp->dims[0], (int32_t)tp->dims[1], (int32_t)tp->dims[2],
+                          (int32_t)tp->dims[3]};
+    px_conv_shape_t sc = {(int32_t)tc->dims[0], (int32_t)tc->dims[1], (int32_t)tc->dims[2],
+                          (int32_t)tc->dims[3]};
+    uint8_t fm[2048], cm[2048];
+    memset(fm, 1, sizeof fm);
+    assert_int_equal(px_prune_project_coupled(tp->data, sp, tc->data, sc, 0.5, fm, cm, NULL, 0),
+                     PX_OK);
+  }
+  return m;
+}
+
+static double max_rel_diff(const float *a, const float *b, size_t n) {
+  double scale = 1e-3, d = 0;
+  for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs((double)b[i]));
+  for (size_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - (double)b[i]));
+  return d / scale;
+}
+
+static void check_arch(const char *arch, int in_c, int hw, int n) {
+  px_ops_t *ops;
+  assert_int_equal(px_ops_create(px_device_cpu(), 2, &ops), PX_OK);
+  px_model_t *dense = pruned_model(ops, arch, in_c, hw, n);
+  size_t per = (size_t)in_c * hw * hw;
+  float *x = malloc((size_t)n * per * sizeof *x);
+  float *want = malloc((size_t)n * 10 * sizeof *want), *got = malloc((size_t)n * 10 * sizeof *got),
+        *ref = malloc((size_t)n * 10 * sizeof *ref);
+  for (size_t i = 0; i < (size_t)n * per; i++) x[i] = (float)(2 * unif() - 1);
+  assert_int_equal(px_model_logits(dense, x, n, want), PX_OK);
+  for (int fold = 0; fold < 2; fold++) {
+    px__compact_t *plan;
+    px_model_t *cm;
+    px__infer_t *net;
+    assert_int_equal(px__compact_plan(dense, fold, &plan), PX_OK);
+    assert_int_equal(px__compact_build(plan, dense, ops, n, &cm), PX_OK);
+    /* chunks of 3: the last one short */
+    assert_int_equal(px__infer_create(cm, 3, 0, &net), PX_OK);
+    assert_int_equal(px__infer_load(net), PX_OK);
+    assert_int_equal(px__infer_logits(net, x, n, got), PX_OK);
+    assert_int_equal(px__infer_logits_ref(net, x, n, ref), PX_OK);
+    double e_ref = max_rel_diff(got, ref, (size_t)n * 10);
+    double e_dense = max_rel_diff(got, want, (size_t)n * 10);
+    printf("%s fold %d: %zu -> %zu parameters, engine vs reference %.2e, vs dense %.2e\n", arch,
+           fold, px_model_numel(dense), px_model_numel(cm), e_ref, e_dense);
+    assert_true(px_model_numel(cm) < px_model_numel(dense));
+    assert_true(e_ref < 1e-4);
+    assert_true(e_dense < 1e-4);
+    int64_t differ = 0;
+    assert_int_equal(px__infer_compare(net, dense, x, n, &differ), PX_OK);
+    assert_int_equal(differ, 0);
+    /* refills and runs allocate nothing */
+    px_mem_stats_t m0, m1;
+    px_mem_stats(&m0);
+    assert_int_equal(px__compact_update(plan, dense), PX_OK);
+    assert_int_equal(px__compact_fill(plan, dense, cm), PX_OK);
+    assert_int_equal(px__infer_load(net), PX_OK);
+    assert_int_equal(px__infer_logits(net, x, n, got), PX_OK);
+    px_mem_stats(&m1);
+    assert_true(m1.allocs == m0.allocs);
+    assert_true(max_rel_diff(got, ref, (size_t)n * 10) < 1e-4);
+    px__infer_destroy(net);
+    px_model_destroy(cm);
+    px__compact_destroy(plan);
+  }
+  free(x);
+  free(want);
+  free(got);
+  free(ref);
+  px_model_destroy(dense);
+  px_ops_destroy(ops);
+}
+
+static void resnet20_engine_matches_reference_and_dense(void **state) {
+  (void)state;
+  check_arch("resnet20", 1, 28, 8);
+}
+
+static void resnet18_engine_matches_reference_and_dense(void **state) {
+  (void)state;
+  check_arch("resnet18", 3, 16, 4);
+}
+
+static void resnet50_engine_matches_reference_and_dense(void **state) {
+  (void)state;
+  check_arch("resnet50", 3, 16, 4);
+}
+
+/* A labelled batch: loss and accuracy as px_model_eval_batch counts them. */
+static void eval_matches_model_eval(void **state) {
+  (void)state;
+  px_ops_t *ops;
+  assert_int_equal(px_ops_create(px_device_cpu(), 2, &ops), PX_OK);
+  const int n = 8;
+  px_model_t *dense = pruned_model(ops, "resnet20", 1, 28, n);
+  float *x = malloc((size_t)n * 784 * sizeof *x);
+  int32_t y[8];
+  for (size_t i = 0; i < (size_t)n * 784; i++) x[i] = (float)(2 * unif() - 1);
+  for (int i = 0; i < n; i++) y[i] = i % 10;
+  double l0 = 0, l1 = 0;
+  int64_t c0 = 0, c1 = 0;
+  assert_int_equal(px_model_eval_batch(dense, x, y, n, &l0, &c0), PX_OK);
+  px_model_t *cm;
+  assert_int_equal(px_model_compact(dense, ops, n, &cm), PX_OK);
+  px__infer_t *net;
+  assert_int_equal(px__infer_create(cm, px__infer_cache_batch(cm, n), 0, &net), PX_OK);
+  assert_int_equal(px__infer_load(net), PX_OK);
+  assert_int_equal(px__infer_eval(net, x, y, n, &l1, &c1), PX_OK);
+  printf("loss %.6f vs %.6f, correct %lld vs %lld\n", l0, l1, (long long)c0, (long long)c1);
+  assert_true(fabs(l0 - l1) < 1e-4 * fmax(1, fabs(l0)));
+  assert_int_equal(c0, c1);
+  y[3] = 10;
+  assert_int_equal(px__infer_eval(net, x, y, n, &l1, &c1), PX_ERR_INVALID);
+  assert_non_null(strstr(px_last_error(), "label 10 of sample 3"));
+  px__infer_destroy(net);
+  px_model_destroy(cm);
+  px_model_destroy(dense);
+  px_ops_destroy(ops);
+  free(x);
+}
+
+/* The calibration net (BN in training mode) moves the compact model's
+ * running statistics as a training-mode forward of the dense model moves
+ * the kept channels' ones. */
+static void calibration_matches_training_forward(void **state) {
+  (void)state;
+  px_ops_t *ops;
+  assert_int_equal(px_ops_create(px_device_cpu(), 2, &ops), PX_OK);
+  const int n = 6;
+  px_model_t *dense = pruned_model(ops, "resnet20", 1, 28, n);
+  float *x = malloc((size_t)n * 784 * sizeof *x);
+  for (size_t i = 0; i < (size_t)n * 784; i++) x[i] = (float)(2 * unif() - 1);
+  px__compact_t *plan;
+  px_model_t *cm;
+  px__infer_t *cal, *net;
+  assert_int_equal(px__compact_plan(dense, 0, &plan), PX_OK);
+  assert_int_equal(px__compact_build(plan, dense, ops, 1, &cm), PX_OK);
+  assert_int_equal(px__infer_create(cm, n, 1, &cal), PX_OK);
+  assert_int_equal(px__infer_create(cm, 4, 0, &net), PX_OK);
+  assert_int_equal(px__infer_calibrate(net, x), PX_ERR_INVALID);
+  assert_int_equal(px__infer_load(cal), PX_OK);
+  for (int r = 0; r < 2; r++) {
+    assert_int_equal(px_model_forward_train(dense, x), PX_OK);
+    assert_int_equal(px__infer_calibrate(cal, x), PX_OK);
+  }
+  int32_t idx[64];
+  double worst = 0;
+  int nbn = 0;
+  for (int k = 0; k < plan->nn; k++) {
+    const px_model_node_t *bn = &plan->nodes[k];
+    if (bn->kind != PX_NODE_BN) continue;
+    nbn++;
+    int nk = px__compact_kept(plan, dense, bn->out, idx);
+    for (int t = 0; t < 2; t++) {
+      int b = t ? bn->rv : bn->rm;
+      const float *c = px_model_buffer(cm, b)->value->data, *d = px_model_buffer(dense, b)->value->data;
+      for (int i = 0; i < nk; i++)
+        worst = fmax(worst, fabs((double)c[i] - d[idx[i]]) / fmax(1e-2, fabs((double)d[idx[i]])));
+    }
+  }
+  printf("%d batch norms: running statistics within %.2e (relative)\n", nbn, worst);
+  assert_true(nbn == 21 && worst < 1e-4);
+  /* the inference net then reads the calibrated statistics */
+  float *a = malloc((size_t)n * 10 * sizeof *a), *b = malloc((size_t)n * 10 * sizeof *b);
+  assert_int_equal(px_model_logits(dense, x, n, a), PX_OK);
+  assert_int_equal(px__infer_load(net), PX_OK);
+  assert_int_equal(px__infer_logits(net, x, n, b), PX_OK);
+  assert_true(max_rel_diff(b, a, (size_t)n * 10) < 1e-4);
+  free(a);
+  free(b);
+  free(x);
+  px__infer_destroy(cal);
+  px__infer_destroy(net);
+  px_model_destroy(cm);
+  px__compact_destroy(plan);
+  px_model_destroy(dense);
+  px_ops_destroy(ops);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(resnet20_engine_matches_reference_and_dense),
+      cmocka_unit_test(resnet18_engine_matches_reference_and_dense),
+      cmocka_unit_test(resnet50_engine_matches_reference_and_dense),
+      cmocka_unit_test(eval_matches_model_eval),
+      cmocka_unit_test(calibration_matches_training_forward),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
