@@ -177,7 +177,7 @@ static int run_bench(const px_train_config_t *c, int steps, int warmup) {
     fprintf(stderr, "pxtrain: %s\n", px_last_error());
     return 1;
   }
-  px_model_config_t mc = {c->arch, 3, 10, c->batch, 32, 32, NULL, 0, c->precision};
+  px_model_config_t mc = {c->arch, 3, 10, c->batch, 32, 32, NULL, 0, c->precision, NULL};
   px_model_t *m;
   px_sgd_t *sgd;
   px_sgd_config_t sc = {c->lr, c->momentum, c->weight_decay, c->nesterov};

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nn/px_onnx_int.h"
 #include "nn/px_ops_int.h"
 #include "prunex/nn.h"
 #include "px_check.h"
@@ -47,6 +48,8 @@ typedef struct {
 struct px_model {
   px_model_config_t cfg;
   char arch[32];
+  char *onnx;                /* the imported file's path (cfg.onnx points here), or NULL */
+  px__onnx_graph_t *graph;   /* the imported graph (layers, initial weights), or NULL */
   int32_t *widths;           /* [nwidths] conv output widths of a compact model, or NULL */
   int nconv;                 /* convs built so far (index into widths) */
   px_ops_t *ops;
@@ -293,13 +296,13 @@ static px_status_t px__reorder(px_model_t *m, int in, const px_tensor_t *spec, i
   return PX_OK;
 }
 
-static px_status_t px__add(px_model_t *m, int a, int b, int *out) {
+static px_status_t px__add(px_model_t *m, int a, int b, int relu, int *out) {
   if (m->acts[a].dims[1] != m->acts[b].dims[1])
     return px_set_error(PX_ERR_INVALID,
                         "model widths: a residual add (after %s) joins %lld and %lld channels",
                         m->pnames[m->nparams - 1], (long long)m->acts[a].dims[1],
                         (long long)m->acts[b].dims[1]);
-  if (m->widths && !px_tensor_same_spec(&m->acts[a], &m->acts[b]))
+  if ((m->widths || m->graph) && !px_tensor_same_spec(&m->acts[a], &m->acts[b]))
     PX_CHECK(px__reorder(m, b, &m->acts[a], &b));
   if (!px_tensor_same_spec(&m->acts[a], &m->acts[b]))
     return px_set_error(PX_ERR_INTERNAL,
@@ -307,8 +310,8 @@ static px_status_t px__add(px_model_t *m, int a, int b, int *out) {
                         px_layout_name(m->acts[a].layout), px_layout_name(m->acts[b].layout));
   px__node_t *n;
   PX_CHECK(px__push(m, PX__ADD, a, b, &n));
-  n->relu = 1;
-  PX_CHECK(px_add_create(m->ops, &m->acts[a], 1, &n->add));
+  n->relu = relu;
+  PX_CHECK(px_add_create(m->ops, &m->acts[a], relu, &n->add));
   px_tensor_t ys;
   px_add_y_spec(n->add, &ys);
   int o;
@@ -392,23 +395,80 @@ static px_status_t px__block(px_model_t *m, const px__arch_t *a, int in, int in_
     snprintf(nm, sizeof nm, "%s.downsample.1", prefix);
     PX_CHECK(px__bn(m, sc, 0, nm, &sc));
   }
-  PX_CHECK(px__add(m, main_out, sc, out));
+  PX_CHECK(px__add(m, main_out, sc, 1, out));
   *out_c = c_out;
   return PX_OK;
 }
 
-static px_status_t px__build(px_model_t *m, const px__arch_t *a) {
+/* The input act and its conversion to the engine's format (CUDA: NHWC, f32
+ * or bf16), done once by the first node. */
+static px_status_t px__input(px_model_t *m, int *h) {
   px_tensor_t x;
   PX_CHECK(px_tensor_init4(&x, px_ops_device(m->ops), m->cfg.batch, m->cfg.in_channels,
                            m->cfg.height, m->cfg.width));
-  int h, c = a->base;
-  PX_CHECK(px__new_act(m, &x, &h));
-  /* the engine's activation format (CUDA: NHWC, f32 or bf16): the input is
-   * converted once, by the first node */
+  PX_CHECK(px__new_act(m, &x, h));
   px_tensor_t fmt = x;
   PX_CHECK(px_ops_act_format(m->ops, (px_precision_t)m->cfg.precision, &fmt));
-  if (fmt.layout != x.layout || fmt.dtype != x.dtype) PX_CHECK(px__reorder(m, h, &fmt, &h));
-  m->in_act = h;
+  if (fmt.layout != x.layout || fmt.dtype != x.dtype) PX_CHECK(px__reorder(m, *h, &fmt, h));
+  m->in_act = *h;
+  return PX_OK;
+}
+
+/* An imported graph (nn/onnx_import.c) through the same layer functions as
+ * the built-in architectures: the layers map one to one onto nodes. */
+static px_status_t px__build_onnx(px_model_t *m) {
+  const px__onnx_graph_t *g = m->graph;
+  int *act = px_malloc((size_t)g->nlayers * sizeof *act, "model.onnx_acts");
+  if (!act) return PX_ERR_NOMEM;
+  px_status_t st = PX_OK;
+  int x;
+  PX_CHECK_GOTO(px__input(m, &x), st, done);
+  for (int k = 0; k < g->nlayers; k++) {
+    const px__onnx_layer_t *L = &g->layers[k];
+    int in = L->in < 0 ? x : act[L->in];
+    switch (L->kind) {
+      case PX__OL_CONV:
+        PX_CHECK_GOTO(px__conv(m, in, L->c_out, L->kernel, L->stride, L->prefix, &act[k]), st,
+                      done);
+        break;
+      case PX__OL_BN: PX_CHECK_GOTO(px__bn(m, in, L->relu, L->prefix, &act[k]), st, done); break;
+      case PX__OL_ADD:
+        PX_CHECK_GOTO(px__add(m, in, L->in2 < 0 ? x : act[L->in2], L->relu, &act[k]), st, done);
+        break;
+      case PX__OL_GAP: PX_CHECK_GOTO(px__gap(m, in, &act[k]), st, done); break;
+      case PX__OL_FC:
+        PX_CHECK_GOTO(px__fc(m, in, m->cfg.num_classes, L->prefix, &act[k]), st, done);
+        break;
+    }
+  }
+done:
+  px_free(act);
+  return st;
+}
+
+/* Reads cfg->onnx into m->graph and checks it against the configuration. */
+static px_status_t px__open_onnx(px_model_t *m, const px_model_config_t *cfg) {
+  size_t n = strlen(cfg->onnx) + 1;
+  if (!(m->onnx = px_malloc(n, "model.onnx"))) return PX_ERR_NOMEM;
+  memcpy(m->onnx, cfg->onnx, n);
+  m->cfg.onnx = m->onnx;
+  snprintf(m->arch, sizeof m->arch, "onnx");
+  PX_CHECK(px__onnx_load(m->onnx, &m->graph));
+  const px__onnx_graph_t *g = m->graph;
+  if (g->in_c != cfg->in_channels || g->in_h != cfg->height || g->in_w != cfg->width)
+    return px_set_error(PX_ERR_INVALID, "%s: the graph takes %dx%dx%d inputs, the data are "
+                        "%dx%dx%d (channels x height x width)", m->onnx, g->in_c, g->in_h, g->in_w,
+                        cfg->in_channels, cfg->height, cfg->width);
+  if (g->classes != cfg->num_classes)
+    return px_set_error(PX_ERR_INVALID, "%s: the graph gives %d logits, the data set has %d "
+                        "classes", m->onnx, g->classes, cfg->num_classes);
+  return PX_OK;
+}
+
+static px_status_t px__build(px_model_t *m, const px__arch_t *a) {
+  if (m->graph) return px__build_onnx(m);
+  int h, c = a->base;
+  PX_CHECK(px__input(m, &h));
   PX_CHECK(px__conv(m, h, a->base, 3, 1, "conv1", &h));
   PX_CHECK(px__bn(m, h, 1, "bn1", &h));
   for (int s = 0; s < a->nstages; s++) {
@@ -646,20 +706,20 @@ static px_status_t px__publish(px_model_t *m) {
 px_status_t px_model_create(px_ops_t *ops, const px_model_config_t *cfg, px_model_t **out) {
   PX_REQUIRE(out != NULL && ops != NULL && cfg != NULL, "px_model_create: NULL argument");
   *out = NULL;
-  const px__arch_t *a = px__arch_find(cfg->arch);
-  PX_REQUIRE(a != NULL, "model.name '%s' is not a known architecture (%s)",
+  const px__arch_t *a = cfg->onnx ? NULL : px__arch_find(cfg->arch);
+  PX_REQUIRE(cfg->onnx || a != NULL, "model.name '%s' is not a known architecture (%s)",
              cfg->arch ? cfg->arch : "(null)", px_model_arch_list());
   PX_REQUIRE(cfg->in_channels >= 1, "model.in_channels = %d: must be >= 1", cfg->in_channels);
   PX_REQUIRE(cfg->num_classes >= 2, "model.num_classes = %d: must be >= 2", cfg->num_classes);
   PX_REQUIRE(cfg->batch >= 1, "batch size %d: must be >= 1", cfg->batch);
-  int min_side = 1 << (a->nstages - 1);
+  int min_side = a ? 1 << (a->nstages - 1) : 1;
   PX_REQUIRE(cfg->height >= min_side && cfg->width >= min_side,
              "input %dx%d is too small for %s (needs at least %dx%d)", cfg->height, cfg->width,
-             a->name, min_side, min_side);
+             a ? a->name : cfg->onnx, min_side, min_side);
   px_model_t *m = px_calloc(1, sizeof *m, "model");
   if (!m) return PX_ERR_NOMEM;
   m->cfg = *cfg;
-  snprintf(m->arch, sizeof m->arch, "%s", a->name);
+  snprintf(m->arch, sizeof m->arch, "%s", a ? a->name : "onnx");
   m->cfg.arch = m->arch;
   m->ops = ops;
   px_status_t st;
@@ -678,6 +738,7 @@ px_status_t px_model_create(px_ops_t *ops, const px_model_config_t *cfg, px_mode
   } else {
     m->cfg.nwidths = 0;
   }
+  if (cfg->onnx) PX_CHECK_GOTO(px__open_onnx(m, cfg), st, fail);
   PX_CHECK_GOTO(px__build(m, a), st, fail);
   if (m->widths && m->nconv != m->cfg.nwidths) {
     st = px_set_error(PX_ERR_INVALID, "model widths: %d given, %s has %d convolutions",
@@ -711,6 +772,8 @@ void px_model_destroy(px_model_t *m) {
     if (m->acc[a]) px_add_destroy(m->acc[a]);
   for (int i = 0; i < m->nparams; i++) px_free(m->pnames[i]);
   for (int i = 0; i < m->nbufs; i++) px_free(m->bnames[i]);
+  px__onnx_free(m->graph);
+  px_free(m->onnx);
   px_arena_free(&m->a_params);
   px_arena_free(&m->a_grads);
   px_arena_free(&m->a_bufs);
@@ -811,6 +874,30 @@ static px_status_t px__fill(px_tensor_t *t, float *tmp, size_t n) {
   return px_tensor_copy_from_host(t, tmp, n * sizeof(float));
 }
 
+/* An imported model starts from the file's weights: the layers hold them in
+ * the order their nodes created parameters and buffers. */
+static px_status_t px__init_onnx(px_model_t *m, float *tmp) {
+  const px__onnx_graph_t *g = m->graph;
+  int p = 0, b = 0;
+  for (int k = 0; k < g->nlayers; k++) {
+    const px__onnx_layer_t *L = &g->layers[k];
+    const px__onnx_init_t *src[4] = {&L->w, &L->b, &L->rm, &L->rv};
+    int np = L->kind == PX__OL_CONV ? 1 : L->kind == PX__OL_GAP || L->kind == PX__OL_ADD ? 0 : 2;
+    int nb = L->kind == PX__OL_BN ? 2 : 0;
+    for (int i = 0; i < np + nb; i++) {
+      px_tensor_t *t = i < np ? &m->pvals[p++] : &m->bufs[b++];
+      size_t n = px_tensor_numel(t);
+      if (src[i]->bytes && src[i]->n != n)
+        return px_set_error(PX_ERR_INTERNAL, "%s: layer '%s' has %zu values for %zu", m->onnx,
+                            L->node, src[i]->n, n);
+      if (src[i]->bytes) memcpy(tmp, src[i]->bytes, n * sizeof *tmp);
+      else memset(tmp, 0, n * sizeof *tmp);
+      PX_CHECK(px__fill(t, tmp, n));
+    }
+  }
+  return PX_OK;
+}
+
 px_status_t px_model_init_params(px_model_t *m, uint64_t seed) {
   size_t maxn = 1;
   for (int i = 0; i < m->nparams; i++)
@@ -820,6 +907,11 @@ px_status_t px_model_init_params(px_model_t *m, uint64_t seed) {
   float *tmp = px_malloc(maxn * sizeof(float), "model.init");
   if (!tmp) return PX_ERR_NOMEM;
   px_status_t st = PX_OK;
+  if (m->graph && !m->widths) {
+    PX_CHECK_GOTO(px__init_onnx(m, tmp), st, done);
+    PX_CHECK_GOTO(px_tensor_zero(&m->flat_grads), st, done);
+    goto done;
+  }
   for (int i = 0; i < m->nparams; i++) {
     px_tensor_t *t = &m->pvals[i];
     size_t n = px_tensor_numel(t);

@@ -73,6 +73,12 @@ typedef struct {
    * the default) or PX_PRECISION_BF16 (CUDA only: bf16 activations, f32
    * weights, gradients, BN statistics and loss). */
   int32_t precision;
+  /* An imported model: the path of an ONNX file (nn/onnx_import.c says which
+   * operators it may hold); arch is then ignored and reads "onnx" in the
+   * model's config. NULL (the default) builds arch. Copied by px_model_create.
+   * The file's input must be [N, in_channels, height, width] and its output
+   * [N, num_classes]; px_model_init_params starts from the file's weights. */
+  const char *onnx;
 } px_model_config_t;
 
 typedef struct px_model px_model_t;
@@ -83,6 +89,22 @@ PX_API int px_model_arch_known(const char *arch);
 PX_API const char *px_model_arch_name(const char *arch);
 /* Space-separated list of the known architectures (static string). */
 PX_API const char *px_model_arch_list(void);
+
+/* What an ONNX file holds, as px_model_create would build it. */
+typedef struct {
+  int32_t in_channels, height, width; /* the graph input [N, C, H, W] */
+  int32_t num_classes;                /* the logits [N, num_classes] */
+  int32_t nconv;                      /* convolutions (prunable layers) */
+  int32_t nlayers;                    /* layers after fusing Relus and dropping Identities */
+} px_model_onnx_info_t;
+
+/* Reads and checks an ONNX model file without building it (what a job
+ * submission does): opset 11-17, every node an operator the import takes
+ * (docs/user-guide.md lists them), shapes consistent, sizes bounded. info may
+ * be NULL. Fails with PX_ERR_IO (unreadable, over 512 MiB) or PX_ERR_INVALID
+ * whose message names the file and, for a node it refuses, the node's name
+ * and operator. Linear in the file's size. */
+PX_API px_status_t px_model_onnx_check(const char *path, px_model_onnx_info_t *info);
 
 /* Builds the model on ops' device: creates every op and allocates every
  * family. Parameters are zero until px_model_init_params. The model borrows
@@ -277,6 +299,8 @@ typedef struct {
                                 only by px_trainer_create; NULL: dense */
   int32_t nwidths;
   int32_t precision;         /* px_precision_t: fp32 (0, the default) or bf16 (CUDA) */
+  const char *onnx;          /* an imported model's ONNX file (px_model_config_t.onnx),
+                                read only by px_trainer_create; NULL: arch */
 } px_train_config_t;
 
 /* Defaults: resnet20 on fashion-mnist, batch 128, lr 0.1, momentum 0.9,
