@@ -255,7 +255,8 @@ PX_API px_tensor_t *px_sgd_momentum(px_sgd_t *s, int i);
  * every parameter and BN running statistic under its PyTorch name, plus, when
  * an optimiser is given, its momentum buffers as "optimizer.momentum.<name>";
  * metadata "format" = "prunex-checkpoint-v1", "arch", "in_channels",
- * "num_classes" and any extra key/value pairs. */
+ * "num_classes", "widths" (compact), "onnx" (an imported model's ONNX file) and any
+ * extra key/value pairs. */
 
 /* Writes the checkpoint atomically. sgd may be NULL. extra_kv holds nextra
  * key/value pairs (may be NULL). Fails with PX_ERR_IO naming the path. */
@@ -272,7 +273,9 @@ PX_API px_status_t px_model_load(px_model_t *m, px_sgd_t *sgd, const char *path)
  * in_channels, num_classes and, for a compact model (metadata "widths"),
  * widths (written to the caller's widths[0..cap), cfg->widths pointing at
  * it) and nwidths; cfg->widths NULL for a dense file; precision fp32. batch,
- * height and width are left to the caller. Fails with PX_ERR_IO / PX_ERR_FORMAT naming the
+ * height and width are left to the caller. An imported model's file (arch "onnx", metadata
+ * "onnx") sets cfg->onnx to its ONNX path, held in a per-thread buffer valid until this
+ * thread's next call; NULL otherwise. Fails with PX_ERR_IO / PX_ERR_FORMAT naming the
  * file (no or bad metadata), PX_ERR_INVALID (more widths than cap). */
 PX_API px_status_t px_model_file_config(const char *path, px_model_config_t *cfg, int32_t *widths,
                                         int cap);
