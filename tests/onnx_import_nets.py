@@ -13,7 +13,8 @@ PruneX's code is used here).
       (train-mode BatchNorm, mean cross-entropy), DIR/grads.txt: one line
       "NAME NUMEL FILE" per parameter with its gradient in DIR/FILE.
 
-The networks use the operators PruneX imports (Conv without bias + BN + ReLU,
+Channel counts are multiples of 16 (oneDNN 2.6 trains narrower layers on its
+reference kernels, about 40x slower). The networks use the operators PruneX imports (Conv without bias + BN + ReLU,
 residual Add + ReLU, global average pooling, Linear) and start from
 non-trivial BN statistics and affine parameters, so that the checks see
 every parameter kind.
@@ -37,12 +38,12 @@ class Vgg(nn.Module):
     def __init__(self, c, classes):
         super().__init__()
         layers = []
-        for ci, co, s in [(c, 8, 1), (8, 8, 1), (8, 16, 2), (16, 16, 1), (16, 32, 2)]:
+        for ci, co, s in [(c, 16, 1), (16, 16, 1), (16, 32, 2), (32, 32, 1), (32, 64, 2)]:
             layers += conv_bn(ci, co, 3, s) + [nn.ReLU(inplace=True)]
         self.features = nn.Sequential(*layers)
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.drop = nn.Dropout(0.5)
-        self.fc = nn.Linear(32, classes)
+        self.fc = nn.Linear(64, classes)
 
     def forward(self, x):
         return self.fc(self.drop(torch.flatten(self.pool(self.features(x)), 1)))
@@ -66,7 +67,7 @@ class Block(nn.Module):
 class ResNet(nn.Module):
     """A CIFAR-style ResNet (resnet8: one basic block per stage)."""
 
-    def __init__(self, c, classes, width=8):
+    def __init__(self, c, classes, width=16):
         super().__init__()
         self.conv1, self.bn1 = conv_bn(c, width)
         self.layers = nn.Sequential(Block(width, width, 1), Block(width, 2 * width, 2),
@@ -83,9 +84,9 @@ class MaxPoolNet(nn.Module):
 
     def __init__(self, c, classes):
         super().__init__()
-        self.conv, self.bn = conv_bn(c, 8)
+        self.conv, self.bn = conv_bn(c, 16)
         self.pool = nn.MaxPool2d(2)
-        self.fc = nn.Linear(8, classes)
+        self.fc = nn.Linear(16, classes)
 
     def forward(self, x):
         h = self.pool(torch.relu(self.bn(self.conv(x))))

@@ -761,8 +761,7 @@ px_status_t px__js_check(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
                        px__js_mark(w, px__js_find("dataset.path"), px__js_find("dataset.name")),
                        "dataset.path: cifar10 has no default location; set it to the directory "
                        "of the data set's .bin files on the workers");
-  px_status_t ost = px__js_check_onnx(spec, w);
-  if (ost != PX_OK) return ost;
+  if ((cst = px__js_check_onnx(spec, w)) != PX_OK) return cst;
   int chans = px__js_channels(ds);
   if (spec->model->in_channels != 0 && spec->model->in_channels != chans)
     return px__js_fail(PX_ERR_INVALID, w,

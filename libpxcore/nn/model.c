@@ -222,8 +222,8 @@ static px_status_t px__conv(px_model_t *m, int in, int c_out, int k, int stride,
                           name, c_out);
   }
   m->nconv++;
-  if (m->widths && px_ops_device(m->ops).kind == PX_DEVICE_CPU && m->acts[in].layout != NULL &&
-      m->acts[in].dims[1] % 16 != 0) {
+  if ((m->widths || m->graph) && px_ops_device(m->ops).kind == PX_DEVICE_CPU &&
+      m->acts[in].layout != NULL && m->acts[in].dims[1] % 16 != 0) {
     px_tensor_t plain;
     const px_tensor_t *a = &m->acts[in];
     PX_CHECK(px_tensor_init4(&plain, a->device, a->dims[0], a->dims[1], a->dims[2], a->dims[3]));

@@ -218,11 +218,7 @@ static px_status_t px__out(px__imp_t *im, const Onnx__NodeProto *n, int layer, i
                            int w) {
   if (n->n_output < 1) return PX__NODE_FAIL(im, n, "the node has no output");
   px__value_t *v = px__find(im, n->output[0]);
-  v->kind = PX__V_ACT;
-  v->layer = layer;
-  v->c = c;
-  v->h = h;
-  v->w = w;
+  *v = (px__value_t){v->name, PX__V_ACT, NULL, layer, c, h, w, v->uses};
   return PX_OK;
 }
 
@@ -395,12 +391,7 @@ static px_status_t px__op_pass(px__imp_t *im, const Onnx__NodeProto *n) {
   PX_CHECK(px__in(im, n, 0, 1, &x));
   if (n->n_output < 1) return PX__NODE_FAIL(im, n, "the node has no output");
   px__value_t *v = px__find(im, n->output[0]);
-  v->kind = x->kind;
-  v->t = x->t;
-  v->layer = x->layer;
-  v->c = x->c;
-  v->h = x->h;
-  v->w = x->w;
+  *v = (px__value_t){v->name, x->kind, x->t, x->layer, x->c, x->h, x->w, v->uses};
   return PX_OK;
 }
 
