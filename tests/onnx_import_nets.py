@@ -11,11 +11,14 @@ PruneX's code is used here).
       and random labels: DIR/x.f32 (input), DIR/y.i32 (labels),
       DIR/logits.f32 (eval-mode logits) and, for one training step
       (train-mode BatchNorm, mean cross-entropy), DIR/grads.txt: one line
-      "NAME NUMEL FILE" per parameter with its gradient in DIR/FILE.
+      "NAME NUMEL FILE" per parameter with its gradient in DIR/FILE;
+  onnx_import_nets.py compare ORIG.onnx EXPORTED.onnx
+      onnx's checker on PruneX's export of an imported 1x32x32 model, and
+      OpenCV's logits of both files on the same images (see compare()).
 
 Channel counts are multiples of 16 (oneDNN 2.6 trains narrower layers on its
 reference kernels, about 40x slower). The networks use the operators PruneX imports (Conv without bias + BN + ReLU,
-residual Add + ReLU, global average pooling, Linear) and start from
+residual Add + ReLU, max and average pooling, global average pooling, Linear) and start from
 non-trivial BN statistics and affine parameters, so that the checks see
 every parameter kind.
 """
@@ -32,14 +35,19 @@ def conv_bn(ci, co, k=3, s=1):
 
 
 class Vgg(nn.Module):
-    """VGG-style: stacks of 3x3 conv-BN-ReLU, strided convs between stages,
-    dropout before the classifier."""
+    """VGG-style: stacks of 3x3 conv-BN-ReLU with 2x2 max pooling between
+    stages, average pooling, dropout before the classifier."""
 
     def __init__(self, c, classes):
         super().__init__()
         layers = []
-        for ci, co, s in [(c, 16, 1), (16, 16, 1), (16, 32, 2), (32, 32, 1), (32, 64, 2)]:
-            layers += conv_bn(ci, co, 3, s) + [nn.ReLU(inplace=True)]
+        for item in [(c, 16), (16, 16), "M", (16, 32), (32, 32), "M", (32, 64), "A"]:
+            if item == "M":
+                layers.append(nn.MaxPool2d(2))
+            elif item == "A":
+                layers.append(nn.AvgPool2d(2))
+            else:
+                layers += conv_bn(item[0], item[1], 3, 1) + [nn.ReLU(inplace=True)]
         self.features = nn.Sequential(*layers)
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.drop = nn.Dropout(0.5)
@@ -79,21 +87,21 @@ class ResNet(nn.Module):
         return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
 
 
-class MaxPoolNet(nn.Module):
-    """Uses an operator the import refuses (MaxPool): for the refusal test."""
+class SigmoidNet(nn.Module):
+    """Uses an operator the import refuses (Sigmoid): for the refusal test."""
 
     def __init__(self, c, classes):
         super().__init__()
         self.conv, self.bn = conv_bn(c, 16)
-        self.pool = nn.MaxPool2d(2)
+        self.gate = nn.Sigmoid()
         self.fc = nn.Linear(16, classes)
 
     def forward(self, x):
-        h = self.pool(torch.relu(self.bn(self.conv(x))))
+        h = self.gate(self.bn(self.conv(x)))
         return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
 
 
-NETS = {"vgg": Vgg, "resnet": ResNet, "maxpool": MaxPoolNet}
+NETS = {"vgg": Vgg, "resnet": ResNet, "sigmoid": SigmoidNet}
 
 
 def build(name, c, classes, seed=0):
@@ -143,6 +151,26 @@ def reference(name, out, batch, c, h, w, classes):
                                            sum(p.numel() for p in net.parameters())))
 
 
+def compare(orig, exported):
+    """OpenCV's dnn runs the file PyTorch exported (fed Fashion-MNIST's
+    training preprocessing: raw [0, 1] pixels padded by 2 and normalised)
+    and PruneX's export of the imported model (fed the raw 28x28 pixels: its
+    graph preprocesses); the logits must agree."""
+    import cv2
+    import onnx
+    onnx.checker.check_model(onnx.load(exported), full_check=True)
+    u = np.random.default_rng(3).random((4, 1, 28, 28), dtype=np.float32)
+    x = (np.pad(u, ((0, 0), (0, 0), (2, 2), (2, 2))) - 0.2860) / 0.3530
+    a = cv2.dnn.readNetFromONNX(orig)
+    a.setInput(x.astype(np.float32))
+    b = cv2.dnn.readNetFromONNX(exported)
+    b.setInput(u)
+    la, lb = a.forward(), b.forward()
+    d = float(np.abs(la - lb).max())
+    print("exported ONNX: checker ok, OpenCV logits within %.2e of the original's" % d)
+    return 0 if la.shape == lb.shape == (4, 10) and d < 1e-4 else 1
+
+
 def main(argv):
     if len(argv) >= 4 and argv[1] == "export":
         c, h, w, k = (int(v) for v in argv[4:8]) if len(argv) >= 8 else (1, 28, 28, 10)
@@ -152,6 +180,8 @@ def main(argv):
         c, h, w, k = (int(v) for v in argv[5:9]) if len(argv) >= 9 else (3, 16, 16, 10)
         reference(argv[2], argv[3], int(argv[4]), c, h, w, k)
         return 0
+    if len(argv) == 4 and argv[1] == "compare":
+        return compare(argv[2], argv[3])
     sys.stderr.write(__doc__)
     return 2
 

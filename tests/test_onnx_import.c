@@ -1,8 +1,8 @@
 /* ONNX import (nn/onnx_import.c) against the real thing: PyTorch
- * (python3-torch, Debian's /usr/bin/python3) builds a VGG-style net and a
- * ResNet, exports them with torch.onnx.export and computes, on a random
- * batch, the eval-mode logits and one training step's gradients
- * (tests/onnx_import_nets.py). Our engine imports the file and must give the
+ * (python3-torch, Debian's /usr/bin/python3) builds a VGG-style net (max,
+ * average and global pooling) and a ResNet (residual adds), exports them
+ * with torch.onnx.export and computes, on a random batch, the eval-mode
+ * logits and one training step's gradients (tests/onnx_import_nets.py). Our engine imports the file and must give the
  * same logits within 1e-4 and the same gradients (train-mode BatchNorm, mean
  * cross-entropy) within 1e-4 relative to the largest. The importer refuses
  * what it cannot take with the file, the node and the operator, and
@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "prunex/export.h"
 #include "prunex/nn.h"
 #include "px_test_util.h"
 
@@ -150,13 +151,13 @@ static void unsupported_operator_is_refused_with_node_and_file(void **state) {
   char dir[64], path[512], cmd[1024];
   strcpy(dir, "/tmp/px_onnx_import_XXXXXX");
   assert_non_null(mkdtemp(dir));
-  snprintf(path, sizeof path, "%s/maxpool.onnx", dir);
-  snprintf(cmd, sizeof cmd, PY " %s export maxpool %s", NETS, path);
+  snprintf(path, sizeof path, "%s/sigmoid.onnx", dir);
+  snprintf(cmd, sizeof cmd, PY " %s export sigmoid %s", NETS, path);
   assert_int_equal(system(cmd), 0);
   const char *msg = refusal(path);
   assert_non_null(strstr(msg, path));
-  assert_non_null(strstr(msg, "/pool/MaxPool"));
-  assert_non_null(strstr(msg, "operator MaxPool is not supported"));
+  assert_non_null(strstr(msg, "/gate/Sigmoid"));
+  assert_non_null(strstr(msg, "operator Sigmoid is not supported"));
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   assert_int_equal(system(cmd), 0);
 }
@@ -205,12 +206,44 @@ static void truncated_and_garbage_files_are_refused(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* The imported VGG (max and average pooling) exports back to ONNX: onnx's
+ * checker accepts PruneX's file and OpenCV gives it the logits of the file
+ * PyTorch wrote (no pruning: the same weights). */
+static void imported_vgg_exports_to_onnx_that_opencv_runs_alike(void **state) {
+  (void)state;
+  if (!have_torch() || system(PY " -c 'import cv2' >/dev/null 2>&1") != 0) skip();
+  char dir[64], orig[512], ckpt[512], cmd[2048];
+  strcpy(dir, "/tmp/px_onnx_import_XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  snprintf(orig, sizeof orig, "%s/vgg.onnx", dir);
+  snprintf(cmd, sizeof cmd, PY " %s export vgg %s 1 32 32 10", NETS, orig);
+  assert_int_equal(system(cmd), 0);
+  px_ops_t *ops;
+  assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
+  px_model_config_t cfg = {"", 1, K, 2, 32, 32, NULL, 0, PX_PRECISION_FP32, orig};
+  px_model_t *m = NULL;
+  assert_int_equal(px_model_create(ops, &cfg, &m), PX_OK);
+  assert_int_equal(px_model_init_params(m, 1), PX_OK);
+  snprintf(ckpt, sizeof ckpt, "%s/model.safetensors", dir);
+  assert_int_equal(px_model_save(m, NULL, ckpt, NULL, 0), PX_OK);
+  px_export_report_t rep;
+  if (px_export_file(ckpt, dir, 1, "fashion-mnist", &rep) != PX_OK)
+    fail_msg("export: %s", px_last_error());
+  snprintf(cmd, sizeof cmd, PY " %s compare %s %s", NETS, orig, rep.onnx_path);
+  assert_int_equal(system(cmd), 0);
+  px_model_destroy(m);
+  px_ops_destroy(ops);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(vgg_forward_and_gradients_match_pytorch),
       cmocka_unit_test(resnet_forward_and_gradients_match_pytorch),
       cmocka_unit_test(unsupported_operator_is_refused_with_node_and_file),
       cmocka_unit_test(truncated_and_garbage_files_are_refused),
+      cmocka_unit_test(imported_vgg_exports_to_onnx_that_opencv_runs_alike),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

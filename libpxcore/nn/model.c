@@ -34,7 +34,10 @@ typedef struct {
   int w, b;                  /* parameter indices, -1 if none */
   int rm, rv;                /* BN running-statistics buffer indices */
   int relu;                  /* BN / ADD: ReLU fused */
-  int kernel, stride;        /* CONV: square kernel, stride (padding kernel / 2) */
+  int kernel, stride;        /* CONV: square kernel, stride (padding kernel / 2);
+                                POOL: the same for a windowed pooling (0: global) */
+  int pad;                   /* POOL: zero padding on each side */
+  px_pool_mode_t mode;       /* POOL with kernel > 0 */
   px_conv2d_t *conv;
   px_batchnorm_t *bn;
   px_add_t *add;
@@ -335,6 +338,27 @@ static px_status_t px__gap(px_model_t *m, int in, int *out) {
   return PX_OK;
 }
 
+/* A windowed pooling (an imported graph's MaxPool / AveragePool). */
+static px_status_t px__pool(px_model_t *m, int in, px_pool_mode_t mode, int k, int stride, int pad,
+                            int *out) {
+  px__node_t *n;
+  PX_CHECK(px__push(m, PX__POOL, in, -1, &n));
+  n->kernel = k;
+  n->stride = stride;
+  n->pad = pad;
+  n->mode = mode;
+  px_pool2d_params_t p = {mode, k, k, stride, stride, pad, pad};
+  PX_CHECK(px_pool2d_create(m->ops, &m->acts[in], &p, &n->pool));
+  px_tensor_t ys;
+  px_pool2d_y_spec(n->pool, &ys);
+  px_pool2d_ws_spec(n->pool, &n->ws);
+  int o;
+  PX_CHECK(px__new_act(m, &ys, &o));
+  m->nodes[m->nnodes - 1].out = o;
+  *out = o;
+  return PX_OK;
+}
+
 static px_status_t px__fc(px_model_t *m, int in, int classes, const char *name, int *out) {
   px__node_t *n;
   PX_CHECK(px__push(m, PX__FC, in, -1, &n));
@@ -436,6 +460,12 @@ static px_status_t px__build_onnx(px_model_t *m) {
         PX_CHECK_GOTO(px__add(m, in, L->in2 < 0 ? x : act[L->in2], L->relu, &act[k]), st, done);
         break;
       case PX__OL_GAP: PX_CHECK_GOTO(px__gap(m, in, &act[k]), st, done); break;
+      case PX__OL_MAXPOOL:
+      case PX__OL_AVGPOOL:
+        PX_CHECK_GOTO(px__pool(m, in, L->kind == PX__OL_MAXPOOL ? PX_POOL_MAX : PX_POOL_AVG,
+                               L->kernel, L->stride, L->pad, &act[k]),
+                      st, done);
+        break;
       case PX__OL_FC:
         PX_CHECK_GOTO(px__fc(m, in, m->cfg.num_classes, L->prefix, &act[k]), st, done);
         break;
@@ -827,8 +857,12 @@ px_status_t px_model_node(const px_model_t *m, int k, px_model_node_t *out) {
   const px__node_t *n = &m->nodes[k];
   static const px_node_kind_t kinds[] = {PX_NODE_CONV, PX_NODE_BN, PX_NODE_ADD, PX_NODE_GAP,
                                          PX_NODE_FC, PX_NODE_REORDER};
-  *out = (px_model_node_t){kinds[n->kind], n->in, n->in2, n->out, n->w, n->b, n->rm, n->rv,
-                           n->relu, n->kernel, n->stride, n->kernel / 2,
+  px_node_kind_t kind = kinds[n->kind];
+  if (n->kind == PX__POOL && n->kernel > 0)
+    kind = n->mode == PX_POOL_MAX ? PX_NODE_MAXPOOL : PX_NODE_AVGPOOL;
+  *out = (px_model_node_t){kind, n->in, n->in2, n->out, n->w, n->b, n->rm, n->rv,
+                           n->relu, n->kernel, n->stride,
+                           n->kind == PX__POOL ? n->pad : n->kernel / 2,
                            (int)m->acts[n->in].dims[1], (int)m->acts[n->out].dims[1]};
   return PX_OK;
 }
@@ -882,7 +916,7 @@ static px_status_t px__init_onnx(px_model_t *m, float *tmp) {
   for (int k = 0; k < g->nlayers; k++) {
     const px__onnx_layer_t *L = &g->layers[k];
     const px__onnx_init_t *src[4] = {&L->w, &L->b, &L->rm, &L->rv};
-    int np = L->kind == PX__OL_CONV ? 1 : L->kind == PX__OL_GAP || L->kind == PX__OL_ADD ? 0 : 2;
+    int np = L->kind == PX__OL_CONV ? 1 : L->kind == PX__OL_BN || L->kind == PX__OL_FC ? 2 : 0;
     int nb = L->kind == PX__OL_BN ? 2 : 0;
     for (int i = 0; i < np + nb; i++) {
       px_tensor_t *t = i < np ? &m->pvals[p++] : &m->bufs[b++];

@@ -15,7 +15,10 @@
  * bias, groups 1, square kernel, padding kernel/2, dilation 1),
  * BatchNormalization (epsilon 1e-5), Relu directly after a
  * BatchNormalization or an Add (fused there, as the built-in models fuse
- * it), Add of two activations, GlobalAveragePool, Flatten / Reshape to 2-D,
+ * it), Add of two activations, MaxPool and AveragePool (square windows; a
+ * zero Pad, with the Constant holding its sizes, folds into the
+ * AveragePool after it, as PyTorch exports count_include_pad),
+ * GlobalAveragePool, Flatten / Reshape of a C x 1 x 1 output to 2-D,
  * and one final Gemm (the classifier); Dropout and Identity pass their input
  * through (an Identity of an initializer is that initializer: PyTorch's
  * exporter writes those for equal-valued BN parameters). */
@@ -30,6 +33,7 @@
 #include "nn/px_onnx_int.h"
 #include "onnx.pb-c.h"
 #include "prunex/nn.h"
+#include "prunex/ops.h"
 #include "px_check.h"
 
 typedef enum { PX__V_FREE, PX__V_CONST, PX__V_ACT } px__vkind_t;
@@ -41,6 +45,7 @@ typedef struct {
   int layer;                  /* ACT: producing layer, -1 the graph input */
   int c, h, w;                /* ACT: [N, c, h, w]; flat: c features, h = w = 0 */
   int uses;                   /* nodes reading it (and 1 for a graph output) */
+  int pad;                    /* ACT: zero padding a Pad added, for the AveragePool reading it */
 } px__value_t;
 
 typedef struct {
@@ -53,8 +58,8 @@ typedef struct {
 } px__imp_t;
 
 static const char *const px__onnx_ops =
-    "Conv, BatchNormalization, Relu, Add, GlobalAveragePool, Flatten, Reshape, Gemm, Dropout, "
-    "Identity";
+    "Conv, BatchNormalization, Relu, Add, MaxPool, AveragePool, GlobalAveragePool, Flatten, "
+    "Reshape, Gemm, Dropout, Identity, Constant, Pad (before an AveragePool)";
 
 /* ---- the name table ----------------------------------------------------------- */
 
@@ -162,6 +167,9 @@ static px_status_t px__act_in(px__imp_t *im, const Onnx__NodeProto *n, size_t i,
     return PX__NODE_FAIL(im, n, "input '%s' must be an activation, not a constant", n->input[i]);
   if (spatial && (*out)->h == 0)
     return PX__NODE_FAIL(im, n, "input '%s' must be 4-D [N, C, H, W]", n->input[i]);
+  if ((*out)->pad && strcmp(n->op_type, "AveragePool"))
+    return PX__NODE_FAIL(im, n, "input '%s' is padded by a Pad: only an AveragePool may read "
+                                "a padded activation", n->input[i]);
   return PX_OK;
 }
 
@@ -218,7 +226,7 @@ static px_status_t px__out(px__imp_t *im, const Onnx__NodeProto *n, int layer, i
                            int w) {
   if (n->n_output < 1) return PX__NODE_FAIL(im, n, "the node has no output");
   px__value_t *v = px__find(im, n->output[0]);
-  *v = (px__value_t){v->name, PX__V_ACT, NULL, layer, c, h, w, v->uses};
+  *v = (px__value_t){v->name, PX__V_ACT, NULL, layer, c, h, w, v->uses, 0};
   return PX_OK;
 }
 
@@ -336,12 +344,98 @@ static px_status_t px__op_gap(px__imp_t *im, const Onnx__NodeProto *n) {
   return px__out(im, n, im->g->nlayers - 1, x->c, 1, 1);
 }
 
+/* MaxPool / AveragePool: a square window, equal strides, equal padding of
+ * at most half the window, floor rounding. */
+static px_status_t px__op_pool(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x;
+  PX_CHECK(px__act_in(im, n, 0, 1, &x));
+  int max = !strcmp(n->op_type, "MaxPool");
+  const Onnx__AttributeProto *ks = px__attr(n, "kernel_shape"), *st = px__attr(n, "strides");
+  const Onnx__AttributeProto *pd = px__attr(n, "pads"), *ap = px__attr(n, "auto_pad");
+  int64_t k = ks && ks->n_ints == 2 ? ks->ints[0] : 0, s = st && st->n_ints ? st->ints[0] : 1;
+  int64_t p = pd && pd->n_ints ? pd->ints[0] : 0;
+  if (x->pad && p == 0 && px__ints_all(n, "pads", 0)) p = x->pad; /* PyTorch's Pad + AveragePool */
+  if (!ks || ks->n_ints != 2 || !px__ints_all(n, "kernel_shape", k) || k < 1 || k > 15 ||
+      !px__ints_all(n, "strides", s) || s < 1 || s > 15 || !px__ints_all(n, "pads", p) || p < 0 ||
+      2 * p > k || !px__ints_all(n, "dilations", 1) || px__attr_i(n, "ceil_mode", 0) != 0 ||
+      px__attr_i(n, "storage_order", 0) != 0 || n->n_output > 1 ||
+      (ap && ap->has_s && ap->s.len && !(ap->s.len == 6 && !memcmp(ap->s.data, "NOTSET", 6))))
+    return PX__NODE_FAIL(im, n, "only square 2-D windows (1 to 15) with equal strides, equal "
+                                "padding of at most half the window, dilation 1 and floor "
+                                "rounding (ceil_mode 0) are supported");
+  if (!max && p > 0 && !x->pad && px__attr_i(n, "count_include_pad", 0) != 1)
+    return PX__NODE_FAIL(im, n, "a padded AveragePool must count the padding "
+                                "(count_include_pad = 1, PyTorch's default)");
+  int oh = (int)((x->h + 2 * p - k) / s + 1), ow = (int)((x->w + 2 * p - k) / s + 1);
+  if (x->h + 2 * p < k || x->w + 2 * p < k) return PX__NODE_FAIL(im, n, "the output is empty");
+  px__onnx_layer_t *L;
+  PX_CHECK(px__new_layer(im, n, max ? PX__OL_MAXPOOL : PX__OL_AVGPOOL, &L));
+  L->in = x->layer;
+  L->c_out = x->c;
+  L->kernel = (int)k;
+  L->stride = (int)s;
+  L->pad = (int)p;
+  return px__out(im, n, im->g->nlayers - 1, x->c, oh, ow);
+}
+
+static px_status_t px__check_init(px__imp_t *im, const Onnx__TensorProto *t);
+
+/* Constant: a tensor in the node (PyTorch writes a Pad's sizes so). */
+static px_status_t px__op_constant(px__imp_t *im, const Onnx__NodeProto *n) {
+  const Onnx__AttributeProto *a = px__attr(n, "value");
+  if (!a || !a->t || n->n_attribute != 1 || n->n_output != 1)
+    return PX__NODE_FAIL(im, n, "only a Constant holding one tensor ('value') is supported");
+  PX_CHECK(px__check_init(im, a->t));
+  px__value_t *v = px__find(im, n->output[0]);
+  v->kind = PX__V_CONST;
+  v->t = a->t;
+  return PX_OK;
+}
+
+/* Pad by zeros on H and W only, equal on every side: PyTorch's export of a
+ * padded average pooling (count_include_pad); the AveragePool reading it
+ * takes the padding over. */
+static px_status_t px__op_pad(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x, *pv, *cv;
+  PX_CHECK(px__act_in(im, n, 0, 1, &x));
+  PX_CHECK(px__in(im, n, 1, 1, &pv));
+  PX_CHECK(px__in(im, n, 2, 0, &cv));
+  const Onnx__AttributeProto *mode = px__attr(n, "mode");
+  const Onnx__TensorProto *t = pv->kind == PX__V_CONST ? pv->t : NULL;
+  int64_t pads[8] = {0};
+  int ok = t && t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 && px__numel(t) == 8 &&
+           !(mode && mode->has_s && mode->s.len && !(mode->s.len == 8 &&
+                                                    !memcmp(mode->s.data, "constant", 8)));
+  if (ok && t->has_raw_data) memcpy(pads, t->raw_data.data, sizeof pads);
+  else if (ok) memcpy(pads, t->int64_data, sizeof pads);
+  ok = ok && !pads[0] && !pads[1] && !pads[4] && !pads[5] && pads[2] == pads[3] &&
+       pads[2] == pads[6] && pads[2] == pads[7] && pads[2] >= 0 && pads[2] <= 7 && !x->pad;
+  if (ok && cv) { /* the padding value must be 0 */
+    float z = 1.0f;
+    const Onnx__TensorProto *c = cv->kind == PX__V_CONST ? cv->t : NULL;
+    if (c && c->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT && px__numel(c) == 1)
+      memcpy(&z, c->has_raw_data ? (const void *)c->raw_data.data : (const void *)c->float_data,
+             sizeof z);
+    ok = z == 0.0f;
+  }
+  if (!ok)
+    return PX__NODE_FAIL(im, n, "only a constant zero Pad of H and W, equal on every side, "
+                                "before an AveragePool is supported");
+  px__value_t *v = px__find(im, n->output[0]);
+  *v = (px__value_t){v->name, PX__V_ACT, NULL, x->layer, x->c, x->h, x->w, v->uses, (int)pads[2]};
+  return PX_OK;
+}
+
 /* Flatten (axis 1) or Reshape to [N, C*H*W]: the classifier reads the 4-D
  * activation as it is, so the output is the same layer's, marked flat. */
 static px_status_t px__op_flatten(px__imp_t *im, const Onnx__NodeProto *n) {
   px__value_t *x;
   PX_CHECK(px__act_in(im, n, 0, 0, &x));
   if (x->h == 0) return PX__NODE_FAIL(im, n, "the input is already 2-D");
+  if (x->h != 1 || x->w != 1)
+    return PX__NODE_FAIL(im, n, "only a C x 1 x 1 activation (after a global average "
+                                "pooling) can be flattened for the classifier; this one is "
+                                "%d x %d x %d", x->c, x->h, x->w);
   int64_t feat = (int64_t)x->c * x->h * x->w;
   if (!strcmp(n->op_type, "Flatten")) {
     if (px__attr_i(n, "axis", 1) != 1)
@@ -391,7 +485,7 @@ static px_status_t px__op_pass(px__imp_t *im, const Onnx__NodeProto *n) {
   PX_CHECK(px__in(im, n, 0, 1, &x));
   if (n->n_output < 1) return PX__NODE_FAIL(im, n, "the node has no output");
   px__value_t *v = px__find(im, n->output[0]);
-  *v = (px__value_t){v->name, x->kind, x->t, x->layer, x->c, x->h, x->w, v->uses};
+  *v = (px__value_t){v->name, x->kind, x->t, x->layer, x->c, x->h, x->w, v->uses, x->pad};
   return PX_OK;
 }
 
@@ -408,6 +502,8 @@ static const struct {
     {"GlobalAveragePool", px__op_gap}, {"Flatten", px__op_flatten},
     {"Reshape", px__op_flatten}, {"Gemm", px__op_gemm},
     {"Dropout", px__op_pass},    {"Identity", px__op_pass},
+    {"MaxPool", px__op_pool},    {"AveragePool", px__op_pool},
+    {"Constant", px__op_constant}, {"Pad", px__op_pad},
 };
 
 static px_status_t px__node(px__imp_t *im, const Onnx__NodeProto *n) {
@@ -500,7 +596,7 @@ static px_status_t px__names(px__imp_t *im, const Onnx__GraphProto *gp) {
     return px_set_error(PX_ERR_INVALID, "%s: input '%s' must be 4-D [N, C, H, W] with fixed C, "
                         "H and W", im->file, in->name);
   PX_CHECK(px__define(im, in->name, &v));
-  *v = (px__value_t){in->name, PX__V_ACT, NULL, -1, g->in_c, g->in_h, g->in_w, 0};
+  *v = (px__value_t){in->name, PX__V_ACT, NULL, -1, g->in_c, g->in_h, g->in_w, 0, 0};
   for (size_t k = 0; k < gp->n_node; k++)
     for (size_t o = 0; o < gp->node[k]->n_output; o++)
       if (gp->node[k]->output[o][0]) PX_CHECK(px__define(im, gp->node[k]->output[o], &v));

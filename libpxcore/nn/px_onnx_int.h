@@ -23,7 +23,9 @@ extern "C" {
 #define PX__ONNX_MAX_NUMEL (64u << 20)  /* elements of one initializer */
 #define PX__ONNX_MAX_NAME 200           /* bytes of a tensor or node name */
 
-typedef enum { PX__OL_CONV, PX__OL_BN, PX__OL_ADD, PX__OL_GAP, PX__OL_FC } px__onnx_kind_t;
+typedef enum {
+  PX__OL_CONV, PX__OL_BN, PX__OL_ADD, PX__OL_GAP, PX__OL_FC, PX__OL_MAXPOOL, PX__OL_AVGPOOL
+} px__onnx_kind_t;
 
 /* One weight tensor's initial values: n little-endian float32 at bytes
  * (possibly unaligned: read with memcpy); bytes NULL means zeros. */
@@ -37,7 +39,8 @@ typedef struct {
   int in, in2;            /* layer whose output is read; -1: the graph input (in2: ADD only) */
   int relu;               /* BN / ADD: a Relu follows and is fused */
   int c_out;              /* CONV: filters; FC: classes; others: channels of the output */
-  int kernel, stride;     /* CONV: square kernel, stride, padding kernel / 2 */
+  int kernel, stride;     /* CONV: square kernel, stride, padding kernel / 2; pools: window */
+  int pad;                /* pools: zero padding on each side (AVGPOOL counts it) */
   float eps;              /* BN */
   char prefix[PX__ONNX_MAX_NAME + 1]; /* parameter names: prefix.weight, ... */
   px__onnx_init_t w, b, rm, rv;        /* CONV: w; BN: w b rm rv; FC: w b */

@@ -136,9 +136,12 @@ PX_API int px_model_num_buffers(const px_model_t *m);
 
 /* The graph, for exporters (compaction, ONNX): nodes in forward order. */
 /* REORDER: a layout conversion (the identity on values) that a compact
- * model may need before a residual add. */
+ * model may need before a residual add. MAXPOOL, AVGPOOL (imported graphs):
+ * a windowed pooling (kernel, stride, pad; AVGPOOL divides by kernel^2, the
+ * padding included, as PyTorch's default count_include_pad). */
 typedef enum {
-  PX_NODE_CONV, PX_NODE_BN, PX_NODE_ADD, PX_NODE_GAP, PX_NODE_FC, PX_NODE_REORDER
+  PX_NODE_CONV, PX_NODE_BN, PX_NODE_ADD, PX_NODE_GAP, PX_NODE_FC, PX_NODE_REORDER,
+  PX_NODE_MAXPOOL, PX_NODE_AVGPOOL
 } px_node_kind_t;
 typedef struct {
   px_node_kind_t kind;
@@ -148,7 +151,8 @@ typedef struct {
                               bias), -1 if none */
   int rm, rv;              /* BN: running mean / var buffer indices, else -1 */
   int relu;                /* BN, ADD: a ReLU follows (fused) */
-  int kernel, stride, pad; /* CONV: square kernel, stride, zero padding on each side */
+  int kernel, stride, pad; /* CONV, MAXPOOL, AVGPOOL: square kernel, stride, zero padding
+                              on each side */
   int c_in, c_out;         /* channels (FC: features) of input and output */
 } px_model_node_t;
 PX_API int px_model_num_nodes(const px_model_t *m);
