@@ -68,10 +68,12 @@ def main():
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     net = ResNet20(a.channels).eval()
-    torch.onnx.export(net, torch.randn(1, a.channels, 32, 32), a.out, opset_version=13,
+    tmp = a.out + ".tmp%d" % os.getpid()  # written whole, then renamed: readers never see half
+    torch.onnx.export(net, torch.randn(1, a.channels, 32, 32), tmp, opset_version=13,
                       input_names=["input"], output_names=["logits"],
                       dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
                       do_constant_folding=False, training=torch.onnx.TrainingMode.PRESERVE)
+    os.replace(tmp, a.out)
     print("wrote %s (%d parameters)" % (a.out, sum(p.numel() for p in net.parameters())))
 
 
