@@ -237,6 +237,50 @@ static void imported_vgg_exports_to_onnx_that_opencv_runs_alike(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* examples/export_onnx.py's ResNet-20, imported, is the built-in resnet20
+ * node for node (the same ops on the same shapes: the same training cost),
+ * with the same parameter shapes. */
+static void imported_resnet20_is_the_builtin_graph(void **state) {
+  (void)state;
+  if (!have_torch()) skip();
+  char dir[64], path[512], cmd[1024];
+  strcpy(dir, "/tmp/px_onnx_import_XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/resnet20.onnx", dir);
+  snprintf(cmd, sizeof cmd, PY " %s/examples/export_onnx.py %s --channels 3 >/dev/null",
+           PX_SOURCE_DIR, path);
+  assert_int_equal(system(cmd), 0);
+  px_ops_t *ops;
+  assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
+  px_model_config_t bc = {"resnet20", 3, K, 4, 32, 32, NULL, 0, PX_PRECISION_FP32, NULL};
+  px_model_config_t ic = bc;
+  ic.onnx = path;
+  px_model_t *b = NULL, *m = NULL;
+  assert_int_equal(px_model_create(ops, &bc, &b), PX_OK);
+  assert_int_equal(px_model_create(ops, &ic, &m), PX_OK);
+  assert_int_equal(px_model_num_nodes(m), px_model_num_nodes(b));
+  assert_int_equal(px_model_num_params(m), px_model_num_params(b));
+  assert_int_equal(px_model_numel(m), px_model_numel(b));
+  for (int k = 0; k < px_model_num_nodes(b); k++) {
+    px_model_node_t x, y;
+    assert_int_equal(px_model_node(b, k, &x), PX_OK);
+    assert_int_equal(px_model_node(m, k, &y), PX_OK);
+    assert_memory_equal(&x, &y, sizeof x);
+  }
+  for (int i = 0; i < px_model_num_params(b); i++) {
+    const px_tensor_t *x = px_model_param(b, i)->value, *y = px_model_param(m, i)->value;
+    assert_true(px_tensor_same_spec(x, y));
+    assert_int_equal(px_model_param(b, i)->kind, px_model_param(m, i)->kind);
+  }
+  print_message("imported resnet20: %d nodes, %zu parameters, the built-in graph\n",
+                px_model_num_nodes(m), px_model_numel(m));
+  px_model_destroy(m);
+  px_model_destroy(b);
+  px_ops_destroy(ops);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(vgg_forward_and_gradients_match_pytorch),
@@ -244,6 +288,7 @@ int main(void) {
       cmocka_unit_test(unsupported_operator_is_refused_with_node_and_file),
       cmocka_unit_test(truncated_and_garbage_files_are_refused),
       cmocka_unit_test(imported_vgg_exports_to_onnx_that_opencv_runs_alike),
+      cmocka_unit_test(imported_resnet20_is_the_builtin_graph),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
