@@ -324,10 +324,19 @@ static px_status_t px__add(px_model_t *m, int a, int b, int relu, int *out) {
   return PX_OK;
 }
 
-static px_status_t px__gap(px_model_t *m, int in, int *out) {
+/* A pooling node: global average (kernel 0) or a window of kernel x
+ * kernel (an imported graph's MaxPool / AveragePool). */
+static px_status_t px__pool(px_model_t *m, int in, px_pool_mode_t mode, int k, int stride, int pad,
+                            int *out) {
   px__node_t *n;
   PX_CHECK(px__push(m, PX__POOL, in, -1, &n));
-  PX_CHECK(px_global_avgpool_create(m->ops, &m->acts[in], &n->pool));
+  n->kernel = k;
+  n->stride = stride;
+  n->pad = pad;
+  n->mode = mode;
+  px_pool2d_params_t p = {mode, k, k, stride, stride, pad, pad};
+  if (k == 0) PX_CHECK(px_global_avgpool_create(m->ops, &m->acts[in], &n->pool));
+  else PX_CHECK(px_pool2d_create(m->ops, &m->acts[in], &p, &n->pool));
   px_tensor_t ys;
   px_pool2d_y_spec(n->pool, &ys);
   px_pool2d_ws_spec(n->pool, &n->ws);
@@ -338,25 +347,8 @@ static px_status_t px__gap(px_model_t *m, int in, int *out) {
   return PX_OK;
 }
 
-/* A windowed pooling (an imported graph's MaxPool / AveragePool). */
-static px_status_t px__pool(px_model_t *m, int in, px_pool_mode_t mode, int k, int stride, int pad,
-                            int *out) {
-  px__node_t *n;
-  PX_CHECK(px__push(m, PX__POOL, in, -1, &n));
-  n->kernel = k;
-  n->stride = stride;
-  n->pad = pad;
-  n->mode = mode;
-  px_pool2d_params_t p = {mode, k, k, stride, stride, pad, pad};
-  PX_CHECK(px_pool2d_create(m->ops, &m->acts[in], &p, &n->pool));
-  px_tensor_t ys;
-  px_pool2d_y_spec(n->pool, &ys);
-  px_pool2d_ws_spec(n->pool, &n->ws);
-  int o;
-  PX_CHECK(px__new_act(m, &ys, &o));
-  m->nodes[m->nnodes - 1].out = o;
-  *out = o;
-  return PX_OK;
+static px_status_t px__gap(px_model_t *m, int in, int *out) {
+  return px__pool(m, in, PX_POOL_AVG, 0, 0, 0, out);
 }
 
 static px_status_t px__fc(px_model_t *m, int in, int classes, const char *name, int *out) {
