@@ -509,6 +509,9 @@ static const struct {
 static px_status_t px__node(px__imp_t *im, const Onnx__NodeProto *n) {
   if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx"))
     return PX__NODE_FAIL(im, n, "operator domain '%s' is not supported", n->domain);
+  /* every operator's first output is its result; the names pass defined it */
+  if (n->n_output < 1 || !n->output[0][0] || !px__find(im, n->output[0]))
+    return PX__NODE_FAIL(im, n, "the node has no (named) output");
   for (size_t i = 0; i < sizeof px__op_table / sizeof px__op_table[0]; i++)
     if (n->op_type && !strcmp(n->op_type, px__op_table[i].op)) return px__op_table[i].fn(im, n);
   return PX__NODE_FAIL(im, n, "operator %s is not supported (supported: %s)",
