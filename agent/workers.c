@@ -290,20 +290,19 @@ static size_t pxa_spec_path(const pxa_agent_t *ag, const char *job_id, int attem
   return n < 0 ? cap : (size_t)n;
 }
 
-/* dataset.path must be under one of this node's data roots (--data-root,
+/* dataset.path and model.onnx (what = the field) must be under one of this node's data roots (--data-root,
  * default PXA_DEFAULT_DATA_ROOT) or its work directory, without leaving it
  * through a link: jobs must not read what the agent's user can read
  * elsewhere (/etc, other jobs' keys). A relative path is under the job's
  * directory (the worker's cwd) and may not hold "..". */
-static px_status_t pxa_check_dataset_path(const pxa_agent_t *ag,
-                                          const Prunex__V1__Assignment *as) {
-  const char *p = as->spec->dataset ? as->spec->dataset->path : NULL;
+static px_status_t pxa_check_read_path(const pxa_agent_t *ag, const Prunex__V1__Assignment *as,
+                                       const char *p, const char *what) {
   if (!p || !p[0]) return PX_OK;
   for (const char *c = p; *c;) {
     const char *e = strchr(c, '/');
     size_t len = e ? (size_t)(e - c) : strlen(c);
     if (len == 2 && c[0] == '.' && c[1] == '.')
-      return px_set_error(PX_ERR_INVALID, "dataset.path '%s': '..' is not allowed", p);
+      return px_set_error(PX_ERR_INVALID, "%s '%s': '..' is not allowed", what, p);
     if (!e) break;
     c = e + 1;
   }
@@ -311,7 +310,7 @@ static px_status_t pxa_check_dataset_path(const pxa_agent_t *ag,
     char jd[PXA_PATH_MAX + 200], full[2 * PXA_PATH_MAX + 200];
     snprintf(jd, sizeof jd, "%s/jobs/%s", ag->work_dir, as->job_id);
     snprintf(full, sizeof full, "%s/%s", jd, p);
-    return pxa_check_beneath(jd, full, "dataset.path");
+    return pxa_check_beneath(jd, full, what);
   }
   const char *def[1] = {PXA_DEFAULT_DATA_ROOT};
   const char *const *roots = ag->cfg.ndata_roots ? ag->cfg.data_roots : def;
@@ -325,11 +324,19 @@ static px_status_t pxa_check_dataset_path(const pxa_agent_t *ag,
     for (int i = 0; i < n; i++)
       snprintf(list + strlen(list), sizeof list - strlen(list), "%s, ", roots[i]);
     return px_set_error(PX_ERR_INVALID,
-                        "dataset.path '%s' is not under this node's data roots (%s%s): nothing "
+                        "%s '%s' is not under this node's data roots (%s%s): nothing "
                         "read (pxagent --data-root DIR allows more)",
-                        p, list, ag->work_dir);
+                        what, p, list, ag->work_dir);
   }
-  return pxa_check_beneath(root, p, "dataset.path");
+  return pxa_check_beneath(root, p, what);
+}
+
+static px_status_t pxa_check_dataset_path(const pxa_agent_t *ag,
+                                          const Prunex__V1__Assignment *as) {
+  PX_CHECK(pxa_check_read_path(ag, as, as->spec->dataset ? as->spec->dataset->path : NULL,
+                               "dataset.path"));
+  return pxa_check_read_path(ag, as, as->spec->model ? as->spec->model->onnx : NULL,
+                             "model.onnx");
 }
 
 /* Writes the job's directory and spec; fails with the reason in the error. */

@@ -146,13 +146,23 @@ static int pxctl_start_agents(pxctl_run_t *r) {
      * they must allow it (issue 12: agents refuse any other output_dir). */
     char *argv[] = {r->agent_bin, "--coordinator", r->target, "--name", name, "--cpu-workers", P,
                     "--threads-per-worker", T, "--work-dir", work, "--output-root",
-                    r->output_dir, "--data-root", "/usr/share/datasets", NULL, NULL, NULL};
-    /* The user's own data set, wherever it is, is theirs to read (pxagent
-     * reads dataset.path only under its --data-root list, issue 26). */
+                    r->output_dir, "--data-root", "/usr/share/datasets", NULL, NULL, NULL,
+                    NULL, NULL};
+    /* The user's own data set and imported model, wherever they are, are
+     * theirs to read (pxagent reads dataset.path and model.onnx only under
+     * its --data-root list, issue 26). */
     const char *data = r->spec->dataset ? r->spec->dataset->path : NULL;
+    const char *onnx = r->spec->model ? r->spec->model->onnx : NULL;
+    int na = 15;
+    char mdir[PATH_MAX];
     if (data && data[0] == '/') {
-      argv[15] = "--data-root";
-      argv[16] = (char *)data;
+      argv[na++] = "--data-root";
+      argv[na++] = (char *)data;
+    }
+    if (onnx && onnx[0] == '/' && pxctl_fmt(mdir, sizeof mdir, "%s", onnx) == 0) {
+      *strrchr(mdir, '/') = '\0';
+      argv[na++] = "--data-root";
+      argv[na++] = mdir[0] ? mdir : "/";
     }
     /* A CPU job on a machine with GPUs: the agents must offer CPU workers
      * (pxagent offers its GPUs whenever it sees any). */

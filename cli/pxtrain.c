@@ -23,6 +23,8 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: pxtrain [options]\n"
           "  --model NAME        %s (default resnet20)\n"
+          "  --model-onnx FILE   an imported model: a CNN exported to ONNX (checked before\n"
+          "                      anything runs; docs/user-guide.md lists the operators)\n"
           "  --dataset NAME      fashion-mnist | cifar10 | synthetic | folder (default fashion-mnist)\n"
           "  --data-dir DIR      data set directory (fashion-mnist: /usr/share/datasets/fashion-mnist;\n"
           "                      folder: DIR/train/CLASS/*.jpg|*.png and DIR/val/CLASS/...)\n"
@@ -180,7 +182,7 @@ static int run_bench(const px_train_config_t *c, int steps, int warmup) {
     fprintf(stderr, "pxtrain: %s\n", px_last_error());
     return 1;
   }
-  px_model_config_t mc = {c->arch, 3, 10, c->batch, 32, 32, NULL, 0, c->precision};
+  px_model_config_t mc = {c->arch, 3, 10, c->batch, 32, 32, NULL, 0, c->precision, c->onnx};
   px_model_t *m;
   px_sgd_t *sgd;
   px_sgd_config_t sc = {c->lr, c->momentum, c->weight_decay, c->nesterov};
@@ -264,7 +266,7 @@ int main(int argc, char **argv) {
   enum { O_MODEL = 256, O_DATASET, O_DATADIR, O_EPOCHS, O_BATCH, O_LR, O_MOM, O_WD, O_NEST,
          O_SCHED, O_NOAUG, O_THREADS, O_SEED, O_SAVE, O_LOAD, O_EVAL, O_NOPROG, O_BENCH, O_STEPS,
          O_WARMUP, O_DEVICE, O_EXPORT, O_OUT, O_ONNX, O_PRECISION, O_VERSION, O_IMGSIZE,
-         O_CHANNELS };
+         O_CHANNELS, O_MODEL_ONNX };
   static const struct option opts[] = {
       {"model", required_argument, 0, O_MODEL},       {"dataset", required_argument, 0, O_DATASET},
       {"data-dir", required_argument, 0, O_DATADIR},  {"epochs", required_argument, 0, O_EPOCHS},
@@ -279,7 +281,7 @@ int main(int argc, char **argv) {
       {"device", required_argument, 0, O_DEVICE},
       {"precision", required_argument, 0, O_PRECISION},
       {"export", required_argument, 0, O_EXPORT},    {"out", required_argument, 0, O_OUT},
-      {"onnx", no_argument, 0, O_ONNX},
+      {"onnx", no_argument, 0, O_ONNX},               {"model-onnx", required_argument, 0, O_MODEL_ONNX},
       {"image-size", required_argument, 0, O_IMGSIZE}, {"channels", required_argument, 0, O_CHANNELS},
       {"help", no_argument, 0, 'h'},                  {"version", no_argument, 0, O_VERSION},
       {0, 0, 0, 0},
@@ -291,6 +293,15 @@ int main(int argc, char **argv) {
       case O_MODEL:
         if (!px_model_arch_known(optarg)) return bad_arg("--model", optarg, "unknown architecture");
         c.arch = optarg;
+        model_given = 1;
+        break;
+      case O_MODEL_ONNX:
+        if (px_model_onnx_check(optarg, NULL) < 0) {
+          fprintf(stderr, "pxtrain: --model-onnx: %s\n", px_last_error());
+          return 2;
+        }
+        c.onnx = optarg;
+        c.arch = "onnx";
         model_given = 1;
         break;
       case O_DATASET:
@@ -372,7 +383,10 @@ int main(int argc, char **argv) {
       fprintf(stderr, "pxtrain: %s\n", px_last_error());
       return 1;
     }
-    if (!model_given) c.arch = fc.arch;
+    if (!model_given) {
+      c.arch = fc.arch;
+      c.onnx = fc.onnx;
+    }
     c.widths = fc.widths;
     c.nwidths = fc.nwidths;
   }

@@ -40,6 +40,12 @@ int px_test_fmnist_fixture(char *dir, size_t cap, const char *tag);
  * make them agree). */
 void px_test_rank_train_config(px_train_config_t *tc, const char *dir, int rank, int size);
 
+/* examples/imported-model.yaml names examples/resnet20.onnx, which
+ * examples/export_onnx.py writes (python3-torch): 1 when path is that spec
+ * and the file cannot be made here (the caller skips the spec, saying
+ * so), else 0 (written on first use, atomically, gitignored). */
+int px_test_skip_example(const char *path);
+
 /* Parses a YAML job spec (px_jobspec_parse_string, which fills the
  * defaults and validates): with needle NULL, 1 when it is accepted; else 1
  * when it is refused with an error that contains needle (the error is

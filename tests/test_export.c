@@ -125,7 +125,7 @@ static int stem_stream_readers(const px_model_t *m, int *readers) {
 static void check_arch(const char *arch, const char *fold_producer) {
   px_ops_t *ops;
   assert_int_equal(px_ops_create(px_device_cpu(), 0, &ops), PX_OK);
-  px_model_config_t cfg = {arch, 3, 10, BATCH, 32, 32, NULL, 0, PX_PRECISION_FP32};
+  px_model_config_t cfg = {arch, 3, 10, BATCH, 32, 32, NULL, 0, PX_PRECISION_FP32, NULL};
   px_model_t *m, *cm;
   assert_int_equal(px_model_create(ops, &cfg, &m), PX_OK);
   assert_int_equal(px_model_init_params(m, 7), PX_OK);
@@ -325,7 +325,7 @@ static void dense_model_compacts_to_same_size(void **state) {
   (void)state;
   px_ops_t *ops;
   assert_int_equal(px_ops_create(px_device_cpu(), 0, &ops), PX_OK);
-  px_model_config_t cfg = {"resnet20", 1, 10, 1, 32, 32, NULL, 0, PX_PRECISION_FP32};
+  px_model_config_t cfg = {"resnet20", 1, 10, 1, 32, 32, NULL, 0, PX_PRECISION_FP32, NULL};
   px_model_t *m, *cm;
   assert_int_equal(px_model_create(ops, &cfg, &m), PX_OK);
   assert_int_equal(px_model_init_params(m, 3), PX_OK);
@@ -351,7 +351,7 @@ static void onnx_carries_the_input_contract(void **state) {
   (void)state;
   px_ops_t *ops;
   assert_int_equal(px_ops_create(px_device_cpu(), 0, &ops), PX_OK);
-  px_model_config_t cfg = {"resnet20", 1, 10, 1, 32, 32, NULL, 0, PX_PRECISION_FP32};
+  px_model_config_t cfg = {"resnet20", 1, 10, 1, 32, 32, NULL, 0, PX_PRECISION_FP32, NULL};
   px_model_t *m;
   assert_int_equal(px_model_create(ops, &cfg, &m), PX_OK);
   assert_int_equal(px_model_init_params(m, 3), PX_OK);

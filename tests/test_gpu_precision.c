@@ -478,7 +478,7 @@ static step_t model_step(int nchw, px_precision_t prec, int steps) {
     unsetenv("PX_CUDA_LAYOUT");
   px_ops_t *ops = gpu_ops();
   unsetenv("PX_CUDA_LAYOUT");
-  px_model_config_t mc = {"resnet20", 3, 10, 16, 32, 32, NULL, 0, prec};
+  px_model_config_t mc = {"resnet20", 3, 10, 16, 32, 32, NULL, 0, prec, NULL};
   px_model_t *m = NULL;
   assert_ok(px_model_create(ops, &mc, &m));
   assert_ok(px_model_init_params(m, 1));
@@ -552,7 +552,7 @@ static void bf16_training_lowers_the_loss(void **state) {
 static void bf16_is_refused_on_the_cpu_naming_the_engine(void **state) {
   (void)state;
   px_ops_t *ops = new_ops();
-  px_model_config_t mc = {"resnet20", 3, 10, 4, 32, 32, NULL, 0, PX_PRECISION_BF16};
+  px_model_config_t mc = {"resnet20", 3, 10, 4, 32, 32, NULL, 0, PX_PRECISION_BF16, NULL};
   px_model_t *m = NULL;
   assert_int_equal(px_model_create(ops, &mc, &m), PX_ERR_INVALID);
   assert_null(m);

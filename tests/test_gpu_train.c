@@ -153,7 +153,7 @@ static void pxtrain_device_option(void **state) {
 static void model_step_matches_cpu(void **state) {
   (void)state;
   REQUIRE_GPU();
-  px_model_config_t mc = {"resnet20", 3, 10, 8, 16, 16, NULL, 0, PX_PRECISION_FP32};
+  px_model_config_t mc = {"resnet20", 3, 10, 8, 16, 16, NULL, 0, PX_PRECISION_FP32, NULL};
   models_t mm;
   models_init(&mm, &mc, 7);
   px_test_rng_t rng;
@@ -210,7 +210,7 @@ static void model_step_matches_cpu(void **state) {
 static void sgd_step_matches_cpu(void **state) {
   (void)state;
   REQUIRE_GPU();
-  px_model_config_t mc = {"resnet20", 3, 10, 2, 8, 8, NULL, 0, PX_PRECISION_FP32};
+  px_model_config_t mc = {"resnet20", 3, 10, 2, 8, 8, NULL, 0, PX_PRECISION_FP32, NULL};
   for (int nesterov = 0; nesterov <= 1; nesterov++) {
     models_t mm;
     models_init(&mm, &mc, 3);

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "prunex/jobspec.h"
+#include "px_test_util.h"
 
 /* A spec as a minimal client fills it: the required fields, the rest at
  * their proto zeros (sections present but empty, or absent). */
@@ -212,6 +213,7 @@ static void test_examples_pass_as_submitted(void **state) {
   assert_int_equal(glob(PX_SOURCE_DIR "/examples/*.yaml", 0, NULL, &g), 0);
   assert_true(g.gl_pathc > 0);
   for (size_t i = 0; i < g.gl_pathc; i++) {
+    if (px_test_skip_example(g.gl_pathv[i])) continue;
     Prunex__V1__JobSpec *s = NULL;
     if (px_jobspec_parse_file(g.gl_pathv[i], &s) != PX_OK) fail_msg("%s", px_last_error());
     if (px_jobspec_check_submitted(s) != PX_OK)

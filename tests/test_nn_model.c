@@ -30,7 +30,7 @@ static int teardown(void **state) {
 }
 
 static px_model_t *make(const char *arch, int in_c, int classes, int batch, int hw) {
-  px_model_config_t cfg = {arch, in_c, classes, batch, hw, hw, NULL, 0, PX_PRECISION_FP32};
+  px_model_config_t cfg = {arch, in_c, classes, batch, hw, hw, NULL, 0, PX_PRECISION_FP32, NULL};
   px_model_t *m = NULL;
   px_status_t st = px_model_create(ops, &cfg, &m);
   if (st != PX_OK) fprintf(stderr, "px_model_create(%s): %s\n", arch, px_last_error());
@@ -134,7 +134,7 @@ static void test_channel_consumers_follow_the_graph(void **state) {
 static void test_unknown_arch_and_bad_sizes_are_rejected(void **state) {
   (void)state;
   px_model_t *m = NULL;
-  px_model_config_t cfg = {"resnet7", 3, 10, 8, 32, 32, NULL, 0, PX_PRECISION_FP32};
+  px_model_config_t cfg = {"resnet7", 3, 10, 8, 32, 32, NULL, 0, PX_PRECISION_FP32, NULL};
   assert_int_equal(px_model_create(ops, &cfg, &m), PX_ERR_INVALID);
   assert_non_null(strstr(px_last_error(), "resnet7"));
   cfg.arch = "resnet18";

@@ -116,7 +116,7 @@ int main(int argc, char **argv) {
   if (px_ops_create(px_device_cuda(dev), 0, &ops) < 0) return fail("ops");
   if (px_ops_set_tf32(ops, tf32) < 0) return fail("tf32");
   px_model_config_t mc = {arch, 3, 10, batch, 32, 32, NULL, 0,
-                          bf16 ? PX_PRECISION_BF16 : PX_PRECISION_FP32};
+                          bf16 ? PX_PRECISION_BF16 : PX_PRECISION_FP32, NULL};
   px_sgd_config_t sc = {0.1, 0.9, 5e-4, 0};
   if (px_model_create(ops, &mc, &m) < 0 || px_model_init_params(m, 1) < 0 ||
       px_sgd_create(m, &sc, &sgd) < 0)

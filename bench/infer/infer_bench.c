@@ -68,7 +68,7 @@ int main(int argc, char **argv) {
   double keep = atof(argv[3]);
   px_ops_t *ops;
   if (px_ops_create(px_device_cpu(), 0, &ops) < 0) return die("ops");
-  px_model_config_t c128 = {arch, in_c, 10, 128, 32, 32, NULL, 0, PX_PRECISION_FP32}, c1 = c128;
+  px_model_config_t c128 = {arch, in_c, 10, 128, 32, 32, NULL, 0, PX_PRECISION_FP32, NULL}, c1 = c128;
   c1.batch = 1;
   px_model_t *d128, *d1, *k128, *k1;
   if (px_model_create(ops, &c128, &d128) < 0 || px_model_init_params(d128, 1) < 0)

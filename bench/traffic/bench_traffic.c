@@ -42,7 +42,7 @@ static int rank_main(int rank, const char *arch, double fkeep, double keep, cons
                      shared_t *out) {
   px_ops_t *ops;
   px_model_t *m;
-  px_model_config_t mc = {arch, 3, 10, 1, 32, 32, NULL, 0, PX_PRECISION_FP32};
+  px_model_config_t mc = {arch, 3, 10, 1, 32, 32, NULL, 0, PX_PRECISION_FP32, NULL};
   if (px_ops_create(px_device_cpu(), 1, &ops) || px_model_create(ops, &mc, &m) ||
       px_model_init_params(m, 1)) {
     fprintf(stderr, "rank %d: %s\n", rank, px_last_error());

@@ -133,7 +133,7 @@ static px_status_t px__plan_alloc(const px_model_t *m, px__cg_t *c) {
   for (int k = 0; k < c->nn; k++) {
     const px_model_node_t *n = &c->nodes[k];
     if (n->kind == PX_NODE_BN || n->kind == PX_NODE_GAP || n->kind == PX_NODE_ADD ||
-        n->kind == PX_NODE_REORDER)
+        n->kind == PX_NODE_REORDER || n->kind == PX_NODE_MAXPOOL || n->kind == PX_NODE_AVGPOOL)
       px__union(c->group, n->in, n->out);
     if (n->kind == PX_NODE_ADD) px__union(c->group, n->in2, n->out);
   }

@@ -377,6 +377,19 @@ static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, const px_model
       px__node_attrs(p, node, &attrs);
       break;
     }
+    case PX_NODE_MAXPOOL:
+    case PX_NODE_AVGPOOL: { /* an imported graph's pooling */
+      const char *ins[1] = {in};
+      snprintf(nm, sizeof nm, "pool%d", k);
+      node = px__node(p, nodes, n.kind == PX_NODE_MAXPOOL ? "MaxPool" : "AveragePool", nm, ins, 1,
+                      out);
+      px__push(p, &attrs, px__attr_ints(p, "kernel_shape", 2, n.kernel));
+      px__push(p, &attrs, px__attr_ints(p, "strides", 2, n.stride));
+      px__push(p, &attrs, px__attr_ints(p, "pads", 4, n.pad));
+      if (n.kind == PX_NODE_AVGPOOL) px__push(p, &attrs, px__attr_int(p, "count_include_pad", 1));
+      px__node_attrs(p, node, &attrs);
+      break;
+    }
     case PX_NODE_REORDER: { /* a memory layout change: nothing in ONNX */
       const char *ins[1] = {in};
       snprintf(nm, sizeof nm, "layout%d", k);

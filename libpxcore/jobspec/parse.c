@@ -6,6 +6,7 @@
  * checks run with the position of every key that was written. */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -446,6 +447,29 @@ static px_status_t px__js_default_name(px__js_parse_t *P) {
   return px__js_set(P->spec, px__js_find("name"), &v);
 }
 
+/* model.onnx: a relative path is the spec file's neighbour, made absolute
+ * here (the workers run elsewhere); model.name defaults to "onnx". */
+static px_status_t px__js_onnx_path(px__js_parse_t *P) {
+  int fo = px__js_find("model.onnx"), fn = px__js_find("model.name");
+  const char *o = P->spec->model->onnx;
+  if (!P->given[fo] || !o[0]) return PX_OK;
+  if (!P->given[fn]) {
+    px__js_value_t v = {.s = "onnx"};
+    PX_CHECK(px__js_set(P->spec->model, fn, &v));
+  }
+  if (o[0] == '/') return PX_OK;
+  char joined[4096], full[PATH_MAX];
+  const char *slash = P->name ? strrchr(P->name, '/') : NULL;
+  int n = slash ? snprintf(joined, sizeof joined, "%.*s/%s", (int)(slash - P->name), P->name, o)
+                : snprintf(joined, sizeof joined, "%s", o);
+  if (n < 0 || (size_t)n >= sizeof joined || !realpath(joined, full))
+    return px__js_fail(PX_ERR_INVALID, &P->w, &P->w.field[fo],
+                       "model.onnx: '%.200s' (relative to the spec's directory): %s", o,
+                       n < 0 || (size_t)n >= sizeof joined ? "too long" : strerror(errno));
+  px__js_value_t v = {.s = full};
+  return px__js_set(P->spec->model, fo, &v);
+}
+
 static px_status_t px__js_yaml_error(px__js_parse_t *P, const yaml_parser_t *yp, const char *text,
                                      size_t len) {
   if (yp->error == YAML_MEMORY_ERROR)
@@ -575,6 +599,7 @@ px_status_t px_jobspec_parse_string(const char *text, size_t len, const char *na
   PX_CHECK_GOTO(px__js_new_default(&P.spec), st, done);
   PX_CHECK_GOTO(px__js_top(&P, root), st, done);
   if (!P.given[px__js_find("name")]) PX_CHECK_GOTO(px__js_default_name(&P), st, done);
+  PX_CHECK_GOTO(px__js_onnx_path(&P), st, done);
   if (!P.given[px__js_find("admm.max_iterations")])
     P.spec->admm->max_iterations = px__js_derive_max_iterations(P.spec, 1);
   PX_CHECK_GOTO(px__js_check(P.spec, &P.w), st, done);

@@ -55,6 +55,7 @@ const px__js_field_t px__js_fields[] = {
     {S_MODEL, "name", PX__JS_MODEL, PX__JS_REQUIRED, 0, 0, NULL, 0, "resnet20"},
     {S_MODEL, "in_channels", PX__JS_INT, 0, 0, I32MAX, NULL, 0, NULL},
     {S_MODEL, "num_classes", PX__JS_INT, PX__JS_ZERO_OK, 2, I32MAX, NULL, 0, NULL},
+    {S_MODEL, "onnx", PX__JS_STRING, 0, 0, 0, NULL, 0, ""},
 
     {S_DATASET, "name", PX__JS_CHOICE, PX__JS_REQUIRED, 0, 0,
      "fashion-mnist|cifar10|synthetic|folder", 0, "fashion-mnist"},
@@ -308,7 +309,7 @@ int px__js_value_ok(int fi, const px__js_value_t *v) {
       }
       return 1;
     case PX__JS_CHOICE: return v->s && px__js_in_choices(f->choices, v->s);
-    case PX__JS_MODEL: return v->s && v->s[0] && px_model_arch_known(v->s);
+    case PX__JS_MODEL: return v->s && v->s[0] && (px_model_arch_known(v->s) || !strcmp(v->s, "onnx"));
     case PX__JS_STRATEGY: return px_strategy_info((px_strategy_kind_t)v->i) != NULL;
     case PX__JS_STRLIST: return 1;
   }
@@ -381,6 +382,7 @@ const char *px__js_expected(int fi, char *buf, size_t cap) {
     case PX__JS_MODEL:
       px__js_append(buf, cap, "one of ");
       px__js_list(buf, cap, px_model_arch_list(), ' ');
+      px__js_append(buf, cap, ", onnx (with model.onnx)");
       break;
     case PX__JS_STRATEGY: {
       char names[128];
@@ -606,6 +608,47 @@ static int px__js_channels(const Prunex__V1__DatasetSpec *d) {
   return !strcmp(d->name, "fashion-mnist") ? 1 : 3;
 }
 
+/* An imported model: name "onnx" with an absolute model.onnx, and where the
+ * file is at hand (a spec parsed from a file, on the submitter's machine)
+ * the file itself is read and checked, so that an operator the import does
+ * not take is refused at submission with the node and the file, not by the
+ * workers. The data set's channels and classes must match the graph. */
+static px_status_t px__js_check_onnx(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
+  const Prunex__V1__ModelSpec *m = spec->model;
+  int fo = px__js_find("model.onnx"), fn = px__js_find("model.name");
+  int has = m->onnx && m->onnx[0], named = !strcmp(m->name, "onnx");
+  if (has != named)
+    return px__js_fail(PX_ERR_INVALID, w, px__js_mark(w, has ? fn : fo, has ? fo : fn),
+                       has ? "model.name: '%s' with model.onnx set (leave the name out or write "
+                             "onnx)"
+                           : "model.name: '%s' needs model.onnx, the path of the ONNX file",
+                       m->name);
+  if (!has) return PX_OK;
+  if (m->onnx[0] != '/' || strlen(m->onnx) > 4000 || strstr(m->onnx, "/../"))
+    return px__js_fail(PX_ERR_INVALID, w, px__js_mark(w, fo, -1),
+                       "model.onnx: '%.80s' must be an absolute path without '..' of at most "
+                       "4000 bytes", m->onnx);
+  if (!w->file) return PX_OK;
+  px_model_onnx_info_t info;
+  if (px_model_onnx_check(m->onnx, &info) != PX_OK) {
+    char why[480];
+    snprintf(why, sizeof why, "%s", px_last_error());
+    return px__js_fail(PX_ERR_INVALID, w, px__js_mark(w, fo, -1), "model.onnx: %s", why);
+  }
+  int chans = px__js_channels(spec->dataset);
+  /* a folder's classes are known only where its files are (pxctl's
+   * px_jobspec_check_data, the workers); imported models run at 32x32 */
+  int folder = !strcmp(spec->dataset->name, "folder");
+  if (info.in_channels != chans || (!folder && info.num_classes != 10) || info.height != 32 ||
+      info.width != 32)
+    return px__js_fail(PX_ERR_INVALID, w, px__js_mark(w, fo, px__js_find("dataset.name")),
+                       "model.onnx: %s takes %dx%dx%d inputs and gives %d logits; data set %s "
+                       "is %dx32x32%s",
+                       m->onnx, info.in_channels, info.height, info.width, info.num_classes,
+                       spec->dataset->name, chans, folder ? "" : " with 10 classes");
+  return PX_OK;
+}
+
 /* The prune section's cross-field rules: N:M is both numbers or neither. */
 static px_status_t px__js_check_prune(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
   const Prunex__V1__PruneSpec *p = spec->prune;
@@ -716,6 +759,8 @@ static px_status_t px__js_check_dataset(const Prunex__V1__JobSpec *spec, px__js_
     return px__js_fail(PX_ERR_INVALID, w, px__js_mark(w, px__js_find("dataset.channels"), -1),
                        "dataset.channels: 2: images are decoded to 1 (grey) or 3 (R, G, B) "
                        "channels");
+  px_status_t ost = px__js_check_onnx(spec, w);
+  if (ost != PX_OK) return ost;
   int chans = px__js_channels(spec->dataset);
   if (spec->model->in_channels != 0 && spec->model->in_channels != chans)
     return px__js_fail(PX_ERR_INVALID, w,

@@ -73,7 +73,7 @@ px_status_t px_model_save(const px_model_t *m, px_sgd_t *sgd, const char *path,
   px_status_t st = PX_OK;
   char *host = px_malloc(total ? total : 1, "checkpoint.host");
   px_st_tensor_t *list = px_calloc((size_t)n, sizeof *list, "checkpoint.list");
-  const char **kv = px_calloc((size_t)(10 + 2 * nextra), sizeof *kv, "checkpoint.meta");
+  const char **kv = px_calloc((size_t)(12 + 2 * nextra), sizeof *kv, "checkpoint.meta");
   const px_model_config_t *c = px_model_config(m);
   char *widths = c->widths ? px__widths_string(c->widths, c->nwidths) : NULL;
   if (!host || !list || !kv || (c->widths && !widths)) {
@@ -106,6 +106,10 @@ px_status_t px_model_save(const px_model_t *m, px_sgd_t *sgd, const char *path,
   if (widths) {
     kv[nk++] = "widths";
     kv[nk++] = widths;
+  }
+  if (c->onnx) { /* an imported model: its graph comes from the file */
+    kv[nk++] = "onnx";
+    kv[nk++] = c->onnx;
   }
   for (int i = 0; i < 2 * nextra; i++) kv[nk++] = extra_kv[i];
   st = px_safetensors_save(path, list, n, kv, nk / 2);
@@ -204,6 +208,9 @@ done:
   return st;
 }
 
+/* The ONNX path of the last imported model's file read on this thread. */
+static __thread char px__file_onnx[4096];
+
 px_status_t px_model_file_config(const char *path, px_model_config_t *cfg, int32_t *widths,
                                  int cap) {
   PX_REQUIRE(path && cfg, "px_model_file_config: NULL argument");
@@ -217,7 +224,13 @@ px_status_t px_model_file_config(const char *path, px_model_config_t *cfg, int32
                       path);
     goto done;
   }
-  const char *known = px_model_arch_name(arch);
+  const char *known = px_model_arch_name(arch), *onnx = px_safetensors_meta(f, "onnx");
+  cfg->onnx = NULL;
+  if (!strcmp(arch, "onnx") && onnx && onnx[0] && strlen(onnx) < sizeof px__file_onnx) {
+    snprintf(px__file_onnx, sizeof px__file_onnx, "%s", onnx);
+    cfg->onnx = px__file_onnx;
+    known = "onnx";
+  }
   if (!known) {
     st = px_set_error(PX_ERR_FORMAT, "%s: arch '%s' is not a known architecture", path, arch);
     goto done;

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nn/px_onnx_int.h"
 #include "nn/px_ops_int.h"
 #include "prunex/nn.h"
 #include "px_check.h"
@@ -33,7 +34,10 @@ typedef struct {
   int w, b;                  /* parameter indices, -1 if none */
   int rm, rv;                /* BN running-statistics buffer indices */
   int relu;                  /* BN / ADD: ReLU fused */
-  int kernel, stride;        /* CONV: square kernel, stride (padding kernel / 2) */
+  int kernel, stride;        /* CONV: square kernel, stride (padding kernel / 2);
+                                POOL: the same for a windowed pooling (0: global) */
+  int pad;                   /* POOL: zero padding on each side */
+  px_pool_mode_t mode;       /* POOL with kernel > 0 */
   px_conv2d_t *conv;
   px_batchnorm_t *bn;
   px_add_t *add;
@@ -47,6 +51,8 @@ typedef struct {
 struct px_model {
   px_model_config_t cfg;
   char arch[32];
+  char *onnx;                /* the imported file's path (cfg.onnx points here), or NULL */
+  px__onnx_graph_t *graph;   /* the imported graph (layers, initial weights), or NULL */
   int32_t *widths;           /* [nwidths] conv output widths of a compact model, or NULL */
   int nconv;                 /* convs built so far (index into widths) */
   px_ops_t *ops;
@@ -219,8 +225,8 @@ static px_status_t px__conv(px_model_t *m, int in, int c_out, int k, int stride,
                           name, c_out);
   }
   m->nconv++;
-  if (m->widths && px_ops_device(m->ops).kind == PX_DEVICE_CPU && m->acts[in].layout != NULL &&
-      m->acts[in].dims[1] % 16 != 0) {
+  if ((m->widths || m->graph) && px_ops_device(m->ops).kind == PX_DEVICE_CPU &&
+      m->acts[in].layout != NULL && m->acts[in].dims[1] % 16 != 0) {
     px_tensor_t plain;
     const px_tensor_t *a = &m->acts[in];
     PX_CHECK(px_tensor_init4(&plain, a->device, a->dims[0], a->dims[1], a->dims[2], a->dims[3]));
@@ -293,13 +299,13 @@ static px_status_t px__reorder(px_model_t *m, int in, const px_tensor_t *spec, i
   return PX_OK;
 }
 
-static px_status_t px__add(px_model_t *m, int a, int b, int *out) {
+static px_status_t px__add(px_model_t *m, int a, int b, int relu, int *out) {
   if (m->acts[a].dims[1] != m->acts[b].dims[1])
     return px_set_error(PX_ERR_INVALID,
                         "model widths: a residual add (after %s) joins %lld and %lld channels",
                         m->pnames[m->nparams - 1], (long long)m->acts[a].dims[1],
                         (long long)m->acts[b].dims[1]);
-  if (m->widths && !px_tensor_same_spec(&m->acts[a], &m->acts[b]))
+  if ((m->widths || m->graph) && !px_tensor_same_spec(&m->acts[a], &m->acts[b]))
     PX_CHECK(px__reorder(m, b, &m->acts[a], &b));
   if (!px_tensor_same_spec(&m->acts[a], &m->acts[b]))
     return px_set_error(PX_ERR_INTERNAL,
@@ -307,8 +313,8 @@ static px_status_t px__add(px_model_t *m, int a, int b, int *out) {
                         px_layout_name(m->acts[a].layout), px_layout_name(m->acts[b].layout));
   px__node_t *n;
   PX_CHECK(px__push(m, PX__ADD, a, b, &n));
-  n->relu = 1;
-  PX_CHECK(px_add_create(m->ops, &m->acts[a], 1, &n->add));
+  n->relu = relu;
+  PX_CHECK(px_add_create(m->ops, &m->acts[a], relu, &n->add));
   px_tensor_t ys;
   px_add_y_spec(n->add, &ys);
   int o;
@@ -318,10 +324,19 @@ static px_status_t px__add(px_model_t *m, int a, int b, int *out) {
   return PX_OK;
 }
 
-static px_status_t px__gap(px_model_t *m, int in, int *out) {
+/* A pooling node: global average (kernel 0) or a window of kernel x
+ * kernel (an imported graph's MaxPool / AveragePool). */
+static px_status_t px__pool(px_model_t *m, int in, px_pool_mode_t mode, int k, int stride, int pad,
+                            int *out) {
   px__node_t *n;
   PX_CHECK(px__push(m, PX__POOL, in, -1, &n));
-  PX_CHECK(px_global_avgpool_create(m->ops, &m->acts[in], &n->pool));
+  n->kernel = k;
+  n->stride = stride;
+  n->pad = pad;
+  n->mode = mode;
+  px_pool2d_params_t p = {mode, k, k, stride, stride, pad, pad};
+  if (k == 0) PX_CHECK(px_global_avgpool_create(m->ops, &m->acts[in], &n->pool));
+  else PX_CHECK(px_pool2d_create(m->ops, &m->acts[in], &p, &n->pool));
   px_tensor_t ys;
   px_pool2d_y_spec(n->pool, &ys);
   px_pool2d_ws_spec(n->pool, &n->ws);
@@ -330,6 +345,10 @@ static px_status_t px__gap(px_model_t *m, int in, int *out) {
   m->nodes[m->nnodes - 1].out = o;
   *out = o;
   return PX_OK;
+}
+
+static px_status_t px__gap(px_model_t *m, int in, int *out) {
+  return px__pool(m, in, PX_POOL_AVG, 0, 0, 0, out);
 }
 
 static px_status_t px__fc(px_model_t *m, int in, int classes, const char *name, int *out) {
@@ -392,23 +411,86 @@ static px_status_t px__block(px_model_t *m, const px__arch_t *a, int in, int in_
     snprintf(nm, sizeof nm, "%s.downsample.1", prefix);
     PX_CHECK(px__bn(m, sc, 0, nm, &sc));
   }
-  PX_CHECK(px__add(m, main_out, sc, out));
+  PX_CHECK(px__add(m, main_out, sc, 1, out));
   *out_c = c_out;
   return PX_OK;
 }
 
-static px_status_t px__build(px_model_t *m, const px__arch_t *a) {
+/* The input act and its conversion to the engine's format (CUDA: NHWC, f32
+ * or bf16), done once by the first node. */
+static px_status_t px__input(px_model_t *m, int *h) {
   px_tensor_t x;
   PX_CHECK(px_tensor_init4(&x, px_ops_device(m->ops), m->cfg.batch, m->cfg.in_channels,
                            m->cfg.height, m->cfg.width));
-  int h, c = a->base;
-  PX_CHECK(px__new_act(m, &x, &h));
-  /* the engine's activation format (CUDA: NHWC, f32 or bf16): the input is
-   * converted once, by the first node */
+  PX_CHECK(px__new_act(m, &x, h));
   px_tensor_t fmt = x;
   PX_CHECK(px_ops_act_format(m->ops, (px_precision_t)m->cfg.precision, &fmt));
-  if (fmt.layout != x.layout || fmt.dtype != x.dtype) PX_CHECK(px__reorder(m, h, &fmt, &h));
-  m->in_act = h;
+  if (fmt.layout != x.layout || fmt.dtype != x.dtype) PX_CHECK(px__reorder(m, *h, &fmt, h));
+  m->in_act = *h;
+  return PX_OK;
+}
+
+/* An imported graph (nn/onnx_import.c) through the same layer functions as
+ * the built-in architectures: the layers map one to one onto nodes. */
+static px_status_t px__build_onnx(px_model_t *m) {
+  const px__onnx_graph_t *g = m->graph;
+  int *act = px_malloc((size_t)g->nlayers * sizeof *act, "model.onnx_acts");
+  if (!act) return PX_ERR_NOMEM;
+  px_status_t st = PX_OK;
+  int x;
+  PX_CHECK_GOTO(px__input(m, &x), st, done);
+  for (int k = 0; k < g->nlayers; k++) {
+    const px__onnx_layer_t *L = &g->layers[k];
+    int in = L->in < 0 ? x : act[L->in];
+    switch (L->kind) {
+      case PX__OL_CONV:
+        PX_CHECK_GOTO(px__conv(m, in, L->c_out, L->kernel, L->stride, L->prefix, &act[k]), st,
+                      done);
+        break;
+      case PX__OL_BN: PX_CHECK_GOTO(px__bn(m, in, L->relu, L->prefix, &act[k]), st, done); break;
+      case PX__OL_ADD:
+        PX_CHECK_GOTO(px__add(m, in, L->in2 < 0 ? x : act[L->in2], L->relu, &act[k]), st, done);
+        break;
+      case PX__OL_GAP: PX_CHECK_GOTO(px__gap(m, in, &act[k]), st, done); break;
+      case PX__OL_MAXPOOL:
+      case PX__OL_AVGPOOL:
+        PX_CHECK_GOTO(px__pool(m, in, L->kind == PX__OL_MAXPOOL ? PX_POOL_MAX : PX_POOL_AVG,
+                               L->kernel, L->stride, L->pad, &act[k]),
+                      st, done);
+        break;
+      case PX__OL_FC:
+        PX_CHECK_GOTO(px__fc(m, in, m->cfg.num_classes, L->prefix, &act[k]), st, done);
+        break;
+    }
+  }
+done:
+  px_free(act);
+  return st;
+}
+
+/* Reads cfg->onnx into m->graph and checks it against the configuration. */
+static px_status_t px__open_onnx(px_model_t *m, const px_model_config_t *cfg) {
+  size_t n = strlen(cfg->onnx) + 1;
+  if (!(m->onnx = px_malloc(n, "model.onnx"))) return PX_ERR_NOMEM;
+  memcpy(m->onnx, cfg->onnx, n);
+  m->cfg.onnx = m->onnx;
+  snprintf(m->arch, sizeof m->arch, "onnx");
+  PX_CHECK(px__onnx_load(m->onnx, &m->graph));
+  const px__onnx_graph_t *g = m->graph;
+  if (g->in_c != cfg->in_channels || g->in_h != cfg->height || g->in_w != cfg->width)
+    return px_set_error(PX_ERR_INVALID, "%s: the graph takes %dx%dx%d inputs, the data are "
+                        "%dx%dx%d (channels x height x width)", m->onnx, g->in_c, g->in_h, g->in_w,
+                        cfg->in_channels, cfg->height, cfg->width);
+  if (g->classes != cfg->num_classes)
+    return px_set_error(PX_ERR_INVALID, "%s: the graph gives %d logits, the data set has %d "
+                        "classes", m->onnx, g->classes, cfg->num_classes);
+  return PX_OK;
+}
+
+static px_status_t px__build(px_model_t *m, const px__arch_t *a) {
+  if (m->graph) return px__build_onnx(m);
+  int h, c = a->base;
+  PX_CHECK(px__input(m, &h));
   PX_CHECK(px__conv(m, h, a->base, 3, 1, "conv1", &h));
   PX_CHECK(px__bn(m, h, 1, "bn1", &h));
   for (int s = 0; s < a->nstages; s++) {
@@ -646,20 +728,20 @@ static px_status_t px__publish(px_model_t *m) {
 px_status_t px_model_create(px_ops_t *ops, const px_model_config_t *cfg, px_model_t **out) {
   PX_REQUIRE(out != NULL && ops != NULL && cfg != NULL, "px_model_create: NULL argument");
   *out = NULL;
-  const px__arch_t *a = px__arch_find(cfg->arch);
-  PX_REQUIRE(a != NULL, "model.name '%s' is not a known architecture (%s)",
+  const px__arch_t *a = cfg->onnx ? NULL : px__arch_find(cfg->arch);
+  PX_REQUIRE(cfg->onnx || a != NULL, "model.name '%s' is not a known architecture (%s)",
              cfg->arch ? cfg->arch : "(null)", px_model_arch_list());
   PX_REQUIRE(cfg->in_channels >= 1, "model.in_channels = %d: must be >= 1", cfg->in_channels);
   PX_REQUIRE(cfg->num_classes >= 2, "model.num_classes = %d: must be >= 2", cfg->num_classes);
   PX_REQUIRE(cfg->batch >= 1, "batch size %d: must be >= 1", cfg->batch);
-  int min_side = 1 << (a->nstages - 1);
+  int min_side = a ? 1 << (a->nstages - 1) : 1;
   PX_REQUIRE(cfg->height >= min_side && cfg->width >= min_side,
              "input %dx%d is too small for %s (needs at least %dx%d)", cfg->height, cfg->width,
-             a->name, min_side, min_side);
+             a ? a->name : cfg->onnx, min_side, min_side);
   px_model_t *m = px_calloc(1, sizeof *m, "model");
   if (!m) return PX_ERR_NOMEM;
   m->cfg = *cfg;
-  snprintf(m->arch, sizeof m->arch, "%s", a->name);
+  snprintf(m->arch, sizeof m->arch, "%s", a ? a->name : "onnx");
   m->cfg.arch = m->arch;
   m->ops = ops;
   px_status_t st;
@@ -678,6 +760,7 @@ px_status_t px_model_create(px_ops_t *ops, const px_model_config_t *cfg, px_mode
   } else {
     m->cfg.nwidths = 0;
   }
+  if (cfg->onnx) PX_CHECK_GOTO(px__open_onnx(m, cfg), st, fail);
   PX_CHECK_GOTO(px__build(m, a), st, fail);
   if (m->widths && m->nconv != m->cfg.nwidths) {
     st = px_set_error(PX_ERR_INVALID, "model widths: %d given, %s has %d convolutions",
@@ -711,6 +794,8 @@ void px_model_destroy(px_model_t *m) {
     if (m->acc[a]) px_add_destroy(m->acc[a]);
   for (int i = 0; i < m->nparams; i++) px_free(m->pnames[i]);
   for (int i = 0; i < m->nbufs; i++) px_free(m->bnames[i]);
+  px__onnx_free(m->graph);
+  px_free(m->onnx);
   px_arena_free(&m->a_params);
   px_arena_free(&m->a_grads);
   px_arena_free(&m->a_bufs);
@@ -764,8 +849,12 @@ px_status_t px_model_node(const px_model_t *m, int k, px_model_node_t *out) {
   const px__node_t *n = &m->nodes[k];
   static const px_node_kind_t kinds[] = {PX_NODE_CONV, PX_NODE_BN, PX_NODE_ADD, PX_NODE_GAP,
                                          PX_NODE_FC, PX_NODE_REORDER};
-  *out = (px_model_node_t){kinds[n->kind], n->in, n->in2, n->out, n->w, n->b, n->rm, n->rv,
-                           n->relu, n->kernel, n->stride, n->kernel / 2,
+  px_node_kind_t kind = kinds[n->kind];
+  if (n->kind == PX__POOL && n->kernel > 0)
+    kind = n->mode == PX_POOL_MAX ? PX_NODE_MAXPOOL : PX_NODE_AVGPOOL;
+  *out = (px_model_node_t){kind, n->in, n->in2, n->out, n->w, n->b, n->rm, n->rv,
+                           n->relu, n->kernel, n->stride,
+                           n->kind == PX__POOL ? n->pad : n->kernel / 2,
                            (int)m->acts[n->in].dims[1], (int)m->acts[n->out].dims[1]};
   return PX_OK;
 }
@@ -811,6 +900,30 @@ static px_status_t px__fill(px_tensor_t *t, float *tmp, size_t n) {
   return px_tensor_copy_from_host(t, tmp, n * sizeof(float));
 }
 
+/* An imported model starts from the file's weights: the layers hold them in
+ * the order their nodes created parameters and buffers. */
+static px_status_t px__init_onnx(px_model_t *m, float *tmp) {
+  const px__onnx_graph_t *g = m->graph;
+  int p = 0, b = 0;
+  for (int k = 0; k < g->nlayers; k++) {
+    const px__onnx_layer_t *L = &g->layers[k];
+    const px__onnx_init_t *src[4] = {&L->w, &L->b, &L->rm, &L->rv};
+    int np = L->kind == PX__OL_CONV ? 1 : L->kind == PX__OL_BN || L->kind == PX__OL_FC ? 2 : 0;
+    int nb = L->kind == PX__OL_BN ? 2 : 0;
+    for (int i = 0; i < np + nb; i++) {
+      px_tensor_t *t = i < np ? &m->pvals[p++] : &m->bufs[b++];
+      size_t n = px_tensor_numel(t);
+      if (src[i]->bytes && src[i]->n != n)
+        return px_set_error(PX_ERR_INTERNAL, "%s: layer '%s' has %zu values for %zu", m->onnx,
+                            L->node, src[i]->n, n);
+      if (src[i]->bytes) memcpy(tmp, src[i]->bytes, n * sizeof *tmp);
+      else memset(tmp, 0, n * sizeof *tmp);
+      PX_CHECK(px__fill(t, tmp, n));
+    }
+  }
+  return PX_OK;
+}
+
 px_status_t px_model_init_params(px_model_t *m, uint64_t seed) {
   size_t maxn = 1;
   for (int i = 0; i < m->nparams; i++)
@@ -820,6 +933,11 @@ px_status_t px_model_init_params(px_model_t *m, uint64_t seed) {
   float *tmp = px_malloc(maxn * sizeof(float), "model.init");
   if (!tmp) return PX_ERR_NOMEM;
   px_status_t st = PX_OK;
+  if (m->graph && !m->widths) {
+    PX_CHECK_GOTO(px__init_onnx(m, tmp), st, done);
+    PX_CHECK_GOTO(px_tensor_zero(&m->flat_grads), st, done);
+    goto done;
+  }
   for (int i = 0; i < m->nparams; i++) {
     px_tensor_t *t = &m->pvals[i];
     size_t n = px_tensor_numel(t);

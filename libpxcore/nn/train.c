@@ -101,7 +101,7 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out) 
   const char *sch = cfg->lr_schedule ? cfg->lr_schedule : "constant";
   PX_REQUIRE(!strcmp(sch, "constant") || !strcmp(sch, "cosine") || !strcmp(sch, "step"),
              "train.lr_schedule '%s': expected constant, cosine or step", sch);
-  PX_REQUIRE(px_model_arch_known(cfg->arch), "model.name '%s' is not a known architecture (%s)",
+  PX_REQUIRE(cfg->onnx || px_model_arch_known(cfg->arch), "model.name '%s' is not a known architecture (%s)",
              cfg->arch, px_model_arch_list());
   px_trainer_t *t = px_calloc(1, sizeof *t, "trainer");
   if (!t) return PX_ERR_NOMEM;
@@ -161,7 +161,7 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out) 
   PX_CHECK_GOTO(px_ops_create(cfg->device, cfg->threads, &t->ops), st, fail);
   px_model_config_t mc = {t->arch,       info->channels, info->num_classes, cfg->batch,
                           info->height,  info->width,    cfg->widths,       cfg->nwidths,
-                          cfg->precision};
+                          cfg->precision, cfg->onnx};
   PX_CHECK_GOTO(px_model_create(t->ops, &mc, &t->model), st, fail);
   PX_CHECK_GOTO(px_model_init_params(t->model, cfg->seed), st, fail);
   px_sgd_config_t sc = {cfg->lr, cfg->momentum, cfg->weight_decay, cfg->nesterov};

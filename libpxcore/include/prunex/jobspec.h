@@ -23,6 +23,9 @@
  *                           resnet18 resnet34 resnet50 resnet101 resnet152 wrn50_2
  *     in_channels: 0        0: from the data set, else must match it
  *     num_classes: 0        0: from the data set, else must match it (>= 2)
+ *     onnx: ""              an imported model's ONNX file (name is then "onnx"); a
+ *                           relative path is made absolute against the spec file's
+ *                           directory; a parsed file is read and checked at once
  *   dataset:
  *     name: fashion-mnist   fashion-mnist | cifar10 | synthetic
  *     path: ""              "": the data set's default directory

@@ -73,6 +73,12 @@ typedef struct {
    * the default) or PX_PRECISION_BF16 (CUDA only: bf16 activations, f32
    * weights, gradients, BN statistics and loss). */
   int32_t precision;
+  /* An imported model: the path of an ONNX file (nn/onnx_import.c says which
+   * operators it may hold); arch is then ignored and reads "onnx" in the
+   * model's config. NULL (the default) builds arch. Copied by px_model_create.
+   * The file's input must be [N, in_channels, height, width] and its output
+   * [N, num_classes]; px_model_init_params starts from the file's weights. */
+  const char *onnx;
 } px_model_config_t;
 
 typedef struct px_model px_model_t;
@@ -83,6 +89,22 @@ PX_API int px_model_arch_known(const char *arch);
 PX_API const char *px_model_arch_name(const char *arch);
 /* Space-separated list of the known architectures (static string). */
 PX_API const char *px_model_arch_list(void);
+
+/* What an ONNX file holds, as px_model_create would build it. */
+typedef struct {
+  int32_t in_channels, height, width; /* the graph input [N, C, H, W] */
+  int32_t num_classes;                /* the logits [N, num_classes] */
+  int32_t nconv;                      /* convolutions (prunable layers) */
+  int32_t nlayers;                    /* layers after fusing Relus and dropping Identities */
+} px_model_onnx_info_t;
+
+/* Reads and checks an ONNX model file without building it (what a job
+ * submission does): opset 11-17, every node an operator the import takes
+ * (docs/user-guide.md lists them), shapes consistent, sizes bounded. info may
+ * be NULL. Fails with PX_ERR_IO (unreadable, over 512 MiB) or PX_ERR_INVALID
+ * whose message names the file and, for a node it refuses, the node's name
+ * and operator. Linear in the file's size. */
+PX_API px_status_t px_model_onnx_check(const char *path, px_model_onnx_info_t *info);
 
 /* Builds the model on ops' device: creates every op and allocates every
  * family. Parameters are zero until px_model_init_params. The model borrows
@@ -114,9 +136,12 @@ PX_API int px_model_num_buffers(const px_model_t *m);
 
 /* The graph, for exporters (compaction, ONNX): nodes in forward order. */
 /* REORDER: a layout conversion (the identity on values) that a compact
- * model may need before a residual add. */
+ * model may need before a residual add. MAXPOOL, AVGPOOL (imported graphs):
+ * a windowed pooling (kernel, stride, pad; AVGPOOL divides by kernel^2, the
+ * padding included, as PyTorch's default count_include_pad). */
 typedef enum {
-  PX_NODE_CONV, PX_NODE_BN, PX_NODE_ADD, PX_NODE_GAP, PX_NODE_FC, PX_NODE_REORDER
+  PX_NODE_CONV, PX_NODE_BN, PX_NODE_ADD, PX_NODE_GAP, PX_NODE_FC, PX_NODE_REORDER,
+  PX_NODE_MAXPOOL, PX_NODE_AVGPOOL
 } px_node_kind_t;
 typedef struct {
   px_node_kind_t kind;
@@ -126,7 +151,8 @@ typedef struct {
                               bias), -1 if none */
   int rm, rv;              /* BN: running mean / var buffer indices, else -1 */
   int relu;                /* BN, ADD: a ReLU follows (fused) */
-  int kernel, stride, pad; /* CONV: square kernel, stride, zero padding on each side */
+  int kernel, stride, pad; /* CONV, MAXPOOL, AVGPOOL: square kernel, stride, zero padding
+                              on each side */
   int c_in, c_out;         /* channels (FC: features) of input and output */
 } px_model_node_t;
 PX_API int px_model_num_nodes(const px_model_t *m);
@@ -233,7 +259,8 @@ PX_API px_tensor_t *px_sgd_momentum(px_sgd_t *s, int i);
  * every parameter and BN running statistic under its PyTorch name, plus, when
  * an optimiser is given, its momentum buffers as "optimizer.momentum.<name>";
  * metadata "format" = "prunex-checkpoint-v1", "arch", "in_channels",
- * "num_classes" and any extra key/value pairs. */
+ * "num_classes", "widths" (compact), "onnx" (an imported model's ONNX file) and any
+ * extra key/value pairs. */
 
 /* Writes the checkpoint atomically. sgd may be NULL. extra_kv holds nextra
  * key/value pairs (may be NULL). Fails with PX_ERR_IO naming the path. */
@@ -250,7 +277,9 @@ PX_API px_status_t px_model_load(px_model_t *m, px_sgd_t *sgd, const char *path)
  * in_channels, num_classes and, for a compact model (metadata "widths"),
  * widths (written to the caller's widths[0..cap), cfg->widths pointing at
  * it) and nwidths; cfg->widths NULL for a dense file; precision fp32. batch,
- * height and width are left to the caller. Fails with PX_ERR_IO / PX_ERR_FORMAT naming the
+ * height and width are left to the caller. An imported model's file (arch "onnx", metadata
+ * "onnx") sets cfg->onnx to its ONNX path, held in a per-thread buffer valid until this
+ * thread's next call; NULL otherwise. Fails with PX_ERR_IO / PX_ERR_FORMAT naming the
  * file (no or bad metadata), PX_ERR_INVALID (more widths than cap). */
 PX_API px_status_t px_model_file_config(const char *path, px_model_config_t *cfg, int32_t *widths,
                                         int cap);
@@ -282,6 +311,8 @@ typedef struct {
   int32_t image_channels;    /* 1 or 3 (0: 3) */
   float min_scale;           /* random-resized crop's smallest area fraction (0: 0.35) */
   const char *cache_dir;     /* NULL: beside the data (px_folder_config_t) */
+  const char *onnx;          /* an imported model's ONNX file (px_model_config_t.onnx),
+                                read only by px_trainer_create; NULL: arch */
 } px_train_config_t;
 
 /* Defaults: resnet20 on fashion-mnist, batch 128, lr 0.1, momentum 0.9,

@@ -1,0 +1,712 @@
+/* ONNX import: a CNN exported by PyTorch (or any tool writing opset 11-17)
+ * lowered onto the model builder's layers, so that an imported network
+ * trains, prunes, packs, checkpoints and exports through the same code as
+ * the built-in ResNets.
+ *
+ * The file is untrusted. It is read whole (at most PX__ONNX_MAX_BYTES),
+ * unpacked with the protobuf-c code generated from Debian's onnx.proto (the
+ * export's), and walked once in node order: every named tensor goes into an
+ * open-addressing table (at most PX__ONNX_MAX_VALUES), every node checks its
+ * operands' shapes against the table and adds its outputs, so the whole
+ * check is linear in the file. A node that cannot be taken is refused with
+ * the file, the node's name and its operator.
+ *
+ * What is taken today (the layer set of the built-in models): Conv (no
+ * bias, groups 1, square kernel, padding kernel/2, dilation 1),
+ * BatchNormalization (epsilon 1e-5), Relu directly after a
+ * BatchNormalization or an Add (fused there, as the built-in models fuse
+ * it), Add of two activations, MaxPool and AveragePool (square windows; a
+ * zero Pad, with the Constant holding its sizes, folds into the
+ * AveragePool after it, as PyTorch exports count_include_pad),
+ * GlobalAveragePool, Flatten / Reshape of a C x 1 x 1 output to 2-D,
+ * and one final Gemm (the classifier); Dropout and Identity pass their input
+ * through (an Identity of an initializer is that initializer: PyTorch's
+ * exporter writes those for equal-valued BN parameters). */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "nn/px_onnx_int.h"
+#include "onnx.pb-c.h"
+#include "prunex/nn.h"
+#include "prunex/ops.h"
+#include "px_check.h"
+
+typedef enum { PX__V_FREE, PX__V_CONST, PX__V_ACT } px__vkind_t;
+
+typedef struct {
+  const char *name;           /* points into the proto */
+  px__vkind_t kind;
+  const Onnx__TensorProto *t; /* CONST */
+  int layer;                  /* ACT: producing layer, -1 the graph input */
+  int c, h, w;                /* ACT: [N, c, h, w]; flat: c features, h = w = 0 */
+  int uses;                   /* nodes reading it (and 1 for a graph output) */
+  int pad;                    /* ACT: zero padding a Pad added, for the AveragePool reading it */
+} px__value_t;
+
+typedef struct {
+  const char *file;
+  px__value_t *v;
+  int nv, cap;                /* cap: power of two, table of indices into v */
+  int *slot;                  /* [cap] value index + 1, 0 empty */
+  px__onnx_graph_t *g;
+  int cap_layers;
+} px__imp_t;
+
+static const char *const px__onnx_ops =
+    "Conv, BatchNormalization, Relu, Add, MaxPool, AveragePool, GlobalAveragePool, Flatten, "
+    "Reshape, Gemm, Dropout, Identity, Constant, Pad (before an AveragePool)";
+
+/* ---- the name table ----------------------------------------------------------- */
+
+static uint64_t px__hash(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+  return h;
+}
+
+static px__value_t *px__find(px__imp_t *im, const char *name) {
+  if (!name || !name[0]) return NULL;
+  for (uint64_t i = px__hash(name) & (uint64_t)(im->cap - 1);; i = (i + 1) & (uint64_t)(im->cap - 1)) {
+    int s = im->slot[i];
+    if (!s) return NULL;
+    if (!strcmp(im->v[s - 1].name, name)) return &im->v[s - 1];
+  }
+}
+
+static px_status_t px__define(px__imp_t *im, const char *name, px__value_t **out) {
+  if (!name || !name[0] || strlen(name) > PX__ONNX_MAX_NAME)
+    return px_set_error(PX_ERR_INVALID, "%s: a tensor name is empty or longer than %d bytes",
+                        im->file, PX__ONNX_MAX_NAME);
+  if (px__find(im, name))
+    return px_set_error(PX_ERR_INVALID, "%s: tensor '%s' is defined twice", im->file, name);
+  if (im->nv >= PX__ONNX_MAX_VALUES)
+    return px_set_error(PX_ERR_INVALID, "%s: more than %d named tensors", im->file,
+                        PX__ONNX_MAX_VALUES);
+  uint64_t i = px__hash(name) & (uint64_t)(im->cap - 1);
+  while (im->slot[i]) i = (i + 1) & (uint64_t)(im->cap - 1);
+  im->slot[i] = im->nv + 1;
+  px__value_t *v = &im->v[im->nv++];
+  memset(v, 0, sizeof *v);
+  v->name = name;
+  *out = v;
+  return PX_OK;
+}
+
+/* ---- helpers --------------------------------------------------------------------- */
+
+#define PX__NODE_FAIL(im, n, ...) px__node_fail(im, n, __VA_ARGS__)
+
+static px_status_t px__node_fail(px__imp_t *im, const Onnx__NodeProto *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static px_status_t px__node_fail(px__imp_t *im, const Onnx__NodeProto *n, const char *fmt, ...) {
+  char why[320];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  return px_set_error(PX_ERR_INVALID, "%s: node '%s' (%s): %s", im->file,
+                      n->name && n->name[0] ? n->name : "(unnamed)",
+                      n->op_type ? n->op_type : "?", why);
+}
+
+static const Onnx__AttributeProto *px__attr(const Onnx__NodeProto *n, const char *name) {
+  for (size_t i = 0; i < n->n_attribute; i++)
+    if (n->attribute[i]->name && !strcmp(n->attribute[i]->name, name)) return n->attribute[i];
+  return NULL;
+}
+
+static int64_t px__attr_i(const Onnx__NodeProto *n, const char *name, int64_t def) {
+  const Onnx__AttributeProto *a = px__attr(n, name);
+  return a && a->has_i ? a->i : def;
+}
+
+static float px__attr_f(const Onnx__NodeProto *n, const char *name, float def) {
+  const Onnx__AttributeProto *a = px__attr(n, name);
+  return a && a->has_f ? a->f : def;
+}
+
+/* 1 if attribute name is absent or every one of its ints equals v. */
+static int px__ints_all(const Onnx__NodeProto *n, const char *name, int64_t v) {
+  const Onnx__AttributeProto *a = px__attr(n, name);
+  if (!a) return 1;
+  for (size_t i = 0; i < a->n_ints; i++)
+    if (a->ints[i] != v) return 0;
+  return 1;
+}
+
+static size_t px__numel(const Onnx__TensorProto *t) {
+  size_t n = 1;
+  for (size_t i = 0; i < t->n_dims; i++) n *= (size_t)t->dims[i];
+  return n;
+}
+
+/* The operand i of n: a value defined before n (ONNX orders nodes
+ * topologically), or NULL for a missing optional one. */
+static px_status_t px__in(px__imp_t *im, const Onnx__NodeProto *n, size_t i, int required,
+                          px__value_t **out) {
+  *out = NULL;
+  if (i >= n->n_input || !n->input[i][0]) {
+    if (required) return PX__NODE_FAIL(im, n, "input %zu is missing", i);
+    return PX_OK;
+  }
+  px__value_t *v = px__find(im, n->input[i]);
+  if (!v || v->kind == PX__V_FREE) return PX__NODE_FAIL(im, n, "input '%s' is not defined before the node", n->input[i]);
+  *out = v;
+  return PX_OK;
+}
+
+static px_status_t px__act_in(px__imp_t *im, const Onnx__NodeProto *n, size_t i, int spatial,
+                              px__value_t **out) {
+  PX_CHECK(px__in(im, n, i, 1, out));
+  if ((*out)->kind != PX__V_ACT)
+    return PX__NODE_FAIL(im, n, "input '%s' must be an activation, not a constant", n->input[i]);
+  if (spatial && (*out)->h == 0)
+    return PX__NODE_FAIL(im, n, "input '%s' must be 4-D [N, C, H, W]", n->input[i]);
+  if ((*out)->pad && strcmp(n->op_type, "AveragePool"))
+    return PX__NODE_FAIL(im, n, "input '%s' is padded by a Pad: only an AveragePool may read "
+                                "a padded activation", n->input[i]);
+  return PX_OK;
+}
+
+/* A float constant of the given shape (ndims dims; -1 matches any). */
+static px_status_t px__const_in(px__imp_t *im, const Onnx__NodeProto *n, size_t i, int ndims,
+                                const int64_t *dims, px__onnx_init_t *out) {
+  px__value_t *v;
+  PX_CHECK(px__in(im, n, i, 1, &v));
+  if (v->kind != PX__V_CONST)
+    return PX__NODE_FAIL(im, n, "input '%s' must be an initializer (a trained weight)",
+                         n->input[i]);
+  const Onnx__TensorProto *t = v->t;
+  if (t->data_type != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
+    return PX__NODE_FAIL(im, n, "initializer '%s' is not float32", n->input[i]);
+  int ok = (int)t->n_dims == ndims;
+  for (int d = 0; ok && d < ndims; d++) ok = dims[d] < 0 || t->dims[d] == dims[d];
+  if (!ok) {
+    char want[96] = "", got[96] = "";
+    for (int d = 0; d < ndims; d++)
+      snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? "x" : "",
+               (long long)dims[d]);
+    for (size_t d = 0; d < t->n_dims && d < 6; d++)
+      snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? "x" : "",
+               (long long)t->dims[d]);
+    return PX__NODE_FAIL(im, n, "initializer '%s' has shape [%s], expected [%s]", n->input[i],
+                         got, want);
+  }
+  out->n = px__numel(t);
+  out->bytes = t->has_raw_data ? t->raw_data.data : (const uint8_t *)t->float_data;
+  return PX_OK;
+}
+
+static px_status_t px__new_layer(px__imp_t *im, const Onnx__NodeProto *n, px__onnx_kind_t kind,
+                                 px__onnx_layer_t **out) {
+  px__onnx_graph_t *g = im->g;
+  if (g->nlayers == im->cap_layers) {
+    int cap = im->cap_layers ? 2 * im->cap_layers : 64;
+    void *p = px_realloc(g->layers, (size_t)cap * sizeof *g->layers, "onnx.layers");
+    if (!p) return PX_ERR_NOMEM;
+    g->layers = p;
+    im->cap_layers = cap;
+  }
+  px__onnx_layer_t *L = &g->layers[g->nlayers++];
+  memset(L, 0, sizeof *L);
+  L->kind = kind;
+  L->in = L->in2 = -1;
+  L->node = n->name ? n->name : "";
+  *out = L;
+  return PX_OK;
+}
+
+/* The output value of n (its first output), an activation of layer. */
+static px_status_t px__out(px__imp_t *im, const Onnx__NodeProto *n, int layer, int c, int h,
+                           int w) {
+  if (n->n_output < 1) return PX__NODE_FAIL(im, n, "the node has no output");
+  px__value_t *v = px__find(im, n->output[0]);
+  *v = (px__value_t){v->name, PX__V_ACT, NULL, layer, c, h, w, v->uses, 0};
+  return PX_OK;
+}
+
+/* Parameter names from the weight's initializer name: "layer1.0.conv1.weight"
+ * gives "layer1.0.conv1" (what PyTorch's state_dict calls the module). */
+static void px__prefix(px__onnx_layer_t *L, const char *wname, int k) {
+  size_t n = strlen(wname);
+  if (n > 7 && !strcmp(wname + n - 7, ".weight")) n -= 7;
+  if (n == 0 || n > PX__ONNX_MAX_NAME) {
+    snprintf(L->prefix, sizeof L->prefix, "node%d", k);
+    return;
+  }
+  memcpy(L->prefix, wname, n);
+  L->prefix[n] = '\0';
+}
+
+/* ---- operators ----------------------------------------------------------------------- */
+
+static px_status_t px__op_conv(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x;
+  PX_CHECK(px__act_in(im, n, 0, 1, &x));
+  if (n->n_input > 2 && n->input[2][0])
+    return PX__NODE_FAIL(im, n, "a Conv with a bias is not supported: export it with "
+                                "bias=False, followed by a BatchNormalization");
+  if (px__attr_i(n, "group", 1) != 1)
+    return PX__NODE_FAIL(im, n, "group = %lld: grouped and depthwise convolutions are not "
+                                "supported yet", (long long)px__attr_i(n, "group", 1));
+  px__value_t *wv;
+  PX_CHECK(px__in(im, n, 1, 1, &wv));
+  if (wv->kind != PX__V_CONST || wv->t->n_dims != 4)
+    return PX__NODE_FAIL(im, n, "the weight '%s' must be a 4-D initializer", n->input[1]);
+  int64_t co = wv->t->dims[0], kh = wv->t->dims[2], kw = wv->t->dims[3];
+  const Onnx__AttributeProto *ap = px__attr(n, "auto_pad");
+  if (ap && ap->has_s && ap->s.len && !(ap->s.len == 6 && !memcmp(ap->s.data, "NOTSET", 6)))
+    return PX__NODE_FAIL(im, n, "auto_pad is not supported (export explicit pads)");
+  const Onnx__AttributeProto *st = px__attr(n, "strides");
+  int64_t s = st && st->n_ints ? st->ints[0] : 1;
+  if (kh != kw || kh < 1 || kh > 15 || co < 1 || co > 65536 || !px__ints_all(n, "dilations", 1) ||
+      !px__ints_all(n, "pads", kh / 2) || !px__ints_all(n, "strides", s) || s < 1 || s > 8)
+    return PX__NODE_FAIL(im, n, "only square kernels (1 to 15) with padding kernel/2 on every "
+                                "side, equal strides (1 to 8) and dilation 1 are supported");
+  int64_t dims[4] = {co, x->c, kh, kw};
+  px__onnx_layer_t *L;
+  PX_CHECK(px__new_layer(im, n, PX__OL_CONV, &L));
+  PX_CHECK(px__const_in(im, n, 1, 4, dims, &L->w));
+  L->in = x->layer;
+  L->c_out = (int)co;
+  L->kernel = (int)kh;
+  L->stride = (int)s;
+  px__prefix(L, n->input[1], im->g->nlayers - 1);
+  int oh = (int)((x->h + 2 * (kh / 2) - kh) / s + 1), ow = (int)((x->w + 2 * (kh / 2) - kh) / s + 1);
+  if (oh < 1 || ow < 1) return PX__NODE_FAIL(im, n, "the output is empty");
+  im->g->nconv++;
+  return px__out(im, n, im->g->nlayers - 1, (int)co, oh, ow);
+}
+
+static px_status_t px__op_bn(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x;
+  PX_CHECK(px__act_in(im, n, 0, 1, &x));
+  if (px__attr_i(n, "training_mode", 0) != 0 || n->n_output > 1)
+    return PX__NODE_FAIL(im, n, "a training-mode BatchNormalization is not supported: export "
+                                "the model in eval mode");
+  float eps = px__attr_f(n, "epsilon", 1e-5f);
+  if (fabsf(eps - 1e-5f) > 1e-9f)
+    return PX__NODE_FAIL(im, n, "epsilon = %g: only 1e-5 (PyTorch's default) is supported", eps);
+  px__onnx_layer_t *L;
+  PX_CHECK(px__new_layer(im, n, PX__OL_BN, &L));
+  int64_t dims[1] = {x->c};
+  PX_CHECK(px__const_in(im, n, 1, 1, dims, &L->w));
+  PX_CHECK(px__const_in(im, n, 2, 1, dims, &L->b));
+  PX_CHECK(px__const_in(im, n, 3, 1, dims, &L->rm));
+  PX_CHECK(px__const_in(im, n, 4, 1, dims, &L->rv));
+  L->in = x->layer;
+  L->c_out = x->c;
+  L->eps = eps;
+  px__prefix(L, n->input[1], im->g->nlayers - 1);
+  return px__out(im, n, im->g->nlayers - 1, x->c, x->h, x->w);
+}
+
+static px_status_t px__op_relu(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x;
+  PX_CHECK(px__act_in(im, n, 0, 0, &x));
+  px__onnx_layer_t *L = x->layer >= 0 ? &im->g->layers[x->layer] : NULL;
+  if (!L || (L->kind != PX__OL_BN && L->kind != PX__OL_ADD) || L->relu || x->uses != 1)
+    return PX__NODE_FAIL(im, n, "a Relu is supported only directly after a BatchNormalization "
+                                "or an Add whose output nothing else reads");
+  L->relu = 1;
+  return px__out(im, n, x->layer, x->c, x->h, x->w);
+}
+
+static px_status_t px__op_add(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *a, *b;
+  PX_CHECK(px__act_in(im, n, 0, 1, &a));
+  PX_CHECK(px__act_in(im, n, 1, 1, &b));
+  if (a->c != b->c || a->h != b->h || a->w != b->w)
+    return PX__NODE_FAIL(im, n, "the inputs have shapes [%d, %d, %d] and [%d, %d, %d]", a->c, a->h,
+                         a->w, b->c, b->h, b->w);
+  if (a->layer < 0 || b->layer < 0 || a->layer == b->layer)
+    return PX__NODE_FAIL(im, n, "an Add must join two different computed activations");
+  px__onnx_layer_t *L;
+  PX_CHECK(px__new_layer(im, n, PX__OL_ADD, &L));
+  L->in = a->layer;
+  L->in2 = b->layer;
+  L->c_out = a->c;
+  return px__out(im, n, im->g->nlayers - 1, a->c, a->h, a->w);
+}
+
+static px_status_t px__op_gap(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x;
+  PX_CHECK(px__act_in(im, n, 0, 1, &x));
+  px__onnx_layer_t *L;
+  PX_CHECK(px__new_layer(im, n, PX__OL_GAP, &L));
+  L->in = x->layer;
+  L->c_out = x->c;
+  return px__out(im, n, im->g->nlayers - 1, x->c, 1, 1);
+}
+
+/* MaxPool / AveragePool: a square window, equal strides, equal padding of
+ * at most half the window, floor rounding. */
+static px_status_t px__op_pool(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x;
+  PX_CHECK(px__act_in(im, n, 0, 1, &x));
+  int max = !strcmp(n->op_type, "MaxPool");
+  const Onnx__AttributeProto *ks = px__attr(n, "kernel_shape"), *st = px__attr(n, "strides");
+  const Onnx__AttributeProto *pd = px__attr(n, "pads"), *ap = px__attr(n, "auto_pad");
+  int64_t k = ks && ks->n_ints == 2 ? ks->ints[0] : 0, s = st && st->n_ints ? st->ints[0] : 1;
+  int64_t p = pd && pd->n_ints ? pd->ints[0] : 0;
+  if (x->pad && p == 0 && px__ints_all(n, "pads", 0)) p = x->pad; /* PyTorch's Pad + AveragePool */
+  if (!ks || ks->n_ints != 2 || !px__ints_all(n, "kernel_shape", k) || k < 1 || k > 15 ||
+      !px__ints_all(n, "strides", s) || s < 1 || s > 15 || !px__ints_all(n, "pads", p) || p < 0 ||
+      2 * p > k || !px__ints_all(n, "dilations", 1) || px__attr_i(n, "ceil_mode", 0) != 0 ||
+      px__attr_i(n, "storage_order", 0) != 0 || n->n_output > 1 ||
+      (ap && ap->has_s && ap->s.len && !(ap->s.len == 6 && !memcmp(ap->s.data, "NOTSET", 6))))
+    return PX__NODE_FAIL(im, n, "only square 2-D windows (1 to 15) with equal strides, equal "
+                                "padding of at most half the window, dilation 1 and floor "
+                                "rounding (ceil_mode 0) are supported");
+  if (!max && p > 0 && !x->pad && px__attr_i(n, "count_include_pad", 0) != 1)
+    return PX__NODE_FAIL(im, n, "a padded AveragePool must count the padding "
+                                "(count_include_pad = 1, PyTorch's default)");
+  int oh = (int)((x->h + 2 * p - k) / s + 1), ow = (int)((x->w + 2 * p - k) / s + 1);
+  if (x->h + 2 * p < k || x->w + 2 * p < k) return PX__NODE_FAIL(im, n, "the output is empty");
+  px__onnx_layer_t *L;
+  PX_CHECK(px__new_layer(im, n, max ? PX__OL_MAXPOOL : PX__OL_AVGPOOL, &L));
+  L->in = x->layer;
+  L->c_out = x->c;
+  L->kernel = (int)k;
+  L->stride = (int)s;
+  L->pad = (int)p;
+  return px__out(im, n, im->g->nlayers - 1, x->c, oh, ow);
+}
+
+static px_status_t px__check_init(px__imp_t *im, const Onnx__TensorProto *t);
+
+/* Constant: a tensor in the node (PyTorch writes a Pad's sizes so). */
+static px_status_t px__op_constant(px__imp_t *im, const Onnx__NodeProto *n) {
+  const Onnx__AttributeProto *a = px__attr(n, "value");
+  if (!a || !a->t || n->n_attribute != 1 || n->n_output != 1)
+    return PX__NODE_FAIL(im, n, "only a Constant holding one tensor ('value') is supported");
+  PX_CHECK(px__check_init(im, a->t));
+  px__value_t *v = px__find(im, n->output[0]);
+  v->kind = PX__V_CONST;
+  v->t = a->t;
+  return PX_OK;
+}
+
+/* Pad by zeros on H and W only, equal on every side: PyTorch's export of a
+ * padded average pooling (count_include_pad); the AveragePool reading it
+ * takes the padding over. */
+static px_status_t px__op_pad(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x, *pv, *cv;
+  PX_CHECK(px__act_in(im, n, 0, 1, &x));
+  PX_CHECK(px__in(im, n, 1, 1, &pv));
+  PX_CHECK(px__in(im, n, 2, 0, &cv));
+  const Onnx__AttributeProto *mode = px__attr(n, "mode");
+  const Onnx__TensorProto *t = pv->kind == PX__V_CONST ? pv->t : NULL;
+  int64_t pads[8] = {0};
+  int ok = t && t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 && px__numel(t) == 8 &&
+           !(mode && mode->has_s && mode->s.len && !(mode->s.len == 8 &&
+                                                    !memcmp(mode->s.data, "constant", 8)));
+  if (ok && t->has_raw_data) memcpy(pads, t->raw_data.data, sizeof pads);
+  else if (ok) memcpy(pads, t->int64_data, sizeof pads);
+  ok = ok && !pads[0] && !pads[1] && !pads[4] && !pads[5] && pads[2] == pads[3] &&
+       pads[2] == pads[6] && pads[2] == pads[7] && pads[2] >= 0 && pads[2] <= 7 && !x->pad;
+  if (ok && cv) { /* the padding value must be 0 */
+    float z = 1.0f;
+    const Onnx__TensorProto *c = cv->kind == PX__V_CONST ? cv->t : NULL;
+    if (c && c->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT && px__numel(c) == 1)
+      memcpy(&z, c->has_raw_data ? (const void *)c->raw_data.data : (const void *)c->float_data,
+             sizeof z);
+    ok = z == 0.0f;
+  }
+  if (!ok)
+    return PX__NODE_FAIL(im, n, "only a constant zero Pad of H and W, equal on every side, "
+                                "before an AveragePool is supported");
+  px__value_t *v = px__find(im, n->output[0]);
+  *v = (px__value_t){v->name, PX__V_ACT, NULL, x->layer, x->c, x->h, x->w, v->uses, (int)pads[2]};
+  return PX_OK;
+}
+
+/* Flatten (axis 1) or Reshape to [N, C*H*W]: the classifier reads the 4-D
+ * activation as it is, so the output is the same layer's, marked flat. */
+static px_status_t px__op_flatten(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x;
+  PX_CHECK(px__act_in(im, n, 0, 0, &x));
+  if (x->h == 0) return PX__NODE_FAIL(im, n, "the input is already 2-D");
+  if (x->h != 1 || x->w != 1)
+    return PX__NODE_FAIL(im, n, "only a C x 1 x 1 activation (after a global average "
+                                "pooling) can be flattened for the classifier; this one is "
+                                "%d x %d x %d", x->c, x->h, x->w);
+  int64_t feat = (int64_t)x->c * x->h * x->w;
+  if (!strcmp(n->op_type, "Flatten")) {
+    if (px__attr_i(n, "axis", 1) != 1)
+      return PX__NODE_FAIL(im, n, "only axis = 1 (to [N, C*H*W]) is supported");
+  } else {
+    px__value_t *s;
+    PX_CHECK(px__in(im, n, 1, 1, &s));
+    const Onnx__TensorProto *t = s->kind == PX__V_CONST ? s->t : NULL;
+    int ok = t && t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 && px__numel(t) == 2;
+    int64_t sh[2] = {0, 0};
+    if (ok && t->has_raw_data && t->raw_data.len == sizeof sh) memcpy(sh, t->raw_data.data, sizeof sh);
+    else if (ok && t->n_int64_data == 2) memcpy(sh, t->int64_data, sizeof sh);
+    else ok = 0;
+    if (!ok || (sh[1] != -1 && sh[1] != feat) || sh[0] < -1)
+      return PX__NODE_FAIL(im, n, "only a Reshape to [N, C*H*W] by a constant shape is supported");
+  }
+  return px__out(im, n, x->layer, (int)feat, 0, 0);
+}
+
+static px_status_t px__op_gemm(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x;
+  PX_CHECK(px__act_in(im, n, 0, 0, &x));
+  if (x->h != 0) return PX__NODE_FAIL(im, n, "the input must be flattened to [N, features]");
+  if (px__attr_i(n, "transA", 0) != 0 || px__attr_i(n, "transB", 0) != 1 ||
+      px__attr_f(n, "alpha", 1.0f) != 1.0f || px__attr_f(n, "beta", 1.0f) != 1.0f)
+    return PX__NODE_FAIL(im, n, "only Y = A * B^T + C (transB = 1, alpha = beta = 1, as "
+                                "torch.nn.Linear exports) is supported");
+  px__value_t *wv;
+  PX_CHECK(px__in(im, n, 1, 1, &wv));
+  if (wv->kind != PX__V_CONST || wv->t->n_dims != 2 || wv->t->dims[0] < 1 ||
+      wv->t->dims[0] > 1000000)
+    return PX__NODE_FAIL(im, n, "the weight '%s' must be a 2-D initializer", n->input[1]);
+  int64_t wd[2] = {wv->t->dims[0], x->c}, bd[1] = {wv->t->dims[0]};
+  px__onnx_layer_t *L;
+  PX_CHECK(px__new_layer(im, n, PX__OL_FC, &L));
+  PX_CHECK(px__const_in(im, n, 1, 2, wd, &L->w));
+  if (n->n_input > 2 && n->input[2][0]) PX_CHECK(px__const_in(im, n, 2, 1, bd, &L->b));
+  L->in = x->layer;
+  L->c_out = (int)wd[0];
+  px__prefix(L, n->input[1], im->g->nlayers - 1);
+  return px__out(im, n, im->g->nlayers - 1, (int)wd[0], 0, 0);
+}
+
+/* Identity / Dropout: the output is the input (an initializer stays one). */
+static px_status_t px__op_pass(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x;
+  PX_CHECK(px__in(im, n, 0, 1, &x));
+  if (n->n_output < 1) return PX__NODE_FAIL(im, n, "the node has no output");
+  px__value_t *v = px__find(im, n->output[0]);
+  *v = (px__value_t){v->name, x->kind, x->t, x->layer, x->c, x->h, x->w, v->uses, x->pad};
+  return PX_OK;
+}
+
+/* ---- the graph ------------------------------------------------------------------------ */
+
+typedef px_status_t (*px__op_fn)(px__imp_t *, const Onnx__NodeProto *);
+
+static const struct {
+  const char *op;
+  px__op_fn fn;
+} px__op_table[] = {
+    {"Conv", px__op_conv},       {"BatchNormalization", px__op_bn},
+    {"Relu", px__op_relu},       {"Add", px__op_add},
+    {"GlobalAveragePool", px__op_gap}, {"Flatten", px__op_flatten},
+    {"Reshape", px__op_flatten}, {"Gemm", px__op_gemm},
+    {"Dropout", px__op_pass},    {"Identity", px__op_pass},
+    {"MaxPool", px__op_pool},    {"AveragePool", px__op_pool},
+    {"Constant", px__op_constant}, {"Pad", px__op_pad},
+};
+
+static px_status_t px__node(px__imp_t *im, const Onnx__NodeProto *n) {
+  if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx"))
+    return PX__NODE_FAIL(im, n, "operator domain '%s' is not supported", n->domain);
+  /* every operator's first output is its result; the names pass defined it */
+  if (n->n_output < 1 || !n->output[0][0] || !px__find(im, n->output[0]))
+    return PX__NODE_FAIL(im, n, "the node has no (named) output");
+  for (size_t i = 0; i < sizeof px__op_table / sizeof px__op_table[0]; i++)
+    if (n->op_type && !strcmp(n->op_type, px__op_table[i].op)) return px__op_table[i].fn(im, n);
+  return PX__NODE_FAIL(im, n, "operator %s is not supported (supported: %s)",
+                       n->op_type ? n->op_type : "(none)", px__onnx_ops);
+}
+
+/* An initializer's data are checked here, once: float32 (or int64 for a
+ * Reshape's shape), no external data, the byte count the dims promise. */
+static px_status_t px__check_init(px__imp_t *im, const Onnx__TensorProto *t) {
+  const char *nm = t->name ? t->name : "";
+  size_t numel = 1;
+  if (t->n_dims > 4)
+    return px_set_error(PX_ERR_INVALID, "%s: initializer '%s' has %zu dimensions (at most 4)",
+                        im->file, nm, t->n_dims);
+  for (size_t d = 0; d < t->n_dims; d++) {
+    if (t->dims[d] < 0 || t->dims[d] > (int64_t)PX__ONNX_MAX_NUMEL ||
+        (numel *= (size_t)t->dims[d]) > PX__ONNX_MAX_NUMEL)
+      return px_set_error(PX_ERR_INVALID, "%s: initializer '%s' has more than %u elements",
+                          im->file, nm, PX__ONNX_MAX_NUMEL);
+  }
+  if (t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL || t->n_external_data)
+    return px_set_error(PX_ERR_INVALID, "%s: initializer '%s' keeps its data in an external file "
+                        "(export the model with its weights inside)", im->file, nm);
+  size_t esz = t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT   ? 4
+               : t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ? 8
+                                                                       : 0;
+  if (!esz)
+    return px_set_error(PX_ERR_INVALID, "%s: initializer '%s' has data type %d (float32 "
+                        "weights and int64 shapes are supported)", im->file, nm, t->data_type);
+  size_t have = t->has_raw_data ? t->raw_data.len / esz
+                : esz == 4      ? t->n_float_data
+                                : t->n_int64_data;
+  if ((t->has_raw_data && t->raw_data.len != numel * esz) || have != numel)
+    return px_set_error(PX_ERR_INVALID, "%s: initializer '%s' holds %zu values for %zu elements",
+                        im->file, nm, have, numel);
+  return PX_OK;
+}
+
+static int px__dim(const Onnx__ValueInfoProto *vi, size_t d) {
+  const Onnx__TypeProto *ty = vi->type;
+  if (!ty || ty->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !ty->tensor_type ||
+      !ty->tensor_type->shape || d >= ty->tensor_type->shape->n_dim)
+    return -1;
+  const Onnx__TensorShapeProto__Dimension *dm = ty->tensor_type->shape->dim[d];
+  if (dm->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) return 0;
+  return dm->dim_value >= 1 && dm->dim_value <= 65536 ? (int)dm->dim_value : -1;
+}
+
+static px_status_t px__opset(px__imp_t *im, const Onnx__ModelProto *mp) {
+  for (size_t i = 0; i < mp->n_opset_import; i++) {
+    const Onnx__OperatorSetIdProto *o = mp->opset_import[i];
+    if (o->domain && o->domain[0] && strcmp(o->domain, "ai.onnx")) continue;
+    if (o->version < 11 || o->version > 17)
+      return px_set_error(PX_ERR_INVALID, "%s: opset %lld: opsets 11 to 17 are supported",
+                          im->file, (long long)o->version);
+    return PX_OK;
+  }
+  return px_set_error(PX_ERR_INVALID, "%s: no opset of the default ONNX domain", im->file);
+}
+
+/* Every name (initializers, the one input, node outputs) into the table,
+ * and the number of readers of each. */
+static px_status_t px__names(px__imp_t *im, const Onnx__GraphProto *gp) {
+  px__value_t *v;
+  for (size_t i = 0; i < gp->n_initializer; i++) {
+    PX_CHECK(px__check_init(im, gp->initializer[i]));
+    PX_CHECK(px__define(im, gp->initializer[i]->name, &v));
+    v->kind = PX__V_CONST;
+    v->t = gp->initializer[i];
+  }
+  const Onnx__ValueInfoProto *in = NULL;
+  for (size_t i = 0; i < gp->n_input; i++) {
+    if (px__find(im, gp->input[i]->name)) continue; /* an initializer listed as an input */
+    if (in)
+      return px_set_error(PX_ERR_INVALID, "%s: the graph has more than one input ('%s', '%s')",
+                          im->file, in->name, gp->input[i]->name);
+    in = gp->input[i];
+  }
+  if (!in) return px_set_error(PX_ERR_INVALID, "%s: the graph has no input", im->file);
+  px__onnx_graph_t *g = im->g;
+  g->in_c = px__dim(in, 1);
+  g->in_h = px__dim(in, 2);
+  g->in_w = px__dim(in, 3);
+  if (px__dim(in, 4) != -1 || g->in_c < 1 || g->in_h < 1 || g->in_w < 1)
+    return px_set_error(PX_ERR_INVALID, "%s: input '%s' must be 4-D [N, C, H, W] with fixed C, "
+                        "H and W", im->file, in->name);
+  PX_CHECK(px__define(im, in->name, &v));
+  *v = (px__value_t){in->name, PX__V_ACT, NULL, -1, g->in_c, g->in_h, g->in_w, 0, 0};
+  for (size_t k = 0; k < gp->n_node; k++)
+    for (size_t o = 0; o < gp->node[k]->n_output; o++)
+      if (gp->node[k]->output[o][0]) PX_CHECK(px__define(im, gp->node[k]->output[o], &v));
+  for (size_t k = 0; k < gp->n_node; k++)
+    for (size_t i = 0; i < gp->node[k]->n_input; i++)
+      if ((v = px__find(im, gp->node[k]->input[i]))) v->uses++;
+  for (size_t i = 0; i < gp->n_output; i++)
+    if ((v = px__find(im, gp->output[i]->name))) v->uses++;
+  return PX_OK;
+}
+
+static px_status_t px__lower(px__imp_t *im, const Onnx__ModelProto *mp) {
+  const Onnx__GraphProto *gp = mp->graph;
+  PX_CHECK(px__opset(im, mp));
+  if (!gp) return px_set_error(PX_ERR_INVALID, "%s: the model has no graph", im->file);
+  if (gp->n_node < 1 || gp->n_node > PX__ONNX_MAX_NODES)
+    return px_set_error(PX_ERR_INVALID, "%s: %zu nodes (1 to %d are accepted)", im->file,
+                        gp->n_node, PX__ONNX_MAX_NODES);
+  size_t names = gp->n_initializer + gp->n_input;
+  for (size_t k = 0; k < gp->n_node; k++) names += gp->node[k]->n_output;
+  if (names > PX__ONNX_MAX_VALUES)
+    return px_set_error(PX_ERR_INVALID, "%s: more than %d named tensors", im->file,
+                        PX__ONNX_MAX_VALUES);
+  for (im->cap = 64; im->cap < 2 * (int)names; im->cap *= 2) {}
+  im->slot = px_calloc((size_t)im->cap, sizeof *im->slot, "onnx.names");
+  im->v = px_calloc(names + 1, sizeof *im->v, "onnx.values");
+  if (!im->slot || !im->v) return PX_ERR_NOMEM;
+  PX_CHECK(px__names(im, gp));
+  for (size_t k = 0; k < gp->n_node; k++) PX_CHECK(px__node(im, gp->node[k]));
+  px__onnx_graph_t *g = im->g;
+  px__value_t *out = gp->n_output == 1 ? px__find(im, gp->output[0]->name) : NULL;
+  const px__onnx_layer_t *last = g->nlayers ? &g->layers[g->nlayers - 1] : NULL;
+  if (!out || !last || last->kind != PX__OL_FC || out->kind != PX__V_ACT ||
+      out->layer != g->nlayers - 1)
+    return px_set_error(PX_ERR_INVALID, "%s: the graph must have one output, the logits of a "
+                        "final Gemm (the classifier)", im->file);
+  for (int k = 0; k + 1 < g->nlayers; k++)
+    if (g->layers[k].kind == PX__OL_FC)
+      return px_set_error(PX_ERR_INVALID, "%s: node '%s' (Gemm): only one classifier, at the "
+                          "end, is supported", im->file, g->layers[k].node);
+  g->classes = last->c_out;
+  return PX_OK;
+}
+
+static px_status_t px__read_file(const char *path, uint8_t **buf, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return px_set_error(PX_ERR_IO, "%s: %s", path, strerror(errno));
+  struct stat sb;
+  if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < 1 ||
+      (uint64_t)sb.st_size > PX__ONNX_MAX_BYTES) {
+    fclose(f);
+    return px_set_error(PX_ERR_IO, "%s: not a regular file of 1 byte to %u MiB", path,
+                        PX__ONNX_MAX_BYTES >> 20);
+  }
+  *len = (size_t)sb.st_size;
+  *buf = px_malloc(*len, "onnx.file");
+  if (!*buf) {
+    fclose(f);
+    return PX_ERR_NOMEM;
+  }
+  size_t got = fread(*buf, 1, *len, f);
+  fclose(f);
+  if (got != *len) {
+    px_free(*buf);
+    return px_set_error(PX_ERR_IO, "%s: short read", path);
+  }
+  return PX_OK;
+}
+
+px_status_t px__onnx_load(const char *path, px__onnx_graph_t **out) {
+  PX_REQUIRE(path && path[0] && out, "px__onnx_load: no file");
+  *out = NULL;
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  PX_CHECK(px__read_file(path, &buf, &len));
+  Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, len, buf);
+  px_free(buf);
+  if (!mp) return px_set_error(PX_ERR_INVALID, "%s: not an ONNX model (the protobuf does not parse)", path);
+  px__imp_t im = {path, NULL, 0, 0, NULL, NULL, 0};
+  im.g = px_calloc(1, sizeof *im.g, "onnx.graph");
+  if (!im.g) {
+    onnx__model_proto__free_unpacked(mp, NULL);
+    return PX_ERR_NOMEM;
+  }
+  im.g->proto = mp;
+  px_status_t st = px__lower(&im, mp);
+  PX_FREE_ALL(im.slot, im.v);
+  if (st < 0) {
+    px__onnx_free(im.g);
+    return st;
+  }
+  *out = im.g;
+  return PX_OK;
+}
+
+void px__onnx_free(px__onnx_graph_t *g) {
+  if (!g) return;
+  if (g->proto) onnx__model_proto__free_unpacked(g->proto, NULL);
+  PX_FREE_ALL(g->layers, g);
+}
+
+px_status_t px_model_onnx_check(const char *path, px_model_onnx_info_t *info) {
+  PX_REQUIRE(path && path[0], "model.onnx: no file given");
+  px__onnx_graph_t *g;
+  PX_CHECK(px__onnx_load(path, &g));
+  if (info)
+    *info = (px_model_onnx_info_t){g->in_c, g->in_h, g->in_w, g->classes, g->nconv, g->nlayers};
+  px__onnx_free(g);
+  return PX_OK;
+}

@@ -1,0 +1,68 @@
+/* Internals of the ONNX import (nn/onnx_import.c): an ONNX file lowered onto
+ * the layer set the model builder (nn/model.c) already has. The importer
+ * reads and checks the file once (bounded sizes, linear time) and hands the
+ * builder a list of layers in forward order, each naming the layer whose
+ * output it reads and pointing at its initial weights inside the parsed
+ * file (which the graph keeps alive). */
+#ifndef PX_ONNX_INT_H
+#define PX_ONNX_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "prunex/px.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Limits on an untrusted file. */
+#define PX__ONNX_MAX_BYTES (512u << 20) /* the file */
+#define PX__ONNX_MAX_NODES 4096         /* graph nodes */
+#define PX__ONNX_MAX_VALUES 16384       /* named tensors (initializers + node outputs + inputs) */
+#define PX__ONNX_MAX_NUMEL (64u << 20)  /* elements of one initializer */
+#define PX__ONNX_MAX_NAME 200           /* bytes of a tensor or node name */
+
+typedef enum {
+  PX__OL_CONV, PX__OL_BN, PX__OL_ADD, PX__OL_GAP, PX__OL_FC, PX__OL_MAXPOOL, PX__OL_AVGPOOL
+} px__onnx_kind_t;
+
+/* One weight tensor's initial values: n little-endian float32 at bytes
+ * (possibly unaligned: read with memcpy); bytes NULL means zeros. */
+typedef struct {
+  const uint8_t *bytes;
+  size_t n;
+} px__onnx_init_t;
+
+typedef struct {
+  px__onnx_kind_t kind;
+  int in, in2;            /* layer whose output is read; -1: the graph input (in2: ADD only) */
+  int relu;               /* BN / ADD: a Relu follows and is fused */
+  int c_out;              /* CONV: filters; FC: classes; others: channels of the output */
+  int kernel, stride;     /* CONV: square kernel, stride, padding kernel / 2; pools: window */
+  int pad;                /* pools: zero padding on each side (AVGPOOL counts it) */
+  float eps;              /* BN */
+  char prefix[PX__ONNX_MAX_NAME + 1]; /* parameter names: prefix.weight, ... */
+  px__onnx_init_t w, b, rm, rv;        /* CONV: w; BN: w b rm rv; FC: w b */
+  const char *node;       /* the ONNX node's name (for messages) */
+} px__onnx_layer_t;
+
+typedef struct px__onnx_graph {
+  void *proto;                /* Onnx__ModelProto, owns every byte the layers point at */
+  px__onnx_layer_t *layers;   /* [nlayers], forward order; the last is the FC giving the logits */
+  int nlayers;
+  int in_c, in_h, in_w;       /* the graph input [N, in_c, in_h, in_w] */
+  int classes;                /* the logits [N, classes] */
+  int nconv;
+} px__onnx_graph_t;
+
+/* Reads and checks path. Caller owns *out (px__onnx_free). Fails with
+ * PX_ERR_IO (unreadable, too large) or PX_ERR_INVALID naming the file and,
+ * for a node it cannot take, the node's name and operator. */
+px_status_t px__onnx_load(const char *path, px__onnx_graph_t **out);
+void px__onnx_free(px__onnx_graph_t *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,190 @@
+#!/usr/bin/python3
+"""PyTorch's side of the ONNX import checks (run by tests/test_onnx_import.c
+and examples/export_onnx.py's users with Debian's /usr/bin/python3; none of
+PruneX's code is used here).
+
+  onnx_import_nets.py export NET OUT.onnx [C H W CLASSES]
+      exports one small network (vgg, resnet) with torch.onnx.export, as a
+      user would (eval mode, opset 13, weights inside the file);
+  onnx_import_nets.py reference NET DIR BATCH [C H W CLASSES]
+      exports NET to DIR/model.onnx and writes, for a random input batch
+      and random labels: DIR/x.f32 (input), DIR/y.i32 (labels),
+      DIR/logits.f32 (eval-mode logits) and, for one training step
+      (train-mode BatchNorm, mean cross-entropy), DIR/grads.txt: one line
+      "NAME NUMEL FILE" per parameter with its gradient in DIR/FILE;
+  onnx_import_nets.py compare ORIG.onnx EXPORTED.onnx
+      onnx's checker on PruneX's export of an imported 1x32x32 model, and
+      OpenCV's logits of both files on the same images (see compare()).
+
+Channel counts are multiples of 16 (oneDNN 2.6 trains narrower layers on its
+reference kernels, about 40x slower). The networks use the operators PruneX imports (Conv without bias + BN + ReLU,
+residual Add + ReLU, max and average pooling, global average pooling, Linear) and start from
+non-trivial BN statistics and affine parameters, so that the checks see
+every parameter kind.
+"""
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+
+def conv_bn(ci, co, k=3, s=1):
+    return [nn.Conv2d(ci, co, k, s, k // 2, bias=False), nn.BatchNorm2d(co)]
+
+
+class Vgg(nn.Module):
+    """VGG-style: stacks of 3x3 conv-BN-ReLU with 2x2 max pooling between
+    stages, average pooling, dropout before the classifier."""
+
+    def __init__(self, c, classes):
+        super().__init__()
+        layers = []
+        for item in [(c, 16), (16, 16), "M", (16, 32), (32, 32), "M", (32, 64), "A"]:
+            if item == "M":
+                layers.append(nn.MaxPool2d(2))
+            elif item == "A":
+                layers.append(nn.AvgPool2d(2))
+            else:
+                layers += conv_bn(item[0], item[1], 3, 1) + [nn.ReLU(inplace=True)]
+        self.features = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.drop = nn.Dropout(0.5)
+        self.fc = nn.Linear(64, classes)
+
+    def forward(self, x):
+        return self.fc(self.drop(torch.flatten(self.pool(self.features(x)), 1)))
+
+
+class Block(nn.Module):
+    def __init__(self, ci, co, s):
+        super().__init__()
+        self.conv1, self.bn1 = conv_bn(ci, co, 3, s)
+        self.conv2, self.bn2 = conv_bn(co, co, 3, 1)
+        self.down = None
+        if s != 1 or ci != co:
+            self.down = nn.Sequential(*conv_bn(ci, co, 1, s))
+
+    def forward(self, x):
+        h = torch.relu(self.bn1(self.conv1(x)))
+        h = self.bn2(self.conv2(h))
+        return torch.relu(h + (self.down(x) if self.down is not None else x))
+
+
+class ResNet(nn.Module):
+    """A CIFAR-style ResNet (resnet8: one basic block per stage)."""
+
+    def __init__(self, c, classes, width=16):
+        super().__init__()
+        self.conv1, self.bn1 = conv_bn(c, width)
+        self.layers = nn.Sequential(Block(width, width, 1), Block(width, 2 * width, 2),
+                                    Block(2 * width, 4 * width, 2))
+        self.fc = nn.Linear(4 * width, classes)
+
+    def forward(self, x):
+        h = self.layers(torch.relu(self.bn1(self.conv1(x))))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
+
+
+class SigmoidNet(nn.Module):
+    """Uses an operator the import refuses (Sigmoid): for the refusal test."""
+
+    def __init__(self, c, classes):
+        super().__init__()
+        self.conv, self.bn = conv_bn(c, 16)
+        self.gate = nn.Sigmoid()
+        self.fc = nn.Linear(16, classes)
+
+    def forward(self, x):
+        h = self.gate(self.bn(self.conv(x)))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
+
+
+NETS = {"vgg": Vgg, "resnet": ResNet, "sigmoid": SigmoidNet}
+
+
+def build(name, c, classes, seed=0):
+    torch.manual_seed(seed)
+    net = NETS[name](c, classes)
+    with torch.no_grad():  # BN as after some training: every parameter kind matters
+        for m in net.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.2, 0.2)
+                m.running_mean.uniform_(-0.2, 0.2)
+                m.running_var.uniform_(0.5, 1.5)
+    return net
+
+
+def export(net, path, c, h, w):
+    net.eval()
+    torch.onnx.export(net, torch.randn(1, c, h, w), path, opset_version=13,
+                      input_names=["input"], output_names=["logits"],
+                      dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
+                      do_constant_folding=False, training=torch.onnx.TrainingMode.PRESERVE)
+
+
+def reference(name, out, batch, c, h, w, classes):
+    net = build(name, c, classes)
+    export(net, os.path.join(out, "model.onnx"), c, h, w)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(batch, c, h, w, generator=g)
+    y = torch.randint(0, classes, (batch,), generator=g, dtype=torch.int32)
+    x.numpy().astype(np.float32).tofile(os.path.join(out, "x.f32"))
+    y.numpy().astype(np.int32).tofile(os.path.join(out, "y.i32"))
+    with torch.no_grad():
+        net.eval()
+        net(x).numpy().astype(np.float32).tofile(os.path.join(out, "logits.f32"))
+    net.train()
+    for m in net.modules():  # dropout off: PruneX treats Dropout as the identity
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0
+    loss = nn.functional.cross_entropy(net(x), y.long())
+    loss.backward()
+    with open(os.path.join(out, "grads.txt"), "w") as f:
+        for i, (pname, p) in enumerate(net.named_parameters()):
+            fn = "g%d.f32" % i
+            p.grad.numpy().astype(np.float32).tofile(os.path.join(out, fn))
+            f.write("%s %d %s\n" % (pname, p.numel(), fn))
+    print("%s: loss %.6f, %d parameters" % (name, loss.item(),
+                                           sum(p.numel() for p in net.parameters())))
+
+
+def compare(orig, exported):
+    """OpenCV's dnn runs the file PyTorch exported (fed Fashion-MNIST's
+    training preprocessing: raw [0, 1] pixels padded by 2 and normalised)
+    and PruneX's export of the imported model (fed the raw 28x28 pixels: its
+    graph preprocesses); the logits must agree."""
+    import cv2
+    import onnx
+    onnx.checker.check_model(onnx.load(exported), full_check=True)
+    u = np.random.default_rng(3).random((4, 1, 28, 28), dtype=np.float32)
+    x = (np.pad(u, ((0, 0), (0, 0), (2, 2), (2, 2))) - 0.2860) / 0.3530
+    a = cv2.dnn.readNetFromONNX(orig)
+    a.setInput(x.astype(np.float32))
+    b = cv2.dnn.readNetFromONNX(exported)
+    b.setInput(u)
+    la, lb = a.forward(), b.forward()
+    d = float(np.abs(la - lb).max())
+    print("exported ONNX: checker ok, OpenCV logits within %.2e of the original's" % d)
+    return 0 if la.shape == lb.shape == (4, 10) and d < 1e-4 else 1
+
+
+def main(argv):
+    if len(argv) >= 4 and argv[1] == "export":
+        c, h, w, k = (int(v) for v in argv[4:8]) if len(argv) >= 8 else (1, 28, 28, 10)
+        export(build(argv[2], c, k), argv[3], c, h, w)
+        return 0
+    if len(argv) >= 5 and argv[1] == "reference":
+        c, h, w, k = (int(v) for v in argv[5:9]) if len(argv) >= 9 else (3, 16, 16, 10)
+        reference(argv[2], argv[3], int(argv[4]), c, h, w, k)
+        return 0
+    if len(argv) == 4 and argv[1] == "compare":
+        return compare(argv[2], argv[3])
+    sys.stderr.write(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,159 @@
+/* An imported model through the whole system: a ResNet written in PyTorch
+ * and exported to ONNX (tests/onnx_import_nets.py) trains under H-SADMM with
+ * `pxctl run` (real coordinator, agents and workers on loopback) on real
+ * Fashion-MNIST images, learns, packs less inter-node data than dense
+ * training would, and its final model exports to a compact ONNX file that
+ * python3-onnx's checker accepts and OpenCV's dnn runs. A spec naming a
+ * file with an operator the import does not take is refused when it is
+ * parsed, naming the node and the file. Skips without pxagent/pxworker, the
+ * data set or the Python packages. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "prunex/jobspec.h"
+#include "px_test_util.h"
+#include "pxctl_harness.h"
+
+#define PY "/usr/bin/python3"
+#define NETS PX_SOURCE_DIR "/tests/onnx_import_nets.py"
+
+static int ready(void) {
+  if (access(PXT_PXAGENT, X_OK) != 0 || access(PXT_PXWORKER, X_OK) != 0) {
+    print_message("%s or %s is not built\n", PXT_PXAGENT, PXT_PXWORKER);
+    return 0;
+  }
+  if (system(PY " -c 'import torch, onnx, cv2, numpy' >/dev/null 2>&1") != 0) {
+    print_message("needs python3-torch, python3-onnx, python3-opencv (scripts/bootstrap)\n");
+    return 0;
+  }
+  return 1;
+}
+
+static void export_net(const char *net, const char *path) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, PY " %s export %s %s 1 32 32 10", NETS, net, path);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* Each test's directory, removed by the teardown even when an assertion fails. */
+static int make_dir(void **state) {
+  char *dir = calloc(1, 256);
+  if (!dir || pxt_mkdtemp(dir, 256) != 0) return -1;
+  *state = dir;
+  return 0;
+}
+
+static int remove_dir(void **state) {
+  pxt_rmtree(*state);
+  free(*state);
+  return 0;
+}
+
+static void imported_resnet_trains_packs_less_and_exports_valid_onnx(void **state) {
+  const char *dir = *state;
+  if (!ready()) skip();
+  char data[320], onnx[320], spec[320], runs[320], out[320], exp[320], cmd[2048];
+  snprintf(data, sizeof data, "%s/data", dir);
+  assert_int_equal(mkdir(data, 0755), 0);
+  if (px_test_write_fmnist_subset(data, 8000, 1000) != 1) {
+    print_message("needs Fashion-MNIST in /usr/share/datasets/fashion-mnist\n");
+    skip();
+  }
+  snprintf(onnx, sizeof onnx, "%s/resnet.onnx", dir);
+  export_net("resnet", onnx);
+  snprintf(spec, sizeof spec, "%s/job.yaml", dir);
+  FILE *fp = fopen(spec, "w");
+  assert_non_null(fp);
+  fprintf(fp,
+          "name: onnx-job\nstrategy: hsadmm\nmodel:\n  onnx: resnet.onnx\n"
+          "dataset:\n  name: fashion-mnist\n  path: %s\n  augment: false\n"
+          "cluster:\n  nodes: 2\n  workers_per_node: 1\n  device: cpu\n  threads_per_worker: 1\n"
+          "train:\n  batch_size: 32\n  local_steps: 4\n  lr: 0.05\n  eval_every: 100\n"
+          "prune:\n  channel_keep: 0.5\n"
+          "admm:\n  rho1: 0.01\n  rho2: 0.001\n  adaptive_rho: false\n  freeze_iteration: 4\n"
+          "  max_iterations: 16\n",
+          data);
+  fclose(fp);
+  snprintf(runs, sizeof runs, "%s/runs", dir);
+  snprintf(out, sizeof out, "%s/out", dir);
+  assert_int_equal(mkdir(runs, 0755), 0);
+  const char *args[] = {"run", spec, "--json", "--work-dir", runs, "--output", out, NULL};
+  pxt_result_t r;
+  memset(&r, 0, sizeof r);
+  int code = pxt_pxctl(&r, dir, args, NULL, 300000);
+  if (code != 0) pxt_show("pxctl run", &r);
+  assert_int_equal(code, 0);
+  char line[8192];
+  pxj_t *v = pxj_parse(pxt_last_line(r.out, line, sizeof line));
+  assert_non_null(v);
+  assert_string_equal(pxj_str(v, "state"), "SUCCEEDED");
+  double acc = pxj_num(v, "test_accuracy"), inter = pxj_num(v, "inter_bytes");
+  double dense = pxj_num(v, "inter_bytes_dense");
+  print_message("imported resnet: accuracy %.4f, density %.4f, inter-node %.0f bytes (dense %.0f, "
+                "%.1f%% saved), %.0f -> %.0f parameters\n",
+                acc, pxj_num(v, "density"), inter, dense, 100.0 * (1.0 - inter / dense),
+                pxj_num(v, "dense_params"), pxj_num(v, "compact_params"));
+  assert_true(acc >= 0.5); /* chance is 0.1 */
+  assert_true(inter > 0 && inter < 0.8 * dense);
+  assert_true(pxj_num(v, "compact_params") < pxj_num(v, "dense_params"));
+
+  snprintf(exp, sizeof exp, "%s/exp", dir);
+  const char *eargs[] = {"export", pxj_str(v, "model_path"), "--out", exp, "--onnx", NULL};
+  pxt_result_t er;
+  memset(&er, 0, sizeof er);
+  code = pxt_pxctl(&er, dir, eargs, NULL, 60000);
+  if (code != 0) pxt_show("pxctl export", &er);
+  assert_int_equal(code, 0);
+  snprintf(cmd, sizeof cmd,
+           PY " -c \"import onnx, cv2, numpy as np; m = onnx.load('%s/model.onnx'); "
+              "onnx.checker.check_model(m, full_check=True); "
+              "n = cv2.dnn.readNetFromONNX('%s/model.onnx'); "
+              "n.setInput(np.random.rand(4, 1, 28, 28).astype(np.float32)); "
+              "assert n.forward().shape == (4, 10)\"",
+           exp, exp);
+  assert_int_equal(system(cmd), 0);
+  pxj_free(v);
+}
+
+static void spec_with_an_unsupported_operator_is_refused_at_parse(void **state) {
+  const char *dir = *state;
+  if (system(PY " -c 'import torch, onnx' >/dev/null 2>&1") != 0) skip();
+  char onnx[320], spec[320];
+  snprintf(onnx, sizeof onnx, "%s/sigmoid.onnx", dir);
+  export_net("sigmoid", onnx);
+  snprintf(spec, sizeof spec, "%s/job.yaml", dir);
+  FILE *fp = fopen(spec, "w");
+  assert_non_null(fp);
+  fprintf(fp, "strategy: hsadmm\nmodel:\n  onnx: sigmoid.onnx\ndataset:\n  name: fashion-mnist\n"
+              "cluster:\n  nodes: 1\n  workers_per_node: 1\n");
+  fclose(fp);
+  Prunex__V1__JobSpec *s = NULL;
+  assert_int_equal(px_jobspec_parse_file(spec, &s), PX_ERR_INVALID);
+  print_message("refused: %s\n", px_last_error());
+  assert_non_null(strstr(px_last_error(), "model.onnx"));
+  assert_non_null(strstr(px_last_error(), onnx));
+  assert_non_null(strstr(px_last_error(), "node '/gate/Sigmoid' (Sigmoid)"));
+  /* the same file name without the model: named, with a line */
+  fp = fopen(spec, "w");
+  fprintf(fp, "strategy: hsadmm\nmodel:\n  onnx: missing.onnx\ndataset:\n  name: fashion-mnist\n"
+              "cluster:\n  nodes: 1\n  workers_per_node: 1\n");
+  fclose(fp);
+  assert_int_equal(px_jobspec_parse_file(spec, &s), PX_ERR_INVALID);
+  print_message("refused: %s\n", px_last_error());
+  assert_non_null(strstr(px_last_error(), "job.yaml:3:"));
+  assert_non_null(strstr(px_last_error(), "missing.onnx"));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(spec_with_an_unsupported_operator_is_refused_at_parse,
+                                      make_dir, remove_dir),
+      cmocka_unit_test_setup_teardown(imported_resnet_trains_packs_less_and_exports_valid_onnx,
+                                      make_dir, remove_dir),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
