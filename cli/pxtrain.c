@@ -257,176 +257,248 @@ static int run_export(const char *path, const char *dir, int onnx, const char *d
   return 0;
 }
 
-int main(int argc, char **argv) {
+/* pxtrain's command line. */
+typedef struct {
   px_train_config_t c;
-  px_train_config_default(&c);
-  const char *save = NULL, *load = NULL, *export_path = NULL, *out_dir = NULL;
-  int onnx = 0, model_given = 0, dataset_given = 0;
-  int bench = 0, steps = 20, warmup = 3, eval_only = 0, progress = 1;
-  enum { O_MODEL = 256, O_DATASET, O_DATADIR, O_EPOCHS, O_BATCH, O_LR, O_MOM, O_WD, O_NEST,
-         O_SCHED, O_NOAUG, O_THREADS, O_SEED, O_SAVE, O_LOAD, O_EVAL, O_NOPROG, O_BENCH, O_STEPS,
-         O_WARMUP, O_DEVICE, O_EXPORT, O_OUT, O_ONNX, O_PRECISION, O_VERSION, O_IMGSIZE,
-         O_CHANNELS, O_MODEL_ONNX };
-  static const struct option opts[] = {
-      {"model", required_argument, 0, O_MODEL},       {"dataset", required_argument, 0, O_DATASET},
-      {"data-dir", required_argument, 0, O_DATADIR},  {"epochs", required_argument, 0, O_EPOCHS},
-      {"batch", required_argument, 0, O_BATCH},       {"lr", required_argument, 0, O_LR},
-      {"momentum", required_argument, 0, O_MOM},      {"weight-decay", required_argument, 0, O_WD},
-      {"nesterov", no_argument, 0, O_NEST},           {"schedule", required_argument, 0, O_SCHED},
-      {"no-augment", no_argument, 0, O_NOAUG},        {"threads", required_argument, 0, O_THREADS},
-      {"seed", required_argument, 0, O_SEED},         {"save", required_argument, 0, O_SAVE},
-      {"load", required_argument, 0, O_LOAD},         {"eval-only", no_argument, 0, O_EVAL},
-      {"no-progress", no_argument, 0, O_NOPROG},      {"bench", no_argument, 0, O_BENCH},
-      {"steps", required_argument, 0, O_STEPS},       {"warmup", required_argument, 0, O_WARMUP},
-      {"device", required_argument, 0, O_DEVICE},
-      {"precision", required_argument, 0, O_PRECISION},
-      {"export", required_argument, 0, O_EXPORT},    {"out", required_argument, 0, O_OUT},
-      {"onnx", no_argument, 0, O_ONNX},               {"model-onnx", required_argument, 0, O_MODEL_ONNX},
-      {"image-size", required_argument, 0, O_IMGSIZE}, {"channels", required_argument, 0, O_CHANNELS},
-      {"help", no_argument, 0, 'h'},                  {"version", no_argument, 0, O_VERSION},
-      {0, 0, 0, 0},
-  };
-  int o, seed_i = 1, rc, device_auto = 0;
-  opterr = 0;
-  while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    switch (o) {
-      case O_MODEL:
-        if (!px_model_arch_known(optarg)) return bad_arg("--model", optarg, "unknown architecture");
-        c.arch = optarg;
-        model_given = 1;
-        break;
-      case O_MODEL_ONNX:
-        if (px_model_onnx_check(optarg, NULL) < 0) {
-          fprintf(stderr, "pxtrain: --model-onnx: %s\n", px_last_error());
-          return 2;
-        }
-        c.onnx = optarg;
-        c.arch = "onnx";
-        model_given = 1;
-        break;
-      case O_DATASET:
-        if (strcmp(optarg, "fashion-mnist") && strcmp(optarg, "cifar10") &&
-            strcmp(optarg, "synthetic") && strcmp(optarg, "folder"))
-          return bad_arg("--dataset", optarg, "expected fashion-mnist, cifar10, synthetic or folder");
-        c.dataset = optarg;
-        dataset_given = 1;
-        break;
-      case O_DATADIR: c.data_dir = optarg; break;
-      case O_IMGSIZE:
-        if ((rc = parse_int("--image-size", optarg, 8, PX_IMAGE_MAX_SIZE, &c.image_size))) return rc;
-        break;
-      case O_CHANNELS:
-        if ((rc = parse_int("--channels", optarg, 1, 3, &c.image_channels))) return rc;
-        if (c.image_channels == 2) return bad_arg("--channels", optarg, "expected 1 or 3");
-        break;
-      case O_EPOCHS: if ((rc = parse_int("--epochs", optarg, 1, 100000, &c.epochs))) return rc; break;
-      case O_BATCH: if ((rc = parse_int("--batch", optarg, 1, 1 << 20, &c.batch))) return rc; break;
-      case O_LR: if ((rc = parse_double("--lr", optarg, 1e-12, 1e6, &c.lr))) return rc; break;
-      case O_MOM: if ((rc = parse_double("--momentum", optarg, 0, 0.999999, &c.momentum))) return rc; break;
-      case O_WD: if ((rc = parse_double("--weight-decay", optarg, 0, 1, &c.weight_decay))) return rc; break;
-      case O_NEST: c.nesterov = 1; break;
-      case O_SCHED:
-        if (strcmp(optarg, "constant") && strcmp(optarg, "cosine") && strcmp(optarg, "step"))
-          return bad_arg("--schedule", optarg, "expected constant, cosine or step");
-        c.lr_schedule = optarg;
-        break;
-      case O_NOAUG: c.augment = 0; break;
-      case O_THREADS: if ((rc = parse_int("--threads", optarg, 1, 1024, &c.threads))) return rc; break;
-      case O_SEED: if ((rc = parse_int("--seed", optarg, 0, 2147483647, &seed_i))) return rc; c.seed = (uint64_t)seed_i; break;
-      case O_SAVE: save = optarg; break;
-      case O_LOAD: load = optarg; break;
-      case O_EVAL: eval_only = 1; break;
-      case O_NOPROG: progress = 0; break;
-      case O_BENCH: bench = 1; break;
-      case O_STEPS: if ((rc = parse_int("--steps", optarg, 1, 1000000, &steps))) return rc; break;
-      case O_WARMUP: if ((rc = parse_int("--warmup", optarg, 0, 1000000, &warmup))) return rc; break;
-      case O_DEVICE: if ((rc = parse_device(optarg, &c.device, &device_auto))) return rc; break;
-      case O_PRECISION:
-        if (!strcmp(optarg, "fp32")) c.precision = PX_PRECISION_FP32;
-        else if (!strcmp(optarg, "bf16")) c.precision = PX_PRECISION_BF16;
-        else return bad_arg("--precision", optarg, "expected fp32 or bf16");
-        break;
-      case O_EXPORT: export_path = optarg; break;
-      case O_OUT: out_dir = optarg; break;
-      case O_ONNX: onnx = 1; break;
-      case 'h': usage(stdout); return 0;
-      case O_VERSION: printf("pxtrain %s\n", px_version()); return 0;
-      default:
-        fprintf(stderr, "pxtrain: unknown or incomplete option '%s'\n", argv[optind - 1]);
-        usage(stderr);
+  const char *save, *load, *export_path, *out_dir;
+  int onnx, model_given, dataset_given;
+  int bench, steps, warmup, eval_only, progress, device_auto;
+} pxtrain_args_t;
+
+enum {
+  O_MODEL = 256,
+  O_DATASET,
+  O_DATADIR,
+  O_EPOCHS,
+  O_BATCH,
+  O_LR,
+  O_MOM,
+  O_WD,
+  O_NEST,
+  O_SCHED,
+  O_NOAUG,
+  O_THREADS,
+  O_SEED,
+  O_SAVE,
+  O_LOAD,
+  O_EVAL,
+  O_NOPROG,
+  O_BENCH,
+  O_STEPS,
+  O_WARMUP,
+  O_DEVICE,
+  O_EXPORT,
+  O_OUT,
+  O_ONNX,
+  O_PRECISION,
+  O_VERSION,
+  O_IMGSIZE,
+  O_CHANNELS,
+  O_MODEL_ONNX
+};
+static const struct option pxtrain_opts[] = {
+    {"model", required_argument, 0, O_MODEL},
+    {"dataset", required_argument, 0, O_DATASET},
+    {"data-dir", required_argument, 0, O_DATADIR},
+    {"epochs", required_argument, 0, O_EPOCHS},
+    {"batch", required_argument, 0, O_BATCH},
+    {"lr", required_argument, 0, O_LR},
+    {"momentum", required_argument, 0, O_MOM},
+    {"weight-decay", required_argument, 0, O_WD},
+    {"nesterov", no_argument, 0, O_NEST},
+    {"schedule", required_argument, 0, O_SCHED},
+    {"no-augment", no_argument, 0, O_NOAUG},
+    {"threads", required_argument, 0, O_THREADS},
+    {"seed", required_argument, 0, O_SEED},
+    {"save", required_argument, 0, O_SAVE},
+    {"load", required_argument, 0, O_LOAD},
+    {"eval-only", no_argument, 0, O_EVAL},
+    {"no-progress", no_argument, 0, O_NOPROG},
+    {"bench", no_argument, 0, O_BENCH},
+    {"steps", required_argument, 0, O_STEPS},
+    {"warmup", required_argument, 0, O_WARMUP},
+    {"device", required_argument, 0, O_DEVICE},
+    {"precision", required_argument, 0, O_PRECISION},
+    {"export", required_argument, 0, O_EXPORT},
+    {"out", required_argument, 0, O_OUT},
+    {"onnx", no_argument, 0, O_ONNX},
+    {"model-onnx", required_argument, 0, O_MODEL_ONNX},
+    {"image-size", required_argument, 0, O_IMGSIZE},
+    {"channels", required_argument, 0, O_CHANNELS},
+    {"help", no_argument, 0, 'h'},
+    {"version", no_argument, 0, O_VERSION},
+    {0, 0, 0, 0},
+};
+
+/* An option of the model or the data: 0, 1 when it is not one, or the
+ * exit status of a bad value. */
+static int parse_data_option(pxtrain_args_t *a, int o) {
+  int rc;
+  switch (o) {
+    case O_MODEL:
+      if (!px_model_arch_known(optarg)) return bad_arg("--model", optarg, "unknown architecture");
+      a->c.arch = optarg;
+      a->model_given = 1;
+      break;
+    case O_MODEL_ONNX:
+      if (px_model_onnx_check(optarg, NULL) < 0) {
+        fprintf(stderr, "pxtrain: --model-onnx: %s\n", px_last_error());
         return 2;
+      }
+      a->c.onnx = optarg;
+      a->c.arch = "onnx";
+      a->model_given = 1;
+      break;
+    case O_DATASET:
+      if (strcmp(optarg, "fashion-mnist") && strcmp(optarg, "cifar10") &&
+          strcmp(optarg, "synthetic") && strcmp(optarg, "folder"))
+        return bad_arg("--dataset", optarg, "expected fashion-mnist, cifar10, synthetic or folder");
+      a->c.dataset = optarg;
+      a->dataset_given = 1;
+      break;
+    case O_DATADIR: a->c.data_dir = optarg; break;
+    case O_IMGSIZE:
+      if ((rc = parse_int("--image-size", optarg, 8, PX_IMAGE_MAX_SIZE, &a->c.image_size)))
+        return rc;
+      break;
+    case O_CHANNELS:
+      if ((rc = parse_int("--channels", optarg, 1, 3, &a->c.image_channels))) return rc;
+      if (a->c.image_channels == 2) return bad_arg("--channels", optarg, "expected 1 or 3");
+      break;
+    default: return 1;
+  }
+  return 0;
+}
+
+/* An option of training, benchmarking or export: 0, 1 when it is not one,
+ * or the exit status of a bad value (or of --help and --version, answered
+ * here as -1 after printing). */
+static int parse_run_option(pxtrain_args_t *a, int o) {
+  int rc, seed_i;
+  switch (o) {
+    case O_EPOCHS:
+      if ((rc = parse_int("--epochs", optarg, 1, 100000, &a->c.epochs))) return rc;
+      break;
+    case O_BATCH:
+      if ((rc = parse_int("--batch", optarg, 1, 1 << 20, &a->c.batch))) return rc;
+      break;
+    case O_LR:
+      if ((rc = parse_double("--lr", optarg, 1e-12, 1e6, &a->c.lr))) return rc;
+      break;
+    case O_MOM:
+      if ((rc = parse_double("--momentum", optarg, 0, 0.999999, &a->c.momentum))) return rc;
+      break;
+    case O_WD:
+      if ((rc = parse_double("--weight-decay", optarg, 0, 1, &a->c.weight_decay))) return rc;
+      break;
+    case O_NEST: a->c.nesterov = 1; break;
+    case O_SCHED:
+      if (strcmp(optarg, "constant") && strcmp(optarg, "cosine") && strcmp(optarg, "step"))
+        return bad_arg("--schedule", optarg, "expected constant, cosine or step");
+      a->c.lr_schedule = optarg;
+      break;
+    case O_NOAUG: a->c.augment = 0; break;
+    case O_THREADS:
+      if ((rc = parse_int("--threads", optarg, 1, 1024, &a->c.threads))) return rc;
+      break;
+    case O_SEED:
+      if ((rc = parse_int("--seed", optarg, 0, 2147483647, &seed_i))) return rc;
+      a->c.seed = (uint64_t)seed_i;
+      break;
+    case O_SAVE: a->save = optarg; break;
+    case O_LOAD: a->load = optarg; break;
+    case O_EVAL: a->eval_only = 1; break;
+    case O_NOPROG: a->progress = 0; break;
+    case O_BENCH: a->bench = 1; break;
+    case O_STEPS:
+      if ((rc = parse_int("--steps", optarg, 1, 1000000, &a->steps))) return rc;
+      break;
+    case O_WARMUP:
+      if ((rc = parse_int("--warmup", optarg, 0, 1000000, &a->warmup))) return rc;
+      break;
+    case O_DEVICE:
+      if ((rc = parse_device(optarg, &a->c.device, &a->device_auto))) return rc;
+      break;
+    case O_PRECISION:
+      if (!strcmp(optarg, "fp32"))
+        a->c.precision = PX_PRECISION_FP32;
+      else if (!strcmp(optarg, "bf16"))
+        a->c.precision = PX_PRECISION_BF16;
+      else
+        return bad_arg("--precision", optarg, "expected fp32 or bf16");
+      break;
+    case O_EXPORT: a->export_path = optarg; break;
+    case O_OUT: a->out_dir = optarg; break;
+    case O_ONNX: a->onnx = 1; break;
+    case 'h': usage(stdout); return -1;
+    case O_VERSION: printf("pxtrain %s\n", px_version()); return -1;
+    default: return 1;
+  }
+  return 0;
+}
+
+/* The whole command line into *a. -1 to run, else the exit status. */
+static int parse_args(int argc, char **argv, pxtrain_args_t *a) {
+  memset(a, 0, sizeof *a);
+  px_train_config_default(&a->c);
+  a->steps = 20;
+  a->warmup = 3;
+  a->progress = 1;
+  int o;
+  opterr = 0;
+  while ((o = getopt_long(argc, argv, "h", pxtrain_opts, NULL)) != -1) {
+    int rc = parse_data_option(a, o);
+    if (rc == 1) rc = parse_run_option(a, o);
+    if (rc == -1) return 0; /* --help, --version */
+    if (rc == 1) {
+      fprintf(stderr, "pxtrain: unknown or incomplete option '%s'\n", argv[optind - 1]);
+      usage(stderr);
+      return 2;
     }
+    if (rc) return rc;
   }
   if (optind < argc) {
     fprintf(stderr, "pxtrain: unexpected argument '%s'\n", argv[optind]);
     usage(stderr);
     return 2;
   }
-  if (c.nesterov && c.momentum == 0) {
+  if (a->c.nesterov && a->c.momentum == 0) {
     fprintf(stderr, "pxtrain: --nesterov needs a momentum > 0\n");
     return 2;
   }
-  if (export_path || out_dir || onnx) {
-    if (!export_path || !out_dir) {
+  if (a->export_path || a->out_dir || a->onnx) {
+    if (!a->export_path || !a->out_dir) {
       fprintf(stderr, "pxtrain: --export FILE and --out DIR go together (--onnx with them)\n");
       return 2;
     }
     /* without --dataset the export infers it from the model (see export.h) */
-    return run_export(export_path, out_dir, onnx, dataset_given ? c.dataset : NULL);
+    return run_export(a->export_path, a->out_dir, a->onnx, a->dataset_given ? a->c.dataset : NULL);
   }
-  if ((rc = settle_device(&c.device, device_auto))) return rc;
-  if (bench) return run_bench(&c, steps, warmup);
-  int32_t widths[512];
-  if (load) { /* a compact checkpoint builds the model at its widths */
-    px_model_config_t fc;
-    if (px_model_file_config(load, &fc, widths, 512) < 0) {
-      fprintf(stderr, "pxtrain: %s\n", px_last_error());
-      return 1;
-    }
-    if (!model_given) {
-      c.arch = fc.arch;
-      c.onnx = fc.onnx;
-    }
-    c.widths = fc.widths;
-    c.nwidths = fc.nwidths;
-  }
+  return -1;
+}
 
-  px_trainer_t *t;
-  if (px_trainer_create(&c, &t) < 0) {
+/* --eval-only: the test set once. The exit status. */
+static int run_eval_only(px_trainer_t *t) {
+  px_eval_stats_t ev;
+  if (px_trainer_evaluate(t, &ev) < 0) {
     fprintf(stderr, "pxtrain: %s\n", px_last_error());
     return 1;
   }
+  printf("test loss %.4f, test accuracy %.2f%% (%lld samples)\n", ev.loss, 100 * ev.accuracy,
+         (long long)ev.samples);
+  return 0;
+}
+
+/* The epochs, each tested, then the final figures and --save. The exit
+ * status. */
+static int run_training(const pxtrain_args_t *a, px_trainer_t *t) {
+  const px_train_config_t *cfg = &a->c;
   px_model_t *m = px_trainer_model(t);
-  if (load && px_model_load(m, px_trainer_sgd(t), load) < 0) {
-    fprintf(stderr, "pxtrain: %s\n", px_last_error());
-    px_trainer_destroy(t);
-    return 1;
-  }
-  if (eval_only) /* no training happens: no training settings */
-    printf("pxtrain: evaluating %s%s%s%s on the %s test set, %zu parameters, batch %d, %s\n",
-           c.arch, c.widths ? " (compact)" : "", load ? " from " : " (untrained: no --load)",
-           load ? load : "", c.dataset, px_model_numel(m), c.batch,
-           px_ops_describe(px_model_ops(m)));
-  else
-    printf("pxtrain: %s%s on %s, %zu parameters, batch %d, %d epochs, lr %g (%s), %s\n", c.arch,
-           c.widths ? " (compact)" : "", c.dataset, px_model_numel(m), c.batch, c.epochs, c.lr,
-           c.lr_schedule, px_ops_describe(px_model_ops(m)));
   int status = 0;
   px_eval_stats_t ev;
-  if (eval_only) {
-    if (px_trainer_evaluate(t, &ev) < 0) {
-      fprintf(stderr, "pxtrain: %s\n", px_last_error());
-      status = 1;
-    } else {
-      printf("test loss %.4f, test accuracy %.2f%% (%lld samples)\n", ev.loss, 100 * ev.accuracy,
-             (long long)ev.samples);
-    }
-    px_trainer_destroy(t);
-    return status;
-  }
-  progress_t pr = {progress, isatty(2), 0, 0};
+  progress_t pr = {a->progress, isatty(2), 0, 0};
   double start = now_s(), best = 0;
-  for (int e = 0; e < c.epochs; e++) {
+  for (int e = 0; e < cfg->epochs; e++) {
     px_epoch_stats_t es;
     pr.t0 = now_s();
     pr.epoch = e;
@@ -436,24 +508,70 @@ int main(int argc, char **argv) {
       break;
     }
     if (ev.accuracy > best) best = ev.accuracy;
-    printf("epoch %2d/%d  loss %.4f  train acc %.2f%%  test loss %.4f  test acc %.2f%%  "
-           "%.0f img/s  %.1f s\n",
-           e + 1, c.epochs, es.loss, 100 * es.accuracy, ev.loss, 100 * ev.accuracy,
-           es.images_per_sec, es.seconds + ev.seconds);
+    printf(
+        "epoch %2d/%d  loss %.4f  train acc %.2f%%  test loss %.4f  test acc %.2f%%  "
+        "%.0f img/s  %.1f s\n",
+        e + 1, cfg->epochs, es.loss, 100 * es.accuracy, ev.loss, 100 * ev.accuracy,
+        es.images_per_sec, es.seconds + ev.seconds);
     fflush(stdout);
   }
   if (!status) {
     printf("done: final test accuracy %.2f%% (best %.2f%%) in %.1f s\n", 100 * ev.accuracy,
            100 * best, now_s() - start);
-    if (save) {
-      if (px_model_save(m, px_trainer_sgd(t), save, NULL, 0) < 0) {
+    if (a->save) {
+      if (px_model_save(m, px_trainer_sgd(t), a->save, NULL, 0) < 0) {
         fprintf(stderr, "pxtrain: %s\n", px_last_error());
         status = 1;
       } else {
-        printf("saved %s\n", save);
+        printf("saved %s\n", a->save);
       }
     }
   }
+  return status;
+}
+
+int main(int argc, char **argv) {
+  pxtrain_args_t a;
+  int rc = parse_args(argc, argv, &a);
+  if (rc >= 0) return rc;
+  px_train_config_t *cfg = &a.c;
+  if ((rc = settle_device(&cfg->device, a.device_auto))) return rc;
+  if (a.bench) return run_bench(cfg, a.steps, a.warmup);
+  int32_t widths[512];
+  if (a.load) { /* a compact checkpoint builds the model at its widths */
+    px_model_config_t fc;
+    if (px_model_file_config(a.load, &fc, widths, 512) < 0) {
+      fprintf(stderr, "pxtrain: %s\n", px_last_error());
+      return 1;
+    }
+    if (!a.model_given) {
+      cfg->arch = fc.arch;
+      cfg->onnx = fc.onnx;
+    }
+    cfg->widths = fc.widths;
+    cfg->nwidths = fc.nwidths;
+  }
+  px_trainer_t *t;
+  if (px_trainer_create(cfg, &t) < 0) {
+    fprintf(stderr, "pxtrain: %s\n", px_last_error());
+    return 1;
+  }
+  px_model_t *m = px_trainer_model(t);
+  if (a.load && px_model_load(m, px_trainer_sgd(t), a.load) < 0) {
+    fprintf(stderr, "pxtrain: %s\n", px_last_error());
+    px_trainer_destroy(t);
+    return 1;
+  }
+  if (a.eval_only) /* no training happens: no training settings */
+    printf("pxtrain: evaluating %s%s%s%s on the %s test set, %zu parameters, batch %d, %s\n",
+           cfg->arch, cfg->widths ? " (compact)" : "",
+           a.load ? " from " : " (untrained: no --load)", a.load ? a.load : "", cfg->dataset,
+           px_model_numel(m), cfg->batch, px_ops_describe(px_model_ops(m)));
+  else
+    printf("pxtrain: %s%s on %s, %zu parameters, batch %d, %d epochs, lr %g (%s), %s\n", cfg->arch,
+           cfg->widths ? " (compact)" : "", cfg->dataset, px_model_numel(m), cfg->batch,
+           cfg->epochs, cfg->lr, cfg->lr_schedule, px_ops_describe(px_model_ops(m)));
+  int status = a.eval_only ? run_eval_only(t) : run_training(&a, t);
   px_trainer_destroy(t);
   return status;
 }

@@ -33,7 +33,7 @@ static double unif(void) {
 
 /* A dense model with random BN values and coupled channels projected. */
 static px_model_t *pruned_model(px_ops_t *ops, const char *arch, int in_c, int hw, int batch) {
-  px_model_config_t c = {arch, in_c, 10, batch, hw, hw, NULL, 0, PX_PRECISION_FP32};
+  px_model_config_t c = {arch, in_c, 10, batch, hw, hw, NULL, 0, PX_PRECISION_FP32, NULL};
   px_model_t *m;
   assert_int_equal(px_model_create(ops, &c, &m), PX_OK);
   assert_int_equal(px_model_init_params(m, 7), PX_OK);
