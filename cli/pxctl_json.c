@@ -45,13 +45,15 @@ void pxctl_json_end_object(pxctl_json_t *j) { pxctl__json_close(j, '}'); }
 void pxctl_json_begin_array(pxctl_json_t *j) { pxctl__json_open(j, '['); }
 void pxctl_json_end_array(pxctl_json_t *j) { pxctl__json_close(j, ']'); }
 
-/* s[0..n) quoted (prunex/text.h's one JSON quoting). */
+/* s[0..n) quoted (prunex/text.h's one JSON quoting), through one buffer
+ * kept for the process (pxctl writes one document at a time, from one
+ * thread), so a document of many strings allocates once. */
 static void pxctl__json_raw_string(FILE *f, const char *s, size_t n) {
-  px_buf_t b = {0};
+  static px_buf_t b;
+  px_buf_reset(&b);
   px_buf_json_string(&b, s, n);
   if (!b.oom) fwrite(b.p, 1, b.len, f);
   else fputs("\"\"", f); /* out of memory: still a document */
-  px_buf_free(&b);
 }
 
 void pxctl_json_key(pxctl_json_t *j, const char *key) {

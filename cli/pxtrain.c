@@ -265,37 +265,10 @@ typedef struct {
   int bench, steps, warmup, eval_only, progress, device_auto;
 } pxtrain_args_t;
 
-enum {
-  O_MODEL = 256,
-  O_DATASET,
-  O_DATADIR,
-  O_EPOCHS,
-  O_BATCH,
-  O_LR,
-  O_MOM,
-  O_WD,
-  O_NEST,
-  O_SCHED,
-  O_NOAUG,
-  O_THREADS,
-  O_SEED,
-  O_SAVE,
-  O_LOAD,
-  O_EVAL,
-  O_NOPROG,
-  O_BENCH,
-  O_STEPS,
-  O_WARMUP,
-  O_DEVICE,
-  O_EXPORT,
-  O_OUT,
-  O_ONNX,
-  O_PRECISION,
-  O_VERSION,
-  O_IMGSIZE,
-  O_CHANNELS,
-  O_MODEL_ONNX
-};
+enum { O_MODEL = 256, O_DATASET, O_DATADIR, O_EPOCHS, O_BATCH, O_LR, O_MOM, O_WD, O_NEST,
+       O_SCHED, O_NOAUG, O_THREADS, O_SEED, O_SAVE, O_LOAD, O_EVAL, O_NOPROG, O_BENCH, O_STEPS,
+       O_WARMUP, O_DEVICE, O_EXPORT, O_OUT, O_ONNX, O_PRECISION, O_VERSION, O_IMGSIZE,
+       O_CHANNELS, O_MODEL_ONNX };
 static const struct option pxtrain_opts[] = {
     {"model", required_argument, 0, O_MODEL},
     {"dataset", required_argument, 0, O_DATASET},
