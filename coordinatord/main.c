@@ -262,10 +262,24 @@ static void coord_stop(coord_t *c, const char *why) {
   px_rpc_server_shutdown(c->srv, coord_server_done, c);
 }
 
-/* The dashboard's directory: the configured one, else the installed one,
- * else (a build tree that was never installed) the source tree's. */
+/* The dashboard's directory: the configured one, else the one installed
+ * beside this binary (PX_WWW_REL from its directory: `cmake --install
+ * --prefix DIR` moves both), else the configured prefix's, else (a build
+ * tree that was never installed) the source tree's. */
 static const char *coord_www_dir(const coord_config_t *cfg) {
+  static char beside[4096];
   if (cfg->http_www[0]) return cfg->http_www;
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  char *slash = n > 0 ? (exe[n] = '\0', strrchr(exe, '/')) : NULL;
+  if (slash) {
+    *slash = '\0';
+    char index[4096 + 16];
+    if (snprintf(beside, sizeof beside, "%s/" PX_WWW_REL, exe) < (int)sizeof beside &&
+        snprintf(index, sizeof index, "%s/index.html", beside) < (int)sizeof index &&
+        access(index, R_OK) == 0)
+      return beside;
+  }
   if (access(PX_WWW_DIR "/index.html", R_OK) == 0) return PX_WWW_DIR;
   return PX_WWW_SRC_DIR;
 }
