@@ -53,6 +53,14 @@ for u in pxcoordd.service pxagent.service; do
   check test $rc -eq 0; check test -z "$out"
 done
 check test -s "$p/share/doc/prunex/user-guide.md"
+# a package build (DESTDIR staging): the units name the final prefix
+DESTDIR=$tmp/stage cmake --install "$build" --prefix /opt/prunex >"$tmp/stage.log" 2>&1 ||
+  { cat "$tmp/stage.log"; fail=1; }
+got=$(grep -h '^ExecStart=' "$tmp"/stage/opt/prunex/lib/systemd/system/*.service | sort | tr '\n' ' ')
+echo "DESTDIR install to /opt/prunex: $got"
+check test "$got" = "ExecStart=/opt/prunex/bin/pxagent --config /etc/prunex/pxagent.conf ExecStart=/opt/prunex/bin/pxcoordd --config /etc/prunex/pxcoordd.conf "
+check test ! -e /opt/prunex/lib/systemd/system/pxcoordd.service
+rm -rf "$tmp/stage"
 check grep -q '^u prunex ' "$p/lib/sysusers.d/prunex.conf"
 check test -f "$p/share/prunex/config/pxcoordd.conf"
 check test -f "$p/share/prunex/config/pxagent.conf"
