@@ -274,10 +274,10 @@ static const char *coord_www_dir(const coord_config_t *cfg) {
   char *slash = n > 0 ? (exe[n] = '\0', strrchr(exe, '/')) : NULL;
   if (slash) {
     *slash = '\0';
-    char index[4096 + 16];
+    char page[4096 + 16];
     if (snprintf(beside, sizeof beside, "%s/" PX_WWW_REL, exe) < (int)sizeof beside &&
-        snprintf(index, sizeof index, "%s/index.html", beside) < (int)sizeof index &&
-        access(index, R_OK) == 0)
+        snprintf(page, sizeof page, "%s/index.html", beside) < (int)sizeof page &&
+        access(page, R_OK) == 0)
       return beside;
   }
   if (access(PX_WWW_DIR "/index.html", R_OK) == 0) return PX_WWW_DIR;

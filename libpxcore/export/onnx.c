@@ -414,8 +414,9 @@ static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, const px_model
  * (prunex.input) and the same as fields a program can read. Returns the
  * sentence (in the pool), which the graph input's doc_string repeats for
  * viewers that show no metadata. */
-static const char *px__onnx_metadata(px__pool_t *p, px__vec_t *meta, const px_model_config_t *cfg,
-                              const px_onnx_info_t *info, const px__onnx_dataset_t *d) {
+static const char *px__onnx_metadata(px__pool_t *p, px__vec_t *meta,
+                                     const px_model_config_t *cfg, const px_onnx_info_t *info,
+                                     const px__onnx_dataset_t *d) {
   char input_desc[1024], v[128];
   const char *ds = info && info->dataset ? info->dataset : NULL;
   if (d) {
