@@ -139,6 +139,30 @@ static PXT_UNUSED int pxt_dir_entries(const char *dir) {
   return n;
 }
 
+/* Pids of the processes whose command line mentions text. */
+static PXT_UNUSED int pxt_procs_mentioning(const char *text, pid_t *pids, int cap) {
+  int n = 0;
+  DIR *d = opendir("/proc");
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    char *end;
+    long pid = strtol(e->d_name, &end, 10);
+    if (*end || pid <= 0 || pid == getpid()) continue;
+    char path[64], buf[8192];
+    snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+    FILE *fp = fopen(path, "rb");
+    if (!fp) continue;
+    size_t len = fread(buf, 1, sizeof buf - 1, fp);
+    fclose(fp);
+    for (size_t i = 0; i < len; i++)
+      if (buf[i] == '\0') buf[i] = ' ';
+    buf[len] = '\0';
+    if (strstr(buf, text) && n < cap) pids[n++] = (pid_t)pid;
+  }
+  if (d) closedir(d);
+  return n;
+}
+
 /* ---- a strict little JSON parser -------------------------------------------- */
 
 typedef enum { PXJ_NULL, PXJ_BOOL, PXJ_NUM, PXJ_STR, PXJ_ARR, PXJ_OBJ } pxj_type_t;
