@@ -12,10 +12,11 @@
  * against it: the same queries, the same output as against the live
  * coordinator, by construction. The original file is only read, and
  * nothing is written beside it. The copy and the coordinator are gone when
- * the command ends. */
+ * the command ends, also after Ctrl-C. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +41,52 @@ struct pxctl_offline {
 static const char *const pxctl_offline_env[2] = {"PRUNEX_CA", "PRUNEX_TOKEN"};
 
 static char pxctl_offline_source[PATH_MAX + 64]; /* the database read ("" : none) */
+
+/* What Ctrl-C (SIGINT, SIGTERM, SIGHUP) must not leave behind: the private
+ * coordinator's process group and the files of the private directory,
+ * spelled out beforehand so that the handler makes only async-signal-safe
+ * calls (kill, unlink, rmdir, _exit). One private coordinator at a time. */
+static volatile pid_t pxctl_offline_pid;
+static char pxctl_offline_files[6][PATH_MAX + 16]; /* the copy and its side files, the log, the dir */
+
+static void pxctl_offline_on_signal(int sig) {
+  if (pxctl_offline_pid > 0) kill(-pxctl_offline_pid, SIGKILL);
+  for (int i = 0; i < 5; i++) unlink(pxctl_offline_files[i]);
+  rmdir(pxctl_offline_files[5]);
+  _exit(128 + sig);
+}
+
+/* Arms (dir given) or disarms (NULL) the handler above; a signal the
+ * process was started ignoring (nohup, a background job) stays ignored, and
+ * disarming puts back what was there. */
+static void pxctl_offline_guard(const char *dir, pid_t pid) {
+  static const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
+  static struct sigaction saved[3];
+  static int armed;
+  if (dir) {
+    static const char *const names[5] = {"coordinator.db", "coordinator.db-wal",
+                                         "coordinator.db-shm", "coordinator.db-journal",
+                                         "pxcoordd.log"};
+    for (int i = 0; i < 5; i++)
+      pxctl_fmt(pxctl_offline_files[i], sizeof pxctl_offline_files[i], "%s/%s", dir, names[i]);
+    pxctl_fmt(pxctl_offline_files[5], sizeof pxctl_offline_files[5], "%s", dir);
+  }
+  pxctl_offline_pid = pid;
+  if (!dir || armed) {
+    for (int i = 0; !dir && armed && i < 3; i++) sigaction(sigs[i], &saved[i], NULL);
+    armed = dir != NULL;
+    return;
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sigemptyset(&sa.sa_mask);
+  sa.sa_handler = pxctl_offline_on_signal;
+  for (int i = 0; i < 3; i++) {
+    sigaction(sigs[i], NULL, &saved[i]);
+    if (saved[i].sa_handler != SIG_IGN) sigaction(sigs[i], &sa, NULL);
+  }
+  armed = 1;
+}
 
 const char *pxctl_offline_db(void) {
   return pxctl_offline_source[0] ? pxctl_offline_source : NULL;
@@ -159,6 +206,7 @@ void pxctl_offline_close(pxctl_offline_t *off) {
   pxctl_child_t *cs[1] = {&off->coordd};
   if (off->coordd.pid > 0) pxctl_stop_children(cs, 1, PXCTL_OFFLINE_GRACE_MS);
   if (off->dir[0]) pxctl_rmtree(off->dir, NULL);
+  if (off->dir[0]) pxctl_offline_guard(NULL, 0);
   pxctl_offline_source[0] = '\0';
   for (int i = 0; i < 2; i++) /* for a live coordinator asked next (plot) */
     if (off->env[i]) {
@@ -178,6 +226,7 @@ static int pxctl_offline_copy(pxctl_offline_t *off, const char *db, char *copy, 
     off->dir[0] = '\0';
     return pxctl_fail("cannot make a private directory in %s: %s", tmp, strerror(e));
   }
+  pxctl_offline_guard(off->dir, 0);
   char err[PATH_MAX + 256];
   if (pxctl_fmt(copy, cap, "%s/coordinator.db", off->dir) != 0 ||
       pxctl_fmt(off->coordd.log, sizeof off->coordd.log, "%s/pxcoordd.log", off->dir) != 0)
@@ -200,8 +249,9 @@ int pxctl_offline_open(pxctl_opts_t *o, const char *db, pxctl_offline_t **out) {
     snprintf(off->coordd.what, sizeof off->coordd.what, "pxcoordd --read-only");
     char *argv[] = {bin, "--listen", "127.0.0.1:0", "--db", copy, "--read-only",
                     "--log-level", "warn", NULL};
-    if (pxctl_coordd_start(&off->coordd, argv, NULL, 0, off->target, sizeof off->target) != 0)
-      rc = pxctl_fail("cannot read %s: its private read-only pxcoordd did not start", db);
+    rc = pxctl_coordd_start(&off->coordd, argv, NULL, 0, off->target, sizeof off->target);
+    pxctl_offline_guard(off->dir, off->coordd.pid);
+    if (rc) rc = pxctl_fail("cannot read %s: its private read-only pxcoordd did not start", db);
   }
   if (rc) {
     pxctl_offline_close(off);
