@@ -78,10 +78,11 @@ typedef struct {
 
 /* The commands that read a finished run without a coordinator (pxctl_offline.c). */
 #define OFFLINE_HELP                                                                       \
-  "JOB may also be the directory a `pxctl run` left (its output directory, or the\n"        \
-  "run directory kept with --keep or left by a run that was stopped), read without\n"      \
-  "a coordinator: pxctl starts a private read-only pxcoordd on a copy of its\n"            \
-  "database, so the output is the same as the live coordinator's.\n\n"
+  "JOB may also be the directory a `pxctl run` left, read without a coordinator:\n"        \
+  "its output directory (OUTPUT/metrics/coordinator.db) or its run directory\n"            \
+  "(coordinator.db; kept with --keep, or left by a run that was killed). A JOB with\n"     \
+  "a '/' is always such a path. pxctl starts a private read-only pxcoordd on a copy\n"     \
+  "of the database, so the output is the same as the live coordinator's.\n\n"
 #define DB_HELP                                                                            \
   "  --db FILE                read JOB from this coordinator database file (a copy,\n"    \
   "                           a backup) instead of asking a coordinator\n"
@@ -106,7 +107,7 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      OPT_COORD | OPT_JSON | OPT_NODES | OPT_WPN, 1, pxctl_cmd_submit},
     {"status", "JOB", "a job's state, placement, progress, summary and history",
      "--json prints the Job message of proto/prunex.proto as one object keyed by the\n"
-     "proto field names (job_id, name, state, spec, spec_yaml, reason, ..., summary).\n"
+     "proto field names (job_id, name, state, spec, spec_yaml, reason, ..., summary).\n\n"
      OFFLINE_HELP DB_HELP COMMON_HELP "  --json                   one JSON object\n",
      OPT_COORD | OPT_JSON | OPT_DB, 1, pxctl_cmd_status},
     {"list", "", "jobs, newest first",
@@ -153,7 +154,7 @@ static const pxctl_cmd_t pxctl_cmds[] = {
     {"metrics", "JOB", "per-iteration figures of a job",
      "One row per outer iteration: epoch, loss, train and test accuracy, density,\n"
      "mask drift, intra- and inter-node bytes (the job-level report of the lowest\n"
-     "rank that reported).\n" OFFLINE_HELP
+     "rank that reported).\n\n" OFFLINE_HELP
      "  --layers                 per-layer residuals (r/s intra, r/s inter) and rho1/rho2\n"
      "  --from N                 start at iteration N\n"
      "  --limit N                at most N rows (0: all)\n"
@@ -289,6 +290,9 @@ static void pxctl_main_help(FILE *f) {
     snprintf(head, sizeof head, "%s %s", pxctl_cmds[i].name, pxctl_cmds[i].synopsis);
     fprintf(f, "  %-18s %s\n", head, pxctl_cmds[i].summary);
   }
+  fprintf(f,
+          "\nstatus, metrics, drift, logs and plot also read a finished `pxctl run` without a\n"
+          "coordinator: give its output (or run) directory as JOB (`pxctl status --help`).\n");
   fprintf(f, "\nStrategies (the spec's `strategy:`):\n");
   for (int i = 0; i < px_strategy_count(); i++) {
     const px_strategy_info_t *s = px_strategy_at(i);
