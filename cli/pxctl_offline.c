@@ -152,7 +152,13 @@ int pxctl_copy_db(const char *from, const char *to, char *err, size_t errcap) {
   if (rc == SQLITE_OK) {
     sqlite3_backup *b = sqlite3_backup_init(dst, "main", src, "main");
     if (b) {
-      rc = sqlite3_backup_step(b, -1);
+      /* one step: one read transaction, a consistent snapshot even while a
+       * live pxcoordd writes; a busy moment of its checkpoint is waited out */
+      for (int tries = 0; tries < 50; tries++) {
+        rc = sqlite3_backup_step(b, -1);
+        if (rc != SQLITE_BUSY && rc != SQLITE_LOCKED) break;
+        pxctl_sleep_ms(100);
+      }
       sqlite3_backup_finish(b);
       rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
       what = from;

@@ -667,9 +667,9 @@ int coord_authorize(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *
   coord_identity_t *who = &c->who;
   if (c->cfg.read_only && !coord_read_only_serves(px_rpc_srv_method(call))) {
     px_rpc_srv_finish(call, PX_RPC_FAILED_PRECONDITION,
-                      "%s: this pxcoordd is read-only (--read-only): it answers queries of %s "
-                      "and changes nothing",
-                      px_rpc_srv_method(call), c->cfg.db);
+                      "this pxcoordd is read-only (--read-only): it answers queries of %s and "
+                      "changes nothing",
+                      c->cfg.db);
     return 0;
   }
   char hdr[COORD_TOKEN_MAX + 16] = "";

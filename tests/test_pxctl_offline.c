@@ -295,6 +295,7 @@ static int find_new_run_dir(char *out, size_t cap) {
   char pat[400];
   snprintf(pat, sizeof pat, "%s/pxctl-run-*", F->runs);
   glob_t g;
+  memset(&g, 0, sizeof g);
   int found = 0;
   if (glob(pat, 0, NULL, &g) == 0)
     for (size_t i = 0; i < g.gl_pathc && !found; i++)
@@ -302,7 +303,7 @@ static int find_new_run_dir(char *out, size_t cap) {
         snprintf(out, cap, "%s", g.gl_pathv[i]);
         found = 1;
       }
-  if (found) globfree(&g);
+  globfree(&g);
   return found;
 }
 
