@@ -147,17 +147,11 @@ static PXT_UNUSED int pxt_procs_mentioning(const char *text, pid_t *pids, int ca
   while (d && (e = readdir(d))) {
     char *end;
     long pid = strtol(e->d_name, &end, 10);
-    if (*end || pid <= 0 || pid == getpid()) continue;
-    char path[64], buf[8192];
-    snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
-    FILE *fp = fopen(path, "rb");
-    if (!fp) continue;
-    size_t len = fread(buf, 1, sizeof buf - 1, fp);
-    fclose(fp);
-    for (size_t i = 0; i < len; i++)
+    char buf[8192];
+    long len = *end || pid <= 0 || pid == getpid() ? -1 : pxt_proc_read(pid, "cmdline", buf, sizeof buf);
+    for (long i = 0; i < len; i++)
       if (buf[i] == '\0') buf[i] = ' ';
-    buf[len] = '\0';
-    if (strstr(buf, text) && n < cap) pids[n++] = (pid_t)pid;
+    if (len > 0 && strstr(buf, text) && n < cap) pids[n++] = (pid_t)pid;
   }
   if (d) closedir(d);
   return n;
