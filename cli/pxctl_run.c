@@ -395,8 +395,8 @@ static void pxctl_print_result(const pxctl_run_t *r, const pxctl_result_t *res) 
   if (!res->model_path[0] && res->have_summary && !strcmp(res->state, "SUCCEEDED"))
     printf("  model               none kept (use --keep or --output DIR)\n");
   if (pxctl_metrics_shown(r, res))
-    printf("  metrics             %s (pxctl plot %s --out DIR)\n", res->metrics_dir,
-           r->output_dir);
+    printf("  metrics             %s (read with pxctl status|metrics|drift|logs|plot %s)\n",
+           res->metrics_dir, r->output_dir);
   if (res->kept) printf("  run directory       %s (kept)\n", r->run_dir);
   else if (res->output_kept) printf("  run directory       removed, except %s\n", r->output_dir);
   fflush(stdout);
