@@ -8,8 +8,8 @@
  * kept run directory and --db FILE read the same job; nothing is written
  * in OUTPUT and no private copy is left behind; a directory that is not a
  * run is refused naming what is missing. A second run is read while it
- * trains (its database is being written) and again after pxctl was killed
- * with SIGKILL. pxcoordd --read-only refuses every change and leaves its
+ * trains (its database is being written) and again after its pxcoordd was
+ * killed mid-write and pxctl with it (SIGKILL). pxcoordd --read-only refuses every change and leaves its
  * database as it was. */
 #include <glob.h>
 #include <setjmp.h>
@@ -345,17 +345,33 @@ static void test_a_running_then_killed_run_is_readable(void **state) {
   const char *st[] = {"status", dir, "--json", NULL};
   assert_int_equal(px(&F->r, st), 0);
   assert_non_null(strstr(F->r.out, "\"state\":\"RUNNING\""));
-  kill(pid, SIGKILL);
-  assert_true(pxt_wait_pid(pid, 10000) != -1);
-  /* its pxcoordd is told (SIGTERM) and stops; the run directory stays */
+  /* the agents upload the rank logs every 2 s */
+  const char *l[] = {"logs", dir, "--json", NULL};
+  int uploaded = 0;
+  for (int i = 0; i < 100 && !uploaded; i++) {
+    uploaded = px(&F->r, l) == 0 && strstr(F->r.out, "rank 1: iteration 1 ");
+    if (!uploaded) usleep(200000);
+  }
+  assert_true(uploaded);
+  /* The worst end: pxctl frozen (so that it cleans nothing up), its
+   * pxcoordd killed mid-write (its -wal file not checkpointed), then pxctl
+   * killed. */
+  kill(pid, SIGSTOP);
+  assert_int_equal(signal_procs(dir, "pxcoordd", SIGKILL), 1);
   for (int i = 0; i < 100 && signal_procs(dir, "pxcoordd", 0) > 0; i++) usleep(100000);
   assert_int_equal(signal_procs(dir, "pxcoordd", 0), 0);
+  kill(pid, SIGKILL);
+  assert_true(pxt_wait_pid(pid, 10000) != -1);
+  char wal[600];
+  snprintf(wal, sizeof wal, "%s/coordinator.db-wal", dir);
+  assert_true(pxt_exists(wal));
   assert_int_equal(px(&F->r, st), 0);
   assert_non_null(strstr(F->r.out, "\"job_id\":\"job-000001\""));
-  const char *m[] = {"metrics", dir, NULL};
+  assert_non_null(strstr(F->r.out, "\"state\":\"RUNNING\""));
+  const char *m[] = {"metrics", dir, "--csv", NULL};
   assert_int_equal(px(&F->r, m), 0);
-  /* what the agents uploaded before they stopped */
-  const char *l[] = {"logs", dir, "--json", NULL};
+  assert_non_null(strstr(F->r.out, "\n2,0,")); /* iteration 2, rank 0: committed before */
+  /* what the agents had uploaded */
   if (px(&F->r, l) != 0) pxt_show("logs of the killed run", &F->r);
   assert_int_equal(F->r.code, 0);
   assert_non_null(strstr(F->r.out, "\"source\":\"coordinator\""));
