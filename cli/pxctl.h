@@ -82,11 +82,6 @@ int pxctl_cmd_watch(pxctl_opts_t *o);
 int pxctl_cmd_logs(pxctl_opts_t *o);
 int pxctl_cmd_run(pxctl_opts_t *o);
 int pxctl_cmd_plot(pxctl_opts_t *o);
-/* 1 when arg is a directory holding a coordinator database that `pxctl
- * plot` reads: a `pxctl run` output directory (metrics/coordinator.db) or
- * a run directory kept with --keep (coordinator.db); its path goes to out
- * (pxctl_plot.c). */
-int plot_run_dir_db(const char *arg, char *out, size_t cap);
 int pxctl_cmd_export(pxctl_opts_t *o);
 int pxctl_cmd_acct(pxctl_opts_t *o);
 /* 1 for the terminal job states (SUCCEEDED, FAILED, CANCELLED, TIMEOUT). */
@@ -100,6 +95,43 @@ int pxctl_parse_since(const char *v, int64_t *out);
  * one pxctl run / pxctl export writes beside it, if there). Prints nothing
  * otherwise. */
 void pxctl_print_model_sizes(const char *model_path);
+
+/* ---- finished runs read offline (pxctl_offline.c) ----------------------------
+ * status, metrics, drift, logs and plot read the directory a `pxctl run`
+ * leaves, or a coordinator database file (--db), through a private
+ * `pxcoordd --read-only` on a copy of its database: the same queries and
+ * output as against a live coordinator. */
+
+/* Copies the SQLite database from (only read: without a -wal file it is
+ * opened immutable, so nothing is written beside it; with one, through it,
+ * committed transactions only) into the new file to (0600) with the backup
+ * API. 0, or -1 with the reason in err. */
+int pxctl_copy_db(const char *from, const char *to, char *err, size_t errcap);
+
+/* What a JOB argument names. 1: the directory of a run, its database's path
+ * into db (DIR/metrics/coordinator.db of an output directory, else
+ * DIR/coordinator.db of a run directory); 0: not a path (a job id or name;
+ * a bare name counts as a directory only when one with a database is
+ * there); -1: a path (with a '/') that holds no run: the message (which
+ * path, what is missing) is printed. */
+int pxctl_run_dir_db(const char *arg, char *db, size_t cap);
+
+typedef struct pxctl_offline pxctl_offline_t;
+
+/* Starts the private read-only coordinator on a copy of db and points
+ * o->coordinator at it (PRUNEX_CA and PRUNEX_TOKEN are dropped). 0 with
+ * *out (pxctl_offline_close) or the exit status, after saying why. */
+int pxctl_offline_open(pxctl_opts_t *o, const char *db, pxctl_offline_t **out);
+/* For main(), before a command that reads one job (status, metrics, drift,
+ * logs): with --db, or when JOB is a run's directory (then JOB becomes the
+ * newest job of its database: the run's one), opens the private
+ * coordinator into *out. -1 to go on (*out NULL: a live coordinator), else
+ * the exit status. */
+int pxctl_offline_begin(pxctl_opts_t *o, pxctl_offline_t **out);
+/* Stops the private coordinator and removes the copy. NULL is a no-op. */
+void pxctl_offline_close(pxctl_offline_t *off);
+/* The database read offline now, for messages; NULL: a live coordinator. */
+const char *pxctl_offline_db(void);
 
 /* ---- shared pieces of the query commands (pxctl_query.c) ---------------- */
 

@@ -139,6 +139,24 @@ static PXT_UNUSED int pxt_dir_entries(const char *dir) {
   return n;
 }
 
+/* Pids of the processes whose command line mentions text. */
+static PXT_UNUSED int pxt_procs_mentioning(const char *text, pid_t *pids, int cap) {
+  int n = 0;
+  DIR *d = opendir("/proc");
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    char *end;
+    long pid = strtol(e->d_name, &end, 10);
+    char buf[8192];
+    long len = *end || pid <= 0 || pid == getpid() ? -1 : pxt_proc_read(pid, "cmdline", buf, sizeof buf);
+    for (long i = 0; i < len; i++)
+      if (buf[i] == '\0') buf[i] = ' ';
+    if (len > 0 && strstr(buf, text) && n < cap) pids[n++] = (pid_t)pid;
+  }
+  if (d) closedir(d);
+  return n;
+}
+
 /* ---- a strict little JSON parser -------------------------------------------- */
 
 typedef enum { PXJ_NULL, PXJ_BOOL, PXJ_NUM, PXJ_STR, PXJ_ARR, PXJ_OBJ } pxj_type_t;
