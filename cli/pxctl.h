@@ -225,7 +225,7 @@ void pxctl_table_destroy(pxctl_table_t *t);
 void pxctl_fmt_bytes(char *buf, size_t cap, uint64_t bytes);
 /* "85.21%" or "-" for a negative accuracy. */
 void pxctl_fmt_pct(char *buf, size_t cap, double frac);
-/* "2024-05-01 12:00:03" local time, "-" for 0. */
+/* "2024-05-01 12:00:03 UTC" (UTC, as the logs and the dashboard), "-" for 0. */
 void pxctl_fmt_time(char *buf, size_t cap, int64_t unix_ms);
 /* "12s", "3m04s", "2h05m", "3d04h" */
 void pxctl_fmt_duration(char *buf, size_t cap, double seconds);

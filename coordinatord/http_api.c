@@ -249,23 +249,35 @@ static void http_spec_json(struct json_object *o, const void *blob, int blen) {
   if (spec) prunex__v1__job_spec__free_unpacked(spec, NULL);
 }
 
-/* Column c of st as field f says; NULL for null. */
+/* Column c of st as field f says; NULL for null. Reads the column only in
+ * the form the kind needs (no text made of a number). */
 static struct json_object *http_value(sqlite3_stmt *st, int c, const http_field_t *f) {
   if (sqlite3_column_type(st, c) == SQLITE_NULL) return NULL;
-  int64_t i = sqlite3_column_int64(st, c);
-  double d = sqlite3_column_double(st, c);
-  const char *t = (const char *)sqlite3_column_text(st, c);
+  const char *t;
+  int64_t i;
+  double d;
   switch (f->kind) {
-  case HF_TEXT: return px_json_string(t, (size_t)sqlite3_column_bytes(st, c));
-  case HF_TEXT_SET: return t && t[0] ? px_json_string(t, strlen(t)) : NULL;
-  case HF_INT: return json_object_new_int64(i);
-  case HF_INT_POS: return i > 0 ? json_object_new_int64(i) : NULL;
-  case HF_INT_NN: return i >= 0 ? json_object_new_int64(i) : NULL;
-  case HF_NUM: return px_json_double(d);
-  case HF_NUM_NN: return d >= 0 ? px_json_double(d) : NULL;
-  case HF_BOOL: return json_object_new_boolean(i != 0);
-  case HF_JOB_STATE: return json_object_new_string(http_job_state((int)i));
-  case HF_NODE_STATE: return json_object_new_string(http_node_state((int)i));
+  case HF_TEXT:
+  case HF_TEXT_SET:
+    t = (const char *)sqlite3_column_text(st, c);
+    i = sqlite3_column_bytes(st, c);
+    return f->kind == HF_TEXT || i > 0 ? px_json_string(t, (size_t)i) : NULL;
+  case HF_INT:
+  case HF_INT_POS:
+  case HF_INT_NN:
+  case HF_BOOL:
+  case HF_JOB_STATE:
+  case HF_NODE_STATE:
+    i = sqlite3_column_int64(st, c);
+    if (f->kind == HF_BOOL) return json_object_new_boolean(i != 0);
+    if (f->kind == HF_JOB_STATE) return json_object_new_string(http_job_state((int)i));
+    if (f->kind == HF_NODE_STATE) return json_object_new_string(http_node_state((int)i));
+    if ((f->kind == HF_INT_POS && i <= 0) || (f->kind == HF_INT_NN && i < 0)) return NULL;
+    return json_object_new_int64(i);
+  case HF_NUM:
+  case HF_NUM_NN:
+    d = sqlite3_column_double(st, c);
+    return f->kind == HF_NUM || d >= 0 ? px_json_double(d) : NULL;
   default: return NULL;
   }
 }
