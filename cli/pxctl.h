@@ -192,8 +192,11 @@ void pxctl_json_uint(pxctl_json_t *j, uint64_t v);
 void pxctl_json_double(pxctl_json_t *j, double v);
 void pxctl_json_bool(pxctl_json_t *j, int v);
 void pxctl_json_null(pxctl_json_t *j);
-/* Ends the document with a newline and flushes. */
+/* Writes the document as one line (or --field's lines), flushes, and
+ * frees the tree; j is empty again. */
 void pxctl_json_finish(pxctl_json_t *j);
+/* Frees the tree unwritten (a command that failed half way). */
+void pxctl_json_discard(pxctl_json_t *j);
 
 /* Writes a protobuf-c message as an object keyed by the proto field names
  * (every field, in descriptor order); enums as their names without the

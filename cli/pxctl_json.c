@@ -164,6 +164,10 @@ void pxctl_json_finish(pxctl_json_t *j) {
     px_buf_free(&b);
   }
   fflush(j->f);
+  pxctl_json_discard(j);
+}
+
+void pxctl_json_discard(pxctl_json_t *j) {
   json_object_put(j->root);
   j->root = NULL;
   j->depth = 0;
