@@ -42,6 +42,7 @@ enum {
   OPT_ONNX = 1 << 20,
   OPT_USER = 1 << 21,
   OPT_SINCE = 1 << 22,
+  OPT_FIELD = 1 << 23, /* wherever --json is */
 };
 
 typedef struct {
@@ -64,6 +65,7 @@ static const pxctl_opt_t pxctl_options[] = {
     {"--db", OPT_DB, 1},             {"--http", OPT_HTTP, 1},
     {"--onnx", OPT_ONNX, 0},
     {"--user", OPT_USER, 1},         {"--since", OPT_SINCE, 1},
+    {"--field", OPT_FIELD, 1},
 };
 
 typedef struct {
@@ -302,6 +304,8 @@ static void pxctl_main_help(FILE *f) {
           "\n"
           "Options of every command that asks the coordinator:\n" COMMON_HELP
           "  --json                   one JSON document (object or array) on stdout\n"
+          "  --field NAME             NAME of each object the JSON lists (or of its one\n"
+          "                           object), one per line: for scripts\n"
           "  -h, --help               this help; `pxctl COMMAND --help` for a command's\n"
           "  --version\n"
           "\n"
@@ -403,6 +407,11 @@ static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
       o->coordinator = v;
       return 0;
     case OPT_JSON: o->json = 1; return 0;
+    case OPT_FIELD: /* the JSON, read back one field per line (pxctl_json.c) */
+      if (!v[0]) return pxctl_usage_error(o, "--field needs a field name");
+      o->json = 1;
+      pxctl_json_set_field(v);
+      return 0;
     case OPT_STATE: {
       int s = !strcmp(o->cmd, "nodes") ? pxctl_parse_node_state(v) : pxctl_parse_job_state(v);
       if (!s)
@@ -541,7 +550,8 @@ static int pxctl_parse_options(pxctl_opts_t *o, const pxctl_cmd_t *cmd, int argc
     }
     const pxctl_opt_t *opt = pxctl_find_option(name);
     if (!opt) return pxctl_usage_error(o, "unknown option '%s'", a);
-    if (!(cmd->opts & opt->bit) && !(opt->bit == OPT_CA && (cmd->opts & OPT_COORD)))
+    if (!(cmd->opts & opt->bit) && !(opt->bit == OPT_CA && (cmd->opts & OPT_COORD)) &&
+        !(opt->bit == OPT_FIELD && (cmd->opts & OPT_JSON)))
       return pxctl_usage_error(o, "option %s does not apply to '%s'%s", name, cmd->name,
                                !strcmp(cmd->name, "run") && opt->bit == OPT_COORD
                                    ? " (run starts its own private coordinator)"

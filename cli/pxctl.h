@@ -188,18 +188,28 @@ px_status_t pxctl_job_summary(px_rpc_channel_t *ch, const Prunex__V1__Job *job,
                               pxctl_summary_t *s);
 
 /* ---- JSON (pxctl_json.c) ---------------------------------------------------
- * A streaming emitter writing compact JSON (one line per document) with
- * proper string escaping: commas and nesting are tracked, so callers only
- * say what comes next. Invalid UTF-8 bytes become U+FFFD; non-finite
- * numbers become null. */
+ * A document builder over json-c (prunex/json.h): callers say what comes
+ * next (begin/end, key, value) and pxctl_json_finish writes the whole tree
+ * as one compact line. Invalid UTF-8 bytes become U+FFFD; non-finite
+ * numbers become null; doubles are written in their shortest exact form. */
 #define PXCTL_JSON_MAX_DEPTH 32
 
+struct json_object;
 typedef struct {
   FILE *f;
   int depth;
-  int count[PXCTL_JSON_MAX_DEPTH];   /* values written at each level */
-  int after_key;
+  struct json_object *stack[PXCTL_JSON_MAX_DEPTH]; /* open containers */
+  struct json_object *root;
+  char key[128];                     /* the key the next value goes under */
 } pxctl_json_t;
+
+/* --field NAME (pxctl.c): pxctl_json_finish then prints, instead of the
+ * document, NAME of each object of its listing (the document's array, or
+ * the first array member of its object; a single object: its own NAME),
+ * one per line: strings bare, null as an empty line, others as JSON. A
+ * NAME no object has is a usage error (exit 2, naming the fields there
+ * are). NULL: whole documents. */
+void pxctl_json_set_field(const char *name);
 
 void pxctl_json_init(pxctl_json_t *j, FILE *f);
 void pxctl_json_begin_object(pxctl_json_t *j);
@@ -214,8 +224,11 @@ void pxctl_json_uint(pxctl_json_t *j, uint64_t v);
 void pxctl_json_double(pxctl_json_t *j, double v);
 void pxctl_json_bool(pxctl_json_t *j, int v);
 void pxctl_json_null(pxctl_json_t *j);
-/* Ends the document with a newline and flushes. */
+/* Writes the document as one line (or --field's lines), flushes, and
+ * frees the tree; j is empty again. */
 void pxctl_json_finish(pxctl_json_t *j);
+/* Frees the tree unwritten (a command that failed half way). */
+void pxctl_json_discard(pxctl_json_t *j);
 
 /* Writes a protobuf-c message as an object keyed by the proto field names
  * (every field, in descriptor order); enums as their names without the
@@ -247,7 +260,7 @@ void pxctl_table_destroy(pxctl_table_t *t);
 void pxctl_fmt_bytes(char *buf, size_t cap, uint64_t bytes);
 /* "85.21%" or "-" for a negative accuracy. */
 void pxctl_fmt_pct(char *buf, size_t cap, double frac);
-/* "2024-05-01 12:00:03" local time, "-" for 0. */
+/* "2024-05-01 12:00:03 UTC" (UTC, as the logs and the dashboard), "-" for 0. */
 void pxctl_fmt_time(char *buf, size_t cap, int64_t unix_ms);
 /* "12s", "3m04s", "2h05m", "3d04h" */
 void pxctl_fmt_duration(char *buf, size_t cap, double seconds);
