@@ -471,6 +471,50 @@ void coord_time_limit_sweep(coord_t *c);
 px_status_t coord_acct_query(coord_t *c, coord_arena_t *a, const char *user, int64_t since,
                              int state, int limit, Prunex__V1__GetAccountingResponse *out);
 
+/* ---- submissions (jobs.c) and sweeps (sweep.c, sweep_db.c) ------------- */
+
+/* Inserts a PENDING job with its scheduling fields and accounting row (in
+ * the caller's transaction); its id into job_id. */
+px_status_t coord_job_submit(coord_t *c, const Prunex__V1__JobSpec *spec, const char *spec_yaml,
+                             int priority, int64_t time_limit_ms, char *job_id, size_t cap);
+/* The priority and time-limit rules of a submission; 1, or 0 with the call
+ * answered. */
+int coord_submit_policy(coord_t *c, px_rpc_srv_call_t *call, const Prunex__V1__JobSpec *spec,
+                        int *priority, int64_t *time_limit_ms);
+/* The caller's quota of unfinished jobs for nnew more; 1, or 0 with the
+ * call answered (RESOURCE_EXHAUSTED, INTERNAL). */
+int coord_submit_quota(coord_t *c, px_rpc_srv_call_t *call, int64_t nnew);
+
+#define COORD_SWEEP_PREFIX "sweep-"
+/* 1 when id names a sweep rather than a job. */
+int coord_sweep_id_like(const char *id);
+/* SubmitJob of a spec with a sweep: one job per combination
+ * (px_jobspec_sweep_point), all in one transaction under a new sweep id,
+ * or none (INVALID_ARGUMENT naming the combination, the quota's
+ * RESOURCE_EXHAUSTED for the whole sweep). Answers the call. */
+void coord_sweep_submit(coord_t *c, px_rpc_srv_call_t *call, const Prunex__V1__SubmitJobRequest *r);
+/* CancelJob of a sweep id: every unfinished job of the sweep, in one
+ * transaction (owner or admin). Answers the call. */
+void coord_sweep_cancel(coord_t *c, px_rpc_srv_call_t *call, const Prunex__V1__CancelJobRequest *r);
+
+/* sweep_db.c. A new sweeps row; its id into sweep_id. In a transaction. */
+px_status_t coord_sweep_new(coord_t *c, const char *owner, const char *name,
+                            const char *spec_yaml, int64_t njobs, int64_t now, char *sweep_id,
+                            size_t cap);
+/* Names the job's sweep and its values. */
+px_status_t coord_sweep_job_set(coord_t *c, const char *job_id, const char *sweep_id,
+                                const char *point);
+/* *found 0 when there is no such sweep; else its owner. */
+px_status_t coord_sweep_owner(coord_t *c, const char *sweep_id, int *found, char *owner,
+                              size_t cap);
+typedef struct {
+  char *job_id;
+  int state;
+} coord_sweep_job_t;
+/* The sweep's jobs not finished, in submission order (arena a). */
+px_status_t coord_sweep_unfinished(coord_t *c, coord_arena_t *a, const char *sweep_id,
+                                   coord_sweep_job_t **out, size_t *n);
+
 /* ---- kv (kv.c) ---------------------------------------------------------- */
 
 void coord_kv_cancel_all(coord_t *c);
