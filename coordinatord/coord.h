@@ -321,10 +321,23 @@ typedef struct {
  * job_attempts either way. In a transaction; f filled (arena a). */
 px_status_t coord_job_fault(coord_t *c, coord_arena_t *a, const char *job_id, int state,
                             const char *cause, const char *avoid_node, coord_fault_t *f);
+/* Preemption (issue 31): ends the active job's attempt because `by` (e.g.
+ * "job-000007 (priority 500)") takes its nodes. Recorded in job_attempts
+ * and jobs.preemptions, it uses none of the job's restarts; otherwise as a
+ * restart: nodes released, placement and rank secrets dropped, iteration
+ * rows and stored decisions kept (the next attempt resumes from the newest
+ * checkpoint its ranks hold, re-reports the iterations after it and gets
+ * the very decisions back), and the job PENDING for attempt + 1 preferring
+ * the same nodes (where its checkpoints are). In a transaction; f filled
+ * (f->restarted 1) for coord_after_fault. */
+px_status_t coord_job_preempt(coord_t *c, coord_arena_t *a, const char *job_id, int state,
+                              const char *by, coord_fault_t *f);
 /* After the commit: CANCEL to the ended attempt's nodes (naming the
  * attempt), watchers told, the scheduler run (which places a restarted job
  * again). */
 void coord_after_fault(coord_t *c, const char *job_id, const coord_fault_t *f);
+/* The CANCEL of a restarted or preempted attempt to its nodes, naming it. */
+void coord_attempt_cancel(coord_t *c, const char *job_id, const coord_fault_t *f);
 
 /* An open WatchAssignments (id: node) or WatchJob (id: job) stream. */
 struct coord_watch {
@@ -347,6 +360,14 @@ void coord_watch_end(coord_t *c, coord_watch_t *w, px_rpc_code_t code, const cha
 
 /* ---- jobs (jobs.c) ------------------------------------------------------ */
 
+/* Places the job on the given M nodes of P devices (SCHEDULED; the nodes
+ * BUSY). In a transaction. */
+px_status_t coord_place(coord_t *c, const char *job_id, int P, char **nodes, char **names,
+                        int M);
+/* The READY nodes of at least P devices, up to M (prefer's first, see
+ * jobs.c), and how many such nodes are alive (arena a). */
+px_status_t coord_fitting_nodes(coord_t *c, coord_arena_t *a, int P, int M, const char *prefer,
+                                int *alive, char ***nodes, char ***names, size_t *ready);
 /* Places pending jobs, in submission order, while the head of the queue
  * fits on the ready nodes. Errors are logged. */
 void coord_schedule(coord_t *c);
@@ -428,6 +449,25 @@ typedef struct {
 px_status_t coord_sched_notify_due(coord_t *c, const char *job_id, coord_sched_notify_t *out);
 /* Records that the job's state `state` has been handled. */
 px_status_t coord_sched_notify_done(coord_t *c, const char *job_id, int state);
+
+/* Preemption (preempt.c): the active jobs of job priority below `below`
+ * that checkpoint (spec.recovery.checkpoint_every > 0), lowest priority
+ * first and, within one, the latest started first (the least work to
+ * redo), each with how many of its nodes have per_node devices (arena a). */
+typedef struct {
+  char *job_id;
+  int state;
+  int priority;
+  int fitting_nodes;
+} coord_sched_victim_t;
+px_status_t coord_sched_preemptible(coord_t *c, coord_arena_t *a, int below, int per_node,
+                                    coord_sched_victim_t **out, size_t *n);
+/* With preemption on: when the first job in line waits for nodes that
+ * running jobs of a lower job priority that checkpoint hold, the fewest of
+ * them needed are preempted (coord_job_preempt) and the waiting job placed
+ * on the nodes freed, in one transaction; then the old attempts' nodes are
+ * told to stop and the waiting job's to start. Errors are logged. */
+void coord_preempt_run(coord_t *c);
 
 /* ---- notifications (notify.c) ------------------------------------------ */
 

@@ -52,8 +52,8 @@ void coord_job_changed(coord_t *c, const char *job_id, const Prunex__V1__Iterati
 /* Places the job on the given nodes: ranks node by node, a leader per node
  * (local rank 0 unless its device is unhealthy), nodes BUSY, job SCHEDULED.
  * In a transaction. */
-static px_status_t coord_place(coord_t *c, const char *job_id, int P, char **nodes,
-                               char **names, int M) {
+px_status_t coord_place(coord_t *c, const char *job_id, int P, char **nodes, char **names,
+                        int M) {
   px_store_stmt_t *st;
   px_status_t rc;
   char reason[512];
@@ -124,9 +124,8 @@ static px_status_t coord_place(coord_t *c, const char *job_id, int P, char **nod
  * each id: a restarted job's previous nodes), then the others, last those
  * named "-ID" in prefer (the node its placement timed out on), each group
  * in registration order. */
-static px_status_t coord_fitting_nodes(coord_t *c, coord_arena_t *a, int P, int M,
-                                       const char *prefer, int *alive, char ***nodes,
-                                       char ***names, size_t *ready) {
+px_status_t coord_fitting_nodes(coord_t *c, coord_arena_t *a, int P, int M, const char *prefer,
+                                int *alive, char ***nodes, char ***names, size_t *ready) {
   px_store_stmt_t *st;
   px_status_t rc;
   size_t cap = 0, cap2 = 0, n2 = 0;
@@ -231,6 +230,7 @@ void coord_schedule(coord_t *c) {
     coord_job_changed(c, placed[i], NULL);
   }
   coord_arena_free(&a);
+  if (c->cfg.sched.preempt) coord_preempt_run(c); /* preempt.c */
 }
 
 /* ---- time limits ------------------------------------------------------------------ */

@@ -447,3 +447,42 @@ nomem:
   px_store_reset(st);
   return px_set_error(PX_ERR_NOMEM, "accounting: out of memory");
 }
+
+/* ---- preemption --------------------------------------------------------------- */
+
+px_status_t coord_sched_preemptible(coord_t *c, coord_arena_t *a, int below, int per_node,
+                                    coord_sched_victim_t **out, size_t *n) {
+  px_store_stmt_t *st;
+  size_t cap = 0;
+  *out = NULL;
+  *n = 0;
+  PX_CHECK(px_store_stmt(c->db,
+                         "SELECT j.job_id, j.state, j.priority, j.spec, (SELECT count(*) FROM"
+                         " job_nodes jn WHERE jn.job_id = j.job_id AND (SELECT count(*) FROM"
+                         " node_devices d WHERE d.node_id = jn.node_id) >= ?4) FROM jobs j"
+                         " WHERE j.state IN (?1, ?2) AND j.priority < ?3"
+                         " ORDER BY j.priority, j.scheduled_unix_ms DESC, j.id DESC",
+                         &st));
+  PX_CHECK(px_store_bind_int64(st, 1, JS_SCHEDULED));
+  PX_CHECK(px_store_bind_int64(st, 2, JS_RUNNING));
+  PX_CHECK(px_store_bind_int64(st, 3, below));
+  PX_CHECK(px_store_bind_int64(st, 4, per_node));
+  px_status_t rc;
+  while ((rc = px_store_step(st)) == 1) {
+    /* only jobs that checkpoint: the others would lose their work */
+    size_t len = 0;
+    const void *blob = px_store_column_blob(st, 3, &len);
+    Prunex__V1__JobSpec *spec = (Prunex__V1__JobSpec *)protobuf_c_message_unpack(
+        &prunex__v1__job_spec__descriptor, &a->pb, len, blob);
+    if (!spec || !spec->recovery || spec->recovery->checkpoint_every <= 0) continue;
+    coord_sched_victim_t *v = coord_push(a, (void **)out, n, &cap, sizeof *v);
+    if (!v || !(v->job_id = coord_strdup(a, px_store_column_text(st, 0)))) {
+      px_store_reset(st);
+      return PX_ERR_NOMEM;
+    }
+    v->state = (int)px_store_column_int64(st, 1);
+    v->priority = (int)px_store_column_int64(st, 2);
+    v->fitting_nodes = (int)px_store_column_int64(st, 4);
+  }
+  return rc < 0 ? rc : PX_OK;
+}

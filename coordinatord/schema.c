@@ -268,9 +268,11 @@ static const char coord_schema_v11[] =
     "  attempts INTEGER NOT NULL DEFAULT 0);"
     "CREATE INDEX acct_submit ON acct(submit_unix_ms);";
 
-/* v12 (issue 31): sweeps. One row per sweep (its owner, the name and text
- * of the spec it came from, how many jobs it made); each of its jobs names
- * it in jobs.sweep_id ('' : none) with its values in jobs.sweep_point. */
+/* v12 (issue 31): sweeps and preemption. One row per sweep (its owner, the
+ * name and text of the spec it came from, how many jobs it made); each of
+ * its jobs names it in jobs.sweep_id ('' : none) with its values in
+ * jobs.sweep_point. jobs.preemptions counts the job's attempts that ended
+ * preempted. */
 static const char coord_schema_v12[] =
     "CREATE TABLE sweeps ("
     "  id INTEGER PRIMARY KEY,"
@@ -282,7 +284,9 @@ static const char coord_schema_v12[] =
     "  created_unix_ms INTEGER NOT NULL);"
     "ALTER TABLE jobs ADD COLUMN sweep_id TEXT NOT NULL DEFAULT '';"
     "ALTER TABLE jobs ADD COLUMN sweep_point TEXT NOT NULL DEFAULT '';"
-    "CREATE INDEX jobs_sweep ON jobs(sweep_id, id);";
+    "CREATE INDEX jobs_sweep ON jobs(sweep_id, id);"
+    /* preemption: attempts that ended preempted (they use no restart) */
+    "ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;";
 
 const px_store_migration_t coord_migrations[] = {
     {1, coord_schema_v1},
