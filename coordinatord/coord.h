@@ -169,6 +169,7 @@ typedef struct coord_kv_wait coord_kv_wait_t; /* a parked KvGet */
 typedef struct coord_gone coord_gone_t;       /* an agent that went away (recovery.c) */
 typedef struct coord_http coord_http_t;       /* the HTTP listener (http.h) */
 typedef struct coord_notifier coord_notifier_t; /* the notifications' sender (notify.c) */
+typedef struct coord_queue coord_queue_t;     /* the pending jobs in memory (sched_queue.c) */
 
 typedef struct {
   uv_loop_t *loop;
@@ -192,6 +193,7 @@ typedef struct {
   coord_identity_t who;    /* the caller of the handler now running (coord_authorize) */
   unsigned char secret_key[32]; /* rank secrets are HMACs under it (DB.key) */
   coord_notifier_t *notifier;   /* job notifications (notify.c) */
+  coord_queue_t *queue;         /* the pending jobs, in step with the database */
 } coord_t;
 
 /* Re-reads the tokens file (when one is configured); on failure the old
@@ -468,6 +470,32 @@ px_status_t coord_sched_preemptible(coord_t *c, coord_arena_t *a, int below, int
  * on the nodes freed, in one transaction; then the old attempts' nodes are
  * told to stop and the waiting job's to start. Errors are logged. */
 void coord_preempt_run(coord_t *c);
+
+/* ---- the pending jobs in memory (sched_queue.c) ---------------------------- */
+
+/* What the scheduler's snapshot needs of one PENDING job. */
+typedef struct {
+  int64_t rowid;
+  char job_id[32];
+  char owner[COORD_NAME_MAX];
+  int nodes, per_node, priority;
+  int64_t submit_ms, time_limit_ms;
+  char *prefer;   /* jobs.prefer_nodes */
+  char *reason;   /* the stored reason */
+} coord_queue_entry_t;
+/* Makes c->queue (stale: read at once) and installs the database's
+ * rollback hook that marks it stale; coord_queue_sync calls it the first
+ * time (until then the queue has nothing to keep in step). */
+px_status_t coord_queue_create(coord_t *c);
+void coord_queue_destroy(coord_t *c);
+/* The pending jobs in submission order (read from the database first when
+ * stale); valid until the next change of a job's state. */
+px_status_t coord_queue_sync(coord_t *c, const coord_queue_entry_t **out, size_t *n);
+/* From coord_sched_state_changed (in the transaction): the job now in state
+ * `to` enters (its row read), stays or leaves the queue. */
+px_status_t coord_queue_job_changed(coord_t *c, const char *job_id, int to);
+/* From coord_sched_set_reason: a pending job's stored reason. */
+void coord_queue_set_reason(coord_t *c, const char *job_id, const char *reason);
 
 /* ---- notifications (notify.c) ------------------------------------------ */
 
