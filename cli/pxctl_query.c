@@ -307,6 +307,7 @@ static void pxctl_print_history(const Prunex__V1__Job *job) {
 static void pxctl_print_job(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
   char t1[64], t2[64];
   printf("job        %s  %s\n", job->job_id, job->name);
+  if (job->sweep_id[0]) printf("sweep      %s: %s\n", job->sweep_id, job->sweep_point);
   /* Since the change into the current state (its newest event), not the
    * last update: a running job is updated by every iteration. */
   int64_t since = 0;
