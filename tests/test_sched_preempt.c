@@ -67,15 +67,7 @@ static int group_setup(void **state) {
 
 static int group_teardown(void **state) {
   (void)state;
-  int rc = 0;
-  for (int i = 0; i < 2; i++) {
-    if (F->a[i].pid <= 0) continue;
-    int status = pxt_agent_stop(&F->a[i], SIGTERM, 20000);
-    if (!pxt_exited_ok(status)) {
-      pxt_dump_file(F->a[i].log);
-      rc = -1;
-    }
-  }
+  int rc = pxt_agents_stop(F->a, 2);
   px_rpc_channel_destroy(F->ch);
   if (pxt_coordd_teardown(&F->d) != 0) rc = -1;
   free(F);
