@@ -311,10 +311,45 @@ static void px__onnx_preprocess(px__pool_t *p, px__vec_t *nodes, px__vec_t *init
   px__node(p, nodes, "Div", "preprocess.div_std", div, 2, "normalized");
 }
 
+/* An imported graph's operators (ACT, MUL, CONCAT) as one ONNX node each;
+ * ReLU6 is Clip with its bounds as initializers (opset 13). */
+static void px__onnx_graph_op(px__pool_t *p, px__vec_t *nodes, px__vec_t *inits,
+                              const px_model_node_t *n, int k, const char *in, const char *out) {
+  char nm[32], in2[32], bnd[2][48];
+  snprintf(in2, sizeof in2, "t%d", n->in2);
+  if (n->kind == PX_NODE_MUL || n->kind == PX_NODE_CONCAT) {
+    const char *ins[2] = {in, in2};
+    snprintf(nm, sizeof nm, "%s%d", n->kind == PX_NODE_MUL ? "mul" : "concat", k);
+    Onnx__NodeProto *node =
+        px__node(p, nodes, n->kind == PX_NODE_MUL ? "Mul" : "Concat", nm, ins, 2, out);
+    px__vec_t attrs = {0};
+    if (n->kind == PX_NODE_CONCAT) px__push(p, &attrs, px__attr_int(p, "axis", 1));
+    px__node_attrs(p, node, &attrs);
+    return;
+  }
+  static const char *const ops[] = {"Relu", "LeakyRelu", "Clip", "Sigmoid"};
+  const char *op = n->act >= 0 && n->act < 4 ? ops[n->act] : "Relu";
+  snprintf(nm, sizeof nm, "act%d", k);
+  snprintf(bnd[0], sizeof bnd[0], "%s.min", nm);
+  snprintf(bnd[1], sizeof bnd[1], "%s.max", nm);
+  const char *ins[3] = {in, bnd[0], bnd[1]};
+  Onnx__NodeProto *node = px__node(p, nodes, op, nm, ins, n->act == 2 ? 3 : 1, out);
+  px__vec_t attrs = {0};
+  if (n->act == 1) px__push(p, &attrs, px__attr_float(p, "alpha", n->alpha));
+  px__node_attrs(p, node, &attrs);
+  if (n->act == 2) {
+    const float lo = 0.0f, hi = 6.0f;
+    px__initializer_host(p, inits, bnd[0], ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 0, NULL, &lo,
+                         sizeof lo);
+    px__initializer_host(p, inits, bnd[1], ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 0, NULL, &hi,
+                         sizeof hi);
+  }
+}
+
 /* Node k of the model as ONNX nodes (a BN or an add with a fused ReLU
  * gives two); allocation failures show in p->failed. */
-static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, const px_model_t *m, int k,
-                                 const char *input) {
+static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, px__vec_t *inits,
+                                 const px_model_t *m, int k, const char *input) {
   int na = px_model_num_acts(m);
   char names[2][64], nm[96];
   px_model_node_t n;
@@ -332,13 +367,13 @@ static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, const px_model
   snprintf(pre, sizeof pre, "%s_pre", out);
   switch (n.kind) {
     case PX_NODE_CONV: {
-      const char *ins[2] = {in, pn};
-      node = px__node(p, nodes, "Conv", nm, ins, 2, out);
+      const char *ins[3] = {in, pn, n.b >= 0 ? px_model_param(m, n.b)->name : ""};
+      node = px__node(p, nodes, "Conv", nm, ins, n.b >= 0 ? 3 : 2, out);
       px__push(p, &attrs, px__attr_ints(p, "kernel_shape", 2, n.kernel));
       px__push(p, &attrs, px__attr_ints(p, "strides", 2, n.stride));
       px__push(p, &attrs, px__attr_ints(p, "pads", 4, n.pad));
       px__push(p, &attrs, px__attr_ints(p, "dilations", 2, 1));
-      px__push(p, &attrs, px__attr_int(p, "group", 1));
+      px__push(p, &attrs, px__attr_int(p, "group", n.groups > 1 ? n.groups : 1));
       px__node_attrs(p, node, &attrs);
       break;
     }
@@ -396,6 +431,11 @@ static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, const px_model
       px__node(p, nodes, "Identity", nm, ins, 1, out);
       break;
     }
+    case PX_NODE_ACT:
+    case PX_NODE_MUL:
+    case PX_NODE_CONCAT:
+      px__onnx_graph_op(p, nodes, inits, &n, k, in, out);
+      break;
     case PX_NODE_FC: {
       const char *ins[3] = {in, pn, px_model_param(m, n.b)->name};
       node = px__node(p, nodes, "Gemm", nm, ins, 3, out);
@@ -475,7 +515,7 @@ px_status_t px_onnx_save(const px_model_t *m, const char *path, const px_onnx_in
     PX_CHECK_GOTO(px__initializer(&p, &inits, px_model_buffer(m, i)->name,
                                   px_model_buffer(m, i)->value), st, done);
   for (int k = 0; k < nn; k++) {
-    PX_CHECK_GOTO(px__onnx_node(&p, &nodes, m, k, d ? "normalized" : "input"), st, done);
+    PX_CHECK_GOTO(px__onnx_node(&p, &nodes, &inits, m, k, d ? "normalized" : "input"), st, done);
     if (p.failed) {
       st = PX_ERR_NOMEM;
       goto done;
