@@ -311,8 +311,9 @@ static void px__onnx_preprocess(px__pool_t *p, px__vec_t *nodes, px__vec_t *init
   px__node(p, nodes, "Div", "preprocess.div_std", div, 2, "normalized");
 }
 
-/* An imported graph's operators (ACT, MUL, CONCAT) as one ONNX node each;
- * ReLU6 is Clip with its bounds as initializers (opset 13). */
+/* An imported graph's operators (ACT, MUL, CONCAT) as ONNX nodes. ReLU6 is
+ * Relu(x) - Relu(x - 6): opset 13's Clip takes its bounds as inputs, which
+ * OpenCV 4.6's dnn does not read. */
 static void px__onnx_graph_op(px__pool_t *p, px__vec_t *nodes, px__vec_t *inits,
                               const px_model_node_t *n, int k, const char *in, const char *out) {
   char nm[32], in2[32], bnd[2][48];
@@ -327,23 +328,55 @@ static void px__onnx_graph_op(px__pool_t *p, px__vec_t *nodes, px__vec_t *inits,
     px__node_attrs(p, node, &attrs);
     return;
   }
-  static const char *const ops[] = {"Relu", "LeakyRelu", "Clip", "Sigmoid"};
+  static const char *const ops[] = {"Relu", "LeakyRelu", "Relu", "Sigmoid"};
   const char *op = n->act >= 0 && n->act < 4 ? ops[n->act] : "Relu";
   snprintf(nm, sizeof nm, "act%d", k);
-  snprintf(bnd[0], sizeof bnd[0], "%s.min", nm);
-  snprintf(bnd[1], sizeof bnd[1], "%s.max", nm);
-  const char *ins[3] = {in, bnd[0], bnd[1]};
-  Onnx__NodeProto *node = px__node(p, nodes, op, nm, ins, n->act == 2 ? 3 : 1, out);
+  const char *ins[1] = {in};
+  if (n->act == 2) { /* ReLU6(x) = Relu(x) - Relu(x - 6) */
+    const float six = 6.0f;
+    const int64_t one = 1;
+    snprintf(bnd[0], sizeof bnd[0], "%s.six", nm);
+    px__initializer_host(p, inits, bnd[0], ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, &one, &six,
+                         sizeof six);
+    char a[80], b[80], c[80], nb[64];
+    snprintf(a, sizeof a, "%s_lo", out);
+    snprintf(b, sizeof b, "%s_x6", out);
+    snprintf(c, sizeof c, "%s_hi", out);
+    const char *s1[2] = {in, bnd[0]}, *s2[1] = {b}, *s3[2] = {a, c};
+    px__node(p, nodes, "Relu", nm, ins, 1, a);
+    snprintf(nb, sizeof nb, "%s.sub6", nm);
+    px__node(p, nodes, "Sub", nb, s1, 2, b);
+    snprintf(nb, sizeof nb, "%s.relu_hi", nm);
+    px__node(p, nodes, "Relu", nb, s2, 1, c);
+    snprintf(nb, sizeof nb, "%s.clip", nm);
+    px__node(p, nodes, "Sub", nb, s3, 2, out);
+    return;
+  }
+  Onnx__NodeProto *node = px__node(p, nodes, op, nm, ins, 1, out);
   px__vec_t attrs = {0};
   if (n->act == 1) px__push(p, &attrs, px__attr_float(p, "alpha", n->alpha));
   px__node_attrs(p, node, &attrs);
-  if (n->act == 2) {
-    const float lo = 0.0f, hi = 6.0f;
-    px__initializer_host(p, inits, bnd[0], ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 0, NULL, &lo,
-                         sizeof lo);
-    px__initializer_host(p, inits, bnd[1], ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 0, NULL, &hi,
-                         sizeof hi);
-  }
+}
+
+/* Global average pooling: flattened when the classifier reads it, 4-D
+ * otherwise (a squeeze-and-excitation's squeeze). */
+static void px__onnx_gap(px__pool_t *p, px__vec_t *nodes, const px_model_t *m,
+                         const px_model_node_t *n, int k, const char *in, const char *out) {
+  int flat = 0;
+  px_model_node_t r;
+  for (int j = k + 1; j < px_model_num_nodes(m); j++)
+    if (px_model_node(m, j, &r) == PX_OK && r.kind == PX_NODE_FC && r.in == n->out) flat = 1;
+  const char *ins[1] = {in};
+  char nm[32], pre[80];
+  snprintf(nm, sizeof nm, "avgpool%d", k);
+  snprintf(pre, sizeof pre, "%s_pre", out);
+  px__node(p, nodes, "GlobalAveragePool", flat ? "avgpool" : nm, ins, 1, flat ? pre : out);
+  if (!flat) return;
+  const char *f[1] = {pre};
+  Onnx__NodeProto *node = px__node(p, nodes, "Flatten", "flatten", f, 1, out);
+  px__vec_t attrs = {0};
+  px__push(p, &attrs, px__attr_int(p, "axis", 1));
+  px__node_attrs(p, node, &attrs);
 }
 
 /* Node k of the model as ONNX nodes (a BN or an add with a fused ReLU
@@ -403,15 +436,9 @@ static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, px__vec_t *ini
       }
       break;
     }
-    case PX_NODE_GAP: {
-      const char *ins[1] = {in};
-      px__node(p, nodes, "GlobalAveragePool", "avgpool", ins, 1, pre);
-      const char *f[1] = {pre};
-      node = px__node(p, nodes, "Flatten", "flatten", f, 1, out);
-      px__push(p, &attrs, px__attr_int(p, "axis", 1));
-      px__node_attrs(p, node, &attrs);
+    case PX_NODE_GAP:
+      px__onnx_gap(p, nodes, m, &n, k, in, out);
       break;
-    }
     case PX_NODE_MAXPOOL:
     case PX_NODE_AVGPOOL: { /* an imported graph's pooling */
       const char *ins[1] = {in};
