@@ -192,8 +192,16 @@ class TanhNet(nn.Module):
 
 
 SEEDS = {"mobilenet": 2}
+class Clip1Net(TanhNet):
+    """Clip(0, 1) (Hardtanh): a Clip that is not ReLU6, refused."""
+
+    def __init__(self, c, classes):
+        super().__init__(c, classes)
+        self.gate = nn.Hardtanh(0.0, 1.0)
+
+
 NETS = {"vgg": Vgg, "resnet": ResNet, "mobilenet": MobileNet, "seresnet": SEResNet,
-        "tanh": TanhNet}
+        "tanh": TanhNet, "clip1": Clip1Net}
 
 
 def build(name, c, classes, seed=0):

@@ -158,6 +158,52 @@ static void seresnet_forward_and_gradients_match_pytorch(void **state) {
   check_net("seresnet");
 }
 
+static int param_kind(const px_model_t *m, const char *name) {
+  for (int i = 0; i < px_model_num_params(m); i++)
+    if (!strcmp(px_model_param(m, i)->name, name)) return (int)px_model_param(m, i)->kind;
+  fail_msg("no parameter %s", name);
+  return -1;
+}
+
+/* Depthwise convolutions and the SE's convolutions on the pooled 1 x 1 map
+ * are left out of pruning (PX_WEIGHT_CONV_FIXED), the pointwise ones are
+ * pruned, no coupling points at a left-out conv, and such graphs are not
+ * compacted (evaluated and exported at full shape). */
+static void depthwise_and_se_convs_are_left_out_of_pruning(void **state) {
+  (void)state;
+  if (!have_torch()) skip();
+  px_ops_t *ops;
+  assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
+  const char *nets[2] = {"mobilenet", "seresnet"};
+  for (int k = 0; k < 2; k++) {
+    char dir[64], cmd[128];
+    reference(nets[k], dir);
+    px_model_t *m = import(ops, dir);
+    if (k == 0) {
+      assert_int_equal(param_kind(m, "blocks.0.body.3.weight"), PX_WEIGHT_CONV_FIXED);
+      assert_int_equal(param_kind(m, "blocks.0.body.0.weight"), PX_WEIGHT_CONV);
+      assert_int_equal(param_kind(m, "blocks.0.body.6.weight"), PX_WEIGHT_CONV);
+    } else {
+      assert_int_equal(param_kind(m, "layers.0.se.fc1.weight"), PX_WEIGHT_CONV_FIXED);
+      assert_int_equal(param_kind(m, "layers.0.se.fc2.weight"), PX_WEIGHT_CONV_FIXED);
+      assert_int_equal(param_kind(m, "layers.0.se.fc1.bias"), PX_WEIGHT_CONV_BIAS);
+      assert_int_equal(param_kind(m, "layers.0.conv1.weight"), PX_WEIGHT_CONV);
+    }
+    int fixed = 0;
+    for (int i = 0; i < px_model_num_params(m); i++) {
+      int c = px_model_channel_consumer(m, i);
+      if (c >= 0) assert_int_equal(px_model_param(m, c)->kind, PX_WEIGHT_CONV);
+      fixed += px_model_param(m, i)->kind == PX_WEIGHT_CONV_FIXED;
+    }
+    print_message("%s: %d convolutions left out of pruning\n", nets[k], fixed);
+    assert_int_equal(px_model_compactable(m), 0);
+    px_model_destroy(m);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+  }
+  px_ops_destroy(ops);
+}
+
 /* The message of checking path, which must fail. */
 static const char *refusal(const char *path) {
   px_model_onnx_info_t info;
@@ -180,6 +226,13 @@ static void unsupported_operator_is_refused_with_node_and_file(void **state) {
   assert_non_null(strstr(msg, path));
   assert_non_null(strstr(msg, "/gate/Tanh"));
   assert_non_null(strstr(msg, "operator Tanh is not supported"));
+  /* a Clip other than ReLU6 */
+  snprintf(path, sizeof path, "%s/clip1.onnx", dir);
+  snprintf(cmd, sizeof cmd, PY " %s export clip1 %s", NETS, path);
+  assert_int_equal(system(cmd), 0);
+  msg = refusal(path);
+  assert_non_null(strstr(msg, "(Clip): only Clip(min 0, max 6) (ReLU6)"));
+  assert_non_null(strstr(msg, "clips to [0, 1]"));
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   assert_int_equal(system(cmd), 0);
 }
@@ -309,6 +362,7 @@ int main(void) {
       cmocka_unit_test(resnet_forward_and_gradients_match_pytorch),
       cmocka_unit_test(mobilenet_forward_and_gradients_match_pytorch),
       cmocka_unit_test(seresnet_forward_and_gradients_match_pytorch),
+      cmocka_unit_test(depthwise_and_se_convs_are_left_out_of_pruning),
       cmocka_unit_test(unsupported_operator_is_refused_with_node_and_file),
       cmocka_unit_test(truncated_and_garbage_files_are_refused),
       cmocka_unit_test(imported_vgg_exports_to_onnx_that_opencv_runs_alike),
