@@ -55,16 +55,52 @@ static int remove_dir(void **state) {
   return 0;
 }
 
-static void imported_resnet_trains_packs_less_and_exports_valid_onnx(void **state) {
-  const char *dir = *state;
-  if (!ready()) skip();
-  char data[320], onnx[320], spec[320], runs[320], out[320], exp[320], cmd[2048];
-  snprintf(data, sizeof data, "%s/data", dir);
+/* A Fashion-MNIST subset in dir/data (path in data); skips without the set. */
+static void write_data(const char *dir, char *data, size_t len, int ntrain, int ntest) {
+  snprintf(data, len, "%s/data", dir);
   assert_int_equal(mkdir(data, 0755), 0);
-  if (px_test_write_fmnist_subset(data, 8000, 1000) != 1) {
+  if (px_test_write_fmnist_subset(data, ntrain, ntest) != 1) {
     print_message("needs Fashion-MNIST in /usr/share/datasets/fashion-mnist\n");
     skip();
   }
+}
+
+/* pxctl run spec in dir (work directory dir/runs, output dir/out): the
+ * JSON result of a job that must succeed (caller frees it). */
+static pxj_t *run_job(const char *dir, const char *spec, int timeout_ms) {
+  char runs[320], out[320];
+  static char line[8192];
+  snprintf(runs, sizeof runs, "%s/runs", dir);
+  snprintf(out, sizeof out, "%s/out", dir);
+  assert_int_equal(mkdir(runs, 0755), 0);
+  const char *args[] = {"run", spec, "--json", "--work-dir", runs, "--output", out, NULL};
+  pxt_result_t r;
+  memset(&r, 0, sizeof r);
+  int code = pxt_pxctl(&r, dir, args, NULL, timeout_ms);
+  if (code != 0) pxt_show("pxctl run", &r);
+  assert_int_equal(code, 0);
+  pxj_t *v = pxj_parse(pxt_last_line(r.out, line, sizeof line));
+  assert_non_null(v);
+  assert_string_equal(pxj_str(v, "state"), "SUCCEEDED");
+  return v;
+}
+
+/* pxctl export --onnx of the job's final model into exp (dir/exp). */
+static void export_job(const char *dir, pxj_t *v, char *exp, size_t len) {
+  snprintf(exp, len, "%s/exp", dir);
+  const char *eargs[] = {"export", pxj_str(v, "model_path"), "--out", exp, "--onnx", NULL};
+  pxt_result_t er;
+  memset(&er, 0, sizeof er);
+  int code = pxt_pxctl(&er, dir, eargs, NULL, 60000);
+  if (code != 0) pxt_show("pxctl export", &er);
+  assert_int_equal(code, 0);
+}
+
+static void imported_resnet_trains_packs_less_and_exports_valid_onnx(void **state) {
+  const char *dir = *state;
+  if (!ready()) skip();
+  char data[320], onnx[320], spec[320], exp[320], cmd[2048];
+  write_data(dir, data, sizeof data, 8000, 1000);
   snprintf(onnx, sizeof onnx, "%s/resnet.onnx", dir);
   export_net("resnet", onnx);
   snprintf(spec, sizeof spec, "%s/job.yaml", dir);
@@ -80,19 +116,7 @@ static void imported_resnet_trains_packs_less_and_exports_valid_onnx(void **stat
           "  max_iterations: 16\n",
           data);
   fclose(fp);
-  snprintf(runs, sizeof runs, "%s/runs", dir);
-  snprintf(out, sizeof out, "%s/out", dir);
-  assert_int_equal(mkdir(runs, 0755), 0);
-  const char *args[] = {"run", spec, "--json", "--work-dir", runs, "--output", out, NULL};
-  pxt_result_t r;
-  memset(&r, 0, sizeof r);
-  int code = pxt_pxctl(&r, dir, args, NULL, 300000);
-  if (code != 0) pxt_show("pxctl run", &r);
-  assert_int_equal(code, 0);
-  char line[8192];
-  pxj_t *v = pxj_parse(pxt_last_line(r.out, line, sizeof line));
-  assert_non_null(v);
-  assert_string_equal(pxj_str(v, "state"), "SUCCEEDED");
+  pxj_t *v = run_job(dir, spec, 300000);
   double acc = pxj_num(v, "test_accuracy"), inter = pxj_num(v, "inter_bytes");
   double dense = pxj_num(v, "inter_bytes_dense");
   print_message("imported resnet: accuracy %.4f, density %.4f, inter-node %.0f bytes (dense %.0f, "
@@ -103,13 +127,7 @@ static void imported_resnet_trains_packs_less_and_exports_valid_onnx(void **stat
   assert_true(inter > 0 && inter < 0.8 * dense);
   assert_true(pxj_num(v, "compact_params") < pxj_num(v, "dense_params"));
 
-  snprintf(exp, sizeof exp, "%s/exp", dir);
-  const char *eargs[] = {"export", pxj_str(v, "model_path"), "--out", exp, "--onnx", NULL};
-  pxt_result_t er;
-  memset(&er, 0, sizeof er);
-  code = pxt_pxctl(&er, dir, eargs, NULL, 60000);
-  if (code != 0) pxt_show("pxctl export", &er);
-  assert_int_equal(code, 0);
+  export_job(dir, v, exp, sizeof exp);
   snprintf(cmd, sizeof cmd,
            PY " -c \"import onnx, cv2, numpy as np; m = onnx.load('%s/model.onnx'); "
               "onnx.checker.check_model(m, full_check=True); "
@@ -170,13 +188,8 @@ static void compact_logits(const char *dir, const char *compact, int n) {
  * function 'total'"). */
 static void graph_net_job(const char *dir, const char *net, int opencv) {
   if (!ready()) skip();
-  char data[320], onnx[320], spec[320], runs[320], out[320], exp[320], cmd[2048];
-  snprintf(data, sizeof data, "%s/data", dir);
-  assert_int_equal(mkdir(data, 0755), 0);
-  if (px_test_write_fmnist_subset(data, 2000, 500) != 1) {
-    print_message("needs Fashion-MNIST in /usr/share/datasets/fashion-mnist\n");
-    skip();
-  }
+  char data[320], onnx[320], spec[320], exp[320], cmd[2048];
+  write_data(dir, data, sizeof data, 2000, 500);
   snprintf(onnx, sizeof onnx, "%s/%s.onnx", dir, net);
   export_net(net, onnx);
   snprintf(spec, sizeof spec, "%s/job.yaml", dir);
@@ -192,32 +205,14 @@ static void graph_net_job(const char *dir, const char *net, int opencv) {
           "  max_iterations: 6\n",
           net, data);
   fclose(fp);
-  snprintf(runs, sizeof runs, "%s/runs", dir);
-  snprintf(out, sizeof out, "%s/out", dir);
-  assert_int_equal(mkdir(runs, 0755), 0);
-  const char *args[] = {"run", spec, "--json", "--work-dir", runs, "--output", out, NULL};
-  pxt_result_t r;
-  memset(&r, 0, sizeof r);
-  int code = pxt_pxctl(&r, dir, args, NULL, 120000);
-  if (code != 0) pxt_show("pxctl run", &r);
-  assert_int_equal(code, 0);
-  char line[8192];
-  pxj_t *v = pxj_parse(pxt_last_line(r.out, line, sizeof line));
-  assert_non_null(v);
-  assert_string_equal(pxj_str(v, "state"), "SUCCEEDED");
+  pxj_t *v = run_job(dir, spec, 120000);
   double inter = pxj_num(v, "inter_bytes"), dense = pxj_num(v, "inter_bytes_dense");
   print_message("imported %s: accuracy %.4f, density %.4f, inter-node %.0f bytes (dense %.0f, "
                 "%.1f%% saved)\n", net, pxj_num(v, "test_accuracy"), pxj_num(v, "density"), inter,
                 dense, 100.0 * (1.0 - inter / dense));
   assert_true(inter > 0 && inter < 0.9 * dense);
 
-  snprintf(exp, sizeof exp, "%s/exp", dir);
-  const char *eargs[] = {"export", pxj_str(v, "model_path"), "--out", exp, "--onnx", NULL};
-  pxt_result_t er;
-  memset(&er, 0, sizeof er);
-  code = pxt_pxctl(&er, dir, eargs, NULL, 60000);
-  if (code != 0) pxt_show("pxctl export", &er);
-  assert_int_equal(code, 0);
+  export_job(dir, v, exp, sizeof exp);
   snprintf(cmd, sizeof cmd, "%s/model.compact.safetensors", exp);
   compact_logits(dir, cmd, 8);
   snprintf(cmd, sizeof cmd, PY " -c \"import onnx; onnx.checker.check_model(onnx.load("

@@ -377,6 +377,17 @@ static px_status_t px__op_clip(px__imp_t *im, const Onnx__NodeProto *n) {
   return px__act(im, n, PX__ACT_RELU6, 0.0f);
 }
 
+/* A layer reading a and b, shaped like a (ADD, MUL). */
+static px_status_t px__two_in(px__imp_t *im, const Onnx__NodeProto *n, px__onnx_kind_t kind,
+                              const px__value_t *a, const px__value_t *b) {
+  px__onnx_layer_t *L;
+  PX_CHECK(px__new_layer(im, n, kind, &L));
+  L->in = a->layer;
+  L->in2 = b->layer;
+  L->c_out = a->c;
+  return px__out(im, n, im->g->nlayers - 1, a->c, a->h, a->w);
+}
+
 /* MatMul + Add of a constant [classes]: the classifier's bias (how a
  * MatMul-exported linear layer carries it). */
 static px_status_t px__fold_bias(px__imp_t *im, const Onnx__NodeProto *n, int *done) {
@@ -412,12 +423,7 @@ static px_status_t px__op_add(px__imp_t *im, const Onnx__NodeProto *n) {
                          a->w, b->c, b->h, b->w);
   if (a->layer < 0 || b->layer < 0 || a->layer == b->layer)
     return PX__NODE_FAIL(im, n, "an Add must join two different computed activations");
-  px__onnx_layer_t *L;
-  PX_CHECK(px__new_layer(im, n, PX__OL_ADD, &L));
-  L->in = a->layer;
-  L->in2 = b->layer;
-  L->c_out = a->c;
-  return px__out(im, n, im->g->nlayers - 1, a->c, a->h, a->w);
+  return px__two_in(im, n, PX__OL_ADD, a, b);
 }
 
 /* Mul of a map [C, H, W] and a per-channel gate [C, 1, 1] (the
@@ -437,12 +443,7 @@ static px_status_t px__op_mul(px__imp_t *im, const Onnx__NodeProto *n) {
                                 "of two computed activations (squeeze-and-excitation) is "
                                 "supported; the inputs are [%d, %d, %d] and [%d, %d, %d]",
                          a->c, a->h, a->w, b->c, b->h, b->w);
-  px__onnx_layer_t *L;
-  PX_CHECK(px__new_layer(im, n, PX__OL_MUL, &L));
-  L->in = a->layer;
-  L->in2 = b->layer;
-  L->c_out = a->c;
-  return px__out(im, n, im->g->nlayers - 1, a->c, a->h, a->w);
+  return px__two_in(im, n, PX__OL_MUL, a, b);
 }
 
 /* Concat on channels of 2 to 64 maps of one size: a chain of two-way
