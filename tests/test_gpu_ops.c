@@ -207,7 +207,7 @@ static void run_conv(const conv_case_t *cc, int tf32, double tol, uint64_t seed)
   pair_t p;
   pair_init(&p, tf32);
   px_conv2d_params_t prm = {cc->c_out, cc->k, cc->k, cc->stride, cc->stride, cc->pad, cc->pad,
-                            cc->bias};
+                            cc->bias, 1};
   px_tensor_t xs_c = spec4(px_device_cpu(), cc->n, cc->c, cc->h, cc->w);
   px_tensor_t xs_g = spec4(px_device_cuda(0), cc->n, cc->c, cc->h, cc->w);
   px_conv2d_t *oc, *og;

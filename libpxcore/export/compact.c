@@ -303,10 +303,36 @@ px_status_t px__compact_fill(px__compact_t *c, const px_model_t *dense, px_model
   return PX_OK;
 }
 
+/* A graph compaction does not take yet (px_model_compactable): its twin is
+ * a copy of the same graph and values (pruned weights zero, shapes kept). */
+static px_status_t px__copy_model(const px_model_t *dense, px_ops_t *ops, int32_t batch,
+                                  px_model_t **out) {
+  px_model_config_t cfg = *px_model_config(dense);
+  cfg.batch = batch;
+  PX_CHECK(px_model_create(ops, &cfg, out));
+  px_status_t st = PX_OK;
+  for (int f = 0; f < 2 && st == PX_OK; f++) {
+    const px_tensor_t *src = f ? px_model_flat_buffers(dense) : px_model_flat_params(dense);
+    const px_tensor_t *dst = f ? px_model_flat_buffers(*out) : px_model_flat_params(*out);
+    size_t bytes = px_tensor_numel(src) * sizeof(float);
+    float *tmp = px_malloc(bytes, "compact.copy");
+    if (!tmp) st = PX_ERR_NOMEM;
+    if (st == PX_OK) st = px_tensor_copy_to_host(src, tmp, bytes);
+    if (st == PX_OK) st = px_tensor_copy_from_host((px_tensor_t *)dst, tmp, bytes);
+    px_free(tmp);
+  }
+  if (st < 0) {
+    px_model_destroy(*out);
+    *out = NULL;
+  }
+  return st;
+}
+
 px_status_t px_model_compact(const px_model_t *dense, px_ops_t *ops, int32_t batch,
                              px_model_t **out) {
   PX_REQUIRE(dense && ops && out && batch >= 1, "px_model_compact: bad argument");
   *out = NULL;
+  if (!px_model_compactable(dense)) return px__copy_model(dense, ops, batch, out);
   px__compact_t *c;
   PX_CHECK(px__compact_plan(dense, 1, &c));
   px_status_t st = px__compact_build(c, dense, ops, batch, out);

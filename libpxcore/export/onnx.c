@@ -314,10 +314,78 @@ static void px__onnx_preprocess(px__pool_t *p, px__vec_t *nodes, px__vec_t *init
   px__node(p, nodes, "Div", "preprocess.div_std", div, 2, "normalized");
 }
 
+/* An imported graph's operators (ACT, MUL, CONCAT) as ONNX nodes. ReLU6 is
+ * Relu(x) - Relu(x - 6): opset 13's Clip takes its bounds as inputs, which
+ * OpenCV 4.6's dnn does not read. */
+static void px__onnx_graph_op(px__pool_t *p, px__vec_t *nodes, px__vec_t *inits,
+                              const px_model_node_t *n, int k, const char *in, const char *out) {
+  char nm[32], in2[32], bnd[2][48];
+  snprintf(in2, sizeof in2, "t%d", n->in2);
+  if (n->kind == PX_NODE_MUL || n->kind == PX_NODE_CONCAT) {
+    const char *ins[2] = {in, in2};
+    snprintf(nm, sizeof nm, "%s%d", n->kind == PX_NODE_MUL ? "mul" : "concat", k);
+    Onnx__NodeProto *node =
+        px__node(p, nodes, n->kind == PX_NODE_MUL ? "Mul" : "Concat", nm, ins, 2, out);
+    px__vec_t attrs = {0};
+    if (n->kind == PX_NODE_CONCAT) px__push(p, &attrs, px__attr_int(p, "axis", 1));
+    px__node_attrs(p, node, &attrs);
+    return;
+  }
+  static const char *const ops[] = {"Relu", "LeakyRelu", "Relu", "Sigmoid"};
+  const char *op = n->act >= 0 && n->act < 4 ? ops[n->act] : "Relu";
+  snprintf(nm, sizeof nm, "act%d", k);
+  const char *ins[1] = {in};
+  if (n->act == 2) { /* ReLU6(x) = Relu(x) - Relu(x - 6) */
+    const float six = 6.0f;
+    const int64_t one = 1;
+    snprintf(bnd[0], sizeof bnd[0], "%s.six", nm);
+    px__initializer_host(p, inits, bnd[0], ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, &one, &six,
+                         sizeof six);
+    char a[80], b[80], c[80], nb[64];
+    snprintf(a, sizeof a, "%s_lo", out);
+    snprintf(b, sizeof b, "%s_x6", out);
+    snprintf(c, sizeof c, "%s_hi", out);
+    const char *s1[2] = {in, bnd[0]}, *s2[1] = {b}, *s3[2] = {a, c};
+    px__node(p, nodes, "Relu", nm, ins, 1, a);
+    snprintf(nb, sizeof nb, "%s.sub6", nm);
+    px__node(p, nodes, "Sub", nb, s1, 2, b);
+    snprintf(nb, sizeof nb, "%s.relu_hi", nm);
+    px__node(p, nodes, "Relu", nb, s2, 1, c);
+    snprintf(nb, sizeof nb, "%s.clip", nm);
+    px__node(p, nodes, "Sub", nb, s3, 2, out);
+    return;
+  }
+  Onnx__NodeProto *node = px__node(p, nodes, op, nm, ins, 1, out);
+  px__vec_t attrs = {0};
+  if (n->act == 1) px__push(p, &attrs, px__attr_float(p, "alpha", n->alpha));
+  px__node_attrs(p, node, &attrs);
+}
+
+/* Global average pooling: flattened when the classifier reads it, 4-D
+ * otherwise (a squeeze-and-excitation's squeeze). */
+static void px__onnx_gap(px__pool_t *p, px__vec_t *nodes, const px_model_t *m,
+                         const px_model_node_t *n, int k, const char *in, const char *out) {
+  int flat = 0;
+  px_model_node_t r;
+  for (int j = k + 1; j < px_model_num_nodes(m); j++)
+    if (px_model_node(m, j, &r) == PX_OK && r.kind == PX_NODE_FC && r.in == n->out) flat = 1;
+  const char *ins[1] = {in};
+  char nm[32], pre[80];
+  snprintf(nm, sizeof nm, "avgpool%d", k);
+  snprintf(pre, sizeof pre, "%s_pre", out);
+  px__node(p, nodes, "GlobalAveragePool", flat ? "avgpool" : nm, ins, 1, flat ? pre : out);
+  if (!flat) return;
+  const char *f[1] = {pre};
+  Onnx__NodeProto *node = px__node(p, nodes, "Flatten", "flatten", f, 1, out);
+  px__vec_t attrs = {0};
+  px__push(p, &attrs, px__attr_int(p, "axis", 1));
+  px__node_attrs(p, node, &attrs);
+}
+
 /* Node k of the model as ONNX nodes (a BN or an add with a fused ReLU
  * gives two); allocation failures show in p->failed. */
-static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, const px_model_t *m, int k,
-                                 const char *input) {
+static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, px__vec_t *inits,
+                                 const px_model_t *m, int k, const char *input) {
   int na = px_model_num_acts(m);
   char names[2][64], nm[96];
   px_model_node_t n;
@@ -335,13 +403,13 @@ static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, const px_model
   snprintf(pre, sizeof pre, "%s_pre", out);
   switch (n.kind) {
     case PX_NODE_CONV: {
-      const char *ins[2] = {in, pn};
-      node = px__node(p, nodes, "Conv", nm, ins, 2, out);
+      const char *ins[3] = {in, pn, n.b >= 0 ? px_model_param(m, n.b)->name : ""};
+      node = px__node(p, nodes, "Conv", nm, ins, n.b >= 0 ? 3 : 2, out);
       px__push(p, &attrs, px__attr_ints(p, "kernel_shape", 2, n.kernel));
       px__push(p, &attrs, px__attr_ints(p, "strides", 2, n.stride));
       px__push(p, &attrs, px__attr_ints(p, "pads", 4, n.pad));
       px__push(p, &attrs, px__attr_ints(p, "dilations", 2, 1));
-      px__push(p, &attrs, px__attr_int(p, "group", 1));
+      px__push(p, &attrs, px__attr_int(p, "group", n.groups > 1 ? n.groups : 1));
       px__node_attrs(p, node, &attrs);
       break;
     }
@@ -371,15 +439,9 @@ static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, const px_model
       }
       break;
     }
-    case PX_NODE_GAP: {
-      const char *ins[1] = {in};
-      px__node(p, nodes, "GlobalAveragePool", "avgpool", ins, 1, pre);
-      const char *f[1] = {pre};
-      node = px__node(p, nodes, "Flatten", "flatten", f, 1, out);
-      px__push(p, &attrs, px__attr_int(p, "axis", 1));
-      px__node_attrs(p, node, &attrs);
+    case PX_NODE_GAP:
+      px__onnx_gap(p, nodes, m, &n, k, in, out);
       break;
-    }
     case PX_NODE_MAXPOOL:
     case PX_NODE_AVGPOOL: { /* an imported graph's pooling */
       const char *ins[1] = {in};
@@ -399,6 +461,11 @@ static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, const px_model
       px__node(p, nodes, "Identity", nm, ins, 1, out);
       break;
     }
+    case PX_NODE_ACT:
+    case PX_NODE_MUL:
+    case PX_NODE_CONCAT:
+      px__onnx_graph_op(p, nodes, inits, &n, k, in, out);
+      break;
     case PX_NODE_FC: {
       const char *ins[3] = {in, pn, px_model_param(m, n.b)->name};
       node = px__node(p, nodes, "Gemm", nm, ins, 3, out);
@@ -487,7 +554,7 @@ px_status_t px_onnx_save(const px_model_t *m, const char *path, const px_onnx_in
     PX_CHECK_GOTO(px__initializer(&p, &inits, px_model_buffer(m, i)->name,
                                   px_model_buffer(m, i)->value), st, done);
   for (int k = 0; k < nn; k++) {
-    PX_CHECK_GOTO(px__onnx_node(&p, &nodes, m, k, d ? "normalized" : "input"), st, done);
+    PX_CHECK_GOTO(px__onnx_node(&p, &nodes, &inits, m, k, d ? "normalized" : "input"), st, done);
     if (p.failed) {
       st = PX_ERR_NOMEM;
       goto done;

@@ -407,6 +407,8 @@ px_status_t px__infer_create(px_model_t *m, int32_t batch, int train_bn, px__inf
   *out = NULL;
   px_ops_t *ops = px_model_ops(m);
   PX_CHECK(px__cpu_require(ops, "inference engine"));
+  PX_REQUIRE(px_model_compactable(m), "inference engine: the model has graph operators (ACT, "
+             "MUL, CONCAT) or grouped or biased convolutions, which it does not run yet");
   const px_model_config_t *cfg = px_model_config(m);
   px__graph_t g;
   memset(&g, 0, sizeof g);

@@ -21,23 +21,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nn/px_graph_ops.h"
 #include "nn/px_onnx_int.h"
 #include "nn/px_ops_int.h"
 #include "prunex/nn.h"
 #include "px_check.h"
 
-typedef enum { PX__CONV, PX__BN, PX__ADD, PX__POOL, PX__FC, PX__REORDER } px__node_kind_t;
+/* ACT, MUL, CONCAT: the graph operators of imported networks (nn/px_graph_ops.h,
+ * CPU engine, plain f32 activations). */
+typedef enum {
+  PX__CONV, PX__BN, PX__ADD, PX__POOL, PX__FC, PX__REORDER, PX__ACT, PX__MUL, PX__CONCAT
+} px__node_kind_t;
 
 typedef struct {
   px__node_kind_t kind;
-  int in, in2, out;          /* activation indices (in2: ADD only) */
-  int w, b;                  /* parameter indices, -1 if none */
+  int in, in2, out;          /* activation indices (in2: ADD, MUL's gate, CONCAT's second) */
+  int w, b;                  /* parameter indices, -1 if none (CONV: b its bias) */
   int rm, rv;                /* BN running-statistics buffer indices */
   int relu;                  /* BN / ADD: ReLU fused */
   int kernel, stride;        /* CONV: square kernel, stride (padding kernel / 2);
                                 POOL: the same for a windowed pooling (0: global) */
   int pad;                   /* POOL: zero padding on each side */
   px_pool_mode_t mode;       /* POOL with kernel > 0 */
+  int groups;                /* CONV: 1 dense, > 1 grouped */
+  px__act_t act;             /* ACT */
+  float alpha;               /* ACT: LeakyReLU's slope */
   px_conv2d_t *conv;
   px_batchnorm_t *bn;
   px_add_t *add;
@@ -213,8 +221,11 @@ static px_status_t px__push(px_model_t *m, px__node_kind_t kind, int in, int in2
 
 static px_status_t px__reorder(px_model_t *m, int in, const px_tensor_t *spec, int *out);
 
-static px_status_t px__conv(px_model_t *m, int in, int c_out, int k, int stride, const char *name,
-                            int *out) {
+/* A convolution; groups > 1 is grouped / depthwise, bias adds a [c_out]
+ * bias parameter; kind is PX_WEIGHT_CONV, or PX_WEIGHT_CONV_FIXED for one
+ * left out of pruning. */
+static px_status_t px__conv_g(px_model_t *m, int in, int c_out, int k, int stride, int groups,
+                              int bias, px_weight_kind_t kind, const char *name, int *out) {
   if (m->widths) { /* a compact model: the file's width replaces the dense one */
     if (m->nconv >= m->cfg.nwidths)
       return px_set_error(PX_ERR_INVALID, "model widths: %d given, but %s has more convolutions",
@@ -236,19 +247,28 @@ static px_status_t px__conv(px_model_t *m, int in, int c_out, int k, int stride,
   PX_CHECK(px__push(m, PX__CONV, in, -1, &n));
   n->kernel = k;
   n->stride = stride;
-  px_conv2d_params_t p = {c_out, k, k, stride, stride, k / 2, k / 2, 0};
+  n->groups = groups;
+  px_conv2d_params_t p = {c_out, k, k, stride, stride, k / 2, k / 2, bias, groups};
   PX_CHECK(px_conv2d_create(m->ops, &m->acts[in], &p, &n->conv));
-  px_tensor_t ys, ws;
+  px_tensor_t ys, ws, bs;
   px_conv2d_y_spec(n->conv, &ys);
   px_conv2d_w_spec(n->conv, &ws);
-  int o, w;
+  px_conv2d_b_spec(n->conv, &bs);
+  int o, w, b = -1;
   PX_CHECK(px__new_act(m, &ys, &o));
-  PX_CHECK(px__new_param(m, &ws, name, "weight", PX_WEIGHT_CONV, &w));
+  PX_CHECK(px__new_param(m, &ws, name, "weight", kind, &w));
+  if (bias) PX_CHECK(px__new_param(m, &bs, name, "bias", PX_WEIGHT_CONV_BIAS, &b));
   n = &m->nodes[m->nnodes - 1]; /* arrays may have moved */
   n->out = o;
   n->w = w;
+  n->b = b;
   *out = o;
   return PX_OK;
+}
+
+static px_status_t px__conv(px_model_t *m, int in, int c_out, int k, int stride, const char *name,
+                            int *out) {
+  return px__conv_g(m, in, c_out, k, stride, 1, 0, PX_WEIGHT_CONV, name, out);
 }
 
 static px_status_t px__bn(px_model_t *m, int in, int relu, const char *name, int *out) {
@@ -296,6 +316,54 @@ static px_status_t px__reorder(px_model_t *m, int in, const px_tensor_t *spec, i
   PX_CHECK(px__new_act(m, &ys, &o));
   m->nodes[m->nnodes - 1].out = o;
   *out = o;
+  return PX_OK;
+}
+
+/* Activation a in plain f32 NCHW (what the graph operators read): a itself,
+ * or a conversion of it. */
+static px_status_t px__plain(px_model_t *m, int a, int *out) {
+  *out = a;
+  if (px_tensor_is_plain(&m->acts[a])) return PX_OK;
+  px_tensor_t plain;
+  const px_tensor_t *t = &m->acts[a];
+  PX_CHECK(px_tensor_init4(&plain, t->device, t->dims[0], t->dims[1], t->dims[2], t->dims[3]));
+  return px__reorder(m, a, &plain, out);
+}
+
+/* A graph operator's node (ACT, MUL, CONCAT) on plain inputs, giving a
+ * plain [N, c_out, H, W] output of in's size. */
+static px_status_t px__graph_node(px_model_t *m, px__node_kind_t kind, int in, int in2, int c_out,
+                                  int *out) {
+  PX_CHECK(px__plain(m, in, &in));
+  if (in2 >= 0) PX_CHECK(px__plain(m, in2, &in2));
+  const px_tensor_t *x = &m->acts[in];
+  px_tensor_t ys;
+  PX_CHECK(px_tensor_init4(&ys, x->device, x->dims[0], c_out, x->dims[2], x->dims[3]));
+  px__node_t *n;
+  PX_CHECK(px__push(m, kind, in, in2, &n));
+  int o;
+  PX_CHECK(px__new_act(m, &ys, &o));
+  m->nodes[m->nnodes - 1].out = o;
+  *out = o;
+  return PX_OK;
+}
+
+/* An activation is element-wise: it keeps its input's layout (no
+ * conversion) unless the layout pads the channels, where f(0) would not be
+ * 0 for every activation. */
+static px_status_t px__act_node(px_model_t *m, int in, px__act_t act, float alpha, int *out) {
+  const px_tensor_t *x = &m->acts[in];
+  if (px_tensor_is_plain(x) || x->nbytes != px_tensor_numel(x) * sizeof(float)) {
+    PX_CHECK(px__graph_node(m, PX__ACT, in, -1, (int)x->dims[1], out));
+  } else {
+    px__node_t *n;
+    PX_CHECK(px__push(m, PX__ACT, in, -1, &n));
+    px_tensor_t ys = m->acts[in];
+    PX_CHECK(px__new_act(m, &ys, out));
+    m->nodes[m->nnodes - 1].out = *out;
+  }
+  m->nodes[m->nnodes - 1].act = act;
+  m->nodes[m->nnodes - 1].alpha = alpha;
   return PX_OK;
 }
 
@@ -430,6 +498,19 @@ static px_status_t px__input(px_model_t *m, int *h) {
   return PX_OK;
 }
 
+/* Whether m's engine has kernels for layer L: the CUDA engine has none yet
+ * for the graph operators and grouped convolutions, and says so at build
+ * time, naming the node and its operator. */
+static px_status_t px__engine_takes(const px_model_t *m, const px__onnx_layer_t *L) {
+  if (px_ops_device(m->ops).kind == PX_DEVICE_CPU) return PX_OK;
+  int graph_op = L->kind == PX__OL_ACT || L->kind == PX__OL_MUL || L->kind == PX__OL_CONCAT ||
+                 (L->kind == PX__OL_CONV && L->groups > 1);
+  if (!graph_op) return PX_OK;
+  return px_set_error(PX_ERR_INVALID, "%s: node '%s' (%s%s): the CUDA engine has no kernel "
+                      "for this operator yet; train this model on the CPU engine", m->onnx,
+                      L->node, L->op ? L->op : "?", L->kind == PX__OL_CONV ? ", grouped" : "");
+}
+
 /* An imported graph (nn/onnx_import.c) through the same layer functions as
  * the built-in architectures: the layers map one to one onto nodes. */
 static px_status_t px__build_onnx(px_model_t *m) {
@@ -441,15 +522,31 @@ static px_status_t px__build_onnx(px_model_t *m) {
   PX_CHECK_GOTO(px__input(m, &x), st, done);
   for (int k = 0; k < g->nlayers; k++) {
     const px__onnx_layer_t *L = &g->layers[k];
-    int in = L->in < 0 ? x : act[L->in];
+    int in = L->in < 0 ? x : act[L->in], in2 = L->in2 < 0 ? x : act[L->in2];
+    PX_CHECK_GOTO(px__engine_takes(m, L), st, done);
     switch (L->kind) {
-      case PX__OL_CONV:
-        PX_CHECK_GOTO(px__conv(m, in, L->c_out, L->kernel, L->stride, L->prefix, &act[k]), st,
-                      done);
+      case PX__OL_CONV: {
+        /* grouped convs and those on a 1 x 1 map (squeeze-and-excitation)
+         * stay dense: see PX_WEIGHT_CONV_FIXED */
+        int fixed = L->groups > 1 || m->acts[in].dims[2] * m->acts[in].dims[3] == 1;
+        PX_CHECK_GOTO(px__conv_g(m, in, L->c_out, L->kernel, L->stride, L->groups,
+                                 L->b.n > 0, fixed ? PX_WEIGHT_CONV_FIXED : PX_WEIGHT_CONV,
+                                 L->prefix, &act[k]),
+                      st, done);
+        break;
+      }
+      case PX__OL_ACT:
+        PX_CHECK_GOTO(px__act_node(m, in, (px__act_t)L->act, L->alpha, &act[k]), st, done);
+        break;
+      case PX__OL_MUL:
+        PX_CHECK_GOTO(px__graph_node(m, PX__MUL, in, in2, L->c_out, &act[k]), st, done);
+        break;
+      case PX__OL_CONCAT:
+        PX_CHECK_GOTO(px__graph_node(m, PX__CONCAT, in, in2, L->c_out, &act[k]), st, done);
         break;
       case PX__OL_BN: PX_CHECK_GOTO(px__bn(m, in, L->relu, L->prefix, &act[k]), st, done); break;
       case PX__OL_ADD:
-        PX_CHECK_GOTO(px__add(m, in, L->in2 < 0 ? x : act[L->in2], L->relu, &act[k]), st, done);
+        PX_CHECK_GOTO(px__add(m, in, in2, L->relu, &act[k]), st, done);
         break;
       case PX__OL_GAP: PX_CHECK_GOTO(px__gap(m, in, &act[k]), st, done); break;
       case PX__OL_MAXPOOL:
@@ -833,12 +930,21 @@ int px_model_channel_consumer(const px_model_t *m, int i) {
     const px__node_t *bn = px__sole_reader(m, n->out);
     if (!bn || bn->kind != PX__BN) return -1;
     const px__node_t *c = px__sole_reader(m, bn->out);
-    if (!c || c->kind != PX__CONV) return -1;
+    if (!c || c->kind != PX__CONV || m->pkinds[c->w] != PX_WEIGHT_CONV) return -1;
     return c->w;
   }
   return -1;
 }
 int px_model_num_nodes(const px_model_t *m) { return m->nnodes; }
+
+int px_model_compactable(const px_model_t *m) {
+  for (int k = 0; k < m->nnodes; k++) {
+    const px__node_t *n = &m->nodes[k];
+    if (n->kind == PX__ACT || n->kind == PX__MUL || n->kind == PX__CONCAT) return 0;
+    if (n->kind == PX__CONV && (n->groups > 1 || n->b >= 0)) return 0;
+  }
+  return 1;
+}
 int px_model_num_acts(const px_model_t *m) { return m->nacts; }
 int px_model_act_channels(const px_model_t *m, int a) {
   return a >= 0 && a < m->nacts ? (int)m->acts[a].dims[1] : -1;
@@ -847,15 +953,18 @@ int px_model_act_channels(const px_model_t *m, int a) {
 px_status_t px_model_node(const px_model_t *m, int k, px_model_node_t *out) {
   PX_REQUIRE(k >= 0 && k < m->nnodes, "model node %d of %d", k, m->nnodes);
   const px__node_t *n = &m->nodes[k];
-  static const px_node_kind_t kinds[] = {PX_NODE_CONV, PX_NODE_BN, PX_NODE_ADD, PX_NODE_GAP,
-                                         PX_NODE_FC, PX_NODE_REORDER};
+  static const px_node_kind_t kinds[] = {PX_NODE_CONV, PX_NODE_BN,      PX_NODE_ADD,
+                                         PX_NODE_GAP,  PX_NODE_FC,      PX_NODE_REORDER,
+                                         PX_NODE_ACT,  PX_NODE_MUL,     PX_NODE_CONCAT};
   px_node_kind_t kind = kinds[n->kind];
   if (n->kind == PX__POOL && n->kernel > 0)
     kind = n->mode == PX_POOL_MAX ? PX_NODE_MAXPOOL : PX_NODE_AVGPOOL;
   *out = (px_model_node_t){kind, n->in, n->in2, n->out, n->w, n->b, n->rm, n->rv,
                            n->relu, n->kernel, n->stride,
                            n->kind == PX__POOL ? n->pad : n->kernel / 2,
-                           (int)m->acts[n->in].dims[1], (int)m->acts[n->out].dims[1]};
+                           (int)m->acts[n->in].dims[1], (int)m->acts[n->out].dims[1],
+                           n->kind == PX__CONV ? (n->groups > 1 ? n->groups : 1) : 0, (int)n->act,
+                           n->alpha};
   return PX_OK;
 }
 
@@ -900,6 +1009,18 @@ static px_status_t px__fill(px_tensor_t *t, float *tmp, size_t n) {
   return px_tensor_copy_from_host(t, tmp, n * sizeof(float));
 }
 
+/* a [rows, cols] in place to [cols, rows] (a MatMul's weight as Gemm's). */
+static px_status_t px__transpose(float *a, int64_t rows, int64_t cols) {
+  size_t n = (size_t)(rows * cols);
+  float *t = px_malloc(n * sizeof *t, "model.transpose");
+  if (!t) return PX_ERR_NOMEM;
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < cols; c++) t[c * rows + r] = a[r * cols + c];
+  memcpy(a, t, n * sizeof *t);
+  px_free(t);
+  return PX_OK;
+}
+
 /* An imported model starts from the file's weights: the layers hold them in
  * the order their nodes created parameters and buffers. */
 static px_status_t px__init_onnx(px_model_t *m, float *tmp) {
@@ -908,7 +1029,9 @@ static px_status_t px__init_onnx(px_model_t *m, float *tmp) {
   for (int k = 0; k < g->nlayers; k++) {
     const px__onnx_layer_t *L = &g->layers[k];
     const px__onnx_init_t *src[4] = {&L->w, &L->b, &L->rm, &L->rv};
-    int np = L->kind == PX__OL_CONV ? 1 : L->kind == PX__OL_BN || L->kind == PX__OL_FC ? 2 : 0;
+    int np = L->kind == PX__OL_CONV ? 1 + (L->b.n > 0)
+             : L->kind == PX__OL_BN || L->kind == PX__OL_FC ? 2
+                                                            : 0;
     int nb = L->kind == PX__OL_BN ? 2 : 0;
     for (int i = 0; i < np + nb; i++) {
       px_tensor_t *t = i < np ? &m->pvals[p++] : &m->bufs[b++];
@@ -918,6 +1041,7 @@ static px_status_t px__init_onnx(px_model_t *m, float *tmp) {
                             L->node, src[i]->n, n);
       if (src[i]->bytes) memcpy(tmp, src[i]->bytes, n * sizeof *tmp);
       else memset(tmp, 0, n * sizeof *tmp);
+      if (i == 0 && L->transposed) PX_CHECK(px__transpose(tmp, t->dims[1], t->dims[0]));
       PX_CHECK(px__fill(t, tmp, n));
     }
   }
@@ -945,7 +1069,8 @@ px_status_t px_model_init_params(px_model_t *m, uint64_t seed) {
      * change the others' initial values */
     px__init_rng_t r = {seed * 0x100000001B3ull + (uint64_t)i * 0x9E3779B97F4A7C15ull};
     switch (m->pkinds[i]) {
-      case PX_WEIGHT_CONV: {
+      case PX_WEIGHT_CONV:
+      case PX_WEIGHT_CONV_FIXED: {
         double fan_out = (double)t->dims[0] * t->dims[2] * t->dims[3];
         double std = sqrt(2.0 / fan_out);
         for (size_t j = 0; j < n; j++) tmp[j] = (float)(std * px__init_rng_normal(&r));
@@ -955,6 +1080,7 @@ px_status_t px_model_init_params(px_model_t *m, uint64_t seed) {
         for (size_t j = 0; j < n; j++) tmp[j] = 1.0f;
         break;
       case PX_WEIGHT_BN_SHIFT:
+      case PX_WEIGHT_CONV_BIAS:
         for (size_t j = 0; j < n; j++) tmp[j] = 0.0f;
         break;
       case PX_WEIGHT_FC:
@@ -983,6 +1109,19 @@ done:
 
 static px_tensor_t *px__ws(px__node_t *n) { return n->ws.nbytes > 0 ? &n->ws : NULL; }
 
+/* The graph operators run on host arrays: the CPU engine's plain tensors. */
+static void px__graph_forward(px_model_t *m, const px__node_t *n) {
+  const px_tensor_t *x = &m->acts[n->in], *y = &m->acts[n->out];
+  size_t hw = (size_t)x->dims[2] * x->dims[3], b = (size_t)x->dims[0];
+  if (n->kind == PX__ACT)
+    px__act_forward(y->data, x->data, px_tensor_numel(x), n->act, n->alpha);
+  else if (n->kind == PX__MUL)
+    px__mul_forward(y->data, x->data, m->acts[n->in2].data, b * (size_t)x->dims[1], hw);
+  else
+    px__concat_forward(y->data, x->data, m->acts[n->in2].data, b, (size_t)x->dims[1],
+                       (size_t)m->acts[n->in2].dims[1], hw);
+}
+
 static px_status_t px__forward(px_model_t *m, int train) {
   for (int k = 0; k < m->nnodes; k++) {
     px__node_t *n = &m->nodes[k];
@@ -990,7 +1129,13 @@ static px_status_t px__forward(px_model_t *m, int train) {
     const px_tensor_t *x = &m->acts[n->in];
     switch (n->kind) {
       case PX__CONV:
-        PX_CHECK(px_conv2d_forward(n->conv, y, x, &m->pvals[n->w], NULL));
+        PX_CHECK(px_conv2d_forward(n->conv, y, x, &m->pvals[n->w],
+                                   n->b >= 0 ? &m->pvals[n->b] : NULL));
+        break;
+      case PX__ACT:
+      case PX__MUL:
+      case PX__CONCAT:
+        px__graph_forward(m, n);
         break;
       case PX__BN:
         if (train)
@@ -1047,6 +1192,27 @@ static px_status_t px__route(px_model_t *m, int a, const px_tensor_t *g) {
   return px_add_forward(m->acc[a], &m->grads[a], &m->grads[a], g);
 }
 
+/* Their backward: the gradients of both inputs (none for the images). */
+static px_status_t px__graph_backward(px_model_t *m, const px__node_t *n) {
+  const px_tensor_t *x = &m->acts[n->in], *dy = &m->grads[n->out];
+  int want1 = n->in != 0 && n->in != m->in_act, want2 = n->in2 > 0 && n->in2 != m->in_act;
+  px_tensor_t *dx = want1 ? px__dx(m, n->in) : NULL;
+  px_tensor_t *dx2 = want2 ? px__dx(m, n->in2) : NULL;
+  size_t hw = (size_t)x->dims[2] * x->dims[3], b = (size_t)x->dims[0];
+  if (n->kind == PX__ACT && dx)
+    px__act_backward(dx->data, dy->data, x->data, m->acts[n->out].data, px_tensor_numel(x),
+                     n->act, n->alpha);
+  else if (n->kind == PX__MUL)
+    px__mul_backward(dx ? dx->data : NULL, dx2 ? dx2->data : NULL, dy->data, x->data,
+                     m->acts[n->in2].data, b * (size_t)x->dims[1], hw);
+  else if (n->kind == PX__CONCAT)
+    px__concat_backward(dx ? dx->data : NULL, dx2 ? dx2->data : NULL, dy->data, b,
+                        (size_t)x->dims[1], (size_t)m->acts[n->in2].dims[1], hw);
+  if (dx) PX_CHECK(px__settle(m, n->in, dx));
+  if (dx2) PX_CHECK(px__settle(m, n->in2, dx2));
+  return PX_OK;
+}
+
 static px_status_t px__backward(px_model_t *m) {
   memset(m->ready, 0, (size_t)m->nacts);
   m->ready[m->nacts - 1] = 1; /* the logits' gradient comes from the loss */
@@ -1054,6 +1220,10 @@ static px_status_t px__backward(px_model_t *m) {
     px__node_t *n = &m->nodes[k];
     px_tensor_t *dy = &m->grads[n->out];
     const px_tensor_t *x = &m->acts[n->in];
+    if (n->kind == PX__ACT || n->kind == PX__MUL || n->kind == PX__CONCAT) {
+      PX_CHECK(px__graph_backward(m, n));
+      continue;
+    }
     if (n->kind == PX__ADD) { /* routes its gradient rather than computing one */
       PX_CHECK(px_add_backward(n->add, dy, dy, &m->acts[n->out]));
       PX_CHECK(px__route(m, n->in, dy));
@@ -1064,7 +1234,8 @@ static px_status_t px__backward(px_model_t *m) {
     px_tensor_t *dx = n->in != 0 && n->in != m->in_act ? px__dx(m, n->in) : NULL;
     switch (n->kind) {
       case PX__CONV:
-        PX_CHECK(px_conv2d_backward_weights(n->conv, &m->pgrads[n->w], NULL, x, dy));
+        PX_CHECK(px_conv2d_backward_weights(n->conv, &m->pgrads[n->w],
+                                            n->b >= 0 ? &m->pgrads[n->b] : NULL, x, dy));
         if (dx) PX_CHECK(px_conv2d_backward_data(n->conv, dx, dy, &m->pvals[n->w]));
         break;
       case PX__BN:
@@ -1073,6 +1244,9 @@ static px_status_t px__backward(px_model_t *m) {
                                        px__ws(n)));
         break;
       case PX__ADD:
+      case PX__ACT:
+      case PX__MUL:
+      case PX__CONCAT:
         break;
       case PX__POOL:
         PX_CHECK(px_pool2d_backward(n->pool, dx, dy, px__ws(n)));

@@ -11,15 +11,19 @@
  * check is linear in the file. A node that cannot be taken is refused with
  * the file, the node's name and its operator.
  *
- * What is taken today (the layer set of the built-in models): Conv (no
- * bias, groups 1, square kernel, padding kernel/2, dilation 1),
- * BatchNormalization (epsilon 1e-5), Relu directly after a
- * BatchNormalization or an Add (fused there, as the built-in models fuse
- * it), Add of two activations, MaxPool and AveragePool (square windows; a
+ * What is taken today (the layer set of the built-in models and the graph
+ * operators of nn/px_graph_ops.h): Conv (bias optional, groups dividing the
+ * channels, so grouped and depthwise; square kernel, padding kernel/2,
+ * dilation 1), BatchNormalization (epsilon 1e-5), Relu (fused into a
+ * BatchNormalization or an Add right before it whose output nothing else
+ * reads, as the built-in models fuse it; otherwise a layer of its own),
+ * LeakyRelu, Clip(0, 6) (ReLU6), Sigmoid, Add of two activations, Mul of a
+ * map and a per-channel gate (squeeze-and-excitation), Concat on channels,
+ * MaxPool and AveragePool (square windows; a
  * zero Pad, with the Constant holding its sizes, folds into the
  * AveragePool after it, as PyTorch exports count_include_pad),
  * GlobalAveragePool, Flatten / Reshape of a C x 1 x 1 output to 2-D,
- * and one final Gemm (the classifier); Dropout and Identity pass their input
+ * and one final Gemm or MatMul (+ Add of its bias) (the classifier); Dropout and Identity pass their input
  * through (an Identity of an initializer is that initializer: PyTorch's
  * exporter writes those for equal-valued BN parameters). */
 #include <errno.h>
@@ -30,6 +34,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "nn/px_graph_ops.h"
 #include "nn/px_onnx_int.h"
 #include "onnx.pb-c.h"
 #include "prunex/nn.h"
@@ -58,8 +63,10 @@ typedef struct {
 } px__imp_t;
 
 static const char *const px__onnx_ops =
-    "Conv, BatchNormalization, Relu, Add, MaxPool, AveragePool, GlobalAveragePool, Flatten, "
-    "Reshape, Gemm, Dropout, Identity, Constant, Pad (before an AveragePool)";
+    "Conv, BatchNormalization, Relu, LeakyRelu, Clip (as ReLU6), Sigmoid, Add, Mul (a "
+    "per-channel gate), Concat (channels), MaxPool, AveragePool, GlobalAveragePool, Flatten, "
+    "Reshape, Gemm, MatMul (the classifier), Dropout, Identity, Constant, Pad (before an "
+    "AveragePool)";
 
 /* ---- the name table ----------------------------------------------------------- */
 
@@ -217,6 +224,8 @@ static px_status_t px__new_layer(px__imp_t *im, const Onnx__NodeProto *n, px__on
   L->kind = kind;
   L->in = L->in2 = -1;
   L->node = n->name ? n->name : "";
+  L->op = n->op_type;
+  L->groups = 1;
   *out = L;
   return PX_OK;
 }
@@ -248,12 +257,10 @@ static void px__prefix(px__onnx_layer_t *L, const char *wname, int k) {
 static px_status_t px__op_conv(px__imp_t *im, const Onnx__NodeProto *n) {
   px__value_t *x;
   PX_CHECK(px__act_in(im, n, 0, 1, &x));
-  if (n->n_input > 2 && n->input[2][0])
-    return PX__NODE_FAIL(im, n, "a Conv with a bias is not supported: export it with "
-                                "bias=False, followed by a BatchNormalization");
-  if (px__attr_i(n, "group", 1) != 1)
-    return PX__NODE_FAIL(im, n, "group = %lld: grouped and depthwise convolutions are not "
-                                "supported yet", (long long)px__attr_i(n, "group", 1));
+  int64_t grp = px__attr_i(n, "group", 1);
+  if (grp < 1 || grp > x->c || x->c % grp != 0)
+    return PX__NODE_FAIL(im, n, "group = %lld does not divide the %d input channels",
+                         (long long)grp, x->c);
   px__value_t *wv;
   PX_CHECK(px__in(im, n, 1, 1, &wv));
   if (wv->kind != PX__V_CONST || wv->t->n_dims != 4)
@@ -268,10 +275,15 @@ static px_status_t px__op_conv(px__imp_t *im, const Onnx__NodeProto *n) {
       !px__ints_all(n, "pads", kh / 2) || !px__ints_all(n, "strides", s) || s < 1 || s > 8)
     return PX__NODE_FAIL(im, n, "only square kernels (1 to 15) with padding kernel/2 on every "
                                 "side, equal strides (1 to 8) and dilation 1 are supported");
-  int64_t dims[4] = {co, x->c, kh, kw};
+  if (co % grp != 0)
+    return PX__NODE_FAIL(im, n, "group = %lld does not divide the %lld filters", (long long)grp,
+                         (long long)co);
+  int64_t dims[4] = {co, x->c / grp, kh, kw}, bd[1] = {co};
   px__onnx_layer_t *L;
   PX_CHECK(px__new_layer(im, n, PX__OL_CONV, &L));
   PX_CHECK(px__const_in(im, n, 1, 4, dims, &L->w));
+  if (n->n_input > 2 && n->input[2][0]) PX_CHECK(px__const_in(im, n, 2, 1, bd, &L->b));
+  L->groups = (int)grp;
   L->in = x->layer;
   L->c_out = (int)co;
   L->kernel = (int)kh;
@@ -306,19 +318,104 @@ static px_status_t px__op_bn(px__imp_t *im, const Onnx__NodeProto *n) {
   return px__out(im, n, im->g->nlayers - 1, x->c, x->h, x->w);
 }
 
+/* A standalone activation layer of the graph operators (nn/px_graph_ops.h). */
+static px_status_t px__act(px__imp_t *im, const Onnx__NodeProto *n, px__act_t a, float alpha) {
+  px__value_t *x;
+  PX_CHECK(px__act_in(im, n, 0, 1, &x));
+  px__onnx_layer_t *L;
+  PX_CHECK(px__new_layer(im, n, PX__OL_ACT, &L));
+  L->in = x->layer;
+  L->c_out = x->c;
+  L->act = (int)a;
+  L->alpha = alpha;
+  if (x->layer < 0) return PX__NODE_FAIL(im, n, "an activation of the graph input is not supported");
+  return px__out(im, n, im->g->nlayers - 1, x->c, x->h, x->w);
+}
+
 static px_status_t px__op_relu(px__imp_t *im, const Onnx__NodeProto *n) {
   px__value_t *x;
   PX_CHECK(px__act_in(im, n, 0, 0, &x));
   px__onnx_layer_t *L = x->layer >= 0 ? &im->g->layers[x->layer] : NULL;
   if (!L || (L->kind != PX__OL_BN && L->kind != PX__OL_ADD) || L->relu || x->uses != 1)
-    return PX__NODE_FAIL(im, n, "a Relu is supported only directly after a BatchNormalization "
-                                "or an Add whose output nothing else reads");
+    return px__act(im, n, PX__ACT_RELU, 0.0f); /* nothing to fuse into: a layer of its own */
   L->relu = 1;
   return px__out(im, n, x->layer, x->c, x->h, x->w);
 }
 
+/* A float scalar from an initializer or a Constant (Clip's bounds). */
+static int px__scalar(px__imp_t *im, const Onnx__NodeProto *n, size_t i, float *out) {
+  px__value_t *v;
+  if (px__in(im, n, i, 0, &v) < 0 || !v) return 0;
+  const Onnx__TensorProto *t = v->kind == PX__V_CONST ? v->t : NULL;
+  if (!t || t->data_type != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT || px__numel(t) != 1) return 0;
+  memcpy(out, t->has_raw_data ? (const void *)t->raw_data.data : (const void *)t->float_data,
+         sizeof *out);
+  return 1;
+}
+
+static px_status_t px__op_leaky(px__imp_t *im, const Onnx__NodeProto *n) {
+  float alpha = px__attr_f(n, "alpha", 0.01f);
+  if (!(alpha >= 0.0f && alpha < 1.0f))
+    return PX__NODE_FAIL(im, n, "alpha = %g: a slope in [0, 1) is supported", alpha);
+  return px__act(im, n, PX__ACT_LEAKY, alpha);
+}
+
+static px_status_t px__op_sigmoid(px__imp_t *im, const Onnx__NodeProto *n) {
+  return px__act(im, n, PX__ACT_SIGMOID, 0.0f);
+}
+
+/* Clip(0, 6): ReLU6 (MobileNetV2's activation); bounds from inputs (opset
+ * 11 and later) or attributes (older exporters). */
+static px_status_t px__op_clip(px__imp_t *im, const Onnx__NodeProto *n) {
+  float lo = px__attr_f(n, "min", -INFINITY), hi = px__attr_f(n, "max", INFINITY);
+  int ok = 1;
+  if (n->n_input > 1 && n->input[1][0]) ok = px__scalar(im, n, 1, &lo);
+  if (ok && n->n_input > 2 && n->input[2][0]) ok = px__scalar(im, n, 2, &hi);
+  if (!ok || lo != 0.0f || hi != 6.0f)
+    return PX__NODE_FAIL(im, n, "only Clip(min 0, max 6) (ReLU6) with constant float bounds is "
+                                "supported; this one clips to [%g, %g]", lo, hi);
+  return px__act(im, n, PX__ACT_RELU6, 0.0f);
+}
+
+/* A layer reading a and b, shaped like a (ADD, MUL). */
+static px_status_t px__two_in(px__imp_t *im, const Onnx__NodeProto *n, px__onnx_kind_t kind,
+                              const px__value_t *a, const px__value_t *b) {
+  px__onnx_layer_t *L;
+  PX_CHECK(px__new_layer(im, n, kind, &L));
+  L->in = a->layer;
+  L->in2 = b->layer;
+  L->c_out = a->c;
+  return px__out(im, n, im->g->nlayers - 1, a->c, a->h, a->w);
+}
+
+/* MatMul + Add of a constant [classes]: the classifier's bias (how a
+ * MatMul-exported linear layer carries it). */
+static px_status_t px__fold_bias(px__imp_t *im, const Onnx__NodeProto *n, int *done) {
+  px__value_t *a, *b;
+  *done = 0;
+  PX_CHECK(px__in(im, n, 0, 1, &a));
+  PX_CHECK(px__in(im, n, 1, 1, &b));
+  if (a->kind == PX__V_CONST) {
+    px__value_t *t = a;
+    a = b;
+    b = t;
+  }
+  if (b->kind != PX__V_CONST || a->kind != PX__V_ACT || a->h != 0) return PX_OK;
+  px__onnx_layer_t *L = a->layer >= 0 ? &im->g->layers[a->layer] : NULL;
+  if (!L || L->kind != PX__OL_FC || !L->transposed || L->b.bytes || a->uses != 1)
+    return PX__NODE_FAIL(im, n, "an Add of a constant is supported only as the bias of a final "
+                                "MatMul whose output nothing else reads");
+  int64_t bd[1] = {L->c_out};
+  PX_CHECK(px__const_in(im, n, strcmp(n->input[0], b->name) ? 1 : 0, 1, bd, &L->b));
+  *done = 1;
+  return px__out(im, n, a->layer, a->c, 0, 0);
+}
+
 static px_status_t px__op_add(px__imp_t *im, const Onnx__NodeProto *n) {
   px__value_t *a, *b;
+  int folded;
+  PX_CHECK(px__fold_bias(im, n, &folded));
+  if (folded) return PX_OK;
   PX_CHECK(px__act_in(im, n, 0, 1, &a));
   PX_CHECK(px__act_in(im, n, 1, 1, &b));
   if (a->c != b->c || a->h != b->h || a->w != b->w)
@@ -326,12 +423,79 @@ static px_status_t px__op_add(px__imp_t *im, const Onnx__NodeProto *n) {
                          a->w, b->c, b->h, b->w);
   if (a->layer < 0 || b->layer < 0 || a->layer == b->layer)
     return PX__NODE_FAIL(im, n, "an Add must join two different computed activations");
+  return px__two_in(im, n, PX__OL_ADD, a, b);
+}
+
+/* Mul of a map [C, H, W] and a per-channel gate [C, 1, 1] (the
+ * squeeze-and-excitation product), in either order. */
+static px_status_t px__op_mul(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *a, *b;
+  PX_CHECK(px__act_in(im, n, 0, 1, &a));
+  PX_CHECK(px__act_in(im, n, 1, 1, &b));
+  if (a->h == 1 && a->w == 1 && (b->h != 1 || b->w != 1)) {
+    px__value_t *t = a;
+    a = b;
+    b = t;
+  }
+  if (a->c != b->c || b->h != 1 || b->w != 1 || a->layer < 0 || b->layer < 0 ||
+      a->layer == b->layer)
+    return PX__NODE_FAIL(im, n, "only a map [N, C, H, W] times a per-channel gate [N, C, 1, 1] "
+                                "of two computed activations (squeeze-and-excitation) is "
+                                "supported; the inputs are [%d, %d, %d] and [%d, %d, %d]",
+                         a->c, a->h, a->w, b->c, b->h, b->w);
+  return px__two_in(im, n, PX__OL_MUL, a, b);
+}
+
+/* Concat on channels of 2 to 64 maps of one size: a chain of two-way
+ * concatenations (the same values; the model has a two-input node). */
+static px_status_t px__op_concat(px__imp_t *im, const Onnx__NodeProto *n) {
+  int64_t axis = px__attr_i(n, "axis", 0);
+  if (axis != 1 && axis != -3)
+    return PX__NODE_FAIL(im, n, "axis = %lld: only the channel axis (1) is supported",
+                         (long long)axis);
+  if (n->n_input < 2 || n->n_input > 64)
+    return PX__NODE_FAIL(im, n, "%zu inputs: 2 to 64 are supported", n->n_input);
+  px__value_t *a, *b;
+  PX_CHECK(px__act_in(im, n, 0, 1, &a));
+  int layer = a->layer, c = a->c, h = a->h, w = a->w;
+  for (size_t i = 1; i < n->n_input; i++) {
+    PX_CHECK(px__act_in(im, n, i, 1, &b));
+    if (b->h != h || b->w != w || layer < 0 || b->layer < 0 || b->layer == layer ||
+        c + b->c > 65536)
+      return PX__NODE_FAIL(im, n, "input %zu ('%s') is [%d, %d, %d]: the inputs must be "
+                                  "distinct computed maps of %d x %d", i, n->input[i], b->c, b->h,
+                           b->w, h, w);
+    px__onnx_layer_t *L;
+    PX_CHECK(px__new_layer(im, n, PX__OL_CONCAT, &L));
+    L->in = layer;
+    L->in2 = b->layer;
+    c += b->c;
+    L->c_out = c;
+    layer = im->g->nlayers - 1;
+  }
+  return px__out(im, n, layer, c, h, w);
+}
+
+/* MatMul of the flattened features [N, F] by a constant [F, K]: the
+ * classifier, as a Gemm with the weight transposed (its bias, if any, is
+ * the Add that follows). */
+static px_status_t px__op_matmul(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x, *wv;
+  PX_CHECK(px__act_in(im, n, 0, 0, &x));
+  PX_CHECK(px__in(im, n, 1, 1, &wv));
+  if (x->h != 0 || wv->kind != PX__V_CONST || wv->t->n_dims != 2 || wv->t->dims[1] < 1 ||
+      wv->t->dims[1] > 1000000)
+    return PX__NODE_FAIL(im, n, "only a final 2-D product of the flattened features [N, F] and "
+                                "a constant weight [F, K] is supported");
+  int64_t wd[2] = {x->c, wv->t->dims[1]};
   px__onnx_layer_t *L;
-  PX_CHECK(px__new_layer(im, n, PX__OL_ADD, &L));
-  L->in = a->layer;
-  L->in2 = b->layer;
-  L->c_out = a->c;
-  return px__out(im, n, im->g->nlayers - 1, a->c, a->h, a->w);
+  PX_CHECK(px__new_layer(im, n, PX__OL_FC, &L));
+  PX_CHECK(px__const_in(im, n, 1, 2, wd, &L->w));
+  L->in = x->layer;
+  L->c_out = (int)wd[1];
+  L->transposed = 1;
+  px__prefix(L, n->input[1], im->g->nlayers - 1);
+  return px__out(im, n, im->g->nlayers - 1, (int)wd[1], 0, 0);
 }
 
 static px_status_t px__op_gap(px__imp_t *im, const Onnx__NodeProto *n) {
@@ -504,6 +668,9 @@ static const struct {
     {"Dropout", px__op_pass},    {"Identity", px__op_pass},
     {"MaxPool", px__op_pool},    {"AveragePool", px__op_pool},
     {"Constant", px__op_constant}, {"Pad", px__op_pad},
+    {"LeakyRelu", px__op_leaky}, {"Clip", px__op_clip},
+    {"Sigmoid", px__op_sigmoid}, {"Mul", px__op_mul},
+    {"Concat", px__op_concat},   {"MatMul", px__op_matmul},
 };
 
 static px_status_t px__node(px__imp_t *im, const Onnx__NodeProto *n) {

@@ -96,6 +96,10 @@ px_status_t px__ops_check_tensor(const px_tensor_t *t, const px_tensor_t *spec, 
 px_status_t px_conv2d_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_conv2d_params_t *p,
                              px_conv2d_t **out) {
   PX__REQUIRE_OPS(ops, out, "px_conv2d_create");
+  if (p && p->groups > 1 && strcmp(PX__BE(ops)->name, "cpu"))
+    return px_set_error(PX_ERR_INVALID, "px_conv2d_create: a grouped convolution (groups = %d) "
+                        "has no %s kernel yet: run this model on the CPU engine", (int)p->groups,
+                        PX__BE(ops)->name);
   return PX__BE(ops)->conv2d_create(ops, x_spec, p, out);
 }
 

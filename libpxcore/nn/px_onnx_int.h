@@ -24,7 +24,8 @@ extern "C" {
 #define PX__ONNX_MAX_NAME 200           /* bytes of a tensor or node name */
 
 typedef enum {
-  PX__OL_CONV, PX__OL_BN, PX__OL_ADD, PX__OL_GAP, PX__OL_FC, PX__OL_MAXPOOL, PX__OL_AVGPOOL
+  PX__OL_CONV, PX__OL_BN, PX__OL_ADD, PX__OL_GAP, PX__OL_FC, PX__OL_MAXPOOL, PX__OL_AVGPOOL,
+  PX__OL_ACT, PX__OL_MUL, PX__OL_CONCAT
 } px__onnx_kind_t;
 
 /* One weight tensor's initial values: n little-endian float32 at bytes
@@ -36,14 +37,21 @@ typedef struct {
 
 typedef struct {
   px__onnx_kind_t kind;
-  int in, in2;            /* layer whose output is read; -1: the graph input (in2: ADD only) */
+  int in, in2;            /* layer whose output is read; -1: the graph input (in2: ADD, MUL
+                             (the per-channel gate), CONCAT (the second part)) */
   int relu;               /* BN / ADD: a Relu follows and is fused */
   int c_out;              /* CONV: filters; FC: classes; others: channels of the output */
   int kernel, stride;     /* CONV: square kernel, stride, padding kernel / 2; pools: window */
   int pad;                /* pools: zero padding on each side (AVGPOOL counts it) */
   float eps;              /* BN */
+  int groups;             /* CONV: 1, or grouped / depthwise */
+  int act;                /* ACT: a px__act_t (nn/px_graph_ops.h) */
+  float alpha;            /* ACT: LeakyRelu's slope */
+  int transposed;         /* FC: w is [features, classes] (a MatMul's), not Gemm's [classes,
+                             features] */
+  const char *op;         /* the ONNX operator (for messages) */
   char prefix[PX__ONNX_MAX_NAME + 1]; /* parameter names: prefix.weight, ... */
-  px__onnx_init_t w, b, rm, rv;        /* CONV: w; BN: w b rm rv; FC: w b */
+  px__onnx_init_t w, b, rm, rv;        /* CONV: w [b]; BN: w b rm rv; FC: w b */
   const char *node;       /* the ONNX node's name (for messages) */
 } px__onnx_layer_t;
 

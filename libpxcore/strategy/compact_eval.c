@@ -37,7 +37,7 @@ struct px__ceval {
 };
 
 int px__ceval_wanted(const px__strategy_run_t *r, int has_consensus) {
-  return has_consensus && !r->cuda && !r->cfg->eval_dense;
+  return has_consensus && !r->cuda && !r->cfg->eval_dense && px_model_compactable(r->m);
 }
 
 void px__ceval_destroy(px__ceval_t *ce) {

@@ -40,6 +40,10 @@ typedef enum {
   PX_WEIGHT_BN_SHIFT = 2, /* [c] */
   PX_WEIGHT_FC = 3,       /* [out, in] */
   PX_WEIGHT_FC_BIAS = 4,  /* [out] */
+  PX_WEIGHT_CONV_BIAS = 5,  /* conv bias [c_out] (imported graphs) */
+  PX_WEIGHT_CONV_FIXED = 6, /* conv weight [c_out, c_in / groups, kh, kw] left out of pruning
+                               (imported graphs): a grouped or depthwise conv, or one on a
+                               1 x 1 input (a squeeze-and-excitation squeeze or expand) */
 } px_weight_kind_t;
 
 typedef struct {
@@ -139,9 +143,13 @@ PX_API int px_model_num_buffers(const px_model_t *m);
  * model may need before a residual add. MAXPOOL, AVGPOOL (imported graphs):
  * a windowed pooling (kernel, stride, pad; AVGPOOL divides by kernel^2, the
  * padding included, as PyTorch's default count_include_pad). */
+/* ACT, MUL, CONCAT (imported graphs, CPU engine): a standalone activation
+ * (act: 0 ReLU, 1 LeakyReLU of slope alpha, 2 ReLU6, 3 sigmoid); in times a
+ * per-channel gate in2 [N, C, 1, 1] (squeeze-and-excitation); in and in2
+ * joined on channels (in first). */
 typedef enum {
   PX_NODE_CONV, PX_NODE_BN, PX_NODE_ADD, PX_NODE_GAP, PX_NODE_FC, PX_NODE_REORDER,
-  PX_NODE_MAXPOOL, PX_NODE_AVGPOOL
+  PX_NODE_MAXPOOL, PX_NODE_AVGPOOL, PX_NODE_ACT, PX_NODE_MUL, PX_NODE_CONCAT
 } px_node_kind_t;
 typedef struct {
   px_node_kind_t kind;
@@ -154,7 +162,15 @@ typedef struct {
   int kernel, stride, pad; /* CONV, MAXPOOL, AVGPOOL: square kernel, stride, zero padding
                               on each side */
   int c_in, c_out;         /* channels (FC: features) of input and output */
+  int groups;              /* CONV: 1 dense, > 1 grouped (c_in == groups: depthwise) */
+  int act;                 /* ACT: the activation (see above) */
+  float alpha;             /* ACT: LeakyReLU's negative slope */
 } px_model_node_t;
+/* 1 when every node of m is one compaction and the compact evaluation
+ * handle (the built-in layer set: dense convs without bias, BN, ADD,
+ * pools, FC); 0 when the graph has ACT, MUL, CONCAT nodes or grouped or
+ * biased convs: such a model is evaluated dense and exported uncompacted. */
+PX_API int px_model_compactable(const px_model_t *m);
 PX_API int px_model_num_nodes(const px_model_t *m);
 /* Fills *out for node k; PX_ERR_INVALID when k is out of range. */
 PX_API px_status_t px_model_node(const px_model_t *m, int k, px_model_node_t *out);

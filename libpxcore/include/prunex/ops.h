@@ -123,6 +123,9 @@ typedef struct {
   int32_t stride_h, stride_w; /* >= 1 */
   int32_t pad_h, pad_w;       /* symmetric zero padding, >= 0 */
   int32_t bias;               /* 1: add a bias [c_out] */
+  int32_t groups;             /* 0 or 1: dense; g > 1: grouped (C_in and c_out divisible by g;
+                                 g = C_in = c_out is depthwise). CPU engine only for now: the
+                                 CUDA engine refuses g > 1 at creation */
 } px_conv2d_params_t;
 
 typedef struct px_conv2d px_conv2d_t;
@@ -135,7 +138,7 @@ PX_API px_status_t px_conv2d_create(px_ops_t *ops, const px_tensor_t *x_spec,
 PX_API void px_conv2d_destroy(px_conv2d_t *op);
 
 /* Specs (no storage): y [N, C_out, OH, OW] in the backend's layout; w plain
- * [C_out, C_in, KH, KW]; b plain [C_out]. */
+ * [C_out, C_in / groups, KH, KW]; b plain [C_out]. */
 PX_API void px_conv2d_y_spec(const px_conv2d_t *op, px_tensor_t *spec);
 PX_API void px_conv2d_w_spec(const px_conv2d_t *op, px_tensor_t *spec);
 PX_API void px_conv2d_b_spec(const px_conv2d_t *op, px_tensor_t *spec);

@@ -47,6 +47,20 @@ static int64_t px__out_dim(int64_t in, int32_t k, int32_t s, int32_t pad) {
   return span < 0 ? 0 : span / s + 1;
 }
 
+/* The weights' plain and primitive-chosen descriptors. Grouped: oneDNN's
+ * weights are [g, c_out/g, c_in/g, kh, kw], the same bytes as the plain
+ * [c_out, c_in/g, kh, kw] the caller holds. */
+static px_status_t px__weight_mds(const px_conv2d_params_t *p, int64_t c_in, int64_t g,
+                                  dnnl_memory_desc_t *plain, dnnl_memory_desc_t *any) {
+  dnnl_dims_t wd = {p->c_out, c_in, p->kh, p->kw}, gwd = {g, p->c_out / g, c_in / g, p->kh, p->kw};
+  const int64_t wdims[4] = {p->c_out, c_in / g, p->kh, p->kw};
+  if (g > 1) PX_DNNL(dnnl_memory_desc_init_by_tag(plain, 5, gwd, dnnl_f32, dnnl_goihw));
+  else PX_CHECK(px__cpu_plain_md(plain, 4, wdims, PX_DTYPE_F32));
+  PX_DNNL(dnnl_memory_desc_init_by_tag(any, g > 1 ? 5 : 4, g > 1 ? gwd : wd, dnnl_f32,
+                                       dnnl_format_tag_any));
+  return PX_OK;
+}
+
 px_status_t px__cpu_conv2d_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_conv2d_params_t *p,
                                   px_conv2d_t **out) {
   PX_REQUIRE(out && p, "px_conv2d_create: NULL argument");
@@ -56,7 +70,10 @@ px_status_t px__cpu_conv2d_create(px_ops_t *ops, const px_tensor_t *x_spec, cons
                  p->pad_h >= 0 && p->pad_w >= 0,
              "px_conv2d_create: bad parameters (c_out %d, kernel %dx%d, stride %dx%d, pad %dx%d)",
              p->c_out, p->kh, p->kw, p->stride_h, p->stride_w, p->pad_h, p->pad_w);
-  const int64_t n = x_spec->dims[0], c_in = x_spec->dims[1];
+  const int64_t n = x_spec->dims[0], c_in = x_spec->dims[1], g = p->groups > 1 ? p->groups : 1;
+  PX_REQUIRE(p->groups >= 0 && c_in % g == 0 && p->c_out % g == 0,
+             "px_conv2d_create: %lld input and %d output channels in %lld groups",
+             (long long)c_in, p->c_out, (long long)g);
   const int64_t oh = px__out_dim(x_spec->dims[2], p->kh, p->stride_h, p->pad_h);
   const int64_t ow = px__out_dim(x_spec->dims[3], p->kw, p->stride_w, p->pad_w);
   PX_REQUIRE(oh > 0 && ow > 0, "px_conv2d_create: kernel larger than the padded input");
@@ -75,14 +92,13 @@ px_status_t px__cpu_conv2d_create(px_ops_t *ops, const px_tensor_t *x_spec, cons
   op->x_spec.flags = 0;
 
   dnnl_memory_desc_t x_md, w_plain, w_any, b_md, y_any;
-  const int64_t wdims[4] = {p->c_out, c_in, p->kh, p->kw};
+  const int64_t wdims[4] = {p->c_out, c_in / g, p->kh, p->kw};
   const int64_t bdims[1] = {p->c_out};
-  dnnl_dims_t ydims = {n, p->c_out, oh, ow}, wd = {p->c_out, c_in, p->kh, p->kw};
+  dnnl_dims_t ydims = {n, p->c_out, oh, ow};
   dnnl_dims_t strides = {p->stride_h, p->stride_w}, pad = {p->pad_h, p->pad_w};
   PX_CHECK_GOTO(px__cpu_md_of(ops, x_spec, &x_md), st, fail);
-  PX_CHECK_GOTO(px__cpu_plain_md(&w_plain, 4, wdims, PX_DTYPE_F32), st, fail);
+  PX_CHECK_GOTO(px__weight_mds(p, c_in, g, &w_plain, &w_any), st, fail);
   PX_CHECK_GOTO(px__cpu_plain_md(&b_md, 1, bdims, PX_DTYPE_F32), st, fail);
-  PX_DNNL_GOTO(dnnl_memory_desc_init_by_tag(&w_any, 4, wd, dnnl_f32, dnnl_format_tag_any), st, fail);
   PX_DNNL_GOTO(dnnl_memory_desc_init_by_tag(&y_any, 4, ydims, dnnl_f32, dnnl_format_tag_any), st,
                fail);
   PX_CHECK_GOTO(px_tensor_init(&op->w_spec, ops->device, PX_DTYPE_F32, 4, wdims), st, fail);

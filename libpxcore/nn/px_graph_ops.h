@@ -1,0 +1,46 @@
+/* The graph operators an imported network needs beyond the built-in ResNets'
+ * layer set (nn/cpu/cpu_graph.c): standalone activations (ReLU, LeakyReLU,
+ * ReLU6, sigmoid), the squeeze-and-excitation product of a map and a
+ * per-channel gate, and the concatenation of two maps on channels.
+ *
+ * They run on the CPU engine on plain f32 NCHW host arrays (the model
+ * converts a blocked input to plain first); each is a plain loop, its own
+ * reference. The CUDA engine has no kernels for them yet: the model refuses
+ * a graph that uses them on a GPU when it is built, naming the operator. */
+#ifndef PX_GRAPH_OPS_H
+#define PX_GRAPH_OPS_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { PX__ACT_RELU = 0, PX__ACT_LEAKY = 1, PX__ACT_RELU6 = 2, PX__ACT_SIGMOID = 3 } px__act_t;
+
+/* The activation's name as ONNX spells it ("Relu", "LeakyRelu", "Clip", "Sigmoid"). */
+const char *px__act_onnx_name(px__act_t a);
+
+/* y[i] = act(x[i]) for i < n (alpha: LeakyReLU's negative slope). */
+void px__act_forward(float *y, const float *x, size_t n, px__act_t a, float alpha);
+/* dx[i] = dy[i] * act'(x[i]) (sigmoid reads y = act(x) instead of x). */
+void px__act_backward(float *dx, const float *dy, const float *x, const float *y, size_t n,
+                      px__act_t a, float alpha);
+
+/* y[nc, i] = x[nc, i] * g[nc] for nc < nc_total (N * C rows) and i < hw. */
+void px__mul_forward(float *y, const float *x, const float *g, size_t nc, size_t hw);
+/* dx = dy * g (NULL: not wanted), dg[nc] = sum_i dy[nc, i] * x[nc, i] (NULL: not wanted). */
+void px__mul_backward(float *dx, float *dg, const float *dy, const float *x, const float *g,
+                      size_t nc, size_t hw);
+
+/* y[n] = [a[n]; b[n]] for n < batch: a holds ca, b cb channels of hw values. */
+void px__concat_forward(float *y, const float *a, const float *b, size_t batch, size_t ca,
+                        size_t cb, size_t hw);
+/* da, db (NULL: not wanted) the two slices of dy. */
+void px__concat_backward(float *da, float *db, const float *dy, size_t batch, size_t ca, size_t cb,
+                         size_t hw);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
