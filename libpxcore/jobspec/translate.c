@@ -3,13 +3,14 @@
  * configurations the programs build from a complete spec: the trainer's,
  * the strategy's, the data plane's and the coordinator's control policy.
  * The coordinator and the worker call these and keep no rules of their own;
- * the rules themselves are the schema table's (schema.c). */
+ * the rules themselves are the schema table's (schema.c). This file needs
+ * the engine's defaults, so it is the one file of jobspec/ outside the
+ * client part (PX_ENGINE_FILES in libpxcore/CMakeLists.txt). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "jobspec/jobspec_int.h"
-#include "prunex/data.h"
 #include "prunex/jobspec.h"
 #include "prunex/quantize.h"
 #include "px_check.h"
@@ -102,18 +103,6 @@ px_status_t px_jobspec_check_submitted(const Prunex__V1__JobSpec *spec) {
     snprintf(why, sizeof why, "%s", px_last_error());
     return px_set_error(PX_ERR_INVALID, PX__JS_WIRE "%s", why);
   }
-  return PX_OK;
-}
-
-px_status_t px_jobspec_check_data(const Prunex__V1__JobSpec *spec) {
-  PX_REQUIRE(spec && spec->dataset && spec->model, "px_jobspec_check_data: incomplete spec");
-  if (strcmp(spec->dataset->name, "folder") != 0) return PX_OK;
-  int32_t classes = 0;
-  PX_CHECK(px_folder_check(spec->dataset->path, &classes, NULL));
-  if (spec->model->num_classes != 0 && spec->model->num_classes != classes)
-    return px_set_error(PX_ERR_INVALID, PX__JS_WIRE "model.num_classes: %d, but the image folder "
-                        "%s has %d classes (0 takes it from the data set)",
-                        spec->model->num_classes, spec->dataset->path, classes);
   return PX_OK;
 }
 
