@@ -43,11 +43,15 @@ static px_status_t pxctl_engine_run(const char **argv, char *out, size_t cap) {
     _exit(127);
   }
   close(fd[1]);
+  /* read to the end (what does not fit is dropped: the child never blocks) */
   size_t len = 0;
   ssize_t n;
-  while (pid > 0 && (n = read(fd[0], out + len, cap - 1 - len)) != 0) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 || (len += (size_t)n) == cap - 1) break;
+  char drop[512];
+  while (pid > 0) {
+    int full = len == cap - 1;
+    n = full ? read(fd[0], drop, sizeof drop) : read(fd[0], out + len, cap - 1 - len);
+    if (n == 0 || (n < 0 && errno != EINTR)) break;
+    if (n > 0 && !full) len += (size_t)n;
   }
   out[len] = '\0';
   close(fd[0]);
