@@ -42,6 +42,7 @@ enum {
   OPT_ONNX = 1 << 20,
   OPT_USER = 1 << 21,
   OPT_SINCE = 1 << 22,
+  OPT_FIELD = 1 << 23, /* wherever --json is */
 };
 
 typedef struct {
@@ -64,6 +65,7 @@ static const pxctl_opt_t pxctl_options[] = {
     {"--db", OPT_DB, 1},             {"--http", OPT_HTTP, 1},
     {"--onnx", OPT_ONNX, 0},
     {"--user", OPT_USER, 1},         {"--since", OPT_SINCE, 1},
+    {"--field", OPT_FIELD, 1},
 };
 
 typedef struct {
@@ -75,6 +77,17 @@ typedef struct {
   int npos;              /* positional arguments it takes */
   int (*fn)(pxctl_opts_t *);
 } pxctl_cmd_t;
+
+/* The commands that read a finished run without a coordinator (pxctl_offline.c). */
+#define OFFLINE_HELP                                                                       \
+  "JOB may also be the directory a `pxctl run` left, read without a coordinator:\n"        \
+  "its output directory (OUTPUT/metrics/coordinator.db) or its run directory\n"            \
+  "(coordinator.db; kept with --keep, or left by a run that was killed). A JOB with\n"     \
+  "a '/' is always such a path. pxctl starts a private read-only pxcoordd on a copy\n"     \
+  "of the database, so the output is the same as the live coordinator's.\n\n"
+#define DB_HELP                                                                            \
+  "  --db FILE                read JOB from this coordinator database file (a copy,\n"    \
+  "                           a backup) instead of asking a coordinator\n"
 
 #define COMMON_HELP                                                                        \
   "  --coordinator HOST:PORT  the coordinator (default: $PRUNEX_COORDINATOR, else\n"      \
@@ -97,8 +110,8 @@ static const pxctl_cmd_t pxctl_cmds[] = {
     {"status", "JOB", "a job's state, placement, progress, summary and history",
      "--json prints the Job message of proto/prunex.proto as one object keyed by the\n"
      "proto field names (job_id, name, state, spec, spec_yaml, reason, ..., summary).\n\n"
-     COMMON_HELP "  --json                   one JSON object\n",
-     OPT_COORD | OPT_JSON, 1, pxctl_cmd_status},
+     OFFLINE_HELP DB_HELP COMMON_HELP "  --json                   one JSON object\n",
+     OPT_COORD | OPT_JSON | OPT_DB, 1, pxctl_cmd_status},
     {"list", "", "jobs, newest first",
      "Pending jobs also show their place in the queue: PRIORITY (0 to 1, the weighted\n"
      "mean of the job's own priority, its user's fair share and its age: the three\n"
@@ -143,11 +156,12 @@ static const pxctl_cmd_t pxctl_cmds[] = {
     {"metrics", "JOB", "per-iteration figures of a job",
      "One row per outer iteration: epoch, loss, train and test accuracy, density,\n"
      "mask drift, intra- and inter-node bytes (the job-level report of the lowest\n"
-     "rank that reported).\n\n"
+     "rank that reported).\n\n" OFFLINE_HELP
      "  --layers                 per-layer residuals (r/s intra, r/s inter) and rho1/rho2\n"
      "  --from N                 start at iteration N\n"
      "  --limit N                at most N rows (0: all)\n"
-     "  --all-ranks              every rank's report, not one per iteration\n" COMMON_HELP
+     "  --all-ranks              every rank's report, not one per iteration\n" DB_HELP
+     COMMON_HELP
      "  --json                   {\"job_id\", \"iterations\": [IterationReport objects]}\n"
      "                           (null where a figure was not measured)\n"
      "  --csv                    CSV with a header line: iteration, rank, time_unix_ms,\n"
@@ -158,8 +172,8 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "                           (empty where not measured); with --layers one row per\n"
      "                           iteration and layer: iteration, rank, layer, name,\n"
      "                           r_intra, s_intra, r_inter, s_inter, rho1, rho2, density\n",
-     OPT_COORD | OPT_JSON | OPT_LAYERS | OPT_FROM | OPT_LIMIT | OPT_ALL_RANKS | OPT_CSV, 1,
-     pxctl_cmd_metrics},
+     OPT_COORD | OPT_JSON | OPT_LAYERS | OPT_FROM | OPT_LIMIT | OPT_ALL_RANKS | OPT_CSV | OPT_DB,
+     1, pxctl_cmd_metrics},
     {"plot", "JOB [JOB ...]", "figures of one job, or several overlaid, as PNG and SVG",
      "Draws with gnuplot (Debian's gnuplot-nox) into --out DIR, each figure as\n"
      "NAME.png (1200x800) and NAME.svg: accuracy-time, accuracy-bytes (test accuracy\n"
@@ -170,7 +184,8 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "Each JOB is a job id or an unambiguous name, read from the coordinator (or\n"
      "with --db from a coordinator database file), or the output directory of a\n"
      "`pxctl run` (which keeps its metrics in OUTPUT/metrics/coordinator.db), or a\n"
-     "run directory kept with --keep. Up to 8. The data goes to DIR/data/*.tsv and\n"
+     "run directory kept with --keep (each read through a private read-only\n"
+     "pxcoordd, as `pxctl status DIR`). Up to 8. The data goes to DIR/data/*.tsv and\n"
      "the script to DIR/plot.gp (`gnuplot DIR/plot.gp` redraws).\n\n"
      "  --out DIR                where the files go (created; required)\n"
      "  --db FILE                read this coordinator database instead of asking\n"
@@ -178,27 +193,33 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "  --json                   {\"out\", \"files\": [paths]}\n",
      OPT_COORD | OPT_JSON | OPT_OUT | OPT_DB, 8, pxctl_cmd_plot},
     {"drift", "JOB", "mask drift and density per iteration, and when the masks froze",
-     "  --all-ranks              every rank's report, not one per iteration\n" COMMON_HELP
+     OFFLINE_HELP
+     "  --all-ranks              every rank's report, not one per iteration\n" DB_HELP
+     COMMON_HELP
      "  --json                   {\"job_id\", \"frozen\", \"frozen_at_iteration\",\n"
      "                           \"iterations\": [{\"iteration\", \"rank\", \"mask_drift\",\n"
      "                           \"density\", \"frozen\"}]}\n",
-     OPT_COORD | OPT_JSON | OPT_ALL_RANKS, 1, pxctl_cmd_drift},
+     OPT_COORD | OPT_JSON | OPT_ALL_RANKS | OPT_DB, 1, pxctl_cmd_drift},
     {"logs", "JOB", "a job's per-rank logs, from any host (through the coordinator)",
      "The agents upload every rank's log (WORK_DIR/jobs/JOB/rank-R.log on the node\n"
      "that ran it) to the coordinator every few seconds and when the rank ends; the\n"
      "coordinator keeps the last MiB of each rank, and this prints it. When the\n"
      "coordinator holds nothing for the job (or cannot be asked), the files of this\n"
-     "host's agent are read instead.\n\n"
+     "host's agent are read instead. A run's directory as JOB (see `status`) is read\n"
+     "from its database's log store (the agents of `pxctl run` upload every rank's\n"
+     "log before they stop), else from the files of its node-0 when it is a kept run\n"
+     "directory.\n\n"
      "  --rank R                 only rank R (default: every rank)\n"
      "  -f, --follow             keep printing new lines until the job ends (Ctrl-C\n"
      "                           stops)\n"
      "  --work-dir DIR           this host's agent work directory, for the local files\n"
-     "                           (default: $PRUNEX_WORK_DIR, else " PXCTL_DEFAULT_WORK_DIR ")\n" COMMON_HELP
+     "                           (default: $PRUNEX_WORK_DIR, else " PXCTL_DEFAULT_WORK_DIR ")\n"
+     DB_HELP COMMON_HELP
      "  --json                   {\"job_id\", \"source\": \"coordinator\", \"files\": [{\"rank\",\n"
      "                           \"text\", \"size\", \"start_offset\", \"eof\"}]}, or for local\n"
      "                           files {\"job_id\", \"dir\", \"files\": [{\"rank\", \"path\",\n"
      "                           \"text\"}]} (not with --follow)\n",
-     OPT_COORD | OPT_JSON | OPT_RANK | OPT_FOLLOW | OPT_WORK_DIR, 1, pxctl_cmd_logs},
+     OPT_COORD | OPT_JSON | OPT_RANK | OPT_FOLLOW | OPT_WORK_DIR | OPT_DB, 1, pxctl_cmd_logs},
     {"watch", "JOB", "live progress until the job ends",
      "Follows the job with WatchJob and draws a progress bar. A coordinator that\n"
      "restarts or cannot be reached is waited for (reconnecting, up to 15 minutes).\n"
@@ -235,7 +256,8 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "                           compact_path (the compact model pxctl run writes\n"
      "                           beside the final one)\n"
      "The metrics databases are kept in OUTPUT/metrics (coordinator.db and each\n"
-     "node's metrics.db) whenever the output directory is: `pxctl plot OUTPUT`.\n",
+     "node's metrics.db) whenever the output directory is: `pxctl status OUTPUT`,\n"
+     "`pxctl metrics OUTPUT`, `drift`, `logs` and `plot` read them afterwards.\n",
      OPT_JSON | OPT_WORK_DIR | OPT_KEEP | OPT_OUTPUT | OPT_HTTP, 1, pxctl_cmd_run},
     {"export", "JOB|MODEL.safetensors", "the compact (physically pruned) model, and ONNX",
      "Removes the pruned filters and input channels from every convolution of a\n"
@@ -270,6 +292,9 @@ static void pxctl_main_help(FILE *f) {
     snprintf(head, sizeof head, "%s %s", pxctl_cmds[i].name, pxctl_cmds[i].synopsis);
     fprintf(f, "  %-18s %s\n", head, pxctl_cmds[i].summary);
   }
+  fprintf(f,
+          "\nstatus, metrics, drift, logs and plot also read a finished `pxctl run` without a\n"
+          "coordinator: give its output (or run) directory as JOB (`pxctl status --help`).\n");
   fprintf(f, "\nStrategies (the spec's `strategy:`):\n");
   for (int i = 0; i < px_strategy_count(); i++) {
     const px_strategy_info_t *s = px_strategy_at(i);
@@ -279,6 +304,8 @@ static void pxctl_main_help(FILE *f) {
           "\n"
           "Options of every command that asks the coordinator:\n" COMMON_HELP
           "  --json                   one JSON document (object or array) on stdout\n"
+          "  --field NAME             NAME of each object the JSON lists (or of its one\n"
+          "                           object), one per line: for scripts\n"
           "  -h, --help               this help; `pxctl COMMAND --help` for a command's\n"
           "  --version\n"
           "\n"
@@ -380,6 +407,11 @@ static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
       o->coordinator = v;
       return 0;
     case OPT_JSON: o->json = 1; return 0;
+    case OPT_FIELD: /* the JSON, read back one field per line (pxctl_json.c) */
+      if (!v[0]) return pxctl_usage_error(o, "--field needs a field name");
+      o->json = 1;
+      pxctl_json_set_field(v);
+      return 0;
     case OPT_STATE: {
       int s = !strcmp(o->cmd, "nodes") ? pxctl_parse_node_state(v) : pxctl_parse_job_state(v);
       if (!s)
@@ -518,7 +550,8 @@ static int pxctl_parse_options(pxctl_opts_t *o, const pxctl_cmd_t *cmd, int argc
     }
     const pxctl_opt_t *opt = pxctl_find_option(name);
     if (!opt) return pxctl_usage_error(o, "unknown option '%s'", a);
-    if (!(cmd->opts & opt->bit) && !(opt->bit == OPT_CA && (cmd->opts & OPT_COORD)))
+    if (!(cmd->opts & opt->bit) && !(opt->bit == OPT_CA && (cmd->opts & OPT_COORD)) &&
+        !(opt->bit == OPT_FIELD && (cmd->opts & OPT_JSON)))
       return pxctl_usage_error(o, "option %s does not apply to '%s'%s", name, cmd->name,
                                !strcmp(cmd->name, "run") && opt->bit == OPT_COORD
                                    ? " (run starts its own private coordinator)"
@@ -566,12 +599,16 @@ int main(int argc, char **argv) {
   if (o.npos < cmd->npos && !(o.npos >= 1 && !strcmp(cmd->name, "plot")))
     return pxctl_usage_error(&o, "missing %s", cmd->synopsis);
   if (strcmp(cmd->name, "run") != 0 && pxctl_load_token() != 0) return PXCTL_EXIT_FAIL;
+  /* A finished run's directory (or --db) instead of a coordinator; plot
+   * reads each of its JOBs on its own (pxctl_plot.c). */
+  pxctl_offline_t *off = NULL;
+  int is_plot = !strcmp(cmd->name, "plot");
+  if ((cmd->opts & OPT_DB) && !is_plot && (rc = pxctl_offline_begin(&o, &off)) >= 0) return rc;
   /* Commands taking JOB also take a job's name, where only one job has it. */
-  if (!strncmp(cmd->synopsis, "JOB", 3) && !o.db)
-    for (int i = 0; i < o.npos; i++) {
-      char db[4400];
-      if (!strcmp(cmd->name, "plot") && plot_run_dir_db(o.pos[i], db, sizeof db)) continue;
-      if ((rc = pxctl_resolve_job(&o, &o.pos[i])) != 0) return rc;
-    }
-  return cmd->fn(&o);
+  rc = 0;
+  if (!strncmp(cmd->synopsis, "JOB", 3) && !is_plot)
+    for (int i = 0; i < o.npos && !rc; i++) rc = pxctl_resolve_job(&o, &o.pos[i]);
+  if (!rc) rc = cmd->fn(&o);
+  pxctl_offline_close(off);
+  return rc;
 }

@@ -83,11 +83,6 @@ int pxctl_cmd_watch(pxctl_opts_t *o);
 int pxctl_cmd_logs(pxctl_opts_t *o);
 int pxctl_cmd_run(pxctl_opts_t *o);
 int pxctl_cmd_plot(pxctl_opts_t *o);
-/* 1 when arg is a directory holding a coordinator database that `pxctl
- * plot` reads: a `pxctl run` output directory (metrics/coordinator.db) or
- * a run directory kept with --keep (coordinator.db); its path goes to out
- * (pxctl_plot.c). */
-int plot_run_dir_db(const char *arg, char *out, size_t cap);
 int pxctl_cmd_export(pxctl_opts_t *o);
 int pxctl_cmd_acct(pxctl_opts_t *o);
 /* 1 for the terminal job states (SUCCEEDED, FAILED, CANCELLED, TIMEOUT). */
@@ -109,6 +104,43 @@ void pxctl_print_model_sizes(const char *model_path);
 px_status_t pxctl_engine_export(const char *model, const char *dir, int onnx, const char *dataset,
                                 px_export_report_t *r);
 px_status_t pxctl_engine_count(const char *model, size_t *dense, size_t *compact);
+
+/* ---- finished runs read offline (pxctl_offline.c) ----------------------------
+ * status, metrics, drift, logs and plot read the directory a `pxctl run`
+ * leaves, or a coordinator database file (--db), through a private
+ * `pxcoordd --read-only` on a copy of its database: the same queries and
+ * output as against a live coordinator. */
+
+/* Copies the SQLite database from (only read: without a -wal file it is
+ * opened immutable, so nothing is written beside it; with one, through it,
+ * committed transactions only) into the new file to (0600) with the backup
+ * API. 0, or -1 with the reason in err. */
+int pxctl_copy_db(const char *from, const char *to, char *err, size_t errcap);
+
+/* What a JOB argument names. 1: the directory of a run, its database's path
+ * into db (DIR/metrics/coordinator.db of an output directory, else
+ * DIR/coordinator.db of a run directory); 0: not a path (a job id or name;
+ * a bare name counts as a directory only when one with a database is
+ * there); -1: a path (with a '/') that holds no run: the message (which
+ * path, what is missing) is printed. */
+int pxctl_run_dir_db(const char *arg, char *db, size_t cap);
+
+typedef struct pxctl_offline pxctl_offline_t;
+
+/* Starts the private read-only coordinator on a copy of db and points
+ * o->coordinator at it (PRUNEX_CA and PRUNEX_TOKEN are dropped). 0 with
+ * *out (pxctl_offline_close) or the exit status, after saying why. */
+int pxctl_offline_open(pxctl_opts_t *o, const char *db, pxctl_offline_t **out);
+/* For main(), before a command that reads one job (status, metrics, drift,
+ * logs): with --db, or when JOB is a run's directory (then JOB becomes the
+ * newest job of its database: the run's one), opens the private
+ * coordinator into *out. -1 to go on (*out NULL: a live coordinator), else
+ * the exit status. */
+int pxctl_offline_begin(pxctl_opts_t *o, pxctl_offline_t **out);
+/* Stops the private coordinator and removes the copy. NULL is a no-op. */
+void pxctl_offline_close(pxctl_offline_t *off);
+/* The database read offline now, for messages; NULL: a live coordinator. */
+const char *pxctl_offline_db(void);
 
 /* ---- shared pieces of the query commands (pxctl_query.c) ---------------- */
 
@@ -165,18 +197,28 @@ px_status_t pxctl_job_summary(px_rpc_channel_t *ch, const Prunex__V1__Job *job,
                               pxctl_summary_t *s);
 
 /* ---- JSON (pxctl_json.c) ---------------------------------------------------
- * A streaming emitter writing compact JSON (one line per document) with
- * proper string escaping: commas and nesting are tracked, so callers only
- * say what comes next. Invalid UTF-8 bytes become U+FFFD; non-finite
- * numbers become null. */
+ * A document builder over json-c (prunex/json.h): callers say what comes
+ * next (begin/end, key, value) and pxctl_json_finish writes the whole tree
+ * as one compact line. Invalid UTF-8 bytes become U+FFFD; non-finite
+ * numbers become null; doubles are written in their shortest exact form. */
 #define PXCTL_JSON_MAX_DEPTH 32
 
+struct json_object;
 typedef struct {
   FILE *f;
   int depth;
-  int count[PXCTL_JSON_MAX_DEPTH];   /* values written at each level */
-  int after_key;
+  struct json_object *stack[PXCTL_JSON_MAX_DEPTH]; /* open containers */
+  struct json_object *root;
+  char key[128];                     /* the key the next value goes under */
 } pxctl_json_t;
+
+/* --field NAME (pxctl.c): pxctl_json_finish then prints, instead of the
+ * document, NAME of each object of its listing (the document's array, or
+ * the first array member of its object; a single object: its own NAME),
+ * one per line: strings bare, null as an empty line, others as JSON. A
+ * NAME no object has is a usage error (exit 2, naming the fields there
+ * are). NULL: whole documents. */
+void pxctl_json_set_field(const char *name);
 
 void pxctl_json_init(pxctl_json_t *j, FILE *f);
 void pxctl_json_begin_object(pxctl_json_t *j);
@@ -191,8 +233,11 @@ void pxctl_json_uint(pxctl_json_t *j, uint64_t v);
 void pxctl_json_double(pxctl_json_t *j, double v);
 void pxctl_json_bool(pxctl_json_t *j, int v);
 void pxctl_json_null(pxctl_json_t *j);
-/* Ends the document with a newline and flushes. */
+/* Writes the document as one line (or --field's lines), flushes, and
+ * frees the tree; j is empty again. */
 void pxctl_json_finish(pxctl_json_t *j);
+/* Frees the tree unwritten (a command that failed half way). */
+void pxctl_json_discard(pxctl_json_t *j);
 
 /* Writes a protobuf-c message as an object keyed by the proto field names
  * (every field, in descriptor order); enums as their names without the
@@ -224,7 +269,7 @@ void pxctl_table_destroy(pxctl_table_t *t);
 void pxctl_fmt_bytes(char *buf, size_t cap, uint64_t bytes);
 /* "85.21%" or "-" for a negative accuracy. */
 void pxctl_fmt_pct(char *buf, size_t cap, double frac);
-/* "2024-05-01 12:00:03" local time, "-" for 0. */
+/* "2024-05-01 12:00:03 UTC" (UTC, as the logs and the dashboard), "-" for 0. */
 void pxctl_fmt_time(char *buf, size_t cap, int64_t unix_ms);
 /* "12s", "3m04s", "2h05m", "3d04h" */
 void pxctl_fmt_duration(char *buf, size_t cap, double seconds);

@@ -1,139 +1,193 @@
-/* The JSON emitter behind every `--json` of pxctl: compact documents, one
- * per command, with the escaping RFC 8259 asks for (quotes, backslashes,
- * control characters) and valid UTF-8 guaranteed, because job names,
- * reasons and log text come from users and other processes. Protobuf
- * messages are written generically from their descriptors so that the keys
- * are the proto field names and stay in step with proto/prunex.proto. */
+/* The JSON behind every `--json` of pxctl: compact documents, one per
+ * command, built as json-c trees and written by prunex/json.h (the same
+ * number form, UTF-8 rule and escaping as pxcoordd's HTTP API), because
+ * job names, reasons and log text come from users and other processes.
+ * Protobuf messages are written generically from their descriptors, so the
+ * keys are the proto field names, spelled once in proto/prunex.proto.
+ * `--field NAME` reads a field back out of the tree for scripts (the bash
+ * completion, the Slurm script) instead of their grepping JSON. */
 #include <ctype.h>
 #include <inttypes.h>
+#include <json-c/json.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "prunex/json.h"
 #include "prunex/jobspec.h"
 #include "prunex/text.h"
 #include "pxctl.h"
+
+static const char *pxctl_json_field_name;
+
+void pxctl_json_set_field(const char *name) { pxctl_json_field_name = name; }
 
 void pxctl_json_init(pxctl_json_t *j, FILE *f) {
   memset(j, 0, sizeof *j);
   j->f = f;
 }
 
-/* Writes the separator a new value needs at the current level. */
-static void pxctl__json_value_start(pxctl_json_t *j) {
-  if (j->after_key) {
-    j->after_key = 0;
+/* Puts v where the document is: under the pending key of the open object,
+ * at the end of the open array, or as the root. Takes v (NULL: null). */
+static void pxctl__json_add(pxctl_json_t *j, struct json_object *v) {
+  if (j->depth == 0) {
+    json_object_put(j->root);
+    j->root = v;
     return;
   }
-  if (j->depth > 0 && j->count[j->depth - 1]++ > 0) fputc(',', j->f);
+  struct json_object *top = j->depth <= PXCTL_JSON_MAX_DEPTH ? j->stack[j->depth - 1] : NULL;
+  if (!top) { /* deeper than the stack, or a container that could not be made */
+    json_object_put(v);
+    return;
+  }
+  if (json_object_is_type(top, json_type_array)) json_object_array_add(top, v);
+  else json_object_object_add(top, j->key, v);
+  j->key[0] = '\0';
 }
 
-static void pxctl__json_open(pxctl_json_t *j, int c) {
-  pxctl__json_value_start(j);
-  fputc(c, j->f);
-  if (j->depth < PXCTL_JSON_MAX_DEPTH) j->count[j->depth] = 0;
+/* Opens container c: it goes where a value would (the tree owns it) and
+ * the next values go into it. One that has no place (too deep, its parent
+ * dropped) is freed, and what would go into it with it. */
+static void pxctl__json_open(pxctl_json_t *j, struct json_object *c) {
+  int parent = j->depth == 0 ||
+               (j->depth <= PXCTL_JSON_MAX_DEPTH && j->stack[j->depth - 1]);
+  if (j->depth < PXCTL_JSON_MAX_DEPTH) j->stack[j->depth] = parent ? c : NULL;
+  pxctl__json_add(j, c);
   j->depth++;
 }
 
-static void pxctl__json_close(pxctl_json_t *j, int c) {
+static void pxctl__json_close(pxctl_json_t *j) {
   if (j->depth > 0) j->depth--;
-  fputc(c, j->f);
 }
 
-void pxctl_json_begin_object(pxctl_json_t *j) { pxctl__json_open(j, '{'); }
-void pxctl_json_end_object(pxctl_json_t *j) { pxctl__json_close(j, '}'); }
-void pxctl_json_begin_array(pxctl_json_t *j) { pxctl__json_open(j, '['); }
-void pxctl_json_end_array(pxctl_json_t *j) { pxctl__json_close(j, ']'); }
-
-/* s[0..n) quoted (prunex/text.h's one JSON quoting), through one buffer
- * kept for the process (pxctl writes one document at a time, from one
- * thread), so a document of many strings allocates once. */
-static void pxctl__json_raw_string(FILE *f, const char *s, size_t n) {
-  static px_buf_t b;
-  px_buf_reset(&b);
-  px_buf_json_string(&b, s, n);
-  if (!b.oom) fwrite(b.p, 1, b.len, f);
-  else fputs("\"\"", f); /* out of memory: still a document */
-}
+void pxctl_json_begin_object(pxctl_json_t *j) { pxctl__json_open(j, json_object_new_object()); }
+void pxctl_json_end_object(pxctl_json_t *j) { pxctl__json_close(j); }
+void pxctl_json_begin_array(pxctl_json_t *j) { pxctl__json_open(j, json_object_new_array()); }
+void pxctl_json_end_array(pxctl_json_t *j) { pxctl__json_close(j); }
 
 void pxctl_json_key(pxctl_json_t *j, const char *key) {
-  pxctl__json_value_start(j);
-  pxctl__json_raw_string(j->f, key, strlen(key));
-  fputc(':', j->f);
-  j->after_key = 1;
+  snprintf(j->key, sizeof j->key, "%s", key);
 }
 
 void pxctl_json_string_n(pxctl_json_t *j, const char *s, size_t n) {
-  pxctl__json_value_start(j);
-  pxctl__json_raw_string(j->f, s, n);
+  pxctl__json_add(j, px_json_string(s, n));
 }
 
 void pxctl_json_string(pxctl_json_t *j, const char *s) {
-  if (!s) {
-    pxctl_json_null(j);
-    return;
-  }
-  pxctl_json_string_n(j, s, strlen(s));
+  pxctl__json_add(j, s ? px_json_string(s, strlen(s)) : NULL);
 }
 
-void pxctl_json_int(pxctl_json_t *j, int64_t v) {
-  pxctl__json_value_start(j);
-  fprintf(j->f, "%" PRId64, v);
-}
+void pxctl_json_int(pxctl_json_t *j, int64_t v) { pxctl__json_add(j, json_object_new_int64(v)); }
 
 void pxctl_json_uint(pxctl_json_t *j, uint64_t v) {
-  pxctl__json_value_start(j);
-  fprintf(j->f, "%" PRIu64, v);
+  pxctl__json_add(j, json_object_new_uint64(v));
 }
 
-/* Shortest %g form that reads back to the same double. */
-void pxctl_json_double(pxctl_json_t *j, double v) {
-  if (!isfinite(v)) {
-    pxctl_json_null(j);
-    return;
+void pxctl_json_double(pxctl_json_t *j, double v) { pxctl__json_add(j, px_json_double(v)); }
+
+void pxctl_json_bool(pxctl_json_t *j, int v) { pxctl__json_add(j, json_object_new_boolean(v)); }
+
+void pxctl_json_null(pxctl_json_t *j) { pxctl__json_add(j, NULL); }
+
+/* One line of --field output for value v. */
+static void pxctl__json_field_line(FILE *f, struct json_object *v) {
+  if (json_object_is_type(v, json_type_string)) fputs(json_object_get_string(v), f);
+  else if (v) fputs(json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN), f);
+  fputc('\n', f);
+}
+
+/* The listing of a document: itself when an array, else its object's
+ * first array member; NULL when it has none. */
+static struct json_object *pxctl__json_listing(struct json_object *root) {
+  if (json_object_is_type(root, json_type_array)) return root;
+  if (!json_object_is_type(root, json_type_object)) return NULL;
+  json_object_object_foreach(root, k, m) {
+    (void)k;
+    if (json_object_is_type(m, json_type_array)) return m;
   }
-  pxctl__json_value_start(j);
-  char buf[64];
-  for (int prec = 1; prec <= 17; prec++) {
-    snprintf(buf, sizeof buf, "%.*g", prec, v);
-    if (strtod(buf, NULL) == v) break;
+  return NULL;
+}
+
+/* The usage error of a --field no object has: names the ones there are. */
+static void pxctl__json_no_field(struct json_object *obj, const char *name) {
+  px_buf_t have = {0};
+  if (json_object_is_type(obj, json_type_object)) {
+    json_object_object_foreach(obj, k, m) {
+      (void)m;
+      px_buf_printf(&have, "%s%s", have.len ? ", " : "", k);
+    }
   }
-  /* JSON has no "inf" and %g never gives one here; it may give "1e+20",
-   * which JSON accepts as it is. */
-  fputs(buf, j->f);
+  fprintf(stderr, "pxctl: --field %s: no such field in this output%s%s%s\n", name,
+          have.len ? " (fields: " : "", have.len ? have.p : "", have.len ? ")" : "");
+  px_buf_free(&have);
 }
 
-void pxctl_json_bool(pxctl_json_t *j, int v) {
-  pxctl__json_value_start(j);
-  fputs(v ? "true" : "false", j->f);
-}
-
-void pxctl_json_null(pxctl_json_t *j) {
-  pxctl__json_value_start(j);
-  fputs("null", j->f);
+/* --field: NAME of the one object, or of each object of the listing.
+ * 0, or PXCTL_EXIT_USAGE when some object lacks NAME. */
+static int pxctl__json_print_field(FILE *f, struct json_object *root, const char *name) {
+  struct json_object *list = pxctl__json_listing(root), *v = NULL;
+  if (!list || json_object_object_get_ex(root, name, NULL)) {
+    if (!json_object_object_get_ex(root, name, &v)) {
+      pxctl__json_no_field(root, name);
+      return PXCTL_EXIT_USAGE;
+    }
+    pxctl__json_field_line(f, v);
+    return 0;
+  }
+  size_t n = json_object_array_length(list);
+  for (size_t i = 0; i < n; i++) {
+    struct json_object *e = json_object_array_get_idx(list, i);
+    if (!json_object_object_get_ex(e, name, NULL)) {
+      pxctl__json_no_field(e, name);
+      return PXCTL_EXIT_USAGE;
+    }
+  }
+  for (size_t i = 0; i < n; i++) {
+    json_object_object_get_ex(json_object_array_get_idx(list, i), name, &v);
+    pxctl__json_field_line(f, v);
+  }
+  return 0;
 }
 
 void pxctl_json_finish(pxctl_json_t *j) {
-  fputc('\n', j->f);
+  if (pxctl_json_field_name) {
+    if (pxctl__json_print_field(j->f, j->root, pxctl_json_field_name)) {
+      json_object_put(j->root);
+      exit(PXCTL_EXIT_USAGE); /* a program's usage error, as pxctl.c's */
+    }
+  } else {
+    px_buf_t b = {0};
+    px_json_put(&b, j->root);
+    if (!b.oom && b.p) fwrite(b.p, 1, b.len, j->f);
+    else fputs("null", j->f); /* out of memory: still a document */
+    fputc('\n', j->f);
+    px_buf_free(&b);
+  }
   fflush(j->f);
+  pxctl_json_discard(j);
+}
+
+void pxctl_json_discard(pxctl_json_t *j) {
+  json_object_put(j->root);
+  j->root = NULL;
+  j->depth = 0;
 }
 
 /* ---- protobuf-c messages ------------------------------------------------ */
 
 static void pxctl__json_base64(pxctl_json_t *j, const uint8_t *p, size_t n) {
   static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  pxctl__json_value_start(j);
-  fputc('"', j->f);
+  px_buf_t b = {0};
   for (size_t i = 0; i < n; i += 3) {
     uint32_t v = (uint32_t)p[i] << 16;
     if (i + 1 < n) v |= (uint32_t)p[i + 1] << 8;
     if (i + 2 < n) v |= p[i + 2];
-    fputc(tab[(v >> 18) & 63], j->f);
-    fputc(tab[(v >> 12) & 63], j->f);
-    fputc(i + 1 < n ? tab[(v >> 6) & 63] : '=', j->f);
-    fputc(i + 2 < n ? tab[v & 63] : '=', j->f);
+    char q[4] = {tab[(v >> 18) & 63], tab[(v >> 12) & 63], i + 1 < n ? tab[(v >> 6) & 63] : '=',
+                 i + 2 < n ? tab[v & 63] : '='};
+    px_buf_put(&b, q, 4);
   }
-  fputc('"', j->f);
+  pxctl_json_string_n(j, b.p ? b.p : "", b.len);
+  px_buf_free(&b);
 }
 
 /* Enum value names carry the type as a prefix (JobState: JOB_STATE_RUNNING);

@@ -351,6 +351,8 @@ static int pxctl_logs_remote_print(pxctl_opts_t *o, px_rpc_channel_t *ch, const 
     pxctl_json_end_array(&j);
     pxctl_json_end_object(&j);
     pxctl_json_finish(&j);
+  } else if (o->json) {
+    pxctl_json_discard(&j); /* a failure: no half document on stdout */
   }
   return rc;
 }

@@ -5,9 +5,9 @@
  * drift and density: hsadmm against ddp, say); the per-layer figures
  * (residuals, rho) and the phase times are drawn per job.
  *
- * The data comes from the coordinator (GetJob, GetIterations with layers),
- * or with --db from a coordinator database file opened read-only (what
- * `pxctl run` keeps in its output directory). It is written as
+ * The data comes from the coordinator (GetJob, GetIterations with layers):
+ * the live one, or for a `pxctl run`'s directory or a database file (--db)
+ * a private read-only one on a copy of it (pxctl_offline.c). It is written as
  * tab-separated files under DIR/data/ next to the gnuplot script DIR/plot.gp,
  * so a figure can be restyled and redrawn with `gnuplot DIR/plot.gp`.
  * gnuplot is found on PATH (or $PRUNEX_GNUPLOT); it is run once, bounded by
@@ -16,7 +16,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -130,98 +129,6 @@ static int plot_load_rpc(px_rpc_channel_t *ch, const char *ref, plot_job_t *j) {
   }
   px_rpc_message_free(resp);
   return st == PX_OK ? 0 : pxctl_fail("out of memory reading job %s", j->id);
-}
-
-/* ---- loading: a coordinator database file -------------------------------------- */
-
-static int plot_load_db(sqlite3 *db, const char *ref, plot_job_t *j) {
-  sqlite3_stmt *st = NULL;
-  /* by id, else by a name only one job has; ref NULL: the newest job */
-  int rc = sqlite3_prepare_v2(db,
-                              ref ? "SELECT job_id, name, spec, created_unix_ms, scheduled_unix_ms"
-                                    " FROM jobs WHERE job_id = ?1 OR name = ?1"
-                                    " ORDER BY job_id = ?1 DESC LIMIT 2"
-                                  : "SELECT job_id, name, spec, created_unix_ms, scheduled_unix_ms"
-                                    " FROM jobs ORDER BY id DESC LIMIT 1",
-                              -1, &st, NULL);
-  if (rc != SQLITE_OK) return pxctl_fail("database: %s", sqlite3_errmsg(db));
-  if (ref) sqlite3_bind_text(st, 1, ref, -1, SQLITE_TRANSIENT);
-  int rows = 0, exact = 0;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (rows++ == 0) {
-      snprintf(j->id, sizeof j->id, "%s", (const char *)sqlite3_column_text(st, 0));
-      snprintf(j->name, sizeof j->name, "%s", (const char *)sqlite3_column_text(st, 1));
-      exact = !ref || !strcmp(j->id, ref);
-      const void *blob = sqlite3_column_blob(st, 2);
-      int n = sqlite3_column_bytes(st, 2);
-      Prunex__V1__JobSpec *spec =
-          blob && n > 0 ? prunex__v1__job_spec__unpack(NULL, (size_t)n, blob) : NULL;
-      snprintf(j->strategy, sizeof j->strategy, "%s",
-               spec ? px_jobspec_strategy_name(spec->strategy) : "");
-      if (spec) prunex__v1__job_spec__free_unpacked(spec, NULL);
-      int64_t sched = sqlite3_column_int64(st, 4);
-      j->start_ms = sched > 0 ? sched : sqlite3_column_int64(st, 3);
-    }
-  }
-  sqlite3_finalize(st);
-  if (rows == 0) return pxctl_fail("no job '%s' in the database", ref ? ref : "(any)");
-  if (rows > 1 && !exact) return pxctl_fail("several jobs are named '%s': give the job id", ref);
-  if (!j->name[0]) snprintf(j->name, sizeof j->name, "%s", j->id);
-  rc = sqlite3_prepare_v2(db,
-                          "SELECT iteration, time_unix_ms, test_accuracy, bytes_inter,"
-                          " bytes_inter_dense, mask_drift, density, has_phases, local_s, intra_s,"
-                          " projection_s, inter_s, broadcast_s, control_s FROM iterations"
-                          " WHERE job_id = ?1 AND rank = 0 ORDER BY iteration",
-                          -1, &st, NULL);
-  if (rc != SQLITE_OK) return pxctl_fail("database: %s", sqlite3_errmsg(db));
-  sqlite3_bind_text(st, 1, j->id, -1, SQLITE_TRANSIENT);
-  px_status_t ps = PX_OK;
-  while (ps == PX_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-    plot_row_t r = {sqlite3_column_int(st, 0), sqlite3_column_int64(st, 1),
-                    sqlite3_column_double(st, 2), (uint64_t)sqlite3_column_int64(st, 3),
-                    (uint64_t)sqlite3_column_int64(st, 4), sqlite3_column_int64(st, 5), 0,
-                    sqlite3_column_double(st, 6), sqlite3_column_int(st, 7), {0}};
-    for (int k = 0; k < 6; k++) r.ph[k] = sqlite3_column_double(st, 8 + k);
-    ps = plot_add_row(j, &r);
-  }
-  sqlite3_finalize(st);
-  rc = sqlite3_prepare_v2(db,
-                          "SELECT iteration, layer, name, r_intra, s_intra, r_inter, s_inter,"
-                          " rho1, rho2 FROM iteration_layers WHERE job_id = ?1 AND rank = 0"
-                          " ORDER BY iteration, layer",
-                          -1, &st, NULL);
-  if (rc != SQLITE_OK) return pxctl_fail("database: %s", sqlite3_errmsg(db));
-  sqlite3_bind_text(st, 1, j->id, -1, SQLITE_TRANSIENT);
-  while (ps == PX_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-    plot_layer_t l = {sqlite3_column_int(st, 0), sqlite3_column_int(st, 1), "", {0}};
-    snprintf(l.name, sizeof l.name, "%s", (const char *)sqlite3_column_text(st, 2));
-    for (int k = 0; k < 6; k++) l.v[k] = sqlite3_column_double(st, 3 + k);
-    ps = plot_add_layer(j, &l);
-  }
-  sqlite3_finalize(st);
-  return ps == PX_OK ? 0 : pxctl_fail("out of memory reading job %s", j->id);
-}
-
-static int plot_load_file(const char *path, const char *ref, plot_job_t *j) {
-  sqlite3 *db = NULL;
-  if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-    int rc = pxctl_fail("%s: %s", path, db ? sqlite3_errmsg(db) : "cannot open");
-    sqlite3_close(db);
-    return rc;
-  }
-  sqlite3_busy_timeout(db, 5000);
-  int rc = plot_load_db(db, ref, j);
-  sqlite3_close(db);
-  return rc;
-}
-
-int plot_run_dir_db(const char *arg, char *out, size_t cap) {
-  struct stat sb;
-  if (stat(arg, &sb) != 0 || !S_ISDIR(sb.st_mode)) return 0;
-  snprintf(out, cap, "%s/metrics/coordinator.db", arg);
-  if (access(out, R_OK) == 0) return 1;
-  snprintf(out, cap, "%s/coordinator.db", arg);
-  return access(out, R_OK) == 0;
 }
 
 /* ---- data files and the gnuplot script ------------------------------------------ */
@@ -351,27 +258,47 @@ static int plot_run_gnuplot(const char *script, const char *dir) {
   return 0;
 }
 
-/* Reads each job (a `pxctl run` output directory, a database file, or the
- * coordinator) and gives each its file key (the id, made unique). */
+/* Reads one job from the coordinator o->coordinator names (the live one,
+ * or a private one reading a database: pxctl_offline.c); ref is a job id
+ * or a name only one job has, or NULL for the newest job. */
+static int plot_load_one(pxctl_opts_t *o, const char *ref, plot_job_t *j) {
+  px_rpc_channel_t *ch = pxctl_connect(o);
+  if (!ch) return PXCTL_EXIT_FAIL;
+  int rc = 0;
+  if (!ref) {
+    Prunex__V1__ListJobsRequest req = PRUNEX__V1__LIST_JOBS_REQUEST__INIT;
+    req.limit = 1;
+    Prunex__V1__ListJobsResponse *resp = NULL;
+    if (px_rpc_list_jobs(ch, &req, 10000, &resp) != PX_OK) rc = pxctl_rpc_fail(ch, NULL);
+    else if (resp->n_jobs == 0) rc = pxctl_fail("%s holds no job", pxctl_offline_db());
+    else rc = plot_load_rpc(ch, resp->jobs[0]->job_id, j);
+    px_rpc_message_free(resp);
+  } else if (!(rc = pxctl_resolve_job(o, &ref))) {
+    rc = plot_load_rpc(ch, ref, j);
+  }
+  px_rpc_channel_destroy(ch);
+  return rc;
+}
+
+/* Reads each job (a `pxctl run`'s directory, each through its own private
+ * read-only coordinator; a job of --db FILE; or of the coordinator) and
+ * gives each its file key (the id, made unique). */
 static int plot_load_all(pxctl_opts_t *o, plot_job_t *jobs, int njobs) {
   int rc = 0;
-  px_rpc_channel_t *ch = NULL;
+  const char *live = o->coordinator;
+  pxctl_offline_t *db = NULL;
+  if (o->db) rc = pxctl_offline_open(o, o->db, &db);
   for (int i = 0; i < njobs && !rc; i++) {
-    char dbpath[4400];
-    const char *ref = o->pos[i];
-    if (plot_run_dir_db(ref, dbpath, sizeof dbpath)) {
-      rc = plot_load_file(dbpath, NULL, &jobs[i]); /* a `pxctl run` output directory */
-    } else if (o->db) {
-      rc = plot_load_file(o->db, ref, &jobs[i]);
-    } else {
-      if (!ch && !(ch = pxctl_connect(o))) {
-        rc = PXCTL_EXIT_FAIL;
-        break;
-      }
-      rc = plot_load_rpc(ch, ref, &jobs[i]);
-    }
+    char path[4400];
+    int dir = o->db ? 0 : pxctl_run_dir_db(o->pos[i], path, sizeof path);
+    pxctl_offline_t *off = NULL;
+    if (dir < 0) rc = PXCTL_EXIT_FAIL;
+    else if (dir > 0 && !(rc = pxctl_offline_open(o, path, &off))) rc = plot_load_one(o, NULL, &jobs[i]);
+    else if (dir == 0) rc = plot_load_one(o, o->pos[i], &jobs[i]);
+    pxctl_offline_close(off);
+    o->coordinator = live;
   }
-  if (ch) px_rpc_channel_destroy(ch);
+  pxctl_offline_close(db);
   for (int i = 0; i < njobs && !rc; i++) {
     int dup = 0;
     for (int k = 0; k < i; k++) dup |= !strcmp(jobs[k].id, jobs[i].id);

@@ -31,6 +31,8 @@ px_rpc_channel_t *pxctl_connect(const pxctl_opts_t *o) {
 int pxctl_rpc_fail(px_rpc_channel_t *ch, const char *job_id) {
   px_rpc_code_t code = px_rpc_last_code();
   const char *target = ch ? px_rpc_channel_target(ch) : "?";
+  if (code == PX_RPC_NOT_FOUND && job_id && pxctl_offline_db())
+    return pxctl_fail("no job '%s' in %s", job_id, pxctl_offline_db());
   if (code == PX_RPC_NOT_FOUND && job_id)
     return pxctl_fail("no job '%s' (coordinator %s)", job_id, target);
   const char *hint = "";

@@ -19,10 +19,8 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
-#include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <sqlite3.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +34,6 @@
 #include "pxctl.h"
 #include "pxctl_supervise.h"
 
-#define PXCTL_COORDD_START_S 30.0   /* until pxcoordd prints its port */
 #define PXCTL_NODES_READY_S 90.0    /* until every agent's node is READY */
 #define PXCTL_AGENT_GRACE_MS 15000  /* SIGTERM -> SIGKILL for agents (they stop workers) */
 #define PXCTL_COORDD_GRACE_MS 10000
@@ -79,52 +76,13 @@ static int pxctl_start_coordd(pxctl_run_t *r) {
     argv[7] = "--http";
     argv[8] = (char *)r->o->http;
   }
-  int fd = -1;
-  if (pxctl_spawn(c, r->coordd_bin, argv, &fd, 0) != 0) return -1;
-  char line[256];
-  size_t used = 0;
-  double end = pxctl_mono_s() + PXCTL_COORDD_START_S;
-  while (used < sizeof line - 1 && !pxctl_signal) {
-    int left = (int)((end - pxctl_mono_s()) * 1000);
-    if (left <= 0) break;
-    struct pollfd p = {fd, POLLIN, 0};
-    int pr = poll(&p, 1, left < 200 ? left : 200);
-    if (pr < 0 && errno == EINTR) continue;
-    if (pr <= 0) continue;
-    ssize_t n = read(fd, line + used, 1);
-    if (n <= 0) break;
-    if (line[used] == '\n') break;
-    used++;
-  }
-  line[used] = '\0';
   char hline[256] = "";
-  for (size_t hu = 0; r->o->http && hu < sizeof hline - 1 && !pxctl_signal;) {
-    int left = (int)((end - pxctl_mono_s()) * 1000);
-    struct pollfd p = {fd, POLLIN, 0};
-    if (left <= 0 || poll(&p, 1, left < 200 ? left : 200) <= 0) {
-      if (left <= 0) break;
-      continue;
-    }
-    if (read(fd, hline + hu, 1) <= 0 || hline[hu] == '\n') {
-      hline[hu] = '\0';
-      break;
-    }
-    hline[++hu] = '\0';
-  }
-  close(fd);
-  if (pxctl_signal) return -1;
+  if (pxctl_coordd_start(c, argv, r->o->http ? hline : NULL, sizeof hline, r->target,
+                         sizeof r->target) != 0)
+    return -1;
   if (r->o->http && !strncmp(hline, "http on ", 8))
     fprintf(r->progress ? r->progress : stderr,
             "pxctl: dashboard at http://%s/ (Prometheus metrics at /metrics)\n", hline + 8);
-  const char *colon = strrchr(line, ':');
-  if (strncmp(line, "listening on ", 13) != 0 || !colon || atoi(colon + 1) <= 0) {
-    char how[128] = "said nothing in time";
-    if (pxctl_child_exited(c)) pxctl_describe_exit(c, how, sizeof how);
-    pxctl_fail("the private pxcoordd (%s) did not start: it %s", r->coordd_bin, how);
-    pxctl_tail(c->log, 15);
-    return -1;
-  }
-  snprintf(r->target, sizeof r->target, "127.0.0.1:%d", atoi(colon + 1));
   return 0;
 }
 
@@ -287,35 +245,6 @@ typedef struct {
   char metrics_dir[PATH_MAX]; /* OUTPUT/metrics when the databases were exported, else "" */
 } pxctl_result_t;
 
-/* Copies one SQLite database with the online backup API (consistent, WAL
- * included; the source is only read). The copy is made 0600 whatever the
- * umask, as pxcoordd makes its own (and wants it to reopen it). 0 on
- * success. */
-static int pxctl_copy_db(const char *from, const char *to) {
-  sqlite3 *src = NULL, *dst = NULL;
-  int fd = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0 || fchmod(fd, 0600) != 0) {
-    if (fd >= 0) close(fd);
-    return -1;
-  }
-  close(fd);
-  int rc = sqlite3_open_v2(from, &src, SQLITE_OPEN_READONLY, NULL);
-  if (rc == SQLITE_OK) rc = sqlite3_open_v2(to, &dst, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
-  if (rc == SQLITE_OK) {
-    sqlite3_backup *b = sqlite3_backup_init(dst, "main", src, "main");
-    if (b) {
-      rc = sqlite3_backup_step(b, -1);
-      sqlite3_backup_finish(b);
-      rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
-    } else {
-      rc = sqlite3_errcode(dst);
-    }
-  }
-  sqlite3_close(src);
-  sqlite3_close(dst);
-  return rc == SQLITE_OK ? 0 : -1;
-}
-
 /* Keeps the run's metrics next to the model: OUTPUT/metrics/coordinator.db
  * (what `pxctl plot OUTPUT` and `pxctl plot --db` read) and each node's
  * metrics.db as node-I-metrics.db. Best effort: a failure is reported in
@@ -327,9 +256,10 @@ static void pxctl_export_metrics(const pxctl_run_t *r, pxctl_result_t *res) {
   if (pxctl_fmt(from, sizeof from, "%s/coordinator.db", r->run_dir) != 0) return;
   snprintf(to, sizeof to, "%s/coordinator.db", dir);
   unlink(to);
-  if (pxctl_copy_db(from, to) != 0) {
-    snprintf(res->error, sizeof res->error, "could not copy the metrics database %.400s to %.400s", from,
-             to);
+  char err[PATH_MAX + 256];
+  if (pxctl_copy_db(from, to, err, sizeof err) != 0) {
+    snprintf(res->error, sizeof res->error, "could not copy the metrics database to %.400s: %.500s",
+             to, err);
     return;
   }
   for (int i = 0; i < r->M; i++) {
@@ -338,7 +268,7 @@ static void pxctl_export_metrics(const pxctl_run_t *r, pxctl_result_t *res) {
     if (access(f2, R_OK) != 0) continue;
     snprintf(to, sizeof to, "%s/node-%d-metrics.db", dir, i);
     unlink(to);
-    pxctl_copy_db(f2, to);
+    pxctl_copy_db(f2, to, err, sizeof err);
   }
   snprintf(res->metrics_dir, sizeof res->metrics_dir, "%s", dir);
 }
@@ -464,8 +394,8 @@ static void pxctl_print_result(const pxctl_run_t *r, const pxctl_result_t *res) 
   if (!res->model_path[0] && res->have_summary && !strcmp(res->state, "SUCCEEDED"))
     printf("  model               none kept (use --keep or --output DIR)\n");
   if (pxctl_metrics_shown(r, res))
-    printf("  metrics             %s (pxctl plot %s --out DIR)\n", res->metrics_dir,
-           r->output_dir);
+    printf("  metrics             %s (read with pxctl status|metrics|drift|logs|plot %s)\n",
+           res->metrics_dir, r->output_dir);
   if (res->kept) printf("  run directory       %s (kept)\n", r->run_dir);
   else if (res->output_kept) printf("  run directory       removed, except %s\n", r->output_dir);
   fflush(stdout);

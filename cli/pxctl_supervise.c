@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -171,6 +172,49 @@ int pxctl_spawn(pxctl_child_t *c, const char *path, char *const argv[], int *out
   }
   px_free(envp);
   return rc;
+}
+
+/* Reads one line from fd (the child's stdout pipe) until end (pxctl_mono_s
+ * time) or a signal; the newline is dropped. 0 when a whole line came. */
+int pxctl_read_line(int fd, char *line, size_t cap, double end) {
+  size_t used = 0;
+  line[0] = '\0';
+  while (used < cap - 1 && !pxctl_signal) {
+    int left = (int)((end - pxctl_mono_s()) * 1000);
+    if (left <= 0) break;
+    struct pollfd p = {fd, POLLIN, 0};
+    int pr = poll(&p, 1, left < 200 ? left : 200);
+    if (pr <= 0) continue; /* EINTR or nothing yet: the deadline decides */
+    ssize_t n = read(fd, line + used, 1);
+    if (n <= 0) break;
+    if (line[used] == '\n') {
+      line[used] = '\0';
+      return 0;
+    }
+    line[++used] = '\0';
+  }
+  return -1;
+}
+
+int pxctl_coordd_start(pxctl_child_t *c, char *const argv[], char *hline, size_t hcap,
+                       char *target, size_t tcap) {
+  int fd = -1;
+  if (pxctl_spawn(c, argv[0], argv, &fd, 0) != 0) return -1;
+  char line[256];
+  double end = pxctl_mono_s() + PXCTL_COORDD_START_S;
+  pxctl_read_line(fd, line, sizeof line, end);
+  if (hline) pxctl_read_line(fd, hline, hcap, end);
+  close(fd);
+  if (pxctl_signal) return -1;
+  const char *colon = strrchr(line, ':');
+  if (strncmp(line, "listening on ", 13) != 0 || !colon || atoi(colon + 1) <= 0) {
+    char how[128] = "said nothing in time";
+    if (pxctl_child_exited(c)) pxctl_describe_exit(c, how, sizeof how);
+    pxctl_fail("the private pxcoordd (%s) did not start: it %s", argv[0], how);
+    pxctl_tail(c->log, 15);
+    return -1;
+  }
+  return pxctl_fmt(target, tcap, "127.0.0.1:%d", atoi(colon + 1));
 }
 
 /* Notices an exit without reaping (the zombie keeps the group id). */

@@ -39,6 +39,20 @@ int pxctl_find_program(const char *name, const char *subdir, char *out, size_t c
  * hide_gpus the child sees no CUDA device. 0 on success. */
 int pxctl_spawn(pxctl_child_t *c, const char *path, char *const argv[], int *out_pipe,
                 int hide_gpus);
+/* Reads one line (without its newline) from fd until end (pxctl_mono_s
+ * time) or a signal. 0 when a whole line came, else -1 (line holds what
+ * came). */
+int pxctl_read_line(int fd, char *line, size_t cap, double end);
+#define PXCTL_COORDD_START_S 30.0 /* until a private pxcoordd prints its port */
+
+/* Starts the private pxcoordd argv[0] (c->what and c->log set by the
+ * caller; argv listens on 127.0.0.1:0) and waits for its `listening on
+ * HOST:PORT` line: the loopback address goes to target. hline (NULL: none)
+ * gets the next line (`http on HOST:PORT` when argv has --http). 0, or -1
+ * after saying why, with the tail of its log; the child, if started, is
+ * the caller's to stop. */
+int pxctl_coordd_start(pxctl_child_t *c, char *const argv[], char *hline, size_t hcap,
+                       char *target, size_t tcap);
 /* 1 once the child has exited (noticed without reaping: the zombie keeps
  * the group id). */
 int pxctl_child_exited(pxctl_child_t *c);

@@ -650,9 +650,28 @@ static int coord_auth_node_of_rank(coord_t *c, px_rpc_srv_call_t *call,
   return 1;
 }
 
+/* --read-only: the queries of the Jobs service only; everything that would
+ * change the database (or wait for agents that never come) is refused. */
+static int coord_read_only_serves(const char *m) {
+  static const char *const reads[] = {PX_RPC_GET_JOB,        PX_RPC_LIST_JOBS,
+                                      PX_RPC_LIST_NODES,     PX_RPC_GET_ITERATIONS,
+                                      PX_RPC_WATCH_JOB,      PX_RPC_GET_RANK_LOG,
+                                      PX_RPC_GET_ACCOUNTING};
+  for (size_t i = 0; i < sizeof reads / sizeof reads[0]; i++)
+    if (!strcmp(m, reads[i])) return 1;
+  return 0;
+}
+
 int coord_authorize(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data) {
   coord_t *c = data;
   coord_identity_t *who = &c->who;
+  if (c->cfg.read_only && !coord_read_only_serves(px_rpc_srv_method(call))) {
+    px_rpc_srv_finish(call, PX_RPC_FAILED_PRECONDITION,
+                      "this pxcoordd is read-only (--read-only): it answers queries of %s and "
+                      "changes nothing",
+                      c->cfg.db);
+    return 0;
+  }
   char hdr[COORD_TOKEN_MAX + 16] = "";
   if (px_rpc_srv_metadata(call, "authorization", hdr, sizeof hdr) < 0) hdr[0] = '\0';
   char err[256] = "";

@@ -76,6 +76,8 @@ typedef struct {
   coord_sched_policy_t sched; /* issue 31: priorities, fair share, quotas, time limits */
   char notify_url[1100];   /* every job's state changes are POSTed here ("" : none) */
   char notify_states[260]; /* which (px_jobspec_notify_states); default "end" */
+  int read_only;           /* --read-only: serve the queries of an existing database, change
+                            * nothing (pxctl's offline reading, cli/pxctl_offline.c) */
 } coord_config_t;
 
 #define COORD_DEFAULT_HTTP_PER_ADDRESS 32

@@ -82,17 +82,6 @@ struct coord_http {
 
 /* ---- buffer ----------------------------------------------------------------- */
 
-void coord_hb_jstr(coord_hbuf_t *b, const char *s) {
-  if (!s) px_buf_put(b, "null", 4);
-  else px_buf_json_string(b, s, strlen(s));
-}
-
-void coord_hb_jnum(coord_hbuf_t *b, double v, int present) {
-  if (!present || !isfinite(v)) px_buf_put(b, "null", 4);
-  else if (v == floor(v) && fabs(v) < 9e15) px_buf_printf(b, "%.0f", v);
-  else px_buf_printf(b, "%.9g", v);
-}
-
 void coord_hb_plabel(coord_hbuf_t *b, const char *s) {
   for (const char *p = s ? s : ""; *p; p++) {
     if (*p == '\\') px_buf_put(b, "\\\\", 2);
@@ -247,9 +236,7 @@ static enum MHD_Result http_send(struct MHD_Connection *conn, unsigned status,
 
 static enum MHD_Result http_error(struct MHD_Connection *conn, unsigned status, const char *msg) {
   coord_hbuf_t b = COORD_HBUF_INIT;
-  px_buf_put(&b, "{\"error\":", 9);
-  coord_hb_jstr(&b, msg);
-  px_buf_put(&b, "}\n", 2);
+  coord_http_error_body(&b, msg);
   return http_send(conn, status, "application/json", &b);
 }
 

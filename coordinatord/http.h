@@ -48,10 +48,8 @@ extern const int coord_rpc_nstats;
 typedef px_buf_t coord_hbuf_t;
 #define COORD_HBUF_INIT {.max = COORD_HBUF_MAX}
 
-/* A JSON string literal (quotes included; NULL writes null). */
-void coord_hb_jstr(coord_hbuf_t *b, const char *s);
-/* A JSON number; null when v is not finite or when !present. */
-void coord_hb_jnum(coord_hbuf_t *b, double v, int present);
+/* {"error": msg} and a newline, the body of every error (http_api.c). */
+void coord_http_error_body(coord_hbuf_t *b, const char *msg);
 /* A Prometheus label value (no quotes): backslash, quote, newline escaped. */
 void coord_hb_plabel(coord_hbuf_t *b, const char *s);
 /* A Prometheus sample value (NaN, +Inf, -Inf spelled as the format wants). */

@@ -8,9 +8,17 @@
  * request costs time linear in its page. Values that were not measured
  * (an iteration without a test evaluation, a job not yet finished) are
  * null, never -1. Times are Unix milliseconds. Metrics are rank 0's
- * reports, the only rank that reports to the coordinator. */
+ * reports, the only rank that reports to the coordinator.
+ *
+ * Each object is described once, by a field table (JSON key, SQL
+ * expression, how the value is read): the SELECT list is made from the
+ * table and a row is read back by the same table, so a key can never be
+ * paired with another key's column (a hand-counted column index once
+ * shifted /api/v1/jobs/JOB's totals by one). Documents are json-c trees
+ * written by prunex/json.h, as pxctl's --json. */
 #include <assert.h>
 #include <errno.h>
+#include <json-c/json.h>
 #include <limits.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -19,6 +27,7 @@
 
 #include "coord.h"
 #include "http.h"
+#include "prunex/json.h"
 #include "prunex/strategy.h"
 
 static const char *http_job_state(int s) {
@@ -48,6 +57,25 @@ static const char *http_strategy(int s) {
   return i ? i->name : NULL;
 }
 
+/* ---- documents ---------------------------------------------------------------- */
+
+void coord_http_error_body(coord_hbuf_t *out, const char *msg) {
+  struct json_object *o = json_object_new_object();
+  json_object_object_add(o, "error", px_json_string(msg, strlen(msg)));
+  px_json_put(out, o);
+  px_buf_put(out, "\n", 1);
+  json_object_put(o);
+}
+
+/* Writes doc (and frees it) as the response body: a 200. */
+static int http_done(struct json_object *doc, coord_hbuf_t *out) {
+  if (!doc) out->oom = 1;
+  else px_json_put(out, doc);
+  px_buf_put(out, "\n", 1);
+  json_object_put(doc);
+  return 200;
+}
+
 static int http_fail(coord_hbuf_t *out, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int http_fail(coord_hbuf_t *out, int status, const char *fmt, ...) {
@@ -57,15 +85,287 @@ static int http_fail(coord_hbuf_t *out, int status, const char *fmt, ...) {
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   px_buf_free(out);
-  px_buf_put(out, "{\"error\":", 9);
-  coord_hb_jstr(out, msg);
-  px_buf_put(out, "}\n", 2);
+  coord_http_error_body(out, msg);
   return status;
 }
 
 static int http_db_fail(sqlite3 *db, coord_hbuf_t *out) {
   px_log(PX_LOG_WARN, "http: database: %s", sqlite3_errmsg(db));
   return http_fail(out, 500, "database: %s", sqlite3_errmsg(db));
+}
+
+/* ---- field tables ---------------------------------------------------------------- */
+
+/* How a column becomes a value. Every kind is null for SQL NULL. */
+typedef enum {
+  HF_TEXT,        /* a string */
+  HF_TEXT_SET,    /* a string, null when empty */
+  HF_INT,         /* an integer */
+  HF_INT_POS,     /* an integer, null unless > 0 */
+  HF_INT_NN,      /* an integer, null when negative */
+  HF_NUM,         /* a number (null when not finite) */
+  HF_NUM_NN,      /* a number, null when negative (the "not measured" -1) */
+  HF_BOOL,        /* true for nonzero */
+  HF_JOB_STATE,   /* a JobState as its name */
+  HF_NODE_STATE,  /* a NodeState as its name */
+  HF_SPEC,        /* the JobSpec blob: strategy, model, dataset, max_iterations,
+                     max_restarts */
+  HF_GROUP,       /* a flag: when nonzero, the next `group` fields nested under
+                     key, else null */
+  HF_HIDDEN,      /* selected, not written (the paging cursor) */
+} http_kind_t;
+
+typedef struct {
+  const char *key;
+  const char *sql;
+  http_kind_t kind;
+  int group;      /* HF_GROUP: how many fields follow inside it */
+} http_field_t;
+
+#define HTTP_NFIELDS(t) ((int)(sizeof(t) / sizeof((t)[0])))
+
+/* A job, as /api/v1/jobs lists it. */
+static const http_field_t http_job_fields[] = {
+    {NULL, "j.id", HF_HIDDEN, 0},
+    {"job_id", "j.job_id", HF_TEXT, 0},
+    {"name", "j.name", HF_TEXT, 0},
+    {"state", "j.state", HF_JOB_STATE, 0},
+    {"reason", "j.reason", HF_TEXT, 0},
+    {"spec", "j.spec", HF_SPEC, 0},
+    {"nodes", "j.num_nodes", HF_INT, 0},
+    {"workers_per_node", "j.workers_per_node", HF_INT, 0},
+    {"created_unix_ms", "j.created_unix_ms", HF_INT, 0},
+    {"updated_unix_ms", "j.updated_unix_ms", HF_INT, 0},
+    {"scheduled_unix_ms", "j.scheduled_unix_ms", HF_INT_POS, 0},
+    {"finished_unix_ms", "j.finished_unix_ms", HF_INT_POS, 0},
+    {"state_since_unix_ms",
+     "(SELECT max(time_unix_ms) FROM job_events e WHERE e.job_id = j.job_id)", HF_INT, 0},
+    {"iteration", "j.iteration", HF_INT_NN, 0},
+    {"test_accuracy",
+     "(SELECT test_accuracy FROM iterations i WHERE i.job_id = j.job_id AND i.rank = 0"
+     " AND i.test_accuracy >= 0 ORDER BY iteration DESC LIMIT 1)", HF_NUM, 0},
+    {"density",
+     "(SELECT density FROM iterations i WHERE i.job_id = j.job_id AND i.rank = 0"
+     " ORDER BY iteration DESC LIMIT 1)", HF_NUM, 0},
+    /* the attempt running now (issue 14: 1 before any restart) */
+    {"attempt", "j.attempt", HF_INT, 0},
+    /* "" while the checkpoints are usable (issue 26) */
+    {"checkpoint_problem", "j.checkpoint_problem", HF_TEXT, 0},
+};
+
+/* /api/v1/jobs/JOB adds the totals over rank 0's iterations. */
+static const http_field_t http_job_total_fields[] = {
+    {"iterations", "(SELECT count(*) FROM iterations i WHERE i.job_id = j.job_id AND i.rank = 0)",
+     HF_INT, 0},
+    {"bytes_inter",
+     "(SELECT total(bytes_inter) FROM iterations i WHERE i.job_id = j.job_id AND i.rank = 0)",
+     HF_INT, 0},
+    {"bytes_intra",
+     "(SELECT total(bytes_intra) FROM iterations i WHERE i.job_id = j.job_id AND i.rank = 0)",
+     HF_INT, 0},
+};
+
+static const http_field_t http_iteration_fields[] = {
+    {"iteration", "iteration", HF_INT, 0},
+    {"time_unix_ms", "time_unix_ms", HF_INT, 0},
+    {"epoch", "epoch", HF_NUM, 0},
+    {"loss", "loss", HF_NUM_NN, 0},
+    {"train_accuracy", "train_accuracy", HF_NUM_NN, 0},
+    {"test_accuracy", "test_accuracy", HF_NUM_NN, 0},
+    {"density", "density", HF_NUM, 0},
+    {"mask_groups", "mask_groups", HF_INT_POS, 0},
+    {"mask_drift", "mask_drift", HF_INT, 0},
+    {"frozen", "frozen", HF_BOOL, 0},
+    {"bytes_intra", "bytes_intra", HF_INT, 0},
+    {"bytes_inter", "bytes_inter", HF_INT, 0},
+    {"bytes_inter_dense", "bytes_inter_dense", HF_INT, 0},
+    {"phases", "has_phases", HF_GROUP, 6},
+    {"local_s", "local_s", HF_NUM, 0},
+    {"intra_s", "intra_s", HF_NUM, 0},
+    {"projection_s", "projection_s", HF_NUM, 0},
+    {"inter_s", "inter_s", HF_NUM, 0},
+    {"broadcast_s", "broadcast_s", HF_NUM, 0},
+    {"control_s", "control_s", HF_NUM, 0},
+};
+
+static const http_field_t http_layer_fields[] = {
+    {"iteration", "iteration", HF_INT, 0},
+    {"layer", "layer", HF_INT, 0},
+    {"name", "name", HF_TEXT, 0},
+    {"r_intra", "r_intra", HF_NUM, 0},
+    {"s_intra", "s_intra", HF_NUM, 0},
+    {"r_inter", "r_inter", HF_NUM, 0},
+    {"s_inter", "s_inter", HF_NUM, 0},
+    {"rho1", "rho1", HF_NUM, 0},
+    {"rho2", "rho2", HF_NUM, 0},
+    {"density", "density", HF_NUM, 0},
+    {"numel", "numel", HF_INT, 0},
+};
+
+static const http_field_t http_node_fields[] = {
+    {NULL, "n.id", HF_HIDDEN, 0},
+    {"node_id", "n.node_id", HF_TEXT, 0},
+    {"name", "n.name", HF_TEXT, 0},
+    {"hostname", "n.hostname", HF_TEXT, 0},
+    {"state", "n.state", HF_NODE_STATE, 0},
+    {"job_id", "n.job_id", HF_TEXT_SET, 0},
+    {"devices", "(SELECT count(*) FROM node_devices d WHERE d.node_id = n.node_id)", HF_INT, 0},
+    {"registered_unix_ms", "n.registered_unix_ms", HF_INT, 0},
+    {"last_heartbeat_unix_ms", "n.last_heartbeat_unix_ms", HF_INT, 0},
+};
+
+/* "SELECT <the tables' expressions> <rest>" into sql (NUL-terminated). */
+static void http_select(px_buf_t *sql, const http_field_t *a, int na, const http_field_t *b,
+                        int nb, const char *rest) {
+  px_buf_put(sql, "SELECT ", 7);
+  for (int i = 0; i < na + nb; i++)
+    px_buf_printf(sql, "%s%s", i ? ", " : "", i < na ? a[i].sql : b[i - na].sql);
+  px_buf_printf(sql, " %s", rest);
+}
+
+/* The column of key in t (an assert: the tables are ours). */
+static int http_col(const http_field_t *t, int n, const char *key) {
+  for (int i = 0; i < n; i++)
+    if ((t[i].key && !strcmp(t[i].key, key)) || !strcmp(t[i].sql, key)) return i;
+  assert(!"key not in the field table");
+  return 0;
+}
+
+/* The spec's fields of a job (null without a readable spec). */
+static void http_spec_json(struct json_object *o, const void *blob, int blen) {
+  Prunex__V1__JobSpec *spec = NULL;
+  if (blob && blen > 0) spec = prunex__v1__job_spec__unpack(NULL, (size_t)blen, blob);
+  const char *strategy = spec ? http_strategy(spec->strategy) : NULL;
+  const char *model = spec && spec->model ? spec->model->name : NULL;
+  const char *dataset = spec && spec->dataset ? spec->dataset->name : NULL;
+  int maxit = spec && spec->admm ? spec->admm->max_iterations : 0;
+  json_object_object_add(o, "strategy", strategy ? json_object_new_string(strategy) : NULL);
+  json_object_object_add(o, "model", model ? px_json_string(model, strlen(model)) : NULL);
+  json_object_object_add(o, "dataset", dataset ? px_json_string(dataset, strlen(dataset)) : NULL);
+  json_object_object_add(o, "max_iterations", maxit > 0 ? json_object_new_int(maxit) : NULL);
+  /* how many restarts the spec allows (issue 14) */
+  json_object_object_add(o, "max_restarts", json_object_new_int(
+                                                spec && spec->recovery ? spec->recovery->max_restarts : 0));
+  if (spec) prunex__v1__job_spec__free_unpacked(spec, NULL);
+}
+
+/* Column c of st as field f says; NULL for null. Reads the column only in
+ * the form the kind needs (no text made of a number). */
+static struct json_object *http_value(sqlite3_stmt *st, int c, const http_field_t *f) {
+  if (sqlite3_column_type(st, c) == SQLITE_NULL) return NULL;
+  const char *t;
+  int64_t i;
+  double d;
+  switch (f->kind) {
+  case HF_TEXT:
+  case HF_TEXT_SET:
+    t = (const char *)sqlite3_column_text(st, c);
+    i = sqlite3_column_bytes(st, c);
+    return f->kind == HF_TEXT || i > 0 ? px_json_string(t, (size_t)i) : NULL;
+  case HF_INT:
+  case HF_INT_POS:
+  case HF_INT_NN:
+  case HF_BOOL:
+  case HF_JOB_STATE:
+  case HF_NODE_STATE:
+    i = sqlite3_column_int64(st, c);
+    if (f->kind == HF_BOOL) return json_object_new_boolean(i != 0);
+    if (f->kind == HF_JOB_STATE) return json_object_new_string(http_job_state((int)i));
+    if (f->kind == HF_NODE_STATE) return json_object_new_string(http_node_state((int)i));
+    if ((f->kind == HF_INT_POS && i <= 0) || (f->kind == HF_INT_NN && i < 0)) return NULL;
+    return json_object_new_int64(i);
+  case HF_NUM:
+  case HF_NUM_NN:
+    d = sqlite3_column_double(st, c);
+    return f->kind == HF_NUM || d >= 0 ? px_json_double(d) : NULL;
+  default: return NULL;
+  }
+}
+
+/* Adds the fields of t (n of them), read from the columns from `first` on,
+ * to o. */
+static void http_row(sqlite3_stmt *st, int first, const http_field_t *t, int n,
+                     struct json_object *o) {
+  for (int k = 0; k < n; k++) {
+    const http_field_t *f = &t[k];
+    int c = first + k;
+    if (f->kind == HF_HIDDEN) continue;
+    if (f->kind == HF_SPEC) {
+      http_spec_json(o, sqlite3_column_blob(st, c), sqlite3_column_bytes(st, c));
+    } else if (f->kind == HF_GROUP) {
+      struct json_object *g = NULL;
+      if (sqlite3_column_int(st, c)) {
+        g = json_object_new_object();
+        http_row(st, c + 1, f + 1, f->group, g);
+      }
+      json_object_object_add(o, f->key, g);
+      k += f->group;
+    } else {
+      json_object_object_add(o, f->key, http_value(st, c, f));
+    }
+  }
+}
+
+/* One page of a listing: the rows of st (its SELECT made by http_select
+ * from t, asking for limit + 1 rows) as objects under `key` of a new
+ * document, next_cursor from cursor() of the last row written when there
+ * were more. The document, or NULL on a database error (st finalised either
+ * way). */
+typedef void (*http_cursor_fn)(sqlite3_stmt *st, const http_field_t *t, int n, char *buf,
+                               size_t cap);
+
+static struct json_object *http_page(sqlite3_stmt *st, const http_field_t *t, int n, int limit,
+                                     const char *key, http_cursor_fn cursor) {
+  struct json_object *doc = json_object_new_object(), *arr = json_object_new_array();
+  json_object_object_add(doc, key, arr);
+  char next[64] = "";
+  int count = 0, more = 0, rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (count++ == limit) {
+      more = 1;
+      break;
+    }
+    struct json_object *o = json_object_new_object();
+    http_row(st, 0, t, n, o);
+    json_object_array_add(arr, o);
+    cursor(st, t, n, next, sizeof next);
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+    json_object_put(doc);
+    return NULL;
+  }
+  json_object_object_add(doc, "next_cursor", more ? json_object_new_string(next) : NULL);
+  return doc;
+}
+
+static void http_cursor_id(sqlite3_stmt *st, const http_field_t *t, int n, char *buf,
+                           size_t cap) {
+  (void)t, (void)n;
+  snprintf(buf, cap, "%lld", (long long)sqlite3_column_int64(st, 0));
+}
+
+static void http_cursor_iteration(sqlite3_stmt *st, const http_field_t *t, int n, char *buf,
+                                  size_t cap) {
+  snprintf(buf, cap, "%lld", (long long)sqlite3_column_int64(st, http_col(t, n, "iteration")));
+}
+
+static void http_cursor_layer(sqlite3_stmt *st, const http_field_t *t, int n, char *buf,
+                              size_t cap) {
+  snprintf(buf, cap, "%lld:%lld",
+           (long long)sqlite3_column_int64(st, http_col(t, n, "iteration")),
+           (long long)sqlite3_column_int64(st, http_col(t, n, "layer")));
+}
+
+/* Prepares the SELECT of t (and t2) followed by rest; NULL on failure. */
+static sqlite3_stmt *http_prepare(sqlite3 *db, const http_field_t *t, int n,
+                                  const http_field_t *t2, int n2, const char *rest) {
+  px_buf_t sql = {0};
+  http_select(&sql, t, n, t2, n2, rest);
+  sqlite3_stmt *st = NULL;
+  if (sql.oom || sqlite3_prepare_v2(db, sql.p, -1, &st, NULL) != SQLITE_OK) st = NULL;
+  px_buf_free(&sql);
+  return st;
 }
 
 /* A decimal integer in [lo, hi]; 0 on success. */
@@ -114,124 +414,35 @@ static int http_resolve_job(sqlite3 *db, const char *ref, char *job_id, size_t c
   return 0;
 }
 
+
 /* ---- jobs --------------------------------------------------------------------- */
 
-#define HTTP_JOB_COLUMNS                                                                       \
-  "j.id, j.job_id, j.name, j.state, j.reason, j.spec, j.num_nodes, j.workers_per_node,"       \
-  " j.created_unix_ms, j.updated_unix_ms, j.scheduled_unix_ms, j.finished_unix_ms,"           \
-  " j.iteration,"                                                                             \
-  " (SELECT max(time_unix_ms) FROM job_events e WHERE e.job_id = j.job_id),"                  \
-  " (SELECT test_accuracy FROM iterations i WHERE i.job_id = j.job_id AND i.rank = 0"         \
-  "   AND i.test_accuracy >= 0 ORDER BY iteration DESC LIMIT 1),"                              \
-  " (SELECT density FROM iterations i WHERE i.job_id = j.job_id AND i.rank = 0"               \
-  "   ORDER BY iteration DESC LIMIT 1), j.attempt, j.checkpoint_problem"
-/* How many columns HTTP_JOB_COLUMNS has: a query that adds its own reads them
- * from this index on (reading them from a hard-coded 16 once shifted the
- * totals of /api/v1/jobs/JOB by one column). */
-#define HTTP_JOB_NCOLS 18
-
-/* One job object from a row of HTTP_JOB_COLUMNS. */
-static void http_job_json(sqlite3_stmt *st, coord_hbuf_t *b) {
-  Prunex__V1__JobSpec *spec = NULL;
-  const void *blob = sqlite3_column_blob(st, 5);
-  int blen = sqlite3_column_bytes(st, 5);
-  if (blob && blen > 0) spec = prunex__v1__job_spec__unpack(NULL, (size_t)blen, blob);
-  px_buf_put(b, "{\"job_id\":", 10);
-  coord_hb_jstr(b, (const char *)sqlite3_column_text(st, 1));
-  px_buf_put(b, ",\"name\":", 8);
-  coord_hb_jstr(b, (const char *)sqlite3_column_text(st, 2));
-  px_buf_put(b, ",\"state\":", 9);
-  coord_hb_jstr(b, http_job_state(sqlite3_column_int(st, 3)));
-  px_buf_put(b, ",\"reason\":", 10);
-  coord_hb_jstr(b, (const char *)sqlite3_column_text(st, 4));
-  px_buf_put(b, ",\"strategy\":", 12);
-  coord_hb_jstr(b, spec ? http_strategy(spec->strategy) : NULL);
-  px_buf_put(b, ",\"model\":", 9);
-  coord_hb_jstr(b, spec && spec->model ? spec->model->name : NULL);
-  px_buf_put(b, ",\"dataset\":", 11);
-  coord_hb_jstr(b, spec && spec->dataset ? spec->dataset->name : NULL);
-  int maxit = spec && spec->admm ? spec->admm->max_iterations : 0;
-  px_buf_printf(b, ",\"nodes\":%d,\"workers_per_node\":%d,\"max_iterations\":",
-                  sqlite3_column_int(st, 6), sqlite3_column_int(st, 7));
-  coord_hb_jnum(b, maxit, maxit > 0);
-  px_buf_printf(b, ",\"created_unix_ms\":%lld,\"updated_unix_ms\":%lld",
-                  (long long)sqlite3_column_int64(st, 8), (long long)sqlite3_column_int64(st, 9));
-  int64_t sched = sqlite3_column_int64(st, 10), fin = sqlite3_column_int64(st, 11);
-  int64_t it = sqlite3_column_int64(st, 12);
-  px_buf_put(b, ",\"scheduled_unix_ms\":", 21);
-  coord_hb_jnum(b, (double)sched, sched > 0);
-  px_buf_put(b, ",\"finished_unix_ms\":", 20);
-  coord_hb_jnum(b, (double)fin, fin > 0);
-  px_buf_put(b, ",\"state_since_unix_ms\":", 23);
-  coord_hb_jnum(b, (double)sqlite3_column_int64(st, 13), sqlite3_column_type(st, 13) != SQLITE_NULL);
-  px_buf_put(b, ",\"iteration\":", 13);
-  coord_hb_jnum(b, (double)it, it >= 0);
-  px_buf_put(b, ",\"test_accuracy\":", 17);
-  coord_hb_jnum(b, sqlite3_column_double(st, 14), sqlite3_column_type(st, 14) != SQLITE_NULL);
-  px_buf_put(b, ",\"density\":", 11);
-  coord_hb_jnum(b, sqlite3_column_double(st, 15), sqlite3_column_type(st, 15) != SQLITE_NULL);
-  /* the attempt running now (issue 14: 1 before any restart) and how many
-   * the spec allows */
-  px_buf_printf(b, ",\"attempt\":%d,\"max_restarts\":%d", sqlite3_column_int(st, 16),
-                  spec && spec->recovery ? spec->recovery->max_restarts : 0);
-  /* "" while the checkpoints are usable (issue 26) */
-  px_buf_put(b, ",\"checkpoint_problem\":", 22);
-  coord_hb_jstr(b, (const char *)sqlite3_column_text(st, 17));
-  px_buf_put(b, "}", 1);
-  if (spec) prunex__v1__job_spec__free_unpacked(spec, NULL);
-}
+#define HTTP_BAD_CURSOR "cursor = '%.40s': expected a next_cursor of this listing"
 
 int coord_http_jobs(sqlite3 *db, const coord_http_page_t *pg, coord_hbuf_t *out) {
   int limit = 0, rc;
   if ((rc = http_limit(pg, 100, 1000, &limit, out))) return rc;
   long long cursor = LLONG_MAX;
   if (pg->cursor && http_parse_int(pg->cursor, 1, LLONG_MAX, &cursor) != 0)
-    return http_fail(out, 400, "cursor = '%.40s': expected a next_cursor of this listing",
-                     pg->cursor);
-  sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(db,
-                         "SELECT " HTTP_JOB_COLUMNS
-                         " FROM jobs j WHERE j.id < ?1 ORDER BY j.id DESC LIMIT ?2",
-                         -1, &st, NULL) != SQLITE_OK)
-    return http_db_fail(db, out);
+    return http_fail(out, 400, HTTP_BAD_CURSOR, pg->cursor);
+  const int n = HTTP_NFIELDS(http_job_fields);
+  sqlite3_stmt *st = http_prepare(db, http_job_fields, n, NULL, 0,
+                                  "FROM jobs j WHERE j.id < ?1 ORDER BY j.id DESC LIMIT ?2");
+  if (!st) return http_db_fail(db, out);
   sqlite3_bind_int64(st, 1, cursor);
   sqlite3_bind_int(st, 2, limit + 1);
-  px_buf_put(out, "{\"jobs\":[", 9);
-  int n = 0;
-  long long last = 0, more = 0;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (n == limit) {
-      more = 1;
-      break;
-    }
-    if (n++) px_buf_put(out, ",", 1);
-    http_job_json(st, out);
-    last = sqlite3_column_int64(st, 0);
-  }
-  sqlite3_finalize(st);
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return http_db_fail(db, out);
-  px_buf_put(out, "],\"next_cursor\":", 16);
-  if (more) px_buf_printf(out, "\"%lld\"}\n", last);
-  else px_buf_put(out, "null}\n", 6);
-  return 200;
+  struct json_object *doc = http_page(st, http_job_fields, n, limit, "jobs", http_cursor_id);
+  return doc ? http_done(doc, out) : http_db_fail(db, out);
 }
 
 int coord_http_job(sqlite3 *db, const char *ref, coord_hbuf_t *out) {
   char job[160];
   int rc = http_resolve_job(db, ref, job, sizeof job, out);
   if (rc) return rc;
-  sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(db,
-                         "SELECT " HTTP_JOB_COLUMNS
-                         ", (SELECT count(*) FROM iterations i WHERE i.job_id = j.job_id"
-                         "   AND i.rank = 0),"
-                         " (SELECT total(bytes_inter) FROM iterations i WHERE i.job_id = j.job_id"
-                         "   AND i.rank = 0),"
-                         " (SELECT total(bytes_intra) FROM iterations i WHERE i.job_id = j.job_id"
-                         "   AND i.rank = 0)"
-                         " FROM jobs j WHERE j.job_id = ?1",
-                         -1, &st, NULL) != SQLITE_OK)
-    return http_db_fail(db, out);
+  const int n = HTTP_NFIELDS(http_job_fields), n2 = HTTP_NFIELDS(http_job_total_fields);
+  sqlite3_stmt *st = http_prepare(db, http_job_fields, n, http_job_total_fields, n2,
+                                  "FROM jobs j WHERE j.job_id = ?1");
+  if (!st) return http_db_fail(db, out);
   sqlite3_bind_text(st, 1, job, -1, SQLITE_TRANSIENT);
   rc = sqlite3_step(st);
   if (rc != SQLITE_ROW) {
@@ -239,18 +450,37 @@ int coord_http_job(sqlite3 *db, const char *ref, coord_hbuf_t *out) {
     return rc == SQLITE_DONE ? http_fail(out, 404, "job %s not found", job)
                              : http_db_fail(db, out);
   }
-  http_job_json(st, out);
-  if (!out->oom) out->len--; /* reopen the object */
-  assert(sqlite3_column_count(st) == HTTP_JOB_NCOLS + 3);
-  px_buf_printf(out, ",\"iterations\":%lld,\"bytes_inter\":%.0f,\"bytes_intra\":%.0f}\n",
-                  (long long)sqlite3_column_int64(st, HTTP_JOB_NCOLS),
-                  sqlite3_column_double(st, HTTP_JOB_NCOLS + 1),
-                  sqlite3_column_double(st, HTTP_JOB_NCOLS + 2));
+  struct json_object *doc = json_object_new_object();
+  http_row(st, 0, http_job_fields, n, doc);
+  http_row(st, n, http_job_total_fields, n2, doc);
   sqlite3_finalize(st);
-  return 200;
+  return http_done(doc, out);
 }
 
 /* ---- iterations and layers ---------------------------------------------------- */
+
+/* A page of a job's rows: the job resolved, st prepared from t with `rest`
+ * (?1 the job id, then the caller's binds, the limit last), the page under
+ * key beside "job_id". */
+static int http_job_page(sqlite3 *db, const char *ref, const http_field_t *t, int n,
+                         const char *rest, const long long *binds, int nbinds, int limit,
+                         const char *key, http_cursor_fn cursor, coord_hbuf_t *out) {
+  char job[160];
+  int rc = http_resolve_job(db, ref, job, sizeof job, out);
+  if (rc) return rc;
+  sqlite3_stmt *st = http_prepare(db, t, n, NULL, 0, rest);
+  if (!st) return http_db_fail(db, out);
+  sqlite3_bind_text(st, 1, job, -1, SQLITE_TRANSIENT);
+  for (int i = 0; i < nbinds; i++) sqlite3_bind_int64(st, 2 + i, binds[i]);
+  sqlite3_bind_int(st, 2 + nbinds, limit + 1);
+  struct json_object *page = http_page(st, t, n, limit, key, cursor);
+  if (!page) return http_db_fail(db, out);
+  struct json_object *doc = json_object_new_object();
+  json_object_object_add(doc, "job_id", px_json_string(job, strlen(job)));
+  json_object_object_foreach(page, k, v) json_object_object_add(doc, k, json_object_get(v));
+  json_object_put(page);
+  return http_done(doc, out);
+}
 
 int coord_http_iterations(sqlite3 *db, const char *ref, const coord_http_page_t *pg,
                           coord_hbuf_t *out) {
@@ -258,139 +488,33 @@ int coord_http_iterations(sqlite3 *db, const char *ref, const coord_http_page_t 
   if ((rc = http_limit(pg, 1000, 10000, &limit, out))) return rc;
   long long cursor = -1;
   if (pg->cursor && http_parse_int(pg->cursor, 0, INT_MAX, &cursor) != 0)
-    return http_fail(out, 400, "cursor = '%.40s': expected a next_cursor of this listing",
-                     pg->cursor);
-  char job[160];
-  if ((rc = http_resolve_job(db, ref, job, sizeof job, out))) return rc;
-  sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(db,
-                         "SELECT iteration, time_unix_ms, epoch, loss, train_accuracy,"
-                         " test_accuracy, density, mask_drift, frozen, bytes_intra, bytes_inter,"
-                         " bytes_inter_dense, has_phases, local_s, intra_s, projection_s,"
-                         " inter_s, broadcast_s, control_s, mask_groups FROM iterations"
-                         " WHERE job_id = ?1 AND rank = 0 AND iteration > ?2"
-                         " ORDER BY iteration LIMIT ?3",
-                         -1, &st, NULL) != SQLITE_OK)
-    return http_db_fail(db, out);
-  sqlite3_bind_text(st, 1, job, -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int64(st, 2, cursor);
-  sqlite3_bind_int(st, 3, limit + 1);
-  px_buf_put(out, "{\"job_id\":", 10);
-  coord_hb_jstr(out, job);
-  px_buf_put(out, ",\"iterations\":[", 15);
-  int n = 0, more = 0;
-  long long last = 0;
-  static const char *const phases[] = {"local_s", "intra_s", "projection_s",
-                                       "inter_s", "broadcast_s", "control_s"};
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (n == limit) {
-      more = 1;
-      break;
-    }
-    if (n++) px_buf_put(out, ",", 1);
-    last = sqlite3_column_int64(st, 0);
-    double loss = sqlite3_column_double(st, 3), tra = sqlite3_column_double(st, 4),
-           tea = sqlite3_column_double(st, 5);
-    px_buf_printf(out, "{\"iteration\":%lld,\"time_unix_ms\":%lld,\"epoch\":", last,
-                    (long long)sqlite3_column_int64(st, 1));
-    coord_hb_jnum(out, sqlite3_column_double(st, 2), 1);
-    px_buf_put(out, ",\"loss\":", 8);
-    coord_hb_jnum(out, loss, loss >= 0);
-    px_buf_put(out, ",\"train_accuracy\":", 18);
-    coord_hb_jnum(out, tra, tra >= 0);
-    px_buf_put(out, ",\"test_accuracy\":", 17);
-    coord_hb_jnum(out, tea, tea >= 0);
-    px_buf_put(out, ",\"density\":", 11);
-    coord_hb_jnum(out, sqlite3_column_double(st, 6), 1);
-    int64_t groups = sqlite3_column_int64(st, 19);
-    px_buf_put(out, ",\"mask_groups\":", 15);
-    coord_hb_jnum(out, (double)groups, groups > 0);
-    px_buf_printf(out,
-                    ",\"mask_drift\":%lld,\"frozen\":%s,\"bytes_intra\":%lld,\"bytes_inter\":%lld,"
-                    "\"bytes_inter_dense\":%lld,\"phases\":",
-                    (long long)sqlite3_column_int64(st, 7),
-                    sqlite3_column_int(st, 8) ? "true" : "false",
-                    (long long)sqlite3_column_int64(st, 9), (long long)sqlite3_column_int64(st, 10),
-                    (long long)sqlite3_column_int64(st, 11));
-    if (!sqlite3_column_int(st, 12)) {
-      px_buf_put(out, "null}", 5);
-      continue;
-    }
-    for (int k = 0; k < 6; k++) {
-      px_buf_printf(out, "%s\"%s\":", k ? "," : "{", phases[k]);
-      coord_hb_jnum(out, sqlite3_column_double(st, 13 + k), 1);
-    }
-    px_buf_put(out, "}}", 2);
-  }
-  sqlite3_finalize(st);
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return http_db_fail(db, out);
-  px_buf_put(out, "],\"next_cursor\":", 16);
-  if (more) px_buf_printf(out, "\"%lld\"}\n", last);
-  else px_buf_put(out, "null}\n", 6);
-  return 200;
+    return http_fail(out, 400, HTTP_BAD_CURSOR, pg->cursor);
+  return http_job_page(db, ref, http_iteration_fields, HTTP_NFIELDS(http_iteration_fields),
+                       "FROM iterations WHERE job_id = ?1 AND rank = 0 AND iteration > ?2"
+                       " ORDER BY iteration LIMIT ?3",
+                       &cursor, 1, limit, "iterations", http_cursor_iteration, out);
 }
 
 int coord_http_layers(sqlite3 *db, const char *ref, const coord_http_page_t *pg,
                       coord_hbuf_t *out) {
   int limit = 0, rc;
   if ((rc = http_limit(pg, 5000, 50000, &limit, out))) return rc;
-  long long ci = -1, cl = -1;
+  long long c[2] = {-1, -1};
   if (pg->cursor) {
     char tmp[48];
     snprintf(tmp, sizeof tmp, "%s", pg->cursor);
     char *colon = strchr(tmp, ':');
     if (strlen(pg->cursor) >= sizeof tmp || !colon)
-      return http_fail(out, 400, "cursor = '%.40s': expected a next_cursor of this listing",
-                       pg->cursor);
+      return http_fail(out, 400, HTTP_BAD_CURSOR, pg->cursor);
     *colon = '\0';
-    if (http_parse_int(tmp, 0, INT_MAX, &ci) != 0 || http_parse_int(colon + 1, 0, INT_MAX, &cl))
-      return http_fail(out, 400, "cursor = '%.40s': expected a next_cursor of this listing",
-                       pg->cursor);
+    if (http_parse_int(tmp, 0, INT_MAX, &c[0]) != 0 ||
+        http_parse_int(colon + 1, 0, INT_MAX, &c[1]) != 0)
+      return http_fail(out, 400, HTTP_BAD_CURSOR, pg->cursor);
   }
-  char job[160];
-  if ((rc = http_resolve_job(db, ref, job, sizeof job, out))) return rc;
-  sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(db,
-                         "SELECT iteration, layer, name, r_intra, s_intra, r_inter, s_inter,"
-                         " rho1, rho2, density, numel FROM iteration_layers"
-                         " WHERE job_id = ?1 AND iteration >= ?2 AND rank = 0"
-                         " AND (iteration > ?2 OR layer > ?3)"
-                         " ORDER BY iteration, layer LIMIT ?4",
-                         -1, &st, NULL) != SQLITE_OK)
-    return http_db_fail(db, out);
-  sqlite3_bind_text(st, 1, job, -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int64(st, 2, ci);
-  sqlite3_bind_int64(st, 3, cl);
-  sqlite3_bind_int(st, 4, limit + 1);
-  px_buf_put(out, "{\"job_id\":", 10);
-  coord_hb_jstr(out, job);
-  px_buf_put(out, ",\"layers\":[", 11);
-  int n = 0, more = 0;
-  long long li = 0, ll = 0;
-  static const char *const cols[] = {"r_intra", "s_intra", "r_inter", "s_inter",
-                                     "rho1",    "rho2",    "density"};
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (n == limit) {
-      more = 1;
-      break;
-    }
-    if (n++) px_buf_put(out, ",", 1);
-    li = sqlite3_column_int64(st, 0);
-    ll = sqlite3_column_int64(st, 1);
-    px_buf_printf(out, "{\"iteration\":%lld,\"layer\":%lld,\"name\":", li, ll);
-    coord_hb_jstr(out, (const char *)sqlite3_column_text(st, 2));
-    for (int k = 0; k < 7; k++) {
-      px_buf_printf(out, ",\"%s\":", cols[k]);
-      coord_hb_jnum(out, sqlite3_column_double(st, 3 + k), 1);
-    }
-    px_buf_printf(out, ",\"numel\":%lld}", (long long)sqlite3_column_int64(st, 10));
-  }
-  sqlite3_finalize(st);
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return http_db_fail(db, out);
-  px_buf_put(out, "],\"next_cursor\":", 16);
-  if (more) px_buf_printf(out, "\"%lld:%lld\"}\n", li, ll);
-  else px_buf_put(out, "null}\n", 6);
-  return 200;
+  return http_job_page(db, ref, http_layer_fields, HTTP_NFIELDS(http_layer_fields),
+                       "FROM iteration_layers WHERE job_id = ?1 AND iteration >= ?2 AND rank = 0"
+                       " AND (iteration > ?2 OR layer > ?3) ORDER BY iteration, layer LIMIT ?4",
+                       c, 2, limit, "layers", http_cursor_layer, out);
 }
 
 /* ---- nodes -------------------------------------------------------------------- */
@@ -400,48 +524,13 @@ int coord_http_nodes(sqlite3 *db, const coord_http_page_t *pg, coord_hbuf_t *out
   if ((rc = http_limit(pg, 100, 1000, &limit, out))) return rc;
   long long cursor = 0;
   if (pg->cursor && http_parse_int(pg->cursor, 0, LLONG_MAX, &cursor) != 0)
-    return http_fail(out, 400, "cursor = '%.40s': expected a next_cursor of this listing",
-                     pg->cursor);
-  sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(db,
-                         "SELECT n.id, n.node_id, n.name, n.hostname, n.state, n.job_id,"
-                         " n.registered_unix_ms, n.last_heartbeat_unix_ms,"
-                         " (SELECT count(*) FROM node_devices d WHERE d.node_id = n.node_id)"
-                         " FROM nodes n WHERE n.id > ?1 ORDER BY n.id LIMIT ?2",
-                         -1, &st, NULL) != SQLITE_OK)
-    return http_db_fail(db, out);
+    return http_fail(out, 400, HTTP_BAD_CURSOR, pg->cursor);
+  const int n = HTTP_NFIELDS(http_node_fields);
+  sqlite3_stmt *st = http_prepare(db, http_node_fields, n, NULL, 0,
+                                  "FROM nodes n WHERE n.id > ?1 ORDER BY n.id LIMIT ?2");
+  if (!st) return http_db_fail(db, out);
   sqlite3_bind_int64(st, 1, cursor);
   sqlite3_bind_int(st, 2, limit + 1);
-  px_buf_put(out, "{\"nodes\":[", 10);
-  int n = 0, more = 0;
-  long long last = 0;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (n == limit) {
-      more = 1;
-      break;
-    }
-    if (n++) px_buf_put(out, ",", 1);
-    last = sqlite3_column_int64(st, 0);
-    const char *job = (const char *)sqlite3_column_text(st, 5);
-    px_buf_put(out, "{\"node_id\":", 11);
-    coord_hb_jstr(out, (const char *)sqlite3_column_text(st, 1));
-    px_buf_put(out, ",\"name\":", 8);
-    coord_hb_jstr(out, (const char *)sqlite3_column_text(st, 2));
-    px_buf_put(out, ",\"hostname\":", 12);
-    coord_hb_jstr(out, (const char *)sqlite3_column_text(st, 3));
-    px_buf_put(out, ",\"state\":", 9);
-    coord_hb_jstr(out, http_node_state(sqlite3_column_int(st, 4)));
-    px_buf_put(out, ",\"job_id\":", 10);
-    coord_hb_jstr(out, job && job[0] ? job : NULL);
-    px_buf_printf(out,
-                    ",\"devices\":%d,\"registered_unix_ms\":%lld,\"last_heartbeat_unix_ms\":%lld}",
-                    sqlite3_column_int(st, 8), (long long)sqlite3_column_int64(st, 6),
-                    (long long)sqlite3_column_int64(st, 7));
-  }
-  sqlite3_finalize(st);
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return http_db_fail(db, out);
-  px_buf_put(out, "],\"next_cursor\":", 16);
-  if (more) px_buf_printf(out, "\"%lld\"}\n", last);
-  else px_buf_put(out, "null}\n", 6);
-  return 200;
+  struct json_object *doc = http_page(st, http_node_fields, n, limit, "nodes", http_cursor_id);
+  return doc ? http_done(doc, out) : http_db_fail(db, out);
 }

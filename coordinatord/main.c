@@ -34,7 +34,7 @@ static void coord_usage(FILE *f) {
           "                [--placement-timeout-ms N] [--agent-grace-ms N]\n"
           "                [--log-level error|warn|info|debug]\n"
           "                [--tls-cert FILE --tls-key FILE] [--tokens FILE]\n"
-          "                [--retention-days N]\n"
+          "                [--retention-days N] [--read-only]\n"
           "                [--http HOST:PORT [--http-www DIR] [--http-js DIR]\n"
           "                 [--http-max-per-address N]]\n"
           "\n"
@@ -79,6 +79,12 @@ static void coord_usage(FILE *f) {
           "  --http-max-per-address N at most N HTTP connections from one address\n"
           "                           (default %d; of %d in all); raise it behind a\n"
           "                           reverse proxy, whose connections share one address\n"
+          "  --read-only              serve the queries (GetJob, ListJobs, GetIterations,\n"
+          "                           GetRankLog, ...) of an existing database and change\n"
+          "                           nothing: no scheduling, no node timeouts, every\n"
+          "                           other call refused (FAILED_PRECONDITION). An older\n"
+          "                           schema is migrated first: give it a copy. `pxctl`\n"
+          "                           starts one to read a finished run's directory\n"
           "  --help, --version\n"
           "\n"
           "Without --db or db in the config file, $STATE_DIRECTORY/coordinator.db is used\n"
@@ -178,6 +184,10 @@ static int coord_parse_args(int argc, char **argv, coord_config_t *cfg) {
       printf("pxcoordd %s\n", px_version());
       return 0;
     }
+    if (!strcmp(arg, "--read-only")) {
+      cfg->read_only = 1;
+      continue;
+    }
     char flag[64];
     const char *value = NULL;
     const char *eq = strchr(arg, '=');
@@ -214,6 +224,10 @@ static int coord_parse_args(int argc, char **argv, coord_config_t *cfg) {
   if (!cfg->db[0])
     return coord_bad_usage("%s", "no database: give --db PATH (or db in --config, or run with "
                                  "STATE_DIRECTORY set)");
+  if (cfg->read_only && access(cfg->db, F_OK) != 0)
+    return coord_bad_usage("--read-only: the database %s: %s (a read-only coordinator creates "
+                           "nothing)", cfg->db, strerror(errno));
+  if (cfg->read_only) cfg->retention_days = 0; /* removes nothing either */
   if (!cfg->tls_cert[0] != !cfg->tls_key[0])
     return coord_bad_usage("%s", "TLS needs both --tls-cert and --tls-key (tls_cert, tls_key)");
   /* The HTTP listener speaks plain HTTP: it stays on loopback (a TLS reverse
@@ -262,10 +276,24 @@ static void coord_stop(coord_t *c, const char *why) {
   px_rpc_server_shutdown(c->srv, coord_server_done, c);
 }
 
-/* The dashboard's directory: the configured one, else the installed one,
- * else (a build tree that was never installed) the source tree's. */
+/* The dashboard's directory: the configured one, else the one installed
+ * beside this binary (PX_WWW_REL from its directory: `cmake --install
+ * --prefix DIR` moves both), else the configured prefix's, else (a build
+ * tree that was never installed) the source tree's. */
 static const char *coord_www_dir(const coord_config_t *cfg) {
+  static char beside[4096];
   if (cfg->http_www[0]) return cfg->http_www;
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  char *slash = n > 0 ? (exe[n] = '\0', strrchr(exe, '/')) : NULL;
+  if (slash) {
+    *slash = '\0';
+    char page[4096 + 16];
+    if (snprintf(beside, sizeof beside, "%s/" PX_WWW_REL, exe) < (int)sizeof beside &&
+        snprintf(page, sizeof page, "%s/index.html", beside) < (int)sizeof page &&
+        access(page, R_OK) == 0)
+      return beside;
+  }
   if (access(PX_WWW_DIR "/index.html", R_OK) == 0) return PX_WWW_DIR;
   return PX_WWW_SRC_DIR;
 }
@@ -284,7 +312,7 @@ static void coord_on_sighup(uv_signal_t *h, int signum) {
       px_log(PX_LOG_ERROR, "SIGHUP: %s (the previous scheduling policy stays in force)",
              px_last_error());
     else px_log(PX_LOG_INFO, "SIGHUP: scheduling policy re-read from %s", c->cfg.config_path);
-    coord_schedule(c); /* quotas or shares may let jobs start now */
+    if (!c->cfg.read_only) coord_schedule(c); /* quotas or shares may let jobs start now */
   }
   if (!c->cfg.tokens[0]) {
     px_log(PX_LOG_INFO, "SIGHUP: no tokens file configured, nothing to re-read");
@@ -412,7 +440,7 @@ static int coord_open_state(coord_t *c, int *lock_fd) {
       .nmigrations = coord_nmigrations,
       .busy_timeout_ms = 5000,
       .quick_check = 1,
-      .create = 1,
+      .create = !c->cfg.read_only,
   };
   if (px_store_open(c->cfg.db, &opt, &c->db) != PX_OK) {
     fprintf(stderr, "pxcoordd: cannot use the database: %s\n", px_last_error());
@@ -422,8 +450,14 @@ static int coord_open_state(coord_t *c, int *lock_fd) {
   px_log(PX_LOG_INFO, "database %s (schema version %d)", c->cfg.db,
          px_store_schema_version(c->db));
   int rc = -1;
-  if (coord_secret_key_load(c) != PX_OK || coord_rank_secrets_upgrade(c) != PX_OK) rc = 1;
-  else if (c->cfg.tokens[0] && coord_auth_reload(c) != PX_OK) rc = 2;
+  if (c->cfg.read_only) {
+    /* Any write from here on fails (SQLITE_READONLY) instead of changing the
+     * file; the rank-secret key is not needed by the queries. */
+    if (px_store_exec(c->db, "PRAGMA query_only = ON") != PX_OK) rc = 1;
+  } else if (coord_secret_key_load(c) != PX_OK || coord_rank_secrets_upgrade(c) != PX_OK) {
+    rc = 1;
+  }
+  if (rc < 0 && c->cfg.tokens[0] && coord_auth_reload(c) != PX_OK) rc = 2;
   if (rc < 0) return -1;
   fprintf(stderr, "pxcoordd: %s\n", px_last_error());
   px_store_close(c->db);
@@ -474,7 +508,8 @@ static void coord_serve(coord_t *c, uv_loop_t *loop, int port) {
   px_service_notify("READY=1\nSTATUS=serving on port %d (advertised as %s), database %s", port,
                     c->advertise, c->cfg.db);
   px_service_watchdog_start(&coord_watchdog, loop);
-  coord_schedule(c);
+  if (c->cfg.read_only) px_log(PX_LOG_INFO, "read-only: serving queries of %s", c->cfg.db);
+  else coord_schedule(c);
 }
 
 int main(int argc, char **argv) {
@@ -512,9 +547,12 @@ int main(int argc, char **argv) {
   int port = px_rpc_server_port(c.srv);
   coord_advertise(&c, port);
   /* job notifications: a sender thread, whether or not any job asks yet */
-  if (coord_notifier_start(&c.notifier) != PX_OK)
+  if (!c.cfg.read_only && coord_notifier_start(&c.notifier) != PX_OK)
     px_log(PX_LOG_ERROR, "%s: jobs will not be notified", px_last_error());
-  if (coord_nodes_start(&c) != PX_OK) {
+  /* Read-only: nodes keep the state the database holds (no LOST marking, no
+   * heartbeat sweep); the timer exists only for coord_nodes_stop. */
+  if (c.cfg.read_only) uv_timer_init(&loop, &c.sweep);
+  if (!c.cfg.read_only && coord_nodes_start(&c) != PX_OK) {
     fprintf(stderr, "pxcoordd: %s\n", px_last_error());
     c.exit_code = 1;
     c.stopping = 1;

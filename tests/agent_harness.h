@@ -178,14 +178,8 @@ static PXT_UNUSED int pxt_worker_children(pid_t pid, pid_t *out, int *ranks, int
   while ((e = readdir(d)) && n < cap) {
     char *end;
     long p = strtol(e->d_name, &end, 10);
-    if (*end || p <= 0) continue;
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%ld/stat", p);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    size_t len = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[len] = '\0';
+    char buf[512];
+    if (*end || p <= 0 || pxt_proc_read(p, "stat", buf, sizeof buf) < 0) continue;
     /* pid (comm) state ppid ...; comm may hold spaces: parse after ')' */
     char *rp = strrchr(buf, ')');
     char st;
@@ -194,19 +188,13 @@ static PXT_UNUSED int pxt_worker_children(pid_t pid, pid_t *out, int *ranks, int
     if (!strstr(buf, "(pxworker)")) continue;
     if (ranks) {
       ranks[n] = -1;
-      snprintf(path, sizeof path, "/proc/%ld/cmdline", p);
-      f = fopen(path, "r");
-      if (f) {
-        char cmd[4096];
-        size_t m = fread(cmd, 1, sizeof cmd - 1, f);
-        fclose(f);
-        cmd[m] = '\0';
-        for (size_t i = 0; i < m;) {
-          const char *arg = cmd + i;
-          size_t al = strlen(arg);
-          if (!strcmp(arg, "--rank") && i + al + 1 < m) ranks[n] = atoi(arg + al + 1);
-          i += al + 1;
-        }
+      char cmd[4096];
+      long m = pxt_proc_read(p, "cmdline", cmd, sizeof cmd);
+      for (long i = 0; i < m;) {
+        const char *arg = cmd + i;
+        long al = (long)strlen(arg);
+        if (!strcmp(arg, "--rank") && i + al + 1 < m) ranks[n] = atoi(arg + al + 1);
+        i += al + 1;
       }
     }
     out[n++] = (pid_t)p;

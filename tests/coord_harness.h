@@ -104,6 +104,19 @@ static pid_t pxt__spawn(const char *const *args, const char *log, int *out_fd) {
   return rc == 0 ? pid : -1;
 }
 
+/* Reads /proc/PID/WHAT ("stat", "cmdline") into buf, NUL-terminated (at
+ * most cap - 1 bytes): the byte count, or -1 when the process is gone. */
+static PXT_UNUSED long pxt_proc_read(long pid, const char *what, char *buf, size_t cap) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/%s", pid, what);
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  size_t len = fread(buf, 1, cap - 1, f);
+  fclose(f);
+  buf[len] = '\0';
+  return (long)len;
+}
+
 /* Waits up to timeout_ms for pid: its wait status, or -1 on timeout. */
 static PXT_UNUSED int pxt_wait_pid(pid_t pid, int timeout_ms) {
   int64_t end = pxt_now_ms() + timeout_ms;

@@ -1,7 +1,9 @@
 #!/bin/bash
 # install_layout: `cmake --install` into a temporary prefix gives programs
 # that run from there (RPATH $ORIGIN/../lib, no LD_LIBRARY_PATH), the
-# systemd units, the sysusers.d entry, the example settings files (which
+# systemd units (for that prefix: `systemd-analyze verify` accepts them as
+# installed) and the docs they point at, the dashboard found beside the
+# binary, the sysusers.d entry, the example settings files (which
 # the programs accept), --version in every program, a man page for every
 # program that `man -l` renders without warnings, bash completion of every
 # pxctl command and of the job ids of a running coordinator (each once),
@@ -31,10 +33,34 @@ done
 check "$p/bin/pxcoordd" --help >"$tmp/h1" 2>&1; check grep -q 'usage: pxcoordd' "$tmp/h1"
 check "$p/bin/pxagent" --help >"$tmp/h2" 2>&1; check grep -q 'usage: pxagent' "$tmp/h2"
 check "$p/bin/pxagent" --version >/dev/null
-# units, sysusers, settings
+# units: written for this prefix at install time (ExecStart, and the
+# Documentation=file: page, which is installed), and `systemd-analyze
+# verify` accepts them as installed (it checks that ExecStart exists and,
+# with MANPATH at the installed pages, that the man: pages resolve)
 for u in pxcoordd.service pxagent.service; do
-  check test -f "$p/lib/systemd/system/$u"
+  f=$p/lib/systemd/system/$u
+  check test -f "$f"
+  exe=$(sed -n 's/^ExecStart=\([^ ]*\).*/\1/p' "$f")
+  doc=$(sed -n 's#^Documentation=file:##p' "$f")
+  echo "$u: ExecStart $exe, Documentation=file:$doc"
+  check test "$exe" = "$p/bin/${u%.service}"
+  check test "$doc" = "$p/share/doc/prunex/operations.md"
+  check test -s "$doc"
+  out=$(cd "$p/lib/systemd/system" && MANPATH=$p/share/man systemd-analyze verify "./$u" 2>&1)
+  rc=$?
+  echo "systemd-analyze verify (installed) $u: exit $rc${out:+, said:}"
+  [ -n "$out" ] && echo "$out"
+  check test $rc -eq 0; check test -z "$out"
 done
+check test -s "$p/share/doc/prunex/user-guide.md"
+# a package build (DESTDIR staging): the units name the final prefix
+DESTDIR=$tmp/stage cmake --install "$build" --prefix /opt/prunex >"$tmp/stage.log" 2>&1 ||
+  { cat "$tmp/stage.log"; fail=1; }
+got=$(grep -h '^ExecStart=' "$tmp"/stage/opt/prunex/lib/systemd/system/*.service | sort | tr '\n' ' ')
+echo "DESTDIR install to /opt/prunex: $got"
+check test "$got" = "ExecStart=/opt/prunex/bin/pxagent --config /etc/prunex/pxagent.conf ExecStart=/opt/prunex/bin/pxcoordd --config /etc/prunex/pxcoordd.conf "
+check test ! -e /opt/prunex/lib/systemd/system/pxcoordd.service
+rm -rf "$tmp/stage"
 check grep -q '^u prunex ' "$p/lib/sysusers.d/prunex.conf"
 check test -f "$p/share/prunex/config/pxcoordd.conf"
 check test -f "$p/share/prunex/config/pxagent.conf"
@@ -43,10 +69,14 @@ check test -x "$p/share/prunex/slurm/prunex.sbatch"
 # reading the file (exit 2 names the file for a bad key, not for this one)
 cp "$p/share/prunex/config/pxcoordd.conf" "$tmp/c.conf"
 sed -i "s#^db = .*#db = $tmp/c.db#; s#^listen = .*#listen = 127.0.0.1:0#" "$tmp/c.conf"
-"$p/bin/pxcoordd" --config "$tmp/c.conf" >"$tmp/c.out" 2>&1 &
+"$p/bin/pxcoordd" --config "$tmp/c.conf" --http 127.0.0.1:0 >"$tmp/c.out" 2>&1 &
 cpid=$!
 for _ in $(seq 1 100); do grep -q '^listening on' "$tmp/c.out" && break; sleep 0.1; done
 check grep -q '^listening on 127.0.0.1:' "$tmp/c.out"
+# the dashboard it serves is the one installed beside it
+for _ in $(seq 1 50); do grep -q 'dashboard from' "$tmp/c.out" && break; sleep 0.1; done
+grep 'dashboard from' "$tmp/c.out"
+check grep -q "dashboard from $p/bin/\.\./share/prunex/www)" "$tmp/c.out"
 # two jobs waiting there: completion offers each id once
 coord=$(sed -n 's/^listening on \(127\.0\.0\.1:[0-9]*\).*/\1/p' "$tmp/c.out" | head -n 1)
 printf 'model:\n  name: resnet20\ndataset:\n  name: synthetic\n' >"$tmp/spec.yaml"

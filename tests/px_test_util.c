@@ -185,3 +185,37 @@ int px_test_skip_example(const char *path) {
   if (!have) fprintf(stderr, "%s: skipped (python3-torch cannot write resnet20.onnx)\n", path);
   return !have;
 }
+
+double px_test_write_logits(px_model_t *m, const px_dataset_t *ds, int n, const char *logits_path) {
+  const px_dataset_info_t *info = px_dataset_info(ds);
+  const int B = px_model_config(m)->batch, K = px_model_config(m)->num_classes;
+  const size_t per = (size_t)info->channels * info->height * info->width;
+  float *x = malloc((size_t)B * per * sizeof *x), *logits = malloc((size_t)n * K * sizeof *logits);
+  int32_t *y = malloc((size_t)B * sizeof *y);
+  uint32_t *idx = malloc((size_t)B * sizeof *idx);
+  int64_t correct = 0;
+  int ok = x && logits && y && idx && n <= info->n;
+  for (int i = 0; ok && i < n; i += B) {
+    int k = n - i < B ? n - i : B;
+    for (int j = 0; j < k; j++) idx[j] = (uint32_t)(i + j);
+    ok = px_data_fill_batch(ds, idx, k, NULL, info->mean, info->std, 0, 0, x, y) == PX_OK &&
+         px_model_logits(m, x, k, logits + (size_t)i * K) == PX_OK;
+    for (int j = 0; ok && j < k; j++) {
+      const float *l = logits + (size_t)(i + j) * K;
+      int best = 0;
+      for (int c = 1; c < K; c++) best = l[c] > l[best] ? c : best;
+      correct += best == y[j];
+    }
+  }
+  if (ok) {
+    FILE *f = fopen(logits_path, "wb");
+    ok = f && fwrite(logits, sizeof *logits, (size_t)n * K, f) == (size_t)n * K;
+    ok = f && fclose(f) == 0 && ok;
+  }
+  if (!ok) printf("px_test_write_logits %s: %s\n", logits_path, px_last_error());
+  free(x);
+  free(logits);
+  free(y);
+  free(idx);
+  return ok ? (double)correct / n : -1;
+}

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "prunex/data.h"
 #include "prunex/nn.h"
 
 /* xorshift64* generator; seed 0 is replaced by a fixed constant. */
@@ -39,6 +40,13 @@ int px_test_fmnist_fixture(char *dir, size_t cap, const char *tag);
  * seed 1 + rank (every rank starts from another model: the strategies must
  * make them agree). */
 void px_test_rank_train_config(px_train_config_t *tc, const char *dir, int rank, int size);
+
+/* Our engine's view of a model a runtime is compared with: m's logits
+ * [n][classes] on the first n images of ds, fed as the training loader feeds
+ * them (padded, normalised with ds's mean/std), written as float32 to
+ * logits_path. Returns the fraction of them m classifies right, or -1 on a
+ * failure (printed). */
+double px_test_write_logits(px_model_t *m, const px_dataset_t *ds, int n, const char *logits_path);
 
 /* examples/imported-model.yaml names examples/resnet20.onnx, which
  * examples/export_onnx.py writes (python3-torch): 1 when path is that spec

@@ -1,7 +1,7 @@
 /* Test harness for the pxctl tests: runs the real pxctl program with
  * arguments and extra environment, captures its exit code, stdout and
- * stderr (bounded in time), and parses JSON output with a small strict
- * parser so that tests can check keys and types. Header-only (static
+ * stderr (bounded in time), and reads JSON output with json-c (strict,
+ * through prunex/json.h) so that tests can check keys and types. Header-only (static
  * functions), like coord_harness.h, which it builds on. */
 #ifndef PXCTL_HARNESS_H
 #define PXCTL_HARNESS_H
@@ -10,7 +10,10 @@
 #include <dirent.h>
 #include <math.h>
 
+#include <json-c/json.h>
+
 #include "coord_harness.h"
+#include "prunex/json.h"
 
 #define PXT_PXCTL PX_BINARY_DIR "/cli/pxctl"
 #define PXT_PXAGENT PX_BINARY_DIR "/agent/pxagent"
@@ -139,7 +142,28 @@ static PXT_UNUSED int pxt_dir_entries(const char *dir) {
   return n;
 }
 
-/* ---- a strict little JSON parser -------------------------------------------- */
+/* Pids of the processes whose command line mentions text. */
+static PXT_UNUSED int pxt_procs_mentioning(const char *text, pid_t *pids, int cap) {
+  int n = 0;
+  DIR *d = opendir("/proc");
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    char *end;
+    long pid = strtol(e->d_name, &end, 10);
+    char buf[8192];
+    long len = *end || pid <= 0 || pid == getpid() ? -1 : pxt_proc_read(pid, "cmdline", buf, sizeof buf);
+    for (long i = 0; i < len; i++)
+      if (buf[i] == '\0') buf[i] = ' ';
+    if (len > 0 && strstr(buf, text) && n < cap) pids[n++] = (pid_t)pid;
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+/* ---- JSON, read with json-c (prunex/json.h) ----------------------------------
+ * The programs' JSON is read back with the library they write it with, in
+ * its strict mode (prunex/json.h's px_json_parse), into a plain tree that
+ * the tests walk. */
 
 typedef enum { PXJ_NULL, PXJ_BOOL, PXJ_NUM, PXJ_STR, PXJ_ARR, PXJ_OBJ } pxj_type_t;
 
@@ -166,213 +190,48 @@ static PXT_UNUSED void pxj_free(pxj_t *v) {
   free(v);
 }
 
-typedef struct {
-  const char *p;
-  int depth;
-} pxj__in_t;
-
-static void pxj__ws(pxj__in_t *in) {
-  while (*in->p == ' ' || *in->p == '\t' || *in->p == '\n' || *in->p == '\r') in->p++;
-}
-
-static int pxj__hex4(const char *p, unsigned *out) {
-  unsigned v = 0;
-  for (int i = 0; i < 4; i++) {
-    char c = p[i];
-    v <<= 4;
-    if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
-    else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
-    else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
-    else return -1;
-  }
-  *out = v;
-  return 0;
-}
-
-static char *pxj__string(pxj__in_t *in) {
-  if (*in->p != '"') return NULL;
-  in->p++;
-  size_t cap = 64, n = 0;
-  char *s = malloc(cap);
-  for (;;) {
-    if (n + 8 > cap) s = realloc(s, cap *= 2);
-    unsigned char c = (unsigned char)*in->p;
-    if (c == '\0' || c < 0x20) {
-      free(s);
-      return NULL;
-    }
-    in->p++;
-    if (c == '"') break;
-    if (c != '\\') {
-      s[n++] = (char)c;
-      continue;
-    }
-    char e = *in->p++;
-    unsigned cp;
-    switch (e) {
-      case '"': s[n++] = '"'; break;
-      case '\\': s[n++] = '\\'; break;
-      case '/': s[n++] = '/'; break;
-      case 'b': s[n++] = '\b'; break;
-      case 'f': s[n++] = '\f'; break;
-      case 'n': s[n++] = '\n'; break;
-      case 'r': s[n++] = '\r'; break;
-      case 't': s[n++] = '\t'; break;
-      case 'u':
-        if (pxj__hex4(in->p, &cp) != 0) {
-          free(s);
-          return NULL;
-        }
-        in->p += 4;
-        if (cp >= 0xd800 && cp <= 0xdbff) {
-          unsigned lo;
-          if (in->p[0] != '\\' || in->p[1] != 'u' || pxj__hex4(in->p + 2, &lo) != 0 ||
-              lo < 0xdc00 || lo > 0xdfff) {
-            free(s);
-            return NULL;
-          }
-          in->p += 6;
-          cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-        }
-        if (cp < 0x80) s[n++] = (char)cp;
-        else if (cp < 0x800) {
-          s[n++] = (char)(0xc0 | (cp >> 6));
-          s[n++] = (char)(0x80 | (cp & 0x3f));
-        } else if (cp < 0x10000) {
-          s[n++] = (char)(0xe0 | (cp >> 12));
-          s[n++] = (char)(0x80 | ((cp >> 6) & 0x3f));
-          s[n++] = (char)(0x80 | (cp & 0x3f));
-        } else {
-          s[n++] = (char)(0xf0 | (cp >> 18));
-          s[n++] = (char)(0x80 | ((cp >> 12) & 0x3f));
-          s[n++] = (char)(0x80 | ((cp >> 6) & 0x3f));
-          s[n++] = (char)(0x80 | (cp & 0x3f));
-        }
-        break;
-      default: free(s); return NULL;
-    }
-  }
-  s[n] = '\0';
-  return s;
-}
-
-static pxj_t *pxj__value(pxj__in_t *in);
-
-static int pxj__push(pxj_t *v, char *key, pxj_t *item) {
-  v->items = realloc(v->items, (v->n + 1) * sizeof *v->items);
-  if (v->type == PXJ_OBJ) {
-    v->keys = realloc(v->keys, (v->n + 1) * sizeof *v->keys);
-    v->keys[v->n] = key;
-  }
-  v->items[v->n++] = item;
-  return 0;
-}
-
-static pxj_t *pxj__value(pxj__in_t *in) {
-  pxj__ws(in);
-  if (++in->depth > 64) return NULL;
+/* The tree of json-c object o (NULL: null). */
+static pxj_t *pxj__from(struct json_object *o) {
   pxj_t *v = calloc(1, sizeof *v);
-  const char *p = in->p;
-  if (*p == '{' || *p == '[') {
-    int obj = *p == '{';
-    v->type = obj ? PXJ_OBJ : PXJ_ARR;
-    in->p++;
-    pxj__ws(in);
-    if (*in->p == (obj ? '}' : ']')) {
-      in->p++;
-      in->depth--;
-      return v;
+  switch (json_object_get_type(o)) {
+  case json_type_null: v->type = PXJ_NULL; break;
+  case json_type_boolean: v->type = PXJ_BOOL; v->b = json_object_get_boolean(o); break;
+  case json_type_double:
+  case json_type_int: v->type = PXJ_NUM; v->num = json_object_get_double(o); break;
+  case json_type_string: v->type = PXJ_STR; v->str = strdup(json_object_get_string(o)); break;
+  case json_type_array:
+    v->type = PXJ_ARR;
+    v->n = json_object_array_length(o);
+    v->items = calloc(v->n + 1, sizeof *v->items);
+    for (size_t i = 0; i < v->n; i++) v->items[i] = pxj__from(json_object_array_get_idx(o, i));
+    break;
+  case json_type_object: {
+    v->type = PXJ_OBJ;
+    size_t cap = (size_t)json_object_object_length(o) + 1, i = 0;
+    v->items = calloc(cap, sizeof *v->items);
+    v->keys = calloc(cap, sizeof *v->keys);
+    json_object_object_foreach(o, k, m) {
+      v->keys[i] = strdup(k);
+      v->items[i++] = pxj__from(m);
     }
-    for (;;) {
-      char *key = NULL;
-      if (obj) {
-        pxj__ws(in);
-        key = pxj__string(in);
-        pxj__ws(in);
-        if (!key || *in->p != ':') {
-          free(key);
-          pxj_free(v);
-          return NULL;
-        }
-        in->p++;
-      }
-      pxj_t *item = pxj__value(in);
-      if (!item) {
-        free(key);
-        pxj_free(v);
-        return NULL;
-      }
-      pxj__push(v, key, item);
-      pxj__ws(in);
-      if (*in->p == ',') {
-        in->p++;
-        continue;
-      }
-      if (*in->p == (obj ? '}' : ']')) {
-        in->p++;
-        break;
-      }
-      pxj_free(v);
-      return NULL;
-    }
-  } else if (*p == '"') {
-    v->type = PXJ_STR;
-    if (!(v->str = pxj__string(in))) {
-      pxj_free(v);
-      return NULL;
-    }
-  } else if (!strncmp(p, "true", 4) || !strncmp(p, "false", 5)) {
-    v->type = PXJ_BOOL;
-    v->b = *p == 't';
-    in->p += v->b ? 4 : 5;
-  } else if (!strncmp(p, "null", 4)) {
-    v->type = PXJ_NULL;
-    in->p += 4;
-  } else if (*p == '-' || isdigit((unsigned char)*p)) {
-    /* JSON's grammar: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? */
-    const char *q = p;
-    if (*q == '-') q++;
-    if (*q == '0') q++;
-    else if (isdigit((unsigned char)*q)) {
-      while (isdigit((unsigned char)*q)) q++;
-    } else {
-      goto bad;
-    }
-    if (*q == '.') {
-      q++;
-      if (!isdigit((unsigned char)*q)) goto bad;
-      while (isdigit((unsigned char)*q)) q++;
-    }
-    if (*q == 'e' || *q == 'E') {
-      q++;
-      if (*q == '+' || *q == '-') q++;
-      if (!isdigit((unsigned char)*q)) goto bad;
-      while (isdigit((unsigned char)*q)) q++;
-    }
-    v->type = PXJ_NUM;
-    v->num = strtod(p, NULL);
-    in->p = q;
-  } else {
-    goto bad;
+    v->n = i;
+    break;
   }
-  in->depth--;
+  }
   return v;
-bad:
-  pxj_free(v);
-  return NULL;
 }
 
 /* Parses text that must be exactly one JSON value (whitespace around it
- * allowed); NULL when it is not. The caller frees the result (pxj_free). */
+ * allowed); NULL when it is not (why on stderr). The caller frees the
+ * result (pxj_free). */
 static PXT_UNUSED pxj_t *pxj_parse(const char *text) {
-  pxj__in_t in = {text, 0};
-  pxj_t *v = pxj__value(&in);
-  if (!v) return NULL;
-  pxj__ws(&in);
-  if (*in.p) {
-    pxj_free(v);
+  struct json_object *o = NULL;
+  if (px_json_parse(text, strlen(text), (size_t)1 << 30, &o) != PX_OK) {
+    fprintf(stderr, "not JSON: %s: %.200s\n", px_last_error(), text);
     return NULL;
   }
+  pxj_t *v = pxj__from(o);
+  json_object_put(o);
   return v;
 }
 

@@ -16,7 +16,8 @@
  *     whatever the number of points, the summary's inter-node MB is the
  *     job's, and times say UTC (issue 28);
  *   - /api/v1/jobs/JOB's totals (iterations, bytes_inter, bytes_intra) are
- *     the sums of its iterations (they were read one column off);
+ *     the sums of its iterations (they were read one column off), and its
+ *     other keys are the listing's, in its order (one field table);
  *   - the JSON is paged (limit, cursor), validates its parameters, finds a
  *     job by name, and writes null, never -1, for what was not measured;
  *   - a bad --http value exits 2, a busy HTTP port 1, each with a message.
@@ -393,6 +394,23 @@ static void test_json_is_paged_and_writes_null_for_missing_values(void **state) 
   pxj_free(v);
   assert_int_equal(http_get(F.d.http_port, "/api/v1/jobs", body, sizeof body), 200);
   assert_non_null(strstr(body, F.job));
+  /* one field table: the job of the listing and /api/v1/jobs/JOB have the
+   * same keys in the same order, the latter plus its three totals */
+  v = pxj_parse(body);
+  assert_non_null(v);
+  const pxj_t *jobs = pxj_get(v, "jobs"), *listed = NULL;
+  for (size_t i = 0; jobs && i < jobs->n; i++)
+    if (!strcmp(pxj_str(jobs->items[i], "job_id"), F.job)) listed = jobs->items[i];
+  assert_non_null(listed);
+  pxj_t *one = job_json(F.job);
+  assert_non_null(one);
+  assert_int_equal(one->n, listed->n + 3);
+  for (size_t i = 0; i < listed->n; i++) assert_string_equal(one->keys[i], listed->keys[i]);
+  assert_string_equal(one->keys[listed->n], "iterations");
+  assert_string_equal(one->keys[listed->n + 1], "bytes_inter");
+  assert_string_equal(one->keys[listed->n + 2], "bytes_intra");
+  pxj_free(one);
+  pxj_free(v);
   /* bad input is refused with a message; unknown things are 404 */
   assert_int_equal(http_get(F.d.http_port, "/api/v1/jobs?limit=0", body, sizeof body), 400);
   assert_non_null(strstr(body, "limit"));

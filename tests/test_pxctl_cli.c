@@ -5,7 +5,9 @@
  * coordinator reported clearly (exit 1), JSON string escaping, and logs
  * read from a work directory; a job cancelled before any iteration has a
  * null density and model path in --json, `pxctl --json delete` answers in
- * JSON, and status times say UTC (issue 28). The coordinator is driven with real RPCs
+ * JSON, status times say UTC, and --field reads one field of the JSON
+ * per line for scripts (the bash completion, the Slurm script) with unique
+ * job ids (issue 28). The coordinator is driven with real RPCs
  * (a node registers, rank 0 reports iterations) as an agent would. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -153,7 +155,6 @@ static void test_bad_usage_exits_2_with_a_message(void **state) {
       {{"run", "x.yaml", "--coordinator", "h:1", NULL}, "private coordinator"},
       {{"list", "--json=yes", NULL}, "takes no value"},
       {{"--coordinator", "nocolon", "list", NULL}, "HOST:PORT"},
-      {{"logs", "../etc", NULL}, "not a job id"},
       {{"logs", "job-1", "--json", "--follow", NULL}, "--follow"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -163,6 +164,13 @@ static void test_bad_usage_exits_2_with_a_message(void **state) {
     assert_non_null(strstr(f->r.err, cases[i].says));
     assert_non_null(strstr(f->r.err, "--help"));
   }
+  /* A JOB with a '/' is a finished run's directory (pxctl_offline.c): one
+   * that is not a run is named, with what it lacks, and never used as a job
+   * id in a path. */
+  const char *dir[] = {"logs", "../etc", NULL};
+  assert_int_equal(pxctl(f, dir), 1);
+  assert_non_null(strstr(f->r.err, "../etc"));
+  assert_null(strstr(f->r.err, "jobs/"));
 }
 
 /* ---- specs -------------------------------------------------------------------------- */
@@ -468,6 +476,33 @@ static void test_cancelled_job_has_nulls_and_delete_speaks_json(void **state) {
   assert_string_equal(f->r.out, "");
 }
 
+/* --field: one value per line, read from the JSON, for scripts: every job
+ * id once (the completion used to repeat them), one object's field, an
+ * unknown field refused naming the ones there are. */
+static void test_field_prints_one_value_per_line(void **state) {
+  fixture_t *f = *state;
+  char a[64], b[64];
+  submit_good(f, a);
+  submit_good(f, b);
+  assert_int_equal(pxctl(f, (const char *[]){"list", "--field", "job_id", NULL}), 0);
+  char want[160];
+  snprintf(want, sizeof want, "%s\n%s\n", b, a); /* newest first */
+  assert_string_equal(f->r.out, want);
+  assert_int_equal(pxctl(f, (const char *[]){"--field=name", "status", a, NULL}), 0);
+  assert_string_equal(f->r.out, "tiny\n");
+  /* numbers as JSON (no iteration yet: -1, as the proto says) */
+  assert_int_equal(pxctl(f, (const char *[]){"list", "--field", "iteration", NULL}), 0);
+  assert_string_equal(f->r.out, "-1\n-1\n");
+  assert_int_equal(pxctl(f, (const char *[]){"nodes", "--field", "name", NULL}), 0);
+  assert_string_equal(f->r.out, "");
+  assert_int_equal(pxctl(f, (const char *[]){"list", "--field", "nosuch", NULL}), 2);
+  assert_string_equal(f->r.out, "");
+  assert_non_null(strstr(f->r.err, "--field nosuch"));
+  assert_non_null(strstr(f->r.err, "job_id, name, state"));
+  assert_int_equal(pxctl(f, (const char *[]){"list", "--field", NULL}), 2);
+  assert_non_null(strstr(f->r.err, "--field needs a value"));
+}
+
 static void test_unknown_job_is_reported_clearly(void **state) {
   fixture_t *f = *state;
   static const char *const cmds[] = {"status", "cancel", "metrics", "drift", "watch"};
@@ -665,6 +700,7 @@ int main(void) {
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_cancelled_job_has_nulls_and_delete_speaks_json, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_field_prints_one_value_per_line, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unknown_job_is_reported_clearly, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unreachable_coordinator_names_it_and_the_grpc_status,
                                       setup, teardown),

@@ -82,30 +82,6 @@ static void write_spec(const fixture_t *f, int iterations, int local_steps) {
   write_spec_for(f, iterations, local_steps, "hsadmm");
 }
 
-/* Pids of the processes whose command line mentions text. */
-static int procs_mentioning(const char *text, pid_t *pids, int cap) {
-  int n = 0;
-  DIR *d = opendir("/proc");
-  struct dirent *e;
-  while (d && (e = readdir(d))) {
-    char *end;
-    long pid = strtol(e->d_name, &end, 10);
-    if (*end || pid <= 0 || pid == getpid()) continue;
-    char path[64], buf[8192];
-    snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
-    FILE *fp = fopen(path, "rb");
-    if (!fp) continue;
-    size_t len = fread(buf, 1, sizeof buf - 1, fp);
-    fclose(fp);
-    for (size_t i = 0; i < len; i++)
-      if (buf[i] == '\0') buf[i] = ' ';
-    buf[len] = '\0';
-    if (strstr(buf, text) && n < cap) pids[n++] = (pid_t)pid;
-  }
-  if (d) closedir(d);
-  return n;
-}
-
 /* A pid that is gone, or a zombie nobody has reaped yet. */
 static int proc_gone(pid_t pid) {
   char path[64], buf[512];
@@ -167,7 +143,7 @@ static void test_run_of_a_tiny_job_succeeds_and_reports_json(void **state) {
   /* Progress went to stderr. */
   assert_non_null(strstr(f->r.err, "SUCCEEDED"));
   pid_t left[16];
-  assert_int_equal(procs_mentioning(f->runs, left, 16), 0);
+  assert_int_equal(pxt_procs_mentioning(f->runs, left, 16), 0);
 }
 
 /* The baselines and the flat ablation run through the same embedded mode;
@@ -194,7 +170,7 @@ static void test_every_other_strategy_runs_through_pxctl_run(void **state) {
     if (!strcmp(strategies[k], "topk")) assert_true(inter < 0.5 * dense);
     pxj_free(v);
     pid_t left[16];
-    assert_int_equal(procs_mentioning(f->runs, left, 16), 0);
+    assert_int_equal(pxt_procs_mentioning(f->runs, left, 16), 0);
   }
 }
 
@@ -259,7 +235,7 @@ static void test_sigint_cancels_the_job_and_leaves_nothing_behind(void **state) 
   pid_t pid = start_long_run(f);
   char err[1 << 16];
   pid_t kids[64];
-  int nkids = procs_mentioning(f->runs, kids, 64);
+  int nkids = pxt_procs_mentioning(f->runs, kids, 64);
   /* pxcoordd, 2 pxagents and 4 pxworkers mention the run directory. */
   assert_true(nkids >= 7);
 
@@ -283,7 +259,7 @@ static void test_sigint_cancels_the_job_and_leaves_nothing_behind(void **state) 
     assert_true(proc_gone(kids[i]));
   }
   pid_t left[16];
-  assert_int_equal(procs_mentioning(f->runs, left, 16), 0);
+  assert_int_equal(pxt_procs_mentioning(f->runs, left, 16), 0);
   assert_int_equal(pxt_dir_entries(f->runs), 0);
 
   pxj_t *v = pxj_parse(pxt_last_line(out, line, sizeof line));
@@ -299,7 +275,7 @@ static void test_an_agent_that_dies_fails_the_run_and_the_rest_is_cleaned_up(voi
   if (!have_agent()) skip();
   pid_t pid = start_long_run(f);
   pid_t kids[64], agent = -1;
-  int nkids = procs_mentioning(f->runs, kids, 64);
+  int nkids = pxt_procs_mentioning(f->runs, kids, 64);
   for (int i = 0; i < nkids; i++) {
     char path[64], buf[4096];
     snprintf(path, sizeof path, "/proc/%d/cmdline", (int)kids[i]);
@@ -330,7 +306,7 @@ static void test_an_agent_that_dies_fails_the_run_and_the_rest_is_cleaned_up(voi
   assert_non_null(strstr(err, "pxagent node-1 was killed by signal 9"));
   for (int i = 0; i < nkids; i++) assert_true(proc_gone(kids[i]));
   pid_t left[16];
-  assert_int_equal(procs_mentioning(f->runs, left, 16), 0);
+  assert_int_equal(pxt_procs_mentioning(f->runs, left, 16), 0);
   assert_int_equal(pxt_dir_entries(f->runs), 0);
   pxj_t *v = pxj_parse(pxt_last_line(out, line, sizeof line));
   assert_non_null(v);

@@ -241,12 +241,15 @@ typedef struct {
   int channels, height, width; /* the data set's own image size */
   const float *mean, *std;   /* per channel, pixel/255 units (prunex/data.h) */
   const char *channel_order;
+  int num_classes;
+  const char *classes;       /* label 0, 1, ... comma-separated */
 } px__onnx_dataset_t;
 
 static const px__onnx_dataset_t px__onnx_datasets[] = {
     {"fashion-mnist", "Fashion-MNIST", 1, 28, 28, px_fashion_mnist_mean, px_fashion_mnist_std,
-     "grey"},
-    {"cifar10", "CIFAR-10", 3, 32, 32, px_cifar10_mean, px_cifar10_std, "R,G,B"},
+     "grey", 10, "T-shirt/top,Trouser,Pullover,Dress,Coat,Sandal,Shirt,Sneaker,Bag,Ankle boot"},
+    {"cifar10", "CIFAR-10", 3, 32, 32, px_cifar10_mean, px_cifar10_std, "R,G,B", 10,
+     "airplane,automobile,bird,cat,deer,dog,frog,horse,ship,truck"},
 };
 
 /* The preprocessing the graph does for cfg's model trained on ds, or NULL
@@ -408,9 +411,12 @@ static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, const px_model
 }
 
 /* The metadata that says what the model's input and output are: a sentence
- * (prunex.input) and the same as fields a program can read. */
-static void px__onnx_metadata(px__pool_t *p, px__vec_t *meta, const px_model_config_t *cfg,
-                              const px_onnx_info_t *info, const px__onnx_dataset_t *d) {
+ * (prunex.input) and the same as fields a program can read. Returns the
+ * sentence (in the pool), which the graph input's doc_string repeats for
+ * viewers that show no metadata. */
+static const char *px__onnx_metadata(px__pool_t *p, px__vec_t *meta,
+                                     const px_model_config_t *cfg, const px_onnx_info_t *info,
+                                     const px__onnx_dataset_t *d) {
   char input_desc[1024], v[128];
   const char *ds = info && info->dataset ? info->dataset : NULL;
   if (d) {
@@ -438,6 +444,8 @@ static void px__onnx_metadata(px__pool_t *p, px__vec_t *meta, const px_model_con
     px__push(p, meta, px__kv(p, "prunex.pad", v));
     snprintf(v, sizeof v, "%dx%dx%d", d->channels, d->height, d->width);
     px__push(p, meta, px__kv(p, "prunex.input_size", v));
+    if (cfg->num_classes == d->num_classes)
+      px__push(p, meta, px__kv(p, "prunex.classes", d->classes));
   } else {
     snprintf(input_desc, sizeof input_desc,
              "float32 N x %d x %d x %d, normalised per channel as (x/255 - mean)/std with the "
@@ -448,13 +456,17 @@ static void px__onnx_metadata(px__pool_t *p, px__vec_t *meta, const px_model_con
     snprintf(v, sizeof v, "%dx%dx%d", cfg->in_channels, cfg->height, cfg->width);
     px__push(p, meta, px__kv(p, "prunex.input_size", v));
   }
-  px__push(p, meta, px__kv(p, "prunex.input", input_desc));
+  Onnx__StringStringEntryProto *input_kv = px__kv(p, "prunex.input", input_desc);
+  px__push(p, meta, input_kv);
+  px__push(p, meta, px__kv(p, "prunex.input_layout", "NCHW"));
   px__push(p, meta, px__kv(p, "prunex.output",
                              "float32 N x classes: logits (no softmax); the class is the argmax"));
   px__push(p, meta, px__kv(p, "prunex.arch", cfg->arch));
   px__push(p, meta, px__kv(p, "prunex.model", cfg->widths ? "compact" : "dense"));
   if (ds) px__push(p, meta, px__kv(p, "prunex.dataset", ds));
   if (info && info->source) px__push(p, meta, px__kv(p, "prunex.source", info->source));
+  px__push(p, meta, px__kv(p, "prunex.version", px_version()));
+  return input_kv ? input_kv->value : NULL;
 }
 
 px_status_t px_onnx_save(const px_model_t *m, const char *path, const px_onnx_info_t *info) {
@@ -520,7 +532,7 @@ px_status_t px_onnx_save(const px_model_t *m, const char *path, const px_onnx_in
   model->producer_name = px__str(&p, "prunex");
   model->producer_version = px__str(&p, px_version());
   model->graph = g;
-  px__onnx_metadata(&p, &meta, cfg, info, d);
+  vin->doc_string = (char *)px__onnx_metadata(&p, &meta, cfg, info, d);
   if (p.failed) {
     st = PX_ERR_NOMEM;
     goto done;

@@ -2,8 +2,11 @@
  * contract is in px_resume.h. File names: ckpt-<iteration, 8 digits>-r<rank>
  * .safetensors, one flat directory per job and node, shared by its ranks and
  * by the job's attempts. Each buffer is a 1-D tensor of its dtype; the
- * metadata holds the format, iteration, rank, world size and an FNV-1a
- * checksum of every buffer's bytes in table order. */
+ * metadata holds the format, iteration, rank, world size and a checksum
+ * of every buffer's bytes in table order: zlib's CRC-32 (format
+ * prunex-resume-2, issue 28), or for files of format prunex-resume-1,
+ * which are still read so that a job restarted across an upgrade resumes,
+ * the 64-bit FNV-1a that format was written with. */
 #include <dirent.h>
 #include <pthread.h>
 #include <errno.h>
@@ -14,11 +17,13 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "px_check.h"
 #include "strategy/px_resume.h"
 
-#define PX_RS_FORMAT "prunex-resume-1"
+#define PX_RS_FORMAT "prunex-resume-2"    /* CRC-32 checksum: written and read */
+#define PX_RS_FORMAT_V1 "prunex-resume-1" /* FNV-1a checksum: read only */
 #define PX_RS_MAX_KEEP 16
 #define PX_RS_MAX_ITEMS 4096
 #define PX_RS_PROBLEM_MAX 256
@@ -162,10 +167,30 @@ static void px_rs_path(const px__resume_t *rs, int iteration, char *buf, size_t 
   snprintf(buf, cap, "%s/ckpt-%08d-r%d.safetensors", rs->dir, iteration, rs->rank);
 }
 
-static uint64_t px_rs_fnv(uint64_t h, const void *p, size_t n) {
+/* The running checksum of a file's buffers: CRC-32 for the current
+ * format, FNV-1a (64-bit) for prunex-resume-1 files. */
+typedef struct {
+  int v1;
+  uint64_t h;
+} px_rs_sum_t;
+
+static px_rs_sum_t px_rs_sum_init(int v1) {
+  px_rs_sum_t s = {v1, v1 ? 0xcbf29ce484222325ull : crc32_z(0, NULL, 0)};
+  return s;
+}
+
+static void px_rs_sum_add(px_rs_sum_t *s, const void *p, size_t n) {
+  if (!s->v1) {
+    s->h = crc32_z((uLong)s->h, p, n);
+    return;
+  }
   const unsigned char *b = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-  return h;
+  for (size_t i = 0; i < n; i++) s->h = (s->h ^ b[i]) * 0x100000001b3ull;
+}
+
+/* As the metadata spells it: 8 hex digits for CRC-32, 16 for FNV-1a. */
+static void px_rs_sum_hex(const px_rs_sum_t *s, char *buf, size_t cap) {
+  snprintf(buf, cap, s->v1 ? "%016" PRIx64 : "%08" PRIx64, s->h);
 }
 
 /* This rank's iterations on disk, newest first, up to cap (names only). */
@@ -214,7 +239,13 @@ static int px_rs_verify(px__resume_t *rs, int iteration, int load) {
   const char *fmt = f ? px_safetensors_meta(f, "format") : NULL;
   const char *sum = f ? px_safetensors_meta(f, "checksum") : NULL;
   const char *world = f ? px_safetensors_meta(f, "world_size") : NULL;
-  if (!why && (!fmt || strcmp(fmt, PX_RS_FORMAT) != 0 || !sum || !world))
+  int v1 = fmt && !strcmp(fmt, PX_RS_FORMAT_V1);
+  if (!why && fmt && strcmp(fmt, PX_RS_FORMAT) != 0 && !v1 && !strncmp(fmt, "prunex-resume-", 14)) {
+    snprintf(msg, sizeof msg, "format %.64s, newer than this build reads (%s, %s)", fmt,
+             PX_RS_FORMAT, PX_RS_FORMAT_V1);
+    why = msg;
+  }
+  if (!why && (!fmt || (strcmp(fmt, PX_RS_FORMAT) != 0 && !v1) || !sum || !world))
     why = "not a PruneX checkpoint (format, checksum or world_size missing)";
   if (!why && atoi(world) != rs->size) {
     snprintf(msg, sizeof msg, "written by a job of %s ranks, this one has %d", world, rs->size);
@@ -225,7 +256,7 @@ static int px_rs_verify(px__resume_t *rs, int iteration, int load) {
              rs->n);
     why = msg;
   }
-  uint64_t h = 0xcbf29ce484222325ull;
+  px_rs_sum_t h = px_rs_sum_init(v1);
   for (int i = 0; !why && i < rs->n; i++) {
     px_rs_item_t *it = &rs->items[i];
     void *dst = load ? it->data : rs->scratch; /* one read either way */
@@ -234,10 +265,10 @@ static int px_rs_verify(px__resume_t *rs, int iteration, int load) {
       why = msg;
       break;
     }
-    h = px_rs_fnv(h, dst, it->bytes);
+    px_rs_sum_add(&h, dst, it->bytes);
   }
   char want[32];
-  snprintf(want, sizeof want, "%016" PRIx64, h);
+  px_rs_sum_hex(&h, want, sizeof want);
   if (!why && strcmp(want, sum) != 0) {
     snprintf(msg, sizeof msg, "checksum %s, the contents give %s: corrupt", sum, want);
     why = msg;
@@ -259,10 +290,10 @@ static int px_rs_verify(px__resume_t *rs, int iteration, int load) {
 static void *px_rs_writer(void *arg) {
   px__resume_t *rs = arg;
   double t0 = px_rs_now();
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (int i = 0; i < rs->n; i++) h = px_rs_fnv(h, rs->table[i].data, rs->items[i].bytes);
+  px_rs_sum_t h = px_rs_sum_init(0);
+  for (int i = 0; i < rs->n; i++) px_rs_sum_add(&h, rs->table[i].data, rs->items[i].bytes);
   char sum[32], its[16], rank[16], world[16], path[4200];
-  snprintf(sum, sizeof sum, "%016" PRIx64, h);
+  px_rs_sum_hex(&h, sum, sizeof sum);
   snprintf(its, sizeof its, "%d", rs->pending);
   snprintf(rank, sizeof rank, "%d", rs->rank);
   snprintf(world, sizeof world, "%d", rs->size);

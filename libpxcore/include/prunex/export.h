@@ -26,7 +26,10 @@
  * the graph to 32 x 32 and normalised as (x - 0.2860)/0.3530; CIFAR-10:
  * 3 x 32 x 32); for another data set it is the normalised [N, C, H, W]
  * tensor. Its metadata_props say which ("prunex.input", "prunex.input_size",
- * "prunex.pad", "prunex.mean", "prunex.std", "prunex.preprocessing", ...).
+ * "prunex.input_layout", "prunex.input_range", "prunex.pad", "prunex.mean",
+ * "prunex.std", "prunex.preprocessing"), the class names of a known data
+ * set ("prunex.classes") and the writer ("prunex.version"); the graph
+ * input's doc_string repeats "prunex.input".
  *
  * Everything here runs on the host: the dense model may live on any device
  * (its values are copied to the host); the compact model is built on the
