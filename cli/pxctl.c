@@ -43,6 +43,7 @@ enum {
   OPT_USER = 1 << 21,
   OPT_SINCE = 1 << 22,
   OPT_FIELD = 1 << 23, /* wherever --json is */
+  OPT_SWEEP = 1 << 24,
 };
 
 typedef struct {
@@ -66,6 +67,7 @@ static const pxctl_opt_t pxctl_options[] = {
     {"--onnx", OPT_ONNX, 0},
     {"--user", OPT_USER, 1},         {"--since", OPT_SINCE, 1},
     {"--field", OPT_FIELD, 1},
+    {"--sweep", OPT_SWEEP, 1},
 };
 
 typedef struct {
@@ -99,7 +101,9 @@ static const pxctl_cmd_t pxctl_cmds[] = {
     {"submit", "SPEC.yaml", "validate a job spec and submit it; prints the job id",
      "Parses and validates SPEC.yaml on this machine first: a bad spec is refused\n"
      "with FILE:LINE:COLUMN and what is wrong (exit 2), and nothing is submitted.\n"
-     "Prints the new job's id (--json: {\"job_id\",\"name\",\"spec_file\"}).\n\n"
+     "Prints the new job's id (--json: {\"job_id\",\"name\",\"spec_file\"}). A spec\n"
+     "with sweep: makes one job per combination under one sweep id: prints the sweep\n"
+     "id, then the jobs' ids one a line (--json adds \"sweep_id\" and \"job_ids\").\n\n"
      "  --nodes M                run on M nodes instead of the spec's cluster.nodes\n"
      "  --workers-per-node P     P workers per node instead of cluster.workers_per_node\n"
      "                           (with either, an admm.max_iterations the spec does not\n"
@@ -107,9 +111,12 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "                           script passes the allocation's node count)\n" COMMON_HELP
      "  --json                   one JSON object\n",
      OPT_COORD | OPT_JSON | OPT_NODES | OPT_WPN, 1, pxctl_cmd_submit},
-    {"status", "JOB", "a job's state, placement, progress, summary and history",
+    {"status", "JOB|SWEEP", "a job's state, placement, progress, summary and history",
      "--json prints the Job message of proto/prunex.proto as one object keyed by the\n"
-     "proto field names (job_id, name, state, spec, spec_yaml, reason, ..., summary).\n\n"
+     "proto field names (job_id, name, state, spec, spec_yaml, reason, ..., summary).\n"
+     "A sweep id (sweep-...): its jobs by state, the best test accuracy, the lowest\n"
+     "density and the fewest inter-node bytes among them, and one line per job\n"
+     "(--json: {\"sweep_id\", \"jobs\", \"states\", \"best_accuracy\", ...}).\n\n"
      OFFLINE_HELP DB_HELP COMMON_HELP "  --json                   one JSON object\n",
      OPT_COORD | OPT_JSON | OPT_DB, 1, pxctl_cmd_status},
     {"list", "", "jobs, newest first",
@@ -120,9 +127,11 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "  --state S                only jobs in state S (pending, scheduled, running,\n"
      "                           succeeded, failed, cancelled)\n"
      "  --limit N                the newest N jobs (0: all, fetched a page at a time)\n"
+     "  --sweep SWEEP            only that sweep's jobs, with their values, then the\n"
+     "                           sweep's summary (as `status SWEEP`)\n"
      COMMON_HELP
      "  --json                   an array of the objects `status --json` prints\n",
-     OPT_COORD | OPT_JSON | OPT_STATE | OPT_LIMIT, 0, pxctl_cmd_list},
+     OPT_COORD | OPT_JSON | OPT_STATE | OPT_LIMIT | OPT_SWEEP, 0, pxctl_cmd_list},
     {"acct", "", "accounting: who used what, like sacct (kept past job retention)",
      "One row per job, newest first: user, name, nodes and devices, submit, start and\n"
      "end times, node-seconds (over every attempt; a running one up to now), state,\n"
@@ -140,9 +149,10 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "                           empty when not yet), node_seconds, state, attempts, reason\n",
      OPT_COORD | OPT_JSON | OPT_CSV | OPT_STATE | OPT_LIMIT | OPT_USER | OPT_SINCE, 0,
      pxctl_cmd_acct},
-    {"cancel", "JOB", "cancel a pending or running job",
+    {"cancel", "JOB|SWEEP", "cancel a pending or running job, or a sweep's unfinished jobs",
      "  --reason TEXT            recorded with the state change\n" COMMON_HELP
-     "  --json                   the cancelled job, as `status --json`\n",
+     "  --json                   the cancelled job, as `status --json` (a sweep:\n"
+     "                           {\"sweep_id\", \"cancelled\": [JOB, ...]})\n",
      OPT_COORD | OPT_JSON | OPT_REASON, 1, pxctl_cmd_cancel},
     {"delete", "JOB", "remove a finished job and its metrics (owner or admin)",
      "Removes the job, its events, metrics and rank exits from the coordinator. Only\n"
@@ -424,6 +434,11 @@ static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
     }
     case OPT_LIMIT: return pxctl_parse_count(o, "--limit", v, &o->limit);
     case OPT_USER: o->user = v; return 0;
+    case OPT_SWEEP:
+      if (strncmp(v, "sweep-", 6) != 0 || strlen(v) > 63)
+        return pxctl_usage_error(o, "--sweep '%s': expected a sweep id (sweep-NNNNNN)", v);
+      o->sweep = v;
+      return 0;
     case OPT_SINCE:
       if (pxctl_parse_since(v, &o->since_unix_ms) != 0)
         return pxctl_usage_error(o, "--since '%s': expected YYYY-MM-DD[THH:MM[:SS]] (UTC) or a"
@@ -607,7 +622,8 @@ int main(int argc, char **argv) {
   /* Commands taking JOB also take a job's name, where only one job has it. */
   rc = 0;
   if (!strncmp(cmd->synopsis, "JOB", 3) && !is_plot)
-    for (int i = 0; i < o.npos && !rc; i++) rc = pxctl_resolve_job(&o, &o.pos[i]);
+    for (int i = 0; i < o.npos && !rc; i++)
+      if (!pxctl_is_sweep_id(o.pos[i])) rc = pxctl_resolve_job(&o, &o.pos[i]);
   if (!rc) rc = cmd->fn(&o);
   pxctl_offline_close(off);
   return rc;

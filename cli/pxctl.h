@@ -54,6 +54,7 @@ typedef struct {
   int onnx;                   /* export: --onnx */
   const char *user;           /* acct: --user */
   int64_t since_unix_ms;      /* acct: --since (0: all) */
+  const char *sweep;          /* list: --sweep (NULL: every job) */
   int npos;
 } pxctl_opts_t;
 
@@ -85,6 +86,18 @@ int pxctl_cmd_run(pxctl_opts_t *o);
 int pxctl_cmd_plot(pxctl_opts_t *o);
 int pxctl_cmd_export(pxctl_opts_t *o);
 int pxctl_cmd_acct(pxctl_opts_t *o);
+
+/* ---- sweeps (pxctl_sweep.c) ---------------------------------------------- */
+
+/* 1 when ref is a sweep id ("sweep-..."). */
+int pxctl_is_sweep_id(const char *ref);
+/* `status SWEEP`: the sweep's summary and its jobs. Exit code. */
+int pxctl_sweep_status(pxctl_opts_t *o, px_rpc_channel_t *ch);
+/* `cancel SWEEP`: its unfinished jobs. Exit code. */
+int pxctl_sweep_cancel(pxctl_opts_t *o, px_rpc_channel_t *ch);
+/* The summary of the sweep's jobs (by state, best accuracy, lowest density,
+ * fewest inter-node bytes), after `list --sweep`'s table. */
+void pxctl_sweep_print_summary(const char *sweep_id, Prunex__V1__Job *const *jobs, size_t n);
 /* 1 for the terminal job states (SUCCEEDED, FAILED, CANCELLED, TIMEOUT). */
 int pxctl_job_finished(int state);
 /* --since: "YYYY-MM-DD[THH:MM[:SS]]" (UTC) or a duration back from now

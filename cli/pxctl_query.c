@@ -177,8 +177,19 @@ int pxctl_cmd_submit(pxctl_opts_t *o) {
     pxctl_json_string(&j, spec->name);
     pxctl_json_key(&j, "spec_file");
     pxctl_json_string(&j, o->pos[0]);
+    if (resp->sweep_id[0]) {
+      pxctl_json_key(&j, "sweep_id");
+      pxctl_json_string(&j, resp->sweep_id);
+      pxctl_json_key(&j, "job_ids");
+      pxctl_json_begin_array(&j);
+      for (size_t i = 0; i < resp->n_job_ids; i++) pxctl_json_string(&j, resp->job_ids[i]);
+      pxctl_json_end_array(&j);
+    }
     pxctl_json_end_object(&j);
     pxctl_json_finish(&j);
+  } else if (resp->sweep_id[0]) {
+    printf("%s\n", resp->sweep_id); /* then its jobs, one a line */
+    for (size_t i = 0; i < resp->n_job_ids; i++) printf("%s\n", resp->job_ids[i]);
   } else {
     printf("%s\n", resp->job_id);
   }
@@ -298,6 +309,7 @@ static void pxctl_print_history(const Prunex__V1__Job *job) {
 static void pxctl_print_job(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
   char t1[64], t2[64];
   printf("job        %s  %s\n", job->job_id, job->name);
+  if (job->sweep_id[0]) printf("sweep      %s: %s\n", job->sweep_id, job->sweep_point);
   /* Since the change into the current state (its newest event), not the
    * last update: a running job is updated by every iteration. */
   int64_t since = 0;
@@ -360,6 +372,11 @@ static void pxctl_print_job(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
 int pxctl_cmd_status(pxctl_opts_t *o) {
   px_rpc_channel_t *ch = pxctl_connect(o);
   if (!ch) return PXCTL_EXIT_FAIL;
+  if (pxctl_is_sweep_id(o->pos[0])) {
+    int src = pxctl_sweep_status(o, ch);
+    px_rpc_channel_destroy(ch);
+    return src;
+  }
   Prunex__V1__Job *job = NULL;
   int rc = PXCTL_EXIT_OK;
   if (px_rpc_get_job_ex(ch, o->pos[0], 1, PXCTL_DEADLINE_MS, &job) != PX_OK) {
@@ -442,6 +459,7 @@ int pxctl_cmd_list(pxctl_opts_t *o) {
     size_t want = o->limit > 0 ? (size_t)o->limit - all.n_jobs : 1000;
     req.limit = (int32_t)(want > 1000 ? 1000 : want);
     req.page_token = token;
+    req.sweep_id = o->sweep ? (char *)o->sweep : "";
     Prunex__V1__ListJobsResponse *page = NULL;
     if (px_rpc_list_jobs(ch, &req, PXCTL_DEADLINE_MS, &page) != PX_OK) {
       failed = 1;
@@ -483,6 +501,7 @@ int pxctl_cmd_list(pxctl_opts_t *o) {
            px_rpc_job_state_name((Prunex__V1__JobState)o->state));
   } else {
     pxctl_print_jobs(resp);
+    if (o->sweep) pxctl_sweep_print_summary(o->sweep, resp->jobs, resp->n_jobs);
   }
   for (size_t i = 0; i < npages; i++) px_rpc_message_free(pages[i]);
   free(pages);
@@ -524,6 +543,11 @@ int pxctl_cmd_delete(pxctl_opts_t *o) {
 int pxctl_cmd_cancel(pxctl_opts_t *o) {
   px_rpc_channel_t *ch = pxctl_connect(o);
   if (!ch) return PXCTL_EXIT_FAIL;
+  if (pxctl_is_sweep_id(o->pos[0])) {
+    int src = pxctl_sweep_cancel(o, ch);
+    px_rpc_channel_destroy(ch);
+    return src;
+  }
   Prunex__V1__CancelJobResponse *resp = NULL;
   int rc = PXCTL_EXIT_OK;
   const char *reason = o->reason && o->reason[0] ? o->reason : "by pxctl cancel";

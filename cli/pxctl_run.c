@@ -428,7 +428,13 @@ static int pxctl_run_load(pxctl_opts_t *o, pxctl_run_t *r, pxctl_result_t *res) 
   snprintf(res->name, sizeof res->name, "%s", r->spec->name);
   r->M = r->spec->cluster->nodes;
   r->P = r->spec->cluster->workers_per_node;
-  if (r->M > PXCTL_RUN_MAX_NODES) {
+  if (r->spec->n_sweep > 0) {
+    fprintf(stderr,
+            "pxctl: %s: sweep: pxctl run runs one job; submit the sweep to a coordinator "
+            "(pxctl submit) or remove sweep:\n",
+            o->pos[0]);
+    rc = PXCTL_EXIT_USAGE;
+  } else if (r->M > PXCTL_RUN_MAX_NODES) {
     fprintf(stderr,
             "pxctl: %s: cluster.nodes = %d: pxctl run starts one agent per node on this "
             "machine and takes at most %d; submit the job to a cluster's coordinator instead\n",

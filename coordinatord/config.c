@@ -7,7 +7,7 @@
  * scheduling policy (issue 31; docs/operations.md): priority_weight_job,
  * priority_weight_fairshare, priority_weight_age, fairshare_half_life_s,
  * priority_max_age_s, max_running_nodes, max_queued_jobs,
- * time_limit_default_s, time_limit_max_s, and per user share.NAME,
+ * time_limit_default_s, time_limit_max_s, preemption, and per user share.NAME,
  * max_running_nodes.NAME, max_queued_jobs.NAME; notifications notify_url
  * and notify_states. The policy and notifications are re-read on SIGHUP
  * (coord_config_reload_policy). */
@@ -92,6 +92,15 @@ static int coord_policy_set(coord_sched_policy_t *p, const char *key, const char
       if (*st == PX_OK) *sp[i] = (int64_t)v;
       return 1;
     }
+  if (!strcmp(key, "preemption")) {
+    int on = !strcmp(value, "on") || !strcmp(value, "true") || !strcmp(value, "yes");
+    int off = !strcmp(value, "off") || !strcmp(value, "false") || !strcmp(value, "no");
+    *st = on || off ? PX_OK
+                    : px_set_error(PX_ERR_INVALID, "%s: preemption = '%s': expected on or off",
+                                   where, value);
+    if (*st == PX_OK) p->preempt = on;
+    return 1;
+  }
   if (!strcmp(key, "max_running_nodes") || !strcmp(key, "max_queued_jobs")) {
     *st = coord_number(value, 0, 1e9, 1, key, where, &v);
     if (*st == PX_OK) *(key[4] == 'r' ? &p->max_running_nodes : &p->max_queued_jobs) = (int)v;

@@ -171,6 +171,7 @@ typedef struct coord_kv_wait coord_kv_wait_t; /* a parked KvGet */
 typedef struct coord_gone coord_gone_t;       /* an agent that went away (recovery.c) */
 typedef struct coord_http coord_http_t;       /* the HTTP listener (http.h) */
 typedef struct coord_notifier coord_notifier_t; /* the notifications' sender (notify.c) */
+typedef struct coord_queue coord_queue_t;     /* the pending jobs in memory (sched_queue.c) */
 
 typedef struct {
   uv_loop_t *loop;
@@ -194,6 +195,7 @@ typedef struct {
   coord_identity_t who;    /* the caller of the handler now running (coord_authorize) */
   unsigned char secret_key[32]; /* rank secrets are HMACs under it (DB.key) */
   coord_notifier_t *notifier;   /* job notifications (notify.c) */
+  coord_queue_t *queue;         /* the pending jobs, in step with the database */
 } coord_t;
 
 /* Re-reads the tokens file (when one is configured); on failure the old
@@ -323,10 +325,23 @@ typedef struct {
  * job_attempts either way. In a transaction; f filled (arena a). */
 px_status_t coord_job_fault(coord_t *c, coord_arena_t *a, const char *job_id, int state,
                             const char *cause, const char *avoid_node, coord_fault_t *f);
+/* Preemption (issue 31): ends the active job's attempt because `by` (e.g.
+ * "job-000007 (priority 500)") takes its nodes. Recorded in job_attempts
+ * and jobs.preemptions, it uses none of the job's restarts; otherwise as a
+ * restart: nodes released, placement and rank secrets dropped, iteration
+ * rows and stored decisions kept (the next attempt resumes from the newest
+ * checkpoint its ranks hold, re-reports the iterations after it and gets
+ * the very decisions back), and the job PENDING for attempt + 1 preferring
+ * the same nodes (where its checkpoints are). In a transaction; f filled
+ * (f->restarted 1) for coord_after_fault. */
+px_status_t coord_job_preempt(coord_t *c, coord_arena_t *a, const char *job_id, int state,
+                              const char *by, coord_fault_t *f);
 /* After the commit: CANCEL to the ended attempt's nodes (naming the
  * attempt), watchers told, the scheduler run (which places a restarted job
  * again). */
 void coord_after_fault(coord_t *c, const char *job_id, const coord_fault_t *f);
+/* The CANCEL of a restarted or preempted attempt to its nodes, naming it. */
+void coord_attempt_cancel(coord_t *c, const char *job_id, const coord_fault_t *f);
 
 /* An open WatchAssignments (id: node) or WatchJob (id: job) stream. */
 struct coord_watch {
@@ -349,6 +364,14 @@ void coord_watch_end(coord_t *c, coord_watch_t *w, px_rpc_code_t code, const cha
 
 /* ---- jobs (jobs.c) ------------------------------------------------------ */
 
+/* Places the job on the given M nodes of P devices (SCHEDULED; the nodes
+ * BUSY). In a transaction. */
+px_status_t coord_place(coord_t *c, const char *job_id, int P, char **nodes, char **names,
+                        int M);
+/* The READY nodes of at least P devices, up to M (prefer's first, see
+ * jobs.c), and how many such nodes are alive (arena a). */
+px_status_t coord_fitting_nodes(coord_t *c, coord_arena_t *a, int P, int M, const char *prefer,
+                                int *alive, char ***nodes, char ***names, size_t *ready);
 /* Places pending jobs, in submission order, while the head of the queue
  * fits on the ready nodes. Errors are logged. */
 void coord_schedule(coord_t *c);
@@ -431,6 +454,51 @@ px_status_t coord_sched_notify_due(coord_t *c, const char *job_id, coord_sched_n
 /* Records that the job's state `state` has been handled. */
 px_status_t coord_sched_notify_done(coord_t *c, const char *job_id, int state);
 
+/* Preemption (preempt.c): the active jobs of job priority below `below`
+ * that checkpoint (spec.recovery.checkpoint_every > 0), lowest priority
+ * first and, within one, the latest started first (the least work to
+ * redo), each with how many of its nodes have per_node devices (arena a). */
+typedef struct {
+  char *job_id;
+  int state;
+  int priority;
+  int fitting_nodes;
+} coord_sched_victim_t;
+px_status_t coord_sched_preemptible(coord_t *c, coord_arena_t *a, int below, int per_node,
+                                    coord_sched_victim_t **out, size_t *n);
+/* With preemption on: when the first job in line waits for nodes that
+ * running jobs of a lower job priority that checkpoint hold, the fewest of
+ * them needed are preempted (coord_job_preempt) and the waiting job placed
+ * on the nodes freed, in one transaction; then the old attempts' nodes are
+ * told to stop and the waiting job's to start. Errors are logged. */
+void coord_preempt_run(coord_t *c);
+
+/* ---- the pending jobs in memory (sched_queue.c) ---------------------------- */
+
+/* What the scheduler's snapshot needs of one PENDING job. */
+typedef struct {
+  int64_t rowid;
+  char job_id[32];
+  char owner[COORD_NAME_MAX];
+  int nodes, per_node, priority;
+  int64_t submit_ms, time_limit_ms;
+  char *prefer;   /* jobs.prefer_nodes */
+  char *reason;   /* the stored reason */
+} coord_queue_entry_t;
+/* Makes c->queue (stale: read at once) and installs the database's
+ * rollback hook that marks it stale; coord_queue_sync calls it the first
+ * time (until then the queue has nothing to keep in step). */
+px_status_t coord_queue_create(coord_t *c);
+void coord_queue_destroy(coord_t *c);
+/* The pending jobs in submission order (read from the database first when
+ * stale); valid until the next change of a job's state. */
+px_status_t coord_queue_sync(coord_t *c, const coord_queue_entry_t **out, size_t *n);
+/* From coord_sched_state_changed (in the transaction): the job now in state
+ * `to` enters (its row read), stays or leaves the queue. */
+px_status_t coord_queue_job_changed(coord_t *c, const char *job_id, int to);
+/* From coord_sched_set_reason: a pending job's stored reason. */
+void coord_queue_set_reason(coord_t *c, const char *job_id, const char *reason);
+
 /* ---- notifications (notify.c) ------------------------------------------ */
 
 /* Starts the sender thread (libcurl). Caller owns *out. */
@@ -472,6 +540,50 @@ void coord_time_limit_sweep(coord_t *c);
  * after since, in state (0: any); filled into out in arena a. */
 px_status_t coord_acct_query(coord_t *c, coord_arena_t *a, const char *user, int64_t since,
                              int state, int limit, Prunex__V1__GetAccountingResponse *out);
+
+/* ---- submissions (jobs.c) and sweeps (sweep.c, sweep_db.c) ------------- */
+
+/* Inserts a PENDING job with its scheduling fields and accounting row (in
+ * the caller's transaction); its id into job_id. */
+px_status_t coord_job_submit(coord_t *c, const Prunex__V1__JobSpec *spec, const char *spec_yaml,
+                             int priority, int64_t time_limit_ms, char *job_id, size_t cap);
+/* The priority and time-limit rules of a submission; 1, or 0 with the call
+ * answered. */
+int coord_submit_policy(coord_t *c, px_rpc_srv_call_t *call, const Prunex__V1__JobSpec *spec,
+                        int *priority, int64_t *time_limit_ms);
+/* The caller's quota of unfinished jobs for nnew more; 1, or 0 with the
+ * call answered (RESOURCE_EXHAUSTED, INTERNAL). */
+int coord_submit_quota(coord_t *c, px_rpc_srv_call_t *call, int64_t nnew);
+
+#define COORD_SWEEP_PREFIX "sweep-"
+/* 1 when id names a sweep rather than a job. */
+int coord_sweep_id_like(const char *id);
+/* SubmitJob of a spec with a sweep: one job per combination
+ * (px_jobspec_sweep_point), all in one transaction under a new sweep id,
+ * or none (INVALID_ARGUMENT naming the combination, the quota's
+ * RESOURCE_EXHAUSTED for the whole sweep). Answers the call. */
+void coord_sweep_submit(coord_t *c, px_rpc_srv_call_t *call, const Prunex__V1__SubmitJobRequest *r);
+/* CancelJob of a sweep id: every unfinished job of the sweep, in one
+ * transaction (owner or admin). Answers the call. */
+void coord_sweep_cancel(coord_t *c, px_rpc_srv_call_t *call, const Prunex__V1__CancelJobRequest *r);
+
+/* sweep_db.c. A new sweeps row; its id into sweep_id. In a transaction. */
+px_status_t coord_sweep_new(coord_t *c, const char *owner, const char *name,
+                            const char *spec_yaml, int64_t njobs, int64_t now, char *sweep_id,
+                            size_t cap);
+/* Names the job's sweep and its values. */
+px_status_t coord_sweep_job_set(coord_t *c, const char *job_id, const char *sweep_id,
+                                const char *point);
+/* *found 0 when there is no such sweep; else its owner. */
+px_status_t coord_sweep_owner(coord_t *c, const char *sweep_id, int *found, char *owner,
+                              size_t cap);
+typedef struct {
+  char *job_id;
+  int state;
+} coord_sweep_job_t;
+/* The sweep's jobs not finished, in submission order (arena a). */
+px_status_t coord_sweep_unfinished(coord_t *c, coord_arena_t *a, const char *sweep_id,
+                                   coord_sweep_job_t **out, size_t *n);
 
 /* ---- kv (kv.c) ---------------------------------------------------------- */
 

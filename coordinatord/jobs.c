@@ -52,8 +52,8 @@ void coord_job_changed(coord_t *c, const char *job_id, const Prunex__V1__Iterati
 /* Places the job on the given nodes: ranks node by node, a leader per node
  * (local rank 0 unless its device is unhealthy), nodes BUSY, job SCHEDULED.
  * In a transaction. */
-static px_status_t coord_place(coord_t *c, const char *job_id, int P, char **nodes,
-                               char **names, int M) {
+px_status_t coord_place(coord_t *c, const char *job_id, int P, char **nodes, char **names,
+                        int M) {
   px_store_stmt_t *st;
   px_status_t rc;
   char reason[512];
@@ -124,9 +124,8 @@ static px_status_t coord_place(coord_t *c, const char *job_id, int P, char **nod
  * each id: a restarted job's previous nodes), then the others, last those
  * named "-ID" in prefer (the node its placement timed out on), each group
  * in registration order. */
-static px_status_t coord_fitting_nodes(coord_t *c, coord_arena_t *a, int P, int M,
-                                       const char *prefer, int *alive, char ***nodes,
-                                       char ***names, size_t *ready) {
+px_status_t coord_fitting_nodes(coord_t *c, coord_arena_t *a, int P, int M, const char *prefer,
+                                int *alive, char ***nodes, char ***names, size_t *ready) {
   px_store_stmt_t *st;
   px_status_t rc;
   size_t cap = 0, cap2 = 0, n2 = 0;
@@ -231,6 +230,7 @@ void coord_schedule(coord_t *c) {
     coord_job_changed(c, placed[i], NULL);
   }
   coord_arena_free(&a);
+  if (c->cfg.sched.preempt) coord_preempt_run(c); /* preempt.c */
 }
 
 /* ---- time limits ------------------------------------------------------------------ */
@@ -359,12 +359,12 @@ static int coord_path_ok(coord_t *c, const char *out, int data, char *err, size_
 
 /* ---- SubmitJob ---------------------------------------------------------------------- */
 
-static px_status_t coord_submit(coord_t *c, const Prunex__V1__SubmitJobRequest *r, int priority,
-                                int64_t time_limit_ms, char *job_id, size_t cap) {
-  size_t len = protobuf_c_message_get_packed_size(&r->spec->base);
+px_status_t coord_job_submit(coord_t *c, const Prunex__V1__JobSpec *spec, const char *spec_yaml,
+                             int priority, int64_t time_limit_ms, char *job_id, size_t cap) {
+  size_t len = protobuf_c_message_get_packed_size(&spec->base);
   uint8_t *blob = px_malloc(len ? len : 1, "coordd.spec");
   if (!blob) return PX_ERR_NOMEM;
-  protobuf_c_message_pack(&r->spec->base, blob);
+  protobuf_c_message_pack(&spec->base, blob);
   int64_t now = coord_now_ms();
   px_store_stmt_t *st;
   px_status_t rc;
@@ -376,12 +376,12 @@ static px_status_t coord_submit(coord_t *c, const Prunex__V1__SubmitJobRequest *
                 rc, out);
   PX_CHECK_GOTO(px_store_bind_text(st, 8, c->who.role == COORD_ROLE_ANON ? "" : c->who.name), rc,
                 out);
-  PX_CHECK_GOTO(px_store_bind_text(st, 1, r->spec->name), rc, out);
+  PX_CHECK_GOTO(px_store_bind_text(st, 1, spec->name), rc, out);
   PX_CHECK_GOTO(px_store_bind_int64(st, 2, JS_PENDING), rc, out);
   PX_CHECK_GOTO(px_store_bind_blob(st, 3, blob, len), rc, out);
   PX_CHECK_GOTO(px_store_bind_text(st, 4, ""), rc, out); /* in job_spec_yaml (schema v3) */
-  PX_CHECK_GOTO(px_store_bind_int64(st, 5, r->spec->cluster->nodes), rc, out);
-  PX_CHECK_GOTO(px_store_bind_int64(st, 6, r->spec->cluster->workers_per_node), rc, out);
+  PX_CHECK_GOTO(px_store_bind_int64(st, 5, spec->cluster->nodes), rc, out);
+  PX_CHECK_GOTO(px_store_bind_int64(st, 6, spec->cluster->workers_per_node), rc, out);
   PX_CHECK_GOTO(px_store_bind_int64(st, 7, now), rc, out);
   PX_CHECK_GOTO(px_store_run(st), rc, out);
   int64_t id = px_store_last_insert_id(c->db);
@@ -390,28 +390,28 @@ static px_status_t coord_submit(coord_t *c, const Prunex__V1__SubmitJobRequest *
   PX_CHECK_GOTO(px_store_bind_int64(st, 1, id), rc, out);
   PX_CHECK_GOTO(px_store_bind_text(st, 2, job_id), rc, out);
   PX_CHECK_GOTO(px_store_run(st), rc, out);
-  if (r->spec_yaml[0]) {
+  if (spec_yaml[0]) {
     PX_CHECK_GOTO(px_store_stmt(c->db,
                                 "INSERT INTO job_spec_yaml (job_id, spec_yaml) VALUES (?1, ?2)",
                                 &st),
                   rc, out);
     PX_CHECK_GOTO(px_store_bind_text(st, 1, job_id), rc, out);
-    PX_CHECK_GOTO(px_store_bind_text(st, 2, r->spec_yaml), rc, out);
+    PX_CHECK_GOTO(px_store_bind_text(st, 2, spec_yaml), rc, out);
     PX_CHECK_GOTO(px_store_run(st), rc, out);
   }
   unsigned notify_mask = 0;
-  const char *notify_url = r->spec->notify && r->spec->notify->url ? r->spec->notify->url : "";
-  if (notify_url[0] && px_jobspec_notify_states(r->spec->notify->states, &notify_mask) != 0)
+  const char *notify_url = spec->notify && spec->notify->url ? spec->notify->url : "";
+  if (notify_url[0] && px_jobspec_notify_states(spec->notify->states, &notify_mask) != 0)
     notify_mask = 0; /* px_jobspec_check_submitted refused such a spec already */
   PX_CHECK_GOTO(coord_sched_job_new(c, job_id, c->who.role == COORD_ROLE_ANON ? "" : c->who.name,
-                                    r->spec->name, r->spec->cluster->nodes,
-                                    r->spec->cluster->workers_per_node, priority, time_limit_ms,
+                                    spec->name, spec->cluster->nodes,
+                                    spec->cluster->workers_per_node, priority, time_limit_ms,
                                     notify_url, notify_mask, now),
                 rc, out);
   char reason[160];
   snprintf(reason, sizeof reason, "submitted: %d node%s x %d worker%s",
-           r->spec->cluster->nodes, r->spec->cluster->nodes == 1 ? "" : "s",
-           r->spec->cluster->workers_per_node, r->spec->cluster->workers_per_node == 1 ? "" : "s");
+           spec->cluster->nodes, spec->cluster->nodes == 1 ? "" : "s",
+           spec->cluster->workers_per_node, spec->cluster->workers_per_node == 1 ? "" : "s");
   rc = coord_job_set_state(c, job_id, JS_UNSPECIFIED, JS_PENDING, reason);
 out:
   px_free(blob);
@@ -420,12 +420,10 @@ out:
 
 /* The scheduling policy's rules for a submission (issue 31): only admins
  * raise a job's priority above the default, a time limit within the
- * cluster's maximum, and the user's quota of unfinished jobs. 1 with the
- * job's priority and time limit (ms, 0: none), or 0 with the call answered
- * (PERMISSION_DENIED, INVALID_ARGUMENT, RESOURCE_EXHAUSTED or INTERNAL). */
-static int coord_submit_policy(coord_t *c, px_rpc_srv_call_t *call,
-                               const Prunex__V1__JobSpec *spec, int *priority,
-                               int64_t *time_limit_ms) {
+ * cluster's maximum. 1 with the job's priority and time limit (ms, 0:
+ * none), or 0 with the call answered (PERMISSION_DENIED, INVALID_ARGUMENT). */
+int coord_submit_policy(coord_t *c, px_rpc_srv_call_t *call, const Prunex__V1__JobSpec *spec,
+                        int *priority, int64_t *time_limit_ms) {
   const coord_sched_policy_t *p = &c->cfg.sched;
   *priority = spec->priority > 0 ? spec->priority : COORD_PRIORITY_DEFAULT;
   if (*priority > COORD_PRIORITY_DEFAULT && c->who.role != COORD_ROLE_ADMIN &&
@@ -444,26 +442,36 @@ static int coord_submit_policy(coord_t *c, px_rpc_srv_call_t *call,
     return 0;
   }
   *time_limit_ms = coord_sched_time_limit_ms(p, spec->time_limit_s);
-  const char *owner = c->who.role == COORD_ROLE_ANON ? "" : c->who.name;
-  int quota = coord_sched_max_queued_jobs(p, owner);
-  if (quota > 0) {
-    int64_t n = 0;
-    if (coord_sched_unfinished_jobs(c, owner, &n) != PX_OK) {
-      coord_fail_internal(c, call);
-      return 0;
-    }
-    if (n >= quota) {
-      px_log(PX_LOG_INFO, "SubmitJob refused: %s has %lld unfinished jobs (quota %d)",
-             owner[0] ? owner : "anonymous", (long long)n, quota);
-      px_rpc_srv_finish(call, PX_RPC_RESOURCE_EXHAUSTED,
-                        "user quota: %s has %lld unfinished job%s (pending or running) and may"
-                        " have at most %d (max_queued_jobs); wait for one to end or cancel one",
-                        owner[0] ? owner : "the anonymous user", (long long)n, n == 1 ? "" : "s",
-                        quota);
-      return 0;
-    }
-  }
   return 1;
+}
+
+/* The user's quota of unfinished jobs, for nnew more: 1, or 0 with the
+ * call answered (RESOURCE_EXHAUSTED or INTERNAL). */
+int coord_submit_quota(coord_t *c, px_rpc_srv_call_t *call, int64_t nnew) {
+  const char *owner = c->who.role == COORD_ROLE_ANON ? "" : c->who.name;
+  int quota = coord_sched_max_queued_jobs(&c->cfg.sched, owner);
+  if (quota <= 0) return 1;
+  int64_t n = 0;
+  if (coord_sched_unfinished_jobs(c, owner, &n) != PX_OK) {
+    coord_fail_internal(c, call);
+    return 0;
+  }
+  if (n + nnew <= quota) return 1;
+  px_log(PX_LOG_INFO, "SubmitJob refused: %s has %lld unfinished jobs (quota %d), %lld more",
+         owner[0] ? owner : "anonymous", (long long)n, quota, (long long)nnew);
+  if (nnew > 1)
+    px_rpc_srv_finish(call, PX_RPC_RESOURCE_EXHAUSTED,
+                      "user quota: the sweep's %lld jobs and the %lld unfinished job%s of %s"
+                      " exceed the %d allowed (max_queued_jobs); submit a smaller sweep",
+                      (long long)nnew, (long long)n, n == 1 ? "" : "s",
+                      owner[0] ? owner : "the anonymous user", quota);
+  else
+    px_rpc_srv_finish(call, PX_RPC_RESOURCE_EXHAUSTED,
+                      "user quota: %s has %lld unfinished job%s (pending or running) and may"
+                      " have at most %d (max_queued_jobs); wait for one to end or cancel one",
+                      owner[0] ? owner : "the anonymous user", (long long)n, n == 1 ? "" : "s",
+                      quota);
+  return 0;
 }
 
 void coord_rpc_submit_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
@@ -503,12 +511,18 @@ void coord_rpc_submit_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, 
     px_rpc_srv_finish(call, PX_RPC_PERMISSION_DENIED, "%s", err);
     return;
   }
+  if (r->spec->n_sweep > 0) {
+    coord_sweep_submit(c, call, r); /* one job per combination (sweep.c) */
+    return;
+  }
   int priority = 0;
   int64_t time_limit_ms = 0;
   if (!coord_submit_policy(c, call, r->spec, &priority, &time_limit_ms)) return;
+  if (!coord_submit_quota(c, call, 1)) return;
   char job_id[64];
   if (px_store_begin(c->db) != PX_OK ||
-      coord_submit(c, r, priority, time_limit_ms, job_id, sizeof job_id) != PX_OK ||
+      coord_job_submit(c, r->spec, r->spec_yaml, priority, time_limit_ms, job_id,
+                       sizeof job_id) != PX_OK ||
       px_store_commit(c->db) != PX_OK) {
     coord_fail_internal(c, call);
     return;
@@ -607,6 +621,10 @@ void coord_rpc_list_jobs(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, v
   coord_t *c = data;
   const Prunex__V1__ListJobsRequest *r = (const Prunex__V1__ListJobsRequest *)msg;
   if (!coord_filter_ok(call, (int)r->state, r->limit, COORD_PAGE_DEFAULT, COORD_PAGE_MAX)) return;
+  if (strlen(r->sweep_id) > 63) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "sweep_id: longer than a sweep id");
+    return;
+  }
   long long before = 0;
   if (r->page_token[0]) {
     char *end = NULL;
@@ -626,9 +644,11 @@ void coord_rpc_list_jobs(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, v
   px_store_stmt_t *st;
   px_status_t rc = px_store_stmt(c->db,
                                  "SELECT job_id, id FROM jobs WHERE (?1 = 0 OR state = ?1)"
-                                 " AND (?3 = 0 OR id < ?3) ORDER BY id DESC LIMIT ?2",
+                                 " AND (?3 = 0 OR id < ?3) AND (?4 = '' OR sweep_id = ?4)"
+                                 " ORDER BY id DESC LIMIT ?2",
                                  &st);
   if (rc == PX_OK) rc = px_store_bind_int64(st, 1, r->state);
+  if (rc == PX_OK) rc = px_store_bind_text(st, 4, r->sweep_id);
   if (rc == PX_OK) rc = px_store_bind_int64(st, 2, limit + 1);
   if (rc == PX_OK) rc = px_store_bind_int64(st, 3, before);
   while (rc == PX_OK && (rc = px_store_step(st)) == 1) {
@@ -828,6 +848,10 @@ void coord_rpc_cancel_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, 
   coord_t *c = data;
   const Prunex__V1__CancelJobRequest *r = (const Prunex__V1__CancelJobRequest *)msg;
   if (!coord_need_job_id(call, r->job_id)) return;
+  if (coord_sweep_id_like(r->job_id)) {
+    coord_sweep_cancel(c, call, r); /* every unfinished job of the sweep (sweep.c) */
+    return;
+  }
   coord_arena_t a;
   coord_arena_init(&a);
   int state = 0;

@@ -564,6 +564,7 @@ int main(int argc, char **argv) {
   if (uv_loop_close(&loop) != 0) px_log(PX_LOG_WARN, "event loop closed with handles open");
   coord_notifier_stop(c.notifier);
   coord_tokens_free(c.tokens);
+  coord_queue_destroy(&c);
   px_store_close(c.db);
   close(lock_fd);
   px_log(PX_LOG_INFO, "stopped");

@@ -192,8 +192,8 @@ static px_status_t coord_job_row(coord_t *c, coord_arena_t *a, const char *job_i
                          " y.spec_yaml FROM job_spec_yaml y WHERE y.job_id = jobs.job_id),"
                          " spec_yaml) ELSE '' END, reason, created_unix_ms, updated_unix_ms,"
                          " iteration,"
-                         " scheduled_unix_ms, finished_unix_ms, owner, attempt, checkpoint_problem"
-                         " FROM jobs WHERE job_id = ?1",
+                         " scheduled_unix_ms, finished_unix_ms, owner, attempt, checkpoint_problem,"
+                         " sweep_id, sweep_point FROM jobs WHERE job_id = ?1",
                          &st));
   PX_CHECK(px_store_bind_text(st, 1, job_id));
   PX_CHECK(px_store_bind_int64(st, 2, with_yaml ? 1 : 0));
@@ -218,9 +218,11 @@ static px_status_t coord_job_row(coord_t *c, coord_arena_t *a, const char *job_i
   j->owner = coord_strdup(a, px_store_column_text(st, 11));
   j->attempt = (int32_t)px_store_column_int64(st, 12);
   j->checkpoint_problem = coord_strdup(a, px_store_column_text(st, 13));
+  j->sweep_id = coord_strdup(a, px_store_column_text(st, 14));
+  j->sweep_point = coord_strdup(a, px_store_column_text(st, 15));
   px_store_reset(st);
   if (!j->job_id || !j->name || !j->spec_yaml || !j->reason || !j->owner ||
-      !j->checkpoint_problem)
+      !j->checkpoint_problem || !j->sweep_id || !j->sweep_point)
     return PX_ERR_NOMEM;
   if (!j->spec)
     return px_set_error(PX_ERR_FORMAT, "%s: job %s: stored spec does not unpack",

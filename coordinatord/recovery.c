@@ -148,10 +148,10 @@ static px_status_t coord_fault_nodes(coord_t *c, coord_arena_t *a, const char *j
  * stay: the resumed attempt re-reports its iterations and gets the same
  * decisions back. */
 static px_status_t coord_fault_restart(coord_t *c, const char *job_id, int state, int attempt,
-                                       int max_restarts, const char *cause, const char *prefer) {
+                                       const char *reason, const char *prefer) {
   px_store_stmt_t *st;
   char why[300];
-  snprintf(why, sizeof why, "job %s: attempt %d failed, restarting it", job_id, attempt);
+  snprintf(why, sizeof why, "job %s: attempt %d ended, queueing it again", job_id, attempt);
   PX_CHECK(coord_job_release_nodes(c, job_id, why));
   static const char *const drop[] = {
       "DELETE FROM rank_exits WHERE job_id = ?1",
@@ -174,11 +174,63 @@ static px_status_t coord_fault_restart(coord_t *c, const char *job_id, int state
   PX_CHECK(px_store_bind_int64(st, 2, attempt + 1));
   PX_CHECK(px_store_bind_text(st, 3, prefer));
   PX_CHECK(px_store_run(st));
-  char first[1600], reason[2000];
-  coord_first_line(cause, first, sizeof first);
-  snprintf(reason, sizeof reason, "attempt %d failed: %s; restart %d of %d", attempt, first,
-           attempt, max_restarts);
   return coord_job_set_state(c, job_id, state, JS_PENDING, reason);
+}
+
+/* The job's attempt now and how many attempts ended by preemption (they
+ * use no restart of spec.recovery.max_restarts). */
+static px_status_t coord_job_attempts(coord_t *c, const char *job_id, int *attempt,
+                                      int *preemptions) {
+  px_store_stmt_t *st;
+  *attempt = 1;
+  *preemptions = 0;
+  PX_CHECK(px_store_stmt(c->db, "SELECT attempt, preemptions FROM jobs WHERE job_id = ?1", &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  px_status_t rc = px_store_step(st);
+  if (rc < 0) return rc;
+  if (rc == 1) {
+    *attempt = (int)px_store_column_int64(st, 0);
+    *preemptions = (int)px_store_column_int64(st, 1);
+    px_store_reset(st);
+  }
+  return PX_OK;
+}
+
+/* Records an attempt that ended (job_attempts). */
+static px_status_t coord_attempt_record(coord_t *c, const char *job_id, int attempt,
+                                        const char *cause, const char *lines) {
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(c->db,
+                         "INSERT OR REPLACE INTO job_attempts (job_id, attempt, cause, node_ids,"
+                         " ended_unix_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  PX_CHECK(px_store_bind_int64(st, 2, attempt));
+  PX_CHECK(px_store_bind_text(st, 3, cause));
+  PX_CHECK(px_store_bind_text(st, 4, lines));
+  PX_CHECK(px_store_bind_int64(st, 5, coord_now_ms()));
+  return px_store_run(st);
+}
+
+px_status_t coord_job_preempt(coord_t *c, coord_arena_t *a, const char *job_id, int state,
+                              const char *by, coord_fault_t *f) {
+  memset(f, 0, sizeof *f);
+  int attempt = 1, preemptions = 0;
+  PX_CHECK(coord_job_attempts(c, job_id, &attempt, &preemptions));
+  f->attempt = attempt;
+  f->restarted = 1;
+  char lines[4096], prefer[4096], cause[400], reason[600];
+  PX_CHECK(coord_fault_nodes(c, a, job_id, NULL, f, lines, prefer, sizeof lines));
+  snprintf(cause, sizeof cause, "preempted by %s", by);
+  PX_CHECK(coord_attempt_record(c, job_id, attempt, cause, lines));
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(c->db, "UPDATE jobs SET preemptions = preemptions + 1 WHERE job_id = ?1",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  PX_CHECK(px_store_run(st));
+  snprintf(reason, sizeof reason,
+           "attempt %d %s; queued again, it resumes from its newest checkpoint", attempt, cause);
+  return coord_fault_restart(c, job_id, state, attempt, reason, prefer);
 }
 
 px_status_t coord_job_fault(coord_t *c, coord_arena_t *a, const char *job_id, int state,
@@ -186,38 +238,26 @@ px_status_t coord_job_fault(coord_t *c, coord_arena_t *a, const char *job_id, in
   memset(f, 0, sizeof *f);
   char cause[2048];
   px_utf8_clean(cause_in, cause, sizeof cause);
-  px_store_stmt_t *st;
-  px_status_t rc;
-  int attempt = 1, found = 0, js = 0;
+  int attempt = 1, preemptions = 0, found = 0, js = 0;
   Prunex__V1__JobSpec *spec = NULL;
   PX_CHECK(coord_job_lookup(c, a, job_id, &found, &js, &spec));
   if (!found) return px_set_error(PX_ERR_INTERNAL, "job %s: not found", job_id);
-  PX_CHECK(px_store_stmt(c->db, "SELECT attempt FROM jobs WHERE job_id = ?1", &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  if ((rc = px_store_step(st)) < 0) return rc;
-  if (rc == 1) attempt = (int)px_store_column_int64(st, 0);
-  px_store_reset(st);
+  PX_CHECK(coord_job_attempts(c, job_id, &attempt, &preemptions));
   int max_restarts = spec && spec->recovery ? spec->recovery->max_restarts : 0;
   if (max_restarts < 0) max_restarts = 0;
   f->attempt = attempt;
   char lines[4096], prefer[4096];
   PX_CHECK(coord_fault_nodes(c, a, job_id, avoid_node, f, lines, prefer, sizeof lines));
-  if (max_restarts > 0) {
-    /* Every attempt of a job that may restart is listed, the last too. */
-    PX_CHECK(px_store_stmt(c->db,
-                           "INSERT OR REPLACE INTO job_attempts (job_id, attempt, cause, node_ids,"
-                           " ended_unix_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-                           &st));
-    PX_CHECK(px_store_bind_text(st, 1, job_id));
-    PX_CHECK(px_store_bind_int64(st, 2, attempt));
-    PX_CHECK(px_store_bind_text(st, 3, cause));
-    PX_CHECK(px_store_bind_text(st, 4, lines));
-    PX_CHECK(px_store_bind_int64(st, 5, coord_now_ms()));
-    PX_CHECK(px_store_run(st));
-  }
-  if (attempt < 1 + max_restarts) {
+  /* Every attempt of a job that may restart is listed, the last too. */
+  if (max_restarts > 0) PX_CHECK(coord_attempt_record(c, job_id, attempt, cause, lines));
+  int faults = attempt - preemptions; /* attempts that ended in a fault, this one included */
+  if (faults < 1 + max_restarts) {
     f->restarted = 1;
-    return coord_fault_restart(c, job_id, state, attempt, max_restarts, cause, prefer);
+    char first[1600], reason[2000];
+    coord_first_line(cause, first, sizeof first);
+    snprintf(reason, sizeof reason, "attempt %d failed: %s; restart %d of %d", attempt, first,
+             faults, max_restarts);
+    return coord_fault_restart(c, job_id, state, attempt, reason, prefer);
   }
   /* No restart left: the job fails with this attempt's first cause. */
   char reason[2300];
@@ -229,16 +269,20 @@ px_status_t coord_job_fault(coord_t *c, coord_arena_t *a, const char *job_id, in
   return coord_job_release_nodes(c, job_id, why);
 }
 
+void coord_attempt_cancel(coord_t *c, const char *job_id, const coord_fault_t *f) {
+  /* The old attempt's nodes stop it: its placement is gone, so the CANCEL
+   * is built here, naming the attempt. */
+  Prunex__V1__Assignment as = PRUNEX__V1__ASSIGNMENT__INIT;
+  as.job_id = (char *)job_id;
+  as.action = PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_CANCEL;
+  as.coordinator = c->advertise;
+  as.attempt = f->attempt;
+  for (size_t i = 0; i < f->nnodes; i++) coord_send_to_node(c, f->nodes[i], &as);
+}
+
 void coord_after_fault(coord_t *c, const char *job_id, const coord_fault_t *f) {
   if (f->restarted) {
-    /* The old attempt's nodes stop it: its placement is gone, so the
-     * CANCEL is built here, naming the attempt. */
-    Prunex__V1__Assignment as = PRUNEX__V1__ASSIGNMENT__INIT;
-    as.job_id = (char *)job_id;
-    as.action = PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_CANCEL;
-    as.coordinator = c->advertise;
-    as.attempt = f->attempt;
-    for (size_t i = 0; i < f->nnodes; i++) coord_send_to_node(c, f->nodes[i], &as);
+    coord_attempt_cancel(c, job_id, f);
   } else {
     coord_push_assignments(c, job_id, PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_CANCEL);
   }

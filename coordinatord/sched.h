@@ -49,6 +49,8 @@ typedef struct {
   int max_queued_jobs;         /* unfinished jobs per user by default; 0: unlimited */
   int64_t time_limit_default_s;/* for jobs that give none; 0: none */
   int64_t time_limit_max_s;    /* 0: no maximum */
+  int preempt;                 /* 1: a waiting job may preempt running jobs of a lower
+                                  job priority that checkpoint (preempt.c) */
   int nusers;
   coord_sched_user_conf_t users[COORD_SCHED_USERS_MAX];
 } coord_sched_policy_t;

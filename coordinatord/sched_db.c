@@ -90,6 +90,7 @@ px_status_t coord_sched_unfinished_jobs(coord_t *c, const char *owner, int64_t *
 px_status_t coord_sched_state_changed(coord_t *c, const char *job_id, int from, int to,
                                       const char *reason, int64_t now) {
   px_store_stmt_t *st;
+  PX_CHECK(coord_queue_job_changed(c, job_id, to)); /* the pending jobs in memory */
   if (coord_job_active(from) && !coord_job_active(to)) {
     /* an attempt ended: its node-seconds go to the user and the record */
     PX_CHECK(px_store_stmt(c->db,
@@ -237,7 +238,9 @@ px_status_t coord_sched_set_reason(coord_t *c, const char *job_id, const char *r
   PX_CHECK(px_store_bind_text(st, 1, job_id));
   PX_CHECK(px_store_bind_text(st, 2, reason));
   PX_CHECK(px_store_bind_int64(st, 3, JS_PENDING));
-  return px_store_run(st);
+  PX_CHECK(px_store_run(st));
+  coord_queue_set_reason(c, job_id, reason);
+  return PX_OK;
 }
 
 /* ---- the snapshot ---------------------------------------------------------------- */
@@ -256,8 +259,7 @@ px_status_t coord_sched_view(coord_t *c, coord_arena_t *a, coord_sched_view_t *v
   memset(v, 0, sizeof *v);
   int64_t now = coord_now_ms();
   v->s.now_ms = now;
-  size_t ucap = 0, ncap = 0, jcap = 0, idcap = 0, pcap = 0, rcap = 0, n2 = 0, n3 = 0, n4 = 0;
-  size_t wcap = 0, n5 = 0;
+  size_t ucap = 0, ncap = 0;
   px_store_stmt_t *st;
   px_status_t rc;
   /* alive nodes: free now, or busy until their job's time limit */
@@ -310,33 +312,34 @@ px_status_t coord_sched_view(coord_t *c, coord_arena_t *a, coord_sched_view_t *v
   /* the configured users hold their shares even while idle */
   for (int i = 0; i < c->cfg.sched.nusers; i++)
     if (coord_sched_user_index(a, v, &ucap, c->cfg.sched.users[i].name) < 0) goto nomem;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT job_id, id, owner, num_nodes, workers_per_node, priority,"
-                         " created_unix_ms, time_limit_ms, prefer_nodes, reason FROM jobs"
-                         " WHERE state = ?1 ORDER BY id",
-                         &st));
-  PX_CHECK(px_store_bind_int64(st, 1, JS_PENDING));
-  while ((rc = px_store_step(st)) == 1) {
-    coord_sched_job_t *j = coord_push(a, (void **)&v->s.jobs, &v->s.njobs, &jcap, sizeof *j);
-    char **id = coord_push(a, (void **)&v->job_ids, &n2, &idcap, sizeof(char *));
-    char **pf = coord_push(a, (void **)&v->prefer, &n3, &pcap, sizeof(char *));
-    int64_t *row = coord_push(a, (void **)&v->rowids, &n4, &rcap, sizeof(int64_t));
-    char **why = coord_push(a, (void **)&v->reasons, &n5, &wcap, sizeof(char *));
-    int u = coord_sched_user_index(a, v, &ucap, px_store_column_text(st, 2));
-    if (!j || !id || !pf || !row || !why || u < 0 ||
-        !(*id = coord_strdup(a, px_store_column_text(st, 0))) ||
-        !(*pf = coord_strdup(a, px_store_column_text(st, 8))) ||
-        !(*why = coord_strdup(a, px_store_column_text(st, 9))))
-      goto nomem;
-    *row = px_store_column_int64(st, 1);
+  /* the pending jobs: from memory (sched_queue.c), copied into the arena
+   * (placing a job changes the queue while the pass still reads the view) */
+  const coord_queue_entry_t *q = NULL;
+  size_t nq = 0;
+  PX_CHECK(coord_queue_sync(c, &q, &nq));
+  v->s.jobs = coord_alloc(a, (nq + 1) * sizeof *v->s.jobs);
+  v->job_ids = coord_alloc(a, (nq + 1) * sizeof *v->job_ids);
+  v->prefer = coord_alloc(a, (nq + 1) * sizeof *v->prefer);
+  v->rowids = coord_alloc(a, (nq + 1) * sizeof *v->rowids);
+  v->reasons = coord_alloc(a, (nq + 1) * sizeof *v->reasons);
+  if (!v->s.jobs || !v->job_ids || !v->prefer || !v->rowids || !v->reasons) return PX_ERR_NOMEM;
+  for (size_t i = 0; i < nq; i++) {
+    const coord_queue_entry_t *e = &q[i];
+    coord_sched_job_t *j = &v->s.jobs[i];
+    int u = coord_sched_user_index(a, v, &ucap, e->owner);
+    if (u < 0 || !(v->job_ids[i] = coord_strdup(a, e->job_id)) ||
+        !(v->prefer[i] = coord_strdup(a, e->prefer)) ||
+        !(v->reasons[i] = coord_strdup(a, e->reason)))
+      return px_set_error(PX_ERR_NOMEM, "scheduler: out of memory for the snapshot");
+    v->rowids[i] = e->rowid;
     j->user = u;
-    j->nodes = (int)px_store_column_int64(st, 3);
-    j->per_node = (int)px_store_column_int64(st, 4);
-    j->priority = (int)px_store_column_int64(st, 5);
-    j->submit_ms = px_store_column_int64(st, 6);
-    j->time_limit_ms = px_store_column_int64(st, 7);
+    j->nodes = e->nodes;
+    j->per_node = e->per_node;
+    j->priority = e->priority;
+    j->submit_ms = e->submit_ms;
+    j->time_limit_ms = e->time_limit_ms;
   }
-  if (rc < 0) return rc;
+  v->s.njobs = nq;
   v->s.order = coord_alloc(a, (v->s.njobs + 1) * sizeof *v->s.order);
   v->s.until = coord_alloc(a, (v->s.nnodes + 1) * sizeof *v->s.until);
   v->s.user_nodes = coord_alloc(a, (v->s.nusers + 1) * sizeof *v->s.user_nodes);
@@ -446,4 +449,43 @@ px_status_t coord_acct_query(coord_t *c, coord_arena_t *a, const char *user, int
 nomem:
   px_store_reset(st);
   return px_set_error(PX_ERR_NOMEM, "accounting: out of memory");
+}
+
+/* ---- preemption --------------------------------------------------------------- */
+
+px_status_t coord_sched_preemptible(coord_t *c, coord_arena_t *a, int below, int per_node,
+                                    coord_sched_victim_t **out, size_t *n) {
+  px_store_stmt_t *st;
+  size_t cap = 0;
+  *out = NULL;
+  *n = 0;
+  PX_CHECK(px_store_stmt(c->db,
+                         "SELECT j.job_id, j.state, j.priority, j.spec, (SELECT count(*) FROM"
+                         " job_nodes jn WHERE jn.job_id = j.job_id AND (SELECT count(*) FROM"
+                         " node_devices d WHERE d.node_id = jn.node_id) >= ?4) FROM jobs j"
+                         " WHERE j.state IN (?1, ?2) AND j.priority < ?3"
+                         " ORDER BY j.priority, j.scheduled_unix_ms DESC, j.id DESC",
+                         &st));
+  PX_CHECK(px_store_bind_int64(st, 1, JS_SCHEDULED));
+  PX_CHECK(px_store_bind_int64(st, 2, JS_RUNNING));
+  PX_CHECK(px_store_bind_int64(st, 3, below));
+  PX_CHECK(px_store_bind_int64(st, 4, per_node));
+  px_status_t rc;
+  while ((rc = px_store_step(st)) == 1) {
+    /* only jobs that checkpoint: the others would lose their work */
+    size_t len = 0;
+    const void *blob = px_store_column_blob(st, 3, &len);
+    Prunex__V1__JobSpec *spec = (Prunex__V1__JobSpec *)protobuf_c_message_unpack(
+        &prunex__v1__job_spec__descriptor, &a->pb, len, blob);
+    if (!spec || !spec->recovery || spec->recovery->checkpoint_every <= 0) continue;
+    coord_sched_victim_t *v = coord_push(a, (void **)out, n, &cap, sizeof *v);
+    if (!v || !(v->job_id = coord_strdup(a, px_store_column_text(st, 0)))) {
+      px_store_reset(st);
+      return PX_ERR_NOMEM;
+    }
+    v->state = (int)px_store_column_int64(st, 1);
+    v->priority = (int)px_store_column_int64(st, 2);
+    v->fitting_nodes = (int)px_store_column_int64(st, 4);
+  }
+  return rc < 0 ? rc : PX_OK;
 }

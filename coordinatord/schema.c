@@ -268,6 +268,26 @@ static const char coord_schema_v11[] =
     "  attempts INTEGER NOT NULL DEFAULT 0);"
     "CREATE INDEX acct_submit ON acct(submit_unix_ms);";
 
+/* v12 (issue 31): sweeps and preemption. One row per sweep (its owner, the
+ * name and text of the spec it came from, how many jobs it made); each of
+ * its jobs names it in jobs.sweep_id ('' : none) with its values in
+ * jobs.sweep_point. jobs.preemptions counts the job's attempts that ended
+ * preempted. */
+static const char coord_schema_v12[] =
+    "CREATE TABLE sweeps ("
+    "  id INTEGER PRIMARY KEY,"
+    "  sweep_id TEXT NOT NULL UNIQUE,"
+    "  owner TEXT NOT NULL DEFAULT '',"
+    "  name TEXT NOT NULL DEFAULT '',"
+    "  spec_yaml TEXT NOT NULL DEFAULT '',"
+    "  jobs INTEGER NOT NULL,"
+    "  created_unix_ms INTEGER NOT NULL);"
+    "ALTER TABLE jobs ADD COLUMN sweep_id TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE jobs ADD COLUMN sweep_point TEXT NOT NULL DEFAULT '';"
+    "CREATE INDEX jobs_sweep ON jobs(sweep_id, id);"
+    /* preemption: attempts that ended preempted (they use no restart) */
+    "ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;";
+
 const px_store_migration_t coord_migrations[] = {
     {1, coord_schema_v1},
     {2, coord_schema_v2},
@@ -280,5 +300,6 @@ const px_store_migration_t coord_migrations[] = {
     {9, coord_schema_v9},
     {10, coord_schema_v10},
     {11, coord_schema_v11},
+    {12, coord_schema_v12},
 };
 const int coord_nmigrations = (int)(sizeof coord_migrations / sizeof coord_migrations[0]);

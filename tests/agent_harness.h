@@ -110,6 +110,22 @@ static PXT_UNUSED int pxt_exited_ok(int status) {
   return status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+/* Stops the n agents that run (SIGTERM, 20 s each): 0 when each exited
+ * cleanly, else -1 (the log of each one that did not is dumped). */
+static PXT_UNUSED int pxt_agents_stop(pxt_agent_t *a, int n) {
+  int rc = 0;
+  for (int i = 0; i < n; i++) {
+    if (a[i].pid <= 0) continue;
+    int status = pxt_agent_stop(&a[i], SIGTERM, 20000);
+    if (!pxt_exited_ok(status)) {
+      fprintf(stderr, "pxagent %s did not exit cleanly (wait status %d)\n", a[i].name, status);
+      pxt_dump_file(a[i].log);
+      rc = -1;
+    }
+  }
+  return rc;
+}
+
 /* The node named name (from ListNodes): its id copied to id (may be NULL)
  * and its state returned, or -1 when there is no such node. */
 static PXT_UNUSED int pxt_node_by_name(px_rpc_channel_t *ch, const char *name, char *id,

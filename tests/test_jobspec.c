@@ -556,6 +556,8 @@ static void test_absent_sections_write_proto_zeros(void **state) {
 static void check_message_covered(const ProtobufCMessageDescriptor *d, int section) {
   for (unsigned k = 0; k < d->n_fields; k++) {
     const ProtobufCFieldDescriptor *fd = &d->fields[k];
+    /* the sweep is not a field of the schema: it names them (sweep.c) */
+    if (section == PX__JS_TOP && !strcmp(fd->name, "sweep")) continue;
     if (section == PX__JS_TOP && fd->type == PROTOBUF_C_TYPE_MESSAGE) {
       int s = px__js_section_find(fd->name);
       if (s < 0) fprintf(stderr, "JobSpec.%s has no section in the schema\n", fd->name);

@@ -94,6 +94,7 @@ static const ProtobufCMessageDescriptor *const px_messages[] = {
     &prunex__v1__rank_log__descriptor,
     &prunex__v1__job_priority__descriptor,
     &prunex__v1__notify_spec__descriptor,
+    &prunex__v1__sweep_axis__descriptor,
     &prunex__v1__acct_record__descriptor,
     &prunex__v1__acct_user_total__descriptor,
     &prunex__v1__get_accounting_request__descriptor,

@@ -135,6 +135,17 @@ px_status_t px_jobspec_to_yaml(const Prunex__V1__JobSpec *spec, char **out) {
     }
     px__js_put(&o, "\n");
   }
+  /* a sweep's values as the text they were given in (issue 31) */
+  for (size_t i = 0; o.st == PX_OK && i < spec->n_sweep; i++) {
+    const Prunex__V1__SweepAxis *ax = spec->sweep[i];
+    if (i == 0) px__js_put(&o, "sweep:\n");
+    px__js_put(&o, "  %s: [", ax->field);
+    for (size_t k = 0; k < ax->n_values; k++) {
+      if (k) px__js_put(&o, ", ");
+      px__js_put_string(&o, ax->values[k]);
+    }
+    px__js_put(&o, "]\n");
+  }
   if (o.st != PX_OK) {
     px_free(o.buf);
     return o.st;

@@ -72,6 +72,8 @@ typedef struct {
   const char *prefix;       /* file NULL: what messages start with (NULL: "job spec: ") */
   px__js_mark_t field[PX__JS_MAX_FIELDS];
   px__js_mark_t section[PX__JS_MAX_SECTIONS];
+  px__js_mark_t sweep[16];  /* each sweep axis's key (PX_JOBSPEC_SWEEP_AXES) */
+  px__js_mark_t sweep_key;  /* `sweep:` itself */
 } px__js_where_t;
 
 /* A field's value, whatever its kind. */
@@ -116,6 +118,19 @@ px_status_t px__js_new_default(Prunex__V1__JobSpec **out);
  * the data): an image folder's training files are counted; 0 (a spec that
  * came over the wire): nothing on disk is read. */
 int32_t px__js_derive_max_iterations(const Prunex__V1__JobSpec *spec, int read_data);
+
+/* Parses text as a value of field fi into v (strings point into text):
+ * 1 when it is a legal value; else 0 with " (did you mean 'x'?)" or "" in
+ * hint (hcap may be 0). */
+int px__js_scalar(int fi, const char *text, px__js_value_t *v, char *hint, size_t hcap);
+
+/* 1 when field fi may be swept (numbers and enums). */
+int px__js_sweepable(int fi);
+
+/* The rules of spec->sweep (sweep.c), positions from w->sweep; *count the
+ * combinations (may be NULL). */
+px_status_t px__js_check_sweep(const Prunex__V1__JobSpec *spec, const px__js_where_t *w,
+                               size_t *count);
 
 /* All checks; positions from w (w->file NULL for the wire). */
 px_status_t px__js_check(const Prunex__V1__JobSpec *spec, px__js_where_t *w);

@@ -287,6 +287,40 @@ static px_status_t px__js_list(px__js_parse_t *P, int fi, const yaml_node_t *key
   return PX_OK;
 }
 
+int px__js_scalar(int fi, const char *text, px__js_value_t *v, char *hint, size_t hcap) {
+  const px__js_field_t *f = &px__js_fields[fi];
+  const ProtobufCFieldDescriptor *fd = px__js_fd(fi);
+  memset(v, 0, sizeof *v);
+  if (hcap) hint[0] = '\0';
+  if (!fd) return 0;
+  int ok = 1;
+  switch (f->kind) {
+    case PX__JS_INT: ok = px__js_int(text, fd->type == PROTOBUF_C_TYPE_UINT64, v); break;
+    case PX__JS_SIZE: ok = px__js_size(text, &v->i); break;
+    case PX__JS_DOUBLE: ok = px__js_double(text, &v->d); break;
+    case PX__JS_BOOL: ok = px__js_bool(text, &v->i); break;
+    case PX__JS_STRATEGY: {
+      char names[128];
+      v->i = (int64_t)px_strategy_lookup(text);
+      if (!v->i && hcap)
+        px__js_suggest_word(text, px_strategy_names(names, sizeof names, " "), ' ', hint, hcap);
+      break;
+    }
+    case PX__JS_CHOICE:
+      v->s = text;
+      if (!px__js_value_ok(fi, v) && hcap)
+        px__js_suggest_word(text, f->choices, '|', hint, hcap);
+      break;
+    case PX__JS_MODEL:
+      v->s = text;
+      if (!px__js_value_ok(fi, v) && hcap)
+        px__js_suggest_word(text, px_model_arch_list(), ' ', hint, hcap);
+      break;
+    default: v->s = text; break;
+  }
+  return ok && px__js_value_ok(fi, v);
+}
+
 static px_status_t px__js_field(px__js_parse_t *P, int fi, const yaml_node_t *key,
                                 const yaml_node_t *val) {
   const px__js_field_t *f = &px__js_fields[fi];
@@ -301,35 +335,9 @@ static px_status_t px__js_field(px__js_parse_t *P, int fi, const yaml_node_t *ke
   const char *text = (const char *)val->data.scalar.value;
   if (strlen(text) != val->data.scalar.length)
     return px__js_fail(PX_ERR_INVALID, &P->w, &km, "%s: the value contains a NUL character", path);
-  const ProtobufCFieldDescriptor *fd = px__js_fd(fi);
-  if (!fd) return px_set_error(PX_ERR_INTERNAL, "job spec: %s is not in the proto", path);
-  px__js_value_t v = {0};
-  int ok = 1;
-  switch (f->kind) {
-    case PX__JS_INT: ok = px__js_int(text, fd->type == PROTOBUF_C_TYPE_UINT64, &v); break;
-    case PX__JS_SIZE: ok = px__js_size(text, &v.i); break;
-    case PX__JS_DOUBLE: ok = px__js_double(text, &v.d); break;
-    case PX__JS_BOOL: ok = px__js_bool(text, &v.i); break;
-    case PX__JS_STRATEGY: {
-      char names[128];
-      v.i = (int64_t)px_strategy_lookup(text);
-      if (!v.i)
-        px__js_suggest_word(text, px_strategy_names(names, sizeof names, " "), ' ', hint,
-                            sizeof hint);
-      break;
-    }
-    case PX__JS_CHOICE:
-      v.s = text;
-      if (!px__js_value_ok(fi, &v)) px__js_suggest_word(text, f->choices, '|', hint, sizeof hint);
-      break;
-    case PX__JS_MODEL:
-      v.s = text;
-      if (!px__js_value_ok(fi, &v))
-        px__js_suggest_word(text, px_model_arch_list(), ' ', hint, sizeof hint);
-      break;
-    default: v.s = text; break;
-  }
-  if (!ok || !px__js_value_ok(fi, &v))
+  if (!px__js_fd(fi)) return px_set_error(PX_ERR_INTERNAL, "job spec: %s is not in the proto", path);
+  px__js_value_t v;
+  if (!px__js_scalar(fi, text, &v, hint, sizeof hint))
     return px__js_fail(PX_ERR_INVALID, &P->w, &km, "%s: expected %s, got '%s'%s", path,
                        px__js_expected(fi, exp, sizeof exp), px__js_quote(text, q, sizeof q),
                        hint);
@@ -383,6 +391,86 @@ static px_status_t px__js_section(px__js_parse_t *P, int s, const yaml_node_t *k
   return PX_OK;
 }
 
+/* `sweep:` (issue 31): a mapping of field paths to lists of scalars, kept
+ * as text in spec->sweep; their rules are checked with the spec's
+ * (px__js_check_sweep), at the positions recorded here. */
+static px_status_t px__js_sweep_axis(px__js_parse_t *P, const yaml_node_t *k,
+                                     const yaml_node_t *v, Prunex__V1__SweepAxis *ax) {
+  px__js_mark_t km = px__js_at(k);
+  const char *name = NULL;
+  PX_CHECK(px__js_key(P, k, &name));
+  ax->field = px__js_strndup(name, strlen(name));
+  if (!ax->field) return px_set_error(PX_ERR_NOMEM, "job spec: out of memory");
+  if (v->type != YAML_SEQUENCE_NODE)
+    return px__js_fail(PX_ERR_INVALID, &P->w, &km,
+                       "sweep.%s: expected a list of values (e.g. [0.3, 0.5]), got %s", name,
+                       v->type == YAML_SCALAR_NODE ? "one value" : px__js_node_kind(v));
+  size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+  if (n > PX_JOBSPEC_SWEEP_MAX)
+    return px__js_fail(PX_ERR_INVALID, &P->w, &km, "sweep.%s: %zu values, at most %d", name, n,
+                       PX_JOBSPEC_SWEEP_MAX);
+  ax->values = calloc(n ? n : 1, sizeof *ax->values);
+  if (!ax->values) return px_set_error(PX_ERR_NOMEM, "job spec: out of memory");
+  for (size_t i = 0; i < n; i++) {
+    yaml_node_t *it = yaml_document_get_node(P->doc, v->data.sequence.items.start[i]);
+    px__js_mark_t im = px__js_at(it);
+    if (it->type != YAML_SCALAR_NODE || px__js_is_null(it) ||
+        strlen((const char *)it->data.scalar.value) != it->data.scalar.length)
+      return px__js_fail(PX_ERR_INVALID, &P->w, &im, "sweep.%s[%zu]: expected a value, got %s",
+                         name, i, it->type == YAML_SCALAR_NODE ? "nothing" : px__js_node_kind(it));
+    const char *text = (const char *)it->data.scalar.value;
+    ax->values[i] = px__js_strndup(text, strlen(text));
+    if (!ax->values[i]) return px_set_error(PX_ERR_NOMEM, "job spec: out of memory");
+    ax->n_values = i + 1;
+  }
+  return PX_OK;
+}
+
+static px_status_t px__js_sweep(px__js_parse_t *P, const yaml_node_t *key,
+                                const yaml_node_t *val) {
+  px__js_mark_t km = px__js_at(key);
+  if (px__js_is_null(val)) return PX_OK;
+  if (val->type != YAML_MAPPING_NODE)
+    return px__js_fail(PX_ERR_INVALID, &P->w, &km,
+                       "sweep: expected a mapping of fields to lists of values (e.g. train.lr: "
+                       "[0.05, 0.1]), got %s",
+                       px__js_node_kind(val));
+  size_t n = (size_t)(val->data.mapping.pairs.top - val->data.mapping.pairs.start);
+  if (n > PX_JOBSPEC_SWEEP_AXES)
+    return px__js_fail(PX_ERR_INVALID, &P->w, &km, "sweep: %zu fields, at most %d may be swept",
+                       n, PX_JOBSPEC_SWEEP_AXES);
+  Prunex__V1__JobSpec *spec = P->spec;
+  spec->sweep = calloc(n ? n : 1, sizeof *spec->sweep);
+  if (!spec->sweep) return px_set_error(PX_ERR_NOMEM, "job spec: out of memory");
+  for (size_t i = 0; i < n; i++) {
+    yaml_node_pair_t *p = &val->data.mapping.pairs.start[i];
+    Prunex__V1__SweepAxis *ax = malloc(sizeof *ax);
+    if (!ax) return px_set_error(PX_ERR_NOMEM, "job spec: out of memory");
+    prunex__v1__sweep_axis__init(ax);
+    spec->sweep[spec->n_sweep++] = ax;
+    const yaml_node_t *k = yaml_document_get_node(P->doc, p->key);
+    P->w.sweep[i] = px__js_at(k);
+    PX_CHECK(px__js_sweep_axis(P, k, yaml_document_get_node(P->doc, p->value), ax));
+  }
+  return PX_OK;
+}
+
+/* Every combination of the sweep is a spec a rank could run. */
+static px_status_t px__js_sweep_points(px__js_parse_t *P) {
+  size_t n = 1;
+  PX_CHECK(px__js_check_sweep(P->spec, &P->w, &n));
+  for (size_t k = 0; P->spec->n_sweep && k < n; k++) {
+    Prunex__V1__JobSpec *pt = NULL;
+    if (px_jobspec_sweep_point(P->spec, k, &pt, NULL, 0) != PX_OK) {
+      char why[512];
+      snprintf(why, sizeof why, "%s", px_last_error());
+      return px__js_fail(PX_ERR_INVALID, &P->w, &P->w.sweep[0], "%s", why);
+    }
+    px_jobspec_free(pt);
+  }
+  return PX_OK;
+}
+
 static px_status_t px__js_top(px__js_parse_t *P, const yaml_node_t *root) {
   px__js_mark_t rm = px__js_at(root);
   /* an empty document: point at its start ("---"), not past it */
@@ -401,6 +489,12 @@ static px_status_t px__js_top(px__js_parse_t *P, const yaml_node_t *root) {
     yaml_node_t *v = yaml_document_get_node(P->doc, p->value);
     const char *name = NULL;
     PX_CHECK(px__js_key(P, k, &name));
+    if (!strcmp(name, "sweep")) {
+      if (P->w.sweep_key.line) return px__js_duplicate(P, k, name, &P->w.sweep_key);
+      P->w.sweep_key = px__js_at(k);
+      PX_CHECK(px__js_sweep(P, k, v));
+      continue;
+    }
     int s = px__js_section_find(name);
     if (s >= 0) {
       if (P->w.section[s].line) return px__js_duplicate(P, k, name, &P->w.section[s]);
@@ -603,6 +697,7 @@ px_status_t px_jobspec_parse_string(const char *text, size_t len, const char *na
   if (!P.given[px__js_find("admm.max_iterations")])
     P.spec->admm->max_iterations = px__js_derive_max_iterations(P.spec, 1);
   PX_CHECK_GOTO(px__js_check(P.spec, &P.w), st, done);
+  PX_CHECK_GOTO(px__js_sweep_points(&P), st, done);
   *out = P.spec;
   P.spec = NULL;
 

@@ -847,6 +847,7 @@ px_status_t px__js_check(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
                        "cluster.device cuda or auto, got cpu");
   px_status_t cst = px__js_check_comm(spec, w);
   if (cst == PX_OK) cst = px__js_check_notify(spec, w);
+  if (cst == PX_OK) cst = px__js_check_sweep(spec, w, NULL);
   if (cst != PX_OK) return cst;
   const Prunex__V1__AdmmSpec *a = spec->admm;
   if (a->rho_max < a->rho1 || a->rho_max < a->rho2)

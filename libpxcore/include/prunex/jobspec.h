@@ -212,6 +212,39 @@ PX_API px_status_t px_jobspec_fill_defaults(Prunex__V1__JobSpec *spec);
  * Fails with PX_ERR_INVALID (NULL argument) or PX_ERR_NOMEM. */
 PX_API px_status_t px_jobspec_to_yaml(const Prunex__V1__JobSpec *spec, char **out);
 
+/* ---- sweeps ---------------------------------------------------------------------
+ * A spec may carry `sweep:`, a mapping of field paths to lists of values:
+ *   sweep:
+ *     prune.channel_keep: [0.3, 0.5, 0.7]
+ *     train.lr: [0.05, 0.1]
+ * Only numeric and enum fields (numbers, sizes, booleans, choices, the
+ * strategy, the model) may be swept; every value must be legal for its
+ * field. The sweep stands for one job per combination of the values (the
+ * product of the lists' lengths, at most PX_JOBSPEC_SWEEP_MAX); the
+ * coordinator submits them together (all or none). */
+#define PX_JOBSPEC_SWEEP_MAX 1000      /* combinations of one sweep */
+#define PX_JOBSPEC_SWEEP_AXES 16       /* fields of one sweep */
+#define PX_JOBSPEC_SWEEP_VALUE_MAX 64  /* bytes of one value's text */
+
+/* Checks spec->sweep on its own (fields, values, the number of
+ * combinations) and sets *count to the number of combinations (1 without a
+ * sweep). PX_ERR_INVALID with "spec.sweep.FIELD...: ..." messages (the
+ * parser reports the same rules with file positions). */
+PX_API px_status_t px_jobspec_sweep_count(const Prunex__V1__JobSpec *spec, size_t *count);
+
+/* Combination k (0 <= k < count; the last field varies fastest) of a spec
+ * with a sweep: a copy of spec with its defaults filled in
+ * (px_jobspec_fill_defaults), no sweep, and each swept field set to its
+ * value; the copy is then checked as a submission
+ * (px_jobspec_check_submitted), so a combination no rank could run fails
+ * with PX_ERR_INVALID naming it. label (may be NULL) receives
+ * "prune.channel_keep=0.3, train.lr=0.05". Derived fields are not derived
+ * again (a sweep of train.epochs keeps admm.max_iterations; sweep that
+ * too). The caller owns *out (px_jobspec_free). PX_ERR_INVALID,
+ * PX_ERR_NOMEM. */
+PX_API px_status_t px_jobspec_sweep_point(const Prunex__V1__JobSpec *spec, size_t k,
+                                          Prunex__V1__JobSpec **out, char *label, size_t cap);
+
 /* ---- the spec translated once ------------------------------------------------
  * What the coordinator and the worker know of a spec comes from here: they
  * keep no rules of their own. */

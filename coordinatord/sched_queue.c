@@ -1,0 +1,209 @@
+/* The pending jobs in memory (issue 31): what the scheduler's snapshot
+ * needs of each PENDING job (owner, shape, priority, submission time, time
+ * limit, preferred nodes, stored reason), kept in step with the database so
+ * that a scheduling pass does not read 10,000 rows back from SQLite each
+ * time. The database stays the truth: every change of a job's state goes
+ * through coord_job_set_state, whose hook (coord_sched_state_changed) adds
+ * a job entering PENDING (its row read once, inside the transaction) and
+ * drops one leaving it, and coord_sched_set_reason updates the reason. A
+ * transaction that rolls back (SQLite's rollback hook, explicit or
+ * implicit) may have changed the queue for nothing: the queue is then
+ * marked stale and read again from the database at the next pass, as it is
+ * after a start. Entries are sorted by the jobs' row ids (submission
+ * order); job ids are "job-" and the row id. Loop thread only. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sqlite3.h>
+
+#include "coord.h"
+#include "prunex/check.h"
+
+struct coord_queue {
+  coord_queue_entry_t *e;
+  size_t n, cap;
+  int stale;
+};
+
+static void coord_queue_entry_free(coord_queue_entry_t *e) {
+  px_free(e->prefer);
+  px_free(e->reason);
+  e->prefer = e->reason = NULL;
+}
+
+static void coord_queue_clear(coord_queue_t *q) {
+  for (size_t i = 0; i < q->n; i++) coord_queue_entry_free(&q->e[i]);
+  q->n = 0;
+}
+
+static void coord_queue_on_rollback(void *arg) { ((coord_queue_t *)arg)->stale = 1; }
+
+px_status_t coord_queue_create(coord_t *c) {
+  coord_queue_t *q = px_calloc(1, sizeof *q, "coordd.queue");
+  if (!q) return PX_ERR_NOMEM;
+  q->stale = 1;
+  c->queue = q;
+  sqlite3_rollback_hook(px_store_sqlite(c->db), coord_queue_on_rollback, q);
+  return PX_OK;
+}
+
+void coord_queue_destroy(coord_t *c) {
+  coord_queue_t *q = c->queue;
+  if (!q) return;
+  if (c->db) sqlite3_rollback_hook(px_store_sqlite(c->db), NULL, NULL);
+  coord_queue_clear(q);
+  px_free(q->e);
+  px_free(q);
+  c->queue = NULL;
+}
+
+/* The index of the first entry with rowid >= id. */
+static size_t coord_queue_lower(const coord_queue_t *q, int64_t id) {
+  size_t lo = 0, hi = q->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (q->e[mid].rowid < id) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+static int64_t coord_queue_rowid(const char *job_id) {
+  long long id = 0;
+  char tail;
+  if (sscanf(job_id, "job-%lld%c", &id, &tail) != 1 || id <= 0) return -1;
+  return id;
+}
+
+static char *coord_queue_dup(const char *s) {
+  size_t n = strlen(s);
+  char *d = px_malloc(n + 1, "coordd.queue_text");
+  if (d) memcpy(d, s, n + 1);
+  return d;
+}
+
+/* Fills e from a row of COORD_QUEUE_COLUMNS. */
+#define COORD_QUEUE_COLUMNS                                                              \
+  "id, job_id, owner, num_nodes, workers_per_node, priority, created_unix_ms,"           \
+  " time_limit_ms, prefer_nodes, reason"
+static px_status_t coord_queue_read(px_store_stmt_t *st, coord_queue_entry_t *e) {
+  memset(e, 0, sizeof *e);
+  e->rowid = px_store_column_int64(st, 0);
+  snprintf(e->job_id, sizeof e->job_id, "%s", px_store_column_text(st, 1));
+  snprintf(e->owner, sizeof e->owner, "%s", px_store_column_text(st, 2));
+  e->nodes = (int)px_store_column_int64(st, 3);
+  e->per_node = (int)px_store_column_int64(st, 4);
+  e->priority = (int)px_store_column_int64(st, 5);
+  e->submit_ms = px_store_column_int64(st, 6);
+  e->time_limit_ms = px_store_column_int64(st, 7);
+  e->prefer = coord_queue_dup(px_store_column_text(st, 8));
+  e->reason = coord_queue_dup(px_store_column_text(st, 9));
+  if (e->prefer && e->reason) return PX_OK;
+  coord_queue_entry_free(e);
+  return PX_ERR_NOMEM;
+}
+
+static px_status_t coord_queue_reserve(coord_queue_t *q, size_t n) {
+  if (n <= q->cap) return PX_OK;
+  size_t cap = q->cap ? q->cap * 2 : 256;
+  while (cap < n) cap *= 2;
+  coord_queue_entry_t *e = px_realloc(q->e, cap * sizeof *e, "coordd.queue");
+  if (!e) return PX_ERR_NOMEM;
+  q->e = e;
+  q->cap = cap;
+  return PX_OK;
+}
+
+px_status_t coord_queue_sync(coord_t *c, const coord_queue_entry_t **out, size_t *n) {
+  if (!c->queue) PX_CHECK(coord_queue_create(c)); /* at the first pass */
+  coord_queue_t *q = c->queue;
+  if (q->stale) {
+    coord_queue_clear(q);
+    px_store_stmt_t *st;
+    px_status_t rc;
+    PX_CHECK(px_store_stmt(c->db,
+                           "SELECT " COORD_QUEUE_COLUMNS " FROM jobs WHERE state = ?1 ORDER BY id",
+                           &st));
+    PX_CHECK(px_store_bind_int64(st, 1, JS_PENDING));
+    while ((rc = px_store_step(st)) == 1) {
+      if ((rc = coord_queue_reserve(q, q->n + 1)) != PX_OK ||
+          (rc = coord_queue_read(st, &q->e[q->n])) != PX_OK) {
+        px_store_reset(st);
+        coord_queue_clear(q);
+        return rc;
+      }
+      q->n++;
+    }
+    if (rc < 0) {
+      coord_queue_clear(q);
+      return rc;
+    }
+    q->stale = 0;
+  }
+  *out = q->e;
+  *n = q->n;
+  return PX_OK;
+}
+
+/* Drops the job's entry, if any. */
+static void coord_queue_drop(coord_queue_t *q, int64_t id) {
+  size_t i = coord_queue_lower(q, id);
+  if (i >= q->n || q->e[i].rowid != id) return;
+  coord_queue_entry_free(&q->e[i]);
+  memmove(&q->e[i], &q->e[i + 1], (q->n - i - 1) * sizeof *q->e);
+  q->n--;
+}
+
+/* Adds (or refreshes) the job's entry from its row, in the transaction. */
+static px_status_t coord_queue_load(coord_t *c, coord_queue_t *q, const char *job_id) {
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(c->db, "SELECT " COORD_QUEUE_COLUMNS " FROM jobs WHERE job_id = ?1",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  px_status_t rc = px_store_step(st);
+  if (rc <= 0) return rc;
+  coord_queue_entry_t e;
+  rc = coord_queue_reserve(q, q->n + 1);
+  if (rc == PX_OK) rc = coord_queue_read(st, &e);
+  px_store_reset(st);
+  if (rc != PX_OK) return rc;
+  coord_queue_drop(q, e.rowid);
+  size_t i = coord_queue_lower(q, e.rowid);
+  memmove(&q->e[i + 1], &q->e[i], (q->n - i) * sizeof *q->e);
+  q->e[i] = e;
+  q->n++;
+  return PX_OK;
+}
+
+px_status_t coord_queue_job_changed(coord_t *c, const char *job_id, int to) {
+  coord_queue_t *q = c->queue;
+  if (!q || q->stale) return PX_OK; /* read whole at the next pass */
+  int64_t id = coord_queue_rowid(job_id);
+  if (id < 0) {
+    q->stale = 1;
+    return PX_OK;
+  }
+  if (to != JS_PENDING) {
+    coord_queue_drop(q, id);
+    return PX_OK;
+  }
+  px_status_t rc = coord_queue_load(c, q, job_id);
+  if (rc != PX_OK) q->stale = 1; /* the transaction fails too: read whole next time */
+  return rc;
+}
+
+void coord_queue_set_reason(coord_t *c, const char *job_id, const char *reason) {
+  coord_queue_t *q = c->queue;
+  if (!q || q->stale) return;
+  int64_t id = coord_queue_rowid(job_id);
+  size_t i = id < 0 ? q->n : coord_queue_lower(q, id);
+  if (i >= q->n || q->e[i].rowid != id) return;
+  char *r = coord_queue_dup(reason);
+  if (!r) {
+    q->stale = 1;
+    return;
+  }
+  px_free(q->e[i].reason);
+  q->e[i].reason = r;
+}
