@@ -1,6 +1,8 @@
 # Thin wrapper over scripts/bootstrap, CMake and CTest: the two commands of
 # the README (make run, make test) and a few conveniences.
-#   make run     set up, build, run the main job (pxctl run examples/quickstart.yaml)
+#   make run     set up the run set of packages, build the library and the
+#                programs the main job runs (no tests, no benchmarks, no CUDA
+#                unless RUN_CUDA=AUTO|ON), run it (pxctl run examples/quickstart.yaml)
 #   make test    set up, build and run the whole test suite, then again in
 #                the sanitizer build (AddressSanitizer + UBSan), then fuzz
 #                every libFuzzer harness for FUZZ_SECONDS each (clang build)
@@ -13,6 +15,13 @@ FUZZ_SECONDS ?= 30
 JOBS ?= 2
 PREFIX ?= /usr/local
 CMAKE_ARGS ?=
+# The CUDA backend: PX_CUDA for the full build (make build/test/install/bench),
+# RUN_CUDA for make run (the main job trains on CPU workers: off unless asked).
+PX_CUDA ?= AUTO
+RUN_CUDA ?= OFF
+# What make run builds: the programs of the main job and the library (pxtrain
+# writes the compact model at the end of pxctl run).
+RUN_TARGETS = pxctl pxcoordd pxagent pxworker pxtrain
 # CI (CI=true) treats compiler warnings as errors.
 ifeq ($(CI),true)
 WERROR ?= ON
@@ -20,18 +29,29 @@ else
 WERROR ?= OFF
 endif
 
-.PHONY: all setup build run test test-asan test-fuzz bench install clean
+.PHONY: all setup setup-run build build-run run test test-asan test-fuzz bench install clean
 
 all: build
 
 setup:
-	scripts/bootstrap
+	scripts/bootstrap test
 
+setup-run:
+	scripts/bootstrap run
+
+# The tests and benchmarks are configured in (and out, for make run)
+# explicitly: the build directory's cache keeps whatever the last command set.
 build: setup
-	cmake -S . -B $(BUILD_DIR) -DPX_WERROR=$(WERROR) $(CMAKE_ARGS)
+	cmake -S . -B $(BUILD_DIR) -DPX_WERROR=$(WERROR) -DPX_WITH_CUDA=$(PX_CUDA) \
+	  -DPX_BUILD_TESTS=ON -DPX_BUILD_BENCH=ON $(CMAKE_ARGS)
 	cmake --build $(BUILD_DIR) -j$(JOBS)
 
-run: build
+build-run: setup-run
+	cmake -S . -B $(BUILD_DIR) -DPX_WERROR=$(WERROR) -DPX_WITH_CUDA=$(RUN_CUDA) \
+	  -DPX_BUILD_TESTS=OFF -DPX_BUILD_BENCH=OFF $(CMAKE_ARGS)
+	cmake --build $(BUILD_DIR) -j$(JOBS) --target $(RUN_TARGETS)
+
+run: build-run
 	$(BUILD_DIR)/cli/pxctl run examples/quickstart.yaml
 
 test: build
@@ -56,8 +76,9 @@ test-fuzz: setup
 	tests/fuzz/run.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
 
 bench:
-	scripts/bootstrap --bench
-	cmake -S . -B $(BUILD_DIR) -DPX_WERROR=$(WERROR) $(CMAKE_ARGS)
+	scripts/bootstrap bench
+	cmake -S . -B $(BUILD_DIR) -DPX_WERROR=$(WERROR) -DPX_WITH_CUDA=$(PX_CUDA) \
+	  -DPX_BUILD_TESTS=ON -DPX_BUILD_BENCH=ON $(CMAKE_ARGS)
 	cmake --build $(BUILD_DIR) -j$(JOBS)
 	$(BUILD_DIR)/bench/px_bench_prune
 	bench/train/run.sh $(BUILD_DIR)

@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "prunex.pb-c.h"
+#include "prunex/export.h" /* px_export_report_t (a type: the work is pxtrain's) */
 #include "prunex/px.h"
 #include "prunex/rpc.h"
 
@@ -108,6 +109,14 @@ int pxctl_parse_since(const char *v, int64_t *out);
  * one pxctl run / pxctl export writes beside it, if there). Prints nothing
  * otherwise. */
 void pxctl_print_model_sizes(const char *model_path);
+
+/* The engine's work, done by pxtrain (pxctl_engine.c; pxctl links the client
+ * part alone): px_export_file's and px_export_count's results and errors
+ * (px_last_error) for pxctl, which may be installed without the engine (then
+ * they fail saying so). */
+px_status_t pxctl_engine_export(const char *model, const char *dir, int onnx, const char *dataset,
+                                px_export_report_t *r);
+px_status_t pxctl_engine_count(const char *model, size_t *dense, size_t *compact);
 
 /* ---- finished runs read offline (pxctl_offline.c) ----------------------------
  * status, metrics, drift, logs and plot read the directory a `pxctl run`

@@ -1,13 +1,13 @@
 /* pxctl export: the compact model (and ONNX) of a job's final model or of a
  * checkpoint file. For a JOB the coordinator is asked for the job summary's
  * model_path (the file is read on this machine: run it where the job's
- * output is, as pxctl logs does); the work itself is px_export_file. */
+ * output is, as pxctl logs does); the work itself is px_export_file, run by
+ * pxtrain (pxctl_engine.c). */
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "prunex/export.h"
 #include "pxctl.h"
 
 #define PXCTL_EXPORT_DEADLINE_MS 10000
@@ -43,7 +43,7 @@ int pxctl_cmd_export(pxctl_opts_t *o) {
       return pxctl_fail("job %s has no final model yet (its summary names none)", arg);
   }
   px_export_report_t r;
-  if (px_export_file(model, o->out, o->onnx, dataset[0] ? dataset : NULL, &r) < 0)
+  if (pxctl_engine_export(model, o->out, o->onnx, dataset[0] ? dataset : NULL, &r) < 0)
     return pxctl_fail("export %s: %s", model, px_last_error());
   if (o->json) {
     pxctl_json_t j;
@@ -87,7 +87,7 @@ void pxctl_print_model_sizes(const char *model_path) {
   size_t dp, cp;
   struct stat sb;
   if (access(model_path, R_OK) != 0 || stat(model_path, &sb) != 0) return;
-  if (px_export_count(model_path, &dp, &cp) != PX_OK) return;
+  if (pxctl_engine_count(model_path, &dp, &cp) != PX_OK) return;
   char compact[4096];
   snprintf(compact, sizeof compact, "%s", model_path);
   size_t n = strlen(compact), x = strlen(".safetensors");

@@ -31,7 +31,6 @@
 #include <unistd.h>
 
 #include "prunex/jobspec.h"
-#include "prunex/export.h"
 #include "pxctl.h"
 #include "pxctl_supervise.h"
 
@@ -609,7 +608,8 @@ static void pxctl_run_model(const pxctl_run_t *r, pxctl_result_t *res) {
   if (slash) *slash = '\0';
   else snprintf(dir, sizeof dir, ".");
   const char *ds = r->spec && r->spec->dataset ? r->spec->dataset->name : NULL;
-  if (px_export_file(res->model_path, dir, 0, ds && ds[0] ? ds : NULL, &res->compact) == PX_OK)
+  ds = ds && ds[0] ? ds : NULL;
+  if (pxctl_engine_export(res->model_path, dir, 0, ds, &res->compact) == PX_OK)
     res->have_compact = 1;
   else
     fprintf(stderr, "pxctl: compact model: %s\n", px_last_error());

@@ -90,7 +90,7 @@ int pxctl_find_program(const char *name, const char *subdir, char *out, size_t c
   }
   pxctl_fmt(err, errcap,
             "cannot find %s: looked in %sand PATH; build it (cmake --build) or set "
-            "PRUNEX_BIN_DIR to the directory that holds pxcoordd and pxagent",
+            "PRUNEX_BIN_DIR to the directory of PruneX's programs",
             name, looked);
   return -1;
 }

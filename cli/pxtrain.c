@@ -52,6 +52,10 @@ static void usage(FILE *f) {
           "                      with --onnx also <name>.onnx; prints the sizes and exits\n"
           "  --out DIR           --export: the output directory (created if needed)\n"
           "  --onnx              --export: also write the ONNX model\n"
+          "  --report            --export: print the result as `key value` lines, a\n"
+          "                      failure as `error MESSAGE` (for programs: pxctl)\n"
+          "  --count FILE        print FILE's dense and compact parameter counts as\n"
+          "                      `key value` lines, writing nothing, and exit\n"
           "  --eval-only         evaluate (the loaded model) and exit\n"
           "  --no-progress       no progress bar\n"
           "  --bench             time training steps on random 3x32x32 inputs, 10 classes\n"
@@ -242,6 +246,32 @@ static int run_bench(const px_train_config_t *c, int steps, int warmup) {
   return 0;
 }
 
+/* --export ... --report and --count: what pxctl, which links the client
+ * part alone (no engine), reads back (cli/pxctl_engine.c). */
+static int report_error(void) {
+  printf("error %s\n", px_last_error());
+  return 1;
+}
+
+static int run_export_report(const char *path, const char *dir, int onnx, const char *dataset) {
+  px_export_report_t r;
+  if (px_export_file(path, dir, onnx, dataset, &r) < 0) return report_error();
+  printf("arch %s\ndense_params %zu\ncompact_params %zu\n", r.arch, r.dense_params,
+         r.compact_params);
+  printf("dense_bytes %llu\ncompact_bytes %llu\nonnx_bytes %llu\n",
+         (unsigned long long)r.dense_bytes, (unsigned long long)r.compact_bytes,
+         (unsigned long long)r.onnx_bytes);
+  printf("widths %s\ncompact_path %s\nonnx_path %s\n", r.widths, r.compact_path, r.onnx_path);
+  return 0;
+}
+
+static int run_count(const char *path) {
+  size_t dense, compact;
+  if (px_export_count(path, &dense, &compact) < 0) return report_error();
+  printf("dense_params %zu\ncompact_params %zu\n", dense, compact);
+  return 0;
+}
+
 static int run_export(const char *path, const char *dir, int onnx, const char *dataset) {
   px_export_report_t r;
   if (px_export_file(path, dir, onnx, dataset, &r) < 0) {
@@ -260,15 +290,15 @@ static int run_export(const char *path, const char *dir, int onnx, const char *d
 /* pxtrain's command line. */
 typedef struct {
   px_train_config_t c;
-  const char *save, *load, *export_path, *out_dir;
-  int onnx, model_given, dataset_given;
+  const char *save, *load, *export_path, *out_dir, *count_path;
+  int onnx, report, model_given, dataset_given;
   int bench, steps, warmup, eval_only, progress, device_auto;
 } pxtrain_args_t;
 
 enum { O_MODEL = 256, O_DATASET, O_DATADIR, O_EPOCHS, O_BATCH, O_LR, O_MOM, O_WD, O_NEST,
        O_SCHED, O_NOAUG, O_THREADS, O_SEED, O_SAVE, O_LOAD, O_EVAL, O_NOPROG, O_BENCH, O_STEPS,
        O_WARMUP, O_DEVICE, O_EXPORT, O_OUT, O_ONNX, O_PRECISION, O_VERSION, O_IMGSIZE,
-       O_CHANNELS, O_MODEL_ONNX };
+       O_CHANNELS, O_MODEL_ONNX, O_REPORT, O_COUNT };
 static const struct option pxtrain_opts[] = {
     {"model", required_argument, 0, O_MODEL},
     {"dataset", required_argument, 0, O_DATASET},
@@ -295,6 +325,8 @@ static const struct option pxtrain_opts[] = {
     {"export", required_argument, 0, O_EXPORT},
     {"out", required_argument, 0, O_OUT},
     {"onnx", no_argument, 0, O_ONNX},
+    {"report", no_argument, 0, O_REPORT},
+    {"count", required_argument, 0, O_COUNT},
     {"model-onnx", required_argument, 0, O_MODEL_ONNX},
     {"image-size", required_argument, 0, O_IMGSIZE},
     {"channels", required_argument, 0, O_CHANNELS},
@@ -403,6 +435,8 @@ static int parse_run_option(pxtrain_args_t *a, int o) {
     case O_EXPORT: a->export_path = optarg; break;
     case O_OUT: a->out_dir = optarg; break;
     case O_ONNX: a->onnx = 1; break;
+    case O_REPORT: a->report = 1; break;
+    case O_COUNT: a->count_path = optarg; break;
     case 'h': usage(stdout); return -1;
     case O_VERSION: printf("pxtrain %s\n", px_version()); return -1;
     default: return 1;
@@ -439,13 +473,17 @@ static int parse_args(int argc, char **argv, pxtrain_args_t *a) {
     fprintf(stderr, "pxtrain: --nesterov needs a momentum > 0\n");
     return 2;
   }
-  if (a->export_path || a->out_dir || a->onnx) {
+  if (a->count_path) return run_count(a->count_path);
+  if (a->export_path || a->out_dir || a->onnx || a->report) {
     if (!a->export_path || !a->out_dir) {
-      fprintf(stderr, "pxtrain: --export FILE and --out DIR go together (--onnx with them)\n");
+      fprintf(stderr, "pxtrain: --export FILE and --out DIR go together (--onnx and --report "
+                      "with them)\n");
       return 2;
     }
     /* without --dataset the export infers it from the model (see export.h) */
-    return run_export(a->export_path, a->out_dir, a->onnx, a->dataset_given ? a->c.dataset : NULL);
+    const char *ds = a->dataset_given ? a->c.dataset : NULL;
+    return a->report ? run_export_report(a->export_path, a->out_dir, a->onnx, ds)
+                     : run_export(a->export_path, a->out_dir, a->onnx, ds);
   }
   return -1;
 }

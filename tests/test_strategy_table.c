@@ -1,16 +1,22 @@
 /* The table of strategies (strategy.h): every kind has one entry with a
  * name the job spec accepts, names and kinds round-trip, and the lists the
- * job spec and the coordinator print come from it. */
+ * job spec and the coordinator print come from it. The table is engine-free
+ * data (strategy/info.c, in libpxclient too); the engine's operations
+ * (strategy.c) are checked against it: one set per entry, none besides.
+ * The architecture names (nn/arch.c) are one table in the same way. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "prunex/jobspec.h"
+#include "prunex/nn.h"
 #include "prunex/strategy.h"
+#include "strategy/strategy_int.h"
 
 static void names_and_kinds_round_trip(void **state) {
   (void)state;
@@ -51,11 +57,43 @@ static void names_join_and_truncate(void **state) {
   assert_string_equal(small, "hsadmm,");
 }
 
+static void every_entry_has_operations_and_no_other_kind_does(void **state) {
+  (void)state;
+  for (int i = 0; i < px_strategy_count(); i++) {
+    const px__strategy_ops_t *ops = px__strategy_ops(px_strategy_at(i)->kind);
+    assert_non_null(ops);
+    assert_int_equal(ops->kind, px_strategy_at(i)->kind);
+    assert_non_null(ops->create);
+  }
+  for (int k = -2; k < 64; k++)
+    assert_true((px__strategy_ops((px_strategy_kind_t)k) != NULL) ==
+                (px_strategy_info((px_strategy_kind_t)k) != NULL));
+}
+
+static void arch_list_is_the_table(void **state) {
+  (void)state;
+  char list[256];
+  snprintf(list, sizeof list, "%s", px_model_arch_list());
+  assert_string_equal(list, "resnet20 resnet32 resnet56 resnet18 resnet34 resnet50 resnet101 "
+                            "resnet152 wrn50_2");
+  int n = 0;
+  for (char *save, *t = strtok_r(list, " ", &save); t; t = strtok_r(NULL, " ", &save), n++) {
+    assert_true(px_model_arch_known(t));
+    assert_string_equal(px_model_arch_name(t), t);
+  }
+  assert_int_equal(n, 9);
+  assert_false(px_model_arch_known("resnet21"));
+  assert_false(px_model_arch_known(NULL));
+  assert_ptr_equal(px_model_arch_list(), px_model_arch_list());
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(names_and_kinds_round_trip),
       cmocka_unit_test(admm_flag_marks_the_hsadmm_strategies),
       cmocka_unit_test(names_join_and_truncate),
+      cmocka_unit_test(every_entry_has_operations_and_no_other_kind_does),
+      cmocka_unit_test(arch_list_is_the_table),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -868,3 +868,18 @@ px_status_t px_jobspec_validate(const Prunex__V1__JobSpec *spec) {
   memset(&w, 0, sizeof w);
   return px__js_check(spec, &w);
 }
+
+/* The image folder a spec names, checked on this machine (pxctl, before it
+ * submits): kept here, in the client part, rather than with the
+ * configurations of translate.c. */
+px_status_t px_jobspec_check_data(const Prunex__V1__JobSpec *spec) {
+  PX_REQUIRE(spec && spec->dataset && spec->model, "px_jobspec_check_data: incomplete spec");
+  if (strcmp(spec->dataset->name, "folder") != 0) return PX_OK;
+  int32_t classes = 0;
+  PX_CHECK(px_folder_check(spec->dataset->path, &classes, NULL));
+  if (spec->model->num_classes != 0 && spec->model->num_classes != classes)
+    return px_set_error(PX_ERR_INVALID, "spec.model.num_classes: %d, but the image folder "
+                        "%s has %d classes (0 takes it from the data set)",
+                        spec->model->num_classes, spec->dataset->path, classes);
+  return PX_OK;
+}

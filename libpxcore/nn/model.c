@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nn/px_arch_int.h"
 #include "nn/px_graph_ops.h"
 #include "nn/px_onnx_int.h"
 #include "nn/px_ops_int.h"
@@ -103,41 +104,7 @@ struct px_model {
   float *host_logits;        /* [batch * classes] */
 };
 
-/* ---- architectures ---------------------------------------------------------- */
-
-typedef struct {
-  const char *name;
-  int bottleneck;            /* 0: basic blocks (2 x 3x3), 1: bottleneck (1x1, 3x3, 1x1) */
-  int nstages;
-  int blocks[4];
-  int base;                  /* channels of the stem and first stage */
-  int width_factor;          /* bottleneck inner width = planes * width_factor */
-} px__arch_t;
-
-static const px__arch_t px__archs[] = {
-    {"resnet20", 0, 3, {3, 3, 3, 0}, 16, 1},      {"resnet32", 0, 3, {5, 5, 5, 0}, 16, 1},
-    {"resnet56", 0, 3, {9, 9, 9, 0}, 16, 1},      {"resnet18", 0, 4, {2, 2, 2, 2}, 64, 1},
-    {"resnet34", 0, 4, {3, 4, 6, 3}, 64, 1},      {"resnet50", 1, 4, {3, 4, 6, 3}, 64, 1},
-    {"resnet101", 1, 4, {3, 4, 23, 3}, 64, 1},    {"resnet152", 1, 4, {3, 8, 36, 3}, 64, 1},
-    {"wrn50_2", 1, 4, {3, 4, 6, 3}, 64, 2},
-};
-
-static const px__arch_t *px__arch_find(const char *name) {
-  for (size_t i = 0; i < sizeof px__archs / sizeof px__archs[0]; i++)
-    if (name && !strcmp(px__archs[i].name, name)) return &px__archs[i];
-  return NULL;
-}
-
-int px_model_arch_known(const char *arch) { return px__arch_find(arch) != NULL; }
-
-const char *px_model_arch_name(const char *arch) {
-  const px__arch_t *a = px__arch_find(arch);
-  return a ? a->name : NULL;
-}
-
-const char *px_model_arch_list(void) {
-  return "resnet20 resnet32 resnet56 resnet18 resnet34 resnet50 resnet101 resnet152 wrn50_2";
-}
+/* ---- architectures: the table is nn/arch.c (px_arch_int.h) -------------------- */
 
 /* ---- building ------------------------------------------------------------------ */
 

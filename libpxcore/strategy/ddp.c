@@ -56,8 +56,7 @@ static void px__ddp_destroy(px__strategy_run_t *r, void *priv) {
 }
 
 const px__strategy_ops_t px__strategy_ddp_ops = {
-    .info = {PX_STRATEGY_DDP, "ddp",
-             "dense data-parallel SGD: gradients averaged over all ranks every step", 0, 0},
+    .kind = PX_STRATEGY_DDP, /* names: strategy/info.c */
     .create = px__ddp_create,
     .dense_inter = px__ddp_dense_inter,
     .decide = px__strategy_decide_plain,

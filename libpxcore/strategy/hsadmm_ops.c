@@ -323,14 +323,11 @@ static void px__hsadmm_destroy(px__strategy_run_t *r, void *priv) {
   .resumed = px__hsadmm_resumed, .destroy = px__hsadmm_destroy
 
 const px__strategy_ops_t px__strategy_hsadmm_ops = {
-    .info = {PX_STRATEGY_HSADMM, "hsadmm",
-             "H-SADMM: local steps, node consensus, pruned and packed exchange between node "
-             "leaders", 1, 1},
+    .kind = PX_STRATEGY_HSADMM, /* names: strategy/info.c */
     PX__HSADMM_OPS,
 };
 
 const px__strategy_ops_t px__strategy_hsadmm_flat_ops = {
-    .info = {PX_STRATEGY_HSADMM_FLAT, "hsadmm-flat",
-             "the flat ablation: one consensus group over all ranks, dense buffers", 1, 0},
+    .kind = PX_STRATEGY_HSADMM_FLAT, /* names: strategy/info.c */
     PX__HSADMM_OPS,
 };

@@ -48,43 +48,12 @@ static const px__strategy_ops_t *const px__strategies[] = {
 };
 #define PX__NSTRATEGIES ((int)(sizeof px__strategies / sizeof px__strategies[0]))
 
-int px_strategy_count(void) { return PX__NSTRATEGIES; }
-
-const px_strategy_info_t *px_strategy_at(int i) {
-  return i >= 0 && i < PX__NSTRATEGIES ? &px__strategies[i]->info : NULL;
-}
-
-static const px__strategy_ops_t *px__strategy_ops(px_strategy_kind_t k) {
+/* The operations of a kind (its names and description: strategy/info.c), or
+ * NULL when the engine has none. */
+const px__strategy_ops_t *px__strategy_ops(px_strategy_kind_t k) {
   for (int i = 0; i < PX__NSTRATEGIES; i++)
-    if (px__strategies[i]->info.kind == k) return px__strategies[i];
+    if (px__strategies[i]->kind == k) return px__strategies[i];
   return NULL;
-}
-
-const px_strategy_info_t *px_strategy_info(px_strategy_kind_t k) {
-  const px__strategy_ops_t *o = px__strategy_ops(k);
-  return o ? &o->info : NULL;
-}
-
-px_strategy_kind_t px_strategy_lookup(const char *name) {
-  for (int i = 0; name && i < PX__NSTRATEGIES; i++)
-    if (!strcmp(px__strategies[i]->info.name, name)) return px__strategies[i]->info.kind;
-  return (px_strategy_kind_t)0;
-}
-
-char *px_strategy_names(char *buf, size_t cap, const char *sep) {
-  size_t len = 0;
-  if (cap) buf[0] = 0;
-  for (int i = 0; i < PX__NSTRATEGIES && len < cap; i++) {
-    int n = snprintf(buf + len, cap - len, "%s%s", i ? sep : "", px__strategies[i]->info.name);
-    if (n < 0) break;
-    len += (size_t)n;
-  }
-  return buf;
-}
-
-const char *px_strategy_name(px_strategy_kind_t k) {
-  const px_strategy_info_t *i = px_strategy_info(k);
-  return i ? i->name : "unknown";
 }
 
 /* ---- helpers ----------------------------------------------------------------------- */

@@ -88,7 +88,7 @@ typedef struct {
 } px__strategy_run_t;
 
 typedef struct {
-  px_strategy_info_t info;
+  px_strategy_kind_t kind;  /* its entry of the table of strategies (strategy/info.c) */
   /* Allocates the private state, installs the trainer's hooks and brings
    * every rank to the same starting model. On failure *priv may be set and
    * is destroyed. */
@@ -124,6 +124,9 @@ extern const px__strategy_ops_t px__strategy_hsadmm_ops;
 extern const px__strategy_ops_t px__strategy_hsadmm_flat_ops;
 extern const px__strategy_ops_t px__strategy_ddp_ops;
 extern const px__strategy_ops_t px__strategy_topk_ops;
+/* The operations of kind k, NULL when the engine has none (every entry of
+ * the table of strategies has some: test_strategy checks it). */
+const px__strategy_ops_t *px__strategy_ops(px_strategy_kind_t k);
 
 /* ---- compact evaluation (compact_eval.c) ---- */
 

@@ -166,9 +166,7 @@ static void px__topk_destroy(px__strategy_run_t *r, void *priv) {
 }
 
 const px__strategy_ops_t px__strategy_topk_ops = {
-    .info = {PX_STRATEGY_TOPK, "topk",
-             "Top-K gradient sparsification: the largest entries of each tensor, with error "
-             "feedback", 0, 0},
+    .kind = PX_STRATEGY_TOPK, /* names: strategy/info.c */
     .create = px__topk_create,
     .dense_inter = px__topk_dense_inter,
     .decide = px__strategy_decide_plain,

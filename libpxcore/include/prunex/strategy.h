@@ -52,7 +52,9 @@ typedef enum {
 
 /* The table of strategies: what the job spec accepts, what pxctl's help,
  * the coordinator and the docs list. One entry per strategy, in kind order;
- * adding a strategy adds an entry here (and its file in strategy/). */
+ * adding a strategy adds an entry to the table (strategy/info.c, engine-free
+ * data that pxctl reads too) and its operations (its file in strategy/, one
+ * line in strategy.c's table). */
 typedef struct {
   px_strategy_kind_t kind;
   const char *name;         /* as in the job spec: "hsadmm", "hsadmm-flat", "ddp", "topk" */
