@@ -181,18 +181,12 @@ static px_status_t coord_fault_restart(coord_t *c, const char *job_id, int state
  * use no restart of spec.recovery.max_restarts). */
 static px_status_t coord_job_attempts(coord_t *c, const char *job_id, int *attempt,
                                       int *preemptions) {
-  px_store_stmt_t *st;
-  *attempt = 1;
-  *preemptions = 0;
-  PX_CHECK(px_store_stmt(c->db, "SELECT attempt, preemptions FROM jobs WHERE job_id = ?1", &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  px_status_t rc = px_store_step(st);
-  if (rc < 0) return rc;
-  if (rc == 1) {
-    *attempt = (int)px_store_column_int64(st, 0);
-    *preemptions = (int)px_store_column_int64(st, 1);
-    px_store_reset(st);
-  }
+  int64_t v[2] = {1, 0};
+  int found;
+  PX_CHECK(px_store_row_int64(c->db, "SELECT attempt, preemptions FROM jobs WHERE job_id = ?1",
+                              job_id, v, 2, &found));
+  *attempt = (int)v[0];
+  *preemptions = (int)v[1];
   return PX_OK;
 }
 
@@ -325,11 +319,12 @@ px_status_t coord_node_lost(coord_t *c, const char *node_id, const char *why) {
   px_store_reset(st);
   PX_CHECK_GOTO(coord_node_set_state(c, node_id, state, NS_LOST, why), rc, fail);
   if (job_id[0]) {
-    PX_CHECK_GOTO(px_store_stmt(c->db, "SELECT state FROM jobs WHERE job_id = ?1", &st), rc, fail);
-    PX_CHECK_GOTO(px_store_bind_text(st, 1, job_id), rc, fail);
-    if ((rc = px_store_step(st)) < 0) goto fail;
-    job_state = rc == 1 ? (int)px_store_column_int64(st, 0) : 0;
-    px_store_reset(st);
+    int64_t js = 0;
+    int found;
+    PX_CHECK_GOTO(px_store_row_int64(c->db, "SELECT state FROM jobs WHERE job_id = ?1", job_id,
+                                     &js, 1, &found),
+                  rc, fail);
+    job_state = (int)js;
     if (coord_job_active(job_state)) {
       char reason[640];
       snprintf(reason, sizeof reason, "node %s (%s) lost: %s", name, node_id, why);
@@ -383,12 +378,11 @@ int coord_blame_gone_node(coord_t *c, const char *job_id, const char *reporter, 
   snprintf(reason, cap, "node %s (%s) lost: its agent disconnected %lld ms before the job's ranks"
            " failed", name, node_id, (long long)(coord_now_ms() - since));
   PX_CHECK(coord_record_node_ranks(c, job_id, node_id, reason));
-  PX_CHECK(px_store_stmt(c->db, "SELECT state FROM nodes WHERE node_id = ?1", &st));
-  PX_CHECK(px_store_bind_text(st, 1, node_id));
-  if ((rc = px_store_step(st)) < 0) return rc;
-  int state = rc == 1 ? (int)px_store_column_int64(st, 0) : NS_LOST;
-  px_store_reset(st);
-  PX_CHECK(coord_node_set_state(c, node_id, state, NS_LOST, "its agent disconnected"));
+  int64_t state = NS_LOST;
+  int found;
+  PX_CHECK(px_store_row_int64(c->db, "SELECT state FROM nodes WHERE node_id = ?1", node_id, &state,
+                              1, &found));
+  PX_CHECK(coord_node_set_state(c, node_id, (int)state, NS_LOST, "its agent disconnected"));
   return 1;
 }
 

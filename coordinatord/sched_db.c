@@ -215,17 +215,11 @@ px_status_t coord_sched_request_stop(coord_t *c, const char *job_id, int64_t now
 }
 
 px_status_t coord_sched_stop_requested(coord_t *c, const char *job_id, int *yes) {
-  px_store_stmt_t *st;
-  *yes = 0;
-  PX_CHECK(px_store_stmt(c->db, "SELECT stop_requested_unix_ms FROM jobs WHERE job_id = ?1",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  px_status_t rc = px_store_step(st);
-  if (rc < 0) return rc;
-  if (rc == 1) {
-    *yes = px_store_column_int64(st, 0) > 0;
-    px_store_reset(st);
-  }
+  int64_t ms = 0;
+  int found;
+  PX_CHECK(px_store_row_int64(c->db, "SELECT stop_requested_unix_ms FROM jobs WHERE job_id = ?1",
+                              job_id, &ms, 1, &found));
+  *yes = ms > 0;
   return PX_OK;
 }
 

@@ -336,6 +336,25 @@ static PXT_UNUSED int pxt_write_fmnist_subset(const char *dir, int ntrain, int n
   return px_test_write_fmnist_subset(out, ntrain, ntest);
 }
 
+/* A test's one-node cluster: a coordinator (d), a channel to it (ch) and
+ * the agent "node0" with one device (a), registered and READY, beside a
+ * Fashion-MNIST subset of 256 + 64 images in data. Returns what
+ * pxt_write_fmnist_subset did (0: use the synthetic set), or -1 when a step
+ * failed (said on stderr; the agent's log shown). */
+static PXT_UNUSED int pxt_one_node(pxt_coordd_t *d, px_rpc_channel_t **ch, pxt_agent_t *a,
+                                   char *data, size_t cap) {
+  *ch = NULL;
+  if (pxt_coordd_setup(d, NULL) != 0 || px_rpc_channel_create(d->target, ch) != PX_OK) return -1;
+  int w = pxt_write_fmnist_subset(d->dir, 256, 64, data, cap);
+  if (w < 0 || pxt_agent_start(a, d, "node0", 1, NULL) != 0) return -1;
+  if (!pxt_wait_node_named(*ch, "node0", PRUNEX__V1__NODE_STATE__NODE_STATE_READY, 30000)) {
+    pxt_dump_file(a->log);
+    fprintf(stderr, "the agent did not register\n");
+    return -1;
+  }
+  return w;
+}
+
 /* ---- metrics files ------------------------------------------------------------- */
 
 /* Opens a node-local metrics file with the schema the programs use. */

@@ -107,18 +107,11 @@ static void check_status(const char *dir, const char *const *env, const char *sw
 static void test_sweep_of_six_jobs(void **state) {
   (void)state;
   pxt_coordd_t d;
-  assert_int_equal(pxt_coordd_setup(&d, NULL), 0);
-  px_rpc_channel_t *ch = NULL;
-  assert_int_equal(px_rpc_channel_create(d.target, &ch), PX_OK);
+  px_rpc_channel_t *ch;
   char data[400], spec[600], text[2048], coord[320];
-  int w = pxt_write_fmnist_subset(d.dir, 256, 64, data, sizeof data);
-  assert_true(w >= 0);
   pxt_agent_t a;
-  assert_int_equal(pxt_agent_start(&a, &d, "node0", 1, NULL), 0);
-  if (!pxt_wait_node_named(ch, "node0", PRUNEX__V1__NODE_STATE__NODE_STATE_READY, 30000)) {
-    pxt_dump_file(a.log);
-    fail_msg("the agent did not register");
-  }
+  int w = pxt_one_node(&d, &ch, &a, data, sizeof data);
+  assert_true(w >= 0);
   snprintf(text, sizeof text, SWEEP_SPEC, w > 0 ? "fashion-mnist" : "synthetic",
            w > 0 ? data : "");
   snprintf(spec, sizeof spec, "%s/sweep.yaml", d.dir);

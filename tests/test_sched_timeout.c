@@ -28,18 +28,11 @@ static int count_entries(const char *dir) {
 static void test_job_past_its_time_limit_checkpoints_and_times_out(void **state) {
   (void)state;
   pxt_coordd_t d;
-  assert_int_equal(pxt_coordd_setup(&d, NULL), 0);
-  px_rpc_channel_t *ch = NULL;
-  assert_int_equal(px_rpc_channel_create(d.target, &ch), PX_OK);
+  px_rpc_channel_t *ch;
   char data[400];
-  int w = pxt_write_fmnist_subset(d.dir, 256, 64, data, sizeof data);
-  assert_true(w >= 0);
   pxt_agent_t a;
-  assert_int_equal(pxt_agent_start(&a, &d, "node0", 1, NULL), 0);
-  if (!pxt_wait_node_named(ch, "node0", PRUNEX__V1__NODE_STATE__NODE_STATE_READY, 30000)) {
-    pxt_dump_file(a.log);
-    fail_msg("the agent did not register");
-  }
+  int w = pxt_one_node(&d, &ch, &a, data, sizeof data);
+  assert_true(w >= 0);
   pxt_job_t j;
   pxt_job_init(&j, w > 0 ? data : NULL, 1, 1, 100000, 1); /* far more than 4 s of work */
   Prunex__V1__RecoverySpec rec = PRUNEX__V1__RECOVERY_SPEC__INIT;

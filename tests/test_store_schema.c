@@ -285,6 +285,33 @@ static void test_statements_bind_step_and_columns(void **state) {
   px_store_close(s);
 }
 
+/* px_store_row_int64: the first row's integer columns, or nothing found. */
+static void test_row_int64_reads_one_row(void **state) {
+  fixture_t *f = *state;
+  px_store_t *s = NULL;
+  assert_int_equal(open_v(f->path, m_v1, 1, &s), PX_OK);
+  insert_row(s, "a", "", 0);
+  insert_row(s, "b", "", 0);
+  const char *q = "SELECT id, id * 10 FROM t WHERE name = ?1";
+  int64_t v[2] = {-1, -1};
+  int found = -1;
+  assert_int_equal(px_store_row_int64(s, q, "b", v, 2, &found), PX_OK);
+  assert_int_equal(found, 1);
+  assert_int_equal(v[0], 2);
+  assert_int_equal(v[1], 20);
+  v[0] = v[1] = 77;
+  assert_int_equal(px_store_row_int64(s, q, "none", v, 2, &found), PX_OK);
+  assert_int_equal(found, 0);
+  assert_int_equal(v[0], 77); /* untouched: the caller's default stands */
+  /* the statement was reset: it reads again at once */
+  assert_int_equal(px_store_row_int64(s, q, "a", v, 1, &found), PX_OK);
+  assert_int_equal(found, 1);
+  assert_int_equal(v[0], 1);
+  assert_int_equal(v[1], 77);
+  assert_int_equal(px_store_row_int64(s, "SELEKT", "a", v, 1, &found), PX_ERR_INVALID);
+  px_store_close(s);
+}
+
 static void test_transactions_commit_and_roll_back(void **state) {
   fixture_t *f = *state;
   px_store_t *s = NULL;
@@ -321,6 +348,7 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_bad_options_are_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_statements_bind_step_and_columns, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_row_int64_reads_one_row, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transactions_commit_and_roll_back, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -199,6 +199,22 @@ px_status_t px_store_run(px_store_stmt_t *st) {
   return rc;
 }
 
+px_status_t px_store_row_int64(px_store_t *s, const char *sql, const char *key,
+                               int64_t *out, int n, int *found) {
+  px_store_stmt_t *st;
+  *found = 0;
+  PX_CHECK(px_store_stmt(s, sql, &st));
+  PX_CHECK(px_store_bind_text(st, 1, key));
+  px_status_t rc = px_store_step(st);
+  if (rc < 0) return rc;
+  if (rc == 1) {
+    for (int i = 0; i < n; i++) out[i] = sqlite3_column_int64(st->stmt, i);
+    *found = 1;
+    sqlite3_reset(st->stmt);
+  }
+  return PX_OK;
+}
+
 int64_t px_store_column_int64(px_store_stmt_t *st, int col) {
   return sqlite3_column_int64(st->stmt, col);
 }

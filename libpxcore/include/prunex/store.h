@@ -104,6 +104,12 @@ PX_API px_status_t px_store_step(px_store_stmt_t *st);
 /* Steps a statement that returns no rows (INSERT, UPDATE, ...) to its end. */
 PX_API px_status_t px_store_run(px_store_stmt_t *st);
 
+/* The first row of sql (one text parameter ?1 = key): its first n columns
+ * as integers into out[n], *found 1; no row leaves out untouched, *found 0.
+ * The statement is reset. Negative on an error, as px_store_step. */
+PX_API px_status_t px_store_row_int64(px_store_t *s, const char *sql, const char *key,
+                                      int64_t *out, int n, int *found);
+
 /* Column accessors for the current row. Text and blobs are owned by the
  * statement and valid until the next step or reset; text is never NULL
  * ("" for NULL), a NULL or empty blob gives NULL with *len 0. */
