@@ -46,6 +46,7 @@
 #include <openssl/sha.h>
 
 #include "coord.h"
+#include "db/auth.h"
 #include "prunex/check.h"
 
 #define COORD_TOKENS_MAX_BYTES (4 << 20)
@@ -421,71 +422,30 @@ px_status_t coord_rank_secret_new(const coord_t *c, char salt[33], char hash[65]
 }
 
 px_status_t coord_rank_secrets_upgrade(coord_t *c) {
-  typedef struct {
-    char job_id[64];
-    int64_t rank;
-    int active;
-    char hash[65];
-  } row_t;
   coord_arena_t a;
   coord_arena_init(&a);
-  row_t *rows = NULL;
-  size_t n = 0, cap = 0;
-  px_store_stmt_t *st;
-  px_status_t rc = px_store_stmt(c->db,
-                                 "SELECT r.job_id, r.rank, r.secret, j.state FROM job_ranks r"
-                                 " JOIN jobs j ON j.job_id = r.job_id WHERE r.secret != ''",
-                                 &st);
-  while (rc == PX_OK && (rc = px_store_step(st)) == 1) {
-    row_t *r = coord_push(&a, (void **)&rows, &n, &cap, sizeof *rows);
-    if (!r) {
-      rc = PX_ERR_NOMEM;
-      break;
-    }
-    snprintf(r->job_id, sizeof r->job_id, "%s", px_store_column_text(st, 0));
-    r->rank = px_store_column_int64(st, 1);
-    coord_sha256_hex(px_store_column_text(st, 2), r->hash);
-    r->active = coord_job_active((int)px_store_column_int64(st, 3));
-    rc = PX_OK;
-  }
-  if (rc != PX_OK) px_store_reset(st);
+  coord_db_auth_clear_t *rows = NULL;
+  size_t n = 0;
+  px_status_t rc = coord_db_auth_clear_secrets(c, &a, &rows, &n);
   if (rc == PX_OK && n) {
     /* secure_delete: the plaintext is overwritten in the file, not left in
      * a free block */
-    rc = px_store_exec(c->db, "PRAGMA secure_delete = ON");
+    rc = coord_db_auth_secure_delete(c, 1);
     if (rc == PX_OK) rc = px_store_begin(c->db);
     for (size_t i = 0; rc == PX_OK && i < n; i++) {
-      rc = px_store_stmt(c->db,
-                         "UPDATE job_ranks SET secret_hash = ?1,"
-                         " secret = CASE WHEN ?4 THEN secret ELSE '' END"
-                         " WHERE job_id = ?2 AND rank = ?3",
-                         &st);
-      if (rc == PX_OK) rc = px_store_bind_text(st, 1, rows[i].hash);
-      if (rc == PX_OK) rc = px_store_bind_text(st, 2, rows[i].job_id);
-      if (rc == PX_OK) rc = px_store_bind_int64(st, 3, rows[i].rank);
-      if (rc == PX_OK) rc = px_store_bind_int64(st, 4, rows[i].active);
-      if (rc == PX_OK) rc = px_store_run(st);
+      char hash[65];
+      coord_sha256_hex(rows[i].secret, hash);
+      rc = coord_db_auth_secret_hash_set(c, rows[i].job_id, rows[i].rank, hash,
+                                         coord_job_active(rows[i].state));
     }
     if (rc == PX_OK) rc = px_store_commit(c->db);
     else px_store_rollback(c->db);
-    if (rc == PX_OK) rc = px_store_exec(c->db, "PRAGMA secure_delete = OFF");
+    if (rc == PX_OK) rc = coord_db_auth_secure_delete(c, 0);
     if (rc == PX_OK)
       px_log(PX_LOG_INFO, "rank secrets: %zu stored in clear by an older pxcoordd now hashed", n);
   }
   coord_arena_free(&a);
   return rc;
-}
-
-/* A job's state, -1 when unknown. */
-static px_status_t coord_auth_job_state(coord_t *c, const char *job_id, int *state) {
-  *state = -1;
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db, "SELECT state FROM jobs WHERE job_id = ?1", &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  px_status_t rc = px_store_step(st);
-  if (rc == 1) *state = (int)px_store_column_int64(st, 0);
-  px_store_reset(st);
-  return rc < 0 ? rc : PX_OK;
 }
 
 px_rpc_code_t coord_auth_identify(coord_t *c, const char *authorization, coord_identity_t *who,
@@ -512,28 +472,18 @@ px_rpc_code_t coord_auth_identify(coord_t *c, const char *authorization, coord_i
      * secret's bytes. */
     char hash[65];
     coord_sha256_hex(token, hash);
-    px_store_stmt_t *st;
-    px_status_t rc = px_store_stmt(c->db,
-                                   "SELECT r.job_id, r.rank, n.node_id FROM job_ranks r"
-                                   " JOIN job_nodes n ON n.job_id = r.job_id"
-                                   " AND n.node_index = r.node_index WHERE r.secret_hash = ?1",
-                                   &st);
-    if (rc == PX_OK) rc = px_store_bind_text(st, 1, hash);
-    if (rc == PX_OK) rc = px_store_step(st);
-    if (rc < 0) {
+    int found = 0;
+    if (coord_db_auth_rank_by_secret(c, hash, &found, who->job_id, sizeof who->job_id, &who->rank,
+                                     who->node_id, sizeof who->node_id) != PX_OK) {
       snprintf(err, cap, "%s", px_last_error());
       return PX_RPC_INTERNAL;
     }
-    if (rc == 1) {
+    if (found) {
       who->role = COORD_ROLE_RANK;
-      snprintf(who->job_id, sizeof who->job_id, "%s", px_store_column_text(st, 0));
-      who->rank = (int)px_store_column_int64(st, 1);
-      snprintf(who->node_id, sizeof who->node_id, "%s", px_store_column_text(st, 2));
       snprintf(who->name, sizeof who->name, "rank %d of %s", who->rank, who->job_id);
-      px_store_reset(st);
       return PX_RPC_OK;
     }
-    px_store_reset(st);
+    who->rank = -1;
   } else {
     const coord_token_t *e = coord_tokens_find(c->tokens, token, who->digest);
     if (e) {
@@ -562,48 +512,13 @@ static const char *coord_role_name(int role) {
   }
 }
 
-/* The name of a node by its id; "" when unknown. */
-static px_status_t coord_auth_node_name(coord_t *c, const char *node_id, char *name, size_t cap) {
-  name[0] = '\0';
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db, "SELECT name FROM nodes WHERE node_id = ?1", &st));
-  PX_CHECK(px_store_bind_text(st, 1, node_id));
-  px_status_t rc = px_store_step(st);
-  if (rc == 1) snprintf(name, cap, "%s", px_store_column_text(st, 0));
-  px_store_reset(st);
-  return rc < 0 ? rc : PX_OK;
-}
-
-/* Whether the node named name holds rank of job. */
-static px_status_t coord_auth_node_holds(coord_t *c, const char *name, const char *job_id,
-                                         int rank, int *holds) {
-  *holds = 0;
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT 1 FROM job_ranks r JOIN job_nodes n ON n.job_id = r.job_id"
-                         " AND n.node_index = r.node_index JOIN nodes d ON d.node_id = n.node_id"
-                         " WHERE r.job_id = ?1 AND r.rank = ?2 AND d.name = ?3",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, rank));
-  PX_CHECK(px_store_bind_text(st, 3, name));
-  px_status_t rc = px_store_step(st);
-  *holds = rc == 1;
-  px_store_reset(st);
-  return rc < 0 ? rc : PX_OK;
-}
-
 /* 1 when attempt is set and is not job_id's current attempt (an exit of a
  * restarted attempt, which ReportRankExit ignores), else 0; < 0 on error. */
 static int coord_auth_old_attempt(coord_t *c, const char *job_id, int attempt) {
   if (attempt <= 0) return 0;
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db, "SELECT attempt FROM jobs WHERE job_id = ?1", &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  px_status_t rc = px_store_step(st);
-  int old = rc == 1 && px_store_column_int64(st, 0) != attempt;
-  px_store_reset(st);
-  return rc < 0 ? rc : old;
+  int found = 0, state, now = 0;
+  PX_CHECK(coord_db_auth_job(c, job_id, &found, &state, &now));
+  return found && now != attempt;
 }
 
 #define COORD_DENY(...)                                                   \
@@ -622,8 +537,8 @@ static int coord_auth_rank_call(coord_t *c, px_rpc_srv_call_t *call, const coord
     COORD_DENY("the secret of %s does not open job %s", who->name, job_id);
   if (rank >= 0 && rank != who->rank)
     COORD_DENY("the secret of %s cannot report for rank %d", who->name, rank);
-  int state;
-  if (coord_auth_job_state(c, job_id, &state) != PX_OK) {
+  int state, found, attempt;
+  if (coord_db_auth_job(c, job_id, &found, &state, &attempt) != PX_OK) {
     coord_fail_internal(c, call);
     return 0;
   }
@@ -641,7 +556,7 @@ static int coord_auth_node_of_rank(coord_t *c, px_rpc_srv_call_t *call,
     COORD_DENY("%s: needs the node holding the rank (the caller is %s %s)", m,
                coord_role_name(who->role), who->name);
   int holds = 0;
-  if (coord_auth_node_holds(c, who->name, job_id, rank, &holds) != PX_OK) {
+  if (coord_db_auth_node_holds(c, who->name, job_id, rank, &holds) != PX_OK) {
     coord_fail_internal(c, call);
     return 0;
   }
@@ -707,7 +622,7 @@ int coord_authorize(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *
       COORD_DENY("%s: needs a node token (the caller is %s %s)", m, coord_role_name(who->role),
                  who->name);
     char name[COORD_NAME_MAX];
-    if (coord_auth_node_name(c, node_id, name, sizeof name) != PX_OK) {
+    if (coord_db_auth_node_name(c, node_id, name, sizeof name) != PX_OK) {
       coord_fail_internal(c, call);
       return 0;
     }

@@ -7,7 +7,8 @@
  * scheduling policy (issue 31; docs/operations.md): priority_weight_job,
  * priority_weight_fairshare, priority_weight_age, fairshare_half_life_s,
  * priority_max_age_s, max_running_nodes, max_queued_jobs,
- * time_limit_default_s, time_limit_max_s, preemption, and per user share.NAME,
+ * time_limit_default_s, time_limit_max_s, preemption, preemption_grace_s,
+ * and per user share.NAME,
  * max_running_nodes.NAME, max_queued_jobs.NAME; notifications notify_url
  * and notify_states. The policy and notifications are re-read on SIGHUP
  * (coord_config_reload_policy). */
@@ -83,12 +84,13 @@ static int coord_policy_set(coord_sched_policy_t *p, const char *key, const char
       return 1;
     }
   static const char *const secs[] = {"fairshare_half_life_s", "priority_max_age_s",
-                                     "time_limit_default_s", "time_limit_max_s"};
-  int64_t *sp[] = {&p->half_life_s, &p->max_age_s, &p->time_limit_default_s,
-                   &p->time_limit_max_s};
-  for (int i = 0; i < 4; i++)
+                                     "preemption_grace_s", "time_limit_default_s",
+                                     "time_limit_max_s"};
+  int64_t *sp[] = {&p->half_life_s, &p->max_age_s, &p->preempt_grace_s,
+                   &p->time_limit_default_s, &p->time_limit_max_s};
+  for (int i = 0; i < 5; i++)
     if (!strcmp(key, secs[i])) {
-      *st = coord_number(value, i < 2 ? 1 : 0, 2147483647.0, 1, key, where, &v);
+      *st = coord_number(value, i < 3 ? 1 : 0, 2147483647.0, 1, key, where, &v);
       if (*st == PX_OK) *sp[i] = (int64_t)v;
       return 1;
     }

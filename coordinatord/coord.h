@@ -409,7 +409,8 @@ int coord_blame_gone_node(coord_t *c, const char *job_id, const char *reporter, 
                           size_t cap);
 void coord_recovery_stop(coord_t *c);
 
-/* ---- scheduling policy and accounting (sched_db.c; the policy: sched.h) -- */
+/* ---- scheduling policy and accounting (sched_view.c; the policy: sched.h;
+ * the queries: db/sched.h) ---------------------------------------------- */
 
 /* The snapshot the policy decided over, with what the coordinator needs to
  * act on it: per pending job (submission order) its id, preferred nodes and
@@ -429,49 +430,26 @@ px_status_t coord_sched_view(coord_t *c, coord_arena_t *a, coord_sched_view_t *v
 const coord_sched_job_t *coord_sched_view_find(const coord_sched_view_t *v, int64_t rowid);
 /* Sets a PENDING job's reason (why it waits) when it changed; no event. */
 px_status_t coord_sched_set_reason(coord_t *c, const char *job_id, const char *reason);
-/* A submitted job's scheduling fields and its accounting row. In the
- * submission's transaction. */
-px_status_t coord_sched_job_new(coord_t *c, const char *job_id, const char *owner,
-                                const char *name, int nodes, int per_node, int priority,
-                                int64_t time_limit_ms, const char *notify_url,
-                                unsigned notify_mask, int64_t now);
-/* The owner's jobs not finished (PENDING, SCHEDULED, RUNNING). */
-px_status_t coord_sched_unfinished_jobs(coord_t *c, const char *owner, int64_t *n);
 /* Called by coord_job_set_state: an attempt that ends charges its
  * node-seconds to the owner's usage and the accounting row, which also
  * follows the state (start, attempts, end, exit reason). */
 px_status_t coord_sched_state_changed(coord_t *c, const char *job_id, int from, int to,
                                       const char *reason, int64_t now);
-/* Notifications: the job's state, its notify.url and states mask, and
- * whether that state is not yet notified (due). */
-typedef struct {
-  int due;
-  int state;
-  unsigned mask;
-  char url[1100];
-} coord_sched_notify_t;
-px_status_t coord_sched_notify_due(coord_t *c, const char *job_id, coord_sched_notify_t *out);
-/* Records that the job's state `state` has been handled. */
-px_status_t coord_sched_notify_done(coord_t *c, const char *job_id, int state);
 
-/* Preemption (preempt.c): the active jobs of job priority below `below`
- * that checkpoint (spec.recovery.checkpoint_every > 0), lowest priority
- * first and, within one, the latest started first (the least work to
- * redo), each with how many of its nodes have per_node devices (arena a). */
-typedef struct {
-  char *job_id;
-  int state;
-  int priority;
-  int fitting_nodes;
-} coord_sched_victim_t;
-px_status_t coord_sched_preemptible(coord_t *c, coord_arena_t *a, int below, int per_node,
-                                    coord_sched_victim_t **out, size_t *n);
 /* With preemption on: when the first job in line waits for nodes that
  * running jobs of a lower job priority that checkpoint hold, the fewest of
- * them needed are preempted (coord_job_preempt) and the waiting job placed
- * on the nodes freed, in one transaction; then the old attempts' nodes are
- * told to stop and the waiting job's to start. Errors are logged. */
+ * them needed are asked to stop at a checkpoint (preempt.c's header says
+ * how it goes on). While a preemption is under way it is carried on
+ * instead of a new one started. Errors are logged. */
 void coord_preempt_run(coord_t *c);
+/* From the heartbeat sweep: carries on a preemption under way (its
+ * victims all stopped, or its grace over). */
+void coord_preempt_sweep(coord_t *c);
+/* From ReportRankExit (in its transaction), when all of the job's ranks
+ * have exited with code 0: *held 1 when they stopped for a preemption (the
+ * job stays on its nodes until the preemption's victims have all stopped,
+ * then it is queued again), else 0 (the job ends as usual). */
+px_status_t coord_preempt_hold(coord_t *c, coord_arena_t *a, const char *job_id, int *held);
 
 /* ---- the pending jobs in memory (sched_queue.c) ---------------------------- */
 
@@ -510,21 +488,8 @@ void coord_notifier_stop(coord_notifier_t *n);
  * blocks on the network. */
 void coord_notify_job(coord_t *c, const char *job_id);
 
-/* Time limits: active jobs whose attempt has run past its limit (a), with
- * when a stop was asked of them (0: not yet). */
-typedef struct {
-  char *job_id;
-  int state;
-  int64_t time_limit_ms;
-  int64_t stop_requested_ms;
-} coord_sched_overdue_t;
-px_status_t coord_sched_overdue(coord_t *c, coord_arena_t *a, int64_t now,
-                                coord_sched_overdue_t **out, size_t *n);
-/* Marks the job's attempt asked to stop (the next control decision says
- * stop, "time_limit"); no-op when already asked. */
-px_status_t coord_sched_request_stop(coord_t *c, const char *job_id, int64_t now);
-/* *yes 1 when the job's attempt was asked to stop at its time limit. */
-px_status_t coord_sched_stop_requested(coord_t *c, const char *job_id, int *yes);
+/* "time_limit" or "preempted" for a COORD_STOP_* kind that is not NONE. */
+const char *coord_stop_reason_name(int kind);
 /* The time-limit sweep (jobs.c, from the heartbeat sweep): asks overdue
  * jobs to stop (rank 0's next report is answered stop, "time_limit": the
  * ranks write their final checkpoint and exit, and the job ends TIMEOUT);
@@ -533,15 +498,8 @@ px_status_t coord_sched_stop_requested(coord_t *c, const char *job_id, int *yes)
 #define COORD_TIMEOUT_GRACE_MS 30000
 void coord_time_limit_sweep(coord_t *c);
 
-#define COORD_ACCT_DEFAULT 1000
-#define COORD_ACCT_MAX 5000
-/* Accounting records (newest first, at most limit: 0 means
- * COORD_ACCT_DEFAULT, capped at COORD_ACCT_MAX) and per-user totals matching user ("" : all), submitted at or
- * after since, in state (0: any); filled into out in arena a. */
-px_status_t coord_acct_query(coord_t *c, coord_arena_t *a, const char *user, int64_t since,
-                             int state, int limit, Prunex__V1__GetAccountingResponse *out);
 
-/* ---- submissions (jobs.c) and sweeps (sweep.c, sweep_db.c) ------------- */
+/* ---- submissions (jobs.c) and sweeps (sweep.c, db/sweep.c) ------------- */
 
 /* Inserts a PENDING job with its scheduling fields and accounting row (in
  * the caller's transaction); its id into job_id. */
@@ -566,24 +524,6 @@ void coord_sweep_submit(coord_t *c, px_rpc_srv_call_t *call, const Prunex__V1__S
 /* CancelJob of a sweep id: every unfinished job of the sweep, in one
  * transaction (owner or admin). Answers the call. */
 void coord_sweep_cancel(coord_t *c, px_rpc_srv_call_t *call, const Prunex__V1__CancelJobRequest *r);
-
-/* sweep_db.c. A new sweeps row; its id into sweep_id. In a transaction. */
-px_status_t coord_sweep_new(coord_t *c, const char *owner, const char *name,
-                            const char *spec_yaml, int64_t njobs, int64_t now, char *sweep_id,
-                            size_t cap);
-/* Names the job's sweep and its values. */
-px_status_t coord_sweep_job_set(coord_t *c, const char *job_id, const char *sweep_id,
-                                const char *point);
-/* *found 0 when there is no such sweep; else its owner. */
-px_status_t coord_sweep_owner(coord_t *c, const char *sweep_id, int *found, char *owner,
-                              size_t cap);
-typedef struct {
-  char *job_id;
-  int state;
-} coord_sweep_job_t;
-/* The sweep's jobs not finished, in submission order (arena a). */
-px_status_t coord_sweep_unfinished(coord_t *c, coord_arena_t *a, const char *sweep_id,
-                                   coord_sweep_job_t **out, size_t *n);
 
 /* ---- kv (kv.c) ---------------------------------------------------------- */
 
@@ -613,5 +553,8 @@ void coord_rpc_delete_job(px_rpc_srv_call_t *call, const ProtobufCMessage *req, 
 void coord_rpc_append_rank_log(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
 void coord_rpc_get_rank_log(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
 void coord_rpc_get_accounting(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
+
+/* The scheduler's queries, which jobs.c and iterations.c call too. */
+#include "db/sched.h"
 
 #endif

@@ -339,10 +339,10 @@ void coord_rpc_report_iteration(px_rpc_srv_call_t *call, const ProtobufCMessage 
     /* past its time limit (issue 31): stop here; the ranks write their
      * final checkpoint and exit, and the job ends TIMEOUT */
     int stop_asked = 0;
-    if (rc == PX_OK) rc = coord_sched_stop_requested(c, r->job_id, &stop_asked);
+    if (rc == PX_OK) rc = coord_db_sched_stop_kind(c, r->job_id, &stop_asked);
     if (rc == PX_OK && stop_asked && !d.stop) {
       d.stop = 1;
-      d.stop_reason = "time_limit";
+      d.stop_reason = (char *)coord_stop_reason_name(stop_asked); /* or preempted */
     }
     if (rc != PX_OK || coord_commit_decision(c, r, &d, &ps, state) != PX_OK) goto rollback;
   }

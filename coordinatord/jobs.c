@@ -243,12 +243,12 @@ void coord_time_limit_sweep(coord_t *c) {
   coord_sched_overdue_t *o = NULL;
   size_t n = 0;
   int ended = 0;
-  if (coord_sched_overdue(c, &a, now, &o, &n) != PX_OK) goto fail;
+  if (coord_db_sched_overdue(c, &a, now, &o, &n) != PX_OK) goto fail;
   for (size_t i = 0; i < n; i++) {
     long long limit_s = (long long)(o[i].time_limit_ms / 1000);
     if (!o[i].stop_requested_ms) {
       /* the graceful end: rank 0's next report is answered stop */
-      if (coord_sched_request_stop(c, o[i].job_id, now) != PX_OK) goto fail;
+      if (coord_db_sched_request_stop(c, o[i].job_id, now) != PX_OK) goto fail;
       px_log(PX_LOG_INFO, "job %s reached its time limit of %lld s: its ranks are asked to stop"
              " (final checkpoint, then TIMEOUT)", o[i].job_id, limit_s);
       continue;
@@ -403,7 +403,7 @@ px_status_t coord_job_submit(coord_t *c, const Prunex__V1__JobSpec *spec, const 
   const char *notify_url = spec->notify && spec->notify->url ? spec->notify->url : "";
   if (notify_url[0] && px_jobspec_notify_states(spec->notify->states, &notify_mask) != 0)
     notify_mask = 0; /* px_jobspec_check_submitted refused such a spec already */
-  PX_CHECK_GOTO(coord_sched_job_new(c, job_id, c->who.role == COORD_ROLE_ANON ? "" : c->who.name,
+  PX_CHECK_GOTO(coord_db_sched_job_new(c, job_id, c->who.role == COORD_ROLE_ANON ? "" : c->who.name,
                                     spec->name, spec->cluster->nodes,
                                     spec->cluster->workers_per_node, priority, time_limit_ms,
                                     notify_url, notify_mask, now),
@@ -452,7 +452,7 @@ int coord_submit_quota(coord_t *c, px_rpc_srv_call_t *call, int64_t nnew) {
   int quota = coord_sched_max_queued_jobs(&c->cfg.sched, owner);
   if (quota <= 0) return 1;
   int64_t n = 0;
-  if (coord_sched_unfinished_jobs(c, owner, &n) != PX_OK) {
+  if (coord_db_sched_unfinished_jobs(c, owner, &n) != PX_OK) {
     coord_fail_internal(c, call);
     return 0;
   }
@@ -771,7 +771,7 @@ void coord_rpc_get_accounting(px_rpc_srv_call_t *call, const ProtobufCMessage *m
   coord_arena_t a;
   coord_arena_init(&a);
   Prunex__V1__GetAccountingResponse resp = PRUNEX__V1__GET_ACCOUNTING_RESPONSE__INIT;
-  if (coord_acct_query(c, &a, r->user, r->since_unix_ms, (int)r->state, r->limit, &resp) != PX_OK)
+  if (coord_db_sched_acct(c, &a, r->user, r->since_unix_ms, (int)r->state, r->limit, &resp) != PX_OK)
     coord_fail_internal(c, call);
   else px_rpc_srv_reply(call, &resp.base);
   coord_arena_free(&a);
@@ -980,6 +980,9 @@ static px_status_t coord_rank_exit(coord_t *c, coord_arena_t *a, const Prunex__V
     int64_t ok = px_store_column_int64(st, 0);
     px_store_reset(st);
     if (ok < N) return PX_OK;
+    int held = 0; /* stopped for a preemption: queued again with the others (preempt.c) */
+    PX_CHECK(coord_preempt_hold(c, a, r->job_id, &held));
+    if (held) return PX_OK;
     char why[200] = "";
     int timeout = 0;
     PX_CHECK(coord_stop_reason(c, r->job_id, why, sizeof why, &timeout));

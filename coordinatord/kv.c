@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "coord.h"
+#include "db/kv.h"
 #include "prunex/kv.h"
 #include "prunex/check.h"
 
@@ -103,22 +104,12 @@ static int coord_kv_put_allowed(coord_t *c, px_rpc_srv_call_t *call,
                       r->key, COORD_KV_MAX_VALUE);
     return 0;
   }
-  px_store_stmt_t *st;
-  px_status_t rc = px_store_stmt(c->db,
-                                 "SELECT j.state, (SELECT count(*) FROM kv k WHERE k.job_id = j.job_id),"
-                                 " (SELECT coalesce(sum(length(k.value)), 0) FROM kv k"
-                                 " WHERE k.job_id = j.job_id) FROM jobs j WHERE j.job_id = ?1",
-                                 &st);
-  if (rc == PX_OK) rc = px_store_bind_text(st, 1, r->job_id);
-  if (rc == PX_OK) rc = px_store_step(st);
-  if (rc < 0) {
+  int state;
+  int64_t keys, bytes;
+  if (coord_db_kv_usage(c, r->job_id, &state, &keys, &bytes) != PX_OK) {
     coord_fail_internal(c, call);
     return 0;
   }
-  int state = rc == 1 ? (int)px_store_column_int64(st, 0) : -1;
-  int64_t keys = rc == 1 ? px_store_column_int64(st, 1) : 0;
-  int64_t bytes = rc == 1 ? px_store_column_int64(st, 2) : 0;
-  px_store_reset(st);
   if (coord_job_terminal(state)) {
     px_rpc_srv_finish(call, PX_RPC_FAILED_PRECONDITION, "job %s has finished (%s): no KvPut",
                       r->job_id, px_rpc_job_state_name(state));
@@ -139,17 +130,8 @@ void coord_rpc_kv_put(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void
   const Prunex__V1__KvPutRequest *r = (const Prunex__V1__KvPutRequest *)msg;
   if (!coord_kv_check(c, call, r->job_id, r->key)) return;
   if (!coord_kv_put_allowed(c, call, r)) return;
-  px_store_stmt_t *st;
-  px_status_t rc = px_store_stmt(c->db,
-                                 "INSERT OR REPLACE INTO kv (job_id, key, value, updated_unix_ms)"
-                                 " VALUES (?1, ?2, ?3, ?4)",
-                                 &st);
-  if (rc == PX_OK) rc = px_store_bind_text(st, 1, r->job_id);
-  if (rc == PX_OK) rc = px_store_bind_text(st, 2, r->key);
-  if (rc == PX_OK) rc = px_store_bind_blob(st, 3, r->value.data, r->value.len);
-  if (rc == PX_OK) rc = px_store_bind_int64(st, 4, coord_now_ms());
-  if (rc == PX_OK) rc = px_store_run(st);
-  if (rc != PX_OK) {
+  if (coord_db_kv_put(c, r->job_id, r->key, r->value.data, r->value.len, coord_now_ms()) !=
+      PX_OK) {
     coord_fail_internal(c, call);
     return;
   }
@@ -171,6 +153,15 @@ void coord_rpc_kv_put(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void
   }
 }
 
+/* Answers a KvGet with the stored value (packed before the row moves). */
+static void coord_kv_reply_value(void *ctx, const void *value, size_t len) {
+  Prunex__V1__KvGetResponse resp = PRUNEX__V1__KV_GET_RESPONSE__INIT;
+  resp.found = 1;
+  resp.value.data = (uint8_t *)value;
+  resp.value.len = len;
+  px_rpc_srv_reply((px_rpc_srv_call_t *)ctx, &resp.base);
+}
+
 void coord_rpc_kv_get(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
   coord_t *c = data;
   const Prunex__V1__KvGetRequest *r = (const Prunex__V1__KvGetRequest *)msg;
@@ -179,28 +170,14 @@ void coord_rpc_kv_get(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void
     px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "wait_ms = %d: must be >= 0", r->wait_ms);
     return;
   }
-  px_store_stmt_t *st;
-  px_status_t rc = px_store_stmt(c->db, "SELECT value FROM kv WHERE job_id = ?1 AND key = ?2", &st);
-  if (rc == PX_OK) rc = px_store_bind_text(st, 1, r->job_id);
-  if (rc == PX_OK) rc = px_store_bind_text(st, 2, r->key);
-  if (rc == PX_OK) rc = px_store_step(st);
-  if (rc < 0) {
+  int found = 0;
+  if (coord_db_kv_get(c, r->job_id, r->key, coord_kv_reply_value, call, &found) != PX_OK) {
     coord_fail_internal(c, call);
     return;
   }
-  Prunex__V1__KvGetResponse resp = PRUNEX__V1__KV_GET_RESPONSE__INIT;
-  if (rc == 1) {
-    size_t len;
-    const void *v = px_store_column_blob(st, 0, &len);
-    resp.found = 1;
-    resp.value.data = (uint8_t *)v;
-    resp.value.len = len;
-    px_rpc_srv_reply(call, &resp.base); /* packed before the statement moves */
-    px_store_reset(st);
-    return;
-  }
-  px_store_reset(st);
+  if (found) return; /* answered */
   if (r->wait_ms == 0 || c->stopping) {
+    Prunex__V1__KvGetResponse resp = PRUNEX__V1__KV_GET_RESPONSE__INIT;
     px_rpc_srv_reply(call, &resp.base);
     return;
   }

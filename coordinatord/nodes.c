@@ -683,6 +683,7 @@ static void coord_sweep(uv_timer_t *t) {
   coord_arena_free(&a);
   coord_recovery_sweep(c);
   coord_time_limit_sweep(c);
+  coord_preempt_sweep(c);
 }
 
 px_status_t coord_nodes_start(coord_t *c) {

@@ -244,7 +244,7 @@ static void coord_notify_queue(coord_notifier_t *n, const char *url, const char 
 void coord_notify_job(coord_t *c, const char *job_id) {
   if (!c->notifier) return;
   coord_sched_notify_t nt;
-  if (coord_sched_notify_due(c, job_id, &nt) != PX_OK) {
+  if (coord_db_sched_notify_due(c, job_id, &nt) != PX_OK) {
     px_log(PX_LOG_ERROR, "notify: job %s: %s", job_id, px_last_error());
     return;
   }
@@ -254,7 +254,7 @@ void coord_notify_job(coord_t *c, const char *job_id) {
   int to_all = c->cfg.notify_url[0] &&
                px_jobspec_notify_states(c->cfg.notify_states, &global) == 0 &&
                (global & (1u << nt.state));
-  if (coord_sched_notify_done(c, job_id, nt.state) != PX_OK) {
+  if (coord_db_sched_notify_done(c, job_id, nt.state) != PX_OK) {
     px_log(PX_LOG_ERROR, "notify: job %s: %s", job_id, px_last_error());
     return;
   }

@@ -3,26 +3,45 @@
  * the nodes of running jobs of a lower job priority (spec.priority) that
  * checkpoint; jobs without checkpoints are never preempted. The fewest
  * victims needed are chosen, lowest priority first and the latest started
- * first (the least work to redo). Each victim's attempt ends as a restart
- * does (coord_job_preempt: the same nodes preferred, stored decisions
- * kept) without using one of its restarts, and the waiting job is placed
- * on the nodes freed in the same transaction, so that no other job can
- * take them in between and the victim cannot take them back. The victim
- * resumes later from the newest checkpoint its ranks hold: the iterations
- * after it are run again and get the decisions stored for them, so the run
- * ends bit for bit as an uninterrupted one (the restart path's guarantee). */
+ * first (the least work to redo).
+ *
+ * It is graceful, as a time limit is: each victim is asked to stop (a row
+ * in preempt_stops, db/sched.h), and rank 0's next report is answered
+ * stop, "preempted". The decision is broadcast to every rank, so all stop
+ * after the same iteration: they write a checkpoint of it (one that the
+ * run resumes from, not a "stopped" one) and exit with code 0. The job is
+ * then held on its nodes (coord_preempt_hold, from ReportRankExit) until
+ * every victim has stopped, so that no other job can take the nodes in
+ * between; then, in one transaction, the victims are queued again
+ * (coord_job_preempt: the same nodes preferred, stored decisions kept, no
+ * restart used) and the waiting job is placed on the nodes freed, so that
+ * the victims cannot take them back. A victim resumes later from the
+ * checkpoint it wrote at the stop and ends bit for bit as an uninterrupted
+ * run (the stop is cleared from its stored decision, so that a later
+ * replay of that iteration goes on).
+ *
+ * A victim that has not stopped preemption_grace_s after being asked (a
+ * stalled rank, a long iteration, replayed iterations that get stored
+ * decisions) is preempted hard: its attempt is cancelled and it resumes
+ * from the newest checkpoint its ranks hold, redoing the iterations after
+ * it with the decisions stored for them (the restart path's guarantee).
+ * A victim with comm.overlap is never asked: a stop where no checkpoint
+ * was planned would change its exchange's arithmetic, so its attempt is
+ * cancelled as soon as the other victims have stopped. One preemption is
+ * under way at a time. */
 #include <stdio.h>
 #include <string.h>
 
 #include "coord.h"
+#include "db/sched.h"
 #include "prunex/check.h"
 
-/* What one preemption did, for after the commit. */
+/* What ending one preemption did, for after the commit. */
 typedef struct {
-  char *waiter;
-  coord_sched_victim_t *victims;
+  char *waiter; /* placed, or NULL */
+  char **jobs;  /* the victims queued again */
   coord_fault_t *faults;
-  size_t nvictims;
+  size_t n;
 } coord_preemption_t;
 
 /* The first job in line waiting for nodes, or -1. */
@@ -34,10 +53,10 @@ static long coord_preempt_waiter(const coord_sched_view_t *v) {
   return -1;
 }
 
-/* In a transaction: preempts enough victims for job i of v and places it.
- * *done 0 when nothing could be done (the caller rolls back). */
-static px_status_t coord_preempt_for(coord_t *c, coord_arena_t *a, const coord_sched_view_t *v,
-                                     size_t i, coord_preemption_t *p, int *done) {
+/* In a transaction: asks enough victims for job i of v to stop. *done 0
+ * when there are not enough (the caller rolls back). */
+static px_status_t coord_preempt_ask(coord_t *c, coord_arena_t *a, const coord_sched_view_t *v,
+                                     size_t i, int *done) {
   const coord_sched_job_t *j = &v->s.jobs[i];
   *done = 0;
   int alive = 0;
@@ -49,28 +68,123 @@ static px_status_t coord_preempt_for(coord_t *c, coord_arena_t *a, const coord_s
   if (need <= 0 || alive < j->nodes) return PX_OK;
   coord_sched_victim_t *vic = NULL;
   size_t nv = 0, take = 0;
-  PX_CHECK(coord_sched_preemptible(c, a, j->priority, j->per_node, &vic, &nv));
+  PX_CHECK(coord_db_sched_preemptible(c, a, j->priority, j->per_node, &vic, &nv));
   int freed = 0;
   while (take < nv && freed < need) freed += vic[take++].fitting_nodes;
   if (freed < need) return PX_OK;
-  p->faults = coord_alloc(a, take * sizeof *p->faults);
-  if (!p->faults) return PX_ERR_NOMEM;
   char by[160];
   snprintf(by, sizeof by, "%s (priority %d)", v->job_ids[i], j->priority);
+  int64_t now = coord_now_ms();
   for (size_t k = 0; k < take; k++) {
-    PX_CHECK(coord_job_preempt(c, a, vic[k].job_id, vic[k].state, by, &p->faults[k]));
-    px_log(PX_LOG_INFO, "job %s (priority %d) preempted by %s", vic[k].job_id, vic[k].priority,
-           by);
+    int how = vic[k].graceful ? COORD_PSTOP_ASKED : COORD_PSTOP_CANCEL;
+    PX_CHECK(coord_db_sched_pstop_add(c, vic[k].job_id, v->job_ids[i], by, now, how));
+    px_log(PX_LOG_INFO, "job %s (priority %d) is preempted by %s: %s", vic[k].job_id,
+           vic[k].priority, by,
+           vic[k].graceful ? "its ranks are asked to stop at a checkpoint"
+                           : "comm.overlap: its attempt is cancelled once the others stopped");
   }
-  p->victims = vic;
-  p->nvictims = take;
-  PX_CHECK(coord_fitting_nodes(c, a, j->per_node, j->nodes, v->prefer[i], &alive, &nodes, &names,
-                               &ready));
-  if ((int)ready < j->nodes) return PX_OK; /* a victim's node was not usable after all */
-  PX_CHECK(coord_place(c, v->job_ids[i], j->per_node, nodes, names, j->nodes));
-  p->waiter = v->job_ids[i];
   *done = 1;
   return PX_OK;
+}
+
+/* The stop the preemption put in the job's last stored decision, cleared:
+ * a replay of that iteration (after a later fault) goes on. */
+static px_status_t coord_preempt_clear_stop(coord_t *c, coord_arena_t *a, const char *job_id) {
+  Prunex__V1__ControlDecision *d = NULL;
+  PX_CHECK(coord_db_sched_last_decision(c, a, job_id, &d));
+  if (!d || !d->stop || strcmp(d->stop_reason, "preempted") != 0) return PX_OK;
+  d->stop = 0;
+  d->stop_reason = (char *)"";
+  return coord_db_sched_decision_put(c, job_id, d);
+}
+
+/* In a transaction: the victims s[0..n) queued again, and the job they
+ * were preempted for placed on the nodes freed if it still waits. */
+static px_status_t coord_preempt_finish(coord_t *c, coord_arena_t *a, const coord_db_pstop_t *s,
+                                        size_t n, coord_preemption_t *p) {
+  p->jobs = coord_alloc(a, n * sizeof *p->jobs);
+  p->faults = coord_alloc(a, n * sizeof *p->faults);
+  if (!p->jobs || !p->faults) return PX_ERR_NOMEM;
+  for (size_t k = 0; k < n; k++) {
+    char by[400];
+    if (s[k].stopped == COORD_PSTOP_STOPPED)
+      snprintf(by, sizeof by, "%s; it stopped at its checkpoint of iteration %d", s[k].by,
+               s[k].stop_iteration);
+    else if (s[k].stopped == COORD_PSTOP_CANCEL)
+      snprintf(by, sizeof by, "%s; cancelled (comm.overlap stops only at planned checkpoints)",
+               s[k].by);
+    else
+      snprintf(by, sizeof by, "%s; it did not stop within %lld s of being asked, cancelled",
+               s[k].by, (long long)c->cfg.sched.preempt_grace_s);
+    PX_CHECK(coord_preempt_clear_stop(c, a, s[k].job_id));
+    PX_CHECK(coord_job_preempt(c, a, s[k].job_id, s[k].state, by, &p->faults[k]));
+    p->jobs[p->n++] = s[k].job_id;
+  }
+  coord_sched_view_t v;
+  PX_CHECK(coord_sched_view(c, a, &v));
+  for (size_t i = 0; i < v.s.njobs; i++) {
+    if (strcmp(v.job_ids[i], s[0].waiter) != 0) continue;
+    const coord_sched_job_t *j = &v.s.jobs[i];
+    int alive = 0;
+    char **nodes = NULL, **names = NULL;
+    size_t ready = 0;
+    PX_CHECK(coord_fitting_nodes(c, a, j->per_node, j->nodes, v.prefer[i], &alive, &nodes,
+                                 &names, &ready));
+    if ((int)ready < j->nodes) break; /* a node went away meanwhile: the queue decides */
+    PX_CHECK(coord_place(c, v.job_ids[i], j->per_node, nodes, names, j->nodes));
+    p->waiter = v.job_ids[i];
+    break;
+  }
+  return PX_OK;
+}
+
+/* Ends the preemption under way (rows s[0..n)) when its victims have all
+ * stopped or its grace is over; then the old attempts' nodes are told to
+ * stop and the waiting job's to start. */
+static void coord_preempt_progress(coord_t *c, coord_arena_t *a, const coord_db_pstop_t *s,
+                                   size_t n) {
+  int64_t now = coord_now_ms(), grace = c->cfg.sched.preempt_grace_s * 1000;
+  int all = 1, late = 0;
+  for (size_t k = 0; k < n; k++) {
+    if (s[k].stopped != COORD_PSTOP_ASKED) continue;
+    all = 0;
+    if (now - s[k].asked_ms >= grace) late = 1;
+  }
+  if (!all && !late) return;
+  coord_preemption_t p;
+  memset(&p, 0, sizeof p);
+  px_status_t rc = px_store_begin(c->db);
+  if (rc == PX_OK) rc = coord_preempt_finish(c, a, s, n, &p);
+  if (rc == PX_OK) rc = px_store_commit(c->db);
+  if (rc != PX_OK) {
+    px_store_rollback(c->db);
+    px_log(PX_LOG_ERROR, "preemption: %s", px_last_error());
+    return;
+  }
+  px_log(PX_LOG_INFO, "preemption for %s: %zu jobs queued again%s, %s", s[0].waiter, p.n,
+         late ? " (some did not stop in time)" : "",
+         p.waiter ? "it starts on their nodes" : "it no longer waits for them");
+  for (size_t k = 0; k < p.n; k++) {
+    coord_attempt_cancel(c, p.jobs[k], &p.faults[k]);
+    coord_job_changed(c, p.jobs[k], NULL);
+  }
+  if (p.waiter) {
+    coord_push_assignments(c, p.waiter, PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_START);
+    coord_job_changed(c, p.waiter, NULL);
+  }
+  coord_schedule(c); /* nodes the waiting job did not need */
+}
+
+/* The preemption under way, carried on; 1 when there is one. */
+static int coord_preempt_under_way(coord_t *c, coord_arena_t *a) {
+  coord_db_pstop_t *s = NULL;
+  size_t n = 0;
+  if (coord_db_sched_pstops(c, a, &s, &n) != PX_OK) {
+    px_log(PX_LOG_ERROR, "preemption: %s", px_last_error());
+    return 1;
+  }
+  if (n > 0) coord_preempt_progress(c, a, s, n);
+  return n > 0;
 }
 
 void coord_preempt_run(coord_t *c) {
@@ -78,26 +192,44 @@ void coord_preempt_run(coord_t *c) {
   coord_arena_t a;
   coord_arena_init(&a);
   coord_sched_view_t v;
-  coord_preemption_t p;
-  memset(&p, 0, sizeof p);
   int done = 0;
+  if (coord_preempt_under_way(c, &a)) goto out;
   px_status_t rc = coord_sched_view(c, &a, &v);
   long i = rc == PX_OK ? coord_preempt_waiter(&v) : -1;
   if (i >= 0) {
     rc = px_store_begin(c->db);
-    if (rc == PX_OK) rc = coord_preempt_for(c, &a, &v, (size_t)i, &p, &done);
+    if (rc == PX_OK) rc = coord_preempt_ask(c, &a, &v, (size_t)i, &done);
     if (rc == PX_OK && done) rc = px_store_commit(c->db);
     if (rc != PX_OK || !done) px_store_rollback(c->db);
   }
   if (rc != PX_OK) px_log(PX_LOG_ERROR, "preemption: %s", px_last_error());
-  if (rc == PX_OK && done) {
-    /* the old attempts stop before the new job starts on their nodes */
-    for (size_t k = 0; k < p.nvictims; k++) {
-      coord_attempt_cancel(c, p.victims[k].job_id, &p.faults[k]);
-      coord_job_changed(c, p.victims[k].job_id, NULL);
-    }
-    coord_push_assignments(c, p.waiter, PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_START);
-    coord_job_changed(c, p.waiter, NULL);
-  }
+  if (rc == PX_OK && done) coord_preempt_under_way(c, &a); /* none to wait for: ends now */
+out:
   coord_arena_free(&a);
+}
+
+void coord_preempt_sweep(coord_t *c) {
+  if (c->stopping) return;
+  coord_arena_t a;
+  coord_arena_init(&a);
+  coord_preempt_under_way(c, &a);
+  coord_arena_free(&a);
+}
+
+px_status_t coord_preempt_hold(coord_t *c, coord_arena_t *a, const char *job_id, int *held) {
+  *held = 0;
+  coord_db_pstop_t s;
+  int found = 0;
+  PX_CHECK(coord_db_sched_pstop_get(c, a, job_id, &s, &found));
+  if (found && s.stopped == COORD_PSTOP_STOPPED) *held = 1; /* a repeated exit report */
+  if (!found || s.stopped != COORD_PSTOP_ASKED) return PX_OK;
+  Prunex__V1__ControlDecision *d = NULL;
+  PX_CHECK(coord_db_sched_last_decision(c, a, job_id, &d));
+  if (!d || !d->stop || strcmp(d->stop_reason, "preempted") != 0)
+    return PX_OK; /* it ended on its own first */
+  PX_CHECK(coord_db_sched_pstop_stopped(c, job_id, d->iteration));
+  px_log(PX_LOG_INFO, "job %s stopped for %s at its checkpoint of iteration %d", job_id, s.by,
+         d->iteration);
+  *held = 1;
+  return PX_OK;
 }

@@ -19,6 +19,7 @@ void coord_sched_policy_defaults(coord_sched_policy_t *p) {
   p->weight_age = 100;
   p->half_life_s = 7 * 86400;
   p->max_age_s = 7 * 86400;
+  p->preempt_grace_s = COORD_PREEMPT_GRACE_S;
 }
 
 const coord_sched_user_conf_t *coord_sched_user_conf(const coord_sched_policy_t *p,

@@ -30,6 +30,7 @@
 #define COORD_SCHED_USERS_MAX 256
 #define COORD_SCHED_USER_NAME 128
 #define COORD_SCHED_NEVER INT64_MAX /* a busy node's free time when its job has no limit */
+#define COORD_PREEMPT_GRACE_S 30 /* preemption_grace_s: as the time limit's grace */
 
 /* One user's line of the config (share.NAME, max_running_nodes.NAME,
  * max_queued_jobs.NAME). -1: the default. */
@@ -51,6 +52,8 @@ typedef struct {
   int64_t time_limit_max_s;    /* 0: no maximum */
   int preempt;                 /* 1: a waiting job may preempt running jobs of a lower
                                   job priority that checkpoint (preempt.c) */
+  int64_t preempt_grace_s;     /* a victim not stopped at its checkpoint this long after
+                                  being asked is cancelled; default 30 */
   int nusers;
   coord_sched_user_conf_t users[COORD_SCHED_USERS_MAX];
 } coord_sched_policy_t;

@@ -15,9 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <sqlite3.h>
-
 #include "coord.h"
+#include "db/sched.h"
 #include "prunex/check.h"
 
 struct coord_queue {
@@ -44,14 +43,14 @@ px_status_t coord_queue_create(coord_t *c) {
   if (!q) return PX_ERR_NOMEM;
   q->stale = 1;
   c->queue = q;
-  sqlite3_rollback_hook(px_store_sqlite(c->db), coord_queue_on_rollback, q);
+  coord_db_sched_on_rollback(c, coord_queue_on_rollback, q);
   return PX_OK;
 }
 
 void coord_queue_destroy(coord_t *c) {
   coord_queue_t *q = c->queue;
   if (!q) return;
-  if (c->db) sqlite3_rollback_hook(px_store_sqlite(c->db), NULL, NULL);
+  if (c->db) coord_db_sched_on_rollback(c, NULL, NULL);
   coord_queue_clear(q);
   px_free(q->e);
   px_free(q);
@@ -76,34 +75,6 @@ static int64_t coord_queue_rowid(const char *job_id) {
   return id;
 }
 
-static char *coord_queue_dup(const char *s) {
-  size_t n = strlen(s);
-  char *d = px_malloc(n + 1, "coordd.queue_text");
-  if (d) memcpy(d, s, n + 1);
-  return d;
-}
-
-/* Fills e from a row of COORD_QUEUE_COLUMNS. */
-#define COORD_QUEUE_COLUMNS                                                              \
-  "id, job_id, owner, num_nodes, workers_per_node, priority, created_unix_ms,"           \
-  " time_limit_ms, prefer_nodes, reason"
-static px_status_t coord_queue_read(px_store_stmt_t *st, coord_queue_entry_t *e) {
-  memset(e, 0, sizeof *e);
-  e->rowid = px_store_column_int64(st, 0);
-  snprintf(e->job_id, sizeof e->job_id, "%s", px_store_column_text(st, 1));
-  snprintf(e->owner, sizeof e->owner, "%s", px_store_column_text(st, 2));
-  e->nodes = (int)px_store_column_int64(st, 3);
-  e->per_node = (int)px_store_column_int64(st, 4);
-  e->priority = (int)px_store_column_int64(st, 5);
-  e->submit_ms = px_store_column_int64(st, 6);
-  e->time_limit_ms = px_store_column_int64(st, 7);
-  e->prefer = coord_queue_dup(px_store_column_text(st, 8));
-  e->reason = coord_queue_dup(px_store_column_text(st, 9));
-  if (e->prefer && e->reason) return PX_OK;
-  coord_queue_entry_free(e);
-  return PX_ERR_NOMEM;
-}
-
 static px_status_t coord_queue_reserve(coord_queue_t *q, size_t n) {
   if (n <= q->cap) return PX_OK;
   size_t cap = q->cap ? q->cap * 2 : 256;
@@ -115,27 +86,25 @@ static px_status_t coord_queue_reserve(coord_queue_t *q, size_t n) {
   return PX_OK;
 }
 
+/* coord_db_sched_pending's visitor: the entry goes to the end of q. */
+static px_status_t coord_queue_append(void *ctx, coord_queue_entry_t *e) {
+  coord_queue_t *q = ctx;
+  px_status_t rc = coord_queue_reserve(q, q->n + 1);
+  if (rc != PX_OK) {
+    coord_queue_entry_free(e);
+    return rc;
+  }
+  q->e[q->n++] = *e;
+  return PX_OK;
+}
+
 px_status_t coord_queue_sync(coord_t *c, const coord_queue_entry_t **out, size_t *n) {
   if (!c->queue) PX_CHECK(coord_queue_create(c)); /* at the first pass */
   coord_queue_t *q = c->queue;
   if (q->stale) {
     coord_queue_clear(q);
-    px_store_stmt_t *st;
-    px_status_t rc;
-    PX_CHECK(px_store_stmt(c->db,
-                           "SELECT " COORD_QUEUE_COLUMNS " FROM jobs WHERE state = ?1 ORDER BY id",
-                           &st));
-    PX_CHECK(px_store_bind_int64(st, 1, JS_PENDING));
-    while ((rc = px_store_step(st)) == 1) {
-      if ((rc = coord_queue_reserve(q, q->n + 1)) != PX_OK ||
-          (rc = coord_queue_read(st, &q->e[q->n])) != PX_OK) {
-        px_store_reset(st);
-        coord_queue_clear(q);
-        return rc;
-      }
-      q->n++;
-    }
-    if (rc < 0) {
+    px_status_t rc = coord_db_sched_pending(c, coord_queue_append, q);
+    if (rc != PX_OK) {
       coord_queue_clear(q);
       return rc;
     }
@@ -157,17 +126,11 @@ static void coord_queue_drop(coord_queue_t *q, int64_t id) {
 
 /* Adds (or refreshes) the job's entry from its row, in the transaction. */
 static px_status_t coord_queue_load(coord_t *c, coord_queue_t *q, const char *job_id) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db, "SELECT " COORD_QUEUE_COLUMNS " FROM jobs WHERE job_id = ?1",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  px_status_t rc = px_store_step(st);
-  if (rc <= 0) return rc;
+  PX_CHECK(coord_queue_reserve(q, q->n + 1));
   coord_queue_entry_t e;
-  rc = coord_queue_reserve(q, q->n + 1);
-  if (rc == PX_OK) rc = coord_queue_read(st, &e);
-  px_store_reset(st);
-  if (rc != PX_OK) return rc;
+  int found = 0;
+  PX_CHECK(coord_db_sched_queue_entry(c, job_id, &e, &found));
+  if (!found) return PX_OK;
   coord_queue_drop(q, e.rowid);
   size_t i = coord_queue_lower(q, e.rowid);
   memmove(&q->e[i + 1], &q->e[i], (q->n - i) * sizeof *q->e);
@@ -191,6 +154,13 @@ px_status_t coord_queue_job_changed(coord_t *c, const char *job_id, int to) {
   px_status_t rc = coord_queue_load(c, q, job_id);
   if (rc != PX_OK) q->stale = 1; /* the transaction fails too: read whole next time */
   return rc;
+}
+
+static char *coord_queue_dup(const char *s) {
+  size_t n = strlen(s);
+  char *d = px_malloc(n + 1, "coordd.queue_text");
+  if (d) memcpy(d, s, n + 1);
+  return d;
 }
 
 void coord_queue_set_reason(coord_t *c, const char *job_id, const char *reason) {

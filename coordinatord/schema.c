@@ -288,6 +288,21 @@ static const char coord_schema_v12[] =
     /* preemption: attempts that ended preempted (they use no restart) */
     "ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;";
 
+/* v13 (issue 31): graceful preemption. One row per running job asked to
+ * stop for a waiting one (preempt.c): the waiting job, who asked ("JOB
+ * (priority P)"), when, and how far it got: 0 asked, 1 its ranks wrote
+ * their checkpoint and exited (at stop_iteration), 2 not asked (its
+ * attempt is cancelled when the others have stopped). The rows go when the
+ * jobs are queued again or end. */
+static const char coord_schema_v13[] =
+    "CREATE TABLE preempt_stops ("
+    "  job_id TEXT PRIMARY KEY REFERENCES jobs(job_id),"
+    "  waiter TEXT NOT NULL,"
+    "  asked_by TEXT NOT NULL,"
+    "  asked_unix_ms INTEGER NOT NULL,"
+    "  stopped INTEGER NOT NULL DEFAULT 0,"
+    "  stop_iteration INTEGER NOT NULL DEFAULT -1);";
+
 const px_store_migration_t coord_migrations[] = {
     {1, coord_schema_v1},
     {2, coord_schema_v2},
@@ -301,5 +316,6 @@ const px_store_migration_t coord_migrations[] = {
     {10, coord_schema_v10},
     {11, coord_schema_v11},
     {12, coord_schema_v12},
+    {13, coord_schema_v13},
 };
 const int coord_nmigrations = (int)(sizeof coord_migrations / sizeof coord_migrations[0]);

@@ -6,12 +6,13 @@
  * sweep and values (jobs.sweep_id, sweep_point) for `pxctl list --sweep`
  * and `pxctl status SWEEP`. Cancelling the sweep id cancels its unfinished
  * jobs together. The expansion rules are the job spec module's
- * (px_jobspec_sweep_point); the SQL is sweep_db.c's. */
+ * (px_jobspec_sweep_point); the queries are db/sweep.c's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "coord.h"
+#include "db/sweep.h"
 #include "prunex/check.h"
 #include "prunex/jobspec.h"
 
@@ -90,7 +91,7 @@ static px_status_t coord_sweep_insert(coord_t *c, coord_arena_t *a,
                                       const coord_sweep_point_t *pts, size_t n, char *sweep_id,
                                       size_t cap, char **ids) {
   const char *owner = c->who.role == COORD_ROLE_ANON ? "" : c->who.name;
-  PX_CHECK(coord_sweep_new(c, owner, r->spec->name, r->spec_yaml, (int64_t)n, coord_now_ms(),
+  PX_CHECK(coord_db_sweep_new(c, owner, r->spec->name, r->spec_yaml, (int64_t)n, coord_now_ms(),
                            sweep_id, cap));
   for (size_t k = 0; k < n; k++) {
     char job_id[64];
@@ -103,7 +104,7 @@ static px_status_t coord_sweep_insert(coord_t *c, coord_arena_t *a,
                             sizeof job_id);
     px_buf_free(&y);
     PX_CHECK(st);
-    PX_CHECK(coord_sweep_job_set(c, job_id, sweep_id, pts[k].label));
+    PX_CHECK(coord_db_sweep_job_set(c, job_id, sweep_id, pts[k].label));
     if (!(ids[k] = coord_strdup(a, job_id))) return PX_ERR_NOMEM;
   }
   return PX_OK;
@@ -140,7 +141,7 @@ out:
 }
 
 /* Cancels the listed jobs (in a transaction). */
-static px_status_t coord_sweep_cancel_jobs(coord_t *c, const coord_sweep_job_t *jobs, size_t n,
+static px_status_t coord_sweep_cancel_jobs(coord_t *c, const coord_db_sweep_job_t *jobs, size_t n,
                                            const char *reason) {
   PX_CHECK(px_store_begin(c->db));
   for (size_t i = 0; i < n; i++) {
@@ -156,9 +157,9 @@ void coord_sweep_cancel(coord_t *c, px_rpc_srv_call_t *call,
   coord_arena_init(&a);
   int found = 0;
   char owner[COORD_NAME_MAX];
-  coord_sweep_job_t *jobs = NULL;
+  coord_db_sweep_job_t *jobs = NULL;
   size_t n = 0;
-  if (coord_sweep_owner(c, r->job_id, &found, owner, sizeof owner) != PX_OK) {
+  if (coord_db_sweep_owner(c, r->job_id, &found, owner, sizeof owner) != PX_OK) {
     coord_fail_internal(c, call);
     goto out;
   }
@@ -176,7 +177,7 @@ void coord_sweep_cancel(coord_t *c, px_rpc_srv_call_t *call,
   char reason[512];
   snprintf(reason, sizeof reason, "cancelled with sweep %s: %s", r->job_id,
            r->reason[0] ? r->reason : "by request");
-  if (coord_sweep_unfinished(c, &a, r->job_id, &jobs, &n) != PX_OK ||
+  if (coord_db_sweep_unfinished(c, &a, r->job_id, &jobs, &n) != PX_OK ||
       coord_sweep_cancel_jobs(c, jobs, n, reason) != PX_OK) {
     coord_fail_internal(c, call);
     goto out;

@@ -1,14 +1,23 @@
 /* Preemption (issue 31) with the real pxcoordd (`preemption = on`), two
- * pxagents and their pxworkers on the Fashion-MNIST subset: a 2-node job
- * of low priority that checkpoints every iteration is preempted by a
- * 1-node job of higher priority, which starts at once on a node it freed;
- * the preempted job is queued again (its restarts untouched), resumes on
- * its nodes from its newest checkpoint once they are free (its rank 0's
- * log says from which iteration), re-reports the iterations after it and
- * gets the stored decisions back, and ends with the very test accuracy,
- * density, inter-node bytes and iterations of the same job run
- * uninterrupted, and the same final model file byte for byte. A job without checkpoints is never
- * preempted: the higher-priority job waits for it. */
+ * pxagents and their pxworkers on the Fashion-MNIST subset.
+ * - Graceful: a 2-node job of low priority whose periodic checkpoints lie
+ *   past its end is preempted by a 1-node job of higher priority: its ranks
+ *   are asked to stop, write a checkpoint at the iteration they stop after
+ *   and exit; it is queued again (its restarts untouched), the urgent job
+ *   starts on a node it freed, and it resumes from that checkpoint (its
+ *   rank 0's log says from which iteration: one at or after the iteration
+ *   it had reached when preempted, so written at the preemption) and ends
+ *   with the very test accuracy, density, inter-node bytes and iterations
+ *   of the same job run uninterrupted, and the same final model file byte
+ *   for byte.
+ * - Fallback: the same job checkpointing every 2 iterations whose rank 0
+ *   is stopped (SIGSTOP) cannot stop: preemption_grace_s later its attempt
+ *   is cancelled, and it resumes from its newest periodic checkpoint,
+ *   replays the iterations after it with the stored decisions and ends bit
+ *   for bit as well.
+ * - A job without checkpoints is never preempted: the higher-priority job
+ *   waits for it. */
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -21,6 +30,7 @@
 
 #define JS(x) PRUNEX__V1__JOB_STATE__JOB_STATE_##x
 #define ITERATIONS 16
+#define GRACE_S 6 /* preemption_grace_s: a victim that runs stops well within it */
 
 typedef struct {
   pxt_coordd_t d;
@@ -47,7 +57,9 @@ static int group_setup(void **state) {
   snprintf(F->d.db, sizeof F->d.db, "%s/coord.db", F->d.dir);
   snprintf(F->conf, sizeof F->conf, "%s/coord.conf", F->d.dir);
   FILE *f = fopen(F->conf, "w");
-  if (!f || fputs("preemption = on\n", f) < 0 || fclose(f) != 0) return -1;
+  if (!f || fprintf(f, "preemption = on\npreemption_grace_s = %d\n", GRACE_S) < 0 ||
+      fclose(f) != 0)
+    return -1;
   const char *extra[] = {"--config", F->conf, NULL};
   if (pxt_coordd_start(&F->d, extra) != 0) return -1;
   if (px_rpc_channel_create(F->d.target, &F->ch) != PX_OK) return -1;
@@ -161,31 +173,13 @@ static int same_model(const char *a, const char *ja, const char *b, const char *
   return same;
 }
 
-static void test_preempted_job_resumes_bit_for_bit(void **state) {
-  (void)state;
-  char ref[64], low[64], high[64];
-  submit(ref, sizeof ref, "pre", 2, ITERATIONS, 10, 1);
-  if (pxt_wait_job(F->ch, ref, 0, 300000) != JS(SUCCEEDED))
-    fail_with_logs("the uninterrupted job failed");
-  submit(low, sizeof low, "pre", 2, ITERATIONS, 10, 1);
-  wait_iteration(low, 4);
-  submit(high, sizeof high, "urgent", 1, 2, 500, 0);
-  if (pxt_wait_job(F->ch, high, JS(SUCCEEDED), 200000) != JS(SUCCEEDED))
-    fail_with_logs("the urgent job did not succeed");
-  int s = pxt_wait_job(F->ch, low, 0, 300000);
-  Prunex__V1__Job *r = get(ref), *j = get(low), *h = get(high);
-  printf("urgent %s: %s\npreempted %s: %s (attempt %d): %s\n", high, h->reason, low,
-         px_rpc_job_state_name(s), j->attempt, j->reason);
-  for (size_t i = 0; i < j->n_attempts; i++)
-    printf("  attempt %d ended: %.200s\n", j->attempts[i]->attempt, j->attempts[i]->cause);
-  if (s != JS(SUCCEEDED)) fail_with_logs("the preempted job did not succeed");
-  assert_int_equal(j->attempt, 2);
-  assert_int_equal(j->n_attempts, 1);
-  assert_non_null(strstr(j->attempts[0]->cause, "preempted by "));
-  assert_non_null(strstr(j->attempts[0]->cause, high));
-  int from = resumed_from(low);
-  printf("resumed from the checkpoint of iteration %d\n", from);
-  assert_true(from >= 3 && from < ITERATIONS - 1);
+/* The job that ran uninterrupted (its id: test 1 sets it, test 2 reuses it). */
+static char REF[64];
+
+/* The preempted job ended as the uninterrupted one: same figures, same
+ * model file (but for the job id). */
+static void assert_same_as_ref(const char *job) {
+  Prunex__V1__Job *r = get(REF), *j = get(job);
   printf("uninterrupted: acc %.17g density %.17g inter %llu iterations %d\n"
          "preempted:     acc %.17g density %.17g inter %llu iterations %d\n",
          r->summary->test_accuracy, r->summary->density,
@@ -199,10 +193,87 @@ static void test_preempted_job_resumes_bit_for_bit(void **state) {
   assert_int_equal(j->summary->iterations, r->summary->iterations);
   printf("final models: %s and %s\n", r->summary->model_path, j->summary->model_path);
   assert_true(r->summary->model_path[0] && strcmp(r->summary->model_path, j->summary->model_path));
-  assert_true(same_model(r->summary->model_path, ref, j->summary->model_path, low));
+  assert_true(same_model(r->summary->model_path, REF, j->summary->model_path, job));
   px_rpc_message_free(r);
   px_rpc_message_free(j);
+}
+
+/* Submits the urgent 1-node job, waits for it to succeed, then for the
+ * preempted job to end; returns that job, queued again once (attempt 2)
+ * with the cause of its first attempt's end in cause. */
+static Prunex__V1__Job *preempt_and_finish(const char *low, const char *name, char *cause,
+                                           size_t cap) {
+  char high[64];
+  submit(high, sizeof high, name, 1, 2, 500, 0);
+  if (pxt_wait_job(F->ch, high, JS(SUCCEEDED), 200000) != JS(SUCCEEDED))
+    fail_with_logs("the urgent job did not succeed");
+  int s = pxt_wait_job(F->ch, low, 0, 300000);
+  Prunex__V1__Job *j = get(low), *h = get(high);
+  printf("urgent %s: %s\npreempted %s: %s (attempt %d): %s\n", high, h->reason, low,
+         px_rpc_job_state_name(s), j->attempt, j->reason);
+  for (size_t i = 0; i < j->n_attempts; i++)
+    printf("  attempt %d ended: %.300s\n", j->attempts[i]->attempt, j->attempts[i]->cause);
+  if (s != JS(SUCCEEDED)) fail_with_logs("the preempted job did not succeed");
+  assert_int_equal(j->attempt, 2);
+  assert_int_equal(j->n_attempts, 1);
+  assert_non_null(strstr(j->attempts[0]->cause, "preempted by "));
+  assert_non_null(strstr(j->attempts[0]->cause, high));
+  snprintf(cause, cap, "%s", j->attempts[0]->cause);
   px_rpc_message_free(h);
+  return j;
+}
+
+static void test_preempted_job_stops_at_a_checkpoint_and_resumes_bit_for_bit(void **state) {
+  (void)state;
+  char low[64], cause[1024], want[160];
+  /* checkpoints every 100 iterations: none before the last but the one
+   * written at the preemption */
+  submit(REF, sizeof REF, "pre", 2, ITERATIONS, 10, 100);
+  if (pxt_wait_job(F->ch, REF, 0, 300000) != JS(SUCCEEDED))
+    fail_with_logs("the uninterrupted job failed");
+  submit(low, sizeof low, "pre", 2, ITERATIONS, 10, 100);
+  wait_iteration(low, 4);
+  Prunex__V1__Job *j = preempt_and_finish(low, "urgent", cause, sizeof cause);
+  px_rpc_message_free(j);
+  int from = resumed_from(low);
+  printf("resumed from the checkpoint of iteration %d\n", from);
+  assert_true(from >= 4 && from < ITERATIONS - 1);
+  snprintf(want, sizeof want, "it stopped at its checkpoint of iteration %d", from);
+  assert_non_null(strstr(cause, want));
+  assert_same_as_ref(low);
+}
+
+/* rank 0 of the job's running attempt (on either agent), or -1 */
+static pid_t rank0_pid(void) {
+  for (int i = 0; i < 2; i++) {
+    pid_t pids[4];
+    int ranks[4];
+    int n = pxt_worker_children(F->a[i].pid, pids, ranks, 4);
+    for (int k = 0; k < n; k++)
+      if (ranks[k] == 0) return pids[k];
+  }
+  return -1;
+}
+
+static void test_victim_that_cannot_stop_is_cancelled_after_the_grace(void **state) {
+  (void)state;
+  assert_true(REF[0] != '\0');
+  char low[64], cause[1024];
+  submit(low, sizeof low, "pre", 2, ITERATIONS, 10, 2);
+  wait_iteration(low, 4);
+  pid_t p0 = rank0_pid();
+  assert_true(p0 > 0);
+  kill(p0, SIGSTOP); /* rank 0 reports no more: it never hears the stop */
+  int64_t t0 = pxt_now_ms();
+  Prunex__V1__Job *j = preempt_and_finish(low, "urgent3", cause, sizeof cause);
+  kill(p0, SIGCONT); /* should the cancel have left it stopped */
+  px_rpc_message_free(j);
+  assert_non_null(strstr(cause, "did not stop within"));
+  int from = resumed_from(low);
+  printf("resumed from the checkpoint of iteration %d (%lld ms after rank 0 was stopped)\n",
+         from, (long long)(pxt_now_ms() - t0));
+  assert_true(from >= 3 && from < ITERATIONS - 1 && from % 2 == 1); /* a periodic one */
+  assert_same_as_ref(low);
 }
 
 static void test_job_without_checkpoints_is_not_preempted(void **state) {
@@ -229,7 +300,8 @@ static void test_job_without_checkpoints_is_not_preempted(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_preempted_job_resumes_bit_for_bit),
+      cmocka_unit_test(test_preempted_job_stops_at_a_checkpoint_and_resumes_bit_for_bit),
+      cmocka_unit_test(test_victim_that_cannot_stop_is_cancelled_after_the_grace),
       cmocka_unit_test(test_job_without_checkpoints_is_not_preempted),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -14,13 +14,20 @@
 #include "prunex/px.h"
 #include "prunex/safetensors.h"
 
-/* Rank 0's side of a decision: fills buf[1..n) and sets buf[0] to 1 (stop)
- * or 0 (go on). An error is broadcast as buf[0] = -1 so that the other
- * ranks stop rather than wait. */
+/* Rank 0's side of a decision: fills buf[1..n) and sets buf[0] to the
+ * decision's stop (px__decide_stop_code: 0 go on, 1 stop, 2 suspend). An
+ * error is broadcast as buf[0] = -1 so that the other ranks stop rather
+ * than wait. */
 typedef px_status_t (*px__decide_fill_fn)(void *ctx, double *buf);
 
+/* buf[0] for a px_hsadmm_decision_t.stop (any other non-zero: stop). */
+static inline double px__decide_stop_code(int stop) {
+  return stop == PX_HSADMM_SUSPEND ? PX_HSADMM_SUSPEND : stop ? PX_HSADMM_STOP : PX_HSADMM_GO;
+}
+
 /* Rank 0 calls fill, then buf[0..n) is broadcast over world (rank 0's
- * decision on every rank). *stop is set from buf[0]. Fails on every rank
+ * decision on every rank). *stop is set from buf[0] (PX_HSADMM_GO, _STOP or
+ * _SUSPEND). Fails on every rank
  * when rank 0's fill failed (rank 0 with fill's error, the others with
  * PX_ERR_PEER) or the data plane failed. */
 px_status_t px__decide_broadcast(px_group_t *world, double *buf, size_t n,

@@ -18,6 +18,6 @@ px_status_t px__decide_broadcast(px_group_t *world, double *buf, size_t n,
   }
   PX_CHECK(px_comm_broadcast(world, buf, n, PX_COMM_F64, 0));
   if (buf[0] < 0) return px_set_error(PX_ERR_PEER, "rank 0's controller failed: stopping");
-  *stop = buf[0] > 0;
+  *stop = buf[0] >= PX_HSADMM_SUSPEND ? PX_HSADMM_SUSPEND : buf[0] > 0 ? PX_HSADMM_STOP : 0;
   return PX_OK;
 }

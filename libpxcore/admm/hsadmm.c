@@ -497,7 +497,7 @@ static px_status_t px__hsadmm_fill(void *ctx, double *buf) {
   }
   PX_REQUIRE(a->control != NULL, "rank 0 has no controller");
   PX_CHECK(a->control(a->ctx, &h->round, &d));
-  buf[0] = d.stop ? 1 : 0;
+  buf[0] = px__decide_stop_code(d.stop);
   buf[1] = d.freeze ? 1 : 0;
   return PX_OK;
 }

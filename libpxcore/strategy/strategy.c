@@ -105,7 +105,7 @@ static px_status_t px__strategy_fill_plain(void *ctx, double *buf) {
   /* penalty arrays the controller may write into and ignore */
   px_hsadmm_decision_t d = {buf + 1, buf + 1 + r->np, 0, 0, ""};
   PX_CHECK(r->control(r->ctx, &r->it, &d));
-  buf[0] = d.stop ? 1 : 0;
+  buf[0] = px__decide_stop_code(d.stop);
   return PX_OK;
 }
 
@@ -409,8 +409,10 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
   int stop = 0;
   for (int it = first; it < cfg->iterations && !stop; it++) {
     PX_CHECK_GOTO(px__strategy_iteration(&r, ops, priv, it, res, &stop), st, done);
+    /* a suspended run (preemption) resumes after this checkpoint: it is
+     * not marked stopped */
     if (r.rs && ((it + 1) % cfg->checkpoint_every == 0 || it == cfg->iterations - 1 || stop))
-      PX_CHECK_GOTO(px__strategy_checkpoint(&r, it, stop, res), st, done);
+      PX_CHECK_GOTO(px__strategy_checkpoint(&r, it, stop == PX_HSADMM_STOP, res), st, done);
   }
   if (r.rs) { /* the last checkpoint lands on every rank before the run ends */
     double s;
@@ -423,7 +425,7 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
   res->seconds = px__now() - t_start;
   res->compact_builds = (int32_t)px__ceval_builds(r.ceval);
   snprintf(res->stop_reason, sizeof res->stop_reason, "%s",
-           stop ? "controller" : "iterations");
+           stop == PX_HSADMM_SUSPEND ? "suspended" : stop ? "controller" : "iterations");
   st = PX_OK;
 done:
   px__resume_destroy(r.rs); /* first: its writer thread reads the strategy's buffers */

@@ -82,11 +82,16 @@ typedef struct {
   int frozen;
 } px_hsadmm_round_t;
 
+/* px_hsadmm_decision_t.stop: go on, end the run, or end it after a
+ * checkpoint that the run resumes from when started again (preemption,
+ * issue 31: the same state as any periodic checkpoint, not "stopped"). */
+enum { PX_HSADMM_GO = 0, PX_HSADMM_STOP = 1, PX_HSADMM_SUSPEND = 2 };
+
 /* The decision rank 0 obtains from its controller. */
 typedef struct {
   double *rho1, *rho2;    /* [nlayers] next penalties */
   int freeze;
-  int stop;
+  int stop;               /* PX_HSADMM_GO, _STOP or _SUSPEND */
   char reason[64];
 } px_hsadmm_decision_t;
 

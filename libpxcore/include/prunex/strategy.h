@@ -179,7 +179,7 @@ typedef struct {
   double density;
   uint64_t bytes_intra, bytes_inter, bytes_inter_dense; /* whole run, all ranks */
   double seconds;
-  char stop_reason[64];
+  char stop_reason[64];         /* "iterations", "controller", "suspended" (to resume) */
   int32_t resumed_from;         /* iteration the run resumed after; -1: started afresh */
   int32_t checkpoints;          /* checkpoints written */
   double checkpoint_seconds;    /* time spent writing them (this rank) */

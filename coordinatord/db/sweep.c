@@ -1,14 +1,11 @@
-/* The sweeps' SQL (issue 31), as named query functions with job states
- * bound as parameters: the sweeps row a submission makes, the sweep its
- * jobs name, and the sweep's unfinished jobs that a cancel ends. Nothing
- * else in the coordinator writes the sweeps table or jobs.sweep_*. */
+/* The sweeps' queries (db/sweep.h). */
 #include <stdio.h>
 #include <string.h>
 
-#include "coord.h"
+#include "sweep.h" /* db/sweep.h */
 #include "prunex/check.h"
 
-px_status_t coord_sweep_new(coord_t *c, const char *owner, const char *name,
+px_status_t coord_db_sweep_new(coord_t *c, const char *owner, const char *name,
                             const char *spec_yaml, int64_t njobs, int64_t now, char *sweep_id,
                             size_t cap) {
   px_store_stmt_t *st;
@@ -30,7 +27,7 @@ px_status_t coord_sweep_new(coord_t *c, const char *owner, const char *name,
   return px_store_run(st);
 }
 
-px_status_t coord_sweep_job_set(coord_t *c, const char *job_id, const char *sweep_id,
+px_status_t coord_db_sweep_job_set(coord_t *c, const char *job_id, const char *sweep_id,
                                 const char *point) {
   px_store_stmt_t *st;
   PX_CHECK(px_store_stmt(c->db, "UPDATE jobs SET sweep_id = ?2, sweep_point = ?3 WHERE job_id = ?1",
@@ -41,7 +38,7 @@ px_status_t coord_sweep_job_set(coord_t *c, const char *job_id, const char *swee
   return px_store_run(st);
 }
 
-px_status_t coord_sweep_owner(coord_t *c, const char *sweep_id, int *found, char *owner,
+px_status_t coord_db_sweep_owner(coord_t *c, const char *sweep_id, int *found, char *owner,
                               size_t cap) {
   px_store_stmt_t *st;
   PX_CHECK(px_store_stmt(c->db, "SELECT owner FROM sweeps WHERE sweep_id = ?1", &st));
@@ -54,8 +51,8 @@ px_status_t coord_sweep_owner(coord_t *c, const char *sweep_id, int *found, char
   return PX_OK;
 }
 
-px_status_t coord_sweep_unfinished(coord_t *c, coord_arena_t *a, const char *sweep_id,
-                                   coord_sweep_job_t **out, size_t *n) {
+px_status_t coord_db_sweep_unfinished(coord_t *c, coord_arena_t *a, const char *sweep_id,
+                                   coord_db_sweep_job_t **out, size_t *n) {
   px_store_stmt_t *st;
   size_t cap = 0;
   *out = NULL;
@@ -70,7 +67,7 @@ px_status_t coord_sweep_unfinished(coord_t *c, coord_arena_t *a, const char *swe
   PX_CHECK(px_store_bind_int64(st, 4, JS_RUNNING));
   px_status_t rc;
   while ((rc = px_store_step(st)) == 1) {
-    coord_sweep_job_t *j = coord_push(a, (void **)out, n, &cap, sizeof *j);
+    coord_db_sweep_job_t *j = coord_push(a, (void **)out, n, &cap, sizeof *j);
     if (!j || !(j->job_id = coord_strdup(a, px_store_column_text(st, 0)))) {
       px_store_reset(st);
       return PX_ERR_NOMEM;

@@ -1,0 +1,157 @@
+/* The scheduler's view of the database (issue 31): the snapshot the policy
+ * decides over (sched.h), the reasons it writes, and the state-change hook
+ * that charges users' decayed usage and keeps the per-job accounting row
+ * (acct, kept past the job's retention) in step. Its queries are
+ * db/sched.c's; nothing else in the coordinator writes these tables. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord.h"
+#include "db/sched.h"
+#include "prunex/check.h"
+
+/* ---- usage and accounting on state changes ---------------------------------- */
+
+/* Adds node_seconds to the user's decayed usage, as of now. */
+static px_status_t coord_sched_charge(coord_t *c, const char *user, double node_seconds,
+                                      int64_t now) {
+  double usage = 0;
+  int64_t then = now;
+  int found = 0;
+  PX_CHECK(coord_db_sched_usage_get(c, user, &found, &usage, &then));
+  usage = coord_sched_decay(usage, then, now, c->cfg.sched.half_life_s) + node_seconds;
+  return coord_db_sched_usage_put(c, user, usage, now);
+}
+
+px_status_t coord_sched_state_changed(coord_t *c, const char *job_id, int from, int to,
+                                      const char *reason, int64_t now) {
+  PX_CHECK(coord_queue_job_changed(c, job_id, to)); /* the pending jobs in memory */
+  if (coord_job_active(from) && !coord_job_active(to)) {
+    /* a preemption's stop is over with the attempt (preempt.c) */
+    PX_CHECK(coord_db_sched_pstop_drop(c, job_id));
+    /* an attempt ended: its node-seconds go to the user and the record */
+    char owner[COORD_NAME_MAX + 32];
+    int64_t nodes = 0, since = 0;
+    int found = 0;
+    PX_CHECK(coord_db_sched_attempt(c, job_id, &found, owner, sizeof owner, &nodes, &since));
+    if (found) {
+      double ns = since > 0 && now > since ? (double)nodes * (double)(now - since) / 1000.0 : 0;
+      PX_CHECK(coord_sched_charge(c, owner, ns, now));
+      PX_CHECK(coord_db_sched_acct_charge(c, job_id, ns));
+    }
+  }
+  PX_CHECK(coord_db_sched_acct_state(c, job_id, to, now, reason));
+  /* a new attempt: its own time limit, no stop asked */
+  if (to == JS_SCHEDULED) PX_CHECK(coord_db_sched_stop_clear(c, job_id));
+  return PX_OK;
+}
+
+const char *coord_stop_reason_name(int kind) {
+  return kind == COORD_STOP_PREEMPTED ? "preempted" : "time_limit";
+}
+
+px_status_t coord_sched_set_reason(coord_t *c, const char *job_id, const char *reason) {
+  PX_CHECK(coord_db_sched_set_reason(c, job_id, reason));
+  coord_queue_set_reason(c, job_id, reason);
+  return PX_OK;
+}
+
+/* ---- the snapshot ---------------------------------------------------------------- */
+
+/* The index of user name in v's users, added when new; -1 on NOMEM. */
+static int coord_sched_user_index(coord_arena_t *a, coord_sched_view_t *v, size_t *cap,
+                                  const char *name) {
+  for (size_t i = 0; i < v->s.nusers; i++)
+    if (!strcmp(v->s.users[i].name, name)) return (int)i;
+  coord_sched_user_t *u = coord_push(a, (void **)&v->s.users, &v->s.nusers, cap, sizeof *u);
+  if (!u || !(u->name = coord_strdup(a, name))) return -1;
+  return (int)(v->s.nusers - 1);
+}
+
+px_status_t coord_sched_view(coord_t *c, coord_arena_t *a, coord_sched_view_t *v) {
+  memset(v, 0, sizeof *v);
+  int64_t now = coord_now_ms();
+  v->s.now_ms = now;
+  size_t ucap = 0, ncap = 0, n = 0;
+  /* alive nodes: free now, or busy until their job's time limit */
+  coord_db_sched_node_t *nodes = NULL;
+  PX_CHECK(coord_db_sched_nodes(c, a, &nodes, &n));
+  for (size_t i = 0; i < n; i++) {
+    if (coord_agent_is_gone(c, nodes[i].node_id)) continue;
+    coord_sched_node_t *o = coord_push(a, (void **)&v->s.nodes, &v->s.nnodes, &ncap, sizeof *o);
+    if (!o) goto nomem;
+    o->devices = nodes[i].devices;
+    int64_t since = nodes[i].since_ms, limit = nodes[i].limit_ms;
+    if (nodes[i].state == NS_READY) o->free_at_ms = 0;
+    else o->free_at_ms = since > 0 && limit > 0 ? since + limit : COORD_SCHED_NEVER;
+  }
+  /* users' decayed usage, then their running jobs' node-seconds so far */
+  coord_db_sched_use_t *use = NULL;
+  PX_CHECK(coord_db_sched_usages(c, a, &use, &n));
+  for (size_t i = 0; i < n; i++) {
+    int u = coord_sched_user_index(a, v, &ucap, use[i].user);
+    if (u < 0) goto nomem;
+    v->s.users[u].usage =
+        coord_sched_decay(use[i].value, use[i].ms, now, c->cfg.sched.half_life_s);
+  }
+  PX_CHECK(coord_db_sched_running(c, a, &use, &n));
+  for (size_t i = 0; i < n; i++) {
+    int u = coord_sched_user_index(a, v, &ucap, use[i].user);
+    if (u < 0) goto nomem;
+    int64_t since = use[i].ms;
+    v->s.users[u].running_nodes += (int)use[i].value;
+    if (since > 0 && now > since) v->s.users[u].usage += use[i].value * (double)(now - since) / 1e3;
+  }
+  /* the configured users hold their shares even while idle */
+  for (int i = 0; i < c->cfg.sched.nusers; i++)
+    if (coord_sched_user_index(a, v, &ucap, c->cfg.sched.users[i].name) < 0) goto nomem;
+  /* the pending jobs: from memory (sched_queue.c), copied into the arena
+   * (placing a job changes the queue while the pass still reads the view) */
+  const coord_queue_entry_t *q = NULL;
+  size_t nq = 0;
+  PX_CHECK(coord_queue_sync(c, &q, &nq));
+  v->s.jobs = coord_alloc(a, (nq + 1) * sizeof *v->s.jobs);
+  v->job_ids = coord_alloc(a, (nq + 1) * sizeof *v->job_ids);
+  v->prefer = coord_alloc(a, (nq + 1) * sizeof *v->prefer);
+  v->rowids = coord_alloc(a, (nq + 1) * sizeof *v->rowids);
+  v->reasons = coord_alloc(a, (nq + 1) * sizeof *v->reasons);
+  if (!v->s.jobs || !v->job_ids || !v->prefer || !v->rowids || !v->reasons) return PX_ERR_NOMEM;
+  for (size_t i = 0; i < nq; i++) {
+    const coord_queue_entry_t *e = &q[i];
+    coord_sched_job_t *j = &v->s.jobs[i];
+    int u = coord_sched_user_index(a, v, &ucap, e->owner);
+    if (u < 0 || !(v->job_ids[i] = coord_strdup(a, e->job_id)) ||
+        !(v->prefer[i] = coord_strdup(a, e->prefer)) ||
+        !(v->reasons[i] = coord_strdup(a, e->reason)))
+      return px_set_error(PX_ERR_NOMEM, "scheduler: out of memory for the snapshot");
+    v->rowids[i] = e->rowid;
+    j->user = u;
+    j->nodes = e->nodes;
+    j->per_node = e->per_node;
+    j->priority = e->priority;
+    j->submit_ms = e->submit_ms;
+    j->time_limit_ms = e->time_limit_ms;
+  }
+  v->s.njobs = nq;
+  v->s.order = coord_alloc(a, (v->s.njobs + 1) * sizeof *v->s.order);
+  v->s.until = coord_alloc(a, (v->s.nnodes + 1) * sizeof *v->s.until);
+  v->s.user_nodes = coord_alloc(a, (v->s.nusers + 1) * sizeof *v->s.user_nodes);
+  if (!v->s.order || !v->s.until || !v->s.user_nodes) return PX_ERR_NOMEM;
+  coord_sched_decide(&c->cfg.sched, &v->s);
+  return PX_OK;
+nomem:
+  return px_set_error(PX_ERR_NOMEM, "scheduler: out of memory for the snapshot");
+}
+
+const coord_sched_job_t *coord_sched_view_find(const coord_sched_view_t *v, int64_t rowid) {
+  size_t lo = 0, hi = v->s.njobs;
+  while (lo < hi) { /* rowids ascend (ORDER BY id) */
+    size_t mid = lo + (hi - lo) / 2;
+    if (v->rowids[mid] < rowid) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < v->s.njobs && v->rowids[lo] == rowid ? &v->s.jobs[lo] : NULL;
+}
+
