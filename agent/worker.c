@@ -514,7 +514,8 @@ static px_status_t pxw_control(void *ctx, const px_iteration_t *it, px_hsadmm_de
     const char *why = dec->cancelled ? "cancelled" : dec->stop_reason;
     /* preempted (issue 31): a checkpoint here, then exit; the job's next
      * attempt resumes from it */
-    d->stop = !dec->cancelled && !strcmp(why, "preempted") ? PX_HSADMM_SUSPEND : PX_HSADMM_STOP;
+    d->stop = !dec->cancelled && why && !strcmp(why, "preempted") ? PX_HSADMM_SUSPEND
+                                                                  : PX_HSADMM_STOP;
     snprintf(d->reason, sizeof d->reason, "%s", why && why[0] ? why : "coordinator");
     snprintf(w->stop_reason, sizeof w->stop_reason, "%s", d->reason);
   }
