@@ -2,8 +2,9 @@
  *
  * This file parses the command line (options may come before or after the
  * command, as --opt VALUE or --opt=VALUE), prints the help texts and hands
- * over to the command; the commands live in pxctl_query.c, pxctl_logs.c and
- * pxctl_run.c. Every command accepts --help; every query command --json.
+ * over to the command; each command lives in its own file (pxctl.h lists
+ * them) and imports the client module (pxctl_client.c). Every command
+ * accepts --help; every query command --json.
  * Exit status: 0 success, 1 failure, 2 bad usage or a bad job spec. */
 #include <ctype.h>
 #include <errno.h>
@@ -332,30 +333,6 @@ static void pxctl_cmd_help(const pxctl_cmd_t *c, FILE *f) {
           c->name, c->synopsis[0] ? " " : "", c->synopsis, toupper((unsigned char)c->summary[0]),
           c->summary + 1, c->details);
 }
-
-int pxctl_usage_error(const pxctl_opts_t *o, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "pxctl%s%s: ", o && o->cmd ? " " : "", o && o->cmd ? o->cmd : "");
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "\n(run 'pxctl%s%s --help' for usage)\n", o && o->cmd ? " " : "",
-          o && o->cmd ? o->cmd : "");
-  return PXCTL_EXIT_USAGE;
-}
-
-static char pxctl_failure[512]; /* the last pxctl_fail message */
-
-int pxctl_fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(pxctl_failure, sizeof pxctl_failure, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "pxctl: %s\n", pxctl_failure);
-  return PXCTL_EXIT_FAIL;
-}
-
-const char *pxctl_last_failure(void) { return pxctl_failure; }
 
 /* The user's token when PRUNEX_TOKEN is not set: the first line of
  * $XDG_CONFIG_HOME/prunex/token (else ~/.config/prunex/token), a file

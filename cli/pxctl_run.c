@@ -423,7 +423,7 @@ static int pxctl_make_absolute(const char *path, char *out, size_t cap) {
 /* The spec and the run's shape. 0, or the exit status of a run that ends
  * before it starts anything (everything freed). */
 static int pxctl_run_load(pxctl_opts_t *o, pxctl_run_t *r, pxctl_result_t *res) {
-  int rc = pxctl_load_spec(o->pos[0], &r->spec, &r->spec_text);
+  int rc = pxctl_load_spec(o->pos[0], &r->spec, &r->spec_text, NULL);
   if (rc) return rc;
   snprintf(res->name, sizeof res->name, "%s", r->spec->name);
   r->M = r->spec->cluster->nodes;
