@@ -385,6 +385,15 @@ static int pxctl_parse_count(pxctl_opts_t *o, const char *opt, const char *v, in
   return 0;
 }
 
+/* An option that names a path: *dst = v, or the usage error "OPT needs
+ * WHAT" for an empty value. */
+static int pxctl_set_path(pxctl_opts_t *o, const char **dst, const char *v, const char *opt,
+                          const char *what) {
+  if (!v[0]) return pxctl_usage_error(o, "%s needs %s", opt, what);
+  *dst = v;
+  return 0;
+}
+
 /* Applies one option with its value (NULL for flags). */
 static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
   switch (opt->bit) {
@@ -428,14 +437,8 @@ static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
     case OPT_FOLLOW: o->follow = 1; return 0;
     case OPT_KEEP: o->keep = 1; return 0;
     case OPT_ONNX: o->onnx = 1; return 0;
-    case OPT_WORK_DIR:
-      if (!v[0]) return pxctl_usage_error(o, "--work-dir needs a directory");
-      o->work_dir = v;
-      return 0;
-    case OPT_OUTPUT:
-      if (!v[0]) return pxctl_usage_error(o, "--output needs a directory");
-      o->output = v;
-      return 0;
+    case OPT_WORK_DIR: return pxctl_set_path(o, &o->work_dir, v, "--work-dir", "a directory");
+    case OPT_OUTPUT: return pxctl_set_path(o, &o->output, v, "--output", "a directory");
     case OPT_REASON: o->reason = v; return 0;
     case OPT_CA:
       if (!v[0]) return pxctl_usage_error(o, "--ca needs a file");
@@ -456,14 +459,8 @@ static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
         return pxctl_usage_error(o, "--http '%s': expected HOST:PORT", v);
       o->http = v;
       return 0;
-    case OPT_OUT:
-      if (!v[0]) return pxctl_usage_error(o, "--out needs a directory");
-      o->out = v;
-      return 0;
-    case OPT_DB:
-      if (!v[0]) return pxctl_usage_error(o, "--db needs a file");
-      o->db = v;
-      return 0;
+    case OPT_OUT: return pxctl_set_path(o, &o->out, v, "--out", "a directory");
+    case OPT_DB: return pxctl_set_path(o, &o->db, v, "--db", "a file");
   }
   return 0;
 }

@@ -142,6 +142,12 @@ void pxctl_json_uint(pxctl_json_t *j, uint64_t v);
 void pxctl_json_double(pxctl_json_t *j, double v);
 void pxctl_json_bool(pxctl_json_t *j, int v);
 void pxctl_json_null(pxctl_json_t *j);
+/* pxctl_json_key then the value. */
+void pxctl_json_kv_string(pxctl_json_t *j, const char *key, const char *s);
+void pxctl_json_kv_int(pxctl_json_t *j, const char *key, int64_t v);
+void pxctl_json_kv_uint(pxctl_json_t *j, const char *key, uint64_t v);
+void pxctl_json_kv_double(pxctl_json_t *j, const char *key, double v);
+void pxctl_json_kv_bool(pxctl_json_t *j, const char *key, int v);
 /* Writes the document as one line (or --field's lines), flushes, and
  * frees the tree; j is empty again. */
 void pxctl_json_finish(pxctl_json_t *j);
@@ -159,6 +165,12 @@ void pxctl_json_message(pxctl_json_t *j, const ProtobufCMessage *m);
 /* A Job as `status --json` prints it: pxctl_json_message, with spec_yaml
  * replaced by the canonical YAML when the job was submitted without text. */
 void pxctl_json_job(pxctl_json_t *j, const Prunex__V1__Job *job);
+/* pxctl_json_key then an array of the n strings. */
+void pxctl_json_kv_strings(pxctl_json_t *j, const char *key, char *const *items, size_t n);
+/* A message (pxctl_json_message) as the one document on stdout. */
+void pxctl_json_print_message(const ProtobufCMessage *m);
+/* That Job as the one document on stdout. */
+void pxctl_json_print_job(const Prunex__V1__Job *job);
 
 /* ---- human formatting (pxctl_fmt.c) ------------------------------------ */
 

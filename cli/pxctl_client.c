@@ -64,6 +64,14 @@ px_rpc_channel_t *pxctl_connect(const pxctl_opts_t *o) {
   return ch;
 }
 
+int pxctl_with_channel(pxctl_opts_t *o, pxctl_channel_fn fn) {
+  px_rpc_channel_t *ch = pxctl_connect(o);
+  if (!ch) return PXCTL_EXIT_FAIL;
+  int rc = fn(o, ch);
+  px_rpc_channel_destroy(ch);
+  return rc;
+}
+
 int pxctl_rpc_fail(px_rpc_channel_t *ch, const char *job_id) {
   px_rpc_code_t code = px_rpc_last_code();
   const char *target = ch ? px_rpc_channel_target(ch) : "?";

@@ -89,6 +89,12 @@ int pxctl_resolve_job(const pxctl_opts_t *o, const char **ref);
  * NULL. */
 px_rpc_channel_t *pxctl_connect(const pxctl_opts_t *o);
 
+/* A command's work on a channel: connects to o->coordinator (on failure
+ * says why and returns PXCTL_EXIT_FAIL), runs fn, closes the channel.
+ * Returns fn's exit code. */
+typedef int (*pxctl_channel_fn)(pxctl_opts_t *o, px_rpc_channel_t *ch);
+int pxctl_with_channel(pxctl_opts_t *o, pxctl_channel_fn fn);
+
 /* Turns the last failed RPC into a message on stderr and returns
  * PXCTL_EXIT_FAIL: "no job 'X'" for NOT_FOUND when job_id is given, else
  * the coordinator's address, the gRPC status and the details. */

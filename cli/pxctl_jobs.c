@@ -124,9 +124,7 @@ int pxctl_cmd_list(pxctl_opts_t *o) {
 
 /* ---- delete ----------------------------------------------------------------- */
 
-int pxctl_cmd_delete(pxctl_opts_t *o) {
-  px_rpc_channel_t *ch = pxctl_connect(o);
-  if (!ch) return PXCTL_EXIT_FAIL;
+static int pxctl_delete_job(pxctl_opts_t *o, px_rpc_channel_t *ch) {
   int rc = PXCTL_EXIT_OK;
   if (px_rpc_delete_job(ch, o->pos[0], PXCTL_DEADLINE_MS) != PX_OK) {
     px_rpc_code_t code = px_rpc_last_code();
@@ -137,29 +135,21 @@ int pxctl_cmd_delete(pxctl_opts_t *o) {
     pxctl_json_t j;
     pxctl_json_init(&j, stdout);
     pxctl_json_begin_object(&j);
-    pxctl_json_key(&j, "job_id");
-    pxctl_json_string(&j, o->pos[0]);
-    pxctl_json_key(&j, "deleted");
-    pxctl_json_bool(&j, 1);
+    pxctl_json_kv_string(&j, "job_id", o->pos[0]);
+    pxctl_json_kv_bool(&j, "deleted", 1);
     pxctl_json_end_object(&j);
     pxctl_json_finish(&j);
   } else {
     printf("%s deleted\n", o->pos[0]);
   }
-  px_rpc_channel_destroy(ch);
   return rc;
 }
 
+int pxctl_cmd_delete(pxctl_opts_t *o) { return pxctl_with_channel(o, pxctl_delete_job); }
+
 /* ---- cancel ----------------------------------------------------------------- */
 
-int pxctl_cmd_cancel(pxctl_opts_t *o) {
-  px_rpc_channel_t *ch = pxctl_connect(o);
-  if (!ch) return PXCTL_EXIT_FAIL;
-  if (pxctl_is_sweep_id(o->pos[0])) {
-    int src = pxctl_sweep_cancel(o, ch);
-    px_rpc_channel_destroy(ch);
-    return src;
-  }
+static int pxctl_job_cancel(pxctl_opts_t *o, px_rpc_channel_t *ch) {
   Prunex__V1__CancelJobResponse *resp = NULL;
   int rc = PXCTL_EXIT_OK;
   const char *reason = o->reason && o->reason[0] ? o->reason : "by pxctl cancel";
@@ -168,15 +158,15 @@ int pxctl_cmd_cancel(pxctl_opts_t *o) {
       rc = pxctl_fail("cannot cancel job '%s': %s", o->pos[0], px_last_error());
     else rc = pxctl_rpc_fail(ch, o->pos[0]);
   } else if (o->json) {
-    pxctl_json_t j;
-    pxctl_json_init(&j, stdout);
-    pxctl_json_job(&j, resp->job);
-    pxctl_json_finish(&j);
+    pxctl_json_print_job(resp->job);
   } else {
     printf("%s %s\n", o->pos[0],
            resp->job ? px_rpc_job_state_name(resp->job->state) : "CANCELLED");
   }
   px_rpc_message_free(resp);
-  px_rpc_channel_destroy(ch);
   return rc;
+}
+
+int pxctl_cmd_cancel(pxctl_opts_t *o) {
+  return pxctl_with_channel(o, pxctl_is_sweep_id(o->pos[0]) ? pxctl_sweep_cancel : pxctl_job_cancel);
 }

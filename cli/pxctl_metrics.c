@@ -54,44 +54,50 @@ static void pxctl_metrics_csv(FILE *f, Prunex__V1__IterationReport **rows, size_
   fflush(f);
 }
 
-int pxctl_cmd_metrics(pxctl_opts_t *o) {
+/* The iteration reports of job o->pos[0] for a command that shows them:
+ * connects, fetches them (from, layers, --all-ranks), runs show, frees
+ * them. Exit code. */
+typedef int (*pxctl_reports_fn)(pxctl_opts_t *o, Prunex__V1__IterationReport **rows, size_t n);
+
+static int pxctl_with_reports(pxctl_opts_t *o, int from, int layers, pxctl_reports_fn show) {
   px_rpc_channel_t *ch = pxctl_connect(o);
   if (!ch) return PXCTL_EXIT_FAIL;
   Prunex__V1__GetIterationsResponse *resp = NULL;
   Prunex__V1__IterationReport **rows = NULL;
   size_t n = 0;
-  int rc = PXCTL_EXIT_OK;
-  if (pxctl_iterations(ch, o->pos[0], o->from, o->layers, o->all_ranks, &resp, &rows, &n) !=
-      PX_OK) {
+  int rc;
+  if (pxctl_iterations(ch, o->pos[0], from, layers, o->all_ranks, &resp, &rows, &n) != PX_OK)
     rc = resp ? pxctl_fail("%s", px_last_error()) : pxctl_rpc_fail(ch, o->pos[0]);
-    goto out;
-  }
+  else rc = show(o, rows, n);
+  px_free(rows);
+  px_rpc_message_free(resp);
+  px_rpc_channel_destroy(ch);
+  return rc;
+}
+
+static int pxctl_show_metrics(pxctl_opts_t *o, Prunex__V1__IterationReport **rows, size_t n) {
   if (o->limit > 0 && n > (size_t)o->limit) n = (size_t)o->limit;
-  if (o->csv && o->json) {
-    rc = pxctl_usage_error(o, "--csv and --json: choose one");
-    goto out;
-  }
+  if (o->csv && o->json) return pxctl_usage_error(o, "--csv and --json: choose one");
   if (o->csv) {
     pxctl_metrics_csv(stdout, rows, n, o->layers);
-    goto out;
+    return PXCTL_EXIT_OK;
   }
   if (o->json) {
     pxctl_json_t j;
     pxctl_json_init(&j, stdout);
     pxctl_json_begin_object(&j);
-    pxctl_json_key(&j, "job_id");
-    pxctl_json_string(&j, o->pos[0]);
+    pxctl_json_kv_string(&j, "job_id", o->pos[0]);
     pxctl_json_key(&j, "iterations");
     pxctl_json_begin_array(&j);
     for (size_t i = 0; i < n; i++) pxctl_json_message(&j, &rows[i]->base);
     pxctl_json_end_array(&j);
     pxctl_json_end_object(&j);
     pxctl_json_finish(&j);
-    goto out;
+    return PXCTL_EXIT_OK;
   }
   if (n == 0) {
     printf("job %s has no iteration reports%s\n", o->pos[0], o->from ? " from there" : " yet");
-    goto out;
+    return PXCTL_EXIT_OK;
   }
   static const char *const h[] = {">ITER",    ">RANK",    ">EPOCH", ">LOSS",  ">TRAIN-ACC",
                                   ">TEST-ACC", ">DENSITY", ">DRIFT", ">INTRA", ">INTER"};
@@ -148,24 +154,14 @@ int pxctl_cmd_metrics(pxctl_opts_t *o) {
     }
     pxctl_table_print(lt, stdout, 2);
   }
-out:
-  px_free(rows);
-  px_rpc_message_free(resp);
-  px_rpc_channel_destroy(ch);
-  return rc;
+  return PXCTL_EXIT_OK;
 }
 
-int pxctl_cmd_drift(pxctl_opts_t *o) {
-  px_rpc_channel_t *ch = pxctl_connect(o);
-  if (!ch) return PXCTL_EXIT_FAIL;
-  Prunex__V1__GetIterationsResponse *resp = NULL;
-  Prunex__V1__IterationReport **rows = NULL;
-  size_t n = 0;
-  int rc = PXCTL_EXIT_OK;
-  if (pxctl_iterations(ch, o->pos[0], 0, 0, o->all_ranks, &resp, &rows, &n) != PX_OK) {
-    rc = resp ? pxctl_fail("%s", px_last_error()) : pxctl_rpc_fail(ch, o->pos[0]);
-    goto out;
-  }
+int pxctl_cmd_metrics(pxctl_opts_t *o) {
+  return pxctl_with_reports(o, o->from, o->layers, pxctl_show_metrics);
+}
+
+static int pxctl_show_drift(pxctl_opts_t *o, Prunex__V1__IterationReport **rows, size_t n) {
   /* The first iteration whose report says frozen, and the last one that
    * still changed the masks. */
   int frozen_at = -1, last_change = -1;
@@ -177,10 +173,8 @@ int pxctl_cmd_drift(pxctl_opts_t *o) {
     pxctl_json_t j;
     pxctl_json_init(&j, stdout);
     pxctl_json_begin_object(&j);
-    pxctl_json_key(&j, "job_id");
-    pxctl_json_string(&j, o->pos[0]);
-    pxctl_json_key(&j, "frozen");
-    pxctl_json_bool(&j, frozen_at >= 0);
+    pxctl_json_kv_string(&j, "job_id", o->pos[0]);
+    pxctl_json_kv_bool(&j, "frozen", frozen_at >= 0);
     pxctl_json_key(&j, "frozen_at_iteration");
     if (frozen_at >= 0) pxctl_json_int(&j, frozen_at);
     else pxctl_json_null(&j);
@@ -191,29 +185,24 @@ int pxctl_cmd_drift(pxctl_opts_t *o) {
     pxctl_json_begin_array(&j);
     for (size_t i = 0; i < n; i++) {
       pxctl_json_begin_object(&j);
-      pxctl_json_key(&j, "iteration");
-      pxctl_json_int(&j, rows[i]->iteration);
-      pxctl_json_key(&j, "rank");
-      pxctl_json_int(&j, rows[i]->rank);
-      pxctl_json_key(&j, "mask_drift");
-      pxctl_json_int(&j, rows[i]->mask_drift);
+      pxctl_json_kv_int(&j, "iteration", rows[i]->iteration);
+      pxctl_json_kv_int(&j, "rank", rows[i]->rank);
+      pxctl_json_kv_int(&j, "mask_drift", rows[i]->mask_drift);
       pxctl_json_key(&j, "mask_groups");
       if (rows[i]->mask_groups > 0) pxctl_json_int(&j, rows[i]->mask_groups);
       else pxctl_json_null(&j);
-      pxctl_json_key(&j, "density");
-      pxctl_json_double(&j, rows[i]->density);
-      pxctl_json_key(&j, "frozen");
-      pxctl_json_bool(&j, rows[i]->frozen);
+      pxctl_json_kv_double(&j, "density", rows[i]->density);
+      pxctl_json_kv_bool(&j, "frozen", rows[i]->frozen);
       pxctl_json_end_object(&j);
     }
     pxctl_json_end_array(&j);
     pxctl_json_end_object(&j);
     pxctl_json_finish(&j);
-    goto out;
+    return PXCTL_EXIT_OK;
   }
   if (n == 0) {
     printf("job %s has no iteration reports yet\n", o->pos[0]);
-    goto out;
+    return PXCTL_EXIT_OK;
   }
   static const char *const h[] = {">ITER", ">RANK", ">DRIFT", ">DENSITY", "MASKS"};
   static const char *const h1[] = {">ITER", ">DRIFT", ">DENSITY", "MASKS"};
@@ -234,9 +223,9 @@ int pxctl_cmd_drift(pxctl_opts_t *o) {
   else printf("masks not frozen%s", last_change >= 0 ? "" : "\n");
   if (last_change >= 0)
     printf("; last change at iteration %d\n", last_change);
-out:
-  px_free(rows);
-  px_rpc_message_free(resp);
-  px_rpc_channel_destroy(ch);
-  return rc;
+  return PXCTL_EXIT_OK;
+}
+
+int pxctl_cmd_drift(pxctl_opts_t *o) {
+  return pxctl_with_reports(o, 0, 0, pxctl_show_drift);
 }

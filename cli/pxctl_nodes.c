@@ -5,9 +5,7 @@
 
 #include "pxctl.h"
 
-int pxctl_cmd_nodes(pxctl_opts_t *o) {
-  px_rpc_channel_t *ch = pxctl_connect(o);
-  if (!ch) return PXCTL_EXIT_FAIL;
+static int pxctl_list_nodes(pxctl_opts_t *o, px_rpc_channel_t *ch) {
   Prunex__V1__ListNodesRequest req = PRUNEX__V1__LIST_NODES_REQUEST__INIT;
   req.state = (Prunex__V1__NodeState)o->state;
   Prunex__V1__ListNodesResponse *resp = NULL;
@@ -54,6 +52,7 @@ int pxctl_cmd_nodes(pxctl_opts_t *o) {
     pxctl_table_print(t, stdout, 0);
   }
   px_rpc_message_free(resp);
-  px_rpc_channel_destroy(ch);
   return rc;
 }
+
+int pxctl_cmd_nodes(pxctl_opts_t *o) { return pxctl_with_channel(o, pxctl_list_nodes); }

@@ -165,27 +165,20 @@ static void pxctl_print_job(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
   pxctl_print_history(job);
 }
 
-int pxctl_cmd_status(pxctl_opts_t *o) {
-  px_rpc_channel_t *ch = pxctl_connect(o);
-  if (!ch) return PXCTL_EXIT_FAIL;
-  if (pxctl_is_sweep_id(o->pos[0])) {
-    int src = pxctl_sweep_status(o, ch);
-    px_rpc_channel_destroy(ch);
-    return src;
-  }
+static int pxctl_job_status(pxctl_opts_t *o, px_rpc_channel_t *ch) {
   Prunex__V1__Job *job = NULL;
   int rc = PXCTL_EXIT_OK;
   if (px_rpc_get_job_ex(ch, o->pos[0], 1, PXCTL_DEADLINE_MS, &job) != PX_OK) {
     rc = pxctl_rpc_fail(ch, o->pos[0]);
   } else if (o->json) {
-    pxctl_json_t j;
-    pxctl_json_init(&j, stdout);
-    pxctl_json_job(&j, job);
-    pxctl_json_finish(&j);
+    pxctl_json_print_job(job);
   } else {
     pxctl_print_job(ch, job);
   }
   px_rpc_message_free(job);
-  px_rpc_channel_destroy(ch);
   return rc;
+}
+
+int pxctl_cmd_status(pxctl_opts_t *o) {
+  return pxctl_with_channel(o, pxctl_is_sweep_id(o->pos[0]) ? pxctl_sweep_status : pxctl_job_status);
 }

@@ -63,19 +63,12 @@ int pxctl_cmd_submit(pxctl_opts_t *o) {
     pxctl_json_t j;
     pxctl_json_init(&j, stdout);
     pxctl_json_begin_object(&j);
-    pxctl_json_key(&j, "job_id");
-    pxctl_json_string(&j, resp->job_id);
-    pxctl_json_key(&j, "name");
-    pxctl_json_string(&j, spec->name);
-    pxctl_json_key(&j, "spec_file");
-    pxctl_json_string(&j, o->pos[0]);
+    pxctl_json_kv_string(&j, "job_id", resp->job_id);
+    pxctl_json_kv_string(&j, "name", spec->name);
+    pxctl_json_kv_string(&j, "spec_file", o->pos[0]);
     if (resp->sweep_id[0]) {
-      pxctl_json_key(&j, "sweep_id");
-      pxctl_json_string(&j, resp->sweep_id);
-      pxctl_json_key(&j, "job_ids");
-      pxctl_json_begin_array(&j);
-      for (size_t i = 0; i < resp->n_job_ids; i++) pxctl_json_string(&j, resp->job_ids[i]);
-      pxctl_json_end_array(&j);
+      pxctl_json_kv_string(&j, "sweep_id", resp->sweep_id);
+      pxctl_json_kv_strings(&j, "job_ids", resp->job_ids, resp->n_job_ids);
     }
     pxctl_json_end_object(&j);
     pxctl_json_finish(&j);

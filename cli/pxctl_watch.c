@@ -64,10 +64,7 @@ int pxctl_cmd_watch(pxctl_opts_t *o) {
   if (st != PX_OK) {
     rc = pxctl_rpc_fail(ch, o->pos[0]);
   } else if (o->json) {
-    pxctl_json_t j;
-    pxctl_json_init(&j, stdout);
-    pxctl_json_job(&j, fin);
-    pxctl_json_finish(&j);
+    pxctl_json_print_job(fin);
     rc = fin->state == PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED ? 0 : PXCTL_EXIT_FAIL;
   } else {
     printf("%s %s%s%s\n", fin->job_id, px_rpc_job_state_name(fin->state),
