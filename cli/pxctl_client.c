@@ -53,7 +53,7 @@ const char *pxctl_offline_db(void) {
   return pxctl_offline_source[0] ? pxctl_offline_source : NULL;
 }
 
-/* ---- connection and errors ---------------------------------------------- */
+/* ---- connection ---------------------------------------------------------------- */
 
 px_rpc_channel_t *pxctl_connect(const pxctl_opts_t *o) {
   px_rpc_channel_t *ch = NULL;
@@ -90,6 +90,8 @@ int pxctl_rpc_fail(px_rpc_channel_t *ch, const char *job_id) {
   return pxctl_fail("coordinator %s: %s (gRPC status %s)%s", target, px_last_error(),
                     px_rpc_code_name(code), hint);
 }
+
+/* ---- name resolution ------------------------------------------------------------ */
 
 int pxctl_resolve_job(const pxctl_opts_t *o, const char **ref) {
   px_rpc_channel_t *ch = NULL;
