@@ -105,6 +105,8 @@ int pxctl_offline_open(pxctl_opts_t *o, const char *db, pxctl_offline_t **out);
 int pxctl_offline_begin(pxctl_opts_t *o, pxctl_offline_t **out);
 /* Stops the private coordinator and removes the copy. NULL is a no-op. */
 void pxctl_offline_close(pxctl_offline_t *off);
+/* (pxctl_offline_db, the database read now, is the client module's.) */
+
 /* ---- JSON (pxctl_json.c) ---------------------------------------------------
  * A document builder over json-c (prunex/json.h): callers say what comes
  * next (begin/end, key, value) and pxctl_json_finish writes the whole tree
