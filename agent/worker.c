@@ -290,9 +290,12 @@ static px_status_t pxw_load_spec(const pxw_args_t *a, Prunex__V1__JobSpec **out)
   px_free(data);
   if (!spec)
     return px_set_error(PX_ERR_FORMAT, "%s: not a packed prunex.v1.JobSpec", a->spec_path);
-  /* A spec from a client that left fields at their proto zero gets the
-   * documented defaults, then the same checks a parsed spec passes. */
-  if ((st = px_jobspec_fill_defaults(spec)) != PX_OK || (st = px_jobspec_validate(spec)) != PX_OK) {
+  /* The spec crossed a trust boundary again (the coordinator's store, the
+   * agent's file): the check SubmitJob ran on it (px_jobspec_check_submitted,
+   * which judges its completed copy with every rule of the schema), then
+   * the documented defaults for the fields a client left at proto zero. */
+  if ((st = px_jobspec_check_submitted(spec)) != PX_OK ||
+      (st = px_jobspec_fill_defaults(spec)) != PX_OK) {
     px_jobspec_free(spec);
     return st;
   }

@@ -2,8 +2,9 @@
  *
  * This file parses the command line (options may come before or after the
  * command, as --opt VALUE or --opt=VALUE), prints the help texts and hands
- * over to the command; the commands live in pxctl_query.c, pxctl_logs.c and
- * pxctl_run.c. Every command accepts --help; every query command --json.
+ * over to the command; each command lives in its own file (pxctl.h lists
+ * them) and imports the client module (pxctl_client.c). Every command
+ * accepts --help; every query command --json.
  * Exit status: 0 success, 1 failure, 2 bad usage or a bad job spec. */
 #include <ctype.h>
 #include <errno.h>
@@ -333,30 +334,6 @@ static void pxctl_cmd_help(const pxctl_cmd_t *c, FILE *f) {
           c->summary + 1, c->details);
 }
 
-int pxctl_usage_error(const pxctl_opts_t *o, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "pxctl%s%s: ", o && o->cmd ? " " : "", o && o->cmd ? o->cmd : "");
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "\n(run 'pxctl%s%s --help' for usage)\n", o && o->cmd ? " " : "",
-          o && o->cmd ? o->cmd : "");
-  return PXCTL_EXIT_USAGE;
-}
-
-static char pxctl_failure[512]; /* the last pxctl_fail message */
-
-int pxctl_fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(pxctl_failure, sizeof pxctl_failure, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "pxctl: %s\n", pxctl_failure);
-  return PXCTL_EXIT_FAIL;
-}
-
-const char *pxctl_last_failure(void) { return pxctl_failure; }
-
 /* The user's token when PRUNEX_TOKEN is not set: the first line of
  * $XDG_CONFIG_HOME/prunex/token (else ~/.config/prunex/token), a file
  * only its owner may read. Put in PRUNEX_TOKEN for the RPC client. Returns
@@ -408,6 +385,15 @@ static int pxctl_parse_count(pxctl_opts_t *o, const char *opt, const char *v, in
   return 0;
 }
 
+/* An option that names a path: *dst = v, or the usage error "OPT needs
+ * WHAT" for an empty value. */
+static int pxctl_set_path(pxctl_opts_t *o, const char **dst, const char *v, const char *opt,
+                          const char *what) {
+  if (!v[0]) return pxctl_usage_error(o, "%s needs %s", opt, what);
+  *dst = v;
+  return 0;
+}
+
 /* Applies one option with its value (NULL for flags). */
 static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
   switch (opt->bit) {
@@ -451,14 +437,8 @@ static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
     case OPT_FOLLOW: o->follow = 1; return 0;
     case OPT_KEEP: o->keep = 1; return 0;
     case OPT_ONNX: o->onnx = 1; return 0;
-    case OPT_WORK_DIR:
-      if (!v[0]) return pxctl_usage_error(o, "--work-dir needs a directory");
-      o->work_dir = v;
-      return 0;
-    case OPT_OUTPUT:
-      if (!v[0]) return pxctl_usage_error(o, "--output needs a directory");
-      o->output = v;
-      return 0;
+    case OPT_WORK_DIR: return pxctl_set_path(o, &o->work_dir, v, "--work-dir", "a directory");
+    case OPT_OUTPUT: return pxctl_set_path(o, &o->output, v, "--output", "a directory");
     case OPT_REASON: o->reason = v; return 0;
     case OPT_CA:
       if (!v[0]) return pxctl_usage_error(o, "--ca needs a file");
@@ -479,14 +459,8 @@ static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
         return pxctl_usage_error(o, "--http '%s': expected HOST:PORT", v);
       o->http = v;
       return 0;
-    case OPT_OUT:
-      if (!v[0]) return pxctl_usage_error(o, "--out needs a directory");
-      o->out = v;
-      return 0;
-    case OPT_DB:
-      if (!v[0]) return pxctl_usage_error(o, "--db needs a file");
-      o->db = v;
-      return 0;
+    case OPT_OUT: return pxctl_set_path(o, &o->out, v, "--out", "a directory");
+    case OPT_DB: return pxctl_set_path(o, &o->db, v, "--db", "a file");
   }
   return 0;
 }

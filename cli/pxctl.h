@@ -1,14 +1,16 @@
 /* pxctl internals: what the files of the command-line client share. The
- * program is split by concern: pxctl.c (argument parsing, dispatch, help),
- * pxctl_query.c (the commands that ask the coordinator: submit, status,
- * list, cancel, nodes, metrics, drift, watch), pxctl_logs.c (per-rank log
- * files), pxctl_run.c (the embedded mode: private coordinator and agents),
+ * program is split by concern: pxctl.c (argument parsing, dispatch, help);
+ * pxctl_client.c (pxctl_client.h: the plumbing every command imports:
+ * errors, connection, name resolution, spec loading, iteration reports,
+ * watch, summary); one file per command or family of commands
+ * (pxctl_submit.c, pxctl_status.c, pxctl_jobs.c: list, cancel, delete,
+ * pxctl_nodes.c, pxctl_metrics.c: metrics, drift, pxctl_watch.c,
+ * pxctl_logs.c, pxctl_plot.c, pxctl_export.c, pxctl_acct.c,
+ * pxctl_sweep.c, pxctl_run.c: the embedded mode); what the commands build
+ * on: pxctl_supervise.c (child processes), pxctl_offline.c (finished runs
+ * read offline), pxctl_engine.c (pxtrain for the engine's work),
  * pxctl_json.c (the JSON emitter) and pxctl_fmt.c (tables and human
- * formatting).
- *
- * Exit codes are the same for every command: 0 success, 1 a runtime
- * failure (the coordinator, a job that did not succeed, a missing file),
- * 2 bad usage or a bad job spec. */
+ * formatting). Files call down this list, never back up: no circle. */
 #ifndef PXCTL_H
 #define PXCTL_H
 
@@ -19,56 +21,7 @@
 #include "prunex/export.h" /* px_export_report_t (a type: the work is pxtrain's) */
 #include "prunex/px.h"
 #include "prunex/rpc.h"
-
-enum { PXCTL_EXIT_OK = 0, PXCTL_EXIT_FAIL = 1, PXCTL_EXIT_USAGE = 2 };
-
-#define PXCTL_DEFAULT_COORDINATOR "127.0.0.1:7070"
-#define PXCTL_DEFAULT_WORK_DIR "/var/lib/prunex"
-
-/* ---- command line ------------------------------------------------------ */
-
-/* Everything the options of any command can set. Strings point into argv
- * or the environment (never freed). */
-typedef struct {
-  const char *cmd;            /* the command name ("status") */
-  const char *coordinator;    /* HOST:PORT */
-  const char *work_dir;       /* logs/run: --work-dir (NULL: not given) */
-  const char *output;         /* run: --output */
-  int json;
-  int keep;                   /* run: --keep */
-  int layers;                 /* metrics: --layers */
-  int all_ranks;              /* metrics/drift: --all-ranks */
-  int follow;                 /* logs: --follow */
-  int rank;                   /* logs: --rank (-1: all) */
-  int state;                  /* list/nodes: --state (0: any) */
-  int limit;                  /* list/metrics: --limit (0: all) */
-  int from;                   /* metrics: --from */
-  const char *reason;         /* cancel: --reason */
-  int nodes;                  /* submit: --nodes (0: the spec's) */
-  int workers_per_node;       /* submit: --workers-per-node (0: the spec's) */
-  const char *out;            /* plot: --out */
-  const char *db;             /* plot: --db (a coordinator database file) */
-  const char *http;           /* run: --http HOST:PORT for the private pxcoordd */
-  int csv;                    /* metrics: --csv */
-  const char *pos[8];         /* positional arguments */
-  int onnx;                   /* export: --onnx */
-  const char *user;           /* acct: --user */
-  int64_t since_unix_ms;      /* acct: --since (0: all) */
-  const char *sweep;          /* list: --sweep (NULL: every job) */
-  int npos;
-} pxctl_opts_t;
-
-/* Prints "pxctl CMD: <message>" and the hint to run --help on stderr;
- * returns PXCTL_EXIT_USAGE. */
-int pxctl_usage_error(const pxctl_opts_t *o, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-/* Prints "pxctl: <message>" on stderr; returns PXCTL_EXIT_FAIL. */
-int pxctl_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* The message of the last pxctl_fail call ("" before any), for summaries
- * that must carry the reason (pxctl run --json). Owned by pxctl.c. */
-const char *pxctl_last_failure(void);
+#include "pxctl_client.h"
 
 /* ---- commands ------------------------------------------------------------ */
 
@@ -152,62 +105,7 @@ int pxctl_offline_open(pxctl_opts_t *o, const char *db, pxctl_offline_t **out);
 int pxctl_offline_begin(pxctl_opts_t *o, pxctl_offline_t **out);
 /* Stops the private coordinator and removes the copy. NULL is a no-op. */
 void pxctl_offline_close(pxctl_offline_t *off);
-/* The database read offline now, for messages; NULL: a live coordinator. */
-const char *pxctl_offline_db(void);
-
-/* ---- shared pieces of the query commands (pxctl_query.c) ---------------- */
-
-/* Turns a job name into its id when *ref is not a job id and exactly one
- * job has that name (*ref then points at static storage that lives until
- * exit); several jobs of that name are an error naming them (exit 1).
- * Anything else (an id, no such job, coordinator unreachable) is left for
- * the command to report. Returns 0 or the exit code. */
-int pxctl_resolve_job(const pxctl_opts_t *o, const char **ref);
-
-/* Opens a channel to o->coordinator; on failure prints why and returns
- * NULL. */
-px_rpc_channel_t *pxctl_connect(const pxctl_opts_t *o);
-
-/* Turns the last failed RPC into a message on stderr and returns
- * PXCTL_EXIT_FAIL: "no job 'X'" for NOT_FOUND when job_id is given, else
- * the coordinator's address, the gRPC status and the details. */
-int pxctl_rpc_fail(px_rpc_channel_t *ch, const char *job_id);
-
-/* Reads a spec file, parses and validates it. On success *spec and *text
- * (the file's bytes, NUL-terminated, px_free) belong to the caller; on
- * failure the message (FILE:LINE:COL: FIELD: what) is printed and
- * PXCTL_EXIT_USAGE returned. */
-int pxctl_load_spec(const char *path, Prunex__V1__JobSpec **spec, char **text);
-
-/* Called between reads of a watch stream; nonzero stops the watch. */
-typedef int (*pxctl_watch_stop_fn)(void *arg);
-
-/* Follows job_id with WatchJob until it reaches a terminal state, drawing
- * a progress bar on out (a redrawn line when out is a terminal, one line
- * per change otherwise; nothing when out is NULL). stop is polled about
- * every 200 ms (NULL: never). Returns PX_OK with *final (the last Job,
- * inside *holder: free *holder with px_rpc_message_free) when the job
- * ended; PX_ERR_STATE when stop said so (then *final is the last seen
- * state, possibly NULL); an RPC error otherwise (last error set). */
-px_status_t pxctl_watch(px_rpc_channel_t *ch, const char *job_id, FILE *out,
-                        pxctl_watch_stop_fn stop, void *arg, void **holder,
-                        const Prunex__V1__Job **final);
-
-/* Figures of a finished job as `run` reports them. */
-typedef struct {
-  int iterations;
-  double test_accuracy;       /* < 0: never evaluated */
-  double density;
-  uint64_t inter_bytes, inter_bytes_dense, intra_bytes;
-  double wall_s;
-  char model_path[4096];
-  const char *source;         /* "coordinator" (Job.summary) or "iterations" */
-} pxctl_summary_t;
-
-/* Fills s from job->summary when the coordinator gave one, else from
- * GetIterations (sums over iterations, last test accuracy and density). */
-px_status_t pxctl_job_summary(px_rpc_channel_t *ch, const Prunex__V1__Job *job,
-                              pxctl_summary_t *s);
+/* (pxctl_offline_db, the database read now, is the client module's.) */
 
 /* ---- JSON (pxctl_json.c) ---------------------------------------------------
  * A document builder over json-c (prunex/json.h): callers say what comes
@@ -246,6 +144,12 @@ void pxctl_json_uint(pxctl_json_t *j, uint64_t v);
 void pxctl_json_double(pxctl_json_t *j, double v);
 void pxctl_json_bool(pxctl_json_t *j, int v);
 void pxctl_json_null(pxctl_json_t *j);
+/* pxctl_json_key then the value. */
+void pxctl_json_kv_string(pxctl_json_t *j, const char *key, const char *s);
+void pxctl_json_kv_int(pxctl_json_t *j, const char *key, int64_t v);
+void pxctl_json_kv_uint(pxctl_json_t *j, const char *key, uint64_t v);
+void pxctl_json_kv_double(pxctl_json_t *j, const char *key, double v);
+void pxctl_json_kv_bool(pxctl_json_t *j, const char *key, int v);
 /* Writes the document as one line (or --field's lines), flushes, and
  * frees the tree; j is empty again. */
 void pxctl_json_finish(pxctl_json_t *j);
@@ -263,6 +167,12 @@ void pxctl_json_message(pxctl_json_t *j, const ProtobufCMessage *m);
 /* A Job as `status --json` prints it: pxctl_json_message, with spec_yaml
  * replaced by the canonical YAML when the job was submitted without text. */
 void pxctl_json_job(pxctl_json_t *j, const Prunex__V1__Job *job);
+/* pxctl_json_key then an array of the n strings. */
+void pxctl_json_kv_strings(pxctl_json_t *j, const char *key, char *const *items, size_t n);
+/* A message (pxctl_json_message) as the one document on stdout. */
+void pxctl_json_print_message(const ProtobufCMessage *m);
+/* That Job as the one document on stdout. */
+void pxctl_json_print_job(const Prunex__V1__Job *job);
 
 /* ---- human formatting (pxctl_fmt.c) ------------------------------------ */
 

@@ -129,10 +129,7 @@ int pxctl_cmd_acct(pxctl_opts_t *o) {
   if (px_rpc_get_accounting(ch, &req, PXCTL_ACCT_DEADLINE_MS, &r) != PX_OK) {
     rc = pxctl_rpc_fail(ch, NULL);
   } else if (o->json) {
-    pxctl_json_t j;
-    pxctl_json_init(&j, stdout);
-    pxctl_json_message(&j, &r->base);
-    pxctl_json_finish(&j);
+    pxctl_json_print_message(&r->base);
   } else if (o->csv) {
     pxctl_acct_csv(r);
   } else {

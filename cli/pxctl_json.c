@@ -327,3 +327,38 @@ void pxctl_json_job(pxctl_json_t *j, const Prunex__V1__Job *job) {
   pxctl_json_message(j, &copy.base);
   px_free(canonical);
 }
+
+/* ---- key and value in one call --------------------------------------------- */
+
+/* One definition for the five kinds of value. */
+#define PXCTL_JSON_KV(kind, type)                                              \
+  void pxctl_json_kv_##kind(pxctl_json_t *j, const char *key, type v) {        \
+    pxctl_json_key(j, key);                                                    \
+    pxctl_json_##kind(j, v);                                                   \
+  }
+PXCTL_JSON_KV(string, const char *)
+PXCTL_JSON_KV(int, int64_t)
+PXCTL_JSON_KV(uint, uint64_t)
+PXCTL_JSON_KV(double, double)
+PXCTL_JSON_KV(bool, int)
+
+void pxctl_json_kv_strings(pxctl_json_t *j, const char *key, char *const *items, size_t n) {
+  pxctl_json_key(j, key);
+  pxctl_json_begin_array(j);
+  for (size_t i = 0; i < n; i++) pxctl_json_string(j, items[i]);
+  pxctl_json_end_array(j);
+}
+
+void pxctl_json_print_message(const ProtobufCMessage *m) {
+  pxctl_json_t j;
+  pxctl_json_init(&j, stdout);
+  pxctl_json_message(&j, m);
+  pxctl_json_finish(&j);
+}
+
+void pxctl_json_print_job(const Prunex__V1__Job *job) {
+  pxctl_json_t j;
+  pxctl_json_init(&j, stdout);
+  pxctl_json_job(&j, job);
+  pxctl_json_finish(&j);
+}

@@ -306,10 +306,8 @@ static int pxctl_logs_remote_print(pxctl_opts_t *o, px_rpc_channel_t *ch, const 
   if (o->json) {
     pxctl_json_init(&j, stdout);
     pxctl_json_begin_object(&j);
-    pxctl_json_key(&j, "job_id");
-    pxctl_json_string(&j, job_id);
-    pxctl_json_key(&j, "source");
-    pxctl_json_string(&j, "coordinator");
+    pxctl_json_kv_string(&j, "job_id", job_id);
+    pxctl_json_kv_string(&j, "source", "coordinator");
     pxctl_json_key(&j, "files");
     pxctl_json_begin_array(&j);
   }
@@ -322,17 +320,13 @@ static int pxctl_logs_remote_print(pxctl_opts_t *o, px_rpc_channel_t *ch, const 
     }
     if (o->json) {
       pxctl_json_begin_object(&j);
-      pxctl_json_key(&j, "rank");
-      pxctl_json_int(&j, first + k);
+      pxctl_json_kv_int(&j, "rank", first + k);
       pxctl_json_key(&j, "text");
       if (rr[k].found) pxctl_json_string_n(&j, text, len);
       else pxctl_json_null(&j);
-      pxctl_json_key(&j, "size");
-      pxctl_json_int(&j, rr[k].size);
-      pxctl_json_key(&j, "start_offset");
-      pxctl_json_int(&j, rr[k].start_offset);
-      pxctl_json_key(&j, "eof");
-      pxctl_json_bool(&j, rr[k].eof);
+      pxctl_json_kv_int(&j, "size", rr[k].size);
+      pxctl_json_kv_int(&j, "start_offset", rr[k].start_offset);
+      pxctl_json_kv_bool(&j, "eof", rr[k].eof);
       pxctl_json_end_object(&j);
     } else if (rr[k].found) {
       if (n > 1) printf("%s==> rank %d <==\n", k ? "\n" : "", first + k);
@@ -435,20 +429,16 @@ static void pxctl_logs_local_json(const pxctl_logset_t *set, const char *job_id,
   pxctl_json_t j;
   pxctl_json_init(&j, stdout);
   pxctl_json_begin_object(&j);
-  pxctl_json_key(&j, "job_id");
-  pxctl_json_string(&j, job_id);
-  pxctl_json_key(&j, "dir");
-  pxctl_json_string(&j, dir);
+  pxctl_json_kv_string(&j, "job_id", job_id);
+  pxctl_json_kv_string(&j, "dir", dir);
   pxctl_json_key(&j, "files");
   pxctl_json_begin_array(&j);
   for (size_t i = 0; i < set->n; i++) {
     size_t len = 0;
     char *text = pxctl_slurp(set->f[i].path, &len);
     pxctl_json_begin_object(&j);
-    pxctl_json_key(&j, "rank");
-    pxctl_json_int(&j, set->f[i].rank);
-    pxctl_json_key(&j, "path");
-    pxctl_json_string(&j, set->f[i].path);
+    pxctl_json_kv_int(&j, "rank", set->f[i].rank);
+    pxctl_json_kv_string(&j, "path", set->f[i].path);
     pxctl_json_key(&j, "text");
     if (text) pxctl_json_string_n(&j, text, len);
     else pxctl_json_null(&j);

@@ -40,8 +40,6 @@ struct pxctl_offline {
 
 static const char *const pxctl_offline_env[2] = {"PRUNEX_CA", "PRUNEX_TOKEN"};
 
-static char pxctl_offline_source[PATH_MAX + 64]; /* the database read ("" : none) */
-
 /* What Ctrl-C (SIGINT, SIGTERM, SIGHUP) must not leave behind: the private
  * coordinator's process group and the files of the private directory,
  * spelled out beforehand so that the handler makes only async-signal-safe
@@ -86,10 +84,6 @@ static void pxctl_offline_guard(const char *dir, pid_t pid) {
     if (saved[i].sa_handler != SIG_IGN) sigaction(sigs[i], &sa, NULL);
   }
   armed = 1;
-}
-
-const char *pxctl_offline_db(void) {
-  return pxctl_offline_source[0] ? pxctl_offline_source : NULL;
 }
 
 /* ---- the copy ---------------------------------------------------------------- */
@@ -213,7 +207,7 @@ void pxctl_offline_close(pxctl_offline_t *off) {
   if (off->coordd.pid > 0) pxctl_stop_children(cs, 1, PXCTL_OFFLINE_GRACE_MS);
   if (off->dir[0]) pxctl_rmtree(off->dir, NULL);
   if (off->dir[0]) pxctl_offline_guard(NULL, 0);
-  pxctl_offline_source[0] = '\0';
+  pxctl_set_offline_db(NULL);
   for (int i = 0; i < 2; i++) /* for a live coordinator asked next (plot) */
     if (off->env[i]) {
       setenv(pxctl_offline_env[i], off->env[i], 1);
@@ -272,7 +266,7 @@ int pxctl_offline_open(pxctl_opts_t *o, const char *db, pxctl_offline_t **out) {
     unsetenv(pxctl_offline_env[i]);
   }
   o->coordinator = off->target;
-  snprintf(pxctl_offline_source, sizeof pxctl_offline_source, "%s", db);
+  pxctl_set_offline_db(db);
   *out = off;
   return 0;
 }

@@ -75,16 +75,11 @@ void pxctl_sweep_print_summary(const char *sweep_id, Prunex__V1__Job *const *job
 static void pxctl_sweep_json_job(pxctl_json_t *j, const Prunex__V1__Job *job) {
   int have = pxctl_reported(job);
   pxctl_json_begin_object(j);
-  pxctl_json_key(j, "job_id");
-  pxctl_json_string(j, job->job_id);
-  pxctl_json_key(j, "name");
-  pxctl_json_string(j, job->name);
-  pxctl_json_key(j, "sweep_point");
-  pxctl_json_string(j, job->sweep_point);
-  pxctl_json_key(j, "state");
-  pxctl_json_string(j, px_rpc_job_state_name(job->state));
-  pxctl_json_key(j, "iterations");
-  pxctl_json_int(j, have ? job->summary->iterations : 0);
+  pxctl_json_kv_string(j, "job_id", job->job_id);
+  pxctl_json_kv_string(j, "name", job->name);
+  pxctl_json_kv_string(j, "sweep_point", job->sweep_point);
+  pxctl_json_kv_string(j, "state", px_rpc_job_state_name(job->state));
+  pxctl_json_kv_int(j, "iterations", have ? job->summary->iterations : 0);
   pxctl_json_key(j, "test_accuracy");
   if (have && job->summary->test_accuracy >= 0) pxctl_json_double(j, job->summary->test_accuracy);
   else pxctl_json_null(j);
@@ -103,10 +98,8 @@ static void pxctl_sweep_json(const char *sweep_id, Prunex__V1__Job *const *jobs,
   pxctl_json_t j;
   pxctl_json_init(&j, stdout);
   pxctl_json_begin_object(&j);
-  pxctl_json_key(&j, "sweep_id");
-  pxctl_json_string(&j, sweep_id);
-  pxctl_json_key(&j, "jobs");
-  pxctl_json_int(&j, (int64_t)n);
+  pxctl_json_kv_string(&j, "sweep_id", sweep_id);
+  pxctl_json_kv_int(&j, "jobs", (int64_t)n);
   pxctl_json_key(&j, "states");
   pxctl_json_begin_object(&j);
   for (int st = 1; st < 16; st++)
@@ -190,12 +183,8 @@ int pxctl_sweep_cancel(pxctl_opts_t *o, px_rpc_channel_t *ch) {
     pxctl_json_t j;
     pxctl_json_init(&j, stdout);
     pxctl_json_begin_object(&j);
-    pxctl_json_key(&j, "sweep_id");
-    pxctl_json_string(&j, o->pos[0]);
-    pxctl_json_key(&j, "cancelled");
-    pxctl_json_begin_array(&j);
-    for (size_t i = 0; i < resp->n_job_ids; i++) pxctl_json_string(&j, resp->job_ids[i]);
-    pxctl_json_end_array(&j);
+    pxctl_json_kv_string(&j, "sweep_id", o->pos[0]);
+    pxctl_json_kv_strings(&j, "cancelled", resp->job_ids, resp->n_job_ids);
     pxctl_json_end_object(&j);
     pxctl_json_finish(&j);
   } else {

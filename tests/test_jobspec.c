@@ -400,6 +400,79 @@ static void test_missing_file_is_an_io_error(void **state) {
   assert_non_null(strstr(px_last_error(), "/tmp"));
 }
 
+/* The parser says which fields the text wrote (what pxctl submit asks
+ * instead of searching the text): a value written is given; a default, a
+ * derived value, an empty or null value, a key in a comment or a sweep is
+ * not. */
+static void test_parser_says_which_fields_were_given(void **state) {
+  (void)state;
+  const char *text = "# admm.max_iterations is derived here\n"
+                     "name: g\ntrain: {lr: 0.05, momentum: ~}\nadmm:\n  rho1:\n"
+                     "prune: {skip_layers: [conv1.weight]}\n"
+                     "sweep: {admm.max_iterations: [2, 3]}\n";
+  Prunex__V1__JobSpec *s = NULL;
+  px_jobspec_given_t g;
+  memset(&g, 0xff, sizeof g);
+  assert_int_equal(px_jobspec_parse_string_ex(text, strlen(text), "g.yaml", &s, &g), PX_OK);
+  assert_int_equal(px_jobspec_given(&g, "name"), 1);
+  assert_int_equal(px_jobspec_given(&g, "train.lr"), 1);
+  assert_int_equal(px_jobspec_given(&g, "prune.skip_layers"), 1);
+  assert_int_equal(px_jobspec_given(&g, "train.momentum"), 0);  /* ~: the default */
+  assert_int_equal(px_jobspec_given(&g, "admm.rho1"), 0);       /* empty: the default */
+  assert_int_equal(px_jobspec_given(&g, "admm.max_iterations"), 0); /* derived */
+  assert_true(s->admm->max_iterations > 0);
+  assert_int_equal(px_jobspec_given(&g, "train.batch_size"), 0);
+  assert_int_equal(px_jobspec_given(&g, "train.no_such_field"), -1);
+  assert_int_equal(px_jobspec_given(&g, "train"), -1); /* a section, not a field */
+  assert_int_equal(px_jobspec_given(NULL, "name"), -1);
+  px_jobspec_free(s);
+  const char *fixed = "admm: {max_iterations: 7}\n";
+  assert_int_equal(px_jobspec_parse_string_ex(fixed, strlen(fixed), NULL, &s, &g), PX_OK);
+  assert_int_equal(px_jobspec_given(&g, "admm.max_iterations"), 1);
+  assert_int_equal(px_jobspec_given(&g, "name"), 0); /* the default name */
+  assert_int_equal(s->admm->max_iterations, 7);
+  px_jobspec_free(s);
+  /* a refused spec gives nothing */
+  assert_int_equal(px_jobspec_parse_string_ex("train: {lr: -1}\n", 16, NULL, &s, &g),
+                   PX_ERR_INVALID);
+  assert_null(s);
+  assert_int_equal(px_jobspec_given(&g, "train.lr"), 0);
+}
+
+/* parse_file_ex reads the file once: the text it hands back is the file's
+ * bytes, and the spec is the one parse_file gives. */
+static void test_parse_file_hands_back_the_text_it_read(void **state) {
+  (void)state;
+  char path[] = "/tmp/px_jobspec_XXXXXX.yaml";
+  int fd = mkstemps(path, 5);
+  assert_true(fd >= 0);
+  const char *text = "name: once\ncluster: {nodes: 2}\nadmm: {max_iterations: 4}"; /* no \n */
+  assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  close(fd);
+  Prunex__V1__JobSpec *s = NULL, *t = NULL;
+  char *got = NULL;
+  px_jobspec_given_t g;
+  assert_int_equal(px_jobspec_parse_file_ex(path, &s, &got, &g), PX_OK);
+  assert_string_equal(got, text);
+  assert_int_equal(px_jobspec_given(&g, "cluster.nodes"), 1);
+  assert_int_equal(px_jobspec_given(&g, "cluster.workers_per_node"), 0);
+  assert_int_equal(px_jobspec_parse_file(path, &t), PX_OK);
+  assert_true(protobuf_c_message_get_packed_size(&s->base) ==
+              protobuf_c_message_get_packed_size(&t->base));
+  assert_string_equal(s->name, "once");
+  assert_int_equal(t->admm->max_iterations, 4);
+  px_jobspec_free(s);
+  px_jobspec_free(t);
+  px_free(got);
+  /* a file refused: no text, nothing given */
+  got = (char *)1;
+  assert_int_equal(px_jobspec_parse_file_ex("/nonexistent/j.yaml", &s, &got, &g), PX_ERR_IO);
+  assert_null(s);
+  assert_null(got);
+  assert_int_equal(px_jobspec_given(&g, "cluster.nodes"), 0);
+  unlink(path);
+}
+
 /* ---- sizes, round trip, the wire ----------------------------------------------------- */
 
 static void test_bucket_bytes_accepts_units(void **state) {
@@ -675,6 +748,8 @@ int main(void) {
       cmocka_unit_test(test_cross_field_rules_are_refused),
       cmocka_unit_test(test_error_in_a_real_file_names_its_path),
       cmocka_unit_test(test_missing_file_is_an_io_error),
+      cmocka_unit_test(test_parser_says_which_fields_were_given),
+      cmocka_unit_test(test_parse_file_hands_back_the_text_it_read),
       cmocka_unit_test(test_bucket_bytes_accepts_units),
       cmocka_unit_test(test_canonical_yaml_parses_back_equal),
       cmocka_unit_test(test_wire_specs_are_validated_and_completed),

@@ -678,11 +678,33 @@ static void test_submit_overrides_the_cluster_shape(void **state) {
   printf("max_iterations: %d on 1x1, %d on 3x2\n", a->spec->admm->max_iterations,
          b->spec->admm->max_iterations);
   assert_true(b->spec->admm->max_iterations < a->spec->admm->max_iterations);
+  int32_t want_3x2 = b->spec->admm->max_iterations;
   assert_non_null(strstr(b->spec_yaml, "# pxctl submit --nodes 3 --workers-per-node 2"));
   px_rpc_message_free(a);
   px_rpc_message_free(b);
   assert_int_equal(pxctl(f, (const char *[]){"submit", spec, "--nodes", "0", NULL}), 2);
   assert_non_null(strstr(f->r.err, "--nodes '0'"));
+  /* The parser says whether max_iterations was given: a comment that names
+   * it leaves it derived (for the new shape); a value written stays. */
+  static const char *const tails[2] = {"# admm.max_iterations: derived\n",
+                                       "admm: {max_iterations: 4}\n"};
+  for (int k = 0; k < 2; k++) {
+    char text[512];
+    snprintf(text, sizeof text,
+             "name: derived\nmodel: {name: resnet20}\ndataset: {name: synthetic}\n"
+             "cluster: {nodes: 1, workers_per_node: 1, device: cpu}\n"
+             "train: {batch_size: 8, local_steps: 2}\n%s", tails[k]);
+    write_text(spec, text);
+    assert_int_equal(pxctl(f, (const char *[]){"submit", spec, "--nodes", "3",
+                                               "--workers-per-node", "2", NULL}),
+                     0);
+    snprintf(job2, sizeof job2, "%.63s", f->r.out);
+    job2[strcspn(job2, "\n")] = '\0';
+    Prunex__V1__Job *c = NULL;
+    assert_int_equal(px_rpc_get_job(f->ch, job2, 0, &c), PX_OK);
+    assert_int_equal(c->spec->admm->max_iterations, k == 0 ? want_3x2 : 4);
+    px_rpc_message_free(c);
+  }
 }
 
 int main(void) {

@@ -640,8 +640,29 @@ static px_status_t px__js_check_depth(px__js_parse_t *P, const char *text, size_
 
 px_status_t px_jobspec_parse_string(const char *text, size_t len, const char *name_for_errors,
                                     Prunex__V1__JobSpec **out) {
+  return px_jobspec_parse_string_ex(text, len, name_for_errors, out, NULL);
+}
+
+/* given[] of the parse as the public bit set. */
+static void px__js_given_bits(const px__js_parse_t *P, px_jobspec_given_t *given) {
+  _Static_assert(PX__JS_MAX_FIELDS <= 64 * sizeof given->bits / sizeof given->bits[0],
+                 "px_jobspec_given_t holds a bit per field");
+  memset(given, 0, sizeof *given);
+  for (int i = 0; i < px__js_nfields; i++)
+    if (P->given[i]) given->bits[i / 64] |= UINT64_C(1) << (i % 64);
+}
+
+int px_jobspec_given(const px_jobspec_given_t *given, const char *path) {
+  int fi = given && path ? px__js_find(path) : -1;
+  if (fi < 0) return -1;
+  return (given->bits[fi / 64] >> (fi % 64)) & 1 ? 1 : 0;
+}
+
+px_status_t px_jobspec_parse_string_ex(const char *text, size_t len, const char *name_for_errors,
+                                       Prunex__V1__JobSpec **out, px_jobspec_given_t *given) {
   PX_REQUIRE(out, "px_jobspec_parse_string: NULL out");
   *out = NULL;
+  if (given) memset(given, 0, sizeof *given);
   PX_REQUIRE(text || len == 0, "px_jobspec_parse_string: NULL text");
   if (!text) text = "";
   px__js_parse_t P;
@@ -698,6 +719,7 @@ px_status_t px_jobspec_parse_string(const char *text, size_t len, const char *na
     P.spec->admm->max_iterations = px__js_derive_max_iterations(P.spec, 1);
   PX_CHECK_GOTO(px__js_check(P.spec, &P.w), st, done);
   PX_CHECK_GOTO(px__js_sweep_points(&P), st, done);
+  if (given) px__js_given_bits(&P, given);
   *out = P.spec;
   P.spec = NULL;
 
@@ -709,8 +731,15 @@ done:
 }
 
 px_status_t px_jobspec_parse_file(const char *path, Prunex__V1__JobSpec **out) {
+  return px_jobspec_parse_file_ex(path, out, NULL, NULL);
+}
+
+px_status_t px_jobspec_parse_file_ex(const char *path, Prunex__V1__JobSpec **out, char **text,
+                                     px_jobspec_given_t *given) {
   PX_REQUIRE(out, "px_jobspec_parse_file: NULL out");
   *out = NULL;
+  if (text) *text = NULL;
+  if (given) memset(given, 0, sizeof *given);
   PX_REQUIRE(path, "px_jobspec_parse_file: NULL path");
   FILE *f = fopen(path, "rb");
   if (!f) return px_set_error(PX_ERR_IO, "%s: cannot open the job spec: %s", path, strerror(errno));
@@ -737,7 +766,12 @@ px_status_t px_jobspec_parse_file(const char *path, Prunex__V1__JobSpec **out) {
     }
   }
   fclose(f);
-  if (st == PX_OK) st = px_jobspec_parse_string(buf, len, path, out);
+  if (st == PX_OK) st = px_jobspec_parse_string_ex(buf, len, path, out, given);
+  if (st == PX_OK && text) {
+    buf[len] = '\0'; /* room for it: every read leaves one byte over */
+    *text = buf;
+    return PX_OK;
+  }
   px_free(buf);
   return st;
 }

@@ -136,6 +136,7 @@
 #define PRUNEX_JOBSPEC_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "prunex.pb-c.h"
 #include "prunex/admm.h"
@@ -161,6 +162,32 @@ PX_API px_status_t px_jobspec_parse_file(const char *path, Prunex__V1__JobSpec *
  * default job name (NULL: "<string>" in messages, "job" as the name). */
 PX_API px_status_t px_jobspec_parse_string(const char *text, size_t len,
                                            const char *name_for_errors, Prunex__V1__JobSpec **out);
+
+/* The fields a parse saw written (a value other than empty, `~` or `null`),
+ * one bit per field of the schema: a default the parser filled in, or
+ * derived (admm.max_iterations), is not given. Ask with px_jobspec_given. */
+typedef struct {
+  uint64_t bits[2];
+} px_jobspec_given_t;
+
+/* px_jobspec_parse_file that also hands back what a client submits with
+ * the spec, read once: the file's bytes in *text (NUL-terminated, the
+ * caller's: px_free; NULL: not wanted) and the fields it wrote in *given
+ * (NULL: not wanted). On failure *text is NULL and *given empty. */
+PX_API px_status_t px_jobspec_parse_file_ex(const char *path, Prunex__V1__JobSpec **out,
+                                            char **text, px_jobspec_given_t *given);
+
+/* px_jobspec_parse_string with the fields written in *given (may be NULL). */
+PX_API px_status_t px_jobspec_parse_string_ex(const char *text, size_t len,
+                                              const char *name_for_errors,
+                                              Prunex__V1__JobSpec **out,
+                                              px_jobspec_given_t *given);
+
+/* 1 when the parse that filled given saw the field at path ("name",
+ * "admm.max_iterations": section.key as in the schema above) written, 0
+ * when not, -1 when path names no field of the schema (or an argument is
+ * NULL). Cannot fail otherwise; sets no error. */
+PX_API int px_jobspec_given(const px_jobspec_given_t *given, const char *path);
 
 /* Frees a spec from this module or from protobuf-c's unpack with the
  * default allocator (sections, strings, lists included). NULL is a no-op. */
