@@ -130,10 +130,11 @@ static px_status_t pxa__record(pxa_metrics_t *m, int rank, const Prunex__V1__Ite
    * file's own: where the row came from, the test loss (not in the report)
    * and the rank's own traffic */
   char sql[1800];
-  px_report_insert_sql(PX_REPORT_ITERATION, PX_REPORT_AGENT, "iterations",
-                       "job_id, rank, iteration, source, test_loss, rank_bytes_intra,"
-                       " rank_bytes_inter",
-                       7, sql, sizeof sql);
+  if (!px_report_insert_sql(PX_REPORT_ITERATION, PX_REPORT_AGENT, "iterations",
+                            "job_id, rank, iteration, source, test_loss, rank_bytes_intra,"
+                            " rank_bytes_inter",
+                            7, sql, sizeof sql))
+    return px_set_error(PX_ERR_INTERNAL, "iterations: the INSERT is over %zu bytes", sizeof sql);
   Prunex__V1__IterationReport row = *r;
   if (!row.time_unix_ms) row.time_unix_ms = pxa_unix_ms();
   PX_CHECK(px_store_stmt(m->db, sql, &st));
@@ -146,8 +147,10 @@ static px_status_t pxa__record(pxa_metrics_t *m, int rank, const Prunex__V1__Ite
   PX_CHECK(px_store_bind_int64(st, 7, (int64_t)rank_inter));
   PX_CHECK(px_report_bind(PX_REPORT_ITERATION, PX_REPORT_AGENT, st, 8, &row));
   PX_CHECK(px_store_run(st));
-  px_report_insert_sql(PX_REPORT_LAYER, PX_REPORT_AGENT, "iteration_layers",
-                       "job_id, rank, iteration", 3, sql, sizeof sql);
+  if (!px_report_insert_sql(PX_REPORT_LAYER, PX_REPORT_AGENT, "iteration_layers",
+                            "job_id, rank, iteration", 3, sql, sizeof sql))
+    return px_set_error(PX_ERR_INTERNAL, "iteration_layers: the INSERT is over %zu bytes",
+                        sizeof sql);
   for (size_t i = 0; i < r->n_layers; i++) {
     PX_CHECK(px_store_stmt(m->db, sql, &st));
     PX_CHECK(px_store_bind_text(st, 1, r->job_id));

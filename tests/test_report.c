@@ -104,29 +104,15 @@ static const char *names2[2] = {"conv1.weight", "fc \"bias\", b"};
 
 /* An iteration with a distinct value in every field. */
 static px_iteration_t iteration(void) {
-  px_iteration_t it;
-  memset(&it, 0, sizeof it);
   L2[0] = figures(0);
   L2[1] = figures(1);
-  it.iteration = 7;
-  it.epoch = 3.5;
-  it.loss = 0.625;
-  it.train_accuracy = 0.8125;
-  it.test_accuracy = 0.796875;
-  it.density = 0.375;
-  it.mask_drift = 12;
-  it.mask_groups = 1234;
-  it.bytes_intra = ((uint64_t)1 << 41) + 1;
-  it.bytes_inter = 188730472;
-  it.bytes_inter_dense = ((uint64_t)1 << 42) + 3;
-  it.local_s = 1.5, it.intra_s = 0.25, it.projection_s = 0.125;
-  it.inter_s = 0.0625, it.broadcast_s = 0.03125, it.control_s = 0.015625;
-  it.frozen = 1;
-  it.nlayers = 2;
-  it.layers = L2;
-  it.layer_density = density2;
-  it.layer_names = names2;
-  return it;
+  return (px_iteration_t){
+      .iteration = 7, .epoch = 3.5, .loss = 0.625, .train_accuracy = 0.8125,
+      .test_accuracy = 0.796875, .density = 0.375, .mask_drift = 12, .mask_groups = 1234,
+      .bytes_intra = ((uint64_t)1 << 41) + 1, .bytes_inter = 188730472,
+      .bytes_inter_dense = ((uint64_t)1 << 42) + 3, .local_s = 1.5, .intra_s = 0.25,
+      .projection_s = 0.125, .inter_s = 0.0625, .broadcast_s = 0.03125, .control_s = 0.015625,
+      .frozen = 1, .nlayers = 2, .layers = L2, .layer_density = density2, .layer_names = names2};
 }
 
 static Prunex__V1__LayerMetrics lm[2];

@@ -10,16 +10,24 @@
 #define ITER_WHERE PX_REPORT_COORD
 #define LAYER_WHERE PX_REPORT_COORD
 
+/* A row's keys, ?1 job_id, ?2 iteration, ?3 rank, as both tables have them. */
+static px_status_t coord_db_report_keys(px_store_stmt_t *st,
+                                        const Prunex__V1__IterationReport *r) {
+  PX_CHECK(px_store_bind_text(st, 1, r->job_id));
+  PX_CHECK(px_store_bind_int64(st, 2, r->iteration));
+  return px_store_bind_int64(st, 3, r->rank);
+}
+
 static px_status_t coord_db_layers_put(px_store_t *db, const Prunex__V1__IterationReport *r) {
   char sql[1200];
   px_store_stmt_t *st;
-  px_report_insert_sql(PX_REPORT_LAYER, LAYER_WHERE, "iteration_layers", "job_id, iteration, rank",
-                       3, sql, sizeof sql);
+  if (!px_report_insert_sql(PX_REPORT_LAYER, LAYER_WHERE, "iteration_layers",
+                            "job_id, iteration, rank", 3, sql, sizeof sql))
+    return px_set_error(PX_ERR_INTERNAL, "iteration_layers: the INSERT is over %zu bytes",
+                        sizeof sql);
   for (size_t i = 0; i < r->n_layers; i++) {
     PX_CHECK(px_store_stmt(db, sql, &st));
-    PX_CHECK(px_store_bind_text(st, 1, r->job_id));
-    PX_CHECK(px_store_bind_int64(st, 2, r->iteration));
-    PX_CHECK(px_store_bind_int64(st, 3, r->rank));
+    PX_CHECK(coord_db_report_keys(st, r));
     PX_CHECK(px_report_bind(PX_REPORT_LAYER, LAYER_WHERE, st, 4, r->layers[i]));
     PX_CHECK(px_store_run(st));
   }
@@ -33,19 +41,16 @@ px_status_t coord_db_reports_put(px_store_t *db, const Prunex__V1__IterationRepo
                          "DELETE FROM iteration_layers WHERE job_id = ?1 AND iteration = ?2"
                          " AND rank = ?3",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, r->job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, r->iteration));
-  PX_CHECK(px_store_bind_int64(st, 3, r->rank));
+  PX_CHECK(coord_db_report_keys(st, r));
   PX_CHECK(px_store_run(st));
   char sql[1800];
-  px_report_insert_sql(PX_REPORT_ITERATION, ITER_WHERE, "iterations",
-                       "job_id, iteration, rank, has_phases", 4, sql, sizeof sql);
+  if (!px_report_insert_sql(PX_REPORT_ITERATION, ITER_WHERE, "iterations",
+                            "job_id, iteration, rank, has_phases", 4, sql, sizeof sql))
+    return px_set_error(PX_ERR_INTERNAL, "iterations: the INSERT is over %zu bytes", sizeof sql);
   Prunex__V1__IterationReport row = *r;
   if (!row.time_unix_ms) row.time_unix_ms = now_ms;
   PX_CHECK(px_store_stmt(db, sql, &st));
-  PX_CHECK(px_store_bind_text(st, 1, r->job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, r->iteration));
-  PX_CHECK(px_store_bind_int64(st, 3, r->rank));
+  PX_CHECK(coord_db_report_keys(st, r));
   PX_CHECK(px_store_bind_int64(st, 4, r->phases ? 1 : 0));
   PX_CHECK(px_report_bind(PX_REPORT_ITERATION, ITER_WHERE, st, 5, &row));
   PX_CHECK(px_store_run(st));
@@ -62,9 +67,7 @@ static px_status_t coord_db_layers_get(px_store_t *db, coord_arena_t *a,
            " ORDER BY layer",
            px_report_columns(PX_REPORT_LAYER, LAYER_WHERE, NULL, cols, sizeof cols));
   PX_CHECK(px_store_stmt(db, sql, &st));
-  PX_CHECK(px_store_bind_text(st, 1, it->job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, it->iteration));
-  PX_CHECK(px_store_bind_int64(st, 3, it->rank));
+  PX_CHECK(coord_db_report_keys(st, it));
   size_t cap = 0;
   while ((rc = px_store_step(st)) == 1) {
     Prunex__V1__LayerMetrics **slot =

@@ -13,7 +13,9 @@
 // (lines), data-legend="0|1", its axes' ranges (data-x-min, data-x-max,
 // data-y-min, data-y-max) and its canvas an aria-label naming the series;
 // every table cell has data-col="COLUMN", and <body>
-// data-ready="1".
+// data-ready="1". The per-layer charts, the phases and the legends are not
+// spelled here: they come from the listings' `fields` (the coordinator's
+// report tables, prunex/report.h).
 'use strict';
 
 const POLL_MS = 2000;
