@@ -7,7 +7,7 @@
 
 #include "metrics_schema.h"
 #include "prunex/check.h"
-#include "prunex/layer_metrics.h"
+#include "prunex/report.h"
 #include "util.h"
 
 struct pxa_metrics {
@@ -126,57 +126,37 @@ static px_status_t pxa__record(pxa_metrics_t *m, int rank, const Prunex__V1__Ite
   PX_CHECK(px_store_bind_int64(st, 2, rank));
   PX_CHECK(px_store_bind_int64(st, 3, r->iteration));
   PX_CHECK(px_store_run(st));
-  PX_CHECK(px_store_stmt(m->db,
-                         "INSERT OR REPLACE INTO iterations (job_id, rank, iteration, source,"
-                         " time_unix_ms, epoch, loss, train_accuracy, test_accuracy, test_loss,"
-                         " density, mask_drift, frozen, bytes_intra, bytes_inter,"
-                         " bytes_inter_dense, local_s, intra_s, projection_s, inter_s,"
-                         " broadcast_s, control_s, rank_bytes_intra, rank_bytes_inter) VALUES"
-                         " (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,"
-                         " ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
-                         &st));
-  const Prunex__V1__PhaseTimes *ph = r->phases;
+  /* the report's columns (the table's PX_REPORT_AGENT fields), then this
+   * file's own: where the row came from, the test loss (not in the report)
+   * and the rank's own traffic */
+  char sql[1800];
+  if (!px_report_insert_sql(PX_REPORT_ITERATION, PX_REPORT_AGENT, "iterations",
+                            "job_id, rank, iteration, source, test_loss, rank_bytes_intra,"
+                            " rank_bytes_inter",
+                            7, sql, sizeof sql))
+    return px_set_error(PX_ERR_INTERNAL, "iterations: the INSERT is over %zu bytes", sizeof sql);
+  Prunex__V1__IterationReport row = *r;
+  if (!row.time_unix_ms) row.time_unix_ms = pxa_unix_ms();
+  PX_CHECK(px_store_stmt(m->db, sql, &st));
   PX_CHECK(px_store_bind_text(st, 1, r->job_id));
   PX_CHECK(px_store_bind_int64(st, 2, rank));
   PX_CHECK(px_store_bind_int64(st, 3, r->iteration));
   PX_CHECK(px_store_bind_text(st, 4, "local"));
-  PX_CHECK(px_store_bind_int64(st, 5, r->time_unix_ms ? r->time_unix_ms : pxa_unix_ms()));
-  PX_CHECK(px_store_bind_double(st, 6, r->epoch));
-  PX_CHECK(px_store_bind_double(st, 7, r->loss));
-  PX_CHECK(px_store_bind_double(st, 8, r->train_accuracy));
-  PX_CHECK(px_store_bind_double(st, 9, r->test_accuracy));
-  PX_CHECK(px_store_bind_double(st, 10, test_loss));
-  PX_CHECK(px_store_bind_double(st, 11, r->density));
-  PX_CHECK(px_store_bind_int64(st, 12, r->mask_drift));
-  PX_CHECK(px_store_bind_int64(st, 13, r->frozen ? 1 : 0));
-  PX_CHECK(px_store_bind_int64(st, 14, (int64_t)r->bytes_intra));
-  PX_CHECK(px_store_bind_int64(st, 15, (int64_t)r->bytes_inter));
-  PX_CHECK(px_store_bind_int64(st, 16, (int64_t)r->bytes_inter_dense));
-  double t[6] = {0, 0, 0, 0, 0, 0};
-  if (ph) {
-    t[0] = ph->local_s;
-    t[1] = ph->intra_s;
-    t[2] = ph->projection_s;
-    t[3] = ph->inter_s;
-    t[4] = ph->broadcast_s;
-    t[5] = ph->control_s;
-  }
-  for (int k = 0; k < 6; k++) PX_CHECK(px_store_bind_double(st, 17 + k, t[k]));
-  PX_CHECK(px_store_bind_int64(st, 23, (int64_t)rank_intra));
-  PX_CHECK(px_store_bind_int64(st, 24, (int64_t)rank_inter));
+  PX_CHECK(px_store_bind_double(st, 5, test_loss));
+  PX_CHECK(px_store_bind_int64(st, 6, (int64_t)rank_intra));
+  PX_CHECK(px_store_bind_int64(st, 7, (int64_t)rank_inter));
+  PX_CHECK(px_report_bind(PX_REPORT_ITERATION, PX_REPORT_AGENT, st, 8, &row));
   PX_CHECK(px_store_run(st));
-  char cols[512], params[512], sql[1200];
-  snprintf(sql, sizeof sql,
-           "INSERT OR REPLACE INTO iteration_layers (job_id, rank, iteration, %s) VALUES (?1,"
-           " ?2, ?3, %s)",
-           px_layer_metrics_columns(cols, sizeof cols),
-           px_layer_metrics_params(4, params, sizeof params));
+  if (!px_report_insert_sql(PX_REPORT_LAYER, PX_REPORT_AGENT, "iteration_layers",
+                            "job_id, rank, iteration", 3, sql, sizeof sql))
+    return px_set_error(PX_ERR_INTERNAL, "iteration_layers: the INSERT is over %zu bytes",
+                        sizeof sql);
   for (size_t i = 0; i < r->n_layers; i++) {
     PX_CHECK(px_store_stmt(m->db, sql, &st));
     PX_CHECK(px_store_bind_text(st, 1, r->job_id));
     PX_CHECK(px_store_bind_int64(st, 2, rank));
     PX_CHECK(px_store_bind_int64(st, 3, r->iteration));
-    PX_CHECK(px_layer_metrics_bind(st, 4, r->layers[i]));
+    PX_CHECK(px_report_bind(PX_REPORT_LAYER, PX_REPORT_AGENT, st, 4, r->layers[i]));
     PX_CHECK(px_store_run(st));
   }
   return PX_OK;

@@ -10,7 +10,7 @@
  * which the ranks learn from each other through the store; else UCX),
  * creates the communicator (ranks are placed node by node: node_of_rank[r] =
  * r / P) and runs the job's strategy (px_strategy_run). Rank 0 reports every
- * iteration (each layer as layer_metrics.h defines it) to the coordinator and
+ * iteration (each layer as prunex/report.h defines it) to the coordinator and
  * applies its ControlDecision (penalties, freeze, stop, cancel). Every rank
  * records each iteration in the node-local metrics file (metrics.h). At the
  * end rank 0 saves the final model (the consensus z) as safetensors and
@@ -38,7 +38,7 @@
 #include "prunex/comm.h"
 #include "prunex/cuda.h"
 #include "prunex/jobspec.h"
-#include "prunex/layer_metrics.h"
+#include "prunex/report.h"
 #include "prunex/nn.h"
 #include "prunex/rpc.h"
 #include "prunex/strategy.h"
@@ -437,32 +437,12 @@ static px_status_t pxw_fill_report(pxw_t *w, const px_iteration_t *it,
     px_layer_metrics_from_iteration(it, l, &w->lm[l]);
     w->lp[l] = &w->lm[l];
   }
-  *ph = (Prunex__V1__PhaseTimes)PRUNEX__V1__PHASE_TIMES__INIT;
-  ph->local_s = it->local_s;
-  ph->intra_s = it->intra_s;
-  ph->projection_s = it->projection_s;
-  ph->inter_s = it->inter_s;
-  ph->broadcast_s = it->broadcast_s;
-  ph->control_s = it->control_s;
-  *rep = (Prunex__V1__IterationReport)PRUNEX__V1__ITERATION_REPORT__INIT;
+  px_report_from_iteration(it, rep, ph);
   rep->job_id = (char *)w->a.job;
   rep->rank = w->a.rank;
-  rep->iteration = it->iteration;
-  rep->loss = it->loss;
-  rep->train_accuracy = it->train_accuracy;
-  rep->test_accuracy = it->test_accuracy;
-  rep->density = it->density;
-  rep->mask_drift = it->mask_drift;
-  rep->mask_groups = it->mask_groups;
-  rep->bytes_intra = it->bytes_intra;
-  rep->bytes_inter = it->bytes_inter;
-  rep->bytes_inter_dense = it->bytes_inter_dense;
   rep->n_layers = (size_t)nl;
   rep->layers = nl ? w->lp : NULL;
-  rep->phases = ph;
   rep->time_unix_ms = pxa_unix_ms();
-  rep->epoch = it->epoch;
-  rep->frozen = it->frozen != 0;
   /* the job's status says it while it runs unprotected (issue 26) */
   w->ck_note[0] = '\0';
   if (it->checkpoint_problem && it->checkpoint_problem[0]) {

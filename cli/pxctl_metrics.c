@@ -4,52 +4,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "prunex/report.h"
 #include "pxctl.h"
 
-/* A CSV number: empty when not measured (negative accuracy or loss). */
-static void pxctl_csv_num(FILE *f, double v, int present) {
-  if (present) fprintf(f, ",%.9g", v);
-  else fputc(',', f);
-}
-
-/* `metrics --csv`: RFC 4180 (names are quoted, with quotes doubled). */
+/* `metrics --csv`: RFC 4180 (names are quoted, with quotes doubled), the
+ * columns of the report tables (prunex/report.h); with --layers one row
+ * per layer, keyed by the iteration's iteration and rank. */
 static void pxctl_metrics_csv(FILE *f, Prunex__V1__IterationReport **rows, size_t n, int layers) {
   if (layers) {
-    fputs("iteration,rank,layer,name,r_intra,s_intra,r_inter,s_inter,rho1,rho2,density\n", f);
+    fputs("iteration,rank", f);
+    px_report_csv_header(PX_REPORT_LAYER, 1, f);
+    fputc('\n', f);
     for (size_t i = 0; i < n; i++)
       for (size_t k = 0; k < rows[i]->n_layers; k++) {
-        const Prunex__V1__LayerMetrics *L = rows[i]->layers[k];
-        fprintf(f, "%d,%d,%d,", rows[i]->iteration, rows[i]->rank, L->layer);
-        pxctl_csv_string(f, L->name);
-        double v[] = {L->r_intra, L->s_intra, L->r_inter, L->s_inter, L->rho1, L->rho2};
-        for (int c = 0; c < 6; c++) pxctl_csv_num(f, v[c], 1);
-        pxctl_csv_num(f, L->density, L->density >= 0);
+        fprintf(f, "%d,%d", rows[i]->iteration, rows[i]->rank);
+        px_report_csv_row(PX_REPORT_LAYER, 1, rows[i]->layers[k], f);
         fputc('\n', f);
       }
-    fflush(f);
-    return;
-  }
-  fputs("iteration,rank,time_unix_ms,epoch,loss,train_accuracy,test_accuracy,density,"
-        "mask_drift,mask_groups,frozen,bytes_intra,bytes_inter,bytes_inter_dense,local_s,"
-        "intra_s,projection_s,inter_s,broadcast_s,control_s\n",
-        f);
-  for (size_t i = 0; i < n; i++) {
-    const Prunex__V1__IterationReport *it = rows[i];
-    fprintf(f, "%d,%d,%lld", it->iteration, it->rank, (long long)it->time_unix_ms);
-    pxctl_csv_num(f, it->epoch, 1);
-    pxctl_csv_num(f, it->loss, it->loss >= 0);
-    pxctl_csv_num(f, it->train_accuracy, it->train_accuracy >= 0);
-    pxctl_csv_num(f, it->test_accuracy, it->test_accuracy >= 0);
-    pxctl_csv_num(f, it->density, it->density >= 0);
-    fprintf(f, ",%lld,", (long long)it->mask_drift);
-    if (it->mask_groups > 0) fprintf(f, "%lld", (long long)it->mask_groups);
-    fprintf(f, ",%d,%llu,%llu,%llu", it->frozen ? 1 : 0, (unsigned long long)it->bytes_intra,
-            (unsigned long long)it->bytes_inter, (unsigned long long)it->bytes_inter_dense);
-    const Prunex__V1__PhaseTimes *ph = it->phases;
-    double v[] = {ph ? ph->local_s : 0, ph ? ph->intra_s : 0, ph ? ph->projection_s : 0,
-                  ph ? ph->inter_s : 0, ph ? ph->broadcast_s : 0, ph ? ph->control_s : 0};
-    for (int c = 0; c < 6; c++) pxctl_csv_num(f, v[c], ph != NULL);
+  } else {
+    px_report_csv_header(PX_REPORT_ITERATION, 0, f);
     fputc('\n', f);
+    for (size_t i = 0; i < n; i++) {
+      px_report_csv_row(PX_REPORT_ITERATION, 0, rows[i], f);
+      fputc('\n', f);
+    }
   }
   fflush(f);
 }

@@ -7,7 +7,9 @@
  *
  * The data comes from the coordinator (GetJob, GetIterations with layers):
  * the live one, or for a `pxctl run`'s directory or a database file (--db)
- * a private read-only one on a copy of it (pxctl_offline.c). It is written as
+ * a private read-only one on a copy of it (pxctl_offline.c), so plot never
+ * reads the coordinator's schema; the figures are picked out of the reports
+ * by the report tables (prunex/report.h). It is written as
  * tab-separated files under DIR/data/ next to the gnuplot script DIR/plot.gp,
  * so a figure can be restyled and redrawn with `gnuplot DIR/plot.gp`.
  * gnuplot is found on PATH (or $PRUNEX_GNUPLOT); it is run once, bounded by
@@ -24,6 +26,7 @@
 #include <unistd.h>
 
 #include "prunex/jobspec.h"
+#include "prunex/report.h"
 #include "pxctl.h"
 
 extern char **environ;
@@ -38,13 +41,14 @@ typedef struct {
   int64_t drift, groups;
   double density;
   int has_ph;
-  double ph[6];
+  double ph[6];       /* the iteration table's phase fields, local_s .. control_s */
 } plot_row_t;
 
 typedef struct {
   int iteration, layer;
   char name[96];
-  double v[6];        /* r_intra, s_intra, r_inter, s_inter, rho1, rho2 */
+  double v[6];        /* the layer table's PX_REPORT_PLOT fields: r_intra, s_intra,
+                         r_inter, s_inter, rho1, rho2 (the columns of ID-layers.tsv) */
 } plot_layer_t;
 
 typedef struct {
@@ -84,6 +88,16 @@ static px_status_t plot_add_layer(plot_job_t *j, const plot_layer_t *l) {
 
 /* ---- loading: coordinator ------------------------------------------------------ */
 
+/* The values of msg's fields of table t that have flag `where`, in the
+ * table's order, into v[n] (the phase times; the layer figures drawn). */
+static void plot_values(px_report_table_t t, unsigned where, const void *msg, double *v, int n) {
+  int k = 0;
+  for (int i = 0; i < px_report_count(t) && k < n; i++) {
+    const px_report_field_t *f = px_report_field(t, i);
+    if (f->where & where) v[k++] = px_report_value(f, msg, NULL);
+  }
+}
+
 static int plot_load_rpc(px_rpc_channel_t *ch, const char *ref, plot_job_t *j) {
   Prunex__V1__Job *job = NULL;
   if (px_rpc_get_job(ch, ref, 10000, &job) != PX_OK) return pxctl_rpc_fail(ch, ref);
@@ -112,17 +126,12 @@ static int plot_load_rpc(px_rpc_channel_t *ch, const char *ref, plot_job_t *j) {
     plot_row_t r = {it->iteration, it->time_unix_ms, it->test_accuracy, it->bytes_inter,
                     it->bytes_inter_dense, it->mask_drift, it->mask_groups, it->density,
                     it->phases != NULL, {0}};
-    if (it->phases) {
-      const Prunex__V1__PhaseTimes *ph = it->phases;
-      double v[6] = {ph->local_s, ph->intra_s, ph->projection_s, ph->inter_s, ph->broadcast_s,
-                     ph->control_s};
-      memcpy(r.ph, v, sizeof v);
-    }
+    plot_values(PX_REPORT_ITERATION, PX_REPORT_PHASE, it, r.ph, 6);
     st = plot_add_row(j, &r);
     for (size_t k = 0; st == PX_OK && k < it->n_layers; k++) {
       const Prunex__V1__LayerMetrics *L = it->layers[k];
-      plot_layer_t l = {it->iteration, L->layer, "", {L->r_intra, L->s_intra, L->r_inter,
-                                                      L->s_inter, L->rho1, L->rho2}};
+      plot_layer_t l = {it->iteration, L->layer, "", {0}};
+      plot_values(PX_REPORT_LAYER, PX_REPORT_PLOT, L, l.v, 6);
       snprintf(l.name, sizeof l.name, "%s", L->name);
       st = plot_add_layer(j, &l);
     }

@@ -28,6 +28,7 @@
 #include "coord.h"
 #include "http.h"
 #include "prunex/json.h"
+#include "prunex/report.h"
 #include "prunex/strategy.h"
 
 static const char *http_job_state(int s) {
@@ -165,43 +166,6 @@ static const http_field_t http_job_total_fields[] = {
      HF_INT, 0},
 };
 
-static const http_field_t http_iteration_fields[] = {
-    {"iteration", "iteration", HF_INT, 0},
-    {"time_unix_ms", "time_unix_ms", HF_INT, 0},
-    {"epoch", "epoch", HF_NUM, 0},
-    {"loss", "loss", HF_NUM_NN, 0},
-    {"train_accuracy", "train_accuracy", HF_NUM_NN, 0},
-    {"test_accuracy", "test_accuracy", HF_NUM_NN, 0},
-    {"density", "density", HF_NUM, 0},
-    {"mask_groups", "mask_groups", HF_INT_POS, 0},
-    {"mask_drift", "mask_drift", HF_INT, 0},
-    {"frozen", "frozen", HF_BOOL, 0},
-    {"bytes_intra", "bytes_intra", HF_INT, 0},
-    {"bytes_inter", "bytes_inter", HF_INT, 0},
-    {"bytes_inter_dense", "bytes_inter_dense", HF_INT, 0},
-    {"phases", "has_phases", HF_GROUP, 6},
-    {"local_s", "local_s", HF_NUM, 0},
-    {"intra_s", "intra_s", HF_NUM, 0},
-    {"projection_s", "projection_s", HF_NUM, 0},
-    {"inter_s", "inter_s", HF_NUM, 0},
-    {"broadcast_s", "broadcast_s", HF_NUM, 0},
-    {"control_s", "control_s", HF_NUM, 0},
-};
-
-static const http_field_t http_layer_fields[] = {
-    {"iteration", "iteration", HF_INT, 0},
-    {"layer", "layer", HF_INT, 0},
-    {"name", "name", HF_TEXT, 0},
-    {"r_intra", "r_intra", HF_NUM, 0},
-    {"s_intra", "s_intra", HF_NUM, 0},
-    {"r_inter", "r_inter", HF_NUM, 0},
-    {"s_inter", "s_inter", HF_NUM, 0},
-    {"rho1", "rho1", HF_NUM, 0},
-    {"rho2", "rho2", HF_NUM, 0},
-    {"density", "density", HF_NUM, 0},
-    {"numel", "numel", HF_INT, 0},
-};
-
 static const http_field_t http_node_fields[] = {
     {NULL, "n.id", HF_HIDDEN, 0},
     {"node_id", "n.node_id", HF_TEXT, 0},
@@ -213,6 +177,69 @@ static const http_field_t http_node_fields[] = {
     {"registered_unix_ms", "n.registered_unix_ms", HF_INT, 0},
     {"last_heartbeat_unix_ms", "n.last_heartbeat_unix_ms", HF_INT, 0},
 };
+
+/* The iteration and layer objects are the report tables' PX_REPORT_JSON
+ * fields (prunex/report.h), the column named as the key; a layer starts
+ * with its iteration, and an iteration's phase times nest under "phases"
+ * (null for a report without them). */
+#define HTTP_REPORT_MAX 48
+
+static http_kind_t http_report_kind(const px_report_field_t *f) {
+  static const http_kind_t ints[3] = {HF_INT, HF_INT_NN, HF_INT_POS};
+  switch (f->type) {
+  case PX_REPORT_TEXT: return HF_TEXT;
+  case PX_REPORT_BOOL: return HF_BOOL;
+  case PX_REPORT_F64:
+    assert(f->presence != PX_REPORT_POSITIVE);
+    return f->presence == PX_REPORT_NONNEG ? HF_NUM_NN : HF_NUM;
+  default: return ints[f->presence];
+  }
+}
+
+/* Fills out[] (HTTP_REPORT_MAX entries) from table t; returns the count. */
+static int http_report_fields(px_report_table_t t, http_field_t *out) {
+  int n = 0, group = -1;
+  if (t == PX_REPORT_LAYER) out[n++] = (http_field_t){"iteration", "iteration", HF_INT, 0};
+  for (int i = 0; i < px_report_count(t); i++) {
+    const px_report_field_t *f = px_report_field(t, i);
+    if (!(f->where & PX_REPORT_JSON)) continue;
+    if ((f->where & PX_REPORT_PHASE) && group < 0) {
+      group = n;
+      out[n++] = (http_field_t){"phases", "has_phases", HF_GROUP, 0};
+    }
+    assert(n < HTTP_REPORT_MAX - 1);
+    out[n++] = (http_field_t){f->name, f->name, http_report_kind(f), 0};
+    if (f->where & PX_REPORT_PHASE) out[group].group++;
+  }
+  return n;
+}
+
+/* "fields": what each key of the listing's objects is (the n fields of t,
+ * read from table rt): key, label, unit, the object it nests in
+ * ("phases"), and plot: true for the layer figures drawn per layer; the
+ * dashboard takes its per-layer charts and its legends from it. */
+static struct json_object *http_report_doc(px_report_table_t rt, const http_field_t *t, int n) {
+  struct json_object *arr = json_object_new_array();
+  const char *in = NULL;
+  for (int i = 0; i < n; i++) {
+    if (t[i].kind == HF_GROUP) {
+      in = t[i].key;
+      continue;
+    }
+    const px_report_field_t *f = px_report_find(rt, t[i].key);
+    if (!f) f = px_report_find(PX_REPORT_ITERATION, t[i].key); /* a layer's iteration */
+    struct json_object *o = json_object_new_object();
+    json_object_object_add(o, "key", json_object_new_string(f->name));
+    json_object_object_add(o, "label", json_object_new_string(f->label));
+    json_object_object_add(o, "unit", json_object_new_string(f->unit));
+    if (in && (f->where & PX_REPORT_PHASE))
+      json_object_object_add(o, "in", json_object_new_string(in));
+    if (f->where & PX_REPORT_PLOT)
+      json_object_object_add(o, "plot", json_object_new_boolean(1));
+    json_object_array_add(arr, o);
+  }
+  return arr;
+}
 
 /* "SELECT <the tables' expressions> <rest>" into sql (NUL-terminated). */
 static void http_select(px_buf_t *sql, const http_field_t *a, int na, const http_field_t *b,
@@ -462,12 +489,14 @@ int coord_http_job(sqlite3 *db, const char *ref, coord_hbuf_t *out) {
 /* A page of a job's rows: the job resolved, st prepared from t with `rest`
  * (?1 the job id, then the caller's binds, the limit last), the page under
  * key beside "job_id". */
-static int http_job_page(sqlite3 *db, const char *ref, const http_field_t *t, int n,
-                         const char *rest, const long long *binds, int nbinds, int limit,
-                         const char *key, http_cursor_fn cursor, coord_hbuf_t *out) {
+static int http_job_page(sqlite3 *db, const char *ref, px_report_table_t rt, const char *rest,
+                         const long long *binds, int nbinds, int limit, const char *key,
+                         http_cursor_fn cursor, coord_hbuf_t *out) {
   char job[160];
   int rc = http_resolve_job(db, ref, job, sizeof job, out);
   if (rc) return rc;
+  http_field_t t[HTTP_REPORT_MAX];
+  int n = http_report_fields(rt, t);
   sqlite3_stmt *st = http_prepare(db, t, n, NULL, 0, rest);
   if (!st) return http_db_fail(db, out);
   sqlite3_bind_text(st, 1, job, -1, SQLITE_TRANSIENT);
@@ -479,6 +508,7 @@ static int http_job_page(sqlite3 *db, const char *ref, const http_field_t *t, in
   json_object_object_add(doc, "job_id", px_json_string(job, strlen(job)));
   json_object_object_foreach(page, k, v) json_object_object_add(doc, k, json_object_get(v));
   json_object_put(page);
+  json_object_object_add(doc, "fields", http_report_doc(rt, t, n));
   return http_done(doc, out);
 }
 
@@ -489,7 +519,7 @@ int coord_http_iterations(sqlite3 *db, const char *ref, const coord_http_page_t 
   long long cursor = -1;
   if (pg->cursor && http_parse_int(pg->cursor, 0, INT_MAX, &cursor) != 0)
     return http_fail(out, 400, HTTP_BAD_CURSOR, pg->cursor);
-  return http_job_page(db, ref, http_iteration_fields, HTTP_NFIELDS(http_iteration_fields),
+  return http_job_page(db, ref, PX_REPORT_ITERATION,
                        "FROM iterations WHERE job_id = ?1 AND rank = 0 AND iteration > ?2"
                        " ORDER BY iteration LIMIT ?3",
                        &cursor, 1, limit, "iterations", http_cursor_iteration, out);
@@ -511,7 +541,7 @@ int coord_http_layers(sqlite3 *db, const char *ref, const coord_http_page_t *pg,
         http_parse_int(colon + 1, 0, INT_MAX, &c[1]) != 0)
       return http_fail(out, 400, HTTP_BAD_CURSOR, pg->cursor);
   }
-  return http_job_page(db, ref, http_layer_fields, HTTP_NFIELDS(http_layer_fields),
+  return http_job_page(db, ref, PX_REPORT_LAYER,
                        "FROM iteration_layers WHERE job_id = ?1 AND iteration >= ?2 AND rank = 0"
                        " AND (iteration > ?2 OR layer > ?3) ORDER BY iteration, layer LIMIT ?4",
                        c, 2, limit, "layers", http_cursor_layer, out);

@@ -17,35 +17,92 @@
  *   prunex_job_intra_bytes_total, prunex_job_inter_dense_bytes_total,
  *   prunex_job_phase_seconds_total{phase}.
  *
- * A value that was not measured is left out (no sample), never -1. Runs on
+ * The per-job families are the report tables' metric and total fields
+ * (prunex/report.h): names, help, labels and the SQL that reads them come
+ * from there. A value that was not measured is left out (no sample), never
+ * -1. Runs on
  * the HTTP thread (read-only SQLite connection; RPC counters are atomics). */
+#include <assert.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "coord.h"
 #include "http.h"
+#include "prunex/report.h"
 #include "prunex/strategy.h"
 
 #define HTTP_MAX_JOBS 256 /* running jobs exported; more are left out (and counted) */
+#define HTTP_MAX_SAMPLES 48 /* samples per job: the report tables' metric and total fields */
 
-enum {
-  V_ITER, V_LOSS, V_TRAIN, V_TEST, V_DENSITY, V_DRIFT, V_BINTER, V_BINTRA, V_BDENSE,
-  V_RHO1, V_RHO2, V_GROUPS, V_PH0 /* 6 latest phases */, V_PT0 = V_PH0 + 6 /* 6 phase totals */,
-  V_N = V_PT0 + 6
-};
+/* The per-job samples, made from the report tables (prunex/report.h): the
+ * latest value of each iteration field with a metric (rank 0's latest
+ * iteration; an EVALUATED field's latest measured value), the mean over
+ * layers of each layer field with a metric, and the sum over the job's
+ * iterations of each field with a total. */
+typedef enum { HS_LATEST, HS_LAYERS, HS_TOTAL } http_sample_kind_t;
+
+typedef struct {
+  const px_report_field_t *f;
+  http_sample_kind_t kind;
+} http_sample_t;
 
 typedef struct {
   char job[128];
   char name[128];
   char strategy[16];
   int has_row;                /* at least one iteration reported */
-  double v[V_N];
-  int present[V_N];
+  double v[HTTP_MAX_SAMPLES];
+  int present[HTTP_MAX_SAMPLES];
 } http_job_row_t;
 
-static const char *const http_phases[6] = {"local", "intra", "projection",
-                                           "inter", "broadcast", "control"};
+static int http_add_samples(http_sample_t *s, int n, px_report_table_t t, http_sample_kind_t kind) {
+  for (int i = 0; i < px_report_count(t); i++) {
+    const px_report_field_t *f = px_report_field(t, i);
+    if (!(kind == HS_TOTAL ? f->total : f->metric)) continue;
+    assert(n < HTTP_MAX_SAMPLES);
+    s[n++] = (http_sample_t){f, kind};
+  }
+  return n;
+}
+
+/* The samples, in the order of the exposition; returns their count. */
+static int http_samples(http_sample_t *s) {
+  int n = http_add_samples(s, 0, PX_REPORT_ITERATION, HS_LATEST);
+  n = http_add_samples(s, n, PX_REPORT_LAYER, HS_LAYERS);
+  return http_add_samples(s, n, PX_REPORT_ITERATION, HS_TOTAL);
+}
+
+/* The SELECT of the running jobs and their samples' values. */
+static void http_jobs_sql(px_buf_t *q, const http_sample_t *s, int n) {
+  px_buf_puts(q, "SELECT j.job_id, j.name, j.spec, i.iteration, i.has_phases");
+  for (int k = 0; k < n; k++) {
+    const char *c = s[k].f->name;
+    if (s[k].kind == HS_TOTAL) px_buf_printf(q, ", s.t%d", k);
+    else if (s[k].kind == HS_LAYERS)
+      px_buf_printf(q, ", (SELECT avg(%s) FROM iteration_layers l WHERE l.job_id = j.job_id"
+                       " AND l.rank = 0 AND l.iteration = i.iteration)", c);
+    else if (s[k].f->where & PX_REPORT_EVALUATED)
+      px_buf_printf(q, ", (SELECT %s FROM iterations t WHERE t.job_id = j.job_id AND t.rank = 0"
+                       " AND t.%s >= 0 ORDER BY iteration DESC LIMIT 1)", c, c);
+    else px_buf_printf(q, ", i.%s", c);
+  }
+  px_buf_puts(q, " FROM jobs j LEFT JOIN iterations i ON i.job_id = j.job_id AND i.rank = 0"
+                 " AND i.iteration = (SELECT max(iteration) FROM iterations m"
+                 " WHERE m.job_id = j.job_id AND m.rank = 0) LEFT JOIN (SELECT job_id");
+  for (int k = 0; k < n; k++)
+    if (s[k].kind == HS_TOTAL) px_buf_printf(q, ", total(%s) AS t%d", s[k].f->name, k);
+  px_buf_puts(q, " FROM iterations WHERE rank = 0 AND job_id IN (SELECT job_id FROM jobs"
+                 " WHERE state = ?1) GROUP BY job_id) s ON s.job_id = j.job_id"
+                 " WHERE j.state = ?1 ORDER BY j.id");
+}
+
+static const char *http_sample_family(const http_sample_t *s, const char **type,
+                                      const char **help) {
+  *type = s->kind == HS_TOTAL ? "counter" : "gauge";
+  *help = s->kind == HS_TOTAL ? s->f->total_help : s->f->metric_help;
+  return s->kind == HS_TOTAL ? s->f->total : s->f->metric;
+}
 
 static void http_family(coord_hbuf_t *b, const char *name, const char *type, const char *help) {
   px_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
@@ -75,95 +132,54 @@ static int http_state_counts(sqlite3 *db, const char *sql, long long *count, int
   return rc == SQLITE_DONE ? 0 : -1;
 }
 
-static int http_load_jobs(sqlite3 *db, http_job_row_t *jobs, int *njobs, int *dropped) {
+/* Whether sample k's value v (column not NULL) was measured. */
+static int http_sample_present(const http_sample_t *s, double v, int has_phases) {
+  if (s->kind != HS_LATEST) return 1;
+  if (s->f->where & PX_REPORT_PHASE) return has_phases;
+  return s->f->presence == PX_REPORT_ALWAYS || (s->f->presence == PX_REPORT_NONNEG && v >= 0) ||
+         (s->f->presence == PX_REPORT_POSITIVE && v > 0);
+}
+
+/* The job's labels and values from the current row of st. */
+static void http_job_read(sqlite3_stmt *st, const http_sample_t *s, int n, http_job_row_t *j) {
+  memset(j, 0, sizeof *j);
+  snprintf(j->job, sizeof j->job, "%s", (const char *)sqlite3_column_text(st, 0));
+  snprintf(j->name, sizeof j->name, "%s", (const char *)sqlite3_column_text(st, 1));
+  const void *blob = sqlite3_column_blob(st, 2);
+  int blen = sqlite3_column_bytes(st, 2);
+  Prunex__V1__JobSpec *spec =
+      blob && blen > 0 ? prunex__v1__job_spec__unpack(NULL, (size_t)blen, blob) : NULL;
+  const px_strategy_info_t *si = spec ? px_strategy_info((px_strategy_kind_t)spec->strategy) : NULL;
+  snprintf(j->strategy, sizeof j->strategy, "%s", si ? si->name : "");
+  if (spec) prunex__v1__job_spec__free_unpacked(spec, NULL);
+  if (sqlite3_column_type(st, 3) == SQLITE_NULL) return; /* nothing reported yet */
+  j->has_row = 1;
+  int has_phases = sqlite3_column_int(st, 4);
+  for (int k = 0; k < n; k++) {
+    j->v[k] = sqlite3_column_double(st, 5 + k);
+    j->present[k] = sqlite3_column_type(st, 5 + k) != SQLITE_NULL &&
+                    http_sample_present(&s[k], j->v[k], has_phases);
+  }
+}
+
+static int http_load_jobs(sqlite3 *db, const http_sample_t *s, int n, http_job_row_t *jobs,
+                          int *njobs, int *dropped) {
   *njobs = 0;
   *dropped = 0;
+  px_buf_t q = {0};
+  http_jobs_sql(&q, s, n);
   sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(
-          db,
-          "SELECT j.job_id, j.name, j.spec,"
-          " i.iteration, i.loss, i.train_accuracy, i.density, i.mask_drift, i.has_phases,"
-          " i.local_s, i.intra_s, i.projection_s, i.inter_s, i.broadcast_s, i.control_s,"
-          " i.mask_groups,"
-          " (SELECT test_accuracy FROM iterations t WHERE t.job_id = j.job_id AND t.rank = 0"
-          "   AND t.test_accuracy >= 0 ORDER BY iteration DESC LIMIT 1),"
-          " (SELECT avg(rho1) FROM iteration_layers l WHERE l.job_id = j.job_id AND l.rank = 0"
-          "   AND l.iteration = i.iteration),"
-          " (SELECT avg(rho2) FROM iteration_layers l WHERE l.job_id = j.job_id AND l.rank = 0"
-          "   AND l.iteration = i.iteration),"
-          " s.binter, s.bintra, s.bdense, s.l, s.it, s.pr, s.ie, s.br, s.co"
-          " FROM jobs j"
-          " LEFT JOIN iterations i ON i.job_id = j.job_id AND i.rank = 0"
-          "   AND i.iteration = (SELECT max(iteration) FROM iterations m"
-          "                      WHERE m.job_id = j.job_id AND m.rank = 0)"
-          " LEFT JOIN (SELECT job_id, total(bytes_inter) AS binter, total(bytes_intra) AS bintra,"
-          "   total(bytes_inter_dense) AS bdense, total(local_s) AS l, total(intra_s) AS it,"
-          "   total(projection_s) AS pr, total(inter_s) AS ie, total(broadcast_s) AS br,"
-          "   total(control_s) AS co FROM iterations WHERE rank = 0 AND job_id IN"
-          "   (SELECT job_id FROM jobs WHERE state = ?1) GROUP BY job_id) s"
-          "   ON s.job_id = j.job_id"
-          " WHERE j.state = ?1 ORDER BY j.id",
-          -1, &st, NULL) != SQLITE_OK)
-    return -1;
+  int bad = q.oom || sqlite3_prepare_v2(db, q.p, -1, &st, NULL) != SQLITE_OK;
+  px_buf_free(&q);
+  if (bad) return -1;
   sqlite3_bind_int(st, 1, JS_RUNNING);
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (*njobs == HTTP_MAX_JOBS) {
-      (*dropped)++;
-      continue;
-    }
-    http_job_row_t *j = &jobs[(*njobs)++];
-    memset(j, 0, sizeof *j);
-    snprintf(j->job, sizeof j->job, "%s", (const char *)sqlite3_column_text(st, 0));
-    snprintf(j->name, sizeof j->name, "%s", (const char *)sqlite3_column_text(st, 1));
-    const void *blob = sqlite3_column_blob(st, 2);
-    int blen = sqlite3_column_bytes(st, 2);
-    Prunex__V1__JobSpec *spec =
-        blob && blen > 0 ? prunex__v1__job_spec__unpack(NULL, (size_t)blen, blob) : NULL;
-    const px_strategy_info_t *si =
-        spec ? px_strategy_info((px_strategy_kind_t)spec->strategy) : NULL;
-    snprintf(j->strategy, sizeof j->strategy, "%s", si ? si->name : "");
-    if (spec) prunex__v1__job_spec__free_unpacked(spec, NULL);
-    if (sqlite3_column_type(st, 3) == SQLITE_NULL) continue; /* nothing reported yet */
-    j->has_row = 1;
-#define SETV(k, col, cond)                          \
-  do {                                              \
-    j->v[k] = sqlite3_column_double(st, col);       \
-    j->present[k] = sqlite3_column_type(st, col) != SQLITE_NULL && (cond); \
-  } while (0)
-    SETV(V_ITER, 3, 1);
-    SETV(V_LOSS, 4, j->v[V_LOSS] >= 0);
-    SETV(V_TRAIN, 5, j->v[V_TRAIN] >= 0);
-    SETV(V_DENSITY, 6, 1);
-    SETV(V_DRIFT, 7, 1);
-    int has_phases = sqlite3_column_int(st, 8);
-    for (int k = 0; k < 6; k++) SETV(V_PH0 + k, 9 + k, has_phases);
-    SETV(V_GROUPS, 15, j->v[V_GROUPS] > 0);
-    SETV(V_TEST, 16, 1);
-    SETV(V_RHO1, 17, 1);
-    SETV(V_RHO2, 18, 1);
-    SETV(V_BINTER, 19, 1);
-    SETV(V_BINTRA, 20, 1);
-    SETV(V_BDENSE, 21, 1);
-    for (int k = 0; k < 6; k++) SETV(V_PT0 + k, 22 + k, 1);
-#undef SETV
+    if (*njobs == HTTP_MAX_JOBS) (*dropped)++;
+    else http_job_read(st, s, n, &jobs[(*njobs)++]);
   }
   sqlite3_finalize(st);
   return rc == SQLITE_DONE ? 0 : -1;
-}
-
-/* One gauge or counter family over the running jobs (value k). */
-static void http_job_family(coord_hbuf_t *b, const http_job_row_t *jobs, int n, int k,
-                            const char *name, const char *type, const char *help) {
-  http_family(b, name, type, help);
-  for (int i = 0; i < n; i++) {
-    if (!jobs[i].has_row || !jobs[i].present[k]) continue;
-    px_buf_printf(b, "%s{", name);
-    http_job_labels(b, &jobs[i]);
-    px_buf_put(b, "} ", 2);
-    coord_hb_pnum(b, jobs[i].v[k]);
-    px_buf_put(b, "\n", 1);
-  }
 }
 
 /* The coordinator itself: start time, version, nodes and jobs by state. */
@@ -221,71 +237,44 @@ static void http_metrics_rpc(coord_hbuf_t *out) {
 
 }
 
-/* The running jobs' latest figures (at most HTTP_MAX_JOBS). */
-static void http_metrics_jobs(coord_hbuf_t *out, const http_job_row_t *jobs, int njobs,
-                              int dropped) {
+/* The running jobs' figures (at most HTTP_MAX_JOBS): one family per
+ * metric name of the samples, each sample labelled by the job and the
+ * field's own label. */
+static void http_metrics_jobs(coord_hbuf_t *out, const http_sample_t *s, int n,
+                              const http_job_row_t *jobs, int njobs, int dropped) {
   http_family(out, "prunex_running_jobs_not_exported", "gauge",
               "Running jobs left out of the per-job families (more than 256 run).");
   px_buf_printf(out, "prunex_running_jobs_not_exported %d\n", dropped);
-  http_job_family(out, jobs, njobs, V_ITER, "prunex_job_iteration", "gauge",
-                  "Latest iteration reported by a running job (counted from 0).");
-  http_job_family(out, jobs, njobs, V_LOSS, "prunex_job_loss", "gauge",
-                  "Mean training loss of the job's latest iteration.");
-  http_job_family(out, jobs, njobs, V_TRAIN, "prunex_job_train_accuracy", "gauge",
-                  "Training accuracy (0..1) of the job's latest iteration.");
-  http_job_family(out, jobs, njobs, V_TEST, "prunex_job_test_accuracy", "gauge",
-                  "Test accuracy (0..1) of the consensus model at its latest evaluation.");
-  http_job_family(out, jobs, njobs, V_DENSITY, "prunex_job_density", "gauge",
-                  "Kept fraction of the prunable weights at the latest iteration.");
-  http_job_family(out, jobs, njobs, V_DRIFT, "prunex_job_mask_drift", "gauge",
-                  "Group-mask bits that changed in the latest iteration.");
-  http_job_family(out, jobs, njobs, V_GROUPS, "prunex_job_mask_groups", "gauge",
-                  "Group-mask bits in all (the drift is out of these).");
-  http_family(out, "prunex_job_rho", "gauge",
-              "Mean over layers of the ADMM penalty in force at the latest iteration, per "
-              "consensus level (intra: rho1, inter: rho2).");
-  for (int i = 0; i < njobs; i++)
-    for (int lv = 0; lv < 2; lv++) {
-      if (!jobs[i].has_row || !jobs[i].present[V_RHO1 + lv]) continue;
-      px_buf_put(out, "prunex_job_rho{", 15);
-      http_job_labels(out, &jobs[i]);
-      px_buf_printf(out, ",level=\"%s\"} ", lv ? "inter" : "intra");
-      coord_hb_pnum(out, jobs[i].v[V_RHO1 + lv]);
-      px_buf_put(out, "\n", 1);
-    }
-  http_job_family(out, jobs, njobs, V_BINTER, "prunex_job_inter_bytes_total", "counter",
-                  "Inter-node bytes (sent plus received, all ranks) of the job so far.");
-  http_job_family(out, jobs, njobs, V_BDENSE, "prunex_job_inter_dense_bytes_total", "counter",
-                  "Inter-node bytes the job would have moved with dense buffers.");
-  http_job_family(out, jobs, njobs, V_BINTRA, "prunex_job_intra_bytes_total", "counter",
-                  "Intra-node bytes (sent plus received, all ranks) of the job so far.");
-  for (int tot = 0; tot < 2; tot++) {
-    const char *name = tot ? "prunex_job_phase_seconds_total" : "prunex_job_phase_seconds";
-    http_family(out, name, tot ? "counter" : "gauge",
-                tot ? "Rank 0's time in each phase, summed over the job's iterations."
-                    : "Rank 0's time in each phase of the latest iteration.");
+  for (int k = 0; k < n;) {
+    const char *type, *help, *name = http_sample_family(&s[k], &type, &help), *t2, *h2;
+    int end = k + 1;
+    while (end < n && !strcmp(http_sample_family(&s[end], &t2, &h2), name)) end++;
+    http_family(out, name, type, help);
     for (int i = 0; i < njobs; i++)
-      for (int p = 0; p < 6; p++) {
-        int k = (tot ? V_PT0 : V_PH0) + p;
-        if (!jobs[i].has_row || !jobs[i].present[k]) continue;
+      for (int m = k; m < end; m++) {
+        if (!jobs[i].has_row || !jobs[i].present[m]) continue;
         px_buf_printf(out, "%s{", name);
         http_job_labels(out, &jobs[i]);
-        px_buf_printf(out, ",phase=\"%s\"} ", http_phases[p]);
-        coord_hb_pnum(out, jobs[i].v[k]);
+        if (s[m].f->metric_label) px_buf_printf(out, ",%s", s[m].f->metric_label);
+        px_buf_put(out, "} ", 2);
+        coord_hb_pnum(out, jobs[i].v[m]);
         px_buf_put(out, "\n", 1);
       }
+    k = end;
   }
 }
 
 int coord_http_metrics(sqlite3 *db, int64_t started_unix_ms, coord_hbuf_t *out) {
   static http_job_row_t jobs[HTTP_MAX_JOBS]; /* HTTP thread only: one request at a time */
+  http_sample_t s[HTTP_MAX_SAMPLES];
+  int n = http_samples(s);
   long long ns[8], js[8];
   int njobs = 0, dropped = 0;
   /* One read transaction, so that every figure comes from the same snapshot. */
   sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
   int bad = http_state_counts(db, "SELECT state, count(*) FROM nodes GROUP BY state", ns, 8) ||
             http_state_counts(db, "SELECT state, count(*) FROM jobs GROUP BY state", js, 8) ||
-            http_load_jobs(db, jobs, &njobs, &dropped);
+            http_load_jobs(db, s, n, jobs, &njobs, &dropped);
   if (bad) {
     px_buf_printf(out, "# database error: %s\n", sqlite3_errmsg(db));
     sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
@@ -294,6 +283,6 @@ int coord_http_metrics(sqlite3 *db, int64_t started_unix_ms, coord_hbuf_t *out) 
   sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
   http_metrics_service(out, started_unix_ms, ns, js);
   http_metrics_rpc(out);
-  http_metrics_jobs(out, jobs, njobs, dropped);
+  http_metrics_jobs(out, s, n, jobs, njobs, dropped);
   return 200;
 }

@@ -9,7 +9,7 @@
 #include "coord.h"
 #include "prunex/check.h"
 #include "prunex/jobspec.h"
-#include "prunex/layer_metrics.h"
+#include "db/reports.h"
 
 /* Penalty in force for a layer whose penalties were never decided: the
  * reported one, else the spec's initial one, else 1. */
@@ -17,64 +17,6 @@ static double coord_initial_rho(double reported, double spec) {
   if (reported > 0.0) return reported;
   if (spec > 0.0) return spec;
   return 1.0;
-}
-
-static px_status_t coord_store_report(coord_t *c, const Prunex__V1__IterationReport *r) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "DELETE FROM iteration_layers WHERE job_id = ?1 AND iteration = ?2"
-                         " AND rank = ?3",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, r->job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, r->iteration));
-  PX_CHECK(px_store_bind_int64(st, 3, r->rank));
-  PX_CHECK(px_store_run(st));
-  PX_CHECK(px_store_stmt(c->db,
-                         "INSERT OR REPLACE INTO iterations (job_id, iteration, rank,"
-                         " time_unix_ms, epoch, loss, train_accuracy, test_accuracy, density,"
-                         " mask_drift, bytes_intra, bytes_inter, bytes_inter_dense, frozen,"
-                         " has_phases, local_s, intra_s, projection_s, inter_s, broadcast_s,"
-                         " control_s, mask_groups) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,"
-                         " ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
-                         &st));
-  const Prunex__V1__PhaseTimes *ph = r->phases;
-  PX_CHECK(px_store_bind_text(st, 1, r->job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, r->iteration));
-  PX_CHECK(px_store_bind_int64(st, 3, r->rank));
-  PX_CHECK(px_store_bind_int64(st, 4, r->time_unix_ms ? r->time_unix_ms : coord_now_ms()));
-  PX_CHECK(px_store_bind_double(st, 5, r->epoch));
-  PX_CHECK(px_store_bind_double(st, 6, r->loss));
-  PX_CHECK(px_store_bind_double(st, 7, r->train_accuracy));
-  PX_CHECK(px_store_bind_double(st, 8, r->test_accuracy));
-  PX_CHECK(px_store_bind_double(st, 9, r->density));
-  PX_CHECK(px_store_bind_int64(st, 10, r->mask_drift));
-  PX_CHECK(px_store_bind_int64(st, 11, (int64_t)r->bytes_intra));
-  PX_CHECK(px_store_bind_int64(st, 12, (int64_t)r->bytes_inter));
-  PX_CHECK(px_store_bind_int64(st, 13, (int64_t)r->bytes_inter_dense));
-  PX_CHECK(px_store_bind_int64(st, 14, r->frozen ? 1 : 0));
-  PX_CHECK(px_store_bind_int64(st, 15, ph ? 1 : 0));
-  PX_CHECK(px_store_bind_double(st, 16, ph ? ph->local_s : 0.0));
-  PX_CHECK(px_store_bind_double(st, 17, ph ? ph->intra_s : 0.0));
-  PX_CHECK(px_store_bind_double(st, 18, ph ? ph->projection_s : 0.0));
-  PX_CHECK(px_store_bind_double(st, 19, ph ? ph->inter_s : 0.0));
-  PX_CHECK(px_store_bind_double(st, 20, ph ? ph->broadcast_s : 0.0));
-  PX_CHECK(px_store_bind_double(st, 21, ph ? ph->control_s : 0.0));
-  PX_CHECK(px_store_bind_int64(st, 22, r->mask_groups));
-  PX_CHECK(px_store_run(st));
-  char cols[512], params[512], sql[1200];
-  snprintf(sql, sizeof sql,
-           "INSERT INTO iteration_layers (job_id, iteration, rank, %s) VALUES (?1, ?2, ?3, %s)",
-           px_layer_metrics_columns(cols, sizeof cols),
-           px_layer_metrics_params(4, params, sizeof params));
-  for (size_t i = 0; i < r->n_layers; i++) {
-    PX_CHECK(px_store_stmt(c->db, sql, &st));
-    PX_CHECK(px_store_bind_text(st, 1, r->job_id));
-    PX_CHECK(px_store_bind_int64(st, 2, r->iteration));
-    PX_CHECK(px_store_bind_int64(st, 3, r->rank));
-    PX_CHECK(px_layer_metrics_bind(st, 4, r->layers[i]));
-    PX_CHECK(px_store_run(st));
-  }
-  return PX_OK;
 }
 
 /* The stored decision for (job, iteration), or NULL. */
@@ -175,7 +117,7 @@ static px_status_t coord_commit_decision(coord_t *c, const Prunex__V1__Iteration
                                          const Prunex__V1__ControlDecision *d,
                                          const px_admm_policy_state_t *ps, int state) {
   px_store_stmt_t *st;
-  PX_CHECK(coord_store_report(c, r));
+  PX_CHECK(coord_db_reports_put(c->db, r, coord_now_ms()));
   for (size_t l = 0; l < d->n_layers; l++) {
     PX_CHECK(px_store_stmt(c->db,
                            "INSERT OR REPLACE INTO job_penalties (job_id, layer, rho1, rho2)"
@@ -328,7 +270,7 @@ void coord_rpc_report_iteration(px_rpc_srv_call_t *call, const ProtobufCMessage 
   if (px_store_begin(c->db) != PX_OK) goto internal;
   if (stored) {
     /* A repeated report (a retry, or another rank): same answer. */
-    if (coord_store_report(c, r) != PX_OK) goto rollback;
+    if (coord_db_reports_put(c->db, r, coord_now_ms()) != PX_OK) goto rollback;
   } else {
     px_status_t rc = coord_decide(c, &a, r, spec, &d, &ps, &refused);
     if (refused) {
@@ -360,38 +302,6 @@ out:
 
 /* ---- GetIterations ------------------------------------------------------------- */
 
-static px_status_t coord_load_layers(coord_t *c, coord_arena_t *a, Prunex__V1__IterationReport *it) {
-  px_store_stmt_t *st;
-  px_status_t rc;
-  char cols[512], sql[800];
-  snprintf(sql, sizeof sql,
-           "SELECT %s FROM iteration_layers WHERE job_id = ?1 AND iteration = ?2 AND rank = ?3"
-           " ORDER BY layer",
-           px_layer_metrics_columns(cols, sizeof cols));
-  PX_CHECK(px_store_stmt(c->db, sql, &st));
-  PX_CHECK(px_store_bind_text(st, 1, it->job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, it->iteration));
-  PX_CHECK(px_store_bind_int64(st, 3, it->rank));
-  size_t cap = 0;
-  while ((rc = px_store_step(st)) == 1) {
-    Prunex__V1__LayerMetrics **slot =
-        coord_push(a, (void **)&it->layers, &it->n_layers, &cap, sizeof *it->layers);
-    Prunex__V1__LayerMetrics *L = coord_alloc(a, sizeof *L);
-    if (!slot || !L) {
-      px_store_reset(st);
-      return PX_ERR_NOMEM;
-    }
-    px_layer_metrics_read(st, 0, L);
-    L->name = coord_strdup(a, L->name); /* the row's text lasts until the next step */
-    if (!L->name) {
-      px_store_reset(st);
-      return PX_ERR_NOMEM;
-    }
-    *slot = L;
-  }
-  return rc < 0 ? rc : PX_OK;
-}
-
 void coord_rpc_get_iterations(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
   coord_t *c = data;
   const Prunex__V1__GetIterationsRequest *r = (const Prunex__V1__GetIterationsRequest *)msg;
@@ -408,7 +318,6 @@ void coord_rpc_get_iterations(px_rpc_srv_call_t *call, const ProtobufCMessage *m
   coord_arena_init(&a);
   int found = 0;
   Prunex__V1__GetIterationsResponse resp = PRUNEX__V1__GET_ITERATIONS_RESPONSE__INIT;
-  px_store_stmt_t *st = NULL;
   px_status_t rc = coord_job_lookup(c, &a, r->job_id, &found, NULL, NULL);
   if (rc == PX_OK && !found) {
     px_rpc_srv_finish(call, PX_RPC_NOT_FOUND, "job %s not found", r->job_id);
@@ -416,65 +325,8 @@ void coord_rpc_get_iterations(px_rpc_srv_call_t *call, const ProtobufCMessage *m
     return;
   }
   if (rc == PX_OK)
-    rc = px_store_stmt(c->db,
-                       "SELECT iteration, rank, time_unix_ms, epoch, loss, train_accuracy,"
-                       " test_accuracy, density, mask_drift, bytes_intra, bytes_inter,"
-                       " bytes_inter_dense, frozen, has_phases, local_s, intra_s, projection_s,"
-                       " inter_s, broadcast_s, control_s, mask_groups FROM iterations"
-                       " WHERE job_id = ?1 AND iteration >= ?2 ORDER BY iteration, rank LIMIT ?3",
-                       &st);
-  if (rc == PX_OK) rc = px_store_bind_text(st, 1, r->job_id);
-  if (rc == PX_OK) rc = px_store_bind_int64(st, 2, r->from_iteration);
-  if (rc == PX_OK) rc = px_store_bind_int64(st, 3, r->limit > 0 ? r->limit : -1);
-  size_t cap = 0;
-  char *job_id = coord_strdup(&a, r->job_id);
-  if (!job_id) rc = PX_ERR_NOMEM;
-  while (rc == PX_OK && (rc = px_store_step(st)) == 1) {
-    Prunex__V1__IterationReport **slot =
-        coord_push(&a, (void **)&resp.iterations, &resp.n_iterations, &cap,
-                   sizeof *resp.iterations);
-    Prunex__V1__IterationReport *it = coord_alloc(&a, sizeof *it);
-    if (!slot || !it) {
-      rc = PX_ERR_NOMEM;
-      break;
-    }
-    *it = (Prunex__V1__IterationReport)PRUNEX__V1__ITERATION_REPORT__INIT;
-    it->job_id = job_id;
-    it->iteration = (int32_t)px_store_column_int64(st, 0);
-    it->rank = (int32_t)px_store_column_int64(st, 1);
-    it->time_unix_ms = px_store_column_int64(st, 2);
-    it->epoch = px_store_column_double(st, 3);
-    it->loss = px_store_column_double(st, 4);
-    it->train_accuracy = px_store_column_double(st, 5);
-    it->test_accuracy = px_store_column_double(st, 6);
-    it->density = px_store_column_double(st, 7);
-    it->mask_drift = px_store_column_int64(st, 8);
-    it->bytes_intra = (uint64_t)px_store_column_int64(st, 9);
-    it->bytes_inter = (uint64_t)px_store_column_int64(st, 10);
-    it->bytes_inter_dense = (uint64_t)px_store_column_int64(st, 11);
-    it->frozen = px_store_column_int64(st, 12) != 0;
-    it->mask_groups = px_store_column_int64(st, 20);
-    if (px_store_column_int64(st, 13)) {
-      Prunex__V1__PhaseTimes *ph = coord_alloc(&a, sizeof *ph);
-      if (!ph) {
-        rc = PX_ERR_NOMEM;
-        break;
-      }
-      *ph = (Prunex__V1__PhaseTimes)PRUNEX__V1__PHASE_TIMES__INIT;
-      ph->local_s = px_store_column_double(st, 14);
-      ph->intra_s = px_store_column_double(st, 15);
-      ph->projection_s = px_store_column_double(st, 16);
-      ph->inter_s = px_store_column_double(st, 17);
-      ph->broadcast_s = px_store_column_double(st, 18);
-      ph->control_s = px_store_column_double(st, 19);
-      it->phases = ph;
-    }
-    *slot = it;
-    rc = PX_OK;
-  }
-  if (st) px_store_reset(st);
-  for (size_t i = 0; rc >= 0 && r->include_layers && i < resp.n_iterations; i++)
-    rc = coord_load_layers(c, &a, resp.iterations[i]);
+    rc = coord_db_reports_list(c->db, &a, r->job_id, r->from_iteration, r->limit,
+                               r->include_layers, &resp);
   if (rc < 0) coord_fail_internal(c, call);
   else px_rpc_srv_reply(call, &resp.base);
   coord_arena_free(&a);

@@ -13,7 +13,9 @@
 // (lines), data-legend="0|1", its axes' ranges (data-x-min, data-x-max,
 // data-y-min, data-y-max) and its canvas an aria-label naming the series;
 // every table cell has data-col="COLUMN", and <body>
-// data-ready="1".
+// data-ready="1". The per-layer charts, the phases and the legends are not
+// spelled here: they come from the listings' `fields` (the coordinator's
+// report tables, prunex/report.h).
 'use strict';
 
 const POLL_MS = 2000;
@@ -46,13 +48,16 @@ async function getJSON(url) {
   return body;
 }
 
-// Every page of a listing, starting after `cursor`.
-async function getAll(url, key, cursor) {
+// Every page of a listing, starting after `cursor`. A listing that describes
+// its objects (`fields`: key, label, unit, ...) leaves the description in
+// fields[key] ({key: field}).
+async function getAll(url, key, cursor, fields) {
   const out = [];
   for (;;) {
     const sep = url.includes('?') ? '&' : '?';
     const page = await getJSON(url + (cursor != null ? sep + 'cursor=' + encodeURIComponent(cursor) : ''));
     out.push(...page[key]);
+    if (fields && page.fields) fields[key] = Object.fromEntries(page.fields.map(f => [f.key, f]));
     if (page.next_cursor == null) return out;
     cursor = page.next_cursor;
   }
@@ -220,22 +225,25 @@ async function overview(main) {
 
 // ---- one job ---------------------------------------------------------------------
 
-const JOB_CHARTS = [
-  ['acc_time', 'Test accuracy vs wall time'],
-  ['acc_bytes', 'Test accuracy vs cumulative inter-node bytes'],
-  ['msg', 'Inter-node bytes per iteration'],
-  ['r_intra', 'Intra primal residual per layer'],
-  ['s_intra', 'Intra dual residual per layer'],
-  ['r_inter', 'Inter primal residual per layer'],
-  ['s_inter', 'Inter dual residual per layer'],
-  ['rho1', 'rho1 (intra penalty) per layer'],
-  ['rho2', 'rho2 (inter penalty) per layer'],
-  ['drift', 'Mask drift and density'],
-  ['phases', 'Phase times per iteration (rank 0)'],
-];
-const PHASES = ['local_s', 'intra_s', 'projection_s', 'inter_s', 'broadcast_s', 'control_s'];
+// The iteration and layer figures' names, labels and units come from the
+// API (the coordinator's report tables): the per-layer charts are the layer
+// fields marked `plot`, the phases the iteration fields in `phases`.
+const label = (table, key) => ((st.fields[table] || {})[key] || {label: key}).label;
+const layerKeys = () => Object.values(st.fields.layers || {}).filter(f => f.plot).map(f => f.key);
+const phaseKeys = () => Object.values(st.fields.iterations || {}).filter(f => f.in === 'phases').map(f => f.key);
 
-const st = {job: null, iters: [], layers: [], iterCursor: null, layerCursor: null, built: false};
+function jobCharts() {
+  return [
+    ['acc_time', 'Test accuracy vs wall time'],
+    ['acc_bytes', 'Test accuracy vs cumulative inter-node bytes'],
+    ['msg', 'Inter-node bytes per iteration'],
+    ...layerKeys().map(k => [k, label('layers', k) + ' per layer']),
+    ['drift', 'Mask drift and density'],
+    ['phases', 'Phase times per iteration (rank 0)'],
+  ];
+}
+
+const st = {job: null, iters: [], layers: [], fields: {}, iterCursor: null, layerCursor: null, built: false};
 
 function drawJob() {
   const job = st.job, it = st.iters;
@@ -254,23 +262,23 @@ function drawJob() {
     dens.push({x: r.iteration, y: r.density});
   });
   const acc = {y: 'accuracy', yMin: 0, yMax: 1, xMin: 0};
-  draw('acc_time', 'line', [{label: 'test accuracy', data: accT}], {...acc, x: 'seconds since the job started'});
-  draw('acc_bytes', 'line', [{label: 'test accuracy', data: accB}], {...acc, x: 'inter-node MB (cumulative)'});
-  draw('msg', 'line', [{label: 'sent + received', data: msg}, {label: 'dense equivalent', data: dense}],
+  const L = k => label('iterations', k);
+  draw('acc_time', 'line', [{label: L('test_accuracy'), data: accT}], {...acc, x: 'seconds since the job started'});
+  draw('acc_bytes', 'line', [{label: L('test_accuracy'), data: accB}], {...acc, x: 'inter-node MB (cumulative)'});
+  draw('msg', 'line', [{label: L('bytes_inter'), data: msg}, {label: L('bytes_inter_dense'), data: dense}],
        {x: 'iteration', y: 'MB per iteration'});
   const byLayer = {};
   st.layers.forEach(l => { (byLayer[l.layer] = byLayer[l.layer] || {name: l.name, rows: []}).rows.push(l); });
   const layerSets = key => layerDatasets(byLayer, key, true);
   const noLayers = job.strategy && job.strategy !== 'hsadmm' && job.strategy !== 'hsadmm-flat'
     ? 'no per-layer figures for ' + job.strategy : 'no data yet';
-  ['r_intra', 's_intra', 'r_inter', 's_inter'].forEach(k =>
-    draw(k, 'line', layerSets(k), {x: 'iteration', y: 'norm (log)', logY: true, emptyText: noLayers}));
-  ['rho1', 'rho2'].forEach(k => draw(k, 'line', layerSets(k), {x: 'iteration', y: k + ' (log)', logY: true, emptyText: noLayers}));
-  draw('drift', 'line', [{label: 'mask drift (bits)', data: drift, yAxisID: 'y'},
-                         {label: 'density', data: dens, yAxisID: 'y2'}],
+  layerKeys().forEach(k =>
+    draw(k, 'line', layerSets(k), {x: 'iteration', y: k + ' (log)', logY: true, emptyText: noLayers}));
+  draw('drift', 'line', [{label: L('mask_drift'), data: drift, yAxisID: 'y'},
+                         {label: L('density'), data: dens, yAxisID: 'y2'}],
        {x: 'iteration', y: 'changed mask bits', y2: 'kept fraction'});
   const withPh = it.filter(r => r.phases);
-  draw('phases', 'bar', PHASES.map(p => ({label: p.replace('_s', ''), data: withPh.map(r => ({x: r.iteration, y: r.phases[p]}))})),
+  draw('phases', 'bar', phaseKeys().map(p => ({label: L(p), data: withPh.map(r => ({x: r.iteration, y: r.phases[p]}))})),
        {x: 'iteration', y: 'seconds', stacked: true, emptyText: 'no phase times reported'});
 }
 
@@ -296,8 +304,8 @@ function summary(main) {
 async function jobView(main, ref) {
   st.job = await getJSON('/api/v1/jobs/' + encodeURIComponent(ref));
   const id = encodeURIComponent(st.job.job_id);
-  const newIters = await getAll('/api/v1/jobs/' + id + '/iterations?limit=5000', 'iterations', st.iterCursor);
-  const newLayers = await getAll('/api/v1/jobs/' + id + '/layers?limit=20000', 'layers', st.layerCursor);
+  const newIters = await getAll('/api/v1/jobs/' + id + '/iterations?limit=5000', 'iterations', st.iterCursor, st.fields);
+  const newLayers = await getAll('/api/v1/jobs/' + id + '/layers?limit=20000', 'layers', st.layerCursor, st.fields);
   st.iters.push(...newIters);
   st.layers.push(...newLayers);
   if (st.iters.length) st.iterCursor = String(st.iters[st.iters.length - 1].iteration);
@@ -307,7 +315,7 @@ async function jobView(main, ref) {
     main.textContent = '';
     const grid = el('div', {class: 'grid'});
     main.appendChild(grid);
-    JOB_CHARTS.forEach(c => chartBox(grid, c[0], c[1]));
+    jobCharts().forEach(c => chartBox(grid, c[0], c[1]));
     st.built = true;
   }
   summary(main);
