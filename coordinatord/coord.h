@@ -248,7 +248,7 @@ px_status_t coord_job_delete_rows(coord_t *c, const char *job_id);
 
 int64_t coord_now_ms(void);
 
-/* Schema of the coordinator database (schema.c). */
+/* Schema of the coordinator database (db/schema.c). */
 extern const px_store_migration_t coord_migrations[];
 extern const int coord_nmigrations;
 

@@ -9,6 +9,7 @@ component); each is reported with one loop through it. Headers are not
 files of their own here: what they declare is defined in some .c file.
 
   file_circles.py DIR...                 exit 1 when some DIR has a circle
+  file_circles.py --self-test            checks both checks on made-up trees
   file_circles.py --sql DIR --db SUBDIR [--allow FILE]...
       exit 1 when a .c file of DIR outside DIR/SUBDIR holds an SQL string
       literal (one that starts with SELECT, INSERT, UPDATE, DELETE, ...),
@@ -217,7 +218,56 @@ def check_sql(root, db, allow):
     return 1 if bad else 0
 
 
+def self_test():
+    """Both checks must find what is planted and pass what is clean."""
+    import contextlib
+    import io
+    import tempfile
+    tree = {
+        'a.c': 'static int helper(void) { return 1; }\nint a_run(void) { return b_run() + helper(); }\n',
+        'b.c': '/* b_run is c_run\'s caller: "SELECT in a comment" */\n'
+               'int b_run(void) { return c_run(); }\n',
+        'c.c': 'typedef int (*fn)(void);\nstatic fn table[] = {a_run};\n'
+               'int c_run(void) { return table[0] != 0; }\n',
+        'd.c': 'int d_run(void) { return a_run(); }\n',
+        'db/q.c': 'const char *q(void) { return "SELECT 1"; }\n',
+        'e.c': 'const char *e(void) { return " UPDATE nodes SET x = 1"; }\n',
+        'f.c': 'const char *f(void) { return "selected: none"; }\n',
+    }
+    failures = []
+    with tempfile.TemporaryDirectory() as root:
+        for name, text in tree.items():
+            os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
+            with open(os.path.join(root, name), 'w') as f:
+                f.write(text)
+        quiet = io.StringIO()
+        with contextlib.redirect_stdout(quiet):
+            edges = graph(root)
+            comps = circles(edges)
+            names = [[os.path.relpath(f, root) for f in comp] for comp in comps]
+            if names != [['a.c', 'b.c', 'c.c']]:
+                failures.append('circle of a.c, b.c, c.c (c.c names a_run in a table), got %r'
+                                % names)
+            if check_circles([root]) != 1:
+                failures.append('check_circles passed a tree with a circle')
+            os.remove(os.path.join(root, 'c.c'))
+            if check_circles([root]) != 0:
+                failures.append('check_circles failed a tree without a circle')
+            if check_sql(root, 'db', set()) != 1:
+                failures.append('check_sql passed e.c (an UPDATE outside db/)')
+            if check_sql(root, 'db', {'e.c'}) != 0:
+                failures.append('check_sql failed with e.c allowed: ' + quiet.getvalue())
+            if check_sql(root, 'db', {'e.c', 'f.c'}) != 1:
+                failures.append('check_sql kept f.c allowed though it holds no SQL')
+    for f in failures:
+        print('self-test: ' + f)
+    print('self-test: %s' % ('FAILED' if failures else 'ok'))
+    return 1 if failures else 0
+
+
 def main():
+    if sys.argv[1:] == ['--self-test']:
+        return self_test()
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('dirs', nargs='+')
     ap.add_argument('--sql', action='store_true', help='check for SQL outside --db')

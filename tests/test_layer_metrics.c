@@ -17,7 +17,7 @@
 #include <cmocka.h>
 
 #include "../agent/metrics_schema.h"
-#include "../coordinatord/schema.c"
+#include "../coordinatord/db/schema.c"
 #include "prunex/layer_metrics.h"
 
 static void test_the_table_is_the_proto_message(void **state) {
