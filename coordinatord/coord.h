@@ -306,7 +306,7 @@ void coord_send_to_node(coord_t *c, const char *node_id, const Prunex__V1__Assig
 
 /* ---- faults: restart or fail (attempt.c; effects: coord_fx_fault) ------- */
 
-/* What coord_job_fault did, for coord_after_fault. */
+/* What coord_job_fault did, for coord_fx_fault (effects.h). */
 typedef struct {
   int restarted;   /* 1: the job is PENDING again for its next attempt; 0: FAILED */
   int attempt;     /* the attempt that ended */
@@ -333,7 +333,7 @@ px_status_t coord_job_fault(coord_t *c, coord_arena_t *a, const char *job_id, in
  * checkpoint its ranks hold, re-reports the iterations after it and gets
  * the very decisions back), and the job PENDING for attempt + 1 preferring
  * the same nodes (where its checkpoints are). In a transaction; f filled
- * (f->restarted 1) for coord_after_fault. */
+ * (f->restarted 1) for coord_fx_fault. */
 px_status_t coord_job_preempt(coord_t *c, coord_arena_t *a, const char *job_id, int state,
                               const char *by, coord_fault_t *f);
 /* The CANCEL of a restarted or preempted attempt to its nodes, naming it. */

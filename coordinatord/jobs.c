@@ -404,7 +404,7 @@ void coord_retention_run(coord_t *c) {
     else px_store_rollback(c->db);
     if (rc == PX_OK)
       px_log(PX_LOG_INFO, "retention: removed %zu job%s finished over %d days ago", n,
-                n == 1 ? "" : "s", c->cfg.retention_days);
+             n == 1 ? "" : "s", c->cfg.retention_days);
   }
   if (rc < 0) px_log(PX_LOG_ERROR, "retention: %s", px_last_error());
   coord_arena_free(&a);

@@ -25,6 +25,13 @@ px_status_t coord_db_ids(coord_t *c, coord_arena_t *a, const char *sql, const ch
                          char ***ids, size_t *n);
 /* Runs a statement of one text parameter (?1 = key) that returns no rows. */
 px_status_t coord_db_run_key(coord_t *c, const char *sql, const char *key);
+/* The first row's column 0 of a one-text-parameter query as text (cap
+ * bytes); *found 0 when there is no row (out untouched). */
+px_status_t coord_db_text(coord_t *c, const char *sql, const char *key, char *out, size_t cap,
+                          int *found);
+/* A state change's event row: node_events (node 1) or job_events. */
+px_status_t coord_db_event(coord_t *c, int node, const char *id, int64_t now, int from, int to,
+                           const char *reason);
 /* --read-only: every later write fails (SQLITE_READONLY) instead of
  * changing the file. */
 px_status_t coord_db_query_only(coord_t *c);
@@ -136,9 +143,6 @@ px_status_t coord_db_job_node_started(coord_t *c, const char *job_id, const char
 
 /* ---- placements and assignments --------------------------------------------- */
 
-/* The job's nodes in node order. */
-px_status_t coord_db_job_node_ids(coord_t *c, coord_arena_t *a, const char *job_id, char ***ids,
-                                  size_t *n);
 /* One rank of a placement. */
 typedef struct {
   int rank, node_index, local_rank, device_index, is_leader;
@@ -149,13 +153,17 @@ px_status_t coord_db_rank_insert(coord_t *c, const char *job_id, const coord_db_
 px_status_t coord_db_job_node_insert(coord_t *c, const char *job_id, int node_index,
                                      const char *node_id, int leader_rank);
 /* Fills the assignment's place of node_id in as->job_id (sizes, node
- * index, attempt, its ranks with their secrets, the leaders); *found 0
- * when the node holds no place in the job. */
+ * index, attempt, its ranks, the leaders); *found 0 when the node holds no
+ * place in the job. A rank's secret is the one an older pxcoordd stored in
+ * clear, else "" and the caller derives it from (*salts)[i] (arena a). */
 px_status_t coord_db_assignment_fill(coord_t *c, coord_arena_t *a, const char *node_id,
-                                     Prunex__V1__Assignment *as, int *found);
+                                     Prunex__V1__Assignment *as, int *found, char ***salts);
 
 /* ---- records (model.c) ------------------------------------------------------ */
 
+/* The job's nodes in node order (its placement). */
+px_status_t coord_db_job_node_ids(coord_t *c, coord_arena_t *a, const char *job_id, char ***ids,
+                                  size_t *n);
 /* The nodes that hold the job (ids and states), and them let go of it. */
 px_status_t coord_db_job_nodes_held(coord_t *c, coord_arena_t *a, const char *job_id,
                                     char ***ids, int **states, size_t *n);

@@ -173,15 +173,8 @@ px_status_t coord_db_rank_exits_ok(coord_t *c, const char *job_id, int64_t *n, c
                               "SELECT count(*) FROM rank_exits WHERE job_id = ?1 AND exit_code = 0"
                               " AND signal = 0",
                               job_id, n, 1, &found));
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT reason FROM rank_exits WHERE job_id = ?1 AND exit_code = 0"
-                         " AND signal = 0 AND reason != '' ORDER BY rank LIMIT 1",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  px_status_t rc = px_store_step(st);
-  if (rc < 0) return rc;
-  if (rc == 1) snprintf(note, cap, "%s", px_store_column_text(st, 0));
-  px_store_reset(st);
-  return PX_OK;
+  return coord_db_text(c,
+                       "SELECT reason FROM rank_exits WHERE job_id = ?1 AND exit_code = 0"
+                       " AND signal = 0 AND reason != '' ORDER BY rank LIMIT 1",
+                       job_id, note, cap, &found);
 }

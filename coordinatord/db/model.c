@@ -28,16 +28,7 @@ px_status_t coord_job_set_state(coord_t *c, const char *job_id, int from, int to
   PX_CHECK(px_store_bind_int64(st, 5, to == JS_SCHEDULED));
   PX_CHECK(px_store_bind_int64(st, 6, coord_job_terminal(to)));
   PX_CHECK(px_store_run(st));
-  PX_CHECK(px_store_stmt(c->db,
-                         "INSERT INTO job_events (job_id, time_unix_ms, from_state, to_state, reason)"
-                         " VALUES (?1, ?2, ?3, ?4, ?5)",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, now));
-  PX_CHECK(px_store_bind_int64(st, 3, from));
-  PX_CHECK(px_store_bind_int64(st, 4, to));
-  PX_CHECK(px_store_bind_text(st, 5, reason));
-  PX_CHECK(px_store_run(st));
+  PX_CHECK(coord_db_event(c, 0, job_id, now, from, to, reason));
   PX_CHECK(coord_sched_state_changed(c, job_id, from, to, reason, now));
   if (coord_job_terminal(to)) {
     /* A finished job's rendezvous entries are no use to anyone (issue 12). */
@@ -57,16 +48,7 @@ px_status_t coord_node_set_state(coord_t *c, const char *node_id, int from, int 
   PX_CHECK(px_store_bind_text(st, 1, node_id));
   PX_CHECK(px_store_bind_int64(st, 2, to));
   PX_CHECK(px_store_run(st));
-  PX_CHECK(px_store_stmt(c->db,
-                         "INSERT INTO node_events (node_id, time_unix_ms, from_state, to_state,"
-                         " reason) VALUES (?1, ?2, ?3, ?4, ?5)",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, node_id));
-  PX_CHECK(px_store_bind_int64(st, 2, now));
-  PX_CHECK(px_store_bind_int64(st, 3, from));
-  PX_CHECK(px_store_bind_int64(st, 4, to));
-  PX_CHECK(px_store_bind_text(st, 5, reason));
-  PX_CHECK(px_store_run(st));
+  PX_CHECK(coord_db_event(c, 1, node_id, now, from, to, reason));
   px_log(PX_LOG_INFO, "node %s: %s -> %s (%s)", node_id, px_rpc_node_state_name(from),
          px_rpc_node_state_name(to), reason);
   return PX_OK;
@@ -251,16 +233,7 @@ static px_status_t coord_job_history(coord_t *c, coord_arena_t *a, const char *j
   }
   if (rc < 0) return rc;
 
-  cap = 0;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT node_id FROM job_nodes WHERE job_id = ?1 ORDER BY node_index",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  while ((rc = px_store_step(st)) == 1) {
-    char **slot = coord_push(a, (void **)&j->node_ids, &j->n_node_ids, &cap, sizeof(char *));
-    if (!slot || !(*slot = coord_strdup(a, px_store_column_text(st, 0)))) return PX_ERR_NOMEM;
-  }
-  if (rc < 0) return rc;
+  PX_CHECK(coord_db_job_node_ids(c, a, job_id, &j->node_ids, &j->n_node_ids));
 
   cap = 0;
   PX_CHECK(px_store_stmt(c->db,
@@ -389,6 +362,12 @@ px_status_t coord_node_load_row(coord_t *c, coord_arena_t *a, px_store_stmt_t *r
   if (rc < 0) return rc;
   *out = n;
   return PX_OK;
+}
+
+px_status_t coord_db_job_node_ids(coord_t *c, coord_arena_t *a, const char *job_id, char ***ids,
+                                  size_t *n) {
+  return coord_db_ids(c, a, "SELECT node_id FROM job_nodes WHERE job_id = ?1 ORDER BY node_index",
+                      job_id, ids, n);
 }
 
 px_status_t coord_db_job_nodes_held(coord_t *c, coord_arena_t *a, const char *job_id,

@@ -94,16 +94,7 @@ px_status_t coord_db_node_insert(coord_t *c, const char *name, const coord_db_no
   PX_CHECK(px_store_bind_text(st, 2, node_id));
   PX_CHECK(px_store_run(st));
   /* The first event: from UNSPECIFIED, recorded without the state check. */
-  PX_CHECK(px_store_stmt(c->db,
-                         "INSERT INTO node_events (node_id, time_unix_ms, from_state, to_state,"
-                         " reason) VALUES (?1, ?2, ?3, ?4, ?5)",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, node_id));
-  PX_CHECK(px_store_bind_int64(st, 2, now));
-  PX_CHECK(px_store_bind_int64(st, 3, NS_UNSPECIFIED));
-  PX_CHECK(px_store_bind_int64(st, 4, state));
-  PX_CHECK(px_store_bind_text(st, 5, reason));
-  return px_store_run(st);
+  return coord_db_event(c, 1, node_id, now, NS_UNSPECIFIED, state, reason);
 }
 
 px_status_t coord_db_node_devices_set(coord_t *c, const char *node_id, size_t n,
@@ -343,12 +334,6 @@ px_status_t coord_db_job_node_started(coord_t *c, const char *job_id, const char
 
 /* ---- placements and assignments ---------------------------------------------- */
 
-px_status_t coord_db_job_node_ids(coord_t *c, coord_arena_t *a, const char *job_id, char ***ids,
-                                  size_t *n) {
-  return coord_db_ids(c, a, "SELECT node_id FROM job_nodes WHERE job_id = ?1 ORDER BY node_index",
-                      job_id, ids, n);
-}
-
 px_status_t coord_db_rank_insert(coord_t *c, const char *job_id, const coord_db_rank_t *r) {
   px_store_stmt_t *st;
   PX_CHECK(px_store_stmt(c->db,
@@ -381,13 +366,13 @@ px_status_t coord_db_job_node_insert(coord_t *c, const char *job_id, int node_in
   return px_store_run(st);
 }
 
-/* The node's ranks of the job, with their secrets (derived again from the
- * salt: a job placed by an older pxcoordd may still have it in clear). */
+/* The node's ranks of the job; a rank's secret is the one stored in clear
+ * (a job placed by an older pxcoordd) or "", its salt in salts[i]. */
 static px_status_t coord_db_assignment_ranks(coord_t *c, coord_arena_t *a,
-                                             Prunex__V1__Assignment *as) {
+                                             Prunex__V1__Assignment *as, char ***salts) {
   px_store_stmt_t *st;
   px_status_t rc;
-  size_t cap = 0;
+  size_t cap = 0, ns = 0, scap = 0;
   PX_CHECK(px_store_stmt(c->db,
                          "SELECT rank, local_rank, device_index, is_leader, secret, secret_salt"
                          " FROM job_ranks"
@@ -398,35 +383,28 @@ static px_status_t coord_db_assignment_ranks(coord_t *c, coord_arena_t *a,
   while ((rc = px_store_step(st)) == 1) {
     Prunex__V1__RankAssignment **slot =
         coord_push(a, (void **)&as->ranks, &as->n_ranks, &cap, sizeof *as->ranks);
+    char **salt = coord_push(a, (void **)salts, &ns, &scap, sizeof(char *));
     Prunex__V1__RankAssignment *r = coord_alloc(a, sizeof *r);
-    if (!slot || !r) {
-      rc = PX_ERR_NOMEM;
-      break;
-    }
+    if (!slot || !salt || !r) break;
     *r = (Prunex__V1__RankAssignment)PRUNEX__V1__RANK_ASSIGNMENT__INIT;
     r->rank = (int32_t)px_store_column_int64(st, 0);
     r->local_rank = (int32_t)px_store_column_int64(st, 1);
     r->device_index = (int32_t)px_store_column_int64(st, 2);
     r->is_leader = px_store_column_int64(st, 3) != 0;
-    char secret[COORD_RANK_SECRET_LEN + 8] = "";
-    const char *clear = px_store_column_text(st, 4), *salt = px_store_column_text(st, 5);
-    px_status_t drc = PX_OK;
-    if (clear[0]) snprintf(secret, sizeof secret, "%s", clear);
-    else if (salt[0]) drc = coord_rank_secret_derive(c, salt, secret, sizeof secret);
-    r->secret = drc == PX_OK ? coord_strdup(a, secret) : NULL;
-    memset(secret, 0, sizeof secret);
-    if (!r->secret) {
-      rc = drc != PX_OK ? drc : PX_ERR_NOMEM;
-      break;
-    }
+    r->secret = coord_strdup(a, px_store_column_text(st, 4));
+    *salt = coord_strdup(a, px_store_column_text(st, 5));
+    if (!r->secret || !*salt) break;
     *slot = r;
   }
-  if (rc != 0) px_store_reset(st);
+  if (rc == 1) {
+    px_store_reset(st);
+    return PX_ERR_NOMEM;
+  }
   return rc < 0 ? rc : PX_OK;
 }
 
 px_status_t coord_db_assignment_fill(coord_t *c, coord_arena_t *a, const char *node_id,
-                                     Prunex__V1__Assignment *as, int *found) {
+                                     Prunex__V1__Assignment *as, int *found, char ***salts) {
   px_store_stmt_t *st;
   px_status_t rc;
   PX_CHECK(px_store_stmt(c->db,
@@ -445,7 +423,7 @@ px_status_t coord_db_assignment_fill(coord_t *c, coord_arena_t *a, const char *n
   as->node_index = (int32_t)px_store_column_int64(st, 2);
   as->attempt = (int32_t)px_store_column_int64(st, 3);
   px_store_reset(st);
-  PX_CHECK(coord_db_assignment_ranks(c, a, as));
+  PX_CHECK(coord_db_assignment_ranks(c, a, as, salts));
   size_t cap = 0;
   PX_CHECK(px_store_stmt(c->db,
                          "SELECT leader_rank FROM job_nodes WHERE job_id = ?1 ORDER BY node_index",
