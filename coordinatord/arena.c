@@ -1,8 +1,11 @@
 /* A per-request arena: replies are trees of protobuf-c messages built from
  * many small pieces, so they are allocated here and freed in one go after
  * packing. It also serves as a protobuf-c allocator, so specs unpacked from
- * the database live (and die) with the request. */
+ * the database live (and die) with the request. The wall clock of the
+ * daemon (coord_now_ms) sits here too: every file uses both, and neither
+ * calls anything of the daemon's. */
 #include <string.h>
+#include <time.h>
 
 #include "coord.h"
 
@@ -75,4 +78,10 @@ void *coord_push(coord_arena_t *a, void **arr, size_t *n, size_t *cap, size_t el
   void *slot = (char *)*arr + (*n)++ * elem;
   memset(slot, 0, elem);
   return slot;
+}
+
+int64_t coord_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }

@@ -168,7 +168,7 @@ void *coord_push(coord_arena_t *a, void **arr, size_t *n, size_t *cap, size_t el
 
 typedef struct coord_watch coord_watch_t;   /* an open WatchAssignments / WatchJob */
 typedef struct coord_kv_wait coord_kv_wait_t; /* a parked KvGet */
-typedef struct coord_gone coord_gone_t;       /* an agent that went away (recovery.c) */
+typedef struct coord_gone coord_gone_t;       /* an agent that went away (gone.c) */
 typedef struct coord_http coord_http_t;       /* the HTTP listener (http.h) */
 typedef struct coord_notifier coord_notifier_t; /* the notifications' sender (notify.c) */
 typedef struct coord_queue coord_queue_t;     /* the pending jobs in memory (sched_queue.c) */
@@ -184,7 +184,7 @@ typedef struct {
   coord_watch_t *node_watches;
   coord_watch_t *job_watches;
   coord_kv_wait_t *kv_waits;
-  coord_gone_t *gone;      /* nodes whose agent closed its assignment stream (recovery.c) */
+  coord_gone_t *gone;      /* nodes whose agent closed its assignment stream (gone.c) */
   int64_t started_ms;      /* when this process started: heartbeat ages count from here at most */
   coord_http_t *http;      /* NULL without --http */
   int stopping;
@@ -248,7 +248,7 @@ px_status_t coord_job_delete_rows(coord_t *c, const char *job_id);
 
 int64_t coord_now_ms(void);
 
-/* Schema of the coordinator database (schema.c). */
+/* Schema of the coordinator database (db/schema.c). */
 extern const px_store_migration_t coord_migrations[];
 extern const int coord_nmigrations;
 
@@ -261,7 +261,7 @@ extern const int coord_nmethods;
  * the database's disk is full), rolling back any open transaction. */
 void coord_fail_internal(coord_t *c, px_rpc_srv_call_t *call);
 
-/* ---- records (model.c) -------------------------------------------------- */
+/* ---- records (db/model.c; coord_job_release_nodes: attempt.c) ---------- */
 
 /* Records a job state change: the row in jobs, the event, the reason. Must
  * run inside a transaction; watchers are told by coord_job_changed after
@@ -294,7 +294,7 @@ px_status_t coord_node_load_row(coord_t *c, coord_arena_t *a, px_store_stmt_t *s
  * transaction. */
 px_status_t coord_job_release_nodes(coord_t *c, const char *job_id, const char *reason);
 
-/* ---- nodes and assignments (nodes.c) ----------------------------------- */
+/* ---- nodes (recovery.c) and assignments (assign.c, watch.c) ------------ */
 
 px_status_t coord_nodes_start(coord_t *c);   /* marks nodes LOST, starts the sweep timer */
 void coord_nodes_stop(coord_t *c);
@@ -304,9 +304,9 @@ void coord_push_assignments(coord_t *c, const char *job_id, int action);
 /* Sends one assignment to every open stream of node_id. */
 void coord_send_to_node(coord_t *c, const char *node_id, const Prunex__V1__Assignment *as);
 
-/* ---- faults: restart or fail (recovery.c) ------------------------------- */
+/* ---- faults: restart or fail (attempt.c; effects: coord_fx_fault) ------- */
 
-/* What coord_job_fault did, for coord_after_fault. */
+/* What coord_job_fault did, for coord_fx_fault (effects.h). */
 typedef struct {
   int restarted;   /* 1: the job is PENDING again for its next attempt; 0: FAILED */
   int attempt;     /* the attempt that ended */
@@ -333,13 +333,9 @@ px_status_t coord_job_fault(coord_t *c, coord_arena_t *a, const char *job_id, in
  * checkpoint its ranks hold, re-reports the iterations after it and gets
  * the very decisions back), and the job PENDING for attempt + 1 preferring
  * the same nodes (where its checkpoints are). In a transaction; f filled
- * (f->restarted 1) for coord_after_fault. */
+ * (f->restarted 1) for coord_fx_fault. */
 px_status_t coord_job_preempt(coord_t *c, coord_arena_t *a, const char *job_id, int state,
                               const char *by, coord_fault_t *f);
-/* After the commit: CANCEL to the ended attempt's nodes (naming the
- * attempt), watchers told, the scheduler run (which places a restarted job
- * again). */
-void coord_after_fault(coord_t *c, const char *job_id, const coord_fault_t *f);
 /* The CANCEL of a restarted or preempted attempt to its nodes, naming it. */
 void coord_attempt_cancel(coord_t *c, const char *job_id, const coord_fault_t *f);
 
@@ -362,7 +358,7 @@ void coord_watch_close(coord_t *c, coord_watch_t *w);
 void coord_watch_end(coord_t *c, coord_watch_t *w, px_rpc_code_t code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* ---- jobs (jobs.c) ------------------------------------------------------ */
+/* ---- placement (place.c), scheduling (effects.c), changes (watch.c) ---- */
 
 /* Places the job on the given M nodes of P devices (SCHEDULED; the nodes
  * BUSY). In a transaction. */
@@ -380,7 +376,7 @@ void coord_schedule(coord_t *c);
  * NULL); ends them when the job is terminal. */
 void coord_job_changed(coord_t *c, const char *job_id, const Prunex__V1__IterationReport *latest);
 
-/* ---- faults (recovery.c) ---------------------------------------------- */
+/* ---- faults (gone.c, attempt.c, recovery.c) ------------------------------ */
 
 /* The node's agent closed its assignment stream (called from the stream's
  * cancel callback) / opened one again. A node whose agent stays away past
@@ -407,7 +403,6 @@ void coord_recovery_sweep(coord_t *c);
  * error. */
 int coord_blame_gone_node(coord_t *c, const char *job_id, const char *reporter, char *reason,
                           size_t cap);
-void coord_recovery_stop(coord_t *c);
 
 /* ---- scheduling policy and accounting (sched_view.c; the policy: sched.h;
  * the queries: db/sched.h) ---------------------------------------------- */
@@ -436,15 +431,13 @@ px_status_t coord_sched_set_reason(coord_t *c, const char *job_id, const char *r
 px_status_t coord_sched_state_changed(coord_t *c, const char *job_id, int from, int to,
                                       const char *reason, int64_t now);
 
-/* With preemption on: when the first job in line waits for nodes that
- * running jobs of a lower job priority that checkpoint hold, the fewest of
- * them needed are asked to stop at a checkpoint (preempt.c's header says
- * how it goes on). While a preemption is under way it is carried on
- * instead of a new one started. Errors are logged. */
-void coord_preempt_run(coord_t *c);
-/* From the heartbeat sweep: carries on a preemption under way (its
- * victims all stopped, or its grace over). */
-void coord_preempt_sweep(coord_t *c);
+/* commit.c. With preemption on: when the first job in line waits for nodes
+ * that running jobs of a lower job priority that checkpoint hold, the
+ * fewest of them needed are asked to stop at a checkpoint (preempt.c's
+ * header says how it goes on); a preemption under way is carried on
+ * instead of a new one started (ask 0, from the heartbeat sweep: only
+ * that). Each step committed through coord_commit; errors are logged. */
+void coord_preempt_pass(coord_t *c, int ask);
 /* From ReportRankExit (in its transaction), when all of the job's ranks
  * have exited with code 0: *held 1 when they stopped for a preemption (the
  * job stays on its nodes until the preemption's victims have all stopped,
@@ -499,7 +492,7 @@ const char *coord_stop_reason_name(int kind);
 void coord_time_limit_sweep(coord_t *c);
 
 
-/* ---- submissions (jobs.c) and sweeps (sweep.c, db/sweep.c) ------------- */
+/* ---- submissions (submit.c) and sweeps (sweep.c, db/sweep.c) ---------- */
 
 /* Inserts a PENDING job with its scheduling fields and accounting row (in
  * the caller's transaction); its id into job_id. */

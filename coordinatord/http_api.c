@@ -446,20 +446,28 @@ static int http_resolve_job(sqlite3 *db, const char *ref, char *job_id, size_t c
 
 #define HTTP_BAD_CURSOR "cursor = '%.40s': expected a next_cursor of this listing"
 
-int coord_http_jobs(sqlite3 *db, const coord_http_page_t *pg, coord_hbuf_t *out) {
+/* A listing paged by row id (the hidden first column): the rows after the
+ * cursor (first: none given; lo: the least cursor accepted) in the order
+ * rest says. */
+static int http_list(sqlite3 *db, const coord_http_page_t *pg, long long lo, long long first,
+                     const http_field_t *t, int n, const char *rest, const char *key,
+                     coord_hbuf_t *out) {
   int limit = 0, rc;
   if ((rc = http_limit(pg, 100, 1000, &limit, out))) return rc;
-  long long cursor = LLONG_MAX;
-  if (pg->cursor && http_parse_int(pg->cursor, 1, LLONG_MAX, &cursor) != 0)
+  long long cursor = first;
+  if (pg->cursor && http_parse_int(pg->cursor, lo, LLONG_MAX, &cursor) != 0)
     return http_fail(out, 400, HTTP_BAD_CURSOR, pg->cursor);
-  const int n = HTTP_NFIELDS(http_job_fields);
-  sqlite3_stmt *st = http_prepare(db, http_job_fields, n, NULL, 0,
-                                  "FROM jobs j WHERE j.id < ?1 ORDER BY j.id DESC LIMIT ?2");
+  sqlite3_stmt *st = http_prepare(db, t, n, NULL, 0, rest);
   if (!st) return http_db_fail(db, out);
   sqlite3_bind_int64(st, 1, cursor);
   sqlite3_bind_int(st, 2, limit + 1);
-  struct json_object *doc = http_page(st, http_job_fields, n, limit, "jobs", http_cursor_id);
+  struct json_object *doc = http_page(st, t, n, limit, key, http_cursor_id);
   return doc ? http_done(doc, out) : http_db_fail(db, out);
+}
+
+int coord_http_jobs(sqlite3 *db, const coord_http_page_t *pg, coord_hbuf_t *out) {
+  return http_list(db, pg, 1, LLONG_MAX, http_job_fields, HTTP_NFIELDS(http_job_fields),
+                   "FROM jobs j WHERE j.id < ?1 ORDER BY j.id DESC LIMIT ?2", "jobs", out);
 }
 
 int coord_http_job(sqlite3 *db, const char *ref, coord_hbuf_t *out) {
@@ -550,17 +558,6 @@ int coord_http_layers(sqlite3 *db, const char *ref, const coord_http_page_t *pg,
 /* ---- nodes -------------------------------------------------------------------- */
 
 int coord_http_nodes(sqlite3 *db, const coord_http_page_t *pg, coord_hbuf_t *out) {
-  int limit = 0, rc;
-  if ((rc = http_limit(pg, 100, 1000, &limit, out))) return rc;
-  long long cursor = 0;
-  if (pg->cursor && http_parse_int(pg->cursor, 0, LLONG_MAX, &cursor) != 0)
-    return http_fail(out, 400, HTTP_BAD_CURSOR, pg->cursor);
-  const int n = HTTP_NFIELDS(http_node_fields);
-  sqlite3_stmt *st = http_prepare(db, http_node_fields, n, NULL, 0,
-                                  "FROM nodes n WHERE n.id > ?1 ORDER BY n.id LIMIT ?2");
-  if (!st) return http_db_fail(db, out);
-  sqlite3_bind_int64(st, 1, cursor);
-  sqlite3_bind_int(st, 2, limit + 1);
-  struct json_object *doc = http_page(st, http_node_fields, n, limit, "nodes", http_cursor_id);
-  return doc ? http_done(doc, out) : http_db_fail(db, out);
+  return http_list(db, pg, 0, 0, http_node_fields, HTTP_NFIELDS(http_node_fields),
+                   "FROM nodes n WHERE n.id > ?1 ORDER BY n.id LIMIT ?2", "nodes", out);
 }

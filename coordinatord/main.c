@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "coord.h"
+#include "db/db_core.h"
 #include "prunex/service.h"
 
 /* The service manager's watchdog keep-alive (px_service.h): loop thread. */
@@ -453,7 +453,7 @@ static int coord_open_state(coord_t *c, int *lock_fd) {
   if (c->cfg.read_only) {
     /* Any write from here on fails (SQLITE_READONLY) instead of changing the
      * file; the rank-secret key is not needed by the queries. */
-    if (px_store_exec(c->db, "PRAGMA query_only = ON") != PX_OK) rc = 1;
+    if (coord_db_query_only(c) != PX_OK) rc = 1;
   } else if (coord_secret_key_load(c) != PX_OK || coord_rank_secrets_upgrade(c) != PX_OK) {
     rc = 1;
   }

@@ -32,17 +32,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "coord.h"
 #include "db/sched.h"
+#include "flow.h"
 #include "prunex/check.h"
-
-/* What ending one preemption did, for after the commit. */
-typedef struct {
-  char *waiter; /* placed, or NULL */
-  char **jobs;  /* the victims queued again */
-  coord_fault_t *faults;
-  size_t n;
-} coord_preemption_t;
 
 /* The first job in line waiting for nodes, or -1. */
 static long coord_preempt_waiter(const coord_sched_view_t *v) {
@@ -98,13 +90,11 @@ static px_status_t coord_preempt_clear_stop(coord_t *c, coord_arena_t *a, const 
   return coord_db_sched_decision_put(c, job_id, d);
 }
 
-/* In a transaction: the victims s[0..n) queued again, and the job they
- * were preempted for placed on the nodes freed if it still waits. */
-static px_status_t coord_preempt_finish(coord_t *c, coord_arena_t *a, const coord_db_pstop_t *s,
-                                        size_t n, coord_preemption_t *p) {
-  p->jobs = coord_alloc(a, n * sizeof *p->jobs);
-  p->faults = coord_alloc(a, n * sizeof *p->faults);
-  if (!p->jobs || !p->faults) return PX_ERR_NOMEM;
+/* In a transaction: the victims s[0..n) queued again (their old attempts'
+ * nodes told to stop first), and the job they were preempted for placed on
+ * the nodes freed if it still waits; what must follow into fx. */
+static px_status_t coord_preempt_finish(coord_t *c, coord_arena_t *a, coord_effects_t *fx,
+                                        const coord_db_pstop_t *s, size_t n, int late) {
   for (size_t k = 0; k < n; k++) {
     char by[400];
     if (s[k].stopped == COORD_PSTOP_STOPPED)
@@ -116,10 +106,12 @@ static px_status_t coord_preempt_finish(coord_t *c, coord_arena_t *a, const coor
     else
       snprintf(by, sizeof by, "%s; it did not stop within %lld s of being asked, cancelled",
                s[k].by, (long long)c->cfg.sched.preempt_grace_s);
+    coord_fault_t f;
     PX_CHECK(coord_preempt_clear_stop(c, a, s[k].job_id));
-    PX_CHECK(coord_job_preempt(c, a, s[k].job_id, s[k].state, by, &p->faults[k]));
-    p->jobs[p->n++] = s[k].job_id;
+    PX_CHECK(coord_job_preempt(c, a, s[k].job_id, s[k].state, by, &f));
+    PX_CHECK(coord_fx_fault(fx, s[k].job_id, &f));
   }
+  const char *placed = NULL;
   coord_sched_view_t v;
   PX_CHECK(coord_sched_view(c, a, &v));
   for (size_t i = 0; i < v.s.njobs; i++) {
@@ -132,17 +124,23 @@ static px_status_t coord_preempt_finish(coord_t *c, coord_arena_t *a, const coor
                                  &names, &ready));
     if ((int)ready < j->nodes) break; /* a node went away meanwhile: the queue decides */
     PX_CHECK(coord_place(c, v.job_ids[i], j->per_node, nodes, names, j->nodes));
-    p->waiter = v.job_ids[i];
+    PX_CHECK(coord_fx_push(fx, v.job_ids[i],
+                           PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_START));
+    PX_CHECK(coord_fx_changed(fx, v.job_ids[i]));
+    placed = v.job_ids[i];
     break;
   }
+  coord_fx_schedule(fx); /* nodes the waiting job did not need */
+  px_log(PX_LOG_INFO, "preemption for %s: %zu jobs queued again%s, %s", s[0].waiter, n,
+         late ? " (some did not stop in time)" : "",
+         placed ? "it starts on their nodes" : "it no longer waits for them");
   return PX_OK;
 }
 
-/* Ends the preemption under way (rows s[0..n)) when its victims have all
- * stopped or its grace is over; then the old attempts' nodes are told to
- * stop and the waiting job's to start. */
-static void coord_preempt_progress(coord_t *c, coord_arena_t *a, const coord_db_pstop_t *s,
-                                   size_t n) {
+/* In a transaction: ends the preemption under way (rows s[0..n)) when its
+ * victims have all stopped or its grace is over (*commit 1). */
+static px_status_t coord_preempt_progress(coord_t *c, coord_arena_t *a, coord_effects_t *fx,
+                                          const coord_db_pstop_t *s, size_t n, int *commit) {
   int64_t now = coord_now_ms(), grace = c->cfg.sched.preempt_grace_s * 1000;
   int all = 1, late = 0;
   for (size_t k = 0; k < n; k++) {
@@ -150,70 +148,27 @@ static void coord_preempt_progress(coord_t *c, coord_arena_t *a, const coord_db_
     all = 0;
     if (now - s[k].asked_ms >= grace) late = 1;
   }
-  if (!all && !late) return;
-  coord_preemption_t p;
-  memset(&p, 0, sizeof p);
-  px_status_t rc = px_store_begin(c->db);
-  if (rc == PX_OK) rc = coord_preempt_finish(c, a, s, n, &p);
-  if (rc == PX_OK) rc = px_store_commit(c->db);
-  if (rc != PX_OK) {
-    px_store_rollback(c->db);
-    px_log(PX_LOG_ERROR, "preemption: %s", px_last_error());
-    return;
-  }
-  px_log(PX_LOG_INFO, "preemption for %s: %zu jobs queued again%s, %s", s[0].waiter, p.n,
-         late ? " (some did not stop in time)" : "",
-         p.waiter ? "it starts on their nodes" : "it no longer waits for them");
-  for (size_t k = 0; k < p.n; k++) {
-    coord_attempt_cancel(c, p.jobs[k], &p.faults[k]);
-    coord_job_changed(c, p.jobs[k], NULL);
-  }
-  if (p.waiter) {
-    coord_push_assignments(c, p.waiter, PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_START);
-    coord_job_changed(c, p.waiter, NULL);
-  }
-  coord_schedule(c); /* nodes the waiting job did not need */
+  if (!all && !late) return PX_OK;
+  PX_CHECK(coord_preempt_finish(c, a, fx, s, n, late));
+  *commit = 1;
+  return PX_OK;
 }
 
-/* The preemption under way, carried on; 1 when there is one. */
-static int coord_preempt_under_way(coord_t *c, coord_arena_t *a) {
+px_status_t coord_preempt_step(coord_t *c, coord_arena_t *a, coord_effects_t *fx, int ask,
+                               int *commit, int *again) {
+  *commit = *again = 0;
   coord_db_pstop_t *s = NULL;
   size_t n = 0;
-  if (coord_db_sched_pstops(c, a, &s, &n) != PX_OK) {
-    px_log(PX_LOG_ERROR, "preemption: %s", px_last_error());
-    return 1;
-  }
-  if (n > 0) coord_preempt_progress(c, a, s, n);
-  return n > 0;
-}
-
-void coord_preempt_run(coord_t *c) {
-  if (c->stopping) return;
-  coord_arena_t a;
-  coord_arena_init(&a);
+  PX_CHECK(coord_db_sched_pstops(c, a, &s, &n));
+  if (n > 0) return coord_preempt_progress(c, a, fx, s, n, commit);
+  if (!ask) return PX_OK;
   coord_sched_view_t v;
-  int done = 0;
-  if (coord_preempt_under_way(c, &a)) goto out;
-  px_status_t rc = coord_sched_view(c, &a, &v);
-  long i = rc == PX_OK ? coord_preempt_waiter(&v) : -1;
-  if (i >= 0) {
-    rc = px_store_begin(c->db);
-    if (rc == PX_OK) rc = coord_preempt_ask(c, &a, &v, (size_t)i, &done);
-    if (rc == PX_OK && done) rc = px_store_commit(c->db);
-    if (rc != PX_OK || !done) px_store_rollback(c->db);
-  }
-  if (rc != PX_OK) px_log(PX_LOG_ERROR, "preemption: %s", px_last_error());
-  if (rc == PX_OK && done) coord_preempt_under_way(c, &a); /* none to wait for: ends now */
-out:
-  coord_arena_free(&a);
-}
-
-void coord_preempt_sweep(coord_t *c) {
-  if (c->stopping) return;
-  coord_arena_t a;
-  coord_arena_init(&a);
-  coord_preempt_under_way(c, &a);
-  coord_arena_free(&a);
+  PX_CHECK(coord_sched_view(c, a, &v));
+  long i = coord_preempt_waiter(&v);
+  if (i < 0) return PX_OK;
+  PX_CHECK(coord_preempt_ask(c, a, &v, (size_t)i, commit));
+  *again = *commit; /* none to wait for (all cancelled): it ends at once */
+  return PX_OK;
 }
 
 px_status_t coord_preempt_hold(coord_t *c, coord_arena_t *a, const char *job_id, int *held) {

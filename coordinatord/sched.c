@@ -1,6 +1,6 @@
 /* The scheduling policy (sched.h): multifactor priority, quotas and
  * backfill behind one reservation, over an in-memory snapshot. Pure: the
- * coordinator (jobs.c, sched_db.c) and bench/sched call it alike. */
+ * coordinator (place.c, sched_view.c) and bench/sched call it alike. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* qsort_r */
 #endif

@@ -2,7 +2,7 @@
  * pending jobs start now, as a pure function over an in-memory snapshot of
  * the cluster (free and busy nodes, pending jobs, users' usage). No SQL and
  * no coordinator state here: jobs.c builds the snapshot from the database
- * (sched_db.c) and applies the decisions; bench/sched calls the same
+ * (sched_view.c) and applies the decisions; bench/sched calls the same
  * function on a simulated cluster.
  *
  * The order is Slurm's multifactor priority, simply: a weighted mean of

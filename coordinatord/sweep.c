@@ -13,6 +13,7 @@
 
 #include "coord.h"
 #include "db/sweep.h"
+#include "effects.h"
 #include "prunex/check.h"
 #include "prunex/jobspec.h"
 
@@ -120,9 +121,18 @@ void coord_sweep_submit(coord_t *c, px_rpc_srv_call_t *call,
   char sweep_id[64];
   char **ids = coord_alloc(&a, n * sizeof *ids);
   if (!coord_submit_quota(c, call, (int64_t)n)) goto out;
-  if (!ids || px_store_begin(c->db) != PX_OK ||
-      coord_sweep_insert(c, &a, r, pts, n, sweep_id, sizeof sweep_id, ids) != PX_OK ||
-      px_store_commit(c->db) != PX_OK) {
+  coord_effects_t fx;
+  coord_effects_init(&fx, &a);
+  px_status_t rc = ids ? px_store_begin(c->db) : PX_ERR_NOMEM;
+  if (rc == PX_OK) {
+    rc = coord_sweep_insert(c, &a, r, pts, n, sweep_id, sizeof sweep_id, ids);
+    for (size_t k = 0; rc == PX_OK && k < n; k++)
+      rc = coord_fx_changed(&fx, ids[k]); /* PENDING: their notifications */
+    coord_fx_schedule(&fx);
+    if (rc == PX_OK) rc = coord_commit(c, &fx);
+    else px_store_rollback(c->db);
+  }
+  if (rc != PX_OK) {
     coord_fail_internal(c, call);
     goto out;
   }
@@ -133,22 +143,35 @@ void coord_sweep_submit(coord_t *c, px_rpc_srv_call_t *call,
   resp.job_ids = ids;
   resp.n_job_ids = n;
   px_rpc_srv_reply(call, &resp.base);
-  for (size_t k = 0; k < n; k++) coord_notify_job(c, ids[k]); /* PENDING */
-  coord_schedule(c);
 out:
   coord_sweep_points_free(pts, n);
   coord_arena_free(&a);
 }
 
-/* Cancels the listed jobs (in a transaction). */
-static px_status_t coord_sweep_cancel_jobs(coord_t *c, const coord_db_sweep_job_t *jobs, size_t n,
+/* Cancels the listed jobs (in a transaction of its own, committed with
+ * what follows: the active ones' CANCEL to their nodes, every one changed,
+ * a scheduler pass for the nodes freed). */
+static px_status_t coord_sweep_cancel_jobs(coord_t *c, coord_arena_t *a,
+                                           const coord_db_sweep_job_t *jobs, size_t n,
                                            const char *reason) {
+  coord_effects_t fx;
+  coord_effects_init(&fx, a);
   PX_CHECK(px_store_begin(c->db));
-  for (size_t i = 0; i < n; i++) {
-    PX_CHECK(coord_job_set_state(c, jobs[i].job_id, jobs[i].state, JS_CANCELLED, reason));
-    PX_CHECK(coord_job_release_nodes(c, jobs[i].job_id, reason));
+  px_status_t rc = PX_OK;
+  for (size_t i = 0; rc == PX_OK && i < n; i++) {
+    rc = coord_job_set_state(c, jobs[i].job_id, jobs[i].state, JS_CANCELLED, reason);
+    if (rc == PX_OK) rc = coord_job_release_nodes(c, jobs[i].job_id, reason);
+    if (rc == PX_OK && coord_job_active(jobs[i].state))
+      rc = coord_fx_push(&fx, jobs[i].job_id,
+                         PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_CANCEL);
+    if (rc == PX_OK) rc = coord_fx_changed(&fx, jobs[i].job_id);
   }
-  return px_store_commit(c->db);
+  coord_fx_schedule(&fx);
+  if (rc != PX_OK) {
+    px_store_rollback(c->db);
+    return rc;
+  }
+  return coord_commit(c, &fx);
 }
 
 void coord_sweep_cancel(coord_t *c, px_rpc_srv_call_t *call,
@@ -178,24 +201,17 @@ void coord_sweep_cancel(coord_t *c, px_rpc_srv_call_t *call,
   snprintf(reason, sizeof reason, "cancelled with sweep %s: %s", r->job_id,
            r->reason[0] ? r->reason : "by request");
   if (coord_db_sweep_unfinished(c, &a, r->job_id, &jobs, &n) != PX_OK ||
-      coord_sweep_cancel_jobs(c, jobs, n, reason) != PX_OK) {
+      coord_sweep_cancel_jobs(c, &a, jobs, n, reason) != PX_OK) {
     coord_fail_internal(c, call);
     goto out;
   }
   char **ids = coord_alloc(&a, (n ? n : 1) * sizeof *ids);
-  for (size_t i = 0; i < n; i++) {
-    if (coord_job_active(jobs[i].state))
-      coord_push_assignments(c, jobs[i].job_id,
-                             PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_CANCEL);
-    coord_job_changed(c, jobs[i].job_id, NULL);
-    if (ids) ids[i] = jobs[i].job_id;
-  }
+  for (size_t i = 0; ids && i < n; i++) ids[i] = jobs[i].job_id;
   px_log(PX_LOG_INFO, "sweep %s: %zu unfinished jobs cancelled", r->job_id, n);
   Prunex__V1__CancelJobResponse resp = PRUNEX__V1__CANCEL_JOB_RESPONSE__INIT;
   resp.job_ids = ids;
   resp.n_job_ids = ids ? n : 0;
   px_rpc_srv_reply(call, &resp.base);
-  coord_schedule(c);
 out:
   coord_arena_free(&a);
 }

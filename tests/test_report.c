@@ -23,7 +23,7 @@
 #include "../coordinatord/arena.c"
 #include "../coordinatord/db/reports.c"
 #include "../coordinatord/http_api.c"
-#include "../coordinatord/schema.c"
+#include "../coordinatord/db/schema.c"
 #include "prunex/report.h"
 
 static ProtobufCType want_type(px_report_type_t t) {

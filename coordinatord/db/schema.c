@@ -6,7 +6,7 @@
  * States are the numeric values of prunex.v1.JobState / NodeState; times
  * are Unix milliseconds. docs/ describe the tables for people who query
  * them directly. */
-#include "coord.h"
+#include "../coord.h"
 
 static const char coord_schema_v1[] =
     /* Nodes, in registration order (id). A node is found again by its name. */

@@ -1,17 +1,11 @@
-/* Records: state changes with their event rows, and the Job and Node
- * messages built from the database for replies and streams. */
+/* Records: state changes with their event rows, the Job and Node messages
+ * built from the database for replies and streams, and a job's rows
+ * removed (db_core.h, coord.h). */
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
-#include "coord.h"
+#include "db_core.h"
 #include "prunex/check.h"
-
-int64_t coord_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 px_status_t coord_job_set_state(coord_t *c, const char *job_id, int from, int to,
                                 const char *reason_in) {
@@ -23,31 +17,22 @@ px_status_t coord_job_set_state(coord_t *c, const char *job_id, int from, int to
   px_store_stmt_t *st;
   PX_CHECK(px_store_stmt(c->db,
                          "UPDATE jobs SET state = ?2, reason = ?3, updated_unix_ms = ?4,"
-                         " scheduled_unix_ms = CASE WHEN ?2 = 2 THEN ?4 ELSE scheduled_unix_ms END,"
-                         " finished_unix_ms = CASE WHEN ?2 >= 4 THEN ?4 ELSE finished_unix_ms END"
+                         " scheduled_unix_ms = CASE WHEN ?5 THEN ?4 ELSE scheduled_unix_ms END,"
+                         " finished_unix_ms = CASE WHEN ?6 THEN ?4 ELSE finished_unix_ms END"
                          " WHERE job_id = ?1",
                          &st));
   PX_CHECK(px_store_bind_text(st, 1, job_id));
   PX_CHECK(px_store_bind_int64(st, 2, to));
   PX_CHECK(px_store_bind_text(st, 3, reason));
   PX_CHECK(px_store_bind_int64(st, 4, now));
+  PX_CHECK(px_store_bind_int64(st, 5, to == JS_SCHEDULED));
+  PX_CHECK(px_store_bind_int64(st, 6, coord_job_terminal(to)));
   PX_CHECK(px_store_run(st));
-  PX_CHECK(px_store_stmt(c->db,
-                         "INSERT INTO job_events (job_id, time_unix_ms, from_state, to_state, reason)"
-                         " VALUES (?1, ?2, ?3, ?4, ?5)",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, now));
-  PX_CHECK(px_store_bind_int64(st, 3, from));
-  PX_CHECK(px_store_bind_int64(st, 4, to));
-  PX_CHECK(px_store_bind_text(st, 5, reason));
-  PX_CHECK(px_store_run(st));
+  PX_CHECK(coord_db_event(c, 0, job_id, now, from, to, reason));
   PX_CHECK(coord_sched_state_changed(c, job_id, from, to, reason, now));
   if (coord_job_terminal(to)) {
     /* A finished job's rendezvous entries are no use to anyone (issue 12). */
-    PX_CHECK(px_store_stmt(c->db, "DELETE FROM kv WHERE job_id = ?1", &st));
-    PX_CHECK(px_store_bind_text(st, 1, job_id));
-    PX_CHECK(px_store_run(st));
+    PX_CHECK(coord_db_run_key(c, "DELETE FROM kv WHERE job_id = ?1", job_id));
   }
   px_log(PX_LOG_INFO, "job %s: %s -> %s (%s)", job_id, px_rpc_job_state_name(from),
          px_rpc_job_state_name(to), reason);
@@ -63,16 +48,7 @@ px_status_t coord_node_set_state(coord_t *c, const char *node_id, int from, int 
   PX_CHECK(px_store_bind_text(st, 1, node_id));
   PX_CHECK(px_store_bind_int64(st, 2, to));
   PX_CHECK(px_store_run(st));
-  PX_CHECK(px_store_stmt(c->db,
-                         "INSERT INTO node_events (node_id, time_unix_ms, from_state, to_state,"
-                         " reason) VALUES (?1, ?2, ?3, ?4, ?5)",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, node_id));
-  PX_CHECK(px_store_bind_int64(st, 2, now));
-  PX_CHECK(px_store_bind_int64(st, 3, from));
-  PX_CHECK(px_store_bind_int64(st, 4, to));
-  PX_CHECK(px_store_bind_text(st, 5, reason));
-  PX_CHECK(px_store_run(st));
+  PX_CHECK(coord_db_event(c, 1, node_id, now, from, to, reason));
   px_log(PX_LOG_INFO, "node %s: %s -> %s (%s)", node_id, px_rpc_node_state_name(from),
          px_rpc_node_state_name(to), reason);
   return PX_OK;
@@ -257,16 +233,7 @@ static px_status_t coord_job_history(coord_t *c, coord_arena_t *a, const char *j
   }
   if (rc < 0) return rc;
 
-  cap = 0;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT node_id FROM job_nodes WHERE job_id = ?1 ORDER BY node_index",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  while ((rc = px_store_step(st)) == 1) {
-    char **slot = coord_push(a, (void **)&j->node_ids, &j->n_node_ids, &cap, sizeof(char *));
-    if (!slot || !(*slot = coord_strdup(a, px_store_column_text(st, 0)))) return PX_ERR_NOMEM;
-  }
-  if (rc < 0) return rc;
+  PX_CHECK(coord_db_job_node_ids(c, a, job_id, &j->node_ids, &j->n_node_ids));
 
   cap = 0;
   PX_CHECK(px_store_stmt(c->db,
@@ -397,44 +364,33 @@ px_status_t coord_node_load_row(coord_t *c, coord_arena_t *a, px_store_stmt_t *r
   return PX_OK;
 }
 
-px_status_t coord_job_release_nodes(coord_t *c, const char *job_id, const char *reason) {
-  coord_arena_t a;
-  coord_arena_init(&a);
-  px_status_t rc;
-  char **ids = NULL;
-  int *states = NULL;
-  size_t n = 0, cap = 0, scap = 0, sn = 0;
+px_status_t coord_db_job_node_ids(coord_t *c, coord_arena_t *a, const char *job_id, char ***ids,
+                                  size_t *n) {
+  return coord_db_ids(c, a, "SELECT node_id FROM job_nodes WHERE job_id = ?1 ORDER BY node_index",
+                      job_id, ids, n);
+}
+
+px_status_t coord_db_job_nodes_held(coord_t *c, coord_arena_t *a, const char *job_id,
+                                    char ***ids, int **states, size_t *n) {
+  size_t cap = 0, scap = 0, sn = 0;
   px_store_stmt_t *st;
-  PX_CHECK_GOTO(px_store_stmt(c->db, "SELECT node_id, state FROM nodes WHERE job_id = ?1", &st),
-                rc, out);
-  PX_CHECK_GOTO(px_store_bind_text(st, 1, job_id), rc, out);
+  px_status_t rc;
+  PX_CHECK(px_store_stmt(c->db, "SELECT node_id, state FROM nodes WHERE job_id = ?1", &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
   while ((rc = px_store_step(st)) == 1) {
-    char **slot = coord_push(&a, (void **)&ids, &n, &cap, sizeof(char *));
-    int *s = coord_push(&a, (void **)&states, &sn, &scap, sizeof(int));
-    if (!slot || !s || !(*slot = coord_strdup(&a, px_store_column_text(st, 0)))) {
+    char **slot = coord_push(a, (void **)ids, n, &cap, sizeof(char *));
+    int *s = coord_push(a, (void **)states, &sn, &scap, sizeof(int));
+    if (!slot || !s || !(*slot = coord_strdup(a, px_store_column_text(st, 0)))) {
       px_store_reset(st);
-      rc = PX_ERR_NOMEM;
-      goto out;
+      return PX_ERR_NOMEM;
     }
     *s = (int)px_store_column_int64(st, 1);
   }
-  if (rc < 0) goto out;
-  PX_CHECK_GOTO(px_store_stmt(c->db, "UPDATE nodes SET job_id = '' WHERE job_id = ?1", &st), rc,
-                out);
-  PX_CHECK_GOTO(px_store_bind_text(st, 1, job_id), rc, out);
-  PX_CHECK_GOTO(px_store_run(st), rc, out);
-  /* A node whose agent has gone is never offered again as READY. */
-  for (size_t i = 0; i < n; i++) {
-    if (states[i] != NS_BUSY) continue;
-    int gone = coord_agent_is_gone(c, ids[i]);
-    PX_CHECK_GOTO(coord_node_set_state(c, ids[i], NS_BUSY, gone ? NS_LOST : NS_READY,
-                                       gone ? "its agent disconnected" : reason),
-                  rc, out);
-  }
-  rc = PX_OK;
-out:
-  coord_arena_free(&a);
-  return rc;
+  return rc < 0 ? rc : PX_OK;
+}
+
+px_status_t coord_db_job_nodes_unlink(coord_t *c, const char *job_id) {
+  return coord_db_run_key(c, "UPDATE nodes SET job_id = '' WHERE job_id = ?1", job_id);
 }
 
 px_status_t coord_job_delete_rows(coord_t *c, const char *job_id) {
@@ -454,11 +410,7 @@ px_status_t coord_job_delete_rows(coord_t *c, const char *job_id) {
       "DELETE FROM job_attempts WHERE job_id = ?1",
       "DELETE FROM jobs WHERE job_id = ?1",
   };
-  for (size_t i = 0; i < sizeof sql / sizeof sql[0]; i++) {
-    px_store_stmt_t *st;
-    PX_CHECK(px_store_stmt(c->db, sql[i], &st));
-    PX_CHECK(px_store_bind_text(st, 1, job_id));
-    PX_CHECK(px_store_run(st));
-  }
+  for (size_t i = 0; i < sizeof sql / sizeof sql[0]; i++)
+    PX_CHECK(coord_db_run_key(c, sql[i], job_id));
   return PX_OK;
 }

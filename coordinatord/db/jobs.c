@@ -1,0 +1,180 @@
+/* The queries of the job queue (jobs.c, submit.c): a submission's rows, the
+ * listing, ownership, the retention's choice, rank exits. */
+#include <stdio.h>
+#include <string.h>
+
+#include "db_core.h"
+
+#include "prunex/check.h"
+
+px_status_t coord_db_job_insert(coord_t *c, const Prunex__V1__JobSpec *spec,
+                                const char *spec_yaml, const char *owner, int state, int64_t now,
+                                char *job_id, size_t cap) {
+  size_t len = protobuf_c_message_get_packed_size(&spec->base);
+  uint8_t *blob = px_malloc(len ? len : 1, "coordd.spec");
+  if (!blob) return PX_ERR_NOMEM;
+  protobuf_c_message_pack(&spec->base, blob);
+  px_store_stmt_t *st;
+  px_status_t rc;
+  PX_CHECK_GOTO(px_store_stmt(c->db,
+                              "INSERT INTO jobs (job_id, name, state, spec, spec_yaml, num_nodes,"
+                              " workers_per_node, created_unix_ms, updated_unix_ms, owner)"
+                              " VALUES ('new', ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8)",
+                              &st),
+                rc, out);
+  PX_CHECK_GOTO(px_store_bind_text(st, 8, owner), rc, out);
+  PX_CHECK_GOTO(px_store_bind_text(st, 1, spec->name), rc, out);
+  PX_CHECK_GOTO(px_store_bind_int64(st, 2, state), rc, out);
+  PX_CHECK_GOTO(px_store_bind_blob(st, 3, blob, len), rc, out);
+  PX_CHECK_GOTO(px_store_bind_text(st, 4, ""), rc, out); /* in job_spec_yaml (schema v3) */
+  PX_CHECK_GOTO(px_store_bind_int64(st, 5, spec->cluster->nodes), rc, out);
+  PX_CHECK_GOTO(px_store_bind_int64(st, 6, spec->cluster->workers_per_node), rc, out);
+  PX_CHECK_GOTO(px_store_bind_int64(st, 7, now), rc, out);
+  PX_CHECK_GOTO(px_store_run(st), rc, out);
+  int64_t id = px_store_last_insert_id(c->db);
+  snprintf(job_id, cap, "job-%06lld", (long long)id);
+  PX_CHECK_GOTO(px_store_stmt(c->db, "UPDATE jobs SET job_id = ?2 WHERE id = ?1", &st), rc, out);
+  PX_CHECK_GOTO(px_store_bind_int64(st, 1, id), rc, out);
+  PX_CHECK_GOTO(px_store_bind_text(st, 2, job_id), rc, out);
+  PX_CHECK_GOTO(px_store_run(st), rc, out);
+  if (spec_yaml[0]) {
+    PX_CHECK_GOTO(px_store_stmt(c->db,
+                                "INSERT INTO job_spec_yaml (job_id, spec_yaml) VALUES (?1, ?2)",
+                                &st),
+                  rc, out);
+    PX_CHECK_GOTO(px_store_bind_text(st, 1, job_id), rc, out);
+    PX_CHECK_GOTO(px_store_bind_text(st, 2, spec_yaml), rc, out);
+    PX_CHECK_GOTO(px_store_run(st), rc, out);
+  }
+  rc = PX_OK;
+out:
+  px_free(blob);
+  return rc;
+}
+
+px_status_t coord_db_job_owner(coord_t *c, const char *job_id, int *found, char *owner,
+                               size_t cap, int *state) {
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(c->db, "SELECT owner, state FROM jobs WHERE job_id = ?1", &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  px_status_t rc = px_store_step(st);
+  if (rc < 0) return rc;
+  *found = rc == 1;
+  if (rc == 1) {
+    snprintf(owner, cap, "%s", px_store_column_text(st, 0));
+    *state = (int)px_store_column_int64(st, 1);
+  }
+  px_store_reset(st);
+  return PX_OK;
+}
+
+px_status_t coord_db_job_ranks_info(coord_t *c, const char *job_id, int *found, int *state,
+                                    int *nranks, int *attempt) {
+  int64_t v[3] = {0, 0, 0};
+  PX_CHECK(px_store_row_int64(c->db,
+                              "SELECT state, num_nodes * workers_per_node, attempt FROM jobs"
+                              " WHERE job_id = ?1",
+                              job_id, v, 3, found));
+  *state = (int)v[0];
+  *nranks = (int)v[1];
+  *attempt = (int)v[2];
+  return PX_OK;
+}
+
+px_status_t coord_db_jobs_page(coord_t *c, coord_arena_t *a, int state, const char *sweep_id,
+                               int64_t before, int limit, char ***ids, int64_t **rowids,
+                               size_t *n) {
+  size_t cap = 0, n2 = 0, cap2 = 0;
+  px_store_stmt_t *st;
+  px_status_t rc;
+  PX_CHECK(px_store_stmt(c->db,
+                         "SELECT job_id, id FROM jobs WHERE (?1 = 0 OR state = ?1)"
+                         " AND (?3 = 0 OR id < ?3) AND (?4 = '' OR sweep_id = ?4)"
+                         " ORDER BY id DESC LIMIT ?2",
+                         &st));
+  PX_CHECK(px_store_bind_int64(st, 1, state));
+  PX_CHECK(px_store_bind_text(st, 4, sweep_id));
+  PX_CHECK(px_store_bind_int64(st, 2, limit));
+  PX_CHECK(px_store_bind_int64(st, 3, before));
+  while ((rc = px_store_step(st)) == 1) {
+    char **slot = coord_push(a, (void **)ids, n, &cap, sizeof(char *));
+    int64_t *rs = coord_push(a, (void **)rowids, &n2, &cap2, sizeof(int64_t));
+    if (!slot || !rs || !(*slot = coord_strdup(a, px_store_column_text(st, 0)))) {
+      px_store_reset(st);
+      return PX_ERR_NOMEM;
+    }
+    *rs = px_store_column_int64(st, 1);
+  }
+  return rc < 0 ? rc : PX_OK;
+}
+
+px_status_t coord_db_jobs_expired(coord_t *c, coord_arena_t *a, int64_t cutoff, int limit,
+                                  char ***ids, size_t *n) {
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(c->db,
+                         "SELECT job_id FROM jobs WHERE finished_unix_ms > 0 AND"
+                         " finished_unix_ms < ?1 AND state IN (?3, ?4, ?5, ?6)"
+                         " ORDER BY finished_unix_ms LIMIT ?2",
+                         &st));
+  PX_CHECK(px_store_bind_int64(st, 1, cutoff));
+  PX_CHECK(px_store_bind_int64(st, 2, limit));
+  PX_CHECK(px_store_bind_int64(st, 3, JS_SUCCEEDED));
+  PX_CHECK(px_store_bind_int64(st, 4, JS_FAILED));
+  PX_CHECK(px_store_bind_int64(st, 5, JS_CANCELLED));
+  PX_CHECK(px_store_bind_int64(st, 6, JS_TIMEOUT));
+  return coord_db_collect(a, st, ids, n);
+}
+
+px_status_t coord_db_job_last_decision(coord_t *c, const char *job_id,
+                                       Prunex__V1__ControlDecision **out) {
+  *out = NULL;
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(c->db,
+                         "SELECT decision FROM decisions WHERE job_id = ?1"
+                         " ORDER BY iteration DESC LIMIT 1",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  px_status_t rc = px_store_step(st);
+  if (rc < 0) return rc;
+  if (rc == 1) {
+    size_t n = 0;
+    const void *blob = px_store_column_blob(st, 0, &n);
+    *out = blob ? prunex__v1__control_decision__unpack(NULL, n, blob) : NULL;
+  }
+  px_store_reset(st);
+  return PX_OK;
+}
+
+px_status_t coord_db_rank_exit_put(coord_t *c, const Prunex__V1__RankExit *r,
+                                   const char *reason, const char *model_path, int64_t now) {
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(c->db,
+                         "INSERT OR REPLACE INTO rank_exits (job_id, rank, node_id, exit_code,"
+                         " signal, reason, time_unix_ms, model_path)"
+                         " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                         &st));
+  PX_CHECK(px_store_bind_text(st, 1, r->job_id));
+  PX_CHECK(px_store_bind_int64(st, 2, r->rank));
+  PX_CHECK(px_store_bind_text(st, 3, r->node_id));
+  PX_CHECK(px_store_bind_int64(st, 4, r->exit_code));
+  PX_CHECK(px_store_bind_int64(st, 5, r->signal));
+  PX_CHECK(px_store_bind_text(st, 6, reason));
+  PX_CHECK(px_store_bind_int64(st, 7, now));
+  PX_CHECK(px_store_bind_text(st, 8, model_path));
+  return px_store_run(st);
+}
+
+px_status_t coord_db_rank_exits_ok(coord_t *c, const char *job_id, int64_t *n, char *note,
+                                   size_t cap) {
+  int found;
+  *n = 0;
+  note[0] = '\0';
+  PX_CHECK(px_store_row_int64(c->db,
+                              "SELECT count(*) FROM rank_exits WHERE job_id = ?1 AND exit_code = 0"
+                              " AND signal = 0",
+                              job_id, n, 1, &found));
+  return coord_db_text(c,
+                       "SELECT reason FROM rank_exits WHERE job_id = ?1 AND exit_code = 0"
+                       " AND signal = 0 AND reason != '' ORDER BY rank LIMIT 1",
+                       job_id, note, cap, &found);
+}

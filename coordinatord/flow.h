@@ -1,0 +1,79 @@
+/* The job and node flow below the handlers, file by file, in the order the
+ * calls go (each file calls only those above it in this list, and the data
+ * layer db/):
+ *
+ *   effects.c  the effects record (effects.h): recording calls nothing
+ *   gone.c     the agents that went away (memory only)
+ *   watch.c    WatchJob / WatchAssignments streams; coord_job_changed
+ *   assign.c   assignments built from the placement and sent to nodes
+ *   attempt.c  how an attempt ends: nodes released, faults, preemption
+ *   place.c    placement and the scheduler's pass
+ *   preempt.c  preemption's steps, decided in a transaction (effects into fx)
+ *   commit.c   coord_commit: commit, then send, notify, schedule; the
+ *              scheduler's and preemption's passes committed the same way
+ *   submit.c   a submission's checks and rows
+ *   jobs.c, nodes.c, recovery.c, sweep.c, iterations.c: the handlers and
+ *              sweeps, which record effects and commit
+ *
+ * The older part of this interface is declared in coord.h (its comments
+ * name the functions' files). */
+#ifndef PX_COORD_FLOW_H
+#define PX_COORD_FLOW_H
+
+#include "coord.h"
+#include "effects.h"
+
+/* ---- gone.c -------------------------------------------------------------- */
+
+/* When the node's agent closed its stream (0: it has not, or came back). */
+int64_t coord_agent_gone_since(const coord_t *c, const char *node_id);
+/* The nodes whose agent went away at or before `before` (arena a). */
+px_status_t coord_agents_gone_before(coord_t *c, coord_arena_t *a, int64_t before, char ***ids,
+                                     size_t *n);
+/* Forgets every gone agent (at shutdown). */
+void coord_agents_forget(coord_t *c);
+
+/* ---- assign.c -------------------------------------------------------------- */
+
+/* Builds the assignment of job_id for node_id in the arena; *out NULL when
+ * the node holds no place in the job. */
+px_status_t coord_assignment_build(coord_t *c, coord_arena_t *a, const char *job_id,
+                                   const char *node_id, int action,
+                                   Prunex__V1__Assignment **out);
+
+/* ---- attempt.c ------------------------------------------------------------- */
+
+/* Ends the active job's attempt because of node_id: the node's ranks get
+ * exit records saying reason, then the job restarts or fails
+ * (coord_job_fault, avoiding the node). In a transaction. */
+px_status_t coord_job_fault_node(coord_t *c, coord_arena_t *a, const char *job_id, int state,
+                                 const char *node_id, const char *reason, coord_fault_t *f);
+
+/* ---- place.c ---------------------------------------------------------------- */
+
+/* One pass of the scheduler in a transaction it opens: reasons of the
+ * waiting jobs updated, the jobs the policy starts placed (each recorded
+ * in fx: START to its nodes, changed). On success the transaction is left
+ * open for coord_commit; on failure it is rolled back and fx emptied. */
+px_status_t coord_schedule_pass(coord_t *c, coord_arena_t *a, coord_effects_t *fx);
+
+/* ---- preempt.c -------------------------------------------------------------- */
+
+/* One step of preemption in the caller's transaction: a preemption under
+ * way is ended when its victims have all stopped or its grace is over (the
+ * victims queued again, the waiting job placed; the sends, changes and a
+ * scheduler pass into fx); with none under way and ask, the first job
+ * waiting for nodes has the fewest victims needed asked to stop. *commit 1
+ * when something was decided (the caller commits fx), *again 1 when the
+ * next step may end it at once (no victim to wait for). */
+px_status_t coord_preempt_step(coord_t *c, coord_arena_t *a, coord_effects_t *fx, int ask,
+                               int *commit, int *again);
+
+/* ---- submit.c --------------------------------------------------------------- */
+
+/* The spec's output_dir and dataset.path are where the nodes let jobs
+ * write and read: 1, or 0 with the reason in err (-1 on a database
+ * error). */
+int coord_submit_paths_ok(coord_t *c, const Prunex__V1__JobSpec *spec, char *err, size_t cap);
+
+#endif

@@ -1,0 +1,175 @@
+/* A submission: where its spec may write and read (the nodes' roots), the
+ * scheduling policy's rules and the user's quota, and the job's rows. Used
+ * by SubmitJob (jobs.c) and by a sweep's submission (sweep.c). */
+#include <stdio.h>
+#include <string.h>
+
+#include "db/db_core.h"
+#include "flow.h"
+
+#include "prunex/check.h"
+#include "prunex/jobspec.h"
+
+#define COORD_BAD(...)                \
+  do {                                \
+    snprintf(err, cap, __VA_ARGS__);  \
+    return 0;                         \
+  } while (0)
+
+
+/* 1 when path is dir or below it, on a component boundary. */
+static int coord_path_under(const char *path, const char *dir, size_t n) {
+  while (n > 1 && dir[n - 1] == '/') n--;
+  if (strncmp(path, dir, n) != 0) return 0;
+  return path[n] == '\0' || path[n] == '/' || (n == 1 && dir[0] == '/');
+}
+
+/* The job's output_dir must be where the agents let jobs write (issue 12):
+ * relative (under the job's directory in the agent's work directory) or
+ * absolute under a root that every node not LOST reported (its work
+ * directory, its --output-root directories), never with a ".." component.
+ * With data set, the same for dataset.path and the nodes' data roots
+ * (issue 26; a node that reported none, an older agent, is not asked).
+ * Returns 1, or 0 with the reason in err (or -1 on a database error). */
+static int coord_path_ok(coord_t *c, const char *out, int data, char *err, size_t cap) {
+  const char *field = data ? "spec.dataset.path" : "spec.output_dir";
+  if (!out[0]) return 1;
+  if (strlen(out) > 1024) COORD_BAD("%s: longer than 1024 bytes", field);
+  for (const char *p = out; *p;) {
+    const char *e = strchr(p, '/');
+    size_t len = e ? (size_t)(e - p) : strlen(p);
+    if (len == 2 && p[0] == '.' && p[1] == '.')
+      COORD_BAD("%s = '%.200s': '..' is not allowed in it", field, out);
+    if (!e) break;
+    p = e + 1;
+  }
+  if (out[0] != '/') return 1;
+  coord_arena_t a;
+  coord_arena_init(&a);
+  char **names = NULL, **all = NULL;
+  size_t nodes = 0;
+  if (coord_db_nodes_roots(c, &a, NS_LOST, data, &names, &all, &nodes) != PX_OK) {
+    coord_arena_free(&a);
+    return -1;
+  }
+  int ok = 1;
+  char refused[256] = "", allowed[512] = "";
+  for (size_t i = 0; i < nodes && ok; i++) {
+    const char *roots = all[i];
+    int here = 0;
+    for (const char *p = roots; *p && !here;) {
+      const char *e = strchr(p, '\n');
+      size_t n = e ? (size_t)(e - p) : strlen(p);
+      here = n > 0 && coord_path_under(out, p, n);
+      p = e ? e + 1 : p + n;
+    }
+    if (!here) {
+      ok = 0;
+      snprintf(refused, sizeof refused, "%s", names[i]);
+      snprintf(allowed, sizeof allowed, "%s", roots[0] ? roots : "(nothing)");
+      for (char *q = allowed; *q; q++)
+        if (*q == '\n') *q = ',';
+    }
+  }
+  coord_arena_free(&a);
+  if (data) {
+    if (!ok)
+      COORD_BAD("%s = '%.200s': node %.100s does not let jobs read there (it allows %.160s; "
+                "an agent allows its --work-dir and its --data-root directories, by default "
+                "/usr/share/datasets)",
+                field, out, refused, allowed);
+    return 1; /* no node said: the agents check it when the job starts */
+  }
+  if (!nodes)
+    COORD_BAD("spec.output_dir = '%.200s': no node is registered to say where jobs may write "
+              "(give a relative output_dir, or start the agents first)", out);
+  if (!ok)
+    COORD_BAD("spec.output_dir = '%.200s': node %s does not let jobs write there (it allows %.160s; an "
+              "agent allows its --work-dir and its --output-root directories)",
+              out, refused, allowed);
+  return 1;
+}
+
+/* ---- SubmitJob ---------------------------------------------------------------------- */
+
+px_status_t coord_job_submit(coord_t *c, const Prunex__V1__JobSpec *spec, const char *spec_yaml,
+                             int priority, int64_t time_limit_ms, char *job_id, size_t cap) {
+  int64_t now = coord_now_ms();
+  const char *owner = c->who.role == COORD_ROLE_ANON ? "" : c->who.name;
+  PX_CHECK(coord_db_job_insert(c, spec, spec_yaml, owner, JS_PENDING, now, job_id, cap));
+  unsigned notify_mask = 0;
+  const char *notify_url = spec->notify && spec->notify->url ? spec->notify->url : "";
+  if (notify_url[0] && px_jobspec_notify_states(spec->notify->states, &notify_mask) != 0)
+    notify_mask = 0; /* px_jobspec_check_submitted refused such a spec already */
+  PX_CHECK(coord_db_sched_job_new(c, job_id, owner, spec->name, spec->cluster->nodes,
+                               spec->cluster->workers_per_node, priority, time_limit_ms,
+                               notify_url, notify_mask, now));
+  char reason[160];
+  snprintf(reason, sizeof reason, "submitted: %d node%s x %d worker%s",
+           spec->cluster->nodes, spec->cluster->nodes == 1 ? "" : "s",
+           spec->cluster->workers_per_node, spec->cluster->workers_per_node == 1 ? "" : "s");
+  return coord_job_set_state(c, job_id, JS_UNSPECIFIED, JS_PENDING, reason);
+}
+
+/* The scheduling policy's rules for a submission (issue 31): only admins
+ * raise a job's priority above the default, a time limit within the
+ * cluster's maximum. 1 with the job's priority and time limit (ms, 0:
+ * none), or 0 with the call answered (PERMISSION_DENIED, INVALID_ARGUMENT). */
+int coord_submit_policy(coord_t *c, px_rpc_srv_call_t *call, const Prunex__V1__JobSpec *spec,
+                        int *priority, int64_t *time_limit_ms) {
+  const coord_sched_policy_t *p = &c->cfg.sched;
+  *priority = spec->priority > 0 ? spec->priority : COORD_PRIORITY_DEFAULT;
+  if (*priority > COORD_PRIORITY_DEFAULT && c->who.role != COORD_ROLE_ADMIN &&
+      c->who.role != COORD_ROLE_ANON) {
+    px_rpc_srv_finish(call, PX_RPC_PERMISSION_DENIED,
+                      "spec.priority = %d: only an admin may raise a job's priority above %d"
+                      " (%s may lower it: 1 to %d)",
+                      *priority, COORD_PRIORITY_DEFAULT, c->who.name, COORD_PRIORITY_DEFAULT);
+    return 0;
+  }
+  if (p->time_limit_max_s > 0 && spec->time_limit_s > p->time_limit_max_s) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
+                      "spec.time_limit_s = %d: above this cluster's maximum of %lld s"
+                      " (time_limit_max_s)",
+                      spec->time_limit_s, (long long)p->time_limit_max_s);
+    return 0;
+  }
+  *time_limit_ms = coord_sched_time_limit_ms(p, spec->time_limit_s);
+  return 1;
+}
+
+/* The user's quota of unfinished jobs, for nnew more: 1, or 0 with the
+ * call answered (RESOURCE_EXHAUSTED or INTERNAL). */
+int coord_submit_quota(coord_t *c, px_rpc_srv_call_t *call, int64_t nnew) {
+  const char *owner = c->who.role == COORD_ROLE_ANON ? "" : c->who.name;
+  int quota = coord_sched_max_queued_jobs(&c->cfg.sched, owner);
+  if (quota <= 0) return 1;
+  int64_t n = 0;
+  if (coord_db_sched_unfinished_jobs(c, owner, &n) != PX_OK) {
+    coord_fail_internal(c, call);
+    return 0;
+  }
+  if (n + nnew <= quota) return 1;
+  px_log(PX_LOG_INFO, "SubmitJob refused: %s has %lld unfinished jobs (quota %d), %lld more",
+         owner[0] ? owner : "anonymous", (long long)n, quota, (long long)nnew);
+  if (nnew > 1)
+    px_rpc_srv_finish(call, PX_RPC_RESOURCE_EXHAUSTED,
+                      "user quota: the sweep's %lld jobs and the %lld unfinished job%s of %s"
+                      " exceed the %d allowed (max_queued_jobs); submit a smaller sweep",
+                      (long long)nnew, (long long)n, n == 1 ? "" : "s",
+                      owner[0] ? owner : "the anonymous user", quota);
+  else
+    px_rpc_srv_finish(call, PX_RPC_RESOURCE_EXHAUSTED,
+                      "user quota: %s has %lld unfinished job%s (pending or running) and may"
+                      " have at most %d (max_queued_jobs); wait for one to end or cancel one",
+                      owner[0] ? owner : "the anonymous user", (long long)n, n == 1 ? "" : "s",
+                      quota);
+  return 0;
+}
+
+
+int coord_submit_paths_ok(coord_t *c, const Prunex__V1__JobSpec *spec, char *err, size_t cap) {
+  int ok = coord_path_ok(c, spec->output_dir, 0, err, cap);
+  if (ok > 0 && spec->dataset) ok = coord_path_ok(c, spec->dataset->path, 1, err, cap);
+  return ok;
+}
