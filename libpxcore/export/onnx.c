@@ -18,7 +18,9 @@
  * user has, raw pixels in [0, 1] at the data set's own size, and cannot be
  * fed the way that silently costs accuracy (normalise, then pad with 0). */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -243,14 +245,85 @@ typedef struct {
   const char *channel_order;
   int num_classes;
   const char *classes;       /* label 0, 1, ... comma-separated */
+  /* an image folder's (px_onnx_info_t): the file's strings, resize/crop; NULL/0 otherwise */
+  const char *mean_s, *std_s;
+  int resize, crop;
+  float own_mean[3], own_std[3]; /* what mean/std point at for a folder */
 } px__onnx_dataset_t;
 
 static const px__onnx_dataset_t px__onnx_datasets[] = {
     {"fashion-mnist", "Fashion-MNIST", 1, 28, 28, px_fashion_mnist_mean, px_fashion_mnist_std,
-     "grey", 10, "T-shirt/top,Trouser,Pullover,Dress,Coat,Sandal,Shirt,Sneaker,Bag,Ankle boot"},
+     "grey", 10, "T-shirt/top,Trouser,Pullover,Dress,Coat,Sandal,Shirt,Sneaker,Bag,Ankle boot",
+     NULL, NULL, 0, 0, {0}, {0}},
     {"cifar10", "CIFAR-10", 3, 32, 32, px_cifar10_mean, px_cifar10_std, "R,G,B", 10,
-     "airplane,automobile,bird,cat,deer,dog,frog,horse,ship,truck"},
+     "airplane,automobile,bird,cat,deer,dog,frog,horse,ship,truck", NULL, NULL, 0, 0, {0}, {0}},
 };
+
+/* n comma-separated floats of s (a file's "input_mean"/"input_std") into
+ * v; 0, or -1 when s holds another count or a value that is not a finite
+ * number (or, with positive, not > 0). */
+static int px__parse_floats(const char *s, float *v, int n, int positive) {
+  for (int i = 0; i < n; i++) {
+    char *end;
+    errno = 0;
+    double x = strtod(s, &end);
+    if (end == s || errno || !isfinite(x) || (positive && !(x > 0.0)) ||
+        *end != (i + 1 < n ? ',' : '\0'))
+      return -1;
+    v[i] = (float)x;
+    s = end + 1;
+  }
+  return 0;
+}
+
+/* Labels in an escaped comma-separated class list. */
+static int px__count_classes(const char *s) {
+  int n = 1;
+  for (; *s; s++) {
+    if (*s == '\\' && s[1]) s++;
+    else if (*s == ',') n++;
+  }
+  return n;
+}
+
+/* An image folder's preprocessing from info (the model file's input
+ * contract) into *d; NULL without one, NULL with *err set when it is
+ * malformed or does not fit cfg's model. */
+static const px__onnx_dataset_t *px__onnx_folder(const px_onnx_info_t *info,
+                                                 const px_model_config_t *cfg,
+                                                 px__onnx_dataset_t *d, px_status_t *err) {
+  if (!info || !info->mean) return NULL;
+  const char *src = info->source ? info->source : "the model file";
+  int c = 0, h = 0, w = 0, used = 0;
+  memset(d, 0, sizeof *d);
+  if (!info->input_size || sscanf(info->input_size, "%dx%dx%d%n", &c, &h, &w, &used) != 3 ||
+      info->input_size[used] || (c != 1 && c != 3) || h != w || h < 1 ||
+      h > PX_IMAGE_MAX_SIZE || c != cfg->in_channels || h != cfg->height || w != cfg->width) {
+    *err = px_set_error(PX_ERR_FORMAT,
+                        "ONNX export: %s: metadata input_size '%s' is not the model's %d x %d x %d "
+                        "(CxHxW, C 1 or 3, H == W)", src,
+                        info->input_size ? info->input_size : "(none)", cfg->in_channels,
+                        cfg->height, cfg->width);
+    return NULL;
+  }
+  float mean[3], std[3];
+  if (px__parse_floats(info->mean, mean, c, 0) ||
+      px__parse_floats(info->std ? info->std : "", std, c, 1)) {
+    *err = px_set_error(PX_ERR_FORMAT,
+                        "ONNX export: %s: metadata input_mean '%s' / input_std '%s': expected %d "
+                        "comma-separated finite numbers each, std > 0", src, info->mean,
+                        info->std ? info->std : "(none)", c);
+    return NULL;
+  }
+  *d = (px__onnx_dataset_t){"folder", "image folder", c, h, w, d->own_mean, d->own_std,
+                            c == 1 ? "grey" : "R,G,B", 0, info->classes, info->mean, info->std,
+                            info->resize > 0 ? info->resize : h, info->crop > 0 ? info->crop : h,
+                            {0}, {0}};
+  memcpy(d->own_mean, mean, sizeof mean);
+  memcpy(d->own_std, std, sizeof std);
+  if (info->classes) d->num_classes = px__count_classes(info->classes);
+  return d;
+}
 
 /* The preprocessing the graph does for cfg's model trained on ds, or NULL
  * (*err set) when ds cannot feed it; NULL (no error) for a data set we do
@@ -495,13 +568,27 @@ static const char *px__onnx_metadata(px__pool_t *p, px__vec_t *meta,
     n = 0;
     for (int c = 0; c < d->channels; c++)
       n += (size_t)snprintf(stds + n, sizeof stds - n, "%s%.4f", c ? "," : "", (double)d->std[c]);
-    snprintf(input_desc, sizeof input_desc,
-             "float32 N x %d x %d x %d (NCHW, channels %s): raw %s pixels in [0, 1] (the image "
-             "bytes / 255), not normalised, not padded. The graph pads them with 0 to %d x %d "
-             "(%d pixels each side) and then normalises every pixel, padding included, as "
-             "(x - mean) / std with mean %s, std %s, exactly as PruneX's training loader does",
-             d->channels, d->height, d->width, d->channel_order, d->title, cfg->height,
-             cfg->width, pad, v, stds);
+    if (d->mean_s) { /* a folder's: the file's exact figures */
+      snprintf(v, sizeof v, "%s", d->mean_s);
+      snprintf(stds, sizeof stds, "%s", d->std_s);
+    }
+    if (d->resize)
+      snprintf(input_desc, sizeof input_desc,
+               "float32 N x %d x %d x %d (NCHW, channels %s): an image scaled so that its shorter "
+               "side is %d pixels (area averaging when shrinking, bilinear when enlarging), its "
+               "centre %d x %d cut out, as raw pixels in [0, 1] (the bytes / 255), not "
+               "normalised. The graph normalises every pixel as (x - mean) / std with the "
+               "training images' mean %s, std %s, exactly as PruneX's training loader does",
+               d->channels, d->height, d->width, d->channel_order, d->resize, d->crop, d->crop, v,
+               stds);
+    else
+      snprintf(input_desc, sizeof input_desc,
+               "float32 N x %d x %d x %d (NCHW, channels %s): raw %s pixels in [0, 1] (the image "
+               "bytes / 255), not normalised, not padded. The graph pads them with 0 to %d x %d "
+               "(%d pixels each side) and then normalises every pixel, padding included, as "
+               "(x - mean) / std with mean %s, std %s, exactly as PruneX's training loader does",
+               d->channels, d->height, d->width, d->channel_order, d->title, cfg->height,
+               cfg->width, pad, v, stds);
     px__push(p, meta, px__kv(p, "prunex.preprocessing", "in-graph: pad, then (x - mean) / std"));
     px__push(p, meta, px__kv(p, "prunex.input_range", "0,1"));
     px__push(p, meta, px__kv(p, "prunex.mean", v));
@@ -513,6 +600,12 @@ static const char *px__onnx_metadata(px__pool_t *p, px__vec_t *meta,
     px__push(p, meta, px__kv(p, "prunex.input_size", v));
     if (cfg->num_classes == d->num_classes)
       px__push(p, meta, px__kv(p, "prunex.classes", d->classes));
+    if (d->resize) {
+      snprintf(v, sizeof v, "%d", d->resize);
+      px__push(p, meta, px__kv(p, "prunex.resize", v));
+      snprintf(v, sizeof v, "%d", d->crop);
+      px__push(p, meta, px__kv(p, "prunex.crop", v));
+    }
   } else {
     snprintf(input_desc, sizeof input_desc,
              "float32 N x %d x %d x %d, normalised per channel as (x/255 - mean)/std with the "
@@ -544,7 +637,9 @@ px_status_t px_onnx_save(const px_model_t *m, const char *path, const px_onnx_in
   uint8_t *buf = NULL;
   const px_model_config_t *cfg = px_model_config(m);
   int nn = px_model_num_nodes(m);
-  const px__onnx_dataset_t *d = px__onnx_dataset(info ? info->dataset : NULL, cfg, &st);
+  px__onnx_dataset_t folder;
+  const px__onnx_dataset_t *d = px__onnx_folder(info, cfg, &folder, &st);
+  if (!d && st == PX_OK) d = px__onnx_dataset(info ? info->dataset : NULL, cfg, &st);
   if (st < 0) return st;
   if (d) px__onnx_preprocess(&p, &nodes, &inits, d, cfg);
   for (int i = 0; i < px_model_num_params(m); i++)

@@ -369,6 +369,16 @@ PX_API void px_trainer_destroy(px_trainer_t *t);
 
 PX_API px_model_t *px_trainer_model(px_trainer_t *t);
 PX_API px_sgd_t *px_trainer_sgd(px_trainer_t *t);
+/* The input contract of t's data set, as checkpoint metadata pairs written
+ * into kv (2 * cap strings): for an image folder "input_dataset" "folder",
+ * "input_size" "CxSxS", "input_resize" S (the shorter side is scaled to S),
+ * "input_crop" S (then the centre S x S is cut), "input_mean" and
+ * "input_std" (the training split's, per channel, pixel/255 units, "%.9g"
+ * comma-separated) and "classes" (px_folder_class_names); what
+ * px_export_file reads to put the preprocessing into the ONNX graph. Returns
+ * the number of pairs: 7, or 0 for another data set (their contract is
+ * built in) or cap < 7. The strings live as long as t. Cannot fail. */
+PX_API int px_trainer_input_meta(px_trainer_t *t, const char **kv, int cap);
 /* Steps per epoch and the learning rate the schedule gives at a global step. */
 PX_API int64_t px_trainer_steps_per_epoch(const px_trainer_t *t);
 PX_API double px_trainer_lr_at(const px_trainer_t *t, int64_t global_step);
