@@ -113,6 +113,19 @@ static Onnx__AttributeProto *px__attr_float(px__pool_t *p, const char *name, flo
   return a;
 }
 
+static Onnx__AttributeProto *px__attr_str(px__pool_t *p, const char *name, const char *v) {
+  Onnx__AttributeProto *a = px__alloc(p, sizeof *a);
+  if (!a) return NULL;
+  onnx__attribute_proto__init(a);
+  a->name = px__str(p, name);
+  a->has_type = 1;
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+  a->has_s = 1;
+  a->s.data = (uint8_t *)px__str(p, v);
+  a->s.len = strlen(v);
+  return a;
+}
+
 static Onnx__AttributeProto *px__attr_ints(px__pool_t *p, const char *name, int n, int64_t v) {
   Onnx__AttributeProto *a = px__alloc(p, sizeof *a);
   int64_t *ints = px__alloc(p, (size_t)n * sizeof *ints);
@@ -362,18 +375,8 @@ static void px__onnx_preprocess(px__pool_t *p, px__vec_t *nodes, px__vec_t *init
                          pd, pads, sizeof pads);
     const char *ins[2] = {"input", "preprocess.pads"};
     Onnx__NodeProto *n = px__node(p, nodes, "Pad", "preprocess.pad", ins, 2, "padded");
-    Onnx__AttributeProto *mode = px__alloc(p, sizeof *mode);
-    if (mode) {
-      onnx__attribute_proto__init(mode);
-      mode->name = px__str(p, "mode");
-      mode->has_type = 1;
-      mode->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
-      mode->has_s = 1;
-      mode->s.data = (uint8_t *)px__str(p, "constant");
-      mode->s.len = strlen("constant");
-    }
     px__vec_t attrs = {0};
-    px__push(p, &attrs, mode);
+    px__push(p, &attrs, px__attr_str(p, "mode", "constant"));
     px__node_attrs(p, n, &attrs);
     x = "padded";
   }
@@ -387,13 +390,48 @@ static void px__onnx_preprocess(px__pool_t *p, px__vec_t *nodes, px__vec_t *init
   px__node(p, nodes, "Div", "preprocess.div_std", div, 2, "normalized");
 }
 
+/* A squeeze-and-excitation's gate g [N, C, 1, 1] brought to the trunk's
+ * h x w (Resize, nearest: every pixel the same) into "<out>_gate": OpenCV
+ * 4.6's dnn runs a Mul of two computed tensors only when their shapes are
+ * equal (it maps a broadcasting one onto its Scale layer, which asserts in
+ * shape_utils' total() on a [N, C, 1, 1] scale). Returns the gate's name. */
+static const char *px__onnx_se_gate(px__pool_t *p, px__vec_t *nodes, px__vec_t *inits, int k,
+                                    const char *g, int h, int w, const char *out) {
+  char nm[48], sc[48], roi[48], *name = px__alloc(p, 96);
+  if (!name) return g;
+  snprintf(name, 96, "%s_gate", out);
+  snprintf(nm, sizeof nm, "mul%d.expand", k);
+  snprintf(sc, sizeof sc, "mul%d.scales", k);
+  snprintf(roi, sizeof roi, "mul%d.roi", k);
+  const float scales[4] = {1.0f, 1.0f, (float)h, (float)w};
+  const int64_t four = 4, zero = 0;
+  px__initializer_host(p, inits, sc, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, &four, scales,
+                       sizeof scales);
+  px__initializer_host(p, inits, roi, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, &zero, scales, 0);
+  const char *ins[3] = {g, roi, sc};
+  Onnx__NodeProto *node = px__node(p, nodes, "Resize", nm, ins, 3, name);
+  px__vec_t attrs = {0};
+  px__push(p, &attrs, px__attr_str(p, "mode", "nearest"));
+  px__node_attrs(p, node, &attrs);
+  return name;
+}
+
 /* An imported graph's operators (ACT, MUL, CONCAT) as ONNX nodes. ReLU6 is
  * Relu(x) - Relu(x - 6): opset 13's Clip takes its bounds as inputs, which
  * OpenCV 4.6's dnn does not read. */
 static void px__onnx_graph_op(px__pool_t *p, px__vec_t *nodes, px__vec_t *inits,
-                              const px_model_node_t *n, int k, const char *in, const char *out) {
+                              const px_model_t *m, const px_model_node_t *n, int k, const char *in,
+                              const char *out) {
   char nm[32], in2[32], bnd[2][48];
   snprintf(in2, sizeof in2, "t%d", n->in2);
+  int h, w, gh, gw;
+  if (n->kind == PX_NODE_MUL && px_model_act_area(m, n->in, &h, &w) == 0 &&
+      px_model_act_area(m, n->in2, &gh, &gw) == 0 && gh * gw == 1 && h * w > 1) {
+    const char *ins[2] = {in, px__onnx_se_gate(p, nodes, inits, k, in2, h, w, out)};
+    snprintf(nm, sizeof nm, "mul%d", k);
+    px__node(p, nodes, "Mul", nm, ins, 2, out);
+    return;
+  }
   if (n->kind == PX_NODE_MUL || n->kind == PX_NODE_CONCAT) {
     const char *ins[2] = {in, in2};
     snprintf(nm, sizeof nm, "%s%d", n->kind == PX_NODE_MUL ? "mul" : "concat", k);
@@ -537,7 +575,7 @@ static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, px__vec_t *ini
     case PX_NODE_ACT:
     case PX_NODE_MUL:
     case PX_NODE_CONCAT:
-      px__onnx_graph_op(p, nodes, inits, &n, k, in, out);
+      px__onnx_graph_op(p, nodes, inits, m, &n, k, in, out);
       break;
     case PX_NODE_FC: {
       const char *ins[3] = {in, pn, px_model_param(m, n.b)->name};

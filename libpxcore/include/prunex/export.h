@@ -56,9 +56,12 @@ extern "C" {
  * size), with the weights, batch-norm parameters and running statistics of
  * the kept channels. Caller owns *out (px_model_destroy); the compact model's
  * config carries its widths (px_model_save writes them as metadata
- * "widths"). A graph compaction does not take yet (px_model_compactable 0:
- * graph operators, grouped or biased convs) gets a same-shape copy (its
- * pruned weights zero). dense is not modified. Fails with PX_ERR_NOMEM, or
+ * "widths"). Imported graphs compact too (CPU engine): activations and
+ * depthwise convs pass channels through, an SE multiply ties its gate's
+ * channels to the trunk's, a concat's output channel c is input k's
+ * channel c - offset_k; a grouped (not depthwise) conv keeps all of its
+ * input and output channels. A model on another engine with such nodes
+ * gets a same-shape copy (its pruned weights zero). dense is not modified. Fails with PX_ERR_NOMEM, or
  * the errors of px_model_create and tensor copies. */
 PX_API px_status_t px_model_compact(const px_model_t *dense, px_ops_t *ops, int32_t batch,
                                     px_model_t **out);
