@@ -89,37 +89,33 @@ static void px__push(px__pool_t *p, px__vec_t *vec, void *item) {
   vec->v[vec->n++] = item;
 }
 
-static Onnx__AttributeProto *px__attr_int(px__pool_t *p, const char *name, int64_t v) {
+/* An attribute of the given type (its value set by the caller), or NULL. */
+static Onnx__AttributeProto *px__attr(px__pool_t *p, const char *name,
+                                      Onnx__AttributeProto__AttributeType type) {
   Onnx__AttributeProto *a = px__alloc(p, sizeof *a);
   if (!a) return NULL;
   onnx__attribute_proto__init(a);
   a->name = px__str(p, name);
   a->has_type = 1;
-  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
-  a->has_i = 1;
-  a->i = v;
+  a->type = type;
+  return a;
+}
+
+static Onnx__AttributeProto *px__attr_int(px__pool_t *p, const char *name, int64_t v) {
+  Onnx__AttributeProto *a = px__attr(p, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+  if (a) a->has_i = 1, a->i = v;
   return a;
 }
 
 static Onnx__AttributeProto *px__attr_float(px__pool_t *p, const char *name, float v) {
-  Onnx__AttributeProto *a = px__alloc(p, sizeof *a);
-  if (!a) return NULL;
-  onnx__attribute_proto__init(a);
-  a->name = px__str(p, name);
-  a->has_type = 1;
-  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
-  a->has_f = 1;
-  a->f = v;
+  Onnx__AttributeProto *a = px__attr(p, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+  if (a) a->has_f = 1, a->f = v;
   return a;
 }
 
 static Onnx__AttributeProto *px__attr_str(px__pool_t *p, const char *name, const char *v) {
-  Onnx__AttributeProto *a = px__alloc(p, sizeof *a);
+  Onnx__AttributeProto *a = px__attr(p, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
   if (!a) return NULL;
-  onnx__attribute_proto__init(a);
-  a->name = px__str(p, name);
-  a->has_type = 1;
-  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
   a->has_s = 1;
   a->s.data = (uint8_t *)px__str(p, v);
   a->s.len = strlen(v);
@@ -127,13 +123,9 @@ static Onnx__AttributeProto *px__attr_str(px__pool_t *p, const char *name, const
 }
 
 static Onnx__AttributeProto *px__attr_ints(px__pool_t *p, const char *name, int n, int64_t v) {
-  Onnx__AttributeProto *a = px__alloc(p, sizeof *a);
+  Onnx__AttributeProto *a = px__attr(p, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
   int64_t *ints = px__alloc(p, (size_t)n * sizeof *ints);
   if (!a || !ints) return NULL;
-  onnx__attribute_proto__init(a);
-  a->name = px__str(p, name);
-  a->has_type = 1;
-  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
   for (int i = 0; i < n; i++) ints[i] = v;
   a->n_ints = (size_t)n;
   a->ints = ints;
