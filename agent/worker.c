@@ -592,12 +592,13 @@ static px_status_t pxw_save_model(pxw_t *w, px_trainer_t *t, const px_strategy_r
   snprintf(iters, sizeof iters, "%d", res->iterations);
   snprintf(acc, sizeof acc, "%.6f", res->test_accuracy);
   snprintf(dens, sizeof dens, "%.6f", res->density);
-  const char *extra[] = {"job_id",        w->a.job,
-                         "strategy",      px_strategy_name((px_strategy_kind_t)w->spec->strategy),
-                         "iterations",    iters,
-                         "test_accuracy", acc,
-                         "density",       dens};
-  return px_model_save(px_trainer_model(t), NULL, path, extra, 5);
+  const char *extra[24] = {"job_id",        w->a.job,
+                           "strategy",      px_strategy_name((px_strategy_kind_t)w->spec->strategy),
+                           "iterations",    iters,
+                           "test_accuracy", acc,
+                           "density",       dens};
+  int n = 5 + px_trainer_input_meta(t, extra + 10, 7); /* a folder's input contract */
+  return px_model_save(px_trainer_model(t), NULL, path, extra, n);
 }
 
 /* A run that succeeded without a usable checkpoint since iteration N (a

@@ -530,7 +530,9 @@ static int run_training(const pxtrain_args_t *a, px_trainer_t *t) {
     printf("done: final test accuracy %.2f%% (best %.2f%%) in %.1f s\n", 100 * ev.accuracy,
            100 * best, now_s() - start);
     if (a->save) {
-      if (px_model_save(m, px_trainer_sgd(t), a->save, NULL, 0) < 0) {
+      const char *kv[14]; /* a folder's input contract, for the ONNX export */
+      int nkv = px_trainer_input_meta(t, kv, 7);
+      if (px_model_save(m, px_trainer_sgd(t), a->save, kv, nkv) < 0) {
         fprintf(stderr, "pxtrain: %s\n", px_last_error());
         status = 1;
       } else {

@@ -188,6 +188,12 @@ int px_test_skip_example(const char *path) {
 
 double px_test_write_logits(px_model_t *m, const px_dataset_t *ds, int n, const char *logits_path) {
   const px_dataset_info_t *info = px_dataset_info(ds);
+  return px_test_write_logits_norm(m, ds, n, info->mean, info->std, logits_path);
+}
+
+double px_test_write_logits_norm(px_model_t *m, const px_dataset_t *ds, int n, const float *mean,
+                                 const float *std, const char *logits_path) {
+  const px_dataset_info_t *info = px_dataset_info(ds);
   const int B = px_model_config(m)->batch, K = px_model_config(m)->num_classes;
   const size_t per = (size_t)info->channels * info->height * info->width;
   float *x = malloc((size_t)B * per * sizeof *x), *logits = malloc((size_t)n * K * sizeof *logits);
@@ -198,7 +204,7 @@ double px_test_write_logits(px_model_t *m, const px_dataset_t *ds, int n, const 
   for (int i = 0; ok && i < n; i += B) {
     int k = n - i < B ? n - i : B;
     for (int j = 0; j < k; j++) idx[j] = (uint32_t)(i + j);
-    ok = px_data_fill_batch(ds, idx, k, NULL, info->mean, info->std, 0, 0, x, y) == PX_OK &&
+    ok = px_data_fill_batch(ds, idx, k, NULL, mean, std, 0, 0, x, y) == PX_OK &&
          px_model_logits(m, x, k, logits + (size_t)i * K) == PX_OK;
     for (int j = 0; ok && j < k; j++) {
       const float *l = logits + (size_t)(i + j) * K;

@@ -47,6 +47,10 @@ void px_test_rank_train_config(px_train_config_t *tc, const char *dir, int rank,
  * logits_path. Returns the fraction of them m classifies right, or -1 on a
  * failure (printed). */
 double px_test_write_logits(px_model_t *m, const px_dataset_t *ds, int n, const char *logits_path);
+/* The same with the given per-channel mean/std (an image folder's val split
+ * is normalised with its training split's). */
+double px_test_write_logits_norm(px_model_t *m, const px_dataset_t *ds, int n, const float *mean,
+                                 const float *std, const char *logits_path);
 
 /* examples/imported-model.yaml names examples/resnet20.onnx, which
  * examples/export_onnx.py writes (python3-torch): 1 when path is that spec

@@ -361,7 +361,7 @@ static void onnx_carries_the_input_contract(void **state) {
   char *b;
 
   /* Fashion-MNIST: raw 1x28x28 pixels, the preprocessing in the graph */
-  px_onnx_info_t fm = {"fashion-mnist", "m.safetensors"};
+  px_onnx_info_t fm = {.dataset = "fashion-mnist", .source = "m.safetensors"};
   assert_int_equal(px_onnx_save(m, path, &fm), PX_OK);
   b = slurp(path, &len);
   assert_true(file_has(b, len, "preprocess.pad"));
@@ -372,7 +372,7 @@ static void onnx_carries_the_input_contract(void **state) {
   free(b);
 
   /* a data set we do not know: the normalised 32x32 tensor, said so */
-  px_onnx_info_t syn = {"synthetic", NULL};
+  px_onnx_info_t syn = {.dataset = "synthetic"};
   assert_int_equal(px_onnx_save(m, path, &syn), PX_OK);
   b = slurp(path, &len);
   assert_false(file_has(b, len, "preprocess.pad"));
@@ -382,7 +382,7 @@ static void onnx_carries_the_input_contract(void **state) {
 
   /* CIFAR-10's 3-channel images cannot feed a 1-channel model */
   unlink(path);
-  px_onnx_info_t cifar = {"cifar10", NULL};
+  px_onnx_info_t cifar = {.dataset = "cifar10"};
   assert_int_equal(px_onnx_save(m, path, &cifar), PX_ERR_INVALID);
   print_message("cifar10 into a 1-channel model: %s\n", px_last_error());
   assert_non_null(strstr(px_last_error(), "1 x 32 x 32"));

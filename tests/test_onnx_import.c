@@ -22,6 +22,7 @@
 
 #include "prunex/export.h"
 #include "prunex/nn.h"
+#include "prunex/prune.h"
 #include "px_test_util.h"
 
 #define PY "/usr/bin/python3"
@@ -204,6 +205,129 @@ static void depthwise_and_se_convs_are_left_out_of_pruning(void **state) {
   px_ops_destroy(ops);
 }
 
+/* Groups from the graph (issue 30, item 2): the sparsity set's projection
+ * (channel keep 0.5) with the coupling px_model_channel_consumer derives,
+ * on an imported net's weights; returns the number of coupled pairs, each
+ * checked: a channel pruned in the consumer is a filter pruned in the
+ * producer, and the reverse (zero in all tied places). */
+static int project_coupled(px_model_t *m) {
+  int np = px_model_num_params(m), pairs = 0;
+  px_sparsity_param_t *sp = calloc((size_t)np, sizeof *sp);
+  size_t *off = calloc((size_t)np, sizeof *off);
+  const float *base = px_model_flat_params(m)->data;
+  for (int i = 0; i < np; i++) {
+    const px_tensor_t *t = px_model_param(m, i)->value;
+    off[i] = (size_t)((const float *)t->data - base);
+    sp[i].consumer = -1;
+    sp[i].prunable = px_model_param(m, i)->kind == PX_WEIGHT_CONV;
+    if (sp[i].prunable)
+      sp[i].shape = (px_conv_shape_t){(int32_t)t->dims[0], (int32_t)t->dims[1],
+                                      (int32_t)t->dims[2], (int32_t)t->dims[3]};
+  }
+  for (int i = 0; i < np; i++) {
+    int c = px_model_channel_consumer(m, i);
+    if (sp[i].prunable && c >= 0 && sp[c].prunable) sp[i].consumer = c, pairs++;
+  }
+  px_prune_keep_t keep = {1.0, 0.5, 1.0, 0, 0};
+  px_sparsity_t *set;
+  assert_int_equal(px_sparsity_create(sp, NULL, np, &keep, &set), PX_OK);
+  uint8_t *masks = calloc(px_sparsity_mask_bytes(set) + 1, 1);
+  assert_int_equal(px_sparsity_project(set, (float *)base, off, masks), PX_OK);
+  for (int i = 0; i < np; i++) {
+    if (sp[i].consumer < 0) continue;
+    px_conv_shape_t P = sp[i].shape, Q = sp[sp[i].consumer].shape;
+    const float *wp = base + off[i], *wq = base + off[sp[i].consumer];
+    int pruned = 0;
+    for (int ch = 0; ch < P.c_out; ch++) {
+      int filter_zero = 1, channel_zero = 1;
+      for (int j = 0; j < P.c_in * P.kh * P.kw; j++) filter_zero &= wp[ch * P.c_in * P.kh * P.kw + j] == 0;
+      for (int o = 0; o < Q.c_out; o++)
+        for (int j = 0; j < Q.kh * Q.kw; j++)
+          channel_zero &= wq[((size_t)o * Q.c_in + ch) * Q.kh * Q.kw + j] == 0;
+      assert_int_equal(filter_zero, channel_zero);
+      pruned += channel_zero;
+    }
+    assert_int_equal(pruned, P.c_out / 2); /* ceil(0.5 * C) kept */
+  }
+  px_sparsity_destroy(set);
+  free(masks);
+  free(off);
+  free(sp);
+  return pairs;
+}
+
+/* The channel groups of an imported MobileNetV2-style net (depthwise convs,
+ * ReLU6, Concat) and SE-ResNet (SE multiply, residual adds): coupled
+ * channels are pruned together across the activations and the depthwise
+ * convs; the compact model is smaller and computes the pruned dense model's
+ * logits; its ONNX passes onnx's checker and OpenCV's dnn (4.6: the SE's
+ * gate resized to the trunk's map, see export/onnx.c) gives those logits. */
+static void imported_graphs_prune_by_coupled_groups_and_compact_exactly(void **state) {
+  (void)state;
+  if (!have_torch() || system(PY " -c 'import cv2, onnx' >/dev/null 2>&1") != 0) skip();
+  px_ops_t *ops;
+  assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
+  const char *nets[2] = {"mobilenet", "seresnet"};
+  const int want_pairs[2] = {3, 2}; /* the three blocks' expansion -> projection; conv1 -> conv2 */
+  for (int k = 0; k < 2; k++) {
+    char dir[64], path[512], cmd[2048];
+    reference(nets[k], dir);
+    px_model_t *m = import(ops, dir), *cm = NULL;
+    int pairs = project_coupled(m);
+    assert_int_equal(pairs, want_pairs[k]);
+    if (k == 0) { /* the classifier reads no channel 3 (left) or 35 (right) of the Concat */
+      for (int i = 0; i < px_model_num_params(m); i++) {
+        const px_model_param_t *p = px_model_param(m, i);
+        if (strcmp(p->name, "fc.weight")) continue;
+        for (int o = 0; o < K; o++)
+          ((float *)p->value->data)[o * 48 + 3] = ((float *)p->value->data)[o * 48 + 35] = 0.0f;
+      }
+    }
+    assert_int_equal(px_model_compact(m, ops, BATCH, &cm), PX_OK);
+    size_t n = (size_t)BATCH * C * HW * HW;
+    float *x = malloc(n * sizeof *x), ld[BATCH * K], lc[BATCH * K];
+    uint64_t r = 11;
+    for (size_t i = 0; i < n; i++) x[i] = (float)((r = r * 6364136223846793005ull + 1) >> 40) / 8388608.0f - 1.0f;
+    assert_int_equal(px_model_logits(m, x, BATCH, ld), PX_OK);
+    assert_int_equal(px_model_logits(cm, x, BATCH, lc), PX_OK);
+    double d = 0, scale = 1;
+    for (int i = 0; i < BATCH * K; i++) {
+      d = fmax(d, fabs((double)ld[i] - lc[i]));
+      scale = fmax(scale, fabs((double)ld[i]));
+    }
+    print_message("%s: %d coupled pairs, %zu of %zu parameters after compaction, compact logits "
+                  "within %.2e\n", nets[k], pairs, px_model_numel(cm), px_model_numel(m), d);
+    assert_true(px_model_numel(cm) < px_model_numel(m));
+    assert_true(d <= 1e-4 * scale);
+    snprintf(path, sizeof path, "%s/compact.onnx", dir);
+    assert_int_equal(px_onnx_save(cm, path, NULL), PX_OK);
+    char xs[128], ls[128];
+    snprintf(xs, sizeof xs, "%s/x.f32", dir);
+    snprintf(ls, sizeof ls, "%s/l.f32", dir);
+    FILE *f = fopen(xs, "wb");
+    assert_int_equal(fwrite(x, sizeof *x, n, f), n);
+    fclose(f);
+    f = fopen(ls, "wb");
+    assert_int_equal(fwrite(lc, sizeof *lc, BATCH * K, f), (size_t)BATCH * K);
+    fclose(f);
+    snprintf(cmd, sizeof cmd,
+             PY " -c \"import onnx, cv2, numpy as np; m = onnx.load('%s'); "
+                "onnx.checker.check_model(m, full_check=True); n = cv2.dnn.readNetFromONNX('%s'); "
+                "n.setInput(np.fromfile('%s', np.float32).reshape(%d, %d, %d, %d)); a = n.forward(); "
+                "b = np.fromfile('%s', np.float32).reshape(%d, %d); d = float(np.abs(a - b).max()); "
+                "print('%s compact ONNX: checker ok, OpenCV logits within %%.2e' %% d); "
+                "assert (a.argmax(1) == b.argmax(1)).all() and d < 1e-4 * (1 + np.abs(b).max())\"",
+             path, path, xs, BATCH, C, HW, HW, ls, BATCH, K, nets[k]);
+    assert_int_equal(system(cmd), 0);
+    free(x);
+    px_model_destroy(cm);
+    px_model_destroy(m);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+  }
+  px_ops_destroy(ops);
+}
+
 /* The message of checking path, which must fail. */
 static const char *refusal(const char *path) {
   px_model_onnx_info_t info;
@@ -363,6 +487,7 @@ int main(void) {
       cmocka_unit_test(mobilenet_forward_and_gradients_match_pytorch),
       cmocka_unit_test(seresnet_forward_and_gradients_match_pytorch),
       cmocka_unit_test(depthwise_and_se_convs_are_left_out_of_pruning),
+      cmocka_unit_test(imported_graphs_prune_by_coupled_groups_and_compact_exactly),
       cmocka_unit_test(unsupported_operator_is_refused_with_node_and_file),
       cmocka_unit_test(truncated_and_garbage_files_are_refused),
       cmocka_unit_test(imported_vgg_exports_to_onnx_that_opencv_runs_alike),

@@ -220,6 +220,33 @@ px_status_t px_folder_check(const char *dir, int32_t *num_classes, int64_t *trai
   return st;
 }
 
+px_status_t px_folder_class_names(const char *dir, char **out) {
+  PX_REQUIRE(dir && dir[0] && out, "image folder: no directory given (dataset.path)");
+  *out = NULL;
+  px__flist_t l;
+  memset(&l, 0, sizeof l);
+  char tdir[PX__PATH];
+  px_status_t st = px__join(tdir, dir, "train");
+  if (st == PX_OK) st = px__list_classes(tdir, &l);
+  size_t cap = 1, len = 0;
+  for (int32_t i = 0; st == PX_OK && i < l.nclasses; i++) cap += 2 * strlen(l.classes[i]) + 1;
+  char *s = st == PX_OK ? px_malloc(cap, "data.folder_class_names") : NULL;
+  if (st == PX_OK && !s) st = PX_ERR_NOMEM;
+  for (int32_t i = 0; st == PX_OK && i < l.nclasses; i++) {
+    if (i) s[len++] = ',';
+    for (const char *c = l.classes[i]; *c; c++) {
+      if (*c == ',' || *c == '\\') s[len++] = '\\';
+      s[len++] = *c;
+    }
+  }
+  if (st == PX_OK) {
+    s[len] = '\0';
+    *out = s;
+  }
+  px__flist_free(&l);
+  return st;
+}
+
 /* ---- the cache ------------------------------------------------------------- */
 
 static uint64_t px__hash_bytes(uint64_t h, const void *p, size_t n) {

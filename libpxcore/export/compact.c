@@ -46,6 +46,20 @@ static px_status_t px__host_alloc(const px_tensor_t *t, float **out) {
   return *out ? PX_OK : PX_ERR_NOMEM;
 }
 
+/* A depthwise conv: output channel c reads input channel c only, so the
+ * two are one channel (tied like a batch norm's). */
+static int px__depthwise(const px_model_node_t *n) {
+  return n->kind == PX_NODE_CONV && n->groups > 1 && n->groups == n->c_in &&
+         n->groups == n->c_out;
+}
+
+/* A grouped conv that is not depthwise: its channels are tied within
+ * groups, which compaction does not follow; all of its input and output
+ * channels stay. */
+static int px__grouped(const px_model_node_t *n) {
+  return n->kind == PX_NODE_CONV && n->groups > 1 && !px__depthwise(n);
+}
+
 /* The node reading activation a, when exactly one does; else -1. */
 static int px__sole_reader(const px__cg_t *c, int a) {
   int r = -1;
@@ -75,6 +89,7 @@ static void px__fold_constants(px__cg_t *c, int g) {
     }
   }
   if (nprod != 1 || bn < 0 || c->nodes[bn].in != c->nodes[prod].out) return;
+  if (c->nodes[prod].groups > 1 || c->nodes[prod].b >= 0) return; /* not a zero output */
   if (px__sole_reader(c, c->nodes[prod].out) != bn) return;
   const px_model_node_t *P = &c->nodes[prod], *B = &c->nodes[bn];
   int all_1x1 = 1, nreaders = 0;
@@ -114,6 +129,25 @@ static void px__fold_constants(px__cg_t *c, int g) {
   }
 }
 
+/* Concat n's channel c is input k's channel c - offset_k: a live output
+ * channel keeps its input channel, and the output's live mask becomes the
+ * inputs' side by side. Returns 1 when a mask changed. */
+static int px__concat_sync(px__cg_t *c, const px_model_node_t *n) {
+  uint8_t *out = c->live[c->group[n->out]];
+  const int src[2] = {n->in, n->in2};
+  int changed = 0, off = 0;
+  for (int s = 0; s < 2; s++) {
+    uint8_t *in = c->live[c->group[src[s]]];
+    int ch = n->kind == PX_NODE_CONCAT && s == 0 ? n->c_in : n->c_out - n->c_in;
+    for (int i = 0; i < ch; i++) {
+      if (out[off + i] && !in[i]) in[i] = 1, changed = 1;
+      if (in[i] && !out[off + i]) out[off + i] = 1, changed = 1;
+    }
+    off += ch;
+  }
+  return changed;
+}
+
 /* The plan's arrays for m's graph (px__compact_update fills them). */
 static px_status_t px__plan_alloc(const px_model_t *m, px__cg_t *c) {
   c->nn = px_model_num_nodes(m);
@@ -133,9 +167,10 @@ static px_status_t px__plan_alloc(const px_model_t *m, px__cg_t *c) {
   for (int k = 0; k < c->nn; k++) {
     const px_model_node_t *n = &c->nodes[k];
     if (n->kind == PX_NODE_BN || n->kind == PX_NODE_GAP || n->kind == PX_NODE_ADD ||
-        n->kind == PX_NODE_REORDER || n->kind == PX_NODE_MAXPOOL || n->kind == PX_NODE_AVGPOOL)
+        n->kind == PX_NODE_REORDER || n->kind == PX_NODE_MAXPOOL || n->kind == PX_NODE_AVGPOOL ||
+        n->kind == PX_NODE_ACT || n->kind == PX_NODE_MUL || px__depthwise(n))
       px__union(c->group, n->in, n->out);
-    if (n->kind == PX_NODE_ADD) px__union(c->group, n->in2, n->out);
+    if (n->kind == PX_NODE_ADD || n->kind == PX_NODE_MUL) px__union(c->group, n->in2, n->out);
   }
   for (int a = 0; a < c->na; a++) c->group[a] = px__find(c->group, a);
   for (int a = 0; a < c->na; a++) {
@@ -163,7 +198,11 @@ px_status_t px__compact_update(px__compact_t *c, const px_model_t *m) {
   memset(c->live[c->group[c->na - 1]], 1, (size_t)px_model_act_channels(m, c->na - 1));
   for (int k = 0; k < c->nn; k++) {
     const px_model_node_t *n = &c->nodes[k];
-    if (n->kind != PX_NODE_CONV && n->kind != PX_NODE_FC) continue;
+    if (px__grouped(n)) {
+      memset(c->live[c->group[n->in]], 1, (size_t)n->c_in);
+      memset(c->live[c->group[n->out]], 1, (size_t)n->c_out);
+    }
+    if ((n->kind != PX_NODE_CONV && n->kind != PX_NODE_FC) || n->groups > 1) continue;
     uint8_t *live = c->live[c->group[n->in]];
     size_t kk = n->kind == PX_NODE_CONV ? (size_t)n->kernel * n->kernel : 1;
     const float *w = c->pv[n->w];
@@ -180,12 +219,19 @@ px_status_t px__compact_update(px__compact_t *c, const px_model_t *m) {
   }
   for (int a = 0; a < c->na && c->fold; a++)
     if (c->group[a] == a && a != c->group[0]) px__fold_constants(c, a);
-  /* a group must keep one channel to be a tensor at all; a dead one is exact */
-  for (int a = 0; a < c->na; a++) {
-    if (c->group[a] != a) continue;
-    int ch = px_model_act_channels(m, a), any = 0;
-    for (int i = 0; i < ch && !any; i++) any = c->live[a][i];
-    if (!any) c->live[a][0] = 1;
+  /* a group must keep one channel to be a tensor at all; a dead one is
+   * exact. A concatenation's output keeps exactly its inputs' kept channels,
+   * at their offsets: repeated until nothing changes (nested concats) */
+  for (int changed = 1; changed;) {
+    changed = 0;
+    for (int a = 0; a < c->na; a++) {
+      if (c->group[a] != a) continue;
+      int ch = px_model_act_channels(m, a), any = 0;
+      for (int i = 0; i < ch && !any; i++) any = c->live[a][i];
+      if (!any) c->live[a][0] = 1;
+    }
+    for (int k = c->nn - 1; k >= 0; k--)
+      if (c->nodes[k].kind == PX_NODE_CONCAT) changed |= px__concat_sync(c, &c->nodes[k]);
   }
   return PX_OK;
 }
@@ -270,6 +316,28 @@ done:
   return st;
 }
 
+/* A conv's kept filters x kept input channels (a depthwise conv's kept
+ * filters; a grouped one keeps all) and its bias's kept entries. */
+static px_status_t px__fill_conv(px__compact_t *c, const px_model_node_t *n, const int32_t *ki,
+                                 int nin, const int32_t *ko, int nout, px_model_t *cm) {
+  float *tmp = c->tmp;
+  size_t kk = (size_t)n->kernel * n->kernel, j = 0;
+  int per = n->c_in / (n->groups > 1 ? n->groups : 1); /* input channels per filter */
+  for (int o = 0; o < nout; o++) {
+    if (n->groups > 1) { /* a depthwise or (all kept) grouped filter: whole */
+      memcpy(tmp + j, c->pv[n->w] + (size_t)ko[o] * per * kk, (size_t)per * kk * sizeof *tmp);
+      j += (size_t)per * kk;
+      continue;
+    }
+    for (int i = 0; i < nin; i++, j += kk)
+      memcpy(tmp + j, c->pv[n->w] + ((size_t)ko[o] * n->c_in + ki[i]) * kk, kk * sizeof *tmp);
+  }
+  PX_CHECK(px_tensor_copy_from_host(px_model_param(cm, n->w)->value, tmp, j * sizeof *tmp));
+  if (n->b < 0) return PX_OK;
+  for (int o = 0; o < nout; o++) tmp[o] = c->pv[n->b][ko[o]];
+  return px_tensor_copy_from_host(px_model_param(cm, n->b)->value, tmp, (size_t)nout * sizeof *tmp);
+}
+
 px_status_t px__compact_fill(px__compact_t *c, const px_model_t *dense, px_model_t *cm) {
   int32_t *ki = c->ki, *ko = c->ko;
   float *tmp = c->tmp;
@@ -277,11 +345,7 @@ px_status_t px__compact_fill(px__compact_t *c, const px_model_t *dense, px_model
     const px_model_node_t *n = &c->nodes[k];
     int nin = px__compact_kept(c, dense, n->in, ki), nout = px__compact_kept(c, dense, n->out, ko);
     if (n->kind == PX_NODE_CONV) {
-      size_t kk = (size_t)n->kernel * n->kernel, j = 0;
-      for (int o = 0; o < nout; o++)
-        for (int i = 0; i < nin; i++, j += kk)
-          memcpy(tmp + j, c->pv[n->w] + ((size_t)ko[o] * n->c_in + ki[i]) * kk, kk * sizeof *tmp);
-      PX_CHECK(px_tensor_copy_from_host(px_model_param(cm, n->w)->value, tmp, j * sizeof *tmp));
+      PX_CHECK(px__fill_conv(c, n, ki, nin, ko, nout, cm));
     } else if (n->kind == PX_NODE_BN) {
       int pi[2] = {n->w, n->b}, bi[2] = {n->rm, n->rv};
       for (int t = 0; t < 4; t++) {
@@ -303,7 +367,15 @@ px_status_t px__compact_fill(px__compact_t *c, const px_model_t *dense, px_model
   return PX_OK;
 }
 
-/* A graph compaction does not take yet (px_model_compactable): its twin is
+/* Whether compaction follows every node of dense: the built-in layers and
+ * the imported graphs' operators (ACT, MUL, CONCAT, depthwise and grouped
+ * convs, biases) on the CPU engine, which alone runs them. */
+static int px__compact_takes(const px_model_t *dense) {
+  return px_model_compactable(dense) ||
+         px_ops_device(px_model_ops(dense)).kind == PX_DEVICE_CPU;
+}
+
+/* A graph compaction does not take (px__compact_takes): its twin is
  * a copy of the same graph and values (pruned weights zero, shapes kept). */
 static px_status_t px__copy_model(const px_model_t *dense, px_ops_t *ops, int32_t batch,
                                   px_model_t **out) {
@@ -332,7 +404,7 @@ px_status_t px_model_compact(const px_model_t *dense, px_ops_t *ops, int32_t bat
                              px_model_t **out) {
   PX_REQUIRE(dense && ops && out && batch >= 1, "px_model_compact: bad argument");
   *out = NULL;
-  if (!px_model_compactable(dense)) return px__copy_model(dense, ops, batch, out);
+  if (!px__compact_takes(dense)) return px__copy_model(dense, ops, batch, out);
   px__compact_t *c;
   PX_CHECK(px__compact_plan(dense, 1, &c));
   px_status_t st = px__compact_build(c, dense, ops, batch, out);

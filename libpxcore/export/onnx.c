@@ -18,7 +18,9 @@
  * user has, raw pixels in [0, 1] at the data set's own size, and cannot be
  * fed the way that silently costs accuracy (normalise, then pad with 0). */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -87,38 +89,43 @@ static void px__push(px__pool_t *p, px__vec_t *vec, void *item) {
   vec->v[vec->n++] = item;
 }
 
-static Onnx__AttributeProto *px__attr_int(px__pool_t *p, const char *name, int64_t v) {
+/* An attribute of the given type (its value set by the caller), or NULL. */
+static Onnx__AttributeProto *px__attr(px__pool_t *p, const char *name,
+                                      Onnx__AttributeProto__AttributeType type) {
   Onnx__AttributeProto *a = px__alloc(p, sizeof *a);
   if (!a) return NULL;
   onnx__attribute_proto__init(a);
   a->name = px__str(p, name);
   a->has_type = 1;
-  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
-  a->has_i = 1;
-  a->i = v;
+  a->type = type;
+  return a;
+}
+
+static Onnx__AttributeProto *px__attr_int(px__pool_t *p, const char *name, int64_t v) {
+  Onnx__AttributeProto *a = px__attr(p, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+  if (a) a->has_i = 1, a->i = v;
   return a;
 }
 
 static Onnx__AttributeProto *px__attr_float(px__pool_t *p, const char *name, float v) {
-  Onnx__AttributeProto *a = px__alloc(p, sizeof *a);
+  Onnx__AttributeProto *a = px__attr(p, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+  if (a) a->has_f = 1, a->f = v;
+  return a;
+}
+
+static Onnx__AttributeProto *px__attr_str(px__pool_t *p, const char *name, const char *v) {
+  Onnx__AttributeProto *a = px__attr(p, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
   if (!a) return NULL;
-  onnx__attribute_proto__init(a);
-  a->name = px__str(p, name);
-  a->has_type = 1;
-  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
-  a->has_f = 1;
-  a->f = v;
+  a->has_s = 1;
+  a->s.data = (uint8_t *)px__str(p, v);
+  a->s.len = strlen(v);
   return a;
 }
 
 static Onnx__AttributeProto *px__attr_ints(px__pool_t *p, const char *name, int n, int64_t v) {
-  Onnx__AttributeProto *a = px__alloc(p, sizeof *a);
+  Onnx__AttributeProto *a = px__attr(p, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
   int64_t *ints = px__alloc(p, (size_t)n * sizeof *ints);
   if (!a || !ints) return NULL;
-  onnx__attribute_proto__init(a);
-  a->name = px__str(p, name);
-  a->has_type = 1;
-  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
   for (int i = 0; i < n; i++) ints[i] = v;
   a->n_ints = (size_t)n;
   a->ints = ints;
@@ -243,14 +250,85 @@ typedef struct {
   const char *channel_order;
   int num_classes;
   const char *classes;       /* label 0, 1, ... comma-separated */
+  /* an image folder's (px_onnx_info_t): the file's strings, resize/crop; NULL/0 otherwise */
+  const char *mean_s, *std_s;
+  int resize, crop;
+  float own_mean[3], own_std[3]; /* what mean/std point at for a folder */
 } px__onnx_dataset_t;
 
 static const px__onnx_dataset_t px__onnx_datasets[] = {
     {"fashion-mnist", "Fashion-MNIST", 1, 28, 28, px_fashion_mnist_mean, px_fashion_mnist_std,
-     "grey", 10, "T-shirt/top,Trouser,Pullover,Dress,Coat,Sandal,Shirt,Sneaker,Bag,Ankle boot"},
+     "grey", 10, "T-shirt/top,Trouser,Pullover,Dress,Coat,Sandal,Shirt,Sneaker,Bag,Ankle boot",
+     NULL, NULL, 0, 0, {0}, {0}},
     {"cifar10", "CIFAR-10", 3, 32, 32, px_cifar10_mean, px_cifar10_std, "R,G,B", 10,
-     "airplane,automobile,bird,cat,deer,dog,frog,horse,ship,truck"},
+     "airplane,automobile,bird,cat,deer,dog,frog,horse,ship,truck", NULL, NULL, 0, 0, {0}, {0}},
 };
+
+/* n comma-separated floats of s (a file's "input_mean"/"input_std") into
+ * v; 0, or -1 when s holds another count or a value that is not a finite
+ * number (or, with positive, not > 0). */
+static int px__parse_floats(const char *s, float *v, int n, int positive) {
+  for (int i = 0; i < n; i++) {
+    char *end;
+    errno = 0;
+    double x = strtod(s, &end);
+    if (end == s || errno || !isfinite(x) || (positive && !(x > 0.0)) ||
+        *end != (i + 1 < n ? ',' : '\0'))
+      return -1;
+    v[i] = (float)x;
+    s = end + 1;
+  }
+  return 0;
+}
+
+/* Labels in an escaped comma-separated class list. */
+static int px__count_classes(const char *s) {
+  int n = 1;
+  for (; *s; s++) {
+    if (*s == '\\' && s[1]) s++;
+    else if (*s == ',') n++;
+  }
+  return n;
+}
+
+/* An image folder's preprocessing from info (the model file's input
+ * contract) into *d; NULL without one, NULL with *err set when it is
+ * malformed or does not fit cfg's model. */
+static const px__onnx_dataset_t *px__onnx_folder(const px_onnx_info_t *info,
+                                                 const px_model_config_t *cfg,
+                                                 px__onnx_dataset_t *d, px_status_t *err) {
+  if (!info || !info->mean) return NULL;
+  const char *src = info->source ? info->source : "the model file";
+  int c = 0, h = 0, w = 0, used = 0;
+  memset(d, 0, sizeof *d);
+  if (!info->input_size || sscanf(info->input_size, "%dx%dx%d%n", &c, &h, &w, &used) != 3 ||
+      info->input_size[used] || (c != 1 && c != 3) || h != w || h < 1 ||
+      h > PX_IMAGE_MAX_SIZE || c != cfg->in_channels || h != cfg->height || w != cfg->width) {
+    *err = px_set_error(PX_ERR_FORMAT,
+                        "ONNX export: %s: metadata input_size '%s' is not the model's %d x %d x %d "
+                        "(CxHxW, C 1 or 3, H == W)", src,
+                        info->input_size ? info->input_size : "(none)", cfg->in_channels,
+                        cfg->height, cfg->width);
+    return NULL;
+  }
+  float mean[3], std[3];
+  if (px__parse_floats(info->mean, mean, c, 0) ||
+      px__parse_floats(info->std ? info->std : "", std, c, 1)) {
+    *err = px_set_error(PX_ERR_FORMAT,
+                        "ONNX export: %s: metadata input_mean '%s' / input_std '%s': expected %d "
+                        "comma-separated finite numbers each, std > 0", src, info->mean,
+                        info->std ? info->std : "(none)", c);
+    return NULL;
+  }
+  *d = (px__onnx_dataset_t){"folder", "image folder", c, h, w, d->own_mean, d->own_std,
+                            c == 1 ? "grey" : "R,G,B", 0, info->classes, info->mean, info->std,
+                            info->resize > 0 ? info->resize : h, info->crop > 0 ? info->crop : h,
+                            {0}, {0}};
+  memcpy(d->own_mean, mean, sizeof mean);
+  memcpy(d->own_std, std, sizeof std);
+  if (info->classes) d->num_classes = px__count_classes(info->classes);
+  return d;
+}
 
 /* The preprocessing the graph does for cfg's model trained on ds, or NULL
  * (*err set) when ds cannot feed it; NULL (no error) for a data set we do
@@ -289,18 +367,8 @@ static void px__onnx_preprocess(px__pool_t *p, px__vec_t *nodes, px__vec_t *init
                          pd, pads, sizeof pads);
     const char *ins[2] = {"input", "preprocess.pads"};
     Onnx__NodeProto *n = px__node(p, nodes, "Pad", "preprocess.pad", ins, 2, "padded");
-    Onnx__AttributeProto *mode = px__alloc(p, sizeof *mode);
-    if (mode) {
-      onnx__attribute_proto__init(mode);
-      mode->name = px__str(p, "mode");
-      mode->has_type = 1;
-      mode->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
-      mode->has_s = 1;
-      mode->s.data = (uint8_t *)px__str(p, "constant");
-      mode->s.len = strlen("constant");
-    }
     px__vec_t attrs = {0};
-    px__push(p, &attrs, mode);
+    px__push(p, &attrs, px__attr_str(p, "mode", "constant"));
     px__node_attrs(p, n, &attrs);
     x = "padded";
   }
@@ -314,13 +382,48 @@ static void px__onnx_preprocess(px__pool_t *p, px__vec_t *nodes, px__vec_t *init
   px__node(p, nodes, "Div", "preprocess.div_std", div, 2, "normalized");
 }
 
+/* A squeeze-and-excitation's gate g [N, C, 1, 1] brought to the trunk's
+ * h x w (Resize, nearest: every pixel the same) into "<out>_gate": OpenCV
+ * 4.6's dnn runs a Mul of two computed tensors only when their shapes are
+ * equal (it maps a broadcasting one onto its Scale layer, which asserts in
+ * shape_utils' total() on a [N, C, 1, 1] scale). Returns the gate's name. */
+static const char *px__onnx_se_gate(px__pool_t *p, px__vec_t *nodes, px__vec_t *inits, int k,
+                                    const char *g, int h, int w, const char *out) {
+  char nm[48], sc[48], roi[48], *name = px__alloc(p, 96);
+  if (!name) return g;
+  snprintf(name, 96, "%s_gate", out);
+  snprintf(nm, sizeof nm, "mul%d.expand", k);
+  snprintf(sc, sizeof sc, "mul%d.scales", k);
+  snprintf(roi, sizeof roi, "mul%d.roi", k);
+  const float scales[4] = {1.0f, 1.0f, (float)h, (float)w};
+  const int64_t four = 4, zero = 0;
+  px__initializer_host(p, inits, sc, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, &four, scales,
+                       sizeof scales);
+  px__initializer_host(p, inits, roi, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, &zero, scales, 0);
+  const char *ins[3] = {g, roi, sc};
+  Onnx__NodeProto *node = px__node(p, nodes, "Resize", nm, ins, 3, name);
+  px__vec_t attrs = {0};
+  px__push(p, &attrs, px__attr_str(p, "mode", "nearest"));
+  px__node_attrs(p, node, &attrs);
+  return name;
+}
+
 /* An imported graph's operators (ACT, MUL, CONCAT) as ONNX nodes. ReLU6 is
  * Relu(x) - Relu(x - 6): opset 13's Clip takes its bounds as inputs, which
  * OpenCV 4.6's dnn does not read. */
 static void px__onnx_graph_op(px__pool_t *p, px__vec_t *nodes, px__vec_t *inits,
-                              const px_model_node_t *n, int k, const char *in, const char *out) {
+                              const px_model_t *m, const px_model_node_t *n, int k, const char *in,
+                              const char *out) {
   char nm[32], in2[32], bnd[2][48];
   snprintf(in2, sizeof in2, "t%d", n->in2);
+  int h, w, gh, gw;
+  if (n->kind == PX_NODE_MUL && px_model_act_area(m, n->in, &h, &w) == 0 &&
+      px_model_act_area(m, n->in2, &gh, &gw) == 0 && gh * gw == 1 && h * w > 1) {
+    const char *ins[2] = {in, px__onnx_se_gate(p, nodes, inits, k, in2, h, w, out)};
+    snprintf(nm, sizeof nm, "mul%d", k);
+    px__node(p, nodes, "Mul", nm, ins, 2, out);
+    return;
+  }
   if (n->kind == PX_NODE_MUL || n->kind == PX_NODE_CONCAT) {
     const char *ins[2] = {in, in2};
     snprintf(nm, sizeof nm, "%s%d", n->kind == PX_NODE_MUL ? "mul" : "concat", k);
@@ -464,7 +567,7 @@ static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, px__vec_t *ini
     case PX_NODE_ACT:
     case PX_NODE_MUL:
     case PX_NODE_CONCAT:
-      px__onnx_graph_op(p, nodes, inits, &n, k, in, out);
+      px__onnx_graph_op(p, nodes, inits, m, &n, k, in, out);
       break;
     case PX_NODE_FC: {
       const char *ins[3] = {in, pn, px_model_param(m, n.b)->name};
@@ -495,13 +598,27 @@ static const char *px__onnx_metadata(px__pool_t *p, px__vec_t *meta,
     n = 0;
     for (int c = 0; c < d->channels; c++)
       n += (size_t)snprintf(stds + n, sizeof stds - n, "%s%.4f", c ? "," : "", (double)d->std[c]);
-    snprintf(input_desc, sizeof input_desc,
-             "float32 N x %d x %d x %d (NCHW, channels %s): raw %s pixels in [0, 1] (the image "
-             "bytes / 255), not normalised, not padded. The graph pads them with 0 to %d x %d "
-             "(%d pixels each side) and then normalises every pixel, padding included, as "
-             "(x - mean) / std with mean %s, std %s, exactly as PruneX's training loader does",
-             d->channels, d->height, d->width, d->channel_order, d->title, cfg->height,
-             cfg->width, pad, v, stds);
+    if (d->mean_s) { /* a folder's: the file's exact figures */
+      snprintf(v, sizeof v, "%s", d->mean_s);
+      snprintf(stds, sizeof stds, "%s", d->std_s);
+    }
+    if (d->resize)
+      snprintf(input_desc, sizeof input_desc,
+               "float32 N x %d x %d x %d (NCHW, channels %s): an image scaled so that its shorter "
+               "side is %d pixels (area averaging when shrinking, bilinear when enlarging), its "
+               "centre %d x %d cut out, as raw pixels in [0, 1] (the bytes / 255), not "
+               "normalised. The graph normalises every pixel as (x - mean) / std with the "
+               "training images' mean %s, std %s, exactly as PruneX's training loader does",
+               d->channels, d->height, d->width, d->channel_order, d->resize, d->crop, d->crop, v,
+               stds);
+    else
+      snprintf(input_desc, sizeof input_desc,
+               "float32 N x %d x %d x %d (NCHW, channels %s): raw %s pixels in [0, 1] (the image "
+               "bytes / 255), not normalised, not padded. The graph pads them with 0 to %d x %d "
+               "(%d pixels each side) and then normalises every pixel, padding included, as "
+               "(x - mean) / std with mean %s, std %s, exactly as PruneX's training loader does",
+               d->channels, d->height, d->width, d->channel_order, d->title, cfg->height,
+               cfg->width, pad, v, stds);
     px__push(p, meta, px__kv(p, "prunex.preprocessing", "in-graph: pad, then (x - mean) / std"));
     px__push(p, meta, px__kv(p, "prunex.input_range", "0,1"));
     px__push(p, meta, px__kv(p, "prunex.mean", v));
@@ -513,6 +630,12 @@ static const char *px__onnx_metadata(px__pool_t *p, px__vec_t *meta,
     px__push(p, meta, px__kv(p, "prunex.input_size", v));
     if (cfg->num_classes == d->num_classes)
       px__push(p, meta, px__kv(p, "prunex.classes", d->classes));
+    if (d->resize) {
+      snprintf(v, sizeof v, "%d", d->resize);
+      px__push(p, meta, px__kv(p, "prunex.resize", v));
+      snprintf(v, sizeof v, "%d", d->crop);
+      px__push(p, meta, px__kv(p, "prunex.crop", v));
+    }
   } else {
     snprintf(input_desc, sizeof input_desc,
              "float32 N x %d x %d x %d, normalised per channel as (x/255 - mean)/std with the "
@@ -544,7 +667,9 @@ px_status_t px_onnx_save(const px_model_t *m, const char *path, const px_onnx_in
   uint8_t *buf = NULL;
   const px_model_config_t *cfg = px_model_config(m);
   int nn = px_model_num_nodes(m);
-  const px__onnx_dataset_t *d = px__onnx_dataset(info ? info->dataset : NULL, cfg, &st);
+  px__onnx_dataset_t folder;
+  const px__onnx_dataset_t *d = px__onnx_folder(info, cfg, &folder, &st);
+  if (!d && st == PX_OK) d = px__onnx_dataset(info ? info->dataset : NULL, cfg, &st);
   if (st < 0) return st;
   if (d) px__onnx_preprocess(&p, &nodes, &inits, d, cfg);
   for (int i = 0; i < px_model_num_params(m); i++)

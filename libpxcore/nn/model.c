@@ -496,7 +496,10 @@ static px_status_t px__build_onnx(px_model_t *m) {
         /* grouped convs and those on a 1 x 1 map (squeeze-and-excitation)
          * stay dense: see PX_WEIGHT_CONV_FIXED */
         int fixed = L->groups > 1 || m->acts[in].dims[2] * m->acts[in].dims[3] == 1;
-        PX_CHECK_GOTO(px__conv_g(m, in, L->c_out, L->kernel, L->stride, L->groups,
+        /* a compact depthwise conv keeps one group per kept channel */
+        int groups = m->widths && L->groups > 1 && L->groups == L->c_out ? (int)m->acts[in].dims[1]
+                                                                          : L->groups;
+        PX_CHECK_GOTO(px__conv_g(m, in, L->c_out, L->kernel, L->stride, groups,
                                  L->b.n > 0, fixed ? PX_WEIGHT_CONV_FIXED : PX_WEIGHT_CONV,
                                  L->prefix, &act[k]),
                       st, done);
@@ -505,11 +508,14 @@ static px_status_t px__build_onnx(px_model_t *m) {
       case PX__OL_ACT:
         PX_CHECK_GOTO(px__act_node(m, in, (px__act_t)L->act, L->alpha, &act[k]), st, done);
         break;
-      case PX__OL_MUL:
-        PX_CHECK_GOTO(px__graph_node(m, PX__MUL, in, in2, L->c_out, &act[k]), st, done);
+      case PX__OL_MUL: /* (a compact model's channels are its inputs') */
+        PX_CHECK_GOTO(px__graph_node(m, PX__MUL, in, in2, (int)m->acts[in].dims[1], &act[k]), st,
+                      done);
         break;
       case PX__OL_CONCAT:
-        PX_CHECK_GOTO(px__graph_node(m, PX__CONCAT, in, in2, L->c_out, &act[k]), st, done);
+        PX_CHECK_GOTO(px__graph_node(m, PX__CONCAT, in, in2,
+                                     (int)(m->acts[in].dims[1] + m->acts[in2].dims[1]), &act[k]),
+                      st, done);
         break;
       case PX__OL_BN: PX_CHECK_GOTO(px__bn(m, in, L->relu, L->prefix, &act[k]), st, done); break;
       case PX__OL_ADD:
@@ -888,15 +894,25 @@ static const px__node_t *px__sole_reader(const px_model_t *m, int a) {
   return r;
 }
 
+/* A depthwise conv: output channel c reads input channel c alone. */
+static int px__depthwise(const px_model_t *m, const px__node_t *n) {
+  return n->kind == PX__CONV && n->groups > 1 && n->groups == (int)m->acts[n->in].dims[1] &&
+         n->groups == (int)m->acts[n->out].dims[1];
+}
+
 int px_model_channel_consumer(const px_model_t *m, int i) {
   if (i < 0 || i >= m->nparams || m->pkinds[i] != PX_WEIGHT_CONV) return -1;
   for (int k = 0; k < m->nnodes; k++) {
     const px__node_t *n = &m->nodes[k];
     if (n->kind != PX__CONV || n->w != i) continue;
-    /* conv -> BN (ReLU fused or not) -> conv, each the only reader */
+    /* conv -> BN (ReLU fused or not) -> conv, each the only reader; in an
+     * imported graph, standalone activations, further BNs and depthwise
+     * convs may come between: each passes channel c on as channel c */
     const px__node_t *bn = px__sole_reader(m, n->out);
     if (!bn || bn->kind != PX__BN) return -1;
     const px__node_t *c = px__sole_reader(m, bn->out);
+    while (c && (c->kind == PX__ACT || c->kind == PX__BN || px__depthwise(m, c)))
+      c = px__sole_reader(m, c->out);
     if (!c || c->kind != PX__CONV || m->pkinds[c->w] != PX_WEIGHT_CONV) return -1;
     return c->w;
   }
@@ -915,6 +931,12 @@ int px_model_compactable(const px_model_t *m) {
 int px_model_num_acts(const px_model_t *m) { return m->nacts; }
 int px_model_act_channels(const px_model_t *m, int a) {
   return a >= 0 && a < m->nacts ? (int)m->acts[a].dims[1] : -1;
+}
+int px_model_act_area(const px_model_t *m, int a, int *h, int *w) {
+  if (a < 0 || a >= m->nacts || m->acts[a].ndim != 4) return -1;
+  *h = (int)m->acts[a].dims[2];
+  *w = (int)m->acts[a].dims[3];
+  return 0;
 }
 
 px_status_t px_model_node(const px_model_t *m, int k, px_model_node_t *out) {

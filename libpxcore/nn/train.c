@@ -25,6 +25,9 @@ struct px_trainer {
   int64_t cursor_epoch;    /* px_trainer_steps: epoch in progress, -1 when none */
   px_grad_hook_t hook;
   void *hook_ctx;
+  /* an image folder's input contract (px_trainer_input_meta); classes NULL otherwise */
+  char *classes;
+  char in_size[48], in_side[16], in_mean[64], in_std[64];
 };
 
 void px_trainer_set_grad_hook(px_trainer_t *t, px_grad_hook_t hook, void *ctx) {
@@ -83,6 +86,7 @@ static px_status_t px__load_data(px_trainer_t *t) {
     px_log(PX_LOG_INFO, "image folder %s: %lld training images (%lld skipped), %d classes, %s "
            "cache %s", c->data_dir, (long long)(rep.files - rep.skipped), (long long)rep.skipped,
            rep.num_classes, rep.built ? "decoded into" : "read from", rep.cache_path);
+    PX_CHECK(px_folder_class_names(c->data_dir, &t->classes));
     fc.split = PX_SPLIT_TEST;
     return px_dataset_load_folder(&fc, NULL, &t->test);
   }
@@ -182,7 +186,32 @@ void px_trainer_destroy(px_trainer_t *t) {
   px_loader_destroy(t->test_loader);
   px_dataset_destroy(t->train);
   px_dataset_destroy(t->test);
+  px_free(t->classes);
   px_free(t);
+}
+
+/* "%.9g,..." of a per-channel float: exact when read back as float. */
+static void px__floats(char *out, size_t cap, const float *v, int n) {
+  size_t len = 0;
+  out[0] = '\0';
+  for (int i = 0; i < n && len < cap; i++)
+    len += (size_t)snprintf(out + len, cap - len, "%s%.9g", i ? "," : "", (double)v[i]);
+}
+
+int px_trainer_input_meta(px_trainer_t *t, const char **kv, int cap) {
+  if (!t->classes || cap < 7) return 0;
+  const px_dataset_info_t *info = px_dataset_info(t->train);
+  snprintf(t->in_size, sizeof t->in_size, "%dx%dx%d", (int)info->channels, (int)info->height,
+           (int)info->width);
+  snprintf(t->in_side, sizeof t->in_side, "%d", (int)info->height);
+  px__floats(t->in_mean, sizeof t->in_mean, info->mean, info->channels);
+  px__floats(t->in_std, sizeof t->in_std, info->std, info->channels);
+  const char *pairs[14] = {"input_dataset", "folder",      "input_size", t->in_size,
+                           "input_resize",  t->in_side,    "input_crop", t->in_side,
+                           "input_mean",    t->in_mean,    "input_std",  t->in_std,
+                           "classes",       t->classes};
+  memcpy(kv, pairs, sizeof pairs);
+  return 7;
 }
 
 px_model_t *px_trainer_model(px_trainer_t *t) { return t->model; }

@@ -206,6 +206,12 @@ PX_API px_status_t px_dataset_load_folder(const px_folder_config_t *cfg,
  * px_dataset_load_folder, naming the directory at fault. */
 PX_API px_status_t px_folder_check(const char *dir, int32_t *num_classes, int64_t *train_files);
 
+/* The class names of an image folder (the subdirectories of dir/train/) in
+ * label order, comma-separated, a ',' or '\' inside a name escaped with
+ * '\': what a folder-trained model's file and its ONNX export record as the
+ * classes. The caller owns *out (px_free). Fails like px_folder_check. */
+PX_API px_status_t px_folder_class_names(const char *dir, char **out);
+
 /* A float rectangle of a source image, in pixels (x, y: top-left corner). */
 typedef struct {
   double x, y, w, h;

@@ -29,7 +29,12 @@
  * "prunex.input_layout", "prunex.input_range", "prunex.pad", "prunex.mean",
  * "prunex.std", "prunex.preprocessing"), the class names of a known data
  * set ("prunex.classes") and the writer ("prunex.version"); the graph
- * input's doc_string repeats "prunex.input".
+ * input's doc_string repeats "prunex.input". A model trained on an image
+ * folder carries its input contract in its file (px_trainer_input_meta):
+ * its ONNX input is C x S x S raw pixels in [0, 1] of an image whose shorter
+ * side was scaled to S and centre-cropped to S x S ("prunex.resize",
+ * "prunex.crop"), normalised in the graph with the training split's mean
+ * and std, and "prunex.classes" names the folder's classes.
  *
  * Everything here runs on the host: the dense model may live on any device
  * (its values are copied to the host); the compact model is built on the
@@ -51,9 +56,12 @@ extern "C" {
  * size), with the weights, batch-norm parameters and running statistics of
  * the kept channels. Caller owns *out (px_model_destroy); the compact model's
  * config carries its widths (px_model_save writes them as metadata
- * "widths"). A graph compaction does not take yet (px_model_compactable 0:
- * graph operators, grouped or biased convs) gets a same-shape copy (its
- * pruned weights zero). dense is not modified. Fails with PX_ERR_NOMEM, or
+ * "widths"). Imported graphs compact too (CPU engine): activations and
+ * depthwise convs pass channels through, an SE multiply ties its gate's
+ * channels to the trunk's, a concat's output channel c is input k's
+ * channel c - offset_k; a grouped (not depthwise) conv keeps all of its
+ * input and output channels. A model on another engine with such nodes
+ * gets a same-shape copy (its pruned weights zero). dense is not modified. Fails with PX_ERR_NOMEM, or
  * the errors of px_model_create and tensor copies. */
 PX_API px_status_t px_model_compact(const px_model_t *dense, px_ops_t *ops, int32_t batch,
                                     px_model_t **out);
@@ -64,6 +72,13 @@ typedef struct {
   const char *dataset;     /* e.g. "fashion-mnist": selects the preprocessing in the graph
                               (fashion-mnist, cifar10; any other: none) */
   const char *source;      /* the file the model came from */
+  /* An image folder's input contract, as the model file's metadata has it
+   * (px_trainer_input_meta); all NULL/0 for another data set. With mean set,
+   * the graph normalises its raw input as it does for a known data set. */
+  const char *input_size;  /* "CxHxW": the stored (resized, cropped) image, H == W */
+  const char *mean, *std;  /* per channel, comma-separated, pixel/255 units */
+  const char *classes;     /* label order, comma-separated (px_folder_class_names) */
+  int32_t resize, crop;    /* the shorter side scaled to resize, then the centre crop x crop */
 } px_onnx_info_t;
 
 /* Writes m (dense or compact, any device) as an ONNX model to path
@@ -91,8 +106,11 @@ typedef struct {
  * writes DIR/<stem>.compact.safetensors (stem: the file name without
  * ".safetensors") and, with onnx != 0, DIR/<stem>.onnx; creates out_dir if
  * needed. Fills *rep. dataset (may be NULL) names the data set the model was
- * trained on, for the ONNX input description (NULL: "fashion-mnist" for a
- * one-channel model, PruneX's only one-channel data set, else unknown). Fails with the loading,
+ * trained on, for the ONNX input description (NULL: the file's own input
+ * contract when it has one (a folder-trained model, metadata
+ * "input_dataset"), else "fashion-mnist" for a one-channel model, else
+ * unknown). The model is loaded at the file's "input_size" when it has one,
+ * else at 32 x 32. Fails with the loading,
  * compaction or writing error (naming the file). */
 PX_API px_status_t px_export_file(const char *model_path, const char *out_dir, int onnx,
                                   const char *dataset, px_export_report_t *rep);

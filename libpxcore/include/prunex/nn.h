@@ -133,8 +133,12 @@ PX_API const px_model_param_t *px_model_param(const px_model_t *m, int i);
  * output is read by one conv only, returns that conv's parameter index: its
  * input channel c sees filter c of parameter i and nothing else, so the two
  * can be pruned together (a pruned channel removes the producing filter
- * too). -1 when i is not a conv weight or its output feeds a residual add, a
- * pooling, several readers, ... */
+ * too). In an imported graph the chain may pass through standalone
+ * activations (ReLU6, ...), further batch norms and depthwise convs (a
+ * MobileNetV2 block's expansion conv is coupled to its projection conv
+ * across the depthwise conv). -1 when i is not a conv weight or its output
+ * feeds a residual add, a pooling, a concat, an SE multiply, several
+ * readers, ... */
 PX_API int px_model_channel_consumer(const px_model_t *m, int i);
 PX_API int px_model_num_buffers(const px_model_t *m);
 
@@ -166,10 +170,11 @@ typedef struct {
   int act;                 /* ACT: the activation (see above) */
   float alpha;             /* ACT: LeakyReLU's negative slope */
 } px_model_node_t;
-/* 1 when every node of m is one compaction and the compact evaluation
- * handle (the built-in layer set: dense convs without bias, BN, ADD,
- * pools, FC); 0 when the graph has ACT, MUL, CONCAT nodes or grouped or
- * biased convs: such a model is evaluated dense and exported uncompacted. */
+/* 1 when the compact evaluation (the inference engine) handles every node
+ * of m (the built-in layer set: dense convs without bias, BN, ADD, pools,
+ * FC); 0 when the graph has ACT, MUL, CONCAT nodes or grouped or biased
+ * convs: such a model is evaluated dense during training. Compaction
+ * (px_model_compact) takes those graphs too, on the CPU engine. */
 PX_API int px_model_compactable(const px_model_t *m);
 PX_API int px_model_num_nodes(const px_model_t *m);
 /* Fills *out for node k; PX_ERR_INVALID when k is out of range. */
@@ -177,6 +182,9 @@ PX_API px_status_t px_model_node(const px_model_t *m, int k, px_model_node_t *ou
 PX_API int px_model_num_acts(const px_model_t *m);
 /* Channels of activation a (features for the pooled vector), -1 out of range. */
 PX_API int px_model_act_channels(const px_model_t *m, int a);
+/* Height and width of activation a when it is a 4-D map (0), else -1 (the
+ * logits, an FC's input). */
+PX_API int px_model_act_area(const px_model_t *m, int a, int *h, int *w);
 PX_API const px_model_buffer_t *px_model_buffer(const px_model_t *m, int i);
 /* Total parameter elements (e.g. 272,474 for resnet20, 3 in, 10 classes). */
 PX_API size_t px_model_numel(const px_model_t *m);
@@ -369,6 +377,16 @@ PX_API void px_trainer_destroy(px_trainer_t *t);
 
 PX_API px_model_t *px_trainer_model(px_trainer_t *t);
 PX_API px_sgd_t *px_trainer_sgd(px_trainer_t *t);
+/* The input contract of t's data set, as checkpoint metadata pairs written
+ * into kv (2 * cap strings): for an image folder "input_dataset" "folder",
+ * "input_size" "CxSxS", "input_resize" S (the shorter side is scaled to S),
+ * "input_crop" S (then the centre S x S is cut), "input_mean" and
+ * "input_std" (the training split's, per channel, pixel/255 units, "%.9g"
+ * comma-separated) and "classes" (px_folder_class_names); what
+ * px_export_file reads to put the preprocessing into the ONNX graph. Returns
+ * the number of pairs: 7, or 0 for another data set (their contract is
+ * built in) or cap < 7. The strings live as long as t. Cannot fail. */
+PX_API int px_trainer_input_meta(px_trainer_t *t, const char **kv, int cap);
 /* Steps per epoch and the learning rate the schedule gives at a global step. */
 PX_API int64_t px_trainer_steps_per_epoch(const px_trainer_t *t);
 PX_API double px_trainer_lr_at(const px_trainer_t *t, int64_t global_step);
