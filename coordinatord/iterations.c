@@ -9,6 +9,7 @@
 #include "coord.h"
 #include "prunex/check.h"
 #include "prunex/jobspec.h"
+#include "db/control.h"
 #include "db/reports.h"
 
 /* Penalty in force for a layer whose penalties were never decided: the
@@ -19,45 +20,14 @@ static double coord_initial_rho(double reported, double spec) {
   return 1.0;
 }
 
-/* The stored decision for (job, iteration), or NULL. */
-static px_status_t coord_stored_decision(coord_t *c, coord_arena_t *a, const char *job_id,
-                                         int iteration, Prunex__V1__ControlDecision **out) {
-  *out = NULL;
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT decision FROM decisions WHERE job_id = ?1 AND iteration = ?2",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, iteration));
-  px_status_t rc = px_store_step(st);
-  if (rc <= 0) return rc;
-  size_t len;
-  const void *blob = px_store_column_blob(st, 0, &len);
-  *out = (Prunex__V1__ControlDecision *)protobuf_c_message_unpack(
-      &prunex__v1__control_decision__descriptor, &a->pb, len, blob);
-  px_store_reset(st);
-  if (!*out)
-    return px_set_error(PX_ERR_FORMAT, "%s: job %s: stored decision %d does not unpack",
-                        px_store_path(c->db), job_id, iteration);
-  return PX_OK;
-}
-
 /* Runs the policy for this report. *refused is set (with the message) when
  * the policy refuses the report's figures. */
 static px_status_t coord_decide(coord_t *c, coord_arena_t *a, const Prunex__V1__IterationReport *r,
                                 const Prunex__V1__JobSpec *spec, Prunex__V1__ControlDecision *d,
                                 px_admm_policy_state_t *pstate, int *refused) {
   *refused = 0;
-  px_store_stmt_t *st;
   px_status_t rc;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT admm_stable_iterations, admm_frozen FROM jobs WHERE job_id = ?1",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, r->job_id));
-  if ((rc = px_store_step(st)) <= 0) return rc < 0 ? rc : PX_ERR_INTERNAL;
-  pstate->stable_iterations = (int)px_store_column_int64(st, 0);
-  pstate->frozen = (int)px_store_column_int64(st, 1);
-  px_store_reset(st);
+  PX_CHECK(coord_db_control_state(c, r->job_id, &pstate->stable_iterations, &pstate->frozen));
 
   int nl = (int)r->n_layers;
   px_admm_layer_report_t *rep = coord_alloc(a, (size_t)(nl ? nl : 1) * sizeof *rep);
@@ -71,17 +41,13 @@ static px_status_t coord_decide(coord_t *c, coord_arena_t *a, const Prunex__V1__
     rep[l].rho1 = coord_initial_rho(L->rho1, spec_rho1);
     rep[l].rho2 = coord_initial_rho(L->rho2, spec_rho2);
     /* The coordinator's own record of the penalties in force wins. */
-    PX_CHECK(px_store_stmt(c->db,
-                           "SELECT rho1, rho2 FROM job_penalties WHERE job_id = ?1 AND layer = ?2",
-                           &st));
-    PX_CHECK(px_store_bind_text(st, 1, r->job_id));
-    PX_CHECK(px_store_bind_int64(st, 2, L->layer));
-    if ((rc = px_store_step(st)) < 0) return rc;
-    if (rc == 1) {
-      rep[l].rho1 = px_store_column_double(st, 0);
-      rep[l].rho2 = px_store_column_double(st, 1);
+    int found = 0;
+    double rho1 = 0.0, rho2 = 0.0;
+    PX_CHECK(coord_db_control_penalty(c, r->job_id, L->layer, &rho1, &rho2, &found));
+    if (found) {
+      rep[l].rho1 = rho1;
+      rep[l].rho2 = rho2;
     }
-    px_store_reset(st);
   }
   px_admm_policy_t policy;
   px_jobspec_admm_policy(spec, &policy);
@@ -116,46 +82,14 @@ static px_status_t coord_decide(coord_t *c, coord_arena_t *a, const Prunex__V1__
 static px_status_t coord_commit_decision(coord_t *c, const Prunex__V1__IterationReport *r,
                                          const Prunex__V1__ControlDecision *d,
                                          const px_admm_policy_state_t *ps, int state) {
-  px_store_stmt_t *st;
-  PX_CHECK(coord_db_reports_put(c->db, r, coord_now_ms()));
-  for (size_t l = 0; l < d->n_layers; l++) {
-    PX_CHECK(px_store_stmt(c->db,
-                           "INSERT OR REPLACE INTO job_penalties (job_id, layer, rho1, rho2)"
-                           " VALUES (?1, ?2, ?3, ?4)",
-                           &st));
-    PX_CHECK(px_store_bind_text(st, 1, r->job_id));
-    PX_CHECK(px_store_bind_int64(st, 2, d->layers[l]->layer));
-    PX_CHECK(px_store_bind_double(st, 3, d->layers[l]->rho1));
-    PX_CHECK(px_store_bind_double(st, 4, d->layers[l]->rho2));
-    PX_CHECK(px_store_run(st));
-  }
-  size_t len = protobuf_c_message_get_packed_size(&d->base);
-  uint8_t *blob = px_malloc(len ? len : 1, "coordd.decision");
-  if (!blob) return PX_ERR_NOMEM;
-  protobuf_c_message_pack(&d->base, blob);
-  px_status_t rc = px_store_stmt(c->db,
-                                 "INSERT OR REPLACE INTO decisions (job_id, iteration, decision,"
-                                 " time_unix_ms) VALUES (?1, ?2, ?3, ?4)",
-                                 &st);
-  if (rc == PX_OK) rc = px_store_bind_text(st, 1, r->job_id);
-  if (rc == PX_OK) rc = px_store_bind_int64(st, 2, r->iteration);
-  if (rc == PX_OK) rc = px_store_bind_blob(st, 3, blob, len);
-  if (rc == PX_OK) rc = px_store_bind_int64(st, 4, coord_now_ms());
-  if (rc == PX_OK) rc = px_store_run(st);
-  px_free(blob);
-  PX_CHECK(rc);
-  PX_CHECK(px_store_stmt(c->db,
-                         "UPDATE jobs SET admm_stable_iterations = ?2, admm_frozen = ?3,"
-                         " iteration = max(iteration, ?4), updated_unix_ms = ?5,"
-                         " checkpoint_problem = ?6 WHERE job_id = ?1",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, r->job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, ps->stable_iterations));
-  PX_CHECK(px_store_bind_int64(st, 3, ps->frozen));
-  PX_CHECK(px_store_bind_int64(st, 4, r->iteration));
-  PX_CHECK(px_store_bind_int64(st, 5, coord_now_ms()));
-  PX_CHECK(px_store_bind_text(st, 6, r->checkpoint_problem));
-  PX_CHECK(px_store_run(st));
+  int64_t now = coord_now_ms();
+  PX_CHECK(coord_db_reports_put(c->db, r, now));
+  for (size_t l = 0; l < d->n_layers; l++)
+    PX_CHECK(coord_db_control_penalty_put(c, r->job_id, d->layers[l]->layer, d->layers[l]->rho1,
+                                          d->layers[l]->rho2));
+  PX_CHECK(coord_db_control_decision_put(c, r->job_id, d, now));
+  PX_CHECK(coord_db_control_state_put(c, r->job_id, ps->stable_iterations, ps->frozen,
+                                      r->iteration, r->checkpoint_problem, now));
   if (state == JS_SCHEDULED) {
     char reason[128];
     snprintf(reason, sizeof reason, "first iteration report (rank %d, iteration %d)", r->rank,
@@ -210,16 +144,11 @@ static int coord_report_layers_ok(coord_t *c, px_rpc_srv_call_t *call,
     return 0;
   }
   /* The job's model, as its first report showed it. */
-  px_store_stmt_t *st;
-  px_status_t rc = px_store_stmt(c->db, "SELECT count(*) FROM job_penalties WHERE job_id = ?1", &st);
-  if (rc == PX_OK) rc = px_store_bind_text(st, 1, r->job_id);
-  if (rc == PX_OK) rc = px_store_step(st);
-  if (rc < 0) {
+  int64_t known = 0;
+  if (coord_db_control_layers(c, r->job_id, &known) != PX_OK) {
     coord_fail_internal(c, call);
     return 0;
   }
-  int64_t known = rc == 1 ? px_store_column_int64(st, 0) : 0;
-  px_store_reset(st);
   if (known > 0 && (int64_t)n > known) {
     px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
                       "layers: %zu reported, the job's model has %lld", n, (long long)known);
@@ -266,7 +195,7 @@ void coord_rpc_report_iteration(px_rpc_srv_call_t *call, const ProtobufCMessage 
                       r->job_id, px_rpc_job_state_name(state));
     goto out;
   }
-  if (coord_stored_decision(c, &a, r->job_id, r->iteration, &stored) != PX_OK) goto internal;
+  if (coord_db_control_decision(c, &a, r->job_id, r->iteration, &stored) != PX_OK) goto internal;
   if (px_store_begin(c->db) != PX_OK) goto internal;
   if (stored) {
     /* A repeated report (a retry, or another rank): same answer. */

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "db/control.h"
 #include "db/db_core.h"
 #include "flow.h"
 
@@ -459,12 +460,12 @@ out:
  * reached max_iterations (N iterations)";
  * "" when the last decision did not stop (the workers ended on their own,
  * e.g. after their epochs). */
-static px_status_t coord_stop_reason(coord_t *c, const char *job_id, char *buf, size_t cap,
-                                     int *timeout) {
+static px_status_t coord_stop_reason(coord_t *c, coord_arena_t *a, const char *job_id, char *buf,
+                                     size_t cap, int *timeout) {
   buf[0] = '\0';
   *timeout = 0;
   Prunex__V1__ControlDecision *d = NULL;
-  PX_CHECK(coord_db_job_last_decision(c, job_id, &d));
+  PX_CHECK(coord_db_control_decision(c, a, job_id, -1, &d));
   if (d) {
     if (d->stop && d->stop_reason[0] && strcmp(d->stop_reason, "cancelled") != 0) {
       if (!strcmp(d->stop_reason, "converged"))
@@ -478,7 +479,6 @@ static px_status_t coord_stop_reason(coord_t *c, const char *job_id, char *buf, 
         snprintf(buf, cap, "the controller stopped it at iteration %d: %s", d->iteration,
                  d->stop_reason);
     }
-    prunex__v1__control_decision__free_unpacked(d, NULL);
   }
   return PX_OK;
 }
@@ -524,7 +524,7 @@ static px_status_t coord_rank_exit(coord_t *c, coord_arena_t *a, const Prunex__V
     if (held) return PX_OK;
     char why[200] = "";
     int timeout = 0;
-    PX_CHECK(coord_stop_reason(c, r->job_id, why, sizeof why, &timeout));
+    PX_CHECK(coord_stop_reason(c, a, r->job_id, why, sizeof why, &timeout));
     /* A rank's note on a success (issue 26: "no usable checkpoint since
      * iteration N: ...") is said with it: the job ran unprotected. */
     char note[400] = "";

@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "db/control.h"
 #include "db/sched.h"
 #include "flow.h"
 #include "prunex/check.h"
@@ -83,11 +84,11 @@ static px_status_t coord_preempt_ask(coord_t *c, coord_arena_t *a, const coord_s
  * a replay of that iteration (after a later fault) goes on. */
 static px_status_t coord_preempt_clear_stop(coord_t *c, coord_arena_t *a, const char *job_id) {
   Prunex__V1__ControlDecision *d = NULL;
-  PX_CHECK(coord_db_sched_last_decision(c, a, job_id, &d));
+  PX_CHECK(coord_db_control_decision(c, a, job_id, -1, &d));
   if (!d || !d->stop || strcmp(d->stop_reason, "preempted") != 0) return PX_OK;
   d->stop = 0;
   d->stop_reason = (char *)"";
-  return coord_db_sched_decision_put(c, job_id, d);
+  return coord_db_control_decision_put(c, job_id, d, 0);
 }
 
 /* In a transaction: the victims s[0..n) queued again (their old attempts'
@@ -179,7 +180,7 @@ px_status_t coord_preempt_hold(coord_t *c, coord_arena_t *a, const char *job_id,
   if (found && s.stopped == COORD_PSTOP_STOPPED) *held = 1; /* a repeated exit report */
   if (!found || s.stopped != COORD_PSTOP_ASKED) return PX_OK;
   Prunex__V1__ControlDecision *d = NULL;
-  PX_CHECK(coord_db_sched_last_decision(c, a, job_id, &d));
+  PX_CHECK(coord_db_control_decision(c, a, job_id, -1, &d));
   if (!d || !d->stop || strcmp(d->stop_reason, "preempted") != 0)
     return PX_OK; /* it ended on its own first */
   PX_CHECK(coord_db_sched_pstop_stopped(c, job_id, d->iteration));

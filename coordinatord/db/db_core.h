@@ -58,10 +58,6 @@ px_status_t coord_db_jobs_page(coord_t *c, coord_arena_t *a, int state, const ch
 /* Finished jobs that ended before cutoff, oldest first, at most limit. */
 px_status_t coord_db_jobs_expired(coord_t *c, coord_arena_t *a, int64_t cutoff, int limit,
                                   char ***ids, size_t *n);
-/* The job's newest stored control decision (*out NULL when none; the
- * caller frees it with prunex__v1__control_decision__free_unpacked). */
-px_status_t coord_db_job_last_decision(coord_t *c, const char *job_id,
-                                       Prunex__V1__ControlDecision **out);
 /* Records (or replaces) a rank's exit. */
 px_status_t coord_db_rank_exit_put(coord_t *c, const Prunex__V1__RankExit *r,
                                    const char *reason, const char *model_path, int64_t now);

@@ -125,26 +125,6 @@ px_status_t coord_db_jobs_expired(coord_t *c, coord_arena_t *a, int64_t cutoff, 
   return coord_db_collect(a, st, ids, n);
 }
 
-px_status_t coord_db_job_last_decision(coord_t *c, const char *job_id,
-                                       Prunex__V1__ControlDecision **out) {
-  *out = NULL;
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT decision FROM decisions WHERE job_id = ?1"
-                         " ORDER BY iteration DESC LIMIT 1",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  px_status_t rc = px_store_step(st);
-  if (rc < 0) return rc;
-  if (rc == 1) {
-    size_t n = 0;
-    const void *blob = px_store_column_blob(st, 0, &n);
-    *out = blob ? prunex__v1__control_decision__unpack(NULL, n, blob) : NULL;
-  }
-  px_store_reset(st);
-  return PX_OK;
-}
-
 px_status_t coord_db_rank_exit_put(coord_t *c, const Prunex__V1__RankExit *r,
                                    const char *reason, const char *model_path, int64_t now) {
   px_store_stmt_t *st;

@@ -113,47 +113,6 @@ px_status_t coord_db_sched_stop_kind(coord_t *c, const char *job_id, int *kind) 
   return PX_OK;
 }
 
-px_status_t coord_db_sched_last_decision(coord_t *c, coord_arena_t *a, const char *job_id,
-                                         Prunex__V1__ControlDecision **out) {
-  px_store_stmt_t *st;
-  *out = NULL;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT decision FROM decisions WHERE job_id = ?1"
-                         " ORDER BY iteration DESC LIMIT 1",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  px_status_t rc = px_store_step(st);
-  if (rc <= 0) return rc;
-  size_t len = 0;
-  const void *blob = px_store_column_blob(st, 0, &len);
-  *out = (Prunex__V1__ControlDecision *)protobuf_c_message_unpack(
-      &prunex__v1__control_decision__descriptor, &a->pb, len, blob);
-  px_store_reset(st);
-  if (!*out)
-    return px_set_error(PX_ERR_FORMAT, "%s: job %s: its last stored decision does not unpack",
-                        px_store_path(c->db), job_id);
-  return PX_OK;
-}
-
-px_status_t coord_db_sched_decision_put(coord_t *c, const char *job_id,
-                                        const Prunex__V1__ControlDecision *d) {
-  size_t len = protobuf_c_message_get_packed_size(&d->base);
-  uint8_t *blob = px_malloc(len ? len : 1, "coordd.decision");
-  if (!blob) return PX_ERR_NOMEM;
-  protobuf_c_message_pack(&d->base, blob);
-  px_store_stmt_t *st;
-  px_status_t rc = px_store_stmt(c->db,
-                                 "UPDATE decisions SET decision = ?3 WHERE job_id = ?1"
-                                 " AND iteration = ?2",
-                                 &st);
-  if (rc == PX_OK) rc = px_store_bind_text(st, 1, job_id);
-  if (rc == PX_OK) rc = px_store_bind_int64(st, 2, d->iteration);
-  if (rc == PX_OK) rc = px_store_bind_blob(st, 3, blob, len);
-  if (rc == PX_OK) rc = px_store_run(st);
-  px_free(blob);
-  return rc;
-}
-
 /* ---- submissions, notifications, time limits ---------------------------------- */
 
 px_status_t coord_db_sched_job_new(coord_t *c, const char *job_id, const char *owner,

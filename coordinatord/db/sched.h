@@ -47,12 +47,6 @@ px_status_t coord_db_sched_pstop_drop(coord_t *c, const char *job_id);
  * limit first: it ends the job); the decision's stop_reason is
  * coord_stop_reason_name(kind). */
 px_status_t coord_db_sched_stop_kind(coord_t *c, const char *job_id, int *kind);
-/* The job's newest stored control decision (NULL: none), in arena a. */
-px_status_t coord_db_sched_last_decision(coord_t *c, coord_arena_t *a, const char *job_id,
-                                         Prunex__V1__ControlDecision **out);
-/* Replaces the stored decision of (job_id, d->iteration). */
-px_status_t coord_db_sched_decision_put(coord_t *c, const char *job_id,
-                                        const Prunex__V1__ControlDecision *d);
 
 /* ---- submissions, notifications, time limits, accounting ---------------- */
 
