@@ -123,6 +123,42 @@ px_status_t px__ops_upload(px_ops_t *ops, int n, px_tensor_t *const *dst, const 
  * by backends that have no check of their own. */
 px_status_t px__ops_check_tensor(const px_tensor_t *t, const px_tensor_t *spec, const char *what);
 
+/* A copy of spec without storage or ownership flags: what an op keeps of the
+ * input spec it was created for. */
+static inline px_tensor_t px__ops_spec_copy(const px_tensor_t *spec) {
+  px_tensor_t s = *spec;
+  s.data = NULL;
+  s.flags = 0;
+  return s;
+}
+
+/* The argument contract of a layer with weights (px_conv2d_t, px_fc_t) in
+ * either backend: the specs the op was created with and whether it has a
+ * bias. Each backend's op embeds one and checks every call with the three
+ * functions below before it reaches its primitives, so both layers refuse
+ * the same calls with the same messages on the CPU and on CUDA. */
+typedef struct {
+  const char *name;   /* "conv2d", "fc": first word of every message */
+  const char *noun;   /* "conv", "layer": what the messages call a layer without bias */
+  int bias;           /* the op adds b / computes db */
+  px_tensor_t x_spec; /* input, in the layout the op was created for */
+  px_tensor_t y_spec; /* output, in the backend's layout */
+  px_tensor_t w_spec; /* plain f32 weights */
+  px_tensor_t b_spec; /* [out] plain f32 */
+} px__wlayer_t;
+
+/* Each returns PX_OK, or PX_ERR_INVALID naming the op, the direction and the
+ * argument ("conv2d forward w: ..."); b / db must be NULL exactly when the
+ * layer has no bias. They allocate nothing. */
+px_status_t px__wlayer_check_forward(const px__wlayer_t *l, const px_tensor_t *y,
+                                     const px_tensor_t *x, const px_tensor_t *w,
+                                     const px_tensor_t *b);
+px_status_t px__wlayer_check_backward_data(const px__wlayer_t *l, const px_tensor_t *dx,
+                                           const px_tensor_t *dy, const px_tensor_t *w);
+px_status_t px__wlayer_check_backward_weights(const px__wlayer_t *l, const px_tensor_t *dw,
+                                              const px_tensor_t *db, const px_tensor_t *x,
+                                              const px_tensor_t *dy);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,20 +9,8 @@
 px_status_t px__cpu_softmax_ce(px_ops_t *ops, px_tensor_t *dlogits, float *loss, int64_t *correct,
                                const px_tensor_t *logits, const px_tensor_t *labels) {
   PX_CHECK(px__cpu_require(ops, "px_softmax_ce"));
-  PX_REQUIRE(logits && labels, "px_softmax_ce: NULL tensor");
-  PX_REQUIRE(logits->data && labels->data, "px_softmax_ce: tensor without storage");
-  PX_REQUIRE(px_device_equal(logits->device, ops->device) &&
-                 px_device_equal(labels->device, ops->device),
-             "px_softmax_ce: tensors on another device");
-  PX_REQUIRE(logits->ndim == 2 && logits->dtype == PX_DTYPE_F32 && !logits->layout,
-             "px_softmax_ce: logits must be plain f32 [N, K]");
+  /* shapes and devices: checked by the dispatcher (px_softmax_ce) */
   const int64_t n = logits->dims[0], k = logits->dims[1];
-  PX_REQUIRE(labels->ndim == 1 && labels->dtype == PX_DTYPE_I32 && !labels->layout &&
-                 labels->dims[0] == n,
-             "px_softmax_ce: labels must be plain i32 [%lld]", (long long)n);
-  if (dlogits)
-    PX_REQUIRE(px_tensor_same_spec(dlogits, logits) && dlogits->data,
-               "px_softmax_ce: dlogits must be like logits");
   const float *x = logits->data;
   const int32_t *lab = labels->data;
   for (int64_t i = 0; i < n; i++)

@@ -337,7 +337,7 @@ extern "C" px_status_t px__cuda_batchnorm_create(px_ops_t *o, const px_tensor_t 
   op->count = x_spec->dims[0] * op->hw;
   op->nhwc = px__cuda_nhwc(x_spec);
   op->bf16 = x_spec->dtype == PX_DTYPE_BF16;
-  op->x_spec = px__cuda_spec_copy(x_spec);
+  op->x_spec = px__ops_spec_copy(x_spec);
   {
     const int64_t cd[1] = {op->c};
     const int64_t numel = (int64_t)px_tensor_numel(x_spec);

@@ -89,7 +89,7 @@ extern "C" px_status_t px__cuda_relu_create(px_ops_t *o, const px_tensor_t *x_sp
   op->head.be = &px__cuda_backend;
   op->ops = ops;
   px__cuda_op_born(ops);
-  op->x_spec = px__cuda_spec_copy(x_spec);
+  op->x_spec = px__ops_spec_copy(x_spec);
   *out = (px_relu_t *)op;
   return PX_OK;
 }
@@ -161,7 +161,7 @@ extern "C" px_status_t px__cuda_add_create(px_ops_t *o, const px_tensor_t *x_spe
   op->ops = ops;
   px__cuda_op_born(ops);
   op->relu = relu ? 1 : 0;
-  op->x_spec = px__cuda_spec_copy(x_spec);
+  op->x_spec = px__ops_spec_copy(x_spec);
   *out = (px_add_t *)op;
   return PX_OK;
 }
@@ -245,8 +245,8 @@ extern "C" px_status_t px__cuda_reorder_create(px_ops_t *o, const px_tensor_t *d
   r->head.be = &px__cuda_backend;
   r->ops = ops;
   px__cuda_op_born(ops);
-  r->src_spec = px__cuda_spec_copy(src_spec);
-  r->dst_spec = px__cuda_spec_copy(dst_spec);
+  r->src_spec = px__ops_spec_copy(src_spec);
+  r->dst_spec = px__ops_spec_copy(dst_spec);
   *out = (px_reorder_t *)r;
   return PX_OK;
 }

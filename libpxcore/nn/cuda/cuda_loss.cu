@@ -73,20 +73,8 @@ extern "C" px_status_t px__cuda_softmax_ce(px_ops_t *o, px_tensor_t *dlogits, fl
                                            int64_t *correct, const px_tensor_t *logits,
                                            const px_tensor_t *labels) {
   px__cuda_ops_t *ops = px__cuda_ctx(o);
-  PX_REQUIRE(logits && labels, "px_softmax_ce: NULL tensor");
-  PX_REQUIRE(logits->data && labels->data, "px_softmax_ce: tensor without storage");
-  PX_REQUIRE(px_device_equal(logits->device, ops->device) &&
-                 px_device_equal(labels->device, ops->device),
-             "px_softmax_ce: tensors on another device");
-  PX_REQUIRE(logits->ndim == 2 && logits->dtype == PX_DTYPE_F32 && !logits->layout,
-             "px_softmax_ce: logits must be plain f32 [N, K]");
+  /* shapes and devices: checked by the dispatcher (px_softmax_ce) */
   const int64_t n = logits->dims[0], k = logits->dims[1];
-  PX_REQUIRE(labels->ndim == 1 && labels->dtype == PX_DTYPE_I32 && !labels->layout &&
-                 labels->dims[0] == n,
-             "px_softmax_ce: labels must be plain i32 [%lld]", (long long)n);
-  if (dlogits)
-    PX_REQUIRE(px_tensor_same_spec(dlogits, logits) && dlogits->data,
-               "px_softmax_ce: dlogits must be like logits");
   PX_CHECK(px__cuda_enter(ops));
   px__softmax_ce_kernel<<<1, PX__CE_THREADS, 0, ops->stream>>>(
       ops->dres, dlogits ? (float *)dlogits->data : NULL, (const float *)logits->data,

@@ -171,14 +171,6 @@ px_status_t px__cuda_check_input(const px__cuda_ops_t *ops, const px_tensor_t *x
 px_status_t px__cuda_spec(const px__cuda_ops_t *ops, px_dtype_t dt, int ndim, const int64_t *dims,
                           px_tensor_t *spec);
 
-/* Copies of an input spec without storage, for an op to keep. */
-static inline px_tensor_t px__cuda_spec_copy(const px_tensor_t *x) {
-  px_tensor_t s = *x;
-  s.data = NULL;
-  s.flags = 0;
-  return s;
-}
-
 /* NCHW f32 tensor descriptor of a 4-D shape (PX_ERR_INVALID when a dim
  * does not fit an int). */
 px_status_t px__cuda_tensor_desc(cudnnTensorDescriptor_t d, int64_t n, int64_t c, int64_t h,
