@@ -140,13 +140,13 @@ int main(int argc, char **argv) {
   px_pack_expand(plan, y);
   memcpy(dst, src, packed);
   for (int r = 0; r < reps; r++) {
-    double t0 = pxb_now_s();
+    double t0 = px__now();
     px_pack_shrink(plan, (const float *const *)w);
-    double t1 = pxb_now_s();
+    double t1 = px__now();
     px_pack_expand(plan, y);
-    double t2 = pxb_now_s();
+    double t2 = px__now();
     memcpy(dst, src, packed);
-    double t3 = pxb_now_s();
+    double t3 = px__now();
     ts[r] = t1 - t0;
     te[r] = t2 - t1;
     tm[r] = t3 - t2;

@@ -1,20 +1,15 @@
-/* Helpers the benchmark programs share: the clocks they time with, the sort
- * order of their medians and the line they print when a library call fails.
- * Header-only (static inline), since each benchmark is a program of its own. */
+/* Helpers the benchmark programs share: the clocks they time with (px__now,
+ * the library's own monotonic clock, for wall time), the sort order of their
+ * medians and the line they print when a library call fails. Header-only
+ * (static inline), since each benchmark is a program of its own. */
 #ifndef PX_BENCH_UTIL_H
 #define PX_BENCH_UTIL_H
 
 #include <stdio.h>
 #include <time.h>
 
+#include "../libpxcore/common/px_clock.h" /* px__now: the library's monotonic seconds */
 #include "prunex/px.h"
-
-/* Seconds of the monotonic clock (wall time between two calls). */
-static inline double pxb_now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Seconds of CPU time used by the whole process (all threads). */
 static inline double pxb_cpu_s(void) {

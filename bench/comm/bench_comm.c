@@ -61,10 +61,10 @@ static int rank_main(int rank, int nranks, const int *nodes, const char *dir, co
       if (px_comm_allreduce(w, x, y, n, PX_COMM_F32, PX_COMM_SUM) != PX_OK) goto fail;
     for (int r = 0; r < reps; r++) {
       if (px_comm_barrier(w) != PX_OK) goto fail;
-      double t0 = pxb_now_s();
+      double t0 = px__now();
       for (int i = 0; i < it; i++)
         if (px_comm_allreduce(w, x, y, n, PX_COMM_F32, PX_COMM_SUM) != PX_OK) goto fail;
-      double t = (pxb_now_s() - t0) / it;
+      double t = (px__now() - t0) / it;
       /* the slowest rank defines the time */
       double tmax = t;
       if (px_comm_allreduce(w, &t, &tmax, 1, PX_COMM_F64, PX_COMM_MAX) != PX_OK) goto fail;

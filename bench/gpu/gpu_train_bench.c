@@ -134,7 +134,7 @@ int main(int argc, char **argv) {
   for (int s = 0; s < warmup + steps; s++) {
     if (s == warmup) {
       if (px_ops_sync(ops) < 0) return fail("sync");
-      t0 = pxb_now_s();
+      t0 = px__now();
     }
     const int b = s % NBATCH;
     float loss;
@@ -146,7 +146,7 @@ int main(int argc, char **argv) {
     loss_last = loss;
   }
   if (px_ops_sync(ops) < 0) return fail("sync");
-  const double el = pxb_now_s() - t0;
+  const double el = px__now() - t0;
   px_cuda_mem_stats_t ms;
   px_cuda_mem_stats(&ms);
   printf("%d steps in %.3f s (%.2f ms/step), last loss %.4f\n", steps, el, 1e3 * el / steps,

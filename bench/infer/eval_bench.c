@@ -125,16 +125,16 @@ int main(int argc, char **argv) {
   double dense_eval = 1e30, compact_eval = 1e30, dense_cal = 1e30, compact_cal = 1e30;
   double wd = 1e30, wk = 1e30;
   for (int r = 0; r < repeats; r++) {
-    double w0 = pxb_now_s();
+    double w0 = px__now();
     t0 = pxb_cpu_s();
     if (px_trainer_evaluate(t, &ed) < 0) return die("dense evaluation");
-    double a = pxb_cpu_s() - t0, wa = pxb_now_s() - w0;
-    w0 = pxb_now_s();
+    double a = pxb_cpu_s() - t0, wa = px__now() - w0;
+    w0 = px__now();
     t0 = pxb_cpu_s();
     if (px__compact_update(plan, dense) < 0 || px__compact_fill(plan, dense, cm) < 0 ||
         px__infer_load(k.net) < 0 || px_trainer_evaluate_with(t, eval_compact, &k, &ek) < 0)
       return die("compact evaluation");
-    double c = pxb_cpu_s() - t0, wc = pxb_now_s() - w0;
+    double c = pxb_cpu_s() - t0, wc = px__now() - w0;
     if (a < dense_eval) dense_eval = a;
     if (c < compact_eval) compact_eval = c;
     if (wa < wd) wd = wa;

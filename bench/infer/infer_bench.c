@@ -25,19 +25,19 @@ static int die(const char *what) { return pxb_fail("px_bench_infer", what); }
 static double throughput(px_model_t *m, const float *x, float *logits, int iters) {
   int B = px_model_config(m)->batch;
   if (px_model_logits(m, x, B, logits) < 0) return -1;
-  double t0 = pxb_now_s();
+  double t0 = px__now();
   for (int i = 0; i < iters; i++)
     if (px_model_logits(m, x, B, logits) < 0) return -1;
-  return iters * (double)B / (pxb_now_s() - t0);
+  return iters * (double)B / (px__now() - t0);
 }
 
 static double latency_ms(px_model_t *m, const float *x, float *logits, int iters) {
   double *t = malloc((size_t)iters * sizeof *t);
   if (px_model_logits(m, x, 1, logits) < 0) return -1;
   for (int i = 0; i < iters; i++) {
-    double t0 = pxb_now_s();
+    double t0 = px__now();
     if (px_model_logits(m, x, 1, logits) < 0) return -1;
-    t[i] = 1e3 * (pxb_now_s() - t0);
+    t[i] = 1e3 * (px__now() - t0);
   }
   qsort(t, (size_t)iters, sizeof *t, pxb_cmp_double);
   double med = t[iters / 2];

@@ -147,6 +147,16 @@ typedef struct {
   px_tensor_t b_spec; /* [out] plain f32 */
 } px__wlayer_t;
 
+/* Sets name, noun and bias and keeps a copy of the input spec (no storage);
+ * the backend fills y_spec, w_spec and b_spec. */
+static inline void px__wlayer_init(px__wlayer_t *l, const char *name, const char *noun, int bias,
+                                   const px_tensor_t *x_spec) {
+  l->name = name;
+  l->noun = noun;
+  l->bias = bias;
+  l->x_spec = px__ops_spec_copy(x_spec);
+}
+
 /* Each returns PX_OK, or PX_ERR_INVALID naming the op, the direction and the
  * argument ("conv2d forward w: ..."); b / db must be NULL exactly when the
  * layer has no bias. They allocate nothing. */

@@ -48,17 +48,19 @@ static px_status_t px__weight_mds(const px_conv2d_params_t *p, int64_t c_in, int
   return PX_OK;
 }
 
-/* The forward, backward-data and backward-weights descriptors of the
- * convolution; fills y_spec from the destination oneDNN chose and w_plain
- * with the weights' plain descriptor. dx uses the layout of x, dy that of y. */
-static px_status_t px__conv_pds(px_ops_t *ops, const px_tensor_t *x_spec, const px_conv2d_params_t *p,
-                                dnnl_primitive_desc_t pd[PX__WL_NPD], px_tensor_t *y_spec,
-                                dnnl_memory_desc_t *w_plain) {
+/* The convolution's descriptors and specs (px__cpu_wlayer_pds_fn): y_spec
+ * from the destination oneDNN chose; dx uses the layout of x, dy that of y. */
+static px_status_t px__conv_pds(px_ops_t *ops, px__cpu_wlayer_t *l, const void *params,
+                                dnnl_primitive_desc_t pd[PX__WL_NPD], dnnl_memory_desc_t *w_plain) {
+  const px_conv2d_params_t *p = params;
+  const px_tensor_t *x_spec = &l->wl.x_spec;
   const int64_t n = x_spec->dims[0], c_in = x_spec->dims[1], g = p->groups > 1 ? p->groups : 1;
   const int64_t oh = px__out_dim(x_spec->dims[2], p->kh, p->stride_h, p->pad_h);
   const int64_t ow = px__out_dim(x_spec->dims[3], p->kw, p->stride_w, p->pad_w);
+  const int64_t wdims[4] = {p->c_out, c_in / g, p->kh, p->kw}, bdims[1] = {p->c_out};
+  PX_CHECK(px_tensor_init(&l->wl.w_spec, ops->device, PX_DTYPE_F32, 4, wdims));
+  PX_CHECK(px_tensor_init(&l->wl.b_spec, ops->device, PX_DTYPE_F32, 1, bdims));
   dnnl_memory_desc_t x_md, w_any, b_md, y_any;
-  const int64_t bdims[1] = {p->c_out};
   dnnl_dims_t ydims = {n, p->c_out, oh, ow};
   dnnl_dims_t strides = {p->stride_h, p->stride_w}, pad = {p->pad_h, p->pad_w};
   PX_CHECK(px__cpu_md_of(ops, x_spec, &x_md));
@@ -73,7 +75,7 @@ static px_status_t px__conv_pds(px_ops_t *ops, const px_tensor_t *x_spec, const 
                                              &y_any, strides, pad, pad));
   PX_CHECK(px__cpu_pd_create(ops, &pd[PX__WL_FWD], &cd, NULL, NULL, "convolution forward"));
   const dnnl_memory_desc_t y_md = *px__cpu_pd_md(pd[PX__WL_FWD], DNNL_ARG_DST);
-  PX_CHECK(px__cpu_spec_of(ops, &y_md, y_spec));
+  PX_CHECK(px__cpu_spec_of(ops, &y_md, &l->wl.y_spec));
   PX_DNNL(dnnl_convolution_backward_data_desc_init(&cd, alg, &x_md, &w_any, &y_md, strides, pad,
                                                    pad));
   PX_CHECK(px__cpu_pd_create(ops, &pd[PX__WL_BWD_D], &cd, NULL, pd[PX__WL_FWD],
@@ -102,26 +104,18 @@ px_status_t px__cpu_conv2d_create(px_ops_t *ops, const px_tensor_t *x_spec, cons
   PX_REQUIRE(oh > 0 && ow > 0, "px_conv2d_create: kernel larger than the padded input");
 
   px__cpu_enter(ops);
-  px_status_t st = PX_OK;
-  dnnl_primitive_desc_t pd[PX__WL_NPD] = {NULL, NULL, NULL};
   px_conv2d_t *op = px__cpu_op_new(ops, sizeof *op, "px_conv2d");
   if (!op) return PX_ERR_NOMEM;
   op->ops = ops;
   op->p = *p;
-  px__wlayer_t *wl = &op->l.wl;
-  *wl = (px__wlayer_t){.name = "conv2d", .noun = "conv", .bias = p->bias};
-  wl->x_spec = px__ops_spec_copy(x_spec);
-  const int64_t wdims[4] = {p->c_out, c_in / g, p->kh, p->kw}, bdims[1] = {p->c_out};
-  PX_CHECK_GOTO(px_tensor_init(&wl->w_spec, ops->device, PX_DTYPE_F32, 4, wdims), st, done);
-  PX_CHECK_GOTO(px_tensor_init(&wl->b_spec, ops->device, PX_DTYPE_F32, 1, bdims), st, done);
-  dnnl_memory_desc_t w_plain;
-  PX_CHECK_GOTO(px__conv_pds(ops, x_spec, p, pd, &wl->y_spec, &w_plain), st, done);
-  PX_CHECK_GOTO(px__cpu_wlayer_create(ops, &op->l, pd, &w_plain), st, done);
+  px__wlayer_init(&op->l.wl, "conv2d", "conv", p->bias, x_spec);
+  px_status_t st = px__cpu_wlayer_create(ops, &op->l, px__conv_pds, p);
+  if (st != PX_OK) {
+    px__cpu_conv2d_destroy(op);
+    return st;
+  }
   *out = op;
-done:
-  px__cpu_pds_destroy(pd, PX__WL_NPD);
-  if (st != PX_OK) px__cpu_conv2d_destroy(op);
-  return st;
+  return PX_OK;
 }
 
 void px__cpu_conv2d_y_spec(const px_conv2d_t *op, px_tensor_t *spec) { *spec = op->l.wl.y_spec; }

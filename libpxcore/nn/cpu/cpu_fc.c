@@ -22,13 +22,20 @@ void px__cpu_fc_destroy(px_fc_t *op) {
   px_free(op);
 }
 
-/* The forward, backward-data and backward-weights descriptors of an inner
- * product; w_plain receives the weights' plain descriptor. */
-static px_status_t px__fc_pds(px_ops_t *ops, const px_tensor_t *x_spec, const px_fc_params_t *p,
+/* The inner product's descriptors and specs (px__cpu_wlayer_pds_fn). */
+static px_status_t px__fc_pds(px_ops_t *ops, px__cpu_wlayer_t *l, const void *params,
                               dnnl_primitive_desc_t pd[PX__WL_NPD], dnnl_memory_desc_t *w_plain) {
+  const px_fc_params_t *p = params;
+  const px_tensor_t *x_spec = &l->wl.x_spec;
   const int nd = x_spec->ndim;
+  int64_t in = 1;
+  for (int i = 1; i < nd; i++) in *= x_spec->dims[i];
   const int64_t ydims[2] = {x_spec->dims[0], p->out_features}, bdims[1] = {p->out_features};
-  /* Weights have the source's rank: [out, C] or [out, C, H, W]. */
+  const int64_t wdims[2] = {p->out_features, in};
+  PX_CHECK(px_tensor_init(&l->wl.y_spec, ops->device, PX_DTYPE_F32, 2, ydims));
+  PX_CHECK(px_tensor_init(&l->wl.w_spec, ops->device, PX_DTYPE_F32, 2, wdims));
+  PX_CHECK(px_tensor_init(&l->wl.b_spec, ops->device, PX_DTYPE_F32, 1, bdims));
+  /* oneDNN's weights have the source's rank: [out, C] or [out, C, H, W]. */
   int64_t wd4[4] = {p->out_features, 1, 1, 1};
   for (int i = 1; i < nd; i++) wd4[i] = x_spec->dims[i];
   dnnl_dims_t wd = {wd4[0], wd4[1], wd4[2], wd4[3]};
@@ -59,32 +66,19 @@ px_status_t px__cpu_fc_create(px_ops_t *ops, const px_tensor_t *x_spec, const px
   PX_CHECK(px__cpu_check_input(ops, x_spec, 2, 4, "px_fc_create"));
   PX_REQUIRE(x_spec->ndim != 3, "px_fc_create: input must be [N, C] or [N, C, H, W]");
   PX_REQUIRE(p->out_features > 0, "px_fc_create: out_features %d", p->out_features);
-  int64_t in = 1;
-  for (int i = 1; i < x_spec->ndim; i++) in *= x_spec->dims[i];
-
   px__cpu_enter(ops);
-  px_status_t st = PX_OK;
-  dnnl_primitive_desc_t pd[PX__WL_NPD] = {NULL, NULL, NULL};
   px_fc_t *op = px__cpu_op_new(ops, sizeof *op, "px_fc");
   if (!op) return PX_ERR_NOMEM;
   op->ops = ops;
   op->p = *p;
-  px__wlayer_t *wl = &op->l.wl;
-  *wl = (px__wlayer_t){.name = "fc", .noun = "layer", .bias = p->bias};
-  wl->x_spec = px__ops_spec_copy(x_spec);
-  const int64_t ydims[2] = {x_spec->dims[0], p->out_features}, wdims[2] = {p->out_features, in};
-  const int64_t bdims[1] = {p->out_features};
-  PX_CHECK_GOTO(px_tensor_init(&wl->y_spec, ops->device, PX_DTYPE_F32, 2, ydims), st, done);
-  PX_CHECK_GOTO(px_tensor_init(&wl->w_spec, ops->device, PX_DTYPE_F32, 2, wdims), st, done);
-  PX_CHECK_GOTO(px_tensor_init(&wl->b_spec, ops->device, PX_DTYPE_F32, 1, bdims), st, done);
-  dnnl_memory_desc_t w_plain;
-  PX_CHECK_GOTO(px__fc_pds(ops, x_spec, p, pd, &w_plain), st, done);
-  PX_CHECK_GOTO(px__cpu_wlayer_create(ops, &op->l, pd, &w_plain), st, done);
+  px__wlayer_init(&op->l.wl, "fc", "layer", p->bias, x_spec);
+  px_status_t st = px__cpu_wlayer_create(ops, &op->l, px__fc_pds, p);
+  if (st != PX_OK) {
+    px__cpu_fc_destroy(op);
+    return st;
+  }
   *out = op;
-done:
-  px__cpu_pds_destroy(pd, PX__WL_NPD);
-  if (st != PX_OK) px__cpu_fc_destroy(op);
-  return st;
+  return PX_OK;
 }
 
 void px__cpu_fc_y_spec(const px_fc_t *op, px_tensor_t *spec) { *spec = op->l.wl.y_spec; }

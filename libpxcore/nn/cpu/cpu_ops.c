@@ -148,14 +148,6 @@ void *px__cpu_op_new(px_ops_t *ops, size_t size, const char *name) {
   return head;
 }
 
-void px__cpu_pds_destroy(dnnl_primitive_desc_t *pd, int n) {
-  for (int i = 0; i < n; i++)
-    if (pd[i]) {
-      dnnl_primitive_desc_destroy(pd[i]);
-      pd[i] = NULL;
-    }
-}
-
 px_status_t px__cpu_reserve_scratch(px_ops_t *ops, size_t bytes) {
   if (bytes <= ops->scratch_bytes) return PX_OK;
   /* Growing frees the old block: every exec rebinds its scratchpad handle on

@@ -7,9 +7,10 @@
  * only what differs: the descriptors. */
 #include "nn/cpu/px_cpu_int.h"
 
-px_status_t px__cpu_wlayer_create(px_ops_t *ops, px__cpu_wlayer_t *l,
-                                  dnnl_primitive_desc_t const pd[PX__WL_NPD],
-                                  const dnnl_memory_desc_t *w_plain) {
+/* The executables and weight conversions of l from its descriptors. */
+static px_status_t px__wlayer_execs(px_ops_t *ops, px__cpu_wlayer_t *l,
+                                    dnnl_primitive_desc_t const pd[PX__WL_NPD],
+                                    const dnnl_memory_desc_t *w_plain) {
   const int nb = l->wl.bias ? 4 : 3;
   const int fa[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
   const int ba[] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC};
@@ -23,6 +24,17 @@ px_status_t px__cpu_wlayer_create(px_ops_t *ops, px__cpu_wlayer_t *l,
   PX_CHECK(px__exec_create(ops, &l->bwd_w, pd[PX__WL_BWD_W], wa, nb));
   return px__wbuf_create(ops, &l->dw, w_plain,
                          px__cpu_pd_md(pd[PX__WL_BWD_W], DNNL_ARG_DIFF_WEIGHTS), 0);
+}
+
+px_status_t px__cpu_wlayer_create(px_ops_t *ops, px__cpu_wlayer_t *l, px__cpu_wlayer_pds_fn pds,
+                                  const void *params) {
+  dnnl_primitive_desc_t pd[PX__WL_NPD] = {NULL, NULL, NULL};
+  dnnl_memory_desc_t w_plain;
+  px_status_t st = pds(ops, l, params, pd, &w_plain);
+  if (st == PX_OK) st = px__wlayer_execs(ops, l, pd, &w_plain);
+  for (int i = 0; i < PX__WL_NPD; i++)
+    if (pd[i]) dnnl_primitive_desc_destroy(pd[i]);
+  return st;
 }
 
 void px__cpu_wlayer_destroy(px__cpu_wlayer_t *l) {

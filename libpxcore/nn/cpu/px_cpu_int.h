@@ -154,9 +154,6 @@ void px__cpu_op_died(px_ops_t *ops);
  * px__cpu_op_died. NULL when out of memory (nothing registered). */
 void *px__cpu_op_new(px_ops_t *ops, size_t size, const char *name);
 
-/* Destroys the non-NULL descriptors of pd[0..n) and clears them. */
-void px__cpu_pds_destroy(dnnl_primitive_desc_t *pd, int n);
-
 /* ---- layers with weights (cpu_wlayer.c) --------------------------------------------
  * Convolution and inner product differ only in their primitive descriptors;
  * the executables, the weight conversions, the argument checks and the calls
@@ -174,13 +171,20 @@ typedef struct {
   px__wbuf_t dw;    /* weight gradient layout -> plain */
 } px__cpu_wlayer_t;
 
-/* Creates the executables and weight conversions of l from its forward,
- * backward-data and backward-weights descriptors (l->wl filled first; the
- * bias arguments are bound when l->wl.bias). Does not keep pd; on failure
- * px__cpu_wlayer_destroy releases what was made. */
-px_status_t px__cpu_wlayer_create(px_ops_t *ops, px__cpu_wlayer_t *l,
-                                  dnnl_primitive_desc_t const pd[PX__WL_NPD],
-                                  const dnnl_memory_desc_t *w_plain);
+/* What makes one kind of layer: from its parameters, the forward,
+ * backward-data and backward-weights descriptors (in pd, which the caller
+ * destroys, also on failure), the weights' plain descriptor, and the output,
+ * weight and bias specs in l->wl. */
+typedef px_status_t (*px__cpu_wlayer_pds_fn)(px_ops_t *ops, px__cpu_wlayer_t *l, const void *params,
+                                             dnnl_primitive_desc_t pd[PX__WL_NPD],
+                                             dnnl_memory_desc_t *w_plain);
+
+/* Completes l (px__wlayer_init done): its descriptors from pds(params), then
+ * the executables and weight conversions (bias arguments bound when
+ * l->wl.bias). Keeps no descriptor; on failure px__cpu_wlayer_destroy
+ * releases what was made. */
+px_status_t px__cpu_wlayer_create(px_ops_t *ops, px__cpu_wlayer_t *l, px__cpu_wlayer_pds_fn pds,
+                                  const void *params);
 void px__cpu_wlayer_destroy(px__cpu_wlayer_t *l);
 /* The three calls of ops.h's conv2d / fc API with their argument checks;
  * allocate nothing. */

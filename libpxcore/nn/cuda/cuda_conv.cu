@@ -286,10 +286,7 @@ extern "C" px_status_t px__cuda_conv2d_create(px_ops_t *o, const px_tensor_t *x_
   op->nhwc = px__cuda_nhwc(x_spec);
   op->bf16 = x_spec->dtype == PX_DTYPE_BF16;
   op->w_numel = (size_t)p->c_out * (size_t)c_in * (size_t)p->kh * (size_t)p->kw;
-  op->wl.name = "conv2d";
-  op->wl.noun = "conv";
-  op->wl.bias = p->bias;
-  op->wl.x_spec = px__ops_spec_copy(x_spec);
+  px__wlayer_init(&op->wl, "conv2d", "conv", p->bias, x_spec);
   {
     const int64_t yd[4] = {n, p->c_out, oh, ow}, wd[4] = {p->c_out, c_in, p->kh, p->kw};
     const int64_t bd[1] = {p->c_out};

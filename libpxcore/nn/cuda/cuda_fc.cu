@@ -68,10 +68,7 @@ extern "C" px_status_t px__cuda_fc_create(px_ops_t *o, const px_tensor_t *x_spec
   op->n = (int)x_spec->dims[0];
   op->in = (int)in;
   op->out = p->out_features;
-  op->wl.name = "fc";
-  op->wl.noun = "layer";
-  op->wl.bias = p->bias;
-  op->wl.x_spec = px__ops_spec_copy(x_spec);
+  px__wlayer_init(&op->wl, "fc", "layer", p->bias, x_spec);
   {
     const int64_t yd[2] = {op->n, op->out}, wd[2] = {op->out, in}, bd[1] = {op->out};
     PX_CHECK_GOTO(px__cuda_spec(ops, PX_DTYPE_F32, 2, yd, &op->wl.y_spec), st, fail);
