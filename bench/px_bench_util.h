@@ -12,11 +12,7 @@
 #include "prunex/px.h"
 
 /* Seconds of CPU time used by the whole process (all threads). */
-static inline double pxb_cpu_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static inline double pxb_cpu_s(void) { return px__clock_seconds(CLOCK_PROCESS_CPUTIME_ID); }
 
 /* qsort order of doubles, ascending. */
 static inline int pxb_cmp_double(const void *a, const void *b) {

@@ -11,6 +11,8 @@
 
 /* The table of any context or op object (its first member). */
 #define PX__BE(obj) (((const px__ops_head_t *)(const void *)(obj))->be)
+/* The contract of a conv2d or fc object of any backend (px__wlayer_op_t). */
+#define PX__WL(op) (&((const px__wlayer_op_t *)(const void *)(op))->wl)
 
 px_status_t px_ops_create(px_device_t dev, int nthreads, px_ops_t **out) {
   PX_REQUIRE(out != NULL, "px_ops_create: out is NULL");
@@ -224,9 +226,9 @@ px_status_t px_softmax_ce(px_ops_t *ops, px_tensor_t *dlogits, float *loss, int6
 void px_conv2d_destroy(px_conv2d_t *op) {
   if (op) PX__BE(op)->conv2d_destroy(op);
 }
-void px_conv2d_y_spec(const px_conv2d_t *op, px_tensor_t *spec) { PX__BE(op)->conv2d_y_spec(op, spec); }
-void px_conv2d_w_spec(const px_conv2d_t *op, px_tensor_t *spec) { PX__BE(op)->conv2d_w_spec(op, spec); }
-void px_conv2d_b_spec(const px_conv2d_t *op, px_tensor_t *spec) { PX__BE(op)->conv2d_b_spec(op, spec); }
+void px_conv2d_y_spec(const px_conv2d_t *op, px_tensor_t *spec) { *spec = PX__WL(op)->y_spec; }
+void px_conv2d_w_spec(const px_conv2d_t *op, px_tensor_t *spec) { *spec = PX__WL(op)->w_spec; }
+void px_conv2d_b_spec(const px_conv2d_t *op, px_tensor_t *spec) { *spec = PX__WL(op)->b_spec; }
 
 px_status_t px_conv2d_forward(px_conv2d_t *op, px_tensor_t *y, const px_tensor_t *x,
                               const px_tensor_t *w, const px_tensor_t *b) {
@@ -324,9 +326,9 @@ px_status_t px_pool2d_backward(px_pool2d_t *op, px_tensor_t *dx, const px_tensor
 void px_fc_destroy(px_fc_t *op) {
   if (op) PX__BE(op)->fc_destroy(op);
 }
-void px_fc_y_spec(const px_fc_t *op, px_tensor_t *spec) { PX__BE(op)->fc_y_spec(op, spec); }
-void px_fc_w_spec(const px_fc_t *op, px_tensor_t *spec) { PX__BE(op)->fc_w_spec(op, spec); }
-void px_fc_b_spec(const px_fc_t *op, px_tensor_t *spec) { PX__BE(op)->fc_b_spec(op, spec); }
+void px_fc_y_spec(const px_fc_t *op, px_tensor_t *spec) { *spec = PX__WL(op)->y_spec; }
+void px_fc_w_spec(const px_fc_t *op, px_tensor_t *spec) { *spec = PX__WL(op)->w_spec; }
+void px_fc_b_spec(const px_fc_t *op, px_tensor_t *spec) { *spec = PX__WL(op)->b_spec; }
 
 px_status_t px_fc_forward(px_fc_t *op, px_tensor_t *y, const px_tensor_t *x, const px_tensor_t *w,
                           const px_tensor_t *b) {

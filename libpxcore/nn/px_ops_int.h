@@ -38,9 +38,6 @@ extern "C" {
   X(px_status_t, ops_upload, (px_ops_t *ops, int n, px_tensor_t *const *dst, const void *const *src)) \
   X(px_status_t, conv2d_create, (px_ops_t *ops, const px_tensor_t *x_spec, const px_conv2d_params_t *p, px_conv2d_t **out)) \
   X(void, conv2d_destroy, (px_conv2d_t *op)) \
-  X(void, conv2d_y_spec, (const px_conv2d_t *op, px_tensor_t *spec)) \
-  X(void, conv2d_w_spec, (const px_conv2d_t *op, px_tensor_t *spec)) \
-  X(void, conv2d_b_spec, (const px_conv2d_t *op, px_tensor_t *spec)) \
   X(px_status_t, conv2d_forward, (px_conv2d_t *op, px_tensor_t *y, const px_tensor_t *x, const px_tensor_t *w, const px_tensor_t *b)) \
   X(px_status_t, conv2d_backward_data, (px_conv2d_t *op, px_tensor_t *dx, const px_tensor_t *dy, const px_tensor_t *w)) \
   X(px_status_t, conv2d_backward_weights, (px_conv2d_t *op, px_tensor_t *dw, px_tensor_t *db, const px_tensor_t *x, const px_tensor_t *dy)) \
@@ -66,9 +63,6 @@ extern "C" {
   X(px_status_t, pool2d_backward, (px_pool2d_t *op, px_tensor_t *dx, const px_tensor_t *dy, const px_tensor_t *ws)) \
   X(px_status_t, fc_create, (px_ops_t *ops, const px_tensor_t *x_spec, const px_fc_params_t *p, px_fc_t **out)) \
   X(void, fc_destroy, (px_fc_t *op)) \
-  X(void, fc_y_spec, (const px_fc_t *op, px_tensor_t *spec)) \
-  X(void, fc_w_spec, (const px_fc_t *op, px_tensor_t *spec)) \
-  X(void, fc_b_spec, (const px_fc_t *op, px_tensor_t *spec)) \
   X(px_status_t, fc_forward, (px_fc_t *op, px_tensor_t *y, const px_tensor_t *x, const px_tensor_t *w, const px_tensor_t *b)) \
   X(px_status_t, fc_backward_data, (px_fc_t *op, px_tensor_t *dx, const px_tensor_t *dy, const px_tensor_t *w)) \
   X(px_status_t, fc_backward_weights, (px_fc_t *op, px_tensor_t *dw, px_tensor_t *db, const px_tensor_t *x, const px_tensor_t *dy)) \
@@ -146,6 +140,15 @@ typedef struct {
   px_tensor_t w_spec; /* plain f32 weights */
   px_tensor_t b_spec; /* [out] plain f32 */
 } px__wlayer_t;
+
+/* How every backend lays out its px_conv2d_t and px_fc_t objects: the head,
+ * then the contract, so that the dispatcher answers px_conv2d_y_spec and the
+ * other spec queries of these layers itself (each backend checks the offset
+ * at compile time). */
+typedef struct {
+  px__ops_head_t head;
+  px__wlayer_t wl;
+} px__wlayer_op_t;
 
 /* Sets name, noun and bias and keeps a copy of the input spec (no storage);
  * the backend fills y_spec, w_spec and b_spec. */

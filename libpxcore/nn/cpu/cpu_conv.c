@@ -12,15 +12,19 @@
  * what keeps the optimiser and pruning working on plain arrays). This file
  * makes the descriptors; the executables, conversions, argument checks and
  * calls are those of every layer with weights (cpu_wlayer.c). */
+#include <stddef.h>
+
 #include "nn/cpu/px_cpu_int.h"
 
 struct px_conv2d {
-  px__ops_head_t head; /* first: the dispatcher reads it */
-  px_ops_t *ops;
-  px_conv2d_params_t p;
+  px__ops_head_t head; /* first, the contract second: the dispatcher reads both */
   px__cpu_wlayer_t l; /* x: [N, C_in, H, W] in the input's layout; y: [N, C_out, OH, OW] in
                          oneDNN's; w: [C_out, C_in/groups, KH, KW] plain; b: [C_out] */
+  px_ops_t *ops;
+  px_conv2d_params_t p;
 };
+_Static_assert(offsetof(struct px_conv2d, l.wl) == offsetof(px__wlayer_op_t, wl),
+               "the dispatcher reads the contract at px__wlayer_op_t's offset");
 
 void px__cpu_conv2d_destroy(px_conv2d_t *op) {
   if (!op) return;
@@ -117,10 +121,6 @@ px_status_t px__cpu_conv2d_create(px_ops_t *ops, const px_tensor_t *x_spec, cons
   *out = op;
   return PX_OK;
 }
-
-void px__cpu_conv2d_y_spec(const px_conv2d_t *op, px_tensor_t *spec) { *spec = op->l.wl.y_spec; }
-void px__cpu_conv2d_w_spec(const px_conv2d_t *op, px_tensor_t *spec) { *spec = op->l.wl.w_spec; }
-void px__cpu_conv2d_b_spec(const px_conv2d_t *op, px_tensor_t *spec) { *spec = op->l.wl.b_spec; }
 
 px_status_t px__cpu_conv2d_forward(px_conv2d_t *op, px_tensor_t *y, const px_tensor_t *x,
                                    const px_tensor_t *w, const px_tensor_t *b) {

@@ -5,15 +5,19 @@
  * for a 4-D source is the same memory as plain OIHW; oneDNN's preferred
  * weight layout is reached through the context's weight buffer as for
  * convolution, by the part every layer with weights shares (cpu_wlayer.c). */
+#include <stddef.h>
+
 #include "nn/cpu/px_cpu_int.h"
 
 struct px_fc {
-  px__ops_head_t head; /* first: the dispatcher reads it */
-  px_ops_t *ops;
-  px_fc_params_t p;
+  px__ops_head_t head; /* first, the contract second: the dispatcher reads both */
   px__cpu_wlayer_t l; /* x: [N, C] or [N, C, H, W] in the input's layout; y: [N, out] plain;
                          w: [out, C*H*W] plain; b: [out] */
+  px_ops_t *ops;
+  px_fc_params_t p;
 };
+_Static_assert(offsetof(struct px_fc, l.wl) == offsetof(px__wlayer_op_t, wl),
+               "the dispatcher reads the contract at px__wlayer_op_t's offset");
 
 void px__cpu_fc_destroy(px_fc_t *op) {
   if (!op) return;
@@ -80,10 +84,6 @@ px_status_t px__cpu_fc_create(px_ops_t *ops, const px_tensor_t *x_spec, const px
   *out = op;
   return PX_OK;
 }
-
-void px__cpu_fc_y_spec(const px_fc_t *op, px_tensor_t *spec) { *spec = op->l.wl.y_spec; }
-void px__cpu_fc_w_spec(const px_fc_t *op, px_tensor_t *spec) { *spec = op->l.wl.w_spec; }
-void px__cpu_fc_b_spec(const px_fc_t *op, px_tensor_t *spec) { *spec = op->l.wl.b_spec; }
 
 px_status_t px__cpu_fc_forward(px_fc_t *op, px_tensor_t *y, const px_tensor_t *x, const px_tensor_t *w,
                                const px_tensor_t *b) {

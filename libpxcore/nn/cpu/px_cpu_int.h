@@ -162,7 +162,7 @@ void *px__cpu_op_new(px_ops_t *ops, size_t size, const char *name);
 enum { PX__WL_FWD, PX__WL_BWD_D, PX__WL_BWD_W, PX__WL_NPD }; /* the descriptors, in order */
 
 typedef struct {
-  px__wlayer_t wl;  /* the argument contract: specs, bias (nn/px_ops_int.h) */
+  px__wlayer_t wl;  /* first: the argument contract, specs and bias (nn/px_ops_int.h) */
   px__exec_t fwd;   /* SRC, WEIGHTS, DST, [BIAS] */
   px__exec_t bwd_d; /* DIFF_DST, WEIGHTS, DIFF_SRC */
   px__exec_t bwd_w; /* SRC, DIFF_DST, DIFF_WEIGHTS, [DIFF_BIAS] */

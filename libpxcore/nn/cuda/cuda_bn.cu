@@ -326,11 +326,9 @@ extern "C" px_status_t px__cuda_batchnorm_create(px_ops_t *o, const px_tensor_t 
              (double)p->momentum);
   PX_CHECK(px__cuda_enter(ops));
   px_status_t st = PX_OK;
-  px__cuda_batchnorm_t *op = (px__cuda_batchnorm_t *)px_calloc(1, sizeof *op, "cuda batchnorm");
+  px__cuda_batchnorm_t *op = (px__cuda_batchnorm_t *)px__cuda_op_new(ops, sizeof *op, "cuda batchnorm");
   if (!op) return PX_ERR_NOMEM;
-  op->head.be = &px__cuda_backend;
   op->ops = ops;
-  px__cuda_op_born(ops);
   op->p = *p;
   op->c = x_spec->dims[1];
   op->hw = x_spec->dims[2] * x_spec->dims[3];

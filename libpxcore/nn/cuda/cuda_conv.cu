@@ -23,20 +23,21 @@
  * gradient back to f32 OIHW after the backward-filter call (a few
  * microseconds a layer, no allocation). bf16 convolutions accumulate in f32
  * on tensor cores. */
+#include <stddef.h>
 #include <string.h>
 
 #include "nn/cuda/px_cuda_ops_int.h"
 
 typedef struct px__cuda_conv2d {
-  px__ops_head_t head; /* first: the dispatcher reads it */
+  px__ops_head_t head; /* first, the contract second: the dispatcher reads both */
+  px__wlayer_t wl;     /* x [N, C_in, H, W], y [N, C_out, OH, OW],
+                          w [C_out, C_in, KH, KW], b [C_out] */
   px__cuda_ops_t *ops;
   px_conv2d_params_t p;
   int tf32;
   int nhwc;            /* channels-last input and output: KRSC weight copies */
   int bf16;            /* bf16 activations (and weight copies) */
   size_t w_numel;      /* C_out * C_in * KH * KW */
-  px__wlayer_t wl;     /* x [N, C_in, H, W], y [N, C_out, OH, OW],
-                          w [C_out, C_in, KH, KW], b [C_out] */
   cudnnTensorDescriptor_t x_desc, y_desc, b_desc; /* b_desc: [1, C_out, 1, 1] */
   cudnnFilterDescriptor_t w_desc;
   cudnnConvolutionDescriptor_t fwd_desc, bwd_data_desc, bwd_filter_desc;
@@ -46,6 +47,8 @@ typedef struct px__cuda_conv2d {
   size_t fwd_ws, bwd_data_ws, bwd_filter_ws; /* workspace bytes of each algorithm */
   int fwd_math, bwd_data_math, bwd_filter_math; /* cudnnMathType_t of each */
 } px__cuda_conv2d_t;
+static_assert(offsetof(px__cuda_conv2d_t, wl) == offsetof(px__wlayer_op_t, wl),
+              "the dispatcher reads the contract at px__wlayer_op_t's offset");
 
 static px__cuda_conv2d_t *px__op(px_conv2d_t *op) { return (px__cuda_conv2d_t *)op; }
 static const px__cuda_conv2d_t *px__cop(const px_conv2d_t *op) {
@@ -276,11 +279,9 @@ extern "C" px_status_t px__cuda_conv2d_create(px_ops_t *o, const px_tensor_t *x_
   PX_CHECK(px__cuda_enter(ops));
 
   px_status_t st = PX_OK;
-  px__cuda_conv2d_t *op = (px__cuda_conv2d_t *)px_calloc(1, sizeof *op, "cuda conv2d");
+  px__cuda_conv2d_t *op = (px__cuda_conv2d_t *)px__cuda_op_new(ops, sizeof *op, "cuda conv2d");
   if (!op) return PX_ERR_NOMEM;
-  op->head.be = &px__cuda_backend;
   op->ops = ops;
-  px__cuda_op_born(ops);
   op->p = *p;
   op->tf32 = ops->tf32;
   op->nhwc = px__cuda_nhwc(x_spec);
@@ -336,16 +337,6 @@ extern "C" px_status_t px__cuda_conv2d_create(px_ops_t *o, const px_tensor_t *x_
 fail:
   px__cuda_conv2d_destroy((px_conv2d_t *)op);
   return st;
-}
-
-extern "C" void px__cuda_conv2d_y_spec(const px_conv2d_t *op, px_tensor_t *spec) {
-  *spec = px__cop(op)->wl.y_spec;
-}
-extern "C" void px__cuda_conv2d_w_spec(const px_conv2d_t *op, px_tensor_t *spec) {
-  *spec = px__cop(op)->wl.w_spec;
-}
-extern "C" void px__cuda_conv2d_b_spec(const px_conv2d_t *op, px_tensor_t *spec) {
-  *spec = px__cop(op)->wl.b_spec;
 }
 
 /* ---- the one conversion point of the weights --------------------------------------- */

@@ -8,18 +8,21 @@
  * The bias is added and reduced by two small kernels. A 4-D input
  * [N, C, H, W] is the same memory as [N, C*H*W]. */
 #include <limits.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "nn/cuda/px_cuda_ops_int.h"
 
 typedef struct px__cuda_fc {
-  px__ops_head_t head; /* first: the dispatcher reads it */
+  px__ops_head_t head; /* first, the contract second: the dispatcher reads both */
+  px__wlayer_t wl;    /* x [N, C] or [N, C, H, W], y [N, out], w [out, in], b [out] */
   px__cuda_ops_t *ops;
   px_fc_params_t p;
   int tf32;
   int n, in, out;
-  px__wlayer_t wl;    /* x [N, C] or [N, C, H, W], y [N, out], w [out, in], b [out] */
 } px__cuda_fc_t;
+static_assert(offsetof(px__cuda_fc_t, wl) == offsetof(px__wlayer_op_t, wl),
+              "the dispatcher reads the contract at px__wlayer_op_t's offset");
 
 /* y[r, o] += b[o] */
 __global__ static void px__fc_bias_kernel(float *__restrict__ y, const float *__restrict__ b,
@@ -58,11 +61,9 @@ extern "C" px_status_t px__cuda_fc_create(px_ops_t *o, const px_tensor_t *x_spec
   for (int i = 1; i < x_spec->ndim; i++) in *= x_spec->dims[i];
   PX_REQUIRE(x_spec->dims[0] <= INT_MAX && in <= INT_MAX, "px_fc_create: input too large for cuBLAS");
   px_status_t st = PX_OK;
-  px__cuda_fc_t *op = (px__cuda_fc_t *)px_calloc(1, sizeof *op, "cuda fc");
+  px__cuda_fc_t *op = (px__cuda_fc_t *)px__cuda_op_new(ops, sizeof *op, "cuda fc");
   if (!op) return PX_ERR_NOMEM;
-  op->head.be = &px__cuda_backend;
   op->ops = ops;
-  px__cuda_op_born(ops);
   op->p = *p;
   op->tf32 = ops->tf32;
   op->n = (int)x_spec->dims[0];
@@ -80,16 +81,6 @@ extern "C" px_status_t px__cuda_fc_create(px_ops_t *o, const px_tensor_t *x_spec
 fail:
   px__cuda_fc_destroy((px_fc_t *)op);
   return st;
-}
-
-extern "C" void px__cuda_fc_y_spec(const px_fc_t *op, px_tensor_t *spec) {
-  *spec = ((const px__cuda_fc_t *)op)->wl.y_spec;
-}
-extern "C" void px__cuda_fc_w_spec(const px_fc_t *op, px_tensor_t *spec) {
-  *spec = ((const px__cuda_fc_t *)op)->wl.w_spec;
-}
-extern "C" void px__cuda_fc_b_spec(const px_fc_t *op, px_tensor_t *spec) {
-  *spec = ((const px__cuda_fc_t *)op)->wl.b_spec;
 }
 
 /* The op's math mode on the context's (shared) cuBLAS handle. */

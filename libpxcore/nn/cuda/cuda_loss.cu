@@ -1,6 +1,7 @@
 /* Softmax cross-entropy on CUDA: one block, each thread taking rows
- * t, t + blockDim, ..., with the arithmetic of the CPU version (max first,
- * then sums of exp in double, the first maximum as the prediction); the
+ * t, t + blockDim, ..., with the arithmetic of the CPU version, the same
+ * code (nn/px_loss_row.h: max first, then sums of exp in double, the first
+ * maximum as the prediction); the
  * per-thread loss sums, hit counts and the first bad label are combined by
  * a fixed tree in shared memory, so the result is deterministic. Logits are
  * [N, K] with K the number of classes (10 for our data sets): a row per
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #include "nn/cuda/px_cuda_ops_int.h"
+#include "nn/px_loss_row.h"
 
 enum { PX__CE_THREADS = 256 };
 
@@ -31,22 +33,9 @@ __global__ static void px__softmax_ce_kernel(px__cuda_loss_result_t *res, float 
       if (bad < 0) bad = (int)r; /* rows ascend per thread: this is its first */
       continue;
     }
-    int64_t arg = 0;
-    for (int64_t j = 1; j < k; j++)
-      if (row[j] > row[arg]) arg = j;
-    const double mx = row[arg];
-    double sum = 0.0;
-    for (int64_t j = 0; j < k; j++) sum += exp((double)row[j] - mx);
-    const double lse = mx + log(sum);
-    loss += lse - (double)row[lab];
-    hits += arg == lab;
-    if (dlogits) {
-      float *drow = dlogits + r * k;
-      for (int64_t j = 0; j < k; j++) {
-        const double pj = exp((double)row[j] - lse);
-        drow[j] = (float)((pj - (j == lab ? 1.0 : 0.0)) * inv_n);
-      }
-    }
+    int hit;
+    loss += px__softmax_ce_row(dlogits ? dlogits + r * k : NULL, &hit, row, lab, k, inv_n);
+    hits += hit;
   }
   s_loss[t] = loss;
   s_hits[t] = hits;

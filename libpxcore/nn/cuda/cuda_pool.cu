@@ -187,11 +187,9 @@ extern "C" px_status_t px__cuda_pool2d_create(px_ops_t *o, const px_tensor_t *x_
   g.mode = (int)p->mode;
 
   px_status_t st = PX_OK;
-  px__cuda_pool2d_t *op = (px__cuda_pool2d_t *)px_calloc(1, sizeof *op, "cuda pool2d");
+  px__cuda_pool2d_t *op = (px__cuda_pool2d_t *)px__cuda_op_new(ops, sizeof *op, "cuda pool2d");
   if (!op) return PX_ERR_NOMEM;
-  op->head.be = &px__cuda_backend;
   op->ops = ops;
-  px__cuda_op_born(ops);
   op->p = *p;
   op->g = g;
   op->x_spec = px__ops_spec_copy(x_spec);

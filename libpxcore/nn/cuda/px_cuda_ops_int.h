@@ -178,6 +178,11 @@ px_status_t px__cuda_tensor_desc(cudnnTensorDescriptor_t d, int64_t n, int64_t c
 
 void px__cuda_op_born(px__cuda_ops_t *ops);
 void px__cuda_op_died(px__cuda_ops_t *ops);
+/* A zeroed op object of size bytes whose first member is a px__ops_head_t,
+ * bound to the CUDA backend and registered with ops (px__cuda_op_born); the
+ * caller sets its ops pointer and frees it with px_free after
+ * px__cuda_op_died. NULL when out of memory (nothing registered). */
+void *px__cuda_op_new(px__cuda_ops_t *ops, size_t size, const char *name);
 
 /* Launch geometry for n elements, one per thread, grid-stride beyond. */
 enum { PX__CUDA_THREADS = 256 };
