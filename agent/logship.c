@@ -178,16 +178,7 @@ void *pxa_logship_main(void *arg) {
       int exited = pxa_logship_due(ag);
       if (!exited || pxa_now_ms() >= ag->flush_until_ms) break;
     } else if (!pxa_logship_due(ag) && pxa_now_ms() < next) {
-      struct timespec ts;
-      clock_gettime(CLOCK_MONOTONIC, &ts);
-      int64_t ms = next - pxa_now_ms();
-      ts.tv_sec += (time_t)(ms / 1000);
-      ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-      if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-      }
-      pthread_cond_timedwait(&ag->cv, &ag->mu, &ts);
+      pxa_cond_wait_ms(&ag->cv, &ag->mu, next - pxa_now_ms());
       continue;
     }
     pthread_mutex_unlock(&ag->mu);

@@ -83,15 +83,6 @@ static int pxa_bad_usage(const char *fmt, const char *arg) {
   return 2;
 }
 
-static int pxa_parse_int(const char *s, int lo, int hi, int *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return -1;
-  *out = (int)v;
-  return 0;
-}
-
 /* Keeps a copy of a config-file value for the life of the run. */
 static const char *pxa_config_keep(pxa_config_t *c, const char *v, int from_file) {
   if (!from_file) return v; /* argv outlives the run */

@@ -21,17 +21,7 @@
 /* ---- waiting -------------------------------------------------------------- */
 
 /* Waits on cv for up to ms (mu held). */
-static void pxa_wait(pxa_agent_t *ag, int64_t ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  ts.tv_sec += (time_t)(ms / 1000);
-  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (ts.tv_nsec >= 1000000000L) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000L;
-  }
-  pthread_cond_timedwait(&ag->cv, &ag->mu, &ts);
-}
+static void pxa_wait(pxa_agent_t *ag, int64_t ms) { pxa_cond_wait_ms(&ag->cv, &ag->mu, ms); }
 
 /* The next pause of a capped exponential backoff, with +-20% jitter so that
  * the agents of a cluster do not all come back in the same millisecond. */

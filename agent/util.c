@@ -33,6 +33,27 @@ void pxa_sleep_ms(int64_t ms) {
   }
 }
 
+void pxa_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ts.tv_sec += (time_t)(ms / 1000);
+  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  pthread_cond_timedwait(cv, mu, &ts);
+}
+
+int pxa_parse_int(const char *s, int lo, int hi, int *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return -1;
+  *out = (int)v;
+  return 0;
+}
+
 px_status_t pxa_mkdirs(const char *dir) {
   char p[4096];
   size_t n = strlen(dir);

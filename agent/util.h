@@ -3,6 +3,7 @@
 #ifndef PX_AGENT_UTIL_H
 #define PX_AGENT_UTIL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -12,6 +13,14 @@
 int64_t pxa_now_ms(void);
 int64_t pxa_unix_ms(void);
 void pxa_sleep_ms(int64_t ms);
+
+/* Waits on cv (mu held) for up to ms milliseconds of the monotonic clock,
+ * the clock the agent's condition variables are made with. */
+void pxa_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms);
+
+/* Parses s as a whole decimal int in [lo, hi] into *out: 0, or -1 (and
+ * *out untouched) for anything else. */
+int pxa_parse_int(const char *s, int lo, int hi, int *out);
 
 /* Creates dir and its missing parents (mode 0755). PX_ERR_IO naming the
  * path on failure. */

@@ -133,15 +133,6 @@ static int pxw_bad_usage(const char *fmt, const char *arg) {
   return 2;
 }
 
-static int pxw_parse_int(const char *s, int lo, int hi, int *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return -1;
-  *out = (int)v;
-  return 0;
-}
-
 static int pxw_parse_level(const char *s, px_log_level_t *out) {
   static const char *const names[] = {"error", "warn", "info", "debug"};
   for (int i = 0; i < 4; i++)
@@ -214,7 +205,7 @@ static int pxw_parse_args(int argc, char **argv, pxw_args_t *a) {
       default:
         return pxw_bad_usage("unknown or incomplete option '%s'", argv[optind - 1]);
     }
-    if (target && pxw_parse_int(optarg, lo, 1 << 20, target) != 0)
+    if (target && pxa_parse_int(optarg, lo, 1 << 20, target) != 0)
       return pxw_bad_usage("'%s' is not a valid number here", optarg);
   }
   if (optind < argc) return pxw_bad_usage("unexpected argument '%s'", argv[optind]);

@@ -16,20 +16,10 @@
 #include <time.h>
 
 #include "prunex/prune.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
+#include "px_bench_util.h"
 
 static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  qsort(v, (size_t)n, sizeof *v, pxb_cmp_double);
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
@@ -150,13 +140,13 @@ int main(int argc, char **argv) {
   px_pack_expand(plan, y);
   memcpy(dst, src, packed);
   for (int r = 0; r < reps; r++) {
-    double t0 = now_s();
+    double t0 = px__now();
     px_pack_shrink(plan, (const float *const *)w);
-    double t1 = now_s();
+    double t1 = px__now();
     px_pack_expand(plan, y);
-    double t2 = now_s();
+    double t2 = px__now();
     memcpy(dst, src, packed);
-    double t3 = now_s();
+    double t3 = px__now();
     ts[r] = t1 - t0;
     te[r] = t2 - t1;
     tm[r] = t3 - t2;

@@ -20,15 +20,10 @@
 
 #include "prunex/comm.h"
 #include "prunex/kv.h"
+#include "../px_bench_util.h"
 
 #define MAX_SIZES 32
 #define MAX_REPS 64
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int iters_for(size_t bytes, int forced) {
   if (forced > 0) return forced;
@@ -36,11 +31,6 @@ static int iters_for(size_t bytes, int forced) {
   if (it < 4) it = 4;
   if (it > 2000) it = 2000;
   return (int)it;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
 }
 
 /* one rank: times every size, writes the per-rep mean into res */
@@ -71,10 +61,10 @@ static int rank_main(int rank, int nranks, const int *nodes, const char *dir, co
       if (px_comm_allreduce(w, x, y, n, PX_COMM_F32, PX_COMM_SUM) != PX_OK) goto fail;
     for (int r = 0; r < reps; r++) {
       if (px_comm_barrier(w) != PX_OK) goto fail;
-      double t0 = now_s();
+      double t0 = px__now();
       for (int i = 0; i < it; i++)
         if (px_comm_allreduce(w, x, y, n, PX_COMM_F32, PX_COMM_SUM) != PX_OK) goto fail;
-      double t = (now_s() - t0) / it;
+      double t = (px__now() - t0) / it;
       /* the slowest rank defines the time */
       double tmax = t;
       if (px_comm_allreduce(w, &t, &tmax, 1, PX_COMM_F64, PX_COMM_MAX) != PX_OK) goto fail;
@@ -156,7 +146,7 @@ int main(int argc, char **argv) {
   for (int s = 0; s < nsizes; s++) {
     double t[MAX_REPS];
     for (int r = 0; r < reps; r++) t[r] = res[s * MAX_REPS + r];
-    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    qsort(t, (size_t)reps, sizeof t[0], pxb_cmp_double);
     double med = t[reps / 2];
     double busbw = (double)sizes[s] / med * 2.0 * (nranks - 1) / nranks / 1e9;
     printf("%zu %.3f %.3f\n", sizes[s], med * 1e6, busbw);

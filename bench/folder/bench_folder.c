@@ -14,12 +14,7 @@
 #include <time.h>
 
 #include "prunex/data.h"
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "../px_bench_util.h"
 
 int main(int argc, char **argv) {
   if (argc != 7) {
@@ -31,13 +26,13 @@ int main(int argc, char **argv) {
   px_folder_config_t fc = {argv[1], PX_SPLIT_TRAIN, channels, size, argv[2]};
   px_folder_report_t rep;
   px_dataset_t *ds;
-  double t0 = now();
+  double t0 = px__now();
   if (px_dataset_load_folder(&fc, &rep, &ds) != PX_OK || !rep.built) {
     fprintf(stderr, "px_bench_folder: first pass: %s\n",
             rep.built ? px_last_error() : "a cache already existed");
     return 1;
   }
-  double decode_s = now() - t0;
+  double decode_s = px__now() - t0;
   double decode_rate = (double)rep.files / decode_s;
   printf("first pass  %lld images -> %dx%dx%d  %.2f s  %.0f images/s\n", (long long)rep.files,
          channels, size, size, decode_s, decode_rate);
@@ -49,12 +44,12 @@ int main(int argc, char **argv) {
     return 1;
   }
   px_dataset_destroy(ds);
-  t0 = now();
+  t0 = px__now();
   if (px_dataset_load_folder(&fc, &rep, &ds) != PX_OK || rep.built) {
     fprintf(stderr, "px_bench_folder: the cache was not reused\n");
     return 1;
   }
-  double map_s = now() - t0;
+  double map_s = px__now() - t0;
   px_loader_config_t lc;
   px_loader_config_default(ds, &lc);
   lc.prefetch = 0;
@@ -67,7 +62,7 @@ int main(int argc, char **argv) {
   }
   int64_t images = 0;
   double checksum = 0;
-  t0 = now();
+  t0 = px__now();
   for (int e = 0; e < epochs; e++) {
     px_loader_begin_epoch(l, e);
     px_batch_t b;
@@ -77,7 +72,7 @@ int main(int argc, char **argv) {
     }
     px_loader_end_epoch(l);
   }
-  double feed_s = now() - t0;
+  double feed_s = px__now() - t0;
   double feed_rate = (double)images / feed_s;
   printf("cache feed  %lld images at %dx%dx%d (map %.3f s), random-resized crop + flip + "
          "normalise, batch 128  %.2f s  %.0f images/s  (checksum %.3f)\n",

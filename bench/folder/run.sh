@@ -12,14 +12,12 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../../build}
 bin=$build/bench/folder/px_bench_folder
-PY=${PY:-/usr/bin/python3}
-[ -x "$bin" ] || { echo "run.sh: $bin not built" >&2; exit 1; }
-"$PY" -c "import cv2, numpy" 2>/dev/null || { echo "run.sh: python3-opencv missing: scripts/bootstrap" >&2; exit 1; }
+. "$here/../bench_lib.sh"
+bench_need "$bin" "cv2, numpy" python3-opencv
 N=${N:-4000}; SRC=${SRC:-96}; SIZE=${SIZE:-64}; FEED=${FEED:-32}; EPOCHS=${EPOCHS:-3}
 ROUNDS=${ROUNDS:-3}
 export OMP_NUM_THREADS=1
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+bench_scratch
 "$PY" "$here/../../examples/make_fmnist_folder.py" "$dir/raw" --train "$N" --val 10 >/dev/null
 # colour JPEGs of SRC x SRC: the grey images tinted and enlarged
 "$PY" - "$dir/raw" "$dir/jpg" "$SRC" <<'PYEOF'

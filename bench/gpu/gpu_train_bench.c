@@ -18,17 +18,9 @@
 #include "prunex/cuda.h"
 #include "prunex/data.h"
 #include "prunex/nn.h"
+#include "../px_bench_util.h"
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int fail(const char *what) {
-  fprintf(stderr, "px_bench_gpu_train: %s: %s\n", what, px_last_error());
-  return 1;
-}
+static int fail(const char *what) { return pxb_fail("px_bench_gpu_train", what); }
 
 static int parse_int(const char *s, int lo, int hi, int *out) {
   char *end;
@@ -142,7 +134,7 @@ int main(int argc, char **argv) {
   for (int s = 0; s < warmup + steps; s++) {
     if (s == warmup) {
       if (px_ops_sync(ops) < 0) return fail("sync");
-      t0 = now_s();
+      t0 = px__now();
     }
     const int b = s % NBATCH;
     float loss;
@@ -154,7 +146,7 @@ int main(int argc, char **argv) {
     loss_last = loss;
   }
   if (px_ops_sync(ops) < 0) return fail("sync");
-  const double el = now_s() - t0;
+  const double el = px__now() - t0;
   px_cuda_mem_stats_t ms;
   px_cuda_mem_stats(&ms);
   printf("%d steps in %.3f s (%.2f ms/step), last loss %.4f\n", steps, el, 1e3 * el / steps,

@@ -24,28 +24,14 @@
 #include "prunex/nn.h"
 #include "prunex/prune.h"
 #include "bench_project.h"
+#include "../px_bench_util.h"
 
 #define CALIBRATE 20
 
 /* Process CPU time: on a shared, loaded machine the wall clock measures the
  * other tenants; with one thread this is the work done (wall times are
  * printed too). */
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static double wall_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int die(const char *what) {
-  fprintf(stderr, "px_bench_eval: %s: %s\n", what, px_last_error());
-  return 1;
-}
+static int die(const char *what) { return pxb_fail("px_bench_eval", what); }
 
 typedef struct {
   px__infer_t *net;
@@ -120,7 +106,7 @@ int main(int argc, char **argv) {
   const float *w = px_model_flat_params(dense)->data;
   for (size_t i = 0; i < numel; i++) nz += w[i] != 0.0f;
   /* the compact model and its net, built once */
-  double t0 = now_s();
+  double t0 = pxb_cpu_s();
   px__compact_t *plan;
   px_model_t *cm;
   ctx_t k = {NULL, dense, 0};
@@ -132,23 +118,23 @@ int main(int argc, char **argv) {
   if (px__infer_create(cm, b, 0, &k.net) < 0 || px__infer_load(k.net) < 0 ||
       px__infer_create(cm, tc.batch, 1, &cal) < 0)
     return die("net");
-  double t_build = now_s() - t0;
+  double t_build = pxb_cpu_s() - t0;
   px_eval_stats_t ed, ek;
   if (px_trainer_evaluate_with(t, compare, &k, &ed) < 0) return die("compare");
   /* evaluation alone, the model as given */
   double dense_eval = 1e30, compact_eval = 1e30, dense_cal = 1e30, compact_cal = 1e30;
   double wd = 1e30, wk = 1e30;
   for (int r = 0; r < repeats; r++) {
-    double w0 = wall_s();
-    t0 = now_s();
+    double w0 = px__now();
+    t0 = pxb_cpu_s();
     if (px_trainer_evaluate(t, &ed) < 0) return die("dense evaluation");
-    double a = now_s() - t0, wa = wall_s() - w0;
-    w0 = wall_s();
-    t0 = now_s();
+    double a = pxb_cpu_s() - t0, wa = px__now() - w0;
+    w0 = px__now();
+    t0 = pxb_cpu_s();
     if (px__compact_update(plan, dense) < 0 || px__compact_fill(plan, dense, cm) < 0 ||
         px__infer_load(k.net) < 0 || px_trainer_evaluate_with(t, eval_compact, &k, &ek) < 0)
       return die("compact evaluation");
-    double c = now_s() - t0, wc = wall_s() - w0;
+    double c = pxb_cpu_s() - t0, wc = px__now() - w0;
     if (a < dense_eval) dense_eval = a;
     if (c < compact_eval) compact_eval = c;
     if (wa < wd) wd = wa;
@@ -156,13 +142,13 @@ int main(int argc, char **argv) {
   }
   /* calibration (changes the statistics: after the comparisons) */
   for (int r = 0; r < repeats; r++) {
-    t0 = now_s();
+    t0 = pxb_cpu_s();
     if (px_trainer_calibrate_bn(t, CALIBRATE) < 0) return die("dense calibration");
-    double a = now_s() - t0;
-    t0 = now_s();
+    double a = pxb_cpu_s() - t0;
+    t0 = pxb_cpu_s();
     if (px__infer_load(cal) < 0 || px_trainer_calibrate_with(t, calibrate, cal, CALIBRATE) < 0)
       return die("compact calibration");
-    double c = now_s() - t0;
+    double c = pxb_cpu_s() - t0;
     if (a < dense_cal) dense_cal = a;
     if (c < compact_cal) compact_cal = c;
   }

@@ -17,42 +17,29 @@
 #include "prunex/export.h"
 #include "prunex/prune.h"
 #include "bench_project.h"
+#include "../px_bench_util.h"
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static int die(const char *what) {
-  fprintf(stderr, "px_bench_infer: %s: %s\n", what, px_last_error());
-  return 1;
-}
+static int die(const char *what) { return pxb_fail("px_bench_infer", what); }
 
 /* images/s at the model's batch over iters forward passes (after one warm-up) */
 static double throughput(px_model_t *m, const float *x, float *logits, int iters) {
   int B = px_model_config(m)->batch;
   if (px_model_logits(m, x, B, logits) < 0) return -1;
-  double t0 = now_s();
+  double t0 = px__now();
   for (int i = 0; i < iters; i++)
     if (px_model_logits(m, x, B, logits) < 0) return -1;
-  return iters * (double)B / (now_s() - t0);
+  return iters * (double)B / (px__now() - t0);
 }
 
 static double latency_ms(px_model_t *m, const float *x, float *logits, int iters) {
   double *t = malloc((size_t)iters * sizeof *t);
   if (px_model_logits(m, x, 1, logits) < 0) return -1;
   for (int i = 0; i < iters; i++) {
-    double t0 = now_s();
+    double t0 = px__now();
     if (px_model_logits(m, x, 1, logits) < 0) return -1;
-    t[i] = 1e3 * (now_s() - t0);
+    t[i] = 1e3 * (px__now() - t0);
   }
-  qsort(t, (size_t)iters, sizeof *t, cmp_d);
+  qsort(t, (size_t)iters, sizeof *t, pxb_cmp_double);
   double med = t[iters / 2];
   free(t);
   return med;

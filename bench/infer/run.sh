@@ -12,16 +12,14 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../../build}
 bin=$build/bench/infer/px_bench_infer
-PY=${PY:-/usr/bin/python3}
-[ -x "$bin" ] || { echo "run.sh: $bin not built" >&2; exit 1; }
-"$PY" -c "import torch" 2>/dev/null || { echo "run.sh: PyTorch missing: scripts/bootstrap" >&2; exit 1; }
+. "$here/../bench_lib.sh"
+bench_need "$bin" torch PyTorch
 MODELS=${MODELS:-"resnet20:1 resnet18:3 resnet50:3"}
 KEEP=${KEEP:-0.5}
 ITERS=${ITERS:-5}
 THREADS=${THREADS:-2}
 export OMP_NUM_THREADS=$THREADS
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+bench_scratch
 results=()
 for mc in $MODELS; do
   m=${mc%%:*}; c=${mc##*:}

@@ -13,25 +13,21 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../../build}
 pxtrain=$build/cli/pxtrain
-PY=${PY:-/usr/bin/python3}
-[ -x "$pxtrain" ] || { echo "run.sh: $pxtrain not built" >&2; exit 1; }
-"$PY" -c "import torch" 2>/dev/null || { echo "run.sh: PyTorch missing: scripts/bootstrap --bench" >&2; exit 1; }
+. "$here/../bench_lib.sh"
+bench_need "$pxtrain" torch PyTorch
 ROUNDS=${ROUNDS:-3}
 STEPS=${STEPS:-10}
 THREADS=${THREADS:-2}
 BATCH=${BATCH:-128}
 export OMP_NUM_THREADS=$THREADS
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-"$PY" "$here/../../examples/export_onnx.py" "$tmp/resnet20.onnx" --channels 3 >/dev/null
+bench_scratch
+"$PY" "$here/../../examples/export_onnx.py" "$dir/resnet20.onnx" --channels 3 >/dev/null
 
-field() { awk -v k="$1" '$1=="RESULT" && $2==k {print $3}'; }
-best() { printf '%s\n' "$@" | sort -g | tail -n 1; }
 builtin=(); imported=(); torch=()
 for r in $(seq "$ROUNDS"); do
   o=$("$pxtrain" --bench --model resnet20 --batch "$BATCH" --threads "$THREADS" --steps "$STEPS")
   builtin+=("$(echo "$o" | field images_per_sec)")
-  o=$("$pxtrain" --bench --model-onnx "$tmp/resnet20.onnx" --batch "$BATCH" --threads "$THREADS" --steps "$STEPS")
+  o=$("$pxtrain" --bench --model-onnx "$dir/resnet20.onnx" --batch "$BATCH" --threads "$THREADS" --steps "$STEPS")
   imported+=("$(echo "$o" | field images_per_sec)")
   o=$("$PY" "$here/../train/torch_bench.py" --model resnet20 --batch "$BATCH" --threads "$THREADS" --steps "$STEPS")
   torch+=("$(echo "$o" | field images_per_sec)")

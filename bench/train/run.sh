@@ -10,10 +10,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../../build}
 pxtrain=$build/cli/pxtrain
-# Debian's interpreter: python3-torch is installed for it, not for other pythons on PATH
-PY=${PY:-/usr/bin/python3}
-[ -x "$pxtrain" ] || { echo "run.sh: $pxtrain not built (make build)" >&2; exit 1; }
-"$PY" -c "import torch" 2>/dev/null || { echo "run.sh: PyTorch missing: scripts/bootstrap --bench" >&2; exit 1; }
+. "$here/../bench_lib.sh"
+bench_need "$pxtrain" torch PyTorch
 MODELS=${MODELS:-"resnet20 resnet18"}
 ROUNDS=${ROUNDS:-3}
 STEPS=${STEPS:-10}
@@ -21,9 +19,6 @@ THREADS=${THREADS:-2}
 BATCH=${BATCH:-128}
 export OMP_NUM_THREADS=$THREADS
 
-field() { awk -v k="$1" '$1=="RESULT" && $2==k {print $3}'; }
-best() { printf '%s\n' "$@" | sort -g | tail -n 1; }
-least() { printf '%s\n' "$@" | sort -g | head -n 1; }
 
 printf '%-10s %12s %12s %8s %12s %12s %8s\n' model ours_img/s torch_img/s ratio ours_MB torch_MB mem
 results=()

@@ -268,6 +268,20 @@ static const char *px__group_name(px_group_kind_t k) {
 
 /* ---- posting --------------------------------------------------------------- */
 
+/* Records what a ucp_tag_*_nbx call returned for transfer x: done at once
+ * (NULL), failed at once (an error pointer) or in flight (a request). */
+static void px__xfer_posted(px_comm_t *c, px__xfer_t *x, ucs_status_ptr_t sp) {
+  if (sp == NULL) {
+    x->state = PX__XFER_DONE;
+    c->completions++;
+  } else if (UCS_PTR_IS_ERR(sp)) {
+    x->state = PX__XFER_DONE;
+    x->status = UCS_PTR_STATUS(sp);
+  } else {
+    x->req = sp;
+  }
+}
+
 int px__send(px__coll_t *r, int gpeer, const void *buf, size_t bytes, uint32_t step) {
   px_comm_t *c = r->c;
   px_group_t *g = r->g;
@@ -290,15 +304,7 @@ int px__send(px__coll_t *r, int gpeer, const void *buf, size_t bytes, uint32_t s
   ucs_status_ptr_t sp = ucp_tag_send_nbx(peer->ep, bytes ? buf : (const void *)&c->abort_msg,
                                          bytes, tag, &prm);
   atomic_fetch_add_explicit(&c->sent[px__tier(c, wp)], bytes, memory_order_relaxed);
-  if (sp == NULL) {
-    x->state = PX__XFER_DONE;
-    c->completions++;
-  } else if (UCS_PTR_IS_ERR(sp)) {
-    x->state = PX__XFER_DONE;
-    x->status = UCS_PTR_STATUS(sp);
-  } else {
-    x->req = sp;
-  }
+  px__xfer_posted(c, x, sp);
   return i;
 }
 
@@ -324,15 +330,7 @@ int px__recv(px__coll_t *r, int gpeer, void *buf, size_t bytes, uint32_t step) {
                              .user_data = x};
   ucs_status_ptr_t sp = ucp_tag_recv_nbx(c->worker, bytes ? buf : (void *)&c->abort_out_msg,
                                          bytes, tag, PX__TAG_MATCH_MASK, &prm);
-  if (sp == NULL) {
-    x->state = PX__XFER_DONE;
-    c->completions++;
-  } else if (UCS_PTR_IS_ERR(sp)) {
-    x->state = PX__XFER_DONE;
-    x->status = UCS_PTR_STATUS(sp);
-  } else {
-    x->req = sp;
-  }
+  px__xfer_posted(c, x, sp);
   return i;
 }
 

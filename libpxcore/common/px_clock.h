@@ -5,11 +5,14 @@
 
 #include <time.h>
 
-/* Monotonic seconds (only differences mean anything). */
-static inline double px__now(void) {
+/* Seconds of clock id (only differences mean anything). */
+static inline double px__clock_seconds(clockid_t id) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(id, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+/* Monotonic seconds. */
+static inline double px__now(void) { return px__clock_seconds(CLOCK_MONOTONIC); }
 
 #endif

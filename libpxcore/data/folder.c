@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "data_int.h"
+#include "prunex/text.h"
 #include "px_check.h"
 
 #define PX__CACHE_MAGIC "PXIMGC01"
@@ -382,28 +383,15 @@ static int px__cache_map(const char *path, const px_folder_config_t *cfg, uint64
   return 1;
 }
 
-static px_status_t px__write_all(FILE *fp, const void *p, size_t n, const char *path) {
-  if (n && fwrite(p, 1, n, fp) != n)
-    return px_set_error(PX_ERR_IO, "image folder cache %s: write: %s", path, strerror(errno));
-  return PX_OK;
-}
-
-/* Decodes every file of l into a new cache file at path (via a temporary
- * file and a rename). */
+/* Decodes every file of l into a new cache file at path, an atomic file
+ * (prunex/text.h): the header, whose statistics are known only at the end,
+ * is written as a placeholder first and over it before the commit. */
 static px_status_t px__cache_build(const char *path, const char *split_dir,
                                    const px_folder_config_t *cfg, const px__flist_t *l,
                                    uint64_t hash) {
-  char tmp[PX__PATH + 32], file[PX__PATH];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return px_set_error(PX_ERR_IO, "image folder cache %s: %s", tmp, strerror(errno));
-  FILE *fp = fdopen(fd, "wb");
-  if (!fp) {
-    close(fd);
-    unlink(tmp);
-    return px_set_error(PX_ERR_IO, "image folder cache %s: %s", tmp, strerror(errno));
-  }
+  char file[PX__PATH];
+  px_atomic_file_t f;
+  PX_CHECK(px_atomic_file_open(&f, path, 0644, 0));
   size_t img = (size_t)cfg->channels * cfg->size * cfg->size;
   size_t plane = (size_t)cfg->size * cfg->size;
   px_status_t st = PX_OK;
@@ -415,7 +403,7 @@ static px_status_t px__cache_build(const char *path, const char *split_dir,
   double sum[3] = {0, 0, 0}, sq[3] = {0, 0, 0};
   if (!pix || !labels) st = PX_ERR_NOMEM;
   if (st == PX_OK) st = px_image_decoder_create(&dec);
-  if (st == PX_OK) st = px__write_all(fp, &hdr, sizeof hdr, tmp);
+  if (st == PX_OK) st = px_atomic_file_write(&f, &hdr, sizeof hdr);
   uint64_t n = 0, skipped = 0;
   for (size_t i = 0; st == PX_OK && i < l->n; i++) {
     st = px__join(file, split_dir, l->names + l->e[i].name);
@@ -441,12 +429,12 @@ static px_status_t px__cache_build(const char *path, const char *split_dir,
       sq[c] += (double)q;
     }
     labels[n++] = (uint8_t)l->e[i].cls;
-    st = px__write_all(fp, pix, img, tmp);
+    st = px_atomic_file_write(&f, pix, img);
   }
   if (st == PX_OK && n == 0)
     st = px_set_error(PX_ERR_FORMAT, "image folder: none of the %zu images of %s could be decoded "
                       "(see the warnings above)", l->n, split_dir);
-  if (st == PX_OK) st = px__write_all(fp, labels, n, tmp);
+  if (st == PX_OK) st = px_atomic_file_write(&f, labels, n);
   if (st == PX_OK) {
     memcpy(hdr.magic, PX__CACHE_MAGIC, 8);
     hdr.version = PX__CACHE_VERSION;
@@ -463,18 +451,11 @@ static px_status_t px__cache_build(const char *path, const char *split_dir,
       hdr.mean[c] = (float)m;
       hdr.std[c] = (float)sqrt(var > 0 ? var : 0);
     }
-    if (fseek(fp, 0, SEEK_SET) != 0) st = px_set_error(PX_ERR_IO, "%s: seek: %s", tmp,
-                                                       strerror(errno));
+    if (pwrite(f.fd, &hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr)
+      st = px_set_error(PX_ERR_IO, "image folder cache %s: write: %s", f.tmp, strerror(errno));
   }
-  if (st == PX_OK) st = px__write_all(fp, &hdr, sizeof hdr, tmp);
-  if (st == PX_OK && (fflush(fp) != 0 || fsync(fileno(fp)) != 0))
-    st = px_set_error(PX_ERR_IO, "image folder cache %s: %s", tmp, strerror(errno));
-  if (fclose(fp) != 0 && st == PX_OK)
-    st = px_set_error(PX_ERR_IO, "image folder cache %s: %s", tmp, strerror(errno));
-  if (st == PX_OK && rename(tmp, path) != 0)
-    st = px_set_error(PX_ERR_IO, "image folder cache: rename %s to %s: %s", tmp, path,
-                      strerror(errno));
-  if (st != PX_OK) unlink(tmp);
+  if (st == PX_OK) st = px_atomic_file_commit(&f);
+  else px_atomic_file_abort(&f);
   if (st == PX_OK && skipped)
     px_log(PX_LOG_WARN, "image folder %s: %llu of %zu images skipped (unreadable or corrupt)",
            split_dir, (unsigned long long)skipped, l->n);

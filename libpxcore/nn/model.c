@@ -1285,9 +1285,10 @@ px_status_t px_model_forward_train(px_model_t *m, const float *x) {
   return px__forward(m, 1);
 }
 
-px_status_t px_model_logits(px_model_t *m, const float *x, int32_t n, float *logits) {
-  int B = m->cfg.batch, K = m->cfg.num_classes;
-  PX_REQUIRE(n >= 1 && n <= B, "logits of %d samples (model batch %d)", n, B);
+/* Inference forward of the first n (1..batch) samples of x, the rest of the
+ * batch zero-filled in host_x; leaves the batch's logits in host_logits. */
+static px_status_t px__infer_host(px_model_t *m, const float *x, int32_t n) {
+  const int B = m->cfg.batch, K = m->cfg.num_classes;
   if (n < B) {
     size_t per = (size_t)m->cfg.in_channels * m->cfg.height * m->cfg.width;
     memcpy(m->host_x, x, (size_t)n * per * sizeof(float));
@@ -1296,8 +1297,14 @@ px_status_t px_model_logits(px_model_t *m, const float *x, int32_t n, float *log
   }
   PX_CHECK(px__load_input(m, x, NULL));
   PX_CHECK(px__forward(m, 0));
-  PX_CHECK(px_tensor_copy_to_host(&m->acts[m->nacts - 1], m->host_logits,
-                                  (size_t)B * K * sizeof(float)));
+  return px_tensor_copy_to_host(&m->acts[m->nacts - 1], m->host_logits,
+                                (size_t)B * K * sizeof(float));
+}
+
+px_status_t px_model_logits(px_model_t *m, const float *x, int32_t n, float *logits) {
+  int B = m->cfg.batch, K = m->cfg.num_classes;
+  PX_REQUIRE(n >= 1 && n <= B, "logits of %d samples (model batch %d)", n, B);
+  PX_CHECK(px__infer_host(m, x, n));
   memcpy(logits, m->host_logits, (size_t)n * K * sizeof(float));
   return PX_OK;
 }
@@ -1308,16 +1315,7 @@ px_status_t px_model_eval_batch(px_model_t *m, const float *x, const int32_t *y,
   PX_REQUIRE(n >= 1 && n <= B, "evaluation batch of %d samples (model batch %d)", n, B);
   for (int i = 0; i < n; i++)
     PX_REQUIRE(y[i] >= 0 && y[i] < K, "label %d of sample %d is outside [0, %d)", y[i], i, K);
-  if (n < B) {
-    size_t per = (size_t)m->cfg.in_channels * m->cfg.height * m->cfg.width;
-    memcpy(m->host_x, x, (size_t)n * per * sizeof(float));
-    memset(m->host_x + (size_t)n * per, 0, (size_t)(B - n) * per * sizeof(float));
-    x = m->host_x;
-  }
-  PX_CHECK(px__load_input(m, x, NULL));
-  PX_CHECK(px__forward(m, 0));
-  PX_CHECK(px_tensor_copy_to_host(&m->acts[m->nacts - 1], m->host_logits,
-                                  (size_t)B * K * sizeof(float)));
+  PX_CHECK(px__infer_host(m, x, n));
   double ls = 0;
   int64_t ok = 0;
   for (int i = 0; i < n; i++) {

@@ -11,6 +11,8 @@
 
 /* The table of any context or op object (its first member). */
 #define PX__BE(obj) (((const px__ops_head_t *)(const void *)(obj))->be)
+/* The contract of a conv2d or fc object of any backend (px__wlayer_op_t). */
+#define PX__WL(op) (&((const px__wlayer_op_t *)(const void *)(op))->wl)
 
 px_status_t px_ops_create(px_device_t dev, int nthreads, px_ops_t **out) {
   PX_REQUIRE(out != NULL, "px_ops_create: out is NULL");
@@ -69,19 +71,67 @@ static void px__spec_str(const px_tensor_t *t, char *buf, size_t len) {
   if (k > 0 && (size_t)k < len) snprintf(buf + k, len - (size_t)k, "] %s", px_layout_name(t->layout));
 }
 
-px_status_t px__ops_check_tensor(const px_tensor_t *t, const px_tensor_t *spec, const char *what) {
-  if (!t) return px_set_error(PX_ERR_INVALID, "%s is NULL", what);
-  if (!t->data) return px_set_error(PX_ERR_INVALID, "%s has no storage", what);
+/* px__ops_check_tensor with the message's subject in two words (op, arg),
+ * joined only when a check fails: the calls allocate and format nothing. */
+static px_status_t px__check_as(const px_tensor_t *t, const px_tensor_t *spec, const char *op,
+                                const char *arg) {
+  const char *sep = arg ? " " : "";
+  if (!arg) arg = "";
+  if (!t) return px_set_error(PX_ERR_INVALID, "%s%s%s is NULL", op, sep, arg);
+  if (!t->data) return px_set_error(PX_ERR_INVALID, "%s%s%s has no storage", op, sep, arg);
   if (!px_tensor_same_spec(t, spec)) {
     char a[112], b[112];
     px__spec_str(t, a, sizeof a);
     px__spec_str(spec, b, sizeof b);
-    return px_set_error(PX_ERR_INVALID, "%s: tensor %s does not match the op's %s", what, a, b);
+    return px_set_error(PX_ERR_INVALID, "%s%s%s: tensor %s does not match the op's %s", op, sep,
+                        arg, a, b);
   }
   if (t->nbytes < spec->nbytes)
-    return px_set_error(PX_ERR_INVALID, "%s: storage of %zu bytes, %zu needed", what, t->nbytes,
-                        spec->nbytes);
+    return px_set_error(PX_ERR_INVALID, "%s%s%s: storage of %zu bytes, %zu needed", op, sep, arg,
+                        t->nbytes, spec->nbytes);
   return PX_OK;
+}
+
+px_status_t px__ops_check_tensor(const px_tensor_t *t, const px_tensor_t *spec, const char *what) {
+  return px__check_as(t, spec, what, NULL);
+}
+
+/* ---- the argument contract of the layers with weights --------------------------- */
+
+/* b in the forward direction, db in the backward one. */
+static px_status_t px__wlayer_check_bias(const px__wlayer_t *l, const px_tensor_t *b, int forward) {
+  if (l->bias) return px__check_as(b, &l->b_spec, l->name, forward ? "forward b" : "backward db");
+  if (b == NULL) return PX_OK;
+  if (forward)
+    return px_set_error(PX_ERR_INVALID, "%s forward: bias given to a %s without bias", l->name,
+                        l->noun);
+  return px_set_error(PX_ERR_INVALID, "%s backward: bias gradient asked of a %s without bias",
+                      l->name, l->noun);
+}
+
+px_status_t px__wlayer_check_forward(const px__wlayer_t *l, const px_tensor_t *y,
+                                     const px_tensor_t *x, const px_tensor_t *w,
+                                     const px_tensor_t *b) {
+  PX_CHECK(px__check_as(x, &l->x_spec, l->name, "forward x"));
+  PX_CHECK(px__check_as(w, &l->w_spec, l->name, "forward w"));
+  PX_CHECK(px__check_as(y, &l->y_spec, l->name, "forward y"));
+  return px__wlayer_check_bias(l, b, 1);
+}
+
+px_status_t px__wlayer_check_backward_data(const px__wlayer_t *l, const px_tensor_t *dx,
+                                           const px_tensor_t *dy, const px_tensor_t *w) {
+  PX_CHECK(px__check_as(dy, &l->y_spec, l->name, "backward dy"));
+  PX_CHECK(px__check_as(w, &l->w_spec, l->name, "backward w"));
+  return px__check_as(dx, &l->x_spec, l->name, "backward dx");
+}
+
+px_status_t px__wlayer_check_backward_weights(const px__wlayer_t *l, const px_tensor_t *dw,
+                                              const px_tensor_t *db, const px_tensor_t *x,
+                                              const px_tensor_t *dy) {
+  PX_CHECK(px__check_as(x, &l->x_spec, l->name, "backward x"));
+  PX_CHECK(px__check_as(dy, &l->y_spec, l->name, "backward dy"));
+  PX_CHECK(px__check_as(dw, &l->w_spec, l->name, "backward dw"));
+  return px__wlayer_check_bias(l, db, 0);
 }
 
 /* ---- creation: routed by the context ------------------------------------------ */
@@ -142,9 +192,32 @@ px_status_t px_reorder_create(px_ops_t *ops, const px_tensor_t *dst_spec,
   return PX__BE(ops)->reorder_create(ops, dst_spec, src_spec, out);
 }
 
+/* The shapes softmax_ce accepts, checked here once for every backend: logits
+ * plain f32 [N, K], labels plain i32 [N], dlogits (optional) like logits, all
+ * with storage on the context's device. Label values are the backend's to
+ * check (they may live on a GPU). */
+static px_status_t px__softmax_ce_check(px_device_t dev, const px_tensor_t *dlogits,
+                                        const px_tensor_t *logits, const px_tensor_t *labels) {
+  PX_REQUIRE(logits && labels, "px_softmax_ce: NULL tensor");
+  PX_REQUIRE(logits->data && labels->data, "px_softmax_ce: tensor without storage");
+  PX_REQUIRE(px_device_equal(logits->device, dev) && px_device_equal(labels->device, dev),
+             "px_softmax_ce: tensors on another device");
+  PX_REQUIRE(logits->ndim == 2 && logits->dtype == PX_DTYPE_F32 && !logits->layout,
+             "px_softmax_ce: logits must be plain f32 [N, K]");
+  const int64_t n = logits->dims[0];
+  PX_REQUIRE(labels->ndim == 1 && labels->dtype == PX_DTYPE_I32 && !labels->layout &&
+                 labels->dims[0] == n,
+             "px_softmax_ce: labels must be plain i32 [%lld]", (long long)n);
+  if (dlogits)
+    PX_REQUIRE(px_tensor_same_spec(dlogits, logits) && dlogits->data,
+               "px_softmax_ce: dlogits must be like logits");
+  return PX_OK;
+}
+
 px_status_t px_softmax_ce(px_ops_t *ops, px_tensor_t *dlogits, float *loss, int64_t *correct,
                           const px_tensor_t *logits, const px_tensor_t *labels) {
   PX_REQUIRE(ops != NULL, "px_softmax_ce: ops context is NULL");
+  PX_CHECK(px__softmax_ce_check(PX__BE(ops)->ops_device(ops), dlogits, logits, labels));
   return PX__BE(ops)->softmax_ce(ops, dlogits, loss, correct, logits, labels);
 }
 
@@ -153,9 +226,9 @@ px_status_t px_softmax_ce(px_ops_t *ops, px_tensor_t *dlogits, float *loss, int6
 void px_conv2d_destroy(px_conv2d_t *op) {
   if (op) PX__BE(op)->conv2d_destroy(op);
 }
-void px_conv2d_y_spec(const px_conv2d_t *op, px_tensor_t *spec) { PX__BE(op)->conv2d_y_spec(op, spec); }
-void px_conv2d_w_spec(const px_conv2d_t *op, px_tensor_t *spec) { PX__BE(op)->conv2d_w_spec(op, spec); }
-void px_conv2d_b_spec(const px_conv2d_t *op, px_tensor_t *spec) { PX__BE(op)->conv2d_b_spec(op, spec); }
+void px_conv2d_y_spec(const px_conv2d_t *op, px_tensor_t *spec) { *spec = PX__WL(op)->y_spec; }
+void px_conv2d_w_spec(const px_conv2d_t *op, px_tensor_t *spec) { *spec = PX__WL(op)->w_spec; }
+void px_conv2d_b_spec(const px_conv2d_t *op, px_tensor_t *spec) { *spec = PX__WL(op)->b_spec; }
 
 px_status_t px_conv2d_forward(px_conv2d_t *op, px_tensor_t *y, const px_tensor_t *x,
                               const px_tensor_t *w, const px_tensor_t *b) {
@@ -253,9 +326,9 @@ px_status_t px_pool2d_backward(px_pool2d_t *op, px_tensor_t *dx, const px_tensor
 void px_fc_destroy(px_fc_t *op) {
   if (op) PX__BE(op)->fc_destroy(op);
 }
-void px_fc_y_spec(const px_fc_t *op, px_tensor_t *spec) { PX__BE(op)->fc_y_spec(op, spec); }
-void px_fc_w_spec(const px_fc_t *op, px_tensor_t *spec) { PX__BE(op)->fc_w_spec(op, spec); }
-void px_fc_b_spec(const px_fc_t *op, px_tensor_t *spec) { PX__BE(op)->fc_b_spec(op, spec); }
+void px_fc_y_spec(const px_fc_t *op, px_tensor_t *spec) { *spec = PX__WL(op)->y_spec; }
+void px_fc_w_spec(const px_fc_t *op, px_tensor_t *spec) { *spec = PX__WL(op)->w_spec; }
+void px_fc_b_spec(const px_fc_t *op, px_tensor_t *spec) { *spec = PX__WL(op)->b_spec; }
 
 px_status_t px_fc_forward(px_fc_t *op, px_tensor_t *y, const px_tensor_t *x, const px_tensor_t *w,
                           const px_tensor_t *b) {

@@ -38,9 +38,6 @@ extern "C" {
   X(px_status_t, ops_upload, (px_ops_t *ops, int n, px_tensor_t *const *dst, const void *const *src)) \
   X(px_status_t, conv2d_create, (px_ops_t *ops, const px_tensor_t *x_spec, const px_conv2d_params_t *p, px_conv2d_t **out)) \
   X(void, conv2d_destroy, (px_conv2d_t *op)) \
-  X(void, conv2d_y_spec, (const px_conv2d_t *op, px_tensor_t *spec)) \
-  X(void, conv2d_w_spec, (const px_conv2d_t *op, px_tensor_t *spec)) \
-  X(void, conv2d_b_spec, (const px_conv2d_t *op, px_tensor_t *spec)) \
   X(px_status_t, conv2d_forward, (px_conv2d_t *op, px_tensor_t *y, const px_tensor_t *x, const px_tensor_t *w, const px_tensor_t *b)) \
   X(px_status_t, conv2d_backward_data, (px_conv2d_t *op, px_tensor_t *dx, const px_tensor_t *dy, const px_tensor_t *w)) \
   X(px_status_t, conv2d_backward_weights, (px_conv2d_t *op, px_tensor_t *dw, px_tensor_t *db, const px_tensor_t *x, const px_tensor_t *dy)) \
@@ -66,9 +63,6 @@ extern "C" {
   X(px_status_t, pool2d_backward, (px_pool2d_t *op, px_tensor_t *dx, const px_tensor_t *dy, const px_tensor_t *ws)) \
   X(px_status_t, fc_create, (px_ops_t *ops, const px_tensor_t *x_spec, const px_fc_params_t *p, px_fc_t **out)) \
   X(void, fc_destroy, (px_fc_t *op)) \
-  X(void, fc_y_spec, (const px_fc_t *op, px_tensor_t *spec)) \
-  X(void, fc_w_spec, (const px_fc_t *op, px_tensor_t *spec)) \
-  X(void, fc_b_spec, (const px_fc_t *op, px_tensor_t *spec)) \
   X(px_status_t, fc_forward, (px_fc_t *op, px_tensor_t *y, const px_tensor_t *x, const px_tensor_t *w, const px_tensor_t *b)) \
   X(px_status_t, fc_backward_data, (px_fc_t *op, px_tensor_t *dx, const px_tensor_t *dy, const px_tensor_t *w)) \
   X(px_status_t, fc_backward_weights, (px_fc_t *op, px_tensor_t *dw, px_tensor_t *db, const px_tensor_t *x, const px_tensor_t *dy)) \
@@ -122,6 +116,61 @@ px_status_t px__ops_upload(px_ops_t *ops, int n, px_tensor_t *const *dst, const 
  * of at least spec->nbytes; PX_ERR_INVALID naming `what` otherwise. Shared
  * by backends that have no check of their own. */
 px_status_t px__ops_check_tensor(const px_tensor_t *t, const px_tensor_t *spec, const char *what);
+
+/* A copy of spec without storage or ownership flags: what an op keeps of the
+ * input spec it was created for. */
+static inline px_tensor_t px__ops_spec_copy(const px_tensor_t *spec) {
+  px_tensor_t s = *spec;
+  s.data = NULL;
+  s.flags = 0;
+  return s;
+}
+
+/* The argument contract of a layer with weights (px_conv2d_t, px_fc_t) in
+ * either backend: the specs the op was created with and whether it has a
+ * bias. Each backend's op embeds one and checks every call with the three
+ * functions below before it reaches its primitives, so both layers refuse
+ * the same calls with the same messages on the CPU and on CUDA. */
+typedef struct {
+  const char *name;   /* "conv2d", "fc": first word of every message */
+  const char *noun;   /* "conv", "layer": what the messages call a layer without bias */
+  int bias;           /* the op adds b / computes db */
+  px_tensor_t x_spec; /* input, in the layout the op was created for */
+  px_tensor_t y_spec; /* output, in the backend's layout */
+  px_tensor_t w_spec; /* plain f32 weights */
+  px_tensor_t b_spec; /* [out] plain f32 */
+} px__wlayer_t;
+
+/* How every backend lays out its px_conv2d_t and px_fc_t objects: the head,
+ * then the contract, so that the dispatcher answers px_conv2d_y_spec and the
+ * other spec queries of these layers itself (each backend checks the offset
+ * at compile time). */
+typedef struct {
+  px__ops_head_t head;
+  px__wlayer_t wl;
+} px__wlayer_op_t;
+
+/* Sets name, noun and bias and keeps a copy of the input spec (no storage);
+ * the backend fills y_spec, w_spec and b_spec. */
+static inline void px__wlayer_init(px__wlayer_t *l, const char *name, const char *noun, int bias,
+                                   const px_tensor_t *x_spec) {
+  l->name = name;
+  l->noun = noun;
+  l->bias = bias;
+  l->x_spec = px__ops_spec_copy(x_spec);
+}
+
+/* Each returns PX_OK, or PX_ERR_INVALID naming the op, the direction and the
+ * argument ("conv2d forward w: ..."); b / db must be NULL exactly when the
+ * layer has no bias. They allocate nothing. */
+px_status_t px__wlayer_check_forward(const px__wlayer_t *l, const px_tensor_t *y,
+                                     const px_tensor_t *x, const px_tensor_t *w,
+                                     const px_tensor_t *b);
+px_status_t px__wlayer_check_backward_data(const px__wlayer_t *l, const px_tensor_t *dx,
+                                           const px_tensor_t *dy, const px_tensor_t *w);
+px_status_t px__wlayer_check_backward_weights(const px__wlayer_t *l, const px_tensor_t *dw,
+                                              const px_tensor_t *db, const px_tensor_t *x,
+                                              const px_tensor_t *dy);
 
 #ifdef __cplusplus
 }

@@ -517,7 +517,91 @@ static px_status_t px__js_int_array(px__js_t *js, int64_t *vals, int max, int *c
   }
 }
 
+/* Parses the members of the object whose '{' js has just consumed, up to and
+ * including its '}': member(js, key, ctx) is called with js at each value
+ * and consumes it. Every object of the header is read through here. */
+typedef px_status_t (*px__js_member_fn)(px__js_t *js, const char *key, void *ctx);
+static px_status_t px__js_members(px__js_t *js, px__js_member_fn member, void *ctx) {
+  px__js_ws(js);
+  if (px__js_peek(js) == '}') {
+    js->pos++;
+    return PX_OK;
+  }
+  for (;;) {
+    px__js_ws(js);
+    const char *key;
+    PX_CHECK(px__js_string(js, &key));
+    px__js_ws(js);
+    PX_CHECK(px__js_expect(js, ':', "expected ':' after a key"));
+    px__js_ws(js);
+    PX_CHECK(member(js, key, ctx));
+    px__js_ws(js);
+    if (px__js_peek(js) == '}') {
+      js->pos++;
+      return PX_OK;
+    }
+    PX_CHECK(px__js_expect(js, ',', "expected ',' or '}' in an object"));
+  }
+}
+
 enum { PX__F_DTYPE = 1, PX__F_SHAPE = 2, PX__F_OFFSETS = 4 };
+
+/* The tensor entry being read, for px__js_tensor_field. */
+typedef struct {
+  px__st_entry_t *e;
+  const char *name;
+  unsigned seen; /* PX__F_* read so far */
+} px__js_tensor_t;
+
+static px_status_t px__js_tensor_field(px__js_t *js, const char *key, void *ctx) {
+  px__js_tensor_t *t = ctx;
+  px__st_entry_t *e = t->e;
+  const char *name = t->name;
+  unsigned f = strcmp(key, "dtype") == 0          ? PX__F_DTYPE
+               : strcmp(key, "shape") == 0        ? PX__F_SHAPE
+               : strcmp(key, "data_offsets") == 0 ? PX__F_OFFSETS
+                                                  : 0;
+  if (!f) {
+    return px__st_fail(PX_ERR_FORMAT, js->path, "tensor '%s': unknown field '%s'", name, key);
+  }
+  if (t->seen & f) {
+    return px__st_fail(PX_ERR_FORMAT, js->path, "tensor '%s': duplicate field '%s'", name, key);
+  }
+  t->seen |= f;
+  if (f == PX__F_DTYPE) {
+    if (px__js_peek(js) != '"') {
+      return px__st_fail(PX_ERR_FORMAT, js->path, "tensor '%s': dtype is not a string", name);
+    }
+    const char *dt;
+    PX_CHECK(px__js_string(js, &dt));
+    int k = 0;
+    while (k < PX_ST_DTYPE_COUNT && strcmp(px__st_dtypes[k].name, dt) != 0) k++;
+    if (k == PX_ST_DTYPE_COUNT) {
+      return px__st_fail(PX_ERR_FORMAT, js->path, "tensor '%s': unknown dtype '%s'", name, dt);
+    }
+    e->dtype = (px_st_dtype_t)k;
+  } else if (f == PX__F_SHAPE) {
+    PX_CHECK(px__js_int_array(js, e->shape, PX_ST_MAX_DIMS, &e->ndim, name, "shape"));
+    for (int d = 0; d < e->ndim; d++) {
+      if (e->shape[d] < 0) {
+        return px__st_fail(PX_ERR_FORMAT, js->path,
+                           "tensor '%s': shape has a negative dimension %" PRId64, name,
+                           e->shape[d]);
+      }
+    }
+  } else {
+    int64_t off[2];
+    int cnt;
+    PX_CHECK(px__js_int_array(js, off, 2, &cnt, name, "data_offsets"));
+    if (cnt != 2 || off[0] < 0 || off[1] < 0) {
+      return px__st_fail(PX_ERR_FORMAT, js->path,
+                         "tensor '%s': data_offsets must be two non-negative integers", name);
+    }
+    e->begin = (uint64_t)off[0];
+    e->end = (uint64_t)off[1];
+  }
+  return PX_OK;
+}
 
 static px_status_t px__js_tensor(px__js_t *js, const char *name) {
   px_safetensors_t *h = js->h;
@@ -533,76 +617,13 @@ static px_status_t px__js_tensor(px__js_t *js, const char *name) {
     h->entries = e;
     js->cap_entries = cap;
   }
-  px__st_entry_t *e = &h->entries[h->n];
-  memset(e, 0, sizeof *e);
-  e->name = name;
-  unsigned seen = 0;
-  px__js_ws(js);
-  if (px__js_peek(js) == '}') {
-    js->pos++;
-  } else {
-    for (;;) {
-      px__js_ws(js);
-      const char *key;
-      PX_CHECK(px__js_string(js, &key));
-      px__js_ws(js);
-      PX_CHECK(px__js_expect(js, ':', "expected ':' after a key"));
-      px__js_ws(js);
-      unsigned f = strcmp(key, "dtype") == 0          ? PX__F_DTYPE
-                   : strcmp(key, "shape") == 0        ? PX__F_SHAPE
-                   : strcmp(key, "data_offsets") == 0 ? PX__F_OFFSETS
-                                                      : 0;
-      if (!f) {
-        return px__st_fail(PX_ERR_FORMAT, js->path, "tensor '%s': unknown field '%s'", name, key);
-      }
-      if (seen & f) {
-        return px__st_fail(PX_ERR_FORMAT, js->path, "tensor '%s': duplicate field '%s'", name, key);
-      }
-      seen |= f;
-      if (f == PX__F_DTYPE) {
-        if (px__js_peek(js) != '"') {
-          return px__st_fail(PX_ERR_FORMAT, js->path, "tensor '%s': dtype is not a string", name);
-        }
-        const char *dt;
-        PX_CHECK(px__js_string(js, &dt));
-        int k = 0;
-        while (k < PX_ST_DTYPE_COUNT && strcmp(px__st_dtypes[k].name, dt) != 0) k++;
-        if (k == PX_ST_DTYPE_COUNT) {
-          return px__st_fail(PX_ERR_FORMAT, js->path, "tensor '%s': unknown dtype '%s'", name, dt);
-        }
-        e->dtype = (px_st_dtype_t)k;
-      } else if (f == PX__F_SHAPE) {
-        PX_CHECK(px__js_int_array(js, e->shape, PX_ST_MAX_DIMS, &e->ndim, name, "shape"));
-        for (int d = 0; d < e->ndim; d++) {
-          if (e->shape[d] < 0) {
-            return px__st_fail(PX_ERR_FORMAT, js->path,
-                               "tensor '%s': shape has a negative dimension %" PRId64, name,
-                               e->shape[d]);
-          }
-        }
-      } else {
-        int64_t off[2];
-        int cnt;
-        PX_CHECK(px__js_int_array(js, off, 2, &cnt, name, "data_offsets"));
-        if (cnt != 2 || off[0] < 0 || off[1] < 0) {
-          return px__st_fail(PX_ERR_FORMAT, js->path,
-                             "tensor '%s': data_offsets must be two non-negative integers", name);
-        }
-        e->begin = (uint64_t)off[0];
-        e->end = (uint64_t)off[1];
-      }
-      px__js_ws(js);
-      char c = px__js_peek(js);
-      if (c == '}') {
-        js->pos++;
-        break;
-      }
-      PX_CHECK(px__js_expect(js, ',', "expected ',' or '}' in an object"));
-    }
-  }
+  px__js_tensor_t t = {.e = &h->entries[h->n], .name = name, .seen = 0};
+  memset(t.e, 0, sizeof *t.e);
+  t.e->name = name;
+  PX_CHECK(px__js_members(js, px__js_tensor_field, &t));
   static const char *const field_names[] = {"dtype", "shape", "data_offsets"};
   for (int k = 0; k < 3; k++) {
-    if (!(seen & (1u << k))) {
+    if (!(t.seen & (1u << k))) {
       return px__st_fail(PX_ERR_FORMAT, js->path, "tensor '%s': missing field '%s'", name,
                          field_names[k]);
     }
@@ -611,47 +632,43 @@ static px_status_t px__js_tensor(px__js_t *js, const char *name) {
   return PX_OK;
 }
 
-static px_status_t px__js_metadata(px__js_t *js) {
+static px_status_t px__js_meta_pair(px__js_t *js, const char *key, void *ctx) {
   px_safetensors_t *h = js->h;
+  const char *value;
+  if (px__js_peek(js) != '"') {
+    return px__st_fail(PX_ERR_FORMAT, js->path, "%s: value of '%s' is not a string",
+                       PX__ST_META_KEY, key);
+  }
+  PX_CHECK(px__js_string(js, &value));
+  if (h->nmeta == js->cap_meta) {
+    if (h->nmeta > (1 << 28)) return px__st_fail(PX_ERR_FORMAT, js->path, "too much metadata");
+    int cap = js->cap_meta ? 2 * js->cap_meta : 8;
+    px__st_kv_t *m = px_realloc(h->meta, (size_t)cap * sizeof *m, "safetensors.meta");
+    if (!m) return PX_ERR_NOMEM;
+    h->meta = m;
+    js->cap_meta = cap;
+  }
+  h->meta[h->nmeta].key = key;
+  h->meta[h->nmeta].value = value;
+  h->nmeta++;
+  return PX_OK;
+}
+
+static px_status_t px__js_metadata(px__js_t *js) {
   if (px__js_peek(js) != '{') {
     return px__st_fail(PX_ERR_FORMAT, js->path, "%s is not an object", PX__ST_META_KEY);
   }
   js->pos++;
-  px__js_ws(js);
-  if (px__js_peek(js) == '}') {
-    js->pos++;
-    return PX_OK;
-  }
-  for (;;) {
-    px__js_ws(js);
-    const char *key, *value;
-    PX_CHECK(px__js_string(js, &key));
-    px__js_ws(js);
-    PX_CHECK(px__js_expect(js, ':', "expected ':' after a key"));
-    px__js_ws(js);
-    if (px__js_peek(js) != '"') {
-      return px__st_fail(PX_ERR_FORMAT, js->path, "%s: value of '%s' is not a string",
-                         PX__ST_META_KEY, key);
-    }
-    PX_CHECK(px__js_string(js, &value));
-    if (h->nmeta == js->cap_meta) {
-      if (h->nmeta > (1 << 28)) return px__st_fail(PX_ERR_FORMAT, js->path, "too much metadata");
-      int cap = js->cap_meta ? 2 * js->cap_meta : 8;
-      px__st_kv_t *m = px_realloc(h->meta, (size_t)cap * sizeof *m, "safetensors.meta");
-      if (!m) return PX_ERR_NOMEM;
-      h->meta = m;
-      js->cap_meta = cap;
-    }
-    h->meta[h->nmeta].key = key;
-    h->meta[h->nmeta].value = value;
-    h->nmeta++;
-    px__js_ws(js);
-    if (px__js_peek(js) == '}') {
-      js->pos++;
-      return PX_OK;
-    }
-    PX_CHECK(px__js_expect(js, ',', "expected ',' or '}' in an object"));
-  }
+  return px__js_members(js, px__js_meta_pair, NULL);
+}
+
+/* A member of the header: the metadata object (once) or a tensor entry. */
+static px_status_t px__js_header_member(px__js_t *js, const char *key, void *ctx) {
+  int *seen_meta = ctx;
+  if (strcmp(key, PX__ST_META_KEY) != 0) return px__js_tensor(js, key);
+  if (*seen_meta) return px__st_fail(PX_ERR_FORMAT, js->path, "duplicate key '%s'", PX__ST_META_KEY);
+  *seen_meta = 1;
+  return px__js_metadata(js);
 }
 
 static px_status_t px__js_header(px__js_t *js) {
@@ -660,34 +677,7 @@ static px_status_t px__js_header(px__js_t *js) {
   if (js->s[0] != '{') return px__js_syntax(js, "header does not start with '{'");
   js->pos = 1;
   int seen_meta = 0;
-  px__js_ws(js);
-  if (px__js_peek(js) == '}') {
-    js->pos++;
-  } else {
-    for (;;) {
-      px__js_ws(js);
-      const char *key;
-      PX_CHECK(px__js_string(js, &key));
-      px__js_ws(js);
-      PX_CHECK(px__js_expect(js, ':', "expected ':' after a key"));
-      px__js_ws(js);
-      if (strcmp(key, PX__ST_META_KEY) == 0) {
-        if (seen_meta) {
-          return px__st_fail(PX_ERR_FORMAT, js->path, "duplicate key '%s'", PX__ST_META_KEY);
-        }
-        seen_meta = 1;
-        PX_CHECK(px__js_metadata(js));
-      } else {
-        PX_CHECK(px__js_tensor(js, key));
-      }
-      px__js_ws(js);
-      if (px__js_peek(js) == '}') {
-        js->pos++;
-        break;
-      }
-      PX_CHECK(px__js_expect(js, ',', "expected ',' or '}' in an object"));
-    }
-  }
+  PX_CHECK(px__js_members(js, px__js_header_member, &seen_meta));
   px__js_ws(js);
   if (js->pos != js->len) return px__js_syntax(js, "unexpected bytes after the header object");
   return PX_OK;

@@ -249,6 +249,19 @@ double px_trainer_lr_at(const px_trainer_t *t, int64_t step) {
   return t->cfg.lr;
 }
 
+/* The totals of a run of steps that began at t0 (px__now) with wait
+ * seconds spent waiting for data: time, mean loss, accuracy, throughput. */
+static void px__stats_close(px_epoch_stats_t *out, double t0, double wait, double loss_sum,
+                            int64_t correct_sum) {
+  out->seconds = px__now() - t0;
+  out->data_wait_seconds = wait;
+  if (out->samples > 0) {
+    out->loss = loss_sum / out->samples;
+    out->accuracy = (double)correct_sum / out->samples;
+    out->images_per_sec = out->samples / out->seconds;
+  }
+}
+
 px_status_t px_trainer_epoch(px_trainer_t *t, int64_t epoch, px_step_cb_t cb, void *ctx,
                              px_epoch_stats_t *out) {
   memset(out, 0, sizeof *out);
@@ -288,13 +301,7 @@ px_status_t px_trainer_epoch(px_trainer_t *t, int64_t epoch, px_step_cb_t cb, vo
   }
 end:
   px_loader_end_epoch(t->train_loader);
-  out->seconds = px__now() - t0;
-  out->data_wait_seconds = wait;
-  if (out->samples > 0) {
-    out->loss = loss_sum / out->samples;
-    out->accuracy = (double)correct_sum / out->samples;
-    out->images_per_sec = out->samples / out->seconds;
-  }
+  px__stats_close(out, t0, wait, loss_sum, correct_sum);
   return st;
 }
 
@@ -334,13 +341,7 @@ px_status_t px_trainer_steps(px_trainer_t *t, int64_t n, px_epoch_stats_t *out) 
     loss_sum += (double)loss * b.n;
     correct_sum += correct;
   }
-  out->seconds = px__now() - t0;
-  out->data_wait_seconds = wait;
-  if (out->samples > 0) {
-    out->loss = loss_sum / out->samples;
-    out->accuracy = (double)correct_sum / out->samples;
-    out->images_per_sec = out->samples / out->seconds;
-  }
+  px__stats_close(out, t0, wait, loss_sum, correct_sum);
   return st;
 }
 

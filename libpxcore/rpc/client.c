@@ -207,6 +207,32 @@ px_status_t px_rpc_channel_wait_ready(px_rpc_channel_t *ch, int timeout_ms) {
 
 /* ---- unary calls --------------------------------------------------------- */
 
+/* The four ops that open every call: the channel's metadata, the request
+ * (req_bb, still owned by the caller), the half-close and the server's
+ * initial metadata into init_md. ops[4..n) are zeroed for the caller. */
+static void px__open_ops(grpc_op *ops, size_t n, px_rpc_channel_t *ch,
+                         grpc_byte_buffer *req_bb, grpc_metadata_array *init_md) {
+  memset(ops, 0, n * sizeof *ops);
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[0].data.send_initial_metadata.count = ch->nmd;
+  ops[0].data.send_initial_metadata.metadata = ch->nmd ? ch->md : NULL;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = req_bb;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = init_md;
+}
+
+/* The op that receives the call's final status into the given places. */
+static void px__status_op(grpc_op *op, grpc_metadata_array *trail_md, grpc_status_code *code,
+                          grpc_slice *details, const char **error_string) {
+  op->op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  op->data.recv_status_on_client.trailing_metadata = trail_md;
+  op->data.recv_status_on_client.status = code;
+  op->data.recv_status_on_client.status_details = details;
+  op->data.recv_status_on_client.error_string = error_string;
+}
+
 /* One unary call with the request already in a byte buffer (taken over and
  * destroyed). On success *resp_bb is the reply (caller destroys it). */
 static px_status_t px__unary(px_rpc_channel_t *ch, const char *method, grpc_byte_buffer *req_bb,
@@ -228,22 +254,10 @@ static px_status_t px__unary(px_rpc_channel_t *ch, const char *method, grpc_byte
   grpc_byte_buffer *reply = NULL;
 
   grpc_op ops[6];
-  memset(ops, 0, sizeof ops);
-  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-  ops[0].data.send_initial_metadata.count = ch->nmd;
-  ops[0].data.send_initial_metadata.metadata = ch->nmd ? ch->md : NULL;
-  ops[1].op = GRPC_OP_SEND_MESSAGE;
-  ops[1].data.send_message.send_message = req_bb;
-  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-  ops[3].data.recv_initial_metadata.recv_initial_metadata = &init_md;
+  px__open_ops(ops, 6, ch, req_bb, &init_md);
   ops[4].op = GRPC_OP_RECV_MESSAGE;
   ops[4].data.recv_message.recv_message = &reply;
-  ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-  ops[5].data.recv_status_on_client.trailing_metadata = &trail_md;
-  ops[5].data.recv_status_on_client.status = &code;
-  ops[5].data.recv_status_on_client.status_details = &details;
-  ops[5].data.recv_status_on_client.error_string = &error_string;
+  px__status_op(&ops[5], &trail_md, &code, &details, &error_string);
 
   px_status_t st;
   void *tag = &ops[0];
@@ -358,25 +372,13 @@ px_status_t px_rpc_stream_start(px_rpc_channel_t *ch, const char *method,
   s->details = grpc_empty_slice();
 
   grpc_op ops[4];
-  memset(ops, 0, sizeof ops);
-  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-  ops[0].data.send_initial_metadata.count = ch->nmd;
-  ops[0].data.send_initial_metadata.metadata = ch->nmd ? ch->md : NULL;
-  ops[1].op = GRPC_OP_SEND_MESSAGE;
-  ops[1].data.send_message.send_message = req_bb;
-  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-  ops[3].data.recv_initial_metadata.recv_initial_metadata = &s->init_md;
+  px__open_ops(ops, 4, ch, req_bb, &s->init_md);
   grpc_call_error err = grpc_call_start_batch(s->call, ops, 4, PX__TAG(PX__TAG_START), NULL);
   grpc_byte_buffer_destroy(req_bb); /* the batch holds its own reference */
   if (err == GRPC_CALL_OK) {
     s->start_pending = 1;
     memset(ops, 0, sizeof ops);
-    ops[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    ops[0].data.recv_status_on_client.trailing_metadata = &s->trail_md;
-    ops[0].data.recv_status_on_client.status = &s->code;
-    ops[0].data.recv_status_on_client.status_details = &s->details;
-    ops[0].data.recv_status_on_client.error_string = &s->error_string;
+    px__status_op(&ops[0], &s->trail_md, &s->code, &s->details, &s->error_string);
     err = grpc_call_start_batch(s->call, ops, 1, PX__TAG(PX__TAG_STATUS), NULL);
     if (err == GRPC_CALL_OK) s->status_pending = 1;
   }

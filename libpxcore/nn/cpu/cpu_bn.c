@@ -44,16 +44,12 @@ px_status_t px__cpu_batchnorm_create(px_ops_t *ops, const px_tensor_t *x_spec,
   px__cpu_enter(ops);
   px_status_t st = PX_OK;
   dnnl_primitive_desc_t fwd_pd = NULL, inf_pd = NULL, bwd_pd = NULL;
-  px_batchnorm_t *op = px_calloc(1, sizeof *op, "px_batchnorm");
+  px_batchnorm_t *op = px__cpu_op_new(ops, sizeof *op, "px_batchnorm");
   if (!op) return PX_ERR_NOMEM;
-  op->head.be = &px__cpu_backend;
   op->ops = ops;
-  px__cpu_op_born(ops);
   op->p = *p;
   op->count = x_spec->dims[0] * x_spec->dims[2] * x_spec->dims[3];
-  op->x_spec = *x_spec;
-  op->x_spec.data = NULL;
-  op->x_spec.flags = 0;
+  op->x_spec = px__ops_spec_copy(x_spec);
   const int64_t cdims[1] = {x_spec->dims[1]};
   PX_CHECK_GOTO(px_tensor_init(&op->c_spec, ops->device, PX_DTYPE_F32, 1, cdims), st, fail);
 
@@ -128,22 +124,22 @@ void px__cpu_batchnorm_ws_spec(const px_batchnorm_t *op, px_tensor_t *spec) { *s
 
 static px_status_t px__check_ws(const px_batchnorm_t *op, const px_tensor_t *ws, const char *what) {
   if (op->ws_spec.nbytes == 0) return PX_OK;
-  return px__cpu_check(ws, &op->ws_spec, what);
+  return px__ops_check_tensor(ws, &op->ws_spec, what);
 }
 
 px_status_t px__cpu_batchnorm_forward_train(px_batchnorm_t *op, px_tensor_t *y, px_tensor_t *mean,
                                             px_tensor_t *var, px_tensor_t *ws, const px_tensor_t *x,
                                             const px_tensor_t *scale, const px_tensor_t *shift,
                                             px_tensor_t *running_mean, px_tensor_t *running_var) {
-  PX_CHECK(px__cpu_check(x, &op->x_spec, "batchnorm forward x"));
-  PX_CHECK(px__cpu_check(y, &op->x_spec, "batchnorm forward y"));
-  PX_CHECK(px__cpu_check(mean, &op->c_spec, "batchnorm forward mean"));
-  PX_CHECK(px__cpu_check(var, &op->c_spec, "batchnorm forward var"));
+  PX_CHECK(px__ops_check_tensor(x, &op->x_spec, "batchnorm forward x"));
+  PX_CHECK(px__ops_check_tensor(y, &op->x_spec, "batchnorm forward y"));
+  PX_CHECK(px__ops_check_tensor(mean, &op->c_spec, "batchnorm forward mean"));
+  PX_CHECK(px__ops_check_tensor(var, &op->c_spec, "batchnorm forward var"));
   PX_CHECK(px__check_ws(op, ws, "batchnorm forward ws"));
-  PX_CHECK(px__cpu_check(scale, &op->c_spec, "batchnorm forward scale"));
-  PX_CHECK(px__cpu_check(shift, &op->c_spec, "batchnorm forward shift"));
-  PX_CHECK(px__cpu_check(running_mean, &op->c_spec, "batchnorm forward running_mean"));
-  PX_CHECK(px__cpu_check(running_var, &op->c_spec, "batchnorm forward running_var"));
+  PX_CHECK(px__ops_check_tensor(scale, &op->c_spec, "batchnorm forward scale"));
+  PX_CHECK(px__ops_check_tensor(shift, &op->c_spec, "batchnorm forward shift"));
+  PX_CHECK(px__ops_check_tensor(running_mean, &op->c_spec, "batchnorm forward running_mean"));
+  PX_CHECK(px__ops_check_tensor(running_var, &op->c_spec, "batchnorm forward running_var"));
   PX_REQUIRE(op->count >= 2, "batchnorm forward: %lld values per channel, training needs 2 or more",
              (long long)op->count);
   px__cpu_enter(op->ops);
@@ -166,12 +162,12 @@ px_status_t px__cpu_batchnorm_forward_infer(px_batchnorm_t *op, px_tensor_t *y, 
                                             const px_tensor_t *scale, const px_tensor_t *shift,
                                             const px_tensor_t *running_mean,
                                             const px_tensor_t *running_var) {
-  PX_CHECK(px__cpu_check(x, &op->x_spec, "batchnorm infer x"));
-  PX_CHECK(px__cpu_check(y, &op->x_spec, "batchnorm infer y"));
-  PX_CHECK(px__cpu_check(scale, &op->c_spec, "batchnorm infer scale"));
-  PX_CHECK(px__cpu_check(shift, &op->c_spec, "batchnorm infer shift"));
-  PX_CHECK(px__cpu_check(running_mean, &op->c_spec, "batchnorm infer running_mean"));
-  PX_CHECK(px__cpu_check(running_var, &op->c_spec, "batchnorm infer running_var"));
+  PX_CHECK(px__ops_check_tensor(x, &op->x_spec, "batchnorm infer x"));
+  PX_CHECK(px__ops_check_tensor(y, &op->x_spec, "batchnorm infer y"));
+  PX_CHECK(px__ops_check_tensor(scale, &op->c_spec, "batchnorm infer scale"));
+  PX_CHECK(px__ops_check_tensor(shift, &op->c_spec, "batchnorm infer shift"));
+  PX_CHECK(px__ops_check_tensor(running_mean, &op->c_spec, "batchnorm infer running_mean"));
+  PX_CHECK(px__ops_check_tensor(running_var, &op->c_spec, "batchnorm infer running_var"));
   px__cpu_enter(op->ops);
   void *ptrs[6] = {x->data, scale->data, shift->data, running_mean->data, running_var->data, y->data};
   return px__exec_run(op->ops, &op->infer, ptrs);
@@ -182,15 +178,15 @@ px_status_t px__cpu_batchnorm_backward(px_batchnorm_t *op, px_tensor_t *dx, px_t
                                        const px_tensor_t *scale, const px_tensor_t *shift,
                                        const px_tensor_t *mean, const px_tensor_t *var,
                                        const px_tensor_t *ws) {
-  PX_CHECK(px__cpu_check(dy, &op->x_spec, "batchnorm backward dy"));
-  PX_CHECK(px__cpu_check(x, &op->x_spec, "batchnorm backward x"));
-  PX_CHECK(px__cpu_check(dx, &op->x_spec, "batchnorm backward dx"));
-  PX_CHECK(px__cpu_check(scale, &op->c_spec, "batchnorm backward scale"));
-  PX_CHECK(px__cpu_check(shift, &op->c_spec, "batchnorm backward shift"));
-  PX_CHECK(px__cpu_check(mean, &op->c_spec, "batchnorm backward mean"));
-  PX_CHECK(px__cpu_check(var, &op->c_spec, "batchnorm backward var"));
-  PX_CHECK(px__cpu_check(dscale, &op->c_spec, "batchnorm backward dscale"));
-  PX_CHECK(px__cpu_check(dshift, &op->c_spec, "batchnorm backward dshift"));
+  PX_CHECK(px__ops_check_tensor(dy, &op->x_spec, "batchnorm backward dy"));
+  PX_CHECK(px__ops_check_tensor(x, &op->x_spec, "batchnorm backward x"));
+  PX_CHECK(px__ops_check_tensor(dx, &op->x_spec, "batchnorm backward dx"));
+  PX_CHECK(px__ops_check_tensor(scale, &op->c_spec, "batchnorm backward scale"));
+  PX_CHECK(px__ops_check_tensor(shift, &op->c_spec, "batchnorm backward shift"));
+  PX_CHECK(px__ops_check_tensor(mean, &op->c_spec, "batchnorm backward mean"));
+  PX_CHECK(px__ops_check_tensor(var, &op->c_spec, "batchnorm backward var"));
+  PX_CHECK(px__ops_check_tensor(dscale, &op->c_spec, "batchnorm backward dscale"));
+  PX_CHECK(px__ops_check_tensor(dshift, &op->c_spec, "batchnorm backward dshift"));
   PX_CHECK(px__check_ws(op, ws, "batchnorm backward ws"));
   px__cpu_enter(op->ops);
   void *ptrs[10] = {x->data,  dy->data, scale->data,  shift->data,  mean->data,

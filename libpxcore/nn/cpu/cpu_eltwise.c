@@ -61,14 +61,10 @@ px_status_t px__cpu_relu_create(px_ops_t *ops, const px_tensor_t *x_spec, px_rel
   px__cpu_enter(ops);
   dnnl_memory_desc_t md;
   PX_CHECK(px__cpu_md_of(ops, x_spec, &md));
-  px_relu_t *op = px_calloc(1, sizeof *op, "px_relu");
+  px_relu_t *op = px__cpu_op_new(ops, sizeof *op, "px_relu");
   if (!op) return PX_ERR_NOMEM;
-  op->head.be = &px__cpu_backend;
   op->ops = ops;
-  px__cpu_op_born(ops);
-  op->x_spec = *x_spec;
-  op->x_spec.data = NULL;
-  op->x_spec.flags = 0;
+  op->x_spec = px__ops_spec_copy(x_spec);
   px_status_t st = px__relu_pair(ops, &md, &op->fwd, &op->bwd);
   if (st < 0) {
     px__cpu_relu_destroy(op);
@@ -81,8 +77,8 @@ px_status_t px__cpu_relu_create(px_ops_t *ops, const px_tensor_t *x_spec, px_rel
 void px__cpu_relu_y_spec(const px_relu_t *op, px_tensor_t *spec) { *spec = op->x_spec; }
 
 px_status_t px__cpu_relu_forward(px_relu_t *op, px_tensor_t *y, const px_tensor_t *x) {
-  PX_CHECK(px__cpu_check(x, &op->x_spec, "relu forward x"));
-  PX_CHECK(px__cpu_check(y, &op->x_spec, "relu forward y"));
+  PX_CHECK(px__ops_check_tensor(x, &op->x_spec, "relu forward x"));
+  PX_CHECK(px__ops_check_tensor(y, &op->x_spec, "relu forward y"));
   px__cpu_enter(op->ops);
   void *ptrs[2] = {x->data, y->data};
   return px__exec_run(op->ops, &op->fwd, ptrs);
@@ -90,9 +86,9 @@ px_status_t px__cpu_relu_forward(px_relu_t *op, px_tensor_t *y, const px_tensor_
 
 px_status_t px__cpu_relu_backward(px_relu_t *op, px_tensor_t *dx, const px_tensor_t *dy,
                                   const px_tensor_t *y) {
-  PX_CHECK(px__cpu_check(y, &op->x_spec, "relu backward y"));
-  PX_CHECK(px__cpu_check(dy, &op->x_spec, "relu backward dy"));
-  PX_CHECK(px__cpu_check(dx, &op->x_spec, "relu backward dx"));
+  PX_CHECK(px__ops_check_tensor(y, &op->x_spec, "relu backward y"));
+  PX_CHECK(px__ops_check_tensor(dy, &op->x_spec, "relu backward dy"));
+  PX_CHECK(px__ops_check_tensor(dx, &op->x_spec, "relu backward dx"));
   px__cpu_enter(op->ops);
   void *ptrs[3] = {y->data, dy->data, dx->data};
   return px__exec_run(op->ops, &op->bwd, ptrs);
@@ -128,15 +124,11 @@ px_status_t px__cpu_add_create(px_ops_t *ops, const px_tensor_t *x_spec, int rel
   dnnl_primitive_attr_t attr = NULL;
   dnnl_post_ops_t po = NULL;
   dnnl_primitive_desc_t pd = NULL;
-  px_add_t *op = px_calloc(1, sizeof *op, "px_add");
+  px_add_t *op = px__cpu_op_new(ops, sizeof *op, "px_add");
   if (!op) return PX_ERR_NOMEM;
-  op->head.be = &px__cpu_backend;
   op->ops = ops;
-  px__cpu_op_born(ops);
   op->relu = relu ? 1 : 0;
-  op->x_spec = *x_spec;
-  op->x_spec.data = NULL;
-  op->x_spec.flags = 0;
+  op->x_spec = px__ops_spec_copy(x_spec);
 
   PX_DNNL_GOTO(dnnl_primitive_attr_clone(&attr, ops->attr), st, fail);
   if (op->relu) {
@@ -169,9 +161,9 @@ void px__cpu_add_y_spec(const px_add_t *op, px_tensor_t *spec) { *spec = op->x_s
 
 px_status_t px__cpu_add_forward(px_add_t *op, px_tensor_t *y, const px_tensor_t *a,
                                 const px_tensor_t *b) {
-  PX_CHECK(px__cpu_check(a, &op->x_spec, "add forward a"));
-  PX_CHECK(px__cpu_check(b, &op->x_spec, "add forward b"));
-  PX_CHECK(px__cpu_check(y, &op->x_spec, "add forward y"));
+  PX_CHECK(px__ops_check_tensor(a, &op->x_spec, "add forward a"));
+  PX_CHECK(px__ops_check_tensor(b, &op->x_spec, "add forward b"));
+  PX_CHECK(px__ops_check_tensor(y, &op->x_spec, "add forward y"));
   px__cpu_enter(op->ops);
   void *ptrs[3] = {a->data, b->data, y->data};
   return px__exec_run(op->ops, &op->fwd, ptrs);
@@ -179,10 +171,10 @@ px_status_t px__cpu_add_forward(px_add_t *op, px_tensor_t *y, const px_tensor_t 
 
 px_status_t px__cpu_add_backward(px_add_t *op, px_tensor_t *g, const px_tensor_t *dy,
                                  const px_tensor_t *y) {
-  PX_CHECK(px__cpu_check(dy, &op->x_spec, "add backward dy"));
-  PX_CHECK(px__cpu_check(g, &op->x_spec, "add backward g"));
+  PX_CHECK(px__ops_check_tensor(dy, &op->x_spec, "add backward dy"));
+  PX_CHECK(px__ops_check_tensor(g, &op->x_spec, "add backward g"));
   if (!op->relu) return px_tensor_copy(g, dy);
-  PX_CHECK(px__cpu_check(y, &op->x_spec, "add backward y"));
+  PX_CHECK(px__ops_check_tensor(y, &op->x_spec, "add backward y"));
   px__cpu_enter(op->ops);
   void *ptrs[3] = {y->data, dy->data, g->data};
   return px__exec_run(op->ops, &op->bwd, ptrs);

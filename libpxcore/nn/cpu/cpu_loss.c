@@ -1,28 +1,16 @@
 /* Softmax cross-entropy on the CPU in plain C: logits are [N, K] with K the
  * number of classes (10 for CIFAR-10 and Fashion-MNIST), far too small for a
- * primitive to pay off. Per-row sums are kept in double so the loss is
- * accurate for any K; the max is subtracted first so exp cannot overflow. */
-#include <math.h>
-
+ * primitive to pay off. The arithmetic of a row (sums in double, the max
+ * subtracted first so exp cannot overflow) is nn/px_loss_row.h, which the
+ * CUDA kernel runs too. */
 #include "nn/cpu/px_cpu_int.h"
+#include "nn/px_loss_row.h"
 
 px_status_t px__cpu_softmax_ce(px_ops_t *ops, px_tensor_t *dlogits, float *loss, int64_t *correct,
                                const px_tensor_t *logits, const px_tensor_t *labels) {
   PX_CHECK(px__cpu_require(ops, "px_softmax_ce"));
-  PX_REQUIRE(logits && labels, "px_softmax_ce: NULL tensor");
-  PX_REQUIRE(logits->data && labels->data, "px_softmax_ce: tensor without storage");
-  PX_REQUIRE(px_device_equal(logits->device, ops->device) &&
-                 px_device_equal(labels->device, ops->device),
-             "px_softmax_ce: tensors on another device");
-  PX_REQUIRE(logits->ndim == 2 && logits->dtype == PX_DTYPE_F32 && !logits->layout,
-             "px_softmax_ce: logits must be plain f32 [N, K]");
+  /* shapes and devices: checked by the dispatcher (px_softmax_ce) */
   const int64_t n = logits->dims[0], k = logits->dims[1];
-  PX_REQUIRE(labels->ndim == 1 && labels->dtype == PX_DTYPE_I32 && !labels->layout &&
-                 labels->dims[0] == n,
-             "px_softmax_ce: labels must be plain i32 [%lld]", (long long)n);
-  if (dlogits)
-    PX_REQUIRE(px_tensor_same_spec(dlogits, logits) && dlogits->data,
-               "px_softmax_ce: dlogits must be like logits");
   const float *x = logits->data;
   const int32_t *lab = labels->data;
   for (int64_t i = 0; i < n; i++)
@@ -34,23 +22,9 @@ px_status_t px__cpu_softmax_ce(px_ops_t *ops, px_tensor_t *dlogits, float *loss,
   double total = 0.0;
   int64_t hits = 0;
   for (int64_t i = 0; i < n; i++) {
-    const float *row = x + i * k;
-    int64_t arg = 0;
-    for (int64_t j = 1; j < k; j++)
-      if (row[j] > row[arg]) arg = j;
-    const double mx = row[arg];
-    double sum = 0.0;
-    for (int64_t j = 0; j < k; j++) sum += exp((double)row[j] - mx);
-    const double lse = mx + log(sum);
-    total += lse - (double)row[lab[i]];
-    hits += arg == lab[i];
-    if (dx) {
-      float *drow = dx + i * k;
-      for (int64_t j = 0; j < k; j++) {
-        double pj = exp((double)row[j] - lse);
-        drow[j] = (float)((pj - (j == lab[i] ? 1.0 : 0.0)) * inv_n);
-      }
-    }
+    int hit;
+    total += px__softmax_ce_row(dx ? dx + i * k : NULL, &hit, x + i * k, lab[i], k, inv_n);
+    hits += hit;
   }
   if (loss) *loss = (float)(total * inv_n);
   if (correct) *correct = hits;

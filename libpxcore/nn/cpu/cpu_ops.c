@@ -140,6 +140,14 @@ px_status_t px__cpu_ops_upload(px_ops_t *ops, int n, px_tensor_t *const *dst,
 void px__cpu_op_born(px_ops_t *ops) { ops->live_ops++; }
 void px__cpu_op_died(px_ops_t *ops) { ops->live_ops--; }
 
+void *px__cpu_op_new(px_ops_t *ops, size_t size, const char *name) {
+  px__ops_head_t *head = px_calloc(1, size, name);
+  if (!head) return NULL;
+  head->be = &px__cpu_backend;
+  px__cpu_op_born(ops);
+  return head;
+}
+
 px_status_t px__cpu_reserve_scratch(px_ops_t *ops, size_t bytes) {
   if (bytes <= ops->scratch_bytes) return PX_OK;
   /* Growing frees the old block: every exec rebinds its scratchpad handle on
@@ -287,28 +295,6 @@ px_status_t px__cpu_md_of(px_ops_t *ops, const px_tensor_t *spec, dnnl_memory_de
     PX_REQUIRE(spec->layout->dims[i] == spec->dims[i], "tensor shape does not match its layout %s",
                spec->layout->name);
   *md = l->md;
-  return PX_OK;
-}
-
-static void px__spec_str(const px_tensor_t *t, char *buf, size_t len) {
-  int k = snprintf(buf, len, "dtype %d [", (int)t->dtype);
-  for (int i = 0; i < t->ndim && k > 0 && (size_t)k < len; i++)
-    k += snprintf(buf + k, len - (size_t)k, i ? ",%lld" : "%lld", (long long)t->dims[i]);
-  if (k > 0 && (size_t)k < len) snprintf(buf + k, len - (size_t)k, "] %s", px_layout_name(t->layout));
-}
-
-px_status_t px__cpu_check(const px_tensor_t *t, const px_tensor_t *spec, const char *what) {
-  if (!t) return px_set_error(PX_ERR_INVALID, "%s is NULL", what);
-  if (!t->data) return px_set_error(PX_ERR_INVALID, "%s has no storage", what);
-  if (!px_tensor_same_spec(t, spec)) {
-    char a[96], b[96];
-    px__spec_str(t, a, sizeof a);
-    px__spec_str(spec, b, sizeof b);
-    return px_set_error(PX_ERR_INVALID, "%s: tensor %s does not match the op's %s", what, a, b);
-  }
-  if (t->nbytes < spec->nbytes)
-    return px_set_error(PX_ERR_INVALID, "%s: storage of %zu bytes, %zu needed", what, t->nbytes,
-                        spec->nbytes);
   return PX_OK;
 }
 
@@ -547,8 +533,8 @@ void px__cpu_reorder_destroy(px_reorder_t *op) {
 
 px_status_t px__cpu_reorder_execute(px_reorder_t *op, px_tensor_t *dst,
                                            const px_tensor_t *src) {
-  PX_CHECK(px__cpu_check(src, &op->src_spec, "reorder src"));
-  PX_CHECK(px__cpu_check(dst, &op->dst_spec, "reorder dst"));
+  PX_CHECK(px__ops_check_tensor(src, &op->src_spec, "reorder src"));
+  PX_CHECK(px__ops_check_tensor(dst, &op->dst_spec, "reorder dst"));
   px__cpu_enter(op->ops);
   void *ptrs[2] = {src->data, dst->data};
   return px__exec_run(op->ops, &op->ex, ptrs);

@@ -49,15 +49,11 @@ px_status_t px__cpu_pool2d_create(px_ops_t *ops, const px_tensor_t *x_spec, cons
   px__cpu_enter(ops);
   px_status_t st = PX_OK;
   dnnl_primitive_desc_t fwd_pd = NULL, bwd_pd = NULL;
-  px_pool2d_t *op = px_calloc(1, sizeof *op, "px_pool2d");
+  px_pool2d_t *op = px__cpu_op_new(ops, sizeof *op, "px_pool2d");
   if (!op) return PX_ERR_NOMEM;
-  op->head.be = &px__cpu_backend;
   op->ops = ops;
-  px__cpu_op_born(ops);
   op->p = *p;
-  op->x_spec = *x_spec;
-  op->x_spec.data = NULL;
-  op->x_spec.flags = 0;
+  op->x_spec = px__ops_spec_copy(x_spec);
 
   dnnl_memory_desc_t x_md, y_any;
   dnnl_dims_t ydims = {n, c, oh, ow};
@@ -114,9 +110,9 @@ void px__cpu_pool2d_ws_spec(const px_pool2d_t *op, px_tensor_t *spec) { *spec = 
 
 px_status_t px__cpu_pool2d_forward(px_pool2d_t *op, px_tensor_t *y, px_tensor_t *ws,
                                    const px_tensor_t *x) {
-  PX_CHECK(px__cpu_check(x, &op->x_spec, "pool2d forward x"));
-  PX_CHECK(px__cpu_check(y, &op->y_spec, "pool2d forward y"));
-  if (op->ws_spec.nbytes) PX_CHECK(px__cpu_check(ws, &op->ws_spec, "pool2d forward ws"));
+  PX_CHECK(px__ops_check_tensor(x, &op->x_spec, "pool2d forward x"));
+  PX_CHECK(px__ops_check_tensor(y, &op->y_spec, "pool2d forward y"));
+  if (op->ws_spec.nbytes) PX_CHECK(px__ops_check_tensor(ws, &op->ws_spec, "pool2d forward ws"));
   px__cpu_enter(op->ops);
   void *ptrs[3] = {x->data, y->data, op->ws_spec.nbytes ? ws->data : NULL};
   return px__exec_run(op->ops, &op->fwd, ptrs);
@@ -124,9 +120,9 @@ px_status_t px__cpu_pool2d_forward(px_pool2d_t *op, px_tensor_t *y, px_tensor_t 
 
 px_status_t px__cpu_pool2d_backward(px_pool2d_t *op, px_tensor_t *dx, const px_tensor_t *dy,
                                     const px_tensor_t *ws) {
-  PX_CHECK(px__cpu_check(dy, &op->y_spec, "pool2d backward dy"));
-  PX_CHECK(px__cpu_check(dx, &op->x_spec, "pool2d backward dx"));
-  if (op->ws_spec.nbytes) PX_CHECK(px__cpu_check(ws, &op->ws_spec, "pool2d backward ws"));
+  PX_CHECK(px__ops_check_tensor(dy, &op->y_spec, "pool2d backward dy"));
+  PX_CHECK(px__ops_check_tensor(dx, &op->x_spec, "pool2d backward dx"));
+  if (op->ws_spec.nbytes) PX_CHECK(px__ops_check_tensor(ws, &op->ws_spec, "pool2d backward ws"));
   px__cpu_enter(op->ops);
   void *ptrs[3] = {dy->data, dx->data, op->ws_spec.nbytes ? ws->data : NULL};
   return px__exec_run(op->ops, &op->bwd, ptrs);

@@ -92,9 +92,6 @@ px_status_t px__cpu_md_of(px_ops_t *ops, const px_tensor_t *spec, dnnl_memory_de
  * interned layout (NULL when md is plain). */
 px_status_t px__cpu_spec_of(px_ops_t *ops, const dnnl_memory_desc_t *md, px_tensor_t *spec);
 
-/* Checks that t matches spec (device, dtype, dims, layout) and has storage;
- * PX_ERR_INVALID naming `what` otherwise. */
-px_status_t px__cpu_check(const px_tensor_t *t, const px_tensor_t *spec, const char *what);
 
 /* Validates an input spec for op creation: CPU, f32, ndim in [min, max]. */
 px_status_t px__cpu_check_input(px_ops_t *ops, const px_tensor_t *x, int min_ndim, int max_ndim,
@@ -150,6 +147,55 @@ px_status_t px__wbuf_out(px_ops_t *ops, px__wbuf_t *wb, px_tensor_t *dw);
 /* Registers and unregisters an op object with its context (leak check). */
 void px__cpu_op_born(px_ops_t *ops);
 void px__cpu_op_died(px_ops_t *ops);
+
+/* A zeroed op object of size bytes whose first member is a px__ops_head_t,
+ * bound to the CPU backend and registered with ops (px__cpu_op_born); the
+ * caller sets its ops pointer and frees it with px_free after
+ * px__cpu_op_died. NULL when out of memory (nothing registered). */
+void *px__cpu_op_new(px_ops_t *ops, size_t size, const char *name);
+
+/* ---- layers with weights (cpu_wlayer.c) --------------------------------------------
+ * Convolution and inner product differ only in their primitive descriptors;
+ * the executables, the weight conversions, the argument checks and the calls
+ * are this one shared part, which each op embeds. */
+
+enum { PX__WL_FWD, PX__WL_BWD_D, PX__WL_BWD_W, PX__WL_NPD }; /* the descriptors, in order */
+
+typedef struct {
+  px__wlayer_t wl;  /* first: the argument contract, specs and bias (nn/px_ops_int.h) */
+  px__exec_t fwd;   /* SRC, WEIGHTS, DST, [BIAS] */
+  px__exec_t bwd_d; /* DIFF_DST, WEIGHTS, DIFF_SRC */
+  px__exec_t bwd_w; /* SRC, DIFF_DST, DIFF_WEIGHTS, [DIFF_BIAS] */
+  px__wbuf_t w_fwd; /* plain weights -> forward layout */
+  px__wbuf_t w_bwd; /* plain weights -> backward-data layout */
+  px__wbuf_t dw;    /* weight gradient layout -> plain */
+} px__cpu_wlayer_t;
+
+/* What makes one kind of layer: from its parameters, the forward,
+ * backward-data and backward-weights descriptors (in pd, which the caller
+ * destroys, also on failure), the weights' plain descriptor, and the output,
+ * weight and bias specs in l->wl. */
+typedef px_status_t (*px__cpu_wlayer_pds_fn)(px_ops_t *ops, px__cpu_wlayer_t *l, const void *params,
+                                             dnnl_primitive_desc_t pd[PX__WL_NPD],
+                                             dnnl_memory_desc_t *w_plain);
+
+/* Completes l (px__wlayer_init done): its descriptors from pds(params), then
+ * the executables and weight conversions (bias arguments bound when
+ * l->wl.bias). Keeps no descriptor; on failure px__cpu_wlayer_destroy
+ * releases what was made. */
+px_status_t px__cpu_wlayer_create(px_ops_t *ops, px__cpu_wlayer_t *l, px__cpu_wlayer_pds_fn pds,
+                                  const void *params);
+void px__cpu_wlayer_destroy(px__cpu_wlayer_t *l);
+/* The three calls of ops.h's conv2d / fc API with their argument checks;
+ * allocate nothing. */
+px_status_t px__cpu_wlayer_forward(px_ops_t *ops, px__cpu_wlayer_t *l, px_tensor_t *y,
+                                   const px_tensor_t *x, const px_tensor_t *w,
+                                   const px_tensor_t *b);
+px_status_t px__cpu_wlayer_backward_data(px_ops_t *ops, px__cpu_wlayer_t *l, px_tensor_t *dx,
+                                         const px_tensor_t *dy, const px_tensor_t *w);
+px_status_t px__cpu_wlayer_backward_weights(px_ops_t *ops, px__cpu_wlayer_t *l, px_tensor_t *dw,
+                                            px_tensor_t *db, const px_tensor_t *x,
+                                            const px_tensor_t *dy);
 
 /* Fails unless ops is a CPU context (PX_ERR_INVALID for NULL). */
 px_status_t px__cpu_require(const px_ops_t *ops, const char *what);

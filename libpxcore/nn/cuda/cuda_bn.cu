@@ -326,18 +326,16 @@ extern "C" px_status_t px__cuda_batchnorm_create(px_ops_t *o, const px_tensor_t 
              (double)p->momentum);
   PX_CHECK(px__cuda_enter(ops));
   px_status_t st = PX_OK;
-  px__cuda_batchnorm_t *op = (px__cuda_batchnorm_t *)px_calloc(1, sizeof *op, "cuda batchnorm");
+  px__cuda_batchnorm_t *op = (px__cuda_batchnorm_t *)px__cuda_op_new(ops, sizeof *op, "cuda batchnorm");
   if (!op) return PX_ERR_NOMEM;
-  op->head.be = &px__cuda_backend;
   op->ops = ops;
-  px__cuda_op_born(ops);
   op->p = *p;
   op->c = x_spec->dims[1];
   op->hw = x_spec->dims[2] * x_spec->dims[3];
   op->count = x_spec->dims[0] * op->hw;
   op->nhwc = px__cuda_nhwc(x_spec);
   op->bf16 = x_spec->dtype == PX_DTYPE_BF16;
-  op->x_spec = px__cuda_spec_copy(x_spec);
+  op->x_spec = px__ops_spec_copy(x_spec);
   {
     const int64_t cd[1] = {op->c};
     const int64_t numel = (int64_t)px_tensor_numel(x_spec);

@@ -23,22 +23,21 @@
  * gradient back to f32 OIHW after the backward-filter call (a few
  * microseconds a layer, no allocation). bf16 convolutions accumulate in f32
  * on tensor cores. */
+#include <stddef.h>
 #include <string.h>
 
 #include "nn/cuda/px_cuda_ops_int.h"
 
 typedef struct px__cuda_conv2d {
-  px__ops_head_t head; /* first: the dispatcher reads it */
+  px__ops_head_t head; /* first, the contract second: the dispatcher reads both */
+  px__wlayer_t wl;     /* x [N, C_in, H, W], y [N, C_out, OH, OW],
+                          w [C_out, C_in, KH, KW], b [C_out] */
   px__cuda_ops_t *ops;
   px_conv2d_params_t p;
   int tf32;
   int nhwc;            /* channels-last input and output: KRSC weight copies */
   int bf16;            /* bf16 activations (and weight copies) */
   size_t w_numel;      /* C_out * C_in * KH * KW */
-  px_tensor_t x_spec;  /* [N, C_in, H, W] */
-  px_tensor_t y_spec;  /* [N, C_out, OH, OW] */
-  px_tensor_t w_spec;  /* [C_out, C_in, KH, KW] */
-  px_tensor_t b_spec;  /* [C_out] */
   cudnnTensorDescriptor_t x_desc, y_desc, b_desc; /* b_desc: [1, C_out, 1, 1] */
   cudnnFilterDescriptor_t w_desc;
   cudnnConvolutionDescriptor_t fwd_desc, bwd_data_desc, bwd_filter_desc;
@@ -48,6 +47,8 @@ typedef struct px__cuda_conv2d {
   size_t fwd_ws, bwd_data_ws, bwd_filter_ws; /* workspace bytes of each algorithm */
   int fwd_math, bwd_data_math, bwd_filter_math; /* cudnnMathType_t of each */
 } px__cuda_conv2d_t;
+static_assert(offsetof(px__cuda_conv2d_t, wl) == offsetof(px__wlayer_op_t, wl),
+              "the dispatcher reads the contract at px__wlayer_op_t's offset");
 
 static px__cuda_conv2d_t *px__op(px_conv2d_t *op) { return (px__cuda_conv2d_t *)op; }
 static const px__cuda_conv2d_t *px__cop(const px_conv2d_t *op) {
@@ -101,8 +102,8 @@ typedef struct px__conv_algo_cache {
 
 static void px__algo_key(const px__cuda_conv2d_t *op, int64_t *key) {
   const px_conv2d_params_t *p = &op->p;
-  const int64_t k[14] = {op->x_spec.dims[0], op->x_spec.dims[1], op->x_spec.dims[2],
-                         op->x_spec.dims[3], p->c_out, p->kh, p->kw, p->stride_h, p->stride_w,
+  const int64_t *x = op->wl.x_spec.dims;
+  const int64_t k[14] = {x[0], x[1], x[2], x[3], p->c_out, p->kh, p->kw, p->stride_h, p->stride_w,
                          p->pad_h, p->pad_w, op->nhwc, op->bf16, op->tf32};
   memcpy(key, k, sizeof k);
 }
@@ -278,30 +279,28 @@ extern "C" px_status_t px__cuda_conv2d_create(px_ops_t *o, const px_tensor_t *x_
   PX_CHECK(px__cuda_enter(ops));
 
   px_status_t st = PX_OK;
-  px__cuda_conv2d_t *op = (px__cuda_conv2d_t *)px_calloc(1, sizeof *op, "cuda conv2d");
+  px__cuda_conv2d_t *op = (px__cuda_conv2d_t *)px__cuda_op_new(ops, sizeof *op, "cuda conv2d");
   if (!op) return PX_ERR_NOMEM;
-  op->head.be = &px__cuda_backend;
   op->ops = ops;
-  px__cuda_op_born(ops);
   op->p = *p;
   op->tf32 = ops->tf32;
   op->nhwc = px__cuda_nhwc(x_spec);
   op->bf16 = x_spec->dtype == PX_DTYPE_BF16;
   op->w_numel = (size_t)p->c_out * (size_t)c_in * (size_t)p->kh * (size_t)p->kw;
-  op->x_spec = px__cuda_spec_copy(x_spec);
+  px__wlayer_init(&op->wl, "conv2d", "conv", p->bias, x_spec);
   {
     const int64_t yd[4] = {n, p->c_out, oh, ow}, wd[4] = {p->c_out, c_in, p->kh, p->kw};
     const int64_t bd[1] = {p->c_out};
-    PX_CHECK_GOTO(px__cuda_spec_like(ops, x_spec, yd, &op->y_spec), st, fail);
-    PX_CHECK_GOTO(px__cuda_spec(ops, PX_DTYPE_F32, 4, wd, &op->w_spec), st, fail);
-    PX_CHECK_GOTO(px__cuda_spec(ops, PX_DTYPE_F32, 1, bd, &op->b_spec), st, fail);
+    PX_CHECK_GOTO(px__cuda_spec_like(ops, x_spec, yd, &op->wl.y_spec), st, fail);
+    PX_CHECK_GOTO(px__cuda_spec(ops, PX_DTYPE_F32, 4, wd, &op->wl.w_spec), st, fail);
+    PX_CHECK_GOTO(px__cuda_spec(ops, PX_DTYPE_F32, 1, bd, &op->wl.b_spec), st, fail);
   }
   PX_CUDNN_GOTO(cudnnCreateTensorDescriptor(&op->x_desc), st, fail);
   PX_CUDNN_GOTO(cudnnCreateTensorDescriptor(&op->y_desc), st, fail);
   PX_CUDNN_GOTO(cudnnCreateTensorDescriptor(&op->b_desc), st, fail);
   PX_CUDNN_GOTO(cudnnCreateFilterDescriptor(&op->w_desc), st, fail);
-  PX_CHECK_GOTO(px__cuda_act_desc(op->x_desc, &op->x_spec), st, fail);
-  PX_CHECK_GOTO(px__cuda_act_desc(op->y_desc, &op->y_spec), st, fail);
+  PX_CHECK_GOTO(px__cuda_act_desc(op->x_desc, &op->wl.x_spec), st, fail);
+  PX_CHECK_GOTO(px__cuda_act_desc(op->y_desc, &op->wl.y_spec), st, fail);
   PX_CHECK_GOTO(px__cuda_tensor_desc(op->b_desc, 1, p->c_out, 1, 1), st, fail);
   PX_CUDNN_GOTO(cudnnSetFilter4dDescriptor(op->w_desc, px__cudnn_dtype(x_spec),
                                            op->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
@@ -340,16 +339,6 @@ fail:
   return st;
 }
 
-extern "C" void px__cuda_conv2d_y_spec(const px_conv2d_t *op, px_tensor_t *spec) {
-  *spec = px__cop(op)->y_spec;
-}
-extern "C" void px__cuda_conv2d_w_spec(const px_conv2d_t *op, px_tensor_t *spec) {
-  *spec = px__cop(op)->w_spec;
-}
-extern "C" void px__cuda_conv2d_b_spec(const px_conv2d_t *op, px_tensor_t *spec) {
-  *spec = px__cop(op)->b_spec;
-}
-
 /* ---- the one conversion point of the weights --------------------------------------- */
 
 /* out[k][rs][c] = w[k][c][rs]: f32 OIHW to KRSC in T. */
@@ -381,8 +370,8 @@ static px_status_t px__weights_in(px__cuda_conv2d_t *op, const px_tensor_t *w, c
   *out = w->data;
   if (!op->nhwc) return PX_OK;
   px__cuda_ops_t *ops = op->ops;
-  const int64_t k = op->w_spec.dims[0], c = op->w_spec.dims[1];
-  const int64_t rs = op->w_spec.dims[2] * op->w_spec.dims[3];
+  const int64_t k = op->wl.w_spec.dims[0], c = op->wl.w_spec.dims[1];
+  const int64_t rs = op->wl.w_spec.dims[2] * op->wl.w_spec.dims[3];
   const unsigned blocks = px__cuda_blocks(op->w_numel);
   if (op->bf16)
     px__w_to_krsc<<<blocks, PX__CUDA_THREADS, 0, ops->stream>>>(
@@ -405,8 +394,8 @@ static void *px__dw_out(px__cuda_conv2d_t *op, px_tensor_t *dw) {
 
 static px_status_t px__dw_back(px__cuda_conv2d_t *op, px_tensor_t *dw, const void *krsc) {
   if (!op->nhwc) return PX_OK;
-  const int64_t k = op->w_spec.dims[0], c = op->w_spec.dims[1];
-  const int64_t rs = op->w_spec.dims[2] * op->w_spec.dims[3];
+  const int64_t k = op->wl.w_spec.dims[0], c = op->wl.w_spec.dims[1];
+  const int64_t rs = op->wl.w_spec.dims[2] * op->wl.w_spec.dims[3];
   const unsigned blocks = px__cuda_blocks(op->w_numel);
   cudaStream_t s = op->ops->stream;
   if (op->bf16)
@@ -422,13 +411,7 @@ static px_status_t px__dw_back(px__cuda_conv2d_t *op, px_tensor_t *dw, const voi
 extern "C" px_status_t px__cuda_conv2d_forward(px_conv2d_t *o, px_tensor_t *y, const px_tensor_t *x,
                                                const px_tensor_t *w, const px_tensor_t *b) {
   px__cuda_conv2d_t *op = px__op(o);
-  PX__CHECK(x, &op->x_spec, "conv2d forward x");
-  PX__CHECK(w, &op->w_spec, "conv2d forward w");
-  PX__CHECK(y, &op->y_spec, "conv2d forward y");
-  if (op->p.bias)
-    PX__CHECK(b, &op->b_spec, "conv2d forward b");
-  else
-    PX_REQUIRE(b == NULL, "conv2d forward: bias given to a conv without bias");
+  PX_CHECK(px__wlayer_check_forward(&op->wl, y, x, w, b));
   px__cuda_ops_t *ops = op->ops;
   const float one = 1.0f, zero = 0.0f;
   const void *wd;
@@ -444,9 +427,7 @@ extern "C" px_status_t px__cuda_conv2d_forward(px_conv2d_t *o, px_tensor_t *y, c
 extern "C" px_status_t px__cuda_conv2d_backward_data(px_conv2d_t *o, px_tensor_t *dx,
                                                      const px_tensor_t *dy, const px_tensor_t *w) {
   px__cuda_conv2d_t *op = px__op(o);
-  PX__CHECK(dy, &op->y_spec, "conv2d backward dy");
-  PX__CHECK(w, &op->w_spec, "conv2d backward w");
-  PX__CHECK(dx, &op->x_spec, "conv2d backward dx");
+  PX_CHECK(px__wlayer_check_backward_data(&op->wl, dx, dy, w));
   px__cuda_ops_t *ops = op->ops;
   const float one = 1.0f, zero = 0.0f;
   const void *wd;
@@ -462,13 +443,7 @@ extern "C" px_status_t px__cuda_conv2d_backward_weights(px_conv2d_t *o, px_tenso
                                                         px_tensor_t *db, const px_tensor_t *x,
                                                         const px_tensor_t *dy) {
   px__cuda_conv2d_t *op = px__op(o);
-  PX__CHECK(x, &op->x_spec, "conv2d backward x");
-  PX__CHECK(dy, &op->y_spec, "conv2d backward dy");
-  PX__CHECK(dw, &op->w_spec, "conv2d backward dw");
-  if (op->p.bias)
-    PX__CHECK(db, &op->b_spec, "conv2d backward db");
-  else
-    PX_REQUIRE(db == NULL, "conv2d backward: bias gradient asked of a conv without bias");
+  PX_CHECK(px__wlayer_check_backward_weights(&op->wl, dw, db, x, dy));
   px__cuda_ops_t *ops = op->ops;
   const float one = 1.0f, zero = 0.0f;
   void *dwd = px__dw_out(op, dw);

@@ -84,12 +84,10 @@ extern "C" px_status_t px__cuda_relu_create(px_ops_t *o, const px_tensor_t *x_sp
   PX_REQUIRE(out != NULL, "px_relu_create: out is NULL");
   *out = NULL;
   PX_CHECK(px__cuda_check_act(ops, x_spec, 1, 4, "px_relu_create"));
-  px__cuda_relu_t *op = (px__cuda_relu_t *)px_calloc(1, sizeof *op, "cuda relu");
+  px__cuda_relu_t *op = (px__cuda_relu_t *)px__cuda_op_new(ops, sizeof *op, "cuda relu");
   if (!op) return PX_ERR_NOMEM;
-  op->head.be = &px__cuda_backend;
   op->ops = ops;
-  px__cuda_op_born(ops);
-  op->x_spec = px__cuda_spec_copy(x_spec);
+  op->x_spec = px__ops_spec_copy(x_spec);
   *out = (px_relu_t *)op;
   return PX_OK;
 }
@@ -155,13 +153,11 @@ extern "C" px_status_t px__cuda_add_create(px_ops_t *o, const px_tensor_t *x_spe
   PX_REQUIRE(out != NULL, "px_add_create: out is NULL");
   *out = NULL;
   PX_CHECK(px__cuda_check_act(ops, x_spec, 1, 4, "px_add_create"));
-  px__cuda_add_t *op = (px__cuda_add_t *)px_calloc(1, sizeof *op, "cuda add");
+  px__cuda_add_t *op = (px__cuda_add_t *)px__cuda_op_new(ops, sizeof *op, "cuda add");
   if (!op) return PX_ERR_NOMEM;
-  op->head.be = &px__cuda_backend;
   op->ops = ops;
-  px__cuda_op_born(ops);
   op->relu = relu ? 1 : 0;
-  op->x_spec = px__cuda_spec_copy(x_spec);
+  op->x_spec = px__ops_spec_copy(x_spec);
   *out = (px_add_t *)op;
   return PX_OK;
 }
@@ -240,13 +236,11 @@ extern "C" px_status_t px__cuda_reorder_create(px_ops_t *o, const px_tensor_t *d
   PX_REQUIRE(src_spec->ndim == dst_spec->ndim, "px_reorder_create: src and dst differ in rank");
   for (int i = 0; i < src_spec->ndim; i++)
     PX_REQUIRE(src_spec->dims[i] == dst_spec->dims[i], "px_reorder_create: dims differ");
-  px__cuda_reorder_t *r = (px__cuda_reorder_t *)px_calloc(1, sizeof *r, "cuda reorder");
+  px__cuda_reorder_t *r = (px__cuda_reorder_t *)px__cuda_op_new(ops, sizeof *r, "cuda reorder");
   if (!r) return PX_ERR_NOMEM;
-  r->head.be = &px__cuda_backend;
   r->ops = ops;
-  px__cuda_op_born(ops);
-  r->src_spec = px__cuda_spec_copy(src_spec);
-  r->dst_spec = px__cuda_spec_copy(dst_spec);
+  r->src_spec = px__ops_spec_copy(src_spec);
+  r->dst_spec = px__ops_spec_copy(dst_spec);
   *out = (px_reorder_t *)r;
   return PX_OK;
 }

@@ -8,21 +8,21 @@
  * The bias is added and reduced by two small kernels. A 4-D input
  * [N, C, H, W] is the same memory as [N, C*H*W]. */
 #include <limits.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "nn/cuda/px_cuda_ops_int.h"
 
 typedef struct px__cuda_fc {
-  px__ops_head_t head; /* first: the dispatcher reads it */
+  px__ops_head_t head; /* first, the contract second: the dispatcher reads both */
+  px__wlayer_t wl;    /* x [N, C] or [N, C, H, W], y [N, out], w [out, in], b [out] */
   px__cuda_ops_t *ops;
   px_fc_params_t p;
   int tf32;
   int n, in, out;
-  px_tensor_t x_spec; /* [N, C] or [N, C, H, W] */
-  px_tensor_t y_spec; /* [N, out] */
-  px_tensor_t w_spec; /* [out, in] */
-  px_tensor_t b_spec; /* [out] */
 } px__cuda_fc_t;
+static_assert(offsetof(px__cuda_fc_t, wl) == offsetof(px__wlayer_op_t, wl),
+              "the dispatcher reads the contract at px__wlayer_op_t's offset");
 
 /* y[r, o] += b[o] */
 __global__ static void px__fc_bias_kernel(float *__restrict__ y, const float *__restrict__ b,
@@ -61,38 +61,26 @@ extern "C" px_status_t px__cuda_fc_create(px_ops_t *o, const px_tensor_t *x_spec
   for (int i = 1; i < x_spec->ndim; i++) in *= x_spec->dims[i];
   PX_REQUIRE(x_spec->dims[0] <= INT_MAX && in <= INT_MAX, "px_fc_create: input too large for cuBLAS");
   px_status_t st = PX_OK;
-  px__cuda_fc_t *op = (px__cuda_fc_t *)px_calloc(1, sizeof *op, "cuda fc");
+  px__cuda_fc_t *op = (px__cuda_fc_t *)px__cuda_op_new(ops, sizeof *op, "cuda fc");
   if (!op) return PX_ERR_NOMEM;
-  op->head.be = &px__cuda_backend;
   op->ops = ops;
-  px__cuda_op_born(ops);
   op->p = *p;
   op->tf32 = ops->tf32;
   op->n = (int)x_spec->dims[0];
   op->in = (int)in;
   op->out = p->out_features;
-  op->x_spec = px__cuda_spec_copy(x_spec);
+  px__wlayer_init(&op->wl, "fc", "layer", p->bias, x_spec);
   {
     const int64_t yd[2] = {op->n, op->out}, wd[2] = {op->out, in}, bd[1] = {op->out};
-    PX_CHECK_GOTO(px__cuda_spec(ops, PX_DTYPE_F32, 2, yd, &op->y_spec), st, fail);
-    PX_CHECK_GOTO(px__cuda_spec(ops, PX_DTYPE_F32, 2, wd, &op->w_spec), st, fail);
-    PX_CHECK_GOTO(px__cuda_spec(ops, PX_DTYPE_F32, 1, bd, &op->b_spec), st, fail);
+    PX_CHECK_GOTO(px__cuda_spec(ops, PX_DTYPE_F32, 2, yd, &op->wl.y_spec), st, fail);
+    PX_CHECK_GOTO(px__cuda_spec(ops, PX_DTYPE_F32, 2, wd, &op->wl.w_spec), st, fail);
+    PX_CHECK_GOTO(px__cuda_spec(ops, PX_DTYPE_F32, 1, bd, &op->wl.b_spec), st, fail);
   }
   *out = (px_fc_t *)op;
   return PX_OK;
 fail:
   px__cuda_fc_destroy((px_fc_t *)op);
   return st;
-}
-
-extern "C" void px__cuda_fc_y_spec(const px_fc_t *op, px_tensor_t *spec) {
-  *spec = ((const px__cuda_fc_t *)op)->y_spec;
-}
-extern "C" void px__cuda_fc_w_spec(const px_fc_t *op, px_tensor_t *spec) {
-  *spec = ((const px__cuda_fc_t *)op)->w_spec;
-}
-extern "C" void px__cuda_fc_b_spec(const px_fc_t *op, px_tensor_t *spec) {
-  *spec = ((const px__cuda_fc_t *)op)->b_spec;
 }
 
 /* The op's math mode on the context's (shared) cuBLAS handle. */
@@ -106,13 +94,7 @@ static px_status_t px__fc_enter(px__cuda_fc_t *op) {
 extern "C" px_status_t px__cuda_fc_forward(px_fc_t *o, px_tensor_t *y, const px_tensor_t *x,
                                            const px_tensor_t *w, const px_tensor_t *b) {
   px__cuda_fc_t *op = (px__cuda_fc_t *)o;
-  PX__CHECK(x, &op->x_spec, "fc forward x");
-  PX__CHECK(w, &op->w_spec, "fc forward w");
-  PX__CHECK(y, &op->y_spec, "fc forward y");
-  if (op->p.bias)
-    PX__CHECK(b, &op->b_spec, "fc forward b");
-  else
-    PX_REQUIRE(b == NULL, "fc forward: bias given to a layer without bias");
+  PX_CHECK(px__wlayer_check_forward(&op->wl, y, x, w, b));
   PX_CHECK(px__fc_enter(op));
   const float one = 1.0f, zero = 0.0f;
   PX_CUBLAS(op->ops->blas->sgemm(op->ops->cublas, CUBLAS_OP_T, CUBLAS_OP_N, op->out, op->n, op->in, &one,
@@ -130,9 +112,7 @@ extern "C" px_status_t px__cuda_fc_forward(px_fc_t *o, px_tensor_t *y, const px_
 extern "C" px_status_t px__cuda_fc_backward_data(px_fc_t *o, px_tensor_t *dx, const px_tensor_t *dy,
                                                  const px_tensor_t *w) {
   px__cuda_fc_t *op = (px__cuda_fc_t *)o;
-  PX__CHECK(dy, &op->y_spec, "fc backward dy");
-  PX__CHECK(w, &op->w_spec, "fc backward w");
-  PX__CHECK(dx, &op->x_spec, "fc backward dx");
+  PX_CHECK(px__wlayer_check_backward_data(&op->wl, dx, dy, w));
   PX_CHECK(px__fc_enter(op));
   const float one = 1.0f, zero = 0.0f;
   PX_CUBLAS(op->ops->blas->sgemm(op->ops->cublas, CUBLAS_OP_N, CUBLAS_OP_N, op->in, op->n, op->out, &one,
@@ -144,13 +124,7 @@ extern "C" px_status_t px__cuda_fc_backward_data(px_fc_t *o, px_tensor_t *dx, co
 extern "C" px_status_t px__cuda_fc_backward_weights(px_fc_t *o, px_tensor_t *dw, px_tensor_t *db,
                                                     const px_tensor_t *x, const px_tensor_t *dy) {
   px__cuda_fc_t *op = (px__cuda_fc_t *)o;
-  PX__CHECK(x, &op->x_spec, "fc backward x");
-  PX__CHECK(dy, &op->y_spec, "fc backward dy");
-  PX__CHECK(dw, &op->w_spec, "fc backward dw");
-  if (op->p.bias)
-    PX__CHECK(db, &op->b_spec, "fc backward db");
-  else
-    PX_REQUIRE(db == NULL, "fc backward: bias gradient asked of a layer without bias");
+  PX_CHECK(px__wlayer_check_backward_weights(&op->wl, dw, db, x, dy));
   PX_CHECK(px__fc_enter(op));
   const float one = 1.0f, zero = 0.0f;
   PX_CUBLAS(op->ops->blas->sgemm(op->ops->cublas, CUBLAS_OP_N, CUBLAS_OP_T, op->in, op->out, op->n, &one,

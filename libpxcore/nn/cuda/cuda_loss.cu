@@ -1,6 +1,7 @@
 /* Softmax cross-entropy on CUDA: one block, each thread taking rows
- * t, t + blockDim, ..., with the arithmetic of the CPU version (max first,
- * then sums of exp in double, the first maximum as the prediction); the
+ * t, t + blockDim, ..., with the arithmetic of the CPU version, the same
+ * code (nn/px_loss_row.h: max first, then sums of exp in double, the first
+ * maximum as the prediction); the
  * per-thread loss sums, hit counts and the first bad label are combined by
  * a fixed tree in shared memory, so the result is deterministic. Logits are
  * [N, K] with K the number of classes (10 for our data sets): a row per
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #include "nn/cuda/px_cuda_ops_int.h"
+#include "nn/px_loss_row.h"
 
 enum { PX__CE_THREADS = 256 };
 
@@ -31,22 +33,9 @@ __global__ static void px__softmax_ce_kernel(px__cuda_loss_result_t *res, float 
       if (bad < 0) bad = (int)r; /* rows ascend per thread: this is its first */
       continue;
     }
-    int64_t arg = 0;
-    for (int64_t j = 1; j < k; j++)
-      if (row[j] > row[arg]) arg = j;
-    const double mx = row[arg];
-    double sum = 0.0;
-    for (int64_t j = 0; j < k; j++) sum += exp((double)row[j] - mx);
-    const double lse = mx + log(sum);
-    loss += lse - (double)row[lab];
-    hits += arg == lab;
-    if (dlogits) {
-      float *drow = dlogits + r * k;
-      for (int64_t j = 0; j < k; j++) {
-        const double pj = exp((double)row[j] - lse);
-        drow[j] = (float)((pj - (j == lab ? 1.0 : 0.0)) * inv_n);
-      }
-    }
+    int hit;
+    loss += px__softmax_ce_row(dlogits ? dlogits + r * k : NULL, &hit, row, lab, k, inv_n);
+    hits += hit;
   }
   s_loss[t] = loss;
   s_hits[t] = hits;
@@ -73,20 +62,8 @@ extern "C" px_status_t px__cuda_softmax_ce(px_ops_t *o, px_tensor_t *dlogits, fl
                                            int64_t *correct, const px_tensor_t *logits,
                                            const px_tensor_t *labels) {
   px__cuda_ops_t *ops = px__cuda_ctx(o);
-  PX_REQUIRE(logits && labels, "px_softmax_ce: NULL tensor");
-  PX_REQUIRE(logits->data && labels->data, "px_softmax_ce: tensor without storage");
-  PX_REQUIRE(px_device_equal(logits->device, ops->device) &&
-                 px_device_equal(labels->device, ops->device),
-             "px_softmax_ce: tensors on another device");
-  PX_REQUIRE(logits->ndim == 2 && logits->dtype == PX_DTYPE_F32 && !logits->layout,
-             "px_softmax_ce: logits must be plain f32 [N, K]");
+  /* shapes and devices: checked by the dispatcher (px_softmax_ce) */
   const int64_t n = logits->dims[0], k = logits->dims[1];
-  PX_REQUIRE(labels->ndim == 1 && labels->dtype == PX_DTYPE_I32 && !labels->layout &&
-                 labels->dims[0] == n,
-             "px_softmax_ce: labels must be plain i32 [%lld]", (long long)n);
-  if (dlogits)
-    PX_REQUIRE(px_tensor_same_spec(dlogits, logits) && dlogits->data,
-               "px_softmax_ce: dlogits must be like logits");
   PX_CHECK(px__cuda_enter(ops));
   px__softmax_ce_kernel<<<1, PX__CE_THREADS, 0, ops->stream>>>(
       ops->dres, dlogits ? (float *)dlogits->data : NULL, (const float *)logits->data,

@@ -187,14 +187,12 @@ extern "C" px_status_t px__cuda_pool2d_create(px_ops_t *o, const px_tensor_t *x_
   g.mode = (int)p->mode;
 
   px_status_t st = PX_OK;
-  px__cuda_pool2d_t *op = (px__cuda_pool2d_t *)px_calloc(1, sizeof *op, "cuda pool2d");
+  px__cuda_pool2d_t *op = (px__cuda_pool2d_t *)px__cuda_op_new(ops, sizeof *op, "cuda pool2d");
   if (!op) return PX_ERR_NOMEM;
-  op->head.be = &px__cuda_backend;
   op->ops = ops;
-  px__cuda_op_born(ops);
   op->p = *p;
   op->g = g;
-  op->x_spec = px__cuda_spec_copy(x_spec);
+  op->x_spec = px__ops_spec_copy(x_spec);
   {
     const int64_t yd[4] = {g.n, g.c, g.oh, g.ow};
     const int64_t wd[1] = {p->mode == PX_POOL_MAX ? 4 * g.n * g.c * g.oh * g.ow : 1};
@@ -225,7 +223,7 @@ extern "C" px_status_t px__cuda_global_avgpool_create(px_ops_t *o, const px_tens
                            x_spec->dims[3]));
   PX_CHECK(px__cuda_pool2d_create(o, &plain, &p, out));
   px__cuda_pool2d_t *op = (px__cuda_pool2d_t *)*out;
-  op->x_spec = px__cuda_spec_copy(x_spec);
+  op->x_spec = px__ops_spec_copy(x_spec);
   op->nhwc_gap = 1;
   return PX_OK;
 }

@@ -171,14 +171,6 @@ px_status_t px__cuda_check_input(const px__cuda_ops_t *ops, const px_tensor_t *x
 px_status_t px__cuda_spec(const px__cuda_ops_t *ops, px_dtype_t dt, int ndim, const int64_t *dims,
                           px_tensor_t *spec);
 
-/* Copies of an input spec without storage, for an op to keep. */
-static inline px_tensor_t px__cuda_spec_copy(const px_tensor_t *x) {
-  px_tensor_t s = *x;
-  s.data = NULL;
-  s.flags = 0;
-  return s;
-}
-
 /* NCHW f32 tensor descriptor of a 4-D shape (PX_ERR_INVALID when a dim
  * does not fit an int). */
 px_status_t px__cuda_tensor_desc(cudnnTensorDescriptor_t d, int64_t n, int64_t c, int64_t h,
@@ -186,6 +178,11 @@ px_status_t px__cuda_tensor_desc(cudnnTensorDescriptor_t d, int64_t n, int64_t c
 
 void px__cuda_op_born(px__cuda_ops_t *ops);
 void px__cuda_op_died(px__cuda_ops_t *ops);
+/* A zeroed op object of size bytes whose first member is a px__ops_head_t,
+ * bound to the CUDA backend and registered with ops (px__cuda_op_born); the
+ * caller sets its ops pointer and frees it with px_free after
+ * px__cuda_op_died. NULL when out of memory (nothing registered). */
+void *px__cuda_op_new(px__cuda_ops_t *ops, size_t size, const char *name);
 
 /* Launch geometry for n elements, one per thread, grid-stride beyond. */
 enum { PX__CUDA_THREADS = 256 };
