@@ -312,6 +312,33 @@ static void test_row_int64_reads_one_row(void **state) {
   px_store_close(s);
 }
 
+/* px_store_bind_args: ?1..?n bound in order, each by its type; text NULL
+ * binds NULL; a parameter the statement does not have fails. */
+static void test_bind_args_binds_in_order_by_type(void **state) {
+  fixture_t *f = *state;
+  px_store_t *s = NULL;
+  assert_int_equal(open_v(f->path, m_v1, 1, &s), PX_OK);
+  px_store_stmt_t *st = NULL;
+  assert_int_equal(px_store_stmt(s, "SELECT ?1 + 1, ?2 * 2, ?3 || '!', ?4 IS NULL, typeof(?2)",
+                                 &st),
+                   PX_OK);
+  int32_t small = -3; /* widened to int64 by PX_ARG_INT */
+  assert_int_equal(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_INT(small), PX_ARG_REAL(1.25),
+                                                        PX_ARG_TEXT("x"), PX_ARG_TEXT(NULL))),
+                   PX_OK);
+  assert_int_equal(px_store_step(st), 1);
+  assert_int_equal(px_store_column_int64(st, 0), -2);
+  assert_true(px_store_column_double(st, 1) == 2.5);
+  assert_string_equal(px_store_column_text(st, 2), "x!");
+  assert_int_equal(px_store_column_int64(st, 3), 1);
+  assert_string_equal(px_store_column_text(st, 4), "real");
+  px_store_reset(st);
+  assert_int_equal(px_store_stmt(s, "SELECT ?1", &st), PX_OK);
+  assert_int_not_equal(
+      px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_INT(1), PX_ARG_INT(2))), PX_OK);
+  px_store_close(s);
+}
+
 static void test_transactions_commit_and_roll_back(void **state) {
   fixture_t *f = *state;
   px_store_t *s = NULL;
@@ -338,6 +365,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_migrations_resume_from_stored_version, setup, teardown),
       cmocka_unit_test_setup_teardown(test_failed_migration_is_rolled_back, setup, teardown),
       cmocka_unit_test_setup_teardown(test_newer_schema_is_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_bind_args_binds_in_order_by_type, setup, teardown),
       cmocka_unit_test_setup_teardown(test_other_programs_database_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tables_without_schema_version_are_refused, setup,
                                       teardown),

@@ -37,10 +37,8 @@ px_status_t coord_db_auth_secret_hash_set(coord_t *c, const char *job_id, int64_
                          " secret = CASE WHEN ?4 THEN secret ELSE '' END"
                          " WHERE job_id = ?2 AND rank = ?3",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, hash));
-  PX_CHECK(px_store_bind_text(st, 2, job_id));
-  PX_CHECK(px_store_bind_int64(st, 3, rank));
-  PX_CHECK(px_store_bind_int64(st, 4, keep_clear));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(hash), PX_ARG_TEXT(job_id),
+                                                PX_ARG_INT(rank), PX_ARG_INT(keep_clear))));
   return px_store_run(st);
 }
 
@@ -99,9 +97,8 @@ px_status_t coord_db_auth_node_holds(coord_t *c, const char *name, const char *j
                          " AND n.node_index = r.node_index JOIN nodes d ON d.node_id = n.node_id"
                          " WHERE r.job_id = ?1 AND r.rank = ?2 AND d.name = ?3",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, rank));
-  PX_CHECK(px_store_bind_text(st, 3, name));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(rank),
+                                                PX_ARG_TEXT(name))));
   px_status_t rc = px_store_step(st);
   *holds = rc == 1;
   px_store_reset(st);

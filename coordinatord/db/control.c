@@ -74,12 +74,10 @@ px_status_t coord_db_control_state_put(coord_t *c, const char *job_id, int stabl
                          " iteration = max(iteration, ?4), updated_unix_ms = ?5,"
                          " checkpoint_problem = ?6 WHERE job_id = ?1",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, stable_iterations));
-  PX_CHECK(px_store_bind_int64(st, 3, frozen));
-  PX_CHECK(px_store_bind_int64(st, 4, iteration));
-  PX_CHECK(px_store_bind_int64(st, 5, now_ms));
-  PX_CHECK(px_store_bind_text(st, 6, checkpoint_problem));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(stable_iterations),
+                                                PX_ARG_INT(frozen), PX_ARG_INT(iteration),
+                                                PX_ARG_INT(now_ms),
+                                                PX_ARG_TEXT(checkpoint_problem))));
   return px_store_run(st);
 }
 
@@ -90,8 +88,7 @@ px_status_t coord_db_control_penalty(coord_t *c, const char *job_id, int layer, 
   PX_CHECK(px_store_stmt(c->db,
                          "SELECT rho1, rho2 FROM job_penalties WHERE job_id = ?1 AND layer = ?2",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, layer));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(layer))));
   px_status_t rc = px_store_step(st);
   if (rc < 0) return rc;
   if (rc == 1) {
@@ -110,10 +107,8 @@ px_status_t coord_db_control_penalty_put(coord_t *c, const char *job_id, int lay
                          "INSERT OR REPLACE INTO job_penalties (job_id, layer, rho1, rho2)"
                          " VALUES (?1, ?2, ?3, ?4)",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, layer));
-  PX_CHECK(px_store_bind_double(st, 3, rho1));
-  PX_CHECK(px_store_bind_double(st, 4, rho2));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(layer),
+                                                PX_ARG_REAL(rho1), PX_ARG_REAL(rho2))));
   return px_store_run(st);
 }
 

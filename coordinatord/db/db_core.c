@@ -56,11 +56,8 @@ px_status_t coord_db_event(coord_t *c, int node, const char *id, int64_t now, in
                               : "INSERT INTO job_events (job_id, time_unix_ms, from_state,"
                                 " to_state, reason) VALUES (?1, ?2, ?3, ?4, ?5)",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, id));
-  PX_CHECK(px_store_bind_int64(st, 2, now));
-  PX_CHECK(px_store_bind_int64(st, 3, from));
-  PX_CHECK(px_store_bind_int64(st, 4, to));
-  PX_CHECK(px_store_bind_text(st, 5, reason));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(id), PX_ARG_INT(now), PX_ARG_INT(from),
+                                                PX_ARG_INT(to), PX_ARG_TEXT(reason))));
   return px_store_run(st);
 }
 

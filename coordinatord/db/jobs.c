@@ -92,10 +92,8 @@ px_status_t coord_db_jobs_page(coord_t *c, coord_arena_t *a, int state, const ch
                          " AND (?3 = 0 OR id < ?3) AND (?4 = '' OR sweep_id = ?4)"
                          " ORDER BY id DESC LIMIT ?2",
                          &st));
-  PX_CHECK(px_store_bind_int64(st, 1, state));
-  PX_CHECK(px_store_bind_text(st, 4, sweep_id));
-  PX_CHECK(px_store_bind_int64(st, 2, limit));
-  PX_CHECK(px_store_bind_int64(st, 3, before));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_INT(state), PX_ARG_INT(limit),
+                                                PX_ARG_INT(before), PX_ARG_TEXT(sweep_id))));
   while ((rc = px_store_step(st)) == 1) {
     char **slot = coord_push(a, (void **)ids, n, &cap, sizeof(char *));
     int64_t *rs = coord_push(a, (void **)rowids, &n2, &cap2, sizeof(int64_t));
@@ -116,12 +114,9 @@ px_status_t coord_db_jobs_expired(coord_t *c, coord_arena_t *a, int64_t cutoff, 
                          " finished_unix_ms < ?1 AND state IN (?3, ?4, ?5, ?6)"
                          " ORDER BY finished_unix_ms LIMIT ?2",
                          &st));
-  PX_CHECK(px_store_bind_int64(st, 1, cutoff));
-  PX_CHECK(px_store_bind_int64(st, 2, limit));
-  PX_CHECK(px_store_bind_int64(st, 3, JS_SUCCEEDED));
-  PX_CHECK(px_store_bind_int64(st, 4, JS_FAILED));
-  PX_CHECK(px_store_bind_int64(st, 5, JS_CANCELLED));
-  PX_CHECK(px_store_bind_int64(st, 6, JS_TIMEOUT));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_INT(cutoff), PX_ARG_INT(limit),
+                                                PX_ARG_INT(JS_SUCCEEDED), PX_ARG_INT(JS_FAILED),
+                                                PX_ARG_INT(JS_CANCELLED), PX_ARG_INT(JS_TIMEOUT))));
   return coord_db_collect(a, st, ids, n);
 }
 
@@ -133,14 +128,10 @@ px_status_t coord_db_rank_exit_put(coord_t *c, const Prunex__V1__RankExit *r,
                          " signal, reason, time_unix_ms, model_path)"
                          " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, r->job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, r->rank));
-  PX_CHECK(px_store_bind_text(st, 3, r->node_id));
-  PX_CHECK(px_store_bind_int64(st, 4, r->exit_code));
-  PX_CHECK(px_store_bind_int64(st, 5, r->signal));
-  PX_CHECK(px_store_bind_text(st, 6, reason));
-  PX_CHECK(px_store_bind_int64(st, 7, now));
-  PX_CHECK(px_store_bind_text(st, 8, model_path));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(r->job_id), PX_ARG_INT(r->rank),
+                                                PX_ARG_TEXT(r->node_id), PX_ARG_INT(r->exit_code),
+                                                PX_ARG_INT(r->signal), PX_ARG_TEXT(reason),
+                                                PX_ARG_INT(now), PX_ARG_TEXT(model_path))));
   return px_store_run(st);
 }
 

@@ -30,8 +30,7 @@ px_status_t coord_db_kv_put(coord_t *c, const char *job_id, const char *key, con
                          "INSERT OR REPLACE INTO kv (job_id, key, value, updated_unix_ms)"
                          " VALUES (?1, ?2, ?3, ?4)",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_text(st, 2, key));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_TEXT(key))));
   PX_CHECK(px_store_bind_blob(st, 3, value, len));
   PX_CHECK(px_store_bind_int64(st, 4, now));
   return px_store_run(st);
@@ -42,8 +41,7 @@ px_status_t coord_db_kv_get(coord_t *c, const char *job_id, const char *key,
   px_store_stmt_t *st;
   *found = 0;
   PX_CHECK(px_store_stmt(c->db, "SELECT value FROM kv WHERE job_id = ?1 AND key = ?2", &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_text(st, 2, key));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_TEXT(key))));
   px_status_t rc = px_store_step(st);
   if (rc <= 0) return rc;
   size_t len = 0;

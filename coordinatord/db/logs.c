@@ -25,8 +25,7 @@ px_status_t coord_db_logs_rank_node(coord_t *c, const char *job_id, int rank, in
                          " ON n.job_id = r.job_id AND n.node_index = r.node_index"
                          " WHERE r.job_id = ?1 AND r.rank = ?2",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, rank));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(rank))));
   px_status_t rc = px_store_step(st);
   if (rc <= 0) return rc;
   snprintf(node, cap, "%s", px_store_column_text(st, 0));
@@ -45,8 +44,7 @@ px_status_t coord_db_logs_row(coord_t *c, const char *job_id, int rank, int *fou
                          "SELECT size, start_offset, eof FROM rank_logs"
                          " WHERE job_id = ?1 AND rank = ?2",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, rank));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(rank))));
   px_status_t rc = px_store_step(st);
   if (rc <= 0) return rc;
   *found = 1;
@@ -64,9 +62,8 @@ px_status_t coord_db_logs_chunk_add(coord_t *c, const char *job_id, int rank, in
                          "INSERT OR REPLACE INTO rank_log_chunks (job_id, rank, pos, data)"
                          " VALUES (?1, ?2, ?3, ?4)",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, rank));
-  PX_CHECK(px_store_bind_int64(st, 3, pos));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(rank),
+                                                PX_ARG_INT(pos))));
   PX_CHECK(px_store_bind_blob(st, 4, data, len));
   return px_store_run(st);
 }
@@ -78,9 +75,8 @@ px_status_t coord_db_logs_chunks_trim(coord_t *c, const char *job_id, int rank,
                          "DELETE FROM rank_log_chunks WHERE job_id = ?1 AND rank = ?2"
                          " AND pos + length(data) <= ?3",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, rank));
-  PX_CHECK(px_store_bind_int64(st, 3, keep_from));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(rank),
+                                                PX_ARG_INT(keep_from))));
   return px_store_run(st);
 }
 
@@ -96,12 +92,9 @@ px_status_t coord_db_logs_row_set(coord_t *c, const char *job_id, int rank, cons
                          " size = excluded.size, start_offset = excluded.start_offset,"
                          " eof = excluded.eof, updated_unix_ms = excluded.updated_unix_ms",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, rank));
-  PX_CHECK(px_store_bind_text(st, 3, node_id));
-  PX_CHECK(px_store_bind_int64(st, 4, size));
-  PX_CHECK(px_store_bind_int64(st, 5, eof));
-  PX_CHECK(px_store_bind_int64(st, 6, now));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(rank),
+                                                PX_ARG_TEXT(node_id), PX_ARG_INT(size),
+                                                PX_ARG_INT(eof), PX_ARG_INT(now))));
   return px_store_run(st);
 }
 
@@ -113,9 +106,8 @@ px_status_t coord_db_logs_read(coord_t *c, const char *job_id, int rank, int64_t
                          "SELECT pos, data FROM rank_log_chunks WHERE job_id = ?1"
                          " AND rank = ?2 AND pos + length(data) > ?3 ORDER BY pos",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, rank));
-  PX_CHECK(px_store_bind_int64(st, 3, from));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(rank),
+                                                PX_ARG_INT(from))));
   px_status_t rc = PX_OK;
   while (*got < want && (rc = px_store_step(st)) == 1) {
     int64_t pos = px_store_column_int64(st, 0);

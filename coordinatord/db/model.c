@@ -21,12 +21,10 @@ px_status_t coord_job_set_state(coord_t *c, const char *job_id, int from, int to
                          " finished_unix_ms = CASE WHEN ?6 THEN ?4 ELSE finished_unix_ms END"
                          " WHERE job_id = ?1",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, to));
-  PX_CHECK(px_store_bind_text(st, 3, reason));
-  PX_CHECK(px_store_bind_int64(st, 4, now));
-  PX_CHECK(px_store_bind_int64(st, 5, to == JS_SCHEDULED));
-  PX_CHECK(px_store_bind_int64(st, 6, coord_job_terminal(to)));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(to),
+                                                PX_ARG_TEXT(reason), PX_ARG_INT(now),
+                                                PX_ARG_INT(to == JS_SCHEDULED),
+                                                PX_ARG_INT(coord_job_terminal(to)))));
   PX_CHECK(px_store_run(st));
   PX_CHECK(coord_db_event(c, 0, job_id, now, from, to, reason));
   PX_CHECK(coord_sched_state_changed(c, job_id, from, to, reason, now));
@@ -45,8 +43,7 @@ px_status_t coord_node_set_state(coord_t *c, const char *node_id, int from, int 
   int64_t now = coord_now_ms();
   px_store_stmt_t *st;
   PX_CHECK(px_store_stmt(c->db, "UPDATE nodes SET state = ?2 WHERE node_id = ?1", &st));
-  PX_CHECK(px_store_bind_text(st, 1, node_id));
-  PX_CHECK(px_store_bind_int64(st, 2, to));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(node_id), PX_ARG_INT(to))));
   PX_CHECK(px_store_run(st));
   PX_CHECK(coord_db_event(c, 1, node_id, now, from, to, reason));
   px_log(PX_LOG_INFO, "node %s: %s -> %s (%s)", node_id, px_rpc_node_state_name(from),
@@ -140,8 +137,7 @@ static px_status_t coord_job_summary(coord_t *c, coord_arena_t *a, const char *j
                          "SELECT min(time_unix_ms) FROM job_events WHERE job_id = ?1"
                          " AND to_state = ?2",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, JS_SCHEDULED));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(JS_SCHEDULED))));
   if (px_store_step(st) == 1 && !px_store_column_is_null(st, 0)) {
     int64_t first = px_store_column_int64(st, 0);
     if (first > 0 && (scheduled <= 0 || first < scheduled)) scheduled = first;
@@ -171,8 +167,8 @@ static px_status_t coord_job_row(coord_t *c, coord_arena_t *a, const char *job_i
                          " scheduled_unix_ms, finished_unix_ms, owner, attempt, checkpoint_problem,"
                          " sweep_id, sweep_point FROM jobs WHERE job_id = ?1",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, with_yaml ? 1 : 0));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id),
+                                                PX_ARG_INT(with_yaml ? 1 : 0))));
   px_status_t rc = px_store_step(st);
   if (rc <= 0) return rc;
   Prunex__V1__Job *j;

@@ -39,8 +39,7 @@ px_status_t coord_db_node_name(coord_t *c, const char *node_id, char *name, size
 px_status_t coord_db_node_set_job(coord_t *c, const char *node_id, const char *job_id) {
   px_store_stmt_t *st;
   PX_CHECK(px_store_stmt(c->db, "UPDATE nodes SET job_id = ?2 WHERE node_id = ?1", &st));
-  PX_CHECK(px_store_bind_text(st, 1, node_id));
-  PX_CHECK(px_store_bind_text(st, 2, job_id));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(node_id), PX_ARG_TEXT(job_id))));
   return px_store_run(st);
 }
 
@@ -90,8 +89,7 @@ px_status_t coord_db_node_insert(coord_t *c, const char *name, const coord_db_no
   int64_t id = px_store_last_insert_id(c->db);
   snprintf(node_id, cap, "node-%04lld", (long long)id);
   PX_CHECK(px_store_stmt(c->db, "UPDATE nodes SET node_id = ?2 WHERE id = ?1", &st));
-  PX_CHECK(px_store_bind_int64(st, 1, id));
-  PX_CHECK(px_store_bind_text(st, 2, node_id));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_INT(id), PX_ARG_TEXT(node_id))));
   PX_CHECK(px_store_run(st));
   /* The first event: from UNSPECIFIED, recorded without the state check. */
   return coord_db_event(c, 1, node_id, now, NS_UNSPECIFIED, state, reason);
@@ -106,13 +104,12 @@ px_status_t coord_db_node_devices_set(coord_t *c, const char *node_id, size_t n,
                            "INSERT INTO node_devices (node_id, position, device_index, kind, name,"
                            " memory_bytes, healthy) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                            &st));
-    PX_CHECK(px_store_bind_text(st, 1, node_id));
-    PX_CHECK(px_store_bind_int64(st, 2, (int64_t)i));
-    PX_CHECK(px_store_bind_int64(st, 3, devs[i]->index));
-    PX_CHECK(px_store_bind_int64(st, 4, devs[i]->kind));
-    PX_CHECK(px_store_bind_text(st, 5, devs[i]->name));
-    PX_CHECK(px_store_bind_int64(st, 6, (int64_t)devs[i]->memory_bytes));
-    PX_CHECK(px_store_bind_int64(st, 7, devs[i]->healthy ? 1 : 0));
+    PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(node_id), PX_ARG_INT((int64_t)i),
+                                                  PX_ARG_INT(devs[i]->index),
+                                                  PX_ARG_INT(devs[i]->kind),
+                                                  PX_ARG_TEXT(devs[i]->name),
+                                                  PX_ARG_INT((int64_t)devs[i]->memory_bytes),
+                                                  PX_ARG_INT(devs[i]->healthy ? 1 : 0))));
     PX_CHECK(px_store_run(st));
   }
   return PX_OK;
@@ -151,9 +148,8 @@ px_status_t coord_db_node_devices_health(coord_t *c, const char *node_id, size_t
                            "UPDATE node_devices SET healthy = ?3 WHERE node_id = ?1 AND"
                            " device_index = ?2",
                            &st));
-    PX_CHECK(px_store_bind_text(st, 1, node_id));
-    PX_CHECK(px_store_bind_int64(st, 2, devs[i]->index));
-    PX_CHECK(px_store_bind_int64(st, 3, devs[i]->healthy ? 1 : 0));
+    PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(node_id), PX_ARG_INT(devs[i]->index),
+                                                  PX_ARG_INT(devs[i]->healthy ? 1 : 0))));
     PX_CHECK(px_store_run(st));
   }
   return PX_OK;
@@ -168,8 +164,7 @@ px_status_t coord_db_node_devices_first(coord_t *c, const char *node_id, int P, 
                          "SELECT device_index, healthy FROM node_devices WHERE node_id = ?1"
                          " ORDER BY position LIMIT ?2",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, node_id));
-  PX_CHECK(px_store_bind_int64(st, 2, P));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(node_id), PX_ARG_INT(P))));
   while ((rc = px_store_step(st)) == 1 && *n < P) {
     dev[*n] = (int)px_store_column_int64(st, 0);
     healthy[*n] = px_store_column_int64(st, 1) != 0;
@@ -184,8 +179,7 @@ px_status_t coord_db_node_heartbeat(coord_t *c, const char *node_id, int64_t now
   px_store_stmt_t *st;
   PX_CHECK(px_store_stmt(c->db, "UPDATE nodes SET last_heartbeat_unix_ms = ?2 WHERE node_id = ?1",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, node_id));
-  PX_CHECK(px_store_bind_int64(st, 2, now));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(node_id), PX_ARG_INT(now))));
   return px_store_run(st);
 }
 
@@ -198,8 +192,7 @@ px_status_t coord_db_nodes_silent(coord_t *c, coord_arena_t *a, int except, int6
                          "SELECT node_id, state, last_heartbeat_unix_ms FROM nodes"
                          " WHERE state != ?2 AND last_heartbeat_unix_ms < ?1",
                          &st));
-  PX_CHECK(px_store_bind_int64(st, 1, before));
-  PX_CHECK(px_store_bind_int64(st, 2, except));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_INT(before), PX_ARG_INT(except))));
   while ((rc = px_store_step(st)) == 1) {
     char **slot = coord_push(a, (void **)ids, n, &cap, sizeof(char *));
     int *s = coord_push(a, (void **)states, &n2, &cap2, sizeof(int));
@@ -228,10 +221,8 @@ px_status_t coord_db_nodes_fitting(coord_t *c, coord_arena_t *a, int s1, int s2,
                          " WHEN instr(?2, char(10) || '-' || n.node_id || char(10)) THEN 2"
                          " ELSE 1 END, n.id",
                          &st));
-  PX_CHECK(px_store_bind_int64(st, 1, P));
-  PX_CHECK(px_store_bind_text(st, 2, prefer));
-  PX_CHECK(px_store_bind_int64(st, 3, s1));
-  PX_CHECK(px_store_bind_int64(st, 4, s2));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_INT(P), PX_ARG_TEXT(prefer), PX_ARG_INT(s1),
+                                                PX_ARG_INT(s2))));
   while ((rc = px_store_step(st)) == 1) {
     char **s_id = coord_push(a, (void **)ids, n, &cap, sizeof(char *));
     char **s_name = coord_push(a, (void **)names, &n2, &cap2, sizeof(char *));
@@ -296,9 +287,8 @@ px_status_t coord_db_node_jobs(coord_t *c, coord_arena_t *a, const char *node_id
                          "SELECT j.job_id FROM job_nodes n JOIN jobs j ON j.job_id = n.job_id"
                          " WHERE n.node_id = ?1 AND j.state IN (?2, ?3) ORDER BY j.id",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, node_id));
-  PX_CHECK(px_store_bind_int64(st, 2, s1));
-  PX_CHECK(px_store_bind_int64(st, 3, s2));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(node_id), PX_ARG_INT(s1),
+                                                PX_ARG_INT(s2))));
   return coord_db_collect(a, st, ids, n);
 }
 
@@ -309,8 +299,7 @@ px_status_t coord_db_job_state_on_node(coord_t *c, const char *job_id, const cha
                          "SELECT j.state FROM jobs j JOIN job_nodes n ON n.job_id = j.job_id"
                          " WHERE j.job_id = ?1 AND n.node_id = ?2",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_text(st, 2, node_id));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_TEXT(node_id))));
   px_status_t rc = px_store_step(st);
   if (rc < 0) return rc;
   *found = rc == 1;
@@ -326,9 +315,8 @@ px_status_t coord_db_job_node_started(coord_t *c, const char *job_id, const char
                          "UPDATE job_nodes SET started_unix_ms = ?3 WHERE job_id = ?1 AND"
                          " node_id = ?2 AND started_unix_ms = 0",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_text(st, 2, node_id));
-  PX_CHECK(px_store_bind_int64(st, 3, now));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_TEXT(node_id),
+                                                PX_ARG_INT(now))));
   return px_store_run(st);
 }
 
@@ -341,14 +329,12 @@ px_status_t coord_db_rank_insert(coord_t *c, const char *job_id, const coord_db_
                          " device_index, is_leader, secret_salt, secret_hash)"
                          " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, r->rank));
-  PX_CHECK(px_store_bind_int64(st, 3, r->node_index));
-  PX_CHECK(px_store_bind_int64(st, 4, r->local_rank));
-  PX_CHECK(px_store_bind_int64(st, 5, r->device_index));
-  PX_CHECK(px_store_bind_int64(st, 6, r->is_leader));
-  PX_CHECK(px_store_bind_text(st, 7, r->salt));
-  PX_CHECK(px_store_bind_text(st, 8, r->hash));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(r->rank),
+                                                PX_ARG_INT(r->node_index),
+                                                PX_ARG_INT(r->local_rank),
+                                                PX_ARG_INT(r->device_index),
+                                                PX_ARG_INT(r->is_leader), PX_ARG_TEXT(r->salt),
+                                                PX_ARG_TEXT(r->hash))));
   return px_store_run(st);
 }
 
@@ -359,10 +345,8 @@ px_status_t coord_db_job_node_insert(coord_t *c, const char *job_id, int node_in
                          "INSERT INTO job_nodes (job_id, node_index, node_id, leader_rank)"
                          " VALUES (?1, ?2, ?3, ?4)",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, node_index));
-  PX_CHECK(px_store_bind_text(st, 3, node_id));
-  PX_CHECK(px_store_bind_int64(st, 4, leader_rank));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(node_index),
+                                                PX_ARG_TEXT(node_id), PX_ARG_INT(leader_rank))));
   return px_store_run(st);
 }
 
@@ -378,8 +362,8 @@ static px_status_t coord_db_assignment_ranks(coord_t *c, coord_arena_t *a,
                          " FROM job_ranks"
                          " WHERE job_id = ?1 AND node_index = ?2 ORDER BY rank",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, as->job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, as->node_index));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(as->job_id),
+                                                PX_ARG_INT(as->node_index))));
   while ((rc = px_store_step(st)) == 1) {
     Prunex__V1__RankAssignment **slot =
         coord_push(a, (void **)&as->ranks, &as->n_ranks, &cap, sizeof *as->ranks);
@@ -413,8 +397,7 @@ px_status_t coord_db_assignment_fill(coord_t *c, coord_arena_t *a, const char *n
                          " JOIN job_nodes n ON n.job_id = j.job_id"
                          " WHERE j.job_id = ?1 AND n.node_id = ?2",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, as->job_id));
-  PX_CHECK(px_store_bind_text(st, 2, node_id));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(as->job_id), PX_ARG_TEXT(node_id))));
   if ((rc = px_store_step(st)) < 0) return rc;
   *found = rc == 1;
   if (rc == 0) return PX_OK;

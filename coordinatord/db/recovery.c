@@ -18,10 +18,8 @@ px_status_t coord_db_rank_exits_for_node(coord_t *c, const char *job_id, const c
                          " JOIN job_nodes n ON n.job_id = r.job_id AND n.node_index = r.node_index"
                          " WHERE r.job_id = ?1 AND n.node_id = ?2",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_text(st, 2, node_id));
-  PX_CHECK(px_store_bind_text(st, 3, reason));
-  PX_CHECK(px_store_bind_int64(st, 4, now));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_TEXT(node_id),
+                                                PX_ARG_TEXT(reason), PX_ARG_INT(now))));
   return px_store_run(st);
 }
 
@@ -43,11 +41,9 @@ px_status_t coord_db_attempt_put(coord_t *c, const char *job_id, int attempt, co
                          "INSERT OR REPLACE INTO job_attempts (job_id, attempt, cause, node_ids,"
                          " ended_unix_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, attempt));
-  PX_CHECK(px_store_bind_text(st, 3, cause));
-  PX_CHECK(px_store_bind_text(st, 4, node_lines));
-  PX_CHECK(px_store_bind_int64(st, 5, now));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(attempt),
+                                                PX_ARG_TEXT(cause), PX_ARG_TEXT(node_lines),
+                                                PX_ARG_INT(now))));
   return px_store_run(st);
 }
 
@@ -73,9 +69,8 @@ px_status_t coord_db_job_requeue(coord_t *c, const char *job_id, int next_attemp
   px_store_stmt_t *st;
   PX_CHECK(px_store_stmt(c->db,
                          "UPDATE jobs SET attempt = ?2, prefer_nodes = ?3 WHERE job_id = ?1", &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, next_attempt));
-  PX_CHECK(px_store_bind_text(st, 3, prefer));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(next_attempt),
+                                                PX_ARG_TEXT(prefer))));
   return px_store_run(st);
 }
 
@@ -97,9 +92,8 @@ px_status_t coord_db_placements_overdue(coord_t *c, coord_arena_t *a, int state,
                          " ON n.job_id = j.job_id WHERE j.state = ?3 AND n.started_unix_ms = 0"
                          " AND max(j.scheduled_unix_ms, ?2) < ?1 ORDER BY j.id, n.node_index",
                          &st));
-  PX_CHECK(px_store_bind_int64(st, 1, before));
-  PX_CHECK(px_store_bind_int64(st, 2, since));
-  PX_CHECK(px_store_bind_int64(st, 3, state));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_INT(before), PX_ARG_INT(since),
+                                                PX_ARG_INT(state))));
   while ((rc = px_store_step(st)) == 1) {
     char **slot = coord_push(a, (void **)pairs, &k, &cap, 2 * sizeof(char *));
     if (!slot || !(slot[0] = coord_strdup(a, px_store_column_text(st, 0))) ||
@@ -120,9 +114,7 @@ px_status_t coord_db_nodes_holding_silent(coord_t *c, coord_arena_t *a, int s1, 
                          " WHERE n.job_id != '' AND j.state IN (?3, ?4)"
                          " AND max(n.last_heartbeat_unix_ms, ?2) < ?1 ORDER BY n.id",
                          &st));
-  PX_CHECK(px_store_bind_int64(st, 1, before));
-  PX_CHECK(px_store_bind_int64(st, 2, since));
-  PX_CHECK(px_store_bind_int64(st, 3, s1));
-  PX_CHECK(px_store_bind_int64(st, 4, s2));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_INT(before), PX_ARG_INT(since),
+                                                PX_ARG_INT(s1), PX_ARG_INT(s2))));
   return coord_db_collect(a, st, ids, n);
 }

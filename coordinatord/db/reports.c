@@ -13,8 +13,7 @@
 /* A row's keys, ?1 job_id, ?2 iteration, ?3 rank, as both tables have them. */
 static px_status_t coord_db_report_keys(px_store_stmt_t *st,
                                         const Prunex__V1__IterationReport *r) {
-  PX_CHECK(px_store_bind_text(st, 1, r->job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, r->iteration));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(r->job_id), PX_ARG_INT(r->iteration))));
   return px_store_bind_int64(st, 3, r->rank);
 }
 
@@ -115,9 +114,8 @@ px_status_t coord_db_reports_list(px_store_t *db, coord_arena_t *a, const char *
   px_store_stmt_t *st;
   px_status_t rc;
   PX_CHECK(px_store_stmt(db, sql, &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, from));
-  PX_CHECK(px_store_bind_int64(st, 3, limit > 0 ? limit : -1));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(from),
+                                                PX_ARG_INT(limit > 0 ? limit : -1))));
   char *id = coord_strdup(a, job_id);
   size_t cap = 0;
   while ((rc = px_store_step(st)) == 1) {

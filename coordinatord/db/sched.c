@@ -15,11 +15,9 @@ px_status_t coord_db_sched_pstop_add(coord_t *c, const char *job_id, const char 
                          "INSERT OR REPLACE INTO preempt_stops (job_id, waiter, asked_by,"
                          " asked_unix_ms, stopped) VALUES (?1, ?2, ?3, ?4, ?5)",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_text(st, 2, waiter));
-  PX_CHECK(px_store_bind_text(st, 3, by));
-  PX_CHECK(px_store_bind_int64(st, 4, now));
-  PX_CHECK(px_store_bind_int64(st, 5, stopped));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_TEXT(waiter),
+                                                PX_ARG_TEXT(by), PX_ARG_INT(now),
+                                                PX_ARG_INT(stopped))));
   return px_store_run(st);
 }
 
@@ -82,9 +80,9 @@ px_status_t coord_db_sched_pstop_stopped(coord_t *c, const char *job_id, int ite
                          "UPDATE preempt_stops SET stopped = ?2, stop_iteration = ?3"
                          " WHERE job_id = ?1",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, COORD_PSTOP_STOPPED));
-  PX_CHECK(px_store_bind_int64(st, 3, iteration));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id),
+                                                PX_ARG_INT(COORD_PSTOP_STOPPED),
+                                                PX_ARG_INT(iteration))));
   return px_store_run(st);
 }
 
@@ -103,8 +101,8 @@ px_status_t coord_db_sched_stop_kind(coord_t *c, const char *job_id, int *kind) 
                          " preempt_stops p WHERE p.job_id = j.job_id AND p.stopped = ?2)"
                          " FROM jobs j WHERE j.job_id = ?1",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, COORD_PSTOP_ASKED));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id),
+                                                PX_ARG_INT(COORD_PSTOP_ASKED))));
   px_status_t rc = px_store_step(st);
   if (rc <= 0) return rc;
   if (px_store_column_int64(st, 0)) *kind = COORD_STOP_TIME_LIMIT;
@@ -124,24 +122,19 @@ px_status_t coord_db_sched_job_new(coord_t *c, const char *job_id, const char *o
                          "UPDATE jobs SET priority = ?2, time_limit_ms = ?3, notify_url = ?4,"
                          " notify_mask = ?5 WHERE job_id = ?1",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, priority));
-  PX_CHECK(px_store_bind_int64(st, 3, time_limit_ms));
-  PX_CHECK(px_store_bind_text(st, 4, notify_url));
-  PX_CHECK(px_store_bind_int64(st, 5, notify_mask));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(priority),
+                                                PX_ARG_INT(time_limit_ms), PX_ARG_TEXT(notify_url),
+                                                PX_ARG_INT(notify_mask))));
   PX_CHECK(px_store_run(st));
   PX_CHECK(px_store_stmt(c->db,
                          "INSERT INTO acct (id, job_id, owner, name, num_nodes, devices,"
                          " submit_unix_ms, state)"
                          " SELECT id, job_id, ?2, ?3, ?4, ?5, ?6, ?7 FROM jobs WHERE job_id = ?1",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_text(st, 2, owner));
-  PX_CHECK(px_store_bind_text(st, 3, name));
-  PX_CHECK(px_store_bind_int64(st, 4, nodes));
-  PX_CHECK(px_store_bind_int64(st, 5, (int64_t)nodes * per_node));
-  PX_CHECK(px_store_bind_int64(st, 6, now));
-  PX_CHECK(px_store_bind_int64(st, 7, JS_PENDING));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_TEXT(owner),
+                                                PX_ARG_TEXT(name), PX_ARG_INT(nodes),
+                                                PX_ARG_INT((int64_t)nodes * per_node),
+                                                PX_ARG_INT(now), PX_ARG_INT(JS_PENDING))));
   return px_store_run(st);
 }
 
@@ -150,10 +143,8 @@ px_status_t coord_db_sched_unfinished_jobs(coord_t *c, const char *owner, int64_
   PX_CHECK(px_store_stmt(c->db,
                          "SELECT count(*) FROM jobs WHERE owner = ?1 AND state IN (?2, ?3, ?4)",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, owner));
-  PX_CHECK(px_store_bind_int64(st, 2, JS_PENDING));
-  PX_CHECK(px_store_bind_int64(st, 3, JS_SCHEDULED));
-  PX_CHECK(px_store_bind_int64(st, 4, JS_RUNNING));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(owner), PX_ARG_INT(JS_PENDING),
+                                                PX_ARG_INT(JS_SCHEDULED), PX_ARG_INT(JS_RUNNING))));
   px_status_t rc = px_store_step(st);
   if (rc < 0) return rc;
   *n = px_store_column_int64(st, 0);
@@ -182,8 +173,7 @@ px_status_t coord_db_sched_notify_due(coord_t *c, const char *job_id, coord_sche
 px_status_t coord_db_sched_notify_done(coord_t *c, const char *job_id, int state) {
   px_store_stmt_t *st;
   PX_CHECK(px_store_stmt(c->db, "UPDATE jobs SET notified_state = ?2 WHERE job_id = ?1", &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, state));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(state))));
   return px_store_run(st);
 }
 
@@ -198,9 +188,8 @@ px_status_t coord_db_sched_overdue(coord_t *c, coord_arena_t *a, int64_t now,
                          " WHERE state IN (?1, ?2) AND time_limit_ms > 0"
                          " AND scheduled_unix_ms + time_limit_ms <= ?3 ORDER BY id",
                          &st));
-  PX_CHECK(px_store_bind_int64(st, 1, JS_SCHEDULED));
-  PX_CHECK(px_store_bind_int64(st, 2, JS_RUNNING));
-  PX_CHECK(px_store_bind_int64(st, 3, now));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_INT(JS_SCHEDULED), PX_ARG_INT(JS_RUNNING),
+                                                PX_ARG_INT(now))));
   px_status_t rc;
   while ((rc = px_store_step(st)) == 1) {
     coord_sched_overdue_t *o = coord_push(a, (void **)out, n, &cap, sizeof *o);
@@ -221,8 +210,7 @@ px_status_t coord_db_sched_request_stop(coord_t *c, const char *job_id, int64_t 
                          "UPDATE jobs SET stop_requested_unix_ms = ?2 WHERE job_id = ?1"
                          " AND stop_requested_unix_ms = 0",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, now));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(now))));
   return px_store_run(st);
 }
 
@@ -241,10 +229,8 @@ px_status_t coord_db_sched_preemptible(coord_t *c, coord_arena_t *a, int below, 
                          " WHERE j.state IN (?1, ?2) AND j.priority < ?3"
                          " ORDER BY j.priority, j.scheduled_unix_ms DESC, j.id DESC",
                          &st));
-  PX_CHECK(px_store_bind_int64(st, 1, JS_SCHEDULED));
-  PX_CHECK(px_store_bind_int64(st, 2, JS_RUNNING));
-  PX_CHECK(px_store_bind_int64(st, 3, below));
-  PX_CHECK(px_store_bind_int64(st, 4, per_node));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_INT(JS_SCHEDULED), PX_ARG_INT(JS_RUNNING),
+                                                PX_ARG_INT(below), PX_ARG_INT(per_node))));
   px_status_t rc;
   while ((rc = px_store_step(st)) == 1) {
     /* only jobs that checkpoint: the others would lose their work */
@@ -283,11 +269,9 @@ px_status_t coord_db_sched_preemptible(coord_t *c, coord_arena_t *a, int below, 
 
 static px_status_t coord_db_acct_bind(px_store_stmt_t *st, const char *user, int64_t since,
                                       int state, int64_t now) {
-  PX_CHECK(px_store_bind_text(st, 1, user));
-  PX_CHECK(px_store_bind_int64(st, 2, since));
-  PX_CHECK(px_store_bind_int64(st, 3, state));
-  PX_CHECK(px_store_bind_int64(st, 4, JS_SCHEDULED));
-  PX_CHECK(px_store_bind_int64(st, 5, JS_RUNNING));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(user), PX_ARG_INT(since),
+                                                PX_ARG_INT(state), PX_ARG_INT(JS_SCHEDULED),
+                                                PX_ARG_INT(JS_RUNNING))));
   return px_store_bind_int64(st, 6, now);
 }
 
@@ -383,9 +367,8 @@ px_status_t coord_db_sched_usage_put(coord_t *c, const char *user, double usage,
                          "INSERT OR REPLACE INTO sched_usage (user, usage, updated_unix_ms)"
                          " VALUES (?1, ?2, ?3)",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, user));
-  PX_CHECK(px_store_bind_double(st, 2, usage));
-  PX_CHECK(px_store_bind_int64(st, 3, now));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(user), PX_ARG_REAL(usage),
+                                                PX_ARG_INT(now))));
   return px_store_run(st);
 }
 
@@ -412,8 +395,7 @@ px_status_t coord_db_sched_acct_charge(coord_t *c, const char *job_id, double no
   PX_CHECK(px_store_stmt(c->db,
                          "UPDATE acct SET node_seconds = node_seconds + ?2 WHERE job_id = ?1",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_double(st, 2, node_seconds));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_REAL(node_seconds))));
   return px_store_run(st);
 }
 
@@ -458,9 +440,8 @@ px_status_t coord_db_sched_set_reason(coord_t *c, const char *job_id, const char
                          "UPDATE jobs SET reason = ?2 WHERE job_id = ?1 AND state = ?3 AND"
                          " reason != ?2",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_text(st, 2, reason));
-  PX_CHECK(px_store_bind_int64(st, 3, JS_PENDING));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_TEXT(reason),
+                                                PX_ARG_INT(JS_PENDING))));
   return px_store_run(st);
 }
 
@@ -480,10 +461,8 @@ px_status_t coord_db_sched_nodes(coord_t *c, coord_arena_t *a, coord_db_sched_no
                          " AND j.state IN (?3, ?4)"
                          " WHERE n.state IN (?1, ?2) ORDER BY n.id",
                          &st));
-  PX_CHECK(px_store_bind_int64(st, 1, NS_READY));
-  PX_CHECK(px_store_bind_int64(st, 2, NS_BUSY));
-  PX_CHECK(px_store_bind_int64(st, 3, JS_SCHEDULED));
-  PX_CHECK(px_store_bind_int64(st, 4, JS_RUNNING));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_INT(NS_READY), PX_ARG_INT(NS_BUSY),
+                                                PX_ARG_INT(JS_SCHEDULED), PX_ARG_INT(JS_RUNNING))));
   px_status_t rc;
   while ((rc = px_store_step(st)) == 1) {
     coord_db_sched_node_t *o = coord_push(a, (void **)out, n, &cap, sizeof *o);
@@ -509,8 +488,8 @@ static px_status_t coord_db_sched_uses(coord_t *c, coord_arena_t *a, const char 
   *n = 0;
   PX_CHECK(px_store_stmt(c->db, sql, &st));
   if (active) {
-    PX_CHECK(px_store_bind_int64(st, 1, JS_SCHEDULED));
-    PX_CHECK(px_store_bind_int64(st, 2, JS_RUNNING));
+    PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_INT(JS_SCHEDULED),
+                                                  PX_ARG_INT(JS_RUNNING))));
   }
   px_status_t rc;
   while ((rc = px_store_step(st)) == 1) {

@@ -13,17 +13,14 @@ px_status_t coord_db_sweep_new(coord_t *c, const char *owner, const char *name,
                          "INSERT INTO sweeps (sweep_id, owner, name, spec_yaml, jobs,"
                          " created_unix_ms) VALUES ('new', ?1, ?2, ?3, ?4, ?5)",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, owner));
-  PX_CHECK(px_store_bind_text(st, 2, name));
-  PX_CHECK(px_store_bind_text(st, 3, spec_yaml));
-  PX_CHECK(px_store_bind_int64(st, 4, njobs));
-  PX_CHECK(px_store_bind_int64(st, 5, now));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(owner), PX_ARG_TEXT(name),
+                                                PX_ARG_TEXT(spec_yaml), PX_ARG_INT(njobs),
+                                                PX_ARG_INT(now))));
   PX_CHECK(px_store_run(st));
   int64_t id = px_store_last_insert_id(c->db);
   snprintf(sweep_id, cap, COORD_SWEEP_PREFIX "%06lld", (long long)id);
   PX_CHECK(px_store_stmt(c->db, "UPDATE sweeps SET sweep_id = ?2 WHERE id = ?1", &st));
-  PX_CHECK(px_store_bind_int64(st, 1, id));
-  PX_CHECK(px_store_bind_text(st, 2, sweep_id));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_INT(id), PX_ARG_TEXT(sweep_id))));
   return px_store_run(st);
 }
 
@@ -32,9 +29,8 @@ px_status_t coord_db_sweep_job_set(coord_t *c, const char *job_id, const char *s
   px_store_stmt_t *st;
   PX_CHECK(px_store_stmt(c->db, "UPDATE jobs SET sweep_id = ?2, sweep_point = ?3 WHERE job_id = ?1",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_text(st, 2, sweep_id));
-  PX_CHECK(px_store_bind_text(st, 3, point));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_TEXT(sweep_id),
+                                                PX_ARG_TEXT(point))));
   return px_store_run(st);
 }
 
@@ -61,10 +57,8 @@ px_status_t coord_db_sweep_unfinished(coord_t *c, coord_arena_t *a, const char *
                          "SELECT job_id, state FROM jobs WHERE sweep_id = ?1"
                          " AND state IN (?2, ?3, ?4) ORDER BY id",
                          &st));
-  PX_CHECK(px_store_bind_text(st, 1, sweep_id));
-  PX_CHECK(px_store_bind_int64(st, 2, JS_PENDING));
-  PX_CHECK(px_store_bind_int64(st, 3, JS_SCHEDULED));
-  PX_CHECK(px_store_bind_int64(st, 4, JS_RUNNING));
+  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(sweep_id), PX_ARG_INT(JS_PENDING),
+                                                PX_ARG_INT(JS_SCHEDULED), PX_ARG_INT(JS_RUNNING))));
   px_status_t rc;
   while ((rc = px_store_step(st)) == 1) {
     coord_db_sweep_job_t *j = coord_push(a, (void **)out, n, &cap, sizeof *j);

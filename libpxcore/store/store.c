@@ -180,6 +180,21 @@ px_status_t px_store_bind_null(px_store_stmt_t *st, int idx) {
   return px__bind_check(st, idx, sqlite3_bind_null(st->stmt, idx));
 }
 
+px_status_t px_store_bind_args(px_store_stmt_t *st, const px_store_arg_t *args, size_t n) {
+  for (size_t k = 0; k < n; k++) {
+    int idx = (int)k + 1;
+    px_status_t rc;
+    switch (args[k].type) {
+    case 1: rc = px_store_bind_int64(st, idx, args[k].i); break;
+    case 2: rc = px_store_bind_double(st, idx, args[k].d); break;
+    case 3: rc = px_store_bind_text(st, idx, args[k].s); break;
+    default: return px_set_error(PX_ERR_INVALID, "px_store_bind_args: argument %d has no type", idx);
+    }
+    if (rc != PX_OK) return rc;
+  }
+  return PX_OK;
+}
+
 px_status_t px_store_step(px_store_stmt_t *st) {
   int rc = sqlite3_step(st->stmt);
   if (rc == SQLITE_ROW) return 1;

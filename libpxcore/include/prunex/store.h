@@ -97,6 +97,25 @@ PX_API px_status_t px_store_bind_text(px_store_stmt_t *st, int idx, const char *
 PX_API px_status_t px_store_bind_blob(px_store_stmt_t *st, int idx, const void *v, size_t len);
 PX_API px_status_t px_store_bind_null(px_store_stmt_t *st, int idx);
 
+/* Several parameters at once: args[k] binds ?k+1, typed by its maker
+ * (PX_ARG_INT, PX_ARG_REAL, PX_ARG_TEXT; text NULL binds NULL, as
+ * px_store_bind_text). Write them with PX_STORE_ARGS:
+ *   px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(state)))
+ * Stops at the first failure. */
+typedef struct {
+  int type; /* 1 integer, 2 real, 3 text */
+  int64_t i;
+  double d;
+  const char *s;
+} px_store_arg_t;
+#define PX_ARG_INT(v) ((px_store_arg_t){.type = 1, .i = (int64_t)(v)})
+#define PX_ARG_REAL(v) ((px_store_arg_t){.type = 2, .d = (double)(v)})
+#define PX_ARG_TEXT(v) ((px_store_arg_t){.type = 3, .s = (v)})
+#define PX_STORE_ARGS(...)                                                                   \
+  (const px_store_arg_t[]){__VA_ARGS__},                                                     \
+      sizeof((const px_store_arg_t[]){__VA_ARGS__}) / sizeof(px_store_arg_t)
+PX_API px_status_t px_store_bind_args(px_store_stmt_t *st, const px_store_arg_t *args, size_t n);
+
 /* Steps the statement: 1 when a row is ready, 0 when done, negative on an
  * error (converted, naming the file and the statement). */
 PX_API px_status_t px_store_step(px_store_stmt_t *st);
