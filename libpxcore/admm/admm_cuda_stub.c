@@ -7,6 +7,16 @@ static px_status_t px__not_built(void) {
   return px_set_error(PX_ERR_NOT_BUILT, "libpxcore was built without CUDA (PX_WITH_CUDA=OFF)");
 }
 
+px_status_t px_cuda_kernels_copy(void *dst, const void *src, size_t bytes, void *stream) {
+  (void)dst; (void)src; (void)bytes; (void)stream;
+  return px__not_built();
+}
+
+px_status_t px_cuda_kernels_zero(void *dev, size_t bytes, void *stream) {
+  (void)dev; (void)bytes; (void)stream;
+  return px__not_built();
+}
+
 px_status_t px_cuda_admm_add(float *out, const float *a, const float *b, size_t n, void *stream) {
   (void)out; (void)a; (void)b; (void)n; (void)stream;
   return px__not_built();

@@ -22,11 +22,11 @@
 #include "px_check.h"
 #include "px_clock.h"
 
-/* Per-layer sums of the residual allreduce, in this order. */
+/* Per-layer sums of the residual allreduce: hsadmm_state.h's order. */
 enum {
-  R_INTRA, S_INTRA, THETA, U_SQ,          /* every rank: N blocks */
-  R_INTER, S_INTER, ZI_SQ, Z_SQ, V_SQ,    /* leaders: M blocks */
-  NSUMS
+  R_INTRA = PX__R_INTRA, S_INTRA = PX__S_INTRA, THETA = PX__THETA, U_SQ = PX__U_SQ,
+  R_INTER = PX__R_INTER, S_INTER = PX__S_INTER, ZI_SQ = PX__ZI_SQ, Z_SQ = PX__Z_SQ,
+  V_SQ = PX__V_SQ, NSUMS = PX__NSUMS
 };
 
 /* The arguments of px_hsadmm_create. */
@@ -53,7 +53,7 @@ static px_status_t px__hsadmm_validate(px_comm_t *comm, const px_hsadmm_param_t 
 /* The per-parameter arrays of the handle. */
 static px_status_t px__hsadmm_alloc_arrays(px_hsadmm_t *h, int nparams) {
   h->params = px_malloc((size_t)nparams * sizeof *h->params, "hsadmm.params");
-  h->off = px_malloc((size_t)nparams * sizeof *h->off, "hsadmm.off");
+  h->theta = px_calloc((size_t)nparams, sizeof *h->theta, "hsadmm.theta");
   h->mask_ptrs = px_calloc((size_t)nparams, sizeof *h->mask_ptrs, "hsadmm.mask_ptrs");
   h->rho1 = px_malloc((size_t)nparams * sizeof(double), "hsadmm.rho1");
   h->rho2 = px_malloc((size_t)nparams * sizeof(double), "hsadmm.rho2");
@@ -62,7 +62,7 @@ static px_status_t px__hsadmm_alloc_arrays(px_hsadmm_t *h, int nparams) {
   h->decision_buf = px_calloc(2 + 2 * (size_t)nparams, sizeof(double), "hsadmm.decision");
   h->src_ptrs = px_calloc((size_t)nparams, sizeof(float *), "hsadmm.ptrs");
   h->dst_ptrs = px_calloc((size_t)nparams, sizeof(float *), "hsadmm.ptrs");
-  if (!h->src_ptrs || !h->dst_ptrs || !h->params || !h->off || !h->mask_ptrs ||
+  if (!h->src_ptrs || !h->dst_ptrs || !h->params || !h->theta || !h->mask_ptrs ||
       !h->rho1 || !h->rho2 || !h->sums || !h->layers || !h->decision_buf)
     return PX_ERR_NOMEM;
   return PX_OK;
@@ -99,8 +99,6 @@ static px_status_t px__hsadmm_layout(px_hsadmm_t *h) {
   px_param_desc_t *desc = px_calloc((size_t)nparams, sizeof *desc, "hsadmm.desc");
   if (!desc) return PX_ERR_NOMEM;
   for (int i = 0; i < nparams; i++) {
-    h->off[i] = h->total;
-    h->total += params[i].numel;
     h->rho1[i] = h->cfg.rho1;
     h->rho2[i] = h->cfg.rho2;
     desc[i].name = params[i].name;
@@ -121,11 +119,15 @@ static px_status_t px__hsadmm_layout(px_hsadmm_t *h) {
 
 /* The state families and the masks (all groups kept). */
 static px_status_t px__hsadmm_alloc_state(px_hsadmm_t *h) {
-  float **fam[] = {&h->u, &h->zi, &h->zi_prev, &h->v, &h->z, &h->z_prev, &h->s};
-  for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
-    *fam[f] = px_calloc(h->total, sizeof(float), "hsadmm.state");
-    if (!*fam[f]) return PX_ERR_NOMEM;
+  size_t *numel = px_malloc((size_t)h->n * sizeof *numel, "hsadmm.numel");
+  if (!numel) return PX_ERR_NOMEM;
+  for (int i = 0; i < h->n; i++) {
+    numel[i] = h->params[i].numel;
+    h->theta[i] = h->params[i].theta;
   }
+  px_status_t st = px__hss_create(&h->st, &px__hss_host_ops, h->n, numel);
+  px_free(numel);
+  PX_CHECK(st);
   size_t mt = h->mtotal ? h->mtotal : 1;
   h->mask_node = px_malloc(mt, "hsadmm.mask");
   h->mask_union = px_malloc(mt, "hsadmm.mask");
@@ -140,8 +142,8 @@ static px_status_t px__hsadmm_alloc_state(px_hsadmm_t *h) {
   for (int i = 0; i < h->n; i++) {
     if (h->params[i].prunable)
       h->mask_ptrs[i] = h->mask_union + px_sparsity_mask_offset(h->sp, i);
-    h->src_ptrs[i] = h->s + h->off[i];
-    h->dst_ptrs[i] = h->z + h->off[i];
+    h->src_ptrs[i] = h->st.s + h->st.off[i];
+    h->dst_ptrs[i] = h->st.z + h->st.off[i];
   }
   return PX_OK;
 }
@@ -174,12 +176,13 @@ px_status_t px_hsadmm_create(px_comm_t *comm, const px_hsadmm_param_t *params, i
 
   /* z = z_i = the ranks' mean initial model: every rank starts from the same
    * consensus whatever its initialisation */
-  for (int i = 0; i < nparams; i++) memcpy(h->z + h->off[i], params[i].theta, params[i].numel * 4);
-  PX_CHECK_GOTO(px_comm_allreduce(h->world, h->z, h->z, h->total, PX_COMM_F32, PX_COMM_AVG), st,
-                fail);
-  memcpy(h->zi, h->z, h->total * sizeof(float));
-  memcpy(h->zi_prev, h->z, h->total * sizeof(float));
-  memcpy(h->z_prev, h->z, h->total * sizeof(float));
+  for (int i = 0; i < nparams; i++)
+    memcpy(h->st.z + h->st.off[i], params[i].theta, params[i].numel * 4);
+  PX_CHECK_GOTO(px_comm_allreduce(h->world, h->st.z, h->st.z, h->st.total, PX_COMM_F32,
+                                  PX_COMM_AVG), st, fail);
+  memcpy(h->st.zi, h->st.z, h->st.total * sizeof(float));
+  memcpy(h->st.zi_prev, h->st.z, h->st.total * sizeof(float));
+  memcpy(h->st.z_prev, h->st.z, h->st.total * sizeof(float));
   h->round.layers = h->layers;
   h->round.nlayers = nparams;
   *out = h;
@@ -195,18 +198,19 @@ void px_hsadmm_destroy(px_hsadmm_t *h) {
   px__hsq_free(h);
   px_pack_plan_destroy(h->plan);
   px_sparsity_destroy(h->sp);
-  PX_FREE_ALL(h->u, h->zi, h->zi_prev, h->v, h->z, h->z_prev, h->s, h->mask_node, h->mask_union,
-              h->mask_prev, h->mask_z, h->params, h->off, (void *)h->mask_ptrs, h->rho1,
+  px__hss_free(&h->st);
+  PX_FREE_ALL(h->mask_node, h->mask_union, h->mask_prev, h->mask_z, h->params,
+              (void *)h->theta, (void *)h->mask_ptrs, h->rho1,
               h->rho2, h->sums, h->layers, h->decision_buf, h->src_ptrs, h->dst_ptrs, h);
 }
 
 void px_hsadmm_prox(const px_hsadmm_t *h, int i, const float **z, const float **u, float *rho1) {
-  *z = (h->cfg.flat ? h->z : h->zi) + h->off[i];
-  *u = h->u + h->off[i];
+  *z = (h->cfg.flat ? h->st.z : h->st.zi) + h->st.off[i];
+  *u = h->st.u + h->st.off[i];
   *rho1 = (float)h->rho1[i];
 }
 
-const float *px_hsadmm_z(const px_hsadmm_t *h, int i) { return h->z + h->off[i]; }
+const float *px_hsadmm_z(const px_hsadmm_t *h, int i) { return h->st.z + h->st.off[i]; }
 const uint8_t *px_hsadmm_mask(const px_hsadmm_t *h, int i) { return h->mask_ptrs[i]; }
 int px_hsadmm_frozen(const px_hsadmm_t *h) { return h->frozen; }
 double px_hsadmm_density(const px_hsadmm_t *h, int i) {
@@ -216,8 +220,8 @@ const px_sparsity_t *px_hsadmm_sparsity(const px_hsadmm_t *h) { return h->sp; }
 double px_hsadmm_rho1(const px_hsadmm_t *h, int i) { return h->rho1[i]; }
 double px_hsadmm_rho2(const px_hsadmm_t *h, int i) { return h->rho2[i]; }
 void px_hsadmm_duals(const px_hsadmm_t *h, int i, const float **u, const float **v) {
-  *u = h->u + h->off[i];
-  *v = h->v + h->off[i];
+  *u = h->st.u + h->st.off[i];
+  *v = h->st.v + h->st.off[i];
 }
 
 /* Projects the prunable tensors of a state family (zi or z) onto the
@@ -225,35 +229,15 @@ void px_hsadmm_duals(const px_hsadmm_t *h, int i, const float **u, const float *
  * or applies the frozen union mask. Deterministic: the same input gives the
  * same output and masks on every rank. */
 static px_status_t px__project(px_hsadmm_t *h, float *fam, uint8_t *mask) {
-  if (!h->frozen) return px_sparsity_project(h->sp, fam, h->off, mask);
-  px_sparsity_apply(h->sp, fam, h->off, h->mask_union);
+  if (!h->frozen) return px_sparsity_project(h->sp, fam, h->st.off, mask);
+  px_sparsity_apply(h->sp, fam, h->st.off, h->mask_union);
   return PX_OK;
-}
-
-static double px__sqdiff(const float *a, const float *b, size_t n) {
-  double acc = 0;
-  for (size_t j = 0; j < n; j++) {
-    double d = (double)a[j] - b[j];
-    acc += d * d;
-  }
-  return acc;
-}
-
-static double px__sq(const float *a, size_t n) {
-  double acc = 0;
-  for (size_t j = 0; j < n; j++) acc += (double)a[j] * a[j];
-  return acc;
 }
 
 /* s = SUM over group g of (theta + u). */
 static px_status_t px__sum_theta_u(px_hsadmm_t *h, px_group_t *g) {
-  for (int i = 0; i < h->n; i++) {
-    const float *th = h->params[i].theta;
-    float *s = h->s + h->off[i];
-    const float *u = h->u + h->off[i];
-    for (size_t j = 0; j < h->params[i].numel; j++) s[j] = th[j] + u[j];
-  }
-  return px_comm_allreduce(g, h->s, h->s, h->total, PX_COMM_F32, PX_COMM_SUM);
+  PX_CHECK(px__hss_theta_u(&h->st, h->theta));
+  return px_comm_allreduce(g, h->st.s, h->st.s, h->st.total, PX_COMM_F32, PX_COMM_SUM);
 }
 
 /* Flat ablation: z = Pi(rho * sum(theta + u) / (lambda + N rho)). */
@@ -261,14 +245,8 @@ static px_status_t px__sync_flat(px_hsadmm_t *h) {
   double t0 = px__now();
   PX_CHECK(px__sum_theta_u(h, h->world));
   double t1 = px__now();
-  memcpy(h->z_prev, h->z, h->total * sizeof(float));
-  for (int i = 0; i < h->n; i++) {
-    float *z = h->z + h->off[i];
-    const float *s = h->s + h->off[i];
-    float scale = (float)(h->rho1[i] / (h->cfg.lambda + h->N * h->rho1[i]));
-    for (size_t j = 0; j < h->params[i].numel; j++) z[j] = scale * s[j];
-  }
-  PX_CHECK(px__project(h, h->z, h->mask_node));
+  PX_CHECK(px__hss_z_flat(&h->st, h->rho1, h->cfg.lambda, h->N));
+  PX_CHECK(px__project(h, h->st.z, h->mask_node));
   /* every rank projected the same sum: the masks agree without a reduction */
   if (!h->frozen && h->mtotal) {
     memcpy(h->mask_union, h->mask_node, h->mtotal);
@@ -278,9 +256,8 @@ static px_status_t px__sync_flat(px_hsadmm_t *h) {
   h->round.intra_s = t1 - t0;
   h->round.projection_s = t2 - t1;
   h->round.inter_s = h->round.broadcast_s = 0;
-  memcpy(h->zi_prev, h->zi, h->total * sizeof(float));
-  memcpy(h->zi, h->z, h->total * sizeof(float));
-  return PX_OK;
+  PX_CHECK(px__hss_copy(&h->st, h->st.zi_prev, h->st.zi));
+  return px__hss_copy(&h->st, h->st.zi, h->st.z);
 }
 
 /* 2-3. intra: s_i = SUM (theta + u); z~_i = (rho1 s_i + rho2 (z - v)) /
@@ -289,16 +266,8 @@ static px_status_t px__hier_node(px_hsadmm_t *h) {
   double t0 = px__now();
   PX_CHECK(px__sum_theta_u(h, h->intra));
   double t1 = px__now();
-  memcpy(h->zi_prev, h->zi, h->total * sizeof(float));
-  for (int i = 0; i < h->n; i++) {
-    float *zi = h->zi + h->off[i];
-    const float *s = h->s + h->off[i], *z = h->z + h->off[i], *v = h->v + h->off[i];
-    double r1 = h->rho1[i], r2 = h->rho2[i];
-    double den = h->cfg.lambda / h->M + h->P * r1 + r2;
-    float a = (float)(r1 / den), b = (float)(r2 / den);
-    for (size_t j = 0; j < h->params[i].numel; j++) zi[j] = a * s[j] + b * (z[j] - v[j]);
-  }
-  PX_CHECK(px__project(h, h->zi, h->mask_node));
+  PX_CHECK(px__hss_zi(&h->st, h->rho1, h->rho2, h->cfg.lambda, h->M, h->P));
+  PX_CHECK(px__project(h, h->st.zi, h->mask_node));
   h->round.intra_s = t1 - t0;
   h->round.projection_s = px__now() - t1;
   return PX_OK;
@@ -316,7 +285,7 @@ static px_status_t px__hier_pack(px_hsadmm_t *h) {
                                PX_COMM_MAX));
     PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
   }
-  for (size_t j = 0; j < h->total; j++) h->s[j] = h->zi[j] + h->v[j];
+  PX_CHECK(px__hss_pack_source(&h->st));
   if (h->q.bits) { /* z_i + error feedback - z: v_i stays home (hsadmm_quant.c) */
     px__hsq_source(h);
     return PX_OK;
@@ -353,7 +322,7 @@ px_status_t px__hsadmm_exchange(px_hsadmm_t *h, uint64_t *bytes) {
  * result). z_prev keeps the z it replaces. */
 px_status_t px__hsadmm_finish(px_hsadmm_t *h) {
   double t3 = px__now();
-  memcpy(h->z_prev, h->z, h->total * sizeof(float));
+  PX_CHECK(px__hss_copy(&h->st, h->st.z_prev, h->st.z));
   if (h->inter) {
     float inv = 1.0f / (float)h->M;
     float *buf = px_pack_buffer(h->plan);
@@ -361,22 +330,22 @@ px_status_t px__hsadmm_finish(px_hsadmm_t *h) {
     if (h->q.bits) {
       px__hsq_take_sum(h);
     } else {
-      for (size_t j = 0; j < nf; j++) buf[j] *= inv;
+      PX_CHECK(px__hss_scale(&h->st, buf, inv, nf));
     }
     px_pack_expand(h->plan, h->dst_ptrs);
     /* z is the projection of the mean onto S: the union of the node masks
      * can hold more groups than S allows while the nodes disagree. The
      * mean is bit-identical on every leader, so is the projection. */
-    if (h->project_z) PX_CHECK(px__project(h, h->z, h->mask_z));
+    if (h->project_z) PX_CHECK(px__project(h, h->st.z, h->mask_z));
     if (h->q.bits) px__hsq_track_vsum(h); /* sum v_i += sum z_i - M z */
   }
-  PX_CHECK(px_comm_broadcast(h->intra, h->z, h->total, PX_COMM_F32, 0));
+  PX_CHECK(px_comm_broadcast(h->intra, h->st.z, h->st.total, PX_COMM_F32, 0));
   if (h->project_z) {
     PX_CHECK(px_comm_broadcast(h->intra, h->mask_union, h->mtotal, PX_COMM_U8, 0));
     PX_CHECK(px_comm_broadcast(h->intra, h->mask_z, h->mtotal, PX_COMM_U8, 0));
     if (!h->inter) PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
   }
-  for (size_t j = 0; j < h->total; j++) h->v[j] += h->zi[j] - h->z[j];
+  PX_CHECK(px__hss_dual_v(&h->st));
   h->round.broadcast_s = px__now() - t3;
   return PX_OK;
 }
@@ -407,28 +376,9 @@ px_status_t px_hsadmm_sync(px_hsadmm_t *h, px_hsadmm_round_t **round) {
   else PX_CHECK(px__sync_hier(h, &value_bytes));
 
   /* 5. u += theta - z_i, and the residuals */
-  const float *target = h->cfg.flat ? h->z : h->zi;
   int leader = h->cfg.flat ? 0 : h->inter != NULL;
   memset(h->sums, 0, ((size_t)h->n * NSUMS + 4) * sizeof(double));
-  for (int i = 0; i < h->n; i++) {
-    size_t o = h->off[i], n = h->params[i].numel;
-    const float *th = h->params[i].theta;
-    float *u = h->u + o;
-    double *S = h->sums + (size_t)i * NSUMS;
-    S[R_INTRA] = px__sqdiff(th, target + o, n);
-    for (size_t j = 0; j < n; j++) u[j] += th[j] - target[o + j];
-    double ds = px__sqdiff(target + o, (h->cfg.flat ? h->z_prev : h->zi_prev) + o, n);
-    S[S_INTRA] = h->rho1[i] * h->rho1[i] * ds;
-    S[THETA] = px__sq(th, n);
-    S[U_SQ] = px__sq(u, n);
-    if (leader) {
-      S[R_INTER] = px__sqdiff(h->zi + o, h->z + o, n);
-      S[S_INTER] = h->rho2[i] * h->rho2[i] * px__sqdiff(h->z + o, h->z_prev + o, n);
-      S[ZI_SQ] = px__sq(h->zi + o, n);
-      S[Z_SQ] = px__sq(h->z + o, n);
-      S[V_SQ] = px__sq(h->v + o, n);
-    }
-  }
+  PX_CHECK(px__hss_residuals(&h->st, h->theta, h->cfg.flat, leader, h->rho1, h->rho2, h->sums));
   /* the traffic of this sync, summed over ranks (exact in doubles) */
   double *T = h->sums + (size_t)h->n * NSUMS;
   T[0] = (double)(px_comm_tier_bytes(h->comm, PX_TIER_INTRA) - intra0);
@@ -437,7 +387,7 @@ px_status_t px_hsadmm_sync(px_hsadmm_t *h, px_hsadmm_round_t **round) {
    * algorithms move bytes in proportion to the count) */
   size_t packed = px_pack_packed_floats(h->plan);
   T[2] = h->cfg.flat ? T[1]
-         : packed ? (double)value_bytes * (double)h->total / (double)packed : 0.0;
+         : packed ? (double)value_bytes * (double)h->st.total / (double)packed : 0.0;
   PX_CHECK(px_comm_allreduce(h->world, h->sums, h->sums, (size_t)h->n * NSUMS + 4, PX_COMM_F64,
                              PX_COMM_SUM));
   for (int i = 0; i < h->n; i++) {
@@ -462,7 +412,7 @@ px_status_t px_hsadmm_sync(px_hsadmm_t *h, px_hsadmm_round_t **round) {
   h->round.bytes_inter_dense = (uint64_t)llround(T[2]);
   h->round.packed_bytes = px_pack_packed_bytes(h->plan);
   if (h->q.bits) h->round.packed_bytes = px__hsq_payload_bytes(h);
-  h->round.dense_bytes = h->total * sizeof(float);
+  h->round.dense_bytes = h->st.total * sizeof(float);
   h->round.mask_drift = h->mtotal ? (int64_t)px_prune_mask_drift(h->mask_union, h->mask_prev, h->mtotal) : 0;
   h->round.mask_groups = (int64_t)h->mtotal;
   if (h->mtotal) memcpy(h->mask_prev, h->mask_union, h->mtotal);
@@ -519,15 +469,11 @@ px_status_t px_hsadmm_decide(px_hsadmm_t *h, px_hsadmm_control_fn control, void 
                           h->params[i].name);
     /* scaled duals follow the penalty so that rho * u is unchanged */
     if (r1 != h->rho1[i]) {
-      float f = (float)(h->rho1[i] / r1);
-      float *u = h->u + h->off[i];
-      for (size_t j = 0; j < h->params[i].numel; j++) u[j] *= f;
+      PX_CHECK(px__hss_rescale(&h->st, h->st.u, i, h->rho1[i], r1));
       h->rho1[i] = r1;
     }
     if (r2 != h->rho2[i]) {
-      float f = (float)(h->rho2[i] / r2);
-      float *v = h->v + h->off[i];
-      for (size_t j = 0; j < h->params[i].numel; j++) v[j] *= f;
+      PX_CHECK(px__hss_rescale(&h->st, h->st.v, i, h->rho2[i], r2));
       h->rho2[i] = r2;
     }
   }
@@ -563,10 +509,10 @@ px_status_t px_hsadmm_local_control(void *ctx, const px_hsadmm_round_t *round,
 /* ---- checkpoints (issue 14) ------------------------------------------------------- */
 
 int px__hsadmm_state_items(px_hsadmm_t *h, px__state_item_t *items) {
-  size_t fb = h->total * sizeof(float), db = (size_t)h->n * sizeof(double);
+  size_t fb = h->st.total * sizeof(float), db = (size_t)h->n * sizeof(double);
   const px__state_item_t t[] = {
-      {"hsadmm.z", PX__ITEM_GLOBAL, PX_ST_F32, h->z, fb},
-      {"hsadmm.z_prev", PX__ITEM_GLOBAL, PX_ST_F32, h->z_prev, fb},
+      {"hsadmm.z", PX__ITEM_GLOBAL, PX_ST_F32, h->st.z, fb},
+      {"hsadmm.z_prev", PX__ITEM_GLOBAL, PX_ST_F32, h->st.z_prev, fb},
       {"hsadmm.rho1", PX__ITEM_GLOBAL, PX_ST_F64, h->rho1, db},
       {"hsadmm.rho2", PX__ITEM_GLOBAL, PX_ST_F64, h->rho2, db},
       {"hsadmm.frozen", PX__ITEM_GLOBAL, PX_ST_I32, &h->frozen, sizeof h->frozen},
@@ -574,11 +520,11 @@ int px__hsadmm_state_items(px_hsadmm_t *h, px__state_item_t *items) {
       {"hsadmm.mask_union", PX__ITEM_GLOBAL, PX_ST_U8, h->mask_union, h->mtotal},
       {"hsadmm.mask_prev", PX__ITEM_GLOBAL, PX_ST_U8, h->mask_prev, h->mtotal},
       {"hsadmm.mask_z", PX__ITEM_GLOBAL, PX_ST_U8, h->mask_z, h->mtotal},
-      {"hsadmm.zi", PX__ITEM_NODE, PX_ST_F32, h->zi, fb},
-      {"hsadmm.zi_prev", PX__ITEM_NODE, PX_ST_F32, h->zi_prev, fb},
-      {"hsadmm.v", PX__ITEM_NODE, PX_ST_F32, h->v, fb},
+      {"hsadmm.zi", PX__ITEM_NODE, PX_ST_F32, h->st.zi, fb},
+      {"hsadmm.zi_prev", PX__ITEM_NODE, PX_ST_F32, h->st.zi_prev, fb},
+      {"hsadmm.v", PX__ITEM_NODE, PX_ST_F32, h->st.v, fb},
       {"hsadmm.mask_node", PX__ITEM_NODE, PX_ST_U8, h->mask_node, h->mtotal},
-      {"hsadmm.u", PX__ITEM_RANK, PX_ST_F32, h->u, fb},
+      {"hsadmm.u", PX__ITEM_RANK, PX_ST_F32, h->st.u, fb},
   };
   int n = (int)(sizeof t / sizeof t[0]);
   memcpy(items, t, sizeof t);
@@ -592,14 +538,14 @@ int px__hsadmm_state_items(px_hsadmm_t *h, px__state_item_t *items) {
 }
 
 px_status_t px__hsadmm_state_resumed(px_hsadmm_t *h, int node_fresh, int rank_fresh) {
-  size_t fb = h->total * sizeof(float);
+  size_t fb = h->st.total * sizeof(float);
   if (node_fresh) { /* a node without state: its consensus restarts at z */
-    memcpy(h->zi, h->z, fb);
-    memcpy(h->zi_prev, h->z, fb);
-    memset(h->v, 0, fb);
+    memcpy(h->st.zi, h->st.z, fb);
+    memcpy(h->st.zi_prev, h->st.z, fb);
+    memset(h->st.v, 0, fb);
     if (h->mtotal) memcpy(h->mask_node, h->mask_union, h->mtotal);
   }
-  if (rank_fresh) memset(h->u, 0, fb);
+  if (rank_fresh) memset(h->st.u, 0, fb);
   if (h->q.bits && !h->cfg.flat) PX_CHECK(px__hsq_resumed(h, node_fresh || rank_fresh));
   if (h->mtotal) PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
   if (h->frozen) px_pack_plan_freeze(h->plan);

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "admm/hsadmm_state.h"
 #include "prunex/hsadmm.h"
 
 /* comm.quantize, on the leaders (every pointer NULL elsewhere and with
@@ -62,9 +63,9 @@ struct px_hsadmm {
   px_hsadmm_config_t cfg;
   px_hsadmm_param_t *params;
   int n;
-  size_t *off;          /* [n] offset of each tensor in the families */
-  size_t total;
-  float *u, *zi, *zi_prev, *v, *z, *z_prev, *s;
+  px__hss_t st;         /* the state families, their layout and the round's arithmetic
+                           (hsadmm_state.h; host memory and the CPU reference here) */
+  const float **theta;  /* [n] params[i].theta */
   double *rho1, *rho2;  /* [n] */
   int M, P, N;          /* nodes, ranks per node, ranks */
   /* masks: prunable tensors only, one contiguous byte buffer each, laid out

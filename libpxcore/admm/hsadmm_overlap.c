@@ -59,7 +59,7 @@ px_status_t px_hsadmm_set_overlap(px_hsadmm_t *h, int on) {
   h->ov.enabled = on ? 1 : 0;
   if (!on || h->ov.reqs) return PX_OK;
   size_t bb = h->cfg.bucket_bytes ? h->cfg.bucket_bytes : PX_PACK_DEFAULT_BUCKET_BYTES;
-  h->ov.maxreqs = (int)((h->total * sizeof(float) + bb - 1) / bb) + 1;
+  h->ov.maxreqs = (int)((h->st.total * sizeof(float) + bb - 1) / bb) + 1;
   h->ov.reqs = px_calloc((size_t)h->ov.maxreqs, sizeof *h->ov.reqs, "hsadmm.overlap_reqs");
   return h->ov.reqs ? PX_OK : PX_ERR_NOMEM;
 }
@@ -88,15 +88,16 @@ px_status_t px_hsadmm_overlap_start(px_hsadmm_t *h) {
 }
 
 void px_hsadmm_restart_point(const px_hsadmm_t *h, int i, float *dst) {
-  size_t o = h->off[i], n = h->params[i].numel;
+  size_t o = h->st.off[i], n = h->params[i].numel;
   if (h->ov.state == PX__OV_IDLE) {
-    memcpy(dst, h->z + o, n * sizeof(float));
+    memcpy(dst, h->st.z + o, n * sizeof(float));
     return;
   }
   /* z^(k-1) + (z_i^k - z_i^(k-1)): the old consensus moved by this node's
    * last step. Restarting from z^(k-1) alone would drop the last local phase
    * every round (two interleaved chains, each trained every other round). */
-  for (size_t j = 0; j < n; j++) dst[j] = h->z[o + j] + (h->zi[o + j] - h->zi_prev[o + j]);
+  const float *z = h->st.z + o, *zi = h->st.zi + o, *zp = h->st.zi_prev + o;
+  for (size_t j = 0; j < n; j++) dst[j] = z[j] + (zi[j] - zp[j]);
 }
 
 px_status_t px_hsadmm_overlap_drain(px_hsadmm_t *h) {

@@ -40,13 +40,13 @@ void px__hsq_free(px_hsadmm_t *h) {
 static px_status_t px__hsq_alloc(px_hsadmm_t *h) {
   px__hsadmm_quant_t *q = &h->q;
   size_t bf = (h->cfg.bucket_bytes ? h->cfg.bucket_bytes : PX_PACK_DEFAULT_BUCKET_BYTES) / 4;
-  if (bf > h->total) bf = h->total;
+  if (bf > h->st.total) bf = h->st.total;
   size_t stride = px_quant_bytes(8, bf); /* the wider of the two */
-  q->err = px_calloc(h->total, sizeof(float), "hsadmm.quant_error");
-  q->sum = px_calloc(h->total, sizeof(float), "hsadmm.quant_sum");
-  q->ref = px_calloc(h->total, sizeof(float), "hsadmm.quant_ref");
-  q->vsum = px_calloc(h->total, sizeof(float), "hsadmm.quant_vsum");
-  q->vp = px_calloc(h->total, sizeof(float), "hsadmm.quant_vsum_packed");
+  q->err = px_calloc(h->st.total, sizeof(float), "hsadmm.quant_error");
+  q->sum = px_calloc(h->st.total, sizeof(float), "hsadmm.quant_sum");
+  q->ref = px_calloc(h->st.total, sizeof(float), "hsadmm.quant_ref");
+  q->vsum = px_calloc(h->st.total, sizeof(float), "hsadmm.quant_vsum");
+  q->vp = px_calloc(h->st.total, sizeof(float), "hsadmm.quant_vsum_packed");
   q->err_ptrs = px_calloc((size_t)h->n, sizeof(float *), "hsadmm.ptrs");
   q->ref_ptrs = px_calloc((size_t)h->n, sizeof(float *), "hsadmm.ptrs");
   q->vs_ptrs = px_calloc((size_t)h->n, sizeof(float *), "hsadmm.ptrs");
@@ -58,9 +58,9 @@ static px_status_t px__hsq_alloc(px_hsadmm_t *h) {
     return PX_ERR_NOMEM;
   }
   for (int i = 0; i < h->n; i++) {
-    q->err_ptrs[i] = q->err + h->off[i];
-    q->ref_ptrs[i] = h->z + h->off[i]; /* z is not written until the exchange lands */
-    q->vs_ptrs[i] = q->vsum + h->off[i];
+    q->err_ptrs[i] = q->err + h->st.off[i];
+    q->ref_ptrs[i] = h->st.z + h->st.off[i]; /* z is not written until the exchange lands */
+    q->vs_ptrs[i] = q->vsum + h->st.off[i];
   }
   return PX_OK;
 }
@@ -100,7 +100,8 @@ px_status_t px__hsq_bucket(px_hsadmm_t *h, int b, float *buf, size_t nf) {
 }
 
 void px__hsq_source(px_hsadmm_t *h) {
-  for (size_t j = 0; j < h->total; j++) h->s[j] = h->zi[j] + h->q.err[j] - h->z[j];
+  const float *zi = h->st.zi, *z = h->st.z, *err = h->q.err;
+  for (size_t j = 0; j < h->st.total; j++) h->st.s[j] = zi[j] + err[j] - z[j];
 }
 
 void px__hsq_take_sum(px_hsadmm_t *h) {
@@ -120,7 +121,7 @@ void px__hsq_take_sum(px_hsadmm_t *h) {
 }
 
 void px__hsq_track_vsum(px_hsadmm_t *h) {
-  for (size_t j = 0; j < h->total; j++) h->q.vsum[j] += h->s[j] - (float)h->M * h->z[j];
+  for (size_t j = 0; j < h->st.total; j++) h->q.vsum[j] += h->st.s[j] - (float)h->M * h->st.z[j];
 }
 
 uint64_t px__hsq_payload_bytes(const px_hsadmm_t *h) {
@@ -142,7 +143,7 @@ px_status_t px__hsq_resumed(px_hsadmm_t *h, int fresh) {
   double f = fresh ? 1.0 : 0.0;
   PX_CHECK(px_comm_allreduce(h->world, &f, &f, 1, PX_COMM_F64, PX_COMM_MAX));
   if (f == 0.0) return PX_OK;
-  memset(h->v, 0, h->total * sizeof(float));
-  if (h->q.vsum) memset(h->q.vsum, 0, h->total * sizeof(float));
+  memset(h->st.v, 0, h->st.total * sizeof(float));
+  if (h->q.vsum) memset(h->q.vsum, 0, h->st.total * sizeof(float));
   return PX_OK;
 }

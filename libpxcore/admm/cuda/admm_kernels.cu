@@ -17,6 +17,23 @@
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);    \
        i += (size_t)gridDim.x * blockDim.x)
 
+/* ---- device buffers (hsadmm_state.c's CUDA table) ------------------------------- */
+
+extern "C" px_status_t px_cuda_kernels_copy(void *dst, const void *src, size_t bytes,
+                                            void *stream) {
+  if (bytes == 0) return PX_OK;
+  PX_REQUIRE(dst && src, "device copy: NULL buffer");
+  PX__CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, px__stream(stream)));
+  return PX_OK;
+}
+
+extern "C" px_status_t px_cuda_kernels_zero(void *dev, size_t bytes, void *stream) {
+  if (bytes == 0) return PX_OK;
+  PX_REQUIRE(dev != NULL, "device fill: NULL buffer");
+  PX__CUDA_TRY(cudaMemsetAsync(dev, 0, bytes, px__stream(stream)));
+  return PX_OK;
+}
+
 /* ---- elementwise ------------------------------------------------------------ */
 
 __global__ static void px__add(float *out, const float *a, const float *b, size_t n) {

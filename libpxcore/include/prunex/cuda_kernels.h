@@ -43,9 +43,9 @@ extern "C" {
 #endif
 
 /* ---- device buffers ------------------------------------------------------
- * Small helpers for tests and benchmarks, which are C programs that do not
- * link the CUDA runtime themselves. The training path allocates through the
- * tensor module instead. */
+ * Small helpers for tests, benchmarks and the device table of H-SADMM's
+ * state (admm/hsadmm_state.c), C code that does not link the CUDA runtime
+ * itself. The model's tensors are allocated through the tensor module. */
 
 /* Allocates `bytes` of device memory on the current device into *dev (NULL
  * for 0 bytes). `name` appears in the error message. The caller owns *dev and
@@ -58,6 +58,10 @@ PX_API void px_cuda_kernels_free(void *dev);
 /* Blocking copies between host and device memory. */
 PX_API px_status_t px_cuda_kernels_upload(void *dev, const void *host, size_t bytes);
 PX_API px_status_t px_cuda_kernels_download(void *host, const void *dev, size_t bytes);
+/* Queues a device-to-device copy of `bytes` (the buffers may not overlap)
+ * or a fill with zero bytes on `stream` (NULL: the default stream). */
+PX_API px_status_t px_cuda_kernels_copy(void *dst, const void *src, size_t bytes, void *stream);
+PX_API px_status_t px_cuda_kernels_zero(void *dev, size_t bytes, void *stream);
 /* Waits for `stream` (NULL: the default stream) and reports any error a
  * kernel raised on the device since the last check. */
 PX_API px_status_t px_cuda_kernels_sync(void *stream);
