@@ -20,7 +20,11 @@ static void coord_fx_apply(coord_t *c, coord_effects_t *fx) {
       coord_push_assignments(c, s->job_id, s->action);
     }
   }
-  for (size_t i = 0; i < fx->nchanged; i++) coord_job_changed(c, fx->changed[i], NULL);
+  for (size_t i = 0; i < fx->nchanged; i++) {
+    const char *id = fx->changed[i];
+    int reported = fx->report_job && !strcmp(fx->report_job, id);
+    coord_job_changed(c, id, reported ? fx->report : NULL);
+  }
   if (fx->schedule) coord_schedule(c);
 }
 
