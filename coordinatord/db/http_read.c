@@ -104,13 +104,7 @@ int coord_db_http_report_fields(px_report_table_t t, coord_hfield_t *out) {
 }
 
 px_status_t coord_db_http_open(const char *db_path, px_store_t **out) {
-  px_store_options_t opt = {
-      .schema = "coordinator",
-      .migrations = coord_migrations,
-      .nmigrations = coord_nmigrations,
-      .busy_timeout_ms = 2000,
-      .read_only = 1,
-  };
+  px_store_options_t opt = coord_db_options(1, 0, 2000);
   return px_store_open(db_path, &opt, out);
 }
 
