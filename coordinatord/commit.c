@@ -41,6 +41,13 @@ px_status_t coord_commit(coord_t *c, coord_effects_t *fx) {
   return PX_OK;
 }
 
+px_status_t coord_commit_if(coord_t *c, px_status_t rc, int commit, coord_effects_t *fx) {
+  if (rc == PX_OK && commit) return coord_commit(c, fx);
+  px_store_rollback(c->db);
+  coord_effects_clear(fx);
+  return rc;
+}
+
 void coord_schedule(coord_t *c) {
   if (c->stopping) return;
   coord_arena_t a;
@@ -63,8 +70,7 @@ void coord_preempt_pass(coord_t *c, int ask) {
     int commit = 0;
     px_status_t rc = px_store_begin(c->db);
     if (rc == PX_OK) rc = coord_preempt_step(c, &a, &fx, ask, &commit, &again);
-    if (rc == PX_OK && commit) rc = coord_commit(c, &fx); /* preempt.c decided, in the transaction */
-    else px_store_rollback(c->db);
+    rc = coord_commit_if(c, rc, commit, &fx); /* preempt.c decided, in the transaction */
     if (rc != PX_OK) px_log(PX_LOG_ERROR, "preemption: %s", px_last_error());
     coord_arena_free(&a);
     if (rc != PX_OK || !commit) break;

@@ -66,5 +66,9 @@ void coord_effects_clear(coord_effects_t *fx);
  * when the commit fails the transaction is rolled back, nothing is applied
  * and the error returned (px_last_error says why). fx is emptied. */
 px_status_t coord_commit(coord_t *c, coord_effects_t *fx);
+/* Ends the open transaction of a step that returned rc: committed (and fx
+ * applied, coord_commit) when rc is PX_OK and the step asked to commit,
+ * else rolled back with fx emptied. Returns rc, or the commit's error. */
+px_status_t coord_commit_if(coord_t *c, px_status_t rc, int commit, coord_effects_t *fx);
 
 #endif
