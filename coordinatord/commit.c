@@ -20,7 +20,11 @@ static void coord_fx_apply(coord_t *c, coord_effects_t *fx) {
       coord_push_assignments(c, s->job_id, s->action);
     }
   }
-  for (size_t i = 0; i < fx->nchanged; i++) coord_job_changed(c, fx->changed[i], NULL);
+  for (size_t i = 0; i < fx->nchanged; i++) {
+    const char *id = fx->changed[i];
+    int reported = fx->report_job && !strcmp(fx->report_job, id);
+    coord_job_changed(c, id, reported ? fx->report : NULL);
+  }
   if (fx->schedule) coord_schedule(c);
 }
 
@@ -35,6 +39,13 @@ px_status_t coord_commit(coord_t *c, coord_effects_t *fx) {
   coord_effects_clear(fx);
   coord_fx_apply(c, &now);
   return PX_OK;
+}
+
+px_status_t coord_commit_if(coord_t *c, px_status_t rc, int commit, coord_effects_t *fx) {
+  if (rc == PX_OK && commit) return coord_commit(c, fx);
+  px_store_rollback(c->db);
+  coord_effects_clear(fx);
+  return rc;
 }
 
 void coord_schedule(coord_t *c) {
@@ -59,8 +70,7 @@ void coord_preempt_pass(coord_t *c, int ask) {
     int commit = 0;
     px_status_t rc = px_store_begin(c->db);
     if (rc == PX_OK) rc = coord_preempt_step(c, &a, &fx, ask, &commit, &again);
-    if (rc == PX_OK && commit) rc = coord_commit(c, &fx); /* preempt.c decided, in the transaction */
-    else px_store_rollback(c->db);
+    rc = coord_commit_if(c, rc, commit, &fx); /* preempt.c decided, in the transaction */
     if (rc != PX_OK) px_log(PX_LOG_ERROR, "preemption: %s", px_last_error());
     coord_arena_free(&a);
     if (rc != PX_OK || !commit) break;

@@ -251,6 +251,11 @@ int64_t coord_now_ms(void);
 /* Schema of the coordinator database (db/schema.c). */
 extern const px_store_migration_t coord_migrations[];
 extern const int coord_nmigrations;
+/* How the coordinator's database is opened: its schema and migrations,
+ * busy_timeout_ms; the loop's connection (read_only 0) also checks the
+ * pages (quick_check) and creates a missing file when create; a reader
+ * (read_only 1, the HTTP thread) neither. */
+px_store_options_t coord_db_options(int read_only, int create, int busy_timeout_ms);
 
 /* The RPC method table (service.c). */
 extern const px_rpc_method_t coord_methods[];

@@ -32,6 +32,13 @@ px_status_t coord_fx_changed(coord_effects_t *fx, const char *job_id) {
 
 void coord_fx_schedule(coord_effects_t *fx) { fx->schedule = 1; }
 
+px_status_t coord_fx_report(coord_effects_t *fx, const char *job_id,
+                            const Prunex__V1__IterationReport *r) {
+  fx->report_job = job_id;
+  fx->report = r;
+  return coord_fx_changed(fx, job_id);
+}
+
 px_status_t coord_fx_fault(coord_effects_t *fx, const char *job_id, const coord_fault_t *f) {
   coord_send_t *s =
       coord_fx_send(fx, job_id, PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_CANCEL);

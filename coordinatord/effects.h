@@ -35,6 +35,10 @@ typedef struct {
   size_t nsends, csends;
   char **changed;        /* jobs whose state changed, in order */
   size_t nchanged, cchanged;
+  /* the iteration report that changed report_job (ReportIteration): its
+   * watchers get it as the update's latest; borrowed, not copied */
+  const char *report_job;
+  const Prunex__V1__IterationReport *report;
   int schedule;          /* run the scheduler after */
 } coord_effects_t;
 
@@ -45,6 +49,10 @@ void coord_effects_init(coord_effects_t *fx, coord_arena_t *a);
 px_status_t coord_fx_changed(coord_effects_t *fx, const char *job_id);
 px_status_t coord_fx_push(coord_effects_t *fx, const char *job_id, int action);
 void coord_fx_schedule(coord_effects_t *fx);
+/* The job changed by an iteration report r (borrowed: it must outlive the
+ * commit): its watchers' update carries r as the latest. */
+px_status_t coord_fx_report(coord_effects_t *fx, const char *job_id,
+                            const Prunex__V1__IterationReport *r);
 /* What follows a fault (coord_job_fault, coord_job_preempt filled f):
  * the ended attempt's nodes told to stop (naming it when the job was
  * queued again; else the job's CANCEL), the job changed, a scheduler pass
@@ -58,5 +66,9 @@ void coord_effects_clear(coord_effects_t *fx);
  * when the commit fails the transaction is rolled back, nothing is applied
  * and the error returned (px_last_error says why). fx is emptied. */
 px_status_t coord_commit(coord_t *c, coord_effects_t *fx);
+/* Ends the open transaction of a step that returned rc: committed (and fx
+ * applied, coord_commit) when rc is PX_OK and the step asked to commit,
+ * else rolled back with fx emptied. Returns rc, or the commit's error. */
+px_status_t coord_commit_if(coord_t *c, px_status_t rc, int commit, coord_effects_t *fx);
 
 #endif

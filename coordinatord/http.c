@@ -29,7 +29,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +40,7 @@
 #include <microhttpd.h>
 
 #include "coord.h"
+#include "db/http_read.h"
 #include "http.h"
 #include "prunex/check.h"
 
@@ -66,7 +66,7 @@ struct coord_http {
   pthread_t reaper;
   int reaper_started;
   coord_http_conn_t *conns;
-  sqlite3 *db;             /* read-only; used by the HTTP thread only */
+  px_store_t *db;          /* read-only; used by the HTTP thread only */
   /* The HTTP side's own copy of the tokens file (NULL: no authentication),
    * swapped by coord_http_reload_tokens on the loop thread, read by the
    * HTTP thread under mu. */
@@ -356,7 +356,7 @@ static void coord_http_free(coord_http_t *h) {
     px_free(h->conns);
     h->conns = next;
   }
-  if (h->db) sqlite3_close(h->db);
+  px_store_close(h->db);
   coord_tokens_free(h->tokens);
   pthread_cond_destroy(&h->stop_cv);
   pthread_mutex_destroy(&h->cmu);
@@ -423,15 +423,13 @@ px_status_t coord_http_start(const char *listen, const char *db_path, const char
   h->started_unix_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
   /* Opened read-only: the HTTP side can never write the database, and WAL
    * lets it read while the loop thread writes. */
-  int rc = sqlite3_open_v2(db_path, &h->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
-  if (rc != SQLITE_OK) {
+  if (coord_db_http_open(db_path, &h->db) != PX_OK) {
     px_status_t st = px_set_error(PX_ERR_IO, "http: cannot open %s read-only: %s", db_path,
-                                  h->db ? sqlite3_errmsg(h->db) : sqlite3_errstr(rc));
+                                  px_last_error());
     coord_http_free(h);
     freeaddrinfo(ai);
     return st;
   }
-  sqlite3_busy_timeout(h->db, 2000);
 
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_POLL;
   if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;

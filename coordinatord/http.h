@@ -5,7 +5,8 @@
  * Threads: the listener is libmicrohttpd with its own internal polling
  * thread (MHD_USE_INTERNAL_POLLING_THREAD), so no request ever runs on the
  * libuv loop. That thread reads the coordinator database through its own
- * read-only SQLite connection (the database is in WAL mode: readers never
+ * read-only SQLite connection (a px_store opened read-only; the queries are
+ * db/http_read.c's) (the database is in WAL mode: readers never
  * block the loop's writer and always see a committed snapshot) and never
  * touches coord_t. The only state shared with the loop thread is the RPC
  * statistics below, which are C11 atomics. */
@@ -57,7 +58,7 @@ void coord_hb_pnum(coord_hbuf_t *b, double v);
 
 /* ---- handlers (http_api.c, http_metrics.c): run on the HTTP thread -------- */
 
-typedef struct sqlite3 sqlite3;
+#include "prunex/store.h"
 
 /* Query parameters, already looked up (NULL when absent). */
 typedef struct {
@@ -67,15 +68,15 @@ typedef struct {
 
 /* Each returns the HTTP status and writes the body (JSON, or on an error a
  * {"error": "..."} object) into out. job_id is the URL's job segment. */
-int coord_http_jobs(sqlite3 *db, const coord_http_page_t *pg, coord_hbuf_t *out);
-int coord_http_job(sqlite3 *db, const char *job_id, coord_hbuf_t *out);
-int coord_http_iterations(sqlite3 *db, const char *job_id, const coord_http_page_t *pg,
+int coord_http_jobs(px_store_t *db, const coord_http_page_t *pg, coord_hbuf_t *out);
+int coord_http_job(px_store_t *db, const char *job_id, coord_hbuf_t *out);
+int coord_http_iterations(px_store_t *db, const char *job_id, const coord_http_page_t *pg,
                           coord_hbuf_t *out);
-int coord_http_layers(sqlite3 *db, const char *job_id, const coord_http_page_t *pg,
+int coord_http_layers(px_store_t *db, const char *job_id, const coord_http_page_t *pg,
                       coord_hbuf_t *out);
-int coord_http_nodes(sqlite3 *db, const coord_http_page_t *pg, coord_hbuf_t *out);
+int coord_http_nodes(px_store_t *db, const coord_http_page_t *pg, coord_hbuf_t *out);
 /* Prometheus text format 0.0.4. */
-int coord_http_metrics(sqlite3 *db, int64_t started_unix_ms, coord_hbuf_t *out);
+int coord_http_metrics(px_store_t *db, int64_t started_unix_ms, coord_hbuf_t *out);
 
 /* ---- the listener (http.c) ----------------------------------------------- */
 

@@ -11,21 +11,22 @@
  * reports, the only rank that reports to the coordinator.
  *
  * Each object is described once, by a field table (JSON key, SQL
- * expression, how the value is read): the SELECT list is made from the
- * table and a row is read back by the same table, so a key can never be
- * paired with another key's column (a hand-counted column index once
- * shifted /api/v1/jobs/JOB's totals by one). Documents are json-c trees
- * written by prunex/json.h, as pxctl's --json. */
+ * expression, how the value is read; db/http_read.h, where the queries
+ * are): the SELECT list is made from the table and a row is read back here
+ * by the same table, so a key can never be paired with another key's
+ * column (a hand-counted column index once shifted /api/v1/jobs/JOB's
+ * totals by one). Documents are json-c trees written by prunex/json.h, as
+ * pxctl's --json. */
 #include <assert.h>
 #include <errno.h>
 #include <json-c/json.h>
 #include <limits.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "coord.h"
+#include "db/http_read.h"
 #include "http.h"
 #include "prunex/json.h"
 #include "prunex/report.h"
@@ -90,129 +91,14 @@ static int http_fail(coord_hbuf_t *out, int status, const char *fmt, ...) {
   return status;
 }
 
-static int http_db_fail(sqlite3 *db, coord_hbuf_t *out) {
-  px_log(PX_LOG_WARN, "http: database: %s", sqlite3_errmsg(db));
-  return http_fail(out, 500, "database: %s", sqlite3_errmsg(db));
+static int http_db_fail(coord_hbuf_t *out) {
+  px_log(PX_LOG_WARN, "http: database: %s", px_last_error());
+  return http_fail(out, 500, "database: %s", px_last_error());
 }
 
-/* ---- field tables ---------------------------------------------------------------- */
+/* ---- field tables (db/http_read.h) ------------------------------------------------ */
 
-/* How a column becomes a value. Every kind is null for SQL NULL. */
-typedef enum {
-  HF_TEXT,        /* a string */
-  HF_TEXT_SET,    /* a string, null when empty */
-  HF_INT,         /* an integer */
-  HF_INT_POS,     /* an integer, null unless > 0 */
-  HF_INT_NN,      /* an integer, null when negative */
-  HF_NUM,         /* a number (null when not finite) */
-  HF_NUM_NN,      /* a number, null when negative (the "not measured" -1) */
-  HF_BOOL,        /* true for nonzero */
-  HF_JOB_STATE,   /* a JobState as its name */
-  HF_NODE_STATE,  /* a NodeState as its name */
-  HF_SPEC,        /* the JobSpec blob: strategy, model, dataset, max_iterations,
-                     max_restarts */
-  HF_GROUP,       /* a flag: when nonzero, the next `group` fields nested under
-                     key, else null */
-  HF_HIDDEN,      /* selected, not written (the paging cursor) */
-} http_kind_t;
-
-typedef struct {
-  const char *key;
-  const char *sql;
-  http_kind_t kind;
-  int group;      /* HF_GROUP: how many fields follow inside it */
-} http_field_t;
-
-#define HTTP_NFIELDS(t) ((int)(sizeof(t) / sizeof((t)[0])))
-
-/* A job, as /api/v1/jobs lists it. */
-static const http_field_t http_job_fields[] = {
-    {NULL, "j.id", HF_HIDDEN, 0},
-    {"job_id", "j.job_id", HF_TEXT, 0},
-    {"name", "j.name", HF_TEXT, 0},
-    {"state", "j.state", HF_JOB_STATE, 0},
-    {"reason", "j.reason", HF_TEXT, 0},
-    {"spec", "j.spec", HF_SPEC, 0},
-    {"nodes", "j.num_nodes", HF_INT, 0},
-    {"workers_per_node", "j.workers_per_node", HF_INT, 0},
-    {"created_unix_ms", "j.created_unix_ms", HF_INT, 0},
-    {"updated_unix_ms", "j.updated_unix_ms", HF_INT, 0},
-    {"scheduled_unix_ms", "j.scheduled_unix_ms", HF_INT_POS, 0},
-    {"finished_unix_ms", "j.finished_unix_ms", HF_INT_POS, 0},
-    {"state_since_unix_ms",
-     "(SELECT max(time_unix_ms) FROM job_events e WHERE e.job_id = j.job_id)", HF_INT, 0},
-    {"iteration", "j.iteration", HF_INT_NN, 0},
-    {"test_accuracy",
-     "(SELECT test_accuracy FROM iterations i WHERE i.job_id = j.job_id AND i.rank = 0"
-     " AND i.test_accuracy >= 0 ORDER BY iteration DESC LIMIT 1)", HF_NUM, 0},
-    {"density",
-     "(SELECT density FROM iterations i WHERE i.job_id = j.job_id AND i.rank = 0"
-     " ORDER BY iteration DESC LIMIT 1)", HF_NUM, 0},
-    /* the attempt running now (issue 14: 1 before any restart) */
-    {"attempt", "j.attempt", HF_INT, 0},
-    /* "" while the checkpoints are usable (issue 26) */
-    {"checkpoint_problem", "j.checkpoint_problem", HF_TEXT, 0},
-};
-
-/* /api/v1/jobs/JOB adds the totals over rank 0's iterations. */
-static const http_field_t http_job_total_fields[] = {
-    {"iterations", "(SELECT count(*) FROM iterations i WHERE i.job_id = j.job_id AND i.rank = 0)",
-     HF_INT, 0},
-    {"bytes_inter",
-     "(SELECT total(bytes_inter) FROM iterations i WHERE i.job_id = j.job_id AND i.rank = 0)",
-     HF_INT, 0},
-    {"bytes_intra",
-     "(SELECT total(bytes_intra) FROM iterations i WHERE i.job_id = j.job_id AND i.rank = 0)",
-     HF_INT, 0},
-};
-
-static const http_field_t http_node_fields[] = {
-    {NULL, "n.id", HF_HIDDEN, 0},
-    {"node_id", "n.node_id", HF_TEXT, 0},
-    {"name", "n.name", HF_TEXT, 0},
-    {"hostname", "n.hostname", HF_TEXT, 0},
-    {"state", "n.state", HF_NODE_STATE, 0},
-    {"job_id", "n.job_id", HF_TEXT_SET, 0},
-    {"devices", "(SELECT count(*) FROM node_devices d WHERE d.node_id = n.node_id)", HF_INT, 0},
-    {"registered_unix_ms", "n.registered_unix_ms", HF_INT, 0},
-    {"last_heartbeat_unix_ms", "n.last_heartbeat_unix_ms", HF_INT, 0},
-};
-
-/* The iteration and layer objects are the report tables' PX_REPORT_JSON
- * fields (prunex/report.h), the column named as the key; a layer starts
- * with its iteration, and an iteration's phase times nest under "phases"
- * (null for a report without them). */
-#define HTTP_REPORT_MAX 48
-
-static http_kind_t http_report_kind(const px_report_field_t *f) {
-  static const http_kind_t ints[3] = {HF_INT, HF_INT_NN, HF_INT_POS};
-  switch (f->type) {
-  case PX_REPORT_TEXT: return HF_TEXT;
-  case PX_REPORT_BOOL: return HF_BOOL;
-  case PX_REPORT_F64:
-    assert(f->presence != PX_REPORT_POSITIVE);
-    return f->presence == PX_REPORT_NONNEG ? HF_NUM_NN : HF_NUM;
-  default: return ints[f->presence];
-  }
-}
-
-/* Fills out[] (HTTP_REPORT_MAX entries) from table t; returns the count. */
-static int http_report_fields(px_report_table_t t, http_field_t *out) {
-  int n = 0, group = -1;
-  if (t == PX_REPORT_LAYER) out[n++] = (http_field_t){"iteration", "iteration", HF_INT, 0};
-  for (int i = 0; i < px_report_count(t); i++) {
-    const px_report_field_t *f = px_report_field(t, i);
-    if (!(f->where & PX_REPORT_JSON)) continue;
-    if ((f->where & PX_REPORT_PHASE) && group < 0) {
-      group = n;
-      out[n++] = (http_field_t){"phases", "has_phases", HF_GROUP, 0};
-    }
-    assert(n < HTTP_REPORT_MAX - 1);
-    out[n++] = (http_field_t){f->name, f->name, http_report_kind(f), 0};
-    if (f->where & PX_REPORT_PHASE) out[group].group++;
-  }
-  return n;
-}
+typedef coord_hfield_t http_field_t;
 
 /* "fields": what each key of the listing's objects is (the n fields of t,
  * read from table rt): key, label, unit, the object it nests in
@@ -241,15 +127,6 @@ static struct json_object *http_report_doc(px_report_table_t rt, const http_fiel
   return arr;
 }
 
-/* "SELECT <the tables' expressions> <rest>" into sql (NUL-terminated). */
-static void http_select(px_buf_t *sql, const http_field_t *a, int na, const http_field_t *b,
-                        int nb, const char *rest) {
-  px_buf_put(sql, "SELECT ", 7);
-  for (int i = 0; i < na + nb; i++)
-    px_buf_printf(sql, "%s%s", i ? ", " : "", i < na ? a[i].sql : b[i - na].sql);
-  px_buf_printf(sql, " %s", rest);
-}
-
 /* The column of key in t (an assert: the tables are ours). */
 static int http_col(const http_field_t *t, int n, const char *key) {
   for (int i = 0; i < n; i++)
@@ -259,9 +136,9 @@ static int http_col(const http_field_t *t, int n, const char *key) {
 }
 
 /* The spec's fields of a job (null without a readable spec). */
-static void http_spec_json(struct json_object *o, const void *blob, int blen) {
+static void http_spec_json(struct json_object *o, const void *blob, size_t blen) {
   Prunex__V1__JobSpec *spec = NULL;
-  if (blob && blen > 0) spec = prunex__v1__job_spec__unpack(NULL, (size_t)blen, blob);
+  if (blob && blen > 0) spec = prunex__v1__job_spec__unpack(NULL, blen, blob);
   const char *strategy = spec ? http_strategy(spec->strategy) : NULL;
   const char *model = spec && spec->model ? spec->model->name : NULL;
   const char *dataset = spec && spec->dataset ? spec->dataset->name : NULL;
@@ -278,16 +155,16 @@ static void http_spec_json(struct json_object *o, const void *blob, int blen) {
 
 /* Column c of st as field f says; NULL for null. Reads the column only in
  * the form the kind needs (no text made of a number). */
-static struct json_object *http_value(sqlite3_stmt *st, int c, const http_field_t *f) {
-  if (sqlite3_column_type(st, c) == SQLITE_NULL) return NULL;
+static struct json_object *http_value(px_store_stmt_t *st, int c, const http_field_t *f) {
+  if (px_store_column_is_null(st, c)) return NULL;
   const char *t;
   int64_t i;
   double d;
   switch (f->kind) {
   case HF_TEXT:
   case HF_TEXT_SET:
-    t = (const char *)sqlite3_column_text(st, c);
-    i = sqlite3_column_bytes(st, c);
+    t = px_store_column_text(st, c);
+    i = (int64_t)px_store_column_bytes(st, c);
     return f->kind == HF_TEXT || i > 0 ? px_json_string(t, (size_t)i) : NULL;
   case HF_INT:
   case HF_INT_POS:
@@ -295,7 +172,7 @@ static struct json_object *http_value(sqlite3_stmt *st, int c, const http_field_
   case HF_BOOL:
   case HF_JOB_STATE:
   case HF_NODE_STATE:
-    i = sqlite3_column_int64(st, c);
+    i = px_store_column_int64(st, c);
     if (f->kind == HF_BOOL) return json_object_new_boolean(i != 0);
     if (f->kind == HF_JOB_STATE) return json_object_new_string(http_job_state((int)i));
     if (f->kind == HF_NODE_STATE) return json_object_new_string(http_node_state((int)i));
@@ -303,7 +180,7 @@ static struct json_object *http_value(sqlite3_stmt *st, int c, const http_field_
     return json_object_new_int64(i);
   case HF_NUM:
   case HF_NUM_NN:
-    d = sqlite3_column_double(st, c);
+    d = px_store_column_double(st, c);
     return f->kind == HF_NUM || d >= 0 ? px_json_double(d) : NULL;
   default: return NULL;
   }
@@ -311,17 +188,19 @@ static struct json_object *http_value(sqlite3_stmt *st, int c, const http_field_
 
 /* Adds the fields of t (n of them), read from the columns from `first` on,
  * to o. */
-static void http_row(sqlite3_stmt *st, int first, const http_field_t *t, int n,
+static void http_row(px_store_stmt_t *st, int first, const http_field_t *t, int n,
                      struct json_object *o) {
   for (int k = 0; k < n; k++) {
     const http_field_t *f = &t[k];
     int c = first + k;
     if (f->kind == HF_HIDDEN) continue;
     if (f->kind == HF_SPEC) {
-      http_spec_json(o, sqlite3_column_blob(st, c), sqlite3_column_bytes(st, c));
+      size_t len;
+      const void *blob = px_store_column_blob(st, c, &len);
+      http_spec_json(o, blob, len);
     } else if (f->kind == HF_GROUP) {
       struct json_object *g = NULL;
-      if (sqlite3_column_int(st, c)) {
+      if (px_store_column_int64(st, c)) {
         g = json_object_new_object();
         http_row(st, c + 1, f + 1, f->group, g);
       }
@@ -333,66 +212,63 @@ static void http_row(sqlite3_stmt *st, int first, const http_field_t *t, int n,
   }
 }
 
-/* One page of a listing: the rows of st (its SELECT made by http_select
- * from t, asking for limit + 1 rows) as objects under `key` of a new
- * document, next_cursor from cursor() of the last row written when there
- * were more. The document, or NULL on a database error (st finalised either
- * way). */
-typedef void (*http_cursor_fn)(sqlite3_stmt *st, const http_field_t *t, int n, char *buf,
+/* One page of a listing: the rows (the query asked for limit + 1) as
+ * objects in arr, next from cursor() of the last row written, more set
+ * when a row beyond the page came. */
+typedef void (*http_cursor_fn)(px_store_stmt_t *st, const http_field_t *t, int n, char *buf,
                                size_t cap);
 
-static struct json_object *http_page(sqlite3_stmt *st, const http_field_t *t, int n, int limit,
-                                     const char *key, http_cursor_fn cursor) {
-  struct json_object *doc = json_object_new_object(), *arr = json_object_new_array();
-  json_object_object_add(doc, key, arr);
-  char next[64] = "";
-  int count = 0, more = 0, rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (count++ == limit) {
-      more = 1;
-      break;
-    }
-    struct json_object *o = json_object_new_object();
-    http_row(st, 0, t, n, o);
-    json_object_array_add(arr, o);
-    cursor(st, t, n, next, sizeof next);
+typedef struct {
+  const http_field_t *t, *t2;
+  int n, n2, limit, count, more;
+  struct json_object *arr, *one; /* a listing's array, or the one object */
+  http_cursor_fn cursor;
+  char next[64];
+} http_page_t;
+
+static px_status_t http_page_row(void *arg, px_store_stmt_t *st) {
+  http_page_t *p = arg;
+  if (!p->arr) { /* one object: its fields, then the second table's */
+    http_row(st, 0, p->t, p->n, p->one);
+    http_row(st, p->n, p->t2, p->n2, p->one);
+    p->count++;
+    return 1;
   }
-  sqlite3_finalize(st);
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
-    json_object_put(doc);
-    return NULL;
+  if (p->count++ == p->limit) {
+    p->more = 1;
+    return 1;
   }
-  json_object_object_add(doc, "next_cursor", more ? json_object_new_string(next) : NULL);
+  struct json_object *o = json_object_new_object();
+  http_row(st, 0, p->t, p->n, o);
+  json_object_array_add(p->arr, o);
+  p->cursor(st, p->t, p->n, p->next, sizeof p->next);
+  return PX_OK;
+}
+
+/* The page as a new document: the array under key, then next_cursor. */
+static struct json_object *http_page_doc(http_page_t *p, const char *key) {
+  struct json_object *doc = json_object_new_object();
+  json_object_object_add(doc, key, p->arr);
+  json_object_object_add(doc, "next_cursor", p->more ? json_object_new_string(p->next) : NULL);
   return doc;
 }
 
-static void http_cursor_id(sqlite3_stmt *st, const http_field_t *t, int n, char *buf,
+static void http_cursor_id(px_store_stmt_t *st, const http_field_t *t, int n, char *buf,
                            size_t cap) {
   (void)t, (void)n;
-  snprintf(buf, cap, "%lld", (long long)sqlite3_column_int64(st, 0));
+  snprintf(buf, cap, "%lld", (long long)px_store_column_int64(st, 0));
 }
 
-static void http_cursor_iteration(sqlite3_stmt *st, const http_field_t *t, int n, char *buf,
+static void http_cursor_iteration(px_store_stmt_t *st, const http_field_t *t, int n, char *buf,
                                   size_t cap) {
-  snprintf(buf, cap, "%lld", (long long)sqlite3_column_int64(st, http_col(t, n, "iteration")));
+  snprintf(buf, cap, "%lld", (long long)px_store_column_int64(st, http_col(t, n, "iteration")));
 }
 
-static void http_cursor_layer(sqlite3_stmt *st, const http_field_t *t, int n, char *buf,
+static void http_cursor_layer(px_store_stmt_t *st, const http_field_t *t, int n, char *buf,
                               size_t cap) {
   snprintf(buf, cap, "%lld:%lld",
-           (long long)sqlite3_column_int64(st, http_col(t, n, "iteration")),
-           (long long)sqlite3_column_int64(st, http_col(t, n, "layer")));
-}
-
-/* Prepares the SELECT of t (and t2) followed by rest; NULL on failure. */
-static sqlite3_stmt *http_prepare(sqlite3 *db, const http_field_t *t, int n,
-                                  const http_field_t *t2, int n2, const char *rest) {
-  px_buf_t sql = {0};
-  http_select(&sql, t, n, t2, n2, rest);
-  sqlite3_stmt *st = NULL;
-  if (sql.oom || sqlite3_prepare_v2(db, sql.p, -1, &st, NULL) != SQLITE_OK) st = NULL;
-  px_buf_free(&sql);
-  return st;
+           (long long)px_store_column_int64(st, http_col(t, n, "iteration")),
+           (long long)px_store_column_int64(st, http_col(t, n, "layer")));
 }
 
 /* A decimal integer in [lo, hi]; 0 on success. */
@@ -418,23 +294,10 @@ static int http_limit(const coord_http_page_t *pg, int def, int max, int *out,
 
 /* Finds a job by id, or by name when exactly one job has it; writes the id.
  * 0, or an error status with its body. */
-static int http_resolve_job(sqlite3 *db, const char *ref, char *job_id, size_t cap,
+static int http_resolve_job(px_store_t *db, const char *ref, char *job_id, size_t cap,
                             coord_hbuf_t *out) {
-  sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(db,
-                         "SELECT job_id FROM jobs WHERE job_id = ?1 UNION ALL"
-                         " SELECT job_id FROM (SELECT job_id FROM jobs WHERE name = ?1"
-                         " AND NOT EXISTS (SELECT 1 FROM jobs WHERE job_id = ?1) LIMIT 2)",
-                         -1, &st, NULL) != SQLITE_OK)
-    return http_db_fail(db, out);
-  sqlite3_bind_text(st, 1, ref, -1, SQLITE_TRANSIENT);
-  int n = 0, rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (n == 0) snprintf(job_id, cap, "%s", (const char *)sqlite3_column_text(st, 0));
-    n++;
-  }
-  sqlite3_finalize(st);
-  if (rc != SQLITE_DONE) return http_db_fail(db, out);
+  int n = 0;
+  if (coord_db_http_resolve_job(db, ref, job_id, cap, &n) != PX_OK) return http_db_fail(out);
   if (n == 0) return http_fail(out, 404, "job '%.100s' not found (neither an id nor a name)", ref);
   if (n > 1)
     return http_fail(out, 409, "several jobs are named '%.100s': use the job id", ref);
@@ -446,94 +309,92 @@ static int http_resolve_job(sqlite3 *db, const char *ref, char *job_id, size_t c
 
 #define HTTP_BAD_CURSOR "cursor = '%.40s': expected a next_cursor of this listing"
 
-/* A listing paged by row id (the hidden first column): the rows after the
- * cursor (first: none given; lo: the least cursor accepted) in the order
- * rest says. */
-static int http_list(sqlite3 *db, const coord_http_page_t *pg, long long lo, long long first,
-                     const http_field_t *t, int n, const char *rest, const char *key,
+/* A listing of obj paged by row id (the hidden first column): the rows
+ * after the cursor (first: none given; lo: the least cursor accepted), as
+ * coord_db_http_jobs / _nodes (list) order them. */
+typedef px_status_t (*http_list_fn)(px_store_t *db, int64_t cursor, int limit, px_store_row_fn fn,
+                                    void *arg);
+
+static int http_list(px_store_t *db, const coord_http_page_t *pg, long long lo, long long first,
+                     coord_http_obj_t obj, http_list_fn list, const char *key,
                      coord_hbuf_t *out) {
   int limit = 0, rc;
   if ((rc = http_limit(pg, 100, 1000, &limit, out))) return rc;
   long long cursor = first;
   if (pg->cursor && http_parse_int(pg->cursor, lo, LLONG_MAX, &cursor) != 0)
     return http_fail(out, 400, HTTP_BAD_CURSOR, pg->cursor);
-  sqlite3_stmt *st = http_prepare(db, t, n, NULL, 0, rest);
-  if (!st) return http_db_fail(db, out);
-  sqlite3_bind_int64(st, 1, cursor);
-  sqlite3_bind_int(st, 2, limit + 1);
-  struct json_object *doc = http_page(st, t, n, limit, key, http_cursor_id);
-  return doc ? http_done(doc, out) : http_db_fail(db, out);
+  http_page_t p = {.limit = limit, .arr = json_object_new_array(), .cursor = http_cursor_id};
+  p.t = coord_db_http_fields(obj, &p.n);
+  if (list(db, cursor, limit + 1, http_page_row, &p) != PX_OK) {
+    json_object_put(p.arr);
+    return http_db_fail(out);
+  }
+  return http_done(http_page_doc(&p, key), out);
 }
 
-int coord_http_jobs(sqlite3 *db, const coord_http_page_t *pg, coord_hbuf_t *out) {
-  return http_list(db, pg, 1, LLONG_MAX, http_job_fields, HTTP_NFIELDS(http_job_fields),
-                   "FROM jobs j WHERE j.id < ?1 ORDER BY j.id DESC LIMIT ?2", "jobs", out);
+int coord_http_jobs(px_store_t *db, const coord_http_page_t *pg, coord_hbuf_t *out) {
+  return http_list(db, pg, 1, LLONG_MAX, COORD_HTTP_JOB, coord_db_http_jobs, "jobs", out);
 }
 
-int coord_http_job(sqlite3 *db, const char *ref, coord_hbuf_t *out) {
+int coord_http_job(px_store_t *db, const char *ref, coord_hbuf_t *out) {
   char job[160];
   int rc = http_resolve_job(db, ref, job, sizeof job, out);
   if (rc) return rc;
-  const int n = HTTP_NFIELDS(http_job_fields), n2 = HTTP_NFIELDS(http_job_total_fields);
-  sqlite3_stmt *st = http_prepare(db, http_job_fields, n, http_job_total_fields, n2,
-                                  "FROM jobs j WHERE j.job_id = ?1");
-  if (!st) return http_db_fail(db, out);
-  sqlite3_bind_text(st, 1, job, -1, SQLITE_TRANSIENT);
-  rc = sqlite3_step(st);
-  if (rc != SQLITE_ROW) {
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? http_fail(out, 404, "job %s not found", job)
-                             : http_db_fail(db, out);
+  http_page_t p = {.one = json_object_new_object()};
+  p.t = coord_db_http_fields(COORD_HTTP_JOB, &p.n);
+  p.t2 = coord_db_http_fields(COORD_HTTP_JOB_TOTALS, &p.n2);
+  px_status_t st = coord_db_http_job(db, job, http_page_row, &p);
+  if (st != PX_OK || !p.count) {
+    json_object_put(p.one);
+    return st != PX_OK ? http_db_fail(out) : http_fail(out, 404, "job %s not found", job);
   }
-  struct json_object *doc = json_object_new_object();
-  http_row(st, 0, http_job_fields, n, doc);
-  http_row(st, n, http_job_total_fields, n2, doc);
-  sqlite3_finalize(st);
-  return http_done(doc, out);
+  return http_done(p.one, out);
 }
 
 /* ---- iterations and layers ---------------------------------------------------- */
 
-/* A page of a job's rows: the job resolved, st prepared from t with `rest`
- * (?1 the job id, then the caller's binds, the limit last), the page under
- * key beside "job_id". */
-static int http_job_page(sqlite3 *db, const char *ref, px_report_table_t rt, const char *rest,
-                         const long long *binds, int nbinds, int limit, const char *key,
-                         http_cursor_fn cursor, coord_hbuf_t *out) {
+/* A page of a job's report rows: the job resolved, the rows after the
+ * cursor c (an iteration, or an iteration and a layer) read by table rt's
+ * fields, the page under key beside "job_id". */
+static int http_job_page(px_store_t *db, const char *ref, px_report_table_t rt,
+                         const long long *c, int limit, const char *key, coord_hbuf_t *out) {
   char job[160];
   int rc = http_resolve_job(db, ref, job, sizeof job, out);
   if (rc) return rc;
-  http_field_t t[HTTP_REPORT_MAX];
-  int n = http_report_fields(rt, t);
-  sqlite3_stmt *st = http_prepare(db, t, n, NULL, 0, rest);
-  if (!st) return http_db_fail(db, out);
-  sqlite3_bind_text(st, 1, job, -1, SQLITE_TRANSIENT);
-  for (int i = 0; i < nbinds; i++) sqlite3_bind_int64(st, 2 + i, binds[i]);
-  sqlite3_bind_int(st, 2 + nbinds, limit + 1);
-  struct json_object *page = http_page(st, t, n, limit, key, cursor);
-  if (!page) return http_db_fail(db, out);
+  http_field_t t[COORD_HTTP_REPORT_MAX];
+  int n = coord_db_http_report_fields(rt, t);
+  http_page_t p = {.t = t, .n = n, .limit = limit, .arr = json_object_new_array()};
+  px_status_t st;
+  if (rt == PX_REPORT_LAYER) {
+    p.cursor = http_cursor_layer;
+    st = coord_db_http_layers(db, t, n, job, c[0], c[1], limit + 1, http_page_row, &p);
+  } else {
+    p.cursor = http_cursor_iteration;
+    st = coord_db_http_iterations(db, t, n, job, c[0], limit + 1, http_page_row, &p);
+  }
+  if (st != PX_OK) {
+    json_object_put(p.arr);
+    return http_db_fail(out);
+  }
   struct json_object *doc = json_object_new_object();
   json_object_object_add(doc, "job_id", px_json_string(job, strlen(job)));
-  json_object_object_foreach(page, k, v) json_object_object_add(doc, k, json_object_get(v));
-  json_object_put(page);
+  json_object_object_add(doc, key, p.arr);
+  json_object_object_add(doc, "next_cursor", p.more ? json_object_new_string(p.next) : NULL);
   json_object_object_add(doc, "fields", http_report_doc(rt, t, n));
   return http_done(doc, out);
 }
 
-int coord_http_iterations(sqlite3 *db, const char *ref, const coord_http_page_t *pg,
+int coord_http_iterations(px_store_t *db, const char *ref, const coord_http_page_t *pg,
                           coord_hbuf_t *out) {
   int limit = 0, rc;
   if ((rc = http_limit(pg, 1000, 10000, &limit, out))) return rc;
   long long cursor = -1;
   if (pg->cursor && http_parse_int(pg->cursor, 0, INT_MAX, &cursor) != 0)
     return http_fail(out, 400, HTTP_BAD_CURSOR, pg->cursor);
-  return http_job_page(db, ref, PX_REPORT_ITERATION,
-                       "FROM iterations WHERE job_id = ?1 AND rank = 0 AND iteration > ?2"
-                       " ORDER BY iteration LIMIT ?3",
-                       &cursor, 1, limit, "iterations", http_cursor_iteration, out);
+  return http_job_page(db, ref, PX_REPORT_ITERATION, &cursor, limit, "iterations", out);
 }
 
-int coord_http_layers(sqlite3 *db, const char *ref, const coord_http_page_t *pg,
+int coord_http_layers(px_store_t *db, const char *ref, const coord_http_page_t *pg,
                       coord_hbuf_t *out) {
   int limit = 0, rc;
   if ((rc = http_limit(pg, 5000, 50000, &limit, out))) return rc;
@@ -549,15 +410,11 @@ int coord_http_layers(sqlite3 *db, const char *ref, const coord_http_page_t *pg,
         http_parse_int(colon + 1, 0, INT_MAX, &c[1]) != 0)
       return http_fail(out, 400, HTTP_BAD_CURSOR, pg->cursor);
   }
-  return http_job_page(db, ref, PX_REPORT_LAYER,
-                       "FROM iteration_layers WHERE job_id = ?1 AND iteration >= ?2 AND rank = 0"
-                       " AND (iteration > ?2 OR layer > ?3) ORDER BY iteration, layer LIMIT ?4",
-                       c, 2, limit, "layers", http_cursor_layer, out);
+  return http_job_page(db, ref, PX_REPORT_LAYER, c, limit, "layers", out);
 }
 
 /* ---- nodes -------------------------------------------------------------------- */
 
-int coord_http_nodes(sqlite3 *db, const coord_http_page_t *pg, coord_hbuf_t *out) {
-  return http_list(db, pg, 0, 0, http_node_fields, HTTP_NFIELDS(http_node_fields),
-                   "FROM nodes n WHERE n.id > ?1 ORDER BY n.id LIMIT ?2", "nodes", out);
+int coord_http_nodes(px_store_t *db, const coord_http_page_t *pg, coord_hbuf_t *out) {
+  return http_list(db, pg, 0, 0, COORD_HTTP_NODE, coord_db_http_nodes, "nodes", out);
 }

@@ -19,15 +19,15 @@
  *
  * The per-job families are the report tables' metric and total fields
  * (prunex/report.h): names, help, labels and the SQL that reads them come
- * from there. A value that was not measured is left out (no sample), never
- * -1. Runs on
- * the HTTP thread (read-only SQLite connection; RPC counters are atomics). */
+ * from there (the queries are db/http_read.c's). A value that was not
+ * measured is left out (no sample), never -1. Runs on the HTTP thread
+ * (read-only SQLite connection; RPC counters are atomics). */
 #include <assert.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "coord.h"
+#include "db/http_read.h"
 #include "http.h"
 #include "prunex/report.h"
 #include "prunex/strategy.h"
@@ -73,28 +73,15 @@ static int http_samples(http_sample_t *s) {
   return http_add_samples(s, n, PX_REPORT_ITERATION, HS_TOTAL);
 }
 
-/* The SELECT of the running jobs and their samples' values. */
-static void http_jobs_sql(px_buf_t *q, const http_sample_t *s, int n) {
-  px_buf_puts(q, "SELECT j.job_id, j.name, j.spec, i.iteration, i.has_phases");
+/* What the data layer reads for each sample (db/http_read.h). */
+static void http_sample_cols(const http_sample_t *s, int n, coord_db_sample_t *cols) {
   for (int k = 0; k < n; k++) {
-    const char *c = s[k].f->name;
-    if (s[k].kind == HS_TOTAL) px_buf_printf(q, ", s.t%d", k);
-    else if (s[k].kind == HS_LAYERS)
-      px_buf_printf(q, ", (SELECT avg(%s) FROM iteration_layers l WHERE l.job_id = j.job_id"
-                       " AND l.rank = 0 AND l.iteration = i.iteration)", c);
-    else if (s[k].f->where & PX_REPORT_EVALUATED)
-      px_buf_printf(q, ", (SELECT %s FROM iterations t WHERE t.job_id = j.job_id AND t.rank = 0"
-                       " AND t.%s >= 0 ORDER BY iteration DESC LIMIT 1)", c, c);
-    else px_buf_printf(q, ", i.%s", c);
+    coord_sample_how_t how = COORD_SAMPLE_LATEST;
+    if (s[k].kind == HS_TOTAL) how = COORD_SAMPLE_TOTAL;
+    else if (s[k].kind == HS_LAYERS) how = COORD_SAMPLE_LAYER_MEAN;
+    else if (s[k].f->where & PX_REPORT_EVALUATED) how = COORD_SAMPLE_LATEST_MEASURED;
+    cols[k] = (coord_db_sample_t){s[k].f->name, how};
   }
-  px_buf_puts(q, " FROM jobs j LEFT JOIN iterations i ON i.job_id = j.job_id AND i.rank = 0"
-                 " AND i.iteration = (SELECT max(iteration) FROM iterations m"
-                 " WHERE m.job_id = j.job_id AND m.rank = 0) LEFT JOIN (SELECT job_id");
-  for (int k = 0; k < n; k++)
-    if (s[k].kind == HS_TOTAL) px_buf_printf(q, ", total(%s) AS t%d", s[k].f->name, k);
-  px_buf_puts(q, " FROM iterations WHERE rank = 0 AND job_id IN (SELECT job_id FROM jobs"
-                 " WHERE state = ?1) GROUP BY job_id) s ON s.job_id = j.job_id"
-                 " WHERE j.state = ?1 ORDER BY j.id");
 }
 
 static const char *http_sample_family(const http_sample_t *s, const char **type,
@@ -118,20 +105,6 @@ static void http_job_labels(coord_hbuf_t *b, const http_job_row_t *j) {
   px_buf_put(b, "\"", 1);
 }
 
-/* Counts of rows by state: 0, or -1 on a database error. */
-static int http_state_counts(sqlite3 *db, const char *sql, long long *count, int n) {
-  memset(count, 0, sizeof *count * (size_t)n);
-  sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) return -1;
-  int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    int s = sqlite3_column_int(st, 0);
-    if (s >= 0 && s < n) count[s] = sqlite3_column_int64(st, 1);
-  }
-  sqlite3_finalize(st);
-  return rc == SQLITE_DONE ? 0 : -1;
-}
-
 /* Whether sample k's value v (column not NULL) was measured. */
 static int http_sample_present(const http_sample_t *s, double v, int has_phases) {
   if (s->kind != HS_LATEST) return 1;
@@ -141,45 +114,44 @@ static int http_sample_present(const http_sample_t *s, double v, int has_phases)
 }
 
 /* The job's labels and values from the current row of st. */
-static void http_job_read(sqlite3_stmt *st, const http_sample_t *s, int n, http_job_row_t *j) {
+static void http_job_read(px_store_stmt_t *st, const http_sample_t *s, int n, http_job_row_t *j) {
   memset(j, 0, sizeof *j);
-  snprintf(j->job, sizeof j->job, "%s", (const char *)sqlite3_column_text(st, 0));
-  snprintf(j->name, sizeof j->name, "%s", (const char *)sqlite3_column_text(st, 1));
-  const void *blob = sqlite3_column_blob(st, 2);
-  int blen = sqlite3_column_bytes(st, 2);
-  Prunex__V1__JobSpec *spec =
-      blob && blen > 0 ? prunex__v1__job_spec__unpack(NULL, (size_t)blen, blob) : NULL;
+  snprintf(j->job, sizeof j->job, "%s", px_store_column_text(st, 0));
+  snprintf(j->name, sizeof j->name, "%s", px_store_column_text(st, 1));
+  size_t blen;
+  const void *blob = px_store_column_blob(st, 2, &blen);
+  Prunex__V1__JobSpec *spec = blob ? prunex__v1__job_spec__unpack(NULL, blen, blob) : NULL;
   const px_strategy_info_t *si = spec ? px_strategy_info((px_strategy_kind_t)spec->strategy) : NULL;
   snprintf(j->strategy, sizeof j->strategy, "%s", si ? si->name : "");
   if (spec) prunex__v1__job_spec__free_unpacked(spec, NULL);
-  if (sqlite3_column_type(st, 3) == SQLITE_NULL) return; /* nothing reported yet */
+  if (px_store_column_is_null(st, 3)) return; /* nothing reported yet */
   j->has_row = 1;
-  int has_phases = sqlite3_column_int(st, 4);
+  int has_phases = (int)px_store_column_int64(st, 4);
   for (int k = 0; k < n; k++) {
-    j->v[k] = sqlite3_column_double(st, 5 + k);
-    j->present[k] = sqlite3_column_type(st, 5 + k) != SQLITE_NULL &&
+    j->v[k] = px_store_column_double(st, 5 + k);
+    j->present[k] = !px_store_column_is_null(st, 5 + k) &&
                     http_sample_present(&s[k], j->v[k], has_phases);
   }
 }
 
-static int http_load_jobs(sqlite3 *db, const http_sample_t *s, int n, http_job_row_t *jobs,
-                          int *njobs, int *dropped) {
-  *njobs = 0;
-  *dropped = 0;
-  px_buf_t q = {0};
-  http_jobs_sql(&q, s, n);
-  sqlite3_stmt *st = NULL;
-  int bad = q.oom || sqlite3_prepare_v2(db, q.p, -1, &st, NULL) != SQLITE_OK;
-  px_buf_free(&q);
-  if (bad) return -1;
-  sqlite3_bind_int(st, 1, JS_RUNNING);
-  int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (*njobs == HTTP_MAX_JOBS) (*dropped)++;
-    else http_job_read(st, s, n, &jobs[(*njobs)++]);
-  }
-  sqlite3_finalize(st);
-  return rc == SQLITE_DONE ? 0 : -1;
+typedef struct {
+  const http_sample_t *s;
+  int n;
+  http_job_row_t *jobs;
+  int njobs, dropped;
+} http_jobs_t;
+
+static px_status_t http_job_row(void *arg, px_store_stmt_t *st) {
+  http_jobs_t *r = arg;
+  if (r->njobs == HTTP_MAX_JOBS) r->dropped++;
+  else http_job_read(st, r->s, r->n, &r->jobs[r->njobs++]);
+  return PX_OK;
+}
+
+static px_status_t http_load_jobs(px_store_t *db, http_jobs_t *r) {
+  coord_db_sample_t cols[HTTP_MAX_SAMPLES];
+  http_sample_cols(r->s, r->n, cols);
+  return coord_db_http_job_samples(db, JS_RUNNING, cols, r->n, http_job_row, r);
 }
 
 /* The coordinator itself: start time, version, nodes and jobs by state. */
@@ -264,25 +236,23 @@ static void http_metrics_jobs(coord_hbuf_t *out, const http_sample_t *s, int n,
   }
 }
 
-int coord_http_metrics(sqlite3 *db, int64_t started_unix_ms, coord_hbuf_t *out) {
+int coord_http_metrics(px_store_t *db, int64_t started_unix_ms, coord_hbuf_t *out) {
   static http_job_row_t jobs[HTTP_MAX_JOBS]; /* HTTP thread only: one request at a time */
   http_sample_t s[HTTP_MAX_SAMPLES];
-  int n = http_samples(s);
+  http_jobs_t r = {s, http_samples(s), jobs, 0, 0};
   long long ns[8], js[8];
-  int njobs = 0, dropped = 0;
   /* One read transaction, so that every figure comes from the same snapshot. */
-  sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
-  int bad = http_state_counts(db, "SELECT state, count(*) FROM nodes GROUP BY state", ns, 8) ||
-            http_state_counts(db, "SELECT state, count(*) FROM jobs GROUP BY state", js, 8) ||
-            http_load_jobs(db, s, n, jobs, &njobs, &dropped);
-  if (bad) {
-    px_buf_printf(out, "# database error: %s\n", sqlite3_errmsg(db));
-    sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+  px_status_t rc = coord_db_http_snapshot_begin(db);
+  if (rc == PX_OK) rc = coord_db_http_state_counts(db, 1, ns, 8);
+  if (rc == PX_OK) rc = coord_db_http_state_counts(db, 0, js, 8);
+  if (rc == PX_OK) rc = http_load_jobs(db, &r);
+  coord_db_http_snapshot_end(db);
+  if (rc != PX_OK) {
+    px_buf_printf(out, "# database error: %s\n", px_last_error());
     return 500;
   }
-  sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
   http_metrics_service(out, started_unix_ms, ns, js);
   http_metrics_rpc(out);
-  http_metrics_jobs(out, s, n, jobs, njobs, dropped);
+  http_metrics_jobs(out, s, r.n, jobs, r.njobs, r.dropped);
   return 200;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "coord.h"
+#include "effects.h"
 #include "prunex/check.h"
 #include "prunex/jobspec.h"
 #include "db/control.h"
@@ -177,6 +178,8 @@ void coord_rpc_report_iteration(px_rpc_srv_call_t *call, const ProtobufCMessage 
   Prunex__V1__ControlDecision *stored = NULL;
   Prunex__V1__ControlDecision d = PRUNEX__V1__CONTROL_DECISION__INIT;
   px_admm_policy_state_t ps = {0, 0};
+  coord_effects_t fx;
+  coord_effects_init(&fx, &a);
   if (coord_job_lookup(c, &a, r->job_id, &found, &state, &spec) != PX_OK) goto internal;
   if (!found) {
     px_rpc_srv_finish(call, PX_RPC_NOT_FOUND, "job %s not found", r->job_id);
@@ -217,9 +220,10 @@ void coord_rpc_report_iteration(px_rpc_srv_call_t *call, const ProtobufCMessage 
     }
     if (rc != PX_OK || coord_commit_decision(c, r, &d, &ps, state) != PX_OK) goto rollback;
   }
-  if (px_store_commit(c->db) != PX_OK) goto rollback;
+  /* the watchers get the report as the update's latest (effects.h) */
+  if (coord_fx_report(&fx, r->job_id, r) != PX_OK) goto rollback;
+  if (coord_commit(c, &fx) != PX_OK) goto internal; /* rolled back */
   px_rpc_srv_reply(call, stored ? &stored->base : &d.base);
-  coord_job_changed(c, r->job_id, r);
   goto out;
 rollback:
   px_store_rollback(c->db);

@@ -401,8 +401,7 @@ void coord_retention_run(coord_t *c) {
   if (rc >= 0 && n > 0) {
     rc = px_store_begin(c->db);
     for (size_t i = 0; rc == PX_OK && i < n; i++) rc = coord_job_delete_rows(c, ids[i]);
-    if (rc == PX_OK) rc = coord_commit(c, &fx);
-    else px_store_rollback(c->db);
+    rc = coord_commit_if(c, rc, 1, &fx);
     if (rc == PX_OK)
       px_log(PX_LOG_INFO, "retention: removed %zu job%s finished over %d days ago", n,
              n == 1 ? "" : "s", c->cfg.retention_days);

@@ -434,14 +434,7 @@ static void coord_raise_nofile(void) {
 static int coord_open_state(coord_t *c, int *lock_fd) {
   *lock_fd = coord_lock_db(c->cfg.db);
   if (*lock_fd < 0) return 1;
-  px_store_options_t opt = {
-      .schema = "coordinator",
-      .migrations = coord_migrations,
-      .nmigrations = coord_nmigrations,
-      .busy_timeout_ms = 5000,
-      .quick_check = 1,
-      .create = !c->cfg.read_only,
-  };
+  px_store_options_t opt = coord_db_options(0, !c->cfg.read_only, 5000);
   if (px_store_open(c->cfg.db, &opt, &c->db) != PX_OK) {
     fprintf(stderr, "pxcoordd: cannot use the database: %s\n", px_last_error());
     close(*lock_fd);

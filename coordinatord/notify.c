@@ -260,7 +260,7 @@ void coord_notify_job(coord_t *c, const char *job_id) {
   }
   if (!to_job && !to_all) return;
   coord_hbuf_t body = COORD_HBUF_INIT;
-  int status = coord_http_job(px_store_sqlite(c->db), job_id, &body);
+  int status = coord_http_job(c->db, job_id, &body);
   const char *state = px_rpc_job_state_name((Prunex__V1__JobState)nt.state);
   if (status != 200 || body.oom || !body.p) {
     px_log(PX_LOG_ERROR, "notify: job %s %s: cannot build the summary (HTTP %d)", job_id, state,

@@ -49,13 +49,7 @@ px_status_t coord_node_lost(coord_t *c, const char *node_id, const char *why) {
   int known = 0;
   px_status_t rc = px_store_begin(c->db);
   if (rc == PX_OK) rc = coord_node_lost_tx(c, &a, node_id, why, &fx, &known);
-  if (rc == PX_OK && !known) {
-    px_store_rollback(c->db);
-  } else if (rc == PX_OK) {
-    rc = coord_commit(c, &fx);
-  } else {
-    px_store_rollback(c->db);
-  }
+  rc = coord_commit_if(c, rc, known, &fx); /* an unknown node: nothing to keep */
   if (rc == PX_OK) coord_agent_back(c, node_id);
   coord_arena_free(&a);
   return rc;
@@ -86,8 +80,7 @@ static px_status_t coord_placement_sweep(coord_t *c, int64_t now) {
     PX_CHECK_GOTO(px_store_begin(c->db), rc, out);
     rc = coord_job_fault_node(c, &a, job, JS_SCHEDULED, node, reason, &f);
     if (rc == PX_OK) rc = coord_fx_fault(&fx, job, &f);
-    if (rc != PX_OK) px_store_rollback(c->db);
-    else rc = coord_commit(c, &fx);
+    rc = coord_commit_if(c, rc, 1, &fx);
     if (rc != PX_OK) goto out;
   }
   rc = PX_OK;
@@ -156,8 +149,7 @@ static px_status_t coord_nodes_mark_lost(coord_t *c, int64_t before, const char 
                  (long long)(now - last[i]), c->cfg.heartbeat_timeout_ms);
       rc = coord_node_set_state(c, ids[i], states[i], NS_LOST, why ? why : reason);
     }
-    if (rc == PX_OK) rc = coord_commit(c, &fx);
-    else px_store_rollback(c->db);
+    rc = coord_commit_if(c, rc, 1, &fx);
   }
   coord_arena_free(&a);
   return rc;

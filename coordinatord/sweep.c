@@ -129,8 +129,7 @@ void coord_sweep_submit(coord_t *c, px_rpc_srv_call_t *call,
     for (size_t k = 0; rc == PX_OK && k < n; k++)
       rc = coord_fx_changed(&fx, ids[k]); /* PENDING: their notifications */
     coord_fx_schedule(&fx);
-    if (rc == PX_OK) rc = coord_commit(c, &fx);
-    else px_store_rollback(c->db);
+    rc = coord_commit_if(c, rc, 1, &fx);
   }
   if (rc != PX_OK) {
     coord_fail_internal(c, call);

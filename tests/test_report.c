@@ -22,6 +22,7 @@
 #include "../agent/metrics_schema.h"
 #include "../coordinatord/arena.c"
 #include "../coordinatord/db/reports.c"
+#include "../coordinatord/db/http_read.c"
 #include "../coordinatord/http_api.c"
 #include "../coordinatord/db/schema.c"
 #include "prunex/report.h"
@@ -236,7 +237,7 @@ static void assert_json(px_report_table_t t, struct json_object *o, const void *
   assert_true(keys > 5);
 }
 
-static struct json_object *http_get(sqlite3 *db, int layers) {
+static struct json_object *http_get(px_store_t *db, int layers) {
   coord_hbuf_t b = COORD_HBUF_INIT;
   coord_http_page_t pg = {NULL, NULL};
   int status = layers ? coord_http_layers(db, "job-000001", &pg, &b)
@@ -275,8 +276,8 @@ static void test_a_report_goes_through_store_api_and_csv(void **state) {
   for (int l = 0; l < 2; l++)
     assert_same(PX_REPORT_LAYER, PX_REPORT_COORD, &lm[l], back->layers[l]);
   /* the HTTP API, on the same file */
-  sqlite3 *h = NULL;
-  assert_int_equal(sqlite3_open_v2(path, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  px_store_t *h = NULL;
+  if (coord_db_http_open(path, &h) != PX_OK) fail_msg("%s", px_last_error());
   struct json_object *doc = http_get(h, 0), *arr, *o;
   json_object_object_get_ex(doc, "iterations", &arr);
   assert_int_equal(json_object_array_length(arr), 1);
@@ -293,7 +294,7 @@ static void test_a_report_goes_through_store_api_and_csv(void **state) {
     assert_int_equal(json_object_get_int(it), 7);
   }
   json_object_put(doc);
-  sqlite3_close(h);
+  px_store_close(h);
   /* the CSV of what came back: one value per header name, each equal */
   char *csv = NULL;
   size_t len = 0;

@@ -7,6 +7,8 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include "coord_harness.h"
 #include "prunex/store.h"
@@ -339,6 +341,123 @@ static void test_bind_args_binds_in_order_by_type(void **state) {
   px_store_close(s);
 }
 
+/* px_store_run_args and px_store_row: prepare, bind, step in one call;
+ * each column into its typed target (text cut to fit), no row leaves the
+ * targets untouched, a bad statement fails. */
+static void test_run_args_and_row_read_typed_columns(void **state) {
+  fixture_t *f = *state;
+  px_store_t *s = NULL;
+  assert_int_equal(open_v(f->path, m_v1, 1, &s), PX_OK);
+  assert_int_equal(px_store_run_args(s, "INSERT INTO t (name, data) VALUES (?1, ?2)",
+                                     PX_STORE_ARGS(PX_ARG_TEXT("alpha-long-name"),
+                                                   PX_ARG_INT(5))),
+                   PX_OK);
+  const char *q = "SELECT id, data * 2, data / 4.0, name, 'skipped' FROM t WHERE name = ?1";
+  int64_t id = -1;
+  int twice = -1, found = -1;
+  double quarter = -1;
+  char name[6];
+  assert_int_equal(px_store_row(s, q, PX_STORE_ARGS(PX_ARG_TEXT("alpha-long-name")),
+                                PX_STORE_COLS(PX_COL_INT(&id), PX_COL_I32(&twice),
+                                              PX_COL_REAL(&quarter), PX_COL_TEXT(name, sizeof name),
+                                              PX_COL_SKIP),
+                                &found),
+                   PX_OK);
+  assert_int_equal(found, 1);
+  assert_int_equal(id, 1);
+  assert_int_equal(twice, 10);
+  assert_true(quarter == 1.25);
+  assert_string_equal(name, "alpha"); /* cut to fit */
+  id = 77;
+  assert_int_equal(px_store_row(s, q, PX_STORE_ARGS(PX_ARG_TEXT("none")),
+                                PX_STORE_COLS(PX_COL_INT(&id)), &found),
+                   PX_OK);
+  assert_int_equal(found, 0);
+  assert_int_equal(id, 77); /* untouched */
+  assert_int_equal(px_store_row(s, "SELEKT", NULL, 0, PX_STORE_COLS(PX_COL_INT(&id)), NULL),
+                   PX_ERR_INVALID);
+  assert_int_equal(px_store_run_args(s, "INSERT INTO t (name) VALUES (?1)",
+                                     PX_STORE_ARGS(PX_ARG_TEXT(NULL))),
+                   PX_ERR_INVALID); /* NOT NULL */
+  px_store_close(s);
+}
+
+typedef struct {
+  int rows, stop_at;
+  int64_t sum;
+} each_t;
+
+static px_status_t each_row(void *arg, px_store_stmt_t *st) {
+  each_t *e = arg;
+  e->sum += px_store_column_int64(st, 0);
+  if (++e->rows == e->stop_at) return 1;
+  return e->stop_at < 0 && e->rows == -e->stop_at ? PX_ERR_NOMEM : PX_OK;
+}
+
+/* px_store_each: every row in order; a positive return stops early (OK),
+ * a negative one is the result; the statement is reset every time, so a
+ * writer on another connection checkpoints the whole log afterwards. */
+static void test_each_visits_rows_and_stops_when_told(void **state) {
+  fixture_t *f = *state;
+  px_store_t *s = NULL, *r = NULL;
+  assert_int_equal(open_v(f->path, m_v1, 1, &s), PX_OK);
+  for (int i = 0; i < 5; i++) {
+    char name[8];
+    snprintf(name, sizeof name, "n%d", i);
+    insert_row(s, name, "", 0);
+  }
+  px_store_options_t o = opts("test", m_v1, 1);
+  o.read_only = 1;
+  assert_int_equal(px_store_open(f->path, &o, &r), PX_OK);
+  const char *q = "SELECT id FROM t WHERE id > ?1 ORDER BY id";
+  each_t e = {0, 0, 0};
+  assert_int_equal(px_store_each(r, q, PX_STORE_ARGS(PX_ARG_INT(1)), each_row, &e), PX_OK);
+  assert_int_equal(e.rows, 4);
+  assert_int_equal(e.sum, 2 + 3 + 4 + 5);
+  e = (each_t){0, 2, 0};
+  assert_int_equal(px_store_each(r, q, PX_STORE_ARGS(PX_ARG_INT(0)), each_row, &e), PX_OK);
+  assert_int_equal(e.rows, 2);
+  e = (each_t){0, -3, 0};
+  assert_int_equal(px_store_each(r, q, PX_STORE_ARGS(PX_ARG_INT(0)), each_row, &e),
+                   PX_ERR_NOMEM);
+  assert_int_equal(e.rows, 3);
+  /* no read left open on r: the writer's checkpoint empties the log */
+  insert_row(s, "late", "", 0);
+  assert_int_equal(px_store_exec(s, "PRAGMA wal_checkpoint(TRUNCATE)"), PX_OK);
+  char wal[400];
+  snprintf(wal, sizeof wal, "%s-wal", f->path);
+  struct stat sb;
+  assert_int_equal(stat(wal, &sb), 0);
+  assert_int_equal(sb.st_size, 0);
+  px_store_close(r);
+  px_store_close(s);
+}
+
+/* read_only: reads, never writes, never migrates (an older file is refused
+ * naming the file), and a missing file is not created. */
+static void test_read_only_reads_and_refuses_writes(void **state) {
+  fixture_t *f = *state;
+  px_store_t *s = NULL, *r = NULL;
+  px_store_options_t o = opts("test", m_v2, 2);
+  o.read_only = 1;
+  assert_int_equal(px_store_open(f->path, &o, &r), PX_ERR_IO); /* missing: not created */
+  assert_int_equal(open_v(f->path, m_v1, 1, &s), PX_OK);
+  insert_row(s, "a", "", 0);
+  assert_int_equal(px_store_open(f->path, &o, &r), PX_ERR_FORMAT); /* version 1 of 2 */
+  assert_non_null(strstr(px_last_error(), f->path));
+  px_store_close(s);
+  assert_int_equal(open_v(f->path, m_v2, 2, &s), PX_OK);
+  assert_int_equal(px_store_open(f->path, &o, &r), PX_OK);
+  assert_int_equal(px_store_schema_version(r), 2);
+  assert_int_equal(count_rows(r, "SELECT count(*) FROM t"), 1);
+  assert_int_equal(px_store_run_args(r, "DELETE FROM t WHERE name = ?1",
+                                     PX_STORE_ARGS(PX_ARG_TEXT("a"))),
+                   PX_ERR_IO);
+  assert_int_equal(count_rows(s, "SELECT count(*) FROM t"), 1);
+  px_store_close(r);
+  px_store_close(s);
+}
+
 static void test_transactions_commit_and_roll_back(void **state) {
   fixture_t *f = *state;
   px_store_t *s = NULL;
@@ -377,6 +496,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_bad_options_are_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_statements_bind_step_and_columns, setup, teardown),
       cmocka_unit_test_setup_teardown(test_row_int64_reads_one_row, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_run_args_and_row_read_typed_columns, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_each_visits_rows_and_stops_when_told, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_read_only_reads_and_refuses_writes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transactions_commit_and_roll_back, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -52,74 +52,46 @@ px_status_t coord_db_control_decision_put(coord_t *c, const char *job_id,
 
 px_status_t coord_db_control_state(coord_t *c, const char *job_id, int *stable_iterations,
                                    int *frozen) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT admm_stable_iterations, admm_frozen FROM jobs WHERE job_id = ?1",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  px_status_t rc = px_store_step(st);
-  if (rc <= 0) return rc < 0 ? rc : PX_ERR_INTERNAL;
-  *stable_iterations = (int)px_store_column_int64(st, 0);
-  *frozen = (int)px_store_column_int64(st, 1);
-  px_store_reset(st);
-  return PX_OK;
+  int found = 0;
+  PX_CHECK(px_store_row(c->db,
+                        "SELECT admm_stable_iterations, admm_frozen FROM jobs WHERE job_id = ?1",
+                        PX_STORE_ARGS(PX_ARG_TEXT(job_id)),
+                        PX_STORE_COLS(PX_COL_I32(stable_iterations), PX_COL_I32(frozen)),
+                        &found));
+  return found ? PX_OK : PX_ERR_INTERNAL;
 }
 
 px_status_t coord_db_control_state_put(coord_t *c, const char *job_id, int stable_iterations,
                                        int frozen, int iteration, const char *checkpoint_problem,
                                        int64_t now_ms) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "UPDATE jobs SET admm_stable_iterations = ?2, admm_frozen = ?3,"
-                         " iteration = max(iteration, ?4), updated_unix_ms = ?5,"
-                         " checkpoint_problem = ?6 WHERE job_id = ?1",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(stable_iterations),
-                                                PX_ARG_INT(frozen), PX_ARG_INT(iteration),
-                                                PX_ARG_INT(now_ms),
-                                                PX_ARG_TEXT(checkpoint_problem))));
-  return px_store_run(st);
+  return px_store_run_args(c->db,
+                           "UPDATE jobs SET admm_stable_iterations = ?2, admm_frozen = ?3,"
+                           " iteration = max(iteration, ?4), updated_unix_ms = ?5,"
+                           " checkpoint_problem = ?6 WHERE job_id = ?1",
+                           PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(stable_iterations),
+                                         PX_ARG_INT(frozen), PX_ARG_INT(iteration),
+                                         PX_ARG_INT(now_ms), PX_ARG_TEXT(checkpoint_problem)));
 }
 
 px_status_t coord_db_control_penalty(coord_t *c, const char *job_id, int layer, double *rho1,
                                      double *rho2, int *found) {
-  px_store_stmt_t *st;
-  *found = 0;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT rho1, rho2 FROM job_penalties WHERE job_id = ?1 AND layer = ?2",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(layer))));
-  px_status_t rc = px_store_step(st);
-  if (rc < 0) return rc;
-  if (rc == 1) {
-    *rho1 = px_store_column_double(st, 0);
-    *rho2 = px_store_column_double(st, 1);
-    *found = 1;
-  }
-  px_store_reset(st);
-  return PX_OK;
+  return px_store_row(c->db,
+                      "SELECT rho1, rho2 FROM job_penalties WHERE job_id = ?1 AND layer = ?2",
+                      PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(layer)),
+                      PX_STORE_COLS(PX_COL_REAL(rho1), PX_COL_REAL(rho2)), found);
 }
 
 px_status_t coord_db_control_penalty_put(coord_t *c, const char *job_id, int layer, double rho1,
                                          double rho2) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "INSERT OR REPLACE INTO job_penalties (job_id, layer, rho1, rho2)"
-                         " VALUES (?1, ?2, ?3, ?4)",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(layer),
-                                                PX_ARG_REAL(rho1), PX_ARG_REAL(rho2))));
-  return px_store_run(st);
+  return px_store_run_args(c->db,
+                           "INSERT OR REPLACE INTO job_penalties (job_id, layer, rho1, rho2)"
+                           " VALUES (?1, ?2, ?3, ?4)",
+                           PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(layer), PX_ARG_REAL(rho1),
+                                         PX_ARG_REAL(rho2)));
 }
 
 px_status_t coord_db_control_layers(coord_t *c, const char *job_id, int64_t *n) {
   *n = 0;
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db, "SELECT count(*) FROM job_penalties WHERE job_id = ?1", &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  px_status_t rc = px_store_step(st);
-  if (rc < 0) return rc;
-  if (rc == 1) *n = px_store_column_int64(st, 0);
-  px_store_reset(st);
-  return PX_OK;
+  return px_store_row(c->db, "SELECT count(*) FROM job_penalties WHERE job_id = ?1",
+                      PX_STORE_ARGS(PX_ARG_TEXT(job_id)), PX_STORE_COLS(PX_COL_INT(n)), NULL);
 }

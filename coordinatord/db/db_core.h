@@ -16,11 +16,48 @@
 
 /* ---- helpers (db_core.c) ------------------------------------------------- */
 
-/* Steps st to its end and copies its column 0 (text) into the arena array
- * *ids (*n of them): the "select ids into the arena" loop of the
- * coordinator, written once. The statement is reset on every outcome. */
-px_status_t coord_db_collect(coord_arena_t *a, px_store_stmt_t *st, char ***ids, size_t *n);
-/* The same for the ids a one-text-parameter query yields (?1 = key). */
+/* Where coord_db_list puts a result column: appended to an arena array,
+ * text copied (COORD_LIST_TEXT: char ***), integers (COORD_LIST_INT:
+ * int64_t **, COORD_LIST_I32: int **); the makers check the pointer's type.
+ * Written with COORD_LIST_COLS as PX_STORE_ARGS. */
+typedef struct {
+  int type; /* 1 int64, 3 text, 4 int */
+  void *out;
+} coord_db_list_col_t;
+#define COORD_LIST_INT(p) ((coord_db_list_col_t){1, (1 ? (p) : (int64_t **)0)})
+#define COORD_LIST_TEXT(p) ((coord_db_list_col_t){3, (1 ? (p) : (char ***)0)})
+#define COORD_LIST_I32(p) ((coord_db_list_col_t){4, (1 ? (p) : (int **)0)})
+#define COORD_LIST_COLS(...)                                                                 \
+  (const coord_db_list_col_t[]){__VA_ARGS__},                                                \
+      sizeof((const coord_db_list_col_t[]){__VA_ARGS__}) / sizeof(coord_db_list_col_t)
+#define COORD_LIST_MAX_COLS 8
+
+/* The rows of sql (args bound), each column appended to its array in
+ * arena a (*n rows before, *n after: the arrays must hold *n already):
+ * the "select rows into the arena" loop of the coordinator, written once.
+ * PX_ERR_NOMEM when the arena is full; the statement is reset either way. */
+px_status_t coord_db_list(coord_t *c, coord_arena_t *a, const char *sql,
+                          const px_store_arg_t *args, size_t nargs,
+                          const coord_db_list_col_t *cols, size_t ncols, size_t *n);
+
+/* The rows of sql (args bound) as messages: for each row an object of
+ * `size` bytes is allocated in arena a, its pointer appended to the arena
+ * array *out (*n of them), and fill(a, st, obj, arg) sets it from the
+ * row (it sets the message's INIT itself). Fails with fill's error,
+ * PX_ERR_NOMEM or the store's; the statement is reset either way. */
+typedef px_status_t (*coord_db_fill_fn)(coord_arena_t *a, px_store_stmt_t *st, void *obj,
+                                        void *arg);
+px_status_t coord_db_objects(coord_t *c, coord_arena_t *a, const char *sql,
+                             const px_store_arg_t *args, size_t nargs, size_t size, void *out,
+                             size_t *n, coord_db_fill_fn fill, void *arg);
+/* The same for an arena array of structs of `size` bytes (*out, *n of
+ * them, set from 0): each row's element is zeroed and filled; a fill that
+ * returns 1 drops the row (a filter the SQL cannot express). */
+px_status_t coord_db_rows(coord_t *c, coord_arena_t *a, const char *sql,
+                          const px_store_arg_t *args, size_t nargs, size_t size, void *out,
+                          size_t *n, coord_db_fill_fn fill, void *arg);
+
+/* The ids (column 0, text) a one-text-parameter query yields (?1 = key). */
 px_status_t coord_db_ids(coord_t *c, coord_arena_t *a, const char *sql, const char *key,
                          char ***ids, size_t *n);
 /* Runs a statement of one text parameter (?1 = key) that returns no rows. */

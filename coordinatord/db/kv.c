@@ -5,22 +5,14 @@
 
 px_status_t coord_db_kv_usage(coord_t *c, const char *job_id, int *state, int64_t *keys,
                               int64_t *bytes) {
-  px_store_stmt_t *st;
   *state = -1;
   *keys = *bytes = 0;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT j.state, (SELECT count(*) FROM kv k WHERE k.job_id = j.job_id),"
-                         " (SELECT coalesce(sum(length(k.value)), 0) FROM kv k"
-                         " WHERE k.job_id = j.job_id) FROM jobs j WHERE j.job_id = ?1",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  px_status_t rc = px_store_step(st);
-  if (rc <= 0) return rc;
-  *state = (int)px_store_column_int64(st, 0);
-  *keys = px_store_column_int64(st, 1);
-  *bytes = px_store_column_int64(st, 2);
-  px_store_reset(st);
-  return PX_OK;
+  return px_store_row(c->db,
+                      "SELECT j.state, (SELECT count(*) FROM kv k WHERE k.job_id = j.job_id),"
+                      " (SELECT coalesce(sum(length(k.value)), 0) FROM kv k"
+                      " WHERE k.job_id = j.job_id) FROM jobs j WHERE j.job_id = ?1",
+                      PX_STORE_ARGS(PX_ARG_TEXT(job_id)),
+                      PX_STORE_COLS(PX_COL_I32(state), PX_COL_INT(keys), PX_COL_INT(bytes)), NULL);
 }
 
 px_status_t coord_db_kv_put(coord_t *c, const char *job_id, const char *key, const void *value,

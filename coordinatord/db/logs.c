@@ -17,42 +17,24 @@ px_status_t coord_db_logs_job_ranks(coord_t *c, const char *job_id, int *found, 
 
 px_status_t coord_db_logs_rank_node(coord_t *c, const char *job_id, int rank, int *found,
                                     char *node, size_t cap) {
-  px_store_stmt_t *st;
-  *found = 0;
   node[0] = '\0';
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT n.node_id FROM job_ranks r JOIN job_nodes n"
-                         " ON n.job_id = r.job_id AND n.node_index = r.node_index"
-                         " WHERE r.job_id = ?1 AND r.rank = ?2",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(rank))));
-  px_status_t rc = px_store_step(st);
-  if (rc <= 0) return rc;
-  snprintf(node, cap, "%s", px_store_column_text(st, 0));
-  px_store_reset(st);
-  *found = 1;
-  return PX_OK;
+  return px_store_row(c->db,
+                      "SELECT n.node_id FROM job_ranks r JOIN job_nodes n"
+                      " ON n.job_id = r.job_id AND n.node_index = r.node_index"
+                      " WHERE r.job_id = ?1 AND r.rank = ?2",
+                      PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(rank)),
+                      PX_STORE_COLS(PX_COL_TEXT(node, cap)), found);
 }
 
 px_status_t coord_db_logs_row(coord_t *c, const char *job_id, int rank, int *found,
                               int64_t *size, int64_t *start, int *eof) {
-  px_store_stmt_t *st;
-  *found = 0;
   *size = *start = 0;
   *eof = 0;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT size, start_offset, eof FROM rank_logs"
-                         " WHERE job_id = ?1 AND rank = ?2",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(rank))));
-  px_status_t rc = px_store_step(st);
-  if (rc <= 0) return rc;
-  *found = 1;
-  *size = px_store_column_int64(st, 0);
-  *start = px_store_column_int64(st, 1);
-  *eof = (int)px_store_column_int64(st, 2);
-  px_store_reset(st);
-  return PX_OK;
+  return px_store_row(c->db,
+                      "SELECT size, start_offset, eof FROM rank_logs"
+                      " WHERE job_id = ?1 AND rank = ?2",
+                      PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(rank)),
+                      PX_STORE_COLS(PX_COL_INT(size), PX_COL_INT(start), PX_COL_I32(eof)), found);
 }
 
 px_status_t coord_db_logs_chunk_add(coord_t *c, const char *job_id, int rank, int64_t pos,
@@ -70,32 +52,26 @@ px_status_t coord_db_logs_chunk_add(coord_t *c, const char *job_id, int rank, in
 
 px_status_t coord_db_logs_chunks_trim(coord_t *c, const char *job_id, int rank,
                                       int64_t keep_from) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "DELETE FROM rank_log_chunks WHERE job_id = ?1 AND rank = ?2"
-                         " AND pos + length(data) <= ?3",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(rank),
-                                                PX_ARG_INT(keep_from))));
-  return px_store_run(st);
+  return px_store_run_args(c->db,
+                           "DELETE FROM rank_log_chunks WHERE job_id = ?1 AND rank = ?2"
+                           " AND pos + length(data) <= ?3",
+                           PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(rank),
+                                         PX_ARG_INT(keep_from)));
 }
 
 px_status_t coord_db_logs_row_set(coord_t *c, const char *job_id, int rank, const char *node_id,
                                   int64_t size, int eof, int64_t now) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "INSERT INTO rank_logs (job_id, rank, node_id, size, start_offset, eof,"
-                         " updated_unix_ms) VALUES (?1, ?2, ?3, ?4,"
-                         " coalesce((SELECT min(pos) FROM rank_log_chunks"
-                         "           WHERE job_id = ?1 AND rank = ?2), ?4), ?5, ?6)"
-                         " ON CONFLICT (job_id, rank) DO UPDATE SET node_id = excluded.node_id,"
-                         " size = excluded.size, start_offset = excluded.start_offset,"
-                         " eof = excluded.eof, updated_unix_ms = excluded.updated_unix_ms",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(rank),
-                                                PX_ARG_TEXT(node_id), PX_ARG_INT(size),
-                                                PX_ARG_INT(eof), PX_ARG_INT(now))));
-  return px_store_run(st);
+  return px_store_run_args(c->db,
+                           "INSERT INTO rank_logs (job_id, rank, node_id, size, start_offset, eof,"
+                           " updated_unix_ms) VALUES (?1, ?2, ?3, ?4,"
+                           " coalesce((SELECT min(pos) FROM rank_log_chunks"
+                           "           WHERE job_id = ?1 AND rank = ?2), ?4), ?5, ?6)"
+                           " ON CONFLICT (job_id, rank) DO UPDATE SET node_id = excluded.node_id,"
+                           " size = excluded.size, start_offset = excluded.start_offset,"
+                           " eof = excluded.eof, updated_unix_ms = excluded.updated_unix_ms",
+                           PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(rank),
+                                         PX_ARG_TEXT(node_id), PX_ARG_INT(size), PX_ARG_INT(eof),
+                                         PX_ARG_INT(now)));
 }
 
 px_status_t coord_db_logs_read(coord_t *c, const char *job_id, int rank, int64_t from,

@@ -14,18 +14,14 @@ px_status_t coord_job_set_state(coord_t *c, const char *job_id, int from, int to
   char reason[2048];
   px_utf8_clean(reason_in, reason, sizeof reason);
   int64_t now = coord_now_ms();
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "UPDATE jobs SET state = ?2, reason = ?3, updated_unix_ms = ?4,"
-                         " scheduled_unix_ms = CASE WHEN ?5 THEN ?4 ELSE scheduled_unix_ms END,"
-                         " finished_unix_ms = CASE WHEN ?6 THEN ?4 ELSE finished_unix_ms END"
-                         " WHERE job_id = ?1",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(to),
-                                                PX_ARG_TEXT(reason), PX_ARG_INT(now),
-                                                PX_ARG_INT(to == JS_SCHEDULED),
-                                                PX_ARG_INT(coord_job_terminal(to)))));
-  PX_CHECK(px_store_run(st));
+  PX_CHECK(px_store_run_args(c->db,
+                             "UPDATE jobs SET state = ?2, reason = ?3, updated_unix_ms = ?4,"
+                             " scheduled_unix_ms = CASE WHEN ?5 THEN ?4 ELSE scheduled_unix_ms END,"
+                             " finished_unix_ms = CASE WHEN ?6 THEN ?4 ELSE finished_unix_ms END"
+                             " WHERE job_id = ?1",
+                             PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(to), PX_ARG_TEXT(reason),
+                                           PX_ARG_INT(now), PX_ARG_INT(to == JS_SCHEDULED),
+                                           PX_ARG_INT(coord_job_terminal(to)))));
   PX_CHECK(coord_db_event(c, 0, job_id, now, from, to, reason));
   PX_CHECK(coord_sched_state_changed(c, job_id, from, to, reason, now));
   if (coord_job_terminal(to)) {
@@ -41,10 +37,8 @@ px_status_t coord_node_set_state(coord_t *c, const char *node_id, int from, int 
                                  const char *reason) {
   if (from == to) return PX_OK;
   int64_t now = coord_now_ms();
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db, "UPDATE nodes SET state = ?2 WHERE node_id = ?1", &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(node_id), PX_ARG_INT(to))));
-  PX_CHECK(px_store_run(st));
+  PX_CHECK(px_store_run_args(c->db, "UPDATE nodes SET state = ?2 WHERE node_id = ?1",
+                             PX_STORE_ARGS(PX_ARG_TEXT(node_id), PX_ARG_INT(to))));
   PX_CHECK(coord_db_event(c, 1, node_id, now, from, to, reason));
   px_log(PX_LOG_INFO, "node %s: %s -> %s (%s)", node_id, px_rpc_node_state_name(from),
          px_rpc_node_state_name(to), reason);
@@ -90,59 +84,46 @@ static px_status_t coord_job_summary(coord_t *c, coord_arena_t *a, const char *j
                                      Prunex__V1__JobSummary **out) {
   Prunex__V1__JobSummary *s;
   COORD_NEW(a, Prunex__V1__JobSummary, PRUNEX__V1__JOB_SUMMARY__INIT, s);
-  px_store_stmt_t *st;
+  const px_store_arg_t key[] = {PX_ARG_TEXT(job_id), PX_ARG_INT(JS_SCHEDULED)};
+  int64_t v[4] = {0, 0, 0, 0}, first = 0;
+  char model_path[4096] = "";
   /* Totals over the lowest reporting rank (rank 0 reports for the job). */
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT count(*), coalesce(sum(bytes_inter), 0),"
-                         " coalesce(sum(bytes_inter_dense), 0), coalesce(sum(bytes_intra), 0)"
-                         " FROM iterations WHERE job_id = ?1 AND rank ="
-                         " (SELECT min(rank) FROM iterations WHERE job_id = ?1)",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  if (px_store_step(st) == 1) {
-    s->iterations = (int32_t)px_store_column_int64(st, 0);
-    s->inter_bytes = (uint64_t)px_store_column_int64(st, 1);
-    s->inter_bytes_dense = (uint64_t)px_store_column_int64(st, 2);
-    s->intra_bytes = (uint64_t)px_store_column_int64(st, 3);
-  }
-  px_store_reset(st);
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT density FROM iterations WHERE job_id = ?1"
-                         " ORDER BY iteration DESC, rank LIMIT 1",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  if (px_store_step(st) == 1) s->density = px_store_column_double(st, 0);
-  px_store_reset(st);
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT test_accuracy FROM iterations WHERE job_id = ?1"
-                         " AND test_accuracy >= 0 ORDER BY iteration DESC, rank LIMIT 1",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
+  PX_CHECK(px_store_row(c->db,
+                        "SELECT count(*), coalesce(sum(bytes_inter), 0),"
+                        " coalesce(sum(bytes_inter_dense), 0), coalesce(sum(bytes_intra), 0)"
+                        " FROM iterations WHERE job_id = ?1 AND rank ="
+                        " (SELECT min(rank) FROM iterations WHERE job_id = ?1)",
+                        key, 1,
+                        PX_STORE_COLS(PX_COL_INT(&v[0]), PX_COL_INT(&v[1]), PX_COL_INT(&v[2]),
+                                      PX_COL_INT(&v[3])),
+                        NULL));
+  s->iterations = (int32_t)v[0];
+  s->inter_bytes = (uint64_t)v[1];
+  s->inter_bytes_dense = (uint64_t)v[2];
+  s->intra_bytes = (uint64_t)v[3];
+  PX_CHECK(px_store_row(c->db,
+                        "SELECT density FROM iterations WHERE job_id = ?1"
+                        " ORDER BY iteration DESC, rank LIMIT 1",
+                        key, 1, PX_STORE_COLS(PX_COL_REAL(&s->density)), NULL));
   s->test_accuracy = -1.0;
-  if (px_store_step(st) == 1) s->test_accuracy = px_store_column_double(st, 0);
-  px_store_reset(st);
+  PX_CHECK(px_store_row(c->db,
+                        "SELECT test_accuracy FROM iterations WHERE job_id = ?1"
+                        " AND test_accuracy >= 0 ORDER BY iteration DESC, rank LIMIT 1",
+                        key, 1, PX_STORE_COLS(PX_COL_REAL(&s->test_accuracy)), NULL));
   /* where the final model was saved, as the rank that saved it reported */
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT model_path FROM rank_exits WHERE job_id = ?1 AND model_path != ''"
-                         " AND exit_code = 0 AND signal = 0 ORDER BY rank LIMIT 1",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  if (px_store_step(st) == 1) s->model_path = coord_strdup(a, px_store_column_text(st, 0));
-  px_store_reset(st);
-  if (s->model_path == NULL) return PX_ERR_NOMEM;
+  PX_CHECK(px_store_row(c->db,
+                        "SELECT model_path FROM rank_exits WHERE job_id = ?1 AND model_path != ''"
+                        " AND exit_code = 0 AND signal = 0 ORDER BY rank LIMIT 1",
+                        key, 1, PX_STORE_COLS(PX_COL_TEXT(model_path, sizeof model_path)), NULL));
+  if (!(s->model_path = coord_strdup(a, model_path))) return PX_ERR_NOMEM;
   /* Wall time runs from the first placement, not the current attempt's
    * (jobs.scheduled_unix_ms is the current attempt's: the placement timeout
    * counts from it): a restarted job's time includes its failed attempts. */
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT min(time_unix_ms) FROM job_events WHERE job_id = ?1"
-                         " AND to_state = ?2",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(JS_SCHEDULED))));
-  if (px_store_step(st) == 1 && !px_store_column_is_null(st, 0)) {
-    int64_t first = px_store_column_int64(st, 0);
-    if (first > 0 && (scheduled <= 0 || first < scheduled)) scheduled = first;
-  }
-  px_store_reset(st);
+  PX_CHECK(px_store_row(c->db,
+                        "SELECT coalesce(min(time_unix_ms), 0) FROM job_events WHERE job_id = ?1"
+                        " AND to_state = ?2",
+                        key, 2, PX_STORE_COLS(PX_COL_INT(&first)), NULL));
+  if (first > 0 && (scheduled <= 0 || first < scheduled)) scheduled = first;
   if (scheduled > 0)
     s->wall_s = (double)((finished > 0 ? finished : coord_now_ms()) - scheduled) / 1000.0;
   *out = s;
@@ -204,95 +185,84 @@ static px_status_t coord_job_row(coord_t *c, coord_arena_t *a, const char *job_i
 }
 
 /* The job's events, its placement (node ids) and its ranks' exits, in order. */
+static px_status_t coord_job_event_fill(coord_arena_t *a, px_store_stmt_t *st, void *obj,
+                                        void *arg) {
+  (void)arg;
+  Prunex__V1__JobEvent *e = obj;
+  *e = (Prunex__V1__JobEvent)PRUNEX__V1__JOB_EVENT__INIT;
+  e->time_unix_ms = px_store_column_int64(st, 0);
+  e->from_state = (Prunex__V1__JobState)px_store_column_int64(st, 1);
+  e->to_state = (Prunex__V1__JobState)px_store_column_int64(st, 2);
+  e->reason = coord_strdup(a, px_store_column_text(st, 3));
+  return e->reason ? PX_OK : PX_ERR_NOMEM;
+}
+
+static px_status_t coord_rank_exit_fill(coord_arena_t *a, px_store_stmt_t *st, void *obj,
+                                        void *arg) {
+  Prunex__V1__RankExit *e = obj;
+  *e = (Prunex__V1__RankExit)PRUNEX__V1__RANK_EXIT__INIT;
+  e->job_id = arg;
+  e->rank = (int32_t)px_store_column_int64(st, 0);
+  e->node_id = coord_strdup(a, px_store_column_text(st, 1));
+  e->exit_code = (int32_t)px_store_column_int64(st, 2);
+  e->signal = (int32_t)px_store_column_int64(st, 3);
+  e->reason = coord_strdup(a, px_store_column_text(st, 4));
+  e->model_path = coord_strdup(a, px_store_column_text(st, 5));
+  return e->node_id && e->reason && e->model_path ? PX_OK : PX_ERR_NOMEM;
+}
+
+/* The job's events, its placement (node ids) and its ranks' exits, in order. */
 static px_status_t coord_job_history(coord_t *c, coord_arena_t *a, const char *job_id,
                                      Prunex__V1__Job *j) {
-  px_store_stmt_t *st;
-  px_status_t rc;
-  size_t cap = 0;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT time_unix_ms, from_state, to_state, reason FROM job_events"
-                         " WHERE job_id = ?1 ORDER BY id",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  while ((rc = px_store_step(st)) == 1) {
-    Prunex__V1__JobEvent **slot =
-        coord_push(a, (void **)&j->events, &j->n_events, &cap, sizeof *j->events);
-    if (!slot) return PX_ERR_NOMEM;
-    Prunex__V1__JobEvent *e;
-    COORD_NEW(a, Prunex__V1__JobEvent, PRUNEX__V1__JOB_EVENT__INIT, e);
-    e->time_unix_ms = px_store_column_int64(st, 0);
-    e->from_state = (Prunex__V1__JobState)px_store_column_int64(st, 1);
-    e->to_state = (Prunex__V1__JobState)px_store_column_int64(st, 2);
-    e->reason = coord_strdup(a, px_store_column_text(st, 3));
-    if (!e->reason) return PX_ERR_NOMEM;
-    *slot = e;
-  }
-  if (rc < 0) return rc;
-
+  PX_CHECK(coord_db_objects(c, a,
+                            "SELECT time_unix_ms, from_state, to_state, reason FROM job_events"
+                            " WHERE job_id = ?1 ORDER BY id",
+                            PX_STORE_ARGS(PX_ARG_TEXT(job_id)), sizeof **j->events, &j->events,
+                            &j->n_events, coord_job_event_fill, NULL));
   PX_CHECK(coord_db_job_node_ids(c, a, job_id, &j->node_ids, &j->n_node_ids));
+  return coord_db_objects(c, a,
+                          "SELECT rank, node_id, exit_code, signal, reason, model_path FROM"
+                          " rank_exits WHERE job_id = ?1 ORDER BY rank",
+                          PX_STORE_ARGS(PX_ARG_TEXT(job_id)), sizeof **j->rank_exits,
+                          &j->rank_exits, &j->n_rank_exits, coord_rank_exit_fill, j->job_id);
+}
 
-  cap = 0;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT rank, node_id, exit_code, signal, reason, model_path FROM"
-                         " rank_exits WHERE job_id = ?1 ORDER BY rank",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  while ((rc = px_store_step(st)) == 1) {
-    Prunex__V1__RankExit **slot =
-        coord_push(a, (void **)&j->rank_exits, &j->n_rank_exits, &cap, sizeof *j->rank_exits);
+/* The attempts that ended in a fault and were restarted (issue 14). */
+/* Splits the lines of text (changed in place) into an arena array. */
+static px_status_t coord_lines(coord_arena_t *a, char *text, char ***out, size_t *n) {
+  size_t cap = 0;
+  for (char *p = text, *nl; *p; p = nl + 1) {
+    nl = strchr(p, '\n');
+    if (nl) *nl = '\0';
+    char **slot = coord_push(a, (void **)out, n, &cap, sizeof(char *));
     if (!slot) return PX_ERR_NOMEM;
-    Prunex__V1__RankExit *e;
-    COORD_NEW(a, Prunex__V1__RankExit, PRUNEX__V1__RANK_EXIT__INIT, e);
-    e->job_id = j->job_id;
-    e->rank = (int32_t)px_store_column_int64(st, 0);
-    e->node_id = coord_strdup(a, px_store_column_text(st, 1));
-    e->exit_code = (int32_t)px_store_column_int64(st, 2);
-    e->signal = (int32_t)px_store_column_int64(st, 3);
-    e->reason = coord_strdup(a, px_store_column_text(st, 4));
-    e->model_path = coord_strdup(a, px_store_column_text(st, 5));
-    if (!e->node_id || !e->reason || !e->model_path) return PX_ERR_NOMEM;
-    *slot = e;
+    *slot = p;
+    if (!nl) break;
   }
-  if (rc < 0) return rc;
-
   return PX_OK;
+}
+
+static px_status_t coord_attempt_fill(coord_arena_t *a, px_store_stmt_t *st, void *obj,
+                                      void *arg) {
+  (void)arg;
+  Prunex__V1__JobAttempt *e = obj;
+  *e = (Prunex__V1__JobAttempt)PRUNEX__V1__JOB_ATTEMPT__INIT;
+  e->attempt = (int32_t)px_store_column_int64(st, 0);
+  e->cause = coord_strdup(a, px_store_column_text(st, 1));
+  char *ids = coord_strdup(a, px_store_column_text(st, 2));
+  e->ended_unix_ms = px_store_column_int64(st, 3);
+  if (!e->cause || !ids) return PX_ERR_NOMEM;
+  return coord_lines(a, ids, &e->node_ids, &e->n_node_ids);
 }
 
 /* The attempts that ended in a fault and were restarted (issue 14). */
 static px_status_t coord_job_attempts(coord_t *c, coord_arena_t *a, const char *job_id,
                                       Prunex__V1__Job *j) {
-  px_store_stmt_t *st;
-  px_status_t rc;
-  size_t cap = 0;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT attempt, cause, node_ids, ended_unix_ms FROM job_attempts"
-                         " WHERE job_id = ?1 ORDER BY attempt",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  while ((rc = px_store_step(st)) == 1) {
-    Prunex__V1__JobAttempt **slot =
-        coord_push(a, (void **)&j->attempts, &j->n_attempts, &cap, sizeof *j->attempts);
-    if (!slot) return PX_ERR_NOMEM;
-    Prunex__V1__JobAttempt *e;
-    COORD_NEW(a, Prunex__V1__JobAttempt, PRUNEX__V1__JOB_ATTEMPT__INIT, e);
-    e->attempt = (int32_t)px_store_column_int64(st, 0);
-    e->cause = coord_strdup(a, px_store_column_text(st, 1));
-    char *ids = coord_strdup(a, px_store_column_text(st, 2));
-    e->ended_unix_ms = px_store_column_int64(st, 3);
-    if (!e->cause || !ids) return PX_ERR_NOMEM;
-    size_t icap = 0;
-    for (char *p = ids, *nl; *p; p = nl + 1) {
-      nl = strchr(p, '\n');
-      if (nl) *nl = '\0';
-      char **is = coord_push(a, (void **)&e->node_ids, &e->n_node_ids, &icap, sizeof(char *));
-      if (!is) return PX_ERR_NOMEM;
-      *is = p;
-      if (!nl) break;
-    }
-    *slot = e;
-  }
-  if (rc < 0) return rc;
-  return PX_OK;
+  return coord_db_objects(c, a,
+                          "SELECT attempt, cause, node_ids, ended_unix_ms FROM job_attempts"
+                          " WHERE job_id = ?1 ORDER BY attempt",
+                          PX_STORE_ARGS(PX_ARG_TEXT(job_id)), sizeof **j->attempts, &j->attempts,
+                          &j->n_attempts, coord_attempt_fill, NULL);
 }
 
 px_status_t coord_job_load_ex(coord_t *c, coord_arena_t *a, const char *job_id, int with_yaml,
@@ -309,6 +279,19 @@ px_status_t coord_job_load_ex(coord_t *c, coord_arena_t *a, const char *job_id, 
   return PX_OK;
 }
 
+static px_status_t coord_device_fill(coord_arena_t *a, px_store_stmt_t *st, void *obj,
+                                     void *arg) {
+  (void)arg;
+  Prunex__V1__Device *d = obj;
+  *d = (Prunex__V1__Device)PRUNEX__V1__DEVICE__INIT;
+  d->index = (int32_t)px_store_column_int64(st, 0);
+  d->kind = (Prunex__V1__DeviceKind)px_store_column_int64(st, 1);
+  d->name = coord_strdup(a, px_store_column_text(st, 2));
+  d->memory_bytes = (uint64_t)px_store_column_int64(st, 3);
+  d->healthy = px_store_column_int64(st, 4) != 0;
+  return d->name ? PX_OK : PX_ERR_NOMEM;
+}
+
 px_status_t coord_node_load_row(coord_t *c, coord_arena_t *a, px_store_stmt_t *row,
                                 Prunex__V1__Node **out) {
   *out = NULL;
@@ -323,39 +306,12 @@ px_status_t coord_node_load_row(coord_t *c, coord_arena_t *a, px_store_stmt_t *r
   n->last_heartbeat_unix_ms = px_store_column_int64(row, 6);
   n->registered_unix_ms = px_store_column_int64(row, 7);
   if (!n->node_id || !n->name || !n->hostname || !n->job_id || !addrs) return PX_ERR_NOMEM;
-  size_t cap = 0;
-  for (char *p = addrs, *nl; *p; p = nl ? nl + 1 : p + strlen(p)) {
-    nl = strchr(p, '\n');
-    if (nl) *nl = '\0';
-    char **slot = coord_push(a, (void **)&n->data_plane_addresses, &n->n_data_plane_addresses,
-                             &cap, sizeof(char *));
-    if (!slot) return PX_ERR_NOMEM;
-    *slot = p;
-    if (!nl) break;
-  }
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT device_index, kind, name, memory_bytes, healthy FROM node_devices"
-                         " WHERE node_id = ?1 ORDER BY position",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, n->node_id));
-  px_status_t rc;
-  cap = 0;
-  while ((rc = px_store_step(st)) == 1) {
-    Prunex__V1__Device **slot =
-        coord_push(a, (void **)&n->devices, &n->n_devices, &cap, sizeof *n->devices);
-    if (!slot) return PX_ERR_NOMEM;
-    Prunex__V1__Device *d;
-    COORD_NEW(a, Prunex__V1__Device, PRUNEX__V1__DEVICE__INIT, d);
-    d->index = (int32_t)px_store_column_int64(st, 0);
-    d->kind = (Prunex__V1__DeviceKind)px_store_column_int64(st, 1);
-    d->name = coord_strdup(a, px_store_column_text(st, 2));
-    d->memory_bytes = (uint64_t)px_store_column_int64(st, 3);
-    d->healthy = px_store_column_int64(st, 4) != 0;
-    if (!d->name) return PX_ERR_NOMEM;
-    *slot = d;
-  }
-  if (rc < 0) return rc;
+  PX_CHECK(coord_lines(a, addrs, &n->data_plane_addresses, &n->n_data_plane_addresses));
+  PX_CHECK(coord_db_objects(c, a,
+                            "SELECT device_index, kind, name, memory_bytes, healthy FROM"
+                            " node_devices WHERE node_id = ?1 ORDER BY position",
+                            PX_STORE_ARGS(PX_ARG_TEXT(n->node_id)), sizeof **n->devices,
+                            &n->devices, &n->n_devices, coord_device_fill, NULL));
   *out = n;
   return PX_OK;
 }
@@ -368,21 +324,9 @@ px_status_t coord_db_job_node_ids(coord_t *c, coord_arena_t *a, const char *job_
 
 px_status_t coord_db_job_nodes_held(coord_t *c, coord_arena_t *a, const char *job_id,
                                     char ***ids, int **states, size_t *n) {
-  size_t cap = 0, scap = 0, sn = 0;
-  px_store_stmt_t *st;
-  px_status_t rc;
-  PX_CHECK(px_store_stmt(c->db, "SELECT node_id, state FROM nodes WHERE job_id = ?1", &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  while ((rc = px_store_step(st)) == 1) {
-    char **slot = coord_push(a, (void **)ids, n, &cap, sizeof(char *));
-    int *s = coord_push(a, (void **)states, &sn, &scap, sizeof(int));
-    if (!slot || !s || !(*slot = coord_strdup(a, px_store_column_text(st, 0)))) {
-      px_store_reset(st);
-      return PX_ERR_NOMEM;
-    }
-    *s = (int)px_store_column_int64(st, 1);
-  }
-  return rc < 0 ? rc : PX_OK;
+  return coord_db_list(c, a, "SELECT node_id, state FROM nodes WHERE job_id = ?1",
+                       PX_STORE_ARGS(PX_ARG_TEXT(job_id)),
+                       COORD_LIST_COLS(COORD_LIST_TEXT(ids), COORD_LIST_I32(states)), n);
 }
 
 px_status_t coord_db_job_nodes_unlink(coord_t *c, const char *job_id) {

@@ -9,23 +9,15 @@
 
 px_status_t coord_db_node_get(coord_t *c, const char *key, int by_name, int *found,
                               coord_db_node_t *out) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         by_name ? "SELECT node_id, name, job_id, state FROM nodes WHERE name = ?1"
-                                 : "SELECT node_id, name, job_id, state FROM nodes WHERE node_id = ?1",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, key));
-  px_status_t rc = px_store_step(st);
-  if (rc < 0) return rc;
-  *found = rc == 1;
-  if (rc == 1) {
-    snprintf(out->node_id, sizeof out->node_id, "%s", px_store_column_text(st, 0));
-    snprintf(out->name, sizeof out->name, "%s", px_store_column_text(st, 1));
-    snprintf(out->job_id, sizeof out->job_id, "%s", px_store_column_text(st, 2));
-    out->state = (int)px_store_column_int64(st, 3);
-  }
-  px_store_reset(st);
-  return PX_OK;
+  return px_store_row(c->db,
+                      by_name ? "SELECT node_id, name, job_id, state FROM nodes WHERE name = ?1"
+                              : "SELECT node_id, name, job_id, state FROM nodes WHERE node_id = ?1",
+                      PX_STORE_ARGS(PX_ARG_TEXT(key)),
+                      PX_STORE_COLS(PX_COL_TEXT(out->node_id, sizeof out->node_id),
+                                    PX_COL_TEXT(out->name, sizeof out->name),
+                                    PX_COL_TEXT(out->job_id, sizeof out->job_id),
+                                    PX_COL_I32(&out->state)),
+                      found);
 }
 
 px_status_t coord_db_node_name(coord_t *c, const char *node_id, char *name, size_t cap) {
@@ -37,10 +29,8 @@ px_status_t coord_db_node_name(coord_t *c, const char *node_id, char *name, size
 }
 
 px_status_t coord_db_node_set_job(coord_t *c, const char *node_id, const char *job_id) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db, "UPDATE nodes SET job_id = ?2 WHERE node_id = ?1", &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(node_id), PX_ARG_TEXT(job_id))));
-  return px_store_run(st);
+  return px_store_run_args(c->db, "UPDATE nodes SET job_id = ?2 WHERE node_id = ?1",
+                           PX_STORE_ARGS(PX_ARG_TEXT(node_id), PX_ARG_TEXT(job_id)));
 }
 
 /* Binds the fields of a registration as ?2.. ?5 and ?8, ?9 (as both
@@ -88,29 +78,25 @@ px_status_t coord_db_node_insert(coord_t *c, const char *name, const coord_db_no
   PX_CHECK(px_store_run(st));
   int64_t id = px_store_last_insert_id(c->db);
   snprintf(node_id, cap, "node-%04lld", (long long)id);
-  PX_CHECK(px_store_stmt(c->db, "UPDATE nodes SET node_id = ?2 WHERE id = ?1", &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_INT(id), PX_ARG_TEXT(node_id))));
-  PX_CHECK(px_store_run(st));
+  PX_CHECK(px_store_run_args(c->db, "UPDATE nodes SET node_id = ?2 WHERE id = ?1",
+                             PX_STORE_ARGS(PX_ARG_INT(id), PX_ARG_TEXT(node_id))));
   /* The first event: from UNSPECIFIED, recorded without the state check. */
   return coord_db_event(c, 1, node_id, now, NS_UNSPECIFIED, state, reason);
 }
 
 px_status_t coord_db_node_devices_set(coord_t *c, const char *node_id, size_t n,
                                       Prunex__V1__Device *const *devs) {
-  px_store_stmt_t *st;
   PX_CHECK(coord_db_run_key(c, "DELETE FROM node_devices WHERE node_id = ?1", node_id));
   for (size_t i = 0; i < n; i++) {
-    PX_CHECK(px_store_stmt(c->db,
-                           "INSERT INTO node_devices (node_id, position, device_index, kind, name,"
-                           " memory_bytes, healthy) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                           &st));
-    PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(node_id), PX_ARG_INT((int64_t)i),
-                                                  PX_ARG_INT(devs[i]->index),
-                                                  PX_ARG_INT(devs[i]->kind),
-                                                  PX_ARG_TEXT(devs[i]->name),
-                                                  PX_ARG_INT((int64_t)devs[i]->memory_bytes),
-                                                  PX_ARG_INT(devs[i]->healthy ? 1 : 0))));
-    PX_CHECK(px_store_run(st));
+    PX_CHECK(px_store_run_args(c->db,
+                               "INSERT INTO node_devices (node_id, position, device_index,"
+                               " kind, name, memory_bytes, healthy)"
+                               " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                               PX_STORE_ARGS(PX_ARG_TEXT(node_id), PX_ARG_INT((int64_t)i),
+                                             PX_ARG_INT(devs[i]->index), PX_ARG_INT(devs[i]->kind),
+                                             PX_ARG_TEXT(devs[i]->name),
+                                             PX_ARG_INT((int64_t)devs[i]->memory_bytes),
+                                             PX_ARG_INT(devs[i]->healthy ? 1 : 0))));
   }
   return PX_OK;
 }
@@ -142,15 +128,12 @@ px_status_t coord_db_node_devices_same(coord_t *c, const char *node_id, size_t n
 
 px_status_t coord_db_node_devices_health(coord_t *c, const char *node_id, size_t n,
                                          Prunex__V1__Device *const *devs) {
-  px_store_stmt_t *st;
   for (size_t i = 0; i < n; i++) {
-    PX_CHECK(px_store_stmt(c->db,
-                           "UPDATE node_devices SET healthy = ?3 WHERE node_id = ?1 AND"
-                           " device_index = ?2",
-                           &st));
-    PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(node_id), PX_ARG_INT(devs[i]->index),
-                                                  PX_ARG_INT(devs[i]->healthy ? 1 : 0))));
-    PX_CHECK(px_store_run(st));
+    PX_CHECK(px_store_run_args(c->db,
+                               "UPDATE node_devices SET healthy = ?3 WHERE node_id = ?1 AND"
+                               " device_index = ?2",
+                               PX_STORE_ARGS(PX_ARG_TEXT(node_id), PX_ARG_INT(devs[i]->index),
+                                             PX_ARG_INT(devs[i]->healthy ? 1 : 0))));
   }
   return PX_OK;
 }
@@ -176,89 +159,47 @@ px_status_t coord_db_node_devices_first(coord_t *c, const char *node_id, int P, 
 }
 
 px_status_t coord_db_node_heartbeat(coord_t *c, const char *node_id, int64_t now) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db, "UPDATE nodes SET last_heartbeat_unix_ms = ?2 WHERE node_id = ?1",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(node_id), PX_ARG_INT(now))));
-  return px_store_run(st);
+  return px_store_run_args(c->db, "UPDATE nodes SET last_heartbeat_unix_ms = ?2 WHERE node_id = ?1",
+                           PX_STORE_ARGS(PX_ARG_TEXT(node_id), PX_ARG_INT(now)));
 }
 
 px_status_t coord_db_nodes_silent(coord_t *c, coord_arena_t *a, int except, int64_t before,
                                   char ***ids, int **states, int64_t **last, size_t *n) {
-  size_t cap = 0, n2 = 0, cap2 = 0, n3 = 0, cap3 = 0;
-  px_store_stmt_t *st;
-  px_status_t rc;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT node_id, state, last_heartbeat_unix_ms FROM nodes"
-                         " WHERE state != ?2 AND last_heartbeat_unix_ms < ?1",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_INT(before), PX_ARG_INT(except))));
-  while ((rc = px_store_step(st)) == 1) {
-    char **slot = coord_push(a, (void **)ids, n, &cap, sizeof(char *));
-    int *s = coord_push(a, (void **)states, &n2, &cap2, sizeof(int));
-    int64_t *l = coord_push(a, (void **)last, &n3, &cap3, sizeof(int64_t));
-    if (!slot || !s || !l || !(*slot = coord_strdup(a, px_store_column_text(st, 0)))) {
-      px_store_reset(st);
-      return PX_ERR_NOMEM;
-    }
-    *s = (int)px_store_column_int64(st, 1);
-    *l = px_store_column_int64(st, 2);
-  }
-  return rc < 0 ? rc : PX_OK;
+  return coord_db_list(c, a,
+                       "SELECT node_id, state, last_heartbeat_unix_ms FROM nodes"
+                       " WHERE state != ?2 AND last_heartbeat_unix_ms < ?1",
+                       PX_STORE_ARGS(PX_ARG_INT(before), PX_ARG_INT(except)),
+                       COORD_LIST_COLS(COORD_LIST_TEXT(ids), COORD_LIST_I32(states),
+                                       COORD_LIST_INT(last)),
+                       n);
 }
 
 px_status_t coord_db_nodes_fitting(coord_t *c, coord_arena_t *a, int s1, int s2, int P,
                                    const char *prefer, char ***ids, char ***names, int **states,
                                    size_t *n) {
-  size_t cap = 0, n2 = 0, cap2 = 0, n3 = 0, cap3 = 0;
-  px_store_stmt_t *st;
-  px_status_t rc;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT n.node_id, n.name, n.state FROM nodes n WHERE n.state IN (?3, ?4)"
-                         " AND (SELECT count(*) FROM node_devices d WHERE d.node_id = n.node_id)"
-                         " >= ?1 ORDER BY CASE"
-                         " WHEN instr(?2, char(10) || n.node_id || char(10)) THEN 0"
-                         " WHEN instr(?2, char(10) || '-' || n.node_id || char(10)) THEN 2"
-                         " ELSE 1 END, n.id",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_INT(P), PX_ARG_TEXT(prefer), PX_ARG_INT(s1),
-                                                PX_ARG_INT(s2))));
-  while ((rc = px_store_step(st)) == 1) {
-    char **s_id = coord_push(a, (void **)ids, n, &cap, sizeof(char *));
-    char **s_name = coord_push(a, (void **)names, &n2, &cap2, sizeof(char *));
-    int *s_state = coord_push(a, (void **)states, &n3, &cap3, sizeof(int));
-    if (!s_id || !s_name || !s_state || !(*s_id = coord_strdup(a, px_store_column_text(st, 0))) ||
-        !(*s_name = coord_strdup(a, px_store_column_text(st, 1)))) {
-      px_store_reset(st);
-      return PX_ERR_NOMEM;
-    }
-    *s_state = (int)px_store_column_int64(st, 2);
-  }
-  return rc < 0 ? rc : PX_OK;
+  return coord_db_list(c, a,
+                       "SELECT n.node_id, n.name, n.state FROM nodes n WHERE n.state IN (?3, ?4)"
+                       " AND (SELECT count(*) FROM node_devices d WHERE d.node_id = n.node_id)"
+                       " >= ?1 ORDER BY CASE"
+                       " WHEN instr(?2, char(10) || n.node_id || char(10)) THEN 0"
+                       " WHEN instr(?2, char(10) || '-' || n.node_id || char(10)) THEN 2"
+                       " ELSE 1 END, n.id",
+                       PX_STORE_ARGS(PX_ARG_INT(P), PX_ARG_TEXT(prefer), PX_ARG_INT(s1),
+                                     PX_ARG_INT(s2)),
+                       COORD_LIST_COLS(COORD_LIST_TEXT(ids), COORD_LIST_TEXT(names),
+                                       COORD_LIST_I32(states)),
+                       n);
 }
 
 px_status_t coord_db_nodes_roots(coord_t *c, coord_arena_t *a, int except, int data,
                                  char ***names, char ***roots, size_t *n) {
-  size_t cap = 0, n2 = 0, cap2 = 0;
-  px_store_stmt_t *st;
-  px_status_t rc;
-  PX_CHECK(px_store_stmt(c->db,
-                         data ? "SELECT name, data_roots FROM nodes WHERE state != ?1"
-                                " AND data_roots != '' ORDER BY id"
-                              : "SELECT name, output_roots FROM nodes WHERE state != ?1"
-                                " ORDER BY id",
-                         &st));
-  PX_CHECK(px_store_bind_int64(st, 1, except));
-  while ((rc = px_store_step(st)) == 1) {
-    char **s1 = coord_push(a, (void **)names, n, &cap, sizeof(char *));
-    char **s2 = coord_push(a, (void **)roots, &n2, &cap2, sizeof(char *));
-    if (!s1 || !s2 || !(*s1 = coord_strdup(a, px_store_column_text(st, 0))) ||
-        !(*s2 = coord_strdup(a, px_store_column_text(st, 1)))) {
-      px_store_reset(st);
-      return PX_ERR_NOMEM;
-    }
-  }
-  return rc < 0 ? rc : PX_OK;
+  return coord_db_list(c, a,
+                       data ? "SELECT name, data_roots FROM nodes WHERE state != ?1"
+                              " AND data_roots != '' ORDER BY id"
+                            : "SELECT name, output_roots FROM nodes WHERE state != ?1"
+                              " ORDER BY id",
+                       PX_STORE_ARGS(PX_ARG_INT(except)),
+                       COORD_LIST_COLS(COORD_LIST_TEXT(names), COORD_LIST_TEXT(roots)), n);
 }
 
 px_status_t coord_db_nodes_list(coord_t *c, coord_arena_t *a, int state,
@@ -282,72 +223,51 @@ px_status_t coord_db_nodes_list(coord_t *c, coord_arena_t *a, int state,
 
 px_status_t coord_db_node_jobs(coord_t *c, coord_arena_t *a, const char *node_id, int s1, int s2,
                                char ***ids, size_t *n) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT j.job_id FROM job_nodes n JOIN jobs j ON j.job_id = n.job_id"
-                         " WHERE n.node_id = ?1 AND j.state IN (?2, ?3) ORDER BY j.id",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(node_id), PX_ARG_INT(s1),
-                                                PX_ARG_INT(s2))));
-  return coord_db_collect(a, st, ids, n);
+  return coord_db_list(c, a,
+                       "SELECT j.job_id FROM job_nodes n JOIN jobs j ON j.job_id = n.job_id"
+                       " WHERE n.node_id = ?1 AND j.state IN (?2, ?3) ORDER BY j.id",
+                       PX_STORE_ARGS(PX_ARG_TEXT(node_id), PX_ARG_INT(s1), PX_ARG_INT(s2)),
+                       COORD_LIST_COLS(COORD_LIST_TEXT(ids)), n);
 }
 
 px_status_t coord_db_job_state_on_node(coord_t *c, const char *job_id, const char *node_id,
                                        int *found, int *state) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT j.state FROM jobs j JOIN job_nodes n ON n.job_id = j.job_id"
-                         " WHERE j.job_id = ?1 AND n.node_id = ?2",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_TEXT(node_id))));
-  px_status_t rc = px_store_step(st);
-  if (rc < 0) return rc;
-  *found = rc == 1;
-  if (rc == 1) *state = (int)px_store_column_int64(st, 0);
-  px_store_reset(st);
-  return PX_OK;
+  return px_store_row(c->db,
+                      "SELECT j.state FROM jobs j JOIN job_nodes n ON n.job_id = j.job_id"
+                      " WHERE j.job_id = ?1 AND n.node_id = ?2",
+                      PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_TEXT(node_id)),
+                      PX_STORE_COLS(PX_COL_I32(state)), found);
 }
 
 px_status_t coord_db_job_node_started(coord_t *c, const char *job_id, const char *node_id,
                                       int64_t now) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "UPDATE job_nodes SET started_unix_ms = ?3 WHERE job_id = ?1 AND"
-                         " node_id = ?2 AND started_unix_ms = 0",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_TEXT(node_id),
-                                                PX_ARG_INT(now))));
-  return px_store_run(st);
+  return px_store_run_args(c->db,
+                           "UPDATE job_nodes SET started_unix_ms = ?3 WHERE job_id = ?1 AND"
+                           " node_id = ?2 AND started_unix_ms = 0",
+                           PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_TEXT(node_id),
+                                         PX_ARG_INT(now)));
 }
 
 /* ---- placements and assignments ---------------------------------------------- */
 
 px_status_t coord_db_rank_insert(coord_t *c, const char *job_id, const coord_db_rank_t *r) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "INSERT INTO job_ranks (job_id, rank, node_index, local_rank,"
-                         " device_index, is_leader, secret_salt, secret_hash)"
-                         " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(r->rank),
-                                                PX_ARG_INT(r->node_index),
-                                                PX_ARG_INT(r->local_rank),
-                                                PX_ARG_INT(r->device_index),
-                                                PX_ARG_INT(r->is_leader), PX_ARG_TEXT(r->salt),
-                                                PX_ARG_TEXT(r->hash))));
-  return px_store_run(st);
+  return px_store_run_args(c->db,
+                           "INSERT INTO job_ranks (job_id, rank, node_index, local_rank,"
+                           " device_index, is_leader, secret_salt, secret_hash)"
+                           " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                           PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(r->rank),
+                                         PX_ARG_INT(r->node_index), PX_ARG_INT(r->local_rank),
+                                         PX_ARG_INT(r->device_index), PX_ARG_INT(r->is_leader),
+                                         PX_ARG_TEXT(r->salt), PX_ARG_TEXT(r->hash)));
 }
 
 px_status_t coord_db_job_node_insert(coord_t *c, const char *job_id, int node_index,
                                      const char *node_id, int leader_rank) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "INSERT INTO job_nodes (job_id, node_index, node_id, leader_rank)"
-                         " VALUES (?1, ?2, ?3, ?4)",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(node_index),
-                                                PX_ARG_TEXT(node_id), PX_ARG_INT(leader_rank))));
-  return px_store_run(st);
+  return px_store_run_args(c->db,
+                           "INSERT INTO job_nodes (job_id, node_index, node_id, leader_rank)"
+                           " VALUES (?1, ?2, ?3, ?4)",
+                           PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(node_index),
+                                         PX_ARG_TEXT(node_id), PX_ARG_INT(leader_rank)));
 }
 
 /* The node's ranks of the job; a rank's secret is the one stored in clear
@@ -389,37 +309,21 @@ static px_status_t coord_db_assignment_ranks(coord_t *c, coord_arena_t *a,
 
 px_status_t coord_db_assignment_fill(coord_t *c, coord_arena_t *a, const char *node_id,
                                      Prunex__V1__Assignment *as, int *found, char ***salts) {
-  px_store_stmt_t *st;
-  px_status_t rc;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT j.num_nodes, j.workers_per_node, n.node_index, j.attempt"
-                         " FROM jobs j"
-                         " JOIN job_nodes n ON n.job_id = j.job_id"
-                         " WHERE j.job_id = ?1 AND n.node_id = ?2",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(as->job_id), PX_ARG_TEXT(node_id))));
-  if ((rc = px_store_step(st)) < 0) return rc;
-  *found = rc == 1;
-  if (rc == 0) return PX_OK;
-  as->num_nodes = (int32_t)px_store_column_int64(st, 0);
-  as->world_size = as->num_nodes * (int32_t)px_store_column_int64(st, 1);
-  as->node_index = (int32_t)px_store_column_int64(st, 2);
-  as->attempt = (int32_t)px_store_column_int64(st, 3);
-  px_store_reset(st);
+  int per_node = 0;
+  PX_CHECK(px_store_row(c->db,
+                        "SELECT j.num_nodes, j.workers_per_node, n.node_index, j.attempt"
+                        " FROM jobs j"
+                        " JOIN job_nodes n ON n.job_id = j.job_id"
+                        " WHERE j.job_id = ?1 AND n.node_id = ?2",
+                        PX_STORE_ARGS(PX_ARG_TEXT(as->job_id), PX_ARG_TEXT(node_id)),
+                        PX_STORE_COLS(PX_COL_I32(&as->num_nodes), PX_COL_I32(&per_node),
+                                      PX_COL_I32(&as->node_index), PX_COL_I32(&as->attempt)),
+                        found));
+  if (!*found) return PX_OK;
+  as->world_size = as->num_nodes * per_node;
   PX_CHECK(coord_db_assignment_ranks(c, a, as, salts));
-  size_t cap = 0;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT leader_rank FROM job_nodes WHERE job_id = ?1 ORDER BY node_index",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, as->job_id));
-  while ((rc = px_store_step(st)) == 1) {
-    int32_t *slot = coord_push(a, (void **)&as->leader_ranks, &as->n_leader_ranks, &cap,
-                               sizeof(int32_t));
-    if (!slot) {
-      px_store_reset(st);
-      return PX_ERR_NOMEM;
-    }
-    *slot = (int32_t)px_store_column_int64(st, 0);
-  }
-  return rc < 0 ? rc : PX_OK;
+  return coord_db_list(c, a,
+                       "SELECT leader_rank FROM job_nodes WHERE job_id = ?1 ORDER BY node_index",
+                       PX_STORE_ARGS(PX_ARG_TEXT(as->job_id)),
+                       COORD_LIST_COLS(COORD_LIST_I32(&as->leader_ranks)), &as->n_leader_ranks);
 }

@@ -6,19 +6,16 @@
 
 #include <sqlite3.h>
 
+#include "db_core.h"
 #include "prunex/check.h"
 
 px_status_t coord_db_sched_pstop_add(coord_t *c, const char *job_id, const char *waiter,
                                      const char *by, int64_t now, int stopped) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "INSERT OR REPLACE INTO preempt_stops (job_id, waiter, asked_by,"
-                         " asked_unix_ms, stopped) VALUES (?1, ?2, ?3, ?4, ?5)",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_TEXT(waiter),
-                                                PX_ARG_TEXT(by), PX_ARG_INT(now),
-                                                PX_ARG_INT(stopped))));
-  return px_store_run(st);
+  return px_store_run_args(c->db,
+                           "INSERT OR REPLACE INTO preempt_stops (job_id, waiter, asked_by,"
+                           " asked_unix_ms, stopped) VALUES (?1, ?2, ?3, ?4, ?5)",
+                           PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_TEXT(waiter), PX_ARG_TEXT(by),
+                                         PX_ARG_INT(now), PX_ARG_INT(stopped)));
 }
 
 #define COORD_PSTOP_COLUMNS                                                              \
@@ -26,8 +23,10 @@ px_status_t coord_db_sched_pstop_add(coord_t *c, const char *job_id, const char 
   " p.stop_iteration FROM preempt_stops p JOIN jobs j ON j.job_id = p.job_id"
 
 /* The current row of a COORD_PSTOP_COLUMNS query into o (arena a). */
-static px_status_t coord_db_pstop_read(px_store_stmt_t *st, coord_arena_t *a,
-                                       coord_db_pstop_t *o) {
+static px_status_t coord_db_pstop_fill(coord_arena_t *a, px_store_stmt_t *st, void *obj,
+                                       void *arg) {
+  (void)arg;
+  coord_db_pstop_t *o = obj;
   o->job_id = coord_strdup(a, px_store_column_text(st, 0));
   o->state = (int)px_store_column_int64(st, 1);
   o->waiter = coord_strdup(a, px_store_column_text(st, 2));
@@ -36,78 +35,56 @@ static px_status_t coord_db_pstop_read(px_store_stmt_t *st, coord_arena_t *a,
   o->stopped = (int)px_store_column_int64(st, 5);
   o->stop_iteration = (int)px_store_column_int64(st, 6);
   if (o->job_id && o->waiter && o->by) return PX_OK;
-  px_store_reset(st);
   return px_set_error(PX_ERR_NOMEM, "preemption: out of memory");
+}
+
+/* The rows of a COORD_PSTOP_COLUMNS query (?1 = key when not NULL). */
+static px_status_t coord_db_pstops_where(coord_t *c, coord_arena_t *a, const char *sql,
+                                         const char *key, coord_db_pstop_t **out, size_t *n) {
+  const px_store_arg_t arg[] = {PX_ARG_TEXT(key)};
+  return coord_db_rows(c, a, sql, arg, key ? 1 : 0, sizeof **out, out, n, coord_db_pstop_fill,
+                       NULL);
 }
 
 px_status_t coord_db_sched_pstops(coord_t *c, coord_arena_t *a, coord_db_pstop_t **out,
                                   size_t *n) {
-  px_store_stmt_t *st;
-  size_t cap = 0;
-  *out = NULL;
-  *n = 0;
-  PX_CHECK(px_store_stmt(c->db, COORD_PSTOP_COLUMNS " ORDER BY p.asked_unix_ms, p.job_id", &st));
-  px_status_t rc;
-  while ((rc = px_store_step(st)) == 1) {
-    coord_db_pstop_t *o = coord_push(a, (void **)out, n, &cap, sizeof *o);
-    if (!o) {
-      px_store_reset(st);
-      return PX_ERR_NOMEM;
-    }
-    PX_CHECK(coord_db_pstop_read(st, a, o));
-  }
-  return rc < 0 ? rc : PX_OK;
+  return coord_db_pstops_where(c, a, COORD_PSTOP_COLUMNS " ORDER BY p.asked_unix_ms, p.job_id",
+                               NULL, out, n);
 }
 
 px_status_t coord_db_sched_pstop_get(coord_t *c, coord_arena_t *a, const char *job_id,
                                      coord_db_pstop_t *out, int *found) {
-  px_store_stmt_t *st;
   memset(out, 0, sizeof *out);
-  *found = 0;
-  PX_CHECK(px_store_stmt(c->db, COORD_PSTOP_COLUMNS " WHERE p.job_id = ?1", &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  px_status_t rc = px_store_step(st);
-  if (rc <= 0) return rc;
-  PX_CHECK(coord_db_pstop_read(st, a, out));
-  px_store_reset(st);
-  *found = 1;
+  coord_db_pstop_t *all = NULL;
+  size_t n = 0;
+  PX_CHECK(coord_db_pstops_where(c, a, COORD_PSTOP_COLUMNS " WHERE p.job_id = ?1", job_id, &all,
+                                 &n));
+  *found = n > 0;
+  if (n) *out = all[0];
   return PX_OK;
 }
 
 px_status_t coord_db_sched_pstop_stopped(coord_t *c, const char *job_id, int iteration) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "UPDATE preempt_stops SET stopped = ?2, stop_iteration = ?3"
-                         " WHERE job_id = ?1",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id),
-                                                PX_ARG_INT(COORD_PSTOP_STOPPED),
-                                                PX_ARG_INT(iteration))));
-  return px_store_run(st);
+  return px_store_run_args(c->db,
+                           "UPDATE preempt_stops SET stopped = ?2, stop_iteration = ?3"
+                           " WHERE job_id = ?1",
+                           PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(COORD_PSTOP_STOPPED),
+                                         PX_ARG_INT(iteration)));
 }
 
 px_status_t coord_db_sched_pstop_drop(coord_t *c, const char *job_id) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db, "DELETE FROM preempt_stops WHERE job_id = ?1", &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  return px_store_run(st);
+  return coord_db_run_key(c, "DELETE FROM preempt_stops WHERE job_id = ?1", job_id);
 }
 
 px_status_t coord_db_sched_stop_kind(coord_t *c, const char *job_id, int *kind) {
-  px_store_stmt_t *st;
-  *kind = COORD_STOP_NONE;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT j.stop_requested_unix_ms > 0, EXISTS (SELECT 1 FROM"
-                         " preempt_stops p WHERE p.job_id = j.job_id AND p.stopped = ?2)"
-                         " FROM jobs j WHERE j.job_id = ?1",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id),
-                                                PX_ARG_INT(COORD_PSTOP_ASKED))));
-  px_status_t rc = px_store_step(st);
-  if (rc <= 0) return rc;
-  if (px_store_column_int64(st, 0)) *kind = COORD_STOP_TIME_LIMIT;
-  else if (px_store_column_int64(st, 1)) *kind = COORD_STOP_PREEMPTED;
-  px_store_reset(st);
+  int64_t v[2] = {0, 0};
+  PX_CHECK(px_store_row(c->db,
+                        "SELECT j.stop_requested_unix_ms > 0, EXISTS (SELECT 1 FROM"
+                        " preempt_stops p WHERE p.job_id = j.job_id AND p.stopped = ?2)"
+                        " FROM jobs j WHERE j.job_id = ?1",
+                        PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(COORD_PSTOP_ASKED)),
+                        PX_STORE_COLS(PX_COL_INT(&v[0]), PX_COL_INT(&v[1])), NULL));
+  *kind = v[0] ? COORD_STOP_TIME_LIMIT : v[1] ? COORD_STOP_PREEMPTED : COORD_STOP_NONE;
   return PX_OK;
 }
 
@@ -117,142 +94,114 @@ px_status_t coord_db_sched_job_new(coord_t *c, const char *job_id, const char *o
                                    const char *name, int nodes, int per_node, int priority,
                                    int64_t time_limit_ms, const char *notify_url,
                                    unsigned notify_mask, int64_t now) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "UPDATE jobs SET priority = ?2, time_limit_ms = ?3, notify_url = ?4,"
-                         " notify_mask = ?5 WHERE job_id = ?1",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(priority),
-                                                PX_ARG_INT(time_limit_ms), PX_ARG_TEXT(notify_url),
-                                                PX_ARG_INT(notify_mask))));
-  PX_CHECK(px_store_run(st));
-  PX_CHECK(px_store_stmt(c->db,
-                         "INSERT INTO acct (id, job_id, owner, name, num_nodes, devices,"
-                         " submit_unix_ms, state)"
-                         " SELECT id, job_id, ?2, ?3, ?4, ?5, ?6, ?7 FROM jobs WHERE job_id = ?1",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_TEXT(owner),
-                                                PX_ARG_TEXT(name), PX_ARG_INT(nodes),
-                                                PX_ARG_INT((int64_t)nodes * per_node),
-                                                PX_ARG_INT(now), PX_ARG_INT(JS_PENDING))));
-  return px_store_run(st);
+  PX_CHECK(px_store_run_args(c->db,
+                             "UPDATE jobs SET priority = ?2, time_limit_ms = ?3, notify_url = ?4,"
+                             " notify_mask = ?5 WHERE job_id = ?1",
+                             PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(priority),
+                                           PX_ARG_INT(time_limit_ms), PX_ARG_TEXT(notify_url),
+                                           PX_ARG_INT(notify_mask))));
+  return px_store_run_args(c->db,
+                           "INSERT INTO acct (id, job_id, owner, name, num_nodes, devices,"
+                           " submit_unix_ms, state)"
+                           " SELECT id, job_id, ?2, ?3, ?4, ?5, ?6, ?7 FROM jobs WHERE job_id = ?1",
+                           PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_TEXT(owner), PX_ARG_TEXT(name),
+                                         PX_ARG_INT(nodes), PX_ARG_INT((int64_t)nodes * per_node),
+                                         PX_ARG_INT(now), PX_ARG_INT(JS_PENDING)));
 }
 
 px_status_t coord_db_sched_unfinished_jobs(coord_t *c, const char *owner, int64_t *n) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT count(*) FROM jobs WHERE owner = ?1 AND state IN (?2, ?3, ?4)",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(owner), PX_ARG_INT(JS_PENDING),
-                                                PX_ARG_INT(JS_SCHEDULED), PX_ARG_INT(JS_RUNNING))));
-  px_status_t rc = px_store_step(st);
-  if (rc < 0) return rc;
-  *n = px_store_column_int64(st, 0);
-  px_store_reset(st);
-  return PX_OK;
+  *n = 0;
+  return px_store_row(c->db,
+                      "SELECT count(*) FROM jobs WHERE owner = ?1 AND state IN (?2, ?3, ?4)",
+                      PX_STORE_ARGS(PX_ARG_TEXT(owner), PX_ARG_INT(JS_PENDING),
+                                    PX_ARG_INT(JS_SCHEDULED), PX_ARG_INT(JS_RUNNING)),
+                      PX_STORE_COLS(PX_COL_INT(n)), NULL);
 }
 
 px_status_t coord_db_sched_notify_due(coord_t *c, const char *job_id, coord_sched_notify_t *out) {
   memset(out, 0, sizeof *out);
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT state, notify_url, notify_mask, notified_state FROM jobs"
-                         " WHERE job_id = ?1",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  px_status_t rc = px_store_step(st);
-  if (rc <= 0) return rc;
-  out->state = (int)px_store_column_int64(st, 0);
-  snprintf(out->url, sizeof out->url, "%s", px_store_column_text(st, 1));
-  out->mask = (unsigned)px_store_column_int64(st, 2);
-  out->due = px_store_column_int64(st, 3) != out->state;
-  px_store_reset(st);
+  int64_t mask = 0, notified = 0;
+  int found = 0;
+  PX_CHECK(px_store_row(c->db,
+                        "SELECT state, notify_url, notify_mask, notified_state FROM jobs"
+                        " WHERE job_id = ?1",
+                        PX_STORE_ARGS(PX_ARG_TEXT(job_id)),
+                        PX_STORE_COLS(PX_COL_I32(&out->state), PX_COL_TEXT(out->url, sizeof out->url),
+                                      PX_COL_INT(&mask), PX_COL_INT(&notified)),
+                        &found));
+  out->mask = (unsigned)mask;
+  out->due = found && notified != out->state;
   return PX_OK;
 }
 
 px_status_t coord_db_sched_notify_done(coord_t *c, const char *job_id, int state) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db, "UPDATE jobs SET notified_state = ?2 WHERE job_id = ?1", &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(state))));
-  return px_store_run(st);
+  return px_store_run_args(c->db, "UPDATE jobs SET notified_state = ?2 WHERE job_id = ?1",
+                           PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(state)));
+}
+
+static px_status_t coord_db_overdue_fill(coord_arena_t *a, px_store_stmt_t *st, void *obj,
+                                         void *arg) {
+  (void)arg;
+  coord_sched_overdue_t *o = obj;
+  if (!(o->job_id = coord_strdup(a, px_store_column_text(st, 0))))
+    return px_set_error(PX_ERR_NOMEM, "time limits: out of memory");
+  o->state = (int)px_store_column_int64(st, 1);
+  o->time_limit_ms = px_store_column_int64(st, 2);
+  o->stop_requested_ms = px_store_column_int64(st, 3);
+  return PX_OK;
 }
 
 px_status_t coord_db_sched_overdue(coord_t *c, coord_arena_t *a, int64_t now,
                                    coord_sched_overdue_t **out, size_t *n) {
-  px_store_stmt_t *st;
-  size_t cap = 0;
-  *out = NULL;
-  *n = 0;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT job_id, state, time_limit_ms, stop_requested_unix_ms FROM jobs"
-                         " WHERE state IN (?1, ?2) AND time_limit_ms > 0"
-                         " AND scheduled_unix_ms + time_limit_ms <= ?3 ORDER BY id",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_INT(JS_SCHEDULED), PX_ARG_INT(JS_RUNNING),
-                                                PX_ARG_INT(now))));
-  px_status_t rc;
-  while ((rc = px_store_step(st)) == 1) {
-    coord_sched_overdue_t *o = coord_push(a, (void **)out, n, &cap, sizeof *o);
-    if (!o || !(o->job_id = coord_strdup(a, px_store_column_text(st, 0)))) {
-      px_store_reset(st);
-      return px_set_error(PX_ERR_NOMEM, "time limits: out of memory");
-    }
-    o->state = (int)px_store_column_int64(st, 1);
-    o->time_limit_ms = px_store_column_int64(st, 2);
-    o->stop_requested_ms = px_store_column_int64(st, 3);
-  }
-  return rc < 0 ? rc : PX_OK;
+  return coord_db_rows(c, a,
+                       "SELECT job_id, state, time_limit_ms, stop_requested_unix_ms FROM jobs"
+                       " WHERE state IN (?1, ?2) AND time_limit_ms > 0"
+                       " AND scheduled_unix_ms + time_limit_ms <= ?3 ORDER BY id",
+                       PX_STORE_ARGS(PX_ARG_INT(JS_SCHEDULED), PX_ARG_INT(JS_RUNNING),
+                                     PX_ARG_INT(now)),
+                       sizeof **out, out, n, coord_db_overdue_fill, NULL);
 }
 
 px_status_t coord_db_sched_request_stop(coord_t *c, const char *job_id, int64_t now) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "UPDATE jobs SET stop_requested_unix_ms = ?2 WHERE job_id = ?1"
-                         " AND stop_requested_unix_ms = 0",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(now))));
-  return px_store_run(st);
+  return px_store_run_args(c->db,
+                           "UPDATE jobs SET stop_requested_unix_ms = ?2 WHERE job_id = ?1"
+                           " AND stop_requested_unix_ms = 0",
+                           PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(now)));
 }
 
 /* ---- preemption --------------------------------------------------------------- */
 
+static px_status_t coord_db_victim_fill(coord_arena_t *a, px_store_stmt_t *st, void *obj,
+                                        void *arg) {
+  (void)arg;
+  coord_sched_victim_t *v = obj;
+  /* only jobs that checkpoint: the others would lose their work */
+  size_t len = 0;
+  const void *blob = px_store_column_blob(st, 3, &len);
+  Prunex__V1__JobSpec *spec = (Prunex__V1__JobSpec *)protobuf_c_message_unpack(
+      &prunex__v1__job_spec__descriptor, &a->pb, len, blob);
+  if (!spec || !spec->recovery || spec->recovery->checkpoint_every <= 0) return 1;
+  /* comm.overlap exchanges across rounds: a stop where no checkpoint was
+   * planned would change its arithmetic, so its attempt is cancelled */
+  v->graceful = !(spec->comm && spec->comm->overlap);
+  if (!(v->job_id = coord_strdup(a, px_store_column_text(st, 0)))) return PX_ERR_NOMEM;
+  v->state = (int)px_store_column_int64(st, 1);
+  v->priority = (int)px_store_column_int64(st, 2);
+  v->fitting_nodes = (int)px_store_column_int64(st, 4);
+  return PX_OK;
+}
+
 px_status_t coord_db_sched_preemptible(coord_t *c, coord_arena_t *a, int below, int per_node,
                                        coord_sched_victim_t **out, size_t *n) {
-  px_store_stmt_t *st;
-  size_t cap = 0;
-  *out = NULL;
-  *n = 0;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT j.job_id, j.state, j.priority, j.spec, (SELECT count(*) FROM"
-                         " job_nodes jn WHERE jn.job_id = j.job_id AND (SELECT count(*) FROM"
-                         " node_devices d WHERE d.node_id = jn.node_id) >= ?4) FROM jobs j"
-                         " WHERE j.state IN (?1, ?2) AND j.priority < ?3"
-                         " ORDER BY j.priority, j.scheduled_unix_ms DESC, j.id DESC",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_INT(JS_SCHEDULED), PX_ARG_INT(JS_RUNNING),
-                                                PX_ARG_INT(below), PX_ARG_INT(per_node))));
-  px_status_t rc;
-  while ((rc = px_store_step(st)) == 1) {
-    /* only jobs that checkpoint: the others would lose their work */
-    size_t len = 0;
-    const void *blob = px_store_column_blob(st, 3, &len);
-    Prunex__V1__JobSpec *spec = (Prunex__V1__JobSpec *)protobuf_c_message_unpack(
-        &prunex__v1__job_spec__descriptor, &a->pb, len, blob);
-    if (!spec || !spec->recovery || spec->recovery->checkpoint_every <= 0) continue;
-    /* comm.overlap exchanges across rounds: a stop where no checkpoint was
-     * planned would change its arithmetic, so its attempt is cancelled */
-    int graceful = !(spec->comm && spec->comm->overlap);
-    coord_sched_victim_t *v = coord_push(a, (void **)out, n, &cap, sizeof *v);
-    if (!v || !(v->job_id = coord_strdup(a, px_store_column_text(st, 0)))) {
-      px_store_reset(st);
-      return PX_ERR_NOMEM;
-    }
-    v->state = (int)px_store_column_int64(st, 1);
-    v->priority = (int)px_store_column_int64(st, 2);
-    v->fitting_nodes = (int)px_store_column_int64(st, 4);
-    v->graceful = graceful;
-  }
-  return rc < 0 ? rc : PX_OK;
+  return coord_db_rows(c, a,
+                       "SELECT j.job_id, j.state, j.priority, j.spec, (SELECT count(*) FROM"
+                       " job_nodes jn WHERE jn.job_id = j.job_id AND (SELECT count(*) FROM"
+                       " node_devices d WHERE d.node_id = jn.node_id) >= ?4) FROM jobs j"
+                       " WHERE j.state IN (?1, ?2) AND j.priority < ?3"
+                       " ORDER BY j.priority, j.scheduled_unix_ms DESC, j.id DESC",
+                       PX_STORE_ARGS(PX_ARG_INT(JS_SCHEDULED), PX_ARG_INT(JS_RUNNING),
+                                     PX_ARG_INT(below), PX_ARG_INT(per_node)),
+                       sizeof **out, out, n, coord_db_victim_fill, NULL);
 }
 
 /* ---- accounting ----------------------------------------------------------------- */
@@ -347,161 +296,113 @@ nomem:
 
 px_status_t coord_db_sched_usage_get(coord_t *c, const char *user, int *found, double *usage,
                                      int64_t *updated_ms) {
-  px_store_stmt_t *st;
-  *found = 0;
-  PX_CHECK(px_store_stmt(c->db, "SELECT usage, updated_unix_ms FROM sched_usage WHERE user = ?1",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, user));
-  px_status_t rc = px_store_step(st);
-  if (rc <= 0) return rc;
-  *found = 1;
-  *usage = px_store_column_double(st, 0);
-  *updated_ms = px_store_column_int64(st, 1);
-  px_store_reset(st);
-  return PX_OK;
+  return px_store_row(c->db, "SELECT usage, updated_unix_ms FROM sched_usage WHERE user = ?1",
+                      PX_STORE_ARGS(PX_ARG_TEXT(user)),
+                      PX_STORE_COLS(PX_COL_REAL(usage), PX_COL_INT(updated_ms)), found);
 }
 
 px_status_t coord_db_sched_usage_put(coord_t *c, const char *user, double usage, int64_t now) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "INSERT OR REPLACE INTO sched_usage (user, usage, updated_unix_ms)"
-                         " VALUES (?1, ?2, ?3)",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(user), PX_ARG_REAL(usage),
-                                                PX_ARG_INT(now))));
-  return px_store_run(st);
+  return px_store_run_args(c->db,
+                           "INSERT OR REPLACE INTO sched_usage (user, usage, updated_unix_ms)"
+                           " VALUES (?1, ?2, ?3)",
+                           PX_STORE_ARGS(PX_ARG_TEXT(user), PX_ARG_REAL(usage), PX_ARG_INT(now)));
 }
 
 px_status_t coord_db_sched_attempt(coord_t *c, const char *job_id, int *found, char *owner,
                                    size_t cap, int64_t *nodes, int64_t *since_ms) {
-  px_store_stmt_t *st;
-  *found = 0;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT owner, num_nodes, scheduled_unix_ms FROM jobs WHERE job_id = ?1",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  px_status_t rc = px_store_step(st);
-  if (rc <= 0) return rc;
-  *found = 1;
-  snprintf(owner, cap, "%s", px_store_column_text(st, 0));
-  *nodes = px_store_column_int64(st, 1);
-  *since_ms = px_store_column_int64(st, 2);
-  px_store_reset(st);
-  return PX_OK;
+  return px_store_row(c->db,
+                      "SELECT owner, num_nodes, scheduled_unix_ms FROM jobs WHERE job_id = ?1",
+                      PX_STORE_ARGS(PX_ARG_TEXT(job_id)),
+                      PX_STORE_COLS(PX_COL_TEXT(owner, cap), PX_COL_INT(nodes),
+                                    PX_COL_INT(since_ms)),
+                      found);
 }
 
 px_status_t coord_db_sched_acct_charge(coord_t *c, const char *job_id, double node_seconds) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "UPDATE acct SET node_seconds = node_seconds + ?2 WHERE job_id = ?1",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_REAL(node_seconds))));
-  return px_store_run(st);
+  return px_store_run_args(c->db,
+                           "UPDATE acct SET node_seconds = node_seconds + ?2 WHERE job_id = ?1",
+                           PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_REAL(node_seconds)));
 }
 
 px_status_t coord_db_sched_acct_state(coord_t *c, const char *job_id, int to, int64_t now,
                                       const char *reason) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "UPDATE acct SET state = ?2,"
-                         " start_unix_ms = CASE WHEN ?2 = ?4 AND start_unix_ms = 0 THEN ?3"
-                         "   ELSE start_unix_ms END,"
-                         " attempts = attempts + (?2 = ?4),"
-                         " end_unix_ms = CASE WHEN ?2 IN (?5, ?6, ?7, ?9) THEN ?3"
-                         "   ELSE end_unix_ms END,"
-                         " reason = CASE WHEN ?2 IN (?5, ?6, ?7, ?9) THEN ?8 ELSE reason END"
-                         " WHERE job_id = ?1",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  PX_CHECK(px_store_bind_int64(st, 2, to));
-  PX_CHECK(px_store_bind_int64(st, 3, now));
-  PX_CHECK(px_store_bind_int64(st, 4, JS_SCHEDULED));
-  PX_CHECK(px_store_bind_int64(st, 5, JS_SUCCEEDED));
-  PX_CHECK(px_store_bind_int64(st, 6, JS_FAILED));
-  PX_CHECK(px_store_bind_int64(st, 7, JS_CANCELLED));
-  PX_CHECK(px_store_bind_int64(st, 9, JS_TIMEOUT));
   char brief[256]; /* the record keeps the reason's start: rows stay compact */
   px_utf8_clean(reason, brief, sizeof brief);
-  PX_CHECK(px_store_bind_text(st, 8, brief));
-  return px_store_run(st);
+  return px_store_run_args(c->db,
+                           "UPDATE acct SET state = ?2,"
+                           " start_unix_ms = CASE WHEN ?2 = ?4 AND start_unix_ms = 0 THEN ?3"
+                           "   ELSE start_unix_ms END,"
+                           " attempts = attempts + (?2 = ?4),"
+                           " end_unix_ms = CASE WHEN ?2 IN (?5, ?6, ?7, ?9) THEN ?3"
+                           "   ELSE end_unix_ms END,"
+                           " reason = CASE WHEN ?2 IN (?5, ?6, ?7, ?9) THEN ?8 ELSE reason END"
+                           " WHERE job_id = ?1",
+                           PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(to), PX_ARG_INT(now),
+                                         PX_ARG_INT(JS_SCHEDULED), PX_ARG_INT(JS_SUCCEEDED),
+                                         PX_ARG_INT(JS_FAILED), PX_ARG_INT(JS_CANCELLED),
+                                         PX_ARG_TEXT(brief), PX_ARG_INT(JS_TIMEOUT)));
 }
 
 px_status_t coord_db_sched_stop_clear(coord_t *c, const char *job_id) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db, "UPDATE jobs SET stop_requested_unix_ms = 0 WHERE job_id = ?1",
-                         &st));
-  PX_CHECK(px_store_bind_text(st, 1, job_id));
-  return px_store_run(st);
+  return coord_db_run_key(c, "UPDATE jobs SET stop_requested_unix_ms = 0 WHERE job_id = ?1",
+                          job_id);
 }
 
 px_status_t coord_db_sched_set_reason(coord_t *c, const char *job_id, const char *reason) {
-  px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(c->db,
-                         "UPDATE jobs SET reason = ?2 WHERE job_id = ?1 AND state = ?3 AND"
-                         " reason != ?2",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_TEXT(reason),
-                                                PX_ARG_INT(JS_PENDING))));
-  return px_store_run(st);
+  return px_store_run_args(c->db,
+                           "UPDATE jobs SET reason = ?2 WHERE job_id = ?1 AND state = ?3 AND"
+                           " reason != ?2",
+                           PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_TEXT(reason),
+                                         PX_ARG_INT(JS_PENDING)));
 }
 
 /* ---- the snapshot's rows ---------------------------------------------------------- */
 
+static px_status_t coord_db_snode_fill(coord_arena_t *a, px_store_stmt_t *st, void *obj,
+                                       void *arg) {
+  (void)arg;
+  coord_db_sched_node_t *o = obj;
+  if (!(o->node_id = coord_strdup(a, px_store_column_text(st, 0))))
+    return px_set_error(PX_ERR_NOMEM, "scheduler: out of memory for the snapshot");
+  o->state = (int)px_store_column_int64(st, 1);
+  o->devices = (int)px_store_column_int64(st, 2);
+  o->since_ms = px_store_column_int64(st, 3);
+  o->limit_ms = px_store_column_int64(st, 4);
+  return PX_OK;
+}
+
 px_status_t coord_db_sched_nodes(coord_t *c, coord_arena_t *a, coord_db_sched_node_t **out,
                                  size_t *n) {
-  px_store_stmt_t *st;
-  size_t cap = 0;
-  *out = NULL;
-  *n = 0;
-  PX_CHECK(px_store_stmt(c->db,
-                         "SELECT n.node_id, n.state,"
-                         " (SELECT count(*) FROM node_devices d WHERE d.node_id = n.node_id),"
-                         " coalesce(j.scheduled_unix_ms, 0), coalesce(j.time_limit_ms, 0)"
-                         " FROM nodes n LEFT JOIN jobs j ON j.job_id = n.job_id"
-                         " AND j.state IN (?3, ?4)"
-                         " WHERE n.state IN (?1, ?2) ORDER BY n.id",
-                         &st));
-  PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_INT(NS_READY), PX_ARG_INT(NS_BUSY),
-                                                PX_ARG_INT(JS_SCHEDULED), PX_ARG_INT(JS_RUNNING))));
-  px_status_t rc;
-  while ((rc = px_store_step(st)) == 1) {
-    coord_db_sched_node_t *o = coord_push(a, (void **)out, n, &cap, sizeof *o);
-    if (!o || !(o->node_id = coord_strdup(a, px_store_column_text(st, 0)))) {
-      px_store_reset(st);
-      return px_set_error(PX_ERR_NOMEM, "scheduler: out of memory for the snapshot");
-    }
-    o->state = (int)px_store_column_int64(st, 1);
-    o->devices = (int)px_store_column_int64(st, 2);
-    o->since_ms = px_store_column_int64(st, 3);
-    o->limit_ms = px_store_column_int64(st, 4);
-  }
-  return rc < 0 ? rc : PX_OK;
+  return coord_db_rows(c, a,
+                       "SELECT n.node_id, n.state,"
+                       " (SELECT count(*) FROM node_devices d WHERE d.node_id = n.node_id),"
+                       " coalesce(j.scheduled_unix_ms, 0), coalesce(j.time_limit_ms, 0)"
+                       " FROM nodes n LEFT JOIN jobs j ON j.job_id = n.job_id"
+                       " AND j.state IN (?3, ?4)"
+                       " WHERE n.state IN (?1, ?2) ORDER BY n.id",
+                       PX_STORE_ARGS(PX_ARG_INT(NS_READY), PX_ARG_INT(NS_BUSY),
+                                     PX_ARG_INT(JS_SCHEDULED), PX_ARG_INT(JS_RUNNING)),
+                       sizeof **out, out, n, coord_db_snode_fill, NULL);
+}
+
+static px_status_t coord_db_use_fill(coord_arena_t *a, px_store_stmt_t *st, void *obj,
+                                     void *arg) {
+  (void)arg;
+  coord_db_sched_use_t *o = obj;
+  if (!(o->user = coord_strdup(a, px_store_column_text(st, 0))))
+    return px_set_error(PX_ERR_NOMEM, "scheduler: out of memory for the snapshot");
+  o->value = px_store_column_double(st, 1);
+  o->ms = px_store_column_int64(st, 2);
+  return PX_OK;
 }
 
 /* The rows of sql (no parameters but ?1, ?2 the active states when
  * active): text, integer, then a number, as coord_db_sched_use_t. */
 static px_status_t coord_db_sched_uses(coord_t *c, coord_arena_t *a, const char *sql, int active,
                                        coord_db_sched_use_t **out, size_t *n) {
-  px_store_stmt_t *st;
-  size_t cap = 0;
-  *out = NULL;
-  *n = 0;
-  PX_CHECK(px_store_stmt(c->db, sql, &st));
-  if (active) {
-    PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_INT(JS_SCHEDULED),
-                                                  PX_ARG_INT(JS_RUNNING))));
-  }
-  px_status_t rc;
-  while ((rc = px_store_step(st)) == 1) {
-    coord_db_sched_use_t *o = coord_push(a, (void **)out, n, &cap, sizeof *o);
-    if (!o || !(o->user = coord_strdup(a, px_store_column_text(st, 0)))) {
-      px_store_reset(st);
-      return px_set_error(PX_ERR_NOMEM, "scheduler: out of memory for the snapshot");
-    }
-    o->value = px_store_column_double(st, 1);
-    o->ms = px_store_column_int64(st, 2);
-  }
-  return rc < 0 ? rc : PX_OK;
+  const px_store_arg_t states[] = {PX_ARG_INT(JS_SCHEDULED), PX_ARG_INT(JS_RUNNING)};
+  return coord_db_rows(c, a, sql, states, active ? 2 : 0, sizeof **out, out, n,
+                       coord_db_use_fill, NULL);
 }
 
 px_status_t coord_db_sched_usages(coord_t *c, coord_arena_t *a, coord_db_sched_use_t **out,

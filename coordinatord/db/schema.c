@@ -319,3 +319,16 @@ const px_store_migration_t coord_migrations[] = {
     {13, coord_schema_v13},
 };
 const int coord_nmigrations = (int)(sizeof coord_migrations / sizeof coord_migrations[0]);
+
+px_store_options_t coord_db_options(int read_only, int create, int busy_timeout_ms) {
+  px_store_options_t opt = {
+      .schema = "coordinator",
+      .migrations = coord_migrations,
+      .nmigrations = coord_nmigrations,
+      .busy_timeout_ms = busy_timeout_ms,
+      .quick_check = !read_only,
+      .create = !read_only && create,
+      .read_only = read_only,
+  };
+  return opt;
+}

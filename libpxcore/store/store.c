@@ -230,6 +230,59 @@ px_status_t px_store_row_int64(px_store_t *s, const char *sql, const char *key,
   return PX_OK;
 }
 
+px_status_t px_store_run_args(px_store_t *s, const char *sql, const px_store_arg_t *args,
+                              size_t nargs) {
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(s, sql, &st));
+  PX_CHECK(px_store_bind_args(st, args, nargs));
+  return px_store_run(st);
+}
+
+void px_store_read_cols(px_store_stmt_t *st, const px_store_col_t *cols, size_t ncols) {
+  for (size_t k = 0; k < ncols; k++) {
+    int col = (int)k;
+    switch (cols[k].type) {
+    case 1: *(int64_t *)cols[k].out = sqlite3_column_int64(st->stmt, col); break;
+    case 2: *(double *)cols[k].out = sqlite3_column_double(st->stmt, col); break;
+    case 3: snprintf(cols[k].out, cols[k].cap, "%s", px_store_column_text(st, col)); break;
+    case 4: *(int *)cols[k].out = (int)sqlite3_column_int64(st->stmt, col); break;
+    default: break;
+    }
+  }
+}
+
+px_status_t px_store_row(px_store_t *s, const char *sql, const px_store_arg_t *args,
+                         size_t nargs, const px_store_col_t *cols, size_t ncols, int *found) {
+  px_store_stmt_t *st;
+  if (found) *found = 0;
+  PX_CHECK(px_store_stmt(s, sql, &st));
+  PX_CHECK(px_store_bind_args(st, args, nargs));
+  px_status_t rc = px_store_step(st);
+  if (rc == 1) {
+    px_store_read_cols(st, cols, ncols);
+    if (found) *found = 1;
+  }
+  sqlite3_reset(st->stmt);
+  return rc < 0 ? rc : PX_OK;
+}
+
+px_status_t px_store_each(px_store_t *s, const char *sql, const px_store_arg_t *args,
+                          size_t nargs, px_store_row_fn fn, void *arg) {
+  px_store_stmt_t *st;
+  PX_CHECK(px_store_stmt(s, sql, &st));
+  PX_CHECK(px_store_bind_args(st, args, nargs));
+  px_status_t rc, stop = 0;
+  while ((rc = px_store_step(st)) == 1 && (stop = fn(arg, st)) == 0) {
+  }
+  sqlite3_reset(st->stmt);
+  if (rc < 0) return rc;
+  return stop < 0 ? stop : PX_OK;
+}
+
+size_t px_store_column_bytes(px_store_stmt_t *st, int col) {
+  return (size_t)sqlite3_column_bytes(st->stmt, col);
+}
+
 int64_t px_store_column_int64(px_store_stmt_t *st, int col) {
   return sqlite3_column_int64(st->stmt, col);
 }
@@ -351,6 +404,18 @@ static px_status_t px__migrate(px_store_t *s, const px_store_options_t *opt, int
   return PX_OK;
 }
 
+/* A reader's checks: a database of this schema at the newest version. */
+static px_status_t px__open_read_only(px_store_t *s, const px_store_options_t *opt) {
+  int version = 0, newest = opt->migrations[opt->nmigrations - 1].version;
+  PX_CHECK(px__read_schema(s, opt->schema, &version));
+  if (version != newest)
+    return px_set_error(PX_ERR_FORMAT,
+                        "%s: database schema version %d, this program reads %d: open it read-write "
+                        "first (it cannot be migrated read-only)", s->path, version, newest);
+  s->version = newest;
+  return PX_OK;
+}
+
 px_status_t px_store_open(const char *path, const px_store_options_t *opt, px_store_t **out) {
   *out = NULL;
   PX_REQUIRE(path && path[0], "store: empty database path");
@@ -373,7 +438,8 @@ px_status_t px_store_open(const char *path, const px_store_options_t *opt, px_st
     st = PX_ERR_NOMEM;
     goto fail;
   }
-  int flags = SQLITE_OPEN_READWRITE | (opt->create ? SQLITE_OPEN_CREATE : 0);
+  int flags = opt->read_only ? SQLITE_OPEN_READONLY
+                             : SQLITE_OPEN_READWRITE | (opt->create ? SQLITE_OPEN_CREATE : 0);
   int rc = sqlite3_open_v2(path, &s->db, flags, NULL);
   if (rc != SQLITE_OK) {
     st = px__store_error(s, path, s->db, rc, "open");
@@ -382,6 +448,11 @@ px_status_t px_store_open(const char *path, const px_store_options_t *opt, px_st
   sqlite3_extended_result_codes(s->db, 1);
   sqlite3_busy_timeout(s->db, opt->busy_timeout_ms > 0 ? opt->busy_timeout_ms : 5000);
 
+  if (opt->read_only) {
+    PX_CHECK_GOTO(px__open_read_only(s, opt), st, fail);
+    *out = s;
+    return PX_OK;
+  }
   /* The first statement reads the header: a file that is not a database
    * fails here with SQLITE_NOTADB. */
   char mode[32];

@@ -45,6 +45,10 @@ typedef struct {
   int busy_timeout_ms;   /* 0: 5000 */
   int quick_check;       /* run PRAGMA quick_check on open (finds corrupt pages) */
   int create;            /* create the file when missing (else PX_ERR_IO) */
+  /* read only (a reader beside the writer, e.g. pxcoordd's HTTP thread):
+   * the file must exist at the newest schema version (nothing is migrated
+   * or switched), and every write fails */
+  int read_only;
 } px_store_options_t;
 
 /* Opens path and migrates it to the newest version of opt->migrations.
@@ -116,6 +120,51 @@ typedef struct {
       sizeof((const px_store_arg_t[]){__VA_ARGS__}) / sizeof(px_store_arg_t)
 PX_API px_status_t px_store_bind_args(px_store_stmt_t *st, const px_store_arg_t *args, size_t n);
 
+/* Runs sql (no rows of interest) with args bound: prepare, bind, run in
+ * one call, e.g.
+ *   px_store_run_args(s, "UPDATE jobs SET state = ?2 WHERE job_id = ?1",
+ *                     PX_STORE_ARGS(PX_ARG_TEXT(id), PX_ARG_INT(state)))
+ * Negative on an error, as px_store_step. */
+PX_API px_status_t px_store_run_args(px_store_t *s, const char *sql, const px_store_arg_t *args,
+                                     size_t nargs);
+
+/* Where a result column goes (px_store_row): made by PX_COL_INT (int64_t
+ * *), PX_COL_I32 (int *), PX_COL_REAL (double *), PX_COL_TEXT (char buffer
+ * and its size: cut to fit, always NUL-terminated), PX_COL_SKIP (read
+ * nothing); the makers check the pointer's type. Written with
+ * PX_STORE_COLS as PX_STORE_ARGS. */
+typedef struct {
+  int type; /* 1 int64, 2 real, 3 text, 4 int, 5 skip */
+  void *out;
+  size_t cap;
+} px_store_col_t;
+#define PX_COL_INT(p) ((px_store_col_t){.type = 1, .out = (1 ? (p) : (int64_t *)0)})
+#define PX_COL_REAL(p) ((px_store_col_t){.type = 2, .out = (1 ? (p) : (double *)0)})
+#define PX_COL_TEXT(buf, n) ((px_store_col_t){.type = 3, .out = (1 ? (buf) : (char *)0), .cap = (n)})
+#define PX_COL_I32(p) ((px_store_col_t){.type = 4, .out = (1 ? (p) : (int *)0)})
+#define PX_COL_SKIP ((px_store_col_t){.type = 5})
+#define PX_STORE_COLS(...)                                                                   \
+  (const px_store_col_t[]){__VA_ARGS__},                                                     \
+      sizeof((const px_store_col_t[]){__VA_ARGS__}) / sizeof(px_store_col_t)
+
+/* Reads the current row of st into cols (column k into cols[k]). */
+PX_API void px_store_read_cols(px_store_stmt_t *st, const px_store_col_t *cols, size_t ncols);
+
+/* The first row of sql (args bound) into cols, *found 1; no row leaves
+ * the targets untouched, *found 0 (found may be NULL). The statement is
+ * reset either way. Negative on an error, as px_store_step. */
+PX_API px_status_t px_store_row(px_store_t *s, const char *sql, const px_store_arg_t *args,
+                                size_t nargs, const px_store_col_t *cols, size_t ncols,
+                                int *found);
+
+/* Calls fn(arg, st) for each row of sql (args bound), in order, until the
+ * rows end or fn returns nonzero: a negative return is an error returned
+ * as it is, a positive one stops early (PX_OK). The statement is reset on
+ * every outcome, so no read stays open. */
+typedef px_status_t (*px_store_row_fn)(void *arg, px_store_stmt_t *st);
+PX_API px_status_t px_store_each(px_store_t *s, const char *sql, const px_store_arg_t *args,
+                                 size_t nargs, px_store_row_fn fn, void *arg);
+
 /* Steps the statement: 1 when a row is ready, 0 when done, negative on an
  * error (converted, naming the file and the statement). */
 PX_API px_status_t px_store_step(px_store_stmt_t *st);
@@ -137,6 +186,8 @@ PX_API double px_store_column_double(px_store_stmt_t *st, int col);
 PX_API const char *px_store_column_text(px_store_stmt_t *st, int col);
 PX_API const void *px_store_column_blob(px_store_stmt_t *st, int col, size_t *len);
 PX_API int px_store_column_is_null(px_store_stmt_t *st, int col);
+/* The column's size in bytes (of its text or blob). */
+PX_API size_t px_store_column_bytes(px_store_stmt_t *st, int col);
 
 /* Resets the statement so that it can be stepped again (bindings kept). */
 PX_API void px_store_reset(px_store_stmt_t *st);

@@ -1,0 +1,175 @@
+/* The coordinator data layer's shared loops (coordinatord/db/db_core.h), on
+ * the real schema: coord_db_list appends each column to its arena array
+ * (text copied, integers typed), coord_db_rows fills an array of structs
+ * and drops the rows its fill refuses, coord_db_objects an array of
+ * pointers; every one leaves no read open and reports a bad statement. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../coordinatord/arena.c"
+#include "../coordinatord/db/db_core.c"
+#include "../coordinatord/db/schema.c"
+#include "coord_harness.h"
+
+typedef struct {
+  char dir[256];
+  char path[320];
+  coord_t c;
+  coord_arena_t a;
+} fixture_t;
+
+static int setup(void **state) {
+  fixture_t *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  assert_int_equal(pxt_mkdtemp(f->dir, sizeof f->dir), 0);
+  snprintf(f->path, sizeof f->path, "%s/coord.db", f->dir);
+  px_store_options_t o = coord_db_options(0, 1, 2000);
+  if (px_store_open(f->path, &o, &f->c.db) != PX_OK) fail_msg("%s", px_last_error());
+  /* three nodes in registration order, the second with a long name */
+  for (int i = 1; i <= 3; i++) {
+    char id[16], name[64];
+    snprintf(id, sizeof id, "node-%04d", i);
+    snprintf(name, sizeof name, i == 2 ? "a-rather-long-node-name-%d" : "n%d", i);
+    assert_int_equal(px_store_run_args(f->c.db,
+                                       "INSERT INTO nodes (node_id, name, hostname, state,"
+                                       " registered_unix_ms, last_heartbeat_unix_ms)"
+                                       " VALUES (?1, ?2, 'h', ?3, ?4, ?4)",
+                                       PX_STORE_ARGS(PX_ARG_TEXT(id), PX_ARG_TEXT(name),
+                                                     PX_ARG_INT(i == 3 ? NS_LOST : NS_READY),
+                                                     PX_ARG_INT(1000 * (int64_t)i))),
+                     PX_OK);
+  }
+  coord_arena_init(&f->a);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture_t *f = *state;
+  coord_arena_free(&f->a);
+  px_store_close(f->c.db);
+  pxt_rmtree(f->dir);
+  free(f);
+  return 0;
+}
+
+static void test_list_appends_each_column_typed(void **state) {
+  fixture_t *f = *state;
+  char **ids = NULL, **names = NULL;
+  int *states = NULL;
+  int64_t *beats = NULL;
+  size_t n = 0;
+  assert_int_equal(coord_db_list(&f->c, &f->a,
+                                 "SELECT node_id, name, state, last_heartbeat_unix_ms FROM nodes"
+                                 " WHERE last_heartbeat_unix_ms > ?1 ORDER BY id",
+                                 PX_STORE_ARGS(PX_ARG_INT(0)),
+                                 COORD_LIST_COLS(COORD_LIST_TEXT(&ids), COORD_LIST_TEXT(&names),
+                                                 COORD_LIST_I32(&states), COORD_LIST_INT(&beats)),
+                                 &n),
+                   PX_OK);
+  assert_int_equal(n, 3);
+  assert_string_equal(ids[0], "node-0001");
+  assert_string_equal(names[1], "a-rather-long-node-name-2");
+  assert_int_equal(states[2], NS_LOST);
+  assert_int_equal(beats[2], 3000);
+  /* appends: a second query adds after the rows already there */
+  assert_int_equal(coord_db_ids(&f->c, &f->a, "SELECT node_id FROM nodes WHERE name = ?1", "n3",
+                                &ids, &n),
+                   PX_OK);
+  assert_int_equal(n, 4);
+  assert_string_equal(ids[0], "node-0001");
+  assert_string_equal(ids[3], "node-0003");
+  /* a bad statement fails with the store's message, naming the file */
+  n = 0;
+  assert_int_equal(coord_db_list(&f->c, &f->a, "SELEKT 1", NULL, 0,
+                                 COORD_LIST_COLS(COORD_LIST_TEXT(&ids)), &n),
+                   PX_ERR_INVALID);
+  assert_non_null(strstr(px_last_error(), f->path));
+}
+
+typedef struct {
+  char *id;
+  int state;
+} node_row_t;
+
+/* drops the LOST nodes (the filter a fill may apply) */
+static px_status_t node_fill(coord_arena_t *a, px_store_stmt_t *st, void *obj, void *arg) {
+  int *calls = arg;
+  (*calls)++;
+  node_row_t *r = obj;
+  assert_null(r->id); /* zeroed, also when a dropped row's slot is reused */
+  r->state = (int)px_store_column_int64(st, 1);
+  if (r->state == NS_LOST) {
+    r->id = (char *)"dropped";
+    return 1;
+  }
+  return (r->id = coord_strdup(a, px_store_column_text(st, 0))) ? PX_OK : PX_ERR_NOMEM;
+}
+
+static px_status_t node_fill_fails(coord_arena_t *a, px_store_stmt_t *st, void *obj, void *arg) {
+  (void)a, (void)st, (void)obj, (void)arg;
+  return px_set_error(PX_ERR_FORMAT, "a row that does not parse");
+}
+
+static void test_rows_fill_structs_and_drop_refused_rows(void **state) {
+  fixture_t *f = *state;
+  node_row_t *rows = NULL;
+  size_t n = 99;
+  int calls = 0;
+  /* the LOST node first, so that the next row takes its slot */
+  assert_int_equal(coord_db_rows(&f->c, &f->a,
+                                 "SELECT node_id, state FROM nodes ORDER BY state DESC, id", NULL,
+                                 0, sizeof *rows, &rows, &n, node_fill, &calls),
+                   PX_OK);
+  assert_int_equal(calls, 3);
+  assert_int_equal(n, 2);
+  assert_string_equal(rows[0].id, "node-0001");
+  assert_string_equal(rows[1].id, "node-0002");
+  assert_int_equal(coord_db_rows(&f->c, &f->a, "SELECT node_id, state FROM nodes", NULL, 0,
+                                 sizeof *rows, &rows, &n, node_fill_fails, NULL),
+                   PX_ERR_FORMAT);
+  /* the statement was reset: the writer can change the table at once */
+  assert_int_equal(px_store_begin(f->c.db), PX_OK);
+  assert_int_equal(px_store_run_args(f->c.db, "DELETE FROM nodes WHERE node_id = ?1",
+                                     PX_STORE_ARGS(PX_ARG_TEXT("node-0003"))),
+                   PX_OK);
+  assert_int_equal(px_store_commit(f->c.db), PX_OK);
+}
+
+static px_status_t name_fill(coord_arena_t *a, px_store_stmt_t *st, void *obj, void *arg) {
+  (void)arg;
+  char **o = obj;
+  return (*o = coord_strdup(a, px_store_column_text(st, 0))) ? PX_OK : PX_ERR_NOMEM;
+}
+
+static void test_objects_allocate_one_per_row(void **state) {
+  fixture_t *f = *state;
+  char ***names = NULL; /* pointers to one-pointer objects */
+  size_t n = 0;
+  assert_int_equal(coord_db_objects(&f->c, &f->a,
+                                    "SELECT name FROM nodes WHERE state = ?1 ORDER BY id",
+                                    PX_STORE_ARGS(PX_ARG_INT(NS_READY)), sizeof(char *), &names,
+                                    &n, name_fill, NULL),
+                   PX_OK);
+  assert_int_equal(n, 2);
+  assert_ptr_not_equal(names[0], names[1]);
+  assert_string_equal(*names[0], "n1");
+  assert_string_equal(*names[1], "a-rather-long-node-name-2");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_list_appends_each_column_typed, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_rows_fill_structs_and_drop_refused_rows, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_objects_allocate_one_per_row, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
