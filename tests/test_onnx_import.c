@@ -266,6 +266,65 @@ static int row_zero(const float *w, int o, size_t len) {
   return 1;
 }
 
+/* The packed floats of m's parameters by masks, the followers packed by
+ * theirs or (dense_followers) sent whole. */
+static size_t packed_floats(px_model_t *m, const px_sparsity_t *set, const px_sparsity_param_t *sp,
+                            const uint8_t *masks, int dense_followers, px_pack_plan_t **out) {
+  int np = px_model_num_params(m);
+  px_param_desc_t *desc = calloc((size_t)np, sizeof *desc);
+  const uint8_t **mp = calloc((size_t)np, sizeof *mp);
+  for (int i = 0; i < np; i++) {
+    int packed = sp[i].prunable && !(sp[i].follower && dense_followers);
+    desc[i] = (px_param_desc_t){px_model_param(m, i)->name, packed ? PX_PARAM_CONV : PX_PARAM_DENSE,
+                                sp[i].shape, px_tensor_numel(px_model_param(m, i)->value),
+                                packed ? px_sparsity_layout(set, i) : NULL};
+    mp[i] = packed ? masks + px_sparsity_mask_offset(set, i) : NULL;
+  }
+  px_pack_plan_t *plan;
+  assert_int_equal(px_pack_plan_create(desc, np, 0, &plan), PX_OK);
+  assert_int_equal(px_pack_plan_set_masks(plan, mp), PX_OK);
+  px_pack_plan_freeze(plan);
+  free((void *)mp);
+  free(desc);
+  size_t n = px_pack_packed_floats(plan);
+  if (out) *out = plan;
+  else px_pack_plan_destroy(plan);
+  return n;
+}
+
+/* The packed exchange by those masks, as H-SADMM plans it: shrinking the
+ * projected parameters and expanding them into zeroed tensors gives them
+ * back bit for bit, and the packed stream is the one with dense followers
+ * less exactly the followers' pruned channels. */
+static void pack_round_trip(px_model_t *m, const px_sparsity_t *set, const px_sparsity_param_t *sp,
+                            const uint8_t *masks) {
+  int np = px_model_num_params(m);
+  const float **src = calloc((size_t)np, sizeof *src);
+  float **dst = calloc((size_t)np, sizeof *dst);
+  size_t dead = 0;
+  for (int i = 0; i < np; i++) {
+    const px_tensor_t *v = px_model_param(m, i)->value;
+    src[i] = v->data;
+    dst[i] = calloc(px_tensor_numel(v), sizeof(float));
+    const uint8_t *mf = sp[i].follower ? masks + px_sparsity_mask_offset(set, i) : NULL;
+    for (int c = 0; mf && c < sp[i].shape.c_out; c++)
+      dead += mf[c] ? 0 : px_tensor_numel(v) / (size_t)sp[i].shape.c_out;
+  }
+  px_pack_plan_t *plan;
+  size_t with = packed_floats(m, set, sp, masks, 0, &plan);
+  assert_int_equal(with + dead, packed_floats(m, set, sp, masks, 1, NULL));
+  px_pack_shrink(plan, src);
+  px_pack_expand(plan, dst);
+  for (int i = 0; i < np; i++) {
+    assert_memory_equal(dst[i], src[i], px_tensor_numel(px_model_param(m, i)->value) * sizeof(float));
+    free(dst[i]);
+  }
+  print_message("packed: %zu floats, %zu fewer than with dense followers\n", with, dead);
+  px_pack_plan_destroy(plan);
+  free(dst);
+  free(src);
+}
+
 /* Groups from the graph (issue 30, item 2): the sparsity set's projection
  * (channel keep 0.5) with the coupling px_model_channel_consumer derives,
  * on an imported net's weights; returns the number of coupled pairs, each
@@ -316,6 +375,7 @@ static int project_coupled(px_model_t *m, int *followers) {
     assert_int_equal(px_model_channel_follower(m, i), sp[i].consumer);
     (*followers)++;
   }
+  pack_round_trip(m, set, sp, masks);
   px_sparsity_destroy(set);
   free(masks);
   free(off);
