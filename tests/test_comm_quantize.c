@@ -172,8 +172,8 @@ static int rank_main(px_th_ctx_t *ctx) {
   static float theta[D];
   for (int j = 0; j < D; j++) theta[j] = (float)target(ctx->rank, j);
   px_hsadmm_param_t params[2] = {
-      {"w", theta, DW, sc->keep_channel < 1.0, {4, 3, 1, 1}, 0, 0},
-      {"b", theta + DW, DD, 0, {0, 0, 0, 0}, 0, 0},
+      {"w", theta, DW, sc->keep_channel < 1.0, {4, 3, 1, 1}, 0, 0, 0},
+      {"b", theta + DW, DD, 0, {0, 0, 0, 0}, 0, 0, 0},
   };
   /* small buckets, so that the exchange has several */
   px_hsadmm_config_t cfg = {0, 1.0, 1.0, LAMBDA, {1.0, sc->keep_channel, 1.0, 0, 0}, 4 * 1024};

@@ -135,8 +135,8 @@ static int rank_main(px_th_ctx_t *ctx) {
   float theta[D] = {0};
   for (int i = 0; i < D; i++) theta[i] = (float)px_th_val(3, ctx->rank, (size_t)i) / 8.0f;
   px_hsadmm_param_t params[2] = {
-      {"w", theta, DW, sc->keep_channel < 1.0, {4, 3, 1, 1}, 0, 0},
-      {"b", theta + DW, D - DW, 0, {0, 0, 0, 0}, 0, 0},
+      {"w", theta, DW, sc->keep_channel < 1.0, {4, 3, 1, 1}, 0, 0, 0},
+      {"b", theta + DW, D - DW, 0, {0, 0, 0, 0}, 0, 0, 0},
   };
   px_hsadmm_config_t cfg = {sc->flat, 1.0, 1.0, LAMBDA, {1.0, sc->keep_channel, 1.0, 0, 0}, 0};
   px_hsadmm_t *h;
@@ -293,9 +293,9 @@ static int coupled_rank(px_th_ctx_t *ctx) {
   float theta[CN];
   for (int i = 0; i < CN; i++) theta[i] = (float)px_th_val(7, 0, (size_t)i);
   px_hsadmm_param_t params[3] = {
-      {"a", theta, CA, 1, {6, 4, 1, 1}, 1, 1},
-      {"b", theta + CA, CB, 1, {5, 6, 1, 1}, 0, 0},
-      {"t", theta + CA + CB, CD, 0, {0, 0, 0, 0}, 0, 0},
+      {"a", theta, CA, 1, {6, 4, 1, 1}, 1, 1, 0},
+      {"b", theta + CA, CB, 1, {5, 6, 1, 1}, 0, 0, 0},
+      {"t", theta + CA + CB, CD, 0, {0, 0, 0, 0}, 0, 0, 0},
   };
   px_hsadmm_config_t cfg = {0, 1.0, 1.0, 0.0, {1.0, 0.5, 1.0, 0, 0}, 0};
   px_hsadmm_t *h;

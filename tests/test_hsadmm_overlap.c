@@ -81,8 +81,8 @@ static int rank_main(px_th_ctx_t *ctx) {
   static float theta[D];
   for (int j = 0; j < D; j++) theta[j] = (float)target(ctx->rank, j);
   px_hsadmm_param_t params[2] = {
-      {"w", theta, DW, 1, {6, 5, 3, 3}, 0, 0},
-      {"b", theta + DW, DD, 0, {0, 0, 0, 0}, 0, 0},
+      {"w", theta, DW, 1, {6, 5, 3, 3}, 0, 0, 0},
+      {"b", theta + DW, DD, 0, {0, 0, 0, 0}, 0, 0, 0},
   };
   /* small buckets: the exchange has several requests in flight */
   px_hsadmm_config_t cfg = {0, 1.0, 0.5, LAMBDA, {1.0, 0.6, 1.0, 0, 0}, 1024};
@@ -149,7 +149,7 @@ static int refuse_main(px_th_ctx_t *ctx) {
   px_comm_t *comm;
   PX_TH_OK(px_th_comm(ctx, NULL, &comm));
   static float theta[D];
-  px_hsadmm_param_t params[1] = {{"b", theta, DD, 0, {0, 0, 0, 0}, 0, 0}};
+  px_hsadmm_param_t params[1] = {{"b", theta, DD, 0, {0, 0, 0, 0}, 0, 0, 0}};
   for (int flat = 0; flat < 2; flat++) {
     px_hsadmm_config_t cfg = {flat, 1.0, 1.0, LAMBDA, {1.0, 1.0, 1.0, 0, 0}, 0};
     px_hsadmm_t *h;

@@ -21,8 +21,10 @@
 #include <cmocka.h>
 
 #include "prunex/export.h"
+#include "prunex/hsadmm.h"
 #include "prunex/nn.h"
 #include "prunex/prune.h"
+#include "prunex/strategy.h"
 #include "px_test_util.h"
 
 #define PY "/usr/bin/python3"
@@ -48,20 +50,22 @@ static size_t read_f32(const char *dir, const char *name, void *buf, size_t byte
   return n;
 }
 
-/* PyTorch's reference for net in a fresh directory dir. */
-static void reference(const char *net, char *dir) {
+/* PyTorch's reference for net on c x h x w inputs in a fresh directory dir. */
+static void reference_at(const char *net, int c, int h, int w, char *dir) {
   strcpy(dir, "/tmp/px_onnx_import_XXXXXX");
   assert_non_null(mkdtemp(dir));
   char cmd[1024];
   snprintf(cmd, sizeof cmd, PY " %s reference %s %s %d %d %d %d %d >/dev/null", NETS, net, dir,
-           BATCH, C, HW, HW, K);
+           BATCH, c, h, w, K);
   assert_int_equal(system(cmd), 0);
 }
 
-static px_model_t *import(px_ops_t *ops, const char *dir) {
+static void reference(const char *net, char *dir) { reference_at(net, C, HW, HW, dir); }
+
+static px_model_t *import_at(px_ops_t *ops, const char *dir, int c, int h, int w) {
   char path[512];
   snprintf(path, sizeof path, "%s/model.onnx", dir);
-  px_model_config_t cfg = {"", C, K, BATCH, HW, HW, NULL, 0, PX_PRECISION_FP32, path};
+  px_model_config_t cfg = {"", c, K, BATCH, h, w, NULL, 0, PX_PRECISION_FP32, path};
   px_model_t *m = NULL;
   px_status_t st = px_model_create(ops, &cfg, &m);
   if (st != PX_OK) fail_msg("import %s: %s", path, px_last_error());
@@ -70,22 +74,29 @@ static px_model_t *import(px_ops_t *ops, const char *dir) {
   return m;
 }
 
-static void check_net(const char *net) {
+static px_model_t *import(px_ops_t *ops, const char *dir) { return import_at(ops, dir, C, HW, HW); }
+
+/* net on c x h x w inputs: our logits and, when grads, one training
+ * step's gradients against PyTorch's. */
+static void check_net_at(const char *net, int c, int h, int w, int grads) {
   char dir[64];
-  reference(net, dir);
+  reference_at(net, c, h, w, dir);
   px_ops_t *ops;
   assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
-  px_model_t *m = import(ops, dir);
-  float x[BATCH * C * HW * HW], want[BATCH * K], got[BATCH * K];
+  px_model_t *m = import_at(ops, dir, c, h, w);
+  size_t xbytes = (size_t)BATCH * c * h * w * sizeof(float);
+  float *x = malloc(xbytes), want[BATCH * K], got[BATCH * K];
   int32_t y[BATCH];
-  assert_int_equal(read_f32(dir, "x.f32", x, sizeof x), sizeof x);
+  assert_int_equal(read_f32(dir, "x.f32", x, xbytes), xbytes);
   assert_int_equal(read_f32(dir, "y.i32", y, sizeof y), sizeof y);
   assert_int_equal(read_f32(dir, "logits.f32", want, sizeof want), sizeof want);
   assert_int_equal(px_model_logits(m, x, BATCH, got), PX_OK);
   double dmax = 0;
   for (int i = 0; i < BATCH * K; i++) dmax = fmax(dmax, fabs((double)got[i] - want[i]));
-  print_message("%s: logits differ from PyTorch's by at most %.2e\n", net, dmax);
+  print_message("%s (%dx%dx%d): logits differ from PyTorch's by at most %.2e\n", net, c, h, w,
+                dmax);
   assert_true(dmax <= 1e-4);
+  if (!grads) goto done;
 
   float loss;
   int64_t correct = 0;
@@ -124,11 +135,15 @@ static void check_net(const char *net) {
   print_message("%s: %d parameter gradients within %.2e (relative to the largest) of PyTorch's\n",
                 net, nparams, worst);
   assert_int_equal(nparams, px_model_num_params(m));
+done:
+  free(x);
   px_model_destroy(m);
   px_ops_destroy(ops);
   snprintf(p, sizeof p, "rm -rf %s", dir);
   assert_int_equal(system(p), 0);
 }
+
+static void check_net(const char *net) { check_net_at(net, C, HW, HW, 1); }
 
 static void vgg_forward_and_gradients_match_pytorch(void **state) {
   (void)state;
@@ -148,6 +163,24 @@ static void mobilenet_forward_and_gradients_match_pytorch(void **state) {
   (void)state;
   if (!have_torch()) skip();
   check_net("mobilenet");
+}
+
+/* Inputs other than the 16 x 16 above (issue 30, item 3): Fashion-MNIST's
+ * own 1 x 28 x 28 through the VGG (28 -> 14 -> 7 -> 3: pooling windows that
+ * do not divide the map) and a non-square 3 x 40 x 24 image through the
+ * ResNet, logits and gradients; the MobileNet at 3 x 40 x 24 and
+ * 3 x 64 x 64, logits only: its training-mode gradients drift from
+ * PyTorch's as the map grows (largest difference 3e-5 of the largest
+ * gradient at 16 x 16, 1.5e-4 at 32 x 32, 1e-2 at 40 x 24; at 64 x 64, 6
+ * of the batch's pre-activations lie within 1e-6 of a ReLU6 kink, measured
+ * with PyTorch), not yet explained: see docs/performance.md. */
+static void other_input_sizes_match_pytorch(void **state) {
+  (void)state;
+  if (!have_torch()) skip();
+  check_net_at("vgg", 1, 28, 28, 1);
+  check_net_at("resnet", 3, 40, 24, 1);
+  check_net_at("mobilenet", 3, 40, 24, 0);
+  check_net_at("mobilenet", 3, 64, 64, 0);
 }
 
 /* Squeeze-and-excitation (convs with bias on the pooled 1 x 1 map, Relu on
@@ -205,42 +238,117 @@ static void depthwise_and_se_convs_are_left_out_of_pruning(void **state) {
   px_ops_destroy(ops);
 }
 
+/* The sparsity set of m's parameters as H-SADMM builds it
+ * (px_strategy_hsadmm_params: the coupling and its followers from the
+ * graph); sp and off get [np] entries. */
+static px_sparsity_t *sparsity_of(px_model_t *m, px_sparsity_param_t *sp, size_t *off) {
+  int np = px_model_num_params(m);
+  px_hsadmm_param_t *hp = calloc((size_t)np, sizeof *hp);
+  px_strategy_hsadmm_params(m, NULL, 0, hp);
+  const float *base = px_model_flat_params(m)->data;
+  for (int i = 0; i < np; i++) {
+    off[i] = (size_t)((const float *)px_model_param(m, i)->value->data - base);
+    sp[i] = (px_sparsity_param_t){hp[i].prunable, hp[i].shape,
+                                  hp[i].has_consumer ? hp[i].consumer : -1, hp[i].follower};
+  }
+  free(hp);
+  px_prune_keep_t keep = {1.0, 0.5, 1.0, 0, 0};
+  px_sparsity_t *set;
+  assert_int_equal(px_sparsity_create(sp, NULL, np, &keep, &set), PX_OK);
+  return set;
+}
+
+/* Whether filter (row) o of the [rows, len] tensor w is all zero. */
+static int row_zero(const float *w, int o, size_t len) {
+  for (size_t j = 0; j < len; j++)
+    if (w[(size_t)o * len + j] != 0) return 0;
+  return 1;
+}
+
+/* The packed floats of m's parameters by masks, the followers packed by
+ * theirs or (dense_followers) sent whole. */
+static size_t packed_floats(px_model_t *m, const px_sparsity_t *set, const px_sparsity_param_t *sp,
+                            const uint8_t *masks, int dense_followers, px_pack_plan_t **out) {
+  int np = px_model_num_params(m);
+  px_param_desc_t *desc = calloc((size_t)np, sizeof *desc);
+  const uint8_t **mp = calloc((size_t)np, sizeof *mp);
+  for (int i = 0; i < np; i++) {
+    int packed = sp[i].prunable && !(sp[i].follower && dense_followers);
+    desc[i] = (px_param_desc_t){px_model_param(m, i)->name, packed ? PX_PARAM_CONV : PX_PARAM_DENSE,
+                                sp[i].shape, px_tensor_numel(px_model_param(m, i)->value),
+                                packed ? px_sparsity_layout(set, i) : NULL};
+    mp[i] = packed ? masks + px_sparsity_mask_offset(set, i) : NULL;
+  }
+  px_pack_plan_t *plan;
+  assert_int_equal(px_pack_plan_create(desc, np, 0, &plan), PX_OK);
+  assert_int_equal(px_pack_plan_set_masks(plan, mp), PX_OK);
+  px_pack_plan_freeze(plan);
+  free((void *)mp);
+  free(desc);
+  size_t n = px_pack_packed_floats(plan);
+  if (out) *out = plan;
+  else px_pack_plan_destroy(plan);
+  return n;
+}
+
+/* The packed exchange by those masks, as H-SADMM plans it: shrinking the
+ * projected parameters and expanding them into zeroed tensors gives them
+ * back bit for bit, and the packed stream is the one with dense followers
+ * less exactly the followers' pruned channels. */
+static void pack_round_trip(px_model_t *m, const px_sparsity_t *set, const px_sparsity_param_t *sp,
+                            const uint8_t *masks) {
+  int np = px_model_num_params(m);
+  const float **src = calloc((size_t)np, sizeof *src);
+  float **dst = calloc((size_t)np, sizeof *dst);
+  size_t dead = 0;
+  for (int i = 0; i < np; i++) {
+    const px_tensor_t *v = px_model_param(m, i)->value;
+    src[i] = v->data;
+    dst[i] = calloc(px_tensor_numel(v), sizeof(float));
+    const uint8_t *mf = sp[i].follower ? masks + px_sparsity_mask_offset(set, i) : NULL;
+    for (int c = 0; mf && c < sp[i].shape.c_out; c++)
+      dead += mf[c] ? 0 : px_tensor_numel(v) / (size_t)sp[i].shape.c_out;
+  }
+  px_pack_plan_t *plan;
+  size_t with = packed_floats(m, set, sp, masks, 0, &plan);
+  assert_int_equal(with + dead, packed_floats(m, set, sp, masks, 1, NULL));
+  px_pack_shrink(plan, src);
+  px_pack_expand(plan, dst);
+  for (int i = 0; i < np; i++) {
+    assert_memory_equal(dst[i], src[i], px_tensor_numel(px_model_param(m, i)->value) * sizeof(float));
+    free(dst[i]);
+  }
+  print_message("packed: %zu floats, %zu fewer than with dense followers\n", with, dead);
+  px_pack_plan_destroy(plan);
+  free(dst);
+  free(src);
+}
+
 /* Groups from the graph (issue 30, item 2): the sparsity set's projection
  * (channel keep 0.5) with the coupling px_model_channel_consumer derives,
  * on an imported net's weights; returns the number of coupled pairs, each
  * checked: a channel pruned in the consumer is a filter pruned in the
- * producer, and the reverse (zero in all tied places). */
-static int project_coupled(px_model_t *m) {
+ * producer, and the reverse (zero in all tied places). *followers gets the
+ * number of tensors that ride along (a depthwise conv and the batch norm
+ * after it): each one's filter mask is its group's, zero where the group
+ * is pruned. */
+static int project_coupled(px_model_t *m, int *followers) {
   int np = px_model_num_params(m), pairs = 0;
   px_sparsity_param_t *sp = calloc((size_t)np, sizeof *sp);
   size_t *off = calloc((size_t)np, sizeof *off);
+  px_sparsity_t *set = sparsity_of(m, sp, off);
   const float *base = px_model_flat_params(m)->data;
-  for (int i = 0; i < np; i++) {
-    const px_tensor_t *t = px_model_param(m, i)->value;
-    off[i] = (size_t)((const float *)t->data - base);
-    sp[i].consumer = -1;
-    sp[i].prunable = px_model_param(m, i)->kind == PX_WEIGHT_CONV;
-    if (sp[i].prunable)
-      sp[i].shape = (px_conv_shape_t){(int32_t)t->dims[0], (int32_t)t->dims[1],
-                                      (int32_t)t->dims[2], (int32_t)t->dims[3]};
-  }
-  for (int i = 0; i < np; i++) {
-    int c = px_model_channel_consumer(m, i);
-    if (sp[i].prunable && c >= 0 && sp[c].prunable) sp[i].consumer = c, pairs++;
-  }
-  px_prune_keep_t keep = {1.0, 0.5, 1.0, 0, 0};
-  px_sparsity_t *set;
-  assert_int_equal(px_sparsity_create(sp, NULL, np, &keep, &set), PX_OK);
   uint8_t *masks = calloc(px_sparsity_mask_bytes(set) + 1, 1);
   assert_int_equal(px_sparsity_project(set, (float *)base, off, masks), PX_OK);
+  *followers = 0;
   for (int i = 0; i < np; i++) {
-    if (sp[i].consumer < 0) continue;
+    if (sp[i].consumer < 0 || sp[i].follower) continue;
+    pairs++;
     px_conv_shape_t P = sp[i].shape, Q = sp[sp[i].consumer].shape;
     const float *wp = base + off[i], *wq = base + off[sp[i].consumer];
     int pruned = 0;
     for (int ch = 0; ch < P.c_out; ch++) {
-      int filter_zero = 1, channel_zero = 1;
-      for (int j = 0; j < P.c_in * P.kh * P.kw; j++) filter_zero &= wp[ch * P.c_in * P.kh * P.kw + j] == 0;
+      int filter_zero = row_zero(wp, ch, (size_t)P.c_in * P.kh * P.kw), channel_zero = 1;
       for (int o = 0; o < Q.c_out; o++)
         for (int j = 0; j < Q.kh * Q.kw; j++)
           channel_zero &= wq[((size_t)o * Q.c_in + ch) * Q.kh * Q.kw + j] == 0;
@@ -249,6 +357,24 @@ static int project_coupled(px_model_t *m) {
     }
     assert_int_equal(pruned, P.c_out / 2); /* ceil(0.5 * C) kept */
   }
+  for (int i = 0; i < np; i++) {
+    if (!sp[i].follower) continue;
+    const px_prune_layout_t *F = px_sparsity_layout(set, i), *Q = px_sparsity_layout(set, sp[i].consumer);
+    const uint8_t *mf = px_prune_part(F, masks + px_sparsity_mask_offset(set, i), PX_PRUNE_PART_FILTER);
+    const uint8_t *mq = px_prune_part(Q, masks + px_sparsity_mask_offset(set, sp[i].consumer),
+                                      PX_PRUNE_PART_CHANNEL);
+    px_conv_shape_t S = sp[i].shape;
+    int kept = 0;
+    for (int ch = 0; ch < S.c_out; ch++) {
+      assert_int_equal(mf[ch], mq[ch]);
+      if (!mq[ch]) assert_true(row_zero(base + off[i], ch, (size_t)S.c_in * S.kh * S.kw));
+      kept += mq[ch];
+    }
+    assert_int_equal(kept, (S.c_out + 1) / 2);
+    assert_int_equal(px_model_channel_follower(m, i), sp[i].consumer);
+    (*followers)++;
+  }
+  pack_round_trip(m, set, sp, masks);
   px_sparsity_destroy(set);
   free(masks);
   free(off);
@@ -269,12 +395,15 @@ static void imported_graphs_prune_by_coupled_groups_and_compact_exactly(void **s
   assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
   const char *nets[2] = {"mobilenet", "seresnet"};
   const int want_pairs[2] = {3, 2}; /* the three blocks' expansion -> projection; conv1 -> conv2 */
+  /* each block's depthwise conv and its batch norm's scale and shift; none in the SE-ResNet */
+  const int want_followers[2] = {9, 0};
   for (int k = 0; k < 2; k++) {
     char dir[64], path[512], cmd[2048];
     reference(nets[k], dir);
     px_model_t *m = import(ops, dir), *cm = NULL;
-    int pairs = project_coupled(m);
+    int followers, pairs = project_coupled(m, &followers);
     assert_int_equal(pairs, want_pairs[k]);
+    assert_int_equal(followers, want_followers[k]);
     if (k == 0) { /* the classifier reads no channel 3 (left) or 35 (right) of the Concat */
       for (int i = 0; i < px_model_num_params(m); i++) {
         const px_model_param_t *p = px_model_param(m, i);
@@ -295,8 +424,9 @@ static void imported_graphs_prune_by_coupled_groups_and_compact_exactly(void **s
       d = fmax(d, fabs((double)ld[i] - lc[i]));
       scale = fmax(scale, fabs((double)ld[i]));
     }
-    print_message("%s: %d coupled pairs, %zu of %zu parameters after compaction, compact logits "
-                  "within %.2e\n", nets[k], pairs, px_model_numel(cm), px_model_numel(m), d);
+    print_message("%s: %d coupled pairs, %d followers, %zu of %zu parameters after compaction, "
+                  "compact logits within %.2e\n", nets[k], pairs, followers, px_model_numel(cm),
+                  px_model_numel(m), d);
     assert_true(px_model_numel(cm) < px_model_numel(m));
     assert_true(d <= 1e-4 * scale);
     snprintf(path, sizeof path, "%s/compact.onnx", dir);
@@ -480,18 +610,85 @@ static void imported_resnet20_is_the_builtin_graph(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* One path for built-in and imported models (issue 30, item 2): the
+ * built-in resnet20, written by our own ONNX export and imported back, has
+ * the built-in's coupling groups (producer -> consumer, no followers) and,
+ * projected from the same weights, bit for bit the built-in's masks and
+ * projected weights: the coupling and the projection read the graph, not
+ * the architecture's name. */
+static void builtin_resnet20_through_our_onnx_has_its_groups_and_masks(void **state) {
+  (void)state;
+  char dir[64], path[512], cmd[128];
+  strcpy(dir, "/tmp/px_onnx_import_XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/resnet20.onnx", dir);
+  px_ops_t *ops;
+  assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
+  px_model_config_t bc = {"resnet20", 3, K, 2, 32, 32, NULL, 0, PX_PRECISION_FP32, NULL};
+  px_model_config_t ic = bc;
+  ic.onnx = path;
+  px_model_t *b = NULL, *m = NULL;
+  assert_int_equal(px_model_create(ops, &bc, &b), PX_OK);
+  assert_int_equal(px_model_init_params(b, 7), PX_OK);
+  assert_int_equal(px_onnx_save(b, path, NULL), PX_OK);
+  assert_int_equal(px_model_create(ops, &ic, &m), PX_OK);
+  assert_int_equal(px_model_init_params(m, 1), PX_OK); /* the file's weights: b's */
+  int np = px_model_num_params(b), pairs = 0;
+  assert_int_equal(px_model_num_params(m), np);
+  assert_int_equal(px_model_numel(m), px_model_numel(b));
+  assert_memory_equal(px_model_flat_params(m)->data, px_model_flat_params(b)->data,
+                      px_model_numel(b) * sizeof(float));
+  px_sparsity_param_t *sb = calloc((size_t)np, sizeof *sb), *sm = calloc((size_t)np, sizeof *sm);
+  size_t *ob = calloc((size_t)np, sizeof *ob), *om = calloc((size_t)np, sizeof *om);
+  px_sparsity_t *setb = sparsity_of(b, sb, ob), *setm = sparsity_of(m, sm, om);
+  for (int i = 0; i < np; i++) {
+    assert_string_equal(px_model_param(m, i)->name, px_model_param(b, i)->name);
+    assert_memory_equal(&sm[i], &sb[i], sizeof sb[i]);
+    assert_int_equal(ob[i], om[i]);
+    assert_int_equal(sb[i].follower, 0);
+    assert_int_equal(px_model_channel_follower(b, i), -1);
+    pairs += sb[i].consumer >= 0;
+  }
+  assert_int_equal(pairs, 9); /* every block's conv1 -> conv2 */
+  size_t mb = px_sparsity_mask_bytes(setb);
+  assert_int_equal(px_sparsity_mask_bytes(setm), mb);
+  uint8_t *kb = calloc(mb, 1), *km = calloc(mb, 1);
+  assert_int_equal(px_sparsity_project(setb, px_model_flat_params(b)->data, ob, kb), PX_OK);
+  assert_int_equal(px_sparsity_project(setm, px_model_flat_params(m)->data, om, km), PX_OK);
+  assert_memory_equal(kb, km, mb);
+  assert_memory_equal(px_model_flat_params(m)->data, px_model_flat_params(b)->data,
+                      px_model_numel(b) * sizeof(float));
+  print_message("resnet20 through our ONNX: %d coupled pairs, %zu mask bytes, the built-in's\n",
+                pairs, mb);
+  px_sparsity_destroy(setb);
+  px_sparsity_destroy(setm);
+  free(kb);
+  free(km);
+  free(sb);
+  free(sm);
+  free(ob);
+  free(om);
+  px_model_destroy(m);
+  px_model_destroy(b);
+  px_ops_destroy(ops);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(vgg_forward_and_gradients_match_pytorch),
       cmocka_unit_test(resnet_forward_and_gradients_match_pytorch),
       cmocka_unit_test(mobilenet_forward_and_gradients_match_pytorch),
       cmocka_unit_test(seresnet_forward_and_gradients_match_pytorch),
+      cmocka_unit_test(other_input_sizes_match_pytorch),
       cmocka_unit_test(depthwise_and_se_convs_are_left_out_of_pruning),
       cmocka_unit_test(imported_graphs_prune_by_coupled_groups_and_compact_exactly),
       cmocka_unit_test(unsupported_operator_is_refused_with_node_and_file),
       cmocka_unit_test(truncated_and_garbage_files_are_refused),
       cmocka_unit_test(imported_vgg_exports_to_onnx_that_opencv_runs_alike),
       cmocka_unit_test(imported_resnet20_is_the_builtin_graph),
+      cmocka_unit_test(builtin_resnet20_through_our_onnx_has_its_groups_and_masks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

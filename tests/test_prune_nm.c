@@ -294,8 +294,8 @@ static void test_nm_pack_roundtrip(void **state) {
 static void test_sparsity_set_projects_and_freezes(void **state) {
   (void)state;
   /* conv0 -> conv1 coupled, a dense bias, conv3 alone */
-  const px_sparsity_param_t p[4] = {{1, {8, 3, 3, 3}, 1}, {1, {8, 8, 3, 3}, -1},
-                                    {0, {0, 0, 0, 0}, -1}, {1, {4, 8, 1, 1}, -1}};
+  const px_sparsity_param_t p[4] = {{1, {8, 3, 3, 3}, 1, 0}, {1, {8, 8, 3, 3}, -1, 0},
+                                    {0, {0, 0, 0, 0}, -1, 0}, {1, {4, 8, 1, 1}, -1, 0}};
   const size_t numel[4] = {216, 576, 8, 32};
   px_prune_keep_t k = {1, 0.5, 1, 2, 4};
   px_sparsity_t *sp;
@@ -346,7 +346,7 @@ static void test_sparsity_set_projects_and_freezes(void **state) {
   }
   /* a bad coupling */
   px_sparsity_t *bad;
-  px_sparsity_param_t q[2] = {{1, {8, 3, 3, 3}, 1}, {1, {8, 5, 3, 3}, -1}};
+  px_sparsity_param_t q[2] = {{1, {8, 3, 3, 3}, 1, 0}, {1, {8, 5, 3, 3}, -1, 0}};
   assert_int_equal(px_sparsity_create(q, NULL, 2, &k, &bad), PX_ERR_INVALID);
   /* without N:M nothing is frozen specially */
   px_prune_keep_t plain = {1, 0.5, 1, 0, 0};

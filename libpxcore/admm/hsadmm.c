@@ -82,6 +82,7 @@ static px_status_t px__hsadmm_sparsity(px_hsadmm_t *h) {
       sp[i].prunable = p->prunable;
       sp[i].shape = p->shape;
       sp[i].consumer = !p->has_consumer ? -1 : p->consumer >= 0 ? p->consumer : INT32_MAX;
+      sp[i].follower = p->follower;
     }
     st = px_sparsity_create(sp, names, n, &h->cfg.keep, &h->sp);
   }

@@ -918,6 +918,35 @@ int px_model_channel_consumer(const px_model_t *m, int i) {
   }
   return -1;
 }
+
+/* The node whose weight (CONV, BN scale) or bias (BN shift, CONV bias) is
+ * parameter i, or NULL. */
+static const px__node_t *px__param_node(const px_model_t *m, int i) {
+  for (int k = 0; k < m->nnodes; k++)
+    if ((m->nodes[k].w == i || m->nodes[k].b == i) &&
+        (m->nodes[k].kind == PX__CONV || m->nodes[k].kind == PX__BN))
+      return &m->nodes[k];
+  return NULL;
+}
+
+int px_model_channel_follower(const px_model_t *m, int i) {
+  if (i < 0 || i >= m->nparams) return -1;
+  const px__node_t *n = px__param_node(m, i);
+  if (!n || (n->kind != PX__BN && !px__depthwise(m, n))) return -1;
+  /* back to the producing conv, each link read by the next node alone */
+  int dw = px__depthwise(m, n);
+  const px__node_t *p = n;
+  do {
+    if (m->consumers[p->in] != 1 || m->producer[p->in] < 0) return -1;
+    p = &m->nodes[m->producer[p->in]];
+    if (p->kind != PX__ACT && p->kind != PX__BN && p->kind != PX__CONV) return -1;
+    dw |= px__depthwise(m, p);
+  } while (p->kind != PX__CONV || px__depthwise(m, p));
+  /* no depthwise conv before it: the producer's own batch norm, which
+   * travels dense as the built-in models' do */
+  if (!dw) return -1;
+  return px_model_channel_consumer(m, p->w);
+}
 int px_model_num_nodes(const px_model_t *m) { return m->nnodes; }
 
 int px_model_compactable(const px_model_t *m) {

@@ -22,11 +22,12 @@ struct px_sparsity {
   size_t ws_bytes;
 };
 
-/* Marks the consumers of coupled producers, checking each pair. */
+/* Marks the consumers of coupled producers, checking each pair, then each
+ * follower against its group's consumer. */
 static px_status_t px__sparsity_coupling(px_sparsity_t *sp, const char *const *names) {
   const px_sparsity_param_t *p = sp->params;
   for (int i = 0; i < sp->n; i++) {
-    if (!p[i].prunable || p[i].consumer < 0) continue;
+    if (!p[i].prunable || p[i].consumer < 0 || p[i].follower) continue;
     int32_t c = p[i].consumer;
     if (c >= sp->n || c == i || !p[c].prunable || p[c].shape.c_in != p[i].shape.c_out ||
         sp->is_consumer[c])
@@ -35,6 +36,15 @@ static px_status_t px__sparsity_coupling(px_sparsity_t *sp, const char *const *n
                           "input channels read by this one alone",
                           names && names[i] ? names[i] : "?", (int)c, (int)p[i].shape.c_out);
     sp->is_consumer[c] = 1;
+  }
+  for (int i = 0; i < sp->n; i++) {
+    if (!p[i].prunable || !p[i].follower) continue;
+    int32_t c = p[i].consumer;
+    if (c < 0 || c >= sp->n || !sp->is_consumer[c] || p[c].shape.c_in != p[i].shape.c_out)
+      return px_set_error(PX_ERR_INVALID,
+                          "H-SADMM parameter %s: follows %d, which is not a coupled consumer "
+                          "with %d input channels", names && names[i] ? names[i] : "?", (int)c,
+                          (int)p[i].shape.c_out);
   }
   return PX_OK;
 }
@@ -62,7 +72,10 @@ px_status_t px_sparsity_create(const px_sparsity_param_t *params, const char *co
   for (int i = 0; i < n; i++) {
     sp->moff[i] = SIZE_MAX;
     if (!params[i].prunable) continue;
-    PX_CHECK_GOTO(px_prune_layout_init(&sp->layouts[i], params[i].shape, keep), st, fail);
+    /* a follower has no N:M part: its filters are its group's, every element kept */
+    PX_CHECK_GOTO(px_prune_layout_init(&sp->layouts[i], params[i].shape,
+                                       params[i].follower ? NULL : keep),
+                  st, fail);
     sp->moff[i] = sp->mtotal;
     sp->mtotal += sp->layouts[i].size;
     size_t w = px_prune_workspace_size(params[i].shape);
@@ -94,14 +107,32 @@ const px_prune_layout_t *px_sparsity_layout(const px_sparsity_t *sp, int i) {
   return sp->params[i].prunable ? &sp->layouts[i] : NULL;
 }
 
+/* A follower's mask: its group's (the consumer's channel part) as its
+ * filter part, everything else kept; the tensor is zeroed outside it. */
+static void px__sparsity_follow(const px_sparsity_t *sp, float *base, const size_t *off,
+                                uint8_t *masks) {
+  for (int i = 0; i < sp->n; i++) {
+    const px_sparsity_param_t *p = &sp->params[i];
+    if (!p->prunable || !p->follower) continue;
+    const px_prune_layout_t *L = &sp->layouts[i], *Q = &sp->layouts[p->consumer];
+    uint8_t *m = masks + sp->moff[i];
+    memset(m, 1, L->size);
+    memcpy(px_prune_part(L, m, PX_PRUNE_PART_FILTER),
+           px_prune_part(Q, masks + sp->moff[p->consumer], PX_PRUNE_PART_CHANNEL),
+           L->len[PX_PRUNE_PART_FILTER]);
+    px_prune_layout_apply(L, base + off[i], m);
+  }
+}
+
 /* The composite order is filter, channel, shape, N:M for every layer,
  * except that the channels of a coupled consumer are chosen after its
- * producer's own steps, together with the producer's filters. */
+ * producer's own steps, together with the producer's filters, and that a
+ * follower takes its group's choice. */
 px_status_t px_sparsity_project(px_sparsity_t *sp, float *base, const size_t *off,
                                 uint8_t *masks) {
   const px_prune_keep_t *k = &sp->keep;
   for (int i = 0; i < sp->n; i++) {
-    if (!sp->params[i].prunable) continue;
+    if (!sp->params[i].prunable || sp->params[i].follower) continue;
     const px_prune_layout_t *L = &sp->layouts[i];
     float *x = base + off[i];
     uint8_t *m = masks + sp->moff[i];
@@ -115,7 +146,7 @@ px_status_t px_sparsity_project(px_sparsity_t *sp, float *base, const size_t *of
   }
   for (int i = 0; i < sp->n; i++) {
     const px_sparsity_param_t *p = &sp->params[i];
-    if (!p->prunable || p->consumer < 0) continue;
+    if (!p->prunable || p->consumer < 0 || p->follower) continue;
     const px_prune_layout_t *L = &sp->layouts[i], *Q = &sp->layouts[p->consumer];
     PX_CHECK(px_prune_project_coupled(
         base + off[i], L->shape, base + off[p->consumer], Q->shape, k->channel_keep,
@@ -123,8 +154,9 @@ px_status_t px_sparsity_project(px_sparsity_t *sp, float *base, const size_t *of
         px_prune_part(Q, masks + sp->moff[p->consumer], PX_PRUNE_PART_CHANNEL), sp->ws,
         sp->ws_bytes));
   }
+  px__sparsity_follow(sp, base, off, masks);
   for (int i = 0; i < sp->n; i++) {
-    if (!sp->params[i].prunable) continue;
+    if (!sp->params[i].prunable || sp->params[i].follower) continue;
     const px_prune_layout_t *L = &sp->layouts[i];
     uint8_t *m = masks + sp->moff[i];
     PX_CHECK(px_prune_project_shape(base + off[i], L->shape, k->shape_keep,

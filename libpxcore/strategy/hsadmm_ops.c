@@ -63,6 +63,21 @@ void px_strategy_hsadmm_params(px_model_t *m, const char *const *skip_layers, in
       out[i].consumer = k;
     }
   }
+  /* a depthwise conv between them, and the batch norms after it, lose
+   * channel c with the group (px_model_channel_follower) */
+  for (int i = 0; i < np; i++) {
+    int k = px_model_channel_follower(m, i);
+    const px_tensor_t *v = px_model_param(m, i)->value;
+    int coupled = 0;
+    for (int j = 0; j < np && k >= 0 && !coupled; j++)
+      coupled = out[j].has_consumer && out[j].consumer == k;
+    if (!coupled || px__skipped(skip_layers, nskip, out[i].name)) continue;
+    out[i].prunable = out[i].has_consumer = out[i].follower = 1;
+    out[i].consumer = k;
+    out[i].shape = (px_conv_shape_t){(int32_t)v->dims[0], v->ndim == 4 ? (int32_t)v->dims[1] : 1,
+                                     v->ndim == 4 ? (int32_t)v->dims[2] : 1,
+                                     v->ndim == 4 ? (int32_t)v->dims[3] : 1};
+  }
 }
 
 /* ---- after the freeze: training inside the masks ------------------------------------ */

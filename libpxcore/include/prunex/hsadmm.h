@@ -40,7 +40,8 @@ extern "C" {
 #endif
 
 /* One parameter tensor of this rank (host f32, borrowed). A prunable tensor
- * is a conv weight projected onto the structured set. */
+ * is a conv weight projected onto the structured set, or a follower of one
+ * coupled group. */
 typedef struct {
   const char *name;
   float *theta;
@@ -54,6 +55,10 @@ typedef struct {
    * with it. A parameter is the consumer of at most one producer. */
   int has_consumer;
   int32_t consumer;
+  /* prunable only: 1 for a follower (px_sparsity_param_t): a depthwise conv
+   * or batch norm ([c, 1, 1, 1]) between a coupled producer and its consumer
+   * `consumer` (has_consumer set), masked and packed with that group */
+  int follower;
 } px_hsadmm_param_t;
 
 typedef struct {

@@ -140,6 +140,15 @@ PX_API const px_model_param_t *px_model_param(const px_model_t *m, int i);
  * feeds a residual add, a pooling, a concat, an SE multiply, several
  * readers, ... */
 PX_API int px_model_channel_consumer(const px_model_t *m, int i);
+/* The tensors that ride along with a coupled group: when parameter i is the
+ * weight or bias of a depthwise conv, or the scale or shift of a batch norm
+ * after one, on the chain from a producer conv to the consumer
+ * px_model_channel_consumer gives it, returns that consumer: channel c of
+ * i is dead exactly when the consumer drops channel c, so i is masked and
+ * packed with the group (px_sparsity_param_t.follower). -1 otherwise (the
+ * producer's own batch norm included: it stays dense, as in the built-in
+ * models, which have no followers). */
+PX_API int px_model_channel_follower(const px_model_t *m, int i);
 PX_API int px_model_num_buffers(const px_model_t *m);
 
 /* The graph, for exporters (compaction, ONNX): nodes in forward order. */

@@ -184,20 +184,28 @@ PX_API px_status_t px_prune_project_nm_ref(float *w, px_conv_shape_t s, int32_t 
  * contiguous buffer, the coupling of producer filters with consumer
  * channels, and the projection of the whole list in the fixed order: for
  * every layer filter, channel (consumers skip theirs), then the coupled
- * channel groups, then shape, then N:M. */
+ * channel groups (followers take their group's mask), then shape, then N:M
+ * (followers have neither). */
 
 typedef struct {
   int prunable;            /* 0: dense, no mask */
   px_conv_shape_t shape;   /* prunable only */
   int32_t consumer;        /* prunable only: the parameter whose channels read this one's
                               filters alone (px_prune_project_coupled), or -1 */
+  int follower;            /* 1: a tensor between a coupled producer and its consumer that
+                              passes channel c on as channel c (a depthwise conv, a batch
+                              norm's scale or shift, as [c, 1, 1, 1]): `consumer` names the
+                              group's consumer, and this tensor's filter c is kept exactly
+                              when that consumer keeps channel c; no projection of its own */
 } px_sparsity_param_t;
 
 typedef struct px_sparsity px_sparsity_t;
 
 /* Copies the list. Fails with PX_ERR_INVALID on a bad keep, shape or
  * coupling (a consumer that is not a prunable conv with c_in equal to the
- * producer's c_out, or that has two producers), PX_ERR_NOMEM. The caller
+ * producer's c_out, or that has two producers; a follower whose consumer is
+ * not a coupled consumer with c_in equal to the follower's c_out),
+ * PX_ERR_NOMEM. The caller
  * owns *out. names (may be NULL) are used in error messages only. */
 PX_API px_status_t px_sparsity_create(const px_sparsity_param_t *params, const char *const *names,
                                       int n, const px_prune_keep_t *keep, px_sparsity_t **out);
