@@ -180,12 +180,14 @@ typedef struct {
   px__wbuf_t w_fwd; /* plain weights -> forward layout */
   px__wbuf_t w_bwd; /* plain weights -> backward-data layout */
   px__wbuf_t dw;    /* weight gradient layout -> plain */
+  int serial;       /* set by the descriptors' maker: the three primitives run on the calling
+                       thread alone (data and weights within PX__SERIAL_BYTES) */
 } px__cpu_wlayer_t;
 
 /* What makes one kind of layer: from its parameters, the forward,
  * backward-data and backward-weights descriptors (in pd, which the caller
  * destroys, also on failure), the weights' plain descriptor, and the output,
- * weight and bias specs in l->wl. */
+ * weight and bias specs in l->wl (and l->serial where the layer is small). */
 typedef px_status_t (*px__cpu_wlayer_pds_fn)(px_ops_t *ops, px__cpu_wlayer_t *l, const void *params,
                                              dnnl_primitive_desc_t pd[PX__WL_NPD],
                                              dnnl_memory_desc_t *w_plain);
