@@ -1,8 +1,13 @@
 /* Convolution on the oneDNN backend: forward, backward-data and
  * backward-weights against the naive reference on random data (plain and
  * blocked inputs, stride 2, padding, 1x1 and 5x5 kernels, odd sizes and
- * channel counts, with and without bias), and the gradients against central
- * finite differences of the backend's own forward. */
+ * channel counts, with and without bias, weights converted on one thread and
+ * on all), and the gradients against central finite differences of the
+ * backend's own forward. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* RTLD_DEFAULT */
+#endif
+#include <dlfcn.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -35,6 +40,7 @@ static const conv_case_t cases[] = {
     {2, 32, 4, 4, 16, 1, 1, 0, 1, 0},  /* 1x1 on a plain input, bias */
     {1, 4, 11, 11, 8, 5, 2, 2, 0, 0},  /* 5x5 stride 2 padding 2 */
     {2, 16, 6, 6, 16, 3, 1, 0, 0, 1},  /* no padding */
+    {1, 256, 3, 3, 256, 3, 1, 1, 0, 1}, /* 2.4 MB of weights: converted by every thread */
 };
 
 static void ref_shape(const conv_case_t *c, px__ref_conv_t *s) {
@@ -194,6 +200,49 @@ static void gradients_match_finite_differences(void **state) {
   px_ops_destroy(ops);
 }
 
+/* OpenMP's thread count as oneDNN will read it for the next primitive. */
+static int omp_threads(void) {
+  int (*get)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "omp_get_max_threads");
+  assert_non_null(get);
+  return get();
+}
+
+/* Weights under PX__SERIAL_BYTES are converted on the calling thread alone:
+ * the context's two threads must be back for the convolution itself and
+ * every op after it, whichever path each conversion took. */
+static void serial_weight_conversions_keep_the_thread_count(void **state) {
+  (void)state;
+  const conv_case_t small = {2, 16, 8, 8, 16, 3, 1, 1, 0, 1}, large = cases[7];
+  const conv_case_t *cc[2] = {&small, &large};
+  px_ops_t *ops = new_ops();
+  for (int i = 0; i < 2; i++) {
+    px_tensor_t xs, ys, ws;
+    input_spec(ops, cc[i]->blocked, cc[i]->n, cc[i]->c, cc[i]->h, cc[i]->w, &xs);
+    px_conv2d_params_t p = params_of(cc[i]);
+    px_conv2d_t *conv = NULL;
+    assert_ok(px_conv2d_create(ops, &xs, &p, &conv));
+    px_conv2d_y_spec(conv, &ys);
+    px_conv2d_w_spec(conv, &ws);
+    px_tensor_t x, y, w, dy, dx, dw;
+    make_tensor(&x, &xs, NULL);
+    make_tensor(&w, &ws, NULL);
+    make_tensor(&y, &ys, NULL);
+    make_tensor(&dy, &ys, NULL);
+    make_tensor(&dx, &xs, NULL);
+    make_tensor(&dw, &ws, NULL);
+    assert_ok(px_conv2d_forward(conv, &y, &x, &w, NULL));
+    assert_int_equal(omp_threads(), 2);
+    assert_ok(px_conv2d_backward_data(conv, &dx, &dy, &w));
+    assert_int_equal(omp_threads(), 2);
+    assert_ok(px_conv2d_backward_weights(conv, &dw, NULL, &x, &dy));
+    assert_int_equal(omp_threads(), 2);
+    px_tensor_t *all[] = {&x, &y, &w, &dy, &dx, &dw};
+    for (size_t k = 0; k < sizeof all / sizeof *all; k++) px_tensor_release(all[k]);
+    px_conv2d_destroy(conv);
+  }
+  px_ops_destroy(ops);
+}
+
 static void mismatched_tensors_are_refused(void **state) {
   (void)state;
   px_ops_t *ops = new_ops();
@@ -237,6 +286,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(forward_and_backward_match_reference),
       cmocka_unit_test(gradients_match_finite_differences),
+      cmocka_unit_test(serial_weight_conversions_keep_the_thread_count),
       cmocka_unit_test(mismatched_tensors_are_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

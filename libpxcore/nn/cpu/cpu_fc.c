@@ -50,6 +50,9 @@ static px_status_t px__fc_pds(px_ops_t *ops, px__cpu_wlayer_t *l, const void *pa
   PX_CHECK(px__cpu_plain_md(w_plain, nd, wd4, PX_DTYPE_F32));
   PX_DNNL(dnnl_memory_desc_init_by_tag(&w_any, nd, wd, dnnl_f32, dnnl_format_tag_any));
   const dnnl_memory_desc_t *bias = p->bias ? &b_md : NULL;
+  /* a classifier head (ResNet-20: 128 x 64 in, 10 out) is a few microseconds of work */
+  l->serial = (px_tensor_numel(x_spec) + (size_t)in * (size_t)p->out_features +
+               (size_t)ydims[0] * (size_t)p->out_features) * sizeof(float) <= PX__SERIAL_BYTES;
 
   dnnl_inner_product_desc_t id;
   PX_DNNL(dnnl_inner_product_forward_desc_init(&id, dnnl_forward_training, &x_md, &w_any, bias,

@@ -70,6 +70,7 @@ px_status_t px__cpu_ops_create(px_device_t dev, int nthreads, px_ops_t **out) {
     const dnnl_version_t *v = dnnl_version();
     typedef int (*omp_max_fn)(void);
     omp_max_fn omp_max = (omp_max_fn)dlsym(RTLD_DEFAULT, "omp_get_max_threads");
+    ops->default_threads = omp_max ? omp_max() : 1;
     int threads = nthreads > 0 ? nthreads : (omp_max ? omp_max() : 0);
     snprintf(ops->desc, sizeof ops->desc, "oneDNN %d.%d.%d (cpu, %s, %d threads)", v->major,
              v->minor, v->patch, dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa()), threads);
@@ -406,9 +407,12 @@ px_status_t px__exec_run(px_ops_t *ops, px__exec_t *ex, void *const *ptrs) {
       ex->handles[i] = p;
     }
   }
-  PX_DNNL(dnnl_primitive_execute(ex->prim, ops->stream, ex->nargs, ex->args));
-  PX_DNNL(dnnl_stream_wait(ops->stream));
-  return PX_OK;
+  const int serial = ex->serial && ops->omp_set_num_threads;
+  if (serial) ops->omp_set_num_threads(1);
+  dnnl_status_t s = dnnl_primitive_execute(ex->prim, ops->stream, ex->nargs, ex->args);
+  if (s == dnnl_success) s = dnnl_stream_wait(ops->stream);
+  if (serial) ops->omp_set_num_threads(ops->nthreads > 0 ? ops->nthreads : ops->default_threads);
+  return px__dnnl_status(s, "dnnl_primitive_execute");
 }
 
 void px__exec_destroy(px__exec_t *ex) {
@@ -434,8 +438,10 @@ px_status_t px__wbuf_create(px_ops_t *ops, px__wbuf_t *wb, const dnnl_memory_des
     ops->wscratch_bytes = need;
   }
   wb->needed = 1;
-  return to_prim ? px__exec_create_reorder(ops, &wb->reorder, plain_md, prim_md)
-                 : px__exec_create_reorder(ops, &wb->reorder, prim_md, plain_md);
+  PX_CHECK(to_prim ? px__exec_create_reorder(ops, &wb->reorder, plain_md, prim_md)
+                   : px__exec_create_reorder(ops, &wb->reorder, prim_md, plain_md));
+  wb->reorder.serial = need <= PX__SERIAL_BYTES;
+  return PX_OK;
 }
 
 px_status_t px__wbuf_in(px_ops_t *ops, px__wbuf_t *wb, const px_tensor_t *w, void **out) {

@@ -22,6 +22,7 @@ static px_status_t px__wlayer_execs(px_ops_t *ops, px__cpu_wlayer_t *l,
   PX_CHECK(px__wbuf_create(ops, &l->w_bwd, w_plain,
                            px__cpu_pd_md(pd[PX__WL_BWD_D], DNNL_ARG_WEIGHTS), 1));
   PX_CHECK(px__exec_create(ops, &l->bwd_w, pd[PX__WL_BWD_W], wa, nb));
+  l->fwd.serial = l->bwd_d.serial = l->bwd_w.serial = l->serial;
   return px__wbuf_create(ops, &l->dw, w_plain,
                          px__cpu_pd_md(pd[PX__WL_BWD_W], DNNL_ARG_DIFF_WEIGHTS), 0);
 }

@@ -31,7 +31,17 @@ typedef struct {
   int scratch_idx; /* index of the scratchpad in args[], -1 if none */
   dnnl_exec_arg_t args[PX__EXEC_MAX_ARGS];
   void *handles[PX__EXEC_MAX_ARGS]; /* handle last bound to each memory object */
+  int serial; /* 1: runs on the calling thread alone (see PX__SERIAL_BYTES) */
 } px__exec_t;
+
+/* Work on at most this many bytes runs on the calling thread alone. oneDNN
+ * splits even a 9 KB weight reorder across every thread, and each parallel
+ * region ends in a barrier: on a busy machine a thread that has to wait for a
+ * descheduled partner loses a time slice there, which costs more than the
+ * whole conversion done by one thread (bench/train, docs/performance.md).
+ * Results do not depend on it: a conversion moves values and computes
+ * nothing. */
+#define PX__SERIAL_BYTES ((size_t)1 << 20)
 
 /* A layout chosen by oneDNN, interned per context (one object per distinct
  * memory descriptor). Conversions to and from plain order are created on
@@ -51,6 +61,7 @@ struct px_ops {
   px__ops_head_t head; /* first: the dispatcher reads it */
   px_device_t device;
   int nthreads; /* <= 0: runtime default */
+  int default_threads; /* the runtime's count when the context was made */
   px__omp_set_fn omp_set_num_threads;
   dnnl_engine_t engine;
   dnnl_stream_t stream;
@@ -169,12 +180,14 @@ typedef struct {
   px__wbuf_t w_fwd; /* plain weights -> forward layout */
   px__wbuf_t w_bwd; /* plain weights -> backward-data layout */
   px__wbuf_t dw;    /* weight gradient layout -> plain */
+  int serial;       /* set by the descriptors' maker: the three primitives run on the calling
+                       thread alone (data and weights within PX__SERIAL_BYTES) */
 } px__cpu_wlayer_t;
 
 /* What makes one kind of layer: from its parameters, the forward,
  * backward-data and backward-weights descriptors (in pd, which the caller
  * destroys, also on failure), the weights' plain descriptor, and the output,
- * weight and bias specs in l->wl. */
+ * weight and bias specs in l->wl (and l->serial where the layer is small). */
 typedef px_status_t (*px__cpu_wlayer_pds_fn)(px_ops_t *ops, px__cpu_wlayer_t *l, const void *params,
                                              dnnl_primitive_desc_t pd[PX__WL_NPD],
                                              dnnl_memory_desc_t *w_plain);
