@@ -88,6 +88,14 @@ PX_API void px_atomic_file_abort(px_atomic_file_t *f);
 PX_API px_status_t px_file_write_atomic(const char *path, const void *data, size_t len,
                                         unsigned mode, unsigned flags);
 
+/* ---- directories --------------------------------------------------------- */
+
+/* Creates dir and every missing parent with permissions mode (& ~umask), as
+ * `mkdir -p` does; existing ones are fine. Fails with PX_ERR_INVALID for an
+ * empty path or one of 4096 bytes or more, PX_ERR_IO naming the component
+ * that could not be made, or dir when it is not a directory. */
+PX_API px_status_t px_mkdirs(const char *dir, unsigned mode);
+
 #ifdef __cplusplus
 }
 #endif
