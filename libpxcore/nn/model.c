@@ -136,17 +136,33 @@ static px_status_t px__new_act(px_model_t *m, const px_tensor_t *spec, int *out)
   return PX_OK;
 }
 
+/* Parallel arrays that share one capacity (a parameter's value, gradient,
+ * name and kind; a buffer's value and name). */
+typedef struct {
+  void **arr;
+  size_t elem;
+  const char *name;
+} px__column_t;
+
+static px_status_t px__grow_columns(const px__column_t *cols, int ncols, int *cap, int need) {
+  int ncap = *cap;
+  for (int i = 0; i < ncols; i++) {
+    ncap = *cap;
+    PX_CHECK(px__grow(cols[i].arr, &ncap, need, cols[i].elem, cols[i].name));
+  }
+  *cap = ncap;
+  return PX_OK;
+}
+
 static px_status_t px__new_param(px_model_t *m, const px_tensor_t *spec, const char *prefix,
                                  const char *suffix, px_weight_kind_t kind, int *out) {
-  int need = m->nparams + 1, cap = m->cap_params;
-  PX_CHECK(px__grow((void **)&m->pvals, &cap, need, sizeof *m->pvals, "model.pvals"));
-  cap = m->cap_params;
-  PX_CHECK(px__grow((void **)&m->pgrads, &cap, need, sizeof *m->pgrads, "model.pgrads"));
-  cap = m->cap_params;
-  PX_CHECK(px__grow((void **)&m->pnames, &cap, need, sizeof *m->pnames, "model.pnames"));
-  cap = m->cap_params;
-  PX_CHECK(px__grow((void **)&m->pkinds, &cap, need, sizeof *m->pkinds, "model.pkinds"));
-  m->cap_params = cap;
+  const px__column_t cols[] = {
+      {(void **)&m->pvals, sizeof *m->pvals, "model.pvals"},
+      {(void **)&m->pgrads, sizeof *m->pgrads, "model.pgrads"},
+      {(void **)&m->pnames, sizeof *m->pnames, "model.pnames"},
+      {(void **)&m->pkinds, sizeof *m->pkinds, "model.pkinds"},
+  };
+  PX_CHECK(px__grow_columns(cols, 4, &m->cap_params, m->nparams + 1));
   PX_CHECK(px__dotted_name(prefix, suffix, &m->pnames[m->nparams]));
   m->pvals[m->nparams] = *spec;
   m->pgrads[m->nparams] = *spec;
@@ -157,11 +173,11 @@ static px_status_t px__new_param(px_model_t *m, const px_tensor_t *spec, const c
 
 static px_status_t px__new_buffer(px_model_t *m, const px_tensor_t *spec, const char *prefix,
                                   const char *suffix, int *out) {
-  int need = m->nbufs + 1, cap = m->cap_bufs;
-  PX_CHECK(px__grow((void **)&m->bufs, &cap, need, sizeof *m->bufs, "model.bufs"));
-  cap = m->cap_bufs;
-  PX_CHECK(px__grow((void **)&m->bnames, &cap, need, sizeof *m->bnames, "model.bnames"));
-  m->cap_bufs = cap;
+  const px__column_t cols[] = {
+      {(void **)&m->bufs, sizeof *m->bufs, "model.bufs"},
+      {(void **)&m->bnames, sizeof *m->bnames, "model.bnames"},
+  };
+  PX_CHECK(px__grow_columns(cols, 2, &m->cap_bufs, m->nbufs + 1));
   PX_CHECK(px__dotted_name(prefix, suffix, &m->bnames[m->nbufs]));
   m->bufs[m->nbufs] = *spec;
   *out = m->nbufs++;

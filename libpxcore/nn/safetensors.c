@@ -721,6 +721,22 @@ static int px__st_cmp_kv(const void *a, const void *b) {
   return strcmp((*(px__st_kv_t *const *)a)->key, (*(px__st_kv_t *const *)b)->key);
 }
 
+/* *out = [n + 1] pointers to the n elements of elem bytes at arr, sorted by
+ * cmp (which compares two such pointers); *dup = the first sorted position
+ * equal to the one before it, -1 when all differ. *out is px_malloc'd. */
+static px_status_t px__st_index(void *arr, int n, size_t elem,
+                                int (*cmp)(const void *, const void *), void ***out, int *dup) {
+  void **idx = px_malloc(((size_t)n + 1) * sizeof *idx, "safetensors.index");
+  if (!idx) return PX_ERR_NOMEM;
+  for (int i = 0; i < n; i++) idx[i] = (char *)arr + (size_t)i * elem;
+  qsort(idx, (size_t)n, sizeof *idx, cmp);
+  *out = idx;
+  *dup = -1;
+  for (int i = 1; i < n && *dup < 0; i++)
+    if (cmp(&idx[i - 1], &idx[i]) == 0) *dup = i;
+  return PX_OK;
+}
+
 static px_status_t px__st_validate(px_safetensors_t *h) {
   const char *path = h->path;
   char sh[160];
@@ -756,24 +772,17 @@ static px_status_t px__st_validate(px_safetensors_t *h) {
 
   /* Entries in data order; the by-name index points into the final array. */
   if (h->n > 1) qsort(h->entries, (size_t)h->n, sizeof *h->entries, px__st_cmp_entry_offset);
-  h->by_name = px_malloc(((size_t)h->n + 1) * sizeof *h->by_name, "safetensors.index");
-  if (!h->by_name) return PX_ERR_NOMEM;
-  for (int i = 0; i < h->n; i++) h->by_name[i] = &h->entries[i];
-  qsort(h->by_name, (size_t)h->n, sizeof *h->by_name, px__st_cmp_entry_name);
-  for (int i = 1; i < h->n; i++) {
-    if (strcmp(h->by_name[i - 1]->name, h->by_name[i]->name) == 0) {
-      return px__st_fail(PX_ERR_FORMAT, path, "duplicate tensor name '%s'", h->by_name[i]->name);
-    }
-  }
-  h->meta_by_key = px_malloc(((size_t)h->nmeta + 1) * sizeof *h->meta_by_key, "safetensors.index");
-  if (!h->meta_by_key) return PX_ERR_NOMEM;
-  for (int i = 0; i < h->nmeta; i++) h->meta_by_key[i] = &h->meta[i];
-  qsort(h->meta_by_key, (size_t)h->nmeta, sizeof *h->meta_by_key, px__st_cmp_kv);
-  for (int i = 1; i < h->nmeta; i++) {
-    if (strcmp(h->meta_by_key[i - 1]->key, h->meta_by_key[i]->key) == 0) {
-      return px__st_fail(PX_ERR_FORMAT, path, "duplicate %s key '%s'", PX__ST_META_KEY,
-                         h->meta_by_key[i]->key);
-    }
+  void **idx;
+  int dup;
+  PX_CHECK(px__st_index(h->entries, h->n, sizeof *h->entries, px__st_cmp_entry_name, &idx, &dup));
+  h->by_name = (px__st_entry_t **)idx;
+  if (dup >= 0)
+    return px__st_fail(PX_ERR_FORMAT, path, "duplicate tensor name '%s'", h->by_name[dup]->name);
+  PX_CHECK(px__st_index(h->meta, h->nmeta, sizeof *h->meta, px__st_cmp_kv, &idx, &dup));
+  h->meta_by_key = (px__st_kv_t **)idx;
+  if (dup >= 0) {
+    return px__st_fail(PX_ERR_FORMAT, path, "duplicate %s key '%s'", PX__ST_META_KEY,
+                       h->meta_by_key[dup]->key);
   }
 
   uint64_t expect = 0;
