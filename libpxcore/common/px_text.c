@@ -1,5 +1,6 @@
-/* Text and files (prunex/text.h): the one buffer, UTF-8 check, JSON quoting
- * and atomic file write that the library, the daemons and pxctl share. */
+/* Text and files (prunex/text.h): the one buffer, UTF-8 check, JSON quoting,
+ * atomic file write and mkdir -p that the library, the daemons and pxctl
+ * share. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>

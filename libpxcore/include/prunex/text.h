@@ -1,6 +1,7 @@
 /* Text and files, written once for the library and the programs: a growing
- * byte buffer, UTF-8 checks, JSON string quoting, and the atomic write of a
- * file (temporary file beside it, fsync, rename, fsync of the directory).
+ * byte buffer, UTF-8 checks, JSON string quoting, the atomic write of a file
+ * (temporary file beside it, fsync, rename, fsync of the directory) and the
+ * creation of a directory with its parents.
  * Everything here runs in time linear in its input. */
 #ifndef PRUNEX_TEXT_H
 #define PRUNEX_TEXT_H
