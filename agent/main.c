@@ -24,6 +24,7 @@
 #include "metrics.h"
 #include "prunex/conf.h"
 #include "prunex/cuda.h"
+#include "prunex/text.h"
 
 static void pxa_usage(FILE *f) {
   fprintf(f,
@@ -369,7 +370,7 @@ static px_status_t pxa_setup(pxa_agent_t *ag) {
   }
   if (strlen(ag->work_dir) > PXA_PATH_MAX - 512)
     return px_set_error(PX_ERR_INVALID, "--work-dir '%s': path too long", ag->work_dir);
-  px_status_t st = pxa_mkdirs(ag->work_dir);
+  px_status_t st = px_mkdirs(ag->work_dir, 0755);
   if (st != PX_OK) return st;
   snprintf(ag->metrics_db, sizeof ag->metrics_db, "%s/metrics.db", ag->work_dir);
   /* Create the schema now, so that the workers of a node never race to. */

@@ -395,19 +395,21 @@ static void *pxa_reporter_main(void *arg) {
 
 /* ---- start and stop ---------------------------------------------------------------- */
 
+/* Starts fn(ag) in *thr and records it under bit of threads_started (so
+ * that stop joins it). */
+static px_status_t pxa_thread_start(pxa_agent_t *ag, pthread_t *thr, void *(*fn)(void *),
+                                    int bit, const char *what) {
+  if (pthread_create(thr, NULL, fn, ag) != 0)
+    return px_set_error(PX_ERR_INTERNAL, "cannot start the %s thread", what);
+  ag->threads_started |= bit;
+  return PX_OK;
+}
+
 px_status_t pxa_session_start(pxa_agent_t *ag) {
-  if (pthread_create(&ag->reporter_thr, NULL, pxa_reporter_main, ag) != 0)
-    return px_set_error(PX_ERR_INTERNAL, "cannot start the reporter thread");
-  ag->threads_started |= 4;
-  if (pthread_create(&ag->logship_thr, NULL, pxa_logship_main, ag) != 0)
-    return px_set_error(PX_ERR_INTERNAL, "cannot start the log upload thread");
-  ag->threads_started |= 8;
-  if (pthread_create(&ag->heartbeat_thr, NULL, pxa_heartbeat_main, ag) != 0)
-    return px_set_error(PX_ERR_INTERNAL, "cannot start the heartbeat thread");
-  ag->threads_started |= 2;
-  if (pthread_create(&ag->control_thr, NULL, pxa_control_main, ag) != 0)
-    return px_set_error(PX_ERR_INTERNAL, "cannot start the control thread");
-  ag->threads_started |= 1;
+  PX_CHECK(pxa_thread_start(ag, &ag->reporter_thr, pxa_reporter_main, 4, "reporter"));
+  PX_CHECK(pxa_thread_start(ag, &ag->logship_thr, pxa_logship_main, 8, "log upload"));
+  PX_CHECK(pxa_thread_start(ag, &ag->heartbeat_thr, pxa_heartbeat_main, 2, "heartbeat"));
+  PX_CHECK(pxa_thread_start(ag, &ag->control_thr, pxa_control_main, 1, "control"));
   return PX_OK;
 }
 

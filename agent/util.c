@@ -54,25 +54,6 @@ int pxa_parse_int(const char *s, int lo, int hi, int *out) {
   return 0;
 }
 
-px_status_t pxa_mkdirs(const char *dir) {
-  char p[4096];
-  size_t n = strlen(dir);
-  if (n == 0 || n >= sizeof p) return px_set_error(PX_ERR_INVALID, "bad directory '%s'", dir);
-  memcpy(p, dir, n + 1);
-  for (size_t i = 1; i <= n; i++) {
-    if (p[i] != '/' && p[i] != '\0') continue;
-    char c = p[i];
-    p[i] = '\0';
-    if (mkdir(p, 0755) != 0 && errno != EEXIST)
-      return px_set_error(PX_ERR_IO, "%s: cannot create the directory: %s", p, strerror(errno));
-    p[i] = c;
-  }
-  struct stat sb;
-  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-    return px_set_error(PX_ERR_IO, "%s: not a directory", dir);
-  return PX_OK;
-}
-
 px_status_t pxa_read_file(const char *path, size_t max, uint8_t **data, size_t *len) {
   *data = NULL;
   *len = 0;

@@ -22,10 +22,6 @@ void pxa_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms);
  * *out untouched) for anything else. */
 int pxa_parse_int(const char *s, int lo, int hi, int *out);
 
-/* Creates dir and its missing parents (mode 0755). PX_ERR_IO naming the
- * path on failure. */
-px_status_t pxa_mkdirs(const char *dir);
-
 /* Reads a whole file (at most max bytes) into *data (px_malloc, caller
  * frees; NUL-terminated beyond *len). PX_ERR_IO naming the path. */
 px_status_t pxa_read_file(const char *path, size_t max, uint8_t **data, size_t *len);

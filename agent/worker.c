@@ -575,7 +575,7 @@ static px_status_t pxw_save_model(pxw_t *w, px_trainer_t *t, const px_strategy_r
   char dir[4096];
   if (w->spec->output_dir[0]) snprintf(dir, sizeof dir, "%s", w->spec->output_dir);
   else snprintf(dir, sizeof dir, "%s/jobs/%s", w->a.work_dir, w->a.job);
-  px_status_t st = pxa_mkdirs(dir);
+  px_status_t st = px_mkdirs(dir, 0755);
   if (st != PX_OK) return st;
   if (snprintf(path, cap, "%s/model.safetensors", dir) >= (int)cap)
     return px_set_error(PX_ERR_INVALID, "%s: output path too long", dir);

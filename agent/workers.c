@@ -363,7 +363,7 @@ static px_status_t pxa_prepare_job(pxa_agent_t *ag, const Prunex__V1__Assignment
   if ((size_t)snprintf(dir, dcap, "%s/jobs/%s", ag->work_dir, as->job_id) >= dcap ||
       pxa_spec_path(ag, as->job_id, pxa_attempt_of(as), spec_path, scap) >= scap)
     return px_set_error(PX_ERR_INVALID, "job %s: path too long", as->job_id);
-  PX_CHECK(pxa_mkdirs(dir));
+  PX_CHECK(px_mkdirs(dir, 0755));
   PX_CHECK(pxa_check_dataset_path(ag, as));
   size_t len = protobuf_c_message_get_packed_size(&as->spec->base);
   uint8_t *buf = px_malloc(len ? len : 1, "agent.spec");
@@ -752,6 +752,17 @@ static void pxa_declare_hung(pxa_agent_t *ag, pxa_job_t *j, pxa_worker_t *w, con
   pxa_report_exit(ag, e);
 }
 
+/* Declares w hung once it has stayed in one state (since *since, set to now
+ * the first time) for limit ms; the reason reads "what for N s after". */
+static void pxa_hung_after(pxa_agent_t *ag, pxa_job_t *j, pxa_worker_t *w, int64_t *since,
+                           int64_t now, int64_t limit, const char *what, const char *after) {
+  if (!*since) *since = now;
+  if (now - *since < limit) return;
+  char why[160];
+  snprintf(why, sizeof why, "%s for %lld s%s", what, (long long)((now - *since) / 1000), after);
+  pxa_declare_hung(ag, j, w, why);
+}
+
 /* A worker that trains and has used no CPU at all for PXA_STALLED_AFTER_MS
  * is blocked for good (a deadlock, a kernel wait): a rank waiting for a
  * peer polls its network and uses some CPU, so its stuck peer is the one
@@ -770,12 +781,8 @@ static void pxa_watch_stall(pxa_agent_t *ag, pxa_job_t *j, pxa_worker_t *w, int6
     w->idle_since_ms = 0;
     return;
   }
-  if (!w->idle_since_ms) w->idle_since_ms = now;
-  if (now - w->idle_since_ms < PXA_STALLED_AFTER_MS) return;
-  char why[160];
-  snprintf(why, sizeof why, "used no CPU for %lld s while training (deadlocked or blocked)",
-           (long long)((now - w->idle_since_ms) / 1000));
-  pxa_declare_hung(ag, j, w, why);
+  pxa_hung_after(ag, j, w, &w->idle_since_ms, now, PXA_STALLED_AFTER_MS, "used no CPU",
+                 " while training (deadlocked or blocked)");
 }
 
 /* Reports a worker that has been stopped, or has stalled, too long as
@@ -795,12 +802,8 @@ static void pxa_watchdog(pxa_agent_t *ag, int64_t now) {
         continue;
       }
       w->idle_since_ms = 0; /* a stopped process is the other rule's */
-      if (!w->stopped_since_ms) w->stopped_since_ms = now;
-      if (now - w->stopped_since_ms < PXA_HUNG_AFTER_MS) continue;
-      char why[160];
-      snprintf(why, sizeof why, "has been stopped (SIGSTOP or a debugger) for %lld s",
-               (long long)((now - w->stopped_since_ms) / 1000));
-      pxa_declare_hung(ag, j, w, why);
+      pxa_hung_after(ag, j, w, &w->stopped_since_ms, now, PXA_HUNG_AFTER_MS,
+                     "has been stopped (SIGSTOP or a debugger)", "");
     }
   }
 }

@@ -61,28 +61,19 @@ typedef struct {
   size_t nl, lcap;
 } plot_job_t;
 
-static void *plot_grow(void *p, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return p;
-  size_t c = *cap ? *cap * 2 : 256;
-  while (c < need) c *= 2;
-  void *q = px_realloc(p, c * elem, "pxctl.plot");
-  if (q) *cap = c;
-  return q;
-}
-
-static px_status_t plot_add_row(plot_job_t *j, const plot_row_t *r) {
-  plot_row_t *p = plot_grow(j->rows, &j->cap, j->n + 1, sizeof *p);
-  if (!p) return PX_ERR_NOMEM;
-  j->rows = p;
-  j->rows[j->n++] = *r;
-  return PX_OK;
-}
-
-static px_status_t plot_add_layer(plot_job_t *j, const plot_layer_t *l) {
-  plot_layer_t *p = plot_grow(j->layers, &j->lcap, j->nl + 1, sizeof *p);
-  if (!p) return PX_ERR_NOMEM;
-  j->layers = p;
-  j->layers[j->nl++] = *l;
+/* Appends the elem bytes of item to the array *arr of *n (room for *cap),
+ * doubling it from 256 when full. */
+static px_status_t plot_append(void **arr, size_t *n, size_t *cap, const void *item, size_t elem) {
+  if (*n + 1 > *cap) {
+    size_t c = *cap ? *cap * 2 : 256;
+    while (c < *n + 1) c *= 2;
+    void *q = px_realloc(*arr, c * elem, "pxctl.plot");
+    if (!q) return PX_ERR_NOMEM;
+    *arr = q;
+    *cap = c;
+  }
+  memcpy((char *)*arr + *n * elem, item, elem);
+  (*n)++;
   return PX_OK;
 }
 
@@ -127,13 +118,13 @@ static int plot_load_rpc(px_rpc_channel_t *ch, const char *ref, plot_job_t *j) {
                     it->bytes_inter_dense, it->mask_drift, it->mask_groups, it->density,
                     it->phases != NULL, {0}};
     plot_values(PX_REPORT_ITERATION, PX_REPORT_PHASE, it, r.ph, 6);
-    st = plot_add_row(j, &r);
+    st = plot_append((void **)&j->rows, &j->n, &j->cap, &r, sizeof r);
     for (size_t k = 0; st == PX_OK && k < it->n_layers; k++) {
       const Prunex__V1__LayerMetrics *L = it->layers[k];
       plot_layer_t l = {it->iteration, L->layer, "", {0}};
       plot_values(PX_REPORT_LAYER, PX_REPORT_PLOT, L, l.v, 6);
       snprintf(l.name, sizeof l.name, "%s", L->name);
-      st = plot_add_layer(j, &l);
+      st = plot_append((void **)&j->layers, &j->nl, &j->lcap, &l, sizeof l);
     }
   }
   px_rpc_message_free(resp);
@@ -408,10 +399,8 @@ static void plot_print_files(const pxctl_opts_t *o, const char *script, char (*f
   pxctl_json_t jw;
   pxctl_json_init(&jw, stdout);
   pxctl_json_begin_object(&jw);
-  pxctl_json_key(&jw, "out");
-  pxctl_json_string(&jw, o->out);
-  pxctl_json_key(&jw, "script");
-  pxctl_json_string(&jw, script);
+  pxctl_json_kv_string(&jw, "out", o->out);
+  pxctl_json_kv_string(&jw, "script", script);
   pxctl_json_key(&jw, "files");
   pxctl_json_begin_array(&jw);
   for (int i = 0; i < nfiles; i++) pxctl_json_string(&jw, files[i]);

@@ -1,5 +1,5 @@
-/* prunex/text.h: the one buffer, UTF-8 check, JSON quoting and atomic file
- * write that the library, the daemons and pxctl share. */
+/* prunex/text.h: the one buffer, UTF-8 check, JSON quoting, atomic file
+ * write and mkdir -p that the library, the daemons and pxctl share. */
 #include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -147,6 +147,37 @@ static void atomic_write_replaces_whole_files_and_leaves_nothing(void **state) {
   assert_int_equal(rmdir(dir), 0);
 }
 
+static void mkdirs_makes_parents_and_names_what_fails(void **state) {
+  (void)state;
+  char dir[] = "/tmp/px-mkdirs-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char deep[256], file[256], under[300];
+  snprintf(deep, sizeof deep, "%s/a/b/c/", dir);
+  assert_int_equal(px_mkdirs(deep, 0750), PX_OK);
+  struct stat sb;
+  assert_int_equal(stat(deep, &sb), 0);
+  assert_true(S_ISDIR(sb.st_mode));
+  assert_int_equal(px_mkdirs(deep, 0750), PX_OK); /* existing: fine */
+  /* a file in the way: the component is named */
+  snprintf(file, sizeof file, "%s/a/f", dir);
+  FILE *f = fopen(file, "w");
+  assert_non_null(f);
+  fclose(f);
+  assert_int_equal(px_mkdirs(file, 0750), PX_ERR_IO);
+  assert_non_null(strstr(px_last_error(), "not a directory"));
+  snprintf(under, sizeof under, "%s/g", file);
+  assert_int_equal(px_mkdirs(under, 0750), PX_ERR_IO);
+  assert_non_null(strstr(px_last_error(), file));
+  assert_int_equal(px_mkdirs("", 0750), PX_ERR_INVALID);
+  char name[300];
+  const char *parts[] = {"a/b/c", "a/b", "a/f", "a"};
+  for (int i = 0; i < 4; i++) {
+    snprintf(name, sizeof name, "%s/%s", dir, parts[i]);
+    assert_int_equal(i == 2 ? unlink(name) : rmdir(name), 0);
+  }
+  assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(buffer_grows_and_counts),
@@ -154,6 +185,7 @@ int main(void) {
       cmocka_unit_test(utf8_clean_replaces_and_never_cuts),
       cmocka_unit_test(json_strings_are_valid_json),
       cmocka_unit_test(atomic_write_replaces_whole_files_and_leaves_nothing),
+      cmocka_unit_test(mkdirs_makes_parents_and_names_what_fails),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

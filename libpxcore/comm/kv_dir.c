@@ -20,6 +20,7 @@
 #include "prunex/kv.h"
 #include "prunex/text.h"
 #include "px_check.h"
+#include "px_clock.h"
 
 #define PX__KV_NAME_MAX 240
 
@@ -57,26 +58,6 @@ static void px__kv_file_name(const char *key, char *name) {
     }
   }
   name[o] = '\0';
-}
-
-static px_status_t px__mkdirs(const char *dir) {
-  char buf[4096];
-  size_t n = strlen(dir);
-  if (n == 0 || n >= sizeof buf) return px_set_error(PX_ERR_INVALID, "bad kv directory '%s'", dir);
-  memcpy(buf, dir, n + 1);
-  for (size_t i = 1; i <= n; i++) {
-    if (buf[i] == '/' || buf[i] == '\0') {
-      char save = buf[i];
-      buf[i] = '\0';
-      if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-        return px_set_error(PX_ERR_IO, "cannot create kv directory '%s': %s", buf, strerror(errno));
-      buf[i] = save;
-    }
-  }
-  struct stat sb;
-  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-    return px_set_error(PX_ERR_IO, "kv directory '%s' is not a directory", dir);
-  return PX_OK;
 }
 
 static px_status_t px__kv_dir_put(void *ctx, const char *key, const void *val, size_t len) {
@@ -129,12 +110,6 @@ static px_status_t px__kv_read(const char *path, const char *key, void **val, si
   return PX_OK;
 }
 
-static double px__now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static px_status_t px__kv_dir_get(void *ctx, const char *key, int wait_ms, void **val,
                                   size_t *len) {
   px__kv_dir_t *d = ctx;
@@ -168,7 +143,7 @@ px_status_t px_kv_open_dir(const char *dir, px_kv_t **out) {
   *out = NULL;
   PX_REQUIRE(dir != NULL && dir[0] != '\0', "px_kv_open_dir: empty directory name");
   PX_REQUIRE(strlen(dir) < 4000, "px_kv_open_dir: directory name too long");
-  PX_CHECK(px__mkdirs(dir));
+  PX_CHECK(px_mkdirs(dir, 0777));
   px__kv_dir_t *d = px_calloc(1, sizeof *d, "kv.dir");
   if (!d) return PX_ERR_NOMEM;
   size_t n = strlen(dir);

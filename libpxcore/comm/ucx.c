@@ -19,12 +19,7 @@
 #include <time.h>
 
 #include "comm/comm_int.h"
-
-static double px__now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
+#include "px_clock.h"
 
 static px_status_t px__ucs_error(ucs_status_t s, const char *what) {
   return px_set_error(PX_ERR_BACKEND, "%s: %s", what, ucs_status_string(s));
@@ -282,20 +277,31 @@ static void px__xfer_posted(px_comm_t *c, px__xfer_t *x, ucs_status_ptr_t sp) {
   }
 }
 
-int px__send(px__coll_t *r, int gpeer, const void *buf, size_t bytes, uint32_t step) {
-  px_comm_t *c = r->c;
-  px_group_t *g = r->g;
-  int wp = g->world[gpeer];
+/* A transfer slot for bytes to (is_recv 0: an endpoint is needed) or from
+ * world rank wp: its index, or a failure when the peer is gone or no slot is
+ * free. */
+static int px__xfer_new(px_comm_t *c, int wp, int is_recv, size_t bytes) {
   px__peer_t *peer = &c->peers[wp];
-  if (peer->failed || !peer->ep)
+  if (peer->failed || (!is_recv && !peer->ep))
     return px__fail(c, PX_ERR_PEER, "rank %d failed or left: %s", wp,
                     ucs_status_string(peer->ep_status));
   int i = px__slot_get(c);
   if (i < 0) return px__fail(c, PX_ERR_INTERNAL, "out of transfer slots");
   px__xfer_t *x = &c->xf[i];
-  x->is_recv = 0;
+  x->is_recv = is_recv;
   x->peer = wp;
   x->expect = bytes;
+  return i;
+}
+
+int px__send(px__coll_t *r, int gpeer, const void *buf, size_t bytes, uint32_t step) {
+  px_comm_t *c = r->c;
+  px_group_t *g = r->g;
+  int wp = g->world[gpeer];
+  px__peer_t *peer = &c->peers[wp];
+  int i = px__xfer_new(c, wp, 0, bytes);
+  if (i < 0) return i;
+  px__xfer_t *x = &c->xf[i];
   uint64_t tag = r->tagbase | ((uint64_t)step << PX__TAG_STEP_SHIFT) |
                  ((uint64_t)g->rank << PX__TAG_SRC_SHIFT) | r->sig;
   ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
@@ -312,15 +318,9 @@ int px__recv(px__coll_t *r, int gpeer, void *buf, size_t bytes, uint32_t step) {
   px_comm_t *c = r->c;
   px_group_t *g = r->g;
   int wp = g->world[gpeer];
-  if (c->peers[wp].failed)
-    return px__fail(c, PX_ERR_PEER, "rank %d failed or left: %s", wp,
-                    ucs_status_string(c->peers[wp].ep_status));
-  int i = px__slot_get(c);
-  if (i < 0) return px__fail(c, PX_ERR_INTERNAL, "out of transfer slots");
+  int i = px__xfer_new(c, wp, 1, bytes);
+  if (i < 0) return i;
   px__xfer_t *x = &c->xf[i];
-  x->is_recv = 1;
-  x->peer = wp;
-  x->expect = bytes;
   x->expect_src = gpeer;
   uint64_t tag = r->tagbase | ((uint64_t)step << PX__TAG_STEP_SHIFT);
   ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |

@@ -15,4 +15,7 @@ static inline double px__clock_seconds(clockid_t id) {
 /* Monotonic seconds. */
 static inline double px__now(void) { return px__clock_seconds(CLOCK_MONOTONIC); }
 
+/* Monotonic milliseconds (deadlines of waits and timeouts). */
+static inline double px__now_ms(void) { return 1e3 * px__now(); }
+
 #endif

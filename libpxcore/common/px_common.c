@@ -113,6 +113,13 @@ void px__free_all(void *const *p, size_t n) {
   for (size_t i = 0; i < n; i++) px_free(p[i]);
 }
 
+char *px__strdup(const char *s, const char *name) {
+  size_t n = strlen(s) + 1;
+  char *d = px_malloc(n, name);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
 void *px_realloc(void *p, size_t size, const char *name) {
   if (!p) return px__alloc(size, 0, name);
   size_t old = *(size_t *)((char *)p - PX__HDR);

@@ -1,5 +1,6 @@
-/* Text and files (prunex/text.h): the one buffer, UTF-8 check, JSON quoting
- * and atomic file write that the library, the daemons and pxctl share. */
+/* Text and files (prunex/text.h): the one buffer, UTF-8 check, JSON quoting,
+ * atomic file write and mkdir -p that the library, the daemons and pxctl
+ * share. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -274,4 +275,25 @@ px_status_t px_file_write_atomic(const char *path, const void *data, size_t len,
   PX_CHECK(px_atomic_file_open(&f, path, mode, flags));
   (void)px_atomic_file_write(&f, data, len);
   return px_atomic_file_commit(&f);
+}
+
+/* ---- directories ------------------------------------------------------------- */
+
+px_status_t px_mkdirs(const char *dir, unsigned mode) {
+  char p[4096];
+  size_t n = strlen(dir);
+  if (n == 0 || n >= sizeof p) return px_set_error(PX_ERR_INVALID, "bad directory '%s'", dir);
+  memcpy(p, dir, n + 1);
+  for (size_t i = 1; i <= n; i++) {
+    if (p[i] != '/' && p[i] != '\0') continue;
+    char c = p[i];
+    p[i] = '\0';
+    if (mkdir(p, (mode_t)mode) != 0 && errno != EEXIST)
+      return px_set_error(PX_ERR_IO, "%s: cannot create the directory: %s", p, strerror(errno));
+    p[i] = c;
+  }
+  struct stat sb;
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return px_set_error(PX_ERR_IO, "%s: not a directory", dir);
+  return PX_OK;
 }

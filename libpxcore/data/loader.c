@@ -18,6 +18,7 @@
 
 #include "data_int.h"
 #include "px_check.h"
+#include "px_clock.h"
 
 #define PX__LOADER_MAX_PREFETCH 16
 
@@ -56,12 +57,6 @@ struct px_loader {
   int stop;
   double stall_s;          /* time px_loader_next waited or built (consumer only) */
 };
-
-static double px__now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void px__loader_build(px_loader_t *l, int64_t epoch, int64_t b) {
   px__slot_t *slot = &l->slots[b % l->nslots];
@@ -180,7 +175,7 @@ px_status_t px_loader_create(const px_dataset_t *ds, const px_loader_config_t *c
   l->cfg = *cfg;
   PX_CHECK_GOTO(px_data_shard(info->n, cfg->rank, cfg->world_size, cfg->shard_mode,
                               &l->shard_begin, &l->shard_count),
-                st, fail);
+                st, done);
   l->num_batches = cfg->drop_last ? l->shard_count / cfg->batch_size
                                   : (l->shard_count + cfg->batch_size - 1) / cfg->batch_size;
   l->num_samples = cfg->drop_last ? l->num_batches * cfg->batch_size : l->shard_count;
@@ -190,7 +185,7 @@ px_status_t px_loader_create(const px_dataset_t *ds, const px_loader_config_t *c
   l->slots = px_calloc((size_t)l->nslots, sizeof *l->slots, "data.loader_slots");
   if (!l->perm || !l->slots) {
     st = PX_ERR_NOMEM;
-    goto fail;
+    goto done;
   }
   size_t img = (size_t)info->channels * info->height * info->width;
   for (int s = 0; s < l->nslots; s++) {
@@ -200,7 +195,7 @@ px_status_t px_loader_create(const px_dataset_t *ds, const px_loader_config_t *c
                                       "data.loader_y");
     if (!l->slots[s].x || !l->slots[s].y) {
       st = PX_ERR_NOMEM;
-      goto fail;
+      goto done;
     }
   }
 
@@ -228,15 +223,12 @@ px_status_t px_loader_create(const px_dataset_t *ds, const px_loader_config_t *c
     if (rc != 0) {
       st = px_set_error(PX_ERR_BACKEND, "loader: cannot start the prefetch thread: %s",
                         strerror(rc));
-      goto fail;
+      goto done;
     }
     l->has_thread = 1;
   }
-  *out = l;
-  return PX_OK;
-fail:
-  px_loader_destroy(l);
-  return st;
+done:
+  return PX_CREATED(st, l, out, px_loader_destroy);
 }
 
 px_status_t px_loader_begin_epoch(px_loader_t *l, int64_t epoch) {
@@ -287,18 +279,18 @@ px_status_t px_loader_next(px_loader_t *l, px_batch_t *out) {
       return 0;
     }
     if (l->filled <= b) {
-      double t0 = px__now_s();
+      double t0 = px__now();
       while (l->filled <= b) pthread_cond_wait(&l->cv_done, &l->mu);
-      l->stall_s += px__now_s() - t0;
+      l->stall_s += px__now() - t0;
     }
     l->taken = b + 1;
     pthread_mutex_unlock(&l->mu);
   } else {
     l->released = l->taken;
     if (b >= l->num_batches) return 0;
-    double t0 = px__now_s();
+    double t0 = px__now();
     px__loader_build(l, l->epoch, b);
-    l->stall_s += px__now_s() - t0;
+    l->stall_s += px__now() - t0;
     l->filled = l->taken = b + 1;
   }
   const px__slot_t *slot = &l->slots[b % l->nslots];

@@ -353,6 +353,29 @@ static px_status_t px__js_duplicate(px__js_parse_t *P, const yaml_node_t *k, con
                      first->line);
 }
 
+/* The member k: v of section s (PX__JS_TOP or a section, skey its name or
+ * NULL at top level), name the text of k: an unknown key (with a hint) or one
+ * given twice is an error; else records where it stands and parses v. */
+static px_status_t px__js_member(px__js_parse_t *P, int s, const char *skey, const yaml_node_t *k,
+                                 const char *name, const yaml_node_t *v) {
+  int fi = -1;
+  for (int i = 0; i < px__js_nfields; i++)
+    if (px__js_fields[i].section == s && !strcmp(px__js_fields[i].key, name)) fi = i;
+  if (fi < 0) {
+    char hint[384], q[64];
+    px__js_mark_t m = px__js_at(k);
+    px__js_suggest_key(s, name, hint, sizeof hint);
+    return px__js_fail(PX_ERR_INVALID, &P->w, &m, "unknown key '%s' %s%s%s",
+                       px__js_quote(name, q, sizeof q), skey ? "in " : "at top level",
+                       skey ? skey : "", hint);
+  }
+  char path[64];
+  if (P->w.field[fi].line)
+    return px__js_duplicate(P, k, px__js_path(fi, path, sizeof path), &P->w.field[fi]);
+  P->w.field[fi] = px__js_at(k);
+  return px__js_field(P, fi, k, v);
+}
+
 static px_status_t px__js_section(px__js_parse_t *P, int s, const yaml_node_t *key,
                                   const yaml_node_t *val) {
   const char *skey = px__js_sections[s].key;
@@ -372,21 +395,7 @@ static px_status_t px__js_section(px__js_parse_t *P, int s, const yaml_node_t *k
     yaml_node_t *v = yaml_document_get_node(P->doc, p->value);
     const char *name = NULL;
     PX_CHECK(px__js_key(P, k, &name));
-    int fi = -1;
-    for (int i = 0; i < px__js_nfields; i++)
-      if (px__js_fields[i].section == s && !strcmp(px__js_fields[i].key, name)) fi = i;
-    if (fi < 0) {
-      char hint[384], q[64];
-      px__js_mark_t m = px__js_at(k);
-      px__js_suggest_key(s, name, hint, sizeof hint);
-      return px__js_fail(PX_ERR_INVALID, &P->w, &m, "unknown key '%s' in %s%s",
-                         px__js_quote(name, q, sizeof q), skey, hint);
-    }
-    char path[64];
-    if (P->w.field[fi].line)
-      return px__js_duplicate(P, k, px__js_path(fi, path, sizeof path), &P->w.field[fi]);
-    P->w.field[fi] = px__js_at(k);
-    PX_CHECK(px__js_field(P, fi, k, v));
+    PX_CHECK(px__js_member(P, s, skey, k, name, v));
   }
   return PX_OK;
 }
@@ -502,19 +511,7 @@ static px_status_t px__js_top(px__js_parse_t *P, const yaml_node_t *root) {
       PX_CHECK(px__js_section(P, s, k, v));
       continue;
     }
-    int fi = -1;
-    for (int i = 0; i < px__js_nfields; i++)
-      if (px__js_fields[i].section == PX__JS_TOP && !strcmp(px__js_fields[i].key, name)) fi = i;
-    if (fi < 0) {
-      char hint[384], q[64];
-      px__js_mark_t m = px__js_at(k);
-      px__js_suggest_key(PX__JS_TOP, name, hint, sizeof hint);
-      return px__js_fail(PX_ERR_INVALID, &P->w, &m, "unknown key '%s' at top level%s",
-                         px__js_quote(name, q, sizeof q), hint);
-    }
-    if (P->w.field[fi].line) return px__js_duplicate(P, k, name, &P->w.field[fi]);
-    P->w.field[fi] = px__js_at(k);
-    PX_CHECK(px__js_field(P, fi, k, v));
+    PX_CHECK(px__js_member(P, PX__JS_TOP, NULL, k, name, v));
   }
   return PX_OK;
 }

@@ -120,11 +120,11 @@ static px_status_t px__grow(void **arr, int *cap, int need, size_t elem, const c
   return PX_OK;
 }
 
-static char *px__strdup(const char *s) {
-  size_t n = strlen(s) + 1;
-  char *d = px_malloc(n, "model.name");
-  if (d) memcpy(d, s, n);
-  return d;
+/* *out = "prefix.suffix", px_malloc'd (a parameter's or buffer's name). */
+static px_status_t px__dotted_name(const char *prefix, const char *suffix, char **out) {
+  char name[160];
+  snprintf(name, sizeof name, "%s.%s", prefix, suffix);
+  return (*out = px__strdup(name, "model.name")) ? PX_OK : PX_ERR_NOMEM;
 }
 
 static px_status_t px__new_act(px_model_t *m, const px_tensor_t *spec, int *out) {
@@ -136,20 +136,34 @@ static px_status_t px__new_act(px_model_t *m, const px_tensor_t *spec, int *out)
   return PX_OK;
 }
 
+/* Parallel arrays that share one capacity (a parameter's value, gradient,
+ * name and kind; a buffer's value and name). */
+typedef struct {
+  void **arr;
+  size_t elem;
+  const char *name;
+} px__column_t;
+
+static px_status_t px__grow_columns(const px__column_t *cols, int ncols, int *cap, int need) {
+  int ncap = *cap;
+  for (int i = 0; i < ncols; i++) {
+    ncap = *cap;
+    PX_CHECK(px__grow(cols[i].arr, &ncap, need, cols[i].elem, cols[i].name));
+  }
+  *cap = ncap;
+  return PX_OK;
+}
+
 static px_status_t px__new_param(px_model_t *m, const px_tensor_t *spec, const char *prefix,
                                  const char *suffix, px_weight_kind_t kind, int *out) {
-  int need = m->nparams + 1, cap = m->cap_params;
-  PX_CHECK(px__grow((void **)&m->pvals, &cap, need, sizeof *m->pvals, "model.pvals"));
-  cap = m->cap_params;
-  PX_CHECK(px__grow((void **)&m->pgrads, &cap, need, sizeof *m->pgrads, "model.pgrads"));
-  cap = m->cap_params;
-  PX_CHECK(px__grow((void **)&m->pnames, &cap, need, sizeof *m->pnames, "model.pnames"));
-  cap = m->cap_params;
-  PX_CHECK(px__grow((void **)&m->pkinds, &cap, need, sizeof *m->pkinds, "model.pkinds"));
-  m->cap_params = cap;
-  char name[160];
-  snprintf(name, sizeof name, "%s.%s", prefix, suffix);
-  if (!(m->pnames[m->nparams] = px__strdup(name))) return PX_ERR_NOMEM;
+  const px__column_t cols[] = {
+      {(void **)&m->pvals, sizeof *m->pvals, "model.pvals"},
+      {(void **)&m->pgrads, sizeof *m->pgrads, "model.pgrads"},
+      {(void **)&m->pnames, sizeof *m->pnames, "model.pnames"},
+      {(void **)&m->pkinds, sizeof *m->pkinds, "model.pkinds"},
+  };
+  PX_CHECK(px__grow_columns(cols, 4, &m->cap_params, m->nparams + 1));
+  PX_CHECK(px__dotted_name(prefix, suffix, &m->pnames[m->nparams]));
   m->pvals[m->nparams] = *spec;
   m->pgrads[m->nparams] = *spec;
   m->pkinds[m->nparams] = kind;
@@ -159,14 +173,12 @@ static px_status_t px__new_param(px_model_t *m, const px_tensor_t *spec, const c
 
 static px_status_t px__new_buffer(px_model_t *m, const px_tensor_t *spec, const char *prefix,
                                   const char *suffix, int *out) {
-  int need = m->nbufs + 1, cap = m->cap_bufs;
-  PX_CHECK(px__grow((void **)&m->bufs, &cap, need, sizeof *m->bufs, "model.bufs"));
-  cap = m->cap_bufs;
-  PX_CHECK(px__grow((void **)&m->bnames, &cap, need, sizeof *m->bnames, "model.bnames"));
-  m->cap_bufs = cap;
-  char name[160];
-  snprintf(name, sizeof name, "%s.%s", prefix, suffix);
-  if (!(m->bnames[m->nbufs] = px__strdup(name))) return PX_ERR_NOMEM;
+  const px__column_t cols[] = {
+      {(void **)&m->bufs, sizeof *m->bufs, "model.bufs"},
+      {(void **)&m->bnames, sizeof *m->bnames, "model.bnames"},
+  };
+  PX_CHECK(px__grow_columns(cols, 2, &m->cap_bufs, m->nbufs + 1));
+  PX_CHECK(px__dotted_name(prefix, suffix, &m->bnames[m->nbufs]));
   m->bufs[m->nbufs] = *spec;
   *out = m->nbufs++;
   return PX_OK;
@@ -410,35 +422,32 @@ static px_status_t px__fc(px_model_t *m, int in, int classes, const char *name, 
 /* torchvision's BasicBlock / Bottleneck, with a 1x1 conv + BN shortcut when
  * the shape changes (which is also what gives ResNet-20 its 272,474
  * parameters). */
+/* prefix.conv<i> (k x k, c_out filters) on in, then prefix.bn<i> (with a
+ * ReLU when relu): one stage of a residual block. */
+static px_status_t px__conv_bn(px_model_t *m, const char *prefix, int i, int in, int c_out, int k,
+                               int stride, int relu, int *out) {
+  char nm[128];
+  int h;
+  snprintf(nm, sizeof nm, "%s.conv%d", prefix, i);
+  PX_CHECK(px__conv(m, in, c_out, k, stride, nm, &h));
+  snprintf(nm, sizeof nm, "%s.bn%d", prefix, i);
+  return px__bn(m, h, relu, nm, out);
+}
+
 static px_status_t px__block(px_model_t *m, const px__arch_t *a, int in, int in_c, int planes,
                              int stride, const char *prefix, int *out, int *out_c) {
   char nm[128];
   int h, main_out, sc = in, c_out;
   if (!a->bottleneck) {
     c_out = planes;
-    snprintf(nm, sizeof nm, "%s.conv1", prefix);
-    PX_CHECK(px__conv(m, in, planes, 3, stride, nm, &h));
-    snprintf(nm, sizeof nm, "%s.bn1", prefix);
-    PX_CHECK(px__bn(m, h, 1, nm, &h));
-    snprintf(nm, sizeof nm, "%s.conv2", prefix);
-    PX_CHECK(px__conv(m, h, planes, 3, 1, nm, &h));
-    snprintf(nm, sizeof nm, "%s.bn2", prefix);
-    PX_CHECK(px__bn(m, h, 0, nm, &main_out));
+    PX_CHECK(px__conv_bn(m, prefix, 1, in, planes, 3, stride, 1, &h));
+    PX_CHECK(px__conv_bn(m, prefix, 2, h, planes, 3, 1, 0, &main_out));
   } else {
     int width = planes * a->width_factor;
     c_out = planes * 4;
-    snprintf(nm, sizeof nm, "%s.conv1", prefix);
-    PX_CHECK(px__conv(m, in, width, 1, 1, nm, &h));
-    snprintf(nm, sizeof nm, "%s.bn1", prefix);
-    PX_CHECK(px__bn(m, h, 1, nm, &h));
-    snprintf(nm, sizeof nm, "%s.conv2", prefix);
-    PX_CHECK(px__conv(m, h, width, 3, stride, nm, &h));
-    snprintf(nm, sizeof nm, "%s.bn2", prefix);
-    PX_CHECK(px__bn(m, h, 1, nm, &h));
-    snprintf(nm, sizeof nm, "%s.conv3", prefix);
-    PX_CHECK(px__conv(m, h, c_out, 1, 1, nm, &h));
-    snprintf(nm, sizeof nm, "%s.bn3", prefix);
-    PX_CHECK(px__bn(m, h, 0, nm, &main_out));
+    PX_CHECK(px__conv_bn(m, prefix, 1, in, width, 1, 1, 1, &h));
+    PX_CHECK(px__conv_bn(m, prefix, 2, h, width, 3, stride, 1, &h));
+    PX_CHECK(px__conv_bn(m, prefix, 3, h, c_out, 1, 1, 0, &main_out));
   }
   if (stride != 1 || in_c != c_out) {
     snprintf(nm, sizeof nm, "%s.downsample.0", prefix);
@@ -540,9 +549,7 @@ done:
 
 /* Reads cfg->onnx into m->graph and checks it against the configuration. */
 static px_status_t px__open_onnx(px_model_t *m, const px_model_config_t *cfg) {
-  size_t n = strlen(cfg->onnx) + 1;
-  if (!(m->onnx = px_malloc(n, "model.onnx"))) return PX_ERR_NOMEM;
-  memcpy(m->onnx, cfg->onnx, n);
+  if (!(m->onnx = px__strdup(cfg->onnx, "model.onnx"))) return PX_ERR_NOMEM;
   m->cfg.onnx = m->onnx;
   snprintf(m->arch, sizeof m->arch, "onnx");
   PX_CHECK(px__onnx_load(m->onnx, &m->graph));
@@ -814,38 +821,35 @@ px_status_t px_model_create(px_ops_t *ops, const px_model_config_t *cfg, px_mode
   snprintf(m->arch, sizeof m->arch, "%s", a ? a->name : "onnx");
   m->cfg.arch = m->arch;
   m->ops = ops;
-  px_status_t st;
+  px_status_t st = PX_OK;
   if (cfg->widths) {
     if (cfg->nwidths < 1) {
       st = px_set_error(PX_ERR_INVALID, "model widths: %d given", cfg->nwidths);
-      goto fail;
+      goto done;
     }
     m->widths = px_malloc((size_t)cfg->nwidths * sizeof(int32_t), "model.widths");
     if (!m->widths) {
       st = PX_ERR_NOMEM;
-      goto fail;
+      goto done;
     }
     memcpy(m->widths, cfg->widths, (size_t)cfg->nwidths * sizeof(int32_t));
     m->cfg.widths = m->widths;
   } else {
     m->cfg.nwidths = 0;
   }
-  if (cfg->onnx) PX_CHECK_GOTO(px__open_onnx(m, cfg), st, fail);
-  PX_CHECK_GOTO(px__build(m, a), st, fail);
+  if (cfg->onnx) PX_CHECK_GOTO(px__open_onnx(m, cfg), st, done);
+  PX_CHECK_GOTO(px__build(m, a), st, done);
   if (m->widths && m->nconv != m->cfg.nwidths) {
     st = px_set_error(PX_ERR_INVALID, "model widths: %d given, %s has %d convolutions",
                       m->cfg.nwidths, m->arch, m->nconv);
-    goto fail;
+    goto done;
   }
-  PX_CHECK_GOTO(px__analyse(m), st, fail);
-  PX_CHECK_GOTO(px__alloc_families(m), st, fail);
-  PX_CHECK_GOTO(px__plan_grads(m), st, fail);
-  PX_CHECK_GOTO(px__publish(m), st, fail);
-  *out = m;
-  return PX_OK;
-fail:
-  px_model_destroy(m);
-  return st;
+  PX_CHECK_GOTO(px__analyse(m), st, done);
+  PX_CHECK_GOTO(px__alloc_families(m), st, done);
+  PX_CHECK_GOTO(px__plan_grads(m), st, done);
+  PX_CHECK_GOTO(px__publish(m), st, done);
+done:
+  return PX_CREATED(st, m, out, px_model_destroy);
 }
 
 void px_model_destroy(px_model_t *m) {

@@ -483,6 +483,49 @@ static px_status_t px__js_int(px__js_t *js, int64_t *out) {
   return PX_OK;
 }
 
+/* The items of the array or object whose opening bracket js has just
+ * consumed, up to and including close: item(js, ctx) is called with js at
+ * each item and consumes it; bad_sep is the complaint when neither ',' nor
+ * close follows one. Every list of the header is read through here. */
+typedef px_status_t (*px__js_item_fn)(px__js_t *js, void *ctx);
+static px_status_t px__js_list(px__js_t *js, char close, const char *bad_sep,
+                               px__js_item_fn item, void *ctx) {
+  px__js_ws(js);
+  if (px__js_peek(js) == close) {
+    js->pos++;
+    return PX_OK;
+  }
+  for (;;) {
+    px__js_ws(js);
+    PX_CHECK(item(js, ctx));
+    px__js_ws(js);
+    if (px__js_peek(js) == close) {
+      js->pos++;
+      return PX_OK;
+    }
+    PX_CHECK(px__js_expect(js, ',', bad_sep));
+  }
+}
+
+/* An integer array being read (px__js_int_array). */
+typedef struct {
+  int64_t *vals;
+  int max, *count;
+  const char *tensor, *what; /* name it in messages */
+} px__js_ints_t;
+
+static px_status_t px__js_int_item(px__js_t *js, void *ctx) {
+  px__js_ints_t *a = ctx;
+  int64_t v = 0;
+  PX_CHECK(px__js_int(js, &v));
+  if (*a->count == a->max) {
+    return px__st_fail(PX_ERR_FORMAT, js->path, "tensor '%s': %s has more than %d elements",
+                       a->tensor, a->what, a->max);
+  }
+  a->vals[(*a->count)++] = v;
+  return PX_OK;
+}
+
 /* [int, int, ...] with at most max elements; what names it in messages. */
 static px_status_t px__js_int_array(px__js_t *js, int64_t *vals, int max, int *count,
                                     const char *tensor, const char *what) {
@@ -492,56 +535,32 @@ static px_status_t px__js_int_array(px__js_t *js, int64_t *vals, int max, int *c
   }
   js->pos++;
   *count = 0;
-  px__js_ws(js);
-  if (px__js_peek(js) == ']') {
-    js->pos++;
-    return PX_OK;
-  }
-  for (;;) {
-    px__js_ws(js);
-    int64_t v = 0;
-    PX_CHECK(px__js_int(js, &v));
-    if (*count == max) {
-      return px__st_fail(PX_ERR_FORMAT, js->path, "tensor '%s': %s has more than %d elements",
-                         tensor, what, max);
-    }
-    vals[(*count)++] = v;
-    px__js_ws(js);
-    char c = px__js_peek(js);
-    js->pos++;
-    if (c == ']') return PX_OK;
-    if (c != ',') {
-      js->pos--;
-      return px__js_syntax(js, "expected ',' or ']' in an array");
-    }
-  }
+  px__js_ints_t a = {vals, max, count, tensor, what};
+  return px__js_list(js, ']', "expected ',' or ']' in an array", px__js_int_item, &a);
 }
 
 /* Parses the members of the object whose '{' js has just consumed, up to and
  * including its '}': member(js, key, ctx) is called with js at each value
  * and consumes it. Every object of the header is read through here. */
 typedef px_status_t (*px__js_member_fn)(px__js_t *js, const char *key, void *ctx);
-static px_status_t px__js_members(px__js_t *js, px__js_member_fn member, void *ctx) {
+typedef struct {
+  px__js_member_fn member;
+  void *ctx;
+} px__js_object_t;
+
+static px_status_t px__js_member_item(px__js_t *js, void *ctx) {
+  px__js_object_t *o = ctx;
+  const char *key;
+  PX_CHECK(px__js_string(js, &key));
   px__js_ws(js);
-  if (px__js_peek(js) == '}') {
-    js->pos++;
-    return PX_OK;
-  }
-  for (;;) {
-    px__js_ws(js);
-    const char *key;
-    PX_CHECK(px__js_string(js, &key));
-    px__js_ws(js);
-    PX_CHECK(px__js_expect(js, ':', "expected ':' after a key"));
-    px__js_ws(js);
-    PX_CHECK(member(js, key, ctx));
-    px__js_ws(js);
-    if (px__js_peek(js) == '}') {
-      js->pos++;
-      return PX_OK;
-    }
-    PX_CHECK(px__js_expect(js, ',', "expected ',' or '}' in an object"));
-  }
+  PX_CHECK(px__js_expect(js, ':', "expected ':' after a key"));
+  px__js_ws(js);
+  return o->member(js, key, o->ctx);
+}
+
+static px_status_t px__js_members(px__js_t *js, px__js_member_fn member, void *ctx) {
+  px__js_object_t o = {member, ctx};
+  return px__js_list(js, '}', "expected ',' or '}' in an object", px__js_member_item, &o);
 }
 
 enum { PX__F_DTYPE = 1, PX__F_SHAPE = 2, PX__F_OFFSETS = 4 };
@@ -603,20 +622,28 @@ static px_status_t px__js_tensor_field(px__js_t *js, const char *key, void *ctx)
   return PX_OK;
 }
 
+/* Room in *arr (of *cap elements of elem bytes, first the first capacity)
+ * for element n: doubles it when full; too_many is the complaint past 2^28. */
+static px_status_t px__js_grow(px__js_t *js, void **arr, int n, int *cap, int first, size_t elem,
+                               const char *name, const char *too_many) {
+  if (n < *cap) return PX_OK;
+  if (n > (1 << 28)) return px__st_fail(PX_ERR_FORMAT, js->path, "%s", too_many);
+  int ncap = *cap ? 2 * *cap : first;
+  void *p = px_realloc(*arr, (size_t)ncap * elem, name);
+  if (!p) return PX_ERR_NOMEM;
+  *arr = p;
+  *cap = ncap;
+  return PX_OK;
+}
+
 static px_status_t px__js_tensor(px__js_t *js, const char *name) {
   px_safetensors_t *h = js->h;
   if (px__js_peek(js) != '{') {
     return px__st_fail(PX_ERR_FORMAT, js->path, "tensor '%s': entry is not an object", name);
   }
   js->pos++;
-  if (h->n == js->cap_entries) {
-    if (h->n > (1 << 28)) return px__st_fail(PX_ERR_FORMAT, js->path, "too many tensors");
-    int cap = js->cap_entries ? 2 * js->cap_entries : 16;
-    px__st_entry_t *e = px_realloc(h->entries, (size_t)cap * sizeof *e, "safetensors.entries");
-    if (!e) return PX_ERR_NOMEM;
-    h->entries = e;
-    js->cap_entries = cap;
-  }
+  PX_CHECK(px__js_grow(js, (void **)&h->entries, h->n, &js->cap_entries, 16, sizeof *h->entries,
+                       "safetensors.entries", "too many tensors"));
   px__js_tensor_t t = {.e = &h->entries[h->n], .name = name, .seen = 0};
   memset(t.e, 0, sizeof *t.e);
   t.e->name = name;
@@ -640,14 +667,8 @@ static px_status_t px__js_meta_pair(px__js_t *js, const char *key, void *ctx) {
                        PX__ST_META_KEY, key);
   }
   PX_CHECK(px__js_string(js, &value));
-  if (h->nmeta == js->cap_meta) {
-    if (h->nmeta > (1 << 28)) return px__st_fail(PX_ERR_FORMAT, js->path, "too much metadata");
-    int cap = js->cap_meta ? 2 * js->cap_meta : 8;
-    px__st_kv_t *m = px_realloc(h->meta, (size_t)cap * sizeof *m, "safetensors.meta");
-    if (!m) return PX_ERR_NOMEM;
-    h->meta = m;
-    js->cap_meta = cap;
-  }
+  PX_CHECK(px__js_grow(js, (void **)&h->meta, h->nmeta, &js->cap_meta, 8, sizeof *h->meta,
+                       "safetensors.meta", "too much metadata"));
   h->meta[h->nmeta].key = key;
   h->meta[h->nmeta].value = value;
   h->nmeta++;
@@ -700,6 +721,22 @@ static int px__st_cmp_kv(const void *a, const void *b) {
   return strcmp((*(px__st_kv_t *const *)a)->key, (*(px__st_kv_t *const *)b)->key);
 }
 
+/* *out = [n + 1] pointers to the n elements of elem bytes at arr, sorted by
+ * cmp (which compares two such pointers); *dup = the first sorted position
+ * equal to the one before it, -1 when all differ. *out is px_malloc'd. */
+static px_status_t px__st_index(void *arr, int n, size_t elem,
+                                int (*cmp)(const void *, const void *), void ***out, int *dup) {
+  void **idx = px_malloc(((size_t)n + 1) * sizeof *idx, "safetensors.index");
+  if (!idx) return PX_ERR_NOMEM;
+  for (int i = 0; i < n; i++) idx[i] = (char *)arr + (size_t)i * elem;
+  qsort(idx, (size_t)n, sizeof *idx, cmp);
+  *out = idx;
+  *dup = -1;
+  for (int i = 1; i < n && *dup < 0; i++)
+    if (cmp(&idx[i - 1], &idx[i]) == 0) *dup = i;
+  return PX_OK;
+}
+
 static px_status_t px__st_validate(px_safetensors_t *h) {
   const char *path = h->path;
   char sh[160];
@@ -735,24 +772,17 @@ static px_status_t px__st_validate(px_safetensors_t *h) {
 
   /* Entries in data order; the by-name index points into the final array. */
   if (h->n > 1) qsort(h->entries, (size_t)h->n, sizeof *h->entries, px__st_cmp_entry_offset);
-  h->by_name = px_malloc(((size_t)h->n + 1) * sizeof *h->by_name, "safetensors.index");
-  if (!h->by_name) return PX_ERR_NOMEM;
-  for (int i = 0; i < h->n; i++) h->by_name[i] = &h->entries[i];
-  qsort(h->by_name, (size_t)h->n, sizeof *h->by_name, px__st_cmp_entry_name);
-  for (int i = 1; i < h->n; i++) {
-    if (strcmp(h->by_name[i - 1]->name, h->by_name[i]->name) == 0) {
-      return px__st_fail(PX_ERR_FORMAT, path, "duplicate tensor name '%s'", h->by_name[i]->name);
-    }
-  }
-  h->meta_by_key = px_malloc(((size_t)h->nmeta + 1) * sizeof *h->meta_by_key, "safetensors.index");
-  if (!h->meta_by_key) return PX_ERR_NOMEM;
-  for (int i = 0; i < h->nmeta; i++) h->meta_by_key[i] = &h->meta[i];
-  qsort(h->meta_by_key, (size_t)h->nmeta, sizeof *h->meta_by_key, px__st_cmp_kv);
-  for (int i = 1; i < h->nmeta; i++) {
-    if (strcmp(h->meta_by_key[i - 1]->key, h->meta_by_key[i]->key) == 0) {
-      return px__st_fail(PX_ERR_FORMAT, path, "duplicate %s key '%s'", PX__ST_META_KEY,
-                         h->meta_by_key[i]->key);
-    }
+  void **idx;
+  int dup;
+  PX_CHECK(px__st_index(h->entries, h->n, sizeof *h->entries, px__st_cmp_entry_name, &idx, &dup));
+  h->by_name = (px__st_entry_t **)idx;
+  if (dup >= 0)
+    return px__st_fail(PX_ERR_FORMAT, path, "duplicate tensor name '%s'", h->by_name[dup]->name);
+  PX_CHECK(px__st_index(h->meta, h->nmeta, sizeof *h->meta, px__st_cmp_kv, &idx, &dup));
+  h->meta_by_key = (px__st_kv_t **)idx;
+  if (dup >= 0) {
+    return px__st_fail(PX_ERR_FORMAT, path, "duplicate %s key '%s'", PX__ST_META_KEY,
+                       h->meta_by_key[dup]->key);
   }
 
   uint64_t expect = 0;
@@ -816,65 +846,62 @@ px_status_t px_safetensors_open(const char *path, px_safetensors_t **out) {
   h->path = px_malloc(plen + 1, "safetensors.path");
   if (!h->path) {
     st = PX_ERR_NOMEM;
-    goto fail;
+    goto done;
   }
   memcpy(h->path, path, plen + 1);
 
   h->fd = open(path, O_RDONLY | O_CLOEXEC);
   if (h->fd < 0) {
     st = px__st_fail(PX_ERR_IO, path, "cannot open: %s", strerror(errno));
-    goto fail;
+    goto done;
   }
   struct stat sb;
   if (fstat(h->fd, &sb) != 0) {
     st = px__st_fail(PX_ERR_IO, path, "cannot stat: %s", strerror(errno));
-    goto fail;
+    goto done;
   }
   if (!S_ISREG(sb.st_mode)) {
     st = px__st_fail(PX_ERR_IO, path, "not a regular file");
-    goto fail;
+    goto done;
   }
   uint64_t fsize = (uint64_t)sb.st_size;
   if (fsize < 8) {
     st = px__st_fail(PX_ERR_FORMAT, path,
                      "file is %" PRIu64 " bytes, too short for the 8-byte header size: truncated",
                      fsize);
-    goto fail;
+    goto done;
   }
   uint8_t size_le[8];
-  PX_CHECK_GOTO(px__st_pread_all(h, size_le, 8, 0, "the header size"), st, fail);
+  PX_CHECK_GOTO(px__st_pread_all(h, size_le, 8, 0, "the header size"), st, done);
   uint64_t hlen = 0;
   for (int i = 0; i < 8; i++) hlen |= (uint64_t)size_le[i] << (8 * i);
   if (hlen > PX_ST_MAX_HEADER) {
     st = px__st_fail(PX_ERR_FORMAT, path, "header size %" PRIu64 " exceeds the %u-byte limit",
                      hlen, PX_ST_MAX_HEADER);
-    goto fail;
+    goto done;
   }
   if (hlen > fsize - 8) {
     st = px__st_fail(PX_ERR_FORMAT, path,
                      "header size %" PRIu64 " is larger than the %" PRIu64
                      " bytes after it: truncated or not a safetensors file",
                      hlen, fsize - 8);
-    goto fail;
+    goto done;
   }
   h->data_start = 8 + hlen;
   h->data_len = fsize - h->data_start;
   h->header = px_malloc((size_t)hlen + 1, "safetensors.header");
   if (!h->header) {
     st = PX_ERR_NOMEM;
-    goto fail;
+    goto done;
   }
-  PX_CHECK_GOTO(px__st_pread_all(h, h->header, (size_t)hlen, 8, "the header"), st, fail);
+  PX_CHECK_GOTO(px__st_pread_all(h, h->header, (size_t)hlen, 8, "the header"), st, done);
   h->header[hlen] = '\0';
 
   px__js_t js = {.path = path, .s = h->header, .len = (size_t)hlen, .h = h};
-  PX_CHECK_GOTO(px__js_header(&js), st, fail);
-  PX_CHECK_GOTO(px__st_validate(h), st, fail);
-  *out = h;
-  return PX_OK;
-fail:
-  px_safetensors_close(h);
-  return st;
+  PX_CHECK_GOTO(px__js_header(&js), st, done);
+  PX_CHECK_GOTO(px__st_validate(h), st, done);
+done:
+  return PX_CREATED(st, h, out, px_safetensors_close);
 }
 
 void px_safetensors_close(px_safetensors_t *st) {

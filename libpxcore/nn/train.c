@@ -117,11 +117,11 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out) 
   t->cfg.dataset = t->dataset;
   t->cfg.lr_schedule = t->schedule;
   t->cfg.data_dir = NULL; /* only used while loading */
-  px_status_t st;
+  px_status_t st = PX_OK;
   px_train_config_t load_cfg = t->cfg;
   load_cfg.data_dir = cfg->data_dir;
   t->cfg = load_cfg;
-  PX_CHECK_GOTO(px__load_data(t), st, fail);
+  PX_CHECK_GOTO(px__load_data(t), st, done);
   t->cfg.data_dir = NULL;
 
   const px_dataset_info_t *info = px_dataset_info(t->train);
@@ -140,7 +140,7 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out) 
     lc.augment.crop_pad = 4;
     lc.augment.flip = 1;
   }
-  PX_CHECK_GOTO(px_loader_create(t->train, &lc, &t->train_loader), st, fail);
+  PX_CHECK_GOTO(px_loader_create(t->train, &lc, &t->train_loader), st, done);
   t->steps_per_epoch = px_loader_num_batches(t->train_loader);
   t->schedule_steps = t->steps_per_epoch * cfg->epochs;
   t->cursor_epoch = -1;
@@ -148,7 +148,7 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out) 
     st = px_set_error(PX_ERR_INVALID,
                       "the training shard of rank %d has fewer samples than one batch of %d",
                       cfg->rank, cfg->batch);
-    goto fail;
+    goto done;
   }
   px_loader_config_t ec;
   px_loader_config_eval(t->test, &ec);
@@ -160,21 +160,18 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out) 
   ec.batch_size = cfg->batch;
   ec.rank = cfg->rank;
   ec.world_size = cfg->world_size;
-  PX_CHECK_GOTO(px_loader_create(t->test, &ec, &t->test_loader), st, fail);
+  PX_CHECK_GOTO(px_loader_create(t->test, &ec, &t->test_loader), st, done);
 
-  PX_CHECK_GOTO(px_ops_create(cfg->device, cfg->threads, &t->ops), st, fail);
+  PX_CHECK_GOTO(px_ops_create(cfg->device, cfg->threads, &t->ops), st, done);
   px_model_config_t mc = {t->arch,       info->channels, info->num_classes, cfg->batch,
                           info->height,  info->width,    cfg->widths,       cfg->nwidths,
                           cfg->precision, cfg->onnx};
-  PX_CHECK_GOTO(px_model_create(t->ops, &mc, &t->model), st, fail);
-  PX_CHECK_GOTO(px_model_init_params(t->model, cfg->seed), st, fail);
+  PX_CHECK_GOTO(px_model_create(t->ops, &mc, &t->model), st, done);
+  PX_CHECK_GOTO(px_model_init_params(t->model, cfg->seed), st, done);
   px_sgd_config_t sc = {cfg->lr, cfg->momentum, cfg->weight_decay, cfg->nesterov};
-  PX_CHECK_GOTO(px_sgd_create(t->model, &sc, &t->sgd), st, fail);
-  *out = t;
-  return PX_OK;
-fail:
-  px_trainer_destroy(t);
-  return st;
+  PX_CHECK_GOTO(px_sgd_create(t->model, &sc, &t->sgd), st, done);
+done:
+  return PX_CREATED(st, t, out, px_trainer_destroy);
 }
 
 void px_trainer_destroy(px_trainer_t *t) {

@@ -112,7 +112,7 @@ px_status_t px_pack_plan_create(const px_param_desc_t *params, int nparams,
     p->layers = px_calloc((size_t)nparams, sizeof *p->layers, "pack.layers");
     if (!p->layers) {
       st = PX_ERR_NOMEM;
-      goto fail;
+      goto done;
     }
   }
   size_t off = 0;
@@ -121,7 +121,7 @@ px_status_t px_pack_plan_create(const px_param_desc_t *params, int nparams,
     L->desc = params[i];
     L->desc.layout = NULL; /* copied into L->layout */
     if (L->desc.kind == PX_PARAM_CONV) {
-      PX_CHECK_GOTO(px__layer_conv(L, params[i].layout), st, fail);
+      PX_CHECK_GOTO(px__layer_conv(L, params[i].layout), st, done);
     } else {
       L->nrows = 1;
       L->row_len = L->desc.numel;
@@ -135,16 +135,13 @@ px_status_t px_pack_plan_create(const px_param_desc_t *params, int nparams,
     if (!L->out_rank || !L->runs ||
         (L->desc.kind == PX_PARAM_CONV && (!L->k_out || !L->k_in))) {
       st = PX_ERR_NOMEM;
-      goto fail;
+      goto done;
     }
   }
   p->stream_len = off;
-  PX_CHECK_GOTO(px_pack_plan_set_masks(p, NULL), st, fail);
-  *out = p;
-  return PX_OK;
-fail:
-  px_pack_plan_destroy(p);
-  return st;
+  PX_CHECK_GOTO(px_pack_plan_set_masks(p, NULL), st, done);
+done:
+  return PX_CREATED(st, p, out, px_pack_plan_destroy);
 }
 
 /* A conv layer's mask layout and index arrays (and the element arrays of a

@@ -123,25 +123,27 @@ static px_status_t px__ws_get(px_conv_shape_t s, void *ws, size_t ws_bytes, px__
  * on real layers; tests pass NULL only on small tensors). */
 #define PX__LOCAL_DECISIONS 4096
 
-static px_status_t px__prepare(float *w, px_conv_shape_t s, double keep, void *ws,
+/* The checks and the workspace of a projection of kind ("filter", ...) that
+ * decides groups groups: without mask_part they go to a local buffer of
+ * PX__LOCAL_DECISIONS bytes, so more need the caller's mask. */
+static px_status_t px__prepare(float *w, px_conv_shape_t s, double keep, const char *kind,
+                               size_t groups, const uint8_t *mask_part, void *ws,
                                size_t ws_bytes, px__ws_t *out) {
   PX_REQUIRE(w != NULL, "projection of a NULL tensor");
   PX_CHECK(px_conv_shape_validate(s));
   PX_CHECK(px__keep_check("keep", keep));
+  PX_REQUIRE(mask_part || groups <= PX__LOCAL_DECISIONS,
+             "%s projection of %zu groups needs a mask buffer", kind, groups);
   return px__ws_get(s, ws, ws_bytes, out);
 }
 
 px_status_t px_prune_project_filter(float *w, px_conv_shape_t s, double keep,
                                     uint8_t *mask_part, void *ws, size_t ws_bytes) {
+  size_t row = (size_t)s.c_in * s.kh * s.kw, G = (size_t)s.c_out;
   px__ws_t W;
-  PX_CHECK(px__prepare(w, s, keep, ws, ws_bytes, &W));
+  PX_CHECK(px__prepare(w, s, keep, "filter", G, mask_part, ws, ws_bytes, &W));
   uint8_t local[PX__LOCAL_DECISIONS];
   uint8_t *dec = mask_part ? mask_part : local;
-  size_t row = (size_t)s.c_in * s.kh * s.kw, G = (size_t)s.c_out;
-  if (!mask_part && G > sizeof local) {
-    px_free(W.owned);
-    return px_set_error(PX_ERR_INVALID, "filter projection of %zu groups needs a mask buffer", G);
-  }
   for (size_t o = 0; o < G; o++) {
     const float *p = w + o * row;
     double acc = 0.0;
@@ -171,15 +173,11 @@ static void px__add_channel_norms(const float *w, px_conv_shape_t s, double *nor
 
 px_status_t px_prune_project_channel(float *w, px_conv_shape_t s, double keep,
                                      uint8_t *mask_part, void *ws, size_t ws_bytes) {
+  size_t khw = (size_t)s.kh * s.kw, C = (size_t)s.c_in, row = C * khw;
   px__ws_t W;
-  PX_CHECK(px__prepare(w, s, keep, ws, ws_bytes, &W));
+  PX_CHECK(px__prepare(w, s, keep, "channel", C, mask_part, ws, ws_bytes, &W));
   uint8_t local[PX__LOCAL_DECISIONS];
   uint8_t *dec = mask_part ? mask_part : local;
-  size_t khw = (size_t)s.kh * s.kw, C = (size_t)s.c_in, row = C * khw;
-  if (!mask_part && C > sizeof local) {
-    px_free(W.owned);
-    return px_set_error(PX_ERR_INVALID, "channel projection of %zu groups needs a mask buffer", C);
-  }
   for (size_t c = 0; c < C; c++) W.norm[c] = 0.0;
   px__add_channel_norms(w, s, W.norm);
   px__select(W.norm, W.idx, C, px_prune_keep_count(keep, C), dec);
@@ -192,15 +190,11 @@ px_status_t px_prune_project_channel(float *w, px_conv_shape_t s, double keep,
 
 px_status_t px_prune_project_shape(float *w, px_conv_shape_t s, double keep,
                                    uint8_t *mask_part, void *ws, size_t ws_bytes) {
+  size_t row = (size_t)s.c_in * s.kh * s.kw;
   px__ws_t W;
-  PX_CHECK(px__prepare(w, s, keep, ws, ws_bytes, &W));
+  PX_CHECK(px__prepare(w, s, keep, "shape", row, mask_part, ws, ws_bytes, &W));
   uint8_t local[PX__LOCAL_DECISIONS];
   uint8_t *dec = mask_part ? mask_part : local;
-  size_t row = (size_t)s.c_in * s.kh * s.kw;
-  if (!mask_part && row > sizeof local) {
-    px_free(W.owned);
-    return px_set_error(PX_ERR_INVALID, "shape projection of %zu groups needs a mask buffer", row);
-  }
   for (size_t g = 0; g < row; g++) W.norm[g] = 0.0;
   for (size_t o = 0; o < (size_t)s.c_out; o++) {
     const float *p = w + o * row;

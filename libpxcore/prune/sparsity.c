@@ -66,7 +66,7 @@ px_status_t px_sparsity_create(const px_sparsity_param_t *params, const char *co
   sp->is_consumer = px_calloc(cnt, 1, "prune.sparsity");
   if (!sp->params || !sp->layouts || !sp->moff || !sp->is_consumer) {
     st = PX_ERR_NOMEM;
-    goto fail;
+    goto done;
   }
   if (n) memcpy(sp->params, params, (size_t)n * sizeof *params);
   for (int i = 0; i < n; i++) {
@@ -75,25 +75,22 @@ px_status_t px_sparsity_create(const px_sparsity_param_t *params, const char *co
     /* a follower has no N:M part: its filters are its group's, every element kept */
     PX_CHECK_GOTO(px_prune_layout_init(&sp->layouts[i], params[i].shape,
                                        params[i].follower ? NULL : keep),
-                  st, fail);
+                  st, done);
     sp->moff[i] = sp->mtotal;
     sp->mtotal += sp->layouts[i].size;
     size_t w = px_prune_workspace_size(params[i].shape);
     if (w > sp->ws_bytes) sp->ws_bytes = w;
   }
-  PX_CHECK_GOTO(px__sparsity_coupling(sp, names), st, fail);
+  PX_CHECK_GOTO(px__sparsity_coupling(sp, names), st, done);
   if (sp->ws_bytes) {
     sp->ws = px_malloc(sp->ws_bytes, "prune.workspace");
     if (!sp->ws) {
       st = PX_ERR_NOMEM;
-      goto fail;
+      goto done;
     }
   }
-  *out = sp;
-  return PX_OK;
-fail:
-  px_sparsity_destroy(sp);
-  return st;
+done:
+  return PX_CREATED(st, sp, out, px_sparsity_destroy);
 }
 
 void px_sparsity_destroy(px_sparsity_t *sp) {

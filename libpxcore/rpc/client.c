@@ -31,13 +31,6 @@ struct px_rpc_channel {
   size_t nmd;
 };
 
-static char *px__strdup(const char *s, const char *name) {
-  size_t n = strlen(s) + 1;
-  char *d = px_malloc(n, name);
-  if (d) memcpy(d, s, n);
-  return d;
-}
-
 /* Records the local failure code and returns st (for failures that never
  * reached gRPC). */
 static px_status_t px__local(px_status_t st) {

@@ -295,12 +295,8 @@ static px_status_t px__end(px_rpc_srv_call_t *c, px_rpc_code_t code, const char 
   c->status_queued = 1;
   c->code = (grpc_status_code)code;
   if (msg && msg[0]) {
-    size_t n = strlen(msg) + 1;
-    c->status_msg = px_malloc(n, "rpc.server.status");
-    if (c->status_msg) {
-      memcpy(c->status_msg, msg, n);
-      c->status_slice = grpc_slice_from_copied_string(msg);
-    }
+    c->status_msg = px__strdup(msg, "rpc.server.status");
+    if (c->status_msg) c->status_slice = grpc_slice_from_copied_string(msg);
   }
   px__pump(c);
   px__maybe_free(c);

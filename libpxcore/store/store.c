@@ -28,13 +28,6 @@ struct px_store {
   int full;               /* the last failure was for lack of space (px_store_full) */
 };
 
-static char *px__strdup(const char *s, const char *name) {
-  size_t n = strlen(s) + 1;
-  char *d = px_malloc(n, name);
-  if (d) memcpy(d, s, n);
-  return d;
-}
-
 /* SQLite result code -> px status: what the caller can do about it. */
 static px_status_t px__store_status(int rc) {
   switch (rc & 0xff) {
@@ -436,14 +429,14 @@ px_status_t px_store_open(const char *path, const px_store_options_t *opt, px_st
   s->path = px__strdup(path, "store.path");
   if (!s->path) {
     st = PX_ERR_NOMEM;
-    goto fail;
+    goto done;
   }
   int flags = opt->read_only ? SQLITE_OPEN_READONLY
                              : SQLITE_OPEN_READWRITE | (opt->create ? SQLITE_OPEN_CREATE : 0);
   int rc = sqlite3_open_v2(path, &s->db, flags, NULL);
   if (rc != SQLITE_OK) {
     st = px__store_error(s, path, s->db, rc, "open");
-    goto fail;
+    goto done;
   }
   sqlite3_extended_result_codes(s->db, 1);
   sqlite3_busy_timeout(s->db, opt->busy_timeout_ms > 0 ? opt->busy_timeout_ms : 5000);
@@ -457,40 +450,36 @@ px_status_t px_store_open(const char *path, const px_store_options_t *opt, px_st
    * fails here with SQLITE_NOTADB. */
   char mode[32];
   PX_CHECK_GOTO(px__pragma_text(s, "PRAGMA journal_mode = WAL", "open", mode, sizeof mode), st,
-                fail);
+                done);
   if (strcmp(mode, "wal") != 0) {
     st = px_set_error(PX_ERR_IO, "%s: cannot switch to WAL journal mode (got '%s')", path, mode);
-    goto fail;
+    goto done;
   }
   PX_CHECK_GOTO(px_store_exec(s, "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON"), st,
-                fail);
+                done);
   if (opt->quick_check) {
     char res[256];
     PX_CHECK_GOTO(px__pragma_text(s, "PRAGMA quick_check(1)", "integrity check", res, sizeof res),
-                  st, fail);
+                  st, done);
     if (strcmp(res, "ok") != 0) {
       st = px_set_error(PX_ERR_FORMAT, "%s: database is corrupt: %s", path, res);
-      goto fail;
+      goto done;
     }
   }
   int version = 0;
-  PX_CHECK_GOTO(px__read_schema(s, opt->schema, &version), st, fail);
+  PX_CHECK_GOTO(px__read_schema(s, opt->schema, &version), st, done);
   int newest = opt->migrations[opt->nmigrations - 1].version;
   if (version > newest) {
     st = px_set_error(PX_ERR_FORMAT,
                       "%s: database schema version %d is newer than this program's %d (it was "
                       "written by a newer PruneX %s): refusing to open it", path, version, newest,
                       opt->schema);
-    goto fail;
+    goto done;
   }
-  PX_CHECK_GOTO(px__migrate(s, opt, version), st, fail);
+  PX_CHECK_GOTO(px__migrate(s, opt, version), st, done);
   s->version = newest;
-  *out = s;
-  return PX_OK;
-
-fail:
-  px_store_close(s);
-  return st;
+done:
+  return PX_CREATED(st, s, out, px_store_close);
 }
 
 void px_store_close(px_store_t *s) {

@@ -19,7 +19,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "prunex/text.h"
 #include "px_check.h"
+#include "px_clock.h"
 #include "strategy/px_resume.h"
 
 #define PX_RS_FORMAT "prunex-resume-2"    /* CRC-32 checksum: written and read */
@@ -60,34 +62,13 @@ struct px_resume {
   char problem[PX_RS_PROBLEM_MAX]; /* why a later one is not usable ("" when none) */
 };
 
-static double px_rs_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static px_status_t px_rs_mkdirs(const char *dir) {
-  char p[4096];
-  snprintf(p, sizeof p, "%s", dir);
-  for (char *s = p + 1; *s; s++) {
-    if (*s != '/') continue;
-    *s = '\0';
-    if (mkdir(p, 0755) != 0 && errno != EEXIST)
-      return px_set_error(PX_ERR_IO, "%s: cannot create: %s", p, strerror(errno));
-    *s = '/';
-  }
-  if (mkdir(p, 0755) != 0 && errno != EEXIST)
-    return px_set_error(PX_ERR_IO, "%s: cannot create: %s", p, strerror(errno));
-  return PX_OK;
-}
-
 px_status_t px__resume_create(px_comm_t *comm, const char *dir, int keep, px__resume_t **out) {
   *out = NULL;
   PX_REQUIRE(comm && dir && dir[0], "checkpoints need a communicator and a directory");
   PX_REQUIRE(keep >= 1 && keep <= PX_RS_MAX_KEEP, "recovery.keep = %d: must be in 1..%d", keep,
              PX_RS_MAX_KEEP);
   PX_REQUIRE(strlen(dir) < 4000, "checkpoint directory path too long: %s", dir);
-  PX_CHECK(px_rs_mkdirs(dir));
+  PX_CHECK(px_mkdirs(dir, 0755));
   px__resume_t *rs = px_calloc(1, sizeof *rs, "resume");
   if (!rs) return PX_ERR_NOMEM;
   rs->comm = comm;
@@ -289,7 +270,7 @@ static int px_rs_verify(px__resume_t *rs, int iteration, int load) {
 
 static void *px_rs_writer(void *arg) {
   px__resume_t *rs = arg;
-  double t0 = px_rs_now();
+  double t0 = px__now();
   px_rs_sum_t h = px_rs_sum_init(0);
   for (int i = 0; i < rs->n; i++) px_rs_sum_add(&h, rs->table[i].data, rs->items[i].bytes);
   char sum[32], its[16], rank[16], world[16], path[4200];
@@ -302,7 +283,7 @@ static void *px_rs_writer(void *arg) {
   px_rs_path(rs, rs->pending, path, sizeof path);
   rs->write_status = px_safetensors_save(path, rs->table, rs->n, meta, 5);
   if (rs->write_status != PX_OK) snprintf(rs->write_error, sizeof rs->write_error, "%s", px_last_error());
-  rs->write_seconds = px_rs_now() - t0;
+  rs->write_seconds = px__now() - t0;
   return NULL;
 }
 
@@ -413,7 +394,7 @@ static px_status_t px_rs_snapshot(px__resume_t *rs, uint64_t *bytes) {
 }
 
 px_status_t px__resume_save(px__resume_t *rs, int iteration, uint64_t *bytes, double *seconds) {
-  double t0 = px_rs_now();
+  double t0 = px__now();
   *bytes = 0;
   PX_CHECK(px_rs_settle(rs));
   PX_CHECK(px_rs_snapshot(rs, bytes));
@@ -427,14 +408,14 @@ px_status_t px__resume_save(px__resume_t *rs, int iteration, uint64_t *bytes, do
     rs->thread = pthread_self();
     rs->inline_write = 1;
   }
-  *seconds = px_rs_now() - t0;
+  *seconds = px__now() - t0;
   return PX_OK;
 }
 
 px_status_t px__resume_finish(px__resume_t *rs, double *seconds) {
-  double t0 = px_rs_now();
+  double t0 = px__now();
   px_status_t st = px_rs_settle(rs);
-  *seconds = px_rs_now() - t0;
+  *seconds = px__now() - t0;
   return st;
 }
 

@@ -161,8 +161,7 @@ static void px__topk_destroy(px__strategy_run_t *r, void *priv) {
   px__topk_strategy_t *s = priv;
   px_trainer_set_grad_hook(r->t, NULL, NULL);
   if (!s) return;
-  void *owned[] = {s->err, s->idx, s->sendbuf, s->recvbuf, s->h_grad, s};
-  for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) px_free(owned[i]);
+  PX_FREE_ALL(s->err, s->idx, s->sendbuf, s->recvbuf, s->h_grad, s);
 }
 
 const px__strategy_ops_t px__strategy_topk_ops = {

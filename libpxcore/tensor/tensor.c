@@ -169,12 +169,19 @@ px_status_t px_tensor_copy(px_tensor_t *dst, const px_tensor_t *src) {
   return PX_OK;
 }
 
+/* The checks of a copy between t and a host buffer of bytes (fn names the
+ * call, verb what the caller did with the size: "given", "wanted"). */
+static px_status_t px__host_copy_check(const px_tensor_t *t, const void *host, size_t bytes,
+                                       const char *fn, const char *verb) {
+  PX_CHECK(px__check_device(t, fn));
+  PX_REQUIRE(t->data && host, "%s: missing storage or host buffer", fn);
+  PX_REQUIRE(bytes == px_tensor_plain_bytes(t), "%s: %zu bytes %s, tensor holds %zu", fn, bytes,
+             verb, px_tensor_plain_bytes(t));
+  return PX_OK;
+}
+
 px_status_t px_tensor_copy_from_host(px_tensor_t *t, const void *host, size_t bytes) {
-  PX_CHECK(px__check_device(t, "px_tensor_copy_from_host"));
-  PX_REQUIRE(t->data && host, "px_tensor_copy_from_host: missing storage or host buffer");
-  PX_REQUIRE(bytes == px_tensor_plain_bytes(t),
-             "px_tensor_copy_from_host: %zu bytes given, tensor holds %zu", bytes,
-             px_tensor_plain_bytes(t));
+  PX_CHECK(px__host_copy_check(t, host, bytes, "px_tensor_copy_from_host", "given"));
   if (px__on_cuda(t) && !t->layout)
     return px__cuda_mem_upload(t->device.index, t->data, host, bytes);
   if (!t->layout) {
@@ -185,11 +192,7 @@ px_status_t px_tensor_copy_from_host(px_tensor_t *t, const void *host, size_t by
 }
 
 px_status_t px_tensor_copy_to_host(const px_tensor_t *t, void *host, size_t bytes) {
-  PX_CHECK(px__check_device(t, "px_tensor_copy_to_host"));
-  PX_REQUIRE(t->data && host, "px_tensor_copy_to_host: missing storage or host buffer");
-  PX_REQUIRE(bytes == px_tensor_plain_bytes(t),
-             "px_tensor_copy_to_host: %zu bytes wanted, tensor holds %zu", bytes,
-             px_tensor_plain_bytes(t));
+  PX_CHECK(px__host_copy_check(t, host, bytes, "px_tensor_copy_to_host", "wanted"));
   if (px__on_cuda(t) && !t->layout)
     return px__cuda_mem_download(t->device.index, host, t->data, bytes);
   if (!t->layout) {

@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "comm/comm_int.h"
+#include "px_clock.h"
 #include "px_cuda_int.h"
 
 struct px__nccl {
@@ -40,12 +41,6 @@ struct px__nccl {
 };
 
 int px__nccl_built(void) { return 1; }
-
-static double px__nccl_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static px_status_t px__nccl_error(ncclResult_t r, const char *what) {
   return px_set_error(PX_ERR_BACKEND, "%s: %s", what, ncclGetErrorString(r));
@@ -64,7 +59,7 @@ static void px__nccl_abort(px__nccl_t *n) {
 static px_status_t px__nccl_settle(px__nccl_t *n, ncclResult_t r, const char *what,
                                    double deadline) {
   while (r == ncclInProgress) {
-    if (px__nccl_now_ms() > deadline) {
+    if (px__now_ms() > deadline) {
       px__nccl_abort(n);
       return px_set_error(PX_ERR_TIMEOUT, "%s: NCCL still in progress at the deadline", what);
     }
@@ -93,7 +88,7 @@ static px_status_t px__nccl_sync(px__nccl_t *n, const char *what, double deadlin
       px__nccl_abort(n);
       return st == PX_ERR_BACKEND ? PX_ERR_PEER : st;
     }
-    if (px__nccl_now_ms() > deadline) {
+    if (px__now_ms() > deadline) {
       px__nccl_abort(n);
       return px_set_error(PX_ERR_TIMEOUT, "%s: not complete after the deadline (peer dead or stuck)",
                           what);
@@ -140,7 +135,7 @@ px_status_t px__nccl_create(px_group_t *g, int device, px_kv_t *kv, const char *
   n->size = g->size;
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;
-  double deadline = px__nccl_now_ms() + timeout_ms;
+  double deadline = px__now_ms() + timeout_ms;
   ncclResult_t r = ncclCommInitRankConfig(&n->comm, g->size, id, g->rank, &cfg);
   if (r != ncclSuccess && r != ncclInProgress) {
     px_free(n);
@@ -172,7 +167,7 @@ void px__nccl_destroy(px__nccl_t *n, int abort) {
       px__nccl_abort(n);
     } else {
       ncclResult_t r = ncclCommFinalize(n->comm);
-      if (px__nccl_settle(n, r, "ncclCommFinalize", px__nccl_now_ms() + 10000.0) == PX_OK) {
+      if (px__nccl_settle(n, r, "ncclCommFinalize", px__now_ms() + 10000.0) == PX_OK) {
         ncclCommDestroy(n->comm);
         n->comm = NULL;
       }
@@ -215,7 +210,7 @@ static ncclRedOp_t px__nccl_op(px_comm_op_t op) {
 px_status_t px__nccl_allreduce(px__nccl_t *n, const void *send, void *recv, size_t count,
                                px_comm_dtype_t dt, px_comm_op_t op, int timeout_ms) {
   PX_CHECK(px__nccl_ready(n, "ncclAllReduce"));
-  double deadline = px__nccl_now_ms() + timeout_ms;
+  double deadline = px__now_ms() + timeout_ms;
   ncclResult_t r = ncclAllReduce(send, recv, count, px__nccl_dtype(dt), px__nccl_op(op), n->comm,
                                  n->stream);
   PX_CHECK(px__nccl_settle(n, r, "ncclAllReduce", deadline));
@@ -225,7 +220,7 @@ px_status_t px__nccl_allreduce(px__nccl_t *n, const void *send, void *recv, size
 px_status_t px__nccl_bcast(px__nccl_t *n, void *buf, size_t count, px_comm_dtype_t dt, int root,
                            int timeout_ms) {
   PX_CHECK(px__nccl_ready(n, "ncclBroadcast"));
-  double deadline = px__nccl_now_ms() + timeout_ms;
+  double deadline = px__now_ms() + timeout_ms;
   ncclResult_t r = ncclBroadcast(buf, buf, count, px__nccl_dtype(dt), root, n->comm, n->stream);
   PX_CHECK(px__nccl_settle(n, r, "ncclBroadcast", deadline));
   return px__nccl_sync(n, "ncclBroadcast", deadline);
@@ -236,7 +231,7 @@ px_status_t px__nccl_allgatherv(px__nccl_t *n, const void *send, void *recv,
                                 const size_t *counts, const size_t *offs, px_comm_dtype_t dt,
                                 int timeout_ms) {
   PX_CHECK(px__nccl_ready(n, "ncclAllGatherv"));
-  double deadline = px__nccl_now_ms() + timeout_ms;
+  double deadline = px__now_ms() + timeout_ms;
   size_t esz = px_comm_dtype_size(dt);
   ncclResult_t r = ncclGroupStart();
   if (r != ncclSuccess) return px__nccl_error(r, "ncclGroupStart");

@@ -1,6 +1,7 @@
 /* Text and files, written once for the library and the programs: a growing
- * byte buffer, UTF-8 checks, JSON string quoting, and the atomic write of a
- * file (temporary file beside it, fsync, rename, fsync of the directory).
+ * byte buffer, UTF-8 checks, JSON string quoting, the atomic write of a file
+ * (temporary file beside it, fsync, rename, fsync of the directory) and the
+ * creation of a directory with its parents.
  * Everything here runs in time linear in its input. */
 #ifndef PRUNEX_TEXT_H
 #define PRUNEX_TEXT_H
@@ -87,6 +88,14 @@ PX_API void px_atomic_file_abort(px_atomic_file_t *f);
 /* The whole file at once. */
 PX_API px_status_t px_file_write_atomic(const char *path, const void *data, size_t len,
                                         unsigned mode, unsigned flags);
+
+/* ---- directories --------------------------------------------------------- */
+
+/* Creates dir and every missing parent with permissions mode (& ~umask), as
+ * `mkdir -p` does; existing ones are fine. Fails with PX_ERR_INVALID for an
+ * empty path or one of 4096 bytes or more, PX_ERR_IO naming the component
+ * that could not be made, or dir when it is not a directory. */
+PX_API px_status_t px_mkdirs(const char *dir, unsigned mode);
 
 #ifdef __cplusplus
 }

@@ -310,8 +310,7 @@ extern "C" void px__cuda_batchnorm_destroy(px_batchnorm_t *o) {
   if (op->bn_desc) cudnnDestroyTensorDescriptor(op->bn_desc);
   px__cuda_mem_free(op->buf);
   px__cuda_mem_free(op->part);
-  if (op->ops) px__cuda_op_died(op->ops);
-  px_free(op);
+  px__cuda_op_free(op->ops, op);
 }
 
 extern "C" px_status_t px__cuda_batchnorm_create(px_ops_t *o, const px_tensor_t *x_spec,

@@ -65,8 +65,7 @@ extern "C" void px__cuda_conv2d_destroy(px_conv2d_t *o) {
   if (op->fwd_desc) cudnnDestroyConvolutionDescriptor(op->fwd_desc);
   if (op->bwd_data_desc) cudnnDestroyConvolutionDescriptor(op->bwd_data_desc);
   if (op->bwd_filter_desc) cudnnDestroyConvolutionDescriptor(op->bwd_filter_desc);
-  if (op->ops) px__cuda_op_died(op->ops);
-  px_free(op);
+  px__cuda_op_free(op->ops, op);
 }
 
 /* Math type to run a heuristics candidate with, or -1 to skip it: never
@@ -116,6 +115,30 @@ void px__cuda_conv_algo_cache_free(px__cuda_ops_t *ops) {
   }
 }
 
+/* The first candidate of perf[0..n) (cuDNN's order: fastest first) that can
+ * run here: found, with a math type px__math_for allows, which desc accepts,
+ * and a workspace (ws_size(algo, &bytes)) within the context's limit. Sets
+ * *algo, *math and *ws and returns 1; 0 when there is none. One search for
+ * the forward, backward-data and backward-filter algorithms. */
+template <typename Perf, typename Algo, typename WsSize>
+static int px__pick_usable(const px__cuda_conv2d_t *op, cudnnConvolutionDescriptor_t desc,
+                           const Perf *perf, int n, WsSize ws_size, Algo *algo, int *math,
+                           size_t *ws) {
+  for (int i = 0; i < n; i++) {
+    int m = px__math_for(op->tf32, op->bf16, perf[i].mathType);
+    size_t bytes = 0;
+    if (perf[i].status != CUDNN_STATUS_SUCCESS || m < 0) continue;
+    if (cudnnSetConvolutionMathType(desc, (cudnnMathType_t)m) != CUDNN_STATUS_SUCCESS) continue;
+    if (ws_size(perf[i].algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > op->ops->ws_algo_limit)
+      continue;
+    *algo = perf[i].algo;
+    *math = m;
+    *ws = bytes;
+    return 1;
+  }
+  return 0;
+}
+
 static px_status_t px__pick_fwd(px__cuda_conv2d_t *op) {
   cudnnHandle_t h = op->ops->cudnn;
   cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
@@ -128,21 +151,13 @@ static px_status_t px__pick_fwd(px__cuda_conv2d_t *op) {
     PX_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(h, op->x_desc, op->w_desc, op->fwd_desc,
                                                     op->y_desc, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                     &n, perf));
-  for (int i = 0; i < n; i++) {
-    int m = px__math_for(op->tf32, op->bf16, perf[i].mathType);
-    size_t ws = 0;
-    if (perf[i].status != CUDNN_STATUS_SUCCESS || m < 0) continue;
-    if (cudnnSetConvolutionMathType(op->fwd_desc, (cudnnMathType_t)m) != CUDNN_STATUS_SUCCESS)
-      continue;
-    if (cudnnGetConvolutionForwardWorkspaceSize(h, op->x_desc, op->w_desc, op->fwd_desc, op->y_desc,
-                                                perf[i].algo, &ws) != CUDNN_STATUS_SUCCESS ||
-        ws > op->ops->ws_algo_limit)
-      continue;
-    op->fwd_algo = perf[i].algo;
-    op->fwd_math = m;
-    op->fwd_ws = ws;
+  auto ws_size = [&](cudnnConvolutionFwdAlgo_t a, size_t *ws) {
+    return cudnnGetConvolutionForwardWorkspaceSize(h, op->x_desc, op->w_desc, op->fwd_desc,
+                                                   op->y_desc, a, ws);
+  };
+  if (px__pick_usable(op, op->fwd_desc, perf, n, ws_size, &op->fwd_algo, &op->fwd_math,
+                      &op->fwd_ws))
     return PX_OK;
-  }
   return px_set_error(PX_ERR_BACKEND, "cuDNN offers no usable forward algorithm for this convolution");
 }
 
@@ -160,22 +175,13 @@ static px_status_t px__pick_bwd_data(px__cuda_conv2d_t *op) {
                                                          op->bwd_data_desc, op->x_desc,
                                                          CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n,
                                                          perf));
-  for (int i = 0; i < n; i++) {
-    int m = px__math_for(op->tf32, op->bf16, perf[i].mathType);
-    size_t ws = 0;
-    if (perf[i].status != CUDNN_STATUS_SUCCESS || m < 0) continue;
-    if (cudnnSetConvolutionMathType(op->bwd_data_desc, (cudnnMathType_t)m) != CUDNN_STATUS_SUCCESS)
-      continue;
-    if (cudnnGetConvolutionBackwardDataWorkspaceSize(h, op->w_desc, op->y_desc, op->bwd_data_desc,
-                                                     op->x_desc, perf[i].algo,
-                                                     &ws) != CUDNN_STATUS_SUCCESS ||
-        ws > op->ops->ws_algo_limit)
-      continue;
-    op->bwd_data_algo = perf[i].algo;
-    op->bwd_data_math = m;
-    op->bwd_data_ws = ws;
+  auto ws_size = [&](cudnnConvolutionBwdDataAlgo_t a, size_t *ws) {
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(h, op->w_desc, op->y_desc,
+                                                        op->bwd_data_desc, op->x_desc, a, ws);
+  };
+  if (px__pick_usable(op, op->bwd_data_desc, perf, n, ws_size, &op->bwd_data_algo,
+                      &op->bwd_data_math, &op->bwd_data_ws))
     return PX_OK;
-  }
   return px_set_error(PX_ERR_BACKEND,
                       "cuDNN offers no usable backward-data algorithm for this convolution");
 }
@@ -192,23 +198,13 @@ static px_status_t px__pick_bwd_filter(px__cuda_conv2d_t *op) {
     PX_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
         h, op->x_desc, op->y_desc, op->bwd_filter_desc, op->w_desc,
         CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
-  for (int i = 0; i < n; i++) {
-    int m = px__math_for(op->tf32, op->bf16, perf[i].mathType);
-    size_t ws = 0;
-    if (perf[i].status != CUDNN_STATUS_SUCCESS || m < 0) continue;
-    if (cudnnSetConvolutionMathType(op->bwd_filter_desc, (cudnnMathType_t)m) !=
-        CUDNN_STATUS_SUCCESS)
-      continue;
-    if (cudnnGetConvolutionBackwardFilterWorkspaceSize(h, op->x_desc, op->y_desc,
-                                                       op->bwd_filter_desc, op->w_desc,
-                                                       perf[i].algo, &ws) != CUDNN_STATUS_SUCCESS ||
-        ws > op->ops->ws_algo_limit)
-      continue;
-    op->bwd_filter_algo = perf[i].algo;
-    op->bwd_filter_math = m;
-    op->bwd_filter_ws = ws;
+  auto ws_size = [&](cudnnConvolutionBwdFilterAlgo_t a, size_t *ws) {
+    return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, op->x_desc, op->y_desc,
+                                                          op->bwd_filter_desc, op->w_desc, a, ws);
+  };
+  if (px__pick_usable(op, op->bwd_filter_desc, perf, n, ws_size, &op->bwd_filter_algo,
+                      &op->bwd_filter_math, &op->bwd_filter_ws))
     return PX_OK;
-  }
   return px_set_error(PX_ERR_BACKEND,
                       "cuDNN offers no usable backward-filter algorithm for this convolution");
 }

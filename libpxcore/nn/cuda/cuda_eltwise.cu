@@ -65,6 +65,19 @@ __global__ static void px__convert_kernel(TD *dst, const TS *src, int64_t n, int
 
 /* ---- ReLU ------------------------------------------------------------------------- */
 
+/* Launches dx = dy where y > 0 (else 0) over the elements of spec (f32 or
+ * bf16) on the context's stream: the backward of ReLU and of add + ReLU. */
+static void px__relu_bwd_launch(const px__cuda_ops_t *ops, const px_tensor_t *spec, void *dx,
+                                const void *dy, const void *y) {
+  const size_t n = px_tensor_numel(spec);
+  if (spec->dtype == PX_DTYPE_BF16)
+    px__relu_bwd_kernel<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, ops->stream>>>(
+        (__nv_bfloat16 *)dx, (const __nv_bfloat16 *)dy, (const __nv_bfloat16 *)y, (int64_t)n);
+  else
+    px__relu_bwd_kernel<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, ops->stream>>>(
+        (float *)dx, (const float *)dy, (const float *)y, (int64_t)n);
+}
+
 typedef struct px__cuda_relu {
   px__ops_head_t head; /* first: the dispatcher reads it */
   px__cuda_ops_t *ops;
@@ -73,9 +86,7 @@ typedef struct px__cuda_relu {
 
 extern "C" void px__cuda_relu_destroy(px_relu_t *o) {
   px__cuda_relu_t *op = (px__cuda_relu_t *)o;
-  if (!op) return;
-  if (op->ops) px__cuda_op_died(op->ops);
-  px_free(op);
+  if (op) px__cuda_op_free(op->ops, op);
 }
 
 extern "C" px_status_t px__cuda_relu_create(px_ops_t *o, const px_tensor_t *x_spec,
@@ -119,14 +130,7 @@ extern "C" px_status_t px__cuda_relu_backward(px_relu_t *o, px_tensor_t *dx, con
   PX__CHECK(dy, &op->x_spec, "relu backward dy");
   PX__CHECK(dx, &op->x_spec, "relu backward dx");
   PX_CHECK(px__cuda_enter(op->ops));
-  const size_t n = px_tensor_numel(&op->x_spec);
-  if (op->x_spec.dtype == PX_DTYPE_BF16)
-    px__relu_bwd_kernel<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, op->ops->stream>>>(
-        (__nv_bfloat16 *)dx->data, (const __nv_bfloat16 *)dy->data,
-        (const __nv_bfloat16 *)y->data, (int64_t)n);
-  else
-    px__relu_bwd_kernel<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, op->ops->stream>>>(
-        (float *)dx->data, (const float *)dy->data, (const float *)y->data, (int64_t)n);
+  px__relu_bwd_launch(op->ops, &op->x_spec, dx->data, dy->data, y->data);
   PX_CUDA_LAUNCHED("relu backward");
   return PX_OK;
 }
@@ -142,9 +146,7 @@ typedef struct px__cuda_add {
 
 extern "C" void px__cuda_add_destroy(px_add_t *o) {
   px__cuda_add_t *op = (px__cuda_add_t *)o;
-  if (!op) return;
-  if (op->ops) px__cuda_op_died(op->ops);
-  px_free(op);
+  if (op) px__cuda_op_free(op->ops, op);
 }
 
 extern "C" px_status_t px__cuda_add_create(px_ops_t *o, const px_tensor_t *x_spec, int relu,
@@ -198,14 +200,7 @@ extern "C" px_status_t px__cuda_add_backward(px_add_t *o, px_tensor_t *g, const 
     return PX_OK;
   }
   PX__CHECK(y, &op->x_spec, "add backward y");
-  const size_t n = px_tensor_numel(&op->x_spec);
-  if (op->x_spec.dtype == PX_DTYPE_BF16)
-    px__relu_bwd_kernel<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, op->ops->stream>>>(
-        (__nv_bfloat16 *)g->data, (const __nv_bfloat16 *)dy->data,
-        (const __nv_bfloat16 *)y->data, (int64_t)n);
-  else
-    px__relu_bwd_kernel<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, op->ops->stream>>>(
-        (float *)g->data, (const float *)dy->data, (const float *)y->data, (int64_t)n);
+  px__relu_bwd_launch(op->ops, &op->x_spec, g->data, dy->data, y->data);
   PX_CUDA_LAUNCHED("add backward");
   return PX_OK;
 }
@@ -247,9 +242,7 @@ extern "C" px_status_t px__cuda_reorder_create(px_ops_t *o, const px_tensor_t *d
 
 extern "C" void px__cuda_reorder_destroy(px_reorder_t *o) {
   px__cuda_reorder_t *r = (px__cuda_reorder_t *)o;
-  if (!r) return;
-  if (r->ops) px__cuda_op_died(r->ops);
-  px_free(r);
+  if (r) px__cuda_op_free(r->ops, r);
 }
 
 extern "C" px_status_t px__cuda_reorder_execute(px_reorder_t *o, px_tensor_t *dst,

@@ -44,9 +44,7 @@ __global__ static void px__fc_bias_grad_kernel(float *__restrict__ db, const flo
 
 extern "C" void px__cuda_fc_destroy(px_fc_t *o) {
   px__cuda_fc_t *op = (px__cuda_fc_t *)o;
-  if (!op) return;
-  if (op->ops) px__cuda_op_died(op->ops);
-  px_free(op);
+  if (op) px__cuda_op_free(op->ops, op);
 }
 
 extern "C" px_status_t px__cuda_fc_create(px_ops_t *o, const px_tensor_t *x_spec,
@@ -83,11 +81,18 @@ fail:
   return st;
 }
 
-/* The op's math mode on the context's (shared) cuBLAS handle. */
-static px_status_t px__fc_enter(px__cuda_fc_t *op) {
+/* c[m x n] = op_a(a) op_b(b) (column-major f32, k the inner dimension) on
+ * the context's (shared) cuBLAS handle, in the op's math mode: the one
+ * product of each of forward, backward-data and backward-weights. */
+static px_status_t px__fc_gemm(px__cuda_fc_t *op, cublasOperation_t ta, cublasOperation_t tb, int m,
+                               int n, int k, const void *a, int lda, const void *b, int ldb,
+                               void *c, int ldc) {
   PX_CHECK(px__cuda_enter(op->ops));
   PX_CUBLAS(op->ops->blas->set_math_mode(op->ops->cublas,
                               op->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  const float one = 1.0f, zero = 0.0f;
+  PX_CUBLAS(op->ops->blas->sgemm(op->ops->cublas, ta, tb, m, n, k, &one, (const float *)a, lda,
+                                 (const float *)b, ldb, &zero, (float *)c, ldc));
   return PX_OK;
 }
 
@@ -95,11 +100,8 @@ extern "C" px_status_t px__cuda_fc_forward(px_fc_t *o, px_tensor_t *y, const px_
                                            const px_tensor_t *w, const px_tensor_t *b) {
   px__cuda_fc_t *op = (px__cuda_fc_t *)o;
   PX_CHECK(px__wlayer_check_forward(&op->wl, y, x, w, b));
-  PX_CHECK(px__fc_enter(op));
-  const float one = 1.0f, zero = 0.0f;
-  PX_CUBLAS(op->ops->blas->sgemm(op->ops->cublas, CUBLAS_OP_T, CUBLAS_OP_N, op->out, op->n, op->in, &one,
-                        (const float *)w->data, op->in, (const float *)x->data, op->in, &zero,
-                        (float *)y->data, op->out));
+  PX_CHECK(px__fc_gemm(op, CUBLAS_OP_T, CUBLAS_OP_N, op->out, op->n, op->in, w->data, op->in,
+                       x->data, op->in, y->data, op->out));
   if (b) {
     const size_t total = (size_t)op->n * op->out;
     px__fc_bias_kernel<<<px__cuda_blocks(total), PX__CUDA_THREADS, 0, op->ops->stream>>>(
@@ -113,11 +115,8 @@ extern "C" px_status_t px__cuda_fc_backward_data(px_fc_t *o, px_tensor_t *dx, co
                                                  const px_tensor_t *w) {
   px__cuda_fc_t *op = (px__cuda_fc_t *)o;
   PX_CHECK(px__wlayer_check_backward_data(&op->wl, dx, dy, w));
-  PX_CHECK(px__fc_enter(op));
-  const float one = 1.0f, zero = 0.0f;
-  PX_CUBLAS(op->ops->blas->sgemm(op->ops->cublas, CUBLAS_OP_N, CUBLAS_OP_N, op->in, op->n, op->out, &one,
-                        (const float *)w->data, op->in, (const float *)dy->data, op->out, &zero,
-                        (float *)dx->data, op->in));
+  PX_CHECK(px__fc_gemm(op, CUBLAS_OP_N, CUBLAS_OP_N, op->in, op->n, op->out, w->data, op->in,
+                       dy->data, op->out, dx->data, op->in));
   return PX_OK;
 }
 
@@ -125,11 +124,8 @@ extern "C" px_status_t px__cuda_fc_backward_weights(px_fc_t *o, px_tensor_t *dw,
                                                     const px_tensor_t *x, const px_tensor_t *dy) {
   px__cuda_fc_t *op = (px__cuda_fc_t *)o;
   PX_CHECK(px__wlayer_check_backward_weights(&op->wl, dw, db, x, dy));
-  PX_CHECK(px__fc_enter(op));
-  const float one = 1.0f, zero = 0.0f;
-  PX_CUBLAS(op->ops->blas->sgemm(op->ops->cublas, CUBLAS_OP_N, CUBLAS_OP_T, op->in, op->out, op->n, &one,
-                        (const float *)x->data, op->in, (const float *)dy->data, op->out, &zero,
-                        (float *)dw->data, op->in));
+  PX_CHECK(px__fc_gemm(op, CUBLAS_OP_N, CUBLAS_OP_T, op->in, op->out, op->n, x->data, op->in,
+                       dy->data, op->out, dw->data, op->in));
   if (db) {
     px__fc_bias_grad_kernel<<<px__cuda_blocks((size_t)op->out), PX__CUDA_THREADS, 0,
                               op->ops->stream>>>((float *)db->data, (const float *)dy->data, op->n,

@@ -215,7 +215,11 @@ extern "C" px_status_t px__cuda_ops_act_format(px_ops_t *o, px_precision_t preci
 }
 
 void px__cuda_op_born(px__cuda_ops_t *ops) { ops->live_ops++; }
-void px__cuda_op_died(px__cuda_ops_t *ops) { ops->live_ops--; }
+
+void px__cuda_op_free(px__cuda_ops_t *ops, void *op) {
+  if (ops) ops->live_ops--;
+  px_free(op);
+}
 
 void *px__cuda_op_new(px__cuda_ops_t *ops, size_t size, const char *name) {
   px__ops_head_t *head = (px__ops_head_t *)px_calloc(1, size, name);

@@ -150,9 +150,7 @@ __global__ static void px__gap_nhwc_bwd(T *__restrict__ dx, const float *__restr
 
 extern "C" void px__cuda_pool2d_destroy(px_pool2d_t *o) {
   px__cuda_pool2d_t *op = (px__cuda_pool2d_t *)o;
-  if (!op) return;
-  if (op->ops) px__cuda_op_died(op->ops);
-  px_free(op);
+  if (op) px__cuda_op_free(op->ops, op);
 }
 
 extern "C" px_status_t px__cuda_pool2d_create(px_ops_t *o, const px_tensor_t *x_spec,

@@ -177,12 +177,14 @@ px_status_t px__cuda_tensor_desc(cudnnTensorDescriptor_t d, int64_t n, int64_t c
                                  int64_t w);
 
 void px__cuda_op_born(px__cuda_ops_t *ops);
-void px__cuda_op_died(px__cuda_ops_t *ops);
 /* A zeroed op object of size bytes whose first member is a px__ops_head_t,
  * bound to the CUDA backend and registered with ops (px__cuda_op_born); the
- * caller sets its ops pointer and frees it with px_free after
- * px__cuda_op_died. NULL when out of memory (nothing registered). */
+ * caller sets its ops pointer and frees it with px__cuda_op_free. NULL when
+ * out of memory (nothing registered). */
 void *px__cuda_op_new(px__cuda_ops_t *ops, size_t size, const char *name);
+/* The last step of every op's destroy: unregisters op from ops (NULL: the
+ * op was never bound to it) and frees it. */
+void px__cuda_op_free(px__cuda_ops_t *ops, void *op);
 
 /* Launch geometry for n elements, one per thread, grid-stride beyond. */
 enum { PX__CUDA_THREADS = 256 };
