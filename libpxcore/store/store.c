@@ -442,9 +442,8 @@ px_status_t px_store_open(const char *path, const px_store_options_t *opt, px_st
   sqlite3_busy_timeout(s->db, opt->busy_timeout_ms > 0 ? opt->busy_timeout_ms : 5000);
 
   if (opt->read_only) {
-    PX_CHECK_GOTO(px__open_read_only(s, opt), st, fail);
-    *out = s;
-    return PX_OK;
+    PX_CHECK_GOTO(px__open_read_only(s, opt), st, done);
+    goto done;
   }
   /* The first statement reads the header: a file that is not a database
    * fails here with SQLITE_NOTADB. */
