@@ -40,6 +40,7 @@ typedef struct {
   int sin, sin2, sout;    /* their slots */
   int c_in, c_out, h, w, oh, ow, k, stride, pad;
   int xbf, ybf;           /* bf16 net: input / output activation stored as bf16 */
+  int plain_bn;           /* BN_TRAIN: the plain loops (oneDNN has no fast code for it) */
   int pw, pb, rm, rv;     /* BN_TRAIN: the model's scale, shift, running mean and var */
   float *wf;              /* CONV [c_out][c_in][k][k] folded, FC [c_out][c_in], BN [c_out]
                              scale */
@@ -444,6 +445,16 @@ static px_status_t px__bn_train_create(px__infer_t *net, px__istep_t *s) {
   PX_DNNL(dnnl_batch_normalization_forward_desc_init(&bd, dnnl_forward_training, &md,
                                                      (float)PX__INFER_BN_EPS, flags));
   PX_CHECK(px__cpu_pd_create(ops, &pd, &bd, NULL, NULL, "calibration batch norm"));
+  const char *impl = NULL;
+  if (net->train_bn == 2 ||
+      (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+       impl && !strstr(impl, "jit"))) {
+    /* oneDNN's generic NHWC code (channels not a multiple of 8 or 16):
+     * 5x slower than the plain loops (docs/performance.md), which run it */
+    s->plain_bn = 1;
+    dnnl_primitive_desc_destroy(pd);
+    return PX_OK;
+  }
   const int fa[] = {DNNL_ARG_SRC,  DNNL_ARG_SCALE,    DNNL_ARG_SHIFT,    DNNL_ARG_DST,
                     DNNL_ARG_MEAN, DNNL_ARG_VARIANCE, DNNL_ARG_WORKSPACE};
   PX_CHECK_GOTO(px__exec_create(ops, &s->fwd, pd, fa, s->relu ? 7 : 6), st, done);
@@ -790,7 +801,7 @@ static px_status_t px__run(px__infer_t *net, const float *x, int32_t n, float *l
     px__pack_input(net, x + (size_t)done * per, c, bf && net->in_bf);
     for (int i = 0; i < net->nsteps; i++) {
       px__istep_t *s = &net->steps[i];
-      if (s->kind == PX__S_BN_TRAIN && !ref) {
+      if (s->kind == PX__S_BN_TRAIN && !ref && !s->plain_bn) {
         PX_CHECK(px__bn_train_run(net, s));
       } else if (s->kind != PX__S_CONV) {
         px__run_other(net, s, bf);

@@ -48,7 +48,9 @@ int32_t px__infer_cache_batch(const px_model_t *m, int32_t cap);
  * weights are not read: px__infer_load before the first run. train_bn 1
  * builds the calibration net instead: batch norms in training mode (batch
  * statistics, m's running statistics updated as the training engine does;
- * nothing folded or fused), for px__infer_calibrate. prec: the
+ * nothing folded or fused), for px__infer_calibrate; they run on oneDNN
+ * where it has vector (jit) code for the shape, else in plain loops (train_bn
+ * 2: plain loops for all, the tests' check of them). prec: the
  * precision of an inference net (see px__infer_prec_t). Caller owns *out
  * (px__infer_destroy). PX_ERR_INVALID for a model not on the CPU or a
  * graph the engine does not know, PX_ERR_NOMEM, PX_ERR_BACKEND. */
