@@ -8,7 +8,11 @@
  * MODEL: a final model (the quickstart's model.safetensors), or "random":
  * resnet20 initialised with seed 1, its coupled channels projected at keep
  * 0.5 as H-SADMM does (density 0.387). CHUNK overrides the engine's
- * cache-sized batch. Prints the disagreements between the compact and the
+ * chunk (bf16: the batch of 64, f32: the cache-sized batch, as
+ * compact_eval.c chooses); the precision (default auto: bf16 with the f32
+ * rerun of close calls where the CPU has AMX) picks the compact net's; the
+ * bf16 error report (unchecked bf16 against f32 logits, the margin bound's
+ * safety) is printed whatever it is. Prints the disagreements between the compact and the
  * dense predictions on the model as given (before any calibration), each
  * phase's best CPU time over REPEATS (process CPU time, which a loaded
  * machine does not inflate; the wall times follow), and RESULT compact_eval_speedup (dense /
@@ -199,7 +203,10 @@ int main(int argc, char **argv) {
   if (px__compact_plan(dense, 0, &plan) < 0 ||
       px__compact_build(plan, dense, px_model_ops(dense), 1, &cm) < 0)
     return die("compact");
-  int32_t b = chunk > 0 ? chunk : px__infer_cache_batch(cm, tc.batch);
+  int bf = prec == PX__INFER_BF16 || prec == PX__INFER_BF16_RAW ||
+           (prec == PX__INFER_AUTO && px__infer_bf16_fast());
+  /* as the strategies' compact evaluation chooses (compact_eval.c) */
+  int32_t b = chunk > 0 ? chunk : bf ? tc.batch : px__infer_cache_batch(cm, tc.batch);
   px__infer_t *cal;
   if (px__infer_create(cm, b, 0, prec, &k.net) < 0 || px__infer_load(k.net) < 0 ||
       px__infer_create(cm, tc.batch, 1, PX__INFER_F32, &cal) < 0)
