@@ -6,7 +6,7 @@
 # disagreements between the two predictions), then, as the peer,
 # PyTorch CPU on the same dense and compact files (torch_infer.py: eval-mode
 # images/s at batch 128, Debian's python3-torch).
-#   bench/infer/eval.sh [BUILD_DIR] [MODEL_DIR]   (env: THREADS, REPEATS)
+#   bench/infer/eval.sh [BUILD_DIR] [MODEL_DIR]   (env: THREADS, REPEATS, PREC: auto, f32, bf16, raw)
 # MODEL_DIR holds model.safetensors and model.compact.safetensors (pxctl
 # run's output directory); without it the quickstart runs first
 # (`pxctl run examples/quickstart.yaml`, some 5 to 20 minutes).
@@ -27,7 +27,7 @@ if [ -z "$model_dir" ]; then
 fi
 [ -f "$model_dir/model.safetensors" ] || { echo "eval.sh: no $model_dir/model.safetensors" >&2; exit 1; }
 export OMP_NUM_THREADS=$THREADS
-"$bin" "$model_dir/model.safetensors" "$DATA" "$THREADS" "$REPEATS"
+"$bin" "$model_dir/model.safetensors" "$DATA" "$THREADS" "$REPEATS" 0 "${PREC:-auto}"
 if "$PY" -c "import torch" 2>/dev/null && [ -f "$model_dir/model.compact.safetensors" ]; then
   dir=$(mktemp -d)
   trap 'rm -rf "$dir"' EXIT

@@ -8,12 +8,17 @@
  * MODEL: a final model (the quickstart's model.safetensors), or "random":
  * resnet20 initialised with seed 1, its coupled channels projected at keep
  * 0.5 as H-SADMM does (density 0.387). CHUNK overrides the engine's
- * cache-sized batch. Prints the disagreements between the compact and the
+ * chunk (bf16: the batch of 64, f32: the cache-sized batch, as
+ * compact_eval.c chooses); the precision (default auto: bf16 with the f32
+ * rerun of close calls where the CPU has AMX) picks the compact net's; the
+ * bf16 error report (unchecked bf16 against f32 logits, the margin bound's
+ * safety) is printed whatever it is. Prints the disagreements between the compact and the
  * dense predictions on the model as given (before any calibration), each
  * phase's best CPU time over REPEATS (process CPU time, which a loaded
  * machine does not inflate; the wall times follow), and RESULT compact_eval_speedup (dense /
  * compact seconds of evaluation alone) and compact_eval_total_speedup
  * (calibration and evaluation). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,14 +85,99 @@ static double macs(const px_model_t *m) {
 
 static px_status_t calibrate(void *c, const float *x) { return px__infer_calibrate(c, x); }
 
+/* bf16 (unchecked) against f32 logits, per image: the largest difference
+ * e, relative to the largest f32 logit's magnitude, the predictions that
+ * differ, and the smallest ratio of the engine's margin bound to 2 e (the
+ * check is safe while it stays above 1: a margin above 2 e cannot flip). */
+typedef struct {
+  px__infer_t *raw, *f32;
+  float *zb, *zf;
+  double max_abs, max_rel, min_safety;
+  int64_t differ, close, n;
+  FILE *dump; /* PXB_BF16_DUMP: per image margin, difference, largest |logit| */
+} bf_ctx_t;
+
+static int argmax(const float *z, int k) {
+  int b = 0;
+  for (int j = 1; j < k; j++)
+    if (z[j] > z[b]) b = j;
+  return b;
+}
+
+static px_status_t bf_compare(void *c, const float *x, const int32_t *y, int32_t n,
+                              double *loss_sum, int64_t *correct) {
+  (void)y;
+  (void)loss_sum;
+  (void)correct;
+  bf_ctx_t *k = c;
+  if (px__infer_logits(k->raw, x, n, k->zb) < 0 || px__infer_logits(k->f32, x, n, k->zf) < 0)
+    return PX_ERR_BACKEND;
+  for (int32_t i = 0; i < n; i++) {
+    const float *zb = k->zb + (size_t)i * 10, *zf = k->zf + (size_t)i * 10;
+    double e = 0, mag = 1e-30;
+    for (int j = 0; j < 10; j++) {
+      e = fmax(e, fabs((double)zb[j] - zf[j]));
+      mag = fmax(mag, fabs((double)zf[j]));
+    }
+    int b = argmax(zb, 10);
+    float second = -1e30f;
+    for (int j = 0; j < 10; j++)
+      if (j != b && zb[j] > second) second = zb[j];
+    double bound = px__infer_margin_bound(zb, 10);
+    k->close += zb[b] - second < bound;
+    k->max_abs = fmax(k->max_abs, e);
+    k->max_rel = fmax(k->max_rel, e / mag);
+    if (e > 0) k->min_safety = fmin(k->min_safety, bound / (2 * e));
+    k->differ += b != argmax(zf, 10);
+    k->n++;
+    if (k->dump) fprintf(k->dump, "%g %g %g\n", (double)(zb[b] - second), e, mag);
+  }
+  return PX_OK;
+}
+
+/* The bf16 error figures over the test set (batch b nets of cm). */
+static int bf16_report(px_trainer_t *t, px_model_t *cm, int32_t b) {
+  bf_ctx_t k = {0};
+  k.min_safety = 1e30;
+  if (getenv("PXB_BF16_DUMP")) k.dump = fopen(getenv("PXB_BF16_DUMP"), "w");
+  k.zb = malloc(64 * 10 * sizeof(float));
+  k.zf = malloc(64 * 10 * sizeof(float));
+  px_eval_stats_t e;
+  if (!k.zb || !k.zf || px__infer_create(cm, b, 0, PX__INFER_BF16_RAW, &k.raw) < 0 ||
+      px__infer_create(cm, b, 0, PX__INFER_F32, &k.f32) < 0 || px__infer_load(k.raw) < 0 ||
+      px__infer_load(k.f32) < 0 || px_trainer_evaluate_with(t, bf_compare, &k, &e) < 0)
+    return die("bf16 comparison");
+  printf("bf16 unchecked vs f32 over %lld images: largest logit difference %.4f (%.4f of the "
+         "largest logit), predictions differ on %lld, %lld below the margin bound (%.2f%%), "
+         "bound / (2 x difference) at least %.2f\n",
+         (long long)k.n, k.max_abs, k.max_rel, (long long)k.differ, (long long)k.close,
+         100.0 * (double)k.close / (double)k.n, k.min_safety);
+  printf("RESULT bf16_unchecked_disagreements %lld of %lld\n", (long long)k.differ,
+         (long long)k.n);
+  printf("RESULT bf16_margin_safety %.2f ratio\n", k.min_safety);
+  if (k.dump) fclose(k.dump);
+  px__infer_destroy(k.raw);
+  px__infer_destroy(k.f32);
+  free(k.zb);
+  free(k.zf);
+  return 0;
+}
+
+static px__infer_prec_t parse_prec(const char *s) {
+  return !strcmp(s, "f32") ? PX__INFER_F32 : !strcmp(s, "bf16") ? PX__INFER_BF16
+         : !strcmp(s, "raw") ? PX__INFER_BF16_RAW : PX__INFER_AUTO;
+}
+
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: px_bench_eval MODEL.safetensors|random DATA_DIR [THREADS] [REPEATS] [CHUNK]\n");
+    fprintf(stderr, "usage: px_bench_eval MODEL.safetensors|random DATA_DIR [THREADS] [REPEATS] [CHUNK] "
+                    "[f32|bf16|raw|auto]\n");
     return 2;
   }
   int threads = argc > 3 ? atoi(argv[3]) : 1, repeats = argc > 4 ? atoi(argv[4]) : 3;
   int chunk = argc > 5 ? atoi(argv[5]) : 0;
+  px__infer_prec_t prec = parse_prec(argc > 6 ? argv[6] : "auto");
   px_train_config_t tc;
   px_train_config_default(&tc);
   tc.data_dir = argv[2];
@@ -113,14 +203,19 @@ int main(int argc, char **argv) {
   if (px__compact_plan(dense, 0, &plan) < 0 ||
       px__compact_build(plan, dense, px_model_ops(dense), 1, &cm) < 0)
     return die("compact");
-  int32_t b = chunk > 0 ? chunk : px__infer_cache_batch(cm, tc.batch);
+  int bf = prec == PX__INFER_BF16 || prec == PX__INFER_BF16_RAW ||
+           (prec == PX__INFER_AUTO && px__infer_bf16_fast());
+  /* as the strategies' compact evaluation chooses (compact_eval.c) */
+  int32_t b = chunk > 0 ? chunk : bf ? tc.batch : px__infer_cache_batch(cm, tc.batch);
   px__infer_t *cal;
-  if (px__infer_create(cm, b, 0, &k.net) < 0 || px__infer_load(k.net) < 0 ||
-      px__infer_create(cm, tc.batch, 1, &cal) < 0)
+  if (px__infer_create(cm, b, 0, prec, &k.net) < 0 || px__infer_load(k.net) < 0 ||
+      px__infer_create(cm, tc.batch, 1, PX__INFER_F32, &cal) < 0)
     return die("net");
   double t_build = pxb_cpu_s() - t0;
   px_eval_stats_t ed, ek;
   if (px_trainer_evaluate_with(t, compare, &k, &ed) < 0) return die("compare");
+  int64_t rechecked = px__infer_rechecked(k.net);
+  if (bf16_report(t, cm, b)) return 1;
   /* evaluation alone, the model as given */
   double dense_eval = 1e30, compact_eval = 1e30, dense_cal = 1e30, compact_cal = 1e30;
   double wd = 1e30, wk = 1e30;
@@ -159,6 +254,9 @@ int main(int argc, char **argv) {
          macs(cm) / 1e6, macs(cm) / macs(dense));
   printf("test set %lld images: accuracy dense %.4f, compact %.4f; predictions differ on %lld\n",
          (long long)ed.samples, ed.accuracy, ek.accuracy, (long long)k.differ);
+  printf("compact convolutions in %s; %lld of the %lld images rerun in f32 (margin below the "
+         "bound)\n", px__infer_is_bf16(k.net) ? "bf16" : "f32", (long long)rechecked,
+         (long long)ed.samples);
   printf("evaluation   dense %.3f s  compact %.3f s  (%.2fx)   wall: %.3f s, %.3f s\n",
          dense_eval, compact_eval, dense_eval / compact_eval, wd, wk);
   printf("calibration  dense %.3f s  compact %.3f s  (%.2fx, %d batches of %d)\n", dense_cal,

@@ -13,6 +13,8 @@
  * chunk's working set is a few activations, which the batch is sized to
  * keep in cache. */
 #include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -20,6 +22,11 @@
 #include "nn/cpu/px_cpu_int.h"
 
 #define PX__INFER_BN_EPS 1e-5
+/* Samples per chunk of a bf16 net's f32 twin, which runs the samples whose
+ * bf16 logits are too close to call (a few per hundred). */
+#define PX__INFER_EXACT_BATCH 8
+#define PX__INFER_MARGIN_REL 0.05f
+#define PX__INFER_MARGIN_ABS 0.2f
 
 enum { PX__S_CONV, PX__S_BN, PX__S_BN_TRAIN, PX__S_ADD, PX__S_GAP, PX__S_FC };
 
@@ -32,6 +39,8 @@ typedef struct {
   int in, in2, out;       /* activations (REORDERs resolved); in2 -1 unless sum / ADD */
   int sin, sin2, sout;    /* their slots */
   int c_in, c_out, h, w, oh, ow, k, stride, pad;
+  int xbf, ybf;           /* bf16 net: input / output activation stored as bf16 */
+  int plain_bn;           /* BN_TRAIN: the plain loops (oneDNN has no fast code for it) */
   int pw, pb, rm, rv;     /* BN_TRAIN: the model's scale, shift, running mean and var */
   float *wf;              /* CONV [c_out][c_in][k][k] folded, FC [c_out][c_in], BN [c_out]
                              scale */
@@ -58,9 +67,50 @@ struct px__infer {
   int in_slot, out_slot; /* the images (NHWC), the logits [batch][classes] */
   float *logits;         /* [batch][classes] eval's scratch */
   float *logits2;        /* [batch][classes] px__infer_compare's */
+  int bf16;              /* convolutions in bf16 (activations between them too) */
+  int in_bf;             /* bf16: the input slot holds bf16 */
+  px__infer_t *exact;    /* bf16 with the check: the f32 twin that reruns close calls */
+  float *gather;         /* [exact batch][in_c*in_h*in_w] the samples it reruns */
+  int32_t *pend;         /* [exact batch] their rows */
+  int64_t rechecked;
 };
 
 int32_t px__infer_batch(const px__infer_t *net) { return net->batch; }
+int px__infer_is_bf16(const px__infer_t *net) { return net->bf16; }
+int64_t px__infer_rechecked(const px__infer_t *net) { return net->rechecked; }
+
+static int px__bf16_fast_v;
+static pthread_once_t px__bf16_once = PTHREAD_ONCE_INIT;
+
+static void px__bf16_decide(void) {
+  const char *env = getenv("PX_INFER_PRECISION");
+  dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  int amx = (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
+  px__bf16_fast_v = env && !strcmp(env, "f32") ? 0 : env && !strcmp(env, "bf16") ? 1 : amx;
+  px_log(PX_LOG_INFO, "inference engine: %s convolutions (oneDNN ISA %s AMX%s)",
+         px__bf16_fast_v ? "bf16" : "f32", amx ? "with" : "without",
+         env ? ", PX_INFER_PRECISION set" : "");
+}
+
+int px__infer_bf16_fast(void) {
+  pthread_once(&px__bf16_once, px__bf16_decide);
+  return px__bf16_fast_v;
+}
+
+/* bf16 <-> f32: round to nearest even (finite values) / exact. */
+static inline uint16_t px__to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+static inline float px__from_bf16(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
 
 /* ---- graph analysis ----------------------------------------------------------------- */
 
@@ -219,6 +269,42 @@ done:
   return st;
 }
 
+/* bf16 net: which activations are stored as bf16. Those that only
+ * convolutions (and the global pooling) read and that a convolution with a
+ * bf16 input writes (or the images); a fused add's two sides (one buffer)
+ * agree. Everything the plain loops of BN, ADD and FC touch stays f32. */
+static px_status_t px__plan_bf16(px__infer_t *net, int na) {
+  uint8_t *bf = px_malloc((size_t)na, "infer.bf16");
+  if (!bf) return PX_ERR_NOMEM;
+  memset(bf, 1, (size_t)na);
+  for (int i = 0; i < net->nsteps; i++) {
+    const px__istep_t *s = &net->steps[i];
+    if (s->kind == PX__S_CONV) continue;
+    if (s->kind != PX__S_GAP) bf[s->in] = 0;
+    if (s->in2 >= 0) bf[s->in2] = 0;
+    bf[s->out] = 0;
+  }
+  for (int changed = 1; changed;) {
+    changed = 0;
+    for (int i = 0; i < net->nsteps; i++) {
+      const px__istep_t *s = &net->steps[i];
+      if (s->kind != PX__S_CONV) continue;
+      uint8_t v = bf[s->out] && bf[s->in] && (!s->sum || bf[s->in2]);
+      if (v != bf[s->out] || (s->sum && v != bf[s->in2])) changed = 1;
+      bf[s->out] = v;
+      if (s->sum) bf[s->in2] = v;
+    }
+  }
+  for (int i = 0; i < net->nsteps; i++) {
+    px__istep_t *s = &net->steps[i];
+    s->xbf = (s->kind == PX__S_CONV || s->kind == PX__S_GAP) && bf[s->in];
+    s->ybf = s->kind == PX__S_CONV && bf[s->out];
+  }
+  net->in_bf = bf[0];
+  px_free(bf);
+  return PX_OK;
+}
+
 static px_status_t px__graph_load(const px_model_t *m, px__graph_t *g) {
   const px_model_config_t *cfg = px_model_config(m);
   g->nn = px_model_num_nodes(m);
@@ -302,9 +388,10 @@ static px_status_t px__conv_create(px__infer_t *net, px__istep_t *s) {
   dnnl_post_ops_t po = NULL;
   dnnl_primitive_desc_t pd = NULL;
   px_status_t st = PX_OK;
-  PX_DNNL_GOTO(dnnl_memory_desc_init_by_tag(&src, 4, sd, dnnl_f32, dnnl_nhwc), st, done);
-  PX_DNNL_GOTO(dnnl_memory_desc_init_by_tag(&dst, 4, dd, dnnl_f32, dnnl_nhwc), st, done);
-  PX_DNNL_GOTO(dnnl_memory_desc_init_by_tag(&w_any, 4, wd, dnnl_f32, dnnl_format_tag_any), st, done);
+  const dnnl_data_type_t xt = s->xbf ? dnnl_bf16 : dnnl_f32, yt = s->ybf ? dnnl_bf16 : dnnl_f32;
+  PX_DNNL_GOTO(dnnl_memory_desc_init_by_tag(&src, 4, sd, xt, dnnl_nhwc), st, done);
+  PX_DNNL_GOTO(dnnl_memory_desc_init_by_tag(&dst, 4, dd, yt, dnnl_nhwc), st, done);
+  PX_DNNL_GOTO(dnnl_memory_desc_init_by_tag(&w_any, 4, wd, xt, dnnl_format_tag_any), st, done);
   PX_CHECK_GOTO(px__cpu_plain_md(&w_plain, 4, wdims, PX_DTYPE_F32), st, done);
   PX_CHECK_GOTO(px__cpu_plain_md(&b_md, 1, bdims, PX_DTYPE_F32), st, done);
   dnnl_convolution_desc_t cd;
@@ -358,6 +445,16 @@ static px_status_t px__bn_train_create(px__infer_t *net, px__istep_t *s) {
   PX_DNNL(dnnl_batch_normalization_forward_desc_init(&bd, dnnl_forward_training, &md,
                                                      (float)PX__INFER_BN_EPS, flags));
   PX_CHECK(px__cpu_pd_create(ops, &pd, &bd, NULL, NULL, "calibration batch norm"));
+  const char *impl = NULL;
+  if (net->train_bn == 2 ||
+      (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+       impl && !strstr(impl, "jit"))) {
+    /* oneDNN's generic NHWC code (channels not a multiple of 8 or 16):
+     * 5x slower than the plain loops (docs/performance.md), which run it */
+    s->plain_bn = 1;
+    dnnl_primitive_desc_destroy(pd);
+    return PX_OK;
+  }
   const int fa[] = {DNNL_ARG_SRC,  DNNL_ARG_SCALE,    DNNL_ARG_SHIFT,    DNNL_ARG_DST,
                     DNNL_ARG_MEAN, DNNL_ARG_VARIANCE, DNNL_ARG_WORKSPACE};
   PX_CHECK_GOTO(px__exec_create(ops, &s->fwd, pd, fa, s->relu ? 7 : 6), st, done);
@@ -402,7 +499,10 @@ static px_status_t px__bn_train_run(px__infer_t *net, px__istep_t *s) {
   return PX_OK;
 }
 
-px_status_t px__infer_create(px_model_t *m, int32_t batch, int train_bn, px__infer_t **out) {
+static px_status_t px__infer_exact_create(px__infer_t *net);
+
+px_status_t px__infer_create(px_model_t *m, int32_t batch, int train_bn, px__infer_prec_t prec,
+                             px__infer_t **out) {
   PX_REQUIRE(m && out && batch >= 1, "px__infer_create: bad argument");
   *out = NULL;
   px_ops_t *ops = px_model_ops(m);
@@ -417,6 +517,8 @@ px_status_t px__infer_create(px_model_t *m, int32_t batch, int train_bn, px__inf
   net->m = m;
   net->ops = ops;
   net->train_bn = train_bn;
+  if (prec == PX__INFER_AUTO) prec = px__infer_bf16_fast() ? PX__INFER_BF16 : PX__INFER_F32;
+  net->bf16 = !train_bn && prec != PX__INFER_F32;
   net->batch = batch;
   net->classes = cfg->num_classes;
   net->in_c = cfg->in_channels;
@@ -431,6 +533,9 @@ px_status_t px__infer_create(px_model_t *m, int32_t batch, int train_bn, px__inf
   }
   PX_CHECK_GOTO(px__plan_steps(net, &g), st, fail);
   PX_CHECK_GOTO(px__plan_slots(net, g.na), st, fail);
+  if (net->bf16) PX_CHECK_GOTO(px__plan_bf16(net, g.na), st, fail);
+  if (net->bf16 && prec == PX__INFER_BF16)
+    PX_CHECK_GOTO(px__infer_exact_create(net), st, fail);
   net->slot_floats = 1;
   for (int a = 0; a < g.na; a++) {
     size_t f = (size_t)batch * g.ch[a] * g.h[a] * g.w[a];
@@ -479,6 +584,15 @@ fail:
   return st;
 }
 
+/* A bf16 net's f32 twin and its gather buffers. */
+static px_status_t px__infer_exact_create(px__infer_t *net) {
+  PX_CHECK(px__infer_create(net->m, PX__INFER_EXACT_BATCH, 0, PX__INFER_F32, &net->exact));
+  const size_t per = (size_t)net->in_c * net->in_h * net->in_w;
+  net->gather = px_malloc(PX__INFER_EXACT_BATCH * per * sizeof(float), "infer.gather");
+  net->pend = px_malloc(PX__INFER_EXACT_BATCH * sizeof(int32_t), "infer.pend");
+  return net->gather && net->pend ? PX_OK : PX_ERR_NOMEM;
+}
+
 void px__infer_destroy(px__infer_t *net) {
   if (!net) return;
   for (int i = 0; net->steps && i < net->nsteps; i++) {
@@ -489,7 +603,8 @@ void px__infer_destroy(px__infer_t *net) {
     PX_FREE_ALL(s->wf, s->bf, s->bstat, s->ws);
   }
   for (int i = 0; net->slot && i < net->nslots; i++) px_free(net->slot[i]);
-  PX_FREE_ALL(net->slot, net->steps, net->logits, net->logits2, net->stat);
+  px__infer_destroy(net->exact);
+  PX_FREE_ALL(net->slot, net->steps, net->logits, net->logits2, net->stat, net->gather, net->pend);
   px_free(net);
 }
 
@@ -505,6 +620,7 @@ static const float *px__buffer(const px_model_t *m, int i) {
 
 px_status_t px__infer_load(px__infer_t *net) {
   const px_model_t *m = net->m;
+  if (net->exact) PX_CHECK(px__infer_load(net->exact));
   for (int i = 0; i < net->nsteps; i++) {
     px__istep_t *s = &net->steps[i];
     px_model_node_t n, bn;
@@ -545,13 +661,24 @@ px_status_t px__infer_load(px__infer_t *net) {
 /* ---- running ------------------------------------------------------------------------ */
 
 /* n samples of x (NCHW) into the input slot (NHWC), the rest of the batch zero. */
-static void px__pack_input(px__infer_t *net, const float *x, int32_t n) {
+static void px__pack_input(px__infer_t *net, const float *x, int32_t n, int bf) {
   const size_t hw = (size_t)net->in_h * net->in_w, per = hw * net->in_c;
   float *d = net->slot[net->in_slot];
+  uint16_t *h = (uint16_t *)d;
   for (int32_t i = 0; i < n; i++)
     for (int c = 0; c < net->in_c; c++)
-      for (size_t p = 0; p < hw; p++) d[i * per + p * net->in_c + c] = x[i * per + c * hw + p];
-  memset(d + (size_t)n * per, 0, (size_t)(net->batch - n) * per * sizeof(float));
+      for (size_t p = 0; p < hw; p++) {
+        float v = x[i * per + c * hw + p];
+        if (bf)
+          h[i * per + p * net->in_c + c] = px__to_bf16(v);
+        else
+          d[i * per + p * net->in_c + c] = v;
+      }
+  size_t rest = (size_t)(net->batch - n) * per;
+  if (bf)
+    memset(h + (size_t)n * per, 0, rest * sizeof *h);
+  else
+    memset(d + (size_t)n * per, 0, rest * sizeof *d);
 }
 
 /* Training-mode batch norm on NHWC, as the training engine's (cpu_bn.c):
@@ -591,7 +718,7 @@ static void px__bn_train(px__infer_t *net, const px__istep_t *s, const float *x,
 }
 
 /* The steps that are not convolutions (plain loops, shared by both paths). */
-static void px__run_other(px__infer_t *net, const px__istep_t *s) {
+static void px__run_other(px__infer_t *net, const px__istep_t *s, int bf) {
   const float *x = net->slot[s->sin];
   float *y = net->slot[s->sout];
   const size_t B = (size_t)net->batch, hw = (size_t)s->h * s->w, C = (size_t)s->c_in;
@@ -616,7 +743,9 @@ static void px__run_other(px__infer_t *net, const px__istep_t *s) {
       for (size_t b = 0; b < B; b++)
         for (size_t c = 0; c < C; c++) {
           float acc = 0;
-          for (size_t p = 0; p < hw; p++) acc += x[(b * hw + p) * C + c];
+          for (size_t p = 0; p < hw; p++)
+            acc += bf && s->xbf ? px__from_bf16(((const uint16_t *)x)[(b * hw + p) * C + c])
+                      : x[(b * hw + p) * C + c];
           y[b * C + c] = acc / (float)hw;
         }
       break;
@@ -665,16 +794,17 @@ static void px__conv_ref(px__infer_t *net, const px__istep_t *s) {
 static px_status_t px__run(px__infer_t *net, const float *x, int32_t n, float *logits, int ref) {
   PX_REQUIRE(n >= 1, "inference on %d samples", n);
   const size_t per = (size_t)net->in_c * net->in_h * net->in_w;
+  const int bf = net->bf16 && !ref; /* the reference runs a bf16 net's steps in f32 */
   if (!ref) px__cpu_enter(net->ops);
   for (int32_t done = 0; done < n; done += net->batch) {
     int32_t c = n - done < net->batch ? n - done : net->batch;
-    px__pack_input(net, x + (size_t)done * per, c);
+    px__pack_input(net, x + (size_t)done * per, c, bf && net->in_bf);
     for (int i = 0; i < net->nsteps; i++) {
       px__istep_t *s = &net->steps[i];
-      if (s->kind == PX__S_BN_TRAIN && !ref) {
+      if (s->kind == PX__S_BN_TRAIN && !ref && !s->plain_bn) {
         PX_CHECK(px__bn_train_run(net, s));
       } else if (s->kind != PX__S_CONV) {
-        px__run_other(net, s);
+        px__run_other(net, s, bf);
       } else if (ref) {
         px__conv_ref(net, s);
       } else {
@@ -688,6 +818,59 @@ static px_status_t px__run(px__infer_t *net, const float *x, int32_t n, float *l
   return PX_OK;
 }
 
+static int px__argmax(const float *z, int k) {
+  int best = 0;
+  for (int j = 1; j < k; j++)
+    if (z[j] > z[best]) best = j;
+  return best;
+}
+
+float px__infer_margin_bound(const float *z, int k) {
+  float mag = 0;
+  for (int j = 0; j < k; j++) mag = fmaxf(mag, fabsf(z[j]));
+  return PX__INFER_MARGIN_REL * mag + PX__INFER_MARGIN_ABS;
+}
+
+/* Whether a bf16 net's logits z may rank its first two classes otherwise
+ * than f32 would: their margin is below the bound. */
+static int px__close_call(const float *z, int k) {
+  int best = px__argmax(z, k);
+  float second = -INFINITY;
+  for (int j = 0; j < k; j++)
+    if (j != best && z[j] > second) second = z[j];
+  return z[best] - second < px__infer_margin_bound(z, k);
+}
+
+/* Reruns the pending samples in f32 and puts their logits in place. */
+static px_status_t px__flush_exact(px__infer_t *net, int32_t np, float *logits) {
+  const int K = net->classes;
+  PX_CHECK(px__run(net->exact, net->gather, np, net->exact->logits, 0));
+  for (int32_t j = 0; j < np; j++)
+    memcpy(logits + (size_t)net->pend[j] * K, net->exact->logits + (size_t)j * K,
+           (size_t)K * sizeof(float));
+  net->rechecked += np;
+  return PX_OK;
+}
+
+/* The logits of n samples; a bf16 net with its f32 twin reruns the close calls. */
+static px_status_t px__logits(px__infer_t *net, const float *x, int32_t n, float *logits) {
+  PX_CHECK(px__run(net, x, n, logits, 0));
+  if (!net->exact) return PX_OK;
+  const int K = net->classes;
+  const size_t per = (size_t)net->in_c * net->in_h * net->in_w;
+  int32_t np = 0;
+  for (int32_t i = 0; i < n; i++) {
+    if (!px__close_call(logits + (size_t)i * K, K)) continue;
+    memcpy(net->gather + (size_t)np * per, x + (size_t)i * per, per * sizeof(float));
+    net->pend[np++] = i;
+    if (np == net->exact->batch) {
+      PX_CHECK(px__flush_exact(net, np, logits));
+      np = 0;
+    }
+  }
+  return np ? px__flush_exact(net, np, logits) : PX_OK;
+}
+
 px_status_t px__infer_calibrate(px__infer_t *net, const float *x) {
   PX_REQUIRE(net->train_bn, "px__infer_calibrate: a net built for inference");
   float *junk = net->logits;
@@ -695,18 +878,11 @@ px_status_t px__infer_calibrate(px__infer_t *net, const float *x) {
 }
 
 px_status_t px__infer_logits(px__infer_t *net, const float *x, int32_t n, float *logits) {
-  return px__run(net, x, n, logits, 0);
+  return px__logits(net, x, n, logits);
 }
 
 px_status_t px__infer_logits_ref(px__infer_t *net, const float *x, int32_t n, float *logits) {
   return px__run(net, x, n, logits, 1);
-}
-
-static int px__argmax(const float *z, int k) {
-  int best = 0;
-  for (int j = 1; j < k; j++)
-    if (z[j] > z[best]) best = j;
-  return best;
 }
 
 px_status_t px__infer_compare(px__infer_t *net, px_model_t *dense, const float *x, int32_t n,
@@ -717,7 +893,7 @@ px_status_t px__infer_compare(px__infer_t *net, px_model_t *dense, const float *
                                                               : net->batch;
   for (int32_t done = 0; done < n; done += step) {
     int32_t c = n - done < step ? n - done : step;
-    PX_CHECK(px__run(net, x + (size_t)done * per, c, net->logits, 0));
+    PX_CHECK(px__logits(net, x + (size_t)done * per, c, net->logits));
     PX_CHECK(px_model_logits(dense, x + (size_t)done * per, c, net->logits2));
     for (int32_t i = 0; i < c; i++)
       *differ += px__argmax(net->logits + (size_t)i * K, K) !=
@@ -734,7 +910,7 @@ px_status_t px__infer_eval(px__infer_t *net, const float *x, const int32_t *y, i
     PX_REQUIRE(y[i] >= 0 && y[i] < K, "label %d of sample %d is outside [0, %d)", y[i], i, K);
   for (int32_t done = 0; done < n; done += net->batch) {
     int32_t c = n - done < net->batch ? n - done : net->batch;
-    PX_CHECK(px__run(net, x + (size_t)done * per, c, net->logits, 0));
+    PX_CHECK(px__logits(net, x + (size_t)done * per, c, net->logits));
     for (int32_t i = 0; i < c; i++) {
       const float *z = net->logits + (size_t)i * K;
       int best = px__argmax(z, K);

@@ -19,6 +19,25 @@
 
 typedef struct px__infer px__infer_t;
 
+/* The precision of an inference net's convolutions. F32: f32 throughout.
+ * BF16: bf16 activations and weights (oneDNN runs them on AMX where the CPU
+ * has it) with f32 accumulation, bias and logits; every sample whose two
+ * largest logits are closer than the bound (px__infer_margin) is run again
+ * in f32, so the predictions are f32's. BF16_RAW: bf16 without that check
+ * (tests, benches). AUTO: BF16 where px__infer_bf16_fast, else F32.
+ * Calibration nets (train_bn) are always f32. */
+typedef enum {
+  PX__INFER_F32 = 0,
+  PX__INFER_BF16 = 1,
+  PX__INFER_BF16_RAW = 2,
+  PX__INFER_AUTO = 3
+} px__infer_prec_t;
+
+/* Whether bf16 convolutions pay on this CPU: oneDNN's effective ISA has
+ * AMX (avx512_core_amx), unless PX_INFER_PRECISION=f32 (or bf16, which
+ * forces them). Decided once per process and logged at info level. */
+int px__infer_bf16_fast(void);
+
 /* Samples per chunk whose widest convolution (input and output
  * activations) fits the L2 cache of one core, at least 1, at most cap,
  * and evened out over a batch of cap. */
@@ -29,12 +48,26 @@ int32_t px__infer_cache_batch(const px_model_t *m, int32_t cap);
  * weights are not read: px__infer_load before the first run. train_bn 1
  * builds the calibration net instead: batch norms in training mode (batch
  * statistics, m's running statistics updated as the training engine does;
- * nothing folded or fused), for px__infer_calibrate. Caller owns *out
+ * nothing folded or fused), for px__infer_calibrate; they run on oneDNN
+ * where it has vector (jit) code for the shape, else in plain loops (train_bn
+ * 2: plain loops for all, the tests' check of them). prec: the
+ * precision of an inference net (see px__infer_prec_t). Caller owns *out
  * (px__infer_destroy). PX_ERR_INVALID for a model not on the CPU or a
  * graph the engine does not know, PX_ERR_NOMEM, PX_ERR_BACKEND. */
-px_status_t px__infer_create(px_model_t *m, int32_t batch, int train_bn, px__infer_t **out);
+/* The margin below which a bf16 net reruns a sample in f32: the two
+ * largest of its k logits z closer than this may be ranked otherwise in
+ * f32 (PX__INFER_MARGIN_REL of the largest magnitude plus
+ * PX__INFER_MARGIN_ABS, measured in docs/performance.md). */
+float px__infer_margin_bound(const float *z, int k);
+
+px_status_t px__infer_create(px_model_t *m, int32_t batch, int train_bn, px__infer_prec_t prec,
+                             px__infer_t **out);
 void px__infer_destroy(px__infer_t *net);
 int32_t px__infer_batch(const px__infer_t *net);
+/* Whether the net runs bf16 convolutions; the samples it ran again in f32
+ * (BF16) since its creation. */
+int px__infer_is_bf16(const px__infer_t *net);
+int64_t px__infer_rechecked(const px__infer_t *net);
 
 /* Reads the model's current parameters and BN running statistics, folds
  * them (scale / sqrt(var + eps) into the filters, the rest into a bias) and

@@ -97,8 +97,11 @@ static px_status_t px__ceval_sync(px__strategy_run_t *r) {
   ce->cm = NULL;
   const px_model_config_t *cfg = px_model_config(r->m);
   PX_CHECK(px__compact_build(ce->plan, r->m, px_model_ops(r->m), 1, &ce->cm));
-  PX_CHECK(px__infer_create(ce->cm, px__infer_cache_batch(ce->cm, cfg->batch), 0, &ce->net));
-  PX_CHECK(px__infer_create(ce->cm, cfg->batch, 1, &ce->cal));
+  /* bf16 nets evaluate whole batches (measured faster than cache-sized
+   * chunks, docs/performance.md); f32 ones the largest chunk the L2 holds */
+  int32_t chunk = px__infer_bf16_fast() ? cfg->batch : px__infer_cache_batch(ce->cm, cfg->batch);
+  PX_CHECK(px__infer_create(ce->cm, chunk, 0, PX__INFER_AUTO, &ce->net));
+  PX_CHECK(px__infer_create(ce->cm, cfg->batch, 1, PX__INFER_F32, &ce->cal));
   px__pattern(ce->plan, r->m, ce->pattern);
   ce->builds++;
   return PX_OK;
