@@ -125,6 +125,101 @@ static void forward_and_backward_match_reference(void **state) {
   }
 }
 
+/* Grouped and depthwise convolutions: the reference runs group by group on
+ * channel slices copied out of the whole tensors. */
+typedef struct {
+  conv_case_t c;
+  int32_t groups;
+} group_case_t;
+
+static void slice_channels(float *dst, const float *src, int64_t n, int64_t c, int64_t hw,
+                           int64_t c0, int64_t cg, int back) {
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t k = 0; k < cg; k++) {
+      float *a = dst + (i * cg + k) * hw;
+      float *b = (float *)src + (i * c + c0 + k) * hw;
+      if (back) memcpy(b, a, (size_t)hw * sizeof *a);
+      else memcpy(a, b, (size_t)hw * sizeof *a);
+    }
+}
+
+static void run_group_case(const group_case_t *gc, uint64_t seed) {
+  const conv_case_t *cc = &gc->c;
+  const int64_t g = gc->groups, cig = cc->c / g, cog = cc->c_out / g;
+  px_ops_t *ops = new_ops();
+  px_test_rng_t rng;
+  px_test_rng_seed(&rng, seed);
+  px_tensor_t xs, ys, ws;
+  input_spec(ops, cc->blocked, cc->n, cc->c, cc->h, cc->w, &xs);
+  px_conv2d_params_t p = params_of(cc);
+  p.groups = gc->groups;
+  px_conv2d_t *conv = NULL;
+  assert_ok(px_conv2d_create(ops, &xs, &p, &conv));
+  px_conv2d_y_spec(conv, &ys);
+  px_conv2d_w_spec(conv, &ws);
+  assert_int_equal(ws.dims[1], cig);
+  const size_t nx = px_tensor_numel(&xs), ny = px_tensor_numel(&ys), nw = px_tensor_numel(&ws);
+  float *hx = rand_host(&rng, nx, 1.0f, 0.0f), *hw = rand_host(&rng, nw, 1.0f, 0.0f);
+  float *hdy = rand_host(&rng, ny, 1.0f, 0.0f);
+  px_tensor_t x, y, w, dy, dx, dw;
+  make_tensor(&x, &xs, hx);
+  make_tensor(&w, &ws, hw);
+  make_tensor(&y, &ys, NULL);
+  make_tensor(&dy, &ys, hdy);
+  make_tensor(&dx, &xs, NULL);
+  make_tensor(&dw, &ws, NULL);
+  assert_ok(px_conv2d_forward(conv, &y, &x, &w, NULL));
+  assert_ok(px_conv2d_backward_data(conv, &dx, &dy, &w));
+  assert_ok(px_conv2d_backward_weights(conv, &dw, NULL, &x, &dy));
+  float *gy = read_host(&y), *gdx = read_host(&dx), *gdw = read_host(&dw);
+
+  conv_case_t one = *cc;
+  one.c = cig;
+  one.c_out = (int32_t)cog;
+  px__ref_conv_t s;
+  ref_shape(&one, &s);
+  const int64_t ihw = cc->h * cc->w, ohw = s.oh * s.ow, wg = nw / g;
+  float *xg = malloc((size_t)(cc->n * cig * ihw) * sizeof *xg);
+  float *dyg = malloc((size_t)(cc->n * cog * ohw) * sizeof *dyg);
+  float *yg = malloc((size_t)(cc->n * cog * ohw) * sizeof *yg);
+  float *dxg = malloc((size_t)(cc->n * cig * ihw) * sizeof *dxg);
+  float *ry = malloc(ny * sizeof *ry), *rdx = malloc(nx * sizeof *rdx), *rdw = malloc(nw * sizeof *rdw);
+  for (int64_t k = 0; k < g; k++) {
+    slice_channels(xg, hx, cc->n, cc->c, ihw, k * cig, cig, 0);
+    slice_channels(dyg, hdy, cc->n, cc->c_out, ohw, k * cog, cog, 0);
+    px__ref_conv2d_forward(yg, xg, hw + k * wg, NULL, &s);
+    px__ref_conv2d_backward_data(dxg, dyg, hw + k * wg, &s);
+    px__ref_conv2d_backward_weights(rdw + k * wg, NULL, xg, dyg, &s);
+    slice_channels(yg, ry, cc->n, cc->c_out, ohw, k * cog, cog, 1);
+    slice_channels(dxg, rdx, cc->n, cc->c, ihw, k * cig, cig, 1);
+  }
+  expect_close("grouped forward", gy, ry, ny, 1e-4);
+  expect_close("grouped backward data", gdx, rdx, nx, 1e-4);
+  expect_close("grouped backward weights", gdw, rdw, nw, 1e-4);
+  free(xg); free(dyg); free(yg); free(dxg); free(ry); free(rdx); free(rdw);
+  free(hx); free(hw); free(hdy); free(gy); free(gdx); free(gdw);
+  px_tensor_t *all[] = {&x, &y, &w, &dy, &dx, &dw};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) px_tensor_release(all[i]);
+  px_conv2d_destroy(conv);
+  px_ops_destroy(ops);
+}
+
+static void grouped_and_depthwise_match_reference(void **state) {
+  (void)state;
+  static const group_case_t gcases[] = {
+      {{8, 128, 20, 12, 128, 3, 1, 1, 0, 1}, 128}, /* MobileNetV2's depthwise at 40x24 / 2 */
+      {{8, 128, 20, 12, 128, 3, 1, 1, 0, 0}, 128}, /* the same on a plain input */
+      {{2, 32, 9, 9, 32, 3, 2, 1, 0, 1}, 32},      /* depthwise, stride 2, odd size */
+      {{2, 16, 9, 9, 32, 3, 2, 1, 0, 1}, 4},       /* grouped, 4 in and 8 out per group */
+  };
+  for (size_t i = 0; i < sizeof gcases / sizeof *gcases; i++) {
+    print_message("group case %zu: %d groups, x [%lld,%lld,%lld,%lld]\n", i, gcases[i].groups,
+                  (long long)gcases[i].c.n, (long long)gcases[i].c.c, (long long)gcases[i].c.h,
+                  (long long)gcases[i].c.w);
+    run_group_case(&gcases[i], 300 + i);
+  }
+}
+
 /* L = sum(y .* r) in double, from the backend's forward. */
 static double loss_of(px_conv2d_t *conv, px_tensor_t *y, px_tensor_t *x, px_tensor_t *w,
                       px_tensor_t *b, const float *r) {
@@ -285,6 +380,7 @@ static void mismatched_tensors_are_refused(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(forward_and_backward_match_reference),
+      cmocka_unit_test(grouped_and_depthwise_match_reference),
       cmocka_unit_test(gradients_match_finite_differences),
       cmocka_unit_test(serial_weight_conversions_keep_the_thread_count),
       cmocka_unit_test(mismatched_tensors_are_refused),
