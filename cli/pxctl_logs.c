@@ -194,6 +194,7 @@ static void pxctl_logs_on_signal(int sig) {
 /* ---- through the coordinator ----------------------------------------------- */
 
 #define PXCTL_REMOTE_GRACE_S 5.0 /* after the job ends: wait this long for the last uploads */
+#define PXCTL_REMOTE_SILENT_S 30.0 /* logs complete, coordinator silent: stop after this */
 
 typedef struct {
   int64_t offset;     /* bytes printed (or read) so far */
@@ -352,10 +353,12 @@ static int pxctl_logs_remote_print(pxctl_opts_t *o, px_rpc_channel_t *ch, const 
 }
 
 /* --follow: poll each unfinished rank twice a second; after the job ends,
- * wait PXCTL_REMOTE_GRACE_S at most for the ranks' last uploads. */
+ * wait PXCTL_REMOTE_GRACE_S at most for the ranks' last uploads. Ranks whose
+ * logs are complete do not end it: the job does (its state may come a moment
+ * after the last line), or a coordinator silent for PXCTL_REMOTE_SILENT_S. */
 static void pxctl_logs_remote_follow(px_rpc_channel_t *ch, const char *job_id, int first, int n,
                                      int prefix, pxctl_remote_rank_t *rr) {
-  double over_at = -1, last_check = 0;
+  double over_at = -1, last_check = 0, last_answer = pxctl_mono_s();
   while (!pxctl_logs_stop) {
     int open = 0;
     for (int k = 0; k < n; k++) {
@@ -376,13 +379,20 @@ static void pxctl_logs_remote_follow(px_rpc_channel_t *ch, const char *job_id, i
       open += !rr[k].eof;
     }
     fflush(stdout);
-    if (open == 0 || (over_at >= 0 && pxctl_mono_s() - over_at >= PXCTL_REMOTE_GRACE_S)) break;
-    if (over_at < 0 && pxctl_mono_s() - last_check >= 1.0) {
+    if (over_at >= 0 && (open == 0 || pxctl_mono_s() - over_at >= PXCTL_REMOTE_GRACE_S)) break;
+    if (over_at < 0 && (open == 0 || pxctl_mono_s() - last_check >= 1.0)) {
       last_check = pxctl_mono_s();
       Prunex__V1__Job *jb = NULL;
       if (px_rpc_get_job(ch, job_id, 3000, &jb) == PX_OK) {
+        last_answer = last_check;
         if (pxctl_job_over(jb->state)) over_at = pxctl_mono_s();
         px_rpc_message_free(jb);
+        if (over_at >= 0 && open == 0) break;
+      } else if (open == 0 && last_check - last_answer >= PXCTL_REMOTE_SILENT_S) {
+        fprintf(stderr, "pxctl: the logs of job '%s' are complete, but the coordinator has not "
+                        "answered for %.0f s: stopped without its final state\n",
+                job_id, PXCTL_REMOTE_SILENT_S);
+        break;
       }
     }
     struct timespec ts = {0, 500 * 1000000L};
