@@ -266,20 +266,8 @@ static void check_net(const char *net) {
   px_ops_destroy(ops);
 }
 
-static void vgg_compact_engine_matches_dense(void **state) {
-  (void)state;
-  check_net("vgg");
-}
-
-static void mobilenet_compact_engine_matches_dense(void **state) {
-  (void)state;
-  check_net("mobilenet");
-}
-
-static void seresnet_compact_engine_matches_dense(void **state) {
-  (void)state;
-  check_net("seresnet");
-}
+/* state: the net's name (cmocka's prestate) */
+static void compact_engine_matches_dense(void **state) { check_net(*state); }
 
 /* ---- end to end --------------------------------------------------------------------- */
 
@@ -421,23 +409,15 @@ static void check_job(const char *net) {
   assert_true(r[1][9] >= 3); /* not a constant prediction: the comparison means something */
 }
 
-static void mobilenet_job_evaluates_compact_as_dense(void **state) {
-  (void)state;
-  check_job("mobilenet");
-}
-
-static void seresnet_job_evaluates_compact_as_dense(void **state) {
-  (void)state;
-  check_job("seresnet");
-}
+static void job_evaluates_compact_as_dense(void **state) { check_job(*state); }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(vgg_compact_engine_matches_dense),
-      cmocka_unit_test(mobilenet_compact_engine_matches_dense),
-      cmocka_unit_test(seresnet_compact_engine_matches_dense),
-      cmocka_unit_test(mobilenet_job_evaluates_compact_as_dense),
-      cmocka_unit_test(seresnet_job_evaluates_compact_as_dense),
+      cmocka_unit_test_prestate(compact_engine_matches_dense, (void *)"vgg"),
+      cmocka_unit_test_prestate(compact_engine_matches_dense, (void *)"mobilenet"),
+      cmocka_unit_test_prestate(compact_engine_matches_dense, (void *)"seresnet"),
+      cmocka_unit_test_prestate(job_evaluates_compact_as_dense, (void *)"mobilenet"),
+      cmocka_unit_test_prestate(job_evaluates_compact_as_dense, (void *)"seresnet"),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,13 +1,16 @@
 /* The inference engine (infer_int.h): a model's graph turned into a list of
  * steps once, at creation.
  *
- * A convolution absorbs the batch norm that is its only reader (folded into
- * its filters and a bias) with that norm's ReLU, and then the residual add
- * that is the norm's only reader when the add's other input already exists
- * and nothing after the convolution but the add reads it: the convolution
+ * A convolution (grouped, depthwise or biased ones too) absorbs the batch
+ * norm that is its only reader (folded into its filters and a bias) with
+ * that norm's ReLU or the activation node (LeakyReLU, ReLU6, sigmoid) that
+ * alone reads it (an eltwise post-op), and then the residual add that is
+ * the result's only reader when the add's other input already exists and
+ * nothing after the convolution but the add reads it: the convolution
  * then accumulates into that input's buffer (oneDNN's sum post-op) and
- * applies the add's ReLU. What is left (a norm or an add that could not be
- * fused, the global pooling, the classifier) runs in plain loops; layout
+ * applies the add's ReLU. What is left (a norm, an activation or an add
+ * that could not be fused, the pooling, the classifier, the imported
+ * graphs' SE gate multiply and channel concatenation) runs in plain loops; layout
  * conversions (REORDER nodes) are the identity in NHWC and vanish. Buffers
  * ("slots") are shared by activations whose lifetimes do not overlap, so a
  * chunk's working set is a few activations, which the batch is sized to
