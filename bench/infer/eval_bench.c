@@ -4,10 +4,13 @@
  * the compact model calibrated, then evaluated on the inference engine),
  * on one rank holding the whole Fashion-MNIST test set (10,000 images) at
  * the quickstart's batch of 64.
- *   px_bench_eval MODEL.safetensors|random DATA_DIR [THREADS] [REPEATS] [CHUNK]
- * MODEL: a final model (the quickstart's model.safetensors), or "random":
- * resnet20 initialised with seed 1, its coupled channels projected at keep
- * 0.5 as H-SADMM does (density 0.387). CHUNK overrides the engine's
+ *   px_bench_eval MODEL.safetensors|MODEL.onnx|random DATA_DIR [THREADS] [REPEATS] [CHUNK]
+ * MODEL: a final model (the quickstart's model.safetensors, or an imported
+ * model's, whose metadata names its ONNX file), "random": resnet20
+ * initialised with seed 1, or an ONNX file taking 1x32x32 images (its own
+ * initial weights, e.g. tests/onnx_import_nets.py's mobilenet); the last two
+ * with their coupled channels projected at keep 0.5 as H-SADMM does (resnet20:
+ * density 0.387). CHUNK overrides the engine's
  * chunk (bf16: the batch of 64, f32: the cache-sized batch, as
  * compact_eval.c chooses); the precision (default auto: bf16 with the f32
  * rerun of close calls where the CPU has AMX) picks the compact net's; the
@@ -58,27 +61,19 @@ static px_status_t compare(void *c, const float *x, const int32_t *y, int32_t n,
   return px__infer_compare(k->net, k->dense, x, n, &k->differ);
 }
 
-/* Multiply-adds per image of the convolutions and the FC. */
+/* Multiply-adds per image of the convolutions (grouped: c_in / groups
+ * per filter) and the FC. */
 static double macs(const px_model_t *m) {
-  const px_model_config_t *c = px_model_config(m);
-  int h[512], w[512];
   double total = 0;
-  h[0] = c->height;
-  w[0] = c->width;
-  for (int k = 0; k < px_model_num_nodes(m) && k < 512; k++) {
+  for (int k = 0; k < px_model_num_nodes(m); k++) {
     px_model_node_t n;
+    int h, w;
     px_model_node(m, k, &n);
-    if (n.out >= 512) break;
-    if (n.kind == PX_NODE_CONV) {
-      h[n.out] = (h[n.in] + 2 * n.pad - n.kernel) / n.stride + 1;
-      w[n.out] = (w[n.in] + 2 * n.pad - n.kernel) / n.stride + 1;
-      total += (double)n.c_out * n.c_in * n.kernel * n.kernel * h[n.out] * w[n.out];
-    } else if (n.kind == PX_NODE_FC) {
+    if (n.kind == PX_NODE_CONV && px_model_act_area(m, n.out, &h, &w) == 0)
+      total += (double)n.c_out * (n.c_in / (n.groups > 1 ? n.groups : 1)) * n.kernel * n.kernel *
+               h * w;
+    else if (n.kind == PX_NODE_FC)
       total += (double)n.c_out * n.c_in;
-    } else {
-      h[n.out] = h[n.in];
-      w[n.out] = w[n.in];
-    }
   }
   return total;
 }
@@ -184,10 +179,17 @@ int main(int argc, char **argv) {
   tc.batch = 64;
   tc.threads = threads;
   tc.augment = 1;
+  size_t len = strlen(argv[1]);
+  int onnx = len > 5 && !strcmp(argv[1] + len - 5, ".onnx");
+  px_model_config_t fc;
+  int32_t widths[512];
+  if (onnx) tc.onnx = argv[1];
+  else if (strcmp(argv[1], "random") && px_model_file_config(argv[1], &fc, widths, 512) == PX_OK)
+    tc.onnx = fc.onnx; /* an imported model's file: its graph */
   px_trainer_t *t;
   if (px_trainer_create(&tc, &t) < 0) return die("trainer");
   px_model_t *dense = px_trainer_model(t);
-  if (!strcmp(argv[1], "random")) {
+  if (!strcmp(argv[1], "random") || onnx) {
     if (px_bench_project_coupled(dense, 0.5) < 0) return die("projection");
   } else if (px_model_load(dense, NULL, argv[1]) < 0) {
     return die(argv[1]);

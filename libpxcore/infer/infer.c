@@ -1,13 +1,16 @@
 /* The inference engine (infer_int.h): a model's graph turned into a list of
  * steps once, at creation.
  *
- * A convolution absorbs the batch norm that is its only reader (folded into
- * its filters and a bias) with that norm's ReLU, and then the residual add
- * that is the norm's only reader when the add's other input already exists
- * and nothing after the convolution but the add reads it: the convolution
+ * A convolution (grouped, depthwise or biased ones too) absorbs the batch
+ * norm that is its only reader (folded into its filters and a bias) with
+ * that norm's ReLU or the activation node (LeakyReLU, ReLU6, sigmoid) that
+ * alone reads it (an eltwise post-op), and then the residual add that is
+ * the result's only reader when the add's other input already exists and
+ * nothing after the convolution but the add reads it: the convolution
  * then accumulates into that input's buffer (oneDNN's sum post-op) and
- * applies the add's ReLU. What is left (a norm or an add that could not be
- * fused, the global pooling, the classifier) runs in plain loops; layout
+ * applies the add's ReLU. What is left (a norm, an activation or an add
+ * that could not be fused, the pooling, the classifier, the imported
+ * graphs' SE gate multiply and channel concatenation) runs in plain loops; layout
  * conversions (REORDER nodes) are the identity in NHWC and vanish. Buffers
  * ("slots") are shared by activations whose lifetimes do not overlap, so a
  * chunk's working set is a few activations, which the batch is sized to
@@ -20,6 +23,7 @@
 
 #include "infer/infer_int.h"
 #include "nn/cpu/px_cpu_int.h"
+#include "nn/px_graph_ops.h"
 
 #define PX__INFER_BN_EPS 1e-5
 /* Samples per chunk of a bf16 net's f32 twin, which runs the samples whose
@@ -28,21 +32,30 @@
 #define PX__INFER_MARGIN_REL 0.05f
 #define PX__INFER_MARGIN_ABS 0.2f
 
-enum { PX__S_CONV, PX__S_BN, PX__S_BN_TRAIN, PX__S_ADD, PX__S_GAP, PX__S_FC };
+enum {
+  PX__S_CONV, PX__S_BN, PX__S_BN_TRAIN, PX__S_ADD, PX__S_GAP, PX__S_FC, PX__S_ACT, PX__S_MUL,
+  PX__S_CONCAT, PX__S_POOL
+};
 
 typedef struct {
   int kind;
   int node, bn;           /* graph nodes: the step's (CONV: the conv), the folded BN or -1 */
-  int relu_mid;           /* CONV: the folded BN's ReLU (before a fused add) */
   int sum;                /* CONV: accumulates into in2's buffer (fused residual add) */
-  int relu;               /* ReLU last (the add's when fused, else the BN's or ADD's) */
+  int relu;               /* BN, BN_TRAIN, ADD: a ReLU last */
+  int act, act_mid;       /* CONV, ACT: the activation last (px__act_t; -1 none: the BN's
+                             ReLU, an ACT node's, or the fused add's ReLU) and, with a
+                             fused add, the one before the sum */
+  float alpha, alpha_mid; /* their LeakyReLU slopes */
+  int groups;             /* CONV: 1, or grouped (depthwise) */
+  int cb;                 /* CONV: the model's bias parameter, -1 if none */
+  int maxpool;            /* POOL: 1 max (padding ignored), 0 average (padding counted) */
   int in, in2, out;       /* activations (REORDERs resolved); in2 -1 unless sum / ADD */
   int sin, sin2, sout;    /* their slots */
   int c_in, c_out, h, w, oh, ow, k, stride, pad;
   int xbf, ybf;           /* bf16 net: input / output activation stored as bf16 */
   int plain_bn;           /* BN_TRAIN: the plain loops (oneDNN has no fast code for it) */
   int pw, pb, rm, rv;     /* BN_TRAIN: the model's scale, shift, running mean and var */
-  float *wf;              /* CONV [c_out][c_in][k][k] folded, FC [c_out][c_in], BN [c_out]
+  float *wf;              /* CONV [c_out][c_in/groups][k][k] folded, FC [c_out][c_in], BN [c_out]
                              scale */
   float *bf;              /* [c_out] folded bias (BN: shift) */
   void *wp;               /* CONV: weights in the primitive's layout (wf when plain) */
@@ -147,6 +160,53 @@ static int px__g_read_after(const px__graph_t *g, int a, int from, int except) {
   return 0;
 }
 
+/* A CONV step: the convolution absorbs the batch norm that alone reads it
+ * (inference nets: folded), then the activation that alone reads the result
+ * (the norm's ReLU or an ACT node: an eltwise post-op), then the residual add
+ * that alone reads that when the add's other input already exists and is
+ * read by nothing after it (the sum post-op into that input's buffer, the
+ * add's ReLU after it). */
+static void px__plan_conv(px__infer_t *net, px__graph_t *g, int k, int *used, px__istep_t *s) {
+  const px_model_node_t *n = &g->nodes[k];
+  s->kind = PX__S_CONV;
+  s->k = n->kernel;
+  s->stride = n->stride;
+  s->pad = n->pad;
+  s->groups = n->groups > 1 ? n->groups : 1;
+  s->cb = n->b;
+  s->relu = 0;
+  int last, r = px__g_sole_reader(g, s->out, &last);
+  if (r >= 0 && g->nodes[r].kind == PX_NODE_BN && !net->train_bn) {
+    s->bn = r;
+    used[r] = 1;
+    s->out = g->alias[g->nodes[r].out];
+    if (g->nodes[r].relu) s->act = PX__ACT_RELU;
+    r = px__g_sole_reader(g, s->out, &last);
+  }
+  if (s->act < 0 && r >= 0 && g->nodes[r].kind == PX_NODE_ACT) {
+    used[r] = 1;
+    s->act = g->nodes[r].act;
+    s->alpha = g->nodes[r].alpha;
+    s->out = g->alias[g->nodes[r].out];
+    r = px__g_sole_reader(g, s->out, &last);
+  }
+  if (net->train_bn || r < 0 || g->nodes[r].kind != PX_NODE_ADD) return;
+  const px_model_node_t *A = &g->nodes[r];
+  int other = g->alias[A->in] == s->out ? g->alias[A->in2] : g->alias[A->in];
+  int produced = other == 0;
+  for (int j = 0; j < k && !produced; j++)
+    produced = g->nodes[j].kind != PX_NODE_REORDER && g->alias[g->nodes[j].out] == other;
+  if (other == s->out || !produced || px__g_read_after(g, other, k, r)) return;
+  used[r] = 1;
+  s->sum = 1;
+  s->act_mid = s->act;
+  s->alpha_mid = s->alpha;
+  s->act = A->relu ? PX__ACT_RELU : -1;
+  s->alpha = 0;
+  s->in2 = other;
+  s->out = g->alias[A->out];
+}
+
 static px_status_t px__plan_steps(px__infer_t *net, px__graph_t *g) {
   int *used = px_calloc((size_t)g->nn, sizeof *used, "infer.used");
   if (!used) return PX_ERR_NOMEM;
@@ -158,6 +218,9 @@ static px_status_t px__plan_steps(px__infer_t *net, px__graph_t *g) {
     memset(s, 0, sizeof *s);
     s->node = k;
     s->bn = -1;
+    s->cb = -1;
+    s->act = s->act_mid = -1;
+    s->groups = 1;
     s->in = g->alias[n->in];
     s->in2 = n->in2 >= 0 ? g->alias[n->in2] : -1;
     s->out = g->alias[n->out];
@@ -169,37 +232,7 @@ static px_status_t px__plan_steps(px__infer_t *net, px__graph_t *g) {
     s->oh = g->h[s->out];
     s->ow = g->w[s->out];
     switch (n->kind) {
-      case PX_NODE_CONV: {
-        s->kind = PX__S_CONV;
-        s->k = n->kernel;
-        s->stride = n->stride;
-        s->pad = n->pad;
-        s->relu = 0;
-        int last, r = px__g_sole_reader(g, s->out, &last);
-        if (r >= 0 && g->nodes[r].kind == PX_NODE_BN && !net->train_bn) {
-          s->bn = r;
-          used[r] = 1;
-          s->out = g->alias[g->nodes[r].out];
-          s->relu = g->nodes[r].relu;
-          r = px__g_sole_reader(g, s->out, &last);
-          if (r >= 0 && g->nodes[r].kind == PX_NODE_ADD) {
-            const px_model_node_t *A = &g->nodes[r];
-            int other = g->alias[A->in] == s->out ? g->alias[A->in2] : g->alias[A->in];
-            int produced = other == 0;
-            for (int j = 0; j < k && !produced; j++)
-              produced = g->nodes[j].kind != PX_NODE_REORDER && g->alias[g->nodes[j].out] == other;
-            if (other != s->out && produced && !px__g_read_after(g, other, k, r)) {
-              used[r] = 1;
-              s->sum = 1;
-              s->relu_mid = s->relu;
-              s->relu = A->relu;
-              s->in2 = other;
-              s->out = g->alias[A->out];
-            }
-          }
-        }
-        break;
-      }
+      case PX_NODE_CONV: px__plan_conv(net, g, k, used, s); break;
       case PX_NODE_BN:
         s->kind = net->train_bn ? PX__S_BN_TRAIN : PX__S_BN;
         s->pw = n->w;
@@ -210,6 +243,21 @@ static px_status_t px__plan_steps(px__infer_t *net, px__graph_t *g) {
       case PX_NODE_ADD: s->kind = PX__S_ADD; break;
       case PX_NODE_GAP: s->kind = PX__S_GAP; break;
       case PX_NODE_FC: s->kind = PX__S_FC; break;
+      case PX_NODE_ACT:
+        s->kind = PX__S_ACT;
+        s->act = n->act;
+        s->alpha = n->alpha;
+        break;
+      case PX_NODE_MUL: s->kind = PX__S_MUL; break;
+      case PX_NODE_CONCAT: s->kind = PX__S_CONCAT; break;
+      case PX_NODE_MAXPOOL:
+      case PX_NODE_AVGPOOL:
+        s->kind = PX__S_POOL;
+        s->maxpool = n->kind == PX_NODE_MAXPOOL;
+        s->k = n->kernel;
+        s->stride = n->stride;
+        s->pad = n->pad;
+        break;
       default:
         st = px_set_error(PX_ERR_INVALID, "inference: node %d has an unknown kind %d", k,
                           (int)n->kind);
@@ -305,8 +353,13 @@ static px_status_t px__plan_bf16(px__infer_t *net, int na) {
   return PX_OK;
 }
 
+/* Height and width of activation a (1 x 1 for the pooled vector and the
+ * logits). */
+static void px__act_hw(const px_model_t *m, int a, int *h, int *w) {
+  if (px_model_act_area(m, a, h, w) < 0) *h = *w = 1;
+}
+
 static px_status_t px__graph_load(const px_model_t *m, px__graph_t *g) {
-  const px_model_config_t *cfg = px_model_config(m);
   g->nn = px_model_num_nodes(m);
   g->na = px_model_num_acts(m);
   g->nodes = px_calloc((size_t)g->nn, sizeof *g->nodes, "infer.nodes");
@@ -318,23 +371,14 @@ static px_status_t px__graph_load(const px_model_t *m, px__graph_t *g) {
   for (int a = 0; a < g->na; a++) {
     g->alias[a] = a;
     g->ch[a] = px_model_act_channels(m, a);
-    g->h[a] = g->w[a] = 1;
+    px__act_hw(m, a, &g->h[a], &g->w[a]);
   }
-  g->h[0] = cfg->height;
-  g->w[0] = cfg->width;
   for (int k = 0; k < g->nn; k++) {
     px_model_node_t *n = &g->nodes[k];
     PX_CHECK(px_model_node(m, k, n));
     PX_REQUIRE(n->in >= 0 && n->in < g->na && n->out > 0 && n->out < g->na && n->in2 < g->na,
                "inference: node %d has activations out of range", k);
     if (n->kind == PX_NODE_REORDER) g->alias[n->out] = g->alias[n->in];
-    if (n->kind == PX_NODE_CONV) {
-      g->h[n->out] = (g->h[n->in] + 2 * n->pad - n->kernel) / n->stride + 1;
-      g->w[n->out] = (g->w[n->in] + 2 * n->pad - n->kernel) / n->stride + 1;
-    } else if (n->kind != PX_NODE_GAP && n->kind != PX_NODE_FC) {
-      g->h[n->out] = g->h[n->in];
-      g->w[n->out] = g->w[n->in];
-    }
   }
   return PX_OK;
 }
@@ -342,29 +386,18 @@ static px_status_t px__graph_load(const px_model_t *m, px__graph_t *g) {
 static void px__graph_free(px__graph_t *g) { PX_FREE_ALL(g->nodes, g->alias, g->ch, g->h, g->w); }
 
 int32_t px__infer_cache_batch(const px_model_t *m, int32_t cap) {
-  const px_model_config_t *cfg = px_model_config(m);
   long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
   if (l2 <= 0) l2 = 1 << 20;
   size_t widest = 1;
-  int h[1024], w[1024];
-  int na = px_model_num_acts(m);
-  if (na > 1024) return cap < 16 ? cap : 16;
-  for (int a = 0; a < na; a++) h[a] = w[a] = 1;
-  h[0] = cfg->height;
-  w[0] = cfg->width;
   for (int k = 0; k < px_model_num_nodes(m); k++) {
     px_model_node_t n;
     if (px_model_node(m, k, &n) < 0) break;
-    if (n.kind == PX_NODE_CONV) {
-      h[n.out] = (h[n.in] + 2 * n.pad - n.kernel) / n.stride + 1;
-      w[n.out] = (w[n.in] + 2 * n.pad - n.kernel) / n.stride + 1;
-      size_t bytes = sizeof(float) * ((size_t)n.c_in * h[n.in] * w[n.in] +
-                                      (size_t)n.c_out * h[n.out] * w[n.out]);
-      if (bytes > widest) widest = bytes;
-    } else if (n.kind != PX_NODE_GAP && n.kind != PX_NODE_FC) {
-      h[n.out] = h[n.in];
-      w[n.out] = w[n.in];
-    }
+    if (n.kind != PX_NODE_CONV) continue;
+    int ih, iw, oh, ow;
+    px__act_hw(m, n.in, &ih, &iw);
+    px__act_hw(m, n.out, &oh, &ow);
+    size_t bytes = sizeof(float) * ((size_t)n.c_in * ih * iw + (size_t)n.c_out * oh * ow);
+    if (bytes > widest) widest = bytes;
   }
   size_t b = (size_t)l2 / widest;
   if (b < 1) b = 1;
@@ -376,14 +409,39 @@ int32_t px__infer_cache_batch(const px_model_t *m, int32_t cap) {
 
 /* ---- primitives --------------------------------------------------------------------- */
 
+/* An activation (px__act_t, -1: none) as an eltwise post-op. */
+static px_status_t px__append_act(dnnl_post_ops_t po, int act, float alpha) {
+  if (act < 0) return PX_OK;
+  dnnl_alg_kind_t alg = act == PX__ACT_SIGMOID ? dnnl_eltwise_logistic
+                        : act == PX__ACT_RELU6 ? dnnl_eltwise_clip
+                                               : dnnl_eltwise_relu;
+  float a = act == PX__ACT_LEAKY ? alpha : 0.0f, b = act == PX__ACT_RELU6 ? 6.0f : 0.0f;
+  PX_DNNL(dnnl_post_ops_append_eltwise(po, 1.0f, alg, a, b));
+  return PX_OK;
+}
+
+/* The weights' plain and primitive-chosen descriptors; grouped: oneDNN's
+ * [g, c_out/g, c_in/g, k, k], the same bytes as the plain folded ones. */
+static px_status_t px__conv_weight_mds(const px__istep_t *s, dnnl_data_type_t xt,
+                                       dnnl_memory_desc_t *plain, dnnl_memory_desc_t *any) {
+  const int64_t g = s->groups;
+  dnnl_dims_t wd = {s->c_out, s->c_in, s->k, s->k},
+              gwd = {g, s->c_out / g, s->c_in / g, s->k, s->k};
+  const int64_t wdims[4] = {s->c_out, s->c_in, s->k, s->k};
+  if (g > 1) PX_DNNL(dnnl_memory_desc_init_by_tag(plain, 5, gwd, dnnl_f32, dnnl_goihw));
+  else PX_CHECK(px__cpu_plain_md(plain, 4, wdims, PX_DTYPE_F32));
+  PX_DNNL(dnnl_memory_desc_init_by_tag(any, g > 1 ? 5 : 4, g > 1 ? gwd : wd, xt,
+                                       dnnl_format_tag_any));
+  return PX_OK;
+}
+
 static px_status_t px__conv_create(px__infer_t *net, px__istep_t *s) {
   px_ops_t *ops = net->ops;
   const int64_t B = net->batch;
   dnnl_memory_desc_t src, dst, w_any, w_plain, b_md;
   dnnl_dims_t sd = {B, s->c_in, s->h, s->w}, dd = {B, s->c_out, s->oh, s->ow};
-  dnnl_dims_t wd = {s->c_out, s->c_in, s->k, s->k}, strides = {s->stride, s->stride},
-              pad = {s->pad, s->pad};
-  const int64_t wdims[4] = {s->c_out, s->c_in, s->k, s->k}, bdims[1] = {s->c_out};
+  dnnl_dims_t strides = {s->stride, s->stride}, pad = {s->pad, s->pad};
+  const int64_t bdims[1] = {s->c_out};
   dnnl_primitive_attr_t attr = NULL;
   dnnl_post_ops_t po = NULL;
   dnnl_primitive_desc_t pd = NULL;
@@ -391,8 +449,7 @@ static px_status_t px__conv_create(px__infer_t *net, px__istep_t *s) {
   const dnnl_data_type_t xt = s->xbf ? dnnl_bf16 : dnnl_f32, yt = s->ybf ? dnnl_bf16 : dnnl_f32;
   PX_DNNL_GOTO(dnnl_memory_desc_init_by_tag(&src, 4, sd, xt, dnnl_nhwc), st, done);
   PX_DNNL_GOTO(dnnl_memory_desc_init_by_tag(&dst, 4, dd, yt, dnnl_nhwc), st, done);
-  PX_DNNL_GOTO(dnnl_memory_desc_init_by_tag(&w_any, 4, wd, xt, dnnl_format_tag_any), st, done);
-  PX_CHECK_GOTO(px__cpu_plain_md(&w_plain, 4, wdims, PX_DTYPE_F32), st, done);
+  PX_CHECK_GOTO(px__conv_weight_mds(s, xt, &w_plain, &w_any), st, done);
   PX_CHECK_GOTO(px__cpu_plain_md(&b_md, 1, bdims, PX_DTYPE_F32), st, done);
   dnnl_convolution_desc_t cd;
   PX_DNNL_GOTO(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference,
@@ -402,11 +459,9 @@ static px_status_t px__conv_create(px__infer_t *net, px__istep_t *s) {
   PX_DNNL_GOTO(dnnl_primitive_attr_create(&attr), st, done);
   PX_DNNL_GOTO(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), st, done);
   PX_DNNL_GOTO(dnnl_post_ops_create(&po), st, done);
-  if (s->sum && s->relu_mid)
-    PX_DNNL_GOTO(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f), st, done);
+  if (s->sum) PX_CHECK_GOTO(px__append_act(po, s->act_mid, s->alpha_mid), st, done);
   if (s->sum) PX_DNNL_GOTO(dnnl_post_ops_append_sum(po, 1.0f), st, done);
-  if (s->relu)
-    PX_DNNL_GOTO(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f), st, done);
+  PX_CHECK_GOTO(px__append_act(po, s->act, s->alpha), st, done);
   PX_DNNL_GOTO(dnnl_primitive_attr_set_post_ops(attr, po), st, done);
   PX_CHECK_GOTO(px__cpu_pd_create(ops, &pd, &cd, attr, NULL, "inference convolution"), st, done);
   const int args[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST};
@@ -501,14 +556,30 @@ static px_status_t px__bn_train_run(px__infer_t *net, px__istep_t *s) {
 
 static px_status_t px__infer_exact_create(px__infer_t *net);
 
+int px__infer_takes(const px_model_t *m) {
+  for (int k = 0; k < px_model_num_nodes(m); k++) {
+    px_model_node_t n;
+    int h, w, h2, w2;
+    if (px_model_node(m, k, &n) < 0) return 0;
+    if (n.kind != PX_NODE_MUL && n.kind != PX_NODE_CONCAT) continue;
+    px__act_hw(m, n.in, &h, &w);
+    px__act_hw(m, n.in2, &h2, &w2);
+    if (n.kind == PX_NODE_MUL &&
+        (h2 != 1 || w2 != 1 || px_model_act_channels(m, n.in2) != px_model_act_channels(m, n.in)))
+      return 0;
+    if (n.kind == PX_NODE_CONCAT && (h != h2 || w != w2)) return 0;
+  }
+  return 1;
+}
+
 px_status_t px__infer_create(px_model_t *m, int32_t batch, int train_bn, px__infer_prec_t prec,
                              px__infer_t **out) {
   PX_REQUIRE(m && out && batch >= 1, "px__infer_create: bad argument");
   *out = NULL;
   px_ops_t *ops = px_model_ops(m);
   PX_CHECK(px__cpu_require(ops, "inference engine"));
-  PX_REQUIRE(px_model_compactable(m), "inference engine: the model has graph operators (ACT, "
-             "MUL, CONCAT) or grouped or biased convolutions, which it does not run yet");
+  PX_REQUIRE(px__infer_takes(m), "inference engine: the model has a multiplication that is not "
+             "by a per-channel gate or a concatenation of maps of different sizes");
   const px_model_config_t *cfg = px_model_config(m);
   px__graph_t g;
   memset(&g, 0, sizeof g);
@@ -563,7 +634,7 @@ px_status_t px__infer_create(px_model_t *m, int32_t batch, int train_bn, px__inf
   for (int i = 0; i < net->nsteps; i++) {
     px__istep_t *s = &net->steps[i];
     if (s->kind == PX__S_BN_TRAIN) PX_CHECK_GOTO(px__bn_train_create(net, s), st, fail);
-    size_t nw = s->kind == PX__S_CONV ? (size_t)s->c_out * s->c_in * s->k * s->k
+    size_t nw = s->kind == PX__S_CONV ? (size_t)s->c_out * (s->c_in / s->groups) * s->k * s->k
                 : s->kind == PX__S_FC ? (size_t)s->c_out * s->c_in
                 : s->kind == PX__S_BN ? (size_t)s->c_out : 0;
     if (!nw) continue;
@@ -633,16 +704,17 @@ px_status_t px__infer_load(px__infer_t *net) {
     if (s->kind != PX__S_CONV && s->kind != PX__S_BN) continue; /* BN_TRAIN reads the model */
     int has_bn = s->kind == PX__S_BN || s->bn >= 0;
     if (has_bn) PX_CHECK(px_model_node(m, s->kind == PX__S_BN ? s->node : s->bn, &bn));
-    size_t per = s->kind == PX__S_CONV ? (size_t)s->c_in * s->k * s->k : 1;
+    size_t per = s->kind == PX__S_CONV ? (size_t)(s->c_in / s->groups) * s->k * s->k : 1;
     const float *w = s->kind == PX__S_CONV ? px__param(m, n.w) : NULL;
+    const float *cb = s->kind == PX__S_CONV && s->cb >= 0 ? px__param(m, s->cb) : NULL;
     for (int o = 0; o < s->c_out; o++) {
-      double a = 1, b = 0;
+      double a = 1, b = 0, b0 = cb ? cb[o] : 0.0; /* BN(w x + b0) = a w x + a b0 + b */
       if (has_bn) {
         a = (double)px__param(m, bn.w)[o] /
             sqrt((double)px__buffer(m, bn.rv)[o] + PX__INFER_BN_EPS);
         b = (double)px__param(m, bn.b)[o] - a * (double)px__buffer(m, bn.rm)[o];
       }
-      s->bf[o] = (float)b;
+      s->bf[o] = (float)(a * b0 + b);
       if (!w) {
         s->wf[o] = (float)a;
         continue;
@@ -717,6 +789,57 @@ static void px__bn_train(px__infer_t *net, const px__istep_t *s, const float *x,
     }
 }
 
+/* A window of the pooling step at output (oy, ox) of sample b, channel c:
+ * the maximum over the pixels inside the image, or the sum over them
+ * divided by k^2 (the padding counted as zeros, PyTorch's default). */
+static float px__pool_at(const px__istep_t *s, const float *x, size_t b, int oy, int ox, size_t c) {
+  const size_t C = (size_t)s->c_in;
+  float acc = s->maxpool ? -INFINITY : 0.0f;
+  for (int ky = 0; ky < s->k; ky++) {
+    int iy = oy * s->stride - s->pad + ky;
+    if (iy < 0 || iy >= s->h) continue;
+    for (int kx = 0; kx < s->k; kx++) {
+      int ix = ox * s->stride - s->pad + kx;
+      if (ix < 0 || ix >= s->w) continue;
+      float v = x[((b * s->h + iy) * s->w + ix) * C + c];
+      acc = s->maxpool ? fmaxf(acc, v) : acc + v;
+    }
+  }
+  return s->maxpool ? acc : acc / (float)(s->k * s->k);
+}
+
+/* The imported graphs' operators on NHWC (plain loops, both paths): the
+ * squeeze-and-excitation product of a map and its per-channel gate
+ * [batch][c], the join of two maps on channels, windowed pooling. */
+static void px__run_graph_op(px__infer_t *net, const px__istep_t *s, const float *x, float *y) {
+  const size_t B = (size_t)net->batch, hw = (size_t)s->h * s->w, C = (size_t)s->c_in;
+  const float *x2 = s->sin2 >= 0 ? net->slot[s->sin2] : NULL;
+  switch (s->kind) {
+    case PX__S_MUL:
+      for (size_t b = 0; b < B; b++)
+        for (size_t p = 0; p < hw; p++)
+          for (size_t c = 0; c < C; c++)
+            y[(b * hw + p) * C + c] = x[(b * hw + p) * C + c] * x2[b * C + c];
+      break;
+    case PX__S_CONCAT: {
+      const size_t C2 = (size_t)s->c_out - C;
+      for (size_t q = 0; q < B * hw; q++) {
+        memcpy(y + q * (size_t)s->c_out, x + q * C, C * sizeof *y);
+        memcpy(y + q * (size_t)s->c_out + C, x2 + q * C2, C2 * sizeof *y);
+      }
+      break;
+    }
+    case PX__S_POOL:
+      for (size_t b = 0; b < B; b++)
+        for (int oy = 0; oy < s->oh; oy++)
+          for (int ox = 0; ox < s->ow; ox++)
+            for (size_t c = 0; c < C; c++)
+              y[((b * s->oh + oy) * s->ow + ox) * C + c] = px__pool_at(s, x, b, oy, ox, c);
+      break;
+    default: break;
+  }
+}
+
 /* The steps that are not convolutions (plain loops, shared by both paths). */
 static void px__run_other(px__infer_t *net, const px__istep_t *s, int bf) {
   const float *x = net->slot[s->sin];
@@ -757,37 +880,45 @@ static void px__run_other(px__infer_t *net, const px__istep_t *s, int bf) {
           y[b * (size_t)s->c_out + o] = acc;
         }
       break;
-    default: break;
+    case PX__S_ACT: px__act_forward(y, x, B * hw * C, (px__act_t)s->act, s->alpha); break;
+    default: px__run_graph_op(net, s, x, y); break;
   }
+}
+
+/* One value through an activation (px__act_t, -1: none), as
+ * px__act_forward computes it. */
+static float px__act1(float v, int act, float alpha) {
+  float r = v;
+  if (act >= 0) px__act_forward(&r, &v, 1, (px__act_t)act, alpha);
+  return r;
 }
 
 /* Plain direct convolution on NHWC with the step's folding and fusions. */
 static void px__conv_ref(px__infer_t *net, const px__istep_t *s) {
   const float *x = net->slot[s->sin];
   float *y = net->slot[s->sout];
-  const int K = s->k;
+  const int K = s->k, cpg = s->c_in / s->groups, opg = s->c_out / s->groups;
   for (int b = 0; b < net->batch; b++)
     for (int oy = 0; oy < s->oh; oy++)
       for (int ox = 0; ox < s->ow; ox++)
         for (int o = 0; o < s->c_out; o++) {
           double acc = s->bf[o];
+          const int c0 = o / opg * cpg; /* the group's first input channel */
           for (int ky = 0; ky < K; ky++) {
             int iy = oy * s->stride - s->pad + ky;
             if (iy < 0 || iy >= s->h) continue;
             for (int kx = 0; kx < K; kx++) {
               int ix = ox * s->stride - s->pad + kx;
               if (ix < 0 || ix >= s->w) continue;
-              const float *xp = x + (((size_t)b * s->h + iy) * s->w + ix) * s->c_in;
-              for (int c = 0; c < s->c_in; c++)
-                acc += (double)xp[c] * s->wf[(((size_t)o * s->c_in + c) * K + ky) * K + kx];
+              const float *xp = x + (((size_t)b * s->h + iy) * s->w + ix) * s->c_in + c0;
+              for (int c = 0; c < cpg; c++)
+                acc += (double)xp[c] * s->wf[(((size_t)o * cpg + c) * K + ky) * K + kx];
             }
           }
           size_t yi = (((size_t)b * s->oh + oy) * s->ow + ox) * s->c_out + o;
-          if (s->sum) {
-            if (s->relu_mid && acc < 0) acc = 0;
-            acc += y[yi];
-          }
-          y[yi] = (float)(s->relu && acc < 0 ? 0 : acc);
+          float v = (float)acc;
+          if (s->sum) v = px__act1(v, s->act_mid, s->alpha_mid) + y[yi];
+          y[yi] = px__act1(v, s->act, s->alpha);
         }
 }
 

@@ -1,7 +1,10 @@
 /* Inference engine for a (compact) CPU model: the model's graph run with
  * oneDNN forward-inference primitives, batch norm folded into the
- * convolution before it, the ReLU that follows and the residual add that
- * reads it fused as post-ops (sum, eltwise), activations in NHWC, weights
+ * convolution before it, the activation that follows (ReLU, LeakyReLU,
+ * ReLU6, sigmoid) and the residual add that reads it fused as post-ops
+ * (sum, eltwise), grouped (depthwise) and biased convolutions, the imported
+ * graphs' other operators (standalone activations, squeeze-and-excitation
+ * gates, concatenations, pooling) in plain loops, activations in NHWC, weights
  * converted to the primitives' layouts once per px__infer_load. No
  * gradients, no training state: the strategies' compact evaluation of a
  * consensus model (strategy/compact_eval.c) and bench/infer use it.
@@ -38,6 +41,14 @@ typedef enum {
  * forces them). Decided once per process and logged at info level. */
 int px__infer_bf16_fast(void);
 
+/* Whether the engine runs every node of m's graph: the built-in layer set
+ * and the imported graphs' operators (grouped and biased convolutions,
+ * standalone activations, max and average pooling, a map times a
+ * per-channel gate, concatenations on channels); 0 for a multiplication
+ * whose second input is not a [N, C, 1, 1] gate of the first's channels or
+ * a concatenation of maps of different sizes. */
+int px__infer_takes(const px_model_t *m);
+
 /* Samples per chunk whose widest convolution (input and output
  * activations) fits the L2 cache of one core, at least 1, at most cap,
  * and evened out over a batch of cap. */
@@ -53,7 +64,7 @@ int32_t px__infer_cache_batch(const px_model_t *m, int32_t cap);
  * 2: plain loops for all, the tests' check of them). prec: the
  * precision of an inference net (see px__infer_prec_t). Caller owns *out
  * (px__infer_destroy). PX_ERR_INVALID for a model not on the CPU or a
- * graph the engine does not know, PX_ERR_NOMEM, PX_ERR_BACKEND. */
+ * graph the engine does not take (px__infer_takes), PX_ERR_NOMEM, PX_ERR_BACKEND. */
 /* The margin below which a bf16 net reruns a sample in f32: the two
  * largest of its k logits z closer than this may be ranked otherwise in
  * f32 (PX__INFER_MARGIN_REL of the largest magnitude plus

@@ -18,7 +18,10 @@
  * The statistics of the dense model's dead channels (read by no weight)
  * are left as they were; they cannot change a prediction.
  *
- * CPU models only: a model on a GPU keeps the dense evaluation. */
+ * CPU models only: a model on a GPU keeps the dense evaluation. Every graph
+ * the inference engine takes (px__infer_takes: the built-in layer set and
+ * the imported graphs' operators) evaluates compact; which form evaluates is
+ * logged once per run, and each build of the compact model with its size. */
 #include <string.h>
 
 #include "export/compact_int.h"
@@ -37,7 +40,14 @@ struct px__ceval {
 };
 
 int px__ceval_wanted(const px__strategy_run_t *r, int has_consensus) {
-  return has_consensus && !r->cuda && !r->cfg->eval_dense && px_model_compactable(r->m);
+  if (!has_consensus) return 0;
+  const char *why = r->cuda ? "the model is on a GPU"
+                    : r->cfg->eval_dense ? "eval_dense is set"
+                    : !px__infer_takes(r->m) ? "the inference engine does not take its graph"
+                                             : NULL;
+  px_log(PX_LOG_INFO, "evaluation of the consensus model: %s%s%s", why ? "dense (" : "compact",
+         why ? why : "", why ? ")" : "");
+  return why == NULL;
 }
 
 void px__ceval_destroy(px__ceval_t *ce) {
@@ -104,6 +114,9 @@ static px_status_t px__ceval_sync(px__strategy_run_t *r) {
   PX_CHECK(px__infer_create(ce->cm, cfg->batch, 1, PX__INFER_F32, &ce->cal));
   px__pattern(ce->plan, r->m, ce->pattern);
   ce->builds++;
+  px_log(PX_LOG_INFO, "compact evaluation model %lld: %zu of %zu parameters, %s convolutions",
+         (long long)ce->builds, px_model_numel(ce->cm), px_model_numel(r->m),
+         px__infer_is_bf16(ce->net) ? "bf16" : "f32");
   return PX_OK;
 }
 

@@ -179,11 +179,11 @@ typedef struct {
   int act;                 /* ACT: the activation (see above) */
   float alpha;             /* ACT: LeakyReLU's negative slope */
 } px_model_node_t;
-/* 1 when the compact evaluation (the inference engine) handles every node
- * of m (the built-in layer set: dense convs without bias, BN, ADD, pools,
- * FC); 0 when the graph has ACT, MUL, CONCAT nodes or grouped or biased
- * convs: such a model is evaluated dense during training. Compaction
- * (px_model_compact) takes those graphs too, on the CPU engine. */
+/* 1 when every node of m is of the built-in layer set (dense convs without
+ * bias, BN, ADD, pools, FC); 0 when the graph has ACT, MUL, CONCAT nodes or
+ * grouped or biased convs. Compaction (px_model_compact) takes those graphs
+ * on the CPU engine only; the strategies' compact evaluation (a CPU model)
+ * runs both kinds. */
 PX_API int px_model_compactable(const px_model_t *m);
 PX_API int px_model_num_nodes(const px_model_t *m);
 /* Fills *out for node k; PX_ERR_INVALID when k is out of range. */
