@@ -10,7 +10,14 @@
  * broadcast inside the node.
  *
  * This is the core of the three rooms of hsadmm_int.h: the quantized
- * exchange lives in hsadmm_quant.c, the overlapped one in hsadmm_overlap.c. */
+ * exchange lives in hsadmm_quant.c, the overlapped one in hsadmm_overlap.c.
+ *
+ * The families live where the state ops table of hsadmm_state.h keeps
+ * them: host memory for px_hsadmm_create; for px__hsadmm_create_on (the
+ * device-state round, issue 27 item 6) the table's memory, with the pack
+ * and the projection run there too (hsadmm_dev.c) and the collectives over
+ * the families staged through the host where the group cannot read them.
+ * The masks and the pack plan's layout stay on the host either way. */
 #include <assert.h>
 #include <math.h>
 #include <stdio.h>

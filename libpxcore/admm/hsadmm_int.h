@@ -64,7 +64,7 @@ struct px_hsadmm {
   px_hsadmm_param_t *params;
   int n;
   px__hss_t st;         /* the state families, their layout and the round's arithmetic
-                           (hsadmm_state.h; host memory and the CPU reference here) */
+                           (hsadmm_state.h; the host table unless dev) */
   const float **theta;  /* [n] params[i].theta */
   double *rho1, *rho2;  /* [n] */
   int M, P, N;          /* nodes, ranks per node, ranks */

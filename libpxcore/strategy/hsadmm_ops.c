@@ -331,11 +331,16 @@ static px_status_t px__hsadmm_state_ops(const px__strategy_run_t *r, const px__h
   PX_REQUIRE(c->hsadmm_state >= 0 && c->hsadmm_state <= 2,
              "strategy: hsadmm_state = %d: must be 0 (auto), 1 (host) or 2 (host buffers "
              "through the device-state path)", (int)c->hsadmm_state);
+  /* what the device-state round does not do: those runs keep the host state */
+  int host_only = c->quantize_bits || c->overlap || c->keep.nm_n ||
+                  (c->checkpoint_every > 0 && c->checkpoint_dir);
   if (c->hsadmm_state == 2) {
-    PX_REQUIRE(!r->staged, "strategy: hsadmm_state = 2 runs on a CPU model without stage_host");
+    PX_REQUIRE(!r->staged && !host_only,
+               "strategy: hsadmm_state = 2 runs on a CPU model without stage_host, "
+               "comm.quantize, comm.overlap, checkpoints or N:M masks");
     *ops = &px__hss_host_ops;
-  } else if (c->hsadmm_state == 0 && r->cuda && !c->quantize_bits && !c->overlap &&
-             c->checkpoint_every <= 0 && !c->keep.nm_n) {
+  } else if (c->hsadmm_state == 0 && r->cuda && !host_only &&
+             px_tensor_is_plain(px_model_flat_params(r->m))) { /* OIHW fp32, as z is */
     *ops = &px__hss_cuda_ops;
   }
   return PX_OK;
