@@ -59,12 +59,6 @@ px_status_t px_cuda_admm_sqdiff(double *out, const float *a, const float *b, siz
   return px__not_built();
 }
 
-px_status_t px_cuda_prune_channel_norms_add(double *norms, const float *w, px_conv_shape_t s,
-                                            void *stream) {
-  (void)norms; (void)w; (void)s; (void)stream;
-  return px__not_built();
-}
-
 px_status_t px_cuda_topk_workspace_size(size_t n, size_t *bytes) {
   (void)n;
   if (bytes) *bytes = 0;

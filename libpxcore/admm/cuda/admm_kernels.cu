@@ -118,38 +118,6 @@ extern "C" px_status_t px_cuda_admm_rescale(float *x, double rho_old, double rho
   return px_cuda_admm_scale(x, (float)(rho_old / rho_new), n, stream);
 }
 
-/* ---- coupled channel norms ------------------------------------------------------
- * One thread per channel adds each filter's sum over kh*kw onto norms[c], in
- * filter order with unfused operations: project.c's px__add_channel_norms. */
-
-__global__ static void px__channel_norms_add(double *norms, const float *w, size_t c_out,
-                                             size_t c_in, size_t khw) {
-  PX__LOOP(c, c_in) {
-    double norm = norms[c];
-    for (size_t o = 0; o < c_out; o++) {
-      const float *p = w + (o * c_in + c) * khw;
-      double acc = 0.0;
-      for (size_t j = 0; j < khw; j++) {
-        double x = (double)p[j];
-        acc = __dadd_rn(acc, __dmul_rn(x, x));
-      }
-      norm = __dadd_rn(norm, acc);
-    }
-    norms[c] = norm;
-  }
-}
-
-extern "C" px_status_t px_cuda_prune_channel_norms_add(double *norms, const float *w,
-                                                       px_conv_shape_t s, void *stream) {
-  PX_CHECK(px_conv_shape_validate(s));
-  PX_REQUIRE(norms && w, "channel norms: NULL buffer");
-  size_t c_in = (size_t)s.c_in;
-  px__channel_norms_add<<<px__blocks(c_in), PX__THREADS, 0, px__stream(stream)>>>(
-      norms, w, (size_t)s.c_out, c_in, (size_t)s.kh * s.kw);
-  PX__LAUNCHED("channel norms");
-  return PX_OK;
-}
-
 /* ---- squared norms ------------------------------------------------------------
  * Pass 1: PX__SQ_BLOCKS blocks; thread t of block b sums elements
  * b*THREADS + t + k*(BLOCKS*THREADS) in increasing k, then the block reduces

@@ -97,7 +97,7 @@ PX_API px_status_t px_cuda_prune_group_norms(double *norms, const float *w, px_c
  * px__add_channel_norms, bit for bit. A coupled group's norm is its
  * producer's filter norm plus its consumer's channel sums
  * (px_prune_project_coupled): px_cuda_prune_group_norms of the producer's
- * filters, then this over the consumer (admm/cuda/admm_kernels.cu). */
+ * filters, then this over the consumer. */
 PX_API px_status_t px_cuda_prune_channel_norms_add(double *norms, const float *w,
                                                    px_conv_shape_t s, void *stream);
 
