@@ -386,10 +386,6 @@ px_status_t px__hsadmm_exchange(px_hsadmm_t *h, uint64_t *bytes) {
   return st;
 }
 
-/* 4, second half: z from the summed buckets (leaders), projected when the
- * masks were not frozen at packing; z and the masks to the node; 5 (first
- * part): v_i += z_i - z on every rank of the node (same inputs, same
- * result). z_prev keeps the z it replaces. */
 /* The device-state half of z from the summed buckets: up to the state
  * unless NCCL summed them there, the mean, and the expansion into z. */
 static px_status_t px__hsadmm_dev_unpack(px_hsadmm_t *h, float inv) {
@@ -400,6 +396,10 @@ static px_status_t px__hsadmm_dev_unpack(px_hsadmm_t *h, float inv) {
   return px__hss_expand(&h->st, &h->dv, h->st.z);
 }
 
+/* 4, second half: z from the summed buckets (leaders), projected when the
+ * masks were not frozen at packing; z and the masks to the node; 5 (first
+ * part): v_i += z_i - z on every rank of the node (same inputs, same
+ * result). z_prev keeps the z it replaces. */
 px_status_t px__hsadmm_finish(px_hsadmm_t *h) {
   double t3 = px__now();
   PX_CHECK(px__hss_copy(&h->st, h->st.z_prev, h->st.z));
