@@ -8,6 +8,15 @@
  * the whole s. Hierarchical (leader and not) and flat rounds, and a penalty
  * change rescaling the scaled duals.
  *
+ *
+ * The device-state round's pack/expand and projection (hsadmm_dev.c) on a
+ * sparsity set with a coupled producer/consumer pair, a follower between
+ * them, a plain conv with tied filters and a dense tensor: with the host
+ * table they give px_pack_shrink / px_pack_expand's buffers and tensors
+ * and px_sparsity_project's weights and masks bit for bit; with the CUDA
+ * table the same bits (the group norms are summed in project.c's order on
+ * the device, and the choice is made on the host from them).
+ *
  * Without a GPU (or without CUDA compiled in) the CUDA half skips, saying
  * why, and the CUDA table's set-up must fail with a clear message. */
 #include <math.h>
@@ -286,6 +295,183 @@ static void test_cuda_table_matches_host_flat(void **state) {
   check_cuda(1, 0, 23);
 }
 
+/* ---- pack/expand and projection of the device-state round ---------------------------- */
+
+enum { NP = 5 };
+/* producer A, its batch norm's scale (a follower), consumer B, a dense
+ * tensor, and a plain conv C with two tied filters */
+static const px_sparsity_param_t k_sp[NP] = {
+    {1, {8, 3, 3, 3}, 2, 0},
+    {1, {8, 1, 1, 1}, 2, 1},
+    {1, {6, 8, 3, 3}, -1, 0},
+    {0, {0, 0, 0, 0}, -1, 0},
+    {1, {5, 6, 1, 1}, -1, 0},
+};
+static const size_t k_dense = 37;
+
+typedef struct {
+  px_sparsity_t *sp;
+  px_pack_plan_t *plan;
+  size_t numel[NP], off[NP], total;
+} set_t;
+
+static void set_init(set_t *f, double filter_keep, double channel_keep, double shape_keep) {
+  memset(f, 0, sizeof *f);
+  px_prune_keep_t keep = {filter_keep, channel_keep, shape_keep, 0, 0};
+  assert_int_equal(px_sparsity_create(k_sp, NULL, NP, &keep, &f->sp), PX_OK);
+  px_param_desc_t desc[NP];
+  memset(desc, 0, sizeof desc);
+  for (int i = 0; i < NP; i++) {
+    f->numel[i] = k_sp[i].prunable ? px_conv_numel(k_sp[i].shape) : k_dense;
+    f->off[i] = f->total;
+    f->total += f->numel[i];
+    desc[i].kind = k_sp[i].prunable ? PX_PARAM_CONV : PX_PARAM_DENSE;
+    desc[i].shape = k_sp[i].shape;
+    desc[i].numel = f->numel[i];
+    desc[i].layout = px_sparsity_layout(f->sp, i);
+  }
+  assert_int_equal(px_pack_plan_create(desc, NP, 64, &f->plan), PX_OK); /* small buckets */
+}
+
+static void set_free(set_t *f) {
+  px_pack_plan_destroy(f->plan);
+  px_sparsity_destroy(f->sp);
+}
+
+/* Random weights with ties: C's filters 1 and 3 equal, A's filter 5 zero. */
+static float *set_weights(const set_t *f, uint64_t seed) {
+  float *w = malloc(f->total * sizeof(float));
+  assert_non_null(w);
+  px_test_rng_t r;
+  px_test_rng_seed(&r, seed);
+  px_test_fill_normal(&r, w, f->total);
+  float *c = w + f->off[4];
+  memcpy(c + 3 * 6, c + 1 * 6, 6 * sizeof(float));
+  memset(w + f->off[0] + 5 * 27, 0, 27 * sizeof(float));
+  return w;
+}
+
+/* The device-state projection with ops of w (host) into out and masks. */
+static void state_project(const set_t *f, const px__hss_ops_t *ops, const float *w, float *out,
+                          uint8_t *masks) {
+  px__hss_t st;
+  px__hss_dev_t dv;
+  assert_int_equal(px__hss_create(&st, ops, NP, f->numel), PX_OK);
+  assert_int_equal(px__hss_dev_create(&dv, &st, f->sp), PX_OK);
+  assert_int_equal(ops->upload(st.z, w, f->total * sizeof(float)), PX_OK);
+  px_mem_stats_t m0, m1;
+  px_mem_stats(&m0);
+  assert_int_equal(px__hss_project(&st, &dv, f->sp, st.z, masks), PX_OK);
+  px_mem_stats(&m1);
+  assert_int_equal(m1.allocs, m0.allocs);
+  assert_int_equal(ops->download(out, st.z, f->total * sizeof(float)), PX_OK);
+  px__hss_dev_free(&dv, &st);
+  px__hss_free(&st);
+}
+
+static void check_projection(const px__hss_ops_t *ops, double fk, double ck, double sk,
+                             uint64_t seed) {
+  set_t f;
+  set_init(&f, fk, ck, sk);
+  size_t mb = px_sparsity_mask_bytes(f.sp);
+  float *w = set_weights(&f, seed), *want = malloc(f.total * 4), *got = malloc(f.total * 4);
+  uint8_t *mwant = malloc(mb), *mgot = malloc(mb);
+  assert_true(want && got && mwant && mgot);
+  memcpy(want, w, f.total * 4);
+  memset(mwant, 7, mb);
+  memset(mgot, 9, mb);
+  assert_int_equal(px_sparsity_project(f.sp, want, f.off, mwant), PX_OK);
+  state_project(&f, ops, w, got, mgot);
+  for (size_t j = 0; j < f.total; j++)
+    if (memcmp(&got[j], &want[j], 4))
+      fail_msg("%s projection: w[%zu] = %.9g, px_sparsity_project %.9g", ops->name, j, got[j],
+               want[j]);
+  assert_memory_equal(mgot, mwant, mb);
+  /* something was pruned in each kind asked for, so the test can fail */
+  size_t zeros = 0;
+  for (size_t j = 0; j < f.total; j++) zeros += want[j] == 0.0f;
+  assert_true(zeros > 27);
+  free(w), free(want), free(got), free(mwant), free(mgot);
+  set_free(&f);
+}
+
+/* Random masks (a projection's), then the block pack/expand against the
+ * plan's. */
+static void check_pack(const px__hss_ops_t *ops, uint64_t seed) {
+  set_t f;
+  set_init(&f, 0.75, 0.5, 0.3); /* shape groups pruned inside kept channels */
+  size_t mb = px_sparsity_mask_bytes(f.sp), fb = f.total * sizeof(float);
+  float *w = set_weights(&f, seed), *x = set_weights(&f, seed + 1);
+  uint8_t *masks = malloc(mb);
+  assert_non_null(masks);
+  assert_int_equal(px_sparsity_project(f.sp, w, f.off, masks), PX_OK);
+  const uint8_t *mptr[NP] = {0};
+  float *xp[NP], *hp[NP];
+  float *host = malloc(fb), *got = malloc(fb), *packed = malloc(fb);
+  assert_true(host && got && packed);
+  for (int i = 0; i < NP; i++) {
+    if (k_sp[i].prunable) mptr[i] = masks + px_sparsity_mask_offset(f.sp, i);
+    xp[i] = x + f.off[i];
+    hp[i] = host + f.off[i];
+  }
+  assert_int_equal(px_pack_plan_set_masks(f.plan, mptr), PX_OK);
+  size_t nf = px_pack_packed_floats(f.plan);
+  assert_true(nf > 0 && nf < f.total / 2);
+  px_pack_shrink(f.plan, (const float *const *)xp);
+
+  px__hss_t st;
+  px__hss_dev_t dv;
+  assert_int_equal(px__hss_create(&st, ops, NP, f.numel), PX_OK);
+  assert_int_equal(px__hss_dev_create(&dv, &st, f.sp), PX_OK);
+  assert_int_equal(px__hss_pack_set(&dv, &st, f.plan, f.sp, masks), PX_OK);
+  assert_int_equal(ops->upload(st.s, x, fb), PX_OK);
+  assert_int_equal(px__hss_shrink(&st, &dv, st.s), PX_OK);
+  assert_int_equal(ops->download(packed, dv.packed, nf * 4), PX_OK);
+  assert_memory_equal(packed, px_pack_buffer(f.plan), nf * 4);
+
+  /* expand a random packed buffer over garbage on both sides */
+  px_test_rng_t r;
+  px_test_rng_seed(&r, seed + 2);
+  px_test_fill_normal(&r, px_pack_buffer(f.plan), nf);
+  memset(host, 0x7f, fb);
+  px_pack_expand(f.plan, hp);
+  assert_int_equal(ops->upload(st.z, w, fb), PX_OK); /* garbage to overwrite */
+  assert_int_equal(ops->upload(dv.packed, px_pack_buffer(f.plan), nf * 4), PX_OK);
+  assert_int_equal(px__hss_expand(&st, &dv, st.z), PX_OK);
+  assert_int_equal(ops->download(got, st.z, fb), PX_OK);
+  assert_memory_equal(got, host, fb);
+  px__hss_dev_free(&dv, &st);
+  px__hss_free(&st);
+  free(w), free(x), free(masks), free(host), free(got), free(packed);
+  set_free(&f);
+}
+
+static void test_host_blocks_are_the_pack_plan(void **state) {
+  (void)state;
+  check_pack(&px__hss_host_ops, 31);
+}
+
+static void test_host_projection_is_px_sparsity_project(void **state) {
+  (void)state;
+  check_projection(&px__hss_host_ops, 0.75, 0.5, 0.3, 41);
+  check_projection(&px__hss_host_ops, 0.0, 1.0, 0.5, 42); /* nothing and everything kept */
+  check_projection(&px__hss_host_ops, 1.0, 0.3, 1.0, 43);
+}
+
+static void test_cuda_blocks_are_the_pack_plan(void **state) {
+  (void)state;
+  if (!px_test_gpu_ready("the device pack")) skip();
+  check_pack(&px__hss_cuda_ops, 51);
+}
+
+static void test_cuda_projection_is_px_sparsity_project(void **state) {
+  (void)state;
+  if (!px_test_gpu_ready("the device projection")) skip();
+  check_projection(&px__hss_cuda_ops, 0.75, 0.5, 0.3, 61);
+  check_projection(&px__hss_cuda_ops, 0.0, 1.0, 0.5, 62);
+  check_projection(&px__hss_cuda_ops, 1.0, 0.3, 1.0, 63);
+}
+
 /* Without CUDA compiled in, the device state cannot be set up, and says why. */
 static void test_cuda_table_refused_without_cuda(void **state) {
   (void)state;
@@ -307,6 +493,10 @@ int main(void) {
       cmocka_unit_test(test_cuda_table_matches_host_leader),
       cmocka_unit_test(test_cuda_table_matches_host_member),
       cmocka_unit_test(test_cuda_table_matches_host_flat),
+      cmocka_unit_test(test_host_blocks_are_the_pack_plan),
+      cmocka_unit_test(test_host_projection_is_px_sparsity_project),
+      cmocka_unit_test(test_cuda_blocks_are_the_pack_plan),
+      cmocka_unit_test(test_cuda_projection_is_px_sparsity_project),
       cmocka_unit_test(test_cuda_table_refused_without_cuda),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,7 +4,12 @@
  * finishes on every rank with the same final model (bitwise, read back from
  * the device), H-SADMM keeps about half the channels and sends fewer
  * inter-node bytes than dense synchronisation, and the masked local steps
- * after the freeze keep pruned groups at zero on the device.
+ * after the freeze keep pruned groups at zero on the device. H-SADMM runs its
+ * device-state round there (z, z_i, u, v on the GPU, pack/expand and the
+ * projection on the device, only the packed buffer through the host), and
+ * gives the same final model, bit for bit, as the staged host round
+ * (hsadmm_state 1; the controller here reads no residual, the one figure
+ * the two sum in another order).
  *
  * Skips, saying why, without CUDA or a GPU (px_test_gpu_ready probes in a
  * child process: CUDA does not survive fork, and the ranks are forked). */
@@ -44,6 +49,7 @@ typedef struct {
   double channel_keep;
   int iterations;
   int freeze_at; /* > 0: the controller freezes the masks at this iteration */
+  int hsadmm_state; /* px_strategy_config_t.hsadmm_state */
 } scenario_t;
 
 static px_status_t control(void *ctx, const px_iteration_t *it, px_hsadmm_decision_t *d) {
@@ -92,6 +98,7 @@ static int rank_main(px_th_ctx_t *ctx) {
   cfg.keep = (px_prune_keep_t){1.0, sc->channel_keep, 1.0, 0, 0};
   cfg.topk_ratio = 0.01;
   cfg.eval_every = 1;
+  cfg.hsadmm_state = sc->hsadmm_state;
   px_strategy_result_t res;
   PX_TH_OK(px_strategy_run(t, comm, &cfg, control, (void *)sc, &res));
   PX_TH_CHECK(res.iterations == sc->iterations);
@@ -114,6 +121,8 @@ static int rank_main(px_th_ctx_t *ctx) {
     px_th_shared[2] = (double)res.bytes_inter_dense;
     px_th_shared[3] = res.test_accuracy;
     px_th_shared[4] = pruned_filters_are_zero(m, w);
+    px_th_shared[6] = (double)(mine[0] >> 32);
+    px_th_shared[7] = (double)(mine[0] & 0xffffffffu);
   }
   free(w);
   px_comm_destroy(comm);
@@ -138,7 +147,7 @@ static void run(const scenario_t *sc) {
 
 static void test_hsadmm_on_the_gpu(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_HSADMM, 0.5, 4, 1};
+  scenario_t sc = {PX_STRATEGY_HSADMM, 0.5, 4, 1, 0};
   run(&sc);
   assert_true(px_th_shared[0] > 0.3 && px_th_shared[0] < 0.6);
   assert_true(px_th_shared[1] > 0 && px_th_shared[1] < 0.75 * px_th_shared[2]);
@@ -147,16 +156,31 @@ static void test_hsadmm_on_the_gpu(void **state) {
   assert_true(px_th_shared[5] >= 2);
 }
 
+/* The device-state round against the staged host round: the same final
+ * model, accuracy, density and bytes, through pruning and frozen rounds. */
+static void test_device_state_matches_host_state(void **state) {
+  (void)state;
+  scenario_t sc = {PX_STRATEGY_HSADMM, 0.5, 3, 1, 1};
+  run(&sc);
+  double host[8];
+  memcpy(host, (const void *)px_th_shared, sizeof host);
+  sc.hsadmm_state = 0;
+  run(&sc);
+  for (int i = 0; i < 8; i++)
+    if (px_th_shared[i] != host[i])
+      fail_msg("figure %d: device state %.17g, host state %.17g", i, px_th_shared[i], host[i]);
+}
+
 static void test_ddp_on_the_gpu(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_DDP, 1.0, 2, 0};
+  scenario_t sc = {PX_STRATEGY_DDP, 1.0, 2, 0, 0};
   run(&sc);
   assert_true(px_th_shared[1] > 0 && px_th_shared[1] == px_th_shared[2]);
 }
 
 static void test_topk_on_the_gpu(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_TOPK, 1.0, 2, 0};
+  scenario_t sc = {PX_STRATEGY_TOPK, 1.0, 2, 0, 0};
   run(&sc);
   assert_true(px_th_shared[1] > 0 && px_th_shared[1] < 0.2 * px_th_shared[2]);
 }
@@ -165,6 +189,7 @@ int main(int argc, char **argv) {
   px_th_init(argc, argv);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_hsadmm_on_the_gpu),
+      cmocka_unit_test(test_device_state_matches_host_state),
       cmocka_unit_test(test_ddp_on_the_gpu),
       cmocka_unit_test(test_topk_on_the_gpu),
   };

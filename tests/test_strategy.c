@@ -5,7 +5,9 @@
  * dense synchronisation would and its consensus model keeps about half the
  * channels; DDP's inter-node bytes are the dense ones. The staged path of
  * models on GPUs (host mirrors and device buffers), forced on the CPU, gives
- * every strategy the same final model, bit for bit, as the host path. */
+ * every strategy the same final model, bit for bit, as the host path; so
+ * does H-SADMM's device-state round (state, pack/expand and projection
+ * through the state ops table, issue 27 item 6) run with host buffers. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -42,6 +44,7 @@ typedef struct {
   int stage_host;
   int iterations;   /* 0: 3 */
   int freeze_at;    /* > 0: the controller freezes the masks at this iteration */
+  int hsadmm_state; /* px_strategy_config_t.hsadmm_state */
 } scenario_t;
 
 /* rank 0's controller: fixed penalties, freeze after 1 stable iteration (or
@@ -75,6 +78,7 @@ static int rank_main(px_th_ctx_t *ctx) {
   cfg.kind = sc->kind;
   cfg.iterations = sc->iterations ? sc->iterations : 3;
   cfg.stage_host = sc->stage_host;
+  cfg.hsadmm_state = sc->hsadmm_state;
   cfg.local_steps = 3;
   cfg.rho1 = cfg.rho2 = 1e-2;
   cfg.keep = (px_prune_keep_t){1.0, sc->channel_keep, 1.0, 0, 0};
@@ -118,7 +122,7 @@ static void run(const scenario_t *sc) {
 
 static void test_hsadmm_prunes_and_sends_less(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_HSADMM, 0.5, 0, 0, 0};
+  scenario_t sc = {PX_STRATEGY_HSADMM, 0.5, 0, 0, 0, 0};
   run(&sc);
   assert_true(px_th_shared[0] > 0.3 && px_th_shared[0] < 0.6);
   assert_true(px_th_shared[1] > 0 && px_th_shared[1] < 0.75 * px_th_shared[2]);
@@ -126,21 +130,21 @@ static void test_hsadmm_prunes_and_sends_less(void **state) {
 
 static void test_hsadmm_flat_runs(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_HSADMM_FLAT, 0.5, 0, 0, 0};
+  scenario_t sc = {PX_STRATEGY_HSADMM_FLAT, 0.5, 0, 0, 0, 0};
   run(&sc);
   assert_true(px_th_shared[0] > 0.3 && px_th_shared[0] < 0.6);
 }
 
 static void test_ddp_sends_dense(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_DDP, 1.0, 0, 0, 0};
+  scenario_t sc = {PX_STRATEGY_DDP, 1.0, 0, 0, 0, 0};
   run(&sc);
   assert_true(px_th_shared[1] > 0 && px_th_shared[1] == px_th_shared[2]);
 }
 
 static void test_topk_sends_a_fraction(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_TOPK, 1.0, 0, 0, 0};
+  scenario_t sc = {PX_STRATEGY_TOPK, 1.0, 0, 0, 0, 0};
   run(&sc);
   assert_true(px_th_shared[1] > 0 && px_th_shared[1] < 0.2 * px_th_shared[2]);
 }
@@ -160,7 +164,7 @@ static void run_both(scenario_t *sc) {
 static void test_staged_hsadmm_matches_host(void **state) {
   (void)state;
   /* frozen from the third round on: the masked local steps run staged too */
-  scenario_t sc = {PX_STRATEGY_HSADMM, 0.5, 0, 4, 1};
+  scenario_t sc = {PX_STRATEGY_HSADMM, 0.5, 0, 4, 1, 0};
   run_both(&sc);
   assert_true(px_th_shared[6] >= 2);
   /* once the masks froze (in the third round) a staged round allocates
@@ -173,15 +177,45 @@ static void test_staged_hsadmm_matches_host(void **state) {
   assert_true(px_th_shared[12] >= px_th_shared[11] && px_th_shared[13] == px_th_shared[12]);
 }
 
+/* The device-state round with the host table against the host round: the
+ * same final model, accuracy, density and bytes, bit for bit, through
+ * pruning rounds and frozen ones. */
+static void run_state_paths(scenario_t *sc) {
+  double host[6];
+  sc->hsadmm_state = 0;
+  run(sc);
+  for (int i = 0; i < 6; i++) host[i] = px_th_shared[i];
+  px_th_shared[6] = 0;
+  sc->hsadmm_state = 2;
+  run(sc);
+  for (int i = 0; i < 6; i++)
+    if (px_th_shared[i] != host[i])
+      fail_msg("figure %d: device-state path %.17g, host state %.17g", i, px_th_shared[i],
+               host[i]);
+  assert_true(px_th_shared[6] >= 1); /* frozen rounds ran on the device-state path */
+}
+
+static void test_device_state_path_hsadmm_matches_host(void **state) {
+  (void)state;
+  scenario_t sc = {PX_STRATEGY_HSADMM, 0.5, 0, 3, 1, 0};
+  run_state_paths(&sc);
+}
+
+static void test_device_state_path_flat_matches_host(void **state) {
+  (void)state;
+  scenario_t sc = {PX_STRATEGY_HSADMM_FLAT, 0.5, 0, 3, 1, 0};
+  run_state_paths(&sc);
+}
+
 static void test_staged_ddp_matches_host(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_DDP, 1.0, 0, 2, 0};
+  scenario_t sc = {PX_STRATEGY_DDP, 1.0, 0, 2, 0, 0};
   run_both(&sc);
 }
 
 static void test_staged_topk_matches_host(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_TOPK, 1.0, 0, 2, 0};
+  scenario_t sc = {PX_STRATEGY_TOPK, 1.0, 0, 2, 0, 0};
   run_both(&sc);
 }
 
@@ -193,6 +227,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_ddp_sends_dense),
       cmocka_unit_test(test_topk_sends_a_fraction),
       cmocka_unit_test(test_staged_hsadmm_matches_host),
+      cmocka_unit_test(test_device_state_path_hsadmm_matches_host),
+      cmocka_unit_test(test_device_state_path_flat_matches_host),
       cmocka_unit_test(test_staged_ddp_matches_host),
       cmocka_unit_test(test_staged_topk_matches_host),
   };

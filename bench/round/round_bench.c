@@ -2,20 +2,20 @@
  * round runs today and on the device path of issue 27 item 6, for a model's
  * parameters (resnet50 by default: the CIFAR-size model of model.c).
  *
- * Both paths run the same phase functions of admm/hsadmm_state.h, the host
- * with the CPU table over host buffers, the device with the CUDA table over
- * device buffers. The phases, as a leader runs them (the collectives are
- * left out: they are the same bytes on both paths, and the device path
- * hands the exchange only the packed buffer):
+ * Both paths run the phase functions of admm/hsadmm_state.h that the round
+ * runs, the host with the CPU table over host buffers, the device with the
+ * CUDA table over device buffers (the device-state round of px_hsadmm_t).
+ * The phases, as a leader runs them (the collectives are left out: they
+ * are the same bytes on both paths, and the device path hands the exchange
+ * only the packed buffer):
  *   intra        s = theta + u
  *   z_i          z_i update
- *   projection   host: px_sparsity_project (what the round runs); device:
- *                px_cuda_prune_project per prunable layer (the coupled
- *                channel groups of the sparsity set have no device twin yet)
- *   pack         s = z_i + v, then shrink into the packed buffer (host: the
- *                pack plan; device: px_cuda_pack_shrink per conv with the
- *                plan's index sets uploaded, dense tensors copied), then the
- *                packed buffer down to the host
+ *   projection   host: px_sparsity_project; device: px__hss_project (the
+ *                group norms on the device, down to the host, the choice
+ *                up, the zeroing on the device; coupled groups included)
+ *   pack         s = z_i + v, the masks into the plan, then shrink into the
+ *                packed buffer (host: the pack plan; device: px__hss_pack_set
+ *                and px__hss_shrink), then the packed buffer down to the host
  *   expand       the packed buffer up (device), the mean (x 1/M), and the
  *                expansion into z
  *   duals        v += z_i - z, u += theta - z_i and the residual sums
@@ -65,13 +65,7 @@ typedef struct {
   float *theta_buf;
   const float **theta;    /* [np] */
   float **src, **dst;     /* [np] tensors of s and z (host path, for the plan) */
-  /* device path */
-  uint8_t *dmask;         /* [mbytes] */
-  float *dpacked;         /* [packed floats] */
-  int32_t *dsets;         /* [sum of c_out + c_in] index sets */
-  int32_t *hsets;
-  void *ws;               /* projection workspace */
-  size_t ws_bytes;
+  px__hss_dev_t dv;       /* device path: blocks, masks, packed buffer, norms */
 } path_t;
 
 static double now(void) {
@@ -175,20 +169,7 @@ static int path_setup(const bench_t *b, path_t *p, const px__hss_ops_t *ops) {
     p->dst[i] = p->st.z + p->st.off[i];
   }
   if (!ops->device) return 0;
-  size_t nsets = 0, wsb = 0;
-  for (int i = 0; i < b->np; i++)
-    if (b->hp[i].prunable) {
-      nsets += (size_t)b->hp[i].shape.c_out + (size_t)b->hp[i].shape.c_in;
-      size_t w = px_prune_workspace_size(b->hp[i].shape);
-      if (w > wsb) wsb = w;
-    }
-  p->ws_bytes = wsb;
-  p->hsets = malloc((nsets ? nsets : 1) * sizeof(int32_t));
-  if (!p->hsets) return fail("host memory");
-  TRY(px_cuda_kernels_alloc(wsb, "bench.ws", &p->ws), "workspace");
-  TRY(px_cuda_kernels_alloc(nsets * sizeof(int32_t), "bench.sets", (void **)&p->dsets), "sets");
-  TRY(ops->alloc(b->mbytes, "bench.masks", (void **)&p->dmask), "masks");
-  TRY(ops->alloc(fb, "bench.packed", (void **)&p->dpacked), "packed buffer");
+  TRY(px__hss_dev_create(&p->dv, &p->st, b->sp), "device round buffers");
   return 0;
 }
 
@@ -224,74 +205,27 @@ static px_status_t host_phase(bench_t *b, path_t *p, int ph) {
 
 /* ---- the device round -------------------------------------------------------------- */
 
-static px_status_t dev_project(bench_t *b, path_t *p) {
-  for (int i = 0; i < b->np; i++) {
-    if (!b->hp[i].prunable) continue;
-    px_status_t s = px_cuda_prune_project(p->st.zi + p->st.off[i],
-                                          p->dmask + px_sparsity_mask_offset(b->sp, i),
-                                          b->hp[i].shape, &b->keep, p->ws, p->ws_bytes, NULL);
-    if (s != PX_OK) return s;
-  }
-  return PX_OK;
-}
-
-/* Shrink (dir 0) or expand (dir 1) every tensor between s / z and the
- * device's packed buffer, with the host plan's index sets uploaded. */
-static px_status_t dev_pack(bench_t *b, path_t *p, int expand) {
-  size_t at = 0, nsets = 0;
-  for (int i = 0; i < b->np; i++) {
-    if (!b->hp[i].prunable) continue;
-    const int32_t *ko, *ki;
-    int32_t no, ni;
-    px_pack_param_sets(b->plan, i, &ko, &no, &ki, &ni);
-    memcpy(p->hsets + nsets, ko, (size_t)no * sizeof(int32_t));
-    memcpy(p->hsets + nsets + no, ki, (size_t)ni * sizeof(int32_t));
-    nsets += (size_t)no + (size_t)ni;
-  }
-  px_status_t s = px_cuda_kernels_upload(p->dsets, p->hsets, nsets * sizeof(int32_t));
-  nsets = 0;
-  for (int i = 0; s == PX_OK && i < b->np; i++) {
-    float *t = (expand ? p->st.z : p->st.s) + p->st.off[i];
-    if (!b->hp[i].prunable) {
-      s = expand ? px_cuda_kernels_copy(t, p->dpacked + at, b->numel[i] * 4, NULL)
-                 : px_cuda_kernels_copy(p->dpacked + at, t, b->numel[i] * 4, NULL);
-      at += b->numel[i];
-      continue;
-    }
-    const int32_t *ko, *ki;
-    int32_t no, ni;
-    px_conv_shape_t sh = b->hp[i].shape;
-    px_pack_param_sets(b->plan, i, &ko, &no, &ki, &ni);
-    const int32_t *dko = p->dsets + nsets, *dki = p->dsets + nsets + no;
-    const px_prune_layout_t *L = px_sparsity_layout(b->sp, i);
-    size_t moff = px_sparsity_mask_offset(b->sp, i);
-    const uint8_t *shape = px_prune_part(L, b->mask + moff, PX_PRUNE_PART_SHAPE);
-    const uint8_t *dshape = shape ? p->dmask + moff + (size_t)(shape - (b->mask + moff)) : NULL;
-    s = expand ? px_cuda_pack_expand(t, p->dpacked + at, dko, no, dki, ni, dshape, sh, NULL)
-               : px_cuda_pack_shrink(p->dpacked + at, t, dko, no, dki, ni, sh, NULL);
-    at += (size_t)no * (size_t)ni * (size_t)sh.kh * (size_t)sh.kw;
-    nsets += (size_t)no + (size_t)ni;
-  }
-  return s;
-}
-
 static px_status_t dev_phase(bench_t *b, path_t *p, int ph) {
   px__hss_t *st = &p->st;
   size_t nf = px_pack_packed_floats(b->plan);
   float *host_packed = px_pack_buffer(b->plan);
   px_status_t s = PX_OK;
   switch (ph) {
-    case PH_PROJECT: return dev_project(b, p);
+    case PH_PROJECT: return px__hss_project(st, &p->dv, b->sp, st->zi, b->mask);
     case PH_PACK:
-      s = px__hss_pack_source(st);
-      if (s == PX_OK) s = dev_pack(b, p, 0);
+      s = px_pack_plan_set_masks(b->plan, b->mptrs);
+      if (s == PX_OK) s = px__hss_pack_set(&p->dv, st, b->plan, b->sp, b->mask);
+      if (s == PX_OK) s = px__hss_pack_source(st);
+      if (s == PX_OK) s = px__hss_shrink(st, &p->dv, st->s);
       /* only the packed buffer goes to the host (UCX); with NCCL not even that */
-      return s == PX_OK ? px_cuda_kernels_download(host_packed, p->dpacked, nf * 4) : s;
+      return s == PX_OK ? px_cuda_kernels_download(px_pack_buffer(b->plan), p->dv.packed,
+                                                    px_pack_packed_bytes(b->plan))
+                        : s;
     case PH_EXPAND:
-      s = px_cuda_kernels_upload(p->dpacked, host_packed, nf * 4);
+      s = px_cuda_kernels_upload(p->dv.packed, host_packed, nf * 4);
       if (s == PX_OK) s = px__hss_copy(st, st->z_prev, st->z);
-      if (s == PX_OK) s = px__hss_scale(st, p->dpacked, 1.0f / M_NODES, nf);
-      return s == PX_OK ? dev_pack(b, p, 1) : s;
+      if (s == PX_OK) s = px__hss_scale(st, p->dv.packed, 1.0f / M_NODES, nf);
+      return s == PX_OK ? px__hss_expand(st, &p->dv, st->z) : s;
     default: return host_phase(b, p, ph); /* the state table runs on the device */
   }
 }

@@ -33,6 +33,26 @@ static inline double px__decide_stop_code(int stop) {
 px_status_t px__decide_broadcast(px_group_t *world, double *buf, size_t n,
                                  px__decide_fill_fn fill, void *ctx, int *stop);
 
+/* px_hsadmm_create with H-SADMM's state (z, z_i, u, v and the round's
+ * scratch) kept by the state ops table ops (admm/hsadmm_state.h) and the
+ * round run there, packing and projecting included (issue 27 item 6):
+ * px__hss_cuda_ops for a model on the GPU, params[i].theta then being
+ * device memory; px__hss_host_ops runs the same code on host memory, with
+ * the host round's results bit for bit (tests). NULL: px_hsadmm_create.
+ * Then px_hsadmm_z, _prox and _duals return state memory; comm.quantize,
+ * comm.overlap, checkpoints (px__hsadmm_state_items) and N:M masks are
+ * refused (PX_ERR_INVALID), the masks stay on the host. */
+struct px__hss_ops;
+px_status_t px__hsadmm_create_on(px_comm_t *comm, const px_hsadmm_param_t *params, int nparams,
+                                 const px_hsadmm_config_t *cfg, const struct px__hss_ops *ops,
+                                 px_hsadmm_t **out);
+/* dst = src, bytes of the state's memory (the device-state consensus into
+ * the model, and back), queued after the round's work. */
+px_status_t px__hsadmm_state_copy(const px_hsadmm_t *h, void *dst, const void *src,
+                                  size_t bytes);
+/* 1 when h runs the device-state round. */
+int px__hsadmm_on_state(const px_hsadmm_t *h);
+
 /* Which ranks hold the same bits of a checkpoint item: every rank, the
  * ranks of a node, or one rank (the values of strategy/px_resume.h's
  * px_rs_scope_t). */

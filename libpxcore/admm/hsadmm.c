@@ -10,7 +10,15 @@
  * broadcast inside the node.
  *
  * This is the core of the three rooms of hsadmm_int.h: the quantized
- * exchange lives in hsadmm_quant.c, the overlapped one in hsadmm_overlap.c. */
+ * exchange lives in hsadmm_quant.c, the overlapped one in hsadmm_overlap.c.
+ *
+ * The families live where the state ops table of hsadmm_state.h keeps
+ * them: host memory for px_hsadmm_create; for px__hsadmm_create_on (the
+ * device-state round, issue 27 item 6) the table's memory, with the pack
+ * and the projection run there too (hsadmm_dev.c) and the collectives over
+ * the families staged through the host where the group cannot read them.
+ * The masks and the pack plan's layout stay on the host either way. */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -118,15 +126,15 @@ static px_status_t px__hsadmm_layout(px_hsadmm_t *h) {
   return st;
 }
 
-/* The state families and the masks (all groups kept). */
-static px_status_t px__hsadmm_alloc_state(px_hsadmm_t *h) {
+/* The state families (kept by ops) and the masks (all groups kept). */
+static px_status_t px__hsadmm_alloc_state(px_hsadmm_t *h, const px__hss_ops_t *ops) {
   size_t *numel = px_malloc((size_t)h->n * sizeof *numel, "hsadmm.numel");
   if (!numel) return PX_ERR_NOMEM;
   for (int i = 0; i < h->n; i++) {
     numel[i] = h->params[i].numel;
     h->theta[i] = h->params[i].theta;
   }
-  px_status_t st = px__hss_create(&h->st, &px__hss_host_ops, h->n, numel);
+  px_status_t st = px__hss_create(&h->st, ops, h->n, numel);
   px_free(numel);
   PX_CHECK(st);
   size_t mt = h->mtotal ? h->mtotal : 1;
@@ -146,11 +154,67 @@ static px_status_t px__hsadmm_alloc_state(px_hsadmm_t *h) {
     h->src_ptrs[i] = h->st.s + h->st.off[i];
     h->dst_ptrs[i] = h->st.z + h->st.off[i];
   }
-  return PX_OK;
+  if (!h->dev) return PX_OK;
+  h->stage = px_malloc(h->st.total * sizeof(float), "hsadmm.stage");
+  if (!h->stage) return PX_ERR_NOMEM;
+  PX_CHECK(px__hss_dev_create(&h->dv, &h->st, h->sp));
+  return px__hss_pack_set(&h->dv, &h->st, h->plan, h->sp, h->mask_union);
+}
+
+/* ---- collectives over state memory ------------------------------------------------- */
+
+/* Whether group g reads buf (n floats of state memory) itself: host state,
+ * or a device buffer and NCCL. */
+static int px__state_direct(const px_hsadmm_t *h, px_group_t *g) {
+  return !h->st.ops->device || px_group_nccl(g);
+}
+
+/* SUM or AVG of n floats of state memory over g, in place, through the host
+ * stage where g cannot read them (nothing moves for a group of one). */
+static px_status_t px__state_allreduce(px_hsadmm_t *h, px_group_t *g, float *buf, size_t n,
+                                       px_comm_op_t op) {
+  if (px__state_direct(h, g)) return px_comm_allreduce(g, buf, buf, n, PX_COMM_F32, op);
+  if (px_group_size(g) == 1) return PX_OK;
+  PX_CHECK(h->st.ops->download(h->stage, buf, n * sizeof(float)));
+  PX_CHECK(px_comm_allreduce(g, h->stage, h->stage, n, PX_COMM_F32, op));
+  return h->st.ops->upload(buf, h->stage, n * sizeof(float));
+}
+
+/* Rank 0's n floats of state memory on every rank of g. */
+static px_status_t px__state_broadcast(px_hsadmm_t *h, px_group_t *g, float *buf, size_t n) {
+  if (px__state_direct(h, g)) return px_comm_broadcast(g, buf, n, PX_COMM_F32, 0);
+  if (px_group_size(g) == 1) return PX_OK;
+  if (px_group_rank(g) == 0) PX_CHECK(h->st.ops->download(h->stage, buf, n * sizeof(float)));
+  PX_CHECK(px_comm_broadcast(g, h->stage, n, PX_COMM_F32, 0));
+  return px_group_rank(g) == 0 ? PX_OK : h->st.ops->upload(buf, h->stage, n * sizeof(float));
+}
+
+/* z = z_i = z_prev = z_i_prev = the ranks' mean initial model. */
+static px_status_t px__hsadmm_start(px_hsadmm_t *h) {
+  const px__hss_ops_t *ops = h->st.ops;
+  for (int i = 0; i < h->n; i++)
+    PX_CHECK(ops->copy(h->st.z + h->st.off[i], h->params[i].theta, h->params[i].numel * 4));
+  PX_CHECK(px__state_allreduce(h, h->world, h->st.z, h->st.total, PX_COMM_AVG));
+  PX_CHECK(px__hss_copy(&h->st, h->st.zi, h->st.z));
+  PX_CHECK(px__hss_copy(&h->st, h->st.zi_prev, h->st.z));
+  return px__hss_copy(&h->st, h->st.z_prev, h->st.z);
+}
+
+/* The plan's layout from the union masks (and its copy on the device
+ * state). */
+static px_status_t px__hsadmm_set_masks(px_hsadmm_t *h) {
+  PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
+  return h->dev ? px__hss_pack_set(&h->dv, &h->st, h->plan, h->sp, h->mask_union) : PX_OK;
 }
 
 px_status_t px_hsadmm_create(px_comm_t *comm, const px_hsadmm_param_t *params, int nparams,
                              const px_hsadmm_config_t *cfg, px_hsadmm_t **out) {
+  return px__hsadmm_create_on(comm, params, nparams, cfg, NULL, out);
+}
+
+px_status_t px__hsadmm_create_on(px_comm_t *comm, const px_hsadmm_param_t *params, int nparams,
+                                 const px_hsadmm_config_t *cfg, const px__hss_ops_t *ops,
+                                 px_hsadmm_t **out) {
   *out = NULL;
   PX_CHECK(px__hsadmm_validate(comm, params, nparams, cfg));
   px_hsadmm_t *h = px_calloc(1, sizeof *h, "hsadmm");
@@ -159,6 +223,7 @@ px_status_t px_hsadmm_create(px_comm_t *comm, const px_hsadmm_param_t *params, i
   h->comm = comm;
   h->cfg = *cfg;
   h->n = nparams;
+  h->dev = ops != NULL;
   h->world = px_comm_group(comm, PX_GROUP_WORLD);
   h->intra = px_comm_group(comm, PX_GROUP_INTRA);
   h->inter = px_comm_group(comm, PX_GROUP_INTER);
@@ -173,17 +238,9 @@ px_status_t px_hsadmm_create(px_comm_t *comm, const px_hsadmm_param_t *params, i
   PX_CHECK_GOTO(px__hsadmm_alloc_arrays(h, nparams), st, fail);
   memcpy(h->params, params, (size_t)nparams * sizeof *params);
   PX_CHECK_GOTO(px__hsadmm_layout(h), st, fail);
-  PX_CHECK_GOTO(px__hsadmm_alloc_state(h), st, fail);
-
-  /* z = z_i = the ranks' mean initial model: every rank starts from the same
-   * consensus whatever its initialisation */
-  for (int i = 0; i < nparams; i++)
-    memcpy(h->st.z + h->st.off[i], params[i].theta, params[i].numel * 4);
-  PX_CHECK_GOTO(px_comm_allreduce(h->world, h->st.z, h->st.z, h->st.total, PX_COMM_F32,
-                                  PX_COMM_AVG), st, fail);
-  memcpy(h->st.zi, h->st.z, h->st.total * sizeof(float));
-  memcpy(h->st.zi_prev, h->st.z, h->st.total * sizeof(float));
-  memcpy(h->st.z_prev, h->st.z, h->st.total * sizeof(float));
+  PX_CHECK_GOTO(px__hsadmm_alloc_state(h, ops ? ops : &px__hss_host_ops), st, fail);
+  /* every rank starts from the same consensus whatever its initialisation */
+  PX_CHECK_GOTO(px__hsadmm_start(h), st, fail);
   h->round.layers = h->layers;
   h->round.nlayers = nparams;
   *out = h;
@@ -199,8 +256,9 @@ void px_hsadmm_destroy(px_hsadmm_t *h) {
   px__hsq_free(h);
   px_pack_plan_destroy(h->plan);
   px_sparsity_destroy(h->sp);
+  px__hss_dev_free(&h->dv, &h->st);
   px__hss_free(&h->st);
-  PX_FREE_ALL(h->mask_node, h->mask_union, h->mask_prev, h->mask_z, h->params,
+  PX_FREE_ALL(h->stage, h->mask_node, h->mask_union, h->mask_prev, h->mask_z, h->params,
               (void *)h->theta, (void *)h->mask_ptrs, h->rho1,
               h->rho2, h->sums, h->layers, h->decision_buf, h->src_ptrs, h->dst_ptrs, h);
 }
@@ -230,6 +288,9 @@ void px_hsadmm_duals(const px_hsadmm_t *h, int i, const float **u, const float *
  * or applies the frozen union mask. Deterministic: the same input gives the
  * same output and masks on every rank. */
 static px_status_t px__project(px_hsadmm_t *h, float *fam, uint8_t *mask) {
+  if (h->dev)
+    return h->frozen ? px__hss_apply(&h->st, &h->dv, h->sp, fam)
+                     : px__hss_project(&h->st, &h->dv, h->sp, fam, mask);
   if (!h->frozen) return px_sparsity_project(h->sp, fam, h->st.off, mask);
   px_sparsity_apply(h->sp, fam, h->st.off, h->mask_union);
   return PX_OK;
@@ -238,7 +299,7 @@ static px_status_t px__project(px_hsadmm_t *h, float *fam, uint8_t *mask) {
 /* s = SUM over group g of (theta + u). */
 static px_status_t px__sum_theta_u(px_hsadmm_t *h, px_group_t *g) {
   PX_CHECK(px__hss_theta_u(&h->st, h->theta));
-  return px_comm_allreduce(g, h->st.s, h->st.s, h->st.total, PX_COMM_F32, PX_COMM_SUM);
+  return px__state_allreduce(h, g, h->st.s, h->st.total, PX_COMM_SUM);
 }
 
 /* Flat ablation: z = Pi(rho * sum(theta + u) / (lambda + N rho)). */
@@ -284,9 +345,15 @@ static px_status_t px__hier_pack(px_hsadmm_t *h) {
   if (!h->frozen && h->mtotal) {
     PX_CHECK(px_comm_allreduce(h->inter, h->mask_node, h->mask_union, h->mtotal, PX_COMM_U8,
                                PX_COMM_MAX));
-    PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
+    PX_CHECK(px__hsadmm_set_masks(h));
   }
   PX_CHECK(px__hss_pack_source(&h->st));
+  if (h->dev) { /* packed where the state is; down for the exchange unless NCCL reads it */
+    PX_CHECK(px__hss_shrink(&h->st, &h->dv, h->st.s));
+    if (px_group_nccl(h->inter)) return PX_OK;
+    return h->st.ops->download(px_pack_buffer(h->plan), h->dv.packed,
+                               px_pack_packed_bytes(h->plan));
+  }
   if (h->q.bits) { /* z_i + error feedback - z: v_i stays home (hsadmm_quant.c) */
     px__hsq_source(h);
     return PX_OK;
@@ -310,11 +377,23 @@ px_status_t px__hsadmm_exchange(px_hsadmm_t *h, uint64_t *bytes) {
   for (int b = 0; b < px_pack_num_buckets(h->plan) && st == PX_OK; b++) {
     size_t nf;
     float *buf = px_pack_bucket(h->plan, b, &nf);
+    if (h->dev && px_group_nccl(h->inter)) /* the same bucket of the device's packed buffer */
+      buf = h->dv.packed + (buf - px_pack_buffer(h->plan));
     if (h->q.bits) st = px__hsq_bucket(h, b, buf, nf);
     else st = px_comm_allreduce(h->inter, buf, buf, nf, PX_COMM_F32, PX_COMM_SUM);
   }
   *bytes = px__hsadmm_bytes(h) - before;
   return st;
+}
+
+/* The device-state half of z from the summed buckets: up to the state
+ * unless NCCL summed them there, the mean, and the expansion into z. */
+static px_status_t px__hsadmm_dev_unpack(px_hsadmm_t *h, float inv) {
+  size_t nf = px_pack_packed_floats(h->plan);
+  if (!px_group_nccl(h->inter))
+    PX_CHECK(h->st.ops->upload(h->dv.packed, px_pack_buffer(h->plan), nf * sizeof(float)));
+  PX_CHECK(px__hss_scale(&h->st, h->dv.packed, inv, nf));
+  return px__hss_expand(&h->st, &h->dv, h->st.z);
 }
 
 /* 4, second half: z from the summed buckets (leaders), projected when the
@@ -328,23 +407,26 @@ px_status_t px__hsadmm_finish(px_hsadmm_t *h) {
     float inv = 1.0f / (float)h->M;
     float *buf = px_pack_buffer(h->plan);
     size_t nf = px_pack_packed_floats(h->plan);
-    if (h->q.bits) {
+    if (h->dev) {
+      PX_CHECK(px__hsadmm_dev_unpack(h, inv));
+    } else if (h->q.bits) {
       px__hsq_take_sum(h);
+      px_pack_expand(h->plan, h->dst_ptrs);
     } else {
       PX_CHECK(px__hss_scale(&h->st, buf, inv, nf));
+      px_pack_expand(h->plan, h->dst_ptrs);
     }
-    px_pack_expand(h->plan, h->dst_ptrs);
     /* z is the projection of the mean onto S: the union of the node masks
      * can hold more groups than S allows while the nodes disagree. The
      * mean is bit-identical on every leader, so is the projection. */
     if (h->project_z) PX_CHECK(px__project(h, h->st.z, h->mask_z));
     if (h->q.bits) px__hsq_track_vsum(h); /* sum v_i += sum z_i - M z */
   }
-  PX_CHECK(px_comm_broadcast(h->intra, h->st.z, h->st.total, PX_COMM_F32, 0));
+  PX_CHECK(px__state_broadcast(h, h->intra, h->st.z, h->st.total));
   if (h->project_z) {
     PX_CHECK(px_comm_broadcast(h->intra, h->mask_union, h->mtotal, PX_COMM_U8, 0));
     PX_CHECK(px_comm_broadcast(h->intra, h->mask_z, h->mtotal, PX_COMM_U8, 0));
-    if (!h->inter) PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
+    if (!h->inter) PX_CHECK(px__hsadmm_set_masks(h));
   }
   PX_CHECK(px__hss_dual_v(&h->st));
   h->round.broadcast_s = px__now() - t3;
@@ -480,7 +562,9 @@ px_status_t px_hsadmm_decide(px_hsadmm_t *h, px_hsadmm_control_fn control, void 
   }
   if (buf[1] > 0 && !h->frozen) {
     if (px_sparsity_freeze_masks(h->sp, h->mask_union, h->mask_z)) /* N:M: see prune.h */
-      PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
+      PX_CHECK(px__hsadmm_set_masks(h));
+    else if (h->dev) /* the frozen projection applies the union where the state is */
+      PX_CHECK(px__hss_pack_set(&h->dv, &h->st, h->plan, h->sp, h->mask_union));
     h->frozen = 1; /* only once the plan has the masks it freezes */
     px_pack_plan_freeze(h->plan);
   }
@@ -509,7 +593,15 @@ px_status_t px_hsadmm_local_control(void *ctx, const px_hsadmm_round_t *round,
 
 /* ---- checkpoints (issue 14) ------------------------------------------------------- */
 
+px_status_t px__hsadmm_state_copy(const px_hsadmm_t *h, void *dst, const void *src,
+                                  size_t bytes) {
+  return h->st.ops->copy(dst, src, bytes);
+}
+
+int px__hsadmm_on_state(const px_hsadmm_t *h) { return h->dev; }
+
 int px__hsadmm_state_items(px_hsadmm_t *h, px__state_item_t *items) {
+  assert(!h->dev); /* the strategy checkpoints host state only */
   size_t fb = h->st.total * sizeof(float), db = (size_t)h->n * sizeof(double);
   const px__state_item_t t[] = {
       {"hsadmm.z", PX__ITEM_GLOBAL, PX_ST_F32, h->st.z, fb},
@@ -548,7 +640,7 @@ px_status_t px__hsadmm_state_resumed(px_hsadmm_t *h, int node_fresh, int rank_fr
   }
   if (rank_fresh) memset(h->st.u, 0, fb);
   if (h->q.bits && !h->cfg.flat) PX_CHECK(px__hsq_resumed(h, node_fresh || rank_fresh));
-  if (h->mtotal) PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
+  if (h->mtotal) PX_CHECK(px__hsadmm_set_masks(h));
   if (h->frozen) px_pack_plan_freeze(h->plan);
   return PX_OK;
 }

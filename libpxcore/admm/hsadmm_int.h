@@ -64,7 +64,7 @@ struct px_hsadmm {
   px_hsadmm_param_t *params;
   int n;
   px__hss_t st;         /* the state families, their layout and the round's arithmetic
-                           (hsadmm_state.h; host memory and the CPU reference here) */
+                           (hsadmm_state.h; the host table unless dev) */
   const float **theta;  /* [n] params[i].theta */
   double *rho1, *rho2;  /* [n] */
   int M, P, N;          /* nodes, ranks per node, ranks */
@@ -87,6 +87,14 @@ struct px_hsadmm {
   float **dst_ptrs;     /* [n] tensors of z, for unpacking */
   px__hsadmm_quant_t q;
   px__hsadmm_overlap_t ov;
+  /* the device-state round (px__hsadmm_create_on with a table): st lives
+   * where its table says, theta is read there, and pack/expand and the
+   * projection run there too (hsadmm_dev.c); the host keeps the masks, the
+   * pack plan's layout and its packed buffer for the exchange */
+  int dev;
+  px__hss_dev_t dv;     /* dev: the blocks, the state's masks, the packed buffer */
+  float *stage;         /* dev: [total] host staging of the intra collectives on
+                           state memory where the group cannot read it (UCX) */
 };
 
 /* ---- the core, for the rooms (hsadmm.c) ---- */

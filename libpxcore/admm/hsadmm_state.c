@@ -86,13 +86,98 @@ static px_status_t px__h_sqdiff(double *out, const float *a, const float *b, siz
   return PX_OK;
 }
 
+/* The block gather of px_cuda_pack_shrink: what pack.c packs for the layer
+ * (its copied and shape-masked runs of the kept filters' kept channels). */
+static px_status_t px__h_shrink(float *packed, const float *w, const px__hss_block_t *b) {
+  if (!b->conv) return px__h_copy(packed, w, b->numel * sizeof(float));
+  size_t khw = (size_t)b->shape.kh * b->shape.kw, c_in = (size_t)b->shape.c_in;
+  for (int32_t r = 0; r < b->n_out; r++)
+    for (int32_t i = 0; i < b->n_in; i++)
+      memcpy(packed + ((size_t)r * b->n_in + i) * khw,
+             w + ((size_t)b->k_out[r] * c_in + (size_t)b->k_in[i]) * khw, khw * sizeof(float));
+  return PX_OK;
+}
+
+/* Its scatter: zeros, then the block's elements except the shape-pruned. */
+static px_status_t px__h_expand(float *w, const float *packed, const px__hss_block_t *b) {
+  if (!b->conv) return px__h_copy(w, packed, b->numel * sizeof(float));
+  size_t khw = (size_t)b->shape.kh * b->shape.kw, c_in = (size_t)b->shape.c_in;
+  memset(w, 0, b->numel * sizeof(float));
+  for (int32_t r = 0; r < b->n_out; r++)
+    for (int32_t i = 0; i < b->n_in; i++) {
+      size_t c = (size_t)b->k_in[i];
+      const float *src = packed + ((size_t)r * b->n_in + i) * khw;
+      float *dst = w + ((size_t)b->k_out[r] * c_in + c) * khw;
+      for (size_t j = 0; j < khw; j++)
+        if (!b->shape_mask || b->shape_mask[c * khw + j]) dst[j] = src[j];
+    }
+  return PX_OK;
+}
+
+/* project.c's group norms, summed in its order. */
+static px_status_t px__h_norms(double *norm, const float *w, px_conv_shape_t s,
+                               px_prune_group_t kind, int add) {
+  size_t khw = (size_t)s.kh * s.kw, C = (size_t)s.c_in, row = C * khw, O = (size_t)s.c_out;
+  if (kind == PX_PRUNE_GROUP_FILTER) {
+    for (size_t o = 0; o < O; o++) {
+      const float *p = w + o * row;
+      double acc = 0.0;
+      for (size_t i = 0; i < row; i++) acc += (double)p[i] * p[i];
+      norm[o] = acc;
+    }
+  } else if (kind == PX_PRUNE_GROUP_CHANNEL) {
+    if (!add) memset(norm, 0, C * sizeof *norm);
+    for (size_t o = 0; o < O; o++)
+      for (size_t c = 0; c < C; c++) {
+        const float *p = w + o * row + c * khw;
+        double acc = 0.0;
+        for (size_t j = 0; j < khw; j++) acc += (double)p[j] * p[j];
+        norm[c] += acc;
+      }
+  } else {
+    memset(norm, 0, row * sizeof *norm);
+    for (size_t o = 0; o < O; o++)
+      for (size_t g = 0; g < row; g++) norm[g] += (double)w[o * row + g] * w[o * row + g];
+  }
+  return PX_OK;
+}
+
+/* px_cuda_prune_apply_mask's rule: an element survives when every given
+ * part keeps its group. */
+static px_status_t px__h_apply(float *w, const uint8_t *mf, const uint8_t *mc, const uint8_t *ms,
+                               px_conv_shape_t s) {
+  size_t khw = (size_t)s.kh * s.kw, C = (size_t)s.c_in, row = C * khw;
+  for (size_t o = 0; o < (size_t)s.c_out; o++) {
+    float *p = w + o * row;
+    if (mf && !mf[o]) {
+      memset(p, 0, row * sizeof *p);
+      continue;
+    }
+    for (size_t c = 0; c < C; c++) {
+      if (mc && !mc[c]) {
+        memset(p + c * khw, 0, khw * sizeof *p);
+        continue;
+      }
+      for (size_t j = 0; ms && j < khw; j++)
+        if (!ms[c * khw + j]) p[c * khw + j] = 0.0f;
+    }
+  }
+  return PX_OK;
+}
+
+static px_status_t px__h_apply_layout(float *w, const uint8_t *mask, const px_prune_layout_t *L) {
+  px_prune_layout_apply(L, w, mask);
+  return PX_OK;
+}
+
 const px__hss_ops_t px__hss_host_ops = {
     .name = "host", .device = 0,
     .alloc = px__h_alloc, .release = px__h_release, .copy = px__h_copy, .zero = px__h_zero,
     .upload = px__h_copy, .download = px__h_copy, .sync = px__h_sync,
     .add = px__h_add, .scale = px__h_scale, .zi_update = px__h_zi_update,
     .z_flat = px__h_z_flat, .dual = px__h_dual, .rescale = px__h_rescale,
-    .sqdiff = px__h_sqdiff,
+    .sqdiff = px__h_sqdiff, .shrink = px__h_shrink, .expand = px__h_expand,
+    .norms = px__h_norms, .apply = px__h_apply, .apply_layout = px__h_apply_layout,
 };
 
 /* ---- the CUDA table: cuda_kernels.h on the default stream --------------------------- */
@@ -145,13 +230,41 @@ static px_status_t px__d_sqdiff(double *out, const float *a, const float *b, siz
   return px_cuda_admm_sqdiff(out, a, b, n, ws, PX_CUDA_SQDIFF_WS_BYTES, NULL);
 }
 
+static px_status_t px__d_shrink(float *packed, const float *w, const px__hss_block_t *b) {
+  if (!b->conv) return px_cuda_kernels_copy(packed, w, b->numel * sizeof(float), NULL);
+  return px_cuda_pack_shrink(packed, w, b->k_out, b->n_out, b->k_in, b->n_in, b->shape, NULL);
+}
+
+static px_status_t px__d_expand(float *w, const float *packed, const px__hss_block_t *b) {
+  if (!b->conv) return px_cuda_kernels_copy(w, packed, b->numel * sizeof(float), NULL);
+  return px_cuda_pack_expand(w, packed, b->k_out, b->n_out, b->k_in, b->n_in, b->shape_mask,
+                             b->shape, NULL);
+}
+
+static px_status_t px__d_norms(double *norms, const float *w, px_conv_shape_t s,
+                               px_prune_group_t kind, int add) {
+  if (kind == PX_PRUNE_GROUP_CHANNEL && add)
+    return px_cuda_prune_channel_norms_add(norms, w, s, NULL);
+  return px_cuda_prune_group_norms(norms, w, s, kind, NULL);
+}
+
+static px_status_t px__d_apply(float *w, const uint8_t *mf, const uint8_t *mc, const uint8_t *ms,
+                               px_conv_shape_t s) {
+  return px_cuda_prune_apply_mask(w, mf, mc, ms, s, NULL);
+}
+
+static px_status_t px__d_apply_layout(float *w, const uint8_t *mask, const px_prune_layout_t *L) {
+  return px_cuda_prune_apply_layout(w, mask, L, NULL);
+}
+
 const px__hss_ops_t px__hss_cuda_ops = {
     .name = "cuda", .device = 1,
     .alloc = px__d_alloc, .release = px_cuda_kernels_free, .copy = px__d_copy,
     .zero = px__d_zero, .upload = px_cuda_kernels_upload, .download = px_cuda_kernels_download,
     .sync = px__d_sync, .add = px__d_add, .scale = px__d_scale, .zi_update = px__d_zi_update,
     .z_flat = px__d_z_flat, .dual = px__d_dual, .rescale = px__d_rescale,
-    .sqdiff = px__d_sqdiff,
+    .sqdiff = px__d_sqdiff, .shrink = px__d_shrink, .expand = px__d_expand,
+    .norms = px__d_norms, .apply = px__d_apply, .apply_layout = px__d_apply_layout,
 };
 
 /* ---- the state ------------------------------------------------------------------------ */

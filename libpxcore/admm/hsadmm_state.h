@@ -20,7 +20,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "prunex/cuda_kernels.h"
+#include "prunex/prune.h"
 #include "prunex/px.h"
+
+struct px__hss_block;
 
 /* Per-layer sums of the residual allreduce, in this order. */
 enum {
@@ -34,7 +38,7 @@ enum {
  * arithmetic is that of cuda_kernels.h's launchers of the same names; a
  * launch may be asynchronous: results are ready after sync (download
  * waits too). */
-typedef struct {
+typedef struct px__hss_ops {
   const char *name;   /* "host" or "cuda" */
   int device;         /* 1: state memory is device memory */
   /* zeroed state memory, freed by release (NULL for 0 bytes) */
@@ -57,6 +61,22 @@ typedef struct {
   /* *out = ||a - b||^2 (b NULL: ||a||^2) in double; out is state memory, ws
    * the state's scratch */
   px_status_t (*sqdiff)(double *out, const float *a, const float *b, size_t n, void *ws);
+  /* One parameter's block of the packed buffer (px__hss_block_t): gather
+   * into packed, scatter back into the whole tensor w (zeros elsewhere), as
+   * the pack plan does (cuda_kernels.h's px_cuda_pack_shrink / _expand) */
+  px_status_t (*shrink)(float *packed, const float *w, const struct px__hss_block *b);
+  px_status_t (*expand)(float *w, const float *packed, const struct px__hss_block *b);
+  /* norms[G] = the squared group norms of kind of the conv weight w, in
+   * project.c's order; add (channel kind only): onto the norms already
+   * there, as a coupled group sums its consumer's channels onto its
+   * producer's filters (px_prune_project_coupled) */
+  px_status_t (*norms)(double *norms, const float *w, px_conv_shape_t s, px_prune_group_t kind,
+                       int add);
+  /* zeroes w outside the given mask parts (NULL: all kept), and outside a
+   * mask laid out by L (host descriptor) */
+  px_status_t (*apply)(float *w, const uint8_t *filter, const uint8_t *channel,
+                       const uint8_t *shape, px_conv_shape_t s);
+  px_status_t (*apply_layout)(float *w, const uint8_t *mask, const px_prune_layout_t *L);
 } px__hss_ops_t;
 
 extern const px__hss_ops_t px__hss_host_ops;
@@ -115,5 +135,69 @@ px_status_t px__hss_residuals(px__hss_t *st, const float *const *theta, int flat
 /* Scaled dual of tensor i after its penalty changed (x is u or v). */
 px_status_t px__hss_rescale(const px__hss_t *st, float *x, int i, double rho_old,
                             double rho_new);
+
+/* ---- the device-state round: pack/expand and projection (issue 27, item 6) ----
+ * With state memory on the device the round packs and projects there too:
+ * the pack plan's layout (host) becomes one block descriptor per parameter
+ * with its index sets copied to state memory, and the projection runs as a
+ * small-transfer hybrid: the group norms are summed on the device in
+ * project.c's order (bitwise the CPU's), only the norms come down, the host
+ * chooses with px_prune_select_groups (so every rank decides identically,
+ * ties included), and the choice goes up and zeroes on the device. Run
+ * with the host table the same code gives the host round's bits (tested
+ * against px_pack_shrink / px_pack_expand and px_sparsity_project). */
+
+/* One parameter's block of the packed buffer. */
+typedef struct px__hss_block {
+  size_t off, numel;          /* the tensor in the families */
+  size_t packed_off, packed_len;
+  int conv;                   /* 0: dense, travels whole */
+  px_conv_shape_t shape;      /* conv */
+  int32_t n_out, n_in;        /* conv: |K_out|, |K_in| */
+  const int32_t *k_out, *k_in;   /* conv: state memory, ascending */
+  const uint8_t *shape_mask;  /* conv: state memory, the shape part of its mask */
+} px__hss_block_t;
+
+typedef struct {
+  int n;
+  px__hss_block_t *blocks;    /* [n] host */
+  int32_t *h_sets;            /* [nsets] host staging of the index sets */
+  int32_t *sets;              /* [nsets] state memory: each conv's k_out, then k_in */
+  size_t nsets;
+  uint8_t *masks;             /* [mbytes] state memory: the plan's (union) masks */
+  uint8_t *scratch;           /* [mbytes] state memory: the projection's choices */
+  size_t mbytes;
+  float *packed;              /* [total] state memory: the packed buffer */
+  double *norms;              /* [max_groups] state memory */
+  double *h_norms;            /* [max_groups] host */
+  int32_t *idx;               /* [max_groups] host: px_prune_select_groups's scratch */
+  size_t max_groups;
+} px__hss_dev_t;
+
+/* Allocates d for the state st and the prunable parameters of sp (every
+ * buffer, once). On failure d holds what was allocated: px__hss_dev_free
+ * frees it. */
+px_status_t px__hss_dev_create(px__hss_dev_t *d, const px__hss_t *st, const px_sparsity_t *sp);
+void px__hss_dev_free(px__hss_dev_t *d, const px__hss_t *st);
+
+/* The plan's current layout and its masks (host, px_sparsity_mask_bytes,
+ * the masks the plan was set from) into d. PX_ERR_INVALID when a parameter
+ * packs element by element (N:M: no block form). Run after every
+ * px_pack_plan_set_masks. */
+px_status_t px__hss_pack_set(px__hss_dev_t *d, const px__hss_t *st, const px_pack_plan_t *plan,
+                             const px_sparsity_t *sp, const uint8_t *masks);
+/* d->packed = the blocks of the family src; dst = the family expanded from
+ * d->packed (zeros outside the blocks). */
+px_status_t px__hss_shrink(const px__hss_t *st, px__hss_dev_t *d, const float *src);
+px_status_t px__hss_expand(const px__hss_t *st, px__hss_dev_t *d, float *dst);
+
+/* px_sparsity_project on the family fam (state memory), the masks written
+ * to masks (host, px_sparsity_mask_bytes). PX_ERR_INVALID for N:M. */
+px_status_t px__hss_project(const px__hss_t *st, px__hss_dev_t *d, const px_sparsity_t *sp,
+                            float *fam, uint8_t *masks);
+/* px_sparsity_apply of d->masks (the plan's masks: after the freeze, the
+ * union) on the family fam. */
+px_status_t px__hss_apply(const px__hss_t *st, px__hss_dev_t *d, const px_sparsity_t *sp,
+                          float *fam);
 
 #endif

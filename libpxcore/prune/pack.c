@@ -363,6 +363,14 @@ void px_pack_param_sets(const px_pack_plan_t *p, int i, const int32_t **k_out, i
   if (n_in) *n_in = L->n_in;
 }
 
+int px_pack_param_block(const px_pack_plan_t *p, int i, size_t *packed_off,
+                        size_t *packed_len) {
+  const px__layer_t *L = &p->layers[i];
+  if (packed_off) *packed_off = L->packed_off;
+  if (packed_len) *packed_len = L->packed_len;
+  return L->act != NULL;
+}
+
 enum { PX__SHRINK, PX__EXPAND };
 
 /* px__walk over the elements [lo, lend) of a per-element layer. */

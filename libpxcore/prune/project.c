@@ -82,8 +82,8 @@ static int px__rank_cmp(const void *pa, const void *pb, void *ctx) {
 }
 
 /* Marks in keep_out[ngroups] the `alpha` best groups by norm. */
-static void px__select(const double *norm, int32_t *idx, size_t ngroups, size_t alpha,
-                       uint8_t *keep_out) {
+void px_prune_select_groups(const double *norm, size_t ngroups, size_t alpha, int32_t *idx,
+                            uint8_t *keep_out) {
   memset(keep_out, 0, ngroups);
   if (alpha >= ngroups) {
     memset(keep_out, 1, ngroups);
@@ -150,7 +150,7 @@ px_status_t px_prune_project_filter(float *w, px_conv_shape_t s, double keep,
     for (size_t i = 0; i < row; i++) acc += (double)p[i] * p[i];
     W.norm[o] = acc;
   }
-  px__select(W.norm, W.idx, G, px_prune_keep_count(keep, G), dec);
+  px_prune_select_groups(W.norm, G, px_prune_keep_count(keep, G), W.idx, dec);
   for (size_t o = 0; o < G; o++)
     if (!dec[o]) memset(w + o * row, 0, row * sizeof *w);
   px_free(W.owned);
@@ -180,7 +180,7 @@ px_status_t px_prune_project_channel(float *w, px_conv_shape_t s, double keep,
   uint8_t *dec = mask_part ? mask_part : local;
   for (size_t c = 0; c < C; c++) W.norm[c] = 0.0;
   px__add_channel_norms(w, s, W.norm);
-  px__select(W.norm, W.idx, C, px_prune_keep_count(keep, C), dec);
+  px_prune_select_groups(W.norm, C, px_prune_keep_count(keep, C), W.idx, dec);
   for (size_t o = 0; o < (size_t)s.c_out; o++)
     for (size_t c = 0; c < C; c++)
       if (!dec[c]) memset(w + o * row + c * khw, 0, khw * sizeof *w);
@@ -200,7 +200,7 @@ px_status_t px_prune_project_shape(float *w, px_conv_shape_t s, double keep,
     const float *p = w + o * row;
     for (size_t g = 0; g < row; g++) W.norm[g] += (double)p[g] * p[g];
   }
-  px__select(W.norm, W.idx, row, px_prune_keep_count(keep, row), dec);
+  px_prune_select_groups(W.norm, row, px_prune_keep_count(keep, row), W.idx, dec);
   for (size_t o = 0; o < (size_t)s.c_out; o++) {
     float *p = w + o * row;
     for (size_t g = 0; g < row; g++)
@@ -233,7 +233,7 @@ px_status_t px_prune_project_coupled(float *producer, px_conv_shape_t sp, float 
     W.norm[c] = acc;
   }
   px__add_channel_norms(consumer, sc, W.norm);
-  px__select(W.norm, W.idx, C, px_prune_keep_count(keep, C), consumer_channel);
+  px_prune_select_groups(W.norm, C, px_prune_keep_count(keep, C), W.idx, consumer_channel);
   for (size_t c = 0; c < C; c++) {
     if (consumer_channel[c]) continue;
     producer_filter[c] = 0;

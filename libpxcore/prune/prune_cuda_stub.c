@@ -36,6 +36,12 @@ px_status_t px_cuda_prune_group_norms(double *norms, const float *w, px_conv_sha
   return px__not_built();
 }
 
+px_status_t px_cuda_prune_channel_norms_add(double *norms, const float *w, px_conv_shape_t s,
+                                            void *stream) {
+  (void)norms; (void)w; (void)s; (void)stream;
+  return px__not_built();
+}
+
 px_status_t px_cuda_prune_select(uint8_t *keep, const double *norms, size_t ngroups,
                                  size_t alpha, void *stream) {
   (void)keep; (void)norms; (void)ngroups; (void)alpha; (void)stream;

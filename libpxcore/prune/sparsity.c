@@ -104,6 +104,22 @@ const px_prune_layout_t *px_sparsity_layout(const px_sparsity_t *sp, int i) {
   return sp->params[i].prunable ? &sp->layouts[i] : NULL;
 }
 
+const px_sparsity_param_t *px_sparsity_param(const px_sparsity_t *sp, int i) {
+  return &sp->params[i];
+}
+int px_sparsity_is_consumer(const px_sparsity_t *sp, int i) { return sp->is_consumer[i]; }
+const px_prune_keep_t *px_sparsity_keep(const px_sparsity_t *sp) { return &sp->keep; }
+
+void px_sparsity_follower_mask(const px_sparsity_t *sp, int i, uint8_t *masks) {
+  const px_sparsity_param_t *p = &sp->params[i];
+  const px_prune_layout_t *L = &sp->layouts[i], *Q = &sp->layouts[p->consumer];
+  uint8_t *m = masks + sp->moff[i];
+  memset(m, 1, L->size);
+  memcpy(px_prune_part(L, m, PX_PRUNE_PART_FILTER),
+         px_prune_part(Q, masks + sp->moff[p->consumer], PX_PRUNE_PART_CHANNEL),
+         L->len[PX_PRUNE_PART_FILTER]);
+}
+
 /* A follower's mask: its group's (the consumer's channel part) as its
  * filter part, everything else kept; the tensor is zeroed outside it. */
 static void px__sparsity_follow(const px_sparsity_t *sp, float *base, const size_t *off,
@@ -111,13 +127,8 @@ static void px__sparsity_follow(const px_sparsity_t *sp, float *base, const size
   for (int i = 0; i < sp->n; i++) {
     const px_sparsity_param_t *p = &sp->params[i];
     if (!p->prunable || !p->follower) continue;
-    const px_prune_layout_t *L = &sp->layouts[i], *Q = &sp->layouts[p->consumer];
-    uint8_t *m = masks + sp->moff[i];
-    memset(m, 1, L->size);
-    memcpy(px_prune_part(L, m, PX_PRUNE_PART_FILTER),
-           px_prune_part(Q, masks + sp->moff[p->consumer], PX_PRUNE_PART_CHANNEL),
-           L->len[PX_PRUNE_PART_FILTER]);
-    px_prune_layout_apply(L, base + off[i], m);
+    px_sparsity_follower_mask(sp, i, masks);
+    px_prune_layout_apply(&sp->layouts[i], base + off[i], masks + sp->moff[i]);
   }
 }
 

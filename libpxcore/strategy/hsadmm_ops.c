@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "admm/admm_int.h"
+#include "admm/hsadmm_state.h"
 #include "prunex/cuda_kernels.h"
 #include "px_check.h"
 #include "strategy/strategy_int.h"
@@ -27,6 +28,11 @@ typedef struct {
   uint8_t *h_mask;          /* [all masks] the frozen masks, host side */
   px_tensor_t d_mask;       /* the same on the model's device */
   px__strategy_run_t *run;  /* for the grad hook and the control adapter */
+  /* the device-state round (cfg.hsadmm_state): theta, z and the duals stay
+   * where the model is; the proximal targets are the state's own buffers */
+  int dev;
+  px_tensor_t d_backup;     /* [numel] theta while z is evaluated (a GPU model) */
+  float *theta_backup;      /* d_backup's data, or backup on a CPU model */
 } px__hsadmm_strategy_t;
 
 static int px__skipped(const char *const *skip_layers, int nskip, const char *name) {
@@ -119,6 +125,11 @@ static px_status_t px__hsadmm_masked_hook(void *ctx, px_model_t *m) {
 static px_status_t px__hsadmm_load_z(px__strategy_run_t *r, void *priv, int backup) {
   px__hsadmm_strategy_t *s = priv;
   const px_tensor_t *flat = px_model_flat_params(r->m);
+  size_t nb = r->numel * sizeof(float);
+  if (s->dev) { /* the families are laid out like the flat parameters */
+    if (backup) PX_CHECK(px__hsadmm_state_copy(s->h, s->theta_backup, flat->data, nb));
+    return px__hsadmm_state_copy(s->h, flat->data, px_hsadmm_z(s->h, 0), nb);
+  }
   float *dst = r->staged ? s->backup : flat->data;
   if (px_hsadmm_pending(s->h)) PX_CHECK(px_hsadmm_overlap_drain(s->h)); /* comm.overlap */
   if (backup && !r->staged) memcpy(s->backup, dst, r->numel * sizeof(float));
@@ -133,6 +144,8 @@ static px_status_t px__hsadmm_load_z(px__strategy_run_t *r, void *priv, int back
 static px_status_t px__hsadmm_restore_theta(px__strategy_run_t *r, void *priv) {
   px__hsadmm_strategy_t *s = priv;
   const px_tensor_t *flat = px_model_flat_params(r->m);
+  if (s->dev)
+    return px__hsadmm_state_copy(s->h, flat->data, s->theta_backup, r->numel * sizeof(float));
   if (r->staged) return px__strategy_up(flat, r->h_theta);
   memcpy(flat->data, s->backup, r->numel * sizeof(float));
   return PX_OK;
@@ -168,8 +181,24 @@ static px_status_t px__hsadmm_overlap_begin(px__strategy_run_t *r, px__hsadmm_st
  * global consensus: it is what all ranks share, so the nodes cannot drift
  * apart between the rounds, whatever rho2 is (the proximal target stays
  * z_i - u). */
+/* The device-state round's local phase: the state's own z_i (or z) and u
+ * are the proximal targets, the restart copies z where the model is. */
+static px_status_t px__hsadmm_before_local_dev(px__strategy_run_t *r, px__hsadmm_strategy_t *s,
+                                               int it) {
+  for (int i = 0; i < r->np; i++) {
+    const float *z, *u;
+    float rho;
+    px_hsadmm_prox(s->h, i, &z, &u, &rho);
+    PX_CHECK(px_sgd_set_prox(r->sgd, i, z, u, rho));
+  }
+  if (!r->cfg->keep_local && it > 0) PX_CHECK(px__hsadmm_load_z(r, s, 0));
+  if (!r->staged || !px_hsadmm_frozen(s->h)) return PX_OK;
+  return px__hsadmm_masks_up(r, s);
+}
+
 static px_status_t px__hsadmm_before_local(px__strategy_run_t *r, void *priv, int it) {
   px__hsadmm_strategy_t *s = priv;
+  if (s->dev) return px__hsadmm_before_local_dev(r, s, it);
   const px_tensor_t *flat = px_model_flat_params(r->m);
   int restart = !r->cfg->keep_local && it > 0;
   float *theta = r->staged ? r->h_theta : flat->data;
@@ -200,7 +229,7 @@ static px_status_t px__hsadmm_before_local(px__strategy_run_t *r, void *priv, in
 
 static px_status_t px__hsadmm_synchronise(px__strategy_run_t *r, void *priv) {
   px__hsadmm_strategy_t *s = priv;
-  if (r->staged) PX_CHECK(px__strategy_down(px_model_flat_params(r->m), r->h_theta));
+  if (r->staged && !s->dev) PX_CHECK(px__strategy_down(px_model_flat_params(r->m), r->h_theta));
   PX_CHECK(px_hsadmm_sync(s->h, &s->round));
   const px_hsadmm_round_t *round = s->round;
   r->it.intra_s = round->intra_s;
@@ -278,14 +307,43 @@ static px_status_t px__hsadmm_device_buffer(px__strategy_run_t *r, px_tensor_t *
 /* The proximal-target and mask buffers of a staged run (after the H-SADMM
  * state: the masks are laid out as its sparsity set says). */
 static px_status_t px__hsadmm_setup_staging(px__strategy_run_t *r, px__hsadmm_strategy_t *s) {
-  s->h_zu = px_malloc(2 * r->numel * sizeof(float), "strategy.prox_mirror");
-  if (!s->h_zu) return PX_ERR_NOMEM;
-  PX_CHECK(px__hsadmm_device_buffer(r, &s->d_zu, PX_DTYPE_F32, 2 * r->numel, "strategy.prox"));
+  if (s->dev) { /* the proximal targets are the state's: only theta's backup */
+    PX_CHECK(px__hsadmm_device_buffer(r, &s->d_backup, PX_DTYPE_F32, r->numel,
+                                      "strategy.theta_backup"));
+    s->theta_backup = s->d_backup.data;
+  } else {
+    s->h_zu = px_malloc(2 * r->numel * sizeof(float), "strategy.prox_mirror");
+    if (!s->h_zu) return PX_ERR_NOMEM;
+    PX_CHECK(px__hsadmm_device_buffer(r, &s->d_zu, PX_DTYPE_F32, 2 * r->numel, "strategy.prox"));
+  }
   const px_sparsity_t *sp = px_hsadmm_sparsity(s->h);
   size_t mbytes = px_sparsity_mask_bytes(sp);
   s->h_mask = px_calloc(mbytes ? mbytes : 1, 1, "strategy.mask_mirror");
   if (!s->h_mask) return PX_ERR_NOMEM;
   return px__hsadmm_device_buffer(r, &s->d_mask, PX_DTYPE_U8, mbytes, "strategy.masks");
+}
+
+/* The table of the device-state round for this run, or NULL for the host
+ * state (cfg.hsadmm_state). */
+static px_status_t px__hsadmm_state_ops(const px__strategy_run_t *r, const px__hss_ops_t **ops) {
+  const px_strategy_config_t *c = r->cfg;
+  *ops = NULL;
+  PX_REQUIRE(c->hsadmm_state >= 0 && c->hsadmm_state <= 2,
+             "strategy: hsadmm_state = %d: must be 0 (auto), 1 (host) or 2 (host buffers "
+             "through the device-state path)", (int)c->hsadmm_state);
+  /* what the device-state round does not do: those runs keep the host state */
+  int host_only = c->quantize_bits || c->overlap || c->keep.nm_n ||
+                  (c->checkpoint_every > 0 && c->checkpoint_dir);
+  if (c->hsadmm_state == 2) {
+    PX_REQUIRE(!r->staged && !host_only,
+               "strategy: hsadmm_state = 2 runs on a CPU model without stage_host, "
+               "comm.quantize, comm.overlap, checkpoints or N:M masks");
+    *ops = &px__hss_host_ops;
+  } else if (c->hsadmm_state == 0 && r->cuda && !host_only &&
+             px_tensor_is_plain(px_model_flat_params(r->m))) { /* OIHW fp32, as z is */
+    *ops = &px__hss_cuda_ops;
+  }
+  return PX_OK;
 }
 
 static px_status_t px__hsadmm_create(px__strategy_run_t *r, void **priv) {
@@ -299,8 +357,12 @@ static px_status_t px__hsadmm_create(px__strategy_run_t *r, void **priv) {
   s->layer_density = px_calloc((size_t)r->np, sizeof(double), "strategy.density");
   if (!s->hp || !s->backup || !s->layer_density) return PX_ERR_NOMEM;
   px_strategy_hsadmm_params(r->m, c->skip_layers, c->nskip, s->hp);
+  const px__hss_ops_t *ops;
+  PX_CHECK(px__hsadmm_state_ops(r, &ops));
+  s->dev = ops != NULL;
+  s->theta_backup = s->backup;
   size_t off = 0;
-  for (int i = 0; r->staged && i < r->np; off += s->hp[i].numel, i++)
+  for (int i = 0; r->staged && !s->dev && i < r->np; off += s->hp[i].numel, i++)
     s->hp[i].theta = r->h_theta + off; /* H-SADMM reads theta from the mirror */
   /* the regulariser moves from the local steps into the z update (the
    * global problem's lambda/2 ||z||^2), so it is not applied twice */
@@ -308,7 +370,7 @@ static px_status_t px__hsadmm_create(px__strategy_run_t *r, void **priv) {
   px_sgd_set_weight_decay(r->sgd, 0.0);
   px_hsadmm_config_t hc = {c->kind == PX_STRATEGY_HSADMM_FLAT, c->rho1, c->rho2, lambda, c->keep,
                            c->bucket_bytes};
-  PX_CHECK(px_hsadmm_create(r->comm, s->hp, r->np, &hc, &s->h));
+  PX_CHECK(px__hsadmm_create_on(r->comm, s->hp, r->np, &hc, ops, &s->h));
   if (r->staged) PX_CHECK(px__hsadmm_setup_staging(r, s));
   PX_CHECK(px_hsadmm_set_quantize(s->h, c->quantize_bits, c->seed));
   PX_REQUIRE(!c->overlap || !r->staged, "comm.overlap: host models only");
@@ -326,6 +388,7 @@ static void px__hsadmm_destroy(px__strategy_run_t *r, void *priv) {
   if (!s) return;
   px_hsadmm_destroy(s->h);
   px_tensor_release(&s->d_zu);
+  px_tensor_release(&s->d_backup);
   px_tensor_release(&s->d_mask);
   PX_FREE_ALL(s->hp, s->backup, s->layer_density, s->h_zu, s->h_mask, s);
 }

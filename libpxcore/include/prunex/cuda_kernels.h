@@ -92,6 +92,15 @@ static inline size_t px_prune_group_count(px_conv_shape_t s, px_prune_group_t ki
 PX_API px_status_t px_cuda_prune_group_norms(double *norms, const float *w, px_conv_shape_t s,
                                              px_prune_group_t kind, void *stream);
 
+/* norms[c] += sum over the filters o, in index order, of ||w[o, c, :, :]||^2
+ * (each filter's sum first), onto what norms[c_in] holds: project.c's
+ * px__add_channel_norms, bit for bit. A coupled group's norm is its
+ * producer's filter norm plus its consumer's channel sums
+ * (px_prune_project_coupled): px_cuda_prune_group_norms of the producer's
+ * filters, then this over the consumer. */
+PX_API px_status_t px_cuda_prune_channel_norms_add(double *norms, const float *w,
+                                                   px_conv_shape_t s, void *stream);
+
 /* keep[g] = 1 for the `alpha` best of `ngroups` norms and 0 for the others,
  * best meaning larger norm first, NaN after every number, then lower index:
  * the total order of the CPU projection, so the result is exactly its choice

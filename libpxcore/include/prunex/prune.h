@@ -102,6 +102,16 @@ PX_API px_status_t px_prune_project(float *w, px_conv_shape_t s, const px_prune_
  * packed block (K_out x K_in) shrink too. Fails with PX_ERR_INVALID when
  * producer c_out != consumer c_in, or on a bad shape or fraction; ws as for
  * the other projections, sized for the consumer. */
+/* The choice every projection makes from its group norms: keep[g] = 1 for
+ * the alpha best of ngroups norms (larger first, NaN after every number,
+ * then lower index: a total order, so every rank holding the same norms
+ * chooses the same groups), 0 for the others; alpha >= ngroups keeps all
+ * and 0 none without reading the norms. idx is scratch of ngroups int32.
+ * H-SADMM's device projection (admm/) computes the norms on the device and
+ * decides here, on the host. */
+PX_API void px_prune_select_groups(const double *norms, size_t ngroups, size_t alpha,
+                                   int32_t *idx, uint8_t *keep);
+
 PX_API px_status_t px_prune_project_coupled(float *producer, px_conv_shape_t sp, float *consumer,
                                             px_conv_shape_t sc, double keep,
                                             uint8_t *producer_filter, uint8_t *consumer_channel,
@@ -217,6 +227,18 @@ PX_API size_t px_sparsity_mask_bytes(const px_sparsity_t *sp);
 PX_API size_t px_sparsity_mask_offset(const px_sparsity_t *sp, int i);
 /* Layout of parameter i (borrowed), NULL for a dense one. */
 PX_API const px_prune_layout_t *px_sparsity_layout(const px_sparsity_t *sp, int i);
+
+/* What px_sparsity_project's order reads, for a twin of it elsewhere (H-SADMM's
+ * device projection): parameter i as given (borrowed), 1 when i is the
+ * consumer of a coupled group (its channels are chosen with its producer's
+ * filters), and the keep fractions (borrowed). */
+PX_API const px_sparsity_param_t *px_sparsity_param(const px_sparsity_t *sp, int i);
+PX_API int px_sparsity_is_consumer(const px_sparsity_t *sp, int i);
+PX_API const px_prune_keep_t *px_sparsity_keep(const px_sparsity_t *sp);
+/* A follower's mask in masks from its group's choice (the consumer's
+ * channel part as its filter part, everything else kept); the tensor is
+ * left to the caller. */
+PX_API void px_sparsity_follower_mask(const px_sparsity_t *sp, int i, uint8_t *masks);
 
 /* Projects the prunable tensors, parameter i at base + off[i], writing
  * their masks into masks (px_sparsity_mask_bytes). Deterministic. Uses the
@@ -335,6 +357,14 @@ PX_API float *px_pack_buffer(px_pack_plan_t *plan);
  * next set_masks). Dense parameters report n_out = n_in = 0. */
 PX_API void px_pack_param_sets(const px_pack_plan_t *plan, int i, const int32_t **k_out,
                                int32_t *n_out, const int32_t **k_in, int32_t *n_in);
+
+/* Where parameter i's block sits in the packed buffer of the current layout:
+ * its first float and its float count (borrowed figures, valid until the
+ * next set_masks). Returns 1 when the parameter packs element by element
+ * (N:M), whose block is not the K_out x K_in x kh x kw gather of
+ * cuda_kernels.h's px_cuda_pack_shrink, else 0 (conv and dense). */
+PX_API int px_pack_param_block(const px_pack_plan_t *plan, int i, size_t *packed_off,
+                               size_t *packed_len);
 
 /* Packs params (one full tensor per parameter, in plan order) into the
  * buffer. */

@@ -137,6 +137,14 @@ typedef struct {
    * inference engine (CPU models; a model on a GPU always takes the dense
    * path). The predictions are the same up to rounding. */
   int32_t eval_dense;
+  /* hsadmm: where the round's state (z, z_i, u, v, the packed buffer) lives.
+   * 0 (default): on the model's GPU when the model is on one and the run
+   * allows it (no comm.quantize, comm.overlap, checkpoints or N:M masks:
+   * those keep the host state), so that only packed buffers cross to the
+   * host; else the host. 1: the host (the staged path of device models).
+   * 2: the device-state code path on a CPU model, with host buffers: the
+   * same results as the host state (how tests check that path). */
+  int32_t hsadmm_state;
 } px_strategy_config_t;
 
 /* One iteration's record (DESIGN.md section 7); what rank 0 reports. */

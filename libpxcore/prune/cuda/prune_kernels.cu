@@ -82,12 +82,12 @@ __global__ static void px__filter_norms(double *norms, const float *w, size_t c_
 }
 
 /* norms[c] = sum_o (sum_j w[o][c][j]^2): the inner sum per filter first, as
- * project.c adds it. */
+ * project.c adds it; add: onto norms[c] (a coupled group's producer norm). */
 __global__ static void px__channel_norms(double *norms, const float *w, size_t c_out,
-                                         size_t c_in, size_t khw) {
+                                         size_t c_in, size_t khw, bool add) {
   size_t row = c_in * khw;
   PX__GROUP_LOOP(c, c_in) {
-    double norm = 0.0;
+    double norm = add ? norms[c] : 0.0;
     for (size_t o = 0; o < c_out; o++) {
       const float *p = w + o * row + c * khw;
       double acc = 0.0;
@@ -127,13 +127,25 @@ extern "C" px_status_t px_cuda_prune_group_norms(double *norms, const float *w,
       px__filter_norms<<<px__blocks(G), PX__THREADS, 0, st>>>(norms, w, c_out, c_in * khw);
       break;
     case PX_PRUNE_GROUP_CHANNEL:
-      px__channel_norms<<<px__blocks(G), PX__THREADS, 0, st>>>(norms, w, c_out, c_in, khw);
+      px__channel_norms<<<px__blocks(G), PX__THREADS, 0, st>>>(norms, w, c_out, c_in, khw,
+                                                                false);
       break;
     case PX_PRUNE_GROUP_SHAPE:
       px__shape_norms<<<px__blocks(G), PX__THREADS, 0, st>>>(norms, w, c_out, c_in * khw);
       break;
   }
   PX__LAUNCHED("group norms");
+  return PX_OK;
+}
+
+extern "C" px_status_t px_cuda_prune_channel_norms_add(double *norms, const float *w,
+                                                       px_conv_shape_t s, void *stream) {
+  PX_CHECK(px_conv_shape_validate(s));
+  PX_REQUIRE(norms && w, "channel norms: NULL buffer");
+  size_t c_in = (size_t)s.c_in;
+  px__channel_norms<<<px__blocks(c_in), PX__THREADS, 0, px__stream(stream)>>>(
+      norms, w, (size_t)s.c_out, c_in, (size_t)s.kh * s.kw, true);
+  PX__LAUNCHED("channel norms");
   return PX_OK;
 }
 
