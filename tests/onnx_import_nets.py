@@ -11,7 +11,10 @@ PruneX's code is used here).
       and random labels: DIR/x.f32 (input), DIR/y.i32 (labels),
       DIR/logits.f32 (eval-mode logits) and, for one training step
       (train-mode BatchNorm, mean cross-entropy), DIR/grads.txt: one line
-      "NAME NUMEL FILE" per parameter with its gradient in DIR/FILE;
+      "NAME NUMEL FILE FILE64" per parameter with its gradient in DIR/FILE
+      (float32) and the same step's in float64 (the same weights and inputs,
+      model.double()) in DIR/FILE64: the yardstick both float32 results
+      are measured against;
   onnx_import_nets.py compare ORIG.onnx EXPORTED.onnx
       onnx's checker on PruneX's export of an imported 1x32x32 model, and
       OpenCV's logits of both files on the same images (see compare()).
@@ -25,6 +28,7 @@ residual Add + ReLU, max and average pooling, global average pooling, Linear) an
 non-trivial BN statistics and affine parameters, so that the checks see
 every parameter kind.
 """
+import copy
 import os
 import sys
 
@@ -238,20 +242,29 @@ def reference(name, out, batch, c, h, w, classes):
     with torch.no_grad():
         net.eval()
         net(x).numpy().astype(np.float32).tofile(os.path.join(out, "logits.f32"))
+    net64 = copy.deepcopy(net).double()  # the yardstick: the same step in float64
+    losses = [train_step(net, x, y), train_step(net64, x.double(), y)]
+    with open(os.path.join(out, "grads.txt"), "w") as f:
+        for i, ((pname, p), p64) in enumerate(zip(net.named_parameters(), net64.parameters())):
+            fn = ["g%d.f32" % i, "g%d.f64" % i]
+            for g, fname, dt in ((p.grad, fn[0], np.float32), (p64.grad, fn[1], np.float64)):
+                g = g.t().contiguous() if pname in getattr(net, "transposed", ()) else g
+                g.numpy().astype(dt).tofile(os.path.join(out, fname))
+            f.write("%s %d %s %s\n" % (pname, p.numel(), fn[0], fn[1]))
+    print("%s: loss %.6f (float64 %.9f), %d parameters" % (
+        name, losses[0], losses[1], sum(p.numel() for p in net.parameters())))
+
+
+def train_step(net, x, y):
+    """One training step's gradients (train-mode BatchNorm, mean
+    cross-entropy) in net's .grad; returns the loss."""
     net.train()
     for m in net.modules():  # dropout off: PruneX treats Dropout as the identity
         if isinstance(m, nn.Dropout):
             m.p = 0.0
     loss = nn.functional.cross_entropy(net(x), y.long())
     loss.backward()
-    with open(os.path.join(out, "grads.txt"), "w") as f:
-        for i, (pname, p) in enumerate(net.named_parameters()):
-            fn = "g%d.f32" % i
-            g = p.grad.t().contiguous() if pname in getattr(net, "transposed", ()) else p.grad
-            g.numpy().astype(np.float32).tofile(os.path.join(out, fn))
-            f.write("%s %d %s\n" % (pname, p.numel(), fn))
-    print("%s: loss %.6f, %d parameters" % (name, loss.item(),
-                                           sum(p.numel() for p in net.parameters())))
+    return loss.item()
 
 
 def compare(orig, exported):

@@ -6,7 +6,8 @@
  * with torch.onnx.export and computes, on a random batch, the eval-mode
  * logits and one training step's gradients (tests/onnx_import_nets.py). Our engine imports the file and must give the
  * same logits within 1e-4 and the same gradients (train-mode BatchNorm, mean
- * cross-entropy) within 1e-4 relative to the largest. The importer refuses
+ * cross-entropy) within 1e-4 of PyTorch's float64 step, relative to the
+ * largest. The importer refuses
  * what it cannot take with the file, the node and the operator, and
  * survives truncated and garbage files. Skips without the Python packages. */
 #include <math.h>
@@ -33,6 +34,10 @@
 #define C 3
 #define HW 16
 #define K 10
+/* Gradients are measured against PyTorch's float64 step (the same weights
+ * and inputs), relative to each tensor's largest value: at most GRAD_TOL.
+ * PyTorch's own float32 step is printed beside ours as the yardstick. */
+#define GRAD_TOL 1e-4
 
 static int have_torch(void) {
   if (system(PY " -c 'import torch, onnx, numpy' >/dev/null 2>&1") == 0) return 1;
@@ -102,38 +107,49 @@ static void check_net_at(const char *net, int c, int h, int w, int grads) {
   int64_t correct = 0;
   assert_int_equal(px_model_train_step(m, x, y, &loss, &correct), PX_OK);
   print_message("%s: training loss %.6f\n", net, loss);
-  char line[512], name[256], file[64], p[512];
+  char line[512], name[256], file[64], file64[64], p[512];
   size_t numel;
   snprintf(p, sizeof p, "%s/grads.txt", dir);
   FILE *f = fopen(p, "r");
   assert_non_null(f);
   int nparams = 0;
-  double worst = 0;
-  while (fgets(line, sizeof line, f) && sscanf(line, "%255s %zu %63s", name, &numel, file) == 3) {
+  double worst = 0, worst_torch = 0;
+  while (fgets(line, sizeof line, f) &&
+         sscanf(line, "%255s %zu %63s %63s", name, &numel, file, file64) == 4) {
     int i = 0;
     while (i < px_model_num_params(m) && strcmp(px_model_param(m, i)->name, name)) i++;
     if (i == px_model_num_params(m)) fail_msg("%s: no parameter %s in the import", net, name);
     const px_tensor_t *g = px_model_param(m, i)->grad;
     assert_int_equal(px_tensor_numel(g), numel);
     float *ref = malloc(numel * sizeof *ref), *ours = malloc(numel * sizeof *ours);
+    double *ref64 = malloc(numel * sizeof *ref64);
     assert_int_equal(read_f32(dir, file, ref, numel * sizeof *ref), numel * sizeof *ref);
+    assert_int_equal(read_f32(dir, file64, ref64, numel * sizeof *ref64), numel * sizeof *ref64);
     assert_int_equal(px_tensor_copy_to_host(g, ours, numel * sizeof *ours), PX_OK);
     /* relative to the largest, with a floor for a gradient that vanishes
      * (a BN shift right before another conv and BN: only rounding is left) */
-    double gmax = 1e-3, d = 0;
+    double gmax = 1e-3, d = 0, dt = 0;
     for (size_t j = 0; j < numel; j++) {
-      gmax = fmax(gmax, fabs(ref[j]));
-      d = fmax(d, fabs((double)ours[j] - ref[j]));
+      gmax = fmax(gmax, fabs(ref64[j]));
+      d = fmax(d, fabs((double)ours[j] - ref64[j]));
+      dt = fmax(dt, fabs((double)ref[j] - ref64[j]));
     }
+    if (getenv("PX_TEST_GRAD_TABLE"))
+      print_message("  %-24s ours %.2e  torch f32 %.2e  (of the largest, %.2e, float64)\n", name,
+                    d / gmax, dt / gmax, gmax);
     worst = fmax(worst, d / gmax);
-    if (d > 1e-4 * gmax) fail_msg("%s: gradient of %s differs by %.3e (largest %.3e)", net, name, d, gmax);
+    worst_torch = fmax(worst_torch, dt / gmax);
+    if (d > GRAD_TOL * gmax)
+      fail_msg("%s: gradient of %s differs from float64's by %.3e (largest %.3e; PyTorch float32 "
+               "by %.3e)", net, name, d, gmax, dt);
     free(ref);
+    free(ref64);
     free(ours);
     nparams++;
   }
   fclose(f);
-  print_message("%s: %d parameter gradients within %.2e (relative to the largest) of PyTorch's\n",
-                net, nparams, worst);
+  print_message("%s: %d parameter gradients within %.2e of float64's (relative to the largest; "
+                "PyTorch float32 within %.2e)\n", net, nparams, worst, worst_torch);
   assert_int_equal(nparams, px_model_num_params(m));
 done:
   free(x);
@@ -169,11 +185,10 @@ static void mobilenet_forward_and_gradients_match_pytorch(void **state) {
  * own 1 x 28 x 28 through the VGG (28 -> 14 -> 7 -> 3: pooling windows that
  * do not divide the map) and a non-square 3 x 40 x 24 image through the
  * ResNet, logits and gradients; the MobileNet at 3 x 40 x 24 and
- * 3 x 64 x 64, logits only: its training-mode gradients drift from
- * PyTorch's as the map grows (largest difference 3e-5 of the largest
- * gradient at 16 x 16, 1.5e-4 at 32 x 32, 1e-2 at 40 x 24; at 64 x 64, 6
- * of the batch's pre-activations lie within 1e-6 of a ReLU6 kink, measured
- * with PyTorch), not yet explained: see docs/performance.md. */
+ * 3 x 64 x 64, logits only: against PyTorch's float64 step its gradients
+ * are 1.0e-2 and 1.5e-2 of the largest off where PyTorch's float32 step is
+ * 3.6e-6 and 1.5e-5, from the batch norm after block 2's depthwise conv
+ * backward (oneDNN 2.6's one-pass sums; docs/performance.md). */
 static void other_input_sizes_match_pytorch(void **state) {
   (void)state;
   if (!have_torch()) skip();
