@@ -42,16 +42,16 @@ __device__ static inline float px__act_df(float dy, float x, float y, int act, f
   }
 }
 
+/* Forward (dy NULL): out = act(x); backward: out = dy * act'(x) (sigmoid
+ * reads y). */
 template <typename T>
-__global__ static void px__act_fwd_kernel(T *y, const T *x, int64_t n, int act, float alpha) {
-  PX__FOR_EACH(i, n) px__st(y + i, px__act_f(px__ld(x + i), act, alpha));
-}
-
-template <typename T>
-__global__ static void px__act_bwd_kernel(T *dx, const T *dy, const T *x, const T *y, int64_t n,
-                                          int act, float alpha) {
-  PX__FOR_EACH(i, n)
-  px__st(dx + i, px__act_df(px__ld(dy + i), px__ld(x + i), px__ld(y + i), act, alpha));
+__global__ static void px__act_kernel(T *out, const T *dy, const T *x, const T *y, int64_t n,
+                                      int act, float alpha) {
+  PX__FOR_EACH(i, n) {
+    const float v = px__ld(x + i);
+    px__st(out + i, dy ? px__act_df(px__ld(dy + i), v, px__ld(y + i), act, alpha)
+                       : px__act_f(v, act, alpha));
+  }
 }
 
 /* ---- squeeze-and-excitation product -------------------------------------------------- */
@@ -120,40 +120,34 @@ static px_status_t px__graph_format(const px_tensor_t *t, const char *op, const 
 
 static inline int px__bf16(const px_tensor_t *t) { return t->dtype == PX_DTYPE_BF16; }
 
-extern "C" px_status_t px__cuda_act_forward(px_ops_t *o, px_tensor_t *y, const px_tensor_t *x,
-                                            px__act_t act, float alpha) {
+/* The activation's one launch (see px__act_kernel). */
+static px_status_t px__act_run(px_ops_t *o, void *out, const void *dy, const px_tensor_t *x,
+                               const void *y, px__act_t act, float alpha, const char *what) {
   px__cuda_ops_t *ops = px__cuda_ctx(o);
-  PX_CHECK(px__graph_format(x, "activation forward", "x"));
+  PX_CHECK(px__graph_format(x, what, "x"));
   PX_CHECK(px__cuda_enter(ops));
   const size_t n = px_tensor_numel(x);
+  typedef __nv_bfloat16 bf;
   if (px__bf16(x))
-    px__act_fwd_kernel<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, ops->stream>>>(
-        (__nv_bfloat16 *)y->data, (const __nv_bfloat16 *)x->data, (int64_t)n, (int)act, alpha);
+    px__act_kernel<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, ops->stream>>>(
+        (bf *)out, (const bf *)dy, (const bf *)x->data, (const bf *)y, (int64_t)n, (int)act, alpha);
   else
-    px__act_fwd_kernel<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, ops->stream>>>(
-        (float *)y->data, (const float *)x->data, (int64_t)n, (int)act, alpha);
-  PX_CUDA_LAUNCHED("activation forward");
+    px__act_kernel<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, ops->stream>>>(
+        (float *)out, (const float *)dy, (const float *)x->data, (const float *)y, (int64_t)n,
+        (int)act, alpha);
+  PX_CUDA_LAUNCHED(what);
   return PX_OK;
+}
+
+extern "C" px_status_t px__cuda_act_forward(px_ops_t *o, px_tensor_t *y, const px_tensor_t *x,
+                                            px__act_t act, float alpha) {
+  return px__act_run(o, y->data, NULL, x, NULL, act, alpha, "activation forward");
 }
 
 extern "C" px_status_t px__cuda_act_backward(px_ops_t *o, px_tensor_t *dx, const px_tensor_t *dy,
                                              const px_tensor_t *x, const px_tensor_t *y,
                                              px__act_t act, float alpha) {
-  px__cuda_ops_t *ops = px__cuda_ctx(o);
-  PX_CHECK(px__graph_format(x, "activation backward", "x"));
-  PX_CHECK(px__cuda_enter(ops));
-  const size_t n = px_tensor_numel(x);
-  if (px__bf16(x))
-    px__act_bwd_kernel<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, ops->stream>>>(
-        (__nv_bfloat16 *)dx->data, (const __nv_bfloat16 *)dy->data,
-        (const __nv_bfloat16 *)x->data, (const __nv_bfloat16 *)y->data, (int64_t)n, (int)act,
-        alpha);
-  else
-    px__act_bwd_kernel<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, ops->stream>>>(
-        (float *)dx->data, (const float *)dy->data, (const float *)x->data,
-        (const float *)y->data, (int64_t)n, (int)act, alpha);
-  PX_CUDA_LAUNCHED("activation backward");
-  return PX_OK;
+  return px__act_run(o, dx->data, dy->data, x, y->data, act, alpha, "activation backward");
 }
 
 /* y = x * g over the shape of x (one launch, in the dtypes of x and g). */
