@@ -9,7 +9,8 @@
  * refused naming the op and the argument.
  * GPU half (skips without a GPU): each kernel against the CPU reference on
  * random data, in plain f32 NCHW, NHWC f32 and NHWC bf16 (inputs rounded to
- * bf16 first, bf16 tolerances); then one training step of the imported
+ * bf16 first, bf16 tolerances), and grouped / depthwise convolutions on
+ * cuDNN against oneDNN; then one training step of the imported
  * VGG-, MobileNet- and SE-ResNet-style nets (tests/onnx_import_nets.py) on
  * CUDA (NHWC, NCHW and bf16) against the CPU engine. */
 #include <math.h>
@@ -456,6 +457,59 @@ static void pool_kernel(px_ops_t *ops, px_ops_t *cpu, fmt_t f, const px_pool2d_p
   free(x), free(dy), free(want_y), free(want_dx), free(y), free(dx);
 }
 
+/* A grouped convolution (depthwise when groups = channels) on cuDNN
+ * against oneDNN: forward, backward data, backward weights. */
+static void grouped_conv(px_ops_t *ops, px_ops_t *cpu, fmt_t f, int groups, px_test_rng_t *rng) {
+  const int64_t c = 8, h = 9, w = 7;
+  const px_conv2d_params_t p = {.c_out = 8, .kh = 3, .kw = 3, .stride_h = 2, .stride_w = 2,
+                                .pad_h = 1, .pad_w = 1, .groups = groups};
+  px_tensor_t cs, ys, ws;
+  assert_ok(px_tensor_init4(&cs, px_device_cpu(), N, c, h, w));
+  px_conv2d_t *cc = NULL, *gc = NULL;
+  assert_ok(px_conv2d_create(cpu, &cs, &p, &cc));
+  px_conv2d_y_spec(cc, &ys);
+  px_conv2d_w_spec(cc, &ws);
+  assert_int_equal(ws.dims[1], c / groups);
+  const size_t nx = px_tensor_numel(&cs), ny = px_tensor_numel(&ys), nw = px_tensor_numel(&ws);
+  float *x = rand_host(rng, nx, 1.0f, 0.0f), *dy = rand_host(rng, ny, 1.0f, 0.0f);
+  float *wt = rand_host(rng, nw, 0.3f, 0.0f);
+  round_if(f, x, nx), round_if(f, dy, ny), round_if(f, wt, nw);
+  px_tensor_t cx, cy, cw, cdx, cdy, cdw;
+  make_tensor(&cx, &cs, x), make_tensor(&cy, &ys, NULL), make_tensor(&cw, &ws, wt);
+  make_tensor(&cdx, &cs, NULL), make_tensor(&cdy, &ys, dy), make_tensor(&cdw, &ws, NULL);
+  assert_ok(px_conv2d_forward(cc, &cy, &cx, &cw, NULL));
+  assert_ok(px_conv2d_backward_data(cc, &cdx, &cdy, &cw));
+  assert_ok(px_conv2d_backward_weights(cc, &cdw, NULL, &cx, &cdy));
+  float *want_y = read_host(&cy), *want_dx = read_host(&cdx), *want_dw = read_host(&cdw);
+
+  const px_tensor_t gs = spec_in(ops, f, N, c, h, w);
+  assert_ok(px_conv2d_create(ops, &gs, &p, &gc));
+  px_tensor_t gys, gws, gx, gy, gw, gdx, gdy, gdw;
+  px_conv2d_y_spec(gc, &gys);
+  px_conv2d_w_spec(gc, &gws);
+  assert_int_equal(gws.dims[1], c / groups);
+  dev_tensor(ops, &gx, &gs, x), dev_tensor(ops, &gdx, &gs, NULL);
+  dev_tensor(ops, &gy, &gys, NULL), dev_tensor(ops, &gdy, &gys, dy);
+  make_tensor(&gw, &gws, wt), make_tensor(&gdw, &gws, NULL);
+  assert_ok(px_conv2d_forward(gc, &gy, &gx, &gw, NULL));
+  assert_ok(px_conv2d_backward_data(gc, &gdx, &gdy, &gw));
+  assert_ok(px_conv2d_backward_weights(gc, &gdw, NULL, &gx, &gdy));
+  float *y = host_of(ops, &gy), *dx = host_of(ops, &gdx), *dw = read_host(&gdw);
+  char what[64];
+  snprintf(what, sizeof what, "conv groups %d forward", groups);
+  expect_rel(what, f, y, want_y, ny, f == FMT_BF16 ? 2e-2 : 1e-5);
+  snprintf(what, sizeof what, "conv groups %d backward data", groups);
+  expect_rel(what, f, dx, want_dx, nx, f == FMT_BF16 ? 2e-2 : 1e-5);
+  snprintf(what, sizeof what, "conv groups %d backward weights", groups);
+  expect_rel(what, f, dw, want_dw, nw, f == FMT_BF16 ? 2e-2 : 1e-5);
+  px_tensor_t *all[] = {&cx, &cy, &cw, &cdx, &cdy, &cdw, &gx, &gy, &gw, &gdx, &gdy, &gdw};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) px_tensor_release(all[i]);
+  px_conv2d_destroy(cc);
+  px_conv2d_destroy(gc);
+  free(x), free(dy), free(wt), free(want_y), free(want_dx), free(want_dw), free(y), free(dx),
+      free(dw);
+}
+
 static void graph_kernels_match_the_cpu_reference(void **state) {
   (void)state;
   REQUIRE_GPU();
@@ -475,6 +529,8 @@ static void graph_kernels_match_the_cpu_reference(void **state) {
     concat_kernels(ops, (fmt_t)f, &rng);
     for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++)
       pool_kernel(ops, cpu, (fmt_t)f, &pools[i], &rng);
+    grouped_conv(ops, cpu, (fmt_t)f, 2, &rng);
+    grouped_conv(ops, cpu, (fmt_t)f, 8, &rng); /* depthwise */
     px_ops_destroy(ops);
   }
   px_ops_destroy(cpu);
