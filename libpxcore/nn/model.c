@@ -28,8 +28,8 @@
 #include "prunex/nn.h"
 #include "px_check.h"
 
-/* ACT, MUL, CONCAT: the graph operators of imported networks (nn/px_graph_ops.h,
- * CPU engine, plain f32 activations). */
+/* ACT, MUL, CONCAT: the graph operators of imported networks (nn/px_graph_ops.h),
+ * run through the ops context (px__ops_act_forward ...: nn/px_ops_int.h). */
 typedef enum {
   PX__CONV, PX__BN, PX__ADD, PX__POOL, PX__FC, PX__REORDER, PX__ACT, PX__MUL, PX__CONCAT
 } px__node_kind_t;
@@ -309,15 +309,43 @@ static px_status_t px__plain(px_model_t *m, int a, int *out) {
   return px__reorder(m, a, &plain, out);
 }
 
-/* A graph operator's node (ACT, MUL, CONCAT) on plain inputs, giving a
- * plain [N, c_out, H, W] output of in's size. */
+static int px__on_cpu(const px_model_t *m) { return px_ops_device(m->ops).kind == PX_DEVICE_CPU; }
+
+/* Activation a in the engine's activation format (px_ops_act_format: on
+ * CUDA NHWC f32 / bf16, or plain f32 with PX_CUDA_LAYOUT=nchw): a itself,
+ * or a conversion of it. */
+static px_status_t px__engine_format(px_model_t *m, int a, int *out) {
+  const px_tensor_t *t = &m->acts[a];
+  px_tensor_t fmt;
+  PX_CHECK(px_tensor_init4(&fmt, t->device, t->dims[0], t->dims[1], t->dims[2], t->dims[3]));
+  PX_CHECK(px_ops_act_format(m->ops, (px_precision_t)m->cfg.precision, &fmt));
+  *out = a;
+  if (px_tensor_same_spec(t, &fmt)) return PX_OK;
+  return px__reorder(m, a, &fmt, out);
+}
+
+/* A graph operator's node (MUL, CONCAT; ACT on the CPU's padded layouts),
+ * giving an [N, c_out, H, W] output of in's size. On the CPU its inputs and
+ * output are plain f32. On CUDA a Mul keeps its map's format (the gate
+ * [N, C, 1, 1] is the same memory in either order) and a Concat joins two
+ * maps in the engine's format. */
 static px_status_t px__graph_node(px_model_t *m, px__node_kind_t kind, int in, int in2, int c_out,
                                   int *out) {
-  PX_CHECK(px__plain(m, in, &in));
-  if (in2 >= 0) PX_CHECK(px__plain(m, in2, &in2));
-  const px_tensor_t *x = &m->acts[in];
   px_tensor_t ys;
-  PX_CHECK(px_tensor_init4(&ys, x->device, x->dims[0], c_out, x->dims[2], x->dims[3]));
+  if (px__on_cpu(m)) {
+    PX_CHECK(px__plain(m, in, &in));
+    if (in2 >= 0) PX_CHECK(px__plain(m, in2, &in2));
+    const px_tensor_t *x = &m->acts[in];
+    PX_CHECK(px_tensor_init4(&ys, x->device, x->dims[0], c_out, x->dims[2], x->dims[3]));
+  } else if (kind == PX__MUL) {
+    ys = m->acts[in];
+  } else {
+    PX_CHECK(px__engine_format(m, in, &in));
+    PX_CHECK(px__engine_format(m, in2, &in2));
+    const px_tensor_t *x = &m->acts[in];
+    PX_CHECK(px_tensor_init4(&ys, x->device, x->dims[0], c_out, x->dims[2], x->dims[3]));
+    PX_CHECK(px_ops_act_format(m->ops, (px_precision_t)m->cfg.precision, &ys));
+  }
   px__node_t *n;
   PX_CHECK(px__push(m, kind, in, in2, &n));
   int o;
@@ -327,12 +355,13 @@ static px_status_t px__graph_node(px_model_t *m, px__node_kind_t kind, int in, i
   return PX_OK;
 }
 
-/* An activation is element-wise: it keeps its input's layout (no
- * conversion) unless the layout pads the channels, where f(0) would not be
- * 0 for every activation. */
+/* An activation is element-wise: it keeps its input's format (no
+ * conversion; on CUDA any of its formats) unless a CPU layout pads the
+ * channels, where f(0) would not be 0 for every activation. */
 static px_status_t px__act_node(px_model_t *m, int in, px__act_t act, float alpha, int *out) {
   const px_tensor_t *x = &m->acts[in];
-  if (px_tensor_is_plain(x) || x->nbytes != px_tensor_numel(x) * sizeof(float)) {
+  if (px__on_cpu(m) &&
+      (px_tensor_is_plain(x) || x->nbytes != px_tensor_numel(x) * sizeof(float))) {
     PX_CHECK(px__graph_node(m, PX__ACT, in, -1, (int)x->dims[1], out));
   } else {
     px__node_t *n;
@@ -399,6 +428,9 @@ static px_status_t px__gap(px_model_t *m, int in, int *out) {
 }
 
 static px_status_t px__fc(px_model_t *m, int in, int classes, const char *name, int *out) {
+  /* CUDA's FC reads plain f32 (an imported graph may flatten a windowed
+   * pooling's NHWC map, whose order is not the flattened NCHW one) */
+  if (!px__on_cpu(m)) PX_CHECK(px__plain(m, in, &in));
   px__node_t *n;
   PX_CHECK(px__push(m, PX__FC, in, -1, &n));
   px_fc_params_t p = {classes, 1};
@@ -474,19 +506,6 @@ static px_status_t px__input(px_model_t *m, int *h) {
   return PX_OK;
 }
 
-/* Whether m's engine has kernels for layer L: the CUDA engine has none yet
- * for the graph operators and grouped convolutions, and says so at build
- * time, naming the node and its operator. */
-static px_status_t px__engine_takes(const px_model_t *m, const px__onnx_layer_t *L) {
-  if (px_ops_device(m->ops).kind == PX_DEVICE_CPU) return PX_OK;
-  int graph_op = L->kind == PX__OL_ACT || L->kind == PX__OL_MUL || L->kind == PX__OL_CONCAT ||
-                 (L->kind == PX__OL_CONV && L->groups > 1);
-  if (!graph_op) return PX_OK;
-  return px_set_error(PX_ERR_INVALID, "%s: node '%s' (%s%s): the CUDA engine has no kernel "
-                      "for this operator yet; train this model on the CPU engine", m->onnx,
-                      L->node, L->op ? L->op : "?", L->kind == PX__OL_CONV ? ", grouped" : "");
-}
-
 /* An imported graph (nn/onnx_import.c) through the same layer functions as
  * the built-in architectures: the layers map one to one onto nodes. */
 static px_status_t px__build_onnx(px_model_t *m) {
@@ -499,7 +518,6 @@ static px_status_t px__build_onnx(px_model_t *m) {
   for (int k = 0; k < g->nlayers; k++) {
     const px__onnx_layer_t *L = &g->layers[k];
     int in = L->in < 0 ? x : act[L->in], in2 = L->in2 < 0 ? x : act[L->in2];
-    PX_CHECK_GOTO(px__engine_takes(m, L), st, done);
     switch (L->kind) {
       case PX__OL_CONV: {
         /* grouped convs and those on a 1 x 1 map (squeeze-and-excitation)
@@ -1131,17 +1149,13 @@ done:
 
 static px_tensor_t *px__ws(px__node_t *n) { return n->ws.nbytes > 0 ? &n->ws : NULL; }
 
-/* The graph operators run on host arrays: the CPU engine's plain tensors. */
-static void px__graph_forward(px_model_t *m, const px__node_t *n) {
-  const px_tensor_t *x = &m->acts[n->in], *y = &m->acts[n->out];
-  size_t hw = (size_t)x->dims[2] * x->dims[3], b = (size_t)x->dims[0];
-  if (n->kind == PX__ACT)
-    px__act_forward(y->data, x->data, px_tensor_numel(x), n->act, n->alpha);
-  else if (n->kind == PX__MUL)
-    px__mul_forward(y->data, x->data, m->acts[n->in2].data, b * (size_t)x->dims[1], hw);
-  else
-    px__concat_forward(y->data, x->data, m->acts[n->in2].data, b, (size_t)x->dims[1],
-                       (size_t)m->acts[n->in2].dims[1], hw);
+/* The graph operators, on the model's engine. */
+static px_status_t px__graph_forward(px_model_t *m, const px__node_t *n) {
+  px_tensor_t *y = &m->acts[n->out];
+  const px_tensor_t *x = &m->acts[n->in];
+  if (n->kind == PX__ACT) return px__ops_act_forward(m->ops, y, x, n->act, n->alpha);
+  if (n->kind == PX__MUL) return px__ops_mul_forward(m->ops, y, x, &m->acts[n->in2]);
+  return px__ops_concat_forward(m->ops, y, x, &m->acts[n->in2]);
 }
 
 static px_status_t px__forward(px_model_t *m, int train) {
@@ -1157,7 +1171,7 @@ static px_status_t px__forward(px_model_t *m, int train) {
       case PX__ACT:
       case PX__MUL:
       case PX__CONCAT:
-        px__graph_forward(m, n);
+        PX_CHECK(px__graph_forward(m, n));
         break;
       case PX__BN:
         if (train)
@@ -1220,16 +1234,12 @@ static px_status_t px__graph_backward(px_model_t *m, const px__node_t *n) {
   int want1 = n->in != 0 && n->in != m->in_act, want2 = n->in2 > 0 && n->in2 != m->in_act;
   px_tensor_t *dx = want1 ? px__dx(m, n->in) : NULL;
   px_tensor_t *dx2 = want2 ? px__dx(m, n->in2) : NULL;
-  size_t hw = (size_t)x->dims[2] * x->dims[3], b = (size_t)x->dims[0];
   if (n->kind == PX__ACT && dx)
-    px__act_backward(dx->data, dy->data, x->data, m->acts[n->out].data, px_tensor_numel(x),
-                     n->act, n->alpha);
-  else if (n->kind == PX__MUL)
-    px__mul_backward(dx ? dx->data : NULL, dx2 ? dx2->data : NULL, dy->data, x->data,
-                     m->acts[n->in2].data, b * (size_t)x->dims[1], hw);
-  else if (n->kind == PX__CONCAT)
-    px__concat_backward(dx ? dx->data : NULL, dx2 ? dx2->data : NULL, dy->data, b,
-                        (size_t)x->dims[1], (size_t)m->acts[n->in2].dims[1], hw);
+    PX_CHECK(px__ops_act_backward(m->ops, dx, dy, x, &m->acts[n->out], n->act, n->alpha));
+  else if (n->kind == PX__MUL && (dx || dx2))
+    PX_CHECK(px__ops_mul_backward(m->ops, dx, dx2, dy, x, &m->acts[n->in2]));
+  else if (n->kind == PX__CONCAT && (dx || dx2))
+    PX_CHECK(px__ops_concat_backward(m->ops, dx, dx2, dy));
   if (dx) PX_CHECK(px__settle(m, n->in, dx));
   if (dx2) PX_CHECK(px__settle(m, n->in2, dx2));
   return PX_OK;

@@ -146,10 +146,6 @@ px_status_t px__wlayer_check_backward_weights(const px__wlayer_t *l, const px_te
 px_status_t px_conv2d_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_conv2d_params_t *p,
                              px_conv2d_t **out) {
   PX__REQUIRE_OPS(ops, out, "px_conv2d_create");
-  if (p && p->groups > 1 && strcmp(PX__BE(ops)->name, "cpu"))
-    return px_set_error(PX_ERR_INVALID, "px_conv2d_create: a grouped convolution (groups = %d) "
-                        "has no %s kernel yet: run this model on the CPU engine", (int)p->groups,
-                        PX__BE(ops)->name);
   return PX__BE(ops)->conv2d_create(ops, x_spec, p, out);
 }
 
@@ -372,4 +368,131 @@ void px_reorder_destroy(px_reorder_t *op) {
 px_status_t px_reorder_execute(px_reorder_t *op, px_tensor_t *dst, const px_tensor_t *src) {
   assert(op);
   return PX__BE(op)->reorder_execute(op, dst, src);
+}
+
+/* ---- the graph operators of imported networks: routed by the context ------------ */
+
+/* t present, with storage, 4-D, on ops' device. */
+static px_status_t px__graph_arg(const px_ops_t *ops, const px_tensor_t *t, const char *op,
+                                 const char *arg) {
+  if (!t) return px_set_error(PX_ERR_INVALID, "%s %s is NULL", op, arg);
+  if (!t->data) return px_set_error(PX_ERR_INVALID, "%s %s has no storage", op, arg);
+  if (!px_device_equal(t->device, PX__BE(ops)->ops_device(ops)))
+    return px_set_error(PX_ERR_INVALID, "%s %s is on another device than the ops context", op, arg);
+  if (t->ndim != 4)
+    return px_set_error(PX_ERR_INVALID, "%s %s: a 4-D [N, C, H, W] tensor is needed, not %d-D", op,
+                        arg, t->ndim);
+  return PX_OK;
+}
+
+static px_status_t px__act_check(const px_ops_t *ops, px__act_t act, const char *op) {
+  PX_REQUIRE(ops != NULL, "%s: ops context is NULL", op);
+  PX_REQUIRE(act == PX__ACT_RELU || act == PX__ACT_LEAKY || act == PX__ACT_RELU6 ||
+                 act == PX__ACT_SIGMOID,
+             "%s: unknown activation %d", op, (int)act);
+  return PX_OK;
+}
+
+px_status_t px__ops_act_forward(px_ops_t *ops, px_tensor_t *y, const px_tensor_t *x, px__act_t act,
+                                float alpha) {
+  PX_CHECK(px__act_check(ops, act, "activation forward"));
+  PX_CHECK(px__graph_arg(ops, x, "activation forward", "x"));
+  PX_CHECK(px__check_as(y, x, "activation forward", "y"));
+  return PX__BE(ops)->act_forward(ops, y, x, act, alpha);
+}
+
+px_status_t px__ops_act_backward(px_ops_t *ops, px_tensor_t *dx, const px_tensor_t *dy,
+                                 const px_tensor_t *x, const px_tensor_t *y, px__act_t act,
+                                 float alpha) {
+  PX_CHECK(px__act_check(ops, act, "activation backward"));
+  PX_CHECK(px__graph_arg(ops, x, "activation backward", "x"));
+  PX_CHECK(px__check_as(y, x, "activation backward", "y"));
+  PX_CHECK(px__check_as(dy, x, "activation backward", "dy"));
+  PX_CHECK(px__check_as(dx, x, "activation backward", "dx"));
+  return PX__BE(ops)->act_backward(ops, dx, dy, x, y, act, alpha);
+}
+
+/* The gate of x: [N, C, 1, 1], f32 or x's dtype. */
+static px_status_t px__gate_check(const px_ops_t *ops, const px_tensor_t *g, const px_tensor_t *x,
+                                  const char *op, const char *arg) {
+  PX_CHECK(px__graph_arg(ops, g, op, arg));
+  if (g->dims[0] != x->dims[0] || g->dims[1] != x->dims[1] || g->dims[2] != 1 || g->dims[3] != 1)
+    return px_set_error(PX_ERR_INVALID, "%s %s: a per-channel gate [%lld, %lld, 1, 1] is needed, "
+                        "not [%lld, %lld, %lld, %lld]", op, arg, (long long)x->dims[0],
+                        (long long)x->dims[1], (long long)g->dims[0], (long long)g->dims[1],
+                        (long long)g->dims[2], (long long)g->dims[3]);
+  if (g->dtype != PX_DTYPE_F32 && g->dtype != x->dtype)
+    return px_set_error(PX_ERR_INVALID, "%s %s: the gate's dtype %d is neither f32 nor the map's",
+                        op, arg, (int)g->dtype);
+  return PX_OK;
+}
+
+px_status_t px__ops_mul_forward(px_ops_t *ops, px_tensor_t *y, const px_tensor_t *x,
+                                const px_tensor_t *g) {
+  PX_REQUIRE(ops != NULL, "mul forward: ops context is NULL");
+  PX_CHECK(px__graph_arg(ops, x, "mul forward", "x"));
+  PX_CHECK(px__gate_check(ops, g, x, "mul forward", "g"));
+  PX_CHECK(px__check_as(y, x, "mul forward", "y"));
+  return PX__BE(ops)->mul_forward(ops, y, x, g);
+}
+
+px_status_t px__ops_mul_backward(px_ops_t *ops, px_tensor_t *dx, px_tensor_t *dg,
+                                 const px_tensor_t *dy, const px_tensor_t *x,
+                                 const px_tensor_t *g) {
+  PX_REQUIRE(ops != NULL, "mul backward: ops context is NULL");
+  PX_CHECK(px__graph_arg(ops, x, "mul backward", "x"));
+  PX_CHECK(px__gate_check(ops, g, x, "mul backward", "g"));
+  PX_CHECK(px__check_as(dy, x, "mul backward", "dy"));
+  if (dx) PX_CHECK(px__check_as(dx, x, "mul backward", "dx"));
+  if (dg) PX_CHECK(px__check_as(dg, g, "mul backward", "dg"));
+  return PX__BE(ops)->mul_backward(ops, dx, dg, dy, x, g);
+}
+
+/* y [N, Ca + Cb, H, W] of a [N, Ca, H, W] and b [N, Cb, H, W], one dtype,
+ * all plain or none. */
+static px_status_t px__concat_check(const px_ops_t *ops, const px_tensor_t *y,
+                                    const px_tensor_t *a, const px_tensor_t *b, const char *op,
+                                    const char *an, const char *bn) {
+  PX_CHECK(px__graph_arg(ops, y, op, "y"));
+  PX_CHECK(px__graph_arg(ops, a, op, an));
+  PX_CHECK(px__graph_arg(ops, b, op, bn));
+  const int64_t *yd = y->dims, *ad = a->dims, *bd = b->dims;
+  if (ad[0] != yd[0] || bd[0] != yd[0] || ad[2] != yd[2] || bd[2] != yd[2] || ad[3] != yd[3] ||
+      bd[3] != yd[3] || ad[1] + bd[1] != yd[1])
+    return px_set_error(PX_ERR_INVALID, "%s: [%lld, %lld, %lld, %lld] and [%lld, %lld, %lld, "
+                        "%lld] do not join into [%lld, %lld, %lld, %lld] on channels", op,
+                        (long long)ad[0], (long long)ad[1], (long long)ad[2], (long long)ad[3],
+                        (long long)bd[0], (long long)bd[1], (long long)bd[2], (long long)bd[3],
+                        (long long)yd[0], (long long)yd[1], (long long)yd[2], (long long)yd[3]);
+  if (a->dtype != y->dtype || b->dtype != y->dtype ||
+      px_tensor_is_plain(a) != px_tensor_is_plain(y) ||
+      px_tensor_is_plain(b) != px_tensor_is_plain(y))
+    return px_set_error(PX_ERR_INVALID, "%s: %s, %s and the output differ in dtype or layout", op,
+                        an, bn);
+  return PX_OK;
+}
+
+px_status_t px__ops_concat_forward(px_ops_t *ops, px_tensor_t *y, const px_tensor_t *a,
+                                   const px_tensor_t *b) {
+  PX_REQUIRE(ops != NULL, "concat forward: ops context is NULL");
+  PX_CHECK(px__concat_check(ops, y, a, b, "concat forward", "a", "b"));
+  return PX__BE(ops)->concat_forward(ops, y, a, b);
+}
+
+px_status_t px__ops_concat_backward(px_ops_t *ops, px_tensor_t *da, px_tensor_t *db,
+                                    const px_tensor_t *dy) {
+  PX_REQUIRE(ops != NULL, "concat backward: ops context is NULL");
+  PX_REQUIRE(da || db, "concat backward: neither da nor db is wanted");
+  const px_tensor_t *a = da ? da : db, *b = db ? db : da;
+  if (!da || !db) { /* one slice: it fits dy's batch, map and format */
+    PX_CHECK(px__graph_arg(ops, dy, "concat backward", "dy"));
+    PX_CHECK(px__graph_arg(ops, a, "concat backward", da ? "da" : "db"));
+    const int64_t *yd = dy->dims, *xd = a->dims;
+    PX_REQUIRE(xd[0] == yd[0] && xd[2] == yd[2] && xd[3] == yd[3] && xd[1] < yd[1] &&
+                   a->dtype == dy->dtype && px_tensor_is_plain(a) == px_tensor_is_plain(dy),
+               "concat backward: %s does not fit dy", da ? "da" : "db");
+  } else {
+    PX_CHECK(px__concat_check(ops, dy, a, b, "concat backward", "da", "db"));
+  }
+  return PX__BE(ops)->concat_backward(ops, da, db, dy);
 }

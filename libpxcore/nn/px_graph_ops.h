@@ -3,10 +3,11 @@
  * ReLU6, sigmoid), the squeeze-and-excitation product of a map and a
  * per-channel gate, and the concatenation of two maps on channels.
  *
- * They run on the CPU engine on plain f32 NCHW host arrays (the model
+ * These are the CPU engine's code, on plain f32 NCHW host arrays (the model
  * converts a blocked input to plain first); each is a plain loop, its own
- * reference. The CUDA engine has no kernels for them yet: the model refuses
- * a graph that uses them on a GPU when it is built, naming the operator. */
+ * reference. The model calls them through the ops table (px__ops_act_forward
+ * ... in nn/px_ops_int.h), whose CUDA entries are the kernels of
+ * nn/cuda/cuda_graph.cu (NHWC or NCHW, f32 or bf16), tested against these. */
 #ifndef PX_GRAPH_OPS_H
 #define PX_GRAPH_OPS_H
 

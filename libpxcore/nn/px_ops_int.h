@@ -14,6 +14,7 @@
 #ifndef PX_OPS_INT_H
 #define PX_OPS_INT_H
 
+#include "nn/px_graph_ops.h"
 #include "prunex/ops.h"
 
 #ifdef __cplusplus
@@ -74,7 +75,13 @@ extern "C" {
   X(px_status_t, reorder_create, (px_ops_t *ops, const px_tensor_t *dst_spec, const px_tensor_t *src_spec, px_reorder_t **out)) \
   X(void, reorder_destroy, (px_reorder_t *op)) \
   X(px_status_t, reorder_execute, (px_reorder_t *op, px_tensor_t *dst, const px_tensor_t *src)) \
-  X(px_status_t, softmax_ce, (px_ops_t *ops, px_tensor_t *dlogits, float *loss, int64_t *correct, const px_tensor_t *logits, const px_tensor_t *labels))
+  X(px_status_t, softmax_ce, (px_ops_t *ops, px_tensor_t *dlogits, float *loss, int64_t *correct, const px_tensor_t *logits, const px_tensor_t *labels)) \
+  X(px_status_t, act_forward, (px_ops_t *ops, px_tensor_t *y, const px_tensor_t *x, px__act_t act, float alpha)) \
+  X(px_status_t, act_backward, (px_ops_t *ops, px_tensor_t *dx, const px_tensor_t *dy, const px_tensor_t *x, const px_tensor_t *y, px__act_t act, float alpha)) \
+  X(px_status_t, mul_forward, (px_ops_t *ops, px_tensor_t *y, const px_tensor_t *x, const px_tensor_t *g)) \
+  X(px_status_t, mul_backward, (px_ops_t *ops, px_tensor_t *dx, px_tensor_t *dg, const px_tensor_t *dy, const px_tensor_t *x, const px_tensor_t *g)) \
+  X(px_status_t, concat_forward, (px_ops_t *ops, px_tensor_t *y, const px_tensor_t *a, const px_tensor_t *b)) \
+  X(px_status_t, concat_backward, (px_ops_t *ops, px_tensor_t *da, px_tensor_t *db, const px_tensor_t *dy))
 
 #define PX__OPS_FIELD(ret, name, params) ret (*name) params;
 typedef struct px__ops_backend {
@@ -111,6 +118,37 @@ px_status_t px__cuda_ops_create(px_device_t dev, int nthreads, px_ops_t **out);
  * before the ops issued after it; the host buffers may be reused as soon as
  * the call returns. This is how the model feeds its input batches. */
 px_status_t px__ops_upload(px_ops_t *ops, int n, px_tensor_t *const *dst, const void *const *src);
+
+/* The graph operators of imported networks (nn/px_graph_ops.h) on any
+ * engine, with the arithmetic of the CPU functions there; the entries
+ * act_forward ... concat_backward of the table. Internal, not in ops.h: only
+ * the model calls them, on its own activations. Each checks its arguments
+ * here (storage, the context's device, 4-D shapes that fit together, one
+ * dtype where the op needs it) and the backend checks the formats it takes
+ * (the CPU: plain f32 NCHW for Mul and Concat, any unpadded f32 layout for
+ * the activations; CUDA: plain f32 or NHWC f32 / bf16, see
+ * nn/cuda/cuda_graph.cu); PX_ERR_INVALID naming the op and the argument
+ * otherwise. Nothing allocates; on CUDA the work is queued on the context's
+ * stream.
+ *   act:    y = act(x) (y like x); dx = dy * act'(x) (sigmoid reads y).
+ *   mul:    y = x * g with x [N, C, H, W] and the gate g [N, C, 1, 1] (f32,
+ *           or x's dtype); dx = dy * g, dg[n, c] = sum over H, W of dy * x
+ *           (either NULL: not wanted).
+ *   concat: y [N, Ca + Cb, H, W] = [a; b] on channels (a, b, y one format);
+ *           da, db the two slices of dy (either NULL: not wanted). */
+px_status_t px__ops_act_forward(px_ops_t *ops, px_tensor_t *y, const px_tensor_t *x, px__act_t act,
+                                float alpha);
+px_status_t px__ops_act_backward(px_ops_t *ops, px_tensor_t *dx, const px_tensor_t *dy,
+                                 const px_tensor_t *x, const px_tensor_t *y, px__act_t act,
+                                 float alpha);
+px_status_t px__ops_mul_forward(px_ops_t *ops, px_tensor_t *y, const px_tensor_t *x,
+                                const px_tensor_t *g);
+px_status_t px__ops_mul_backward(px_ops_t *ops, px_tensor_t *dx, px_tensor_t *dg,
+                                 const px_tensor_t *dy, const px_tensor_t *x, const px_tensor_t *g);
+px_status_t px__ops_concat_forward(px_ops_t *ops, px_tensor_t *y, const px_tensor_t *a,
+                                   const px_tensor_t *b);
+px_status_t px__ops_concat_backward(px_ops_t *ops, px_tensor_t *da, px_tensor_t *db,
+                                    const px_tensor_t *dy);
 
 /* Checks that t matches spec (device, dtype, dims, layout) and has storage
  * of at least spec->nbytes; PX_ERR_INVALID naming `what` otherwise. Shared

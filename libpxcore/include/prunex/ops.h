@@ -124,8 +124,8 @@ typedef struct {
   int32_t pad_h, pad_w;       /* symmetric zero padding, >= 0 */
   int32_t bias;               /* 1: add a bias [c_out] */
   int32_t groups;             /* 0 or 1: dense; g > 1: grouped (C_in and c_out divisible by g;
-                                 g = C_in = c_out is depthwise). CPU engine only for now: the
-                                 CUDA engine refuses g > 1 at creation */
+                                 g = C_in = c_out is depthwise; oneDNN on the CPU, cuDNN's
+                                 group count on CUDA) */
 } px_conv2d_params_t;
 
 typedef struct px_conv2d px_conv2d_t;

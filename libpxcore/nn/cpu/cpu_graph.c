@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "nn/cpu/px_cpu_int.h"
 #include "nn/px_graph_ops.h"
 
 const char *px__act_onnx_name(px__act_t a) {
@@ -94,4 +95,80 @@ void px__concat_backward(float *da, float *db, const float *dy, size_t batch, si
     if (da) memcpy(da + n * na, dy + n * (na + nb), na * sizeof *da);
     if (db) memcpy(db + n * nb, dy + n * (na + nb) + na, nb * sizeof *db);
   }
+}
+
+/* ---- the CPU engine's entries of the ops table (nn/px_ops_int.h) ------------------
+ * The model's calls on the CPU: the functions above on the tensors' host
+ * arrays, with the formats they take checked (the dispatcher has checked
+ * the shapes). */
+
+/* An activation's input: f32 in a layout without padding (plain or blocked:
+ * the activation is element-wise, but f(0) is not 0 for every kind). */
+static px_status_t px__cpu_act_format(const px_tensor_t *x, const char *op) {
+  if (x->dtype != PX_DTYPE_F32 || x->nbytes != px_tensor_numel(x) * sizeof(float))
+    return px_set_error(PX_ERR_INVALID, "%s: the CPU engine takes f32 activations without "
+                        "padded channels", op);
+  return PX_OK;
+}
+
+static px_status_t px__cpu_plain_f32(const px_tensor_t *t, const char *op, const char *arg) {
+  if (t && (t->dtype != PX_DTYPE_F32 || !px_tensor_is_plain(t)))
+    return px_set_error(PX_ERR_INVALID, "%s %s: the CPU engine takes plain f32 NCHW here", op, arg);
+  return PX_OK;
+}
+
+px_status_t px__cpu_act_forward(px_ops_t *ops, px_tensor_t *y, const px_tensor_t *x, px__act_t act,
+                                float alpha) {
+  (void)ops;
+  PX_CHECK(px__cpu_act_format(x, "activation forward"));
+  px__act_forward(y->data, x->data, px_tensor_numel(x), act, alpha);
+  return PX_OK;
+}
+
+px_status_t px__cpu_act_backward(px_ops_t *ops, px_tensor_t *dx, const px_tensor_t *dy,
+                                 const px_tensor_t *x, const px_tensor_t *y, px__act_t act,
+                                 float alpha) {
+  (void)ops;
+  PX_CHECK(px__cpu_act_format(x, "activation backward"));
+  px__act_backward(dx->data, dy->data, x->data, y->data, px_tensor_numel(x), act, alpha);
+  return PX_OK;
+}
+
+px_status_t px__cpu_mul_forward(px_ops_t *ops, px_tensor_t *y, const px_tensor_t *x,
+                                const px_tensor_t *g) {
+  (void)ops;
+  PX_CHECK(px__cpu_plain_f32(x, "mul forward", "x"));
+  PX_CHECK(px__cpu_plain_f32(g, "mul forward", "g"));
+  px__mul_forward(y->data, x->data, g->data, (size_t)(x->dims[0] * x->dims[1]),
+                  (size_t)(x->dims[2] * x->dims[3]));
+  return PX_OK;
+}
+
+px_status_t px__cpu_mul_backward(px_ops_t *ops, px_tensor_t *dx, px_tensor_t *dg,
+                                 const px_tensor_t *dy, const px_tensor_t *x, const px_tensor_t *g) {
+  (void)ops;
+  PX_CHECK(px__cpu_plain_f32(x, "mul backward", "x"));
+  PX_CHECK(px__cpu_plain_f32(g, "mul backward", "g"));
+  px__mul_backward(dx ? dx->data : NULL, dg ? dg->data : NULL, dy->data, x->data, g->data,
+                   (size_t)(x->dims[0] * x->dims[1]), (size_t)(x->dims[2] * x->dims[3]));
+  return PX_OK;
+}
+
+px_status_t px__cpu_concat_forward(px_ops_t *ops, px_tensor_t *y, const px_tensor_t *a,
+                                   const px_tensor_t *b) {
+  (void)ops;
+  PX_CHECK(px__cpu_plain_f32(y, "concat forward", "y"));
+  px__concat_forward(y->data, a->data, b->data, (size_t)y->dims[0], (size_t)a->dims[1],
+                     (size_t)b->dims[1], (size_t)(y->dims[2] * y->dims[3]));
+  return PX_OK;
+}
+
+px_status_t px__cpu_concat_backward(px_ops_t *ops, px_tensor_t *da, px_tensor_t *db,
+                                    const px_tensor_t *dy) {
+  (void)ops;
+  PX_CHECK(px__cpu_plain_f32(dy, "concat backward", "dy"));
+  const int64_t ca = da ? da->dims[1] : dy->dims[1] - db->dims[1];
+  px__concat_backward(da ? da->data : NULL, db ? db->data : NULL, dy->data, (size_t)dy->dims[0],
+                      (size_t)ca, (size_t)(dy->dims[1] - ca), (size_t)(dy->dims[2] * dy->dims[3]));
+  return PX_OK;
 }

@@ -22,7 +22,8 @@
  * dtype before the forward and the backward-data call, and the KRSC
  * gradient back to f32 OIHW after the backward-filter call (a few
  * microseconds a layer, no allocation). bf16 convolutions accumulate in f32
- * on tensor cores. */
+ * on tensor cores. Grouped and depthwise convolutions (an imported graph's
+ * Conv with group > 1) are cuDNN's group count on the same descriptors. */
 #include <stddef.h>
 #include <string.h>
 
@@ -31,13 +32,13 @@
 typedef struct px__cuda_conv2d {
   px__ops_head_t head; /* first, the contract second: the dispatcher reads both */
   px__wlayer_t wl;     /* x [N, C_in, H, W], y [N, C_out, OH, OW],
-                          w [C_out, C_in, KH, KW], b [C_out] */
+                          w [C_out, C_in / groups, KH, KW], b [C_out] */
   px__cuda_ops_t *ops;
   px_conv2d_params_t p;
   int tf32;
   int nhwc;            /* channels-last input and output: KRSC weight copies */
   int bf16;            /* bf16 activations (and weight copies) */
-  size_t w_numel;      /* C_out * C_in * KH * KW */
+  size_t w_numel;      /* C_out * C_in / groups * KH * KW */
   cudnnTensorDescriptor_t x_desc, y_desc, b_desc; /* b_desc: [1, C_out, 1, 1] */
   cudnnFilterDescriptor_t w_desc;
   cudnnConvolutionDescriptor_t fwd_desc, bwd_data_desc, bwd_filter_desc;
@@ -83,6 +84,8 @@ static px_status_t px__conv_desc(cudnnConvolutionDescriptor_t *d, const px_conv2
   /* f32 accumulation also for bf16 data */
   PX_CUDNN(cudnnSetConvolution2dDescriptor(*d, p->pad_h, p->pad_w, p->stride_h, p->stride_w, 1, 1,
                                            CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  /* a grouped (depthwise) convolution: cuDNN's filter is [C_out, C_in / groups, KH, KW] */
+  if (p->groups > 1) PX_CUDNN(cudnnSetConvolutionGroupCount(*d, p->groups));
   PX_CUDNN(cudnnSetConvolutionMathType(*d, bf16   ? CUDNN_TENSOR_OP_MATH
                                            : tf32 ? CUDNN_DEFAULT_MATH
                                                   : CUDNN_FMA_MATH));
@@ -92,7 +95,7 @@ static px_status_t px__conv_desc(cudnnConvolutionDescriptor_t *d, const px_conv2
 /* ---- timed algorithms, remembered by shape ------------------------------------------- */
 
 typedef struct px__conv_algo_cache {
-  int64_t key[14];
+  int64_t key[15];
   int fwd, bwd_data, bwd_filter;          /* algorithms */
   int fwd_m, bwd_data_m, bwd_filter_m;    /* their math types */
   size_t fwd_ws, bwd_data_ws, bwd_filter_ws;
@@ -102,8 +105,9 @@ typedef struct px__conv_algo_cache {
 static void px__algo_key(const px__cuda_conv2d_t *op, int64_t *key) {
   const px_conv2d_params_t *p = &op->p;
   const int64_t *x = op->wl.x_spec.dims;
-  const int64_t k[14] = {x[0], x[1], x[2], x[3], p->c_out, p->kh, p->kw, p->stride_h, p->stride_w,
-                         p->pad_h, p->pad_w, op->nhwc, op->bf16, op->tf32};
+  const int64_t k[15] = {x[0], x[1], x[2], x[3], p->c_out, p->kh, p->kw, p->stride_h, p->stride_w,
+                         p->pad_h, p->pad_w, op->nhwc, op->bf16, op->tf32,
+                         p->groups > 1 ? p->groups : 1};
   memcpy(key, k, sizeof k);
 }
 
@@ -218,7 +222,7 @@ static int64_t px__out_dim(int64_t in, int32_t k, int32_t s, int32_t pad) {
  * else picked (and, when timed, remembered). */
 static px_status_t px__pick_all(px__cuda_conv2d_t *op) {
   px__cuda_ops_t *ops = op->ops;
-  int64_t key[14];
+  int64_t key[15];
   px__algo_key(op, key);
   if (ops->benchmark)
     for (px__conv_algo_cache_t *c = ops->algos; c; c = c->next) {
@@ -268,7 +272,12 @@ extern "C" px_status_t px__cuda_conv2d_create(px_ops_t *o, const px_tensor_t *x_
   PX_REQUIRE(!(p->bias && x_spec->dtype == PX_DTYPE_BF16),
              "px_conv2d_create: a bias on bf16 activations is not supported (fold it into the "
              "batch norm that follows)");
-  const int64_t n = x_spec->dims[0], c_in = x_spec->dims[1];
+  const int64_t g = p->groups > 1 ? p->groups : 1;
+  PX_REQUIRE(p->groups >= 0 && x_spec->dims[1] % g == 0 && p->c_out % g == 0,
+             "px_conv2d_create: %lld input and %d output channels in %lld groups",
+             (long long)x_spec->dims[1], p->c_out, (long long)g);
+  /* c_in: the input channels each filter reads (all of them unless grouped) */
+  const int64_t n = x_spec->dims[0], c_in = x_spec->dims[1] / g;
   const int64_t oh = px__out_dim(x_spec->dims[2], p->kh, p->stride_h, p->pad_h);
   const int64_t ow = px__out_dim(x_spec->dims[3], p->kw, p->stride_w, p->pad_w);
   PX_REQUIRE(oh > 0 && ow > 0, "px_conv2d_create: kernel larger than the padded input");

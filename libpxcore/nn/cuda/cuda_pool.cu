@@ -6,13 +6,19 @@
  * gathers from the outputs whose windows cover it, so no atomics and no
  * zero-fill are needed and the sums are deterministic.
  *
- * Global average pooling also takes channels-last input (NHWC, f32 or
- * bf16: px_cuda_ops_int.h) and gives plain f32 [N, C, 1, 1], which is the
- * same memory in either order; its kernels read a channel's values with
- * threads of neighbouring channels side by side. */
+ * Windowed max and average pooling take plain f32 NCHW and channels-last
+ * input (NHWC, f32 or bf16: px_cuda_ops_int.h; an imported VGG-style net's
+ * MaxPool / AveragePool on the CUDA path's default format) and give their
+ * output in the input's format; the arg-max index is the position in the
+ * input plane (ih * W + iw) in either order, and the sums are in f32.
+ * Global average pooling also takes channels-last input and gives plain
+ * f32 [N, C, 1, 1], which is the same memory in either order; its kernels
+ * read a channel's values with threads of neighbouring channels side by
+ * side. */
 #include <stdint.h>
 #include <string.h>
 
+#include "nn/cuda/px_cuda_index.h"
 #include "nn/cuda/px_cuda_ops_int.h"
 
 typedef struct {
@@ -46,13 +52,30 @@ __device__ static float px__divisor(const px__pool_geom_t g, int64_t hs, int64_t
                                            : (float)(g.kh * g.kw);
 }
 
-__global__ static void px__pool_fwd_kernel(float *__restrict__ y, int32_t *__restrict__ argmax,
-                                           const float *__restrict__ x, const px__pool_geom_t g) {
+/* Element (nc = n * C + c, spatial p) of an [N, C, plane] tensor in either
+ * order, and the reverse (px_cuda_index.h). */
+__device__ static inline int64_t px__pool_at(int64_t nc, int64_t p, int64_t c, int64_t plane,
+                                             int nhwc) {
+  return px__act_at(nc / c, nc % c, p, c, plane, nhwc);
+}
+__device__ static inline void px__pool_split(int64_t i, int64_t c, int64_t plane, int nhwc,
+                                             int64_t *nc, int64_t *p) {
+  int64_t n, ch;
+  px__act_split(i, c, plane, nhwc, &n, &ch, p);
+  *nc = n * c + ch;
+}
+
+/* One thread per output; T f32 or bf16 (NHWC), arithmetic in f32. */
+template <typename T>
+__global__ static void px__pool_fwd_kernel(T *__restrict__ y, int32_t *__restrict__ argmax,
+                                           const T *__restrict__ x, const px__pool_geom_t g,
+                                           int nhwc) {
   const int64_t total = g.n * g.c * g.oh * g.ow;
   for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < total;
        o += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t ow = o % g.ow, oh = (o / g.ow) % g.oh, nc = o / (g.ow * g.oh);
-    const float *plane = x + nc * g.h * g.w;
+    int64_t nc, op;
+    px__pool_split(o, g.c, g.oh * g.ow, nhwc, &nc, &op);
+    const int64_t ow = op % g.ow, oh = op / g.ow;
     const int64_t hs = oh * g.sh - g.ph, ws = ow * g.sw - g.pw;
     if (g.mode == PX_POOL_MAX) {
       float best = 0.0f;
@@ -63,14 +86,14 @@ __global__ static void px__pool_fwd_kernel(float *__restrict__ y, int32_t *__res
         for (int j = 0; j < g.kw; j++) {
           const int64_t iw = ws + j;
           if (iw < 0 || iw >= g.w) continue;
-          const float v = plane[ih * g.w + iw];
+          const float v = px__ld(x + px__pool_at(nc, ih * g.w + iw, g.c, g.h * g.w, nhwc));
           if (arg < 0 || v > best) { /* strict: the first maximum wins */
             best = v;
             arg = (int32_t)(ih * g.w + iw);
           }
         }
       }
-      y[o] = best;
+      px__st(y + o, best);
       argmax[o] = arg;
     } else {
       float sum = 0.0f;
@@ -79,46 +102,40 @@ __global__ static void px__pool_fwd_kernel(float *__restrict__ y, int32_t *__res
         if (ih < 0 || ih >= g.h) continue;
         for (int j = 0; j < g.kw; j++) {
           const int64_t iw = ws + j;
-          if (iw >= 0 && iw < g.w) sum += plane[ih * g.w + iw];
+          if (iw >= 0 && iw < g.w)
+            sum += px__ld(x + px__pool_at(nc, ih * g.w + iw, g.c, g.h * g.w, nhwc));
         }
       }
-      y[o] = sum / px__divisor(g, hs, ws);
+      px__st(y + o, sum / px__divisor(g, hs, ws));
     }
   }
 }
 
-/* First and last output index (inclusive) whose window covers input index
- * i along one axis: o*s - p <= i <= o*s - p + k - 1, 0 <= o < out. */
-__device__ static void px__covering(int64_t i, int k, int s, int p, int64_t out, int64_t *lo,
-                                    int64_t *hi) {
-  *lo = i + p < k ? 0 : (i + p - k) / s + 1;
-  const int64_t h = (i + p) / s;
-  *hi = h < out - 1 ? h : out - 1;
-}
-
-__global__ static void px__pool_bwd_kernel(float *__restrict__ dx, const float *__restrict__ dy,
+template <typename T>
+__global__ static void px__pool_bwd_kernel(T *__restrict__ dx, const T *__restrict__ dy,
                                            const int32_t *__restrict__ argmax,
-                                           const px__pool_geom_t g) {
+                                           const px__pool_geom_t g, int nhwc) {
   const int64_t total = g.n * g.c * g.h * g.w;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
        i += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t iw = i % g.w, ih = (i / g.w) % g.h, nc = i / (g.w * g.h);
+    int64_t nc, ip;
+    px__pool_split(i, g.c, g.h * g.w, nhwc, &nc, &ip);
+    const int64_t iw = ip % g.w, ih = ip / g.w;
     int64_t oh0, oh1, ow0, ow1;
-    px__covering(ih, g.kh, g.sh, g.ph, g.oh, &oh0, &oh1);
-    px__covering(iw, g.kw, g.sw, g.pw, g.ow, &ow0, &ow1);
-    const int64_t base = nc * g.oh * g.ow;
-    const int32_t me = (int32_t)(ih * g.w + iw);
+    px__pool_covering(ih, g.kh, g.sh, g.ph, g.oh, &oh0, &oh1);
+    px__pool_covering(iw, g.kw, g.sw, g.pw, g.ow, &ow0, &ow1);
+    const int32_t me = (int32_t)ip;
     float sum = 0.0f;
     for (int64_t oh = oh0; oh <= oh1; oh++)
       for (int64_t ow = ow0; ow <= ow1; ow++) {
-        const int64_t o = base + oh * g.ow + ow;
+        const int64_t o = px__pool_at(nc, oh * g.ow + ow, g.c, g.oh * g.ow, nhwc);
         if (g.mode == PX_POOL_MAX) {
-          if (argmax[o] == me) sum += dy[o];
+          if (argmax[o] == me) sum += px__ld(dy + o);
         } else {
-          sum += dy[o] / px__divisor(g, oh * g.sh - g.ph, ow * g.sw - g.pw);
+          sum += px__ld(dy + o) / px__divisor(g, oh * g.sh - g.ph, ow * g.sw - g.pw);
         }
       }
-    dx[i] = sum;
+    px__st(dx + i, sum);
   }
 }
 
@@ -158,7 +175,7 @@ extern "C" px_status_t px__cuda_pool2d_create(px_ops_t *o, const px_tensor_t *x_
   px__cuda_ops_t *ops = px__cuda_ctx(o);
   PX_REQUIRE(out && p, "px_pool2d_create: NULL argument");
   *out = NULL;
-  PX_CHECK(px__cuda_check_input(ops, x_spec, 4, 4, "px_pool2d_create"));
+  PX_CHECK(px__cuda_check_act(ops, x_spec, 4, 4, "px_pool2d_create"));
   PX_REQUIRE(p->kh > 0 && p->kw > 0 && p->stride_h > 0 && p->stride_w > 0 && p->pad_h >= 0 &&
                  p->pad_w >= 0 && p->pad_h < p->kh && p->pad_w < p->kw,
              "px_pool2d_create: bad parameters (kernel %dx%d, stride %dx%d, pad %dx%d)", p->kh,
@@ -194,7 +211,7 @@ extern "C" px_status_t px__cuda_pool2d_create(px_ops_t *o, const px_tensor_t *x_
   {
     const int64_t yd[4] = {g.n, g.c, g.oh, g.ow};
     const int64_t wd[1] = {p->mode == PX_POOL_MAX ? 4 * g.n * g.c * g.oh * g.ow : 1};
-    PX_CHECK_GOTO(px__cuda_spec(ops, PX_DTYPE_F32, 4, yd, &op->y_spec), st, fail);
+    PX_CHECK_GOTO(px__cuda_spec_like(ops, x_spec, yd, &op->y_spec), st, fail);
     PX_CHECK_GOTO(px__cuda_spec(ops, PX_DTYPE_U8, 1, wd, &op->ws_spec), st, fail);
     if (p->mode != PX_POOL_MAX) op->ws_spec.nbytes = 0;
   }
@@ -252,9 +269,14 @@ extern "C" px_status_t px__cuda_pool2d_forward(px_pool2d_t *o, px_tensor_t *y, p
     PX_CUDA_LAUNCHED("global average pooling forward");
     return PX_OK;
   }
-  px__pool_fwd_kernel<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, op->ops->stream>>>(
-      (float *)y->data, op->ws_spec.nbytes ? (int32_t *)ws->data : NULL, (const float *)x->data,
-      op->g);
+  int32_t *arg = op->ws_spec.nbytes ? (int32_t *)ws->data : NULL;
+  const int nhwc = px__cuda_nhwc(&op->x_spec);
+  if (op->x_spec.dtype == PX_DTYPE_BF16)
+    px__pool_fwd_kernel<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, op->ops->stream>>>(
+        (__nv_bfloat16 *)y->data, arg, (const __nv_bfloat16 *)x->data, op->g, nhwc);
+  else
+    px__pool_fwd_kernel<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, op->ops->stream>>>(
+        (float *)y->data, arg, (const float *)x->data, op->g, nhwc);
   PX_CUDA_LAUNCHED("pooling forward");
   return PX_OK;
 }
@@ -278,9 +300,14 @@ extern "C" px_status_t px__cuda_pool2d_backward(px_pool2d_t *o, px_tensor_t *dx,
     PX_CUDA_LAUNCHED("global average pooling backward");
     return PX_OK;
   }
-  px__pool_bwd_kernel<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, op->ops->stream>>>(
-      (float *)dx->data, (const float *)dy->data,
-      op->ws_spec.nbytes ? (const int32_t *)ws->data : NULL, op->g);
+  const int32_t *arg = op->ws_spec.nbytes ? (const int32_t *)ws->data : NULL;
+  const int nhwc = px__cuda_nhwc(&op->x_spec);
+  if (op->x_spec.dtype == PX_DTYPE_BF16)
+    px__pool_bwd_kernel<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, op->ops->stream>>>(
+        (__nv_bfloat16 *)dx->data, (const __nv_bfloat16 *)dy->data, arg, op->g, nhwc);
+  else
+    px__pool_bwd_kernel<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, op->ops->stream>>>(
+        (float *)dx->data, (const float *)dy->data, arg, op->g, nhwc);
   PX_CUDA_LAUNCHED("pooling backward");
   return PX_OK;
 }

@@ -16,7 +16,8 @@ extern const px__ops_backend_t px__cuda_backend;
 
 /* context: cuda_ops.cu; conv: cuda_conv.cu; batch norm: cuda_bn.cu; ReLU,
  * add, reorder: cuda_eltwise.cu; pooling: cuda_pool.cu; FC: cuda_fc.cu;
- * softmax cross-entropy: cuda_loss.cu */
+ * softmax cross-entropy: cuda_loss.cu; activations, Mul, Concat:
+ * cuda_graph.cu */
 #define PX__CUDA_DECL(ret, name, params) ret px__cuda_##name params;
 PX__OPS_ENTRY_POINTS(PX__CUDA_DECL)
 #undef PX__CUDA_DECL

@@ -16,9 +16,10 @@
  * convolutional trunk may instead be channels-last: layout px__cuda_nhwc
  * (one interned layout object per shape and dtype, owned by the context;
  * the memory order is N, H, W, C) in f32 or bf16, what px_ops_act_format
- * hands the model. Convolution, batch norm, ReLU, add and global average
- * pooling take all three formats (the pooling gives plain f32); the other
- * ops take plain f32 only. */
+ * hands the model. Convolution (grouped too), batch norm, ReLU, add,
+ * windowed and global average pooling (the global one gives plain f32) and
+ * the graph operators of imported networks (cuda_graph.cu) take all three
+ * formats; the other ops take plain f32 only. */
 #ifndef PX_CUDA_OPS_INT_H
 #define PX_CUDA_OPS_INT_H
 

@@ -1,0 +1,673 @@
+/* Imported graphs on the CUDA engine: the graph operators of
+ * nn/px_graph_ops.h (activations, the squeeze-and-excitation Mul, Concat)
+ * and windowed max / average pooling in every CUDA activation format.
+ *
+ * CPU half (runs everywhere): the index maps the CUDA kernels use
+ * (nn/cuda/px_cuda_index.h, the same code on the host) against brute-force
+ * enumeration; the ops-table entries on the CPU engine give exactly the
+ * plain loops' bits (the model's CPU path is unchanged); bad arguments are
+ * refused naming the op and the argument.
+ * GPU half (skips without a GPU): each kernel against the CPU reference on
+ * random data, in plain f32 NCHW, NHWC f32 and NHWC bf16 (inputs rounded to
+ * bf16 first, bf16 tolerances), and grouped / depthwise convolutions on
+ * cuDNN against oneDNN; then one training step of the imported
+ * VGG-, MobileNet- and SE-ResNet-style nets (tests/onnx_import_nets.py) on
+ * CUDA (NHWC, NCHW and bf16) against the CPU engine. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "nn/cuda/px_cuda_index.h"
+#include "nn/px_graph_ops.h"
+#include "nn/px_ops_int.h"
+#include "prunex/cuda.h"
+#include "prunex/nn.h"
+#include "prunex/ops.h"
+#include "px_test_util.h"
+
+#include "ops_test_util.h"
+
+#define REQUIRE_GPU()                                            \
+  do {                                                           \
+    if (!px_test_gpu_ready("GPU graph-operator checks")) skip(); \
+  } while (0)
+
+/* ---- CPU half: the kernels' index maps ----------------------------------------------- */
+
+static void index_maps_match_brute_force(void **state) {
+  (void)state;
+  const int64_t shapes[][3] = {{2, 3, 20}, {1, 7, 1}, {3, 1, 4}, {2, 5, 6}}; /* N, C, HW */
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    const int64_t nb = shapes[s][0], c = shapes[s][1], hw = shapes[s][2], total = nb * c * hw;
+    for (int nhwc = 0; nhwc < 2; nhwc++) {
+      unsigned char *seen = calloc((size_t)total, 1);
+      assert_non_null(seen);
+      for (int64_t n = 0; n < nb; n++)
+        for (int64_t ch = 0; ch < c; ch++)
+          for (int64_t p = 0; p < hw; p++) {
+            const int64_t want = nhwc ? (n * hw + p) * c + ch : (n * c + ch) * hw + p;
+            const int64_t i = px__act_at(n, ch, p, c, hw, nhwc);
+            assert_int_equal(i, want);
+            seen[i]++;
+            int64_t n2, ch2, p2;
+            px__act_split(i, c, hw, nhwc, &n2, &ch2, &p2);
+            assert_int_equal(n2, n);
+            assert_int_equal(ch2, ch);
+            assert_int_equal(p2, p);
+            assert_int_equal(px__act_row(i, c, hw, nhwc), n * c + ch);
+          }
+      for (int64_t i = 0; i < total; i++) assert_int_equal(seen[i], 1); /* a permutation */
+      free(seen);
+    }
+  }
+}
+
+/* The pooling backward gathers from the outputs px__pool_covering names:
+ * exactly those whose window holds the input, for every geometry the
+ * create call accepts (padding below the kernel). */
+static void pool_covering_matches_brute_force(void **state) {
+  (void)state;
+  int checked = 0;
+  for (int k = 1; k <= 4; k++)
+    for (int s = 1; s <= 3; s++)
+      for (int p = 0; p < k; p++)
+        for (int64_t in = 1; in <= 9; in++) {
+          const int64_t span = in + 2 * p - k;
+          if (span < 0) continue;
+          const int64_t out = span / s + 1;
+          for (int64_t i = 0; i < in; i++) {
+            int64_t lo, hi, blo = -1, bhi = -2;
+            px__pool_covering(i, k, s, p, out, &lo, &hi);
+            for (int64_t o = 0; o < out; o++)
+              if (o * s - p <= i && i <= o * s - p + k - 1) {
+                if (blo < 0) blo = o;
+                bhi = o;
+              }
+            if (blo < 0) {
+              assert_true(lo > hi); /* no window covers it (stride above the kernel) */
+            } else {
+              assert_int_equal(lo, blo);
+              assert_int_equal(hi, bhi);
+            }
+            checked++;
+          }
+        }
+  assert_true(checked > 500);
+}
+
+/* ---- CPU half: the table entries on the CPU engine ---------------------------------- */
+
+enum { N = 3, CA = 5, CB = 3, H = 6, W = 7 };
+
+static void plain_tensor(px_tensor_t *t, int64_t n, int64_t c, int64_t h, int64_t w,
+                         const float *host) {
+  px_tensor_t s;
+  assert_ok(px_tensor_init4(&s, px_device_cpu(), n, c, h, w));
+  make_tensor(t, &s, host);
+}
+
+static void expect_bits(const char *what, const px_tensor_t *t, const float *want, size_t n) {
+  if (memcmp(t->data, want, n * sizeof *want)) fail_msg("%s: not the plain loop's bits", what);
+}
+
+static void cpu_entries_give_the_plain_loops_bits(void **state) {
+  (void)state;
+  px_ops_t *ops = new_ops();
+  px_test_rng_t rng;
+  px_test_rng_seed(&rng, 11);
+  const size_t na = (size_t)N * CA * H * W, nb = (size_t)N * CB * H * W;
+  float *x = rand_host(&rng, na, 3.0f, 0.0f), *dy = rand_host(&rng, na + nb, 1.0f, 0.0f);
+  float *g = rand_host(&rng, (size_t)N * CA, 1.0f, 0.5f), *b = rand_host(&rng, nb, 1.0f, 0.0f);
+  float *want = malloc((na + nb) * sizeof *want), *want2 = malloc((na + nb) * sizeof *want2);
+  assert_non_null(want);
+  assert_non_null(want2);
+  px_tensor_t tx, ty, tdy, tdx, tg, tdg, tb, tdb, tcat, tdcat;
+  plain_tensor(&tx, N, CA, H, W, x);
+  plain_tensor(&ty, N, CA, H, W, NULL);
+  plain_tensor(&tdy, N, CA, H, W, dy);
+  plain_tensor(&tdx, N, CA, H, W, NULL);
+  plain_tensor(&tg, N, CA, 1, 1, g);
+  plain_tensor(&tdg, N, CA, 1, 1, NULL);
+  plain_tensor(&tb, N, CB, H, W, b);
+  plain_tensor(&tdb, N, CB, H, W, NULL);
+  plain_tensor(&tcat, N, CA + CB, H, W, NULL);
+  plain_tensor(&tdcat, N, CA + CB, H, W, dy);
+  for (int a = PX__ACT_RELU; a <= PX__ACT_SIGMOID; a++) {
+    assert_ok(px__ops_act_forward(ops, &ty, &tx, (px__act_t)a, 0.1f));
+    px__act_forward(want, x, na, (px__act_t)a, 0.1f);
+    expect_bits(px__act_onnx_name((px__act_t)a), &ty, want, na);
+    assert_ok(px__ops_act_backward(ops, &tdx, &tdy, &tx, &ty, (px__act_t)a, 0.1f));
+    px__act_backward(want2, dy, x, want, na, (px__act_t)a, 0.1f);
+    expect_bits("activation backward", &tdx, want2, na);
+  }
+  assert_ok(px__ops_mul_forward(ops, &ty, &tx, &tg));
+  px__mul_forward(want, x, g, (size_t)N * CA, (size_t)H * W);
+  expect_bits("mul forward", &ty, want, na);
+  assert_ok(px__ops_mul_backward(ops, &tdx, &tdg, &tdy, &tx, &tg));
+  px__mul_backward(want, want2, dy, x, g, (size_t)N * CA, (size_t)H * W);
+  expect_bits("mul backward dx", &tdx, want, na);
+  expect_bits("mul backward dg", &tdg, want2, (size_t)N * CA);
+  assert_ok(px__ops_concat_forward(ops, &tcat, &tx, &tb));
+  px__concat_forward(want, x, b, N, CA, CB, (size_t)H * W);
+  expect_bits("concat forward", &tcat, want, na + nb);
+  assert_ok(px__ops_concat_backward(ops, &tdx, NULL, &tdcat)); /* one slice wanted */
+  px__concat_backward(want, want2, dy, N, CA, CB, (size_t)H * W);
+  expect_bits("concat backward da", &tdx, want, na);
+  assert_ok(px__ops_concat_backward(ops, NULL, &tdb, &tdcat));
+  expect_bits("concat backward db", &tdb, want2, nb);
+  px_tensor_t *all[] = {&tx, &ty, &tdy, &tdx, &tg, &tdg, &tb, &tdb, &tcat, &tdcat};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) px_tensor_release(all[i]);
+  free(x), free(dy), free(g), free(b), free(want), free(want2);
+  px_ops_destroy(ops);
+}
+
+static void expect_refused(px_status_t st, const char *a, const char *b) {
+  assert_int_equal(st, PX_ERR_INVALID);
+  const char *e = px_last_error();
+  if (!strstr(e, a) || !strstr(e, b)) fail_msg("message '%s' does not name '%s' and '%s'", e, a, b);
+}
+
+static void bad_arguments_are_refused_naming_the_op(void **state) {
+  (void)state;
+  px_ops_t *ops = new_ops();
+  px_tensor_t x, y, g, wide, cat, blocked;
+  plain_tensor(&x, N, CA, H, W, NULL);
+  plain_tensor(&y, N, CA, H, W, NULL);
+  plain_tensor(&g, N, CA, H, 1, NULL); /* not [N, C, 1, 1] */
+  plain_tensor(&wide, N, CB, H + 1, W, NULL);
+  plain_tensor(&cat, N, CA + CB, H, W, NULL);
+  expect_refused(px__ops_mul_forward(ops, &y, &x, &g), "mul forward g", "per-channel gate");
+  expect_refused(px__ops_mul_backward(ops, NULL, NULL, &y, &x, &g), "mul backward g", "gate");
+  expect_refused(px__ops_concat_forward(ops, &cat, &x, &wide), "concat forward", "on channels");
+  expect_refused(px__ops_concat_backward(ops, NULL, NULL, &cat), "concat backward", "neither");
+  expect_refused(px__ops_act_forward(ops, &y, &x, (px__act_t)9, 0.0f), "activation forward",
+                 "unknown activation 9");
+  expect_refused(px__ops_act_forward(ops, &cat, &x, PX__ACT_RELU, 0.0f), "activation forward y",
+                 "does not match");
+  expect_refused(px__ops_act_forward(ops, &y, NULL, PX__ACT_RELU, 0.0f), "activation forward x",
+                 "NULL");
+  /* the CPU engine's Mul reads plain NCHW: a blocked map is refused, not misread */
+  px_tensor_t bs;
+  input_spec(ops, 1, N, 16, H, W, &bs);
+  make_tensor(&blocked, &bs, NULL);
+  px_tensor_t g16;
+  plain_tensor(&g16, N, 16, 1, 1, NULL);
+  expect_refused(px__ops_mul_forward(ops, &blocked, &blocked, &g16), "mul forward x",
+                 "plain f32 NCHW");
+  px_tensor_t *all[] = {&x, &y, &g, &wide, &cat, &blocked, &g16};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) px_tensor_release(all[i]);
+  px_ops_destroy(ops);
+}
+
+/* ---- GPU half: helpers --------------------------------------------------------------- */
+
+typedef enum { FMT_NCHW = 0, FMT_NHWC = 1, FMT_BF16 = 2 } fmt_t;
+static const char *const fmt_name[] = {"nchw f32", "nhwc f32", "nhwc bf16"};
+
+/* A CUDA context whose fp32 activations are NCHW (fmt FMT_NCHW) or NHWC. */
+static px_ops_t *gpu_ops(fmt_t f) {
+  if (f == FMT_NCHW) setenv("PX_CUDA_LAYOUT", "nchw", 1);
+  else unsetenv("PX_CUDA_LAYOUT");
+  px_ops_t *ops = NULL;
+  assert_ok(px_ops_create(px_device_cuda(0), 0, &ops));
+  unsetenv("PX_CUDA_LAYOUT");
+  assert_ok(px_ops_set_tf32(ops, 0));
+  return ops;
+}
+
+static px_precision_t prec_of(fmt_t f) { return f == FMT_BF16 ? PX_PRECISION_BF16 : PX_PRECISION_FP32; }
+
+/* f32 rounded to bf16 (nearest even), as the engine's conversion does. */
+static float bf16_value(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static void round_if(fmt_t f, float *p, size_t n) {
+  if (f == FMT_BF16)
+    for (size_t i = 0; i < n; i++) p[i] = bf16_value(p[i]);
+}
+
+/* The spec of dims in fmt (plain f32 for FMT_NCHW on a context made by gpu_ops). */
+static px_tensor_t spec_in(px_ops_t *ops, fmt_t f, int64_t n, int64_t c, int64_t h, int64_t w) {
+  px_tensor_t s;
+  assert_ok(px_tensor_init4(&s, px_device_cuda(0), n, c, h, w));
+  assert_ok(px_ops_act_format(ops, prec_of(f), &s));
+  assert_true((s.layout != NULL) == (f != FMT_NCHW));
+  return s;
+}
+
+/* A device tensor of spec holding plain NCHW host data h (NULL: uninitialised),
+ * converted on the GPU. */
+static void dev_tensor(px_ops_t *ops, px_tensor_t *t, const px_tensor_t *spec, const float *h) {
+  *t = *spec;
+  t->data = NULL;
+  t->flags = 0;
+  assert_ok(px_tensor_alloc(t, "test"));
+  if (!h) return;
+  px_tensor_t plain;
+  assert_ok(px_tensor_init4(&plain, px_device_cuda(0), spec->dims[0], spec->dims[1],
+                            spec->dims[2], spec->dims[3]));
+  make_tensor(&plain, &plain, h);
+  px_reorder_t *r = NULL;
+  assert_ok(px_reorder_create(ops, t, &plain, &r));
+  assert_ok(px_reorder_execute(r, t, &plain));
+  assert_ok(px_ops_sync(ops));
+  px_reorder_destroy(r);
+  px_tensor_release(&plain);
+}
+
+/* t (any CUDA format) as plain NCHW f32 host values (malloc'd). */
+static float *host_of(px_ops_t *ops, const px_tensor_t *t) {
+  px_tensor_t plain;
+  assert_ok(px_tensor_init4(&plain, px_device_cuda(0), t->dims[0], t->dims[1], t->dims[2],
+                            t->dims[3]));
+  assert_ok(px_tensor_alloc(&plain, "plain copy"));
+  px_reorder_t *r = NULL;
+  assert_ok(px_reorder_create(ops, &plain, t, &r));
+  assert_ok(px_reorder_execute(r, &plain, t));
+  assert_ok(px_ops_sync(ops));
+  float *h = read_host(&plain);
+  px_reorder_destroy(r);
+  px_tensor_release(&plain);
+  return h;
+}
+
+/* max |got - want| / max |want| */
+static void expect_rel(const char *what, fmt_t f, const float *got, const float *want, size_t n,
+                       double tol) {
+  double num = 0, den = 1e-30;
+  for (size_t i = 0; i < n; i++) {
+    num = fmax(num, fabs((double)got[i] - want[i]));
+    den = fmax(den, fabs((double)want[i]));
+  }
+  printf("%s (%s): max error %.3g of the largest value\n", what, fmt_name[f], num / den);
+  if (!(num / den <= tol)) fail_msg("%s (%s): error %g > %g", what, fmt_name[f], num / den, tol);
+}
+
+/* Tolerances: f32 kernels do the CPU's arithmetic (a sum's order aside);
+ * bf16 rounds every stored value to 8 bits (2^-9 relative) and sums of
+ * products of rounded values. */
+static double tol_of(fmt_t f, double f32) { return f == FMT_BF16 ? 1e-2 : f32; }
+
+/* ---- GPU half: kernels against the CPU reference ---------------------------------------- */
+
+static void act_kernels(px_ops_t *ops, fmt_t f, px_test_rng_t *rng) {
+  const size_t n = (size_t)N * CA * H * W;
+  float *x = rand_host(rng, n, 4.0f, 1.0f), *dy = rand_host(rng, n, 1.0f, 0.0f);
+  float *want = malloc(n * sizeof *want);
+  assert_non_null(want);
+  round_if(f, x, n);
+  round_if(f, dy, n);
+  const px_tensor_t s = spec_in(ops, f, N, CA, H, W);
+  px_tensor_t tx, ty, tdy, tdx;
+  dev_tensor(ops, &tx, &s, x);
+  dev_tensor(ops, &ty, &s, NULL);
+  dev_tensor(ops, &tdy, &s, dy);
+  dev_tensor(ops, &tdx, &s, NULL);
+  for (int a = PX__ACT_RELU; a <= PX__ACT_SIGMOID; a++) {
+    char what[64];
+    assert_ok(px__ops_act_forward(ops, &ty, &tx, (px__act_t)a, 0.1f));
+    float *y = host_of(ops, &ty);
+    px__act_forward(want, x, n, (px__act_t)a, 0.1f);
+    snprintf(what, sizeof what, "%s forward", px__act_onnx_name((px__act_t)a));
+    expect_rel(what, f, y, want, n, tol_of(f, 1e-6));
+    /* the backward of the GPU's own y (sigmoid reads it) */
+    assert_ok(px__ops_act_backward(ops, &tdx, &tdy, &tx, &ty, (px__act_t)a, 0.1f));
+    float *dx = host_of(ops, &tdx);
+    px__act_backward(want, dy, x, y, n, (px__act_t)a, 0.1f);
+    snprintf(what, sizeof what, "%s backward", px__act_onnx_name((px__act_t)a));
+    expect_rel(what, f, dx, want, n, tol_of(f, 1e-6));
+    free(y);
+    free(dx);
+  }
+  px_tensor_release(&tx), px_tensor_release(&ty), px_tensor_release(&tdy), px_tensor_release(&tdx);
+  free(x), free(dy), free(want);
+}
+
+/* The gate plain f32 (what a 1x1 conv on the pooled map gives) or, when
+ * gate_like, in the map's format. */
+static void mul_kernels(px_ops_t *ops, fmt_t f, int gate_like, px_test_rng_t *rng) {
+  const size_t n = (size_t)N * CA * H * W, nc = (size_t)N * CA, hw = (size_t)H * W;
+  float *x = rand_host(rng, n, 1.0f, 0.0f), *dy = rand_host(rng, n, 1.0f, 0.0f);
+  float *g = rand_host(rng, nc, 0.5f, 0.5f);
+  float *want = malloc(n * sizeof *want), *wdg = malloc(nc * sizeof *wdg);
+  assert_non_null(want);
+  assert_non_null(wdg);
+  round_if(f, x, n), round_if(f, dy, n);
+  if (gate_like) round_if(f, g, nc);
+  const px_tensor_t s = spec_in(ops, f, N, CA, H, W);
+  px_tensor_t gs;
+  if (gate_like) gs = spec_in(ops, f, N, CA, 1, 1);
+  else assert_ok(px_tensor_init4(&gs, px_device_cuda(0), N, CA, 1, 1));
+  px_tensor_t tx, ty, tdy, tdx, tg, tdg;
+  dev_tensor(ops, &tx, &s, x), dev_tensor(ops, &ty, &s, NULL), dev_tensor(ops, &tdy, &s, dy);
+  dev_tensor(ops, &tdx, &s, NULL), dev_tensor(ops, &tg, &gs, g), dev_tensor(ops, &tdg, &gs, NULL);
+  assert_ok(px__ops_mul_forward(ops, &ty, &tx, &tg));
+  float *y = host_of(ops, &ty);
+  px__mul_forward(want, x, g, nc, hw);
+  expect_rel(gate_like ? "mul forward (gate like the map)" : "mul forward", f, y, want, n,
+             tol_of(f, 1e-6));
+  assert_ok(px__ops_mul_backward(ops, &tdx, &tdg, &tdy, &tx, &tg));
+  float *dx = host_of(ops, &tdx), *dg = host_of(ops, &tdg);
+  px__mul_backward(want, wdg, dy, x, g, nc, hw);
+  expect_rel("mul backward dx", f, dx, want, n, tol_of(f, 1e-6));
+  expect_rel("mul backward dg", f, dg, wdg, nc, tol_of(f, 1e-5));
+  /* the gate's gradient alone, as the model asks when the map is the input */
+  assert_ok(px__ops_mul_backward(ops, NULL, &tdg, &tdy, &tx, &tg));
+  float *dg2 = host_of(ops, &tdg);
+  if (memcmp(dg, dg2, nc * sizeof *dg)) fail_msg("mul dg: not the same bits twice (determinism)");
+  px_tensor_t *all[] = {&tx, &ty, &tdy, &tdx, &tg, &tdg};
+  for (size_t i = 0; i < 6; i++) px_tensor_release(all[i]);
+  free(x), free(dy), free(g), free(want), free(wdg), free(y), free(dx), free(dg), free(dg2);
+}
+
+static void concat_kernels(px_ops_t *ops, fmt_t f, px_test_rng_t *rng) {
+  const size_t na = (size_t)N * CA * H * W, nb = (size_t)N * CB * H * W, hw = (size_t)H * W;
+  float *a = rand_host(rng, na, 1.0f, 0.0f), *b = rand_host(rng, nb, 1.0f, 0.0f);
+  float *dy = rand_host(rng, na + nb, 1.0f, 0.0f);
+  float *want = malloc((na + nb) * sizeof *want), *want2 = malloc(nb * sizeof *want2);
+  assert_non_null(want);
+  assert_non_null(want2);
+  round_if(f, a, na), round_if(f, b, nb), round_if(f, dy, na + nb);
+  const px_tensor_t sa = spec_in(ops, f, N, CA, H, W), sb = spec_in(ops, f, N, CB, H, W);
+  const px_tensor_t sy = spec_in(ops, f, N, CA + CB, H, W);
+  px_tensor_t ta, tb, ty, tdy, tda, tdb;
+  dev_tensor(ops, &ta, &sa, a), dev_tensor(ops, &tb, &sb, b), dev_tensor(ops, &ty, &sy, NULL);
+  dev_tensor(ops, &tdy, &sy, dy), dev_tensor(ops, &tda, &sa, NULL), dev_tensor(ops, &tdb, &sb, NULL);
+  assert_ok(px__ops_concat_forward(ops, &ty, &ta, &tb));
+  float *y = host_of(ops, &ty);
+  px__concat_forward(want, a, b, N, CA, CB, hw);
+  expect_rel("concat forward", f, y, want, na + nb, 0.0); /* a copy: exact */
+  assert_ok(px__ops_concat_backward(ops, &tda, &tdb, &tdy));
+  float *da = host_of(ops, &tda), *db = host_of(ops, &tdb);
+  px__concat_backward(want, want2, dy, N, CA, CB, hw);
+  expect_rel("concat backward da", f, da, want, na, 0.0);
+  expect_rel("concat backward db", f, db, want2, nb, 0.0);
+  px_tensor_t *all[] = {&ta, &tb, &ty, &tdy, &tda, &tdb};
+  for (size_t i = 0; i < 6; i++) px_tensor_release(all[i]);
+  free(a), free(b), free(dy), free(want), free(want2), free(y), free(da), free(db);
+}
+
+/* One pooling, forward and backward, on the GPU in format f and on the CPU
+ * engine (oneDNN) on the same values: distinct within every plane (so that
+ * max pooling has one arg-max, also in bf16: multiples of 1/8 below 16). */
+static void pool_kernel(px_ops_t *ops, px_ops_t *cpu, fmt_t f, const px_pool2d_params_t *p,
+                        px_test_rng_t *rng) {
+  const int64_t c = 4, h = 9, w = 8;
+  const size_t n = (size_t)N * c * h * w;
+  float *x = malloc(n * sizeof *x);
+  assert_non_null(x);
+  const uint64_t off = px_test_rng_u64(rng) % 251;
+  for (size_t i = 0; i < n; i++) x[i] = (float)((int64_t)((i * 138 + off) % 251) - 125) / 8.0f;
+  px_tensor_t cs, cy, cws, cx, cdx, cdy, ys, wss;
+  assert_ok(px_tensor_init4(&cs, px_device_cpu(), N, c, h, w));
+  px_pool2d_t *cp = NULL, *gp = NULL;
+  assert_ok(px_pool2d_create(cpu, &cs, p, &cp));
+  make_tensor(&cx, &cs, x);
+  make_tensor(&cdx, &cs, NULL);
+  px_pool2d_y_spec(cp, &ys);
+  px_pool2d_ws_spec(cp, &wss);
+  make_tensor(&cy, &ys, NULL);
+  make_tensor(&cws, &wss, NULL);
+  assert_ok(px_pool2d_forward(cp, &cy, wss.nbytes ? &cws : NULL, &cx));
+  const size_t ny = px_tensor_numel(&ys);
+  float *dy = rand_host(rng, ny, 1.0f, 0.0f);
+  round_if(f, dy, ny);
+  make_tensor(&cdy, &ys, dy);
+  assert_ok(px_pool2d_backward(cp, &cdx, &cdy, wss.nbytes ? &cws : NULL));
+  float *want_y = read_host(&cy), *want_dx = read_host(&cdx);
+
+  const px_tensor_t gs = spec_in(ops, f, N, c, h, w);
+  assert_ok(px_pool2d_create(ops, &gs, p, &gp));
+  px_tensor_t gys, gwss, gx, gy, gws, gdx, gdy;
+  px_pool2d_y_spec(gp, &gys);
+  px_pool2d_ws_spec(gp, &gwss);
+  assert_true(gys.dtype == gs.dtype && (gys.layout != NULL) == (gs.layout != NULL));
+  dev_tensor(ops, &gx, &gs, x), dev_tensor(ops, &gdx, &gs, NULL);
+  dev_tensor(ops, &gy, &gys, NULL), dev_tensor(ops, &gdy, &gys, dy);
+  memset(&gws, 0, sizeof gws);
+  if (gwss.nbytes) dev_tensor(ops, &gws, &gwss, NULL);
+  assert_ok(px_pool2d_forward(gp, &gy, gwss.nbytes ? &gws : NULL, &gx));
+  assert_ok(px_pool2d_backward(gp, &gdx, &gdy, gwss.nbytes ? &gws : NULL));
+  float *y = host_of(ops, &gy), *dx = host_of(ops, &gdx);
+  const char *mode = p->mode == PX_POOL_MAX ? "max pool" : "average pool";
+  char what[96];
+  snprintf(what, sizeof what, "%s %dx%d/%d pad %d forward", mode, p->kh, p->kw, p->stride_h, p->pad_h);
+  expect_rel(what, f, y, want_y, ny, tol_of(f, 1e-6));
+  snprintf(what, sizeof what, "%s %dx%d/%d pad %d backward", mode, p->kh, p->kw, p->stride_h, p->pad_h);
+  expect_rel(what, f, dx, want_dx, n, tol_of(f, 1e-6));
+  px_tensor_t *all[] = {&cx, &cy, &cws, &cdx, &cdy, &gx, &gy, &gdx, &gdy, &gws};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (all[i]->data) px_tensor_release(all[i]);
+  px_pool2d_destroy(cp);
+  px_pool2d_destroy(gp);
+  free(x), free(dy), free(want_y), free(want_dx), free(y), free(dx);
+}
+
+/* A grouped convolution (depthwise when groups = channels) on cuDNN
+ * against oneDNN: forward, backward data, backward weights. */
+static void grouped_conv(px_ops_t *ops, px_ops_t *cpu, fmt_t f, int groups, px_test_rng_t *rng) {
+  const int64_t c = 8, h = 9, w = 7;
+  const px_conv2d_params_t p = {.c_out = 8, .kh = 3, .kw = 3, .stride_h = 2, .stride_w = 2,
+                                .pad_h = 1, .pad_w = 1, .groups = groups};
+  px_tensor_t cs, ys, ws;
+  assert_ok(px_tensor_init4(&cs, px_device_cpu(), N, c, h, w));
+  px_conv2d_t *cc = NULL, *gc = NULL;
+  assert_ok(px_conv2d_create(cpu, &cs, &p, &cc));
+  px_conv2d_y_spec(cc, &ys);
+  px_conv2d_w_spec(cc, &ws);
+  assert_int_equal(ws.dims[1], c / groups);
+  const size_t nx = px_tensor_numel(&cs), ny = px_tensor_numel(&ys), nw = px_tensor_numel(&ws);
+  float *x = rand_host(rng, nx, 1.0f, 0.0f), *dy = rand_host(rng, ny, 1.0f, 0.0f);
+  float *wt = rand_host(rng, nw, 0.3f, 0.0f);
+  round_if(f, x, nx), round_if(f, dy, ny), round_if(f, wt, nw);
+  px_tensor_t cx, cy, cw, cdx, cdy, cdw;
+  make_tensor(&cx, &cs, x), make_tensor(&cy, &ys, NULL), make_tensor(&cw, &ws, wt);
+  make_tensor(&cdx, &cs, NULL), make_tensor(&cdy, &ys, dy), make_tensor(&cdw, &ws, NULL);
+  assert_ok(px_conv2d_forward(cc, &cy, &cx, &cw, NULL));
+  assert_ok(px_conv2d_backward_data(cc, &cdx, &cdy, &cw));
+  assert_ok(px_conv2d_backward_weights(cc, &cdw, NULL, &cx, &cdy));
+  float *want_y = read_host(&cy), *want_dx = read_host(&cdx), *want_dw = read_host(&cdw);
+
+  const px_tensor_t gs = spec_in(ops, f, N, c, h, w);
+  assert_ok(px_conv2d_create(ops, &gs, &p, &gc));
+  px_tensor_t gys, gws, gx, gy, gw, gdx, gdy, gdw;
+  px_conv2d_y_spec(gc, &gys);
+  px_conv2d_w_spec(gc, &gws);
+  assert_int_equal(gws.dims[1], c / groups);
+  dev_tensor(ops, &gx, &gs, x), dev_tensor(ops, &gdx, &gs, NULL);
+  dev_tensor(ops, &gy, &gys, NULL), dev_tensor(ops, &gdy, &gys, dy);
+  make_tensor(&gw, &gws, wt), make_tensor(&gdw, &gws, NULL);
+  assert_ok(px_conv2d_forward(gc, &gy, &gx, &gw, NULL));
+  assert_ok(px_conv2d_backward_data(gc, &gdx, &gdy, &gw));
+  assert_ok(px_conv2d_backward_weights(gc, &gdw, NULL, &gx, &gdy));
+  float *y = host_of(ops, &gy), *dx = host_of(ops, &gdx), *dw = read_host(&gdw);
+  char what[64];
+  snprintf(what, sizeof what, "conv groups %d forward", groups);
+  expect_rel(what, f, y, want_y, ny, f == FMT_BF16 ? 2e-2 : 1e-5);
+  snprintf(what, sizeof what, "conv groups %d backward data", groups);
+  expect_rel(what, f, dx, want_dx, nx, f == FMT_BF16 ? 2e-2 : 1e-5);
+  snprintf(what, sizeof what, "conv groups %d backward weights", groups);
+  expect_rel(what, f, dw, want_dw, nw, f == FMT_BF16 ? 2e-2 : 1e-5);
+  px_tensor_t *all[] = {&cx, &cy, &cw, &cdx, &cdy, &cdw, &gx, &gy, &gw, &gdx, &gdy, &gdw};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) px_tensor_release(all[i]);
+  px_conv2d_destroy(cc);
+  px_conv2d_destroy(gc);
+  free(x), free(dy), free(wt), free(want_y), free(want_dx), free(want_dw), free(y), free(dx),
+      free(dw);
+}
+
+static void graph_kernels_match_the_cpu_reference(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  px_ops_t *cpu = new_ops();
+  px_test_rng_t rng;
+  px_test_rng_seed(&rng, 5);
+  const px_pool2d_params_t pools[] = {{PX_POOL_MAX, 2, 2, 2, 2, 0, 0},
+                                      {PX_POOL_MAX, 3, 3, 2, 2, 1, 1},
+                                      {PX_POOL_AVG, 2, 2, 2, 2, 0, 0},
+                                      {PX_POOL_AVG, 3, 3, 2, 2, 1, 1},
+                                      {PX_POOL_AVG_EXCLUDE_PAD, 3, 3, 1, 1, 1, 1}};
+  for (int f = FMT_NCHW; f <= FMT_BF16; f++) {
+    px_ops_t *ops = gpu_ops((fmt_t)f);
+    act_kernels(ops, (fmt_t)f, &rng);
+    mul_kernels(ops, (fmt_t)f, 0, &rng);
+    if (f != FMT_NCHW) mul_kernels(ops, (fmt_t)f, 1, &rng);
+    concat_kernels(ops, (fmt_t)f, &rng);
+    for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++)
+      pool_kernel(ops, cpu, (fmt_t)f, &pools[i], &rng);
+    grouped_conv(ops, cpu, (fmt_t)f, 2, &rng);
+    grouped_conv(ops, cpu, (fmt_t)f, 8, &rng); /* depthwise */
+    px_ops_destroy(ops);
+  }
+  px_ops_destroy(cpu);
+}
+
+/* ---- GPU half: imported nets train a step on CUDA like on the CPU -------------------------- */
+
+#define PY "/usr/bin/python3"
+#define NETS PX_SOURCE_DIR "/tests/onnx_import_nets.py"
+enum { BATCH = 8, IC = 3, HW = 16, K = 10 };
+
+static int have_torch(void) {
+  if (system(PY " -c 'import torch, onnx, numpy' >/dev/null 2>&1") == 0) return 1;
+  printf("needs python3-torch, python3-onnx and python3-numpy (scripts/bootstrap)\n");
+  return 0;
+}
+
+static void read_file(const char *dir, const char *name, void *buf, size_t bytes) {
+  char p[512];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  FILE *fp = fopen(p, "rb");
+  assert_non_null(fp);
+  assert_int_equal(fread(buf, 1, bytes, fp), bytes);
+  fclose(fp);
+}
+
+typedef struct {
+  float loss;
+  float logits[BATCH * K];
+  float *grads; /* flat, [numel] */
+  size_t numel;
+} step_t;
+
+/* One training step of the imported net in dir on ops. */
+static step_t net_step(px_ops_t *ops, const char *dir, px_precision_t prec, const float *x,
+                       const int32_t *y) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/model.onnx", dir);
+  px_model_config_t cfg = {"", IC, K, BATCH, HW, HW, NULL, 0, prec, path};
+  px_model_t *m = NULL;
+  if (px_model_create(ops, &cfg, &m) != PX_OK) fail_msg("import %s: %s", path, px_last_error());
+  assert_ok(px_model_init_params(m, 1));
+  step_t s;
+  assert_ok(px_model_logits(m, x, BATCH, s.logits));
+  int64_t correct;
+  assert_ok(px_model_train_step(m, x, y, &s.loss, &correct));
+  s.numel = px_model_numel(m);
+  s.grads = malloc(s.numel * sizeof *s.grads);
+  assert_non_null(s.grads);
+  assert_ok(px_tensor_copy_to_host(px_model_flat_grads(m), s.grads, s.numel * sizeof *s.grads));
+  px_model_destroy(m);
+  return s;
+}
+
+static double rel_l2(const float *a, const float *b, size_t n) {
+  double num = 0, den = 1e-30;
+  for (size_t i = 0; i < n; i++) {
+    num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+    den += (double)b[i] * b[i];
+  }
+  return sqrt(num / den);
+}
+
+static void check_net_on_cuda(const char *net) {
+  char dir[64] = "/tmp/px_gpu_graph_XXXXXX", cmd[1024];
+  assert_non_null(mkdtemp(dir));
+  snprintf(cmd, sizeof cmd, PY " %s reference %s %s %d %d %d %d %d >/dev/null", NETS, net, dir,
+           BATCH, IC, HW, HW, K);
+  assert_int_equal(system(cmd), 0);
+  float *x = malloc((size_t)BATCH * IC * HW * HW * sizeof *x);
+  int32_t y[BATCH];
+  assert_non_null(x);
+  read_file(dir, "x.f32", x, (size_t)BATCH * IC * HW * HW * sizeof *x);
+  read_file(dir, "y.i32", y, sizeof y);
+  px_ops_t *cpu = new_ops();
+  step_t ref = net_step(cpu, dir, PX_PRECISION_FP32, x, y);
+  for (int f = FMT_NCHW; f <= FMT_BF16; f++) {
+    px_ops_t *ops = gpu_ops((fmt_t)f);
+    step_t s = net_step(ops, dir, prec_of((fmt_t)f), x, y);
+    assert_int_equal(s.numel, ref.numel);
+    const double el = rel_l2(s.logits, ref.logits, BATCH * K), eg = rel_l2(s.grads, ref.grads, ref.numel);
+    printf("%s on CUDA (%s): loss %.6f (CPU %.6f), logits rel L2 %.3g, gradients rel L2 %.3g\n",
+           net, fmt_name[f], s.loss, ref.loss, el, eg);
+    if (f == FMT_BF16) { /* bf16 flips activations near their kinks: the direction must hold */
+      assert_true(fabsf(s.loss - ref.loss) <= 3e-2f * fabsf(ref.loss));
+      assert_true(el < 5e-2);
+      assert_true(eg < 0.5);
+    } else { /* TF32 off: f32 arithmetic in another order */
+      assert_true(fabsf(s.loss - ref.loss) <= 1e-4f * fabsf(ref.loss));
+      assert_true(el < 1e-4);
+      assert_true(eg < 1e-3);
+    }
+    free(s.grads);
+    px_ops_destroy(ops);
+  }
+  free(ref.grads);
+  px_ops_destroy(cpu);
+  free(x);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* Max and average pooling, global pooling, dropout. */
+static void vgg_trains_a_step_on_cuda_like_the_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  if (!have_torch()) skip();
+  check_net_on_cuda("vgg");
+}
+
+/* Depthwise (grouped) convolutions, ReLU6 as Clip, Concat. */
+static void mobilenet_trains_a_step_on_cuda_like_the_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  if (!have_torch()) skip();
+  check_net_on_cuda("mobilenet");
+}
+
+/* Sigmoid, the squeeze-and-excitation Mul, LeakyReLU, convolutions with bias
+ * on the pooled map, a MatMul classifier. */
+static void seresnet_trains_a_step_on_cuda_like_the_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  if (!have_torch()) skip();
+  check_net_on_cuda("seresnet");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(index_maps_match_brute_force),
+      cmocka_unit_test(pool_covering_matches_brute_force),
+      cmocka_unit_test(cpu_entries_give_the_plain_loops_bits),
+      cmocka_unit_test(bad_arguments_are_refused_naming_the_op),
+      cmocka_unit_test(graph_kernels_match_the_cpu_reference),
+      cmocka_unit_test(vgg_trains_a_step_on_cuda_like_the_cpu),
+      cmocka_unit_test(mobilenet_trains_a_step_on_cuda_like_the_cpu),
+      cmocka_unit_test(seresnet_trains_a_step_on_cuda_like_the_cpu),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
