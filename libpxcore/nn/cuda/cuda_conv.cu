@@ -52,9 +52,6 @@ static_assert(offsetof(px__cuda_conv2d_t, wl) == offsetof(px__wlayer_op_t, wl),
               "the dispatcher reads the contract at px__wlayer_op_t's offset");
 
 static px__cuda_conv2d_t *px__op(px_conv2d_t *op) { return (px__cuda_conv2d_t *)op; }
-static const px__cuda_conv2d_t *px__cop(const px_conv2d_t *op) {
-  return (const px__cuda_conv2d_t *)op;
-}
 
 extern "C" void px__cuda_conv2d_destroy(px_conv2d_t *o) {
   px__cuda_conv2d_t *op = px__op(o);
