@@ -176,6 +176,25 @@ char *px_test_read_file(const char *path, size_t *len) {
   return b;
 }
 
+size_t px_test_read_bytes(const char *dir, const char *name, void *buf, size_t bytes) {
+  char p[512];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  FILE *f = fopen(p, "rb");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, bytes, f);
+  fclose(f);
+  return n;
+}
+
+int px_test_python_has(const char *modules) {
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "/usr/bin/python3 -c 'import %s' >/dev/null 2>&1", modules);
+  if (system(cmd) == 0) return 1;
+  printf("needs the Python modules %s (python3-torch, python3-onnx, python3-numpy, "
+         "python3-opencv: scripts/bootstrap)\n", modules);
+  return 0;
+}
+
 int px_test_skip_example(const char *path) {
   static int have = -1;
   if (!strstr(path, "/imported-model.yaml")) return 0;

@@ -74,6 +74,15 @@ uint64_t px_test_fnv64(const void *p, size_t n);
  * cannot be read. The caller frees it. */
 char *px_test_read_file(const char *path, size_t *len);
 
+/* Reads at most bytes of dir/name into buf; the count read (0 when the file
+ * cannot be opened). The callers compare it with what they expect. */
+size_t px_test_read_bytes(const char *dir, const char *name, void *buf, size_t bytes);
+
+/* 1 when /usr/bin/python3 imports every module of the comma-separated list
+ * (e.g. "torch, onnx, numpy"); otherwise prints which packages the test
+ * needs (scripts/bootstrap installs them) and returns 0: the caller skips. */
+int px_test_python_has(const char *modules);
+
 /* 1 when this libpxcore has CUDA and the machine a CUDA device; otherwise
  * prints why ("...: <what> skipped") and returns 0, and the caller skips.
  * The device count is taken in a child process, once per test program:

@@ -542,20 +542,7 @@ static void graph_kernels_match_the_cpu_reference(void **state) {
 #define NETS PX_SOURCE_DIR "/tests/onnx_import_nets.py"
 enum { BATCH = 8, IC = 3, HW = 16, K = 10 };
 
-static int have_torch(void) {
-  if (system(PY " -c 'import torch, onnx, numpy' >/dev/null 2>&1") == 0) return 1;
-  printf("needs python3-torch, python3-onnx and python3-numpy (scripts/bootstrap)\n");
-  return 0;
-}
-
-static void read_file(const char *dir, const char *name, void *buf, size_t bytes) {
-  char p[512];
-  snprintf(p, sizeof p, "%s/%s", dir, name);
-  FILE *fp = fopen(p, "rb");
-  assert_non_null(fp);
-  assert_int_equal(fread(buf, 1, bytes, fp), bytes);
-  fclose(fp);
-}
+static int have_torch(void) { return px_test_python_has("torch, onnx, numpy"); }
 
 typedef struct {
   float loss;
@@ -603,8 +590,9 @@ static void check_net_on_cuda(const char *net) {
   float *x = malloc((size_t)BATCH * IC * HW * HW * sizeof *x);
   int32_t y[BATCH];
   assert_non_null(x);
-  read_file(dir, "x.f32", x, (size_t)BATCH * IC * HW * HW * sizeof *x);
-  read_file(dir, "y.i32", y, sizeof y);
+  const size_t xbytes = (size_t)BATCH * IC * HW * HW * sizeof *x;
+  assert_int_equal(px_test_read_bytes(dir, "x.f32", x, xbytes), xbytes);
+  assert_int_equal(px_test_read_bytes(dir, "y.i32", y, sizeof y), sizeof y);
   px_ops_t *cpu = new_ops();
   step_t ref = net_step(cpu, dir, PX_PRECISION_FP32, x, y);
   for (int f = FMT_NCHW; f <= FMT_BF16; f++) {

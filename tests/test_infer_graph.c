@@ -59,7 +59,7 @@ static int have_data;
 static int setup(void **state) {
   (void)state;
   dir[0] = 0;
-  if (system(PY " -c 'import torch, onnx' >/dev/null 2>&1") != 0) return 0;
+  if (!px_test_python_has("torch, onnx")) return 0;
   snprintf(dir, sizeof dir, "/tmp/px_infer_graph_XXXXXX");
   if (!mkdtemp(dir)) return -1;
   char cmd[1024];
@@ -297,6 +297,7 @@ static px_status_t compare_batch(void *ctx, const float *x, const int32_t *y, in
   (void)loss_sum;
   (void)correct;
   compare_t *c = ctx;
+  PX_REQUIRE(n <= 16, "compare_batch: %d images, room for 16", (int)n);
   PX_CHECK(px__infer_logits(c->net, x, n, c->z[0]));
   PX_CHECK(px_model_logits(c->dense, x, n, c->z[1]));
   for (int i = 0; i < n; i++) {

@@ -39,21 +39,7 @@
  * PyTorch's own float32 step is printed beside ours as the yardstick. */
 #define GRAD_TOL 1e-4
 
-static int have_torch(void) {
-  if (system(PY " -c 'import torch, onnx, numpy' >/dev/null 2>&1") == 0) return 1;
-  print_message("needs python3-torch, python3-onnx and python3-numpy (scripts/bootstrap)\n");
-  return 0;
-}
-
-static size_t read_f32(const char *dir, const char *name, void *buf, size_t bytes) {
-  char p[512];
-  snprintf(p, sizeof p, "%s/%s", dir, name);
-  FILE *f = fopen(p, "rb");
-  assert_non_null(f);
-  size_t n = fread(buf, 1, bytes, f);
-  fclose(f);
-  return n;
-}
+static int have_torch(void) { return px_test_python_has("torch, onnx, numpy"); }
 
 /* PyTorch's reference for net on c x h x w inputs in a fresh directory dir. */
 static void reference_at(const char *net, int c, int h, int w, char *dir) {
@@ -92,9 +78,9 @@ static void check_net_at(const char *net, int c, int h, int w, int grads) {
   size_t xbytes = (size_t)BATCH * c * h * w * sizeof(float);
   float *x = malloc(xbytes), want[BATCH * K], got[BATCH * K];
   int32_t y[BATCH];
-  assert_int_equal(read_f32(dir, "x.f32", x, xbytes), xbytes);
-  assert_int_equal(read_f32(dir, "y.i32", y, sizeof y), sizeof y);
-  assert_int_equal(read_f32(dir, "logits.f32", want, sizeof want), sizeof want);
+  assert_int_equal(px_test_read_bytes(dir, "x.f32", x, xbytes), xbytes);
+  assert_int_equal(px_test_read_bytes(dir, "y.i32", y, sizeof y), sizeof y);
+  assert_int_equal(px_test_read_bytes(dir, "logits.f32", want, sizeof want), sizeof want);
   assert_int_equal(px_model_logits(m, x, BATCH, got), PX_OK);
   double dmax = 0;
   for (int i = 0; i < BATCH * K; i++) dmax = fmax(dmax, fabs((double)got[i] - want[i]));
@@ -123,8 +109,8 @@ static void check_net_at(const char *net, int c, int h, int w, int grads) {
     assert_int_equal(px_tensor_numel(g), numel);
     float *ref = malloc(numel * sizeof *ref), *ours = malloc(numel * sizeof *ours);
     double *ref64 = malloc(numel * sizeof *ref64);
-    assert_int_equal(read_f32(dir, file, ref, numel * sizeof *ref), numel * sizeof *ref);
-    assert_int_equal(read_f32(dir, file64, ref64, numel * sizeof *ref64), numel * sizeof *ref64);
+    assert_int_equal(px_test_read_bytes(dir, file, ref, numel * sizeof *ref), numel * sizeof *ref);
+    assert_int_equal(px_test_read_bytes(dir, file64, ref64, numel * sizeof *ref64), numel * sizeof *ref64);
     assert_int_equal(px_tensor_copy_to_host(g, ours, numel * sizeof *ours), PX_OK);
     /* relative to the largest, with a floor for a gradient that vanishes
      * (a BN shift right before another conv and BN: only rounding is left) */
@@ -405,7 +391,7 @@ static int project_coupled(px_model_t *m, int *followers) {
  * gate resized to the trunk's map, see export/onnx.c) gives those logits. */
 static void imported_graphs_prune_by_coupled_groups_and_compact_exactly(void **state) {
   (void)state;
-  if (!have_torch() || system(PY " -c 'import cv2, onnx' >/dev/null 2>&1") != 0) skip();
+  if (!px_test_python_has("torch, onnx, numpy, cv2")) skip();
   px_ops_t *ops;
   assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
   const char *nets[2] = {"mobilenet", "seresnet"};
@@ -555,7 +541,7 @@ static void truncated_and_garbage_files_are_refused(void **state) {
  * PyTorch wrote (no pruning: the same weights). */
 static void imported_vgg_exports_to_onnx_that_opencv_runs_alike(void **state) {
   (void)state;
-  if (!have_torch() || system(PY " -c 'import cv2' >/dev/null 2>&1") != 0) skip();
+  if (!px_test_python_has("torch, onnx, numpy, cv2")) skip();
   char dir[64], orig[512], ckpt[512], cmd[2048];
   strcpy(dir, "/tmp/px_onnx_import_XXXXXX");
   assert_non_null(mkdtemp(dir));

@@ -35,11 +35,7 @@ static int ready(void) {
     print_message("%s or %s is not built\n", PXT_PXAGENT, PXT_PXWORKER);
     return 0;
   }
-  if (system(PY " -c 'import torch, onnx, cv2, numpy' >/dev/null 2>&1") != 0) {
-    print_message("needs python3-torch, python3-onnx, python3-opencv (scripts/bootstrap)\n");
-    return 0;
-  }
-  return 1;
+  return px_test_python_has("torch, onnx, cv2, numpy");
 }
 
 static void export_net(const char *net, const char *path) {
@@ -276,7 +272,7 @@ static void imported_seresnet_trains_packs_less_and_runs_in_opencv(void **state)
 
 static void spec_with_an_unsupported_operator_is_refused_at_parse(void **state) {
   const char *dir = *state;
-  if (system(PY " -c 'import torch, onnx' >/dev/null 2>&1") != 0) skip();
+  if (!px_test_python_has("torch, onnx")) skip();
   char onnx[320], spec[320];
   snprintf(onnx, sizeof onnx, "%s/tanh.onnx", dir);
   export_net("tanh", onnx);
