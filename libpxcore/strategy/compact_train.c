@@ -102,6 +102,21 @@ static px_status_t px__ctrain_tables(px__ctrain_t *ct, const px__strategy_run_t 
   return PX_OK;
 }
 
+/* PX_ERR_STATE when some group of the plan keeps a width the rounding could
+ * not reach (a concatenation ties it): slower layers than the dense ones. */
+static px_status_t px__ctrain_widths_ok(const px__compact_t *c, const px_model_t *m) {
+  for (int a = 0; a < c->na; a++) {
+    if (c->group[a] != a) continue;
+    int ch = px_model_act_channels(m, a), n = 0;
+    for (int i = 0; i < ch; i++) n += c->live[a][i];
+    if (n != ch && n % PX__CTRAIN_CHANNELS)
+      return px_set_error(PX_ERR_STATE,
+                          "a channel group keeps %d of %d channels, not a multiple of %d (a "
+                          "concatenation ties its width)", n, ch, PX__CTRAIN_CHANNELS);
+  }
+  return PX_OK;
+}
+
 px_status_t px__ctrain_build(px__strategy_run_t *r, const float *keep, px__ctrain_t **out) {
   *out = NULL;
   px__ctrain_t *ct = px_calloc(1, sizeof *ct, "ctrain");
@@ -110,6 +125,7 @@ px_status_t px__ctrain_build(px__strategy_run_t *r, const float *keep, px__ctrai
   PX_CHECK_GOTO(px__compact_plan(r->m, 0, &ct->plan), st, fail);
   ct->plan->round = PX__CTRAIN_CHANNELS;
   PX_CHECK_GOTO(px__compact_update(ct->plan, r->m), st, fail);
+  PX_CHECK_GOTO(px__ctrain_widths_ok(ct->plan, r->m), st, fail);
   PX_CHECK_GOTO(px__compact_build(ct->plan, r->m, px_model_ops(r->m),
                                   px_model_config(r->m)->batch, &ct->cm),
                 st, fail);
