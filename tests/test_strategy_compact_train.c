@@ -283,6 +283,10 @@ static int rank_main(px_th_ctx_t *ctx) {
   cfg.observe_ctx = &local_s;
   px_strategy_result_t res;
   PX_TH_OK(px_strategy_run(t, comm, &cfg, control, NULL, &res));
+  /* the final model is the consensus z, the same on every rank */
+  px_model_t *m = px_trainer_model(t);
+  px_th_shared[8 + ctx->rank] =
+      (double)(px_test_fnv64(px_model_flat_params(m)->data, px_model_numel(m) * 4) >> 12);
   if (ctx->rank == 0) {
     px_th_shared[0] = res.density;
     px_th_shared[1] = (double)res.bytes_inter;
@@ -326,6 +330,7 @@ static void hsadmm_trains_compact_after_the_freeze(void **state) {
   printf("compact local phases: density %.4f, inter %.0f, intra %.0f bytes, accuracy %.4f, "
          "local %.2f s, %.0f compact parameters\n", on[0], on[1], on[2], on[3], on[6], on[5]);
   assert_true(off[4] == ITERATIONS && on[4] == ITERATIONS);
+  for (int k = 1; k < 4; k++) assert_true(px_th_shared[8 + k] == px_th_shared[8]);
   for (int i = 0; i < 3; i++) assert_true(on[i] == off[i]);
   assert_true(off[5] == 0 && on[5] > 0);
   assert_true(fabs(on[3] - off[3]) <= 0.05);

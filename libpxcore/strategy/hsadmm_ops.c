@@ -11,6 +11,7 @@
 
 #include "admm/admm_int.h"
 #include "admm/hsadmm_state.h"
+#include "nn/px_train_int.h"
 #include "prunex/cuda_kernels.h"
 #include "px_check.h"
 #include "strategy/strategy_int.h"
@@ -431,7 +432,9 @@ static px_status_t px__hsadmm_create(px__strategy_run_t *r, void **priv) {
 static void px__hsadmm_destroy(px__strategy_run_t *r, void *priv) {
   px__hsadmm_strategy_t *s = priv;
   px_trainer_set_grad_hook(r->t, NULL, NULL);
-  if (r->ctrain) px__ctrain_leave(r->ctrain, r); /* a failed local phase: back to dense */
+  /* the trainer's own model again (a local phase that failed); nothing is
+   * scattered: the model holds the final consensus */
+  px__trainer_use(r->t, NULL, NULL);
   for (int i = 0; r->sgd && i < r->np; i++) px_sgd_set_prox(r->sgd, i, NULL, NULL, 0.0f);
   if (!s) return;
   px_hsadmm_destroy(s->h);
