@@ -96,6 +96,7 @@ void px__cpu_ops_destroy(px_ops_t *ops) {
   px_free(ops->layouts);
   px_free(ops->scratch);
   px_free(ops->wscratch);
+  px_free(ops->lpscratch);
   if (ops->attr) dnnl_primitive_attr_destroy(ops->attr);
   if (ops->stream) dnnl_stream_destroy(ops->stream);
   if (ops->engine) dnnl_engine_destroy(ops->engine);
@@ -113,13 +114,22 @@ px_status_t px__cpu_ops_sync(px_ops_t *ops) {
   return PX_OK;
 }
 
-/* The CPU keeps f32 activations; oneDNN chooses each op's layout itself. */
+/* The CPU keeps f32 activations; oneDNN chooses each op's layout itself.
+ * bf16 precision is a property of the convolutions instead: the model asks
+ * for its activation format before it creates its layers, so the request
+ * sets whether the convolutions created next compute in bf16 (f32 in and
+ * out, converted at their edges; cpu_conv.c). Needs a CPU with bf16
+ * instructions (AVX512-BF16 or AMX): elsewhere oneDNN would emulate them far
+ * slower than f32. */
 px_status_t px__cpu_ops_act_format(px_ops_t *ops, px_precision_t precision, px_tensor_t *spec) {
-  (void)ops;
   (void)spec;
-  if (precision != PX_PRECISION_FP32)
-    return px_set_error(PX_ERR_INVALID, "bf16 precision runs on the CUDA engine only (this model "
-                                        "is on the CPU): use precision fp32 here");
+  if (precision == PX_PRECISION_BF16) {
+    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    if ((isa & dnnl_cpu_isa_avx512_core_bf16) != dnnl_cpu_isa_avx512_core_bf16) /* ISA bit sets */
+      return px_set_error(PX_ERR_INVALID, "bf16 precision on the CPU needs AVX512-BF16 or AMX; "
+                          "this CPU has %s: use precision fp32", dnnl_cpu_isa2str(isa));
+  }
+  ops->conv_bf16 = precision == PX_PRECISION_BF16;
   return PX_OK;
 }
 
