@@ -434,19 +434,23 @@ void px__exec_destroy(px__exec_t *ex) {
   ex->scratch_idx = -1;
 }
 
+px_status_t px__cpu_grow_shared(void **buf, size_t *bytes, size_t need, const char *name) {
+  if (need <= *bytes) return PX_OK;
+  void *p = px_malloc_aligned(need, name);
+  if (!p) return PX_ERR_NOMEM;
+  memset(p, 0, need);
+  px_free(*buf);
+  *buf = p;
+  *bytes = need;
+  return PX_OK;
+}
+
 px_status_t px__wbuf_create(px_ops_t *ops, px__wbuf_t *wb, const dnnl_memory_desc_t *plain_md,
                             const dnnl_memory_desc_t *prim_md, int to_prim) {
   memset(wb, 0, sizeof *wb);
   if (dnnl_memory_desc_equal(plain_md, prim_md)) return PX_OK;
   size_t need = dnnl_memory_desc_get_size(prim_md);
-  if (need > ops->wscratch_bytes) { /* grows while ops are created, never after */
-    void *buf = px_malloc_aligned(need, "op weights scratch");
-    if (!buf) return PX_ERR_NOMEM;
-    memset(buf, 0, need);
-    px_free(ops->wscratch);
-    ops->wscratch = buf;
-    ops->wscratch_bytes = need;
-  }
+  PX_CHECK(px__cpu_grow_shared(&ops->wscratch, &ops->wscratch_bytes, need, "op weights scratch"));
   wb->needed = 1;
   PX_CHECK(to_prim ? px__exec_create_reorder(ops, &wb->reorder, plain_md, prim_md)
                    : px__exec_create_reorder(ops, &wb->reorder, prim_md, plain_md));

@@ -49,14 +49,7 @@ static px_status_t px__wlayer_lowp_execs(px_ops_t *ops, px__cpu_wlayer_t *l,
   if (!l->x_lp) return PX_ERR_NOMEM;
   size_t need = dnnl_memory_desc_get_size(dy_d);
   if (dnnl_memory_desc_get_size(dy_w) > need) need = dnnl_memory_desc_get_size(dy_w);
-  if (need > ops->lpscratch_bytes) { /* grows while ops are created, never after */
-    void *buf = px_malloc_aligned(need, "bf16 gradient scratch");
-    if (!buf) return PX_ERR_NOMEM;
-    px_free(ops->lpscratch);
-    ops->lpscratch = buf;
-    ops->lpscratch_bytes = need;
-  }
-  return PX_OK;
+  return px__cpu_grow_shared(&ops->lpscratch, &ops->lpscratch_bytes, need, "bf16 gradient scratch");
 }
 
 px_status_t px__cpu_wlayer_create(px_ops_t *ops, px__cpu_wlayer_t *l, px__cpu_wlayer_pds_fn pds,

@@ -134,6 +134,11 @@ px_status_t px__exec_create_reorder(px_ops_t *ops, px__exec_t *ex, const dnnl_me
 px_status_t px__exec_run(px_ops_t *ops, px__exec_t *ex, void *const *ptrs);
 void px__exec_destroy(px__exec_t *ex);
 
+/* Grows a context-wide buffer shared by the ops (*buf of *bytes, zeroed) to
+ * at least need bytes; at op creation only, never while ops run (the old
+ * block is freed: execs rebind on their next run). */
+px_status_t px__cpu_grow_shared(void **buf, size_t *bytes, size_t need, const char *name);
+
 /* Weights in the layout a primitive wants, converted from (or to) the
  * caller's plain weights on every call into the context's shared weight
  * scratch (ops->wscratch, sized to the largest), so a model holds one such
