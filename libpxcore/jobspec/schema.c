@@ -850,11 +850,6 @@ px_status_t px__js_check(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
                        px__js_mark(w, px__js_find("comm.backend"), px__js_find("cluster.device")),
                        "comm.backend: nccl moves device memory and needs cluster.device cuda or "
                        "auto, got cpu");
-  if (!strcmp(spec->train->precision, "bf16") && !strcmp(c->device, "cpu"))
-    return px__js_fail(PX_ERR_INVALID, w,
-                       px__js_mark(w, px__js_find("train.precision"), px__js_find("cluster.device")),
-                       "train.precision: bf16 runs on the CUDA engine only and needs "
-                       "cluster.device cuda or auto, got cpu");
   px_status_t cst = px__js_check_comm(spec, w);
   if (cst == PX_OK) cst = px__js_check_notify(spec, w);
   if (cst == PX_OK) cst = px__js_check_sweep(spec, w, NULL);
