@@ -28,12 +28,6 @@
 
 #define BATCH 16
 
-typedef struct {
-  float first, last; /* the loss of the first and of the last step */
-  float *grads;      /* flat f32 [numel]: the weight gradients of the first step */
-  size_t numel;
-} step_t;
-
 /* 1: this CPU runs bf16 (the model was made); 0: refused naming the ISA. */
 static int cpu_has_bf16(void) {
   px_ops_t *ops = new_ops();
@@ -62,39 +56,11 @@ static int cpu_has_bf16(void) {
  * after each) on a fresh one-thread CPU context (one thread: a loaded
  * machine costs a parallel region's barriers a time slice each) in
  * precision prec. */
-static step_t model_step(px_precision_t prec, int steps) {
+static px_test_steps_t model_step(px_precision_t prec, int steps) {
   px_ops_t *ops = NULL;
   assert_ok(px_ops_create(px_device_cpu(), 1, &ops));
-  px_model_config_t mc = {"resnet20", 3, 10, BATCH, 32, 32, NULL, 0, prec, NULL};
-  px_model_t *m = NULL;
-  assert_ok(px_model_create(ops, &mc, &m));
-  assert_ok(px_model_init_params(m, 1));
-  px_sgd_t *sgd = NULL;
-  px_sgd_config_t sc = {0.05, 0.9, 0.0, 0};
-  assert_ok(px_sgd_create(m, &sc, &sgd));
-  px_synth_config_t syn;
-  px_synth_config_default(&syn);
-  float *x = malloc((size_t)BATCH * 3 * 32 * 32 * sizeof *x);
-  int32_t y[BATCH];
-  assert_non_null(x);
-  step_t r = {0, 0, NULL, px_model_numel(m)};
-  for (int s = 0; s < steps; s++) {
-    assert_ok(px_synth_batch(&syn, s % 4, BATCH, x, y));
-    int64_t correct;
-    assert_ok(px_model_train_step(m, x, y, &r.last, &correct));
-    if (s == 0) {
-      r.first = r.last;
-      r.grads = malloc(r.numel * sizeof(float));
-      assert_non_null(r.grads);
-      assert_ok(px_tensor_copy_to_host(px_model_flat_grads(m), r.grads, r.numel * sizeof(float)));
-    }
-    assert_ok(px_sgd_step(sgd));
-  }
-  printf("%s: loss %.4f after %d steps (first %.4f)\n", prec ? "bf16" : "fp32", r.last, steps,
-         r.first);
-  free(x);
-  px_sgd_destroy(sgd);
-  px_model_destroy(m);
+  px_test_steps_t r;
+  assert_int_equal(px_test_resnet20_steps(ops, BATCH, prec, steps, &r), 0);
   px_ops_destroy(ops);
   return r;
 }
@@ -111,8 +77,8 @@ static double rel_l2(const float *a, const float *b, size_t n) {
 static void resnet20_step_in_bf16_matches_fp32(void **state) {
   (void)state;
   REQUIRE_BF16();
-  step_t ref = model_step(PX_PRECISION_FP32, 1);
-  step_t b = model_step(PX_PRECISION_BF16, 1);
+  px_test_steps_t ref = model_step(PX_PRECISION_FP32, 1);
+  px_test_steps_t b = model_step(PX_PRECISION_BF16, 1);
   double dot = 0, nb = 0, nr = 0;
   for (size_t i = 0; i < ref.numel; i++) {
     dot += (double)b.grads[i] * ref.grads[i];
@@ -142,7 +108,7 @@ static void resnet20_step_in_bf16_matches_fp32(void **state) {
 static void bf16_training_lowers_the_loss(void **state) {
   (void)state;
   REQUIRE_BF16();
-  step_t b = model_step(PX_PRECISION_BF16, 20);
+  px_test_steps_t b = model_step(PX_PRECISION_BF16, 20);
   assert_true(b.last < b.first - 0.3f); /* the loss fell by more than 0.3 */
   free(b.grads);
 }
