@@ -515,28 +515,10 @@ static void bf16_training_lowers_the_loss(void **state) {
   free(b.grads);
 }
 
-/* The CPU runs bf16 where it has the instructions (test_cpu_bf16) and
- * refuses it naming them elsewhere. */
-static void bf16_on_the_cpu_is_run_or_refused_naming_the_isa(void **state) {
-  (void)state;
-  px_ops_t *ops = new_ops();
-  px_model_config_t mc = {"resnet20", 3, 10, 4, 32, 32, NULL, 0, PX_PRECISION_BF16, NULL};
-  px_model_t *m = NULL;
-  px_status_t st = px_model_create(ops, &mc, &m);
-  if (st != PX_OK) {
-    assert_int_equal(st, PX_ERR_INVALID);
-    assert_null(m);
-    assert_non_null(strstr(px_last_error(), "bf16 precision on the CPU needs AVX512-BF16 or AMX"));
-  }
-  px_model_destroy(m);
-  px_ops_destroy(ops);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(bf16_reference_rounds_to_nearest_even),
       cmocka_unit_test(nchw_and_nhwc_index_maps_are_inverse_permutations),
-      cmocka_unit_test(bf16_on_the_cpu_is_run_or_refused_naming_the_isa),
       cmocka_unit_test(conversion_is_exact_in_f32_and_rounds_to_nearest_in_bf16),
       cmocka_unit_test(conv_in_nhwc_matches_nchw_in_f32_and_in_bf16),
       cmocka_unit_test(bn_add_and_pooling_in_nhwc_match_nchw),
