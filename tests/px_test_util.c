@@ -190,9 +190,14 @@ size_t px_test_read_bytes(const char *dir, const char *name, void *buf, size_t b
   return n;
 }
 
+const char *px_test_python(void) {
+  const char *py = getenv("PX_TEST_PYTHON");
+  return py && *py ? py : "/usr/bin/python3";
+}
+
 int px_test_python_has(const char *modules) {
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "/usr/bin/python3 -c 'import %s' >/dev/null 2>&1", modules);
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "%s -c 'import %s' >/dev/null 2>&1", px_test_python(), modules);
   if (system(cmd) == 0) return 1;
   printf("needs the Python modules %s (python3-torch, python3-onnx, python3-numpy, "
          "python3-opencv: scripts/bootstrap)\n", modules);

@@ -97,7 +97,12 @@ char *px_test_read_file(const char *path, size_t *len);
  * cannot be opened). The callers compare it with what they expect. */
 size_t px_test_read_bytes(const char *dir, const char *name, void *buf, size_t bytes);
 
-/* 1 when /usr/bin/python3 imports every module of the comma-separated list
+/* The Python the tests run: $PX_TEST_PYTHON when set (the GPU machine's
+ * python3, which has PyTorch; scripts/gpu-kit sets it), else Debian's
+ * /usr/bin/python3 with the packages scripts/bootstrap installs. */
+const char *px_test_python(void);
+
+/* 1 when px_test_python() imports every module of the comma-separated list
  * (e.g. "torch, onnx, numpy"); otherwise prints which packages the test
  * needs (scripts/bootstrap installs them) and returns 0: the caller skips. */
 int px_test_python_has(const char *modules);
