@@ -274,6 +274,8 @@ extern "C" px_status_t px__cuda_ops_create(px_device_t dev, int nthreads, px_ops
    * cudnn.deterministic); the engine's own kernels are deterministic */
   ops->deterministic = px__env_int("PX_CUDNN_DETERMINISTIC", 0) != 0;
   ops->benchmark = !ops->deterministic && px__env_int("PX_CUDNN_BENCHMARK", 1) != 0;
+  ops->find_runs = px__env_int("PX_CUDNN_FIND_RUNS", 2);
+  if (ops->find_runs < 1 || ops->find_runs > 5) ops->find_runs = 2;
   {
     const char *l = getenv("PX_CUDA_LAYOUT");
     ops->nchw = l && !strcmp(l, "nchw");
