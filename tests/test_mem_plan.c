@@ -82,17 +82,24 @@ static void test_plan_random_blocks_disjoint(void **state) {
   }
 }
 
+/* A ResNet-20 for 4 images of 1x32x32 built with PX_MEM_PLAN=plan. */
+static px_status_t small_resnet20(const char *plan, px_ops_t *ops, px_model_t **m) {
+  setenv("PX_MEM_PLAN", plan, 1);
+  px_model_config_t mc = {"resnet20", 1, 10, 4, 32, 32, NULL, 0, PX_PRECISION_FP32, NULL};
+  *m = NULL;
+  px_status_t st = px_model_create(ops, &mc, m);
+  unsetenv("PX_MEM_PLAN");
+  return st;
+}
+
 static void test_plan_env_refused(void **state) {
   (void)state;
-  setenv("PX_MEM_PLAN", "lifo", 1);
   px_ops_t *ops;
+  px_model_t *m;
   assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
-  px_model_config_t mc = {"resnet20", 1, 10, 4, 32, 32, NULL, 0, PX_PRECISION_FP32, NULL};
-  px_model_t *m = NULL;
-  assert_int_equal(px_model_create(ops, &mc, &m), PX_ERR_INVALID);
+  assert_int_equal(small_resnet20("lifo", ops, &m), PX_ERR_INVALID);
   assert_null(m);
   assert_non_null(strstr(px_last_error(), "PX_MEM_PLAN='lifo'"));
-  unsetenv("PX_MEM_PLAN");
   px_ops_destroy(ops);
 }
 
@@ -170,18 +177,15 @@ static void test_compact_resnet20_same_weights(void **state) {
   (void)state;
   int32_t w[32];
   int n = 0;
-  setenv("PX_MEM_PLAN", "separate", 1);
   px_ops_t *ops;
+  px_model_t *m;
   assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
-  px_model_config_t mc = {"resnet20", 1, 10, 4, 32, 32, NULL, 0, PX_PRECISION_FP32, NULL};
-  px_model_t *m = NULL;
-  assert_int_equal(px_model_create(ops, &mc, &m), PX_OK);
+  assert_int_equal(small_resnet20("separate", ops, &m), PX_OK);
   for (int i = 0; i < px_model_num_params(m) && n < 32; i++)
     if (px_model_param(m, i)->kind == PX_WEIGHT_CONV)
       w[n++] = (int32_t)px_model_param(m, i)->value->dims[0] / 2;
   px_model_destroy(m);
   px_ops_destroy(ops);
-  unsetenv("PX_MEM_PLAN");
   same_training("resnet20 at half width", "resnet20", NULL, w, n);
 }
 
