@@ -9,6 +9,9 @@
 #   ours bf16     the same with bf16 activations (--precision bf16)
 #   ours nchw     fp32 in the former NCHW layout (PX_CUDA_LAYOUT=nchw), for
 #                 what channels-last gains
+#   ours bf16 sep bf16 with the earlier memory plan (PX_MEM_PLAN=separate:
+#                 activations and their gradients in separate arenas), for
+#                 what the shared plan (issue 27 item 5) saves of the peak
 #   torch eager   fp32 NCHW, cuDNN heuristics (PyTorch's defaults)
 #   torch best    fp32 with channels_last and cudnn.benchmark (the best fp32
 #                 configuration users tune to)
@@ -18,7 +21,8 @@
 # ends with RESULT lines: <model>_gpu_vs_torch (ours fp32 / eager),
 # <model>_gpu_vs_torch_best (ours fp32 / torch best), <model>_gpu_bf16_vs_torch_bf16,
 # and the peak-memory ratios <model>_gpu_mem_vs_torch_best and
-# <model>_gpu_bf16_mem_vs_torch_bf16 (ours / torch, lower is better); images/s
+# <model>_gpu_bf16_mem_vs_torch_bf16 (ours / torch, lower is better),
+# <model>_gpu_bf16_mem_shared_vs_separate (the two plans' peaks); images/s
 # ratios are ours / torch, higher is better. Exits 1 with a message when
 # there is no usable GPU.
 #   bench/gpu/run.sh [BUILD_DIR]   (env: MODELS, ROUNDS, STEPS, WARMUP, BATCH, TF32, PY)
@@ -57,11 +61,12 @@ torch() {
     --steps "$STEPS" --warmup "$WARMUP" --tf32 "$TF32" "${@:2}"
 }
 
-confs=(ours_fp32 ours_bf16 ours_nchw torch_eager torch_best torch_bf16)
+confs=(ours_fp32 ours_bf16 ours_bf16_sep ours_nchw torch_eager torch_best torch_bf16)
 run_conf() {
   case "$2" in
     ours_fp32) ours "$1" ;;
     ours_bf16) ours "$1" --precision bf16 ;;
+    ours_bf16_sep) PX_MEM_PLAN=separate ours "$1" --precision bf16 ;;
     ours_nchw) PX_CUDA_LAYOUT=nchw ours "$1" ;;
     torch_eager) torch "$1" ;;
     torch_best) torch "$1" --cudnn-benchmark 1 --channels-last 1 ;;
@@ -69,7 +74,7 @@ run_conf() {
   esac
 }
 
-printf '%-9s %-12s %12s %10s\n' model config img/s peak_MB
+printf '%-9s %-14s %12s %10s\n' model config img/s peak_MB
 results=()
 for m in $MODELS; do
   declare -A ips=() mem=()
@@ -88,13 +93,14 @@ for m in $MODELS; do
   for c in "${confs[@]}"; do
     # shellcheck disable=SC2086
     if [ -n "${ips[$c]// /}" ]; then bi[$c]=$(best ${ips[$c]}); bm[$c]=$(least ${mem[$c]}); else bi[$c]=""; bm[$c]=""; fi
-    printf '%-9s %-12s %12s %10s\n' "$m" "$c" "${bi[$c]:-failed}" "${bm[$c]:-}"
+    printf '%-9s %-14s %12s %10s\n' "$m" "$c" "${bi[$c]:-failed}" "${bm[$c]:-}"
   done
   results+=("RESULT ${m}_gpu_vs_torch $(ratio "${bi[ours_fp32]}" "${bi[torch_eager]}") ratio")
   results+=("RESULT ${m}_gpu_vs_torch_best $(ratio "${bi[ours_fp32]}" "${bi[torch_best]}") ratio")
   results+=("RESULT ${m}_gpu_bf16_vs_torch_bf16 $(ratio "${bi[ours_bf16]}" "${bi[torch_bf16]}") ratio")
   results+=("RESULT ${m}_gpu_mem_vs_torch_best $(ratio "${bm[ours_fp32]}" "${bm[torch_best]}") ratio")
   results+=("RESULT ${m}_gpu_bf16_mem_vs_torch_bf16 $(ratio "${bm[ours_bf16]}" "${bm[torch_bf16]}") ratio")
+  results+=("RESULT ${m}_gpu_bf16_mem_shared_vs_separate $(ratio "${bm[ours_bf16]}" "${bm[ours_bf16_sep]}") ratio")
   unset ips mem bi bm
 done
 printf '%s\n' "${results[@]}"

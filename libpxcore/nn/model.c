@@ -12,10 +12,18 @@
  * ADD's backward computes it in place), so residual blocks copy nothing. An
  * activation with two consumers (a block input feeding both the block and
  * its shortcut) gets the first gradient written in place and the second
- * added from a scratch buffer. Gradient buffers are then shared between
- * tensors whose lifetimes in the backward pass do not overlap, an interval
- * colouring computed once at build time; peak memory stays near the
- * activations' own size. */
+ * added from a scratch buffer.
+ *
+ * Memory plan. The activations, their gradients and the scratch buffers
+ * live in one arena, placed once at build time by their lifetimes in a step
+ * (nn/mem_plan.c): an activation from its forward to the last backward that
+ * reads it (a BN's output that only a residual add reads dies in the
+ * forward; a conv's input once the conv's weight gradient is computed), a
+ * gradient from the backward that first writes it to the one that reads it
+ * last, so the backward pass writes gradients into the bytes of activations
+ * that are done, as PyTorch's allocator frees them. PX_MEM_PLAN=separate
+ * keeps the earlier plan (activations in their own arena, gradients coloured
+ * onto equal-size buffers) for the tests and the bench to compare. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +31,7 @@
 
 #include "nn/px_arch_int.h"
 #include "nn/px_graph_ops.h"
+#include "nn/px_mem_plan.h"
 #include "nn/px_onnx_int.h"
 #include "nn/px_ops_int.h"
 #include "prunex/nn.h"
@@ -97,6 +106,9 @@ struct px_model {
   px_tensor_t labels;        /* i32 [batch] */
   px_tensor_t *gbufs;        /* shared gradient buffers (u8 specs) */
   int ngbufs;
+  int separate;              /* PX_MEM_PLAN=separate: the activations in their own arena and
+                                the gradients in equal-size buffers (the plan before issue
+                                27 item 5, kept for the tests and the bench to compare) */
   px_arena_t a_params, a_grads, a_bufs, a_acts, a_gacts;
   px_tensor_t flat_params, flat_grads, flat_bufs;
   size_t numel;
@@ -645,6 +657,19 @@ static int px__root(const px_model_t *m, int a) {
   return a;
 }
 
+/* Points activation a's gradient at g and, for a multi-consumer activation,
+ * its second-consumer scratch at scratch (with the op that adds it in). */
+static px_status_t px__bind_grad(px_model_t *m, int a, void *g, void *scratch) {
+  m->grads[a] = m->acts[a];
+  m->grads[a].data = g;
+  m->grads[a].flags = 0;
+  if (m->consumers[a] < 2) return PX_OK;
+  m->scratch[a] = m->acts[a];
+  m->scratch[a].data = scratch;
+  m->scratch[a].flags = 0;
+  return px_add_create(m->ops, &m->acts[a], 0, &m->acc[a]);
+}
+
 /* Allocates the nb gradient buffers (one arena) and points every
  * activation's gradient at its slot's buffer, and the scratch of a
  * multi-consumer activation a at buffer scratch_buf[a]. */
@@ -668,17 +693,10 @@ static px_status_t px__bind_grads(px_model_t *m, int nb, const size_t *buf_bytes
   PX_CHECK_GOTO(px_arena_alloc(&m->a_gacts, px_ops_device(m->ops), ptrs, (size_t)nb, 64,
                                "model.activation_grads"),
                 st, done);
-  for (int a = 1; a < n; a++) {
-    m->grads[a] = m->acts[a];
-    m->grads[a].data = m->gbufs[slot_buf[px__root(m, a)]].data;
-    m->grads[a].flags = 0;
-    if (m->consumers[a] >= 2) {
-      m->scratch[a] = m->acts[a];
-      m->scratch[a].data = m->gbufs[scratch_buf[a]].data;
-      m->scratch[a].flags = 0;
-      PX_CHECK_GOTO(px_add_create(m->ops, &m->acts[a], 0, &m->acc[a]), st, done);
-    }
-  }
+  for (int a = 1; a < n; a++)
+    PX_CHECK_GOTO(px__bind_grad(m, a, m->gbufs[slot_buf[px__root(m, a)]].data,
+                                m->consumers[a] >= 2 ? m->gbufs[scratch_buf[a]].data : NULL),
+                  st, done);
 done:
   px_free(ptrs);
   return st;
@@ -754,6 +772,116 @@ done:
   return st;
 }
 
+/* ---- the shared memory plan ------------------------------------------------------ *
+ * Steps of a training step: forward node k runs at step k, the loss at
+ * nnodes, backward node k at 2 * nnodes - k. */
+
+/* The activations node n's backward reads (out[0..return)): the input of a
+ * weight layer (its weight gradient) and of a BN, both maps of a MUL, the
+ * output of an ADD (its fused ReLU's mask) and an ACT's input and output.
+ * A POOL reads its workspace, a REORDER and a CONCAT only gradients. */
+static int px__backward_reads(const px__node_t *n, int out[2]) {
+  switch (n->kind) {
+    case PX__CONV:
+    case PX__FC:
+    case PX__BN:
+      out[0] = n->in;
+      return 1;
+    case PX__ADD:
+      out[0] = n->out;
+      return 1;
+    case PX__ACT:
+      out[0] = n->in;
+      out[1] = n->out;
+      return 2;
+    case PX__MUL:
+      out[0] = n->in;
+      out[1] = n->in2;
+      return 2;
+    case PX__POOL:
+    case PX__REORDER:
+    case PX__CONCAT:
+      break;
+  }
+  return 0;
+}
+
+static void px__widen(px__mem_block_t *b, int t) {
+  if (t < b->lo) b->lo = t;
+  if (t > b->hi) b->hi = t;
+}
+
+/* Lifetimes: act[a] from its producer's forward to its last read (forward,
+ * loss or backward); the gradient slot of root r (px__root) from the
+ * backward of its members' last consumer (the first to write it) to that
+ * of their first producer (the last to read it); the scratch of a
+ * multi-consumer activation over the backward of all its consumers. */
+static void px__lifetimes(const px_model_t *m, px__mem_block_t *act, px__mem_block_t *slot,
+                          px__mem_block_t *scr) {
+  const int n = m->nacts, N = m->nnodes;
+  for (int a = 0; a < n; a++) {
+    int p = m->producer[a] >= 0 ? m->producer[a] : 0;
+    act[a] = (px__mem_block_t){m->acts[a].nbytes, p, p, 0};
+    slot[a] = scr[a] = (px__mem_block_t){0, 2 * N + 1, -1, 0};
+  }
+  px__widen(&act[n - 1], N); /* the logits: read by the loss */
+  for (int k = 0; k < N; k++) {
+    const px__node_t *nd = &m->nodes[k];
+    int reads[2], nr = px__backward_reads(nd, reads);
+    px__widen(&act[nd->in], k);
+    if (nd->in2 >= 0) px__widen(&act[nd->in2], k);
+    for (int i = 0; i < nr; i++) px__widen(&act[reads[i]], 2 * N - k);
+    if (m->consumers[nd->in] >= 2) px__widen(&scr[nd->in], 2 * N - k);
+    if (nd->in2 >= 0 && m->consumers[nd->in2] >= 2) px__widen(&scr[nd->in2], 2 * N - k);
+  }
+  for (int a = 1; a < n; a++) {
+    px__mem_block_t *s = &slot[px__root(m, a)];
+    s->bytes = m->acts[px__root(m, a)].nbytes;
+    if (m->last_use[a] >= 0) px__widen(s, 2 * N - m->last_use[a]);
+    if (m->producer[a] >= 0) px__widen(s, 2 * N - m->producer[a]);
+    if (m->consumers[a] >= 2) scr[a].bytes = m->acts[a].nbytes;
+  }
+}
+
+/* The activations, their gradients and the scratch in one arena, placed by
+ * their lifetimes (nn/mem_plan.c). */
+static px_status_t px__plan_shared(px_model_t *m) {
+  const int n = m->nacts;
+  px__mem_block_t *blk = px_malloc((size_t)(3 * n) * sizeof *blk, "model.plan");
+  if (!blk) return PX_ERR_NOMEM;
+  px__mem_block_t *act = blk, *slot = blk + n, *scr = blk + 2 * n;
+  px__lifetimes(m, act, slot, scr);
+  size_t total = 0;
+  px_status_t st = px__mem_plan(blk, 3 * n, 64, &total);
+  px_tensor_t whole, *pw = &whole;
+  int64_t d = (int64_t)(total ? total : 1);
+  if (st == PX_OK) st = px_tensor_init(&whole, px_ops_device(m->ops), PX_DTYPE_U8, 1, &d);
+  if (st == PX_OK)
+    st = px_arena_alloc(&m->a_gacts, px_ops_device(m->ops), &pw, 1, 64, "model.activation_memory");
+  char *base = m->a_gacts.base;
+  for (int a = 0; a < n && st == PX_OK; a++) {
+    m->acts[a].data = base + act[a].offset;
+    if (a >= 1)
+      st = px__bind_grad(m, a, base + slot[px__root(m, a)].offset,
+                         m->consumers[a] >= 2 ? base + scr[a].offset : NULL);
+  }
+  px_free(blk);
+  return st;
+}
+
+static px_status_t px__plan_memory(px_model_t *m) {
+  return m->separate ? px__plan_grads(m) : px__plan_shared(m);
+}
+
+/* PX_MEM_PLAN: unset or "shared" (the default plan), or "separate". */
+static px_status_t px__mem_plan_mode(px_model_t *m) {
+  const char *e = getenv("PX_MEM_PLAN");
+  m->separate = e && !strcmp(e, "separate");
+  if (e && *e && !m->separate && strcmp(e, "shared"))
+    return px_set_error(PX_ERR_INVALID, "PX_MEM_PLAN='%s': expected 'shared' or 'separate'", e);
+  return PX_OK;
+}
+
 static px_status_t px__alloc_families(px_model_t *m) {
   px_device_t dev = px_ops_device(m->ops);
   int np = m->nparams;
@@ -769,7 +897,7 @@ static px_status_t px__alloc_families(px_model_t *m) {
   PX_CHECK_GOTO(px_arena_alloc(&m->a_bufs, dev, list, (size_t)m->nbufs, 4, "model.bn_running"),
                 st, done);
   size_t k = 0;
-  for (int a = 0; a < m->nacts; a++) list[k++] = &m->acts[a];
+  for (int a = 0; a < m->nacts && m->separate; a++) list[k++] = &m->acts[a];
   for (int i = 0; i < m->nnodes; i++) {
     px__node_t *nd = &m->nodes[i];
     if (nd->kind == PX__BN) {
@@ -839,7 +967,8 @@ px_status_t px_model_create(px_ops_t *ops, const px_model_config_t *cfg, px_mode
   snprintf(m->arch, sizeof m->arch, "%s", a ? a->name : "onnx");
   m->cfg.arch = m->arch;
   m->ops = ops;
-  px_status_t st = PX_OK;
+  px_status_t st = px__mem_plan_mode(m);
+  if (st != PX_OK) goto done;
   if (cfg->widths) {
     if (cfg->nwidths < 1) {
       st = px_set_error(PX_ERR_INVALID, "model widths: %d given", cfg->nwidths);
@@ -864,7 +993,7 @@ px_status_t px_model_create(px_ops_t *ops, const px_model_config_t *cfg, px_mode
   }
   PX_CHECK_GOTO(px__analyse(m), st, done);
   PX_CHECK_GOTO(px__alloc_families(m), st, done);
-  PX_CHECK_GOTO(px__plan_grads(m), st, done);
+  PX_CHECK_GOTO(px__plan_memory(m), st, done);
   PX_CHECK_GOTO(px__publish(m), st, done);
 done:
   return PX_CREATED(st, m, out, px_model_destroy);
@@ -1023,6 +1152,7 @@ size_t px_model_memory_bytes(const px_model_t *m) {
   return m->a_params.bytes + m->a_grads.bytes + m->a_bufs.bytes + m->a_acts.bytes +
          m->a_gacts.bytes;
 }
+size_t px_model_activation_bytes(const px_model_t *m) { return m->a_acts.bytes + m->a_gacts.bytes; }
 
 /* ---- initialisation ----------------------------------------------------------- */
 

@@ -6,9 +6,11 @@
  * input shape. Its tensors come in families, one allocation each (STYLE item
  * 7): parameters (plain f32, contiguous in one arena, so the whole model is
  * also one flat vector for collectives), gradients (same layout), BN running
- * statistics, activations (kept in the backend's layouts from layer to layer)
- * and activation gradients (buffers shared between tensors whose lifetimes in
- * the backward pass do not overlap). Nothing is allocated per step.
+ * statistics, and the step's working memory: activations (kept in the
+ * backend's layouts from layer to layer) and activation gradients in one
+ * arena, where tensors whose lifetimes in the step do not overlap share bytes
+ * (an activation's ends with the last backward that reads it). Nothing is
+ * allocated per step.
  *
  * Devices. Everything lives on the device of the px_ops_t the model is
  * built on. On CUDA every family is device memory: the `data` pointers of
@@ -208,6 +210,11 @@ PX_API const px_tensor_t *px_model_flat_grads(const px_model_t *m);
 PX_API const px_tensor_t *px_model_flat_buffers(const px_model_t *m);
 /* Bytes of each family, for memory reports. */
 PX_API size_t px_model_memory_bytes(const px_model_t *m);
+/* Of those, the bytes of one training step's working memory: the
+ * activations, their gradients, the BN batch statistics, workspaces and the
+ * labels (what the memory plan lays out; PX_MEM_PLAN=separate, for tests
+ * and benches only, gives the older plan's figure). */
+PX_API size_t px_model_activation_bytes(const px_model_t *m);
 
 /* One training step's forward and backward on a full batch: x is
  * [batch][in_channels][height][width] plain host f32, y [batch] labels.
