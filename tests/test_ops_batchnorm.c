@@ -133,6 +133,11 @@ static void forward_and_backward_match_reference(void **state) {
   run_case(0, 4, 3, 5, 5, 1, 4);   /* fused ReLU, plain */
   run_case(1, 2, 32, 4, 4, 1, 5);  /* fused ReLU, blocked */
   run_case(1, 3, 21, 5, 7, 1, 6);  /* fused ReLU, padded channels */
+  run_case(1, 16, 32, 24, 20, 1, 7); /* 2 MiB: the threads share the work */
+  run_case(0, 16, 32, 24, 20, 0, 8);
+  run_case(1, 32, 16, 28, 28, 1, 9);
+  run_case(1, 32, 64, 7, 7, 1, 10);
+  run_case(1, 32, 32, 14, 14, 0, 11);
 }
 
 static double loss_of(bn_fixture_t *f, const float *r) {
