@@ -59,9 +59,11 @@ static px_status_t px__bn_geom(const dnnl_memory_desc_t *md, px__bn_geom_t *g) {
   const int64_t *d = md->dims, *pd = md->padded_dims;
   int ok = md->format_kind == dnnl_blocked && md->ndims == 4 && md->offset0 == 0 &&
            pd[0] == d[0] && pd[2] == d[2] && pd[3] == d[3] && b->strides[2] == d[3] * b->strides[3] &&
-           (b->inner_nblks == 0 || (b->inner_nblks == 1 && b->inner_idxs[0] == 1));
+           (b->inner_nblks == 0 || (b->inner_nblks == 1 && b->inner_idxs[0] == 1 &&
+                                    b->inner_blks[0] <= PX__BN_VL));
   if (!ok) return px_set_error(PX_ERR_INVALID, "px_batchnorm_create: the input's layout is not "
-                               "plain or blocked on channels alone");
+                               "plain or blocked on channels alone "
+                               "(in blocks of at most 16)");
   memset(g, 0, sizeof *g);
   g->n = d[0];
   g->c = d[1];
@@ -79,75 +81,136 @@ static px_status_t px__bn_geom(const dnnl_memory_desc_t *md, px__bn_geom_t *g) {
 /* ---- kernels: one (image, channel block) task each ------------------------------
  * A task's values: for pixel p and lane l < blk, r[p * s_p + l], channel
  * cb * blk + l. With g->rows they are one run of hw * blk floats whose value
- * k belongs to lane k % blk; the loops then go over the run in chunks of
- * PX__BN_VL with per-lane coefficients and sums (lane j: channel j % blk),
- * which the compiler vectorises. The kernels are inlined into their callers
- * with constant flags, so a flag costs no test in the loop. */
+ * k belongs to lane k % blk; the loops then go over the run in vectors of
+ * PX__BN_VL floats (GCC's vector extension: one AVX-512 register, two AVX2
+ * or four SSE ones, sums held in registers) with per-lane coefficients and
+ * sums (lane j: channel j % blk). Sums are taken in float over PX__BN_CHUNK
+ * vectors (deviations from a centre near the mean) and carried in double
+ * from there on. The kernels are inlined into their callers with constant
+ * flags, so a flag costs no test in the loop. */
 
 #define PX__BN_INLINE static inline __attribute__((always_inline))
+#define PX__BN_CHUNK 8 /* vectors summed in float before the sums go to double */
 
-/* The per-lane values of per-channel v[blk] over PX__BN_VL lanes. */
-#define PX__BN_LANES(T, name, v, g)                                    \
-  T name[PX__BN_VL];                                                   \
-  for (int j_ = 0; j_ < PX__BN_VL; j_++) name[j_] = (v)[j_ % (g)->blk]
+/* The vectors never cross a call (every function taking or returning one is
+ * inlined), so GCC's note that their ABI differs between targets is moot. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+typedef float px__bn_vf __attribute__((vector_size(PX__BN_VL * sizeof(float))));
+typedef int32_t px__bn_vi __attribute__((vector_size(PX__BN_VL * sizeof(int32_t))));
+typedef double px__bn_vd __attribute__((vector_size(PX__BN_VL * sizeof(double))));
+
+PX__BN_INLINE px__bn_vf px__bn_ld(const float *p) {
+  px__bn_vf v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+PX__BN_INLINE void px__bn_st(float *p, px__bn_vf v) { memcpy(p, &v, sizeof v); }
+
+/* The ReLU mask of vector v of a run: bit j of the 16-bit word at m + 2 v
+ * is lane j's (the values past the last whole vector keep a byte each, at
+ * their own index, which lies past the words). */
+PX__BN_INLINE px__bn_vi px__bn_lane_bits(void) {
+  px__bn_vi b;
+  for (int j = 0; j < PX__BN_VL; j++) b[j] = 1 << j;
+  return b;
+}
+
+PX__BN_INLINE px__bn_vi px__bn_ld_mask(const uint8_t *m, int64_t v) {
+  uint16_t w;
+  memcpy(&w, m + 2 * v, sizeof w);
+  return (((px__bn_vi){0} + (int32_t)w) & px__bn_lane_bits()) != 0;
+}
+
+PX__BN_INLINE void px__bn_st_mask(uint8_t *m, int64_t v, px__bn_vi pos) {
+  const px__bn_vi b = pos & px__bn_lane_bits();
+  int32_t w = 0;
+  for (int j = 0; j < PX__BN_VL; j++) w |= b[j];
+  const uint16_t w16 = (uint16_t)w;
+  memcpy(m + 2 * v, &w16, sizeof w16);
+}
+
+/* The per-lane values of per-channel v[blk]: lane j gets v[j % blk]. */
+PX__BN_INLINE px__bn_vf px__bn_lanes(const float *v, const px__bn_geom_t *g) {
+  px__bn_vf r;
+  for (int j = 0; j < PX__BN_VL; j++) r[j] = v[j % g->blk];
+  return r;
+}
 
 /* Folds PX__BN_VL lane sums into out[blk]. */
-static void px__bn_fold(double *out, const double *lanes, int64_t blk) {
+PX__BN_INLINE void px__bn_fold(double *out, px__bn_vd lanes, int64_t blk) {
   for (int64_t l = 0; l < blk; l++) out[l] = 0.0;
   for (int j = 0; j < PX__BN_VL; j++) out[j % blk] += lanes[j];
 }
 
-/* out[l] = the sum of x (sq 0) or of (x - mu[l])^2 (sq 1) over the task. */
-PX__BN_INLINE void px__bn_sum_x_k(double *out, const px__bn_geom_t *g, const float *r,
-                                  const double *mu, const int sq) {
+/* o1[l] = the sum of d = x - ctr[l] over the task and, when sq, o2[l] =
+ * the sum of d^2. */
+PX__BN_INLINE void px__bn_sum_x_k(double *o1, double *o2, const px__bn_geom_t *g, const float *r,
+                                  const float *ctr, const int sq) {
   if (g->rows) {
-    double s[PX__BN_VL] = {0};
-    PX__BN_LANES(double, c, mu, g);
-    const int64_t len = g->hw * g->blk;
-    int64_t k = 0;
-    for (; k + PX__BN_VL <= len; k += PX__BN_VL)
-      for (int j = 0; j < PX__BN_VL; j++) {
-        const double v = (double)r[k + j] - c[j];
-        s[j] += sq ? v * v : v;
+    px__bn_vd s1 = {0}, s2 = {0};
+    const px__bn_vf c = px__bn_lanes(ctr, g);
+    const int64_t len = g->hw * g->blk, nv = len / PX__BN_VL;
+    for (int64_t v0 = 0; v0 < nv; v0 += PX__BN_CHUNK) {
+      const int64_t v1 = v0 + PX__BN_CHUNK < nv ? v0 + PX__BN_CHUNK : nv;
+      px__bn_vf a = {0}, b = {0};
+      for (int64_t v = v0; v < v1; v++) {
+        const px__bn_vf d = px__bn_ld(r + v * PX__BN_VL) - c;
+        a += d;
+        if (sq) b += d * d;
       }
-    for (; k < len; k++) {
-      const double v = (double)r[k] - c[k % PX__BN_VL];
-      s[k % PX__BN_VL] += sq ? v * v : v;
+      s1 += __builtin_convertvector(a, px__bn_vd);
+      if (sq) s2 += __builtin_convertvector(b, px__bn_vd);
     }
-    px__bn_fold(out, s, g->blk);
+    for (int64_t k = nv * PX__BN_VL; k < len; k++) {
+      const double d = (double)r[k] - c[k % PX__BN_VL];
+      s1[k % PX__BN_VL] += d;
+      s2[k % PX__BN_VL] += d * d;
+    }
+    px__bn_fold(o1, s1, g->blk);
+    if (sq) px__bn_fold(o2, s2, g->blk);
     return;
   }
-  for (int64_t l = 0; l < g->blk; l++) out[l] = 0.0;
+  for (int64_t l = 0; l < g->blk; l++) o1[l] = o2[l] = 0.0;
   for (int64_t p = 0; p < g->hw; p++)
     for (int64_t l = 0; l < g->blk; l++) {
-      const double v = (double)r[p * g->s_p + l] - mu[l];
-      out[l] += sq ? v * v : v;
+      const double d = (double)r[p * g->s_p + l] - ctr[l];
+      o1[l] += d;
+      o2[l] += d * d;
     }
 }
 
-/* sg[l] = the sum of dy and sgx[l] = of dy (x - mu[l]) over the task, dy
+/* sg[l] = the sum of dy and sgx[l] = of dy (x - ctr[l]) over the task, dy
  * counted only where the ReLU mask m is set (masked 1). */
 PX__BN_INLINE void px__bn_sum_dy_k(double *sg, double *sgx, const px__bn_geom_t *g, const float *dy,
-                                   const float *x, const uint8_t *m, const double *mu,
+                                   const float *x, const uint8_t *m, const float *ctr,
                                    const int masked) {
   if (g->rows) {
-    double a[PX__BN_VL] = {0}, b[PX__BN_VL] = {0};
-    PX__BN_LANES(double, c, mu, g);
-    const int64_t len = g->hw * g->blk;
-    int64_t k = 0;
-    for (; k + PX__BN_VL <= len; k += PX__BN_VL)
-      for (int j = 0; j < PX__BN_VL; j++) {
-        const double d = masked && !m[k + j] ? 0.0 : (double)dy[k + j];
-        a[j] += d;
-        b[j] += d * ((double)x[k + j] - c[j]);
+    px__bn_vd s1 = {0}, s2 = {0};
+    const px__bn_vf c = px__bn_lanes(ctr, g);
+    const int64_t len = g->hw * g->blk, nv = len / PX__BN_VL;
+    for (int64_t v0 = 0; v0 < nv; v0 += PX__BN_CHUNK) {
+      const int64_t v1 = v0 + PX__BN_CHUNK < nv ? v0 + PX__BN_CHUNK : nv;
+      px__bn_vf a = {0}, b = {0};
+      for (int64_t v = v0; v < v1; v++) {
+        const int64_t k = v * PX__BN_VL;
+        px__bn_vf d = px__bn_ld(dy + k);
+        if (masked) d = (px__bn_vf)((px__bn_vi)d & px__bn_ld_mask(m, v));
+        a += d;
+        b += d * (px__bn_ld(x + k) - c);
       }
-    for (; k < len; k++) {
-      const double d = masked && !m[k] ? 0.0 : (double)dy[k];
-      a[k % PX__BN_VL] += d;
-      b[k % PX__BN_VL] += d * ((double)x[k] - c[k % PX__BN_VL]);
+      s1 += __builtin_convertvector(a, px__bn_vd);
+      s2 += __builtin_convertvector(b, px__bn_vd);
     }
-    px__bn_fold(sg, a, g->blk);
-    px__bn_fold(sgx, b, g->blk);
+    for (int64_t k = nv * PX__BN_VL; k < len; k++) {
+      const double d = masked && !m[k] ? 0.0 : (double)dy[k];
+      s1[k % PX__BN_VL] += d;
+      s2[k % PX__BN_VL] += d * ((double)x[k] - c[k % PX__BN_VL]);
+    }
+    px__bn_fold(sg, s1, g->blk);
+    px__bn_fold(sgx, s2, g->blk);
     return;
   }
   for (int64_t l = 0; l < g->blk; l++) sg[l] = sgx[l] = 0.0;
@@ -156,48 +219,50 @@ PX__BN_INLINE void px__bn_sum_dy_k(double *sg, double *sgx, const px__bn_geom_t 
       const int64_t k = p * g->s_p + l;
       const double d = masked && !m[k] ? 0.0 : (double)dy[k];
       sg[l] += d;
-      sgx[l] += d * ((double)x[k] - mu[l]);
+      sgx[l] += d * ((double)x[k] - ctr[l]);
     }
 }
 
-/* One value of the forward map, ReLU'd when relu; *mask gets whether it
- * stayed positive. */
-PX__BN_INLINE float px__bn_y1(float x, float c, float f, float o, int relu, uint8_t *mask) {
-  const float v = (x - c) * f + o;
-  *mask = v > 0.0f;
-  return relu && !(v > 0.0f) ? 0.0f : v;
+/* y = (x - ctr[l]) * f[l] + o[l] at k, ReLU'd when relu; the mask (whether
+ * it stayed positive) goes to m[k] when record. */
+PX__BN_INLINE void px__bn_y1(float *y, uint8_t *m, const float *x, int64_t k, float c, float f,
+                             float o, const int relu, const int record) {
+  const float v = (x[k] - c) * f + o;
+  if (record) m[k] = (uint8_t)(v > 0.0f);
+  y[k] = relu ? (v > 0.0f ? v : 0.0f) : v;
 }
 
-/* y = (x - ctr[l]) * f[l] + o[l] over the task, ReLU'd when relu; the mask
- * goes to m when record. */
+/* The forward map over the task (px__bn_y1 at every value). */
 PX__BN_INLINE void px__bn_map_y_k(float *y, uint8_t *m, const px__bn_geom_t *g, const float *x,
                                   const float *ctr, const float *f, const float *o, const int relu,
                                   const int record) {
-  uint8_t t;
   if (g->rows) {
-    PX__BN_LANES(float, c, ctr, g);
-    PX__BN_LANES(float, a, f, g);
-    PX__BN_LANES(float, b, o, g);
-    const int64_t len = g->hw * g->blk;
-    int64_t k = 0;
-    for (; k + PX__BN_VL <= len; k += PX__BN_VL)
-      for (int j = 0; j < PX__BN_VL; j++) y[k + j] = px__bn_y1(x[k + j], c[j], a[j], b[j], relu, record ? &m[k + j] : &t);
-    for (; k < len; k++) {
+    const px__bn_vf c = px__bn_lanes(ctr, g), a = px__bn_lanes(f, g), b = px__bn_lanes(o, g);
+    const int64_t len = g->hw * g->blk, nv = len / PX__BN_VL;
+    for (int64_t v = 0; v < nv; v++) {
+      const int64_t k = v * PX__BN_VL;
+      px__bn_vf u = (px__bn_ld(x + k) - c) * a + b;
+      const px__bn_vi pos = u > 0.0f;
+      if (record) px__bn_st_mask(m, v, pos);
+      if (relu) u = (px__bn_vf)((px__bn_vi)u & pos);
+      px__bn_st(y + k, u);
+    }
+    for (int64_t k = nv * PX__BN_VL; k < len; k++) {
       const int j = (int)(k % PX__BN_VL);
-      y[k] = px__bn_y1(x[k], c[j], a[j], b[j], relu, record ? &m[k] : &t);
+      px__bn_y1(y, m, x, k, c[j], a[j], b[j], relu, record);
     }
     return;
   }
   for (int64_t p = 0; p < g->hw; p++)
-    for (int64_t l = 0; l < g->blk; l++) {
-      const int64_t k = p * g->s_p + l;
-      y[k] = px__bn_y1(x[k], ctr[l], f[l], o[l], relu, record ? &m[k] : &t);
-    }
+    for (int64_t l = 0; l < g->blk; l++)
+      px__bn_y1(y, m, x, p * g->s_p + l, ctr[l], f[l], o[l], relu, record);
 }
 
-/* One value of the backward map. */
-PX__BN_INLINE float px__bn_dx1(float dy, float x, int keep, float c, float a, float kx, float gm) {
-  return ((keep ? dy : 0.0f) - gm) * a - (x - c) * kx;
+/* One value of the backward map: (dy, masked, - gm) * a - (x - c) * kx. */
+PX__BN_INLINE void px__bn_dx1(float *dx, const float *dy, const float *x, const uint8_t *m,
+                              int64_t k, float c, float a, float kx, float gm, const int masked) {
+  const float d = masked && !m[k] ? 0.0f : dy[k];
+  dx[k] = (d - gm) * a - (x[k] - c) * kx;
 }
 
 /* dx = (dy, masked when masked, - gm[l]) * a[l] - (x - ctr[l]) * kx[l] over
@@ -207,26 +272,24 @@ PX__BN_INLINE void px__bn_map_dx_k(float *dx, const px__bn_geom_t *g, const floa
                                    const float *a, const float *kx, const float *gm,
                                    const int masked) {
   if (g->rows) {
-    PX__BN_LANES(float, c, ctr, g);
-    PX__BN_LANES(float, f, a, g);
-    PX__BN_LANES(float, q, kx, g);
-    PX__BN_LANES(float, s, gm, g);
-    const int64_t len = g->hw * g->blk;
-    int64_t k = 0;
-    for (; k + PX__BN_VL <= len; k += PX__BN_VL)
-      for (int j = 0; j < PX__BN_VL; j++)
-        dx[k + j] = px__bn_dx1(dy[k + j], x[k + j], !masked || m[k + j], c[j], f[j], q[j], s[j]);
-    for (; k < len; k++) {
+    const px__bn_vf c = px__bn_lanes(ctr, g), f = px__bn_lanes(a, g);
+    const px__bn_vf q = px__bn_lanes(kx, g), s = px__bn_lanes(gm, g);
+    const int64_t len = g->hw * g->blk, nv = len / PX__BN_VL;
+    for (int64_t v = 0; v < nv; v++) {
+      const int64_t k = v * PX__BN_VL;
+      px__bn_vf d = px__bn_ld(dy + k);
+      if (masked) d = (px__bn_vf)((px__bn_vi)d & px__bn_ld_mask(m, v));
+      px__bn_st(dx + k, (d - s) * f - (px__bn_ld(x + k) - c) * q);
+    }
+    for (int64_t k = nv * PX__BN_VL; k < len; k++) {
       const int j = (int)(k % PX__BN_VL);
-      dx[k] = px__bn_dx1(dy[k], x[k], !masked || m[k], c[j], f[j], q[j], s[j]);
+      px__bn_dx1(dx, dy, x, m, k, c[j], f[j], q[j], s[j], masked);
     }
     return;
   }
   for (int64_t p = 0; p < g->hw; p++)
-    for (int64_t l = 0; l < g->blk; l++) {
-      const int64_t k = p * g->s_p + l;
-      dx[k] = px__bn_dx1(dy[k], x[k], !masked || m[k], ctr[l], a[l], kx[l], gm[l]);
-    }
+    for (int64_t l = 0; l < g->blk; l++)
+      px__bn_dx1(dx, dy, x, m, p * g->s_p + l, ctr[l], a[l], kx[l], gm[l], masked);
 }
 
 /* ---- passes over all tasks ------------------------------------------------------ */
@@ -237,38 +300,95 @@ static int px__bn_parallel(const px__bn_geom_t *g) {
   return (size_t)g->numel * sizeof(float) > PX__SERIAL_BYTES;
 }
 
-/* Sums half (0 or 1) of the tasks' partial sums over the images, in image
- * order, into out[Cpad]. */
-static void px__bn_reduce(const px_batchnorm_t *op, int half, double *out) {
+/* Sums the tasks' partial sums over the images, in image order: half 0
+ * into o1[Cpad] and, when o2, half 1 into o2[Cpad]. */
+static void px__bn_reduce(const px_batchnorm_t *op, double *o1, double *o2) {
   const int64_t cpad = op->g.nblk * op->g.blk;
-  for (int64_t ch = 0; ch < cpad; ch++) out[ch] = 0.0;
+  for (int64_t ch = 0; ch < cpad; ch++) o1[ch] = o2 ? (o2[ch] = 0.0) : 0.0;
   for (int64_t i = 0; i < op->g.n; i++) {
-    const double *q = op->part + (i * 2 + half) * cpad;
-    for (int64_t ch = 0; ch < cpad; ch++) out[ch] += q[ch];
+    const double *q = op->part + i * 2 * cpad;
+    for (int64_t ch = 0; ch < cpad; ch++) o1[ch] += q[ch];
+    if (o2)
+      for (int64_t ch = 0; ch < cpad; ch++) o2[ch] += q[cpad + ch];
   }
 }
 
-/* Batch mean and biased variance of x into op->stat[0] and [1], two
- * passes: the mean, then the squared deviations from it. */
+/* One task's sum o1[l] and its sum of squared deviations from its own
+ * mean o2[l], two passes over the task's values (which the second finds in
+ * cache): the sum, then the sums of d = x - c and d^2 about c, the task's
+ * mean rounded to float; d^2's sum less (sum d)^2 / count, which only
+ * undoes that rounding. */
+PX__BN_INLINE void px__bn_task_stats(double *o1, double *o2, const px__bn_geom_t *g,
+                                     const float *r) {
+  float c[PX__BN_VL] = {0};
+  double d1[PX__BN_VL];
+  px__bn_sum_x_k(o1, o2, g, r, c, 0);
+  for (int64_t l = 0; l < g->blk; l++) c[l] = (float)(o1[l] / (double)g->hw);
+  px__bn_sum_x_k(d1, o2, g, r, c, 1);
+  for (int64_t l = 0; l < g->blk; l++) o2[l] = fmax(o2[l] - d1[l] * d1[l] / (double)g->hw, 0.0);
+}
+
+/* The tasks' entry points, each built for AVX-512, AVX2 and baseline x86-64
+ * and picked when the library loads (GCC's target_clones): baseline x86-64
+ * has 4-float vectors, and these loops run at the vector width. The flags
+ * are tested once per task, the kernels inlined with them constant. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define PX__BN_TASK static __attribute__((noinline, target_clones("avx512f", "avx2", "default")))
+#else
+#define PX__BN_TASK static __attribute__((noinline))
+#endif
+
+PX__BN_TASK void px__bn_task_stats_v(double *o1, double *o2, const px__bn_geom_t *g,
+                                     const float *r) {
+  px__bn_task_stats(o1, o2, g, r);
+}
+
+PX__BN_TASK void px__bn_task_y(float *y, uint8_t *m, const px__bn_geom_t *g, const float *x,
+                               const float *ctr, const float *f, const float *o, int relu) {
+  if (m) px__bn_map_y_k(y, m, g, x, ctr, f, o, 1, 1);
+  else if (relu) px__bn_map_y_k(y, NULL, g, x, ctr, f, o, 1, 0);
+  else px__bn_map_y_k(y, NULL, g, x, ctr, f, o, 0, 0);
+}
+
+PX__BN_TASK void px__bn_task_sum_dy(double *sg, double *sgx, const px__bn_geom_t *g,
+                                    const float *dy, const float *x, const uint8_t *m,
+                                    const float *ctr) {
+  if (m) px__bn_sum_dy_k(sg, sgx, g, dy, x, m, ctr, 1);
+  else px__bn_sum_dy_k(sg, sgx, g, dy, x, NULL, ctr, 0);
+}
+
+PX__BN_TASK void px__bn_task_dx(float *dx, const px__bn_geom_t *g, const float *dy, const float *x,
+                                const uint8_t *m, const float *ctr, const float *a,
+                                const float *kx, const float *gm) {
+  if (m) px__bn_map_dx_k(dx, g, dy, x, m, ctr, a, kx, gm, 1);
+  else px__bn_map_dx_k(dx, g, dy, x, NULL, ctr, a, kx, gm, 0);
+}
+
+/* Batch mean and biased variance of x into op->stat[0] and [1]: each task's
+ * sum and squared deviations from its own mean, combined in image order
+ * (Chan et al.: M2 = sum of the tasks' M2 + hw (task mean - mean)^2), so
+ * x is read from memory once and nothing is a difference of large sums. */
 static void px__bn_stats(px_batchnorm_t *op, const float *x) {
   const px__bn_geom_t *g = &op->g;
   const int64_t cpad = g->nblk * g->blk, tasks = g->n * g->nblk;
-  const double cnt = (double)(g->n * g->hw);
-  const double *mu = op->stat; /* 0 for the first pass's plain sums, then the mean */
-  memset(op->stat, 0, (size_t)cpad * sizeof(double));
-  for (int pass = 0; pass < 2; pass++) {
+  const double cnt = (double)(g->n * g->hw), hw = (double)g->hw;
+  double *mean = op->stat, *var = op->stat + cpad;
 #pragma omp parallel for schedule(static) if (px__bn_parallel(g))
-    for (int64_t t = 0; t < tasks; t++) {
-      const int64_t i = t / g->nblk, cb = t % g->nblk;
-      double *q = op->part + (i * 2 + pass) * cpad + cb * g->blk;
-      const float *r = x + i * g->s_n + cb * g->s_b;
-      if (pass) px__bn_sum_x_k(q, g, r, mu + cb * g->blk, 1);
-      else px__bn_sum_x_k(q, g, r, mu + cb * g->blk, 0);
-    }
-    double *out = op->stat + pass * cpad;
-    px__bn_reduce(op, pass, out);
-    for (int64_t ch = 0; ch < cpad; ch++) out[ch] /= cnt;
+  for (int64_t t = 0; t < tasks; t++) {
+    const int64_t i = t / g->nblk, cb = t % g->nblk;
+    double *q = op->part + i * 2 * cpad + cb * g->blk;
+    px__bn_task_stats_v(q, q + cpad, g, x + i * g->s_n + cb * g->s_b);
   }
+  px__bn_reduce(op, mean, var);
+  for (int64_t ch = 0; ch < cpad; ch++) mean[ch] /= cnt;
+  for (int64_t i = 0; i < g->n; i++) {
+    const double *q = op->part + i * 2 * cpad;
+    for (int64_t ch = 0; ch < cpad; ch++) {
+      const double dm = q[ch] / hw - mean[ch];
+      var[ch] += hw * dm * dm;
+    }
+  }
+  for (int64_t ch = 0; ch < cpad; ch++) var[ch] /= cnt;
 }
 
 /* y = (x - centre) * factor + offset with the coefficients in
@@ -282,9 +402,7 @@ static void px__bn_apply(px_batchnorm_t *op, float *y, uint8_t *ws, const float 
 #pragma omp parallel for schedule(static) if (px__bn_parallel(g))
   for (int64_t t = 0; t < tasks; t++) {
     const int64_t cb = t % g->nblk, off = (t / g->nblk) * g->s_n + cb * g->s_b, l0 = cb * g->blk;
-    if (ws) px__bn_map_y_k(y + off, ws + off, g, x + off, ctr + l0, f + l0, o + l0, 1, 1);
-    else if (relu) px__bn_map_y_k(y + off, NULL, g, x + off, ctr + l0, f + l0, o + l0, 1, 0);
-    else px__bn_map_y_k(y + off, NULL, g, x + off, ctr + l0, f + l0, o + l0, 0, 0);
+    px__bn_task_y(y + off, ws ? ws + off : NULL, g, x + off, ctr + l0, f + l0, o + l0, relu);
   }
 }
 
@@ -461,17 +579,15 @@ px_status_t px__cpu_batchnorm_backward(px_batchnorm_t *op, px_tensor_t *dx, px_t
   const int64_t cpad = g->nblk * g->blk, tasks = g->n * g->nblk;
   const float *dyd = dy->data, *xd = x->data, *mf = mean->data;
   const uint8_t *m = px__ws_data(op, ws);
-  double *mu = op->stat; /* the centre of the sums: the forward's mean, as it normalised */
-  for (int64_t ch = 0; ch < cpad; ch++) mu[ch] = ch < g->c ? (double)mf[ch] : 0.0;
+  float *mu = op->coef; /* the centre of the sums: the forward's mean, as it normalised */
+  for (int64_t ch = 0; ch < cpad; ch++) mu[ch] = ch < g->c ? mf[ch] : 0.0f;
 #pragma omp parallel for schedule(static) if (px__bn_parallel(g))
   for (int64_t t = 0; t < tasks; t++) {
     const int64_t i = t / g->nblk, cb = t % g->nblk, off = i * g->s_n + cb * g->s_b;
     double *q = op->part + i * 2 * cpad + cb * g->blk;
-    if (m) px__bn_sum_dy_k(q, q + cpad, g, dyd + off, xd + off, m + off, mu + cb * g->blk, 1);
-    else px__bn_sum_dy_k(q, q + cpad, g, dyd + off, xd + off, NULL, mu + cb * g->blk, 0);
+    px__bn_task_sum_dy(q, q + cpad, g, dyd + off, xd + off, m ? m + off : NULL, mu + cb * g->blk);
   }
-  px__bn_reduce(op, 0, op->stat);
-  px__bn_reduce(op, 1, op->stat + cpad);
+  px__bn_reduce(op, op->stat, op->stat + cpad);
   px__bn_backward_coef(op, dscale->data, dshift->data, scale->data, mean->data, var->data);
   const float *c = op->coef;
   float *dxd = dx->data;
@@ -479,8 +595,7 @@ px_status_t px__cpu_batchnorm_backward(px_batchnorm_t *op, px_tensor_t *dx, px_t
   for (int64_t t = 0; t < tasks; t++) {
     const int64_t cb = t % g->nblk, off = (t / g->nblk) * g->s_n + cb * g->s_b, l0 = cb * g->blk;
     const float *ctr = c + l0, *a = c + cpad + l0, *gm = c + 2 * cpad + l0, *kx = c + 3 * cpad + l0;
-    if (m) px__bn_map_dx_k(dxd + off, g, dyd + off, xd + off, m + off, ctr, a, kx, gm, 1);
-    else px__bn_map_dx_k(dxd + off, g, dyd + off, xd + off, NULL, ctr, a, kx, gm, 0);
+    px__bn_task_dx(dxd + off, g, dyd + off, xd + off, m ? m + off : NULL, ctr, a, kx, gm);
   }
   return PX_OK;
 }
