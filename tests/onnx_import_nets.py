@@ -29,6 +29,7 @@ non-trivial BN statistics and affine parameters, so that the checks see
 every parameter kind.
 """
 import copy
+import inspect
 import os
 import sys
 
@@ -223,10 +224,15 @@ def build(name, c, classes, seed=0):
 
 def export(net, path, c, h, w):
     net.eval()
+    # PyTorch 2.9 and later export through dynamo by default (another graph,
+    # opset 18): ask for the TorchScript exporter that Debian's 1.13 has
+    kw = {}
+    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+        kw["dynamo"] = False
     torch.onnx.export(net, torch.randn(1, c, h, w), path, opset_version=13,
                       input_names=["input"], output_names=["logits"],
                       dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
-                      do_constant_folding=False, training=torch.onnx.TrainingMode.PRESERVE)
+                      do_constant_folding=False, training=torch.onnx.TrainingMode.PRESERVE, **kw)
 
 
 def reference(name, out, batch, c, h, w, classes):

@@ -127,12 +127,16 @@ int px_test_write_fmnist_subset(const char *dir, int ntrain, int ntest) {
   return ok ? 1 : -1;
 }
 
-int px_test_fmnist_fixture(char *dir, size_t cap, const char *tag) {
+int px_test_fmnist_fixture_n(char *dir, size_t cap, const char *tag, int ntrain, int ntest) {
   dir[0] = 0;
   if (access("/usr/share/datasets/fashion-mnist", R_OK) != 0) return 0;
   snprintf(dir, cap, "/tmp/%s_XXXXXX", tag);
   if (!mkdtemp(dir)) return -1;
-  return px_test_write_fmnist_subset(dir, 512, 128) == 1 ? 0 : -1;
+  return px_test_write_fmnist_subset(dir, ntrain, ntest) == 1 ? 0 : -1;
+}
+
+int px_test_fmnist_fixture(char *dir, size_t cap, const char *tag) {
+  return px_test_fmnist_fixture_n(dir, cap, tag, 512, 128);
 }
 
 void px_test_rank_train_config(px_train_config_t *tc, const char *dir, int rank, int size) {
@@ -186,9 +190,14 @@ size_t px_test_read_bytes(const char *dir, const char *name, void *buf, size_t b
   return n;
 }
 
+const char *px_test_python(void) {
+  const char *py = getenv("PX_TEST_PYTHON");
+  return py && *py ? py : "/usr/bin/python3";
+}
+
 int px_test_python_has(const char *modules) {
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "/usr/bin/python3 -c 'import %s' >/dev/null 2>&1", modules);
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "%s -c 'import %s' >/dev/null 2>&1", px_test_python(), modules);
   if (system(cmd) == 0) return 1;
   printf("needs the Python modules %s (python3-torch, python3-onnx, python3-numpy, "
          "python3-opencv: scripts/bootstrap)\n", modules);
@@ -243,4 +252,45 @@ double px_test_write_logits_norm(px_model_t *m, const px_dataset_t *ds, int n, c
   free(y);
   free(idx);
   return ok ? (double)correct / n : -1;
+}
+
+int px_test_resnet20_steps(px_ops_t *ops, int batch, px_precision_t prec, int steps,
+                           px_test_steps_t *out) {
+  memset(out, 0, sizeof *out);
+  px_model_config_t mc = {"resnet20", 3, 10, batch, 32, 32, NULL, 0, prec, NULL};
+  px_model_t *m = NULL;
+  px_sgd_t *sgd = NULL;
+  px_sgd_config_t sc = {0.05, 0.9, 0.0, 0};
+  px_synth_config_t syn;
+  px_synth_config_default(&syn);
+  float *x = malloc((size_t)batch * 3 * 32 * 32 * sizeof *x);
+  int32_t *y = malloc((size_t)batch * sizeof *y);
+  px_status_t st = x && y ? PX_OK : PX_ERR_NOMEM;
+  if (st == PX_OK) st = px_model_create(ops, &mc, &m);
+  if (st == PX_OK) st = px_model_init_params(m, 1);
+  if (st == PX_OK) st = px_sgd_create(m, &sc, &sgd);
+  if (st == PX_OK) out->numel = px_model_numel(m);
+  for (int s = 0; s < steps && st == PX_OK; s++) {
+    int64_t correct;
+    st = px_synth_batch(&syn, s % 4, batch, x, y);
+    if (st == PX_OK) st = px_model_train_step(m, x, y, &out->last, &correct);
+    if (st == PX_OK && s == 0) {
+      out->first = out->last;
+      out->grads = malloc(out->numel * sizeof(float));
+      st = out->grads ? px_tensor_copy_to_host(px_model_flat_grads(m), out->grads,
+                                               out->numel * sizeof(float))
+                      : PX_ERR_NOMEM;
+    }
+    if (st == PX_OK) st = px_sgd_step(sgd);
+  }
+  if (st == PX_OK)
+    printf("%s: loss %.4f after %d steps (first %.4f)\n", prec ? "bf16" : "fp32", out->last,
+           steps, out->first);
+  else
+    printf("resnet20 steps: %s\n", px_last_error());
+  free(x);
+  free(y);
+  px_sgd_destroy(sgd);
+  px_model_destroy(m);
+  return st == PX_OK ? 0 : -1;
 }

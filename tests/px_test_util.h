@@ -8,6 +8,7 @@
 
 #include "prunex/data.h"
 #include "prunex/nn.h"
+#include "prunex/ops.h"
 
 /* xorshift64* generator; seed 0 is replaced by a fixed constant. */
 typedef struct {
@@ -34,6 +35,8 @@ int px_test_write_fmnist_subset(const char *dir, int ntrain, int ntest);
  * (also when Fashion-MNIST is not installed: dir is left empty and the tests
  * skip), -1 on failure. */
 int px_test_fmnist_fixture(char *dir, size_t cap, const char *tag);
+/* The same with the first ntrain training and ntest test images. */
+int px_test_fmnist_fixture_n(char *dir, size_t cap, const char *tag, int ntrain, int ntest);
 
 /* The strategy tests' trainer for one rank of size: the defaults, then the
  * data of dir, batch 16, one thread, one epoch, lr 0.05, no augmentation and
@@ -64,6 +67,22 @@ int px_test_skip_example(const char *path);
  * printed). 0 otherwise. */
 int px_test_spec_outcome(const char *yaml, const char *needle);
 
+/* The losses of the first and the last of a run of training steps, and the
+ * first step's flat f32 weight gradients [numel] (the caller frees grads). */
+typedef struct {
+  float first, last;
+  float *grads;
+  size_t numel;
+} px_test_steps_t;
+
+/* `steps` ResNet-20 training steps on ops (batch images of 3 x 32 x 32 from
+ * the synthetic set's batches s % 4, parameters from seed 1, SGD lr 0.05
+ * momentum 0.9 after each step) in precision prec; the model is made and
+ * destroyed here, ops is the caller's. Returns 0, or -1 on a failure
+ * (printed); prints the first and last loss. */
+int px_test_resnet20_steps(px_ops_t *ops, int batch, px_precision_t prec, int steps,
+                           px_test_steps_t *out);
+
 /* Largest |a[i] - b[i]| / max(1, |b[i]|). */
 double px_test_max_rel_err(const float *a, const float *b, size_t n);
 
@@ -78,7 +97,12 @@ char *px_test_read_file(const char *path, size_t *len);
  * cannot be opened). The callers compare it with what they expect. */
 size_t px_test_read_bytes(const char *dir, const char *name, void *buf, size_t bytes);
 
-/* 1 when /usr/bin/python3 imports every module of the comma-separated list
+/* The Python the tests run: $PX_TEST_PYTHON when set (the GPU machine's
+ * python3, which has PyTorch; scripts/gpu-kit sets it), else Debian's
+ * /usr/bin/python3 with the packages scripts/bootstrap installs. */
+const char *px_test_python(void);
+
+/* 1 when px_test_python() imports every module of the comma-separated list
  * (e.g. "torch, onnx, numpy"); otherwise prints which packages the test
  * needs (scripts/bootstrap installs them) and returns 0: the caller skips. */
 int px_test_python_has(const char *modules);

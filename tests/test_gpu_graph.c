@@ -538,7 +538,6 @@ static void graph_kernels_match_the_cpu_reference(void **state) {
 
 /* ---- GPU half: imported nets train a step on CUDA like on the CPU -------------------------- */
 
-#define PY "/usr/bin/python3"
 #define NETS PX_SOURCE_DIR "/tests/onnx_import_nets.py"
 enum { BATCH = 8, IC = 3, HW = 16, K = 10 };
 
@@ -584,8 +583,8 @@ static double rel_l2(const float *a, const float *b, size_t n) {
 static void check_net_on_cuda(const char *net) {
   char dir[64] = "/tmp/px_gpu_graph_XXXXXX", cmd[1024];
   assert_non_null(mkdtemp(dir));
-  snprintf(cmd, sizeof cmd, PY " %s reference %s %s %d %d %d %d %d >/dev/null", NETS, net, dir,
-           BATCH, IC, HW, HW, K);
+  snprintf(cmd, sizeof cmd, "%s %s reference %s %s %d %d %d %d %d >/dev/null", px_test_python(),
+           NETS, net, dir, BATCH, IC, HW, HW, K);
   assert_int_equal(system(cmd), 0);
   float *x = malloc((size_t)BATCH * IC * HW * HW * sizeof *x);
   int32_t y[BATCH];

@@ -462,52 +462,18 @@ static void bn_add_and_pooling_in_nhwc_match_nchw(void **state) {
 
 /* ---- a model step in each format ----------------------------------------------------- */
 
-typedef struct {
-  float first, last; /* the loss of the first and of the last step */
-  float *grads;      /* flat f32 [numel]: the weight gradients of the first step */
-  size_t numel;
-} step_t;
-
 /* `steps` ResNet-20 training steps (batch 16, synthetic data, seed 1, SGD
  * after each) on a fresh context; nchw: PX_CUDA_LAYOUT=nchw for the
  * context. */
-static step_t model_step(int nchw, px_precision_t prec, int steps) {
+static px_test_steps_t model_step(int nchw, px_precision_t prec, int steps) {
   if (nchw)
     setenv("PX_CUDA_LAYOUT", "nchw", 1);
   else
     unsetenv("PX_CUDA_LAYOUT");
   px_ops_t *ops = gpu_ops();
   unsetenv("PX_CUDA_LAYOUT");
-  px_model_config_t mc = {"resnet20", 3, 10, 16, 32, 32, NULL, 0, prec, NULL};
-  px_model_t *m = NULL;
-  assert_ok(px_model_create(ops, &mc, &m));
-  assert_ok(px_model_init_params(m, 1));
-  px_sgd_t *sgd = NULL;
-  px_sgd_config_t sc = {0.05, 0.9, 0.0, 0};
-  assert_ok(px_sgd_create(m, &sc, &sgd));
-  px_synth_config_t syn;
-  px_synth_config_default(&syn);
-  float *x = malloc((size_t)16 * 3 * 32 * 32 * sizeof *x);
-  int32_t y[16];
-  assert_non_null(x);
-  step_t r = {0, 0, NULL, px_model_numel(m)};
-  for (int s = 0; s < steps; s++) {
-    assert_ok(px_synth_batch(&syn, s % 4, 16, x, y));
-    int64_t correct;
-    assert_ok(px_model_train_step(m, x, y, &r.last, &correct));
-    if (s == 0) {
-      r.first = r.last;
-      r.grads = malloc(r.numel * sizeof(float));
-      assert_non_null(r.grads);
-      assert_ok(px_tensor_copy_to_host(px_model_flat_grads(m), r.grads, r.numel * sizeof(float)));
-    }
-    assert_ok(px_sgd_step(sgd));
-  }
-  printf("%s: loss %.4f after %d steps (first %.4f)\n", prec ? "bf16" : "fp32", r.last, steps,
-         r.first);
-  free(x);
-  px_sgd_destroy(sgd);
-  px_model_destroy(m);
+  px_test_steps_t r;
+  assert_int_equal(px_test_resnet20_steps(ops, 16, prec, steps, &r), 0);
   px_ops_destroy(ops);
   return r;
 }
@@ -515,9 +481,9 @@ static step_t model_step(int nchw, px_precision_t prec, int steps) {
 static void resnet20_step_in_nhwc_and_bf16_matches_nchw(void **state) {
   (void)state;
   REQUIRE_GPU();
-  step_t ref = model_step(1, PX_PRECISION_FP32, 1);
-  step_t a = model_step(0, PX_PRECISION_FP32, 1);
-  step_t b = model_step(0, PX_PRECISION_BF16, 1);
+  px_test_steps_t ref = model_step(1, PX_PRECISION_FP32, 1);
+  px_test_steps_t a = model_step(0, PX_PRECISION_FP32, 1);
+  px_test_steps_t b = model_step(0, PX_PRECISION_BF16, 1);
   printf("loss nchw %.6f, nhwc %.6f, bf16 %.6f\n", ref.first, a.first, b.first);
   assert_true(fabsf(a.first - ref.first) <= 1e-4f * fabsf(ref.first));
   assert_true(fabsf(b.first - ref.first) <= 2e-2f * fabsf(ref.first));
@@ -544,27 +510,15 @@ static void resnet20_step_in_nhwc_and_bf16_matches_nchw(void **state) {
 static void bf16_training_lowers_the_loss(void **state) {
   (void)state;
   REQUIRE_GPU();
-  step_t b = model_step(0, PX_PRECISION_BF16, 40);
+  px_test_steps_t b = model_step(0, PX_PRECISION_BF16, 40);
   assert_true(b.last < b.first - 0.3f); /* the loss fell by more than 0.3 */
   free(b.grads);
-}
-
-static void bf16_is_refused_on_the_cpu_naming_the_engine(void **state) {
-  (void)state;
-  px_ops_t *ops = new_ops();
-  px_model_config_t mc = {"resnet20", 3, 10, 4, 32, 32, NULL, 0, PX_PRECISION_BF16, NULL};
-  px_model_t *m = NULL;
-  assert_int_equal(px_model_create(ops, &mc, &m), PX_ERR_INVALID);
-  assert_null(m);
-  assert_non_null(strstr(px_last_error(), "bf16 precision runs on the CUDA engine only"));
-  px_ops_destroy(ops);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(bf16_reference_rounds_to_nearest_even),
       cmocka_unit_test(nchw_and_nhwc_index_maps_are_inverse_permutations),
-      cmocka_unit_test(bf16_is_refused_on_the_cpu_naming_the_engine),
       cmocka_unit_test(conversion_is_exact_in_f32_and_rounds_to_nearest_in_bf16),
       cmocka_unit_test(conv_in_nhwc_matches_nchw_in_f32_and_in_bf16),
       cmocka_unit_test(bn_add_and_pooling_in_nhwc_match_nchw),

@@ -9,7 +9,9 @@
  * projection on the device, only the packed buffer through the host), and
  * gives the same final model, bit for bit, as the staged host round
  * (hsadmm_state 1; the controller here reads no residual, the one figure
- * the two sum in another order).
+ * the two sum in another order). The comparison runs the job twice, so the
+ * convolutions take cuDNN's deterministic algorithms (PX_CUDNN_DETERMINISTIC:
+ * the timed ones vary from run to run, and some add with atomics).
  *
  * Skips, saying why, without CUDA or a GPU (px_test_gpu_ready probes in a
  * child process: CUDA does not survive fork, and the ranks are forked). */
@@ -186,6 +188,8 @@ static void test_topk_on_the_gpu(void **state) {
 }
 
 int main(int argc, char **argv) {
+  /* before any rank is forked or any CUDA context made: two runs, the same bits */
+  setenv("PX_CUDNN_DETERMINISTIC", "1", 1);
   px_th_init(argc, argv);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_hsadmm_on_the_gpu),

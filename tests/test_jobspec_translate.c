@@ -180,9 +180,6 @@ static void test_cross_field_rules_apply_after_the_defaults(void **state) {
   w.cluster.workers_per_node = 1024;
   expect_refused(&w, "spec.cluster.workers_per_node: 2048 nodes x 1024 workers");
   wire_init(&w);
-  w.train.precision = "bf16"; /* device cpu */
-  expect_refused(&w, "spec.train.precision: bf16 runs on the CUDA engine only");
-  wire_init(&w);
   w.train.precision = "fp16";
   expect_refused(&w, "spec.train.precision");
 }

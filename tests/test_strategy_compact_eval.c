@@ -35,11 +35,7 @@ static char dir[256];
 
 static int setup(void **state) {
   (void)state;
-  dir[0] = 0;
-  if (access("/usr/share/datasets/fashion-mnist", R_OK) != 0) return 0;
-  snprintf(dir, sizeof dir, "/tmp/px_ceval_XXXXXX");
-  if (!mkdtemp(dir)) return -1;
-  return px_test_write_fmnist_subset(dir, 1024, NTEST) == 1 ? 0 : -1;
+  return px_test_fmnist_fixture_n(dir, sizeof dir, "px_ceval", 1024, NTEST);
 }
 
 static int teardown(void **state) {

@@ -33,6 +33,8 @@
 #   TARGET  accuracy for the time-to-accuracy figure (default 0.85)
 #   OUT     where logs, tables and plots go (default a fresh /tmp/pxcluster-*)
 #   KEEP=1  keep OUT's scratch (agents' work directories, the database)
+#   COMPACT=1  the hsadmm runs with prune.compact_training: true (the local
+#           phases after the freeze train the compact model)
 #
 # SPEC OVERRIDES (the recipes are examples/*.yaml; only the evaluation
 # cadence and the epochs change): hsadmm and hsadmm-flat evaluate every 10
@@ -189,9 +191,9 @@ spec() {
     ddp) ex=ddp; extra="" ;;
     topk) ex=topk; extra="" ;;
   esac
-  "$py" - "$src/examples/$ex.yaml" "$1" "$epochs" "$extra" <<'EOF'
+  "$py" - "$src/examples/$ex.yaml" "$1" "$epochs" "$extra" "${COMPACT:-0}" <<'EOF'
 import sys, re
-path, run, epochs, extra = sys.argv[1:5]
+path, run, epochs, extra, compact = sys.argv[1:6]
 text = open(path).read()
 # the recipe's sections, with name, epochs and the evaluation cadence set
 text = re.sub(r"(?m)^name: .*$", "name: bench-" + run, text)
@@ -201,6 +203,8 @@ text = re.sub(r"(?m)^  eval_every:.*\n", "", text)
 text = re.sub(r"(?m)^train:\n", "train:\n  eval_every: %s\n" % ("10" if hs else "1"), text)
 if not hs:
     text = re.sub(r"(?m)^train:\n", "train:\n  local_steps: 39\n", text)
+if hs and compact == "1":
+    text = re.sub(r"(?m)^prune:\n", "prune:\n  compact_training: true\n", text)
 if extra:
     line = "overlap: true" if extra == "overlap" else "quantize: %s" % extra[1:]
     if re.search(r"(?m)^comm:", text):

@@ -6,9 +6,13 @@
  * RESULT images_per_sec and the GPU memory peak (every device block the
  * engine held at once, cuDNN workspaces included). `--precision bf16` trains
  * with bf16 activations (PX_CUDA_LAYOUT=nchw: fp32 in the old NCHW layout).
+ * With PX_BENCH_CUDA_PROFILE=1 the timed steps are bracketed by
+ * cudaProfilerStart/Stop, so `ncu --profile-from-start off` (Nsight Compute)
+ * times only their kernels, not cuDNN's algorithm search in the warm-up.
  * `--check` only reports
  * whether a GPU can be used (exit 0) or why not (exit 1). bench/gpu/run.sh
  * runs it beside PyTorch. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +25,15 @@
 #include "../px_bench_util.h"
 
 static int fail(const char *what) { return pxb_fail("px_bench_gpu_train", what); }
+
+/* cudaProfilerStart or cudaProfilerStop of the CUDA runtime libpxcore loaded,
+ * when PX_BENCH_CUDA_PROFILE=1 (looked up: the driver does not link CUDA). */
+static void profiler(const char *fn) {
+  const char *e = getenv("PX_BENCH_CUDA_PROFILE");
+  if (!e || strcmp(e, "1")) return;
+  int (*f)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, fn);
+  if (!f || f() != 0) fprintf(stderr, "px_bench_gpu_train: %s unavailable or failed\n", fn);
+}
 
 static int parse_int(const char *s, int lo, int hi, int *out) {
   char *end;
@@ -134,6 +147,7 @@ int main(int argc, char **argv) {
   for (int s = 0; s < warmup + steps; s++) {
     if (s == warmup) {
       if (px_ops_sync(ops) < 0) return fail("sync");
+      profiler("cudaProfilerStart");
       t0 = px__now();
     }
     const int b = s % NBATCH;
@@ -147,6 +161,7 @@ int main(int argc, char **argv) {
   }
   if (px_ops_sync(ops) < 0) return fail("sync");
   const double el = px__now() - t0;
+  profiler("cudaProfilerStop");
   px_cuda_mem_stats_t ms;
   px_cuda_mem_stats(&ms);
   printf("%d steps in %.3f s (%.2f ms/step), last loss %.4f\n", steps, el, 1e3 * el / steps,

@@ -23,6 +23,9 @@ from torch_bench import ResNet  # noqa: E402
 
 
 def main():
+    # PX_BENCH_CUDA_PROFILE=1: the timed steps between cudaProfilerStart/Stop
+    # for `ncu --profile-from-start off`, as px_bench_gpu_train does
+    profile = os.environ.get("PX_BENCH_CUDA_PROFILE") == "1"
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="resnet18")
     ap.add_argument("--batch", type=int, default=128)
@@ -61,6 +64,8 @@ def main():
     for s in range(a.warmup + a.steps):
         if s == a.warmup:
             torch.cuda.synchronize(dev)
+            if profile:
+                torch.cuda.profiler.start()
             t0 = time.perf_counter()
         x = xs[s % nb].to(dev, non_blocking=True).contiguous(memory_format=fmt)
         y = ys[s % nb].to(dev, non_blocking=True)
@@ -72,6 +77,8 @@ def main():
         loss.item()  # as PruneX returns the loss to the host every step
     torch.cuda.synchronize(dev)
     el = time.perf_counter() - t0
+    if profile:
+        torch.cuda.profiler.stop()
     print("torch %s %s on %s (benchmark %d, channels_last %d, bf16 %d): %d steps in %.3f s "
           "(%.2f ms/step), last loss %.4f"
           % (torch.__version__, a.model, torch.cuda.get_device_name(dev), a.cudnn_benchmark,

@@ -5,7 +5,10 @@
 # and the best of ROUNDS runs of each counts. Prints a row per model and ends
 # with RESULT resnet20_vs_torch / resnet18_vs_torch (ours/torch images/s,
 # higher is better) and the peak-memory ratios (lower is better).
-#   bench/train/run.sh [BUILD_DIR]     (env: MODELS, ROUNDS, STEPS, THREADS, BATCH)
+# TORCH_PRECISION=bf16 runs the PyTorch peer under CPU autocast to bfloat16
+# (ours stays fp32: the CPU engine has no bf16 training; see
+# px_bench_conv_bf16 and docs/performance.md for what bf16 would give).
+#   bench/train/run.sh [BUILD_DIR]  (env: MODELS, ROUNDS, STEPS, THREADS, BATCH, TORCH_PRECISION)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../../build}
@@ -17,16 +20,20 @@ ROUNDS=${ROUNDS:-3}
 STEPS=${STEPS:-10}
 THREADS=${THREADS:-2}
 BATCH=${BATCH:-128}
+TORCH_PRECISION=${TORCH_PRECISION:-fp32}
+case $TORCH_PRECISION in fp32|bf16) ;; *) echo "run.sh: TORCH_PRECISION must be fp32 or bf16, not '$TORCH_PRECISION'" >&2; exit 2 ;; esac
 export OMP_NUM_THREADS=$THREADS
 
 
+echo "PyTorch precision: $TORCH_PRECISION"
 printf '%-10s %12s %12s %8s %12s %12s %8s\n' model ours_img/s torch_img/s ratio ours_MB torch_MB mem
 results=()
 for m in $MODELS; do
   ours=(); theirs=(); ours_mem=(); theirs_mem=()
   for r in $(seq "$ROUNDS"); do
     o=$("$pxtrain" --bench --model "$m" --batch "$BATCH" --threads "$THREADS" --steps "$STEPS")
-    t=$("$PY" "$here/torch_bench.py" --model "$m" --batch "$BATCH" --threads "$THREADS" --steps "$STEPS")
+    t=$("$PY" "$here/torch_bench.py" --model "$m" --batch "$BATCH" --threads "$THREADS" --steps "$STEPS" \
+         --precision "$TORCH_PRECISION")
     ours+=("$(echo "$o" | field images_per_sec)"); theirs+=("$(echo "$t" | field images_per_sec)")
     ours_mem+=("$(echo "$o" | field peak_rss_mb)"); theirs_mem+=("$(echo "$t" | field peak_rss_mb)")
   done
@@ -35,6 +42,7 @@ for m in $MODELS; do
   ratio=$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", a/b}')
   mratio=$(awk -v a="$am" -v b="$bm" 'BEGIN{printf "%.3f", a/b}')
   printf '%-10s %12s %12s %8s %12s %12s %8s\n' "$m" "$a" "$b" "$ratio" "$am" "$bm" "$mratio"
-  results+=("RESULT ${m}_vs_torch $ratio ratio" "RESULT ${m}_mem_vs_torch $mratio ratio")
+  sfx=; [ "$TORCH_PRECISION" = fp32 ] || sfx=_$TORCH_PRECISION
+  results+=("RESULT ${m}_vs_torch$sfx $ratio ratio" "RESULT ${m}_mem_vs_torch$sfx $mratio ratio")
 done
 printf '%s\n' "${results[@]}"

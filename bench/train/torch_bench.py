@@ -1,7 +1,9 @@
 """PyTorch peer for bench/train/run.sh: the same ResNet definitions as
 libpxcore (torchvision-style blocks, 3x3 stem, no max-pool, 1x1 conv + BN
 shortcuts), trained with SGD on random 3x32x32 inputs, 10 classes. Prints
-images/s and peak resident memory as RESULT lines."""
+images/s and peak resident memory as RESULT lines. --precision bf16 runs the
+forward (and so the backward) under CPU autocast to bfloat16, PyTorch's
+mixed-precision recipe: f32 weights and optimiser, bf16 convolutions."""
 import argparse
 import resource
 import time
@@ -97,6 +99,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: the forward under torch.autocast('cpu', dtype=torch.bfloat16)")
     ap.add_argument("--count-params", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -116,11 +120,12 @@ def main():
         x = torch.rand(a.batch, 3, 32, 32, generator=g) * 2 - 1
         y = torch.randint(0, 10, (a.batch,), generator=g)
         opt.zero_grad(set_to_none=True)
-        loss = crit(model(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = crit(model(x), y)
         loss.backward()
         opt.step()
     el = time.perf_counter() - t0
-    print(f"torch {torch.__version__} {a.model}: {a.steps} steps in {el:.2f} s, last loss {loss.item():.4f}")
+    print(f"torch {torch.__version__} {a.model} {a.precision}: {a.steps} steps in {el:.2f} s, last loss {loss.item():.4f}")
     print(f"RESULT images_per_sec {a.steps * a.batch / el:.1f} img/s")
     print(f"RESULT peak_rss_mb {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f} MB")
 

@@ -183,6 +183,24 @@ static px_status_t px__plan_alloc(const px_model_t *m, px__cg_t *c) {
   return PX_OK;
 }
 
+/* Widens every channel group to a multiple of c->round kept channels (the
+ * lowest dropped ones first; all of them when fewer), so that the compact
+ * model's layers have widths the engine's fast kernels take. A dropped
+ * channel that comes back is read by no weight: it changes nothing the
+ * model computes. A graph with a concatenation keeps its exact widths (the
+ * offsets tie its groups). */
+static void px__round_groups(px__cg_t *c, const px_model_t *m) {
+  for (int k = 0; k < c->nn; k++)
+    if (c->nodes[k].kind == PX_NODE_CONCAT) return;
+  for (int a = 0; a < c->na; a++) {
+    if (c->group[a] != a) continue;
+    int ch = px_model_act_channels(m, a), n = 0;
+    for (int i = 0; i < ch; i++) n += c->live[a][i];
+    for (int i = 0; i < ch && n % c->round; i++)
+      if (!c->live[a][i]) c->live[a][i] = 1, n++;
+  }
+}
+
 px_status_t px__compact_update(px__compact_t *c, const px_model_t *m) {
   for (int i = 0; i < c->np; i++) {
     const px_tensor_t *t = px_model_param(m, i)->value;
@@ -233,6 +251,7 @@ px_status_t px__compact_update(px__compact_t *c, const px_model_t *m) {
     for (int k = c->nn - 1; k >= 0; k--)
       if (c->nodes[k].kind == PX_NODE_CONCAT) changed |= px__concat_sync(c, &c->nodes[k]);
   }
+  if (c->round > 1) px__round_groups(c, m);
   return PX_OK;
 }
 
@@ -263,7 +282,8 @@ px_status_t px__compact_plan(const px_model_t *dense, int fold, px__compact_t **
   c->ki = px_malloc((size_t)maxc * sizeof *c->ki, "compact.idx");
   c->ko = px_malloc((size_t)maxc * sizeof *c->ko, "compact.idx");
   c->tmp = px_malloc(maxn * sizeof *c->tmp, "compact.tmp");
-  if (!c->ki || !c->ko || !c->tmp) {
+  c->src = px_malloc(maxn * sizeof *c->src, "compact.src");
+  if (!c->ki || !c->ko || !c->tmp || !c->src) {
     st = PX_ERR_NOMEM;
     goto fail;
   }
@@ -277,7 +297,7 @@ fail:
 
 void px__compact_destroy(px__compact_t *c) {
   if (!c) return;
-  PX_FREE_ALL(c->ki, c->ko, c->tmp);
+  PX_FREE_ALL(c->ki, c->ko, c->tmp, c->src);
   px__cg_free(c);
   px_free(c);
 }
@@ -316,54 +336,110 @@ done:
   return st;
 }
 
-/* A conv's kept filters x kept input channels (a depthwise conv's kept
- * filters; a grouped one keeps all) and its bias's kept entries. */
-static px_status_t px__fill_conv(px__compact_t *c, const px_model_node_t *n, const int32_t *ki,
-                                 int nin, const int32_t *ko, int nout, px_model_t *cm) {
-  float *tmp = c->tmp;
+/* The dense indices of a conv's kept filters x kept input channels (a
+ * depthwise conv's kept filters; a grouped one keeps all) into src;
+ * returns their number. */
+static size_t px__conv_src(const px_model_node_t *n, const int32_t *ki, int nin, const int32_t *ko,
+                           int nout, int32_t *src) {
   size_t kk = (size_t)n->kernel * n->kernel, j = 0;
   int per = n->c_in / (n->groups > 1 ? n->groups : 1); /* input channels per filter */
   for (int o = 0; o < nout; o++) {
     if (n->groups > 1) { /* a depthwise or (all kept) grouped filter: whole */
-      memcpy(tmp + j, c->pv[n->w] + (size_t)ko[o] * per * kk, (size_t)per * kk * sizeof *tmp);
-      j += (size_t)per * kk;
+      for (size_t e = 0; e < (size_t)per * kk; e++)
+        src[j++] = (int32_t)((size_t)ko[o] * per * kk + e);
       continue;
     }
-    for (int i = 0; i < nin; i++, j += kk)
-      memcpy(tmp + j, c->pv[n->w] + ((size_t)ko[o] * n->c_in + ki[i]) * kk, kk * sizeof *tmp);
+    for (int i = 0; i < nin; i++)
+      for (size_t e = 0; e < kk; e++)
+        src[j++] = (int32_t)(((size_t)ko[o] * n->c_in + ki[i]) * kk + e);
   }
-  PX_CHECK(px_tensor_copy_from_host(px_model_param(cm, n->w)->value, tmp, j * sizeof *tmp));
-  if (n->b < 0) return PX_OK;
-  for (int o = 0; o < nout; o++) tmp[o] = c->pv[n->b][ko[o]];
-  return px_tensor_copy_from_host(px_model_param(cm, n->b)->value, tmp, (size_t)nout * sizeof *tmp);
+  return j;
 }
 
-px_status_t px__compact_fill(px__compact_t *c, const px_model_t *dense, px_model_t *cm) {
-  int32_t *ki = c->ki, *ko = c->ko;
-  float *tmp = c->tmp;
+/* Called for each tensor of the compact model with the dense indices of its
+ * elements in order: parameter (buffer 0) or BN statistic (buffer 1) i. */
+typedef px_status_t (*px__compact_visit_fn)(void *ctx, int buffer, int i, const int32_t *src,
+                                            size_t n);
+
+/* The one traversal of the kept entries: every tensor of the compact model
+ * once, its elements in the compact layout. */
+static px_status_t px__compact_walk(px__compact_t *c, const px_model_t *dense,
+                                    px__compact_visit_fn fn, void *ctx) {
+  int32_t *ki = c->ki, *ko = c->ko, *src = c->src;
   for (int k = 0; k < c->nn; k++) {
     const px_model_node_t *n = &c->nodes[k];
     int nin = px__compact_kept(c, dense, n->in, ki), nout = px__compact_kept(c, dense, n->out, ko);
     if (n->kind == PX_NODE_CONV) {
-      PX_CHECK(px__fill_conv(c, n, ki, nin, ko, nout, cm));
+      PX_CHECK(fn(ctx, 0, n->w, src, px__conv_src(n, ki, nin, ko, nout, src)));
+      if (n->b >= 0) PX_CHECK(fn(ctx, 0, n->b, ko, (size_t)nout));
     } else if (n->kind == PX_NODE_BN) {
-      int pi[2] = {n->w, n->b}, bi[2] = {n->rm, n->rv};
-      for (int t = 0; t < 4; t++) {
-        const float *src = t < 2 ? c->pv[pi[t]] : c->bv[bi[t - 2]];
-        for (int o = 0; o < nout; o++) tmp[o] = src[ko[o]];
-        px_tensor_t *dst = t < 2 ? px_model_param(cm, pi[t])->value
-                                 : px_model_buffer(cm, bi[t - 2])->value;
-        PX_CHECK(px_tensor_copy_from_host(dst, tmp, (size_t)nout * sizeof *tmp));
-      }
+      PX_CHECK(fn(ctx, 0, n->w, ko, (size_t)nout));
+      PX_CHECK(fn(ctx, 0, n->b, ko, (size_t)nout));
+      PX_CHECK(fn(ctx, 1, n->rm, ko, (size_t)nout));
+      PX_CHECK(fn(ctx, 1, n->rv, ko, (size_t)nout));
     } else if (n->kind == PX_NODE_FC) {
       size_t j = 0;
       for (int o = 0; o < n->c_out; o++)
-        for (int i = 0; i < nin; i++) tmp[j++] = c->pv[n->w][(size_t)o * n->c_in + ki[i]];
-      PX_CHECK(px_tensor_copy_from_host(px_model_param(cm, n->w)->value, tmp, j * sizeof *tmp));
-      PX_CHECK(px_tensor_copy_from_host(px_model_param(cm, n->b)->value, c->pv[n->b],
-                                        (size_t)n->c_out * sizeof *tmp));
+        for (int i = 0; i < nin; i++) src[j++] = (int32_t)((size_t)o * n->c_in + ki[i]);
+      PX_CHECK(fn(ctx, 0, n->w, src, j));
+      for (int o = 0; o < n->c_out; o++) src[o] = o;
+      PX_CHECK(fn(ctx, 0, n->b, src, (size_t)n->c_out));
     }
   }
+  return PX_OK;
+}
+
+typedef struct {
+  px__compact_t *c;
+  px_model_t *cm;
+} px__fill_ctx_t;
+
+/* Gathers the plan's values into the compact model's tensor. */
+static px_status_t px__fill_visit(void *ctx, int buffer, int i, const int32_t *src, size_t n) {
+  px__fill_ctx_t *f = ctx;
+  const float *v = buffer ? f->c->bv[i] : f->c->pv[i];
+  for (size_t j = 0; j < n; j++) f->c->tmp[j] = v[src[j]];
+  px_tensor_t *dst = buffer ? px_model_buffer(f->cm, i)->value : px_model_param(f->cm, i)->value;
+  return px_tensor_copy_from_host(dst, f->c->tmp, n * sizeof(float));
+}
+
+px_status_t px__compact_fill(px__compact_t *c, const px_model_t *dense, px_model_t *cm) {
+  px__fill_ctx_t f = {c, cm};
+  return px__compact_walk(c, dense, px__fill_visit, &f);
+}
+
+typedef struct {
+  const px_model_t *dense, *cm;
+  int64_t *pmap, *bmap;
+} px__index_ctx_t;
+
+/* Offset of a model tensor's data in its flat family (CPU models). */
+static int64_t px__flat_off(const px_model_t *m, int buffer, int i) {
+  const float *base = (buffer ? px_model_flat_buffers(m) : px_model_flat_params(m))->data;
+  const float *d = buffer ? px_model_buffer(m, i)->value->data : px_model_param(m, i)->value->data;
+  return d - base;
+}
+
+static px_status_t px__index_visit(void *ctx, int buffer, int i, const int32_t *src, size_t n) {
+  px__index_ctx_t *x = ctx;
+  int64_t *map = (buffer ? x->bmap : x->pmap) + px__flat_off(x->cm, buffer, i);
+  int64_t doff = px__flat_off(x->dense, buffer, i);
+  for (size_t j = 0; j < n; j++) map[j] = doff + src[j];
+  return PX_OK;
+}
+
+px_status_t px__compact_index(px__compact_t *c, const px_model_t *dense, const px_model_t *cm,
+                              int64_t *pmap, int64_t *bmap) {
+  size_t np = px_tensor_numel(px_model_flat_params(cm));
+  size_t nb = px_tensor_numel(px_model_flat_buffers(cm));
+  for (size_t j = 0; j < np; j++) pmap[j] = -1;
+  for (size_t j = 0; j < nb; j++) bmap[j] = -1;
+  px__index_ctx_t x = {dense, cm, pmap, bmap};
+  PX_CHECK(px__compact_walk(c, dense, px__index_visit, &x));
+  for (size_t j = 0; j < np + nb; j++)
+    if ((j < np ? pmap[j] : bmap[j - np]) < 0)
+      return px_set_error(PX_ERR_STATE, "compact %s entry %zu has no dense source",
+                          j < np ? "parameter" : "BN statistic", j < np ? j : j - np);
   return PX_OK;
 }
 

@@ -19,6 +19,8 @@ typedef struct px__compact {
   int fold;                /* 1: fold constant channels into batch norms (export);
                               0: keep them, so the compact model's BN statistics map
                               one to one onto the dense model's kept channels */
+  int round;               /* > 1: every group keeps a multiple of this many channels
+                              (px__compact_update widens it with dropped ones) */
   int nn, na, np, nb;
   px_model_node_t *nodes;  /* [nn] */
   float **pv;              /* [np] host copies of the parameters */
@@ -27,6 +29,7 @@ typedef struct px__compact {
   uint8_t **live;          /* [na] per group root: keep mask over its channels (NULL elsewhere) */
   int32_t *ki, *ko;        /* [max channels] index scratch */
   float *tmp;              /* [largest parameter] value scratch */
+  int32_t *src;            /* [largest parameter] dense-index scratch */
 } px__compact_t;
 
 /* Analyses dense (values copied to the host). Caller owns *out
@@ -46,5 +49,13 @@ px_status_t px__compact_build(px__compact_t *c, const px_model_t *dense, px_ops_
 /* Copies the plan's values of the kept channels into cm, a model built from
  * a plan with the same kept channels; allocates nothing. */
 px_status_t px__compact_fill(px__compact_t *c, const px_model_t *dense, px_model_t *cm);
+/* The index maps of a compact model cm built from the plan (CPU models:
+ * plain flat families): pmap[j] is the dense flat-parameter index that
+ * compact flat parameter j holds, bmap the same for the BN statistics
+ * (px_model_flat_buffers); both sized by cm's families. The same traversal
+ * as px__compact_fill. PX_ERR_STATE when an entry of cm has no
+ * source (a graph with parameters compaction does not follow). */
+px_status_t px__compact_index(px__compact_t *c, const px_model_t *dense, const px_model_t *cm,
+                              int64_t *pmap, int64_t *bmap);
 
 #endif

@@ -93,6 +93,7 @@ const px__js_field_t px__js_fields[] = {
     {S_PRUNE, "skip_layers", PX__JS_STRLIST, 0, 0, 0, NULL, 0, NULL},
     {S_PRUNE, "nm_n", PX__JS_INT, 0, 0, PX_PRUNE_NM_MAX, NULL, 0, NULL},
     {S_PRUNE, "nm_m", PX__JS_INT, 0, 0, PX_PRUNE_NM_MAX, NULL, 0, NULL},
+    {S_PRUNE, "compact_training", PX__JS_BOOL, 0, 0, 0, NULL, 0, NULL},
 
     /* rho1 = rho2 = 1e-3: the proximal pull rho * (theta - z + u) then has
      * the size of the weight decay (5e-4 * theta) for CNN weights of the
@@ -649,9 +650,18 @@ static px_status_t px__js_check_onnx(const Prunex__V1__JobSpec *spec, px__js_whe
   return PX_OK;
 }
 
-/* The prune section's cross-field rules: N:M is both numbers or neither. */
+/* The prune section's cross-field rules: N:M is both numbers or neither;
+ * compact training is H-SADMM's (the strategies with frozen masks). */
 static px_status_t px__js_check_prune(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
   const Prunex__V1__PruneSpec *p = spec->prune;
+  if (p->compact_training && spec->strategy != PRUNEX__V1__STRATEGY__STRATEGY_HSADMM &&
+      spec->strategy != PRUNEX__V1__STRATEGY__STRATEGY_HSADMM_FLAT)
+    return px__js_fail(PX_ERR_INVALID, w,
+                       px__js_mark(w, px__js_find("prune.compact_training"),
+                                   px__js_find("strategy")),
+                       "prune.compact_training: trains the compact model once H-SADMM's masks "
+                       "are frozen and has no meaning for strategy %s (use false)",
+                       px_jobspec_strategy_name(spec->strategy));
   /* the field named first is the one set alone, else nm_n (too large) */
   const char *field = p->nm_m == 0 ? "prune.nm_m" : "prune.nm_n";
   if ((p->nm_n == 0) != (p->nm_m == 0) || p->nm_n > p->nm_m)
@@ -840,11 +850,6 @@ px_status_t px__js_check(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
                        px__js_mark(w, px__js_find("comm.backend"), px__js_find("cluster.device")),
                        "comm.backend: nccl moves device memory and needs cluster.device cuda or "
                        "auto, got cpu");
-  if (!strcmp(spec->train->precision, "bf16") && !strcmp(c->device, "cpu"))
-    return px__js_fail(PX_ERR_INVALID, w,
-                       px__js_mark(w, px__js_find("train.precision"), px__js_find("cluster.device")),
-                       "train.precision: bf16 runs on the CUDA engine only and needs "
-                       "cluster.device cuda or auto, got cpu");
   px_status_t cst = px__js_check_comm(spec, w);
   if (cst == PX_OK) cst = px__js_check_notify(spec, w);
   if (cst == PX_OK) cst = px__js_check_sweep(spec, w, NULL);

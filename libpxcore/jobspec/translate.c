@@ -62,6 +62,7 @@ px_status_t px_jobspec_strategy_config(const Prunex__V1__JobSpec *s, int64_t ste
   c->keep.nm_m = s->prune->nm_m;
   c->skip_layers = (const char *const *)s->prune->skip_layers;
   c->nskip = (int32_t)s->prune->n_skip_layers;
+  c->compact_local = s->prune->compact_training ? 1 : 0;
   c->topk_ratio = s->comm->topk_ratio;
   c->bucket_bytes = (size_t)s->comm->bucket_bytes;
   c->quantize_bits = px_quant_bits_from_name(s->comm->quantize);

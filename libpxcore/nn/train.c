@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "prunex/data.h"
+#include "nn/px_train_int.h"
 #include "prunex/nn.h"
 #include "px_check.h"
 #include "px_clock.h"
@@ -25,6 +26,8 @@ struct px_trainer {
   int64_t cursor_epoch;    /* px_trainer_steps: epoch in progress, -1 when none */
   px_grad_hook_t hook;
   void *hook_ctx;
+  px_model_t *step_model;  /* px__trainer_use: what px_trainer_steps trains (NULL: model) */
+  px_sgd_t *step_sgd;      /* and with which optimiser (NULL: sgd) */
   /* an image folder's input contract (px_trainer_input_meta); classes NULL otherwise */
   char *classes;
   char in_size[48], in_side[16], in_mean[64], in_std[64];
@@ -33,6 +36,15 @@ struct px_trainer {
 void px_trainer_set_grad_hook(px_trainer_t *t, px_grad_hook_t hook, void *ctx) {
   t->hook = hook;
   t->hook_ctx = ctx;
+}
+
+void px__trainer_use(px_trainer_t *t, px_model_t *m, px_sgd_t *s) {
+  t->step_model = m;
+  t->step_sgd = s;
+}
+
+void px__trainer_sgd_config(const px_trainer_t *t, px_sgd_config_t *out) {
+  *out = (px_sgd_config_t){t->cfg.lr, t->cfg.momentum, t->cfg.weight_decay, t->cfg.nesterov};
 }
 
 void px_train_config_default(px_train_config_t *c) {
@@ -304,6 +316,8 @@ end:
 
 px_status_t px_trainer_steps(px_trainer_t *t, int64_t n, px_epoch_stats_t *out) {
   memset(out, 0, sizeof *out);
+  px_model_t *m = t->step_model ? t->step_model : t->model;
+  px_sgd_t *sgd = t->step_sgd ? t->step_sgd : t->sgd;
   double t0 = px__now(), wait = 0, loss_sum = 0;
   int64_t correct_sum = 0;
   px_status_t st = PX_OK;
@@ -322,12 +336,12 @@ px_status_t px_trainer_steps(px_trainer_t *t, int64_t n, px_epoch_stats_t *out) 
       t->cursor_epoch = -1;
       continue;
     }
-    px_sgd_set_lr(t->sgd, px_trainer_lr_at(t, t->global_step));
+    px_sgd_set_lr(sgd, px_trainer_lr_at(t, t->global_step));
     float loss;
     int64_t correct;
-    PX_CHECK(px_model_train_step(t->model, b.x, b.y, &loss, &correct));
-    if (t->hook) PX_CHECK(t->hook(t->hook_ctx, t->model));
-    PX_CHECK(px_sgd_step(t->sgd));
+    PX_CHECK(px_model_train_step(m, b.x, b.y, &loss, &correct));
+    if (t->hook) PX_CHECK(t->hook(t->hook_ctx, m));
+    PX_CHECK(px_sgd_step(sgd));
     if (!isfinite(loss))
       return px_set_error(PX_ERR_INVALID, "training diverged: loss is %g at step %lld", loss,
                           (long long)t->global_step);

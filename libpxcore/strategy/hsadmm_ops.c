@@ -11,6 +11,7 @@
 
 #include "admm/admm_int.h"
 #include "admm/hsadmm_state.h"
+#include "nn/px_train_int.h"
 #include "prunex/cuda_kernels.h"
 #include "px_check.h"
 #include "strategy/strategy_int.h"
@@ -108,6 +109,10 @@ static px_status_t px__hsadmm_apply_mask(const px__hsadmm_strategy_t *s, int i, 
 static px_status_t px__hsadmm_masked_hook(void *ctx, px_model_t *m) {
   px__hsadmm_strategy_t *s = ctx;
   if (!px_hsadmm_frozen(s->h)) return PX_OK;
+  if (px__ctrain_is(s->run->ctrain, m)) { /* the compact model (compact_train.c) */
+    px__ctrain_mask(s->run->ctrain);
+    return PX_OK;
+  }
   for (int i = 0; i < s->run->np; i++) {
     if (!s->hp[i].prunable) continue;
     const px_model_param_t *p = px_model_param(m, i);
@@ -196,6 +201,45 @@ static px_status_t px__hsadmm_before_local_dev(px__strategy_run_t *r, px__hsadmm
   return px__hsadmm_masks_up(r, s);
 }
 
+/* ---- compact training after the freeze (compact_train.c) ------------------------------ */
+
+static void px__hsadmm_prox_of(void *ctx, int i, const float **z, const float **u, float *rho) {
+  px_hsadmm_prox(ctx, i, z, u, rho);
+}
+
+/* The first local phase after the freeze builds the compact model from the
+ * masked dense model (keep: the masks as 0/1 values, in the backup buffer
+ * the evaluation uses later); a graph compaction cannot follow trains dense
+ * (logged). Every such phase then runs on the compact model. */
+static px_status_t px__hsadmm_compact_enter(px__strategy_run_t *r, px__hsadmm_strategy_t *s) {
+  if (!r->compact_local || !px_hsadmm_frozen(s->h)) return PX_OK;
+  if (!r->ctrain) {
+    float *theta = px_model_flat_params(r->m)->data, *keep = s->backup;
+    for (size_t j = 0; j < r->numel; j++) keep[j] = 1.0f;
+    size_t off = 0;
+    for (int i = 0; i < r->np; off += s->hp[i].numel, i++) {
+      if (!s->hp[i].prunable) continue;
+      PX_CHECK(px__hsadmm_apply_mask(s, i, theta + off));
+      PX_CHECK(px__hsadmm_apply_mask(s, i, keep + off));
+    }
+    px_status_t st = px__ctrain_build(r, keep, &r->ctrain);
+    if (st == PX_ERR_NOMEM) return st;
+    if (st < 0) {
+      px_log(PX_LOG_WARN, "local phases train the masked dense model: compact model: %s",
+             px_last_error());
+      r->compact_local = 0;
+      return PX_OK;
+    }
+  }
+  return px__ctrain_enter(r->ctrain, r, px__hsadmm_prox_of, s->h);
+}
+
+static px_status_t px__hsadmm_after_local(px__strategy_run_t *r, void *priv) {
+  (void)priv;
+  if (r->compact_local && r->ctrain) px__ctrain_leave(r->ctrain, r);
+  return PX_OK;
+}
+
 static px_status_t px__hsadmm_before_local(px__strategy_run_t *r, void *priv, int it) {
   px__hsadmm_strategy_t *s = priv;
   if (s->dev) return px__hsadmm_before_local_dev(r, s, it);
@@ -220,7 +264,10 @@ static px_status_t px__hsadmm_before_local(px__strategy_run_t *r, void *priv, in
     if (restart) px_hsadmm_restart_point(s->h, i, theta + off);
     off += n;
   }
-  if (!r->staged) return px__hsadmm_overlap_begin(r, s, it);
+  if (!r->staged) {
+    PX_CHECK(px__hsadmm_overlap_begin(r, s, it));
+    return px__hsadmm_compact_enter(r, s);
+  }
   PX_CHECK(px_tensor_copy_from_host(&s->d_zu, s->h_zu, 2 * r->numel * sizeof(float)));
   if (restart) PX_CHECK(px__strategy_up(flat, r->h_theta));
   if (!px_hsadmm_frozen(s->h)) return PX_OK;
@@ -360,6 +407,7 @@ static px_status_t px__hsadmm_create(px__strategy_run_t *r, void **priv) {
   const px__hss_ops_t *ops;
   PX_CHECK(px__hsadmm_state_ops(r, &ops));
   s->dev = ops != NULL;
+  r->compact_local = px__ctrain_wanted(r, s->dev);
   s->theta_backup = s->backup;
   size_t off = 0;
   for (int i = 0; r->staged && !s->dev && i < r->np; off += s->hp[i].numel, i++)
@@ -384,6 +432,9 @@ static px_status_t px__hsadmm_create(px__strategy_run_t *r, void **priv) {
 static void px__hsadmm_destroy(px__strategy_run_t *r, void *priv) {
   px__hsadmm_strategy_t *s = priv;
   px_trainer_set_grad_hook(r->t, NULL, NULL);
+  /* the trainer's own model again (a local phase that failed); nothing is
+   * scattered: the model holds the final consensus */
+  px__trainer_use(r->t, NULL, NULL);
   for (int i = 0; r->sgd && i < r->np; i++) px_sgd_set_prox(r->sgd, i, NULL, NULL, 0.0f);
   if (!s) return;
   px_hsadmm_destroy(s->h);
@@ -395,6 +446,7 @@ static void px__hsadmm_destroy(px__strategy_run_t *r, void *priv) {
 
 #define PX__HSADMM_OPS                                                                   \
   .create = px__hsadmm_create, .before_local = px__hsadmm_before_local,                  \
+  .after_local = px__hsadmm_after_local,                                                 \
   .synchronise = px__hsadmm_synchronise, .load_consensus = px__hsadmm_load_z,            \
   .restore_local = px__hsadmm_restore_theta, .dense_inter = px__hsadmm_dense_inter,      \
   .decide = px__hsadmm_decide, .resume_items = px__hsadmm_resume_items,                 \

@@ -182,6 +182,7 @@ static px_status_t px__strategy_setup(px__strategy_run_t *r) {
 
 static void px__strategy_teardown(px__strategy_run_t *r) {
   px__ceval_destroy(r->ceval);
+  px__ctrain_destroy(r->ctrain);
   PX_FREE_ALL(r->names, r->decision, r->h_theta, r->h_buf);
 }
 
@@ -212,6 +213,7 @@ static px_status_t px__strategy_iteration(px__strategy_run_t *r, const px__strat
   if (ops->before_local) PX_CHECK(ops->before_local(r, priv, it));
   px_epoch_stats_t es;
   PX_CHECK(px_trainer_steps(r->t, r->steps, &es));
+  if (ops->after_local) PX_CHECK(ops->after_local(r, priv));
   r->it.local_s = px__now() - t0;
   r->it.epoch =
       (double)px_trainer_global_step(r->t) / (double)px_trainer_steps_per_epoch(r->t);
@@ -424,6 +426,7 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
   PX_CHECK_GOTO(px__strategy_finish(&r, ops, priv, res), st, done);
   res->seconds = px__now() - t_start;
   res->compact_builds = (int32_t)px__ceval_builds(r.ceval);
+  res->compact_train_numel = px__ctrain_numel(r.ctrain);
   snprintf(res->stop_reason, sizeof res->stop_reason, "%s",
            stop == PX_HSADMM_SUSPEND ? "suspended" : stop ? "controller" : "iterations");
   st = PX_OK;

@@ -85,6 +85,9 @@ typedef struct {
   /* compact evaluation of the consensus (compact_eval.c; issue 29) */
   int compact_eval;         /* 1: calibration and evaluation go through the compact model */
   struct px__ceval *ceval;  /* its state, created by the first evaluation */
+  /* compact training after the freeze (compact_train.c; cfg.compact_local) */
+  int compact_local;        /* 1: local phases after the freeze train the compact model */
+  struct px__ctrain *ctrain; /* its state, built by the first frozen local phase */
 } px__strategy_run_t;
 
 typedef struct {
@@ -95,6 +98,8 @@ typedef struct {
   px_status_t (*create)(px__strategy_run_t *r, void **priv);
   /* Before the local steps of iteration it (NULL: nothing). */
   px_status_t (*before_local)(px__strategy_run_t *r, void *priv, int it);
+  /* After them, inside the local phase (NULL: nothing). */
+  px_status_t (*after_local)(px__strategy_run_t *r, void *priv);
   /* After the local steps: the synchronisation; fills r->it's phase times,
    * density, masks and layer reports (NULL: density 1, nothing else). */
   px_status_t (*synchronise)(px__strategy_run_t *r, void *priv);
@@ -144,6 +149,35 @@ px_status_t px__ceval_evaluate(px__strategy_run_t *r, px_eval_stats_t *e);
 /* Times the compact model was built (0 for NULL). */
 int64_t px__ceval_builds(const px__ceval_t *ce);
 void px__ceval_destroy(px__ceval_t *ce);
+
+/* ---- compact training after the freeze (compact_train.c) ---- */
+
+typedef struct px__ctrain px__ctrain_t;
+/* Whether a run with cfg.compact_local trains its local phases compact
+ * once frozen (CPU host models without comm.overlap; device_state: the
+ * strategy runs the device-state round); logs which form trains. */
+int px__ctrain_wanted(const px__strategy_run_t *r, int device_state);
+/* Builds the compact model of r->m, whose weights are inside the frozen
+ * masks, with its maps, mask, optimiser and proximal buffers; keep [numel]
+ * is 0 where the dense masks are. Caller owns *out (px__ctrain_destroy). */
+px_status_t px__ctrain_build(px__strategy_run_t *r, const float *keep, px__ctrain_t **out);
+void px__ctrain_destroy(px__ctrain_t *ct);
+/* The proximal targets of dense parameter i (u may be NULL). */
+typedef void (*px__ctrain_prox_fn)(void *ctx, int i, const float **z, const float **u,
+                                   float *rho);
+/* Before a local phase: the dense parameters, momentum, BN statistics and
+ * proximal targets into the compact model, which the trainer steps next. */
+px_status_t px__ctrain_enter(px__ctrain_t *ct, px__strategy_run_t *r, px__ctrain_prox_fn prox,
+                             void *ctx);
+/* After it: the trainer's own model again, and the compact parameters,
+ * momentum and BN statistics back into the dense model. */
+void px__ctrain_leave(px__ctrain_t *ct, px__strategy_run_t *r);
+/* Whether m is ct's compact model (ct may be NULL). */
+int px__ctrain_is(const px__ctrain_t *ct, const px_model_t *m);
+/* Zeroes the compact weights and gradients outside the masks. */
+void px__ctrain_mask(const px__ctrain_t *ct);
+/* Parameter elements of the compact model (0 for NULL). */
+int64_t px__ctrain_numel(const px__ctrain_t *ct);
 
 /* ---- helpers of strategy.c the strategies share ---- */
 

@@ -55,7 +55,9 @@
  *     lr_schedule: cosine   constant | cosine | step
  *     precision: fp32       fp32 | bf16: bf16 activations and convolutions
  *                           with f32 weights, optimiser state, BN statistics
- *                           and loss (CUDA only: refused with device cpu)
+ *                           and loss (on the CPU: bf16 convolutions on
+ *                           AVX512-BF16/AMX, f32 activations between them;
+ *                           a worker whose CPU lacks bf16 fails naming it)
  *   prune:                  fractions of groups kept, in [0, 1]; 1: off
  *     filter_keep: 1.0
  *     channel_keep: 1.0

@@ -74,8 +74,9 @@ typedef struct {
   const int32_t *widths;
   int32_t nwidths;
   /* Activation precision (px_precision_t of ops.h): PX_PRECISION_FP32 (0,
-   * the default) or PX_PRECISION_BF16 (CUDA only: bf16 activations, f32
-   * weights, gradients, BN statistics and loss). */
+   * the default) or PX_PRECISION_BF16 (CUDA: bf16 activations; CPU: bf16
+   * convolutions on AVX512-BF16/AMX with f32 activations between them; f32
+   * weights, gradients, BN statistics and loss on both). */
   int32_t precision;
   /* An imported model: the path of an ONNX file (nn/onnx_import.c says which
    * operators it may hold); arch is then ignored and reads "onnx" in the

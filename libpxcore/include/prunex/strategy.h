@@ -145,6 +145,11 @@ typedef struct {
    * 2: the device-state code path on a CPU model, with host buffers: the
    * same results as the host state (how tests check that path). */
   int32_t hsadmm_state;
+  /* hsadmm (prune.compact_training): 1 = once the masks are frozen, each
+   * local phase trains the compact model (pruned channels removed) and
+   * writes it back into the dense model; CPU host models only, others train
+   * dense (logged). Channels the compact model drops stop moving. 0: off. */
+  int32_t compact_local;
 } px_strategy_config_t;
 
 /* One iteration's record (DESIGN.md section 7); what rank 0 reports. */
@@ -197,6 +202,8 @@ typedef struct {
                                    ("iteration N: rank R: ERROR", every rank) */
   int32_t compact_builds;       /* times the compact evaluation model was built (0: the
                                    dense evaluation ran) */
+  int64_t compact_train_numel;  /* parameters of the compact model the local phases trained
+                                   after the freeze (compact_local; 0: dense throughout) */
 } px_strategy_result_t;
 
 /* Fills out[0..px_model_num_params(m)) with H-SADMM's view of the model's

@@ -42,14 +42,57 @@ static int64_t px__out_dim(int64_t in, int32_t k, int32_t s, int32_t pad) {
  * weights are [g, c_out/g, c_in/g, kh, kw], the same bytes as the plain
  * [c_out, c_in/g, kh, kw] the caller holds. */
 static px_status_t px__weight_mds(const px_conv2d_params_t *p, int64_t c_in, int64_t g,
-                                  dnnl_memory_desc_t *plain, dnnl_memory_desc_t *any) {
+                                  dnnl_data_type_t dt, dnnl_memory_desc_t *plain,
+                                  dnnl_memory_desc_t *any) {
   dnnl_dims_t wd = {p->c_out, c_in, p->kh, p->kw}, gwd = {g, p->c_out / g, c_in / g, p->kh, p->kw};
   const int64_t wdims[4] = {p->c_out, c_in / g, p->kh, p->kw};
   if (g > 1) PX_DNNL(dnnl_memory_desc_init_by_tag(plain, 5, gwd, dnnl_f32, dnnl_goihw));
   else PX_CHECK(px__cpu_plain_md(plain, 4, wdims, PX_DTYPE_F32));
-  PX_DNNL(dnnl_memory_desc_init_by_tag(any, g > 1 ? 5 : 4, g > 1 ? gwd : wd, dnnl_f32,
+  PX_DNNL(dnnl_memory_desc_init_by_tag(any, g > 1 ? 5 : 4, g > 1 ? gwd : wd, dt,
                                        dnnl_format_tag_any));
   return PX_OK;
+}
+
+/* The backward-data and backward-weights descriptors after the forward's:
+ * dx (input gradient) and w_d (weights) for the first, x_w (source) and dw
+ * (weight gradient) for the second, dy (output gradient) for both. */
+static px_status_t px__conv_bwd_pds(px_ops_t *ops, dnnl_primitive_desc_t pd[PX__WL_NPD],
+                                    const dnnl_memory_desc_t *dx, const dnnl_memory_desc_t *w_d,
+                                    const dnnl_memory_desc_t *x_w, const dnnl_memory_desc_t *dw,
+                                    const dnnl_memory_desc_t *bias, const dnnl_memory_desc_t *dy,
+                                    const dnnl_dims_t strides, const dnnl_dims_t pad) {
+  const dnnl_alg_kind_t alg = dnnl_convolution_direct;
+  dnnl_convolution_desc_t cd;
+  PX_DNNL(dnnl_convolution_backward_data_desc_init(&cd, alg, dx, w_d, dy, strides, pad, pad));
+  PX_CHECK(px__cpu_pd_create(ops, &pd[PX__WL_BWD_D], &cd, NULL, pd[PX__WL_FWD],
+                             "convolution backward data"));
+  PX_DNNL(dnnl_convolution_backward_weights_desc_init(&cd, alg, x_w, dw, bias, dy, strides, pad,
+                                                      pad));
+  return px__cpu_pd_create(ops, &pd[PX__WL_BWD_W], &cd, NULL, pd[PX__WL_FWD],
+                           "convolution backward weights");
+}
+
+/* bf16 descriptors (px__conv_pds with l->lowp): bf16 source, weights and
+ * output gradient in layouts oneDNN picks (its AMX kernels where the CPU has
+ * them), f32 output (in y_md, the f32 layer's layout), input gradient (in
+ * x's layout) and weight gradient, f32 accumulation. The backward weights
+ * reads the forward's bf16 source. */
+static px_status_t px__conv_pds_bf16(px_ops_t *ops, const px_conv2d_params_t *p,
+                                     const dnnl_memory_desc_t *x_md, const dnnl_memory_desc_t *b_md,
+                                     const dnnl_memory_desc_t *y_md, const dnnl_dims_t strides,
+                                     const dnnl_dims_t pad, dnnl_primitive_desc_t pd[PX__WL_NPD]) {
+  const int64_t g = p->groups > 1 ? p->groups : 1;
+  dnnl_memory_desc_t x_any, w_any, w_f32, dy_any, plain;
+  PX_DNNL(dnnl_memory_desc_init_by_tag(&x_any, 4, x_md->dims, dnnl_bf16, dnnl_format_tag_any));
+  PX_CHECK(px__weight_mds(p, x_md->dims[1], g, dnnl_bf16, &plain, &w_any));
+  PX_CHECK(px__weight_mds(p, x_md->dims[1], g, dnnl_f32, &plain, &w_f32));
+  PX_DNNL(dnnl_memory_desc_init_by_tag(&dy_any, 4, y_md->dims, dnnl_bf16, dnnl_format_tag_any));
+  dnnl_convolution_desc_t cd;
+  PX_DNNL(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct,
+                                             &x_any, &w_any, b_md, y_md, strides, pad, pad));
+  PX_CHECK(px__cpu_pd_create(ops, &pd[PX__WL_FWD], &cd, NULL, NULL, "bf16 convolution forward"));
+  const dnnl_memory_desc_t x_lp = *px__cpu_pd_md(pd[PX__WL_FWD], DNNL_ARG_SRC);
+  return px__conv_bwd_pds(ops, pd, x_md, &w_any, &x_lp, &w_f32, b_md, &dy_any, strides, pad);
 }
 
 /* The convolution's descriptors and specs (px__cpu_wlayer_pds_fn): y_spec
@@ -68,11 +111,17 @@ static px_status_t px__conv_pds(px_ops_t *ops, px__cpu_wlayer_t *l, const void *
   dnnl_dims_t ydims = {n, p->c_out, oh, ow};
   dnnl_dims_t strides = {p->stride_h, p->stride_w}, pad = {p->pad_h, p->pad_w};
   PX_CHECK(px__cpu_md_of(ops, x_spec, &x_md));
-  PX_CHECK(px__weight_mds(p, c_in, g, w_plain, &w_any));
+  PX_CHECK(px__weight_mds(p, c_in, g, dnnl_f32, w_plain, &w_any));
   PX_CHECK(px__cpu_plain_md(&b_md, 1, bdims, PX_DTYPE_F32));
-  PX_DNNL(dnnl_memory_desc_init_by_tag(&y_any, 4, ydims, dnnl_f32, dnnl_format_tag_any));
+  /* bf16 context: channels-last outputs for every convolution (f32 ones too), the layout of
+     oneDNN's AMX kernels, so that residual adds meet one layout */
+  PX_DNNL(dnnl_memory_desc_init_by_tag(&y_any, 4, ydims, dnnl_f32,
+                                       ops->conv_bf16 ? dnnl_acdb : dnnl_format_tag_any));
   const dnnl_memory_desc_t *bias = p->bias ? &b_md : NULL;
   const dnnl_alg_kind_t alg = dnnl_convolution_direct;
+  /* bf16 where the context asks for it: dense layers (oneDNN 2.6 has no AMX kernel for
+     grouped ones) */
+  l->lowp = ops->conv_bf16 && g == 1;
 
   dnnl_convolution_desc_t cd;
   PX_DNNL(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, alg, &x_md, &w_any, bias,
@@ -80,14 +129,12 @@ static px_status_t px__conv_pds(px_ops_t *ops, px__cpu_wlayer_t *l, const void *
   PX_CHECK(px__cpu_pd_create(ops, &pd[PX__WL_FWD], &cd, NULL, NULL, "convolution forward"));
   const dnnl_memory_desc_t y_md = *px__cpu_pd_md(pd[PX__WL_FWD], DNNL_ARG_DST);
   PX_CHECK(px__cpu_spec_of(ops, &y_md, &l->wl.y_spec));
-  PX_DNNL(dnnl_convolution_backward_data_desc_init(&cd, alg, &x_md, &w_any, &y_md, strides, pad,
-                                                   pad));
-  PX_CHECK(px__cpu_pd_create(ops, &pd[PX__WL_BWD_D], &cd, NULL, pd[PX__WL_FWD],
-                             "convolution backward data"));
-  PX_DNNL(dnnl_convolution_backward_weights_desc_init(&cd, alg, &x_md, &w_any, bias, &y_md,
-                                                      strides, pad, pad));
-  return px__cpu_pd_create(ops, &pd[PX__WL_BWD_W], &cd, NULL, pd[PX__WL_FWD],
-                           "convolution backward weights");
+  if (l->lowp) {
+    dnnl_primitive_desc_destroy(pd[PX__WL_FWD]);
+    pd[PX__WL_FWD] = NULL;
+    return px__conv_pds_bf16(ops, p, &x_md, bias, &y_md, strides, pad, pd);
+  }
+  return px__conv_bwd_pds(ops, pd, &x_md, &w_any, &x_md, &w_any, bias, &y_md, strides, pad);
 }
 
 px_status_t px__cpu_conv2d_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_conv2d_params_t *p,

@@ -96,6 +96,7 @@ void px__cpu_ops_destroy(px_ops_t *ops) {
   px_free(ops->layouts);
   px_free(ops->scratch);
   px_free(ops->wscratch);
+  px_free(ops->lpscratch);
   if (ops->attr) dnnl_primitive_attr_destroy(ops->attr);
   if (ops->stream) dnnl_stream_destroy(ops->stream);
   if (ops->engine) dnnl_engine_destroy(ops->engine);
@@ -113,13 +114,22 @@ px_status_t px__cpu_ops_sync(px_ops_t *ops) {
   return PX_OK;
 }
 
-/* The CPU keeps f32 activations; oneDNN chooses each op's layout itself. */
+/* The CPU keeps f32 activations; oneDNN chooses each op's layout itself.
+ * bf16 precision is a property of the convolutions instead: the model asks
+ * for its activation format before it creates its layers, so the request
+ * sets whether the convolutions created next compute in bf16 (f32 in and
+ * out, converted at their edges; cpu_conv.c). Needs a CPU with bf16
+ * instructions (AVX512-BF16 or AMX): elsewhere oneDNN would emulate them far
+ * slower than f32. */
 px_status_t px__cpu_ops_act_format(px_ops_t *ops, px_precision_t precision, px_tensor_t *spec) {
-  (void)ops;
   (void)spec;
-  if (precision != PX_PRECISION_FP32)
-    return px_set_error(PX_ERR_INVALID, "bf16 precision runs on the CUDA engine only (this model "
-                                        "is on the CPU): use precision fp32 here");
+  if (precision == PX_PRECISION_BF16) {
+    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    if ((isa & dnnl_cpu_isa_avx512_core_bf16) != dnnl_cpu_isa_avx512_core_bf16) /* ISA bit sets */
+      return px_set_error(PX_ERR_INVALID, "bf16 precision on the CPU needs AVX512-BF16 or AMX; "
+                          "this CPU has %s: use precision fp32", dnnl_cpu_isa2str(isa));
+  }
+  ops->conv_bf16 = precision == PX_PRECISION_BF16;
   return PX_OK;
 }
 
@@ -424,19 +434,23 @@ void px__exec_destroy(px__exec_t *ex) {
   ex->scratch_idx = -1;
 }
 
+px_status_t px__cpu_grow_shared(void **buf, size_t *bytes, size_t need, const char *name) {
+  if (need <= *bytes) return PX_OK;
+  void *p = px_malloc_aligned(need, name);
+  if (!p) return PX_ERR_NOMEM;
+  memset(p, 0, need);
+  px_free(*buf);
+  *buf = p;
+  *bytes = need;
+  return PX_OK;
+}
+
 px_status_t px__wbuf_create(px_ops_t *ops, px__wbuf_t *wb, const dnnl_memory_desc_t *plain_md,
                             const dnnl_memory_desc_t *prim_md, int to_prim) {
   memset(wb, 0, sizeof *wb);
   if (dnnl_memory_desc_equal(plain_md, prim_md)) return PX_OK;
   size_t need = dnnl_memory_desc_get_size(prim_md);
-  if (need > ops->wscratch_bytes) { /* grows while ops are created, never after */
-    void *buf = px_malloc_aligned(need, "op weights scratch");
-    if (!buf) return PX_ERR_NOMEM;
-    memset(buf, 0, need);
-    px_free(ops->wscratch);
-    ops->wscratch = buf;
-    ops->wscratch_bytes = need;
-  }
+  PX_CHECK(px__cpu_grow_shared(&ops->wscratch, &ops->wscratch_bytes, need, "op weights scratch"));
   wb->needed = 1;
   PX_CHECK(to_prim ? px__exec_create_reorder(ops, &wb->reorder, plain_md, prim_md)
                    : px__exec_create_reorder(ops, &wb->reorder, prim_md, plain_md));

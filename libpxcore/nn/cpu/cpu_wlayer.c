@@ -27,12 +27,38 @@ static px_status_t px__wlayer_execs(px_ops_t *ops, px__cpu_wlayer_t *l,
                          px__cpu_pd_md(pd[PX__WL_BWD_W], DNNL_ARG_DIFF_WEIGHTS), 0);
 }
 
+/* A bf16 layer's conversions of its f32 input and output gradient, the
+ * buffer that keeps the forward's bf16 input, and the shared buffer of the
+ * bf16 output gradient. The backward-weights primitive was made with the
+ * forward's source layout, so x_lp serves both. */
+static px_status_t px__wlayer_lowp_execs(px_ops_t *ops, px__cpu_wlayer_t *l,
+                                         dnnl_primitive_desc_t const pd[PX__WL_NPD]) {
+  dnnl_memory_desc_t x_md;
+  PX_CHECK(px__cpu_md_of(ops, &l->wl.x_spec, &x_md));
+  const dnnl_memory_desc_t *x_lp = px__cpu_pd_md(pd[PX__WL_FWD], DNNL_ARG_SRC);
+  const dnnl_memory_desc_t *y_md = px__cpu_pd_md(pd[PX__WL_FWD], DNNL_ARG_DST);
+  const dnnl_memory_desc_t *dy_d = px__cpu_pd_md(pd[PX__WL_BWD_D], DNNL_ARG_DIFF_DST);
+  const dnnl_memory_desc_t *dy_w = px__cpu_pd_md(pd[PX__WL_BWD_W], DNNL_ARG_DIFF_DST);
+  if (!dnnl_memory_desc_equal(x_lp, px__cpu_pd_md(pd[PX__WL_BWD_W], DNNL_ARG_SRC)))
+    return px_set_error(PX_ERR_INTERNAL, "%s: bf16 backward weights wants another source layout "
+                        "than the forward", l->wl.name);
+  PX_CHECK(px__exec_create_reorder(ops, &l->x_cvt, &x_md, x_lp));
+  PX_CHECK(px__exec_create_reorder(ops, &l->dy_cvt_d, y_md, dy_d));
+  PX_CHECK(px__exec_create_reorder(ops, &l->dy_cvt_w, y_md, dy_w));
+  l->x_lp = px_malloc_aligned(dnnl_memory_desc_get_size(x_lp), "bf16 layer input");
+  if (!l->x_lp) return PX_ERR_NOMEM;
+  size_t need = dnnl_memory_desc_get_size(dy_d);
+  if (dnnl_memory_desc_get_size(dy_w) > need) need = dnnl_memory_desc_get_size(dy_w);
+  return px__cpu_grow_shared(&ops->lpscratch, &ops->lpscratch_bytes, need, "bf16 gradient scratch");
+}
+
 px_status_t px__cpu_wlayer_create(px_ops_t *ops, px__cpu_wlayer_t *l, px__cpu_wlayer_pds_fn pds,
                                   const void *params) {
   dnnl_primitive_desc_t pd[PX__WL_NPD] = {NULL, NULL, NULL};
   dnnl_memory_desc_t w_plain;
   px_status_t st = pds(ops, l, params, pd, &w_plain);
   if (st == PX_OK) st = px__wlayer_execs(ops, l, pd, &w_plain);
+  if (st == PX_OK && l->lowp) st = px__wlayer_lowp_execs(ops, l, pd);
   for (int i = 0; i < PX__WL_NPD; i++)
     if (pd[i]) dnnl_primitive_desc_destroy(pd[i]);
   return st;
@@ -45,6 +71,38 @@ void px__cpu_wlayer_destroy(px__cpu_wlayer_t *l) {
   px__wbuf_destroy(&l->w_fwd);
   px__wbuf_destroy(&l->w_bwd);
   px__wbuf_destroy(&l->dw);
+  px__exec_destroy(&l->x_cvt);
+  px__exec_destroy(&l->dy_cvt_d);
+  px__exec_destroy(&l->dy_cvt_w);
+  px_free(l->x_lp);
+  l->x_lp = NULL;
+}
+
+/* The source a primitive reads: x itself, or (bf16 layers) x converted into
+ * x_lp, which the backward weights of the step reuse. */
+static px_status_t px__wlayer_src(px_ops_t *ops, px__cpu_wlayer_t *l, const px_tensor_t *x,
+                                  int convert, void **out) {
+  *out = x->data;
+  if (!l->lowp) return PX_OK;
+  if (convert || l->x_lp_of != x->data) {
+    void *ptrs[2] = {x->data, l->x_lp};
+    PX_CHECK(px__exec_run(ops, &l->x_cvt, ptrs));
+    l->x_lp_of = x->data;
+  }
+  *out = l->x_lp;
+  return PX_OK;
+}
+
+/* The output gradient a backward primitive reads: dy itself, or (bf16
+ * layers) dy converted by cvt into the shared bf16 scratch. */
+static px_status_t px__wlayer_dy(px_ops_t *ops, px__cpu_wlayer_t *l, px__exec_t *cvt,
+                                 const px_tensor_t *dy, void **out) {
+  *out = dy->data;
+  if (!l->lowp) return PX_OK;
+  void *ptrs[2] = {dy->data, ops->lpscratch};
+  PX_CHECK(px__exec_run(ops, cvt, ptrs));
+  *out = ops->lpscratch;
+  return PX_OK;
 }
 
 px_status_t px__cpu_wlayer_forward(px_ops_t *ops, px__cpu_wlayer_t *l, px_tensor_t *y,
@@ -54,7 +112,9 @@ px_status_t px__cpu_wlayer_forward(px_ops_t *ops, px__cpu_wlayer_t *l, px_tensor
   px__cpu_enter(ops);
   void *wp;
   PX_CHECK(px__wbuf_in(ops, &l->w_fwd, w, &wp));
-  void *ptrs[4] = {x->data, wp, y->data, b ? b->data : NULL};
+  void *xp;
+  PX_CHECK(px__wlayer_src(ops, l, x, 1, &xp));
+  void *ptrs[4] = {xp, wp, y->data, b ? b->data : NULL};
   return px__exec_run(ops, &l->fwd, ptrs);
 }
 
@@ -64,7 +124,9 @@ px_status_t px__cpu_wlayer_backward_data(px_ops_t *ops, px__cpu_wlayer_t *l, px_
   px__cpu_enter(ops);
   void *wp;
   PX_CHECK(px__wbuf_in(ops, &l->w_bwd, w, &wp));
-  void *ptrs[3] = {dy->data, wp, dx->data};
+  void *dyp;
+  PX_CHECK(px__wlayer_dy(ops, l, &l->dy_cvt_d, dy, &dyp));
+  void *ptrs[3] = {dyp, wp, dx->data};
   return px__exec_run(ops, &l->bwd_d, ptrs);
 }
 
@@ -73,7 +135,10 @@ px_status_t px__cpu_wlayer_backward_weights(px_ops_t *ops, px__cpu_wlayer_t *l, 
                                             const px_tensor_t *dy) {
   PX_CHECK(px__wlayer_check_backward_weights(&l->wl, dw, db, x, dy));
   px__cpu_enter(ops);
-  void *ptrs[4] = {x->data, dy->data, px__wbuf_target(ops, &l->dw, dw), db ? db->data : NULL};
+  void *xp, *dyp;
+  PX_CHECK(px__wlayer_src(ops, l, x, 0, &xp)); /* the forward's conversion when x is its input */
+  PX_CHECK(px__wlayer_dy(ops, l, &l->dy_cvt_w, dy, &dyp));
+  void *ptrs[4] = {xp, dyp, px__wbuf_target(ops, &l->dw, dw), db ? db->data : NULL};
   PX_CHECK(px__exec_run(ops, &l->bwd_w, ptrs));
   return px__wbuf_out(ops, &l->dw, dw);
 }

@@ -71,6 +71,11 @@ struct px_ops {
   void *wscratch;             /* weights in a primitive's layout: shared by every op,
                                  refilled by each call (ops run one at a time) */
   size_t wscratch_bytes;
+  void *lpscratch;            /* an output gradient in bf16 for a bf16 convolution's backward:
+                                 shared like wscratch */
+  size_t lpscratch_bytes;
+  int conv_bf16;              /* 1: convolutions created from now on compute in bf16 (set by
+                                 px__cpu_ops_act_format from the model's precision) */
   px__cpu_layout_t **layouts;
   size_t nlayouts, cap_layouts;
   int64_t live_ops; /* op objects created and not destroyed */
@@ -129,6 +134,11 @@ px_status_t px__exec_create_reorder(px_ops_t *ops, px__exec_t *ex, const dnnl_me
 px_status_t px__exec_run(px_ops_t *ops, px__exec_t *ex, void *const *ptrs);
 void px__exec_destroy(px__exec_t *ex);
 
+/* Grows a context-wide buffer shared by the ops (*buf of *bytes, zeroed) to
+ * at least need bytes; at op creation only, never while ops run (the old
+ * block is freed: execs rebind on their next run). */
+px_status_t px__cpu_grow_shared(void **buf, size_t *bytes, size_t need, const char *name);
+
 /* Weights in the layout a primitive wants, converted from (or to) the
  * caller's plain weights on every call into the context's shared weight
  * scratch (ops->wscratch, sized to the largest), so a model holds one such
@@ -182,6 +192,15 @@ typedef struct {
   px__wbuf_t dw;    /* weight gradient layout -> plain */
   int serial;       /* set by the descriptors' maker: the three primitives run on the calling
                        thread alone (data and weights within PX__SERIAL_BYTES) */
+  /* bf16 compute (set by the descriptors' maker): the primitives take bf16 sources, weights
+     and output gradients and give f32 outputs and gradients. The caller's f32 x and dy are
+     converted first; the forward's bf16 x is kept for the backward weights of the same step. */
+  int lowp;
+  px__exec_t x_cvt;    /* x (f32, its layout) -> x_lp */
+  px__exec_t dy_cvt_d; /* dy (f32, y's layout) -> ops->lpscratch, backward-data layout */
+  px__exec_t dy_cvt_w; /* dy (f32, y's layout) -> ops->lpscratch, backward-weights layout */
+  void *x_lp;          /* [N, C_in, H, W] bf16 in the primitives' source layout */
+  const void *x_lp_of; /* the x->data that x_lp holds, NULL before the first forward */
 } px__cpu_wlayer_t;
 
 /* What makes one kind of layer: from its parameters, the forward,

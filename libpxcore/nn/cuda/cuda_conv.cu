@@ -8,7 +8,9 @@
  * repeated shapes are timed once) or, with PX_CUDNN_BENCHMARK=0, from
  * cuDNN's heuristics (cudnnGet*Algorithm_v7): the fastest (first) candidate
  * that succeeds, whose math type the context allows and whose workspace
- * fits the per-algorithm limit. Each
+ * fits the per-algorithm limit; with PX_CUDNN_DETERMINISTIC=1, the
+ * heuristics' first candidate that cuDNN marks deterministic (the same
+ * algorithms, hence the same bits, on every run). Each
  * direction has its own convolution descriptor carrying the math type of its
  * algorithm (TF32 allowed: the one cuDNN suggests; forbidden: CUDNN_FMA_MATH,
  * plain f32). The workspace is the context's shared one, grown here to the
@@ -117,21 +119,40 @@ void px__cuda_conv_algo_cache_free(px__cuda_ops_t *ops) {
 }
 
 /* The first candidate of perf[0..n) (cuDNN's order: fastest first) that can
- * run here: found, with a math type px__math_for allows, which desc accepts,
+ * run here: found, deterministic when the context asks for it, with a math
+ * type px__math_for allows, which desc accepts,
  * and a workspace (ws_size(algo, &bytes)) within the context's limit. Sets
  * *algo, *math and *ws and returns 1; 0 when there is none. One search for
  * the forward, backward-data and backward-filter algorithms. */
 template <typename Perf, typename Algo, typename WsSize>
 static int px__pick_usable(const px__cuda_conv2d_t *op, cudnnConvolutionDescriptor_t desc,
-                           const Perf *perf, int n, WsSize ws_size, Algo *algo, int *math,
-                           size_t *ws) {
+                           const char *dir, const Perf *perf, int n, WsSize ws_size, Algo *algo,
+                           int *math, size_t *ws) {
+  /* PX_LOG_LEVEL=debug: every candidate and why it was passed over (which
+   * algorithm a layer runs decides most of a step's time) */
+  const int say = px_log_get_level() >= PX_LOG_DEBUG;
+  const int64_t *x = op->wl.x_spec.dims;
   for (int i = 0; i < n; i++) {
     int m = px__math_for(op->tf32, op->bf16, perf[i].mathType);
     size_t bytes = 0;
-    if (perf[i].status != CUDNN_STATUS_SUCCESS || m < 0) continue;
-    if (cudnnSetConvolutionMathType(desc, (cudnnMathType_t)m) != CUDNN_STATUS_SUCCESS) continue;
-    if (ws_size(perf[i].algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > op->ops->ws_algo_limit)
-      continue;
+    const char *why = NULL;
+    if (perf[i].status != CUDNN_STATUS_SUCCESS) why = "failed in the search";
+    else if (m < 0) why = "math type not allowed";
+    else if (op->ops->deterministic && perf[i].determinism != CUDNN_DETERMINISTIC)
+      why = "not deterministic";
+    else if (cudnnSetConvolutionMathType(desc, (cudnnMathType_t)m) != CUDNN_STATUS_SUCCESS)
+      why = "math type refused";
+    else if (ws_size(perf[i].algo, &bytes) != CUDNN_STATUS_SUCCESS) why = "no workspace size";
+    else if (bytes > op->ops->ws_algo_limit) why = "workspace over the limit";
+    if (say)
+      px_log(PX_LOG_DEBUG,
+             "conv %s [%lld %lld %lld %lld] -> %d k%dx%d s%d: algo %d math %d %.3f ms ws %zu "
+             "det %d: %s",
+             dir, (long long)x[0], (long long)x[1], (long long)x[2], (long long)x[3], op->p.c_out,
+             op->p.kh, op->p.kw, op->p.stride_h, (int)perf[i].algo, (int)perf[i].mathType,
+             (double)perf[i].time, (size_t)perf[i].memory, (int)perf[i].determinism,
+             why ? why : "chosen");
+    if (why) continue;
     *algo = perf[i].algo;
     *math = m;
     *ws = bytes;
@@ -156,8 +177,8 @@ static px_status_t px__pick_fwd(px__cuda_conv2d_t *op) {
     return cudnnGetConvolutionForwardWorkspaceSize(h, op->x_desc, op->w_desc, op->fwd_desc,
                                                    op->y_desc, a, ws);
   };
-  if (px__pick_usable(op, op->fwd_desc, perf, n, ws_size, &op->fwd_algo, &op->fwd_math,
-                      &op->fwd_ws))
+  if (px__pick_usable(op, op->fwd_desc, "forward", perf, n, ws_size, &op->fwd_algo,
+                      &op->fwd_math, &op->fwd_ws))
     return PX_OK;
   return px_set_error(PX_ERR_BACKEND, "cuDNN offers no usable forward algorithm for this convolution");
 }
@@ -180,8 +201,8 @@ static px_status_t px__pick_bwd_data(px__cuda_conv2d_t *op) {
     return cudnnGetConvolutionBackwardDataWorkspaceSize(h, op->w_desc, op->y_desc,
                                                         op->bwd_data_desc, op->x_desc, a, ws);
   };
-  if (px__pick_usable(op, op->bwd_data_desc, perf, n, ws_size, &op->bwd_data_algo,
-                      &op->bwd_data_math, &op->bwd_data_ws))
+  if (px__pick_usable(op, op->bwd_data_desc, "backward-data", perf, n, ws_size,
+                      &op->bwd_data_algo, &op->bwd_data_math, &op->bwd_data_ws))
     return PX_OK;
   return px_set_error(PX_ERR_BACKEND,
                       "cuDNN offers no usable backward-data algorithm for this convolution");
@@ -203,8 +224,8 @@ static px_status_t px__pick_bwd_filter(px__cuda_conv2d_t *op) {
     return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, op->x_desc, op->y_desc,
                                                           op->bwd_filter_desc, op->w_desc, a, ws);
   };
-  if (px__pick_usable(op, op->bwd_filter_desc, perf, n, ws_size, &op->bwd_filter_algo,
-                      &op->bwd_filter_math, &op->bwd_filter_ws))
+  if (px__pick_usable(op, op->bwd_filter_desc, "backward-filter", perf, n, ws_size,
+                      &op->bwd_filter_algo, &op->bwd_filter_math, &op->bwd_filter_ws))
     return PX_OK;
   return px_set_error(PX_ERR_BACKEND,
                       "cuDNN offers no usable backward-filter algorithm for this convolution");

@@ -241,7 +241,7 @@ static void px__describe(px__cuda_ops_t *ops) {
            "cuDNN %zu.%zu.%zu, cuBLAS %d.%d (cuda:%d %s, TF32 %s, %s, algorithms %s)", v / 10000,
            (v % 10000) / 100, v % 100, blas / 10000, (blas % 10000) / 100, (int)ops->device.index,
            name, ops->tf32 ? "on" : "off", ops->nchw ? "NCHW" : "NHWC",
-           ops->benchmark ? "timed" : "by heuristics");
+           ops->benchmark ? "timed" : ops->deterministic ? "deterministic" : "by heuristics");
 }
 
 static int px__env_int(const char *name, int dflt) {
@@ -268,7 +268,12 @@ extern "C" px_status_t px__cuda_ops_create(px_device_t dev, int nthreads, px_ops
   ops->nthreads = nthreads;
   ops->tf32 = px__env_int("PX_CUDA_TF32", 1) != 0;
   ops->ws_algo_limit = (size_t)px__env_int("PX_CUDNN_WORKSPACE_MB", 1024) << 20;
-  ops->benchmark = px__env_int("PX_CUDNN_BENCHMARK", 1) != 0;
+  /* deterministic: only algorithms cuDNN marks deterministic, chosen by its
+   * heuristics (timing can pick another algorithm on another run), so two
+   * runs of the same job give the same bits (PyTorch's
+   * cudnn.deterministic); the engine's own kernels are deterministic */
+  ops->deterministic = px__env_int("PX_CUDNN_DETERMINISTIC", 0) != 0;
+  ops->benchmark = !ops->deterministic && px__env_int("PX_CUDNN_BENCHMARK", 1) != 0;
   {
     const char *l = getenv("PX_CUDA_LAYOUT");
     ops->nchw = l && !strcmp(l, "nchw");

@@ -59,6 +59,7 @@ typedef struct px__cuda_ops {
   cudaEvent_t staging_done; /* recorded after the copies out of staging */
   int staging_pending;
   int benchmark;        /* pick convolution algorithms by timing them (cudnnFind) */
+  int deterministic;    /* only deterministic algorithms, by heuristics (PX_CUDNN_DETERMINISTIC) */
   int nchw;             /* PX_CUDA_LAYOUT=nchw: fp32 activations stay plain NCHW */
   struct px__cuda_layout *layouts; /* interned NHWC layouts (cuda_ops.cu) */
   struct px__conv_algo_cache *algos; /* timed algorithms by convolution shape (cuda_conv.cu) */

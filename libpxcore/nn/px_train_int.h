@@ -1,0 +1,19 @@
+/* Internals of the trainer (train.c) for the strategies: the local steps
+ * of px_trainer_steps on another model and optimiser (the compact model of
+ * strategy/compact_train.c), with the trainer's data stream, learning-rate
+ * schedule, global step, gradient hook and statistics as they are. */
+#ifndef PX_TRAIN_INT_H
+#define PX_TRAIN_INT_H
+
+#include "prunex/nn.h"
+
+/* From the next px_trainer_steps on, steps train m with s (both borrowed;
+ * m is built for the trainer's batch and input); NULL, NULL: the trainer's
+ * own model and optimiser again. px_trainer_model and px_trainer_sgd keep
+ * returning the trainer's own. */
+void px__trainer_use(px_trainer_t *t, px_model_t *m, px_sgd_t *s);
+/* The trainer's SGD hyper-parameters (lr, momentum, weight decay, nesterov)
+ * as its optimiser was created with them. */
+void px__trainer_sgd_config(const px_trainer_t *t, px_sgd_config_t *out);
+
+#endif
