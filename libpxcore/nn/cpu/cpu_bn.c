@@ -4,20 +4,26 @@
  * layout (plain NCHW, or the channel-blocked nChw8c / nChw16c the
  * convolution before it writes, or NHWC).
  *
- * Our own loops, not oneDNN's primitive: oneDNN 2.6 sums x and x^2 in one
- * pass for the variance and sum(dy x) - mean sum(dy) for the backward, in
- * f32, which loses the digits of a channel whose mean is large against its
- * spread (the MobileNet-style net's gradients drifted from PyTorch's at
- * 40 x 24 maps, issue 30; docs/performance.md). Here the statistics are
- * two-pass (the mean, then the sum of squared deviations from it) and the
- * backward sums dy and dy (x - mean), all in double, as PyTorch's CPU
- * kernels do. Work is split into (image, channel block) tasks over the
- * OpenMP threads oneDNN runs on (px__cpu_enter sets their count); each task
- * writes its own partial sums, which are added in image order, so the result
- * does not depend on the number of threads. The ReLU mask goes from the
- * forward to the backward in the workspace (one byte per stored value).
- * Nothing is allocated per call. nn/cpu/ref_ops.c holds the plain
- * reference the tests compare with. */
+ * Our own loops, not oneDNN's primitive: oneDNN 2.6 sums x and x^2 about 0
+ * in one pass for the variance and sum(dy x) - mean sum(dy) for the
+ * backward, in f32, which loses the digits of a channel whose mean is large
+ * against its spread (the MobileNet-style net's gradients drifted from
+ * PyTorch's at 40 x 24 maps, issue 30; docs/performance.md). Here each
+ * task (an image's channel block) sums x - c and (x - c)^2 in one pass about
+ * c, the mean of its first pixels, so the difference that gives the task's
+ * squared deviations loses only what c misses of the mean; the tasks are
+ * combined in image order by Chan's formula, and the backward sums dy and
+ * dy (x - mean), all carried in double (float over 8 vectors at a time).
+ * Like oneDNN's, the forward reads x twice (sums, then the map) and the
+ * backward reads dy and x twice, and it is about as fast (docs/performance.md,
+ * issue 30). Work is split into (image, channel block) tasks over the
+ * OpenMP threads oneDNN runs on (px__cpu_enter sets their count); each
+ * task writes its own partial sums, which are added in image order, so the
+ * result does not depend on the number of threads. The ReLU mask goes from
+ * the forward to the backward in the workspace, one bit per value where
+ * the lanes of 16 map onto channels, else one byte. Nothing is allocated
+ * per call. nn/cpu/ref_ops.c holds the plain reference the tests compare
+ * with. */
 #include <math.h>
 #include <string.h>
 
@@ -124,31 +130,41 @@ PX__BN_INLINE px__bn_vi px__bn_ld_mask(const uint8_t *m, int64_t v) {
   return (((px__bn_vi){0} + (int32_t)w) & px__bn_lane_bits()) != 0;
 }
 
+/* The lanes' bits are gathered by halving (four shuffles and ors, where a
+ * loop over the lanes costs sixteen extracts). */
+_Static_assert(PX__BN_VL == 16, "px__bn_st_mask's shuffles are written for 16 lanes");
 PX__BN_INLINE void px__bn_st_mask(uint8_t *m, int64_t v, px__bn_vi pos) {
-  const px__bn_vi b = pos & px__bn_lane_bits();
-  int32_t w = 0;
-  for (int j = 0; j < PX__BN_VL; j++) w |= b[j];
-  const uint16_t w16 = (uint16_t)w;
+  px__bn_vi b = pos & px__bn_lane_bits();
+  b |= __builtin_shufflevector(b, b, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+  b |= __builtin_shufflevector(b, b, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3);
+  b |= __builtin_shufflevector(b, b, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1);
+  b |= __builtin_shufflevector(b, b, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0);
+  const uint16_t w16 = (uint16_t)b[0];
   memcpy(m + 2 * v, &w16, sizeof w16);
 }
 
 /* The per-lane values of per-channel v[blk]: lane j gets v[j % blk]. */
 PX__BN_INLINE px__bn_vf px__bn_lanes(const float *v, const px__bn_geom_t *g) {
   px__bn_vf r;
-  for (int j = 0; j < PX__BN_VL; j++) r[j] = v[j % g->blk];
+  if (g->blk == PX__BN_VL) return px__bn_ld(v);
+  for (int j = 0; j < PX__BN_VL; j++) r[j] = v[j & (g->blk - 1)]; /* blk: a power of 2 */
   return r;
 }
 
 /* Folds PX__BN_VL lane sums into out[blk]. */
 PX__BN_INLINE void px__bn_fold(double *out, px__bn_vd lanes, int64_t blk) {
+  if (blk == PX__BN_VL) {
+    memcpy(out, &lanes, sizeof lanes);
+    return;
+  }
   for (int64_t l = 0; l < blk; l++) out[l] = 0.0;
-  for (int j = 0; j < PX__BN_VL; j++) out[j % blk] += lanes[j];
+  for (int j = 0; j < PX__BN_VL; j++) out[j & (blk - 1)] += lanes[j];
 }
 
-/* o1[l] = the sum of d = x - ctr[l] over the task and, when sq, o2[l] =
- * the sum of d^2. */
+/* o1[l] = the sum of d = x - ctr[l] over the task and o2[l] = the sum of
+ * d^2. */
 PX__BN_INLINE void px__bn_sum_x_k(double *o1, double *o2, const px__bn_geom_t *g, const float *r,
-                                  const float *ctr, const int sq) {
+                                  const float *ctr) {
   if (g->rows) {
     px__bn_vd s1 = {0}, s2 = {0};
     const px__bn_vf c = px__bn_lanes(ctr, g);
@@ -159,10 +175,10 @@ PX__BN_INLINE void px__bn_sum_x_k(double *o1, double *o2, const px__bn_geom_t *g
       for (int64_t v = v0; v < v1; v++) {
         const px__bn_vf d = px__bn_ld(r + v * PX__BN_VL) - c;
         a += d;
-        if (sq) b += d * d;
+        b += d * d;
       }
       s1 += __builtin_convertvector(a, px__bn_vd);
-      if (sq) s2 += __builtin_convertvector(b, px__bn_vd);
+      s2 += __builtin_convertvector(b, px__bn_vd);
     }
     for (int64_t k = nv * PX__BN_VL; k < len; k++) {
       const double d = (double)r[k] - c[k % PX__BN_VL];
@@ -170,7 +186,7 @@ PX__BN_INLINE void px__bn_sum_x_k(double *o1, double *o2, const px__bn_geom_t *g
       s2[k % PX__BN_VL] += d * d;
     }
     px__bn_fold(o1, s1, g->blk);
-    if (sq) px__bn_fold(o2, s2, g->blk);
+    px__bn_fold(o2, s2, g->blk);
     return;
   }
   for (int64_t l = 0; l < g->blk; l++) o1[l] = o2[l] = 0.0;
@@ -314,18 +330,41 @@ static void px__bn_reduce(const px_batchnorm_t *op, double *o1, double *o2) {
 }
 
 /* One task's sum o1[l] and its sum of squared deviations from its own
- * mean o2[l], two passes over the task's values (which the second finds in
- * cache): the sum, then the sums of d = x - c and d^2 about c, the task's
- * mean rounded to float; d^2's sum less (sum d)^2 / count, which only
- * undoes that rounding. */
+ * mean o2[l], in one pass over the task's values: the sums of d = x - c
+ * and d^2 about c, the mean of the task's first few pixels (PX__BN_CHUNK
+ * vectors' worth), which lies within a fraction of the spread of the task's
+ * mean; d^2's sum less (sum d)^2 / count then loses only the digits of
+ * (task mean - c) / spread (a one-pass sum about 0 loses those of
+ * mean / spread, oneDNN 2.6's case). */
 PX__BN_INLINE void px__bn_task_stats(double *o1, double *o2, const px__bn_geom_t *g,
                                      const float *r) {
   float c[PX__BN_VL] = {0};
   double d1[PX__BN_VL];
-  px__bn_sum_x_k(o1, o2, g, r, c, 0);
-  for (int64_t l = 0; l < g->blk; l++) c[l] = (float)(o1[l] / (double)g->hw);
-  px__bn_sum_x_k(d1, o2, g, r, c, 1);
-  for (int64_t l = 0; l < g->blk; l++) o2[l] = fmax(o2[l] - d1[l] * d1[l] / (double)g->hw, 0.0);
+  const int64_t nv = g->rows ? g->hw * g->blk / PX__BN_VL : 0;
+  if (nv > 0) { /* the first vectors' lanes, each a pixel's channel */
+    const int64_t nc = nv < PX__BN_CHUNK ? nv : PX__BN_CHUNK;
+    px__bn_vf a = {0};
+    for (int64_t v = 0; v < nc; v++) a += px__bn_ld(r + v * PX__BN_VL);
+    if (g->blk == PX__BN_VL) {
+      px__bn_st(c, a / (float)nc);
+    } else {
+      for (int j = 0; j < PX__BN_VL; j++) c[j & (g->blk - 1)] += a[j];
+      for (int64_t l = 0; l < g->blk; l++) c[l] /= (float)(nc * PX__BN_VL / g->blk);
+    }
+  } else {
+    const int64_t np = g->hw < PX__BN_CHUNK ? g->hw : PX__BN_CHUNK;
+    for (int64_t l = 0; l < g->blk; l++) {
+      for (int64_t p = 0; p < np; p++) c[l] += r[p * g->s_p + l];
+      c[l] /= (float)np;
+    }
+  }
+  px__bn_sum_x_k(d1, o2, g, r, c);
+  const double n = (double)g->hw, inv = 1.0 / n;
+  for (int64_t l = 0; l < g->blk; l++) {
+    const double m2 = o2[l] - d1[l] * d1[l] * inv;
+    o1[l] = d1[l] + n * c[l];
+    o2[l] = m2 > 0.0 ? m2 : 0.0;
+  }
 }
 
 /* The tasks' entry points, each built for AVX-512, AVX2 and baseline x86-64
@@ -381,10 +420,11 @@ static void px__bn_stats(px_batchnorm_t *op, const float *x) {
   }
   px__bn_reduce(op, mean, var);
   for (int64_t ch = 0; ch < cpad; ch++) mean[ch] /= cnt;
+  const double inv_hw = 1.0 / hw;
   for (int64_t i = 0; i < g->n; i++) {
     const double *q = op->part + i * 2 * cpad;
     for (int64_t ch = 0; ch < cpad; ch++) {
-      const double dm = q[ch] / hw - mean[ch];
+      const double dm = q[ch] * inv_hw - mean[ch];
       var[ch] += hw * dm * dm;
     }
   }
