@@ -161,48 +161,13 @@ PX__BN_INLINE void px__bn_fold(double *out, px__bn_vd lanes, int64_t blk) {
   for (int j = 0; j < PX__BN_VL; j++) out[j & (blk - 1)] += lanes[j];
 }
 
-/* o1[l] = the sum of d = x - ctr[l] over the task and o2[l] = the sum of
- * d^2. */
-PX__BN_INLINE void px__bn_sum_x_k(double *o1, double *o2, const px__bn_geom_t *g, const float *r,
-                                  const float *ctr) {
-  if (g->rows) {
-    px__bn_vd s1 = {0}, s2 = {0};
-    const px__bn_vf c = px__bn_lanes(ctr, g);
-    const int64_t len = g->hw * g->blk, nv = len / PX__BN_VL;
-    for (int64_t v0 = 0; v0 < nv; v0 += PX__BN_CHUNK) {
-      const int64_t v1 = v0 + PX__BN_CHUNK < nv ? v0 + PX__BN_CHUNK : nv;
-      px__bn_vf a = {0}, b = {0};
-      for (int64_t v = v0; v < v1; v++) {
-        const px__bn_vf d = px__bn_ld(r + v * PX__BN_VL) - c;
-        a += d;
-        b += d * d;
-      }
-      s1 += __builtin_convertvector(a, px__bn_vd);
-      s2 += __builtin_convertvector(b, px__bn_vd);
-    }
-    for (int64_t k = nv * PX__BN_VL; k < len; k++) {
-      const double d = (double)r[k] - c[k % PX__BN_VL];
-      s1[k % PX__BN_VL] += d;
-      s2[k % PX__BN_VL] += d * d;
-    }
-    px__bn_fold(o1, s1, g->blk);
-    px__bn_fold(o2, s2, g->blk);
-    return;
-  }
-  for (int64_t l = 0; l < g->blk; l++) o1[l] = o2[l] = 0.0;
-  for (int64_t p = 0; p < g->hw; p++)
-    for (int64_t l = 0; l < g->blk; l++) {
-      const double d = (double)r[p * g->s_p + l] - ctr[l];
-      o1[l] += d;
-      o2[l] += d * d;
-    }
-}
-
-/* sg[l] = the sum of dy and sgx[l] = of dy (x - ctr[l]) over the task, dy
- * counted only where the ReLU mask m is set (masked 1). */
-PX__BN_INLINE void px__bn_sum_dy_k(double *sg, double *sgx, const px__bn_geom_t *g, const float *dy,
-                                   const float *x, const uint8_t *m, const float *ctr,
-                                   const int masked) {
+/* o1[l] = the sum of u and o2[l] = the sum of u (x - ctr[l]) over the task,
+ * where u is x - ctr[l] (centred 1: the sums of the forward's statistics)
+ * or dy, counted only where the ReLU mask m is set (masked 1: the
+ * backward's). */
+PX__BN_INLINE void px__bn_sums_k(double *o1, double *o2, const px__bn_geom_t *g, const float *u,
+                                 const float *x, const uint8_t *m, const float *ctr,
+                                 const int centred, const int masked) {
   if (g->rows) {
     px__bn_vd s1 = {0}, s2 = {0};
     const px__bn_vf c = px__bn_lanes(ctr, g);
@@ -212,30 +177,33 @@ PX__BN_INLINE void px__bn_sum_dy_k(double *sg, double *sgx, const px__bn_geom_t 
       px__bn_vf a = {0}, b = {0};
       for (int64_t v = v0; v < v1; v++) {
         const int64_t k = v * PX__BN_VL;
-        px__bn_vf d = px__bn_ld(dy + k);
+        px__bn_vf d = px__bn_ld(u + k);
+        if (centred) d -= c;
         if (masked) d = (px__bn_vf)((px__bn_vi)d & px__bn_ld_mask(m, v));
         a += d;
-        b += d * (px__bn_ld(x + k) - c);
+        b += d * (centred ? d : px__bn_ld(x + k) - c);
       }
       s1 += __builtin_convertvector(a, px__bn_vd);
       s2 += __builtin_convertvector(b, px__bn_vd);
     }
     for (int64_t k = nv * PX__BN_VL; k < len; k++) {
-      const double d = masked && !m[k] ? 0.0 : (double)dy[k];
+      const double w = (double)x[k] - c[k % PX__BN_VL];
+      const double d = masked && !m[k] ? 0.0 : centred ? w : (double)u[k];
       s1[k % PX__BN_VL] += d;
-      s2[k % PX__BN_VL] += d * ((double)x[k] - c[k % PX__BN_VL]);
+      s2[k % PX__BN_VL] += d * w;
     }
-    px__bn_fold(sg, s1, g->blk);
-    px__bn_fold(sgx, s2, g->blk);
+    px__bn_fold(o1, s1, g->blk);
+    px__bn_fold(o2, s2, g->blk);
     return;
   }
-  for (int64_t l = 0; l < g->blk; l++) sg[l] = sgx[l] = 0.0;
+  for (int64_t l = 0; l < g->blk; l++) o1[l] = o2[l] = 0.0;
   for (int64_t p = 0; p < g->hw; p++)
     for (int64_t l = 0; l < g->blk; l++) {
       const int64_t k = p * g->s_p + l;
-      const double d = masked && !m[k] ? 0.0 : (double)dy[k];
-      sg[l] += d;
-      sgx[l] += d * ((double)x[k] - ctr[l]);
+      const double w = (double)x[k] - ctr[l];
+      const double d = masked && !m[k] ? 0.0 : centred ? w : (double)u[k];
+      o1[l] += d;
+      o2[l] += d * w;
     }
 }
 
@@ -358,7 +326,7 @@ PX__BN_INLINE void px__bn_task_stats(double *o1, double *o2, const px__bn_geom_t
       c[l] /= (float)np;
     }
   }
-  px__bn_sum_x_k(d1, o2, g, r, c);
+  px__bn_sums_k(d1, o2, g, r, r, NULL, c, 1, 0);
   const double n = (double)g->hw, inv = 1.0 / n;
   for (int64_t l = 0; l < g->blk; l++) {
     const double m2 = o2[l] - d1[l] * d1[l] * inv;
@@ -392,8 +360,8 @@ PX__BN_TASK void px__bn_task_y(float *y, uint8_t *m, const px__bn_geom_t *g, con
 PX__BN_TASK void px__bn_task_sum_dy(double *sg, double *sgx, const px__bn_geom_t *g,
                                     const float *dy, const float *x, const uint8_t *m,
                                     const float *ctr) {
-  if (m) px__bn_sum_dy_k(sg, sgx, g, dy, x, m, ctr, 1);
-  else px__bn_sum_dy_k(sg, sgx, g, dy, x, NULL, ctr, 0);
+  if (m) px__bn_sums_k(sg, sgx, g, dy, x, m, ctr, 0, 1);
+  else px__bn_sums_k(sg, sgx, g, dy, x, NULL, ctr, 0, 0);
 }
 
 PX__BN_TASK void px__bn_task_dx(float *dx, const px__bn_geom_t *g, const float *dy, const float *x,
