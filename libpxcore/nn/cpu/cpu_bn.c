@@ -15,16 +15,16 @@
  * combined in image order by Chan's formula, and the backward sums dy and
  * dy (x - mean), all carried in double (float over 8 vectors at a time).
  * Like oneDNN's, the forward reads x twice (sums, then the map) and the
- * backward reads dy and x twice, and it is about as fast (docs/performance.md,
- * issue 30). Work is split into (image, channel block) tasks over the
- * OpenMP threads oneDNN runs on (px__cpu_enter sets their count); each
- * task writes its own partial sums, which are added in image order, so the
- * result does not depend on the number of threads. The ReLU mask goes from
- * the forward to the backward in the workspace, one bit per value (as
- * oneDNN's; a byte per value cost resnet20 11 MB more at batch 128, 32 x 32
- * inputs). Nothing is allocated
- * per call. nn/cpu/ref_ops.c holds the plain reference the tests compare
- * with. */
+ * backward reads dy and x twice; a one-thread resnet20 step with it is
+ * about 2% slower than with oneDNN's (docs/performance.md, issue 30). Work is
+ * split into (image, channel block) tasks over the OpenMP threads oneDNN
+ * runs on (px__cpu_enter sets their count); each task writes its own
+ * partial sums, which are added in image order, so the result does not
+ * depend on the number of threads. The ReLU mask goes from the forward to
+ * the backward in the workspace, one bit per value (as oneDNN's; a byte
+ * per value cost resnet20 11 MB more at batch 128, 32 x 32 inputs).
+ * Nothing is allocated per call. nn/cpu/ref_ops.c holds the plain
+ * reference the tests compare with. */
 #include <math.h>
 #include <string.h>
 
