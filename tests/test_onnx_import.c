@@ -169,19 +169,22 @@ static void mobilenet_forward_and_gradients_match_pytorch(void **state) {
 
 /* Inputs other than the 16 x 16 above (issue 30, item 3): Fashion-MNIST's
  * own 1 x 28 x 28 through the VGG (28 -> 14 -> 7 -> 3: pooling windows that
- * do not divide the map) and a non-square 3 x 40 x 24 image through the
- * ResNet, logits and gradients; the MobileNet at 3 x 40 x 24 and
- * 3 x 64 x 64, logits only: against PyTorch's float64 step its gradients
- * are 1.0e-2 and 1.5e-2 of the largest off where PyTorch's float32 step is
- * 3.6e-6 and 1.5e-5, from the batch norm after block 2's depthwise conv
- * backward (oneDNN 2.6's one-pass sums; docs/performance.md). */
+ * do not divide the map), a non-square 3 x 40 x 24 image through the
+ * ResNet and the MobileNet, and the MobileNet at 3 x 64 x 64, logits and
+ * gradients. The MobileNet's batch norm after block 2's depthwise conv sees
+ * a mean large against its spread at these sizes: with oneDNN 2.6's
+ * one-pass batch norm its gradients were 1.0e-2 and 1.5e-2 of the largest
+ * off; the CPU engine's own batch norm (sums about a centre near the
+ * mean, nn/cpu/cpu_bn.c) keeps them as close as PyTorch's float32 step:
+ * 3.6e-6 and 1.3e-5 against PyTorch's 3.6e-6 and 1.5e-5
+ * (PX_TEST_GRAD_TABLE=1 prints them; docs/performance.md). */
 static void other_input_sizes_match_pytorch(void **state) {
   (void)state;
   if (!have_torch()) skip();
   check_net_at("vgg", 1, 28, 28, 1);
   check_net_at("resnet", 3, 40, 24, 1);
-  check_net_at("mobilenet", 3, 40, 24, 0);
-  check_net_at("mobilenet", 3, 64, 64, 0);
+  check_net_at("mobilenet", 3, 40, 24, 1);
+  check_net_at("mobilenet", 3, 64, 64, 1);
 }
 
 /* Squeeze-and-excitation (convs with bias on the pooled 1 x 1 map, Relu on
