@@ -68,6 +68,15 @@ void px_test_fill_normal(px_test_rng_t *r, float *x, size_t n) {
   for (size_t i = 0; i < n; i++) x[i] = (float)px_test_rng_normal(r);
 }
 
+double px_test_rel_l2(const float *a, const float *b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+    den += (double)b[i] * b[i];
+  }
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
 double px_test_max_rel_err(const float *a, const float *b, size_t n) {
   double worst = 0.0;
   for (size_t i = 0; i < n; i++) {

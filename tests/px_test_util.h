@@ -83,6 +83,10 @@ typedef struct {
 int px_test_resnet20_steps(px_ops_t *ops, int batch, px_precision_t prec, int steps,
                            px_test_steps_t *out);
 
+/* ||a - b|| / ||b|| in the L2 norm (||a - b|| when b is all zero): how far
+ * a step's gradients or logits are from a reference's. */
+double px_test_rel_l2(const float *a, const float *b, size_t n);
+
 /* Largest |a[i] - b[i]| / max(1, |b[i]|). */
 double px_test_max_rel_err(const float *a, const float *b, size_t n);
 

@@ -65,15 +65,6 @@ static px_test_steps_t model_step(px_precision_t prec, int steps) {
   return r;
 }
 
-static double rel_l2(const float *a, const float *b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; i++) {
-    num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-    den += (double)b[i] * b[i];
-  }
-  return sqrt(num / (den > 0 ? den : 1));
-}
-
 static void resnet20_step_in_bf16_matches_fp32(void **state) {
   (void)state;
   REQUIRE_BF16();
@@ -85,7 +76,7 @@ static void resnet20_step_in_bf16_matches_fp32(void **state) {
     nb += (double)b.grads[i] * b.grads[i];
     nr += (double)ref.grads[i] * ref.grads[i];
   }
-  const double e16 = rel_l2(b.grads, ref.grads, ref.numel), cosine = dot / sqrt(nb * nr);
+  const double e16 = px_test_rel_l2(b.grads, ref.grads, ref.numel), cosine = dot / sqrt(nb * nr);
   printf("loss fp32 %.6f, bf16 %.6f; weight gradients: relative L2 error %.3g, cosine %.4f\n",
          ref.first, b.first, e16, cosine);
   /* bf16 keeps 8 mantissa bits: each input and weight is off by up to 2^-9

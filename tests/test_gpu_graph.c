@@ -571,15 +571,6 @@ static step_t net_step(px_ops_t *ops, const char *dir, px_precision_t prec, cons
   return s;
 }
 
-static double rel_l2(const float *a, const float *b, size_t n) {
-  double num = 0, den = 1e-30;
-  for (size_t i = 0; i < n; i++) {
-    num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-    den += (double)b[i] * b[i];
-  }
-  return sqrt(num / den);
-}
-
 static void check_net_on_cuda(const char *net) {
   char dir[64] = "/tmp/px_gpu_graph_XXXXXX", cmd[1024];
   assert_non_null(mkdtemp(dir));
@@ -598,7 +589,7 @@ static void check_net_on_cuda(const char *net) {
     px_ops_t *ops = gpu_ops((fmt_t)f);
     step_t s = net_step(ops, dir, prec_of((fmt_t)f), x, y);
     assert_int_equal(s.numel, ref.numel);
-    const double el = rel_l2(s.logits, ref.logits, BATCH * K), eg = rel_l2(s.grads, ref.grads, ref.numel);
+    const double el = px_test_rel_l2(s.logits, ref.logits, BATCH * K), eg = px_test_rel_l2(s.grads, ref.grads, ref.numel);
     printf("%s on CUDA (%s): loss %.6f (CPU %.6f), logits rel L2 %.3g, gradients rel L2 %.3g\n",
            net, fmt_name[f], s.loss, ref.loss, el, eg);
     if (f == FMT_BF16) { /* bf16 flips activations near their kinks: the direction must hold */

@@ -402,15 +402,6 @@ static void free_bn(bn_out_t *o) {
 }
 
 /* ||a - b|| / ||b|| */
-static double rel_l2(const float *a, const float *b, size_t n) {
-  double num = 0, den = 1e-300;
-  for (size_t i = 0; i < n; i++) {
-    num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-    den += (double)b[i] * b[i];
-  }
-  return sqrt(num / den);
-}
-
 /* With the ReLU fused, bf16 rounding of x moves a few pre-activations across
  * zero, and each such element passes (or stops) its whole dL/dy: the
  * element-wise maximum error is then of the order of dy itself, so with the
@@ -437,7 +428,7 @@ static void bn_add_and_pooling_in_nhwc_match_nchw(void **state) {
       printf("-- %s, relu %d\n", prec ? "bf16" : "f32", relu);
       expect_rel("bn y", a.y, ref.y, n, tol);
       if (prec && relu) {
-        double e = rel_l2(a.dx, ref.dx, n);
+        double e = px_test_rel_l2(a.dx, ref.dx, n);
         printf("bn dx: relative L2 error %.3g\n", e);
         assert_true(e < 0.1);
       } else {
@@ -493,7 +484,7 @@ static void resnet20_step_in_nhwc_and_bf16_matches_nchw(void **state) {
     nb += (double)b.grads[i] * b.grads[i];
     nr += (double)ref.grads[i] * ref.grads[i];
   }
-  const double e32 = rel_l2(a.grads, ref.grads, ref.numel), e16 = rel_l2(b.grads, ref.grads, ref.numel);
+  const double e32 = px_test_rel_l2(a.grads, ref.grads, ref.numel), e16 = px_test_rel_l2(b.grads, ref.grads, ref.numel);
   const double cosine = dot / sqrt(nb * nr);
   printf("weight gradients: nhwc relative L2 error %.3g; bf16 %.3g, cosine %.4f\n", e32, e16, cosine);
   assert_true(e32 < 1e-3);

@@ -41,19 +41,10 @@ static float *host_copy(const px_tensor_t *t) {
   return p;
 }
 
-static double rel_l2(const float *a, const float *b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; i++) {
-    num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-    den += (double)b[i] * b[i];
-  }
-  return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 static void expect_l2(const char *what, const px_tensor_t *gpu, const px_tensor_t *cpu, double tol) {
   assert_int_equal(px_tensor_numel(gpu), px_tensor_numel(cpu));
   float *g = host_copy(gpu), *c = host_copy(cpu);
-  double e = rel_l2(g, c, px_tensor_numel(cpu));
+  double e = px_test_rel_l2(g, c, px_tensor_numel(cpu));
   if (!(e <= tol)) fail_msg("%s: GPU vs CPU relative L2 error %g > %g", what, e, tol);
   free(g);
   free(c);
