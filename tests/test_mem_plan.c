@@ -76,6 +76,7 @@ static void test_plan_random_blocks_disjoint(void **state) {
       for (int i = 0; i < N; i++) live += b[i].lo <= t && t <= b[i].hi ? b[i].bytes : 0;
       if (live > live_max) live_max = live;
     }
+    assert_int_equal(px__mem_plan_bound(b, N), live_max); /* step by step, as the plan logs it */
     print_message("round %d: arena %zu bytes, most alive at one step %zu (%.2fx)\n", round, total,
                   live_max, (double)total / (double)live_max);
     assert_true(total >= live_max);

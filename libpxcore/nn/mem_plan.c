@@ -43,6 +43,17 @@ static size_t px__mem_fit(const px__mem_key_t *busy, int nbusy, size_t bytes, si
   return at;
 }
 
+size_t px__mem_plan_bound(const px__mem_block_t *blocks, int n) {
+  size_t most = 0;
+  for (int i = 0; i < n; i++) { /* the most alive is reached where some block starts */
+    size_t live = 0;
+    for (int j = 0; j < n; j++)
+      if (blocks[j].lo <= blocks[i].lo && blocks[i].lo <= blocks[j].hi) live += blocks[j].bytes;
+    if (live > most) most = live;
+  }
+  return most;
+}
+
 px_status_t px__mem_plan(px__mem_block_t *blocks, int n, size_t align, size_t *total) {
   *total = 0;
   if (n <= 0) return PX_OK;
@@ -71,5 +82,7 @@ px_status_t px__mem_plan(px__mem_block_t *blocks, int n, size_t align, size_t *t
   }
   *total = end;
   PX_FREE_ALL(order, busy, placed);
+  px_log(PX_LOG_INFO, "memory plan: %d blocks in %zu bytes; %zu alive at the busiest step", n, end,
+         px__mem_plan_bound(blocks, n));
   return PX_OK;
 }

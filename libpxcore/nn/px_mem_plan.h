@@ -21,4 +21,8 @@ typedef struct {
  * Fails only when out of memory (nothing written then). */
 px_status_t px__mem_plan(px__mem_block_t *blocks, int n, size_t align, size_t *total);
 
+/* The most bytes alive at one step: what no placement goes below (the plan
+ * logs it beside the arena's size at PX_LOG_LEVEL=info). */
+size_t px__mem_plan_bound(const px__mem_block_t *blocks, int n);
+
 #endif
