@@ -414,10 +414,8 @@ static px_status_t px__scratch_init(px__cuda_ops_t *ops, const px__conv_shape_t 
 
 static void px__scratch_free(px__cuda_ops_t *ops, px__plan_scratch_t *sc) {
   cudaStreamSynchronize(ops->stream); /* the timed runs are done with them */
-  px__cuda_mem_free(sc->x);
-  px__cuda_mem_free(sc->w);
-  px__cuda_mem_free(sc->y);
-  px__cuda_mem_free(sc->ws);
+  void *const bufs[4] = {sc->x, sc->w, sc->y, sc->ws};
+  for (int i = 0; i < 4; i++) px__cuda_mem_free(bufs[i]);
   if (sc->t0) cudaEventDestroy(sc->t0);
   if (sc->t1) cudaEventDestroy(sc->t1);
 }
