@@ -38,6 +38,7 @@ enum { PX__UID_X = 'x', PX__UID_W = 'w', PX__UID_Y = 'y' };
 typedef struct px__conv_plan {
   int64_t key[PX__CONV_KEY];
   px__bd_t x, w, y, conv, op, graph, cfg, plan;
+  int64_t align[3]; /* byte alignment x, w, y were declared with (their pointers must have it) */
   int64_t engine; /* global index of the chosen engine */
   size_t ws;      /* its workspace bytes */
   struct px__conv_plan *next;
@@ -82,9 +83,9 @@ void px__cuda_conv_plan_cache_free(px__cuda_ops_t *ops) {
 /* ---- the graph of one direction ---------------------------------------------------- */
 
 /* A finalized 4-D tensor descriptor: dims d (N, C, H, W order) stored plain
- * (NCHW) or channels-last (N, H, W, C). */
+ * (NCHW) or channels-last (N, H, W, C), at addresses aligned to `align` bytes. */
 static px_status_t px__tensor(px__bd_t *t, int64_t uid, const int64_t *d, int nhwc,
-                              cudnnDataType_t dt) {
+                              cudnnDataType_t dt, int64_t align) {
   int64_t st[4];
   if (nhwc) {
     st[1] = 1;
@@ -97,7 +98,6 @@ static px_status_t px__tensor(px__bd_t *t, int64_t uid, const int64_t *d, int nh
     st[1] = d[2] * d[3];
     st[0] = d[1] * st[1];
   }
-  const int64_t align = 16; /* px__cuda_conv_graph_run checks the pointers */
   PX_CUDNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, t));
   PX_CUDNN(px__set(*t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt));
   PX_CUDNN(px__set(*t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, d));
@@ -151,9 +151,14 @@ static const cudnnBackendAttributeName_t px__op_attr[PX__CONV_DIRS][6] = {
 static px_status_t px__graph(px__cuda_ops_t *ops, const px__conv_shape_t *s, int dir,
                              px__conv_plan_t *p) {
   const cudnnDataType_t dt = s->bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
-  PX_CHECK(px__tensor(&p->x, PX__UID_X, s->x, s->nhwc, dt));
-  PX_CHECK(px__tensor(&p->w, PX__UID_W, s->w, s->nhwc, dt)); /* KRSC copy when NHWC */
-  PX_CHECK(px__tensor(&p->y, PX__UID_Y, s->y, s->nhwc, dt));
+  /* activations: 64-byte aligned arenas or whole blocks; weights: the KRSC
+   * copy (256) when NHWC, else the caller's OIHW tensors, which the model's
+   * parameter and gradient arenas align to their element only */
+  p->align[0] = p->align[2] = 16;
+  p->align[1] = s->nhwc ? 16 : 4;
+  PX_CHECK(px__tensor(&p->x, PX__UID_X, s->x, s->nhwc, dt, p->align[0]));
+  PX_CHECK(px__tensor(&p->w, PX__UID_W, s->w, s->nhwc, dt, p->align[1]));
+  PX_CHECK(px__tensor(&p->y, PX__UID_Y, s->y, s->nhwc, dt, p->align[2]));
   PX_CHECK(px__conv_desc(&p->conv, s));
   const float alpha = 1.0f, beta = 0.0f; /* f32 compute: float scalars */
   const cudnnBackendAttributeName_t *a = px__op_attr[dir];
@@ -468,9 +473,11 @@ px_status_t px__cuda_conv_graph_run(px__cuda_ops_t *ops, px__conv_graph_call_t *
   void *const ptr[4] = {(void *)x, (void *)w, (void *)y, ops->ws};
   if (!c->pack || memcmp(ptr, c->ptr, sizeof ptr)) {
     /* new pointers: a new pack (a finalized descriptor takes no new attributes) */
+    static const char *const name[3] = {"x", "w", "y"};
     for (int i = 0; i < 3; i++)
-      PX_REQUIRE(((uintptr_t)ptr[i] & 15) == 0,
-                 "conv (cuDNN graph API): tensor %d at %p is not 16-byte aligned", i, ptr[i]);
+      PX_REQUIRE((uintptr_t)ptr[i] % (uintptr_t)c->plan->align[i] == 0,
+                 "conv (cuDNN graph API): %s at %p is not %lld-byte aligned, as its plan needs",
+                 name[i], ptr[i], (long long)c->plan->align[i]);
     px__bd_free(&c->pack);
     memset(c->ptr, 0, sizeof c->ptr);
     PX_CUDNN(px__pack_new(&c->pack, ptr, ops->ws));

@@ -195,7 +195,8 @@ px_status_t px__cuda_conv_graph_plan(px__cuda_ops_t *ops, const px__conv_shape_t
 /* Queues one direction on the context's stream: x, w, y are the device
  * pointers of the direction's x (dx), w (dw) and y (dy), the workspace the
  * context's shared one (grown to calls' ws at creation). PX_ERR_INVALID for
- * a pointer that is not 16-byte aligned, PX_ERR_BACKEND when cuDNN fails. */
+ * a pointer without the alignment the plan was built for (x, y and NHWC
+ * weights 16 bytes, NCHW weights 4), PX_ERR_BACKEND when cuDNN fails. */
 px_status_t px__cuda_conv_graph_run(px__cuda_ops_t *ops, px__conv_graph_call_t *c, const void *x,
                                     const void *w, const void *y);
 
