@@ -25,6 +25,7 @@
  * they were built from, so a model's repeated shapes are planned once. */
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "nn/cuda/px_cuda_ops_int.h"
 
@@ -443,7 +444,13 @@ static px_status_t px__plan_get(px__cuda_ops_t *ops, const px__conv_shape_t *s, 
   px__conv_plan_t *p = (px__conv_plan_t *)px_calloc(1, sizeof *p, "conv graph plan");
   if (!p) return PX_ERR_NOMEM;
   memcpy(p->key, key, sizeof key);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   px_status_t st = px__plan_dir(ops, s, dir, sc, p);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  /* heuristics, finalizations (some engines compile at run time) and timing */
+  px_log(PX_LOG_DEBUG, "conv graph %s: planned in %.1f ms", px__dir_name[dir],
+         (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6);
   if (st != PX_OK) {
     px__plan_free(p);
     return st;
