@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "nn/cpu/px_cpu_int.h"
 #include "nn/cpu/px_ref.h"
 #include "prunex/ops.h"
 #include "px_test_util.h"
@@ -33,6 +34,16 @@ typedef struct {
   float *hx, *hscale, *hshift, *hrmean, *hrvar, *hdy;
 } bn_fixture_t;
 
+/* layout 2: the channels-last (acdb) map a compact training model's convolutions write
+ * (ops->conv_nhwc, strategy/compact_train.c); 0 plain, 1 blocked */
+static void layout_spec(px_ops_t *ops, int layout, int64_t n, int64_t c, int64_t h, int64_t w,
+                        px_tensor_t *spec) {
+  ops->conv_nhwc = layout == 2;
+  input_spec(ops, layout != 0, n, c, h, w, spec);
+  ops->conv_nhwc = 0;
+  assert_true(layout != 2 || strcmp(spec->layout->name, "acdb") == 0);
+}
+
 static void fixture_init(bn_fixture_t *f, int blocked, int64_t n, int64_t c, int64_t h, int64_t w,
                          int relu, uint64_t seed) {
   memset(f, 0, sizeof *f);
@@ -42,7 +53,7 @@ static void fixture_init(bn_fixture_t *f, int blocked, int64_t n, int64_t c, int
   px_test_rng_t rng;
   px_test_rng_seed(&rng, seed);
   px_tensor_t xs, cs, wss;
-  input_spec(f->ops, blocked, n, c, h, w, &xs);
+  layout_spec(f->ops, blocked, n, c, h, w, &xs);
   assert_ok(px_batchnorm_create(f->ops, &xs, &f->p, &f->bn));
   px_batchnorm_c_spec(f->bn, &cs);
   px_batchnorm_ws_spec(f->bn, &wss);
@@ -138,6 +149,14 @@ static void forward_and_backward_match_reference(void **state) {
   run_case(1, 3, 21, 5, 7, 1, 6);  /* fused ReLU, padded channels */
   run_case(1, 16, 32, 24, 20, 1, 7); /* larger maps; the 1.6 MB ones run on both threads */
   run_case(0, 16, 32, 24, 20, 0, 8);
+  /* channels-last: 32 channels (a task per image and 16 channels, a vector per pixel), 8 (a
+     task per image, one run), 21 (a task per image and channel, strided), 1 */
+  run_case(2, 4, 32, 5, 7, 0, 9);
+  run_case(2, 4, 32, 5, 7, 1, 10);
+  run_case(2, 3, 8, 6, 5, 1, 11);
+  run_case(2, 3, 8, 6, 5, 0, 12);
+  run_case(2, 3, 21, 5, 7, 1, 13);
+  run_case(2, 16, 64, 12, 10, 1, 14); /* 1.2 MB: on both threads */
   run_case(1, 32, 16, 28, 28, 1, 9);
   run_case(1, 32, 64, 7, 7, 1, 10);
   run_case(1, 32, 32, 14, 14, 0, 11);

@@ -178,7 +178,7 @@ static void compact_steps_match_masked_dense(void **state) {
   px__compact_t *plan;
   px_model_t *cm;
   assert_int_equal(px__compact_plan(m, 0, &plan), PX_OK);
-  plan->round = 16; /* as compact_train.c widens it */
+  plan->round = px__ctrain_round(); /* as compact_train.c widens it */
   assert_int_equal(px__compact_update(plan, m), PX_OK);
   assert_int_equal(px__compact_build(plan, m, px_model_ops(m), 1, &cm), PX_OK);
   size_t cn = px_model_numel(cm), cb = px_tensor_numel(px_model_flat_buffers(cm));

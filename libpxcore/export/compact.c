@@ -189,6 +189,16 @@ static px_status_t px__plan_alloc(const px_model_t *m, px__cg_t *c) {
  * channel that comes back is read by no weight: it changes nothing the
  * model computes. A graph with a concatenation keeps its exact widths (the
  * offsets tie its groups). */
+int px__compact_round_width(int n, int round) {
+  if (round == PX__COMPACT_ROUND_CL) {
+    if (n > 8) return (n + 15) / 16 * 16;
+    int t = n > 0;
+    while (t < n) t *= 2;
+    return t;
+  }
+  return round > 1 ? (n + round - 1) / round * round : n;
+}
+
 static void px__round_groups(px__cg_t *c, const px_model_t *m) {
   for (int k = 0; k < c->nn; k++)
     if (c->nodes[k].kind == PX_NODE_CONCAT) return;
@@ -196,7 +206,8 @@ static void px__round_groups(px__cg_t *c, const px_model_t *m) {
     if (c->group[a] != a) continue;
     int ch = px_model_act_channels(m, a), n = 0;
     for (int i = 0; i < ch; i++) n += c->live[a][i];
-    for (int i = 0; i < ch && n % c->round; i++)
+    const int t = px__compact_round_width(n, c->round);
+    for (int i = 0; i < ch && n < t; i++)
       if (!c->live[a][i]) c->live[a][i] = 1, n++;
   }
 }
@@ -251,7 +262,7 @@ px_status_t px__compact_update(px__compact_t *c, const px_model_t *m) {
     for (int k = c->nn - 1; k >= 0; k--)
       if (c->nodes[k].kind == PX_NODE_CONCAT) changed |= px__concat_sync(c, &c->nodes[k]);
   }
-  if (c->round > 1) px__round_groups(c, m);
+  if (c->round > 1 || c->round == PX__COMPACT_ROUND_CL) px__round_groups(c, m);
   return PX_OK;
 }
 

@@ -15,11 +15,17 @@
 
 #include "prunex/nn.h"
 
+/* px__compact_t.round for channels-last layers (strategy/compact_train.c):
+ * widths of 1, 2, 4 or 8 channels, or a multiple of 16, the channel counts
+ * the CPU batch norm runs in vectors there (nn/cpu/cpu_bn.c). */
+#define PX__COMPACT_ROUND_CL (-1)
+
 typedef struct px__compact {
   int fold;                /* 1: fold constant channels into batch norms (export);
                               0: keep them, so the compact model's BN statistics map
                               one to one onto the dense model's kept channels */
-  int round;               /* > 1: every group keeps a multiple of this many channels
+  int round;               /* > 1: every group keeps a multiple of this many channels;
+                              PX__COMPACT_ROUND_CL: 1, 2, 4, 8 or a multiple of 16
                               (px__compact_update widens it with dropped ones) */
   int nn, na, np, nb;
   px_model_node_t *nodes;  /* [nn] */
@@ -31,6 +37,10 @@ typedef struct px__compact {
   float *tmp;              /* [largest parameter] value scratch */
   int32_t *src;            /* [largest parameter] dense-index scratch */
 } px__compact_t;
+
+/* The width a group keeping n channels is widened to under round (see
+ * px__compact_t.round; at most the group's own width, which the caller caps). */
+int px__compact_round_width(int n, int round);
 
 /* Analyses dense (values copied to the host). Caller owns *out
  * (px__compact_destroy). PX_ERR_NOMEM, or a copy's error. */

@@ -227,8 +227,9 @@ static px_status_t px__conv_g(px_model_t *m, int in, int c_out, int k, int strid
                           name, c_out);
   }
   m->nconv++;
+  const px_tensor_t *xa = &m->acts[in];
   if ((m->widths || m->graph) && px_ops_device(m->ops).kind == PX_DEVICE_CPU &&
-      m->acts[in].layout != NULL && m->acts[in].dims[1] % 16 != 0) {
+      xa->layout != NULL && xa->nbytes != (size_t)px_tensor_numel(xa) * sizeof(float)) {
     px_tensor_t plain;
     const px_tensor_t *a = &m->acts[in];
     PX_CHECK(px_tensor_init4(&plain, a->device, a->dims[0], a->dims[1], a->dims[2], a->dims[3]));
@@ -293,9 +294,11 @@ static px_status_t px__bn(px_model_t *m, int in, int relu, const char *name, int
 /* A layout conversion of activation in to spec's layout (same shape): a
  * compact model's widths can make the backend pick different layouts for
  * the two branches of a residual add, and a channel count that is not a
- * multiple of the backend's block (16 on AVX-512) read in a blocked layout
- * sends oneDNN to its reference convolution (40x slower): such convs read
- * a plain copy, which its direct kernels take. */
+ * multiple of the backend's block (16 on AVX-512) read in a blocked layout,
+ * padded to the block, sends oneDNN to its reference convolution (40x
+ * slower): such convs read a plain copy, which its direct kernels take.
+ * Channels-last maps (a compact training model's, a bf16 model's) are not
+ * padded and go to oneDNN's jit kernels as they are. */
 static px_status_t px__reorder(px_model_t *m, int in, const px_tensor_t *spec, int *out) {
   px__node_t *n;
   PX_CHECK(px__push(m, PX__REORDER, in, -1, &n));

@@ -27,19 +27,34 @@
  * round and comm.overlap (whose exchange reads the proximal targets during
  * the local phase) keep dense training; which form trains is logged once.
  * Nothing is allocated per iteration after the build. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "export/compact_int.h"
+#include "nn/cpu/px_cpu_int.h"
 #include "nn/px_train_int.h"
 #include "px_check.h"
 #include "strategy/strategy_int.h"
 
-/* Channels per group the compact model keeps a multiple of: oneDNN's
- * backward convolutions with 8 channels ran its reference code, about 1.6 s
- * a call at batch 16 against milliseconds (measured on this machine's
- * avx512 oneDNN, ONEDNN_VERBOSE), so each group keeps a multiple of 16,
- * the dropped channels that come back being read by no weight. */
-#define PX__CTRAIN_CHANNELS 16
+/* Layout and widths of the compact model. oneDNN 2.6's blocked layouts
+ * (nChw16c, what it picks for f32) send a layer whose channel count is not
+ * a multiple of 16 to its reference code (about 1.6 s a call for 8 channels
+ * at batch 16), while channels-last (acdb) has jit kernels for any count:
+ * at 8 channels, 28 x 28, batch 64, one thread, forward + backward data +
+ * backward weights take 2.2-4.0 ms there against 6.2-6.8 ms for the 16
+ * channels a blocked layout would need (docs/performance.md, issue 29). So
+ * the compact model's convolutions write channels-last, and every group
+ * is widened to 1, 2, 4, 8 or a multiple of 16 channels
+ * (PX__COMPACT_ROUND_CL: the widths whose channels-last maps the batch norm
+ * runs in vectors, nn/cpu/cpu_bn.c; at others it takes a channel at a time,
+ * which made the local phases slower than dense). PX_COMPACT_CHANNELS=16 restores the
+ * first version for comparison: blocked layouts, each group widened to a
+ * multiple of 16 channels (the dropped channels that come back being read
+ * by no weight). */
+int px__ctrain_round(void) {
+  const char *e = getenv("PX_COMPACT_CHANNELS");
+  return e && strcmp(e, "16") == 0 ? 16 : PX__COMPACT_ROUND_CL;
+}
 
 struct px__ctrain {
   px__compact_t *plan;  /* analysis of the masked dense model at the build */
@@ -109,10 +124,10 @@ static px_status_t px__ctrain_widths_ok(const px__compact_t *c, const px_model_t
     if (c->group[a] != a) continue;
     int ch = px_model_act_channels(m, a), n = 0;
     for (int i = 0; i < ch; i++) n += c->live[a][i];
-    if (n != ch && n % PX__CTRAIN_CHANNELS)
+    if (n != ch && n != px__compact_round_width(n, c->round))
       return px_set_error(PX_ERR_STATE,
-                          "a channel group keeps %d of %d channels, not a multiple of %d (a "
-                          "concatenation ties its width)", n, ch, PX__CTRAIN_CHANNELS);
+                          "a channel group keeps %d of %d channels, not a width the fast "
+                          "kernels take (a concatenation ties its width)", n, ch);
   }
   return PX_OK;
 }
@@ -123,12 +138,14 @@ px_status_t px__ctrain_build(px__strategy_run_t *r, const float *keep, px__ctrai
   if (!ct) return PX_ERR_NOMEM;
   px_status_t st;
   PX_CHECK_GOTO(px__compact_plan(r->m, 0, &ct->plan), st, fail);
-  ct->plan->round = PX__CTRAIN_CHANNELS;
+  ct->plan->round = px__ctrain_round();
   PX_CHECK_GOTO(px__compact_update(ct->plan, r->m), st, fail);
   PX_CHECK_GOTO(px__ctrain_widths_ok(ct->plan, r->m), st, fail);
-  PX_CHECK_GOTO(px__compact_build(ct->plan, r->m, px_model_ops(r->m),
-                                  px_model_config(r->m)->batch, &ct->cm),
-                st, fail);
+  px_ops_t *ops = px_model_ops(r->m);
+  ops->conv_nhwc = ct->plan->round == PX__COMPACT_ROUND_CL; /* px__ctrain_wanted: a CPU model */
+  st = px__compact_build(ct->plan, r->m, ops, px_model_config(r->m)->batch, &ct->cm);
+  ops->conv_nhwc = 0;
+  PX_CHECK_GOTO(st, st, fail);
   ct->cn = px_model_numel(ct->cm);
   ct->cb = px_tensor_numel(px_model_flat_buffers(ct->cm));
   ct->pmap = px_malloc((ct->cn ? ct->cn : 1) * sizeof *ct->pmap, "ctrain.pmap");

@@ -157,6 +157,9 @@ typedef struct px__ctrain px__ctrain_t;
  * once frozen (CPU host models without comm.overlap; device_state: the
  * strategy runs the device-state round); logs which form trains. */
 int px__ctrain_wanted(const px__strategy_run_t *r, int device_state);
+/* The channel multiple every group of the compact model keeps: 1 (exact widths,
+ * channels-last layers), or 16 with PX_COMPACT_CHANNELS=16 (blocked layouts). */
+int px__ctrain_round(void);
 /* Builds the compact model of r->m, whose weights are inside the frozen
  * masks, with its maps, mask, optimiser and proximal buffers; keep [numel]
  * is 0 where the dense masks are. Caller owns *out (px__ctrain_destroy). */

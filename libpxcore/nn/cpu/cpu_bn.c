@@ -40,8 +40,11 @@ typedef struct {
   int64_t nblk;          /* channel blocks: padded channels / blk */
   int64_t s_n, s_b, s_p; /* strides in floats of an image, a channel block, a pixel */
   int64_t numel;         /* floats in the storage, padding included */
-  int rows;              /* 1: a block of an image is one contiguous run (s_p == blk) and blk
-                            divides PX__BN_VL, so the lanes of 16 map onto channels */
+  int rows;              /* 1: the lanes of 16 map onto channels: a block of an image is one
+                            contiguous run (s_p == blk) and blk divides PX__BN_VL, or blk is
+                            PX__BN_VL and a vector is one pixel's block (channels-last) */
+  int64_t vs;            /* with rows: floats from one vector of a task to the next
+                            (PX__BN_VL in a run, s_p for a pixel's block) */
   int64_t mbytes;        /* bytes of a task's ReLU mask: a bit per value, whole 16-bit words */
 } px__bn_geom_t;
 
@@ -84,6 +87,19 @@ static px_status_t px__bn_geom(const dnnl_memory_desc_t *md, px__bn_geom_t *g) {
   g->s_p = b->strides[3];
   g->numel = (int64_t)(dnnl_memory_desc_get_size(md) / sizeof(float));
   g->rows = g->s_p == g->blk && PX__BN_VL % g->blk == 0;
+  g->vs = PX__BN_VL;
+  if (g->blk == 1 && g->c > 1 && g->s_b == 1 && g->s_p == g->c) { /* channels-last (acdb) */
+    if (g->c % PX__BN_VL == 0) { /* a task: an image's 16 channels, a vector per pixel */
+      g->blk = g->s_b = PX__BN_VL;
+      g->nblk = g->c / PX__BN_VL;
+      g->rows = 1;
+      g->vs = g->s_p;
+    } else if (PX__BN_VL % g->c == 0) { /* a task: an image, one run */
+      g->blk = g->c;
+      g->nblk = 1;
+      g->rows = 1;
+    } /* else a task per (image, channel), strided */
+  }
   g->mbytes = (g->hw * g->blk + PX__BN_VL - 1) / PX__BN_VL * 2;
   return PX_OK;
 }
@@ -189,7 +205,7 @@ PX__BN_INLINE void px__bn_sums_k(double *o1, double *o2, const px__bn_geom_t *g,
       const int64_t v1 = v0 + PX__BN_CHUNK < nv ? v0 + PX__BN_CHUNK : nv;
       px__bn_vf a = {0}, b = {0};
       for (int64_t v = v0; v < v1; v++) {
-        const int64_t k = v * PX__BN_VL;
+        const int64_t k = v * g->vs;
         px__bn_vf d = px__bn_ld(u + k);
         if (centred) d -= c;
         if (masked) d = (px__bn_vf)((px__bn_vi)d & px__bn_ld_mask(m, v));
@@ -237,7 +253,7 @@ PX__BN_INLINE void px__bn_map_y_k(float *y, uint8_t *m, const px__bn_geom_t *g, 
     const px__bn_vf c = px__bn_lanes(ctr, g), a = px__bn_lanes(f, g), b = px__bn_lanes(o, g);
     const int64_t len = g->hw * g->blk, nv = len / PX__BN_VL;
     for (int64_t v = 0; v < nv; v++) {
-      const int64_t k = v * PX__BN_VL;
+      const int64_t k = v * g->vs;
       px__bn_vf u = (px__bn_ld(x + k) - c) * a + b;
       const px__bn_vi pos = u > 0.0f;
       if (record) px__bn_st_mask(m, v, pos);
@@ -274,7 +290,7 @@ PX__BN_INLINE void px__bn_map_dx_k(float *dx, const px__bn_geom_t *g, const floa
     const px__bn_vf q = px__bn_lanes(kx, g), s = px__bn_lanes(gm, g);
     const int64_t len = g->hw * g->blk, nv = len / PX__BN_VL;
     for (int64_t v = 0; v < nv; v++) {
-      const int64_t k = v * PX__BN_VL;
+      const int64_t k = v * g->vs;
       px__bn_vf d = px__bn_ld(dy + k);
       if (masked) d = (px__bn_vf)((px__bn_vi)d & px__bn_ld_mask(m, v));
       px__bn_st(dx + k, (d - s) * f - (px__bn_ld(x + k) - c) * q);
@@ -327,7 +343,7 @@ PX__BN_INLINE void px__bn_task_stats(double *o1, double *o2, const px__bn_geom_t
   if (nv > 0) { /* the first vectors' lanes, each a pixel's channel */
     const int64_t nc = nv < PX__BN_CHUNK ? nv : PX__BN_CHUNK;
     px__bn_vf a = {0};
-    for (int64_t v = 0; v < nc; v++) a += px__bn_ld(r + v * PX__BN_VL);
+    for (int64_t v = 0; v < nc; v++) a += px__bn_ld(r + v * g->vs);
     if (g->blk == PX__BN_VL) {
       px__bn_st(c, a / (float)nc);
     } else {

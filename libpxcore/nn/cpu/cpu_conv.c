@@ -111,12 +111,21 @@ static px_status_t px__conv_pds(px_ops_t *ops, px__cpu_wlayer_t *l, const void *
   dnnl_dims_t ydims = {n, p->c_out, oh, ow};
   dnnl_dims_t strides = {p->stride_h, p->stride_w}, pad = {p->pad_h, p->pad_w};
   PX_CHECK(px__cpu_md_of(ops, x_spec, &x_md));
+  /* a one-channel plain input is also channels-last, the same bytes: so described, it reaches
+     oneDNN's channels-last stem kernels (with the plain description, its reference code) */
+  if (ops->conv_nhwc && !x_spec->layout && c_in == 1) {
+    dnnl_dims_t xd = {n, 1, x_spec->dims[2], x_spec->dims[3]};
+    PX_DNNL(dnnl_memory_desc_init_by_tag(&x_md, 4, xd, dnnl_f32, dnnl_acdb));
+  }
   PX_CHECK(px__weight_mds(p, c_in, g, dnnl_f32, w_plain, &w_any));
   PX_CHECK(px__cpu_plain_md(&b_md, 1, bdims, PX_DTYPE_F32));
   /* bf16 context: channels-last outputs for every convolution (f32 ones too), the layout of
-     oneDNN's AMX kernels, so that residual adds meet one layout */
+     oneDNN's AMX kernels, so that residual adds meet one layout; the same in f32 where the
+     context asks for it (conv_nhwc: a compact model's 8-channel layers, which oneDNN's blocked
+     layouts send to its reference code) */
   PX_DNNL(dnnl_memory_desc_init_by_tag(&y_any, 4, ydims, dnnl_f32,
-                                       ops->conv_bf16 ? dnnl_acdb : dnnl_format_tag_any));
+                                       ops->conv_bf16 || ops->conv_nhwc ? dnnl_acdb
+                                                                        : dnnl_format_tag_any));
   const dnnl_memory_desc_t *bias = p->bias ? &b_md : NULL;
   const dnnl_alg_kind_t alg = dnnl_convolution_direct;
   /* bf16 where the context asks for it: dense layers (oneDNN 2.6 has no AMX kernel for

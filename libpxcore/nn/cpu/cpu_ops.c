@@ -122,7 +122,6 @@ px_status_t px__cpu_ops_sync(px_ops_t *ops) {
  * instructions (AVX512-BF16 or AMX): elsewhere oneDNN would emulate them far
  * slower than f32. */
 px_status_t px__cpu_ops_act_format(px_ops_t *ops, px_precision_t precision, px_tensor_t *spec) {
-  (void)spec;
   if (precision == PX_PRECISION_BF16) {
     const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     if ((isa & dnnl_cpu_isa_avx512_core_bf16) != dnnl_cpu_isa_avx512_core_bf16) /* ISA bit sets */
@@ -130,7 +129,14 @@ px_status_t px__cpu_ops_act_format(px_ops_t *ops, px_precision_t precision, px_t
                           "this CPU has %s: use precision fp32", dnnl_cpu_isa2str(isa));
   }
   ops->conv_bf16 = precision == PX_PRECISION_BF16;
-  return PX_OK;
+  if (!ops->conv_nhwc || !spec || spec->ndim != 4) return PX_OK;
+  /* channels-last convolutions (conv_nhwc): the model's input in their layout too, which
+     oneDNN's stem kernels need (a plain source with a channels-last output runs its reference
+     code) */
+  dnnl_memory_desc_t md;
+  dnnl_dims_t d = {spec->dims[0], spec->dims[1], spec->dims[2], spec->dims[3]};
+  PX_DNNL(dnnl_memory_desc_init_by_tag(&md, 4, d, dnnl_f32, dnnl_acdb));
+  return px__cpu_spec_of(ops, &md, spec);
 }
 
 /* oneDNN computes in f32 whatever is asked: nothing to switch. */

@@ -76,6 +76,10 @@ struct px_ops {
   size_t lpscratch_bytes;
   int conv_bf16;              /* 1: convolutions created from now on compute in bf16 (set by
                                  px__cpu_ops_act_format from the model's precision) */
+  int conv_nhwc;              /* 1: convolutions created from now on write channels-last (acdb)
+                                 outputs, as in a bf16 context, in f32 (set around the build of a
+                                 compact training model, strategy/compact_train.c: oneDNN 2.6 has
+                                 fast kernels for 8-channel layers in this layout only) */
   px__cpu_layout_t **layouts;
   size_t nlayouts, cap_layouts;
   int64_t live_ops; /* op objects created and not destroyed */
