@@ -28,7 +28,9 @@ PX_OPS_TEST_HELPER px_ops_t *gpu_ops(fmt_t f) {
   return ops;
 }
 
-PX_OPS_TEST_HELPER px_precision_t prec_of(fmt_t f) { return f == FMT_BF16 ? PX_PRECISION_BF16 : PX_PRECISION_FP32; }
+PX_OPS_TEST_HELPER px_precision_t prec_of(fmt_t f) {
+  return f == FMT_BF16 ? PX_PRECISION_BF16 : PX_PRECISION_FP32;
+}
 
 /* f32 rounded to bf16 (nearest even), as the engine's conversion does. */
 PX_OPS_TEST_HELPER float bf16_value(float f) {
@@ -46,7 +48,8 @@ PX_OPS_TEST_HELPER void round_if(fmt_t f, float *p, size_t n) {
 }
 
 /* The spec of dims in fmt (plain f32 for FMT_NCHW on a context made by gpu_ops). */
-PX_OPS_TEST_HELPER px_tensor_t spec_in(px_ops_t *ops, fmt_t f, int64_t n, int64_t c, int64_t h, int64_t w) {
+PX_OPS_TEST_HELPER px_tensor_t spec_in(px_ops_t *ops, fmt_t f, int64_t n, int64_t c, int64_t h,
+                                       int64_t w) {
   px_tensor_t s;
   assert_ok(px_tensor_init4(&s, px_device_cuda(0), n, c, h, w));
   assert_ok(px_ops_act_format(ops, prec_of(f), &s));
@@ -56,7 +59,8 @@ PX_OPS_TEST_HELPER px_tensor_t spec_in(px_ops_t *ops, fmt_t f, int64_t n, int64_
 
 /* A device tensor of spec holding plain NCHW host data h (NULL: uninitialised),
  * converted on the GPU. */
-PX_OPS_TEST_HELPER void dev_tensor(px_ops_t *ops, px_tensor_t *t, const px_tensor_t *spec, const float *h) {
+PX_OPS_TEST_HELPER void dev_tensor(px_ops_t *ops, px_tensor_t *t, const px_tensor_t *spec,
+                                   const float *h) {
   *t = *spec;
   t->data = NULL;
   t->flags = 0;
@@ -91,8 +95,8 @@ PX_OPS_TEST_HELPER float *host_of(px_ops_t *ops, const px_tensor_t *t) {
 }
 
 /* max |got - want| / max |want| */
-PX_OPS_TEST_HELPER void expect_rel(const char *what, fmt_t f, const float *got, const float *want, size_t n,
-                       double tol) {
+PX_OPS_TEST_HELPER void expect_rel(const char *what, fmt_t f, const float *got, const float *want,
+                                   size_t n, double tol) {
   double num = 0, den = 1e-30;
   for (size_t i = 0; i < n; i++) {
     num = fmax(num, fabs((double)got[i] - want[i]));

@@ -322,6 +322,7 @@ __device__ static void px__bn_nhwc_total(const double *__restrict__ part, int64_
   __shared__ double sh[2][PX__BN_LANES][32];
   double a = 0.0, b = 0.0;
   if (ch < c)
+#pragma unroll 8 /* 16 loads in flight: the loop is latency-bound */
     for (int64_t g = threadIdx.y; g < groups; g += PX__BN_LANES) {
       a += part[(g * 2 + 0) * c + ch];
       b += part[(g * 2 + 1) * c + ch];
