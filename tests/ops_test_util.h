@@ -66,6 +66,44 @@ PX_OPS_TEST_HELPER float *read_host(const px_tensor_t *t) {
   return p;
 }
 
+PX_OPS_TEST_HELPER void alloc_like(px_tensor_t *t, const px_tensor_t *spec) {
+  *t = *spec;
+  t->data = NULL;
+  t->flags = 0;
+  assert_ok(px_tensor_alloc(t, "test"));
+}
+
+/* t (any format of a 4-D activation) converted, on its device, to a plain
+ * f32 host copy (the caller frees it). */
+PX_OPS_TEST_HELPER float *to_plain_host(px_ops_t *ops, const px_tensor_t *t) {
+  px_tensor_t plain;
+  assert_ok(px_tensor_init4(&plain, t->device, t->dims[0], t->dims[1], t->dims[2], t->dims[3]));
+  assert_ok(px_tensor_alloc(&plain, "plain copy"));
+  px_reorder_t *r = NULL;
+  assert_ok(px_reorder_create(ops, &plain, t, &r));
+  assert_ok(px_reorder_execute(r, &plain, t));
+  float *h = read_host(&plain);
+  px_reorder_destroy(r);
+  px_tensor_release(&plain);
+  return h;
+}
+
+/* A tensor of spec `fmt` (a 4-D activation format) holding host data h
+ * (plain NCHW f32), converted on fmt's device. */
+PX_OPS_TEST_HELPER void from_plain_host(px_ops_t *ops, px_tensor_t *t, const px_tensor_t *fmt,
+                                        const float *h) {
+  px_tensor_t plain;
+  assert_ok(px_tensor_init4(&plain, fmt->device, fmt->dims[0], fmt->dims[1], fmt->dims[2],
+                            fmt->dims[3]));
+  make_tensor(&plain, &plain, h);
+  alloc_like(t, fmt);
+  px_reorder_t *r = NULL;
+  assert_ok(px_reorder_create(ops, t, &plain, &r));
+  assert_ok(px_reorder_execute(r, t, &plain));
+  px_reorder_destroy(r);
+  px_tensor_release(&plain);
+}
+
 PX_OPS_TEST_HELPER void expect_close(const char *what, const float *got, const float *want,
                                      size_t n, double tol) {
   double err = px_test_max_rel_err(got, want, n);

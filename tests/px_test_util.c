@@ -77,6 +77,16 @@ double px_test_rel_l2(const float *a, const float *b, size_t n) {
   return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+double px_test_cosine(const float *a, const float *b, size_t n) {
+  double dot = 0, na = 0, nb = 0;
+  for (size_t i = 0; i < n; i++) {
+    dot += (double)a[i] * b[i];
+    na += (double)a[i] * a[i];
+    nb += (double)b[i] * b[i];
+  }
+  return na > 0 && nb > 0 ? dot / sqrt(na * nb) : 0.0;
+}
+
 double px_test_max_rel_err(const float *a, const float *b, size_t n) {
   double worst = 0.0;
   for (size_t i = 0; i < n; i++) {

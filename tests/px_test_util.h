@@ -87,6 +87,10 @@ int px_test_resnet20_steps(px_ops_t *ops, int batch, px_precision_t prec, int st
  * a step's gradients or logits are from a reference's. */
 double px_test_rel_l2(const float *a, const float *b, size_t n);
 
+/* a . b / (||a|| ||b||): whether a step's gradients point where a
+ * reference's do (0 when either is all zero). */
+double px_test_cosine(const float *a, const float *b, size_t n);
+
 /* Largest |a[i] - b[i]| / max(1, |b[i]|). */
 double px_test_max_rel_err(const float *a, const float *b, size_t n);
 

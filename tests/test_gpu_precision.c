@@ -129,42 +129,6 @@ static px_tensor_t format_of(px_ops_t *ops, const px_tensor_t *plain, px_precisi
   return s;
 }
 
-/* t (any format) converted to a plain f32 host copy. */
-static float *to_plain_host(px_ops_t *ops, const px_tensor_t *t) {
-  px_tensor_t plain = plain4(t->dims[0], t->dims[1], t->dims[2], t->dims[3]);
-  assert_ok(px_tensor_alloc(&plain, "plain copy"));
-  px_reorder_t *r = NULL;
-  assert_ok(px_reorder_create(ops, &plain, t, &r));
-  assert_ok(px_reorder_execute(r, &plain, t));
-  float *h = read_host(&plain);
-  px_reorder_destroy(r);
-  px_tensor_release(&plain);
-  return h;
-}
-
-/* A tensor of spec `fmt` holding host data h (plain NCHW f32), converted on
- * the GPU. */
-static void from_plain_host(px_ops_t *ops, px_tensor_t *t, const px_tensor_t *fmt, const float *h) {
-  px_tensor_t plain = plain4(fmt->dims[0], fmt->dims[1], fmt->dims[2], fmt->dims[3]);
-  make_tensor(&plain, &plain, h);
-  *t = *fmt;
-  t->data = NULL;
-  t->flags = 0;
-  assert_ok(px_tensor_alloc(t, "formatted"));
-  px_reorder_t *r = NULL;
-  assert_ok(px_reorder_create(ops, t, &plain, &r));
-  assert_ok(px_reorder_execute(r, t, &plain));
-  px_reorder_destroy(r);
-  px_tensor_release(&plain);
-}
-
-static void alloc_like(px_tensor_t *t, const px_tensor_t *spec) {
-  *t = *spec;
-  t->data = NULL;
-  t->flags = 0;
-  assert_ok(px_tensor_alloc(t, "test"));
-}
-
 /* max |a - b| / max |b| */
 static double rel_to_max(const float *a, const float *b, size_t n) {
   double num = 0, den = 1e-30;

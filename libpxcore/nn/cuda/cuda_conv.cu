@@ -1,6 +1,9 @@
 /* 2-D convolution on cuDNN (legacy convolution API): forward, backward data
  * and backward filter, plus the bias through cudnnAddTensor /
- * cudnnConvolutionBackwardBias.
+ * cudnnConvolutionBackwardBias. With PX_CUDNN_API=graph the three
+ * directions run on cuDNN's graph API instead (cuda_conv_graph.cu: planned
+ * at creation for the same tensors, chosen by the same rules); the bias and
+ * the weight conversion below stay the same.
  *
  * The algorithm of each direction is chosen once, at creation: by timing
  * every algorithm (cudnnFind*Algorithm, what PyTorch's cudnn.benchmark does,
@@ -50,6 +53,8 @@ typedef struct px__cuda_conv2d {
   cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
   size_t fwd_ws, bwd_data_ws, bwd_filter_ws; /* workspace bytes of each algorithm */
   int fwd_math, bwd_data_math, bwd_filter_math; /* cudnnMathType_t of each */
+  int graph;           /* PX_CUDNN_API=graph: gcall runs the three directions */
+  px__conv_graph_call_t gcall[PX__CONV_DIRS]; /* forward, backward data, backward filter */
 } px__cuda_conv2d_t;
 static_assert(offsetof(px__cuda_conv2d_t, wl) == offsetof(px__wlayer_op_t, wl),
               "the dispatcher reads the contract at px__wlayer_op_t's offset");
@@ -66,6 +71,7 @@ extern "C" void px__cuda_conv2d_destroy(px_conv2d_t *o) {
   if (op->fwd_desc) cudnnDestroyConvolutionDescriptor(op->fwd_desc);
   if (op->bwd_data_desc) cudnnDestroyConvolutionDescriptor(op->bwd_data_desc);
   if (op->bwd_filter_desc) cudnnDestroyConvolutionDescriptor(op->bwd_filter_desc);
+  px__cuda_conv_graph_release(op->gcall);
   px__cuda_op_free(op->ops, op);
 }
 
@@ -324,6 +330,45 @@ static px_status_t px__pick_all(px__cuda_conv2d_t *op) {
   return PX_OK;
 }
 
+/* The graph-API plans of the three directions (cuda_conv_graph.cu), for
+ * the tensors the legacy descriptors describe. */
+static px_status_t px__plan_graph(px__cuda_conv2d_t *op) {
+  const px_tensor_t *x = &op->wl.x_spec, *y = &op->wl.y_spec, *w = &op->wl.w_spec;
+  px__conv_shape_t s;
+  memset(&s, 0, sizeof s);
+  memcpy(s.x, x->dims, sizeof s.x);
+  memcpy(s.w, w->dims, sizeof s.w);
+  memcpy(s.y, y->dims, sizeof s.y);
+  s.stride[0] = op->p.stride_h;
+  s.stride[1] = op->p.stride_w;
+  s.pad[0] = op->p.pad_h;
+  s.pad[1] = op->p.pad_w;
+  s.nhwc = op->nhwc;
+  s.bf16 = op->bf16;
+  s.tf32 = op->tf32;
+  PX_CHECK(px__cuda_conv_graph_plan(op->ops, &s, op->gcall));
+  op->graph = 1;
+  op->fwd_ws = op->gcall[PX__CONV_FWD].ws;
+  op->bwd_data_ws = op->gcall[PX__CONV_BWD_DATA].ws;
+  op->bwd_filter_ws = op->gcall[PX__CONV_BWD_FILTER].ws;
+  return PX_OK;
+}
+
+/* The three directions planned on the context's API, and the shared
+ * workspace and weight-copy buffer grown for them. */
+static px_status_t px__plan_and_reserve(px__cuda_conv2d_t *op) {
+  px__cuda_ops_t *ops = op->ops;
+  PX_CHECK(ops->graph_api ? px__plan_graph(op) : px__pick_all(op));
+  size_t need = op->fwd_ws;
+  if (op->bwd_data_ws > need) need = op->bwd_data_ws;
+  if (op->bwd_filter_ws > need) need = op->bwd_filter_ws;
+  PX_CHECK(px__cuda_reserve_ws(ops, need));
+  /* KRSC copies: the weights and, behind them, their gradient */
+  if (op->nhwc)
+    PX_CHECK(px__cuda_reserve_wt(ops, 2 * op->w_numel * px_dtype_size(op->wl.x_spec.dtype) + 256));
+  return PX_OK;
+}
+
 extern "C" px_status_t px__cuda_conv2d_create(px_ops_t *o, const px_tensor_t *x_spec,
                                               const px_conv2d_params_t *p, px_conv2d_t **out) {
   px__cuda_ops_t *ops = px__cuda_ctx(o);
@@ -391,17 +436,7 @@ extern "C" px_status_t px__cuda_conv2d_create(px_ops_t *o, const px_tensor_t *x_
       goto fail;
     }
   }
-  PX_CHECK_GOTO(px__pick_all(op), st, fail);
-  {
-    size_t need = op->fwd_ws;
-    if (op->bwd_data_ws > need) need = op->bwd_data_ws;
-    if (op->bwd_filter_ws > need) need = op->bwd_filter_ws;
-    PX_CHECK_GOTO(px__cuda_reserve_ws(ops, need), st, fail);
-    /* KRSC copies: the weights and, behind them, their gradient */
-    if (op->nhwc)
-      PX_CHECK_GOTO(px__cuda_reserve_wt(ops, 2 * op->w_numel * px_dtype_size(x_spec->dtype) + 256),
-                    st, fail);
-  }
+  PX_CHECK_GOTO(px__plan_and_reserve(op), st, fail);
   *out = (px_conv2d_t *)op;
   return PX_OK;
 fail:
@@ -487,9 +522,12 @@ extern "C" px_status_t px__cuda_conv2d_forward(px_conv2d_t *o, px_tensor_t *y, c
   const void *wd;
   PX_CHECK(px__cuda_enter(ops));
   PX_CHECK(px__weights_in(op, w, &wd));
-  PX_CUDNN(cudnnConvolutionForward(ops->cudnn, &one, op->x_desc, x->data, op->w_desc, wd,
-                                   op->fwd_desc, op->fwd_algo, ops->ws, op->fwd_ws, &zero,
-                                   op->y_desc, y->data));
+  if (op->graph)
+    PX_CHECK(px__cuda_conv_graph_run(ops, &op->gcall[PX__CONV_FWD], x->data, wd, y->data));
+  else
+    PX_CUDNN(cudnnConvolutionForward(ops->cudnn, &one, op->x_desc, x->data, op->w_desc, wd,
+                                     op->fwd_desc, op->fwd_algo, ops->ws, op->fwd_ws, &zero,
+                                     op->y_desc, y->data));
   if (b) PX_CUDNN(cudnnAddTensor(ops->cudnn, &one, op->b_desc, b->data, &one, op->y_desc, y->data));
   return PX_OK;
 }
@@ -503,9 +541,12 @@ extern "C" px_status_t px__cuda_conv2d_backward_data(px_conv2d_t *o, px_tensor_t
   const void *wd;
   PX_CHECK(px__cuda_enter(ops));
   PX_CHECK(px__weights_in(op, w, &wd));
-  PX_CUDNN(cudnnConvolutionBackwardData(ops->cudnn, &one, op->w_desc, wd, op->y_desc, dy->data,
-                                        op->bwd_data_desc, op->bwd_data_algo, ops->ws,
-                                        op->bwd_data_ws, &zero, op->x_desc, dx->data));
+  if (op->graph)
+    PX_CHECK(px__cuda_conv_graph_run(ops, &op->gcall[PX__CONV_BWD_DATA], dx->data, wd, dy->data));
+  else
+    PX_CUDNN(cudnnConvolutionBackwardData(ops->cudnn, &one, op->w_desc, wd, op->y_desc, dy->data,
+                                          op->bwd_data_desc, op->bwd_data_algo, ops->ws,
+                                          op->bwd_data_ws, &zero, op->x_desc, dx->data));
   return PX_OK;
 }
 
@@ -518,9 +559,12 @@ extern "C" px_status_t px__cuda_conv2d_backward_weights(px_conv2d_t *o, px_tenso
   const float one = 1.0f, zero = 0.0f;
   void *dwd = px__dw_out(op, dw);
   PX_CHECK(px__cuda_enter(ops));
-  PX_CUDNN(cudnnConvolutionBackwardFilter(ops->cudnn, &one, op->x_desc, x->data, op->y_desc,
-                                          dy->data, op->bwd_filter_desc, op->bwd_filter_algo,
-                                          ops->ws, op->bwd_filter_ws, &zero, op->w_desc, dwd));
+  if (op->graph)
+    PX_CHECK(px__cuda_conv_graph_run(ops, &op->gcall[PX__CONV_BWD_FILTER], x->data, dwd, dy->data));
+  else
+    PX_CUDNN(cudnnConvolutionBackwardFilter(ops->cudnn, &one, op->x_desc, x->data, op->y_desc,
+                                            dy->data, op->bwd_filter_desc, op->bwd_filter_algo,
+                                            ops->ws, op->bwd_filter_ws, &zero, op->w_desc, dwd));
   PX_CHECK(px__dw_back(op, dw, dwd));
   if (db)
     PX_CUDNN(cudnnConvolutionBackwardBias(ops->cudnn, &one, op->y_desc, dy->data, &zero, op->b_desc,

@@ -238,10 +238,11 @@ static void px__describe(px__cuda_ops_t *ops) {
   int blas = 0;
   ops->blas->get_version(ops->cublas, &blas);
   snprintf(ops->desc, sizeof ops->desc,
-           "cuDNN %zu.%zu.%zu, cuBLAS %d.%d (cuda:%d %s, TF32 %s, %s, algorithms %s)", v / 10000,
+           "cuDNN %zu.%zu.%zu, cuBLAS %d.%d (cuda:%d %s, TF32 %s, %s, algorithms %s%s)", v / 10000,
            (v % 10000) / 100, v % 100, blas / 10000, (blas % 10000) / 100, (int)ops->device.index,
            name, ops->tf32 ? "on" : "off", ops->nchw ? "NCHW" : "NHWC",
-           ops->benchmark ? "timed" : ops->deterministic ? "deterministic" : "by heuristics");
+           ops->benchmark ? "timed" : ops->deterministic ? "deterministic" : "by heuristics",
+           ops->graph_api ? ", graph API" : "");
 }
 
 static int px__env_int(const char *name, int dflt) {
@@ -281,6 +282,8 @@ extern "C" px_status_t px__cuda_ops_create(px_device_t dev, int nthreads, px_ops
     ops->nchw = l && !strcmp(l, "nchw");
   }
   px_status_t st = PX_OK;
+  /* convolutions on cuDNN's legacy API (the default) or its graph API */
+  PX_CHECK_GOTO(px__cudnn_api_parse(getenv("PX_CUDNN_API"), &ops->graph_api), st, fail);
   PX_CHECK_GOTO(px__cuda_enter(ops), st, fail);
   PX_CUDA_GOTO(cudaStreamCreate(&ops->stream), st, fail); /* blocking: see the header */
   PX_CUDA_GOTO(cudaEventCreateWithFlags(&ops->staging_done, cudaEventDisableTiming), st, fail);
@@ -319,6 +322,7 @@ extern "C" void px__cuda_ops_destroy(px_ops_t *o) {
     px_free(l);
   }
   px__cuda_conv_algo_cache_free(ops);
+  px__cuda_conv_plan_cache_free(ops);
   if (ops->hres) cudaFreeHost(ops->hres);
   if (ops->staging) cudaFreeHost(ops->staging);
   if (ops->cublas) ops->blas->destroy(ops->cublas);

@@ -62,8 +62,10 @@ typedef struct px__cuda_ops {
   int deterministic;    /* only deterministic algorithms, by heuristics (PX_CUDNN_DETERMINISTIC) */
   int find_runs;        /* timed searches per shape, least time kept (PX_CUDNN_FIND_RUNS, 2) */
   int nchw;             /* PX_CUDA_LAYOUT=nchw: fp32 activations stay plain NCHW */
+  int graph_api;        /* PX_CUDNN_API=graph: convolutions on cuDNN's graph API */
   struct px__cuda_layout *layouts; /* interned NHWC layouts (cuda_ops.cu) */
   struct px__conv_algo_cache *algos; /* timed algorithms by convolution shape (cuda_conv.cu) */
+  struct px__conv_plan *plans; /* graph-API plans by shape and direction (cuda_conv_graph.cu) */
   void *wt;             /* shared device buffer of the convolutions' KRSC weight copies */
   size_t wt_bytes;
   px__cuda_loss_result_t *dres; /* device */
@@ -154,6 +156,55 @@ __device__ static inline void px__st(__nv_bfloat16 *p, float v) { *p = __float2b
 
 /* Frees the context's timed-algorithm cache (cuda_conv.cu). */
 void px__cuda_conv_algo_cache_free(px__cuda_ops_t *ops);
+
+/* ---- convolutions on cuDNN's graph (backend) API (cuda_conv_graph.cu) --------------- */
+
+enum { PX__CONV_FWD = 0, PX__CONV_BWD_DATA = 1, PX__CONV_BWD_FILTER = 2, PX__CONV_DIRS = 3 };
+
+/* What a graph-API plan is built for: the tensors as cuDNN sees them
+ * (logical dims; the memory order is NCHW, or NHWC / KRSC when nhwc), in
+ * bf16 or f32, with f32 accumulation. w[1] is C_in / groups: cuDNN reads
+ * the group count from x[1] / w[1]. */
+typedef struct px__conv_shape {
+  int64_t x[4];      /* N, C_in, H, W */
+  int64_t w[4];      /* C_out, C_in / groups, KH, KW */
+  int64_t y[4];      /* N, C_out, OH, OW */
+  int64_t stride[2], pad[2];
+  int nhwc, bf16, tf32;
+} px__conv_shape_t;
+
+/* One direction of one convolution: the context's plan (borrowed: the
+ * context owns it) and the variant pack of the pointers it last ran with
+ * (owned; rebuilt only when they change, so steady-state steps, whose
+ * buffers stay put, allocate nothing). */
+typedef struct px__conv_graph_call {
+  const struct px__conv_plan *plan;
+  size_t ws;                      /* workspace bytes the plan needs */
+  cudnnBackendDescriptor_t pack;  /* NULL until the first run */
+  void *ptr[4];                   /* x (or dx), w (or dw), y (or dy), workspace of pack */
+} px__conv_graph_call_t;
+
+/* Plans the three directions of shape s (the context's plans for a shape
+ * planned before, else built, chosen as the context says and remembered)
+ * into calls, which must be zeroed. Fails with PX_ERR_BACKEND naming the
+ * direction when no engine of cuDNN's heuristics is usable, PX_ERR_NOMEM.
+ * On failure calls may hold plans (borrowed): release them as usual. */
+px_status_t px__cuda_conv_graph_plan(px__cuda_ops_t *ops, const px__conv_shape_t *s,
+                                     px__conv_graph_call_t *calls);
+
+/* Queues one direction on the context's stream: x, w, y are the device
+ * pointers of the direction's x (dx), w (dw) and y (dy), the workspace the
+ * context's shared one (grown to calls' ws at creation). PX_ERR_INVALID for
+ * a pointer without the alignment the plan was built for (x, y and NHWC
+ * weights 16 bytes, NCHW weights 4), PX_ERR_BACKEND when cuDNN fails. */
+px_status_t px__cuda_conv_graph_run(px__cuda_ops_t *ops, px__conv_graph_call_t *c, const void *x,
+                                    const void *w, const void *y);
+
+/* Frees the variant packs of calls[0..PX__CONV_DIRS) (the plans stay the context's). */
+void px__cuda_conv_graph_release(px__conv_graph_call_t *calls);
+
+/* Frees the context's graph-API plans (cuda_conv_graph.cu). */
+void px__cuda_conv_plan_cache_free(px__cuda_ops_t *ops);
 
 /* Grows the shared weight-copy buffer to at least bytes (op creation only). */
 px_status_t px__cuda_reserve_wt(px__cuda_ops_t *ops, size_t bytes);
