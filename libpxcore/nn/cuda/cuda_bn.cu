@@ -25,19 +25,34 @@
  * PyTorch's channels-last batch norm does: cuDNN's legacy spatial batch norm
  * reads NHWC with a stride of C per value (it made ResNet-50 training 5x
  * slower), and its bf16 backward lost a tenth of the gradient's accuracy.
- * Per-channel sums run in two deterministic passes: blocks of 32 channels x
- * 8 rows accumulate f32 partial sums over a fixed set of rows each (neighbour
- * threads read neighbour channels: coalesced), write them per block row as
- * f64, and one thread per channel adds the block rows in order, in f64. No
- * atomics, so the result is the same on every run. The statistics, scale,
- * shift and every sum are f32/f64 whatever the activations' type. A fused
- * ReLU keeps no mask: the backward recomputes the pre-activation from x
- * and the statistics with the forward's exact operations (rounded, no
- * contraction), so it takes the same decisions, and nothing as large as
- * the activation is stored beside it. */
+ * They make the fewest passes over the activation-sized tensors: the
+ * training forward reads x for the sums and reads x and writes y once more
+ * (the ReLU fused), the backward reads dy and x once for both sums (ReLU
+ * recomputed) and once more to write dx; between them one small
+ * per-channel kernel (statistics, or the backward's coefficients). The
+ * activation is [N*H*W rows][C]: a thread owns a fixed group of channels
+ * (8 bf16 or 4 f32 in one 16-byte load and store when C is a multiple of
+ * that and every base pointer is 16-byte aligned, checked per call; else 1)
+ * and walks rows with a stride, so its channels' parameters stay in
+ * registers and no index is divided; the grid comes from the shape and the
+ * device's SM count (px__bn_geom in px_cuda_index.h, tested on the CPU).
+ * Per-channel sums are deterministic: each thread adds its rows in f32,
+ * the block adds its thread rows in order in f64 and writes one partial
+ * sum per block row (part), and the per-channel kernel adds the block rows
+ * in a fixed order (16 lanes in order, then the lanes in order), in f64.
+ * No atomics, so the result is the same on every run (the vector and the
+ * scalar path add in different orders: the same pointers give the same
+ * bits). The statistics, scale, shift and every sum are f32/f64 whatever
+ * the activations' type; bf16 values are converted exactly to f32 and
+ * rounded to nearest even on the way out. A fused ReLU keeps no mask: the
+ * backward recomputes the pre-activation from x and the statistics with
+ * the forward's exact operations (rounded, no contraction; invstd from var
+ * by the same expression), so it takes the same decisions, and nothing as
+ * large as the activation is stored beside it. */
 #include <math.h>
 #include <string.h>
 
+#include "nn/cuda/px_cuda_index.h"
 #include "nn/cuda/px_cuda_ops_int.h"
 
 typedef struct px__cuda_batchnorm {
@@ -54,7 +69,8 @@ typedef struct px__cuda_batchnorm {
   float *buf;          /* device [4][C]: save_invstd, bwd_invstd, cudnn_rm, cudnn_rv;
                           NHWC: [4][C] invstd, k1, k2, k3 (the backward's coefficients) */
   double *part;        /* NHWC: device [groups][2][C] per-block-row partial sums */
-  int groups;          /* NHWC: block rows of the reductions */
+  int64_t groups;      /* NHWC: the most block rows a reduction can have (part's rows) */
+  int sms;             /* NHWC: the device's multiprocessors (the grids' size) */
 } px__cuda_batchnorm_t;
 
 static px__cuda_batchnorm_t *px__op(px_batchnorm_t *op) { return (px__cuda_batchnorm_t *)op; }
@@ -127,7 +143,67 @@ __global__ static void px__bn_infer_kernel(T *y, const T *x, const float *__rest
 
 /* ---- channels-last kernels ---------------------------------------------------------- */
 
-enum { PX__BN_TX = 32, PX__BN_TY = 8 };
+/* The mapping of threads to (rows, channels) is px_cuda_index.h's
+ * px__bn_geom (checked on the CPU by tests/test_gpu_bn_nhwc.c). */
+
+/* vec values of T, one 16-byte (or narrower) load or store. */
+template <typename T, int V>
+struct alignas(sizeof(T) * V) px__bn_pack {
+  T v[V];
+};
+
+template <int V>
+__device__ static inline void px__bn_ld(const float *p, float (&f)[V]) {
+  const px__bn_pack<float, V> r = *reinterpret_cast<const px__bn_pack<float, V> *>(p);
+#pragma unroll
+  for (int k = 0; k < V; k++) f[k] = r.v[k];
+}
+
+template <int V>
+__device__ static inline void px__bn_ld(const __nv_bfloat16 *p, float (&f)[V]) {
+  const px__bn_pack<__nv_bfloat16, V> r =
+      *reinterpret_cast<const px__bn_pack<__nv_bfloat16, V> *>(p);
+#pragma unroll
+  for (int k = 0; k < V; k++) f[k] = __bfloat162float(r.v[k]); /* exact */
+}
+
+template <int V>
+__device__ static inline void px__bn_st(float *p, const float (&f)[V]) {
+  px__bn_pack<float, V> r;
+#pragma unroll
+  for (int k = 0; k < V; k++) r.v[k] = f[k];
+  *reinterpret_cast<px__bn_pack<float, V> *>(p) = r;
+}
+
+/* Rounded to nearest even as __float2bfloat16_rn, two values an instruction. */
+template <int V>
+__device__ static inline void px__bn_st(__nv_bfloat16 *p, const float (&f)[V]) {
+  px__bn_pack<__nv_bfloat16, V> r;
+  if (V == 1) {
+    r.v[0] = __float2bfloat16_rn(f[0]);
+  } else {
+#pragma unroll
+    for (int k = 0; k + 1 < V; k += 2) {
+      const __nv_bfloat162 h = __floats2bfloat162_rn(f[k], f[k + 1]);
+      r.v[k] = h.x;
+      r.v[k + 1] = h.y;
+    }
+  }
+  *reinterpret_cast<px__bn_pack<__nv_bfloat16, V> *>(p) = r;
+}
+
+/* V per-channel values from channel ch0. */
+template <int V>
+__device__ static inline void px__bn_ldc(float (&d)[V], const float *__restrict__ s, int64_t ch0) {
+#pragma unroll
+  for (int k = 0; k < V; k++) d[k] = s[ch0 + k];
+}
+
+/* 1/sqrt(var + eps) as every kernel here computes it (the forward's
+ * statistics from the rounded var): the same bits in the backward. */
+__device__ static inline float px__bn_invstd(float var, float eps) {
+  return (float)(1.0 / sqrt((double)var + (double)eps));
+}
 
 /* The normalised, scaled and shifted value: the same rounding in the
  * forward and in the backward's ReLU decision. */
@@ -136,114 +212,167 @@ __device__ static inline float px__bn_pre(float x, float mean, float invstd, flo
   return __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(x, mean), invstd), scale), shift);
 }
 
-/* The ReLU's pass-through in the backward: with relu, dz = dy where the
- * forward's output was positive, else 0. */
-__device__ static inline float px__bn_dz(float dy, float x, int relu, float mean, float invstd,
-                                         float scale, float shift) {
-  return (relu && !(px__bn_pre(x, mean, invstd, scale, shift) > 0.0f)) ? 0.0f : dy;
+/* The per-channel values a thread keeps in registers: the mean, and with
+ * the ReLU the forward's invstd, scale and shift (its decision). */
+template <int V>
+struct px__bn_chan {
+  float mu[V], is[V], sc[V], sf[V];
+};
+
+template <int V>
+__device__ static inline void px__bn_chan_load(px__bn_chan<V> *p, int relu, int64_t ch0,
+                                               const float *__restrict__ mean,
+                                               const float *__restrict__ var,
+                                               const float *__restrict__ scale,
+                                               const float *__restrict__ shift, float eps) {
+  px__bn_ldc(p->mu, mean, ch0);
+  if (!relu) return;
+  px__bn_ldc(p->sc, scale, ch0);
+  px__bn_ldc(p->sf, shift, ch0);
+#pragma unroll
+  for (int k = 0; k < V; k++) p->is[k] = px__bn_invstd(var[ch0 + k], eps);
 }
 
-/* Partial sums over rows of [rows][c]: with dy == NULL s1 = sum x, s2 =
- * sum x^2; else (the backward) with dz = dy through the fused ReLU (relu,
- * with the forward's invstd, scale, shift), s1 = sum dz, s2 = sum dz *
- * (x - mean). part[blockIdx.y][0|1][c]. */
-template <typename T>
-__global__ static void px__bn_nhwc_partial(double *__restrict__ part, const T *__restrict__ x,
-                                           const T *__restrict__ dy, int relu,
-                                           const float *__restrict__ mean,
-                                           const float *__restrict__ invstd,
-                                           const float *__restrict__ scale,
-                                           const float *__restrict__ shift, int64_t rows,
-                                           int64_t c) {
-  __shared__ float sh1[PX__BN_TY][PX__BN_TX], sh2[PX__BN_TY][PX__BN_TX];
-  const int64_t ch = (int64_t)blockIdx.x * PX__BN_TX + threadIdx.x;
-  float s1 = 0.0f, s2 = 0.0f;
-  if (ch < c) {
-    const float mu = dy ? mean[ch] : 0.0f;
-    const float is = dy && relu ? invstd[ch] : 0.0f, sc = dy && relu ? scale[ch] : 0.0f;
-    const float sf = dy && relu ? shift[ch] : 0.0f;
-    for (int64_t r = (int64_t)blockIdx.y * PX__BN_TY + threadIdx.y; r < rows;
-         r += (int64_t)gridDim.y * PX__BN_TY) {
-      const int64_t i = r * c + ch;
-      const float v = px__ld(x + i);
+/* dz = dy through the fused ReLU: 0 where the forward's output was not
+ * positive. */
+template <int V>
+__device__ static inline float px__bn_dz(const px__bn_chan<V> &p, int relu, int k, float dy,
+                                         float x) {
+  return (relu && !(px__bn_pre(x, p.mu[k], p.is[k], p.sc[k], p.sf[k]) > 0.0f)) ? 0.0f : dy;
+}
+
+/* The block's per-thread sums s1, s2 (V channels each) added over its ty
+ * thread rows in order, in f64, into part[blockIdx.y][0|1][c]. */
+template <int V>
+__device__ static void px__bn_block_sums(double *__restrict__ part, const float (&s1)[V],
+                                         const float (&s2)[V], const px__bn_geom_t &g) {
+  __shared__ float sh[2 * PX__BN_THREADS * V];
+  const int w = g.tx * V;
+#pragma unroll
+  for (int k = 0; k < V; k++) {
+    sh[(0 * g.ty + threadIdx.y) * w + threadIdx.x * V + k] = s1[k];
+    sh[(1 * g.ty + threadIdx.y) * w + threadIdx.x * V + k] = s2[k];
+  }
+  __syncthreads();
+  for (int item = threadIdx.y * g.tx + threadIdx.x; item < 2 * w; item += PX__BN_THREADS) {
+    int k;
+    int64_t ch;
+    if (!px__bn_item(&g, blockIdx.x, item, &k, &ch)) continue;
+    double a = 0.0;
+    for (int y = 0; y < g.ty; y++) a += (double)sh[(k * g.ty + y) * w + item % w];
+    part[((int64_t)blockIdx.y * 2 + k) * g.c + ch] = a;
+  }
+}
+
+/* Partial sums over rows of [rows][c] in one pass: with dy == NULL s1 =
+ * sum x, s2 = sum x^2; else (the backward) with dz = dy through the fused
+ * ReLU, s1 = sum dz, s2 = sum dz * (x - mean). Each thread adds its rows in
+ * f32, then px__bn_block_sums. */
+template <typename T, int V>
+__global__ static void __launch_bounds__(PX__BN_THREADS)
+    px__bn_nhwc_partial(double *__restrict__ part, const T *__restrict__ x,
+                        const T *__restrict__ dy, int relu, const float *__restrict__ mean,
+                        const float *__restrict__ var, const float *__restrict__ scale,
+                        const float *__restrict__ shift, float eps, px__bn_geom_t g) {
+  float s1[V], s2[V];
+#pragma unroll
+  for (int k = 0; k < V; k++) s1[k] = s2[k] = 0.0f;
+  const int64_t col = px__bn_col(&g, blockIdx.x, threadIdx.x);
+  if (col < g.cols) {
+    const int64_t ch0 = col * V, step = px__bn_step(&g) * g.c;
+    px__bn_chan<V> p;
+    if (dy) px__bn_chan_load(&p, relu, ch0, mean, var, scale, shift, eps);
+    const T *xp = x + px__bn_row0(&g, blockIdx.y, threadIdx.y) * g.c + ch0, *end = x + g.rows * g.c;
+    const T *dp = dy ? dy + (xp - x) : NULL;
+#pragma unroll 2
+    for (; xp < end; xp += step) {
+      float xv[V];
+      px__bn_ld(xp, xv);
       if (!dy) {
-        s1 += v;
-        s2 += v * v;
-      } else {
-        const float g = px__bn_dz(px__ld(dy + i), v, relu, mu, is, sc, sf);
-        s1 += g;
-        s2 += g * (v - mu);
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+          s1[k] += xv[k];
+          s2[k] += xv[k] * xv[k];
+        }
+        continue;
+      }
+      float d[V];
+      px__bn_ld(dp, d);
+      dp += step;
+#pragma unroll
+      for (int k = 0; k < V; k++) {
+        const float gz = px__bn_dz(p, relu, k, d[k], xv[k]);
+        s1[k] += gz;
+        s2[k] += gz * (xv[k] - p.mu[k]);
       }
     }
   }
-  sh1[threadIdx.y][threadIdx.x] = s1;
-  sh2[threadIdx.y][threadIdx.x] = s2;
-  __syncthreads();
-  if (threadIdx.y == 0 && ch < c) {
-    double a = 0.0, b = 0.0;
-    for (int k = 0; k < PX__BN_TY; k++) {
-      a += (double)sh1[k][threadIdx.x];
-      b += (double)sh2[k][threadIdx.x];
-    }
-    part[((int64_t)blockIdx.y * 2 + 0) * c + ch] = a;
-    part[((int64_t)blockIdx.y * 2 + 1) * c + ch] = b;
-  }
+  px__bn_block_sums(part, s1, s2, g);
 }
 
-/* Channel ch's two sums: the block rows' partial sums added in order. */
-__device__ static void px__bn_nhwc_total(const double *__restrict__ part, int groups, int64_t c,
-                                         int64_t ch, double *s1, double *s2) {
+/* Channel ch's two sums: the block rows' partial sums added in a fixed
+ * order, in f64. All threads of a (32, PX__BN_LANES) block call it (it
+ * synchronises); lane y adds groups y, y + LANES, ... in order, then
+ * thread row 0 adds the lanes in order: the result is the same on every
+ * run, and a channel's groups are read by 32 threads at once. */
+enum { PX__BN_LANES = 16 };
+
+__device__ static void px__bn_nhwc_total(const double *__restrict__ part, int64_t groups,
+                                         int64_t c, int64_t ch, double *s1, double *s2) {
+  __shared__ double sh[2][PX__BN_LANES][32];
   double a = 0.0, b = 0.0;
-  for (int g = 0; g < groups; g++) {
-    a += part[((int64_t)g * 2 + 0) * c + ch];
-    b += part[((int64_t)g * 2 + 1) * c + ch];
+  if (ch < c)
+#pragma unroll 8 /* 16 loads in flight: the loop is latency-bound */
+    for (int64_t g = threadIdx.y; g < groups; g += PX__BN_LANES) {
+      a += part[(g * 2 + 0) * c + ch];
+      b += part[(g * 2 + 1) * c + ch];
+    }
+  sh[0][threadIdx.y][threadIdx.x] = a;
+  sh[1][threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  a = b = 0.0;
+  for (int l = 0; l < PX__BN_LANES; l++) {
+    a += sh[0][l][threadIdx.x];
+    b += sh[1][l][threadIdx.x];
   }
   *s1 = a;
   *s2 = b;
 }
 
-/* Forward statistics from the partial sums, one thread per channel: mean,
- * biased var, invstd, and the running statistics of ops.h. */
-__global__ static void px__bn_nhwc_stats(float *__restrict__ mean, float *__restrict__ var,
-                                         float *__restrict__ invstd, float *__restrict__ rm,
-                                         float *__restrict__ rv, const double *__restrict__ part,
-                                         int groups, int64_t c, int64_t count, float eps,
-                                         float momentum) {
-  const int64_t ch = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (ch >= c) return;
+/* Forward statistics from the partial sums, one channel a block column:
+ * mean, biased var, invstd, and the running statistics of ops.h. */
+__global__ static void __launch_bounds__(32 * PX__BN_LANES)
+    px__bn_nhwc_stats(float *__restrict__ mean, float *__restrict__ var,
+                      float *__restrict__ invstd, float *__restrict__ rm, float *__restrict__ rv,
+                      const double *__restrict__ part, int64_t groups, int64_t c, int64_t count,
+                      float eps, float momentum) {
+  const int64_t ch = (int64_t)blockIdx.x * 32 + threadIdx.x;
   double s1, s2;
   px__bn_nhwc_total(part, groups, c, ch, &s1, &s2);
+  if (threadIdx.y != 0 || ch >= c) return;
   const double mu = s1 / (double)count;
   double v = s2 / (double)count - mu * mu;
   if (v < 0.0) v = 0.0;
   mean[ch] = (float)mu;
   var[ch] = (float)v;
-  /* from the rounded var, as the backward computes it */
-  invstd[ch] = (float)(1.0 / sqrt((double)(float)v + (double)eps));
+  invstd[ch] = px__bn_invstd((float)v, eps); /* from the rounded var, as the backward */
   const double unbias = (double)count / (double)(count - 1);
   rm[ch] = (1.0f - momentum) * rm[ch] + momentum * (float)mu;
   rv[ch] = (1.0f - momentum) * rv[ch] + momentum * (float)(v * unbias);
 }
 
-/* invstd of the backward: from var as the forward's statistics kernel. */
-__global__ static void px__bn_nhwc_invstd(float *__restrict__ invstd, const float *__restrict__ var,
-                                          int64_t c, float eps) {
-  const int64_t ch = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (ch < c) invstd[ch] = (float)(1.0 / sqrt((double)var[ch] + (double)eps));
-}
-
-/* Backward coefficients, one thread per channel: dshift = sum dz, dscale =
- * invstd * sum dz (x - mean), and dx = k1 (dz - k2 - (x - mean) k3). */
-__global__ static void px__bn_nhwc_bwd_coef(float *__restrict__ dscale, float *__restrict__ dshift,
-                                            float *__restrict__ k1, float *__restrict__ k2,
-                                            float *__restrict__ k3, const float *__restrict__ var,
-                                            const float *__restrict__ scale,
-                                            const double *__restrict__ part, int groups,
-                                            int64_t c, int64_t count, float eps) {
-  const int64_t ch = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (ch >= c) return;
+/* Backward coefficients: dshift = sum dz, dscale = invstd * sum dz (x -
+ * mean), and dx = k1 (dz - k2 - (x - mean) k3). */
+__global__ static void __launch_bounds__(32 * PX__BN_LANES)
+    px__bn_nhwc_bwd_coef(float *__restrict__ dscale, float *__restrict__ dshift,
+                         float *__restrict__ k1, float *__restrict__ k2, float *__restrict__ k3,
+                         const float *__restrict__ var, const float *__restrict__ scale,
+                         const double *__restrict__ part, int64_t groups, int64_t c,
+                         int64_t count, float eps) {
+  const int64_t ch = (int64_t)blockIdx.x * 32 + threadIdx.x;
   double s1, s2;
   px__bn_nhwc_total(part, groups, c, ch, &s1, &s2);
+  if (threadIdx.y != 0 || ch >= c) return;
   const double is = 1.0 / sqrt((double)var[ch] + (double)eps);
   dshift[ch] = (float)s1;
   dscale[ch] = (float)(s2 * is);
@@ -252,53 +381,162 @@ __global__ static void px__bn_nhwc_bwd_coef(float *__restrict__ dscale, float *_
   k3[ch] = (float)(is * is * s2 / (double)count);
 }
 
-/* y = (x - mean) invstd scale + shift, ReLU'd when fused. */
-template <typename T>
-__global__ static void px__bn_nhwc_apply(T *y, const T *x, const float *__restrict__ mean,
-                                         const float *__restrict__ invstd,
-                                         const float *__restrict__ scale,
-                                         const float *__restrict__ shift, int64_t n, int64_t c,
-                                         int relu) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t ch = i % c;
-    float v = px__bn_pre(px__ld(x + i), mean[ch], invstd[ch], scale[ch], shift[ch]);
-    if (relu && !(v > 0.0f)) v = 0.0f;
-    px__st(y + i, v);
+/* y = (x - mean) invstd scale + shift, ReLU'd when fused; y may be x. Two
+ * rows an iteration, both loaded before either is stored, so that a
+ * thread has two loads in flight (and y == x stays correct). */
+template <typename T, int V>
+__global__ static void __launch_bounds__(PX__BN_THREADS)
+    px__bn_nhwc_apply(T *y, const T *x, const float *__restrict__ mean,
+                      const float *__restrict__ invstd, const float *__restrict__ scale,
+                      const float *__restrict__ shift, int relu, px__bn_geom_t g) {
+  const int64_t col = px__bn_col(&g, blockIdx.x, threadIdx.x);
+  if (col >= g.cols) return;
+  const int64_t ch0 = col * V, step = px__bn_step(&g);
+  float mu[V], is[V], sc[V], sf[V];
+  px__bn_ldc(mu, mean, ch0);
+  px__bn_ldc(is, invstd, ch0);
+  px__bn_ldc(sc, scale, ch0);
+  px__bn_ldc(sf, shift, ch0);
+  for (int64_t r = px__bn_row0(&g, blockIdx.y, threadIdx.y); r < g.rows; r += 2 * step) {
+    const int two = r + step < g.rows;
+    float v[2][V];
+    px__bn_ld(x + r * g.c + ch0, v[0]);
+    if (two) px__bn_ld(x + (r + step) * g.c + ch0, v[1]);
+#pragma unroll
+    for (int u = 0; u < 2; u++)
+#pragma unroll
+      for (int k = 0; k < V; k++) {
+        const float o = px__bn_pre(v[u][k], mu[k], is[k], sc[k], sf[k]);
+        v[u][k] = relu && !(o > 0.0f) ? 0.0f : o;
+      }
+    px__bn_st(y + r * g.c + ch0, v[0]);
+    if (two) px__bn_st(y + (r + step) * g.c + ch0, v[1]);
   }
 }
 
 /* dx = k1 (dz - k2 - (x - mean) k3), dz = dy through the fused ReLU; dx
- * may alias dy. */
-template <typename T>
-__global__ static void px__bn_nhwc_dx(T *dx, const T *dy, const T *__restrict__ x, int relu,
-                                      const float *__restrict__ mean,
-                                      const float *__restrict__ invstd,
-                                      const float *__restrict__ scale,
-                                      const float *__restrict__ shift, const float *__restrict__ k1,
-                                      const float *__restrict__ k2, const float *__restrict__ k3,
-                                      int64_t n, int64_t c) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t ch = i % c;
-    const float xv = px__ld(x + i);
-    const float g = px__bn_dz(px__ld(dy + i), xv, relu, mean[ch], invstd[ch], scale[ch], shift[ch]);
-    px__st(dx + i, k1[ch] * (g - k2[ch] - (xv - mean[ch]) * k3[ch]));
+ * may alias dy. Two rows an iteration, as px__bn_nhwc_apply. */
+template <typename T, int V>
+__global__ static void __launch_bounds__(PX__BN_THREADS)
+    px__bn_nhwc_dx(T *dx, const T *dy, const T *__restrict__ x, int relu,
+                   const float *__restrict__ mean, const float *__restrict__ var,
+                   const float *__restrict__ scale, const float *__restrict__ shift,
+                   const float *__restrict__ k1, const float *__restrict__ k2,
+                   const float *__restrict__ k3, float eps, px__bn_geom_t g) {
+  const int64_t col = px__bn_col(&g, blockIdx.x, threadIdx.x);
+  if (col >= g.cols) return;
+  const int64_t ch0 = col * V, step = px__bn_step(&g);
+  px__bn_chan<V> p;
+  px__bn_chan_load(&p, relu, ch0, mean, var, scale, shift, eps);
+  float a[V], b[V], e[V];
+  px__bn_ldc(a, k1, ch0);
+  px__bn_ldc(b, k2, ch0);
+  px__bn_ldc(e, k3, ch0);
+  for (int64_t r = px__bn_row0(&g, blockIdx.y, threadIdx.y); r < g.rows; r += 2 * step) {
+    const int two = r + step < g.rows;
+    float xv[2][V], d[2][V];
+    px__bn_ld(x + r * g.c + ch0, xv[0]);
+    px__bn_ld(dy + r * g.c + ch0, d[0]);
+    if (two) {
+      px__bn_ld(x + (r + step) * g.c + ch0, xv[1]);
+      px__bn_ld(dy + (r + step) * g.c + ch0, d[1]);
+    }
+#pragma unroll
+    for (int u = 0; u < 2; u++)
+#pragma unroll
+      for (int k = 0; k < V; k++) {
+        const float gz = px__bn_dz(p, relu, k, d[u][k], xv[u][k]);
+        d[u][k] = a[k] * (gz - b[k] - (xv[u][k] - p.mu[k]) * e[k]);
+      }
+    px__bn_st(dx + r * g.c + ch0, d[0]);
+    if (two) px__bn_st(dx + (r + step) * g.c + ch0, d[1]);
   }
 }
 
-/* Launches the partial-sum pass on op's geometry (dy NULL: the forward's). */
-template <typename T>
-static px_status_t px__bn_nhwc_sums(const px__cuda_batchnorm_t *op, const void *x, const void *dy,
-                                    const float *mean, const float *invstd, const float *scale,
-                                    const float *shift) {
-  const dim3 grid((unsigned)((op->c + PX__BN_TX - 1) / PX__BN_TX), (unsigned)op->groups);
-  const dim3 block(PX__BN_TX, PX__BN_TY);
-  px__bn_nhwc_partial<T><<<grid, block, 0, op->ops->stream>>>(
-      op->part, (const T *)x, (const T *)dy, op->p.fuse_relu, mean, invstd, scale, shift,
-      op->count, op->c);
+/* ---- channels-last launches ----------------------------------------------------------- */
+
+static px__bn_geom_t px__bn_geom_of(const px__cuda_batchnorm_t *op, int vec, int per_sm) {
+  return px__bn_geom(op->count, op->c, vec, op->bf16 ? 2 : 4, (int64_t)op->sms * per_sm);
+}
+
+/* Whether 16-byte vector loads and stores fit every base pointer (NULL fits). */
+static int px__bn_aligned(const void *a, const void *b, const void *c) {
+  return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15u) == 0;
+}
+
+static dim3 px__bn_grid(const px__bn_geom_t &g) { return dim3((unsigned)g.gx, (unsigned)g.gy); }
+static dim3 px__bn_block(const px__bn_geom_t &g) { return dim3((unsigned)g.tx, (unsigned)g.ty); }
+static unsigned px__bn_chan_grid(int64_t c) { return (unsigned)((c + 31) / 32); }
+
+/* Training forward, NHWC, V channels a thread: the sums (one read of x),
+ * the statistics, the normalisation with the fused ReLU (x read, y
+ * written). The forward's invstd goes to op->buf. */
+template <typename T, int V>
+static px_status_t px__bn_nhwc_fwd(px__cuda_batchnorm_t *op, T *y, const T *x, float *mean,
+                                   float *var, const float *scale, const float *shift, float *rm,
+                                   float *rv) {
+  const cudaStream_t s = op->ops->stream;
+  const px__bn_geom_t gs = px__bn_geom_of(op, V, PX__BN_SUM_PER_SM);
+  const px__bn_geom_t ge = px__bn_geom_of(op, V, PX__BN_EW_PER_SM);
+  px__bn_nhwc_partial<T, V><<<px__bn_grid(gs), px__bn_block(gs), 0, s>>>(
+      op->part, x, NULL, 0, NULL, NULL, NULL, NULL, 0.0f, gs);
   PX_CUDA_LAUNCHED("batchnorm sums");
+  float *invstd = op->buf;
+  px__bn_nhwc_stats<<<px__bn_chan_grid(op->c), dim3(32, PX__BN_LANES), 0, s>>>(
+      mean, var, invstd, rm, rv, op->part, gs.gy, op->c, op->count, op->p.eps, op->p.momentum);
+  PX_CUDA_LAUNCHED("batchnorm statistics");
+  px__bn_nhwc_apply<T, V><<<px__bn_grid(ge), px__bn_block(ge), 0, s>>>(
+      y, x, mean, invstd, scale, shift, op->p.fuse_relu, ge);
+  PX_CUDA_LAUNCHED("batchnorm normalise");
   return PX_OK;
+}
+
+template <typename T>
+static px_status_t px__bn_nhwc_forward(px__cuda_batchnorm_t *op, void *y, const void *x,
+                                       float *mean, float *var, const float *scale,
+                                       const float *shift, float *rm, float *rv) {
+  enum { W = 16 / sizeof(T) };
+  if (px__bn_vec(op->c, (int)sizeof(T), px__bn_aligned(y, x, NULL)) == W)
+    return px__bn_nhwc_fwd<T, W>(op, (T *)y, (const T *)x, mean, var, scale, shift, rm, rv);
+  return px__bn_nhwc_fwd<T, 1>(op, (T *)y, (const T *)x, mean, var, scale, shift, rm, rv);
+}
+
+/* Backward, NHWC, V channels a thread: both sums in one pass (dy and x
+ * read once), the coefficients, dx (dy and x read, dx written). k1, k2,
+ * k3 go to op->buf + C, 2C, 3C. */
+template <typename T, int V>
+static px_status_t px__bn_nhwc_bwd(px__cuda_batchnorm_t *op, T *dx, float *dscale, float *dshift,
+                                   const T *dy, const T *x, const float *scale,
+                                   const float *shift, const float *mean, const float *var) {
+  const cudaStream_t s = op->ops->stream;
+  const px__bn_geom_t gs = px__bn_geom_of(op, V, PX__BN_SUM_PER_SM);
+  const px__bn_geom_t ge = px__bn_geom_of(op, V, PX__BN_EW_PER_SM);
+  float *k1 = op->buf + op->c, *k2 = op->buf + 2 * op->c, *k3 = op->buf + 3 * op->c;
+  const int relu = op->p.fuse_relu;
+  const float eps = op->p.eps;
+  px__bn_nhwc_partial<T, V><<<px__bn_grid(gs), px__bn_block(gs), 0, s>>>(
+      op->part, x, dy, relu, mean, var, scale, shift, eps, gs);
+  PX_CUDA_LAUNCHED("batchnorm backward sums");
+  px__bn_nhwc_bwd_coef<<<px__bn_chan_grid(op->c), dim3(32, PX__BN_LANES), 0, s>>>(
+      dscale, dshift, k1, k2, k3, var, scale, op->part, gs.gy, op->c, op->count, eps);
+  PX_CUDA_LAUNCHED("batchnorm backward coefficients");
+  px__bn_nhwc_dx<T, V><<<px__bn_grid(ge), px__bn_block(ge), 0, s>>>(
+      dx, dy, x, relu, mean, var, scale, shift, k1, k2, k3, eps, ge);
+  PX_CUDA_LAUNCHED("batchnorm backward");
+  return PX_OK;
+}
+
+template <typename T>
+static px_status_t px__bn_nhwc_backward(px__cuda_batchnorm_t *op, void *dx, float *dscale,
+                                        float *dshift, const void *dy, const void *x,
+                                        const float *scale, const float *shift, const float *mean,
+                                        const float *var) {
+  enum { W = 16 / sizeof(T) };
+  if (px__bn_vec(op->c, (int)sizeof(T), px__bn_aligned(dx, dy, x)) == W)
+    return px__bn_nhwc_bwd<T, W>(op, (T *)dx, dscale, dshift, (const T *)dy, (const T *)x, scale,
+                                 shift, mean, var);
+  return px__bn_nhwc_bwd<T, 1>(op, (T *)dx, dscale, dshift, (const T *)dy, (const T *)x, scale,
+                               shift, mean, var);
 }
 
 /* ---- op ------------------------------------------------------------------------------ */
@@ -356,12 +594,15 @@ extern "C" px_status_t px__cuda_batchnorm_create(px_ops_t *o, const px_tensor_t 
     PX_CHECK_GOTO(px__cuda_mem_zero(ops->device.index, op->buf, bytes), st, fail);
   }
   if (op->nhwc) {
-    /* about 4 blocks per SM of a large GPU, at least 8 rows a block row */
-    const int64_t cblocks = (op->c + PX__BN_TX - 1) / PX__BN_TX;
-    int64_t g = (528 + cblocks - 1) / cblocks, most = (op->count + PX__BN_TY - 1) / PX__BN_TY;
-    if (g > most) g = most;
-    if (g > 1024) g = 1024;
-    op->groups = (int)(g < 1 ? 1 : g);
+    /* part holds the partial sums of either vector width (chosen per call
+     * from the pointers' alignment) */
+    PX_CUDA_GOTO(cudaDeviceGetAttribute(&op->sms, cudaDevAttrMultiProcessorCount,
+                                        ops->device.index),
+                 st, fail);
+    const int esize = op->bf16 ? 2 : 4, vec = px__bn_vec(op->c, esize, 1);
+    op->groups = px__bn_geom_of(op, 1, PX__BN_SUM_PER_SM).gy;
+    const int64_t gv = px__bn_geom_of(op, vec, PX__BN_SUM_PER_SM).gy;
+    if (gv > op->groups) op->groups = gv;
     PX_CHECK_GOTO(px__cuda_mem_alloc(ops->device.index,
                                      (size_t)op->groups * 2 * (size_t)op->c * sizeof(double),
                                      "batchnorm partial sums", (void **)&op->part),
@@ -416,28 +657,12 @@ extern "C" px_status_t px__cuda_batchnorm_forward_train(px_batchnorm_t *o, px_te
   const float one = 1.0f, zero = 0.0f;
   PX_CHECK(px__cuda_enter(ops));
   if (op->nhwc) {
+    float *mu = (float *)mean->data, *v = (float *)var->data;
+    float *rm = (float *)running_mean->data, *rv = (float *)running_var->data;
+    const float *sc = (const float *)scale->data, *sf = (const float *)shift->data;
     if (op->bf16)
-      PX_CHECK(px__bn_nhwc_sums<__nv_bfloat16>(op, x->data, NULL, NULL, NULL, NULL, NULL));
-    else
-      PX_CHECK(px__bn_nhwc_sums<float>(op, x->data, NULL, NULL, NULL, NULL, NULL));
-    px__bn_nhwc_stats<<<px__cuda_blocks((size_t)op->c), PX__CUDA_THREADS, 0, ops->stream>>>(
-        (float *)mean->data, (float *)var->data, save_invstd, (float *)running_mean->data,
-        (float *)running_var->data, op->part, op->groups, op->c, op->count, op->p.eps,
-        op->p.momentum);
-    PX_CUDA_LAUNCHED("batchnorm statistics");
-    const size_t n = px_tensor_numel(&op->x_spec);
-    if (op->bf16)
-      px__bn_nhwc_apply<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, ops->stream>>>(
-          (__nv_bfloat16 *)y->data, (const __nv_bfloat16 *)x->data, (const float *)mean->data,
-          save_invstd, (const float *)scale->data, (const float *)shift->data, (int64_t)n, op->c,
-          op->p.fuse_relu);
-    else
-      px__bn_nhwc_apply<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, ops->stream>>>(
-          (float *)y->data, (const float *)x->data, (const float *)mean->data, save_invstd,
-          (const float *)scale->data, (const float *)shift->data, (int64_t)n, op->c,
-          op->p.fuse_relu);
-    PX_CUDA_LAUNCHED("batchnorm normalise");
-    return PX_OK;
+      return px__bn_nhwc_forward<__nv_bfloat16>(op, y->data, x->data, mu, v, sc, sf, rm, rv);
+    return px__bn_nhwc_forward<float>(op, y->data, x->data, mu, v, sc, sf, rm, rv);
   }
   PX_CUDNN(cudnnBatchNormalizationForwardTraining(
       ops->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, op->x_desc, x->data, op->x_desc, y->data,
@@ -516,31 +741,13 @@ extern "C" px_status_t px__cuda_batchnorm_backward(px_batchnorm_t *o, px_tensor_
   const size_t n = px_tensor_numel(&op->x_spec);
   PX_CHECK(px__cuda_enter(ops));
   if (op->nhwc) {
-    float *is = op->buf, *k1 = op->buf + op->c, *k2 = op->buf + 2 * op->c, *k3 = op->buf + 3 * op->c;
-    const float *mu = (const float *)mean->data, *sc = (const float *)scale->data;
-    const float *sf = (const float *)shift->data;
-    px__bn_nhwc_invstd<<<px__cuda_blocks((size_t)op->c), PX__CUDA_THREADS, 0, ops->stream>>>(
-        is, (const float *)var->data, op->c, op->p.eps);
-    PX_CUDA_LAUNCHED("batchnorm inverse std");
+    float *dsc = (float *)dscale->data, *dsh = (float *)dshift->data;
+    const float *sc = (const float *)scale->data, *sf = (const float *)shift->data;
+    const float *mu = (const float *)mean->data, *v = (const float *)var->data;
     if (op->bf16)
-      PX_CHECK(px__bn_nhwc_sums<__nv_bfloat16>(op, x->data, dy->data, mu, is, sc, sf));
-    else
-      PX_CHECK(px__bn_nhwc_sums<float>(op, x->data, dy->data, mu, is, sc, sf));
-    px__bn_nhwc_bwd_coef<<<px__cuda_blocks((size_t)op->c), PX__CUDA_THREADS, 0, ops->stream>>>(
-        (float *)dscale->data, (float *)dshift->data, k1, k2, k3, (const float *)var->data,
-        (const float *)scale->data, op->part, op->groups, op->c, op->count, op->p.eps);
-    PX_CUDA_LAUNCHED("batchnorm backward coefficients");
-    const int relu = op->p.fuse_relu;
-    if (op->bf16)
-      px__bn_nhwc_dx<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, ops->stream>>>(
-          (__nv_bfloat16 *)dx->data, (const __nv_bfloat16 *)dy->data,
-          (const __nv_bfloat16 *)x->data, relu, mu, is, sc, sf, k1, k2, k3, (int64_t)n, op->c);
-    else
-      px__bn_nhwc_dx<<<px__cuda_blocks(n), PX__CUDA_THREADS, 0, ops->stream>>>(
-          (float *)dx->data, (const float *)dy->data, (const float *)x->data, relu, mu, is, sc, sf,
-          k1, k2, k3, (int64_t)n, op->c);
-    PX_CUDA_LAUNCHED("batchnorm backward");
-    return PX_OK;
+      return px__bn_nhwc_backward<__nv_bfloat16>(op, dx->data, dsc, dsh, dy->data, x->data, sc, sf,
+                                                 mu, v);
+    return px__bn_nhwc_backward<float>(op, dx->data, dsc, dsh, dy->data, x->data, sc, sf, mu, v);
   }
   px__bn_invstd_kernel<<<px__cuda_blocks((size_t)op->c), PX__CUDA_THREADS, 0, ops->stream>>>(
       bwd_invstd, (const float *)var->data, op->c, op->p.eps);
