@@ -19,14 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-#define CK(call)                                                                  \
-  do {                                                                            \
-    dnnl_status_t s_ = (call);                                                    \
-    if (s_ != dnnl_success) {                                                     \
-      fprintf(stderr, "%s:%d: %s failed (%d)\n", __FILE__, __LINE__, #call, (int)s_); \
-      exit(1);                                                                    \
-    }                                                                             \
-  } while (0)
+#include "px_bench_dnnl.h"
 
 typedef struct {
   const char *net;
