@@ -183,12 +183,6 @@ static px_status_t px__plan_alloc(const px_model_t *m, px__cg_t *c) {
   return PX_OK;
 }
 
-/* Widens every channel group to a multiple of c->round kept channels (the
- * lowest dropped ones first; all of them when fewer), so that the compact
- * model's layers have widths the engine's fast kernels take. A dropped
- * channel that comes back is read by no weight: it changes nothing the
- * model computes. A graph with a concatenation keeps its exact widths (the
- * offsets tie its groups). */
 int px__compact_round_width(int n, int round) {
   if (round == PX__COMPACT_ROUND_CL) {
     if (n > 8) return (n + 15) / 16 * 16;
@@ -199,6 +193,12 @@ int px__compact_round_width(int n, int round) {
   return round > 1 ? (n + round - 1) / round * round : n;
 }
 
+/* Widens every channel group to its px__compact_round_width (the
+ * lowest dropped ones first; all of them when fewer), so that the compact
+ * model's layers have widths the engine's fast kernels take. A dropped
+ * channel that comes back is read by no weight: it changes nothing the
+ * model computes. A graph with a concatenation keeps its exact widths (the
+ * offsets tie its groups). */
 static void px__round_groups(px__cg_t *c, const px_model_t *m) {
   for (int k = 0; k < c->nn; k++)
     if (c->nodes[k].kind == PX_NODE_CONCAT) return;

@@ -231,8 +231,8 @@ static px_status_t px__conv_g(px_model_t *m, int in, int c_out, int k, int strid
   if ((m->widths || m->graph) && px_ops_device(m->ops).kind == PX_DEVICE_CPU &&
       xa->layout != NULL && xa->nbytes != (size_t)px_tensor_numel(xa) * sizeof(float)) {
     px_tensor_t plain;
-    const px_tensor_t *a = &m->acts[in];
-    PX_CHECK(px_tensor_init4(&plain, a->device, a->dims[0], a->dims[1], a->dims[2], a->dims[3]));
+    PX_CHECK(
+        px_tensor_init4(&plain, xa->device, xa->dims[0], xa->dims[1], xa->dims[2], xa->dims[3]));
     PX_CHECK(px__reorder(m, in, &plain, &in));
   }
   px__node_t *n;
