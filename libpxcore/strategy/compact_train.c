@@ -40,9 +40,10 @@
  * (nChw16c, what it picks for f32) send a layer whose channel count is not
  * a multiple of 16 to its reference code (about 1.6 s a call for 8 channels
  * at batch 16), while channels-last (acdb) has jit kernels for any count:
- * at 8 channels, 28 x 28, batch 64, one thread, forward + backward data +
- * backward weights take 2.2-4.0 ms there against 6.2-6.8 ms for the 16
- * channels a blocked layout would need (docs/performance.md, issue 29). So
+ * at 8 channels, 32 x 32, batch 64, one thread, forward + backward data +
+ * backward weights take 5.3 ms there against 12.7 ms for the 16 channels a
+ * blocked layout would need (bench/train/px_bench_conv_layouts,
+ * docs/performance.md, issue 29). So
  * the compact model's convolutions write channels-last, and every group
  * is widened to 1, 2, 4, 8 or a multiple of 16 channels
  * (PX__COMPACT_ROUND_CL: the widths whose channels-last maps the batch norm
