@@ -99,9 +99,11 @@ static void px__bf16_decide(void) {
   const char *env = getenv("PX_INFER_PRECISION");
   dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
   int amx = (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
-  px__bf16_fast_v = env && !strcmp(env, "f32") ? 0 : env && !strcmp(env, "bf16") ? 1 : amx;
-  px_log(PX_LOG_INFO, "inference engine: %s convolutions (oneDNN ISA %s AMX%s)",
-         px__bf16_fast_v ? "bf16" : "f32", amx ? "with" : "without",
+  int dot = (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+  px__bf16_fast_v = env && !strcmp(env, "f32") ? 0 : env && !strcmp(env, "bf16") ? 1 : dot;
+  px_log(PX_LOG_INFO, "inference engine: %s convolutions (oneDNN ISA %s%s)",
+         px__bf16_fast_v ? "bf16" : "f32",
+         amx ? "with AMX" : dot ? "with AVX512-BF16, without AMX" : "without bf16 instructions",
          env ? ", PX_INFER_PRECISION set" : "");
 }
 

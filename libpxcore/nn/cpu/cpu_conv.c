@@ -119,12 +119,13 @@ static px_status_t px__conv_pds(px_ops_t *ops, px__cpu_wlayer_t *l, const void *
   }
   PX_CHECK(px__weight_mds(p, c_in, g, dnnl_f32, w_plain, &w_any));
   PX_CHECK(px__cpu_plain_md(&b_md, 1, bdims, PX_DTYPE_F32));
-  /* bf16 context: channels-last outputs for every convolution (f32 ones too), the layout of
-     oneDNN's AMX kernels, so that residual adds meet one layout; the same in f32 where the
+  /* bf16 context on AMX (conv_bf16_cl): channels-last outputs for every convolution (f32 ones
+     too), the layout of oneDNN's AMX kernels, so that residual adds meet one layout (without
+     AMX the layouts oneDNN picks: its AVX512-BF16 kernels are blocked); the same in f32 where the
      context asks for it (conv_nhwc: a compact model's 8-channel layers, which oneDNN's blocked
      layouts send to its reference code) */
   PX_DNNL(dnnl_memory_desc_init_by_tag(&y_any, 4, ydims, dnnl_f32,
-                                       ops->conv_bf16 || ops->conv_nhwc ? dnnl_acdb
+                                       ops->conv_bf16_cl || ops->conv_nhwc ? dnnl_acdb
                                                                         : dnnl_format_tag_any));
   const dnnl_memory_desc_t *bias = p->bias ? &b_md : NULL;
   const dnnl_alg_kind_t alg = dnnl_convolution_direct;

@@ -76,8 +76,13 @@ struct px_ops {
   size_t lpscratch_bytes;
   int conv_bf16;              /* 1: convolutions created from now on compute in bf16 (set by
                                  px__cpu_ops_act_format from the model's precision) */
+  int conv_bf16_cl;           /* 1: conv_bf16 on a CPU with AMX: every convolution writes
+                                 channels-last (acdb), the layout of oneDNN 2.6's AMX kernels;
+                                 without AMX its bf16 kernels (jit avx512_core_bf16) take the
+                                 blocked layouts, and channels-last ones run its reference code
+                                 (set by px__cpu_ops_act_format) */
   int conv_nhwc;              /* 1: convolutions created from now on write channels-last (acdb)
-                                 outputs, as in a bf16 context, in f32 (set around the build of a
+                                 outputs, as in a bf16 context with AMX, in f32 (set around the build of a
                                  compact training model, strategy/compact_train.c: oneDNN 2.6 has
                                  fast kernels for 8-channel layers in this layout only) */
   px__cpu_layout_t **layouts;
