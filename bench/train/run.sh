@@ -5,10 +5,11 @@
 # and the best of ROUNDS runs of each counts. Prints a row per model and ends
 # with RESULT resnet20_vs_torch / resnet18_vs_torch (ours/torch images/s,
 # higher is better) and the peak-memory ratios (lower is better).
-# TORCH_PRECISION=bf16 runs the PyTorch peer under CPU autocast to bfloat16
-# (ours stays fp32: the CPU engine has no bf16 training; see
-# px_bench_conv_bf16 and docs/performance.md for what bf16 would give).
-#   bench/train/run.sh [BUILD_DIR]  (env: MODELS, ROUNDS, STEPS, THREADS, BATCH, TORCH_PRECISION)
+# TORCH_PRECISION=bf16 runs the PyTorch peer under CPU autocast to bfloat16;
+# PRECISION=bf16 runs ours with bf16 convolutions (pxtrain --precision bf16,
+# f32 master weights; it needs AVX512-BF16 or AMX). Both default to fp32.
+#   bench/train/run.sh [BUILD_DIR]  (env: MODELS, ROUNDS, STEPS, THREADS, BATCH, PRECISION,
+#                                    TORCH_PRECISION)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../../build}
@@ -21,17 +22,21 @@ STEPS=${STEPS:-10}
 THREADS=${THREADS:-2}
 BATCH=${BATCH:-128}
 TORCH_PRECISION=${TORCH_PRECISION:-fp32}
-case $TORCH_PRECISION in fp32|bf16) ;; *) echo "run.sh: TORCH_PRECISION must be fp32 or bf16, not '$TORCH_PRECISION'" >&2; exit 2 ;; esac
+PRECISION=${PRECISION:-fp32}
+for v in "TORCH_PRECISION=$TORCH_PRECISION" "PRECISION=$PRECISION"; do
+  case ${v#*=} in fp32|bf16) ;; *) echo "run.sh: ${v%%=*} must be fp32 or bf16, not '${v#*=}'" >&2; exit 2 ;; esac
+done
 export OMP_NUM_THREADS=$THREADS
 
 
-echo "PyTorch precision: $TORCH_PRECISION"
+echo "precision: ours $PRECISION, PyTorch $TORCH_PRECISION"
 printf '%-10s %12s %12s %8s %12s %12s %8s\n' model ours_img/s torch_img/s ratio ours_MB torch_MB mem
 results=()
 for m in $MODELS; do
   ours=(); theirs=(); ours_mem=(); theirs_mem=()
   for r in $(seq "$ROUNDS"); do
-    o=$("$pxtrain" --bench --model "$m" --batch "$BATCH" --threads "$THREADS" --steps "$STEPS")
+    o=$("$pxtrain" --bench --model "$m" --batch "$BATCH" --threads "$THREADS" --steps "$STEPS" \
+         --precision "$PRECISION")
     t=$("$PY" "$here/torch_bench.py" --model "$m" --batch "$BATCH" --threads "$THREADS" --steps "$STEPS" \
          --precision "$TORCH_PRECISION")
     ours+=("$(echo "$o" | field images_per_sec)"); theirs+=("$(echo "$t" | field images_per_sec)")
@@ -42,7 +47,8 @@ for m in $MODELS; do
   ratio=$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", a/b}')
   mratio=$(awk -v a="$am" -v b="$bm" 'BEGIN{printf "%.3f", a/b}')
   printf '%-10s %12s %12s %8s %12s %12s %8s\n' "$m" "$a" "$b" "$ratio" "$am" "$bm" "$mratio"
-  sfx=; [ "$TORCH_PRECISION" = fp32 ] || sfx=_$TORCH_PRECISION
+  sfx=; [ "$PRECISION" = fp32 ] || sfx=_ours_$PRECISION
+  [ "$TORCH_PRECISION" = fp32 ] || sfx=${sfx}_$TORCH_PRECISION
   results+=("RESULT ${m}_vs_torch$sfx $ratio ratio" "RESULT ${m}_mem_vs_torch$sfx $mratio ratio")
 done
 printf '%s\n' "${results[@]}"

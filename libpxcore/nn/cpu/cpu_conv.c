@@ -130,8 +130,9 @@ static px_status_t px__conv_pds(px_ops_t *ops, px__cpu_wlayer_t *l, const void *
   const dnnl_memory_desc_t *bias = p->bias ? &b_md : NULL;
   const dnnl_alg_kind_t alg = dnnl_convolution_direct;
   /* bf16 where the context asks for it: dense layers (oneDNN 2.6 has no AMX kernel for
-     grouped ones) */
-  l->lowp = ops->conv_bf16 && g == 1;
+     grouped ones), and not the channels-last layers of a compact model without AMX (there
+     oneDNN 2.6 runs channels-last bf16 on its reference code: they stay f32) */
+  l->lowp = ops->conv_bf16 && g == 1 && (ops->conv_bf16_cl || !ops->conv_nhwc);
 
   dnnl_convolution_desc_t cd;
   PX_DNNL(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, alg, &x_md, &w_any, bias,
