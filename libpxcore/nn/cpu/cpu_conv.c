@@ -95,6 +95,16 @@ static px_status_t px__conv_pds_bf16(px_ops_t *ops, const px_conv2d_params_t *p,
   return px__conv_bwd_pds(ops, pd, x_md, &w_any, &x_lp, &w_f32, b_md, &dy_any, strides, pad);
 }
 
+/* st, after noting a forward or backward weights on oneDNN's reference code. */
+static px_status_t px__conv_note_ref(px_ops_t *ops, px_status_t st,
+                                     dnnl_primitive_desc_t pd[PX__WL_NPD]) {
+  if (st == PX_OK) {
+    px__cpu_note_ref(ops, pd[PX__WL_FWD], "convolution forward");
+    px__cpu_note_ref(ops, pd[PX__WL_BWD_W], "convolution backward weights");
+  }
+  return st;
+}
+
 /* The convolution's descriptors and specs (px__cpu_wlayer_pds_fn): y_spec
  * from the destination oneDNN chose; dx uses the layout of x, dy that of y. */
 static px_status_t px__conv_pds(px_ops_t *ops, px__cpu_wlayer_t *l, const void *params,
@@ -143,9 +153,11 @@ static px_status_t px__conv_pds(px_ops_t *ops, px__cpu_wlayer_t *l, const void *
   if (l->lowp) {
     dnnl_primitive_desc_destroy(pd[PX__WL_FWD]);
     pd[PX__WL_FWD] = NULL;
-    return px__conv_pds_bf16(ops, p, &x_md, bias, &y_md, strides, pad, pd);
+    return px__conv_note_ref(ops, px__conv_pds_bf16(ops, p, &x_md, bias, &y_md, strides, pad, pd),
+                             pd);
   }
-  return px__conv_bwd_pds(ops, pd, &x_md, &w_any, &x_md, &w_any, bias, &y_md, strides, pad);
+  return px__conv_note_ref(
+      ops, px__conv_bwd_pds(ops, pd, &x_md, &w_any, &x_md, &w_any, bias, &y_md, strides, pad), pd);
 }
 
 px_status_t px__cpu_conv2d_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_conv2d_params_t *p,

@@ -122,8 +122,8 @@ px_status_t px__cpu_ops_sync(px_ops_t *ops) {
  * instructions (AVX512-BF16 or AMX): elsewhere oneDNN would emulate them far
  * slower than f32. */
 px_status_t px__cpu_ops_act_format(px_ops_t *ops, px_precision_t precision, px_tensor_t *spec) {
+  const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
   if (precision == PX_PRECISION_BF16) {
-    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     if ((isa & dnnl_cpu_isa_avx512_core_bf16) != dnnl_cpu_isa_avx512_core_bf16) /* ISA bit sets */
       return px_set_error(PX_ERR_INVALID, "bf16 precision on the CPU needs AVX512-BF16 or AMX; "
                           "this CPU has %s: use precision fp32", dnnl_cpu_isa2str(isa));
@@ -132,7 +132,6 @@ px_status_t px__cpu_ops_act_format(px_ops_t *ops, px_precision_t precision, px_t
   /* AMX's kernels want channels-last; without AMX, channels-last bf16 convolutions run oneDNN's
      reference code (an AMD EPYC Zen 5: 9.6 s for a ResNet-20 step at batch 16), blocked ones
      its AVX512-BF16 kernels */
-  const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
   ops->conv_bf16_cl = ops->conv_bf16 &&
                       (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
   if (!ops->conv_nhwc || !spec || spec->ndim != 4) return PX_OK;
@@ -345,6 +344,16 @@ px_status_t px__cpu_pd_create(px_ops_t *ops, dnnl_primitive_desc_t *pd, const vo
   return px_set_error(s == dnnl_unimplemented ? PX_ERR_INVALID : PX_ERR_BACKEND,
                       "oneDNN: no %s primitive for these shapes: %s", what, dnnl_status2str(s));
 }
+
+void px__cpu_note_ref(px_ops_t *ops, const_dnnl_primitive_desc_t pd, const char *what) {
+  const char *impl = NULL;
+  if (pd && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+      impl && !strncmp(impl, "ref", 3) && ops->ref_pds++ == 0)
+    px_log(PX_LOG_WARN, "oneDNN runs the %s on its reference code (%s): far slower than its "
+           "vector kernels", what, impl);
+}
+
+int px__cpu_ops_ref_pds(const px_ops_t *ops) { return ops->ref_pds; }
 
 const dnnl_memory_desc_t *px__cpu_pd_md(const_dnnl_primitive_desc_t pd, int arg) {
   return dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg);

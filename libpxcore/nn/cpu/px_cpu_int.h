@@ -81,6 +81,9 @@ struct px_ops {
                                  without AMX its bf16 kernels (jit avx512_core_bf16) take the
                                  blocked layouts, and channels-last ones run its reference code
                                  (set by px__cpu_ops_act_format) */
+  int ref_pds;                /* training convolutions on oneDNN's reference code ("ref:"
+                                 implementations, far slower than its vector kernels;
+                                 px__cpu_note_ref) */
   int conv_nhwc;              /* 1: convolutions created from now on write channels-last (acdb)
                                  outputs, as in a bf16 context with AMX, in f32 (set around the build of a
                                  compact training model, strategy/compact_train.c: oneDNN 2.6 has
@@ -127,6 +130,14 @@ px_status_t px__cpu_check_input(px_ops_t *ops, const px_tensor_t *x, int min_ndi
 px_status_t px__cpu_pd_create(px_ops_t *ops, dnnl_primitive_desc_t *pd, const void *op_desc,
                               const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint,
                               const char *what);
+
+/* A primitive every training step runs (a convolution's forward or backward
+ * weights; a backward data may be created and never run, as the first
+ * layer's) that oneDNN implements on its reference code counts in
+ * ops->ref_pds, the first logged as a warning naming what and the
+ * implementation. px__cpu_ops_ref_pds: the count. */
+void px__cpu_note_ref(px_ops_t *ops, const_dnnl_primitive_desc_t pd, const char *what);
+int px__cpu_ops_ref_pds(const px_ops_t *ops);
 
 /* Descriptor the primitive wants for an execution argument (DNNL_ARG_*). */
 const dnnl_memory_desc_t *px__cpu_pd_md(const_dnnl_primitive_desc_t pd, int arg);
