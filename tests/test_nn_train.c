@@ -50,7 +50,7 @@ static px_train_config_t small_config(void) {
   c.threads = 2;
   c.epochs = 3;
   c.lr = 0.05;
-  c.lr_schedule = "constant";
+  c.lr_schedule = "cosine";
   c.augment = 0;
   return c;
 }
@@ -72,9 +72,12 @@ static void test_loss_falls_on_a_real_subset(void **state) {
          e[2].loss, 100 * before.accuracy, 100 * after.accuracy);
   assert_true(e[2].loss < 0.8 * e[0].loss);
   assert_true(after.loss < before.loss);
-  /* ten classes: chance is 0.1. The figure depends on the CPU's oneDNN
-   * kernels: 46.9% on one 2-core machine, above 50% on others. */
-  assert_true(after.accuracy > 0.4);
+  /* ten classes: chance is 0.1. With a constant rate the figure was
+   * chaotic (seeds 1-5: 33.2-72.3% with direct convolutions, 32.4-56.6% with
+   * Winograd, and a test loss above the untrained model's in one run); the
+   * cosine schedule's last steps settle the weights and BN statistics:
+   * 69.1-74.6% and 66.0-74.2% on seeds 1-4 (AMD EPYC, Zen 5). */
+  assert_true(after.accuracy > 0.5);
   px_trainer_destroy(t);
 }
 

@@ -616,6 +616,26 @@ static px_status_t px__build(px_model_t *m, const px__arch_t *a) {
   return PX_OK;
 }
 
+/* Whether input a of an ADD, an activation with other consumers (a residual
+ * block's input), may share the ADD output's gradient buffer with the ADD's
+ * other input b, a single-consumer activation made by a node other than an
+ * ADD (the block's last BN), saving the copy of the gradient into a's own
+ * buffer (px__route). The backward then writes the rest of a's gradient
+ * (its other consumers' share, added in by px__settle) over the buffer
+ * b's gradient lies in: that is safe when every other consumer of a comes
+ * before b's producer in the forward, so that their backward runs after
+ * b's producer has read its gradient, and after the ADD has routed it. */
+static int px__stream_alias(const px_model_t *m, int add, int a, int b) {
+  if (a < 1 || a == m->in_act || m->alias[a] != a || m->consumers[a] < 2 || b < 0 ||
+      m->consumers[b] != 1 || m->producer[b] < 0 || m->nodes[m->producer[b]].kind == PX__ADD)
+    return 0;
+  for (int k = 0; k < m->nnodes; k++) {
+    const px__node_t *c = &m->nodes[k];
+    if ((c->in == a || c->in2 == a) && k != add && k >= m->producer[b]) return 0;
+  }
+  return 1;
+}
+
 /* Consumers, producers, gradient aliases and last uses of every activation. */
 static px_status_t px__analyse(px_model_t *m) {
   int n = m->nacts;
@@ -651,6 +671,8 @@ static px_status_t px__analyse(px_model_t *m) {
     if (nd->kind != PX__ADD) continue;
     if (m->consumers[nd->in] == 1) m->alias[nd->in] = nd->out;
     if (m->consumers[nd->in2] == 1) m->alias[nd->in2] = nd->out;
+    if (px__stream_alias(m, k, nd->in, nd->in2)) m->alias[nd->in] = nd->out;
+    else if (px__stream_alias(m, k, nd->in2, nd->in)) m->alias[nd->in2] = nd->out;
   }
   return PX_OK;
 }

@@ -53,23 +53,75 @@ static px_status_t px__weight_mds(const px_conv2d_params_t *p, int64_t c_in, int
   return PX_OK;
 }
 
+/* The memory descriptors of one of a layer's three convolutions: source
+ * (or its gradient), weights (or their gradient), bias, destination (or its
+ * gradient). */
+typedef struct {
+  const dnnl_memory_desc_t *x, *w, *b, *y;
+  const int64_t *strides, *pad;
+} px__conv_mds_t;
+
+static dnnl_status_t px__conv_desc(int k, dnnl_alg_kind_t alg, const px__conv_mds_t *m,
+                                   dnnl_convolution_desc_t *cd) {
+  if (k == PX__WL_FWD)
+    return dnnl_convolution_forward_desc_init(cd, dnnl_forward_training, alg, m->x, m->w, m->b,
+                                              m->y, m->strides, m->pad, m->pad);
+  if (k == PX__WL_BWD_D)
+    return dnnl_convolution_backward_data_desc_init(cd, alg, m->x, m->w, m->y, m->strides, m->pad,
+                                                    m->pad);
+  return dnnl_convolution_backward_weights_desc_init(cd, alg, m->x, m->w, m->b, m->y, m->strides,
+                                                     m->pad, m->pad);
+}
+
+/* pd[k] (the backward ones hinted by pd[PX__WL_FWD]): oneDNN's Winograd
+ * kernels where bit k of wino asks for them and oneDNN has them for these
+ * shapes and layouts, its direct ones otherwise. */
+static px_status_t px__conv_pd(px_ops_t *ops, dnnl_primitive_desc_t pd[PX__WL_NPD], int k, int wino,
+                               const px__conv_mds_t *m, const char *what) {
+  const_dnnl_primitive_desc_t hint = k == PX__WL_FWD ? NULL : pd[PX__WL_FWD];
+  dnnl_convolution_desc_t cd;
+  if ((wino >> k & 1) && px__conv_desc(k, dnnl_convolution_winograd, m, &cd) == dnnl_success &&
+      dnnl_primitive_desc_create(&pd[k], (const_dnnl_op_desc_t)&cd, ops->attr, ops->engine,
+                                 hint) == dnnl_success) {
+    ops->wino_pds++;
+    return PX_OK;
+  }
+  pd[k] = NULL;
+  PX_DNNL(px__conv_desc(k, dnnl_convolution_direct, m, &cd));
+  return px__cpu_pd_create(ops, &pd[k], &cd, NULL, hint, what);
+}
+
+/* Which of an f32 layer's convolutions go to Winograd F(4x4, 3x3) (bit k:
+ * pd[k]): the 3x3 stride-1 dense ones with 32 or more input and output
+ * channels, forward and backward data, and with 64 or more the backward
+ * weights, where oneDNN 2.6's jit_wino_4x3 (AVX-512) beats its direct
+ * kernels at batch 128 (docs/performance.md: 1.3-3.1x on ResNet-18's
+ * layers; slower at 16 channels, and at 32 for the weights). Off with
+ * PX_CPU_WINOGRAD=0 (ops->winograd): its transforms round differently from
+ * the direct sums (tests/test_ops_conv.c bounds the difference). */
+static int px__conv_wino(const px_ops_t *ops, const px_conv2d_params_t *p, int64_t c_in,
+                         int64_t g) {
+  if (!ops->winograd || g > 1 || p->kh != 3 || p->kw != 3 || p->stride_h != 1 ||
+      p->stride_w != 1 || p->pad_h != 1 || p->pad_w != 1)
+    return 0;
+  int w = 0;
+  if (c_in >= 32 && p->c_out >= 32) w |= 1 << PX__WL_FWD | 1 << PX__WL_BWD_D;
+  if (c_in >= 64 && p->c_out >= 64) w |= 1 << PX__WL_BWD_W;
+  return w;
+}
+
 /* The backward-data and backward-weights descriptors after the forward's:
  * dx (input gradient) and w_d (weights) for the first, x_w (source) and dw
- * (weight gradient) for the second, dy (output gradient) for both. */
-static px_status_t px__conv_bwd_pds(px_ops_t *ops, dnnl_primitive_desc_t pd[PX__WL_NPD],
+ * (weight gradient) for the second, dy (output gradient) for both; Winograd
+ * where wino asks (px__conv_wino). */
+static px_status_t px__conv_bwd_pds(px_ops_t *ops, dnnl_primitive_desc_t pd[PX__WL_NPD], int wino,
                                     const dnnl_memory_desc_t *dx, const dnnl_memory_desc_t *w_d,
                                     const dnnl_memory_desc_t *x_w, const dnnl_memory_desc_t *dw,
                                     const dnnl_memory_desc_t *bias, const dnnl_memory_desc_t *dy,
                                     const dnnl_dims_t strides, const dnnl_dims_t pad) {
-  const dnnl_alg_kind_t alg = dnnl_convolution_direct;
-  dnnl_convolution_desc_t cd;
-  PX_DNNL(dnnl_convolution_backward_data_desc_init(&cd, alg, dx, w_d, dy, strides, pad, pad));
-  PX_CHECK(px__cpu_pd_create(ops, &pd[PX__WL_BWD_D], &cd, NULL, pd[PX__WL_FWD],
-                             "convolution backward data"));
-  PX_DNNL(dnnl_convolution_backward_weights_desc_init(&cd, alg, x_w, dw, bias, dy, strides, pad,
-                                                      pad));
-  return px__cpu_pd_create(ops, &pd[PX__WL_BWD_W], &cd, NULL, pd[PX__WL_FWD],
-                           "convolution backward weights");
+  const px__conv_mds_t d = {dx, w_d, NULL, dy, strides, pad}, w = {x_w, dw, bias, dy, strides, pad};
+  PX_CHECK(px__conv_pd(ops, pd, PX__WL_BWD_D, wino, &d, "convolution backward data"));
+  return px__conv_pd(ops, pd, PX__WL_BWD_W, wino, &w, "convolution backward weights");
 }
 
 /* bf16 descriptors (px__conv_pds with l->lowp): bf16 source, weights and
@@ -92,7 +144,7 @@ static px_status_t px__conv_pds_bf16(px_ops_t *ops, const px_conv2d_params_t *p,
                                              &x_any, &w_any, b_md, y_md, strides, pad, pad));
   PX_CHECK(px__cpu_pd_create(ops, &pd[PX__WL_FWD], &cd, NULL, NULL, "bf16 convolution forward"));
   const dnnl_memory_desc_t x_lp = *px__cpu_pd_md(pd[PX__WL_FWD], DNNL_ARG_SRC);
-  return px__conv_bwd_pds(ops, pd, x_md, &w_any, &x_lp, &w_f32, b_md, &dy_any, strides, pad);
+  return px__conv_bwd_pds(ops, pd, 0, x_md, &w_any, &x_lp, &w_f32, b_md, &dy_any, strides, pad);
 }
 
 /* st, after noting a forward or backward weights on oneDNN's reference code. */
@@ -138,16 +190,14 @@ static px_status_t px__conv_pds(px_ops_t *ops, px__cpu_wlayer_t *l, const void *
                                        ops->conv_bf16_cl || ops->conv_nhwc ? dnnl_acdb
                                                                         : dnnl_format_tag_any));
   const dnnl_memory_desc_t *bias = p->bias ? &b_md : NULL;
-  const dnnl_alg_kind_t alg = dnnl_convolution_direct;
   /* bf16 where the context asks for it: dense layers (oneDNN 2.6 has no AMX kernel for
      grouped ones), and not the channels-last layers of a compact model without AMX (there
      oneDNN 2.6 runs channels-last bf16 on its reference code: they stay f32) */
   l->lowp = ops->conv_bf16 && g == 1 && (ops->conv_bf16_cl || !ops->conv_nhwc);
 
-  dnnl_convolution_desc_t cd;
-  PX_DNNL(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, alg, &x_md, &w_any, bias,
-                                             &y_any, strides, pad, pad));
-  PX_CHECK(px__cpu_pd_create(ops, &pd[PX__WL_FWD], &cd, NULL, NULL, "convolution forward"));
+  const int wino = l->lowp ? 0 : px__conv_wino(ops, p, c_in, g);
+  const px__conv_mds_t f = {&x_md, &w_any, bias, &y_any, strides, pad};
+  PX_CHECK(px__conv_pd(ops, pd, PX__WL_FWD, wino, &f, "convolution forward"));
   const dnnl_memory_desc_t y_md = *px__cpu_pd_md(pd[PX__WL_FWD], DNNL_ARG_DST);
   PX_CHECK(px__cpu_spec_of(ops, &y_md, &l->wl.y_spec));
   if (l->lowp) {
@@ -157,7 +207,8 @@ static px_status_t px__conv_pds(px_ops_t *ops, px__cpu_wlayer_t *l, const void *
                              pd);
   }
   return px__conv_note_ref(
-      ops, px__conv_bwd_pds(ops, pd, &x_md, &w_any, &x_md, &w_any, bias, &y_md, strides, pad), pd);
+      ops, px__conv_bwd_pds(ops, pd, wino, &x_md, &w_any, &x_md, &w_any, bias, &y_md, strides, pad),
+      pd);
 }
 
 px_status_t px__cpu_conv2d_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_conv2d_params_t *p,

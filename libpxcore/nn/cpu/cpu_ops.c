@@ -11,6 +11,7 @@
 #include <assert.h>
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <dnnl_debug.h>
@@ -72,8 +73,11 @@ px_status_t px__cpu_ops_create(px_device_t dev, int nthreads, px_ops_t **out) {
     omp_max_fn omp_max = (omp_max_fn)dlsym(RTLD_DEFAULT, "omp_get_max_threads");
     ops->default_threads = omp_max ? omp_max() : 1;
     int threads = nthreads > 0 ? nthreads : (omp_max ? omp_max() : 0);
-    snprintf(ops->desc, sizeof ops->desc, "oneDNN %d.%d.%d (cpu, %s, %d threads)", v->major,
-             v->minor, v->patch, dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa()), threads);
+    const char *wino = getenv("PX_CPU_WINOGRAD");
+    ops->winograd = !(wino && !strcmp(wino, "0"));
+    snprintf(ops->desc, sizeof ops->desc, "oneDNN %d.%d.%d (cpu, %s, %d threads%s)", v->major,
+             v->minor, v->patch, dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa()), threads,
+             ops->winograd ? "" : ", no Winograd");
   }
   *out = ops;
   return PX_OK;
@@ -354,6 +358,7 @@ void px__cpu_note_ref(px_ops_t *ops, const_dnnl_primitive_desc_t pd, const char 
 }
 
 int px__cpu_ops_ref_pds(const px_ops_t *ops) { return ops->ref_pds; }
+int px__cpu_ops_wino_pds(const px_ops_t *ops) { return ops->wino_pds; }
 
 const dnnl_memory_desc_t *px__cpu_pd_md(const_dnnl_primitive_desc_t pd, int arg) {
   return dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg);

@@ -81,6 +81,10 @@ struct px_ops {
                                  without AMX its bf16 kernels (jit avx512_core_bf16) take the
                                  blocked layouts, and channels-last ones run its reference code
                                  (set by px__cpu_ops_act_format) */
+  int winograd;               /* 1: f32 3x3 convolutions may use oneDNN's Winograd kernels where
+                                 they are faster (cpu_conv.c px__conv_wino); 0 with
+                                 PX_CPU_WINOGRAD=0 */
+  int wino_pds;               /* convolutions created on oneDNN's Winograd kernels */
   int ref_pds;                /* training convolutions on oneDNN's reference code ("ref:"
                                  implementations, far slower than its vector kernels;
                                  px__cpu_note_ref) */
@@ -138,6 +142,10 @@ px_status_t px__cpu_pd_create(px_ops_t *ops, dnnl_primitive_desc_t *pd, const vo
  * implementation. px__cpu_ops_ref_pds: the count. */
 void px__cpu_note_ref(px_ops_t *ops, const_dnnl_primitive_desc_t pd, const char *what);
 int px__cpu_ops_ref_pds(const px_ops_t *ops);
+
+/* Convolutions (forward, backward data or backward weights) this context
+ * created on oneDNN's Winograd kernels (cpu_conv.c px__conv_wino). */
+int px__cpu_ops_wino_pds(const px_ops_t *ops);
 
 /* Descriptor the primitive wants for an execution argument (DNNL_ARG_*). */
 const dnnl_memory_desc_t *px__cpu_pd_md(const_dnnl_primitive_desc_t pd, int arg);
