@@ -147,12 +147,13 @@ static px_status_t px__conv_pds_bf16(px_ops_t *ops, const px_conv2d_params_t *p,
   return px__conv_bwd_pds(ops, pd, 0, x_md, &w_any, &x_lp, &w_f32, b_md, &dy_any, strides, pad);
 }
 
-/* st, after noting a forward or backward weights on oneDNN's reference code. */
-static px_status_t px__conv_note_ref(px_ops_t *ops, px_status_t st,
+/* st, after noting a forward or backward weights on oneDNN's reference code
+ * (warned of when it first runs, px__cpu_wlayer_forward and _backward_weights). */
+static px_status_t px__conv_note_ref(px_ops_t *ops, px__cpu_wlayer_t *l, px_status_t st,
                                      dnnl_primitive_desc_t pd[PX__WL_NPD]) {
   if (st == PX_OK) {
-    px__cpu_note_ref(ops, pd[PX__WL_FWD], "convolution forward");
-    px__cpu_note_ref(ops, pd[PX__WL_BWD_W], "convolution backward weights");
+    px__cpu_note_ref(ops, pd[PX__WL_FWD], l->ref_fwd);
+    px__cpu_note_ref(ops, pd[PX__WL_BWD_W], l->ref_bwd_w);
   }
   return st;
 }
@@ -203,11 +204,11 @@ static px_status_t px__conv_pds(px_ops_t *ops, px__cpu_wlayer_t *l, const void *
   if (l->lowp) {
     dnnl_primitive_desc_destroy(pd[PX__WL_FWD]);
     pd[PX__WL_FWD] = NULL;
-    return px__conv_note_ref(ops, px__conv_pds_bf16(ops, p, &x_md, bias, &y_md, strides, pad, pd),
+    return px__conv_note_ref(ops, l, px__conv_pds_bf16(ops, p, &x_md, bias, &y_md, strides, pad, pd),
                              pd);
   }
   return px__conv_note_ref(
-      ops, px__conv_bwd_pds(ops, pd, wino, &x_md, &w_any, &x_md, &w_any, bias, &y_md, strides, pad),
+      ops, l, px__conv_bwd_pds(ops, pd, wino, &x_md, &w_any, &x_md, &w_any, bias, &y_md, strides, pad),
       pd);
 }
 

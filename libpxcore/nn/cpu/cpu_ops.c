@@ -349,12 +349,23 @@ px_status_t px__cpu_pd_create(px_ops_t *ops, dnnl_primitive_desc_t *pd, const vo
                       "oneDNN: no %s primitive for these shapes: %s", what, dnnl_status2str(s));
 }
 
-void px__cpu_note_ref(px_ops_t *ops, const_dnnl_primitive_desc_t pd, const char *what) {
+void px__cpu_note_ref(px_ops_t *ops, const_dnnl_primitive_desc_t pd, char ref[PX__REF_NAME]) {
   const char *impl = NULL;
+  ref[0] = '\0';
   if (pd && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
-      impl && !strncmp(impl, "ref", 3) && ops->ref_pds++ == 0)
+      impl && !strncmp(impl, "ref", 3)) {
+    ops->ref_pds++;
+    snprintf(ref, PX__REF_NAME, "%s", impl);
+  }
+}
+
+void px__cpu_warn_ref(px_ops_t *ops, char ref[PX__REF_NAME], const char *what) {
+  if (!ref[0]) return;
+  if (!ops->ref_warned)
     px_log(PX_LOG_WARN, "oneDNN runs the %s on its reference code (%s): far slower than its "
-           "vector kernels", what, impl);
+           "vector kernels", what, ref);
+  ops->ref_warned = 1;
+  ref[0] = '\0';
 }
 
 int px__cpu_ops_ref_pds(const px_ops_t *ops) { return ops->ref_pds; }

@@ -115,6 +115,7 @@ px_status_t px__cpu_wlayer_forward(px_ops_t *ops, px__cpu_wlayer_t *l, px_tensor
   void *xp;
   PX_CHECK(px__wlayer_src(ops, l, x, 1, &xp));
   void *ptrs[4] = {xp, wp, y->data, b ? b->data : NULL};
+  px__cpu_warn_ref(ops, l->ref_fwd, "convolution forward");
   return px__exec_run(ops, &l->fwd, ptrs);
 }
 
@@ -139,6 +140,7 @@ px_status_t px__cpu_wlayer_backward_weights(px_ops_t *ops, px__cpu_wlayer_t *l, 
   PX_CHECK(px__wlayer_src(ops, l, x, 0, &xp)); /* the forward's conversion when x is its input */
   PX_CHECK(px__wlayer_dy(ops, l, &l->dy_cvt_w, dy, &dyp));
   void *ptrs[4] = {xp, dyp, px__wbuf_target(ops, &l->dw, dw), db ? db->data : NULL};
+  px__cpu_warn_ref(ops, l->ref_bwd_w, "convolution backward weights");
   PX_CHECK(px__exec_run(ops, &l->bwd_w, ptrs));
   return px__wbuf_out(ops, &l->dw, dw);
 }

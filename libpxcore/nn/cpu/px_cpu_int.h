@@ -85,6 +85,7 @@ struct px_ops {
                                  they are faster (cpu_conv.c px__conv_wino); 0 with
                                  PX_CPU_WINOGRAD=0 */
   int wino_pds;               /* convolutions created on oneDNN's Winograd kernels */
+  int ref_warned;             /* px__cpu_warn_ref has logged its warning */
   int ref_pds;                /* training convolutions on oneDNN's reference code ("ref:"
                                  implementations, far slower than its vector kernels;
                                  px__cpu_note_ref) */
@@ -138,9 +139,14 @@ px_status_t px__cpu_pd_create(px_ops_t *ops, dnnl_primitive_desc_t *pd, const vo
 /* A primitive every training step runs (a convolution's forward or backward
  * weights; a backward data may be created and never run, as the first
  * layer's) that oneDNN implements on its reference code counts in
- * ops->ref_pds, the first logged as a warning naming what and the
- * implementation. px__cpu_ops_ref_pds: the count. */
-void px__cpu_note_ref(px_ops_t *ops, const_dnnl_primitive_desc_t pd, const char *what);
+ * ops->ref_pds (px__cpu_ops_ref_pds: the count), and its implementation's
+ * name goes to ref (PX__REF_NAME bytes; "" for a vector kernel): the first
+ * such primitive to run is logged as a warning naming what and the
+ * implementation (px__cpu_warn_ref, from the layer's call; a model built
+ * only to be exported or counted runs none). */
+#define PX__REF_NAME 24
+void px__cpu_note_ref(px_ops_t *ops, const_dnnl_primitive_desc_t pd, char ref[PX__REF_NAME]);
+void px__cpu_warn_ref(px_ops_t *ops, char ref[PX__REF_NAME], const char *what);
 int px__cpu_ops_ref_pds(const px_ops_t *ops);
 
 /* Convolutions (forward, backward data or backward weights) this context
@@ -229,6 +235,8 @@ typedef struct {
   px__exec_t dy_cvt_w; /* dy (f32, y's layout) -> ops->lpscratch, backward-weights layout */
   void *x_lp;          /* [N, C_in, H, W] bf16 in the primitives' source layout */
   const void *x_lp_of; /* the x->data that x_lp holds, NULL before the first forward */
+  char ref_fwd[PX__REF_NAME], ref_bwd_w[PX__REF_NAME]; /* px__cpu_note_ref: the reference
+                                                          implementations, "" for none */
 } px__cpu_wlayer_t;
 
 /* What makes one kind of layer: from its parameters, the forward,
