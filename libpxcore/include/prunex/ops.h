@@ -94,7 +94,10 @@ PX_API const char *px_ops_describe(const px_ops_t *ops);
  * what PyTorch does by default for cuDNN convolutions; tests forbid it to
  * compare with the CPU at f32 tolerances. On CUDA it is on by default unless
  * the environment variable PX_CUDA_TF32=0; the CPU backend computes in f32
- * and ignores the setting. Cannot fail on a valid context. */
+ * and ignores the setting (its own faster math that rounds differently,
+ * Winograd for the 3x3 convolutions of 32 channels or more on AVX-512, is
+ * on unless PX_CPU_WINOGRAD=0 when the context is created; px_ops_describe
+ * then ends in ", no Winograd"). Cannot fail on a valid context. */
 PX_API px_status_t px_ops_set_tf32(px_ops_t *ops, int allow);
 
 /* Precision of a model's activations: fp32, or bf16 (bf16 activations and
