@@ -92,10 +92,10 @@ static px_status_t px__conv_pd(px_ops_t *ops, dnnl_primitive_desc_t pd[PX__WL_NP
 }
 
 /* Which of an f32 layer's convolutions go to Winograd F(4x4, 3x3) (bit k:
- * pd[k]): the 3x3 stride-1 dense ones with 32 or more input and output
- * channels, forward and backward data, and with 64 or more the backward
- * weights, where oneDNN 2.6's jit_wino_4x3 (AVX-512) beats its direct
- * kernels at batch 128 (docs/performance.md: 1.3-3.1x on ResNet-18's
+ * pd[k]): the dense 3x3 ones with stride 1 and padding 1 with 32 or more
+ * input and output channels, forward and backward data, and with 64 or more
+ * the backward weights, where oneDNN 2.6's jit_wino_4x3 (AVX-512) beats its
+ * direct kernels at batch 128 (docs/performance.md: 1.3-2.9x on ResNet-18's
  * layers; slower at 16 channels, and at 32 for the weights). Off with
  * PX_CPU_WINOGRAD=0 (ops->winograd): its transforms round differently from
  * the direct sums (tests/test_ops_conv.c bounds the difference). */

@@ -74,6 +74,11 @@ px_status_t px__cpu_ops_create(px_device_t dev, int nthreads, px_ops_t **out) {
     ops->default_threads = omp_max ? omp_max() : 1;
     int threads = nthreads > 0 ? nthreads : (omp_max ? omp_max() : 0);
     const char *wino = getenv("PX_CPU_WINOGRAD");
+    if (wino && *wino && strcmp(wino, "0") && strcmp(wino, "1")) {
+      st = px_set_error(PX_ERR_INVALID, "PX_CPU_WINOGRAD='%s': expected 0 (direct convolutions "
+                        "only) or 1 (Winograd where it is faster, the default)", wino);
+      goto fail;
+    }
     ops->winograd = !(wino && !strcmp(wino, "0"));
     snprintf(ops->desc, sizeof ops->desc, "oneDNN %d.%d.%d (cpu, %s, %d threads%s)", v->major,
              v->minor, v->patch, dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa()), threads,
