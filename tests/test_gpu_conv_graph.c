@@ -1,9 +1,9 @@
-/* The CUDA engine's convolution on cuDNN's graph API (PX_CUDNN_API=graph,
- * libpxcore/nn/cuda/cuda_conv_graph.cu) against its legacy-API path and the
- * CPU engine.
+/* The CUDA engine's convolution on cuDNN's graph API (the default;
+ * libpxcore/nn/cuda/cuda_conv_graph.cu) against its legacy-API path
+ * (PX_CUDNN_API=legacy) and the CPU engine.
  *
  * CPU half (runs everywhere): PX_CUDNN_API's parsing (px__cudnn_api_parse):
- * unset, empty and "legacy" give the legacy API, "graph" the graph API,
+ * unset, empty and "graph" give the graph API, "legacy" the legacy API,
  * anything else a clear error naming the variable.
  * GPU half (skips without a GPU): on random data, in plain NCHW f32, NHWC
  * f32 and NHWC bf16, for 3x3 stride 1 and 2, 1x1, 7x7 stride 2 over 3 input
@@ -45,9 +45,10 @@ static void cudnn_api_switch_parses_legacy_graph_and_refuses_the_rest(void **sta
   (void)state;
   int graph = -1;
   assert_ok(px__cudnn_api_parse(NULL, &graph));
-  assert_int_equal(graph, 0);
+  assert_int_equal(graph, 1);
+  graph = -1;
   assert_ok(px__cudnn_api_parse("", &graph));
-  assert_int_equal(graph, 0);
+  assert_int_equal(graph, 1);
   assert_ok(px__cudnn_api_parse("legacy", &graph));
   assert_int_equal(graph, 0);
   assert_ok(px__cudnn_api_parse("graph", &graph));
@@ -173,9 +174,9 @@ static const shape_t shapes[] = {
 static void graph_api_matches_legacy_and_cpu_in_every_format(void **state) {
   (void)state;
   REQUIRE_GPU();
-  px_ops_t *legacy = gpu_ops(NULL), *graph = gpu_ops("graph"), *cpu = new_ops();
+  px_ops_t *legacy = gpu_ops("legacy"), *graph = gpu_ops(NULL), *cpu = new_ops();
   assert_null(strstr(px_ops_describe(legacy), "graph API"));
-  assert_non_null(strstr(px_ops_describe(graph), "graph API"));
+  assert_non_null(strstr(px_ops_describe(graph), "graph API")); /* the default */
   for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
     const shape_t *sh = &shapes[s];
     const int64_t oh = (sh->hw + 2 * (sh->k / 2) - sh->k) / sh->stride + 1;
@@ -268,7 +269,7 @@ static void resnet20_step_on_the_graph_api_matches_legacy(void **state) {
   /* nchw f32, nhwc f32, nhwc bf16 */
   for (int c = 0; c < 3; c++) {
     const int prec = c == 2 ? PX_PRECISION_BF16 : PX_PRECISION_FP32, nchw = c == 0;
-    px_test_steps_t l = model_step(NULL, (px_precision_t)prec, nchw);
+    px_test_steps_t l = model_step("legacy", (px_precision_t)prec, nchw);
     px_test_steps_t g = model_step("graph", (px_precision_t)prec, nchw);
     assert_int_equal(g.numel, l.numel);
     const double e = px_test_rel_l2(g.grads, l.grads, l.numel);

@@ -5,12 +5,13 @@
 # inputs), batch 128, SGD with momentum, random inputs copied from host
 # memory every step. Configurations:
 #   ours fp32     the engine's default: NHWC activations, TF32 tensor cores,
-#                 cuDNN algorithms chosen by timing
+#                 convolutions on cuDNN's graph API (heuristics' engines,
+#                 chosen by timing)
 #   ours bf16     the same with bf16 activations (--precision bf16)
-#   ours fp32 graph / ours bf16 graph
-#                 the same with the convolutions on cuDNN's graph API
-#                 (PX_CUDNN_API=graph: heuristics' engines, timed) instead of
-#                 its legacy API
+#   ours fp32 legacy / ours bf16 legacy
+#                 the same with the convolutions on cuDNN's legacy API
+#                 (PX_CUDNN_API=legacy: its algorithm enum, chosen by timing),
+#                 the default before 2026-11-27
 #   ours nchw     fp32 in the former NCHW layout (PX_CUDA_LAYOUT=nchw), for
 #                 what channels-last gains
 #   ours bf16 sep bf16 with the earlier memory plan (PX_MEM_PLAN=separate:
@@ -27,8 +28,8 @@
 # and the peak-memory ratios <model>_gpu_mem_vs_torch_best and
 # <model>_gpu_bf16_mem_vs_torch_bf16 (ours / torch, lower is better),
 # <model>_gpu_bf16_mem_shared_vs_separate (the two plans' peaks),
-# <model>_gpu_bf16_graph_vs_torch_bf16 (ours bf16 on the graph API / torch
-# bf16) and <model>_gpu_bf16_graph_vs_legacy (graph / legacy API); images/s
+# <model>_gpu_fp32_graph_vs_legacy and <model>_gpu_bf16_graph_vs_legacy
+# (ours on the graph API / on the legacy API); images/s
 # ratios are ours / torch, higher is better. Exits 1 with a message when
 # there is no usable GPU.
 #   bench/gpu/run.sh [BUILD_DIR]   (env: MODELS, ROUNDS, STEPS, WARMUP, BATCH, TF32, PY)
@@ -67,15 +68,15 @@ torch() {
     --steps "$STEPS" --warmup "$WARMUP" --tf32 "$TF32" "${@:2}"
 }
 
-confs=(ours_fp32 ours_bf16 ours_bf16_sep ours_fp32_graph ours_bf16_graph ours_nchw torch_eager torch_best
-       torch_bf16)
+confs=(ours_fp32 ours_bf16 ours_bf16_sep ours_fp32_legacy ours_bf16_legacy ours_nchw torch_eager
+       torch_best torch_bf16)
 run_conf() {
   case "$2" in
     ours_fp32) ours "$1" ;;
     ours_bf16) ours "$1" --precision bf16 ;;
     ours_bf16_sep) PX_MEM_PLAN=separate ours "$1" --precision bf16 ;;
-    ours_fp32_graph) PX_CUDNN_API=graph ours "$1" ;;
-    ours_bf16_graph) PX_CUDNN_API=graph ours "$1" --precision bf16 ;;
+    ours_fp32_legacy) PX_CUDNN_API=legacy ours "$1" ;;
+    ours_bf16_legacy) PX_CUDNN_API=legacy ours "$1" --precision bf16 ;;
     ours_nchw) PX_CUDA_LAYOUT=nchw ours "$1" ;;
     torch_eager) torch "$1" ;;
     torch_best) torch "$1" --cudnn-benchmark 1 --channels-last 1 ;;
@@ -110,8 +111,8 @@ for m in $MODELS; do
   results+=("RESULT ${m}_gpu_mem_vs_torch_best $(ratio "${bm[ours_fp32]}" "${bm[torch_best]}") ratio")
   results+=("RESULT ${m}_gpu_bf16_mem_vs_torch_bf16 $(ratio "${bm[ours_bf16]}" "${bm[torch_bf16]}") ratio")
   results+=("RESULT ${m}_gpu_bf16_mem_shared_vs_separate $(ratio "${bm[ours_bf16]}" "${bm[ours_bf16_sep]}") ratio")
-  results+=("RESULT ${m}_gpu_bf16_graph_vs_torch_bf16 $(ratio "${bi[ours_bf16_graph]}" "${bi[torch_bf16]}") ratio")
-  results+=("RESULT ${m}_gpu_bf16_graph_vs_legacy $(ratio "${bi[ours_bf16_graph]}" "${bi[ours_bf16]}") ratio")
+  results+=("RESULT ${m}_gpu_fp32_graph_vs_legacy $(ratio "${bi[ours_fp32]}" "${bi[ours_fp32_legacy]}") ratio")
+  results+=("RESULT ${m}_gpu_bf16_graph_vs_legacy $(ratio "${bi[ours_bf16]}" "${bi[ours_bf16_legacy]}") ratio")
   unset ips mem bi bm
 done
 printf '%s\n' "${results[@]}"

@@ -210,9 +210,10 @@ px_status_t px__wlayer_check_backward_weights(const px__wlayer_t *l, const px_te
                                               const px_tensor_t *db, const px_tensor_t *x,
                                               const px_tensor_t *dy);
 
-/* PX_CUDNN_API's value (NULL: unset): *graph = 1 for "graph", 0 for unset,
- * empty or "legacy"; anything else fails with PX_ERR_INVALID naming the
- * variable and the values it takes (cudnn_api.c, in every build). */
+/* PX_CUDNN_API's value (NULL: unset): *graph = 1 for unset, empty or
+ * "graph" (the default), 0 for "legacy"; anything else fails with
+ * PX_ERR_INVALID naming the variable and the values it takes (cudnn_api.c,
+ * in every build). */
 px_status_t px__cudnn_api_parse(const char *value, int *graph);
 
 #ifdef __cplusplus

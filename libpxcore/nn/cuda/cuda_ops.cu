@@ -282,7 +282,7 @@ extern "C" px_status_t px__cuda_ops_create(px_device_t dev, int nthreads, px_ops
     ops->nchw = l && !strcmp(l, "nchw");
   }
   px_status_t st = PX_OK;
-  /* convolutions on cuDNN's legacy API (the default) or its graph API */
+  /* convolutions on cuDNN's graph API (the default) or its legacy API */
   PX_CHECK_GOTO(px__cudnn_api_parse(getenv("PX_CUDNN_API"), &ops->graph_api), st, fail);
   PX_CHECK_GOTO(px__cuda_enter(ops), st, fail);
   PX_CUDA_GOTO(cudaStreamCreate(&ops->stream), st, fail); /* blocking: see the header */
