@@ -7,8 +7,11 @@
  * tested against the plain C reference by test_ops_*), and the results must
  * agree to f32 tolerances with TF32 forbidden (and to TF32 tolerances with it
  * allowed, for the convolution). Also: the device allocator reuses freed
- * blocks, and without CUDA (or without a GPU) the backend is refused with a
- * clear status. Skips with a message when there is no GPU to run on. */
+ * blocks, rounds large ones to 2 MiB and reuses them best fit, and records
+ * what its peak was made of; its size classes bound the waste (checked on
+ * the CPU, everywhere); and without CUDA (or without a GPU) the backend is
+ * refused with a clear status. Skips with a message when there is no GPU to
+ * run on. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +26,8 @@
 #include "prunex/cuda.h"
 #include "prunex/ops.h"
 #include "px_test_util.h"
+#include "tensor/px_mem_class.h"
+#include "tensor/px_tensor_cuda.h"
 
 #include "ops_test_util.h"
 
@@ -177,6 +182,97 @@ static void device_allocator_reuses_freed_blocks(void **state) {
   px_cuda_mem_stats(&c);
   assert_int_equal(c.live_bytes, 0);
   assert_int_equal(c.cached_bytes, 0);
+}
+
+/* CPU, everywhere: every request gets a block at least its size, of the
+ * class that block's own size maps to (a freed block goes back to the list
+ * it came from), with at most a quarter wasted up to 16 MiB and less than
+ * 2 MiB above, in whole 2 MiB units; a large block serves a later request
+ * only within an eighth. */
+static void allocator_size_classes_bound_the_waste(void **state) {
+  (void)state;
+  px_test_rng_t rng;
+  px_test_rng_seed(&rng, 9);
+  const size_t mib = (size_t)1 << 20;
+  size_t fixed[] = {1, 511, 512, 513, 640, 641, 1000, 4096, 4097, 16 * mib - 1, 16 * mib,
+                    16 * mib + 1, 18 * mib, 18 * mib + 1, 1666 * mib + 12345, (size_t)1 << 46};
+  for (int i = 0; i < 20000; i++) {
+    size_t n = i < (int)(sizeof fixed / sizeof *fixed)
+                   ? fixed[i]
+                   : 1 + (size_t)(px_test_rng_uniform(&rng) *
+                                  (double)((size_t)1 << (4 + i % 36)));
+    int cls = -1, cls2 = -1;
+    size_t size = px__mem_class_of(n, &cls);
+    assert_true(size >= n);
+    assert_true(cls >= 0 && cls < PX__MEM_CLASSES);
+    assert_int_equal(px__mem_class_of(size, &cls2), size);
+    assert_int_equal(cls2, cls);
+    if (n > PX__MEM_LARGE) {
+      assert_int_equal(cls, PX__MEM_LARGE_CLASS);
+      assert_int_equal(size % (2 * mib), 0);
+      assert_true(size - n < 2 * mib);
+    } else {
+      assert_true(cls != PX__MEM_LARGE_CLASS);
+      assert_true(size <= PX__MEM_LARGE);
+      assert_true(n <= 512 || (size - n) * 4 <= size);
+    }
+  }
+  /* ResNet-50's bf16 activation memory at batch 128 (about 1,666 MB, half
+   * the CPU plan's f32 bytes): the quarter classes made it a 1,879 MB block,
+   * whole 2 MiB units make it 1,667 MB */
+  int cls;
+  assert_true(px__mem_class_of((size_t)3331850240 / 2, &cls) == 795 * 2 * mib);
+  assert_true(px__mem_large_fits(100 * mib, 100 * mib));
+  assert_true(px__mem_large_fits(112 * mib, 100 * mib));  /* an eighth more */
+  assert_false(px__mem_large_fits(114 * mib, 100 * mib)); /* more than an eighth */
+  assert_false(px__mem_large_fits(98 * mib, 100 * mib));  /* too small */
+}
+
+/* GPU: large blocks in 2 MiB units, reused best fit within an eighth, and
+ * the peak's blocks by name summing to the peak. */
+static void large_blocks_are_whole_units_reused_best_fit(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  const size_t mib = (size_t)1 << 20;
+  px_cuda_mem_stats_t a, b;
+  void *keep = NULL, *p = NULL, *q = NULL;
+  assert_ok(px__cuda_mem_alloc(0, 4096, "keeper", &keep)); /* the cache stays */
+  px_cuda_mem_stats(&a);
+  assert_ok(px__cuda_mem_alloc(0, 100 * mib + 1, "test large", &p));
+  px_cuda_mem_stats(&b);
+  assert_int_equal(b.live_bytes - a.live_bytes, 102 * mib); /* not the 128 MiB class */
+  px__cuda_mem_free(p);
+  /* 92 MiB fits the cached 102 MiB within an eighth: no cudaMalloc */
+  px_cuda_mem_stats(&a);
+  assert_ok(px__cuda_mem_alloc(0, 92 * mib, "test large", &p));
+  px_cuda_mem_stats(&b);
+  assert_int_equal(b.device_allocs, a.device_allocs);
+  assert_int_equal(b.live_bytes - a.live_bytes, 102 * mib);
+  /* 50 MiB does not: a block of its own */
+  assert_ok(px__cuda_mem_alloc(0, 50 * mib, "test other", &q));
+  px_cuda_mem_stats(&a);
+  assert_int_equal(a.device_allocs, b.device_allocs + 1);
+  assert_int_equal(a.live_bytes - b.live_bytes, 50 * mib);
+  /* the peak, made of these blocks, by name */
+  px_cuda_mem_use_t use[4];
+  const int n = px_cuda_mem_peak_uses(use, 4);
+  assert_true(n >= 3);
+  int64_t sum = 0;
+  for (int i = 0; i < n; i++) {
+    printf("peak: %s %lld bytes in %d blocks\n", use[i].name, (long long)use[i].bytes, use[i].blocks);
+    sum += use[i].bytes;
+    if (i) assert_true(use[i - 1].bytes >= use[i].bytes);
+  }
+  assert_int_equal(sum, a.peak_bytes);
+  assert_string_equal(use[0].name, "test large");
+  assert_int_equal(use[0].bytes, (int64_t)(102 * mib));
+  assert_string_equal(use[1].name, "test other");
+  assert_int_equal(px_cuda_mem_peak_uses(use, 1), 1); /* everything in one entry */
+  assert_int_equal(use[0].bytes, a.peak_bytes);
+  assert_string_equal(use[0].name, "(other names)");
+  px__cuda_mem_free(q);
+  px__cuda_mem_free(p);
+  px__cuda_mem_free(keep);
 }
 
 static void arena_on_gpu_is_zeroed_and_plain(void **state) {
@@ -705,6 +801,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(cuda_backend_is_refused_cleanly_when_absent),
       cmocka_unit_test(device_allocator_reuses_freed_blocks),
+      cmocka_unit_test(allocator_size_classes_bound_the_waste),
+      cmocka_unit_test(large_blocks_are_whole_units_reused_best_fit),
       cmocka_unit_test(arena_on_gpu_is_zeroed_and_plain),
       cmocka_unit_test(conv_matches_cpu_in_f32),
       cmocka_unit_test(conv_matches_cpu_in_tf32),

@@ -4,7 +4,8 @@
  * host memory every step as in real training. Times `--steps` steps after
  * `--warmup` untimed ones (the device is synchronised at both ends) and prints
  * RESULT images_per_sec and the GPU memory peak (every device block the
- * engine held at once, cuDNN workspaces included). `--precision bf16` trains
+ * engine held at once, cuDNN workspaces included), with the blocks it was
+ * made of by name. `--precision bf16` trains
  * with bf16 activations (PX_CUDA_LAYOUT=nchw: fp32 in the old NCHW layout).
  * With PX_BENCH_CUDA_PROFILE=1 the timed steps are bracketed by
  * cudaProfilerStart/Stop, so `ncu --profile-from-start off` (Nsight Compute)
@@ -168,6 +169,14 @@ int main(int argc, char **argv) {
          loss_last);
   printf("RESULT images_per_sec %.1f img/s\n", steps * (double)batch / el);
   printf("RESULT gpu_peak_mb %.1f MB\n", ms.peak_bytes / 1e6);
+  /* what the peak was made of, so a peak above PyTorch's says where */
+  px_cuda_mem_use_t use[8];
+  const int nuse = px_cuda_mem_peak_uses(use, 8);
+  printf("gpu peak by name:");
+  for (int i = 0; i < nuse; i++)
+    printf("%s %s %.1f MB (%d block%s)", i ? "," : "", use[i].name, use[i].bytes / 1e6,
+           use[i].blocks, use[i].blocks == 1 ? "" : "s");
+  printf("\n");
   free(x);
   free(y);
   px_sgd_destroy(sgd);

@@ -85,7 +85,7 @@ run_conf() {
 }
 
 printf '%-9s %-14s %12s %10s\n' model config img/s peak_MB
-results=()
+results=() peaks=()
 for m in $MODELS; do
   declare -A ips=() mem=()
   for c in "${confs[@]}"; do ips[$c]=""; mem[$c]=""; done
@@ -94,6 +94,7 @@ for m in $MODELS; do
       if out=$(run_conf "$m" "$c" 2>&1); then
         v=$(echo "$out" | field images_per_sec); p=$(echo "$out" | field gpu_peak_mb)
         ips[$c]="${ips[$c]} $v"; mem[$c]="${mem[$c]} $p"
+        [ "$r" = 1 ] && [[ $c == ours_* ]] && peaks+=("$m $c: $(echo "$out" | grep '^gpu peak by name' || true)")
       else
         echo "run.sh: $m $c failed:" >&2; echo "$out" | tail -n 5 >&2
       fi
@@ -115,4 +116,6 @@ for m in $MODELS; do
   results+=("RESULT ${m}_gpu_bf16_graph_vs_legacy $(ratio "${bi[ours_bf16]}" "${bi[ours_bf16_legacy]}") ratio")
   unset ips mem bi bm
 done
+# what our peaks were made of (first round)
+printf '%s\n' "${peaks[@]}"
 printf '%s\n' "${results[@]}"

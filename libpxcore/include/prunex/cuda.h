@@ -55,6 +55,20 @@ typedef struct {
 /* Process-wide counters (a consistent snapshot). */
 PX_API void px_cuda_mem_stats(px_cuda_mem_stats_t *out);
 
+/* What peak_bytes was made of: the blocks live at that moment, by the name
+ * they were allocated under ("model.activation_memory", "model.params",
+ * "conv workspace", ...), in their block sizes. */
+typedef struct {
+  char name[48];
+  int64_t bytes;
+  int blocks;
+} px_cuda_mem_use_t;
+
+/* Writes up to n of them into out, largest first (more names than n: the
+ * last entry sums the rest, named "(other names)"); returns how many were
+ * written, 0 without CUDA or before any allocation. */
+PX_API int px_cuda_mem_peak_uses(px_cuda_mem_use_t *out, int n);
+
 /* Returns every cached block to the driver (cudaFree). Live blocks are not
  * touched. Fails only on a CUDA error. */
 PX_API px_status_t px_cuda_mem_trim(void);

@@ -4,10 +4,12 @@
  * cudaMalloc and cudaFree are slow and cudaFree synchronises the device, so
  * freed blocks are kept on per-device free lists, one per size class, and
  * handed out again for requests of the same class; cudaMalloc runs only on a
- * miss. Size classes are 512 bytes and then four per power of two (2^k times
- * 1.25, 1.5, 1.75, 2), so a block wastes at most a quarter of its size. A
+ * miss. Size classes (tensor/px_mem_class.h) are 512 bytes and then four per
+ * power of two up to 16 MiB, so a block wastes at most a quarter of its
+ * size; larger blocks are whole 2 MiB units in one class, reused best fit. A
  * host-side table maps each live pointer to its block; every allocation is
- * counted (px_cuda_mem_stats). One mutex guards the lists and the counters;
+ * counted (px_cuda_mem_stats), and each new peak records the live blocks by
+ * name (px_cuda_mem_peak_uses). One mutex guards the lists and the counters;
  * CUDA calls run outside it.
  *
  * The cache is a device's only while something of it lives: when the last
@@ -25,9 +27,10 @@
 #include "prunex/cuda.h"
 #include "px_check.h"
 #include "px_cuda_int.h"
+#include "tensor/px_mem_class.h"
 #include "tensor/px_tensor_cuda.h"
 
-enum { PX__MEM_MAX_DEVICES = 64, PX__MEM_CLASSES = 256, PX__MEM_BUCKETS = 1024 };
+enum { PX__MEM_MAX_DEVICES = 64, PX__MEM_BUCKETS = 1024, PX__MEM_PEAK_NAMES = 32 };
 
 typedef struct px__cblock {
   void *ptr;
@@ -42,22 +45,37 @@ static px__cblock_t *px__free_lists[PX__MEM_MAX_DEVICES][PX__MEM_CLASSES];
 static px__cblock_t *px__live[PX__MEM_BUCKETS]; /* live blocks by pointer */
 static int64_t px__live_blocks[PX__MEM_MAX_DEVICES]; /* live blocks per device */
 static px_cuda_mem_stats_t px__stats;
+/* the live blocks by name at the last peak (px_cuda_mem_peak_uses) */
+static px_cuda_mem_use_t px__peak_uses[PX__MEM_PEAK_NAMES];
+static int px__npeak_uses;
 
 static px_status_t px__cuda_fail(cudaError_t e, const char *what) {
   return px__cuda_to_status(e, what);
 }
 
-/* Size class of a request: the rounded size, and its index in *cls. */
-static size_t px__class_of(size_t n, int *cls) {
-  if (n <= 512) {
-    *cls = 0;
-    return 512;
-  }
-  int k = 63 - __builtin_clzll((unsigned long long)(n - 1)); /* 2^k < n <= 2^(k+1) */
-  size_t base = (size_t)1 << k, step = base / 4;
-  size_t q = (n - base + step - 1) / step; /* 1..4 */
-  *cls = 4 * k + (int)q;
-  return base + q * step;
+/* Records the live blocks by name (the caller holds the lock and has just
+ * set a new peak): one pass over the table, at an allocation, which a
+ * training step makes none of. */
+static void px__note_peak(void) {
+  int n = 0;
+  for (int h = 0; h < PX__MEM_BUCKETS; h++)
+    for (const px__cblock_t *b = px__live[h]; b; b = b->next) {
+      int i = 0;
+      while (i < n && strncmp(px__peak_uses[i].name, b->name, sizeof px__peak_uses[i].name - 1))
+        i++;
+      if (i == n) {
+        if (n == PX__MEM_PEAK_NAMES) i = n - 1; /* the last entry takes the rest */
+        else {
+          memset(&px__peak_uses[i], 0, sizeof px__peak_uses[i]);
+          strncpy(px__peak_uses[i].name, b->name, sizeof px__peak_uses[i].name - 1);
+          n++;
+        }
+      }
+      px__peak_uses[i].bytes += (int64_t)b->size;
+      px__peak_uses[i].blocks++;
+    }
+  if (n == PX__MEM_PEAK_NAMES) strcpy(px__peak_uses[n - 1].name, "(other names)");
+  px__npeak_uses = n;
 }
 
 static size_t px__bucket(const void *p) { return ((uintptr_t)p >> 8) % PX__MEM_BUCKETS; }
@@ -118,12 +136,19 @@ extern "C" px_status_t px__cuda_mem_alloc(int device, size_t bytes, const char *
   int prev;
   PX_CHECK(px__enter(device, &prev));
   int cls;
-  const size_t size = px__class_of(bytes, &cls);
+  const size_t size = px__mem_class_of(bytes, &cls);
 
   pthread_mutex_lock(&px__mem_lock);
-  px__cblock_t *b = px__free_lists[device][cls];
+  px__cblock_t **link = &px__free_lists[device][cls];
+  if (cls == PX__MEM_LARGE_CLASS) { /* best fit among the cached large blocks */
+    px__cblock_t **best = NULL;
+    for (px__cblock_t **l = link; *l; l = &(*l)->next)
+      if (px__mem_large_fits((*l)->size, size) && (!best || (*l)->size < (*best)->size)) best = l;
+    link = best;
+  }
+  px__cblock_t *b = link ? *link : NULL;
   if (b) {
-    px__free_lists[device][cls] = b->next;
+    *link = b->next;
     px__stats.cached_bytes -= (int64_t)b->size;
     px__stats.cache_hits++;
   }
@@ -168,7 +193,10 @@ extern "C" px_status_t px__cuda_mem_alloc(int device, size_t bytes, const char *
   px__live_blocks[device]++;
   px__stats.allocs++;
   px__stats.live_bytes += (int64_t)b->size;
-  if (px__stats.live_bytes > px__stats.peak_bytes) px__stats.peak_bytes = px__stats.live_bytes;
+  if (px__stats.live_bytes > px__stats.peak_bytes) {
+    px__stats.peak_bytes = px__stats.live_bytes;
+    px__note_peak();
+  }
   pthread_mutex_unlock(&px__mem_lock);
   *out = b->ptr;
   return PX_OK;
@@ -195,7 +223,7 @@ extern "C" void px__cuda_mem_free(void *p) {
     px__leave(b->device, prev);
   }
   int cls;
-  px__class_of(b->size, &cls);
+  px__mem_class_of(b->size, &cls);
   pthread_mutex_lock(&px__mem_lock);
   b->next = px__free_lists[b->device][cls];
   px__free_lists[b->device][cls] = b;
@@ -246,6 +274,32 @@ extern "C" void px_cuda_mem_stats(px_cuda_mem_stats_t *out) {
   pthread_mutex_lock(&px__mem_lock);
   *out = px__stats;
   pthread_mutex_unlock(&px__mem_lock);
+}
+
+extern "C" int px_cuda_mem_peak_uses(px_cuda_mem_use_t *out, int n) {
+  if (!out || n <= 0) return 0;
+  pthread_mutex_lock(&px__mem_lock);
+  int k = px__npeak_uses;
+  px_cuda_mem_use_t all[PX__MEM_PEAK_NAMES];
+  memcpy(all, px__peak_uses, (size_t)k * sizeof *all);
+  pthread_mutex_unlock(&px__mem_lock);
+  /* largest first (insertion sort: 32 entries at most) */
+  for (int i = 1; i < k; i++) {
+    px_cuda_mem_use_t u = all[i];
+    int j = i;
+    for (; j > 0 && all[j - 1].bytes < u.bytes; j--) all[j] = all[j - 1];
+    all[j] = u;
+  }
+  if (k > n) { /* the rest summed into the last entry */
+    for (int i = n; i < k; i++) {
+      all[n - 1].bytes += all[i].bytes;
+      all[n - 1].blocks += all[i].blocks;
+    }
+    strcpy(all[n - 1].name, "(other names)");
+    k = n;
+  }
+  memcpy(out, all, (size_t)k * sizeof *out);
+  return k;
 }
 
 extern "C" px_status_t px_cuda_mem_trim(void) {
