@@ -123,9 +123,13 @@ static void pxctl_print_job(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
            s->cluster ? s->cluster->workers_per_node : 0,
            s->cluster && s->cluster->workers_per_node == 1 ? "" : "s",
            s->cluster && s->cluster->device[0] ? s->cluster->device : "auto");
+    if (s->train)
+      printf("training   batch %d per worker, precision %s\n", s->train->batch_size,
+             s->train->precision[0] ? s->train->precision : "fp32");
     if (s->prune)
-      printf("pruning    keep filters %.3g, channels %.3g, shapes %.3g\n", s->prune->filter_keep,
-             s->prune->channel_keep, s->prune->shape_keep);
+      printf("pruning    keep filters %.3g, channels %.3g, shapes %.3g%s\n", s->prune->filter_keep,
+             s->prune->channel_keep, s->prune->shape_keep,
+             s->prune->compact_training ? "; the compact model trains after the freeze" : "");
     if (s->prune && s->prune->nm_m > 0)
       printf("           N:M %d:%d along input channels\n", s->prune->nm_n, s->prune->nm_m);
   }

@@ -298,6 +298,9 @@ static void test_submit_status_list_nodes_metrics_drift_cancel_with_json(void **
   assert_int_equal(pxctl(f, (const char *[]){"status", job, NULL}), 0);
   assert_non_null(strstr(f->r.out, job));
   assert_non_null(strstr(f->r.out, "PENDING"));
+  /* ... and how it trains: batch and precision (fp32 unless the spec says) */
+  assert_non_null(strstr(f->r.out, "training   batch 8 per worker, precision fp32"));
+  assert_null(strstr(f->r.out, "compact model trains"));
   /* The only job named "tiny" is found by its name too. */
   assert_int_equal(pxctl(f, (const char *[]){"status", "tiny", NULL}), 0);
   assert_non_null(strstr(f->r.out, job));
@@ -653,6 +656,23 @@ static void test_logs_follow_prints_new_lines_until_the_job_ends(void **state) {
 /* submit --nodes/--workers-per-node (the Slurm script's allocation) change
  * the cluster shape, derive max_iterations again when the spec leaves it
  * out, and are checked like the spec. */
+/* Status says the precision and whether the compact model trains after
+ * the freeze, as the spec asks. */
+static void test_status_shows_precision_and_compact_training(void **state) {
+  fixture_t *f = *state;
+  char spec[400];
+  snprintf(spec, sizeof spec, "%s/compact.yaml", f->d.dir);
+  write_text(spec, "name: compact\nmodel: {name: resnet20}\ndataset: {name: synthetic}\n"
+                   "cluster: {nodes: 1, workers_per_node: 1, device: cpu}\n"
+                   "train: {batch_size: 16, local_steps: 2, precision: bf16}\n"
+                   "prune: {channel_keep: 0.5, compact_training: true}\n");
+  assert_int_equal(pxctl(f, (const char *[]){"submit", spec, NULL}), 0);
+  assert_int_equal(pxctl(f, (const char *[]){"status", "compact", NULL}), 0);
+  assert_non_null(strstr(f->r.out, "training   batch 16 per worker, precision bf16"));
+  assert_non_null(
+      strstr(f->r.out, "channels 0.5, shapes 1; the compact model trains after the freeze"));
+}
+
 static void test_submit_overrides_the_cluster_shape(void **state) {
   fixture_t *f = *state;
   char spec[400];
@@ -730,6 +750,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_logs_reads_rank_files_and_says_when_they_are_elsewhere,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_submit_overrides_the_cluster_shape, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_status_shows_precision_and_compact_training, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_logs_follow_prints_new_lines_until_the_job_ends, setup,
                                       teardown),
   };
