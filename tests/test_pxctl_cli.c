@@ -653,19 +653,26 @@ static void test_logs_follow_prints_new_lines_until_the_job_ends(void **state) {
   assert_non_null(strstr(out, "[rank 0] no newline yet\n"));
 }
 
-/* submit --nodes/--workers-per-node (the Slurm script's allocation) change
- * the cluster shape, derive max_iterations again when the spec leaves it
- * out, and are checked like the spec. */
+/* A spec named `name` on synthetic data, one CPU worker, with the extra
+ * top-level YAML `more`, written to DIR/name.yaml, whose path goes to spec. */
+static void small_spec(fixture_t *f, char *spec, size_t n, const char *name, const char *more) {
+  char text[600];
+  snprintf(spec, n, "%s/%s.yaml", f->d.dir, name);
+  snprintf(text, sizeof text,
+           "name: %s\nmodel: {name: resnet20}\ndataset: {name: synthetic}\n"
+           "cluster: {nodes: 1, workers_per_node: 1, device: cpu}\n%s",
+           name, more);
+  write_text(spec, text);
+}
+
 /* Status says the precision and whether the compact model trains after
  * the freeze, as the spec asks. */
 static void test_status_shows_precision_and_compact_training(void **state) {
   fixture_t *f = *state;
   char spec[400];
-  snprintf(spec, sizeof spec, "%s/compact.yaml", f->d.dir);
-  write_text(spec, "name: compact\nmodel: {name: resnet20}\ndataset: {name: synthetic}\n"
-                   "cluster: {nodes: 1, workers_per_node: 1, device: cpu}\n"
-                   "train: {batch_size: 16, local_steps: 2, precision: bf16}\n"
-                   "prune: {channel_keep: 0.5, compact_training: true}\n");
+  small_spec(f, spec, sizeof spec, "compact",
+             "train: {batch_size: 16, local_steps: 2, precision: bf16}\n"
+             "prune: {channel_keep: 0.5, compact_training: true}\n");
   assert_int_equal(pxctl(f, (const char *[]){"submit", spec, NULL}), 0);
   assert_int_equal(pxctl(f, (const char *[]){"status", "compact", NULL}), 0);
   assert_non_null(strstr(f->r.out, "training   batch 16 per worker, precision bf16"));
@@ -673,13 +680,13 @@ static void test_status_shows_precision_and_compact_training(void **state) {
       strstr(f->r.out, "channels 0.5, shapes 1; the compact model trains after the freeze"));
 }
 
+/* submit --nodes/--workers-per-node (the Slurm script's allocation) change
+ * the cluster shape, derive max_iterations again when the spec leaves it
+ * out, and are checked like the spec. */
 static void test_submit_overrides_the_cluster_shape(void **state) {
   fixture_t *f = *state;
   char spec[400];
-  snprintf(spec, sizeof spec, "%s/derived.yaml", f->d.dir);
-  write_text(spec, "name: derived\nmodel: {name: resnet20}\ndataset: {name: synthetic}\n"
-                   "cluster: {nodes: 1, workers_per_node: 1, device: cpu}\n"
-                   "train: {batch_size: 8, local_steps: 2}\n");
+  small_spec(f, spec, sizeof spec, "derived", "train: {batch_size: 8, local_steps: 2}\n");
   assert_int_equal(pxctl(f, (const char *[]){"submit", spec, NULL}), 0);
   char job1[64], job2[64];
   snprintf(job1, sizeof job1, "%.63s", f->r.out);
