@@ -259,7 +259,8 @@ static void large_blocks_are_whole_units_reused_best_fit(void **state) {
   assert_true(n >= 3);
   int64_t sum = 0;
   for (int i = 0; i < n; i++) {
-    printf("peak: %s %lld bytes in %d blocks\n", use[i].name, (long long)use[i].bytes, use[i].blocks);
+    printf("peak: %s %lld bytes in %d blocks\n", use[i].name, (long long)use[i].bytes,
+           use[i].blocks);
     sum += use[i].bytes;
     if (i) assert_true(use[i - 1].bytes >= use[i].bytes);
   }
@@ -273,6 +274,43 @@ static void large_blocks_are_whole_units_reused_best_fit(void **state) {
   px__cuda_mem_free(q);
   px__cuda_mem_free(p);
   px__cuda_mem_free(keep);
+}
+
+/* GPU: the peak record names 32 names as they are; from 33 on, the last
+ * entry sums the names beyond the first 31. */
+static void peak_record_names_32_and_sums_the_rest(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  enum { N = 40 };
+  static char names[N][16]; /* the allocator keeps the name's pointer */
+  void *p[N] = {0};
+  /* 32 x 6 MiB goes past the earlier tests' peaks (152 MiB) */
+  const size_t mib = (size_t)1 << 20, each = 6 * mib;
+  px_cuda_mem_use_t use[32];
+  for (int i = 0; i < N; i++) {
+    snprintf(names[i], sizeof names[i], "test name %02d", i);
+    assert_ok(px__cuda_mem_alloc(0, each, names[i], &p[i]));
+    if (i == 31) { /* 32 names: each its own entry */
+      assert_int_equal(px_cuda_mem_peak_uses(use, 32), 32);
+      for (int k = 0; k < 32; k++) {
+        assert_int_equal(use[k].blocks, 1);
+        assert_null(strstr(use[k].name, "other"));
+      }
+    }
+  }
+  /* 40 names: 31 of them, and the other 9 summed */
+  assert_int_equal(px_cuda_mem_peak_uses(use, 32), 32);
+  int others = 0;
+  for (int k = 0; k < 32; k++)
+    if (!strcmp(use[k].name, "(other names)")) {
+      others++;
+      assert_int_equal(use[k].blocks, N - 31);
+      assert_int_equal(use[k].bytes, (int64_t)((N - 31) * each));
+    } else {
+      assert_int_equal(use[k].blocks, 1);
+    }
+  assert_int_equal(others, 1);
+  for (int i = 0; i < N; i++) px__cuda_mem_free(p[i]);
 }
 
 static void arena_on_gpu_is_zeroed_and_plain(void **state) {
@@ -803,6 +841,7 @@ int main(void) {
       cmocka_unit_test(device_allocator_reuses_freed_blocks),
       cmocka_unit_test(allocator_size_classes_bound_the_waste),
       cmocka_unit_test(large_blocks_are_whole_units_reused_best_fit),
+      cmocka_unit_test(peak_record_names_32_and_sums_the_rest),
       cmocka_unit_test(arena_on_gpu_is_zeroed_and_plain),
       cmocka_unit_test(conv_matches_cpu_in_f32),
       cmocka_unit_test(conv_matches_cpu_in_tf32),

@@ -5,8 +5,9 @@
  * Requests up to PX__MEM_LARGE (16 MiB): 512 bytes, then four classes per
  * power of two (2^k times 1.25, 1.5, 1.75, 2), so a block wastes at most a
  * quarter of its size, and a freed block serves any request of its class.
- * Larger requests (a model's arenas: hundreds of MB, where a quarter was up
- * to 213 MB of ResNet-50's bf16 peak) are whole 2 MiB units, PyTorch's
+ * Larger requests (a model's arenas: hundreds of MB, where the classes added
+ * about 213 MB to ResNet-50's bf16 peak by arithmetic on the CPU plan's
+ * sizes) are whole 2 MiB units, PyTorch's
  * rounding of large blocks, all in one class PX__MEM_LARGE_CLASS whose
  * cached blocks are reused best fit, and only by a request they exceed by
  * at most an eighth (px__mem_large_fits): a block wastes at most 2 MiB

@@ -55,27 +55,30 @@ static px_status_t px__cuda_fail(cudaError_t e, const char *what) {
 
 /* Records the live blocks by name (the caller holds the lock and has just
  * set a new peak): one pass over the table, at an allocation, which a
- * training step makes none of. */
+ * training step makes none of. The last entry is kept for the names beyond
+ * the others, named "(other names)" when any came. */
 static void px__note_peak(void) {
+  px_cuda_mem_use_t *const other = &px__peak_uses[PX__MEM_PEAK_NAMES - 1];
+  const int named = PX__MEM_PEAK_NAMES - 1;
   int n = 0;
+  memset(other, 0, sizeof *other);
   for (int h = 0; h < PX__MEM_BUCKETS; h++)
     for (const px__cblock_t *b = px__live[h]; b; b = b->next) {
-      int i = 0;
-      while (i < n && strncmp(px__peak_uses[i].name, b->name, sizeof px__peak_uses[i].name - 1))
-        i++;
-      if (i == n) {
-        if (n == PX__MEM_PEAK_NAMES) i = n - 1; /* the last entry takes the rest */
+      px_cuda_mem_use_t *u = px__peak_uses;
+      while (u < px__peak_uses + n && strncmp(u->name, b->name, sizeof u->name - 1)) u++;
+      if (u == px__peak_uses + n) {
+        if (n == named) u = other;
         else {
-          memset(&px__peak_uses[i], 0, sizeof px__peak_uses[i]);
-          strncpy(px__peak_uses[i].name, b->name, sizeof px__peak_uses[i].name - 1);
+          memset(u, 0, sizeof *u);
+          strncpy(u->name, b->name, sizeof u->name - 1);
           n++;
         }
       }
-      px__peak_uses[i].bytes += (int64_t)b->size;
-      px__peak_uses[i].blocks++;
+      u->bytes += (int64_t)b->size;
+      u->blocks++;
     }
-  if (n == PX__MEM_PEAK_NAMES) strcpy(px__peak_uses[n - 1].name, "(other names)");
-  px__npeak_uses = n;
+  if (other->blocks) strcpy(other->name, "(other names)");
+  px__npeak_uses = other->blocks ? PX__MEM_PEAK_NAMES : n;
 }
 
 static size_t px__bucket(const void *p) { return ((uintptr_t)p >> 8) % PX__MEM_BUCKETS; }
