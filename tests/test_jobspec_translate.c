@@ -307,6 +307,15 @@ static void test_the_producers_translate_every_field(void **state) {
   assert_int_equal(px_jobspec_strategy_config(s, 50, &sc), PX_OK);
   assert_int_equal(sc.overlap, 1);
   assert_int_equal(sc.quantize_bits, 0);
+  assert_int_equal(sc.compress, 0);
+  px_jobspec_free(s);
+
+  /* comm.compress lossless reaches the strategy */
+  s = parse("strategy: hsadmm\nmodel: {name: resnet20}\ndataset: {name: synthetic}\n"
+            "cluster: {nodes: 2, workers_per_node: 1}\ncomm: {compress: lossless}\n");
+  assert_int_equal(px_jobspec_strategy_config(s, 50, &sc), PX_OK);
+  assert_int_equal(sc.compress, 1);
+  assert_int_equal(sc.overlap, 0);
   px_jobspec_free(s);
 
   px_jobspec_admm_policy(NULL, &p); /* no spec: the defaults */

@@ -7,7 +7,9 @@
  * models on GPUs (host mirrors and device buffers), forced on the CPU, gives
  * every strategy the same final model, bit for bit, as the host path; so
  * does H-SADMM's device-state round (state, pack/expand and projection
- * through the state ops table, issue 27 item 6) run with host buffers. */
+ * through the state ops table, issue 27 item 6) run with host buffers; and
+ * so does H-SADMM with the leaders' exchange coded without loss
+ * (comm.compress, issue 29), which moves fewer inter-node bytes. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -45,6 +47,7 @@ typedef struct {
   int iterations;   /* 0: 3 */
   int freeze_at;    /* > 0: the controller freezes the masks at this iteration */
   int hsadmm_state; /* px_strategy_config_t.hsadmm_state */
+  int compress;     /* px_strategy_config_t.compress */
 } scenario_t;
 
 /* rank 0's controller: fixed penalties, freeze after 1 stable iteration (or
@@ -79,6 +82,7 @@ static int rank_main(px_th_ctx_t *ctx) {
   cfg.iterations = sc->iterations ? sc->iterations : 3;
   cfg.stage_host = sc->stage_host;
   cfg.hsadmm_state = sc->hsadmm_state;
+  cfg.compress = sc->compress;
   cfg.local_steps = 3;
   cfg.rho1 = cfg.rho2 = 1e-2;
   cfg.keep = (px_prune_keep_t){1.0, sc->channel_keep, 1.0, 0, 0};
@@ -122,7 +126,7 @@ static void run(const scenario_t *sc) {
 
 static void test_hsadmm_prunes_and_sends_less(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_HSADMM, 0.5, 0, 0, 0, 0};
+  scenario_t sc = {PX_STRATEGY_HSADMM, 0.5, 0, 0, 0, 0, 0};
   run(&sc);
   assert_true(px_th_shared[0] > 0.3 && px_th_shared[0] < 0.6);
   assert_true(px_th_shared[1] > 0 && px_th_shared[1] < 0.75 * px_th_shared[2]);
@@ -130,21 +134,21 @@ static void test_hsadmm_prunes_and_sends_less(void **state) {
 
 static void test_hsadmm_flat_runs(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_HSADMM_FLAT, 0.5, 0, 0, 0, 0};
+  scenario_t sc = {PX_STRATEGY_HSADMM_FLAT, 0.5, 0, 0, 0, 0, 0};
   run(&sc);
   assert_true(px_th_shared[0] > 0.3 && px_th_shared[0] < 0.6);
 }
 
 static void test_ddp_sends_dense(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_DDP, 1.0, 0, 0, 0, 0};
+  scenario_t sc = {PX_STRATEGY_DDP, 1.0, 0, 0, 0, 0, 0};
   run(&sc);
   assert_true(px_th_shared[1] > 0 && px_th_shared[1] == px_th_shared[2]);
 }
 
 static void test_topk_sends_a_fraction(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_TOPK, 1.0, 0, 0, 0, 0};
+  scenario_t sc = {PX_STRATEGY_TOPK, 1.0, 0, 0, 0, 0, 0};
   run(&sc);
   assert_true(px_th_shared[1] > 0 && px_th_shared[1] < 0.2 * px_th_shared[2]);
 }
@@ -164,7 +168,7 @@ static void run_both(scenario_t *sc) {
 static void test_staged_hsadmm_matches_host(void **state) {
   (void)state;
   /* frozen from the third round on: the masked local steps run staged too */
-  scenario_t sc = {PX_STRATEGY_HSADMM, 0.5, 0, 4, 1, 0};
+  scenario_t sc = {PX_STRATEGY_HSADMM, 0.5, 0, 4, 1, 0, 0};
   run_both(&sc);
   assert_true(px_th_shared[6] >= 2);
   /* once the masks froze (in the third round) a staged round allocates
@@ -197,25 +201,47 @@ static void run_state_paths(scenario_t *sc) {
 
 static void test_device_state_path_hsadmm_matches_host(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_HSADMM, 0.5, 0, 3, 1, 0};
+  scenario_t sc = {PX_STRATEGY_HSADMM, 0.5, 0, 3, 1, 0, 0};
   run_state_paths(&sc);
 }
 
 static void test_device_state_path_flat_matches_host(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_HSADMM_FLAT, 0.5, 0, 3, 1, 0};
+  scenario_t sc = {PX_STRATEGY_HSADMM_FLAT, 0.5, 0, 3, 1, 0, 0};
   run_state_paths(&sc);
+}
+
+/* comm.compress lossless against the plain exchange: the same final model,
+ * accuracy and density bit for bit, fewer inter-node bytes, the same
+ * dense-equivalent traffic (within the payload lengths' 16 bytes a round),
+ * and no allocation in the frozen rounds. */
+static void test_lossless_exchange_matches_plain(void **state) {
+  (void)state;
+  scenario_t sc = {PX_STRATEGY_HSADMM, 0.5, 0, 4, 1, 0, 0};
+  double plain[6];
+  run(&sc);
+  for (int i = 0; i < 6; i++) plain[i] = px_th_shared[i];
+  sc.compress = 1;
+  run(&sc);
+  for (int i = 0; i < 6; i++)
+    if (i != 1 && i != 2 && px_th_shared[i] != plain[i])
+      fail_msg("figure %d: coded %.17g, plain %.17g", i, px_th_shared[i], plain[i]);
+  printf("inter bytes: coded %.0f = %.1f%% of plain %.0f\n", px_th_shared[1],
+         100.0 * px_th_shared[1] / plain[1], plain[1]);
+  assert_true(px_th_shared[1] < plain[1]);
+  assert_true(fabs(px_th_shared[2] - plain[2]) < 1e-3 * plain[2]);
+  assert_true(px_th_shared[13] == px_th_shared[12]);
 }
 
 static void test_staged_ddp_matches_host(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_DDP, 1.0, 0, 2, 0, 0};
+  scenario_t sc = {PX_STRATEGY_DDP, 1.0, 0, 2, 0, 0, 0};
   run_both(&sc);
 }
 
 static void test_staged_topk_matches_host(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_TOPK, 1.0, 0, 2, 0, 0};
+  scenario_t sc = {PX_STRATEGY_TOPK, 1.0, 0, 2, 0, 0, 0};
   run_both(&sc);
 }
 
@@ -229,6 +255,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_staged_hsadmm_matches_host),
       cmocka_unit_test(test_device_state_path_hsadmm_matches_host),
       cmocka_unit_test(test_device_state_path_flat_matches_host),
+      cmocka_unit_test(test_lossless_exchange_matches_plain),
       cmocka_unit_test(test_staged_ddp_matches_host),
       cmocka_unit_test(test_staged_topk_matches_host),
   };

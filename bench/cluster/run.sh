@@ -26,8 +26,9 @@
 #
 # Environment:
 #   RATES   link rates, tc syntax (default "25mbit 100mbit 1gbit")
-#   RUNS    of hsadmm hsadmm-q8 hsadmm-q4 hsadmm-ovl hsadmm-flat ddp topk torch-ddp
-#           (hsadmm-ovl: the quickstart with comm.overlap: true)
+#   RUNS    of hsadmm hsadmm-q8 hsadmm-q4 hsadmm-ovl hsadmm-ll hsadmm-flat ddp topk
+#           torch-ddp (hsadmm-ovl: the quickstart with comm.overlap: true;
+#           hsadmm-ll: with comm.compress: lossless)
 #           (default "hsadmm hsadmm-flat ddp topk torch-ddp")
 #   EPOCHS  train.epochs of every run (default 2, the examples' budget)
 #   TARGET  accuracy for the time-to-accuracy figure (default 0.85)
@@ -187,6 +188,7 @@ spec() {
     hsadmm-q8) ex=quickstart; extra="q8" ;;
     hsadmm-q4) ex=quickstart; extra="q4" ;;
     hsadmm-ovl) ex=quickstart; extra="overlap" ;;
+    hsadmm-ll) ex=quickstart; extra="lossless" ;;
     hsadmm-flat) ex=hsadmm-flat; extra="" ;;
     ddp) ex=ddp; extra="" ;;
     topk) ex=topk; extra="" ;;
@@ -206,7 +208,8 @@ if not hs:
 if hs and compact == "1":
     text = re.sub(r"(?m)^prune:\n", "prune:\n  compact_training: true\n", text)
 if extra:
-    line = "overlap: true" if extra == "overlap" else "quantize: %s" % extra[1:]
+    line = {"overlap": "overlap: true", "lossless": "compress: lossless"}.get(
+        extra, "quantize: %s" % extra[1:])
     if re.search(r"(?m)^comm:", text):
         text = re.sub(r"(?m)^comm:\n", "comm:\n  %s\n" % line, text)
     else:
@@ -302,7 +305,7 @@ for rate in $rates; do
   for r in $runs; do
     case $r in
       torch-ddp) run_torch "$rate" ;;
-      hsadmm|hsadmm-q8|hsadmm-q4|hsadmm-ovl|hsadmm-flat|ddp|topk) run_px "$r" "$rate" || true ;;
+      hsadmm|hsadmm-q8|hsadmm-q4|hsadmm-ovl|hsadmm-ll|hsadmm-flat|ddp|topk) run_px "$r" "$rate" || true ;;
       *) echo "run.sh: unknown run '$r'" >&2 ;;
     esac
   done

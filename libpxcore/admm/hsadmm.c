@@ -9,8 +9,9 @@
  * only the leader talks to other nodes and nothing but z and the masks is
  * broadcast inside the node.
  *
- * This is the core of the three rooms of hsadmm_int.h: the quantized
- * exchange lives in hsadmm_quant.c, the overlapped one in hsadmm_overlap.c.
+ * This is the core of the four rooms of hsadmm_int.h: the quantized
+ * exchange lives in hsadmm_quant.c, the overlapped one in hsadmm_overlap.c,
+ * the lossless coded one in hsadmm_code.c.
  *
  * The families live where the state ops table of hsadmm_state.h keeps
  * them: host memory for px_hsadmm_create; for px__hsadmm_create_on (the
@@ -224,6 +225,7 @@ px_status_t px__hsadmm_create_on(px_comm_t *comm, const px_hsadmm_param_t *param
   h->cfg = *cfg;
   h->n = nparams;
   h->dev = ops != NULL;
+  h->lc.scale = 1.0;
   h->world = px_comm_group(comm, PX_GROUP_WORLD);
   h->intra = px_comm_group(comm, PX_GROUP_INTRA);
   h->inter = px_comm_group(comm, PX_GROUP_INTER);
@@ -254,6 +256,7 @@ void px_hsadmm_destroy(px_hsadmm_t *h) {
   if (!h) return;
   px__hso_free(h);
   px__hsq_free(h);
+  px__hsc_free(h);
   px_pack_plan_destroy(h->plan);
   px_sparsity_destroy(h->sp);
   px__hss_dev_free(&h->dv, &h->st);
@@ -374,6 +377,11 @@ px_status_t px__hsadmm_exchange(px_hsadmm_t *h, uint64_t *bytes) {
   if (!h->inter) return PX_OK;
   uint64_t before = px__hsadmm_bytes(h);
   px_status_t st = PX_OK;
+  if (h->lc.on) { /* the whole packed buffer, coded (hsadmm_code.c) */
+    st = px__hsc_exchange(h);
+    *bytes = px__hsadmm_bytes(h) - before;
+    return st;
+  }
   for (int b = 0; b < px_pack_num_buckets(h->plan) && st == PX_OK; b++) {
     size_t nf;
     float *buf = px_pack_bucket(h->plan, b, &nf);
@@ -470,7 +478,8 @@ px_status_t px_hsadmm_sync(px_hsadmm_t *h, px_hsadmm_round_t **round) {
    * algorithms move bytes in proportion to the count) */
   size_t packed = px_pack_packed_floats(h->plan);
   T[2] = h->cfg.flat ? T[1]
-         : packed ? (double)value_bytes * (double)h->st.total / (double)packed : 0.0;
+         : packed ? (double)value_bytes * h->lc.scale * (double)h->st.total / (double)packed
+                  : 0.0;
   PX_CHECK(px_comm_allreduce(h->world, h->sums, h->sums, (size_t)h->n * NSUMS + 4, PX_COMM_F64,
                              PX_COMM_SUM));
   for (int i = 0; i < h->n; i++) {
@@ -640,6 +649,7 @@ px_status_t px__hsadmm_state_resumed(px_hsadmm_t *h, int node_fresh, int rank_fr
   }
   if (rank_fresh) memset(h->st.u, 0, fb);
   if (h->q.bits && !h->cfg.flat) PX_CHECK(px__hsq_resumed(h, node_fresh || rank_fresh));
+  px__hsc_resumed(h);
   if (h->mtotal) PX_CHECK(px__hsadmm_set_masks(h));
   if (h->frozen) px_pack_plan_freeze(h->plan);
   return PX_OK;

@@ -1,4 +1,4 @@
-/* H-SADMM's three rooms (DESIGN.md section 4) and the handle they share.
+/* H-SADMM's four rooms (DESIGN.md section 4) and the handle they share.
  *
  *   hsadmm.c          the core: state families, masks, the round (intra
  *                     sum and node consensus, projection, the exact packed
@@ -7,9 +7,11 @@
  *   hsadmm_quant.c    comm.quantize: the leaders' 4/8-bit exchange of z_i
  *                     with error feedback and the tracked sum of v_i;
  *   hsadmm_overlap.c  comm.overlap: the exact exchange of round k in flight
- *                     during the local phase of round k+1.
+ *                     during the local phase of round k+1;
+ *   hsadmm_code.c     comm.compress: the exact exchange delta-coded without
+ *                     loss (lossless.h).
  *
- * The core calls the rooms through the px__hsq_* and px__hso_* functions
+ * The core calls the rooms through the px__hsq_*, px__hso_* and px__hsc_* functions
  * below; the rooms call back only px__hsadmm_exchange, px__hsadmm_finish and
  * px__hsadmm_bytes. Nothing here is seen outside admm/. */
 #ifndef PX_HSADMM_INT_H
@@ -20,6 +22,7 @@
 
 #include "admm/hsadmm_state.h"
 #include "prunex/hsadmm.h"
+#include "prunex/lossless.h"
 
 /* comm.quantize, on the leaders (every pointer NULL elsewhere and with
  * bits 0). Buffers of `total` floats are laid out like the parameters
@@ -40,6 +43,23 @@ typedef struct {
   uint8_t *send;        /* [px_quant_bytes(largest bucket)] this leader's payload */
   uint8_t *recv;        /* [M * that] every leader's payload, in node order */
 } px__hsadmm_quant_t;
+
+/* comm.compress lossless, on the leaders (every pointer NULL elsewhere and
+ * when off). */
+typedef struct {
+  int on;
+  px_lossless_t *lc;
+  float *hist;          /* [M * total] each leader's last payload as decoded, parameter
+                           layout, leader r at r * total: the same on every leader */
+  float **hptrs;        /* [n] tensors of one leader's history (re-pointed per leader) */
+  float *cur;           /* [total] this leader's packed payload of the round */
+  float *acc;           /* [total] the sum in node order, packed layout */
+  uint8_t *send;        /* [px_lossless_bound(total)] */
+  uint8_t *recv;        /* [M * that] */
+  uint64_t *lens;       /* [M] payload bytes of each leader */
+  size_t *counts;       /* [M] the same as allgatherv counts */
+  double scale;         /* the last exchange: raw f32 bytes over coded bytes (1 when off) */
+} px__hsadmm_code_t;
 
 /* Where the exchange of comm.overlap stands. */
 typedef enum {
@@ -87,6 +107,7 @@ struct px_hsadmm {
   float **dst_ptrs;     /* [n] tensors of z, for unpacking */
   px__hsadmm_quant_t q;
   px__hsadmm_overlap_t ov;
+  px__hsadmm_code_t lc;
   /* the device-state round (px__hsadmm_create_on with a table): st lives
    * where its table says, theta is read there, and pack/expand and the
    * projection run there too (hsadmm_dev.c); the host keeps the masks, the
@@ -126,6 +147,16 @@ uint64_t px__hsq_payload_bytes(const px_hsadmm_t *h);
  * without state. Collective over the world. */
 px_status_t px__hsq_resumed(px_hsadmm_t *h, int fresh);
 void px__hsq_free(px_hsadmm_t *h);
+
+/* ---- comm.compress (hsadmm_code.c) ---- */
+
+/* The coded exchange of the whole packed buffer (leaders): the plan's
+ * buffer holds this leader's payload and ends with the sum over leaders,
+ * as the allreduce leaves it. */
+px_status_t px__hsc_exchange(px_hsadmm_t *h);
+/* A resumed run: every history restarts at zero (on every leader). */
+void px__hsc_resumed(px_hsadmm_t *h);
+void px__hsc_free(px_hsadmm_t *h);
 
 /* ---- comm.overlap (hsadmm_overlap.c) ---- */
 

@@ -52,9 +52,9 @@ void px__hso_free(px_hsadmm_t *h) {
 }
 
 px_status_t px_hsadmm_set_overlap(px_hsadmm_t *h, int on) {
-  PX_REQUIRE(!on || (!h->cfg.flat && !h->q.bits),
+  PX_REQUIRE(!on || (!h->cfg.flat && !h->q.bits && !h->lc.on),
              "comm.overlap: applies to the exact hierarchical exchange (strategy hsadmm, "
-             "comm.quantize none) only");
+             "comm.quantize none, comm.compress none) only");
   PX_REQUIRE(!on || !h->dev, "comm.overlap: not with H-SADMM's device state");
   if (h->iteration > 0) return px_set_error(PX_ERR_STATE, "comm.overlap: set before the first round");
   h->ov.enabled = on ? 1 : 0;

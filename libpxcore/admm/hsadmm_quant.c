@@ -73,6 +73,8 @@ px_status_t px_hsadmm_set_quantize(px_hsadmm_t *h, int bits, uint64_t seed) {
              bits);
   PX_REQUIRE(bits == 0 || !h->dev, "comm.quantize = %d: not with H-SADMM's device state",
              bits);
+  PX_REQUIRE(bits == 0 || !h->lc.on, "comm.quantize = %d: not with comm.compress lossless",
+             bits);
   if (h->iteration > 0)
     return px_set_error(PX_ERR_STATE, "comm.quantize: set before the first round");
   h->q.bits = bits;

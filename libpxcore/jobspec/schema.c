@@ -123,6 +123,7 @@ const px__js_field_t px__js_fields[] = {
     {S_COMM, "topk_ratio", PX__JS_DOUBLE, LO_OPEN, 0, 1, NULL, 0.01, NULL},
     {S_COMM, "quantize", PX__JS_CHOICE, 0, 0, 0, "none|8|4", 0, "none"},
     {S_COMM, "overlap", PX__JS_BOOL, 0, 0, 0, NULL, 0, NULL},
+    {S_COMM, "compress", PX__JS_CHOICE, 0, 0, 0, "none|lossless", 0, "none"},
 
     /* Faults (issue 14): off by default; a restart without checkpoints
      * starts from iteration 0. 1000 restarts is far past any sane policy. */
@@ -672,18 +673,24 @@ static px_status_t px__js_check_prune(const Prunex__V1__JobSpec *spec, px__js_wh
   return PX_OK;
 }
 
-/* The comm section's cross-field rules: quantize and overlap apply to the
- * node leaders' exchange of strategy hsadmm. */
+static int px__js_named(const char *v) { return v && v[0] && strcmp(v, "none"); }
+
+static int px__js_quantized(const Prunex__V1__JobSpec *spec) {
+  return px__js_named(spec->comm->quantize);
+}
+
+/* The comm section's cross-field rules: quantize, overlap and compress apply
+ * to the node leaders' exchange of strategy hsadmm. */
 static px_status_t px__js_check_comm(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
-  if (spec->comm->quantize && spec->comm->quantize[0] && strcmp(spec->comm->quantize, "none") &&
-      spec->strategy != PRUNEX__V1__STRATEGY__STRATEGY_HSADMM)
+  int hs = spec->strategy == PRUNEX__V1__STRATEGY__STRATEGY_HSADMM;
+  if (px__js_quantized(spec) && spec->strategy != PRUNEX__V1__STRATEGY__STRATEGY_HSADMM)
     return px__js_fail(PX_ERR_INVALID, w,
                        px__js_mark(w, px__js_find("comm.quantize"), px__js_find("strategy")),
                        "comm.quantize: %s quantizes the node leaders' exchange of strategy hsadmm "
                        "and has no meaning for strategy %s (use none)",
                        spec->comm->quantize, px_jobspec_strategy_name(spec->strategy));
-  if (spec->comm->overlap && (spec->strategy != PRUNEX__V1__STRATEGY__STRATEGY_HSADMM ||
-                              (spec->comm->quantize && strcmp(spec->comm->quantize, "none"))))
+  if (spec->comm->overlap &&
+      (spec->strategy != PRUNEX__V1__STRATEGY__STRATEGY_HSADMM || px__js_quantized(spec)))
     return px__js_fail(PX_ERR_INVALID, w,
                        px__js_mark(w, px__js_find("comm.overlap"),
                                    px__js_find(spec->strategy != PRUNEX__V1__STRATEGY__STRATEGY_HSADMM
@@ -693,6 +700,18 @@ static px_status_t px__js_check_comm(const Prunex__V1__JobSpec *spec, px__js_whe
                        "leaders with the next local phase; strategy %s, comm.quantize %s",
                        px_jobspec_strategy_name(spec->strategy),
                        spec->comm->quantize ? spec->comm->quantize : "none");
+  if (px__js_named(spec->comm->compress) && (!hs || px__js_quantized(spec) || spec->comm->overlap))
+    return px__js_fail(PX_ERR_INVALID, w,
+                       px__js_mark(w, px__js_find("comm.compress"),
+                                   px__js_find(!hs                   ? "strategy"
+                                               : spec->comm->overlap ? "comm.overlap"
+                                                                     : "comm.quantize")),
+                       "comm.compress: lossless codes the exact exchange of strategy hsadmm's "
+                       "node leaders (comm.quantize none, comm.overlap false); strategy %s, "
+                       "comm.quantize %s, comm.overlap %s",
+                       px_jobspec_strategy_name(spec->strategy),
+                       spec->comm->quantize ? spec->comm->quantize : "none",
+                       spec->comm->overlap ? "true" : "false");
   return PX_OK;
 }
 

@@ -71,6 +71,10 @@ px_status_t px_jobspec_strategy_config(const Prunex__V1__JobSpec *s, int64_t ste
                         s->comm->quantize);
   c->seed = s->train->seed;
   c->overlap = s->comm->overlap ? 1 : 0;
+  const char *cm = s->comm->compress;
+  c->compress = !cm || !cm[0] || !strcmp(cm, "none") ? 0 : !strcmp(cm, "lossless") ? 1 : -1;
+  if (c->compress < 0)
+    return px_set_error(PX_ERR_INVALID, "comm.compress = '%s': must be none or lossless", cm);
   /* the last iteration is always tested; 0 is an unset field (1) */
   c->eval_every = s->train->eval_every > 0 ? s->train->eval_every : 1;
   if (s->recovery && s->recovery->checkpoint_every > 0) {

@@ -379,12 +379,12 @@ static px_status_t px__hsadmm_state_ops(const px__strategy_run_t *r, const px__h
              "strategy: hsadmm_state = %d: must be 0 (auto), 1 (host) or 2 (host buffers "
              "through the device-state path)", (int)c->hsadmm_state);
   /* what the device-state round does not do: those runs keep the host state */
-  int host_only = c->quantize_bits || c->overlap || c->keep.nm_n ||
+  int host_only = c->quantize_bits || c->overlap || c->compress || c->keep.nm_n ||
                   (c->checkpoint_every > 0 && c->checkpoint_dir);
   if (c->hsadmm_state == 2) {
     PX_REQUIRE(!r->staged && !host_only,
                "strategy: hsadmm_state = 2 runs on a CPU model without stage_host, "
-               "comm.quantize, comm.overlap, checkpoints or N:M masks");
+               "comm.quantize, comm.overlap, comm.compress, checkpoints or N:M masks");
     *ops = &px__hss_host_ops;
   } else if (c->hsadmm_state == 0 && r->cuda && !host_only &&
              px_tensor_is_plain(px_model_flat_params(r->m))) { /* OIHW fp32, as z is */
@@ -423,6 +423,7 @@ static px_status_t px__hsadmm_create(px__strategy_run_t *r, void **priv) {
   PX_CHECK(px_hsadmm_set_quantize(s->h, c->quantize_bits, c->seed));
   PX_REQUIRE(!c->overlap || !r->staged, "comm.overlap: host models only");
   PX_CHECK(px_hsadmm_set_overlap(s->h, c->overlap));
+  PX_CHECK(px_hsadmm_set_compress(s->h, c->compress));
   /* every rank starts from the consensus */
   PX_CHECK(px__hsadmm_load_z(r, s, 0));
   px_trainer_set_grad_hook(r->t, px__hsadmm_masked_hook, s);

@@ -129,6 +129,24 @@ PX_API void px_hsadmm_destroy(px_hsadmm_t *h);
  * sync, PX_ERR_NOMEM. */
 PX_API px_status_t px_hsadmm_set_quantize(px_hsadmm_t *h, int bits, uint64_t seed);
 
+/* comm.compress lossless (strategy hsadmm, exact exchange, host state):
+ * each leader codes its packed z_i + v_i against its own payload of the
+ * round before, as every leader holds it (lossless.h), and the leaders
+ * allgather the payloads instead of the f32 allreduce; every leader decodes
+ * each payload against its copy of that leader's last one and sums them in
+ * node order. The same floats arrive, so with two nodes z is bit for bit
+ * what the plain exchange gives (the sum of two is the same in any order);
+ * with more, the order of the sum may differ from the allreduce's, the same
+ * on every leader. Each leader keeps every leader's last payload in
+ * parameter layout (M * total floats); they restart at zero on a resume,
+ * on every leader alike. A payload that does not decode to its sender's
+ * floats (a checksum in it) fails the round with PX_ERR_FORMAT naming the
+ * sending node. Call on every rank before the first px_hsadmm_sync (it
+ * allocates then; syncs allocate nothing). Fails with PX_ERR_INVALID in
+ * flat, quantized or overlapped mode or with the device state,
+ * PX_ERR_STATE after a sync, PX_ERR_NOMEM. */
+PX_API px_status_t px_hsadmm_set_compress(px_hsadmm_t *h, int lossless);
+
 /* comm.overlap (strategy hsadmm, exact exchange only): the leaders' exchange
  * of a round is packed by px_hsadmm_sync but sent by px_hsadmm_overlap_start,
  * which the caller calls on every rank when the next local phase begins

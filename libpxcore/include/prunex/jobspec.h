@@ -102,6 +102,10 @@
  *                           which starts from the z of the round before
  *                           plus the node's last step
  *                           (px_hsadmm_set_overlap; changes the math)
+ *     compress: none        none | lossless, hsadmm with quantize none and
+ *                           overlap false: each leader's packed payload
+ *                           coded against its last round's, the same bits
+ *                           arriving (lossless.h, px_hsadmm_set_compress)
  *   recovery:
  *     checkpoint_every: 0   >= 0: every rank writes its whole state every N
  *                           iterations and at the end (0: never)

@@ -117,6 +117,8 @@ typedef struct {
                                of a round runs during the next local phase, which starts from
                                the z of the round before plus the node's last step
                                (px_hsadmm_restart_point); 0: off */
+  int32_t compress;         /* hsadmm (exact exchange, host state): 1 = the leaders' payloads
+                               delta-coded without loss (px_hsadmm_set_compress); 0: off */
   px_strategy_observe_fn observe; /* NULL: none */
   void *observe_ctx;
   /* Checkpoints (issue 14): with checkpoint_every > 0 every rank writes its
