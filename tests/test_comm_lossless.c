@@ -4,7 +4,10 @@
  * to their reference code well below their raw size; a payload that is cut,
  * padded, flipped, from another round, of another length or decoded
  * against another reference fails with PX_ERR_FORMAT and a message that
- * says what is wrong; and nothing is allocated once the coder exists. */
+ * says what is wrong; nothing is allocated once the coder exists; and the
+ * fuzzer's seeds (tests/fuzz/seeds/lossless, written by a Python copy of
+ * the format) are valid payloads, so that fuzzing starts inside the
+ * format. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -181,12 +184,37 @@ static void test_no_allocation_after_create(void **state) {
   assert_true(b.live_bytes < a.live_bytes);
 }
 
+/* The seeds: two bytes of count, then a payload of tag 0 against the
+ * harness's reference (fuzz_lossless.c). */
+static void test_fuzz_seeds_decode(void **state) {
+  (void)state;
+  static const char *const names[] = {"close64", "stored40", "close1000"};
+  static float ref[4096], out[4096];
+  static uint8_t buf[65536];
+  for (int j = 0; j < 4096; j++) ref[j] = (float)(j % 97 - 48) / 64.0f; /* exact */
+  px_lossless_t *lc = coder(4096);
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/tests/fuzz/seeds/lossless/%s.bin", PX_SOURCE_DIR, names[k]);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    assert_true(n > 2);
+    size_t count = (size_t)buf[0] | (size_t)buf[1] << 8;
+    px_status_t st = px_lossless_decode(lc, buf + 2, n - 2, ref, count, 0, out);
+    if (st != PX_OK) fail_msg("%s: %s", names[k], px_last_error());
+  }
+  px_lossless_destroy(lc);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_bit_pattern_comes_back),
       cmocka_unit_test(test_close_values_code_small),
       cmocka_unit_test(test_bad_payloads_are_named),
       cmocka_unit_test(test_no_allocation_after_create),
+      cmocka_unit_test(test_fuzz_seeds_decode),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,9 @@
  * - a run that dies after its checkpoint of iteration 2 (every rank exits
  *   at once, as kill -9 of the whole attempt would leave it) and is run
  *   again resumes from that checkpoint and ends with the same final model,
- *   bit for bit, as the same run uninterrupted: H-SADMM, DDP and Top-K;
+ *   bit for bit, as the same run uninterrupted: H-SADMM, DDP and Top-K,
+ *   and H-SADMM whose leaders code their exchange without loss
+ *   (comm.compress, against the uninterrupted run without it);
  * - a truncated newest checkpoint on one rank is named and skipped: every
  *   rank resumes from the previous one, still bit for bit;
  * - a node whose checkpoints are gone (a new node in a lost one's place)
@@ -55,6 +57,7 @@ typedef struct {
   px_strategy_kind_t kind;
   const char *tag;  /* checkpoint directories: <dir>/<tag>/node<N> */
   int die_after;    /* > 0: every rank exits after this iteration's checkpoint */
+  int compress;     /* px_strategy_config_t.compress */
 } scenario_t;
 
 #define ITERS 4
@@ -90,6 +93,7 @@ static void rank_setup(px_th_ctx_t *ctx, const scenario_t *sc, px_trainer_t **t,
   cfg->checkpoint_dir = ck;
   cfg->checkpoint_every = 1;
   cfg->checkpoint_keep = 2;
+  cfg->compress = sc->compress;
 }
 
 static int rank_main(px_th_ctx_t *ctx) {
@@ -179,17 +183,19 @@ static void ckpt_path(const char *tag, int node, int iteration, int rank, char *
 }
 
 /* Uninterrupted, then killed after iteration 2 and run again: the same
- * final model, resumed after iteration 2. */
-static void resume_matches(px_strategy_kind_t kind, const char *tag) {
+ * final model, resumed after iteration 2. compress: the interrupted and
+ * resumed runs code the leaders' exchange without loss (their histories
+ * restart at zero on the resume), the uninterrupted one does not. */
+static void resume_matches(px_strategy_kind_t kind, const char *tag, int compress) {
   if (!dir[0]) skip();
   char ref_tag[64];
   snprintf(ref_tag, sizeof ref_tag, "%s-ref", tag);
-  scenario_t ref = {kind, ref_tag, 0};
+  scenario_t ref = {kind, ref_tag, 0, 0};
   double a[5], b[5];
   run(&ref, a);
   assert_true(a[3] == -1); /* nothing to resume from */
   assert_true(a[4] == ITERS);
-  scenario_t sc = {kind, tag, 2};
+  scenario_t sc = {kind, tag, 2, compress};
   die(&sc);
   char p[600];
   ckpt_path(tag, 1, 2, 2, p, sizeof p);
@@ -203,17 +209,22 @@ static void resume_matches(px_strategy_kind_t kind, const char *tag) {
 
 static void test_hsadmm_resumes_bitwise(void **state) {
   (void)state;
-  resume_matches(PX_STRATEGY_HSADMM, "hs");
+  resume_matches(PX_STRATEGY_HSADMM, "hs", 0);
+}
+
+static void test_hsadmm_lossless_resumes_bitwise(void **state) {
+  (void)state;
+  resume_matches(PX_STRATEGY_HSADMM, "hsll", 1);
 }
 
 static void test_ddp_resumes_bitwise(void **state) {
   (void)state;
-  resume_matches(PX_STRATEGY_DDP, "ddp");
+  resume_matches(PX_STRATEGY_DDP, "ddp", 0);
 }
 
 static void test_topk_resumes_bitwise(void **state) {
   (void)state;
-  resume_matches(PX_STRATEGY_TOPK, "topk");
+  resume_matches(PX_STRATEGY_TOPK, "topk", 0);
 }
 
 /* Truncated newest checkpoint of rank 1: every rank resumes after iteration
@@ -221,10 +232,10 @@ static void test_topk_resumes_bitwise(void **state) {
 static void test_truncated_checkpoint_uses_previous(void **state) {
   (void)state;
   if (!dir[0]) skip();
-  scenario_t ref = {PX_STRATEGY_HSADMM, "tr-ref", 0};
+  scenario_t ref = {PX_STRATEGY_HSADMM, "tr-ref", 0, 0};
   double a[5], b[5];
   run(&ref, a);
-  scenario_t sc = {PX_STRATEGY_HSADMM, "tr", 2};
+  scenario_t sc = {PX_STRATEGY_HSADMM, "tr", 2, 0};
   die(&sc);
   char p[600];
   ckpt_path("tr", 0, 2, 1, p, sizeof p);
@@ -242,7 +253,7 @@ static void test_truncated_checkpoint_uses_previous(void **state) {
 static void test_new_node_resumes_from_shared_state(void **state) {
   (void)state;
   if (!dir[0]) skip();
-  scenario_t sc = {PX_STRATEGY_HSADMM, "nn", 2};
+  scenario_t sc = {PX_STRATEGY_HSADMM, "nn", 2, 0};
   die(&sc);
   char p[600];
   for (int it = 0; it <= 2; it++)
@@ -296,7 +307,7 @@ static void test_one_rank_that_cannot_write_bounds_the_others_files(void **state
   (void)state;
   if (!dir[0]) skip();
   take_rank3_checkpoint_names("full");
-  scenario_t sc = {PX_STRATEGY_HSADMM, "full", 0};
+  scenario_t sc = {PX_STRATEGY_HSADMM, "full", 0, 0};
   double out[5];
   run(&sc, out);
   assert_true(px_th_shared[5] == 0);   /* the newest complete checkpoint */
@@ -337,7 +348,7 @@ static void test_a_run_without_usable_checkpoints_can_be_told_to_fail(void **sta
   (void)state;
   if (!dir[0]) skip();
   take_rank3_checkpoint_names("unprot");
-  scenario_t sc = {PX_STRATEGY_HSADMM, "unprot", 0};
+  scenario_t sc = {PX_STRATEGY_HSADMM, "unprot", 0, 0};
   assert_int_equal(px_th_run(4, nodes, unprotected_main, &sc, 300), 0);
 }
 
@@ -468,6 +479,7 @@ int main(int argc, char **argv) {
   px_th_init(argc, argv);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_hsadmm_resumes_bitwise),
+      cmocka_unit_test(test_hsadmm_lossless_resumes_bitwise),
       cmocka_unit_test(test_ddp_resumes_bitwise),
       cmocka_unit_test(test_topk_resumes_bitwise),
       cmocka_unit_test(test_truncated_checkpoint_uses_previous),
