@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "comm_harness.h"
+#include "hsadmm_toy.h"
 #include "prunex/hsadmm.h"
 #include "prunex/jobspec.h"
 #include "prunex/quantize.h"
@@ -183,16 +184,7 @@ static int rank_main(px_th_ctx_t *ctx) {
   px_group_t *world = px_comm_group(comm, PX_GROUP_WORLD);
   int M = px_comm_nnodes(comm);
   for (int k = 0; k < sc->rounds; k++) {
-    /* exact local solve: argmin 1/2 |t - a|^2 + rho/2 |t - z_i + u|^2 */
-    for (int i = 0; i < 2; i++) {
-      const float *z, *u;
-      float rho;
-      px_hsadmm_prox(h, i, &z, &u, &rho);
-      size_t o = i ? DW : 0, n = i ? DD : DW;
-      for (size_t j = 0; j < n; j++)
-        theta[o + j] = (float)((target(ctx->rank, (int)(o + j)) + rho * ((double)z[j] - u[j])) /
-                               (1.0 + rho));
-    }
+    px_toy_local_solve(h, theta, DW, DD, target, ctx->rank);
     px_hsadmm_round_t *rd;
     PX_TH_OK(px_hsadmm_sync(h, &rd));
     /* bitwise-identical z on every rank */

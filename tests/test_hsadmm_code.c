@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "comm_harness.h"
+#include "hsadmm_toy.h"
 #include "prunex/hsadmm.h"
 #include "prunex/jobspec.h"
 #include "px_test_util.h"
@@ -47,23 +48,6 @@ static uint64_t z_fnv(px_hsadmm_t *h) {
   return px_test_fnv64(px_hsadmm_z(h, 0), DW * 4) ^ px_test_fnv64(px_hsadmm_z(h, 1), DD * 4);
 }
 
-/* FNV of z, z_i, u and v, folded to 52 bits so that a double holds it. */
-static double state_hash(px_hsadmm_t *h) {
-  uint64_t x = 0;
-  for (int i = 0; i < 2; i++) {
-    size_t n = i ? DD : DW;
-    const float *u, *v, *zi, *uu;
-    float rho;
-    px_hsadmm_duals(h, i, &u, &v);
-    px_hsadmm_prox(h, i, &zi, &uu, &rho);
-    x = x * 31 + px_test_fnv64(px_hsadmm_z(h, i), n * 4);
-    x = x * 31 + px_test_fnv64(zi, n * 4);
-    x = x * 31 + px_test_fnv64(u, n * 4);
-    if (v) x = x * 31 + px_test_fnv64(v, n * 4);
-  }
-  return (double)(x >> 12);
-}
-
 static int rank_main(px_th_ctx_t *ctx) {
   const int *lossless = ctx->arg;
   px_comm_t *comm;
@@ -81,15 +65,7 @@ static int rank_main(px_th_ctx_t *ctx) {
   px_group_t *world = px_comm_group(comm, PX_GROUP_WORLD);
   double bytes = 0, dense = 0;
   for (int k = 0; k < ROUNDS; k++) {
-    for (int i = 0; i < 2; i++) { /* the exact local solve from the proximal targets */
-      const float *z, *u;
-      float rho;
-      px_hsadmm_prox(h, i, &z, &u, &rho);
-      size_t o = i ? DW : 0, n = i ? DD : DW;
-      for (size_t j = 0; j < n; j++)
-        theta[o + j] = (float)((target(ctx->rank, (int)(o + j)) + rho * ((double)z[j] - u[j])) /
-                               (1.0 + rho));
-    }
+    px_toy_local_solve(h, theta, DW, DD, target, ctx->rank);
     px_hsadmm_round_t *rd;
     PX_TH_OK(px_hsadmm_sync(h, &rd));
     bytes += (double)rd->bytes_inter;
@@ -103,7 +79,7 @@ static int rank_main(px_th_ctx_t *ctx) {
     PX_TH_CHECK(!stop);
   }
   PX_TH_CHECK(px_hsadmm_frozen(h));
-  px_th_shared[ctx->rank] = state_hash(h);
+  px_th_shared[ctx->rank] = px_toy_state_hash(h, DW, DD);
   if (ctx->rank == 0) {
     px_th_shared[SH_BYTES] = bytes;
     px_th_shared[SH_DENSE] = dense;
@@ -200,20 +176,21 @@ static void test_refusals(void **state) {
   assert_int_equal(px_th_run(2, two, refuse_main, NULL, 60), 0);
 }
 
+/* The job spec: each case's text and the field its error names (NULL: valid). */
 static void test_jobspec_field(void **state) {
   (void)state;
-  assert_true(px_test_spec_outcome("strategy: hsadmm\ncomm:\n  compress: lossless\n", NULL));
-  assert_true(px_test_spec_outcome("strategy: hsadmm\ncomm:\n  compress: none\n", NULL));
-  assert_true(px_test_spec_outcome("strategy: ddp\ncomm:\n  compress: none\n", NULL));
-  assert_true(
-      px_test_spec_outcome("strategy: ddp\ncomm:\n  compress: lossless\n", "comm.compress"));
-  assert_true(px_test_spec_outcome("strategy: hsadmm-flat\ncomm:\n  compress: lossless\n",
-                                   "comm.compress"));
-  assert_true(px_test_spec_outcome(
-      "strategy: hsadmm\ncomm:\n  compress: lossless\n  quantize: 8\n", "comm.compress"));
-  assert_true(px_test_spec_outcome(
-      "strategy: hsadmm\ncomm:\n  compress: lossless\n  overlap: true\n", "comm.compress"));
-  assert_true(px_test_spec_outcome("strategy: hsadmm\ncomm:\n  compress: zstd\n", "comm.compress"));
+  static const char *const cases[][2] = {
+      {"strategy: hsadmm\ncomm:\n  compress: lossless\n", NULL},
+      {"strategy: hsadmm\ncomm:\n  compress: none\n", NULL},
+      {"strategy: ddp\ncomm:\n  compress: none\n", NULL},
+      {"strategy: ddp\ncomm:\n  compress: lossless\n", "comm.compress"},
+      {"strategy: hsadmm-flat\ncomm:\n  compress: lossless\n", "comm.compress"},
+      {"strategy: hsadmm\ncomm:\n  compress: lossless\n  quantize: 8\n", "comm.compress"},
+      {"strategy: hsadmm\ncomm:\n  compress: lossless\n  overlap: true\n", "comm.compress"},
+      {"strategy: hsadmm\ncomm:\n  compress: zstd\n", "comm.compress"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+    if (!px_test_spec_outcome(cases[k][0], cases[k][1])) fail_msg("case %zu: %s", k, cases[k][0]);
 }
 
 int main(int argc, char **argv) {

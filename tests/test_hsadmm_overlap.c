@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "comm_harness.h"
+#include "hsadmm_toy.h"
 #include "prunex/hsadmm.h"
 #include "prunex/jobspec.h"
 #include "px_test_util.h"
@@ -41,24 +42,6 @@ static px_status_t freeze_once(void *ctx, const px_hsadmm_round_t *round, px_hsa
   (void)ctx;
   if (round->iteration == FREEZE_AT) d->freeze = 1;
   return PX_OK;
-}
-
-/* FNV of z, z_i, v and u, folded to 52 bits so that a double holds it. */
-static double state_hash(px_hsadmm_t *h) {
-  uint64_t x = 0;
-  for (int i = 0; i < 2; i++) {
-    size_t n = i ? DD : DW;
-    const float *u, *v;
-    px_hsadmm_duals(h, i, &u, &v);
-    const float *zi, *uu;
-    float rho;
-    px_hsadmm_prox(h, i, &zi, &uu, &rho);
-    x = x * 31 + px_test_fnv64(px_hsadmm_z(h, i), n * 4);
-    x = x * 31 + px_test_fnv64(zi, n * 4);
-    x = x * 31 + px_test_fnv64(u, n * 4);
-    if (v) x = x * 31 + px_test_fnv64(v, n * 4);
-  }
-  return (double)(x >> 12);
 }
 
 static double z_hash(px_hsadmm_t *h) {
@@ -95,15 +78,7 @@ static int rank_main(px_th_ctx_t *ctx) {
     px_hsadmm_set_drain(h, k == DRAIN_AT || k == ROUNDS - 1);
     PX_TH_OK(px_hsadmm_overlap_start(h));
     /* exact local solve from the proximal targets only */
-    for (int i = 0; i < 2; i++) {
-      const float *z, *u;
-      float rho;
-      px_hsadmm_prox(h, i, &z, &u, &rho);
-      size_t o = i ? DW : 0, n = i ? DD : DW;
-      for (size_t j = 0; j < n; j++)
-        theta[o + j] = (float)((target(ctx->rank, (int)(o + j)) + rho * ((double)z[j] - u[j])) /
-                               (1.0 + rho));
-    }
+    px_toy_local_solve(h, theta, DW, DD, target, ctx->rank);
     px_hsadmm_round_t *rd;
     PX_TH_OK(px_hsadmm_sync(h, &rd));
     int deferred = sc->overlap && k != DRAIN_AT && k != ROUNDS - 1;
@@ -119,7 +94,7 @@ static int rank_main(px_th_ctx_t *ctx) {
   }
   PX_TH_CHECK(!px_hsadmm_pending(h));
   PX_TH_CHECK(px_hsadmm_frozen(h));
-  px_th_shared[ctx->rank] = state_hash(h);
+  px_th_shared[ctx->rank] = px_toy_state_hash(h, DW, DD);
   px_hsadmm_destroy(h);
   px_comm_destroy(comm);
   return 0;
