@@ -683,19 +683,16 @@ static int px__js_quantized(const Prunex__V1__JobSpec *spec) {
  * to the node leaders' exchange of strategy hsadmm. */
 static px_status_t px__js_check_comm(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
   int hs = spec->strategy == PRUNEX__V1__STRATEGY__STRATEGY_HSADMM;
-  if (px__js_quantized(spec) && spec->strategy != PRUNEX__V1__STRATEGY__STRATEGY_HSADMM)
+  if (px__js_quantized(spec) && !hs)
     return px__js_fail(PX_ERR_INVALID, w,
                        px__js_mark(w, px__js_find("comm.quantize"), px__js_find("strategy")),
                        "comm.quantize: %s quantizes the node leaders' exchange of strategy hsadmm "
                        "and has no meaning for strategy %s (use none)",
                        spec->comm->quantize, px_jobspec_strategy_name(spec->strategy));
-  if (spec->comm->overlap &&
-      (spec->strategy != PRUNEX__V1__STRATEGY__STRATEGY_HSADMM || px__js_quantized(spec)))
+  if (spec->comm->overlap && (!hs || px__js_quantized(spec)))
     return px__js_fail(PX_ERR_INVALID, w,
                        px__js_mark(w, px__js_find("comm.overlap"),
-                                   px__js_find(spec->strategy != PRUNEX__V1__STRATEGY__STRATEGY_HSADMM
-                                                   ? "strategy"
-                                                   : "comm.quantize")),
+                                   px__js_find(!hs ? "strategy" : "comm.quantize")),
                        "comm.overlap: overlaps the exact exchange of strategy hsadmm's node "
                        "leaders with the next local phase; strategy %s, comm.quantize %s",
                        px_jobspec_strategy_name(spec->strategy),

@@ -322,7 +322,7 @@ PX_API void px_jobspec_train_config(const Prunex__V1__JobSpec *spec, px_train_co
  * quantize bits, seed, eval_every, checkpoint_every and keep. Zeroes *out
  * first: the callbacks (observe), checkpoint_dir and the test switches are
  * the caller's. Fails with PX_ERR_INVALID when the local steps of an
- * iteration exceed INT32_MAX or comm.quantize is unknown. */
+ * iteration exceed INT32_MAX or comm.quantize or comm.compress is unknown. */
 PX_API px_status_t px_jobspec_strategy_config(const Prunex__V1__JobSpec *spec,
                                               int64_t steps_per_epoch, px_strategy_config_t *out);
 
