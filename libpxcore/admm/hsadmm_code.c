@@ -17,7 +17,7 @@
 void px__hsc_free(px_hsadmm_t *h) {
   px__hsadmm_code_t *c = &h->lc;
   px_lossless_destroy(c->lc);
-  PX_FREE_ALL(c->hist, (void *)c->hptrs, c->cur, c->acc, c->send, c->recv, c->lens, c->counts);
+  PX_FREE_ALL(c->hist, (void *)c->hptrs, c->cur, c->acc, c->send, c->recv, c->counts);
   memset(c, 0, sizeof *c);
   c->scale = 1.0;
 }
@@ -32,10 +32,8 @@ static px_status_t px__hsc_alloc(px_hsadmm_t *h) {
   c->acc = px_malloc(total * sizeof(float), "hsadmm.code_sum");
   c->send = px_malloc(bound, "hsadmm.code_send");
   c->recv = px_malloc(M * bound, "hsadmm.code_recv");
-  c->lens = px_calloc(M, sizeof(uint64_t), "hsadmm.code_lens");
   c->counts = px_calloc(M, sizeof(size_t), "hsadmm.code_counts");
-  if (!c->hist || !c->hptrs || !c->cur || !c->acc || !c->send || !c->recv || !c->lens ||
-      !c->counts) {
+  if (!c->hist || !c->hptrs || !c->cur || !c->acc || !c->send || !c->recv || !c->counts) {
     px__hsc_free(h);
     return PX_ERR_NOMEM;
   }
@@ -67,18 +65,16 @@ px_status_t px_hsadmm_set_compress(px_hsadmm_t *h, int lossless) {
   return px__hsc_alloc(h);
 }
 
-/* History r packed with this round's plan, into the plan's buffer. */
-static void px__hsc_pack_history(px_hsadmm_t *h, int r) {
+/* The tensors of history r, for packing and unpacking. */
+static float **px__hsc_history(px_hsadmm_t *h, int r) {
   px__hsadmm_code_t *c = &h->lc;
   for (int i = 0; i < h->n; i++) c->hptrs[i] = c->hist + (size_t)r * h->st.total + h->st.off[i];
-  px_pack_shrink(h->plan, (const float *const *)c->hptrs);
+  return c->hptrs;
 }
 
-/* The plan's buffer (leader r's payload) into history r. */
-static void px__hsc_keep(px_hsadmm_t *h, int r) {
-  px__hsadmm_code_t *c = &h->lc;
-  for (int i = 0; i < h->n; i++) c->hptrs[i] = c->hist + (size_t)r * h->st.total + h->st.off[i];
-  px_pack_expand(h->plan, c->hptrs);
+/* History r packed with this round's plan, into the plan's buffer. */
+static void px__hsc_pack_history(px_hsadmm_t *h, int r) {
+  px_pack_shrink(h->plan, (const float *const *)px__hsc_history(h, r));
 }
 
 /* Every leader's payload decoded (this one's copied), kept, and summed in
@@ -98,7 +94,7 @@ static px_status_t px__hsc_take(px_hsadmm_t *h, float *buf, size_t nf, uint32_t 
                             "comm.compress: the payload of node %d's leader (world rank %d): %s",
                             r, px_group_world_rank(h->inter, r), px_last_error());
     }
-    px__hsc_keep(h, r);
+    px_pack_expand(h->plan, px__hsc_history(h, r)); /* the payload, kept */
     if (r == 0) {
       memcpy(c->acc, buf, nf * sizeof(float));
     } else {
@@ -117,24 +113,22 @@ px_status_t px__hsc_exchange(px_hsadmm_t *h) {
   px__hsc_pack_history(h, px_group_rank(h->inter));
   size_t len;
   PX_CHECK(px_lossless_encode(c->lc, c->cur, buf, nf, tag, c->send, bound, &len));
-  uint64_t mine = len, coded = 0;
-  PX_CHECK(px_comm_allgather(h->inter, &mine, c->lens, sizeof mine, PX_COMM_U8));
+  size_t coded = 0;
+  PX_CHECK(px_comm_allgather(h->inter, &len, c->counts, sizeof len, PX_COMM_U8));
   for (int r = 0; r < h->M; r++) {
-    if (c->lens[r] > bound)
+    if (c->counts[r] > bound)
       return px_set_error(PX_ERR_FORMAT,
                           "comm.compress: node %d's leader (world rank %d) announces a payload "
-                          "of %llu bytes; %zu floats code into at most %zu",
-                          r, px_group_world_rank(h->inter, r), (unsigned long long)c->lens[r], nf,
-                          bound);
-    c->counts[r] = (size_t)c->lens[r];
-    coded += c->lens[r];
+                          "of %zu bytes; %zu floats code into at most %zu",
+                          r, px_group_world_rank(h->inter, r), c->counts[r], nf, bound);
+    coded += c->counts[r];
   }
   PX_CHECK(px_comm_allgatherv(h->inter, c->send, c->recv, c->counts, PX_COMM_U8));
   PX_CHECK(px__hsc_take(h, buf, nf, tag));
   memcpy(buf, c->acc, nf * sizeof(float));
   /* the same on every leader: the f32 payloads over what moved (the
    * lengths too), which is exact for two leaders */
-  c->scale = (double)h->M * (double)nf * sizeof(float) / (double)(coded + h->M * sizeof mine);
+  c->scale = (double)h->M * (double)nf * sizeof(float) / (double)(coded + h->M * sizeof len);
   return PX_OK;
 }
 

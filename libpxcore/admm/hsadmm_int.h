@@ -56,8 +56,8 @@ typedef struct {
   float *acc;           /* [total] the sum in node order, packed layout */
   uint8_t *send;        /* [px_lossless_bound(total)] */
   uint8_t *recv;        /* [M * that] */
-  uint64_t *lens;       /* [M] payload bytes of each leader */
-  size_t *counts;       /* [M] the same as allgatherv counts */
+  size_t *counts;       /* [M] payload bytes of each leader (allgathered, the
+                           allgatherv's counts; every leader has the same size_t) */
   double scale;         /* the last exchange: raw f32 bytes over coded bytes (1 when off) */
 } px__hsadmm_code_t;
 
