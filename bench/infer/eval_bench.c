@@ -105,6 +105,7 @@ static px_status_t bf_compare(void *c, const float *x, const int32_t *y, int32_t
   (void)loss_sum;
   (void)correct;
   bf_ctx_t *k = c;
+  if (!n) return PX_OK; /* the end of the test set */
   if (px__infer_logits(k->raw, x, n, k->zb) < 0 || px__infer_logits(k->f32, x, n, k->zf) < 0)
     return PX_ERR_BACKEND;
   for (int32_t i = 0; i < n; i++) {
@@ -256,9 +257,10 @@ int main(int argc, char **argv) {
          macs(cm) / 1e6, macs(cm) / macs(dense));
   printf("test set %lld images: accuracy dense %.4f, compact %.4f; predictions differ on %lld\n",
          (long long)ed.samples, ed.accuracy, ek.accuracy, (long long)k.differ);
-  printf("compact convolutions in %s; %lld of the %lld images rerun in f32 (margin below the "
-         "bound)\n", px__infer_is_bf16(k.net) ? "bf16" : "f32", (long long)rechecked,
-         (long long)ed.samples);
+  int np2, nconv = px__infer_convs(k.net, &np2);
+  printf("compact convolutions in %s (%d of %d on the planar kernel); %lld of the %lld "
+         "images rerun in f32 (margin below the bound)\n", px__infer_is_bf16(k.net) ? "bf16" : "f32",
+         np2, nconv, (long long)rechecked, (long long)ed.samples);
   printf("evaluation   dense %.3f s  compact %.3f s  (%.2fx)   wall: %.3f s, %.3f s\n",
          dense_eval, compact_eval, dense_eval / compact_eval, wd, wk);
   printf("calibration  dense %.3f s  compact %.3f s  (%.2fx, %d batches of %d)\n", dense_cal,

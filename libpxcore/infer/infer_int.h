@@ -83,6 +83,10 @@ int32_t px__infer_batch(const px__infer_t *net);
  * (BF16) since its creation. */
 int px__infer_is_bf16(const px__infer_t *net);
 int64_t px__infer_rechecked(const px__infer_t *net);
+/* Of the net's convolutions, how many run on the planar kernels in
+ * *planar (p2conv.h: the narrow 3 x 3 ones, bf16 on a CPU with
+ * AVX512-BF16, f32 on one with AVX-512). */
+int px__infer_convs(const px__infer_t *net, int *planar);
 
 /* Reads the model's current parameters and BN running statistics, folds
  * them (scale / sqrt(var + eps) into the filters, the rest into a bias) and
@@ -101,7 +105,11 @@ px_status_t px__infer_logits_ref(px__infer_t *net, const float *x, int32_t n, fl
 
 /* Adds the summed cross-entropy and the correct predictions of n samples
  * (labels y in [0, classes)) to *loss_sum and *correct, as
- * px_model_eval_batch does. PX_ERR_INVALID for a label out of range. */
+ * px_model_eval_batch does. A bf16 net with the f32 rerun keeps its close
+ * calls back until a batch of them is gathered, and adds the rest when
+ * called with n = 0 (a px_eval_batch_fn's end of the test set): the sums
+ * are complete after that call. px__infer_load drops what a pass cut short
+ * left. PX_ERR_INVALID for a label out of range. */
 px_status_t px__infer_eval(px__infer_t *net, const float *x, const int32_t *y, int32_t n,
                            double *loss_sum, int64_t *correct);
 

@@ -392,7 +392,7 @@ px_status_t px_trainer_calibrate_bn(px_trainer_t *t, int64_t n) {
 
 static px_status_t px__eval_model(void *ctx, const float *x, const int32_t *y, int32_t n,
                                   double *loss_sum, int64_t *correct) {
-  return px_model_eval_batch(ctx, x, y, n, loss_sum, correct);
+  return n ? px_model_eval_batch(ctx, x, y, n, loss_sum, correct) : PX_OK; /* n = 0: the end */
 }
 
 px_status_t px_trainer_evaluate(px_trainer_t *t, px_eval_stats_t *out) {
@@ -416,6 +416,7 @@ px_status_t px_trainer_evaluate_with(px_trainer_t *t, px_eval_batch_fn fn, void 
     PX_CHECK_GOTO(fn(ctx, b.x, b.y, b.n, &loss, &correct), st, end);
     out->samples += b.n;
   }
+  if (st == PX_OK) st = fn(ctx, NULL, NULL, 0, &loss, &correct); /* the deferred samples */
 end:
   px_loader_end_epoch(t->test_loader);
   out->seconds = px__now() - t0;

@@ -453,7 +453,10 @@ PX_API px_status_t px_trainer_set_position(px_trainer_t *t, const int64_t pos[3]
 PX_API px_status_t px_trainer_evaluate(px_trainer_t *t, px_eval_stats_t *out);
 /* The same with another evaluator: fn gets each test batch (n <= the
  * trainer's batch samples, x [n][C][H][W] host f32, y [n] labels) and adds
- * its summed loss and correct predictions as px_model_eval_batch does. */
+ * its summed loss and correct predictions as px_model_eval_batch does; once
+ * the test set is done, fn is called once more with n = 0 (x and y NULL), so
+ * that an evaluator that defers some samples (the compact evaluation's f32
+ * reruns, gathered over batches) adds them then. */
 typedef px_status_t (*px_eval_batch_fn)(void *ctx, const float *x, const int32_t *y, int32_t n,
                                         double *loss_sum, int64_t *correct);
 PX_API px_status_t px_trainer_evaluate_with(px_trainer_t *t, px_eval_batch_fn fn, void *ctx,
