@@ -23,8 +23,9 @@
  * f32: AVX-512). A run of them keeps its activations in their layout from
  * the images on; a PLOUT step turns one into NHWC where another step reads
  * it, a PLIN step an NHWC one into the layout where such a convolution
- * reads it. On the quickstart's model they cut the bf16 evaluation from 1.70 to
- * 1.35 s on a Zen 5 core (docs/performance.md). */
+ * reads it. On the quickstart's model, with the reruns gathered, they took
+ * the bf16 evaluation from 2.05 to 1.43 s on a Zen 5 core (raw bf16: 1.70
+ * to 1.16 s; docs/performance.md). */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -72,8 +73,7 @@ typedef struct {
   int xbf, ybf;           /* bf16 net: input / output activation stored as bf16 */
   int plain_bn;           /* BN_TRAIN: the plain loops (oneDNN has no fast code for it) */
   int planar;             /* CONV: on the planar kernel of the net's precision, input and
-                             output in its layout (a PLOUT step turns an output into NHWC for
-                             other readers) */
+                             output in its layout (PLOUT / PLIN steps convert for the others) */
   void *wq;               /* planar CONV: the weights as the kernel reads them */
   int pw, pb, rm, rv;     /* BN_TRAIN: the model's scale, shift, running mean and var */
   float *wf;              /* CONV [c_out][c_in/groups][k][k] folded, FC [c_out][c_in], BN [c_out]
