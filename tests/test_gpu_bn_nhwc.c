@@ -14,7 +14,9 @@
  * tensors 2 or 4 bytes off 16-byte alignment (the scalar path for a vector
  * C), against the CPU reference on the same (bf16-rounded) inputs; two
  * runs give the same bits (no atomics), and the backward in place (dx
- * aliasing dy) gives the out-of-place bits. */
+ * aliasing dy) gives the out-of-place bits; px_batchnorm_recompute after
+ * the backward gives the training forward's y bit for bit (on the CPU
+ * reference too). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -229,6 +231,15 @@ static bn_res_t run_case(px_ops_t *ops, int gpu, fmt_t f, const bn_case_t *k, co
   bn_res_t r = {gpu ? host_of(ops, &y) : read_host(&y), read_host(&mean), read_host(&var),
                 read_host(&rm), read_host(&rv), gpu ? host_of(ops, dxp) : read_host(dxp),
                 read_host(&dsc), read_host(&dsh)};
+  /* the training forward's y again (the model's recomputation), after the backward */
+  assert_true(px_batchnorm_can_recompute(op));
+  assert_ok(px_batchnorm_recompute(op, &dx, &x, &sc, &sf, &mean, &var));
+  assert_ok(px_ops_sync(ops));
+  float *again = gpu ? host_of(ops, &dx) : read_host(&dx);
+  if (memcmp(again, r.y, px_tensor_numel(&xs) * sizeof(float)) != 0)
+    fail_msg("batch norm recompute: y differs from the training forward's (n %lld c %lld relu %d)",
+             (long long)k->n, (long long)k->c, k->relu);
+  free(again);
   px_tensor_t *all[] = {&x,  &y,  &dy,  &dx,  &mean, &var, &sc, &sf, &rm, &rv,
                         &dsc, &dsh, &ws, &hold[0], &hold[1], &hold[2], &hold[3]};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) px_tensor_release(all[i]);

@@ -3,6 +3,8 @@
  * CPU engine; the fused CUDA SGD step (momentum, Nesterov, weight decay, the
  * ADMM proximal term) against the CPU optimiser; a short pxtrain-like run on
  * synthetic data whose loss falls and whose first steps match the CPU's;
+ * the recomputing memory plan (PX_MEM_PLAN=recompute, the default in bf16)
+ * trains in f32 and bf16 to the shared plan's bits in less memory;
  * pxtrain's --device option. Without CUDA or without a GPU the GPU checks
  * skip with a message, and what must then be refused is checked. */
 #include <math.h>
@@ -196,6 +198,82 @@ static void model_step_matches_cpu(void **state) {
   models_fini(&mm);
 }
 
+/* ---- the recomputing memory plan ------------------------------------------------------------ */
+
+typedef struct {
+  float *v[3]; /* flat parameters, gradients, BN buffers */
+  size_t n[3];
+  size_t bytes; /* px_model_activation_bytes */
+} plan_run_t;
+
+/* A GPU model of mc built under PX_MEM_PLAN=plan (NULL: unset), trained
+ * three SGD steps on x, y with cuDNN's deterministic algorithms (chosen by
+ * its heuristics, so that two models pick alike). */
+static plan_run_t plan_run(const char *plan, const px_model_config_t *mc, const float *x,
+                           const int32_t *y) {
+  if (plan) setenv("PX_MEM_PLAN", plan, 1);
+  else unsetenv("PX_MEM_PLAN");
+  setenv("PX_CUDNN_DETERMINISTIC", "1", 1);
+  px_ops_t *ops;
+  px_model_t *m;
+  px_sgd_t *sgd;
+  px_sgd_config_t sc = {0.1, 0.9, 5e-4, 0};
+  assert_ok(px_ops_create(px_device_cuda(0), 0, &ops));
+  assert_ok(px_ops_set_tf32(ops, 0));
+  assert_ok(px_model_create(ops, mc, &m));
+  unsetenv("PX_MEM_PLAN");
+  unsetenv("PX_CUDNN_DETERMINISTIC");
+  assert_ok(px_model_init_params(m, 5));
+  assert_ok(px_sgd_create(m, &sc, &sgd));
+  for (int s = 0; s < 3; s++) {
+    float loss;
+    int64_t correct;
+    assert_ok(px_model_train_step(m, x, y, &loss, &correct));
+    assert_ok(px_sgd_step(sgd));
+  }
+  assert_ok(px_ops_sync(ops));
+  const px_tensor_t *t[3] = {px_model_flat_params(m), px_model_flat_grads(m),
+                             px_model_flat_buffers(m)};
+  plan_run_t r = {{NULL, NULL, NULL}, {0, 0, 0}, px_model_activation_bytes(m)};
+  for (int i = 0; i < 3; i++) {
+    r.v[i] = host_copy(t[i]);
+    r.n[i] = px_tensor_numel(t[i]);
+  }
+  px_sgd_destroy(sgd);
+  px_model_destroy(m);
+  px_ops_destroy(ops);
+  return r;
+}
+
+static void recompute_plan_trains_like_shared(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  px_test_rng_t rng;
+  px_test_rng_seed(&rng, 29);
+  enum { B = 8, H = 16 };
+  float x[B * 3 * H * H];
+  int32_t y[B];
+  px_test_fill_normal(&rng, x, sizeof x / sizeof *x);
+  for (int i = 0; i < B; i++) y[i] = (int32_t)(px_test_rng_u64(&rng) % 10);
+  for (int prec = PX_PRECISION_FP32; prec <= PX_PRECISION_BF16; prec++) {
+    px_model_config_t mc = {"resnet20", 3, 10, B, H, H, NULL, 0, prec, NULL};
+    plan_run_t a = plan_run("shared", &mc, x, y), b = plan_run("recompute", &mc, x, y);
+    plan_run_t d = plan_run(NULL, &mc, x, y);
+    printf("%s: working memory %zu bytes shared, %zu recompute, %zu by default\n",
+           prec == PX_PRECISION_BF16 ? "bf16" : "fp32", a.bytes, b.bytes, d.bytes);
+    assert_true(b.bytes < a.bytes);
+    assert_int_equal(d.bytes, prec == PX_PRECISION_BF16 ? b.bytes : a.bytes);
+    static const char *const what[3] = {"parameters", "gradients", "BN buffers"};
+    for (int i = 0; i < 3; i++) {
+      assert_int_equal(a.n[i], b.n[i]);
+      if (memcmp(a.v[i], b.v[i], a.n[i] * sizeof(float)) != 0)
+        fail_msg("%s: the recomputing plan's %s differ from the shared plan's",
+                 prec == PX_PRECISION_BF16 ? "bf16" : "fp32", what[i]);
+    }
+    for (int i = 0; i < 3; i++) free(a.v[i]), free(b.v[i]), free(d.v[i]);
+  }
+}
+
 /* ---- the fused SGD step against the CPU optimiser ------------------------------------------ */
 
 static void sgd_step_matches_cpu(void **state) {
@@ -353,6 +431,7 @@ int main(void) {
       cmocka_unit_test(trainer_on_cuda_is_refused_cleanly_when_absent),
       cmocka_unit_test(pxtrain_device_option),
       cmocka_unit_test(model_step_matches_cpu),
+      cmocka_unit_test(recompute_plan_trains_like_shared),
       cmocka_unit_test(sgd_step_matches_cpu),
       cmocka_unit_test(trainer_first_steps_match_cpu),
       cmocka_unit_test(trainer_loss_falls_on_gpu),

@@ -2,7 +2,10 @@
  * batch statistics, PyTorch running-statistics update with the unbiased
  * variance), inference forward and backward against the reference, with
  * and without the fused ReLU, on plain and blocked inputs; one training
- * step at resnet20's shapes against float64; gradients against
+ * step at resnet20's shapes against float64; the recomputation of the
+ * training forward's output (px_batchnorm_recompute: the same bits after
+ * a backward and an inference, nothing else touched, refused before any
+ * training forward); gradients against
  * central finite differences; and train/eval semantics (train updates the
  * running statistics, eval uses them and leaves them alone). */
 #include <math.h>
@@ -113,6 +116,9 @@ static void run_case(int blocked, int64_t n, int64_t c, int64_t h, int64_t w, in
   px__ref_batchnorm_forward_infer(riy, f.hx, f.hscale, f.hshift, rrm, rrv, n, c, h, w, f.p.eps,
                                   relu);
 
+  assert_true(px_batchnorm_can_recompute(f.bn));
+  assert_int_equal(px_batchnorm_recompute(f.bn, &f.dx, &f.x, &f.scale, &f.shift, &f.mean, &f.var),
+                   PX_ERR_STATE);
   assert_ok(train(&f));
   assert_ok(px_batchnorm_backward(f.bn, &f.dx, &f.dscale, &f.dshift, &f.dy, &f.x, &f.scale,
                                          &f.shift, &f.mean, &f.var, ws_arg(&f)));
@@ -132,6 +138,14 @@ static void run_case(int blocked, int64_t n, int64_t c, int64_t h, int64_t w, in
   assert_ok(px_batchnorm_forward_infer(f.bn, &f.y, &f.x, &f.scale, &f.shift, &f.rmean, &f.rvar));
   float *giy = read_host(&f.y);
   expect_close("infer y", giy, riy, nx, 1e-4);
+
+  /* the training forward's y once more, after the backward and the inference */
+  assert_ok(px_batchnorm_recompute(f.bn, &f.dx, &f.x, &f.scale, &f.shift, &f.mean, &f.var));
+  float *ay = read_host(&f.dx), *arm = read_host(&f.rmean), *arv = read_host(&f.rvar);
+  assert_memory_equal(ay, gy, nx * sizeof(float));
+  assert_memory_equal(arm, grm, nc * sizeof(float));
+  assert_memory_equal(arv, grv, nc * sizeof(float));
+  free(ay); free(arm); free(arv);
 
   free(ry); free(rmean); free(rvar); free(rrm); free(rrv); free(rdx); free(rdscale); free(rdshift);
   free(riy); free(gy); free(gmean); free(gvar); free(grm); free(grv); free(gdx); free(gdscale);

@@ -7,7 +7,12 @@
 #   ours fp32     the engine's default: NHWC activations, TF32 tensor cores,
 #                 convolutions on cuDNN's graph API (heuristics' engines,
 #                 chosen by timing)
-#   ours bf16     the same with bf16 activations (--precision bf16)
+#   ours bf16     the same with bf16 activations (--precision bf16); its
+#                 memory plan recomputes the BN outputs in the backward
+#                 (PX_MEM_PLAN=recompute, the default in bf16 on CUDA)
+#   ours bf16 shared
+#                 bf16 with the shared plan and no recomputation
+#                 (PX_MEM_PLAN=shared), for what recomputing saves and costs
 #   ours fp32 legacy / ours bf16 legacy
 #                 the same with the convolutions on cuDNN's legacy API
 #                 (PX_CUDNN_API=legacy: its algorithm enum, chosen by timing),
@@ -28,6 +33,8 @@
 # and the peak-memory ratios <model>_gpu_mem_vs_torch_best and
 # <model>_gpu_bf16_mem_vs_torch_bf16 (ours / torch, lower is better),
 # <model>_gpu_bf16_mem_shared_vs_separate (the two plans' peaks),
+# <model>_gpu_bf16_mem_recompute_vs_shared and
+# <model>_gpu_bf16_recompute_vs_shared (peak and images/s, recomputing or not),
 # <model>_gpu_fp32_graph_vs_legacy and <model>_gpu_bf16_graph_vs_legacy
 # (ours on the graph API / on the legacy API); images/s
 # ratios are ours / torch, higher is better. Exits 1 with a message when
@@ -68,12 +75,13 @@ torch() {
     --steps "$STEPS" --warmup "$WARMUP" --tf32 "$TF32" "${@:2}"
 }
 
-confs=(ours_fp32 ours_bf16 ours_bf16_sep ours_fp32_legacy ours_bf16_legacy ours_nchw torch_eager
+confs=(ours_fp32 ours_bf16 ours_bf16_shared ours_bf16_sep ours_fp32_legacy ours_bf16_legacy ours_nchw torch_eager
        torch_best torch_bf16)
 run_conf() {
   case "$2" in
     ours_fp32) ours "$1" ;;
     ours_bf16) ours "$1" --precision bf16 ;;
+    ours_bf16_shared) PX_MEM_PLAN=shared ours "$1" --precision bf16 ;;
     ours_bf16_sep) PX_MEM_PLAN=separate ours "$1" --precision bf16 ;;
     ours_fp32_legacy) PX_CUDNN_API=legacy ours "$1" ;;
     ours_bf16_legacy) PX_CUDNN_API=legacy ours "$1" --precision bf16 ;;
@@ -111,7 +119,9 @@ for m in $MODELS; do
   results+=("RESULT ${m}_gpu_bf16_vs_torch_bf16 $(ratio "${bi[ours_bf16]}" "${bi[torch_bf16]}") ratio")
   results+=("RESULT ${m}_gpu_mem_vs_torch_best $(ratio "${bm[ours_fp32]}" "${bm[torch_best]}") ratio")
   results+=("RESULT ${m}_gpu_bf16_mem_vs_torch_bf16 $(ratio "${bm[ours_bf16]}" "${bm[torch_bf16]}") ratio")
-  results+=("RESULT ${m}_gpu_bf16_mem_shared_vs_separate $(ratio "${bm[ours_bf16]}" "${bm[ours_bf16_sep]}") ratio")
+  results+=("RESULT ${m}_gpu_bf16_mem_shared_vs_separate $(ratio "${bm[ours_bf16_shared]}" "${bm[ours_bf16_sep]}") ratio")
+  results+=("RESULT ${m}_gpu_bf16_mem_recompute_vs_shared $(ratio "${bm[ours_bf16]}" "${bm[ours_bf16_shared]}") ratio")
+  results+=("RESULT ${m}_gpu_bf16_recompute_vs_shared $(ratio "${bi[ours_bf16]}" "${bi[ours_bf16_shared]}") ratio")
   results+=("RESULT ${m}_gpu_fp32_graph_vs_legacy $(ratio "${bi[ours_fp32]}" "${bi[ours_fp32_legacy]}") ratio")
   results+=("RESULT ${m}_gpu_bf16_graph_vs_legacy $(ratio "${bi[ours_bf16]}" "${bi[ours_bf16_legacy]}") ratio")
   unset ips mem bi bm

@@ -1,9 +1,11 @@
 /* The model's memory plan (issue 27 item 5): the bytes of one training
  * step's working memory (px_model_activation_bytes: activations, their
- * gradients, BN statistics and workspaces) under the shared plan (the
- * default) and the earlier separate one (PX_MEM_PLAN=separate), for ResNets
- * on 3x32x32 inputs, 10 classes, on the CPU engine; with --time, the
- * training step time of both plans on one thread, alternating runs.
+ * gradients, BN statistics and workspaces) under the earlier separate plan
+ * (PX_MEM_PLAN=separate), the shared one (the default in fp32) and the
+ * shared one with the BN outputs recomputed in the backward
+ * (PX_MEM_PLAN=recompute, the default for bf16 on CUDA), for ResNets on
+ * 3x32x32 inputs, 10 classes, on the CPU engine; with --time, the training
+ * step time of the three plans on one thread, alternating runs.
  *
  *   px_bench_mem_plan [--batch N] [--models a,b,...] [--time MODEL]
  *                     [--steps N] [--rounds N]
@@ -22,7 +24,7 @@
 
 static const char *PROG = "px_bench_mem_plan";
 
-/* The working memory of arch at batch under plan ("shared" or "separate"). */
+/* The working memory of arch at batch under plan (a PX_MEM_PLAN value). */
 static int plan_bytes(const char *arch, int batch, const char *plan, size_t *out) {
   setenv("PX_MEM_PLAN", plan, 1);
   px_ops_t *ops = NULL;
@@ -73,20 +75,23 @@ static int step_time(const char *arch, int batch, const char *plan, int steps, d
   return rc ? pxb_fail(PROG, "training step") : 0;
 }
 
+enum { NPLANS = 3 };
+static const char *const plans[NPLANS] = {"separate", "shared", "recompute"};
+
 static int timing(const char *arch, int batch, int steps, int rounds) {
-  double best[2] = {1e30, 1e30};
-  const char *plans[2] = {"separate", "shared"};
+  double best[NPLANS] = {1e30, 1e30, 1e30};
   for (int r = 0; r < rounds; r++)
-    for (int p = 0; p < 2; p++) {
+    for (int p = 0; p < NPLANS; p++) {
       double s;
       if (step_time(arch, batch, plans[p], steps, &s)) return 1;
       printf("%s batch %d, 1 thread, %s plan, round %d: %.1f ms/step (median of %d)\n", arch,
              batch, plans[p], r + 1, 1e3 * s, steps);
       if (s < best[p]) best[p] = s;
     }
-  printf("RESULT %s_step_ms_separate %.1f ms\n", arch, 1e3 * best[0]);
-  printf("RESULT %s_step_ms_shared %.1f ms\n", arch, 1e3 * best[1]);
+  for (int p = 0; p < NPLANS; p++)
+    printf("RESULT %s_step_ms_%s %.1f ms\n", arch, plans[p], 1e3 * best[p]);
   printf("RESULT %s_step_shared_vs_separate %.3f ratio\n", arch, best[1] / best[0]);
+  printf("RESULT %s_step_recompute_vs_shared %.3f ratio\n", arch, best[2] / best[1]);
   return 0;
 }
 
@@ -113,13 +118,15 @@ int main(int argc, char **argv) {
   if (time_arch) return timing(time_arch, batch, steps, rounds);
   for (char *save = NULL, *arch = strtok_r(models, ",", &save); arch;
        arch = strtok_r(NULL, ",", &save)) {
-    size_t sep, sh;
-    if (plan_bytes(arch, batch, "separate", &sep) || plan_bytes(arch, batch, "shared", &sh))
-      return 1;
-    printf("%-10s batch %d, 32x32: separate %8.1f MB, shared %8.1f MB (%.1f%% less)\n", arch,
-           batch, sep / 1e6, sh / 1e6, 100.0 * (1.0 - (double)sh / (double)sep));
-    printf("RESULT %s_act_mb_separate %.1f MB\n", arch, sep / 1e6);
-    printf("RESULT %s_act_mb_shared %.1f MB\n", arch, sh / 1e6);
+    size_t b[NPLANS];
+    for (int p = 0; p < NPLANS; p++)
+      if (plan_bytes(arch, batch, plans[p], &b[p])) return 1;
+    printf("%-10s batch %d, 32x32: separate %8.1f MB, shared %8.1f MB (%.1f%% less), "
+           "recompute %8.1f MB (%.1f%% less than shared)\n",
+           arch, batch, b[0] / 1e6, b[1] / 1e6, 100.0 * (1.0 - (double)b[1] / (double)b[0]),
+           b[2] / 1e6, 100.0 * (1.0 - (double)b[2] / (double)b[1]));
+    for (int p = 0; p < NPLANS; p++)
+      printf("RESULT %s_act_mb_%s %.1f MB\n", arch, plans[p], b[p] / 1e6);
   }
   return 0;
 }

@@ -23,7 +23,19 @@
  * last, so the backward pass writes gradients into the bytes of activations
  * that are done, as PyTorch's allocator frees them. PX_MEM_PLAN=separate
  * keeps the earlier plan (activations in their own arena, gradients coloured
- * onto equal-size buffers) for the tests and the bench to compare. */
+ * onto equal-size buffers) for the tests and the bench to compare.
+ *
+ * Recomputation (PX_MEM_PLAN=recompute; the default for bf16 on CUDA, where
+ * PyTorch's autocast peak is the bar). A BN's output that a backward reads
+ * (the input of the conv after a BN and ReLU, for its weight gradient) is
+ * not kept from the forward to the backward: its forward copy dies with its
+ * last forward reader, and the backward makes it again from the BN's input
+ * (which the BN's own backward keeps alive anyway) and the batch statistics,
+ * bit for bit (px_batchnorm_recompute), into a second block that lives from
+ * its first backward reader to its last. What the step keeps across the
+ * loss is then the convs' outputs and the residual sums: for a ResNet, one
+ * activation-sized tensor fewer per conv + BN + ReLU. It costs one
+ * normalisation pass per such BN in the backward. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +121,12 @@ struct px_model {
   int separate;              /* PX_MEM_PLAN=separate: the activations in their own arena and
                                 the gradients in equal-size buffers (the plan before issue
                                 27 item 5, kept for the tests and the bench to compare) */
+  int recompute;             /* PX_MEM_PLAN=recompute: BN outputs made again in the backward */
+  int *redo_at;              /* [nacts] a recomputed activation: the node before whose backward
+                                it is made again (its last backward reader in forward order);
+                                -1: kept from the forward */
+  px_tensor_t *bacts;        /* [nacts] what the backward reads: a recomputed activation's
+                                backward copy, else the activation itself */
   px_arena_t a_params, a_grads, a_bufs, a_acts, a_gacts;
   px_tensor_t flat_params, flat_grads, flat_bufs;
   size_t numel;
@@ -647,13 +665,16 @@ static px_status_t px__analyse(px_model_t *m) {
   m->grads = px_calloc((size_t)n, sizeof(px_tensor_t), "model.grads");
   m->scratch = px_calloc((size_t)n, sizeof(px_tensor_t), "model.scratch");
   m->acc = px_calloc((size_t)n, sizeof(px_add_t *), "model.acc");
+  m->redo_at = px_malloc((size_t)n * sizeof(int), "model.redo_at");
+  m->bacts = px_calloc((size_t)n, sizeof(px_tensor_t), "model.bacts");
   if (!m->consumers || !m->producer || !m->last_use || !m->alias || !m->ready || !m->grads ||
-      !m->scratch || !m->acc)
+      !m->scratch || !m->acc || !m->redo_at || !m->bacts)
     return PX_ERR_NOMEM;
   for (int a = 0; a < n; a++) {
     m->producer[a] = -1;
     m->last_use[a] = -1;
     m->alias[a] = a;
+    m->redo_at[a] = -1;
   }
   for (int k = 0; k < m->nnodes; k++) {
     const px__node_t *nd = &m->nodes[k];
@@ -868,16 +889,51 @@ static void px__lifetimes(const px_model_t *m, px__mem_block_t *act, px__mem_blo
   }
 }
 
+/* With recomputation: which activations the backward makes again
+ * (m->redo_at) and their two blocks, act[a] cut back to the forward (the
+ * producer to the last forward reader) and redo[a] over the backward
+ * readers. A BN's output qualifies when a backward reads it, its BN can
+ * recompute it exactly, and the BN's input is kept (the recomputation
+ * reads it: it is alive until the BN's own backward, after every backward
+ * reader of the output). redo[a] is empty for the others. */
+static void px__recompute_lifetimes(px_model_t *m, px__mem_block_t *act, px__mem_block_t *redo) {
+  const int n = m->nacts, N = m->nnodes;
+  for (int a = 0; a < n; a++) redo[a] = (px__mem_block_t){0, 2 * N + 1, -1, 0};
+  if (!m->recompute) return;
+  for (int a = 1; a < n - 1; a++) {
+    const int p = m->producer[a];
+    if (p < 0 || m->nodes[p].kind != PX__BN || m->redo_at[m->nodes[p].in] >= 0 ||
+        !px_batchnorm_can_recompute(m->nodes[p].bn))
+      continue;
+    int first = -1, last = -1, fwd = p; /* backward readers, the last forward reader */
+    for (int k = p + 1; k < N; k++) {
+      const px__node_t *nd = &m->nodes[k];
+      int reads[2], nr = px__backward_reads(nd, reads);
+      if (nd->in == a || nd->in2 == a) fwd = k;
+      for (int i = 0; i < nr; i++)
+        if (reads[i] == a) {
+          if (first < 0) first = k;
+          last = k;
+        }
+    }
+    if (first < 0) continue;
+    m->redo_at[a] = last;
+    act[a] = (px__mem_block_t){m->acts[a].nbytes, p, fwd, 0};
+    redo[a] = (px__mem_block_t){m->acts[a].nbytes, 2 * N - last, 2 * N - first, 0};
+  }
+}
+
 /* The activations, their gradients and the scratch in one arena, placed by
  * their lifetimes (nn/mem_plan.c). */
 static px_status_t px__plan_shared(px_model_t *m) {
   const int n = m->nacts;
-  px__mem_block_t *blk = px_malloc((size_t)(3 * n) * sizeof *blk, "model.plan");
+  px__mem_block_t *blk = px_malloc((size_t)(4 * n) * sizeof *blk, "model.plan");
   if (!blk) return PX_ERR_NOMEM;
-  px__mem_block_t *act = blk, *slot = blk + n, *scr = blk + 2 * n;
+  px__mem_block_t *act = blk, *slot = blk + n, *scr = blk + 2 * n, *redo = blk + 3 * n;
   px__lifetimes(m, act, slot, scr);
+  px__recompute_lifetimes(m, act, redo);
   size_t total = 0;
-  px_status_t st = px__mem_plan(blk, 3 * n, 64, &total);
+  px_status_t st = px__mem_plan(blk, 4 * n, 64, &total);
   px_tensor_t whole, *pw = &whole;
   int64_t d = (int64_t)(total ? total : 1);
   if (st == PX_OK) st = px_tensor_init(&whole, px_ops_device(m->ops), PX_DTYPE_U8, 1, &d);
@@ -886,6 +942,8 @@ static px_status_t px__plan_shared(px_model_t *m) {
   char *base = m->a_gacts.base;
   for (int a = 0; a < n && st == PX_OK; a++) {
     m->acts[a].data = base + act[a].offset;
+    m->bacts[a] = m->acts[a];
+    if (m->redo_at[a] >= 0) m->bacts[a].data = base + redo[a].offset;
     if (a >= 1)
       st = px__bind_grad(m, a, base + slot[px__root(m, a)].offset,
                          m->consumers[a] >= 2 ? base + scr[a].offset : NULL);
@@ -895,15 +953,26 @@ static px_status_t px__plan_shared(px_model_t *m) {
 }
 
 static px_status_t px__plan_memory(px_model_t *m) {
-  return m->separate ? px__plan_grads(m) : px__plan_shared(m);
+  if (!m->separate) return px__plan_shared(m);
+  PX_CHECK(px__plan_grads(m));
+  memcpy(m->bacts, m->acts, (size_t)m->nacts * sizeof *m->bacts);
+  return PX_OK;
 }
 
-/* PX_MEM_PLAN: unset or "shared" (the default plan), or "separate". */
+/* PX_MEM_PLAN: "shared", "recompute" (shared, and the BN outputs made
+ * again in the backward) or "separate"; unset or empty: recompute for bf16
+ * on CUDA, shared otherwise. */
 static px_status_t px__mem_plan_mode(px_model_t *m) {
   const char *e = getenv("PX_MEM_PLAN");
-  m->separate = e && !strcmp(e, "separate");
-  if (e && *e && !m->separate && strcmp(e, "shared"))
-    return px_set_error(PX_ERR_INVALID, "PX_MEM_PLAN='%s': expected 'shared' or 'separate'", e);
+  if (!e || !*e) {
+    m->recompute = m->cfg.precision == PX_PRECISION_BF16 && !px__on_cpu(m);
+    return PX_OK;
+  }
+  m->separate = !strcmp(e, "separate");
+  m->recompute = !strcmp(e, "recompute");
+  if (!m->separate && !m->recompute && strcmp(e, "shared"))
+    return px_set_error(PX_ERR_INVALID,
+                        "PX_MEM_PLAN='%s': expected 'shared', 'recompute' or 'separate'", e);
   return PX_OK;
 }
 
@@ -1049,7 +1118,8 @@ void px_model_destroy(px_model_t *m) {
   px_arena_free(&m->a_gacts);
   PX_FREE_ALL(m->nodes, m->acts, m->pvals, m->pgrads, m->pnames, m->pkinds, m->bufs, m->bnames,
               m->params, m->buffers, m->consumers, m->producer, m->last_use, m->alias, m->grads,
-              m->scratch, m->acc, m->ready, m->gbufs, m->host_x, m->host_logits, m->widths, m);
+              m->scratch, m->acc, m->ready, m->gbufs, m->host_x, m->host_logits, m->widths,
+              m->redo_at, m->bacts, m);
 }
 
 /* ---- accessors ------------------------------------------------------------------ */
@@ -1385,18 +1455,32 @@ static px_status_t px__route(px_model_t *m, int a, const px_tensor_t *g) {
 
 /* Their backward: the gradients of both inputs (none for the images). */
 static px_status_t px__graph_backward(px_model_t *m, const px__node_t *n) {
-  const px_tensor_t *x = &m->acts[n->in], *dy = &m->grads[n->out];
+  const px_tensor_t *x = &m->bacts[n->in], *dy = &m->grads[n->out];
   int want1 = n->in != 0 && n->in != m->in_act, want2 = n->in2 > 0 && n->in2 != m->in_act;
   px_tensor_t *dx = want1 ? px__dx(m, n->in) : NULL;
   px_tensor_t *dx2 = want2 ? px__dx(m, n->in2) : NULL;
   if (n->kind == PX__ACT && dx)
-    PX_CHECK(px__ops_act_backward(m->ops, dx, dy, x, &m->acts[n->out], n->act, n->alpha));
+    PX_CHECK(px__ops_act_backward(m->ops, dx, dy, x, &m->bacts[n->out], n->act, n->alpha));
   else if (n->kind == PX__MUL && (dx || dx2))
-    PX_CHECK(px__ops_mul_backward(m->ops, dx, dx2, dy, x, &m->acts[n->in2]));
+    PX_CHECK(px__ops_mul_backward(m->ops, dx, dx2, dy, x, &m->bacts[n->in2]));
   else if (n->kind == PX__CONCAT && (dx || dx2))
     PX_CHECK(px__ops_concat_backward(m->ops, dx, dx2, dy));
   if (dx) PX_CHECK(px__settle(m, n->in, dx));
   if (dx2) PX_CHECK(px__settle(m, n->in2, dx2));
+  return PX_OK;
+}
+
+/* Makes again the recomputed activations whose first backward reader is
+ * node k (px__recompute_lifetimes), from their BN's input and statistics. */
+static px_status_t px__recompute(px_model_t *m, int k) {
+  int reads[2], nr = px__backward_reads(&m->nodes[k], reads);
+  for (int i = 0; i < nr; i++) {
+    const int a = reads[i];
+    if (m->redo_at[a] != k) continue;
+    px__node_t *bn = &m->nodes[m->producer[a]];
+    PX_CHECK(px_batchnorm_recompute(bn->bn, &m->bacts[a], &m->bacts[bn->in], &m->pvals[bn->w],
+                                    &m->pvals[bn->b], &bn->mean, &bn->var));
+  }
   return PX_OK;
 }
 
@@ -1406,13 +1490,14 @@ static px_status_t px__backward(px_model_t *m) {
   for (int k = m->nnodes - 1; k >= 0; k--) {
     px__node_t *n = &m->nodes[k];
     px_tensor_t *dy = &m->grads[n->out];
-    const px_tensor_t *x = &m->acts[n->in];
+    PX_CHECK(px__recompute(m, k));
+    const px_tensor_t *x = &m->bacts[n->in];
     if (n->kind == PX__ACT || n->kind == PX__MUL || n->kind == PX__CONCAT) {
       PX_CHECK(px__graph_backward(m, n));
       continue;
     }
     if (n->kind == PX__ADD) { /* routes its gradient rather than computing one */
-      PX_CHECK(px_add_backward(n->add, dy, dy, &m->acts[n->out]));
+      PX_CHECK(px_add_backward(n->add, dy, dy, &m->bacts[n->out]));
       PX_CHECK(px__route(m, n->in, dy));
       PX_CHECK(px__route(m, n->in2, dy));
       continue;

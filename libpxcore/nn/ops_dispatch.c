@@ -274,6 +274,20 @@ px_status_t px_batchnorm_forward_infer(px_batchnorm_t *op, px_tensor_t *y, const
   return PX__BE(op)->batchnorm_forward_infer(op, y, x, scale, shift, running_mean, running_var);
 }
 
+int px_batchnorm_can_recompute(const px_batchnorm_t *op) {
+  return op && PX__BE(op)->batchnorm_can_recompute(op);
+}
+
+px_status_t px_batchnorm_recompute(px_batchnorm_t *op, px_tensor_t *y, const px_tensor_t *x,
+                                   const px_tensor_t *scale, const px_tensor_t *shift,
+                                   const px_tensor_t *mean, const px_tensor_t *var) {
+  assert(op);
+  PX_REQUIRE(PX__BE(op)->batchnorm_can_recompute(op),
+             "px_batchnorm_recompute: this %s batch norm cannot recompute its output exactly",
+             PX__BE(op)->name);
+  return PX__BE(op)->batchnorm_recompute(op, y, x, scale, shift, mean, var);
+}
+
 px_status_t px_batchnorm_backward(px_batchnorm_t *op, px_tensor_t *dx, px_tensor_t *dscale,
                                   px_tensor_t *dshift, const px_tensor_t *dy, const px_tensor_t *x,
                                   const px_tensor_t *scale, const px_tensor_t *shift,

@@ -201,6 +201,20 @@ PX_API px_status_t px_batchnorm_forward_infer(px_batchnorm_t *op, px_tensor_t *y
                                               const px_tensor_t *shift,
                                               const px_tensor_t *running_mean,
                                               const px_tensor_t *running_var);
+/* The training forward's y once more, bit for bit, from the same x, scale
+ * and shift and the mean/var that forward wrote (the running statistics
+ * are not touched, no mask is written): what lets a model drop y after its
+ * forward readers and make it again for its backward readers (the memory
+ * plan's recomputation, nn/model.c). Only after a training forward of this
+ * op (PX_ERR_STATE before), and only where px_batchnorm_can_recompute says
+ * so (PX_ERR_INVALID elsewhere): the CPU engine (it keeps the forward's
+ * coefficients) and CUDA's channels-last kernels (the forward's arithmetic
+ * from the rounded var); not cuDNN's NCHW batch norm, whose training
+ * forward no other call reproduces exactly. */
+PX_API int px_batchnorm_can_recompute(const px_batchnorm_t *op);
+PX_API px_status_t px_batchnorm_recompute(px_batchnorm_t *op, px_tensor_t *y, const px_tensor_t *x,
+                                          const px_tensor_t *scale, const px_tensor_t *shift,
+                                          const px_tensor_t *mean, const px_tensor_t *var);
 /* Backward of the training forward: dx, dscale, dshift from dy, x, the
  * parameters of the forward and the mean/var/ws it saved. dx may alias dy. */
 PX_API px_status_t px_batchnorm_backward(px_batchnorm_t *op, px_tensor_t *dx, px_tensor_t *dscale,

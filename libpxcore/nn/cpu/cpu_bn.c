@@ -58,6 +58,9 @@ struct px_batchnorm {
   px_tensor_t ws_spec; /* [tasks * g.mbytes] u8, the ReLU mask, a bit per value; nbytes 0
                           without fused ReLU */
   double *part;        /* [N, 2, Cpad] the tasks' partial sums, two per channel */
+  float *fcoef;        /* [3, Cpad] the last training forward's coefficients (centre, factor,
+                          offset), kept for px_batchnorm_recompute */
+  int trained;         /* a training forward has run: fcoef holds its coefficients */
   double *stat;        /* [2, Cpad] per channel: the two sums (or mean and variance) */
   float *coef;         /* [4, Cpad] per channel, the maps' coefficients: centre, factor,
                           offset (forwards) or mean of masked dy (backward), dx's x factor */
@@ -431,12 +434,14 @@ static void px__bn_stats(px_batchnorm_t *op, const float *x) {
 }
 
 /* y = (x - centre) * factor + offset with the coefficients in
- * op->coef[0..2], ReLU'd when the op fuses it; the mask goes to ws when
- * not NULL (training). */
-static void px__bn_apply(px_batchnorm_t *op, float *y, uint8_t *ws, const float *x) {
+ * coef[0..2] (of Cpad each), ReLU'd when the op fuses it; the mask goes to
+ * ws when not NULL (training). Element by element: the same coefficients
+ * give the same bits whatever the threads. */
+static void px__bn_apply(px_batchnorm_t *op, const float *coef, float *y, uint8_t *ws,
+                         const float *x) {
   const px__bn_geom_t *g = &op->g;
   const int64_t cpad = g->nblk * g->blk, tasks = g->n * g->nblk;
-  const float *ctr = op->coef, *f = op->coef + cpad, *o = op->coef + 2 * cpad;
+  const float *ctr = coef, *f = coef + cpad, *o = coef + 2 * cpad;
   const int relu = op->p.fuse_relu;
 #pragma omp parallel for schedule(static) if (px__bn_parallel(g))
   for (int64_t t = 0; t < tasks; t++) {
@@ -467,6 +472,7 @@ void px__cpu_batchnorm_destroy(px_batchnorm_t *op) {
   px_free(op->part);
   px_free(op->stat);
   px_free(op->coef);
+  px_free(op->fcoef);
   if (op->ops) px__cpu_op_died(op->ops);
   px_free(op);
 }
@@ -495,7 +501,8 @@ px_status_t px__cpu_batchnorm_create(px_ops_t *ops, const px_tensor_t *x_spec,
     op->part = px_malloc((size_t)op->g.n * 2 * cpad * sizeof(double), "px_batchnorm.part");
     op->stat = px_malloc(2 * cpad * sizeof(double), "px_batchnorm.stat");
     op->coef = px_malloc(4 * cpad * sizeof(float), "px_batchnorm.coef");
-    if (!op->part || !op->stat || !op->coef) {
+    op->fcoef = px_malloc(3 * cpad * sizeof(float), "px_batchnorm.fcoef");
+    if (!op->part || !op->stat || !op->coef || !op->fcoef) {
       st = px_set_error(PX_ERR_NOMEM, "px_batchnorm_create: out of memory");
       goto fail;
     }
@@ -547,7 +554,9 @@ px_status_t px__cpu_batchnorm_forward_train(px_batchnorm_t *op, px_tensor_t *y, 
     bv[c] = (float)op->stat[cpad + c];
   }
   px__bn_forward_coef(op, bm, op->stat + cpad, scale->data, shift->data);
-  px__bn_apply(op, y->data, px__ws_data(op, ws), x->data);
+  memcpy(op->fcoef, op->coef, 3 * (size_t)cpad * sizeof(float));
+  op->trained = 1;
+  px__bn_apply(op, op->fcoef, y->data, px__ws_data(op, ws), x->data);
 
   const double m = op->p.momentum, unbias = (double)count / (double)(count - 1);
   float *rm = running_mean->data, *rv = running_var->data;
@@ -572,7 +581,31 @@ px_status_t px__cpu_batchnorm_forward_infer(px_batchnorm_t *op, px_tensor_t *y, 
   const float *rv = running_var->data;
   for (int64_t c = 0; c < op->g.c; c++) op->stat[c] = rv[c];
   px__bn_forward_coef(op, running_mean->data, op->stat, scale->data, shift->data);
-  px__bn_apply(op, y->data, NULL, x->data); /* no mask: the workspace is the training's */
+  px__bn_apply(op, op->coef, y->data, NULL, x->data); /* no mask: the workspace is the training's */
+  return PX_OK;
+}
+
+int px__cpu_batchnorm_can_recompute(const px_batchnorm_t *op) {
+  (void)op;
+  return 1;
+}
+
+/* The training forward's y again: its coefficients were kept (they come
+ * from the batch variance in double, which mean/var, rounded to float, no
+ * longer hold), so the arguments are checked but not read. */
+px_status_t px__cpu_batchnorm_recompute(px_batchnorm_t *op, px_tensor_t *y, const px_tensor_t *x,
+                                        const px_tensor_t *scale, const px_tensor_t *shift,
+                                        const px_tensor_t *mean, const px_tensor_t *var) {
+  PX_CHECK(px__ops_check_tensor(x, &op->x_spec, "batchnorm recompute x"));
+  PX_CHECK(px__ops_check_tensor(y, &op->x_spec, "batchnorm recompute y"));
+  PX_CHECK(px__ops_check_tensor(scale, &op->c_spec, "batchnorm recompute scale"));
+  PX_CHECK(px__ops_check_tensor(shift, &op->c_spec, "batchnorm recompute shift"));
+  PX_CHECK(px__ops_check_tensor(mean, &op->c_spec, "batchnorm recompute mean"));
+  PX_CHECK(px__ops_check_tensor(var, &op->c_spec, "batchnorm recompute var"));
+  if (!op->trained)
+    return px_set_error(PX_ERR_STATE, "batchnorm recompute: no training forward has run");
+  px__cpu_enter(op->ops);
+  px__bn_apply(op, op->fcoef, y->data, NULL, x->data);
   return PX_OK;
 }
 

@@ -71,6 +71,7 @@ typedef struct px__cuda_batchnorm {
   double *part;        /* NHWC: device [groups][2][C] per-block-row partial sums */
   int64_t groups;      /* NHWC: the most block rows a reduction can have (part's rows) */
   int sms;             /* NHWC: the device's multiprocessors (the grids' size) */
+  int trained;         /* a training forward has run (px_batchnorm_recompute) */
 } px__cuda_batchnorm_t;
 
 static px__cuda_batchnorm_t *px__op(px_batchnorm_t *op) { return (px__cuda_batchnorm_t *)op; }
@@ -501,6 +502,34 @@ static px_status_t px__bn_nhwc_forward(px__cuda_batchnorm_t *op, void *y, const 
   return px__bn_nhwc_fwd<T, 1>(op, (T *)y, (const T *)x, mean, var, scale, shift, rm, rv);
 }
 
+/* The training forward's normalisation again (px_batchnorm_recompute):
+ * invstd from var by the forward's expression into the forward's slot,
+ * then the same apply kernel. The vector width may differ from the
+ * forward's (it follows the pointers), which changes no bit: the apply is
+ * element by element with the same rounded operations. */
+template <typename T>
+static px_status_t px__bn_nhwc_recompute(px__cuda_batchnorm_t *op, void *y, const void *x,
+                                         const float *mean, const float *var, const float *scale,
+                                         const float *shift) {
+  enum { W = 16 / sizeof(T) };
+  const cudaStream_t s = op->ops->stream;
+  float *invstd = op->buf;
+  px__bn_invstd_kernel<<<px__cuda_blocks((size_t)op->c), PX__CUDA_THREADS, 0, s>>>(
+      invstd, var, op->c, op->p.eps);
+  PX_CUDA_LAUNCHED("batchnorm recompute invstd");
+  if (px__bn_vec(op->c, (int)sizeof(T), px__bn_aligned(y, x, NULL)) == W) {
+    const px__bn_geom_t ge = px__bn_geom_of(op, W, PX__BN_EW_PER_SM);
+    px__bn_nhwc_apply<T, W><<<px__bn_grid(ge), px__bn_block(ge), 0, s>>>(
+        (T *)y, (const T *)x, mean, invstd, scale, shift, op->p.fuse_relu, ge);
+  } else {
+    const px__bn_geom_t ge = px__bn_geom_of(op, 1, PX__BN_EW_PER_SM);
+    px__bn_nhwc_apply<T, 1><<<px__bn_grid(ge), px__bn_block(ge), 0, s>>>(
+        (T *)y, (const T *)x, mean, invstd, scale, shift, op->p.fuse_relu, ge);
+  }
+  PX_CUDA_LAUNCHED("batchnorm recompute");
+  return PX_OK;
+}
+
 /* Backward, NHWC, V channels a thread: both sums in one pass (dy and x
  * read once), the coefficients, dx (dy and x read, dx written). k1, k2,
  * k3 go to op->buf + C, 2C, 3C. */
@@ -656,6 +685,7 @@ extern "C" px_status_t px__cuda_batchnorm_forward_train(px_batchnorm_t *o, px_te
   float *save_invstd = op->buf, *cudnn_rm = op->buf + 2 * op->c, *cudnn_rv = op->buf + 3 * op->c;
   const float one = 1.0f, zero = 0.0f;
   PX_CHECK(px__cuda_enter(ops));
+  op->trained = 1;
   if (op->nhwc) {
     float *mu = (float *)mean->data, *v = (float *)var->data;
     float *rm = (float *)running_mean->data, *rv = (float *)running_var->data;
@@ -716,6 +746,32 @@ extern "C" px_status_t px__cuda_batchnorm_forward_infer(px_batchnorm_t *o, px_te
         op->p.fuse_relu);
   PX_CUDA_LAUNCHED("batchnorm inference");
   return PX_OK;
+}
+
+extern "C" int px__cuda_batchnorm_can_recompute(const px_batchnorm_t *o) {
+  return px__cop(o)->nhwc;
+}
+
+extern "C" px_status_t px__cuda_batchnorm_recompute(px_batchnorm_t *o, px_tensor_t *y,
+                                                    const px_tensor_t *x, const px_tensor_t *scale,
+                                                    const px_tensor_t *shift,
+                                                    const px_tensor_t *mean,
+                                                    const px_tensor_t *var) {
+  px__cuda_batchnorm_t *op = px__op(o);
+  PX__CHECK(x, &op->x_spec, "batchnorm recompute x");
+  PX__CHECK(y, &op->x_spec, "batchnorm recompute y");
+  PX__CHECK(scale, &op->c_spec, "batchnorm recompute scale");
+  PX__CHECK(shift, &op->c_spec, "batchnorm recompute shift");
+  PX__CHECK(mean, &op->c_spec, "batchnorm recompute mean");
+  PX__CHECK(var, &op->c_spec, "batchnorm recompute var");
+  PX_REQUIRE(op->nhwc, "batchnorm recompute: cuDNN's NCHW batch norm cannot recompute exactly");
+  if (!op->trained)
+    return px_set_error(PX_ERR_STATE, "batchnorm recompute: no training forward has run");
+  PX_CHECK(px__cuda_enter(op->ops));
+  const float *mu = (const float *)mean->data, *v = (const float *)var->data;
+  const float *sc = (const float *)scale->data, *sf = (const float *)shift->data;
+  if (op->bf16) return px__bn_nhwc_recompute<__nv_bfloat16>(op, y->data, x->data, mu, v, sc, sf);
+  return px__bn_nhwc_recompute<float>(op, y->data, x->data, mu, v, sc, sf);
 }
 
 extern "C" px_status_t px__cuda_batchnorm_backward(px_batchnorm_t *o, px_tensor_t *dx,
