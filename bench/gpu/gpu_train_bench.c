@@ -144,6 +144,10 @@ int main(int argc, char **argv) {
 
   printf("px_bench_gpu_train: %s, batch %d, %s, %s, %zu parameters\n", arch, batch,
          bf16 ? "bf16" : "fp32", px_ops_describe(ops), px_model_numel(m));
+  /* the memory plan's arena, to set beside px_bench_mem_plan's CPU figures */
+  const char *plan = getenv("PX_MEM_PLAN");
+  printf("working memory %.1f MB (activations, their gradients, BN statistics; PX_MEM_PLAN %s)\n",
+         px_model_activation_bytes(m) / 1e6, plan && *plan ? plan : "unset: the default");
   double t0 = 0, loss_last = 0;
   for (int s = 0; s < warmup + steps; s++) {
     if (s == warmup) {

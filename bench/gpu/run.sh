@@ -100,7 +100,8 @@ for m in $MODELS; do
       if out=$(run_conf "$m" "$c" 2>&1); then
         v=$(echo "$out" | field images_per_sec); p=$(echo "$out" | field gpu_peak_mb)
         ips[$c]="${ips[$c]} $v"; mem[$c]="${mem[$c]} $p"
-        [ "$r" = 1 ] && [[ $c == ours_* ]] && peaks+=("$m $c: $(echo "$out" | grep '^gpu peak by name' || true)")
+        [ "$r" = 1 ] && [[ $c == ours_* ]] &&
+          peaks+=("$m $c: $(echo "$out" | grep -E '^(working memory|gpu peak by name)' | tr '\n' ' ' || true)")
       else
         echo "run.sh: $m $c failed:" >&2; echo "$out" | tail -n 5 >&2
       fi
@@ -123,6 +124,6 @@ for m in $MODELS; do
   results+=("RESULT ${m}_gpu_bf16_graph_vs_legacy $(ratio "${bi[ours_bf16]}" "${bi[ours_bf16_legacy]}") ratio")
   unset ips mem bi bm
 done
-# what our peaks were made of (first round)
+# what our peaks were made of, and the memory plan's arena (first round)
 printf '%s\n' "${peaks[@]}"
 printf '%s\n' "${results[@]}"
