@@ -10,7 +10,10 @@
  * and under PX_MEM_PLAN=separate (the earlier plan) to the same weights,
  * BN statistics and gradients, byte for byte; recomputation takes less
  * memory than the shared plan where the net has a BN output that a
- * backward reads. Prints the three plans' bytes. The batch norm's
+ * backward reads; with bf16 convolutions on the CPU (skipped without
+ * AVX512-BF16 or AMX) the two plans give the same bytes too, and bf16 on
+ * the CPU keeps the shared plan by default. Prints the plans' bytes. The
+ * batch norm's
  * recomputation itself is checked against its training forward, bit for
  * bit, on every layout the CPU engine gives it. */
 #include <setjmp.h>
@@ -24,6 +27,7 @@
 
 #include "comm_harness.h"
 #include "nn/px_mem_plan.h"
+#include "prunex/data.h"
 #include "prunex/nn.h"
 #include "px_test_util.h"
 
@@ -234,6 +238,83 @@ static void test_onnx_mobilenet_same_weights(void **state) {
   same_training("onnx mobilenet", "", path, NULL, 0, 0);
 }
 
+/* bf16 on the CPU engine (its convolutions in bf16, where the CPU has
+ * AVX512-BF16 or AMX): ResNet-20 trains two steps on synthetic images to
+ * the same bytes under the shared and the recomputing plan, and bf16 on the
+ * CPU keeps the shared plan by default (recomputation is the default for
+ * bf16 on CUDA only). */
+typedef struct {
+  size_t bytes;
+  float *v[3];
+  size_t n[3];
+} bf16_run_t;
+
+static int bf16_run(const char *plan, const float *x, const int32_t *y, bf16_run_t *r) {
+  if (plan) setenv("PX_MEM_PLAN", plan, 1);
+  px_ops_t *ops;
+  px_model_t *m = NULL;
+  assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
+  px_model_config_t mc = {"resnet20", 3, 10, 8, 16, 16, NULL, 0, PX_PRECISION_BF16, NULL};
+  px_status_t st = px_model_create(ops, &mc, &m);
+  unsetenv("PX_MEM_PLAN");
+  if (st != PX_OK) { /* no bf16 instructions on this CPU */
+    print_message("bf16 on this CPU: %s\n", px_last_error());
+    assert_int_equal(st, PX_ERR_INVALID);
+    px_ops_destroy(ops);
+    return 0;
+  }
+  px_sgd_t *sgd;
+  px_sgd_config_t sc = {0.1, 0.9, 5e-4, 0};
+  assert_int_equal(px_model_init_params(m, 3), PX_OK);
+  assert_int_equal(px_sgd_create(m, &sc, &sgd), PX_OK);
+  for (int s = 0; s < 2; s++) {
+    float loss;
+    int64_t correct;
+    assert_int_equal(px_model_train_step(m, x, y, &loss, &correct), PX_OK);
+    assert_int_equal(px_sgd_step(sgd), PX_OK);
+  }
+  const px_tensor_t *t[3] = {px_model_flat_params(m), px_model_flat_grads(m),
+                             px_model_flat_buffers(m)};
+  r->bytes = px_model_activation_bytes(m);
+  for (int i = 0; i < 3; i++) {
+    r->n[i] = px_tensor_numel(t[i]);
+    r->v[i] = to_host(t[i], r->n[i]);
+  }
+  px_sgd_destroy(sgd);
+  px_model_destroy(m);
+  px_ops_destroy(ops);
+  return 1;
+}
+
+static void test_bf16_cpu_recompute_same_weights(void **state) {
+  (void)state;
+  enum { B = 8 };
+  float *x = malloc((size_t)B * 3 * 16 * 16 * sizeof *x);
+  int32_t y[B];
+  assert_non_null(x);
+  px_synth_config_t syn;
+  px_synth_config_default(&syn);
+  syn.height = syn.width = 16;
+  assert_int_equal(px_synth_batch(&syn, 0, B, x, y), PX_OK);
+  bf16_run_t a, b, d;
+  if (!bf16_run("shared", x, y, &a)) {
+    free(x);
+    skip();
+  }
+  assert_true(bf16_run("recompute", x, y, &b));
+  assert_true(bf16_run(NULL, x, y, &d));
+  print_message("bf16 on the CPU: working memory %zu bytes shared, %zu recompute, %zu by default\n",
+                a.bytes, b.bytes, d.bytes);
+  assert_true(b.bytes < a.bytes);
+  assert_int_equal(d.bytes, a.bytes);
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(a.n[i], b.n[i]);
+    assert_memory_equal(a.v[i], b.v[i], a.n[i] * sizeof(float));
+  }
+  for (int i = 0; i < 3; i++) free(a.v[i]), free(b.v[i]), free(d.v[i]);
+  free(x);
+}
+
 static int setup(void **state) {
   (void)state;
   return px_test_fmnist_fixture_n(dir, sizeof dir, "px_mem_plan", 64, 16);
@@ -254,6 +335,7 @@ int main(void) {
       cmocka_unit_test(test_compact_resnet20_same_weights),
       cmocka_unit_test(test_onnx_seresnet_same_weights),
       cmocka_unit_test(test_onnx_mobilenet_same_weights),
+      cmocka_unit_test(test_bf16_cpu_recompute_same_weights),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
