@@ -13,9 +13,9 @@
  * backward reads; with bf16 convolutions on the CPU (skipped without
  * AVX512-BF16 or AMX) the two plans give the same bytes too, and bf16 on
  * the CPU keeps the shared plan by default. Prints the plans' bytes. The
- * batch norm's
- * recomputation itself is checked against its training forward, bit for
- * bit, on every layout the CPU engine gives it. */
+ * batch norm's recomputation itself is checked against its training
+ * forward, bit for bit, on every layout the CPU engine gives it
+ * (test_ops_batchnorm). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
