@@ -898,27 +898,23 @@ static void px__lifetimes(const px_model_t *m, px__mem_block_t *act, px__mem_blo
  * reader of the output). redo[a] is empty for the others. */
 static void px__recompute_lifetimes(px_model_t *m, px__mem_block_t *act, px__mem_block_t *redo) {
   const int n = m->nacts, N = m->nnodes;
-  for (int a = 0; a < n; a++) redo[a] = (px__mem_block_t){0, 2 * N + 1, -1, 0};
-  if (!m->recompute) return;
-  for (int a = 1; a < n - 1; a++) {
-    const int p = m->producer[a];
-    if (p < 0 || m->nodes[p].kind != PX__BN || m->redo_at[m->nodes[p].in] >= 0 ||
+  /* redo[a] first spans the backward readers of every activation, as node
+   * indices (lo the first in forward order, hi the last) */
+  for (int a = 0; a < n; a++) redo[a] = (px__mem_block_t){0, N, -1, 0};
+  if (m->recompute)
+    for (int k = 0; k < N; k++) {
+      int reads[2], nr = px__backward_reads(&m->nodes[k], reads);
+      for (int i = 0; i < nr; i++) px__widen(&redo[reads[i]], k);
+    }
+  for (int a = 0; a < n; a++) {
+    const int p = m->producer[a], first = redo[a].lo, last = redo[a].hi;
+    redo[a] = (px__mem_block_t){0, 2 * N + 1, -1, 0};
+    if (!m->recompute || a == 0 || a == n - 1 || last < 0 || p < 0 ||
+        m->nodes[p].kind != PX__BN || m->redo_at[m->nodes[p].in] >= 0 ||
         !px_batchnorm_can_recompute(m->nodes[p].bn))
       continue;
-    int first = -1, last = -1, fwd = p; /* backward readers, the last forward reader */
-    for (int k = p + 1; k < N; k++) {
-      const px__node_t *nd = &m->nodes[k];
-      int reads[2], nr = px__backward_reads(nd, reads);
-      if (nd->in == a || nd->in2 == a) fwd = k;
-      for (int i = 0; i < nr; i++)
-        if (reads[i] == a) {
-          if (first < 0) first = k;
-          last = k;
-        }
-    }
-    if (first < 0) continue;
     m->redo_at[a] = last;
-    act[a] = (px__mem_block_t){m->acts[a].nbytes, p, fwd, 0};
+    act[a] = (px__mem_block_t){m->acts[a].nbytes, p, m->last_use[a] > p ? m->last_use[a] : p, 0};
     redo[a] = (px__mem_block_t){m->acts[a].nbytes, 2 * N - last, 2 * N - first, 0};
   }
 }

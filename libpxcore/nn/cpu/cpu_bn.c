@@ -451,12 +451,13 @@ static void px__bn_apply(px_batchnorm_t *op, const float *coef, float *y, uint8_
   }
 }
 
-/* The forward coefficients from per-channel centre and variance (double)
- * and the affine parameters; zero for padded channels, whose y is then 0. */
-static void px__bn_forward_coef(px_batchnorm_t *op, const float *centre, const double *var,
-                                const float *scale, const float *shift) {
+/* The forward coefficients into coef[0..3 Cpad) from per-channel centre
+ * and variance (double) and the affine parameters; zero for padded
+ * channels, whose y is then 0. */
+static void px__bn_forward_coef(px_batchnorm_t *op, float *coef, const float *centre,
+                                const double *var, const float *scale, const float *shift) {
   const int64_t cpad = op->g.nblk * op->g.blk;
-  float *ctr = op->coef, *f = op->coef + cpad, *o = op->coef + 2 * cpad;
+  float *ctr = coef, *f = coef + cpad, *o = coef + 2 * cpad;
   for (int64_t ch = 0; ch < cpad; ch++) {
     const int real = ch < op->g.c;
     ctr[ch] = real ? centre[ch] : 0.0f;
@@ -553,8 +554,8 @@ px_status_t px__cpu_batchnorm_forward_train(px_batchnorm_t *op, px_tensor_t *y, 
     bm[c] = (float)op->stat[c];
     bv[c] = (float)op->stat[cpad + c];
   }
-  px__bn_forward_coef(op, bm, op->stat + cpad, scale->data, shift->data);
-  memcpy(op->fcoef, op->coef, 3 * (size_t)cpad * sizeof(float));
+  /* into fcoef, where px_batchnorm_recompute finds them */
+  px__bn_forward_coef(op, op->fcoef, bm, op->stat + cpad, scale->data, shift->data);
   op->trained = 1;
   px__bn_apply(op, op->fcoef, y->data, px__ws_data(op, ws), x->data);
 
@@ -580,7 +581,7 @@ px_status_t px__cpu_batchnorm_forward_infer(px_batchnorm_t *op, px_tensor_t *y, 
   px__cpu_enter(op->ops);
   const float *rv = running_var->data;
   for (int64_t c = 0; c < op->g.c; c++) op->stat[c] = rv[c];
-  px__bn_forward_coef(op, running_mean->data, op->stat, scale->data, shift->data);
+  px__bn_forward_coef(op, op->coef, running_mean->data, op->stat, scale->data, shift->data);
   px__bn_apply(op, op->coef, y->data, NULL, x->data); /* no mask: the workspace is the training's */
   return PX_OK;
 }

@@ -764,7 +764,8 @@ extern "C" px_status_t px__cuda_batchnorm_recompute(px_batchnorm_t *o, px_tensor
   PX__CHECK(shift, &op->c_spec, "batchnorm recompute shift");
   PX__CHECK(mean, &op->c_spec, "batchnorm recompute mean");
   PX__CHECK(var, &op->c_spec, "batchnorm recompute var");
-  PX_REQUIRE(op->nhwc, "batchnorm recompute: cuDNN's NCHW batch norm cannot recompute exactly");
+  /* NCHW (cuDNN's batch norm) never gets here: px_batchnorm_recompute asks
+   * px__cuda_batchnorm_can_recompute first */
   if (!op->trained)
     return px_set_error(PX_ERR_STATE, "batchnorm recompute: no training forward has run");
   PX_CHECK(px__cuda_enter(op->ops));
