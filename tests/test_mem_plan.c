@@ -128,8 +128,8 @@ static float *to_host(const px_tensor_t *t, size_t n) {
   return h;
 }
 
-/* STEPS steps (1 with widths) of the trainer on the fixture under plan ("shared" or
- * "separate"): arch, or the ONNX file onnx, with widths when not NULL. */
+/* STEPS steps (1 with widths) of the trainer on the fixture under plan (a
+ * PX_MEM_PLAN value): arch, or the ONNX file onnx, with widths when not NULL. */
 static run_t train(const char *plan, const char *arch, const char *onnx, const int32_t *widths,
                    int nwidths) {
   const int steps = widths ? 1 : STEPS;
@@ -241,14 +241,8 @@ static void test_onnx_mobilenet_same_weights(void **state) {
  * AVX512-BF16 or AMX): ResNet-20 trains two steps on synthetic images to
  * the same bytes under the shared and the recomputing plan, and bf16 on the
  * CPU keeps the shared plan by default (recomputation is the default for
- * bf16 on CUDA only). */
-typedef struct {
-  size_t bytes;
-  float *v[3];
-  size_t n[3];
-} bf16_run_t;
-
-static int bf16_run(const char *plan, const float *x, const int32_t *y, bf16_run_t *r) {
+ * bf16 on CUDA only). 0 when this CPU has no bf16 instructions. */
+static int bf16_run(const char *plan, const float *x, const int32_t *y, run_t *r) {
   if (plan) setenv("PX_MEM_PLAN", plan, 1);
   px_ops_t *ops;
   px_model_t *m = NULL;
@@ -264,21 +258,19 @@ static int bf16_run(const char *plan, const float *x, const int32_t *y, bf16_run
   }
   px_sgd_t *sgd;
   px_sgd_config_t sc = {0.1, 0.9, 5e-4, 0};
+  float loss = 0;
   assert_int_equal(px_model_init_params(m, 3), PX_OK);
   assert_int_equal(px_sgd_create(m, &sc, &sgd), PX_OK);
   for (int s = 0; s < 2; s++) {
-    float loss;
     int64_t correct;
     assert_int_equal(px_model_train_step(m, x, y, &loss, &correct), PX_OK);
     assert_int_equal(px_sgd_step(sgd), PX_OK);
   }
-  const px_tensor_t *t[3] = {px_model_flat_params(m), px_model_flat_grads(m),
-                             px_model_flat_buffers(m)};
-  r->bytes = px_model_activation_bytes(m);
-  for (int i = 0; i < 3; i++) {
-    r->n[i] = px_tensor_numel(t[i]);
-    r->v[i] = to_host(t[i], r->n[i]);
-  }
+  *r = (run_t){px_model_activation_bytes(m), px_model_numel(m), 0, NULL, NULL, NULL, loss};
+  r->nbuf = px_tensor_numel(px_model_flat_buffers(m));
+  r->params = to_host(px_model_flat_params(m), r->numel);
+  r->grads = to_host(px_model_flat_grads(m), r->numel);
+  r->bufs = to_host(px_model_flat_buffers(m), r->nbuf);
   px_sgd_destroy(sgd);
   px_model_destroy(m);
   px_ops_destroy(ops);
@@ -295,7 +287,7 @@ static void test_bf16_cpu_recompute_same_weights(void **state) {
   px_synth_config_default(&syn);
   syn.height = syn.width = 16;
   assert_int_equal(px_synth_batch(&syn, 0, B, x, y), PX_OK);
-  bf16_run_t a, b, d;
+  run_t a, b, d;
   if (!bf16_run("shared", x, y, &a)) {
     free(x);
     skip();
@@ -303,14 +295,13 @@ static void test_bf16_cpu_recompute_same_weights(void **state) {
   assert_true(bf16_run("recompute", x, y, &b));
   assert_true(bf16_run(NULL, x, y, &d));
   print_message("bf16 on the CPU: working memory %zu bytes shared, %zu recompute, %zu by default\n",
-                a.bytes, b.bytes, d.bytes);
-  assert_true(b.bytes < a.bytes);
-  assert_int_equal(d.bytes, a.bytes);
-  for (int i = 0; i < 3; i++) {
-    assert_int_equal(a.n[i], b.n[i]);
-    assert_memory_equal(a.v[i], b.v[i], a.n[i] * sizeof(float));
-  }
-  for (int i = 0; i < 3; i++) free(a.v[i]), free(b.v[i]), free(d.v[i]);
+                a.act_bytes, b.act_bytes, d.act_bytes);
+  assert_true(b.act_bytes < a.act_bytes);
+  assert_int_equal(d.act_bytes, a.act_bytes);
+  assert_same_run(&a, &b);
+  free_run(&a);
+  free_run(&b);
+  free_run(&d);
   free(x);
 }
 
