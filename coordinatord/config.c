@@ -10,7 +10,8 @@
  * time_limit_default_s, time_limit_max_s, preemption, preemption_grace_s,
  * and per user share.NAME,
  * max_running_nodes.NAME, max_queued_jobs.NAME; notifications notify_url
- * and notify_states. The policy and notifications are re-read on SIGHUP
+ * and notify_states, and where specs may send them, notify_allow and
+ * notify_public (issue 49, notify_policy.c). The policy and notifications are re-read on SIGHUP
  * (coord_config_reload_policy). */
 #include <errno.h>
 #include <limits.h>
@@ -22,6 +23,7 @@
 #include "prunex/check.h"
 #include "prunex/conf.h"
 #include "prunex/jobspec.h"
+#include "notify_policy.h"
 
 void coord_config_defaults(coord_config_t *cfg) {
   memset(cfg, 0, sizeof *cfg);
@@ -33,6 +35,7 @@ void coord_config_defaults(coord_config_t *cfg) {
   cfg->http_max_per_address = COORD_DEFAULT_HTTP_PER_ADDRESS;
   coord_sched_policy_defaults(&cfg->sched);
   snprintf(cfg->notify_states, sizeof cfg->notify_states, "end");
+  cfg->notify_public = 1;
 }
 
 /* A decimal number in [lo, hi] (integers when integral), else an error
@@ -134,6 +137,27 @@ static px_status_t coord_copy(char *dst, size_t cap, const char *v, const char *
   return PX_OK;
 }
 
+/* notify_allow (repeated lines add entries) and notify_public (issue 49). */
+static px_status_t coord_config_notify_policy(coord_config_t *cfg, const char *key,
+                                              const char *value, const char *where) {
+  if (!strcmp(key, "notify_public")) {
+    int on = !strcmp(value, "on") || !strcmp(value, "true") || !strcmp(value, "yes");
+    int off = !strcmp(value, "off") || !strcmp(value, "false") || !strcmp(value, "no");
+    PX_REQUIRE(on || off, "%s: notify_public = '%.80s': expected on or off", where, value);
+    cfg->notify_public = on;
+    return PX_OK;
+  }
+  char err[512];
+  PX_REQUIRE(coord_notify_allow_ok(value, err, sizeof err), "%s: notify_allow: %s", where, err);
+  size_t used = strlen(cfg->notify_allow);
+  PX_REQUIRE(used + strlen(value) + 2 <= sizeof cfg->notify_allow,
+             "%s: notify_allow: longer than %zu bytes in all", where,
+             sizeof cfg->notify_allow - 1);
+  snprintf(cfg->notify_allow + used, sizeof cfg->notify_allow - used, "%s%s", used ? " " : "",
+           value);
+  return PX_OK;
+}
+
 static px_status_t coord_check_hostport(const char *v, const char *key, const char *where) {
   const char *colon = strrchr(v, ':');
   PX_REQUIRE(colon && colon != v && colon[1], "%s: %s = '%s': expected HOST:PORT", where, key, v);
@@ -168,6 +192,8 @@ px_status_t coord_config_set(coord_config_t *cfg, const char *key_in, const char
     return coord_copy(cfg->notify_states, sizeof cfg->notify_states, value, "notify_states",
                       where);
   }
+  if (!strcmp(key, "notify_allow") || !strcmp(key, "notify_public"))
+    return coord_config_notify_policy(cfg, key, value, where); /* issue 49 */
   if (!strcmp(key, "listen")) {
     PX_CHECK(coord_check_hostport(value, "listen", where));
     return coord_copy(cfg->listen, sizeof cfg->listen, value, "listen", where);
@@ -274,6 +300,8 @@ px_status_t coord_config_reload_policy(coord_config_t *cfg) {
     cfg->sched = fresh->sched;
     memcpy(cfg->notify_url, fresh->notify_url, sizeof cfg->notify_url);
     memcpy(cfg->notify_states, fresh->notify_states, sizeof cfg->notify_states);
+    memcpy(cfg->notify_allow, fresh->notify_allow, sizeof cfg->notify_allow);
+    cfg->notify_public = fresh->notify_public;
   }
   px_free(fresh);
   return st;

@@ -54,6 +54,7 @@ static inline int coord_job_active(int state) {
 #define COORD_DEFAULT_HEARTBEAT_TIMEOUT_MS 15000
 #define COORD_DEFAULT_PLACEMENT_TIMEOUT_MS 120000
 #define COORD_DEFAULT_AGENT_GRACE_MS 3000
+#define COORD_NOTIFY_ALLOW_LEN 4096 /* notify_allow (notify_policy.h) */
 
 typedef struct {
   char listen[256];
@@ -76,6 +77,8 @@ typedef struct {
   coord_sched_policy_t sched; /* issue 31: priorities, fair share, quotas, time limits */
   char notify_url[1100];   /* every job's state changes are POSTed here ("" : none) */
   char notify_states[260]; /* which (px_jobspec_notify_states); default "end" */
+  char notify_allow[COORD_NOTIFY_ALLOW_LEN]; /* issue 49: where specs' notify.url may go */
+  int notify_public;       /* issue 49: 1 (default): also to any public address */
   int read_only;           /* --read-only: serve the queries of an existing database, change
                             * nothing (pxctl's offline reading, cli/pxctl_offline.c) */
 } coord_config_t;
