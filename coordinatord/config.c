@@ -137,9 +137,24 @@ static px_status_t coord_copy(char *dst, size_t cap, const char *v, const char *
   return PX_OK;
 }
 
-/* notify_allow (repeated lines add entries) and notify_public (issue 49). */
-static px_status_t coord_config_notify_policy(coord_config_t *cfg, const char *key,
-                                              const char *value, const char *where) {
+/* Notifications: notify_url, notify_states (issue 31), notify_allow
+ * (repeated lines add entries) and notify_public (issue 49). */
+static px_status_t coord_config_notify(coord_config_t *cfg, const char *key, const char *value,
+                                       const char *where) {
+  if (!strcmp(key, "notify_url")) {
+    PX_REQUIRE(px_jobspec_notify_url_ok(value) && value[0],
+               "%s: notify_url = '%.80s': expected an http:// or https:// URL of at most 1024"
+               " bytes without blanks", where, value);
+    return coord_copy(cfg->notify_url, sizeof cfg->notify_url, value, "notify_url", where);
+  }
+  if (!strcmp(key, "notify_states")) {
+    unsigned mask;
+    PX_REQUIRE(px_jobspec_notify_states(value, &mask) == 0,
+               "%s: notify_states = '%.80s': expected states separated by commas (pending,"
+               " scheduled, running, succeeded, failed, cancelled, timeout) or end", where, value);
+    return coord_copy(cfg->notify_states, sizeof cfg->notify_states, value, "notify_states",
+                      where);
+  }
   if (!strcmp(key, "notify_public")) {
     int on = !strcmp(value, "on") || !strcmp(value, "true") || !strcmp(value, "yes");
     int off = !strcmp(value, "off") || !strcmp(value, "false") || !strcmp(value, "no");
@@ -147,6 +162,8 @@ static px_status_t coord_config_notify_policy(coord_config_t *cfg, const char *k
     cfg->notify_public = on;
     return PX_OK;
   }
+  if (strcmp(key, "notify_allow") != 0)
+    return px_set_error(PX_ERR_INVALID, "%s: unknown setting '%s'", where, key);
   char err[512];
   PX_REQUIRE(coord_notify_allow_ok(value, err, sizeof err), "%s: notify_allow: %s", where, err);
   size_t used = strlen(cfg->notify_allow);
@@ -178,22 +195,7 @@ px_status_t coord_config_set(coord_config_t *cfg, const char *key_in, const char
     if (*p == '-') *p = '_';
   px_status_t pst = PX_OK;
   if (coord_policy_set(&cfg->sched, key, value, where, &pst)) return pst;
-  if (!strcmp(key, "notify_url")) {
-    PX_REQUIRE(px_jobspec_notify_url_ok(value) && value[0],
-               "%s: notify_url = '%.80s': expected an http:// or https:// URL of at most 1024"
-               " bytes without blanks", where, value);
-    return coord_copy(cfg->notify_url, sizeof cfg->notify_url, value, "notify_url", where);
-  }
-  if (!strcmp(key, "notify_states")) {
-    unsigned mask;
-    PX_REQUIRE(px_jobspec_notify_states(value, &mask) == 0,
-               "%s: notify_states = '%.80s': expected states separated by commas (pending,"
-               " scheduled, running, succeeded, failed, cancelled, timeout) or end", where, value);
-    return coord_copy(cfg->notify_states, sizeof cfg->notify_states, value, "notify_states",
-                      where);
-  }
-  if (!strcmp(key, "notify_allow") || !strcmp(key, "notify_public"))
-    return coord_config_notify_policy(cfg, key, value, where); /* issue 49 */
+  if (!strncmp(key, "notify_", 7)) return coord_config_notify(cfg, key, value, where);
   if (!strcmp(key, "listen")) {
     PX_CHECK(coord_check_hostport(value, "listen", where));
     return coord_copy(cfg->listen, sizeof cfg->listen, value, "listen", where);

@@ -198,6 +198,7 @@ typedef struct {
   coord_identity_t who;    /* the caller of the handler now running (coord_authorize) */
   unsigned char secret_key[32]; /* rank secrets are HMACs under it (DB.key) */
   coord_notifier_t *notifier;   /* job notifications (notify.c) */
+  int own_ports[2];             /* issue 49: the gRPC and HTTP listeners' (0: none), never notified */
   coord_queue_t *queue;         /* the pending jobs, in step with the database */
 } coord_t;
 

@@ -471,6 +471,7 @@ static void coord_start_http(coord_t *c) {
   }
   const char *colon = strrchr(c->cfg.http, ':');
   printf("http on %.*s:%d\n", (int)(colon - c->cfg.http), c->cfg.http, coord_http_port(c->http));
+  c->own_ports[1] = coord_http_port(c->http);
   fflush(stdout);
   px_log(PX_LOG_INFO, "HTTP (metrics, JSON, dashboard from %s) on port %d",
          coord_www_dir(&c->cfg), coord_http_port(c->http));
@@ -539,6 +540,7 @@ int main(int argc, char **argv) {
   }
   int port = px_rpc_server_port(c.srv);
   coord_advertise(&c, port);
+  c.own_ports[0] = port;
   /* job notifications: a sender thread, whether or not any job asks yet */
   if (!c.cfg.read_only && coord_notifier_start(&c.notifier) != PX_OK)
     px_log(PX_LOG_ERROR, "%s: jobs will not be notified", px_last_error());

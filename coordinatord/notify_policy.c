@@ -23,7 +23,6 @@
 #include <time.h>
 
 #include "notify_policy.h"
-#include "http.h"
 #include "prunex/check.h"
 
 /* ---- the URL ------------------------------------------------------------ */
@@ -411,8 +410,8 @@ void coord_notify_policy_get(coord_t *c, coord_notify_policy_t *p) {
   memset(p, 0, sizeof *p);
   snprintf(p->allow, sizeof p->allow, "%s", c->cfg.notify_allow);
   p->public_ok = c->cfg.notify_public;
-  p->own_ports[0] = c->srv ? px_rpc_server_port(c->srv) : 0;
-  p->own_ports[1] = c->http ? coord_http_port(c->http) : 0;
+  p->own_ports[0] = c->own_ports[0];
+  p->own_ports[1] = c->own_ports[1];
 }
 
 /* Checks one resolved address; 1, or 0 with why. */

@@ -76,6 +76,10 @@ int coord_notify_url_secret(const char *url);
  * YAML of the redacted spec). The new strings are a's. PX_ERR_NOMEM. */
 px_status_t coord_job_redact(coord_arena_t *a, const coord_identity_t *who, Prunex__V1__Job *j);
 
+/* 1 when who sees owner's jobs whole: the owner, an admin, anyone on a
+ * coordinator without tokens (coord_auth_may_manage's rule). */
+int coord_job_visible(const coord_identity_t *who, const char *owner);
+
 /* spec.notify.url redacted in place (a spec sent to nodes). PX_ERR_NOMEM. */
 px_status_t coord_spec_redact(coord_arena_t *a, Prunex__V1__JobSpec *spec);
 

@@ -37,7 +37,7 @@ void coord_job_changed(coord_t *c, const char *job_id, const Prunex__V1__Iterati
     coord_watch_t *w = c->job_watches, *next;
     for (; w; w = next) {
       next = w->next;
-      if (strcmp(w->id, job_id) != 0 || coord_auth_may_manage(&w->who, job->owner) != !pass)
+      if (strcmp(w->id, job_id) != 0 || coord_job_visible(&w->who, job->owner) != !pass)
         continue;
       px_rpc_srv_send(w->call, &up.base);
       if (end) coord_watch_close(c, w);
