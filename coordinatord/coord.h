@@ -481,9 +481,10 @@ void coord_queue_set_reason(coord_t *c, const char *job_id, const char *reason);
 
 /* ---- notifications (notify.c) ------------------------------------------ */
 
-/* Starts the sender thread (libcurl). Caller owns *out. */
+/* Starts the sender threads (libcurl). Caller owns *out. */
 px_status_t coord_notifier_start(coord_notifier_t **out);
-/* Stops and joins it; queued notifications are dropped (logged). */
+/* Stops and joins them (POSTs in flight are aborted); queued notifications
+ * are dropped (logged). */
 void coord_notifier_stop(coord_notifier_t *n);
 /* After a job's state change (committed): queues the POSTs its spec's
  * notify and the coordinator's notify_url ask for, once per state. Never

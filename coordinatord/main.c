@@ -26,6 +26,7 @@
 /* The service manager's watchdog keep-alive (px_service.h): loop thread. */
 static px_service_watchdog_t coord_watchdog;
 #include "http.h"
+#include "notify_policy.h"
 
 static void coord_usage(FILE *f) {
   fprintf(f,
@@ -312,6 +313,7 @@ static void coord_on_sighup(uv_signal_t *h, int signum) {
       px_log(PX_LOG_ERROR, "SIGHUP: %s (the previous scheduling policy stays in force)",
              px_last_error());
     else px_log(PX_LOG_INFO, "SIGHUP: scheduling policy re-read from %s", c->cfg.config_path);
+    coord_notify_policy_update(c); /* issue 49: the senders' copy of notify_allow */
     if (!c->cfg.read_only) coord_schedule(c); /* quotas or shares may let jobs start now */
   }
   if (!c->cfg.tokens[0]) {

@@ -410,6 +410,15 @@ static void coord_notify_queue(coord_notifier_t *n, const coord_notify_policy_t 
   }
 }
 
+void coord_notify_policy_update(coord_t *c) {
+  if (!c->notifier) return;
+  coord_notify_policy_t pol;
+  coord_notify_policy_get(c, &pol);
+  pthread_mutex_lock(&c->notifier->mu);
+  c->notifier->policy = pol;
+  pthread_mutex_unlock(&c->notifier->mu);
+}
+
 void coord_notify_job(coord_t *c, const char *job_id) {
   if (!c->notifier) return;
   coord_sched_notify_t nt;

@@ -43,6 +43,10 @@ int coord_notify_allow_ok(const char *text, char *err, size_t cap);
 /* The policy in force: c's settings and its listeners' ports. Loop thread. */
 void coord_notify_policy_get(coord_t *c, coord_notify_policy_t *p);
 
+/* Hands the senders the policy in force (after SIGHUP re-read the
+ * settings; notify.c). Loop thread. */
+void coord_notify_policy_update(coord_t *c);
+
 /* Checks url against p: resolves its host (waiting at most resolve_ms; 0:
  * as long as getaddrinfo takes) and checks every address. Returns 1 (d
  * filled), 0 when the policy refuses it, -1 when it cannot be told now (a
