@@ -78,9 +78,8 @@ void coord_notify_url_redact(const char *url, char *out, size_t cap) {
     if (*p == '@') at = p;
   const char *host = at ? at + 1 : auth;
   const char *q = strchr(host, '?');
-  int n = snprintf(out, cap, "%.*s%s%.*s%s", (int)(auth - url), url, at ? "***@" : "",
-                   (int)(q ? (size_t)(q - host) : strlen(host)), host, q ? "?***" : "");
-  (void)n;
+  snprintf(out, cap, "%.*s%s%.*s%s", (int)(auth - url), url, at ? "***@" : "",
+           (int)(q ? (size_t)(q - host) : strlen(host)), host, q ? "?***" : "");
 }
 
 int coord_notify_url_dest(const char *url, char *key, size_t cap) {
@@ -214,9 +213,10 @@ static int coord_allow_parse(const char *s, size_t len, coord_allow_t *e) {
   char *slash = strchr(t, '/');
   if (slash) *slash = '\0';
   e->kind = COORD_ALLOW_CIDR;
-  if (inet_pton(AF_INET, t, e->net) == 1) e->family = AF_INET, e->bits = 32;
-  else if (inet_pton(AF_INET6, t, e->net) == 1) e->family = AF_INET6, e->bits = 128;
+  if (inet_pton(AF_INET, t, e->net) == 1) e->family = AF_INET;
+  else if (inet_pton(AF_INET6, t, e->net) == 1) e->family = AF_INET6;
   if (e->family) {
+    e->bits = e->family == AF_INET ? 32 : 128;
     if (!slash) return 0;
     char *end = NULL;
     long bits = strtol(slash + 1, &end, 10);
@@ -390,7 +390,10 @@ static int coord_resolve(const char *host, int port, int ms, struct addrinfo **r
   clock_gettime(CLOCK_REALTIME, &until);
   until.tv_sec += ms / 1000;
   until.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
   pthread_mutex_lock(&g->mu);
   while (!g->done && pthread_cond_timedwait(&g->cv, &g->mu, &until) != ETIMEDOUT) {
   }
