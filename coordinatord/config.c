@@ -3,7 +3,8 @@
  * a YAML mapping (`key: value`), with the flags' names (listen, db,
  * advertise, heartbeat_timeout_ms, placement_timeout_ms, agent_grace_ms,
  * log_level, tls_cert, tls_key, tokens, retention_days, http, http_www,
- * http_js, http_max_per_address; dashes or underscores), and the
+ * http_js, http_max_per_address, http_max_per_proxy, http_trusted_proxies;
+ * dashes or underscores), and the
  * scheduling policy (issue 31; docs/operations.md): priority_weight_job,
  * priority_weight_fairshare, priority_weight_age, fairshare_half_life_s,
  * priority_max_age_s, max_running_nodes, max_queued_jobs,
@@ -19,6 +20,7 @@
 #include <string.h>
 
 #include "coord.h"
+#include "http.h"
 #include "prunex/check.h"
 #include "prunex/conf.h"
 #include "prunex/jobspec.h"
@@ -31,6 +33,7 @@ void coord_config_defaults(coord_config_t *cfg) {
   cfg->agent_grace_ms = COORD_DEFAULT_AGENT_GRACE_MS;
   cfg->log_level = -1;
   cfg->http_max_per_address = COORD_DEFAULT_HTTP_PER_ADDRESS;
+  cfg->http_max_per_proxy = COORD_DEFAULT_HTTP_PER_PROXY;
   coord_sched_policy_defaults(&cfg->sched);
   snprintf(cfg->notify_states, sizeof cfg->notify_states, "end");
 }
@@ -193,6 +196,26 @@ px_status_t coord_config_set(coord_config_t *cfg, const char *key_in, const char
                where, value);
     cfg->http_max_per_address = (int)v;
     return PX_OK;
+  }
+  if (!strcmp(key, "http_max_per_proxy")) {
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(value, &end, 10);
+    PX_REQUIRE(errno == 0 && end != value && *end == '\0' && v >= 1 && v <= 1000,
+               "%s: http_max_per_proxy = '%s': expected connections from one proxy address, "
+               "1 to 1000",
+               where, value);
+    cfg->http_max_per_proxy = (int)v;
+    return PX_OK;
+  }
+  if (!strcmp(key, "http_trusted_proxies")) {
+    coord_http_net_t nets[COORD_HTTP_MAX_PROXIES];
+    int n = 0;
+    if (coord_http_nets_parse(value, nets, COORD_HTTP_MAX_PROXIES, &n) != PX_OK)
+      return px_set_error(PX_ERR_INVALID, "%s: http_trusted_proxies = '%s': %s", where, value,
+                          px_last_error());
+    return coord_copy(cfg->http_trusted_proxies, sizeof cfg->http_trusted_proxies, value,
+                      "http_trusted_proxies", where);
   }
   if (!strcmp(key, "http_js"))
     return coord_copy(cfg->http_js, sizeof cfg->http_js, value, "http_js", where);
