@@ -442,8 +442,11 @@ px_status_t coord_http_start(const char *listen, const char *db_path, const char
   int nproxies = 0;
   if (lim->trusted_proxies &&
       coord_http_nets_parse(lim->trusted_proxies, proxies, COORD_HTTP_MAX_PROXIES, &nproxies) !=
-          PX_OK)
-    return px_set_error(PX_ERR_INVALID, "http_trusted_proxies: %s", px_last_error());
+          PX_OK) {
+    char why[256]; /* the message is rewritten in the buffer it is read from */
+    snprintf(why, sizeof why, "%s", px_last_error());
+    return px_set_error(PX_ERR_INVALID, "http_trusted_proxies: %s", why);
+  }
   const char *colon = strrchr(listen, ':');
   PX_REQUIRE(colon, "http = '%s': expected HOST:PORT", listen);
   char host[256];
