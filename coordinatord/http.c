@@ -56,7 +56,7 @@ typedef struct coord_http_conn {
   coord_http_addr_t addr; /* the client's (the budget's key) */
   int64_t since_ms;  /* CLOCK_MONOTONIC: connection start or end of its last request */
   int waiting;       /* 1 while headers are awaited; 0 while a request is served */
-  int cut;           /* shut down by the reaper */
+  int cut;           /* shut down (the reaper, or http_accept to make room) */
   int linked;        /* in coord_http_t.conns */
 } coord_http_conn_t;
 
