@@ -135,6 +135,19 @@ static void test_causes_are_limited_apart(void **state) {
   free(out);
 }
 
+/* Debug lines are never limited (px_set_error logs every error from one
+ * call site at debug). */
+static void test_debug_lines_are_not_limited(void **state) {
+  (void)state;
+  px_log_set_level(PX_LOG_DEBUG);
+  px_log_set_rate(PX_LOG_RATE_BURST, PX_LOG_RATE_INTERVAL_MS);
+  capture_begin();
+  for (int i = 0; i < 100; i++) refused(PX_LOG_DEBUG, i);
+  char *out = capture_end();
+  assert_int_equal(count(out, "\n"), 100);
+  free(out);
+}
+
 /* Burst 0 (the library's default, for programs other than the daemons):
  * every line is written. */
 static void test_burst_zero_writes_every_line(void **state) {
@@ -200,6 +213,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup(test_100000_identical_warnings_write_only_the_burst, setup),
       cmocka_unit_test_setup(test_the_next_line_counts_the_suppressed, setup),
       cmocka_unit_test_setup(test_causes_are_limited_apart, setup),
+      cmocka_unit_test_setup(test_debug_lines_are_not_limited, setup),
       cmocka_unit_test_setup(test_burst_zero_writes_every_line, setup),
       cmocka_unit_test_setup(test_px_log_rate_overrides_the_program, setup),
   };

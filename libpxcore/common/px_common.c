@@ -273,7 +273,7 @@ void px_log_at(px_log_level_t level, const char *file, int line, const char *fmt
   uint64_t dropped = 0;
   int64_t span_ms = 0;
   px__rate_get(&burst, &ms);
-  if (burst > 0) {
+  if (burst > 0 && level != PX_LOG_DEBUG) { /* debug lines are asked for: all of them */
     pthread_mutex_lock(&px__cause_mu);
     int keep = px__cause_admit(file, line, (int)level, burst, ms, &dropped, &span_ms);
     pthread_mutex_unlock(&px__cause_mu);

@@ -92,8 +92,10 @@ PX_API void px_log_at(px_log_level_t level, const char *file, int line, const ch
  * burst lines of one cause are written in an interval of interval_ms (which
  * starts at its first line), the rest are counted, and the cause's next
  * line after the interval ends with "(N similar lines suppressed in the
- * last Xs)". burst 0 writes every line (the library's default; the daemons
- * set PX_LOG_RATE_BURST per PX_LOG_RATE_INTERVAL_MS). The environment
+ * last Xs)". Debug lines, asked for when debugging (px_set_error logs
+ * every error at debug from one call site), are never limited. burst 0
+ * writes every line (the library's default; the daemons set
+ * PX_LOG_RATE_BURST per PX_LOG_RATE_INTERVAL_MS). The environment
  * variable PX_LOG_RATE overrides any program's choice: "0" writes every
  * line, "BURST/SECONDS" (e.g. "10/10") sets the limit. Setting it starts
  * every cause afresh (counts not yet written are dropped). Thread-safe, no
