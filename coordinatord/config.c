@@ -3,7 +3,8 @@
  * a YAML mapping (`key: value`), with the flags' names (listen, db,
  * advertise, heartbeat_timeout_ms, placement_timeout_ms, agent_grace_ms,
  * log_level, tls_cert, tls_key, tokens, retention_days, http, http_www,
- * http_js, http_max_per_address; dashes or underscores), and the
+ * http_js, http_max_per_address, http_max_per_proxy, http_trusted_proxies;
+ * dashes or underscores), and the
  * scheduling policy (issue 31; docs/operations.md): priority_weight_job,
  * priority_weight_fairshare, priority_weight_age, fairshare_half_life_s,
  * priority_max_age_s, max_running_nodes, max_queued_jobs,
@@ -20,6 +21,7 @@
 #include <string.h>
 
 #include "coord.h"
+#include "http.h"
 #include "prunex/check.h"
 #include "prunex/conf.h"
 #include "prunex/jobspec.h"
@@ -33,6 +35,7 @@ void coord_config_defaults(coord_config_t *cfg) {
   cfg->agent_grace_ms = COORD_DEFAULT_AGENT_GRACE_MS;
   cfg->log_level = -1;
   cfg->http_max_per_address = COORD_DEFAULT_HTTP_PER_ADDRESS;
+  cfg->http_max_per_proxy = COORD_DEFAULT_HTTP_PER_PROXY;
   coord_sched_policy_defaults(&cfg->sched);
   snprintf(cfg->notify_states, sizeof cfg->notify_states, "end");
   cfg->notify_public = 1;
@@ -186,6 +189,31 @@ static px_status_t coord_check_hostport(const char *v, const char *key, const ch
   return PX_OK;
 }
 
+/* The HTTP listener's budgets (issues 26 and 49; http.h):
+ * http_max_per_address, http_max_per_proxy, http_trusted_proxies. */
+static px_status_t coord_set_http_budget(coord_config_t *cfg, const char *key, const char *value,
+                                         const char *where) {
+  int *max = !strcmp(key, "http_max_per_address") ? &cfg->http_max_per_address
+             : !strcmp(key, "http_max_per_proxy") ? &cfg->http_max_per_proxy
+                                                  : NULL;
+  if (max) {
+    double v;
+    PX_CHECK(coord_number(value, 1, COORD_HTTP_MAX_CONNECTIONS, 1, key, where, &v));
+    *max = (int)v;
+    return PX_OK;
+  }
+  PX_REQUIRE(!strcmp(key, "http_trusted_proxies"), "%s: unknown setting '%s'", where, key);
+  coord_http_net_t nets[COORD_HTTP_MAX_PROXIES];
+  int n = 0;
+  if (coord_http_nets_parse(value, nets, COORD_HTTP_MAX_PROXIES, &n) != PX_OK) {
+    char why[256]; /* the message is rewritten in the buffer it is read from */
+    snprintf(why, sizeof why, "%s", px_last_error());
+    return px_set_error(PX_ERR_INVALID, "%s: http_trusted_proxies = '%s': %s", where, value, why);
+  }
+  return coord_copy(cfg->http_trusted_proxies, sizeof cfg->http_trusted_proxies, value,
+                    "http_trusted_proxies", where);
+}
+
 px_status_t coord_config_set(coord_config_t *cfg, const char *key_in, const char *value,
                              const char *where) {
   char key[COORD_SCHED_USER_NAME + 64];
@@ -211,17 +239,8 @@ px_status_t coord_config_set(coord_config_t *cfg, const char *key_in, const char
   }
   if (!strcmp(key, "http_www"))
     return coord_copy(cfg->http_www, sizeof cfg->http_www, value, "http_www", where);
-  if (!strcmp(key, "http_max_per_address")) {
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(value, &end, 10);
-    PX_REQUIRE(errno == 0 && end != value && *end == '\0' && v >= 1 && v <= 1000,
-               "%s: http_max_per_address = '%s': expected connections from one address, "
-               "1 to 1000",
-               where, value);
-    cfg->http_max_per_address = (int)v;
-    return PX_OK;
-  }
+  if (!strncmp(key, "http_max_per_", 13) || !strcmp(key, "http_trusted_proxies"))
+    return coord_set_http_budget(cfg, key, value, where);
   if (!strcmp(key, "http_js"))
     return coord_copy(cfg->http_js, sizeof cfg->http_js, value, "http_js", where);
   if (!strcmp(key, "heartbeat_timeout_ms")) {

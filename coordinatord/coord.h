@@ -73,6 +73,8 @@ typedef struct {
   char http_www[4096];     /* dashboard files; "" : the installed ones */
   char http_js[4096];      /* JS libraries; "" : COORD_DEFAULT_HTTP_JS */
   int http_max_per_address; /* HTTP connections from one address (issue 26) */
+  int http_max_per_proxy;   /* ... from one address of http_trusted_proxies (issue 49) */
+  char http_trusted_proxies[1024]; /* addresses and CIDR blocks; "" : none */
   char config_path[4096];  /* --config FILE ("" : none): re-read on SIGHUP for the policy */
   coord_sched_policy_t sched; /* issue 31: priorities, fair share, quotas, time limits */
   char notify_url[1100];   /* every job's state changes are POSTed here ("" : none) */
@@ -84,6 +86,7 @@ typedef struct {
 } coord_config_t;
 
 #define COORD_DEFAULT_HTTP_PER_ADDRESS 32
+#define COORD_DEFAULT_HTTP_PER_PROXY 256
 
 #define COORD_DEFAULT_HTTP_JS "/usr/share/javascript"
 
