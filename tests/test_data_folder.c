@@ -243,7 +243,7 @@ static void layout_errors_are_refused_naming_the_directory(void **state) {
   rm_tree(p);
   assert_int_equal(px_folder_check(dir, NULL, NULL), PX_ERR_FORMAT);
   assert_non_null(strstr(px_last_error(), "/val"));
-  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 8, NULL};
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 8, NULL, NULL, 0};
   px_dataset_t *ds = NULL;
   assert_int_equal(px_dataset_load_folder(&fc, NULL, &ds), PX_ERR_FORMAT);
   assert_null(ds);
@@ -298,7 +298,7 @@ static void corrupt_images_are_skipped_and_counted(void **state) {
   write_bytes(p, "", 0);
   snprintf(p, sizeof p, "%s/train/c/92.png", dir);
   write_bytes(p, "\x89PNG\r\n\x1a\n garbage", 16);
-  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL};
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 0.25};
   px_folder_report_t rep;
   px_dataset_t *ds;
   assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_OK);
@@ -330,7 +330,7 @@ static void the_cache_is_built_once_and_rebuilt_when_stale(void **state) {
   need_fixtures();
   char dir[256], p[512];
   make_folder(dir, sizeof dir, "cache", 4);
-  px_folder_config_t fc = {dir, PX_SPLIT_TEST, 1, 12, NULL};
+  px_folder_config_t fc = {dir, PX_SPLIT_TEST, 1, 12, NULL, NULL, 0};
   px_folder_report_t rep;
   px_dataset_t *a, *b;
   assert_int_equal(px_dataset_load_folder(&fc, &rep, &a), PX_OK);
@@ -386,7 +386,7 @@ static void concurrent_ranks_decode_once(void **state) {
     pids[r] = fork();
     assert_true(pids[r] >= 0);
     if (pids[r] == 0) {
-      px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 24, NULL};
+      px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 24, NULL, NULL, 0};
       px_folder_report_t rep;
       px_dataset_t *ds;
       if (px_dataset_load_folder(&fc, &rep, &ds) != PX_OK) _exit(100);
@@ -493,7 +493,7 @@ static void ranks_shard_a_mapped_folder(void **state) {
   need_fixtures();
   char dir[256];
   make_folder(dir, sizeof dir, "shard", 5);
-  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL};
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 0};
   px_dataset_t *ds;
   assert_int_equal(px_dataset_load_folder(&fc, NULL, &ds), PX_OK);
   int seen[15] = {0};
