@@ -637,6 +637,19 @@ static void a_link_out_of_the_data_root_is_refused_by_name_only(void **state) {
   snprintf(p, sizeof p, "%s/.prunex-cache", dir);
   assert_int_equal(stat(p, &sb), 0);
   assert_int_equal(sb.st_mode & 0777, 0700);
+  /* a .prunex-cache that is a link is not written through */
+  char elsewhere[300];
+  snprintf(elsewhere, sizeof elsewhere, "%s/elsewhere-cache", root);
+  mkdir(elsewhere, 0755);
+  snprintf(p, sizeof p, "%s/.prunex-cache", dir);
+  rm_tree(p);
+  assert_int_equal(symlink(secret, p), 0);
+  setenv("XDG_CACHE_HOME", elsewhere, 1);
+  assert_int_equal(load_logged(&fc, &rep, &ds, log, sizeof log), PX_OK);
+  unsetenv("XDG_CACHE_HOME");
+  assert_int_equal(strncmp(rep.cache_path, elsewhere, strlen(elsewhere)), 0);
+  px_dataset_destroy(ds);
+  unlink(p);
   /* no root (pxtrain, pxctl run): the folder is the root, the pool is out */
   fc.root = NULL;
   fc.split = PX_SPLIT_TEST;

@@ -448,7 +448,11 @@ static px_status_t px__cache_path(const px_folder_config_t *cfg, char *out) {
   int len;
   if (!cfg->cache_dir || !cfg->cache_dir[0]) {
     len = snprintf(base, sizeof base, "%s/.prunex-cache", cfg->dir);
-    if (len > 0 && len < PX__PATH && px__mkdir(base) == 0 && access(base, W_OK) == 0) {
+    struct stat lb;
+    /* one that is a link (made by whoever may write the folder) is not used:
+     * the cache would be written wherever it leads */
+    if (len > 0 && len < PX__PATH && px__mkdir(base) == 0 && lstat(base, &lb) == 0 &&
+        S_ISDIR(lb.st_mode) && access(base, W_OK) == 0) {
       len = snprintf(out, PX__PATH, "%s/%s-%dx%dx%d.pxc", base, split, cfg->channels, cfg->size,
                      cfg->size);
       if (len > 0 && len < PX__PATH) return PX_OK;
@@ -707,7 +711,7 @@ static px_status_t px__cache_get(const char *path, const px__root_t *r, const ch
   char lock[PX__PATH + 8];
   snprintf(lock, sizeof lock, "%s.lock", path);
   px_status_t st = PX_OK;
-  int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (lfd < 0 || flock(lfd, LOCK_EX) != 0) {
     st = px_set_error(PX_ERR_IO, "image folder cache lock %s: %s", lock, strerror(errno));
   } else {
