@@ -316,6 +316,16 @@ static void corrupt_images_are_skipped_and_counted(void **state) {
   assert_int_equal(rep.built, 0);
   assert_int_equal(rep.skipped, 3);
   px_dataset_destroy(ds);
+  /* a version 1 cache (its decoder lost good JPEGs after a bad one, issue
+   * 49) that skipped images is rebuilt */
+  uint32_t v1 = 1;
+  int fd = open(rep.cache_path, O_WRONLY);
+  assert_true(fd >= 0);
+  assert_int_equal(pwrite(fd, &v1, sizeof v1, 8), (ssize_t)sizeof v1);
+  close(fd);
+  assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_OK);
+  assert_int_equal(rep.built, 1);
+  px_dataset_destroy(ds);
 }
 
 static uint64_t dataset_hash(const px_dataset_t *ds) {
@@ -347,6 +357,15 @@ static void the_cache_is_built_once_and_rebuilt_when_stale(void **state) {
   assert_int_equal(px_dataset_load_folder(&fc, &rep, &b), PX_OK);
   assert_int_equal(rep.built, 0);
   assert_int_equal(dataset_hash(a), dataset_hash(b));
+  px_dataset_destroy(b);
+  /* a version 1 cache that skipped nothing is still good */
+  uint32_t v1 = 1;
+  int fd = open(rep.cache_path, O_WRONLY);
+  assert_true(fd >= 0);
+  assert_int_equal(pwrite(fd, &v1, sizeof v1, 8), (ssize_t)sizeof v1);
+  close(fd);
+  assert_int_equal(px_dataset_load_folder(&fc, &rep, &b), PX_OK);
+  assert_int_equal(rep.built, 0);
   px_dataset_destroy(b);
   /* a changed file list (a new image) makes the cache stale */
   snprintf(p, sizeof p, "%s/val/c/zz.png", dir);

@@ -33,7 +33,12 @@
 #include "px_check.h"
 
 #define PX__CACHE_MAGIC "PXIMGC01"
-#define PX__CACHE_VERSION 1u
+/* Version 2 (issue 49): written by a decoder that recovers from a corrupt
+ * JPEG. A version 1 file that skipped images may have lost good ones after
+ * a bad one and is rebuilt; one that skipped none is still valid. The list
+ * checksum keeps hashing 1, so that those stay valid. */
+#define PX__CACHE_VERSION 2u
+#define PX__CACHE_HASH_VERSION 1u
 #define PX__CACHE_HDR 128
 #define PX__PATH 4096
 
@@ -425,7 +430,7 @@ static uint64_t px__hash_bytes(uint64_t h, const void *p, size_t n) {
 
 static uint64_t px__list_hash(const px__flist_t *l, const px_folder_config_t *cfg) {
   uint64_t h = 0xcbf29ce484222325ull;
-  uint32_t k[3] = {PX__CACHE_VERSION, (uint32_t)cfg->channels, (uint32_t)cfg->size};
+  uint32_t k[3] = {PX__CACHE_HASH_VERSION, (uint32_t)cfg->channels, (uint32_t)cfg->size};
   h = px__hash_bytes(h, k, sizeof k);
   for (size_t i = 0; i < l->n; i++) {
     const char *name = l->names + l->e[i].name;
@@ -499,13 +504,14 @@ static px_status_t px__cache_path(const px_folder_config_t *cfg, char *out) {
  * that rebuilding cannot cure. */
 static int px__cache_map(const char *path, const px_folder_config_t *cfg, uint64_t hash,
                          int32_t nclasses, px_dataset_t **out, px__cache_hdr_t *hdr_out) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW); /* a link: rebuilt over */
   if (fd < 0) return 0;
   px__cache_hdr_t hdr;
   struct stat sb;
   size_t img = (size_t)cfg->channels * cfg->size * cfg->size;
   int ok = fstat(fd, &sb) == 0 && pread(fd, &hdr, sizeof hdr, 0) == (ssize_t)sizeof hdr &&
-           !memcmp(hdr.magic, PX__CACHE_MAGIC, 8) && hdr.version == PX__CACHE_VERSION &&
+           !memcmp(hdr.magic, PX__CACHE_MAGIC, 8) &&
+           (hdr.version == PX__CACHE_VERSION || (hdr.version == 1 && hdr.skipped == 0)) &&
            hdr.channels == (uint32_t)cfg->channels && hdr.size == (uint32_t)cfg->size &&
            hdr.num_classes == (uint32_t)nclasses && hdr.list_hash == hash && hdr.n >= 1 &&
            hdr.n <= hdr.files && hdr.files <= PX_FOLDER_MAX_FILES &&
