@@ -13,8 +13,8 @@
  *
  * What is taken today (the layer set of the built-in models and the graph
  * operators of nn/px_graph_ops.h): Conv (bias optional, groups dividing the
- * channels, so grouped and depthwise; square kernel, padding kernel/2,
- * dilation 1), BatchNormalization (epsilon 1e-5), Relu (fused into a
+ * channels, so grouped and depthwise; square kernel (kernel_shape, when
+ * given, the weight's), padding kernel/2, dilation 1), BatchNormalization (epsilon 1e-5), Relu (fused into a
  * BatchNormalization or an Add right before it whose output nothing else
  * reads, as the built-in models fuse it; otherwise a layer of its own),
  * LeakyRelu, Clip(0, 6) (ReLU6), Sigmoid, Add of two activations, Mul of a
@@ -146,6 +146,16 @@ static int px__ints_all(const Onnx__NodeProto *n, const char *name, int64_t v) {
   return 1;
 }
 
+/* An attribute's ints as "[a, b, ...]" (at most 8 of them) into buf. */
+static const char *px__ints_text(const Onnx__AttributeProto *a, char *buf, size_t cap) {
+  snprintf(buf, cap, "[");
+  for (size_t i = 0; i < a->n_ints && i < 8; i++)
+    snprintf(buf + strlen(buf), cap - strlen(buf), "%s%lld", i ? ", " : "",
+             (long long)a->ints[i]);
+  snprintf(buf + strlen(buf), cap - strlen(buf), "%s]", a->n_ints > 8 ? ", ..." : "");
+  return buf;
+}
+
 static size_t px__numel(const Onnx__TensorProto *t) {
   size_t n = 1;
   for (size_t i = 0; i < t->n_dims; i++) n *= (size_t)t->dims[i];
@@ -275,6 +285,15 @@ static px_status_t px__op_conv(px__imp_t *im, const Onnx__NodeProto *n) {
       !px__ints_all(n, "pads", kh / 2) || !px__ints_all(n, "strides", s) || s < 1 || s > 8)
     return PX__NODE_FAIL(im, n, "only square kernels (1 to 15) with padding kernel/2 on every "
                                 "side, equal strides (1 to 8) and dilation 1 are supported");
+  /* The layer takes its window from the weight; a kernel_shape that says
+   * otherwise (or is out of range) describes another network: refused. */
+  const Onnx__AttributeProto *ks = px__attr(n, "kernel_shape");
+  if (ks && (ks->n_ints != 2 || ks->ints[0] != kh || ks->ints[1] != kw)) {
+    char v[160];
+    return PX__NODE_FAIL(im, n, "kernel_shape %s is not the %lldx%lld window of the weight '%s'",
+                         px__ints_text(ks, v, sizeof v), (long long)kh, (long long)kw,
+                         n->input[1]);
+  }
   if (co % grp != 0)
     return PX__NODE_FAIL(im, n, "group = %lld does not divide the %lld filters", (long long)grp,
                          (long long)co);
@@ -519,8 +538,12 @@ static px_status_t px__op_pool(px__imp_t *im, const Onnx__NodeProto *n) {
   int64_t k = ks && ks->n_ints == 2 ? ks->ints[0] : 0, s = st && st->n_ints ? st->ints[0] : 1;
   int64_t p = pd && pd->n_ints ? pd->ints[0] : 0;
   if (x->pad && p == 0 && px__ints_all(n, "pads", 0)) p = x->pad; /* PyTorch's Pad + AveragePool */
-  if (!ks || ks->n_ints != 2 || !px__ints_all(n, "kernel_shape", k) || k < 1 || k > 15 ||
-      !px__ints_all(n, "strides", s) || s < 1 || s > 15 || !px__ints_all(n, "pads", p) || p < 0 ||
+  if (!ks || ks->n_ints != 2 || !px__ints_all(n, "kernel_shape", k) || k < 1 || k > 15) {
+    char v[160];
+    return PX__NODE_FAIL(im, n, "kernel_shape %s: a square 2-D window of 1 to 15 is supported",
+                         ks ? px__ints_text(ks, v, sizeof v) : "missing");
+  }
+  if (!px__ints_all(n, "strides", s) || s < 1 || s > 15 || !px__ints_all(n, "pads", p) || p < 0 ||
       2 * p > k || !px__ints_all(n, "dilations", 1) || px__attr_i(n, "ceil_mode", 0) != 0 ||
       px__attr_i(n, "storage_order", 0) != 0 || n->n_output > 1 ||
       (ap && ap->has_s && ap->s.len && !(ap->s.len == 6 && !memcmp(ap->s.data, "NOTSET", 6))))
