@@ -757,6 +757,60 @@ static void conv_kernel_shape_must_be_the_weights(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* The memory an import takes, the file and every initializer, those no
+ * node reads too, is bounded by PX_ONNX_MAX_BYTES: resnet20 with an unused
+ * 20 MiB initializer (a file of about 21 MiB, parsed: about 42 MiB) is
+ * refused under 16M (the file alone) and 32M (with its initializers),
+ * naming the setting and the total, and taken under 64M; a setting that is
+ * not a size is refused, naming it. */
+static void unused_initializers_count_against_the_import_bound(void **state) {
+  (void)state;
+  char dir[64], path[512], cmd[128];
+  Onnx__ModelProto *mp = resnet20_proto(dir, path, sizeof path);
+  enum { BLOB = 5 << 20 }; /* floats: 20 MiB */
+  Onnx__TensorProto blob = ONNX__TENSOR_PROTO__INIT;
+  int64_t dims[1] = {BLOB};
+  blob.name = "unused.blob";
+  blob.has_data_type = 1;
+  blob.data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+  blob.n_dims = 1;
+  blob.dims = dims;
+  blob.has_raw_data = 1;
+  blob.raw_data.len = (size_t)BLOB * 4;
+  blob.raw_data.data = calloc(BLOB, 4);
+  Onnx__GraphProto *gp = mp->graph;
+  Onnx__TensorProto **old = gp->initializer, **all = calloc(gp->n_initializer + 1, sizeof *all);
+  memcpy(all, old, gp->n_initializer * sizeof *all);
+  all[gp->n_initializer] = &blob;
+  gp->initializer = all;
+  gp->n_initializer++;
+  write_proto(mp, path);
+  gp->n_initializer--;
+  gp->initializer = old;
+  free(all);
+  free(blob.raw_data.data);
+  onnx__model_proto__free_unpacked(mp, NULL);
+
+  setenv("PX_ONNX_MAX_BYTES", "16M", 1);
+  const char *why = refusal(path);
+  if (!strstr(why, "the file alone") || !strstr(why, "PX_ONNX_MAX_BYTES = 16777216"))
+    fail_msg("%s", why);
+  setenv("PX_ONNX_MAX_BYTES", "32M", 1);
+  why = refusal(path);
+  if (!strstr(why, "used or not") || !strstr(why, "PX_ONNX_MAX_BYTES = 33554432"))
+    fail_msg("%s", why);
+  setenv("PX_ONNX_MAX_BYTES", "64M", 1);
+  if (px_model_onnx_check(path, NULL) != PX_OK) fail_msg("64M: %s", px_last_error());
+  setenv("PX_ONNX_MAX_BYTES", "lots", 1);
+  why = refusal(path);
+  if (!strstr(why, "PX_ONNX_MAX_BYTES = 'lots'")) fail_msg("%s", why);
+  unsetenv("PX_ONNX_MAX_BYTES");
+  if (px_model_onnx_check(path, NULL) != PX_OK) /* the default: 2 GiB */
+    fail_msg("default: %s", px_last_error());
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(vgg_forward_and_gradients_match_pytorch),
@@ -772,6 +826,7 @@ int main(void) {
       cmocka_unit_test(imported_resnet20_is_the_builtin_graph),
       cmocka_unit_test(builtin_resnet20_through_our_onnx_has_its_groups_and_masks),
       cmocka_unit_test(conv_kernel_shape_must_be_the_weights),
+      cmocka_unit_test(unused_initializers_count_against_the_import_bound),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
