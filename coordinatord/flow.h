@@ -43,9 +43,18 @@ px_status_t coord_assignment_build(coord_t *c, coord_arena_t *a, const char *job
 
 /* ---- attempt.c ------------------------------------------------------------- */
 
+/* A fault whose cause (reason) is a node that cannot be reached: for a
+ * job being preempted (asked to stop, or stopped and held: db/sched.h's
+ * preempt_stops) its attempt ends as the preemption's (coord_job_preempt,
+ * no restart used); otherwise coord_job_fault. In a transaction; f
+ * filled. */
+px_status_t coord_job_fault_unreachable(coord_t *c, coord_arena_t *a, const char *job_id,
+                                        int state, const char *reason, const char *avoid_node,
+                                        coord_fault_t *f);
+
 /* Ends the active job's attempt because of node_id: the node's ranks get
  * exit records saying reason, then the job restarts or fails
- * (coord_job_fault, avoiding the node). In a transaction. */
+ * (coord_job_fault_unreachable, avoiding the node). In a transaction. */
 px_status_t coord_job_fault_node(coord_t *c, coord_arena_t *a, const char *job_id, int state,
                                  const char *node_id, const char *reason, coord_fault_t *f);
 

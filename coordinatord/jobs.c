@@ -514,8 +514,12 @@ static px_status_t coord_rank_exit(coord_t *c, coord_arena_t *a, const Prunex__V
      * the first cause: the node is. */
     int blamed = coord_blame_gone_node(c, r->job_id, r->node_id, reason, sizeof reason);
     if (blamed < 0) return blamed;
-    /* Restarted while restarts remain, else FAILED. */
-    PX_CHECK(coord_job_fault(c, a, r->job_id, state, reason, NULL, f));
+    /* Restarted while restarts remain, else FAILED (a gone node of a job
+     * being preempted: queued again as preempted). */
+    if (blamed)
+      PX_CHECK(coord_job_fault_unreachable(c, a, r->job_id, state, reason, NULL, f));
+    else
+      PX_CHECK(coord_job_fault(c, a, r->job_id, state, reason, NULL, f));
     if (f->restarted) *to = JS_PENDING;
     return PX_OK;
   } else {

@@ -176,8 +176,9 @@ static void test_output_dir_outside_the_agents_roots_is_refused_at_submit(void *
 /* ROOT/evil -> ELSEWHERE: output_dir ROOT/evil/m is textually under the
  * agents' --output-root, so the coordinator accepts it; the agents resolve
  * it beneath ROOT (openat2 RESOLVE_BENEATH) and refuse it, naming the link,
- * before any worker runs: the job fails and ELSEWHERE stays empty. A link
- * that stays inside ROOT is fine. */
+ * before any worker runs: the job fails and ELSEWHERE stays empty. An
+ * absolute link to a place inside ROOT is refused as well, saying so; a
+ * relative link that stays inside ROOT is fine. */
 static void test_output_dir_through_a_link_out_of_the_root_is_refused(void **state) {
   (void)state;
   char elsewhere[400], evil[400], out[450], job[64];
@@ -201,11 +202,27 @@ static void test_output_dir_through_a_link_out_of_the_root_is_refused(void **sta
   snprintf(m, sizeof m, "%s/m", elsewhere);
   assert_int_equal(access(m, F_OK), -1); /* nothing made through the link */
 
-  /* a relative link inside the root is followed */
+  /* an absolute link to a place inside the root is refused too, and the
+   * reason says so instead of "leads out" (issue 49) */
   char inside[400], link[400];
   snprintf(inside, sizeof inside, "%s/real", F->root);
-  snprintf(link, sizeof link, "%s/alias", F->root);
+  snprintf(link, sizeof link, "%s/absolute", F->root);
   assert_int_equal(mkdir(inside, 0755), 0);
+  assert_int_equal(symlink(inside, link), 0);
+  snprintf(out, sizeof out, "%s/m", link);
+  if (pxt_job_submit(F->alice, &j, job, sizeof job) != PX_OK)
+    fail_msg("submit: %s", px_last_error());
+  s = pxt_wait_job(F->alice, job, 0, 30000);
+  pxt_job_reason(F->alice, job, reason, sizeof reason);
+  if (s != PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED || strstr(reason, "leads out") ||
+      !strstr(reason, "through an absolute symbolic link") || !strstr(reason, link) ||
+      !strstr(reason, "must be relative"))
+    fail_msg("job state %d, reason: %s", s, reason);
+  snprintf(m, sizeof m, "%s/m", inside);
+  assert_int_equal(access(m, F_OK), -1);
+
+  /* a relative link inside the root is followed */
+  snprintf(link, sizeof link, "%s/alias", F->root);
   assert_int_equal(symlink("real", link), 0);
   snprintf(out, sizeof out, "%s/m", link);
   if (pxt_job_submit(F->alice, &j, job, sizeof job) != PX_OK)
