@@ -343,8 +343,9 @@ px_status_t coord_job_fault(coord_t *c, coord_arena_t *a, const char *job_id, in
  * restart: nodes released, placement and rank secrets dropped, iteration
  * rows and stored decisions kept (the next attempt resumes from the newest
  * checkpoint its ranks hold, re-reports the iterations after it and gets
- * the very decisions back), and the job PENDING for attempt + 1 preferring
- * the same nodes (where its checkpoints are). In a transaction; f filled
+ * the very decisions back, less the stop the preemption put in the last
+ * one), and the job PENDING for attempt + 1 preferring the same nodes
+ * (where its checkpoints are). In a transaction; f filled
  * (f->restarted 1) for coord_fx_fault. */
 px_status_t coord_job_preempt(coord_t *c, coord_arena_t *a, const char *job_id, int state,
                               const char *by, coord_fault_t *f);
