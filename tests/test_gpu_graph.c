@@ -197,12 +197,13 @@ static void bad_arguments_are_refused_naming_the_op(void **state) {
                  "NULL");
   /* the CPU engine's Mul reads plain NCHW: a blocked map is refused, not misread */
   px_tensor_t bs;
-  input_spec(ops, 1, N, 16, H, W, &bs);
+  const int is_blocked = input_spec(ops, 1, N, 16, H, W, &bs);
   make_tensor(&blocked, &bs, NULL);
   px_tensor_t g16;
   plain_tensor(&g16, N, 16, 1, 1, NULL);
-  expect_refused(px__ops_mul_forward(ops, &blocked, &blocked, &g16), "mul forward x",
-                 "plain f32 NCHW");
+  if (is_blocked)
+    expect_refused(px__ops_mul_forward(ops, &blocked, &blocked, &g16), "mul forward x",
+                   "plain f32 NCHW");
   px_tensor_t *all[] = {&x, &y, &g, &wide, &cat, &blocked, &g16};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) px_tensor_release(all[i]);
   px_ops_destroy(ops);

@@ -422,7 +422,15 @@ static void reference_code_is_warned_of_when_it_runs(void **state) {
   assert_true(saved >= 0 && dup2(fileno(f), 2) == 2);
   px_ops_t *ops = new_ops();
   px_tensor_t xs, ys, ws, bs;
-  input_spec(ops, cc->blocked, cc->n, cc->c, cc->h, cc->w, &xs);
+  if (!input_spec(ops, cc->blocked, cc->n, cc->c, cc->h, cc->w, &xs)) {
+    dup2(saved, 2);
+    close(saved);
+    fclose(f);
+    px_log_set_level(level);
+    px_ops_destroy(ops);
+    print_message("no blocked layouts on this CPU: no reference code to warn of\n");
+    skip();
+  }
   px_conv2d_params_t p = params_of(cc);
   px_conv2d_t *conv = NULL;
   assert_ok(px_conv2d_create(ops, &xs, &p, &conv));
@@ -460,7 +468,7 @@ static void mismatched_tensors_are_refused(void **state) {
   (void)state;
   px_ops_t *ops = new_ops();
   px_tensor_t xs, ys, ws, wrong;
-  input_spec(ops, 1, 2, 16, 8, 8, &xs);
+  const int blocked = input_spec(ops, 1, 2, 16, 8, 8, &xs);
   px_conv2d_params_t p = {.c_out = 16, .kh = 3, .kw = 3, .stride_h = 1, .stride_w = 1, .pad_h = 1,
                           .pad_w = 1};
   px_conv2d_t *conv = NULL;
@@ -474,7 +482,7 @@ static void mismatched_tensors_are_refused(void **state) {
   /* same shape, plain layout: not what the op was created for */
   assert_ok(px_tensor_init4(&wrong, px_device_cpu(), 2, 16, 8, 8));
   make_tensor(&xp, &wrong, NULL);
-  assert_int_equal(px_conv2d_forward(conv, &y, &xp, &w, NULL), PX_ERR_INVALID);
+  if (blocked) assert_int_equal(px_conv2d_forward(conv, &y, &xp, &w, NULL), PX_ERR_INVALID);
   assert_int_equal(px_conv2d_forward(conv, &y, &x, &w, &w), PX_ERR_INVALID); /* bias on no-bias conv */
   assert_ok(px_conv2d_forward(conv, &y, &x, &w, NULL));
   /* bad parameters */
