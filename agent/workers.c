@@ -310,14 +310,8 @@ static const char *pxa_read_root(const pxa_agent_t *ag, const Prunex__V1__Assign
   return root;
 }
 
-/* dataset.path and model.onnx (what = the field) must be under one of this node's data roots (--data-root,
- * default PXA_DEFAULT_DATA_ROOT) or its work directory, without leaving it
- * through a link: jobs must not read what the agent's user can read
- * elsewhere (/etc, other jobs' keys). A relative path is under the job's
- * directory (the worker's cwd) and may not hold "..". */
-static px_status_t pxa_check_read_path(const pxa_agent_t *ag, const Prunex__V1__Assignment *as,
-                                       const char *p, const char *what) {
-  if (!p || !p[0]) return PX_OK;
+/* PX_ERR_INVALID naming what when p has a ".." component. */
+static px_status_t pxa_no_dotdot(const char *p, const char *what) {
   for (const char *c = p; *c;) {
     const char *e = strchr(c, '/');
     size_t len = e ? (size_t)(e - c) : strlen(c);
@@ -326,6 +320,18 @@ static px_status_t pxa_check_read_path(const pxa_agent_t *ag, const Prunex__V1__
     if (!e) break;
     c = e + 1;
   }
+  return PX_OK;
+}
+
+/* dataset.path and model.onnx (what = the field) must be under one of this node's data roots (--data-root,
+ * default PXA_DEFAULT_DATA_ROOT) or its work directory, without leaving it
+ * through a link: jobs must not read what the agent's user can read
+ * elsewhere (/etc, other jobs' keys). A relative path is under the job's
+ * directory (the worker's cwd) and may not hold "..". */
+static px_status_t pxa_check_read_path(const pxa_agent_t *ag, const Prunex__V1__Assignment *as,
+                                       const char *p, const char *what) {
+  if (!p || !p[0]) return PX_OK;
+  PX_CHECK(pxa_no_dotdot(p, what));
   char jd[PXA_PATH_MAX + 200];
   const char *root = pxa_read_root(ag, as, p, jd, sizeof jd);
   if (p[0] != '/') {
@@ -348,10 +354,51 @@ static px_status_t pxa_check_read_path(const pxa_agent_t *ag, const Prunex__V1__
   return pxa_check_beneath(root, p, what);
 }
 
+/* The root dataset.cache_dir p must stay under (issue 49): for a relative
+ * p the job's directory (into jd[cap]), else the longest of this node's
+ * work directory, --output-root directories (where jobs may write) and
+ * data roots (where the default cache, beside the data, goes) that p is
+ * under; NULL when none. The worker makes the directory beneath it
+ * (--cache-root). */
+static const char *pxa_cache_root(const pxa_agent_t *ag, const Prunex__V1__Assignment *as,
+                                  const char *p, char *jd, size_t cap) {
+  const char *root = pxa_read_root(ag, as, p, jd, cap);
+  if (p[0] != '/') return root;
+  for (int i = 0; i < ag->cfg.noutput_roots; i++)
+    if (pxa_path_is_under(p, ag->cfg.output_roots[i]) &&
+        (!root || strlen(ag->cfg.output_roots[i]) > strlen(root)))
+      root = ag->cfg.output_roots[i];
+  return root;
+}
+
+/* dataset.cache_dir, where the worker writes the image folder's cache,
+ * must be under pxa_cache_root's root without leaving it through a link:
+ * a job must not write where the agent's user may write elsewhere. */
+static px_status_t pxa_check_cache_dir(const pxa_agent_t *ag, const Prunex__V1__Assignment *as) {
+  const char *p = as->spec->dataset ? as->spec->dataset->cache_dir : NULL;
+  if (!p || !p[0]) return PX_OK;
+  PX_CHECK(pxa_no_dotdot(p, "dataset.cache_dir"));
+  char jd[PXA_PATH_MAX + 200];
+  const char *root = pxa_cache_root(ag, as, p, jd, sizeof jd);
+  if (p[0] != '/') {
+    char full[2 * PXA_PATH_MAX + 200];
+    snprintf(full, sizeof full, "%s/%s", jd, p);
+    return pxa_check_beneath(jd, full, "dataset.cache_dir");
+  }
+  if (!root)
+    return px_set_error(PX_ERR_INVALID,
+                        "dataset.cache_dir '%s' is not under this node's work directory (%s), "
+                        "an --output-root or a --data-root directory: nothing written (a "
+                        "relative cache_dir is under the job's directory)",
+                        p, ag->work_dir);
+  return pxa_check_beneath(root, p, "dataset.cache_dir");
+}
+
 static px_status_t pxa_check_dataset_path(const pxa_agent_t *ag,
                                           const Prunex__V1__Assignment *as) {
   PX_CHECK(pxa_check_read_path(ag, as, as->spec->dataset ? as->spec->dataset->path : NULL,
                                "dataset.path"));
+  PX_CHECK(pxa_check_cache_dir(ag, as));
   return pxa_check_read_path(ag, as, as->spec->model ? as->spec->model->onnx : NULL,
                              "model.onnx");
 }
@@ -420,7 +467,7 @@ static px_status_t pxa_open_rank_log(pxa_job_t *job, pxa_worker_t *w, const char
 typedef struct {
   char *args[32];
   char rank[16], lrank[16], dev[16], world[16], node[16], nodes[16], thr[16], leaders[1024];
-  char droot[PXA_PATH_MAX + 200];
+  char droot[PXA_PATH_MAX + 200], croot[PXA_PATH_MAX + 200];
 } pxa_worker_argv_t;
 
 static void pxa_worker_argv(pxa_agent_t *ag, pxa_job_t *job, const pxa_worker_t *w,
@@ -461,6 +508,14 @@ static void pxa_worker_argv(pxa_agent_t *ag, pxa_job_t *job, const pxa_worker_t 
     if (root != v->droot) snprintf(v->droot, sizeof v->droot, "%s", root);
     v->args[n++] = "--data-root";
     v->args[n++] = v->droot;
+  }
+  /* the root dataset.cache_dir was allowed under (pxa_check_cache_dir) */
+  const char *cd = as->spec->dataset ? as->spec->dataset->cache_dir : NULL;
+  root = cd && cd[0] ? pxa_cache_root(ag, as, cd, v->croot, sizeof v->croot) : NULL;
+  if (root) {
+    if (root != v->croot) snprintf(v->croot, sizeof v->croot, "%s", root);
+    v->args[n++] = "--cache-root";
+    v->args[n++] = v->croot;
   }
   v->args[n] = NULL;
 }

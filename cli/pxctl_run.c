@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "prunex/jobspec.h"
+#include "prunex/text.h"
 #include "pxctl.h"
 #include "pxctl_supervise.h"
 
@@ -104,7 +105,7 @@ static int pxctl_start_agents(pxctl_run_t *r) {
     char *argv[] = {r->agent_bin, "--coordinator", r->target, "--name", name, "--cpu-workers", P,
                     "--threads-per-worker", T, "--work-dir", work, "--output-root",
                     r->output_dir, "--data-root", "/usr/share/datasets", NULL, NULL, NULL,
-                    NULL, NULL};
+                    NULL, NULL, NULL, NULL};
     /* The user's own data set and imported model, wherever they are, are
      * theirs to read (pxagent reads dataset.path and model.onnx only under
      * its --data-root list, issue 26). */
@@ -120,6 +121,15 @@ static int pxctl_start_agents(pxctl_run_t *r) {
       *strrchr(mdir, '/') = '\0';
       argv[na++] = "--data-root";
       argv[na++] = mdir[0] ? mdir : "/";
+    }
+    /* and the image folder cache directory they asked for (pxagent lets
+     * jobs write dataset.cache_dir only under its roots, issue 49), made
+     * here as the root must exist (a failure: the worker names it) */
+    const char *cache = r->spec->dataset ? r->spec->dataset->cache_dir : NULL;
+    if (cache && cache[0] == '/') {
+      (void)px_mkdirs(cache, 0700);
+      argv[na++] = "--output-root";
+      argv[na++] = (char *)cache;
     }
     /* A CPU job on a machine with GPUs: the agents must offer CPU workers
      * (pxagent offers its GPUs whenever it sees any). */

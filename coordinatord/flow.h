@@ -80,9 +80,9 @@ px_status_t coord_preempt_step(coord_t *c, coord_arena_t *a, coord_effects_t *fx
 
 /* ---- submit.c --------------------------------------------------------------- */
 
-/* The spec's output_dir and dataset.path are where the nodes let jobs
- * write and read: 1, or 0 with the reason in err (-1 on a database
- * error). */
+/* The spec's output_dir, dataset.path and dataset.cache_dir are where the
+ * nodes let jobs write, read and write a cache: 1, or 0 with the reason in
+ * err (-1 on a database error). */
 int coord_submit_paths_ok(coord_t *c, const Prunex__V1__JobSpec *spec, char *err, size_t cap);
 /* The spec's notify.url against the coordinator's notify_allow and
  * notify_public (issue 49, notify_policy.h): 1, or 0 with the call answered

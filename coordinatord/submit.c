@@ -25,6 +25,32 @@ static int coord_path_under(const char *path, const char *dir, size_t n) {
   return path[n] == '\0' || path[n] == '/' || (n == 1 && dir[0] == '/');
 }
 
+/* 1 when path is under one of roots (newline-separated). */
+static int coord_path_under_any(const char *path, const char *roots) {
+  for (const char *p = roots; *p;) {
+    const char *e = strchr(p, '\n');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    if (n > 0 && coord_path_under(path, p, n)) return 1;
+    p = e ? e + 1 : p + n;
+  }
+  return 0;
+}
+
+/* 1 when out (the spec's field) is short enough and has no ".." component,
+ * else 0 with the reason in err. */
+static int coord_path_shape_ok(const char *field, const char *out, char *err, size_t cap) {
+  if (strlen(out) > 1024) COORD_BAD("%s: longer than 1024 bytes", field);
+  for (const char *p = out; *p;) {
+    const char *e = strchr(p, '/');
+    size_t len = e ? (size_t)(e - p) : strlen(p);
+    if (len == 2 && p[0] == '.' && p[1] == '.')
+      COORD_BAD("%s = '%.200s': '..' is not allowed in it", field, out);
+    if (!e) break;
+    p = e + 1;
+  }
+  return 1;
+}
+
 /* The job's output_dir must be where the agents let jobs write (issue 12):
  * relative (under the job's directory in the agent's work directory) or
  * absolute under a root that every node not LOST reported (its work
@@ -35,15 +61,7 @@ static int coord_path_under(const char *path, const char *dir, size_t n) {
 static int coord_path_ok(coord_t *c, const char *out, int data, char *err, size_t cap) {
   const char *field = data ? "spec.dataset.path" : "spec.output_dir";
   if (!out[0]) return 1;
-  if (strlen(out) > 1024) COORD_BAD("%s: longer than 1024 bytes", field);
-  for (const char *p = out; *p;) {
-    const char *e = strchr(p, '/');
-    size_t len = e ? (size_t)(e - p) : strlen(p);
-    if (len == 2 && p[0] == '.' && p[1] == '.')
-      COORD_BAD("%s = '%.200s': '..' is not allowed in it", field, out);
-    if (!e) break;
-    p = e + 1;
-  }
+  if (!coord_path_shape_ok(field, out, err, cap)) return 0;
   if (out[0] != '/') return 1;
   coord_arena_t a;
   coord_arena_init(&a);
@@ -56,21 +74,12 @@ static int coord_path_ok(coord_t *c, const char *out, int data, char *err, size_
   int ok = 1;
   char refused[256] = "", allowed[512] = "";
   for (size_t i = 0; i < nodes && ok; i++) {
-    const char *roots = all[i];
-    int here = 0;
-    for (const char *p = roots; *p && !here;) {
-      const char *e = strchr(p, '\n');
-      size_t n = e ? (size_t)(e - p) : strlen(p);
-      here = n > 0 && coord_path_under(out, p, n);
-      p = e ? e + 1 : p + n;
-    }
-    if (!here) {
-      ok = 0;
-      snprintf(refused, sizeof refused, "%s", names[i]);
-      snprintf(allowed, sizeof allowed, "%s", roots[0] ? roots : "(nothing)");
-      for (char *q = allowed; *q; q++)
-        if (*q == '\n') *q = ',';
-    }
+    if (coord_path_under_any(out, all[i])) continue;
+    ok = 0;
+    snprintf(refused, sizeof refused, "%s", names[i]);
+    snprintf(allowed, sizeof allowed, "%s", all[i][0] ? all[i] : "(nothing)");
+    for (char *q = allowed; *q; q++)
+      if (*q == '\n') *q = ',';
   }
   coord_arena_free(&a);
   if (data) {
@@ -88,6 +97,42 @@ static int coord_path_ok(coord_t *c, const char *out, int data, char *err, size_
     COORD_BAD("spec.output_dir = '%.200s': node %s does not let jobs write there (it allows %.160s; an "
               "agent allows its --work-dir and its --output-root directories)",
               out, refused, allowed);
+  return 1;
+}
+
+/* dataset.cache_dir, where the workers write an image folder's cache (issue
+ * 49): relative (under the job's directory), or absolute under, at every
+ * node not LOST, one of the roots it lets jobs write to (its work
+ * directory, --output-root) or read from (--data-root: the default cache
+ * goes beside the data); the agents check it again, links included.
+ * Returns 1, or 0 with the reason in err (or -1 on a database error). */
+static int coord_cache_dir_ok(coord_t *c, const char *p, char *err, size_t cap) {
+  const char *field = "spec.dataset.cache_dir";
+  if (!p[0]) return 1;
+  if (!coord_path_shape_ok(field, p, err, cap)) return 0;
+  if (p[0] != '/') return 1;
+  coord_arena_t a;
+  coord_arena_init(&a);
+  char **names = NULL, **outs = NULL, **dnames = NULL, **data = NULL;
+  size_t nodes = 0, dnodes = 0;
+  if (coord_db_nodes_roots(c, &a, NS_LOST, 0, &names, &outs, &nodes) != PX_OK ||
+      coord_db_nodes_roots(c, &a, NS_LOST, 1, &dnames, &data, &dnodes) != PX_OK) {
+    coord_arena_free(&a);
+    return -1;
+  }
+  char refused[256] = "";
+  for (size_t i = 0; i < nodes && !refused[0]; i++) {
+    int here = coord_path_under_any(p, outs[i]);
+    for (size_t k = 0; k < dnodes && !here; k++)
+      here = !strcmp(dnames[k], names[i]) && coord_path_under_any(p, data[k]);
+    if (!here) snprintf(refused, sizeof refused, "%s", names[i]);
+  }
+  coord_arena_free(&a);
+  if (refused[0])
+    COORD_BAD("%s = '%.200s': node %.100s does not let jobs write a cache there (an agent "
+              "allows its --work-dir, its --output-root and its --data-root directories; a "
+              "relative cache_dir is under the job's directory)",
+              field, p, refused);
   return 1;
 }
 
@@ -172,6 +217,8 @@ int coord_submit_quota(coord_t *c, px_rpc_srv_call_t *call, int64_t nnew) {
 int coord_submit_paths_ok(coord_t *c, const Prunex__V1__JobSpec *spec, char *err, size_t cap) {
   int ok = coord_path_ok(c, spec->output_dir, 0, err, cap);
   if (ok > 0 && spec->dataset) ok = coord_path_ok(c, spec->dataset->path, 1, err, cap);
+  if (ok > 0 && spec->dataset && spec->dataset->cache_dir)
+    ok = coord_cache_dir_ok(c, spec->dataset->cache_dir, err, cap);
   return ok;
 }
 

@@ -12,7 +12,8 @@
  * says so when it ends, while the other node kept only keep + 1 files; a
  * dataset.path outside the agents' data roots (or leading out of one
  * through a link) is refused before anything runs, and an image folder's
- * links out of the root are skipped by name (issue 49). */
+ * links out of the root are skipped by name (issue 49), and so is a
+ * dataset.cache_dir outside the roots the agents let jobs write to. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -438,6 +439,64 @@ static void test_an_image_folder_reads_nothing_outside_the_data_root(void **stat
   rmdir(outside);
 }
 
+/* dataset.cache_dir (issue 49): outside every root the agents allow it is
+ * refused at SubmitJob, naming the field and the node; one under the
+ * agents' --output-root only through a link that leads out passes the
+ * coordinator's check (text) and is refused by the agents before any
+ * worker runs, naming the field and the link; nothing is written where
+ * either points. */
+static void test_a_cache_dir_outside_the_roots_is_refused(void **state) {
+  (void)state;
+  char outside[64], dir[400], p[600], cache[600], link[400], job[64], reason[2048];
+  snprintf(outside, sizeof outside, "/tmp/px_cache_out_XXXXXX");
+  assert_non_null(mkdtemp(outside));
+  snprintf(dir, sizeof dir, "%s/cfolder", F->d.dir);
+  assert_int_equal(mkdir(dir, 0755), 0);
+  const char *splits[2] = {"train", "val"};
+  for (int s = 0; s < 2; s++) {
+    snprintf(p, sizeof p, "%s/%s", dir, splits[s]);
+    assert_int_equal(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/%s/a", dir, splits[s]);
+    assert_int_equal(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/%s/a/0.png", dir, splits[s]);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fclose(f);
+  }
+  pxt_job_t j;
+  pxt_job_init(&j, NULL, NODES, WORKERS, 1, 1);
+  j.dataset.name = "folder";
+  j.dataset.path = dir;
+  j.dataset.image_size = 8;
+  j.dataset.channels = 3;
+  snprintf(cache, sizeof cache, "%s/c", outside);
+  j.dataset.cache_dir = cache;
+  assert_int_not_equal(pxt_job_submit(F->alice, &j, job, sizeof job), PX_OK);
+  assert_int_equal(px_rpc_last_code(), PX_RPC_PERMISSION_DENIED);
+  if (!strstr(px_last_error(), "spec.dataset.cache_dir") ||
+      !strstr(px_last_error(), "node n1 does not let jobs write a cache there"))
+    fail_msg("%s", px_last_error());
+  j.dataset.cache_dir = "cache/../../../../tmp";
+  assert_int_not_equal(pxt_job_submit(F->alice, &j, job, sizeof job), PX_OK);
+  assert_non_null(strstr(px_last_error(), "'..' is not allowed"));
+
+  snprintf(link, sizeof link, "%s/cache-link", F->root);
+  assert_int_equal(symlink(outside, link), 0);
+  snprintf(cache, sizeof cache, "%s/c", link);
+  j.dataset.cache_dir = cache;
+  if (pxt_job_submit(F->alice, &j, job, sizeof job) != PX_OK)
+    fail_msg("submit: %s", px_last_error());
+  int s = pxt_wait_job(F->alice, job, 0, 30000);
+  pxt_job_reason(F->alice, job, reason, sizeof reason);
+  if (s != PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED || !strstr(reason, "dataset.cache_dir") ||
+      !strstr(reason, "through a symbolic link") || !strstr(reason, cache))
+    fail_msg("dataset.cache_dir %s: job state %d, reason: %s", cache, s, reason);
+  snprintf(p, sizeof p, "%s/c", outside);
+  assert_int_equal(access(p, F_OK), -1); /* nothing made where the link leads */
+  unlink(link);
+  rmdir(outside);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_a_job_runs_to_success_with_tls_tokens_and_rank_secrets),
@@ -447,6 +506,7 @@ int main(void) {
       cmocka_unit_test(test_a_job_without_usable_checkpoints_says_so),
       cmocka_unit_test(test_dataset_path_outside_the_data_roots_is_refused),
       cmocka_unit_test(test_an_image_folder_reads_nothing_outside_the_data_root),
+      cmocka_unit_test(test_a_cache_dir_outside_the_roots_is_refused),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

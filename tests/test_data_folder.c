@@ -243,7 +243,7 @@ static void layout_errors_are_refused_naming_the_directory(void **state) {
   rm_tree(p);
   assert_int_equal(px_folder_check(dir, NULL, NULL), PX_ERR_FORMAT);
   assert_non_null(strstr(px_last_error(), "/val"));
-  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 8, NULL, NULL, 0};
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 8, NULL, NULL, 0, NULL};
   px_dataset_t *ds = NULL;
   assert_int_equal(px_dataset_load_folder(&fc, NULL, &ds), PX_ERR_FORMAT);
   assert_null(ds);
@@ -298,7 +298,7 @@ static void corrupt_images_are_skipped_and_counted(void **state) {
   write_bytes(p, "", 0);
   snprintf(p, sizeof p, "%s/train/c/92.png", dir);
   write_bytes(p, "\x89PNG\r\n\x1a\n garbage", 16);
-  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 0.25};
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 0.25, NULL};
   px_folder_report_t rep;
   px_dataset_t *ds;
   assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_OK);
@@ -340,7 +340,7 @@ static void the_cache_is_built_once_and_rebuilt_when_stale(void **state) {
   need_fixtures();
   char dir[256], p[512];
   make_folder(dir, sizeof dir, "cache", 4);
-  px_folder_config_t fc = {dir, PX_SPLIT_TEST, 1, 12, NULL, NULL, 0};
+  px_folder_config_t fc = {dir, PX_SPLIT_TEST, 1, 12, NULL, NULL, 0, NULL};
   px_folder_report_t rep;
   px_dataset_t *a, *b;
   assert_int_equal(px_dataset_load_folder(&fc, &rep, &a), PX_OK);
@@ -405,7 +405,7 @@ static void concurrent_ranks_decode_once(void **state) {
     pids[r] = fork();
     assert_true(pids[r] >= 0);
     if (pids[r] == 0) {
-      px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 24, NULL, NULL, 0};
+      px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 24, NULL, NULL, 0, NULL};
       px_folder_report_t rep;
       px_dataset_t *ds;
       if (px_dataset_load_folder(&fc, &rep, &ds) != PX_OK) _exit(100);
@@ -512,7 +512,7 @@ static void ranks_shard_a_mapped_folder(void **state) {
   need_fixtures();
   char dir[256];
   make_folder(dir, sizeof dir, "shard", 5);
-  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 0};
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 0, NULL};
   px_dataset_t *ds;
   assert_int_equal(px_dataset_load_folder(&fc, NULL, &ds), PX_OK);
   int seen[15] = {0};
@@ -626,7 +626,7 @@ static void a_link_out_of_the_data_root_is_refused_by_name_only(void **state) {
   snprintf(p, sizeof p, "%s/train/c/zz_in_rel.jpg", dir);
   assert_int_equal(symlink("../../../pool/shared.jpg", p), 0);
 
-  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, droot, 1.0};
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, droot, 1.0, NULL};
   px_folder_report_t rep;
   px_dataset_t *ds;
   assert_int_equal(load_logged(&fc, &rep, &ds, log, sizeof log), PX_OK);
@@ -746,7 +746,7 @@ static void one_corrupt_jpeg_skips_that_file_only(void **state) {
     make_jpeg_folder(dir, sizeof dir, "onebad", 10);
     snprintf(p, sizeof p, "%s/train/%s", dir, first ? "a/00.jpg" : "b/05.jpg");
     corrupt_jpeg(p);
-    px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 0.5};
+    px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 0.5, NULL};
     px_folder_report_t rep;
     px_dataset_t *ds;
     assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_OK);
@@ -769,7 +769,7 @@ static void too_many_skipped_images_fail_with_the_count(void **state) {
   snprintf(p, sizeof p, "%s/train/c/07.jpg", dir);
   write_bytes(p, "not an image", 12);
   /* 2 of 30 is 6.7%: over the default 1% */
-  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 0};
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 0, NULL};
   px_folder_report_t rep;
   px_dataset_t *ds = NULL;
   assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_ERR_FORMAT);
@@ -816,6 +816,118 @@ static void too_many_skipped_images_fail_with_the_count(void **state) {
   assert_non_null(strstr(px_last_error(), "max_skipped"));
 }
 
+/* dataset.cache_dir (issue 49): made beneath its root (the agent's) or
+ * refused naming the field, nothing written outside, a link that leads out
+ * refused; a cache directory another user owns or may write to is refused,
+ * and so is a $TMPDIR/prunex-cache-UID that another user made first. */
+static void a_cache_dir_outside_its_root_or_open_to_others_is_refused(void **state) {
+  (void)state;
+  need_fixtures();
+  char croot[128], out[128], dir[256], cdir[300], p[512];
+  snprintf(croot, sizeof croot, "%s/croot", root);
+  snprintf(out, sizeof out, "%s/outside-cache", root);
+  rm_tree(croot);
+  rm_tree(out);
+  mkdir(croot, 0700);
+  make_folder(dir, sizeof dir, "cfold", 1);
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, out, NULL, 1.0, croot};
+  px_folder_report_t rep;
+  px_dataset_t *ds;
+  struct stat sb;
+  /* outside its root: refused, naming the field and the root */
+  assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_ERR_INVALID);
+  assert_non_null(strstr(px_last_error(), "dataset.cache_dir"));
+  assert_non_null(strstr(px_last_error(), croot));
+  assert_int_not_equal(stat(out, &sb), 0);
+  /* with no cache root, the data root bounds it */
+  fc.cache_root = NULL;
+  fc.root = dir;
+  assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_ERR_INVALID);
+  assert_non_null(strstr(px_last_error(), "is not under"));
+  assert_int_not_equal(stat(out, &sb), 0);
+  /* a link beneath the root that leads out: nothing made where it leads */
+  mkdir(out, 0700);
+  snprintf(p, sizeof p, "%s/link", croot);
+  assert_int_equal(symlink(out, p), 0);
+  snprintf(cdir, sizeof cdir, "%s/link/sub", croot);
+  fc.cache_dir = cdir;
+  fc.cache_root = croot;
+  assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_ERR_INVALID);
+  assert_non_null(strstr(px_last_error(), "a symbolic link that leads out"));
+  snprintf(p, sizeof p, "%s/sub", out);
+  assert_int_not_equal(stat(p, &sb), 0);
+  /* beneath it: made (0700) and used */
+  snprintf(cdir, sizeof cdir, "%s/x/y", croot);
+  assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_OK);
+  assert_int_equal(strncmp(rep.cache_path, cdir, strlen(cdir)), 0);
+  px_dataset_destroy(ds);
+  assert_int_equal(stat(cdir, &sb), 0);
+  assert_int_equal(sb.st_mode & 0777, 0700);
+  /* a cache directory other users may write to, or another user's */
+  chmod(cdir, 0777);
+  assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_ERR_INVALID);
+  assert_non_null(strstr(px_last_error(), "has mode 0777"));
+  chmod(cdir, 0700);
+  if (geteuid() == 0) {
+    assert_int_equal(chown(cdir, 65534, 65534), 0);
+    assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_ERR_INVALID);
+    assert_non_null(strstr(px_last_error(), "is owned by uid 65534"));
+  }
+}
+
+/* The last fallback, $TMPDIR/prunex-cache-UID, when the folder's
+ * .prunex-cache cannot be used and there is no home: another user could
+ * have made it first, so it must be this user's, mode 0700, no link. */
+static void a_shared_tmp_cache_made_by_another_is_refused(void **state) {
+  (void)state;
+  need_fixtures();
+  char dir[256], tmp[128], base[300], p[512];
+  make_folder(dir, sizeof dir, "tfold", 1);
+  snprintf(p, sizeof p, "%s/.prunex-cache", dir);
+  write_bytes(p, "x", 1); /* not a directory: the fallbacks */
+  snprintf(tmp, sizeof tmp, "%s/tmp", root);
+  rm_tree(tmp);
+  mkdir(tmp, 0777);
+  chmod(tmp, 01777);
+  snprintf(base, sizeof base, "%s/prunex-cache-%u", tmp, (unsigned)geteuid());
+  mkdir(base, 0755);
+  char *home = getenv("HOME") ? strdup(getenv("HOME")) : NULL;
+  char *tmpdir = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
+  unsetenv("HOME");
+  unsetenv("XDG_CACHE_HOME");
+  setenv("TMPDIR", tmp, 1);
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 1.0, NULL};
+  px_folder_report_t rep;
+  px_dataset_t *ds;
+  px_status_t st = px_dataset_load_folder(&fc, &rep, &ds);
+  char err[1024];
+  snprintf(err, sizeof err, "%s", px_last_error());
+  chmod(base, 0700);
+  px_status_t st_ok = px_dataset_load_folder(&fc, &rep, &ds);
+  if (st_ok == PX_OK) px_dataset_destroy(ds);
+  px_status_t st_other = PX_ERR_INVALID;
+  if (geteuid() == 0 && chown(base, 65534, 65534) == 0)
+    st_other = px_dataset_load_folder(&fc, &rep, &ds);
+  rm_tree(base);
+  char elsewhere[300];
+  snprintf(elsewhere, sizeof elsewhere, "%s/elsewhere-tmp", root);
+  mkdir(elsewhere, 0700);
+  int linked = symlink(elsewhere, base) == 0;
+  px_status_t st_link = px_dataset_load_folder(&fc, &rep, &ds);
+  if (home) setenv("HOME", home, 1);
+  if (tmpdir) setenv("TMPDIR", tmpdir, 1);
+  else unsetenv("TMPDIR");
+  free(home);
+  free(tmpdir);
+  assert_int_equal(st, PX_ERR_INVALID);
+  assert_non_null(strstr(err, base));
+  assert_non_null(strstr(err, "has mode 0755"));
+  assert_int_equal(st_ok, PX_OK);
+  assert_int_equal(st_other, PX_ERR_INVALID);
+  assert_true(linked);
+  assert_int_not_equal(st_link, PX_OK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(png_and_jpeg_decode_as_opencv_does),
@@ -830,6 +942,8 @@ int main(void) {
       cmocka_unit_test(a_link_out_of_the_data_root_is_refused_by_name_only),
       cmocka_unit_test(one_corrupt_jpeg_skips_that_file_only),
       cmocka_unit_test(too_many_skipped_images_fail_with_the_count),
+      cmocka_unit_test(a_cache_dir_outside_its_root_or_open_to_others_is_refused),
+      cmocka_unit_test(a_shared_tmp_cache_made_by_another_is_refused),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -195,9 +195,15 @@ static void px__sync_dir(const char *path) {
 
 px_status_t px_atomic_file_open(px_atomic_file_t *f, const char *path, unsigned mode,
                                 unsigned flags) {
+  return px_atomic_file_openat(f, AT_FDCWD, path, mode, flags);
+}
+
+px_status_t px_atomic_file_openat(px_atomic_file_t *f, int dirfd, const char *path, unsigned mode,
+                                  unsigned flags) {
   static atomic_uint counter;
   memset(f, 0, sizeof *f);
   f->fd = -1;
+  f->dirfd = dirfd;
   PX_REQUIRE(path && path[0], "atomic write: no path");
   size_t cap = strlen(path) + 48;
   f->tmp = px_malloc(cap, "text.tmp_path");
@@ -208,7 +214,8 @@ px_status_t px_atomic_file_open(px_atomic_file_t *f, const char *path, unsigned 
    * ~umask without touching the process umask */
   for (int attempt = 0;; attempt++) {
     snprintf(f->tmp, cap, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1u));
-    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, (mode_t)mode);
+    f->fd = openat(dirfd, f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                   (mode_t)mode);
     if (f->fd >= 0) return PX_OK;
     if (errno == EINTR || (errno == EEXIST && attempt < 100)) continue;
     int e = errno;
@@ -240,7 +247,7 @@ px_status_t px_atomic_file_write(px_atomic_file_t *f, const void *data, size_t l
 void px_atomic_file_abort(px_atomic_file_t *f) {
   if (f->fd >= 0) close(f->fd);
   f->fd = -1;
-  if (f->tmp) unlink(f->tmp);
+  if (f->tmp) unlinkat(f->dirfd, f->tmp, 0);
   px_free(f->tmp);
   f->tmp = NULL;
 }
@@ -256,7 +263,7 @@ px_status_t px_atomic_file_commit(px_atomic_file_t *f) {
     if (rc != 0)
       st = px_set_error(PX_ERR_IO, "%s: cannot close %s: %s", f->path, f->tmp, strerror(errno));
   }
-  if (st == PX_OK && rename(f->tmp, f->path) != 0)
+  if (st == PX_OK && renameat(f->dirfd, f->tmp, f->dirfd, f->path) != 0)
     st = px_set_error(PX_ERR_IO, "%s: cannot rename %s into place: %s", f->path, f->tmp,
                       strerror(errno));
   if (st != PX_OK) {
@@ -265,7 +272,12 @@ px_status_t px_atomic_file_commit(px_atomic_file_t *f) {
   }
   px_free(f->tmp);
   f->tmp = NULL;
-  if (sync) px__sync_dir(f->path);
+  if (sync && f->dirfd != AT_FDCWD) {
+    if (fsync(f->dirfd) != 0 && errno != EINVAL && errno != EBADF)
+      px_log(PX_LOG_WARN, "%s: fsync of its directory failed: %s", f->path, strerror(errno));
+  } else if (sync) {
+    px__sync_dir(f->path);
+  }
   return PX_OK;
 }
 

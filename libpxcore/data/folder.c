@@ -442,69 +442,231 @@ static uint64_t px__list_hash(const px__flist_t *l, const px_folder_config_t *cf
   return px__mix64(h);
 }
 
-/* Cache directories made here are the owner's alone: a cache holds every
- * pixel of the folder. */
-static int px__mkdir(const char *p) { return mkdir(p, 0700) == 0 || errno == EEXIST ? 0 : -1; }
+/* ---- the cache directory (issue 49) --------------------------------------------- */
 
-/* Where the cache of this split lives (see px_folder_config_t). */
-static px_status_t px__cache_path(const px_folder_config_t *cfg, char *out) {
-  const char *split = cfg->split == PX_SPLIT_TRAIN ? "train" : "val";
-  char base[PX__PATH];
-  int len;
-  if (!cfg->cache_dir || !cfg->cache_dir[0]) {
-    len = snprintf(base, sizeof base, "%s/.prunex-cache", cfg->dir);
-    struct stat lb;
-    /* one that is a link (made by whoever may write the folder) is not used:
-     * the cache would be written wherever it leads */
-    if (len > 0 && len < PX__PATH && px__mkdir(base) == 0 && lstat(base, &lb) == 0 &&
-        S_ISDIR(lb.st_mode) && access(base, W_OK) == 0) {
-      len = snprintf(out, PX__PATH, "%s/%s-%dx%dx%d.pxc", base, split, cfg->channels, cfg->size,
-                     cfg->size);
-      if (len > 0 && len < PX__PATH) return PX_OK;
-    }
-  }
-  /* Elsewhere: name the file after the folder's absolute path. */
-  char real[PATH_MAX];
-  if (!realpath(cfg->dir, real))
-    return px_set_error(PX_ERR_IO, "image folder %s: %s", cfg->dir, strerror(errno));
-  if (cfg->cache_dir && cfg->cache_dir[0]) {
-    len = snprintf(base, sizeof base, "%s", cfg->cache_dir);
-    if (len <= 0 || len >= PX__PATH || px__mkdir(base) != 0)
-      return px_set_error(PX_ERR_IO, "image folder cache directory %s: %s", cfg->cache_dir,
-                          len >= PX__PATH ? "name too long" : strerror(errno));
-  } else {
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (xdg && xdg[0] == '/') {
-      len = snprintf(base, sizeof base, "%s", xdg);
-    } else if (home && home[0] == '/') {
-      len = snprintf(base, sizeof base, "%s/.cache", home);
-    } else {
-      len = snprintf(base, sizeof base, "/tmp/prunex-cache-%u", (unsigned)getuid());
-    }
-    if (len <= 0 || len + 8 >= PX__PATH || px__mkdir(base) != 0)
-      return px_set_error(PX_ERR_IO, "image folder %s is not writable and the cache directory %s "
-                          "cannot be made: %s", cfg->dir, base, strerror(errno));
-    if (strncmp(base, "/tmp/prunex-cache-", 18) != 0) {
-      strcat(base, "/prunex");
-      if (px__mkdir(base) != 0)
-        return px_set_error(PX_ERR_IO, "image folder cache directory %s: %s", base,
-                            strerror(errno));
-    }
-  }
-  uint64_t h = px__mix64(px__hash_bytes(0xcbf29ce484222325ull, real, strlen(real)));
-  len = snprintf(out, PX__PATH, "%s/%016llx-%s-%dx%dx%d.pxc", base, (unsigned long long)h, split,
-                 cfg->channels, cfg->size, cfg->size);
-  if (len <= 0 || len >= PX__PATH)
-    return px_set_error(PX_ERR_IO, "image folder cache path under %s is too long", base);
-  return PX_OK;
+/* Where the split's cache lives: its directory, opened once, and the file's
+ * name in it. Every cache file is made and opened by name in fd with no
+ * link followed, so a link swapped in for a component of the directory's
+ * path later changes nothing. */
+typedef struct {
+  int fd;                   /* O_RDONLY | O_DIRECTORY */
+  char name[NAME_MAX + 1];  /* the cache file */
+  char shown[PX__PATH];     /* directory/name, for messages and the report */
+} px__cache_loc_t;
+
+/* 1 when the directory fd is the effective user's and no one else may
+ * write to it (mask: the mode bits no one else may hold, 022 or 077): a
+ * user who may write there could plant a cache that maps as valid. */
+static int px__dir_is_private(int fd, mode_t mask, struct stat *sb) {
+  return fstat(fd, sb) == 0 && sb->st_uid == geteuid() && !(sb->st_mode & mask);
 }
 
-/* Maps path when it is a complete cache for (cfg, hash): 1 and *out set,
- * 0 when it is missing, stale or damaged (to be rebuilt), < 0 on errors
- * that rebuilding cannot cure. */
-static int px__cache_map(const char *path, const px_folder_config_t *cfg, uint64_t hash,
+static px_status_t px__not_private(const char *dir, const struct stat *sb, mode_t mask,
+                                   const char *why) {
+  if (sb->st_uid != geteuid())
+    return px_set_error(PX_ERR_INVALID, "image folder cache directory %s%s is owned by uid %u, "
+                        "not by this user (uid %u): another user could plant a cache there "
+                        "(remove it, or give a dataset.cache_dir of this user's)", dir, why,
+                        (unsigned)sb->st_uid, (unsigned)geteuid());
+  return px_set_error(PX_ERR_INVALID, "image folder cache directory %s%s has mode %04o: other "
+                      "users could plant a cache there (it must be %s)", dir, why,
+                      (unsigned)(sb->st_mode & 07777),
+                      mask == 077 ? "mode 0700" : "writable by its owner only: chmod go-w");
+}
+
+/* rel opened beneath the directory rootfd: openat2 RESOLVE_BENEATH, or on a
+ * kernel without it a walk that follows no link (rel holds no ".."). */
+static int px__openat_beneath(int rootfd, const char *rel, int flags) {
+  flags |= O_CLOEXEC;
+  struct open_how how = {.flags = (uint64_t)flags,
+                         .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+  long fd = syscall(SYS_openat2, rootfd, rel[0] ? rel : ".", &how, sizeof how);
+  if (fd >= 0 || errno != ENOSYS) return (int)fd;
+  return px__walk_nofollow(rootfd, rel, flags);
+}
+
+/* The components of rel (beneath rootfd) opened, each missing one made
+ * (0700) in its parent: *fd the last. err: errno of the failure. */
+static int px__mkdirs_at(int rootfd, const char *rel, char *prefix, int *err) {
+  int fd = openat(rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  size_t len = strlen(rel);
+  for (size_t i = 1; fd >= 0 && i <= len; i++) {
+    if ((rel[i] != '/' && rel[i] != '\0') || rel[i - 1] == '/') continue;
+    memcpy(prefix, rel, i);
+    prefix[i] = '\0';
+    int next = px__openat_beneath(rootfd, prefix, O_RDONLY | O_DIRECTORY);
+    if (next < 0 && errno == ENOENT) {
+      const char *leaf = strrchr(prefix, '/') ? strrchr(prefix, '/') + 1 : prefix;
+      if (mkdirat(fd, leaf, 0700) == 0 || errno == EEXIST)
+        next = px__openat_beneath(rootfd, prefix, O_RDONLY | O_DIRECTORY);
+    }
+    *err = errno;
+    close(fd);
+    fd = next;
+  }
+  if (fd < 0 && !*err) *err = errno;
+  return fd;
+}
+
+/* cache_dir (dataset.cache_dir) made and opened beneath croot, which it
+ * must be under as text; a link that leads out of croot is refused. */
+static px_status_t px__cache_dir_beneath(const char *cdir, const char *croot, int *out) {
+  *out = -1;
+  for (const char *c = cdir; *c;) {
+    const char *e = strchr(c, '/');
+    size_t len = e ? (size_t)(e - c) : strlen(c);
+    if (len == 2 && c[0] == '.' && c[1] == '.')
+      return px_set_error(PX_ERR_INVALID, "image folder cache directory %s (dataset.cache_dir): "
+                          "'..' is not allowed in it", cdir);
+    c = e ? e + 1 : c + len;
+  }
+  char adir[PX__PATH], aroot[PX__PATH], prefix[PX__PATH];
+  if (px__absolute(cdir, adir) != PX_OK || px__absolute(croot, aroot) != PX_OK)
+    return px_set_error(PX_ERR_INVALID, "image folder cache directory %s: the path is too long",
+                        cdir);
+  size_t n = strlen(aroot);
+  while (n > 1 && aroot[n - 1] == '/') aroot[--n] = '\0';
+  if (strncmp(adir, aroot, n) != 0 || (n > 1 && adir[n] != '\0' && adir[n] != '/'))
+    return px_set_error(PX_ERR_INVALID, "image folder cache directory %s (dataset.cache_dir) is "
+                        "not under %s, where this worker may write its cache: nothing written",
+                        cdir, croot);
+  const char *rel = adir + n;
+  while (*rel == '/') rel++;
+  int rootfd = open(aroot, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (rootfd < 0)
+    return px_set_error(PX_ERR_IO, "image folder cache directory %s: %s: %s", cdir, croot,
+                        strerror(errno));
+  int err = 0;
+  prefix[0] = '\0';
+  *out = px__mkdirs_at(rootfd, rel, prefix, &err);
+  close(rootfd);
+  if (*out >= 0) return PX_OK;
+  if (err == EXDEV || err == ELOOP)
+    return px_set_error(PX_ERR_INVALID, "image folder cache directory %s (dataset.cache_dir): "
+                        "%s/%s is a symbolic link that leads out of %s: nothing written", cdir,
+                        aroot, prefix, croot);
+  return px_set_error(err == ENOTDIR ? PX_ERR_INVALID : PX_ERR_IO, "image folder cache directory "
+                      "%s: %s/%s: %s", cdir, aroot, prefix, strerror(err));
+}
+
+/* dir/.prunex-cache made and opened beneath the folder's root; -1 when it
+ * is not to be used (not writable, a link, another user's). */
+static int px__cache_dir_default(const px__root_t *r) {
+  int dfd = px__open_beneath(r, r->rel[0] ? r->rel : ".", O_RDONLY | O_DIRECTORY);
+  if (dfd < 0) return -1;
+  int fd = -1;
+  if (mkdirat(dfd, ".prunex-cache", 0700) == 0 || errno == EEXIST)
+    fd = openat(dfd, ".prunex-cache", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  close(dfd);
+  struct stat sb;
+  if (fd >= 0 && (faccessat(fd, ".", W_OK, 0) != 0 || !px__dir_is_private(fd, 022, &sb))) {
+    close(fd);
+    fd = -1;
+  }
+  return fd;
+}
+
+/* $XDG_CACHE_HOME/prunex or $HOME/.cache/prunex (the user's own), else
+ * $TMPDIR/prunex-cache-UID (TMPDIR: /tmp), which another user could have
+ * made first: it must be this user's, mode 0700, and not a link.
+ * base[PX__PATH]: its name. */
+static px_status_t px__cache_dir_fallback(const px_folder_config_t *cfg, char *base, int *out) {
+  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME"), *tmpdir = getenv("TMPDIR");
+  int len, tmp = 0;
+  if (xdg && xdg[0] == '/') {
+    len = snprintf(base, PX__PATH, "%s/prunex", xdg);
+  } else if (home && home[0] == '/') {
+    len = snprintf(base, PX__PATH, "%s/.cache/prunex", home);
+  } else {
+    len = snprintf(base, PX__PATH, "%s/prunex-cache-%u",
+                   tmpdir && tmpdir[0] == '/' ? tmpdir : "/tmp", (unsigned)geteuid());
+    tmp = 1;
+  }
+  if (len <= 0 || len >= PX__PATH)
+    return px_set_error(PX_ERR_IO, "image folder %s: the cache directory name is too long",
+                        cfg->dir);
+  int made = tmp ? mkdir(base, 0700) == 0 || errno == EEXIST : px_mkdirs(base, 0700) == PX_OK;
+  *out = made ? open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (tmp ? O_NOFOLLOW : 0)) : -1;
+  if (*out < 0)
+    return px_set_error(PX_ERR_IO, "image folder %s is not writable and the cache directory %s "
+                        "cannot be made: %s", cfg->dir, base, strerror(errno));
+  struct stat sb;
+  mode_t mask = tmp ? 077 : 022;
+  if (px__dir_is_private(*out, mask, &sb)) return PX_OK;
+  close(*out);
+  *out = -1;
+  return px__not_private(base, &sb, mask, "");
+}
+
+/* An explicit cache_dir: beneath cache_root (else root) when one is given,
+ * else made where it leads (the caller's own choice). */
+static px_status_t px__cache_dir_given(const px_folder_config_t *cfg, int *out) {
+  const char *croot = cfg->cache_root && cfg->cache_root[0] ? cfg->cache_root
+                      : cfg->root && cfg->root[0]           ? cfg->root
+                                                            : NULL;
+  if (croot) {
+    PX_CHECK(px__cache_dir_beneath(cfg->cache_dir, croot, out));
+  } else {
+    PX_CHECK(px_mkdirs(cfg->cache_dir, 0700));
+    if ((*out = open(cfg->cache_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+      return px_set_error(PX_ERR_IO, "image folder cache directory %s: %s", cfg->cache_dir,
+                          strerror(errno));
+  }
+  struct stat sb;
+  if (px__dir_is_private(*out, 022, &sb)) return PX_OK;
+  close(*out);
+  *out = -1;
+  return px__not_private(cfg->cache_dir, &sb, 022, " (dataset.cache_dir)");
+}
+
+/* Where the cache of this split lives (see px_folder_config_t): loc->fd
+ * open on success, the caller closes it. */
+static px_status_t px__cache_open(const px_folder_config_t *cfg, const px__root_t *r,
+                                  px__cache_loc_t *loc) {
+  const char *split = cfg->split == PX_SPLIT_TRAIN ? "train" : "val";
+  char base[PX__PATH];
+  int hashed = 1;
+  loc->fd = -1;
+  if (cfg->cache_dir && cfg->cache_dir[0]) {
+    PX_CHECK(px__cache_dir_given(cfg, &loc->fd));
+    snprintf(base, sizeof base, "%s", cfg->cache_dir);
+  } else if ((loc->fd = px__cache_dir_default(r)) >= 0) {
+    snprintf(base, sizeof base, "%s/.prunex-cache", cfg->dir);
+    hashed = 0;
+  } else {
+    PX_CHECK(px__cache_dir_fallback(cfg, base, &loc->fd));
+  }
+  /* elsewhere than beside the data: the file is named after the folder's
+   * absolute path */
+  char real[PATH_MAX];
+  if (hashed && !realpath(cfg->dir, real)) {
+    px_status_t st = px_set_error(PX_ERR_IO, "image folder %s: %s", cfg->dir, strerror(errno));
+    close(loc->fd);
+    loc->fd = -1;
+    return st;
+  }
+  uint64_t h = hashed ? px__mix64(px__hash_bytes(0xcbf29ce484222325ull, real, strlen(real))) : 0;
+  if (hashed)
+    snprintf(loc->name, sizeof loc->name, "%016llx-%s-%dx%dx%d.pxc", (unsigned long long)h, split,
+             cfg->channels, cfg->size, cfg->size);
+  else
+    snprintf(loc->name, sizeof loc->name, "%s-%dx%dx%d.pxc", split, cfg->channels, cfg->size,
+             cfg->size);
+  int len = snprintf(loc->shown, sizeof loc->shown, "%s/%s", base, loc->name);
+  if (len > 0 && len < PX__PATH) return PX_OK;
+  close(loc->fd);
+  loc->fd = -1;
+  return px_set_error(PX_ERR_IO, "image folder cache path under %s is too long", base);
+}
+
+/* Maps the cache file of loc when it is a complete cache for (cfg, hash): 1
+ * and *out set, 0 when it is missing, stale or damaged (to be rebuilt),
+ * < 0 on errors that rebuilding cannot cure. */
+static int px__cache_map(const px__cache_loc_t *loc, const px_folder_config_t *cfg, uint64_t hash,
                          int32_t nclasses, px_dataset_t **out, px__cache_hdr_t *hdr_out) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW); /* a link: rebuilt over */
+  const char *path = loc->shown;
+  /* a link: rebuilt over */
+  int fd = openat(loc->fd, loc->name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return 0;
   px__cache_hdr_t hdr;
   struct stat sb;
@@ -609,14 +771,15 @@ static void px__skip(px__skips_t *sk, const px__root_t *r, const char *split, co
   }
 }
 
-/* Decodes every file of l into a new cache file at path, an atomic file
+/* Decodes every file of l into a new cache file at loc, an atomic file
  * (prunex/text.h): the header, whose statistics are known only at the end,
  * is written as a placeholder first and over it before the commit. */
-static px_status_t px__cache_build(const char *path, const px__root_t *r, const char *split,
+static px_status_t px__cache_build(const px__cache_loc_t *loc, const px__root_t *r,
+                                   const char *split,
                                    const px_folder_config_t *cfg, const px__flist_t *l,
                                    uint64_t hash, px__skips_t *sk) {
   px_atomic_file_t f;
-  PX_CHECK(px_atomic_file_open(&f, path, 0600, 0));
+  PX_CHECK(px_atomic_file_openat(&f, loc->fd, loc->name, 0600, 0));
   size_t img = (size_t)cfg->channels * cfg->size * cfg->size;
   size_t plane = (size_t)cfg->size * cfg->size;
   px_status_t st = PX_OK;
@@ -672,7 +835,8 @@ static px_status_t px__cache_build(const char *path, const px__root_t *r, const 
       hdr.std[c] = (float)sqrt(var > 0 ? var : 0);
     }
     if (pwrite(f.fd, &hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr)
-      st = px_set_error(PX_ERR_IO, "image folder cache %s: write: %s", f.tmp, strerror(errno));
+      st = px_set_error(PX_ERR_IO, "image folder cache %s: write: %s", loc->shown,
+                        strerror(errno));
   }
   if (st == PX_OK) st = px_atomic_file_commit(&f);
   else px_atomic_file_abort(&f);
@@ -706,29 +870,31 @@ static px_status_t px__skipped_ok(const px_folder_config_t *cfg, const char *spl
 
 /* The split's cache mapped, built first under the lock when it is missing
  * or stale. *built: this call built it (sk then holds the reasons). */
-static px_status_t px__cache_get(const char *path, const px__root_t *r, const char *split,
+static px_status_t px__cache_get(const px__cache_loc_t *loc, const px__root_t *r,
+                                 const char *split,
                                  const px_folder_config_t *cfg, const px__flist_t *l,
                                  px_dataset_t **out, px__cache_hdr_t *hdr, int *built,
                                  px__skips_t *sk) {
   uint64_t hash = px__list_hash(l, cfg);
-  int got = px__cache_map(path, cfg, hash, l->nclasses, out, hdr);
+  int got = px__cache_map(loc, cfg, hash, l->nclasses, out, hdr);
   if (got != 0) return got < 0 ? (px_status_t)got : PX_OK;
   /* Missing or stale: one process of the node builds it, the rest wait. */
-  char lock[PX__PATH + 8];
-  snprintf(lock, sizeof lock, "%s.lock", path);
+  char lock[NAME_MAX + 8];
+  snprintf(lock, sizeof lock, "%s.lock", loc->name);
   px_status_t st = PX_OK;
-  int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  int lfd = openat(loc->fd, lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (lfd < 0 || flock(lfd, LOCK_EX) != 0) {
-    st = px_set_error(PX_ERR_IO, "image folder cache lock %s: %s", lock, strerror(errno));
+    st = px_set_error(PX_ERR_IO, "image folder cache lock %s.lock: %s", loc->shown,
+                      strerror(errno));
   } else {
-    got = px__cache_map(path, cfg, hash, l->nclasses, out, hdr);
+    got = px__cache_map(loc, cfg, hash, l->nclasses, out, hdr);
     if (got == 0) {
-      st = px__cache_build(path, r, split, cfg, l, hash, sk);
+      st = px__cache_build(loc, r, split, cfg, l, hash, sk);
       *built = 1;
-      if (st == PX_OK) got = px__cache_map(path, cfg, hash, l->nclasses, out, hdr);
+      if (st == PX_OK) got = px__cache_map(loc, cfg, hash, l->nclasses, out, hdr);
       if (st == PX_OK && got == 0)
         st = px_set_error(PX_ERR_IO, "image folder cache %s: unreadable right after writing it",
-                          path);
+                          loc->shown);
     }
   }
   if (lfd >= 0) close(lfd); /* releases the flock */
@@ -753,17 +919,17 @@ px_status_t px_dataset_load_folder(const px_folder_config_t *cfg, px_folder_repo
   px__flist_t l;
   memset(&l, 0, sizeof l);
   px__root_t r;
-  char path[PX__PATH];
+  px__cache_loc_t loc = {.fd = -1};
   px_status_t st = px__root_open(&r, cfg->dir, cfg->root);
   if (st == PX_OK) st = px__check_classes(&r, &l);
   if (st == PX_OK) st = px__list_files(&r, split, &l);
-  if (st == PX_OK) st = px__cache_path(cfg, path);
+  if (st == PX_OK) st = px__cache_open(cfg, &r, &loc);
   px__cache_hdr_t hdr;
   px__skips_t sk;
   memset(&sk, 0, sizeof sk);
   int built = 0;
-  if (st == PX_OK) st = px__cache_get(path, &r, split, cfg, &l, out, &hdr, &built, &sk);
-  if (st == PX_OK) st = px__skipped_ok(cfg, split, &hdr, built ? sk.first : NULL, path);
+  if (st == PX_OK) st = px__cache_get(&loc, &r, split, cfg, &l, out, &hdr, &built, &sk);
+  if (st == PX_OK) st = px__skipped_ok(cfg, split, &hdr, built ? sk.first : NULL, loc.shown);
   if (st != PX_OK && *out) { /* what px__cache_map made (px_dataset_destroy is engine code) */
     munmap((*out)->map, (*out)->map_len);
     px_free(*out);
@@ -774,8 +940,9 @@ px_status_t px_dataset_load_folder(const px_folder_config_t *cfg, px_folder_repo
     report->skipped = (int64_t)hdr.skipped;
     report->num_classes = l.nclasses;
     report->built = built;
-    snprintf(report->cache_path, sizeof report->cache_path, "%s", path);
+    snprintf(report->cache_path, sizeof report->cache_path, "%s", loc.shown);
   }
+  if (loc.fd >= 0) close(loc.fd);
   px__root_close(&r);
   px__flist_free(&l);
   return st;

@@ -171,7 +171,16 @@ PX_API const char *px_dataset_name(const px_dataset_t *ds);
  * then opened beneath the root without following any link). A file whose
  * link leads out of the root is never opened: it is skipped with the reason
  * "a link that leads outside the data root", which says nothing of its
- * target; a class directory or split that leads out fails the load. */
+ * target; a class directory or split that leads out fails the load.
+ *
+ * The cache directory is opened once and every cache file is made and
+ * opened in it by name without following a link (issue 49): dir/.prunex-
+ * cache is made beneath the root and is not used when it is a link; an
+ * explicit cache_dir must be under cache_root (or root) and is made beneath
+ * it, a link leading out refused. A cache directory must be owned by the
+ * effective user and writable by no one else (/tmp/prunex-cache-UID: mode
+ * 0700): one another user could write to (or made first) is refused, as
+ * such a user could plant a cache. */
 
 #define PX_IMAGE_MAX_SIDE 16384            /* pixels per side of a source image */
 #define PX_IMAGE_MAX_PIXELS (1 << 26)      /* pixels of a source image */
@@ -186,14 +195,20 @@ typedef struct {
   px_split_t split;       /* PX_SPLIT_TRAIN: train/, PX_SPLIT_TEST: val/ */
   int32_t channels;       /* 1 (grey, BT.601 luma) or 3 (R, G, B) */
   int32_t size;           /* stored images are size x size, 1..PX_IMAGE_MAX_SIZE */
-  const char *cache_dir;  /* NULL or "": dir/.prunex-cache, or, when dir is not
-                             writable, $XDG_CACHE_HOME/prunex ($HOME/.cache/prunex) */
+  const char *cache_dir;  /* NULL or "": dir/.prunex-cache, or, when that is not
+                             usable, $XDG_CACHE_HOME/prunex ($HOME/.cache/prunex, else
+                             /tmp/prunex-cache-UID); else made (0700) and used beneath
+                             cache_root (relative: to the working directory) */
   const char *root;       /* NULL or "": dir itself; else a directory that dir is under
                              (as text): no file is read from outside it (pxworker: the
                              agent's data root that holds dataset.path) */
   double max_skipped;     /* share of the split's files, (0, 1], that may be left out:
                              more fails the load (1: any but all); 0: PX_FOLDER_MAX_SKIPPED
                              (dataset.max_skipped) */
+  const char *cache_root; /* NULL or "": root as given (NULL: cache_dir is trusted, made
+                             where it leads); else a directory that cache_dir must be
+                             under (as text), made and opened beneath it (pxworker: the
+                             agent's root that allowed dataset.cache_dir) */
 } px_folder_config_t;
 
 typedef struct {
@@ -214,7 +229,9 @@ typedef struct {
  * PX_ERR_FORMAT (layout: missing split, empty or unmatched class, too many
  * classes or files, a name too long, a split or class that leads out of the
  * root; or every image corrupt, or more than max_skipped of them),
- * PX_ERR_INVALID (bad config, dir not under root), PX_ERR_NOMEM; the message
+ * PX_ERR_INVALID (bad config, dir not under root, cache_dir not
+ * under cache_root or leading out of it, a cache directory that another user
+ * owns or may write to), PX_ERR_NOMEM; the message
  * names the path. */
 PX_API px_status_t px_dataset_load_folder(const px_folder_config_t *cfg,
                                           px_folder_report_t *report, px_dataset_t **out);

@@ -354,6 +354,8 @@ typedef struct {
   const char *cache_dir;     /* NULL: beside the data (px_folder_config_t) */
   const char *data_root;     /* NULL: the folder itself; no file is read from outside it
                                 (px_folder_config_t.root) */
+  const char *cache_root;    /* NULL: data_root; cache_dir is made beneath it
+                                (px_folder_config_t.cache_root) */
   double max_skipped;        /* share of a split's images that may be left out (0: 0.01) */
   const char *onnx;          /* an imported model's ONNX file (px_model_config_t.onnx),
                                 read only by px_trainer_create; NULL: arch */

@@ -66,6 +66,7 @@ enum {
 
 typedef struct {
   int fd;
+  int dirfd;            /* AT_FDCWD, or the directory tmp and path are relative to */
   char *tmp;            /* px_malloc'd temporary path */
   const char *path;     /* the caller's, must outlive the handle */
   unsigned flags;
@@ -76,6 +77,12 @@ typedef struct {
  * PX_ERR_IO naming path; then nothing is left behind. */
 PX_API px_status_t px_atomic_file_open(px_atomic_file_t *f, const char *path, unsigned mode,
                                        unsigned flags);
+/* The same for the file name in the open directory dirfd (borrowed: it must
+ * stay open until commit or abort): the temporary file is made there with
+ * O_NOFOLLOW and renamed there, so a link swapped in for a component of the
+ * directory's path since it was opened changes nothing. */
+PX_API px_status_t px_atomic_file_openat(px_atomic_file_t *f, int dirfd, const char *name,
+                                         unsigned mode, unsigned flags);
 /* Appends data (retries short writes and EINTR). After a failure, further
  * writes do nothing and commit reports the first failure. */
 PX_API px_status_t px_atomic_file_write(px_atomic_file_t *f, const void *data, size_t len);
