@@ -17,6 +17,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -346,6 +347,13 @@ static int coord_gai(const char *host, const char *port, struct addrinfo **res) 
   return getaddrinfo(host, port, &hints, res);
 }
 
+/* Lookups still running on their own threads: a flood of submissions
+ * naming hosts whose resolver never answers starts at most this many
+ * threads; past it a lookup answers EAI_AGAIN at once (the URL is then
+ * checked before each POST, as for a lookup that ran out of time). */
+#define COORD_GAI_THREADS_MAX 16
+static atomic_int coord_gai_running;
+
 static void *coord_gai_main(void *arg) {
   coord_gai_t *g = arg;
   struct addrinfo *res = NULL;
@@ -357,19 +365,28 @@ static void *coord_gai_main(void *arg) {
   pthread_cond_signal(&g->cv);
   pthread_mutex_unlock(&g->mu);
   coord_gai_unref(g);
+  atomic_fetch_sub(&coord_gai_running, 1);
   return NULL;
 }
 
 /* getaddrinfo, waiting at most ms (0: no bound) for it: EAI_AGAIN when the
- * wait runs out (the lookup finishes on its own thread and is dropped). */
+ * wait runs out (the lookup finishes on its own thread and is dropped) or
+ * when COORD_GAI_THREADS_MAX lookups are still running. */
 static int coord_resolve(const char *host, int port, int ms, struct addrinfo **res) {
   char ps[8];
   snprintf(ps, sizeof ps, "%d", port);
   *res = NULL;
   struct addrinfo hints = {.ai_flags = AI_NUMERICHOST, .ai_socktype = SOCK_STREAM};
   if (ms <= 0 || getaddrinfo(host, ps, &hints, res) == 0) return *res ? 0 : coord_gai(host, ps, res);
+  if (atomic_fetch_add(&coord_gai_running, 1) >= COORD_GAI_THREADS_MAX) {
+    atomic_fetch_sub(&coord_gai_running, 1);
+    return EAI_AGAIN;
+  }
   coord_gai_t *g = px_calloc(1, sizeof *g, "coordd.notify");
-  if (!g) return EAI_MEMORY;
+  if (!g) {
+    atomic_fetch_sub(&coord_gai_running, 1);
+    return EAI_MEMORY;
+  }
   pthread_mutex_init(&g->mu, NULL);
   pthread_cond_init(&g->cv, NULL);
   g->refs = 2;
@@ -381,6 +398,7 @@ static int coord_resolve(const char *host, int port, int ms, struct addrinfo **r
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   if (pthread_create(&t, &attr, coord_gai_main, g) != 0) {
     pthread_attr_destroy(&attr);
+    atomic_fetch_sub(&coord_gai_running, 1);
     g->refs = 1;
     coord_gai_unref(g);
     return coord_gai(host, ps, res);
