@@ -196,6 +196,23 @@ static void seresnet_forward_and_gradients_match_pytorch(void **state) {
   check_net("seresnet");
 }
 
+/* mobilenet_v3's and efficientnet_b0's activations (issue 48): Hardswish,
+ * SiLU, the exact GELU, Tanh, Hardsigmoid and a Hardsigmoid-gated
+ * squeeze-and-excitation, as PyTorch exports them at opset 13 (Hardswish as
+ * Mul(x, HardSigmoid(x)), SiLU as Mul(x, Sigmoid(x)), GELU as Div, Erf,
+ * Add, Mul, Mul) and 17 (HardSwish), and as opset 20 writes them (Gelu). */
+static void acts_forward_and_gradients_match_pytorch(void **state) {
+  (void)state;
+  if (!have_torch()) skip();
+  const char *opsets[3] = {"13", "17", "20"};
+  for (int i = 0; i < 3; i++) {
+    print_message("opset %s\n", opsets[i]);
+    setenv("PX_TEST_ONNX_OPSET", opsets[i], 1);
+    check_net("acts");
+  }
+  unsetenv("PX_TEST_ONNX_OPSET");
+}
+
 static int param_kind(const px_model_t *m, const char *name) {
   for (int i = 0; i < px_model_num_params(m); i++)
     if (!strcmp(px_model_param(m, i)->name, name)) return (int)px_model_param(m, i)->kind;
@@ -387,7 +404,8 @@ static int project_coupled(px_model_t *m, int *followers) {
 }
 
 /* The channel groups of an imported MobileNetV2-style net (depthwise convs,
- * ReLU6, Concat) and SE-ResNet (SE multiply, residual adds): coupled
+ * ReLU6, Concat), SE-ResNet (SE multiply, residual adds) and the activations
+ * net (Hardswish, SiLU, GELU, Tanh, Hardsigmoid, a Hardsigmoid-gated SE): coupled
  * channels are pruned together across the activations and the depthwise
  * convs; the compact model is smaller and computes the pruned dense model's
  * logits; its ONNX passes onnx's checker and OpenCV's dnn (4.6: the SE's
@@ -397,11 +415,13 @@ static void imported_graphs_prune_by_coupled_groups_and_compact_exactly(void **s
   if (!px_test_python_has("torch, onnx, numpy, cv2")) skip();
   px_ops_t *ops;
   assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
-  const char *nets[2] = {"mobilenet", "seresnet"};
-  const int want_pairs[2] = {3, 2}; /* the three blocks' expansion -> projection; conv1 -> conv2 */
+  const char *nets[3] = {"mobilenet", "seresnet", "acts"};
+  /* the three blocks' expansion -> projection; conv1 -> conv2; through the
+   * activations: conv1 -> conv2 (Hardswish), conv4 -> conv5 (Tanh) */
+  const int want_pairs[3] = {3, 2, 2};
   /* each block's depthwise conv and its batch norm's scale and shift; none in the SE-ResNet */
-  const int want_followers[2] = {9, 0};
-  for (int k = 0; k < 2; k++) {
+  const int want_followers[3] = {9, 0, 0};
+  for (int k = 0; k < 3; k++) {
     char dir[64], path[512], cmd[2048];
     reference(nets[k], dir);
     px_model_t *m = import(ops, dir), *cm = NULL;
@@ -477,13 +497,13 @@ static void unsupported_operator_is_refused_with_node_and_file(void **state) {
   char dir[64], path[512], cmd[1024];
   strcpy(dir, "/tmp/px_onnx_import_XXXXXX");
   assert_non_null(mkdtemp(dir));
-  snprintf(path, sizeof path, "%s/tanh.onnx", dir);
-  snprintf(cmd, sizeof cmd, PY " %s export tanh %s", NETS, path);
+  snprintf(path, sizeof path, "%s/elu.onnx", dir);
+  snprintf(cmd, sizeof cmd, PY " %s export elu %s", NETS, path);
   assert_int_equal(system(cmd), 0);
   const char *msg = refusal(path);
   assert_non_null(strstr(msg, path));
-  assert_non_null(strstr(msg, "/gate/Tanh"));
-  assert_non_null(strstr(msg, "operator Tanh is not supported"));
+  assert_non_null(strstr(msg, "/gate/Elu"));
+  assert_non_null(strstr(msg, "operator Elu is not supported"));
   /* a Clip other than ReLU6 */
   snprintf(path, sizeof path, "%s/clip1.onnx", dir);
   snprintf(cmd, sizeof cmd, PY " %s export clip1 %s", NETS, path);
@@ -685,6 +705,7 @@ int main(void) {
       cmocka_unit_test(resnet_forward_and_gradients_match_pytorch),
       cmocka_unit_test(mobilenet_forward_and_gradients_match_pytorch),
       cmocka_unit_test(seresnet_forward_and_gradients_match_pytorch),
+      cmocka_unit_test(acts_forward_and_gradients_match_pytorch),
       cmocka_unit_test(other_input_sizes_match_pytorch),
       cmocka_unit_test(depthwise_and_se_convs_are_left_out_of_pruning),
       cmocka_unit_test(imported_graphs_prune_by_coupled_groups_and_compact_exactly),

@@ -1,4 +1,4 @@
-/* ONNX import: a CNN exported by PyTorch (or any tool writing opset 11-17)
+/* ONNX import: a CNN exported by PyTorch (or any tool writing opset 11-20)
  * lowered onto the model builder's layers, so that an imported network
  * trains, prunes, packs, checkpoints and exports through the same code as
  * the built-in ResNets.
@@ -17,7 +17,10 @@
  * dilation 1), BatchNormalization (epsilon 1e-5), Relu (fused into a
  * BatchNormalization or an Add right before it whose output nothing else
  * reads, as the built-in models fuse it; otherwise a layer of its own),
- * LeakyRelu, Clip(0, 6) (ReLU6), Sigmoid, Add of two activations, Mul of a
+ * LeakyRelu, Clip(0, 6) (ReLU6), Sigmoid, HardSigmoid (beta 0.5), HardSwish,
+ * Tanh, Gelu (exact), PyTorch's SiLU and opset-13 Hardswish (Mul(x,
+ * Sigmoid(x)), Mul(x, HardSigmoid(x)): one layer) and its exact GELU (Div by
+ * sqrt 2, Erf, Add 1, Mul x, Mul 0.5: one layer), Add of two activations, Mul of a
  * map and a per-channel gate (squeeze-and-excitation), Concat on channels,
  * MaxPool and AveragePool (square windows; a
  * zero Pad, with the Constant holding its sizes, folds into the
@@ -41,7 +44,9 @@
 #include "prunex/ops.h"
 #include "px_check.h"
 
-typedef enum { PX__V_FREE, PX__V_CONST, PX__V_ACT } px__vkind_t;
+/* PART: a step of PyTorch's exact GELU, x * (Erf(x / sqrt 2) + 1) * 0.5,
+ * which becomes one GELU layer once its last Mul is read (see px__gelu_step). */
+typedef enum { PX__V_FREE, PX__V_CONST, PX__V_ACT, PX__V_PART } px__vkind_t;
 
 typedef struct {
   const char *name;           /* points into the proto */
@@ -51,6 +56,8 @@ typedef struct {
   int c, h, w;                /* ACT: [N, c, h, w]; flat: c features, h = w = 0 */
   int uses;                   /* nodes reading it (and 1 for a graph output) */
   int pad;                    /* ACT: zero padding a Pad added, for the AveragePool reading it */
+  int part;                   /* PART: 1 x / sqrt 2, 2 its Erf, 3 that + 1 (layer: x's), 4 x
+                                 times that (layer: the GELU's, which the * 0.5 gives) */
 } px__value_t;
 
 typedef struct {
@@ -63,10 +70,11 @@ typedef struct {
 } px__imp_t;
 
 static const char *const px__onnx_ops =
-    "Conv, BatchNormalization, Relu, LeakyRelu, Clip (as ReLU6), Sigmoid, Add, Mul (a "
-    "per-channel gate), Concat (channels), MaxPool, AveragePool, GlobalAveragePool, Flatten, "
-    "Reshape, Gemm, MatMul (the classifier), Dropout, Identity, Constant, Pad (before an "
-    "AveragePool)";
+    "Conv, BatchNormalization, Relu, LeakyRelu, Clip (as ReLU6), Sigmoid, HardSigmoid, "
+    "HardSwish, Tanh, Gelu, Add, Mul (a per-channel gate; x times Sigmoid(x) or "
+    "HardSigmoid(x)), Div, Erf (in PyTorch's exact GELU), Concat (channels), MaxPool, "
+    "AveragePool, GlobalAveragePool, Flatten, Reshape, Gemm, MatMul (the classifier), Dropout, "
+    "Identity, Constant, Pad (before an AveragePool)";
 
 /* ---- the name table ----------------------------------------------------------- */
 
@@ -170,6 +178,9 @@ static px_status_t px__in(px__imp_t *im, const Onnx__NodeProto *n, size_t i, int
 static px_status_t px__act_in(px__imp_t *im, const Onnx__NodeProto *n, size_t i, int spatial,
                               px__value_t **out) {
   PX_CHECK(px__in(im, n, i, 1, out));
+  if ((*out)->kind == PX__V_PART)
+    return PX__NODE_FAIL(im, n, "input '%s' is a step of an exact GELU (x * (Erf(x / sqrt 2) + "
+                                "1) * 0.5) that the node does not continue", n->input[i]);
   if ((*out)->kind != PX__V_ACT)
     return PX__NODE_FAIL(im, n, "input '%s' must be an activation, not a constant", n->input[i]);
   if (spatial && (*out)->h == 0)
@@ -235,7 +246,7 @@ static px_status_t px__out(px__imp_t *im, const Onnx__NodeProto *n, int layer, i
                            int w) {
   if (n->n_output < 1) return PX__NODE_FAIL(im, n, "the node has no output");
   px__value_t *v = px__find(im, n->output[0]);
-  *v = (px__value_t){v->name, PX__V_ACT, NULL, layer, c, h, w, v->uses, 0};
+  *v = (px__value_t){v->name, PX__V_ACT, NULL, layer, c, h, w, v->uses, 0, 0};
   return PX_OK;
 }
 
@@ -318,10 +329,12 @@ static px_status_t px__op_bn(px__imp_t *im, const Onnx__NodeProto *n) {
   return px__out(im, n, im->g->nlayers - 1, x->c, x->h, x->w);
 }
 
-/* A standalone activation layer of the graph operators (nn/px_graph_ops.h). */
-static px_status_t px__act(px__imp_t *im, const Onnx__NodeProto *n, px__act_t a, float alpha) {
+/* A standalone activation layer of the graph operators (nn/px_graph_ops.h)
+ * on input i of n. */
+static px_status_t px__act_of(px__imp_t *im, const Onnx__NodeProto *n, size_t i, px__act_t a,
+                              float alpha) {
   px__value_t *x;
-  PX_CHECK(px__act_in(im, n, 0, 1, &x));
+  PX_CHECK(px__act_in(im, n, i, 1, &x));
   px__onnx_layer_t *L;
   PX_CHECK(px__new_layer(im, n, PX__OL_ACT, &L));
   L->in = x->layer;
@@ -330,6 +343,10 @@ static px_status_t px__act(px__imp_t *im, const Onnx__NodeProto *n, px__act_t a,
   L->alpha = alpha;
   if (x->layer < 0) return PX__NODE_FAIL(im, n, "an activation of the graph input is not supported");
   return px__out(im, n, im->g->nlayers - 1, x->c, x->h, x->w);
+}
+
+static px_status_t px__act(px__imp_t *im, const Onnx__NodeProto *n, px__act_t a, float alpha) {
+  return px__act_of(im, n, 0, a, alpha);
 }
 
 static px_status_t px__op_relu(px__imp_t *im, const Onnx__NodeProto *n) {
@@ -377,6 +394,128 @@ static px_status_t px__op_clip(px__imp_t *im, const Onnx__NodeProto *n) {
   return px__act(im, n, PX__ACT_RELU6, 0.0f);
 }
 
+static px_status_t px__op_tanh(px__imp_t *im, const Onnx__NodeProto *n) {
+  return px__act(im, n, PX__ACT_TANH, 0.0f);
+}
+
+/* HardSigmoid max(0, min(1, alpha x + beta)) with beta 0.5 (ONNX's default;
+ * PyTorch's Hardsigmoid is alpha 1/6). */
+static px_status_t px__op_hardsigmoid(px__imp_t *im, const Onnx__NodeProto *n) {
+  float alpha = px__attr_f(n, "alpha", 0.2f), beta = px__attr_f(n, "beta", 0.5f);
+  if (beta != 0.5f || !(alpha > 0.0f && alpha <= 100.0f))
+    return PX__NODE_FAIL(im, n, "alpha = %g, beta = %g: beta 0.5 and a slope alpha in (0, 100] "
+                                "are supported", alpha, beta);
+  return px__act(im, n, PX__ACT_HSIGMOID, alpha);
+}
+
+/* HardSwish (opset 14): x * HardSigmoid(x) with alpha 1/6. */
+static px_status_t px__op_hardswish(px__imp_t *im, const Onnx__NodeProto *n) {
+  return px__act(im, n, PX__ACT_HSWISH, 1.0f / 6.0f);
+}
+
+/* Gelu (opset 20): the exact form only. */
+static px_status_t px__op_gelu(px__imp_t *im, const Onnx__NodeProto *n) {
+  const Onnx__AttributeProto *ap = px__attr(n, "approximate");
+  if (ap && ap->has_s && !(ap->s.len == 4 && !memcmp(ap->s.data, "none", 4)))
+    return PX__NODE_FAIL(im, n, "approximate = '%.*s': only the exact GELU ('none') is supported",
+                         (int)(ap->s.len < 16 ? ap->s.len : 16), (const char *)ap->s.data);
+  return px__act(im, n, PX__ACT_GELU, 0.0f);
+}
+
+/* Mul(x, Sigmoid(x)) or Mul(x, HardSigmoid(x, alpha, 0.5)), in either order, where the
+ * sigmoid's output is read by this Mul alone: the sigmoid's layer becomes a
+ * SiLU or hard swish (how PyTorch exports SiLU, and Hardswish at opset 13).
+ * *done = 0 when n is another Mul. */
+static px_status_t px__swish(px__imp_t *im, const Onnx__NodeProto *n, int *done) {
+  px__value_t *v[2];
+  *done = 0;
+  if (n->n_input != 2) return PX_OK;
+  PX_CHECK(px__in(im, n, 0, 1, &v[0]));
+  PX_CHECK(px__in(im, n, 1, 1, &v[1]));
+  for (int i = 0; i < 2; i++) {
+    const px__value_t *x = v[i], *s = v[1 - i];
+    if (x->kind != PX__V_ACT || s->kind != PX__V_ACT || x->pad || s->layer < 0 ||
+        s->uses != 1 || x->c != s->c || x->h != s->h || x->w != s->w)
+      continue;
+    px__onnx_layer_t *L = &im->g->layers[s->layer];
+    if (L->kind != PX__OL_ACT || L->in != x->layer ||
+        (L->act != PX__ACT_SIGMOID && L->act != PX__ACT_HSIGMOID))
+      continue;
+    L->act = L->act == PX__ACT_SIGMOID ? PX__ACT_SILU : PX__ACT_HSWISH; /* the same slope */
+    *done = 1;
+    return px__out(im, n, s->layer, s->c, s->h, s->w);
+  }
+  return PX_OK;
+}
+
+/* Whether input i of n is a float scalar constant within tol of want. */
+static int px__scalar_is(px__imp_t *im, const Onnx__NodeProto *n, size_t i, float want,
+                         float tol) {
+  float v;
+  return px__scalar(im, n, i, &v) && fabsf(v - want) <= tol;
+}
+
+/* The output of n as step `part` of a GELU (see px__value_t). */
+static px_status_t px__part_out(px__imp_t *im, const Onnx__NodeProto *n, const px__value_t *x,
+                                int layer, int part) {
+  PX_CHECK(px__out(im, n, layer, x->c, x->h, x->w));
+  px__value_t *v = px__find(im, n->output[0]);
+  v->kind = PX__V_PART;
+  v->part = part;
+  return PX_OK;
+}
+
+/* PyTorch's exact GELU (opsets below 20): Div(x, sqrt 2) -> Erf -> Add 1
+ * -> Mul x -> Mul 0.5, each step's output read by the next alone (any other
+ * reader is refused: px__act_in). The steps after the Div: Erf, Add and the
+ * two Muls (*done = 0 when n, an Add or Mul, is none of them); the Mul by x
+ * makes the GELU layer and the Mul by 0.5 gives its output. */
+static px_status_t px__gelu_step(px__imp_t *im, const Onnx__NodeProto *n, int *done) {
+  px__value_t *v[2] = {NULL, NULL};
+  *done = 0;
+  if (n->n_input != 2) return PX_OK;
+  PX_CHECK(px__in(im, n, 0, 1, &v[0]));
+  PX_CHECK(px__in(im, n, 1, 1, &v[1]));
+  for (size_t i = 0; i < 2; i++) {
+    const px__value_t *p = v[i], *o = v[1 - i];
+    if (p->kind != PX__V_PART) continue;
+    *done = 1;
+    const int add = !strcmp(n->op_type, "Add");
+    if (add && p->part == 2 && px__scalar_is(im, n, 1 - i, 1.0f, 0.0f))
+      return px__part_out(im, n, p, p->layer, 3);
+    if (!add && p->part == 3 && o->kind == PX__V_ACT && o->layer == p->layer && !o->pad &&
+        o->c == p->c && o->h == p->h && o->w == p->w) {
+      PX_CHECK(px__act_of(im, n, 1 - i, PX__ACT_GELU, 0.0f));
+      return px__part_out(im, n, p, im->g->nlayers - 1, 4);
+    }
+    if (!add && p->part == 4 && px__scalar_is(im, n, 1 - i, 0.5f, 0.0f))
+      return px__out(im, n, p->layer, p->c, p->h, p->w);
+    return PX__NODE_FAIL(im, n, "input '%s' is a step of an exact GELU (x * (Erf(x / sqrt 2) + "
+                                "1) * 0.5) that the node does not continue", n->input[i]);
+  }
+  return PX_OK;
+}
+
+/* Div(x, sqrt 2): the first step of an exact GELU (px__gelu_step). */
+static px_status_t px__op_div(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x;
+  PX_CHECK(px__act_in(im, n, 0, 1, &x));
+  if (n->n_input != 2 || !px__scalar_is(im, n, 1, 1.41421356f, 1e-6f) || x->layer < 0)
+    return PX__NODE_FAIL(im, n, "only the division of a computed activation by sqrt 2 that "
+                                "starts an exact GELU (x * (Erf(x / sqrt 2) + 1) * 0.5) is "
+                                "supported");
+  return px__part_out(im, n, x, x->layer, 1);
+}
+
+static px_status_t px__op_erf(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *p;
+  PX_CHECK(px__in(im, n, 0, 1, &p));
+  if (p->kind != PX__V_PART || p->part != 1)
+    return PX__NODE_FAIL(im, n, "only the Erf of x / sqrt 2 in an exact GELU "
+                                "(x * (Erf(x / sqrt 2) + 1) * 0.5) is supported");
+  return px__part_out(im, n, p, p->layer, 2);
+}
+
 /* A layer reading a and b, shaped like a (ADD, MUL). */
 static px_status_t px__two_in(px__imp_t *im, const Onnx__NodeProto *n, px__onnx_kind_t kind,
                               const px__value_t *a, const px__value_t *b) {
@@ -414,6 +553,8 @@ static px_status_t px__fold_bias(px__imp_t *im, const Onnx__NodeProto *n, int *d
 static px_status_t px__op_add(px__imp_t *im, const Onnx__NodeProto *n) {
   px__value_t *a, *b;
   int folded;
+  PX_CHECK(px__gelu_step(im, n, &folded));
+  if (folded) return PX_OK;
   PX_CHECK(px__fold_bias(im, n, &folded));
   if (folded) return PX_OK;
   PX_CHECK(px__act_in(im, n, 0, 1, &a));
@@ -430,6 +571,10 @@ static px_status_t px__op_add(px__imp_t *im, const Onnx__NodeProto *n) {
  * squeeze-and-excitation product), in either order. */
 static px_status_t px__op_mul(px__imp_t *im, const Onnx__NodeProto *n) {
   px__value_t *a, *b;
+  int fused;
+  PX_CHECK(px__gelu_step(im, n, &fused));
+  if (!fused) PX_CHECK(px__swish(im, n, &fused));
+  if (fused) return PX_OK;
   PX_CHECK(px__act_in(im, n, 0, 1, &a));
   PX_CHECK(px__act_in(im, n, 1, 1, &b));
   if (a->h == 1 && a->w == 1 && (b->h != 1 || b->w != 1)) {
@@ -568,6 +713,7 @@ static px_status_t px__op_pad(px__imp_t *im, const Onnx__NodeProto *n) {
   const Onnx__TensorProto *t = pv->kind == PX__V_CONST ? pv->t : NULL;
   int64_t pads[8] = {0};
   int ok = t && t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 && px__numel(t) == 8 &&
+           (n->n_input < 4 || !n->input[3][0]) && /* opset 18's axes: not taken */
            !(mode && mode->has_s && mode->s.len && !(mode->s.len == 8 &&
                                                     !memcmp(mode->s.data, "constant", 8)));
   if (ok && t->has_raw_data) memcpy(pads, t->raw_data.data, sizeof pads);
@@ -586,7 +732,7 @@ static px_status_t px__op_pad(px__imp_t *im, const Onnx__NodeProto *n) {
     return PX__NODE_FAIL(im, n, "only a constant zero Pad of H and W, equal on every side, "
                                 "before an AveragePool is supported");
   px__value_t *v = px__find(im, n->output[0]);
-  *v = (px__value_t){v->name, PX__V_ACT, NULL, x->layer, x->c, x->h, x->w, v->uses, (int)pads[2]};
+  *v = (px__value_t){v->name, PX__V_ACT, NULL, x->layer, x->c, x->h, x->w, v->uses, (int)pads[2], 0};
   return PX_OK;
 }
 
@@ -649,7 +795,8 @@ static px_status_t px__op_pass(px__imp_t *im, const Onnx__NodeProto *n) {
   PX_CHECK(px__in(im, n, 0, 1, &x));
   if (n->n_output < 1) return PX__NODE_FAIL(im, n, "the node has no output");
   px__value_t *v = px__find(im, n->output[0]);
-  *v = (px__value_t){v->name, x->kind, x->t, x->layer, x->c, x->h, x->w, v->uses, x->pad};
+  *v = (px__value_t){v->name, x->kind, x->t, x->layer, x->c, x->h, x->w, v->uses, x->pad,
+                     x->part};
   return PX_OK;
 }
 
@@ -671,6 +818,9 @@ static const struct {
     {"LeakyRelu", px__op_leaky}, {"Clip", px__op_clip},
     {"Sigmoid", px__op_sigmoid}, {"Mul", px__op_mul},
     {"Concat", px__op_concat},   {"MatMul", px__op_matmul},
+    {"Tanh", px__op_tanh},       {"HardSigmoid", px__op_hardsigmoid},
+    {"HardSwish", px__op_hardswish}, {"Gelu", px__op_gelu},
+    {"Div", px__op_div},         {"Erf", px__op_erf},
 };
 
 static px_status_t px__node(px__imp_t *im, const Onnx__NodeProto *n) {
@@ -731,8 +881,8 @@ static px_status_t px__opset(px__imp_t *im, const Onnx__ModelProto *mp) {
   for (size_t i = 0; i < mp->n_opset_import; i++) {
     const Onnx__OperatorSetIdProto *o = mp->opset_import[i];
     if (o->domain && o->domain[0] && strcmp(o->domain, "ai.onnx")) continue;
-    if (o->version < 11 || o->version > 17)
-      return px_set_error(PX_ERR_INVALID, "%s: opset %lld: opsets 11 to 17 are supported",
+    if (o->version < 11 || o->version > 20)
+      return px_set_error(PX_ERR_INVALID, "%s: opset %lld: opsets 11 to 20 are supported",
                           im->file, (long long)o->version);
     return PX_OK;
   }
@@ -766,7 +916,7 @@ static px_status_t px__names(px__imp_t *im, const Onnx__GraphProto *gp) {
     return px_set_error(PX_ERR_INVALID, "%s: input '%s' must be 4-D [N, C, H, W] with fixed C, "
                         "H and W", im->file, in->name);
   PX_CHECK(px__define(im, in->name, &v));
-  *v = (px__value_t){in->name, PX__V_ACT, NULL, -1, g->in_c, g->in_h, g->in_w, 0, 0};
+  *v = (px__value_t){in->name, PX__V_ACT, NULL, -1, g->in_c, g->in_h, g->in_w, 0, 0, 0};
   for (size_t k = 0; k < gp->n_node; k++)
     for (size_t o = 0; o < gp->node[k]->n_output; o++)
       if (gp->node[k]->output[o][0]) PX_CHECK(px__define(im, gp->node[k]->output[o], &v));

@@ -106,7 +106,7 @@ typedef struct {
 } px_model_onnx_info_t;
 
 /* Reads and checks an ONNX model file without building it (what a job
- * submission does): opset 11-17, every node an operator the import takes
+ * submission does): opset 11-20, every node an operator the import takes
  * (docs/user-guide.md lists them), shapes consistent, sizes bounded. info may
  * be NULL. Fails with PX_ERR_IO (unreadable, over 512 MiB) or PX_ERR_INVALID
  * whose message names the file and, for a node it refuses, the node's name
