@@ -1,5 +1,5 @@
 /* Imported graphs on the CUDA engine: the graph operators of
- * nn/px_graph_ops.h (activations, the squeeze-and-excitation Mul, Concat)
+ * nn/px_graph_ops.h (every activation, the squeeze-and-excitation Mul, Concat)
  * and windowed max / average pooling in every CUDA activation format.
  *
  * CPU half (runs everywhere): the index maps the CUDA kernels use
@@ -11,7 +11,7 @@
  * random data, in plain f32 NCHW, NHWC f32 and NHWC bf16 (inputs rounded to
  * bf16 first, bf16 tolerances), and grouped / depthwise convolutions on
  * cuDNN against oneDNN; then one training step of the imported
- * VGG-, MobileNet- and SE-ResNet-style nets (tests/onnx_import_nets.py) on
+ * VGG-, MobileNet-, SE-ResNet-style and activations nets (tests/onnx_import_nets.py) on
  * CUDA (NHWC, NCHW and bf16) against the CPU engine. */
 #include <math.h>
 #include <setjmp.h>
@@ -544,6 +544,15 @@ static void seresnet_trains_a_step_on_cuda_like_the_cpu(void **state) {
   check_net_on_cuda("seresnet");
 }
 
+/* Hardswish, SiLU, the exact GELU, Tanh, Hardsigmoid and a
+ * Hardsigmoid-gated squeeze-and-excitation (issue 48). */
+static void acts_trains_a_step_on_cuda_like_the_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  if (!have_torch()) skip();
+  check_net_on_cuda("acts");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(index_maps_match_brute_force),
@@ -554,6 +563,7 @@ int main(void) {
       cmocka_unit_test(vgg_trains_a_step_on_cuda_like_the_cpu),
       cmocka_unit_test(mobilenet_trains_a_step_on_cuda_like_the_cpu),
       cmocka_unit_test(seresnet_trains_a_step_on_cuda_like_the_cpu),
+      cmocka_unit_test(acts_trains_a_step_on_cuda_like_the_cpu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
