@@ -24,7 +24,8 @@ head) and seresnet (squeeze-and-excitation: Sigmoid, Mul, convolutions with
 bias on the pooled map; a LeakyRelu stem; a MatMul + Add classifier) cover
 the graph operators, acts the activations of mobilenet_v3 and efficientnet
 (PX_TEST_ONNX_OPSET picks the opset: 13 by default, 17, or 20, which
-rewrites opset 17's file with Gelu nodes). Channel counts are multiples of 16 (oneDNN 2.6 trains narrower layers on its
+rewrites opset 17's file with Gelu nodes), scalars the arithmetic of an
+activation and a constant. Channel counts are multiples of 16 (oneDNN 2.6 trains narrower layers on its
 reference kernels, about 40x slower). vgg and resnet use the built-in layer set (Conv without bias + BN + ReLU,
 residual Add + ReLU, max and average pooling, global average pooling, Linear) and start from
 non-trivial BN statistics and affine parameters, so that the checks see
@@ -32,6 +33,7 @@ every parameter kind.
 """
 import copy
 import inspect
+import math
 import os
 import sys
 
@@ -216,6 +218,23 @@ class Acts(nn.Module):
         return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
 
 
+class Scalars(nn.Module):
+    """An activation and a constant: Mul, Add, Sub, Div, a constant minus an
+    activation, and a division by sqrt 2 that no Erf reads (not a GELU)."""
+
+    def __init__(self, c, classes):
+        super().__init__()
+        self.conv1, self.bn1 = conv_bn(c, 16)
+        self.conv2, self.bn2 = conv_bn(16, 16)
+        self.fc = nn.Linear(16, classes)
+
+    def forward(self, x):
+        h = self.bn1(self.conv1(x))
+        h = 1.0 - torch.relu((h * 2.0 + 1.0 - 0.25) / 4.0)
+        h = self.bn2(self.conv2(h / math.sqrt(2.0)))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
+
+
 class EluNet(nn.Module):
     """Uses an operator the import refuses (Elu): for the refusal test."""
 
@@ -240,7 +259,7 @@ class Clip1Net(EluNet):
 
 
 NETS = {"vgg": Vgg, "resnet": ResNet, "mobilenet": MobileNet, "seresnet": SEResNet,
-        "acts": Acts, "elu": EluNet, "clip1": Clip1Net}
+        "acts": Acts, "scalars": Scalars, "elu": EluNet, "clip1": Clip1Net}
 
 
 def build(name, c, classes, seed=0):

@@ -32,6 +32,8 @@ static double act_ref(int a, double x, double alpha) {
     case PX__ACT_SILU: return x / (1.0 + exp(-x));
     case PX__ACT_GELU: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
     case PX__ACT_TANH: return tanh(x);
+    case PX__ACT_SCALE: return alpha * x;
+    case PX__ACT_SHIFT: return x + alpha;
   }
   fail_msg("activation %d", a);
   return 0;

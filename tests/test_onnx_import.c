@@ -211,6 +211,7 @@ static void acts_forward_and_gradients_match_pytorch(void **state) {
     check_net("acts");
   }
   unsetenv("PX_TEST_ONNX_OPSET");
+  check_net("scalars"); /* Mul, Add, Sub, Div by a constant; 1 - x; x / sqrt 2 without Erf */
 }
 
 static int param_kind(const px_model_t *m, const char *name) {
@@ -415,13 +416,14 @@ static void imported_graphs_prune_by_coupled_groups_and_compact_exactly(void **s
   if (!px_test_python_has("torch, onnx, numpy, cv2")) skip();
   px_ops_t *ops;
   assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
-  const char *nets[3] = {"mobilenet", "seresnet", "acts"};
+  const char *nets[4] = {"mobilenet", "seresnet", "acts", "scalars"};
   /* the three blocks' expansion -> projection; conv1 -> conv2; through the
-   * activations: conv1 -> conv2 (Hardswish), conv4 -> conv5 (Tanh) */
-  const int want_pairs[3] = {3, 2, 2};
+   * activations: conv1 -> conv2 (Hardswish), conv4 -> conv5 (Tanh); conv1
+   * -> conv2 through the arithmetic by constants */
+  const int want_pairs[4] = {3, 2, 2, 1};
   /* each block's depthwise conv and its batch norm's scale and shift; none in the SE-ResNet */
-  const int want_followers[3] = {9, 0, 0};
-  for (int k = 0; k < 3; k++) {
+  const int want_followers[4] = {9, 0, 0, 0};
+  for (int k = 0; k < 4; k++) {
     char dir[64], path[512], cmd[2048];
     reference(nets[k], dir);
     px_model_t *m = import(ops, dir), *cm = NULL;
@@ -715,5 +717,6 @@ int main(void) {
       cmocka_unit_test(imported_resnet20_is_the_builtin_graph),
       cmocka_unit_test(builtin_resnet20_through_our_onnx_has_its_groups_and_masks),
   };
+  if (getenv("PX_TEST_FILTER")) cmocka_set_test_filter(getenv("PX_TEST_FILTER"));
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

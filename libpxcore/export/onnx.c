@@ -436,7 +436,8 @@ static Onnx__NodeProto *px__onnx_step(px__pool_t *p, px__vec_t *nodes, const cha
  * Relu(x) - Relu(x - 6) (opset 13's Clip takes its bounds as inputs, which
  * OpenCV 4.6's dnn does not read); the hard swish x * HardSigmoid(x) (the
  * HardSwish operator is opset 14's); SiLU x * Sigmoid(x); GELU
- * (x * (Erf(x / sqrt 2) + 1)) * 0.5. */
+ * (x * (Erf(x / sqrt 2) + 1)) * 0.5; SCALE and SHIFT a Mul and an Add of a
+ * constant. */
 static void px__onnx_act(px__pool_t *p, px__vec_t *nodes, px__vec_t *inits,
                          const px_model_node_t *n, int k, const char *in, const char *out) {
   char nm[32], t[4][80];
@@ -474,6 +475,11 @@ static void px__onnx_act(px__pool_t *p, px__vec_t *nodes, px__vec_t *inits,
       px__onnx_step(p, nodes, "Mul", nm, "mul", in, t[2], t[3]);
       px__onnx_step(p, nodes, "Mul", nm, "half", t[3], px__onnx_scalar(p, inits, nm, "half", 0.5f),
                     out);
+      return;
+    case PX__ACT_SCALE:
+    case PX__ACT_SHIFT:
+      px__onnx_step(p, nodes, n->act == PX__ACT_SCALE ? "Mul" : "Add", nm, NULL, in,
+                    px__onnx_scalar(p, inits, nm, "c", n->alpha), out);
       return;
     default: break;
   }

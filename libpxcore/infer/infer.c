@@ -555,6 +555,8 @@ static int px__act_algs(int act, float alpha, dnnl_alg_kind_t alg[2], float a[2]
     case PX__ACT_SILU: alg[0] = dnnl_eltwise_swish, a[0] = 1.0f; return 1;
     case PX__ACT_GELU: alg[0] = dnnl_eltwise_gelu_erf; return 1;
     case PX__ACT_TANH: alg[0] = dnnl_eltwise_tanh; return 1;
+    case PX__ACT_SCALE: alg[0] = dnnl_eltwise_linear, a[0] = alpha; return 1;
+    case PX__ACT_SHIFT: alg[0] = dnnl_eltwise_linear, a[0] = 1.0f, b[0] = alpha; return 1;
   }
   return 0;
 }

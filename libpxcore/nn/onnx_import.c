@@ -20,7 +20,8 @@
  * LeakyRelu, Clip(0, 6) (ReLU6), Sigmoid, HardSigmoid (beta 0.5), HardSwish,
  * Tanh, Gelu (exact), PyTorch's SiLU and opset-13 Hardswish (Mul(x,
  * Sigmoid(x)), Mul(x, HardSigmoid(x)): one layer) and its exact GELU (Div by
- * sqrt 2, Erf, Add 1, Mul x, Mul 0.5: one layer), Add of two activations, Mul of a
+ * sqrt 2, Erf, Add 1, Mul x, Mul 0.5: one layer), Mul, Add, Sub and Div of an
+ * activation and a scalar constant, Add of two activations, Mul of a
  * map and a per-channel gate (squeeze-and-excitation), Concat on channels,
  * MaxPool and AveragePool (square windows; a
  * zero Pad, with the Constant holding its sizes, folds into the
@@ -72,7 +73,8 @@ typedef struct {
 static const char *const px__onnx_ops =
     "Conv, BatchNormalization, Relu, LeakyRelu, Clip (as ReLU6), Sigmoid, HardSigmoid, "
     "HardSwish, Tanh, Gelu, Add, Mul (a per-channel gate; x times Sigmoid(x) or "
-    "HardSigmoid(x)), Div, Erf (in PyTorch's exact GELU), Concat (channels), MaxPool, "
+    "HardSigmoid(x)), Mul, Add, Sub, Div by a constant, Erf (in PyTorch's exact GELU), "
+    "Concat (channels), MaxPool, "
     "AveragePool, GlobalAveragePool, Flatten, Reshape, Gemm, MatMul (the classifier), Dropout, "
     "Identity, Constant, Pad (before an AveragePool)";
 
@@ -175,9 +177,12 @@ static px_status_t px__in(px__imp_t *im, const Onnx__NodeProto *n, size_t i, int
   return PX_OK;
 }
 
+static px_status_t px__gelu_div(px__imp_t *im, const Onnx__NodeProto *n, px__value_t *v);
+
 static px_status_t px__act_in(px__imp_t *im, const Onnx__NodeProto *n, size_t i, int spatial,
                               px__value_t **out) {
   PX_CHECK(px__in(im, n, i, 1, out));
+  if ((*out)->kind == PX__V_PART && (*out)->part == 1) PX_CHECK(px__gelu_div(im, n, *out));
   if ((*out)->kind == PX__V_PART)
     return PX__NODE_FAIL(im, n, "input '%s' is a step of an exact GELU (x * (Erf(x / sqrt 2) + "
                                 "1) * 0.5) that the node does not continue", n->input[i]);
@@ -478,7 +483,7 @@ static px_status_t px__gelu_step(px__imp_t *im, const Onnx__NodeProto *n, int *d
   PX_CHECK(px__in(im, n, 1, 1, &v[1]));
   for (size_t i = 0; i < 2; i++) {
     const px__value_t *p = v[i], *o = v[1 - i];
-    if (p->kind != PX__V_PART) continue;
+    if (p->kind != PX__V_PART || p->part == 1) continue; /* x / sqrt 2 read otherwise: px__act_in */
     *done = 1;
     const int add = !strcmp(n->op_type, "Add");
     if (add && p->part == 2 && px__scalar_is(im, n, 1 - i, 1.0f, 0.0f))
@@ -496,15 +501,82 @@ static px_status_t px__gelu_step(px__imp_t *im, const Onnx__NodeProto *n, int *d
   return PX_OK;
 }
 
-/* Div(x, sqrt 2): the first step of an exact GELU (px__gelu_step). */
+/* An ACT layer reading the layer that last wrote n's output (a second step
+ * of one node). */
+static px_status_t px__act_more(px__imp_t *im, const Onnx__NodeProto *n, px__act_t a, float alpha) {
+  const px__value_t *v = px__find(im, n->output[0]);
+  const int prev = v->layer, c = v->c, h = v->h, w = v->w;
+  px__onnx_layer_t *L;
+  PX_CHECK(px__new_layer(im, n, PX__OL_ACT, &L));
+  L->in = prev;
+  L->c_out = c;
+  L->act = (int)a;
+  L->alpha = alpha;
+  return px__out(im, n, im->g->nlayers - 1, c, h, w);
+}
+
+/* x / sqrt 2 that a node other than an Erf reads: a SCALE layer after all
+ * (v becomes its output). */
+static px_status_t px__gelu_div(px__imp_t *im, const Onnx__NodeProto *n, px__value_t *v) {
+  px__onnx_layer_t *L;
+  const int in = v->layer;
+  PX_CHECK(px__new_layer(im, n, PX__OL_ACT, &L));
+  L->in = in;
+  L->c_out = v->c;
+  L->act = PX__ACT_SCALE;
+  L->alpha = 0.70710678118654752440f;
+  v->kind = PX__V_ACT;
+  v->layer = im->g->nlayers - 1;
+  v->part = 0;
+  return PX_OK;
+}
+
+/* Mul, Add, Sub or Div of a 4-D activation x and a float scalar constant c
+ * (either order; Div: x / c only): one SCALE or SHIFT layer, two for c - x.
+ * *done = 0 when neither input is such a constant. */
+static px_status_t px__by_const(px__imp_t *im, const Onnx__NodeProto *n, int *done) {
+  float c;
+  *done = 0;
+  if (n->n_input != 2) return PX_OK;
+  const size_t ci = px__scalar(im, n, 1, &c) ? 1 : px__scalar(im, n, 0, &c) ? 0 : 2;
+  if (ci == 2) return PX_OK;
+  *done = 1;
+  const size_t xi = 1 - ci;
+  const char *op = n->op_type;
+  if (!strcmp(op, "Mul")) return px__act_of(im, n, xi, PX__ACT_SCALE, c);
+  if (!strcmp(op, "Add")) return px__act_of(im, n, xi, PX__ACT_SHIFT, c);
+  if (!strcmp(op, "Div")) {
+    if (ci == 0 || !isfinite(1.0f / c))
+      return PX__NODE_FAIL(im, n, "only the division of an activation by a non-zero constant "
+                                  "is supported");
+    return px__act_of(im, n, xi, PX__ACT_SCALE, 1.0f / c);
+  }
+  if (ci == 1) return px__act_of(im, n, xi, PX__ACT_SHIFT, -c); /* x - c */
+  PX_CHECK(px__act_of(im, n, xi, PX__ACT_SCALE, -1.0f));       /* c - x: -x, then + c */
+  return px__act_more(im, n, PX__ACT_SHIFT, c);
+}
+
+/* Div(x, sqrt 2): the first step of an exact GELU (px__gelu_step); any
+ * other Div by a constant: px__by_const. */
 static px_status_t px__op_div(px__imp_t *im, const Onnx__NodeProto *n) {
   px__value_t *x;
-  PX_CHECK(px__act_in(im, n, 0, 1, &x));
-  if (n->n_input != 2 || !px__scalar_is(im, n, 1, 1.41421356f, 1e-6f) || x->layer < 0)
-    return PX__NODE_FAIL(im, n, "only the division of a computed activation by sqrt 2 that "
-                                "starts an exact GELU (x * (Erf(x / sqrt 2) + 1) * 0.5) is "
-                                "supported");
-  return px__part_out(im, n, x, x->layer, 1);
+  int done;
+  if (n->n_input == 2 && px__scalar_is(im, n, 1, 1.41421356f, 1e-6f)) {
+    PX_CHECK(px__act_in(im, n, 0, 1, &x));
+    if (x->layer >= 0) return px__part_out(im, n, x, x->layer, 1);
+  }
+  PX_CHECK(px__by_const(im, n, &done));
+  if (done) return PX_OK;
+  return PX__NODE_FAIL(im, n, "only the division of a computed activation by a constant is "
+                              "supported");
+}
+
+static px_status_t px__op_sub(px__imp_t *im, const Onnx__NodeProto *n) {
+  int done;
+  PX_CHECK(px__by_const(im, n, &done));
+  if (done) return PX_OK;
+  return PX__NODE_FAIL(im, n, "only the subtraction of a constant from an activation, or of an "
+                              "activation from a constant, is supported");
 }
 
 static px_status_t px__op_erf(px__imp_t *im, const Onnx__NodeProto *n) {
@@ -556,6 +628,7 @@ static px_status_t px__op_add(px__imp_t *im, const Onnx__NodeProto *n) {
   PX_CHECK(px__gelu_step(im, n, &folded));
   if (folded) return PX_OK;
   PX_CHECK(px__fold_bias(im, n, &folded));
+  if (!folded) PX_CHECK(px__by_const(im, n, &folded));
   if (folded) return PX_OK;
   PX_CHECK(px__act_in(im, n, 0, 1, &a));
   PX_CHECK(px__act_in(im, n, 1, 1, &b));
@@ -574,6 +647,7 @@ static px_status_t px__op_mul(px__imp_t *im, const Onnx__NodeProto *n) {
   int fused;
   PX_CHECK(px__gelu_step(im, n, &fused));
   if (!fused) PX_CHECK(px__swish(im, n, &fused));
+  if (!fused) PX_CHECK(px__by_const(im, n, &fused));
   if (fused) return PX_OK;
   PX_CHECK(px__act_in(im, n, 0, 1, &a));
   PX_CHECK(px__act_in(im, n, 1, 1, &b));
@@ -821,6 +895,7 @@ static const struct {
     {"Tanh", px__op_tanh},       {"HardSigmoid", px__op_hardsigmoid},
     {"HardSwish", px__op_hardswish}, {"Gelu", px__op_gelu},
     {"Div", px__op_div},         {"Erf", px__op_erf},
+    {"Sub", px__op_sub},
 };
 
 static px_status_t px__node(px__imp_t *im, const Onnx__NodeProto *n) {

@@ -23,19 +23,21 @@ extern "C" {
  *             PyTorch's Hardsigmoid is alpha = 1/6);
  *   HSWISH:   x * HSIGMOID(x) (ONNX HardSwish and PyTorch's Hardswish: 1/6);
  *   SILU:     x * sigmoid(x) (PyTorch's SiLU, exported as Mul(x, Sigmoid(x)));
- *   GELU:     x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) (the exact form). */
+ *   GELU:     x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) (the exact form);
+ *   SCALE:    alpha * x, SHIFT: x + alpha (a Mul, Div, Add or Sub by a constant). */
 typedef enum {
   PX__ACT_RELU = 0, PX__ACT_LEAKY = 1, PX__ACT_RELU6 = 2, PX__ACT_SIGMOID = 3,
-  PX__ACT_HSIGMOID = 4, PX__ACT_HSWISH = 5, PX__ACT_SILU = 6, PX__ACT_GELU = 7, PX__ACT_TANH = 8
+  PX__ACT_HSIGMOID = 4, PX__ACT_HSWISH = 5, PX__ACT_SILU = 6, PX__ACT_GELU = 7, PX__ACT_TANH = 8,
+  PX__ACT_SCALE = 9, PX__ACT_SHIFT = 10
 } px__act_t;
-#define PX__ACT_COUNT 9
+#define PX__ACT_COUNT 11
 
 /* The activation's name as ONNX spells it ("Relu", "LeakyRelu", "Clip", "Sigmoid",
- * "HardSigmoid", "HardSwish", "Silu" (Mul(x, Sigmoid(x))), "Gelu", "Tanh"). */
+ * "HardSigmoid", "HardSwish", "Silu" (Mul(x, Sigmoid(x))), "Gelu", "Tanh", "Mul", "Add"). */
 const char *px__act_onnx_name(px__act_t a);
 
 /* y[i] = act(x[i]) for i < n (alpha: LeakyReLU's negative slope, the hard
- * sigmoid's and hard swish's slope). */
+ * sigmoid's and hard swish's slope, SCALE's factor, SHIFT's constant). */
 void px__act_forward(float *y, const float *x, size_t n, px__act_t a, float alpha);
 /* dx[i] = dy[i] * act'(x[i]) (sigmoid and tanh read y = act(x) instead of x).
  * At the kinks the derivative is PyTorch's: ReLU6 and the hard sigmoid 0 at

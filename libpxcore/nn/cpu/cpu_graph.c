@@ -41,6 +41,8 @@ const char *px__act_onnx_name(px__act_t a) {
     case PX__ACT_SILU: return "Silu";
     case PX__ACT_GELU: return "Gelu";
     case PX__ACT_TANH: return "Tanh";
+    case PX__ACT_SCALE: return "Mul";
+    case PX__ACT_SHIFT: return "Add";
   }
   return "?";
 }
@@ -73,6 +75,12 @@ void px__act_forward(float *y, const float *x, size_t n, px__act_t a, float alph
       break;
     case PX__ACT_TANH:
       for (size_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
+      break;
+    case PX__ACT_SCALE:
+      for (size_t i = 0; i < n; i++) y[i] = alpha * x[i];
+      break;
+    case PX__ACT_SHIFT:
+      for (size_t i = 0; i < n; i++) y[i] = x[i] + alpha;
       break;
   }
 }
@@ -111,6 +119,12 @@ void px__act_backward(float *dx, const float *dy, const float *x, const float *y
       break;
     case PX__ACT_TANH:
       for (size_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+      break;
+    case PX__ACT_SCALE:
+      for (size_t i = 0; i < n; i++) dx[i] = alpha * dy[i];
+      break;
+    case PX__ACT_SHIFT:
+      for (size_t i = 0; i < n; i++) dx[i] = dy[i];
       break;
   }
 }

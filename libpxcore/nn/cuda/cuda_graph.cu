@@ -40,6 +40,8 @@ __device__ static inline float px__act_f(float x, int act, float alpha) {
     case PX__ACT_SILU: return x / (1.0f + expf(-x));
     case PX__ACT_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f));
     case PX__ACT_TANH: return tanhf(x);
+    case PX__ACT_SCALE: return alpha * x;
+    case PX__ACT_SHIFT: return x + alpha;
     default: return 1.0f / (1.0f + expf(-x));
   }
 }
@@ -60,6 +62,8 @@ __device__ static inline float px__act_df(float dy, float x, float y, int act, f
       return dy * (0.5f * (1.0f + erff(x * 0.70710678118654752440f)) +
                    x * 0.39894228040143267794f * expf(-0.5f * x * x));
     case PX__ACT_TANH: return dy * (1.0f - y * y);
+    case PX__ACT_SCALE: return alpha * dy;
+    case PX__ACT_SHIFT: return dy;
     default: return dy * y * (1.0f - y);
   }
 }
