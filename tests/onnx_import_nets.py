@@ -258,8 +258,30 @@ class Clip1Net(EluNet):
         self.gate = nn.Hardtanh(0.0, 1.0)
 
 
+class GeluTanhNet(EluNet):
+    """GELU's tanh approximation (Mul(x, x) first): refused."""
+
+    def __init__(self, c, classes):
+        super().__init__(c, classes)
+        self.gate = nn.GELU(approximate="tanh")
+
+
+class Reciprocal(nn.Module):
+    def forward(self, x):
+        return 1.0 / x
+
+
+class RecipNet(EluNet):
+    """A constant divided by an activation (PyTorch exports a Reciprocal): refused."""
+
+    def __init__(self, c, classes):
+        super().__init__(c, classes)
+        self.gate = Reciprocal()
+
+
 NETS = {"vgg": Vgg, "resnet": ResNet, "mobilenet": MobileNet, "seresnet": SEResNet,
-        "acts": Acts, "scalars": Scalars, "elu": EluNet, "clip1": Clip1Net}
+        "acts": Acts, "scalars": Scalars, "elu": EluNet, "clip1": Clip1Net,
+        "gelu_tanh": GeluTanhNet, "recip": RecipNet}
 
 
 def build(name, c, classes, seed=0):

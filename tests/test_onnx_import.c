@@ -513,6 +513,18 @@ static void unsupported_operator_is_refused_with_node_and_file(void **state) {
   msg = refusal(path);
   assert_non_null(strstr(msg, "(Clip): only Clip(min 0, max 6) (ReLU6)"));
   assert_non_null(strstr(msg, "clips to [0, 1]"));
+  /* GELU's tanh approximation (its first step, x * x, is no product taken) and 1 / x
+   * (PyTorch's Reciprocal) */
+  snprintf(path, sizeof path, "%s/gelu_tanh.onnx", dir);
+  snprintf(cmd, sizeof cmd, PY " %s export gelu_tanh %s", NETS, path);
+  assert_int_equal(system(cmd), 0);
+  msg = refusal(path);
+  assert_non_null(strstr(msg, "node '/gate/Mul' (Mul): only a map"));
+  snprintf(path, sizeof path, "%s/recip.onnx", dir);
+  snprintf(cmd, sizeof cmd, PY " %s export recip %s", NETS, path);
+  assert_int_equal(system(cmd), 0);
+  msg = refusal(path);
+  assert_non_null(strstr(msg, "node '/gate/Reciprocal' (Reciprocal): operator Reciprocal is not"));
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   assert_int_equal(system(cmd), 0);
 }
