@@ -417,6 +417,8 @@ int main(int argc, char **argv) {
   }
   if (ag->cfg.log_level >= 0) px_log_set_level((px_log_level_t)ag->cfg.log_level);
   else if (!getenv("PX_LOG_LEVEL")) px_log_set_level(PX_LOG_INFO);
+  /* a daemon: a cause repeated past the burst is counted, not written (issue 49) */
+  px_log_set_rate(PX_LOG_RATE_BURST, PX_LOG_RATE_INTERVAL_MS);
 
   /* One gRPC reference for the whole run: the threads drop and recreate
    * their channels while the coordinator is away, and without it the last

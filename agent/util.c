@@ -197,6 +197,22 @@ static int pxa_open_dir_beneath(int dirfd, const char *rel) {
   return cur;
 }
 
+/* For the message of a refusal by RESOLVE_BENEATH (EXDEV, ELOOP): 1 when
+ * path, followed through its links, stays inside root, so that what
+ * refused it is an absolute link (RESOLVE_BENEATH follows none, even to a
+ * place inside the root); 0 when it leads out or cannot be resolved. Only
+ * words depend on it: the path is refused either way. */
+static int pxa_inside_through_absolute_link(const char *root, const char *path) {
+  char real_root[4096], real[4096], target[4096];
+  if (!realpath(root, real_root)) return 0;
+  if (realpath(path, real)) return pxa_path_under(real, real_root);
+  /* a link to a place not made yet: its own target, as written */
+  ssize_t n = readlink(path, target, sizeof target - 1);
+  if (n <= 0 || target[0] != '/') return 0;
+  target[n] = '\0';
+  return pxa_path_under(target, root) || pxa_path_under(target, real_root);
+}
+
 px_status_t pxa_mkdirs_beneath(const char *root, const char *dir) {
   size_t rn = strlen(root);
   while (rn > 1 && root[rn - 1] == '/') rn--;
@@ -233,7 +249,14 @@ px_status_t pxa_mkdirs_beneath(const char *root, const char *dir) {
     }
     if (fd < 0) {
       int err = errno;
-      if (err == EXDEV || err == ELOOP)
+      char at[8400];
+      snprintf(at, sizeof at, "%s/%.*s", root, (int)i, rel);
+      if ((err == EXDEV || err == ELOOP) && pxa_inside_through_absolute_link(root, at))
+        st = px_set_error(PX_ERR_INVALID,
+                          "%s: %s stays inside %s but through an absolute symbolic link, "
+                          "which is refused (links beneath %s must be relative)",
+                          dir, at, root, root);
+      else if (err == EXDEV || err == ELOOP)
         st = px_set_error(PX_ERR_INVALID,
                           "%s: %s/%.*s is a symbolic link that leads out of %s (paths are "
                           "resolved without leaving their root)",
@@ -295,6 +318,11 @@ px_status_t pxa_check_beneath(const char *root, const char *path, const char *wh
     return PX_OK;
   }
   if (err == ENOENT) return PX_OK; /* missing: the worker says so, naming it */
+  if ((err == EXDEV || err == ELOOP) && pxa_inside_through_absolute_link(root, path))
+    return px_set_error(PX_ERR_INVALID,
+                        "%s '%s' stays inside %s but through an absolute symbolic link, which "
+                        "is refused (links beneath %s must be relative)",
+                        what, path, root, root);
   if (err == EXDEV || err == ELOOP)
     return px_set_error(PX_ERR_INVALID,
                         "%s '%s' leads out of %s through a symbolic link (paths are resolved "

@@ -47,14 +47,16 @@ const char *pxa_output_root_of(const char *out, const char *work_dir, const char
 /* Creates dir (under root) and its missing parents (mode 0755) without
  * leaving root: symbolic links below root are followed only while they stay
  * below it (openat2 RESOLVE_BENEATH; no link at all on kernels without it).
- * PX_ERR_INVALID naming the link that leads out, or a component that is
- * not a directory; PX_ERR_IO otherwise. */
+ * PX_ERR_INVALID naming the link that leads out, an absolute link (never
+ * followed, even to a place inside root: the message says so), or a
+ * component that is not a directory; PX_ERR_IO otherwise. */
 px_status_t pxa_mkdirs_beneath(const char *root, const char *dir);
 
 /* PX_OK when path (textually under root) does not lead out of root through
  * a symbolic link (openat2 RESOLVE_BENEATH; realpath on older kernels), or
  * does not exist; else PX_ERR_INVALID naming what (e.g. "dataset.path"),
- * path and root. */
+ * path and root, and whether the path leads out or stays inside through an
+ * absolute link. */
 px_status_t pxa_check_beneath(const char *root, const char *path, const char *what);
 
 /* 1 when path is dir or below it, on a path-component boundary. */

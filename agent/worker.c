@@ -54,7 +54,7 @@
 #define PXW_FLUSH_AT_END_MS (10 * 60 * 1000)
 
 typedef struct {
-  const char *coordinator, *job, *spec_path, *work_dir, *metrics_db, *leaders;
+  const char *coordinator, *job, *spec_path, *work_dir, *metrics_db, *leaders, *data_root;
   int rank, local_rank, world, node_index, num_nodes, threads;
   int device_index;            /* the node's device for this rank; -1: the local rank */
   px_log_level_t log_level;
@@ -92,7 +92,7 @@ static void pxw_usage(FILE *f) {
           "usage: pxworker --coordinator HOST:PORT --job ID --rank R --local-rank L\n"
           "                --world-size W --node-index I --num-nodes M --spec FILE\n"
           "                [--device-index D] [--threads T] [--work-dir DIR] [--metrics-db PATH]\n"
-          "                [--leaders R0,R1,...] [--log-level L]\n"
+          "                [--leaders R0,R1,...] [--data-root DIR] [--log-level L]\n"
           "\n"
           "One PruneX training process (one per device), normally started by pxagent.\n"
           "\n"
@@ -114,6 +114,10 @@ static void pxw_usage(FILE *f) {
           "  --metrics-db PATH        node-local metrics file (default DIR/metrics.db)\n"
           "  --leaders LIST           global rank of each node's leader, by node index\n"
           "                           (default: local rank 0 of each node)\n"
+          "  --data-root DIR          no file of an image folder (dataset.path) is read from\n"
+          "                           outside DIR, through links neither (default: the\n"
+          "                           folder itself); pxagent passes the root it allowed\n"
+          "                           dataset.path under\n"
           "  --log-level L            error, warn, info or debug (default: PX_LOG_LEVEL, info)\n"
           "  --ca FILE                PEM CA bundle: TLS to the coordinator (default\n"
           "                           $PRUNEX_CA). The rank's secret, which the coordinator's\n"
@@ -148,7 +152,7 @@ static px_status_t pxw_parse_leaders(const pxw_args_t *a, int *leader);
 /* Returns -1 to go on, else the exit status. */
 static int pxw_parse_args(int argc, char **argv, pxw_args_t *a) {
   enum { O_COORD = 256, O_JOB, O_RANK, O_LRANK, O_WORLD, O_NODE, O_NODES, O_SPEC, O_DEVICE,
-         O_THREADS, O_WORK, O_METRICS, O_LEADERS, O_LOG, O_VERSION, O_CA };
+         O_THREADS, O_WORK, O_METRICS, O_LEADERS, O_LOG, O_VERSION, O_CA, O_DATA_ROOT };
   static const struct option opts[] = {
       {"coordinator", required_argument, NULL, O_COORD},
       {"job", required_argument, NULL, O_JOB},
@@ -163,6 +167,7 @@ static int pxw_parse_args(int argc, char **argv, pxw_args_t *a) {
       {"work-dir", required_argument, NULL, O_WORK},
       {"metrics-db", required_argument, NULL, O_METRICS},
       {"leaders", required_argument, NULL, O_LEADERS},
+      {"data-root", required_argument, NULL, O_DATA_ROOT},
       {"log-level", required_argument, NULL, O_LOG},
       {"ca", required_argument, NULL, O_CA},
       {"help", no_argument, NULL, 'h'},
@@ -189,6 +194,7 @@ static int pxw_parse_args(int argc, char **argv, pxw_args_t *a) {
       case O_WORK: a->work_dir = optarg; break;
       case O_METRICS: a->metrics_db = optarg; break;
       case O_LEADERS: a->leaders = optarg; break;
+      case O_DATA_ROOT: a->data_root = optarg; break;
       case O_RANK: target = &a->rank; break;
       case O_LRANK: target = &a->local_rank; break;
       case O_WORLD: target = &a->world; lo = 1; break;
@@ -312,6 +318,7 @@ static void pxw_train_config(const pxw_t *w, px_train_config_t *c) {
   c->rank = w->a.rank;
   c->world_size = w->a.world;
   c->device = w->device;
+  c->data_root = w->a.data_root;
   int P = w->a.world / w->a.num_nodes;
   if (w->a.threads > 0) c->threads = w->a.threads;
   else if (w->spec->cluster->threads_per_worker <= 0)

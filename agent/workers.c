@@ -290,6 +290,26 @@ static size_t pxa_spec_path(const pxa_agent_t *ag, const char *job_id, int attem
   return n < 0 ? cap : (size_t)n;
 }
 
+/* The root a read path p of the spec must stay under: for a relative p
+ * the job's directory (into jd[cap]), else the longest of this node's data
+ * roots (--data-root, default PXA_DEFAULT_DATA_ROOT) and its work directory
+ * that p is under; NULL when none. */
+static const char *pxa_read_root(const pxa_agent_t *ag, const Prunex__V1__Assignment *as,
+                                 const char *p, char *jd, size_t cap) {
+  if (p[0] != '/') {
+    snprintf(jd, cap, "%s/jobs/%s", ag->work_dir, as->job_id);
+    return jd;
+  }
+  static const char *const def[1] = {PXA_DEFAULT_DATA_ROOT};
+  const char *const *roots = ag->cfg.ndata_roots ? ag->cfg.data_roots : def;
+  int n = ag->cfg.ndata_roots ? ag->cfg.ndata_roots : 1;
+  const char *root = pxa_path_is_under(p, ag->work_dir) ? ag->work_dir : NULL;
+  for (int i = 0; i < n; i++)
+    if (pxa_path_is_under(p, roots[i]) && (!root || strlen(roots[i]) > strlen(root)))
+      root = roots[i];
+  return root;
+}
+
 /* dataset.path and model.onnx (what = the field) must be under one of this node's data roots (--data-root,
  * default PXA_DEFAULT_DATA_ROOT) or its work directory, without leaving it
  * through a link: jobs must not read what the agent's user can read
@@ -306,20 +326,17 @@ static px_status_t pxa_check_read_path(const pxa_agent_t *ag, const Prunex__V1__
     if (!e) break;
     c = e + 1;
   }
+  char jd[PXA_PATH_MAX + 200];
+  const char *root = pxa_read_root(ag, as, p, jd, sizeof jd);
   if (p[0] != '/') {
-    char jd[PXA_PATH_MAX + 200], full[2 * PXA_PATH_MAX + 200];
-    snprintf(jd, sizeof jd, "%s/jobs/%s", ag->work_dir, as->job_id);
+    char full[2 * PXA_PATH_MAX + 200];
     snprintf(full, sizeof full, "%s/%s", jd, p);
     return pxa_check_beneath(jd, full, what);
   }
-  const char *def[1] = {PXA_DEFAULT_DATA_ROOT};
-  const char *const *roots = ag->cfg.ndata_roots ? ag->cfg.data_roots : def;
-  int n = ag->cfg.ndata_roots ? ag->cfg.ndata_roots : 1;
-  const char *root = pxa_path_is_under(p, ag->work_dir) ? ag->work_dir : NULL;
-  for (int i = 0; i < n; i++)
-    if (pxa_path_is_under(p, roots[i]) && (!root || strlen(roots[i]) > strlen(root)))
-      root = roots[i];
   if (!root) {
+    const char *def[1] = {PXA_DEFAULT_DATA_ROOT};
+    const char *const *roots = ag->cfg.ndata_roots ? ag->cfg.data_roots : def;
+    int n = ag->cfg.ndata_roots ? ag->cfg.ndata_roots : 1;
     char list[1024] = "";
     for (int i = 0; i < n; i++)
       snprintf(list + strlen(list), sizeof list - strlen(list), "%s, ", roots[i]);
@@ -403,6 +420,7 @@ static px_status_t pxa_open_rank_log(pxa_job_t *job, pxa_worker_t *w, const char
 typedef struct {
   char *args[32];
   char rank[16], lrank[16], dev[16], world[16], node[16], nodes[16], thr[16], leaders[1024];
+  char droot[PXA_PATH_MAX + 200];
 } pxa_worker_argv_t;
 
 static void pxa_worker_argv(pxa_agent_t *ag, pxa_job_t *job, const pxa_worker_t *w,
@@ -434,6 +452,15 @@ static void pxa_worker_argv(pxa_agent_t *ag, pxa_job_t *job, const pxa_worker_t 
   if (v->leaders[0]) {
     v->args[n++] = "--leaders";
     v->args[n++] = v->leaders;
+  }
+  /* the root dataset.path was allowed under (pxa_check_read_path): the
+   * worker opens every file of an image folder beneath it (issue 49) */
+  const char *dp = as->spec->dataset ? as->spec->dataset->path : NULL;
+  const char *root = dp && dp[0] ? pxa_read_root(ag, as, dp, v->droot, sizeof v->droot) : NULL;
+  if (root) {
+    if (root != v->droot) snprintf(v->droot, sizeof v->droot, "%s", root);
+    v->args[n++] = "--data-root";
+    v->args[n++] = v->droot;
   }
   v->args[n] = NULL;
 }

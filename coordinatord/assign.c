@@ -6,6 +6,7 @@
 
 #include "db/db_core.h"
 #include "flow.h"
+#include "notify_policy.h"
 
 #include "prunex/check.h"
 
@@ -27,6 +28,7 @@ px_status_t coord_assignment_build(coord_t *c, coord_arena_t *a, const char *job
   as->action = (Prunex__V1__AssignmentAction)action;
   as->spec = spec;
   if (!as->job_id) return PX_ERR_NOMEM;
+  PX_CHECK(coord_spec_redact(a, spec)); /* nodes need no notify credentials (issue 49) */
   char **salts = NULL;
   PX_CHECK(coord_db_assignment_fill(c, a, node_id, as, &found, &salts));
   if (!found) return PX_OK;

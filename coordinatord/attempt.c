@@ -6,7 +6,9 @@
  * for its next attempt, placed on the same nodes when they are alive and
  * READY, else on others; when no restart is left it FAILS with the cause.
  * Preemption (coord_job_preempt) ends an attempt the same way without
- * using a restart.
+ * using a restart, and so does a fault whose cause is a node that cannot
+ * be reached while the job is being preempted (coord_job_fault_unreachable:
+ * the preemption would have ended the attempt anyway, issue 49).
  *
  * Everything here runs inside the caller's transaction and only writes
  * rows (db/); what must follow the commit the caller records in its
@@ -14,7 +16,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "db/control.h"
 #include "db/db_core.h"
+#include "db/sched.h"
 #include "flow.h"
 
 #include "prunex/check.h"
@@ -89,8 +93,20 @@ static px_status_t coord_fault_restart(coord_t *c, const char *job_id, int state
   return coord_job_set_state(c, job_id, state, JS_PENDING, reason);
 }
 
+/* The stop a preemption put in the job's last stored decision, cleared:
+ * a replay of that iteration (after a later fault) goes on. */
+static px_status_t coord_preempt_clear_stop(coord_t *c, coord_arena_t *a, const char *job_id) {
+  Prunex__V1__ControlDecision *d = NULL;
+  PX_CHECK(coord_db_control_decision(c, a, job_id, -1, &d));
+  if (!d || !d->stop || strcmp(d->stop_reason, "preempted") != 0) return PX_OK;
+  d->stop = 0;
+  d->stop_reason = (char *)"";
+  return coord_db_control_decision_put(c, job_id, d, 0);
+}
+
 px_status_t coord_job_preempt(coord_t *c, coord_arena_t *a, const char *job_id, int state,
                               const char *by, coord_fault_t *f) {
+  PX_CHECK(coord_preempt_clear_stop(c, a, job_id));
   memset(f, 0, sizeof *f);
   int attempt = 1, preemptions = 0;
   PX_CHECK(coord_db_job_attempts(c, job_id, &attempt, &preemptions));
@@ -143,10 +159,28 @@ px_status_t coord_job_fault(coord_t *c, coord_arena_t *a, const char *job_id, in
   return coord_job_release_nodes(c, job_id, why);
 }
 
+px_status_t coord_job_fault_unreachable(coord_t *c, coord_arena_t *a, const char *job_id,
+                                        int state, const char *reason, const char *avoid_node,
+                                        coord_fault_t *f) {
+  coord_db_pstop_t s;
+  int found = 0;
+  PX_CHECK(coord_db_sched_pstop_get(c, a, job_id, &s, &found));
+  if (!found) return coord_job_fault(c, a, job_id, state, reason, avoid_node, f);
+  char by[1600];
+  if (s.stopped == COORD_PSTOP_STOPPED)
+    snprintf(by, sizeof by, "%s; it stopped at its checkpoint of iteration %d, then %s", s.by,
+             s.stop_iteration, reason);
+  else
+    snprintf(by, sizeof by, "%s; before it stopped, %s", s.by, reason);
+  px_log(PX_LOG_INFO, "job %s: a node cannot be reached while it is preempted: queued again "
+         "as preempted, using no restart", job_id);
+  return coord_job_preempt(c, a, job_id, state, by, f);
+}
+
 px_status_t coord_job_fault_node(coord_t *c, coord_arena_t *a, const char *job_id, int state,
                                  const char *node_id, const char *reason, coord_fault_t *f) {
   PX_CHECK(coord_db_rank_exits_for_node(c, job_id, node_id, reason, coord_now_ms()));
-  return coord_job_fault(c, a, job_id, state, reason, node_id, f);
+  return coord_job_fault_unreachable(c, a, job_id, state, reason, node_id, f);
 }
 
 int coord_blame_gone_node(coord_t *c, const char *job_id, const char *reporter, char *reason,

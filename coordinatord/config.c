@@ -3,14 +3,16 @@
  * a YAML mapping (`key: value`), with the flags' names (listen, db,
  * advertise, heartbeat_timeout_ms, placement_timeout_ms, agent_grace_ms,
  * log_level, tls_cert, tls_key, tokens, retention_days, http, http_www,
- * http_js, http_max_per_address; dashes or underscores), and the
+ * http_js, http_max_per_address, http_max_per_proxy, http_trusted_proxies;
+ * dashes or underscores), and the
  * scheduling policy (issue 31; docs/operations.md): priority_weight_job,
  * priority_weight_fairshare, priority_weight_age, fairshare_half_life_s,
  * priority_max_age_s, max_running_nodes, max_queued_jobs,
  * time_limit_default_s, time_limit_max_s, preemption, preemption_grace_s,
  * and per user share.NAME,
  * max_running_nodes.NAME, max_queued_jobs.NAME; notifications notify_url
- * and notify_states. The policy and notifications are re-read on SIGHUP
+ * and notify_states, and where specs may send them, notify_allow and
+ * notify_public (issue 49, notify_policy.c). The policy and notifications are re-read on SIGHUP
  * (coord_config_reload_policy). */
 #include <errno.h>
 #include <limits.h>
@@ -19,9 +21,11 @@
 #include <string.h>
 
 #include "coord.h"
+#include "http.h"
 #include "prunex/check.h"
 #include "prunex/conf.h"
 #include "prunex/jobspec.h"
+#include "notify_policy.h"
 
 void coord_config_defaults(coord_config_t *cfg) {
   memset(cfg, 0, sizeof *cfg);
@@ -31,8 +35,10 @@ void coord_config_defaults(coord_config_t *cfg) {
   cfg->agent_grace_ms = COORD_DEFAULT_AGENT_GRACE_MS;
   cfg->log_level = -1;
   cfg->http_max_per_address = COORD_DEFAULT_HTTP_PER_ADDRESS;
+  cfg->http_max_per_proxy = COORD_DEFAULT_HTTP_PER_PROXY;
   coord_sched_policy_defaults(&cfg->sched);
   snprintf(cfg->notify_states, sizeof cfg->notify_states, "end");
+  cfg->notify_public = 1;
 }
 
 /* A decimal number in [lo, hi] (integers when integral), else an error
@@ -134,26 +140,10 @@ static px_status_t coord_copy(char *dst, size_t cap, const char *v, const char *
   return PX_OK;
 }
 
-static px_status_t coord_check_hostport(const char *v, const char *key, const char *where) {
-  const char *colon = strrchr(v, ':');
-  PX_REQUIRE(colon && colon != v && colon[1], "%s: %s = '%s': expected HOST:PORT", where, key, v);
-  char *end = NULL;
-  errno = 0;
-  long port = strtol(colon + 1, &end, 10);
-  PX_REQUIRE(errno == 0 && *end == '\0' && port >= 0 && port <= 65535,
-             "%s: %s = '%s': the port must be a number in 0..65535", where, key, v);
-  return PX_OK;
-}
-
-px_status_t coord_config_set(coord_config_t *cfg, const char *key_in, const char *value,
-                             const char *where) {
-  char key[COORD_SCHED_USER_NAME + 64];
-  snprintf(key, sizeof key, "%s", key_in);
-  /* dashes are underscores in the setting's name, not in a user's name */
-  for (char *p = key; *p && *p != '.'; p++)
-    if (*p == '-') *p = '_';
-  px_status_t pst = PX_OK;
-  if (coord_policy_set(&cfg->sched, key, value, where, &pst)) return pst;
+/* Notifications: notify_url, notify_states (issue 31), notify_allow
+ * (repeated lines add entries) and notify_public (issue 49). */
+static px_status_t coord_config_notify(coord_config_t *cfg, const char *key, const char *value,
+                                       const char *where) {
   if (!strcmp(key, "notify_url")) {
     PX_REQUIRE(px_jobspec_notify_url_ok(value) && value[0],
                "%s: notify_url = '%.80s': expected an http:// or https:// URL of at most 1024"
@@ -168,6 +158,72 @@ px_status_t coord_config_set(coord_config_t *cfg, const char *key_in, const char
     return coord_copy(cfg->notify_states, sizeof cfg->notify_states, value, "notify_states",
                       where);
   }
+  if (!strcmp(key, "notify_public")) {
+    int on = !strcmp(value, "on") || !strcmp(value, "true") || !strcmp(value, "yes");
+    int off = !strcmp(value, "off") || !strcmp(value, "false") || !strcmp(value, "no");
+    PX_REQUIRE(on || off, "%s: notify_public = '%.80s': expected on or off", where, value);
+    cfg->notify_public = on;
+    return PX_OK;
+  }
+  if (strcmp(key, "notify_allow") != 0)
+    return px_set_error(PX_ERR_INVALID, "%s: unknown setting '%s'", where, key);
+  char err[512];
+  PX_REQUIRE(coord_notify_allow_ok(value, err, sizeof err), "%s: notify_allow: %s", where, err);
+  size_t used = strlen(cfg->notify_allow);
+  PX_REQUIRE(used + strlen(value) + 2 <= sizeof cfg->notify_allow,
+             "%s: notify_allow: longer than %zu bytes in all", where,
+             sizeof cfg->notify_allow - 1);
+  snprintf(cfg->notify_allow + used, sizeof cfg->notify_allow - used, "%s%s", used ? " " : "",
+           value);
+  return PX_OK;
+}
+
+static px_status_t coord_check_hostport(const char *v, const char *key, const char *where) {
+  const char *colon = strrchr(v, ':');
+  PX_REQUIRE(colon && colon != v && colon[1], "%s: %s = '%s': expected HOST:PORT", where, key, v);
+  char *end = NULL;
+  errno = 0;
+  long port = strtol(colon + 1, &end, 10);
+  PX_REQUIRE(errno == 0 && *end == '\0' && port >= 0 && port <= 65535,
+             "%s: %s = '%s': the port must be a number in 0..65535", where, key, v);
+  return PX_OK;
+}
+
+/* The HTTP listener's budgets (issues 26 and 49; http.h):
+ * http_max_per_address, http_max_per_proxy, http_trusted_proxies. */
+static px_status_t coord_set_http_budget(coord_config_t *cfg, const char *key, const char *value,
+                                         const char *where) {
+  int *max = !strcmp(key, "http_max_per_address") ? &cfg->http_max_per_address
+             : !strcmp(key, "http_max_per_proxy") ? &cfg->http_max_per_proxy
+                                                  : NULL;
+  if (max) {
+    double v;
+    PX_CHECK(coord_number(value, 1, COORD_HTTP_MAX_CONNECTIONS, 1, key, where, &v));
+    *max = (int)v;
+    return PX_OK;
+  }
+  PX_REQUIRE(!strcmp(key, "http_trusted_proxies"), "%s: unknown setting '%s'", where, key);
+  coord_http_net_t nets[COORD_HTTP_MAX_PROXIES];
+  int n = 0;
+  if (coord_http_nets_parse(value, nets, COORD_HTTP_MAX_PROXIES, &n) != PX_OK) {
+    char why[256]; /* the message is rewritten in the buffer it is read from */
+    snprintf(why, sizeof why, "%s", px_last_error());
+    return px_set_error(PX_ERR_INVALID, "%s: http_trusted_proxies = '%s': %s", where, value, why);
+  }
+  return coord_copy(cfg->http_trusted_proxies, sizeof cfg->http_trusted_proxies, value,
+                    "http_trusted_proxies", where);
+}
+
+px_status_t coord_config_set(coord_config_t *cfg, const char *key_in, const char *value,
+                             const char *where) {
+  char key[COORD_SCHED_USER_NAME + 64];
+  snprintf(key, sizeof key, "%s", key_in);
+  /* dashes are underscores in the setting's name, not in a user's name */
+  for (char *p = key; *p && *p != '.'; p++)
+    if (*p == '-') *p = '_';
+  px_status_t pst = PX_OK;
+  if (coord_policy_set(&cfg->sched, key, value, where, &pst)) return pst;
+  if (!strncmp(key, "notify_", 7)) return coord_config_notify(cfg, key, value, where);
   if (!strcmp(key, "listen")) {
     PX_CHECK(coord_check_hostport(value, "listen", where));
     return coord_copy(cfg->listen, sizeof cfg->listen, value, "listen", where);
@@ -183,17 +239,8 @@ px_status_t coord_config_set(coord_config_t *cfg, const char *key_in, const char
   }
   if (!strcmp(key, "http_www"))
     return coord_copy(cfg->http_www, sizeof cfg->http_www, value, "http_www", where);
-  if (!strcmp(key, "http_max_per_address")) {
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(value, &end, 10);
-    PX_REQUIRE(errno == 0 && end != value && *end == '\0' && v >= 1 && v <= 1000,
-               "%s: http_max_per_address = '%s': expected connections from one address, "
-               "1 to 1000",
-               where, value);
-    cfg->http_max_per_address = (int)v;
-    return PX_OK;
-  }
+  if (!strncmp(key, "http_max_per_", 13) || !strcmp(key, "http_trusted_proxies"))
+    return coord_set_http_budget(cfg, key, value, where);
   if (!strcmp(key, "http_js"))
     return coord_copy(cfg->http_js, sizeof cfg->http_js, value, "http_js", where);
   if (!strcmp(key, "heartbeat_timeout_ms")) {
@@ -274,6 +321,8 @@ px_status_t coord_config_reload_policy(coord_config_t *cfg) {
     cfg->sched = fresh->sched;
     memcpy(cfg->notify_url, fresh->notify_url, sizeof cfg->notify_url);
     memcpy(cfg->notify_states, fresh->notify_states, sizeof cfg->notify_states);
+    memcpy(cfg->notify_allow, fresh->notify_allow, sizeof cfg->notify_allow);
+    cfg->notify_public = fresh->notify_public;
   }
   px_free(fresh);
   return st;

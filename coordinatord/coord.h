@@ -54,6 +54,7 @@ static inline int coord_job_active(int state) {
 #define COORD_DEFAULT_HEARTBEAT_TIMEOUT_MS 15000
 #define COORD_DEFAULT_PLACEMENT_TIMEOUT_MS 120000
 #define COORD_DEFAULT_AGENT_GRACE_MS 3000
+#define COORD_NOTIFY_ALLOW_LEN 4096 /* notify_allow (notify_policy.h) */
 
 typedef struct {
   char listen[256];
@@ -72,15 +73,20 @@ typedef struct {
   char http_www[4096];     /* dashboard files; "" : the installed ones */
   char http_js[4096];      /* JS libraries; "" : COORD_DEFAULT_HTTP_JS */
   int http_max_per_address; /* HTTP connections from one address (issue 26) */
+  int http_max_per_proxy;   /* ... from one address of http_trusted_proxies (issue 49) */
+  char http_trusted_proxies[1024]; /* addresses and CIDR blocks; "" : none */
   char config_path[4096];  /* --config FILE ("" : none): re-read on SIGHUP for the policy */
   coord_sched_policy_t sched; /* issue 31: priorities, fair share, quotas, time limits */
   char notify_url[1100];   /* every job's state changes are POSTed here ("" : none) */
   char notify_states[260]; /* which (px_jobspec_notify_states); default "end" */
+  char notify_allow[COORD_NOTIFY_ALLOW_LEN]; /* issue 49: where specs' notify.url may go */
+  int notify_public;       /* issue 49: 1 (default): also to any public address */
   int read_only;           /* --read-only: serve the queries of an existing database, change
                             * nothing (pxctl's offline reading, cli/pxctl_offline.c) */
 } coord_config_t;
 
 #define COORD_DEFAULT_HTTP_PER_ADDRESS 32
+#define COORD_DEFAULT_HTTP_PER_PROXY 256
 
 #define COORD_DEFAULT_HTTP_JS "/usr/share/javascript"
 
@@ -195,6 +201,7 @@ typedef struct {
   coord_identity_t who;    /* the caller of the handler now running (coord_authorize) */
   unsigned char secret_key[32]; /* rank secrets are HMACs under it (DB.key) */
   coord_notifier_t *notifier;   /* job notifications (notify.c) */
+  int own_ports[2];             /* issue 49: the gRPC and HTTP listeners' (0: none), never notified */
   coord_queue_t *queue;         /* the pending jobs, in step with the database */
 } coord_t;
 
@@ -336,8 +343,9 @@ px_status_t coord_job_fault(coord_t *c, coord_arena_t *a, const char *job_id, in
  * restart: nodes released, placement and rank secrets dropped, iteration
  * rows and stored decisions kept (the next attempt resumes from the newest
  * checkpoint its ranks hold, re-reports the iterations after it and gets
- * the very decisions back), and the job PENDING for attempt + 1 preferring
- * the same nodes (where its checkpoints are). In a transaction; f filled
+ * the very decisions back, less the stop the preemption put in the last
+ * one), and the job PENDING for attempt + 1 preferring the same nodes
+ * (where its checkpoints are). In a transaction; f filled
  * (f->restarted 1) for coord_fx_fault. */
 px_status_t coord_job_preempt(coord_t *c, coord_arena_t *a, const char *job_id, int state,
                               const char *by, coord_fault_t *f);
@@ -477,9 +485,10 @@ void coord_queue_set_reason(coord_t *c, const char *job_id, const char *reason);
 
 /* ---- notifications (notify.c) ------------------------------------------ */
 
-/* Starts the sender thread (libcurl). Caller owns *out. */
+/* Starts the sender threads (libcurl). Caller owns *out. */
 px_status_t coord_notifier_start(coord_notifier_t **out);
-/* Stops and joins it; queued notifications are dropped (logged). */
+/* Stops and joins them (POSTs in flight are aborted); queued notifications
+ * are dropped (logged). */
 void coord_notifier_stop(coord_notifier_t *n);
 /* After a job's state change (committed): queues the POSTs its spec's
  * notify and the coordinator's notify_url ask for, once per state. Never

@@ -43,9 +43,18 @@ px_status_t coord_assignment_build(coord_t *c, coord_arena_t *a, const char *job
 
 /* ---- attempt.c ------------------------------------------------------------- */
 
+/* A fault whose cause (reason) is a node that cannot be reached: for a
+ * job being preempted (asked to stop, or stopped and held: db/sched.h's
+ * preempt_stops) its attempt ends as the preemption's (coord_job_preempt,
+ * no restart used); otherwise coord_job_fault. In a transaction; f
+ * filled. */
+px_status_t coord_job_fault_unreachable(coord_t *c, coord_arena_t *a, const char *job_id,
+                                        int state, const char *reason, const char *avoid_node,
+                                        coord_fault_t *f);
+
 /* Ends the active job's attempt because of node_id: the node's ranks get
  * exit records saying reason, then the job restarts or fails
- * (coord_job_fault, avoiding the node). In a transaction. */
+ * (coord_job_fault_unreachable, avoiding the node). In a transaction. */
 px_status_t coord_job_fault_node(coord_t *c, coord_arena_t *a, const char *job_id, int state,
                                  const char *node_id, const char *reason, coord_fault_t *f);
 
@@ -75,5 +84,12 @@ px_status_t coord_preempt_step(coord_t *c, coord_arena_t *a, coord_effects_t *fx
  * write and read: 1, or 0 with the reason in err (-1 on a database
  * error). */
 int coord_submit_paths_ok(coord_t *c, const Prunex__V1__JobSpec *spec, char *err, size_t cap);
+/* The spec's notify.url against the coordinator's notify_allow and
+ * notify_public (issue 49, notify_policy.h): 1, or 0 with the call answered
+ * (PERMISSION_DENIED naming the address and why). Resolves the URL's host,
+ * waiting at most COORD_NOTIFY_SUBMIT_RESOLVE_MS; a name that gives no
+ * answer by then is accepted and checked when the notification is sent. */
+#define COORD_NOTIFY_SUBMIT_RESOLVE_MS 1000
+int coord_submit_notify_ok(coord_t *c, px_rpc_srv_call_t *call, const Prunex__V1__JobSpec *spec);
 
 #endif

@@ -17,12 +17,17 @@
  *   /api/v1/nodes             nodes, paged
  *
  * Limits (issue 26: idle sockets must not starve it): at most
- * COORD_HTTP_MAX_CONNECTIONS connections, at most per_address of them from
- * one address (MHD refuses the rest at accept), and a request's headers
- * must be in within COORD_HTTP_HEADER_DEADLINE_MS of the connection's start
- * (or of the end of its previous request): a slowloris client that sends a
- * byte now and then is cut by the reaper thread, which MHD's idle timeout
- * alone would not do. */
+ * COORD_HTTP_MAX_CONNECTIONS connections, and a request's headers must be
+ * in within COORD_HTTP_HEADER_DEADLINE_MS of the connection's start (or of
+ * the end of its previous request): a slowloris client that sends a byte
+ * now and then is cut by the reaper thread, which MHD's idle timeout alone
+ * would not do. Each address has a budget of connections (issue 49):
+ * per_address, or per_proxy for the trusted proxies' addresses (the
+ * reverse proxy of the documented deployment carries every remote client).
+ * At accept (http_accept), an address at its budget gets room by closing
+ * its connection idle the longest, so idle connections, however many,
+ * never keep a client of that address out; only when every one of them is
+ * serving a request is the new one refused. */
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -48,9 +53,10 @@
 typedef struct coord_http_conn {
   struct coord_http_conn *prev, *next;
   int fd;
+  coord_http_addr_t addr; /* the client's (the budget's key) */
   int64_t since_ms;  /* CLOCK_MONOTONIC: connection start or end of its last request */
   int waiting;       /* 1 while headers are awaited; 0 while a request is served */
-  int cut;           /* shut down by the reaper */
+  int cut;           /* shut down (the reaper, or http_accept to make room) */
   int linked;        /* in coord_http_t.conns */
 } coord_http_conn_t;
 
@@ -66,6 +72,10 @@ struct coord_http {
   pthread_t reaper;
   int reaper_started;
   coord_http_conn_t *conns;
+  /* Budgets (http_accept, MHD's thread; fixed after start). */
+  int per_address, per_proxy;
+  coord_http_net_t proxies[COORD_HTTP_MAX_PROXIES];
+  int nproxies;
   px_store_t *db;          /* read-only; used by the HTTP thread only */
   /* The HTTP side's own copy of the tokens file (NULL: no authentication),
    * swapped by coord_http_reload_tokens on the loop thread, read by the
@@ -121,10 +131,14 @@ static void http_on_connection(void *cls, struct MHD_Connection *conn, void **so
   if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
     const union MHD_ConnectionInfo *fi =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ai =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     coord_http_conn_t *hc = px_calloc(1, sizeof *hc, "coord.http.conn");
     *socket_context = hc;
-    if (!hc || !fi) return; /* no deadline for it: MHD's idle timeout still applies */
+    /* without it: no deadline (MHD's idle timeout still applies), not counted */
+    if (!hc || !fi) return;
     hc->fd = fi->connect_fd;
+    coord_http_addr_key(ai ? ai->client_addr : NULL, &hc->addr);
     hc->since_ms = http_mono_ms();
     hc->waiting = 1;
     hc->linked = 1;
@@ -146,6 +160,49 @@ static void http_on_connection(void *cls, struct MHD_Connection *conn, void **so
   }
   pthread_mutex_unlock(&h->cmu);
   px_free(hc);
+}
+
+/* MHD's thread, before it takes a connection from addr: yes while the
+ * address is within its budget, or when room is made by shutting down its
+ * connection that has waited longest for a request's headers (MHD then
+ * closes it; a cut connection no longer counts); no when every one of its
+ * connections is serving a request. Each such event is logged: the
+ * logger's limit on repeated lines keeps a flood of them to a few lines. */
+static enum MHD_Result http_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
+  (void)addrlen;
+  coord_http_t *h = cls;
+  coord_http_addr_t k;
+  coord_http_addr_key(addr, &k);
+  int proxy = coord_http_nets_match(h->proxies, h->nproxies, &k);
+  int budget = proxy ? h->per_proxy : h->per_address, held = 0;
+  int64_t idle_ms = 0;
+  coord_http_conn_t *idle = NULL;
+  pthread_mutex_lock(&h->cmu);
+  for (coord_http_conn_t *hc = h->conns; hc; hc = hc->next) {
+    if (hc->cut || hc->addr.family != k.family || memcmp(hc->addr.addr, k.addr, sizeof k.addr))
+      continue;
+    held++;
+    if (hc->waiting && (!idle || hc->since_ms < idle->since_ms)) idle = hc;
+  }
+  if (held >= budget && idle) {
+    shutdown(idle->fd, SHUT_RDWR);
+    idle->cut = 1;
+    idle_ms = http_mono_ms() - idle->since_ms;
+  }
+  pthread_mutex_unlock(&h->cmu);
+  if (held < budget) return MHD_YES;
+  char who[64];
+  coord_http_addr_str(&k, who, sizeof who);
+  if (idle) {
+    px_log(PX_LOG_INFO,
+           "http: %s holds its %d connections%s: closed the one idle longest (%lld ms) for a "
+           "new one",
+           who, budget, proxy ? " (a trusted proxy)" : "", (long long)idle_ms);
+    return MHD_YES;
+  }
+  px_log(PX_LOG_WARN, "http: refused a connection from %s: its %d connections%s are all serving "
+         "requests", who, budget, proxy ? " (a trusted proxy)" : "");
+  return MHD_NO;
 }
 
 /* MHD's thread: the headers of a request are in (its first handler call),
@@ -377,10 +434,19 @@ px_status_t coord_http_reload_tokens(coord_http_t *h) {
 }
 
 px_status_t coord_http_start(const char *listen, const char *db_path, const char *www_dir,
-                             const char *js_dir, const char *tokens_path, int per_address,
-                             coord_http_t **out) {
+                             const char *js_dir, const char *tokens_path,
+                             const coord_http_limits_t *lim, coord_http_t **out) {
   *out = NULL;
-  assert(per_address >= 1);
+  assert(lim->per_address >= 1 && lim->per_proxy >= 1);
+  coord_http_net_t proxies[COORD_HTTP_MAX_PROXIES] = {{0}};
+  int nproxies = 0;
+  if (lim->trusted_proxies &&
+      coord_http_nets_parse(lim->trusted_proxies, proxies, COORD_HTTP_MAX_PROXIES, &nproxies) !=
+          PX_OK) {
+    char why[256]; /* the message is rewritten in the buffer it is read from */
+    snprintf(why, sizeof why, "%s", px_last_error());
+    return px_set_error(PX_ERR_INVALID, "http_trusted_proxies: %s", why);
+  }
   const char *colon = strrchr(listen, ':');
   PX_REQUIRE(colon, "http = '%s': expected HOST:PORT", listen);
   char host[256];
@@ -405,6 +471,10 @@ px_status_t coord_http_start(const char *listen, const char *db_path, const char
     freeaddrinfo(ai);
     return PX_ERR_NOMEM;
   }
+  h->per_address = lim->per_address;
+  h->per_proxy = lim->per_proxy;
+  memcpy(h->proxies, proxies, sizeof proxies);
+  h->nproxies = nproxies;
   snprintf(h->www, sizeof h->www, "%s", www_dir);
   snprintf(h->js, sizeof h->js, "%s", js_dir);
   pthread_mutex_init(&h->mu, NULL);
@@ -433,10 +503,11 @@ px_status_t coord_http_start(const char *listen, const char *db_path, const char
 
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_POLL;
   if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+  /* the budgets per address are http_accept's (MHD's per-IP limit has one
+   * figure for all and refuses rather than closing an idle connection) */
   h->d = MHD_start_daemon(
-      flags, 0, NULL, NULL, http_answer, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+      flags, 0, http_accept, h, http_answer, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)COORD_HTTP_MAX_CONNECTIONS,
-      MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)per_address,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)COORD_HTTP_IDLE_TIMEOUT_S,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
       MHD_OPTION_NOTIFY_CONNECTION, http_on_connection, h,

@@ -17,8 +17,10 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "prunex/px.h"
+#include "prunex/text.h"
 
 /* ---- RPC statistics (service.c; written on the loop thread, read by
  * /metrics on the HTTP thread) ------------------------------------------- */
@@ -82,23 +84,63 @@ int coord_http_metrics(px_store_t *db, int64_t started_unix_ms, coord_hbuf_t *ou
 
 typedef struct coord_http coord_http_t;
 
-/* Connection limits (issue 26): far more connections than any honest set of
- * clients needs, at most per_address (http_max_per_address) from one
- * address, a request's headers within the deadline, idle ones closed. */
+/* Connection limits (issues 26 and 49): far more connections than any
+ * honest set of clients needs; each address has a budget, per_address
+ * (http_max_per_address), or per_proxy (http_max_per_proxy) for the
+ * addresses of trusted_proxies; a request's headers within the deadline.
+ * A connection from an address at its budget closes that address's
+ * connection idle the longest (waiting for its first request's headers or
+ * between requests), so idle connections never keep a client out; it is
+ * refused only when all of them are serving requests. */
 #define COORD_HTTP_MAX_CONNECTIONS 1000
 #define COORD_HTTP_HEADER_DEADLINE_MS 5000
 #define COORD_HTTP_IDLE_TIMEOUT_S 30
+#define COORD_HTTP_MAX_PROXIES 16
+
+/* An address of a connection: AF_INET (addr[0..3]) or AF_INET6; an
+ * IPv4-mapped IPv6 address is its IPv4 address. */
+typedef struct {
+  int family;
+  unsigned char addr[16];
+} coord_http_addr_t;
+
+/* An address or CIDR block of http_trusted_proxies. */
+typedef struct {
+  int family;
+  unsigned char addr[16];
+  int bits; /* prefix length: 32 or 128 for one address */
+} coord_http_net_t;
+
+/* Parses "127.0.0.1, ::1 10.1.0.0/16" (commas or blanks between entries)
+ * into out[max]; *n entries. PX_ERR_INVALID naming the bad entry (the
+ * caller adds the setting's name). (http_nets.c) */
+px_status_t coord_http_nets_parse(const char *list, coord_http_net_t *out, int max, int *n);
+/* The key of an AF_INET or AF_INET6 sockaddr (any other: family 0). */
+void coord_http_addr_key(const struct sockaddr *sa, coord_http_addr_t *k);
+/* 1 when k is in one of nets[n]. */
+int coord_http_nets_match(const coord_http_net_t *nets, int n, const coord_http_addr_t *k);
+/* k as text ("127.0.0.1", "::1"; "?" for family 0) into out[cap]. */
+void coord_http_addr_str(const coord_http_addr_t *k, char *out, size_t cap);
+
+/* The listener's limits: budgets per address (>= 1) and the trusted
+ * proxies ("" : none), as http_trusted_proxies spells them. */
+typedef struct {
+  int per_address;
+  int per_proxy;
+  const char *trusted_proxies;
+} coord_http_limits_t;
 
 /* Starts the HTTP listener on listen ("HOST:PORT"; port 0 picks a free
  * one), reading db_path read-only, serving the dashboard from www_dir and
  * the charting library from js_dir. With tokens_path (the coordinator's
  * tokens file; NULL or "": none) /metrics and /api/v1 need a user or admin
- * bearer token. per_address (>= 1) caps the connections from one address. Fails with PX_ERR_IO when the address cannot be bound or
- * the database not opened, PX_ERR_INVALID for a bad tokens file. *out is
- * owned by the caller: coord_http_stop frees it. */
+ * bearer token. lim sets the connection budgets (read during the call
+ * only). Fails with PX_ERR_IO when the address cannot be bound or the
+ * database not opened, PX_ERR_INVALID for a bad tokens file or proxy list.
+ * *out is owned by the caller: coord_http_stop frees it. */
 px_status_t coord_http_start(const char *listen, const char *db_path, const char *www_dir,
-                             const char *js_dir, const char *tokens_path, int per_address,
-                             coord_http_t **out);
+                             const char *js_dir, const char *tokens_path,
+                             const coord_http_limits_t *lim, coord_http_t **out);
 /* Re-reads the tokens file into the listener's copy (SIGHUP, loop thread);
  * on failure the old tokens stay. */
 px_status_t coord_http_reload_tokens(coord_http_t *h);

@@ -12,6 +12,7 @@
 #include "db/control.h"
 #include "db/db_core.h"
 #include "flow.h"
+#include "notify_policy.h"
 
 #include "prunex/check.h"
 #include "prunex/jobspec.h"
@@ -99,6 +100,7 @@ void coord_rpc_submit_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, 
     px_rpc_srv_finish(call, PX_RPC_PERMISSION_DENIED, "%s", err);
     return;
   }
+  if (!coord_submit_notify_ok(c, call, r->spec)) return; /* issue 49 */
   if (r->spec->n_sweep > 0) {
     coord_sweep_submit(c, call, r); /* one job per combination (sweep.c) */
     return;
@@ -185,6 +187,7 @@ void coord_rpc_get_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, voi
   Prunex__V1__Job *job;
   px_status_t rc = coord_job_load_ex(c, &a, r->job_id, r->include_spec_yaml, &job);
   if (rc == PX_OK && job && (int)job->state == JS_PENDING) rc = coord_job_queue_place(c, &a, job);
+  if (rc == PX_OK) rc = coord_job_redact(&a, &c->who, job); /* issue 49 */
   if (rc != PX_OK) coord_fail_internal(c, call);
   else if (!job) px_rpc_srv_finish(call, PX_RPC_NOT_FOUND, "job %s not found", r->job_id);
   else px_rpc_srv_reply(call, &job->base);
@@ -257,6 +260,7 @@ void coord_rpc_list_jobs(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, v
       }
       Prunex__V1__Job *j = NULL;
       rc = coord_job_load_ex(c, &a, ids[i], r->include_spec_yaml, &j);
+      if (rc == PX_OK) rc = coord_job_redact(&a, &c->who, j); /* issue 49 */
       if (rc == PX_OK && j) {
         rows[resp.n_jobs] = rowids[i];
         resp.jobs[resp.n_jobs++] = j;
@@ -289,7 +293,8 @@ void coord_rpc_watch_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, v
   coord_arena_t a;
   coord_arena_init(&a);
   Prunex__V1__Job *job;
-  if (coord_job_load(c, &a, r->job_id, &job) != PX_OK) {
+  if (coord_job_load(c, &a, r->job_id, &job) != PX_OK ||
+      coord_job_redact(&a, &c->who, job) != PX_OK) {
     coord_fail_internal(c, call);
   } else if (!job) {
     px_rpc_srv_finish(call, PX_RPC_NOT_FOUND, "job %s not found", r->job_id);
@@ -509,8 +514,12 @@ static px_status_t coord_rank_exit(coord_t *c, coord_arena_t *a, const Prunex__V
      * the first cause: the node is. */
     int blamed = coord_blame_gone_node(c, r->job_id, r->node_id, reason, sizeof reason);
     if (blamed < 0) return blamed;
-    /* Restarted while restarts remain, else FAILED. */
-    PX_CHECK(coord_job_fault(c, a, r->job_id, state, reason, NULL, f));
+    /* Restarted while restarts remain, else FAILED (a gone node of a job
+     * being preempted: queued again as preempted). */
+    if (blamed)
+      PX_CHECK(coord_job_fault_unreachable(c, a, r->job_id, state, reason, NULL, f));
+    else
+      PX_CHECK(coord_job_fault(c, a, r->job_id, state, reason, NULL, f));
     if (f->restarted) *to = JS_PENDING;
     return PX_OK;
   } else {

@@ -26,6 +26,7 @@
 /* The service manager's watchdog keep-alive (px_service.h): loop thread. */
 static px_service_watchdog_t coord_watchdog;
 #include "http.h"
+#include "notify_policy.h"
 
 static void coord_usage(FILE *f) {
   fprintf(f,
@@ -36,7 +37,8 @@ static void coord_usage(FILE *f) {
           "                [--tls-cert FILE --tls-key FILE] [--tokens FILE]\n"
           "                [--retention-days N] [--read-only]\n"
           "                [--http HOST:PORT [--http-www DIR] [--http-js DIR]\n"
-          "                 [--http-max-per-address N]]\n"
+          "                 [--http-max-per-address N] [--http-trusted-proxies LIST]\n"
+          "                 [--http-max-per-proxy N]]\n"
           "\n"
           "The PruneX coordinator: node registry, job queue and scheduler, rendezvous\n"
           "store, H-SADMM controller and metrics, served over gRPC (prunex.v1).\n"
@@ -77,8 +79,13 @@ static void coord_usage(FILE *f) {
           "  --http-js DIR            JavaScript libraries from Debian packages\n"
           "                           (default %s; Chart.js from libjs-chart.js)\n"
           "  --http-max-per-address N at most N HTTP connections from one address\n"
-          "                           (default %d; of %d in all); raise it behind a\n"
-          "                           reverse proxy, whose connections share one address\n"
+          "                           (default %d; of %d in all); at the limit a new\n"
+          "                           one closes that address's longest idle one\n"
+          "  --http-trusted-proxies LIST  addresses and CIDR blocks of reverse proxies\n"
+          "                           (\"127.0.0.2, ::1\"; default none): their own,\n"
+          "                           larger budget of connections\n"
+          "  --http-max-per-proxy N   at most N HTTP connections from each trusted\n"
+          "                           proxy address (default %d)\n"
           "  --read-only              serve the queries (GetJob, ListJobs, GetIterations,\n"
           "                           GetRankLog, ...) of an existing database and change\n"
           "                           nothing: no scheduling, no node timeouts, every\n"
@@ -97,7 +104,8 @@ static void coord_usage(FILE *f) {
           "(database, address), 2 bad flags or configuration.\n",
           COORD_DEFAULT_LISTEN, COORD_DEFAULT_HEARTBEAT_TIMEOUT_MS,
           COORD_DEFAULT_PLACEMENT_TIMEOUT_MS, COORD_DEFAULT_AGENT_GRACE_MS, PX_WWW_DIR,
-          COORD_DEFAULT_HTTP_JS, COORD_DEFAULT_HTTP_PER_ADDRESS, COORD_HTTP_MAX_CONNECTIONS);
+          COORD_DEFAULT_HTTP_JS, COORD_DEFAULT_HTTP_PER_ADDRESS, COORD_HTTP_MAX_CONNECTIONS,
+          COORD_DEFAULT_HTTP_PER_PROXY);
 }
 
 static int coord_bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -129,6 +137,8 @@ static const char *coord_flag_key(const char *flag) {
       {"--http-www", "http_www"},
       {"--http-js", "http_js"},
       {"--http-max-per-address", "http_max_per_address"},
+      {"--http-trusted-proxies", "http_trusted_proxies"},
+      {"--http-max-per-proxy", "http_max_per_proxy"},
   };
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
     if (!strcmp(flag, map[i][0])) return map[i][1];
@@ -312,6 +322,7 @@ static void coord_on_sighup(uv_signal_t *h, int signum) {
       px_log(PX_LOG_ERROR, "SIGHUP: %s (the previous scheduling policy stays in force)",
              px_last_error());
     else px_log(PX_LOG_INFO, "SIGHUP: scheduling policy re-read from %s", c->cfg.config_path);
+    coord_notify_policy_update(c); /* issue 49: the senders' copy of notify_allow */
     if (!c->cfg.read_only) coord_schedule(c); /* quotas or shares may let jobs start now */
   }
   if (!c->cfg.tokens[0]) {
@@ -462,8 +473,10 @@ static int coord_open_state(coord_t *c, int *lock_fd) {
  * coordinator. */
 static void coord_start_http(coord_t *c) {
   const char *js = c->cfg.http_js[0] ? c->cfg.http_js : COORD_DEFAULT_HTTP_JS;
-  if (coord_http_start(c->cfg.http, c->cfg.db, coord_www_dir(&c->cfg), js, c->cfg.tokens,
-                       c->cfg.http_max_per_address, &c->http) != PX_OK) {
+  coord_http_limits_t lim = {c->cfg.http_max_per_address, c->cfg.http_max_per_proxy,
+                             c->cfg.http_trusted_proxies};
+  if (coord_http_start(c->cfg.http, c->cfg.db, coord_www_dir(&c->cfg), js, c->cfg.tokens, &lim,
+                       &c->http) != PX_OK) {
     fprintf(stderr, "pxcoordd: %s\n", px_last_error());
     c->exit_code = 1;
     coord_stop(c, "the HTTP listener could not start");
@@ -471,6 +484,7 @@ static void coord_start_http(coord_t *c) {
   }
   const char *colon = strrchr(c->cfg.http, ':');
   printf("http on %.*s:%d\n", (int)(colon - c->cfg.http), c->cfg.http, coord_http_port(c->http));
+  c->own_ports[1] = coord_http_port(c->http);
   fflush(stdout);
   px_log(PX_LOG_INFO, "HTTP (metrics, JSON, dashboard from %s) on port %d",
          coord_www_dir(&c->cfg), coord_http_port(c->http));
@@ -515,6 +529,8 @@ int main(int argc, char **argv) {
   if (rc >= 0) return rc;
   if (c.cfg.log_level >= 0) px_log_set_level((px_log_level_t)c.cfg.log_level);
   else if (!getenv("PX_LOG_LEVEL")) px_log_set_level(PX_LOG_INFO);
+  /* a daemon: a cause repeated past the burst is counted, not written (issue 49) */
+  px_log_set_rate(PX_LOG_RATE_BURST, PX_LOG_RATE_INTERVAL_MS);
   int lock_fd;
   if ((rc = coord_open_state(&c, &lock_fd)) >= 0) return rc;
 
@@ -539,6 +555,7 @@ int main(int argc, char **argv) {
   }
   int port = px_rpc_server_port(c.srv);
   coord_advertise(&c, port);
+  c.own_ports[0] = port;
   /* job notifications: a sender thread, whether or not any job asks yet */
   if (!c.cfg.read_only && coord_notifier_start(&c.notifier) != PX_OK)
     px_log(PX_LOG_ERROR, "%s: jobs will not be notified", px_last_error());

@@ -27,8 +27,10 @@
  * it with the decisions stored for them (the restart path's guarantee).
  * A victim with comm.overlap is never asked: a stop where no checkpoint
  * was planned would change its exchange's arithmetic, so its attempt is
- * cancelled as soon as the other victims have stopped. One preemption is
- * under way at a time. */
+ * cancelled as soon as the other victims have stopped. A victim whose node
+ * cannot be reached meanwhile (lost, its agent gone) is queued again at
+ * once, as preempted too: it uses no restart (attempt.c, issue 49). One
+ * preemption is under way at a time. */
 #include <stdio.h>
 #include <string.h>
 
@@ -80,17 +82,6 @@ static px_status_t coord_preempt_ask(coord_t *c, coord_arena_t *a, const coord_s
   return PX_OK;
 }
 
-/* The stop the preemption put in the job's last stored decision, cleared:
- * a replay of that iteration (after a later fault) goes on. */
-static px_status_t coord_preempt_clear_stop(coord_t *c, coord_arena_t *a, const char *job_id) {
-  Prunex__V1__ControlDecision *d = NULL;
-  PX_CHECK(coord_db_control_decision(c, a, job_id, -1, &d));
-  if (!d || !d->stop || strcmp(d->stop_reason, "preempted") != 0) return PX_OK;
-  d->stop = 0;
-  d->stop_reason = (char *)"";
-  return coord_db_control_decision_put(c, job_id, d, 0);
-}
-
 /* In a transaction: the victims s[0..n) queued again (their old attempts'
  * nodes told to stop first), and the job they were preempted for placed on
  * the nodes freed if it still waits; what must follow into fx. */
@@ -107,8 +98,7 @@ static px_status_t coord_preempt_finish(coord_t *c, coord_arena_t *a, coord_effe
     else
       snprintf(by, sizeof by, "%s; it did not stop within %lld s of being asked, cancelled",
                s[k].by, (long long)c->cfg.sched.preempt_grace_s);
-    coord_fault_t f;
-    PX_CHECK(coord_preempt_clear_stop(c, a, s[k].job_id));
+    coord_fault_t f; /* the stop leaves its stored decision there (attempt.c) */
     PX_CHECK(coord_job_preempt(c, a, s[k].job_id, s[k].state, by, &f));
     PX_CHECK(coord_fx_fault(fx, s[k].job_id, &f));
   }

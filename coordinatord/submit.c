@@ -6,6 +6,7 @@
 
 #include "db/db_core.h"
 #include "flow.h"
+#include "notify_policy.h"
 
 #include "prunex/check.h"
 #include "prunex/jobspec.h"
@@ -172,4 +173,28 @@ int coord_submit_paths_ok(coord_t *c, const Prunex__V1__JobSpec *spec, char *err
   int ok = coord_path_ok(c, spec->output_dir, 0, err, cap);
   if (ok > 0 && spec->dataset) ok = coord_path_ok(c, spec->dataset->path, 1, err, cap);
   return ok;
+}
+
+int coord_submit_notify_ok(coord_t *c, px_rpc_srv_call_t *call, const Prunex__V1__JobSpec *spec) {
+  const char *url = spec->notify && spec->notify->url ? spec->notify->url : "";
+  if (!url[0]) return 1;
+  coord_notify_policy_t *p = px_malloc(sizeof *p, "coordd.notify");
+  coord_notify_dest_t *d = px_malloc(sizeof *d, "coordd.notify");
+  char why[1600] = "out of memory";
+  int ok = p && d ? 1 : -2;
+  if (p && d) {
+    coord_notify_policy_get(c, p);
+    ok = coord_notify_check(p, url, COORD_NOTIFY_SUBMIT_RESOLVE_MS, d, why, sizeof why);
+  }
+  px_free(p);
+  px_free(d);
+  if (ok == -2) {
+    coord_fail_internal(c, call);
+    return 0;
+  }
+  if (ok < 0) px_log(PX_LOG_INFO, "SubmitJob: %s; checked again when sent", why);
+  if (ok != 0) return 1;
+  px_log(PX_LOG_INFO, "SubmitJob refused: %s", why);
+  px_rpc_srv_finish(call, PX_RPC_PERMISSION_DENIED, "%s", why);
+  return 0;
 }

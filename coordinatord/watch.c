@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "flow.h"
+#include "notify_policy.h"
 
 void coord_job_changed(coord_t *c, const char *job_id, const Prunex__V1__IterationReport *latest) {
   coord_notify_job(c, job_id); /* a state change: its notifications (issue 31) */
@@ -25,12 +26,22 @@ void coord_job_changed(coord_t *c, const char *job_id, const Prunex__V1__Iterati
   up.job = job;
   up.latest = (Prunex__V1__IterationReport *)latest;
   int end = coord_job_terminal(job->state);
-  coord_watch_t *w = c->job_watches, *next;
-  for (; w; w = next) {
-    next = w->next;
-    if (strcmp(w->id, job_id) != 0) continue;
-    px_rpc_srv_send(w->call, &up.base);
-    if (end) coord_watch_close(c, w);
+  /* first the watchers who may see the whole job, then the others with
+   * its notify URL's secrets hidden (issue 49) */
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1 && coord_job_redact(&a, &(coord_identity_t){.role = COORD_ROLE_NODE}, job) !=
+                         PX_OK) {
+      px_log(PX_LOG_ERROR, "job %s: cannot tell its watchers: %s", job_id, px_last_error());
+      break;
+    }
+    coord_watch_t *w = c->job_watches, *next;
+    for (; w; w = next) {
+      next = w->next;
+      if (strcmp(w->id, job_id) != 0 || coord_job_visible(&w->who, job->owner) != !pass)
+        continue;
+      px_rpc_srv_send(w->call, &up.base);
+      if (end) coord_watch_close(c, w);
+    }
   }
   coord_arena_free(&a);
 }

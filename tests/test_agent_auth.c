@@ -11,7 +11,8 @@
  * that ran without a usable checkpoint because one node could not write
  * says so when it ends, while the other node kept only keep + 1 files; a
  * dataset.path outside the agents' data roots (or leading out of one
- * through a link) is refused before anything runs. */
+ * through a link) is refused before anything runs, and an image folder's
+ * links out of the root are skipped by name (issue 49). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -175,8 +176,9 @@ static void test_output_dir_outside_the_agents_roots_is_refused_at_submit(void *
 /* ROOT/evil -> ELSEWHERE: output_dir ROOT/evil/m is textually under the
  * agents' --output-root, so the coordinator accepts it; the agents resolve
  * it beneath ROOT (openat2 RESOLVE_BENEATH) and refuse it, naming the link,
- * before any worker runs: the job fails and ELSEWHERE stays empty. A link
- * that stays inside ROOT is fine. */
+ * before any worker runs: the job fails and ELSEWHERE stays empty. An
+ * absolute link to a place inside ROOT is refused as well, saying so; a
+ * relative link that stays inside ROOT is fine. */
 static void test_output_dir_through_a_link_out_of_the_root_is_refused(void **state) {
   (void)state;
   char elsewhere[400], evil[400], out[450], job[64];
@@ -200,11 +202,27 @@ static void test_output_dir_through_a_link_out_of_the_root_is_refused(void **sta
   snprintf(m, sizeof m, "%s/m", elsewhere);
   assert_int_equal(access(m, F_OK), -1); /* nothing made through the link */
 
-  /* a relative link inside the root is followed */
+  /* an absolute link to a place inside the root is refused too, and the
+   * reason says so instead of "leads out" (issue 49) */
   char inside[400], link[400];
   snprintf(inside, sizeof inside, "%s/real", F->root);
-  snprintf(link, sizeof link, "%s/alias", F->root);
+  snprintf(link, sizeof link, "%s/absolute", F->root);
   assert_int_equal(mkdir(inside, 0755), 0);
+  assert_int_equal(symlink(inside, link), 0);
+  snprintf(out, sizeof out, "%s/m", link);
+  if (pxt_job_submit(F->alice, &j, job, sizeof job) != PX_OK)
+    fail_msg("submit: %s", px_last_error());
+  s = pxt_wait_job(F->alice, job, 0, 30000);
+  pxt_job_reason(F->alice, job, reason, sizeof reason);
+  if (s != PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED || strstr(reason, "leads out") ||
+      !strstr(reason, "through an absolute symbolic link") || !strstr(reason, link) ||
+      !strstr(reason, "must be relative"))
+    fail_msg("job state %d, reason: %s", s, reason);
+  snprintf(m, sizeof m, "%s/m", inside);
+  assert_int_equal(access(m, F_OK), -1);
+
+  /* a relative link inside the root is followed */
+  snprintf(link, sizeof link, "%s/alias", F->root);
   assert_int_equal(symlink("real", link), 0);
   snprintf(out, sizeof out, "%s/m", link);
   if (pxt_job_submit(F->alice, &j, job, sizeof job) != PX_OK)
@@ -317,6 +335,109 @@ static void test_a_job_without_usable_checkpoints_says_so(void **state) {
   if (n > 2 || !has0) fail_msg("rank 0 holds %d checkpoint files (iteration 0: %d)", n, has0);
 }
 
+/* An image folder under the agents' data root (issue 49): its files are
+ * opened beneath that root, which pxagent passes to pxworker (--data-root).
+ * A link to an image outside the root is skipped by its name, its pixels
+ * and size read by no one; a link into a pool elsewhere under the root (but
+ * outside the folder) decodes, which it would not if the worker had only
+ * the folder as its root. Needs /usr/bin/python3 with OpenCV for the
+ * images (tests/image_fixture.py). */
+static void test_an_image_folder_reads_nothing_outside_the_data_root(void **state) {
+  (void)state;
+  char fx[400], dir[400], p[600], t[600], outside[64], cmd[1200], job[64], reason[2048];
+  snprintf(fx, sizeof fx, "%s/imgfx", F->d.dir);
+  snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/image_fixture.py %s >/dev/null 2>&1",
+           PX_SOURCE_DIR, fx);
+  if (system(cmd) != 0) {
+    print_message("needs /usr/bin/python3 with python3-opencv (scripts/bootstrap)\n");
+    skip();
+  }
+  snprintf(outside, sizeof outside, "/tmp/px_outside_XXXXXX");
+  assert_non_null(mkdtemp(outside));
+  snprintf(cmd, sizeof cmd, "cp %s/wide.png %s/private.png", fx, outside);
+  assert_int_equal(system(cmd), 0);
+  snprintf(p, sizeof p, "%s/pool", F->d.dir);
+  assert_int_equal(mkdir(p, 0755), 0);
+  snprintf(p, sizeof p, "%s/pool/shared.jpg", F->d.dir);
+  snprintf(t, sizeof t, "%s/smooth.jpg", fx);
+  assert_int_equal(symlink(t, p), 0);
+  snprintf(dir, sizeof dir, "%s/folder", F->d.dir);
+  assert_int_equal(mkdir(dir, 0755), 0);
+  const char *splits[2] = {"train", "val"}, *classes[2] = {"a", "b"};
+  for (int s = 0; s < 2; s++) {
+    snprintf(p, sizeof p, "%s/%s", dir, splits[s]);
+    assert_int_equal(mkdir(p, 0755), 0);
+    for (int c = 0; c < 2; c++) {
+      snprintf(p, sizeof p, "%s/%s/%s", dir, splits[s], classes[c]);
+      assert_int_equal(mkdir(p, 0755), 0);
+      for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/%s/%s/%d.png", dir, splits[s], classes[c], i);
+        snprintf(t, sizeof t, "%s/rgb40.png", fx);
+        assert_int_equal(symlink(t, p), 0); /* fx is under the root too */
+      }
+    }
+  }
+  snprintf(p, sizeof p, "%s/train/a/zz_out.png", dir);
+  snprintf(t, sizeof t, "%s/private.png", outside);
+  assert_int_equal(symlink(t, p), 0);
+  snprintf(p, sizeof p, "%s/train/b/zz_pool.jpg", dir);
+  assert_int_equal(symlink("../../../pool/shared.jpg", p), 0);
+
+  pxt_job_t j;
+  pxt_job_init(&j, NULL, NODES, WORKERS, 1, 1);
+  j.dataset.name = "folder";
+  j.dataset.path = dir;
+  j.dataset.image_size = 8;
+  j.dataset.channels = 3;
+  j.dataset.max_skipped = 0.2; /* 1 of 10 */
+  j.train.batch_size = 2;
+  if (pxt_job_submit(F->alice, &j, job, sizeof job) != PX_OK)
+    fail_msg("submit: %s", px_last_error());
+  int s = pxt_wait_job(F->alice, job, 0, 200000);
+  pxt_job_reason(F->alice, job, reason, sizeof reason);
+  if (s != PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED) {
+    dump_all();
+    fail_msg("job state %d: %s", s, reason);
+  }
+  /* the node's cache of the training split: 10 files, the link out (only)
+   * skipped, the agent's user's alone. The header: magic[8], version,
+   * channels, size, num_classes (uint32), n, files, skipped (uint64). */
+  snprintf(p, sizeof p, "%s/.prunex-cache/train-3x8x8.pxc", dir);
+  uint64_t counts[3] = {0, 0, 0};
+  int fd = open(p, O_RDONLY);
+  assert_true(fd >= 0);
+  assert_int_equal(pread(fd, counts, sizeof counts, 24), (ssize_t)sizeof counts);
+  struct stat sb;
+  assert_int_equal(fstat(fd, &sb), 0);
+  close(fd);
+  if (counts[0] != 9 || counts[1] != 10 || counts[2] != 1)
+    fail_msg("cache %s: n %llu, files %llu, skipped %llu", p, (unsigned long long)counts[0],
+             (unsigned long long)counts[1], (unsigned long long)counts[2]);
+  assert_int_equal(sb.st_mode & 0777, 0600);
+  /* the rank that built the cache names the link out in its log (unless
+   * the agents were started with PX_LOG_LEVEL=error, as under ctest); no
+   * log names the pool's link or the outside file's path */
+  const char *lvl = getenv("PX_LOG_LEVEL");
+  int warns = !lvl || strcmp(lvl, "error") != 0;
+  static char log[1 << 16];
+  int logs = 0, named = 0;
+  for (int a = 0; a < NODES; a++) {
+    for (int r = 0; r < NODES * WORKERS; r++) {
+      snprintf(p, sizeof p, "%s/jobs/%s/rank-%d.log", F->a[a].work, job, r);
+      if (access(p, F_OK) != 0) continue;
+      logs++;
+      pxt_read_file(p, log, sizeof log);
+      named += strstr(log, "train/a/zz_out.png: a link that leads outside the data root") != NULL;
+      if (strstr(log, "zz_pool") || strstr(log, outside)) fail_msg("%s:\n%s", p, log);
+    }
+  }
+  assert_int_equal(logs, NODES * WORKERS);
+  if (warns) assert_true(named >= 1);
+  snprintf(p, sizeof p, "%s/private.png", outside);
+  unlink(p);
+  rmdir(outside);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_a_job_runs_to_success_with_tls_tokens_and_rank_secrets),
@@ -325,6 +446,7 @@ int main(void) {
       cmocka_unit_test(test_output_dir_through_a_link_out_of_the_root_is_refused),
       cmocka_unit_test(test_a_job_without_usable_checkpoints_says_so),
       cmocka_unit_test(test_dataset_path_outside_the_data_roots_is_refused),
+      cmocka_unit_test(test_an_image_folder_reads_nothing_outside_the_data_root),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

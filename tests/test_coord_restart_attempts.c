@@ -6,7 +6,8 @@
  * of the old attempt is ignored, a placement that timed out avoids the node
  * that did not start, and the fault after the last restart FAILS
  * the job. Without restarts nothing changes. `pxctl status` shows the
- * attempts. Real pxcoordd on loopback, agents played through the RPC API. */
+ * attempts. A job being preempted whose node is lost is queued again as
+ * preempted, using no restart (issue 49). Real pxcoordd on loopback, agents played through the RPC API. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -48,6 +49,26 @@ static int setup_short_placement(void **state) {
     free(f);
     return -1;
   }
+  if (px_rpc_channel_create(f->d.target, &f->ch) != PX_OK) return -1;
+  *state = f;
+  return 0;
+}
+
+/* The same with preemption on (a grace long enough never to end it here). */
+static int setup_preemption(void **state) {
+  fixture_t *f = calloc(1, sizeof *f);
+  if (!f) return -1;
+  f->d.pid = -1;
+  char conf[400];
+  if (pxt_mkdtemp(f->d.dir, sizeof f->d.dir) != 0) return -1;
+  snprintf(f->d.db, sizeof f->d.db, "%s/coord.db", f->d.dir);
+  snprintf(conf, sizeof conf, "%s/coord.conf", f->d.dir);
+  FILE *cf = fopen(conf, "w");
+  if (!cf || fprintf(cf, "preemption = on\npreemption_grace_s = 600\n") < 0 || fclose(cf) != 0)
+    return -1;
+  const char *const extra[] = {"--agent-grace-ms", "400", "--placement-timeout-ms", "20000",
+                               "--config", conf, NULL};
+  if (pxt_coordd_start(&f->d, extra) != 0) return -1;
   if (px_rpc_channel_create(f->d.target, &f->ch) != PX_OK) return -1;
   *state = f;
   return 0;
@@ -367,6 +388,48 @@ static void test_placement_timeout_restarts_away_from_the_stuck_node(void **stat
   px_rpc_stream_destroy(sc);
 }
 
+/* Issue 49: a job asked to stop for a preemption whose node is lost before
+ * it stopped is queued again as preempted, not as a fault: with
+ * max_restarts 0 it is PENDING for attempt 2 (not FAILED), the attempt's
+ * cause names the preemption and the node, and the job it was preempted
+ * for starts on the node left. */
+static void test_lost_node_of_a_preempted_job_uses_no_restart(void **state) {
+  fixture_t *f = *state;
+  char id[2][64], victim[64], waiter[64];
+  px_rpc_stream_t *strm[2] = {NULL, NULL};
+  nodes_up(f, 2, (const char *const[]){"n1", "n2"}, id, strm);
+  char *b = id[1];
+  px_rpc_stream_t *sa = strm[0], *sb = strm[1];
+  pxt_spec_t s;
+  pxt_spec_init(&s, 2, 1);
+  Prunex__V1__RecoverySpec rec = PRUNEX__V1__RECOVERY_SPEC__INIT;
+  rec.max_restarts = 0;
+  rec.checkpoint_every = 1; /* preemptible */
+  s.spec.recovery = &rec;
+  s.spec.priority = 10;     /* below the default the waiter has */
+  assert_int_equal(pxt_submit(f->ch, &s, victim, sizeof victim), PX_OK);
+  expect(sa, START, 1, victim);
+  expect(sb, START, 1, victim);
+  pxt_spec_t w;
+  pxt_spec_init(&w, 1, 1);
+  assert_int_equal(pxt_submit(f->ch, &w, waiter, sizeof waiter), PX_OK);
+  /* the victim is asked to stop; before it does, n2's agent dies */
+  pxt_sleep_ms(300);
+  assert_int_equal(pxt_job_state(f->ch, victim), JS(SCHEDULED));
+  px_rpc_stream_destroy(sb);
+  expect(sa, CANCEL, 1, victim);
+  expect(sa, START, 1, waiter);
+  assert_int_equal(pxt_node_state(f->ch, b), NS(LOST));
+  Prunex__V1__Job *j = get_job(f->ch, victim);
+  if (j->state != JS(PENDING) || j->attempt != 2 || j->n_attempts != 1 ||
+      !strstr(j->attempts[0]->cause, "preempted by") ||
+      !strstr(j->attempts[0]->cause, "node n2") || !has_event(j, JS(PENDING), "preempted"))
+    fail_msg("state %d, attempt %d, %zu attempts: %s", (int)j->state, j->attempt, j->n_attempts,
+             j->n_attempts ? j->attempts[0]->cause : "");
+  px_rpc_message_free(j);
+  px_rpc_stream_destroy(sa);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_killed_rank_restarts_then_the_next_fault_fails_the_job,
@@ -379,6 +442,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_placement_timeout_restarts_away_from_the_stuck_node,
                                       setup_short_placement, teardown),
+      cmocka_unit_test_setup_teardown(test_lost_node_of_a_preempted_job_uses_no_restart,
+                                      setup_preemption, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -243,7 +243,7 @@ static void layout_errors_are_refused_naming_the_directory(void **state) {
   rm_tree(p);
   assert_int_equal(px_folder_check(dir, NULL, NULL), PX_ERR_FORMAT);
   assert_non_null(strstr(px_last_error(), "/val"));
-  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 8, NULL};
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 8, NULL, NULL, 0};
   px_dataset_t *ds = NULL;
   assert_int_equal(px_dataset_load_folder(&fc, NULL, &ds), PX_ERR_FORMAT);
   assert_null(ds);
@@ -298,7 +298,7 @@ static void corrupt_images_are_skipped_and_counted(void **state) {
   write_bytes(p, "", 0);
   snprintf(p, sizeof p, "%s/train/c/92.png", dir);
   write_bytes(p, "\x89PNG\r\n\x1a\n garbage", 16);
-  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL};
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 0.25};
   px_folder_report_t rep;
   px_dataset_t *ds;
   assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_OK);
@@ -316,6 +316,16 @@ static void corrupt_images_are_skipped_and_counted(void **state) {
   assert_int_equal(rep.built, 0);
   assert_int_equal(rep.skipped, 3);
   px_dataset_destroy(ds);
+  /* a version 1 cache (its decoder lost good JPEGs after a bad one, issue
+   * 49) that skipped images is rebuilt */
+  uint32_t v1 = 1;
+  int fd = open(rep.cache_path, O_WRONLY);
+  assert_true(fd >= 0);
+  assert_int_equal(pwrite(fd, &v1, sizeof v1, 8), (ssize_t)sizeof v1);
+  close(fd);
+  assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_OK);
+  assert_int_equal(rep.built, 1);
+  px_dataset_destroy(ds);
 }
 
 static uint64_t dataset_hash(const px_dataset_t *ds) {
@@ -330,7 +340,7 @@ static void the_cache_is_built_once_and_rebuilt_when_stale(void **state) {
   need_fixtures();
   char dir[256], p[512];
   make_folder(dir, sizeof dir, "cache", 4);
-  px_folder_config_t fc = {dir, PX_SPLIT_TEST, 1, 12, NULL};
+  px_folder_config_t fc = {dir, PX_SPLIT_TEST, 1, 12, NULL, NULL, 0};
   px_folder_report_t rep;
   px_dataset_t *a, *b;
   assert_int_equal(px_dataset_load_folder(&fc, &rep, &a), PX_OK);
@@ -347,6 +357,15 @@ static void the_cache_is_built_once_and_rebuilt_when_stale(void **state) {
   assert_int_equal(px_dataset_load_folder(&fc, &rep, &b), PX_OK);
   assert_int_equal(rep.built, 0);
   assert_int_equal(dataset_hash(a), dataset_hash(b));
+  px_dataset_destroy(b);
+  /* a version 1 cache that skipped nothing is still good */
+  uint32_t v1 = 1;
+  int fd = open(rep.cache_path, O_WRONLY);
+  assert_true(fd >= 0);
+  assert_int_equal(pwrite(fd, &v1, sizeof v1, 8), (ssize_t)sizeof v1);
+  close(fd);
+  assert_int_equal(px_dataset_load_folder(&fc, &rep, &b), PX_OK);
+  assert_int_equal(rep.built, 0);
   px_dataset_destroy(b);
   /* a changed file list (a new image) makes the cache stale */
   snprintf(p, sizeof p, "%s/val/c/zz.png", dir);
@@ -386,7 +405,7 @@ static void concurrent_ranks_decode_once(void **state) {
     pids[r] = fork();
     assert_true(pids[r] >= 0);
     if (pids[r] == 0) {
-      px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 24, NULL};
+      px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 24, NULL, NULL, 0};
       px_folder_report_t rep;
       px_dataset_t *ds;
       if (px_dataset_load_folder(&fc, &rep, &ds) != PX_OK) _exit(100);
@@ -493,7 +512,7 @@ static void ranks_shard_a_mapped_folder(void **state) {
   need_fixtures();
   char dir[256];
   make_folder(dir, sizeof dir, "shard", 5);
-  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL};
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 0};
   px_dataset_t *ds;
   assert_int_equal(px_dataset_load_folder(&fc, NULL, &ds), PX_OK);
   int seen[15] = {0};
@@ -521,6 +540,282 @@ static void ranks_shard_a_mapped_folder(void **state) {
   px_dataset_destroy(ds);
 }
 
+/* ---- issue 49: links out of the data root, decoder recovery, max_skipped -- */
+
+/* Runs load with stderr (the library's log, its warnings on even under
+ * ctest's PX_LOG_LEVEL=error) in log[cap]. */
+static px_status_t load_logged(const px_folder_config_t *fc, px_folder_report_t *rep,
+                               px_dataset_t **ds, char *log, size_t cap) {
+  px_log_level_t level = px_log_get_level();
+  px_log_set_level(PX_LOG_WARN);
+  char path[128];
+  snprintf(path, sizeof path, "%s/stderr.log", root);
+  fflush(stderr);
+  int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  assert_true(saved >= 0 && fd >= 0);
+  dup2(fd, 2);
+  close(fd);
+  px_status_t st = px_dataset_load_folder(fc, rep, ds);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  px_log_set_level(level);
+  size_t n;
+  char *s = px_test_read_file(path, &n);
+  assert_non_null(s);
+  snprintf(log, cap, "%s", s);
+  free(s);
+  return st;
+}
+
+/* 1 when the decoded image `file` (at channels, size) is one of ds's images. */
+static int holds_image_of(const px_dataset_t *ds, const char *file, int channels, int size) {
+  size_t img = (size_t)channels * size * size;
+  uint8_t *want = malloc(img);
+  px_image_decoder_t *d;
+  assert_int_equal(px_image_decoder_create(&d), PX_OK);
+  assert_int_equal(px_image_decode_file(d, file, channels, size, want), PX_OK);
+  px_image_decoder_destroy(d);
+  int found = 0;
+  for (int64_t i = 0; i < px_dataset_info(ds)->n && !found; i++)
+    found = !memcmp(px_dataset_images(ds) + (size_t)i * img, want, img);
+  free(want);
+  return found;
+}
+
+/* The issue: a link in a folder under --data-root led out of it, the
+ * outside image's pixels went into the cache (0644) and a non-image's size
+ * into the log. Links out are now skipped by name, their targets never
+ * opened; links that stay inside the root still work. */
+static void a_link_out_of_the_data_root_is_refused_by_name_only(void **state) {
+  (void)state;
+  need_fixtures();
+  char droot[128], dir[256], p[512], t[512], secret[128], log[16384];
+  snprintf(droot, sizeof droot, "%s/droot", root);
+  snprintf(secret, sizeof secret, "%s/secret", root);
+  rm_tree(droot);
+  rm_tree(secret);
+  mkdir(droot, 0755);
+  mkdir(secret, 0755);
+  /* outside the root: an image and a non-image of 1401 bytes */
+  snprintf(t, sizeof t, "%s/wide.png", fxdir);
+  snprintf(p, sizeof p, "%s/private.png", secret);
+  copy_file(t, p);
+  char text[1401];
+  memset(text, 'x', sizeof text);
+  snprintf(p, sizeof p, "%s/passwd", secret);
+  write_bytes(p, text, sizeof text);
+  /* inside the root, outside the folder: a pool that links may use */
+  snprintf(p, sizeof p, "%s/pool", droot);
+  mkdir(p, 0755);
+  snprintf(t, sizeof t, "%s/grey.jpg", fxdir);
+  snprintf(p, sizeof p, "%s/pool/shared.jpg", droot);
+  copy_file(t, p);
+  make_folder(dir, sizeof dir, "droot/links", 3);
+  snprintf(p, sizeof p, "%s/train/a/zz_abs.png", dir);
+  snprintf(t, sizeof t, "%s/private.png", secret);
+  assert_int_equal(symlink(t, p), 0);
+  snprintf(p, sizeof p, "%s/train/b/zz_rel.png", dir);
+  assert_int_equal(symlink("../../../../secret/private.png", p), 0);
+  snprintf(p, sizeof p, "%s/train/c/passwd.png", dir);
+  snprintf(t, sizeof t, "%s/passwd", secret);
+  assert_int_equal(symlink(t, p), 0);
+  snprintf(p, sizeof p, "%s/train/c/zz_in_abs.jpg", dir);
+  snprintf(t, sizeof t, "%s/pool/shared.jpg", droot);
+  assert_int_equal(symlink(t, p), 0);
+  snprintf(p, sizeof p, "%s/train/c/zz_in_rel.jpg", dir);
+  assert_int_equal(symlink("../../../pool/shared.jpg", p), 0);
+
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, droot, 1.0};
+  px_folder_report_t rep;
+  px_dataset_t *ds;
+  assert_int_equal(load_logged(&fc, &rep, &ds, log, sizeof log), PX_OK);
+  assert_int_equal(rep.files, 14);
+  assert_int_equal(rep.skipped, 3);
+  assert_int_equal(px_dataset_info(ds)->n, 11);
+  assert_non_null(strstr(log, "a/zz_abs.png: a link that leads outside the data root"));
+  assert_non_null(strstr(log, "b/zz_rel.png: a link that leads outside the data root"));
+  assert_non_null(strstr(log, "c/passwd.png: a link that leads outside the data root"));
+  assert_null(strstr(log, "1401"));
+  assert_null(strstr(log, "not a JPEG or PNG"));
+  assert_null(strstr(log, "secret"));
+  /* the outside pixels are nowhere in the cache; the linked pool image is */
+  snprintf(p, sizeof p, "%s/private.png", secret);
+  assert_false(holds_image_of(ds, p, 3, 16));
+  snprintf(p, sizeof p, "%s/pool/shared.jpg", droot);
+  assert_true(holds_image_of(ds, p, 3, 16));
+  px_dataset_destroy(ds);
+  /* the cache and its lock are the agent's user's alone */
+  struct stat sb;
+  assert_int_equal(stat(rep.cache_path, &sb), 0);
+  assert_int_equal(sb.st_mode & 0777, 0600);
+  char lock[sizeof rep.cache_path + 8];
+  snprintf(lock, sizeof lock, "%s.lock", rep.cache_path);
+  assert_int_equal(stat(lock, &sb), 0);
+  assert_int_equal(sb.st_mode & 0777, 0600);
+  snprintf(p, sizeof p, "%s/.prunex-cache", dir);
+  assert_int_equal(stat(p, &sb), 0);
+  assert_int_equal(sb.st_mode & 0777, 0700);
+  /* a .prunex-cache that is a link is not written through */
+  char elsewhere[300];
+  snprintf(elsewhere, sizeof elsewhere, "%s/elsewhere-cache", root);
+  mkdir(elsewhere, 0755);
+  snprintf(p, sizeof p, "%s/.prunex-cache", dir);
+  rm_tree(p);
+  assert_int_equal(symlink(secret, p), 0);
+  setenv("XDG_CACHE_HOME", elsewhere, 1);
+  assert_int_equal(load_logged(&fc, &rep, &ds, log, sizeof log), PX_OK);
+  unsetenv("XDG_CACHE_HOME");
+  assert_int_equal(strncmp(rep.cache_path, elsewhere, strlen(elsewhere)), 0);
+  px_dataset_destroy(ds);
+  unlink(p);
+  /* no root (pxtrain, pxctl run): the folder is the root, the pool is out */
+  fc.root = NULL;
+  fc.split = PX_SPLIT_TEST;
+  snprintf(p, sizeof p, "%s/val/a/zz_pool.jpg", dir);
+  snprintf(t, sizeof t, "%s/pool/shared.jpg", droot);
+  assert_int_equal(symlink(t, p), 0);
+  assert_int_equal(load_logged(&fc, &rep, &ds, log, sizeof log), PX_OK);
+  assert_int_equal(rep.skipped, 1);
+  assert_non_null(strstr(log, "a/zz_pool.jpg: a link that leads outside the data root"));
+  px_dataset_destroy(ds);
+  /* a class directory that leads out fails the load, naming it */
+  snprintf(p, sizeof p, "%s/train/d", dir);
+  assert_int_equal(symlink(secret, p), 0);
+  fc.root = droot;
+  fc.split = PX_SPLIT_TRAIN;
+  assert_int_equal(load_logged(&fc, &rep, &ds, log, sizeof log), PX_ERR_FORMAT);
+  assert_non_null(strstr(px_last_error(), "train/d: a link that leads outside the data root"));
+  /* a folder not under its root is refused */
+  fc.root = secret;
+  assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_ERR_INVALID);
+}
+
+/* root/NAME/{train,val}/{a,b,c}/NN.jpg: `per` JPEGs per class. */
+static void make_jpeg_folder(char *dir, size_t cap, const char *name, int per) {
+  snprintf(dir, cap, "%s/%s", root, name);
+  rm_tree(dir);
+  mkdir(dir, 0755);
+  char p[512], from[256];
+  snprintf(from, sizeof from, "%s/smooth.jpg", fxdir);
+  const char *splits[2] = {"train", "val"}, *classes[3] = {"a", "b", "c"};
+  for (int s = 0; s < 2; s++) {
+    snprintf(p, sizeof p, "%s/%s", dir, splits[s]);
+    mkdir(p, 0755);
+    for (int c = 0; c < 3; c++) {
+      snprintf(p, sizeof p, "%s/%s/%s", dir, splits[s], classes[c]);
+      mkdir(p, 0755);
+      for (int i = 0; i < per; i++) {
+        snprintf(p, sizeof p, "%s/%s/%s/%02d.jpg", dir, splits[s], classes[c], i);
+        copy_file(from, p);
+      }
+    }
+  }
+}
+
+/* A JPEG cut in half (its header parses up to the missing scan). */
+static void corrupt_jpeg(const char *path) {
+  char from[256];
+  snprintf(from, sizeof from, "%s/smooth.jpg", fxdir);
+  size_t n;
+  uint8_t *b = read_all(from, &n);
+  write_bytes(path, b, n / 2);
+  free(b);
+}
+
+/* The issue: after one corrupt JPEG the TurboJPEG handle stayed broken and
+ * every later JPEG of the split was skipped too. */
+static void one_corrupt_jpeg_skips_that_file_only(void **state) {
+  (void)state;
+  need_fixtures();
+  char path[256];
+  snprintf(path, sizeof path, "%s/smooth.jpg", fxdir);
+  size_t n;
+  uint8_t *jpg = read_all(path, &n), out[3 * 16 * 16];
+  px_image_decoder_t *d;
+  assert_int_equal(px_image_decoder_create(&d), PX_OK);
+  assert_int_equal(px_image_decode(d, jpg, n / 2, 3, 16, out), PX_ERR_FORMAT);
+  assert_int_equal(px_image_decode(d, jpg, n, 3, 16, out), PX_OK);
+  assert_int_equal(px_image_decode(d, jpg, n - 100, 3, 16, out), PX_ERR_FORMAT);
+  assert_int_equal(px_image_decode(d, jpg, n, 3, 16, out), PX_OK);
+  px_image_decoder_destroy(d);
+  free(jpg);
+  char dir[256], p[512];
+  /* in the middle of the split, then first */
+  for (int first = 0; first < 2; first++) {
+    make_jpeg_folder(dir, sizeof dir, "onebad", 10);
+    snprintf(p, sizeof p, "%s/train/%s", dir, first ? "a/00.jpg" : "b/05.jpg");
+    corrupt_jpeg(p);
+    px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 0.5};
+    px_folder_report_t rep;
+    px_dataset_t *ds;
+    assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_OK);
+    assert_int_equal(rep.files, 30);
+    assert_int_equal(rep.skipped, 1);
+    assert_int_equal(px_dataset_info(ds)->n, 29);
+    px_dataset_destroy(ds);
+  }
+}
+
+/* More than max_skipped of a split skipped fails the load with the count
+ * and the first reasons, when the cache is built and when it is mapped. */
+static void too_many_skipped_images_fail_with_the_count(void **state) {
+  (void)state;
+  need_fixtures();
+  char dir[256], p[512];
+  make_jpeg_folder(dir, sizeof dir, "manybad", 10);
+  snprintf(p, sizeof p, "%s/train/b/05.jpg", dir);
+  corrupt_jpeg(p);
+  snprintf(p, sizeof p, "%s/train/c/07.jpg", dir);
+  write_bytes(p, "not an image", 12);
+  /* 2 of 30 is 6.7%: over the default 1% */
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 0};
+  px_folder_report_t rep;
+  px_dataset_t *ds = NULL;
+  assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_ERR_FORMAT);
+  assert_null(ds);
+  const char *e = px_last_error();
+  assert_non_null(strstr(e, "2 of 30 images could not be decoded"));
+  assert_non_null(strstr(e, "dataset.max_skipped = 1%"));
+  assert_non_null(strstr(e, "b/05.jpg: corrupt JPEG"));
+  assert_non_null(strstr(e, "c/07.jpg: not a JPEG or PNG"));
+  /* mapped from the cache that stayed: the same rule, the count */
+  assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_ERR_FORMAT);
+  assert_non_null(strstr(px_last_error(), "2 of 30 images could not be decoded"));
+  /* at or under the limit it loads */
+  fc.max_skipped = 0.07;
+  assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_OK);
+  assert_int_equal(rep.built, 0);
+  assert_int_equal(rep.skipped, 2);
+  px_dataset_destroy(ds);
+  fc.max_skipped = 0.06;
+  assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_ERR_FORMAT);
+  fc.max_skipped = 1.5;
+  assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_ERR_INVALID);
+  /* the job spec field: default 0.01, (0, 1], carried to the trainer */
+  Prunex__V1__JobSpec *spec;
+  char yaml[512];
+  const char *fmt = "strategy: ddp\nmodel: {name: resnet20}\n"
+                    "dataset: {name: folder, path: %s%s}\n"
+                    "cluster: {nodes: 1, workers_per_node: 1, device: cpu}\n";
+  snprintf(yaml, sizeof yaml, fmt, dir, "");
+  assert_int_equal(px_jobspec_parse_string(yaml, strlen(yaml), "t.yaml", &spec), PX_OK);
+  assert_true(spec->dataset->max_skipped == 0.01);
+  spec->dataset->max_skipped = 0; /* a client without the field */
+  assert_int_equal(px_jobspec_fill_defaults(spec), PX_OK);
+  assert_true(spec->dataset->max_skipped == 0.01);
+  px_jobspec_free(spec);
+  snprintf(yaml, sizeof yaml, fmt, dir, ", max_skipped: 0.07");
+  assert_int_equal(px_jobspec_parse_string(yaml, strlen(yaml), "t.yaml", &spec), PX_OK);
+  px_train_config_t tc;
+  px_jobspec_train_config(spec, &tc);
+  assert_true(tc.max_skipped == 0.07);
+  px_jobspec_free(spec);
+  snprintf(yaml, sizeof yaml, fmt, dir, ", max_skipped: 0");
+  assert_int_equal(px_jobspec_parse_string(yaml, strlen(yaml), "t.yaml", &spec), PX_ERR_INVALID);
+  assert_non_null(strstr(px_last_error(), "max_skipped"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(png_and_jpeg_decode_as_opencv_does),
@@ -532,6 +827,9 @@ int main(void) {
       cmocka_unit_test(concurrent_ranks_decode_once),
       cmocka_unit_test(random_resized_crop_matches_a_plain_reference),
       cmocka_unit_test(ranks_shard_a_mapped_folder),
+      cmocka_unit_test(a_link_out_of_the_data_root_is_refused_by_name_only),
+      cmocka_unit_test(one_corrupt_jpeg_skips_that_file_only),
+      cmocka_unit_test(too_many_skipped_images_fail_with_the_count),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -26,6 +26,7 @@
 #include "prunex/nn.h"
 #include "prunex/prune.h"
 #include "prunex/strategy.h"
+#include "onnx.pb-c.h" /* the library's generated code: the tests edit files with it */
 #include "px_test_util.h"
 
 #define PY "/usr/bin/python3"
@@ -713,6 +714,137 @@ static void builtin_resnet20_through_our_onnx_has_its_groups_and_masks(void **st
   assert_int_equal(system(cmd), 0);
 }
 
+/* ---- files edited in the test (issue 49): no Python needed ------------------- */
+
+/* The built-in resnet20 through our ONNX export (path, in the fresh
+ * directory dir), unpacked for a test to edit. */
+static Onnx__ModelProto *resnet20_proto(char *dir, char *path, size_t cap) {
+  strcpy(dir, "/tmp/px_onnx_import_XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, cap, "%s/resnet20.onnx", dir);
+  px_ops_t *ops;
+  assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
+  px_model_config_t bc = {"resnet20", 3, K, 2, 32, 32, NULL, 0, PX_PRECISION_FP32, NULL};
+  px_model_t *b = NULL;
+  assert_int_equal(px_model_create(ops, &bc, &b), PX_OK);
+  assert_int_equal(px_model_init_params(b, 7), PX_OK);
+  assert_int_equal(px_onnx_save(b, path, NULL), PX_OK);
+  px_model_destroy(b);
+  px_ops_destroy(ops);
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  size_t n = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  uint8_t *buf = malloc(n);
+  assert_int_equal(fread(buf, 1, n, f), n);
+  fclose(f);
+  Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, n, buf);
+  free(buf);
+  assert_non_null(mp);
+  return mp;
+}
+
+static void write_proto(const Onnx__ModelProto *mp, const char *path) {
+  size_t n = onnx__model_proto__get_packed_size(mp);
+  uint8_t *buf = malloc(n);
+  assert_int_equal(onnx__model_proto__pack(mp, buf), n);
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(buf, 1, n, f), n);
+  fclose(f);
+  free(buf);
+}
+
+/* A Conv's kernel_shape must be its weight's window: one that says 5x5
+ * beside a 3x3 weight, or a value out of any range, is refused with the
+ * node and the values, not ignored. */
+static void conv_kernel_shape_must_be_the_weights(void **state) {
+  (void)state;
+  char dir[64], path[512], cmd[128];
+  Onnx__ModelProto *mp = resnet20_proto(dir, path, sizeof path);
+  Onnx__NodeProto *conv = NULL;
+  for (size_t k = 0; k < mp->graph->n_node && !conv; k++)
+    if (!strcmp(mp->graph->node[k]->op_type, "Conv")) conv = mp->graph->node[k];
+  assert_non_null(conv);
+  Onnx__AttributeProto *ks = NULL;
+  for (size_t i = 0; i < conv->n_attribute; i++)
+    if (!strcmp(conv->attribute[i]->name, "kernel_shape")) ks = conv->attribute[i];
+  assert_true(ks && ks->n_ints == 2 && ks->ints[0] == 3 && ks->ints[1] == 3);
+  assert_int_equal(px_model_onnx_check(path, NULL), PX_OK);
+  ks->ints[0] = ks->ints[1] = 5;
+  write_proto(mp, path);
+  const char *why = refusal(path);
+  if (!strstr(why, conv->name) || !strstr(why, "kernel_shape [5, 5]") || !strstr(why, "3x3"))
+    fail_msg("%s", why);
+  ks->ints[0] = 3;
+  ks->ints[1] = (int64_t)1 << 40;
+  write_proto(mp, path);
+  why = refusal(path);
+  if (!strstr(why, conv->name) || !strstr(why, "kernel_shape [3, 1099511627776]"))
+    fail_msg("%s", why);
+  ks->ints[1] = 3;
+  write_proto(mp, path);
+  assert_int_equal(px_model_onnx_check(path, NULL), PX_OK);
+  onnx__model_proto__free_unpacked(mp, NULL);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* The memory an import takes, the file and every initializer, those no
+ * node reads too, is bounded by PX_ONNX_MAX_BYTES: resnet20 with an unused
+ * 20 MiB initializer (a file of about 21 MiB, parsed: about 42 MiB) is
+ * refused under 16M (the file alone) and 32M (with its initializers),
+ * naming the setting and the total, and taken under 64M; a setting that is
+ * not a size is refused, naming it. */
+static void unused_initializers_count_against_the_import_bound(void **state) {
+  (void)state;
+  char dir[64], path[512], cmd[128];
+  Onnx__ModelProto *mp = resnet20_proto(dir, path, sizeof path);
+  enum { BLOB = 5 << 20 }; /* floats: 20 MiB */
+  Onnx__TensorProto blob = ONNX__TENSOR_PROTO__INIT;
+  int64_t dims[1] = {BLOB};
+  blob.name = "unused.blob";
+  blob.has_data_type = 1;
+  blob.data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+  blob.n_dims = 1;
+  blob.dims = dims;
+  blob.has_raw_data = 1;
+  blob.raw_data.len = (size_t)BLOB * 4;
+  blob.raw_data.data = calloc(BLOB, 4);
+  Onnx__GraphProto *gp = mp->graph;
+  Onnx__TensorProto **old = gp->initializer, **all = calloc(gp->n_initializer + 1, sizeof *all);
+  memcpy(all, old, gp->n_initializer * sizeof *all);
+  all[gp->n_initializer] = &blob;
+  gp->initializer = all;
+  gp->n_initializer++;
+  write_proto(mp, path);
+  gp->n_initializer--;
+  gp->initializer = old;
+  free(all);
+  free(blob.raw_data.data);
+  onnx__model_proto__free_unpacked(mp, NULL);
+
+  setenv("PX_ONNX_MAX_BYTES", "16M", 1);
+  const char *why = refusal(path);
+  if (!strstr(why, "the file alone") || !strstr(why, "PX_ONNX_MAX_BYTES = 16777216"))
+    fail_msg("%s", why);
+  setenv("PX_ONNX_MAX_BYTES", "32M", 1);
+  why = refusal(path);
+  if (!strstr(why, "used or not") || !strstr(why, "PX_ONNX_MAX_BYTES = 33554432"))
+    fail_msg("%s", why);
+  setenv("PX_ONNX_MAX_BYTES", "64M", 1);
+  if (px_model_onnx_check(path, NULL) != PX_OK) fail_msg("64M: %s", px_last_error());
+  setenv("PX_ONNX_MAX_BYTES", "lots", 1);
+  why = refusal(path);
+  if (!strstr(why, "PX_ONNX_MAX_BYTES = 'lots'")) fail_msg("%s", why);
+  unsetenv("PX_ONNX_MAX_BYTES");
+  if (px_model_onnx_check(path, NULL) != PX_OK) /* the default: 2 GiB */
+    fail_msg("default: %s", px_last_error());
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(vgg_forward_and_gradients_match_pytorch),
@@ -728,6 +860,8 @@ int main(void) {
       cmocka_unit_test(imported_vgg_exports_to_onnx_that_opencv_runs_alike),
       cmocka_unit_test(imported_resnet20_is_the_builtin_graph),
       cmocka_unit_test(builtin_resnet20_through_our_onnx_has_its_groups_and_masks),
+      cmocka_unit_test(conv_kernel_shape_must_be_the_weights),
+      cmocka_unit_test(unused_initializers_count_against_the_import_bound),
   };
   if (getenv("PX_TEST_FILTER")) cmocka_set_test_filter(getenv("PX_TEST_FILTER"));
   return cmocka_run_group_tests(tests, NULL, NULL);

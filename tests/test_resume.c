@@ -11,7 +11,8 @@
  * - a node whose checkpoints are gone (a new node in a lost one's place)
  *   gets the global state from the others and restarts its own duals: the
  *   run resumes (after iteration 2, not from 0) and finishes with every rank
- *   agreeing bit for bit;
+ *   agreeing bit for bit; when such a rank then cannot write, the problem
+ *   says it holds no file of the newest complete checkpoint (issue 49);
  * - the checksum (issue 28): files carry zlib's CRC-32 of their buffers
  *   (format prunex-resume-2), a flipped data byte is caught, files of the
  *   old FNV-1a format prunex-resume-1 are still read (a job restarted across
@@ -121,6 +122,9 @@ static int rank_main(px_th_ctx_t *ctx) {
     px_th_shared[4] = res.checkpoints;
     px_th_shared[5] = res.checkpoint_complete;
     px_th_shared[6] = strstr(res.checkpoint_problem, "rank 3: ") != NULL;
+    px_th_shared[7] = strstr(res.checkpoint_problem,
+                             "(rank 3 holds no file of iteration 2; its newest: none)") != NULL;
+    if (res.checkpoint_problem[0]) printf("checkpoint problem: %s\n", res.checkpoint_problem);
   }
   px_comm_destroy(comm);
   px_trainer_destroy(t);
@@ -265,6 +269,32 @@ static void test_new_node_resumes_from_shared_state(void **state) {
   run(&sc, b);
   assert_true(b[3] == 2);
   assert_true(b[2] >= 0 && b[2] <= 1); /* evaluated; its accuracy cost is measured by bench/recovery */
+}
+
+/* Node 1's checkpoints gone (a new node in a lost one's place), and rank 3
+ * on it cannot write the checkpoint of iteration 3 (its name taken by a
+ * directory): the newest checkpoint every rank holds stays iteration 2,
+ * and the problem says that rank 3 holds no file of it, and none at all,
+ * instead of leaving it to be read as rank 3's (issue 49). */
+static void test_a_new_nodes_rank_that_cannot_write_says_what_it_holds(void **state) {
+  (void)state;
+  if (!dir[0]) skip();
+  scenario_t sc = {PX_STRATEGY_HSADMM, "nnw", 2, 0};
+  die(&sc);
+  char p[600];
+  for (int it = 0; it <= 2; it++)
+    for (int r = 2; r < 4; r++) {
+      ckpt_path("nnw", 1, it, r, p, sizeof p);
+      assert_true(unlink(p) == 0 || (it == 0 && errno == ENOENT));
+    }
+  ckpt_path("nnw", 1, 3, 3, p, sizeof p);
+  assert_int_equal(mkdir(p, 0755), 0);
+  double b[5];
+  run(&sc, b);
+  assert_true(b[3] == 2);
+  assert_true(px_th_shared[5] == 2);
+  assert_true(px_th_shared[6] == 1);
+  assert_true(px_th_shared[7] == 1);
 }
 
 /* Files of one rank in a checkpoint directory. */
@@ -485,6 +515,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_truncated_checkpoint_uses_previous),
       cmocka_unit_test(test_new_node_resumes_from_shared_state),
       cmocka_unit_test(test_one_rank_that_cannot_write_bounds_the_others_files),
+      cmocka_unit_test(test_a_new_nodes_rank_that_cannot_write_says_what_it_holds),
       cmocka_unit_test(test_a_run_without_usable_checkpoints_can_be_told_to_fail),
       cmocka_unit_test(test_checkpoints_carry_crc32_and_old_files_still_load),
   };

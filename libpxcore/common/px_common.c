@@ -1,7 +1,9 @@
 /* Status names, the per-thread last error, the counted allocator and logging:
  * the few process-wide services every module of libpxcore uses. */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,6 +164,101 @@ px_log_level_t px_log_get_level(void) {
   return (px_log_level_t)l;
 }
 
+/* ---- repeated lines (px_log_set_rate) -----------------------------------
+ * Causes live in an open-addressed table keyed by the file name's address,
+ * the line and the level, under one mutex (the daemons log from their loop,
+ * HTTP, notification and gRPC threads). A lookup probes PX__CAUSE_PROBES
+ * slots; a new cause takes the first free one or one whose interval is over
+ * with nothing suppressed (so no count is ever lost), and when there is none
+ * its line is written unlimited rather than dropped uncounted. */
+#define PX__CAUSES 512
+#define PX__CAUSE_PROBES 16
+
+typedef struct {
+  const char *file;    /* NULL: a free slot */
+  int line, level;
+  int64_t since_ms;    /* CLOCK_MONOTONIC: the start of the cause's interval */
+  int written;         /* lines written in it */
+  uint64_t suppressed; /* lines dropped in it */
+} px__cause_t;
+
+static px__cause_t px__causes[PX__CAUSES];
+static pthread_mutex_t px__cause_mu = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int px__rate_burst = 0; /* the program's choice (px_log_set_rate) */
+static atomic_int px__rate_ms = PX_LOG_RATE_INTERVAL_MS;
+static atomic_int px__env_burst = -2; /* -2: PX_LOG_RATE not read yet; -1: not set */
+static atomic_int px__env_ms;
+
+void px_log_set_rate(int burst, int interval_ms) {
+  pthread_mutex_lock(&px__cause_mu);
+  atomic_store(&px__rate_burst, burst > 0 ? burst : 0);
+  atomic_store(&px__rate_ms, interval_ms > 0 ? interval_ms : 1);
+  memset(px__causes, 0, sizeof px__causes);
+  pthread_mutex_unlock(&px__cause_mu);
+}
+
+/* The limit in force: PX_LOG_RATE's when it is set (and well formed), else
+ * the program's. */
+static void px__rate_get(int *burst, int *ms) {
+  int eb = atomic_load(&px__env_burst);
+  if (eb == -2) {
+    const char *s = getenv("PX_LOG_RATE");
+    char *end = NULL;
+    long b = s ? strtol(s, &end, 10) : -1;
+    double secs = PX_LOG_RATE_INTERVAL_MS / 1000.0;
+    if (s && end != s && *end == '/') secs = strtod(end + 1, &end);
+    eb = (s && end != s && *end == '\0' && b >= 0 && b <= 1000000 && secs > 0 && secs < 86400)
+             ? (int)b : -1;
+    atomic_store(&px__env_ms, (int)(secs * 1000 + 0.5) > 0 ? (int)(secs * 1000 + 0.5) : 1);
+    atomic_store(&px__env_burst, eb);
+  }
+  if (eb >= 0) {
+    *burst = eb;
+    *ms = atomic_load(&px__env_ms);
+  } else {
+    *burst = atomic_load(&px__rate_burst);
+    *ms = atomic_load(&px__rate_ms);
+  }
+}
+
+/* Under px__cause_mu. 1: write the line, and when *dropped > 0 say that so
+ * many were suppressed in the last *span_ms; 0: drop it (counted). */
+static int px__cause_admit(const char *file, int line, int level, int burst, int ms,
+                           uint64_t *dropped, int64_t *span_ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+  uintptr_t h = ((uintptr_t)file >> 3) * 2654435761u + (uintptr_t)line * 40503u + (uintptr_t)level;
+  px__cause_t *c = NULL, *room = NULL;
+  for (int i = 0; i < PX__CAUSE_PROBES && !c; i++) {
+    px__cause_t *s = &px__causes[(h + (uintptr_t)i) % PX__CAUSES];
+    if (s->file == file && s->line == line && s->level == level) c = s;
+    else if (!s->file || (now - s->since_ms >= ms && s->suppressed == 0)) {
+      if (!room) room = s;
+      if (!s->file) break; /* the probe chain ends here: the cause is new */
+    }
+  }
+  if (!c) {
+    if (!room) return 1;
+    *room = (px__cause_t){.file = file, .line = line, .level = level, .since_ms = now};
+    c = room;
+  }
+  if (now - c->since_ms >= ms) {
+    *dropped = c->suppressed;
+    *span_ms = now - c->since_ms;
+    c->since_ms = now;
+    c->written = 1;
+    c->suppressed = 0;
+    return 1;
+  }
+  if (c->written < burst) {
+    c->written++;
+    return 1;
+  }
+  c->suppressed++;
+  return 0;
+}
+
 /* Where stderr goes decides the line format, once per process: under
  * journald (JOURNAL_STREAM names our stderr) a "<N>" syslog priority
  * prefix, which the journal turns into the entry's priority and which
@@ -172,12 +269,27 @@ void px_log_at(px_log_level_t level, const char *file, int line, const char *fmt
   if (level > px_log_get_level()) return;
   static const char *names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
   static const int syslog_prio[] = {3, 4, 6, 7}; /* LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG */
+  int burst, ms;
+  uint64_t dropped = 0;
+  int64_t span_ms = 0;
+  px__rate_get(&burst, &ms);
+  if (burst > 0 && level != PX_LOG_DEBUG) { /* debug lines are asked for: all of them */
+    pthread_mutex_lock(&px__cause_mu);
+    int keep = px__cause_admit(file, line, (int)level, burst, ms, &dropped, &span_ms);
+    pthread_mutex_unlock(&px__cause_mu);
+    if (!keep) return;
+  }
   const char *base = strrchr(file, '/');
   char msg[1024];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  int n = vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  size_t at = n < 0 ? 0 : (size_t)n; /* the note goes last, even after a cut message */
+  if (at > sizeof msg - 96) at = sizeof msg - 96;
+  if (dropped)
+    snprintf(msg + at, sizeof msg - at, " (%llu similar line%s suppressed in the last %.3gs)",
+             (unsigned long long)dropped, dropped == 1 ? "" : "s", (double)span_ms / 1000.0);
   int journal = atomic_load(&px__log_journal);
   if (journal < 0) {
     journal = px_service_stderr_is_journal();

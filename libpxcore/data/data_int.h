@@ -98,4 +98,10 @@ px_status_t px__dataset_info_check(const px_dataset_info_t *info);
 px_status_t px__dataset_wrap(const px_dataset_info_t *info, uint8_t *images, uint8_t *labels,
                              const char *name, px_dataset_t **out);
 
+/* px_image_decode_file on an open file (not closed here): a regular file of
+ * at most PX_IMAGE_MAX_FILE_BYTES, read whole. Sets the decoder's reason
+ * on PX_ERR_FORMAT and PX_ERR_IO (not the path: the caller names it). */
+px_status_t px__image_decode_fd(px_image_decoder_t *d, int fd, int32_t channels, int32_t size,
+                                uint8_t *dst);
+
 #endif

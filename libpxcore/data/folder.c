@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/openat2.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "data_int.h"
@@ -31,7 +33,12 @@
 #include "px_check.h"
 
 #define PX__CACHE_MAGIC "PXIMGC01"
-#define PX__CACHE_VERSION 1u
+/* Version 2 (issue 49): written by a decoder that recovers from a corrupt
+ * JPEG. A version 1 file that skipped images may have lost good ones after
+ * a bad one and is rebuilt; one that skipped none is still valid. The list
+ * checksum keeps hashing 1, so that those stay valid. */
+#define PX__CACHE_VERSION 2u
+#define PX__CACHE_HASH_VERSION 1u
 #define PX__CACHE_HDR 128
 #define PX__PATH 4096
 
@@ -45,7 +52,10 @@ typedef struct {
 _Static_assert(sizeof(px__cache_hdr_t) == PX__CACHE_HDR, "cache header is 128 bytes");
 
 typedef struct {
-  uint32_t cls, name;  /* class index; offset of the name in the arena */
+  uint32_t name;       /* offset of the name in the arena */
+  uint16_t cls;        /* class index */
+  uint8_t outside;     /* 1: a link that leads out of the root (never opened) */
+  uint8_t pad;
   int64_t size, mtime_ns;
 } px__fent_t;
 
@@ -78,30 +88,194 @@ static px_status_t px__join(char *out, const char *a, const char *b) {
   return PX_OK;
 }
 
-/* Sorted subdirectory names of dir (those not starting with '.'). */
-static px_status_t px__list_classes(const char *dir, px__flist_t *l) {
-  DIR *d = opendir(dir);
-  if (!d) {
+/* ---- opening beneath the root ----------------------------------------------- */
+
+/* The directory nothing of a folder is read from outside of. */
+typedef struct {
+  int fd;                  /* O_PATH: the root */
+  char real[PATH_MAX];     /* its real path */
+  char rel[PX__PATH];      /* the folder relative to the root ("": the root itself) */
+  const char *dir;         /* the folder as given, for messages */
+} px__root_t;
+
+/* p made absolute against the working directory, into out[PX__PATH]. */
+static px_status_t px__absolute(const char *p, char *out) {
+  char cwd[PX__PATH];
+  if (p[0] == '/') return snprintf(out, PX__PATH, "%s", p) < PX__PATH ? PX_OK : PX_ERR_FORMAT;
+  if (!getcwd(cwd, sizeof cwd))
+    return px_set_error(PX_ERR_IO, "image folder %s: the working directory: %s", p,
+                        strerror(errno));
+  return px__join(out, cwd, p);
+}
+
+/* Opens dir's root (root, or dir itself when root is NULL or ""). */
+static px_status_t px__root_open(px__root_t *r, const char *dir, const char *root) {
+  r->fd = -1;
+  r->dir = dir;
+  if (!root || !root[0]) root = dir;
+  char adir[PX__PATH], aroot[PX__PATH];
+  if (px__absolute(dir, adir) != PX_OK || px__absolute(root, aroot) != PX_OK)
+    return px_set_error(PX_ERR_FORMAT, "image folder %s: the path is too long", dir);
+  size_t n = strlen(aroot);
+  while (n > 1 && aroot[n - 1] == '/') aroot[--n] = '\0';
+  if (strncmp(adir, aroot, n) != 0 || (n > 1 && adir[n] != '\0' && adir[n] != '/'))
+    return px_set_error(PX_ERR_INVALID, "image folder %s is not under its data root %s", dir,
+                        root);
+  const char *rel = adir + n;
+  while (*rel == '/') rel++;
+  snprintf(r->rel, sizeof r->rel, "%s", rel);
+  r->fd = open(aroot, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (r->fd < 0)
     return px_set_error(errno == ENOENT ? PX_ERR_FORMAT : PX_ERR_IO,
                         "image folder: %s: %s (an image folder needs train/ and val/, each with "
-                        "one subdirectory per class)", dir, strerror(errno));
+                        "one subdirectory per class)", root, strerror(errno));
+  if (!realpath(aroot, r->real)) {
+    int err = errno;
+    close(r->fd);
+    r->fd = -1;
+    return px_set_error(PX_ERR_IO, "image folder: %s: %s", root, strerror(err));
   }
-  px_status_t st = PX_OK;
+  return PX_OK;
+}
+
+static void px__root_close(px__root_t *r) {
+  if (r->fd >= 0) close(r->fd);
+  r->fd = -1;
+}
+
+/* rel (beneath the root's real path, no link in it) opened one component at
+ * a time without following a link: a link that appeared since is EXDEV. */
+static int px__walk_nofollow(int rootfd, const char *rel, int flags) {
+  char buf[PX__PATH];
+  snprintf(buf, sizeof buf, "%s", rel);
+  int cur = -1;
+  char *save = NULL, *c = strtok_r(buf, "/", &save);
+  if (!c) return openat(rootfd, ".", flags);
+  while (c) {
+    char *next = strtok_r(NULL, "/", &save);
+    int fd = openat(cur < 0 ? rootfd : cur, c,
+                    next ? O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC : flags | O_NOFOLLOW);
+    int err = errno;
+    if (cur >= 0) close(cur);
+    if (fd < 0) {
+      /* a link where the real path had none: swapped in since */
+    errno = err == ELOOP || (next && err == ENOTDIR) ? EXDEV : err;
+      return -1;
+    }
+    cur = fd;
+    c = next;
+  }
+  return cur;
+}
+
+/* path (relative to the root) opened with flags beneath the root: links are
+ * followed only while they stay below it. -1 with errno EXDEV when the path
+ * leads out (nothing of the target is opened or reported), else its errno. */
+static int px__open_beneath(const px__root_t *r, const char *path, int flags) {
+  flags |= O_CLOEXEC;
+  struct open_how how = {.flags = (uint64_t)flags,
+                         .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+  long fd = syscall(SYS_openat2, r->fd, path, &how, sizeof how);
+  if (fd >= 0) return (int)fd;
+  int first = errno;
+  if (first != EXDEV && first != ELOOP && first != EAGAIN && first != ENOSYS) return -1;
+  /* A link given as an absolute path (RESOLVE_BENEATH refuses every one),
+   * or a kernel without openat2 (before 5.6): where the path leads now,
+   * which must be below the root's real path, opened from the root with no
+   * link followed, so that a link swapped in meanwhile fails. */
+  char full[2 * PX__PATH], real[PATH_MAX];
+  snprintf(full, sizeof full, "%s/%s", r->real, path);
+  if (!realpath(full, real)) {
+    errno = first == ENOSYS && errno == ENOENT ? ENOENT : EXDEV;
+    return -1;
+  }
+  size_t n = strlen(r->real);
+  if (n == 1) n = 0; /* the root is "/" */
+  if (strncmp(real, r->real, n) != 0 || (real[n] != '\0' && real[n] != '/')) {
+    errno = EXDEV;
+    return -1;
+  }
+  return px__walk_nofollow(r->fd, real + n + (real[n] == '/'), flags);
+}
+
+/* sub (a path inside the folder) opened beneath the root. */
+static int px__open_sub(const px__root_t *r, const char *sub, int flags) {
+  char path[PX__PATH];
+  int len = r->rel[0] ? snprintf(path, sizeof path, "%s/%s", r->rel, sub)
+                      : snprintf(path, sizeof path, "%s", sub);
+  if (len < 0 || len >= (int)sizeof path) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  return px__open_beneath(r, path, flags);
+}
+
+/* The error of a directory of the folder that could not be opened. */
+static px_status_t px__dir_error(const char *shown, int err, const char *hint) {
+  if (err == EXDEV)
+    return px_set_error(PX_ERR_FORMAT, "image folder: %s: a link that leads outside the data root",
+                        shown);
+  return px_set_error(err == ENOENT ? PX_ERR_FORMAT : PX_ERR_IO, "image folder: %s: %s (%s)",
+                      shown, strerror(err), hint);
+}
+
+/* Opens the directory sub of the folder for reading; NULL with the error set. */
+static DIR *px__open_dir(const px__root_t *r, const char *sub, const char *hint, px_status_t *st) {
+  char shown[PX__PATH];
+  if ((*st = px__join(shown, r->dir, sub)) != PX_OK) return NULL;
+  int fd = px__open_sub(r, sub, O_RDONLY | O_DIRECTORY);
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!d) {
+    int err = errno;
+    if (fd >= 0) close(fd);
+    *st = px__dir_error(shown, err, hint);
+  }
+  return d;
+}
+
+/* What the entry name of directory d (the folder's sub) is, its link
+ * followed beneath the root: 'd' a directory, 'f' a regular file (*sb its
+ * status), 'o' a link that leads out of the root (*sb the link's own
+ * status), 0 anything else or gone. */
+static int px__entry_kind(const px__root_t *r, DIR *d, const char *sub, const char *name,
+                          struct stat *sb) {
+  if (fstatat(dirfd(d), name, sb, AT_SYMLINK_NOFOLLOW) != 0) return 0;
+  if (S_ISDIR(sb->st_mode)) return 'd';
+  if (S_ISREG(sb->st_mode)) return 'f';
+  if (!S_ISLNK(sb->st_mode)) return 0;
+  char path[PX__PATH];
+  if (snprintf(path, sizeof path, "%s/%s", sub, name) >= (int)sizeof path) return 0;
+  int fd = px__open_sub(r, path, O_PATH);
+  if (fd < 0) return errno == EXDEV ? 'o' : 0;
+  struct stat t;
+  int kind = fstat(fd, &t) == 0 ? S_ISDIR(t.st_mode) ? 'd' : S_ISREG(t.st_mode) ? 'f' : 0 : 0;
+  close(fd);
+  if (kind) *sb = t;
+  return kind;
+}
+
+/* Sorted subdirectory names of the folder's split (those not starting with '.'). */
+static px_status_t px__list_classes(const px__root_t *r, const char *split, px__flist_t *l) {
+  px_status_t st;
+  DIR *d = px__open_dir(r, split, "an image folder needs train/ and val/, each with one "
+                        "subdirectory per class", &st);
+  if (!d) return st;
   l->classes = px_calloc(PX_FOLDER_MAX_CLASSES, sizeof *l->classes, "data.folder_classes");
   if (!l->classes) st = PX_ERR_NOMEM;
   struct dirent *de;
-  char path[PX__PATH];
+  char shown[PX__PATH];
+  snprintf(shown, sizeof shown, "%s/%s", r->dir, split);
   while (st == PX_OK && (de = readdir(d)) != NULL) {
     if (de->d_name[0] == '.') continue;
     struct stat sb;
-    if (px__join(path, dir, de->d_name) != PX_OK) {
-      st = PX_ERR_FORMAT;
-      break;
-    }
-    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) continue;
+    int kind = px__entry_kind(r, d, split, de->d_name, &sb);
+    if (kind == 'o')
+      st = px_set_error(PX_ERR_FORMAT, "image folder: %s/%s: a link that leads outside the data "
+                        "root", shown, de->d_name);
+    if (kind != 'd') continue;
     if (l->nclasses == PX_FOLDER_MAX_CLASSES) {
-      st = px_set_error(PX_ERR_FORMAT, "image folder: %s has more than %d class directories", dir,
-                        PX_FOLDER_MAX_CLASSES);
+      st = px_set_error(PX_ERR_FORMAT, "image folder: %s has more than %d class directories",
+                        shown, PX_FOLDER_MAX_CLASSES);
       break;
     }
     snprintf(l->classes[l->nclasses++], NAME_MAX + 1, "%s", de->d_name);
@@ -109,13 +283,13 @@ static px_status_t px__list_classes(const char *dir, px__flist_t *l) {
   closedir(d);
   if (st == PX_OK && l->nclasses == 0)
     st = px_set_error(PX_ERR_FORMAT, "image folder: %s has no class directories (expected %s/CLASS/"
-                      "*.jpg|*.png)", dir, dir);
+                      "*.jpg|*.png)", shown, shown);
   if (st == PX_OK) qsort(l->classes, (size_t)l->nclasses, sizeof *l->classes, px__cmp_name);
   return st;
 }
 
 static px_status_t px__flist_push(px__flist_t *l, uint32_t cls, const char *cname,
-                                  const char *fname, const struct stat *sb) {
+                                  const char *fname, const struct stat *sb, int outside) {
   if (l->n == PX_FOLDER_MAX_FILES)
     return px_set_error(PX_ERR_FORMAT, "image folder: more than %d image files in one split",
                         PX_FOLDER_MAX_FILES);
@@ -136,7 +310,9 @@ static px_status_t px__flist_push(px__flist_t *l, uint32_t cls, const char *cnam
     l->names_cap = cap;
   }
   px__fent_t *e = &l->e[l->n++];
-  e->cls = cls;
+  e->cls = (uint16_t)cls;
+  e->outside = (uint8_t)(outside != 0);
+  e->pad = 0;
   e->name = (uint32_t)l->names_len;
   e->size = (int64_t)sb->st_size;
   e->mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
@@ -151,33 +327,31 @@ static int px__cmp_entry(const void *a, const void *b, void *arena) {
   return strcmp((const char *)arena + x->name, (const char *)arena + y->name);
 }
 
-/* The image files of split_dir for the classes of l (which must all be there,
- * each with at least one image). Names over NAME_MAX cannot occur (readdir). */
-static px_status_t px__list_files(const char *split_dir, px__flist_t *l) {
-  char cdir[PX__PATH], path[PX__PATH];
+/* The image files of the folder's split for the classes of l (which must
+ * all be there, each with at least one image). Names over NAME_MAX cannot
+ * occur (readdir). A link that leads out of the root is listed (its own
+ * size and time), marked, and never followed. */
+static px_status_t px__list_files(const px__root_t *r, const char *split, px__flist_t *l) {
+  char sub[PX__PATH];
   for (int32_t c = 0; c < l->nclasses; c++) {
-    PX_CHECK(px__join(cdir, split_dir, l->classes[c]));
-    DIR *d = opendir(cdir);
-    if (!d)
-      return px_set_error(errno == ENOENT ? PX_ERR_FORMAT : PX_ERR_IO,
-                          "image folder: %s: %s (every class needs images in both train/ and "
-                          "val/)", cdir, strerror(errno));
+    PX_CHECK(px__join(sub, split, l->classes[c]));
+    px_status_t st;
+    DIR *d = px__open_dir(r, sub, "every class needs images in both train/ and val/", &st);
+    if (!d) return st;
     size_t before = l->n;
     struct dirent *de;
-    px_status_t st = PX_OK;
     while (st == PX_OK && (de = readdir(d)) != NULL) {
       if (de->d_name[0] == '.' || !px__is_image_name(de->d_name)) continue;
       struct stat sb;
-      st = px__join(path, cdir, de->d_name);
-      if (st != PX_OK) break;
-      if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
-      st = px__flist_push(l, (uint32_t)c, l->classes[c], de->d_name, &sb);
+      int kind = px__entry_kind(r, d, sub, de->d_name, &sb);
+      if (kind == 'f' || kind == 'o')
+        st = px__flist_push(l, (uint32_t)c, l->classes[c], de->d_name, &sb, kind == 'o');
     }
     closedir(d);
     PX_CHECK(st);
     if (l->n == before)
-      return px_set_error(PX_ERR_FORMAT, "image folder: %s has no .jpg, .jpeg or .png files (an "
-                          "empty class)", cdir);
+      return px_set_error(PX_ERR_FORMAT, "image folder: %s/%s has no .jpg, .jpeg or .png files (an "
+                          "empty class)", r->dir, sub);
   }
   qsort_r(l->e, l->n, sizeof *l->e, px__cmp_entry, l->names);
   return PX_OK;
@@ -185,18 +359,15 @@ static px_status_t px__list_files(const char *split_dir, px__flist_t *l) {
 
 /* Both splits' classes must agree: the classes of train/ (into l) are those
  * of val/. */
-static px_status_t px__check_classes(const char *dir, px__flist_t *l) {
-  char tdir[PX__PATH], vdir[PX__PATH];
-  PX_CHECK(px__join(tdir, dir, "train"));
-  PX_CHECK(px__join(vdir, dir, "val"));
-  PX_CHECK(px__list_classes(tdir, l));
+static px_status_t px__check_classes(const px__root_t *r, px__flist_t *l) {
+  PX_CHECK(px__list_classes(r, "train", l));
   px__flist_t v;
   memset(&v, 0, sizeof v);
-  px_status_t st = px__list_classes(vdir, &v);
+  px_status_t st = px__list_classes(r, "val", &v);
   for (int32_t i = 0; st == PX_OK && i < v.nclasses; i++) {
     if (!bsearch(v.classes[i], l->classes, (size_t)l->nclasses, sizeof *l->classes, px__cmp_name))
-      st = px_set_error(PX_ERR_FORMAT, "image folder: %s/%s is a class that %s does not have",
-                        vdir, v.classes[i], tdir);
+      st = px_set_error(PX_ERR_FORMAT, "image folder: %s/val/%s is a class that %s/train does "
+                        "not have", r->dir, v.classes[i], r->dir);
   }
   px__flist_free(&v);
   return st;
@@ -206,17 +377,17 @@ px_status_t px_folder_check(const char *dir, int32_t *num_classes, int64_t *trai
   PX_REQUIRE(dir && dir[0], "image folder: no directory given (dataset.path)");
   px__flist_t l;
   memset(&l, 0, sizeof l);
-  char sdir[PX__PATH];
-  px_status_t st = px__check_classes(dir, &l);
-  if (st == PX_OK) st = px__join(sdir, dir, "train");
-  if (st == PX_OK) st = px__list_files(sdir, &l);
+  px__root_t r;
+  px_status_t st = px__root_open(&r, dir, "/");
+  if (st == PX_OK) st = px__check_classes(&r, &l);
+  if (st == PX_OK) st = px__list_files(&r, "train", &l);
   int64_t ntrain = (int64_t)l.n;
   l.n = 0;
   l.names_len = 0;
-  if (st == PX_OK) st = px__join(sdir, dir, "val");
-  if (st == PX_OK) st = px__list_files(sdir, &l);
+  if (st == PX_OK) st = px__list_files(&r, "val", &l);
   if (st == PX_OK && num_classes) *num_classes = l.nclasses;
   if (st == PX_OK && train_files) *train_files = ntrain;
+  px__root_close(&r);
   px__flist_free(&l);
   return st;
 }
@@ -226,9 +397,10 @@ px_status_t px_folder_class_names(const char *dir, char **out) {
   *out = NULL;
   px__flist_t l;
   memset(&l, 0, sizeof l);
-  char tdir[PX__PATH];
-  px_status_t st = px__join(tdir, dir, "train");
-  if (st == PX_OK) st = px__list_classes(tdir, &l);
+  px__root_t r;
+  px_status_t st = px__root_open(&r, dir, "/");
+  if (st == PX_OK) st = px__list_classes(&r, "train", &l);
+  px__root_close(&r);
   size_t cap = 1, len = 0;
   for (int32_t i = 0; st == PX_OK && i < l.nclasses; i++) cap += 2 * strlen(l.classes[i]) + 1;
   char *s = st == PX_OK ? px_malloc(cap, "data.folder_class_names") : NULL;
@@ -258,18 +430,21 @@ static uint64_t px__hash_bytes(uint64_t h, const void *p, size_t n) {
 
 static uint64_t px__list_hash(const px__flist_t *l, const px_folder_config_t *cfg) {
   uint64_t h = 0xcbf29ce484222325ull;
-  uint32_t k[3] = {PX__CACHE_VERSION, (uint32_t)cfg->channels, (uint32_t)cfg->size};
+  uint32_t k[3] = {PX__CACHE_HASH_VERSION, (uint32_t)cfg->channels, (uint32_t)cfg->size};
   h = px__hash_bytes(h, k, sizeof k);
   for (size_t i = 0; i < l->n; i++) {
     const char *name = l->names + l->e[i].name;
     h = px__hash_bytes(h, name, strlen(name) + 1);
     h = px__hash_bytes(h, &l->e[i].size, sizeof l->e[i].size);
     h = px__hash_bytes(h, &l->e[i].mtime_ns, sizeof l->e[i].mtime_ns);
+    if (l->e[i].outside) h = px__hash_bytes(h, "outside", 7); /* caches of before stay valid */
   }
   return px__mix64(h);
 }
 
-static int px__mkdir(const char *p) { return mkdir(p, 0755) == 0 || errno == EEXIST ? 0 : -1; }
+/* Cache directories made here are the owner's alone: a cache holds every
+ * pixel of the folder. */
+static int px__mkdir(const char *p) { return mkdir(p, 0700) == 0 || errno == EEXIST ? 0 : -1; }
 
 /* Where the cache of this split lives (see px_folder_config_t). */
 static px_status_t px__cache_path(const px_folder_config_t *cfg, char *out) {
@@ -278,7 +453,11 @@ static px_status_t px__cache_path(const px_folder_config_t *cfg, char *out) {
   int len;
   if (!cfg->cache_dir || !cfg->cache_dir[0]) {
     len = snprintf(base, sizeof base, "%s/.prunex-cache", cfg->dir);
-    if (len > 0 && len < PX__PATH && px__mkdir(base) == 0 && access(base, W_OK) == 0) {
+    struct stat lb;
+    /* one that is a link (made by whoever may write the folder) is not used:
+     * the cache would be written wherever it leads */
+    if (len > 0 && len < PX__PATH && px__mkdir(base) == 0 && lstat(base, &lb) == 0 &&
+        S_ISDIR(lb.st_mode) && access(base, W_OK) == 0) {
       len = snprintf(out, PX__PATH, "%s/%s-%dx%dx%d.pxc", base, split, cfg->channels, cfg->size,
                      cfg->size);
       if (len > 0 && len < PX__PATH) return PX_OK;
@@ -325,13 +504,14 @@ static px_status_t px__cache_path(const px_folder_config_t *cfg, char *out) {
  * that rebuilding cannot cure. */
 static int px__cache_map(const char *path, const px_folder_config_t *cfg, uint64_t hash,
                          int32_t nclasses, px_dataset_t **out, px__cache_hdr_t *hdr_out) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW); /* a link: rebuilt over */
   if (fd < 0) return 0;
   px__cache_hdr_t hdr;
   struct stat sb;
   size_t img = (size_t)cfg->channels * cfg->size * cfg->size;
   int ok = fstat(fd, &sb) == 0 && pread(fd, &hdr, sizeof hdr, 0) == (ssize_t)sizeof hdr &&
-           !memcmp(hdr.magic, PX__CACHE_MAGIC, 8) && hdr.version == PX__CACHE_VERSION &&
+           !memcmp(hdr.magic, PX__CACHE_MAGIC, 8) &&
+           (hdr.version == PX__CACHE_VERSION || (hdr.version == 1 && hdr.skipped == 0)) &&
            hdr.channels == (uint32_t)cfg->channels && hdr.size == (uint32_t)cfg->size &&
            hdr.num_classes == (uint32_t)nclasses && hdr.list_hash == hash && hdr.n >= 1 &&
            hdr.n <= hdr.files && hdr.files <= PX_FOLDER_MAX_FILES &&
@@ -343,6 +523,9 @@ static int px__cache_map(const char *path, const px_folder_config_t *cfg, uint64
     close(fd);
     return 0;
   }
+  /* a cache of before 0600 caches: made the owner's alone */
+  if ((sb.st_mode & 077) && sb.st_uid == geteuid() && fchmod(fd, sb.st_mode & 0700) != 0)
+    px_log(PX_LOG_WARN, "image folder cache %s: chmod: %s", path, strerror(errno));
   void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
   if (map == MAP_FAILED) {
@@ -383,15 +566,57 @@ static int px__cache_map(const char *path, const px_folder_config_t *cfg, uint64
   return 1;
 }
 
+/* The skipped files of a build: how many, and the first reasons. */
+typedef struct {
+  uint64_t n;
+  char first[1024];  /* "CLASS/NAME: reason; ..." of the first PX__REASONS */
+} px__skips_t;
+#define PX__REASONS 3
+#define PX__OUTSIDE "a link that leads outside the data root"
+
+/* Decodes file i of l (in the folder's split) into pix, opened beneath the
+ * root. PX_ERR_FORMAT with why[256] set: the file is to be skipped; other
+ * errors end the build. */
+static px_status_t px__decode_entry(const px__root_t *r, const char *split, const px__flist_t *l,
+                                    size_t i, const px_folder_config_t *cfg,
+                                    px_image_decoder_t *dec, uint8_t *pix, char *why) {
+  const char *name = l->names + l->e[i].name;
+  char sub[PX__PATH];
+  PX_CHECK(px__join(sub, split, name));
+  /* a link out of the root: said by its name only, its target never opened */
+  if (l->e[i].outside) return snprintf(why, 256, PX__OUTSIDE), PX_ERR_FORMAT;
+  int fd = px__open_sub(r, sub, O_RDONLY | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == EXDEV) snprintf(why, 256, PX__OUTSIDE);
+    else snprintf(why, 256, "cannot open: %s", strerror(errno));
+    return PX_ERR_FORMAT;
+  }
+  px_status_t st = px__image_decode_fd(dec, fd, cfg->channels, cfg->size, pix);
+  close(fd);
+  if (st == PX_ERR_FORMAT || st == PX_ERR_IO) {
+    snprintf(why, 256, "%s", px_image_decoder_reason(dec));
+    return PX_ERR_FORMAT;
+  }
+  return st;
+}
+
+static void px__skip(px__skips_t *sk, const px__root_t *r, const char *split, const char *name,
+                     const char *why) {
+  px_log(PX_LOG_WARN, "image folder: skipped %s/%s/%s: %s", r->dir, split, name, why);
+  if (sk->n++ < PX__REASONS) {
+    size_t len = strlen(sk->first);
+    snprintf(sk->first + len, sizeof sk->first - len, "%s%s: %s", len ? "; " : "", name, why);
+  }
+}
+
 /* Decodes every file of l into a new cache file at path, an atomic file
  * (prunex/text.h): the header, whose statistics are known only at the end,
  * is written as a placeholder first and over it before the commit. */
-static px_status_t px__cache_build(const char *path, const char *split_dir,
+static px_status_t px__cache_build(const char *path, const px__root_t *r, const char *split,
                                    const px_folder_config_t *cfg, const px__flist_t *l,
-                                   uint64_t hash) {
-  char file[PX__PATH];
+                                   uint64_t hash, px__skips_t *sk) {
   px_atomic_file_t f;
-  PX_CHECK(px_atomic_file_open(&f, path, 0644, 0));
+  PX_CHECK(px_atomic_file_open(&f, path, 0600, 0));
   size_t img = (size_t)cfg->channels * cfg->size * cfg->size;
   size_t plane = (size_t)cfg->size * cfg->size;
   px_status_t st = PX_OK;
@@ -404,20 +629,15 @@ static px_status_t px__cache_build(const char *path, const char *split_dir,
   if (!pix || !labels) st = PX_ERR_NOMEM;
   if (st == PX_OK) st = px_image_decoder_create(&dec);
   if (st == PX_OK) st = px_atomic_file_write(&f, &hdr, sizeof hdr);
-  uint64_t n = 0, skipped = 0;
+  uint64_t n = 0;
+  char why[256];
   for (size_t i = 0; st == PX_OK && i < l->n; i++) {
-    st = px__join(file, split_dir, l->names + l->e[i].name);
-    if (st != PX_OK) break;
-    px_status_t ds = px_image_decode_file(dec, file, cfg->channels, cfg->size, pix);
-    if (ds == PX_ERR_NOMEM) {
-      st = ds;
-      break;
-    }
-    if (ds != PX_OK) {
-      skipped++;
-      px_log(PX_LOG_WARN, "image folder: skipped %s: %s", file, px_image_decoder_reason(dec));
+    px_status_t ds = px__decode_entry(r, split, l, i, cfg, dec, pix, why);
+    if (ds == PX_ERR_FORMAT) {
+      px__skip(sk, r, split, l->names + l->e[i].name, why);
       continue;
     }
+    if ((st = ds) != PX_OK) break;
     for (int32_t c = 0; c < cfg->channels; c++) {
       uint64_t s = 0, q = 0;
       for (size_t p = 0; p < plane; p++) {
@@ -432,8 +652,8 @@ static px_status_t px__cache_build(const char *path, const char *split_dir,
     st = px_atomic_file_write(&f, pix, img);
   }
   if (st == PX_OK && n == 0)
-    st = px_set_error(PX_ERR_FORMAT, "image folder: none of the %zu images of %s could be decoded "
-                      "(see the warnings above)", l->n, split_dir);
+    st = px_set_error(PX_ERR_FORMAT, "image folder: none of the %zu images of %s/%s could be "
+                      "decoded: %s", l->n, r->dir, split, sk->first);
   if (st == PX_OK) st = px_atomic_file_write(&f, labels, n);
   if (st == PX_OK) {
     memcpy(hdr.magic, PX__CACHE_MAGIC, 8);
@@ -443,7 +663,7 @@ static px_status_t px__cache_build(const char *path, const char *split_dir,
     hdr.num_classes = (uint32_t)l->nclasses;
     hdr.n = n;
     hdr.files = l->n;
-    hdr.skipped = skipped;
+    hdr.skipped = sk->n;
     hdr.list_hash = hash;
     for (int32_t c = 0; c < cfg->channels; c++) {
       double cnt = (double)n * (double)plane * 255.0;
@@ -456,11 +676,63 @@ static px_status_t px__cache_build(const char *path, const char *split_dir,
   }
   if (st == PX_OK) st = px_atomic_file_commit(&f);
   else px_atomic_file_abort(&f);
-  if (st == PX_OK && skipped)
-    px_log(PX_LOG_WARN, "image folder %s: %llu of %zu images skipped (unreadable or corrupt)",
-           split_dir, (unsigned long long)skipped, l->n);
+  if (st == PX_OK && sk->n)
+    px_log(PX_LOG_WARN, "image folder %s/%s: %llu of %zu images skipped (unreadable or corrupt)",
+           r->dir, split, (unsigned long long)sk->n, l->n);
   px_image_decoder_destroy(dec);
   PX_FREE_ALL(pix, labels);
+  return st;
+}
+
+/* More than max_skipped of the split's files left out fails the load (the
+ * cache stays: another job may allow more). first: the reasons when this
+ * call built the cache, NULL when it was mapped. */
+static px_status_t px__skipped_ok(const px_folder_config_t *cfg, const char *split,
+                                  const px__cache_hdr_t *hdr, const char *first,
+                                  const char *cache) {
+  double m = cfg->max_skipped > 0 ? cfg->max_skipped : PX_FOLDER_MAX_SKIPPED;
+  if ((double)hdr->skipped <= m * (double)hdr->files + 1e-9) return PX_OK;
+  if (first)
+    return px_set_error(PX_ERR_FORMAT, "image folder %s/%s: %llu of %llu images could not be "
+                        "decoded (more than dataset.max_skipped = %g%%): %s%s", cfg->dir, split,
+                        (unsigned long long)hdr->skipped, (unsigned long long)hdr->files,
+                        100.0 * m, first, hdr->skipped > PX__REASONS ? "; ..." : "");
+  return px_set_error(PX_ERR_FORMAT, "image folder %s/%s: %llu of %llu images could not be "
+                      "decoded (more than dataset.max_skipped = %g%%); the warnings of the rank "
+                      "that built the cache %s name them", cfg->dir, split,
+                      (unsigned long long)hdr->skipped, (unsigned long long)hdr->files,
+                      100.0 * m, cache);
+}
+
+/* The split's cache mapped, built first under the lock when it is missing
+ * or stale. *built: this call built it (sk then holds the reasons). */
+static px_status_t px__cache_get(const char *path, const px__root_t *r, const char *split,
+                                 const px_folder_config_t *cfg, const px__flist_t *l,
+                                 px_dataset_t **out, px__cache_hdr_t *hdr, int *built,
+                                 px__skips_t *sk) {
+  uint64_t hash = px__list_hash(l, cfg);
+  int got = px__cache_map(path, cfg, hash, l->nclasses, out, hdr);
+  if (got != 0) return got < 0 ? (px_status_t)got : PX_OK;
+  /* Missing or stale: one process of the node builds it, the rest wait. */
+  char lock[PX__PATH + 8];
+  snprintf(lock, sizeof lock, "%s.lock", path);
+  px_status_t st = PX_OK;
+  int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (lfd < 0 || flock(lfd, LOCK_EX) != 0) {
+    st = px_set_error(PX_ERR_IO, "image folder cache lock %s: %s", lock, strerror(errno));
+  } else {
+    got = px__cache_map(path, cfg, hash, l->nclasses, out, hdr);
+    if (got == 0) {
+      st = px__cache_build(path, r, split, cfg, l, hash, sk);
+      *built = 1;
+      if (st == PX_OK) got = px__cache_map(path, cfg, hash, l->nclasses, out, hdr);
+      if (st == PX_OK && got == 0)
+        st = px_set_error(PX_ERR_IO, "image folder cache %s: unreadable right after writing it",
+                          path);
+    }
+  }
+  if (lfd >= 0) close(lfd); /* releases the flock */
+  if (st == PX_OK && got < 0) st = (px_status_t)got;
   return st;
 }
 
@@ -474,42 +746,29 @@ px_status_t px_dataset_load_folder(const px_folder_config_t *cfg, px_folder_repo
              cfg->channels);
   PX_REQUIRE(cfg->size >= 1 && cfg->size <= PX_IMAGE_MAX_SIZE,
              "image folder: image size %d: must be 1..%d", cfg->size, PX_IMAGE_MAX_SIZE);
+  PX_REQUIRE(cfg->max_skipped >= 0 && cfg->max_skipped <= 1,
+             "image folder: max_skipped %g: must be 0..1", cfg->max_skipped);
+  *out = NULL;
+  const char *split = cfg->split == PX_SPLIT_TRAIN ? "train" : "val";
   px__flist_t l;
   memset(&l, 0, sizeof l);
-  char split_dir[PX__PATH], path[PX__PATH], lock[PX__PATH + 8];
-  px_status_t st = px__check_classes(cfg->dir, &l);
-  if (st == PX_OK)
-    st = px__join(split_dir, cfg->dir, cfg->split == PX_SPLIT_TRAIN ? "train" : "val");
-  if (st == PX_OK) st = px__list_files(split_dir, &l);
+  px__root_t r;
+  char path[PX__PATH];
+  px_status_t st = px__root_open(&r, cfg->dir, cfg->root);
+  if (st == PX_OK) st = px__check_classes(&r, &l);
+  if (st == PX_OK) st = px__list_files(&r, split, &l);
   if (st == PX_OK) st = px__cache_path(cfg, path);
-  if (st != PX_OK) {
-    px__flist_free(&l);
-    return st;
-  }
-  uint64_t hash = px__list_hash(&l, cfg);
   px__cache_hdr_t hdr;
+  px__skips_t sk;
+  memset(&sk, 0, sizeof sk);
   int built = 0;
-  int got = px__cache_map(path, cfg, hash, l.nclasses, out, &hdr);
-  if (got == 0) {
-    /* Missing or stale: one process of the node builds it, the rest wait. */
-    snprintf(lock, sizeof lock, "%s.lock", path);
-    int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (lfd < 0 || flock(lfd, LOCK_EX) != 0) {
-      st = px_set_error(PX_ERR_IO, "image folder cache lock %s: %s", lock, strerror(errno));
-    } else {
-      got = px__cache_map(path, cfg, hash, l.nclasses, out, &hdr);
-      if (got == 0) {
-        st = px__cache_build(path, split_dir, cfg, &l, hash);
-        built = 1;
-        if (st == PX_OK) got = px__cache_map(path, cfg, hash, l.nclasses, out, &hdr);
-        if (st == PX_OK && got == 0)
-          st = px_set_error(PX_ERR_IO, "image folder cache %s: unreadable right after writing it",
-                            path);
-      }
-    }
-    if (lfd >= 0) close(lfd); /* releases the flock */
+  if (st == PX_OK) st = px__cache_get(path, &r, split, cfg, &l, out, &hdr, &built, &sk);
+  if (st == PX_OK) st = px__skipped_ok(cfg, split, &hdr, built ? sk.first : NULL, path);
+  if (st != PX_OK && *out) { /* what px__cache_map made (px_dataset_destroy is engine code) */
+    munmap((*out)->map, (*out)->map_len);
+    px_free(*out);
+    *out = NULL;
   }
-  if (st == PX_OK && got < 0) st = (px_status_t)got;
   if (st == PX_OK && report) {
     report->files = (int64_t)hdr.files;
     report->skipped = (int64_t)hdr.skipped;
@@ -517,6 +776,7 @@ px_status_t px_dataset_load_folder(const px_folder_config_t *cfg, px_folder_repo
     report->built = built;
     snprintf(report->cache_path, sizeof report->cache_path, "%s", path);
   }
+  px__root_close(&r);
   px__flist_free(&l);
   return st;
 }

@@ -8,12 +8,14 @@
  * (PX_IMAGE_MAX_SIDE) and the pixel count (PX_IMAGE_MAX_PIXELS). The format
  * is told by the file's first bytes, not by its name. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <png.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <turbojpeg.h>
+#include <unistd.h>
 
 #include "data_int.h"
 #include "px_check.h"
@@ -209,13 +211,28 @@ static px_status_t px__dims_ok(px_image_decoder_t *d, const char *fmt, int64_t w
   return PX_OK;
 }
 
+/* A failed call can leave a TurboJPEG handle unusable: with libjpeg-turbo
+ * 2.1, after tjDecompressHeader3 fails the next good file's header reads as
+ * garbage, so one corrupt file lost every file after it. Every failure is
+ * therefore followed by a fresh handle (the reason is copied out first). */
+static px_status_t px__jpeg_fail(px_image_decoder_t *d, const char *what) {
+  snprintf(d->why, sizeof d->why, "%s: %s", what, tjGetErrorStr2(d->tj));
+  tjhandle fresh = tjInitDecompress();
+  if (!fresh)
+    return px_set_error(PX_ERR_BACKEND, "libjpeg-turbo: cannot create a decompressor: %s",
+                        tjGetErrorStr2(NULL));
+  tjDestroy(d->tj);
+  d->tj = fresh;
+  return PX_ERR_FORMAT;
+}
+
 /* JPEG to HWC pixels of `channels` (1: luma, 3: R,G,B), decoded at the
  * smallest libjpeg-turbo scale whose shorter side still covers `size`. */
 static px_status_t px__decode_jpeg(px_image_decoder_t *d, const uint8_t *buf, size_t len,
                                    int32_t channels, int32_t size, int32_t *w, int32_t *h) {
   int jw, jh, sub, cs;
   if (tjDecompressHeader3(d->tj, buf, (unsigned long)len, &jw, &jh, &sub, &cs) != 0)
-    return PX__REFUSE(d, "corrupt JPEG header: %s", tjGetErrorStr2(d->tj));
+    return px__jpeg_fail(d, "corrupt JPEG header");
   if (px__dims_ok(d, "JPEG", jw, jh) != PX_OK) return PX_ERR_FORMAT;
   int nsf = 0;
   tjscalingfactor *sf = tjGetScalingFactors(&nsf);
@@ -230,7 +247,7 @@ static px_status_t px__decode_jpeg(px_image_decoder_t *d, const uint8_t *buf, si
   PX_CHECK(px__grow((void **)&d->pixels, &d->pix_cap, (size_t)bw * bh * channels, "data.pixels"));
   int pf = channels == 1 ? TJPF_GRAY : TJPF_RGB;
   if (tjDecompress2(d->tj, buf, (unsigned long)len, d->pixels, bw, 0, bh, pf, 0) != 0)
-    return PX__REFUSE(d, "corrupt JPEG data: %s", tjGetErrorStr2(d->tj));
+    return px__jpeg_fail(d, "corrupt JPEG data");
   *w = bw;
   *h = bh;
   return PX_OK;
@@ -244,8 +261,12 @@ static px_status_t px__decode_png(px_image_decoder_t *d, const uint8_t *buf, siz
   png_image img;
   memset(&img, 0, sizeof img);
   img.version = PNG_IMAGE_VERSION;
-  if (!png_image_begin_read_from_memory(&img, buf, len))
+  /* libpng frees the image on its errors; png_image_free again is a no-op,
+   * kept so that no path depends on that */
+  if (!png_image_begin_read_from_memory(&img, buf, len)) {
+    png_image_free(&img);
     return PX__REFUSE(d, "corrupt PNG header: %s", img.message);
+  }
   if (px__dims_ok(d, "PNG", img.width, img.height) != PX_OK) {
     png_image_free(&img);
     return PX_ERR_FORMAT;
@@ -262,8 +283,10 @@ static px_status_t px__decode_png(px_image_decoder_t *d, const uint8_t *buf, siz
   /* alpha is composited onto black: without a background libpng would
    * composite onto whatever the reused buffer holds */
   static const png_color black = {0, 0, 0};
-  if (!png_image_finish_read(&img, &black, d->pixels, 0, NULL))
+  if (!png_image_finish_read(&img, &black, d->pixels, 0, NULL)) {
+    png_image_free(&img);
     return PX__REFUSE(d, "corrupt PNG data: %s", img.message);
+  }
   if (rgb && channels == 1) {
     for (size_t i = 0, np = (size_t)img.width * img.height; i < np; i++) {
       const uint8_t *p = d->pixels + 3 * i;
@@ -321,30 +344,43 @@ px_status_t px_image_decode(px_image_decoder_t *d, const uint8_t *buf, size_t le
   return PX_OK;
 }
 
+px_status_t px__image_decode_fd(px_image_decoder_t *d, int fd, int32_t channels, int32_t size,
+                                uint8_t *dst) {
+  d->why[0] = '\0';
+  struct stat sb;
+  if (fstat(fd, &sb) != 0) {
+    snprintf(d->why, sizeof d->why, "cannot stat: %s", strerror(errno));
+    return PX_ERR_IO;
+  }
+  if (!S_ISREG(sb.st_mode)) return PX__REFUSE(d, "not a regular file");
+  if (sb.st_size > PX_IMAGE_MAX_FILE_BYTES)
+    return PX__REFUSE(d, "%lld bytes: more than the %d-byte limit for one image",
+                      (long long)sb.st_size, PX_IMAGE_MAX_FILE_BYTES);
+  size_t len = (size_t)sb.st_size, got = 0;
+  PX_CHECK(px__grow((void **)&d->file, &d->file_cap, len + 1, "data.image_file"));
+  while (got < len) {
+    ssize_t k = read(fd, d->file + got, len - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      snprintf(d->why, sizeof d->why, "read error: %s", k < 0 ? strerror(errno) : "short");
+      return PX_ERR_IO;
+    }
+    got += (size_t)k;
+  }
+  return px_image_decode(d, d->file, len, channels, size, dst);
+}
+
 px_status_t px_image_decode_file(px_image_decoder_t *d, const char *path, int32_t channels,
                                  int32_t size, uint8_t *dst) {
   PX_REQUIRE(d && path && dst, "px_image_decode_file: NULL argument");
-  FILE *fp = fopen(path, "rb");
-  if (!fp) {
+  /* O_NONBLOCK: a FIFO in an image's place must not hang the loader */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
     snprintf(d->why, sizeof d->why, "cannot open: %s", strerror(errno));
     return px_set_error(PX_ERR_IO, "%s: %s", path, d->why);
   }
-  struct stat sb;
-  px_status_t st = PX_OK;
-  if (fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    st = PX__REFUSE(d, "not a regular file");
-  } else if (sb.st_size > PX_IMAGE_MAX_FILE_BYTES) {
-    st = PX__REFUSE(d, "%lld bytes: more than the %d-byte limit for one image",
-                    (long long)sb.st_size, PX_IMAGE_MAX_FILE_BYTES);
-  } else {
-    st = px__grow((void **)&d->file, &d->file_cap, (size_t)sb.st_size + 1, "data.image_file");
-    if (st == PX_OK && fread(d->file, 1, (size_t)sb.st_size, fp) != (size_t)sb.st_size) {
-      snprintf(d->why, sizeof d->why, "read error: %s", ferror(fp) ? strerror(errno) : "short");
-      st = PX_ERR_IO;
-    }
-  }
-  fclose(fp);
-  if (st == PX_OK) st = px_image_decode(d, d->file, (size_t)sb.st_size, channels, size, dst);
+  px_status_t st = px__image_decode_fd(d, fd, channels, size, dst);
+  close(fd);
   if (st != PX_OK && d->why[0]) return px_set_error(st, "%s: %s", path, d->why);
   return st;
 }

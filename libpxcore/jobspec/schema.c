@@ -68,6 +68,9 @@ const px__js_field_t px__js_fields[] = {
     {S_DATASET, "channels", PX__JS_INT, 0, 1, 3, NULL, 3, NULL},
     {S_DATASET, "min_scale", PX__JS_DOUBLE, LO_OPEN, 0, 1, NULL, 0.35, NULL},
     {S_DATASET, "cache_dir", PX__JS_STRING, 0, 0, 0, NULL, 0, ""},
+    /* issue 49: a share, not a count; 0 is not a setting (a spec without the
+     * field gets the default), a value below 1/N allows none of N */
+    {S_DATASET, "max_skipped", PX__JS_DOUBLE, LO_OPEN, 0, 1, NULL, PX_FOLDER_MAX_SKIPPED, NULL},
 
     {S_CLUSTER, "nodes", PX__JS_INT, PX__JS_REQUIRED, 1, I32MAX, NULL, 1, NULL},
     {S_CLUSTER, "workers_per_node", PX__JS_INT, PX__JS_REQUIRED, 1, 4096, NULL, 1, NULL},

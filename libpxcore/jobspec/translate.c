@@ -38,6 +38,7 @@ void px_jobspec_train_config(const Prunex__V1__JobSpec *s, px_train_config_t *c)
   c->image_channels = s->dataset->channels;
   c->min_scale = (float)s->dataset->min_scale;
   c->cache_dir = s->dataset->cache_dir && s->dataset->cache_dir[0] ? s->dataset->cache_dir : NULL;
+  c->max_skipped = s->dataset->max_skipped; /* 0 (an older client's spec): the default */
   if (s->cluster->threads_per_worker > 0) c->threads = s->cluster->threads_per_worker;
 }
 

@@ -3,7 +3,9 @@
  * trains, prunes, packs, checkpoints and exports through the same code as
  * the built-in ResNets.
  *
- * The file is untrusted. It is read whole (at most PX__ONNX_MAX_BYTES),
+ * The file is untrusted. It is read whole (at most PX__ONNX_MAX_BYTES, and
+ * with its initializers, used or not, at most the import's memory bound:
+ * PX_ONNX_MAX_BYTES in the environment, PX__ONNX_IMPORT_BYTES by default),
  * unpacked with the protobuf-c code generated from Debian's onnx.proto (the
  * export's), and walked once in node order: every named tensor goes into an
  * open-addressing table (at most PX__ONNX_MAX_VALUES), every node checks its
@@ -13,8 +15,8 @@
  *
  * What is taken today (the layer set of the built-in models and the graph
  * operators of nn/px_graph_ops.h): Conv (bias optional, groups dividing the
- * channels, so grouped and depthwise; square kernel, padding kernel/2,
- * dilation 1), BatchNormalization (epsilon 1e-5), Relu (fused into a
+ * channels, so grouped and depthwise; square kernel (kernel_shape, when
+ * given, the weight's), padding kernel/2, dilation 1), BatchNormalization (epsilon 1e-5), Relu (fused into a
  * BatchNormalization or an Add right before it whose output nothing else
  * reads, as the built-in models fuse it; otherwise a layer of its own),
  * LeakyRelu, Clip(0, 6) (ReLU6), Sigmoid, HardSigmoid (beta 0.5), HardSwish,
@@ -156,6 +158,16 @@ static int px__ints_all(const Onnx__NodeProto *n, const char *name, int64_t v) {
   return 1;
 }
 
+/* An attribute's ints as "[a, b, ...]" (at most 8 of them) into buf. */
+static const char *px__ints_text(const Onnx__AttributeProto *a, char *buf, size_t cap) {
+  snprintf(buf, cap, "[");
+  for (size_t i = 0; i < a->n_ints && i < 8; i++)
+    snprintf(buf + strlen(buf), cap - strlen(buf), "%s%lld", i ? ", " : "",
+             (long long)a->ints[i]);
+  snprintf(buf + strlen(buf), cap - strlen(buf), "%s]", a->n_ints > 8 ? ", ..." : "");
+  return buf;
+}
+
 static size_t px__numel(const Onnx__TensorProto *t) {
   size_t n = 1;
   for (size_t i = 0; i < t->n_dims; i++) n *= (size_t)t->dims[i];
@@ -291,6 +303,15 @@ static px_status_t px__op_conv(px__imp_t *im, const Onnx__NodeProto *n) {
       !px__ints_all(n, "pads", kh / 2) || !px__ints_all(n, "strides", s) || s < 1 || s > 8)
     return PX__NODE_FAIL(im, n, "only square kernels (1 to 15) with padding kernel/2 on every "
                                 "side, equal strides (1 to 8) and dilation 1 are supported");
+  /* The layer takes its window from the weight; a kernel_shape that says
+   * otherwise (or is out of range) describes another network: refused. */
+  const Onnx__AttributeProto *ks = px__attr(n, "kernel_shape");
+  if (ks && (ks->n_ints != 2 || ks->ints[0] != kh || ks->ints[1] != kw)) {
+    char v[160];
+    return PX__NODE_FAIL(im, n, "kernel_shape %s is not the %lldx%lld window of the weight '%s'",
+                         px__ints_text(ks, v, sizeof v), (long long)kh, (long long)kw,
+                         n->input[1]);
+  }
   if (co % grp != 0)
     return PX__NODE_FAIL(im, n, "group = %lld does not divide the %lld filters", (long long)grp,
                          (long long)co);
@@ -738,8 +759,12 @@ static px_status_t px__op_pool(px__imp_t *im, const Onnx__NodeProto *n) {
   int64_t k = ks && ks->n_ints == 2 ? ks->ints[0] : 0, s = st && st->n_ints ? st->ints[0] : 1;
   int64_t p = pd && pd->n_ints ? pd->ints[0] : 0;
   if (x->pad && p == 0 && px__ints_all(n, "pads", 0)) p = x->pad; /* PyTorch's Pad + AveragePool */
-  if (!ks || ks->n_ints != 2 || !px__ints_all(n, "kernel_shape", k) || k < 1 || k > 15 ||
-      !px__ints_all(n, "strides", s) || s < 1 || s > 15 || !px__ints_all(n, "pads", p) || p < 0 ||
+  if (!ks || ks->n_ints != 2 || !px__ints_all(n, "kernel_shape", k) || k < 1 || k > 15) {
+    char v[160];
+    return PX__NODE_FAIL(im, n, "kernel_shape %s: a square 2-D window of 1 to 15 is supported",
+                         ks ? px__ints_text(ks, v, sizeof v) : "missing");
+  }
+  if (!px__ints_all(n, "strides", s) || s < 1 || s > 15 || !px__ints_all(n, "pads", p) || p < 0 ||
       2 * p > k || !px__ints_all(n, "dilations", 1) || px__attr_i(n, "ceil_mode", 0) != 0 ||
       px__attr_i(n, "storage_order", 0) != 0 || n->n_output > 1 ||
       (ap && ap->has_s && ap->s.len && !(ap->s.len == 6 && !memcmp(ap->s.data, "NOTSET", 6))))
@@ -1036,6 +1061,45 @@ static px_status_t px__lower(px__imp_t *im, const Onnx__ModelProto *mp) {
   return PX_OK;
 }
 
+/* The bound on the memory an import takes (the file, then the parsed
+ * initializers beside it): PX_ONNX_MAX_BYTES, bytes with an optional K, M
+ * or G (KiB, MiB, GiB), or PX__ONNX_IMPORT_BYTES. PX_ERR_INVALID for a
+ * value that is not one. */
+static px_status_t px__import_bound(const char *path, uint64_t *out) {
+  *out = PX__ONNX_IMPORT_BYTES;
+  const char *e = getenv("PX_ONNX_MAX_BYTES");
+  if (!e || !e[0]) return PX_OK;
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = e[0] >= '0' && e[0] <= '9' ? strtoull(e, &end, 10) : 0;
+  int shift = !end ? -1 : !end[0] ? 0 : !strcmp(end, "K") ? 10 : !strcmp(end, "M") ? 20
+              : !strcmp(end, "G") ? 30 : -1;
+  if (errno || v == 0 || shift < 0 || v > (UINT64_MAX >> shift))
+    return px_set_error(PX_ERR_INVALID, "%s: PX_ONNX_MAX_BYTES = '%.40s': expected a positive "
+                        "number of bytes, optionally with K, M or G (KiB, MiB, GiB)", path, e);
+  *out = (uint64_t)v << shift;
+  return PX_OK;
+}
+
+/* The import's memory: the file's bytes and every initializer's (those no
+ * node reads too: they are parsed and held all the same), against bound. */
+static px_status_t px__check_import_bytes(const char *path, const Onnx__ModelProto *mp,
+                                          size_t file, uint64_t bound) {
+  uint64_t inits = 0;
+  const Onnx__GraphProto *gp = mp->graph;
+  for (size_t i = 0; gp && i < gp->n_initializer; i++) {
+    const Onnx__TensorProto *t = gp->initializer[i];
+    inits += t->raw_data.len + t->n_float_data * sizeof(float) +
+             t->n_int64_data * sizeof(int64_t) + t->n_int32_data * sizeof(int32_t) +
+             t->n_double_data * sizeof(double) + t->n_uint64_data * sizeof(uint64_t);
+  }
+  if ((uint64_t)file + inits <= bound) return PX_OK;
+  return px_set_error(PX_ERR_INVALID, "%s: the import takes %llu bytes (the file's %zu and its "
+                      "initializers' %llu, used or not), more than PX_ONNX_MAX_BYTES = %llu",
+                      path, (unsigned long long)(file + inits), file,
+                      (unsigned long long)inits, (unsigned long long)bound);
+}
+
 static px_status_t px__read_file(const char *path, uint8_t **buf, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) return px_set_error(PX_ERR_IO, "%s: %s", path, strerror(errno));
@@ -1045,6 +1109,16 @@ static px_status_t px__read_file(const char *path, uint8_t **buf, size_t *len) {
     fclose(f);
     return px_set_error(PX_ERR_IO, "%s: not a regular file of 1 byte to %u MiB", path,
                         PX__ONNX_MAX_BYTES >> 20);
+  }
+  uint64_t bound;
+  px_status_t st = px__import_bound(path, &bound);
+  if (st == PX_OK && (uint64_t)sb.st_size > bound)
+    st = px_set_error(PX_ERR_INVALID, "%s: the file alone holds %lld bytes, more than "
+                      "PX_ONNX_MAX_BYTES = %llu", path, (long long)sb.st_size,
+                      (unsigned long long)bound);
+  if (st != PX_OK) {
+    fclose(f);
+    return st;
   }
   *len = (size_t)sb.st_size;
   *buf = px_malloc(*len, "onnx.file");
@@ -1070,6 +1144,13 @@ px_status_t px__onnx_load(const char *path, px__onnx_graph_t **out) {
   Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, len, buf);
   px_free(buf);
   if (!mp) return px_set_error(PX_ERR_INVALID, "%s: not an ONNX model (the protobuf does not parse)", path);
+  uint64_t bound = 0;
+  px_status_t bs = px__import_bound(path, &bound);
+  if (bs == PX_OK) bs = px__check_import_bytes(path, mp, len, bound);
+  if (bs != PX_OK) {
+    onnx__model_proto__free_unpacked(mp, NULL);
+    return bs;
+  }
   px__imp_t im = {path, NULL, 0, 0, NULL, NULL, 0};
   im.g = px_calloc(1, sizeof *im.g, "onnx.graph");
   if (!im.g) {

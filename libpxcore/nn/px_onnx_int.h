@@ -22,6 +22,10 @@ extern "C" {
 #define PX__ONNX_MAX_VALUES 16384       /* named tensors (initializers + node outputs + inputs) */
 #define PX__ONNX_MAX_NUMEL (64u << 20)  /* elements of one initializer */
 #define PX__ONNX_MAX_NAME 200           /* bytes of a tensor or node name */
+/* The memory an import may take by default: the file and all its
+ * initializers, used or not (PX_ONNX_MAX_BYTES in the environment sets
+ * another; VGG-11's 531 MB file takes about 1.1 GB so). */
+#define PX__ONNX_IMPORT_BYTES (2ull << 30)
 
 typedef enum {
   PX__OL_CONV, PX__OL_BN, PX__OL_ADD, PX__OL_GAP, PX__OL_FC, PX__OL_MAXPOOL, PX__OL_AVGPOOL,

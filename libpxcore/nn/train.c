@@ -92,7 +92,8 @@ static px_status_t px__load_data(px_trainer_t *t) {
   if (!strcmp(c->dataset, "folder")) {
     PX_REQUIRE(c->data_dir != NULL, "dataset.path: a folder data set needs its directory");
     px_folder_config_t fc = {c->data_dir, PX_SPLIT_TRAIN, c->image_channels ? c->image_channels : 3,
-                             c->image_size ? c->image_size : 32, c->cache_dir};
+                             c->image_size ? c->image_size : 32, c->cache_dir, c->data_root,
+                             c->max_skipped};
     px_folder_report_t rep;
     PX_CHECK(px_dataset_load_folder(&fc, &rep, &t->train));
     px_log(PX_LOG_INFO, "image folder %s: %lld training images (%lld skipped), %d classes, %s "

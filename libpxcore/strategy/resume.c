@@ -59,6 +59,9 @@ struct px_resume {
   char write_error[512];
   double write_seconds;
   int complete;            /* newest iteration every rank holds; -1: none */
+  int own;                 /* newest iteration of this rank's own file; -1: none */
+  int own_complete;        /* this rank holds its file of `complete` (a rank that took a
+                              lost one's place resumed from the others' without one) */
   char problem[PX_RS_PROBLEM_MAX]; /* why a later one is not usable ("" when none) */
 };
 
@@ -80,6 +83,7 @@ px_status_t px__resume_create(px_comm_t *comm, const char *dir, int keep, px__re
   snprintf(rs->dir, sizeof rs->dir, "%s", dir);
   rs->pending = -1;
   rs->complete = -1;
+  rs->own = -1;
   rs->lists = px_malloc((size_t)rs->size * PX_RS_MAX_KEEP * sizeof(double), "resume.lists");
   if (!rs->lists) {
     px_free(rs);
@@ -307,10 +311,24 @@ static void px_rs_prune(px__resume_t *rs, int protect) {
  * (the lowest failing rank's error, one allgather), for the job's status. */
 static px_status_t px_rs_note_failure(px__resume_t *rs, int it) {
   char *all = px_calloc((size_t)rs->size, PX_RS_PROBLEM_MAX, "resume.problems");
-  char mine[PX_RS_PROBLEM_MAX] = "";
+  char mine[PX_RS_PROBLEM_MAX] = "", note[96] = "", newest[32] = "none";
   if (!all) return PX_ERR_NOMEM;
-  if (rs->write_status != PX_OK)
-    snprintf(mine, sizeof mine, "%.*s", PX_RS_PROBLEM_MAX - 1, rs->write_error);
+  /* a rank without the file of the newest complete one (a new node's
+   * rank, resumed from the others' state) says what it does hold: the
+   * message names that iteration, which this rank never wrote */
+  if (rs->complete >= 0 && !rs->own_complete) {
+    if (rs->own >= 0) snprintf(newest, sizeof newest, "iteration %d", rs->own);
+    snprintf(note, sizeof note, " (rank %d holds no file of iteration %d; its newest: %s)",
+             rs->rank, rs->complete, newest);
+  }
+  if (rs->write_status != PX_OK) {
+    /* all of it fits px_rs_settle's problem: a long error keeps its start
+     * and its end (the reason) */
+    int room = PX_RS_PROBLEM_MAX - 41 - (int)strlen(note), len = (int)strlen(rs->write_error);
+    int head = len > room ? room / 2 : len, tail = len > room ? room - head - 3 : 0;
+    snprintf(mine, sizeof mine, "%.*s%s%s%s", head, rs->write_error, tail ? "..." : "",
+             rs->write_error + len - tail, note);
+  }
   px_status_t st = px_comm_allgather(rs->world, mine, all, PX_RS_PROBLEM_MAX, PX_COMM_U8);
   for (int r = 0; st == PX_OK && r < rs->size; r++) {
     const char *why = all + (size_t)r * PX_RS_PROBLEM_MAX;
@@ -335,6 +353,7 @@ static px_status_t px_rs_settle(px__resume_t *rs) {
   int it = rs->pending;
   rs->pending = -1;
   double failed = rs->write_status == PX_OK ? 0 : 1;
+  if (!failed) rs->own = it;
   if (failed)
     px_log(PX_LOG_WARN, "rank %d: checkpoint of iteration %d not written: %s", rs->rank, it,
            rs->write_error);
@@ -356,6 +375,7 @@ static px_status_t px_rs_settle(px__resume_t *rs) {
     return PX_OK;
   }
   rs->complete = it;
+  rs->own_complete = 1;
   rs->problem[0] = '\0';
   px_rs_prune(rs, it);
   return PX_OK;
@@ -508,6 +528,8 @@ px_status_t px__resume_load(px__resume_t *rs, int *iteration, int *node_fresh, i
   }
   *iteration = R;
   rs->complete = R;
+  rs->own = good ? (int)mine[0] : -1;
+  rs->own_complete = have;
   if (rs->rank == 0)
     px_log(PX_LOG_INFO, "resuming from the checkpoint of iteration %d (%s)", R,
            all ? "every rank has its own" : "some ranks restart their own state");

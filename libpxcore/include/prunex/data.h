@@ -158,9 +158,20 @@ PX_API const char *px_dataset_name(const px_dataset_t *ds);
  * on the node, map that file read-only (mmap) instead of decoding. The cache
  * is written to a temporary file and renamed into place while an exclusive
  * flock on "<cache>.lock" is held, so ranks that start together decode
- * once: the others wait on the lock, then map the finished file. An image
- * that cannot be read or decoded is left out and named (path and reason) in
- * a warning; the count is in the report and in the cache header. */
+ * once: the others wait on the lock, then map the finished file. The cache
+ * file and its lock are made readable by their owner only (0600), a cache
+ * directory made here 0700. An image that cannot be read or decoded is left
+ * out and named (path and reason) in a warning; the count is in the report
+ * and in the cache header. More than max_skipped of a split's files left
+ * out fails the load, naming the count and the first reasons.
+ *
+ * Every directory and file of the folder is opened beneath `root`
+ * (openat2 RESOLVE_BENEATH): a symbolic link is followed only while it
+ * stays below the root (a link given as an absolute path is resolved and
+ * then opened beneath the root without following any link). A file whose
+ * link leads out of the root is never opened: it is skipped with the reason
+ * "a link that leads outside the data root", which says nothing of its
+ * target; a class directory or split that leads out fails the load. */
 
 #define PX_IMAGE_MAX_SIDE 16384            /* pixels per side of a source image */
 #define PX_IMAGE_MAX_PIXELS (1 << 26)      /* pixels of a source image */
@@ -168,6 +179,7 @@ PX_API const char *px_dataset_name(const px_dataset_t *ds);
 #define PX_IMAGE_MAX_SIZE 1024             /* side of a stored (cached) image */
 #define PX_FOLDER_MAX_CLASSES 256
 #define PX_FOLDER_MAX_FILES (1 << 24)      /* image files of one split */
+#define PX_FOLDER_MAX_SKIPPED 0.01         /* share of files that may be skipped */
 
 typedef struct {
   const char *dir;        /* the folder (train/ and val/ under it) */
@@ -176,6 +188,12 @@ typedef struct {
   int32_t size;           /* stored images are size x size, 1..PX_IMAGE_MAX_SIZE */
   const char *cache_dir;  /* NULL or "": dir/.prunex-cache, or, when dir is not
                              writable, $XDG_CACHE_HOME/prunex ($HOME/.cache/prunex) */
+  const char *root;       /* NULL or "": dir itself; else a directory that dir is under
+                             (as text): no file is read from outside it (pxworker: the
+                             agent's data root that holds dataset.path) */
+  double max_skipped;     /* share of the split's files, (0, 1], that may be left out:
+                             more fails the load (1: any but all); 0: PX_FOLDER_MAX_SKIPPED
+                             (dataset.max_skipped) */
 } px_folder_config_t;
 
 typedef struct {
@@ -194,16 +212,19 @@ typedef struct {
  * caller owns *out (px_dataset_destroy unmaps it). Fails with PX_ERR_IO
  * (missing or unreadable directory, cache not writable anywhere),
  * PX_ERR_FORMAT (layout: missing split, empty or unmatched class, too many
- * classes or files, a name too long; or every image corrupt), PX_ERR_INVALID
- * (bad config), PX_ERR_NOMEM; the message names the path. */
+ * classes or files, a name too long, a split or class that leads out of the
+ * root; or every image corrupt, or more than max_skipped of them),
+ * PX_ERR_INVALID (bad config, dir not under root), PX_ERR_NOMEM; the message
+ * names the path. */
 PX_API px_status_t px_dataset_load_folder(const px_folder_config_t *cfg,
                                           px_folder_report_t *report, px_dataset_t **out);
 
 /* Checks the layout of an image folder without decoding anything: both
  * splits exist, they have the same classes (at most PX_FOLDER_MAX_CLASSES),
  * and every class holds at least one image file in each. Sets *num_classes
- * and *train_files (either may be NULL). What job submission runs. Fails like
- * px_dataset_load_folder, naming the directory at fault. */
+ * and *train_files (either may be NULL). What job submission runs: it
+ * reads no image and, having no data root, follows links anywhere. Fails
+ * like px_dataset_load_folder, naming the directory at fault. */
 PX_API px_status_t px_folder_check(const char *dir, int32_t *num_classes, int64_t *train_files);
 
 /* The class names of an image folder (the subdirectories of dir/train/) in

@@ -354,6 +354,9 @@ typedef struct {
   int32_t image_channels;    /* 1 or 3 (0: 3) */
   float min_scale;           /* random-resized crop's smallest area fraction (0: 0.35) */
   const char *cache_dir;     /* NULL: beside the data (px_folder_config_t) */
+  const char *data_root;     /* NULL: the folder itself; no file is read from outside it
+                                (px_folder_config_t.root) */
+  double max_skipped;        /* share of a split's images that may be left out (0: 0.01) */
   const char *onnx;          /* an imported model's ONNX file (px_model_config_t.onnx),
                                 read only by px_trainer_create; NULL: arch */
 } px_train_config_t;

@@ -87,6 +87,24 @@ PX_API void px_log_at(px_log_level_t level, const char *file, int line, const ch
 
 #define px_log(level, ...) px_log_at((level), __FILE__, __LINE__, __VA_ARGS__)
 
+/* Repeated lines (issue 49: one refused connection a line made 16 MB a
+ * minute): a cause is a call site and level (file, line, level); at most
+ * burst lines of one cause are written in an interval of interval_ms (which
+ * starts at its first line), the rest are counted, and the cause's next
+ * line after the interval ends with "(N similar lines suppressed in the
+ * last Xs)". Debug lines, asked for when debugging (px_set_error logs
+ * every error at debug from one call site), are never limited. burst 0
+ * writes every line (the library's default; the daemons set
+ * PX_LOG_RATE_BURST per PX_LOG_RATE_INTERVAL_MS). The environment
+ * variable PX_LOG_RATE overrides any program's choice: "0" writes every
+ * line, "BURST/SECONDS" (e.g. "10/10") sets the limit. Setting it starts
+ * every cause afresh (counts not yet written are dropped). Thread-safe, no
+ * allocation; the causes live in a fixed table, and a line whose cause
+ * finds no room is written. Cannot fail. */
+#define PX_LOG_RATE_BURST 10
+#define PX_LOG_RATE_INTERVAL_MS 10000
+PX_API void px_log_set_rate(int burst, int interval_ms);
+
 /* Library version string, e.g. "0.1.0". */
 PX_API const char *px_version(void);
 
