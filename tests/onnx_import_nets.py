@@ -249,6 +249,62 @@ class EluNet(nn.Module):
         return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
 
 
+class Shapes(nn.Module):
+    """What the exporters write around the layers (issue 48): a Concat of one
+    input (densenet's torch.cat([x], 1)), a squeeze-and-excitation on
+    x.mean((2, 3), keepdim=True) (ReduceMean as a global average pooling,
+    timm's and mnasnet's idiom), one on x.mean((2, 3)) viewed back as
+    [N, C, 1, 1] through the computed shape [x.size(0), -1, 1, 1] (Shape,
+    Gather, Unsqueeze, Concat, Reshape), one squeezed and unsqueezed, and
+    the classifier's input by x.view(x.size(0), -1) ("view") or by
+    x.mean((2, 3)) ("mean")."""
+
+    def __init__(self, c, classes, head="view"):
+        super().__init__()
+        self.head = head
+        self.conv1, self.bn1 = conv_bn(c, 16)
+        self.conv2, self.bn2 = conv_bn(16, 32)
+        self.se = nn.ModuleList([nn.Conv2d(32, 16, 1), nn.Conv2d(16, 32, 1), nn.Conv2d(32, 16, 1),
+                                 nn.Conv2d(16, 32, 1), nn.Conv2d(32, 16, 1), nn.Conv2d(16, 32, 1)])
+        self.conv3, self.bn3 = conv_bn(32, 32)
+        self.fc = nn.Linear(32, classes)
+
+    def forward(self, x):
+        se = self.se
+        h = torch.relu(self.bn1(self.conv1(x)))
+        h = torch.relu(self.bn2(self.conv2(torch.cat([h], 1))))
+        s = h.mean((2, 3), keepdim=True)
+        h = h * torch.sigmoid(se[1](torch.relu(se[0](s))))
+        s = h.mean((2, 3))
+        s = s.view(s.size(0), -1, 1, 1)
+        h = h * torch.sigmoid(se[3](torch.relu(se[2](s))))
+        s = h.mean((-2, -1), keepdim=True).squeeze(-1).squeeze(-1)
+        h = h * torch.sigmoid(se[5](torch.relu(se[4](s.unsqueeze(-1).unsqueeze(-1)))))
+        h = torch.relu(self.bn3(self.conv3(h)))
+        if self.head == "mean":
+            return self.fc(h.mean((2, 3)))
+        h = nn.functional.adaptive_avg_pool2d(h, 1)
+        return self.fc(h.view(h.size(0), -1))
+
+
+class ShapesMean(Shapes):
+    def __init__(self, c, classes):
+        super().__init__(c, classes, "mean")
+
+
+class DataSlice(EluNet):
+    """A value taken from an activation's data (its first 8 features,
+    x[:, :8], a Slice of the activation): refused, naming the node."""
+
+    def __init__(self, c, classes):
+        super().__init__(c, classes)
+        self.fc = nn.Linear(8, classes)
+
+    def forward(self, x):
+        h = nn.functional.adaptive_avg_pool2d(self.bn(self.conv(x)), 1)
+        return self.fc(h.view(h.size(0), -1)[:, :8])
+
+
 SEEDS = {"mobilenet": 2}
 class Clip1Net(EluNet):
     """Clip(0, 1) (Hardtanh): a Clip that is not ReLU6, refused."""
@@ -281,7 +337,8 @@ class RecipNet(EluNet):
 
 NETS = {"vgg": Vgg, "resnet": ResNet, "mobilenet": MobileNet, "seresnet": SEResNet,
         "acts": Acts, "scalars": Scalars, "elu": EluNet, "clip1": Clip1Net,
-        "gelu_tanh": GeluTanhNet, "recip": RecipNet}
+        "gelu_tanh": GeluTanhNet, "recip": RecipNet, "shapes": Shapes,
+        "shapes_mean": ShapesMean, "data_slice": DataSlice}
 
 
 def build(name, c, classes, seed=0):

@@ -4,7 +4,8 @@
  * the built-in ResNets.
  *
  * The file is untrusted. It is read whole (at most PX__ONNX_MAX_BYTES, and
- * with its initializers, used or not, at most the import's memory bound:
+ * with what unpacking it allocates, its initializers used or not, at most
+ * the import's memory bound:
  * PX_ONNX_MAX_BYTES in the environment, PX__ONNX_IMPORT_BYTES by default),
  * unpacked with the protobuf-c code generated from Debian's onnx.proto (the
  * export's), and walked once in node order: every named tensor goes into an
@@ -28,7 +29,12 @@
  * MaxPool and AveragePool (square windows; a
  * zero Pad, with the Constant holding its sizes, folds into the
  * AveragePool after it, as PyTorch exports count_include_pad),
- * GlobalAveragePool, Flatten / Reshape of a C x 1 x 1 output to 2-D,
+ * GlobalAveragePool and ReduceMean over H and W (x.mean((2, 3))), Flatten,
+ * Reshape, Squeeze and Unsqueeze that move no data ([N, C, 1, 1], [N, C, 1]
+ * and [N, C] into one another), a Concat of one map (that map), the shape
+ * subgraphs exporters write (Shape, Gather, Unsqueeze, Concat, Cast, Slice,
+ * ConstantOfShape of shapes and constants), folded at import into constants
+ * (nn/onnx_shape.c: x.view(x.size(0), -1) is a Reshape by [N, -1]),
  * and one final Gemm or MatMul (+ Add of its bias) (the classifier); Dropout and Identity pass their input
  * through (an Identity of an initializer is that initializer: PyTorch's
  * exporter writes those for equal-valued BN parameters). */
@@ -41,6 +47,7 @@
 #include <sys/stat.h>
 
 #include "nn/px_graph_ops.h"
+#include "nn/px_onnx_fold.h"
 #include "nn/px_onnx_int.h"
 #include "onnx.pb-c.h"
 #include "prunex/nn.h"
@@ -61,6 +68,8 @@ typedef struct {
   int pad;                    /* ACT: zero padding a Pad added, for the AveragePool reading it */
   int part;                   /* PART: 1 x / sqrt 2, 2 its Erf, 3 that + 1 (layer: x's), 4 x
                                  times that (layer: the GELU's, which the * 0.5 gives) */
+  int sq;                     /* ACT: 1 for [N, c, 1] (a c x 1 x 1 map with one unit axis
+                                 squeezed: only Squeeze, Unsqueeze, Reshape, Flatten read it) */
 } px__value_t;
 
 typedef struct {
@@ -76,9 +85,10 @@ static const char *const px__onnx_ops =
     "Conv, BatchNormalization, Relu, LeakyRelu, Clip (as ReLU6), Sigmoid, HardSigmoid, "
     "HardSwish, Tanh, Gelu, Add, Mul (a per-channel gate; x times Sigmoid(x) or "
     "HardSigmoid(x)), Mul, Add, Sub, Div by a constant, Erf (in PyTorch's exact GELU), "
-    "Concat (channels), MaxPool, "
-    "AveragePool, GlobalAveragePool, Flatten, Reshape, Gemm, MatMul (the classifier), Dropout, "
-    "Identity, Constant, Pad (before an AveragePool)";
+    "Concat (channels; of one input), MaxPool, AveragePool, GlobalAveragePool, ReduceMean "
+    "(over H and W), Flatten, Reshape, Squeeze, Unsqueeze (moving no data), Gemm, MatMul (the "
+    "classifier), Dropout, Identity, Constant, Pad (before an AveragePool), and on shapes and "
+    "constants: Shape, Gather, Concat, Unsqueeze, Squeeze, Cast, Slice, ConstantOfShape";
 
 /* ---- the name table ----------------------------------------------------------- */
 
@@ -200,6 +210,9 @@ static px_status_t px__act_in(px__imp_t *im, const Onnx__NodeProto *n, size_t i,
                                 "1) * 0.5) that the node does not continue", n->input[i]);
   if ((*out)->kind != PX__V_ACT)
     return PX__NODE_FAIL(im, n, "input '%s' must be an activation, not a constant", n->input[i]);
+  if ((*out)->sq)
+    return PX__NODE_FAIL(im, n, "input '%s' is 3-D [N, %d, 1]: only a Squeeze, Unsqueeze, "
+                                "Reshape or Flatten may read it", n->input[i], (*out)->c);
   if (spatial && (*out)->h == 0)
     return PX__NODE_FAIL(im, n, "input '%s' must be 4-D [N, C, H, W]", n->input[i]);
   if ((*out)->pad && strcmp(n->op_type, "AveragePool"))
@@ -263,7 +276,7 @@ static px_status_t px__out(px__imp_t *im, const Onnx__NodeProto *n, int layer, i
                            int w) {
   if (n->n_output < 1) return PX__NODE_FAIL(im, n, "the node has no output");
   px__value_t *v = px__find(im, n->output[0]);
-  *v = (px__value_t){v->name, PX__V_ACT, NULL, layer, c, h, w, v->uses, 0, 0};
+  *v = (px__value_t){v->name, PX__V_ACT, NULL, layer, c, h, w, v->uses, 0, 0, 0};
   return PX_OK;
 }
 
@@ -686,17 +699,25 @@ static px_status_t px__op_mul(px__imp_t *im, const Onnx__NodeProto *n) {
   return px__two_in(im, n, PX__OL_MUL, a, b);
 }
 
+static px_status_t px__op_fold(px__imp_t *im, const Onnx__NodeProto *n);
+static px_status_t px__op_pass(px__imp_t *im, const Onnx__NodeProto *n);
+
 /* Concat on channels of 2 to 64 maps of one size: a chain of two-way
- * concatenations (the same values; the model has a two-input node). */
+ * concatenations (the same values; the model has a two-input node); of one
+ * map (densenet's torch.cat([x], 1)), that map; of constants, folded. */
 static px_status_t px__op_concat(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *a;
+  PX_CHECK(px__in(im, n, 0, 1, &a));
+  if (a->kind == PX__V_CONST) return px__op_fold(im, n);
   int64_t axis = px__attr_i(n, "axis", 0);
   if (axis != 1 && axis != -3)
     return PX__NODE_FAIL(im, n, "axis = %lld: only the channel axis (1) is supported",
                          (long long)axis);
-  if (n->n_input < 2 || n->n_input > 64)
-    return PX__NODE_FAIL(im, n, "%zu inputs: 2 to 64 are supported", n->n_input);
-  px__value_t *a, *b;
+  if (n->n_input < 1 || n->n_input > 64)
+    return PX__NODE_FAIL(im, n, "%zu inputs: 1 to 64 are supported", n->n_input);
+  px__value_t *b;
   PX_CHECK(px__act_in(im, n, 0, 1, &a));
+  if (n->n_input == 1) return px__op_pass(im, n);
   int layer = a->layer, c = a->c, h = a->h, w = a->w;
   for (size_t i = 1; i < n->n_input; i++) {
     PX_CHECK(px__act_in(im, n, i, 1, &b));
@@ -831,37 +852,216 @@ static px_status_t px__op_pad(px__imp_t *im, const Onnx__NodeProto *n) {
     return PX__NODE_FAIL(im, n, "only a constant zero Pad of H and W, equal on every side, "
                                 "before an AveragePool is supported");
   px__value_t *v = px__find(im, n->output[0]);
-  *v = (px__value_t){v->name, PX__V_ACT, NULL, x->layer, x->c, x->h, x->w, v->uses, (int)pads[2], 0};
+  *v = (px__value_t){v->name, PX__V_ACT, NULL, x->layer, x->c, x->h, x->w, v->uses, (int)pads[2], 0,
+                     0};
   return PX_OK;
 }
 
-/* Flatten (axis 1) or Reshape to [N, C*H*W]: the classifier reads the 4-D
- * activation as it is, so the output is the same layer's, marked flat. */
-static px_status_t px__op_flatten(px__imp_t *im, const Onnx__NodeProto *n) {
-  px__value_t *x;
-  PX_CHECK(px__act_in(im, n, 0, 0, &x));
-  if (x->h == 0) return PX__NODE_FAIL(im, n, "the input is already 2-D");
-  if (x->h != 1 || x->w != 1)
-    return PX__NODE_FAIL(im, n, "only a C x 1 x 1 activation (after a global average "
-                                "pooling) can be flattened for the classifier; this one is "
-                                "%d x %d x %d", x->c, x->h, x->w);
-  int64_t feat = (int64_t)x->c * x->h * x->w;
-  if (!strcmp(n->op_type, "Flatten")) {
-    if (px__attr_i(n, "axis", 1) != 1)
-      return PX__NODE_FAIL(im, n, "only axis = 1 (to [N, C*H*W]) is supported");
-  } else {
-    px__value_t *s;
-    PX_CHECK(px__in(im, n, 1, 1, &s));
-    const Onnx__TensorProto *t = s->kind == PX__V_CONST ? s->t : NULL;
-    int ok = t && t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 && px__numel(t) == 2;
-    int64_t sh[2] = {0, 0};
-    if (ok && t->has_raw_data && t->raw_data.len == sizeof sh) memcpy(sh, t->raw_data.data, sizeof sh);
-    else if (ok && t->n_int64_data == 2) memcpy(sh, t->int64_data, sizeof sh);
-    else ok = 0;
-    if (!ok || (sh[1] != -1 && sh[1] != feat) || sh[0] < -1)
-      return PX__NODE_FAIL(im, n, "only a Reshape to [N, C*H*W] by a constant shape is supported");
+/* ---- shapes: folded constants, reshapes that move no data ---------------------- */
+
+/* A node computing on constants (Shape's, Gather's, ...): folded now into a
+ * constant (nn/onnx_shape.c). An input that is an activation's data (not
+ * its shape) is refused. */
+static px_status_t px__op_fold(px__imp_t *im, const Onnx__NodeProto *n) {
+  const Onnx__TensorProto *in[64] = {NULL}, *t;
+  char why[200];
+  if (n->n_input > 64) return PX__NODE_FAIL(im, n, "more than 64 inputs");
+  for (size_t i = 0; i < n->n_input; i++) {
+    px__value_t *v;
+    PX_CHECK(px__in(im, n, i, i == 0, &v));
+    if (v && v->kind != PX__V_CONST)
+      return PX__NODE_FAIL(im, n, "input '%s' is an activation: a value computed from a "
+                                  "tensor's data is not taken (only shapes and constants fold "
+                                  "at import)", n->input[i]);
+    in[i] = v ? v->t : NULL;
   }
-  return px__out(im, n, x->layer, (int)feat, 0, 0);
+  px_status_t st = px__onnx_fold(im->g, n, in, why, sizeof why, &t);
+  if (st == PX_ERR_INVALID) return PX__NODE_FAIL(im, n, "%s", why);
+  PX_CHECK(st);
+  px__value_t *v = px__find(im, n->output[0]);
+  v->kind = PX__V_CONST;
+  v->t = t;
+  return PX_OK;
+}
+
+/* The dims of activation x after the batch ([c], [c, 1] or [c, h, w]);
+ * the count. */
+static int px__act_dims(const px__value_t *x, int64_t *d) {
+  d[0] = x->c;
+  if (x->h == 0) return 1;
+  if (x->sq) {
+    d[1] = 1;
+    return 2;
+  }
+  d[1] = x->h;
+  d[2] = x->w;
+  return 3;
+}
+
+/* Shape: the dims of an activation (the batch as PX__ONNX_BATCH) or a
+ * constant, from start to end (opset 15). */
+static px_status_t px__op_shape(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x;
+  int64_t d[5] = {PX__ONNX_BATCH};
+  char why[200];
+  int r;
+  PX_CHECK(px__in(im, n, 0, 1, &x));
+  if (x->kind == PX__V_CONST) {
+    r = (int)x->t->n_dims;
+    memcpy(d, x->t->dims, (size_t)r * sizeof *d);
+  } else {
+    if (x->kind != PX__V_ACT || !x->sq) PX_CHECK(px__act_in(im, n, 0, 0, &x));
+    r = 1 + px__act_dims(x, d + 1);
+  }
+  int64_t b = px__attr_i(n, "start", 0), e = px__attr_i(n, "end", r);
+  b = b < 0 ? b + r : b;
+  e = e < 0 ? e + r : e;
+  b = b < 0 ? 0 : b > r ? r : b;
+  e = e < b ? b : e > r ? r : e;
+  const Onnx__TensorProto *t;
+  px_status_t st = px__onnx_fold_dims(im->g, d + b, (int)(e - b), why, sizeof why, &t);
+  if (st == PX_ERR_INVALID) return PX__NODE_FAIL(im, n, "%s", why);
+  PX_CHECK(st);
+  px__value_t *v = px__find(im, n->output[0]);
+  v->kind = PX__V_CONST;
+  v->t = t;
+  return PX_OK;
+}
+
+/* x as [N, od[0 .. k-1]]: the same layer's output when that moves no data:
+ * [N, C, 1, 1], [N, C, 1] and [N, C] into one another (or the same shape). */
+static px_status_t px__reshaped(px__imp_t *im, const Onnx__NodeProto *n, const px__value_t *x,
+                                const int64_t *od, int k) {
+  int64_t d[3], e = 1;
+  int r = px__act_dims(x, d), unit = x->h == 0 || (x->h == 1 && x->w == 1);
+  for (int i = 0; i < r; i++) e *= d[i];
+  int same = k == r;
+  for (int i = 0; same && i < k; i++) same = od[i] == d[i];
+  int ok = same || (unit && od[0] == e && (k == 1 || (k == 2 && od[1] == 1) ||
+                                           (k == 3 && od[1] == 1 && od[2] == 1)));
+  if (!ok && !unit && k == 1 && od[0] == e)
+    return PX__NODE_FAIL(im, n, "only a C x 1 x 1 activation (after a global average pooling) "
+                                "can be flattened for the classifier; this one is %d x %d x %d",
+                         x->c, x->h, x->w);
+  if (!ok)
+    return PX__NODE_FAIL(im, n, "only reshapes that move no data ([N, C, 1, 1], [N, C, 1] and "
+                                "[N, C] into one another) are supported; this one makes a "
+                                "%d-D [N, %lld, ...] of [N, %d, ...]", k + 1, (long long)od[0],
+                         x->c);
+  if (same) return px__op_pass(im, n);
+  PX_CHECK(px__out(im, n, x->layer, (int)e, k == 1 ? 0 : 1, k == 1 ? 0 : 1));
+  px__find(im, n->output[0])->sq = k == 2;
+  return PX_OK;
+}
+
+/* The activation input of a Squeeze, Unsqueeze, Reshape or Flatten (which
+ * may be 3-D) and its full dims ([N, ...], N as PX__ONNX_BATCH); the rank. */
+static px_status_t px__reshape_in(px__imp_t *im, const Onnx__NodeProto *n, px__value_t **x,
+                                  int64_t *d, int *r) {
+  PX_CHECK(px__in(im, n, 0, 1, x));
+  if ((*x)->kind != PX__V_ACT || !(*x)->sq) PX_CHECK(px__act_in(im, n, 0, 0, x));
+  d[0] = PX__ONNX_BATCH;
+  *r = 1 + px__act_dims(*x, d + 1);
+  return PX_OK;
+}
+
+/* Squeeze / Unsqueeze: of a constant, folded; of an activation, a reshape
+ * that moves no data (the batch axis stays). */
+static px_status_t px__op_squeeze(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x, *av = NULL;
+  int64_t d[4], ax[4], od[8];
+  int r, k = 0, unsq = n->op_type[0] == 'U';
+  PX_CHECK(px__in(im, n, 0, 1, &x));
+  if (x->kind == PX__V_CONST) return px__op_fold(im, n);
+  PX_CHECK(px__reshape_in(im, n, &x, d, &r));
+  const Onnx__AttributeProto *aa = px__attr(n, "axes");
+  if (n->n_input > 1 && n->input[1][0]) {
+    PX_CHECK(px__in(im, n, 1, 1, &av));
+    k = av->kind == PX__V_CONST ? px__onnx_ints(av->t, ax, 4) : -1;
+  } else if (aa) {
+    k = aa->n_ints <= 4 ? (int)aa->n_ints : -1;
+    if (k > 0) memcpy(ax, aa->ints, (size_t)k * sizeof *ax);
+  }
+  int ro = unsq ? r + k : r, m = 0;
+  unsigned pick = 0;
+  for (int i = 0; i < k; i++) {
+    int64_t a = ax[i] < 0 ? ax[i] + ro : ax[i];
+    if (a < 1 || a >= ro || (pick >> a & 1) || (!unsq && d[a] != 1)) k = -1;
+    else pick |= 1u << a;
+  }
+  if (k < 0 || (unsq && k == 0) || ro > 4)
+    return PX__NODE_FAIL(im, n, "the axes must be constant, distinct, not the batch axis and "
+                                "(Squeeze) of size 1, for a result of at most 4 dimensions");
+  for (int a = 1, s = 1; a < ro; a++) {
+    if (unsq) od[m++] = pick >> a & 1 ? 1 : d[s++];
+    else if (k ? !(pick >> a & 1) : d[a] != 1) od[m++] = d[a];
+  }
+  return px__reshaped(im, n, x, od, m);
+}
+
+/* Flatten (axis 1) or Reshape by a constant shape (folded: x.view(x.size(0),
+ * -1)'s [N, -1]): the batch first, 0 copying a dimension, -1 the rest. */
+static px_status_t px__op_flatten(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x, *s;
+  int64_t d[4], sh[5], e = 1;
+  int r, k;
+  PX_CHECK(px__reshape_in(im, n, &x, d, &r));
+  for (int i = 1; i < r; i++) e *= d[i];
+  if (!strcmp(n->op_type, "Flatten")) {
+    int64_t axis = px__attr_i(n, "axis", 1);
+    if (axis != 1 && axis != 1 - r)
+      return PX__NODE_FAIL(im, n, "only axis = 1 (to [N, C*H*W]) is supported");
+    return px__reshaped(im, n, x, &e, 1);
+  }
+  PX_CHECK(px__in(im, n, 1, 1, &s));
+  k = s->kind == PX__V_CONST ? px__onnx_ints(s->t, sh, 5) : -1;
+  int infer = -1, ok = k >= 2 && px__attr_i(n, "allowzero", 0) == 0 &&
+                       (sh[0] == PX__ONNX_BATCH || sh[0] == 0 || sh[0] == -1);
+  int64_t known = 1;
+  for (int i = 1; ok && i < k; i++) {
+    if (sh[i] == 0 && i < r) sh[i] = d[i];
+    if (sh[i] == -1 && infer < 0 && sh[0] != -1) infer = i;
+    else if (sh[i] >= 1 && sh[i] <= e) known *= sh[i];
+    else ok = 0;
+  }
+  if (ok && infer > 0) {
+    ok = e % known == 0;
+    sh[infer] = e / known;
+  }
+  if (!ok || known * (infer > 0 ? sh[infer] : 1) != e)
+    return PX__NODE_FAIL(im, n, "only a Reshape to [N, ...] by a constant shape (the batch, "
+                                "or 0 or -1 for it, first), keeping the %lld values of a "
+                                "sample, is supported", (long long)e);
+  return px__reshaped(im, n, x, sh + 1, k - 1);
+}
+
+/* ReduceMean over H and W (axes [2, 3] or [-2, -1]: an attribute, or
+ * opset 18's input): a global average pooling, [N, C, 1, 1] or (keepdims
+ * 0) [N, C]. */
+static px_status_t px__op_reducemean(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x, *av;
+  int64_t ax[4];
+  int k = -1;
+  PX_CHECK(px__act_in(im, n, 0, 1, &x));
+  const Onnx__AttributeProto *aa = px__attr(n, "axes");
+  if (n->n_input > 1 && n->input[1][0]) {
+    PX_CHECK(px__in(im, n, 1, 1, &av));
+    k = av->kind == PX__V_CONST ? px__onnx_ints(av->t, ax, 4) : -1;
+  } else if (aa && aa->n_ints <= 4) {
+    k = (int)aa->n_ints;
+    memcpy(ax, aa->ints, (size_t)k * sizeof *ax);
+  }
+  unsigned pick = 0;
+  for (int i = 0; i < k; i++) pick |= ax[i] >= -4 && ax[i] <= 3 ? 1u << ((ax[i] + 4) & 3) : 16u;
+  int64_t keep = px__attr_i(n, "keepdims", 1);
+  if (k != 2 || pick != 12u || (keep != 0 && keep != 1))
+    return PX__NODE_FAIL(im, n, "only the mean over H and W (axes [2, 3] or [-2, -1], a global "
+                                "average pooling) is supported");
+  px__onnx_layer_t *L;
+  PX_CHECK(px__new_layer(im, n, PX__OL_GAP, &L));
+  L->in = x->layer;
+  L->c_out = x->c;
+  return px__out(im, n, im->g->nlayers - 1, x->c, (int)keep, (int)keep);
 }
 
 static px_status_t px__op_gemm(px__imp_t *im, const Onnx__NodeProto *n) {
@@ -895,7 +1095,7 @@ static px_status_t px__op_pass(px__imp_t *im, const Onnx__NodeProto *n) {
   if (n->n_output < 1) return PX__NODE_FAIL(im, n, "the node has no output");
   px__value_t *v = px__find(im, n->output[0]);
   *v = (px__value_t){v->name, x->kind, x->t, x->layer, x->c, x->h, x->w, v->uses, x->pad,
-                     x->part};
+                     x->part, x->sq};
   return PX_OK;
 }
 
@@ -920,7 +1120,11 @@ static const struct {
     {"Tanh", px__op_tanh},       {"HardSigmoid", px__op_hardsigmoid},
     {"HardSwish", px__op_hardswish}, {"Gelu", px__op_gelu},
     {"Div", px__op_div},         {"Erf", px__op_erf},
-    {"Sub", px__op_sub},
+    {"Sub", px__op_sub},         {"ReduceMean", px__op_reducemean},
+    {"Shape", px__op_shape},     {"Gather", px__op_fold},
+    {"Squeeze", px__op_squeeze}, {"Unsqueeze", px__op_squeeze},
+    {"Cast", px__op_fold},       {"Slice", px__op_fold},
+    {"ConstantOfShape", px__op_fold},
 };
 
 static px_status_t px__node(px__imp_t *im, const Onnx__NodeProto *n) {
@@ -1016,7 +1220,7 @@ static px_status_t px__names(px__imp_t *im, const Onnx__GraphProto *gp) {
     return px_set_error(PX_ERR_INVALID, "%s: input '%s' must be 4-D [N, C, H, W] with fixed C, "
                         "H and W", im->file, in->name);
   PX_CHECK(px__define(im, in->name, &v));
-  *v = (px__value_t){in->name, PX__V_ACT, NULL, -1, g->in_c, g->in_h, g->in_w, 0, 0, 0};
+  *v = (px__value_t){in->name, PX__V_ACT, NULL, -1, g->in_c, g->in_h, g->in_w, 0, 0, 0, 0};
   for (size_t k = 0; k < gp->n_node; k++)
     for (size_t o = 0; o < gp->node[k]->n_output; o++)
       if (gp->node[k]->output[o][0]) PX_CHECK(px__define(im, gp->node[k]->output[o], &v));
@@ -1081,23 +1285,48 @@ static px_status_t px__import_bound(const char *path, uint64_t *out) {
   return PX_OK;
 }
 
-/* The import's memory: the file's bytes and every initializer's (those no
- * node reads too: they are parsed and held all the same), against bound. */
-static px_status_t px__check_import_bytes(const char *path, const Onnx__ModelProto *mp,
-                                          size_t file, uint64_t bound) {
-  uint64_t inits = 0;
-  const Onnx__GraphProto *gp = mp->graph;
-  for (size_t i = 0; gp && i < gp->n_initializer; i++) {
-    const Onnx__TensorProto *t = gp->initializer[i];
-    inits += t->raw_data.len + t->n_float_data * sizeof(float) +
-             t->n_int64_data * sizeof(int64_t) + t->n_int32_data * sizeof(int32_t) +
-             t->n_double_data * sizeof(double) + t->n_uint64_data * sizeof(uint64_t);
+/* protobuf-c's allocations, through px_malloc. While a file is unpacked,
+ * data is its budget: what the import bound leaves beside the file. The
+ * parse is counted, not the initializers alone (every one, used or not, is
+ * parsed and held), since a hostile file's can take several times its size
+ * (packed one-byte varints become 8 bytes each); over the budget the unpack
+ * fails and the import says why. */
+typedef struct {
+  uint64_t left;
+  int over;
+} px__pb_budget_t;
+
+static void *px__pb_malloc(void *data, size_t size) {
+  px__pb_budget_t *b = data;
+  if (b && size > b->left) {
+    b->over = 1;
+    return NULL;
   }
-  if ((uint64_t)file + inits <= bound) return PX_OK;
-  return px_set_error(PX_ERR_INVALID, "%s: the import takes %llu bytes (the file's %zu and its "
-                      "initializers' %llu, used or not), more than PX_ONNX_MAX_BYTES = %llu",
-                      path, (unsigned long long)(file + inits), file,
-                      (unsigned long long)inits, (unsigned long long)bound);
+  if (b) b->left -= size;
+  return px_malloc(size ? size : 1, "onnx.proto");
+}
+
+static void px__pb_free(void *data, void *p) {
+  (void)data;
+  px_free(p);
+}
+
+static ProtobufCAllocator px__pb_alloc = {px__pb_malloc, px__pb_free, NULL};
+
+/* The file's bytes, unpacked within the import bound. */
+static px_status_t px__unpack(const char *path, const uint8_t *buf, size_t len,
+                              Onnx__ModelProto **out) {
+  uint64_t bound;
+  PX_CHECK(px__import_bound(path, &bound));
+  px__pb_budget_t b = {bound - len, 0}; /* the file is within the bound (px__read_file) */
+  ProtobufCAllocator a = {px__pb_malloc, px__pb_free, &b};
+  *out = onnx__model_proto__unpack(&a, len, buf);
+  if (*out) return PX_OK;
+  if (b.over)
+    return px_set_error(PX_ERR_INVALID, "%s: the import takes more than PX_ONNX_MAX_BYTES = "
+                        "%llu bytes (the file's %zu and, parsed, its tensors, initializers used "
+                        "or not)", path, (unsigned long long)bound, len);
+  return px_set_error(PX_ERR_INVALID, "%s: not an ONNX model (the protobuf does not parse)", path);
 }
 
 static px_status_t px__read_file(const char *path, uint8_t **buf, size_t *len) {
@@ -1141,24 +1370,18 @@ px_status_t px__onnx_load(const char *path, px__onnx_graph_t **out) {
   uint8_t *buf = NULL;
   size_t len = 0;
   PX_CHECK(px__read_file(path, &buf, &len));
-  Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, len, buf);
+  Onnx__ModelProto *mp = NULL;
+  px_status_t st = px__unpack(path, buf, len, &mp);
   px_free(buf);
-  if (!mp) return px_set_error(PX_ERR_INVALID, "%s: not an ONNX model (the protobuf does not parse)", path);
-  uint64_t bound = 0;
-  px_status_t bs = px__import_bound(path, &bound);
-  if (bs == PX_OK) bs = px__check_import_bytes(path, mp, len, bound);
-  if (bs != PX_OK) {
-    onnx__model_proto__free_unpacked(mp, NULL);
-    return bs;
-  }
+  if (st != PX_OK) return st;
   px__imp_t im = {path, NULL, 0, 0, NULL, NULL, 0};
   im.g = px_calloc(1, sizeof *im.g, "onnx.graph");
   if (!im.g) {
-    onnx__model_proto__free_unpacked(mp, NULL);
+    onnx__model_proto__free_unpacked(mp, &px__pb_alloc);
     return PX_ERR_NOMEM;
   }
   im.g->proto = mp;
-  px_status_t st = px__lower(&im, mp);
+  st = px__lower(&im, mp);
   PX_FREE_ALL(im.slot, im.v);
   if (st < 0) {
     px__onnx_free(im.g);
@@ -1170,7 +1393,12 @@ px_status_t px__onnx_load(const char *path, px__onnx_graph_t **out) {
 
 void px__onnx_free(px__onnx_graph_t *g) {
   if (!g) return;
-  if (g->proto) onnx__model_proto__free_unpacked(g->proto, NULL);
+  if (g->proto) onnx__model_proto__free_unpacked(g->proto, &px__pb_alloc);
+  while (g->folds) {
+    px__onnx_fold_t *f = g->folds;
+    g->folds = f->next;
+    px_free(f);
+  }
   PX_FREE_ALL(g->layers, g);
 }
 

@@ -108,7 +108,7 @@ typedef struct {
 /* Reads and checks an ONNX model file without building it (what a job
  * submission does): opset 11-20, every node an operator the import takes
  * (docs/user-guide.md lists them), shapes consistent, sizes bounded. info may
- * be NULL. Fails with PX_ERR_IO (unreadable, over 512 MiB) or PX_ERR_INVALID
+ * be NULL. Fails with PX_ERR_IO (unreadable, over 1.5 GiB) or PX_ERR_INVALID
  * whose message names the file and, for a node it refuses, the node's name
  * and operator. Linear in the file's size. */
 PX_API px_status_t px_model_onnx_check(const char *path, px_model_onnx_info_t *info);
