@@ -23,8 +23,9 @@ mobilenet (inverted residuals: depthwise convolutions, ReLU6 as Clip, a Concat
 head) and seresnet (squeeze-and-excitation: Sigmoid, Mul, convolutions with
 bias on the pooled map; a LeakyRelu stem; a MatMul + Add classifier) cover
 the graph operators, acts the activations of mobilenet_v3 and efficientnet
-(PX_TEST_ONNX_OPSET picks the opset: 13 by default, 17, or 20, which
-rewrites opset 17's file with Gelu nodes), scalars the arithmetic of an
+(PX_TEST_ONNX_OPSET picks the opset: 13 by default, 17, 18, which
+rewrites opset 17's ReduceMean axes as inputs, or 20, which rewrites opset
+17's file with Gelu nodes), scalars the arithmetic of an
 activation and a constant. Channel counts are multiples of 16 (oneDNN 2.6 trains narrower layers on its
 reference kernels, about 40x slower). vgg and resnet use the built-in layer set (Conv without bias + BN + ReLU,
 residual Add + ReLU, max and average pooling, global average pooling, Linear) and start from
@@ -254,8 +255,10 @@ class Shapes(nn.Module):
     input (densenet's torch.cat([x], 1)), a squeeze-and-excitation on
     x.mean((2, 3), keepdim=True) (ReduceMean as a global average pooling,
     timm's and mnasnet's idiom), one on x.mean((2, 3)) viewed back as
-    [N, C, 1, 1] through the computed shape [x.size(0), -1, 1, 1] (Shape,
-    Gather, Unsqueeze, Concat, Reshape), one squeezed and unsqueezed, and
+    [N, C, 1, 1] through the computed shape [x.size(0), x.size(1) // 2 * 2,
+    1, 1] (Shape, Gather, Div, Cast, Mul, Unsqueeze, Concat, Reshape: shape
+    arithmetic, as shufflenet's channels // groups), one squeezed and
+    unsqueezed, and
     the classifier's input by x.view(x.size(0), -1) ("view") or by
     x.mean((2, 3)) ("mean")."""
 
@@ -276,7 +279,7 @@ class Shapes(nn.Module):
         s = h.mean((2, 3), keepdim=True)
         h = h * torch.sigmoid(se[1](torch.relu(se[0](s))))
         s = h.mean((2, 3))
-        s = s.view(s.size(0), -1, 1, 1)
+        s = s.view(s.size(0), s.size(1) // 2 * 2, 1, 1)  # shape arithmetic (Div, Mul)
         h = h * torch.sigmoid(se[3](torch.relu(se[2](s))))
         s = h.mean((-2, -1), keepdim=True).squeeze(-1).squeeze(-1)
         h = h * torch.sigmoid(se[5](torch.relu(se[4](s.unsqueeze(-1).unsqueeze(-1)))))
@@ -368,6 +371,33 @@ def export(net, path, c, h, w):
                       do_constant_folding=False, training=torch.onnx.TrainingMode.PRESERVE, **kw)
     if opset >= 20:
         to_opset20(path)
+    elif opset >= 18:
+        to_opset18(path, opset)
+
+
+def to_opset18(path, opset):
+    """Opset 18 as torch 1.13 cannot write it: every ReduceMean's axes an
+    input (a Constant) instead of an attribute (the change of opset 18 that
+    the nets here meet)."""
+    import onnx
+    m = onnx.load(path)
+    g = m.graph
+    nodes = []
+    for n in g.node:
+        if n.op_type == "ReduceMean":
+            axes = [a for a in n.attribute if a.name == "axes"][0]
+            name = n.name + "_axes"
+            nodes.append(onnx.helper.make_node("Constant", [], [name], name=name + "_Constant",
+                                               value=onnx.helper.make_tensor(
+                                                   name, onnx.TensorProto.INT64,
+                                                   [len(axes.ints)], list(axes.ints))))
+            n.input.append(name)
+            n.attribute.remove(axes)
+        nodes.append(n)
+    del g.node[:]
+    g.node.extend(nodes)
+    m.opset_import[0].version = opset
+    onnx.save(m, path)
 
 
 def to_opset20(path):

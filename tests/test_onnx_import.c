@@ -215,17 +215,19 @@ static void acts_forward_and_gradients_match_pytorch(void **state) {
   check_net("scalars"); /* Mul, Add, Sub, Div by a constant; 1 - x; x / sqrt 2 without Erf */
 }
 
-/* What exporters write around the layers (issue 48), at opsets 13 and 17:
+/* What exporters write around the layers (issue 48), at opsets 13, 17 and
+ * 18 (ReduceMean's axes an input):
  * a Concat of one input, ReduceMean over H and W as a global average
  * pooling (keepdims 1 feeding an SE's convs, keepdims 0 the classifier),
- * the shape subgraph of x.view(x.size(0), -1) and of [N, -1, 1, 1]
- * (Shape, Gather, Unsqueeze, Concat, Reshape: folded into constants) and
+ * the shape subgraph of x.view(x.size(0), -1) and of [N, C // 2 * 2, 1, 1]
+ * (Shape, Gather, Div, Cast, Mul, Unsqueeze, Concat, Reshape: folded into
+ * constants) and
  * Squeeze / Unsqueeze of a pooled map, each moving no data. */
 static void shapes_forward_and_gradients_match_pytorch(void **state) {
   (void)state;
   if (!have_torch()) skip();
-  const char *opsets[2] = {"13", "17"};
-  for (int i = 0; i < 2; i++) {
+  const char *opsets[3] = {"13", "17", "18"}; /* 18: ReduceMean's axes an input */
+  for (int i = 0; i < 3; i++) {
     print_message("opset %s\n", opsets[i]);
     setenv("PX_TEST_ONNX_OPSET", opsets[i], 1);
     check_net("shapes");      /* classifier on x.view(x.size(0), -1) */

@@ -33,7 +33,8 @@
  * Reshape, Squeeze and Unsqueeze that move no data ([N, C, 1, 1], [N, C, 1]
  * and [N, C] into one another), a Concat of one map (that map), the shape
  * subgraphs exporters write (Shape, Gather, Unsqueeze, Concat, Cast, Slice,
- * ConstantOfShape of shapes and constants), folded at import into constants
+ * ConstantOfShape, Add, Sub, Mul, Div of shapes and constants), folded at
+ * import into constants
  * (nn/onnx_shape.c: x.view(x.size(0), -1) is a Reshape by [N, -1]),
  * and one final Gemm or MatMul (+ Add of its bias) (the classifier); Dropout and Identity pass their input
  * through (an Identity of an initializer is that initializer: PyTorch's
@@ -88,7 +89,8 @@ static const char *const px__onnx_ops =
     "Concat (channels; of one input), MaxPool, AveragePool, GlobalAveragePool, ReduceMean "
     "(over H and W), Flatten, Reshape, Squeeze, Unsqueeze (moving no data), Gemm, MatMul (the "
     "classifier), Dropout, Identity, Constant, Pad (before an AveragePool), and on shapes and "
-    "constants: Shape, Gather, Concat, Unsqueeze, Squeeze, Cast, Slice, ConstantOfShape";
+    "constants: Shape, Gather, Concat, Unsqueeze, Squeeze, Cast, Slice, ConstantOfShape, Add, "
+    "Sub, Mul, Div";
 
 /* ---- the name table ----------------------------------------------------------- */
 
@@ -294,6 +296,17 @@ static void px__prefix(px__onnx_layer_t *L, const char *wname, int k) {
 }
 
 /* ---- operators ----------------------------------------------------------------------- */
+
+static px_status_t px__op_fold(px__imp_t *im, const Onnx__NodeProto *n);
+static px_status_t px__op_pass(px__imp_t *im, const Onnx__NodeProto *n);
+
+/* Whether n has two inputs, both constants (Add, Sub, Mul, Div of shapes:
+ * folded). */
+static int px__both_const(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *a, *b;
+  return n->n_input == 2 && (a = px__find(im, n->input[0])) && (b = px__find(im, n->input[1])) &&
+         a->kind == PX__V_CONST && b->kind == PX__V_CONST;
+}
 
 static px_status_t px__op_conv(px__imp_t *im, const Onnx__NodeProto *n) {
   px__value_t *x;
@@ -593,6 +606,7 @@ static px_status_t px__by_const(px__imp_t *im, const Onnx__NodeProto *n, int *do
 /* Div(x, sqrt 2): the first step of an exact GELU (px__gelu_step); any
  * other Div by a constant: px__by_const. */
 static px_status_t px__op_div(px__imp_t *im, const Onnx__NodeProto *n) {
+  if (px__both_const(im, n)) return px__op_fold(im, n);
   px__value_t *x;
   int done;
   if (n->n_input == 2 && px__scalar_is(im, n, 1, 1.41421356f, 1e-6f)) {
@@ -606,6 +620,7 @@ static px_status_t px__op_div(px__imp_t *im, const Onnx__NodeProto *n) {
 }
 
 static px_status_t px__op_sub(px__imp_t *im, const Onnx__NodeProto *n) {
+  if (px__both_const(im, n)) return px__op_fold(im, n);
   int done;
   PX_CHECK(px__by_const(im, n, &done));
   if (done) return PX_OK;
@@ -657,6 +672,7 @@ static px_status_t px__fold_bias(px__imp_t *im, const Onnx__NodeProto *n, int *d
 }
 
 static px_status_t px__op_add(px__imp_t *im, const Onnx__NodeProto *n) {
+  if (px__both_const(im, n)) return px__op_fold(im, n);
   px__value_t *a, *b;
   int folded;
   PX_CHECK(px__gelu_step(im, n, &folded));
@@ -677,6 +693,7 @@ static px_status_t px__op_add(px__imp_t *im, const Onnx__NodeProto *n) {
 /* Mul of a map [C, H, W] and a per-channel gate [C, 1, 1] (the
  * squeeze-and-excitation product), in either order. */
 static px_status_t px__op_mul(px__imp_t *im, const Onnx__NodeProto *n) {
+  if (px__both_const(im, n)) return px__op_fold(im, n);
   px__value_t *a, *b;
   int fused;
   PX_CHECK(px__gelu_step(im, n, &fused));
@@ -698,9 +715,6 @@ static px_status_t px__op_mul(px__imp_t *im, const Onnx__NodeProto *n) {
                          a->c, a->h, a->w, b->c, b->h, b->w);
   return px__two_in(im, n, PX__OL_MUL, a, b);
 }
-
-static px_status_t px__op_fold(px__imp_t *im, const Onnx__NodeProto *n);
-static px_status_t px__op_pass(px__imp_t *im, const Onnx__NodeProto *n);
 
 /* Concat on channels of 2 to 64 maps of one size: a chain of two-way
  * concatenations (the same values; the model has a two-input node); of one

@@ -1,13 +1,15 @@
 /* Constant folding for the ONNX import (nn/onnx_import.c): the shape
  * subgraphs PyTorch's exporter writes for x.view(x.size(0), -1),
  * x.reshape(n, -1) and the like (Shape, Gather, Unsqueeze, Squeeze, Concat,
- * Cast, Slice, ConstantOfShape) computed once, at import, into small new
- * constants (see nn/px_onnx_fold.h). Every folded tensor is bounded
+ * Cast, Slice, ConstantOfShape, and Add, Sub, Mul, Div of constants:
+ * channels // groups) computed once, at import, into small new constants
+ * (see nn/px_onnx_fold.h). Every folded tensor is bounded
  * (PX__ONNX_FOLD_NUMEL elements, PX__ONNX_FOLD_BYTES for all of one import)
  * and at most 4-D, so a hostile file cannot make folding allocate much.
  * Data are moved as elements of 4 (float32) or 8 (int64) bytes; only Cast
- * reads them as numbers. This file calls nothing of the importer's: the
- * importer hands it constants and turns its refusals into node messages. */
+ * and the arithmetic read them as numbers. This file calls nothing of the
+ * importer's: the importer hands it constants and turns its refusals into
+ * node messages. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -253,12 +255,12 @@ static int64_t px__slice_axis(int64_t dim, int64_t st, int64_t en, int64_t step,
     st = st < 0 ? 0 : st > dim ? dim : st;
     en = en < 0 ? 0 : en > dim ? dim : en;
     *start = st;
-    return en > st ? (en - st + step - 1) / step : 0;
+    return en > st ? (en - st - 1) / step + 1 : 0;
   }
   st = st < 0 ? -1 : st > dim - 1 ? dim - 1 : st;
   en = en < -1 ? -1 : en > dim - 1 ? dim - 1 : en;
   *start = st;
-  return st > en ? (st - en - step - 1) / -step : 0;
+  return st > en ? (st - en - 1) / -step + 1 : 0;
 }
 
 /* Slice (opset 10 and later: starts, ends, axes, steps as inputs; before:
@@ -291,8 +293,12 @@ static px_status_t px__slice(px__onnx_graph_t *g, const Onnx__NodeProto *n,
   memcpy(dims, x->dims, (size_t)r * sizeof *dims);
   for (int i = 0; i < k; i++) {
     int a = px__axis(ax[i], r);
-    if (a < 0 || sp[i] == 0 || st[i] == PX__ONNX_BATCH || en[i] == PX__ONNX_BATCH)
-      return px__why(why, cap, "axis %lld or its step is out of range", (long long)ax[i]);
+    /* INT64_MIN: the batch as a start, or an end with a positive step; ONNX's
+     * "before the first" as the end of a negative step */
+    if (a < 0 || sp[i] == 0 || sp[i] == INT64_MIN || st[i] == PX__ONNX_BATCH ||
+        (en[i] == PX__ONNX_BATCH && sp[i] > 0))
+      return px__why(why, cap, "axis %lld, its step or its bounds (the batch size, unknown at "
+                     "import) are out of range", (long long)ax[i]);
     dims[a] = px__slice_axis(x->dims[a], st[i], en[i], sp[i], &b[a]);
     step[a] = sp[i];
   }
@@ -342,6 +348,56 @@ static px_status_t px__const_of_shape(px__onnx_graph_t *g, const Onnx__NodeProto
   return PX_OK;
 }
 
+/* One element of Add, Sub, Mul or Div (op's first letter; Div of int64s
+ * truncates, as ONNX's). 0 when it does not fold (the batch, a division by
+ * zero, an overflow). */
+static int px__arith1(char op, int dt, const uint8_t *a, const uint8_t *b, uint8_t *o) {
+  if (dt == PX__F32) {
+    float x, y, r;
+    memcpy(&x, a, 4);
+    memcpy(&y, b, 4);
+    r = op == 'A' ? x + y : op == 'S' ? x - y : op == 'M' ? x * y : x / y;
+    memcpy(o, &r, 4);
+    return 1;
+  }
+  int64_t x, y, r;
+  memcpy(&x, a, 8);
+  memcpy(&y, b, 8);
+  if (x == PX__ONNX_BATCH || y == PX__ONNX_BATCH || (op == 'D' && y == 0)) return 0;
+  if (op == 'A' ? __builtin_add_overflow(x, y, &r)
+      : op == 'S' ? __builtin_sub_overflow(x, y, &r)
+      : op == 'M' ? __builtin_mul_overflow(x, y, &r) : (r = x / y, 0))
+    return 0;
+  memcpy(o, &r, 8);
+  return 1;
+}
+
+/* Add, Sub, Mul, Div of two constants of one type: the same shape, or
+ * either one element (shape arithmetic: channels // groups). */
+static px_status_t px__arith(px__onnx_graph_t *g, const Onnx__NodeProto *n,
+                             const Onnx__TensorProto *const *in, char *why, size_t cap,
+                             const Onnx__TensorProto **out) {
+  const Onnx__TensorProto *a = in[0], *b = in[1];
+  size_t na = px__count(a), nb = px__count(b);
+  int same = a->n_dims == b->n_dims;
+  for (size_t d = 0; same && d < a->n_dims; d++) same = a->dims[d] == b->dims[d];
+  if (a->data_type != b->data_type || !(same || na == 1 || nb == 1))
+    return px__why(why, cap, "only constants of one type, of one shape or one a single value, "
+                   "fold");
+  const Onnx__TensorProto *big = nb == 1 ? a : b;
+  Onnx__TensorProto *t;
+  uint8_t *o;
+  PX_CHECK(px__new(g, a->data_type, (int)big->n_dims, big->dims, why, cap, &t, &o));
+  size_t es = px__esize(a), cnt = px__count(t);
+  for (size_t i = 0; i < cnt; i++)
+    if (!px__arith1(n->op_type[0], a->data_type, px__bytes(a) + (na == 1 ? 0 : i) * es,
+                    px__bytes(b) + (nb == 1 ? 0 : i) * es, o + i * es))
+      return px__why(why, cap, "element %zu does not fold (the batch size, unknown at import, "
+                     "a division by zero or an overflow)", i);
+  *out = t;
+  return PX_OK;
+}
+
 px_status_t px__onnx_fold_dims(px__onnx_graph_t *g, const int64_t *dims, int count, char *why,
                                size_t cap, const Onnx__TensorProto **out) {
   Onnx__TensorProto *t;
@@ -369,5 +425,8 @@ px_status_t px__onnx_fold(px__onnx_graph_t *g, const Onnx__NodeProto *n,
   if (!strcmp(op, "Cast")) return px__cast(g, n, in[0], why, cap, out);
   if (!strcmp(op, "Slice")) return px__slice(g, n, in, why, cap, out);
   if (!strcmp(op, "ConstantOfShape")) return px__const_of_shape(g, n, in[0], why, cap, out);
+  if ((!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div")) &&
+      n->n_input == 2 && in[1])
+    return px__arith(g, n, in, why, cap, out);
   return px__why(why, cap, "%s of these inputs does not fold at import", op);
 }

@@ -28,7 +28,8 @@ extern "C" {
 #define PX__ONNX_FOLD_BYTES (1u << 20)
 
 /* The folded output of node n (Gather, Unsqueeze, Squeeze, Concat, Cast,
- * Slice, ConstantOfShape) from its inputs in[0 .. n->n_input - 1], each a
+ * Slice, ConstantOfShape; Add, Sub, Mul, Div of two constants) from its
+ * inputs in[0 .. n->n_input - 1], each a
  * constant (NULL: an optional input left out). The tensor is g's (freed by
  * px__onnx_free) and holds float32 or int64 data in float_data /
  * int64_data. PX_ERR_INVALID with why (a sentence, no node name) filled for
