@@ -22,7 +22,11 @@ PruneX's code is used here).
 mobilenet (inverted residuals: depthwise convolutions, ReLU6 as Clip, a Concat
 head) and seresnet (squeeze-and-excitation: Sigmoid, Mul, convolutions with
 bias on the pooled map; a LeakyRelu stem; a MatMul + Add classifier) cover
-the graph operators. Channel counts are multiples of 16 (oneDNN 2.6 trains narrower layers on its
+the graph operators, acts the activations of mobilenet_v3 and efficientnet
+(PX_TEST_ONNX_OPSET picks the opset: 13 by default, 17, 18, which
+rewrites opset 17's ReduceMean axes as inputs, or 20, which rewrites opset
+17's file with Gelu nodes), scalars the arithmetic of an
+activation and a constant. Channel counts are multiples of 16 (oneDNN 2.6 trains narrower layers on its
 reference kernels, about 40x slower). vgg and resnet use the built-in layer set (Conv without bias + BN + ReLU,
 residual Add + ReLU, max and average pooling, global average pooling, Linear) and start from
 non-trivial BN statistics and affine parameters, so that the checks see
@@ -30,6 +34,7 @@ every parameter kind.
 """
 import copy
 import inspect
+import math
 import os
 import sys
 
@@ -182,13 +187,62 @@ class SEResNet(nn.Module):
         return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
 
 
-class TanhNet(nn.Module):
-    """Uses an operator the import refuses (Tanh): for the refusal test."""
+class Acts(nn.Module):
+    """mobilenet_v3's and efficientnet_b0's activations: Hardswish (opset 13:
+    Mul(x, HardSigmoid(x)); 14 and later: HardSwish), SiLU (Mul(x,
+    Sigmoid(x))), the exact GELU (Div, Erf, Add, Mul, Mul; opset 20: Gelu, see
+    export()), Tanh, Hardsigmoid, and a squeeze-and-excitation gated by a
+    Hardsigmoid (mobilenet_v3's), after a depthwise convolution."""
+
+    def __init__(self, c, classes):
+        super().__init__()
+        self.conv1, self.bn1 = conv_bn(c, 16)
+        self.conv2, self.bn2 = conv_bn(16, 32)
+        self.dw = nn.Conv2d(32, 32, 3, 1, 1, groups=32, bias=False)
+        self.bn3 = nn.BatchNorm2d(32)
+        self.se1, self.se2 = nn.Conv2d(32, 16, 1), nn.Conv2d(16, 32, 1)
+        self.conv4, self.bn4 = conv_bn(32, 32, 1)
+        self.conv5, self.bn5 = conv_bn(32, 48)
+        self.acts = nn.ModuleList([nn.Hardswish(), nn.SiLU(), nn.GELU(), nn.Tanh(),
+                                   nn.Hardsigmoid()])
+        self.fc = nn.Linear(48, classes)
+
+    def forward(self, x):
+        a = self.acts
+        h = a[0](self.bn1(self.conv1(x)))
+        h = a[1](self.bn2(self.conv2(h)))
+        h = a[2](self.bn3(self.dw(h)))
+        s = nn.functional.adaptive_avg_pool2d(h, 1)
+        h = h * nn.functional.hardsigmoid(self.se2(torch.relu(self.se1(s))))
+        h = a[3](self.bn4(self.conv4(h)))
+        h = a[4](self.bn5(self.conv5(h)))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
+
+
+class Scalars(nn.Module):
+    """An activation and a constant: Mul, Add, Sub, Div, a constant minus an
+    activation, and a division by sqrt 2 that no Erf reads (not a GELU)."""
+
+    def __init__(self, c, classes):
+        super().__init__()
+        self.conv1, self.bn1 = conv_bn(c, 16)
+        self.conv2, self.bn2 = conv_bn(16, 16)
+        self.fc = nn.Linear(16, classes)
+
+    def forward(self, x):
+        h = self.bn1(self.conv1(x))
+        h = 1.0 - torch.relu((h * 2.0 + 1.0 - 0.25) / 4.0)
+        h = self.bn2(self.conv2(h / math.sqrt(2.0)))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
+
+
+class EluNet(nn.Module):
+    """Uses an operator the import refuses (Elu): for the refusal test."""
 
     def __init__(self, c, classes):
         super().__init__()
         self.conv, self.bn = conv_bn(c, 16)
-        self.gate = nn.Tanh()
+        self.gate = nn.ELU()
         self.fc = nn.Linear(16, classes)
 
     def forward(self, x):
@@ -196,8 +250,66 @@ class TanhNet(nn.Module):
         return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
 
 
+class Shapes(nn.Module):
+    """What the exporters write around the layers (issue 48): a Concat of one
+    input (densenet's torch.cat([x], 1)), a squeeze-and-excitation on
+    x.mean((2, 3), keepdim=True) (ReduceMean as a global average pooling,
+    timm's and mnasnet's idiom), one on x.mean((2, 3)) viewed back as
+    [N, C, 1, 1] through the computed shape [x.size(0), x.size(1) // 2 * 2,
+    1, 1] (Shape, Gather, Div, Cast, Mul, Unsqueeze, Concat, Reshape: shape
+    arithmetic, as shufflenet's channels // groups), one squeezed and
+    unsqueezed, and
+    the classifier's input by x.view(x.size(0), -1) ("view") or by
+    x.mean((2, 3)) ("mean")."""
+
+    def __init__(self, c, classes, head="view"):
+        super().__init__()
+        self.head = head
+        self.conv1, self.bn1 = conv_bn(c, 16)
+        self.conv2, self.bn2 = conv_bn(16, 32)
+        self.se = nn.ModuleList([nn.Conv2d(32, 16, 1), nn.Conv2d(16, 32, 1), nn.Conv2d(32, 16, 1),
+                                 nn.Conv2d(16, 32, 1), nn.Conv2d(32, 16, 1), nn.Conv2d(16, 32, 1)])
+        self.conv3, self.bn3 = conv_bn(32, 32)
+        self.fc = nn.Linear(32, classes)
+
+    def forward(self, x):
+        se = self.se
+        h = torch.relu(self.bn1(self.conv1(x)))
+        h = torch.relu(self.bn2(self.conv2(torch.cat([h], 1))))
+        s = h.mean((2, 3), keepdim=True)
+        h = h * torch.sigmoid(se[1](torch.relu(se[0](s))))
+        s = h.mean((2, 3))
+        s = s.view(s.size(0), s.size(1) // 2 * 2, 1, 1)  # shape arithmetic (Div, Mul)
+        h = h * torch.sigmoid(se[3](torch.relu(se[2](s))))
+        s = h.mean((-2, -1), keepdim=True).squeeze(-1).squeeze(-1)
+        h = h * torch.sigmoid(se[5](torch.relu(se[4](s.unsqueeze(-1).unsqueeze(-1)))))
+        h = torch.relu(self.bn3(self.conv3(h)))
+        if self.head == "mean":
+            return self.fc(h.mean((2, 3)))
+        h = nn.functional.adaptive_avg_pool2d(h, 1)
+        return self.fc(h.view(h.size(0), -1))
+
+
+class ShapesMean(Shapes):
+    def __init__(self, c, classes):
+        super().__init__(c, classes, "mean")
+
+
+class DataSlice(EluNet):
+    """A value taken from an activation's data (its first 8 features,
+    x[:, :8], a Slice of the activation): refused, naming the node."""
+
+    def __init__(self, c, classes):
+        super().__init__(c, classes)
+        self.fc = nn.Linear(8, classes)
+
+    def forward(self, x):
+        h = nn.functional.adaptive_avg_pool2d(self.bn(self.conv(x)), 1)
+        return self.fc(h.view(h.size(0), -1)[:, :8])
+
+
 SEEDS = {"mobilenet": 2}
-class Clip1Net(TanhNet):
+class Clip1Net(EluNet):
     """Clip(0, 1) (Hardtanh): a Clip that is not ReLU6, refused."""
 
     def __init__(self, c, classes):
@@ -205,8 +317,31 @@ class Clip1Net(TanhNet):
         self.gate = nn.Hardtanh(0.0, 1.0)
 
 
+class GeluTanhNet(EluNet):
+    """GELU's tanh approximation (Mul(x, x) first): refused."""
+
+    def __init__(self, c, classes):
+        super().__init__(c, classes)
+        self.gate = nn.GELU(approximate="tanh")
+
+
+class Reciprocal(nn.Module):
+    def forward(self, x):
+        return 1.0 / x
+
+
+class RecipNet(EluNet):
+    """A constant divided by an activation (PyTorch exports a Reciprocal): refused."""
+
+    def __init__(self, c, classes):
+        super().__init__(c, classes)
+        self.gate = Reciprocal()
+
+
 NETS = {"vgg": Vgg, "resnet": ResNet, "mobilenet": MobileNet, "seresnet": SEResNet,
-        "tanh": TanhNet, "clip1": Clip1Net}
+        "acts": Acts, "scalars": Scalars, "elu": EluNet, "clip1": Clip1Net,
+        "gelu_tanh": GeluTanhNet, "recip": RecipNet, "shapes": Shapes,
+        "shapes_mean": ShapesMean, "data_slice": DataSlice}
 
 
 def build(name, c, classes, seed=0):
@@ -229,10 +364,70 @@ def export(net, path, c, h, w):
     kw = {}
     if "dynamo" in inspect.signature(torch.onnx.export).parameters:
         kw["dynamo"] = False
-    torch.onnx.export(net, torch.randn(1, c, h, w), path, opset_version=13,
+    opset = int(os.environ.get("PX_TEST_ONNX_OPSET", "13"))
+    torch.onnx.export(net, torch.randn(1, c, h, w), path, opset_version=min(opset, 17),
                       input_names=["input"], output_names=["logits"],
                       dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
                       do_constant_folding=False, training=torch.onnx.TrainingMode.PRESERVE, **kw)
+    if opset >= 20:
+        to_opset20(path)
+    elif opset >= 18:
+        to_opset18(path, opset)
+
+
+def to_opset18(path, opset):
+    """Opset 18 as torch 1.13 cannot write it: every ReduceMean's axes an
+    input (a Constant) instead of an attribute (the change of opset 18 that
+    the nets here meet)."""
+    import onnx
+    m = onnx.load(path)
+    g = m.graph
+    nodes = []
+    for n in g.node:
+        if n.op_type == "ReduceMean":
+            axes = [a for a in n.attribute if a.name == "axes"][0]
+            name = n.name + "_axes"
+            nodes.append(onnx.helper.make_node("Constant", [], [name], name=name + "_Constant",
+                                               value=onnx.helper.make_tensor(
+                                                   name, onnx.TensorProto.INT64,
+                                                   [len(axes.ints)], list(axes.ints))))
+            n.input.append(name)
+            n.attribute.remove(axes)
+        nodes.append(n)
+    del g.node[:]
+    g.node.extend(nodes)
+    m.opset_import[0].version = opset
+    onnx.save(m, path)
+
+
+def to_opset20(path):
+    """Debian's torch 1.13 and onnx 1.12 stop at opset 17: the file as opset
+    20 would have it, every exact GELU (Div by sqrt 2, Erf, Add 1, Mul x,
+    Mul 0.5) one Gelu node."""
+    import onnx
+    m = onnx.load(path)
+    g = m.graph
+    by_out = {o: n for n in g.node for o in n.output}
+    readers = {}
+    for n in g.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    drop, add = set(), {}
+    for erf in [n for n in g.node if n.op_type == "Erf"]:
+        div = by_out[erf.input[0]]
+        plus = readers[erf.output[0]][0]
+        mulx = readers[plus.output[0]][0]
+        half = readers[mulx.output[0]][0]
+        consts = [by_out.get(i) for n in (div, plus, half) for i in n.input]
+        drop.update(id(n) for n in [div, erf, plus, mulx, half])
+        drop.update(id(n) for n in consts if n is not None and n.op_type == "Constant")
+        add[id(div)] = onnx.helper.make_node("Gelu", [div.input[0]], [half.output[0]],
+                                             name=erf.name.replace("Erf", "Gelu"))
+    nodes = [add.get(id(n), n) for n in g.node if id(n) not in drop or id(n) in add]
+    del g.node[:]
+    g.node.extend(nodes)
+    m.opset_import[0].version = 20
+    onnx.save(m, path)
 
 
 def reference(name, out, batch, c, h, w, classes):

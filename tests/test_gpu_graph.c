@@ -1,5 +1,5 @@
 /* Imported graphs on the CUDA engine: the graph operators of
- * nn/px_graph_ops.h (activations, the squeeze-and-excitation Mul, Concat)
+ * nn/px_graph_ops.h (every activation, the squeeze-and-excitation Mul, Concat)
  * and windowed max / average pooling in every CUDA activation format.
  *
  * CPU half (runs everywhere): the index maps the CUDA kernels use
@@ -11,7 +11,7 @@
  * random data, in plain f32 NCHW, NHWC f32 and NHWC bf16 (inputs rounded to
  * bf16 first, bf16 tolerances), and grouped / depthwise convolutions on
  * cuDNN against oneDNN; then one training step of the imported
- * VGG-, MobileNet- and SE-ResNet-style nets (tests/onnx_import_nets.py) on
+ * VGG-, MobileNet-, SE-ResNet-style and activations nets (tests/onnx_import_nets.py) on
  * CUDA (NHWC, NCHW and bf16) against the CPU engine. */
 #include <math.h>
 #include <setjmp.h>
@@ -141,7 +141,7 @@ static void cpu_entries_give_the_plain_loops_bits(void **state) {
   plain_tensor(&tdb, N, CB, H, W, NULL);
   plain_tensor(&tcat, N, CA + CB, H, W, NULL);
   plain_tensor(&tdcat, N, CA + CB, H, W, dy);
-  for (int a = PX__ACT_RELU; a <= PX__ACT_SIGMOID; a++) {
+  for (int a = PX__ACT_RELU; a < PX__ACT_COUNT; a++) {
     assert_ok(px__ops_act_forward(ops, &ty, &tx, (px__act_t)a, 0.1f));
     px__act_forward(want, x, na, (px__act_t)a, 0.1f);
     expect_bits(px__act_onnx_name((px__act_t)a), &ty, want, na);
@@ -226,14 +226,14 @@ static void act_kernels(px_ops_t *ops, fmt_t f, px_test_rng_t *rng) {
   dev_tensor(ops, &ty, &s, NULL);
   dev_tensor(ops, &tdy, &s, dy);
   dev_tensor(ops, &tdx, &s, NULL);
-  for (int a = PX__ACT_RELU; a <= PX__ACT_SIGMOID; a++) {
+  for (int a = PX__ACT_RELU; a < PX__ACT_COUNT; a++) {
     char what[64];
     assert_ok(px__ops_act_forward(ops, &ty, &tx, (px__act_t)a, 0.1f));
     float *y = host_of(ops, &ty);
     px__act_forward(want, x, n, (px__act_t)a, 0.1f);
     snprintf(what, sizeof what, "%s forward", px__act_onnx_name((px__act_t)a));
     expect_rel(what, f, y, want, n, tol_of(f, 1e-6));
-    /* the backward of the GPU's own y (sigmoid reads it) */
+    /* the backward of the GPU's own y (sigmoid and tanh read it) */
     assert_ok(px__ops_act_backward(ops, &tdx, &tdy, &tx, &ty, (px__act_t)a, 0.1f));
     float *dx = host_of(ops, &tdx);
     px__act_backward(want, dy, x, y, n, (px__act_t)a, 0.1f);
@@ -545,6 +545,15 @@ static void seresnet_trains_a_step_on_cuda_like_the_cpu(void **state) {
   check_net_on_cuda("seresnet");
 }
 
+/* Hardswish, SiLU, the exact GELU, Tanh, Hardsigmoid and a
+ * Hardsigmoid-gated squeeze-and-excitation (issue 48). */
+static void acts_trains_a_step_on_cuda_like_the_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  if (!have_torch()) skip();
+  check_net_on_cuda("acts");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(index_maps_match_brute_force),
@@ -555,6 +564,7 @@ int main(void) {
       cmocka_unit_test(vgg_trains_a_step_on_cuda_like_the_cpu),
       cmocka_unit_test(mobilenet_trains_a_step_on_cuda_like_the_cpu),
       cmocka_unit_test(seresnet_trains_a_step_on_cuda_like_the_cpu),
+      cmocka_unit_test(acts_trains_a_step_on_cuda_like_the_cpu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -197,6 +197,45 @@ static void seresnet_forward_and_gradients_match_pytorch(void **state) {
   check_net("seresnet");
 }
 
+/* mobilenet_v3's and efficientnet_b0's activations (issue 48): Hardswish,
+ * SiLU, the exact GELU, Tanh, Hardsigmoid and a Hardsigmoid-gated
+ * squeeze-and-excitation, as PyTorch exports them at opset 13 (Hardswish as
+ * Mul(x, HardSigmoid(x)), SiLU as Mul(x, Sigmoid(x)), GELU as Div, Erf,
+ * Add, Mul, Mul) and 17 (HardSwish), and as opset 20 writes them (Gelu). */
+static void acts_forward_and_gradients_match_pytorch(void **state) {
+  (void)state;
+  if (!have_torch()) skip();
+  const char *opsets[3] = {"13", "17", "20"};
+  for (int i = 0; i < 3; i++) {
+    print_message("opset %s\n", opsets[i]);
+    setenv("PX_TEST_ONNX_OPSET", opsets[i], 1);
+    check_net("acts");
+  }
+  unsetenv("PX_TEST_ONNX_OPSET");
+  check_net("scalars"); /* Mul, Add, Sub, Div by a constant; 1 - x; x / sqrt 2 without Erf */
+}
+
+/* What exporters write around the layers (issue 48), at opsets 13, 17 and
+ * 18 (ReduceMean's axes an input):
+ * a Concat of one input, ReduceMean over H and W as a global average
+ * pooling (keepdims 1 feeding an SE's convs, keepdims 0 the classifier),
+ * the shape subgraph of x.view(x.size(0), -1) and of [N, C // 2 * 2, 1, 1]
+ * (Shape, Gather, Div, Cast, Mul, Unsqueeze, Concat, Reshape: folded into
+ * constants) and
+ * Squeeze / Unsqueeze of a pooled map, each moving no data. */
+static void shapes_forward_and_gradients_match_pytorch(void **state) {
+  (void)state;
+  if (!have_torch()) skip();
+  const char *opsets[3] = {"13", "17", "18"}; /* 18: ReduceMean's axes an input */
+  for (int i = 0; i < 3; i++) {
+    print_message("opset %s\n", opsets[i]);
+    setenv("PX_TEST_ONNX_OPSET", opsets[i], 1);
+    check_net("shapes");      /* classifier on x.view(x.size(0), -1) */
+    check_net("shapes_mean"); /* classifier on x.mean((2, 3)) */
+  }
+  unsetenv("PX_TEST_ONNX_OPSET");
+}
+
 static int param_kind(const px_model_t *m, const char *name) {
   for (int i = 0; i < px_model_num_params(m); i++)
     if (!strcmp(px_model_param(m, i)->name, name)) return (int)px_model_param(m, i)->kind;
@@ -388,7 +427,8 @@ static int project_coupled(px_model_t *m, int *followers) {
 }
 
 /* The channel groups of an imported MobileNetV2-style net (depthwise convs,
- * ReLU6, Concat) and SE-ResNet (SE multiply, residual adds): coupled
+ * ReLU6, Concat), SE-ResNet (SE multiply, residual adds) and the activations
+ * net (Hardswish, SiLU, GELU, Tanh, Hardsigmoid, a Hardsigmoid-gated SE): coupled
  * channels are pruned together across the activations and the depthwise
  * convs; the compact model is smaller and computes the pruned dense model's
  * logits; its ONNX passes onnx's checker and OpenCV's dnn (4.6: the SE's
@@ -398,11 +438,15 @@ static void imported_graphs_prune_by_coupled_groups_and_compact_exactly(void **s
   if (!px_test_python_has("torch, onnx, numpy, cv2")) skip();
   px_ops_t *ops;
   assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
-  const char *nets[2] = {"mobilenet", "seresnet"};
-  const int want_pairs[2] = {3, 2}; /* the three blocks' expansion -> projection; conv1 -> conv2 */
+  const char *nets[5] = {"mobilenet", "seresnet", "acts", "scalars", "shapes"};
+  /* the three blocks' expansion -> projection; conv1 -> conv2; through the
+   * activations: conv1 -> conv2 (Hardswish), conv4 -> conv5 (Tanh); conv1
+   * -> conv2 through the arithmetic by constants; conv1 -> conv2 through
+   * the Concat of one input */
+  const int want_pairs[5] = {3, 2, 2, 1, 1};
   /* each block's depthwise conv and its batch norm's scale and shift; none in the SE-ResNet */
-  const int want_followers[2] = {9, 0};
-  for (int k = 0; k < 2; k++) {
+  const int want_followers[5] = {9, 0, 0, 0, 0};
+  for (int k = 0; k < 5; k++) {
     char dir[64], path[512], cmd[2048];
     reference(nets[k], dir);
     px_model_t *m = import(ops, dir), *cm = NULL;
@@ -478,13 +522,13 @@ static void unsupported_operator_is_refused_with_node_and_file(void **state) {
   char dir[64], path[512], cmd[1024];
   strcpy(dir, "/tmp/px_onnx_import_XXXXXX");
   assert_non_null(mkdtemp(dir));
-  snprintf(path, sizeof path, "%s/tanh.onnx", dir);
-  snprintf(cmd, sizeof cmd, PY " %s export tanh %s", NETS, path);
+  snprintf(path, sizeof path, "%s/elu.onnx", dir);
+  snprintf(cmd, sizeof cmd, PY " %s export elu %s", NETS, path);
   assert_int_equal(system(cmd), 0);
   const char *msg = refusal(path);
   assert_non_null(strstr(msg, path));
-  assert_non_null(strstr(msg, "/gate/Tanh"));
-  assert_non_null(strstr(msg, "operator Tanh is not supported"));
+  assert_non_null(strstr(msg, "/gate/Elu"));
+  assert_non_null(strstr(msg, "operator Elu is not supported"));
   /* a Clip other than ReLU6 */
   snprintf(path, sizeof path, "%s/clip1.onnx", dir);
   snprintf(cmd, sizeof cmd, PY " %s export clip1 %s", NETS, path);
@@ -492,6 +536,25 @@ static void unsupported_operator_is_refused_with_node_and_file(void **state) {
   msg = refusal(path);
   assert_non_null(strstr(msg, "(Clip): only Clip(min 0, max 6) (ReLU6)"));
   assert_non_null(strstr(msg, "clips to [0, 1]"));
+  /* GELU's tanh approximation (its first step, x * x, is no product taken) and 1 / x
+   * (PyTorch's Reciprocal) */
+  snprintf(path, sizeof path, "%s/gelu_tanh.onnx", dir);
+  snprintf(cmd, sizeof cmd, PY " %s export gelu_tanh %s", NETS, path);
+  assert_int_equal(system(cmd), 0);
+  msg = refusal(path);
+  assert_non_null(strstr(msg, "node '/gate/Mul' (Mul): only a map"));
+  snprintf(path, sizeof path, "%s/recip.onnx", dir);
+  snprintf(cmd, sizeof cmd, PY " %s export recip %s", NETS, path);
+  assert_int_equal(system(cmd), 0);
+  msg = refusal(path);
+  assert_non_null(strstr(msg, "node '/gate/Reciprocal' (Reciprocal): operator Reciprocal is not"));
+  /* a value computed from an activation's data (x[:, :8]), not its shape */
+  snprintf(path, sizeof path, "%s/data_slice.onnx", dir);
+  snprintf(cmd, sizeof cmd, PY " %s export data_slice %s", NETS, path);
+  assert_int_equal(system(cmd), 0);
+  msg = refusal(path);
+  assert_non_null(strstr(msg, "node '/Slice' (Slice): input '/Reshape_output_0' is an "
+                              "activation: a value computed from a tensor's data is not taken"));
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   assert_int_equal(system(cmd), 0);
 }
@@ -811,12 +874,94 @@ static void unused_initializers_count_against_the_import_bound(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* mp's graph with one more initializer t (and, when node, node n first),
+ * written to path; mp is left as it was. */
+static void write_with(Onnx__ModelProto *mp, Onnx__TensorProto *t, Onnx__NodeProto *node,
+                       const char *path) {
+  Onnx__GraphProto *gp = mp->graph;
+  Onnx__TensorProto **oi = gp->initializer, **ai = calloc(gp->n_initializer + 1, sizeof *ai);
+  Onnx__NodeProto **on = gp->node, **an = calloc(gp->n_node + 1, sizeof *an);
+  memcpy(ai, oi, gp->n_initializer * sizeof *ai);
+  ai[gp->n_initializer] = t;
+  an[0] = node;
+  memcpy(an + (node != NULL), on, gp->n_node * sizeof *an);
+  gp->initializer = ai;
+  gp->n_initializer++;
+  gp->node = an;
+  gp->n_node += node != NULL;
+  write_proto(mp, path);
+  gp->n_initializer--;
+  gp->n_node -= node != NULL;
+  gp->initializer = oi;
+  gp->node = on;
+  free(ai);
+  free(an);
+}
+
+/* The per-tensor cap is 256 M elements (VGG-11's classifier weight,
+ * 25088 x 4096, is 102.8 M; the import bound, PX_ONNX_MAX_BYTES, caps the
+ * sum): an initializer whose dims claim 100 M elements passes the cap and
+ * is refused only for the values it lacks; one claiming 300 M is refused
+ * naming the cap. Folding is bounded too: a ConstantOfShape of 5000
+ * elements is refused naming its node and the limit. (Cheap: no tensor's
+ * data is written.) */
+static void tensor_caps_take_real_networks_and_bound_hostile_ones(void **state) {
+  (void)state;
+  char dir[64], path[512], cmd[128];
+  Onnx__ModelProto *mp = resnet20_proto(dir, path, sizeof path);
+  Onnx__TensorProto t = ONNX__TENSOR_PROTO__INIT;
+  int64_t dims[2] = {25088, 4096}, big[2] = {300, 1 << 20};
+  t.name = "classifier.0.weight";
+  t.has_data_type = 1;
+  t.data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+  t.n_dims = 2;
+  t.dims = dims;
+  write_with(mp, &t, NULL, path);
+  const char *why = refusal(path);
+  if (!strstr(why, "'classifier.0.weight' holds 0 values for 102760448 elements"))
+    fail_msg("%s", why);
+  t.dims = big;
+  write_with(mp, &t, NULL, path);
+  why = refusal(path);
+  if (!strstr(why, "'classifier.0.weight' has more than 268435456 elements")) fail_msg("%s", why);
+  /* ConstantOfShape([5000]) */
+  int64_t one = 1, n5000 = 5000;
+  t = (Onnx__TensorProto)ONNX__TENSOR_PROTO__INIT;
+  t.name = "big.shape";
+  t.has_data_type = 1;
+  t.data_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+  t.n_dims = 1;
+  t.dims = &one;
+  t.n_int64_data = 1;
+  t.int64_data = &n5000;
+  Onnx__NodeProto node = ONNX__NODE_PROTO__INIT;
+  char *in[1] = {"big.shape"}, *out[1] = {"big.zeros"};
+  node.name = "big";
+  node.op_type = "ConstantOfShape";
+  node.n_input = 1;
+  node.input = in;
+  node.n_output = 1;
+  node.output = out;
+  write_with(mp, &t, &node, path);
+  why = refusal(path);
+  if (!strstr(why, "node 'big' (ConstantOfShape): the result would have more than 4096 elements"))
+    fail_msg("%s", why);
+  n5000 = 4096; /* within the limit: folded, and nothing reads it */
+  write_with(mp, &t, &node, path);
+  if (px_model_onnx_check(path, NULL) != PX_OK) fail_msg("4096: %s", px_last_error());
+  onnx__model_proto__free_unpacked(mp, NULL);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(vgg_forward_and_gradients_match_pytorch),
       cmocka_unit_test(resnet_forward_and_gradients_match_pytorch),
       cmocka_unit_test(mobilenet_forward_and_gradients_match_pytorch),
       cmocka_unit_test(seresnet_forward_and_gradients_match_pytorch),
+      cmocka_unit_test(acts_forward_and_gradients_match_pytorch),
+      cmocka_unit_test(shapes_forward_and_gradients_match_pytorch),
       cmocka_unit_test(other_input_sizes_match_pytorch),
       cmocka_unit_test(depthwise_and_se_convs_are_left_out_of_pruning),
       cmocka_unit_test(imported_graphs_prune_by_coupled_groups_and_compact_exactly),
@@ -827,6 +972,8 @@ int main(void) {
       cmocka_unit_test(builtin_resnet20_through_our_onnx_has_its_groups_and_masks),
       cmocka_unit_test(conv_kernel_shape_must_be_the_weights),
       cmocka_unit_test(unused_initializers_count_against_the_import_bound),
+      cmocka_unit_test(tensor_caps_take_real_networks_and_bound_hostile_ones),
   };
+  if (getenv("PX_TEST_FILTER")) cmocka_set_test_filter(getenv("PX_TEST_FILTER"));
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -270,16 +270,23 @@ static void imported_seresnet_trains_packs_less_and_runs_in_opencv(void **state)
   graph_net_job(*state, "seresnet", 1);
 }
 
+/* mobilenet_v3's and efficientnet's activations (issue 48): Hardswish, SiLU,
+ * the exact GELU, Tanh, Hardsigmoid and a Hardsigmoid-gated SE, through the
+ * job: trained, pruned, packed, compacted and exported. */
+static void imported_acts_trains_packs_less_and_runs_in_opencv(void **state) {
+  graph_net_job(*state, "acts", 1);
+}
+
 static void spec_with_an_unsupported_operator_is_refused_at_parse(void **state) {
   const char *dir = *state;
   if (!px_test_python_has("torch, onnx")) skip();
   char onnx[320], spec[320];
-  snprintf(onnx, sizeof onnx, "%s/tanh.onnx", dir);
-  export_net("tanh", onnx);
+  snprintf(onnx, sizeof onnx, "%s/elu.onnx", dir);
+  export_net("elu", onnx);
   snprintf(spec, sizeof spec, "%s/job.yaml", dir);
   FILE *fp = fopen(spec, "w");
   assert_non_null(fp);
-  fprintf(fp, "strategy: hsadmm\nmodel:\n  onnx: tanh.onnx\ndataset:\n  name: fashion-mnist\n"
+  fprintf(fp, "strategy: hsadmm\nmodel:\n  onnx: elu.onnx\ndataset:\n  name: fashion-mnist\n"
               "cluster:\n  nodes: 1\n  workers_per_node: 1\n");
   fclose(fp);
   Prunex__V1__JobSpec *s = NULL;
@@ -287,7 +294,7 @@ static void spec_with_an_unsupported_operator_is_refused_at_parse(void **state) 
   print_message("refused: %s\n", px_last_error());
   assert_non_null(strstr(px_last_error(), "model.onnx"));
   assert_non_null(strstr(px_last_error(), onnx));
-  assert_non_null(strstr(px_last_error(), "node '/gate/Tanh' (Tanh)"));
+  assert_non_null(strstr(px_last_error(), "node '/gate/Elu' (Elu)"));
   /* the same file name without the model: named, with a line */
   fp = fopen(spec, "w");
   fprintf(fp, "strategy: hsadmm\nmodel:\n  onnx: missing.onnx\ndataset:\n  name: fashion-mnist\n"
@@ -309,6 +316,9 @@ int main(void) {
                                       make_dir, remove_dir),
       cmocka_unit_test_setup_teardown(imported_seresnet_trains_packs_less_and_runs_in_opencv,
                                       make_dir, remove_dir),
+      cmocka_unit_test_setup_teardown(imported_acts_trains_packs_less_and_runs_in_opencv,
+                                      make_dir, remove_dir),
   };
+  if (getenv("PX_TEST_FILTER")) cmocka_set_test_filter(getenv("PX_TEST_FILTER"));
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "nn/px_graph_ops.h"
 #include "onnx.pb-c.h"
 #include "prunex/data.h"
 #include "prunex/export.h"
@@ -408,13 +409,94 @@ static const char *px__onnx_se_gate(px__pool_t *p, px__vec_t *nodes, px__vec_t *
   return name;
 }
 
-/* An imported graph's operators (ACT, MUL, CONCAT) as ONNX nodes. ReLU6 is
- * Relu(x) - Relu(x - 6): opset 13's Clip takes its bounds as inputs, which
- * OpenCV 4.6's dnn does not read. */
+/* A float scalar initializer [1] named "<nm>.<what>". Returns its name (pool-owned). */
+static const char *px__onnx_scalar(px__pool_t *p, px__vec_t *inits, const char *nm,
+                                   const char *what, float v) {
+  char name[64];
+  const int64_t one = 1;
+  snprintf(name, sizeof name, "%s.%s", nm, what);
+  px__initializer_host(p, inits, name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, &one, &v,
+                       sizeof v);
+  return px__str(p, name);
+}
+
+/* One node op(a[, b]) named "<nm>.<suffix>" (nm itself when suffix is NULL)
+ * writing out. */
+static Onnx__NodeProto *px__onnx_step(px__pool_t *p, px__vec_t *nodes, const char *op,
+                                      const char *nm, const char *suffix, const char *a,
+                                      const char *b, const char *out) {
+  char name[64];
+  if (suffix) snprintf(name, sizeof name, "%s.%s", nm, suffix);
+  else snprintf(name, sizeof name, "%s", nm);
+  const char *ins[2] = {a, b};
+  return px__node(p, nodes, op, name, ins, b ? 2 : 1, out);
+}
+
+/* An ACT node in opset 13's operators, as PyTorch exports each: ReLU6 is
+ * Relu(x) - Relu(x - 6) (opset 13's Clip takes its bounds as inputs, which
+ * OpenCV 4.6's dnn does not read); the hard swish x * HardSigmoid(x) (the
+ * HardSwish operator is opset 14's); SiLU x * Sigmoid(x); GELU
+ * (x * (Erf(x / sqrt 2) + 1)) * 0.5; SCALE and SHIFT a Mul and an Add of a
+ * constant. */
+static void px__onnx_act(px__pool_t *p, px__vec_t *nodes, px__vec_t *inits,
+                         const px_model_node_t *n, int k, const char *in, const char *out) {
+  char nm[32], t[4][80];
+  snprintf(nm, sizeof nm, "act%d", k);
+  for (int i = 0; i < 4; i++) snprintf(t[i], sizeof t[i], "%s_t%d", out, i);
+  px__vec_t attrs = {0};
+  Onnx__NodeProto *node;
+  switch (n->act) {
+    case PX__ACT_RELU6:
+      px__onnx_step(p, nodes, "Relu", nm, NULL, in, NULL, t[0]);
+      px__onnx_step(p, nodes, "Sub", nm, "sub6", in, px__onnx_scalar(p, inits, nm, "six", 6.0f),
+                    t[1]);
+      px__onnx_step(p, nodes, "Relu", nm, "relu_hi", t[1], NULL, t[2]);
+      px__onnx_step(p, nodes, "Sub", nm, "clip", t[0], t[2], out);
+      return;
+    case PX__ACT_HSIGMOID:
+    case PX__ACT_HSWISH:
+      node = px__onnx_step(p, nodes, "HardSigmoid", nm, NULL, in, NULL,
+                           n->act == PX__ACT_HSWISH ? t[0] : out);
+      px__push(p, &attrs, px__attr_float(p, "alpha", n->alpha));
+      px__push(p, &attrs, px__attr_float(p, "beta", 0.5f));
+      px__node_attrs(p, node, &attrs);
+      if (n->act == PX__ACT_HSWISH) px__onnx_step(p, nodes, "Mul", nm, "mul", in, t[0], out);
+      return;
+    case PX__ACT_SILU:
+      px__onnx_step(p, nodes, "Sigmoid", nm, NULL, in, NULL, t[0]);
+      px__onnx_step(p, nodes, "Mul", nm, "mul", in, t[0], out);
+      return;
+    case PX__ACT_GELU:
+      px__onnx_step(p, nodes, "Div", nm, NULL, in,
+                    px__onnx_scalar(p, inits, nm, "sqrt2", 1.41421356237309504880f), t[0]);
+      px__onnx_step(p, nodes, "Erf", nm, "erf", t[0], NULL, t[1]);
+      px__onnx_step(p, nodes, "Add", nm, "add1", t[1], px__onnx_scalar(p, inits, nm, "one", 1.0f),
+                    t[2]);
+      px__onnx_step(p, nodes, "Mul", nm, "mul", in, t[2], t[3]);
+      px__onnx_step(p, nodes, "Mul", nm, "half", t[3], px__onnx_scalar(p, inits, nm, "half", 0.5f),
+                    out);
+      return;
+    case PX__ACT_SCALE:
+    case PX__ACT_SHIFT:
+      px__onnx_step(p, nodes, n->act == PX__ACT_SCALE ? "Mul" : "Add", nm, NULL, in,
+                    px__onnx_scalar(p, inits, nm, "c", n->alpha), out);
+      return;
+    default: break;
+  }
+  static const char *const ops[PX__ACT_COUNT] = {
+      [PX__ACT_RELU] = "Relu", [PX__ACT_LEAKY] = "LeakyRelu", [PX__ACT_SIGMOID] = "Sigmoid",
+      [PX__ACT_TANH] = "Tanh"};
+  const char *op = n->act >= 0 && n->act < PX__ACT_COUNT && ops[n->act] ? ops[n->act] : "Relu";
+  node = px__onnx_step(p, nodes, op, nm, NULL, in, NULL, out);
+  if (n->act == PX__ACT_LEAKY) px__push(p, &attrs, px__attr_float(p, "alpha", n->alpha));
+  px__node_attrs(p, node, &attrs);
+}
+
+/* An imported graph's operators (ACT, MUL, CONCAT) as ONNX nodes. */
 static void px__onnx_graph_op(px__pool_t *p, px__vec_t *nodes, px__vec_t *inits,
                               const px_model_t *m, const px_model_node_t *n, int k, const char *in,
                               const char *out) {
-  char nm[32], in2[32], bnd[2][48];
+  char nm[32], in2[32];
   snprintf(in2, sizeof in2, "t%d", n->in2);
   int h, w, gh, gw;
   if (n->kind == PX_NODE_MUL && px_model_act_area(m, n->in, &h, &w) == 0 &&
@@ -434,34 +516,7 @@ static void px__onnx_graph_op(px__pool_t *p, px__vec_t *nodes, px__vec_t *inits,
     px__node_attrs(p, node, &attrs);
     return;
   }
-  static const char *const ops[] = {"Relu", "LeakyRelu", "Relu", "Sigmoid"};
-  const char *op = n->act >= 0 && n->act < 4 ? ops[n->act] : "Relu";
-  snprintf(nm, sizeof nm, "act%d", k);
-  const char *ins[1] = {in};
-  if (n->act == 2) { /* ReLU6(x) = Relu(x) - Relu(x - 6) */
-    const float six = 6.0f;
-    const int64_t one = 1;
-    snprintf(bnd[0], sizeof bnd[0], "%s.six", nm);
-    px__initializer_host(p, inits, bnd[0], ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, &one, &six,
-                         sizeof six);
-    char a[80], b[80], c[80], nb[64];
-    snprintf(a, sizeof a, "%s_lo", out);
-    snprintf(b, sizeof b, "%s_x6", out);
-    snprintf(c, sizeof c, "%s_hi", out);
-    const char *s1[2] = {in, bnd[0]}, *s2[1] = {b}, *s3[2] = {a, c};
-    px__node(p, nodes, "Relu", nm, ins, 1, a);
-    snprintf(nb, sizeof nb, "%s.sub6", nm);
-    px__node(p, nodes, "Sub", nb, s1, 2, b);
-    snprintf(nb, sizeof nb, "%s.relu_hi", nm);
-    px__node(p, nodes, "Relu", nb, s2, 1, c);
-    snprintf(nb, sizeof nb, "%s.clip", nm);
-    px__node(p, nodes, "Sub", nb, s3, 2, out);
-    return;
-  }
-  Onnx__NodeProto *node = px__node(p, nodes, op, nm, ins, 1, out);
-  px__vec_t attrs = {0};
-  if (n->act == 1) px__push(p, &attrs, px__attr_float(p, "alpha", n->alpha));
-  px__node_attrs(p, node, &attrs);
+  px__onnx_act(p, nodes, inits, n, k, in, out);
 }
 
 /* Global average pooling: flattened when the classifier reads it, 4-D

@@ -3,8 +3,8 @@
  *
  * A convolution (grouped, depthwise or biased ones too) absorbs the batch
  * norm that is its only reader (folded into its filters and a bias) with
- * that norm's ReLU or the activation node (LeakyReLU, ReLU6, sigmoid) that
- * alone reads it (an eltwise post-op), and then the residual add that is
+ * that norm's ReLU or the activation node (LeakyReLU, ReLU6, sigmoid, hard
+ * sigmoid and swish, SiLU, GELU, tanh) that alone reads it (eltwise post-ops), and then the residual add that is
  * the result's only reader when the add's other input already exists and
  * nothing after the convolution but the add reads it: the convolution
  * then accumulates into that input's buffer (oneDNN's sum post-op) and
@@ -200,7 +200,10 @@ static int px__g_read_after(const px__graph_t *g, int a, int from, int except) {
  * (the norm's ReLU or an ACT node: an eltwise post-op), then the residual add
  * that alone reads that when the add's other input already exists and is
  * read by nothing after it (the sum post-op into that input's buffer, the
- * add's ReLU after it). */
+ * add's ReLU after it). An activation oneDNN has no post-op for stays a
+ * step of its own. */
+static int px__act_fuses(int act, float alpha);
+
 static void px__plan_conv(px__infer_t *net, px__graph_t *g, int k, int *used, px__istep_t *s) {
   const px_model_node_t *n = &g->nodes[k];
   s->kind = PX__S_CONV;
@@ -218,7 +221,8 @@ static void px__plan_conv(px__infer_t *net, px__graph_t *g, int k, int *used, px
     if (g->nodes[r].relu) s->act = PX__ACT_RELU;
     r = px__g_sole_reader(g, s->out, &last);
   }
-  if (s->act < 0 && r >= 0 && g->nodes[r].kind == PX_NODE_ACT) {
+  if (s->act < 0 && r >= 0 && g->nodes[r].kind == PX_NODE_ACT &&
+      px__act_fuses(g->nodes[r].act, g->nodes[r].alpha)) {
     used[r] = 1;
     s->act = g->nodes[r].act;
     s->alpha = g->nodes[r].alpha;
@@ -532,14 +536,47 @@ int32_t px__infer_cache_batch(const px_model_t *m, int32_t cap) {
 
 /* ---- primitives --------------------------------------------------------------------- */
 
-/* An activation (px__act_t, -1: none) as an eltwise post-op. */
+/* An activation (px__act_t) as oneDNN 2.6 eltwise algorithms, applied in
+ * order: the hard sigmoid is linear then clip; the hard swish has the
+ * slope 1/6 alone (oneDNN's ignores alpha). Returns how many (0: none
+ * fits, 1 or 2). */
+static int px__act_algs(int act, float alpha, dnnl_alg_kind_t alg[2], float a[2], float b[2]) {
+  a[0] = b[0] = a[1] = b[1] = 0.0f;
+  switch (act) {
+    case PX__ACT_RELU: alg[0] = dnnl_eltwise_relu; return 1;
+    case PX__ACT_LEAKY: alg[0] = dnnl_eltwise_relu, a[0] = alpha; return 1;
+    case PX__ACT_RELU6: alg[0] = dnnl_eltwise_clip, b[0] = 6.0f; return 1;
+    case PX__ACT_SIGMOID: alg[0] = dnnl_eltwise_logistic; return 1;
+    case PX__ACT_HSIGMOID:
+      alg[0] = dnnl_eltwise_linear, a[0] = alpha, b[0] = 0.5f;
+      alg[1] = dnnl_eltwise_clip, b[1] = 1.0f;
+      return 2;
+    case PX__ACT_HSWISH: alg[0] = dnnl_eltwise_hardswish; return alpha == 1.0f / 6.0f;
+    case PX__ACT_SILU: alg[0] = dnnl_eltwise_swish, a[0] = 1.0f; return 1;
+    case PX__ACT_GELU: alg[0] = dnnl_eltwise_gelu_erf; return 1;
+    case PX__ACT_TANH: alg[0] = dnnl_eltwise_tanh; return 1;
+    case PX__ACT_SCALE: alg[0] = dnnl_eltwise_linear, a[0] = alpha; return 1;
+    case PX__ACT_SHIFT: alg[0] = dnnl_eltwise_linear, a[0] = 1.0f, b[0] = alpha; return 1;
+  }
+  return 0;
+}
+
+/* Whether activation act (-1: none) fits a convolution's post-ops. */
+static int px__act_fuses(int act, float alpha) {
+  dnnl_alg_kind_t alg[2];
+  float a[2], b[2];
+  return act < 0 || px__act_algs(act, alpha, alg, a, b) > 0;
+}
+
+/* An activation (px__act_t, -1: none) as eltwise post-ops. */
 static px_status_t px__append_act(dnnl_post_ops_t po, int act, float alpha) {
   if (act < 0) return PX_OK;
-  dnnl_alg_kind_t alg = act == PX__ACT_SIGMOID ? dnnl_eltwise_logistic
-                        : act == PX__ACT_RELU6 ? dnnl_eltwise_clip
-                                               : dnnl_eltwise_relu;
-  float a = act == PX__ACT_LEAKY ? alpha : 0.0f, b = act == PX__ACT_RELU6 ? 6.0f : 0.0f;
-  PX_DNNL(dnnl_post_ops_append_eltwise(po, 1.0f, alg, a, b));
+  dnnl_alg_kind_t alg[2];
+  float a[2], b[2];
+  const int n = px__act_algs(act, alpha, alg, a, b);
+  if (n == 0)
+    return px_set_error(PX_ERR_INTERNAL, "inference: activation %d is no post-op", act);
+  for (int i = 0; i < n; i++) PX_DNNL(dnnl_post_ops_append_eltwise(po, 1.0f, alg[i], a[i], b[i]));
   return PX_OK;
 }
 

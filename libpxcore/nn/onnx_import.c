@@ -1,10 +1,11 @@
-/* ONNX import: a CNN exported by PyTorch (or any tool writing opset 11-17)
+/* ONNX import: a CNN exported by PyTorch (or any tool writing opset 11-20)
  * lowered onto the model builder's layers, so that an imported network
  * trains, prunes, packs, checkpoints and exports through the same code as
  * the built-in ResNets.
  *
  * The file is untrusted. It is read whole (at most PX__ONNX_MAX_BYTES, and
- * with its initializers, used or not, at most the import's memory bound:
+ * with what unpacking it allocates, its initializers used or not, at most
+ * the import's memory bound:
  * PX_ONNX_MAX_BYTES in the environment, PX__ONNX_IMPORT_BYTES by default),
  * unpacked with the protobuf-c code generated from Debian's onnx.proto (the
  * export's), and walked once in node order: every named tensor goes into an
@@ -19,12 +20,22 @@
  * given, the weight's), padding kernel/2, dilation 1), BatchNormalization (epsilon 1e-5), Relu (fused into a
  * BatchNormalization or an Add right before it whose output nothing else
  * reads, as the built-in models fuse it; otherwise a layer of its own),
- * LeakyRelu, Clip(0, 6) (ReLU6), Sigmoid, Add of two activations, Mul of a
+ * LeakyRelu, Clip(0, 6) (ReLU6), Sigmoid, HardSigmoid (beta 0.5), HardSwish,
+ * Tanh, Gelu (exact), PyTorch's SiLU and opset-13 Hardswish (Mul(x,
+ * Sigmoid(x)), Mul(x, HardSigmoid(x)): one layer) and its exact GELU (Div by
+ * sqrt 2, Erf, Add 1, Mul x, Mul 0.5: one layer), Mul, Add, Sub and Div of an
+ * activation and a scalar constant, Add of two activations, Mul of a
  * map and a per-channel gate (squeeze-and-excitation), Concat on channels,
  * MaxPool and AveragePool (square windows; a
  * zero Pad, with the Constant holding its sizes, folds into the
  * AveragePool after it, as PyTorch exports count_include_pad),
- * GlobalAveragePool, Flatten / Reshape of a C x 1 x 1 output to 2-D,
+ * GlobalAveragePool and ReduceMean over H and W (x.mean((2, 3))), Flatten,
+ * Reshape, Squeeze and Unsqueeze that move no data ([N, C, 1, 1], [N, C, 1]
+ * and [N, C] into one another), a Concat of one map (that map), the shape
+ * subgraphs exporters write (Shape, Gather, Unsqueeze, Concat, Cast, Slice,
+ * ConstantOfShape, Add, Sub, Mul, Div of shapes and constants), folded at
+ * import into constants
+ * (nn/onnx_shape.c: x.view(x.size(0), -1) is a Reshape by [N, -1]),
  * and one final Gemm or MatMul (+ Add of its bias) (the classifier); Dropout and Identity pass their input
  * through (an Identity of an initializer is that initializer: PyTorch's
  * exporter writes those for equal-valued BN parameters). */
@@ -37,13 +48,16 @@
 #include <sys/stat.h>
 
 #include "nn/px_graph_ops.h"
+#include "nn/px_onnx_fold.h"
 #include "nn/px_onnx_int.h"
 #include "onnx.pb-c.h"
 #include "prunex/nn.h"
 #include "prunex/ops.h"
 #include "px_check.h"
 
-typedef enum { PX__V_FREE, PX__V_CONST, PX__V_ACT } px__vkind_t;
+/* PART: a step of PyTorch's exact GELU, x * (Erf(x / sqrt 2) + 1) * 0.5,
+ * which becomes one GELU layer once its last Mul is read (see px__gelu_step). */
+typedef enum { PX__V_FREE, PX__V_CONST, PX__V_ACT, PX__V_PART } px__vkind_t;
 
 typedef struct {
   const char *name;           /* points into the proto */
@@ -53,6 +67,10 @@ typedef struct {
   int c, h, w;                /* ACT: [N, c, h, w]; flat: c features, h = w = 0 */
   int uses;                   /* nodes reading it (and 1 for a graph output) */
   int pad;                    /* ACT: zero padding a Pad added, for the AveragePool reading it */
+  int part;                   /* PART: 1 x / sqrt 2, 2 its Erf, 3 that + 1 (layer: x's), 4 x
+                                 times that (layer: the GELU's, which the * 0.5 gives) */
+  int sq;                     /* ACT: 1 for [N, c, 1] (a c x 1 x 1 map with one unit axis
+                                 squeezed: only Squeeze, Unsqueeze, Reshape, Flatten read it) */
 } px__value_t;
 
 typedef struct {
@@ -65,10 +83,14 @@ typedef struct {
 } px__imp_t;
 
 static const char *const px__onnx_ops =
-    "Conv, BatchNormalization, Relu, LeakyRelu, Clip (as ReLU6), Sigmoid, Add, Mul (a "
-    "per-channel gate), Concat (channels), MaxPool, AveragePool, GlobalAveragePool, Flatten, "
-    "Reshape, Gemm, MatMul (the classifier), Dropout, Identity, Constant, Pad (before an "
-    "AveragePool)";
+    "Conv, BatchNormalization, Relu, LeakyRelu, Clip (as ReLU6), Sigmoid, HardSigmoid, "
+    "HardSwish, Tanh, Gelu, Add, Mul (a per-channel gate; x times Sigmoid(x) or "
+    "HardSigmoid(x)), Mul, Add, Sub, Div by a constant, Erf (in PyTorch's exact GELU), "
+    "Concat (channels; of one input), MaxPool, AveragePool, GlobalAveragePool, ReduceMean "
+    "(over H and W), Flatten, Reshape, Squeeze, Unsqueeze (moving no data), Gemm, MatMul (the "
+    "classifier), Dropout, Identity, Constant, Pad (before an AveragePool), and on shapes and "
+    "constants: Shape, Gather, Concat, Unsqueeze, Squeeze, Cast, Slice, ConstantOfShape, Add, "
+    "Sub, Mul, Div";
 
 /* ---- the name table ----------------------------------------------------------- */
 
@@ -179,11 +201,20 @@ static px_status_t px__in(px__imp_t *im, const Onnx__NodeProto *n, size_t i, int
   return PX_OK;
 }
 
+static px_status_t px__gelu_div(px__imp_t *im, const Onnx__NodeProto *n, px__value_t *v);
+
 static px_status_t px__act_in(px__imp_t *im, const Onnx__NodeProto *n, size_t i, int spatial,
                               px__value_t **out) {
   PX_CHECK(px__in(im, n, i, 1, out));
+  if ((*out)->kind == PX__V_PART && (*out)->part == 1) PX_CHECK(px__gelu_div(im, n, *out));
+  if ((*out)->kind == PX__V_PART)
+    return PX__NODE_FAIL(im, n, "input '%s' is a step of an exact GELU (x * (Erf(x / sqrt 2) + "
+                                "1) * 0.5) that the node does not continue", n->input[i]);
   if ((*out)->kind != PX__V_ACT)
     return PX__NODE_FAIL(im, n, "input '%s' must be an activation, not a constant", n->input[i]);
+  if ((*out)->sq)
+    return PX__NODE_FAIL(im, n, "input '%s' is 3-D [N, %d, 1]: only a Squeeze, Unsqueeze, "
+                                "Reshape or Flatten may read it", n->input[i], (*out)->c);
   if (spatial && (*out)->h == 0)
     return PX__NODE_FAIL(im, n, "input '%s' must be 4-D [N, C, H, W]", n->input[i]);
   if ((*out)->pad && strcmp(n->op_type, "AveragePool"))
@@ -247,7 +278,7 @@ static px_status_t px__out(px__imp_t *im, const Onnx__NodeProto *n, int layer, i
                            int w) {
   if (n->n_output < 1) return PX__NODE_FAIL(im, n, "the node has no output");
   px__value_t *v = px__find(im, n->output[0]);
-  *v = (px__value_t){v->name, PX__V_ACT, NULL, layer, c, h, w, v->uses, 0};
+  *v = (px__value_t){v->name, PX__V_ACT, NULL, layer, c, h, w, v->uses, 0, 0, 0};
   return PX_OK;
 }
 
@@ -265,6 +296,17 @@ static void px__prefix(px__onnx_layer_t *L, const char *wname, int k) {
 }
 
 /* ---- operators ----------------------------------------------------------------------- */
+
+static px_status_t px__op_fold(px__imp_t *im, const Onnx__NodeProto *n);
+static px_status_t px__op_pass(px__imp_t *im, const Onnx__NodeProto *n);
+
+/* Whether n has two inputs, both constants (Add, Sub, Mul, Div of shapes:
+ * folded). */
+static int px__both_const(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *a, *b;
+  return n->n_input == 2 && (a = px__find(im, n->input[0])) && (b = px__find(im, n->input[1])) &&
+         a->kind == PX__V_CONST && b->kind == PX__V_CONST;
+}
 
 static px_status_t px__op_conv(px__imp_t *im, const Onnx__NodeProto *n) {
   px__value_t *x;
@@ -339,10 +381,12 @@ static px_status_t px__op_bn(px__imp_t *im, const Onnx__NodeProto *n) {
   return px__out(im, n, im->g->nlayers - 1, x->c, x->h, x->w);
 }
 
-/* A standalone activation layer of the graph operators (nn/px_graph_ops.h). */
-static px_status_t px__act(px__imp_t *im, const Onnx__NodeProto *n, px__act_t a, float alpha) {
+/* A standalone activation layer of the graph operators (nn/px_graph_ops.h)
+ * on input i of n. */
+static px_status_t px__act_of(px__imp_t *im, const Onnx__NodeProto *n, size_t i, px__act_t a,
+                              float alpha) {
   px__value_t *x;
-  PX_CHECK(px__act_in(im, n, 0, 1, &x));
+  PX_CHECK(px__act_in(im, n, i, 1, &x));
   px__onnx_layer_t *L;
   PX_CHECK(px__new_layer(im, n, PX__OL_ACT, &L));
   L->in = x->layer;
@@ -351,6 +395,10 @@ static px_status_t px__act(px__imp_t *im, const Onnx__NodeProto *n, px__act_t a,
   L->alpha = alpha;
   if (x->layer < 0) return PX__NODE_FAIL(im, n, "an activation of the graph input is not supported");
   return px__out(im, n, im->g->nlayers - 1, x->c, x->h, x->w);
+}
+
+static px_status_t px__act(px__imp_t *im, const Onnx__NodeProto *n, px__act_t a, float alpha) {
+  return px__act_of(im, n, 0, a, alpha);
 }
 
 static px_status_t px__op_relu(px__imp_t *im, const Onnx__NodeProto *n) {
@@ -398,6 +446,197 @@ static px_status_t px__op_clip(px__imp_t *im, const Onnx__NodeProto *n) {
   return px__act(im, n, PX__ACT_RELU6, 0.0f);
 }
 
+static px_status_t px__op_tanh(px__imp_t *im, const Onnx__NodeProto *n) {
+  return px__act(im, n, PX__ACT_TANH, 0.0f);
+}
+
+/* HardSigmoid max(0, min(1, alpha x + beta)) with beta 0.5 (ONNX's default;
+ * PyTorch's Hardsigmoid is alpha 1/6). */
+static px_status_t px__op_hardsigmoid(px__imp_t *im, const Onnx__NodeProto *n) {
+  float alpha = px__attr_f(n, "alpha", 0.2f), beta = px__attr_f(n, "beta", 0.5f);
+  if (beta != 0.5f || !(alpha > 0.0f && alpha <= 100.0f))
+    return PX__NODE_FAIL(im, n, "alpha = %g, beta = %g: beta 0.5 and a slope alpha in (0, 100] "
+                                "are supported", alpha, beta);
+  return px__act(im, n, PX__ACT_HSIGMOID, alpha);
+}
+
+/* HardSwish (opset 14): x * HardSigmoid(x) with alpha 1/6. */
+static px_status_t px__op_hardswish(px__imp_t *im, const Onnx__NodeProto *n) {
+  return px__act(im, n, PX__ACT_HSWISH, 1.0f / 6.0f);
+}
+
+/* Gelu (opset 20): the exact form only. */
+static px_status_t px__op_gelu(px__imp_t *im, const Onnx__NodeProto *n) {
+  const Onnx__AttributeProto *ap = px__attr(n, "approximate");
+  if (ap && ap->has_s && !(ap->s.len == 4 && !memcmp(ap->s.data, "none", 4)))
+    return PX__NODE_FAIL(im, n, "approximate = '%.*s': only the exact GELU ('none') is supported",
+                         (int)(ap->s.len < 16 ? ap->s.len : 16), (const char *)ap->s.data);
+  return px__act(im, n, PX__ACT_GELU, 0.0f);
+}
+
+/* Mul(x, Sigmoid(x)) or Mul(x, HardSigmoid(x, alpha, 0.5)), in either order, where the
+ * sigmoid's output is read by this Mul alone: the sigmoid's layer becomes a
+ * SiLU or hard swish (how PyTorch exports SiLU, and Hardswish at opset 13).
+ * *done = 0 when n is another Mul. */
+static px_status_t px__swish(px__imp_t *im, const Onnx__NodeProto *n, int *done) {
+  px__value_t *v[2];
+  *done = 0;
+  if (n->n_input != 2) return PX_OK;
+  PX_CHECK(px__in(im, n, 0, 1, &v[0]));
+  PX_CHECK(px__in(im, n, 1, 1, &v[1]));
+  for (int i = 0; i < 2; i++) {
+    const px__value_t *x = v[i], *s = v[1 - i];
+    if (x->kind != PX__V_ACT || s->kind != PX__V_ACT || x->pad || s->layer < 0 ||
+        s->uses != 1 || x->c != s->c || x->h != s->h || x->w != s->w)
+      continue;
+    px__onnx_layer_t *L = &im->g->layers[s->layer];
+    if (L->kind != PX__OL_ACT || L->in != x->layer ||
+        (L->act != PX__ACT_SIGMOID && L->act != PX__ACT_HSIGMOID))
+      continue;
+    L->act = L->act == PX__ACT_SIGMOID ? PX__ACT_SILU : PX__ACT_HSWISH; /* the same slope */
+    *done = 1;
+    return px__out(im, n, s->layer, s->c, s->h, s->w);
+  }
+  return PX_OK;
+}
+
+/* Whether input i of n is a float scalar constant within tol of want. */
+static int px__scalar_is(px__imp_t *im, const Onnx__NodeProto *n, size_t i, float want,
+                         float tol) {
+  float v;
+  return px__scalar(im, n, i, &v) && fabsf(v - want) <= tol;
+}
+
+/* The output of n as step `part` of a GELU (see px__value_t). */
+static px_status_t px__part_out(px__imp_t *im, const Onnx__NodeProto *n, const px__value_t *x,
+                                int layer, int part) {
+  PX_CHECK(px__out(im, n, layer, x->c, x->h, x->w));
+  px__value_t *v = px__find(im, n->output[0]);
+  v->kind = PX__V_PART;
+  v->part = part;
+  return PX_OK;
+}
+
+/* PyTorch's exact GELU (opsets below 20): Div(x, sqrt 2) -> Erf -> Add 1
+ * -> Mul x -> Mul 0.5, each step's output read by the next alone (any other
+ * reader is refused: px__act_in). The steps after the Div: Erf, Add and the
+ * two Muls (*done = 0 when n, an Add or Mul, is none of them); the Mul by x
+ * makes the GELU layer and the Mul by 0.5 gives its output. */
+static px_status_t px__gelu_step(px__imp_t *im, const Onnx__NodeProto *n, int *done) {
+  px__value_t *v[2] = {NULL, NULL};
+  *done = 0;
+  if (n->n_input != 2) return PX_OK;
+  PX_CHECK(px__in(im, n, 0, 1, &v[0]));
+  PX_CHECK(px__in(im, n, 1, 1, &v[1]));
+  for (size_t i = 0; i < 2; i++) {
+    const px__value_t *p = v[i], *o = v[1 - i];
+    if (p->kind != PX__V_PART || p->part == 1) continue; /* x / sqrt 2 read otherwise: px__act_in */
+    *done = 1;
+    const int add = !strcmp(n->op_type, "Add");
+    if (add && p->part == 2 && px__scalar_is(im, n, 1 - i, 1.0f, 0.0f))
+      return px__part_out(im, n, p, p->layer, 3);
+    if (!add && p->part == 3 && o->kind == PX__V_ACT && o->layer == p->layer && !o->pad &&
+        o->c == p->c && o->h == p->h && o->w == p->w) {
+      PX_CHECK(px__act_of(im, n, 1 - i, PX__ACT_GELU, 0.0f));
+      return px__part_out(im, n, p, im->g->nlayers - 1, 4);
+    }
+    if (!add && p->part == 4 && px__scalar_is(im, n, 1 - i, 0.5f, 0.0f))
+      return px__out(im, n, p->layer, p->c, p->h, p->w);
+    return PX__NODE_FAIL(im, n, "input '%s' is a step of an exact GELU (x * (Erf(x / sqrt 2) + "
+                                "1) * 0.5) that the node does not continue", n->input[i]);
+  }
+  return PX_OK;
+}
+
+/* An ACT layer reading the layer that last wrote n's output (a second step
+ * of one node). */
+static px_status_t px__act_more(px__imp_t *im, const Onnx__NodeProto *n, px__act_t a, float alpha) {
+  const px__value_t *v = px__find(im, n->output[0]);
+  const int prev = v->layer, c = v->c, h = v->h, w = v->w;
+  px__onnx_layer_t *L;
+  PX_CHECK(px__new_layer(im, n, PX__OL_ACT, &L));
+  L->in = prev;
+  L->c_out = c;
+  L->act = (int)a;
+  L->alpha = alpha;
+  return px__out(im, n, im->g->nlayers - 1, c, h, w);
+}
+
+/* x / sqrt 2 that a node other than an Erf reads: a SCALE layer after all
+ * (v becomes its output). */
+static px_status_t px__gelu_div(px__imp_t *im, const Onnx__NodeProto *n, px__value_t *v) {
+  px__onnx_layer_t *L;
+  const int in = v->layer;
+  PX_CHECK(px__new_layer(im, n, PX__OL_ACT, &L));
+  L->in = in;
+  L->c_out = v->c;
+  L->act = PX__ACT_SCALE;
+  L->alpha = 0.70710678118654752440f;
+  v->kind = PX__V_ACT;
+  v->layer = im->g->nlayers - 1;
+  v->part = 0;
+  return PX_OK;
+}
+
+/* Mul, Add, Sub or Div of a 4-D activation x and a float scalar constant c
+ * (either order; Div: x / c only): one SCALE or SHIFT layer, two for c - x.
+ * *done = 0 when neither input is such a constant. */
+static px_status_t px__by_const(px__imp_t *im, const Onnx__NodeProto *n, int *done) {
+  float c;
+  *done = 0;
+  if (n->n_input != 2) return PX_OK;
+  const size_t ci = px__scalar(im, n, 1, &c) ? 1 : px__scalar(im, n, 0, &c) ? 0 : 2;
+  if (ci == 2) return PX_OK;
+  *done = 1;
+  const size_t xi = 1 - ci;
+  const char *op = n->op_type;
+  if (!strcmp(op, "Mul")) return px__act_of(im, n, xi, PX__ACT_SCALE, c);
+  if (!strcmp(op, "Add")) return px__act_of(im, n, xi, PX__ACT_SHIFT, c);
+  if (!strcmp(op, "Div")) {
+    if (ci == 0 || !isfinite(1.0f / c))
+      return PX__NODE_FAIL(im, n, "only the division of an activation by a non-zero constant "
+                                  "is supported");
+    return px__act_of(im, n, xi, PX__ACT_SCALE, 1.0f / c);
+  }
+  if (ci == 1) return px__act_of(im, n, xi, PX__ACT_SHIFT, -c); /* x - c */
+  PX_CHECK(px__act_of(im, n, xi, PX__ACT_SCALE, -1.0f));       /* c - x: -x, then + c */
+  return px__act_more(im, n, PX__ACT_SHIFT, c);
+}
+
+/* Div(x, sqrt 2): the first step of an exact GELU (px__gelu_step); any
+ * other Div by a constant: px__by_const. */
+static px_status_t px__op_div(px__imp_t *im, const Onnx__NodeProto *n) {
+  if (px__both_const(im, n)) return px__op_fold(im, n);
+  px__value_t *x;
+  int done;
+  if (n->n_input == 2 && px__scalar_is(im, n, 1, 1.41421356f, 1e-6f)) {
+    PX_CHECK(px__act_in(im, n, 0, 1, &x));
+    if (x->layer >= 0) return px__part_out(im, n, x, x->layer, 1);
+  }
+  PX_CHECK(px__by_const(im, n, &done));
+  if (done) return PX_OK;
+  return PX__NODE_FAIL(im, n, "only the division of a computed activation by a constant is "
+                              "supported");
+}
+
+static px_status_t px__op_sub(px__imp_t *im, const Onnx__NodeProto *n) {
+  if (px__both_const(im, n)) return px__op_fold(im, n);
+  int done;
+  PX_CHECK(px__by_const(im, n, &done));
+  if (done) return PX_OK;
+  return PX__NODE_FAIL(im, n, "only the subtraction of a constant from an activation, or of an "
+                              "activation from a constant, is supported");
+}
+
+static px_status_t px__op_erf(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *p;
+  PX_CHECK(px__in(im, n, 0, 1, &p));
+  if (p->kind != PX__V_PART || p->part != 1)
+    return PX__NODE_FAIL(im, n, "only the Erf of x / sqrt 2 in an exact GELU "
+                                "(x * (Erf(x / sqrt 2) + 1) * 0.5) is supported");
+  return px__part_out(im, n, p, p->layer, 2);
+}
+
 /* A layer reading a and b, shaped like a (ADD, MUL). */
 static px_status_t px__two_in(px__imp_t *im, const Onnx__NodeProto *n, px__onnx_kind_t kind,
                               const px__value_t *a, const px__value_t *b) {
@@ -433,9 +672,13 @@ static px_status_t px__fold_bias(px__imp_t *im, const Onnx__NodeProto *n, int *d
 }
 
 static px_status_t px__op_add(px__imp_t *im, const Onnx__NodeProto *n) {
+  if (px__both_const(im, n)) return px__op_fold(im, n);
   px__value_t *a, *b;
   int folded;
+  PX_CHECK(px__gelu_step(im, n, &folded));
+  if (folded) return PX_OK;
   PX_CHECK(px__fold_bias(im, n, &folded));
+  if (!folded) PX_CHECK(px__by_const(im, n, &folded));
   if (folded) return PX_OK;
   PX_CHECK(px__act_in(im, n, 0, 1, &a));
   PX_CHECK(px__act_in(im, n, 1, 1, &b));
@@ -450,7 +693,13 @@ static px_status_t px__op_add(px__imp_t *im, const Onnx__NodeProto *n) {
 /* Mul of a map [C, H, W] and a per-channel gate [C, 1, 1] (the
  * squeeze-and-excitation product), in either order. */
 static px_status_t px__op_mul(px__imp_t *im, const Onnx__NodeProto *n) {
+  if (px__both_const(im, n)) return px__op_fold(im, n);
   px__value_t *a, *b;
+  int fused;
+  PX_CHECK(px__gelu_step(im, n, &fused));
+  if (!fused) PX_CHECK(px__swish(im, n, &fused));
+  if (!fused) PX_CHECK(px__by_const(im, n, &fused));
+  if (fused) return PX_OK;
   PX_CHECK(px__act_in(im, n, 0, 1, &a));
   PX_CHECK(px__act_in(im, n, 1, 1, &b));
   if (a->h == 1 && a->w == 1 && (b->h != 1 || b->w != 1)) {
@@ -468,16 +717,21 @@ static px_status_t px__op_mul(px__imp_t *im, const Onnx__NodeProto *n) {
 }
 
 /* Concat on channels of 2 to 64 maps of one size: a chain of two-way
- * concatenations (the same values; the model has a two-input node). */
+ * concatenations (the same values; the model has a two-input node); of one
+ * map (densenet's torch.cat([x], 1)), that map; of constants, folded. */
 static px_status_t px__op_concat(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *a;
+  PX_CHECK(px__in(im, n, 0, 1, &a));
+  if (a->kind == PX__V_CONST) return px__op_fold(im, n);
   int64_t axis = px__attr_i(n, "axis", 0);
   if (axis != 1 && axis != -3)
     return PX__NODE_FAIL(im, n, "axis = %lld: only the channel axis (1) is supported",
                          (long long)axis);
-  if (n->n_input < 2 || n->n_input > 64)
-    return PX__NODE_FAIL(im, n, "%zu inputs: 2 to 64 are supported", n->n_input);
-  px__value_t *a, *b;
+  if (n->n_input < 1 || n->n_input > 64)
+    return PX__NODE_FAIL(im, n, "%zu inputs: 1 to 64 are supported", n->n_input);
+  px__value_t *b;
   PX_CHECK(px__act_in(im, n, 0, 1, &a));
+  if (n->n_input == 1) return px__op_pass(im, n);
   int layer = a->layer, c = a->c, h = a->h, w = a->w;
   for (size_t i = 1; i < n->n_input; i++) {
     PX_CHECK(px__act_in(im, n, i, 1, &b));
@@ -593,6 +847,7 @@ static px_status_t px__op_pad(px__imp_t *im, const Onnx__NodeProto *n) {
   const Onnx__TensorProto *t = pv->kind == PX__V_CONST ? pv->t : NULL;
   int64_t pads[8] = {0};
   int ok = t && t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 && px__numel(t) == 8 &&
+           (n->n_input < 4 || !n->input[3][0]) && /* opset 18's axes: not taken */
            !(mode && mode->has_s && mode->s.len && !(mode->s.len == 8 &&
                                                     !memcmp(mode->s.data, "constant", 8)));
   if (ok && t->has_raw_data) memcpy(pads, t->raw_data.data, sizeof pads);
@@ -611,37 +866,216 @@ static px_status_t px__op_pad(px__imp_t *im, const Onnx__NodeProto *n) {
     return PX__NODE_FAIL(im, n, "only a constant zero Pad of H and W, equal on every side, "
                                 "before an AveragePool is supported");
   px__value_t *v = px__find(im, n->output[0]);
-  *v = (px__value_t){v->name, PX__V_ACT, NULL, x->layer, x->c, x->h, x->w, v->uses, (int)pads[2]};
+  *v = (px__value_t){v->name, PX__V_ACT, NULL, x->layer, x->c, x->h, x->w, v->uses, (int)pads[2], 0,
+                     0};
   return PX_OK;
 }
 
-/* Flatten (axis 1) or Reshape to [N, C*H*W]: the classifier reads the 4-D
- * activation as it is, so the output is the same layer's, marked flat. */
-static px_status_t px__op_flatten(px__imp_t *im, const Onnx__NodeProto *n) {
-  px__value_t *x;
-  PX_CHECK(px__act_in(im, n, 0, 0, &x));
-  if (x->h == 0) return PX__NODE_FAIL(im, n, "the input is already 2-D");
-  if (x->h != 1 || x->w != 1)
-    return PX__NODE_FAIL(im, n, "only a C x 1 x 1 activation (after a global average "
-                                "pooling) can be flattened for the classifier; this one is "
-                                "%d x %d x %d", x->c, x->h, x->w);
-  int64_t feat = (int64_t)x->c * x->h * x->w;
-  if (!strcmp(n->op_type, "Flatten")) {
-    if (px__attr_i(n, "axis", 1) != 1)
-      return PX__NODE_FAIL(im, n, "only axis = 1 (to [N, C*H*W]) is supported");
-  } else {
-    px__value_t *s;
-    PX_CHECK(px__in(im, n, 1, 1, &s));
-    const Onnx__TensorProto *t = s->kind == PX__V_CONST ? s->t : NULL;
-    int ok = t && t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 && px__numel(t) == 2;
-    int64_t sh[2] = {0, 0};
-    if (ok && t->has_raw_data && t->raw_data.len == sizeof sh) memcpy(sh, t->raw_data.data, sizeof sh);
-    else if (ok && t->n_int64_data == 2) memcpy(sh, t->int64_data, sizeof sh);
-    else ok = 0;
-    if (!ok || (sh[1] != -1 && sh[1] != feat) || sh[0] < -1)
-      return PX__NODE_FAIL(im, n, "only a Reshape to [N, C*H*W] by a constant shape is supported");
+/* ---- shapes: folded constants, reshapes that move no data ---------------------- */
+
+/* A node computing on constants (Shape's, Gather's, ...): folded now into a
+ * constant (nn/onnx_shape.c). An input that is an activation's data (not
+ * its shape) is refused. */
+static px_status_t px__op_fold(px__imp_t *im, const Onnx__NodeProto *n) {
+  const Onnx__TensorProto *in[64] = {NULL}, *t;
+  char why[200];
+  if (n->n_input > 64) return PX__NODE_FAIL(im, n, "more than 64 inputs");
+  for (size_t i = 0; i < n->n_input; i++) {
+    px__value_t *v;
+    PX_CHECK(px__in(im, n, i, i == 0, &v));
+    if (v && v->kind != PX__V_CONST)
+      return PX__NODE_FAIL(im, n, "input '%s' is an activation: a value computed from a "
+                                  "tensor's data is not taken (only shapes and constants fold "
+                                  "at import)", n->input[i]);
+    in[i] = v ? v->t : NULL;
   }
-  return px__out(im, n, x->layer, (int)feat, 0, 0);
+  px_status_t st = px__onnx_fold(im->g, n, in, why, sizeof why, &t);
+  if (st == PX_ERR_INVALID) return PX__NODE_FAIL(im, n, "%s", why);
+  PX_CHECK(st);
+  px__value_t *v = px__find(im, n->output[0]);
+  v->kind = PX__V_CONST;
+  v->t = t;
+  return PX_OK;
+}
+
+/* The dims of activation x after the batch ([c], [c, 1] or [c, h, w]);
+ * the count. */
+static int px__act_dims(const px__value_t *x, int64_t *d) {
+  d[0] = x->c;
+  if (x->h == 0) return 1;
+  if (x->sq) {
+    d[1] = 1;
+    return 2;
+  }
+  d[1] = x->h;
+  d[2] = x->w;
+  return 3;
+}
+
+/* Shape: the dims of an activation (the batch as PX__ONNX_BATCH) or a
+ * constant, from start to end (opset 15). */
+static px_status_t px__op_shape(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x;
+  int64_t d[5] = {PX__ONNX_BATCH};
+  char why[200];
+  int r;
+  PX_CHECK(px__in(im, n, 0, 1, &x));
+  if (x->kind == PX__V_CONST) {
+    r = (int)x->t->n_dims;
+    memcpy(d, x->t->dims, (size_t)r * sizeof *d);
+  } else {
+    if (x->kind != PX__V_ACT || !x->sq) PX_CHECK(px__act_in(im, n, 0, 0, &x));
+    r = 1 + px__act_dims(x, d + 1);
+  }
+  int64_t b = px__attr_i(n, "start", 0), e = px__attr_i(n, "end", r);
+  b = b < 0 ? b + r : b;
+  e = e < 0 ? e + r : e;
+  b = b < 0 ? 0 : b > r ? r : b;
+  e = e < b ? b : e > r ? r : e;
+  const Onnx__TensorProto *t;
+  px_status_t st = px__onnx_fold_dims(im->g, d + b, (int)(e - b), why, sizeof why, &t);
+  if (st == PX_ERR_INVALID) return PX__NODE_FAIL(im, n, "%s", why);
+  PX_CHECK(st);
+  px__value_t *v = px__find(im, n->output[0]);
+  v->kind = PX__V_CONST;
+  v->t = t;
+  return PX_OK;
+}
+
+/* x as [N, od[0 .. k-1]]: the same layer's output when that moves no data:
+ * [N, C, 1, 1], [N, C, 1] and [N, C] into one another (or the same shape). */
+static px_status_t px__reshaped(px__imp_t *im, const Onnx__NodeProto *n, const px__value_t *x,
+                                const int64_t *od, int k) {
+  int64_t d[3], e = 1;
+  int r = px__act_dims(x, d), unit = x->h == 0 || (x->h == 1 && x->w == 1);
+  for (int i = 0; i < r; i++) e *= d[i];
+  int same = k == r;
+  for (int i = 0; same && i < k; i++) same = od[i] == d[i];
+  int ok = same || (unit && od[0] == e && (k == 1 || (k == 2 && od[1] == 1) ||
+                                           (k == 3 && od[1] == 1 && od[2] == 1)));
+  if (!ok && !unit && k == 1 && od[0] == e)
+    return PX__NODE_FAIL(im, n, "only a C x 1 x 1 activation (after a global average pooling) "
+                                "can be flattened for the classifier; this one is %d x %d x %d",
+                         x->c, x->h, x->w);
+  if (!ok)
+    return PX__NODE_FAIL(im, n, "only reshapes that move no data ([N, C, 1, 1], [N, C, 1] and "
+                                "[N, C] into one another) are supported; this one makes a "
+                                "%d-D [N, %lld, ...] of [N, %d, ...]", k + 1, (long long)od[0],
+                         x->c);
+  if (same) return px__op_pass(im, n);
+  PX_CHECK(px__out(im, n, x->layer, (int)e, k == 1 ? 0 : 1, k == 1 ? 0 : 1));
+  px__find(im, n->output[0])->sq = k == 2;
+  return PX_OK;
+}
+
+/* The activation input of a Squeeze, Unsqueeze, Reshape or Flatten (which
+ * may be 3-D) and its full dims ([N, ...], N as PX__ONNX_BATCH); the rank. */
+static px_status_t px__reshape_in(px__imp_t *im, const Onnx__NodeProto *n, px__value_t **x,
+                                  int64_t *d, int *r) {
+  PX_CHECK(px__in(im, n, 0, 1, x));
+  if ((*x)->kind != PX__V_ACT || !(*x)->sq) PX_CHECK(px__act_in(im, n, 0, 0, x));
+  d[0] = PX__ONNX_BATCH;
+  *r = 1 + px__act_dims(*x, d + 1);
+  return PX_OK;
+}
+
+/* Squeeze / Unsqueeze: of a constant, folded; of an activation, a reshape
+ * that moves no data (the batch axis stays). */
+static px_status_t px__op_squeeze(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x, *av = NULL;
+  int64_t d[4], ax[4], od[8];
+  int r, k = 0, unsq = n->op_type[0] == 'U';
+  PX_CHECK(px__in(im, n, 0, 1, &x));
+  if (x->kind == PX__V_CONST) return px__op_fold(im, n);
+  PX_CHECK(px__reshape_in(im, n, &x, d, &r));
+  const Onnx__AttributeProto *aa = px__attr(n, "axes");
+  if (n->n_input > 1 && n->input[1][0]) {
+    PX_CHECK(px__in(im, n, 1, 1, &av));
+    k = av->kind == PX__V_CONST ? px__onnx_ints(av->t, ax, 4) : -1;
+  } else if (aa) {
+    k = aa->n_ints <= 4 ? (int)aa->n_ints : -1;
+    if (k > 0) memcpy(ax, aa->ints, (size_t)k * sizeof *ax);
+  }
+  int ro = unsq ? r + k : r, m = 0;
+  unsigned pick = 0;
+  for (int i = 0; i < k; i++) {
+    int64_t a = ax[i] < 0 ? ax[i] + ro : ax[i];
+    if (a < 1 || a >= ro || (pick >> a & 1) || (!unsq && d[a] != 1)) k = -1;
+    else pick |= 1u << a;
+  }
+  if (k < 0 || (unsq && k == 0) || ro > 4)
+    return PX__NODE_FAIL(im, n, "the axes must be constant, distinct, not the batch axis and "
+                                "(Squeeze) of size 1, for a result of at most 4 dimensions");
+  for (int a = 1, s = 1; a < ro; a++) {
+    if (unsq) od[m++] = pick >> a & 1 ? 1 : d[s++];
+    else if (k ? !(pick >> a & 1) : d[a] != 1) od[m++] = d[a];
+  }
+  return px__reshaped(im, n, x, od, m);
+}
+
+/* Flatten (axis 1) or Reshape by a constant shape (folded: x.view(x.size(0),
+ * -1)'s [N, -1]): the batch first, 0 copying a dimension, -1 the rest. */
+static px_status_t px__op_flatten(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x, *s;
+  int64_t d[4], sh[5], e = 1;
+  int r, k;
+  PX_CHECK(px__reshape_in(im, n, &x, d, &r));
+  for (int i = 1; i < r; i++) e *= d[i];
+  if (!strcmp(n->op_type, "Flatten")) {
+    int64_t axis = px__attr_i(n, "axis", 1);
+    if (axis != 1 && axis != 1 - r)
+      return PX__NODE_FAIL(im, n, "only axis = 1 (to [N, C*H*W]) is supported");
+    return px__reshaped(im, n, x, &e, 1);
+  }
+  PX_CHECK(px__in(im, n, 1, 1, &s));
+  k = s->kind == PX__V_CONST ? px__onnx_ints(s->t, sh, 5) : -1;
+  int infer = -1, ok = k >= 2 && px__attr_i(n, "allowzero", 0) == 0 &&
+                       (sh[0] == PX__ONNX_BATCH || sh[0] == 0 || sh[0] == -1);
+  int64_t known = 1;
+  for (int i = 1; ok && i < k; i++) {
+    if (sh[i] == 0 && i < r) sh[i] = d[i];
+    if (sh[i] == -1 && infer < 0 && sh[0] != -1) infer = i;
+    else if (sh[i] >= 1 && sh[i] <= e) known *= sh[i];
+    else ok = 0;
+  }
+  if (ok && infer > 0) {
+    ok = e % known == 0;
+    sh[infer] = e / known;
+  }
+  if (!ok || known * (infer > 0 ? sh[infer] : 1) != e)
+    return PX__NODE_FAIL(im, n, "only a Reshape to [N, ...] by a constant shape (the batch, "
+                                "or 0 or -1 for it, first), keeping the %lld values of a "
+                                "sample, is supported", (long long)e);
+  return px__reshaped(im, n, x, sh + 1, k - 1);
+}
+
+/* ReduceMean over H and W (axes [2, 3] or [-2, -1]: an attribute, or
+ * opset 18's input): a global average pooling, [N, C, 1, 1] or (keepdims
+ * 0) [N, C]. */
+static px_status_t px__op_reducemean(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x, *av;
+  int64_t ax[4];
+  int k = -1;
+  PX_CHECK(px__act_in(im, n, 0, 1, &x));
+  const Onnx__AttributeProto *aa = px__attr(n, "axes");
+  if (n->n_input > 1 && n->input[1][0]) {
+    PX_CHECK(px__in(im, n, 1, 1, &av));
+    k = av->kind == PX__V_CONST ? px__onnx_ints(av->t, ax, 4) : -1;
+  } else if (aa && aa->n_ints <= 4) {
+    k = (int)aa->n_ints;
+    memcpy(ax, aa->ints, (size_t)k * sizeof *ax);
+  }
+  unsigned pick = 0;
+  for (int i = 0; i < k; i++) pick |= ax[i] >= -4 && ax[i] <= 3 ? 1u << ((ax[i] + 4) & 3) : 16u;
+  int64_t keep = px__attr_i(n, "keepdims", 1);
+  if (k != 2 || pick != 12u || (keep != 0 && keep != 1))
+    return PX__NODE_FAIL(im, n, "only the mean over H and W (axes [2, 3] or [-2, -1], a global "
+                                "average pooling) is supported");
+  px__onnx_layer_t *L;
+  PX_CHECK(px__new_layer(im, n, PX__OL_GAP, &L));
+  L->in = x->layer;
+  L->c_out = x->c;
+  return px__out(im, n, im->g->nlayers - 1, x->c, (int)keep, (int)keep);
 }
 
 static px_status_t px__op_gemm(px__imp_t *im, const Onnx__NodeProto *n) {
@@ -674,7 +1108,8 @@ static px_status_t px__op_pass(px__imp_t *im, const Onnx__NodeProto *n) {
   PX_CHECK(px__in(im, n, 0, 1, &x));
   if (n->n_output < 1) return PX__NODE_FAIL(im, n, "the node has no output");
   px__value_t *v = px__find(im, n->output[0]);
-  *v = (px__value_t){v->name, x->kind, x->t, x->layer, x->c, x->h, x->w, v->uses, x->pad};
+  *v = (px__value_t){v->name, x->kind, x->t, x->layer, x->c, x->h, x->w, v->uses, x->pad,
+                     x->part, x->sq};
   return PX_OK;
 }
 
@@ -696,6 +1131,14 @@ static const struct {
     {"LeakyRelu", px__op_leaky}, {"Clip", px__op_clip},
     {"Sigmoid", px__op_sigmoid}, {"Mul", px__op_mul},
     {"Concat", px__op_concat},   {"MatMul", px__op_matmul},
+    {"Tanh", px__op_tanh},       {"HardSigmoid", px__op_hardsigmoid},
+    {"HardSwish", px__op_hardswish}, {"Gelu", px__op_gelu},
+    {"Div", px__op_div},         {"Erf", px__op_erf},
+    {"Sub", px__op_sub},         {"ReduceMean", px__op_reducemean},
+    {"Shape", px__op_shape},     {"Gather", px__op_fold},
+    {"Squeeze", px__op_squeeze}, {"Unsqueeze", px__op_squeeze},
+    {"Cast", px__op_fold},       {"Slice", px__op_fold},
+    {"ConstantOfShape", px__op_fold},
 };
 
 static px_status_t px__node(px__imp_t *im, const Onnx__NodeProto *n) {
@@ -756,8 +1199,8 @@ static px_status_t px__opset(px__imp_t *im, const Onnx__ModelProto *mp) {
   for (size_t i = 0; i < mp->n_opset_import; i++) {
     const Onnx__OperatorSetIdProto *o = mp->opset_import[i];
     if (o->domain && o->domain[0] && strcmp(o->domain, "ai.onnx")) continue;
-    if (o->version < 11 || o->version > 17)
-      return px_set_error(PX_ERR_INVALID, "%s: opset %lld: opsets 11 to 17 are supported",
+    if (o->version < 11 || o->version > 20)
+      return px_set_error(PX_ERR_INVALID, "%s: opset %lld: opsets 11 to 20 are supported",
                           im->file, (long long)o->version);
     return PX_OK;
   }
@@ -791,7 +1234,7 @@ static px_status_t px__names(px__imp_t *im, const Onnx__GraphProto *gp) {
     return px_set_error(PX_ERR_INVALID, "%s: input '%s' must be 4-D [N, C, H, W] with fixed C, "
                         "H and W", im->file, in->name);
   PX_CHECK(px__define(im, in->name, &v));
-  *v = (px__value_t){in->name, PX__V_ACT, NULL, -1, g->in_c, g->in_h, g->in_w, 0, 0};
+  *v = (px__value_t){in->name, PX__V_ACT, NULL, -1, g->in_c, g->in_h, g->in_w, 0, 0, 0, 0};
   for (size_t k = 0; k < gp->n_node; k++)
     for (size_t o = 0; o < gp->node[k]->n_output; o++)
       if (gp->node[k]->output[o][0]) PX_CHECK(px__define(im, gp->node[k]->output[o], &v));
@@ -856,23 +1299,48 @@ static px_status_t px__import_bound(const char *path, uint64_t *out) {
   return PX_OK;
 }
 
-/* The import's memory: the file's bytes and every initializer's (those no
- * node reads too: they are parsed and held all the same), against bound. */
-static px_status_t px__check_import_bytes(const char *path, const Onnx__ModelProto *mp,
-                                          size_t file, uint64_t bound) {
-  uint64_t inits = 0;
-  const Onnx__GraphProto *gp = mp->graph;
-  for (size_t i = 0; gp && i < gp->n_initializer; i++) {
-    const Onnx__TensorProto *t = gp->initializer[i];
-    inits += t->raw_data.len + t->n_float_data * sizeof(float) +
-             t->n_int64_data * sizeof(int64_t) + t->n_int32_data * sizeof(int32_t) +
-             t->n_double_data * sizeof(double) + t->n_uint64_data * sizeof(uint64_t);
+/* protobuf-c's allocations, through px_malloc. While a file is unpacked,
+ * data is its budget: what the import bound leaves beside the file. The
+ * parse is counted, not the initializers alone (every one, used or not, is
+ * parsed and held), since a hostile file's can take several times its size
+ * (packed one-byte varints become 8 bytes each); over the budget the unpack
+ * fails and the import says why. */
+typedef struct {
+  uint64_t left;
+  int over;
+} px__pb_budget_t;
+
+static void *px__pb_malloc(void *data, size_t size) {
+  px__pb_budget_t *b = data;
+  if (b && size > b->left) {
+    b->over = 1;
+    return NULL;
   }
-  if ((uint64_t)file + inits <= bound) return PX_OK;
-  return px_set_error(PX_ERR_INVALID, "%s: the import takes %llu bytes (the file's %zu and its "
-                      "initializers' %llu, used or not), more than PX_ONNX_MAX_BYTES = %llu",
-                      path, (unsigned long long)(file + inits), file,
-                      (unsigned long long)inits, (unsigned long long)bound);
+  if (b) b->left -= size;
+  return px_malloc(size ? size : 1, "onnx.proto");
+}
+
+static void px__pb_free(void *data, void *p) {
+  (void)data;
+  px_free(p);
+}
+
+static ProtobufCAllocator px__pb_alloc = {px__pb_malloc, px__pb_free, NULL};
+
+/* The file's bytes, unpacked within the import bound. */
+static px_status_t px__unpack(const char *path, const uint8_t *buf, size_t len,
+                              Onnx__ModelProto **out) {
+  uint64_t bound;
+  PX_CHECK(px__import_bound(path, &bound));
+  px__pb_budget_t b = {bound - len, 0}; /* the file is within the bound (px__read_file) */
+  ProtobufCAllocator a = {px__pb_malloc, px__pb_free, &b};
+  *out = onnx__model_proto__unpack(&a, len, buf);
+  if (*out) return PX_OK;
+  if (b.over)
+    return px_set_error(PX_ERR_INVALID, "%s: the import takes more than PX_ONNX_MAX_BYTES = "
+                        "%llu bytes (the file's %zu and, parsed, its tensors, initializers used "
+                        "or not)", path, (unsigned long long)bound, len);
+  return px_set_error(PX_ERR_INVALID, "%s: not an ONNX model (the protobuf does not parse)", path);
 }
 
 static px_status_t px__read_file(const char *path, uint8_t **buf, size_t *len) {
@@ -916,24 +1384,18 @@ px_status_t px__onnx_load(const char *path, px__onnx_graph_t **out) {
   uint8_t *buf = NULL;
   size_t len = 0;
   PX_CHECK(px__read_file(path, &buf, &len));
-  Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, len, buf);
+  Onnx__ModelProto *mp = NULL;
+  px_status_t st = px__unpack(path, buf, len, &mp);
   px_free(buf);
-  if (!mp) return px_set_error(PX_ERR_INVALID, "%s: not an ONNX model (the protobuf does not parse)", path);
-  uint64_t bound = 0;
-  px_status_t bs = px__import_bound(path, &bound);
-  if (bs == PX_OK) bs = px__check_import_bytes(path, mp, len, bound);
-  if (bs != PX_OK) {
-    onnx__model_proto__free_unpacked(mp, NULL);
-    return bs;
-  }
+  if (st != PX_OK) return st;
   px__imp_t im = {path, NULL, 0, 0, NULL, NULL, 0};
   im.g = px_calloc(1, sizeof *im.g, "onnx.graph");
   if (!im.g) {
-    onnx__model_proto__free_unpacked(mp, NULL);
+    onnx__model_proto__free_unpacked(mp, &px__pb_alloc);
     return PX_ERR_NOMEM;
   }
   im.g->proto = mp;
-  px_status_t st = px__lower(&im, mp);
+  st = px__lower(&im, mp);
   PX_FREE_ALL(im.slot, im.v);
   if (st < 0) {
     px__onnx_free(im.g);
@@ -945,7 +1407,12 @@ px_status_t px__onnx_load(const char *path, px__onnx_graph_t **out) {
 
 void px__onnx_free(px__onnx_graph_t *g) {
   if (!g) return;
-  if (g->proto) onnx__model_proto__free_unpacked(g->proto, NULL);
+  if (g->proto) onnx__model_proto__free_unpacked(g->proto, &px__pb_alloc);
+  while (g->folds) {
+    px__onnx_fold_t *f = g->folds;
+    g->folds = f->next;
+    px_free(f);
+  }
   PX_FREE_ALL(g->layers, g);
 }
 

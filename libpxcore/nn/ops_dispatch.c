@@ -401,9 +401,8 @@ static px_status_t px__graph_arg(const px_ops_t *ops, const px_tensor_t *t, cons
 
 static px_status_t px__act_check(const px_ops_t *ops, px__act_t act, const char *op) {
   PX_REQUIRE(ops != NULL, "%s: ops context is NULL", op);
-  PX_REQUIRE(act == PX__ACT_RELU || act == PX__ACT_LEAKY || act == PX__ACT_RELU6 ||
-                 act == PX__ACT_SIGMOID,
-             "%s: unknown activation %d", op, (int)act);
+  PX_REQUIRE((int)act >= 0 && (int)act < PX__ACT_COUNT, "%s: unknown activation %d", op,
+             (int)act);
   return PX_OK;
 }
 

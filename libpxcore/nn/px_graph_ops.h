@@ -1,6 +1,7 @@
 /* The graph operators an imported network needs beyond the built-in ResNets'
  * layer set (nn/cpu/cpu_graph.c): standalone activations (ReLU, LeakyReLU,
- * ReLU6, sigmoid), the squeeze-and-excitation product of a map and a
+ * ReLU6, sigmoid, hard sigmoid, hard swish, SiLU, GELU, tanh), the
+ * squeeze-and-excitation product of a map and a
  * per-channel gate, and the concatenation of two maps on channels.
  *
  * These are the CPU engine's code, on plain f32 NCHW host arrays (the model
@@ -17,14 +18,30 @@
 extern "C" {
 #endif
 
-typedef enum { PX__ACT_RELU = 0, PX__ACT_LEAKY = 1, PX__ACT_RELU6 = 2, PX__ACT_SIGMOID = 3 } px__act_t;
+/* The activations; alpha is the one parameter of those that have one.
+ *   HSIGMOID: clamp(alpha * x + 0.5, 0, 1) (ONNX HardSigmoid with beta 0.5;
+ *             PyTorch's Hardsigmoid is alpha = 1/6);
+ *   HSWISH:   x * HSIGMOID(x) (ONNX HardSwish and PyTorch's Hardswish: 1/6);
+ *   SILU:     x * sigmoid(x) (PyTorch's SiLU, exported as Mul(x, Sigmoid(x)));
+ *   GELU:     x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) (the exact form);
+ *   SCALE:    alpha * x, SHIFT: x + alpha (a Mul, Div, Add or Sub by a constant). */
+typedef enum {
+  PX__ACT_RELU = 0, PX__ACT_LEAKY = 1, PX__ACT_RELU6 = 2, PX__ACT_SIGMOID = 3,
+  PX__ACT_HSIGMOID = 4, PX__ACT_HSWISH = 5, PX__ACT_SILU = 6, PX__ACT_GELU = 7, PX__ACT_TANH = 8,
+  PX__ACT_SCALE = 9, PX__ACT_SHIFT = 10
+} px__act_t;
+#define PX__ACT_COUNT 11
 
-/* The activation's name as ONNX spells it ("Relu", "LeakyRelu", "Clip", "Sigmoid"). */
+/* The activation's name as ONNX spells it ("Relu", "LeakyRelu", "Clip", "Sigmoid",
+ * "HardSigmoid", "HardSwish", "Silu" (Mul(x, Sigmoid(x))), "Gelu", "Tanh", "Mul", "Add"). */
 const char *px__act_onnx_name(px__act_t a);
 
-/* y[i] = act(x[i]) for i < n (alpha: LeakyReLU's negative slope). */
+/* y[i] = act(x[i]) for i < n (alpha: LeakyReLU's negative slope, the hard
+ * sigmoid's and hard swish's slope, SCALE's factor, SHIFT's constant). */
 void px__act_forward(float *y, const float *x, size_t n, px__act_t a, float alpha);
-/* dx[i] = dy[i] * act'(x[i]) (sigmoid reads y = act(x) instead of x). */
+/* dx[i] = dy[i] * act'(x[i]) (sigmoid and tanh read y = act(x) instead of x).
+ * At the kinks the derivative is PyTorch's: ReLU6 and the hard sigmoid 0 at
+ * their bounds, the hard swish the inner slope 2 alpha x + 0.5 at both. */
 void px__act_backward(float *dx, const float *dy, const float *x, const float *y, size_t n,
                       px__act_t a, float alpha);
 

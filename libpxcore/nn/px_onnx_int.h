@@ -17,10 +17,11 @@ extern "C" {
 #endif
 
 /* Limits on an untrusted file. */
-#define PX__ONNX_MAX_BYTES (512u << 20) /* the file */
+#define PX__ONNX_MAX_BYTES (1536u << 20) /* the file (VGG-11's is 531 MB) */
 #define PX__ONNX_MAX_NODES 4096         /* graph nodes */
 #define PX__ONNX_MAX_VALUES 16384       /* named tensors (initializers + node outputs + inputs) */
-#define PX__ONNX_MAX_NUMEL (64u << 20)  /* elements of one initializer */
+#define PX__ONNX_MAX_NUMEL (256u << 20) /* elements of one initializer (VGG-11's 25088 x 4096 is
+                                           102.8 M); the import bound below caps their sum */
 #define PX__ONNX_MAX_NAME 200           /* bytes of a tensor or node name */
 /* The memory an import may take by default: the file and all its
  * initializers, used or not (PX_ONNX_MAX_BYTES in the environment sets
@@ -59,8 +60,16 @@ typedef struct {
   const char *node;       /* the ONNX node's name (for messages) */
 } px__onnx_layer_t;
 
+/* A tensor the import computed (nn/onnx_shape.c): this header, then the
+ * Onnx__TensorProto, its dims and its data, in one allocation. */
+typedef struct px__onnx_fold {
+  struct px__onnx_fold *next;
+} px__onnx_fold_t;
+
 typedef struct px__onnx_graph {
   void *proto;                /* Onnx__ModelProto, owns every byte the layers point at */
+  px__onnx_fold_t *folds;     /* the folded constants (a layer may point into them too) */
+  size_t fold_bytes;          /* their size, at most PX__ONNX_FOLD_BYTES */
   px__onnx_layer_t *layers;   /* [nlayers], forward order; the last is the FC giving the logits */
   int nlayers;
   int in_c, in_h, in_w;       /* the graph input [N, in_c, in_h, in_w] */

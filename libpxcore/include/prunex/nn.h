@@ -106,9 +106,9 @@ typedef struct {
 } px_model_onnx_info_t;
 
 /* Reads and checks an ONNX model file without building it (what a job
- * submission does): opset 11-17, every node an operator the import takes
+ * submission does): opset 11-20, every node an operator the import takes
  * (docs/user-guide.md lists them), shapes consistent, sizes bounded. info may
- * be NULL. Fails with PX_ERR_IO (unreadable, over 512 MiB) or PX_ERR_INVALID
+ * be NULL. Fails with PX_ERR_IO (unreadable, over 1.5 GiB) or PX_ERR_INVALID
  * whose message names the file and, for a node it refuses, the node's name
  * and operator. Linear in the file's size. */
 PX_API px_status_t px_model_onnx_check(const char *path, px_model_onnx_info_t *info);
@@ -159,8 +159,10 @@ PX_API int px_model_num_buffers(const px_model_t *m);
  * model may need before a residual add. MAXPOOL, AVGPOOL (imported graphs):
  * a windowed pooling (kernel, stride, pad; AVGPOOL divides by kernel^2, the
  * padding included, as PyTorch's default count_include_pad). */
-/* ACT, MUL, CONCAT (imported graphs, CPU engine): a standalone activation
- * (act: 0 ReLU, 1 LeakyReLU of slope alpha, 2 ReLU6, 3 sigmoid); in times a
+/* ACT, MUL, CONCAT (imported graphs): a standalone activation (act: 0 ReLU,
+ * 1 LeakyReLU of slope alpha, 2 ReLU6, 3 sigmoid, 4 hard sigmoid
+ * clamp(alpha x + 0.5, 0, 1), 5 hard swish x times that, 6 SiLU, 7 GELU
+ * (exact), 8 tanh, 9 alpha x, 10 x + alpha); in times a
  * per-channel gate in2 [N, C, 1, 1] (squeeze-and-excitation); in and in2
  * joined on channels (in first). */
 typedef enum {
@@ -180,7 +182,7 @@ typedef struct {
   int c_in, c_out;         /* channels (FC: features) of input and output */
   int groups;              /* CONV: 1 dense, > 1 grouped (c_in == groups: depthwise) */
   int act;                 /* ACT: the activation (see above) */
-  float alpha;             /* ACT: LeakyReLU's negative slope */
+  float alpha;             /* ACT: its parameter (see above) */
 } px_model_node_t;
 /* 1 when every node of m is of the built-in layer set (dense convs without
  * bias, BN, ADD, pools, FC); 0 when the graph has ACT, MUL, CONCAT nodes or

@@ -8,12 +8,41 @@
 #include "nn/cpu/px_cpu_int.h"
 #include "nn/px_graph_ops.h"
 
+#define PX__SQRT1_2 0.70710678118654752440f
+#define PX__INV_SQRT_2PI 0.39894228040143267794f
+
+/* The hard sigmoid clamp(alpha x + 0.5, 0, 1), and the derivatives of it and
+ * of the hard swish x * hsig(x) times dy, with PyTorch's values at the kinks
+ * (hardsigmoid_backward: 0 at the bounds; hardswish_backward: the inner
+ * slope at both). */
+static inline float px__hsig(float x, float alpha) {
+  const float t = alpha * x + 0.5f;
+  return t < 0.0f ? 0.0f : t > 1.0f ? 1.0f : t;
+}
+
+static inline float px__dhsig(float dy, float x, float alpha) {
+  const float t = alpha * x + 0.5f;
+  return t > 0.0f && t < 1.0f ? dy * alpha : 0.0f;
+}
+
+static inline float px__dhswish(float dy, float x, float alpha) {
+  const float t = alpha * x + 0.5f;
+  return t < 0.0f ? 0.0f : t <= 1.0f ? dy * (2.0f * alpha * x + 0.5f) : dy;
+}
+
 const char *px__act_onnx_name(px__act_t a) {
   switch (a) {
     case PX__ACT_RELU: return "Relu";
     case PX__ACT_LEAKY: return "LeakyRelu";
     case PX__ACT_RELU6: return "Clip";
     case PX__ACT_SIGMOID: return "Sigmoid";
+    case PX__ACT_HSIGMOID: return "HardSigmoid";
+    case PX__ACT_HSWISH: return "HardSwish";
+    case PX__ACT_SILU: return "Silu";
+    case PX__ACT_GELU: return "Gelu";
+    case PX__ACT_TANH: return "Tanh";
+    case PX__ACT_SCALE: return "Mul";
+    case PX__ACT_SHIFT: return "Add";
   }
   return "?";
 }
@@ -32,6 +61,27 @@ void px__act_forward(float *y, const float *x, size_t n, px__act_t a, float alph
     case PX__ACT_SIGMOID:
       for (size_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
       break;
+    case PX__ACT_HSIGMOID:
+      for (size_t i = 0; i < n; i++) y[i] = px__hsig(x[i], alpha);
+      break;
+    case PX__ACT_HSWISH:
+      for (size_t i = 0; i < n; i++) y[i] = x[i] * px__hsig(x[i], alpha);
+      break;
+    case PX__ACT_SILU:
+      for (size_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
+      break;
+    case PX__ACT_GELU:
+      for (size_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * PX__SQRT1_2));
+      break;
+    case PX__ACT_TANH:
+      for (size_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
+      break;
+    case PX__ACT_SCALE:
+      for (size_t i = 0; i < n; i++) y[i] = alpha * x[i];
+      break;
+    case PX__ACT_SHIFT:
+      for (size_t i = 0; i < n; i++) y[i] = x[i] + alpha;
+      break;
   }
 }
 
@@ -49,6 +99,32 @@ void px__act_backward(float *dx, const float *dy, const float *x, const float *y
       break;
     case PX__ACT_SIGMOID:
       for (size_t i = 0; i < n; i++) dx[i] = dy[i] * y[i] * (1.0f - y[i]);
+      break;
+    case PX__ACT_HSIGMOID:
+      for (size_t i = 0; i < n; i++) dx[i] = px__dhsig(dy[i], x[i], alpha);
+      break;
+    case PX__ACT_HSWISH:
+      for (size_t i = 0; i < n; i++) dx[i] = px__dhswish(dy[i], x[i], alpha);
+      break;
+    case PX__ACT_SILU:
+      for (size_t i = 0; i < n; i++) {
+        const float s = 1.0f / (1.0f + expf(-x[i]));
+        dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
+      }
+      break;
+    case PX__ACT_GELU:
+      for (size_t i = 0; i < n; i++)
+        dx[i] = dy[i] * (0.5f * (1.0f + erff(x[i] * PX__SQRT1_2)) +
+                         x[i] * PX__INV_SQRT_2PI * expf(-0.5f * x[i] * x[i]));
+      break;
+    case PX__ACT_TANH:
+      for (size_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+      break;
+    case PX__ACT_SCALE:
+      for (size_t i = 0; i < n; i++) dx[i] = alpha * dy[i];
+      break;
+    case PX__ACT_SHIFT:
+      for (size_t i = 0; i < n; i++) dx[i] = dy[i];
       break;
   }
 }

@@ -1,7 +1,7 @@
 /* The graph operators of imported networks on CUDA (nn/px_graph_ops.h has
  * their CPU code, the reference these kernels are tested against by
  * tests/test_gpu_graph.c): standalone activations (ReLU, LeakyReLU, ReLU6,
- * sigmoid), the squeeze-and-excitation product of a map and a per-channel
+ * sigmoid, hard sigmoid, hard swish, SiLU, GELU, tanh), the squeeze-and-excitation product of a map and a per-channel
  * gate, and the concatenation of two maps on channels; forward and
  * backward, the entries act_forward ... concat_backward of the ops table.
  *
@@ -23,27 +23,53 @@
 
 /* ---- activations -------------------------------------------------------------------- */
 
-/* The arithmetic of px__act_forward / px__act_backward, one element. */
+/* The arithmetic of px__act_forward / px__act_backward, one element
+ * (nn/cpu/cpu_graph.c: the same expressions, PyTorch's values at the kinks). */
+__device__ static inline float px__hsig_f(float x, float alpha) {
+  const float t = alpha * x + 0.5f;
+  return t < 0.0f ? 0.0f : t > 1.0f ? 1.0f : t;
+}
+
 __device__ static inline float px__act_f(float x, int act, float alpha) {
   switch (act) {
     case PX__ACT_RELU: return x > 0.0f ? x : 0.0f;
     case PX__ACT_LEAKY: return x > 0.0f ? x : alpha * x;
     case PX__ACT_RELU6: return x < 0.0f ? 0.0f : x > 6.0f ? 6.0f : x;
+    case PX__ACT_HSIGMOID: return px__hsig_f(x, alpha);
+    case PX__ACT_HSWISH: return x * px__hsig_f(x, alpha);
+    case PX__ACT_SILU: return x / (1.0f + expf(-x));
+    case PX__ACT_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f));
+    case PX__ACT_TANH: return tanhf(x);
+    case PX__ACT_SCALE: return alpha * x;
+    case PX__ACT_SHIFT: return x + alpha;
     default: return 1.0f / (1.0f + expf(-x));
   }
 }
 
 __device__ static inline float px__act_df(float dy, float x, float y, int act, float alpha) {
+  const float t = alpha * x + 0.5f; /* the hard sigmoid's argument */
   switch (act) {
     case PX__ACT_RELU: return x > 0.0f ? dy : 0.0f;
     case PX__ACT_LEAKY: return x > 0.0f ? dy : alpha * dy;
     case PX__ACT_RELU6: return x > 0.0f && x < 6.0f ? dy : 0.0f;
+    case PX__ACT_HSIGMOID: return t > 0.0f && t < 1.0f ? dy * alpha : 0.0f;
+    case PX__ACT_HSWISH: return t < 0.0f ? 0.0f : t <= 1.0f ? dy * (2.0f * alpha * x + 0.5f) : dy;
+    case PX__ACT_SILU: {
+      const float s = 1.0f / (1.0f + expf(-x));
+      return dy * s * (1.0f + x * (1.0f - s));
+    }
+    case PX__ACT_GELU:
+      return dy * (0.5f * (1.0f + erff(x * 0.70710678118654752440f)) +
+                   x * 0.39894228040143267794f * expf(-0.5f * x * x));
+    case PX__ACT_TANH: return dy * (1.0f - y * y);
+    case PX__ACT_SCALE: return alpha * dy;
+    case PX__ACT_SHIFT: return dy;
     default: return dy * y * (1.0f - y);
   }
 }
 
 /* Forward (dy NULL): out = act(x); backward: out = dy * act'(x) (sigmoid
- * reads y). */
+ * and tanh read y). */
 template <typename T>
 __global__ static void px__act_kernel(T *out, const T *dy, const T *x, const T *y, int64_t n,
                                       int act, float alpha) {
