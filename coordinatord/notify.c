@@ -219,14 +219,7 @@ static coord_notify_item_t **coord_notify_pick(coord_notifier_t *n, int64_t *wai
 }
 
 static void coord_notify_wait(coord_notifier_t *n, int64_t wait) {
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += wait / 1000;
-  until.tv_nsec += (long)(wait % 1000) * 1000000L;
-  if (until.tv_nsec >= 1000000000L) {
-    until.tv_sec++;
-    until.tv_nsec -= 1000000000L;
-  }
+  struct timespec until = coord_notify_deadline(wait);
   pthread_cond_timedwait(&n->cv, &n->mu, &until);
 }
 

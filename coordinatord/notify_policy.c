@@ -70,13 +70,32 @@ static int coord_url_parse(const char *url, coord_url_t *u) {
   return ok && (!strcmp(u->scheme, "http") || !strcmp(u->scheme, "https")) ? 0 : -1;
 }
 
-void coord_notify_url_redact(const char *url, char *out, size_t cap) {
+struct timespec coord_notify_deadline(int64_t ms) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += ms / 1000;
+  until.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  return until;
+}
+
+const char *coord_notify_url_auth(const char *url, size_t *alen, const char **at) {
   const char *auth = strstr(url, "://");
   auth = auth ? auth + 3 : url;
-  size_t alen = strcspn(auth, "/?#");
-  const char *at = NULL;
-  for (const char *p = auth; p < auth + alen; p++)
-    if (*p == '@') at = p;
+  *alen = strcspn(auth, "/?#");
+  *at = NULL;
+  for (const char *p = auth; p < auth + *alen; p++)
+    if (*p == '@') *at = p;
+  return auth;
+}
+
+void coord_notify_url_redact(const char *url, char *out, size_t cap) {
+  size_t alen;
+  const char *at;
+  const char *auth = coord_notify_url_auth(url, &alen, &at);
   const char *host = at ? at + 1 : auth;
   const char *q = strchr(host, '?');
   snprintf(out, cap, "%.*s%s%.*s%s", (int)(auth - url), url, at ? "***@" : "",
@@ -404,14 +423,7 @@ static int coord_resolve(const char *host, int port, int ms, struct addrinfo **r
     return coord_gai(host, ps, res);
   }
   pthread_attr_destroy(&attr);
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += ms / 1000;
-  until.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (until.tv_nsec >= 1000000000L) {
-    until.tv_sec++;
-    until.tv_nsec -= 1000000000L;
-  }
+  struct timespec until = coord_notify_deadline(ms);
   pthread_mutex_lock(&g->mu);
   while (!g->done && pthread_cond_timedwait(&g->cv, &g->mu, &until) != ETIMEDOUT) {
   }

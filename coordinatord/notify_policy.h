@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "coord.h"
 
@@ -67,6 +68,14 @@ void coord_notify_url_redact(const char *url, char *out, size_t cap);
 /* The URL's destination, "host:port" as libcurl reads them, into key: 0,
  * or -1 when libcurl does not read url as an http or https URL. */
 int coord_notify_url_dest(const char *url, char *key, size_t cap);
+
+/* The CLOCK_REALTIME time ms milliseconds from now (a deadline for
+ * pthread_cond_timedwait). */
+struct timespec coord_notify_deadline(int64_t ms);
+
+/* The authority of url (after "scheme://", or url itself) and its '@'
+ * (NULL without userinfo): *alen is the authority's length. */
+const char *coord_notify_url_auth(const char *url, size_t *alen, const char **at);
 
 /* 1 when coord_notify_url_redact changes url (it has userinfo or a query). */
 int coord_notify_url_secret(const char *url);

@@ -14,12 +14,9 @@
 /* The secret parts of url (userinfo, query) that a text must no longer
  * hold once redacted; "" where there is none. */
 static void coord_url_secrets(const char *url, char *user, char *query, size_t cap) {
-  const char *auth = strstr(url, "://");
-  auth = auth ? auth + 3 : url;
-  size_t alen = strcspn(auth, "/?#");
-  const char *at = NULL;
-  for (const char *p = auth; p < auth + alen; p++)
-    if (*p == '@') at = p;
+  size_t alen;
+  const char *at;
+  const char *auth = coord_notify_url_auth(url, &alen, &at);
   snprintf(user, cap, "%.*s", at ? (int)(at - auth) : 0, auth);
   const char *q = strchr(at ? at : auth, '?');
   snprintf(query, cap, "%s", q ? q + 1 : "");

@@ -873,11 +873,23 @@ static px_status_t px__op_pad(px__imp_t *im, const Onnx__NodeProto *n) {
 
 /* ---- shapes: folded constants, reshapes that move no data ---------------------- */
 
+/* n's output is the constant t a fold gave (st PX_OK); a fold's refusal
+ * (PX_ERR_INVALID, why) names the node. */
+static px_status_t px__folded(px__imp_t *im, const Onnx__NodeProto *n, px_status_t st,
+                              const char *why, const Onnx__TensorProto *t) {
+  if (st == PX_ERR_INVALID) return PX__NODE_FAIL(im, n, "%s", why);
+  PX_CHECK(st);
+  px__value_t *v = px__find(im, n->output[0]);
+  v->kind = PX__V_CONST;
+  v->t = t;
+  return PX_OK;
+}
+
 /* A node computing on constants (Shape's, Gather's, ...): folded now into a
  * constant (nn/onnx_shape.c). An input that is an activation's data (not
  * its shape) is refused. */
 static px_status_t px__op_fold(px__imp_t *im, const Onnx__NodeProto *n) {
-  const Onnx__TensorProto *in[64] = {NULL}, *t;
+  const Onnx__TensorProto *in[64] = {NULL}, *t = NULL;
   char why[200];
   if (n->n_input > 64) return PX__NODE_FAIL(im, n, "more than 64 inputs");
   for (size_t i = 0; i < n->n_input; i++) {
@@ -890,12 +902,7 @@ static px_status_t px__op_fold(px__imp_t *im, const Onnx__NodeProto *n) {
     in[i] = v ? v->t : NULL;
   }
   px_status_t st = px__onnx_fold(im->g, n, in, why, sizeof why, &t);
-  if (st == PX_ERR_INVALID) return PX__NODE_FAIL(im, n, "%s", why);
-  PX_CHECK(st);
-  px__value_t *v = px__find(im, n->output[0]);
-  v->kind = PX__V_CONST;
-  v->t = t;
-  return PX_OK;
+  return px__folded(im, n, st, why, t);
 }
 
 /* The dims of activation x after the batch ([c], [c, 1] or [c, h, w]);
@@ -932,14 +939,9 @@ static px_status_t px__op_shape(px__imp_t *im, const Onnx__NodeProto *n) {
   e = e < 0 ? e + r : e;
   b = b < 0 ? 0 : b > r ? r : b;
   e = e < b ? b : e > r ? r : e;
-  const Onnx__TensorProto *t;
+  const Onnx__TensorProto *t = NULL;
   px_status_t st = px__onnx_fold_dims(im->g, d + b, (int)(e - b), why, sizeof why, &t);
-  if (st == PX_ERR_INVALID) return PX__NODE_FAIL(im, n, "%s", why);
-  PX_CHECK(st);
-  px__value_t *v = px__find(im, n->output[0]);
-  v->kind = PX__V_CONST;
-  v->t = t;
-  return PX_OK;
+  return px__folded(im, n, st, why, t);
 }
 
 /* x as [N, od[0 .. k-1]]: the same layer's output when that moves no data:
