@@ -189,8 +189,8 @@ static void bad_arguments_are_refused_naming_the_op(void **state) {
   expect_refused(px__ops_mul_backward(ops, NULL, NULL, &y, &x, &g), "mul backward g", "gate");
   expect_refused(px__ops_concat_forward(ops, &cat, &x, &wide), "concat forward", "on channels");
   expect_refused(px__ops_concat_backward(ops, NULL, NULL, &cat), "concat backward", "neither");
-  expect_refused(px__ops_act_forward(ops, &y, &x, (px__act_t)9, 0.0f), "activation forward",
-                 "unknown activation 9");
+  expect_refused(px__ops_act_forward(ops, &y, &x, (px__act_t)PX__ACT_COUNT, 0.0f),
+                 "activation forward", "unknown activation");
   expect_refused(px__ops_act_forward(ops, &cat, &x, PX__ACT_RELU, 0.0f), "activation forward y",
                  "does not match");
   expect_refused(px__ops_act_forward(ops, &y, NULL, PX__ACT_RELU, 0.0f), "activation forward x",
