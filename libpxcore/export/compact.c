@@ -17,8 +17,6 @@
 #include "prunex/export.h"
 #include "px_check.h"
 
-#define PX__BN_EPS 1e-5
-
 typedef px__compact_t px__cg_t;
 
 static int px__find(int *g, int a) {
@@ -113,7 +111,7 @@ static void px__fold_constants(px__cg_t *c, int g) {
     if (!zero) continue;
     /* the BN output of a zero filter: scale * (0 - mean) / sqrt(var + eps) + shift */
     double k = (double)c->pv[B->w][ch] * (0.0 - c->bv[B->rm][ch]) /
-                   sqrt((double)c->bv[B->rv][ch] + PX__BN_EPS) +
+                   sqrt((double)c->bv[B->rv][ch] + B->eps) +
                c->pv[B->b][ch];
     if (B->relu && k < 0) k = 0;
     if (k != 0 && !all_1x1) continue; /* a padded reader: keep the channel */

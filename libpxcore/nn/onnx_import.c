@@ -17,7 +17,8 @@
  * What is taken today (the layer set of the built-in models and the graph
  * operators of nn/px_graph_ops.h): Conv (bias optional, groups dividing the
  * channels, so grouped and depthwise; square kernel (kernel_shape, when
- * given, the weight's), padding kernel/2, dilation 1), BatchNormalization (epsilon 1e-5), Relu (fused into a
+ * given, the weight's), padding kernel/2, dilation 1), BatchNormalization
+ * (epsilon 1e-12 to 0.1, any momentum), Relu (fused into a
  * BatchNormalization or an Add right before it whose output nothing else
  * reads, as the built-in models fuse it; otherwise a layer of its own),
  * LeakyRelu, Clip(0, 6) (ReLU6), Sigmoid, HardSigmoid (beta 0.5), HardSwish,
@@ -364,9 +365,13 @@ static px_status_t px__op_bn(px__imp_t *im, const Onnx__NodeProto *n) {
   if (px__attr_i(n, "training_mode", 0) != 0 || n->n_output > 1)
     return PX__NODE_FAIL(im, n, "a training-mode BatchNormalization is not supported: export "
                                 "the model in eval mode");
-  float eps = px__attr_f(n, "epsilon", 1e-5f);
-  if (fabsf(eps - 1e-5f) > 1e-9f)
-    return PX__NODE_FAIL(im, n, "epsilon = %g: only 1e-5 (PyTorch's default) is supported", eps);
+  /* ONNX's momentum is PyTorch's 1 - momentum: PyTorch's own value back
+   * (to 1e-6, so that 0.9 gives PyTorch's 0.1f exactly) */
+  float eps = px__attr_f(n, "epsilon", 1e-5f), om = px__attr_f(n, "momentum", 0.9f);
+  if (!(eps >= 1e-12f && eps <= 0.1f))
+    return PX__NODE_FAIL(im, n, "epsilon = %g: 1e-12 to 0.1 is supported", eps);
+  if (!(om >= 0.0f && om <= 1.0f))
+    return PX__NODE_FAIL(im, n, "momentum = %g: 0 to 1 is supported", om);
   px__onnx_layer_t *L;
   PX_CHECK(px__new_layer(im, n, PX__OL_BN, &L));
   int64_t dims[1] = {x->c};
@@ -377,6 +382,7 @@ static px_status_t px__op_bn(px__imp_t *im, const Onnx__NodeProto *n) {
   L->in = x->layer;
   L->c_out = x->c;
   L->eps = eps;
+  L->momentum = (float)(round((1.0 - (double)om) * 1e6) / 1e6);
   px__prefix(L, n->input[1], im->g->nlayers - 1);
   return px__out(im, n, im->g->nlayers - 1, x->c, x->h, x->w);
 }
