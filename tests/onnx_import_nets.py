@@ -337,6 +337,28 @@ class BnEps(nn.Module):
         return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
 
 
+class FcChain(nn.Module):
+    """mobilenet_v3's head: the pooled features through Linear, Hardswish,
+    Dropout and a second Linear (two Gemms in a chain), after batch norms
+    of eps 1e-3 and momentum 0.01 (mobilenet_v3's)."""
+
+    check_buffers = True
+
+    def __init__(self, c, classes):
+        super().__init__()
+        self.conv1, self.conv2 = (nn.Conv2d(c, 16, 3, 1, 1, bias=False),
+                                  nn.Conv2d(16, 32, 3, 1, 1, bias=False))
+        self.bn1 = nn.BatchNorm2d(16, eps=1e-3, momentum=0.01)
+        self.bn2 = nn.BatchNorm2d(32, eps=1e-3, momentum=0.01)
+        self.classifier = nn.Sequential(nn.Linear(32, 48), nn.Hardswish(inplace=True),
+                                        nn.Dropout(0.2, inplace=True), nn.Linear(48, classes))
+
+    def forward(self, x):
+        h = nn.functional.hardswish(self.bn1(self.conv1(x)))
+        h = nn.functional.hardswish(self.bn2(self.conv2(h)))
+        return self.classifier(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
+
+
 SEEDS = {"mobilenet": 2}
 class Clip1Net(EluNet):
     """Clip(0, 1) (Hardtanh): a Clip that is not ReLU6, refused."""
@@ -352,6 +374,22 @@ class GeluTanhNet(EluNet):
     def __init__(self, c, classes):
         super().__init__(c, classes)
         self.gate = nn.GELU(approximate="tanh")
+
+
+class LinearSE(EluNet):
+    """A squeeze-and-excitation of a Linear layer, its gate viewed back as
+    [N, C, 1, 1]: refused (an FC's features are read by activations and
+    another FC only)."""
+
+    def __init__(self, c, classes):
+        super().__init__(c, classes)
+        self.se = nn.Linear(16, 16)
+
+    def forward(self, x):
+        h = self.bn(self.conv(x))
+        s = torch.sigmoid(self.se(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1)))
+        h = h * s.view(s.size(0), -1, 1, 1)
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
 
 
 class Reciprocal(nn.Module):
@@ -370,7 +408,8 @@ class RecipNet(EluNet):
 NETS = {"vgg": Vgg, "resnet": ResNet, "mobilenet": MobileNet, "seresnet": SEResNet,
         "acts": Acts, "scalars": Scalars, "elu": EluNet, "clip1": Clip1Net,
         "gelu_tanh": GeluTanhNet, "recip": RecipNet, "shapes": Shapes,
-        "shapes_mean": ShapesMean, "data_slice": DataSlice, "bn_eps": BnEps}
+        "shapes_mean": ShapesMean, "data_slice": DataSlice, "bn_eps": BnEps,
+        "fc_chain": FcChain, "linear_se": LinearSE}
 
 
 def build(name, c, classes, seed=0):

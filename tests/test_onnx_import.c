@@ -290,6 +290,21 @@ static void bn_epsilons_and_momenta_match_pytorch(void **state) {
   unsetenv("PX_TEST_ONNX_OPSET");
 }
 
+/* mobilenet_v3's classifier (issue 48): Gemm, Hardswish (opset 13: Mul(x,
+ * HardSigmoid(x)); 17: HardSwish) and Dropout on the pooled features, then
+ * a second Gemm, at opsets 13 and 17. */
+static void fc_chain_matches_pytorch(void **state) {
+  (void)state;
+  if (!have_torch()) skip();
+  const char *opsets[2] = {"13", "17"};
+  for (int i = 0; i < 2; i++) {
+    print_message("opset %s\n", opsets[i]);
+    setenv("PX_TEST_ONNX_OPSET", opsets[i], 1);
+    check_net("fc_chain");
+  }
+  unsetenv("PX_TEST_ONNX_OPSET");
+}
+
 static int param_kind(const px_model_t *m, const char *name) {
   for (int i = 0; i < px_model_num_params(m); i++)
     if (!strcmp(px_model_param(m, i)->name, name)) return (int)px_model_param(m, i)->kind;
@@ -492,15 +507,17 @@ static void imported_graphs_prune_by_coupled_groups_and_compact_exactly(void **s
   if (!px_test_python_has("torch, onnx, numpy, cv2")) skip();
   px_ops_t *ops;
   assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
-  const char *nets[6] = {"mobilenet", "seresnet", "acts", "scalars", "shapes", "bn_eps"};
+  const char *nets[7] = {"mobilenet", "seresnet", "acts", "scalars", "shapes", "bn_eps",
+                         "fc_chain"};
   /* the three blocks' expansion -> projection; conv1 -> conv2; through the
    * activations: conv1 -> conv2 (Hardswish), conv4 -> conv5 (Tanh); conv1
    * -> conv2 through the arithmetic by constants; conv1 -> conv2 through
-   * the Concat of one input; conv1 -> conv2 -> conv3 -> conv4 */
-  const int want_pairs[6] = {3, 2, 2, 1, 1, 3};
+   * the Concat of one input; conv1 -> conv2 -> conv3 -> conv4; conv1 ->
+   * conv2 (the two FC layers stay dense, as every classifier does) */
+  const int want_pairs[7] = {3, 2, 2, 1, 1, 3, 1};
   /* each block's depthwise conv and its batch norm's scale and shift; none in the SE-ResNet */
-  const int want_followers[6] = {9, 0, 0, 0, 0, 0};
-  for (int k = 0; k < 6; k++) {
+  const int want_followers[7] = {9, 0, 0, 0, 0, 0, 0};
+  for (int k = 0; k < 7; k++) {
     char dir[64], path[512], cmd[2048];
     reference(nets[k], dir);
     px_model_t *m = import(ops, dir), *cm = NULL;
@@ -609,6 +626,12 @@ static void unsupported_operator_is_refused_with_node_and_file(void **state) {
   msg = refusal(path);
   assert_non_null(strstr(msg, "node '/Slice' (Slice): input '/Reshape_output_0' is an "
                               "activation: a value computed from a tensor's data is not taken"));
+  /* a Linear layer's features viewed as a map (a squeeze-and-excitation of Linear layers) */
+  snprintf(path, sizeof path, "%s/linear_se.onnx", dir);
+  snprintf(cmd, sizeof cmd, PY " %s export linear_se %s", NETS, path);
+  assert_int_equal(system(cmd), 0);
+  msg = refusal(path);
+  assert_non_null(strstr(msg, "(Reshape): the features of a Gemm or MatMul are read only by"));
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   assert_int_equal(system(cmd), 0);
 }
@@ -1017,6 +1040,7 @@ int main(void) {
       cmocka_unit_test(acts_forward_and_gradients_match_pytorch),
       cmocka_unit_test(shapes_forward_and_gradients_match_pytorch),
       cmocka_unit_test(bn_epsilons_and_momenta_match_pytorch),
+      cmocka_unit_test(fc_chain_matches_pytorch),
       cmocka_unit_test(other_input_sizes_match_pytorch),
       cmocka_unit_test(depthwise_and_se_convs_are_left_out_of_pruning),
       cmocka_unit_test(imported_graphs_prune_by_coupled_groups_and_compact_exactly),

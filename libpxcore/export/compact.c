@@ -229,6 +229,9 @@ px_status_t px__compact_update(px__compact_t *c, const px_model_t *m) {
       memset(c->live[c->group[n->in]], 1, (size_t)n->c_in);
       memset(c->live[c->group[n->out]], 1, (size_t)n->c_out);
     }
+    /* an FC's outputs stay (the FC layers are not pruned; a hidden one's
+     * features feed the next FC, through activations) */
+    if (n->kind == PX_NODE_FC) memset(c->live[c->group[n->out]], 1, (size_t)n->c_out);
     if ((n->kind != PX_NODE_CONV && n->kind != PX_NODE_FC) || n->groups > 1) continue;
     uint8_t *live = c->live[c->group[n->in]];
     size_t kk = n->kind == PX_NODE_CONV ? (size_t)n->kernel * n->kernel : 1;

@@ -400,11 +400,12 @@ static px_status_t px__graph_node(px_model_t *m, px__node_kind_t kind, int in, i
 }
 
 /* An activation is element-wise: it keeps its input's format (no
- * conversion; on CUDA any of its formats) unless a CPU layout pads the
- * channels, where f(0) would not be 0 for every activation. */
+ * conversion; on CUDA any of its formats; the features [N, F] between two
+ * FC layers as they are) unless a CPU layout pads the channels, where f(0)
+ * would not be 0 for every activation. */
 static px_status_t px__act_node(px_model_t *m, int in, px__act_t act, float alpha, int *out) {
   const px_tensor_t *x = &m->acts[in];
-  if (px__on_cpu(m) &&
+  if (px__on_cpu(m) && x->ndim == 4 &&
       (px_tensor_is_plain(x) || x->nbytes != px_tensor_numel(x) * sizeof(float))) {
     PX_CHECK(px__graph_node(m, PX__ACT, in, -1, (int)x->dims[1], out));
   } else {
@@ -603,7 +604,9 @@ static px_status_t px__build_onnx(px_model_t *m) {
                       st, done);
         break;
       case PX__OL_FC:
-        PX_CHECK_GOTO(px__fc(m, in, m->cfg.num_classes, L->prefix, &act[k]), st, done);
+        /* the last gives the logits (px__open_onnx checked its classes); one
+         * before it, features for the next (kept whole by compaction) */
+        PX_CHECK_GOTO(px__fc(m, in, L->c_out, L->prefix, &act[k]), st, done);
         break;
     }
   }

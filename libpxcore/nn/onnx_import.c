@@ -37,7 +37,9 @@
  * ConstantOfShape, Add, Sub, Mul, Div of shapes and constants), folded at
  * import into constants
  * (nn/onnx_shape.c: x.view(x.size(0), -1) is a Reshape by [N, -1]),
- * and one final Gemm or MatMul (+ Add of its bias) (the classifier); Dropout and Identity pass their input
+ * and Gemm or MatMul (+ Add of its bias) on the flattened features: the
+ * classifier, or a chain of them with activations between (mobilenet_v3's
+ * head), the last giving the logits; Dropout and Identity pass their input
  * through (an Identity of an initializer is that initializer: PyTorch's
  * exporter writes those for equal-valued BN parameters). */
 #include <errno.h>
@@ -392,7 +394,7 @@ static px_status_t px__op_bn(px__imp_t *im, const Onnx__NodeProto *n) {
 static px_status_t px__act_of(px__imp_t *im, const Onnx__NodeProto *n, size_t i, px__act_t a,
                               float alpha) {
   px__value_t *x;
-  PX_CHECK(px__act_in(im, n, i, 1, &x));
+  PX_CHECK(px__act_in(im, n, i, 0, &x)); /* a map, or features [N, F] (between FC layers) */
   px__onnx_layer_t *L;
   PX_CHECK(px__new_layer(im, n, PX__OL_ACT, &L));
   L->in = x->layer;
@@ -948,10 +950,22 @@ static px_status_t px__op_shape(px__imp_t *im, const Onnx__NodeProto *n) {
   return PX_OK;
 }
 
+/* Whether layer's output is an FC layer's features [N, F] (through
+ * activations): the model holds them 2-D, which only activations and
+ * another FC read. */
+static int px__fc_features(const px__imp_t *im, int layer) {
+  while (layer >= 0 && im->g->layers[layer].kind == PX__OL_ACT) layer = im->g->layers[layer].in;
+  return layer >= 0 && im->g->layers[layer].kind == PX__OL_FC;
+}
+
 /* x as [N, od[0 .. k-1]]: the same layer's output when that moves no data:
  * [N, C, 1, 1], [N, C, 1] and [N, C] into one another (or the same shape). */
 static px_status_t px__reshaped(px__imp_t *im, const Onnx__NodeProto *n, const px__value_t *x,
                                 const int64_t *od, int k) {
+  if (k > 1 && px__fc_features(im, x->layer))
+    return PX__NODE_FAIL(im, n, "the features of a Gemm or MatMul are read only by activations "
+                                "and another Gemm or MatMul, not as a map (a squeeze-and-"
+                                "excitation of Linear layers is not supported)");
   int64_t d[3], e = 1;
   int r = px__act_dims(x, d), unit = x->h == 0 || (x->h == 1 && x->w == 1);
   for (int i = 0; i < r; i++) e *= d[i];
@@ -1277,10 +1291,6 @@ static px_status_t px__lower(px__imp_t *im, const Onnx__ModelProto *mp) {
       out->layer != g->nlayers - 1)
     return px_set_error(PX_ERR_INVALID, "%s: the graph must have one output, the logits of a "
                         "final Gemm (the classifier)", im->file);
-  for (int k = 0; k + 1 < g->nlayers; k++)
-    if (g->layers[k].kind == PX__OL_FC)
-      return px_set_error(PX_ERR_INVALID, "%s: node '%s' (Gemm): only one classifier, at the "
-                          "end, is supported", im->file, g->layers[k].node);
   g->classes = last->c_out;
   return PX_OK;
 }
