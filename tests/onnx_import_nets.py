@@ -14,7 +14,9 @@ PruneX's code is used here).
       "NAME NUMEL FILE FILE64" per parameter with its gradient in DIR/FILE
       (float32) and the same step's in float64 (the same weights and inputs,
       model.double()) in DIR/FILE64: the yardstick both float32 results
-      are measured against;
+      are measured against; for a net with check_buffers, DIR/bufs.txt:
+      one line "NAME NUMEL FILE" per running statistic after the step
+      (float32);
   onnx_import_nets.py compare ORIG.onnx EXPORTED.onnx
       onnx's checker on PruneX's export of an imported 1x32x32 model, and
       OpenCV's logits of both files on the same images (see compare()).
@@ -308,6 +310,55 @@ class DataSlice(EluNet):
         return self.fc(h.view(h.size(0), -1)[:, :8])
 
 
+class BnEps(nn.Module):
+    """Batch norms of other epsilons and momenta (googlenet's and
+    mobilenet_v3's eps 1e-3, mobilenet_v3's momentum 0.01, and far ones):
+    the logits see the epsilon, the running statistics after the training
+    step (DIR/bufs.txt) the momentum."""
+
+    check_buffers = True
+
+    def __init__(self, c, classes):
+        super().__init__()
+        self.conv1, self.conv2, self.conv3, self.conv4 = (
+            nn.Conv2d(c, 16, 3, 1, 1, bias=False), nn.Conv2d(16, 32, 3, 1, 1, bias=False),
+            nn.Conv2d(32, 32, 3, 1, 1, bias=False), nn.Conv2d(32, 32, 1, bias=False))
+        self.bn1 = nn.BatchNorm2d(16, eps=1e-3)
+        self.bn2 = nn.BatchNorm2d(32, eps=1e-3, momentum=0.01)
+        self.bn3 = nn.BatchNorm2d(32, eps=0.05, momentum=0.5)
+        self.bn4 = nn.BatchNorm2d(32, momentum=0.3)
+        self.fc = nn.Linear(32, classes)
+
+    def forward(self, x):
+        h = torch.relu(self.bn1(self.conv1(x)))
+        h = nn.functional.hardswish(self.bn2(self.conv2(h)))
+        h = torch.relu(self.bn3(self.conv3(h)))
+        h = self.bn4(self.conv4(h))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
+
+
+class FcChain(nn.Module):
+    """mobilenet_v3's head: the pooled features through Linear, Hardswish,
+    Dropout and a second Linear (two Gemms in a chain), after batch norms
+    of eps 1e-3 and momentum 0.01 (mobilenet_v3's)."""
+
+    check_buffers = True
+
+    def __init__(self, c, classes):
+        super().__init__()
+        self.conv1, self.conv2 = (nn.Conv2d(c, 16, 3, 1, 1, bias=False),
+                                  nn.Conv2d(16, 32, 3, 1, 1, bias=False))
+        self.bn1 = nn.BatchNorm2d(16, eps=1e-3, momentum=0.01)
+        self.bn2 = nn.BatchNorm2d(32, eps=1e-3, momentum=0.01)
+        self.classifier = nn.Sequential(nn.Linear(32, 48), nn.Hardswish(inplace=True),
+                                        nn.Dropout(0.2, inplace=True), nn.Linear(48, classes))
+
+    def forward(self, x):
+        h = nn.functional.hardswish(self.bn1(self.conv1(x)))
+        h = nn.functional.hardswish(self.bn2(self.conv2(h)))
+        return self.classifier(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
+
+
 SEEDS = {"mobilenet": 2}
 class Clip1Net(EluNet):
     """Clip(0, 1) (Hardtanh): a Clip that is not ReLU6, refused."""
@@ -323,6 +374,22 @@ class GeluTanhNet(EluNet):
     def __init__(self, c, classes):
         super().__init__(c, classes)
         self.gate = nn.GELU(approximate="tanh")
+
+
+class LinearSE(EluNet):
+    """A squeeze-and-excitation of a Linear layer, its gate viewed back as
+    [N, C, 1, 1]: refused (an FC's features are read by activations and
+    another FC only)."""
+
+    def __init__(self, c, classes):
+        super().__init__(c, classes)
+        self.se = nn.Linear(16, 16)
+
+    def forward(self, x):
+        h = self.bn(self.conv(x))
+        s = torch.sigmoid(self.se(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1)))
+        h = h * s.view(s.size(0), -1, 1, 1)
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
 
 
 class Reciprocal(nn.Module):
@@ -341,7 +408,8 @@ class RecipNet(EluNet):
 NETS = {"vgg": Vgg, "resnet": ResNet, "mobilenet": MobileNet, "seresnet": SEResNet,
         "acts": Acts, "scalars": Scalars, "elu": EluNet, "clip1": Clip1Net,
         "gelu_tanh": GeluTanhNet, "recip": RecipNet, "shapes": Shapes,
-        "shapes_mean": ShapesMean, "data_slice": DataSlice}
+        "shapes_mean": ShapesMean, "data_slice": DataSlice, "bn_eps": BnEps,
+        "fc_chain": FcChain, "linear_se": LinearSE}
 
 
 def build(name, c, classes, seed=0):
@@ -452,6 +520,12 @@ def reference(name, out, batch, c, h, w, classes):
                 g = g.t().contiguous() if pname in getattr(net, "transposed", ()) else g
                 g.numpy().astype(dt).tofile(os.path.join(out, fname))
             f.write("%s %d %s %s\n" % (pname, p.numel(), fn[0], fn[1]))
+    if getattr(net, "check_buffers", False):  # the running statistics after the step
+        with open(os.path.join(out, "bufs.txt"), "w") as f:
+            for i, (bname, b) in enumerate(net.named_buffers()):
+                if b.dtype == torch.float32:
+                    b.numpy().astype(np.float32).tofile(os.path.join(out, "b%d.f32" % i))
+                    f.write("%s %d b%d.f32\n" % (bname, b.numel(), i))
     print("%s: loss %.6f (float64 %.9f), %d parameters" % (
         name, losses[0], losses[1], sum(p.numel() for p in net.parameters())))
 

@@ -4,7 +4,8 @@
  * ReLU6 and a Concat head, a ResNet with squeeze-and-excitation, a
  * LeakyReLU stem and biased 1x1 convolutions on the pooled map) and the
  * activations net (Hardswish, SiLU, GELU, Tanh, Hardsigmoid: issue 48) and
- * the arithmetic by constants (scalars), their
+ * the arithmetic by constants (scalars) and batch norms of other epsilons
+ * and momenta (bn_eps) and mobilenet_v3's two-Linear classifier (fc_chain), their
  * channels pruned as H-SADMM projects them (channel keep 0.5, the coupled
  * groups from the graph), compacted and run by the inference engine.
  *
@@ -57,7 +58,7 @@
 static char dir[256];
 static int have_data;
 
-/* Exports the five nets (one Python start) and writes the data subset. */
+/* Exports the nets (one Python start) and writes the data subset. */
 static int setup(void **state) {
   (void)state;
   dir[0] = 0;
@@ -67,7 +68,8 @@ static int setup(void **state) {
   char cmd[1024];
   snprintf(cmd, sizeof cmd,
            PY " -c \"import sys; sys.path.insert(0, '%s/tests'); import onnx_import_nets as n\n"
-              "for k in ('vgg', 'mobilenet', 'seresnet', 'acts', 'scalars'):\n"
+              "for k in ('vgg', 'mobilenet', 'seresnet', 'acts', 'scalars', 'bn_eps',\n"
+              "          'fc_chain'):\n"
               "    n.export(n.build(k, 1, 10), '%s/' + k + '.onnx', 1, 32, 32)\" >/dev/null",
            PX_SOURCE_DIR, dir);
   if (system(cmd) != 0) return -1;
@@ -422,6 +424,8 @@ int main(void) {
       cmocka_unit_test_prestate(compact_engine_matches_dense, (void *)"seresnet"),
       cmocka_unit_test_prestate(compact_engine_matches_dense, (void *)"acts"),
       cmocka_unit_test_prestate(compact_engine_matches_dense, (void *)"scalars"),
+      cmocka_unit_test_prestate(compact_engine_matches_dense, (void *)"bn_eps"),
+      cmocka_unit_test_prestate(compact_engine_matches_dense, (void *)"fc_chain"),
       cmocka_unit_test_prestate(job_evaluates_compact_as_dense, (void *)"mobilenet"),
       cmocka_unit_test_prestate(job_evaluates_compact_as_dense, (void *)"seresnet"),
   };

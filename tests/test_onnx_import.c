@@ -68,6 +68,44 @@ static px_model_t *import_at(px_ops_t *ops, const char *dir, int c, int h, int w
 
 static px_model_t *import(px_ops_t *ops, const char *dir) { return import_at(ops, dir, C, HW, HW); }
 
+/* The running statistics after the training step against PyTorch's float32
+ * ones (dir/bufs.txt, written for the nets that ask: each batch norm's
+ * momentum), within 1e-5 of the largest. */
+static void check_buffers(const px_model_t *m, const char *dir, const char *net) {
+  char line[512], name[256], file[64], p[512];
+  size_t numel;
+  snprintf(p, sizeof p, "%s/bufs.txt", dir);
+  FILE *f = fopen(p, "r");
+  if (!f) return;
+  int nbufs = 0;
+  double worst = 0;
+  while (fgets(line, sizeof line, f) && sscanf(line, "%255s %zu %63s", name, &numel, file) == 3) {
+    int i = 0;
+    while (i < px_model_num_buffers(m) && strcmp(px_model_buffer(m, i)->name, name)) i++;
+    if (i == px_model_num_buffers(m)) fail_msg("%s: no buffer %s in the import", net, name);
+    const px_tensor_t *v = px_model_buffer(m, i)->value;
+    assert_int_equal(px_tensor_numel(v), numel);
+    float *ref = malloc(numel * sizeof *ref), *ours = malloc(numel * sizeof *ours);
+    assert_int_equal(px_test_read_bytes(dir, file, ref, numel * sizeof *ref), numel * sizeof *ref);
+    assert_int_equal(px_tensor_copy_to_host(v, ours, numel * sizeof *ours), PX_OK);
+    double vmax = 1e-3, d = 0;
+    for (size_t j = 0; j < numel; j++) {
+      vmax = fmax(vmax, fabs((double)ref[j]));
+      d = fmax(d, fabs((double)ours[j] - ref[j]));
+    }
+    if (d > 1e-5 * vmax)
+      fail_msg("%s: %s differs from PyTorch's by %.3e (largest %.3e)", net, name, d, vmax);
+    worst = fmax(worst, d / vmax);
+    free(ref);
+    free(ours);
+    nbufs++;
+  }
+  fclose(f);
+  print_message("%s: %d running statistics within %.2e of PyTorch's after the step\n", net, nbufs,
+                worst);
+  assert_int_equal(nbufs, px_model_num_buffers(m));
+}
+
 /* net on c x h x w inputs: our logits and, when grads, one training
  * step's gradients against PyTorch's. */
 static void check_net_at(const char *net, int c, int h, int w, int grads) {
@@ -138,6 +176,7 @@ static void check_net_at(const char *net, int c, int h, int w, int grads) {
   print_message("%s: %d parameter gradients within %.2e of float64's (relative to the largest; "
                 "PyTorch float32 within %.2e)\n", net, nparams, worst, worst_torch);
   assert_int_equal(nparams, px_model_num_params(m));
+  check_buffers(m, dir, net);
 done:
   free(x);
   px_model_destroy(m);
@@ -232,6 +271,36 @@ static void shapes_forward_and_gradients_match_pytorch(void **state) {
     setenv("PX_TEST_ONNX_OPSET", opsets[i], 1);
     check_net("shapes");      /* classifier on x.view(x.size(0), -1) */
     check_net("shapes_mean"); /* classifier on x.mean((2, 3)) */
+  }
+  unsetenv("PX_TEST_ONNX_OPSET");
+}
+
+/* Batch norms of other epsilons and momenta (googlenet's and mobilenet_v3's
+ * eps 1e-3, mobilenet_v3's momentum 0.01; 0.05, 0.5 and 0.3): the logits,
+ * the gradients and the running statistics after the step. */
+static void bn_epsilons_and_momenta_match_pytorch(void **state) {
+  (void)state;
+  if (!have_torch()) skip();
+  const char *opsets[2] = {"13", "17"};
+  for (int i = 0; i < 2; i++) {
+    print_message("opset %s\n", opsets[i]);
+    setenv("PX_TEST_ONNX_OPSET", opsets[i], 1);
+    check_net("bn_eps");
+  }
+  unsetenv("PX_TEST_ONNX_OPSET");
+}
+
+/* mobilenet_v3's classifier (issue 48): Gemm, Hardswish (opset 13: Mul(x,
+ * HardSigmoid(x)); 17: HardSwish) and Dropout on the pooled features, then
+ * a second Gemm, at opsets 13 and 17. */
+static void fc_chain_matches_pytorch(void **state) {
+  (void)state;
+  if (!have_torch()) skip();
+  const char *opsets[2] = {"13", "17"};
+  for (int i = 0; i < 2; i++) {
+    print_message("opset %s\n", opsets[i]);
+    setenv("PX_TEST_ONNX_OPSET", opsets[i], 1);
+    check_net("fc_chain");
   }
   unsetenv("PX_TEST_ONNX_OPSET");
 }
@@ -438,15 +507,17 @@ static void imported_graphs_prune_by_coupled_groups_and_compact_exactly(void **s
   if (!px_test_python_has("torch, onnx, numpy, cv2")) skip();
   px_ops_t *ops;
   assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
-  const char *nets[5] = {"mobilenet", "seresnet", "acts", "scalars", "shapes"};
+  const char *nets[7] = {"mobilenet", "seresnet", "acts", "scalars", "shapes", "bn_eps",
+                         "fc_chain"};
   /* the three blocks' expansion -> projection; conv1 -> conv2; through the
    * activations: conv1 -> conv2 (Hardswish), conv4 -> conv5 (Tanh); conv1
    * -> conv2 through the arithmetic by constants; conv1 -> conv2 through
-   * the Concat of one input */
-  const int want_pairs[5] = {3, 2, 2, 1, 1};
+   * the Concat of one input; conv1 -> conv2 -> conv3 -> conv4; conv1 ->
+   * conv2 (the two FC layers stay dense, as every classifier does) */
+  const int want_pairs[7] = {3, 2, 2, 1, 1, 3, 1};
   /* each block's depthwise conv and its batch norm's scale and shift; none in the SE-ResNet */
-  const int want_followers[5] = {9, 0, 0, 0, 0};
-  for (int k = 0; k < 5; k++) {
+  const int want_followers[7] = {9, 0, 0, 0, 0, 0, 0};
+  for (int k = 0; k < 7; k++) {
     char dir[64], path[512], cmd[2048];
     reference(nets[k], dir);
     px_model_t *m = import(ops, dir), *cm = NULL;
@@ -555,6 +626,12 @@ static void unsupported_operator_is_refused_with_node_and_file(void **state) {
   msg = refusal(path);
   assert_non_null(strstr(msg, "node '/Slice' (Slice): input '/Reshape_output_0' is an "
                               "activation: a value computed from a tensor's data is not taken"));
+  /* a Linear layer's features viewed as a map (a squeeze-and-excitation of Linear layers) */
+  snprintf(path, sizeof path, "%s/linear_se.onnx", dir);
+  snprintf(cmd, sizeof cmd, PY " %s export linear_se %s", NETS, path);
+  assert_int_equal(system(cmd), 0);
+  msg = refusal(path);
+  assert_non_null(strstr(msg, "(Reshape): the features of a Gemm or MatMul are read only by"));
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   assert_int_equal(system(cmd), 0);
 }
@@ -962,6 +1039,8 @@ int main(void) {
       cmocka_unit_test(seresnet_forward_and_gradients_match_pytorch),
       cmocka_unit_test(acts_forward_and_gradients_match_pytorch),
       cmocka_unit_test(shapes_forward_and_gradients_match_pytorch),
+      cmocka_unit_test(bn_epsilons_and_momenta_match_pytorch),
+      cmocka_unit_test(fc_chain_matches_pytorch),
       cmocka_unit_test(other_input_sizes_match_pytorch),
       cmocka_unit_test(depthwise_and_se_convs_are_left_out_of_pruning),
       cmocka_unit_test(imported_graphs_prune_by_coupled_groups_and_compact_exactly),

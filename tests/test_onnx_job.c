@@ -277,6 +277,13 @@ static void imported_acts_trains_packs_less_and_runs_in_opencv(void **state) {
   graph_net_job(*state, "acts", 1);
 }
 
+/* mobilenet_v3's head (issue 48): Linear, Hardswish, Dropout, Linear after
+ * batch norms of eps 1e-3 and momentum 0.01, through the job (the two FC
+ * layers dense). */
+static void imported_fc_chain_trains_packs_less_and_runs_in_opencv(void **state) {
+  graph_net_job(*state, "fc_chain", 1);
+}
+
 static void spec_with_an_unsupported_operator_is_refused_at_parse(void **state) {
   const char *dir = *state;
   if (!px_test_python_has("torch, onnx")) skip();
@@ -317,6 +324,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(imported_seresnet_trains_packs_less_and_runs_in_opencv,
                                       make_dir, remove_dir),
       cmocka_unit_test_setup_teardown(imported_acts_trains_packs_less_and_runs_in_opencv,
+                                      make_dir, remove_dir),
+      cmocka_unit_test_setup_teardown(imported_fc_chain_trains_packs_less_and_runs_in_opencv,
                                       make_dir, remove_dir),
   };
   if (getenv("PX_TEST_FILTER")) cmocka_set_test_filter(getenv("PX_TEST_FILTER"));

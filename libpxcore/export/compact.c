@@ -17,8 +17,6 @@
 #include "prunex/export.h"
 #include "px_check.h"
 
-#define PX__BN_EPS 1e-5
-
 typedef px__compact_t px__cg_t;
 
 static int px__find(int *g, int a) {
@@ -113,7 +111,7 @@ static void px__fold_constants(px__cg_t *c, int g) {
     if (!zero) continue;
     /* the BN output of a zero filter: scale * (0 - mean) / sqrt(var + eps) + shift */
     double k = (double)c->pv[B->w][ch] * (0.0 - c->bv[B->rm][ch]) /
-                   sqrt((double)c->bv[B->rv][ch] + PX__BN_EPS) +
+                   sqrt((double)c->bv[B->rv][ch] + B->eps) +
                c->pv[B->b][ch];
     if (B->relu && k < 0) k = 0;
     if (k != 0 && !all_1x1) continue; /* a padded reader: keep the channel */
@@ -231,6 +229,9 @@ px_status_t px__compact_update(px__compact_t *c, const px_model_t *m) {
       memset(c->live[c->group[n->in]], 1, (size_t)n->c_in);
       memset(c->live[c->group[n->out]], 1, (size_t)n->c_out);
     }
+    /* an FC's outputs stay (the FC layers are not pruned; a hidden one's
+     * features feed the next FC, through activations) */
+    if (n->kind == PX_NODE_FC) memset(c->live[c->group[n->out]], 1, (size_t)n->c_out);
     if ((n->kind != PX_NODE_CONV && n->kind != PX_NODE_FC) || n->groups > 1) continue;
     uint8_t *live = c->live[c->group[n->in]];
     size_t kk = n->kind == PX_NODE_CONV ? (size_t)n->kernel * n->kernel : 1;

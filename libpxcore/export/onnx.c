@@ -3,7 +3,7 @@
  * build tree at build time; no C++, no ONNX runtime).
  *
  * The graph follows the model's nodes one to one: Conv (no bias), then
- * BatchNormalization (inference form, epsilon 1e-5) and a Relu where the
+ * BatchNormalization (inference form, the model's epsilon) and a Relu where the
  * model fuses one, Add + Relu for the residual joins, GlobalAveragePool +
  * Flatten, and Gemm (transB) for the classifier. Weights are initializers
  * under the checkpoint's PyTorch names, as raw little-endian float32. Every
@@ -575,8 +575,8 @@ static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, px__vec_t *ini
       const char *ins[5] = {in, pn, px_model_param(m, n.b)->name,
                             px_model_buffer(m, n.rm)->name, px_model_buffer(m, n.rv)->name};
       node = px__node(p, nodes, "BatchNormalization", nm, ins, 5, n.relu ? pre : out);
-      px__push(p, &attrs, px__attr_float(p, "epsilon", 1e-5f));
-      px__push(p, &attrs, px__attr_float(p, "momentum", 0.9f));
+      px__push(p, &attrs, px__attr_float(p, "epsilon", (float)n.eps));
+      px__push(p, &attrs, px__attr_float(p, "momentum", (float)(1.0 - (double)n.momentum)));
       px__node_attrs(p, node, &attrs);
       if (n.relu) {
         const char *r[1] = {pre};

@@ -37,7 +37,6 @@
 #include "nn/cpu/px_cpu_int.h"
 #include "nn/px_graph_ops.h"
 
-#define PX__INFER_BN_EPS 1e-5
 #define PX__INFER_MARGIN_REL 0.05f
 #define PX__INFER_MARGIN_ABS 0.2f
 
@@ -76,6 +75,8 @@ typedef struct {
                              output in its layout (PLOUT / PLIN steps convert for the others) */
   void *wq;               /* planar CONV: the weights as the kernel reads them */
   int pw, pb, rm, rv;     /* BN_TRAIN: the model's scale, shift, running mean and var */
+  double eps;             /* BN_TRAIN: the batch norm's epsilon (px_model_node_t's) */
+  float momentum;         /* BN_TRAIN: its momentum */
   float *wf;              /* CONV [c_out][c_in/groups][k][k] folded, FC [c_out][c_in], BN [c_out]
                              scale */
   float *bf;              /* [c_out] folded bias (BN: shift) */
@@ -278,6 +279,8 @@ static px_status_t px__plan_steps(px__infer_t *net, px__graph_t *g) {
         s->pb = n->b;
         s->rm = n->rm;
         s->rv = n->rv;
+        s->eps = n->eps;
+        s->momentum = n->momentum;
         break;
       case PX_NODE_ADD: s->kind = PX__S_ADD; break;
       case PX_NODE_GAP: s->kind = PX__S_GAP; break;
@@ -658,7 +661,7 @@ static px_status_t px__bn_train_create(px__infer_t *net, px__istep_t *s) {
   const unsigned flags = dnnl_use_scale | dnnl_use_shift | (s->relu ? dnnl_fuse_norm_relu : 0u);
   dnnl_batch_normalization_desc_t bd;
   PX_DNNL(dnnl_batch_normalization_forward_desc_init(&bd, dnnl_forward_training, &md,
-                                                     (float)PX__INFER_BN_EPS, flags));
+                                                     (float)s->eps, flags));
   PX_CHECK(px__cpu_pd_create(ops, &pd, &bd, NULL, NULL, "calibration batch norm"));
   const char *impl = NULL;
   if (net->train_bn == 2 ||
@@ -694,7 +697,7 @@ static const float *px__param(const px_model_t *m, int i);
 static const float *px__buffer(const px_model_t *m, int i);
 
 /* Runs a BN_TRAIN step on oneDNN, then moves the running statistics as
- * cpu_bn.c does (momentum 0.1, unbiased variance). */
+ * cpu_bn.c does (the layer's momentum, unbiased variance). */
 static px_status_t px__bn_train_run(px__infer_t *net, px__istep_t *s) {
   const size_t C = (size_t)s->c_in;
   const int64_t count = (int64_t)net->batch * s->h * s->w;
@@ -704,7 +707,7 @@ static px_status_t px__bn_train_run(px__infer_t *net, px__istep_t *s) {
                    (void *)px__param(net->m, s->pb), net->slot[s->sout], s->bstat,
                    s->bstat + C, s->ws};
   PX_CHECK(px__exec_run(net->ops, &s->fwd, ptrs));
-  const float m = 0.1f;
+  const float m = s->momentum;
   const float unbias = (float)((double)count / (double)(count - 1));
   float *rm = (float *)px__buffer(net->m, s->rm), *rv = (float *)px__buffer(net->m, s->rv);
   for (size_t c = 0; c < C; c++) {
@@ -890,7 +893,7 @@ px_status_t px__infer_load(px__infer_t *net) {
       double a = 1, b = 0, b0 = cb ? cb[o] : 0.0; /* BN(w x + b0) = a w x + a b0 + b */
       if (has_bn) {
         a = (double)px__param(m, bn.w)[o] /
-            sqrt((double)px__buffer(m, bn.rv)[o] + PX__INFER_BN_EPS);
+            sqrt((double)px__buffer(m, bn.rv)[o] + bn.eps);
         b = (double)px__param(m, bn.b)[o] - a * (double)px__buffer(m, bn.rm)[o];
       }
       s->bf[o] = (float)(a * b0 + b);
@@ -936,7 +939,7 @@ static void px__pack_input(px__infer_t *net, const float *x, int32_t n, int bf) 
 
 /* Training-mode batch norm on NHWC, as the training engine's (cpu_bn.c):
  * normalised by the batch mean and biased variance over N*H*W, the running
- * mean and the unbiased running variance moved by momentum 0.1 (written
+ * mean and the unbiased running variance moved by the layer's momentum (written
  * into the model's buffers). */
 static void px__bn_train(px__infer_t *net, const px__istep_t *s, const float *x, float *y) {
   const size_t P = (size_t)net->batch * s->h * s->w, C = (size_t)s->c_in;
@@ -952,14 +955,14 @@ static void px__bn_train(px__infer_t *net, const px__istep_t *s, const float *x,
       double d = x[p * C + c] - mean[c];
       var[c] += d * d;
     }
-  const float m = 0.1f;
+  const float m = s->momentum;
   const float unbias = (float)((double)P / (double)(P - 1));
   for (size_t c = 0; c < C; c++) {
     var[c] /= (double)P;
     rm[c] = (1.0f - m) * rm[c] + m * (float)mean[c];
     rv[c] = (1.0f - m) * rv[c] + m * (float)var[c] * unbias;
     /* y = a x + b */
-    double a = scale[c] / sqrt(var[c] + PX__INFER_BN_EPS);
+    double a = scale[c] / sqrt(var[c] + s->eps);
     var[c] = a;
     mean[c] = shift[c] - a * mean[c];
   }

@@ -68,6 +68,7 @@ typedef struct {
   int groups;                /* CONV: 1 dense, > 1 grouped */
   px__act_t act;             /* ACT */
   float alpha;               /* ACT: LeakyReLU's slope */
+  float eps, momentum;       /* BN: epsilon, PyTorch's momentum */
   px_conv2d_t *conv;
   px_batchnorm_t *bn;
   px_add_t *add;
@@ -281,11 +282,17 @@ static px_status_t px__conv(px_model_t *m, int in, int c_out, int k, int stride,
   return px__conv_g(m, in, c_out, k, stride, 1, 0, PX_WEIGHT_CONV, name, out);
 }
 
-static px_status_t px__bn(px_model_t *m, int in, int relu, const char *name, int *out) {
+/* A batch norm of epsilon eps whose running statistics move by PyTorch's
+ * momentum (an imported layer's; px__bn: PyTorch's defaults, 1e-5 and 0.1,
+ * the built-in models'). */
+static px_status_t px__bn_as(px_model_t *m, int in, int relu, float eps, float momentum,
+                             const char *name, int *out) {
   px__node_t *n;
   PX_CHECK(px__push(m, PX__BN, in, -1, &n));
   n->relu = relu;
-  px_batchnorm_params_t p = {1e-5f, 0.1f, relu};
+  n->eps = eps;
+  n->momentum = momentum;
+  px_batchnorm_params_t p = {eps, momentum, relu};
   PX_CHECK(px_batchnorm_create(m->ops, &m->acts[in], &p, &n->bn));
   px_tensor_t ys, cs;
   px_batchnorm_y_spec(n->bn, &ys);
@@ -307,6 +314,10 @@ static px_status_t px__bn(px_model_t *m, int in, int relu, const char *name, int
   n->rv = rv;
   *out = o;
   return PX_OK;
+}
+
+static px_status_t px__bn(px_model_t *m, int in, int relu, const char *name, int *out) {
+  return px__bn_as(m, in, relu, 1e-5f, 0.1f, name, out);
 }
 
 /* A layout conversion of activation in to spec's layout (same shape): a
@@ -389,11 +400,12 @@ static px_status_t px__graph_node(px_model_t *m, px__node_kind_t kind, int in, i
 }
 
 /* An activation is element-wise: it keeps its input's format (no
- * conversion; on CUDA any of its formats) unless a CPU layout pads the
- * channels, where f(0) would not be 0 for every activation. */
+ * conversion; on CUDA any of its formats; the features [N, F] between two
+ * FC layers as they are) unless a CPU layout pads the channels, where f(0)
+ * would not be 0 for every activation. */
 static px_status_t px__act_node(px_model_t *m, int in, px__act_t act, float alpha, int *out) {
   const px_tensor_t *x = &m->acts[in];
-  if (px__on_cpu(m) &&
+  if (px__on_cpu(m) && x->ndim == 4 &&
       (px_tensor_is_plain(x) || x->nbytes != px_tensor_numel(x) * sizeof(float))) {
     PX_CHECK(px__graph_node(m, PX__ACT, in, -1, (int)x->dims[1], out));
   } else {
@@ -577,7 +589,10 @@ static px_status_t px__build_onnx(px_model_t *m) {
                                      (int)(m->acts[in].dims[1] + m->acts[in2].dims[1]), &act[k]),
                       st, done);
         break;
-      case PX__OL_BN: PX_CHECK_GOTO(px__bn(m, in, L->relu, L->prefix, &act[k]), st, done); break;
+      case PX__OL_BN:
+        PX_CHECK_GOTO(px__bn_as(m, in, L->relu, L->eps, L->momentum, L->prefix, &act[k]), st,
+                      done);
+        break;
       case PX__OL_ADD:
         PX_CHECK_GOTO(px__add(m, in, in2, L->relu, &act[k]), st, done);
         break;
@@ -589,7 +604,9 @@ static px_status_t px__build_onnx(px_model_t *m) {
                       st, done);
         break;
       case PX__OL_FC:
-        PX_CHECK_GOTO(px__fc(m, in, m->cfg.num_classes, L->prefix, &act[k]), st, done);
+        /* the last gives the logits (px__open_onnx checked its classes); one
+         * before it, features for the next (kept whole by compaction) */
+        PX_CHECK_GOTO(px__fc(m, in, L->c_out, L->prefix, &act[k]), st, done);
         break;
     }
   }
@@ -1210,6 +1227,18 @@ int px_model_act_area(const px_model_t *m, int a, int *h, int *w) {
   return 0;
 }
 
+/* f as the shortest decimal of up to 7 digits that gives it back (1e-5f:
+ * 1e-5), as PyTorch's epsilon is written; f itself when none does. */
+static double px__decimal(float f) {
+  char buf[32];
+  for (int digits = 1; digits <= 7; digits++) {
+    snprintf(buf, sizeof buf, "%.*g", digits, (double)f);
+    double d = strtod(buf, NULL);
+    if ((float)d == f) return d;
+  }
+  return (double)f;
+}
+
 px_status_t px_model_node(const px_model_t *m, int k, px_model_node_t *out) {
   PX_REQUIRE(k >= 0 && k < m->nnodes, "model node %d of %d", k, m->nnodes);
   const px__node_t *n = &m->nodes[k];
@@ -1224,7 +1253,8 @@ px_status_t px_model_node(const px_model_t *m, int k, px_model_node_t *out) {
                            n->kind == PX__POOL ? n->pad : n->kernel / 2,
                            (int)m->acts[n->in].dims[1], (int)m->acts[n->out].dims[1],
                            n->kind == PX__CONV ? (n->groups > 1 ? n->groups : 1) : 0, (int)n->act,
-                           n->alpha};
+                           n->alpha, n->momentum,
+                           n->kind == PX__BN ? px__decimal(n->eps) : 0.0};
   return PX_OK;
 }
 

@@ -17,7 +17,8 @@
  * What is taken today (the layer set of the built-in models and the graph
  * operators of nn/px_graph_ops.h): Conv (bias optional, groups dividing the
  * channels, so grouped and depthwise; square kernel (kernel_shape, when
- * given, the weight's), padding kernel/2, dilation 1), BatchNormalization (epsilon 1e-5), Relu (fused into a
+ * given, the weight's), padding kernel/2, dilation 1), BatchNormalization
+ * (epsilon 1e-12 to 0.1, any momentum), Relu (fused into a
  * BatchNormalization or an Add right before it whose output nothing else
  * reads, as the built-in models fuse it; otherwise a layer of its own),
  * LeakyRelu, Clip(0, 6) (ReLU6), Sigmoid, HardSigmoid (beta 0.5), HardSwish,
@@ -36,7 +37,9 @@
  * ConstantOfShape, Add, Sub, Mul, Div of shapes and constants), folded at
  * import into constants
  * (nn/onnx_shape.c: x.view(x.size(0), -1) is a Reshape by [N, -1]),
- * and one final Gemm or MatMul (+ Add of its bias) (the classifier); Dropout and Identity pass their input
+ * and Gemm or MatMul (+ Add of its bias) on the flattened features: the
+ * classifier, or a chain of them with activations between (mobilenet_v3's
+ * head), the last giving the logits; Dropout and Identity pass their input
  * through (an Identity of an initializer is that initializer: PyTorch's
  * exporter writes those for equal-valued BN parameters). */
 #include <errno.h>
@@ -364,9 +367,13 @@ static px_status_t px__op_bn(px__imp_t *im, const Onnx__NodeProto *n) {
   if (px__attr_i(n, "training_mode", 0) != 0 || n->n_output > 1)
     return PX__NODE_FAIL(im, n, "a training-mode BatchNormalization is not supported: export "
                                 "the model in eval mode");
-  float eps = px__attr_f(n, "epsilon", 1e-5f);
-  if (fabsf(eps - 1e-5f) > 1e-9f)
-    return PX__NODE_FAIL(im, n, "epsilon = %g: only 1e-5 (PyTorch's default) is supported", eps);
+  /* ONNX's momentum is PyTorch's 1 - momentum: PyTorch's own value back
+   * (to 1e-6, so that 0.9 gives PyTorch's 0.1f exactly) */
+  float eps = px__attr_f(n, "epsilon", 1e-5f), om = px__attr_f(n, "momentum", 0.9f);
+  if (!(eps >= 1e-12f && eps <= 0.1f))
+    return PX__NODE_FAIL(im, n, "epsilon = %g: 1e-12 to 0.1 is supported", eps);
+  if (!(om >= 0.0f && om <= 1.0f))
+    return PX__NODE_FAIL(im, n, "momentum = %g: 0 to 1 is supported", om);
   px__onnx_layer_t *L;
   PX_CHECK(px__new_layer(im, n, PX__OL_BN, &L));
   int64_t dims[1] = {x->c};
@@ -377,6 +384,7 @@ static px_status_t px__op_bn(px__imp_t *im, const Onnx__NodeProto *n) {
   L->in = x->layer;
   L->c_out = x->c;
   L->eps = eps;
+  L->momentum = (float)(round((1.0 - (double)om) * 1e6) / 1e6);
   px__prefix(L, n->input[1], im->g->nlayers - 1);
   return px__out(im, n, im->g->nlayers - 1, x->c, x->h, x->w);
 }
@@ -386,7 +394,7 @@ static px_status_t px__op_bn(px__imp_t *im, const Onnx__NodeProto *n) {
 static px_status_t px__act_of(px__imp_t *im, const Onnx__NodeProto *n, size_t i, px__act_t a,
                               float alpha) {
   px__value_t *x;
-  PX_CHECK(px__act_in(im, n, i, 1, &x));
+  PX_CHECK(px__act_in(im, n, i, 0, &x)); /* a map, or features [N, F] (between FC layers) */
   px__onnx_layer_t *L;
   PX_CHECK(px__new_layer(im, n, PX__OL_ACT, &L));
   L->in = x->layer;
@@ -944,10 +952,22 @@ static px_status_t px__op_shape(px__imp_t *im, const Onnx__NodeProto *n) {
   return px__folded(im, n, st, why, t);
 }
 
+/* Whether layer's output is an FC layer's features [N, F] (through
+ * activations): the model holds them 2-D, which only activations and
+ * another FC read. */
+static int px__fc_features(const px__imp_t *im, int layer) {
+  while (layer >= 0 && im->g->layers[layer].kind == PX__OL_ACT) layer = im->g->layers[layer].in;
+  return layer >= 0 && im->g->layers[layer].kind == PX__OL_FC;
+}
+
 /* x as [N, od[0 .. k-1]]: the same layer's output when that moves no data:
  * [N, C, 1, 1], [N, C, 1] and [N, C] into one another (or the same shape). */
 static px_status_t px__reshaped(px__imp_t *im, const Onnx__NodeProto *n, const px__value_t *x,
                                 const int64_t *od, int k) {
+  if (k > 1 && px__fc_features(im, x->layer))
+    return PX__NODE_FAIL(im, n, "the features of a Gemm or MatMul are read only by activations "
+                                "and another Gemm or MatMul, not as a map (a squeeze-and-"
+                                "excitation of Linear layers is not supported)");
   int64_t d[3], e = 1;
   int r = px__act_dims(x, d), unit = x->h == 0 || (x->h == 1 && x->w == 1);
   for (int i = 0; i < r; i++) e *= d[i];
@@ -1273,10 +1293,6 @@ static px_status_t px__lower(px__imp_t *im, const Onnx__ModelProto *mp) {
       out->layer != g->nlayers - 1)
     return px_set_error(PX_ERR_INVALID, "%s: the graph must have one output, the logits of a "
                         "final Gemm (the classifier)", im->file);
-  for (int k = 0; k + 1 < g->nlayers; k++)
-    if (g->layers[k].kind == PX__OL_FC)
-      return px_set_error(PX_ERR_INVALID, "%s: node '%s' (Gemm): only one classifier, at the "
-                          "end, is supported", im->file, g->layers[k].node);
   g->classes = last->c_out;
   return PX_OK;
 }

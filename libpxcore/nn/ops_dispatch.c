@@ -399,6 +399,14 @@ static px_status_t px__graph_arg(const px_ops_t *ops, const px_tensor_t *t, cons
   return PX_OK;
 }
 
+/* An activation's input: a map as px__graph_arg, or the features [N, F]
+ * between two FC layers (element-wise either way). */
+static px_status_t px__act_arg(const px_ops_t *ops, const px_tensor_t *t, const char *op) {
+  if (t && t->ndim == 2 && t->data && px_device_equal(t->device, PX__BE(ops)->ops_device(ops)))
+    return PX_OK;
+  return px__graph_arg(ops, t, op, "x");
+}
+
 static px_status_t px__act_check(const px_ops_t *ops, px__act_t act, const char *op) {
   PX_REQUIRE(ops != NULL, "%s: ops context is NULL", op);
   PX_REQUIRE((int)act >= 0 && (int)act < PX__ACT_COUNT, "%s: unknown activation %d", op,
@@ -409,7 +417,7 @@ static px_status_t px__act_check(const px_ops_t *ops, px__act_t act, const char 
 px_status_t px__ops_act_forward(px_ops_t *ops, px_tensor_t *y, const px_tensor_t *x, px__act_t act,
                                 float alpha) {
   PX_CHECK(px__act_check(ops, act, "activation forward"));
-  PX_CHECK(px__graph_arg(ops, x, "activation forward", "x"));
+  PX_CHECK(px__act_arg(ops, x, "activation forward"));
   PX_CHECK(px__check_as(y, x, "activation forward", "y"));
   return PX__BE(ops)->act_forward(ops, y, x, act, alpha);
 }
@@ -418,7 +426,7 @@ px_status_t px__ops_act_backward(px_ops_t *ops, px_tensor_t *dx, const px_tensor
                                  const px_tensor_t *x, const px_tensor_t *y, px__act_t act,
                                  float alpha) {
   PX_CHECK(px__act_check(ops, act, "activation backward"));
-  PX_CHECK(px__graph_arg(ops, x, "activation backward", "x"));
+  PX_CHECK(px__act_arg(ops, x, "activation backward"));
   PX_CHECK(px__check_as(y, x, "activation backward", "y"));
   PX_CHECK(px__check_as(dy, x, "activation backward", "dy"));
   PX_CHECK(px__check_as(dx, x, "activation backward", "dx"));

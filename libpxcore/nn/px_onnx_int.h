@@ -48,7 +48,7 @@ typedef struct {
   int c_out;              /* CONV: filters; FC: classes; others: channels of the output */
   int kernel, stride;     /* CONV: square kernel, stride, padding kernel / 2; pools: window */
   int pad;                /* pools: zero padding on each side (AVGPOOL counts it) */
-  float eps;              /* BN */
+  float eps, momentum;    /* BN: epsilon; PyTorch's momentum (1 - ONNX's) */
   int groups;             /* CONV: 1, or grouped / depthwise */
   int act;                /* ACT: a px__act_t (nn/px_graph_ops.h) */
   float alpha;            /* ACT: LeakyRelu's slope */

@@ -393,6 +393,18 @@ static px_status_t px__hsadmm_state_ops(const px__strategy_run_t *r, const px__h
   return PX_OK;
 }
 
+/* Says in the job log when the model has FC layers besides the classifier
+ * (an imported head such as mobilenet_v3's Linear, Hardswish, Linear): no
+ * FC layer is pruned, so the hidden ones stay dense with it. */
+static void px__hsadmm_log_fc(const px_model_t *m) {
+  int nfc = 0;
+  for (int i = 0; i < px_model_num_params(m); i++)
+    nfc += px_model_param(m, i)->kind == PX_WEIGHT_FC;
+  if (nfc > 1)
+    px_log(PX_LOG_INFO, "%d FC (Linear) layers in the classifier: FC layers are not pruned, "
+           "all %d stay dense", nfc, nfc);
+}
+
 static px_status_t px__hsadmm_create(px__strategy_run_t *r, void **priv) {
   const px_strategy_config_t *c = r->cfg;
   px__hsadmm_strategy_t *s = px_calloc(1, sizeof *s, "strategy.hsadmm");
@@ -404,6 +416,7 @@ static px_status_t px__hsadmm_create(px__strategy_run_t *r, void **priv) {
   s->layer_density = px_calloc((size_t)r->np, sizeof(double), "strategy.density");
   if (!s->hp || !s->backup || !s->layer_density) return PX_ERR_NOMEM;
   px_strategy_hsadmm_params(r->m, c->skip_layers, c->nskip, s->hp);
+  px__hsadmm_log_fc(r->m);
   const px__hss_ops_t *ops;
   PX_CHECK(px__hsadmm_state_ops(r, &ops));
   s->dev = ops != NULL;

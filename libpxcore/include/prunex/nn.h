@@ -183,6 +183,12 @@ typedef struct {
   int groups;              /* CONV: 1 dense, > 1 grouped (c_in == groups: depthwise) */
   int act;                 /* ACT: the activation (see above) */
   float alpha;             /* ACT: its parameter (see above) */
+  float momentum;          /* BN: PyTorch's momentum of the running statistics (0.1 in the
+                              built-in models) */
+  double eps;              /* BN: epsilon, the float the layer computes with as the decimal
+                              it was written as (1e-5 exactly for the built-in models' 1e-5f;
+                              an imported graph's own) (no padding before it: the struct
+                              compares bytewise) */
 } px_model_node_t;
 /* 1 when every node of m is of the built-in layer set (dense convs without
  * bias, BN, ADD, pools, FC); 0 when the graph has ACT, MUL, CONCAT nodes or
