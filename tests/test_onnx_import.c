@@ -236,6 +236,19 @@ static void seresnet_forward_and_gradients_match_pytorch(void **state) {
   check_net("seresnet");
 }
 
+/* check_net of each net in nets (NULL-ended) as exported at each opset of
+ * the comma-separated list (PX_TEST_ONNX_OPSET). */
+static void check_nets_at(const char *opset_list, const char *const *nets) {
+  char list[32];
+  snprintf(list, sizeof list, "%s", opset_list);
+  for (char *save = NULL, *o = strtok_r(list, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
+    print_message("opset %s\n", o);
+    setenv("PX_TEST_ONNX_OPSET", o, 1);
+    for (const char *const *n = nets; *n; n++) check_net(*n);
+  }
+  unsetenv("PX_TEST_ONNX_OPSET");
+}
+
 /* mobilenet_v3's and efficientnet_b0's activations (issue 48): Hardswish,
  * SiLU, the exact GELU, Tanh, Hardsigmoid and a Hardsigmoid-gated
  * squeeze-and-excitation, as PyTorch exports them at opset 13 (Hardswish as
@@ -244,13 +257,7 @@ static void seresnet_forward_and_gradients_match_pytorch(void **state) {
 static void acts_forward_and_gradients_match_pytorch(void **state) {
   (void)state;
   if (!have_torch()) skip();
-  const char *opsets[3] = {"13", "17", "20"};
-  for (int i = 0; i < 3; i++) {
-    print_message("opset %s\n", opsets[i]);
-    setenv("PX_TEST_ONNX_OPSET", opsets[i], 1);
-    check_net("acts");
-  }
-  unsetenv("PX_TEST_ONNX_OPSET");
+  check_nets_at("13,17,20", (const char *const[]){"acts", NULL});
   check_net("scalars"); /* Mul, Add, Sub, Div by a constant; 1 - x; x / sqrt 2 without Erf */
 }
 
@@ -265,14 +272,8 @@ static void acts_forward_and_gradients_match_pytorch(void **state) {
 static void shapes_forward_and_gradients_match_pytorch(void **state) {
   (void)state;
   if (!have_torch()) skip();
-  const char *opsets[3] = {"13", "17", "18"}; /* 18: ReduceMean's axes an input */
-  for (int i = 0; i < 3; i++) {
-    print_message("opset %s\n", opsets[i]);
-    setenv("PX_TEST_ONNX_OPSET", opsets[i], 1);
-    check_net("shapes");      /* classifier on x.view(x.size(0), -1) */
-    check_net("shapes_mean"); /* classifier on x.mean((2, 3)) */
-  }
-  unsetenv("PX_TEST_ONNX_OPSET");
+  /* shapes: the classifier on x.view(x.size(0), -1); shapes_mean: on x.mean((2, 3)) */
+  check_nets_at("13,17,18", (const char *const[]){"shapes", "shapes_mean", NULL});
 }
 
 /* Batch norms of other epsilons and momenta (googlenet's and mobilenet_v3's
@@ -281,13 +282,7 @@ static void shapes_forward_and_gradients_match_pytorch(void **state) {
 static void bn_epsilons_and_momenta_match_pytorch(void **state) {
   (void)state;
   if (!have_torch()) skip();
-  const char *opsets[2] = {"13", "17"};
-  for (int i = 0; i < 2; i++) {
-    print_message("opset %s\n", opsets[i]);
-    setenv("PX_TEST_ONNX_OPSET", opsets[i], 1);
-    check_net("bn_eps");
-  }
-  unsetenv("PX_TEST_ONNX_OPSET");
+  check_nets_at("13,17", (const char *const[]){"bn_eps", NULL});
 }
 
 /* mobilenet_v3's classifier (issue 48): Gemm, Hardswish (opset 13: Mul(x,
@@ -296,13 +291,7 @@ static void bn_epsilons_and_momenta_match_pytorch(void **state) {
 static void fc_chain_matches_pytorch(void **state) {
   (void)state;
   if (!have_torch()) skip();
-  const char *opsets[2] = {"13", "17"};
-  for (int i = 0; i < 2; i++) {
-    print_message("opset %s\n", opsets[i]);
-    setenv("PX_TEST_ONNX_OPSET", opsets[i], 1);
-    check_net("fc_chain");
-  }
-  unsetenv("PX_TEST_ONNX_OPSET");
+  check_nets_at("13,17", (const char *const[]){"fc_chain", NULL});
 }
 
 static int param_kind(const px_model_t *m, const char *name) {
