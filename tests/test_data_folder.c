@@ -287,6 +287,16 @@ static void layout_errors_are_refused_naming_the_directory(void **state) {
   assert_non_null(strstr(px_last_error(), "dataset.path"));
 }
 
+/* Rewrites the cache at path as version 1 (the version field at byte 8),
+ * whose decoder lost good JPEGs after a bad one. */
+static void mark_cache_version_1(const char *path) {
+  uint32_t v1 = 1;
+  int fd = open(path, O_WRONLY);
+  assert_true(fd >= 0);
+  assert_int_equal(pwrite(fd, &v1, sizeof v1, 8), (ssize_t)sizeof v1);
+  close(fd);
+}
+
 static void corrupt_images_are_skipped_and_counted(void **state) {
   (void)state;
   need_fixtures();
@@ -318,11 +328,7 @@ static void corrupt_images_are_skipped_and_counted(void **state) {
   px_dataset_destroy(ds);
   /* a version 1 cache (its decoder lost good JPEGs after a bad one, issue
    * 49) that skipped images is rebuilt */
-  uint32_t v1 = 1;
-  int fd = open(rep.cache_path, O_WRONLY);
-  assert_true(fd >= 0);
-  assert_int_equal(pwrite(fd, &v1, sizeof v1, 8), (ssize_t)sizeof v1);
-  close(fd);
+  mark_cache_version_1(rep.cache_path);
   assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_OK);
   assert_int_equal(rep.built, 1);
   px_dataset_destroy(ds);
@@ -359,11 +365,7 @@ static void the_cache_is_built_once_and_rebuilt_when_stale(void **state) {
   assert_int_equal(dataset_hash(a), dataset_hash(b));
   px_dataset_destroy(b);
   /* a version 1 cache that skipped nothing is still good */
-  uint32_t v1 = 1;
-  int fd = open(rep.cache_path, O_WRONLY);
-  assert_true(fd >= 0);
-  assert_int_equal(pwrite(fd, &v1, sizeof v1, 8), (ssize_t)sizeof v1);
-  close(fd);
+  mark_cache_version_1(rep.cache_path);
   assert_int_equal(px_dataset_load_folder(&fc, &rep, &b), PX_OK);
   assert_int_equal(rep.built, 0);
   px_dataset_destroy(b);
