@@ -55,11 +55,12 @@ static int coord_path_shape_ok(const char *field, const char *out, char *err, si
  * relative (under the job's directory in the agent's work directory) or
  * absolute under a root that every node not LOST reported (its work
  * directory, its --output-root directories), never with a ".." component.
- * With data set, the same for dataset.path and the nodes' data roots
- * (issue 26; a node that reported none, an older agent, is not asked).
+ * With data set, the same for a path the workers read (dataset.path,
+ * model.onnx: field names it) and the nodes' data roots (a node that
+ * reported none, an older agent, is not asked).
  * Returns 1, or 0 with the reason in err (or -1 on a database error). */
-static int coord_path_ok(coord_t *c, const char *out, int data, char *err, size_t cap) {
-  const char *field = data ? "spec.dataset.path" : "spec.output_dir";
+static int coord_path_ok(coord_t *c, const char *out, const char *field, int data, char *err,
+                         size_t cap) {
   if (!out[0]) return 1;
   if (!coord_path_shape_ok(field, out, err, cap)) return 0;
   if (out[0] != '/') return 1;
@@ -215,8 +216,11 @@ int coord_submit_quota(coord_t *c, px_rpc_srv_call_t *call, int64_t nnew) {
 
 
 int coord_submit_paths_ok(coord_t *c, const Prunex__V1__JobSpec *spec, char *err, size_t cap) {
-  int ok = coord_path_ok(c, spec->output_dir, 0, err, cap);
-  if (ok > 0 && spec->dataset) ok = coord_path_ok(c, spec->dataset->path, 1, err, cap);
+  int ok = coord_path_ok(c, spec->output_dir, "spec.output_dir", 0, err, cap);
+  if (ok > 0 && spec->dataset)
+    ok = coord_path_ok(c, spec->dataset->path, "spec.dataset.path", 1, err, cap);
+  if (ok > 0 && spec->model && spec->model->onnx) /* read by the workers as the data are */
+    ok = coord_path_ok(c, spec->model->onnx, "spec.model.onnx", 1, err, cap);
   if (ok > 0 && spec->dataset && spec->dataset->cache_dir)
     ok = coord_cache_dir_ok(c, spec->dataset->cache_dir, err, cap);
   return ok;

@@ -13,7 +13,9 @@
  * dataset.path outside the agents' data roots (or leading out of one
  * through a link) is refused before anything runs, and an image folder's
  * links out of the root are skipped by name (issue 49), and so is a
- * dataset.cache_dir outside the roots the agents let jobs write to. */
+ * dataset.cache_dir outside the roots the agents let jobs write to; a
+ * model.onnx outside the data roots is refused at submission, and one
+ * changed after it fails the job. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -497,6 +499,61 @@ static void test_a_cache_dir_outside_the_roots_is_refused(void **state) {
   rmdir(outside);
 }
 
+/* The SHA-256 of path by coreutils' sha256sum into hex[65]. */
+static void file_sha256(const char *path, char hex[65]) {
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "sha256sum '%s'", path);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  assert_int_equal(fscanf(p, "%64s", hex), 1);
+  assert_int_equal(pclose(p), 0);
+  assert_int_equal(strlen(hex), 64);
+}
+
+/* model.onnx is read by the workers as the data are: outside the agents'
+ * data roots it is refused at SubmitJob, naming the field and the node; on
+ * the wire it needs the SHA-256 of the file as submitted; and a file that
+ * changed after submission fails the job, naming the file, with nothing
+ * trained from the new bytes. */
+static void test_a_model_file_outside_the_roots_or_changed_is_refused(void **state) {
+  (void)state;
+  char model[400], sha[65], job[64], reason[2048];
+  pxt_job_t j;
+  pxt_job_init(&j, NULL, NODES, WORKERS, 1, 1);
+  j.model.name = "onnx";
+  j.model.onnx = "/etc/passwd";
+  assert_int_not_equal(pxt_job_submit(F->alice, &j, job, sizeof job), PX_OK);
+  assert_int_equal(px_rpc_last_code(), PX_RPC_INVALID_ARGUMENT);
+  if (!strstr(px_last_error(), "model.onnx_sha256: required with model.onnx"))
+    fail_msg("%s", px_last_error());
+  file_sha256("/etc/passwd", sha);
+  j.model.onnx_sha256 = sha;
+  assert_int_not_equal(pxt_job_submit(F->alice, &j, job, sizeof job), PX_OK);
+  assert_int_equal(px_rpc_last_code(), PX_RPC_PERMISSION_DENIED);
+  if (!strstr(px_last_error(), "spec.model.onnx = '/etc/passwd': node n1 does not let jobs "
+                               "read there"))
+    fail_msg("%s", px_last_error());
+
+  snprintf(model, sizeof model, "%s/model.onnx", F->d.dir);
+  FILE *f = fopen(model, "w");
+  assert_non_null(f);
+  fputs("the file as submitted", f);
+  fclose(f);
+  file_sha256(model, sha);
+  f = fopen(model, "w");
+  assert_non_null(f);
+  fputs("the file changed since", f);
+  fclose(f);
+  j.model.onnx = model;
+  if (pxt_job_submit(F->alice, &j, job, sizeof job) != PX_OK)
+    fail_msg("submit: %s", px_last_error());
+  int s = pxt_wait_job(F->alice, job, 0, 60000);
+  pxt_job_reason(F->alice, job, reason, sizeof reason);
+  if (s != PRUNEX__V1__JOB_STATE__JOB_STATE_FAILED ||
+      !strstr(reason, "changed since the job was submitted") || !strstr(reason, model))
+    fail_msg("model.onnx %s changed: job state %d, reason: %s", model, s, reason);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_a_job_runs_to_success_with_tls_tokens_and_rank_secrets),
@@ -507,6 +564,7 @@ int main(void) {
       cmocka_unit_test(test_dataset_path_outside_the_data_roots_is_refused),
       cmocka_unit_test(test_an_image_folder_reads_nothing_outside_the_data_root),
       cmocka_unit_test(test_a_cache_dir_outside_the_roots_is_refused),
+      cmocka_unit_test(test_a_model_file_outside_the_roots_or_changed_is_refused),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -313,10 +313,52 @@ static void spec_with_an_unsupported_operator_is_refused_at_parse(void **state) 
   assert_non_null(strstr(px_last_error(), "missing.onnx"));
 }
 
+/* A parsed spec records the file's SHA-256 (what the workers check the file
+ * against: a changed file fails the job, test_agent_auth); one the spec
+ * gives must be the file's and well-formed. */
+static void spec_records_the_models_sha256(void **state) {
+  const char *dir = *state;
+  if (!px_test_python_has("torch, onnx")) skip();
+  char onnx[320], spec[320], cmd[700], want[65];
+  snprintf(onnx, sizeof onnx, "%s/resnet.onnx", dir);
+  export_net("resnet", onnx);
+  snprintf(cmd, sizeof cmd, "sha256sum '%s'", onnx);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  assert_int_equal(fscanf(p, "%64s", want), 1);
+  assert_int_equal(pclose(p), 0);
+  char other[65];
+  memcpy(other, want, sizeof other);
+  other[63] = want[63] == '0' ? '1' : '0'; /* well-formed, another file's */
+  const char *given[] = {"", want, "00", other};
+  for (int k = 0; k < 4; k++) {
+    snprintf(spec, sizeof spec, "%s/job.yaml", dir);
+    FILE *fp = fopen(spec, "w");
+    assert_non_null(fp);
+    fprintf(fp, "strategy: hsadmm\nmodel:\n  onnx: resnet.onnx\n");
+    if (given[k][0]) fprintf(fp, "  onnx_sha256: '%s'\n", given[k]);
+    fprintf(fp, "dataset:\n  name: fashion-mnist\ncluster:\n  nodes: 1\n  workers_per_node: 1\n");
+    fclose(fp);
+    Prunex__V1__JobSpec *s = NULL;
+    px_status_t st = px_jobspec_parse_file(spec, &s);
+    if (k < 2) {
+      if (st != PX_OK) fail_msg("%s", px_last_error());
+      assert_string_equal(s->model->onnx_sha256, want);
+      px_jobspec_free(s);
+      continue;
+    }
+    assert_int_equal(st, PX_ERR_INVALID);
+    print_message("refused: %s\n", px_last_error());
+    assert_non_null(strstr(px_last_error(), "job.yaml:4:"));
+    assert_non_null(strstr(px_last_error(), k == 2 ? "is not a SHA-256" : "not the"));
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(spec_with_an_unsupported_operator_is_refused_at_parse,
                                       make_dir, remove_dir),
+      cmocka_unit_test_setup_teardown(spec_records_the_models_sha256, make_dir, remove_dir),
       cmocka_unit_test_setup_teardown(imported_resnet_trains_packs_less_and_exports_valid_onnx,
                                       make_dir, remove_dir),
       cmocka_unit_test_setup_teardown(imported_mobilenet_trains_packs_less_and_runs_in_opencv,

@@ -74,6 +74,7 @@ typedef struct {
   px__js_mark_t section[PX__JS_MAX_SECTIONS];
   px__js_mark_t sweep[16];  /* each sweep axis's key (PX_JOBSPEC_SWEEP_AXES) */
   px__js_mark_t sweep_key;  /* `sweep:` itself */
+  char onnx_sha256[65];     /* model.onnx's SHA-256 where the check read the file, else "" */
 } px__js_where_t;
 
 /* A field's value, whatever its kind. */

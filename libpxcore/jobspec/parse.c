@@ -715,6 +715,10 @@ px_status_t px_jobspec_parse_string_ex(const char *text, size_t len, const char 
   if (!P.given[px__js_find("admm.max_iterations")])
     P.spec->admm->max_iterations = px__js_derive_max_iterations(P.spec, 1);
   PX_CHECK_GOTO(px__js_check(P.spec, &P.w), st, done);
+  if (P.w.onnx_sha256[0] && !P.spec->model->onnx_sha256[0]) { /* the file read: its sum */
+    px__js_value_t v = {.s = P.w.onnx_sha256};
+    PX_CHECK_GOTO(px__js_set(P.spec->model, px__js_find("model.onnx_sha256"), &v), st, done);
+  }
   PX_CHECK_GOTO(px__js_sweep_points(&P), st, done);
   if (given) px__js_given_bits(&P, given);
   *out = P.spec;

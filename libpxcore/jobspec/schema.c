@@ -56,6 +56,7 @@ const px__js_field_t px__js_fields[] = {
     {S_MODEL, "in_channels", PX__JS_INT, 0, 0, I32MAX, NULL, 0, NULL},
     {S_MODEL, "num_classes", PX__JS_INT, PX__JS_ZERO_OK, 2, I32MAX, NULL, 0, NULL},
     {S_MODEL, "onnx", PX__JS_STRING, 0, 0, 0, NULL, 0, ""},
+    {S_MODEL, "onnx_sha256", PX__JS_STRING, 0, 0, 0, NULL, 0, ""},
 
     {S_DATASET, "name", PX__JS_CHOICE, PX__JS_REQUIRED, 0, 0,
      "fashion-mnist|cifar10|synthetic|folder", 0, "fashion-mnist"},
@@ -613,6 +614,13 @@ static int px__js_channels(const Prunex__V1__DatasetSpec *d) {
   return !strcmp(d->name, "fashion-mnist") ? 1 : 3;
 }
 
+/* "" (not given) or 64 lowercase hex digits. */
+static int px__js_sha256_ok(const char *s) {
+  if (!s || !s[0]) return 1;
+  size_t n = strspn(s, "0123456789abcdef");
+  return n == 64 && !s[n];
+}
+
 /* An imported model: name "onnx" with an absolute model.onnx, and where the
  * file is at hand (a spec parsed from a file, on the submitter's machine)
  * the file itself is read and checked, so that an operator the import does
@@ -622,6 +630,10 @@ static px_status_t px__js_check_onnx(const Prunex__V1__JobSpec *spec, px__js_whe
   const Prunex__V1__ModelSpec *m = spec->model;
   int fo = px__js_find("model.onnx"), fn = px__js_find("model.name");
   int has = m->onnx && m->onnx[0], named = !strcmp(m->name, "onnx");
+  if (!has && m->onnx_sha256 && m->onnx_sha256[0])
+    return px__js_fail(PX_ERR_INVALID, w, px__js_mark(w, px__js_find("model.onnx_sha256"), -1),
+                       "model.onnx_sha256: given without model.onnx (it is the ONNX file's "
+                       "SHA-256)");
   if (has != named)
     return px__js_fail(PX_ERR_INVALID, w, px__js_mark(w, has ? fn : fo, has ? fo : fn),
                        has ? "model.name: '%s' with model.onnx set (leave the name out or write "
@@ -633,6 +645,11 @@ static px_status_t px__js_check_onnx(const Prunex__V1__JobSpec *spec, px__js_whe
     return px__js_fail(PX_ERR_INVALID, w, px__js_mark(w, fo, -1),
                        "model.onnx: '%.80s' must be an absolute path without '..' of at most "
                        "4000 bytes", m->onnx);
+  int fs = px__js_find("model.onnx_sha256");
+  if (!px__js_sha256_ok(m->onnx_sha256))
+    return px__js_fail(PX_ERR_INVALID, w, px__js_mark(w, fs, -1),
+                       "model.onnx_sha256: '%.80s' is not a SHA-256 (64 lowercase hex digits; "
+                       "leave it out and pxctl computes it from the file)", m->onnx_sha256);
   if (!w->file) return PX_OK;
   px_model_onnx_info_t info;
   if (px_model_onnx_check(m->onnx, &info) != PX_OK) {
@@ -640,6 +657,12 @@ static px_status_t px__js_check_onnx(const Prunex__V1__JobSpec *spec, px__js_whe
     snprintf(why, sizeof why, "%s", px_last_error());
     return px__js_fail(PX_ERR_INVALID, w, px__js_mark(w, fo, -1), "model.onnx: %s", why);
   }
+  if (m->onnx_sha256 && m->onnx_sha256[0] && strcmp(m->onnx_sha256, info.sha256))
+    return px__js_fail(PX_ERR_INVALID, w, px__js_mark(w, fs, fo),
+                       "model.onnx_sha256: %s has SHA-256 %s, not the %.64s the spec gives "
+                       "(leave the field out to train the file as it is)",
+                       m->onnx, info.sha256, m->onnx_sha256);
+  memcpy(w->onnx_sha256, info.sha256, sizeof w->onnx_sha256);
   int chans = px__js_channels(spec->dataset);
   /* a folder's classes are known only where its files are (pxctl's
    * px_jobspec_check_data, the workers); imported models run at 32x32 */

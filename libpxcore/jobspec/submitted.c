@@ -92,6 +92,11 @@ px_status_t px_jobspec_check_submitted(const Prunex__V1__JobSpec *spec) {
   if (!spec) return px_set_error(PX_ERR_INVALID, "spec: required");
   for (int i = 0; i < px__js_nfields; i++) PX_CHECK(px__js_wire_field(spec, i));
   PX_CHECK(px__js_wire_complete(spec));
+  const Prunex__V1__ModelSpec *m = spec->model;
+  if (m->onnx && m->onnx[0] && (!m->onnx_sha256 || !m->onnx_sha256[0]))
+    return px_set_error(PX_ERR_INVALID, PX__JS_WIRE "model.onnx_sha256: required with "
+                        "model.onnx: the SHA-256 of the file as submitted, so that a job trains "
+                        "the file it was given (pxctl computes it from the file)");
   px_admm_policy_t pol;
   px_jobspec_admm_policy(spec, &pol);
   if (px_admm_policy_validate(&pol) != PX_OK) {

@@ -21,6 +21,7 @@ void px_jobspec_train_config(const Prunex__V1__JobSpec *s, px_train_config_t *c)
   px_train_config_default(c);
   c->arch = s->model->name;
   c->onnx = s->model->onnx && s->model->onnx[0] ? s->model->onnx : NULL;
+  c->onnx_sha256 = c->onnx && s->model->onnx_sha256 ? s->model->onnx_sha256 : NULL;
   c->dataset = s->dataset->name;
   c->data_dir = s->dataset->path[0] ? s->dataset->path : NULL;
   c->batch = s->train->batch_size;

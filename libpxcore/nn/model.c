@@ -46,6 +46,7 @@
 #include "nn/px_mem_plan.h"
 #include "nn/px_onnx_int.h"
 #include "nn/px_ops_int.h"
+#include "nn/px_train_int.h"
 #include "prunex/nn.h"
 #include "px_check.h"
 
@@ -616,11 +617,12 @@ done:
 }
 
 /* Reads cfg->onnx into m->graph and checks it against the configuration. */
-static px_status_t px__open_onnx(px_model_t *m, const px_model_config_t *cfg) {
+static px_status_t px__open_onnx(px_model_t *m, const px_model_config_t *cfg,
+                                 const char *sha256) {
   if (!(m->onnx = px__strdup(cfg->onnx, "model.onnx"))) return PX_ERR_NOMEM;
   m->cfg.onnx = m->onnx;
   snprintf(m->arch, sizeof m->arch, "onnx");
-  PX_CHECK(px__onnx_load(m->onnx, &m->graph));
+  PX_CHECK(px__onnx_load(m->onnx, sha256, &m->graph));
   const px__onnx_graph_t *g = m->graph;
   if (g->in_c != cfg->in_channels || g->in_h != cfg->height || g->in_w != cfg->width)
     return px_set_error(PX_ERR_INVALID, "%s: the graph takes %dx%dx%d inputs, the data are "
@@ -1056,6 +1058,11 @@ static px_status_t px__publish(px_model_t *m) {
 }
 
 px_status_t px_model_create(px_ops_t *ops, const px_model_config_t *cfg, px_model_t **out) {
+  return px__model_create_ex(ops, cfg, NULL, out);
+}
+
+px_status_t px__model_create_ex(px_ops_t *ops, const px_model_config_t *cfg, const char *sha256,
+                                px_model_t **out) {
   PX_REQUIRE(out != NULL && ops != NULL && cfg != NULL, "px_model_create: NULL argument");
   *out = NULL;
   const px__arch_t *a = cfg->onnx ? NULL : px__arch_find(cfg->arch);
@@ -1091,7 +1098,7 @@ px_status_t px_model_create(px_ops_t *ops, const px_model_config_t *cfg, px_mode
   } else {
     m->cfg.nwidths = 0;
   }
-  if (cfg->onnx) PX_CHECK_GOTO(px__open_onnx(m, cfg), st, done);
+  if (cfg->onnx) PX_CHECK_GOTO(px__open_onnx(m, cfg, sha256), st, done);
   PX_CHECK_GOTO(px__build(m, a), st, done);
   if (m->widths && m->nconv != m->cfg.nwidths) {
     st = px_set_error(PX_ERR_INVALID, "model widths: %d given, %s has %d convolutions",

@@ -50,6 +50,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <openssl/evp.h>
+
 #include "nn/px_graph_ops.h"
 #include "nn/px_onnx_fold.h"
 #include "nn/px_onnx_int.h"
@@ -1396,14 +1398,32 @@ static px_status_t px__read_file(const char *path, uint8_t **buf, size_t *len) {
   return PX_OK;
 }
 
-px_status_t px__onnx_load(const char *path, px__onnx_graph_t **out) {
+/* The SHA-256 of the bytes read, as 64 lowercase hex digits, checked
+ * against want (NULL or "": anything). */
+static px_status_t px__digest(const char *path, const uint8_t *buf, size_t len, const char *want,
+                              char hex[65]) {
+  unsigned char d[32];
+  unsigned int n = 0;
+  if (!EVP_Digest(buf, len, d, &n, EVP_sha256(), NULL) || n != sizeof d)
+    return px_set_error(PX_ERR_INTERNAL, "%s: SHA-256 failed (OpenSSL)", path);
+  for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+  if (want && want[0] && strcmp(want, hex))
+    return px_set_error(PX_ERR_INVALID, "%s changed since the job was submitted (SHA-256 "
+                        "%.12s... then, %.12s... now): nothing trained; submit the job again "
+                        "to train the file as it is now", path, want, hex);
+  return PX_OK;
+}
+
+px_status_t px__onnx_load(const char *path, const char *sha256, px__onnx_graph_t **out) {
   PX_REQUIRE(path && path[0] && out, "px__onnx_load: no file");
   *out = NULL;
   uint8_t *buf = NULL;
   size_t len = 0;
+  char hex[65];
   PX_CHECK(px__read_file(path, &buf, &len));
   Onnx__ModelProto *mp = NULL;
-  px_status_t st = px__unpack(path, buf, len, &mp);
+  px_status_t st = px__digest(path, buf, len, sha256, hex);
+  if (st == PX_OK) st = px__unpack(path, buf, len, &mp);
   px_free(buf);
   if (st != PX_OK) return st;
   px__imp_t im = {path, NULL, 0, 0, NULL, NULL, 0};
@@ -1413,6 +1433,7 @@ px_status_t px__onnx_load(const char *path, px__onnx_graph_t **out) {
     return PX_ERR_NOMEM;
   }
   im.g->proto = mp;
+  memcpy(im.g->sha256, hex, sizeof hex);
   st = px__lower(&im, mp);
   PX_FREE_ALL(im.slot, im.v);
   if (st < 0) {
@@ -1437,9 +1458,12 @@ void px__onnx_free(px__onnx_graph_t *g) {
 px_status_t px_model_onnx_check(const char *path, px_model_onnx_info_t *info) {
   PX_REQUIRE(path && path[0], "model.onnx: no file given");
   px__onnx_graph_t *g;
-  PX_CHECK(px__onnx_load(path, &g));
-  if (info)
-    *info = (px_model_onnx_info_t){g->in_c, g->in_h, g->in_w, g->classes, g->nconv, g->nlayers};
+  PX_CHECK(px__onnx_load(path, NULL, &g));
+  if (info) {
+    *info = (px_model_onnx_info_t){g->in_c, g->in_h, g->in_w, g->classes, g->nconv, g->nlayers,
+                                   ""};
+    memcpy(info->sha256, g->sha256, sizeof info->sha256);
+  }
   px__onnx_free(g);
   return PX_OK;
 }

@@ -16,4 +16,9 @@ void px__trainer_use(px_trainer_t *t, px_model_t *m, px_sgd_t *s);
  * as its optimiser was created with them. */
 void px__trainer_sgd_config(const px_trainer_t *t, px_sgd_config_t *out);
 
+/* px_model_create, an imported file checked against sha256 as
+ * px__onnx_load does (the trainer: the file the job was submitted with). */
+px_status_t px__model_create_ex(px_ops_t *ops, const px_model_config_t *cfg, const char *sha256,
+                                px_model_t **out);
+
 #endif

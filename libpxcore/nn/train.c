@@ -179,7 +179,7 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out) 
   px_model_config_t mc = {t->arch,       info->channels, info->num_classes, cfg->batch,
                           info->height,  info->width,    cfg->widths,       cfg->nwidths,
                           cfg->precision, cfg->onnx};
-  PX_CHECK_GOTO(px_model_create(t->ops, &mc, &t->model), st, done);
+  PX_CHECK_GOTO(px__model_create_ex(t->ops, &mc, cfg->onnx_sha256, &t->model), st, done);
   PX_CHECK_GOTO(px_model_init_params(t->model, cfg->seed), st, done);
   px_sgd_config_t sc = {cfg->lr, cfg->momentum, cfg->weight_decay, cfg->nesterov};
   PX_CHECK_GOTO(px_sgd_create(t->model, &sc, &t->sgd), st, done);

@@ -26,6 +26,9 @@
  *     onnx: ""              an imported model's ONNX file (name is then "onnx"); a
  *                           relative path is made absolute against the spec file's
  *                           directory; a parsed file is read and checked at once
+ *     onnx_sha256: ""       the file's SHA-256 (64 hex digits): computed where the
+ *                           file is parsed, checked when given; a worker whose file
+ *                           differs fails the job (required with onnx on the wire)
  *   dataset:
  *     name: fashion-mnist   fashion-mnist | cifar10 | synthetic
  *     path: ""              "": the data set's default directory

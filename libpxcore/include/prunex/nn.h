@@ -103,6 +103,7 @@ typedef struct {
   int32_t num_classes;                /* the logits [N, num_classes] */
   int32_t nconv;                      /* convolutions (prunable layers) */
   int32_t nlayers;                    /* layers after fusing Relus and dropping Identities */
+  char sha256[65];                    /* the file's SHA-256, 64 lowercase hex digits */
 } px_model_onnx_info_t;
 
 /* Reads and checks an ONNX model file without building it (what a job
@@ -367,6 +368,9 @@ typedef struct {
   double max_skipped;        /* share of a split's images that may be left out (0: 0.01) */
   const char *onnx;          /* an imported model's ONNX file (px_model_config_t.onnx),
                                 read only by px_trainer_create; NULL: arch */
+  const char *onnx_sha256;   /* its SHA-256 as submitted (64 lowercase hex digits; NULL or
+                                "": unchecked): a file that differs fails px_trainer_create
+                                (PX_ERR_INVALID, "... changed since the job was submitted") */
 } px_train_config_t;
 
 /* Defaults: resnet20 on fashion-mnist, batch 128, lr 0.1, momentum 0.9,
