@@ -373,10 +373,12 @@ static void px__onnx_preprocess(px__pool_t *p, px__vec_t *nodes, px__vec_t *init
     px__node_attrs(p, n, &attrs);
     x = "padded";
   }
-  int64_t cd[4] = {1, d->channels, 1, 1};
-  px__initializer_host(p, inits, "preprocess.mean", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 4, cd,
+  /* [C, 1, 1], broadcast from the right: OpenCV 4.6's dnn fails on batches over one with a
+     [1, C, 1, 1] constant (shape_utils.hpp's total() asserts); ONNX Runtime takes both */
+  int64_t cd[3] = {d->channels, 1, 1};
+  px__initializer_host(p, inits, "preprocess.mean", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 3, cd,
                        d->mean, (size_t)d->channels * sizeof(float));
-  px__initializer_host(p, inits, "preprocess.std", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 4, cd,
+  px__initializer_host(p, inits, "preprocess.std", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 3, cd,
                        d->std, (size_t)d->channels * sizeof(float));
   const char *sub[2] = {x, "preprocess.mean"}, *div[2] = {"centred", "preprocess.std"};
   px__node(p, nodes, "Sub", "preprocess.sub_mean", sub, 2, "centred");
