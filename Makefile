@@ -24,11 +24,9 @@ ASAN_CTEST_ARGS ?= -LE slow
 # Each phase's time goes to this file (scripts/phase); make test prints it.
 export PX_PHASE_LOG ?= $(abspath $(BUILD_DIR))/phases.tsv
 PHASE = scripts/phase
-# A fresh build directory is configured for Ninja where it is installed
-# (faster on 2 cores than recursive make, and its log says how long nvcc
-# ran); an existing one keeps the generator it was made with.
-NINJA := $(shell command -v ninja 2>/dev/null)
-generator = $(if $(NINJA),$(if $(wildcard $(1)/CMakeCache.txt),,-G Ninja))
+# CMake's generator is its default (Unix Makefiles) unless CMAKE_GENERATOR
+# says otherwise in the environment (CMAKE_GENERATOR=Ninja make test: then
+# the build phase also says how long nvcc ran, from .ninja_log).
 # The CUDA backend: PX_CUDA for the full build (make build/test/install/bench),
 # RUN_CUDA for make run (the main job trains on CPU workers: off unless asked).
 PX_CUDA ?= AUTO
@@ -56,7 +54,7 @@ setup-run:
 # The tests and benchmarks are configured in (and out, for make run)
 # explicitly: the build directory's cache keeps whatever the last command set.
 build: setup
-	$(PHASE) configure cmake -S . -B $(BUILD_DIR) $(call generator,$(BUILD_DIR)) \
+	$(PHASE) configure cmake -S . -B $(BUILD_DIR) \
 	  -DPX_WERROR=$(WERROR) -DPX_WITH_CUDA=$(PX_CUDA) \
 	  -DPX_BUILD_TESTS=ON -DPX_BUILD_BENCH=ON $(CMAKE_ARGS)
 	$(PHASE) build cmake --build $(BUILD_DIR) -j$(JOBS)
@@ -86,7 +84,7 @@ test-normal: build
 # The sanitizer build leaves CUDA out: the CUDA runtime and ASan do not mix,
 # and no GPU code runs on machines without a GPU anyway.
 test-asan: setup
-	$(PHASE) asan-configure cmake -S . -B $(ASAN_DIR) $(call generator,$(ASAN_DIR)) \
+	$(PHASE) asan-configure cmake -S . -B $(ASAN_DIR) \
 	  -DPX_SANITIZE=ON -DPX_WITH_CUDA=OFF -DPX_BUILD_BENCH=OFF \
 	  -DPX_WERROR=$(WERROR) $(CMAKE_ARGS)
 	$(PHASE) asan-build cmake --build $(ASAN_DIR) -j$(JOBS)
@@ -96,7 +94,7 @@ test-asan: setup
 # readers and the coordinator's request decoding; a crash fails the run.
 # The harnesses run JOBS at a time, each for FUZZ_SECONDS.
 test-fuzz: setup
-	$(PHASE) fuzz-configure cmake -S . -B $(FUZZ_DIR) $(call generator,$(FUZZ_DIR)) \
+	$(PHASE) fuzz-configure cmake -S . -B $(FUZZ_DIR) \
 	  -DCMAKE_C_COMPILER=clang -DPX_FUZZ=ON -DPX_WITH_CUDA=OFF \
 	  -DPX_BUILD_BENCH=OFF -DPX_BUILD_TESTS=OFF $(CMAKE_ARGS)
 	$(PHASE) fuzz-build cmake --build $(FUZZ_DIR) -j$(JOBS) --target px_fuzzers
