@@ -3,9 +3,12 @@
 #   make run     set up the run set of packages, build the library and the
 #                programs the main job runs (no tests, no benchmarks, no CUDA
 #                unless RUN_CUDA=AUTO|ON), run it (pxctl run examples/quickstart.yaml)
-#   make test    set up, build and run the whole test suite, then again in
-#                the sanitizer build (AddressSanitizer + UBSan), then fuzz
-#                every libFuzzer harness for FUZZ_SECONDS each (clang build)
+#   make test    set up, build and run the whole test suite, then the
+#                sanitizer build (AddressSanitizer + UBSan) runs every test
+#                but the slow integration ones (ctest label `slow`,
+#                docs/testing.md), then fuzz every libFuzzer harness for
+#                FUZZ_SECONDS each (clang build); each phase's wall time is
+#                printed as it ends and in a table at the end
 #   make bench   set up with the benchmark peers (PyTorch, Open MPI), run benchmarks
 #   make install PREFIX=/usr/local
 BUILD_DIR ?= build
@@ -15,6 +18,15 @@ FUZZ_SECONDS ?= 30
 JOBS ?= 2
 PREFIX ?= /usr/local
 CMAKE_ARGS ?=
+# What the sanitizer pass leaves out (ctest -LE): the slow integration tests,
+# whose code the others run under the sanitizers (tests/CMakeLists.txt).
+ASAN_CTEST_ARGS ?= -LE slow
+# Each phase's time goes to this file (scripts/phase); make test prints it.
+export PX_PHASE_LOG ?= $(abspath $(BUILD_DIR))/phases.tsv
+PHASE = scripts/phase
+# CMake's generator is its default (Unix Makefiles) unless CMAKE_GENERATOR
+# says otherwise in the environment (CMAKE_GENERATOR=Ninja make test: then
+# the build phase also says how long nvcc ran, from .ninja_log).
 # The CUDA backend: PX_CUDA for the full build (make build/test/install/bench),
 # RUN_CUDA for make run (the main job trains on CPU workers: off unless asked).
 PX_CUDA ?= AUTO
@@ -29,12 +41,12 @@ else
 WERROR ?= OFF
 endif
 
-.PHONY: all setup setup-run build build-run run test test-asan test-fuzz bench install clean
+.PHONY: all setup setup-run build build-run run test test-normal test-asan test-fuzz bench install clean
 
 all: build
 
 setup:
-	scripts/bootstrap test
+	$(PHASE) setup scripts/bootstrap test
 
 setup-run:
 	scripts/bootstrap run
@@ -42,9 +54,11 @@ setup-run:
 # The tests and benchmarks are configured in (and out, for make run)
 # explicitly: the build directory's cache keeps whatever the last command set.
 build: setup
-	cmake -S . -B $(BUILD_DIR) -DPX_WERROR=$(WERROR) -DPX_WITH_CUDA=$(PX_CUDA) \
+	$(PHASE) configure cmake -S . -B $(BUILD_DIR) \
+	  -DPX_WERROR=$(WERROR) -DPX_WITH_CUDA=$(PX_CUDA) \
 	  -DPX_BUILD_TESTS=ON -DPX_BUILD_BENCH=ON $(CMAKE_ARGS)
-	cmake --build $(BUILD_DIR) -j$(JOBS)
+	$(PHASE) build cmake --build $(BUILD_DIR) -j$(JOBS)
+	@$(PHASE) --nvcc $(BUILD_DIR)
 
 build-run: setup-run
 	cmake -S . -B $(BUILD_DIR) -DPX_WERROR=$(WERROR) -DPX_WITH_CUDA=$(RUN_CUDA) \
@@ -54,26 +68,37 @@ build-run: setup-run
 run: build-run
 	$(BUILD_DIR)/cli/pxctl run examples/quickstart.yaml
 
-test: build
-	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS)
-	$(MAKE) --no-print-directory test-asan
-	$(MAKE) --no-print-directory test-fuzz
+# The phases one after the other, stopping at the first failure; the table
+# of their times is printed either way.
+test:
+	@rm -f $(PX_PHASE_LOG)
+	@$(MAKE) --no-print-directory test-normal && $(MAKE) --no-print-directory test-asan && \
+	  $(MAKE) --no-print-directory test-fuzz; rc=$$?; $(PHASE) --summary $(PX_PHASE_LOG); exit $$rc
+
+# ctest starts the longest tests first (their COST in tests/CMakeLists.txt,
+# then the times it measured in this build directory) so that -j2 ends
+# with no long test alone.
+test-normal: build
+	cd $(BUILD_DIR) && $(CURDIR)/$(PHASE) ctest ctest --output-on-failure -j$(JOBS)
 
 # The sanitizer build leaves CUDA out: the CUDA runtime and ASan do not mix,
 # and no GPU code runs on machines without a GPU anyway.
 test-asan: setup
-	cmake -S . -B $(ASAN_DIR) -DPX_SANITIZE=ON -DPX_WITH_CUDA=OFF -DPX_BUILD_BENCH=OFF \
+	$(PHASE) asan-configure cmake -S . -B $(ASAN_DIR) \
+	  -DPX_SANITIZE=ON -DPX_WITH_CUDA=OFF -DPX_BUILD_BENCH=OFF \
 	  -DPX_WERROR=$(WERROR) $(CMAKE_ARGS)
-	cmake --build $(ASAN_DIR) -j$(JOBS)
-	cd $(ASAN_DIR) && ctest --output-on-failure -j$(JOBS)
+	$(PHASE) asan-build cmake --build $(ASAN_DIR) -j$(JOBS)
+	cd $(ASAN_DIR) && $(CURDIR)/$(PHASE) asan-ctest ctest --output-on-failure -j$(JOBS) $(ASAN_CTEST_ARGS)
 
 # libFuzzer (clang) over the job-spec parser, the safetensors, IDX and CIFAR
 # readers and the coordinator's request decoding; a crash fails the run.
+# The harnesses run JOBS at a time, each for FUZZ_SECONDS.
 test-fuzz: setup
-	cmake -S . -B $(FUZZ_DIR) -DCMAKE_C_COMPILER=clang -DPX_FUZZ=ON -DPX_WITH_CUDA=OFF \
+	$(PHASE) fuzz-configure cmake -S . -B $(FUZZ_DIR) \
+	  -DCMAKE_C_COMPILER=clang -DPX_FUZZ=ON -DPX_WITH_CUDA=OFF \
 	  -DPX_BUILD_BENCH=OFF -DPX_BUILD_TESTS=OFF $(CMAKE_ARGS)
-	cmake --build $(FUZZ_DIR) -j$(JOBS) --target px_fuzzers
-	tests/fuzz/run.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
+	$(PHASE) fuzz-build cmake --build $(FUZZ_DIR) -j$(JOBS) --target px_fuzzers
+	$(PHASE) fuzz tests/fuzz/run.sh $(FUZZ_DIR) $(FUZZ_SECONDS) $(JOBS)
 
 bench:
 	scripts/bootstrap bench
@@ -87,4 +112,4 @@ install: build
 	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR) $(PX_PHASE_LOG)
