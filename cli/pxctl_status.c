@@ -136,6 +136,8 @@ static void pxctl_print_job(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
   int max = pxctl_job_max_iterations(job);
   if (max > 0) printf("progress   %d of %d iterations\n", pxctl_job_done_iterations(job), max);
   else printf("progress   %d iterations\n", pxctl_job_done_iterations(job));
+  char budget[400];
+  if (px_jobspec_budget_text(s, budget, sizeof budget)) printf("budget     %s\n", budget);
   /* Automatic restarts (issue 14): which attempt, and how the earlier ones
    * ended. */
   int restarts = s && s->recovery ? s->recovery->max_restarts : 0;

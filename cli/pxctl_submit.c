@@ -57,6 +57,9 @@ int pxctl_cmd_submit(pxctl_opts_t *o) {
   req.spec = spec;
   req.spec_yaml = text;
   Prunex__V1__SubmitJobResponse *resp = NULL;
+  char budget[400] = "";
+  if (!px_jobspec_given(&given, "admm.max_iterations"))
+    px_jobspec_budget_text(spec, budget, sizeof budget);
   if (px_rpc_submit_job(ch, &req, PXCTL_DEADLINE_MS, &resp) != PX_OK) {
     rc = pxctl_rpc_fail(ch, NULL);
   } else if (o->json) {
@@ -66,6 +69,7 @@ int pxctl_cmd_submit(pxctl_opts_t *o) {
     pxctl_json_kv_string(&j, "job_id", resp->job_id);
     pxctl_json_kv_string(&j, "name", spec->name);
     pxctl_json_kv_string(&j, "spec_file", o->pos[0]);
+    if (budget[0]) pxctl_json_kv_string(&j, "budget", budget);
     if (resp->sweep_id[0]) {
       pxctl_json_kv_string(&j, "sweep_id", resp->sweep_id);
       pxctl_json_kv_strings(&j, "job_ids", resp->job_ids, resp->n_job_ids);
@@ -78,6 +82,8 @@ int pxctl_cmd_submit(pxctl_opts_t *o) {
   } else {
     printf("%s\n", resp->job_id);
   }
+  if (rc == PXCTL_EXIT_OK && budget[0] && !o->json) /* stdout stays the job ids */
+    fprintf(stderr, "pxctl: admm.max_iterations: %s\n", budget);
   px_rpc_message_free(resp);
   px_rpc_channel_destroy(ch);
   px_jobspec_free(spec);

@@ -267,17 +267,33 @@ static void layout_errors_are_refused_naming_the_directory(void **state) {
   assert_non_null(strstr(px_last_error(), "3 classes"));
   px_jobspec_free(spec);
   /* a spec file's derived iteration count counts the folder's training
-   * images (3 here: 3 steps of batch 1 per epoch, one step per iteration);
-   * completed from the wire it reads no disk */
+   * images (3 here: 3 steps of batch 1 per epoch, one step per iteration)
+   * and records the count; completed from the wire (pxctl submit --nodes,
+   * the coordinator) it derives from that count, never from a default, and
+   * without a count it is refused, not guessed */
   snprintf(yaml, sizeof yaml,
            "strategy: hsadmm\nmodel: {name: resnet20}\ndataset: {name: folder, path: %s}\n"
            "cluster: {nodes: 1, workers_per_node: 1, device: cpu}\n"
            "train: {batch_size: 1, local_steps: 1, epochs: 1}\n", dir);
   assert_int_equal(px_jobspec_parse_string(yaml, strlen(yaml), "t.yaml", &spec), PX_OK);
   assert_int_equal(spec->admm->max_iterations, 3);
+  assert_int_equal(spec->dataset->train_samples, 3);
+  char budget[400];
+  assert_int_equal(px_jobspec_budget_text(spec, budget, sizeof budget), 1);
+  assert_string_equal(budget, "3 iterations, derived: 1 epoch of 3 training images over 1 node "
+                              "x 1 worker, batch 1, 1 local step per iteration");
   spec->admm->max_iterations = 0;
+  spec->train->epochs = 4;
   assert_int_equal(px_jobspec_fill_defaults(spec), PX_OK);
-  assert_int_equal(spec->admm->max_iterations, 60000);
+  assert_int_equal(spec->admm->max_iterations, 12);
+  spec->admm->max_iterations = 5; /* given: not derived */
+  assert_int_equal(px_jobspec_budget_text(spec, budget, sizeof budget), 0);
+  assert_string_equal(budget, "");
+  spec->admm->max_iterations = 0;
+  spec->dataset->train_samples = 0;
+  assert_int_equal(px_jobspec_fill_defaults(spec), PX_ERR_INVALID);
+  assert_non_null(strstr(px_last_error(), "admm.max_iterations: not given and not derivable"));
+  assert_non_null(strstr(px_last_error(), dir));
   px_jobspec_free(spec);
   /* no path at all is a spec error */
   const char *nopath = "strategy: ddp\nmodel: {name: resnet20}\ndataset: {name: folder}\n"

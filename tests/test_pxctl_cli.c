@@ -734,6 +734,45 @@ static void test_submit_overrides_the_cluster_shape(void **state) {
   }
 }
 
+/* An image folder's budget under a new shape (the Slurm script's
+ * allocation) is derived from the folder's own image count, which the
+ * parser recorded, never from a default (it was once 60,000); submit and
+ * status say how it was derived. */
+static void test_submit_derives_a_folders_budget_from_its_images(void **state) {
+  fixture_t *f = *state;
+  char dir[400], p[480], spec[400], text[800], job[64];
+  snprintf(dir, sizeof dir, "%s/imgs", f->d.dir);
+  const char *made[] = {"", "/train", "/train/a", "/train/b", "/val", "/val/a", "/val/b"};
+  for (int i = 0; i < 7; i++) {
+    snprintf(p, sizeof p, "%s%s", dir, made[i]);
+    assert_int_equal(mkdir(p, 0755), 0);
+  }
+  for (int i = 0; i < 22; i++) { /* 10 + 10 training images, one of each class to validate */
+    snprintf(p, sizeof p, "%s/%s/%s/%d.png", dir, i < 20 ? "train" : "val", i % 2 ? "b" : "a", i);
+    write_text(p, "");
+  }
+  snprintf(spec, sizeof spec, "%s/folder.yaml", f->d.dir);
+  snprintf(text, sizeof text,
+           "name: folderjob\nmodel: {name: resnet20, num_classes: 2}\n"
+           "dataset: {name: folder, path: %s, channels: 1, image_size: 8}\n"
+           "cluster: {nodes: 1, workers_per_node: 1, device: cpu}\n"
+           "train: {batch_size: 2, local_steps: 1, epochs: 1}\n", dir);
+  write_text(spec, text);
+  assert_int_equal(pxctl(f, (const char *[]){"submit", spec, "--nodes", "2", NULL}), 0);
+  snprintf(job, sizeof job, "%.63s", f->r.out);
+  job[strcspn(job, "\n")] = '\0';
+  if (!strstr(f->r.err, "admm.max_iterations: 5 iterations, derived: 1 epoch of 20 training "
+                        "images over 2 nodes x 1 worker, batch 2, 1 local step per iteration"))
+    fail_msg("submit said: %s", f->r.err);
+  Prunex__V1__Job *j = NULL;
+  assert_int_equal(px_rpc_get_job(f->ch, job, 0, &j), PX_OK);
+  assert_int_equal(j->spec->admm->max_iterations, 5); /* 20 images / 2 ranks / batch 2 */
+  assert_int_equal(j->spec->dataset->train_samples, 20);
+  px_rpc_message_free(j);
+  assert_int_equal(pxctl(f, (const char *[]){"status", job, NULL}), 0);
+  assert_non_null(strstr(f->r.out, "budget     5 iterations, derived: 1 epoch of 20 training"));
+}
+
 int main(void) {
   if (access(PXT_PXCTL, X_OK) != 0) {
     fprintf(stderr, "pxctl is not built (%s)\n", PXT_PXCTL);
@@ -757,6 +796,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_logs_reads_rank_files_and_says_when_they_are_elsewhere,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_submit_overrides_the_cluster_shape, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_submit_derives_a_folders_budget_from_its_images, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_status_shows_precision_and_compact_training, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_logs_follow_prints_new_lines_until_the_job_ends, setup,

@@ -118,7 +118,13 @@ px_status_t px__js_new_default(Prunex__V1__JobSpec **out);
 /* read_data != 0 (a spec file read by a client, on a machine that should see
  * the data): an image folder's training files are counted; 0 (a spec that
  * came over the wire): nothing on disk is read. */
-int32_t px__js_derive_max_iterations(const Prunex__V1__JobSpec *spec, int read_data);
+int32_t px__js_derive_max_iterations(const Prunex__V1__JobSpec *spec);
+/* The training images of the data set spec names, counted from its files
+ * where they are (0: not here, or synthetic). */
+int64_t px__js_count_train(const Prunex__V1__JobSpec *spec);
+/* PX_ERR_INVALID: a folder's budget that cannot be derived (message
+ * prefixed with prefix, e.g. "job spec: "). */
+px_status_t px__js_underived(const Prunex__V1__JobSpec *spec, const char *prefix);
 
 /* Parses text as a value of field fi into v (strings point into text):
  * 1 when it is a legal value; else 0 with " (did you mean 'x'?)" or "" in

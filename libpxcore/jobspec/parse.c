@@ -712,8 +712,17 @@ px_status_t px_jobspec_parse_string_ex(const char *text, size_t len, const char 
   PX_CHECK_GOTO(px__js_top(&P, root), st, done);
   if (!P.given[px__js_find("name")]) PX_CHECK_GOTO(px__js_default_name(&P), st, done);
   PX_CHECK_GOTO(px__js_onnx_path(&P), st, done);
-  if (!P.given[px__js_find("admm.max_iterations")])
-    P.spec->admm->max_iterations = px__js_derive_max_iterations(P.spec, 1);
+  if (!P.given[px__js_find("dataset.train_samples")]) {
+    int64_t n = px__js_count_train(P.spec);
+    P.spec->dataset->train_samples = n > INT32_MAX ? INT32_MAX : (int32_t)n;
+  }
+  if (!P.given[px__js_find("admm.max_iterations")] &&
+      !(P.spec->admm->max_iterations = px__js_derive_max_iterations(P.spec))) {
+    char where[600];
+    snprintf(where, sizeof where, "%s: ", P.w.file ? P.w.file : "job spec");
+    st = px__js_underived(P.spec, where);
+    goto done;
+  }
   PX_CHECK_GOTO(px__js_check(P.spec, &P.w), st, done);
   if (P.w.onnx_sha256[0] && !P.spec->model->onnx_sha256[0]) { /* the file read: its sum */
     px__js_value_t v = {.s = P.w.onnx_sha256};

@@ -72,6 +72,8 @@ const px__js_field_t px__js_fields[] = {
     /* issue 49: a share, not a count; 0 is not a setting (a spec without the
      * field gets the default), a value below 1/N allows none of N */
     {S_DATASET, "max_skipped", PX__JS_DOUBLE, LO_OPEN, 0, 1, NULL, PX_FOLDER_MAX_SKIPPED, NULL},
+    {S_DATASET, "train_samples", PX__JS_INT, PX__JS_DERIVED | PX__JS_ZERO_OK, 1, I32MAX, NULL, 0,
+     NULL},
 
     {S_CLUSTER, "nodes", PX__JS_INT, PX__JS_REQUIRED, 1, I32MAX, NULL, 1, NULL},
     {S_CLUSTER, "workers_per_node", PX__JS_INT, PX__JS_REQUIRED, 1, 4096, NULL, 1, NULL},
@@ -489,45 +491,6 @@ px_status_t px__js_new_default(Prunex__V1__JobSpec **out) {
   return PX_OK;
 }
 
-/* Training samples of the data sets, for the derived iteration count. */
-static int64_t px__js_train_samples(const Prunex__V1__JobSpec *spec, int read_data) {
-  const char *d = spec->dataset ? spec->dataset->name : "";
-  if (!strcmp(d, "cifar10")) return 50000;
-  if (!strcmp(d, "synthetic")) return 10 * (int64_t)spec->train->batch_size;
-  if (!strcmp(d, "folder")) {
-    /* counted where a spec file is parsed: pxctl, on a machine that sees
-     * the data (the spec it sends carries the result); a spec completed from
-     * the wire (the coordinator) never makes it read the disk, and assumes
-     * Fashion-MNIST's size */
-    int64_t files = 0;
-    if (read_data && spec->dataset->path && spec->dataset->path[0] &&
-        px_folder_check(spec->dataset->path, NULL, &files) == PX_OK)
-      return files;
-  }
-  return 60000;
-}
-
-int32_t px__js_derive_max_iterations(const Prunex__V1__JobSpec *spec, int read_data) {
-  const Prunex__V1__TrainSpec *t = spec->train;
-  const Prunex__V1__ClusterSpec *c = spec->cluster;
-  if (!t || !c) return 1;
-  int64_t epochs = t->epochs > 0 ? t->epochs : 1, iters;
-  if (t->local_steps > 0) {
-    int64_t world = (int64_t)(c->nodes > 0 ? c->nodes : 1) *
-                    (c->workers_per_node > 0 ? c->workers_per_node : 1);
-    int64_t batch = t->batch_size > 0 ? t->batch_size : 1;
-    int64_t steps = px__js_train_samples(spec, read_data) / world / batch;
-    if (steps < 1) steps = 1;
-    iters = (epochs * steps + t->local_steps - 1) / t->local_steps;
-  } else if (t->local_epochs > 0) {
-    iters = (epochs + t->local_epochs - 1) / t->local_epochs;
-  } else {
-    iters = epochs; /* ddp / topk: one per epoch, unused */
-  }
-  if (iters < 1) iters = 1;
-  return iters > INT32_MAX ? INT32_MAX : (int32_t)iters;
-}
-
 int px__js_is_zero(int fi, const px__js_value_t *v) {
   switch (px__js_fields[fi].kind) {
     case PX__JS_DOUBLE: return v->d == 0.0;
@@ -557,8 +520,9 @@ px_status_t px_jobspec_fill_defaults(Prunex__V1__JobSpec *spec) {
    * a client that set neither gets the parser's defaults */
   if (spec->train->local_epochs == 0 && spec->train->local_steps == 0)
     spec->train->local_epochs = (int32_t)px__js_fields[px__js_find("train.local_epochs")].def;
-  if (spec->admm->max_iterations == 0)
-    spec->admm->max_iterations = px__js_derive_max_iterations(spec, 0);
+  if (spec->admm->max_iterations == 0 &&
+      !(spec->admm->max_iterations = px__js_derive_max_iterations(spec)))
+    return px__js_underived(spec, "job spec: ");
   return PX_OK;
 }
 

@@ -240,6 +240,13 @@ PX_API px_status_t px_jobspec_check_data(const Prunex__V1__JobSpec *spec);
  * PX_ERR_INVALID (NULL). */
 PX_API px_status_t px_jobspec_fill_defaults(Prunex__V1__JobSpec *spec);
 
+/* When spec's admm.max_iterations is the one its data set and shape derive
+ * (left out of the spec, or given equal), writes how it was derived into
+ * buf, e.g. "23 iterations, derived: 2 epochs of 5880 training images over
+ * 2 nodes x 1 worker, batch 128, 4 local steps per iteration", and returns
+ * 1; else writes "" and returns 0. For pxctl submit and status. */
+PX_API int px_jobspec_budget_text(const Prunex__V1__JobSpec *spec, char *buf, size_t cap);
+
 /* Writes spec as canonical YAML: every key of the schema in a fixed order,
  * strings double-quoted, numbers in their shortest exact form, sizes in
  * bytes, no comments. Parsing the text gives back an equal spec for any
