@@ -272,7 +272,8 @@ int coord_submit_after(coord_t *c, px_rpc_srv_call_t *call, coord_arena_t *a,
   for (size_t i = 0; i < r->n_after; i++) {
     const Prunex__V1__JobDependency *d = r->after[i];
     int kind = (int)d->kind;
-    if (strlen(d->job_id) > 63 || !d->job_id[0] || coord_sweep_id_like(d->job_id)) {
+    if (strlen(d->job_id) > 63 || !d->job_id[0] ||
+        !strncmp(d->job_id, COORD_SWEEP_PREFIX, strlen(COORD_SWEEP_PREFIX))) {
       px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "after[%zu]: '%.64s' is not a job id", i,
                         d->job_id);
       return 0;
