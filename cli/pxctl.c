@@ -45,6 +45,8 @@ enum {
   OPT_SINCE = 1 << 22,
   OPT_FIELD = 1 << 23, /* wherever --json is */
   OPT_SWEEP = 1 << 24,
+  OPT_ME = 1 << 25,
+  OPT_AFTER = 1 << 26,
 };
 
 typedef struct {
@@ -69,6 +71,7 @@ static const pxctl_opt_t pxctl_options[] = {
     {"--user", OPT_USER, 1},         {"--since", OPT_SINCE, 1},
     {"--field", OPT_FIELD, 1},
     {"--sweep", OPT_SWEEP, 1},
+    {"--me", OPT_ME, 0},             {"--after", OPT_AFTER, 1},
 };
 
 typedef struct {
@@ -109,9 +112,14 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "  --workers-per-node P     P workers per node instead of cluster.workers_per_node\n"
      "                           (with either, an admm.max_iterations the spec does not\n"
      "                           give is derived again for the new cluster; the Slurm\n"
-     "                           script passes the allocation's node count)\n" COMMON_HELP
+     "                           script passes the allocation's node count)\n"
+     "  --after JOB[:ok|any]     wait until JOB has ended: ok (the default) when it\n"
+     "                           SUCCEEDED, any in any end state (sbatch --dependency=\n"
+     "                           afterok/afterany); repeat for several. A job whose ok\n"
+     "                           dependency ended otherwise is CANCELLED, its reason\n"
+     "                           \"dependency never satisfied: ...\"\n" COMMON_HELP
      "  --json                   one JSON object\n",
-     OPT_COORD | OPT_JSON | OPT_NODES | OPT_WPN, 1, pxctl_cmd_submit},
+     OPT_COORD | OPT_JSON | OPT_NODES | OPT_WPN | OPT_AFTER, 1, pxctl_cmd_submit},
     {"status", "JOB|SWEEP", "a job's state, placement, progress, summary and history",
      "--json prints the Job message of proto/prunex.proto as one object keyed by the\n"
      "proto field names (job_id, name, state, spec, spec_yaml, reason, ..., summary).\n"
@@ -130,9 +138,12 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "  --limit N                the newest N jobs (0: all, fetched a page at a time)\n"
      "  --sweep SWEEP            only that sweep's jobs, with their values, then the\n"
      "                           sweep's summary (as `status SWEEP`)\n"
+     "  --user NAME              only NAME's jobs (USER column: who submitted each)\n"
+     "  --me                     only the jobs of the token's user\n"
      COMMON_HELP
      "  --json                   an array of the objects `status --json` prints\n",
-     OPT_COORD | OPT_JSON | OPT_STATE | OPT_LIMIT | OPT_SWEEP, 0, pxctl_cmd_list},
+     OPT_COORD | OPT_JSON | OPT_STATE | OPT_LIMIT | OPT_SWEEP | OPT_USER | OPT_ME, 0,
+     pxctl_cmd_list},
     {"acct", "", "accounting: who used what, like sacct (kept past job retention)",
      "One row per job, newest first: user, name, nodes and devices, submit, start and\n"
      "end times, node-seconds (over every attempt; a running one up to now), state,\n"
@@ -155,6 +166,21 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "  --json                   the cancelled job, as `status --json` (a sweep:\n"
      "                           {\"sweep_id\", \"cancelled\": [JOB, ...]})\n",
      OPT_COORD | OPT_JSON | OPT_REASON, 1, pxctl_cmd_cancel},
+    {"hold", "JOB", "keep a pending job from starting (owner or admin; scontrol hold)",
+     "The job stays PENDING and is passed over by the scheduler; its reason says who\n"
+     "holds it. A job an admin holds is released by an admin only.\n\n"
+     COMMON_HELP "  --json                   the job, as `status --json`\n",
+     OPT_COORD | OPT_JSON, 1, pxctl_cmd_hold},
+    {"release", "JOB", "let a held job be scheduled again (scontrol release)",
+     COMMON_HELP "  --json                   the job, as `status --json`\n",
+     OPT_COORD | OPT_JSON, 1, pxctl_cmd_release},
+    {"update", "JOB FIELD=VALUE...", "change a job's priority or time limit (scontrol update)",
+     "Fields: priority=N (1 to 1000; users may set 1 to 100, the default, only admins\n"
+     "more) and time_limit=S (seconds, or with a unit: 90m, 2h, 1d; users up to the\n"
+     "cluster's time_limit_max_s, admins beyond). A pending job's priority and time\n"
+     "limit; a running job's time limit (its priority then counts for preemption).\n\n"
+     COMMON_HELP "  --json                   the job, as `status --json`\n",
+     OPT_COORD | OPT_JSON, 3, pxctl_cmd_update},
     {"delete", "JOB", "remove a finished job and its metrics (owner or admin)",
      "Removes the job, its events, metrics and rank exits from the coordinator. Only\n"
      "finished jobs (cancel a running one first); only its owner or an admin.\n\n"
@@ -394,6 +420,18 @@ static int pxctl_set_path(pxctl_opts_t *o, const char **dst, const char *v, cons
   return 0;
 }
 
+/* --after JOB[:ok|any], into o->after. */
+static int pxctl_parse_after(pxctl_opts_t *o, const char *v) {
+  size_t n = strcspn(v, ":");
+  const char *kind = v + n;
+  if (n == 0 || n > 63 || (kind[0] && strcmp(kind, ":ok") != 0 && strcmp(kind, ":any") != 0))
+    return pxctl_usage_error(o, "--after '%s': expected JOB, JOB:ok or JOB:any", v);
+  if (o->nafter >= PXCTL_AFTER_MAX)
+    return pxctl_usage_error(o, "--after: at most %d dependencies", PXCTL_AFTER_MAX);
+  o->after[o->nafter++] = v;
+  return 0;
+}
+
 /* Applies one option with its value (NULL for flags). */
 static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
   switch (opt->bit) {
@@ -419,7 +457,12 @@ static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
       return 0;
     }
     case OPT_LIMIT: return pxctl_parse_count(o, "--limit", v, &o->limit);
-    case OPT_USER: o->user = v; return 0;
+    case OPT_USER:
+      if (!v[0]) return pxctl_usage_error(o, "--user needs a user name");
+      o->user = v;
+      return 0;
+    case OPT_ME: o->me = 1; return 0;
+    case OPT_AFTER: return pxctl_parse_after(o, v);
     case OPT_SWEEP:
       if (strncmp(v, "sweep-", 6) != 0 || strlen(v) > 63)
         return pxctl_usage_error(o, "--sweep '%s': expected a sweep id (sweep-NNNNNN)", v);
@@ -585,7 +628,8 @@ int main(int argc, char **argv) {
   }
 
   if ((rc = pxctl_parse_options(&o, cmd, argc, argv, cmd_at)) >= 0) return rc;
-  if (o.npos < cmd->npos && !(o.npos >= 1 && !strcmp(cmd->name, "plot")))
+  if (o.npos < cmd->npos &&
+      !(o.npos >= 1 && !strcmp(cmd->name, "plot")) && !(o.npos >= 2 && !strcmp(cmd->name, "update")))
     return pxctl_usage_error(&o, "missing %s", cmd->synopsis);
   if (strcmp(cmd->name, "run") != 0 && pxctl_load_token() != 0) return PXCTL_EXIT_FAIL;
   /* A finished run's directory (or --db) instead of a coordinator; plot
@@ -595,8 +639,9 @@ int main(int argc, char **argv) {
   if ((cmd->opts & OPT_DB) && !is_plot && (rc = pxctl_offline_begin(&o, &off)) >= 0) return rc;
   /* Commands taking JOB also take a job's name, where only one job has it. */
   rc = 0;
+  int npos = !strcmp(cmd->name, "update") ? 1 : o.npos; /* update's others are FIELD=VALUE */
   if (!strncmp(cmd->synopsis, "JOB", 3) && !is_plot)
-    for (int i = 0; i < o.npos && !rc; i++)
+    for (int i = 0; i < npos && !rc; i++)
       if (!pxctl_is_sweep_id(o.pos[i])) rc = pxctl_resolve_job(&o, &o.pos[i]);
   if (!rc) rc = cmd->fn(&o);
   pxctl_offline_close(off);

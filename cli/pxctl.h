@@ -39,6 +39,10 @@ int pxctl_cmd_run(pxctl_opts_t *o);
 int pxctl_cmd_plot(pxctl_opts_t *o);
 int pxctl_cmd_export(pxctl_opts_t *o);
 int pxctl_cmd_acct(pxctl_opts_t *o);
+/* Queue controls (pxctl_queue.c, issue 51): hold, release, update. */
+int pxctl_cmd_hold(pxctl_opts_t *o);
+int pxctl_cmd_release(pxctl_opts_t *o);
+int pxctl_cmd_update(pxctl_opts_t *o);
 
 /* ---- sweeps (pxctl_sweep.c) ---------------------------------------------- */
 
@@ -188,6 +192,10 @@ void pxctl_table_cell(pxctl_table_t *t, const char *fmt, ...)
 void pxctl_table_print(pxctl_table_t *t, FILE *f, int indent);
 void pxctl_table_destroy(pxctl_table_t *t);
 
+/* text cut to at most width bytes at a word boundary, "..." after a cut
+ * (a first word longer than width is kept whole, never split); only its
+ * first line. */
+void pxctl_fmt_clip(char *buf, size_t cap, const char *text, size_t width);
 /* "1.23 MiB" style with IEC units. */
 void pxctl_fmt_bytes(char *buf, size_t cap, uint64_t bytes);
 /* "85.21%" or "-" for a negative accuracy. */

@@ -10,6 +10,7 @@
 #include "pxctl.h"
 
 #define PXCTL_ACCT_DEADLINE_MS 30000
+#define PXCTL_ACCT_REASON 60 /* the table's reason, cut at a word (--csv: whole) */
 
 int pxctl_parse_since(const char *v, int64_t *out) {
   size_t n = strlen(v);
@@ -73,14 +74,17 @@ static void pxctl_acct_table(const Prunex__V1__GetAccountingResponse *r) {
     return;
   }
   static const char *const h[] = {"JOB",     "USER",      "NAME",  ">NODES", ">DEVICES",
-                                  "SUBMITTED", ">ELAPSED", ">NODE-S", "STATE",  ">ATTEMPTS",
-                                  "REASON"};
-  pxctl_table_t *t = pxctl_table_create(11, h);
+                                  "SUBMITTED", "START",   "END",     ">ELAPSED", ">NODE-S",
+                                  "STATE",     ">ATTEMPTS", "REASON"};
+  pxctl_table_t *t = pxctl_table_create(13, h);
   int64_t now = (int64_t)time(NULL) * 1000;
   for (size_t i = 0; i < r->n_records; i++) {
     const Prunex__V1__AcctRecord *a = r->records[i];
-    char when[48], el[32];
+    char when[48], start[48], end[48], el[32], why[PXCTL_ACCT_REASON + 8];
     pxctl_fmt_time(when, sizeof when, a->submit_unix_ms);
+    pxctl_fmt_time(start, sizeof start, a->start_unix_ms); /* "-": not yet */
+    pxctl_fmt_time(end, sizeof end, a->end_unix_ms);
+    pxctl_fmt_clip(why, sizeof why, a->reason, PXCTL_ACCT_REASON);
     if (a->start_unix_ms > 0)
       pxctl_fmt_duration(el, sizeof el,
                          (double)((a->end_unix_ms > 0 ? a->end_unix_ms : now) - a->start_unix_ms) /
@@ -92,11 +96,13 @@ static void pxctl_acct_table(const Prunex__V1__GetAccountingResponse *r) {
     pxctl_table_cell(t, "%d", a->num_nodes);
     pxctl_table_cell(t, "%d", a->devices);
     pxctl_table_cell(t, "%s", when);
+    pxctl_table_cell(t, "%s", start);
+    pxctl_table_cell(t, "%s", end);
     pxctl_table_cell(t, "%s", el);
     pxctl_table_cell(t, "%.1f", a->node_seconds);
     pxctl_table_cell(t, "%s", px_rpc_job_state_name(a->state));
     pxctl_table_cell(t, "%d", a->attempts);
-    pxctl_table_cell(t, "%.60s", a->reason);
+    pxctl_table_cell(t, "%s", why);
   }
   pxctl_table_print(t, stdout, 0);
   if (r->truncated)

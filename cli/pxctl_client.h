@@ -53,6 +53,10 @@ typedef struct {
   const char *user;           /* acct: --user */
   int64_t since_unix_ms;      /* acct: --since (0: all) */
   const char *sweep;          /* list: --sweep (NULL: every job) */
+  int me;                     /* list: --me */
+#define PXCTL_AFTER_MAX 64
+  const char *after[PXCTL_AFTER_MAX]; /* submit: --after JOB[:ok|any], each */
+  int nafter;
   int npos;
 } pxctl_opts_t;
 

@@ -107,6 +107,22 @@ void pxctl_fmt_bytes(char *buf, size_t cap, uint64_t bytes) {
   else snprintf(buf, cap, "%.*f %s", v < 10 ? 2 : v < 100 ? 1 : 0, v, units[u]);
 }
 
+void pxctl_fmt_clip(char *buf, size_t cap, const char *text, size_t width) {
+  size_t n = strcspn(text, "\n");
+  if (n <= width) {
+    snprintf(buf, cap, "%.*s", (int)n, text);
+    return;
+  }
+  /* the last space at or before width - 3 ("..." follows), after trimming
+   * the punctuation a cut would leave dangling */
+  size_t cut = 0;
+  for (size_t i = 0; i + 3 <= width && i < n; i++)
+    if (text[i] == ' ') cut = i;
+  if (cut == 0) cut = strcspn(text, " \n"); /* one long first word: kept whole */
+  while (cut > 0 && strchr(" ,;:(", text[cut - 1])) cut--;
+  snprintf(buf, cap, "%.*s...", (int)cut, text);
+}
+
 void pxctl_fmt_pct(char *buf, size_t cap, double frac) {
   if (frac < 0) snprintf(buf, cap, "-");
   else snprintf(buf, cap, "%.2f%%", 100.0 * frac);

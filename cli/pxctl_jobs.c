@@ -8,21 +8,34 @@
 #include "pxctl.h"
 
 
+/* The first dependency a job still waits for (not ended), or NULL. */
+static const char *pxctl_job_waits_for(const Prunex__V1__Job *job) {
+  for (size_t i = 0; i < job->n_after; i++)
+    if (!pxctl_job_finished(job->after[i]->state)) return job->after[i]->job_id;
+  return NULL;
+}
+
 /* The jobs as a table; pending ones add their place in the queue. */
 static void pxctl_print_jobs(const Prunex__V1__ListJobsResponse *resp) {
   int queue = 0;
   for (size_t i = 0; i < resp->n_jobs; i++) queue |= resp->jobs[i]->sched != NULL;
-  static const char *const h[] = {"JOB",      "NAME",    "STATE",          "STRATEGY",
-                                  ">NODES",   ">ITER",   ">TEST-ACC",      ">DENSITY",
-                                  "CREATED",  ">PRIORITY", "JOB/FAIR/AGE", ">AHEAD"};
-  pxctl_table_t *t = pxctl_table_create(queue ? 12 : 9, h);
+  static const char *const h[] = {"JOB",      "USER",    "NAME",      "STATE",
+                                  "STRATEGY", ">NODES",  ">ITER",     ">TEST-ACC",
+                                  ">DENSITY", "CREATED", ">PRIORITY", "JOB/FAIR/AGE",
+                                  ">AHEAD"};
+  pxctl_table_t *t = pxctl_table_create(queue ? 13 : 10, h);
   for (size_t i = 0; i < resp->n_jobs; i++) {
     const Prunex__V1__Job *job = resp->jobs[i];
     const Prunex__V1__JobSpec *s = job->spec;
     char acc[32], age[48];
     pxctl_table_cell(t, "%s", job->job_id);
+    pxctl_table_cell(t, "%s", job->owner[0] ? job->owner : "-");
     pxctl_table_cell(t, "%s", job->name);
-    if (job->attempt > 1)
+    if (job->state == PRUNEX__V1__JOB_STATE__JOB_STATE_PENDING && job->held_by[0])
+      pxctl_table_cell(t, "PENDING (held)");
+    else if (job->state == PRUNEX__V1__JOB_STATE__JOB_STATE_PENDING && pxctl_job_waits_for(job))
+      pxctl_table_cell(t, "PENDING (after %s)", pxctl_job_waits_for(job));
+    else if (job->attempt > 1)
       pxctl_table_cell(t, "%s (attempt %d)", px_rpc_job_state_name(job->state), job->attempt);
     else pxctl_table_cell(t, "%s", px_rpc_job_state_name(job->state));
     pxctl_table_cell(t, "%s", s ? px_jobspec_strategy_name(s->strategy) : "?");
@@ -54,6 +67,7 @@ static void pxctl_print_jobs(const Prunex__V1__ListJobsResponse *resp) {
 }
 
 int pxctl_cmd_list(pxctl_opts_t *o) {
+  if (o->user && o->me) return pxctl_usage_error(o, "--user and --me: give one");
   px_rpc_channel_t *ch = pxctl_connect(o);
   if (!ch) return PXCTL_EXIT_FAIL;
   /* Pages of at most 1000, newest first, until --limit jobs or the end. The
@@ -72,6 +86,8 @@ int pxctl_cmd_list(pxctl_opts_t *o) {
     req.limit = (int32_t)(want > 1000 ? 1000 : want);
     req.page_token = token;
     req.sweep_id = o->sweep ? (char *)o->sweep : "";
+    req.owner = o->user ? (char *)o->user : ""; /* filtered by the coordinator, page by page */
+    req.mine = o->me;
     Prunex__V1__ListJobsResponse *page = NULL;
     if (px_rpc_list_jobs(ch, &req, PXCTL_DEADLINE_MS, &page) != PX_OK) {
       failed = 1;
@@ -109,8 +125,10 @@ int pxctl_cmd_list(pxctl_opts_t *o) {
     pxctl_json_end_array(&j);
     pxctl_json_finish(&j);
   } else if (resp->n_jobs == 0) {
-    printf(o->state ? "no %s jobs\n" : "no jobs\n",
+    printf(o->state ? "no %s jobs" : "no jobs",
            px_rpc_job_state_name((Prunex__V1__JobState)o->state));
+    if (o->user || o->me) printf(" of %s", o->user ? o->user : "yours");
+    printf("\n");
   } else {
     pxctl_print_jobs(resp);
     if (o->sweep) pxctl_sweep_print_summary(o->sweep, resp->jobs, resp->n_jobs);

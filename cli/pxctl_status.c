@@ -102,6 +102,22 @@ static void pxctl_print_history(const Prunex__V1__Job *job) {
   }
 }
 
+/* Who owns the job, and its queue controls (issue 51): priority, time
+ * limit, who holds it, the jobs it waits for and their states. */
+static void pxctl_print_queue(const Prunex__V1__Job *job) {
+  printf("owner      %s\n", job->owner[0] ? job->owner : "- (no tokens: anonymous)");
+  char limit[32] = "none";
+  if (job->time_limit_ms > 0) pxctl_fmt_duration(limit, sizeof limit, job->time_limit_ms / 1e3);
+  if (job->priority > 0) printf("queue      priority %d, time limit %s\n", job->priority, limit);
+  if (job->held_by[0]) printf("held       by %s\n", job->held_by);
+  for (size_t i = 0; i < job->n_after; i++) {
+    const Prunex__V1__JobDependency *d = job->after[i];
+    int any = d->kind == PRUNEX__V1__DEPENDENCY_KIND__DEPENDENCY_KIND_ANY;
+    printf("%s %s:%s (%s)\n", i ? "          " : "after     ", d->job_id, any ? "any" : "ok",
+           d->state ? px_rpc_job_state_name(d->state) : "unknown");
+  }
+}
+
 static void pxctl_print_job(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
   char t1[64], t2[64];
   printf("job        %s  %s\n", job->job_id, job->name);
@@ -114,6 +130,7 @@ static void pxctl_print_job(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
   pxctl_fmt_age(t1, sizeof t1, since ? since : job->created_unix_ms);
   printf("state      %s (since %s)%s%s\n", px_rpc_job_state_name(job->state), t1,
          job->reason[0] ? ": " : "", job->reason);
+  pxctl_print_queue(job);
   const Prunex__V1__JobSpec *s = job->spec;
   if (s) {
     printf("spec       %s, %s on %s, %d node%s x %d worker%s (%s)\n",

@@ -35,6 +35,21 @@ static int pxctl_submit_shape(const pxctl_opts_t *o, Prunex__V1__JobSpec *spec, 
   return PXCTL_EXIT_OK;
 }
 
+/* The --after options as dependencies (their job ids copied into ids). */
+static void pxctl_submit_after(const pxctl_opts_t *o, Prunex__V1__JobDependency *deps,
+                               Prunex__V1__JobDependency **dp, char (*ids)[64]) {
+  for (int i = 0; i < o->nafter; i++) {
+    deps[i] = (Prunex__V1__JobDependency)PRUNEX__V1__JOB_DEPENDENCY__INIT;
+    size_t n = strcspn(o->after[i], ":");
+    snprintf(ids[i], 64, "%.*s", (int)(n < 63 ? n : 63), o->after[i]);
+    deps[i].job_id = ids[i];
+    deps[i].kind = !strcmp(o->after[i] + n, ":any")
+                       ? PRUNEX__V1__DEPENDENCY_KIND__DEPENDENCY_KIND_ANY
+                       : PRUNEX__V1__DEPENDENCY_KIND__DEPENDENCY_KIND_OK;
+    dp[i] = &deps[i];
+  }
+}
+
 int pxctl_cmd_submit(pxctl_opts_t *o) {
   Prunex__V1__JobSpec *spec;
   char *text;
@@ -56,6 +71,12 @@ int pxctl_cmd_submit(pxctl_opts_t *o) {
   Prunex__V1__SubmitJobRequest req = PRUNEX__V1__SUBMIT_JOB_REQUEST__INIT;
   req.spec = spec;
   req.spec_yaml = text;
+  /* --after JOB[:ok|any] (checked when parsed): the jobs it waits for */
+  Prunex__V1__JobDependency deps[PXCTL_AFTER_MAX], *dp[PXCTL_AFTER_MAX];
+  char ids[PXCTL_AFTER_MAX][64];
+  pxctl_submit_after(o, deps, dp, ids);
+  req.after = dp;
+  req.n_after = (size_t)o->nafter;
   Prunex__V1__SubmitJobResponse *resp = NULL;
   char budget[400] = "";
   if (!px_jobspec_given(&given, "admm.max_iterations"))

@@ -49,16 +49,21 @@ px_status_t coord_commit_if(coord_t *c, px_status_t rc, int commit, coord_effect
 }
 
 void coord_schedule(coord_t *c) {
-  if (c->stopping) return;
-  coord_arena_t a;
-  coord_arena_init(&a);
-  coord_effects_t fx;
-  coord_effects_init(&fx, &a);
-  px_status_t rc = coord_schedule_pass(c, &a, &fx);
-  if (rc == PX_OK) rc = coord_commit(c, &fx); /* fx never asks to schedule again */
-  if (rc != PX_OK) px_log(PX_LOG_ERROR, "scheduler: %s", px_last_error());
-  coord_arena_free(&a);
-  if (c->cfg.sched.preempt) coord_preempt_pass(c, 1);
+  /* again: a pass cancelled jobs whose dependency can never be met, and the
+   * jobs waiting for those may now be in the same case (each pass removes
+   * at least one pending job: the loop ends) */
+  for (int again = 1; again && !c->stopping;) {
+    coord_arena_t a;
+    coord_arena_init(&a);
+    coord_effects_t fx;
+    coord_effects_init(&fx, &a);
+    px_status_t rc = coord_schedule_pass(c, &a, &fx, &again);
+    if (rc == PX_OK) rc = coord_commit(c, &fx); /* fx never asks to schedule again */
+    if (rc != PX_OK) px_log(PX_LOG_ERROR, "scheduler: %s", px_last_error());
+    coord_arena_free(&a);
+    if (rc != PX_OK) break;
+  }
+  if (c->cfg.sched.preempt && !c->stopping) coord_preempt_pass(c, 1);
 }
 
 void coord_preempt_pass(coord_t *c, int ask) {

@@ -429,6 +429,11 @@ typedef struct {
   char **prefer;
   char **reasons;   /* the stored reason: rewritten only when it changes */
   int64_t *rowids;
+  /* issue 51: why a job is not a candidate (held, waiting for its
+   * dependencies; NULL: it is one), and 1 where a dependency can never be
+   * met (the scheduler's pass cancels the job with blocked[i] as reason) */
+  char **blocked;
+  int *never;
 } coord_sched_view_t;
 
 /* Builds the snapshot from the database (arena a) and runs
@@ -468,6 +473,9 @@ typedef struct {
   int64_t submit_ms, time_limit_ms;
   char *prefer;   /* jobs.prefer_nodes */
   char *reason;   /* the stored reason */
+  char held_by[COORD_NAME_MAX + 32]; /* issue 51: who holds it ("" : not held) */
+  int held_admin;  /* an admin holds it */
+  char *depends;  /* jobs.depends: "JOB:ok" / "JOB:any" lines ("" : none) */
 } coord_queue_entry_t;
 /* Makes c->queue (stale: read at once) and installs the database's
  * rollback hook that marks it stale; coord_queue_sync calls it the first
@@ -512,6 +520,13 @@ void coord_time_limit_sweep(coord_t *c);
  * the caller's transaction); its id into job_id. */
 px_status_t coord_job_submit(coord_t *c, const Prunex__V1__JobSpec *spec, const char *spec_yaml,
                              int priority, int64_t time_limit_ms, char *job_id, size_t cap);
+/* A submission's `after` (issue 51) as jobs.depends lines into *out (arena
+ * a; "" : none): 1, or 0 with the call answered (INVALID_ARGUMENT naming
+ * the dependency, INTERNAL). */
+int coord_submit_after(coord_t *c, px_rpc_srv_call_t *call, coord_arena_t *a,
+                       const Prunex__V1__SubmitJobRequest *r, char **out);
+/* Sets the new job's dependencies (in the submission's transaction). */
+px_status_t coord_job_set_depends(coord_t *c, const char *job_id, const char *depends);
 /* The priority and time-limit rules of a submission; 1, or 0 with the call
  * answered. */
 int coord_submit_policy(coord_t *c, px_rpc_srv_call_t *call, const Prunex__V1__JobSpec *spec,
@@ -560,6 +575,10 @@ void coord_rpc_delete_job(px_rpc_srv_call_t *call, const ProtobufCMessage *req, 
 void coord_rpc_append_rank_log(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
 void coord_rpc_get_rank_log(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
 void coord_rpc_get_accounting(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
+/* Queue controls (queue_ctl.c, issue 51). */
+void coord_rpc_hold_job(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
+void coord_rpc_release_job(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
+void coord_rpc_update_job(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
 
 /* The scheduler's queries, which jobs.c and iterations.c call too. */
 #include "db/sched.h"

@@ -61,10 +61,21 @@ px_status_t coord_job_fault_node(coord_t *c, coord_arena_t *a, const char *job_i
 /* ---- place.c ---------------------------------------------------------------- */
 
 /* One pass of the scheduler in a transaction it opens: reasons of the
- * waiting jobs updated, the jobs the policy starts placed (each recorded
- * in fx: START to its nodes, changed). On success the transaction is left
- * open for coord_commit; on failure it is rolled back and fx emptied. */
-px_status_t coord_schedule_pass(coord_t *c, coord_arena_t *a, coord_effects_t *fx);
+ * waiting jobs updated, jobs whose dependency can never be met cancelled
+ * (*again 1: another pass may cancel the jobs that wait for them), the jobs
+ * the policy starts placed (each recorded in fx: START to its nodes,
+ * changed). On success the transaction is left open for coord_commit; on
+ * failure it is rolled back and fx emptied. */
+px_status_t coord_schedule_pass(coord_t *c, coord_arena_t *a, coord_effects_t *fx, int *again);
+
+/* ---- jobs.c ------------------------------------------------------------------ */
+
+/* The job a CancelJob, DeleteJob or queue control (queue_ctl.c) names, for
+ * a caller who wants to `what` it: 1 with its state when it exists and the
+ * caller may manage it (its owner, or an admin); else the call is answered
+ * (NOT_FOUND, PERMISSION_DENIED or INTERNAL) and 0 returned. */
+int coord_job_to_manage(coord_t *c, px_rpc_srv_call_t *call, const char *job_id,
+                        const char *what, int *state);
 
 /* ---- preempt.c -------------------------------------------------------------- */
 

@@ -108,15 +108,20 @@ void coord_rpc_submit_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, 
   int priority = 0;
   int64_t time_limit_ms = 0;
   if (!coord_submit_policy(c, call, r->spec, &priority, &time_limit_ms)) return;
-  if (!coord_submit_quota(c, call, 1)) return;
   char job_id[64];
   coord_arena_t a;
   coord_arena_init(&a);
+  char *depends = "";
+  if (!coord_submit_after(c, call, &a, r, &depends) || !coord_submit_quota(c, call, 1)) {
+    coord_arena_free(&a);
+    return;
+  }
   coord_effects_t fx;
   coord_effects_init(&fx, &a);
   if (px_store_begin(c->db) != PX_OK ||
       coord_job_submit(c, r->spec, r->spec_yaml, priority, time_limit_ms, job_id,
                        sizeof job_id) != PX_OK ||
+      coord_job_set_depends(c, job_id, depends) != PX_OK ||
       coord_fx_changed(&fx, job_id) != PX_OK) { /* PENDING: its notifications */
     coord_fail_internal(c, call);
     coord_arena_free(&a);
@@ -156,7 +161,9 @@ static px_status_t coord_job_live(coord_arena_t *a, const coord_sched_job_t *sj,
   Prunex__V1__JobPriority *p = coord_alloc(a, sizeof *p);
   char why[320];
   coord_sched_reason(sj, 1, why, sizeof why);
-  if (!p || !(j->reason = coord_strdup(a, why))) return PX_ERR_NOMEM;
+  if (!p) return PX_ERR_NOMEM;
+  /* held or waiting for its dependencies: the stored reason says which */
+  if (sj->wait != COORD_WAIT_BLOCKED && !(j->reason = coord_strdup(a, why))) return PX_ERR_NOMEM;
   prunex__v1__job_priority__init(p);
   p->priority = sj->score;
   p->job_factor = sj->f_job;
@@ -217,6 +224,26 @@ static int coord_filter_ok(px_rpc_srv_call_t *call, int state, int limit, int de
   return 1;
 }
 
+/* ListJobs' owner filter: *owner NULL (every user's), the name asked for,
+ * or the caller's own (mine; "" for an anonymous caller). 1, or 0 with the
+ * call answered INVALID_ARGUMENT. */
+static int coord_list_owner(coord_t *c, px_rpc_srv_call_t *call,
+                            const Prunex__V1__ListJobsRequest *r, const char **owner) {
+  *owner = NULL;
+  if (r->mine && r->owner[0]) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "owner and mine: give one");
+    return 0;
+  }
+  if (r->owner[0] && !coord_name_ok(r->owner)) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
+                      "owner: not a user name (1 to 127 of A-Z a-z 0-9 . _ - @)");
+    return 0;
+  }
+  if (r->owner[0]) *owner = r->owner;
+  else if (r->mine) *owner = c->who.role == COORD_ROLE_ANON ? "" : c->who.name;
+  return 1;
+}
+
 void coord_rpc_list_jobs(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
   coord_t *c = data;
   const Prunex__V1__ListJobsRequest *r = (const Prunex__V1__ListJobsRequest *)msg;
@@ -225,6 +252,9 @@ void coord_rpc_list_jobs(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, v
     px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "sweep_id: longer than a sweep id");
     return;
   }
+  /* issue 51: one user's jobs, filtered here so that pages stay full */
+  const char *owner = NULL;
+  if (!coord_list_owner(c, call, r, &owner)) return;
   long long before = 0;
   if (r->page_token[0]) {
     char *end = NULL;
@@ -241,8 +271,8 @@ void coord_rpc_list_jobs(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, v
   char **ids = NULL;
   int64_t *rowids = NULL;
   size_t n = 0;
-  px_status_t rc = coord_db_jobs_page(c, &a, (int)r->state, r->sweep_id, before, limit + 1, &ids,
-                                      &rowids, &n);
+  px_status_t rc = coord_db_jobs_page(c, &a, (int)r->state, r->sweep_id, owner, before,
+                                      limit + 1, &ids, &rowids, &n);
   Prunex__V1__ListJobsResponse resp = PRUNEX__V1__LIST_JOBS_RESPONSE__INIT;
   char next[32] = "";
   int more = n > (size_t)limit;
@@ -313,8 +343,8 @@ void coord_rpc_watch_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, v
  * it: 1 with its state when it exists and the caller may manage it (its
  * owner, or an admin); else the call is answered (NOT_FOUND,
  * PERMISSION_DENIED or INTERNAL) and 0 returned. One query. */
-static int coord_job_to_manage(coord_t *c, px_rpc_srv_call_t *call, const char *job_id,
-                               const char *what, int *state) {
+int coord_job_to_manage(coord_t *c, px_rpc_srv_call_t *call, const char *job_id,
+                        const char *what, int *state) {
   char owner[COORD_NAME_MAX];
   int found = 0;
   if (coord_db_job_owner(c, job_id, &found, owner, sizeof owner, state) != PX_OK) {

@@ -80,13 +80,25 @@ static double coord_clock_ms(void) {
 }
 
 /* Each waiting job's reason says why it waits (rewritten only when it
- * changed). */
-static px_status_t coord_schedule_reasons(coord_t *c, const coord_sched_view_t *v) {
+ * changed): held and dependency waits say so (sched_view.c); a job whose
+ * dependency can never be met is CANCELLED with that reason, as Slurm's
+ * kill_invalid_depend does (recorded in fx; *cancelled counts them: the
+ * jobs that wait for it may now never start either). */
+static px_status_t coord_schedule_reasons(coord_t *c, const coord_sched_view_t *v,
+                                          coord_effects_t *fx, int *cancelled) {
   for (size_t i = 0; i < v->s.njobs; i++) {
     const coord_sched_job_t *j = &v->s.jobs[i];
     if (j->start) continue;
-    char why[320];
-    coord_sched_reason(j, 0, why, sizeof why);
+    if (v->never[i]) {
+      PX_CHECK(coord_job_set_state(c, v->job_ids[i], JS_PENDING, JS_CANCELLED, v->blocked[i]));
+      PX_CHECK(coord_fx_changed(fx, v->job_ids[i]));
+      (*cancelled)++;
+      px_log(PX_LOG_INFO, "job %s cancelled: %s", v->job_ids[i], v->blocked[i]);
+      continue;
+    }
+    char why[400];
+    if (v->blocked[i]) snprintf(why, sizeof why, "%s", v->blocked[i]);
+    else coord_sched_reason(j, 0, why, sizeof why);
     if (strcmp(why, v->reasons[i]) != 0) PX_CHECK(coord_sched_set_reason(c, v->job_ids[i], why));
   }
   return PX_OK;
@@ -98,14 +110,16 @@ static px_status_t coord_schedule_reasons(coord_t *c, const coord_sched_view_t *
  * first). A job the policy started that finds too few nodes after all (the
  * snapshot's node counts against the preferences) ends the pass: the next
  * event schedules again. */
-px_status_t coord_schedule_pass(coord_t *c, coord_arena_t *a, coord_effects_t *fx) {
+px_status_t coord_schedule_pass(coord_t *c, coord_arena_t *a, coord_effects_t *fx, int *again) {
   coord_sched_view_t v;
   size_t nplaced = 0;
+  int cancelled = 0;
+  *again = 0;
   double t0 = coord_clock_ms();
   PX_CHECK(coord_sched_view(c, a, &v));
   double t1 = coord_clock_ms();
   PX_CHECK(px_store_begin(c->db));
-  px_status_t rc = coord_schedule_reasons(c, &v);
+  px_status_t rc = coord_schedule_reasons(c, &v, fx, &cancelled);
   for (size_t r = 0; rc == PX_OK && r < v.s.njobs; r++) {
     size_t i = v.s.order[r];
     const coord_sched_job_t *j = &v.s.jobs[i];
@@ -130,6 +144,7 @@ px_status_t coord_schedule_pass(coord_t *c, coord_arena_t *a, coord_effects_t *f
     coord_effects_clear(fx);
     nplaced = 0;
   }
+  *again = rc == PX_OK && cancelled > 0;
   /* bench/sched reads these lines for the decision latency of a pass */
   px_log(PX_LOG_DEBUG, "scheduler pass: %zu pending, %zu nodes, %zu started in %.2f ms"
          " (snapshot and policy %.2f ms)", v.s.njobs, v.s.nnodes, nplaced,

@@ -139,6 +139,10 @@ void coord_sched_decide(const coord_sched_policy_t *p, coord_sched_snapshot_t *s
   for (size_t r = 0; r < s->njobs; r++) {
     coord_sched_job_t *j = &s->jobs[s->order[r]];
     j->ahead = (int64_t)r;
+    if (j->blocked) {
+      j->wait = COORD_WAIT_BLOCKED;
+      continue; /* held or waiting for other jobs: blocks nobody */
+    }
     int alive, free;
     coord_sched_count(s, j->per_node, &alive, &free);
     if (alive < j->nodes) {
@@ -198,6 +202,9 @@ void coord_sched_reason(const coord_sched_job_t *j, int live, char *buf, size_t 
       snprintf(buf, cap,
                "%sfirst in line; waiting for nodes: needs %d node%s x %d device%s; %d of %d free",
                head, M, M == 1 ? "" : "s", P, P == 1 ? "" : "s", j->wait_a, j->wait_b);
+      return;
+    case COORD_WAIT_BLOCKED:
+      snprintf(buf, cap, "held, or waiting for other jobs");
       return;
     case COORD_WAIT_PRIORITY:
       if (live)

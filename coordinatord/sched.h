@@ -18,7 +18,9 @@
  * the nodes it can use are free, from the running jobs' time limits), and a
  * job behind it starts only when it fits the free nodes now and its time
  * limit ends by that shadow time (backfill that never delays the top job).
- * Jobs without a time limit never backfill. */
+ * Jobs without a time limit never backfill. A blocked job (held, or
+ * waiting for its dependencies: issue 51) keeps its place in the order but
+ * is passed over, as one that can never fit. */
 #ifndef PX_COORD_SCHED_H
 #define PX_COORD_SCHED_H
 
@@ -90,6 +92,8 @@ enum {
   COORD_WAIT_QUOTA,      /* a = nodes the user's jobs hold, b = the quota */
   COORD_WAIT_NODES,      /* first in line: a = free nodes that fit, b = alive that fit */
   COORD_WAIT_PRIORITY,   /* behind higher-priority jobs that wait (or a reservation) */
+  COORD_WAIT_BLOCKED,    /* held, or waiting for its dependencies (issue 51): the
+                            caller says which */
 };
 
 typedef struct {
@@ -98,6 +102,8 @@ typedef struct {
   int priority;         /* 1..COORD_PRIORITY_MAX */
   int64_t submit_ms;
   int64_t time_limit_ms;/* 0: none */
+  int blocked;          /* 1: not a candidate (held, dependencies): ordered, never
+                           started, blocks nobody */
   /* out */
   double score;         /* the priority, in [0, 1] */
   double f_job, f_fairshare, f_age;

@@ -28,7 +28,8 @@ struct coord_queue {
 static void coord_queue_entry_free(coord_queue_entry_t *e) {
   px_free(e->prefer);
   px_free(e->reason);
-  e->prefer = e->reason = NULL;
+  px_free(e->depends);
+  e->prefer = e->reason = e->depends = NULL;
 }
 
 static void coord_queue_clear(coord_queue_t *q) {

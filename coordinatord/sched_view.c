@@ -58,6 +58,53 @@ px_status_t coord_sched_set_reason(coord_t *c, const char *job_id, const char *r
   return PX_OK;
 }
 
+/* ---- held jobs and dependencies (issue 51) ---------------------------------------- */
+
+/* Why the job of entry e is no candidate into *why (arena a; NULL: it is
+ * one): held (first), or waiting for its dependencies; *never 1 when one of
+ * them can never be met (an `ok` one on a job that ended otherwise). */
+static px_status_t coord_sched_blocked(coord_t *c, coord_arena_t *a, const coord_queue_entry_t *e,
+                                       char **why, int *never) {
+  char buf[400] = "";
+  *why = NULL;
+  *never = 0;
+  if (e->held_by[0]) {
+    snprintf(buf, sizeof buf, e->held_admin ? "held by admin %s (only an admin may release it)"
+                                            : "held by %s (pxctl release lets it run)",
+             e->held_by);
+  } else {
+    int waiting = 0;
+    for (const char *p = e->depends; *p && !*never;) {
+      const char *nl = strchr(p, '\n');
+      size_t n = nl ? (size_t)(nl - p) : strlen(p);
+      char id[96] = "";
+      const char *colon = memchr(p, ':', n);
+      size_t idn = colon ? (size_t)(colon - p) : n;
+      snprintf(id, sizeof id, "%.*s", (int)(idn < sizeof id ? idn : sizeof id - 1), p);
+      int ok = !colon || strncmp(colon + 1, "any", 3) != 0;
+      p = nl ? nl + 1 : p + n;
+      int found = 0, state = 0;
+      PX_CHECK(coord_db_sched_dep_state(c, id, &found, &state));
+      if (!found || (coord_job_terminal(state) && ok && state != JS_SUCCEEDED)) {
+        if (!ok) continue; /* any: an unknown job counts as ended */
+        *never = 1;
+        snprintf(buf, sizeof buf,
+                 "dependency never satisfied: %s %s%s (after %s:ok needs it to succeed)", id,
+                 found ? "ended " : "is unknown", found ? px_rpc_job_state_name(state) : "", id);
+      } else if (!coord_job_terminal(state) && waiting++ == 0) {
+        snprintf(buf, sizeof buf, "dependency: waiting for %s to %s", id, ok ? "succeed" : "end");
+      }
+    }
+    if (!*never && waiting > 1) {
+      size_t used = strlen(buf);
+      snprintf(buf + used, sizeof buf - used, " and %d more job%s", waiting - 1,
+               waiting == 2 ? "" : "s");
+    }
+  }
+  if (buf[0] && !(*why = coord_strdup(a, buf))) return PX_ERR_NOMEM;
+  return PX_OK;
+}
+
 /* ---- the snapshot ---------------------------------------------------------------- */
 
 /* The index of user name in v's users, added when new; -1 on NOMEM. */
@@ -117,7 +164,11 @@ px_status_t coord_sched_view(coord_t *c, coord_arena_t *a, coord_sched_view_t *v
   v->prefer = coord_alloc(a, (nq + 1) * sizeof *v->prefer);
   v->rowids = coord_alloc(a, (nq + 1) * sizeof *v->rowids);
   v->reasons = coord_alloc(a, (nq + 1) * sizeof *v->reasons);
-  if (!v->s.jobs || !v->job_ids || !v->prefer || !v->rowids || !v->reasons) return PX_ERR_NOMEM;
+  v->blocked = coord_alloc(a, (nq + 1) * sizeof *v->blocked);
+  v->never = coord_alloc(a, (nq + 1) * sizeof *v->never);
+  if (!v->s.jobs || !v->job_ids || !v->prefer || !v->rowids || !v->reasons || !v->blocked ||
+      !v->never)
+    return PX_ERR_NOMEM;
   for (size_t i = 0; i < nq; i++) {
     const coord_queue_entry_t *e = &q[i];
     coord_sched_job_t *j = &v->s.jobs[i];
@@ -133,6 +184,8 @@ px_status_t coord_sched_view(coord_t *c, coord_arena_t *a, coord_sched_view_t *v
     j->priority = e->priority;
     j->submit_ms = e->submit_ms;
     j->time_limit_ms = e->time_limit_ms;
+    PX_CHECK(coord_sched_blocked(c, a, e, &v->blocked[i], &v->never[i]));
+    j->blocked = v->blocked[i] != NULL;
   }
   v->s.njobs = nq;
   v->s.order = coord_alloc(a, (v->s.njobs + 1) * sizeof *v->s.order);

@@ -41,7 +41,11 @@
   X(PX_RPC_GET_RANK_LOG, get_rank_log_request, UNARY, coord_rpc_get_rank_log, "GetRankLog",   \
     4 << 10)                                                                                  \
   X(PX_RPC_GET_ACCOUNTING, get_accounting_request, UNARY, coord_rpc_get_accounting,           \
-    "GetAccounting", 4 << 10)
+    "GetAccounting", 4 << 10)                                                                 \
+  X(PX_RPC_HOLD_JOB, hold_job_request, UNARY, coord_rpc_hold_job, "HoldJob", 4 << 10)         \
+  X(PX_RPC_RELEASE_JOB, release_job_request, UNARY, coord_rpc_release_job, "ReleaseJob",      \
+    4 << 10)                                                                                  \
+  X(PX_RPC_UPDATE_JOB, update_job_request, UNARY, coord_rpc_update_job, "UpdateJob", 4 << 10)
 
 static void coord_rpc_timed(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
 
@@ -66,7 +70,7 @@ static int64_t coord_mono_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Every method's entry point: finds the method by its path (at most 17
+/* Every method's entry point: finds the method by its path (at most 20
  * short strcmps), runs its handler and records the time it took. The path
  * is matched before the handler runs: the call may be gone when it
  * returns. */

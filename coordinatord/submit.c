@@ -249,3 +249,61 @@ int coord_submit_notify_ok(coord_t *c, px_rpc_srv_call_t *call, const Prunex__V1
   px_rpc_srv_finish(call, PX_RPC_PERMISSION_DENIED, "%s", why);
   return 0;
 }
+
+/* ---- dependencies (issue 51) -------------------------------------------------------- */
+
+#define COORD_AFTER_MAX 64
+
+int coord_submit_after(coord_t *c, px_rpc_srv_call_t *call, coord_arena_t *a,
+                       const Prunex__V1__SubmitJobRequest *r, char **out) {
+  *out = "";
+  if (r->n_after == 0) return 1;
+  if (r->n_after > COORD_AFTER_MAX) {
+    px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "after: %zu dependencies, at most %d",
+                      r->n_after, COORD_AFTER_MAX);
+    return 0;
+  }
+  size_t cap = r->n_after * 80 + 1, used = 0;
+  char *lines = coord_alloc(a, cap);
+  if (!lines) {
+    coord_fail_internal(c, call);
+    return 0;
+  }
+  for (size_t i = 0; i < r->n_after; i++) {
+    const Prunex__V1__JobDependency *d = r->after[i];
+    int kind = (int)d->kind;
+    if (strlen(d->job_id) > 63 || !d->job_id[0] ||
+        !strncmp(d->job_id, COORD_SWEEP_PREFIX, strlen(COORD_SWEEP_PREFIX))) {
+      px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "after[%zu]: '%.64s' is not a job id", i,
+                        d->job_id);
+      return 0;
+    }
+    if (kind < 0 || kind > PRUNEX__V1__DEPENDENCY_KIND__DEPENDENCY_KIND_ANY) {
+      px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
+                        "after[%zu]: kind = %d: not a DependencyKind (ok or any)", i, kind);
+      return 0;
+    }
+    int found = 0, state = 0;
+    if (coord_db_sched_dep_state(c, d->job_id, &found, &state) != PX_OK) {
+      coord_fail_internal(c, call);
+      return 0;
+    }
+    if (!found) {
+      px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "after[%zu]: job %s not found", i,
+                        d->job_id);
+      return 0;
+    }
+    used += (size_t)snprintf(lines + used, cap - used, "%s%s:%s", i ? "\n" : "", d->job_id,
+                             kind == PRUNEX__V1__DEPENDENCY_KIND__DEPENDENCY_KIND_ANY ? "any"
+                                                                                      : "ok");
+  }
+  *out = lines;
+  return 1;
+}
+
+px_status_t coord_job_set_depends(coord_t *c, const char *job_id, const char *depends) {
+  if (!depends[0]) return PX_OK;
+  PX_CHECK(coord_db_sched_set_depends(c, job_id, depends));
+  /* the queue took the job's row when it entered PENDING: read it again */
+  return coord_queue_job_changed(c, job_id, JS_PENDING);
+}

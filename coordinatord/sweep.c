@@ -90,7 +90,7 @@ static int coord_sweep_expand(coord_t *c, px_rpc_srv_call_t *call,
 static px_status_t coord_sweep_insert(coord_t *c, coord_arena_t *a,
                                       const Prunex__V1__SubmitJobRequest *r,
                                       const coord_sweep_point_t *pts, size_t n, char *sweep_id,
-                                      size_t cap, char **ids) {
+                                      size_t cap, char **ids, const char *depends) {
   const char *owner = c->who.role == COORD_ROLE_ANON ? "" : c->who.name;
   PX_CHECK(coord_db_sweep_new(c, owner, r->spec->name, r->spec_yaml, (int64_t)n, coord_now_ms(),
                            sweep_id, cap));
@@ -106,6 +106,7 @@ static px_status_t coord_sweep_insert(coord_t *c, coord_arena_t *a,
     px_buf_free(&y);
     PX_CHECK(st);
     PX_CHECK(coord_db_sweep_job_set(c, job_id, sweep_id, pts[k].label));
+    PX_CHECK(coord_job_set_depends(c, job_id, depends)); /* issue 51: each waits for them */
     if (!(ids[k] = coord_strdup(a, job_id))) return PX_ERR_NOMEM;
   }
   return PX_OK;
@@ -120,12 +121,14 @@ void coord_sweep_submit(coord_t *c, px_rpc_srv_call_t *call,
   coord_arena_init(&a);
   char sweep_id[64];
   char **ids = coord_alloc(&a, n * sizeof *ids);
+  char *depends = "";
+  if (!coord_submit_after(c, call, &a, r, &depends)) goto out;
   if (!coord_submit_quota(c, call, (int64_t)n)) goto out;
   coord_effects_t fx;
   coord_effects_init(&fx, &a);
   px_status_t rc = ids ? px_store_begin(c->db) : PX_ERR_NOMEM;
   if (rc == PX_OK) {
-    rc = coord_sweep_insert(c, &a, r, pts, n, sweep_id, sizeof sweep_id, ids);
+    rc = coord_sweep_insert(c, &a, r, pts, n, sweep_id, sizeof sweep_id, ids, depends);
     for (size_t k = 0; rc == PX_OK && k < n; k++)
       rc = coord_fx_changed(&fx, ids[k]); /* PENDING: their notifications */
     coord_fx_schedule(&fx);

@@ -515,6 +515,22 @@ static void test_dashboard_of_a_finished_job_has_data_in_every_chart(void **stat
   const char *created = cell(dom, "created");
   print_message("created: '%s'\n", created);
   assert_true(strlen(created) > 4 && !strcmp(created + strlen(created) - 4, " UTC"));
+  /* issue 51: who owns each job (no tokens here: nobody, "-"), and the
+   * accuracy as pxctl prints it, digit for digit */
+  assert_non_null(strstr(dom, "data-col=\"user\""));
+  assert_string_equal(cell(dom, "user"), "-");
+  char acc[64];
+  snprintf(acc, sizeof acc, "%s", cell(dom, "test acc"));
+  static pxt_result_t r;
+  char coord[96];
+  snprintf(coord, sizeof coord, "PRUNEX_COORDINATOR=%s", F.d.target);
+  const char *env[] = {coord, NULL};
+  const char *status[] = {"status", F.done, NULL};
+  pxt_pxctl(&r, F.d.dir, status, env, 30000);
+  char want[96];
+  snprintf(want, sizeof want, "test accuracy %s,", acc);
+  print_message("dashboard test acc '%s'\n", acc);
+  if (r.code != 0 || !strchr(acc, '%') || !strstr(r.out, want)) pxt_show("pxctl status", &r), fail();
 }
 
 /* The job object's totals are the sums of its iterations (they were read one

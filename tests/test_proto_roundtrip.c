@@ -99,6 +99,10 @@ static const ProtobufCMessageDescriptor *const px_messages[] = {
     &prunex__v1__acct_user_total__descriptor,
     &prunex__v1__get_accounting_request__descriptor,
     &prunex__v1__get_accounting_response__descriptor,
+    &prunex__v1__job_dependency__descriptor,
+    &prunex__v1__hold_job_request__descriptor,
+    &prunex__v1__release_job_request__descriptor,
+    &prunex__v1__update_job_request__descriptor,
 };
 #define PX_N_MESSAGES (sizeof px_messages / sizeof px_messages[0])
 

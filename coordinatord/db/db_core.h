@@ -88,10 +88,11 @@ px_status_t coord_db_job_owner(coord_t *c, const char *job_id, int *found, char 
 px_status_t coord_db_job_ranks_info(coord_t *c, const char *job_id, int *found, int *state,
                                     int *nranks, int *attempt);
 /* A page of job ids, newest first: of state (0: any), of sweep ("" : any),
- * row ids below before (0: from the newest), at most limit. */
+ * of owner (NULL: any; "" : the anonymous jobs), row ids below before (0:
+ * from the newest), at most limit. */
 px_status_t coord_db_jobs_page(coord_t *c, coord_arena_t *a, int state, const char *sweep_id,
-                               int64_t before, int limit, char ***ids, int64_t **rowids,
-                               size_t *n);
+                               const char *owner, int64_t before, int limit, char ***ids,
+                               int64_t **rowids, size_t *n);
 /* Finished jobs that ended before cutoff, oldest first, at most limit. */
 px_status_t coord_db_jobs_expired(coord_t *c, coord_arena_t *a, int64_t cutoff, int limit,
                                   char ***ids, size_t *n);

@@ -18,6 +18,8 @@ static const coord_hfield_t http_job_fields[] = {
     {NULL, "j.id", HF_HIDDEN, 0},
     {"job_id", "j.job_id", HF_TEXT, 0},
     {"name", "j.name", HF_TEXT, 0},
+    /* who submitted it ("" without tokens; issue 51) */
+    {"owner", "j.owner", HF_TEXT, 0},
     {"state", "j.state", HF_JOB_STATE, 0},
     {"reason", "j.reason", HF_TEXT, 0},
     {"spec", "j.spec", HF_SPEC, 0},

@@ -68,14 +68,15 @@ px_status_t coord_db_job_ranks_info(coord_t *c, const char *job_id, int *found, 
 }
 
 px_status_t coord_db_jobs_page(coord_t *c, coord_arena_t *a, int state, const char *sweep_id,
-                               int64_t before, int limit, char ***ids, int64_t **rowids,
-                               size_t *n) {
+                               const char *owner, int64_t before, int limit, char ***ids,
+                               int64_t **rowids, size_t *n) {
   return coord_db_list(c, a,
                        "SELECT job_id, id FROM jobs WHERE (?1 = 0 OR state = ?1)"
                        " AND (?3 = 0 OR id < ?3) AND (?4 = '' OR sweep_id = ?4)"
+                       " AND (?5 IS NULL OR owner = ?5)"
                        " ORDER BY id DESC LIMIT ?2",
                        PX_STORE_ARGS(PX_ARG_INT(state), PX_ARG_INT(limit), PX_ARG_INT(before),
-                                     PX_ARG_TEXT(sweep_id)),
+                                     PX_ARG_TEXT(sweep_id), PX_ARG_TEXT(owner)),
                        COORD_LIST_COLS(COORD_LIST_TEXT(ids), COORD_LIST_INT(rowids)), n);
 }
 

@@ -135,6 +135,35 @@ px_status_t coord_job_load(coord_t *c, coord_arena_t *a, const char *job_id,
   return coord_job_load_ex(c, a, job_id, 0, out);
 }
 
+/* The job's dependencies (jobs.depends lines "JOB:ok" / "JOB:any", issue
+ * 51), each with its job's state now (from acct, which outlives the job's
+ * rows; UNSPECIFIED when unknown). The line text is the arena's copy: it is
+ * cut in place. */
+static px_status_t coord_job_after(coord_t *c, coord_arena_t *a, char *deps, Prunex__V1__Job *j) {
+  size_t cap = 0;
+  for (char *p = deps; *p;) {
+    char *nl = strchr(p, '\n');
+    if (nl) *nl = '\0';
+    char *colon = strchr(p, ':');
+    if (colon) *colon = '\0';
+    Prunex__V1__JobDependency **slot =
+        coord_push(a, (void **)&j->after, &j->n_after, &cap, sizeof *slot);
+    Prunex__V1__JobDependency *d = slot ? coord_alloc(a, sizeof *d) : NULL;
+    if (!d) return PX_ERR_NOMEM;
+    prunex__v1__job_dependency__init(d);
+    *slot = d;
+    d->job_id = p;
+    d->kind = colon && !strcmp(colon + 1, "any") ? PRUNEX__V1__DEPENDENCY_KIND__DEPENDENCY_KIND_ANY
+                                                 : PRUNEX__V1__DEPENDENCY_KIND__DEPENDENCY_KIND_OK;
+    int found = 0, state = 0;
+    PX_CHECK(coord_db_sched_dep_state(c, p, &found, &state));
+    d->state = (Prunex__V1__JobState)(found ? state : 0);
+    if (!nl) break;
+    p = nl + 1;
+  }
+  return PX_OK;
+}
+
 /* The jobs row (spec_yaml only with_yaml): *out NULL when there is no
  * such job; *scheduled and *finished for the summary. */
 static px_status_t coord_job_row(coord_t *c, coord_arena_t *a, const char *job_id, int with_yaml,
@@ -146,7 +175,8 @@ static px_status_t coord_job_row(coord_t *c, coord_arena_t *a, const char *job_i
                          " spec_yaml) ELSE '' END, reason, created_unix_ms, updated_unix_ms,"
                          " iteration,"
                          " scheduled_unix_ms, finished_unix_ms, owner, attempt, checkpoint_problem,"
-                         " sweep_id, sweep_point FROM jobs WHERE job_id = ?1",
+                         " sweep_id, sweep_point, held_by, priority, time_limit_ms, depends"
+                         " FROM jobs WHERE job_id = ?1",
                          &st));
   PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(job_id),
                                                 PX_ARG_INT(with_yaml ? 1 : 0))));
@@ -173,10 +203,15 @@ static px_status_t coord_job_row(coord_t *c, coord_arena_t *a, const char *job_i
   j->checkpoint_problem = coord_strdup(a, px_store_column_text(st, 13));
   j->sweep_id = coord_strdup(a, px_store_column_text(st, 14));
   j->sweep_point = coord_strdup(a, px_store_column_text(st, 15));
+  j->held_by = coord_strdup(a, px_store_column_text(st, 16));
+  j->priority = (int32_t)px_store_column_int64(st, 17);
+  j->time_limit_ms = px_store_column_int64(st, 18);
+  char *deps = coord_strdup(a, px_store_column_text(st, 19));
   px_store_reset(st);
   if (!j->job_id || !j->name || !j->spec_yaml || !j->reason || !j->owner ||
-      !j->checkpoint_problem || !j->sweep_id || !j->sweep_point)
+      !j->checkpoint_problem || !j->sweep_id || !j->sweep_point || !j->held_by || !deps)
     return PX_ERR_NOMEM;
+  PX_CHECK(coord_job_after(c, a, deps, j));
   if (!j->spec)
     return px_set_error(PX_ERR_FORMAT, "%s: job %s: stored spec does not unpack",
                         px_store_path(c->db), job_id);

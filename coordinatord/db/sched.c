@@ -328,6 +328,13 @@ px_status_t coord_db_sched_acct_state(coord_t *c, const char *job_id, int to, in
                                       const char *reason) {
   char brief[256]; /* the record keeps the reason's start: rows stay compact */
   px_utf8_clean(reason, brief, sizeof brief);
+  if (strlen(brief) >= sizeof brief - 4 && strlen(reason) > strlen(brief)) {
+    /* cut at a word, never in one (issue 51): "... the start of the reason..." */
+    char *sp = strrchr(brief, ' ');
+    size_t at = sp && sp > brief + 128 ? (size_t)(sp - brief) : sizeof brief - 4;
+    while (at > 0 && ((unsigned char)brief[at] & 0xC0) == 0x80) at--; /* not in a character */
+    snprintf(brief + at, sizeof brief - at, "...");
+  }
   return px_store_run_args(c->db,
                            "UPDATE acct SET state = ?2,"
                            " start_unix_ms = CASE WHEN ?2 = ?4 AND start_unix_ms = 0 THEN ?3"
@@ -423,7 +430,7 @@ px_status_t coord_db_sched_running(coord_t *c, coord_arena_t *a, coord_db_sched_
 
 #define COORD_QUEUE_COLUMNS                                                              \
   "id, job_id, owner, num_nodes, workers_per_node, priority, created_unix_ms,"           \
-  " time_limit_ms, prefer_nodes, reason"
+  " time_limit_ms, prefer_nodes, reason, held_by, held_admin, depends"
 
 static char *coord_db_dup(const char *s) {
   size_t n = strlen(s);
@@ -445,9 +452,13 @@ static px_status_t coord_db_queue_read(px_store_stmt_t *st, coord_queue_entry_t 
   e->time_limit_ms = px_store_column_int64(st, 7);
   e->prefer = coord_db_dup(px_store_column_text(st, 8));
   e->reason = coord_db_dup(px_store_column_text(st, 9));
-  if (e->prefer && e->reason) return PX_OK;
+  snprintf(e->held_by, sizeof e->held_by, "%s", px_store_column_text(st, 10));
+  e->held_admin = px_store_column_int64(st, 11) != 0;
+  e->depends = coord_db_dup(px_store_column_text(st, 12));
+  if (e->prefer && e->reason && e->depends) return PX_OK;
   px_free(e->prefer);
   px_free(e->reason);
+  px_free(e->depends);
   return PX_ERR_NOMEM;
 }
 
@@ -485,4 +496,51 @@ px_status_t coord_db_sched_queue_entry(coord_t *c, const char *job_id, coord_que
 
 void coord_db_sched_on_rollback(coord_t *c, void (*fn)(void *), void *arg) {
   sqlite3_rollback_hook(px_store_sqlite(c->db), fn, arg);
+}
+
+/* ---- queue controls (issue 51) ---------------------------------------------------- */
+
+px_status_t coord_db_sched_dep_state(coord_t *c, const char *job_id, int *found, int *state) {
+  int64_t v = 0;
+  PX_CHECK(px_store_row(c->db, "SELECT state FROM acct WHERE job_id = ?1",
+                        PX_STORE_ARGS(PX_ARG_TEXT(job_id)), PX_STORE_COLS(PX_COL_INT(&v)),
+                        found));
+  *state = (int)v;
+  return PX_OK;
+}
+
+px_status_t coord_db_sched_hold(coord_t *c, const char *job_id, const char *held_by, int admin) {
+  return px_store_run_args(c->db, "UPDATE jobs SET held_by = ?2, held_admin = ?3 WHERE job_id = ?1",
+                           PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_TEXT(held_by),
+                                         PX_ARG_INT(admin ? 1 : 0)));
+}
+
+px_status_t coord_db_sched_controls(coord_t *c, const char *job_id, coord_db_controls_t *out) {
+  memset(out, 0, sizeof *out);
+  int found = 0;
+  PX_CHECK(px_store_row(c->db,
+                        "SELECT held_by, held_admin, priority, time_limit_ms FROM jobs"
+                        " WHERE job_id = ?1",
+                        PX_STORE_ARGS(PX_ARG_TEXT(job_id)),
+                        PX_STORE_COLS(PX_COL_TEXT(out->held_by, sizeof out->held_by),
+                                      PX_COL_INT(&out->held_admin), PX_COL_INT(&out->priority),
+                                      PX_COL_INT(&out->time_limit_ms)),
+                        &found));
+  out->found = found;
+  return PX_OK;
+}
+
+px_status_t coord_db_sched_update(coord_t *c, const char *job_id, int priority,
+                                  int64_t time_limit_ms) {
+  return px_store_run_args(c->db,
+                           "UPDATE jobs SET priority = CASE WHEN ?2 > 0 THEN ?2 ELSE priority END,"
+                           " time_limit_ms = CASE WHEN ?3 > 0 THEN ?3 ELSE time_limit_ms END"
+                           " WHERE job_id = ?1",
+                           PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(priority),
+                                         PX_ARG_INT(time_limit_ms)));
+}
+
+px_status_t coord_db_sched_set_depends(coord_t *c, const char *job_id, const char *depends) {
+  return px_store_run_args(c->db, "UPDATE jobs SET depends = ?2 WHERE job_id = ?1",
+                           PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_TEXT(depends)));
 }

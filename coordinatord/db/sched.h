@@ -167,4 +167,26 @@ px_status_t coord_db_sched_pending(coord_t *c, coord_db_queue_fn fn, void *ctx);
 px_status_t coord_db_sched_queue_entry(coord_t *c, const char *job_id, coord_queue_entry_t *e,
                                        int *found);
 
+/* ---- queue controls (issue 51) -------------------------------------------- */
+
+/* A dependency's state, from its accounting row (kept past the job's rows);
+ * *found 0 when there is no such job. */
+px_status_t coord_db_sched_dep_state(coord_t *c, const char *job_id, int *found, int *state);
+/* Holds (held_by not "") or releases ("") the job. */
+px_status_t coord_db_sched_hold(coord_t *c, const char *job_id, const char *held_by, int admin);
+/* The job's queue controls as stored. */
+typedef struct {
+  int found;
+  char held_by[COORD_NAME_MAX + 32];
+  int64_t held_admin;
+  int64_t priority;
+  int64_t time_limit_ms;
+} coord_db_controls_t;
+px_status_t coord_db_sched_controls(coord_t *c, const char *job_id, coord_db_controls_t *out);
+/* Sets the job's priority and time limit (each: 0 leaves it). */
+px_status_t coord_db_sched_update(coord_t *c, const char *job_id, int priority,
+                                  int64_t time_limit_ms);
+/* Sets the job's dependencies (jobs.depends lines). */
+px_status_t coord_db_sched_set_depends(coord_t *c, const char *job_id, const char *depends);
+
 #endif

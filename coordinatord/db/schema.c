@@ -303,6 +303,16 @@ static const char coord_schema_v13[] =
     "  stopped INTEGER NOT NULL DEFAULT 0,"
     "  stop_iteration INTEGER NOT NULL DEFAULT -1);";
 
+/* v14 (issue 51): queue controls. jobs.held_by is who holds a PENDING job
+ * ('' : not held; held_admin 1 when an admin did: only an admin releases
+ * it); jobs.depends the jobs it waits for, one "JOB:ok" or "JOB:any" a
+ * line ('' : none). Their states are read from acct, which outlives the
+ * jobs' rows. */
+static const char coord_schema_v14[] =
+    "ALTER TABLE jobs ADD COLUMN held_by TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE jobs ADD COLUMN held_admin INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN depends TEXT NOT NULL DEFAULT '';";
+
 const px_store_migration_t coord_migrations[] = {
     {1, coord_schema_v1},
     {2, coord_schema_v2},
@@ -317,6 +327,7 @@ const px_store_migration_t coord_migrations[] = {
     {11, coord_schema_v11},
     {12, coord_schema_v12},
     {13, coord_schema_v13},
+    {14, coord_schema_v14},
 };
 const int coord_nmigrations = (int)(sizeof coord_migrations / sizeof coord_migrations[0]);
 

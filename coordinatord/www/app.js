@@ -65,6 +65,8 @@ async function getAll(url, key, cursor, fields) {
 
 function fmtTime(ms) { return ms == null ? '' : new Date(ms).toISOString().replace('T', ' ').slice(0, 19) + ' UTC'; }
 function fmtNum(v, d) { return v == null ? '-' : Number(v).toFixed(d); }
+// An accuracy as pxctl prints it (pxctl_fmt_pct): "85.21%", "-" when not measured.
+function fmtPct(v) { return v == null || v < 0 ? '-' : (100 * Number(v)).toFixed(2) + '%'; }
 
 function table(parent, cols, rows) {
   const t = el('table');
@@ -215,9 +217,10 @@ async function overview(main) {
                ['last heartbeat', r => fmtTime(r.last_heartbeat_unix_ms)]], nodes);
   main.appendChild(el('h2', {}, 'Jobs'));
   table(main, [['job', r => { const a = el('a', {href: '/?job=' + encodeURIComponent(r.job_id)}, r.job_id); return a; }],
+               ['user', r => r.owner || '-'],
                ['name', r => r.name], ['state', r => r.state], ['strategy', r => r.strategy],
                ['model', r => r.model], ['iteration', r => r.iteration],
-               ['test acc', r => fmtNum(r.test_accuracy, 4)], ['density', r => fmtNum(r.density, 3)],
+               ['test acc', r => fmtPct(r.test_accuracy)], ['density', r => fmtNum(r.density, 3)],
                ['created', r => fmtTime(r.created_unix_ms)], ['reason', r => r.reason]], jobs.jobs);
   document.body.setAttribute('data-ready', '1');
   setTimeout(() => overview(main).catch(showError), 5000);
@@ -289,11 +292,11 @@ function summary(main) {
   const j = st.job, last = st.iters[st.iters.length - 1];
   const t0 = j.scheduled_unix_ms || j.created_unix_ms;
   const end = j.finished_unix_ms || (last ? last.time_unix_ms : t0);
-  table(s, [['job', r => r.job_id], ['name', r => r.name], ['state', r => r.state],
+  table(s, [['job', r => r.job_id], ['user', r => r.owner || '-'], ['name', r => r.name], ['state', r => r.state],
             ['strategy', r => r.strategy], ['model', r => r.model], ['dataset', r => r.dataset],
             ['nodes x workers', r => r.nodes + ' x ' + r.workers_per_node],
             ['iteration', r => (r.iteration == null ? '-' : r.iteration) + (r.max_iterations ? ' / ' + r.max_iterations : '')],
-            ['test acc', r => fmtNum(r.test_accuracy, 4)], ['density', r => fmtNum(r.density, 3)],
+            ['test acc', r => fmtPct(r.test_accuracy)], ['density', r => fmtNum(r.density, 3)],
             ['wall', r => fmtNum((end - t0) / 1000, 1) + ' s'],
             ['inter MB', r => fmtNum(r.bytes_inter / 1e6, 2)], ['reason', r => r.reason]], [j]);
   // a job running (or that ran) without a usable checkpoint says so (issue 26)

@@ -31,6 +31,12 @@ PX__UNARY(px_rpc_get_rank_log, PX_RPC_GET_RANK_LOG, Prunex__V1__GetRankLogReques
           Prunex__V1__RankLog, prunex__v1__rank_log__descriptor)
 PX__UNARY(px_rpc_get_accounting, PX_RPC_GET_ACCOUNTING, Prunex__V1__GetAccountingRequest,
           Prunex__V1__GetAccountingResponse, prunex__v1__get_accounting_response__descriptor)
+PX__UNARY(px_rpc_hold_job, PX_RPC_HOLD_JOB, Prunex__V1__HoldJobRequest, Prunex__V1__Job,
+          prunex__v1__job__descriptor)
+PX__UNARY(px_rpc_release_job, PX_RPC_RELEASE_JOB, Prunex__V1__ReleaseJobRequest, Prunex__V1__Job,
+          prunex__v1__job__descriptor)
+PX__UNARY(px_rpc_update_job, PX_RPC_UPDATE_JOB, Prunex__V1__UpdateJobRequest, Prunex__V1__Job,
+          prunex__v1__job__descriptor)
 
 px_status_t px_rpc_kv_put(px_rpc_channel_t *ch, const Prunex__V1__KvPutRequest *req,
                           int deadline_ms) {

@@ -93,6 +93,9 @@ PX_API void px_rpc_message_free(void *msg);
 #define PX_RPC_APPEND_RANK_LOG "/prunex.v1.Coordinator/AppendRankLog"
 #define PX_RPC_GET_RANK_LOG "/prunex.v1.Jobs/GetRankLog"
 #define PX_RPC_GET_ACCOUNTING "/prunex.v1.Jobs/GetAccounting"
+#define PX_RPC_HOLD_JOB "/prunex.v1.Jobs/HoldJob"
+#define PX_RPC_RELEASE_JOB "/prunex.v1.Jobs/ReleaseJob"
+#define PX_RPC_UPDATE_JOB "/prunex.v1.Jobs/UpdateJob"
 
 /* ---- channel ---------------------------------------------------------- */
 
@@ -243,6 +246,15 @@ PX_API px_status_t px_rpc_get_rank_log(px_rpc_channel_t *ch,
 PX_API px_status_t px_rpc_get_accounting(px_rpc_channel_t *ch,
                                          const Prunex__V1__GetAccountingRequest *req,
                                          int deadline_ms, Prunex__V1__GetAccountingResponse **out);
+/* Queue controls (issue 51: `pxctl hold`, `release`, `update`): the job as
+ * it is afterwards into *out (px_rpc_message_free). Owner or admin. */
+PX_API px_status_t px_rpc_hold_job(px_rpc_channel_t *ch, const Prunex__V1__HoldJobRequest *req,
+                                   int deadline_ms, Prunex__V1__Job **out);
+PX_API px_status_t px_rpc_release_job(px_rpc_channel_t *ch,
+                                      const Prunex__V1__ReleaseJobRequest *req, int deadline_ms,
+                                      Prunex__V1__Job **out);
+PX_API px_status_t px_rpc_update_job(px_rpc_channel_t *ch, const Prunex__V1__UpdateJobRequest *req,
+                                     int deadline_ms, Prunex__V1__Job **out);
 
 /* Names of the enums as the proto spells them without the prefix
  * ("RUNNING", "READY", "START"); "?" for values outside the enum. */
