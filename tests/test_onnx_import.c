@@ -294,6 +294,21 @@ static void fc_chain_matches_pytorch(void **state) {
   check_nets_at("13,17", (const char *const[]){"fc_chain", NULL});
 }
 
+/* torchvision's ConvNeXt at toy size (issue 48): the Transpose pairs of
+ * its blocks (NCHW -> NHWC, LayerNorm on the last axis, Linear to 4C by
+ * MatMul + Add, GELU, Linear back, NHWC -> NCHW; lowered to a LayerNorm over
+ * channels and 1 x 1 convs with bias, moving no data), the layer scale
+ * ([C, 1, 1] Mul: a trainable per-channel scale), LayerNorm2d in the stem,
+ * before the downsampling and in the head (+ Flatten + Linear), a depthwise
+ * 7 x 7 conv; LayerNorm as opset 17's LayerNormalization and as opset 13
+ * writes it out (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul,
+ * Add). */
+static void convnext_forward_and_gradients_match_pytorch(void **state) {
+  (void)state;
+  if (!have_torch()) skip();
+  check_nets_at("13,17", (const char *const[]){"convnext", NULL});
+}
+
 static int param_kind(const px_model_t *m, const char *name) {
   for (int i = 0; i < px_model_num_params(m); i++)
     if (!strcmp(px_model_param(m, i)->name, name)) return (int)px_model_param(m, i)->kind;
@@ -1030,6 +1045,7 @@ int main(void) {
       cmocka_unit_test(shapes_forward_and_gradients_match_pytorch),
       cmocka_unit_test(bn_epsilons_and_momenta_match_pytorch),
       cmocka_unit_test(fc_chain_matches_pytorch),
+      cmocka_unit_test(convnext_forward_and_gradients_match_pytorch),
       cmocka_unit_test(other_input_sizes_match_pytorch),
       cmocka_unit_test(depthwise_and_se_convs_are_left_out_of_pruning),
       cmocka_unit_test(imported_graphs_prune_by_coupled_groups_and_compact_exactly),
