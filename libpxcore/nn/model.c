@@ -1207,8 +1207,12 @@ int px_model_channel_consumer(const px_model_t *m, int i) {
      * imported graph, standalone activations, further BNs and depthwise
      * convs may come between: each passes channel c on as channel c */
     const px__node_t *bn = px__sole_reader(m, n->out);
-    if (!bn || bn->kind != PX__BN) return -1;
-    const px__node_t *c = px__sole_reader(m, bn->out);
+    if (!bn || (bn->kind != PX__BN && bn->kind != PX__ACT)) return -1;
+    /* an imported ConvNeXt's Linear pair (1 x 1 convs with bias, GELU
+     * between): a pruned channel's bias makes a constant that only the
+     * consumer's pruned input channel reads, so the pair couples without a
+     * BN; a LayerNorm (statistics over all channels) ends every chain */
+    const px__node_t *c = bn->kind == PX__BN ? px__sole_reader(m, bn->out) : bn;
     while (c && (c->kind == PX__ACT || c->kind == PX__BN || px__depthwise(m, c)))
       c = px__sole_reader(m, c->out);
     if (!c || c->kind != PX__CONV || m->pkinds[c->w] != PX_WEIGHT_CONV) return -1;
