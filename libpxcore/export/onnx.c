@@ -582,6 +582,28 @@ static void px__onnx_gap(px__pool_t *p, px__vec_t *nodes, const px_model_t *m,
   px__node_attrs(p, node, &attrs);
 }
 
+/* The classifier's input as ONNX's Gemm reads it: a map read other than
+ * through the global pooling (which flattens for it: px__onnx_gap), as
+ * ConvNeXt's head's LayerNorm, flattened into buf first. */
+static const char *px__onnx_fc_input(px__pool_t *p, px__vec_t *nodes, const px_model_t *m,
+                                     const px_model_node_t *n, int k, const char *in,
+                                     char buf[64]) {
+  int h, w, gap = 0;
+  px_model_node_t q;
+  for (int j = 0; j < k && !gap; j++)
+    gap = px_model_node(m, j, &q) == PX_OK && q.out == n->in && q.kind == PX_NODE_GAP;
+  if (gap || px_model_act_area(m, n->in, &h, &w) != 0) return in;
+  const char *f[1] = {in};
+  char nm[32];
+  snprintf(buf, 64, "t%d_flat", n->in);
+  snprintf(nm, sizeof nm, "flatten%d", k);
+  Onnx__NodeProto *node = px__node(p, nodes, "Flatten", nm, f, 1, buf);
+  px__vec_t attrs = {0};
+  px__push(p, &attrs, px__attr_int(p, "axis", 1));
+  px__node_attrs(p, node, &attrs);
+  return buf;
+}
+
 /* Node k of the model as ONNX nodes (a BN or an add with a fused ReLU
  * gives two); allocation failures show in p->failed. */
 static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, px__vec_t *inits,
@@ -670,22 +692,7 @@ static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, px__vec_t *ini
       px__onnx_ln(p, nodes, inits, m, &n, k, in, out);
       break;
     case PX_NODE_FC: {
-      /* a map read by the classifier other than through the global pooling
-       * (ConvNeXt's head: pooling, LayerNorm, Flatten): flattened here */
-      int h, w, gap = 0;
-      px_model_node_t q;
-      for (int j = 0; j < k && !gap; j++)
-        gap = px_model_node(m, j, &q) == PX_OK && q.out == n.in && q.kind == PX_NODE_GAP;
-      if (!gap && px_model_act_area(m, n.in, &h, &w) == 0) {
-        const char *f[1] = {in};
-        snprintf(names[1], sizeof names[1], "t%d_flat", n.in);
-        snprintf(pre, sizeof pre, "flatten%d", k);
-        node = px__node(p, nodes, "Flatten", pre, f, 1, names[1]);
-        px__push(p, &attrs, px__attr_int(p, "axis", 1));
-        px__node_attrs(p, node, &attrs);
-        attrs = (px__vec_t){0};
-        in = names[1];
-      }
+      in = px__onnx_fc_input(p, nodes, m, &n, k, in, names[1]);
       const char *ins[3] = {in, pn, px_model_param(m, n.b)->name};
       node = px__node(p, nodes, "Gemm", nm, ins, 3, out);
       px__push(p, &attrs, px__attr_int(p, "transB", 1));
