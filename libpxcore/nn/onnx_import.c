@@ -41,7 +41,13 @@
  * classifier, or a chain of them with activations between (mobilenet_v3's
  * head), the last giving the logits; Dropout and Identity pass their input
  * through (an Identity of an initializer is that initializer: PyTorch's
- * exporter writes those for equal-valued BN parameters). */
+ * exporter writes those for equal-valued BN parameters). ConvNeXt: a
+ * Transpose of a map to NHWC and back moves no data (the value is marked
+ * the NHWC view of its layer's NCHW output), LayerNormalization on its last
+ * axis (or opset 13's ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul,
+ * Add) is an LN layer over channels, a MatMul of the view by a Linear's
+ * weight (+ Add of its bias) a 1 x 1 conv with bias, and a Mul by a [C, 1,
+ * 1] initializer (layer scale) a depthwise 1 x 1 conv. */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -100,7 +106,9 @@ static const char *const px__onnx_ops =
     "HardSigmoid(x)), Mul, Add, Sub, Div by a constant, Erf (in PyTorch's exact GELU), "
     "Concat (channels; of one input), MaxPool, AveragePool, GlobalAveragePool, ReduceMean "
     "(over H and W), Flatten, Reshape, Squeeze, Unsqueeze (moving no data), Gemm, MatMul (the "
-    "classifier), Dropout, Identity, Constant, Pad (before an AveragePool), and on shapes and "
+    "classifier; a Linear on an NHWC view), Transpose (to NHWC and back; of a 2-D weight), "
+    "LayerNormalization (and its steps Pow, Sqrt), Mul by a per-channel constant (layer "
+    "scale), Dropout, Identity, Constant, Pad (before an AveragePool), and on shapes and "
     "constants: Shape, Gather, Concat, Unsqueeze, Squeeze, Cast, Slice, ConstantOfShape, Add, "
     "Sub, Mul, Div";
 
