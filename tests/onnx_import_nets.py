@@ -405,11 +405,78 @@ class RecipNet(EluNet):
         self.gate = Reciprocal()
 
 
+class Permute(nn.Module):
+    """torchvision.ops.misc.Permute (ConvNeXt's blocks)."""
+
+    def __init__(self, dims):
+        super().__init__()
+        self.dims = dims
+
+    def forward(self, x):
+        return torch.permute(x, self.dims)
+
+
+class LayerNorm2d(nn.LayerNorm):
+    """torchvision's LayerNorm2d (ConvNeXt's stem, downsampling and head):
+    a LayerNorm over channels between two permutes."""
+
+    def forward(self, x):
+        x = x.permute(0, 2, 3, 1)
+        x = nn.functional.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        return x.permute(0, 3, 1, 2)
+
+
+class CNBlock(nn.Module):
+    """torchvision's ConvNeXt block: depthwise 7x7, then in NHWC a LayerNorm,
+    Linear to 4C, GELU, Linear back, permuted to NCHW, a layer scale [C, 1,
+    1] and the residual add (no stochastic depth: eval and p = 0 alike)."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.block = nn.Sequential(
+            nn.Conv2d(dim, dim, 7, padding=3, groups=dim, bias=True), Permute([0, 2, 3, 1]),
+            nn.LayerNorm(dim, eps=1e-6), nn.Linear(dim, 4 * dim), nn.GELU(),
+            nn.Linear(4 * dim, dim), Permute([0, 3, 1, 2]))
+        # torchvision starts it at 1e-6; random here so that every gradient matters
+        self.layer_scale = nn.Parameter(torch.rand(dim, 1, 1) + 0.5)
+
+    def forward(self, x):
+        return self.layer_scale * self.block(x) + x
+
+
+class ConvNeXt(nn.Module):
+    """convnext_tiny's structure at toy size (issue 48): a 3x3 stem conv (the
+    patchify 4x4 s4 is another helper's) + LayerNorm2d, a block, LayerNorm2d +
+    a 3x3 s2 downsampling conv, a block, then torchvision's head: average
+    pooling, LayerNorm2d, Flatten, Linear. LayerNorm is the opset 17
+    LayerNormalization node, or at opset 13 its decomposition (ReduceMean,
+    Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add)."""
+
+    def __init__(self, c, classes):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Sequential(nn.Conv2d(c, 16, 3, 1, 1), LayerNorm2d(16, eps=1e-6)),
+            CNBlock(16),
+            nn.Sequential(LayerNorm2d(16, eps=1e-6), nn.Conv2d(16, 32, 3, 2, 1)),
+            CNBlock(32))
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Sequential(LayerNorm2d(32, eps=1e-6), nn.Flatten(1),
+                                        nn.Linear(32, classes))
+        with torch.no_grad():  # LayerNorm's affine as after some training
+            for m in self.modules():
+                if isinstance(m, nn.LayerNorm):
+                    m.weight.uniform_(0.5, 1.5)
+                    m.bias.uniform_(-0.2, 0.2)
+
+    def forward(self, x):
+        return self.classifier(self.avgpool(self.features(x)))
+
+
 NETS = {"vgg": Vgg, "resnet": ResNet, "mobilenet": MobileNet, "seresnet": SEResNet,
         "acts": Acts, "scalars": Scalars, "elu": EluNet, "clip1": Clip1Net,
         "gelu_tanh": GeluTanhNet, "recip": RecipNet, "shapes": Shapes,
         "shapes_mean": ShapesMean, "data_slice": DataSlice, "bn_eps": BnEps,
-        "fc_chain": FcChain, "linear_se": LinearSE}
+        "fc_chain": FcChain, "linear_se": LinearSE, "convnext": ConvNeXt}
 
 
 def build(name, c, classes, seed=0):

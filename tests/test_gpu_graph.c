@@ -1,6 +1,7 @@
 /* Imported graphs on the CUDA engine: the graph operators of
  * nn/px_graph_ops.h (every activation, the squeeze-and-excitation Mul, Concat)
- * and windowed max / average pooling in every CUDA activation format.
+ * and windowed max / average pooling, LayerNorm over channels, in every CUDA
+ * activation format.
  *
  * CPU half (runs everywhere): the index maps the CUDA kernels use
  * (nn/cuda/px_cuda_index.h, the same code on the host) against brute-force
@@ -310,6 +311,60 @@ static void concat_kernels(px_ops_t *ops, fmt_t f, px_test_rng_t *rng) {
   free(a), free(b), free(dy), free(want), free(want2), free(y), free(da), free(db);
 }
 
+/* A 1-D f32 device vector of spec holding h (NULL: uninitialised), and one read back. */
+static void vec_dev(px_tensor_t *t, const px_tensor_t *spec, const float *h) {
+  *t = *spec;
+  assert_ok(px_tensor_alloc(t, "test vector"));
+  if (h) assert_ok(px_tensor_copy_from_host(t, h, px_tensor_numel(t) * sizeof *h));
+}
+
+static float *vec_host(px_ops_t *ops, const px_tensor_t *t) {
+  assert_ok(px_ops_sync(ops));
+  float *h = malloc(px_tensor_numel(t) * sizeof *h);
+  assert_non_null(h);
+  assert_ok(px_tensor_copy_to_host(t, h, px_tensor_numel(t) * sizeof *h));
+  return h;
+}
+
+/* LayerNorm over channels (nn/cuda/cuda_ln.cu) against px__ln_forward /
+ * px__ln_backward; the scale's and shift's gradients twice, bit for bit. */
+static void ln_kernels(px_ops_t *ops, fmt_t f, px_test_rng_t *rng) {
+  const size_t n = (size_t)N * CA * H * W, npix = (size_t)N * H * W;
+  float *x = rand_host(rng, n, 2.0f, 0.5f), *dy = rand_host(rng, n, 1.0f, 0.0f);
+  float *g = rand_host(rng, CA, 0.5f, 1.0f), *b = rand_host(rng, CA, 0.5f, 0.0f);
+  float *want = malloc(n * sizeof *want), *mu = malloc(npix * sizeof *mu);
+  float *rs = malloc(npix * sizeof *rs), *wdg = malloc(CA * sizeof *wdg);
+  float *wdb = malloc(CA * sizeof *wdb);
+  assert_true(want && mu && rs && wdg && wdb);
+  round_if(f, x, n), round_if(f, dy, n);
+  const px_tensor_t s = spec_in(ops, f, N, CA, H, W);
+  px_tensor_t cs, ps, tx, ty, tdy, tdx, tg, tb, tdg, tdb, tm, tr;
+  const int64_t c = CA, np = (int64_t)npix;
+  assert_ok(px_tensor_init(&cs, px_device_cuda(0), PX_DTYPE_F32, 1, &c));
+  assert_ok(px_tensor_init(&ps, px_device_cuda(0), PX_DTYPE_F32, 1, &np));
+  dev_tensor(ops, &tx, &s, x), dev_tensor(ops, &ty, &s, NULL), dev_tensor(ops, &tdy, &s, dy);
+  dev_tensor(ops, &tdx, &s, NULL), vec_dev(&tg, &cs, g), vec_dev(&tb, &cs, b);
+  vec_dev(&tdg, &cs, NULL), vec_dev(&tdb, &cs, NULL), vec_dev(&tm, &ps, NULL);
+  vec_dev(&tr, &ps, NULL);
+  assert_ok(px__ops_ln_forward(ops, &ty, &tm, &tr, &tx, &tg, &tb, 1e-6f));
+  float *y = host_of(ops, &ty);
+  px__ln_forward(want, mu, rs, x, g, b, N, CA, (size_t)H * W, 1e-6f);
+  expect_rel("layernorm forward", f, y, want, n, tol_of(f, 1e-5));
+  assert_ok(px__ops_ln_backward(ops, &tdx, &tdg, &tdb, &tdy, &tx, &tm, &tr, &tg));
+  float *dx = host_of(ops, &tdx), *dg = vec_host(ops, &tdg), *db = vec_host(ops, &tdb);
+  px__ln_backward(want, wdg, wdb, dy, x, mu, rs, g, N, CA, (size_t)H * W);
+  expect_rel("layernorm backward dx", f, dx, want, n, tol_of(f, 1e-5));
+  expect_rel("layernorm backward dg", FMT_NCHW, dg, wdg, CA, 1e-5);
+  expect_rel("layernorm backward db", FMT_NCHW, db, wdb, CA, 1e-5);
+  assert_ok(px__ops_ln_backward(ops, NULL, &tdg, &tdb, &tdy, &tx, &tm, &tr, &tg));
+  float *dg2 = vec_host(ops, &tdg);
+  if (memcmp(dg, dg2, CA * sizeof *dg)) fail_msg("layernorm dg: not the same bits twice");
+  px_tensor_t *all[] = {&tx, &ty, &tdy, &tdx, &tg, &tb, &tdg, &tdb, &tm, &tr};
+  for (size_t i = 0; i < 10; i++) px_tensor_release(all[i]);
+  free(x), free(dy), free(g), free(b), free(want), free(mu), free(rs), free(wdg), free(wdb);
+  free(y), free(dx), free(dg), free(db), free(dg2);
+}
+
 /* One pooling, forward and backward, on the GPU in format f and on the CPU
  * engine (oneDNN) on the same values: distinct within every plane (so that
  * max pooling has one arg-max, also in bf16: multiples of 1/8 below 16). */
@@ -436,6 +491,7 @@ static void graph_kernels_match_the_cpu_reference(void **state) {
     mul_kernels(ops, (fmt_t)f, 0, &rng);
     if (f != FMT_NCHW) mul_kernels(ops, (fmt_t)f, 1, &rng);
     concat_kernels(ops, (fmt_t)f, &rng);
+    ln_kernels(ops, (fmt_t)f, &rng);
     for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++)
       pool_kernel(ops, cpu, (fmt_t)f, &pools[i], &rng);
     grouped_conv(ops, cpu, (fmt_t)f, 2, &rng);
@@ -554,6 +610,15 @@ static void acts_trains_a_step_on_cuda_like_the_cpu(void **state) {
   check_net_on_cuda("acts");
 }
 
+/* ConvNeXt's LayerNorms, NHWC views, 1 x 1 convs with bias, layer scale
+ * (issue 48). */
+static void convnext_trains_a_step_on_cuda_like_the_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  if (!have_torch()) skip();
+  check_net_on_cuda("convnext");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(index_maps_match_brute_force),
@@ -565,6 +630,7 @@ int main(void) {
       cmocka_unit_test(mobilenet_trains_a_step_on_cuda_like_the_cpu),
       cmocka_unit_test(seresnet_trains_a_step_on_cuda_like_the_cpu),
       cmocka_unit_test(acts_trains_a_step_on_cuda_like_the_cpu),
+      cmocka_unit_test(convnext_trains_a_step_on_cuda_like_the_cpu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

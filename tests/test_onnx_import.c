@@ -294,6 +294,21 @@ static void fc_chain_matches_pytorch(void **state) {
   check_nets_at("13,17", (const char *const[]){"fc_chain", NULL});
 }
 
+/* torchvision's ConvNeXt at toy size (issue 48): the Transpose pairs of
+ * its blocks (NCHW -> NHWC, LayerNorm on the last axis, Linear to 4C by
+ * MatMul + Add, GELU, Linear back, NHWC -> NCHW; lowered to a LayerNorm over
+ * channels and 1 x 1 convs with bias, moving no data), the layer scale
+ * ([C, 1, 1] Mul: a trainable per-channel scale), LayerNorm2d in the stem,
+ * before the downsampling and in the head (+ Flatten + Linear), a depthwise
+ * 7 x 7 conv; LayerNorm as opset 17's LayerNormalization and as opset 13
+ * writes it out (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul,
+ * Add). */
+static void convnext_forward_and_gradients_match_pytorch(void **state) {
+  (void)state;
+  if (!have_torch()) skip();
+  check_nets_at("13,17", (const char *const[]){"convnext", NULL});
+}
+
 static int param_kind(const px_model_t *m, const char *name) {
   for (int i = 0; i < px_model_num_params(m); i++)
     if (!strcmp(px_model_param(m, i)->name, name)) return (int)px_model_param(m, i)->kind;
@@ -565,6 +580,64 @@ static void imported_graphs_prune_by_coupled_groups_and_compact_exactly(void **s
     assert_int_equal(system(cmd), 0);
   }
   px_ops_destroy(ops);
+}
+
+/* ConvNeXt's channel groups (issue 48, item 2): each block's Linear pair
+ * (1 x 1 convs with bias, GELU between) is one coupled group; the
+ * LayerNorms and layer scales sit on the residual stream, which stays
+ * dense (a LayerNorm's statistics span every channel: compaction keeps
+ * its input and output whole). The compact model computes the pruned
+ * model's logits, its ONNX (LayerNorm written out at opset 13) passes
+ * onnx's checker and, imported again, gives those logits. */
+static void convnext_prunes_its_linear_pairs_and_compacts_exactly(void **state) {
+  (void)state;
+  if (!have_torch()) skip();
+  px_ops_t *ops;
+  assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
+  char dir[64], path[512], cmd[1024];
+  reference("convnext", dir);
+  px_model_t *m = import(ops, dir), *cm = NULL, *rm = NULL;
+  int followers, pairs = project_coupled(m, &followers);
+  assert_int_equal(pairs, 2);
+  assert_int_equal(followers, 0);
+  assert_int_equal(param_kind(m, "features.1.layer_scale"), PX_WEIGHT_CONV_FIXED);
+  assert_int_equal(param_kind(m, "features.1.block.2.weight"), PX_WEIGHT_LN_SCALE);
+  assert_int_equal(px_model_compact(m, ops, BATCH, &cm), PX_OK);
+  size_t n = (size_t)BATCH * C * HW * HW;
+  float *x = malloc(n * sizeof *x), ld[BATCH * K], lc[BATCH * K], lr[BATCH * K];
+  uint64_t r = 11;
+  for (size_t i = 0; i < n; i++) x[i] = (float)((r = r * 6364136223846793005ull + 1) >> 40) / 8388608.0f - 1.0f;
+  assert_int_equal(px_model_logits(m, x, BATCH, ld), PX_OK);
+  assert_int_equal(px_model_logits(cm, x, BATCH, lc), PX_OK);
+  snprintf(path, sizeof path, "%s/compact.onnx", dir);
+  assert_int_equal(px_onnx_save(cm, path, NULL), PX_OK);
+  px_model_config_t cfg = {"", C, K, BATCH, HW, HW, NULL, 0, PX_PRECISION_FP32, path};
+  if (px_model_create(ops, &cfg, &rm) != PX_OK) fail_msg("re-import: %s", px_last_error());
+  assert_int_equal(px_model_init_params(rm, 1), PX_OK);
+  assert_int_equal(px_model_logits(rm, x, BATCH, lr), PX_OK);
+  double d = 0, dr = 0, scale = 1;
+  for (int i = 0; i < BATCH * K; i++) {
+    d = fmax(d, fabs((double)ld[i] - lc[i]));
+    dr = fmax(dr, fabs((double)lr[i] - lc[i]));
+    scale = fmax(scale, fabs((double)ld[i]));
+  }
+  print_message("convnext: %d coupled pairs, %zu of %zu parameters after compaction, compact "
+                "logits within %.2e, its ONNX imported again within %.2e\n", pairs,
+                px_model_numel(cm), px_model_numel(m), d, dr);
+  assert_true(px_model_numel(cm) < px_model_numel(m));
+  assert_true(px_model_numel(rm) == px_model_numel(cm));
+  assert_true(d <= 1e-4 * scale);
+  assert_true(dr <= 1e-5 * scale);
+  snprintf(cmd, sizeof cmd, PY " -c \"import onnx; onnx.checker.check_model(onnx.load('%s'), "
+                            "full_check=True)\"", path);
+  assert_int_equal(system(cmd), 0);
+  free(x);
+  px_model_destroy(rm);
+  px_model_destroy(cm);
+  px_model_destroy(m);
+  px_ops_destroy(ops);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
 }
 
 /* The message of checking path, which must fail. */
@@ -1030,6 +1103,8 @@ int main(void) {
       cmocka_unit_test(shapes_forward_and_gradients_match_pytorch),
       cmocka_unit_test(bn_epsilons_and_momenta_match_pytorch),
       cmocka_unit_test(fc_chain_matches_pytorch),
+      cmocka_unit_test(convnext_forward_and_gradients_match_pytorch),
+      cmocka_unit_test(convnext_prunes_its_linear_pairs_and_compacts_exactly),
       cmocka_unit_test(other_input_sizes_match_pytorch),
       cmocka_unit_test(depthwise_and_se_convs_are_left_out_of_pruning),
       cmocka_unit_test(imported_graphs_prune_by_coupled_groups_and_compact_exactly),

@@ -225,7 +225,10 @@ px_status_t px__compact_update(px__compact_t *c, const px_model_t *m) {
   memset(c->live[c->group[c->na - 1]], 1, (size_t)px_model_act_channels(m, c->na - 1));
   for (int k = 0; k < c->nn; k++) {
     const px_model_node_t *n = &c->nodes[k];
-    if (px__grouped(n)) {
+    /* a LayerNorm's statistics are over all of its channels: dropping one
+     * would change the others' normalisation, so its input and output stay
+     * whole (a producer conv's filters there too) */
+    if (px__grouped(n) || n->kind == PX_NODE_LN) {
       memset(c->live[c->group[n->in]], 1, (size_t)n->c_in);
       memset(c->live[c->group[n->out]], 1, (size_t)n->c_out);
     }
@@ -389,6 +392,9 @@ static px_status_t px__compact_walk(px__compact_t *c, const px_model_t *dense,
       PX_CHECK(fn(ctx, 0, n->b, ko, (size_t)nout));
       PX_CHECK(fn(ctx, 1, n->rm, ko, (size_t)nout));
       PX_CHECK(fn(ctx, 1, n->rv, ko, (size_t)nout));
+    } else if (n->kind == PX_NODE_LN) {
+      PX_CHECK(fn(ctx, 0, n->w, ko, (size_t)nout));
+      PX_CHECK(fn(ctx, 0, n->b, ko, (size_t)nout));
     } else if (n->kind == PX_NODE_FC) {
       size_t j = 0;
       for (int o = 0; o < n->c_out; o++)

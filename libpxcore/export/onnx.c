@@ -521,6 +521,48 @@ static void px__onnx_graph_op(px__pool_t *p, px__vec_t *nodes, px__vec_t *inits,
   px__onnx_act(p, nodes, inits, n, k, in, out);
 }
 
+/* A LayerNorm over channels as PyTorch writes torchvision's LayerNorm2d at
+ * opset 13 (the export's; LayerNormalization is opset 17's): Transpose to
+ * NHWC, ReduceMean, Sub, Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul by the
+ * scale, Add the shift, Transpose back. */
+static void px__onnx_ln(px__pool_t *p, px__vec_t *nodes, px__vec_t *inits, const px_model_t *m,
+                        const px_model_node_t *n, int k, const char *in, const char *out) {
+  char nm[32], t[10][80];
+  snprintf(nm, sizeof nm, "ln%d", k);
+  for (int i = 0; i < 10; i++) snprintf(t[i], sizeof t[i], "%s_ln%d", out, i);
+  static const int64_t to_nhwc[4] = {0, 2, 3, 1}, to_nchw[4] = {0, 3, 1, 2}, last = -1;
+  const int64_t *perm[2] = {to_nhwc, to_nchw};
+  const char *io[2][2] = {{in, t[0]}, {t[9], out}};
+  Onnx__NodeProto *tn[2];
+  for (int i = 0; i < 2; i++) { /* the first now, the second last */
+    tn[i] = px__onnx_step(p, i ? &(px__vec_t){0} : nodes, "Transpose", nm, i ? "back" : "nhwc",
+                          io[i][0], NULL, io[i][1]);
+    Onnx__AttributeProto *a = px__attr_ints(p, "perm", 4, 0);
+    if (a) memcpy(a->ints, perm[i], 4 * sizeof *a->ints);
+    px__vec_t attrs = {0};
+    px__push(p, &attrs, a);
+    px__node_attrs(p, tn[i], &attrs);
+  }
+  for (int i = 0; i < 2; i++) { /* mean, x - mean, its square, their mean */
+    Onnx__NodeProto *node = px__onnx_step(p, nodes, "ReduceMean", nm, i ? "var" : "mean",
+                                          i ? t[3] : t[0], NULL, i ? t[4] : t[1]);
+    px__vec_t attrs = {0};
+    px__push(p, &attrs, px__attr_ints(p, "axes", 1, last));
+    px__node_attrs(p, node, &attrs);
+    if (i) break;
+    px__onnx_step(p, nodes, "Sub", nm, "sub", t[0], t[1], t[2]);
+    px__onnx_step(p, nodes, "Pow", nm, "pow", t[2], px__onnx_scalar(p, inits, nm, "two", 2.0f),
+                  t[3]);
+  }
+  px__onnx_step(p, nodes, "Add", nm, "eps", t[4],
+                px__onnx_scalar(p, inits, nm, "epsilon", (float)n->eps), t[5]);
+  px__onnx_step(p, nodes, "Sqrt", nm, "sqrt", t[5], NULL, t[6]);
+  px__onnx_step(p, nodes, "Div", nm, "div", t[2], t[6], t[7]);
+  px__onnx_step(p, nodes, "Mul", nm, "scale", t[7], px_model_param(m, n->w)->name, t[8]);
+  px__onnx_step(p, nodes, "Add", nm, "shift", t[8], px_model_param(m, n->b)->name, t[9]);
+  if (tn[1]) px__push(p, nodes, tn[1]);
+}
+
 /* Global average pooling: flattened when the classifier reads it, 4-D
  * otherwise (a squeeze-and-excitation's squeeze). */
 static void px__onnx_gap(px__pool_t *p, px__vec_t *nodes, const px_model_t *m,
@@ -540,6 +582,28 @@ static void px__onnx_gap(px__pool_t *p, px__vec_t *nodes, const px_model_t *m,
   px__vec_t attrs = {0};
   px__push(p, &attrs, px__attr_int(p, "axis", 1));
   px__node_attrs(p, node, &attrs);
+}
+
+/* The classifier's input as ONNX's Gemm reads it: a map read other than
+ * through the global pooling (which flattens for it: px__onnx_gap), as
+ * ConvNeXt's head's LayerNorm, flattened into buf first. */
+static const char *px__onnx_fc_input(px__pool_t *p, px__vec_t *nodes, const px_model_t *m,
+                                     const px_model_node_t *n, int k, const char *in,
+                                     char buf[64]) {
+  int h, w, gap = 0;
+  px_model_node_t q;
+  for (int j = 0; j < k && !gap; j++)
+    gap = px_model_node(m, j, &q) == PX_OK && q.out == n->in && q.kind == PX_NODE_GAP;
+  if (gap || px_model_act_area(m, n->in, &h, &w) != 0) return in;
+  const char *f[1] = {in};
+  char nm[32];
+  snprintf(buf, 64, "t%d_flat", n->in);
+  snprintf(nm, sizeof nm, "flatten%d", k);
+  Onnx__NodeProto *node = px__node(p, nodes, "Flatten", nm, f, 1, buf);
+  px__vec_t attrs = {0};
+  px__push(p, &attrs, px__attr_int(p, "axis", 1));
+  px__node_attrs(p, node, &attrs);
+  return buf;
 }
 
 /* Node k of the model as ONNX nodes (a BN or an add with a fused ReLU
@@ -626,7 +690,11 @@ static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, px__vec_t *ini
     case PX_NODE_CONCAT:
       px__onnx_graph_op(p, nodes, inits, m, &n, k, in, out);
       break;
+    case PX_NODE_LN:
+      px__onnx_ln(p, nodes, inits, m, &n, k, in, out);
+      break;
     case PX_NODE_FC: {
+      in = px__onnx_fc_input(p, nodes, m, &n, k, in, names[1]);
       const char *ins[3] = {in, pn, px_model_param(m, n.b)->name};
       node = px__node(p, nodes, "Gemm", nm, ins, 3, out);
       px__push(p, &attrs, px__attr_int(p, "transB", 1));

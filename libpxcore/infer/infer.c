@@ -42,7 +42,8 @@
 
 enum {
   PX__S_CONV, PX__S_BN, PX__S_BN_TRAIN, PX__S_ADD, PX__S_GAP, PX__S_FC, PX__S_ACT, PX__S_MUL,
-  PX__S_CONCAT, PX__S_POOL, PX__S_PLOUT, PX__S_PLIN
+  PX__S_CONCAT, PX__S_POOL, PX__S_PLOUT, PX__S_PLIN,
+  PX__S_LN /* LayerNorm over channels (pw, pb its scale and shift; eps) */
 };
 
 /* The convolutions that run on the planar kernels (p2conv.h: a bf16 net's
@@ -291,6 +292,12 @@ static px_status_t px__plan_steps(px__infer_t *net, px__graph_t *g) {
         s->alpha = n->alpha;
         break;
       case PX_NODE_MUL: s->kind = PX__S_MUL; break;
+      case PX_NODE_LN:
+        s->kind = PX__S_LN;
+        s->pw = n->w;
+        s->pb = n->b;
+        s->eps = n->eps;
+        break;
       case PX_NODE_CONCAT: s->kind = PX__S_CONCAT; break;
       case PX_NODE_MAXPOOL:
       case PX_NODE_AVGPOOL:
@@ -1024,6 +1031,22 @@ static void px__run_graph_op(px__infer_t *net, const px__istep_t *s, const float
   }
 }
 
+/* LayerNorm over channels on NHWC: each pixel's c values are contiguous
+ * (as px__ln_forward computes it: the mean, then the variance about it). */
+static void px__run_ln(px__infer_t *net, const px__istep_t *s, const float *x, float *y) {
+  const size_t npix = (size_t)net->batch * s->h * s->w, C = (size_t)s->c_in;
+  const float *g = px__param(net->m, s->pw), *b = px__param(net->m, s->pb);
+  for (size_t q = 0; q < npix; q++) {
+    const float *xq = x + q * C;
+    float *yq = y + q * C, mu = 0.0f, var = 0.0f;
+    for (size_t c = 0; c < C; c++) mu += xq[c];
+    mu /= (float)C;
+    for (size_t c = 0; c < C; c++) var += (xq[c] - mu) * (xq[c] - mu);
+    const float rs = 1.0f / sqrtf(var / (float)C + (float)s->eps);
+    for (size_t c = 0; c < C; c++) yq[c] = (xq[c] - mu) * rs * g[c] + b[c];
+  }
+}
+
 /* The steps that are not convolutions (plain loops, shared by both paths). */
 static void px__run_other(px__infer_t *net, const px__istep_t *s, int bf) {
   const float *x = net->slot[s->sin];
@@ -1072,6 +1095,7 @@ static void px__run_other(px__infer_t *net, const px__istep_t *s, int bf) {
         }
       break;
     case PX__S_ACT: px__act_forward(y, x, B * hw * C, (px__act_t)s->act, s->alpha); break;
+    case PX__S_LN: px__run_ln(net, s, x, y); break;
     default: px__run_graph_op(net, s, x, y); break;
   }
 }

@@ -53,7 +53,9 @@
 /* ACT, MUL, CONCAT: the graph operators of imported networks (nn/px_graph_ops.h),
  * run through the ops context (px__ops_act_forward ...: nn/px_ops_int.h). */
 typedef enum {
-  PX__CONV, PX__BN, PX__ADD, PX__POOL, PX__FC, PX__REORDER, PX__ACT, PX__MUL, PX__CONCAT
+  PX__CONV, PX__BN, PX__ADD, PX__POOL, PX__FC, PX__REORDER, PX__ACT, PX__MUL, PX__CONCAT,
+  PX__LN /* LayerNorm over channels: w, b its scale and shift, mean / var its statistics
+            (var: 1 / sqrt(var + eps)) per pixel [N * H * W] */
 } px__node_kind_t;
 
 typedef struct {
@@ -386,7 +388,7 @@ static px_status_t px__graph_node(px_model_t *m, px__node_kind_t kind, int in, i
     ys = m->acts[in];
   } else {
     PX_CHECK(px__engine_format(m, in, &in));
-    PX_CHECK(px__engine_format(m, in2, &in2));
+    if (in2 >= 0) PX_CHECK(px__engine_format(m, in2, &in2));
     const px_tensor_t *x = &m->acts[in];
     PX_CHECK(px_tensor_init4(&ys, x->device, x->dims[0], c_out, x->dims[2], x->dims[3]));
     PX_CHECK(px_ops_act_format(m->ops, (px_precision_t)m->cfg.precision, &ys));
@@ -418,6 +420,28 @@ static px_status_t px__act_node(px_model_t *m, int in, px__act_t act, float alph
   }
   m->nodes[m->nnodes - 1].act = act;
   m->nodes[m->nnodes - 1].alpha = alpha;
+  return PX_OK;
+}
+
+/* A LayerNorm over the channels of in (an imported ConvNeXt's): on the CPU
+ * plain f32 NCHW, on CUDA the engine's format; its scale and shift
+ * parameters [C] are name.weight and name.bias. */
+static px_status_t px__ln_node(px_model_t *m, int in, float eps, const char *name, int *out) {
+  PX_CHECK(px__graph_node(m, PX__LN, in, -1, (int)m->acts[in].dims[1], out));
+  px__node_t *n = &m->nodes[m->nnodes - 1];
+  const px_tensor_t *x = &m->acts[n->in];
+  int64_t c = x->dims[1], npix = x->dims[0] * x->dims[2] * x->dims[3];
+  px_tensor_t cs;
+  PX_CHECK(px_tensor_init(&cs, x->device, PX_DTYPE_F32, 1, &c));
+  PX_CHECK(px_tensor_init(&n->mean, x->device, PX_DTYPE_F32, 1, &npix));
+  n->var = n->mean;
+  n->eps = eps;
+  int w, b;
+  PX_CHECK(px__new_param(m, &cs, name, "weight", PX_WEIGHT_LN_SCALE, &w));
+  PX_CHECK(px__new_param(m, &cs, name, "bias", PX_WEIGHT_LN_SHIFT, &b));
+  n = &m->nodes[m->nnodes - 1];
+  n->w = w;
+  n->b = b;
   return PX_OK;
 }
 
@@ -552,6 +576,16 @@ static px_status_t px__input(px_model_t *m, int *h) {
   return PX_OK;
 }
 
+/* Parameter i takes the name the file gives it (a layer scale's
+ * "features.1.layer_scale", which is no module's ".weight"). */
+static px_status_t px__rename(px_model_t *m, int i, const char *name) {
+  char *nm = px__strdup(name, "model.name");
+  if (!nm) return PX_ERR_NOMEM;
+  px_free(m->pnames[i]);
+  m->pnames[i] = nm;
+  return PX_OK;
+}
+
 /* An imported graph (nn/onnx_import.c) through the same layer functions as
  * the built-in architectures: the layers map one to one onto nodes. */
 static px_status_t px__build_onnx(px_model_t *m) {
@@ -576,6 +610,7 @@ static px_status_t px__build_onnx(px_model_t *m) {
                                  L->b.n > 0, fixed ? PX_WEIGHT_CONV_FIXED : PX_WEIGHT_CONV,
                                  L->prefix, &act[k]),
                       st, done);
+        if (L->wname) PX_CHECK_GOTO(px__rename(m, m->nodes[m->nnodes - 1].w, L->wname), st, done);
         break;
       }
       case PX__OL_ACT:
@@ -596,6 +631,9 @@ static px_status_t px__build_onnx(px_model_t *m) {
         break;
       case PX__OL_ADD:
         PX_CHECK_GOTO(px__add(m, in, in2, L->relu, &act[k]), st, done);
+        break;
+      case PX__OL_LN:
+        PX_CHECK_GOTO(px__ln_node(m, in, L->eps, L->prefix, &act[k]), st, done);
         break;
       case PX__OL_GAP: PX_CHECK_GOTO(px__gap(m, in, &act[k]), st, done); break;
       case PX__OL_MAXPOOL:
@@ -850,6 +888,7 @@ static int px__backward_reads(const px__node_t *n, int out[2]) {
     case PX__CONV:
     case PX__FC:
     case PX__BN:
+    case PX__LN:
       out[0] = n->in;
       return 1;
     case PX__ADD:
@@ -1009,7 +1048,7 @@ static px_status_t px__alloc_families(px_model_t *m) {
   for (int a = 0; a < m->nacts && m->separate; a++) list[k++] = &m->acts[a];
   for (int i = 0; i < m->nnodes; i++) {
     px__node_t *nd = &m->nodes[i];
-    if (nd->kind == PX__BN) {
+    if (nd->kind == PX__BN || nd->kind == PX__LN) {
       list[k++] = &nd->mean;
       list[k++] = &nd->var;
     }
@@ -1175,8 +1214,12 @@ int px_model_channel_consumer(const px_model_t *m, int i) {
      * imported graph, standalone activations, further BNs and depthwise
      * convs may come between: each passes channel c on as channel c */
     const px__node_t *bn = px__sole_reader(m, n->out);
-    if (!bn || bn->kind != PX__BN) return -1;
-    const px__node_t *c = px__sole_reader(m, bn->out);
+    if (!bn || (bn->kind != PX__BN && bn->kind != PX__ACT)) return -1;
+    /* an imported ConvNeXt's Linear pair (1 x 1 convs with bias, GELU
+     * between): a pruned channel's bias makes a constant that only the
+     * consumer's pruned input channel reads, so the pair couples without a
+     * BN; a LayerNorm (statistics over all channels) ends every chain */
+    const px__node_t *c = bn->kind == PX__BN ? px__sole_reader(m, bn->out) : bn;
     while (c && (c->kind == PX__ACT || c->kind == PX__BN || px__depthwise(m, c)))
       c = px__sole_reader(m, c->out);
     if (!c || c->kind != PX__CONV || m->pkinds[c->w] != PX_WEIGHT_CONV) return -1;
@@ -1218,7 +1261,8 @@ int px_model_num_nodes(const px_model_t *m) { return m->nnodes; }
 int px_model_compactable(const px_model_t *m) {
   for (int k = 0; k < m->nnodes; k++) {
     const px__node_t *n = &m->nodes[k];
-    if (n->kind == PX__ACT || n->kind == PX__MUL || n->kind == PX__CONCAT) return 0;
+    if (n->kind == PX__ACT || n->kind == PX__MUL || n->kind == PX__CONCAT || n->kind == PX__LN)
+      return 0;
     if (n->kind == PX__CONV && (n->groups > 1 || n->b >= 0)) return 0;
   }
   return 1;
@@ -1251,7 +1295,8 @@ px_status_t px_model_node(const px_model_t *m, int k, px_model_node_t *out) {
   const px__node_t *n = &m->nodes[k];
   static const px_node_kind_t kinds[] = {PX_NODE_CONV, PX_NODE_BN,      PX_NODE_ADD,
                                          PX_NODE_GAP,  PX_NODE_FC,      PX_NODE_REORDER,
-                                         PX_NODE_ACT,  PX_NODE_MUL,     PX_NODE_CONCAT};
+                                         PX_NODE_ACT,  PX_NODE_MUL,     PX_NODE_CONCAT,
+                                         PX_NODE_LN};
   px_node_kind_t kind = kinds[n->kind];
   if (n->kind == PX__POOL && n->kernel > 0)
     kind = n->mode == PX_POOL_MAX ? PX_NODE_MAXPOOL : PX_NODE_AVGPOOL;
@@ -1261,7 +1306,7 @@ px_status_t px_model_node(const px_model_t *m, int k, px_model_node_t *out) {
                            (int)m->acts[n->in].dims[1], (int)m->acts[n->out].dims[1],
                            n->kind == PX__CONV ? (n->groups > 1 ? n->groups : 1) : 0, (int)n->act,
                            n->alpha, n->momentum,
-                           n->kind == PX__BN ? px__decimal(n->eps) : 0.0};
+                           n->kind == PX__BN || n->kind == PX__LN ? px__decimal(n->eps) : 0.0};
   return PX_OK;
 }
 
@@ -1328,8 +1373,8 @@ static px_status_t px__init_onnx(px_model_t *m, float *tmp) {
     const px__onnx_layer_t *L = &g->layers[k];
     const px__onnx_init_t *src[4] = {&L->w, &L->b, &L->rm, &L->rv};
     int np = L->kind == PX__OL_CONV ? 1 + (L->b.n > 0)
-             : L->kind == PX__OL_BN || L->kind == PX__OL_FC ? 2
-                                                            : 0;
+             : L->kind == PX__OL_BN || L->kind == PX__OL_FC || L->kind == PX__OL_LN ? 2
+                                                                                    : 0;
     int nb = L->kind == PX__OL_BN ? 2 : 0;
     for (int i = 0; i < np + nb; i++) {
       px_tensor_t *t = i < np ? &m->pvals[p++] : &m->bufs[b++];
@@ -1339,6 +1384,8 @@ static px_status_t px__init_onnx(px_model_t *m, float *tmp) {
                             L->node, src[i]->n, n);
       if (src[i]->bytes) memcpy(tmp, src[i]->bytes, n * sizeof *tmp);
       else memset(tmp, 0, n * sizeof *tmp);
+      for (size_t j = 0; !src[i]->bytes && L->kind == PX__OL_LN && i == 0 && j < n; j++)
+        tmp[j] = 1.0f; /* a LayerNorm without a scale: 1 */
       if (i == 0 && L->transposed) PX_CHECK(px__transpose(tmp, t->dims[1], t->dims[0]));
       PX_CHECK(px__fill(t, tmp, n));
     }
@@ -1375,9 +1422,11 @@ px_status_t px_model_init_params(px_model_t *m, uint64_t seed) {
         break;
       }
       case PX_WEIGHT_BN_SCALE:
+      case PX_WEIGHT_LN_SCALE:
         for (size_t j = 0; j < n; j++) tmp[j] = 1.0f;
         break;
       case PX_WEIGHT_BN_SHIFT:
+      case PX_WEIGHT_LN_SHIFT:
       case PX_WEIGHT_CONV_BIAS:
         for (size_t j = 0; j < n; j++) tmp[j] = 0.0f;
         break;
@@ -1413,6 +1462,9 @@ static px_status_t px__graph_forward(px_model_t *m, const px__node_t *n) {
   const px_tensor_t *x = &m->acts[n->in];
   if (n->kind == PX__ACT) return px__ops_act_forward(m->ops, y, x, n->act, n->alpha);
   if (n->kind == PX__MUL) return px__ops_mul_forward(m->ops, y, x, &m->acts[n->in2]);
+  if (n->kind == PX__LN)
+    return px__ops_ln_forward(m->ops, y, (px_tensor_t *)&n->mean, (px_tensor_t *)&n->var, x,
+                              &m->pvals[n->w], &m->pvals[n->b], n->eps);
   return px__ops_concat_forward(m->ops, y, x, &m->acts[n->in2]);
 }
 
@@ -1429,6 +1481,7 @@ static px_status_t px__forward(px_model_t *m, int train) {
       case PX__ACT:
       case PX__MUL:
       case PX__CONCAT:
+      case PX__LN:
         PX_CHECK(px__graph_forward(m, n));
         break;
       case PX__BN:
@@ -1542,6 +1595,10 @@ static px_status_t px__backward(px_model_t *m) {
         PX_CHECK(px_conv2d_backward_weights(n->conv, &m->pgrads[n->w],
                                             n->b >= 0 ? &m->pgrads[n->b] : NULL, x, dy));
         if (dx) PX_CHECK(px_conv2d_backward_data(n->conv, dx, dy, &m->pvals[n->w]));
+        break;
+      case PX__LN:
+        PX_CHECK(px__ops_ln_backward(m->ops, dx, &m->pgrads[n->w], &m->pgrads[n->b], dy, x,
+                                     &n->mean, &n->var, &m->pvals[n->w]));
         break;
       case PX__BN:
         PX_CHECK(px_batchnorm_backward(n->bn, dx, &m->pgrads[n->w], &m->pgrads[n->b], dy, x,

@@ -41,7 +41,13 @@
  * classifier, or a chain of them with activations between (mobilenet_v3's
  * head), the last giving the logits; Dropout and Identity pass their input
  * through (an Identity of an initializer is that initializer: PyTorch's
- * exporter writes those for equal-valued BN parameters). */
+ * exporter writes those for equal-valued BN parameters). ConvNeXt: a
+ * Transpose of a map to NHWC and back moves no data (the value is marked
+ * the NHWC view of its layer's NCHW output), LayerNormalization on its last
+ * axis (or opset 13's ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul,
+ * Add) is an LN layer over channels, a MatMul of the view by a Linear's
+ * weight (+ Add of its bias) a 1 x 1 conv with bias, and a Mul by a [C, 1,
+ * 1] initializer (layer scale) a depthwise 1 x 1 conv. */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -62,7 +68,10 @@
 
 /* PART: a step of PyTorch's exact GELU, x * (Erf(x / sqrt 2) + 1) * 0.5,
  * which becomes one GELU layer once its last Mul is read (see px__gelu_step). */
-typedef enum { PX__V_FREE, PX__V_CONST, PX__V_ACT, PX__V_PART } px__vkind_t;
+/* LNP: a step of a LayerNorm written out (opset 13's ReduceMean, Sub, Pow,
+ * ReduceMean, Add eps, Sqrt, Div), which becomes one LN layer at its Div
+ * (see px__ln_step). */
+typedef enum { PX__V_FREE, PX__V_CONST, PX__V_ACT, PX__V_PART, PX__V_LNP } px__vkind_t;
 
 typedef struct {
   const char *name;           /* points into the proto */
@@ -76,6 +85,12 @@ typedef struct {
                                  times that (layer: the GELU's, which the * 0.5 gives) */
   int sq;                     /* ACT: 1 for [N, c, 1] (a c x 1 x 1 map with one unit axis
                                  squeezed: only Squeeze, Unsqueeze, Reshape, Flatten read it) */
+  int perm;                   /* ACT, PART, LNP: 1 for the NHWC view [N, h, w, c] of the layer's
+                                 NCHW output (a Transpose(0, 2, 3, 1) that moves no data: only
+                                 element-wise nodes, LayerNorm, MatMul and Transpose read it) */
+  int tr;                     /* CONST: the transpose of the 2-D t (a Transpose(1, 0) of a
+                                 Linear's weight: only a MatMul reads it) */
+  float eps;                  /* LNP: the epsilon added (steps 5 and 6) */
 } px__value_t;
 
 typedef struct {
@@ -93,7 +108,9 @@ static const char *const px__onnx_ops =
     "HardSigmoid(x)), Mul, Add, Sub, Div by a constant, Erf (in PyTorch's exact GELU), "
     "Concat (channels; of one input), MaxPool, AveragePool, GlobalAveragePool, ReduceMean "
     "(over H and W), Flatten, Reshape, Squeeze, Unsqueeze (moving no data), Gemm, MatMul (the "
-    "classifier), Dropout, Identity, Constant, Pad (before an AveragePool), and on shapes and "
+    "classifier; a Linear on an NHWC view), Transpose (to NHWC and back; of a 2-D weight), "
+    "LayerNormalization (and its steps Pow, Sqrt), Mul by a per-channel constant (layer "
+    "scale), Dropout, Identity, Constant, Pad (before an AveragePool), and on shapes and "
     "constants: Shape, Gather, Concat, Unsqueeze, Squeeze, Cast, Slice, ConstantOfShape, Add, "
     "Sub, Mul, Div";
 
@@ -208,6 +225,18 @@ static px_status_t px__in(px__imp_t *im, const Onnx__NodeProto *n, size_t i, int
 
 static px_status_t px__gelu_div(px__imp_t *im, const Onnx__NodeProto *n, px__value_t *v);
 
+/* Whether an operator may read an NHWC view (px__value_t.perm): the
+ * element-wise ones, and those that know the view (px__op_transpose,
+ * px__op_ln, the LayerNorm steps, px__op_matmul). */
+static int px__perm_reader(const char *op) {
+  static const char *const ok[] = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid",
+                                   "HardSwish", "Tanh", "Gelu", "Div", "Mul", "Add", "Sub",
+                                   "Transpose", "LayerNormalization", "MatMul"};
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+    if (!strcmp(op, ok[i])) return 1;
+  return 0;
+}
+
 static px_status_t px__act_in(px__imp_t *im, const Onnx__NodeProto *n, size_t i, int spatial,
                               px__value_t **out) {
   PX_CHECK(px__in(im, n, i, 1, out));
@@ -215,8 +244,16 @@ static px_status_t px__act_in(px__imp_t *im, const Onnx__NodeProto *n, size_t i,
   if ((*out)->kind == PX__V_PART)
     return PX__NODE_FAIL(im, n, "input '%s' is a step of an exact GELU (x * (Erf(x / sqrt 2) + "
                                 "1) * 0.5) that the node does not continue", n->input[i]);
+  if ((*out)->kind == PX__V_LNP)
+    return PX__NODE_FAIL(im, n, "input '%s' is a step of a LayerNorm (ReduceMean, Sub, Pow, "
+                                "ReduceMean, Add, Sqrt, Div) that the node does not continue",
+                         n->input[i]);
   if ((*out)->kind != PX__V_ACT)
     return PX__NODE_FAIL(im, n, "input '%s' must be an activation, not a constant", n->input[i]);
+  if ((*out)->perm && !px__perm_reader(n->op_type))
+    return PX__NODE_FAIL(im, n, "input '%s' is the NHWC view of a map (after a Transpose to "
+                                "[N, H, W, C]): only element-wise nodes, LayerNormalization, "
+                                "MatMul and a Transpose back read it", n->input[i]);
   if ((*out)->sq)
     return PX__NODE_FAIL(im, n, "input '%s' is 3-D [N, %d, 1]: only a Squeeze, Unsqueeze, "
                                 "Reshape or Flatten may read it", n->input[i], (*out)->c);
@@ -237,6 +274,9 @@ static px_status_t px__const_in(px__imp_t *im, const Onnx__NodeProto *n, size_t 
     return PX__NODE_FAIL(im, n, "input '%s' must be an initializer (a trained weight)",
                          n->input[i]);
   const Onnx__TensorProto *t = v->t;
+  if (v->tr)
+    return PX__NODE_FAIL(im, n, "input '%s' is a transposed initializer: only a MatMul may "
+                                "read it", n->input[i]);
   if (t->data_type != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
     return PX__NODE_FAIL(im, n, "initializer '%s' is not float32", n->input[i]);
   int ok = (int)t->n_dims == ndims;
@@ -283,7 +323,7 @@ static px_status_t px__out(px__imp_t *im, const Onnx__NodeProto *n, int layer, i
                            int w) {
   if (n->n_output < 1) return PX__NODE_FAIL(im, n, "the node has no output");
   px__value_t *v = px__find(im, n->output[0]);
-  *v = (px__value_t){v->name, PX__V_ACT, NULL, layer, c, h, w, v->uses, 0, 0, 0};
+  *v = (px__value_t){v->name, PX__V_ACT, NULL, layer, c, h, w, v->uses, 0, 0, 0, 0, 0, 0};
   return PX_OK;
 }
 
@@ -304,6 +344,10 @@ static void px__prefix(px__onnx_layer_t *L, const char *wname, int k) {
 
 static px_status_t px__op_fold(px__imp_t *im, const Onnx__NodeProto *n);
 static px_status_t px__op_pass(px__imp_t *im, const Onnx__NodeProto *n);
+static px_status_t px__ln_step(px__imp_t *im, const Onnx__NodeProto *n, int *done);
+static px_status_t px__ln_affine(px__imp_t *im, const Onnx__NodeProto *n, int *done);
+static px_status_t px__layer_scale(px__imp_t *im, const Onnx__NodeProto *n, int *done);
+static px_status_t px__matmul_nhwc(px__imp_t *im, const Onnx__NodeProto *n, px__value_t *x);
 
 /* Whether n has two inputs, both constants (Add, Sub, Mul, Div of shapes:
  * folded). */
@@ -619,6 +663,8 @@ static px_status_t px__op_div(px__imp_t *im, const Onnx__NodeProto *n) {
   if (px__both_const(im, n)) return px__op_fold(im, n);
   px__value_t *x;
   int done;
+  PX_CHECK(px__ln_step(im, n, &done));
+  if (done) return PX_OK;
   if (n->n_input == 2 && px__scalar_is(im, n, 1, 1.41421356f, 1e-6f)) {
     PX_CHECK(px__act_in(im, n, 0, 1, &x));
     if (x->layer >= 0) return px__part_out(im, n, x, x->layer, 1);
@@ -632,6 +678,8 @@ static px_status_t px__op_div(px__imp_t *im, const Onnx__NodeProto *n) {
 static px_status_t px__op_sub(px__imp_t *im, const Onnx__NodeProto *n) {
   if (px__both_const(im, n)) return px__op_fold(im, n);
   int done;
+  PX_CHECK(px__ln_step(im, n, &done));
+  if (done) return PX_OK;
   PX_CHECK(px__by_const(im, n, &done));
   if (done) return PX_OK;
   return PX__NODE_FAIL(im, n, "only the subtraction of a constant from an activation, or of an "
@@ -685,7 +733,9 @@ static px_status_t px__op_add(px__imp_t *im, const Onnx__NodeProto *n) {
   if (px__both_const(im, n)) return px__op_fold(im, n);
   px__value_t *a, *b;
   int folded;
-  PX_CHECK(px__gelu_step(im, n, &folded));
+  PX_CHECK(px__ln_step(im, n, &folded));
+  if (!folded) PX_CHECK(px__ln_affine(im, n, &folded));
+  if (!folded) PX_CHECK(px__gelu_step(im, n, &folded));
   if (folded) return PX_OK;
   PX_CHECK(px__fold_bias(im, n, &folded));
   if (!folded) PX_CHECK(px__by_const(im, n, &folded));
@@ -697,6 +747,8 @@ static px_status_t px__op_add(px__imp_t *im, const Onnx__NodeProto *n) {
                          a->w, b->c, b->h, b->w);
   if (a->layer < 0 || b->layer < 0 || a->layer == b->layer)
     return PX__NODE_FAIL(im, n, "an Add must join two different computed activations");
+  if (a->perm != b->perm)
+    return PX__NODE_FAIL(im, n, "an Add joins an NHWC view and an NCHW map");
   return px__two_in(im, n, PX__OL_ADD, a, b);
 }
 
@@ -706,6 +758,9 @@ static px_status_t px__op_mul(px__imp_t *im, const Onnx__NodeProto *n) {
   if (px__both_const(im, n)) return px__op_fold(im, n);
   px__value_t *a, *b;
   int fused;
+  PX_CHECK(px__ln_affine(im, n, &fused));
+  if (!fused) PX_CHECK(px__layer_scale(im, n, &fused));
+  if (fused) return PX_OK;
   PX_CHECK(px__gelu_step(im, n, &fused));
   if (!fused) PX_CHECK(px__swish(im, n, &fused));
   if (!fused) PX_CHECK(px__by_const(im, n, &fused));
@@ -718,7 +773,7 @@ static px_status_t px__op_mul(px__imp_t *im, const Onnx__NodeProto *n) {
     b = t;
   }
   if (a->c != b->c || b->h != 1 || b->w != 1 || a->layer < 0 || b->layer < 0 ||
-      a->layer == b->layer)
+      a->layer == b->layer || a->perm || b->perm)
     return PX__NODE_FAIL(im, n, "only a map [N, C, H, W] times a per-channel gate [N, C, 1, 1] "
                                 "of two computed activations (squeeze-and-excitation) is "
                                 "supported; the inputs are [%d, %d, %d] and [%d, %d, %d]",
@@ -767,18 +822,27 @@ static px_status_t px__op_concat(px__imp_t *im, const Onnx__NodeProto *n) {
 static px_status_t px__op_matmul(px__imp_t *im, const Onnx__NodeProto *n) {
   px__value_t *x, *wv;
   PX_CHECK(px__act_in(im, n, 0, 0, &x));
+  if (x->perm) return px__matmul_nhwc(im, n, x);
   PX_CHECK(px__in(im, n, 1, 1, &wv));
-  if (x->h != 0 || wv->kind != PX__V_CONST || wv->t->n_dims != 2 || wv->t->dims[1] < 1 ||
-      wv->t->dims[1] > 1000000)
+  const int tr = wv->kind == PX__V_CONST && wv->tr; /* a Linear's [K, F] itself */
+  if (x->h != 0 || wv->kind != PX__V_CONST || wv->t->n_dims != 2 || wv->t->dims[1 - tr] < 1 ||
+      wv->t->dims[1 - tr] > 1000000)
     return PX__NODE_FAIL(im, n, "only a final 2-D product of the flattened features [N, F] and "
                                 "a constant weight [F, K] is supported");
-  int64_t wd[2] = {x->c, wv->t->dims[1]};
+  int64_t wd[2] = {x->c, wv->t->dims[1 - tr]};
   px__onnx_layer_t *L;
   PX_CHECK(px__new_layer(im, n, PX__OL_FC, &L));
-  PX_CHECK(px__const_in(im, n, 1, 2, wd, &L->w));
+  if (tr) {
+    L->w.n = px__numel(wv->t);
+    L->w.bytes = wv->t->has_raw_data ? wv->t->raw_data.data : (const uint8_t *)wv->t->float_data;
+    if (wv->t->dims[1] != x->c || wv->t->data_type != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
+      return PX__NODE_FAIL(im, n, "the weight is not a float [K, %d]", x->c);
+  } else {
+    PX_CHECK(px__const_in(im, n, 1, 2, wd, &L->w));
+  }
   L->in = x->layer;
   L->c_out = (int)wd[1];
-  L->transposed = 1;
+  L->transposed = !tr;
   px__prefix(L, n->input[1], im->g->nlayers - 1);
   return px__out(im, n, im->g->nlayers - 1, (int)wd[1], 0, 0);
 }
@@ -877,7 +941,7 @@ static px_status_t px__op_pad(px__imp_t *im, const Onnx__NodeProto *n) {
                                 "before an AveragePool is supported");
   px__value_t *v = px__find(im, n->output[0]);
   *v = (px__value_t){v->name, PX__V_ACT, NULL, x->layer, x->c, x->h, x->w, v->uses, (int)pads[2], 0,
-                     0};
+                     0, 0, 0, 0};
   return PX_OK;
 }
 
@@ -905,6 +969,9 @@ static px_status_t px__op_fold(px__imp_t *im, const Onnx__NodeProto *n) {
   for (size_t i = 0; i < n->n_input; i++) {
     px__value_t *v;
     PX_CHECK(px__in(im, n, i, i == 0, &v));
+    if (v && v->tr)
+      return PX__NODE_FAIL(im, n, "input '%s' is a transposed initializer: only a MatMul may "
+                                  "read it", n->input[i]);
     if (v && v->kind != PX__V_CONST)
       return PX__NODE_FAIL(im, n, "input '%s' is an activation: a value computed from a "
                                   "tensor's data is not taken (only shapes and constants fold "
@@ -1079,7 +1146,9 @@ static px_status_t px__op_flatten(px__imp_t *im, const Onnx__NodeProto *n) {
 static px_status_t px__op_reducemean(px__imp_t *im, const Onnx__NodeProto *n) {
   px__value_t *x, *av;
   int64_t ax[4];
-  int k = -1;
+  int k = -1, done;
+  PX_CHECK(px__ln_step(im, n, &done));
+  if (done) return PX_OK;
   PX_CHECK(px__act_in(im, n, 0, 1, &x));
   const Onnx__AttributeProto *aa = px__attr(n, "axes");
   if (n->n_input > 1 && n->input[1][0]) {
@@ -1089,6 +1158,9 @@ static px_status_t px__op_reducemean(px__imp_t *im, const Onnx__NodeProto *n) {
     k = (int)aa->n_ints;
     memcpy(ax, aa->ints, (size_t)k * sizeof *ax);
   }
+  if (x->perm)
+    return PX__NODE_FAIL(im, n, "a mean of an NHWC view is taken only over its last axis, as "
+                                "a LayerNorm's first step");
   unsigned pick = 0;
   for (int i = 0; i < k; i++) pick |= ax[i] >= -4 && ax[i] <= 3 ? 1u << ((ax[i] + 4) & 3) : 16u;
   int64_t keep = px__attr_i(n, "keepdims", 1);
@@ -1133,13 +1205,269 @@ static px_status_t px__op_pass(px__imp_t *im, const Onnx__NodeProto *n) {
   if (n->n_output < 1) return PX__NODE_FAIL(im, n, "the node has no output");
   px__value_t *v = px__find(im, n->output[0]);
   *v = (px__value_t){v->name, x->kind, x->t, x->layer, x->c, x->h, x->w, v->uses, x->pad,
-                     x->part, x->sq};
+                     x->part, x->sq, x->perm, x->tr, x->eps};
   return PX_OK;
+}
+
+/* ---- ConvNeXt: NHWC views, LayerNorm, Linear on the last axis, layer scale -------- */
+
+/* Transpose: of a map, to its NHWC view (perm [0, 2, 3, 1]) or back ([0, 3,
+ * 1, 2]), moving no data (the layer's output stays NCHW; px__value_t.perm
+ * says how the file sees it); of a 2-D initializer ([1, 0]: a Linear's
+ * weight as PyTorch's MatMul reads it), a transposed view of it. */
+static px_status_t px__op_transpose(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x;
+  const Onnx__AttributeProto *pa = px__attr(n, "perm");
+  int64_t pm[4] = {-1, -1, -1, -1};
+  int np = pa && pa->n_ints <= 4 ? (int)pa->n_ints : -1;
+  for (int i = 0; i < np; i++) pm[i] = pa->ints[i];
+  PX_CHECK(px__in(im, n, 0, 1, &x));
+  px__value_t *v = px__find(im, n->output[0]);
+  if (x->kind == PX__V_CONST) {
+    if (x->t->n_dims != 2 || np != 2 || pm[0] != 1 || pm[1] != 0)
+      return PX__NODE_FAIL(im, n, "only the transpose [1, 0] of a 2-D initializer is supported");
+    *v = (px__value_t){v->name, PX__V_CONST, x->t, -1, 0, 0, 0, v->uses, 0, 0, 0, 0, !x->tr, 0};
+    return PX_OK;
+  }
+  PX_CHECK(px__act_in(im, n, 0, 1, &x));
+  const int to_nhwc = np == 4 && pm[0] == 0 && pm[1] == 2 && pm[2] == 3 && pm[3] == 1;
+  const int to_nchw = np == 4 && pm[0] == 0 && pm[1] == 3 && pm[2] == 1 && pm[3] == 2;
+  if (!(to_nhwc && !x->perm) && !(to_nchw && x->perm))
+    return PX__NODE_FAIL(im, n, "only a map's Transpose to NHWC (perm [0, 2, 3, 1]) and back "
+                                "([0, 3, 1, 2]) is supported (this input is %s)",
+                         x->perm ? "an NHWC view" : "NCHW");
+  PX_CHECK(px__out(im, n, x->layer, x->c, x->h, x->w));
+  v->perm = to_nhwc;
+  return PX_OK;
+}
+
+/* A LayerNorm layer over the channels of x (an NHWC view, normalised on its
+ * last axis), its output the value of n. */
+static px_status_t px__ln_layer(px__imp_t *im, const Onnx__NodeProto *n, const px__value_t *x,
+                                float eps, px__onnx_layer_t **out) {
+  if (!(eps > 0.0f && eps <= 0.1f))
+    return PX__NODE_FAIL(im, n, "epsilon = %g: (0, 0.1] is supported", eps);
+  if (!x->perm || x->h == 0)
+    return PX__NODE_FAIL(im, n, "only a LayerNorm over the channels of a map (its last axis "
+                                "after a Transpose to NHWC, as torchvision's ConvNeXt) is "
+                                "supported");
+  PX_CHECK(px__new_layer(im, n, PX__OL_LN, out));
+  (*out)->in = x->layer;
+  (*out)->c_out = x->c;
+  (*out)->eps = eps;
+  snprintf((*out)->prefix, sizeof (*out)->prefix, "node%d", im->g->nlayers - 1);
+  return px__out(im, n, im->g->nlayers - 1, x->c, x->h, x->w);
+}
+
+/* LayerNormalization (opset 17) on the last axis of an NHWC view. */
+static px_status_t px__op_ln(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x;
+  PX_CHECK(px__act_in(im, n, 0, 1, &x));
+  int64_t axis = px__attr_i(n, "axis", -1);
+  for (size_t o = 1; o < n->n_output; o++) {
+    px__value_t *st = n->output[o][0] ? px__find(im, n->output[o]) : NULL;
+    if (st && st->uses)
+      return PX__NODE_FAIL(im, n, "its mean and inverse deviation outputs are not supported");
+  }
+  if (axis != -1 && axis != 3)
+    return PX__NODE_FAIL(im, n, "axis = %lld: only the last axis (-1) is supported",
+                         (long long)axis);
+  px__onnx_layer_t *L;
+  PX_CHECK(px__ln_layer(im, n, x, px__attr_f(n, "epsilon", 1e-5f), &L));
+  int64_t cd[1] = {x->c};
+  PX_CHECK(px__const_in(im, n, 1, 1, cd, &L->w));
+  if (n->n_input > 2 && n->input[2][0]) PX_CHECK(px__const_in(im, n, 2, 1, cd, &L->b));
+  px__prefix(L, n->input[1], im->g->nlayers - 1);
+  return PX_OK;
+}
+
+/* The output of n as LayerNorm step `part` of x's layer (see px__ln_step). */
+static px_status_t px__ln_part(px__imp_t *im, const Onnx__NodeProto *n, const px__value_t *x,
+                               int part, float eps) {
+  PX_CHECK(px__out(im, n, x->layer, x->c, x->h, x->w));
+  px__value_t *v = px__find(im, n->output[0]);
+  v->kind = PX__V_LNP;
+  v->part = part;
+  v->perm = x->perm;
+  v->eps = eps;
+  return PX_OK;
+}
+
+/* Whether ReduceMean n takes the last axis of an NHWC view (keepdims 1). */
+static int px__last_axis_mean(px__imp_t *im, const Onnx__NodeProto *n) {
+  const Onnx__AttributeProto *aa = px__attr(n, "axes");
+  px__value_t *av;
+  int64_t ax[2];
+  int k = -1;
+  if (n->n_input > 1 && n->input[1][0]) {
+    k = px__in(im, n, 1, 1, &av) == PX_OK && av->kind == PX__V_CONST ? px__onnx_ints(av->t, ax, 2)
+                                                                      : -1;
+  } else if (aa && aa->n_ints == 1) {
+    k = 1;
+    ax[0] = aa->ints[0];
+  }
+  return k == 1 && (ax[0] == -1 || ax[0] == 3) && px__attr_i(n, "keepdims", 1) == 1;
+}
+
+/* LayerNorm as opset 13 writes it, on the NHWC view x: m = ReduceMean(x)
+ * (1), d = Sub(x, m) (2), Pow(d, 2) (3), ReduceMean (4), Add eps (5), Sqrt
+ * (6), Div(d, that): the LN layer (without scale and shift: the Mul and Add
+ * of px__ln_affine give them). *done = 0 when n is no such step. */
+static px_status_t px__ln_step(px__imp_t *im, const Onnx__NodeProto *n, int *done) {
+  px__value_t *a = NULL, *b = NULL;
+  *done = 0;
+  const char *op = n->op_type;
+  PX_CHECK(px__in(im, n, 0, 1, &a));
+  if (n->n_input > 1) PX_CHECK(px__in(im, n, 1, 0, &b));
+  const int lnp_a = a->kind == PX__V_LNP, lnp_b = b && b->kind == PX__V_LNP;
+  float c;
+  if (!strcmp(op, "ReduceMean") && px__last_axis_mean(im, n) &&
+      ((a->kind == PX__V_ACT && a->perm && !a->pad && a->h) || (lnp_a && a->part == 3))) {
+    *done = 1;
+    return px__ln_part(im, n, a, lnp_a ? 4 : 1, 0.0f);
+  }
+  if (!lnp_a && !lnp_b) return PX_OK;
+  *done = 1;
+  if (!strcmp(op, "Sub") && lnp_b && b->part == 1 && a->kind == PX__V_ACT && a->perm &&
+      a->layer == b->layer)
+    return px__ln_part(im, n, a, 2, 0.0f);
+  if (!strcmp(op, "Pow") && lnp_a && a->part == 2 && px__scalar_is(im, n, 1, 2.0f, 0.0f))
+    return px__ln_part(im, n, a, 3, 0.0f);
+  if (!strcmp(op, "Add") && lnp_a && a->part == 4 && px__scalar(im, n, 1, &c))
+    return px__ln_part(im, n, a, 5, c);
+  if (!strcmp(op, "Sqrt") && lnp_a && a->part == 5) return px__ln_part(im, n, a, 6, a->eps);
+  if (!strcmp(op, "Div") && lnp_a && lnp_b && a->part == 2 && b->part == 6 &&
+      a->layer == b->layer) {
+    px__value_t x = *a;
+    x.kind = PX__V_ACT;
+    px__onnx_layer_t *L;
+    return px__ln_layer(im, n, &x, b->eps, &L);
+  }
+  return PX__NODE_FAIL(im, n, "an input is a step of a LayerNorm (ReduceMean, Sub, Pow 2, "
+                              "ReduceMean, Add eps, Sqrt, Div) that the node does not continue");
+}
+
+/* Which input of n (0 or 1) is a float initializer, -1 if neither. */
+static int px__init_side(px__imp_t *im, const Onnx__NodeProto *n, px__value_t **k,
+                         px__value_t **x) {
+  px__value_t *v[2];
+  if (n->n_input != 2 || px__in(im, n, 0, 1, &v[0]) < 0 || px__in(im, n, 1, 1, &v[1]) < 0)
+    return -1;
+  for (int i = 0; i < 2; i++)
+    if (v[i]->kind == PX__V_CONST && !v[i]->tr && v[1 - i]->kind == PX__V_ACT) {
+      *k = v[i];
+      *x = v[1 - i];
+      return i;
+    }
+  return -1;
+}
+
+/* Mul of a LayerNorm's output by a [C] initializer (its scale) or Add of one
+ * (its shift), the output read by this node alone; Add of a [K]
+ * initializer to a MatMul's 1 x 1 conv on an NHWC view (its bias). *done =
+ * 0 when n is none of them. */
+static px_status_t px__ln_affine(px__imp_t *im, const Onnx__NodeProto *n, int *done) {
+  px__value_t *k, *x;
+  *done = 0;
+  const int ki = px__init_side(im, n, &k, &x);
+  if (ki < 0 || x->layer < 0 || x->uses != 1 || !x->perm || k->t->n_dims != 1) return PX_OK;
+  px__onnx_layer_t *L = &im->g->layers[x->layer];
+  const int mul = !strcmp(n->op_type, "Mul");
+  int64_t cd[1] = {x->c};
+  px__onnx_init_t *dst = NULL;
+  if (L->kind == PX__OL_LN) dst = mul && !L->w.bytes && !L->b.bytes ? &L->w : !mul && !L->b.bytes ? &L->b : NULL;
+  else if (!mul && L->kind == PX__OL_CONV && L->kernel == 1 && L->groups == 1 && !L->b.bytes)
+    dst = &L->b;
+  if (!dst) return PX_OK;
+  PX_CHECK(px__const_in(im, n, (size_t)ki, 1, cd, dst));
+  if (L->kind == PX__OL_LN && mul) px__prefix(L, k->name, x->layer);
+  *done = 1;
+  return px__out(im, n, x->layer, x->c, x->h, x->w);
+}
+
+/* Mul of a map by a per-channel initializer ([C, 1, 1], [1, C, 1, 1]; [C]
+ * on an NHWC view): ConvNeXt's layer scale, a trainable per-channel scale,
+ * built as a depthwise 1 x 1 conv whose weight keeps the file's name. *done
+ * = 0 when n is none. */
+static px_status_t px__layer_scale(px__imp_t *im, const Onnx__NodeProto *n, int *done) {
+  px__value_t *k, *x;
+  *done = 0;
+  const int ki = px__init_side(im, n, &k, &x);
+  if (ki < 0 || x->h == 0 || x->sq || x->pad) return PX_OK;
+  const Onnx__TensorProto *t = k->t;
+  const int nd = (int)t->n_dims, lead = nd == 4;
+  int ok = px__numel(t) == (size_t)x->c && x->c > 1;
+  if (x->perm) ok = ok && nd == 1;
+  else ok = ok && (nd == 3 || nd == 4) && t->dims[lead] == x->c;
+  if (!ok) return PX_OK;
+  int64_t dims[4] = {lead ? 1 : x->c, lead ? x->c : 1, 1, 1};
+  px__onnx_layer_t *L;
+  PX_CHECK(px__new_layer(im, n, PX__OL_CONV, &L));
+  PX_CHECK(px__const_in(im, n, (size_t)ki, nd, dims, &L->w));
+  L->in = x->layer;
+  L->c_out = x->c;
+  L->groups = x->c;
+  L->kernel = L->stride = 1;
+  L->wname = k->name;
+  px__prefix(L, k->name, im->g->nlayers - 1);
+  im->g->nconv++;
+  *done = 1;
+  return px__out(im, n, im->g->nlayers - 1, x->c, x->h, x->w);
+}
+
+/* MatMul of an NHWC view [N, H, W, C] by a Linear's weight ([C, K], or the
+ * transposed view of its [K, C]): a 1 x 1 conv with K filters (its bias the
+ * Add after: px__ln_affine), the output an NHWC view again. */
+static px_status_t px__matmul_nhwc(px__imp_t *im, const Onnx__NodeProto *n, px__value_t *x) {
+  px__value_t *wv;
+  PX_CHECK(px__in(im, n, 1, 1, &wv));
+  const Onnx__TensorProto *t = wv->kind == PX__V_CONST ? wv->t : NULL;
+  if (!t || t->n_dims != 2 || t->data_type != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ||
+      t->dims[wv->tr ? 1 : 0] != x->c || t->dims[wv->tr ? 0 : 1] < 1 ||
+      t->dims[wv->tr ? 0 : 1] > 65536)
+    return PX__NODE_FAIL(im, n, "only the product of an NHWC view [N, H, W, %d] and a constant "
+                                "weight [%d, K] (a Linear on the channels) is supported", x->c,
+                         x->c);
+  px__onnx_layer_t *L;
+  PX_CHECK(px__new_layer(im, n, PX__OL_CONV, &L));
+  L->w.n = px__numel(t);
+  L->w.bytes = t->has_raw_data ? t->raw_data.data : (const uint8_t *)t->float_data;
+  L->transposed = !wv->tr;
+  L->in = x->layer;
+  L->c_out = (int)t->dims[wv->tr ? 0 : 1];
+  L->kernel = L->stride = 1;
+  px__prefix(L, t->name ? t->name : "", im->g->nlayers - 1);
+  im->g->nconv++;
+  return px__out(im, n, im->g->nlayers - 1, L->c_out, x->h, x->w);
+}
+
+/* The output of a node that computes element-wise (every one but a
+ * Transpose, which sets its own) is an NHWC view when an input is. */
+static void px__perm_out(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *o = px__find(im, n->output[0]);
+  if (!strcmp(n->op_type, "Transpose") || !o ||
+      (o->kind != PX__V_ACT && o->kind != PX__V_PART && o->kind != PX__V_LNP))
+    return;
+  int p = 0;
+  for (size_t i = 0; i < n->n_input; i++) {
+    const px__value_t *v = px__find(im, n->input[i]);
+    if (v && v->kind != PX__V_CONST && v->kind != PX__V_FREE) p |= v->perm;
+  }
+  o->perm = p;
 }
 
 /* ---- the graph ------------------------------------------------------------------------ */
 
 typedef px_status_t (*px__op_fn)(px__imp_t *, const Onnx__NodeProto *);
+
+/* Pow and Sqrt: steps of a written-out LayerNorm only. */
+static px_status_t px__op_lnstep(px__imp_t *im, const Onnx__NodeProto *n) {
+  int done;
+  PX_CHECK(px__ln_step(im, n, &done));
+  if (done) return PX_OK;
+  return PX__NODE_FAIL(im, n, "only as a step of a LayerNorm (Pow(x - mean, 2), Sqrt(var + "
+                              "eps)) is it supported");
+}
 
 static const struct {
   const char *op;
@@ -1163,6 +1491,8 @@ static const struct {
     {"Squeeze", px__op_squeeze}, {"Unsqueeze", px__op_squeeze},
     {"Cast", px__op_fold},       {"Slice", px__op_fold},
     {"ConstantOfShape", px__op_fold},
+    {"Transpose", px__op_transpose}, {"LayerNormalization", px__op_ln},
+    {"Pow", px__op_lnstep},      {"Sqrt", px__op_lnstep},
 };
 
 static px_status_t px__node(px__imp_t *im, const Onnx__NodeProto *n) {
@@ -1172,7 +1502,11 @@ static px_status_t px__node(px__imp_t *im, const Onnx__NodeProto *n) {
   if (n->n_output < 1 || !n->output[0][0] || !px__find(im, n->output[0]))
     return PX__NODE_FAIL(im, n, "the node has no (named) output");
   for (size_t i = 0; i < sizeof px__op_table / sizeof px__op_table[0]; i++)
-    if (n->op_type && !strcmp(n->op_type, px__op_table[i].op)) return px__op_table[i].fn(im, n);
+    if (n->op_type && !strcmp(n->op_type, px__op_table[i].op)) {
+      PX_CHECK(px__op_table[i].fn(im, n));
+      px__perm_out(im, n);
+      return PX_OK;
+    }
   return PX__NODE_FAIL(im, n, "operator %s is not supported (supported: %s)",
                        n->op_type ? n->op_type : "(none)", px__onnx_ops);
 }
@@ -1258,7 +1592,8 @@ static px_status_t px__names(px__imp_t *im, const Onnx__GraphProto *gp) {
     return px_set_error(PX_ERR_INVALID, "%s: input '%s' must be 4-D [N, C, H, W] with fixed C, "
                         "H and W", im->file, in->name);
   PX_CHECK(px__define(im, in->name, &v));
-  *v = (px__value_t){in->name, PX__V_ACT, NULL, -1, g->in_c, g->in_h, g->in_w, 0, 0, 0, 0};
+  *v = (px__value_t){in->name, PX__V_ACT, NULL, -1, g->in_c, g->in_h, g->in_w, 0, 0, 0, 0, 0, 0,
+                     0};
   for (size_t k = 0; k < gp->n_node; k++)
     for (size_t o = 0; o < gp->node[k]->n_output; o++)
       if (gp->node[k]->output[o][0]) PX_CHECK(px__define(im, gp->node[k]->output[o], &v));

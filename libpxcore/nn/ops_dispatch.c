@@ -517,3 +517,49 @@ px_status_t px__ops_concat_backward(px_ops_t *ops, px_tensor_t *da, px_tensor_t 
   }
   return PX__BE(ops)->concat_backward(ops, da, db, dy);
 }
+
+/* A LayerNorm's vector argument: f32, [want] values, with storage on ops' device. */
+static px_status_t px__ln_vec(const px_ops_t *ops, const px_tensor_t *t, int64_t want,
+                              const char *op, const char *arg) {
+  if (!t || !t->data) return px_set_error(PX_ERR_INVALID, "%s %s is NULL or has no storage", op, arg);
+  if (!px_device_equal(t->device, PX__BE(ops)->ops_device(ops)))
+    return px_set_error(PX_ERR_INVALID, "%s %s is on another device than the ops context", op, arg);
+  if (t->dtype != PX_DTYPE_F32 || (int64_t)px_tensor_numel(t) != want ||
+      t->nbytes < (size_t)want * sizeof(float))
+    return px_set_error(PX_ERR_INVALID, "%s %s: f32 with %lld values is needed", op, arg,
+                        (long long)want);
+  return PX_OK;
+}
+
+/* x a map; g [C]; mean and rstd [N * H * W]. */
+static px_status_t px__ln_check(const px_ops_t *ops, const px_tensor_t *x, const px_tensor_t *g,
+                                const px_tensor_t *mean, const px_tensor_t *rstd, const char *op) {
+  PX_REQUIRE(ops != NULL, "%s: ops context is NULL", op);
+  PX_CHECK(px__graph_arg(ops, x, op, "x"));
+  PX_CHECK(px__ln_vec(ops, g, x->dims[1], op, "g"));
+  const int64_t npix = x->dims[0] * x->dims[2] * x->dims[3];
+  PX_CHECK(px__ln_vec(ops, mean, npix, op, "mean"));
+  return px__ln_vec(ops, rstd, npix, op, "rstd");
+}
+
+px_status_t px__ops_ln_forward(px_ops_t *ops, px_tensor_t *y, px_tensor_t *mean, px_tensor_t *rstd,
+                               const px_tensor_t *x, const px_tensor_t *g, const px_tensor_t *b,
+                               float eps) {
+  PX_CHECK(px__ln_check(ops, x, g, mean, rstd, "layernorm forward"));
+  PX_CHECK(px__ln_vec(ops, b, x->dims[1], "layernorm forward", "b"));
+  PX_CHECK(px__check_as(y, x, "layernorm forward", "y"));
+  PX_REQUIRE(eps > 0.0f && eps <= 0.1f, "layernorm forward: eps %g out of (0, 0.1]", eps);
+  return PX__BE(ops)->ln_forward(ops, y, mean, rstd, x, g, b, eps);
+}
+
+px_status_t px__ops_ln_backward(px_ops_t *ops, px_tensor_t *dx, px_tensor_t *dg, px_tensor_t *db,
+                                const px_tensor_t *dy, const px_tensor_t *x,
+                                const px_tensor_t *mean, const px_tensor_t *rstd,
+                                const px_tensor_t *g) {
+  PX_CHECK(px__ln_check(ops, x, g, mean, rstd, "layernorm backward"));
+  PX_CHECK(px__ln_vec(ops, dg, x->dims[1], "layernorm backward", "dg"));
+  PX_CHECK(px__ln_vec(ops, db, x->dims[1], "layernorm backward", "db"));
+  PX_CHECK(px__check_as(dy, x, "layernorm backward", "dy"));
+  if (dx) PX_CHECK(px__check_as(dx, x, "layernorm backward", "dx"));
+  return PX__BE(ops)->ln_backward(ops, dx, dg, db, dy, x, mean, rstd, g);
+}

@@ -2,7 +2,8 @@
  * layer set (nn/cpu/cpu_graph.c): standalone activations (ReLU, LeakyReLU,
  * ReLU6, sigmoid, hard sigmoid, hard swish, SiLU, GELU, tanh), the
  * squeeze-and-excitation product of a map and a
- * per-channel gate, and the concatenation of two maps on channels.
+ * per-channel gate, the concatenation of two maps on channels and the
+ * LayerNorm over channels.
  *
  * These are the CPU engine's code, on plain f32 NCHW host arrays (the model
  * converts a blocked input to plain first); each is a plain loop, its own
@@ -57,6 +58,20 @@ void px__concat_forward(float *y, const float *a, const float *b, size_t batch, 
 /* da, db (NULL: not wanted) the two slices of dy. */
 void px__concat_backward(float *da, float *db, const float *dy, size_t batch, size_t ca, size_t cb,
                          size_t hw);
+
+/* LayerNorm over the channels of a map (ConvNeXt's, torchvision's
+ * LayerNorm2d: a LayerNorm on the last axis of the NHWC view) on plain NCHW:
+ * for sample n and pixel p, mu and the biased variance of the c values
+ * x[n, :, p], rstd = 1 / sqrt(var + eps), y = (x - mu) * rstd * g[ch] +
+ * b[ch]. mean and rstd [batch * hw] keep mu and rstd for the backward. */
+void px__ln_forward(float *y, float *mean, float *rstd, const float *x, const float *g,
+                    const float *b, size_t batch, size_t c, size_t hw, float eps);
+/* With xh = (x - mu) * rstd and e = dy * g: dx = rstd * (e - mean_c(e) - xh
+ * * mean_c(e * xh)) (dx NULL: not wanted), dg[ch] = sum over n, p of dy *
+ * xh, db[ch] = sum of dy (overwritten). */
+void px__ln_backward(float *dx, float *dg, float *db, const float *dy, const float *x,
+                     const float *mean, const float *rstd, const float *g, size_t batch, size_t c,
+                     size_t hw);
 
 #ifdef __cplusplus
 }

@@ -30,7 +30,8 @@ extern "C" {
 
 typedef enum {
   PX__OL_CONV, PX__OL_BN, PX__OL_ADD, PX__OL_GAP, PX__OL_FC, PX__OL_MAXPOOL, PX__OL_AVGPOOL,
-  PX__OL_ACT, PX__OL_MUL, PX__OL_CONCAT
+  PX__OL_ACT, PX__OL_MUL, PX__OL_CONCAT,
+  PX__OL_LN /* LayerNorm over channels: w, b its scale and shift [c_out] (bytes NULL: 1 and 0) */
 } px__onnx_kind_t;
 
 /* One weight tensor's initial values: n little-endian float32 at bytes
@@ -48,12 +49,15 @@ typedef struct {
   int c_out;              /* CONV: filters; FC: classes; others: channels of the output */
   int kernel, stride;     /* CONV: square kernel, stride, padding kernel / 2; pools: window */
   int pad;                /* pools: zero padding on each side (AVGPOOL counts it) */
-  float eps, momentum;    /* BN: epsilon; PyTorch's momentum (1 - ONNX's) */
+  float eps, momentum;    /* BN, LN: epsilon; BN: PyTorch's momentum (1 - ONNX's) */
   int groups;             /* CONV: 1, or grouped / depthwise */
   int act;                /* ACT: a px__act_t (nn/px_graph_ops.h) */
   float alpha;            /* ACT: LeakyRelu's slope */
   int transposed;         /* FC: w is [features, classes] (a MatMul's), not Gemm's [classes,
-                             features] */
+                             features]; CONV (1 x 1, a MatMul on the NHWC view): w is
+                             [c_in, c_out] */
+  const char *wname;      /* CONV: the weight parameter's whole name when the file's is no
+                             "<prefix>.weight" (a layer scale's), else NULL */
   const char *op;         /* the ONNX operator (for messages) */
   char prefix[PX__ONNX_MAX_NAME + 1]; /* parameter names: prefix.weight, ... */
   px__onnx_init_t w, b, rm, rv;        /* CONV: w [b]; BN: w b rm rv; FC: w b */

@@ -83,7 +83,9 @@ extern "C" {
   X(px_status_t, mul_forward, (px_ops_t *ops, px_tensor_t *y, const px_tensor_t *x, const px_tensor_t *g)) \
   X(px_status_t, mul_backward, (px_ops_t *ops, px_tensor_t *dx, px_tensor_t *dg, const px_tensor_t *dy, const px_tensor_t *x, const px_tensor_t *g)) \
   X(px_status_t, concat_forward, (px_ops_t *ops, px_tensor_t *y, const px_tensor_t *a, const px_tensor_t *b)) \
-  X(px_status_t, concat_backward, (px_ops_t *ops, px_tensor_t *da, px_tensor_t *db, const px_tensor_t *dy))
+  X(px_status_t, concat_backward, (px_ops_t *ops, px_tensor_t *da, px_tensor_t *db, const px_tensor_t *dy)) \
+  X(px_status_t, ln_forward, (px_ops_t *ops, px_tensor_t *y, px_tensor_t *mean, px_tensor_t *rstd, const px_tensor_t *x, const px_tensor_t *g, const px_tensor_t *b, float eps)) \
+  X(px_status_t, ln_backward, (px_ops_t *ops, px_tensor_t *dx, px_tensor_t *dg, px_tensor_t *db, const px_tensor_t *dy, const px_tensor_t *x, const px_tensor_t *mean, const px_tensor_t *rstd, const px_tensor_t *g))
 
 #define PX__OPS_FIELD(ret, name, params) ret (*name) params;
 typedef struct px__ops_backend {
@@ -151,6 +153,20 @@ px_status_t px__ops_concat_forward(px_ops_t *ops, px_tensor_t *y, const px_tenso
                                    const px_tensor_t *b);
 px_status_t px__ops_concat_backward(px_ops_t *ops, px_tensor_t *da, px_tensor_t *db,
                                     const px_tensor_t *dy);
+
+/* LayerNorm over the channels of a map x [N, C, H, W] (nn/px_graph_ops.h's
+ * px__ln_forward on any engine): g, b the per-channel scale and shift [C]
+ * (f32), mean and rstd f32 [N * H * W] written by the forward and read by
+ * the backward; y, dy, dx like x. dx NULL: not wanted; dg, db overwritten.
+ * The CPU takes plain f32 NCHW, CUDA plain f32 or NHWC f32 / bf16
+ * (nn/cuda/cuda_ln.cu). */
+px_status_t px__ops_ln_forward(px_ops_t *ops, px_tensor_t *y, px_tensor_t *mean, px_tensor_t *rstd,
+                               const px_tensor_t *x, const px_tensor_t *g, const px_tensor_t *b,
+                               float eps);
+px_status_t px__ops_ln_backward(px_ops_t *ops, px_tensor_t *dx, px_tensor_t *dg, px_tensor_t *db,
+                                const px_tensor_t *dy, const px_tensor_t *x,
+                                const px_tensor_t *mean, const px_tensor_t *rstd,
+                                const px_tensor_t *g);
 
 /* Checks that t matches spec (device, dtype, dims, layout) and has storage
  * of at least spec->nbytes; PX_ERR_INVALID naming `what` otherwise. Shared

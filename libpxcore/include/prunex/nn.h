@@ -45,7 +45,11 @@ typedef enum {
   PX_WEIGHT_CONV_BIAS = 5,  /* conv bias [c_out] (imported graphs) */
   PX_WEIGHT_CONV_FIXED = 6, /* conv weight [c_out, c_in / groups, kh, kw] left out of pruning
                                (imported graphs): a grouped or depthwise conv, or one on a
-                               1 x 1 input (a squeeze-and-excitation squeeze or expand) */
+                               1 x 1 input (a squeeze-and-excitation squeeze or expand); an
+                               imported layer scale (ConvNeXt's [C, 1, 1] Mul) is a depthwise
+                               1 x 1 conv of this kind, its weight [c, 1, 1, 1] */
+  PX_WEIGHT_LN_SCALE = 7,   /* LayerNorm over channels (imported graphs): scale [c] */
+  PX_WEIGHT_LN_SHIFT = 8,   /* its shift [c] */
 } px_weight_kind_t;
 
 typedef struct {
@@ -168,13 +172,16 @@ PX_API int px_model_num_buffers(const px_model_t *m);
  * joined on channels (in first). */
 typedef enum {
   PX_NODE_CONV, PX_NODE_BN, PX_NODE_ADD, PX_NODE_GAP, PX_NODE_FC, PX_NODE_REORDER,
-  PX_NODE_MAXPOOL, PX_NODE_AVGPOOL, PX_NODE_ACT, PX_NODE_MUL, PX_NODE_CONCAT
+  PX_NODE_MAXPOOL, PX_NODE_AVGPOOL, PX_NODE_ACT, PX_NODE_MUL, PX_NODE_CONCAT,
+  PX_NODE_LN /* (imported graphs) LayerNorm over the channels of each pixel (ConvNeXt's;
+                an ONNX LayerNormalization on the last axis of the NHWC view): w, b
+                the scale and shift [c], eps */
 } px_node_kind_t;
 typedef struct {
   px_node_kind_t kind;
   int in, in2, out;        /* activation indices (0: the input images, the last: the
                               logits); in2 is the ADD's second input, else -1 */
-  int w, b;                /* parameter indices (CONV: w; BN: scale, shift; FC: weight,
+  int w, b;                /* parameter indices (CONV: w; BN, LN: scale, shift; FC: weight,
                               bias), -1 if none */
   int rm, rv;              /* BN: running mean / var buffer indices, else -1 */
   int relu;                /* BN, ADD: a ReLU follows (fused) */
@@ -186,7 +193,7 @@ typedef struct {
   float alpha;             /* ACT: its parameter (see above) */
   float momentum;          /* BN: PyTorch's momentum of the running statistics (0.1 in the
                               built-in models) */
-  double eps;              /* BN: epsilon, the float the layer computes with as the decimal
+  double eps;              /* BN, LN: epsilon, the float the layer computes with as the decimal
                               it was written as (1e-5 exactly for the built-in models' 1e-5f;
                               an imported graph's own) (no padding before it: the struct
                               compares bytewise) */

@@ -248,3 +248,101 @@ px_status_t px__cpu_concat_backward(px_ops_t *ops, px_tensor_t *da, px_tensor_t 
                       (size_t)ca, (size_t)(dy->dims[1] - ca), (size_t)(dy->dims[2] * dy->dims[3]));
   return PX_OK;
 }
+
+/* ---- LayerNorm over channels ------------------------------------------------------
+ * Channels outermost, pixels innermost (unit stride: vectorised), in blocks
+ * of PX__LN_BLOCK pixels whose sums stay on the stack; two passes for the
+ * variance (about the mean), as PyTorch's CPU kernel. */
+#define PX__LN_BLOCK 256
+
+void px__ln_forward(float *y, float *mean, float *rstd, const float *x, const float *g,
+                    const float *b, size_t batch, size_t c, size_t hw, float eps) {
+  for (size_t n = 0; n < batch; n++) {
+    const float *xn = x + n * c * hw;
+    float *yn = y + n * c * hw, *mu = mean + n * hw, *rs = rstd + n * hw;
+    for (size_t p0 = 0; p0 < hw; p0 += PX__LN_BLOCK) {
+      const size_t np = hw - p0 < PX__LN_BLOCK ? hw - p0 : PX__LN_BLOCK;
+      float s[PX__LN_BLOCK], v[PX__LN_BLOCK];
+      for (size_t p = 0; p < np; p++) s[p] = v[p] = 0.0f;
+      for (size_t ch = 0; ch < c; ch++)
+        for (size_t p = 0; p < np; p++) s[p] += xn[ch * hw + p0 + p];
+      for (size_t p = 0; p < np; p++) s[p] /= (float)c;
+      for (size_t ch = 0; ch < c; ch++)
+        for (size_t p = 0; p < np; p++) {
+          const float d = xn[ch * hw + p0 + p] - s[p];
+          v[p] += d * d;
+        }
+      for (size_t p = 0; p < np; p++) {
+        mu[p0 + p] = s[p];
+        rs[p0 + p] = v[p] = 1.0f / sqrtf(v[p] / (float)c + eps);
+      }
+      for (size_t ch = 0; ch < c; ch++)
+        for (size_t p = 0; p < np; p++)
+          yn[ch * hw + p0 + p] = (xn[ch * hw + p0 + p] - s[p]) * v[p] * g[ch] + b[ch];
+    }
+  }
+}
+
+void px__ln_backward(float *dx, float *dg, float *db, const float *dy, const float *x,
+                     const float *mean, const float *rstd, const float *g, size_t batch, size_t c,
+                     size_t hw) {
+  for (size_t ch = 0; ch < c; ch++) dg[ch] = db[ch] = 0.0f;
+  for (size_t n = 0; n < batch; n++) {
+    const float *xn = x + n * c * hw, *dyn = dy + n * c * hw, *mu = mean + n * hw;
+    const float *rs = rstd + n * hw;
+    for (size_t p0 = 0; p0 < hw; p0 += PX__LN_BLOCK) {
+      const size_t np = hw - p0 < PX__LN_BLOCK ? hw - p0 : PX__LN_BLOCK;
+      float s1[PX__LN_BLOCK], s2[PX__LN_BLOCK];
+      for (size_t p = 0; p < np; p++) s1[p] = s2[p] = 0.0f;
+      for (size_t ch = 0; ch < c; ch++) {
+        float sg = 0.0f, sb = 0.0f;
+        for (size_t p = 0; p < np; p++) {
+          const size_t i = ch * hw + p0 + p;
+          const float xh = (xn[i] - mu[p0 + p]) * rs[p0 + p], e = dyn[i] * g[ch];
+          s1[p] += e;
+          s2[p] += e * xh;
+          sg += dyn[i] * xh;
+          sb += dyn[i];
+        }
+        dg[ch] += sg;
+        db[ch] += sb;
+      }
+      if (!dx) continue;
+      float *dxn = dx + n * c * hw;
+      for (size_t p = 0; p < np; p++) {
+        s1[p] /= (float)c;
+        s2[p] /= (float)c;
+      }
+      for (size_t ch = 0; ch < c; ch++)
+        for (size_t p = 0; p < np; p++) {
+          const size_t i = ch * hw + p0 + p;
+          const float xh = (xn[i] - mu[p0 + p]) * rs[p0 + p];
+          dxn[i] = rs[p0 + p] * (dyn[i] * g[ch] - s1[p] - xh * s2[p]);
+        }
+    }
+  }
+}
+
+px_status_t px__cpu_ln_forward(px_ops_t *ops, px_tensor_t *y, px_tensor_t *mean, px_tensor_t *rstd,
+                               const px_tensor_t *x, const px_tensor_t *g, const px_tensor_t *b,
+                               float eps) {
+  (void)ops;
+  PX_CHECK(px__cpu_plain_f32(x, "layernorm forward", "x"));
+  PX_CHECK(px__cpu_plain_f32(y, "layernorm forward", "y"));
+  px__ln_forward(y->data, mean->data, rstd->data, x->data, g->data, b->data, (size_t)x->dims[0],
+                 (size_t)x->dims[1], (size_t)(x->dims[2] * x->dims[3]), eps);
+  return PX_OK;
+}
+
+px_status_t px__cpu_ln_backward(px_ops_t *ops, px_tensor_t *dx, px_tensor_t *dg, px_tensor_t *db,
+                                const px_tensor_t *dy, const px_tensor_t *x,
+                                const px_tensor_t *mean, const px_tensor_t *rstd,
+                                const px_tensor_t *g) {
+  (void)ops;
+  PX_CHECK(px__cpu_plain_f32(x, "layernorm backward", "x"));
+  PX_CHECK(px__cpu_plain_f32(dy, "layernorm backward", "dy"));
+  px__ln_backward(dx ? dx->data : NULL, dg->data, db->data, dy->data, x->data, mean->data,
+                  rstd->data, g->data, (size_t)x->dims[0], (size_t)x->dims[1],
+                  (size_t)(x->dims[2] * x->dims[3]));
+  return PX_OK;
+}
