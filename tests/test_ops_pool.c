@@ -80,7 +80,7 @@ static void run_case(const pool_case_t *pc, uint64_t seed) {
   if (pc->global) {
     assert_ok(px_global_avgpool_create(ops, &xs, &pool));
   } else {
-    px_pool2d_params_t p = {pc->mode, pc->k, pc->k, pc->stride, pc->stride, pc->pad, pc->pad};
+    px_pool2d_params_t p = {pc->mode, pc->k, pc->k, pc->stride, pc->stride, pc->pad, pc->pad, 0, 0, 0, 0, 0};
     assert_ok(px_pool2d_create(ops, &xs, &p, &pool));
   }
   px_pool2d_y_spec(pool, &ys);
@@ -154,11 +154,11 @@ static void bad_parameters_are_refused(void **state) {
   px_tensor_t xs;
   assert_ok(px_tensor_init4(&xs, px_device_cpu(), 1, 3, 4, 4));
   px_pool2d_t *pool = NULL;
-  px_pool2d_params_t p = {PX_POOL_MAX, 5, 5, 1, 1, 0, 0}; /* kernel larger than the input */
+  px_pool2d_params_t p = {PX_POOL_MAX, 5, 5, 1, 1, 0, 0, 0, 0, 0, 0, 0}; /* kernel larger than the input */
   assert_int_equal(px_pool2d_create(ops, &xs, &p, &pool), PX_ERR_INVALID);
-  p = (px_pool2d_params_t){(px_pool_mode_t)7, 2, 2, 2, 2, 0, 0};
+  p = (px_pool2d_params_t){(px_pool_mode_t)7, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0};
   assert_int_equal(px_pool2d_create(ops, &xs, &p, &pool), PX_ERR_INVALID);
-  p = (px_pool2d_params_t){PX_POOL_MAX, 2, 2, 2, 2, 2, 0}; /* padding as large as the kernel */
+  p = (px_pool2d_params_t){PX_POOL_MAX, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0}; /* padding as large as the kernel */
   assert_int_equal(px_pool2d_create(ops, &xs, &p, &pool), PX_ERR_INVALID);
   assert_null(pool);
   px_ops_destroy(ops);

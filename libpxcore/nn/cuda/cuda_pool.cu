@@ -230,7 +230,7 @@ extern "C" px_status_t px__cuda_global_avgpool_create(px_ops_t *o, const px_tens
   PX_CHECK(px__cuda_check_act(ops, x_spec, 4, 4, "px_global_avgpool_create"));
   PX_REQUIRE(x_spec->dims[2] <= INT32_MAX && x_spec->dims[3] <= INT32_MAX,
              "px_global_avgpool_create: input plane too large");
-  px_pool2d_params_t p = {PX_POOL_AVG, (int32_t)x_spec->dims[2], (int32_t)x_spec->dims[3], 1, 1, 0, 0};
+  px_pool2d_params_t p = {PX_POOL_AVG, (int32_t)x_spec->dims[2], (int32_t)x_spec->dims[3], 1, 1, 0, 0, 0, 0, 0, 0, 0};
   if (!px__cuda_nhwc(x_spec)) return px__cuda_pool2d_create(o, x_spec, &p, out);
   /* channels-last: the geometry of a plain one, the input's own spec kept */
   px_tensor_t plain;
