@@ -660,6 +660,20 @@ static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, px__vec_t *ini
       break;
     case PX_NODE_FC: {
       const char *ins[3] = {in, pn, px_model_param(m, n.b)->name};
+      int h = 0, w = 0, gap = 0;
+      px_model_node_t r;
+      for (int j = 0; j < k; j++)
+        if (px_model_node(m, j, &r) == PX_OK && r.out == n.in) gap = r.kind == PX_NODE_GAP;
+      if (px_model_act_area(m, n.in, &h, &w) == 0 && !gap) {
+        /* a map not flattened by a global pooling (a conv's 1 x 1, ...) */
+        snprintf(names[1], 64, "%.40s_flat", out);
+        const char *f[1] = {in};
+        node = px__node(p, nodes, "Flatten", names[1], f, 1, names[1]);
+        px__push(p, &attrs, px__attr_int(p, "axis", 1));
+        px__node_attrs(p, node, &attrs);
+        attrs = (px__vec_t){0};
+        ins[0] = names[1];
+      }
       node = px__node(p, nodes, "Gemm", nm, ins, 3, out);
       px__push(p, &attrs, px__attr_int(p, "transB", 1));
       px__node_attrs(p, node, &attrs);
