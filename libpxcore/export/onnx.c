@@ -576,6 +576,23 @@ static int px__window_attrs(px__pool_t *p, px__vec_t *attrs, const px_model_t *m
   return xb > 0 || xr > 0;
 }
 
+/* The input of FC node n (node k) as a Gemm reads it: in, or a map that no
+ * global pooling flattened (a conv's 1 x 1, ...) flattened into flat. */
+static const char *px__fc_flat(px__pool_t *p, px__vec_t *nodes, const px_model_t *m,
+                               const px_model_node_t *n, int k, const char *in, const char *flat) {
+  int h = 0, w = 0, gap = 0;
+  px_model_node_t r;
+  for (int j = 0; j < k; j++)
+    if (px_model_node(m, j, &r) == PX_OK && r.out == n->in) gap = r.kind == PX_NODE_GAP;
+  if (px_model_act_area(m, n->in, &h, &w) != 0 || gap) return in;
+  const char *f[1] = {in};
+  Onnx__NodeProto *node = px__node(p, nodes, "Flatten", flat, f, 1, flat);
+  px__vec_t attrs = {0};
+  px__push(p, &attrs, px__attr_int(p, "axis", 1));
+  px__node_attrs(p, node, &attrs);
+  return flat;
+}
+
 /* Node k of the model as ONNX nodes (a BN or an add with a fused ReLU
  * gives two); allocation failures show in p->failed. */
 static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, px__vec_t *inits,
@@ -659,21 +676,9 @@ static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, px__vec_t *ini
       px__onnx_graph_op(p, nodes, inits, m, &n, k, in, out);
       break;
     case PX_NODE_FC: {
-      const char *ins[3] = {in, pn, px_model_param(m, n.b)->name};
-      int h = 0, w = 0, gap = 0;
-      px_model_node_t r;
-      for (int j = 0; j < k; j++)
-        if (px_model_node(m, j, &r) == PX_OK && r.out == n.in) gap = r.kind == PX_NODE_GAP;
-      if (px_model_act_area(m, n.in, &h, &w) == 0 && !gap) {
-        /* a map not flattened by a global pooling (a conv's 1 x 1, ...) */
-        snprintf(names[1], 64, "%.40s_flat", out);
-        const char *f[1] = {in};
-        node = px__node(p, nodes, "Flatten", names[1], f, 1, names[1]);
-        px__push(p, &attrs, px__attr_int(p, "axis", 1));
-        px__node_attrs(p, node, &attrs);
-        attrs = (px__vec_t){0};
-        ins[0] = names[1];
-      }
+      snprintf(names[1], 64, "%.40s_flat", out);
+      const char *ins[3] = {px__fc_flat(p, nodes, m, &n, k, in, names[1]), pn,
+                            px_model_param(m, n.b)->name};
       node = px__node(p, nodes, "Gemm", nm, ins, 3, out);
       px__push(p, &attrs, px__attr_int(p, "transB", 1));
       px__node_attrs(p, node, &attrs);
