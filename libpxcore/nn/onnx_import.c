@@ -16,8 +16,9 @@
  *
  * What is taken today (the layer set of the built-in models and the graph
  * operators of nn/px_graph_ops.h): Conv (bias optional, groups dividing the
- * channels, so grouped and depthwise; square kernel (kernel_shape, when
- * given, the weight's), padding kernel/2, dilation 1), BatchNormalization
+ * channels, so grouped and depthwise; any window: kernel (kernel_shape, when
+ * given, the weight's), strides, dilations, pads or auto_pad (px__window)),
+ * BatchNormalization
  * (epsilon 1e-12 to 0.1, any momentum), Relu (fused into a
  * BatchNormalization or an Add right before it whose output nothing else
  * reads, as the built-in models fuse it; otherwise a layer of its own),
@@ -27,9 +28,10 @@
  * sqrt 2, Erf, Add 1, Mul x, Mul 0.5: one layer), Mul, Add, Sub and Div of an
  * activation and a scalar constant, Add of two activations, Mul of a
  * map and a per-channel gate (squeeze-and-excitation), Concat on channels,
- * MaxPool and AveragePool (square windows; a
- * zero Pad, with the Constant holding its sizes, folds into the
- * AveragePool after it, as PyTorch exports count_include_pad),
+ * MaxPool and AveragePool (any window, ceil_mode, count_include_pad; a
+ * zero Pad of H and W, with the Constant holding its sizes, folds into the
+ * Conv or AveragePool after it: F.pad, and PyTorch's export of
+ * count_include_pad),
  * GlobalAveragePool and ReduceMean over H and W (x.mean((2, 3))), Flatten,
  * Reshape, Squeeze and Unsqueeze that move no data ([N, C, 1, 1], [N, C, 1]
  * and [N, C] into one another), a Concat of one map (that map), the shape
@@ -94,7 +96,8 @@ static const char *const px__onnx_ops =
     "HardSigmoid(x)), Mul, Add, Sub, Div by a constant, Erf (in PyTorch's exact GELU), "
     "Concat (channels; of one input), MaxPool, AveragePool, GlobalAveragePool, ReduceMean "
     "(over H and W), Flatten, Reshape, Squeeze, Unsqueeze (moving no data), Gemm, MatMul (the "
-    "classifier), Dropout, Identity, Constant, Pad (before an AveragePool), and on shapes and "
+    "classifier), Dropout, Identity, Constant, Pad (before a Conv or an AveragePool), and on "
+    "shapes and "
     "constants: Shape, Gather, Concat, Unsqueeze, Squeeze, Cast, Slice, ConstantOfShape, Add, "
     "Sub, Mul, Div";
 
@@ -927,9 +930,9 @@ static px_status_t px__op_constant(px__imp_t *im, const Onnx__NodeProto *n) {
   return PX_OK;
 }
 
-/* Pad by zeros on H and W only, equal on every side: PyTorch's export of a
- * padded average pooling (count_include_pad); the AveragePool reading it
- * takes the padding over. */
+/* Pad by zeros on H and W only (0 to 64 on a side): PyTorch's export of a
+ * padded average pooling (count_include_pad) or of F.pad before a conv;
+ * the AveragePool or Conv reading it takes the padding over (px__window). */
 static px_status_t px__op_pad(px__imp_t *im, const Onnx__NodeProto *n) {
   px__value_t *x, *pv, *cv;
   PX_CHECK(px__act_in(im, n, 0, 1, &x));
