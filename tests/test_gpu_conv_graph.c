@@ -120,7 +120,7 @@ static conv_out_t run_conv(px_ops_t *ops, const shape_t *sh, int prec, const flo
   assert_ok(px_tensor_init4(&xs, px_ops_device(ops), 4, sh->c, sh->hw, sh->hw));
   if (prec >= 0) assert_ok(px_ops_act_format(ops, (px_precision_t)prec, &xs));
   px_conv2d_params_t cp = {sh->c_out, sh->k, sh->k, sh->stride, sh->stride, sh->k / 2, sh->k / 2,
-                           0, sh->groups};
+                           0, sh->groups, 0, 0, 0, 0};
   px_conv2d_t *conv = NULL;
   assert_ok(px_conv2d_create(ops, &xs, &cp, &conv));
   px_tensor_t ys, wsp, x, y, w, dy, dx, dw;

@@ -480,11 +480,11 @@ static void graph_kernels_match_the_cpu_reference(void **state) {
   px_ops_t *cpu = new_ops();
   px_test_rng_t rng;
   px_test_rng_seed(&rng, 5);
-  const px_pool2d_params_t pools[] = {{PX_POOL_MAX, 2, 2, 2, 2, 0, 0},
-                                      {PX_POOL_MAX, 3, 3, 2, 2, 1, 1},
-                                      {PX_POOL_AVG, 2, 2, 2, 2, 0, 0},
-                                      {PX_POOL_AVG, 3, 3, 2, 2, 1, 1},
-                                      {PX_POOL_AVG_EXCLUDE_PAD, 3, 3, 1, 1, 1, 1}};
+  const px_pool2d_params_t pools[] = {{PX_POOL_MAX, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0},
+                                      {PX_POOL_MAX, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0, 0},
+                                      {PX_POOL_AVG, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0},
+                                      {PX_POOL_AVG, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0, 0},
+                                      {PX_POOL_AVG_EXCLUDE_PAD, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 0}};
   for (int f = FMT_NCHW; f <= FMT_BF16; f++) {
     px_ops_t *ops = gpu_ops((fmt_t)f);
     act_kernels(ops, (fmt_t)f, &rng);

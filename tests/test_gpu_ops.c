@@ -341,7 +341,7 @@ static void run_conv(const conv_case_t *cc, int tf32, double tol, uint64_t seed)
   pair_t p;
   pair_init(&p, tf32);
   px_conv2d_params_t prm = {cc->c_out, cc->k, cc->k, cc->stride, cc->stride, cc->pad, cc->pad,
-                            cc->bias, 1};
+                            cc->bias, 1, 0, 0, 0, 0};
   px_tensor_t xs_c = spec4(px_device_cpu(), cc->n, cc->c, cc->h, cc->w);
   px_tensor_t xs_g = spec4(px_device_cuda(0), cc->n, cc->c, cc->h, cc->w);
   px_conv2d_t *oc, *og;
@@ -653,23 +653,23 @@ static void run_pool(int global, px_pool2d_params_t prm, int64_t n, int64_t c, i
 static void max_pool_matches_cpu(void **state) {
   (void)state;
   REQUIRE_GPU();
-  run_pool(0, (px_pool2d_params_t){PX_POOL_MAX, 3, 3, 2, 2, 1, 1}, 2, 3, 9, 9, 51);
-  run_pool(0, (px_pool2d_params_t){PX_POOL_MAX, 2, 2, 2, 2, 0, 0}, 2, 4, 8, 8, 52);
-  run_pool(0, (px_pool2d_params_t){PX_POOL_MAX, 3, 2, 1, 2, 1, 0}, 1, 2, 7, 6, 53);
+  run_pool(0, (px_pool2d_params_t){PX_POOL_MAX, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0, 0}, 2, 3, 9, 9, 51);
+  run_pool(0, (px_pool2d_params_t){PX_POOL_MAX, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0}, 2, 4, 8, 8, 52);
+  run_pool(0, (px_pool2d_params_t){PX_POOL_MAX, 3, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0}, 1, 2, 7, 6, 53);
 }
 
 static void avg_pool_matches_cpu(void **state) {
   (void)state;
   REQUIRE_GPU();
-  run_pool(0, (px_pool2d_params_t){PX_POOL_AVG, 3, 3, 1, 1, 1, 1}, 2, 3, 7, 7, 61);
-  run_pool(0, (px_pool2d_params_t){PX_POOL_AVG_EXCLUDE_PAD, 3, 3, 2, 2, 1, 1}, 2, 3, 9, 8, 62);
-  run_pool(0, (px_pool2d_params_t){PX_POOL_AVG, 2, 2, 2, 2, 0, 0}, 2, 5, 6, 6, 63);
+  run_pool(0, (px_pool2d_params_t){PX_POOL_AVG, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 0}, 2, 3, 7, 7, 61);
+  run_pool(0, (px_pool2d_params_t){PX_POOL_AVG_EXCLUDE_PAD, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0, 0}, 2, 3, 9, 8, 62);
+  run_pool(0, (px_pool2d_params_t){PX_POOL_AVG, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0}, 2, 5, 6, 6, 63);
 }
 
 static void global_avg_pool_matches_cpu(void **state) {
   (void)state;
   REQUIRE_GPU();
-  px_pool2d_params_t unused = {PX_POOL_AVG, 1, 1, 1, 1, 0, 0};
+  px_pool2d_params_t unused = {PX_POOL_AVG, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0};
   run_pool(1, unused, 4, 16, 4, 4, 71);
   run_pool(1, unused, 3, 8, 8, 5, 72);
 }

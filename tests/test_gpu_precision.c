@@ -201,7 +201,7 @@ typedef struct {
 
 static conv_out_t run_conv(px_ops_t *ops, const px_tensor_t *x_spec, const float *hx,
                            const float *hw, const float *hdy, int stride, int k) {
-  px_conv2d_params_t cp = {24, k, k, stride, stride, k / 2, k / 2, 0, 1};
+  px_conv2d_params_t cp = {24, k, k, stride, stride, k / 2, k / 2, 0, 1, 0, 0, 0, 0};
   px_conv2d_t *conv = NULL;
   assert_ok(px_conv2d_create(ops, x_spec, &cp, &conv));
   px_tensor_t ys, ws, x, y, w, dy, dx, dw;

@@ -745,14 +745,16 @@ static void truncated_and_garbage_files_are_refused(void **state) {
 /* The imported VGG (max and average pooling) exports back to ONNX: onnx's
  * checker accepts PruneX's file and OpenCV gives it the logits of the file
  * PyTorch wrote (no pruning: the same weights). */
-static void imported_vgg_exports_to_onnx_that_opencv_runs_alike(void **state) {
-  (void)state;
-  if (!px_test_python_has("torch, onnx, numpy, cv2")) skip();
+/* net as PyTorch exports it for 1 x 32 x 32 inputs, imported, saved and
+ * exported by PruneX (Fashion-MNIST's preprocessing in the graph): onnx's
+ * checker on the export, and OpenCV's logits of it against OpenCV's of
+ * PyTorch's file or, with torch_ref, PyTorch's own. */
+static void export_round_trip(const char *net, int torch_ref) {
   char dir[64], orig[512], ckpt[512], cmd[2048];
   strcpy(dir, "/tmp/px_onnx_import_XXXXXX");
   assert_non_null(mkdtemp(dir));
-  snprintf(orig, sizeof orig, "%s/vgg.onnx", dir);
-  snprintf(cmd, sizeof cmd, PY " %s export vgg %s 1 32 32 10", NETS, orig);
+  snprintf(orig, sizeof orig, "%s/%s.onnx", dir, net);
+  snprintf(cmd, sizeof cmd, PY " %s export %s %s 1 32 32 10", NETS, net, orig);
   assert_int_equal(system(cmd), 0);
   px_ops_t *ops;
   assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
@@ -765,12 +767,37 @@ static void imported_vgg_exports_to_onnx_that_opencv_runs_alike(void **state) {
   px_export_report_t rep;
   if (px_export_file(ckpt, dir, 1, "fashion-mnist", &rep) != PX_OK)
     fail_msg("export: %s", px_last_error());
-  snprintf(cmd, sizeof cmd, PY " %s compare %s %s", NETS, orig, rep.onnx_path);
+  snprintf(cmd, sizeof cmd, PY " %s compare %s %s%s%s", NETS, orig, rep.onnx_path,
+           torch_ref ? " " : "", torch_ref ? net : "");
   assert_int_equal(system(cmd), 0);
   px_model_destroy(m);
   px_ops_destroy(ops);
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   assert_int_equal(system(cmd), 0);
+}
+
+static void imported_vgg_exports_to_onnx_that_opencv_runs_alike(void **state) {
+  (void)state;
+  if (!px_test_python_has("torch, onnx, numpy, cv2")) skip();
+  export_round_trip("vgg", 0);
+}
+
+/* Windows other than k x k with padding k / 2 (issue 48; Geometry in
+ * onnx_import_nets.py): non-square kernels, patchify strides, dilation,
+ * asymmetric padding (a Pad folded into a conv, auto_pad SAME_UPPER),
+ * ceil_mode max and average pooling, average pooling that does not count
+ * its padding, adaptive average pooling: logits and one step's gradients
+ * against PyTorch's at 3 x 64 x 64, and the export back to ONNX (the
+ * windows written as pads: onnx's checker, and OpenCV's logits of both
+ * files) at 1 x 32 x 32. */
+static void geometry_forward_gradients_and_export_match_pytorch(void **state) {
+  (void)state;
+  if (!have_torch()) skip();
+  check_net_at("geometry", 3, 64, 64, 1);
+  check_net_at("geometry_same", 3, 64, 64, 1);
+  if (!px_test_python_has("torch, onnx, numpy, cv2")) return;
+  export_round_trip("geometry", 1);
+  export_round_trip("geometry_same", 1);
 }
 
 /* examples/export_onnx.py's ResNet-20, imported, is the built-in resnet20
@@ -1111,6 +1138,7 @@ int main(void) {
       cmocka_unit_test(unsupported_operator_is_refused_with_node_and_file),
       cmocka_unit_test(truncated_and_garbage_files_are_refused),
       cmocka_unit_test(imported_vgg_exports_to_onnx_that_opencv_runs_alike),
+      cmocka_unit_test(geometry_forward_gradients_and_export_match_pytorch),
       cmocka_unit_test(imported_resnet20_is_the_builtin_graph),
       cmocka_unit_test(builtin_resnet20_through_our_onnx_has_its_groups_and_masks),
       cmocka_unit_test(conv_kernel_shape_must_be_the_weights),

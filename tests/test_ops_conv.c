@@ -51,18 +51,24 @@ static const conv_case_t cases[] = {
     {32, 64, 7, 7, 64, 3, 1, 1, 0, 1}, /* Winograd at the quickstart's stage 3 (28x28 images) */
 };
 
-static void ref_shape(const conv_case_t *c, px__ref_conv_t *s) {
-  memset(s, 0, sizeof *s);
-  s->n = c->n; s->c_in = c->c; s->h = c->h; s->w = c->w;
-  s->c_out = c->c_out; s->kh = s->kw = c->k;
-  s->sh = s->sw = c->stride; s->ph = s->pw = c->pad;
-  px__ref_conv_shape(s);
-}
+/* A case's window (set by run_window_case: any window; else c's square one). */
+static const px_conv2d_params_t *window_of_case;
 
 static px_conv2d_params_t params_of(const conv_case_t *c) {
   px_conv2d_params_t p = {.c_out = c->c_out, .kh = c->k, .kw = c->k, .stride_h = c->stride,
                           .stride_w = c->stride, .pad_h = c->pad, .pad_w = c->pad, .bias = c->bias};
+  if (window_of_case) p = *window_of_case;
   return p;
+}
+
+static void ref_shape(const conv_case_t *c, px__ref_conv_t *s) {
+  const px_conv2d_params_t p = params_of(c);
+  memset(s, 0, sizeof *s);
+  s->n = c->n; s->c_in = c->c; s->h = c->h; s->w = c->w;
+  s->c_out = p.c_out; s->kh = p.kh; s->kw = p.kw;
+  s->sh = p.stride_h; s->sw = p.stride_w; s->ph = p.pad_h; s->pw = p.pad_w;
+  s->xb = p.pad_h_extra; s->xr = p.pad_w_extra; s->dilh = p.dil_h; s->dilw = p.dil_w;
+  px__ref_conv_shape(s);
 }
 
 static void run_case(const conv_case_t *cc, uint64_t seed) {
@@ -137,6 +143,53 @@ static void forward_and_backward_match_reference(void **state) {
                   cases[i].k, cases[i].k, cases[i].stride, cases[i].pad,
                   cases[i].bias ? " bias" : "");
     run_case(&cases[i], 100 + i);
+  }
+}
+
+/* Windows beyond k x k with padding k / 2 (issue 48): 1x7 and 7x1
+ * (inception), 4x4 stride 4 and 2x2 stride 2 (patchify), asymmetric
+ * padding (SAME_UPPER's and SAME_LOWER's odd unit), dilation 2 and 3 x 2,
+ * against the reference, plain and blocked. */
+static void windows_match_reference(void **state) {
+  (void)state;
+  static const struct {
+    conv_case_t shape; /* n, c, h, w, bias, blocked (the window below) */
+    px_conv2d_params_t p;
+  } wc[] = {
+      {{2, 16, 9, 9, 0, 0, 0, 0, 0, 1},
+       {.c_out = 16, .kh = 1, .kw = 7, .stride_h = 1, .stride_w = 1, .pad_w = 3}},
+      {{2, 16, 9, 8, 0, 0, 0, 0, 1, 1},
+       {.c_out = 16, .kh = 7, .kw = 1, .stride_h = 1, .stride_w = 1, .pad_h = 3, .bias = 1}},
+      {{2, 3, 16, 12, 0, 0, 0, 0, 1, 0},
+       {.c_out = 16, .kh = 4, .kw = 4, .stride_h = 4, .stride_w = 4, .bias = 1}},
+      {{2, 16, 8, 9, 0, 0, 0, 0, 0, 1},
+       {.c_out = 32, .kh = 2, .kw = 2, .stride_h = 2, .stride_w = 2}},
+      {{2, 16, 8, 7, 0, 0, 0, 0, 0, 1},
+       {.c_out = 16, .kh = 2, .kw = 3, .stride_h = 1, .stride_w = 2, .pad_h = 0, .pad_w = 1,
+        .pad_h_extra = 1, .pad_w_extra = -1}},
+      {{1, 5, 9, 9, 0, 0, 0, 0, 0, 0},
+       {.c_out = 7, .kh = 3, .kw = 3, .stride_h = 2, .stride_w = 2, .pad_h = 0, .pad_w = 0,
+        .pad_h_extra = 1, .pad_w_extra = 1}},
+      {{2, 16, 9, 9, 0, 0, 0, 0, 0, 1},
+       {.c_out = 16, .kh = 3, .kw = 3, .stride_h = 1, .stride_w = 1, .pad_h = 2, .pad_w = 2,
+        .dil_h = 2, .dil_w = 2}},
+      {{2, 5, 10, 9, 0, 0, 0, 0, 1, 0},
+       {.c_out = 8, .kh = 3, .kw = 2, .stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 0,
+        .pad_h_extra = 2, .dil_h = 3, .dil_w = 2, .bias = 1}},
+  };
+  for (size_t i = 0; i < sizeof wc / sizeof *wc; i++) {
+    const px_conv2d_params_t *p = &wc[i].p;
+    print_message("window %zu: x %lldx%lld %s, kernel %dx%d stride %dx%d pad %d,%d (%+d,%+d) "
+                  "dilation %dx%d\n", i, (long long)wc[i].shape.h, (long long)wc[i].shape.w,
+                  wc[i].shape.blocked ? "blocked" : "plain", p->kh, p->kw, p->stride_h,
+                  p->stride_w, p->pad_h, p->pad_w, p->pad_h_extra, p->pad_w_extra, p->dil_h,
+                  p->dil_w);
+    conv_case_t cc = wc[i].shape;
+    cc.c_out = p->c_out;
+    cc.bias = p->bias;
+    window_of_case = p;
+    run_case(&cc, 500 + i);
+    window_of_case = NULL;
   }
 }
 
@@ -506,6 +559,7 @@ static void mismatched_tensors_are_refused(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(forward_and_backward_match_reference),
+      cmocka_unit_test(windows_match_reference),
       cmocka_unit_test(grouped_and_depthwise_match_reference),
       cmocka_unit_test(gradients_match_finite_differences),
       cmocka_unit_test(serial_weight_conversions_keep_the_thread_count),

@@ -101,7 +101,7 @@ static void net_create(net_t *n) {
   assert_ok(px_add_create(ops, &a->z2, 1, &n->add));
   assert_ok(px_add_create(ops, &a->a1, 0, &n->acc));
   px_add_y_spec(n->add, &a->a3);
-  px_pool2d_params_t pp = {PX_POOL_MAX, 2, 2, 2, 2, 0, 0};
+  px_pool2d_params_t pp = {PX_POOL_MAX, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0};
   assert_ok(px_pool2d_create(ops, &a->a3, &pp, &n->pool));
   px_pool2d_y_spec(n->pool, &a->p);
   px_pool2d_ws_spec(n->pool, &a->pws);

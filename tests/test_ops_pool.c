@@ -64,14 +64,20 @@ static double loss_of(px_pool2d_t *pool, px_tensor_t *y, px_tensor_t *ws, px_ten
   return l;
 }
 
-static void run_case(const pool_case_t *pc, uint64_t seed) {
+/* pc's shape and layout with pc's window or, when gp is given, gp's. */
+static void run_case(const pool_case_t *pc, const px_pool2d_params_t *gp, uint64_t seed) {
   px_ops_t *ops = new_ops();
   px_test_rng_t rng;
   px_test_rng_seed(&rng, seed);
-  px__ref_pool_t s = {.mode = pc->mode, .n = pc->n, .c = pc->c, .h = pc->h, .w = pc->w,
-                      .kh = pc->global ? pc->h : pc->k, .kw = pc->global ? pc->w : pc->k,
-                      .sh = pc->global ? 1 : pc->stride, .sw = pc->global ? 1 : pc->stride,
-                      .ph = pc->global ? 0 : pc->pad, .pw = pc->global ? 0 : pc->pad};
+  px_pool2d_params_t p = {pc->mode, pc->k, pc->k, pc->stride, pc->stride, pc->pad, pc->pad,
+                          0, 0, 0, 0, 0};
+  if (gp) p = *gp;
+  px__ref_pool_t s = {.mode = p.mode, .n = pc->n, .c = pc->c, .h = pc->h, .w = pc->w,
+                      .kh = pc->global ? pc->h : p.kh, .kw = pc->global ? pc->w : p.kw,
+                      .sh = pc->global ? 1 : p.stride_h, .sw = pc->global ? 1 : p.stride_w,
+                      .ph = pc->global ? 0 : p.pad_h, .pw = pc->global ? 0 : p.pad_w,
+                      .xb = p.pad_h_extra, .xr = p.pad_w_extra, .dilh = p.dil_h,
+                      .dilw = p.dil_w, .ceil = p.ceil_mode};
   px__ref_pool_shape(&s);
 
   px_tensor_t xs, ys, wss;
@@ -80,14 +86,13 @@ static void run_case(const pool_case_t *pc, uint64_t seed) {
   if (pc->global) {
     assert_ok(px_global_avgpool_create(ops, &xs, &pool));
   } else {
-    px_pool2d_params_t p = {pc->mode, pc->k, pc->k, pc->stride, pc->stride, pc->pad, pc->pad};
     assert_ok(px_pool2d_create(ops, &xs, &p, &pool));
   }
   px_pool2d_y_spec(pool, &ys);
   px_pool2d_ws_spec(pool, &wss);
   assert_int_equal(ys.dims[2], s.oh);
   assert_int_equal(ys.dims[3], s.ow);
-  assert_true(pc->mode == PX_POOL_MAX ? wss.nbytes > 0 : wss.nbytes == 0);
+  assert_true(p.mode == PX_POOL_MAX ? wss.nbytes > 0 : wss.nbytes == 0);
 
   const size_t nx = px_tensor_numel(&xs), ny = px_tensor_numel(&ys);
   float *hx = distinct_host(&rng, nx), *hdy = rand_host(&rng, ny, 1.0f, 0.0f);
@@ -144,7 +149,50 @@ static void forward_and_backward_match_reference_and_fd(void **state) {
                   i, pc->global ? "global " : "", modes[pc->mode], (long long)pc->n,
                   (long long)pc->c, (long long)pc->h, (long long)pc->w,
                   pc->blocked ? "blocked" : "plain", pc->k, pc->stride, pc->pad);
-    run_case(pc, 300 + i);
+    run_case(pc, NULL, 300 + i);
+  }
+}
+
+/* Windows beyond the square, symmetric ones (issue 48): non-square
+ * kernels and strides, asymmetric padding, dilation, PyTorch's ceil_mode
+ * (squeezenet's 3x3 stride 2 on 14 and 13, googlenet's stride-1 3x3 pad
+ * 1), average pooling with ceil_mode counting its padding where no window
+ * runs past it, and not counting it where one does; plain and blocked. */
+static void windows_match_reference_and_fd(void **state) {
+  (void)state;
+  static const struct {
+    pool_case_t shape; /* n, c, h, w, blocked, fd (the window below) */
+    px_pool2d_params_t p;
+  } wc[] = {
+      {{2, 16, 14, 14, PX_POOL_MAX, 0, 0, 0, 0, 1, 0},
+       {.mode = PX_POOL_MAX, .kh = 3, .kw = 3, .stride_h = 2, .stride_w = 2, .ceil_mode = 1}},
+      {{2, 5, 13, 9, PX_POOL_MAX, 0, 0, 0, 0, 0, 1},
+       {.mode = PX_POOL_MAX, .kh = 3, .kw = 2, .stride_h = 2, .stride_w = 3, .ceil_mode = 1}},
+      {{2, 16, 7, 7, PX_POOL_MAX, 0, 0, 0, 0, 1, 1},
+       {.mode = PX_POOL_MAX, .kh = 3, .kw = 3, .stride_h = 1, .stride_w = 1, .pad_h = 1,
+        .pad_w = 1, .ceil_mode = 1}},
+      {{2, 5, 9, 8, PX_POOL_MAX, 0, 0, 0, 0, 0, 1},
+       {.mode = PX_POOL_MAX, .kh = 3, .kw = 3, .stride_h = 1, .stride_w = 2, .pad_h = 0,
+        .pad_w = 1, .pad_h_extra = 1, .pad_w_extra = -1, .dil_h = 2, .dil_w = 1}},
+      {{2, 5, 9, 9, PX_POOL_AVG, 0, 0, 0, 0, 0, 1},
+       {.mode = PX_POOL_AVG, .kh = 3, .kw = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1,
+        .pad_w = 1, .ceil_mode = 1}},
+      {{2, 16, 7, 7, PX_POOL_AVG, 0, 0, 0, 0, 1, 1},
+       {.mode = PX_POOL_AVG, .kh = 2, .kw = 2, .stride_h = 2, .stride_w = 2, .ceil_mode = 1}},
+      {{2, 5, 8, 7, PX_POOL_AVG_EXCLUDE_PAD, 0, 0, 0, 0, 1, 1},
+       {.mode = PX_POOL_AVG_EXCLUDE_PAD, .kh = 3, .kw = 3, .stride_h = 2, .stride_w = 2,
+        .pad_h = 1, .pad_w = 1, .ceil_mode = 1}},
+      {{2, 5, 6, 7, PX_POOL_AVG, 0, 0, 0, 0, 0, 1},
+       {.mode = PX_POOL_AVG, .kh = 2, .kw = 3, .stride_h = 1, .stride_w = 2, .pad_h = 0,
+        .pad_w = 1, .pad_h_extra = 1, .pad_w_extra = 0}},
+  };
+  for (size_t i = 0; i < sizeof wc / sizeof *wc; i++) {
+    const px_pool2d_params_t *p = &wc[i].p;
+    print_message("window %zu: mode %d on %lldx%lld, kernel %dx%d stride %dx%d pad %d,%d "
+                  "(+%d,%+d) dilation %d ceil %d\n", i, (int)p->mode, (long long)wc[i].shape.h,
+                  (long long)wc[i].shape.w, p->kh, p->kw, p->stride_h, p->stride_w, p->pad_h,
+                  p->pad_w, p->pad_h_extra, p->pad_w_extra, p->dil_h, p->ceil_mode);
+    run_case(&wc[i].shape, p, 400 + i);
   }
 }
 
@@ -154,11 +202,18 @@ static void bad_parameters_are_refused(void **state) {
   px_tensor_t xs;
   assert_ok(px_tensor_init4(&xs, px_device_cpu(), 1, 3, 4, 4));
   px_pool2d_t *pool = NULL;
-  px_pool2d_params_t p = {PX_POOL_MAX, 5, 5, 1, 1, 0, 0}; /* kernel larger than the input */
+  px_pool2d_params_t p = {PX_POOL_MAX, 5, 5, 1, 1, 0, 0, 0, 0, 0, 0, 0}; /* kernel larger than the input */
   assert_int_equal(px_pool2d_create(ops, &xs, &p, &pool), PX_ERR_INVALID);
-  p = (px_pool2d_params_t){(px_pool_mode_t)7, 2, 2, 2, 2, 0, 0};
+  p = (px_pool2d_params_t){(px_pool_mode_t)7, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0};
   assert_int_equal(px_pool2d_create(ops, &xs, &p, &pool), PX_ERR_INVALID);
-  p = (px_pool2d_params_t){PX_POOL_MAX, 2, 2, 2, 2, 2, 0}; /* padding as large as the kernel */
+  p = (px_pool2d_params_t){PX_POOL_MAX, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0}; /* padding as large as the kernel */
+  assert_int_equal(px_pool2d_create(ops, &xs, &p, &pool), PX_ERR_INVALID);
+  /* an average counting its padding whose ceil_mode window runs past it: not oneDNN's */
+  p = (px_pool2d_params_t){.mode = PX_POOL_AVG, .kh = 3, .kw = 3, .stride_h = 2, .stride_w = 2,
+                           .pad_h = 1, .pad_w = 1, .ceil_mode = 1};
+  assert_int_equal(px_pool2d_create(ops, &xs, &p, &pool), PX_ERR_INVALID);
+  p = (px_pool2d_params_t){.mode = PX_POOL_AVG, .kh = 2, .kw = 2, .stride_h = 1, .stride_w = 1,
+                           .dil_h = 2}; /* a dilated average */
   assert_int_equal(px_pool2d_create(ops, &xs, &p, &pool), PX_ERR_INVALID);
   assert_null(pool);
   px_ops_destroy(ops);
@@ -167,6 +222,7 @@ static void bad_parameters_are_refused(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(forward_and_backward_match_reference_and_fd),
+      cmocka_unit_test(windows_match_reference_and_fd),
       cmocka_unit_test(bad_parameters_are_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -70,7 +70,7 @@ static double macs(const px_model_t *m) {
     int h, w;
     px_model_node(m, k, &n);
     if (n.kind == PX_NODE_CONV && px_model_act_area(m, n.out, &h, &w) == 0)
-      total += (double)n.c_out * (n.c_in / (n.groups > 1 ? n.groups : 1)) * n.kernel * n.kernel *
+      total += (double)n.c_out * (n.c_in / (n.groups > 1 ? n.groups : 1)) * n.win.kh * n.win.kw *
                h * w;
     else if (n.kind == PX_NODE_FC)
       total += (double)n.c_out * n.c_in;

@@ -95,14 +95,16 @@ static void px__fold_constants(px__cg_t *c, int g) {
     const px_model_node_t *n = &c->nodes[k];
     if (n->in != B->out && n->in2 != B->out) continue;
     nreaders++;
-    if (n->kind != PX_NODE_CONV || n->kernel != 1 || n->pad != 0) all_1x1 = 0;
+    if (n->kind != PX_NODE_CONV || n->win.kh != 1 || n->win.kw != 1 || n->win.pad_t ||
+        n->win.pad_l || n->win.pad_b || n->win.pad_r)
+      all_1x1 = 0;
     else {
       int nb = px__sole_reader(c, n->out);
       if (nb < 0 || c->nodes[nb].kind != PX_NODE_BN) all_1x1 = 0;
     }
   }
   if (!nreaders) return;
-  size_t per_filter = (size_t)P->c_in * P->kernel * P->kernel;
+  size_t per_filter = (size_t)P->c_in * P->win.kh * P->win.kw;
   const float *wp = c->pv[P->w];
   for (int ch = 0; ch < P->c_out; ch++) {
     if (!c->live[g][ch]) continue;
@@ -237,7 +239,7 @@ px_status_t px__compact_update(px__compact_t *c, const px_model_t *m) {
     if (n->kind == PX_NODE_FC) memset(c->live[c->group[n->out]], 1, (size_t)n->c_out);
     if ((n->kind != PX_NODE_CONV && n->kind != PX_NODE_FC) || n->groups > 1) continue;
     uint8_t *live = c->live[c->group[n->in]];
-    size_t kk = n->kind == PX_NODE_CONV ? (size_t)n->kernel * n->kernel : 1;
+    size_t kk = n->kind == PX_NODE_CONV ? (size_t)n->win.kh * n->win.kw : 1;
     const float *w = c->pv[n->w];
     for (int o = 0; o < n->c_out; o++)
       for (int ch = 0; ch < n->c_in; ch++) {
@@ -356,7 +358,7 @@ done:
  * returns their number. */
 static size_t px__conv_src(const px_model_node_t *n, const int32_t *ki, int nin, const int32_t *ko,
                            int nout, int32_t *src) {
-  size_t kk = (size_t)n->kernel * n->kernel, j = 0;
+  size_t kk = (size_t)n->win.kh * n->win.kw, j = 0;
   int per = n->c_in / (n->groups > 1 ? n->groups : 1); /* input channels per filter */
   for (int o = 0; o < nout; o++) {
     if (n->groups > 1) { /* a depthwise or (all kept) grouped filter: whole */

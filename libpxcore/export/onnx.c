@@ -133,6 +133,14 @@ static Onnx__AttributeProto *px__attr_ints(px__pool_t *p, const char *name, int 
   return a;
 }
 
+/* An INTS attribute of the n values v. */
+static Onnx__AttributeProto *px__attr_list(px__pool_t *p, const char *name, int n,
+                                           const int64_t *v) {
+  Onnx__AttributeProto *a = px__attr_ints(p, name, n, 0);
+  if (a) memcpy(a->ints, v, (size_t)n * sizeof *v);
+  return a;
+}
+
 /* A node with up to 5 inputs and one output; attributes pushed after. */
 static Onnx__NodeProto *px__node(px__pool_t *p, px__vec_t *nodes, const char *op, const char *name,
                                  const char *const *in, int nin, const char *out) {
@@ -584,26 +592,49 @@ static void px__onnx_gap(px__pool_t *p, px__vec_t *nodes, const px_model_t *m,
   px__node_attrs(p, node, &attrs);
 }
 
-/* The classifier's input as ONNX's Gemm reads it: a map read other than
- * through the global pooling (which flattens for it: px__onnx_gap), as
- * ConvNeXt's head's LayerNorm, flattened into buf first. */
-static const char *px__onnx_fc_input(px__pool_t *p, px__vec_t *nodes, const px_model_t *m,
-                                     const px_model_node_t *n, int k, const char *in,
-                                     char buf[64]) {
-  int h, w, gap = 0;
-  px_model_node_t q;
-  for (int j = 0; j < k && !gap; j++)
-    gap = px_model_node(m, j, &q) == PX_OK && q.out == n->in && q.kind == PX_NODE_GAP;
-  if (gap || px_model_act_area(m, n->in, &h, &w) != 0) return in;
+/* The window attributes of a Conv, MaxPool or AveragePool node n:
+ * kernel_shape, strides, pads (ONNX's order: begins, then ends) and, for a
+ * conv or where not 1, dilations. A pooling's ceil_mode rounding is written
+ * as the end padding it amounts to (ceil_mode 0: every runtime reads that
+ * alike); returns 1 when there was some. */
+static int px__window_attrs(px__pool_t *p, px__vec_t *attrs, const px_model_t *m,
+                            const px_model_node_t *n, int dilations) {
+  const px_window_t *w = &n->win;
+  int h, wd, oh, ow;
+  px_model_act_area(m, n->in, &h, &wd);
+  px_model_act_area(m, n->out, &oh, &ow);
+  int64_t xb = (int64_t)(oh - 1) * w->stride_h + (int64_t)w->dil_h * (w->kh - 1) + 1 -
+               (h + w->pad_t + w->pad_b);
+  int64_t xr = (int64_t)(ow - 1) * w->stride_w + (int64_t)w->dil_w * (w->kw - 1) + 1 -
+               (wd + w->pad_l + w->pad_r);
+  xb = n->kind != PX_NODE_CONV && xb > 0 ? xb : 0;
+  xr = n->kind != PX_NODE_CONV && xr > 0 ? xr : 0;
+  const int64_t k[2] = {w->kh, w->kw}, s[2] = {w->stride_h, w->stride_w};
+  const int64_t pads[4] = {w->pad_t, w->pad_l, w->pad_b + xb, w->pad_r + xr};
+  const int64_t d[2] = {w->dil_h, w->dil_w};
+  px__push(p, attrs, px__attr_list(p, "kernel_shape", 2, k));
+  px__push(p, attrs, px__attr_list(p, "strides", 2, s));
+  px__push(p, attrs, px__attr_list(p, "pads", 4, pads));
+  if (dilations && (n->kind == PX_NODE_CONV || d[0] != 1 || d[1] != 1))
+    px__push(p, attrs, px__attr_list(p, "dilations", 2, d));
+  return xb > 0 || xr > 0;
+}
+
+/* The input of FC node n (node k) as a Gemm reads it: in, or a map that no
+ * global pooling flattened (a conv's 1 x 1, ...) flattened into flat. */
+static const char *px__fc_flat(px__pool_t *p, px__vec_t *nodes, const px_model_t *m,
+                               const px_model_node_t *n, int k, const char *in, const char *flat) {
+  int h = 0, w = 0, gap = 0;
+  px_model_node_t r;
+  for (int j = 0; j < k; j++)
+    if (px_model_node(m, j, &r) == PX_OK && r.out == n->in) gap = r.kind == PX_NODE_GAP;
+  if (px_model_act_area(m, n->in, &h, &w) != 0 || gap) return in;
   const char *f[1] = {in};
-  char nm[32];
-  snprintf(buf, 64, "t%d_flat", n->in);
-  snprintf(nm, sizeof nm, "flatten%d", k);
-  Onnx__NodeProto *node = px__node(p, nodes, "Flatten", nm, f, 1, buf);
+  Onnx__NodeProto *node = px__node(p, nodes, "Flatten", flat, f, 1, flat);
   px__vec_t attrs = {0};
   px__push(p, &attrs, px__attr_int(p, "axis", 1));
   px__node_attrs(p, node, &attrs);
-  return buf;
+  return flat;
 }
 
 /* Node k of the model as ONNX nodes (a BN or an add with a fused ReLU
@@ -629,10 +660,7 @@ static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, px__vec_t *ini
     case PX_NODE_CONV: {
       const char *ins[3] = {in, pn, n.b >= 0 ? px_model_param(m, n.b)->name : ""};
       node = px__node(p, nodes, "Conv", nm, ins, n.b >= 0 ? 3 : 2, out);
-      px__push(p, &attrs, px__attr_ints(p, "kernel_shape", 2, n.kernel));
-      px__push(p, &attrs, px__attr_ints(p, "strides", 2, n.stride));
-      px__push(p, &attrs, px__attr_ints(p, "pads", 4, n.pad));
-      px__push(p, &attrs, px__attr_ints(p, "dilations", 2, 1));
+      px__window_attrs(p, &attrs, m, &n, 1);
       px__push(p, &attrs, px__attr_int(p, "group", n.groups > 1 ? n.groups : 1));
       px__node_attrs(p, node, &attrs);
       break;
@@ -672,10 +700,11 @@ static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, px__vec_t *ini
       snprintf(nm, sizeof nm, "pool%d", k);
       node = px__node(p, nodes, n.kind == PX_NODE_MAXPOOL ? "MaxPool" : "AveragePool", nm, ins, 1,
                       out);
-      px__push(p, &attrs, px__attr_ints(p, "kernel_shape", 2, n.kernel));
-      px__push(p, &attrs, px__attr_ints(p, "strides", 2, n.stride));
-      px__push(p, &attrs, px__attr_ints(p, "pads", 4, n.pad));
-      if (n.kind == PX_NODE_AVGPOOL) px__push(p, &attrs, px__attr_int(p, "count_include_pad", 1));
+      const int over = px__window_attrs(p, &attrs, m, &n, n.kind == PX_NODE_MAXPOOL);
+      /* an average over windows that run past the end (ceil_mode) of an unpadded input
+         counts its real inputs (the engine's rule): ONNX's count_include_pad = 0 */
+      if (n.kind == PX_NODE_AVGPOOL)
+        px__push(p, &attrs, px__attr_int(p, "count_include_pad", !n.win.exclude_pad && !over));
       px__node_attrs(p, node, &attrs);
       break;
     }
@@ -694,8 +723,9 @@ static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, px__vec_t *ini
       px__onnx_ln(p, nodes, inits, m, &n, k, in, out);
       break;
     case PX_NODE_FC: {
-      in = px__onnx_fc_input(p, nodes, m, &n, k, in, names[1]);
-      const char *ins[3] = {in, pn, px_model_param(m, n.b)->name};
+      snprintf(names[1], 64, "%.40s_flat", out);
+      const char *ins[3] = {px__fc_flat(p, nodes, m, &n, k, in, names[1]), pn,
+                            px_model_param(m, n.b)->name};
       node = px__node(p, nodes, "Gemm", nm, ins, 3, out);
       px__push(p, &attrs, px__attr_int(p, "transB", 1));
       px__node_attrs(p, node, &attrs);

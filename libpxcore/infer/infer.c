@@ -70,6 +70,8 @@ typedef struct {
   int in, in2, out;       /* activations (REORDERs resolved); in2 -1 unless sum / ADD */
   int sin, sin2, sout;    /* their slots */
   int c_in, c_out, h, w, oh, ow, k, stride, pad;
+  px_window_t win;        /* CONV, POOL: the node's whole window (k, stride, pad: its kh,
+                             stride_h, pad_t) */
   int xbf, ybf;           /* bf16 net: input / output activation stored as bf16 */
   int plain_bn;           /* BN_TRAIN: the plain loops (oneDNN has no fast code for it) */
   int planar;             /* CONV: on the planar kernel of the net's precision, input and
@@ -212,6 +214,7 @@ static void px__plan_conv(px__infer_t *net, px__graph_t *g, int k, int *used, px
   s->k = n->kernel;
   s->stride = n->stride;
   s->pad = n->pad;
+  s->win = n->win;
   s->groups = n->groups > 1 ? n->groups : 1;
   s->cb = n->b;
   s->relu = 0;
@@ -306,6 +309,7 @@ static px_status_t px__plan_steps(px__infer_t *net, px__graph_t *g) {
         s->k = n->kernel;
         s->stride = n->stride;
         s->pad = n->pad;
+        s->win = n->win;
         break;
       default:
         st = px_set_error(PX_ERR_INVALID, "inference: node %d has an unknown kind %d", k,
@@ -410,7 +414,10 @@ static size_t px__planar_words(const px__infer_t *net, int c, int h, int w) {
 
 /* Whether step s fits the planar kernel (its input's layout aside). */
 static int px__planar_fits(const px__infer_t *net, const px__istep_t *s) {
-  return s->kind == PX__S_CONV && s->groups == 1 && s->k == 3 && s->stride == 1 && s->pad == 1 &&
+  const px_window_t *w = &s->win;
+  return s->kind == PX__S_CONV && s->groups == 1 && w->kh == 3 && w->kw == 3 &&
+         w->stride_h == 1 && w->stride_w == 1 && w->pad_t == 1 && w->pad_l == 1 &&
+         w->pad_b == 1 && w->pad_r == 1 && w->dil_h == 1 && w->dil_w == 1 &&
          s->xbf == net->bf16 && s->ybf == net->bf16 && s->c_in <= PX__PLANAR_MAX_C &&
          s->c_out <= PX__PLANAR_MAX_C && s->w >= PX__PLANAR_MIN_W &&
          (s->act < 0 || s->act == PX__ACT_RELU) &&
@@ -595,9 +602,9 @@ static px_status_t px__append_act(dnnl_post_ops_t po, int act, float alpha) {
 static px_status_t px__conv_weight_mds(const px__istep_t *s, dnnl_data_type_t xt,
                                        dnnl_memory_desc_t *plain, dnnl_memory_desc_t *any) {
   const int64_t g = s->groups;
-  dnnl_dims_t wd = {s->c_out, s->c_in, s->k, s->k},
-              gwd = {g, s->c_out / g, s->c_in / g, s->k, s->k};
-  const int64_t wdims[4] = {s->c_out, s->c_in, s->k, s->k};
+  const int64_t kh = s->win.kh, kw = s->win.kw;
+  dnnl_dims_t wd = {s->c_out, s->c_in, kh, kw}, gwd = {g, s->c_out / g, s->c_in / g, kh, kw};
+  const int64_t wdims[4] = {s->c_out, s->c_in, kh, kw};
   if (g > 1) PX_DNNL(dnnl_memory_desc_init_by_tag(plain, 5, gwd, dnnl_f32, dnnl_goihw));
   else PX_CHECK(px__cpu_plain_md(plain, 4, wdims, PX_DTYPE_F32));
   PX_DNNL(dnnl_memory_desc_init_by_tag(any, g > 1 ? 5 : 4, g > 1 ? gwd : wd, xt,
@@ -610,7 +617,9 @@ static px_status_t px__conv_create(px__infer_t *net, px__istep_t *s) {
   const int64_t B = net->batch;
   dnnl_memory_desc_t src, dst, w_any, w_plain, b_md;
   dnnl_dims_t sd = {B, s->c_in, s->h, s->w}, dd = {B, s->c_out, s->oh, s->ow};
-  dnnl_dims_t strides = {s->stride, s->stride}, pad = {s->pad, s->pad};
+  const px_window_t *w = &s->win;
+  dnnl_dims_t strides = {w->stride_h, w->stride_w}, pad_l = {w->pad_t, w->pad_l};
+  dnnl_dims_t pad_r = {w->pad_b, w->pad_r}, dil = {w->dil_h - 1, w->dil_w - 1};
   const int64_t bdims[1] = {s->c_out};
   dnnl_primitive_attr_t attr = NULL;
   dnnl_post_ops_t po = NULL;
@@ -622,9 +631,9 @@ static px_status_t px__conv_create(px__infer_t *net, px__istep_t *s) {
   PX_CHECK_GOTO(px__conv_weight_mds(s, xt, &w_plain, &w_any), st, done);
   PX_CHECK_GOTO(px__cpu_plain_md(&b_md, 1, bdims, PX_DTYPE_F32), st, done);
   dnnl_convolution_desc_t cd;
-  PX_DNNL_GOTO(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference,
-                                                  dnnl_convolution_direct, &src, &w_any, &b_md,
-                                                  &dst, strides, pad, pad),
+  PX_DNNL_GOTO(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
+                                                          dnnl_convolution_direct, &src, &w_any,
+                                                          &b_md, &dst, strides, dil, pad_l, pad_r),
                st, done);
   PX_DNNL_GOTO(dnnl_primitive_attr_create(&attr), st, done);
   PX_DNNL_GOTO(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), st, done);
@@ -816,7 +825,7 @@ px_status_t px__infer_create(px_model_t *m, int32_t batch, int train_bn, px__inf
   for (int i = 0; i < net->nsteps; i++) {
     px__istep_t *s = &net->steps[i];
     if (s->kind == PX__S_BN_TRAIN) PX_CHECK_GOTO(px__bn_train_create(net, s), st, fail);
-    size_t nw = s->kind == PX__S_CONV ? (size_t)s->c_out * (s->c_in / s->groups) * s->k * s->k
+    size_t nw = s->kind == PX__S_CONV ? (size_t)s->c_out * (s->c_in / s->groups) * s->win.kh * s->win.kw
                 : s->kind == PX__S_FC ? (size_t)s->c_out * s->c_in
                 : s->kind == PX__S_BN ? (size_t)s->c_out : 0;
     if (!nw) continue;
@@ -893,7 +902,7 @@ px_status_t px__infer_load(px__infer_t *net) {
     if (s->kind != PX__S_CONV && s->kind != PX__S_BN) continue; /* BN_TRAIN reads the model */
     int has_bn = s->kind == PX__S_BN || s->bn >= 0;
     if (has_bn) PX_CHECK(px_model_node(m, s->kind == PX__S_BN ? s->node : s->bn, &bn));
-    size_t per = s->kind == PX__S_CONV ? (size_t)(s->c_in / s->groups) * s->k * s->k : 1;
+    size_t per = s->kind == PX__S_CONV ? (size_t)(s->c_in / s->groups) * s->win.kh * s->win.kw : 1;
     const float *w = s->kind == PX__S_CONV ? px__param(m, n.w) : NULL;
     const float *cb = s->kind == PX__S_CONV && s->cb >= 0 ? px__param(m, s->cb) : NULL;
     for (int o = 0; o < s->c_out; o++) {
@@ -982,21 +991,28 @@ static void px__bn_train(px__infer_t *net, const px__istep_t *s, const float *x,
 
 /* A window of the pooling step at output (oy, ox) of sample b, channel c:
  * the maximum over the pixels inside the image, or the sum over them
- * divided by k^2 (the padding counted as zeros, PyTorch's default). */
+ * divided by the window's positions inside the padded image (the padding
+ * counted as zeros, PyTorch's default; a ceil_mode window's part past the
+ * end padding not counted) or, with exclude_pad, inside the image. */
 static float px__pool_at(const px__istep_t *s, const float *x, size_t b, int oy, int ox, size_t c) {
   const size_t C = (size_t)s->c_in;
+  const px_window_t *w = &s->win;
   float acc = s->maxpool ? -INFINITY : 0.0f;
-  for (int ky = 0; ky < s->k; ky++) {
-    int iy = oy * s->stride - s->pad + ky;
-    if (iy < 0 || iy >= s->h) continue;
-    for (int kx = 0; kx < s->k; kx++) {
-      int ix = ox * s->stride - s->pad + kx;
-      if (ix < 0 || ix >= s->w) continue;
+  int nin = 0, npad = 0;
+  for (int ky = 0; ky < w->kh; ky++) {
+    int iy = oy * w->stride_h - w->pad_t + ky * w->dil_h;
+    if (iy >= s->h + w->pad_b) continue;
+    for (int kx = 0; kx < w->kw; kx++) {
+      int ix = ox * w->stride_w - w->pad_l + kx * w->dil_w;
+      if (ix >= s->w + w->pad_r) continue;
+      npad++;
+      if (iy < 0 || iy >= s->h || ix < 0 || ix >= s->w) continue;
+      nin++;
       float v = x[((b * s->h + iy) * s->w + ix) * C + c];
       acc = s->maxpool ? fmaxf(acc, v) : acc + v;
     }
   }
-  return s->maxpool ? acc : acc / (float)(s->k * s->k);
+  return s->maxpool ? acc : acc / (float)(w->exclude_pad ? nin : npad);
 }
 
 /* The imported graphs' operators on NHWC (plain loops, both paths): the
@@ -1112,22 +1128,23 @@ static float px__act1(float v, int act, float alpha) {
 static void px__conv_ref(px__infer_t *net, const px__istep_t *s) {
   const float *x = net->slot[s->sin];
   float *y = net->slot[s->sout];
-  const int K = s->k, cpg = s->c_in / s->groups, opg = s->c_out / s->groups;
+  const px_window_t *w = &s->win;
+  const int KH = w->kh, KW = w->kw, cpg = s->c_in / s->groups, opg = s->c_out / s->groups;
   for (int b = 0; b < net->batch; b++)
     for (int oy = 0; oy < s->oh; oy++)
       for (int ox = 0; ox < s->ow; ox++)
         for (int o = 0; o < s->c_out; o++) {
           double acc = s->bf[o];
           const int c0 = o / opg * cpg; /* the group's first input channel */
-          for (int ky = 0; ky < K; ky++) {
-            int iy = oy * s->stride - s->pad + ky;
+          for (int ky = 0; ky < KH; ky++) {
+            int iy = oy * w->stride_h - w->pad_t + ky * w->dil_h;
             if (iy < 0 || iy >= s->h) continue;
-            for (int kx = 0; kx < K; kx++) {
-              int ix = ox * s->stride - s->pad + kx;
+            for (int kx = 0; kx < KW; kx++) {
+              int ix = ox * w->stride_w - w->pad_l + kx * w->dil_w;
               if (ix < 0 || ix >= s->w) continue;
               const float *xp = x + (((size_t)b * s->h + iy) * s->w + ix) * s->c_in + c0;
               for (int c = 0; c < cpg; c++)
-                acc += (double)xp[c] * s->wf[(((size_t)o * cpg + c) * K + ky) * K + kx];
+                acc += (double)xp[c] * s->wf[(((size_t)o * cpg + c) * KH + ky) * KW + kx];
             }
           }
           size_t yi = (((size_t)b * s->oh + oy) * s->ow + ox) * s->c_out + o;

@@ -66,7 +66,8 @@ typedef struct {
   int relu;                  /* BN / ADD: ReLU fused */
   int kernel, stride;        /* CONV: square kernel, stride (padding kernel / 2);
                                 POOL: the same for a windowed pooling (0: global) */
-  int pad;                   /* POOL: zero padding on each side */
+  int pad;                   /* POOL: zero padding on each side (unused: see win) */
+  px_window_t win;           /* CONV, windowed POOL: the whole window (px_model_node_t's) */
   px_pool_mode_t mode;       /* POOL with kernel > 0 */
   int groups;                /* CONV: 1 dense, > 1 grouped */
   px__act_t act;             /* ACT */
@@ -237,8 +238,9 @@ static px_status_t px__reorder(px_model_t *m, int in, const px_tensor_t *spec, i
 /* A convolution; groups > 1 is grouped / depthwise, bias adds a [c_out]
  * bias parameter; kind is PX_WEIGHT_CONV, or PX_WEIGHT_CONV_FIXED for one
  * left out of pruning. */
-static px_status_t px__conv_g(px_model_t *m, int in, int c_out, int k, int stride, int groups,
-                              int bias, px_weight_kind_t kind, const char *name, int *out) {
+static px_status_t px__conv_win(px_model_t *m, int in, int c_out, const px_window_t *win,
+                                int groups, int bias, px_weight_kind_t kind, const char *name,
+                                int *out) {
   if (m->widths) { /* a compact model: the file's width replaces the dense one */
     if (m->nconv >= m->cfg.nwidths)
       return px_set_error(PX_ERR_INVALID, "model widths: %d given, but %s has more convolutions",
@@ -259,10 +261,14 @@ static px_status_t px__conv_g(px_model_t *m, int in, int c_out, int k, int strid
   }
   px__node_t *n;
   PX_CHECK(px__push(m, PX__CONV, in, -1, &n));
-  n->kernel = k;
-  n->stride = stride;
+  n->kernel = win->kh;
+  n->stride = win->stride_h;
+  n->win = *win;
   n->groups = groups;
-  px_conv2d_params_t p = {c_out, k, k, stride, stride, k / 2, k / 2, bias, groups};
+  px_conv2d_params_t p = {c_out,       win->kh,     win->kw,     win->stride_h,
+                          win->stride_w, win->pad_t, win->pad_l, bias,
+                          groups,      win->pad_b - win->pad_t,  win->pad_r - win->pad_l,
+                          win->dil_h,  win->dil_w};
   PX_CHECK(px_conv2d_create(m->ops, &m->acts[in], &p, &n->conv));
   px_tensor_t ys, ws, bs;
   px_conv2d_y_spec(n->conv, &ys);
@@ -278,6 +284,17 @@ static px_status_t px__conv_g(px_model_t *m, int in, int c_out, int k, int strid
   n->b = b;
   *out = o;
   return PX_OK;
+}
+
+/* The built-in models' window: k x k, stride, padding k / 2 on every side. */
+static px_window_t px__square(int k, int stride) {
+  return (px_window_t){k, k, stride, stride, k / 2, k / 2, k / 2, k / 2, 1, 1, 0, 0};
+}
+
+static px_status_t px__conv_g(px_model_t *m, int in, int c_out, int k, int stride, int groups,
+                              int bias, px_weight_kind_t kind, const char *name, int *out) {
+  const px_window_t win = px__square(k, stride);
+  return px__conv_win(m, in, c_out, &win, groups, bias, kind, name, out);
 }
 
 static px_status_t px__conv(px_model_t *m, int in, int c_out, int k, int stride, const char *name,
@@ -470,18 +487,24 @@ static px_status_t px__add(px_model_t *m, int a, int b, int relu, int *out) {
   return PX_OK;
 }
 
-/* A pooling node: global average (kernel 0) or a window of kernel x
- * kernel (an imported graph's MaxPool / AveragePool). */
-static px_status_t px__pool(px_model_t *m, int in, px_pool_mode_t mode, int k, int stride, int pad,
+/* A pooling node: global average (win NULL) or a window (an imported
+ * graph's MaxPool / AveragePool; AVG: win->exclude_pad says which). */
+static px_status_t px__pool(px_model_t *m, int in, px_pool_mode_t mode, const px_window_t *win,
                             int *out) {
   px__node_t *n;
   PX_CHECK(px__push(m, PX__POOL, in, -1, &n));
-  n->kernel = k;
-  n->stride = stride;
-  n->pad = pad;
+  const px_window_t none = {0};
+  if (!win) win = &none;
+  n->kernel = win->kh;
+  n->stride = win->stride_h;
+  n->pad = win->pad_t;
+  n->win = *win;
   n->mode = mode;
-  px_pool2d_params_t p = {mode, k, k, stride, stride, pad, pad};
-  if (k == 0) PX_CHECK(px_global_avgpool_create(m->ops, &m->acts[in], &n->pool));
+  px_pool2d_params_t p = {mode == PX_POOL_AVG && win->exclude_pad ? PX_POOL_AVG_EXCLUDE_PAD : mode,
+                          win->kh, win->kw, win->stride_h, win->stride_w, win->pad_t, win->pad_l,
+                          win->pad_b - win->pad_t, win->pad_r - win->pad_l, win->ceil_mode,
+                          win->dil_h, win->dil_w};
+  if (!win->kh) PX_CHECK(px_global_avgpool_create(m->ops, &m->acts[in], &n->pool));
   else PX_CHECK(px_pool2d_create(m->ops, &m->acts[in], &p, &n->pool));
   px_tensor_t ys;
   px_pool2d_y_spec(n->pool, &ys);
@@ -494,7 +517,7 @@ static px_status_t px__pool(px_model_t *m, int in, px_pool_mode_t mode, int k, i
 }
 
 static px_status_t px__gap(px_model_t *m, int in, int *out) {
-  return px__pool(m, in, PX_POOL_AVG, 0, 0, 0, out);
+  return px__pool(m, in, PX_POOL_AVG, NULL, out);
 }
 
 static px_status_t px__fc(px_model_t *m, int in, int classes, const char *name, int *out) {
@@ -606,7 +629,7 @@ static px_status_t px__build_onnx(px_model_t *m) {
         /* a compact depthwise conv keeps one group per kept channel */
         int groups = m->widths && L->groups > 1 && L->groups == L->c_out ? (int)m->acts[in].dims[1]
                                                                           : L->groups;
-        PX_CHECK_GOTO(px__conv_g(m, in, L->c_out, L->kernel, L->stride, groups,
+        PX_CHECK_GOTO(px__conv_win(m, in, L->c_out, &L->win, groups,
                                  L->b.n > 0, fixed ? PX_WEIGHT_CONV_FIXED : PX_WEIGHT_CONV,
                                  L->prefix, &act[k]),
                       st, done);
@@ -639,7 +662,7 @@ static px_status_t px__build_onnx(px_model_t *m) {
       case PX__OL_MAXPOOL:
       case PX__OL_AVGPOOL:
         PX_CHECK_GOTO(px__pool(m, in, L->kind == PX__OL_MAXPOOL ? PX_POOL_MAX : PX_POOL_AVG,
-                               L->kernel, L->stride, L->pad, &act[k]),
+                               &L->win, &act[k]),
                       st, done);
         break;
       case PX__OL_FC:
@@ -1301,12 +1324,11 @@ px_status_t px_model_node(const px_model_t *m, int k, px_model_node_t *out) {
   if (n->kind == PX__POOL && n->kernel > 0)
     kind = n->mode == PX_POOL_MAX ? PX_NODE_MAXPOOL : PX_NODE_AVGPOOL;
   *out = (px_model_node_t){kind, n->in, n->in2, n->out, n->w, n->b, n->rm, n->rv,
-                           n->relu, n->kernel, n->stride,
-                           n->kind == PX__POOL ? n->pad : n->kernel / 2,
+                           n->relu, n->win.kh, n->win.stride_h, n->win.pad_t,
                            (int)m->acts[n->in].dims[1], (int)m->acts[n->out].dims[1],
                            n->kind == PX__CONV ? (n->groups > 1 ? n->groups : 1) : 0, (int)n->act,
                            n->alpha, n->momentum,
-                           n->kind == PX__BN || n->kind == PX__LN ? px__decimal(n->eps) : 0.0};
+                           n->kind == PX__BN || n->kind == PX__LN ? px__decimal(n->eps) : 0.0, n->win};
   return PX_OK;
 }
 

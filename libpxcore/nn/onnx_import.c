@@ -16,8 +16,9 @@
  *
  * What is taken today (the layer set of the built-in models and the graph
  * operators of nn/px_graph_ops.h): Conv (bias optional, groups dividing the
- * channels, so grouped and depthwise; square kernel (kernel_shape, when
- * given, the weight's), padding kernel/2, dilation 1), BatchNormalization
+ * channels, so grouped and depthwise; any window: kernel (kernel_shape, when
+ * given, the weight's), strides, dilations, pads or auto_pad (px__window)),
+ * BatchNormalization
  * (epsilon 1e-12 to 0.1, any momentum), Relu (fused into a
  * BatchNormalization or an Add right before it whose output nothing else
  * reads, as the built-in models fuse it; otherwise a layer of its own),
@@ -27,9 +28,10 @@
  * sqrt 2, Erf, Add 1, Mul x, Mul 0.5: one layer), Mul, Add, Sub and Div of an
  * activation and a scalar constant, Add of two activations, Mul of a
  * map and a per-channel gate (squeeze-and-excitation), Concat on channels,
- * MaxPool and AveragePool (square windows; a
- * zero Pad, with the Constant holding its sizes, folds into the
- * AveragePool after it, as PyTorch exports count_include_pad),
+ * MaxPool and AveragePool (any window, ceil_mode, count_include_pad; a
+ * zero Pad of H and W, with the Constant holding its sizes, folds into the
+ * Conv or AveragePool after it: F.pad, and PyTorch's export of
+ * count_include_pad),
  * GlobalAveragePool and ReduceMean over H and W (x.mean((2, 3))), Flatten,
  * Reshape, Squeeze and Unsqueeze that move no data ([N, C, 1, 1], [N, C, 1]
  * and [N, C] into one another), a Concat of one map (that map), the shape
@@ -61,6 +63,7 @@
 #include "nn/px_graph_ops.h"
 #include "nn/px_onnx_fold.h"
 #include "nn/px_onnx_int.h"
+#include "nn/px_ops_int.h"
 #include "onnx.pb-c.h"
 #include "prunex/nn.h"
 #include "prunex/ops.h"
@@ -80,7 +83,9 @@ typedef struct {
   int layer;                  /* ACT: producing layer, -1 the graph input */
   int c, h, w;                /* ACT: [N, c, h, w]; flat: c features, h = w = 0 */
   int uses;                   /* nodes reading it (and 1 for a graph output) */
-  int pad;                    /* ACT: zero padding a Pad added, for the AveragePool reading it */
+  int pad;                    /* ACT: the zero padding a Pad added (top, left, bottom, right,
+                                 a byte each from the low one: px__pads), for the Conv or
+                                 AveragePool reading it; 0 none */
   int part;                   /* PART: 1 x / sqrt 2, 2 its Erf, 3 that + 1 (layer: x's), 4 x
                                  times that (layer: the GELU's, which the * 0.5 gives) */
   int sq;                     /* ACT: 1 for [N, c, 1] (a c x 1 x 1 map with one unit axis
@@ -110,7 +115,8 @@ static const char *const px__onnx_ops =
     "(over H and W), Flatten, Reshape, Squeeze, Unsqueeze (moving no data), Gemm, MatMul (the "
     "classifier; a Linear on an NHWC view), Transpose (to NHWC and back; of a 2-D weight), "
     "LayerNormalization (and its steps Pow, Sqrt), Mul by a per-channel constant (layer "
-    "scale), Dropout, Identity, Constant, Pad (before an AveragePool), and on shapes and "
+    "scale), Dropout, Identity, Constant, Pad (before a Conv or an AveragePool), and on "
+    "shapes and "
     "constants: Shape, Gather, Concat, Unsqueeze, Squeeze, Cast, Slice, ConstantOfShape, Add, "
     "Sub, Mul, Div";
 
@@ -259,9 +265,9 @@ static px_status_t px__act_in(px__imp_t *im, const Onnx__NodeProto *n, size_t i,
                                 "Reshape or Flatten may read it", n->input[i], (*out)->c);
   if (spatial && (*out)->h == 0)
     return PX__NODE_FAIL(im, n, "input '%s' must be 4-D [N, C, H, W]", n->input[i]);
-  if ((*out)->pad && strcmp(n->op_type, "AveragePool"))
-    return PX__NODE_FAIL(im, n, "input '%s' is padded by a Pad: only an AveragePool may read "
-                                "a padded activation", n->input[i]);
+  if ((*out)->pad && strcmp(n->op_type, "AveragePool") && strcmp(n->op_type, "Conv"))
+    return PX__NODE_FAIL(im, n, "input '%s' is padded by a Pad: only a Conv or an AveragePool "
+                                "may read a padded activation", n->input[i]);
   return PX_OK;
 }
 
@@ -357,6 +363,88 @@ static int px__both_const(px__imp_t *im, const Onnx__NodeProto *n) {
          a->kind == PX__V_CONST && b->kind == PX__V_CONST;
 }
 
+/* ---- windows (Conv, MaxPool, AveragePool) --------------------------------------------- */
+
+/* Attribute name's two ints into v (both def when absent); 0 when it is not
+ * two ints in [lo, hi]. */
+static int px__pair(const Onnx__NodeProto *n, const char *name, int64_t def, int64_t lo,
+                    int64_t hi, int64_t v[2]) {
+  const Onnx__AttributeProto *a = px__attr(n, name);
+  v[0] = v[1] = def;
+  if (!a) return 1;
+  if (a->n_ints != 2) return 0;
+  v[0] = a->ints[0];
+  v[1] = a->ints[1];
+  return v[0] >= lo && v[0] <= hi && v[1] >= lo && v[1] <= hi;
+}
+
+/* n's auto_pad: 0 NOTSET (or none), 1 VALID, 2 SAME_UPPER, 3 SAME_LOWER, -1 another. */
+static int px__auto_pad(const Onnx__NodeProto *n) {
+  static const char *const names[] = {"NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"};
+  const Onnx__AttributeProto *a = px__attr(n, "auto_pad");
+  if (!a || !a->has_s || !a->s.len) return 0;
+  for (int i = 0; i < 4; i++)
+    if (a->s.len == strlen(names[i]) && !memcmp(a->s.data, names[i], a->s.len)) return i;
+  return -1;
+}
+
+/* SAME_UPPER / SAME_LOWER (lower) on one axis: the padding that makes the
+ * output ceil(in / s), its odd unit at the end (UPPER) or the start. */
+static void px__same(int64_t in, int64_t k, int64_t s, int64_t d, int lower, int *p0, int *p1) {
+  const int64_t out = (in + s - 1) / s;
+  int64_t total = (out - 1) * s + d * (k - 1) + 1 - in;
+  if (total < 0) total = 0;
+  *p0 = (int)(lower ? (total + 1) / 2 : total / 2);
+  *p1 = (int)(total - *p0);
+}
+
+/* The window of Conv or pool n (kernel kh x kw) on x: strides, dilations,
+ * pads or auto_pad (resolved to pads), ceil_mode, and the zeros of a Pad
+ * before it added to the pads; *oh, *ow its output size. Refused naming
+ * the attribute. */
+static px_status_t px__window(px__imp_t *im, const Onnx__NodeProto *n, const px__value_t *x,
+                              int64_t kh, int64_t kw, px_window_t *w, int *oh, int *ow) {
+  int64_t s[2], d[2], p[4] = {0, 0, 0, 0};
+  char v[160];
+  const Onnx__AttributeProto *pa = px__attr(n, "pads");
+  if (!px__pair(n, "strides", 1, 1, 64, s) || !px__pair(n, "dilations", 1, 1, 64, d))
+    return PX__NODE_FAIL(im, n, "strides and dilations: two of 1 to 64 each are supported");
+  if (pa && pa->n_ints != 4)
+    return PX__NODE_FAIL(im, n, "pads %s: four (top, left, bottom, right) are supported",
+                         px__ints_text(pa, v, sizeof v));
+  for (int i = 0; pa && i < 4; i++) {
+    p[i] = pa->ints[i];
+    if (p[i] < 0 || p[i] > 64)
+      return PX__NODE_FAIL(im, n, "pads %s: 0 to 64 on a side are supported",
+                           px__ints_text(pa, v, sizeof v));
+  }
+  const int ap = px__auto_pad(n);
+  const int64_t ceil = px__attr_i(n, "ceil_mode", 0);
+  if (ap < 0 || (ap > 0 && (p[0] || p[1] || p[2] || p[3])))
+    return PX__NODE_FAIL(im, n, "auto_pad must be NOTSET, VALID, SAME_UPPER or SAME_LOWER, and "
+                                "NOTSET when pads are given");
+  if (ceil != 0 && ceil != 1) return PX__NODE_FAIL(im, n, "ceil_mode must be 0 or 1");
+  *w = (px_window_t){(int)kh, (int)kw, (int)s[0], (int)s[1], (int)p[0], (int)p[1], (int)p[2],
+                     (int)p[3], (int)d[0], (int)d[1], (int)ceil, 0};
+  if (ap >= 2) {
+    px__same(x->h, kh, s[0], d[0], ap == 3, &w->pad_t, &w->pad_b);
+    px__same(x->w, kw, s[1], d[1], ap == 3, &w->pad_l, &w->pad_r);
+  }
+  if (x->pad) { /* a Pad's zeros (px__op_pad) */
+    w->pad_t += x->pad & 255;
+    w->pad_l += x->pad >> 8 & 255;
+    w->pad_b += x->pad >> 16 & 255;
+    w->pad_r += x->pad >> 24 & 255;
+  }
+  const px__axis_t ah = {x->h, kh, s[0], w->pad_t, w->pad_b, d[0], (int)ceil};
+  const px__axis_t aw = {x->w, kw, s[1], w->pad_l, w->pad_r, d[1], (int)ceil};
+  const int64_t h = px__axis_out(&ah), wd = px__axis_out(&aw);
+  if (h < 1 || wd < 1) return PX__NODE_FAIL(im, n, "the output is empty");
+  *oh = (int)h;
+  *ow = (int)wd;
+  return PX_OK;
+}
+
 static px_status_t px__op_conv(px__imp_t *im, const Onnx__NodeProto *n) {
   px__value_t *x;
   PX_CHECK(px__act_in(im, n, 0, 1, &x));
@@ -369,15 +457,13 @@ static px_status_t px__op_conv(px__imp_t *im, const Onnx__NodeProto *n) {
   if (wv->kind != PX__V_CONST || wv->t->n_dims != 4)
     return PX__NODE_FAIL(im, n, "the weight '%s' must be a 4-D initializer", n->input[1]);
   int64_t co = wv->t->dims[0], kh = wv->t->dims[2], kw = wv->t->dims[3];
-  const Onnx__AttributeProto *ap = px__attr(n, "auto_pad");
-  if (ap && ap->has_s && ap->s.len && !(ap->s.len == 6 && !memcmp(ap->s.data, "NOTSET", 6)))
-    return PX__NODE_FAIL(im, n, "auto_pad is not supported (export explicit pads)");
-  const Onnx__AttributeProto *st = px__attr(n, "strides");
-  int64_t s = st && st->n_ints ? st->ints[0] : 1;
-  if (kh != kw || kh < 1 || kh > 15 || co < 1 || co > 65536 || !px__ints_all(n, "dilations", 1) ||
-      !px__ints_all(n, "pads", kh / 2) || !px__ints_all(n, "strides", s) || s < 1 || s > 8)
-    return PX__NODE_FAIL(im, n, "only square kernels (1 to 15) with padding kernel/2 on every "
-                                "side, equal strides (1 to 8) and dilation 1 are supported");
+  if (kh < 1 || kh > 32 || kw < 1 || kw > 32 || co < 1 || co > 65536)
+    return PX__NODE_FAIL(im, n, "a %lldx%lld kernel of %lld filters: kernels of 1 to 32 a side "
+                                "and 1 to 65536 filters are supported", (long long)kh,
+                         (long long)kw, (long long)co);
+  px_window_t win;
+  int oh, ow;
+  PX_CHECK(px__window(im, n, x, kh, kw, &win, &oh, &ow));
   /* The layer takes its window from the weight; a kernel_shape that says
    * otherwise (or is out of range) describes another network: refused. */
   const Onnx__AttributeProto *ks = px__attr(n, "kernel_shape");
@@ -398,11 +484,8 @@ static px_status_t px__op_conv(px__imp_t *im, const Onnx__NodeProto *n) {
   L->groups = (int)grp;
   L->in = x->layer;
   L->c_out = (int)co;
-  L->kernel = (int)kh;
-  L->stride = (int)s;
+  L->win = win;
   px__prefix(L, n->input[1], im->g->nlayers - 1);
-  int oh = (int)((x->h + 2 * (kh / 2) - kh) / s + 1), ow = (int)((x->w + 2 * (kh / 2) - kh) / s + 1);
-  if (oh < 1 || ow < 1) return PX__NODE_FAIL(im, n, "the output is empty");
   im->g->nconv++;
   return px__out(im, n, im->g->nlayers - 1, (int)co, oh, ow);
 }
@@ -857,41 +940,45 @@ static px_status_t px__op_gap(px__imp_t *im, const Onnx__NodeProto *n) {
   return px__out(im, n, im->g->nlayers - 1, x->c, 1, 1);
 }
 
-/* MaxPool / AveragePool: a square window, equal strides, equal padding of
- * at most half the window, floor rounding. */
+/* MaxPool / AveragePool: any window (px__window), floor or ceil rounding;
+ * AveragePool without dilation, counting its padding or not
+ * (count_include_pad), and counting the zeros of a Pad before it (PyTorch's
+ * export of count_include_pad = 1) with its own padding, if any, counted
+ * too. */
 static px_status_t px__op_pool(px__imp_t *im, const Onnx__NodeProto *n) {
   px__value_t *x;
   PX_CHECK(px__act_in(im, n, 0, 1, &x));
   int max = !strcmp(n->op_type, "MaxPool");
-  const Onnx__AttributeProto *ks = px__attr(n, "kernel_shape"), *st = px__attr(n, "strides");
-  const Onnx__AttributeProto *pd = px__attr(n, "pads"), *ap = px__attr(n, "auto_pad");
-  int64_t k = ks && ks->n_ints == 2 ? ks->ints[0] : 0, s = st && st->n_ints ? st->ints[0] : 1;
-  int64_t p = pd && pd->n_ints ? pd->ints[0] : 0;
-  if (x->pad && p == 0 && px__ints_all(n, "pads", 0)) p = x->pad; /* PyTorch's Pad + AveragePool */
-  if (!ks || ks->n_ints != 2 || !px__ints_all(n, "kernel_shape", k) || k < 1 || k > 15) {
+  const Onnx__AttributeProto *ks = px__attr(n, "kernel_shape");
+  if (!ks || ks->n_ints != 2 || ks->ints[0] < 1 || ks->ints[0] > 32 || ks->ints[1] < 1 ||
+      ks->ints[1] > 32) {
     char v[160];
-    return PX__NODE_FAIL(im, n, "kernel_shape %s: a square 2-D window of 1 to 15 is supported",
+    return PX__NODE_FAIL(im, n, "kernel_shape %s: a 2-D window of 1 to 32 a side is supported",
                          ks ? px__ints_text(ks, v, sizeof v) : "missing");
   }
-  if (!px__ints_all(n, "strides", s) || s < 1 || s > 15 || !px__ints_all(n, "pads", p) || p < 0 ||
-      2 * p > k || !px__ints_all(n, "dilations", 1) || px__attr_i(n, "ceil_mode", 0) != 0 ||
-      px__attr_i(n, "storage_order", 0) != 0 || n->n_output > 1 ||
-      (ap && ap->has_s && ap->s.len && !(ap->s.len == 6 && !memcmp(ap->s.data, "NOTSET", 6))))
-    return PX__NODE_FAIL(im, n, "only square 2-D windows (1 to 15) with equal strides, equal "
-                                "padding of at most half the window, dilation 1 and floor "
-                                "rounding (ceil_mode 0) are supported");
-  if (!max && p > 0 && !x->pad && px__attr_i(n, "count_include_pad", 0) != 1)
-    return PX__NODE_FAIL(im, n, "a padded AveragePool must count the padding "
-                                "(count_include_pad = 1, PyTorch's default)");
-  int oh = (int)((x->h + 2 * p - k) / s + 1), ow = (int)((x->w + 2 * p - k) / s + 1);
-  if (x->h + 2 * p < k || x->w + 2 * p < k) return PX__NODE_FAIL(im, n, "the output is empty");
+  if (px__attr_i(n, "storage_order", 0) != 0 || n->n_output > 1)
+    return PX__NODE_FAIL(im, n, "storage_order and the Indices output are not supported");
+  if (!max && !px__ints_all(n, "dilations", 1))
+    return PX__NODE_FAIL(im, n, "a dilated AveragePool is not supported");
+  int64_t cip = max ? 0 : px__attr_i(n, "count_include_pad", 0);
+  if (cip != 0 && cip != 1)
+    return PX__NODE_FAIL(im, n, "count_include_pad = %lld: 0 or 1", (long long)cip);
+  const int own = !px__ints_all(n, "pads", 0) || px__auto_pad(n) >= 2;
+  if (x->pad && own && !cip)
+    return PX__NODE_FAIL(im, n, "an AveragePool with pads of its own that does not count them "
+                                "(count_include_pad = 0) after a Pad is not supported");
+  px_window_t win;
+  int oh, ow;
+  PX_CHECK(px__window(im, n, x, ks->ints[0], ks->ints[1], &win, &oh, &ow));
+  if (win.pad_t >= win.kh || win.pad_b >= win.kh || win.pad_l >= win.kw || win.pad_r >= win.kw)
+    return PX__NODE_FAIL(im, n, "padding (%d, %d, %d, %d) not smaller than the %dx%d window",
+                         win.pad_t, win.pad_l, win.pad_b, win.pad_r, win.kh, win.kw);
+  win.exclude_pad = !max && !cip && !x->pad;
   px__onnx_layer_t *L;
   PX_CHECK(px__new_layer(im, n, max ? PX__OL_MAXPOOL : PX__OL_AVGPOOL, &L));
   L->in = x->layer;
   L->c_out = x->c;
-  L->kernel = (int)k;
-  L->stride = (int)s;
-  L->pad = (int)p;
+  L->win = win;
   return px__out(im, n, im->g->nlayers - 1, x->c, oh, ow);
 }
 
@@ -909,9 +996,9 @@ static px_status_t px__op_constant(px__imp_t *im, const Onnx__NodeProto *n) {
   return PX_OK;
 }
 
-/* Pad by zeros on H and W only, equal on every side: PyTorch's export of a
- * padded average pooling (count_include_pad); the AveragePool reading it
- * takes the padding over. */
+/* Pad by zeros on H and W only (0 to 64 on a side): PyTorch's export of a
+ * padded average pooling (count_include_pad) or of F.pad before a conv;
+ * the AveragePool or Conv reading it takes the padding over (px__window). */
 static px_status_t px__op_pad(px__imp_t *im, const Onnx__NodeProto *n) {
   px__value_t *x, *pv, *cv;
   PX_CHECK(px__act_in(im, n, 0, 1, &x));
@@ -926,8 +1013,8 @@ static px_status_t px__op_pad(px__imp_t *im, const Onnx__NodeProto *n) {
                                                     !memcmp(mode->s.data, "constant", 8)));
   if (ok && t->has_raw_data) memcpy(pads, t->raw_data.data, sizeof pads);
   else if (ok) memcpy(pads, t->int64_data, sizeof pads);
-  ok = ok && !pads[0] && !pads[1] && !pads[4] && !pads[5] && pads[2] == pads[3] &&
-       pads[2] == pads[6] && pads[2] == pads[7] && pads[2] >= 0 && pads[2] <= 7 && !x->pad;
+  ok = ok && !pads[0] && !pads[1] && !pads[4] && !pads[5] && !x->pad;
+  for (int i = 2; i < 8; i++) ok = ok && (i == 4 || i == 5 || (pads[i] >= 0 && pads[i] <= 64));
   if (ok && cv) { /* the padding value must be 0 */
     float z = 1.0f;
     const Onnx__TensorProto *c = cv->kind == PX__V_CONST ? cv->t : NULL;
@@ -937,10 +1024,12 @@ static px_status_t px__op_pad(px__imp_t *im, const Onnx__NodeProto *n) {
     ok = z == 0.0f;
   }
   if (!ok)
-    return PX__NODE_FAIL(im, n, "only a constant zero Pad of H and W, equal on every side, "
-                                "before an AveragePool is supported");
+    return PX__NODE_FAIL(im, n, "only a constant zero Pad of H and W (0 to 64 on a side) before "
+                                "a Conv or an AveragePool is supported");
   px__value_t *v = px__find(im, n->output[0]);
-  *v = (px__value_t){v->name, PX__V_ACT, NULL, x->layer, x->c, x->h, x->w, v->uses, (int)pads[2], 0,
+  /* ONNX's order is begins then ends: [.., .., t, l, .., .., b, r] */
+  const int packed = (int)(pads[2] | pads[3] << 8 | pads[6] << 16 | pads[7] << 24);
+  *v = (px__value_t){v->name, PX__V_ACT, NULL, x->layer, x->c, x->h, x->w, v->uses, packed, 0,
                      0, 0, 0, 0};
   return PX_OK;
 }
@@ -1376,7 +1465,7 @@ static px_status_t px__ln_affine(px__imp_t *im, const Onnx__NodeProto *n, int *d
   int64_t cd[1] = {x->c};
   px__onnx_init_t *dst = NULL;
   if (L->kind == PX__OL_LN) dst = mul && !L->w.bytes && !L->b.bytes ? &L->w : !mul && !L->b.bytes ? &L->b : NULL;
-  else if (!mul && L->kind == PX__OL_CONV && L->kernel == 1 && L->groups == 1 && !L->b.bytes)
+  else if (!mul && L->kind == PX__OL_CONV && L->win.kh == 1 && L->win.kw == 1 && L->groups == 1 && !L->b.bytes)
     dst = &L->b;
   if (!dst) return PX_OK;
   PX_CHECK(px__const_in(im, n, (size_t)ki, 1, cd, dst));
@@ -1407,7 +1496,7 @@ static px_status_t px__layer_scale(px__imp_t *im, const Onnx__NodeProto *n, int 
   L->in = x->layer;
   L->c_out = x->c;
   L->groups = x->c;
-  L->kernel = L->stride = 1;
+  L->win = (px_window_t){1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0}; /* 1 x 1 */
   L->wname = k->name;
   px__prefix(L, k->name, im->g->nlayers - 1);
   im->g->nconv++;
@@ -1435,7 +1524,7 @@ static px_status_t px__matmul_nhwc(px__imp_t *im, const Onnx__NodeProto *n, px__
   L->transposed = !wv->tr;
   L->in = x->layer;
   L->c_out = (int)t->dims[wv->tr ? 0 : 1];
-  L->kernel = L->stride = 1;
+  L->win = (px_window_t){1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0}; /* 1 x 1 */
   px__prefix(L, t->name ? t->name : "", im->g->nlayers - 1);
   im->g->nconv++;
   return px__out(im, n, im->g->nlayers - 1, L->c_out, x->h, x->w);

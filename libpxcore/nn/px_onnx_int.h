@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "prunex/nn.h"
 #include "prunex/px.h"
 
 #ifdef __cplusplus
@@ -47,8 +48,8 @@ typedef struct {
                              (the per-channel gate), CONCAT (the second part)) */
   int relu;               /* BN / ADD: a Relu follows and is fused */
   int c_out;              /* CONV: filters; FC: classes; others: channels of the output */
-  int kernel, stride;     /* CONV: square kernel, stride, padding kernel / 2; pools: window */
-  int pad;                /* pools: zero padding on each side (AVGPOOL counts it) */
+  px_window_t win;        /* CONV, pools: the window (auto_pad resolved into pads; AVGPOOL
+                             counts the padding unless win.exclude_pad) */
   float eps, momentum;    /* BN, LN: epsilon; BN: PyTorch's momentum (1 - ONNX's) */
   int groups;             /* CONV: 1, or grouped / depthwise */
   int act;                /* ACT: a px__act_t (nn/px_graph_ops.h) */

@@ -162,8 +162,24 @@ PX_API int px_model_num_buffers(const px_model_t *m);
 /* The graph, for exporters (compaction, ONNX): nodes in forward order. */
 /* REORDER: a layout conversion (the identity on values) that a compact
  * model may need before a residual add. MAXPOOL, AVGPOOL (imported graphs):
- * a windowed pooling (kernel, stride, pad; AVGPOOL divides by kernel^2, the
- * padding included, as PyTorch's default count_include_pad). */
+ * a windowed pooling (the window win; AVGPOOL divides by the window's
+ * positions inside the padded input, PyTorch's default count_include_pad,
+ * or with win.exclude_pad by its real inputs). */
+/* The window of a CONV, MAXPOOL or AVGPOOL node: kernel kh x kw, strides,
+ * zero padding before (pad_t, pad_l) and after (pad_b, pad_r) the input,
+ * dilation (1: none), and for pools PyTorch's ceil_mode (the output size
+ * rounded up, the last window starting inside the input or its top/left
+ * padding) and count_include_pad = 0 (exclude_pad). All zero for other
+ * nodes. The built-in models' convs are k x k, stride s, padding k / 2 on
+ * every side. */
+typedef struct {
+  int kh, kw;
+  int stride_h, stride_w;
+  int pad_t, pad_l, pad_b, pad_r;
+  int dil_h, dil_w;
+  int ceil_mode;
+  int exclude_pad;
+} px_window_t;
 /* ACT, MUL, CONCAT (imported graphs): a standalone activation (act: 0 ReLU,
  * 1 LeakyReLU of slope alpha, 2 ReLU6, 3 sigmoid, 4 hard sigmoid
  * clamp(alpha x + 0.5, 0, 1), 5 hard swish x times that, 6 SiLU, 7 GELU
@@ -185,8 +201,8 @@ typedef struct {
                               bias), -1 if none */
   int rm, rv;              /* BN: running mean / var buffer indices, else -1 */
   int relu;                /* BN, ADD: a ReLU follows (fused) */
-  int kernel, stride, pad; /* CONV, MAXPOOL, AVGPOOL: square kernel, stride, zero padding
-                              on each side */
+  int kernel, stride, pad; /* CONV, MAXPOOL, AVGPOOL: win.kh, win.stride_h, win.pad_t (the
+                              whole window for a square, symmetric one; see win) */
   int c_in, c_out;         /* channels (FC: features) of input and output */
   int groups;              /* CONV: 1 dense, > 1 grouped (c_in == groups: depthwise) */
   int act;                 /* ACT: the activation (see above) */
@@ -197,6 +213,8 @@ typedef struct {
                               it was written as (1e-5 exactly for the built-in models' 1e-5f;
                               an imported graph's own) (no padding before it: the struct
                               compares bytewise) */
+  px_window_t win;         /* CONV, MAXPOOL, AVGPOOL: the window (12 ints: no padding after
+                              eps nor at the end) */
 } px_model_node_t;
 /* 1 when every node of m is of the built-in layer set (dense convs without
  * bias, BN, ADD, pools, FC); 0 when the graph has ACT, MUL, CONCAT nodes or

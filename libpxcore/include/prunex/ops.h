@@ -117,8 +117,9 @@ typedef enum { PX_PRECISION_FP32 = 0, PX_PRECISION_BF16 = 1 } px_precision_t;
 PX_API px_status_t px_ops_act_format(px_ops_t *ops, px_precision_t precision, px_tensor_t *spec);
 
 /* ---- convolution ------------------------------------------------------------
- * y[n, co, oh, ow] = b[co] + sum_{ci,i,j} x[n, ci, oh*s - p + i, ow*s - p + j] * w[co, ci, i, j]
- * with zero padding; OH = (H + 2*pad_h - kh) / stride_h + 1 (floor). */
+ * y[n, co, oh, ow] = b[co] + sum_{ci,i,j} x[n, ci, oh*s - p + i*d, ow*s - p + j*d] * w[co, ci, i, j]
+ * with zero padding; OH = (H + pad_h + pad_b - d*(kh - 1) - 1) / stride_h + 1 (floor), where
+ * pad_b = pad_h + pad_h_extra is the bottom padding (the same for W: pad_w, pad_r). */
 
 typedef struct {
   int32_t c_out;              /* output channels */
@@ -129,6 +130,10 @@ typedef struct {
   int32_t groups;             /* 0 or 1: dense; g > 1: grouped (C_in and c_out divisible by g;
                                  g = C_in = c_out is depthwise; oneDNN on the CPU, cuDNN's
                                  group count on CUDA) */
+  int32_t pad_h_extra, pad_w_extra; /* asymmetric padding: bottom (right) padding minus top
+                                 (left) padding; 0 (the default): symmetric. The bottom
+                                 padding pad_h + pad_h_extra must be >= 0 */
+  int32_t dil_h, dil_w;       /* dilation; 0 (the default) or 1: none */
 } px_conv2d_params_t;
 
 typedef struct px_conv2d px_conv2d_t;
@@ -239,9 +244,13 @@ PX_API px_status_t px_relu_backward(px_relu_t *op, px_tensor_t *dx, const px_ten
                                     const px_tensor_t *y);
 
 /* ---- pooling ------------------------------------------------------------------
- * Output size as for convolution (floor). Max pooling ignores padded
- * positions; PX_POOL_AVG divides by kh*kw (PyTorch's count_include_pad=True,
- * its default), PX_POOL_AVG_EXCLUDE_PAD by the number of real inputs. */
+ * Output size as for convolution (floor), or with ceil_mode PyTorch's: rounded
+ * up, less one when the last window would start past the input and its top
+ * (left) padding. Max pooling ignores padded positions; PX_POOL_AVG divides
+ * by the window's positions inside the padded input [-pad_h, H + pad_b)
+ * (PyTorch's count_include_pad=True, its default: kh*kw but at a ceil_mode
+ * window that runs past the padding), PX_POOL_AVG_EXCLUDE_PAD by the number
+ * of real inputs. */
 
 typedef enum { PX_POOL_MAX = 0, PX_POOL_AVG = 1, PX_POOL_AVG_EXCLUDE_PAD = 2 } px_pool_mode_t;
 
@@ -249,7 +258,10 @@ typedef struct {
   px_pool_mode_t mode;
   int32_t kh, kw;
   int32_t stride_h, stride_w;
-  int32_t pad_h, pad_w;
+  int32_t pad_h, pad_w;             /* top and left zero padding */
+  int32_t pad_h_extra, pad_w_extra; /* bottom (right) padding minus top (left); 0: symmetric */
+  int32_t ceil_mode;                /* 1: output size rounded up (see above) */
+  int32_t dil_h, dil_w;             /* PX_POOL_MAX: dilation; 0 or 1: none */
 } px_pool2d_params_t;
 
 typedef struct px_pool2d px_pool2d_t;

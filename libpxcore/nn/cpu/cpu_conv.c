@@ -33,9 +33,22 @@ void px__cpu_conv2d_destroy(px_conv2d_t *op) {
   px_free(op);
 }
 
-static int64_t px__out_dim(int64_t in, int32_t k, int32_t s, int32_t pad) {
-  int64_t span = in + 2 * (int64_t)pad - k;
-  return span < 0 ? 0 : span / s + 1;
+/* The output sizes of p on x_spec (both 0 when the window does not fit),
+ * and oneDNN's geometry: strides, begin and end padding, dilation (d - 1). */
+typedef struct {
+  int64_t oh, ow;
+  dnnl_dims_t strides, pad_l, pad_r, dil;
+} px__conv_geom_t;
+
+static px__conv_geom_t px__conv_geom(const px_tensor_t *x_spec, const px_conv2d_params_t *p) {
+  const int64_t dh = p->dil_h > 1 ? p->dil_h : 1, dw = p->dil_w > 1 ? p->dil_w : 1;
+  const int64_t pb = (int64_t)p->pad_h + p->pad_h_extra, pr = (int64_t)p->pad_w + p->pad_w_extra;
+  const px__axis_t ah = {x_spec->dims[2], p->kh, p->stride_h, p->pad_h, pb, dh, 0};
+  const px__axis_t aw = {x_spec->dims[3], p->kw, p->stride_w, p->pad_w, pr, dw, 0};
+  px__conv_geom_t g = {px__axis_out(&ah), px__axis_out(&aw), {p->stride_h, p->stride_w},
+                       {p->pad_h, p->pad_w}, {pb, pr}, {dh - 1, dw - 1}};
+  if (g.oh <= 0 || g.ow <= 0) g.oh = g.ow = 0;
+  return g;
 }
 
 /* The weights' plain and primitive-chosen descriptors. Grouped: oneDNN's
@@ -58,19 +71,22 @@ static px_status_t px__weight_mds(const px_conv2d_params_t *p, int64_t c_in, int
  * gradient). */
 typedef struct {
   const dnnl_memory_desc_t *x, *w, *b, *y;
-  const int64_t *strides, *pad;
+  const px__conv_geom_t *g;
 } px__conv_mds_t;
 
 static dnnl_status_t px__conv_desc(int k, dnnl_alg_kind_t alg, const px__conv_mds_t *m,
                                    dnnl_convolution_desc_t *cd) {
+  const px__conv_geom_t *g = m->g;
   if (k == PX__WL_FWD)
-    return dnnl_convolution_forward_desc_init(cd, dnnl_forward_training, alg, m->x, m->w, m->b,
-                                              m->y, m->strides, m->pad, m->pad);
+    return dnnl_dilated_convolution_forward_desc_init(cd, dnnl_forward_training, alg, m->x, m->w,
+                                                      m->b, m->y, g->strides, g->dil, g->pad_l,
+                                                      g->pad_r);
   if (k == PX__WL_BWD_D)
-    return dnnl_convolution_backward_data_desc_init(cd, alg, m->x, m->w, m->y, m->strides, m->pad,
-                                                    m->pad);
-  return dnnl_convolution_backward_weights_desc_init(cd, alg, m->x, m->w, m->b, m->y, m->strides,
-                                                     m->pad, m->pad);
+    return dnnl_dilated_convolution_backward_data_desc_init(cd, alg, m->x, m->w, m->y, g->strides,
+                                                            g->dil, g->pad_l, g->pad_r);
+  return dnnl_dilated_convolution_backward_weights_desc_init(cd, alg, m->x, m->w, m->b, m->y,
+                                                             g->strides, g->dil, g->pad_l,
+                                                             g->pad_r);
 }
 
 /* pd[k] (the backward ones hinted by pd[PX__WL_FWD]): oneDNN's Winograd
@@ -102,7 +118,8 @@ static px_status_t px__conv_pd(px_ops_t *ops, dnnl_primitive_desc_t pd[PX__WL_NP
 static int px__conv_wino(const px_ops_t *ops, const px_conv2d_params_t *p, int64_t c_in,
                          int64_t g) {
   if (!ops->winograd || g > 1 || p->kh != 3 || p->kw != 3 || p->stride_h != 1 ||
-      p->stride_w != 1 || p->pad_h != 1 || p->pad_w != 1)
+      p->stride_w != 1 || p->pad_h != 1 || p->pad_w != 1 || p->pad_h_extra || p->pad_w_extra ||
+      p->dil_h > 1 || p->dil_w > 1)
     return 0;
   int w = 0;
   if (c_in >= 32 && p->c_out >= 32) w |= 1 << PX__WL_FWD | 1 << PX__WL_BWD_D;
@@ -118,8 +135,8 @@ static px_status_t px__conv_bwd_pds(px_ops_t *ops, dnnl_primitive_desc_t pd[PX__
                                     const dnnl_memory_desc_t *dx, const dnnl_memory_desc_t *w_d,
                                     const dnnl_memory_desc_t *x_w, const dnnl_memory_desc_t *dw,
                                     const dnnl_memory_desc_t *bias, const dnnl_memory_desc_t *dy,
-                                    const dnnl_dims_t strides, const dnnl_dims_t pad) {
-  const px__conv_mds_t d = {dx, w_d, NULL, dy, strides, pad}, w = {x_w, dw, bias, dy, strides, pad};
+                                    const px__conv_geom_t *geo) {
+  const px__conv_mds_t d = {dx, w_d, NULL, dy, geo}, w = {x_w, dw, bias, dy, geo};
   PX_CHECK(px__conv_pd(ops, pd, PX__WL_BWD_D, wino, &d, "convolution backward data"));
   return px__conv_pd(ops, pd, PX__WL_BWD_W, wino, &w, "convolution backward weights");
 }
@@ -131,8 +148,8 @@ static px_status_t px__conv_bwd_pds(px_ops_t *ops, dnnl_primitive_desc_t pd[PX__
  * reads the forward's bf16 source. */
 static px_status_t px__conv_pds_bf16(px_ops_t *ops, const px_conv2d_params_t *p,
                                      const dnnl_memory_desc_t *x_md, const dnnl_memory_desc_t *b_md,
-                                     const dnnl_memory_desc_t *y_md, const dnnl_dims_t strides,
-                                     const dnnl_dims_t pad, dnnl_primitive_desc_t pd[PX__WL_NPD]) {
+                                     const dnnl_memory_desc_t *y_md, const px__conv_geom_t *geo,
+                                     dnnl_primitive_desc_t pd[PX__WL_NPD]) {
   const int64_t g = p->groups > 1 ? p->groups : 1;
   dnnl_memory_desc_t x_any, w_any, w_f32, dy_any, plain;
   PX_DNNL(dnnl_memory_desc_init_by_tag(&x_any, 4, x_md->dims, dnnl_bf16, dnnl_format_tag_any));
@@ -140,11 +157,11 @@ static px_status_t px__conv_pds_bf16(px_ops_t *ops, const px_conv2d_params_t *p,
   PX_CHECK(px__weight_mds(p, x_md->dims[1], g, dnnl_f32, &plain, &w_f32));
   PX_DNNL(dnnl_memory_desc_init_by_tag(&dy_any, 4, y_md->dims, dnnl_bf16, dnnl_format_tag_any));
   dnnl_convolution_desc_t cd;
-  PX_DNNL(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct,
-                                             &x_any, &w_any, b_md, y_md, strides, pad, pad));
+  const px__conv_mds_t f = {&x_any, &w_any, b_md, y_md, geo};
+  PX_DNNL(px__conv_desc(PX__WL_FWD, dnnl_convolution_direct, &f, &cd));
   PX_CHECK(px__cpu_pd_create(ops, &pd[PX__WL_FWD], &cd, NULL, NULL, "bf16 convolution forward"));
   const dnnl_memory_desc_t x_lp = *px__cpu_pd_md(pd[PX__WL_FWD], DNNL_ARG_SRC);
-  return px__conv_bwd_pds(ops, pd, 0, x_md, &w_any, &x_lp, &w_f32, b_md, &dy_any, strides, pad);
+  return px__conv_bwd_pds(ops, pd, 0, x_md, &w_any, &x_lp, &w_f32, b_md, &dy_any, geo);
 }
 
 /* st, after noting a forward or backward weights on oneDNN's reference code
@@ -165,14 +182,12 @@ static px_status_t px__conv_pds(px_ops_t *ops, px__cpu_wlayer_t *l, const void *
   const px_conv2d_params_t *p = params;
   const px_tensor_t *x_spec = &l->wl.x_spec;
   const int64_t n = x_spec->dims[0], c_in = x_spec->dims[1], g = p->groups > 1 ? p->groups : 1;
-  const int64_t oh = px__out_dim(x_spec->dims[2], p->kh, p->stride_h, p->pad_h);
-  const int64_t ow = px__out_dim(x_spec->dims[3], p->kw, p->stride_w, p->pad_w);
+  const px__conv_geom_t geo = px__conv_geom(x_spec, p);
   const int64_t wdims[4] = {p->c_out, c_in / g, p->kh, p->kw}, bdims[1] = {p->c_out};
   PX_CHECK(px_tensor_init(&l->wl.w_spec, ops->device, PX_DTYPE_F32, 4, wdims));
   PX_CHECK(px_tensor_init(&l->wl.b_spec, ops->device, PX_DTYPE_F32, 1, bdims));
   dnnl_memory_desc_t x_md, w_any, b_md, y_any;
-  dnnl_dims_t ydims = {n, p->c_out, oh, ow};
-  dnnl_dims_t strides = {p->stride_h, p->stride_w}, pad = {p->pad_h, p->pad_w};
+  dnnl_dims_t ydims = {n, p->c_out, geo.oh, geo.ow};
   PX_CHECK(px__cpu_md_of(ops, x_spec, &x_md));
   /* a one-channel plain input is also channels-last, the same bytes: so described, it reaches
      oneDNN's channels-last stem kernels (with the plain description, its reference code) */
@@ -197,18 +212,18 @@ static px_status_t px__conv_pds(px_ops_t *ops, px__cpu_wlayer_t *l, const void *
   l->lowp = ops->conv_bf16 && g == 1 && (ops->conv_bf16_cl || !ops->conv_nhwc);
 
   const int wino = l->lowp ? 0 : px__conv_wino(ops, p, c_in, g);
-  const px__conv_mds_t f = {&x_md, &w_any, bias, &y_any, strides, pad};
+  const px__conv_mds_t f = {&x_md, &w_any, bias, &y_any, &geo};
   PX_CHECK(px__conv_pd(ops, pd, PX__WL_FWD, wino, &f, "convolution forward"));
   const dnnl_memory_desc_t y_md = *px__cpu_pd_md(pd[PX__WL_FWD], DNNL_ARG_DST);
   PX_CHECK(px__cpu_spec_of(ops, &y_md, &l->wl.y_spec));
   if (l->lowp) {
     dnnl_primitive_desc_destroy(pd[PX__WL_FWD]);
     pd[PX__WL_FWD] = NULL;
-    return px__conv_note_ref(ops, l, px__conv_pds_bf16(ops, p, &x_md, bias, &y_md, strides, pad, pd),
+    return px__conv_note_ref(ops, l, px__conv_pds_bf16(ops, p, &x_md, bias, &y_md, &geo, pd),
                              pd);
   }
   return px__conv_note_ref(
-      ops, l, px__conv_bwd_pds(ops, pd, wino, &x_md, &w_any, &x_md, &w_any, bias, &y_md, strides, pad),
+      ops, l, px__conv_bwd_pds(ops, pd, wino, &x_md, &w_any, &x_md, &w_any, bias, &y_md, &geo),
       pd);
 }
 
@@ -218,16 +233,18 @@ px_status_t px__cpu_conv2d_create(px_ops_t *ops, const px_tensor_t *x_spec, cons
   *out = NULL;
   PX_CHECK(px__cpu_check_input(ops, x_spec, 4, 4, "px_conv2d_create"));
   PX_REQUIRE(p->c_out > 0 && p->kh > 0 && p->kw > 0 && p->stride_h > 0 && p->stride_w > 0 &&
-                 p->pad_h >= 0 && p->pad_w >= 0,
-             "px_conv2d_create: bad parameters (c_out %d, kernel %dx%d, stride %dx%d, pad %dx%d)",
-             p->c_out, p->kh, p->kw, p->stride_h, p->stride_w, p->pad_h, p->pad_w);
+                 p->pad_h >= 0 && p->pad_w >= 0 && p->pad_h + p->pad_h_extra >= 0 &&
+                 p->pad_w + p->pad_w_extra >= 0 && p->dil_h >= 0 && p->dil_w >= 0,
+             "px_conv2d_create: bad parameters (c_out %d, kernel %dx%d, stride %dx%d, pad %dx%d "
+             "(+%dx%d at the end), dilation %dx%d)",
+             p->c_out, p->kh, p->kw, p->stride_h, p->stride_w, p->pad_h, p->pad_w, p->pad_h_extra,
+             p->pad_w_extra, p->dil_h, p->dil_w);
   const int64_t c_in = x_spec->dims[1], g = p->groups > 1 ? p->groups : 1;
   PX_REQUIRE(p->groups >= 0 && c_in % g == 0 && p->c_out % g == 0,
              "px_conv2d_create: %lld input and %d output channels in %lld groups",
              (long long)c_in, p->c_out, (long long)g);
-  const int64_t oh = px__out_dim(x_spec->dims[2], p->kh, p->stride_h, p->pad_h);
-  const int64_t ow = px__out_dim(x_spec->dims[3], p->kw, p->stride_w, p->pad_w);
-  PX_REQUIRE(oh > 0 && ow > 0, "px_conv2d_create: kernel larger than the padded input");
+  PX_REQUIRE(px__conv_geom(x_spec, p).oh > 0,
+             "px_conv2d_create: kernel larger than the padded input");
 
   px__cpu_enter(ops);
   px_conv2d_t *op = px__cpu_op_new(ops, sizeof *op, "px_conv2d");

@@ -25,27 +25,61 @@ void px__cpu_pool2d_destroy(px_pool2d_t *op) {
   px_free(op);
 }
 
+/* The output sizes of p on x_spec and oneDNN's geometry: the end padding
+ * takes what ceil rounding adds (padded positions are never the maximum nor
+ * counted by the exclusive average); over: some window runs past the end
+ * padding. PX_ERR_INVALID for bad parameters, an empty output, and an
+ * average counting its padding whose windows run past it. */
+typedef struct {
+  int64_t oh, ow;
+  int over;
+  dnnl_dims_t strides, kernel, dil, pad_l, pad_r;
+} px__pool_geom_t;
+
+static px_status_t px__pool_geom(const px_tensor_t *x_spec, const px_pool2d_params_t *p,
+                                 px__pool_geom_t *g) {
+  const int64_t pb = (int64_t)p->pad_h + p->pad_h_extra, pr = (int64_t)p->pad_w + p->pad_w_extra;
+  const int64_t dh = p->dil_h > 1 ? p->dil_h : 1, dw = p->dil_w > 1 ? p->dil_w : 1;
+  PX_REQUIRE(p->kh > 0 && p->kw > 0 && p->stride_h > 0 && p->stride_w > 0 && p->pad_h >= 0 &&
+                 p->pad_w >= 0 && pb >= 0 && pr >= 0 && p->pad_h < p->kh && p->pad_w < p->kw &&
+                 pb < p->kh && pr < p->kw && p->dil_h >= 0 && p->dil_w >= 0 &&
+                 (p->mode == PX_POOL_MAX || (dh == 1 && dw == 1)),
+             "px_pool2d_create: bad parameters (kernel %dx%d, stride %dx%d, pad %dx%d (+%dx%d at "
+             "the end), dilation %dx%d, mode %d)", p->kh, p->kw, p->stride_h, p->stride_w,
+             p->pad_h, p->pad_w, p->pad_h_extra, p->pad_w_extra, p->dil_h, p->dil_w, (int)p->mode);
+  const px__axis_t ah = {x_spec->dims[2], p->kh, p->stride_h, p->pad_h, pb, dh, p->ceil_mode != 0};
+  const px__axis_t aw = {x_spec->dims[3], p->kw, p->stride_w, p->pad_w, pr, dw, p->ceil_mode != 0};
+  g->oh = px__axis_out(&ah);
+  g->ow = px__axis_out(&aw);
+  PX_REQUIRE(g->oh > 0 && g->ow > 0, "px_pool2d_create: kernel larger than the padded input");
+  const int64_t xh = px__axis_overrun(&ah, g->oh), xw = px__axis_overrun(&aw, g->ow);
+  g->over = xh > 0 || xw > 0;
+  PX_REQUIRE(!(g->over && p->mode == PX_POOL_AVG && (p->pad_h || p->pad_w || pb || pr)),
+             "px_pool2d_create: an average pooling counting its padding whose ceil_mode windows "
+             "run past the padding is not supported on the CPU engine");
+  *g = (px__pool_geom_t){g->oh, g->ow, g->over, {p->stride_h, p->stride_w}, {p->kh, p->kw},
+                         {dh - 1, dw - 1}, {p->pad_h, p->pad_w}, {pb + xh, pr + xw}};
+  return PX_OK;
+}
+
 px_status_t px__cpu_pool2d_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_pool2d_params_t *p,
                                   px_pool2d_t **out) {
   PX_REQUIRE(out && p, "px_pool2d_create: NULL argument");
   *out = NULL;
   PX_CHECK(px__cpu_check_input(ops, x_spec, 4, 4, "px_pool2d_create"));
-  PX_REQUIRE(p->kh > 0 && p->kw > 0 && p->stride_h > 0 && p->stride_w > 0 && p->pad_h >= 0 &&
-                 p->pad_w >= 0 && p->pad_h < p->kh && p->pad_w < p->kw,
-             "px_pool2d_create: bad parameters (kernel %dx%d, stride %dx%d, pad %dx%d)", p->kh,
-             p->kw, p->stride_h, p->stride_w, p->pad_h, p->pad_w);
+  px__pool_geom_t geo;
+  PX_CHECK(px__pool_geom(x_spec, p, &geo));
   dnnl_alg_kind_t alg;
   switch (p->mode) {
     case PX_POOL_MAX: alg = dnnl_pooling_max; break;
-    case PX_POOL_AVG: alg = dnnl_pooling_avg_include_padding; break;
+    /* windows that run past the end padding (ceil_mode) divide by their positions inside
+       it: with no padding, the real inputs (exclude); otherwise not oneDNN's (refused) */
+    case PX_POOL_AVG: alg = geo.over ? dnnl_pooling_avg_exclude_padding
+                                     : dnnl_pooling_avg_include_padding; break;
     case PX_POOL_AVG_EXCLUDE_PAD: alg = dnnl_pooling_avg_exclude_padding; break;
     default: return px_set_error(PX_ERR_INVALID, "px_pool2d_create: unknown mode %d", (int)p->mode);
   }
-  const int64_t n = x_spec->dims[0], c = x_spec->dims[1], h = x_spec->dims[2], w = x_spec->dims[3];
-  const int64_t span_h = h + 2 * (int64_t)p->pad_h - p->kh, span_w = w + 2 * (int64_t)p->pad_w - p->kw;
-  PX_REQUIRE(span_h >= 0 && span_w >= 0, "px_pool2d_create: kernel larger than the padded input");
-  const int64_t oh = span_h / p->stride_h + 1, ow = span_w / p->stride_w + 1;
-
+  const int64_t n = x_spec->dims[0], c = x_spec->dims[1], oh = geo.oh, ow = geo.ow;
   px__cpu_enter(ops);
   px_status_t st = PX_OK;
   dnnl_primitive_desc_t fwd_pd = NULL, bwd_pd = NULL;
@@ -57,14 +91,14 @@ px_status_t px__cpu_pool2d_create(px_ops_t *ops, const px_tensor_t *x_spec, cons
 
   dnnl_memory_desc_t x_md, y_any;
   dnnl_dims_t ydims = {n, c, oh, ow};
-  dnnl_dims_t strides = {p->stride_h, p->stride_w}, kernel = {p->kh, p->kw};
-  dnnl_dims_t pad = {p->pad_h, p->pad_w};
+  const int64_t *strides = geo.strides, *kernel = geo.kernel, *dil = geo.dil;
+  const int64_t *pad_l = geo.pad_l, *pad_r = geo.pad_r;
   PX_CHECK_GOTO(px__cpu_md_of(ops, x_spec, &x_md), st, fail);
   PX_DNNL_GOTO(dnnl_memory_desc_init_by_tag(&y_any, 4, ydims, dnnl_f32, dnnl_format_tag_any), st,
                fail);
-  dnnl_pooling_desc_t pool_d;
-  PX_DNNL_GOTO(dnnl_pooling_forward_desc_init(&pool_d, dnnl_forward_training, alg, &x_md, &y_any, strides,
-                                              kernel, pad, pad),
+  dnnl_pooling_v2_desc_t pool_d;
+  PX_DNNL_GOTO(dnnl_pooling_v2_forward_desc_init(&pool_d, dnnl_forward_training, alg, &x_md, &y_any,
+                                                 strides, kernel, dil, pad_l, pad_r),
                st, fail);
   PX_CHECK_GOTO(px__cpu_pd_create(ops, &fwd_pd, &pool_d, NULL, NULL, "pooling forward"), st, fail);
   const dnnl_memory_desc_t y_md = *px__cpu_pd_md(fwd_pd, DNNL_ARG_DST);
@@ -81,8 +115,9 @@ px_status_t px__cpu_pool2d_create(px_ops_t *ops, const px_tensor_t *x_spec, cons
     PX_CHECK_GOTO(px__exec_create(ops, &op->fwd, fwd_pd, fa, wsbytes > 0 ? 3 : 2), st, fail);
   }
 
-  PX_DNNL_GOTO(dnnl_pooling_backward_desc_init(&pool_d, alg, &x_md, &y_md, strides, kernel, pad, pad), st,
-               fail);
+  PX_DNNL_GOTO(dnnl_pooling_v2_backward_desc_init(&pool_d, alg, &x_md, &y_md, strides, kernel, dil,
+                                                  pad_l, pad_r),
+               st, fail);
   PX_CHECK_GOTO(px__cpu_pd_create(ops, &bwd_pd, &pool_d, NULL, fwd_pd, "pooling backward"), st, fail);
   {
     const int ba[] = {DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC, DNNL_ARG_WORKSPACE};
@@ -101,7 +136,8 @@ fail:
 
 px_status_t px__cpu_global_avgpool_create(px_ops_t *ops, const px_tensor_t *x_spec, px_pool2d_t **out) {
   PX_CHECK(px__cpu_check_input(ops, x_spec, 4, 4, "px_global_avgpool_create"));
-  px_pool2d_params_t p = {PX_POOL_AVG, (int32_t)x_spec->dims[2], (int32_t)x_spec->dims[3], 1, 1, 0, 0};
+  px_pool2d_params_t p = {PX_POOL_AVG, (int32_t)x_spec->dims[2], (int32_t)x_spec->dims[3], 1, 1, 0, 0,
+                          0, 0, 0, 0, 0};
   return px__cpu_pool2d_create(ops, x_spec, &p, out);
 }
 

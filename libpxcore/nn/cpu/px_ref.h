@@ -10,12 +10,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Convolution geometry; oh/ow are derived by px__ref_conv_shape. */
+/* Convolution geometry; oh/ow are derived by px__ref_conv_shape. ph, pw:
+ * top and left padding; xb, xr: bottom (right) padding minus top (left),
+ * as px_conv2d_params_t's pad_h_extra; dilh, dilw: dilation (0 or 1: none). */
 typedef struct {
   int64_t n, c_in, h, w;
   int64_t c_out, kh, kw;
   int64_t sh, sw, ph, pw;
   int64_t oh, ow;
+  int64_t xb, xr, dilh, dilw;
 } px__ref_conv_t;
 
 void px__ref_conv_shape(px__ref_conv_t *s);
@@ -51,12 +54,17 @@ void px__ref_relu_forward(float *y, const float *x, size_t count);
 /* dx = dy * (y > 0). */
 void px__ref_relu_backward(float *dx, const float *dy, const float *y, size_t count);
 
-/* Pooling geometry; mode is a px_pool_mode_t; oh/ow from px__ref_pool_shape. */
+/* Pooling geometry; mode is a px_pool_mode_t; oh/ow from px__ref_pool_shape;
+ * xb, xr, dilh, dilw as px__ref_conv_t's, ceil as px_pool2d_params_t's
+ * ceil_mode (PyTorch's rule). PX_POOL_AVG divides by the window's positions
+ * inside [-ph, h + ph + xb) x [-pw, w + pw + xr). */
 typedef struct {
   int mode;
   int64_t n, c, h, w;
   int64_t kh, kw, sh, sw, ph, pw;
   int64_t oh, ow;
+  int64_t xb, xr, dilh, dilw;
+  int ceil;
 } px__ref_pool_t;
 
 void px__ref_pool_shape(px__ref_pool_t *s);

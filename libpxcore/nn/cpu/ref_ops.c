@@ -10,8 +10,10 @@
 /* ---- convolution ------------------------------------------------------------ */
 
 void px__ref_conv_shape(px__ref_conv_t *s) {
-  s->oh = (s->h + 2 * s->ph - s->kh) / s->sh + 1;
-  s->ow = (s->w + 2 * s->pw - s->kw) / s->sw + 1;
+  if (s->dilh < 1) s->dilh = 1;
+  if (s->dilw < 1) s->dilw = 1;
+  s->oh = (s->h + 2 * s->ph + s->xb - s->dilh * (s->kh - 1) - 1) / s->sh + 1;
+  s->ow = (s->w + 2 * s->pw + s->xr - s->dilw * (s->kw - 1) - 1) / s->sw + 1;
 }
 
 #define X4(a, b, c, d, B, C, D) ((((a) * (B) + (b)) * (C) + (c)) * (D) + (d))
@@ -25,10 +27,10 @@ void px__ref_conv2d_forward(float *y, const float *x, const float *w, const floa
           double acc = b ? b[o] : 0.0;
           for (int64_t c = 0; c < s->c_in; c++)
             for (int64_t i = 0; i < s->kh; i++) {
-              int64_t iy = oy * s->sh - s->ph + i;
+              int64_t iy = oy * s->sh - s->ph + i * s->dilh;
               if (iy < 0 || iy >= s->h) continue;
               for (int64_t j = 0; j < s->kw; j++) {
-                int64_t ix = ox * s->sw - s->pw + j;
+                int64_t ix = ox * s->sw - s->pw + j * s->dilw;
                 if (ix < 0 || ix >= s->w) continue;
                 acc += (double)x[X4(n, c, iy, ix, s->c_in, s->h, s->w)] *
                        w[X4(o, c, i, j, s->c_in, s->kh, s->kw)];
@@ -47,12 +49,12 @@ void px__ref_conv2d_backward_data(float *dx, const float *dy, const float *w,
         for (int64_t ix = 0; ix < s->w; ix++) {
           double acc = 0.0;
           for (int64_t i = 0; i < s->kh; i++) {
-            int64_t ty = iy + s->ph - i;
+            int64_t ty = iy + s->ph - i * s->dilh;
             if (ty < 0 || ty % s->sh) continue;
             int64_t oy = ty / s->sh;
             if (oy >= s->oh) continue;
             for (int64_t j = 0; j < s->kw; j++) {
-              int64_t tx = ix + s->pw - j;
+              int64_t tx = ix + s->pw - j * s->dilw;
               if (tx < 0 || tx % s->sw) continue;
               int64_t ox = tx / s->sw;
               if (ox >= s->ow) continue;
@@ -74,10 +76,10 @@ void px__ref_conv2d_backward_weights(float *dw, float *db, const float *x, const
           double acc = 0.0;
           for (int64_t n = 0; n < s->n; n++)
             for (int64_t oy = 0; oy < s->oh; oy++) {
-              int64_t iy = oy * s->sh - s->ph + i;
+              int64_t iy = oy * s->sh - s->ph + i * s->dilh;
               if (iy < 0 || iy >= s->h) continue;
               for (int64_t ox = 0; ox < s->ow; ox++) {
-                int64_t ix = ox * s->sw - s->pw + j;
+                int64_t ix = ox * s->sw - s->pw + j * s->dilw;
                 if (ix < 0 || ix >= s->w) continue;
                 acc += (double)x[X4(n, c, iy, ix, s->c_in, s->h, s->w)] *
                        dy[X4(n, o, oy, ox, s->c_out, s->oh, s->ow)];
@@ -194,68 +196,82 @@ void px__ref_add(float *y, const float *a, const float *b, size_t count, int rel
 
 /* ---- pooling ---------------------------------------------------------------------- */
 
-void px__ref_pool_shape(px__ref_pool_t *s) {
-  s->oh = (s->h + 2 * s->ph - s->kh) / s->sh + 1;
-  s->ow = (s->w + 2 * s->pw - s->kw) / s->sw + 1;
+/* One axis's output size, PyTorch's ceil rule with ceil. */
+static int64_t px__ref_pool_out(int64_t in, int64_t k, int64_t st, int64_t p0, int64_t p1,
+                                int64_t d, int ceil) {
+  const int64_t span = in + p0 + p1 - d * (k - 1) - 1;
+  int64_t o = (ceil ? (span + st - 1) / st : span / st) + 1;
+  if (ceil && (o - 1) * st >= in + p0) o--;
+  return o;
 }
 
-/* Window bounds of output (oy, ox), clipped to the real input. */
-static void px__window(const px__ref_pool_t *s, int64_t oy, int64_t ox, int64_t *y0, int64_t *y1,
-                       int64_t *x0, int64_t *x1) {
-  *y0 = oy * s->sh - s->ph;
-  *x0 = ox * s->sw - s->pw;
-  *y1 = *y0 + s->kh;
-  *x1 = *x0 + s->kw;
-  if (*y0 < 0) *y0 = 0;
-  if (*x0 < 0) *x0 = 0;
-  if (*y1 > s->h) *y1 = s->h;
-  if (*x1 > s->w) *x1 = s->w;
+void px__ref_pool_shape(px__ref_pool_t *s) {
+  if (s->dilh < 1) s->dilh = 1;
+  if (s->dilw < 1) s->dilw = 1;
+  s->oh = px__ref_pool_out(s->h, s->kh, s->sh, s->ph, s->ph + s->xb, s->dilh, s->ceil);
+  s->ow = px__ref_pool_out(s->w, s->kw, s->sw, s->pw, s->pw + s->xr, s->dilw, s->ceil);
+}
+
+/* Window (oy, ox)'s positions: *npos of them in the padded input (for
+ * PX_POOL_AVG), the real ones' indices into idx (first in row-major order),
+ * their count returned. */
+static int64_t px__window(const px__ref_pool_t *s, int64_t oy, int64_t ox, int64_t *idx,
+                          int64_t *npos) {
+  int64_t n = 0;
+  *npos = 0;
+  for (int64_t i = 0; i < s->kh; i++) {
+    const int64_t iy = oy * s->sh - s->ph + i * s->dilh;
+    if (iy >= s->h + s->ph + s->xb) continue;
+    for (int64_t j = 0; j < s->kw; j++) {
+      const int64_t ix = ox * s->sw - s->pw + j * s->dilw;
+      if (ix >= s->w + s->pw + s->xr) continue;
+      ++*npos;
+      if (iy >= 0 && iy < s->h && ix >= 0 && ix < s->w) idx[n++] = iy * s->w + ix;
+    }
+  }
+  return n;
 }
 
 void px__ref_pool2d_forward(float *y, const float *x, const px__ref_pool_t *s) {
+  int64_t idx[4096], npos; /* windows of at most 4096 positions */
   for (int64_t p = 0; p < s->n * s->c; p++) {
     const float *xp = x + p * s->h * s->w;
     for (int64_t oy = 0; oy < s->oh; oy++)
       for (int64_t ox = 0; ox < s->ow; ox++) {
-        int64_t y0, y1, x0, x1;
-        px__window(s, oy, ox, &y0, &y1, &x0, &x1);
+        const int64_t nr = px__window(s, oy, ox, idx, &npos);
         double acc = s->mode == PX_POOL_MAX ? -INFINITY : 0.0;
-        for (int64_t iy = y0; iy < y1; iy++)
-          for (int64_t ix = x0; ix < x1; ix++) {
-            double v = xp[iy * s->w + ix];
-            if (s->mode == PX_POOL_MAX)
-              acc = v > acc ? v : acc;
-            else
-              acc += v;
-          }
-        if (s->mode == PX_POOL_AVG) acc /= (double)(s->kh * s->kw);
-        if (s->mode == PX_POOL_AVG_EXCLUDE_PAD) acc /= (double)((y1 - y0) * (x1 - x0));
+        for (int64_t e = 0; e < nr; e++) {
+          double v = xp[idx[e]];
+          if (s->mode == PX_POOL_MAX)
+            acc = v > acc ? v : acc;
+          else
+            acc += v;
+        }
+        if (s->mode == PX_POOL_AVG) acc /= (double)npos;
+        if (s->mode == PX_POOL_AVG_EXCLUDE_PAD) acc /= (double)nr;
         y[(p * s->oh + oy) * s->ow + ox] = (float)acc;
       }
   }
 }
 
 void px__ref_pool2d_backward(float *dx, const float *dy, const float *x, const px__ref_pool_t *s) {
+  int64_t idx[4096], npos; /* windows of at most 4096 positions */
   memset(dx, 0, (size_t)(s->n * s->c * s->h * s->w) * sizeof *dx);
   for (int64_t p = 0; p < s->n * s->c; p++) {
     const float *xp = x + p * s->h * s->w;
     float *dxp = dx + p * s->h * s->w;
     for (int64_t oy = 0; oy < s->oh; oy++)
       for (int64_t ox = 0; ox < s->ow; ox++) {
-        int64_t y0, y1, x0, x1;
-        px__window(s, oy, ox, &y0, &y1, &x0, &x1);
+        const int64_t nr = px__window(s, oy, ox, idx, &npos);
         const float g = dy[(p * s->oh + oy) * s->ow + ox];
         if (s->mode == PX_POOL_MAX) {
-          int64_t best = y0 * s->w + x0;
-          for (int64_t iy = y0; iy < y1; iy++)
-            for (int64_t ix = x0; ix < x1; ix++)
-              if (xp[iy * s->w + ix] > xp[best]) best = iy * s->w + ix;
+          int64_t best = idx[0];
+          for (int64_t e = 1; e < nr; e++)
+            if (xp[idx[e]] > xp[best]) best = idx[e];
           dxp[best] += g;
         } else {
-          double div = s->mode == PX_POOL_AVG ? (double)(s->kh * s->kw)
-                                              : (double)((y1 - y0) * (x1 - x0));
-          for (int64_t iy = y0; iy < y1; iy++)
-            for (int64_t ix = x0; ix < x1; ix++) dxp[iy * s->w + ix] += (float)(g / div);
+          double div = s->mode == PX_POOL_AVG ? (double)npos : (double)nr;
+          for (int64_t e = 0; e < nr; e++) dxp[idx[e]] += (float)(g / div);
         }
       }
   }

@@ -182,6 +182,10 @@ extern "C" px_status_t px__cuda_pool2d_create(px_ops_t *o, const px_tensor_t *x_
              p->kw, p->stride_h, p->stride_w, p->pad_h, p->pad_w);
   PX_REQUIRE(p->mode == PX_POOL_MAX || p->mode == PX_POOL_AVG || p->mode == PX_POOL_AVG_EXCLUDE_PAD,
              "px_pool2d_create: unknown mode %d", (int)p->mode);
+  /* not yet on CUDA (issue 48; the CPU engine runs these windows) */
+  PX_REQUIRE(!p->pad_h_extra && !p->pad_w_extra && p->dil_h <= 1 && p->dil_w <= 1 && !p->ceil_mode,
+             "px_pool2d_create: asymmetric padding, dilation or ceil_mode is not supported on "
+             "the CUDA engine yet");
   px__pool_geom_t g;
   memset(&g, 0, sizeof g);
   g.n = x_spec->dims[0];
@@ -230,7 +234,7 @@ extern "C" px_status_t px__cuda_global_avgpool_create(px_ops_t *o, const px_tens
   PX_CHECK(px__cuda_check_act(ops, x_spec, 4, 4, "px_global_avgpool_create"));
   PX_REQUIRE(x_spec->dims[2] <= INT32_MAX && x_spec->dims[3] <= INT32_MAX,
              "px_global_avgpool_create: input plane too large");
-  px_pool2d_params_t p = {PX_POOL_AVG, (int32_t)x_spec->dims[2], (int32_t)x_spec->dims[3], 1, 1, 0, 0};
+  px_pool2d_params_t p = {PX_POOL_AVG, (int32_t)x_spec->dims[2], (int32_t)x_spec->dims[3], 1, 1, 0, 0, 0, 0, 0, 0, 0};
   if (!px__cuda_nhwc(x_spec)) return px__cuda_pool2d_create(o, x_spec, &p, out);
   /* channels-last: the geometry of a plain one, the input's own spec kept */
   px_tensor_t plain;
