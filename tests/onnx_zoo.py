@@ -12,7 +12,8 @@ onnx_import_nets.py), 10 classes, at the smallest input it allows (SIZES).
       DIR/model.onnx (NET exported at OPSET as onnx_import_nets.py exports,
       eval mode) and, for a random batch (default 2), what
       onnx_import_nets.py's reference writes: x.f32, y.i32, logits.f32,
-      grads.txt with each parameter's float32 and float64 gradients. A
+      grads.txt with each parameter's float32 and float64 gradients
+      (BATCH 0: the file alone, for a network the import refuses). A
       DIR/stamp naming this script's, onnx_import_nets.py's and torch's
       versions marks a finished directory: when it matches, nothing is redone
       (the test exports each network once per build tree);
@@ -43,16 +44,19 @@ def load():
     import onnx_import_nets as nets
 
 CLASSES = 10
-# The smallest input side each network is exported at: 32 where the
-# network's downsampling allows it, 64 for googlenet and squeezenet (their
-# ceil-mode pools leave 1x1 maps otherwise), 224 for vgg11_bn (its 7x7
-# adaptive pool must divide the map: 224 / 32).
+# The input side each network is exported at: 64, 224 for vgg11_bn (its 7x7
+# adaptive pool must divide the map: 7 x 32). Every one of them would take
+# 32, but its last stage's maps are then 1 x 1 and a training batch norm
+# over a batch of 2 normalises 2 values: the step's gradients reach 1e7 to
+# 1e9 and PyTorch's own float32 step is as far from the float64 one as the
+# gradients are large (measured 2026-11-29), not a check of anything. At 64
+# the last maps are 2 x 2 (8 values a channel).
 SIZES = {
-    "resnet18": 32, "resnet50": 32, "resnext50_32x4d": 32, "wide_resnet50_2": 32,
-    "vgg11_bn": 224, "mobilenet_v2": 32, "mobilenet_v3_small": 32, "mobilenet_v3_large": 32,
-    "efficientnet_b0": 32, "efficientnet_v2_s": 32, "regnet_x_400mf": 32, "regnet_y_400mf": 32,
-    "shufflenet_v2_x1_0": 32, "squeezenet1_1": 64, "densenet121": 32, "mnasnet1_0": 32,
-    "googlenet": 64, "convnext_tiny": 32,
+    "resnet18": 64, "resnet50": 64, "resnext50_32x4d": 64, "wide_resnet50_2": 64,
+    "vgg11_bn": 224, "mobilenet_v2": 64, "mobilenet_v3_small": 64, "mobilenet_v3_large": 64,
+    "efficientnet_b0": 64, "efficientnet_v2_s": 64, "regnet_x_400mf": 64, "regnet_y_400mf": 64,
+    "shufflenet_v2_x1_0": 64, "squeezenet1_1": 64, "densenet121": 64, "mnasnet1_0": 64,
+    "googlenet": 64, "convnext_tiny": 64,
 }
 
 
@@ -77,7 +81,7 @@ def stamp():
         if os.path.exists(f):
             with open(f, "rb") as fp:
                 h.update(fp.read())
-    return h.hexdigest() + "\n"
+    return h.hexdigest()
 
 
 def export(name, opset, path):
@@ -89,7 +93,7 @@ def export(name, opset, path):
 
 def reference(name, opset, out, batch):
     sp = os.path.join(out, "stamp")
-    want = stamp()
+    want = "%s batch %d\n" % (stamp(), batch)
     if os.path.exists(sp) and open(sp).read() == want:
         return
     os.makedirs(out, exist_ok=True)
@@ -100,10 +104,11 @@ def reference(name, opset, out, batch):
     net = build(name)
     os.environ["PX_TEST_ONNX_OPSET"] = str(opset)
     nets.export(net, os.path.join(out, "model.onnx"), 3, s, s)
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn(batch, 3, s, s, generator=g)
-    y = torch.randint(0, CLASSES, (batch,), generator=g, dtype=torch.int32)
-    nets.write_reference(net, name, out, x, y)
+    if batch > 0:
+        g = torch.Generator().manual_seed(1)
+        x = torch.randn(batch, 3, s, s, generator=g)
+        y = torch.randint(0, CLASSES, (batch,), generator=g, dtype=torch.int32)
+        nets.write_reference(net, name, out, x, y)
     with open(sp + ".tmp", "w") as f:
         f.write(want)
     os.rename(sp + ".tmp", sp)

@@ -2,7 +2,7 @@
 # torchvision's zoo (issue 48's throughput aim): per network, CPU training
 # throughput of `pxtrain --bench --model-onnx` (the network exported by
 # tests/onnx_zoo.py at opset 13, random weights, 10 classes, at its own
-# input size: 32 or 64 a side, vgg11_bn 224) beside PyTorch training
+# input size: 64 a side, vgg11_bn 224) beside PyTorch training
 # torchvision's own module on the same machine (tests/onnx_zoo.py bench:
 # same batch, threads, SGD, random inputs), then bench/traffic's H-SADMM
 # inter-node bytes at channel keep 0.5 against dense for each.
