@@ -35,7 +35,7 @@ for net in $NETS; do
   size=$("$PY" "$zoo" list | awk -v n="$net" '$1 == n {print $2}')
   f=$build/zoo/$net-op13/model.onnx # the zoo test's export, when there is one
   [ -f "$f" ] || { f=$dir/$net.onnx; "$PY" "$zoo" export "$net" 13 "$f" >/dev/null 2>&1; }
-  if ! err=$("$pxtrain" --bench --model-onnx "$f" --steps 1 --warmup 0 --batch 2 --threads 1 2>&1 >/dev/null); then
+  if ! err=$("$pxtrain" --model-onnx "$f" --help 2>&1 >/dev/null); then # the import's check alone
     printf '%-20s %5s refused: %s\n' "$net" "$size" "$(echo "$err" | tail -n 1 | cut -c1-160)"
     continue
   fi
