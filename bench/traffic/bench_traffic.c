@@ -153,11 +153,10 @@ int main(int argc, char **argv) {
       continue;
     }
     double red = 1.0 - sh->inter_bytes / sh->inter_dense;
-    const char *shown = strrchr(models[k], '/') ? strrchr(models[k], '/') + 1 : models[k];
-    printf("%-22s %14.2f %14.2f %9.1f%% %10.3f\n", shown, sh->inter_dense / 1e6,
-           sh->inter_bytes / 1e6, 100 * red, sh->density);
     const char *base = strrchr(models[k], '/') ? strrchr(models[k], '/') + 1 : models[k];
     int bl = (int)strlen(base) - (strstr(base, ".onnx") ? 5 : 0);
+    printf("%-22.*s %14.2f %14.2f %9.1f%% %10.3f\n", bl, base, sh->inter_dense / 1e6,
+           sh->inter_bytes / 1e6, 100 * red, sh->density);
     snprintf(results[k], sizeof results[k], "RESULT %.*s_inter_reduction %.3f fraction", bl, base,
              red);
   }
