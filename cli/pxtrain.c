@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "prunex/check.h"
 #include "prunex/cuda.h"
 #include "prunex/data.h"
 #include "prunex/export.h"
@@ -28,8 +29,11 @@ static void usage(FILE *f) {
           "  --dataset NAME      fashion-mnist | cifar10 | synthetic | folder (default fashion-mnist)\n"
           "  --data-dir DIR      data set directory (fashion-mnist: /usr/share/datasets/fashion-mnist;\n"
           "                      folder: DIR/train/CLASS/*.jpg|*.png and DIR/val/CLASS/...)\n"
-          "  --image-size N      folder: images decoded to N x N (default 32)\n"
-          "  --channels N        folder: 1 (grey) or 3 (R, G, B; default)\n"
+          "  --image-size N      folder: images decoded to N x N (default 32); --bench: the\n"
+          "                      input size, N or HxW (default: an imported model's own, else\n"
+          "                      32)\n"
+          "  --channels N        folder: 1 (grey) or 3 (R, G, B; default); --bench: the input\n"
+          "                      channels of a built-in model (an imported one has its own)\n"
           "  --epochs N          epochs (default 15)\n"
           "  --batch N           batch size (default 128)\n"
           "  --lr X              peak learning rate (default 0.1)\n"
@@ -59,7 +63,8 @@ static void usage(FILE *f) {
           "                      `key value` lines, writing nothing, and exit\n"
           "  --eval-only         evaluate (the loaded model) and exit\n"
           "  --no-progress       no progress bar\n"
-          "  --bench             time training steps on random 3x32x32 inputs, 10 classes\n"
+          "  --bench             time training steps on random inputs of the model's shape\n"
+          "                      (an imported model's input and classes; else 3x32x32, 10)\n"
           "  --steps N           --bench: timed steps (default 20)\n"
           "  --warmup N          --bench: untimed steps first (default 3)\n"
           "  -h, --help\n"
@@ -181,13 +186,40 @@ static int on_step(void *ctx, int64_t step, int64_t steps, double loss, double a
   return 0;
 }
 
-static int run_bench(const px_train_config_t *c, int steps, int warmup) {
+/* What --bench feeds: an imported model's own input and classes (the
+ * file's), else 3x32x32 and 10 classes; --image-size (h, w > 0) and, for a
+ * built-in model, --channels override. A size an imported graph does not
+ * take is refused by px_model_create, naming both. */
+static px_status_t bench_shape(const px_train_config_t *c, int h, int w,
+                               px_synth_config_t *syn) {
+  px_synth_config_default(syn);
+  syn->seed = c->seed;
+  if (c->onnx) {
+    px_model_onnx_info_t info;
+    PX_CHECK(px_model_onnx_check(c->onnx, &info));
+    syn->channels = info.in_channels;
+    syn->height = info.height;
+    syn->width = info.width;
+    syn->num_classes = info.num_classes;
+  } else if (c->image_channels > 0) {
+    syn->channels = c->image_channels;
+  }
+  if (h > 0) {
+    syn->height = h;
+    syn->width = w;
+  }
+  return PX_OK;
+}
+
+static int run_bench(const px_train_config_t *c, int steps, int warmup, int h, int w) {
   px_ops_t *ops;
-  if (px_ops_create(c->device, c->threads, &ops) < 0) {
+  px_synth_config_t syn;
+  if (bench_shape(c, h, w, &syn) < 0 || px_ops_create(c->device, c->threads, &ops) < 0) {
     fprintf(stderr, "pxtrain: %s\n", px_last_error());
     return 1;
   }
-  px_model_config_t mc = {c->arch, 3, 10, c->batch, 32, 32, NULL, 0, c->precision, c->onnx};
+  px_model_config_t mc = {c->arch,  syn.channels, syn.num_classes, c->batch, syn.height,
+                          syn.width, NULL,        0,               c->precision, c->onnx};
   px_model_t *m;
   px_sgd_t *sgd;
   px_sgd_config_t sc = {c->lr, c->momentum, c->weight_decay, c->nesterov};
@@ -196,15 +228,13 @@ static int run_bench(const px_train_config_t *c, int steps, int warmup) {
     fprintf(stderr, "pxtrain: %s\n", px_last_error());
     return 1;
   }
-  px_synth_config_t syn;
-  px_synth_config_default(&syn);
-  syn.seed = c->seed;
-  size_t per = 3 * 32 * 32;
+  size_t per = (size_t)syn.channels * syn.height * syn.width;
   float *x = malloc((size_t)c->batch * per * sizeof(float));
   int32_t *y = malloc((size_t)c->batch * sizeof(int32_t));
   if (!x || !y) return 1;
-  printf("pxtrain --bench: %s, batch %d, %s, %zu parameters, %.1f MB of model memory\n", c->arch,
-         c->batch, px_ops_describe(ops), px_model_numel(m), px_model_memory_bytes(m) / 1e6);
+  printf("pxtrain --bench: %s, %dx%dx%d inputs, batch %d, %s, %zu parameters, %.1f MB of model "
+         "memory\n", c->arch, syn.channels, syn.height, syn.width, c->batch, px_ops_describe(ops),
+         px_model_numel(m), px_model_memory_bytes(m) / 1e6);
   double t0 = 0, loss_last = 0;
   for (int s = 0; s < warmup + steps; s++) {
     if (s == warmup) {
@@ -294,6 +324,7 @@ typedef struct {
   const char *save, *load, *export_path, *out_dir, *count_path;
   int onnx, report, model_given, dataset_given;
   int bench, steps, warmup, eval_only, progress, device_auto;
+  int image_h, image_w; /* --image-size as given (0: not given) */
 } pxtrain_args_t;
 
 enum { O_MODEL = 256, O_DATASET, O_DATADIR, O_EPOCHS, O_BATCH, O_LR, O_MOM, O_WD, O_NEST,
@@ -336,6 +367,24 @@ static const struct option pxtrain_opts[] = {
     {0, 0, 0, 0},
 };
 
+/* --image-size N or HxW, each side 8 to PX_IMAGE_MAX_SIZE: 0 or the exit
+ * status of a bad value. */
+static int parse_image_size(const char *s, int *h, int *w) {
+  char side[32];
+  const char *x = strchr(s, 'x');
+  if (!x) {
+    if (parse_int("--image-size", s, 8, PX_IMAGE_MAX_SIZE, h)) return 2;
+    *w = *h;
+    return 0;
+  }
+  if ((size_t)(x - s) >= sizeof side) return bad_arg("--image-size", s, "expected N or HxW");
+  snprintf(side, sizeof side, "%.*s", (int)(x - s), s);
+  if (parse_int("--image-size", side, 8, PX_IMAGE_MAX_SIZE, h) ||
+      parse_int("--image-size", x + 1, 8, PX_IMAGE_MAX_SIZE, w))
+    return 2;
+  return 0;
+}
+
 /* An option of the model or the data: 0, 1 when it is not one, or the
  * exit status of a bad value. */
 static int parse_data_option(pxtrain_args_t *a, int o) {
@@ -364,8 +413,8 @@ static int parse_data_option(pxtrain_args_t *a, int o) {
       break;
     case O_DATADIR: a->c.data_dir = optarg; break;
     case O_IMGSIZE:
-      if ((rc = parse_int("--image-size", optarg, 8, PX_IMAGE_MAX_SIZE, &a->c.image_size)))
-        return rc;
+      if ((rc = parse_image_size(optarg, &a->image_h, &a->image_w))) return rc;
+      a->c.image_size = a->image_h;
       break;
     case O_CHANNELS:
       if ((rc = parse_int("--channels", optarg, 1, 3, &a->c.image_channels))) return rc;
@@ -474,6 +523,11 @@ static int parse_args(int argc, char **argv, pxtrain_args_t *a) {
     fprintf(stderr, "pxtrain: --nesterov needs a momentum > 0\n");
     return 2;
   }
+  if (a->image_h != a->image_w && !a->bench) {
+    fprintf(stderr, "pxtrain: --image-size %dx%d: only --bench takes a size that is not square "
+                    "(a folder's images are decoded N x N)\n", a->image_h, a->image_w);
+    return 2;
+  }
   if (a->count_path) return run_count(a->count_path);
   if (a->export_path || a->out_dir || a->onnx || a->report) {
     if (!a->export_path || !a->out_dir) {
@@ -550,7 +604,7 @@ int main(int argc, char **argv) {
   if (rc >= 0) return rc;
   px_train_config_t *cfg = &a.c;
   if ((rc = settle_device(&cfg->device, a.device_auto))) return rc;
-  if (a.bench) return run_bench(cfg, a.steps, a.warmup);
+  if (a.bench) return run_bench(cfg, a.steps, a.warmup, a.image_h, a.image_w);
   int32_t widths[512];
   if (a.load) { /* a compact checkpoint builds the model at its widths */
     px_model_config_t fc;

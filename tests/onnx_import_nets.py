@@ -587,8 +587,12 @@ NETS = {"vgg": Vgg, "resnet": ResNet, "mobilenet": MobileNet, "seresnet": SEResN
 
 def build(name, c, classes, seed=0):
     torch.manual_seed(seed)
-    net = NETS[name](c, classes)
-    with torch.no_grad():  # BN as after some training: every parameter kind matters
+    return randomize_bn(NETS[name](c, classes))
+
+
+def randomize_bn(net):
+    """BN as after some training: every parameter kind matters."""
+    with torch.no_grad():
         for m in net.modules():
             if isinstance(m, nn.BatchNorm2d):
                 m.weight.uniform_(0.5, 1.5)
@@ -683,6 +687,12 @@ def reference(name, out, batch, c, h, w, classes):
     g = torch.Generator().manual_seed(SEEDS.get(name, 1))
     x = torch.randn(batch, c, h, w, generator=g)
     y = torch.randint(0, classes, (batch,), generator=g, dtype=torch.int32)
+    write_reference(net, name, out, x, y)
+
+
+def write_reference(net, name, out, x, y):
+    """x, y, net's eval-mode logits and one training step's gradients in
+    float32 and float64 (see the module's doc) into out."""
     x.numpy().astype(np.float32).tofile(os.path.join(out, "x.f32"))
     y.numpy().astype(np.int32).tofile(os.path.join(out, "y.i32"))
     with torch.no_grad():
@@ -712,8 +722,8 @@ def train_step(net, x, y):
     cross-entropy) in net's .grad; returns the loss."""
     net.train()
     for m in net.modules():  # dropout off: PruneX treats Dropout as the identity
-        if isinstance(m, nn.Dropout):
-            m.p = 0.0
+        if isinstance(m, nn.Dropout) or type(m).__name__ == "StochasticDepth":
+            m.p = 0.0  # torchvision's stochastic depth (efficientnet, convnext) too
     loss = nn.functional.cross_entropy(net(x), y.long())
     loss.backward()
     return loss.item()

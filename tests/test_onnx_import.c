@@ -27,6 +27,7 @@
 #include "prunex/prune.h"
 #include "prunex/strategy.h"
 #include "onnx.pb-c.h" /* the library's generated code: the tests edit files with it */
+#include "px_test_onnx.h"
 #include "px_test_util.h"
 
 #define PY "/usr/bin/python3"
@@ -132,55 +133,13 @@ static void check_net_at(const char *net, int c, int h, int w, int grads) {
   int64_t correct = 0;
   assert_int_equal(px_model_train_step(m, x, y, &loss, &correct), PX_OK);
   print_message("%s: training loss %.6f\n", net, loss);
-  char line[512], name[256], file[64], file64[64], p[512];
-  size_t numel;
-  snprintf(p, sizeof p, "%s/grads.txt", dir);
-  FILE *f = fopen(p, "r");
-  assert_non_null(f);
-  int nparams = 0;
-  double worst = 0, worst_torch = 0;
-  while (fgets(line, sizeof line, f) &&
-         sscanf(line, "%255s %zu %63s %63s", name, &numel, file, file64) == 4) {
-    int i = 0;
-    while (i < px_model_num_params(m) && strcmp(px_model_param(m, i)->name, name)) i++;
-    if (i == px_model_num_params(m)) fail_msg("%s: no parameter %s in the import", net, name);
-    const px_tensor_t *g = px_model_param(m, i)->grad;
-    assert_int_equal(px_tensor_numel(g), numel);
-    float *ref = malloc(numel * sizeof *ref), *ours = malloc(numel * sizeof *ours);
-    double *ref64 = malloc(numel * sizeof *ref64);
-    assert_int_equal(px_test_read_bytes(dir, file, ref, numel * sizeof *ref), numel * sizeof *ref);
-    assert_int_equal(px_test_read_bytes(dir, file64, ref64, numel * sizeof *ref64), numel * sizeof *ref64);
-    assert_int_equal(px_tensor_copy_to_host(g, ours, numel * sizeof *ours), PX_OK);
-    /* relative to the largest, with a floor for a gradient that vanishes
-     * (a BN shift right before another conv and BN: only rounding is left) */
-    double gmax = 1e-3, d = 0, dt = 0;
-    for (size_t j = 0; j < numel; j++) {
-      gmax = fmax(gmax, fabs(ref64[j]));
-      d = fmax(d, fabs((double)ours[j] - ref64[j]));
-      dt = fmax(dt, fabs((double)ref[j] - ref64[j]));
-    }
-    if (getenv("PX_TEST_GRAD_TABLE"))
-      print_message("  %-24s ours %.2e  torch f32 %.2e  (of the largest, %.2e, float64)\n", name,
-                    d / gmax, dt / gmax, gmax);
-    worst = fmax(worst, d / gmax);
-    worst_torch = fmax(worst_torch, dt / gmax);
-    if (d > GRAD_TOL * gmax)
-      fail_msg("%s: gradient of %s differs from float64's by %.3e (largest %.3e; PyTorch float32 "
-               "by %.3e)", net, name, d, gmax, dt);
-    free(ref);
-    free(ref64);
-    free(ours);
-    nparams++;
-  }
-  fclose(f);
-  print_message("%s: %d parameter gradients within %.2e of float64's (relative to the largest; "
-                "PyTorch float32 within %.2e)\n", net, nparams, worst, worst_torch);
-  assert_int_equal(nparams, px_model_num_params(m));
+  px_test_onnx_check_grads(m, dir, net, GRAD_TOL, 0, NULL, NULL);
   check_buffers(m, dir, net);
 done:
   free(x);
   px_model_destroy(m);
   px_ops_destroy(ops);
+  char p[512];
   snprintf(p, sizeof p, "rm -rf %s", dir);
   assert_int_equal(system(p), 0);
 }
@@ -355,57 +314,11 @@ static void depthwise_and_se_convs_are_left_out_of_pruning(void **state) {
   px_ops_destroy(ops);
 }
 
-/* The sparsity set of m's parameters as H-SADMM builds it
- * (px_strategy_hsadmm_params: the coupling and its followers from the
- * graph); sp and off get [np] entries. */
-static px_sparsity_t *sparsity_of(px_model_t *m, px_sparsity_param_t *sp, size_t *off) {
-  int np = px_model_num_params(m);
-  px_hsadmm_param_t *hp = calloc((size_t)np, sizeof *hp);
-  px_strategy_hsadmm_params(m, NULL, 0, hp);
-  const float *base = px_model_flat_params(m)->data;
-  for (int i = 0; i < np; i++) {
-    off[i] = (size_t)((const float *)px_model_param(m, i)->value->data - base);
-    sp[i] = (px_sparsity_param_t){hp[i].prunable, hp[i].shape,
-                                  hp[i].has_consumer ? hp[i].consumer : -1, hp[i].follower};
-  }
-  free(hp);
-  px_prune_keep_t keep = {1.0, 0.5, 1.0, 0, 0};
-  px_sparsity_t *set;
-  assert_int_equal(px_sparsity_create(sp, NULL, np, &keep, &set), PX_OK);
-  return set;
-}
-
 /* Whether filter (row) o of the [rows, len] tensor w is all zero. */
 static int row_zero(const float *w, int o, size_t len) {
   for (size_t j = 0; j < len; j++)
     if (w[(size_t)o * len + j] != 0) return 0;
   return 1;
-}
-
-/* The packed floats of m's parameters by masks, the followers packed by
- * theirs or (dense_followers) sent whole. */
-static size_t packed_floats(px_model_t *m, const px_sparsity_t *set, const px_sparsity_param_t *sp,
-                            const uint8_t *masks, int dense_followers, px_pack_plan_t **out) {
-  int np = px_model_num_params(m);
-  px_param_desc_t *desc = calloc((size_t)np, sizeof *desc);
-  const uint8_t **mp = calloc((size_t)np, sizeof *mp);
-  for (int i = 0; i < np; i++) {
-    int packed = sp[i].prunable && !(sp[i].follower && dense_followers);
-    desc[i] = (px_param_desc_t){px_model_param(m, i)->name, packed ? PX_PARAM_CONV : PX_PARAM_DENSE,
-                                sp[i].shape, px_tensor_numel(px_model_param(m, i)->value),
-                                packed ? px_sparsity_layout(set, i) : NULL};
-    mp[i] = packed ? masks + px_sparsity_mask_offset(set, i) : NULL;
-  }
-  px_pack_plan_t *plan;
-  assert_int_equal(px_pack_plan_create(desc, np, 0, &plan), PX_OK);
-  assert_int_equal(px_pack_plan_set_masks(plan, mp), PX_OK);
-  px_pack_plan_freeze(plan);
-  free((void *)mp);
-  free(desc);
-  size_t n = px_pack_packed_floats(plan);
-  if (out) *out = plan;
-  else px_pack_plan_destroy(plan);
-  return n;
 }
 
 /* The packed exchange by those masks, as H-SADMM plans it: shrinking the
@@ -427,8 +340,8 @@ static void pack_round_trip(px_model_t *m, const px_sparsity_t *set, const px_sp
       dead += mf[c] ? 0 : px_tensor_numel(v) / (size_t)sp[i].shape.c_out;
   }
   px_pack_plan_t *plan;
-  size_t with = packed_floats(m, set, sp, masks, 0, &plan);
-  assert_int_equal(with + dead, packed_floats(m, set, sp, masks, 1, NULL));
+  size_t with = px_test_onnx_packed_floats(m, set, sp, masks, 0, &plan);
+  assert_int_equal(with + dead, px_test_onnx_packed_floats(m, set, sp, masks, 1, NULL));
   px_pack_shrink(plan, src);
   px_pack_expand(plan, dst);
   for (int i = 0; i < np; i++) {
@@ -453,7 +366,7 @@ static int project_coupled(px_model_t *m, int *followers) {
   int np = px_model_num_params(m), pairs = 0;
   px_sparsity_param_t *sp = calloc((size_t)np, sizeof *sp);
   size_t *off = calloc((size_t)np, sizeof *off);
-  px_sparsity_t *set = sparsity_of(m, sp, off);
+  px_sparsity_t *set = px_test_onnx_sparsity(m, 0.5, sp, off);
   const float *base = px_model_flat_params(m)->data;
   uint8_t *masks = calloc(px_sparsity_mask_bytes(set) + 1, 1);
   assert_int_equal(px_sparsity_project(set, (float *)base, off, masks), PX_OK);
@@ -874,7 +787,8 @@ static void builtin_resnet20_through_our_onnx_has_its_groups_and_masks(void **st
                       px_model_numel(b) * sizeof(float));
   px_sparsity_param_t *sb = calloc((size_t)np, sizeof *sb), *sm = calloc((size_t)np, sizeof *sm);
   size_t *ob = calloc((size_t)np, sizeof *ob), *om = calloc((size_t)np, sizeof *om);
-  px_sparsity_t *setb = sparsity_of(b, sb, ob), *setm = sparsity_of(m, sm, om);
+  px_sparsity_t *setb = px_test_onnx_sparsity(b, 0.5, sb, ob);
+  px_sparsity_t *setm = px_test_onnx_sparsity(m, 0.5, sm, om);
   for (int i = 0; i < np; i++) {
     assert_string_equal(px_model_param(m, i)->name, px_model_param(b, i)->name);
     assert_memory_equal(&sm[i], &sb[i], sizeof sb[i]);

@@ -13,8 +13,10 @@
  * consensus, so their masks agree (the steady state once drift is zero). Prints a
  * row per model and `RESULT <model>_inter_reduction <fraction>` (1 - packed
  * / dense; higher is better). A model argument ending in .onnx is an
- * imported graph (3 x 32 x 32 inputs, 10 classes; tests/onnx_import_nets.py
- * export NET OUT 3 32 32 10 writes one), named by its file's base name. */
+ * imported graph (at the file's own input size and classes;
+ * tests/onnx_import_nets.py export NET OUT 3 32 32 10 writes one,
+ * tests/onnx_zoo.py export NET 13 OUT torchvision's, bench/zoo/run.sh runs
+ * this on each of those), named by its file's base name. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,8 +48,13 @@ static int rank_main(int rank, const char *arch, double fkeep, double keep, cons
   px_model_t *m;
   size_t al = strlen(arch);
   int onnx = al > 5 && !strcmp(arch + al - 5, ".onnx"); /* an imported graph */
-  px_model_config_t mc = {onnx ? "" : arch, 3, 10, 1, 32, 32, NULL, 0, PX_PRECISION_FP32,
-                          onnx ? arch : NULL};
+  px_model_onnx_info_t info = {3, 32, 32, 10, 0, 0, ""};
+  if (onnx && px_model_onnx_check(arch, &info)) {
+    fprintf(stderr, "rank %d: %s\n", rank, px_last_error());
+    return 1;
+  }
+  px_model_config_t mc = {onnx ? "" : arch, info.in_channels, info.num_classes, 1, info.height,
+                          info.width, NULL, 0, PX_PRECISION_FP32, onnx ? arch : NULL};
   if (px_ops_create(px_device_cpu(), 1, &ops) || px_model_create(ops, &mc, &m) ||
       px_model_init_params(m, 1)) {
     fprintf(stderr, "rank %d: %s\n", rank, px_last_error());
@@ -100,12 +107,12 @@ static int rank_main(int rank, const char *arch, double fkeep, double keep, cons
 
 int main(int argc, char **argv) {
   double keep = 0.5, fkeep = 1.0;
-  const char *models[16];
+  const char *models[32];
   int nm = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--keep") && i + 1 < argc) keep = atof(argv[++i]);
     else if (!strcmp(argv[i], "--filter") && i + 1 < argc) fkeep = atof(argv[++i]);
-    else if (nm < 16) models[nm++] = argv[i];
+    else if (nm < 32) models[nm++] = argv[i];
   }
   if (nm == 0) {
     models[0] = "resnet18";
@@ -116,8 +123,8 @@ int main(int argc, char **argv) {
   shared_t *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   printf("H-SADMM inter-node bytes per synchronisation, 2 nodes x 1 rank, channel keep %.2f, "
          "filter keep %.2f\n", keep, fkeep);
-  printf("%-16s %14s %14s %10s %10s\n", "model", "dense MB", "compacted MB", "reduction", "density");
-  char results[16][128];
+  printf("%-22s %14s %14s %10s %10s\n", "model", "dense MB", "compacted MB", "reduction", "density");
+  char results[32][128] = {{0}}; /* a model that fails prints none */
   int bad = 0;
   for (int k = 0; k < nm; k++) {
     memset(sh, 0, sizeof *sh);
@@ -146,10 +153,10 @@ int main(int argc, char **argv) {
       continue;
     }
     double red = 1.0 - sh->inter_bytes / sh->inter_dense;
-    printf("%-16s %14.2f %14.2f %9.1f%% %10.3f\n", models[k], sh->inter_dense / 1e6,
-           sh->inter_bytes / 1e6, 100 * red, sh->density);
     const char *base = strrchr(models[k], '/') ? strrchr(models[k], '/') + 1 : models[k];
     int bl = (int)strlen(base) - (strstr(base, ".onnx") ? 5 : 0);
+    printf("%-22.*s %14.2f %14.2f %9.1f%% %10.3f\n", bl, base, sh->inter_dense / 1e6,
+           sh->inter_bytes / 1e6, 100 * red, sh->density);
     snprintf(results[k], sizeof results[k], "RESULT %.*s_inter_reduction %.3f fraction", bl, base,
              red);
   }

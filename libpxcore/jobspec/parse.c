@@ -16,6 +16,7 @@
 #include <yaml.h>
 
 #include "jobspec/jobspec_int.h"
+#include "prunex/data.h"
 #include "prunex/jobspec.h"
 #include "prunex/nn.h"
 #include "prunex/strategy.h"
@@ -561,6 +562,30 @@ static px_status_t px__js_onnx_path(px__js_parse_t *P) {
   return px__js_set(P->spec->model, fo, &v);
 }
 
+/* A folder job on an imported model: dataset.image_size and dataset.channels
+ * left out of the spec are the graph's input (a square one, a side the cache
+ * takes; 1 or 3 channels), so that a 224 x 224 network needs no size said
+ * twice. A file that cannot be read is left to px__js_check_onnx to report. */
+static px_status_t px__js_onnx_input(px__js_parse_t *P) {
+  const Prunex__V1__JobSpec *s = P->spec;
+  int fs = px__js_find("dataset.image_size"), fc = px__js_find("dataset.channels");
+  px_model_onnx_info_t info;
+  if (!s->model->onnx || !s->model->onnx[0] || strcmp(s->dataset->name, "folder") ||
+      (P->given[fs] && P->given[fc]) || px_model_onnx_check(s->model->onnx, &info) != PX_OK)
+    return PX_OK;
+  px__js_value_t v = {0};
+  if (!P->given[fs] && info.height == info.width && info.height >= 8 &&
+      info.height <= PX_IMAGE_MAX_SIZE) {
+    v.i = info.height;
+    PX_CHECK(px__js_set(s->dataset, fs, &v));
+  }
+  if (!P->given[fc] && (info.in_channels == 1 || info.in_channels == 3)) {
+    v.i = info.in_channels;
+    PX_CHECK(px__js_set(s->dataset, fc, &v));
+  }
+  return PX_OK;
+}
+
 static px_status_t px__js_yaml_error(px__js_parse_t *P, const yaml_parser_t *yp, const char *text,
                                      size_t len) {
   if (yp->error == YAML_MEMORY_ERROR)
@@ -712,6 +737,7 @@ px_status_t px_jobspec_parse_string_ex(const char *text, size_t len, const char 
   PX_CHECK_GOTO(px__js_top(&P, root), st, done);
   if (!P.given[px__js_find("name")]) PX_CHECK_GOTO(px__js_default_name(&P), st, done);
   PX_CHECK_GOTO(px__js_onnx_path(&P), st, done);
+  PX_CHECK_GOTO(px__js_onnx_input(&P), st, done);
   if (!P.given[px__js_find("dataset.train_samples")]) {
     int64_t n = px__js_count_train(P.spec);
     P.spec->dataset->train_samples = n > INT32_MAX ? INT32_MAX : (int32_t)n;

@@ -629,15 +629,19 @@ static px_status_t px__js_check_onnx(const Prunex__V1__JobSpec *spec, px__js_whe
   memcpy(w->onnx_sha256, info.sha256, sizeof w->onnx_sha256);
   int chans = px__js_channels(spec->dataset);
   /* a folder's classes are known only where its files are (pxctl's
-   * px_jobspec_check_data, the workers); imported models run at 32x32 */
+   * px_jobspec_check_data, the workers); its images are image_size a side
+   * (the graph's own when the spec leaves it out: parse.c), the other data
+   * sets' 32 */
   int folder = !strcmp(spec->dataset->name, "folder");
-  if (info.in_channels != chans || (!folder && info.num_classes != 10) || info.height != 32 ||
-      info.width != 32)
+  int side = folder ? spec->dataset->image_size : 32;
+  if (info.in_channels != chans || (!folder && info.num_classes != 10) || info.height != side ||
+      info.width != side)
     return px__js_fail(PX_ERR_INVALID, w, px__js_mark(w, fo, px__js_find("dataset.name")),
                        "model.onnx: %s takes %dx%dx%d inputs and gives %d logits; data set %s "
-                       "is %dx32x32%s",
+                       "is %dx%dx%d%s",
                        m->onnx, info.in_channels, info.height, info.width, info.num_classes,
-                       spec->dataset->name, chans, folder ? "" : " with 10 classes");
+                       spec->dataset->name, chans, side, side,
+                       folder ? " (dataset.image_size, dataset.channels)" : " with 10 classes");
   return PX_OK;
 }
 

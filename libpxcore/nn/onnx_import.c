@@ -1716,9 +1716,19 @@ static px_status_t px__lower(px__imp_t *im, const Onnx__ModelProto *mp) {
   px__value_t *out = gp->n_output == 1 ? px__find(im, gp->output[0]->name) : NULL;
   const px__onnx_layer_t *last = g->nlayers ? &g->layers[g->nlayers - 1] : NULL;
   if (!out || !last || last->kind != PX__OL_FC || out->kind != PX__V_ACT ||
-      out->layer != g->nlayers - 1)
-    return px_set_error(PX_ERR_INVALID, "%s: the graph must have one output, the logits of a "
-                        "final Gemm (the classifier)", im->file);
+      out->layer != g->nlayers - 1) {
+    const Onnx__NodeProto *src = NULL; /* the node giving the (first) output */
+    for (size_t k = 0; gp->n_output && k < gp->n_node; k++)
+      if (gp->node[k]->n_output && !strcmp(gp->node[k]->output[0], gp->output[0]->name))
+        src = gp->node[k];
+    if (!src || gp->n_output != 1)
+      return px_set_error(PX_ERR_INVALID, "%s: the graph must have one output, the logits of a "
+                          "final Gemm (the classifier); it has %zu", im->file, gp->n_output);
+    return PX__NODE_FAIL(im, src, "the graph's output must be the logits of a final Gemm or "
+                                  "MatMul (the classifier), not this node's (a classifier "
+                                  "ending in a Conv and a pooling, as SqueezeNet's, is not "
+                                  "supported)");
+  }
   g->classes = last->c_out;
   return PX_OK;
 }

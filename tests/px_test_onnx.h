@@ -1,0 +1,39 @@
+/* Checks shared by the ONNX import tests (test_onnx_import, test_onnx_zoo)
+ * against the references tests/onnx_import_nets.py writes; they fail the
+ * running cmocka test on a mismatch. */
+#ifndef PX_TEST_ONNX_H
+#define PX_TEST_ONNX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "prunex/nn.h"
+#include "prunex/prune.h"
+
+/* m's gradients after one training step against dir/grads.txt (each
+ * parameter's gradient in PyTorch's float64 step and float32 step), per
+ * parameter the largest difference relative to the float64 gradient's
+ * largest value (at least 1e-3: a gradient that vanishes leaves only
+ * rounding). A parameter fails when ours is over tol and over factor times
+ * PyTorch float32's (factor 0: over tol alone). Every parameter of m must be
+ * listed. *worst and *worst_torch (may be NULL) get the largest of ours and
+ * of PyTorch float32's. PX_TEST_GRAD_TABLE=1 prints them per parameter. */
+void px_test_onnx_check_grads(const px_model_t *m, const char *dir, const char *net, double tol,
+                              double factor, double *worst, double *worst_torch);
+
+/* The sparsity set of m's parameters as H-SADMM builds it
+ * (px_strategy_hsadmm_params: the coupling and its followers from the
+ * graph) at channel keep `keep`; sp and off get [np] entries (off: each
+ * parameter's offset in the flat parameters). */
+px_sparsity_t *px_test_onnx_sparsity(px_model_t *m, double keep, px_sparsity_param_t *sp,
+                                     size_t *off);
+
+/* The packed floats of m's parameters by masks (px_sparsity's, as
+ * px_sparsity_project writes them), the followers packed by theirs or
+ * (dense_followers) sent whole: H-SADMM's packed exchange. The plan into
+ * *out when out is not NULL (the caller destroys it). */
+size_t px_test_onnx_packed_floats(px_model_t *m, const px_sparsity_t *set,
+                                  const px_sparsity_param_t *sp, const uint8_t *masks,
+                                  int dense_followers, px_pack_plan_t **out);
+
+#endif
