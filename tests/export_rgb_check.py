@@ -7,7 +7,10 @@ Its broadcasting Sub of a [1, 3, 1, 1] mean failed on batches over one
 (shape_utils.hpp:170 "start <= (int)shape.size()"); the export writes the
 per-channel constants as [3, 1, 1].
 
-usage: export_rgb_check.py MODEL.onnx X.u8 LOGITS.f32 N C H W
+ONNX Runtime's logits of the batch (ORT.f32, written by tests/onnx_ort.js;
+"-": not installed) must be our engine's too.
+
+usage: export_rgb_check.py MODEL.onnx X.u8 LOGITS.f32 N C H W ORT.f32|-
 Prints one line per check; exits 1 on the first failure.
 """
 import sys
@@ -36,6 +39,12 @@ def main():
         print("opencv dnn, batches of %d: max |logit diff| %.3g (tolerance %.3g)" % (b, d, tol))
         if got.shape != ours.shape or d > tol:
             sys.exit("opencv dnn on batches of %d disagrees with our engine" % b)
+    if sys.argv[8] != "-":
+        got = np.fromfile(sys.argv[8], dtype=np.float32).reshape(n, -1)
+        d = float(np.abs(got - ours).max())
+        print("onnx runtime, a batch of %d: max |logit diff| %.3g (tolerance %.3g)" % (n, d, tol))
+        if d > tol:
+            sys.exit("onnx runtime disagrees with our engine")
     print("all checks passed")
 
 

@@ -238,6 +238,20 @@ int px_test_skip_example(const char *path) {
   return !have;
 }
 
+const char *px_test_ort_modules(char *buf, size_t cap) {
+  const char *p = getenv("PX_NPM_PREFIX");
+  const char *home = getenv("HOME");
+  if (p && p[0]) snprintf(buf, cap, "%s/node_modules", p);
+  else if (getenv("XDG_CACHE_HOME"))
+    snprintf(buf, cap, "%s/prunex/npm/node_modules", getenv("XDG_CACHE_HOME"));
+  else snprintf(buf, cap, "%s/.cache/prunex/npm/node_modules", home ? home : "");
+  char pkg[600];
+  snprintf(pkg, sizeof pkg, "%s/onnxruntime-node/package.json", buf);
+  if (access(pkg, R_OK) == 0 && system("node --version >/dev/null 2>&1") == 0) return buf;
+  printf("needs node and onnxruntime-node in %s (scripts/bootstrap)\n", buf);
+  return NULL;
+}
+
 double px_test_write_logits(px_model_t *m, const px_dataset_t *ds, int n, const char *logits_path) {
   const px_dataset_info_t *info = px_dataset_info(ds);
   return px_test_write_logits_norm(m, ds, n, info->mean, info->std, logits_path);

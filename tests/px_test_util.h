@@ -61,6 +61,12 @@ double px_test_write_logits_norm(px_model_t *m, const px_dataset_t *ds, int n, c
  * so), else 0 (written on first use, atomically, gitignored). */
 int px_test_skip_example(const char *path);
 
+/* The node_modules folder of the npm install of onnxruntime-node
+ * (scripts/bootstrap: $PX_NPM_PREFIX, else $XDG_CACHE_HOME/prunex/npm or
+ * ~/.cache/prunex/npm) into buf, for NODE_PATH and tests/onnx_ort.js; NULL
+ * (printed) when it or node is not installed. */
+const char *px_test_ort_modules(char *buf, size_t cap);
+
 /* Parses a YAML job spec (px_jobspec_parse_string, which fills the
  * defaults and validates): with needle NULL, 1 when it is accepted; else 1
  * when it is refused with an error that contains needle (the error is

@@ -3,8 +3,9 @@
  * starts with the per-channel normalisation; our engine writes its logits
  * on 16 random images normalised with CIFAR-10's mean and std, and
  * tests/export_rgb_check.py (Debian's /usr/bin/python3) runs the file in
- * OpenCV's dnn on batches of 1, 5 and 16 of the raw images / 255: the same
- * logits on every image. Skips without python3-onnx and python3-opencv
+ * OpenCV's dnn on batches of 1, 5 and 16 of the raw images / 255, and ONNX
+ * Runtime (onnxruntime-node, tests/onnx_ort.js) on the batch of 16: the
+ * same logits on every image. Skips without python3-onnx and python3-opencv
  * (scripts/bootstrap installs them). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -53,8 +54,25 @@ static void rgb_export_runs_on_batches_in_opencv(void **state) {
   assert_int_equal(px_data_write_file(xpath, px_dataset_images(ds), (size_t)N * 3 * 32 * 32), PX_OK);
   snprintf(lpath, sizeof lpath, "%s/logits.f32", dir);
   assert_true(px_test_write_logits_norm(m, ds, N, px_cifar10_mean, px_cifar10_std, lpath) >= 0);
-  snprintf(cmd, sizeof cmd, PY " %s/tests/export_rgb_check.py %s %s %s %d 3 32 32", PX_SOURCE_DIR,
-           rep.onnx_path, xpath, lpath, N);
+  /* ONNX Runtime on the whole batch of raw pixels / 255 (tests/onnx_ort.js) */
+  char fpath[512], opath[512], mods[512];
+  snprintf(fpath, sizeof fpath, "%s/x.f32", dir);
+  snprintf(opath, sizeof opath, "%s/ort.f32", dir);
+  float *xf = malloc((size_t)N * 3 * 32 * 32 * sizeof *xf);
+  assert_non_null(xf);
+  for (size_t i = 0; i < (size_t)N * 3 * 32 * 32; i++) xf[i] = px_dataset_images(ds)[i] / 255.0f;
+  assert_int_equal(px_data_write_file(fpath, xf, (size_t)N * 3 * 32 * 32 * sizeof *xf), PX_OK);
+  free(xf);
+  if (px_test_ort_modules(mods, sizeof mods)) {
+    snprintf(cmd, sizeof cmd, "NODE_PATH=%s node %s/tests/onnx_ort.js %s %s %d 3 32 32 %s", mods,
+             PX_SOURCE_DIR, rep.onnx_path, fpath, N, opath);
+    assert_int_equal(system(cmd), 0);
+  } else {
+    opath[0] = '-';
+    opath[1] = '\0';
+  }
+  snprintf(cmd, sizeof cmd, PY " %s/tests/export_rgb_check.py %s %s %s %d 3 32 32 %s",
+           PX_SOURCE_DIR, rep.onnx_path, xpath, lpath, N, opath);
   assert_int_equal(system(cmd), 0);
 
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

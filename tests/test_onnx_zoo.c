@@ -113,23 +113,6 @@ static double now_s(void) {
   return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* The folder of the npm install of onnxruntime-node
- * (scripts/bootstrap: $PX_NPM_PREFIX, else ~/.cache/prunex/npm) into buf,
- * or NULL (printed) when it is not installed. */
-static const char *ort_modules(char *buf, size_t cap) {
-  const char *p = getenv("PX_NPM_PREFIX");
-  const char *home = getenv("HOME");
-  if (p && p[0]) snprintf(buf, cap, "%s/node_modules", p);
-  else if (getenv("XDG_CACHE_HOME"))
-    snprintf(buf, cap, "%s/prunex/npm/node_modules", getenv("XDG_CACHE_HOME"));
-  else snprintf(buf, cap, "%s/.cache/prunex/npm/node_modules", home ? home : "");
-  char pkg[600];
-  snprintf(pkg, sizeof pkg, "%s/onnxruntime-node/package.json", buf);
-  if (access(pkg, R_OK) == 0 && system("node --version >/dev/null 2>&1") == 0) return buf;
-  print_message("needs node and onnxruntime-node in %s (scripts/bootstrap): (d) skipped\n", buf);
-  return NULL;
-}
-
 /* The reference of net at opset k in PX_BINARY_DIR/zoo (made once; the
  * file alone for a network listed as refused). */
 static void zoo_reference(const zoo_net_t *z, int k, char *dir, size_t cap) {
@@ -217,7 +200,7 @@ static void check_compact_ort(px_model_t *m, px_ops_t *ops, const char *dir, con
   if (px_onnx_save(cm, path, NULL) != PX_OK) fail_msg("%s: export: %s", net, px_last_error());
   print_message("%s: (d) compact model %zu of %zu parameters, its logits within %.2e\n", net,
                 px_model_numel(cm), px_model_numel(m), dc);
-  if (!ort_modules(mods, sizeof mods)) {
+  if (!px_test_ort_modules(mods, sizeof mods)) {
     *ort_skipped = 1;
     goto done;
   }
