@@ -472,7 +472,37 @@ class ConvNeXt(nn.Module):
         return self.classifier(self.avgpool(self.features(x)))
 
 
-NETS = {"vgg": Vgg, "resnet": ResNet, "mobilenet": MobileNet, "seresnet": SEResNet,
+class VggFlat(nn.Module):
+    """torchvision's vgg11_bn classifier at toy size (issue 48): the last
+    map (64 x 2 x 2 at 32 x 32) flattened whole into Linear, ReLU, Dropout,
+    Linear, as vgg's 512 x 7 x 7 into its 25088 x 4096 layer; view=True
+    flattens by x.view(x.size(0), -1) (a Reshape by a computed shape)."""
+
+    def __init__(self, c, classes, view=False):
+        super().__init__()
+        layers = []
+        for item in [(c, 16), "M", (16, 32), "M", (32, 32), "M", (32, 64), "M"]:
+            if item == "M":
+                layers.append(nn.MaxPool2d(2))
+            else:
+                layers += conv_bn(item[0], item[1], 3, 1) + [nn.ReLU(inplace=True)]
+        self.features = nn.Sequential(*layers)
+        self.view = view
+        self.classifier = nn.Sequential(nn.Linear(64 * 2 * 2, 32), nn.ReLU(True), nn.Dropout(),
+                                        nn.Linear(32, classes))
+
+    def forward(self, x):
+        x = self.features(x)
+        x = x.view(x.size(0), -1) if self.view else torch.flatten(x, 1)
+        return self.classifier(x)
+
+
+class VggView(VggFlat):
+    def __init__(self, c, classes):
+        super().__init__(c, classes, view=True)
+
+
+NETS = {"vgg": Vgg, "vgg_flat": VggFlat, "vgg_view": VggView, "resnet": ResNet, "mobilenet": MobileNet, "seresnet": SEResNet,
         "acts": Acts, "scalars": Scalars, "elu": EluNet, "clip1": Clip1Net,
         "gelu_tanh": GeluTanhNet, "recip": RecipNet, "shapes": Shapes,
         "shapes_mean": ShapesMean, "data_slice": DataSlice, "bn_eps": BnEps,

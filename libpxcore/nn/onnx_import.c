@@ -91,6 +91,9 @@ typedef struct {
   int tr;                     /* CONST: the transpose of the 2-D t (a Transpose(1, 0) of a
                                  Linear's weight: only a MatMul reads it) */
   float eps;                  /* LNP: the epsilon added (steps 5 and 6) */
+  int flat;                   /* ACT: 1 for a C x H x W map (H * W > 1) flattened to [N, c]
+                                 (c = C * H * W): only a Gemm, MatMul, activations, Dropout and
+                                 Identity read it (the model keeps the map: an FC reads it whole) */
 } px__value_t;
 
 typedef struct {
@@ -237,6 +240,18 @@ static int px__perm_reader(const char *op) {
   return 0;
 }
 
+/* Whether an operator may read a flattened map (px__value_t.flat): the
+ * classifier's and the activations and scalar arithmetic between its
+ * layers. */
+static int px__flat_reader(const char *op) {
+  static const char *const ok[] = {"Gemm", "MatMul", "Relu", "LeakyRelu", "Clip", "Sigmoid",
+                                   "HardSigmoid", "HardSwish", "Tanh", "Gelu", "Div", "Mul",
+                                   "Add", "Sub", "Shape"};
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+    if (!strcmp(op, ok[i])) return 1;
+  return 0;
+}
+
 static px_status_t px__act_in(px__imp_t *im, const Onnx__NodeProto *n, size_t i, int spatial,
                               px__value_t **out) {
   PX_CHECK(px__in(im, n, i, 1, out));
@@ -254,6 +269,10 @@ static px_status_t px__act_in(px__imp_t *im, const Onnx__NodeProto *n, size_t i,
     return PX__NODE_FAIL(im, n, "input '%s' is the NHWC view of a map (after a Transpose to "
                                 "[N, H, W, C]): only element-wise nodes, LayerNormalization, "
                                 "MatMul and a Transpose back read it", n->input[i]);
+  if ((*out)->flat && !px__flat_reader(n->op_type))
+    return PX__NODE_FAIL(im, n, "input '%s' is a map flattened to [N, %d] for the classifier: "
+                                "only a Gemm, MatMul or an activation may read it", n->input[i],
+                         (*out)->c);
   if ((*out)->sq)
     return PX__NODE_FAIL(im, n, "input '%s' is 3-D [N, %d, 1]: only a Squeeze, Unsqueeze, "
                                 "Reshape or Flatten may read it", n->input[i], (*out)->c);
@@ -323,7 +342,7 @@ static px_status_t px__out(px__imp_t *im, const Onnx__NodeProto *n, int layer, i
                            int w) {
   if (n->n_output < 1) return PX__NODE_FAIL(im, n, "the node has no output");
   px__value_t *v = px__find(im, n->output[0]);
-  *v = (px__value_t){v->name, PX__V_ACT, NULL, layer, c, h, w, v->uses, 0, 0, 0, 0, 0, 0};
+  *v = (px__value_t){v->name, PX__V_ACT, NULL, layer, c, h, w, v->uses, 0, 0, 0, 0, 0, 0, 0};
   return PX_OK;
 }
 
@@ -448,7 +467,10 @@ static px_status_t px__act_of(px__imp_t *im, const Onnx__NodeProto *n, size_t i,
   L->act = (int)a;
   L->alpha = alpha;
   if (x->layer < 0) return PX__NODE_FAIL(im, n, "an activation of the graph input is not supported");
-  return px__out(im, n, im->g->nlayers - 1, x->c, x->h, x->w);
+  const int flat = x->flat;
+  PX_CHECK(px__out(im, n, im->g->nlayers - 1, x->c, x->h, x->w));
+  px__find(im, n->output[0])->flat = flat;
+  return PX_OK;
 }
 
 static px_status_t px__act(px__imp_t *im, const Onnx__NodeProto *n, px__act_t a, float alpha) {
@@ -462,7 +484,10 @@ static px_status_t px__op_relu(px__imp_t *im, const Onnx__NodeProto *n) {
   if (!L || (L->kind != PX__OL_BN && L->kind != PX__OL_ADD) || L->relu || x->uses != 1)
     return px__act(im, n, PX__ACT_RELU, 0.0f); /* nothing to fuse into: a layer of its own */
   L->relu = 1;
-  return px__out(im, n, x->layer, x->c, x->h, x->w);
+  const int flat = x->flat;
+  PX_CHECK(px__out(im, n, x->layer, x->c, x->h, x->w));
+  px__find(im, n->output[0])->flat = flat;
+  return PX_OK;
 }
 
 /* A float scalar from an initializer or a Constant (Clip's bounds). */
@@ -941,7 +966,7 @@ static px_status_t px__op_pad(px__imp_t *im, const Onnx__NodeProto *n) {
                                 "before an AveragePool is supported");
   px__value_t *v = px__find(im, n->output[0]);
   *v = (px__value_t){v->name, PX__V_ACT, NULL, x->layer, x->c, x->h, x->w, v->uses, (int)pads[2], 0,
-                     0, 0, 0, 0};
+                     0, 0, 0, 0, 0};
   return PX_OK;
 }
 
@@ -1044,10 +1069,18 @@ static px_status_t px__reshaped(px__imp_t *im, const Onnx__NodeProto *n, const p
   for (int i = 0; same && i < k; i++) same = od[i] == d[i];
   int ok = same || (unit && od[0] == e && (k == 1 || (k == 2 && od[1] == 1) ||
                                            (k == 3 && od[1] == 1 && od[2] == 1)));
+  /* a C x H x W map flattened for the classifier (VGG's 512 x 7 x 7): the
+   * FC layer reads the map itself, its weight's columns in NCHW order, as
+   * PyTorch flattens */
+  if (!ok && !unit && k == 1 && od[0] == e && x->layer >= 0 && !x->perm && !x->pad) {
+    PX_CHECK(px__out(im, n, x->layer, (int)e, 0, 0));
+    px__find(im, n->output[0])->flat = 1;
+    return PX_OK;
+  }
   if (!ok && !unit && k == 1 && od[0] == e)
-    return PX__NODE_FAIL(im, n, "only a C x 1 x 1 activation (after a global average pooling) "
-                                "can be flattened for the classifier; this one is %d x %d x %d",
-                         x->c, x->h, x->w);
+    return PX__NODE_FAIL(im, n, "only a computed map (not the graph input, an NHWC view or a "
+                                "padded one) can be flattened for the classifier; this one is "
+                                "%d x %d x %d", x->c, x->h, x->w);
   if (!ok)
     return PX__NODE_FAIL(im, n, "only reshapes that move no data ([N, C, 1, 1], [N, C, 1] and "
                                 "[N, C] into one another) are supported; this one makes a "
@@ -1205,7 +1238,7 @@ static px_status_t px__op_pass(px__imp_t *im, const Onnx__NodeProto *n) {
   if (n->n_output < 1) return PX__NODE_FAIL(im, n, "the node has no output");
   px__value_t *v = px__find(im, n->output[0]);
   *v = (px__value_t){v->name, x->kind, x->t, x->layer, x->c, x->h, x->w, v->uses, x->pad,
-                     x->part, x->sq, x->perm, x->tr, x->eps};
+                     x->part, x->sq, x->perm, x->tr, x->eps, x->flat};
   return PX_OK;
 }
 
@@ -1226,7 +1259,7 @@ static px_status_t px__op_transpose(px__imp_t *im, const Onnx__NodeProto *n) {
   if (x->kind == PX__V_CONST) {
     if (x->t->n_dims != 2 || np != 2 || pm[0] != 1 || pm[1] != 0)
       return PX__NODE_FAIL(im, n, "only the transpose [1, 0] of a 2-D initializer is supported");
-    *v = (px__value_t){v->name, PX__V_CONST, x->t, -1, 0, 0, 0, v->uses, 0, 0, 0, 0, !x->tr, 0};
+    *v = (px__value_t){v->name, PX__V_CONST, x->t, -1, 0, 0, 0, v->uses, 0, 0, 0, 0, !x->tr, 0, 0};
     return PX_OK;
   }
   PX_CHECK(px__act_in(im, n, 0, 1, &x));
@@ -1593,7 +1626,7 @@ static px_status_t px__names(px__imp_t *im, const Onnx__GraphProto *gp) {
                         "H and W", im->file, in->name);
   PX_CHECK(px__define(im, in->name, &v));
   *v = (px__value_t){in->name, PX__V_ACT, NULL, -1, g->in_c, g->in_h, g->in_w, 0, 0, 0, 0, 0, 0,
-                     0};
+                     0, 0};
   for (size_t k = 0; k < gp->n_node; k++)
     for (size_t o = 0; o < gp->node[k]->n_output; o++)
       if (gp->node[k]->output[o][0]) PX_CHECK(px__define(im, gp->node[k]->output[o], &v));
