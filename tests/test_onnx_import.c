@@ -731,6 +731,45 @@ static void vgg_classifier_on_a_flattened_map_matches_pytorch(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* torchvision's ShuffleNetV2 at toy size (issue 48): the channel shuffle
+ * (Reshape to [N, 2, C/2, H, W] by a computed shape, Transpose (0, 2, 1, 3,
+ * 4), Reshape back: a SHUFFLE node), x.chunk(2, dim=1) (Split: two SLICE
+ * nodes) and the Concat of the halves, at opsets 13 and 17, against
+ * PyTorch; then the compact model (the convs inside a branch couple across
+ * its depthwise conv; what feeds a shuffle or a split stays whole) through
+ * the ONNX export and back. */
+static void shufflenet_forward_and_gradients_match_pytorch(void **state) {
+  (void)state;
+  if (!have_torch()) skip();
+  check_nets_at("13,17", (const char *const[]){"shufflenet", NULL});
+  char dir[64];
+  reference("shufflenet", dir);
+  px_ops_t *ops;
+  assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
+  px_model_t *m = import(ops, dir);
+  int nshuffle = 0, nslice = 0;
+  for (int k = 0; k < px_model_num_nodes(m); k++) {
+    px_model_node_t n;
+    assert_int_equal(px_model_node(m, k, &n), PX_OK);
+    nshuffle += n.kind == PX_NODE_SHUFFLE && n.groups == 2;
+    nslice += n.kind == PX_NODE_SLICE;
+  }
+  assert_int_equal(nshuffle, 4);
+  assert_int_equal(nslice, 4);
+  int followers, pairs = project_coupled(m, &followers);
+  print_message("shufflenet: %d coupled pairs, %d followers; left dense: %s\n", pairs, followers,
+                px_model_left_dense(m));
+  assert_true(pairs >= 4);
+  assert_non_null(strstr(px_model_left_dense(m), "stage2.0.branch2.5 "));
+  size_t numel = compact_round_trip(ops, m, dir, "shufflenet", C, HW, HW);
+  assert_true(numel < px_model_numel(m));
+  px_model_destroy(m);
+  px_ops_destroy(ops);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 /* The message of checking path, which must fail. */
 static const char *refusal(const char *path) {
   px_model_onnx_info_t info;
@@ -1188,6 +1227,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(vgg_forward_and_gradients_match_pytorch),
       cmocka_unit_test(vgg_classifier_on_a_flattened_map_matches_pytorch),
+      cmocka_unit_test(shufflenet_forward_and_gradients_match_pytorch),
       cmocka_unit_test(resnet_forward_and_gradients_match_pytorch),
       cmocka_unit_test(mobilenet_forward_and_gradients_match_pytorch),
       cmocka_unit_test(seresnet_forward_and_gradients_match_pytorch),

@@ -237,7 +237,11 @@ px_status_t px__compact_update(px__compact_t *c, const px_model_t *m) {
     /* a LayerNorm's statistics are over all of its channels: dropping one
      * would change the others' normalisation, so its input and output stay
      * whole (a producer conv's filters there too) */
-    if (px__grouped(n) || n->kind == PX_NODE_LN) {
+    /* a channel shuffle or slice (ShuffleNet's) moves channels between
+     * groups that compaction does not tie: every channel on either side
+     * stays (its producers are left dense) */
+    if (px__grouped(n) || n->kind == PX_NODE_LN || n->kind == PX_NODE_SHUFFLE ||
+        n->kind == PX_NODE_SLICE) {
       memset(c->live[c->group[n->in]], 1, (size_t)n->c_in);
       memset(c->live[c->group[n->out]], 1, (size_t)n->c_out);
     }
