@@ -384,6 +384,15 @@ static px_status_t pxw_trainer_create(pxw_t *w, px_trainer_t **out) {
   px_train_config_t tc;
   pxw_train_config(w, &tc);
   px_status_t st = px_trainer_create(&tc, out);
+  if (st == PX_OK) {
+    const px_model_t *m = px_trainer_model(*out);
+    px_log(PX_LOG_INFO, "job %s: rank %d: model %s, %zu parameters", w->a.job, w->a.rank,
+           px_model_config(m)->arch, px_model_numel(m));
+    /* an imported graph's layers that pruning leaves dense, and why (one line) */
+    if (px_model_left_dense(m)[0])
+      px_log(PX_LOG_INFO, "job %s: rank %d: left dense: %s", w->a.job, w->a.rank,
+             px_model_left_dense(m));
+  }
   if (st == PX_OK || w->device.kind != PX_DEVICE_CUDA) return st;
   char why[512];
   snprintf(why, sizeof why, "%s", px_last_error());

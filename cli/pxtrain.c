@@ -235,6 +235,7 @@ static int run_bench(const px_train_config_t *c, int steps, int warmup, int h, i
   printf("pxtrain --bench: %s, %dx%dx%d inputs, batch %d, %s, %zu parameters, %.1f MB of model "
          "memory\n", c->arch, syn.channels, syn.height, syn.width, c->batch, px_ops_describe(ops),
          px_model_numel(m), px_model_memory_bytes(m) / 1e6);
+  if (px_model_left_dense(m)[0]) printf("pxtrain --bench: left dense: %s\n", px_model_left_dense(m));
   double t0 = 0, loss_last = 0;
   for (int s = 0; s < warmup + steps; s++) {
     if (s == warmup) {
@@ -639,6 +640,7 @@ int main(int argc, char **argv) {
     printf("pxtrain: %s%s on %s, %zu parameters, batch %d, %d epochs, lr %g (%s), %s\n", cfg->arch,
            cfg->widths ? " (compact)" : "", cfg->dataset, px_model_numel(m), cfg->batch,
            cfg->epochs, cfg->lr, cfg->lr_schedule, px_ops_describe(px_model_ops(m)));
+  if (px_model_left_dense(m)[0]) printf("pxtrain: left dense: %s\n", px_model_left_dense(m));
   int status = a.eval_only ? run_eval_only(t) : run_training(&a, t);
   px_trainer_destroy(t);
   return status;

@@ -577,7 +577,99 @@ def to_auto_pad(path):
     onnx.save(m, path)
 
 
-NETS = {"vgg": Vgg, "resnet": ResNet, "mobilenet": MobileNet, "seresnet": SEResNet,
+class VggFlat(nn.Module):
+    """torchvision's vgg11_bn classifier at toy size (issue 48): the last
+    map (64 x 2 x 2 at 32 x 32) flattened whole into Linear, ReLU, Dropout,
+    Linear, as vgg's 512 x 7 x 7 into its 25088 x 4096 layer; view=True
+    flattens by x.view(x.size(0), -1) (a Reshape by a computed shape)."""
+
+    def __init__(self, c, classes, view=False):
+        super().__init__()
+        layers = []
+        for item in [(c, 16), "M", (16, 32), "M", (32, 32), "M", (32, 64), "M"]:
+            if item == "M":
+                layers.append(nn.MaxPool2d(2))
+            else:
+                layers += conv_bn(item[0], item[1], 3, 1) + [nn.ReLU(inplace=True)]
+        self.features = nn.Sequential(*layers)
+        self.view = view
+        self.classifier = nn.Sequential(nn.Linear(64 * 2 * 2, 32), nn.ReLU(True), nn.Dropout(),
+                                        nn.Linear(32, classes))
+
+    def forward(self, x):
+        x = self.features(x)
+        x = x.view(x.size(0), -1) if self.view else torch.flatten(x, 1)
+        return self.classifier(x)
+
+
+class VggView(VggFlat):
+    def __init__(self, c, classes):
+        super().__init__(c, classes, view=True)
+
+
+def channel_shuffle(x, groups):
+    """torchvision's shufflenetv2.channel_shuffle, verbatim."""
+    batchsize, num_channels, height, width = x.size()
+    channels_per_group = num_channels // groups
+    x = x.view(batchsize, groups, channels_per_group, height, width)
+    x = torch.transpose(x, 1, 2).contiguous()
+    x = x.view(batchsize, -1, height, width)
+    return x
+
+
+class ShuffleUnit(nn.Module):
+    """torchvision's InvertedResidual of ShuffleNetV2: stride 1 splits the
+    channels (x.chunk(2, dim=1): Split, or Slice), stride 2 runs two
+    branches on the whole input; the halves are joined and shuffled."""
+
+    def __init__(self, ci, co, s):
+        super().__init__()
+        self.stride = s
+        b = co // 2
+        if s > 1:
+            self.branch1 = nn.Sequential(
+                nn.Conv2d(ci, ci, 3, s, 1, groups=ci, bias=False), nn.BatchNorm2d(ci),
+                nn.Conv2d(ci, b, 1, 1, 0, bias=False), nn.BatchNorm2d(b), nn.ReLU(inplace=True))
+        else:
+            self.branch1 = nn.Sequential()
+        self.branch2 = nn.Sequential(
+            nn.Conv2d(ci if s > 1 else b, b, 1, 1, 0, bias=False), nn.BatchNorm2d(b),
+            nn.ReLU(inplace=True), nn.Conv2d(b, b, 3, s, 1, groups=b, bias=False),
+            nn.BatchNorm2d(b), nn.Conv2d(b, b, 1, 1, 0, bias=False), nn.BatchNorm2d(b),
+            nn.ReLU(inplace=True))
+
+    def forward(self, x):
+        if self.stride == 1:
+            x1, x2 = x.chunk(2, dim=1)
+            out = torch.cat((x1, self.branch2(x2)), dim=1)
+        else:
+            out = torch.cat((self.branch1(x), self.branch2(x)), dim=1)
+        return channel_shuffle(out, 2)
+
+
+class ShuffleNet(nn.Module):
+    """shufflenet_v2's structure at toy size (issue 48): a stem conv and max
+    pooling, a stage of a stride-2 unit and a stride-1 unit, a second
+    stride-2 unit, a 1x1 conv, the mean over H and W, Linear."""
+
+    def __init__(self, c, classes):
+        super().__init__()
+        self.conv1 = nn.Sequential(nn.Conv2d(c, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16),
+                                   nn.ReLU(inplace=True))
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        self.stage2 = nn.Sequential(ShuffleUnit(16, 32, 2), ShuffleUnit(32, 32, 1))
+        self.stage3 = nn.Sequential(ShuffleUnit(32, 64, 2), ShuffleUnit(64, 64, 1))
+        self.conv5 = nn.Sequential(nn.Conv2d(64, 64, 1, 1, 0, bias=False), nn.BatchNorm2d(64),
+                                   nn.ReLU(inplace=True))
+        self.fc = nn.Linear(64, classes)
+
+    def forward(self, x):
+        x = self.conv5(self.stage3(self.stage2(self.maxpool(self.conv1(x)))))
+        return self.fc(x.mean([2, 3]))
+
+
+NETS = {"shufflenet": ShuffleNet, "vgg": Vgg, "vgg_flat": VggFlat, "vgg_view": VggView,
+        "resnet": ResNet, "mobilenet": MobileNet, "seresnet": SEResNet,
         "acts": Acts, "scalars": Scalars, "elu": EluNet, "clip1": Clip1Net,
         "gelu_tanh": GeluTanhNet, "recip": RecipNet, "shapes": Shapes,
         "shapes_mean": ShapesMean, "data_slice": DataSlice, "bn_eps": BnEps,

@@ -495,6 +495,47 @@ static void imported_graphs_prune_by_coupled_groups_and_compact_exactly(void **s
   px_ops_destroy(ops);
 }
 
+/* The compact model of m (which the caller pruned), its ONNX export
+ * (dir/compact.onnx, onnx's full check) imported again: the logits of all
+ * three on one random batch of c x h x w; the compact model's numel. */
+static size_t compact_round_trip(px_ops_t *ops, px_model_t *m, const char *dir, const char *net,
+                                 int c, int h, int w) {
+  char path[512], cmd[1024];
+  px_model_t *cm = NULL, *rm = NULL;
+  if (px_model_compact(m, ops, BATCH, &cm) != PX_OK) fail_msg("compact: %s", px_last_error());
+  size_t n = (size_t)BATCH * c * h * w;
+  float *x = malloc(n * sizeof *x), ld[BATCH * K], lc[BATCH * K], lr[BATCH * K];
+  uint64_t r = 11;
+  for (size_t i = 0; i < n; i++) x[i] = (float)((r = r * 6364136223846793005ull + 1) >> 40) / 8388608.0f - 1.0f;
+  assert_int_equal(px_model_logits(m, x, BATCH, ld), PX_OK);
+  assert_int_equal(px_model_logits(cm, x, BATCH, lc), PX_OK);
+  snprintf(path, sizeof path, "%s/compact.onnx", dir);
+  if (px_onnx_save(cm, path, NULL) != PX_OK) fail_msg("export: %s", px_last_error());
+  px_model_config_t cfg = {"", c, K, BATCH, h, w, NULL, 0, PX_PRECISION_FP32, path};
+  if (px_model_create(ops, &cfg, &rm) != PX_OK) fail_msg("re-import: %s", px_last_error());
+  assert_int_equal(px_model_init_params(rm, 1), PX_OK);
+  assert_int_equal(px_model_logits(rm, x, BATCH, lr), PX_OK);
+  double d = 0, dr = 0, scale = 1;
+  for (int i = 0; i < BATCH * K; i++) {
+    d = fmax(d, fabs((double)ld[i] - lc[i]));
+    dr = fmax(dr, fabs((double)lr[i] - lc[i]));
+    scale = fmax(scale, fabs((double)ld[i]));
+  }
+  size_t numel = px_model_numel(cm);
+  print_message("%s: %zu of %zu parameters after compaction, compact logits within %.2e, its "
+                "ONNX imported again within %.2e\n", net, numel, px_model_numel(m), d, dr);
+  assert_true(px_model_numel(rm) == numel);
+  assert_true(d <= 1e-4 * scale);
+  assert_true(dr <= 1e-5 * scale);
+  snprintf(cmd, sizeof cmd, PY " -c \"import onnx; onnx.checker.check_model(onnx.load('%s'), "
+                            "full_check=True)\"", path);
+  assert_int_equal(system(cmd), 0);
+  free(x);
+  px_model_destroy(rm);
+  px_model_destroy(cm);
+  return numel;
+}
+
 /* ConvNeXt's channel groups (issue 48, item 2): each block's Linear pair
  * (1 x 1 convs with bias, GELU between) is one coupled group; the
  * LayerNorms and layer scales sit on the residual stream, which stays
@@ -507,48 +548,108 @@ static void convnext_prunes_its_linear_pairs_and_compacts_exactly(void **state) 
   if (!have_torch()) skip();
   px_ops_t *ops;
   assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
-  char dir[64], path[512], cmd[1024];
+  char dir[64], cmd[1024];
   reference("convnext", dir);
-  px_model_t *m = import(ops, dir), *cm = NULL, *rm = NULL;
+  px_model_t *m = import(ops, dir);
   int followers, pairs = project_coupled(m, &followers);
   assert_int_equal(pairs, 2);
   assert_int_equal(followers, 0);
   assert_int_equal(param_kind(m, "features.1.layer_scale"), PX_WEIGHT_CONV_FIXED);
   assert_int_equal(param_kind(m, "features.1.block.2.weight"), PX_WEIGHT_LN_SCALE);
-  assert_int_equal(px_model_compact(m, ops, BATCH, &cm), PX_OK);
-  size_t n = (size_t)BATCH * C * HW * HW;
-  float *x = malloc(n * sizeof *x), ld[BATCH * K], lc[BATCH * K], lr[BATCH * K];
-  uint64_t r = 11;
-  for (size_t i = 0; i < n; i++) x[i] = (float)((r = r * 6364136223846793005ull + 1) >> 40) / 8388608.0f - 1.0f;
-  assert_int_equal(px_model_logits(m, x, BATCH, ld), PX_OK);
-  assert_int_equal(px_model_logits(cm, x, BATCH, lc), PX_OK);
-  snprintf(path, sizeof path, "%s/compact.onnx", dir);
-  assert_int_equal(px_onnx_save(cm, path, NULL), PX_OK);
-  px_model_config_t cfg = {"", C, K, BATCH, HW, HW, NULL, 0, PX_PRECISION_FP32, path};
-  if (px_model_create(ops, &cfg, &rm) != PX_OK) fail_msg("re-import: %s", px_last_error());
-  assert_int_equal(px_model_init_params(rm, 1), PX_OK);
-  assert_int_equal(px_model_logits(rm, x, BATCH, lr), PX_OK);
-  double d = 0, dr = 0, scale = 1;
-  for (int i = 0; i < BATCH * K; i++) {
-    d = fmax(d, fabs((double)ld[i] - lc[i]));
-    dr = fmax(dr, fabs((double)lr[i] - lc[i]));
-    scale = fmax(scale, fabs((double)ld[i]));
-  }
-  print_message("convnext: %d coupled pairs, %zu of %zu parameters after compaction, compact "
-                "logits within %.2e, its ONNX imported again within %.2e\n", pairs,
-                px_model_numel(cm), px_model_numel(m), d, dr);
-  assert_true(px_model_numel(cm) < px_model_numel(m));
-  assert_true(px_model_numel(rm) == px_model_numel(cm));
-  assert_true(d <= 1e-4 * scale);
-  assert_true(dr <= 1e-5 * scale);
-  snprintf(cmd, sizeof cmd, PY " -c \"import onnx; onnx.checker.check_model(onnx.load('%s'), "
-                            "full_check=True)\"", path);
-  assert_int_equal(system(cmd), 0);
-  free(x);
-  px_model_destroy(rm);
-  px_model_destroy(cm);
+  size_t numel = compact_round_trip(ops, m, dir, "convnext", C, HW, HW);
+  print_message("convnext: %d coupled pairs\n", pairs);
+  assert_true(numel < px_model_numel(m));
   px_model_destroy(m);
   px_ops_destroy(ops);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* Parameter index of name in m, -1 if none. */
+static int param_index(const px_model_t *m, const char *name) {
+  for (int i = 0; i < px_model_num_params(m); i++)
+    if (!strcmp(px_model_param(m, i)->name, name)) return i;
+  return -1;
+}
+
+/* VGG's classifier (issue 48): the last map (64 x 2 x 2) flattened whole
+ * into Linear, by Flatten and by x.view(N, -1), at opsets 13 and 17, against
+ * PyTorch; then pruning: the last conv is coupled to nothing (its output
+ * feeds a max pooling and the flattened classifier: it stays a producer
+ * that is not pruned for the FC's sake), but a channel whose block of 2 x 2
+ * FC columns is zero is dead, and compaction drops the block, the conv's
+ * filter and its BN entries, exactly, through the ONNX export and back. */
+static void vgg_classifier_on_a_flattened_map_matches_pytorch(void **state) {
+  (void)state;
+  if (!have_torch()) skip();
+  check_net_at("vgg_flat", 3, 32, 32, 1);
+  setenv("PX_TEST_ONNX_OPSET", "17", 1);
+  check_net_at("vgg_view", 3, 32, 32, 1);
+  unsetenv("PX_TEST_ONNX_OPSET");
+  char dir[64];
+  reference_at("vgg_flat", 3, 32, 32, dir);
+  px_ops_t *ops;
+  assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
+  px_model_t *m = import_at(ops, dir, 3, 32, 32);
+  const int last = param_index(m, "features.12.weight"), fc = param_index(m, "classifier.0.weight");
+  assert_true(last >= 0 && fc >= 0);
+  assert_int_equal(px_model_channel_consumer(m, last), -1);
+  const px_tensor_t *wf = px_model_param(m, fc)->value;
+  assert_int_equal(wf->dims[1], 64 * 4);
+  size_t nf = px_tensor_numel(wf);
+  float *w = malloc(nf * sizeof *w);
+  assert_int_equal(px_tensor_copy_to_host(wf, w, nf * sizeof *w), PX_OK);
+  const int dead[] = {0, 5, 6, 63};
+  for (int o = 0; o < 32; o++)
+    for (int k = 0; k < 4; k++)
+      memset(w + (size_t)o * 256 + (size_t)dead[k] * 4, 0, 4 * sizeof *w);
+  assert_int_equal(px_tensor_copy_from_host((px_tensor_t *)wf, w, nf * sizeof *w), PX_OK);
+  size_t numel = compact_round_trip(ops, m, dir, "vgg_flat", 3, 32, 32);
+  /* per dead channel: 32 x 4 FC columns, a 32 x 3 x 3 filter, BN scale and shift */
+  assert_int_equal(numel, px_model_numel(m) - 4 * (32 * 4 + 32 * 9 + 2));
+  free(w);
+  px_model_destroy(m);
+  px_ops_destroy(ops);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* torchvision's ShuffleNetV2 at toy size (issue 48): the channel shuffle
+ * (Reshape to [N, 2, C/2, H, W] by a computed shape, Transpose (0, 2, 1, 3,
+ * 4), Reshape back: a SHUFFLE node), x.chunk(2, dim=1) (Split: two SLICE
+ * nodes) and the Concat of the halves, at opsets 13 and 17, against
+ * PyTorch; then the compact model (the convs inside a branch couple across
+ * its depthwise conv; what feeds a shuffle or a split stays whole) through
+ * the ONNX export and back. */
+static void shufflenet_forward_and_gradients_match_pytorch(void **state) {
+  (void)state;
+  if (!have_torch()) skip();
+  check_nets_at("13,17", (const char *const[]){"shufflenet", NULL});
+  char dir[64];
+  reference("shufflenet", dir);
+  px_ops_t *ops;
+  assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
+  px_model_t *m = import(ops, dir);
+  int nshuffle = 0, nslice = 0;
+  for (int k = 0; k < px_model_num_nodes(m); k++) {
+    px_model_node_t n;
+    assert_int_equal(px_model_node(m, k, &n), PX_OK);
+    nshuffle += n.kind == PX_NODE_SHUFFLE && n.groups == 2;
+    nslice += n.kind == PX_NODE_SLICE;
+  }
+  assert_int_equal(nshuffle, 4);
+  assert_int_equal(nslice, 4);
+  int followers, pairs = project_coupled(m, &followers);
+  print_message("shufflenet: %d coupled pairs, %d followers; left dense: %s\n", pairs, followers,
+                px_model_left_dense(m));
+  assert_true(pairs >= 4);
+  assert_non_null(strstr(px_model_left_dense(m), "stage2.0.branch2.5 "));
+  size_t numel = compact_round_trip(ops, m, dir, "shufflenet", C, HW, HW);
+  assert_true(numel < px_model_numel(m));
+  px_model_destroy(m);
+  px_ops_destroy(ops);
+  char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   assert_int_equal(system(cmd), 0);
 }
@@ -1037,6 +1138,8 @@ static void tensor_caps_take_real_networks_and_bound_hostile_ones(void **state) 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(vgg_forward_and_gradients_match_pytorch),
+      cmocka_unit_test(vgg_classifier_on_a_flattened_map_matches_pytorch),
+      cmocka_unit_test(shufflenet_forward_and_gradients_match_pytorch),
       cmocka_unit_test(resnet_forward_and_gradients_match_pytorch),
       cmocka_unit_test(mobilenet_forward_and_gradients_match_pytorch),
       cmocka_unit_test(seresnet_forward_and_gradients_match_pytorch),

@@ -77,18 +77,18 @@ static const int OPSETS[2] = {13, 17};
  * batch-norm and convolution gradients are 10 to 500 times further from the
  * float64 step than PyTorch's float32 ones (up to 16% of the largest
  * against 0.05%); elsewhere within a few times. PyTorch accumulates its CPU
- * batch-norm sums in double. Reported for the engine; the factors below
- * (twice the worst measured) still catch a wrong gradient.
+ * batch-norm sums in double. vgg11_bn at 224 x 224: features.11's weight
+ * gradient 5.7 times PyTorch float32's distance (1.6e-2 against 2.8e-3).
+ * Reported for the engine; the factors below (twice the worst measured)
+ * still catch a wrong gradient.
  * Today's state (flip an entry to {NULL, NULL} as support lands):
- * vgg11_bn's classifier flattens a 512 x 7 x 7 map; shufflenet's channel
- * shuffle reshapes to 5-D; squeezenet's classifier is a Conv, ReLU and
- * pooling, not a final Gemm. */
+ * squeezenet's classifier is a Conv, ReLU and pooling, not a final Gemm. */
 static const zoo_net_t ZOO[] = {
     {"resnet18", 64, {NULL, NULL}, 0},
     {"resnet50", 64, {NULL, NULL}, 600},
     {"resnext50_32x4d", 64, {NULL, NULL}, 0},
     {"wide_resnet50_2", 64, {NULL, NULL}, 60},
-    {"vgg11_bn", 224, {"(Flatten)", "(Flatten)"}, 0},
+    {"vgg11_bn", 224, {NULL, NULL}, 12},
     {"mobilenet_v2", 64, {NULL, NULL}, 0},
     {"mobilenet_v3_small", 64, {NULL, NULL}, 0},
     {"mobilenet_v3_large", 64, {NULL, NULL}, 0},
@@ -96,7 +96,7 @@ static const zoo_net_t ZOO[] = {
     {"efficientnet_v2_s", 64, {NULL, NULL}, 0},
     {"regnet_x_400mf", 64, {NULL, NULL}, 600},
     {"regnet_y_400mf", 64, {NULL, NULL}, 1200},
-    {"shufflenet_v2_x1_0", 64, {"(Reshape)", "(Reshape)"}, 0},
+    {"shufflenet_v2_x1_0", 64, {NULL, NULL}, 0},
     {"squeezenet1_1", 64, {"a final Gemm or MatMul", "a final Gemm or MatMul"}, 0},
     {"densenet121", 64, {NULL, NULL}, 0},
     {"mnasnet1_0", 64, {NULL, NULL}, 0},

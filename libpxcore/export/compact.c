@@ -69,6 +69,15 @@ static int px__sole_reader(const px__cg_t *c, int a) {
   return r;
 }
 
+/* The pixels of each input channel an FC node reads: 1 for pooled
+ * features, H * W for a flattened map (VGG's classifier: its weight's
+ * columns are [c_in][H * W], channel-major as PyTorch flattens, so a dead
+ * channel drops a block of H * W columns). */
+static size_t px__fc_area(const px_model_t *m, const px_model_node_t *n) {
+  int h, w;
+  return px_model_act_area(m, n->in, &h, &w) == 0 ? (size_t)h * (size_t)w : 1;
+}
+
 /* Folds the constant channels of a conv -> BN -> {1x1 conv -> BN}* chain
  * into the readers' batch norms (see the file comment). */
 static void px__fold_constants(px__cg_t *c, int g) {
@@ -230,7 +239,11 @@ px_status_t px__compact_update(px__compact_t *c, const px_model_t *m) {
     /* a LayerNorm's statistics are over all of its channels: dropping one
      * would change the others' normalisation, so its input and output stay
      * whole (a producer conv's filters there too) */
-    if (px__grouped(n) || n->kind == PX_NODE_LN) {
+    /* a channel shuffle or slice (ShuffleNet's) moves channels between
+     * groups that compaction does not tie: every channel on either side
+     * stays (its producers are left dense) */
+    if (px__grouped(n) || n->kind == PX_NODE_LN || n->kind == PX_NODE_SHUFFLE ||
+        n->kind == PX_NODE_SLICE) {
       memset(c->live[c->group[n->in]], 1, (size_t)n->c_in);
       memset(c->live[c->group[n->out]], 1, (size_t)n->c_out);
     }
@@ -239,7 +252,7 @@ px_status_t px__compact_update(px__compact_t *c, const px_model_t *m) {
     if (n->kind == PX_NODE_FC) memset(c->live[c->group[n->out]], 1, (size_t)n->c_out);
     if ((n->kind != PX_NODE_CONV && n->kind != PX_NODE_FC) || n->groups > 1) continue;
     uint8_t *live = c->live[c->group[n->in]];
-    size_t kk = n->kind == PX_NODE_CONV ? (size_t)n->win.kh * n->win.kw : 1;
+    size_t kk = n->kind == PX_NODE_CONV ? (size_t)n->win.kh * n->win.kw : px__fc_area(m, n);
     const float *w = c->pv[n->w];
     for (int o = 0; o < n->c_out; o++)
       for (int ch = 0; ch < n->c_in; ch++) {
@@ -398,9 +411,11 @@ static px_status_t px__compact_walk(px__compact_t *c, const px_model_t *dense,
       PX_CHECK(fn(ctx, 0, n->w, ko, (size_t)nout));
       PX_CHECK(fn(ctx, 0, n->b, ko, (size_t)nout));
     } else if (n->kind == PX_NODE_FC) {
-      size_t j = 0;
+      size_t j = 0, hw = px__fc_area(dense, n);
       for (int o = 0; o < n->c_out; o++)
-        for (int i = 0; i < nin; i++) src[j++] = (int32_t)((size_t)o * n->c_in + ki[i]);
+        for (int i = 0; i < nin; i++)
+          for (size_t e = 0; e < hw; e++)
+            src[j++] = (int32_t)(((size_t)o * n->c_in + ki[i]) * hw + e);
       PX_CHECK(fn(ctx, 0, n->w, src, j));
       for (int o = 0; o < n->c_out; o++) src[o] = o;
       PX_CHECK(fn(ctx, 0, n->b, src, (size_t)n->c_out));

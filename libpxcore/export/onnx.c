@@ -637,6 +637,50 @@ static const char *px__fc_flat(px__pool_t *p, px__vec_t *nodes, const px_model_t
   return flat;
 }
 
+/* An int64 initializer [n] named "<nm>.<what>"; its name. */
+static const char *px__onnx_ints(px__pool_t *p, px__vec_t *inits, const char *nm,
+                                 const char *what, int n, const int64_t *v) {
+  char name[80];
+  const int64_t dims[1] = {n};
+  snprintf(name, sizeof name, "%s.%s", nm, what);
+  px__initializer_host(p, inits, name, ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, dims, v,
+                       (size_t)n * sizeof *v);
+  return px__str(p, name);
+}
+
+/* A channel shuffle as PyTorch writes it (Reshape to [N, g, C / g, H, W],
+ * Transpose (0, 2, 1, 3, 4), Reshape back), or a slice of channels (Slice
+ * on axis 1). */
+static void px__onnx_chan(px__pool_t *p, px__vec_t *nodes, px__vec_t *inits, const px_model_t *m,
+                          const px_model_node_t *n, int k, const char *in, const char *out) {
+  char nm[32], t[2][80];
+  int h = 1, w = 1;
+  px_model_act_area(m, n->in, &h, &w);
+  if (n->kind == PX_NODE_SLICE) {
+    snprintf(nm, sizeof nm, "slice%d", k);
+    const int64_t st[1] = {n->pad}, en[1] = {n->pad + n->c_out}, ax[1] = {1};
+    const char *ins[4] = {in, px__onnx_ints(p, inits, nm, "starts", 1, st),
+                          px__onnx_ints(p, inits, nm, "ends", 1, en),
+                          px__onnx_ints(p, inits, nm, "axes", 1, ax)};
+    px__node(p, nodes, "Slice", nm, ins, 4, out);
+    return;
+  }
+  snprintf(nm, sizeof nm, "shuffle%d", k);
+  for (int i = 0; i < 2; i++) snprintf(t[i], sizeof t[i], "%s_shuffle%d", out, i);
+  const int64_t g = n->groups, view[5] = {0, g, n->c_in / g, h, w}, back[4] = {0, n->c_out, h, w};
+  px__onnx_step(p, nodes, "Reshape", nm, "view", in, px__onnx_ints(p, inits, nm, "view", 5, view),
+                t[0]);
+  Onnx__NodeProto *tn = px__onnx_step(p, nodes, "Transpose", nm, "transpose", t[0], NULL, t[1]);
+  static const int64_t perm[5] = {0, 2, 1, 3, 4};
+  Onnx__AttributeProto *a = px__attr_ints(p, "perm", 5, 0);
+  if (a) memcpy(a->ints, perm, sizeof perm);
+  px__vec_t attrs = {0};
+  px__push(p, &attrs, a);
+  px__node_attrs(p, tn, &attrs);
+  px__onnx_step(p, nodes, "Reshape", nm, "back", t[1], px__onnx_ints(p, inits, nm, "back", 4, back),
+                out);
+}
+
 /* Node k of the model as ONNX nodes (a BN or an add with a fused ReLU
  * gives two); allocation failures show in p->failed. */
 static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, px__vec_t *inits,
@@ -721,6 +765,10 @@ static px_status_t px__onnx_node(px__pool_t *p, px__vec_t *nodes, px__vec_t *ini
       break;
     case PX_NODE_LN:
       px__onnx_ln(p, nodes, inits, m, &n, k, in, out);
+      break;
+    case PX_NODE_SHUFFLE:
+    case PX_NODE_SLICE:
+      px__onnx_chan(p, nodes, inits, m, &n, k, in, out);
       break;
     case PX_NODE_FC: {
       snprintf(names[1], 64, "%.40s_flat", out);

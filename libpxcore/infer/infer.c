@@ -740,6 +740,10 @@ int px__infer_takes(const px_model_t *m) {
     px_model_node_t n;
     int h, w, h2, w2;
     if (px_model_node(m, k, &n) < 0) return 0;
+    /* an FC on a flattened map (VGG's classifier), a channel shuffle or a
+     * channel slice: the model runs them */
+    px__act_hw(m, n.in, &h, &w);
+    if (n.kind == PX_NODE_FC && h * w > 1) return 0;
     if (n.kind != PX_NODE_MUL && n.kind != PX_NODE_CONCAT) continue;
     px__act_hw(m, n.in, &h, &w);
     px__act_hw(m, n.in2, &h2, &w2);

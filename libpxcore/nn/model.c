@@ -54,8 +54,10 @@
  * run through the ops context (px__ops_act_forward ...: nn/px_ops_int.h). */
 typedef enum {
   PX__CONV, PX__BN, PX__ADD, PX__POOL, PX__FC, PX__REORDER, PX__ACT, PX__MUL, PX__CONCAT,
-  PX__LN /* LayerNorm over channels: w, b its scale and shift, mean / var its statistics
+  PX__LN, /* LayerNorm over channels: w, b its scale and shift, mean / var its statistics
             (var: 1 / sqrt(var + eps)) per pixel [N * H * W] */
+  PX__SHUFFLE, /* channel shuffle of `groups` (ShuffleNet's; px__ops_chan_forward) */
+  PX__SLICE    /* channels [pad, pad + C_out) of the input (a Split's part) */
 } px__node_kind_t;
 
 typedef struct {
@@ -137,6 +139,7 @@ struct px_model {
   size_t numel;
   float *host_x;             /* [batch * C * H * W] staging for short batches */
   float *host_logits;        /* [batch * classes] */
+  char *dense_note;          /* px_model_left_dense's text ("" when none) */
 };
 
 /* ---- architectures: the table is nn/arch.c (px_arch_int.h) -------------------- */
@@ -462,6 +465,20 @@ static px_status_t px__ln_node(px_model_t *m, int in, float eps, const char *nam
   return PX_OK;
 }
 
+/* A channel shuffle or slice (an imported ShuffleNet's) of in; a compact
+ * model's keep every channel there (compaction leaves them dense). */
+static px_status_t px__chan_node(px_model_t *m, const px__onnx_layer_t *L, int in, int *out) {
+  const int shuffle = L->kind == PX__OL_SHUFFLE;
+  if ((int)m->acts[in].dims[1] < (shuffle ? L->c_out : L->start + L->c_out))
+    return px_set_error(PX_ERR_INVALID, "%s: node '%s' (%s) reads %lld channels, fewer than it "
+                        "takes", m->onnx, L->node, L->op, (long long)m->acts[in].dims[1]);
+  PX_CHECK(px__graph_node(m, shuffle ? PX__SHUFFLE : PX__SLICE, in, -1, L->c_out, out));
+  px__node_t *n = &m->nodes[m->nnodes - 1];
+  n->groups = shuffle ? L->groups : 1;
+  n->pad = shuffle ? 0 : L->start;
+  return PX_OK;
+}
+
 static px_status_t px__add(px_model_t *m, int a, int b, int relu, int *out) {
   if (m->acts[a].dims[1] != m->acts[b].dims[1])
     return px_set_error(PX_ERR_INVALID,
@@ -657,6 +674,10 @@ static px_status_t px__build_onnx(px_model_t *m) {
         break;
       case PX__OL_LN:
         PX_CHECK_GOTO(px__ln_node(m, in, L->eps, L->prefix, &act[k]), st, done);
+        break;
+      case PX__OL_SHUFFLE:
+      case PX__OL_SLICE:
+        PX_CHECK_GOTO(px__chan_node(m, L, in, &act[k]), st, done);
         break;
       case PX__OL_GAP: PX_CHECK_GOTO(px__gap(m, in, &act[k]), st, done); break;
       case PX__OL_MAXPOOL:
@@ -928,6 +949,8 @@ static int px__backward_reads(const px__node_t *n, int out[2]) {
     case PX__POOL:
     case PX__REORDER:
     case PX__CONCAT:
+    case PX__SHUFFLE:
+    case PX__SLICE:
       break;
   }
   return 0;
@@ -1123,6 +1146,45 @@ px_status_t px_model_create(px_ops_t *ops, const px_model_config_t *cfg, px_mode
   return px__model_create_ex(ops, cfg, NULL, out);
 }
 
+/* The prunable convs whose output channels a channel shuffle or a channel
+ * split reads (through batch norms, activations, concatenations and layout
+ * conversions): compaction keeps all of them (export/compact.c), so their
+ * filters are left dense as producers; m->dense_note names them and why. */
+static px_status_t px__dense_note(px_model_t *m) {
+  uint8_t *feeds = px_calloc((size_t)m->nacts, 1, "model.feeds");
+  size_t cap = 1, len = 0;
+  for (int k = 0; k < m->nnodes; k++) cap += m->nodes[k].kind == PX__CONV ? 256 : 0;
+  m->dense_note = px_malloc(cap, "model.dense_note");
+  if (!feeds || !m->dense_note) {
+    px_free(feeds);
+    return PX_ERR_NOMEM;
+  }
+  m->dense_note[0] = '\0';
+  for (int k = m->nnodes - 1; k >= 0; k--) { /* readers before writers */
+    const px__node_t *n = &m->nodes[k];
+    if (n->kind == PX__SHUFFLE) feeds[n->in] |= 1;
+    if (n->kind == PX__SLICE) feeds[n->in] |= 2;
+    if (n->kind != PX__BN && n->kind != PX__ACT && n->kind != PX__CONCAT &&
+        n->kind != PX__REORDER)
+      continue;
+    feeds[n->in] |= feeds[n->out];
+    if (n->in2 >= 0) feeds[n->in2] |= feeds[n->out];
+  }
+  for (int k = 0; k < m->nnodes; k++) {
+    const px__node_t *n = &m->nodes[k];
+    if (n->kind != PX__CONV || m->pkinds[n->w] != PX_WEIGHT_CONV || !feeds[n->out]) continue;
+    const char *nm = m->pnames[n->w], *dot = strrchr(nm, '.');
+    len += (size_t)snprintf(m->dense_note + len, cap - len, "%s%.*s (feeds a channel %s)",
+                            len ? ", " : "", (int)(dot ? dot - nm : 200), nm,
+                            feeds[n->out] & 1 ? "shuffle" : "split");
+    if (len >= cap) len = cap - 1;
+  }
+  px_free(feeds);
+  return PX_OK;
+}
+
+const char *px_model_left_dense(const px_model_t *m) { return m->dense_note ? m->dense_note : ""; }
+
 px_status_t px__model_create_ex(px_ops_t *ops, const px_model_config_t *cfg, const char *sha256,
                                 px_model_t **out) {
   PX_REQUIRE(out != NULL && ops != NULL && cfg != NULL, "px_model_create: NULL argument");
@@ -1171,6 +1233,7 @@ px_status_t px__model_create_ex(px_ops_t *ops, const px_model_config_t *cfg, con
   PX_CHECK_GOTO(px__alloc_families(m), st, done);
   PX_CHECK_GOTO(px__plan_memory(m), st, done);
   PX_CHECK_GOTO(px__publish(m), st, done);
+  PX_CHECK_GOTO(px__dense_note(m), st, done);
 done:
   return PX_CREATED(st, m, out, px_model_destroy);
 }
@@ -1201,7 +1264,7 @@ void px_model_destroy(px_model_t *m) {
   PX_FREE_ALL(m->nodes, m->acts, m->pvals, m->pgrads, m->pnames, m->pkinds, m->bufs, m->bnames,
               m->params, m->buffers, m->consumers, m->producer, m->last_use, m->alias, m->grads,
               m->scratch, m->acc, m->ready, m->gbufs, m->host_x, m->host_logits, m->widths,
-              m->redo_at, m->bacts, m);
+              m->redo_at, m->bacts, m->dense_note, m);
 }
 
 /* ---- accessors ------------------------------------------------------------------ */
@@ -1284,7 +1347,8 @@ int px_model_num_nodes(const px_model_t *m) { return m->nnodes; }
 int px_model_compactable(const px_model_t *m) {
   for (int k = 0; k < m->nnodes; k++) {
     const px__node_t *n = &m->nodes[k];
-    if (n->kind == PX__ACT || n->kind == PX__MUL || n->kind == PX__CONCAT || n->kind == PX__LN)
+    if (n->kind == PX__ACT || n->kind == PX__MUL || n->kind == PX__CONCAT || n->kind == PX__LN ||
+        n->kind == PX__SHUFFLE || n->kind == PX__SLICE)
       return 0;
     if (n->kind == PX__CONV && (n->groups > 1 || n->b >= 0)) return 0;
   }
@@ -1319,14 +1383,16 @@ px_status_t px_model_node(const px_model_t *m, int k, px_model_node_t *out) {
   static const px_node_kind_t kinds[] = {PX_NODE_CONV, PX_NODE_BN,      PX_NODE_ADD,
                                          PX_NODE_GAP,  PX_NODE_FC,      PX_NODE_REORDER,
                                          PX_NODE_ACT,  PX_NODE_MUL,     PX_NODE_CONCAT,
-                                         PX_NODE_LN};
+                                         PX_NODE_LN,   PX_NODE_SHUFFLE, PX_NODE_SLICE};
   px_node_kind_t kind = kinds[n->kind];
   if (n->kind == PX__POOL && n->kernel > 0)
     kind = n->mode == PX_POOL_MAX ? PX_NODE_MAXPOOL : PX_NODE_AVGPOOL;
   *out = (px_model_node_t){kind, n->in, n->in2, n->out, n->w, n->b, n->rm, n->rv,
-                           n->relu, n->win.kh, n->win.stride_h, n->win.pad_t,
+                           n->relu, n->win.kh, n->win.stride_h,
+                           n->kind == PX__SLICE ? n->pad : n->win.pad_t,
                            (int)m->acts[n->in].dims[1], (int)m->acts[n->out].dims[1],
-                           n->kind == PX__CONV ? (n->groups > 1 ? n->groups : 1) : 0, (int)n->act,
+                           n->kind == PX__CONV ? (n->groups > 1 ? n->groups : 1)
+                           : n->kind == PX__SHUFFLE ? n->groups : 0, (int)n->act,
                            n->alpha, n->momentum,
                            n->kind == PX__BN || n->kind == PX__LN ? px__decimal(n->eps) : 0.0, n->win};
   return PX_OK;
@@ -1487,6 +1553,8 @@ static px_status_t px__graph_forward(px_model_t *m, const px__node_t *n) {
   if (n->kind == PX__LN)
     return px__ops_ln_forward(m->ops, y, (px_tensor_t *)&n->mean, (px_tensor_t *)&n->var, x,
                               &m->pvals[n->w], &m->pvals[n->b], n->eps);
+  if (n->kind == PX__SHUFFLE || n->kind == PX__SLICE)
+    return px__ops_chan_forward(m->ops, y, x, n->groups, n->pad);
   return px__ops_concat_forward(m->ops, y, x, &m->acts[n->in2]);
 }
 
@@ -1504,6 +1572,8 @@ static px_status_t px__forward(px_model_t *m, int train) {
       case PX__MUL:
       case PX__CONCAT:
       case PX__LN:
+      case PX__SHUFFLE:
+      case PX__SLICE:
         PX_CHECK(px__graph_forward(m, n));
         break;
       case PX__BN:
@@ -1573,6 +1643,8 @@ static px_status_t px__graph_backward(px_model_t *m, const px__node_t *n) {
     PX_CHECK(px__ops_mul_backward(m->ops, dx, dx2, dy, x, &m->bacts[n->in2]));
   else if (n->kind == PX__CONCAT && (dx || dx2))
     PX_CHECK(px__ops_concat_backward(m->ops, dx, dx2, dy));
+  else if ((n->kind == PX__SHUFFLE || n->kind == PX__SLICE) && dx)
+    PX_CHECK(px__ops_chan_backward(m->ops, dx, dy, n->groups, n->pad));
   if (dx) PX_CHECK(px__settle(m, n->in, dx));
   if (dx2) PX_CHECK(px__settle(m, n->in2, dx2));
   return PX_OK;
@@ -1600,7 +1672,8 @@ static px_status_t px__backward(px_model_t *m) {
     px_tensor_t *dy = &m->grads[n->out];
     PX_CHECK(px__recompute(m, k));
     const px_tensor_t *x = &m->bacts[n->in];
-    if (n->kind == PX__ACT || n->kind == PX__MUL || n->kind == PX__CONCAT) {
+    if (n->kind == PX__ACT || n->kind == PX__MUL || n->kind == PX__CONCAT ||
+        n->kind == PX__SHUFFLE || n->kind == PX__SLICE) {
       PX_CHECK(px__graph_backward(m, n));
       continue;
     }
@@ -1631,6 +1704,8 @@ static px_status_t px__backward(px_model_t *m) {
       case PX__ACT:
       case PX__MUL:
       case PX__CONCAT:
+      case PX__SHUFFLE:
+      case PX__SLICE:
         break;
       case PX__POOL:
         PX_CHECK(px_pool2d_backward(n->pool, dx, dy, px__ws(n)));

@@ -96,6 +96,13 @@ typedef struct {
   int tr;                     /* CONST: the transpose of the 2-D t (a Transpose(1, 0) of a
                                  Linear's weight: only a MatMul reads it) */
   float eps;                  /* LNP: the epsilon added (steps 5 and 6) */
+  int flat;                   /* ACT: 1 for a C x H x W map (H * W > 1) flattened to [N, c]
+                                 (c = C * H * W): only a Gemm, MatMul, activations, Dropout and
+                                 Identity read it (the model keeps the map: an FC reads it whole) */
+  int shuf;                   /* ACT: a channel shuffle's 5-D view of the layer's [N, c, h, w]
+                                 output: g > 1 for [N, g, c / g, h, w] (only a Transpose (0, 2,
+                                 1, 3, 4) reads it), -g for that transposed (only the Reshape
+                                 back to [N, c, h, w] reads it, which makes the SHUFFLE layer) */
 } px__value_t;
 
 typedef struct {
@@ -118,7 +125,8 @@ static const char *const px__onnx_ops =
     "scale), Dropout, Identity, Constant, Pad (before a Conv or an AveragePool), and on "
     "shapes and "
     "constants: Shape, Gather, Concat, Unsqueeze, Squeeze, Cast, Slice, ConstantOfShape, Add, "
-    "Sub, Mul, Div";
+    "Sub, Mul, Div; the channel shuffle (Reshape to [N, g, C/g, H, W], Transpose (0, 2, 1, 3, "
+    "4), Reshape back), Split and Slice of a map's channels";
 
 /* ---- the name table ----------------------------------------------------------- */
 
@@ -243,6 +251,18 @@ static int px__perm_reader(const char *op) {
   return 0;
 }
 
+/* Whether an operator may read a flattened map (px__value_t.flat): the
+ * classifier's and the activations and scalar arithmetic between its
+ * layers. */
+static int px__flat_reader(const char *op) {
+  static const char *const ok[] = {"Gemm", "MatMul", "Relu", "LeakyRelu", "Clip", "Sigmoid",
+                                   "HardSigmoid", "HardSwish", "Tanh", "Gelu", "Div", "Mul",
+                                   "Add", "Sub", "Shape"};
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+    if (!strcmp(op, ok[i])) return 1;
+  return 0;
+}
+
 static px_status_t px__act_in(px__imp_t *im, const Onnx__NodeProto *n, size_t i, int spatial,
                               px__value_t **out) {
   PX_CHECK(px__in(im, n, i, 1, out));
@@ -260,6 +280,14 @@ static px_status_t px__act_in(px__imp_t *im, const Onnx__NodeProto *n, size_t i,
     return PX__NODE_FAIL(im, n, "input '%s' is the NHWC view of a map (after a Transpose to "
                                 "[N, H, W, C]): only element-wise nodes, LayerNormalization, "
                                 "MatMul and a Transpose back read it", n->input[i]);
+  if ((*out)->shuf)
+    return PX__NODE_FAIL(im, n, "input '%s' is a channel shuffle's 5-D view of a map: only a "
+                                "Transpose (0, 2, 1, 3, 4) and the Reshape back to [N, C, H, W] "
+                                "may read it", n->input[i]);
+  if ((*out)->flat && !px__flat_reader(n->op_type))
+    return PX__NODE_FAIL(im, n, "input '%s' is a map flattened to [N, %d] for the classifier: "
+                                "only a Gemm, MatMul or an activation may read it", n->input[i],
+                         (*out)->c);
   if ((*out)->sq)
     return PX__NODE_FAIL(im, n, "input '%s' is 3-D [N, %d, 1]: only a Squeeze, Unsqueeze, "
                                 "Reshape or Flatten may read it", n->input[i], (*out)->c);
@@ -329,7 +357,7 @@ static px_status_t px__out(px__imp_t *im, const Onnx__NodeProto *n, int layer, i
                            int w) {
   if (n->n_output < 1) return PX__NODE_FAIL(im, n, "the node has no output");
   px__value_t *v = px__find(im, n->output[0]);
-  *v = (px__value_t){v->name, PX__V_ACT, NULL, layer, c, h, w, v->uses, 0, 0, 0, 0, 0, 0};
+  *v = (px__value_t){v->name, PX__V_ACT, NULL, layer, c, h, w, v->uses, 0, 0, 0, 0, 0, 0, 0, 0};
   return PX_OK;
 }
 
@@ -354,6 +382,8 @@ static px_status_t px__ln_step(px__imp_t *im, const Onnx__NodeProto *n, int *don
 static px_status_t px__ln_affine(px__imp_t *im, const Onnx__NodeProto *n, int *done);
 static px_status_t px__layer_scale(px__imp_t *im, const Onnx__NodeProto *n, int *done);
 static px_status_t px__matmul_nhwc(px__imp_t *im, const Onnx__NodeProto *n, px__value_t *x);
+static px_status_t px__shuffle_reshape(px__imp_t *im, const Onnx__NodeProto *n, int *done);
+static px_status_t px__shuffle_transpose(px__imp_t *im, const Onnx__NodeProto *n, int *done);
 
 /* Whether n has two inputs, both constants (Add, Sub, Mul, Div of shapes:
  * folded). */
@@ -531,7 +561,10 @@ static px_status_t px__act_of(px__imp_t *im, const Onnx__NodeProto *n, size_t i,
   L->act = (int)a;
   L->alpha = alpha;
   if (x->layer < 0) return PX__NODE_FAIL(im, n, "an activation of the graph input is not supported");
-  return px__out(im, n, im->g->nlayers - 1, x->c, x->h, x->w);
+  const int flat = x->flat;
+  PX_CHECK(px__out(im, n, im->g->nlayers - 1, x->c, x->h, x->w));
+  px__find(im, n->output[0])->flat = flat;
+  return PX_OK;
 }
 
 static px_status_t px__act(px__imp_t *im, const Onnx__NodeProto *n, px__act_t a, float alpha) {
@@ -545,7 +578,10 @@ static px_status_t px__op_relu(px__imp_t *im, const Onnx__NodeProto *n) {
   if (!L || (L->kind != PX__OL_BN && L->kind != PX__OL_ADD) || L->relu || x->uses != 1)
     return px__act(im, n, PX__ACT_RELU, 0.0f); /* nothing to fuse into: a layer of its own */
   L->relu = 1;
-  return px__out(im, n, x->layer, x->c, x->h, x->w);
+  const int flat = x->flat;
+  PX_CHECK(px__out(im, n, x->layer, x->c, x->h, x->w));
+  px__find(im, n->output[0])->flat = flat;
+  return PX_OK;
 }
 
 /* A float scalar from an initializer or a Constant (Clip's bounds). */
@@ -1030,7 +1066,7 @@ static px_status_t px__op_pad(px__imp_t *im, const Onnx__NodeProto *n) {
   /* ONNX's order is begins then ends: [.., .., t, l, .., .., b, r] */
   const int packed = (int)(pads[2] | pads[3] << 8 | pads[6] << 16 | pads[7] << 24);
   *v = (px__value_t){v->name, PX__V_ACT, NULL, x->layer, x->c, x->h, x->w, v->uses, packed, 0,
-                     0, 0, 0, 0};
+                     0, 0, 0, 0, 0, 0};
   return PX_OK;
 }
 
@@ -1133,10 +1169,18 @@ static px_status_t px__reshaped(px__imp_t *im, const Onnx__NodeProto *n, const p
   for (int i = 0; same && i < k; i++) same = od[i] == d[i];
   int ok = same || (unit && od[0] == e && (k == 1 || (k == 2 && od[1] == 1) ||
                                            (k == 3 && od[1] == 1 && od[2] == 1)));
+  /* a C x H x W map flattened for the classifier (VGG's 512 x 7 x 7): the
+   * FC layer reads the map itself, its weight's columns in NCHW order, as
+   * PyTorch flattens */
+  if (!ok && !unit && k == 1 && od[0] == e && x->layer >= 0 && !x->perm && !x->pad) {
+    PX_CHECK(px__out(im, n, x->layer, (int)e, 0, 0));
+    px__find(im, n->output[0])->flat = 1;
+    return PX_OK;
+  }
   if (!ok && !unit && k == 1 && od[0] == e)
-    return PX__NODE_FAIL(im, n, "only a C x 1 x 1 activation (after a global average pooling) "
-                                "can be flattened for the classifier; this one is %d x %d x %d",
-                         x->c, x->h, x->w);
+    return PX__NODE_FAIL(im, n, "only a computed map (not the graph input, an NHWC view or a "
+                                "padded one) can be flattened for the classifier; this one is "
+                                "%d x %d x %d", x->c, x->h, x->w);
   if (!ok)
     return PX__NODE_FAIL(im, n, "only reshapes that move no data ([N, C, 1, 1], [N, C, 1] and "
                                 "[N, C] into one another) are supported; this one makes a "
@@ -1198,7 +1242,9 @@ static px_status_t px__op_squeeze(px__imp_t *im, const Onnx__NodeProto *n) {
 static px_status_t px__op_flatten(px__imp_t *im, const Onnx__NodeProto *n) {
   px__value_t *x, *s;
   int64_t d[4], sh[5], e = 1;
-  int r, k;
+  int r, k, done;
+  PX_CHECK(px__shuffle_reshape(im, n, &done));
+  if (done) return PX_OK;
   PX_CHECK(px__reshape_in(im, n, &x, d, &r));
   for (int i = 1; i < r; i++) e *= d[i];
   if (!strcmp(n->op_type, "Flatten")) {
@@ -1294,7 +1340,7 @@ static px_status_t px__op_pass(px__imp_t *im, const Onnx__NodeProto *n) {
   if (n->n_output < 1) return PX__NODE_FAIL(im, n, "the node has no output");
   px__value_t *v = px__find(im, n->output[0]);
   *v = (px__value_t){v->name, x->kind, x->t, x->layer, x->c, x->h, x->w, v->uses, x->pad,
-                     x->part, x->sq, x->perm, x->tr, x->eps};
+                     x->part, x->sq, x->perm, x->tr, x->eps, x->flat, 0};
   return PX_OK;
 }
 
@@ -1306,6 +1352,9 @@ static px_status_t px__op_pass(px__imp_t *im, const Onnx__NodeProto *n) {
  * weight as PyTorch's MatMul reads it), a transposed view of it. */
 static px_status_t px__op_transpose(px__imp_t *im, const Onnx__NodeProto *n) {
   px__value_t *x;
+  int done;
+  PX_CHECK(px__shuffle_transpose(im, n, &done));
+  if (done) return PX_OK;
   const Onnx__AttributeProto *pa = px__attr(n, "perm");
   int64_t pm[4] = {-1, -1, -1, -1};
   int np = pa && pa->n_ints <= 4 ? (int)pa->n_ints : -1;
@@ -1315,7 +1364,7 @@ static px_status_t px__op_transpose(px__imp_t *im, const Onnx__NodeProto *n) {
   if (x->kind == PX__V_CONST) {
     if (x->t->n_dims != 2 || np != 2 || pm[0] != 1 || pm[1] != 0)
       return PX__NODE_FAIL(im, n, "only the transpose [1, 0] of a 2-D initializer is supported");
-    *v = (px__value_t){v->name, PX__V_CONST, x->t, -1, 0, 0, 0, v->uses, 0, 0, 0, 0, !x->tr, 0};
+    *v = (px__value_t){v->name, PX__V_CONST, x->t, -1, 0, 0, 0, v->uses, 0, 0, 0, 0, !x->tr, 0, 0, 0};
     return PX_OK;
   }
   PX_CHECK(px__act_in(im, n, 0, 1, &x));
@@ -1545,6 +1594,176 @@ static void px__perm_out(px__imp_t *im, const Onnx__NodeProto *n) {
   o->perm = p;
 }
 
+
+/* ---- ShuffleNet: the channel shuffle, channel splits ------------------------------ */
+
+/* A map value that a shuffle or a split may read: computed, NCHW, unpadded. */
+static int px__plain_map(const px__value_t *x) {
+  return x->kind == PX__V_ACT && x->layer >= 0 && x->h > 0 && !x->perm && !x->pad && !x->sq &&
+         !x->flat;
+}
+
+/* dim as a Reshape's shape gives it: the value, or -1 (inferred, *infer
+ * counts it); 0 copies the input's dimension i, which the caller passes as
+ * copy. */
+static int64_t px__shape_dim(int64_t v, int64_t copy, int *infer) {
+  if (v == -1) {
+    (*infer)++;
+    return -1;
+  }
+  return v == 0 ? copy : v;
+}
+
+/* The channel shuffle as PyTorch writes it (ShuffleNetV2's channel_shuffle):
+ * Reshape [N, C, H, W] -> [N, g, C / g, H, W], Transpose (0, 2, 1, 3, 4),
+ * Reshape back to [N, C, H, W] (shapes folded from Shape, Gather, Div,
+ * Unsqueeze, Concat). The first Reshape and the Transpose mark the value
+ * (px__value_t.shuf, moving no data); the last makes a SHUFFLE layer, a
+ * channel permutation: output channel i * g + j is input channel j * (C /
+ * g) + i. *done = 0 when n is no such Reshape. */
+static px_status_t px__shuffle_reshape(px__imp_t *im, const Onnx__NodeProto *n, int *done) {
+  px__value_t *x, *s;
+  int64_t sh[6];
+  *done = 0;
+  PX_CHECK(px__in(im, n, 0, 1, &x));
+  if (n->n_input < 2 || x->kind != PX__V_ACT) return PX_OK;
+  PX_CHECK(px__in(im, n, 1, 1, &s));
+  const int k = s->kind == PX__V_CONST ? px__onnx_ints(s->t, sh, 6) : -1;
+  const int batch = k >= 1 && (sh[0] == PX__ONNX_BATCH || sh[0] == 0);
+  int inf = 0;
+  if (!x->shuf && k == 5 && batch && px__plain_map(x)) {
+    int64_t g = px__shape_dim(sh[1], x->c, &inf), cg = px__shape_dim(sh[2], x->h, &inf);
+    if (sh[3] != x->h || sh[4] != x->w || inf > 1) return PX_OK;
+    if (g == -1 && cg > 0 && x->c % cg == 0) g = x->c / cg;
+    if (cg == -1 && g > 0 && x->c % g == 0) cg = x->c / g;
+    if (g < 2 || cg < 1 || g * cg != x->c) return PX_OK;
+    PX_CHECK(px__out(im, n, x->layer, x->c, x->h, x->w));
+    px__find(im, n->output[0])->shuf = (int)g;
+    *done = 1;
+    return PX_OK;
+  }
+  if (!x->shuf) return PX_OK;
+  *done = 1;
+  const int g = x->shuf < 0 ? -x->shuf : x->shuf;
+  int ok = k == 4 && batch && (sh[1] == x->c || sh[1] == -1) && sh[2] == x->h && sh[3] == x->w;
+  if (!ok)
+    return PX__NODE_FAIL(im, n, "a channel shuffle's 5-D view [N, %d, %d, %d, %d] must be "
+                                "reshaped back to [N, %d, %d, %d]", x->shuf < 0 ? x->c / g : g,
+                         x->shuf < 0 ? g : x->c / g, x->h, x->w, x->c, x->h, x->w);
+  if (x->shuf > 0) return px__out(im, n, x->layer, x->c, x->h, x->w); /* not transposed: as it was */
+  px__onnx_layer_t *L;
+  const int in = x->layer, c = x->c, h = x->h, w = x->w;
+  PX_CHECK(px__new_layer(im, n, PX__OL_SHUFFLE, &L));
+  L->in = in;
+  L->c_out = c;
+  L->groups = g;
+  return px__out(im, n, im->g->nlayers - 1, c, h, w);
+}
+
+/* Transpose (0, 2, 1, 3, 4) of a shuffle's [N, g, C / g, H, W] view. */
+static px_status_t px__shuffle_transpose(px__imp_t *im, const Onnx__NodeProto *n, int *done) {
+  px__value_t *x;
+  *done = 0;
+  PX_CHECK(px__in(im, n, 0, 1, &x));
+  if (x->kind != PX__V_ACT || !x->shuf) return PX_OK;
+  *done = 1;
+  const Onnx__AttributeProto *pa = px__attr(n, "perm");
+  static const int64_t want[5] = {0, 2, 1, 3, 4};
+  int ok = x->shuf > 0 && pa && pa->n_ints == 5;
+  for (int i = 0; ok && i < 5; i++) ok = pa->ints[i] == want[i];
+  if (!ok)
+    return PX__NODE_FAIL(im, n, "only the transpose (0, 2, 1, 3, 4) of a channel shuffle's 5-D "
+                                "view (once) is supported");
+  const int g = x->shuf;
+  PX_CHECK(px__out(im, n, x->layer, x->c, x->h, x->w));
+  px__find(im, n->output[0])->shuf = -g;
+  return PX_OK;
+}
+
+/* Output o of n: channels [start, start + count) of the map x, a SLICE
+ * layer (the identity when it takes them all). */
+static px_status_t px__slice_out(px__imp_t *im, const Onnx__NodeProto *n, size_t o,
+                                 const px__value_t *x, int64_t start, int64_t count) {
+  px__value_t *v = n->output[o][0] ? px__find(im, n->output[o]) : NULL;
+  if (!v) return PX_OK;
+  const int in = x->layer, h = x->h, w = x->w, uses = v->uses;
+  if (start == 0 && count == x->c) {
+    *v = (px__value_t){v->name, PX__V_ACT, NULL, in, x->c, h, w, uses, 0, 0, 0, 0, 0, 0, 0, 0};
+    return PX_OK;
+  }
+  px__onnx_layer_t *L;
+  PX_CHECK(px__new_layer(im, n, PX__OL_SLICE, &L));
+  L->in = in;
+  L->c_out = (int)count;
+  L->start = (int)start;
+  *v = (px__value_t){v->name, PX__V_ACT, NULL, im->g->nlayers - 1, (int)count, h, w, uses, 0, 0,
+                     0, 0, 0, 0, 0, 0};
+  return PX_OK;
+}
+
+/* The channel axis of n (axis attribute, default def): 1 or -3 on a map. */
+static int px__channel_axis(const Onnx__NodeProto *n, int64_t def) {
+  const int64_t a = px__attr_i(n, "axis", def);
+  return a == 1 || a == -3;
+}
+
+/* Split of a map on channels (x.chunk(2, dim=1), torch.split): sizes from
+ * the 'split' input (opset 13) or attribute (11), or equal parts (opset
+ * 18's num_outputs, or none given): one SLICE layer per output. */
+static px_status_t px__op_split(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x, *sv = NULL;
+  int64_t sz[64];
+  PX_CHECK(px__act_in(im, n, 0, 1, &x));
+  const int no = (int)n->n_output;
+  int k = -1;
+  const Onnx__AttributeProto *sa = px__attr(n, "split");
+  if (n->n_input > 1 && n->input[1][0]) {
+    PX_CHECK(px__in(im, n, 1, 1, &sv));
+    k = sv->kind == PX__V_CONST ? px__onnx_ints(sv->t, sz, 64) : -1;
+  } else if (sa && sa->n_ints <= 64) {
+    k = (int)sa->n_ints;
+    memcpy(sz, sa->ints, (size_t)k * sizeof *sz);
+  } else if (no >= 1 && no <= 64 && x->c % no == 0) {
+    k = no;
+    for (int i = 0; i < k; i++) sz[i] = x->c / no;
+  }
+  int64_t sum = 0;
+  for (int i = 0; i < k; i++) sum += sz[i] >= 1 ? sz[i] : x->c + 1;
+  if (!px__channel_axis(n, 0) || k != no || sum != x->c || !px__plain_map(x))
+    return PX__NODE_FAIL(im, n, "only a Split of a computed map on channels (axis 1) into parts "
+                                "of known sizes is supported");
+  for (int i = 0, start = 0; i < k; start += (int)sz[i], i++)
+    PX_CHECK(px__slice_out(im, n, (size_t)i, x, start, sz[i]));
+  return PX_OK;
+}
+
+/* Slice of a map: channels [start, end) with step 1 on axis 1 (x[:, :c],
+ * x[:, c:], as opset 13's chunk writes it) is a SLICE layer; of a constant,
+ * folded (px__op_fold, which refuses any other activation). */
+static px_status_t px__op_slice(px__imp_t *im, const Onnx__NodeProto *n) {
+  px__value_t *x, *v[5] = {NULL, NULL, NULL, NULL, NULL};
+  PX_CHECK(px__in(im, n, 0, 1, &x));
+  if (x->kind != PX__V_ACT || x->h == 0 || x->sq || x->flat) return px__op_fold(im, n);
+  int64_t st = 0, en = 0, ax = 0, sp = 1;
+  int ok = n->n_input >= 3 && n->n_input <= 5;
+  for (size_t i = 1; ok && i < n->n_input; i++) {
+    PX_CHECK(px__in(im, n, i, i < 3, &v[i]));
+    int64_t *dst = i == 1 ? &st : i == 2 ? &en : i == 3 ? &ax : &sp;
+    ok = !v[i] || (v[i]->kind == PX__V_CONST && px__onnx_ints(v[i]->t, dst, 1) == 1);
+  }
+  ok = ok && (ax == 1 || ax == -3) && sp == 1;
+  if (ok) {
+    PX_CHECK(px__act_in(im, n, 0, 1, &x));
+    st = st < 0 ? st + x->c : st > x->c ? x->c : st;
+    en = en < 0 ? en + x->c : en > x->c ? x->c : en;
+    ok = st >= 0 && en > st && px__plain_map(x);
+  }
+  if (!ok)
+    return PX__NODE_FAIL(im, n, "only a Slice of a computed map's channels (axis 1, constant "
+                                "bounds, step 1) is supported, or of constants");
+  return px__slice_out(im, n, 0, x, st, en - st);
+}
+
 /* ---- the graph ------------------------------------------------------------------------ */
 
 typedef px_status_t (*px__op_fn)(px__imp_t *, const Onnx__NodeProto *);
@@ -1578,7 +1797,8 @@ static const struct {
     {"Sub", px__op_sub},         {"ReduceMean", px__op_reducemean},
     {"Shape", px__op_shape},     {"Gather", px__op_fold},
     {"Squeeze", px__op_squeeze}, {"Unsqueeze", px__op_squeeze},
-    {"Cast", px__op_fold},       {"Slice", px__op_fold},
+    {"Cast", px__op_fold},       {"Slice", px__op_slice},
+    {"Split", px__op_split},
     {"ConstantOfShape", px__op_fold},
     {"Transpose", px__op_transpose}, {"LayerNormalization", px__op_ln},
     {"Pow", px__op_lnstep},      {"Sqrt", px__op_lnstep},
@@ -1682,7 +1902,7 @@ static px_status_t px__names(px__imp_t *im, const Onnx__GraphProto *gp) {
                         "H and W", im->file, in->name);
   PX_CHECK(px__define(im, in->name, &v));
   *v = (px__value_t){in->name, PX__V_ACT, NULL, -1, g->in_c, g->in_h, g->in_w, 0, 0, 0, 0, 0, 0,
-                     0};
+                     0, 0, 0};
   for (size_t k = 0; k < gp->n_node; k++)
     for (size_t o = 0; o < gp->node[k]->n_output; o++)
       if (gp->node[k]->output[o][0]) PX_CHECK(px__define(im, gp->node[k]->output[o], &v));

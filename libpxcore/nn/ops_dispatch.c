@@ -518,6 +518,39 @@ px_status_t px__ops_concat_backward(px_ops_t *ops, px_tensor_t *da, px_tensor_t 
   return PX__BE(ops)->concat_backward(ops, da, db, dy);
 }
 
+/* A channel selection's y (or dy) [N, Cy, H, W] of x (or dx) [N, Cx, H, W]. */
+static px_status_t px__chan_check(const px_ops_t *ops, const px_tensor_t *y, const px_tensor_t *x,
+                                  int groups, int start, const char *op) {
+  PX_REQUIRE(ops != NULL, "%s: ops context is NULL", op);
+  PX_CHECK(px__graph_arg(ops, y, op, "y"));
+  PX_CHECK(px__graph_arg(ops, x, op, "x"));
+  const int64_t *yd = y->dims, *xd = x->dims;
+  int ok = yd[0] == xd[0] && yd[2] == xd[2] && yd[3] == xd[3] && groups >= 1 && start >= 0;
+  if (groups > 1) ok = ok && start == 0 && yd[1] == xd[1] && xd[1] % groups == 0;
+  else ok = ok && start + yd[1] <= xd[1];
+  if (!ok)
+    return px_set_error(PX_ERR_INVALID, "%s: [%lld, %lld, %lld, %lld] is no channel %s of [%lld, "
+                        "%lld, %lld, %lld] (groups %d, start %d)", op, (long long)yd[0],
+                        (long long)yd[1], (long long)yd[2], (long long)yd[3],
+                        groups > 1 ? "shuffle" : "slice", (long long)xd[0], (long long)xd[1],
+                        (long long)xd[2], (long long)xd[3], groups, start);
+  if (x->dtype != y->dtype || px_tensor_is_plain(x) != px_tensor_is_plain(y))
+    return px_set_error(PX_ERR_INVALID, "%s: the input and output differ in dtype or layout", op);
+  return PX_OK;
+}
+
+px_status_t px__ops_chan_forward(px_ops_t *ops, px_tensor_t *y, const px_tensor_t *x, int groups,
+                                 int start) {
+  PX_CHECK(px__chan_check(ops, y, x, groups, start, "channel selection forward"));
+  return PX__BE(ops)->chan_forward(ops, y, x, groups, start);
+}
+
+px_status_t px__ops_chan_backward(px_ops_t *ops, px_tensor_t *dx, const px_tensor_t *dy, int groups,
+                                  int start) {
+  PX_CHECK(px__chan_check(ops, dy, dx, groups, start, "channel selection backward"));
+  return PX__BE(ops)->chan_backward(ops, dx, dy, groups, start);
+}
+
 /* A LayerNorm's vector argument: f32, [want] values, with storage on ops' device. */
 static px_status_t px__ln_vec(const px_ops_t *ops, const px_tensor_t *t, int64_t want,
                               const char *op, const char *arg) {

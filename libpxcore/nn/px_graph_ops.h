@@ -73,6 +73,20 @@ void px__ln_backward(float *dx, float *dg, float *db, const float *dy, const flo
                      const float *mean, const float *rstd, const float *g, size_t batch, size_t c,
                      size_t hw);
 
+/* A channel selection of x [batch, cx, hw] into y [batch, cy, hw]: y's
+ * channel j is x's px__chan_src(j, cy, groups, start). groups > 1: the
+ * channel shuffle (ShuffleNet's view [g, C / g], transposed: start 0, cy ==
+ * cx); groups 1: channels [start, start + cy) (a Split's part). */
+static inline size_t px__chan_src(size_t j, size_t cy, size_t groups, size_t start) {
+  return groups > 1 ? (j % groups) * (cy / groups) + j / groups : start + j;
+}
+void px__chan_forward(float *y, const float *x, size_t batch, size_t cx, size_t cy, size_t hw,
+                      size_t groups, size_t start);
+/* dx [batch, cx, hw] whole: dy's channel j at px__chan_src(j), zero in the
+ * channels no output took. */
+void px__chan_backward(float *dx, const float *dy, size_t batch, size_t cx, size_t cy, size_t hw,
+                       size_t groups, size_t start);
+
 #ifdef __cplusplus
 }
 #endif

@@ -32,7 +32,9 @@ extern "C" {
 typedef enum {
   PX__OL_CONV, PX__OL_BN, PX__OL_ADD, PX__OL_GAP, PX__OL_FC, PX__OL_MAXPOOL, PX__OL_AVGPOOL,
   PX__OL_ACT, PX__OL_MUL, PX__OL_CONCAT,
-  PX__OL_LN /* LayerNorm over channels: w, b its scale and shift [c_out] (bytes NULL: 1 and 0) */
+  PX__OL_LN, /* LayerNorm over channels: w, b its scale and shift [c_out] (bytes NULL: 1 and 0) */
+  PX__OL_SHUFFLE, /* channel shuffle of groups: out channel i * groups + j = in j * (c / groups) + i */
+  PX__OL_SLICE    /* channels [start, start + c_out) of the input */
 } px__onnx_kind_t;
 
 /* One weight tensor's initial values: n little-endian float32 at bytes
@@ -63,6 +65,7 @@ typedef struct {
   char prefix[PX__ONNX_MAX_NAME + 1]; /* parameter names: prefix.weight, ... */
   px__onnx_init_t w, b, rm, rv;        /* CONV: w [b]; BN: w b rm rv; FC: w b */
   const char *node;       /* the ONNX node's name (for messages) */
+  int start;              /* SLICE: the first input channel taken */
 } px__onnx_layer_t;
 
 /* A tensor the import computed (nn/onnx_shape.c): this header, then the

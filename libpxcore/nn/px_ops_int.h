@@ -85,7 +85,9 @@ extern "C" {
   X(px_status_t, concat_forward, (px_ops_t *ops, px_tensor_t *y, const px_tensor_t *a, const px_tensor_t *b)) \
   X(px_status_t, concat_backward, (px_ops_t *ops, px_tensor_t *da, px_tensor_t *db, const px_tensor_t *dy)) \
   X(px_status_t, ln_forward, (px_ops_t *ops, px_tensor_t *y, px_tensor_t *mean, px_tensor_t *rstd, const px_tensor_t *x, const px_tensor_t *g, const px_tensor_t *b, float eps)) \
-  X(px_status_t, ln_backward, (px_ops_t *ops, px_tensor_t *dx, px_tensor_t *dg, px_tensor_t *db, const px_tensor_t *dy, const px_tensor_t *x, const px_tensor_t *mean, const px_tensor_t *rstd, const px_tensor_t *g))
+  X(px_status_t, ln_backward, (px_ops_t *ops, px_tensor_t *dx, px_tensor_t *dg, px_tensor_t *db, const px_tensor_t *dy, const px_tensor_t *x, const px_tensor_t *mean, const px_tensor_t *rstd, const px_tensor_t *g)) \
+  X(px_status_t, chan_forward, (px_ops_t *ops, px_tensor_t *y, const px_tensor_t *x, int groups, int start)) \
+  X(px_status_t, chan_backward, (px_ops_t *ops, px_tensor_t *dx, const px_tensor_t *dy, int groups, int start))
 
 #define PX__OPS_FIELD(ret, name, params) ret (*name) params;
 typedef struct px__ops_backend {
@@ -163,6 +165,18 @@ px_status_t px__ops_concat_backward(px_ops_t *ops, px_tensor_t *da, px_tensor_t 
 px_status_t px__ops_ln_forward(px_ops_t *ops, px_tensor_t *y, px_tensor_t *mean, px_tensor_t *rstd,
                                const px_tensor_t *x, const px_tensor_t *g, const px_tensor_t *b,
                                float eps);
+/* A channel selection (nn/px_graph_ops.h's px__chan_forward on any engine):
+ * y [N, Cy, H, W] takes channel px__chan_src(j) of x [N, Cx, H, W] as its
+ * channel j: groups > 1 is a channel shuffle (start 0, Cy == Cx, groups
+ * dividing it), groups 1 the channels [start, start + Cy) (a Split's
+ * part). The backward writes all of dx: dy's values where a channel was
+ * taken, zero elsewhere. x, y one dtype and format (the CPU: plain f32;
+ * CUDA: plain f32 or NHWC f32 / bf16). */
+px_status_t px__ops_chan_forward(px_ops_t *ops, px_tensor_t *y, const px_tensor_t *x, int groups,
+                                 int start);
+px_status_t px__ops_chan_backward(px_ops_t *ops, px_tensor_t *dx, const px_tensor_t *dy, int groups,
+                                  int start);
+
 px_status_t px__ops_ln_backward(px_ops_t *ops, px_tensor_t *dx, px_tensor_t *dg, px_tensor_t *db,
                                 const px_tensor_t *dy, const px_tensor_t *x,
                                 const px_tensor_t *mean, const px_tensor_t *rstd,

@@ -158,6 +158,12 @@ PX_API int px_model_channel_consumer(const px_model_t *m, int i);
  * models, which have no followers). */
 PX_API int px_model_channel_follower(const px_model_t *m, int i);
 PX_API int px_model_num_buffers(const px_model_t *m);
+/* The layers whose filters an imported graph leaves dense, and why, as one
+ * line for the job log: "stage2.0.branch2.5 (feeds a channel shuffle),
+ * stage3.1.branch2.5 (feeds a channel split), ..." (convs whose output
+ * channels a ShuffleNet's channel shuffle or split reads: compaction keeps
+ * them all); "" when none. Owned by m, valid while it lives. Cannot fail. */
+PX_API const char *px_model_left_dense(const px_model_t *m);
 
 /* The graph, for exporters (compaction, ONNX): nodes in forward order. */
 /* REORDER: a layout conversion (the identity on values) that a compact
@@ -189,9 +195,13 @@ typedef struct {
 typedef enum {
   PX_NODE_CONV, PX_NODE_BN, PX_NODE_ADD, PX_NODE_GAP, PX_NODE_FC, PX_NODE_REORDER,
   PX_NODE_MAXPOOL, PX_NODE_AVGPOOL, PX_NODE_ACT, PX_NODE_MUL, PX_NODE_CONCAT,
-  PX_NODE_LN /* (imported graphs) LayerNorm over the channels of each pixel (ConvNeXt's;
+  PX_NODE_LN, /* (imported graphs) LayerNorm over the channels of each pixel (ConvNeXt's;
                 an ONNX LayerNormalization on the last axis of the NHWC view): w, b
                 the scale and shift [c], eps */
+  PX_NODE_SHUFFLE, /* (imported graphs) ShuffleNet's channel shuffle of `groups` g: output
+                      channel i * g + j is input channel j * (c / g) + i */
+  PX_NODE_SLICE    /* (imported graphs) channels [pad, pad + c_out) of in (a Split's or
+                      Slice's part) */
 } px_node_kind_t;
 typedef struct {
   px_node_kind_t kind;

@@ -173,6 +173,23 @@ void px__concat_backward(float *da, float *db, const float *dy, size_t batch, si
   }
 }
 
+void px__chan_forward(float *y, const float *x, size_t batch, size_t cx, size_t cy, size_t hw,
+                      size_t groups, size_t start) {
+  for (size_t n = 0; n < batch; n++)
+    for (size_t j = 0; j < cy; j++)
+      memcpy(y + (n * cy + j) * hw, x + (n * cx + px__chan_src(j, cy, groups, start)) * hw,
+             hw * sizeof *y);
+}
+
+void px__chan_backward(float *dx, const float *dy, size_t batch, size_t cx, size_t cy, size_t hw,
+                       size_t groups, size_t start) {
+  if (groups == 1 && cy < cx) memset(dx, 0, batch * cx * hw * sizeof *dx);
+  for (size_t n = 0; n < batch; n++)
+    for (size_t j = 0; j < cy; j++)
+      memcpy(dx + (n * cx + px__chan_src(j, cy, groups, start)) * hw, dy + (n * cy + j) * hw,
+             hw * sizeof *dx);
+}
+
 /* ---- the CPU engine's entries of the ops table (nn/px_ops_int.h) ------------------
  * The model's calls on the CPU: the functions above on the tensors' host
  * arrays, with the formats they take checked (the dispatcher has checked
@@ -246,6 +263,25 @@ px_status_t px__cpu_concat_backward(px_ops_t *ops, px_tensor_t *da, px_tensor_t 
   const int64_t ca = da ? da->dims[1] : dy->dims[1] - db->dims[1];
   px__concat_backward(da ? da->data : NULL, db ? db->data : NULL, dy->data, (size_t)dy->dims[0],
                       (size_t)ca, (size_t)(dy->dims[1] - ca), (size_t)(dy->dims[2] * dy->dims[3]));
+  return PX_OK;
+}
+
+px_status_t px__cpu_chan_forward(px_ops_t *ops, px_tensor_t *y, const px_tensor_t *x, int groups,
+                                 int start) {
+  (void)ops;
+  PX_CHECK(px__cpu_plain_f32(x, "channel selection forward", "x"));
+  px__chan_forward(y->data, x->data, (size_t)x->dims[0], (size_t)x->dims[1], (size_t)y->dims[1],
+                   (size_t)(x->dims[2] * x->dims[3]), (size_t)groups, (size_t)start);
+  return PX_OK;
+}
+
+px_status_t px__cpu_chan_backward(px_ops_t *ops, px_tensor_t *dx, const px_tensor_t *dy, int groups,
+                                  int start) {
+  (void)ops;
+  PX_CHECK(px__cpu_plain_f32(dy, "channel selection backward", "dy"));
+  px__chan_backward(dx->data, dy->data, (size_t)dx->dims[0], (size_t)dx->dims[1],
+                    (size_t)dy->dims[1], (size_t)(dx->dims[2] * dx->dims[3]), (size_t)groups,
+                    (size_t)start);
   return PX_OK;
 }
 

@@ -268,3 +268,58 @@ extern "C" px_status_t px__cuda_concat_backward(px_ops_t *o, px_tensor_t *da, px
   const int64_t ca = da ? da->dims[1] : dy->dims[1] - db->dims[1];
   return px__concat_run(px__cuda_ctx(o), dy, da ? da->data : NULL, db ? db->data : NULL, ca, 0);
 }
+
+/* ---- channel selection: ShuffleNet's shuffle and channel split --------------------------- */
+
+/* fwd: y[n, j, p] = x[n, px__chan_src(j), p], one thread per element of y;
+ * back: dx[n, c, p] = dy[n, j, p] for the j taking c, else 0, one thread per
+ * element of dx (every element written once: no zero-fill, no atomics). */
+template <typename T>
+__global__ static void px__chan_kernel(T *y, const T *x, int64_t total, int64_t cx, int64_t cy,
+                                       int64_t hw, int64_t groups, int64_t start, int nhwc,
+                                       int fwd) {
+  PX__FOR_EACH(i, total) {
+    int64_t n, ch, p;
+    if (fwd) {
+      px__act_split(i, cy, hw, nhwc, &n, &ch, &p);
+      const int64_t c = groups > 1 ? (ch % groups) * (cy / groups) + ch / groups : start + ch;
+      y[i] = x[px__act_at(n, c, p, cx, hw, nhwc)];
+      continue;
+    }
+    /* y is dx [N, cx], x is dy [N, cy]: the inverse map */
+    px__act_split(i, cx, hw, nhwc, &n, &ch, &p);
+    const int64_t per = cx / groups;
+    const int64_t j = groups > 1 ? (ch % per) * groups + ch / per : ch - start;
+    y[i] = j >= 0 && j < cy ? x[px__act_at(n, j, p, cy, hw, nhwc)] : (T)0.0f;
+  }
+}
+
+static px_status_t px__chan_run(px__cuda_ops_t *ops, void *y, const void *x, const px_tensor_t *big,
+                                int64_t cx, int64_t cy, int groups, int start, int fwd) {
+  const char *op = fwd ? "channel selection forward" : "channel selection backward";
+  PX_CHECK(px__graph_format(big, op, fwd ? "y" : "dx"));
+  PX_CHECK(px__cuda_enter(ops));
+  const int64_t total = (int64_t)px_tensor_numel(big), hw = big->dims[2] * big->dims[3];
+  const int nhwc = px__cuda_nhwc(big);
+  const unsigned blocks = px__cuda_blocks((size_t)total);
+  if (px__bf16(big))
+    px__chan_kernel<<<blocks, PX__CUDA_THREADS, 0, ops->stream>>>(
+        (__nv_bfloat16 *)y, (const __nv_bfloat16 *)x, total, cx, cy, hw, groups, start, nhwc, fwd);
+  else
+    px__chan_kernel<<<blocks, PX__CUDA_THREADS, 0, ops->stream>>>(
+        (float *)y, (const float *)x, total, cx, cy, hw, groups, start, nhwc, fwd);
+  PX_CUDA_LAUNCHED(op);
+  return PX_OK;
+}
+
+extern "C" px_status_t px__cuda_chan_forward(px_ops_t *o, px_tensor_t *y, const px_tensor_t *x,
+                                             int groups, int start) {
+  return px__chan_run(px__cuda_ctx(o), y->data, x->data, y, x->dims[1], y->dims[1], groups, start,
+                      1);
+}
+
+extern "C" px_status_t px__cuda_chan_backward(px_ops_t *o, px_tensor_t *dx, const px_tensor_t *dy,
+                                              int groups, int start) {
+  return px__chan_run(px__cuda_ctx(o), dx->data, dy->data, dx, dx->dims[1], dy->dims[1], groups,
+                      start, 0);
+}
