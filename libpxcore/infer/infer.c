@@ -744,6 +744,7 @@ int px__infer_takes(const px_model_t *m) {
      * channel slice: the model runs them */
     px__act_hw(m, n.in, &h, &w);
     if (n.kind == PX_NODE_FC && h * w > 1) return 0;
+    if (n.kind == PX_NODE_SHUFFLE || n.kind == PX_NODE_SLICE) return 0;
     if (n.kind != PX_NODE_MUL && n.kind != PX_NODE_CONCAT) continue;
     px__act_hw(m, n.in, &h, &w);
     px__act_hw(m, n.in2, &h2, &w2);
@@ -762,7 +763,8 @@ px_status_t px__infer_create(px_model_t *m, int32_t batch, int train_bn, px__inf
   px_ops_t *ops = px_model_ops(m);
   PX_CHECK(px__cpu_require(ops, "inference engine"));
   PX_REQUIRE(px__infer_takes(m), "inference engine: the model has a multiplication that is not "
-             "by a per-channel gate or a concatenation of maps of different sizes");
+             "by a per-channel gate, a concatenation of maps of different sizes, a classifier "
+             "on a flattened map or a channel shuffle or slice (the model runs those)");
   const px_model_config_t *cfg = px_model_config(m);
   px__graph_t g;
   memset(&g, 0, sizeof g);
