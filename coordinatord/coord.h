@@ -529,6 +529,11 @@ int coord_submit_after(coord_t *c, px_rpc_srv_call_t *call, coord_arena_t *a,
 px_status_t coord_job_set_depends(coord_t *c, const char *job_id, const char *depends);
 /* The priority and time-limit rules of a submission; 1, or 0 with the call
  * answered. */
+/* Only admins (or an unauthenticated coordinator) raise a job's priority
+ * above the default: 1, or 0 with the call answered PERMISSION_DENIED
+ * naming field (submit and UpdateJob). */
+int coord_priority_allowed(coord_t *c, px_rpc_srv_call_t *call, const char *field,
+                           int priority);
 int coord_submit_policy(coord_t *c, px_rpc_srv_call_t *call, const Prunex__V1__JobSpec *spec,
                         int *priority, int64_t *time_limit_ms);
 /* The caller's quota of unfinished jobs for nnew more; 1, or 0 with the

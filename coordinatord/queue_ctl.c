@@ -137,13 +137,7 @@ static int coord_update_ok(coord_t *c, px_rpc_srv_call_t *call,
                       r->priority, COORD_PRIORITY_MAX);
     return 0;
   }
-  if (r->priority > COORD_PRIORITY_DEFAULT && !coord_caller_admin(c)) {
-    px_rpc_srv_finish(call, PX_RPC_PERMISSION_DENIED,
-                      "priority = %d: only an admin may raise a job's priority above %d (%s may"
-                      " set 1 to %d)",
-                      r->priority, COORD_PRIORITY_DEFAULT, coord_caller(c), COORD_PRIORITY_DEFAULT);
-    return 0;
-  }
+  if (!coord_priority_allowed(c, call, "priority", r->priority)) return 0;
   if (r->time_limit_s < 0) {
     px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
                       "time_limit_s = %d: must be > 0 (0: unchanged)", r->time_limit_s);

@@ -162,18 +162,23 @@ px_status_t coord_job_submit(coord_t *c, const Prunex__V1__JobSpec *spec, const 
  * raise a job's priority above the default, a time limit within the
  * cluster's maximum. 1 with the job's priority and time limit (ms, 0:
  * none), or 0 with the call answered (PERMISSION_DENIED, INVALID_ARGUMENT). */
+int coord_priority_allowed(coord_t *c, px_rpc_srv_call_t *call, const char *field,
+                           int priority) {
+  if (priority <= COORD_PRIORITY_DEFAULT || c->who.role == COORD_ROLE_ADMIN ||
+      c->who.role == COORD_ROLE_ANON)
+    return 1;
+  px_rpc_srv_finish(call, PX_RPC_PERMISSION_DENIED,
+                    "%s = %d: only an admin may raise a job's priority above %d (%s may set 1 to "
+                    "%d)",
+                    field, priority, COORD_PRIORITY_DEFAULT, c->who.name, COORD_PRIORITY_DEFAULT);
+  return 0;
+}
+
 int coord_submit_policy(coord_t *c, px_rpc_srv_call_t *call, const Prunex__V1__JobSpec *spec,
                         int *priority, int64_t *time_limit_ms) {
   const coord_sched_policy_t *p = &c->cfg.sched;
   *priority = spec->priority > 0 ? spec->priority : COORD_PRIORITY_DEFAULT;
-  if (*priority > COORD_PRIORITY_DEFAULT && c->who.role != COORD_ROLE_ADMIN &&
-      c->who.role != COORD_ROLE_ANON) {
-    px_rpc_srv_finish(call, PX_RPC_PERMISSION_DENIED,
-                      "spec.priority = %d: only an admin may raise a job's priority above %d"
-                      " (%s may lower it: 1 to %d)",
-                      *priority, COORD_PRIORITY_DEFAULT, c->who.name, COORD_PRIORITY_DEFAULT);
-    return 0;
-  }
+  if (!coord_priority_allowed(c, call, "spec.priority", *priority)) return 0;
   if (p->time_limit_max_s > 0 && spec->time_limit_s > p->time_limit_max_s) {
     px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT,
                       "spec.time_limit_s = %d: above this cluster's maximum of %lld s"

@@ -108,6 +108,17 @@ static PXT_UNUSED int pxt_pxctl(pxt_result_t *r, const char *dir, const char *co
 }
 
 /* Prints what a failing pxctl call said. */
+/* pxctl args against coordinator d as the user of token (no TLS), into *r
+ * (its exit status in r->code). */
+static PXT_UNUSED void pxt_pxctl_as(pxt_result_t *r, const pxt_coordd_t *d, const char *token,
+                                    const char *const *args) {
+  char coord[96], tok[96];
+  snprintf(coord, sizeof coord, "PRUNEX_COORDINATOR=%s", d->target);
+  snprintf(tok, sizeof tok, "PRUNEX_TOKEN=%s", token);
+  const char *env[] = {coord, tok, NULL};
+  pxt_pxctl(r, d->dir, args, env, 30000);
+}
+
 static PXT_UNUSED void pxt_show(const char *what, const pxt_result_t *r) {
   fprintf(stderr, "---- %s: exit %d\n---- stdout:\n%s\n---- stderr:\n%s\n", what, r->code, r->out,
           r->err);

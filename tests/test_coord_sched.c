@@ -353,14 +353,6 @@ static void test_time_limit_above_the_maximum_is_refused(void **state) {
 
 /* ---- pxctl list / status / acct ----------------------------------------------------- */
 
-static void pxctl_as(pxt_result_t *r, fixture_t *f, const char *token, const char *const *args) {
-  char coord[96], tok[96];
-  snprintf(coord, sizeof coord, "PRUNEX_COORDINATOR=%s", f->d.target);
-  snprintf(tok, sizeof tok, "PRUNEX_TOKEN=%s", token);
-  const char *env[] = {coord, tok, NULL};
-  pxt_pxctl(r, f->d.dir, args, env, 30000);
-}
-
 static void test_pxctl_shows_the_queue_and_the_accounting(void **state) {
   (void)state;
   fixture_t *f = start("log_level = info\n", 1);
@@ -369,19 +361,19 @@ static void test_pxctl_shows_the_queue_and_the_accounting(void **state) {
   must_submit(f->bob, 1, 40, 0, b1, sizeof b1);
   static pxt_result_t r;
   const char *list[] = {"list", NULL};
-  pxctl_as(&r, f, PXT_TOK_BOB, list);
+  pxt_pxctl_as(&r, &f->d, PXT_TOK_BOB, list);
   if (r.code != 0 || !strstr(r.out, "PRIORITY") || !strstr(r.out, "JOB/FAIR/AGE") ||
       !strstr(r.out, "0.04/1.00/"))
     pxt_show("pxctl list", &r), fail();
   const char *status[] = {"status", b1, NULL};
-  pxctl_as(&r, f, PXT_TOK_BOB, status);
+  pxt_pxctl_as(&r, &f->d, PXT_TOK_BOB, status);
   if (r.code != 0 || !strstr(r.out, "first in line; waiting for nodes")) pxt_show("status", &r), fail();
   pxt_sleep_ms(200);
   cancel(f, a1);
   cancel(f, b1);
 
   const char *csv[] = {"acct", "--csv", NULL};
-  pxctl_as(&r, f, PXT_TOK_ALICE, csv);
+  pxt_pxctl_as(&r, &f->d, PXT_TOK_ALICE, csv);
   if (r.code != 0 ||
       strncmp(r.out, "job_id,user,name,nodes,devices,submit,start,end,node_seconds,state,"
                      "attempts,reason\n", 82) != 0)
@@ -392,7 +384,7 @@ static void test_pxctl_shows_the_queue_and_the_accounting(void **state) {
   assert_non_null(strstr(r.out, ",\"alice\",\"test-job\",1,1,"));
 
   const char *json[] = {"acct", "--json", "--since", "1h", NULL};
-  pxctl_as(&r, f, PXT_TOK_ALICE, json);
+  pxt_pxctl_as(&r, &f->d, PXT_TOK_ALICE, json);
   pxj_t *v = r.code == 0 ? pxj_parse(r.out) : NULL;
   if (!v) pxt_show("acct --json", &r), fail();
   const pxj_t *recs = pxj_get(v, "records"), *tot = pxj_get(v, "totals");
@@ -406,15 +398,15 @@ static void test_pxctl_shows_the_queue_and_the_accounting(void **state) {
   pxj_free(v);
 
   const char *human[] = {"acct", "--user", "bob", NULL};
-  pxctl_as(&r, f, PXT_TOK_ALICE, human);
+  pxt_pxctl_as(&r, &f->d, PXT_TOK_ALICE, human);
   if (r.code != 0 || !strstr(r.out, "NODE-HOURS") || !strstr(r.out, b1) || strstr(r.out, a1))
     pxt_show("acct --user bob", &r), fail();
   const char *bad[] = {"acct", "--since", "yesterday", NULL};
-  pxctl_as(&r, f, PXT_TOK_ALICE, bad);
+  pxt_pxctl_as(&r, &f->d, PXT_TOK_ALICE, bad);
   assert_int_equal(r.code, 2);
   assert_non_null(strstr(r.err, "--since 'yesterday'"));
   const char *future[] = {"acct", "--since", "2999-01-01", NULL};
-  pxctl_as(&r, f, PXT_TOK_ALICE, future);
+  pxt_pxctl_as(&r, &f->d, PXT_TOK_ALICE, future);
   if (r.code != 0 || !strstr(r.out, "no accounting records")) pxt_show("acct --since", &r), fail();
   stop(f);
 }

@@ -304,14 +304,6 @@ static void test_holds_and_dependencies_survive_a_restart(void **state) {
 
 /* ---- pxctl: list, status, acct, hold, update ------------------------------------------ */
 
-static void pxctl_as(pxt_result_t *r, fixture_t *f, const char *token, const char *const *args) {
-  char coord[96], tok[96];
-  snprintf(coord, sizeof coord, "PRUNEX_COORDINATOR=%s", f->d.target);
-  snprintf(tok, sizeof tok, "PRUNEX_TOKEN=%s", token);
-  const char *env[] = {coord, tok, NULL};
-  pxt_pxctl(r, f->d.dir, args, env, 30000);
-}
-
 /* The lines of out that hold needle. */
 static int lines_with(const char *out, const char *needle) {
   int n = 0;
@@ -328,38 +320,38 @@ static void test_pxctl_shows_owners_and_queue_controls(void **state) {
   must_submit(f->bob, 0, 0, a1, 1, b2, sizeof b2);
   static pxt_result_t r;
   const char *list[] = {"list", NULL};
-  pxctl_as(&r, f, PXT_TOK_ALICE, list);
+  pxt_pxctl_as(&r, &f->d, PXT_TOK_ALICE, list);
   if (r.code != 0 || !strstr(r.out, "USER") || lines_with(r.out, " bob ") != 2 ||
       lines_with(r.out, " alice ") != 1 || !strstr(r.out, "PENDING (after "))
     pxt_show("pxctl list", &r), fail();
   /* --limit 1 --user alice: the newest of alice's, not the newest job then filtered */
   const char *mine[] = {"list", "--user", "alice", "--limit", "1", NULL};
-  pxctl_as(&r, f, PXT_TOK_BOB, mine);
+  pxt_pxctl_as(&r, &f->d, PXT_TOK_BOB, mine);
   if (r.code != 0 || !strstr(r.out, a1) || strstr(r.out, b1)) pxt_show("list --user", &r), fail();
   const char *me[] = {"list", "--me", NULL};
-  pxctl_as(&r, f, PXT_TOK_BOB, me);
+  pxt_pxctl_as(&r, &f->d, PXT_TOK_BOB, me);
   char row_a1[96];
   snprintf(row_a1, sizeof row_a1, "%s  alice", a1); /* its row (b2's names a1 as it waits) */
   if (r.code != 0 || !strstr(r.out, b1) || !strstr(r.out, b2) || strstr(r.out, row_a1))
     pxt_show("list --me", &r), fail();
   const char *hold_cmd[] = {"hold", b1, NULL};
-  pxctl_as(&r, f, PXT_TOK_BOB, hold_cmd);
+  pxt_pxctl_as(&r, &f->d, PXT_TOK_BOB, hold_cmd);
   if (r.code != 0 || !strstr(r.out, "held by bob")) pxt_show("hold", &r), fail();
   const char *upd[] = {"update", b1, "priority=50", "time_limit=15m", NULL};
-  pxctl_as(&r, f, PXT_TOK_BOB, upd);
+  pxt_pxctl_as(&r, &f->d, PXT_TOK_BOB, upd);
   if (r.code != 0 || !strstr(r.out, "priority 50, time limit 15m00s")) pxt_show("update", &r), fail();
   const char *up_bad[] = {"update", b1, "priority=500", NULL};
-  pxctl_as(&r, f, PXT_TOK_BOB, up_bad);
+  pxt_pxctl_as(&r, &f->d, PXT_TOK_BOB, up_bad);
   if (r.code != 1 || !strstr(r.err, "cannot update job") || !strstr(r.err, "priority = 500"))
     pxt_show("update refused", &r), fail();
   const char *status[] = {"status", b2, NULL};
-  pxctl_as(&r, f, PXT_TOK_ALICE, status);
+  pxt_pxctl_as(&r, &f->d, PXT_TOK_ALICE, status);
   char after[96];
   snprintf(after, sizeof after, "after      %s:any (PENDING)", a1);
   if (r.code != 0 || !strstr(r.out, "owner      bob") || !strstr(r.out, after))
     pxt_show("status", &r), fail();
   const char *status1[] = {"status", b1, NULL};
-  pxctl_as(&r, f, PXT_TOK_ALICE, status1);
+  pxt_pxctl_as(&r, &f->d, PXT_TOK_ALICE, status1);
   if (r.code != 0 || !strstr(r.out, "held       by bob") ||
       !strstr(r.out, "queue      priority 50, time limit 15m00s"))
     pxt_show("status held", &r), fail();
@@ -371,7 +363,7 @@ static void test_pxctl_shows_owners_and_queue_controls(void **state) {
   assert_int_equal(px_rpc_cancel_job(f->admin, a1, reason, 0, &cr), PX_OK);
   px_rpc_message_free(cr);
   const char *acct[] = {"acct", "--user", "alice", NULL};
-  pxctl_as(&r, f, PXT_TOK_ALICE, acct);
+  pxt_pxctl_as(&r, &f->d, PXT_TOK_ALICE, acct);
   if (r.code != 0 || !strstr(r.out, "START") || !strstr(r.out, "END") ||
       lines_with(r.out, " UTC") != 2 || !strstr(r.out, "cancelled: the quick brown fox jumps over the lazy dog..."))
     pxt_show("acct", &r), fail();

@@ -83,14 +83,15 @@ typedef struct px__onnx_graph {
   int in_c, in_h, in_w;       /* the graph input [N, in_c, in_h, in_w] */
   int classes;                /* the logits [N, classes] */
   int nconv;
-  char sha256[65];            /* the file's SHA-256, lowercase hex */
+  char sha256[65];            /* the file's SHA-256, lowercase hex ("" unless asked for) */
 } px__onnx_graph_t;
 
 /* Reads and checks path. Caller owns *out (px__onnx_free). Fails with
  * PX_ERR_IO (unreadable, too large) or PX_ERR_INVALID naming the file and,
  * for a node it cannot take, the node's name and operator. With sha256 (64
- * lowercase hex digits; NULL or "": unchecked) a file of another SHA-256
- * fails with PX_ERR_INVALID before it is parsed. */
+ * lowercase hex digits) a file of another SHA-256 fails with PX_ERR_INVALID
+ * before it is parsed; "" computes the sum (g->sha256) without a check,
+ * NULL neither (g->sha256 is ""). */
 px_status_t px__onnx_load(const char *path, const char *sha256, px__onnx_graph_t **out);
 void px__onnx_free(px__onnx_graph_t *g);
 
