@@ -290,8 +290,9 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "                           model_path, metrics_dir, run_dir, summary_source;\n"
      "                           after a successful job also dense_params,\n"
      "                           dense_bytes, compact_params, compact_bytes,\n"
-     "                           compact_path (the compact model pxctl run writes\n"
-     "                           beside the final one)\n"
+     "                           dense_macs, compact_macs (multiply-accumulates per\n"
+     "                           image), compact_path (the compact model pxctl run\n"
+     "                           writes beside the final one)\n"
      "The metrics databases are kept in OUTPUT/metrics (coordinator.db and each\n"
      "node's metrics.db) whenever the output directory is: `pxctl status OUTPUT`,\n"
      "`pxctl metrics OUTPUT`, `drift`, `logs` and `plot` read them afterwards.\n",
@@ -304,13 +305,15 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "DIR/<name>.onnx (opset 13; the input is the raw pixels in [0, 1] at the data\n"
      "set's own size, e.g. N x 1 x 28 x 28 for Fashion-MNIST: the graph pads and\n"
      "normalises them as the training loader does; the output is the logits; see\n"
-     "docs/user-guide.md). Prints the parameter counts and file sizes, dense and\n"
+     "docs/user-guide.md). Prints the parameter counts, file sizes and\n"
+     "multiply-accumulates per image (what pruning tables call FLOPs), dense and\n"
      "compact.\n\n"
      "  --out DIR                the output directory (required; created if needed)\n"
      "  --onnx                   also write the ONNX model\n" COMMON_HELP
      "                           (asked only for a JOB)\n"
      "  --json                   {\"source\", \"arch\", \"dense_params\", \"compact_params\",\n"
-     "                           \"dense_bytes\", \"compact_bytes\", \"compact_path\",\n"
+     "                           \"dense_bytes\", \"compact_bytes\", \"dense_macs\",\n"
+     "                           \"compact_macs\", \"compact_path\",\n"
      "                           \"onnx_path\", \"onnx_bytes\", \"widths\"}\n",
      OPT_COORD | OPT_JSON | OPT_OUT | OPT_ONNX, 1, pxctl_cmd_export},
 };

@@ -73,7 +73,7 @@ void pxctl_print_model_sizes(const char *model_path);
  * they fail saying so). */
 px_status_t pxctl_engine_export(const char *model, const char *dir, int onnx, const char *dataset,
                                 px_export_report_t *r);
-px_status_t pxctl_engine_count(const char *model, size_t *dense, size_t *compact);
+px_status_t pxctl_engine_count(const char *model, px_export_report_t *r);
 
 /* ---- finished runs read offline (pxctl_offline.c) ----------------------------
  * status, metrics, drift, logs and plot read the directory a `pxctl run`
@@ -198,6 +198,9 @@ void pxctl_table_destroy(pxctl_table_t *t);
 void pxctl_fmt_clip(char *buf, size_t cap, const char *text, size_t width);
 /* "1.23 MiB" style with IEC units. */
 void pxctl_fmt_bytes(char *buf, size_t cap, uint64_t bytes);
+/* "40.52 M per image dense; 10.31 M (25.4%) compact": multiply-accumulates
+ * of the dense and compact models (pruning tables call them FLOPs). */
+void pxctl_fmt_macs(char *buf, size_t cap, uint64_t dense, uint64_t compact);
 /* "85.21%" or "-" for a negative accuracy. */
 void pxctl_fmt_pct(char *buf, size_t cap, double frac);
 /* "2024-05-01 12:00:03 UTC" (UTC, as the logs and the dashboard), "-" for 0. */

@@ -93,6 +93,20 @@ static px_status_t pxctl_engine_bad(const char *key) {
                       key);
 }
 
+/* The counts both reports carry: arch, parameters and MACs. */
+static px_status_t pxctl_engine_counts(const char *out, px_export_report_t *r) {
+  uint64_t dp = 0, cp = 0;
+  if (!pxctl_engine_get(out, "arch", r->arch, sizeof r->arch)) return pxctl_engine_bad("arch");
+  if (!pxctl_engine_u64(out, "dense_params", &dp)) return pxctl_engine_bad("dense_params");
+  if (!pxctl_engine_u64(out, "compact_params", &cp)) return pxctl_engine_bad("compact_params");
+  if (!pxctl_engine_u64(out, "dense_macs", &r->dense_macs)) return pxctl_engine_bad("dense_macs");
+  if (!pxctl_engine_u64(out, "compact_macs", &r->compact_macs))
+    return pxctl_engine_bad("compact_macs");
+  r->dense_params = (size_t)dp;
+  r->compact_params = (size_t)cp;
+  return PX_OK;
+}
+
 px_status_t pxctl_engine_export(const char *model, const char *dir, int onnx,
                                 const char *dataset, px_export_report_t *r) {
   const char *argv[12] = {NULL, "--export", model, "--out", dir, "--report"};
@@ -105,17 +119,12 @@ px_status_t pxctl_engine_export(const char *model, const char *dir, int onnx,
   memset(r, 0, sizeof *r);
   char out[PXCTL_ENGINE_OUT_MAX];
   PX_CHECK(pxctl_engine_run(argv, out, sizeof out));
-  uint64_t dp = 0, cp = 0;
-  if (!pxctl_engine_u64(out, "dense_params", &dp)) return pxctl_engine_bad("dense_params");
-  if (!pxctl_engine_u64(out, "compact_params", &cp)) return pxctl_engine_bad("compact_params");
+  PX_CHECK(pxctl_engine_counts(out, r));
   if (!pxctl_engine_u64(out, "dense_bytes", &r->dense_bytes))
     return pxctl_engine_bad("dense_bytes");
   if (!pxctl_engine_u64(out, "compact_bytes", &r->compact_bytes))
     return pxctl_engine_bad("compact_bytes");
   if (!pxctl_engine_u64(out, "onnx_bytes", &r->onnx_bytes)) return pxctl_engine_bad("onnx_bytes");
-  r->dense_params = (size_t)dp;
-  r->compact_params = (size_t)cp;
-  if (!pxctl_engine_get(out, "arch", r->arch, sizeof r->arch)) return pxctl_engine_bad("arch");
   if (!pxctl_engine_get(out, "widths", r->widths, sizeof r->widths))
     return pxctl_engine_bad("widths");
   if (!pxctl_engine_get(out, "compact_path", r->compact_path, sizeof r->compact_path))
@@ -125,14 +134,10 @@ px_status_t pxctl_engine_export(const char *model, const char *dir, int onnx,
   return PX_OK;
 }
 
-px_status_t pxctl_engine_count(const char *model, size_t *dense, size_t *compact) {
+px_status_t pxctl_engine_count(const char *model, px_export_report_t *r) {
   const char *argv[4] = {NULL, "--count", model, NULL};
+  memset(r, 0, sizeof *r);
   char out[PXCTL_ENGINE_OUT_MAX];
   PX_CHECK(pxctl_engine_run(argv, out, sizeof out));
-  uint64_t dp = 0, cp = 0;
-  if (!pxctl_engine_u64(out, "dense_params", &dp)) return pxctl_engine_bad("dense_params");
-  if (!pxctl_engine_u64(out, "compact_params", &cp)) return pxctl_engine_bad("compact_params");
-  *dense = (size_t)dp;
-  *compact = (size_t)cp;
-  return PX_OK;
+  return pxctl_engine_counts(out, r);
 }

@@ -55,6 +55,8 @@ int pxctl_cmd_export(pxctl_opts_t *o) {
     pxctl_json_kv_uint(&j, "compact_params", r.compact_params);
     pxctl_json_kv_uint(&j, "dense_bytes", r.dense_bytes);
     pxctl_json_kv_uint(&j, "compact_bytes", r.compact_bytes);
+    pxctl_json_kv_uint(&j, "dense_macs", r.dense_macs);
+    pxctl_json_kv_uint(&j, "compact_macs", r.compact_macs);
     pxctl_json_kv_string(&j, "compact_path", r.compact_path);
     pxctl_json_kv_string(&j, "onnx_path", r.onnx_path[0] ? r.onnx_path : NULL);
     pxctl_json_kv_uint(&j, "onnx_bytes", r.onnx_bytes);
@@ -67,6 +69,9 @@ int pxctl_cmd_export(pxctl_opts_t *o) {
   printf("params   %zu dense, %zu compact (%.1f%%)\n", r.dense_params, r.compact_params,
          100.0 * (double)r.compact_params / (double)r.dense_params);
   printf("size     %.2f MB dense, %.2f MB compact\n", r.dense_bytes / 1e6, r.compact_bytes / 1e6);
+  char macs[96];
+  pxctl_fmt_macs(macs, sizeof macs, r.dense_macs, r.compact_macs);
+  printf("MACs     %s\n", macs);
   printf("widths   %s\n", r.widths);
   printf("compact  %s\n", r.compact_path);
   if (r.onnx_path[0]) printf("onnx     %s (%.2f MB)\n", r.onnx_path, r.onnx_bytes / 1e6);
@@ -74,10 +79,11 @@ int pxctl_cmd_export(pxctl_opts_t *o) {
 }
 
 void pxctl_print_model_sizes(const char *model_path) {
-  size_t dp, cp;
+  px_export_report_t r;
   struct stat sb;
   if (access(model_path, R_OK) != 0 || stat(model_path, &sb) != 0) return;
-  if (pxctl_engine_count(model_path, &dp, &cp) != PX_OK) return;
+  if (pxctl_engine_count(model_path, &r) != PX_OK) return;
+  size_t dp = r.dense_params, cp = r.compact_params;
   char compact[4096];
   snprintf(compact, sizeof compact, "%s", model_path);
   size_t n = strlen(compact), x = strlen(".safetensors");
@@ -88,5 +94,7 @@ void pxctl_print_model_sizes(const char *model_path) {
   printf("model size %zu parameters, %.2f MB dense; %zu parameters (%.1f%%) compact", dp,
          (double)sb.st_size / 1e6, cp, 100.0 * (double)cp / (double)dp);
   if (have) printf(", %.2f MB (%s)", (double)cb.st_size / 1e6, compact);
-  printf("\n");
+  char macs[96];
+  pxctl_fmt_macs(macs, sizeof macs, r.dense_macs, r.compact_macs);
+  printf("\nMACs       %s\n", macs);
 }

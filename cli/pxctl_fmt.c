@@ -123,6 +123,11 @@ void pxctl_fmt_clip(char *buf, size_t cap, const char *text, size_t width) {
   snprintf(buf, cap, "%.*s...", (int)cut, text);
 }
 
+void pxctl_fmt_macs(char *buf, size_t cap, uint64_t dense, uint64_t compact) {
+  snprintf(buf, cap, "%.2f M per image dense; %.2f M (%.1f%%) compact", (double)dense / 1e6,
+           (double)compact / 1e6, dense ? 100.0 * (double)compact / (double)dense : 0.0);
+}
+
 void pxctl_fmt_pct(char *buf, size_t cap, double frac) {
   if (frac < 0) snprintf(buf, cap, "-");
   else snprintf(buf, cap, "%.2f%%", 100.0 * frac);

@@ -326,6 +326,8 @@ static void pxctl_print_result_json(const pxctl_run_t *r, const pxctl_result_t *
     pxctl_json_kv_uint(&j, "dense_bytes", res->compact.dense_bytes);
     pxctl_json_kv_uint(&j, "compact_params", res->compact.compact_params);
     pxctl_json_kv_uint(&j, "compact_bytes", res->compact.compact_bytes);
+    pxctl_json_kv_uint(&j, "dense_macs", res->compact.dense_macs);
+    pxctl_json_kv_uint(&j, "compact_macs", res->compact.compact_macs);
     pxctl_json_kv_string(&j, "compact_path", res->model_path[0] ? res->compact.compact_path : NULL);
   }
   pxctl_json_kv_string(&j, "run_dir", res->kept ? r->run_dir : NULL);
@@ -377,6 +379,11 @@ static void pxctl_print_result(const pxctl_run_t *r, const pxctl_result_t *res) 
            100.0 * (double)res->compact.compact_params / (double)res->compact.dense_params,
            res->compact.compact_bytes / 1e6, res->model_path[0] ? " in " : "",
            res->model_path[0] ? res->compact.compact_path : "");
+  if (res->have_compact) {
+    char macs[96];
+    pxctl_fmt_macs(macs, sizeof macs, res->compact.dense_macs, res->compact.compact_macs);
+    printf("  multiply-adds       %s\n", macs);
+  }
   if (!res->model_path[0] && res->have_summary && !strcmp(res->state, "SUCCEEDED"))
     printf("  model               none kept (use --keep or --output DIR)\n");
   if (pxctl_metrics_shown(r, res))

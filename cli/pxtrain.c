@@ -290,6 +290,8 @@ static int run_export_report(const char *path, const char *dir, int onnx, const 
   if (px_export_file(path, dir, onnx, dataset, &r) < 0) return report_error();
   printf("arch %s\ndense_params %zu\ncompact_params %zu\n", r.arch, r.dense_params,
          r.compact_params);
+  printf("dense_macs %llu\ncompact_macs %llu\n", (unsigned long long)r.dense_macs,
+         (unsigned long long)r.compact_macs);
   printf("dense_bytes %llu\ncompact_bytes %llu\nonnx_bytes %llu\n",
          (unsigned long long)r.dense_bytes, (unsigned long long)r.compact_bytes,
          (unsigned long long)r.onnx_bytes);
@@ -298,9 +300,12 @@ static int run_export_report(const char *path, const char *dir, int onnx, const 
 }
 
 static int run_count(const char *path) {
-  size_t dense, compact;
-  if (px_export_count(path, &dense, &compact) < 0) return report_error();
-  printf("dense_params %zu\ncompact_params %zu\n", dense, compact);
+  px_export_report_t r;
+  if (px_export_count(path, &r) < 0) return report_error();
+  printf("arch %s\ndense_params %zu\ncompact_params %zu\n", r.arch, r.dense_params,
+         r.compact_params);
+  printf("dense_macs %llu\ncompact_macs %llu\n", (unsigned long long)r.dense_macs,
+         (unsigned long long)r.compact_macs);
   return 0;
 }
 
@@ -314,6 +319,8 @@ static int run_export(const char *path, const char *dir, int onnx, const char *d
          r.dense_params, r.compact_params, 100.0 * r.compact_params / r.dense_params,
          r.dense_bytes / 1e6, r.compact_bytes / 1e6);
   printf("widths  %s\n", r.widths);
+  printf("MACs    %.2f M -> %.2f M per image (%.1f%%)\n", r.dense_macs / 1e6,
+         r.compact_macs / 1e6, r.dense_macs ? 100.0 * r.compact_macs / r.dense_macs : 0.0);
   printf("compact %s\n", r.compact_path);
   if (onnx) printf("onnx    %s (%.2f MB)\n", r.onnx_path, r.onnx_bytes / 1e6);
   return 0;

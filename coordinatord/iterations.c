@@ -60,8 +60,15 @@ static px_status_t coord_decide(coord_t *c, coord_arena_t *a, const Prunex__V1__
     return rc;
   }
 
+  /* the first iteration that converged, carried from decision to decision */
+  Prunex__V1__ControlDecision *prev = NULL;
+  PX_CHECK(coord_db_control_decision(c, a, r->job_id, -1, &prev));
   d->iteration = r->iteration;
   d->freeze = out.freeze;
+  d->converged = out.converged;
+  d->converged_at = prev && prev->converged_at ? prev->converged_at
+                    : out.converged            ? r->iteration + 1
+                                               : 0;
   d->stop = out.stop;
   d->stop_reason = coord_strdup(a, out.stop_reason);
   d->n_layers = (size_t)nl;

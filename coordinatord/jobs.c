@@ -489,31 +489,36 @@ out:
 /* ---- ReportRankExit ------------------------------------------------------------------------ */
 
 /* Records the exit and decides the job's fate. *to: the new state, or 0. */
-/* Why the controller ended the job, from its last stored decision: "the
- * controller stopped it at iteration K: the residuals converged", "it
- * reached max_iterations (N iterations)";
- * "" when the last decision did not stop (the workers ended on their own,
- * e.g. after their epochs). */
+/* Why the controller ended the job, from its last stored decision: "it
+ * trained its whole budget (N iterations)", "the controller stopped it at
+ * iteration K: the residuals converged (admm.stop_on_converged)", and when
+ * the residuals converged before a run that went on, "; the residuals
+ * converged at iteration K"; "" when the last decision did not stop (the
+ * workers ended on their own, e.g. after their epochs). */
 static px_status_t coord_stop_reason(coord_t *c, coord_arena_t *a, const char *job_id, char *buf,
                                      size_t cap, int *timeout) {
   buf[0] = '\0';
   *timeout = 0;
   Prunex__V1__ControlDecision *d = NULL;
   PX_CHECK(coord_db_control_decision(c, a, job_id, -1, &d));
-  if (d) {
-    if (d->stop && d->stop_reason[0] && strcmp(d->stop_reason, "cancelled") != 0) {
-      if (!strcmp(d->stop_reason, "converged"))
-        snprintf(buf, cap, "the controller stopped it at iteration %d: the residuals converged",
-                 d->iteration);
-      else if (!strcmp(d->stop_reason, "max_iterations"))
-        snprintf(buf, cap, "it reached max_iterations (%d iterations)", d->iteration + 1);
-      else if (!strcmp(d->stop_reason, "time_limit") && (*timeout = 1))
-        snprintf(buf, cap, "TIMEOUT: stopped at iteration %d, at its time limit", d->iteration);
-      else
-        snprintf(buf, cap, "the controller stopped it at iteration %d: %s", d->iteration,
-                 d->stop_reason);
-    }
-  }
+  if (!d || !d->stop || !d->stop_reason[0] || !strcmp(d->stop_reason, "cancelled"))
+    return PX_OK;
+  if (!strcmp(d->stop_reason, "converged"))
+    snprintf(buf, cap,
+             "the controller stopped it at iteration %d: the residuals converged "
+             "(admm.stop_on_converged)",
+             d->iteration);
+  else if (!strcmp(d->stop_reason, "max_iterations"))
+    snprintf(buf, cap, "it trained its whole budget (%d iterations)", d->iteration + 1);
+  else if (!strcmp(d->stop_reason, "time_limit") && (*timeout = 1))
+    snprintf(buf, cap, "TIMEOUT: stopped at iteration %d, at its time limit", d->iteration);
+  else
+    snprintf(buf, cap, "the controller stopped it at iteration %d: %s", d->iteration,
+             d->stop_reason);
+  size_t n = strlen(buf);
+  if (d->converged_at > 0 && strcmp(d->stop_reason, "converged") != 0 && n < cap)
+    snprintf(buf + n, cap - n, "; the residuals converged at iteration %d",
+             d->converged_at - 1);
   return PX_OK;
 }
 

@@ -787,9 +787,25 @@ def write_reference(net, name, out, x, y):
     float32 and float64 (see the module's doc) into out."""
     x.numpy().astype(np.float32).tofile(os.path.join(out, "x.f32"))
     y.numpy().astype(np.int32).tofile(os.path.join(out, "y.i32"))
+    macs = [0]  # multiply-accumulates per image of the convs and Linear layers
+
+    def count(mod, inp, outp):
+        if isinstance(mod, MatLinear):
+            k = mod.weight.shape[0]
+        elif isinstance(mod, nn.Linear):
+            k = mod.in_features
+        else:
+            k = mod.in_channels // mod.groups * mod.kernel_size[0] * mod.kernel_size[1]
+        macs[0] += outp.numel() // outp.shape[0] * k
+    hooks = [mod.register_forward_hook(count) for mod in net.modules()
+             if isinstance(mod, (nn.Conv2d, nn.Linear, MatLinear))]
     with torch.no_grad():
         net.eval()
         net(x).numpy().astype(np.float32).tofile(os.path.join(out, "logits.f32"))
+    for h in hooks:
+        h.remove()
+    with open(os.path.join(out, "macs.txt"), "w") as f:
+        f.write("%d\n" % macs[0])
     net64 = copy.deepcopy(net).double()  # the yardstick: the same step in float64
     losses = [train_step(net, x, y), train_step(net64, x.double(), y)]
     with open(os.path.join(out, "grads.txt"), "w") as f:

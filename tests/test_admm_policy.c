@@ -107,6 +107,14 @@ static void test_stop_at_max_iterations_and_on_convergence(void **state) {
   assert_false(d[1].converged);
   assert_false(g.stop); /* every layer must converge */
   two[1] = tiny;
+  /* by default converged residuals freeze the masks and the run goes on */
+  px_admm_policy_state_t fresh = {0};
+  assert_int_equal(px_admm_decide(&p, &fresh, 6, 5, 2, 2, two, 2, d, &g), PX_OK);
+  assert_true(g.converged);
+  assert_true(g.freeze);
+  assert_false(g.stop);
+  /* admm.stop_on_converged: they end it */
+  p.stop_on_converged = 1;
   assert_int_equal(px_admm_decide(&p, &st, 6, 0, 2, 2, two, 2, d, &g), PX_OK);
   assert_true(g.stop);
   assert_string_equal(g.stop_reason, "converged");
@@ -115,6 +123,7 @@ static void test_stop_at_max_iterations_and_on_convergence(void **state) {
   two[0].r_intra = 1e-9;
   assert_int_equal(px_admm_decide(&p, &st, 7, 0, 2, 2, two, 2, d, &g), PX_OK);
   assert_false(g.stop);
+  assert_false(g.converged);
 }
 
 static void test_tolerance_scales_with_ranks_and_norms(void **state) {

@@ -223,6 +223,7 @@ static void test_a_converged_job_says_so_when_it_ends(void **state) {
   fixture_t *f = *state;
   pxt_spec_t s;
   pxt_spec_init(&s, 1, 2);
+  s.admm.stop_on_converged = 1;
   char job[64];
   start_job(f, &s, job, sizeof job);
   report_t r;
@@ -241,8 +242,41 @@ static void test_a_converged_job_says_so_when_it_ends(void **state) {
   assert_int_equal(pxt_job_state(f->ch, job), PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED);
   char reason[512];
   job_reason(f->ch, job, reason, sizeof reason);
-  assert_string_equal(reason, "the controller stopped it at iteration 0: the residuals converged; "
-                              "all 2 ranks exited with code 0");
+  assert_string_equal(reason, "the controller stopped it at iteration 0: the residuals converged "
+                              "(admm.stop_on_converged); all 2 ranks exited with code 0");
+}
+
+/* By default converged residuals freeze the masks and are reported: the job
+ * trains its whole budget and says at its end when they converged. */
+static void test_converged_residuals_freeze_and_the_budget_runs_on(void **state) {
+  fixture_t *f = *state;
+  pxt_spec_t s;
+  pxt_spec_init(&s, 1, 2);
+  s.admm.max_iterations = 4;
+  s.admm.freeze_on_stable = 0;
+  char job[64];
+  start_job(f, &s, job, sizeof job);
+  const double r_[] = {1.0, 1e-12, 1.0, 1e-12};
+  for (int it = 0; it < 4; it++) {
+    report_t r;
+    report_init(&r, job, it, 2, r_[it], r_[it], 3);
+    Prunex__V1__ControlDecision *d = report(f->ch, &r);
+    assert_int_equal(d->converged, r_[it] < 1e-6);
+    assert_int_equal(d->freeze, it >= 1); /* the first convergence froze the masks */
+    assert_int_equal(d->converged_at, it >= 1 ? 2 : 0);
+    assert_int_equal(d->stop, it == 3);
+    px_rpc_message_free(d);
+  }
+  Prunex__V1__RankExit ex = PRUNEX__V1__RANK_EXIT__INIT;
+  ex.job_id = job;
+  for (int rank = 0; rank < 2; rank++) {
+    ex.rank = rank;
+    assert_int_equal(px_rpc_report_rank_exit(f->ch, &ex, 0), PX_OK);
+  }
+  char reason[512];
+  job_reason(f->ch, job, reason, sizeof reason);
+  assert_string_equal(reason, "it trained its whole budget (4 iterations); the residuals "
+                              "converged at iteration 1; all 2 ranks exited with code 0");
 }
 
 static void test_stop_at_max_iterations_and_defaults(void **state) {
@@ -271,8 +305,8 @@ static void test_stop_at_max_iterations_and_defaults(void **state) {
   /* the job's reason says why it ended (issue 16) */
   char reason[512];
   job_reason(f->ch, job, reason, sizeof reason);
-  if (!strstr(reason, "it reached max_iterations (3 iterations)")) fprintf(stderr, "%s\n", reason);
-  assert_non_null(strstr(reason, "it reached max_iterations (3 iterations)"));
+  if (!strstr(reason, "it trained its whole budget (3 iterations)")) fprintf(stderr, "%s\n", reason);
+  assert_non_null(strstr(reason, "it trained its whole budget (3 iterations)"));
   assert_non_null(strstr(reason, "all 2 ranks exited with code 0"));
   pxt_spec_init(&s, 1, 2);
   s.spec.admm = NULL;
@@ -411,6 +445,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_first_report_runs_the_job_and_balances_rho, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_decisions_match_px_admm_decide, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_converged_residuals_freeze_and_the_budget_runs_on, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_masks_freeze_after_stable_drift, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stop_at_max_iterations_and_defaults, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_converged_job_says_so_when_it_ends, setup, teardown),

@@ -127,6 +127,11 @@ static void check_net_at(const char *net, int c, int h, int w, int grads) {
   print_message("%s (%dx%dx%d): logits differ from PyTorch's by at most %.2e\n", net, c, h, w,
                 dmax);
   assert_true(dmax <= 1e-4);
+  char macs[32] = "";
+  assert_true(px_test_read_bytes(dir, "macs.txt", macs, sizeof macs - 1) > 0);
+  print_message("%s: %llu multiply-accumulates per image (PyTorch's count: %s)\n", net,
+                (unsigned long long)px_model_macs(m), macs);
+  assert_int_equal(px_model_macs(m), strtoull(macs, NULL, 10));
   if (!grads) goto done;
 
   float loss;

@@ -137,6 +137,18 @@ static void test_run_of_a_tiny_job_succeeds_and_reports_json(void **state) {
   assert_true(pxj_num(v, "compact_params") <= pxj_num(v, "dense_params"));
   assert_true(pxj_num(v, "compact_bytes") > 0.0);
   assert_true(pxt_exists(pxj_str(v, "compact_path")));
+  /* multiply-accumulates per image, by hand for resnet20 on 3 x 32 x 32:
+   * conv1 16*3*9*1024; six 16->16 convs at 32x32, 6*16*16*9*1024; at 16x16
+   * 32*16*9*256 + five 32*32*9*256 + the 1x1 shortcut 32*16*256; at 8x8
+   * 64*32*9*64 + five 64*64*9*64 + 64*32*64; the classifier 64*10 */
+  double dense_macs = 16.0 * 3 * 9 * 1024 + 6.0 * 16 * 16 * 9 * 1024 + 32.0 * 16 * 9 * 256 +
+                      5.0 * 32 * 32 * 9 * 256 + 32.0 * 16 * 256 + 64.0 * 32 * 9 * 64 +
+                      5.0 * 64 * 64 * 9 * 64 + 64.0 * 32 * 64 + 64.0 * 10;
+  assert_true(pxj_num(v, "dense_macs") == dense_macs);
+  /* filter_keep 0.5: the filters a block's first conv loses, and with
+   * them the second conv's inputs (test_model_macs counts compact models) */
+  assert_true(pxj_num(v, "compact_macs") > 0.0);
+  assert_true(pxj_num(v, "compact_macs") < dense_macs);
   assert_int_equal(pxj_get(v, "run_dir")->type, PXJ_NULL);
   assert_int_equal(pxt_dir_entries(f->runs), 0);
   pxj_free(v);
@@ -174,9 +186,10 @@ static void test_every_other_strategy_runs_through_pxctl_run(void **state) {
   }
 }
 
-/* A job the controller stops (converged: the tolerances are huge) before any
- * iteration due for a test: the strategy tests the final model after the
- * loop, and the summary shows that accuracy, not "not evaluated". */
+/* A job the controller stops (converged: the tolerances are huge, and
+ * admm.stop_on_converged asks for the stop) before any iteration due for a
+ * test: the strategy tests the final model after the loop, and the summary
+ * shows that accuracy, not "not evaluated". */
 static void test_early_stop_still_reports_the_final_accuracy(void **state) {
   fixture_t *f = *state;
   if (!have_agent()) skip();
@@ -189,7 +202,8 @@ static void test_early_stop_still_reports_the_final_accuracy(void **state) {
         "cluster:\n  nodes: 2\n  workers_per_node: 2\n  device: cpu\n"
         "train:\n  batch_size: 8\n  local_steps: 2\n  lr: 0.05\n  eval_every: 50\n"
         "prune:\n  channel_keep: 0.5\n"
-        "admm:\n  max_iterations: 6\n  eps_abs: 1e9\n  eps_rel: 1e9\n",
+        "admm:\n  max_iterations: 6\n  eps_abs: 1e9\n  eps_rel: 1e9\n"
+        "  stop_on_converged: true\n",
         fp);
   fclose(fp);
   const char *args[] = {"run", f->spec, "--json", "--work-dir", f->runs, NULL};
@@ -204,6 +218,43 @@ static void test_early_stop_still_reports_the_final_accuracy(void **state) {
   printf("stopped after %.0f iterations, test accuracy %.4f\n", iters, acc);
   assert_true(iters >= 1.0 && iters < 6.0);
   assert_true(acc >= 0.0 && acc <= 1.0);
+  assert_non_null(strstr(pxj_str(v, "reason"), "the residuals converged (admm.stop_on_converged)"));
+  pxj_free(v);
+}
+
+/* The same job without admm.stop_on_converged (the default): the residuals
+ * converge as early, freeze the masks and are reported, and the job trains
+ * its whole budget. */
+static void test_the_whole_budget_runs_by_default(void **state) {
+  fixture_t *f = *state;
+  if (!have_agent()) skip();
+  FILE *fp = fopen(f->spec, "w");
+  assert_non_null(fp);
+  fputs("strategy: hsadmm\n"
+        "name: budget\n"
+        "model:\n  name: resnet20\n"
+        "dataset:\n  name: synthetic\n  augment: false\n"
+        "cluster:\n  nodes: 2\n  workers_per_node: 1\n  device: cpu\n"
+        "train:\n  batch_size: 8\n  local_steps: 1\n  lr: 0.05\n  eval_every: 50\n"
+        "prune:\n  channel_keep: 0.5\n"
+        "admm:\n  max_iterations: 5\n  eps_abs: 1e9\n  eps_rel: 1e9\n",
+        fp);
+  fclose(fp);
+  const char *args[] = {"run", f->spec, "--json", "--work-dir", f->runs, NULL};
+  int code = pxt_pxctl(&f->r, f->dir, args, NULL, 240000);
+  if (code != 0) pxt_show("pxctl run", &f->r);
+  assert_int_equal(code, 0);
+  char line[8192];
+  pxj_t *v = pxj_parse(pxt_last_line(f->r.out, line, sizeof line));
+  assert_non_null(v);
+  assert_string_equal(pxj_str(v, "state"), "SUCCEEDED");
+  assert_true(pxj_num(v, "iterations") == 5.0);
+  const char *why = pxj_str(v, "reason");
+  if (!strstr(why, "it trained its whole budget (5 iterations); the residuals converged at "
+                   "iteration 0"))
+    fprintf(stderr, "reason: %s\n", why);
+  assert_non_null(strstr(why, "it trained its whole budget (5 iterations); the residuals "
+                              "converged at iteration 0"));
   pxj_free(v);
 }
 
@@ -357,6 +408,7 @@ int main(void) {
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_every_other_strategy_runs_through_pxctl_run, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_the_whole_budget_runs_by_default, setup, teardown),
       cmocka_unit_test_setup_teardown(test_early_stop_still_reports_the_final_accuracy, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_run_of_a_tiny_job_succeeds_and_reports_json, setup,

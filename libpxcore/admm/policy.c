@@ -91,17 +91,20 @@ px_status_t px_admm_decide(const px_admm_policy_t *policy, px_admm_policy_state_
   }
 
   memset(out, 0, sizeof *out);
+  out->converged = all_converged && tolerances;
+  /* converged residuals say the ranks agree on the masks too: they freeze */
   if (!state->frozen) {
     state->stable_iterations = mask_drift == 0 ? state->stable_iterations + 1 : 0;
     if ((policy->freeze_on_stable > 0 && state->stable_iterations >= policy->freeze_on_stable) ||
-        (policy->freeze_iteration > 0 && iteration >= policy->freeze_iteration))
+        (policy->freeze_iteration > 0 && iteration >= policy->freeze_iteration) ||
+        out->converged)
       state->frozen = 1;
   }
   out->freeze = state->frozen;
   if (policy->max_iterations > 0 && iteration + 1 >= policy->max_iterations) {
     out->stop = 1;
     snprintf(out->stop_reason, sizeof out->stop_reason, "max_iterations");
-  } else if (all_converged) {
+  } else if (out->converged && policy->stop_on_converged) {
     out->stop = 1;
     snprintf(out->stop_reason, sizeof out->stop_reason, "converged");
   }

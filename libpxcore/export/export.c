@@ -71,17 +71,25 @@ static px_status_t px__load_dense(const char *path, px_ops_t *ops, px_model_t **
   return PX_OK;
 }
 
-px_status_t px_export_count(const char *model_path, size_t *dense_params,
-                            size_t *compact_params) {
-  PX_REQUIRE(model_path && dense_params && compact_params, "px_export_count: NULL argument");
+/* The figures of m and its compact model cm that a report carries. */
+static void px__report_counts(const px_model_t *m, const px_model_t *cm, px_export_report_t *rep) {
+  snprintf(rep->arch, sizeof rep->arch, "%s", px_model_config(cm)->arch);
+  rep->dense_params = px_model_numel(m);
+  rep->compact_params = px_model_numel(cm);
+  rep->dense_macs = px_model_macs(m);
+  rep->compact_macs = px_model_macs(cm);
+}
+
+px_status_t px_export_count(const char *model_path, px_export_report_t *rep) {
+  PX_REQUIRE(model_path && rep, "px_export_count: NULL argument");
+  memset(rep, 0, sizeof *rep);
   px_ops_t *ops;
   PX_CHECK(px_ops_create(px_device_cpu(), 1, &ops));
   px_model_t *m = NULL, *cm = NULL;
   px_status_t st;
   PX_CHECK_GOTO(px__load_dense(model_path, ops, &m), st, done);
   PX_CHECK_GOTO(px_model_compact(m, ops, 1, &cm), st, done);
-  *dense_params = px_model_numel(m);
-  *compact_params = px_model_numel(cm);
+  px__report_counts(m, cm, rep);
 done:
   px_model_destroy(cm);
   px_model_destroy(m);
@@ -144,13 +152,11 @@ px_status_t px_export_file(const char *model_path, const char *out_dir, int onnx
     rep->onnx_bytes = px__file_size(rep->onnx_path);
   }
   const px_model_config_t *c = px_model_config(cm);
-  snprintf(rep->arch, sizeof rep->arch, "%s", c->arch);
+  px__report_counts(m, cm, rep);
   size_t len = 0;
   for (int i = 0; i < c->nwidths && len + 12 < sizeof rep->widths; i++)
     len += (size_t)snprintf(rep->widths + len, sizeof rep->widths - len, "%s%d", i ? "," : "",
                             (int)c->widths[i]);
-  rep->dense_params = px_model_numel(m);
-  rep->compact_params = px_model_numel(cm);
   rep->dense_bytes = px__file_size(model_path);
   rep->compact_bytes = px__file_size(rep->compact_path);
 done:

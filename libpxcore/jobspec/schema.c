@@ -120,6 +120,10 @@ const px__js_field_t px__js_fields[] = {
     {S_ADMM, "freeze_iteration", PX__JS_INT, 0, 0, I32MAX, NULL, 0, NULL},
     {S_ADMM, "eps_abs", PX__JS_DOUBLE, 0, 0, INF, NULL, 1e-4, NULL},
     {S_ADMM, "eps_rel", PX__JS_DOUBLE, 0, 0, INF, NULL, 1e-3, NULL},
+    /* Off: a job trains its whole budget (the residuals say the workers
+     * agree, not that the model has learned what the budget allows); the
+     * residual test freezes the masks and is reported. */
+    {S_ADMM, "stop_on_converged", PX__JS_BOOL, 0, 0, 0, NULL, 0, NULL},
 
     /* Buckets are capped at 1 GiB so that element counts stay far inside the
      * int range of the collectives; 4-byte multiples keep f32 buckets whole. */

@@ -25,11 +25,14 @@ typedef struct {
   int freeze_on_stable;  /* freeze after this many consecutive zero-drift iterations; 0: never */
   int freeze_iteration;  /* freeze at this iteration (0-based) regardless; 0: never */
   int max_iterations;    /* stop after this many iterations; 0: no limit */
-  double eps_abs, eps_rel; /* stopping tolerances; both 0 disables convergence stops */
+  double eps_abs, eps_rel; /* residual tolerances (Boyd 3.3.1); both 0: never converged */
+  int stop_on_converged; /* 1: converged residuals stop the run; 0: they freeze the masks
+                            and are reported, and the run trains its whole budget */
 } px_admm_policy_t;
 
 /* Defaults: adaptive, mu 10, tau 2, rho in [1e-6, 1e4], freeze after 3
- * stable iterations, 100 iterations, eps_abs 1e-4, eps_rel 1e-3. */
+ * stable iterations, 100 iterations, eps_abs 1e-4, eps_rel 1e-3, no stop on
+ * convergence. */
 PX_API void px_admm_policy_defaults(px_admm_policy_t *p);
 
 /* PX_ERR_INVALID naming the bad field (admm.mu etc.) when out of range. */
@@ -58,6 +61,7 @@ typedef struct {
 
 typedef struct {
   int freeze;            /* masks are (now) frozen */
+  int converged;         /* every layer's residuals are within the tolerances */
   int stop;
   char stop_reason[64];  /* "max_iterations", "converged" */
 } px_admm_decision_t;

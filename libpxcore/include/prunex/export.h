@@ -97,6 +97,8 @@ typedef struct {
   uint64_t dense_bytes;     /* file sizes */
   uint64_t compact_bytes;
   uint64_t onnx_bytes;
+  uint64_t dense_macs;      /* multiply-accumulates per image (px_model_macs) of the dense */
+  uint64_t compact_macs;    /* ... and of the compact model */
   char arch[32];
   char widths[2048];        /* the compact widths, comma-separated (truncated if long) */
 } px_export_report_t;
@@ -115,10 +117,10 @@ typedef struct {
 PX_API px_status_t px_export_file(const char *model_path, const char *out_dir, int onnx,
                                   const char *dataset, px_export_report_t *rep);
 
-/* Parameter elements a checkpoint's compact model would have, and the
- * dense count, without writing anything (for job summaries). */
-PX_API px_status_t px_export_count(const char *model_path, size_t *dense_params,
-                                   size_t *compact_params);
+/* What a checkpoint's compact model would be, without writing anything
+ * (for job summaries): fills rep's arch, dense_params, compact_params,
+ * dense_macs and compact_macs (the rest zero). */
+PX_API px_status_t px_export_count(const char *model_path, px_export_report_t *rep);
 
 #ifdef __cplusplus
 }

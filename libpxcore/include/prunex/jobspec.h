@@ -89,6 +89,8 @@
  *     freeze_iteration: 0   >= 0 (0: never)
  *     eps_abs: 1e-4         >= 0
  *     eps_rel: 1e-3         >= 0
+ *     stop_on_converged: false  true: residuals within eps_abs/eps_rel end the job;
+ *                           false: they freeze the masks, the whole budget runs
  *   comm:
  *     bucket_bytes: 32MiB   a positive multiple of 4, at most 1 GiB; an
  *                           integer or a size with a unit: B, KB, MB, GB

@@ -259,6 +259,11 @@ PX_API size_t px_model_memory_bytes(const px_model_t *m);
  * labels (what the memory plan lays out; PX_MEM_PLAN=separate, for tests
  * and benches only, gives the older plan's figure). */
 PX_API size_t px_model_activation_bytes(const px_model_t *m);
+/* Multiply-accumulates of one image's forward pass through the convolutions
+ * and fully connected layers (what pruning papers quote as FLOPs; 40.5 M
+ * for resnet20 on 1 x 32 x 32): of the dense model, or of a compact one
+ * (px_model_compact). 0 when the graph cannot be read. */
+PX_API uint64_t px_model_macs(const px_model_t *m);
 
 /* One training step's forward and backward on a full batch: x is
  * [batch][in_channels][height][width] plain host f32, y [batch] labels.
