@@ -61,7 +61,7 @@ typedef struct {
   int log_level;             /* px_log_level_t; -1: not set */
   const char *output_roots[PXA_MAX_ROOTS]; /* --output-root: where output_dir may also be */
   int noutput_roots;
-  const char *data_roots[PXA_MAX_ROOTS];   /* --data-root: where dataset.path may be (issue 26) */
+  const char *data_roots[PXA_MAX_ROOTS];   /* --data-root: where dataset.path may be */
   int ndata_roots;
   const char *config;        /* --config FILE, or NULL */
   const char *coordinator_from; /* where coordinator came from, for messages */
@@ -86,7 +86,7 @@ typedef struct pxa_cmd {
 typedef struct pxa_exit {
   struct pxa_exit *next;
   char job_id[PXA_ID_MAX];
-  int attempt;               /* the attempt the rank belonged to (issue 14) */
+  int attempt;               /* the attempt the rank belonged to */
   int rank, exit_code, signal;
   char *reason;              /* px_malloc'd */
   int64_t queued_ms;

@@ -1,4 +1,5 @@
-/* pxagent: the PruneX node agent (DESIGN.md section 2), one per node.
+/* pxagent: the PruneX node agent, one per node (docs/architecture.md,
+ * "Processes").
  *
  * Registers the node with the coordinator (host name, its devices: the CUDA
  * devices when there are any, else --cpu-workers CPU workers), heartbeats,
@@ -417,7 +418,7 @@ int main(int argc, char **argv) {
   }
   if (ag->cfg.log_level >= 0) px_log_set_level((px_log_level_t)ag->cfg.log_level);
   else if (!getenv("PX_LOG_LEVEL")) px_log_set_level(PX_LOG_INFO);
-  /* a daemon: a cause repeated past the burst is counted, not written (issue 49) */
+  /* a daemon: a cause repeated past the burst is counted, not written */
   px_log_set_rate(PX_LOG_RATE_BURST, PX_LOG_RATE_INTERVAL_MS);
 
   /* One gRPC reference for the whole run: the threads drop and recreate

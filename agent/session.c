@@ -84,14 +84,14 @@ static px_status_t pxa_register(pxa_agent_t *ag, px_rpc_channel_t *ch) {
   req.devices = ag->device_ptrs;
   req.agent_version = (char *)px_version();
   req.pid = (int32_t)getpid();
-  /* Where jobs may write (issue 12): the coordinator refuses at submission
+  /* Where jobs may write: the coordinator refuses at submission
    * an output_dir that no node allows. */
   char *roots[PXA_MAX_ROOTS + 1];
   roots[0] = ag->work_dir;
   for (int i = 0; i < ag->cfg.noutput_roots; i++) roots[1 + i] = (char *)ag->cfg.output_roots[i];
   req.n_output_roots = (size_t)(1 + ag->cfg.noutput_roots);
   req.output_roots = roots;
-  /* where jobs may read data sets (issue 26): refused at submission too */
+  /* where jobs may read data sets: refused at submission too */
   char *droots[PXA_MAX_ROOTS + 1];
   droots[0] = ag->work_dir;
   if (ag->cfg.ndata_roots == 0) droots[1] = (char *)PXA_DEFAULT_DATA_ROOT;

@@ -163,7 +163,7 @@ int pxa_output_dir_allowed(const char *out, const char *work_dir, const char *co
   return 0;
 }
 
-/* ---- paths that stay inside their root (issue 26) ------------------------------- */
+/* ---- paths that stay inside their root ------------------------------------------ */
 
 /* openat2(dirfd, rel, O_DIRECTORY, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS):
  * every symbolic link is followed only while it stays below dirfd (an

@@ -35,7 +35,7 @@ size_t pxa_file_tail(const char *path, char *buf, size_t cap);
 int pxa_cpu_count(void);
 
 /* 1 when a job's output_dir is one this agent allows: relative without
- * "..", or absolute under the work directory or one of roots (issue 12). */
+ * "..", or absolute under the work directory or one of roots. */
 int pxa_output_dir_allowed(const char *output_dir, const char *work_dir, const char *const *roots,
                            int nroots);
 

@@ -1,4 +1,5 @@
-/* pxworker: one training process per device (DESIGN.md section 2).
+/* pxworker: one training process per device
+ * (docs/architecture.md, "Processes").
  *
  * Started by pxagent with its place in the job (rank, local rank, node),
  * it reads the job spec the agent wrote (packed prunex.v1.JobSpec), builds
@@ -78,11 +79,11 @@ typedef struct {
   int nlm;
   /* the last iteration as recorded, for the final figures (below) */
   Prunex__V1__IterationReport last;
-  char ck_note[512];           /* the reports' checkpoint_problem (issue 26) */
+  char ck_note[512];           /* the reports' checkpoint_problem */
   Prunex__V1__PhaseTimes last_ph;
   uint64_t last_rank_intra, last_rank_inter;
   int have_last;
-  int attempt;                 /* $PRUNEX_ATTEMPT: 1, 2, ... (issue 14) */
+  int attempt;                 /* $PRUNEX_ATTEMPT: 1, 2, ... */
   char checkpoint_dir[4200];   /* <work-dir>/jobs/<job>/checkpoints */
   char progress_path[4200];    /* <work-dir>/jobs/<job>/rank-R.progress while training */
   int training;
@@ -336,7 +337,7 @@ static void pxw_train_config(const pxw_t *w, px_train_config_t *c) {
 
 /* The strategy's configuration: the spec's (px_jobspec_strategy_config),
  * with the checkpoints in the job's directory on this node, which the
- * attempts of the job share (issue 14). */
+ * attempts of the job share. */
 static px_status_t pxw_strategy_config(const pxw_t *w, px_trainer_t *t, px_strategy_config_t *c) {
   PX_CHECK(px_jobspec_strategy_config(w->spec, px_trainer_steps_per_epoch(t), c));
   if (c->checkpoint_every > 0) c->checkpoint_dir = w->checkpoint_dir;
@@ -459,7 +460,7 @@ static px_status_t pxw_fill_report(pxw_t *w, const px_iteration_t *it,
   rep->n_layers = (size_t)nl;
   rep->layers = nl ? w->lp : NULL;
   rep->time_unix_ms = pxa_unix_ms();
-  /* the job's status says it while it runs unprotected (issue 26) */
+  /* the job's status says it while it runs unprotected */
   w->ck_note[0] = '\0';
   if (it->checkpoint_problem && it->checkpoint_problem[0]) {
     char since[32];
@@ -511,7 +512,7 @@ static px_status_t pxw_control(void *ctx, const px_iteration_t *it, px_hsadmm_de
   if (dec->freeze) d->freeze = 1;
   if (dec->stop || dec->cancelled) {
     const char *why = dec->cancelled ? "cancelled" : dec->stop_reason;
-    /* preempted (issue 31): a checkpoint here, then exit; the job's next
+    /* preempted: a checkpoint here, then exit; the job's next
      * attempt resumes from it */
     d->stop = !dec->cancelled && why && !strcmp(why, "preempted") ? PX_HSADMM_SUSPEND
                                                                   : PX_HSADMM_STOP;
@@ -620,7 +621,7 @@ static px_status_t pxw_save_model(pxw_t *w, px_trainer_t *t, const px_strategy_r
 /* A run that succeeded without a usable checkpoint since iteration N (a
  * rank could not write: a full disk): rank 0 leaves the reason in
  * <work-dir>/jobs/<job>/rank-0.note, which its agent reports as the exit's
- * reason and the coordinator adds to the job's (issue 26). Best effort. */
+ * reason and the coordinator adds to the job's. Best effort. */
 static void pxw_write_note(const pxw_t *w, const px_strategy_result_t *res) {
   char path[4200], note[512], since[32];
   snprintf(path, sizeof path, "%s/jobs/%s/rank-%d.note", w->a.work_dir, w->a.job, w->a.rank);

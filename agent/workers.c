@@ -11,7 +11,7 @@
  * cannot fail first, so the job's reason names the hung rank; the CANCEL
  * that follows ends it.
  *
- * Restarts (issue 14): the table is keyed by (job, attempt). A START for
+ * Restarts: the table is keyed by (job, attempt). A START for
  * attempt K of a job whose older attempt still has workers here stops them
  * and waits in that entry (`pending`) until they are all gone; a CANCEL
  * names the attempt it stops (0: every attempt). Workers get PRUNEX_ATTEMPT
@@ -238,7 +238,7 @@ static void pxa_report_unstarted(pxa_agent_t *ag, const char *job_id, int attemp
 /* ---- start ----------------------------------------------------------------------- */
 
 /* environ with PX_AGENT_PID, OMP_NUM_THREADS and PRUNEX_ATTEMPT (the job's
- * attempt, issue 14) set and without the agent's own PRUNEX_TOKEN (the node
+ * attempt) set and without the agent's own PRUNEX_TOKEN (the node
  * credential stays with the agent: each worker gets its rank's secret
  * instead, pxa_spawn); *out is one px_malloc block (array then strings). */
 static int pxa_env_ours(const char *e) {
@@ -354,7 +354,7 @@ static px_status_t pxa_check_read_path(const pxa_agent_t *ag, const Prunex__V1__
   return pxa_check_beneath(root, p, what);
 }
 
-/* The root dataset.cache_dir p must stay under (issue 49): for a relative
+/* The root dataset.cache_dir p must stay under: for a relative
  * p the job's directory (into jd[cap]), else the longest of this node's
  * work directory, --output-root directories (where jobs may write) and
  * data roots (where the default cache, beside the data, goes) that p is
@@ -501,7 +501,7 @@ static void pxa_worker_argv(pxa_agent_t *ag, pxa_job_t *job, const pxa_worker_t 
     v->args[n++] = v->leaders;
   }
   /* the root dataset.path was allowed under (pxa_check_read_path): the
-   * worker opens every file of an image folder beneath it (issue 49) */
+   * worker opens every file of an image folder beneath it */
   const char *dp = as->spec->dataset ? as->spec->dataset->path : NULL;
   const char *root = dp && dp[0] ? pxa_read_root(ag, as, dp, v->droot, sizeof v->droot) : NULL;
   if (root) {
@@ -520,7 +520,7 @@ static void pxa_worker_argv(pxa_agent_t *ag, pxa_job_t *job, const pxa_worker_t 
   v->args[n] = NULL;
 }
 
-/* The worker's environment: the agent's plus the rank's secret (issue 12)
+/* The worker's environment: the agent's plus the rank's secret
  * as PRUNEX_TOKEN, never in argv (which every user of the host can read).
  * *wenv and *tok are NULL when the rank has no secret; the caller wipes
  * and frees them. */

@@ -1,4 +1,5 @@
-/* pxctl: the user's command line for a PruneX cluster (DESIGN.md section 2).
+/* pxctl: the user's command line for a PruneX cluster
+ * (docs/architecture.md, "Processes").
  *
  * This file parses the command line (options may come before or after the
  * command, as --opt VALUE or --opt=VALUE), prints the help texts and hands

@@ -39,7 +39,7 @@ int pxctl_cmd_run(pxctl_opts_t *o);
 int pxctl_cmd_plot(pxctl_opts_t *o);
 int pxctl_cmd_export(pxctl_opts_t *o);
 int pxctl_cmd_acct(pxctl_opts_t *o);
-/* Queue controls (pxctl_queue.c, issue 51): hold, release, update. */
+/* Queue controls (pxctl_queue.c): hold, release, update. */
 int pxctl_cmd_hold(pxctl_opts_t *o);
 int pxctl_cmd_release(pxctl_opts_t *o);
 int pxctl_cmd_update(pxctl_opts_t *o);

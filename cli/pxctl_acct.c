@@ -1,4 +1,4 @@
-/* `pxctl acct`: the coordinator's accounting records (issue 31), like
+/* `pxctl acct`: the coordinator's accounting records, like
  * Slurm's sacct: one row per job with its node-seconds, then per-user
  * totals; --json and --csv for scripts. */
 #include <ctype.h>

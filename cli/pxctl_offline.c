@@ -1,4 +1,4 @@
-/* Reading a finished run without a coordinator (issue 28): `pxctl status`,
+/* Reading a finished run without a coordinator: `pxctl status`,
  * `metrics`, `drift`, `logs` and `plot` take the directory a `pxctl run`
  * leaves (OUTPUT, which keeps metrics/coordinator.db, or the run directory
  * itself, kept with --keep or left by a run that was killed) in place of

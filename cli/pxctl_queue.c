@@ -1,4 +1,4 @@
-/* pxctl hold, release and update (issue 51): the queue controls Slurm users
+/* pxctl hold, release and update: the queue controls Slurm users
  * know from scontrol, through the coordinator's HoldJob, ReleaseJob and
  * UpdateJob (owner or admin; the coordinator applies the policy's rules and
  * says which field it refused). */

@@ -101,14 +101,14 @@ static int pxctl_start_agents(pxctl_run_t *r) {
     snprintf(P, sizeof P, "%d", r->P);
     snprintf(T, sizeof T, "%d", r->T);
     /* The job's output directory is outside the agents' work directories:
-     * they must allow it (issue 12: agents refuse any other output_dir). */
+     * they must allow it (agents refuse any other output_dir). */
     char *argv[] = {r->agent_bin, "--coordinator", r->target, "--name", name, "--cpu-workers", P,
                     "--threads-per-worker", T, "--work-dir", work, "--output-root",
                     r->output_dir, "--data-root", "/usr/share/datasets", NULL, NULL, NULL,
                     NULL, NULL, NULL, NULL};
     /* The user's own data set and imported model, wherever they are, are
      * theirs to read (pxagent reads dataset.path and model.onnx only under
-     * its --data-root list, issue 26). */
+     * its --data-root list). */
     const char *data = r->spec->dataset ? r->spec->dataset->path : NULL;
     const char *onnx = r->spec->model ? r->spec->model->onnx : NULL;
     int na = 15;
@@ -123,7 +123,7 @@ static int pxctl_start_agents(pxctl_run_t *r) {
       argv[na++] = mdir[0] ? mdir : "/";
     }
     /* and the image folder cache directory they asked for (pxagent lets
-     * jobs write dataset.cache_dir only under its roots, issue 49), made
+     * jobs write dataset.cache_dir only under its roots), made
      * here as the root must exist (a failure: the worker names it) */
     const char *cache = r->spec->dataset ? r->spec->dataset->cache_dir : NULL;
     if (cache && cache[0] == '/') {

@@ -102,7 +102,7 @@ static void pxctl_print_history(const Prunex__V1__Job *job) {
   }
 }
 
-/* Who owns the job, and its queue controls (issue 51): priority, time
+/* Who owns the job, and its queue controls: priority, time
  * limit, who holds it, the jobs it waits for and their states. */
 static void pxctl_print_queue(const Prunex__V1__Job *job) {
   printf("owner      %s\n", job->owner[0] ? job->owner : "- (no tokens: anonymous)");
@@ -155,14 +155,14 @@ static void pxctl_print_job(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
   else printf("progress   %d iterations\n", pxctl_job_done_iterations(job));
   char budget[400];
   if (px_jobspec_budget_text(s, budget, sizeof budget)) printf("budget     %s\n", budget);
-  /* Automatic restarts (issue 14): which attempt, and how the earlier ones
+  /* Automatic restarts: which attempt, and how the earlier ones
    * ended. */
   int restarts = s && s->recovery ? s->recovery->max_restarts : 0;
   int attempt = job->attempt > 0 ? job->attempt : 1;
   if (restarts > 0 || attempt > 1)
     printf("attempt    %d of %d (%d restart%s allowed)\n", attempt, 1 + restarts, restarts,
            restarts == 1 ? "" : "s");
-  /* a job running without a usable checkpoint (a full disk) says so (issue 26) */
+  /* a job running without a usable checkpoint (a full disk) says so */
   if (job->checkpoint_problem[0]) printf("checkpoint %s\n", job->checkpoint_problem);
   pxctl_print_placement(ch, job);
   pxctl_fmt_time(t1, sizeof t1, job->created_unix_ms);

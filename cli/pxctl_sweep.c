@@ -1,4 +1,4 @@
-/* Sweeps in pxctl (issue 31): `status SWEEP` and the summary after `list
+/* Sweeps in pxctl: `status SWEEP` and the summary after `list
  * --sweep SWEEP` (the sweep's jobs by state, the best test accuracy, the
  * lowest density and the fewest inter-node bytes among the jobs that
  * reported, each with its values), and `cancel SWEEP`. The jobs come from

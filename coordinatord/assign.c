@@ -28,14 +28,14 @@ px_status_t coord_assignment_build(coord_t *c, coord_arena_t *a, const char *job
   as->action = (Prunex__V1__AssignmentAction)action;
   as->spec = spec;
   if (!as->job_id) return PX_ERR_NOMEM;
-  PX_CHECK(coord_spec_redact(a, spec)); /* nodes need no notify credentials (issue 49) */
+  PX_CHECK(coord_spec_redact(a, spec)); /* nodes need no notify credentials */
   char **salts = NULL;
   PX_CHECK(coord_db_assignment_fill(c, a, node_id, as, &found, &salts));
   if (!found) return PX_OK;
   for (size_t i = 0; i < as->n_ranks; i++) {
     Prunex__V1__RankAssignment *r = as->ranks[i];
     if (r->secret[0] || !salts[i][0]) continue;
-    /* rank secrets are stored as salts and derived again (issue 26) */
+    /* rank secrets are stored as salts and derived again */
     char secret[COORD_RANK_SECRET_LEN + 8] = "";
     px_status_t rc = coord_rank_secret_derive(c, salts[i], secret, sizeof secret);
     r->secret = rc == PX_OK ? coord_strdup(a, secret) : NULL;

@@ -8,7 +8,7 @@
  * Preemption (coord_job_preempt) ends an attempt the same way without
  * using a restart, and so does a fault whose cause is a node that cannot
  * be reached while the job is being preempted (coord_job_fault_unreachable:
- * the preemption would have ended the attempt anyway, issue 49).
+ * the preemption would have ended the attempt anyway).
  *
  * Everything here runs inside the caller's transaction and only writes
  * rows (db/); what must follow the commit the caller records in its

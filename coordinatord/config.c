@@ -5,14 +5,14 @@
  * log_level, tls_cert, tls_key, tokens, retention_days, http, http_www,
  * http_js, http_max_per_address, http_max_per_proxy, http_trusted_proxies;
  * dashes or underscores), and the
- * scheduling policy (issue 31; docs/operations.md): priority_weight_job,
+ * scheduling policy (docs/operations.md): priority_weight_job,
  * priority_weight_fairshare, priority_weight_age, fairshare_half_life_s,
  * priority_max_age_s, max_running_nodes, max_queued_jobs,
  * time_limit_default_s, time_limit_max_s, preemption, preemption_grace_s,
  * and per user share.NAME,
  * max_running_nodes.NAME, max_queued_jobs.NAME; notifications notify_url
  * and notify_states, and where specs may send them, notify_allow and
- * notify_public (issue 49, notify_policy.c). The policy and notifications are re-read on SIGHUP
+ * notify_public (notify_policy.c). The policy and notifications are re-read on SIGHUP
  * (coord_config_reload_policy). */
 #include <errno.h>
 #include <limits.h>
@@ -140,8 +140,8 @@ static px_status_t coord_copy(char *dst, size_t cap, const char *v, const char *
   return PX_OK;
 }
 
-/* Notifications: notify_url, notify_states (issue 31), notify_allow
- * (repeated lines add entries) and notify_public (issue 49). */
+/* Notifications: notify_url, notify_states, notify_allow
+ * (repeated lines add entries) and notify_public. */
 static px_status_t coord_config_notify(coord_config_t *cfg, const char *key, const char *value,
                                        const char *where) {
   if (!strcmp(key, "notify_url")) {
@@ -189,7 +189,7 @@ static px_status_t coord_check_hostport(const char *v, const char *key, const ch
   return PX_OK;
 }
 
-/* The HTTP listener's budgets (issues 26 and 49; http.h):
+/* The HTTP listener's budgets (http.h):
  * http_max_per_address, http_max_per_proxy, http_trusted_proxies. */
 static px_status_t coord_set_http_budget(coord_config_t *cfg, const char *key, const char *value,
                                          const char *where) {
@@ -273,7 +273,7 @@ px_status_t coord_config_set(coord_config_t *cfg, const char *key_in, const char
     return px_set_error(PX_ERR_INVALID, "%s: log_level = '%s': expected error, warn, info or debug",
                         where, value);
   }
-  /* issue 12: TLS, tokens, retention (docs/security.md) */
+  /* TLS, tokens, retention (docs/security.md) */
   if (!strcmp(key, "tls_cert"))
     return coord_copy(cfg->tls_cert, sizeof cfg->tls_cert, value, "tls_cert", where);
   if (!strcmp(key, "tls_key"))

@@ -64,7 +64,7 @@ typedef struct {
   int placement_timeout_ms; /* a SCHEDULED job's nodes must start its ranks within this */
   int agent_grace_ms;       /* an agent whose assignment stream closed must reopen it within this */
   int log_level;           /* px_log_level_t; -1: not set */
-  /* issue 12: the shared service (docs/security.md) */
+  /* the shared service (docs/security.md) */
   char tls_cert[4096];     /* PEM certificate chain; "" : plain text */
   char tls_key[4096];      /* PEM private key */
   char tokens[4096];       /* tokens file; "" : no authentication (loopback only) */
@@ -72,15 +72,15 @@ typedef struct {
   char http[256];          /* HTTP listener HOST:PORT; "" : none (http.c) */
   char http_www[4096];     /* dashboard files; "" : the installed ones */
   char http_js[4096];      /* JS libraries; "" : COORD_DEFAULT_HTTP_JS */
-  int http_max_per_address; /* HTTP connections from one address (issue 26) */
-  int http_max_per_proxy;   /* ... from one address of http_trusted_proxies (issue 49) */
+  int http_max_per_address; /* HTTP connections from one address */
+  int http_max_per_proxy;   /* ... from one address of http_trusted_proxies */
   char http_trusted_proxies[1024]; /* addresses and CIDR blocks; "" : none */
   char config_path[4096];  /* --config FILE ("" : none): re-read on SIGHUP for the policy */
-  coord_sched_policy_t sched; /* issue 31: priorities, fair share, quotas, time limits */
+  coord_sched_policy_t sched; /* priorities, fair share, quotas, time limits */
   char notify_url[1100];   /* every job's state changes are POSTed here ("" : none) */
   char notify_states[260]; /* which (px_jobspec_notify_states); default "end" */
-  char notify_allow[COORD_NOTIFY_ALLOW_LEN]; /* issue 49: where specs' notify.url may go */
-  int notify_public;       /* issue 49: 1 (default): also to any public address */
+  char notify_allow[COORD_NOTIFY_ALLOW_LEN]; /* where specs' notify.url may go */
+  int notify_public;       /* 1 (default): also to any public address */
   int read_only;           /* --read-only: serve the queries of an existing database, change
                             * nothing (pxctl's offline reading, cli/pxctl_offline.c) */
 } coord_config_t;
@@ -201,7 +201,7 @@ typedef struct {
   coord_identity_t who;    /* the caller of the handler now running (coord_authorize) */
   unsigned char secret_key[32]; /* rank secrets are HMACs under it (DB.key) */
   coord_notifier_t *notifier;   /* job notifications (notify.c) */
-  int own_ports[2];             /* issue 49: the gRPC and HTTP listeners' (0: none), never notified */
+  int own_ports[2];             /* the gRPC and HTTP listeners' (0: none), never notified */
   coord_queue_t *queue;         /* the pending jobs, in step with the database */
 } coord_t;
 
@@ -226,7 +226,7 @@ int coord_authorize(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *
 /* 1 when who may cancel or delete a job owned by owner (owner or admin). */
 int coord_auth_may_manage(const coord_identity_t *who, const char *owner);
 
-/* Rank secrets at rest (issue 26): a rank's secret is "pxr_" + the hex of
+/* Rank secrets at rest: a rank's secret is "pxr_" + the hex of
  * HMAC-SHA256(key, salt), where the key (COORD_SECRET_KEY_BYTES random
  * bytes, hex) is the file DB.key beside the database (0600, made at first
  * start) and the salt is random per rank. job_ranks keeps the salt and the
@@ -337,7 +337,7 @@ typedef struct {
  * job_attempts either way. In a transaction; f filled (arena a). */
 px_status_t coord_job_fault(coord_t *c, coord_arena_t *a, const char *job_id, int state,
                             const char *cause, const char *avoid_node, coord_fault_t *f);
-/* Preemption (issue 31): ends the active job's attempt because `by` (e.g.
+/* Preemption: ends the active job's attempt because `by` (e.g.
  * "job-000007 (priority 500)") takes its nodes. Recorded in job_attempts
  * and jobs.preemptions, it uses none of the job's restarts; otherwise as a
  * restart: nodes released, placement and rank secrets dropped, iteration
@@ -429,7 +429,7 @@ typedef struct {
   char **prefer;
   char **reasons;   /* the stored reason: rewritten only when it changes */
   int64_t *rowids;
-  /* issue 51: why a job is not a candidate (held, waiting for its
+  /* why a job is not a candidate (held, waiting for its
    * dependencies; NULL: it is one), and 1 where a dependency can never be
    * met (the scheduler's pass cancels the job with blocked[i] as reason) */
   char **blocked;
@@ -473,7 +473,7 @@ typedef struct {
   int64_t submit_ms, time_limit_ms;
   char *prefer;   /* jobs.prefer_nodes */
   char *reason;   /* the stored reason */
-  char held_by[COORD_NAME_MAX + 32]; /* issue 51: who holds it ("" : not held) */
+  char held_by[COORD_NAME_MAX + 32]; /* who holds it ("" : not held) */
   int held_admin;  /* an admin holds it */
   char *depends;  /* jobs.depends: "JOB:ok" / "JOB:any" lines ("" : none) */
 } coord_queue_entry_t;
@@ -520,7 +520,7 @@ void coord_time_limit_sweep(coord_t *c);
  * the caller's transaction); its id into job_id. */
 px_status_t coord_job_submit(coord_t *c, const Prunex__V1__JobSpec *spec, const char *spec_yaml,
                              int priority, int64_t time_limit_ms, char *job_id, size_t cap);
-/* A submission's `after` (issue 51) as jobs.depends lines into *out (arena
+/* A submission's `after` as jobs.depends lines into *out (arena
  * a; "" : none): 1, or 0 with the call answered (INVALID_ARGUMENT naming
  * the dependency, INTERNAL). */
 int coord_submit_after(coord_t *c, px_rpc_srv_call_t *call, coord_arena_t *a,
@@ -580,7 +580,7 @@ void coord_rpc_delete_job(px_rpc_srv_call_t *call, const ProtobufCMessage *req, 
 void coord_rpc_append_rank_log(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
 void coord_rpc_get_rank_log(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
 void coord_rpc_get_accounting(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
-/* Queue controls (queue_ctl.c, issue 51). */
+/* Queue controls (queue_ctl.c). */
 void coord_rpc_hold_job(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
 void coord_rpc_release_job(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);
 void coord_rpc_update_job(px_rpc_srv_call_t *call, const ProtobufCMessage *req, void *data);

@@ -1,4 +1,4 @@
-/* The effects boundary (issue 25): a state transition (submit, cancel,
+/* The effects boundary: a state transition (submit, cancel,
  * place, start, finish, fault, restart, preemption, node join or loss)
  * writes its rows in a transaction and records here what must follow once
  * they are committed; coord_commit then applies it all in one fixed order:

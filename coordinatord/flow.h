@@ -96,7 +96,7 @@ px_status_t coord_preempt_step(coord_t *c, coord_arena_t *a, coord_effects_t *fx
  * err (-1 on a database error). */
 int coord_submit_paths_ok(coord_t *c, const Prunex__V1__JobSpec *spec, char *err, size_t cap);
 /* The spec's notify.url against the coordinator's notify_allow and
- * notify_public (issue 49, notify_policy.h): 1, or 0 with the call answered
+ * notify_public (notify_policy.h): 1, or 0 with the call answered
  * (PERMISSION_DENIED naming the address and why). Resolves the URL's host,
  * waiting at most COORD_NOTIFY_SUBMIT_RESOLVE_MS; a name that gives no
  * answer by then is accepted and checked when the notification is sent. */

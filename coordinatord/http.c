@@ -1,4 +1,4 @@
-/* pxcoordd's HTTP listener (issue 16): libmicrohttpd with its own polling
+/* pxcoordd's HTTP listener: libmicrohttpd with its own polling
  * thread, so that nothing HTTP ever runs on the libuv loop (see http.h for
  * the threading). This file owns the listener, the routing, the single
  * authorisation hook (http_authorize), the static files (the dashboard from
@@ -16,12 +16,12 @@
  *   /api/v1/jobs/ID/layers      its per-layer figures, paged
  *   /api/v1/nodes             nodes, paged
  *
- * Limits (issue 26: idle sockets must not starve it): at most
+ * Limits (idle sockets must not starve it): at most
  * COORD_HTTP_MAX_CONNECTIONS connections, and a request's headers must be
  * in within COORD_HTTP_HEADER_DEADLINE_MS of the connection's start (or of
  * the end of its previous request): a slowloris client that sends a byte
  * now and then is cut by the reaper thread, which MHD's idle timeout alone
- * would not do. Each address has a budget of connections (issue 49):
+ * would not do. Each address has a budget of connections:
  * per_address, or per_proxy for the trusted proxies' addresses (the
  * reverse proxy of the documented deployment carries every remote client).
  * At accept (http_accept), an address at its budget gets room by closing
@@ -91,12 +91,11 @@ struct coord_http {
 
 /* ---- authorisation ------------------------------------------------------------ */
 
-/* The one place that decides who may read what over HTTP. Today it allows
- * every request (the listener is meant for loopback or a trusted network,
- * like the gRPC port without security). Issue 12's bearer tokens plug in
- * here: read MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
- * MHD_HTTP_HEADER_AUTHORIZATION), expect "Bearer TOKEN", look the token up
- * and decide by role and path. Returns 1 to serve the request, 0 to answer
+/* The one place that decides who may read what over HTTP. Without a tokens
+ * file it allows every request (the listener is then meant for loopback or a
+ * trusted network, like the gRPC port without security); with one it reads
+ * the Authorization header, expects "Bearer TOKEN", looks the token up and
+ * decides by role and path. Returns 1 to serve the request, 0 to answer
  * 401 with a `WWW-Authenticate: Bearer` challenge. */
 static int http_authorize(coord_http_t *h, struct MHD_Connection *conn, const char *path) {
   if (!h->tokens_path[0]) return 1; /* no tokens: loopback only, like the gRPC port */

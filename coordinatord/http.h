@@ -1,4 +1,4 @@
-/* pxcoordd's HTTP side (issue 16): a second listener, next to gRPC, that
+/* pxcoordd's HTTP side: a second listener, next to gRPC, that
  * serves Prometheus /metrics, JSON for the dashboard, the dashboard's
  * static files and the charting library from its Debian package.
  *
@@ -84,7 +84,7 @@ int coord_http_metrics(px_store_t *db, int64_t started_unix_ms, coord_hbuf_t *ou
 
 typedef struct coord_http coord_http_t;
 
-/* Connection limits (issues 26 and 49): far more connections than any
+/* Connection limits: far more connections than any
  * honest set of clients needs; each address has a budget, per_address
  * (http_max_per_address), or per_proxy (http_max_per_proxy) for the
  * addresses of trusted_proxies; a request's headers within the deadline.

@@ -147,7 +147,7 @@ static void http_spec_json(struct json_object *o, const void *blob, size_t blen)
   json_object_object_add(o, "model", model ? px_json_string(model, strlen(model)) : NULL);
   json_object_object_add(o, "dataset", dataset ? px_json_string(dataset, strlen(dataset)) : NULL);
   json_object_object_add(o, "max_iterations", maxit > 0 ? json_object_new_int(maxit) : NULL);
-  /* how many restarts the spec allows (issue 14) */
+  /* how many restarts the spec allows */
   json_object_object_add(o, "max_restarts", json_object_new_int(
                                                 spec && spec->recovery ? spec->recovery->max_restarts : 0));
   if (spec) prunex__v1__job_spec__free_unpacked(spec, NULL);

@@ -1,4 +1,4 @@
-/* The HTTP listener's address lists (issue 49): http_trusted_proxies, the
+/* The HTTP listener's address lists: http_trusted_proxies, the
  * addresses and CIDR blocks whose connections count against the proxy
  * budget (http_max_per_proxy) rather than one client's
  * (http_max_per_address). Parsed once by the settings (to refuse a bad

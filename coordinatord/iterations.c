@@ -110,7 +110,7 @@ static px_status_t coord_commit_decision(coord_t *c, const Prunex__V1__Iteration
 /* Layers of a report: at most COORD_MAX_LAYERS, no more than the job's first
  * report had (the model's parameter tensors: penalties are kept for each),
  * each index in 0..n-1 once. One pass with a bitmap: linear, so a hostile
- * report costs what its size costs (issue 12: a quadratic check here once
+ * report costs what its size costs (a quadratic check here once
  * held the loop for minutes). Answers the call and returns 0 when bad. */
 #define COORD_MAX_LAYERS 4096
 
@@ -217,7 +217,7 @@ void coord_rpc_report_iteration(px_rpc_srv_call_t *call, const ProtobufCMessage 
       px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "%s", px_last_error());
       goto out;
     }
-    /* past its time limit (issue 31): stop here; the ranks write their
+    /* past its time limit: stop here; the ranks write their
      * final checkpoint and exit, and the job ends TIMEOUT */
     int stop_asked = 0;
     if (rc == PX_OK) rc = coord_db_sched_stop_kind(c, r->job_id, &stop_asked);

@@ -100,7 +100,7 @@ void coord_rpc_submit_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, 
     px_rpc_srv_finish(call, PX_RPC_PERMISSION_DENIED, "%s", err);
     return;
   }
-  if (!coord_submit_notify_ok(c, call, r->spec)) return; /* issue 49 */
+  if (!coord_submit_notify_ok(c, call, r->spec)) return; /* notify.url where allowed */
   if (r->spec->n_sweep > 0) {
     coord_sweep_submit(c, call, r); /* one job per combination (sweep.c) */
     return;
@@ -194,7 +194,7 @@ void coord_rpc_get_job(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, voi
   Prunex__V1__Job *job;
   px_status_t rc = coord_job_load_ex(c, &a, r->job_id, r->include_spec_yaml, &job);
   if (rc == PX_OK && job && (int)job->state == JS_PENDING) rc = coord_job_queue_place(c, &a, job);
-  if (rc == PX_OK) rc = coord_job_redact(&a, &c->who, job); /* issue 49 */
+  if (rc == PX_OK) rc = coord_job_redact(&a, &c->who, job); /* others' notify URL hidden */
   if (rc != PX_OK) coord_fail_internal(c, call);
   else if (!job) px_rpc_srv_finish(call, PX_RPC_NOT_FOUND, "job %s not found", r->job_id);
   else px_rpc_srv_reply(call, &job->base);
@@ -252,7 +252,7 @@ void coord_rpc_list_jobs(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, v
     px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "sweep_id: longer than a sweep id");
     return;
   }
-  /* issue 51: one user's jobs, filtered here so that pages stay full */
+  /* one user's jobs, filtered here so that pages stay full */
   const char *owner = NULL;
   if (!coord_list_owner(c, call, r, &owner)) return;
   long long before = 0;
@@ -290,7 +290,7 @@ void coord_rpc_list_jobs(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, v
       }
       Prunex__V1__Job *j = NULL;
       rc = coord_job_load_ex(c, &a, ids[i], r->include_spec_yaml, &j);
-      if (rc == PX_OK) rc = coord_job_redact(&a, &c->who, j); /* issue 49 */
+      if (rc == PX_OK) rc = coord_job_redact(&a, &c->who, j); /* others' notify URL hidden */
       if (rc == PX_OK && j) {
         rows[resp.n_jobs] = rowids[i];
         resp.jobs[resp.n_jobs++] = j;
@@ -568,7 +568,7 @@ static px_status_t coord_rank_exit(coord_t *c, coord_arena_t *a, const Prunex__V
     char why[200] = "";
     int timeout = 0;
     PX_CHECK(coord_stop_reason(c, a, r->job_id, why, sizeof why, &timeout));
-    /* A rank's note on a success (issue 26: "no usable checkpoint since
+    /* A rank's note on a success ("no usable checkpoint since
      * iteration N: ...") is said with it: the job ran unprotected. */
     char note[400] = "";
     if (first[0]) snprintf(note, sizeof note, "; %s", first);

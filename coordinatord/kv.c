@@ -88,7 +88,7 @@ static int coord_kv_check(coord_t *c, px_rpc_srv_call_t *call, const char *job_i
   return 1;
 }
 
-/* Bounds of a job's rendezvous store (issue 12): what the data plane
+/* Bounds of a job's rendezvous store: what the data plane
  * exchanges is a few small entries per rank. */
 #define COORD_KV_MAX_VALUE (256 << 10)
 #define COORD_KV_MAX_KEYS 16384

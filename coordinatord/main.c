@@ -1,4 +1,5 @@
-/* pxcoordd: the PruneX coordinator daemon (DESIGN.md sections 2 and 6).
+/* pxcoordd: the PruneX coordinator daemon (docs/architecture.md, "Processes";
+ * its API: proto/prunex.proto).
  *
  * Parses the flags and the optional config file, opens (and migrates) the
  * SQLite database, serves prunex.v1.Coordinator and prunex.v1.Jobs over
@@ -322,7 +323,7 @@ static void coord_on_sighup(uv_signal_t *h, int signum) {
       px_log(PX_LOG_ERROR, "SIGHUP: %s (the previous scheduling policy stays in force)",
              px_last_error());
     else px_log(PX_LOG_INFO, "SIGHUP: scheduling policy re-read from %s", c->cfg.config_path);
-    coord_notify_policy_update(c); /* issue 49: the senders' copy of notify_allow */
+    coord_notify_policy_update(c); /* the senders' copy of notify_allow */
     if (!c->cfg.read_only) coord_schedule(c); /* quotas or shares may let jobs start now */
   }
   if (!c->cfg.tokens[0]) {
@@ -529,7 +530,7 @@ int main(int argc, char **argv) {
   if (rc >= 0) return rc;
   if (c.cfg.log_level >= 0) px_log_set_level((px_log_level_t)c.cfg.log_level);
   else if (!getenv("PX_LOG_LEVEL")) px_log_set_level(PX_LOG_INFO);
-  /* a daemon: a cause repeated past the burst is counted, not written (issue 49) */
+  /* a daemon: a cause repeated past the burst is counted, not written */
   px_log_set_rate(PX_LOG_RATE_BURST, PX_LOG_RATE_INTERVAL_MS);
   int lock_fd;
   if ((rc = coord_open_state(&c, &lock_fd)) >= 0) return rc;

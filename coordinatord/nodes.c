@@ -151,7 +151,7 @@ void coord_rpc_register_node(px_rpc_srv_call_t *call, const ProtobufCMessage *ms
 
 /* The agent's heartbeat is the truth about its devices: a list that
  * differs from the stored one (changed by a later RegisterNode, say)
- * replaces it, rather than lasting until the agent restarts (issue 26), and
+ * replaces it, rather than lasting until the agent restarts, and
  * sets *revived (placement may change). Otherwise only health changes. */
 static px_status_t coord_heartbeat_devices(coord_t *c, const Prunex__V1__HeartbeatRequest *r,
                                            int *revived) {

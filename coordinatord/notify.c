@@ -1,4 +1,4 @@
-/* Job notifications (issue 31): an HTTP POST of the job's summary (the JSON
+/* Job notifications: an HTTP POST of the job's summary (the JSON
  * of GET /api/v1/jobs/JOB) to the spec's notify.url and the coordinator's
  * notify_url when the job enters one of the states asked for.
  *
@@ -8,7 +8,7 @@
  * slow or dead receiver never holds the loop. Each destination (host:port)
  * has at most COORD_NOTIFY_PER_DEST POSTs in flight and at most
  * COORD_NOTIFY_DEST_QUEUE_MAX waiting, and every POST has a connect and a
- * total timeout (issue 49): a receiver that accepts and never answers
+ * total timeout: a receiver that accepts and never answers
  * delays its own notifications, not other destinations'. A failed POST (no
  * connection, a timeout, a status that is not 2xx) is retried with
  * exponential backoff (COORD_NOTIFY_BACKOFF_MS, doubling, at most

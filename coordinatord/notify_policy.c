@@ -1,4 +1,4 @@
-/* Where job notifications may go (issue 49): a spec's notify.url is a
+/* Where job notifications may go: a spec's notify.url is a
  * request the coordinator makes on a user's behalf, so without the
  * operator's word it may reach public addresses only. The host is resolved
  * (getaddrinfo reads 2130706433, 0x7f.1 and 017700000001 as libcurl does)

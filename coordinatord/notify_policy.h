@@ -1,4 +1,4 @@
-/* Where job notifications may go (issue 49; docs/security.md,
+/* Where job notifications may go (docs/security.md,
  * "Notifications"): the operator's notify_allow list and notify_public
  * switch, checked against a spec's notify.url at SubmitJob and again, after
  * a fresh DNS resolution, by the sender right before each POST, which then

@@ -1,4 +1,4 @@
-/* Preemption (issue 31): with `preemption = on` in the config, the first
+/* Preemption: with `preemption = on` in the config, the first
  * job in line that waits for nodes (the policy's COORD_WAIT_NODES) may take
  * the nodes of running jobs of a lower job priority (spec.priority) that
  * checkpoint; jobs without checkpoints are never preempted. The fewest
@@ -29,7 +29,7 @@
  * was planned would change its exchange's arithmetic, so its attempt is
  * cancelled as soon as the other victims have stopped. A victim whose node
  * cannot be reached meanwhile (lost, its agent gone) is queued again at
- * once, as preempted too: it uses no restart (attempt.c, issue 49). One
+ * once, as preempted too: it uses no restart (attempt.c). One
  * preemption is under way at a time. */
 #include <stdio.h>
 #include <string.h>

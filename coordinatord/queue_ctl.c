@@ -1,4 +1,4 @@
-/* Queue controls (issue 51), in the spirit of Slurm's scontrol hold,
+/* Queue controls, in the spirit of Slurm's scontrol hold,
  * release and update: HoldJob keeps a PENDING job out of the scheduler's
  * candidates (its reason says who holds it), ReleaseJob lets it run again
  * (a job an admin held is released by an admin only), UpdateJob changes a

@@ -1,4 +1,4 @@
-/* What others see of a job (issue 49): a notify URL may carry credentials
+/* What others see of a job: a notify URL may carry credentials
  * (https://user:password@host/, ?token=...), and every user may read every
  * job, so anyone but the job's owner and the admins gets the URL with its
  * userinfo and query hidden, in the spec and in the spec's text. Used by

@@ -1,4 +1,4 @@
-/* The scheduling policy (issue 31): the order of the queue and which
+/* The scheduling policy: the order of the queue and which
  * pending jobs start now, as a pure function over an in-memory snapshot of
  * the cluster (free and busy nodes, pending jobs, users' usage). No SQL and
  * no coordinator state here: jobs.c builds the snapshot from the database
@@ -19,7 +19,7 @@
  * job behind it starts only when it fits the free nodes now and its time
  * limit ends by that shadow time (backfill that never delays the top job).
  * Jobs without a time limit never backfill. A blocked job (held, or
- * waiting for its dependencies: issue 51) keeps its place in the order but
+ * waiting for its dependencies) keeps its place in the order but
  * is passed over, as one that can never fit. */
 #ifndef PX_COORD_SCHED_H
 #define PX_COORD_SCHED_H
@@ -92,7 +92,7 @@ enum {
   COORD_WAIT_QUOTA,      /* a = nodes the user's jobs hold, b = the quota */
   COORD_WAIT_NODES,      /* first in line: a = free nodes that fit, b = alive that fit */
   COORD_WAIT_PRIORITY,   /* behind higher-priority jobs that wait (or a reservation) */
-  COORD_WAIT_BLOCKED,    /* held, or waiting for its dependencies (issue 51): the
+  COORD_WAIT_BLOCKED,    /* held, or waiting for its dependencies: the
                             caller says which */
 };
 

@@ -1,4 +1,4 @@
-/* The pending jobs in memory (issue 31): what the scheduler's snapshot
+/* The pending jobs in memory: what the scheduler's snapshot
  * needs of each PENDING job (owner, shape, priority, submission time, time
  * limit, preferred nodes, stored reason), kept in step with the database so
  * that a scheduling pass does not read 10,000 rows back from SQLite each

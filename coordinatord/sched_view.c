@@ -1,4 +1,4 @@
-/* The scheduler's view of the database (issue 31): the snapshot the policy
+/* The scheduler's view of the database: the snapshot the policy
  * decides over (sched.h), the reasons it writes, and the state-change hook
  * that charges users' decayed usage and keeps the per-job accounting row
  * (acct, kept past the job's retention) in step. Its queries are
@@ -58,7 +58,7 @@ px_status_t coord_sched_set_reason(coord_t *c, const char *job_id, const char *r
   return PX_OK;
 }
 
-/* ---- held jobs and dependencies (issue 51) ---------------------------------------- */
+/* ---- held jobs and dependencies --------------------------------------------------- */
 
 /* Why the job of entry e is no candidate into *why (arena a; NULL: it is
  * one): held (first), or waiting for its dependencies; *never 1 when one of

@@ -51,7 +51,7 @@ static int coord_path_shape_ok(const char *field, const char *out, char *err, si
   return 1;
 }
 
-/* The job's output_dir must be where the agents let jobs write (issue 12):
+/* The job's output_dir must be where the agents let jobs write:
  * relative (under the job's directory in the agent's work directory) or
  * absolute under a root that every node not LOST reported (its work
  * directory, its --output-root directories), never with a ".." component.
@@ -101,8 +101,8 @@ static int coord_path_ok(coord_t *c, const char *out, const char *field, int dat
   return 1;
 }
 
-/* dataset.cache_dir, where the workers write an image folder's cache (issue
- * 49): relative (under the job's directory), or absolute under, at every
+/* dataset.cache_dir, where the workers write an image folder's cache:
+ * relative (under the job's directory), or absolute under, at every
  * node not LOST, one of the roots it lets jobs write to (its work
  * directory, --output-root) or read from (--data-root: the default cache
  * goes beside the data); the agents check it again, links included.
@@ -158,7 +158,7 @@ px_status_t coord_job_submit(coord_t *c, const Prunex__V1__JobSpec *spec, const 
   return coord_job_set_state(c, job_id, JS_UNSPECIFIED, JS_PENDING, reason);
 }
 
-/* The scheduling policy's rules for a submission (issue 31): only admins
+/* The scheduling policy's rules for a submission: only admins
  * raise a job's priority above the default, a time limit within the
  * cluster's maximum. 1 with the job's priority and time limit (ms, 0:
  * none), or 0 with the call answered (PERMISSION_DENIED, INVALID_ARGUMENT). */
@@ -255,7 +255,7 @@ int coord_submit_notify_ok(coord_t *c, px_rpc_srv_call_t *call, const Prunex__V1
   return 0;
 }
 
-/* ---- dependencies (issue 51) -------------------------------------------------------- */
+/* ---- dependencies ------------------------------------------------------------------- */
 
 #define COORD_AFTER_MAX 64
 

@@ -1,4 +1,4 @@
-/* Sweeps (issue 31): a submitted spec with `sweep:` becomes one job per
+/* Sweeps: a submitted spec with `sweep:` becomes one job per
  * combination of its values, all under one sweep id, in one transaction
  * (every combination checked first: all jobs or none). Each job is an
  * ordinary job from then on: its stored spec is the combination's (no
@@ -106,7 +106,7 @@ static px_status_t coord_sweep_insert(coord_t *c, coord_arena_t *a,
     px_buf_free(&y);
     PX_CHECK(st);
     PX_CHECK(coord_db_sweep_job_set(c, job_id, sweep_id, pts[k].label));
-    PX_CHECK(coord_job_set_depends(c, job_id, depends)); /* issue 51: each waits for them */
+    PX_CHECK(coord_job_set_depends(c, job_id, depends)); /* each waits for them */
     if (!(ids[k] = coord_strdup(a, job_id))) return PX_ERR_NOMEM;
   }
   return PX_OK;

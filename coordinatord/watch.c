@@ -10,7 +10,7 @@
 #include "notify_policy.h"
 
 void coord_job_changed(coord_t *c, const char *job_id, const Prunex__V1__IterationReport *latest) {
-  coord_notify_job(c, job_id); /* a state change: its notifications (issue 31) */
+  coord_notify_job(c, job_id); /* a state change: its notifications */
   int any = 0;
   for (coord_watch_t *w = c->job_watches; w; w = w->next) any |= !strcmp(w->id, job_id);
   if (!any) return;
@@ -27,7 +27,7 @@ void coord_job_changed(coord_t *c, const char *job_id, const Prunex__V1__Iterati
   up.latest = (Prunex__V1__IterationReport *)latest;
   int end = coord_job_terminal(job->state);
   /* first the watchers who may see the whole job, then the others with
-   * its notify URL's secrets hidden (issue 49) */
+   * its notify URL's secrets hidden */
   for (int pass = 0; pass < 2; pass++) {
     if (pass == 1 && coord_job_redact(&a, &(coord_identity_t){.role = COORD_ROLE_NODE}, job) !=
                          PX_OK) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Lengths of the C functions under a folder (default: libpxcore), so that
-none grows past a limit (issue 13: 100 lines). A function is a top-level
+none grows past a limit (100 lines). A function is a top-level
 brace block whose header ends in ')' (after attributes); its length is the
 number of lines from the line of its name to the closing brace. Comments,
 strings and character constants are skipped when counting braces.

@@ -79,7 +79,7 @@ static PXT_UNUSED int pxt_agent_start(pxt_agent_t *a, const pxt_coordd_t *d, con
   argv[n++] = a->work;
   argv[n++] = "--log-level";
   argv[n++] = "info";
-  /* the tests' data sets live in the test's directory (issue 26: dataset.path
+  /* the tests' data sets live in the test's directory (dataset.path
    * must be under a --data-root) */
   argv[n++] = "--data-root";
   argv[n++] = d->dir;

@@ -430,7 +430,7 @@ static PXT_UNUSED Prunex__V1__Assignment *pxt_next_assignment(px_rpc_stream_t *s
 }
 
 
-/* ---- TLS and tokens (issue 12) ------------------------------------------------
+/* ---- TLS and tokens -----------------------------------------------------------
  * pxt_make_security writes, into dir, a throwaway CA (ca.pem), a server
  * certificate for 127.0.0.1 and localhost signed by it (server.pem,
  * server.key), a second CA that signed nothing (other-ca.pem) and a tokens

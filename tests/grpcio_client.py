@@ -11,7 +11,7 @@ protobuf-c's.
 
 With CA_FILE and TOKEN it speaks TLS (verifying the daemon against
 CA_FILE) and sends `authorization: Bearer TOKEN` on every call, as pxctl
-does (issue 12); it also makes one call without the token and records the
+does; it also makes one call without the token and records the
 status. Submits a valid job and an invalid one, lists the jobs (all, and
 PENDING with limit 1), gets an unknown job, and prints one JSON line (UTF-8)
 of what it saw. It judges nothing: the C test checks the line. Exit status 0

@@ -253,7 +253,7 @@ class EluNet(nn.Module):
 
 
 class Shapes(nn.Module):
-    """What the exporters write around the layers (issue 48): a Concat of one
+    """What the exporters write around the layers: a Concat of one
     input (densenet's torch.cat([x], 1)), a squeeze-and-excitation on
     x.mean((2, 3), keepdim=True) (ReduceMean as a global average pooling,
     timm's and mnasnet's idiom), one on x.mean((2, 3)) viewed back as
@@ -445,7 +445,7 @@ class CNBlock(nn.Module):
 
 
 class ConvNeXt(nn.Module):
-    """convnext_tiny's structure at toy size (issue 48): a 3x3 stem conv (the
+    """convnext_tiny's structure at toy size: a 3x3 stem conv (the
     patchify 4x4 s4 is another helper's) + LayerNorm2d, a block, LayerNorm2d +
     a 3x3 s2 downsampling conv, a block, then torchvision's head: average
     pooling, LayerNorm2d, Flatten, Linear. LayerNorm is the opset 17
@@ -473,7 +473,7 @@ class ConvNeXt(nn.Module):
 
 
 class Geometry(nn.Module):
-    """Windows other than k x k with padding k/2 (issue 48): a 4x4 stride-4
+    """Windows other than k x k with padding k/2: a 4x4 stride-4
     patchify stem with bias, squeezenet's 3x3 conv without padding and its
     3x3 stride-2 ceil_mode max pooling (the last window past the input),
     inception's 1x7 and 7x1 convs, a dilated conv, an F.pad(0, 1, 0, 1)
@@ -578,7 +578,7 @@ def to_auto_pad(path):
 
 
 class VggFlat(nn.Module):
-    """torchvision's vgg11_bn classifier at toy size (issue 48): the last
+    """torchvision's vgg11_bn classifier at toy size: the last
     map (64 x 2 x 2 at 32 x 32) flattened whole into Linear, ReLU, Dropout,
     Linear, as vgg's 512 x 7 x 7 into its 25088 x 4096 layer; view=True
     flattens by x.view(x.size(0), -1) (a Reshape by a computed shape)."""
@@ -648,7 +648,7 @@ class ShuffleUnit(nn.Module):
 
 
 class ShuffleNet(nn.Module):
-    """shufflenet_v2's structure at toy size (issue 48): a stem conv and max
+    """shufflenet_v2's structure at toy size: a stem conv and max
     pooling, a stage of a stride-2 unit and a stride-1 unit, a second
     stride-2 unit, a 1x1 conv, the mean over H and W, Linear."""
 

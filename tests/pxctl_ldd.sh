@@ -1,5 +1,5 @@
 #!/bin/bash
-# pxctl_ldd (issue 28): pxctl is the client part alone. `ldd pxctl` shows
+# pxctl_ldd: pxctl is the client part alone. `ldd pxctl` shows
 # libpxclient and none of the engine's libraries (CUDA runtime, cuDNN,
 # cuBLAS, NCCL, oneDNN and its OpenCL, UCX, libpxcore); pxtrain, the engine's
 # program, shows oneDNN and UCX, so the patterns are seen to match. Then an

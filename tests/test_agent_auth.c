@@ -1,4 +1,4 @@
-/* The whole chain with TLS and tokens on (issue 12): real pxcoordd with a
+/* The whole chain with TLS and tokens on: real pxcoordd with a
  * certificate made by openssl at test time and a tokens file, real pxagent
  * processes authenticating with their node tokens (PRUNEX_TOKEN, --ca), and
  * real pxworker processes carrying the per-rank secrets their agents got in
@@ -12,7 +12,7 @@
  * says so when it ends, while the other node kept only keep + 1 files; a
  * dataset.path outside the agents' data roots (or leading out of one
  * through a link) is refused before anything runs, and an image folder's
- * links out of the root are skipped by name (issue 49), and so is a
+ * links out of the root are skipped by name, and so is a
  * dataset.cache_dir outside the roots the agents let jobs write to; a
  * model.onnx outside the data roots is refused at submission, and one
  * changed after it fails the job. */
@@ -206,7 +206,7 @@ static void test_output_dir_through_a_link_out_of_the_root_is_refused(void **sta
   assert_int_equal(access(m, F_OK), -1); /* nothing made through the link */
 
   /* an absolute link to a place inside the root is refused too, and the
-   * reason says so instead of "leads out" (issue 49) */
+   * reason says so instead of "leads out" */
   char inside[400], link[400];
   snprintf(inside, sizeof inside, "%s/real", F->root);
   snprintf(link, sizeof link, "%s/absolute", F->root);
@@ -338,7 +338,7 @@ static void test_a_job_without_usable_checkpoints_says_so(void **state) {
   if (n > 2 || !has0) fail_msg("rank 0 holds %d checkpoint files (iteration 0: %d)", n, has0);
 }
 
-/* An image folder under the agents' data root (issue 49): its files are
+/* An image folder under the agents' data root: its files are
  * opened beneath that root, which pxagent passes to pxworker (--data-root).
  * A link to an image outside the root is skipped by its name, its pixels
  * and size read by no one; a link into a pool elsewhere under the root (but
@@ -441,7 +441,7 @@ static void test_an_image_folder_reads_nothing_outside_the_data_root(void **stat
   rmdir(outside);
 }
 
-/* dataset.cache_dir (issue 49): outside every root the agents allow it is
+/* dataset.cache_dir: outside every root the agents allow it is
  * refused at SubmitJob, naming the field and the node; one under the
  * agents' --output-root only through a link that leads out passes the
  * coordinator's check (text) and is refused by the agents before any

@@ -324,7 +324,7 @@ static void test_failing_worker_reports_its_log(void **state) {
   pxt_job_t j;
   pxt_job_init(&j, NULL, NODES, WORKERS, 2, 1);
   j.dataset.name = "fashion-mnist";
-  /* missing, but where the agents let jobs read (issue 26: the harness's
+  /* missing, but where the agents let jobs read (the harness's
    * directory is a data root), so that the worker itself fails */
   char missing[450];
   snprintf(missing, sizeof missing, "%s/nonexistent/fmnist", F->d.dir);

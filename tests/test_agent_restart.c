@@ -1,4 +1,4 @@
-/* Automatic restarts through the real processes (issue 14): pxcoordd, three
+/* Automatic restarts through the real processes: pxcoordd, three
  * pxagent nodes with one CPU worker each, and a 2-node job (resnet20, a few
  * iterations on a small Fashion-MNIST subset or the synthetic data set)
  * with recovery.max_restarts 1.

@@ -226,7 +226,7 @@ static void test_nccl_option_without_gpu(void **state) {
     px_cuda_device_count(&ngpu);
     px_status_t st = px_comm_create(0, 1, nodes, kv, &o, &c);
     if (ngpu == 0) {
-      /* CUDA's "no device" is PX_ERR_NO_DEVICE (one conversion, issue 13) */
+      /* CUDA's "no device" is PX_ERR_NO_DEVICE (one conversion) */
       assert_int_equal(st, PX_ERR_NO_DEVICE);
     } else {
       assert_int_equal(st, PX_OK);

@@ -1,4 +1,4 @@
-/* comm.quantize (issue 18): the block-scaled integer payloads of quantize.h
+/* comm.quantize: the block-scaled integer payloads of quantize.h
  * and the quantized leaders' exchange of H-SADMM. The round trip errs by
  * less than one step of each block; error feedback keeps the running sum of
  * what was sent within one step of the running sum of what was meant;

@@ -302,7 +302,7 @@ static void test_stop_at_max_iterations_and_defaults(void **state) {
     ex.rank = rank;
     assert_int_equal(px_rpc_report_rank_exit(f->ch, &ex, 0), PX_OK);
   }
-  /* the job's reason says why it ended (issue 16) */
+  /* the job's reason says why it ended */
   char reason[512];
   job_reason(f->ch, job, reason, sizeof reason);
   if (!strstr(reason, "it trained its whole budget (3 iterations)")) fprintf(stderr, "%s\n", reason);

@@ -1,5 +1,5 @@
-/* pxcoordd as a shared service that trusts nobody (issue 12,
- * docs/security.md): the real daemon with TLS (a throwaway CA and server
+/* pxcoordd as a shared service that trusts nobody
+ * (docs/security.md): the real daemon with TLS (a throwaway CA and server
  * certificate made with openssl at test time) and a tokens file, driven by
  * libpxcore's client with various credentials. It proves that every RPC
  * without a token is UNAUTHENTICATED; that users manage only their own jobs
@@ -399,7 +399,7 @@ static void test_tokens_file_is_reread_on_sighup(void **state) {
   px_rpc_channel_destroy(ch);
 }
 
-/* Revocation reaches open streams (issue 26): bob's WatchJob and node n2's
+/* Revocation reaches open streams: bob's WatchJob and node n2's
  * WatchAssignments, opened before their lines left the tokens file, end
  * UNAUTHENTICATED on SIGHUP, while the admin's stream goes on and still
  * sees the job end. */

@@ -1,4 +1,4 @@
-/* pxcoordd's bounds on what clients may store and make it do (issue 12),
+/* pxcoordd's bounds on what clients may store and make it do,
  * on the real daemon (no tokens: the loopback set-up of the embedded mode):
  * ListJobs pages newest first and stays fast with 1,000 jobs of 1 MiB specs
  * (which an unpaged listing could not even send); spec_yaml over 1 MiB and

@@ -6,8 +6,8 @@
  * own client (gRPC C core + protobuf-c) agrees with: a job submitted from
  * Python is accepted and listed PENDING, errors arrive with their gRPC
  * codes and details, and a job submitted by either client reads the same
- * from the other one, field by field. The daemon runs with TLS and tokens
- * (issue 12): Python verifies it against a CA made by openssl at test time
+ * from the other one, field by field. The daemon runs with TLS and tokens:
+ * Python verifies it against a CA made by openssl at test time
  * and sends a bearer token, and a call without one is UNAUTHENTICATED.
  *
  * The group setup runs the daemon and the Python client once; each test

@@ -437,7 +437,7 @@ static void test_get_and_list_jobs(void **state) {
   Prunex__V1__Job *j = get_job(f->ch, j1);
   assert_string_equal(j->job_id, j1);
   assert_string_equal(j->name, "first");
-  assert_string_equal(j->spec_yaml, ""); /* only when asked (issue 12) */
+  assert_string_equal(j->spec_yaml, ""); /* only when asked */
   px_rpc_message_free(j);
   assert_int_equal(px_rpc_get_job_ex(f->ch, j1, 1, 0, &j), PX_OK);
   assert_string_equal(j->spec_yaml, "name: first\ncluster: {nodes: 1}\n");

@@ -176,7 +176,7 @@ static void test_heartbeat_updates_device_health(void **state) {
   assert_false(l->nodes[0]->devices[1]->healthy);
   px_rpc_message_free(l);
 
-  /* A RegisterNode that claims 4 devices (issue 26: it used to last until
+  /* A RegisterNode that claims 4 devices (it used to last until
    * the agent restarted) is corrected by the next heartbeat, which lists
    * the 2 the agent has. */
   assert_int_equal(pxt_register(f->ch, "n1", 4, 0, NULL, 0), PX_OK);

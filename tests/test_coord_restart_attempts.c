@@ -1,4 +1,4 @@
-/* Automatic restarts in pxcoordd (issue 14): a fault of a job whose spec
+/* Automatic restarts in pxcoordd: a fault of a job whose spec
  * allows restarts (recovery.max_restarts) queues it again instead of
  * failing it: the attempt is recorded with its cause and nodes, the old
  * attempt's nodes get a CANCEL naming it, the job is placed again (the same
@@ -7,7 +7,7 @@
  * that did not start, and the fault after the last restart FAILS
  * the job. Without restarts nothing changes. `pxctl status` shows the
  * attempts. A job being preempted whose node is lost is queued again as
- * preempted, using no restart (issue 49). Real pxcoordd on loopback, agents played through the RPC API. */
+ * preempted, using no restart. Real pxcoordd on loopback, agents played through the RPC API. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -161,7 +161,7 @@ static void test_killed_rank_restarts_then_the_next_fault_fails_the_job(void **s
   assert_int_equal(j->attempt, 1);
   assert_int_equal(j->n_attempts, 0);
   px_rpc_message_free(j);
-  pxt_sleep_ms(1500); /* attempt 1 runs a while: the job's wall time counts it (issue 26) */
+  pxt_sleep_ms(1500); /* attempt 1 runs a while: the job's wall time counts it */
 
   /* Rank 1 on n2 is killed: attempt 1 ends, attempt 2 is placed on the
    * same nodes. */
@@ -388,7 +388,7 @@ static void test_placement_timeout_restarts_away_from_the_stuck_node(void **stat
   px_rpc_stream_destroy(sc);
 }
 
-/* Issue 49: a job asked to stop for a preemption whose node is lost before
+/* A job asked to stop for a preemption whose node is lost before
  * it stopped is queued again as preempted, not as a fault: with
  * max_restarts 0 it is PENDING for attempt 2 (not FAILED), the attempt's
  * cause names the preemption and the node, and the job it was preempted

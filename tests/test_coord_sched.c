@@ -1,4 +1,4 @@
-/* pxcoordd's scheduling policy (issue 31) with the real daemon, several
+/* pxcoordd's scheduling policy with the real daemon, several
  * users by token and nodes played through the RPC API (as test_coord_jobs
  * does): the queue's order by priority, an admin-only raise, fair share
  * after one user's use, quotas (queued refusals with RESOURCE_EXHAUSTED,

@@ -1,4 +1,4 @@
-/* Secrets at rest (issue 26, docs/security.md): the coordinator's database
+/* Secrets at rest (docs/security.md): the coordinator's database
  * holds the rank secrets and every job's data, so pxcoordd creates it and
  * its -wal and -shm files 0600 whatever the umask, and refuses to start on
  * a database (or -wal, -shm file) that others may read, naming the file;

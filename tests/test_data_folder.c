@@ -342,8 +342,8 @@ static void corrupt_images_are_skipped_and_counted(void **state) {
   assert_int_equal(rep.built, 0);
   assert_int_equal(rep.skipped, 3);
   px_dataset_destroy(ds);
-  /* a version 1 cache (its decoder lost good JPEGs after a bad one, issue
-   * 49) that skipped images is rebuilt */
+  /* a version 1 cache (its decoder lost good JPEGs after a bad one) that
+   * skipped images is rebuilt */
   mark_cache_version_1(rep.cache_path);
   assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_OK);
   assert_int_equal(rep.built, 1);
@@ -558,7 +558,7 @@ static void ranks_shard_a_mapped_folder(void **state) {
   px_dataset_destroy(ds);
 }
 
-/* ---- issue 49: links out of the data root, decoder recovery, max_skipped -- */
+/* ---- links out of the data root, decoder recovery, max_skipped ------------ */
 
 /* Runs load with stderr (the library's log, its warnings on even under
  * ctest's PX_LOG_LEVEL=error) in log[cap]. */
@@ -834,7 +834,7 @@ static void too_many_skipped_images_fail_with_the_count(void **state) {
   assert_non_null(strstr(px_last_error(), "max_skipped"));
 }
 
-/* dataset.cache_dir (issue 49): made beneath its root (the agent's) or
+/* dataset.cache_dir: made beneath its root (the agent's) or
  * refused naming the field, nothing written outside, a link that leads out
  * refused; a cache directory another user owns or may write to is refused,
  * and so is a $TMPDIR/prunex-cache-UID that another user made first. */

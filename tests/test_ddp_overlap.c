@@ -1,5 +1,5 @@
 /* DDP with the gradient allreduce started per bucket during the backward
- * pass (issue 18): the model reports every parameter's gradient once per
+ * pass: the model reports every parameter's gradient once per
  * step, last layer first; and a DDP run on 2 nodes x 2 real ranks (forked,
  * UCX on loopback) ends with the same model, bit for bit, with the overlap
  * as without it and as the staged path (which reduces after the step). */

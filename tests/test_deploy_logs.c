@@ -1,4 +1,4 @@
-/* Logs in one place (issue 15): agents upload their ranks' logs to the
+/* Logs in one place: agents upload their ranks' logs to the
  * coordinator and `pxctl logs` reads any rank from any host.
  *
  * The real processes on loopback: pxcoordd, and two pxagent nodes with

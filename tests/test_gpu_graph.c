@@ -602,7 +602,7 @@ static void seresnet_trains_a_step_on_cuda_like_the_cpu(void **state) {
 }
 
 /* Hardswish, SiLU, the exact GELU, Tanh, Hardsigmoid and a
- * Hardsigmoid-gated squeeze-and-excitation (issue 48). */
+ * Hardsigmoid-gated squeeze-and-excitation. */
 static void acts_trains_a_step_on_cuda_like_the_cpu(void **state) {
   (void)state;
   REQUIRE_GPU();
@@ -610,8 +610,7 @@ static void acts_trains_a_step_on_cuda_like_the_cpu(void **state) {
   check_net_on_cuda("acts");
 }
 
-/* ConvNeXt's LayerNorms, NHWC views, 1 x 1 convs with bias, layer scale
- * (issue 48). */
+/* ConvNeXt's LayerNorms, NHWC views, 1 x 1 convs with bias and layer scale. */
 static void convnext_trains_a_step_on_cuda_like_the_cpu(void **state) {
   (void)state;
   REQUIRE_GPU();

@@ -1,4 +1,4 @@
-/* comm.overlap (issue 18): the leaders' exchange of an H-SADMM round sent
+/* comm.overlap: the leaders' exchange of an H-SADMM round sent
  * while the next local phase runs. With real ranks (forked, UCX on
  * loopback, 2 nodes x 2): a round's sync leaves the exchange pending and z
  * unchanged; the next sync takes it first; every rank holds

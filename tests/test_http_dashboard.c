@@ -1,4 +1,4 @@
-/* pxcoordd's HTTP side (issue 16) with the real programs: a coordinator
+/* pxcoordd's HTTP side with the real programs: a coordinator
  * started with --http, two agents, and a small hsadmm job (2 nodes x 1 CPU
  * worker, resnet20 on the synthetic data set, one local step per
  * iteration) long enough to be watched while it runs; then a short one
@@ -14,7 +14,7 @@
  *     resnet20's 20+ layers draw a band, the median and the top layers with
  *     a legend (data-series, data-legend), the accuracy axes are [0, 1]
  *     whatever the number of points, the summary's inter-node MB is the
- *     job's, and times say UTC (issue 28);
+ *     job's, and times say UTC;
  *   - /api/v1/jobs/JOB's totals (iterations, bytes_inter, bytes_intra) are
  *     the sums of its iterations (they were read one column off), and its
  *     other keys are the listing's, in its order (one field table);
@@ -515,7 +515,7 @@ static void test_dashboard_of_a_finished_job_has_data_in_every_chart(void **stat
   const char *created = cell(dom, "created");
   print_message("created: '%s'\n", created);
   assert_true(strlen(created) > 4 && !strcmp(created + strlen(created) - 4, " UTC"));
-  /* issue 51: who owns each job (no tokens here: nobody, "-"), and the
+  /* who owns each job (no tokens here: nobody, "-"), and the
    * accuracy as pxctl prints it, digit for digit */
   assert_non_null(strstr(dom, "data-col=\"user\""));
   assert_string_equal(cell(dom, "user"), "-");

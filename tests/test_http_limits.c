@@ -1,9 +1,9 @@
-/* pxcoordd's HTTP listener against idle and slow sockets (issue 26): with
+/* pxcoordd's HTTP listener against idle and slow sockets: with
  * 500 connections held open by clients that send nothing or send their
  * headers a byte at a time, an authenticated request is still answered in
  * under a second; one address cannot hold more than its share; and a client
  * whose headers are not all in within the header deadline is cut off.
- * Issue 49: idle connections from the client's own address (the reverse
+ * Idle connections from the client's own address (the reverse
  * proxy's, in the documented deployment) do not keep it out; a trusted
  * proxy has its own, larger budget; and a flood of connections over the
  * budget makes a few log lines, not one each.
@@ -224,7 +224,7 @@ static void test_late_headers_are_cut_at_the_deadline(void **state) {
   assert_int_equal(honest_get(f->d.http_port, &ms), 200);
 }
 
-/* Issue 49: the reverse proxy's address is the client's. 40 idle
+/* The reverse proxy's address is the client's. 40 idle
  * connections from 127.0.0.1 itself: the address keeps its 32, and a new
  * request from it is still answered at once, three times over (each time
  * the connection idle longest makes room). */
@@ -284,7 +284,7 @@ static void test_a_bad_proxy_list_is_refused(void **state) {
   assert_non_null(strstr(err, "http_trusted_proxies = '127.0.0.1, 10.0.0.0/40'"));
 }
 
-/* Issue 49, log floods: 2,000 connections over one address's budget make
+/* Log floods: 2,000 connections over one address's budget make
  * at most a burst of log lines (not one each), and once the interval is
  * over the next such line says how many were suppressed. */
 static void test_a_flood_over_the_budget_makes_a_few_log_lines(void **state) {

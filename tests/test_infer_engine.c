@@ -251,7 +251,7 @@ static int argmax10(const float *z) {
   return b;
 }
 
-/* bf16 convolutions (issue 29) on random images of a random resnet20 and
+/* bf16 convolutions on random images of a random resnet20 and
  * resnet18: unchecked bf16 logits within a few per cent of the plain
  * reference's and of f32's; the checked net (close calls rerun in f32)
  * predicts every sample as f32 and the reference do, keeps bf16's logits

@@ -1,9 +1,9 @@
-/* Compact evaluation of imported graphs (issues 29 and 30): the five nets
+/* Compact evaluation of imported graphs: the five nets
  * PyTorch exports (tests/onnx_import_nets.py: a VGG-style net with max and
  * average pooling, a MobileNetV2-style net with depthwise convolutions,
  * ReLU6 and a Concat head, a ResNet with squeeze-and-excitation, a
  * LeakyReLU stem and biased 1x1 convolutions on the pooled map) and the
- * activations net (Hardswish, SiLU, GELU, Tanh, Hardsigmoid: issue 48) and
+ * activations net (Hardswish, SiLU, GELU, Tanh, Hardsigmoid) and
  * the arithmetic by constants (scalars) and batch norms of other epsilons
  * and momenta (bn_eps) and mobilenet_v3's two-Linear classifier (fc_chain), their
  * channels pruned as H-SADMM projects them (channel keep 0.5, the coupled

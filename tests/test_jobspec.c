@@ -310,7 +310,7 @@ static void test_out_of_range_values_are_refused(void **state) {
   (void)state;
   expect_error("prune:\n  channel_keep: 1.5\n", 2,
                "prune.channel_keep: expected a number in (0, 1]", "got '1.5'", NULL);
-  /* keeping nothing is no setting (issue 12): a job that prunes every group */
+  /* keeping nothing is no setting: a job that prunes every group */
   expect_error("prune:\n  channel_keep: 0\n", 2,
                "prune.channel_keep: expected a number in (0, 1]", "got '0'", NULL);
   expect_error("prune:\n  filter_keep: 0.0\n", 2,

@@ -1,4 +1,4 @@
-/* Sweeps in job specs (issue 31): `sweep:` parses into the spec's axes;
+/* Sweeps in job specs: `sweep:` parses into the spec's axes;
  * each combination is the base spec with its values set (the last field
  * fastest) and a label naming them; the canonical YAML carries the sweep
  * back; bad sweeps (unknown or text fields, bad values, repeats, too many

@@ -1,4 +1,4 @@
-/* The spec translated once (issue 13): px_jobspec_check_submitted refuses a
+/* The spec translated once: px_jobspec_check_submitted refuses a
  * spec as a client submitted it with a message naming the field from the
  * spec down, lets proto zeros take their defaults, and applies the rules of
  * px_jobspec_validate on a completed copy without changing the spec; the

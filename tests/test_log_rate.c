@@ -1,4 +1,4 @@
-/* The logger's limit on repeated lines (issue 49: one WARN line per refused
+/* The logger's limit on repeated lines (one WARN line per refused
  * connection wrote 146,000 lines in a minute): a cause (call site and
  * level) writes its burst per interval, then is counted, and its next line
  * after the interval says how many were suppressed; causes are counted

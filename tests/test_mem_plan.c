@@ -1,4 +1,4 @@
-/* The model's memory plan (nn/mem_plan.c, nn/model.c; issue 27 item 5):
+/* The model's memory plan (nn/mem_plan.c, nn/model.c):
  * activations, their gradients and the scratch buffers share one arena by
  * their lifetimes in a training step. The placement never gives two blocks
  * alive at one step a common byte (random blocks, checked pair by pair),

@@ -171,7 +171,7 @@ static void mobilenet_forward_and_gradients_match_pytorch(void **state) {
   check_net("mobilenet");
 }
 
-/* Inputs other than the 16 x 16 above (issue 30, item 3): Fashion-MNIST's
+/* Inputs other than the 16 x 16 above: Fashion-MNIST's
  * own 1 x 28 x 28 through the VGG (28 -> 14 -> 7 -> 3: pooling windows that
  * do not divide the map), a non-square 3 x 40 x 24 image through the
  * ResNet and the MobileNet, and the MobileNet at 3 x 64 x 64, logits and
@@ -213,7 +213,7 @@ static void check_nets_at(const char *opset_list, const char *const *nets) {
   unsetenv("PX_TEST_ONNX_OPSET");
 }
 
-/* mobilenet_v3's and efficientnet_b0's activations (issue 48): Hardswish,
+/* mobilenet_v3's and efficientnet_b0's activations: Hardswish,
  * SiLU, the exact GELU, Tanh, Hardsigmoid and a Hardsigmoid-gated
  * squeeze-and-excitation, as PyTorch exports them at opset 13 (Hardswish as
  * Mul(x, HardSigmoid(x)), SiLU as Mul(x, Sigmoid(x)), GELU as Div, Erf,
@@ -225,7 +225,7 @@ static void acts_forward_and_gradients_match_pytorch(void **state) {
   check_net("scalars"); /* Mul, Add, Sub, Div by a constant; 1 - x; x / sqrt 2 without Erf */
 }
 
-/* What exporters write around the layers (issue 48), at opsets 13, 17 and
+/* What exporters write around the layers, at opsets 13, 17 and
  * 18 (ReduceMean's axes an input):
  * a Concat of one input, ReduceMean over H and W as a global average
  * pooling (keepdims 1 feeding an SE's convs, keepdims 0 the classifier),
@@ -249,7 +249,7 @@ static void bn_epsilons_and_momenta_match_pytorch(void **state) {
   check_nets_at("13,17", (const char *const[]){"bn_eps", NULL});
 }
 
-/* mobilenet_v3's classifier (issue 48): Gemm, Hardswish (opset 13: Mul(x,
+/* mobilenet_v3's classifier: Gemm, Hardswish (opset 13: Mul(x,
  * HardSigmoid(x)); 17: HardSwish) and Dropout on the pooled features, then
  * a second Gemm, at opsets 13 and 17. */
 static void fc_chain_matches_pytorch(void **state) {
@@ -258,7 +258,7 @@ static void fc_chain_matches_pytorch(void **state) {
   check_nets_at("13,17", (const char *const[]){"fc_chain", NULL});
 }
 
-/* torchvision's ConvNeXt at toy size (issue 48): the Transpose pairs of
+/* torchvision's ConvNeXt at toy size: the Transpose pairs of
  * its blocks (NCHW -> NHWC, LayerNorm on the last axis, Linear to 4C by
  * MatMul + Add, GELU, Linear back, NHWC -> NCHW; lowered to a LayerNorm over
  * channels and 1 x 1 convs with bias, moving no data), the layer scale
@@ -359,7 +359,7 @@ static void pack_round_trip(px_model_t *m, const px_sparsity_t *set, const px_sp
   free(src);
 }
 
-/* Groups from the graph (issue 30, item 2): the sparsity set's projection
+/* Groups from the graph: the sparsity set's projection
  * (channel keep 0.5) with the coupling px_model_channel_consumer derives,
  * on an imported net's weights; returns the number of coupled pairs, each
  * checked: a channel pruned in the consumer is a filter pruned in the
@@ -541,7 +541,7 @@ static size_t compact_round_trip(px_ops_t *ops, px_model_t *m, const char *dir, 
   return numel;
 }
 
-/* ConvNeXt's channel groups (issue 48, item 2): each block's Linear pair
+/* ConvNeXt's channel groups: each block's Linear pair
  * (1 x 1 convs with bias, GELU between) is one coupled group; the
  * LayerNorms and layer scales sit on the residual stream, which stays
  * dense (a LayerNorm's statistics span every channel: compaction keeps
@@ -577,7 +577,7 @@ static int param_index(const px_model_t *m, const char *name) {
   return -1;
 }
 
-/* VGG's classifier (issue 48): the last map (64 x 2 x 2) flattened whole
+/* VGG's classifier: the last map (64 x 2 x 2) flattened whole
  * into Linear, by Flatten and by x.view(N, -1), at opsets 13 and 17, against
  * PyTorch; then pruning: the last conv is coupled to nothing (its output
  * feeds a max pooling and the flattened classifier: it stays a producer
@@ -620,7 +620,7 @@ static void vgg_classifier_on_a_flattened_map_matches_pytorch(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
-/* torchvision's ShuffleNetV2 at toy size (issue 48): the channel shuffle
+/* torchvision's ShuffleNetV2 at toy size: the channel shuffle
  * (Reshape to [N, 2, C/2, H, W] by a computed shape, Transpose (0, 2, 1, 3,
  * 4), Reshape back: a SHUFFLE node), x.chunk(2, dim=1) (Split: two SLICE
  * nodes) and the Concat of the halves, at opsets 13 and 17, against
@@ -801,7 +801,7 @@ static void imported_vgg_exports_to_onnx_that_opencv_runs_alike(void **state) {
   export_round_trip("vgg", 0);
 }
 
-/* Windows other than k x k with padding k / 2 (issue 48; Geometry in
+/* Windows other than k x k with padding k / 2 (Geometry in
  * onnx_import_nets.py): non-square kernels, patchify strides, dilation,
  * asymmetric padding (a Pad folded into a conv, auto_pad SAME_UPPER),
  * ceil_mode max and average pooling, average pooling that does not count
@@ -863,7 +863,7 @@ static void imported_resnet20_is_the_builtin_graph(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
-/* One path for built-in and imported models (issue 30, item 2): the
+/* One path for built-in and imported models: the
  * built-in resnet20, written by our own ONNX export and imported back, has
  * the built-in's coupling groups (producer -> consumer, no followers) and,
  * projected from the same weights, bit for bit the built-in's masks and
@@ -929,7 +929,7 @@ static void builtin_resnet20_through_our_onnx_has_its_groups_and_masks(void **st
   assert_int_equal(system(cmd), 0);
 }
 
-/* ---- files edited in the test (issue 49): no Python needed ------------------- */
+/* ---- files edited in the test: no Python needed ------------------------------ */
 
 /* The built-in resnet20 through our ONNX export (path, in the fresh
  * directory dir), unpacked for a test to edit. */

@@ -270,14 +270,14 @@ static void imported_seresnet_trains_packs_less_and_runs_in_opencv(void **state)
   graph_net_job(*state, "seresnet", 1);
 }
 
-/* mobilenet_v3's and efficientnet's activations (issue 48): Hardswish, SiLU,
+/* mobilenet_v3's and efficientnet's activations: Hardswish, SiLU,
  * the exact GELU, Tanh, Hardsigmoid and a Hardsigmoid-gated SE, through the
  * job: trained, pruned, packed, compacted and exported. */
 static void imported_acts_trains_packs_less_and_runs_in_opencv(void **state) {
   graph_net_job(*state, "acts", 1);
 }
 
-/* mobilenet_v3's head (issue 48): Linear, Hardswish, Dropout, Linear after
+/* mobilenet_v3's head: Linear, Hardswish, Dropout, Linear after
  * batch norms of eps 1e-3 and momentum 0.01, through the job (the two FC
  * layers dense). */
 static void imported_fc_chain_trains_packs_less_and_runs_in_opencv(void **state) {

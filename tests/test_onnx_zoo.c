@@ -1,5 +1,5 @@
-/* torchvision's classification zoo through the ONNX import (issue 48, item
- * 3): each of the 18 networks of ZOO, built by tests/onnx_zoo.py with
+/* torchvision's classification zoo through the ONNX import:
+ * each of the 18 networks of ZOO, built by tests/onnx_zoo.py with
  * python3-torchvision (random weights, 10 classes, 64 x 64 inputs, vgg11_bn
  * 224 x 224: onnx_zoo.py says why not 32), exported at opsets 13 and 17 and
  * checked on a batch of 2:
@@ -292,7 +292,7 @@ static int run_out(const char *cmd, char *out, size_t cap) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* Issue 48, item 4: pxtrain --bench feeds an imported model its own input
+/* pxtrain --bench feeds an imported model its own input
  * (here 3 x 64 x 64) and --image-size N or HxW overrides (a size the graph
  * does not take is refused naming both; a built-in model takes any); a
  * folder job spec on it takes the graph's size when dataset.image_size is

@@ -179,7 +179,8 @@ static void forward_and_backward_match_reference(void **state) {
 /* ---- against float64 at resnet20's shapes ------------------------------------
  * The whole training step of one layer (forward with the fused ReLU, batch
  * statistics, backward) in double on the plain NCHW host copies, the
- * precision PyTorch's float64 step has (issue 30 compares with it). */
+ * precision PyTorch's float64 step has (the yardstick of the gradient tables
+ * in docs/performance.md). */
 typedef struct {
   double *y, *mean, *var, *dx, *dscale, *dshift;
 } bn_f64_t;
@@ -221,8 +222,8 @@ static void f64_step(bn_f64_t *r, const bn_fixture_t *f) {
   }
 }
 
-/* The largest |got - want| over the largest |want|: the measure issue 30's
- * gradient table uses. */
+/* The largest |got - want| over the largest |want|: the measure the
+ * gradient tables of docs/performance.md use. */
 static double f64_dist(const char *what, const float *got, const double *want, size_t n) {
   double d = 0.0, m = 0.0;
   for (size_t i = 0; i < n; i++) {
@@ -245,7 +246,7 @@ static void f64_case(int64_t n, int64_t c, int64_t hw, int threads, float offset
   fixture_threads = 2;
   const size_t nx = (size_t)(n * c * hw * hw), nc = (size_t)c;
   /* offset moves the mean: 8.0 makes it large against the spread, as after
-   * block 2's depthwise conv in issue 30's MobileNet, where a one-pass
+   * block 2's depthwise conv in the MobileNet-style test net, where a one-pass
    * variance loses digits */
   for (size_t i = 0; i < nx; i++) f.hx[i] += offset;
   assert_ok(px_tensor_copy_from_host(&f.x, f.hx, nx * 4));

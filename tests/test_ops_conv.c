@@ -146,7 +146,7 @@ static void forward_and_backward_match_reference(void **state) {
   }
 }
 
-/* Windows beyond k x k with padding k / 2 (issue 48): 1x7 and 7x1
+/* Windows beyond k x k with padding k / 2: 1x7 and 7x1
  * (inception), 4x4 stride 4 and 2x2 stride 2 (patchify), asymmetric
  * padding (SAME_UPPER's and SAME_LOWER's odd unit), dilation 2 and 3 x 2,
  * against the reference, plain and blocked. */

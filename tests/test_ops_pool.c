@@ -153,7 +153,7 @@ static void forward_and_backward_match_reference_and_fd(void **state) {
   }
 }
 
-/* Windows beyond the square, symmetric ones (issue 48): non-square
+/* Windows beyond the square, symmetric ones: non-square
  * kernels and strides, asymmetric padding, dilation, PyTorch's ceil_mode
  * (squeezenet's 3x3 stride 2 on 14 and 13, googlenet's stride-1 3x3 pad
  * 1), average pooling with ceil_mode counting its padding where no window

@@ -1,4 +1,4 @@
-/* pxctl against a pxcoordd with TLS and tokens (issue 12, docs/security.md):
+/* pxctl against a pxcoordd with TLS and tokens (docs/security.md):
  * the CA from --ca or PRUNEX_CA, the token from PRUNEX_TOKEN or the first
  * line of $XDG_CONFIG_HOME/prunex/token, which pxctl refuses when others may
  * read it; clear messages without a token or TLS; users cancel and delete

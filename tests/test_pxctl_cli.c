@@ -7,7 +7,7 @@
  * null density and model path in --json, `pxctl --json delete` answers in
  * JSON, status times say UTC, and --field reads one field of the JSON
  * per line for scripts (the bash completion, the Slurm script) with unique
- * job ids (issue 28). The coordinator is driven with real RPCs
+ * job ids. The coordinator is driven with real RPCs
  * (a node registers, rank 0 reports iterations) as an agent would. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -440,7 +440,7 @@ static void test_submit_status_list_nodes_metrics_drift_cancel_with_json(void **
   assert_non_null(strstr(f->r.err, job2));
 }
 
-/* Issue 28: a job cancelled while pending measured nothing and has no model:
+/* A job cancelled while pending measured nothing and has no model:
  * null, not 0 and ""; delete takes --json wherever it is given; times are UTC. */
 static void test_cancelled_job_has_nulls_and_delete_speaks_json(void **state) {
   fixture_t *f = *state;

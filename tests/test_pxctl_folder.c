@@ -1,4 +1,4 @@
-/* An image folder end to end (issue 30, item 4(c) and (d)): Fashion-MNIST
+/* An image folder end to end: Fashion-MNIST
  * written as PNG files (examples/make_fmnist_folder.py: the first 8,000
  * training and 1,000 test images), trained by `pxctl run` with the real
  * coordinator, agents and workers (hsadmm, resnet20, 2 nodes x 1 CPU worker,

@@ -1,4 +1,4 @@
-/* Finished runs read without a coordinator (issue 28, item 4), with the real
+/* Finished runs read without a coordinator, with the real
  * programs: one tiny `pxctl run` (hsadmm, 2 nodes x 1 CPU worker, resnet20
  * on the synthetic data set, 3 iterations, --keep) leaves OUTPUT and its run
  * directory. `pxctl status|metrics|drift|logs OUTPUT` print byte for byte

@@ -1,4 +1,4 @@
-/* Figures and exports of a finished run (issue 16), with the real programs:
+/* Figures and exports of a finished run, with the real programs:
  * two tiny `pxctl run`s (hsadmm and ddp, 2 nodes x 1 CPU worker, resnet20
  * on the synthetic data set, a few iterations) keep their metrics
  * databases in OUTPUT/metrics; `pxctl plot` overlays the two from their

@@ -1,4 +1,4 @@
-/* Checkpoints and resumption (issue 14) on 2 nodes x 2 real ranks (forked
+/* Checkpoints and resumption on 2 nodes x 2 real ranks (forked
  * processes, UCX on loopback), ResNet-20 on a subset of Fashion-MNIST:
  * - a run that dies after its checkpoint of iteration 2 (every rank exits
  *   at once, as kill -9 of the whole attempt would leave it) and is run
@@ -12,7 +12,7 @@
  *   gets the global state from the others and restarts its own duals: the
  *   run resumes (after iteration 2, not from 0) and finishes with every rank
  *   agreeing bit for bit; when such a rank then cannot write, the problem
- *   says it holds no file of the newest complete checkpoint (issue 49);
+ *   says it holds no file of the newest complete checkpoint;
  * The checkpoint files' checksum and formats are test_resume_format's. */
 #include <math.h>
 #include <setjmp.h>
@@ -287,7 +287,7 @@ static void test_new_node_resumes_from_shared_state(void **state) {
  * on it cannot write the checkpoint of iteration 3 (its name taken by a
  * directory): the newest checkpoint every rank holds stays iteration 2,
  * and the problem says that rank 3 holds no file of it, and none at all,
- * instead of leaving it to be read as rank 3's (issue 49). */
+ * instead of leaving it to be read as rank 3's. */
 static void test_a_new_nodes_rank_that_cannot_write_says_what_it_holds(void **state) {
   (void)state;
   if (!dir[0]) skip();

@@ -1,4 +1,4 @@
-/* Job notifications (issue 31) with the real pxcoordd and a local HTTP
+/* Job notifications with the real pxcoordd and a local HTTP
  * receiver in the test (a thread answering POSTs on loopback): the spec's
  * notify.url gets the job's JSON on the states asked for, once each; a
  * receiver that fails is retried with backoff; a receiver that hangs does

@@ -1,4 +1,4 @@
-/* Where a spec's notify.url may send (issue 49, docs/security.md
+/* Where a spec's notify.url may send (docs/security.md
  * "Notifications"), with the real pxcoordd: by default only to public
  * addresses, so loopback (in any spelling: 2130706433, 0x7f.1,
  * 017700000001, localhost, [::1]), private, link-local, CGNAT, unspecified

@@ -1,4 +1,4 @@
-/* Notifications are sent by a pool (issue 49): a receiver that accepts
+/* Notifications are sent by a pool: a receiver that accepts
  * connections and never answers holds at most its own notifications, each
  * for the POST's timeout, and never another destination's; and a
  * coordinator stopping with such POSTs in flight stops at once. With one

@@ -1,4 +1,4 @@
-/* A job's notify URL may carry credentials (issue 49): alice's job notifying
+/* A job's notify URL may carry credentials: alice's job notifying
  * https://u:secret@hooks.example.org/p?token=x shows the URL whole to alice
  * and to an admin, and to bob (another user) only with its userinfo and
  * query hidden (***@hooks.example.org/p?***) in GetJob, ListJobs, WatchJob (spec

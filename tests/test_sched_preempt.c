@@ -1,4 +1,4 @@
-/* Preemption (issue 31) with the real pxcoordd (`preemption = on`), two
+/* Preemption with the real pxcoordd (`preemption = on`), two
  * pxagents and their pxworkers on the Fashion-MNIST subset.
  * - Graceful: a 2-node job of low priority whose periodic checkpoints lie
  *   past its end is preempted by a 1-node job of higher priority: its ranks

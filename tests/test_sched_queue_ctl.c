@@ -1,4 +1,4 @@
-/* Queue controls and ownership (issue 51) with the real pxcoordd, several
+/* Queue controls and ownership with the real pxcoordd, several
  * users by token and nodes played through the RPC API (as test_coord_sched
  * does): hold keeps a pending job out while others run and release lets it
  * run; an admin's hold is released by an admin only; update changes a

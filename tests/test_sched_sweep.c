@@ -1,4 +1,4 @@
-/* Sweeps (issue 31) with the real pxcoordd, pxagent, pxworker and pxctl on
+/* Sweeps with the real pxcoordd, pxagent, pxworker and pxctl on
  * the Fashion-MNIST subset: `pxctl submit` of a spec whose sweep has 2 x 3
  * values makes 6 jobs under one sweep id, each with its combination's
  * values in its spec; the first two run to the end; `pxctl status SWEEP`

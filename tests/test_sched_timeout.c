@@ -1,4 +1,4 @@
-/* Time limits (issue 31) with the real pxcoordd, pxagent and pxworker: a
+/* Time limits with the real pxcoordd, pxagent and pxworker: a
  * job with recovery: checkpoints that runs past its time_limit_s is asked to
  * stop at its next iteration, its ranks write their final checkpoint and
  * exit, and it ends TIMEOUT (not SUCCEEDED) with its node free again and its

@@ -7,9 +7,9 @@
  * models on GPUs (host mirrors and device buffers), forced on the CPU, gives
  * every strategy the same final model, bit for bit, as the host path; so
  * does H-SADMM's device-state round (state, pack/expand and projection
- * through the state ops table, issue 27 item 6) run with host buffers; and
+ * through the state ops table) run with host buffers; and
  * so does H-SADMM with the leaders' exchange coded without loss
- * (comm.compress, issue 29), which moves fewer inter-node bytes. */
+ * (comm.compress), which moves fewer inter-node bytes. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -213,7 +213,7 @@ static void test_staged_hsadmm_matches_host(void **state) {
   assert_true(px_th_shared[6] >= 2);
   /* once the masks froze (in the third round) a staged round allocates
    * nothing; before, the compact model that evaluates the consensus
-   * (issue 29) is rebuilt whenever the masks moved (with eval_dense, the
+   * is rebuilt whenever the masks moved (with eval_dense, the
    * second round already allocated nothing) */
   printf("allocations by rank 0 after each round: %.0f %.0f %.0f %.0f\n", px_th_shared[10],
          px_th_shared[11], px_th_shared[12], px_th_shared[13]);

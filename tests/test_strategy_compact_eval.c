@@ -1,4 +1,4 @@
-/* Compact evaluation of the consensus model (issue 29) end to end: H-SADMM
+/* Compact evaluation of the consensus model end to end: H-SADMM
  * on 2 nodes x 2 real ranks (forked processes, UCX on loopback) training
  * ResNet-20 on a subset of Fashion-MNIST with 2,000 test images, once
  * evaluating the dense-shaped consensus through the training engine

@@ -1,4 +1,4 @@
-/* Compact training after the freeze (issue 29, prune.compact_training) on
+/* Compact training after the freeze (prune.compact_training) on
  * ResNet-20 and a subset of Fashion-MNIST:
  * - a few SGD steps of the compact model (strategy/compact_train.c: built
  *   from a model with frozen masks keeping half of the input channels,

@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench/cluster/run.sh BUILD_DIR: the emulated 2-node cluster (issue 18).
+# bench/cluster/run.sh BUILD_DIR: the emulated 2-node cluster.
 #
 # Each node is a network namespace (ip netns) whose processes also run in
 # their own IPC and UTS namespaces (unshare --ipc --uts, with a host name of

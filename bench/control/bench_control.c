@@ -19,7 +19,7 @@
  * not run it) is still timed from its own start; the lag is reported
  * separately so that a client that could not keep up is visible.
  *
- * With --token-secret S the coordinator has TLS and tokens (issue 12; the
+ * With --token-secret S the coordinator has TLS and tokens (the
  * CA comes from PRUNEX_CA): node g authenticates with the token S-node-G
  * (its own channel, as each agent has its own credential; channels with
  * their own credentials do not share a connection, so the coordinator serves
@@ -28,7 +28,7 @@
  * its node's assignment stream, as pxworker does. run.sh makes the tokens
  * file to match.
  *
- * Prints rows, then RESULT lines (DESIGN.md section 8), the last one
+ * Prints rows, then `RESULT <name> <value> [unit]` lines, the last one
  * `RESULT heartbeat_p99_ms X ms`. Exit status 0 when every call succeeded,
  * 1 when some failed (the figures are still printed), 2 for bad usage. */
 #include <errno.h>

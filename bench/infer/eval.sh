@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The evaluation of an H-SADMM consensus model, dense (the training engine,
-# as before issue 29) vs compact (the inference engine), on the quickstart's
-# final model: px_bench_eval over the 10,000 Fashion-MNIST test images at
-# THREADS threads (BN calibration on 20 batches of 64, then the test set;
-# disagreements between the two predictions), then, as the peer,
+# The evaluation of an H-SADMM consensus model, dense (the training engine, as
+# px_strategy_config_t.eval_dense asks) vs compact (the inference engine), on
+# the quickstart's final model: px_bench_eval over the 10,000 Fashion-MNIST
+# test images at THREADS threads (BN calibration on 20 batches of 64, then the
+# test set; disagreements between the two predictions), then, as the peer,
 # PyTorch CPU on the same dense and compact files (torch_infer.py: eval-mode
 # images/s at batch 128, Debian's python3-torch).
 #   bench/infer/eval.sh [BUILD_DIR] [MODEL_DIR]   (env: THREADS, REPEATS, PREC: auto, f32, bf16, raw)

@@ -1,7 +1,7 @@
 /* What an H-SADMM evaluation of the consensus costs, the dense way (the
  * dense-shaped model through the training engine: BN calibration on 20
- * training batches, then the test set) against the compact way (issue 29:
- * the compact model calibrated, then evaluated on the inference engine),
+ * training batches, then the test set) against the compact way (the
+ * compact model calibrated, then evaluated on the inference engine),
  * on one rank holding the whole Fashion-MNIST test set (10,000 images) at
  * the quickstart's batch of 64.
  *   px_bench_eval MODEL.safetensors|MODEL.onnx|random DATA_DIR [THREADS] [REPEATS] [CHUNK]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What checkpoints and restarts cost (issue 14), through the real processes
+# What checkpoints and restarts cost, through the real processes
 # (pxctl run: a private pxcoordd and one pxagent per node, 2 nodes x 2 CPU
 # workers, H-SADMM):
 #   1. checkpoint cost per iteration for resnet20 (Fashion-MNIST) and

@@ -1,5 +1,5 @@
 /* bench/round: the time of one H-SADMM round by phase, on the host path the
- * round runs today and on the device path of issue 27 item 6, for a model's
+ * round runs today and on the device path (the state on the device), for a model's
  * parameters (resnet50 by default: the CIFAR-size model of model.c).
  *
  * Both paths run the phase functions of admm/hsadmm_state.h that the round

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Strong-scaling model of hsadmm, ddp and topk (issue 18; docs/scaling-model.md).
+"""Strong-scaling model of hsadmm, ddp and topk (docs/scaling-model.md).
 
 Predicts the speedup of ResNet-152 training from 8 to 64 devices (nodes of 4
 devices, 100 Gbit/s between nodes) from per-phase costs: compute per step,

@@ -1,7 +1,7 @@
 /* The training batch norm per call: px_batchnorm_forward_train then
  * px_batchnorm_backward, batch 128.
  *
- * CPU engine (issue 30, the default): ResNet-20's three map shapes on the
+ * CPU engine (the default): ResNet-20's three map shapes on the
  * nChw16c layout a 1x1 convolution gives them, ReLU fused (`--relu 0`:
  * without). Prints the best wall and CPU time of each over `--reps` calls
  * and a hash of the outputs (y, dx, dscale, dshift), so runs on other
@@ -9,7 +9,7 @@
  * build's library to compare two batch norms (docs/performance.md, "The
  * own batch norm at oneDNN's speed").
  *
- * `--device cuda` (issue 27): ResNet-50's batch-norm shapes on GPU 0 in the
+ * `--device cuda`: ResNet-50's batch-norm shapes on GPU 0 in the
  * activation format of `--precision` (NHWC bf16 or f32), each with the ReLU
  * fused where the network fuses it; the best wall time of each call (the
  * stream synchronised), the bandwidth its minimum traffic makes of it (the

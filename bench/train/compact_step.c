@@ -1,5 +1,5 @@
-/* The local phase's SGD step after the freeze (issue 29,
- * prune.compact_training): resnet20 on Fashion-MNIST as a quickstart worker
+/* The local phase's SGD step after the freeze
+ * (prune.compact_training): resnet20 on Fashion-MNIST as a quickstart worker
  * runs it (a quarter shard, batch 64, one thread), with frozen masks that
  * keep half of every conv's input channels (the even ones; the stem keeps
  * its image), stepped three ways, alternating, from the same start:

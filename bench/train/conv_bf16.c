@@ -1,4 +1,4 @@
-/* Potential of bf16 convolutions for CPU training (issue 29 item 2): times
+/* Potential of bf16 convolutions for CPU training: times
  * oneDNN 2.6's convolution primitives for the 3x3 layer shapes of ResNet-20
  * and ResNet-18 (32x32 inputs, batch 128 by default), forward,
  * backward-data and backward-weights, in f32 and with bf16 source, weights

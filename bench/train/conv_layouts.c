@@ -1,5 +1,5 @@
 /* Which activation layout oneDNN 2.6 runs a narrow convolution fast in
- * (issue 29, compact training): times the forward, backward-data and
+ * (compact training): times the forward, backward-data and
  * backward-weights primitives (f32, 3x3, stride 1, padding 1) of the layer
  * shapes a compact ResNet-20 has on Fashion-MNIST (32x32 maps, channel
  * counts of 8, 16, 32, 64 and odd ones), with source and destination in

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# How far the fp32 training engine can go against PyTorch (issue 29 item 2):
+# How far the fp32 training engine can go against PyTorch:
 # per model, our step time (pxtrain --bench), the time oneDNN's primitives
 # take in it by kind (ONEDNN_VERBOSE=1 exec times of the timed steps), the
 # convolutions' GFLOP/s against this CPU's FMA peak (px_bench_fma_peak),

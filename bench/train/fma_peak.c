@@ -1,4 +1,4 @@
-/* The f32 multiply-add peak of this CPU (issue 29: how far the training
+/* The f32 multiply-add peak of this CPU (how far the training
  * engine's convolutions are from what the cores can do): each of N threads
  * runs 16 independent chains of fused multiply-adds on 16-wide vectors
  * (AVX-512; 8-wide AVX2 chains where the CPU lacks AVX-512F), which keeps

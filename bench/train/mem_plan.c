@@ -1,4 +1,4 @@
-/* The model's memory plan (issue 27 item 5): the bytes of one training
+/* The model's memory plan: the bytes of one training
  * step's working memory (px_model_activation_bytes: activations, their
  * gradients, BN statistics and workspaces) under the earlier separate plan
  * (PX_MEM_PLAN=separate), the shared one (the default in fp32) and the

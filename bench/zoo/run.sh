@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# torchvision's zoo (issue 48's throughput aim): per network, CPU training
+# torchvision's zoo, its training throughput: per network, CPU training
 # throughput of `pxtrain --bench --model-onnx` (the network exported by
 # tests/onnx_zoo.py at opset 13, random weights, 10 classes, at its own
 # input size: 64 a side, vgg11_bn 224) beside PyTorch training

@@ -1,4 +1,4 @@
-/* The authorisation's queries (auth.c; issue 25's data layer): rank
+/* The authorisation's queries (auth.c; the coordinator's data layer): rank
  * secrets (their SHA-256 in job_ranks.secret_hash), and what a call's
  * identity is checked against (a job's state and attempt, a node's name,
  * the node that holds a rank). */

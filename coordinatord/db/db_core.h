@@ -1,4 +1,4 @@
-/* The coordinator's data layer (issue 25): every query of the job, node and
+/* The coordinator's data layer: every query of the job, node and
  * recovery records is a named function here, coord_db_<area>_<verb>, and
  * job and node states reach SQL as bound parameters, never as literals in
  * its text. Nothing outside coordinatord/db/ writes SQL; the files above

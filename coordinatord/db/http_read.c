@@ -18,7 +18,7 @@ static const coord_hfield_t http_job_fields[] = {
     {NULL, "j.id", HF_HIDDEN, 0},
     {"job_id", "j.job_id", HF_TEXT, 0},
     {"name", "j.name", HF_TEXT, 0},
-    /* who submitted it ("" without tokens; issue 51) */
+    /* who submitted it ("" without tokens) */
     {"owner", "j.owner", HF_TEXT, 0},
     {"state", "j.state", HF_JOB_STATE, 0},
     {"reason", "j.reason", HF_TEXT, 0},
@@ -38,9 +38,9 @@ static const coord_hfield_t http_job_fields[] = {
     {"density",
      "(SELECT density FROM iterations i WHERE i.job_id = j.job_id AND i.rank = 0"
      " ORDER BY iteration DESC LIMIT 1)", HF_NUM, 0},
-    /* the attempt running now (issue 14: 1 before any restart) */
+    /* the attempt running now (1 before any restart) */
     {"attempt", "j.attempt", HF_INT, 0},
-    /* "" while the checkpoints are usable (issue 26) */
+    /* "" while the checkpoints are usable */
     {"checkpoint_problem", "j.checkpoint_problem", HF_TEXT, 0},
 };
 

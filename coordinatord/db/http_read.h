@@ -1,4 +1,4 @@
-/* The HTTP side's reads (issue 25): the queries behind /api/v1 and
+/* The HTTP side's reads: the queries behind /api/v1 and
  * /metrics, run on the HTTP thread against its own read-only store
  * (coord_db_http_open), never against c->db (http.h says why).
  *

@@ -1,4 +1,4 @@
-/* The rendezvous key/value store's queries (kv.c; issue 25's data layer). */
+/* The rendezvous key/value store's queries (kv.c; the coordinator's data layer). */
 #ifndef PX_COORD_DB_KV_H
 #define PX_COORD_DB_KV_H
 

@@ -1,4 +1,4 @@
-/* The rank logs' queries (logs.c; issue 25's data layer): rank_logs, one
+/* The rank logs' queries (logs.c; the coordinator's data layer): rank_logs, one
  * row per (job, rank), and rank_log_chunks, the kept bytes by position. */
 #ifndef PX_COORD_DB_LOGS_H
 #define PX_COORD_DB_LOGS_H

@@ -25,7 +25,7 @@ px_status_t coord_job_set_state(coord_t *c, const char *job_id, int from, int to
   PX_CHECK(coord_db_event(c, 0, job_id, now, from, to, reason));
   PX_CHECK(coord_sched_state_changed(c, job_id, from, to, reason, now));
   if (coord_job_terminal(to)) {
-    /* A finished job's rendezvous entries are no use to anyone (issue 12). */
+    /* A finished job's rendezvous entries are no use to anyone. */
     PX_CHECK(coord_db_run_key(c, "DELETE FROM kv WHERE job_id = ?1", job_id));
   }
   px_log(PX_LOG_INFO, "job %s: %s -> %s (%s)", job_id, px_rpc_job_state_name(from),
@@ -135,8 +135,8 @@ px_status_t coord_job_load(coord_t *c, coord_arena_t *a, const char *job_id,
   return coord_job_load_ex(c, a, job_id, 0, out);
 }
 
-/* The job's dependencies (jobs.depends lines "JOB:ok" / "JOB:any", issue
- * 51), each with its job's state now (from acct, which outlives the job's
+/* The job's dependencies (jobs.depends lines "JOB:ok" / "JOB:any"),
+ * each with its job's state now (from acct, which outlives the job's
  * rows; UNSPECIFIED when unknown). The line text is the arena's copy: it is
  * cut in place. */
 static px_status_t coord_job_after(coord_t *c, coord_arena_t *a, char *deps, Prunex__V1__Job *j) {
@@ -262,7 +262,7 @@ static px_status_t coord_job_history(coord_t *c, coord_arena_t *a, const char *j
                           &j->rank_exits, &j->n_rank_exits, coord_rank_exit_fill, j->job_id);
 }
 
-/* The attempts that ended in a fault and were restarted (issue 14). */
+/* The attempts that ended in a fault and were restarted. */
 /* Splits the lines of text (changed in place) into an arena array. */
 static px_status_t coord_lines(coord_arena_t *a, char *text, char ***out, size_t *n) {
   size_t cap = 0;
@@ -290,7 +290,7 @@ static px_status_t coord_attempt_fill(coord_arena_t *a, px_store_stmt_t *st, voi
   return coord_lines(a, ids, &e->node_ids, &e->n_node_ids);
 }
 
-/* The attempts that ended in a fault and were restarted (issue 14). */
+/* The attempts that ended in a fault and were restarted. */
 static px_status_t coord_job_attempts(coord_t *c, coord_arena_t *a, const char *job_id,
                                       Prunex__V1__Job *j) {
   return coord_db_objects(c, a,

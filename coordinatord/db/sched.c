@@ -329,7 +329,7 @@ px_status_t coord_db_sched_acct_state(coord_t *c, const char *job_id, int to, in
   char brief[256]; /* the record keeps the reason's start: rows stay compact */
   px_utf8_clean(reason, brief, sizeof brief);
   if (strlen(brief) >= sizeof brief - 4 && strlen(reason) > strlen(brief)) {
-    /* cut at a word, never in one (issue 51): "... the start of the reason..." */
+    /* cut at a word, never in one: "... the start of the reason..." */
     char *sp = strrchr(brief, ' ');
     size_t at = sp && sp > brief + 128 ? (size_t)(sp - brief) : sizeof brief - 4;
     while (at > 0 && ((unsigned char)brief[at] & 0xC0) == 0x80) at--; /* not in a character */
@@ -498,7 +498,7 @@ void coord_db_sched_on_rollback(coord_t *c, void (*fn)(void *), void *arg) {
   sqlite3_rollback_hook(px_store_sqlite(c->db), fn, arg);
 }
 
-/* ---- queue controls (issue 51) ---------------------------------------------------- */
+/* ---- queue controls --------------------------------------------------------------- */
 
 px_status_t coord_db_sched_dep_state(coord_t *c, const char *job_id, int *found, int *state) {
   int64_t v = 0;

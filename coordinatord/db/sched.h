@@ -1,4 +1,4 @@
-/* The scheduler's queries (issue 25: the coordinator's data layer): named
+/* The scheduler's queries (the coordinator's data layer): named
  * functions over the scheduler's tables, with job and node states bound as
  * parameters, never written into the SQL. Each runs in the caller's
  * transaction when there is one; text and arrays returned come from the
@@ -167,7 +167,7 @@ px_status_t coord_db_sched_pending(coord_t *c, coord_db_queue_fn fn, void *ctx);
 px_status_t coord_db_sched_queue_entry(coord_t *c, const char *job_id, coord_queue_entry_t *e,
                                        int *found);
 
-/* ---- queue controls (issue 51) -------------------------------------------- */
+/* ---- queue controls ------------------------------------------------------- */
 
 /* A dependency's state, from its accounting row (kept past the job's rows);
  * *found 0 when there is no such job. */

@@ -149,7 +149,7 @@ static const char coord_schema_v1[] =
 static const char coord_schema_v2[] =
     "ALTER TABLE rank_exits ADD COLUMN model_path TEXT NOT NULL DEFAULT '';";
 
-/* v3 (issue 12): job owners, per-rank secrets, indexes for paging and
+/* v3: job owners, per-rank secrets, indexes for paging and
  * retention, and the spec's text in a table of its own: SQLite rewrites a
  * whole row on every UPDATE, and jobs rows are updated on every state change
  * and every iteration, which with a 1 MiB spec_yaml in the row cost a
@@ -195,7 +195,7 @@ static const char coord_schema_v5[] =
 static const char coord_schema_v6[] =
     "ALTER TABLE iterations ADD COLUMN mask_groups INTEGER NOT NULL DEFAULT 0;";
 
-/* v7 (issue 14): automatic restarts. jobs.attempt is the attempt running
+/* v7: automatic restarts. jobs.attempt is the attempt running
  * now (1 before any restart); prefer_nodes the nodes the next placement
  * tries first (the previous attempt's, one a line, '\n' around each; a
  * line "-ID" is a node it tries last); job_attempts one row per attempt that ended in a fault, for jobs with
@@ -211,7 +211,7 @@ static const char coord_schema_v7[] =
     "  ended_unix_ms INTEGER NOT NULL,"
     "  PRIMARY KEY (job_id, attempt));";
 
-/* v8 (issue 26): rank secrets are no longer stored; a rank keeps the salt
+/* v8: rank secrets are no longer stored; a rank keeps the salt
  * its secret is derived from (auth.c) and the secret's SHA-256, which is
  * what a presented secret is looked up by. Secrets stored in clear before
  * are hashed at start (coord_rank_secrets_upgrade). */
@@ -221,17 +221,17 @@ static const char coord_schema_v8[] =
     "DROP INDEX job_ranks_secret;"
     "CREATE INDEX job_ranks_secret_hash ON job_ranks(secret_hash);";
 
-/* v9 (issue 26): what the latest iteration report said of the job's
+/* v9: what the latest iteration report said of the job's
  * checkpoints ("" : usable), for its status while it runs. */
 static const char coord_schema_v9[] =
     "ALTER TABLE jobs ADD COLUMN checkpoint_problem TEXT NOT NULL DEFAULT '';";
 
-/* v10 (issue 26): where each node reads data sets from, one absolute
+/* v10: where each node reads data sets from, one absolute
  * directory a line ("" : an older agent that did not say). */
 static const char coord_schema_v10[] =
     "ALTER TABLE nodes ADD COLUMN data_roots TEXT NOT NULL DEFAULT '';";
 
-/* v11 (issue 31): the scheduling policy and accounting. jobs.priority (1..1000)
+/* v11: the scheduling policy and accounting. jobs.priority (1..1000)
  * and jobs.time_limit_ms (0: none) are the spec's, fixed at submission;
  * jobs.stop_requested_unix_ms is when the coordinator asked the attempt to
  * stop at its time limit (0: not asked); notify_url and notify_mask are
@@ -268,7 +268,7 @@ static const char coord_schema_v11[] =
     "  attempts INTEGER NOT NULL DEFAULT 0);"
     "CREATE INDEX acct_submit ON acct(submit_unix_ms);";
 
-/* v12 (issue 31): sweeps and preemption. One row per sweep (its owner, the
+/* v12: sweeps and preemption. One row per sweep (its owner, the
  * name and text of the spec it came from, how many jobs it made); each of
  * its jobs names it in jobs.sweep_id ('' : none) with its values in
  * jobs.sweep_point. jobs.preemptions counts the job's attempts that ended
@@ -288,7 +288,7 @@ static const char coord_schema_v12[] =
     /* preemption: attempts that ended preempted (they use no restart) */
     "ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;";
 
-/* v13 (issue 31): graceful preemption. One row per running job asked to
+/* v13: graceful preemption. One row per running job asked to
  * stop for a waiting one (preempt.c): the waiting job, who asked ("JOB
  * (priority P)"), when, and how far it got: 0 asked, 1 its ranks wrote
  * their checkpoint and exited (at stop_iteration), 2 not asked (its
@@ -303,7 +303,7 @@ static const char coord_schema_v13[] =
     "  stopped INTEGER NOT NULL DEFAULT 0,"
     "  stop_iteration INTEGER NOT NULL DEFAULT -1);";
 
-/* v14 (issue 51): queue controls. jobs.held_by is who holds a PENDING job
+/* v14: queue controls. jobs.held_by is who holds a PENDING job
  * ('' : not held; held_admin 1 when an admin did: only an admin releases
  * it); jobs.depends the jobs it waits for, one "JOB:ok" or "JOB:any" a
  * line ('' : none). Their states are read from acct, which outlives the

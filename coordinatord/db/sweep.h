@@ -1,4 +1,4 @@
-/* The sweeps' queries (issue 31; issue 25's data layer): the sweeps row a
+/* The sweeps' queries (the coordinator's data layer): the sweeps row a
  * submission makes, the sweep its jobs name, and the sweep's unfinished
  * jobs that a cancel ends, with job states bound as parameters. Nothing
  * else in the coordinator writes the sweeps table or jobs.sweep_*. */

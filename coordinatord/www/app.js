@@ -1,4 +1,4 @@
-// The PruneX dashboard (issue 16): reads pxcoordd's JSON and draws it with
+// The PruneX dashboard: reads pxcoordd's JSON and draws it with
 // Chart.js (Debian's libjs-chart.js, served by pxcoordd under /js/). Two
 // views: the overview (nodes, jobs, both by state) and a job (?job=ID or a
 // job name): test accuracy against wall time and against cumulative
@@ -299,7 +299,7 @@ function summary(main) {
             ['test acc', r => fmtPct(r.test_accuracy)], ['density', r => fmtNum(r.density, 3)],
             ['wall', r => fmtNum((end - t0) / 1000, 1) + ' s'],
             ['inter MB', r => fmtNum(r.bytes_inter / 1e6, 2)], ['reason', r => r.reason]], [j]);
-  // a job running (or that ran) without a usable checkpoint says so (issue 26)
+  // a job running (or that ran) without a usable checkpoint says so
   if (j.checkpoint_problem)
     s.appendChild(el('p', {class: 'warning', id: 'checkpoint-problem'}, 'checkpoints: ' + j.checkpoint_problem));
 }

@@ -1,8 +1,9 @@
 /* Internal pieces of admm/ that strategy/ shares: the decide-and-broadcast
- * protocol of the control phase (DESIGN.md section 4, step 6), written once
- * for H-SADMM (px_hsadmm_decide) and the baselines (strategy.c), and the
- * list of H-SADMM's state a checkpoint holds (strategy/px_resume.h writes
- * and reads the files; admm/ knows nothing of them). */
+ * protocol of the control phase (step 6 of docs/architecture.md, "H-SADMM
+ * (one outer iteration)"), written once for H-SADMM (px_hsadmm_decide) and
+ * the baselines (strategy.c), and the list of H-SADMM's state a checkpoint
+ * holds (strategy/px_resume.h writes and reads the files; admm/ knows nothing
+ * of them). */
 #ifndef PX_ADMM_INT_H
 #define PX_ADMM_INT_H
 
@@ -35,7 +36,7 @@ px_status_t px__decide_broadcast(px_group_t *world, double *buf, size_t n,
 
 /* px_hsadmm_create with H-SADMM's state (z, z_i, u, v and the round's
  * scratch) kept by the state ops table ops (admm/hsadmm_state.h) and the
- * round run there, packing and projecting included (issue 27 item 6):
+ * round run there, packing and projecting included:
  * px__hss_cuda_ops for a model on the GPU, params[i].theta then being
  * device memory; px__hss_host_ops runs the same code on host memory, with
  * the host round's results bit for bit (tests). NULL: px_hsadmm_create.

@@ -1,5 +1,5 @@
-/* H-SADMM synchronisation (DESIGN.md section 4, steps 2-6) on a rank's
- * parameter tensors.
+/* H-SADMM synchronisation on a rank's parameter tensors (steps 2-6 of
+ * docs/architecture.md, "H-SADMM (one outer iteration)").
  *
  * State families, each one allocation of `total` floats laid out like the
  * parameters: u (scaled intra dual), zi (node consensus) and zi_prev, v
@@ -15,7 +15,7 @@
  *
  * The families live where the state ops table of hsadmm_state.h keeps
  * them: host memory for px_hsadmm_create; for px__hsadmm_create_on (the
- * device-state round, issue 27 item 6) the table's memory, with the pack
+ * device-state round) the table's memory, with the pack
  * and the projection run there too (hsadmm_dev.c) and the collectives over
  * the families staged through the host where the group cannot read them.
  * The masks and the pack plan's layout stay on the host either way. */
@@ -600,7 +600,7 @@ px_status_t px_hsadmm_local_control(void *ctx, const px_hsadmm_round_t *round,
   return PX_OK;
 }
 
-/* ---- checkpoints (issue 14) ------------------------------------------------------- */
+/* ---- checkpoints ------------------------------------------------------------------ */
 
 px_status_t px__hsadmm_state_copy(const px_hsadmm_t *h, void *dst, const void *src,
                                   size_t bytes) {

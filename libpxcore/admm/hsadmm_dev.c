@@ -1,5 +1,5 @@
-/* The device-state round's pack/expand and projection (hsadmm_state.h,
- * issue 27 item 6), written once over the state ops table.
+/* The device-state round's pack/expand and projection (hsadmm_state.h),
+ * written once over the state ops table.
  *
  * Pack/expand: the pack plan (prune/pack.c) stays the one place that lays
  * out the packed stream; here its layout becomes one block per parameter

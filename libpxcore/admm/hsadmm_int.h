@@ -1,4 +1,4 @@
-/* H-SADMM's four rooms (DESIGN.md section 4) and the handle they share.
+/* H-SADMM's four rooms and the handle they share.
  *
  *   hsadmm.c          the core: state families, masks, the round (intra
  *                     sum and node consensus, projection, the exact packed

@@ -1,4 +1,4 @@
-/* comm.overlap (issue 18): the leaders' exact exchange of round k runs while
+/* comm.overlap: the leaders' exact exchange of round k runs while
  * the workers train round k+1.
  *
  * The exchange is packed by round k's sync and deferred (IDLE -> PACKED),

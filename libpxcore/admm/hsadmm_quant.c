@@ -1,4 +1,4 @@
-/* comm.quantize (issue 18b): the leaders exchange z_i in 8 or 4 bits.
+/* comm.quantize: the leaders exchange z_i in 8 or 4 bits.
  *
  * Every leader packs the previous z (bit-identical on all of them) into
  * q.ref and the tracked sum of v_i into q.vp, then its own z_i + error

@@ -1,5 +1,5 @@
 /* H-SADMM's state families and the arithmetic of a round on them, written
- * once for host and device memory (issue 27, item 6).
+ * once for host and device memory.
  *
  * The families (u, z_i and z_i's previous value, v, z and its previous
  * value, s) and the per-layer residual sums live where a "state ops" table
@@ -107,7 +107,8 @@ px_status_t px__hss_copy(const px__hss_t *st, float *dst, const float *src);
 px_status_t px__hss_theta_u(px__hss_t *st, const float *const *theta);
 
 /* z_i_prev = z_i; z_i = (rho1 s + rho2 (z - v)) / (lambda/M + P rho1 +
- * rho2) per tensor (DESIGN.md section 4, step 2), before the projection. */
+ * rho2) per tensor, before the projection (step 2 of docs/architecture.md,
+ * "H-SADMM (one outer iteration)"). */
 px_status_t px__hss_zi(px__hss_t *st, const double *rho1, const double *rho2, double lambda,
                        int num_nodes, int ranks_per_node);
 
@@ -136,7 +137,7 @@ px_status_t px__hss_residuals(px__hss_t *st, const float *const *theta, int flat
 px_status_t px__hss_rescale(const px__hss_t *st, float *x, int i, double rho_old,
                             double rho_new);
 
-/* ---- the device-state round: pack/expand and projection (issue 27, item 6) ----
+/* ---- the device-state round: pack/expand and projection -----------------------
  * With state memory on the device the round packs and projects there too:
  * the pack plan's layout (host) becomes one block descriptor per parameter
  * with its index sets copied to state memory, and the projection runs as a

@@ -33,7 +33,7 @@
 #include "px_check.h"
 
 #define PX__CACHE_MAGIC "PXIMGC01"
-/* Version 2 (issue 49): written by a decoder that recovers from a corrupt
+/* Version 2: written by a decoder that recovers from a corrupt
  * JPEG. A version 1 file that skipped images may have lost good ones after
  * a bad one and is rebuilt; one that skipped none is still valid. The list
  * checksum keeps hashing 1, so that those stay valid. */
@@ -442,7 +442,7 @@ static uint64_t px__list_hash(const px__flist_t *l, const px_folder_config_t *cf
   return px__mix64(h);
 }
 
-/* ---- the cache directory (issue 49) --------------------------------------------- */
+/* ---- the cache directory -------------------------------------------------------- */
 
 /* Where the split's cache lives: its directory, opened once, and the file's
  * name in it. Every cache file is made and opened by name in fd with no

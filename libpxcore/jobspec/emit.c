@@ -135,7 +135,7 @@ px_status_t px_jobspec_to_yaml(const Prunex__V1__JobSpec *spec, char **out) {
     }
     px__js_put(&o, "\n");
   }
-  /* a sweep's values as the text they were given in (issue 31) */
+  /* a sweep's values as the text they were given in */
   for (size_t i = 0; o.st == PX_OK && i < spec->n_sweep; i++) {
     const Prunex__V1__SweepAxis *ax = spec->sweep[i];
     if (i == 0) px__js_put(&o, "sweep:\n");

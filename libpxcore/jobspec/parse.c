@@ -401,7 +401,7 @@ static px_status_t px__js_section(px__js_parse_t *P, int s, const yaml_node_t *k
   return PX_OK;
 }
 
-/* `sweep:` (issue 31): a mapping of field paths to lists of scalars, kept
+/* `sweep:` is a mapping of field paths to lists of scalars, kept
  * as text in spec->sweep; their rules are checked with the spec's
  * (px__js_check_sweep), at the positions recorded here. */
 static px_status_t px__js_sweep_axis(px__js_parse_t *P, const yaml_node_t *k,

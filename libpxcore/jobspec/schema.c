@@ -47,7 +47,7 @@ const px__js_field_t px__js_fields[] = {
     {PX__JS_TOP, "strategy", PX__JS_STRATEGY, PX__JS_REQUIRED, 0, 0, NULL,
      PRUNEX__V1__STRATEGY__STRATEGY_HSADMM, NULL},
     {PX__JS_TOP, "output_dir", PX__JS_STRING, 0, 0, 0, NULL, 0, ""},
-    /* Scheduling (issue 31): 100 is every user's default; the coordinator
+    /* Scheduling: 100 is every user's default; the coordinator
      * lets users lower it and admins set any value in range. */
     {PX__JS_TOP, "priority", PX__JS_INT, 0, 1, 1000, NULL, 100, NULL},
     {PX__JS_TOP, "time_limit_s", PX__JS_INT, 0, 0, I32MAX, NULL, 0, NULL},
@@ -69,7 +69,7 @@ const px__js_field_t px__js_fields[] = {
     {S_DATASET, "channels", PX__JS_INT, 0, 1, 3, NULL, 3, NULL},
     {S_DATASET, "min_scale", PX__JS_DOUBLE, LO_OPEN, 0, 1, NULL, 0.35, NULL},
     {S_DATASET, "cache_dir", PX__JS_STRING, 0, 0, 0, NULL, 0, ""},
-    /* issue 49: a share, not a count; 0 is not a setting (a spec without the
+    /* a share, not a count; 0 is not a setting (a spec without the
      * field gets the default), a value below 1/N allows none of N */
     {S_DATASET, "max_skipped", PX__JS_DOUBLE, LO_OPEN, 0, 1, NULL, PX_FOLDER_MAX_SKIPPED, NULL},
     {S_DATASET, "train_samples", PX__JS_INT, PX__JS_DERIVED | PX__JS_ZERO_OK, 1, I32MAX, NULL, 0,
@@ -135,14 +135,14 @@ const px__js_field_t px__js_fields[] = {
     {S_COMM, "overlap", PX__JS_BOOL, 0, 0, 0, NULL, 0, NULL},
     {S_COMM, "compress", PX__JS_CHOICE, 0, 0, 0, "none|lossless", 0, "none"},
 
-    /* Faults (issue 14): off by default; a restart without checkpoints
+    /* Faults: off by default; a restart without checkpoints
      * starts from iteration 0. 1000 restarts is far past any sane policy. */
     {S_RECOVERY, "checkpoint_every", PX__JS_INT, 0, 0, I32MAX, NULL, 0, NULL},
     {S_RECOVERY, "max_restarts", PX__JS_INT, 0, 0, 1000, NULL, 0, NULL},
     {S_RECOVERY, "keep", PX__JS_INT, 0, 1, 16, NULL, 2, NULL},
     {S_RECOVERY, "max_unprotected_iterations", PX__JS_INT, 0, 0, I32MAX, NULL, 0, NULL},
 
-    /* Notifications (issue 31): checked by px__js_check_notify. */
+    /* Notifications: checked by px__js_check_notify. */
     {S_NOTIFY, "url", PX__JS_STRING, 0, 0, 0, NULL, 0, ""},
     {S_NOTIFY, "states", PX__JS_STRING, 0, 0, 0, NULL, 0, "end"},
 };

@@ -1,4 +1,4 @@
-/* Sweeps (issue 31): a spec's `sweep:` names fields and the values each
+/* Sweeps: a spec's `sweep:` names fields and the values each
  * takes, and stands for one job per combination. The rules live here once,
  * for the parser (which reports them at file positions), SubmitJob's check
  * of a spec from the wire, and the coordinator's expansion, so a sweep

@@ -126,8 +126,8 @@ struct px_model {
   px_tensor_t *gbufs;        /* shared gradient buffers (u8 specs) */
   int ngbufs;
   int separate;              /* PX_MEM_PLAN=separate: the activations in their own arena and
-                                the gradients in equal-size buffers (the plan before issue
-                                27 item 5, kept for the tests and the bench to compare) */
+                                the gradients in equal-size buffers (the plan before the
+                                shared arena, kept for the tests and the bench to compare) */
   int recompute;             /* PX_MEM_PLAN=recompute: BN outputs made again in the backward */
   int *redo_at;              /* [nacts] a recomputed activation: the node before whose backward
                                 it is made again (its last backward reader in forward order);

@@ -1,4 +1,4 @@
-/* Compact evaluation of a pruned consensus model (issue 29): H-SADMM's z,
+/* Compact evaluation of a pruned consensus model: H-SADMM's z,
  * loaded into the trainer's dense-shaped model, is evaluated through its
  * compact twin (export/compact_int.h: pruned filters and channels removed)
  * run by the inference engine (infer/infer_int.h: BN folded, ReLU and

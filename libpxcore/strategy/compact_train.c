@@ -1,4 +1,4 @@
-/* Compact training after the freeze (issue 29, prune.compact_training):
+/* Compact training after the freeze (prune.compact_training):
  * once H-SADMM's masks are frozen, about 60% of resnet20's channels are
  * zero and stay zero, so the local phase's convolutions on the masked dense
  * model are mostly wasted. This file builds once the compact twin of the
@@ -43,7 +43,7 @@
  * at 8 channels, 32 x 32, batch 64, one thread, forward + backward data +
  * backward weights take 5.3 ms there against 12.7 ms for the 16 channels a
  * blocked layout would need (bench/train/px_bench_conv_layouts,
- * docs/performance.md, issue 29). So
+ * docs/performance.md). So
  * the compact model's convolutions write channels-last, and every group
  * is widened to 1, 2, 4, 8 or a multiple of 16 channels
  * (PX__COMPACT_ROUND_CL: the widths whose channels-last maps the batch norm

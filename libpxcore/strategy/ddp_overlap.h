@@ -1,4 +1,4 @@
-/* DDP's gradient buckets (module-internal; issue 18): the averaging of the
+/* DDP's gradient buckets (module-internal): the averaging of the
  * gradients starts per bucket during the backward pass, as soon as every
  * parameter of the bucket has its gradient, in reverse layer order, as
  * PyTorch DDP does.

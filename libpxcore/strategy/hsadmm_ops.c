@@ -314,7 +314,7 @@ static px_status_t px__hsadmm_decide(px__strategy_run_t *r, void *priv, int *sto
   return px_hsadmm_decide(s->h, px__hsadmm_control, r, stop);
 }
 
-/* ---- checkpoints (issue 14) ----------------------------------------------------------- */
+/* ---- checkpoints ---------------------------------------------------------------------- */
 
 /* Each rank's local model, momentum and dual are its own; z, the node
  * consensus and the masks are listed by admm/hsadmm.c. */

@@ -1,4 +1,4 @@
-/* Checkpoints a resumed job starts from (issue 14), inside libpxcore.
+/* Checkpoints a resumed job starts from, inside libpxcore.
  *
  * A strategy lists the buffers of its state once, each with the set of
  * ranks that share it: GLOBAL (the same bits on every rank: H-SADMM's z and

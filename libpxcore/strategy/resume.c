@@ -1,10 +1,10 @@
-/* Checkpoints and the resume agreement of a restarted job (issue 14); the
+/* Checkpoints and the resume agreement of a restarted job; the
  * contract is in px_resume.h. File names: ckpt-<iteration, 8 digits>-r<rank>
  * .safetensors, one flat directory per job and node, shared by its ranks and
  * by the job's attempts. Each buffer is a 1-D tensor of its dtype; the
  * metadata holds the format, iteration, rank, world size and a checksum
  * of every buffer's bytes in table order: zlib's CRC-32 (format
- * prunex-resume-2, issue 28), or for files of format prunex-resume-1,
+ * prunex-resume-2), or for files of format prunex-resume-1,
  * which are still read so that a job restarted across an upgrade resumes,
  * the 64-bit FNV-1a that format was written with. */
 #include <dirent.h>

@@ -4,7 +4,8 @@
  * compare like for like. Each strategy is a table of operations in its own
  * file (strategy_int.h); this file knows none of them.
  *
- * Every iteration has the same fenced phases as DESIGN.md section 4:
+ * Every iteration has the same fenced phases (docs/architecture.md,
+ * "H-SADMM (one outer iteration)"):
  * local (steps of SGD; for DDP and Top-K the gradient exchange happens inside,
  * in the trainer's gradient hook), synchronisation (H-SADMM only), evaluation
  * of the consensus model (every eval_every iterations, all ranks sharing the
@@ -278,7 +279,7 @@ static px_status_t px__strategy_finish(px__strategy_run_t *r, const px__strategy
   return PX_OK;
 }
 
-/* ---- checkpoints (issue 14) ------------------------------------------------------- */
+/* ---- checkpoints ------------------------------------------------------------------ */
 
 px_status_t px__strategy_resume_model(px__strategy_run_t *r, px__resume_t *rs,
                                       px_rs_scope_t scope) {

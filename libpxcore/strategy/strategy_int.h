@@ -12,7 +12,7 @@
  * (hsadmm_ops.c: hsadmm and hsadmm-flat; ddp.c; topk.c) and in the table of
  * strategy.c; its state is private (void *priv) beside the common run.
  *
- * Checkpoints (issue 14, strategy/px_resume.h): with recovery.checkpoint_every
+ * Checkpoints (strategy/px_resume.h): with recovery.checkpoint_every
  * set, the loop lists its own scalars (iteration, data position, byte
  * counters, stop flag, last test figures) and asks the strategy for the
  * rest (resume_items: the model and momentum with the strategy's scope,
@@ -73,7 +73,7 @@ typedef struct {
   int direct;               /* world collectives take the device buffers (NCCL) */
   float *h_theta;           /* [numel] host mirror of the parameters */
   float *h_buf;             /* [BN statistics] host mirror */
-  /* checkpoints (issue 14; NULL rs: none) */
+  /* checkpoints (NULL rs: none) */
   px__resume_t *rs;
   px__run_scalars_t ck;     /* the loop's own items, "run.scalars" */
   px__run_figures_t ckf;    /* and "run.figures" */
@@ -82,7 +82,7 @@ typedef struct {
   px_iteration_t it;
   px_strategy_control_fn control;
   void *ctx;
-  /* compact evaluation of the consensus (compact_eval.c; issue 29) */
+  /* compact evaluation of the consensus (compact_eval.c) */
   int compact_eval;         /* 1: calibration and evaluation go through the compact model */
   struct px__ceval *ceval;  /* its state, created by the first evaluation */
   /* compact training after the freeze (compact_train.c; cfg.compact_local) */

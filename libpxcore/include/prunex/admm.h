@@ -1,9 +1,9 @@
-/* H-SADMM control policy (DESIGN.md section 4, step 6): from one iteration's
- * residuals, decide the next penalties per layer (residual balancing, Boyd
- * 3.4.1), whether to freeze the masks, and whether to stop (max iterations or
- * Boyd 3.3.1 tolerances). A pure function of its inputs and a small state
- * that the caller persists (the coordinator keeps it in SQLite, so a restart
- * decides exactly as before). */
+/* H-SADMM control policy (step 6 of docs/architecture.md, "H-SADMM (one outer
+ * iteration)"): from one iteration's residuals, decide the next penalties per
+ * layer (residual balancing, Boyd 3.4.1), whether to freeze the masks, and
+ * whether to stop (max iterations or Boyd 3.3.1 tolerances). A pure function
+ * of its inputs and a small state that the caller persists (the coordinator
+ * keeps it in SQLite, so a restart decides exactly as before). */
 #ifndef PRUNEX_ADMM_H
 #define PRUNEX_ADMM_H
 

@@ -1,4 +1,4 @@
-/* PruneX data plane (DESIGN.md section 5): the one collective API of the
+/* PruneX data plane: the one collective API of the
  * system, on three groups of ranks.
  *
  * A communicator (px_comm_t) is created by every rank of a job from its rank,

@@ -8,7 +8,7 @@
  * result: bitwise where the CPU result is exactly defined (norm sums, masks,
  * projections, packing, elementwise float updates), and deterministic to the
  * bit from run to run where the CPU sums in another order (||a - b||^2).
- * The CPU code stays the reference (STYLE.md 8); tests/test_gpu_kernels.c
+ * The CPU code stays the reference; tests/test_gpu_kernels.c
  * checks every launcher against it.
  *
  * Conventions:
@@ -178,7 +178,8 @@ PX_API px_status_t px_cuda_admm_add(float *out, const float *a, const float *b, 
 /* x *= f: the mean of the packed sum (f = 1.0f / M). */
 PX_API px_status_t px_cuda_admm_scale(float *x, float f, size_t n, void *stream);
 
-/* The exact z_i update (DESIGN.md section 4, step 2), before projection:
+/* The exact z_i update (step 2 of docs/architecture.md, "H-SADMM (one outer
+ * iteration)"), before projection:
  *     den = lambda / M + P * rho1 + rho2   (double)
  *     zi  = (float)(rho1 / den) * s + (float)(rho2 / den) * (z - v)
  * s is the intra-node sum of theta + u, z the global consensus, v the inter

@@ -1,4 +1,5 @@
-/* PruneX data sets and input pipeline (DESIGN.md section 3, libpxcore/data).
+/* PruneX data sets and input pipeline (libpxcore/data; docs/architecture.md,
+ * "Data (`data/`)").
  *
  * Readers for Fashion-MNIST (IDX files, gzip-compressed or plain) and CIFAR-10
  * (binary batches) load a whole split into one px_dataset_t: uint8 images
@@ -174,7 +175,7 @@ PX_API const char *px_dataset_name(const px_dataset_t *ds);
  * target; a class directory or split that leads out fails the load.
  *
  * The cache directory is opened once and every cache file is made and
- * opened in it by name without following a link (issue 49): dir/.prunex-
+ * opened in it by name without following a link: dir/.prunex-
  * cache is made beneath the root and is not used when it is a link; an
  * explicit cache_dir must be under cache_root (or root) and is made beneath
  * it, a link leading out refused. A cache directory must be owned by the

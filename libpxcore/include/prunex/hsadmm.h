@@ -1,5 +1,5 @@
-/* H-SADMM consensus (DESIGN.md section 4): the synchronisation phases of
- * one outer iteration, on a rank's list of parameter tensors.
+/* H-SADMM consensus (docs/architecture.md, "H-SADMM (one outer iteration)"):
+ * the synchronisation phases of one outer iteration, on a rank's list of parameter tensors.
  *
  * The core is generic: it owns the ADMM state (scaled intra dual u, node
  * consensus z_i, scaled inter dual v, global consensus z, and the previous
@@ -89,7 +89,7 @@ typedef struct {
 
 /* px_hsadmm_decision_t.stop: go on, end the run, or end it after a
  * checkpoint that the run resumes from when started again (preemption,
- * issue 31: the same state as any periodic checkpoint, not "stopped"). */
+ * the same state as any periodic checkpoint, not "stopped"). */
 enum { PX_HSADMM_GO = 0, PX_HSADMM_STOP = 1, PX_HSADMM_SUSPEND = 2 };
 
 /* The decision rank 0 obtains from its controller. */

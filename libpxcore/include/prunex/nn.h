@@ -3,14 +3,14 @@
  * pxworker share.
  *
  * A model is a fixed graph of op objects (ops.h) built for one batch size and
- * input shape. Its tensors come in families, one allocation each (STYLE item
- * 7): parameters (plain f32, contiguous in one arena, so the whole model is
- * also one flat vector for collectives), gradients (same layout), BN running
- * statistics, and the step's working memory: activations (kept in the
- * backend's layouts from layer to layer) and activation gradients in one
- * arena, where tensors whose lifetimes in the step do not overlap share bytes
- * (an activation's ends with the last backward that reads it). Nothing is
- * allocated per step.
+ * input shape. Its tensors come in families, one allocation each (so a family
+ * is one buffer to clear, copy or exchange): parameters (plain f32,
+ * contiguous in one arena, so the whole model is also one flat vector for
+ * collectives), gradients (same layout), BN running statistics, and the
+ * step's working memory: activations (kept in the backend's layouts from
+ * layer to layer) and activation gradients in one arena, where tensors whose
+ * lifetimes in the step do not overlap share bytes (an activation's ends with
+ * the last backward that reads it). Nothing is allocated per step.
  *
  * Devices. Everything lives on the device of the px_ops_t the model is
  * built on. On CUDA every family is device memory: the `data` pointers of

@@ -1,4 +1,5 @@
-/* PruneX structured-pruning engine (DESIGN.md section 4).
+/* PruneX structured-pruning engine (docs/architecture.md, "Pruning engine
+ * (`prune/`)").
  *
  * Projections of conv weights onto structured-sparsity sets, the group masks
  * they produce, and the shrink/expand plan that packs the surviving slices of

@@ -87,7 +87,7 @@ PX_API void px_log_at(px_log_level_t level, const char *file, int line, const ch
 
 #define px_log(level, ...) px_log_at((level), __FILE__, __LINE__, __VA_ARGS__)
 
-/* Repeated lines (issue 49: one refused connection a line made 16 MB a
+/* Repeated lines (one refused connection a line made 16 MB a
  * minute): a cause is a call site and level (file, line, level); at most
  * burst lines of one cause are written in an interval of interval_ms (which
  * starts at its first line), the rest are counted, and the cause's next

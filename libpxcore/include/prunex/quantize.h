@@ -1,4 +1,4 @@
-/* Quantized payloads for the inter-node exchange (comm.quantize, issue 18).
+/* Quantized payloads for the inter-node exchange (comm.quantize).
  *
  * A float stream is cut into blocks of PX_QUANT_BLOCK elements; each block
  * travels as its minimum and its step (two f32) followed by one unsigned

@@ -1,4 +1,4 @@
-/* The reports, defined once (DESIGN.md section 7): one field table for the
+/* The reports, defined once (docs/metrics.md): one field table for the
  * iteration (prunex.v1.IterationReport with its PhaseTimes) and one for the
  * per-layer figures (prunex.v1.LayerMetrics). Each field is one line: its
  * name (the proto field, the SQL column, the CSV header and the JSON key

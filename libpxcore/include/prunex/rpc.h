@@ -242,11 +242,11 @@ PX_API px_status_t px_rpc_append_rank_log(px_rpc_channel_t *ch, const Prunex__V1
 PX_API px_status_t px_rpc_get_rank_log(px_rpc_channel_t *ch,
                                        const Prunex__V1__GetRankLogRequest *req, int deadline_ms,
                                        Prunex__V1__RankLog **out);
-/* Accounting records and per-user totals (issue 31: `pxctl acct`). */
+/* Accounting records and per-user totals (`pxctl acct`). */
 PX_API px_status_t px_rpc_get_accounting(px_rpc_channel_t *ch,
                                          const Prunex__V1__GetAccountingRequest *req,
                                          int deadline_ms, Prunex__V1__GetAccountingResponse **out);
-/* Queue controls (issue 51: `pxctl hold`, `release`, `update`): the job as
+/* Queue controls (`pxctl hold`, `release`, `update`): the job as
  * it is afterwards into *out (px_rpc_message_free). Owner or admin. */
 PX_API px_status_t px_rpc_hold_job(px_rpc_channel_t *ch, const Prunex__V1__HoldJobRequest *req,
                                    int deadline_ms, Prunex__V1__Job **out);

@@ -1,6 +1,6 @@
-/* Distributed training strategies (DESIGN.md sections 1 and 4): one worker
- * process per rank runs px_strategy_run over its trainer (nn.h) and its
- * communicator (comm.h).
+/* Distributed training strategies (docs/architecture.md, "What it is" and
+ * "H-SADMM (one outer iteration)"): one worker process per rank runs
+ * px_strategy_run over its trainer (nn.h) and its communicator (comm.h).
  *
  *   hsadmm       local steps with the ADMM proximal term, then the H-SADMM
  *                round of hsadmm.h (intra SUM, projection, MAX of masks and
@@ -121,7 +121,7 @@ typedef struct {
                                delta-coded without loss (px_hsadmm_set_compress); 0: off */
   px_strategy_observe_fn observe; /* NULL: none */
   void *observe_ctx;
-  /* Checkpoints (issue 14): with checkpoint_every > 0 every rank writes its
+  /* Checkpoints: with checkpoint_every > 0 every rank writes its
    * whole state under checkpoint_dir (shared by the ranks of a node) after
    * every checkpoint_every-th iteration and the last one, keeping the
    * newest checkpoint_keep (0: 2), and a run first resumes from the newest
@@ -131,11 +131,11 @@ typedef struct {
   int32_t checkpoint_keep;
   /* > 0: the run fails (PX_ERR_IO, naming the rank and its error) once the
    * newest checkpoint every rank holds is more than this many iterations
-   * behind, instead of running on unprotected (issue 26). */
+   * behind, instead of running on unprotected. */
   int32_t checkpoint_max_unprotected;
   /* hsadmm: 1 = calibrate and evaluate the consensus as the dense-shaped
-   * model through the training engine (what every run did before issue 29;
-   * for comparisons); 0 (default) = through its compact model on the
+   * model through the training engine (the older,
+   * slower way, kept for comparisons); 0 (default) = through its compact model on the
    * inference engine (CPU models; a model on a GPU always takes the dense
    * path). The predictions are the same up to rounding. */
   int32_t eval_dense;
@@ -154,7 +154,7 @@ typedef struct {
   int32_t compact_local;
 } px_strategy_config_t;
 
-/* One iteration's record (DESIGN.md section 7); what rank 0 reports. */
+/* One iteration's record (docs/metrics.md); what rank 0 reports. */
 struct px_iteration {
   int32_t iteration;
   double epoch;             /* epochs of data seen per rank so far */
@@ -175,7 +175,7 @@ struct px_iteration {
   double local_s, intra_s, projection_s, inter_s, broadcast_s, control_s;
   int32_t frozen;
   int32_t last;             /* no iteration follows (the limit was reached) */
-  /* Checkpoints (issue 26): the newest iteration every rank's checkpoint
+  /* Checkpoints: the newest iteration every rank's checkpoint
    * holds (-1: none, or no checkpoints), and "" or why the later ones are
    * unusable ("iteration M: rank R: ERROR"; valid during the callback). */
   int32_t checkpoint_complete;

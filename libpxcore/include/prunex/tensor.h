@@ -1,5 +1,5 @@
 /* PruneX tensors: devices, element types, shapes, layouts and the arenas
- * that hold whole families of tensors (DESIGN.md section 3, STYLE item 7).
+ * that hold whole families of tensors (one allocation per family).
  *
  * A px_tensor_t is a small value type that describes a block of device
  * memory: the device it lives on, its element type, its logical shape (up to

@@ -8,7 +8,7 @@
  * in one pass for the variance and sum(dy x) - mean sum(dy) for the
  * backward, in f32, which loses the digits of a channel whose mean is large
  * against its spread (the MobileNet-style net's gradients drifted from
- * PyTorch's at 40 x 24 maps, issue 30; docs/performance.md). Here each
+ * PyTorch's at 40 x 24 maps; docs/performance.md). Here each
  * task (an image's channel block) sums x - c and (x - c)^2 in one pass about
  * c, the mean of its first pixels, so the difference that gives the task's
  * squared deviations loses only what c misses of the mean; the tasks are
@@ -16,7 +16,7 @@
  * dy (x - mean), all carried in double (float over 8 vectors at a time).
  * Like oneDNN's, the forward reads x twice (sums, then the map) and the
  * backward reads dy and x twice; a one-thread resnet20 step with it is
- * about 2% slower than with oneDNN's (docs/performance.md, issue 30). Work is
+ * about 2% slower than with oneDNN's (docs/performance.md). Work is
  * split into (image, channel block) tasks over the OpenMP threads oneDNN
  * runs on (px__cpu_enter sets their count); each task writes its own
  * partial sums, which are added in image order, so the result does not

@@ -1,9 +1,9 @@
-/* Plain C reference implementations of every layer op of ops.h (STYLE item
- * 8): naive loops over plain row-major (NCHW / OIHW) host arrays, with
- * double accumulators, written for obviousness rather than speed. The tests
- * compare the oneDNN backend (and later the CUDA one) against these on random
- * data. Semantics match ops.h exactly; the functions cannot fail (callers
- * pass consistent shapes) and allocate nothing. */
+/* Plain C reference implementations of every layer op of ops.h (the reference
+ * beside every optimised kernel): naive loops over plain row-major (NCHW /
+ * OIHW) host arrays, with double accumulators, written for obviousness rather
+ * than speed. The tests compare the oneDNN backend (and later the CUDA one)
+ * against these on random data. Semantics match ops.h exactly; the functions
+ * cannot fail (callers pass consistent shapes) and allocate nothing. */
 #ifndef PX_REF_H
 #define PX_REF_H
 

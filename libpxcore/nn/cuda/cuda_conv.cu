@@ -393,7 +393,7 @@ extern "C" px_status_t px__cuda_conv2d_create(px_ops_t *o, const px_tensor_t *x_
                  p->pad_h >= 0 && p->pad_w >= 0,
              "px_conv2d_create: bad parameters (c_out %d, kernel %dx%d, stride %dx%d, pad %dx%d)",
              p->c_out, p->kh, p->kw, p->stride_h, p->stride_w, p->pad_h, p->pad_w);
-  /* not yet on CUDA (issue 48): the legacy descriptors take symmetric padding only; the CPU
+  /* not yet on CUDA: the legacy descriptors take symmetric padding only; the CPU
      engine runs these windows */
   PX_REQUIRE(!p->pad_h_extra && !p->pad_w_extra && p->dil_h <= 1 && p->dil_w <= 1,
              "px_conv2d_create: asymmetric padding (%+d, %+d at the end) or dilation (%dx%d) is "

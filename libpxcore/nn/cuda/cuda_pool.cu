@@ -182,7 +182,7 @@ extern "C" px_status_t px__cuda_pool2d_create(px_ops_t *o, const px_tensor_t *x_
              p->kw, p->stride_h, p->stride_w, p->pad_h, p->pad_w);
   PX_REQUIRE(p->mode == PX_POOL_MAX || p->mode == PX_POOL_AVG || p->mode == PX_POOL_AVG_EXCLUDE_PAD,
              "px_pool2d_create: unknown mode %d", (int)p->mode);
-  /* not yet on CUDA (issue 48; the CPU engine runs these windows) */
+  /* not yet on CUDA (the CPU engine runs these windows) */
   PX_REQUIRE(!p->pad_h_extra && !p->pad_w_extra && p->dil_h <= 1 && p->dil_w <= 1 && !p->ceil_mode,
              "px_pool2d_create: asymmetric padding, dilation or ceil_mode is not supported on "
              "the CUDA engine yet");
