@@ -6,8 +6,8 @@
  * without). Prints the best wall and CPU time of each over `--reps` calls
  * and a hash of the outputs (y, dx, dscale, dshift), so runs on other
  * thread counts can be compared bit for bit. Build it against another
- * build's library to compare two batch norms (docs/performance.md, "The
- * own batch norm at oneDNN's speed").
+ * build's library to compare two batch norms (docs/performance.md, "CPU
+ * training throughput").
  *
  * `--device cuda`: ResNet-50's batch-norm shapes on GPU 0 in the
  * activation format of `--precision` (NHWC bf16 or f32), each with the ReLU
