@@ -26,7 +26,8 @@
  *     other keys are the listing's, in its order (one field table);
  *   - the JSON is paged (limit, cursor), validates its parameters, finds a
  *     job by name, and writes null, never -1, for what was not measured;
- *   - a bad --http value exits 2, a busy HTTP port 1, each with a message.
+ *   - a bad --http value (or --http-metrics-ended-s) exits 2, a busy HTTP
+ *     port 1, each with a message.
  * A tool that is not installed skips its test (scripts/bootstrap installs
  * them). Bounded: each step has its own deadline. */
 #include <setjmp.h>
@@ -710,6 +711,12 @@ static void test_bad_or_busy_http_address_is_refused_clearly(void **state) {
   assert_int_equal(pxt_coordd_run(F.d.dir, taken, out, sizeof out, err, sizeof err, 15000), 1);
   if (!strstr(err, "cannot listen")) fprintf(stderr, "stderr: %s\n", err);
   assert_non_null(strstr(err, "cannot listen"));
+  /* how long an ended job's series stay: whole seconds, 0 to a day */
+  const char *ended[] = {"--db", db, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+                         "--http-metrics-ended-s", "-1", NULL};
+  assert_int_equal(pxt_coordd_run(F.d.dir, ended, out, sizeof out, err, sizeof err, 15000), 2);
+  if (!strstr(err, "http_metrics_ended_s = '-1'")) fprintf(stderr, "stderr: %s\n", err);
+  assert_non_null(strstr(err, "http_metrics_ended_s = '-1'"));
 }
 
 int main(void) {
