@@ -291,9 +291,13 @@ static void plot_figure(FILE *gp, const char *dir, const char *name, const char 
 }
 
 /* `set AXISrange [0:*]`, or [0:1] when every value is 0 (gnuplot would
- * warn "empty range" and pick one centred on 0). */
-static size_t plot_range(char *b, size_t cap, const char *axis, double max) {
-  return (size_t)snprintf(b, cap, "set %srange [0:%s]\n", axis, max > 0 ? "*" : "1");
+ * warn "empty range" and pick one centred on 0). A count (whole: an
+ * iteration, changed bits) gets a tick per unit below 10, where gnuplot
+ * would tick at halves. */
+static size_t plot_range(char *b, size_t cap, const char *axis, double max, int whole) {
+  return (size_t)snprintf(b, cap, "set %srange [0:%s]\n%s%s%s", axis, max > 0 ? "*" : "1",
+                          whole && max < 10 ? "set " : "", whole && max < 10 ? axis : "",
+                          whole && max < 10 ? "tics 1\n" : "");
 }
 
 /* One overlay figure: its gnuplot setup, the columns of ID.tsv giving the
@@ -303,6 +307,7 @@ static size_t plot_range(char *b, size_t cap, const char *axis, double max) {
 typedef struct {
   const char *name, *setup;
   int xcol, ycol;
+  int xwhole, ywhole; /* the axis counts (plot_range) */
   const char *using, *with;
   const char *using2, *title2;
 } plot_overlay_t;
@@ -321,8 +326,8 @@ static char *plot_overlay(const char *dir, const plot_job_t *jobs, int njobs,
     if (ov->using2 && jobs[i].colmax[6] > ymax) ymax = jobs[i].colmax[6]; /* the dense line */
   }
   size_t n = (size_t)snprintf(b, cap, "%s\n", ov->setup);
-  n += plot_range(b + n, cap - n, "x", xmax);
-  n += ov->ycol ? plot_range(b + n, cap - n, "y", ymax)
+  n += plot_range(b + n, cap - n, "x", xmax, ov->xwhole);
+  n += ov->ycol ? plot_range(b + n, cap - n, "y", ymax, ov->ywhole)
                 : (size_t)snprintf(b + n, cap - n, "set yrange [0:1]\n");
   n += (size_t)snprintf(b + n, cap - n, "plot ");
   for (int i = 0; i < njobs && n < cap; i++) {
@@ -433,23 +438,23 @@ static int plot_overlays(FILE *gp, const char *out, const plot_job_t *jobs, int 
       {"accuracy-time",
        "set title 'Test accuracy vs wall time'\nset xlabel 'seconds since the job started'\n"
        "set ylabel 'test accuracy'",
-       2, 0, "2:3", "linespoints pt 7 ps 0.5", NULL, NULL},
+       2, 0, 0, 0, "2:3", "linespoints pt 7 ps 0.5", NULL, NULL},
       {"accuracy-bytes",
        "set title 'Test accuracy vs cumulative inter-node bytes'\n"
        "set xlabel 'inter-node MB (sent + received, cumulative)'\nset ylabel 'test accuracy'",
-       4, 0, "4:3", "linespoints pt 7 ps 0.5", NULL, NULL},
+       4, 0, 0, 0, "4:3", "linespoints pt 7 ps 0.5", NULL, NULL},
       {"message-size",
        "set title 'Inter-node bytes per iteration (dashed: the same with dense buffers)'\n"
        "set xlabel 'iteration'\nset ylabel 'MB per iteration'",
-       1, 5, "1:5", "lines", "1:6", ": dense"},
+       1, 5, 1, 0, "1:5", "lines", "1:6", ": dense"},
       {"drift",
        "set title 'Mask drift per iteration'\nset xlabel 'iteration'\n"
        "set ylabel 'changed group-mask bits'",
-       1, 7, "1:7", "lines", NULL, NULL},
+       1, 7, 1, 1, "1:7", "lines", NULL, NULL},
       {"density",
        "set title 'Density (kept fraction of the prunable weights)'\nset xlabel 'iteration'\n"
        "set ylabel 'density'",
-       1, 0, "1:9", "lines", NULL, NULL},
+       1, 0, 1, 0, "1:9", "lines", NULL, NULL},
   };
   for (size_t f = 0; f < sizeof overlays / sizeof overlays[0]; f++) {
     char *body = plot_overlay(out, jobs, njobs, &overlays[f]);
@@ -469,14 +474,15 @@ static void plot_phases(FILE *gp, const char *out, const plot_job_t *j, char (*f
   snprintf(body, sizeof body,
            "set title 'Phase times per iteration: %s (rank 0)'\nset xlabel 'iteration'\n"
            "set ylabel 'seconds'\nset style fill solid 0.8 noborder\nset boxwidth 0.9 relative\n"
-           "set xrange [-0.5:%g]\nset yrange [0:%s]\nf='%s/data/%s.tsv'\n"
+           "set xrange [-0.5:%g]\n%sset yrange [0:%s]\nf='%s/data/%s.tsv'\n"
            "plot f using 1:($10+$11+$12+$13+$14+$15) with boxes title 'control', "
            "f using 1:($10+$11+$12+$13+$14) with boxes title 'broadcast', "
            "f using 1:($10+$11+$12+$13) with boxes title 'inter', "
            "f using 1:($10+$11+$12) with boxes title 'projection', "
            "f using 1:($10+$11) with boxes title 'intra', "
            "f using 1:10 with boxes title 'local'",
-           j->name, j->colmax[1] + 0.5, j->colmax[10] > 0 ? "*" : "1", out, j->key);
+           j->name, j->colmax[1] + 0.5, j->colmax[1] < 10 ? "set xtics 1\n" : "",
+           j->colmax[10] > 0 ? "*" : "1", out, j->key);
   plot_figure(gp, out, name, body, files, nfiles);
 }
 
@@ -554,7 +560,7 @@ static size_t plot_layer_panel(char *b, size_t cap, const plot_job_t *j, int k, 
   double lo, hi;
   plot_layer_stats(j, k, last, nlayers, &lo, &hi);
   size_t n = (size_t)snprintf(b, cap, "set title '%s'\n", title);
-  n += plot_range(b + n, cap - n, "x", j->colmax[1]);
+  n += plot_range(b + n, cap - n, "x", j->colmax[1], 1);
   if (hi == 0)
     return n + (size_t)snprintf(b + n, cap - n,
                                 "unset logscale y\nset yrange [0:1]\nset format y '%%g'\n"

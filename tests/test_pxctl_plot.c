@@ -333,6 +333,9 @@ static void test_a_flat_run_plots_without_empty_ranges(void **state) {
   static char b[1 << 16];
   assert_true(gp_block(out, "drift", b, sizeof b));
   assert_non_null(strstr(b, "set yrange [0:1]")); /* all 0: an explicit range */
+  /* 3 iterations, no changed bit: counts ticked per unit, not at halves */
+  assert_non_null(strstr(b, "set xtics 1\n"));
+  assert_non_null(strstr(b, "set ytics 1\n"));
   assert_gnuplot_quiet(out);
 }
 
