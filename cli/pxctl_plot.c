@@ -32,6 +32,9 @@
 extern char **environ;
 
 #define PLOT_MAX_JOBS 8
+#define PLOT_NCOLS 15     /* columns of DIR/data/ID.tsv */
+#define PLOT_LAYER_LINES 8 /* up to this many layers: one line each; beyond, the band */
+#define PLOT_TOP_LAYERS 3  /* beyond: the layers drawn by name, largest at the end */
 
 typedef struct {
   int iteration;
@@ -59,6 +62,8 @@ typedef struct {
   size_t n, cap;
   plot_layer_t *layers;
   size_t nl, lcap;
+  double colmax[PLOT_NCOLS + 1]; /* the largest value of each column of ID.tsv (1-based),
+                                    phases: column 10 holds their largest sum */
 } plot_job_t;
 
 /* Appends the elem bytes of item to the array *arr of *n (room for *cap),
@@ -143,10 +148,14 @@ static void plot_gp_str(FILE *f, const char *s) {
   fputc('\'', f);
 }
 
-/* DIR/data/ID.tsv (per iteration) and DIR/data/ID-layers.tsv (one block
- * per layer, blocks separated by two blank lines for gnuplot's `index`);
- * returns the number of layers. */
-static int plot_write_data(const char *dir, const plot_job_t *j) {
+/* Keeps the largest value of column c (1-based) of the job's ID.tsv. */
+static void plot_max(plot_job_t *j, int c, double v) {
+  if (v == v && v > j->colmax[c]) j->colmax[c] = v;
+}
+
+/* DIR/data/ID.tsv: one row per iteration; notes each column's largest
+ * value in j->colmax (the figures' ranges). */
+static int plot_write_rows(const char *dir, plot_job_t *j) {
   char path[4400];
   snprintf(path, sizeof path, "%s/data/%s.tsv", dir, j->key);
   FILE *f = fopen(path, "w");
@@ -157,22 +166,39 @@ static int plot_write_data(const char *dir, const plot_job_t *j) {
   for (size_t i = 0; i < j->n; i++) {
     const plot_row_t *r = &j->rows[i];
     cum += (double)r->binter / 1e6;
-    fprintf(f, "%d\t%.3f\t", r->iteration, (double)(r->time_ms - j->start_ms) / 1000.0);
+    double secs = (double)(r->time_ms - j->start_ms) / 1000.0, sum = 0;
+    fprintf(f, "%d\t%.3f\t", r->iteration, secs);
     if (r->test_acc >= 0) fprintf(f, "%.6f", r->test_acc);
     else fputs("NaN", f);
     fprintf(f, "\t%.6f\t%.6f\t%.6f\t%lld\t%lld\t%.6f", cum, (double)r->binter / 1e6,
             (double)r->bdense / 1e6, (long long)r->drift, (long long)r->groups, r->density);
-    for (int k = 0; k < 6; k++) fprintf(f, "\t%.6g", r->has_ph ? r->ph[k] : 0.0);
+    for (int k = 0; k < 6; k++) {
+      fprintf(f, "\t%.6g", r->has_ph ? r->ph[k] : 0.0);
+      sum += r->has_ph ? r->ph[k] : 0.0;
+    }
     fputc('\n', f);
+    double v[] = {r->iteration, secs, 0, cum, (double)r->binter / 1e6, (double)r->bdense / 1e6,
+                  (double)r->drift, (double)r->groups, r->density, sum};
+    for (int c = 0; c < (int)(sizeof v / sizeof v[0]); c++) plot_max(j, c + 1, v[c]);
   }
-  fclose(f);
-  /* layers: sorted by layer, then iteration */
+  return fclose(f) == 0 ? 0 : -1;
+}
+
+/* The number of layers the job reported figures for (0: ddp, topk). */
+static int plot_nlayers(const plot_job_t *j) {
   int nlayers = 0;
   for (size_t i = 0; i < j->nl; i++)
     if (j->layers[i].layer + 1 > nlayers) nlayers = j->layers[i].layer + 1;
-  if (nlayers == 0) return 0;
+  return nlayers;
+}
+
+/* DIR/data/ID-layers.tsv: one block per layer (blocks separated by two
+ * blank lines for gnuplot's `index`), a value that is not positive (a log
+ * axis cannot show it) written NaN. */
+static int plot_write_layers(const char *dir, const plot_job_t *j, int nlayers) {
+  char path[4400];
   snprintf(path, sizeof path, "%s/data/%s-layers.tsv", dir, j->key);
-  f = fopen(path, "w");
+  FILE *f = fopen(path, "w");
   if (!f) return -1;
   for (int L = 0; L < nlayers; L++) {
     fprintf(f, "%s# layer %d\n", L ? "\n\n" : "", L);
@@ -180,12 +206,71 @@ static int plot_write_data(const char *dir, const plot_job_t *j) {
       const plot_layer_t *l = &j->layers[i];
       if (l->layer != L) continue;
       fprintf(f, "%d", l->iteration);
-      for (int k = 0; k < 6; k++) fprintf(f, "\t%.6g", l->v[k] > 0 ? l->v[k] : 1e-30);
+      for (int k = 0; k < 6; k++)
+        if (l->v[k] > 0) fprintf(f, "\t%.6g", l->v[k]);
+        else fputs("\tNaN", f);
       fputc('\n', f);
     }
   }
-  fclose(f);
-  return nlayers;
+  return fclose(f) == 0 ? 0 : -1;
+}
+
+static int plot_cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The q-quantile of the sorted v[n] (n > 0), linear between neighbours. */
+static double plot_quantile(const double *v, size_t n, double q) {
+  double at = q * (double)(n - 1);
+  size_t lo = (size_t)at;
+  return lo + 1 < n ? v[lo] + (at - (double)lo) * (v[lo + 1] - v[lo]) : v[n - 1];
+}
+
+/* DIR/data/ID-band.tsv: per iteration, for each layer figure k (the
+ * columns of ID-layers.tsv), over the layers' positive values: min, 10th
+ * percentile, median, 90th percentile, max (columns 2 + 5k .. 6 + 5k; NaN
+ * where no layer had a positive value). */
+static int plot_write_band(const char *dir, const plot_job_t *j, int nlayers) {
+  char path[4400];
+  snprintf(path, sizeof path, "%s/data/%s-band.tsv", dir, j->key);
+  double *v = px_malloc((size_t)nlayers * sizeof *v, "pxctl.plot.band");
+  FILE *f = v ? fopen(path, "w") : NULL;
+  if (!f) {
+    px_free(v);
+    return -1;
+  }
+  fputs("# iteration, then for each of r_intra s_intra r_inter s_inter rho1 rho2 over the "
+        "layers: min p10 median p90 max\n", f);
+  for (size_t at = 0; at < j->nl;) {
+    size_t end = at;
+    while (end < j->nl && j->layers[end].iteration == j->layers[at].iteration) end++;
+    fprintf(f, "%d", j->layers[at].iteration);
+    for (int k = 0; k < 6; k++) {
+      size_t n = 0;
+      for (size_t i = at; i < end && n < (size_t)nlayers; i++)
+        if (j->layers[i].v[k] > 0) v[n++] = j->layers[i].v[k];
+      qsort(v, n, sizeof *v, plot_cmp_double);
+      static const double q[5] = {0, 0.1, 0.5, 0.9, 1};
+      for (int c = 0; c < 5; c++)
+        if (n) fprintf(f, "\t%.6g", plot_quantile(v, n, q[c]));
+        else fputs("\tNaN", f);
+    }
+    fputc('\n', f);
+    at = end;
+  }
+  px_free(v);
+  return fclose(f) == 0 ? 0 : -1;
+}
+
+/* The job's data files under DIR/data/: ID.tsv, and for a job with layer
+ * figures ID-layers.tsv and ID-band.tsv. */
+static int plot_write_data(const char *dir, plot_job_t *j) {
+  if (plot_write_rows(dir, j) != 0) return -1;
+  int nlayers = plot_nlayers(j);
+  if (nlayers == 0) return 0;
+  if (plot_write_layers(dir, j, nlayers) != 0 || plot_write_band(dir, j, nlayers) != 0) return -1;
+  return 0;
 }
 
 /* One figure, drawn twice (PNG, SVG): body is the gnuplot text after the
@@ -205,20 +290,58 @@ static void plot_figure(FILE *gp, const char *dir, const char *name, const char 
   }
 }
 
-/* The body of an overlay figure: for every job, `plot` term using cols. */
-static char *plot_overlay(const char *dir, const plot_job_t *jobs, int njobs, const char *setup,
-                          const char *using, const char *with) {
-  size_t cap = 4096 + (size_t)njobs * 5000;
+/* `set AXISrange [0:*]`, or [0:1] when every value is 0 (gnuplot would
+ * warn "empty range" and pick one centred on 0). A count (whole: an
+ * iteration, changed bits) gets a tick per unit below 10, where gnuplot
+ * would tick at halves. */
+static size_t plot_range(char *b, size_t cap, const char *axis, double max, int whole) {
+  return (size_t)snprintf(b, cap, "set %srange [0:%s]\n%s%s%s", axis, max > 0 ? "*" : "1",
+                          whole && max < 10 ? "set " : "", whole && max < 10 ? axis : "",
+                          whole && max < 10 ? "tics 1\n" : "");
+}
+
+/* One overlay figure: its gnuplot setup, the columns of ID.tsv giving the
+ * ranges (ycol 0: the y range is [0:1], an accuracy or a fraction), and
+ * one or two series per job (the second, dashed in the job's colour, is a
+ * baseline: its title is the job's plus title2). */
+typedef struct {
+  const char *name, *setup;
+  int xcol, ycol;
+  int xwhole, ywhole; /* the axis counts (plot_range) */
+  const char *using, *with;
+  const char *using2, *title2;
+} plot_overlay_t;
+
+/* The body of an overlay figure: the ranges from 0, then every job's
+ * series (lc: the job's colour). */
+static char *plot_overlay(const char *dir, const plot_job_t *jobs, int njobs,
+                          const plot_overlay_t *ov) {
+  size_t cap = 4096 + (size_t)njobs * 10000;
   char *b = px_malloc(cap, "pxctl.plot.body");
   if (!b) return NULL;
-  size_t n = (size_t)snprintf(b, cap, "%s\nplot ", setup);
+  double xmax = 0, ymax = 0;
+  for (int i = 0; i < njobs; i++) {
+    if (jobs[i].colmax[ov->xcol] > xmax) xmax = jobs[i].colmax[ov->xcol];
+    if (ov->ycol && jobs[i].colmax[ov->ycol] > ymax) ymax = jobs[i].colmax[ov->ycol];
+    if (ov->using2 && jobs[i].colmax[6] > ymax) ymax = jobs[i].colmax[6]; /* the dense line */
+  }
+  size_t n = (size_t)snprintf(b, cap, "%s\n", ov->setup);
+  n += plot_range(b + n, cap - n, "x", xmax, ov->xwhole);
+  n += ov->ycol ? plot_range(b + n, cap - n, "y", ymax, ov->ywhole)
+                : (size_t)snprintf(b + n, cap - n, "set yrange [0:1]\n");
+  n += (size_t)snprintf(b + n, cap - n, "plot ");
   for (int i = 0; i < njobs && n < cap; i++) {
     char title[300];
     snprintf(title, sizeof title, "%s (%s, %s)", jobs[i].name, jobs[i].id, jobs[i].strategy);
     for (char *p = title; *p; p++)
       if (*p == '\'' || *p == '\n') *p = ' ';
-    n += (size_t)snprintf(b + n, cap - n, "%s'%s/data/%s.tsv' using %s with %s lw 2 title '%s'",
-                          i ? ", " : "", dir, jobs[i].key, using, with, title);
+    n += (size_t)snprintf(b + n, cap - n,
+                          "%s'%s/data/%s.tsv' using %s with %s lw 2 lc %d title '%s'",
+                          i ? ", " : "", dir, jobs[i].key, ov->using, ov->with, i + 1, title);
+    if (ov->using2 && n < cap)
+      n += (size_t)snprintf(b + n, cap - n,
+                            ", '%s/data/%s.tsv' using %s with lines lw 1.5 dt 2 lc %d title '%s%s'",
+                            dir, jobs[i].key, ov->using2, i + 1, title, ov->title2);
   }
   return b;
 }
@@ -308,36 +431,33 @@ static int plot_load_all(pxctl_opts_t *o, plot_job_t *jobs, int njobs) {
   return rc;
 }
 
-/* The figures that overlay every job. */
+/* The figures that overlay every job; every axis from 0. */
 static int plot_overlays(FILE *gp, const char *out, const plot_job_t *jobs, int njobs,
                          char (*files)[4400], int *nfiles) {
-  struct {
-    const char *name, *setup, *using, *with;
-  } overlays[] = {
+  static const plot_overlay_t overlays[] = {
       {"accuracy-time",
        "set title 'Test accuracy vs wall time'\nset xlabel 'seconds since the job started'\n"
        "set ylabel 'test accuracy'",
-       "2:3", "linespoints pt 7 ps 0.5"},
+       2, 0, 0, 0, "2:3", "linespoints pt 7 ps 0.5", NULL, NULL},
       {"accuracy-bytes",
        "set title 'Test accuracy vs cumulative inter-node bytes'\n"
        "set xlabel 'inter-node MB (sent + received, cumulative)'\nset ylabel 'test accuracy'",
-       "4:3", "linespoints pt 7 ps 0.5"},
+       4, 0, 0, 0, "4:3", "linespoints pt 7 ps 0.5", NULL, NULL},
       {"message-size",
-       "set title 'Inter-node bytes per iteration'\nset xlabel 'iteration'\n"
-       "set ylabel 'MB per iteration'",
-       "1:5", "lines"},
+       "set title 'Inter-node bytes per iteration (dashed: the same with dense buffers)'\n"
+       "set xlabel 'iteration'\nset ylabel 'MB per iteration'",
+       1, 5, 1, 0, "1:5", "lines", "1:6", ": dense"},
       {"drift",
        "set title 'Mask drift per iteration'\nset xlabel 'iteration'\n"
        "set ylabel 'changed group-mask bits'",
-       "1:7", "lines"},
+       1, 7, 1, 1, "1:7", "lines", NULL, NULL},
       {"density",
        "set title 'Density (kept fraction of the prunable weights)'\nset xlabel 'iteration'\n"
        "set ylabel 'density'",
-       "1:9", "lines"},
+       1, 0, 1, 0, "1:9", "lines", NULL, NULL},
   };
   for (size_t f = 0; f < sizeof overlays / sizeof overlays[0]; f++) {
-    char *body = plot_overlay(out, jobs, njobs, overlays[f].setup, overlays[f].using,
-                              overlays[f].with);
+    char *body = plot_overlay(out, jobs, njobs, &overlays[f]);
     if (!body) return pxctl_fail("out of memory");
     plot_figure(gp, out, overlays[f].name, body, files, nfiles);
     px_free(body);
@@ -345,49 +465,163 @@ static int plot_overlays(FILE *gp, const char *out, const plot_job_t *jobs, int 
   return 0;
 }
 
-/* One job's own figures: phase times, and per layer (H-SADMM) residuals
- * and penalties. */
-static void plot_job_figures(FILE *gp, const char *out, const plot_job_t *j, char (*files)[4400],
-                             int *nfiles) {
-  char body[16384], name[4096];
+/* The phase times of rank 0 stacked from 0, one box per iteration
+ * centred on it (so the x axis starts half a box before iteration 0). */
+static void plot_phases(FILE *gp, const char *out, const plot_job_t *j, char (*files)[4400],
+                        int *nfiles) {
+  char body[8192], name[4096];
   snprintf(name, sizeof name, "phases-%s", j->key);
   snprintf(body, sizeof body,
            "set title 'Phase times per iteration: %s (rank 0)'\nset xlabel 'iteration'\n"
            "set ylabel 'seconds'\nset style fill solid 0.8 noborder\nset boxwidth 0.9 relative\n"
-           "f='%s/data/%s.tsv'\n"
+           "set xrange [-0.5:%g]\n%sset yrange [0:%s]\nf='%s/data/%s.tsv'\n"
            "plot f using 1:($10+$11+$12+$13+$14+$15) with boxes title 'control', "
            "f using 1:($10+$11+$12+$13+$14) with boxes title 'broadcast', "
            "f using 1:($10+$11+$12+$13) with boxes title 'inter', "
            "f using 1:($10+$11+$12) with boxes title 'projection', "
            "f using 1:($10+$11) with boxes title 'intra', "
            "f using 1:10 with boxes title 'local'",
-           j->name, out, j->key);
+           j->name, j->colmax[1] + 0.5, j->colmax[1] < 10 ? "set xtics 1\n" : "",
+           j->colmax[10] > 0 ? "*" : "1", out, j->key);
   plot_figure(gp, out, name, body, files, nfiles);
-  int nlayers = 0;
-  for (size_t k = 0; k < j->nl; k++)
-    if (j->layers[k].layer + 1 > nlayers) nlayers = j->layers[k].layer + 1;
-  if (nlayers == 0) return; /* ddp, topk: no per-layer figures */
-  snprintf(name, sizeof name, "residuals-%s", j->key);
-  snprintf(body, sizeof body,
-           "f='%s/data/%s-layers.tsv'\nset multiplot layout 2,2 title 'Residuals per layer: "
-           "%s (one line per layer)'\nset logscale y\nset format y '%%.0e'\nunset key\n"
-           "set xlabel 'iteration'\n"
-           "set title 'intra primal r'\nplot for [L=0:%d] f index L using 1:2 with lines\n"
-           "set title 'intra dual s'\nplot for [L=0:%d] f index L using 1:3 with lines\n"
-           "set title 'inter primal r'\nplot for [L=0:%d] f index L using 1:4 with lines\n"
-           "set title 'inter dual s'\nplot for [L=0:%d] f index L using 1:5 with lines\n"
-           "unset multiplot",
-           out, j->key, j->name, nlayers - 1, nlayers - 1, nlayers - 1, nlayers - 1);
-  plot_figure(gp, out, name, body, files, nfiles);
-  snprintf(name, sizeof name, "rho-%s", j->key);
-  snprintf(body, sizeof body,
-           "f='%s/data/%s-layers.tsv'\nset multiplot layout 1,2 title 'Penalties per layer: "
-           "%s'\nset logscale y\nunset key\nset xlabel 'iteration'\n"
-           "set title 'rho1 (intra)'\nplot for [L=0:%d] f index L using 1:6 with lines\n"
-           "set title 'rho2 (inter)'\nplot for [L=0:%d] f index L using 1:7 with lines\n"
-           "unset multiplot",
-           out, j->key, j->name, nlayers - 1, nlayers - 1);
-  plot_figure(gp, out, name, body, files, nfiles);
+}
+
+/* s with its quotes and newlines blanked, for a gnuplot '...' title. */
+static const char *plot_title(const char *s, char *buf, size_t cap) {
+  snprintf(buf, cap, "%s", s);
+  for (char *p = buf; *p; p++)
+    if (*p == '\'' || *p == '\n') *p = ' ';
+  return buf;
+}
+
+/* Layer L's name (the first row of it), "" when it has none. */
+static const char *plot_layer_name(const plot_job_t *j, int L) {
+  for (size_t i = 0; i < j->nl; i++)
+    if (j->layers[i].layer == L) return j->layers[i].name;
+  return "";
+}
+
+/* Figure k's value of each layer at its latest iteration with a positive
+ * one (-1: none) into last[nlayers]; the range of all positive values in
+ * *lo, *hi (0, 0: none). */
+static void plot_layer_stats(const plot_job_t *j, int k, double *last, int nlayers, double *lo,
+                             double *hi) {
+  *lo = *hi = 0;
+  for (int L = 0; L < nlayers; L++) last[L] = -1;
+  for (size_t i = 0; i < j->nl; i++) {
+    double v = j->layers[i].v[k];
+    if (!(v > 0)) continue;
+    last[j->layers[i].layer] = v;
+    if (*hi == 0 || v < *lo) *lo = v;
+    if (v > *hi) *hi = v;
+  }
+}
+
+/* Figure k's series: with up to PLOT_LAYER_LINES layers one line per
+ * layer; beyond, the min-max and 10-90 % bands over the layers, their
+ * median, and the PLOT_TOP_LAYERS largest at the end, by name. */
+static size_t plot_layer_series(char *b, size_t cap, const plot_job_t *j, int k, int nlayers,
+                                const double *last) {
+  char t[200];
+  size_t n = 0;
+  int top[PLOT_TOP_LAYERS], ntop = 0;
+  if (nlayers <= PLOT_LAYER_LINES) {
+    for (int L = 0; L < nlayers && n < cap; L++)
+      n += (size_t)snprintf(b + n, cap - n, "%sf index %d using 1:%d with lines lw 1.5 title '%s'",
+                            L ? ", " : "", L, 2 + k, plot_title(plot_layer_name(j, L), t, sizeof t));
+    return n;
+  }
+  n += (size_t)snprintf(b + n, cap - n,
+                        "g using 1:%d:%d with filledcurves fc rgb '#d0d0d0' title 'min-max of %d "
+                        "layers', g using 1:%d:%d with filledcurves fc rgb '#a0a0a0' title "
+                        "'10-90%%', g using 1:%d with lines lc rgb 'black' lw 2.5 title 'median'",
+                        2 + 5 * k, 6 + 5 * k, nlayers, 3 + 5 * k, 5 + 5 * k, 4 + 5 * k);
+  for (; ntop < PLOT_TOP_LAYERS; ntop++) { /* the largest not yet taken */
+    int best = -1;
+    for (int L = 0; L < nlayers; L++) {
+      int taken = 0;
+      for (int m = 0; m < ntop; m++) taken |= top[m] == L;
+      if (!taken && last[L] > 0 && (best < 0 || last[L] > last[best])) best = L;
+    }
+    if (best < 0) break;
+    top[ntop] = best;
+    if (n >= cap) break;
+    n += (size_t)snprintf(b + n, cap - n, ", f index %d using 1:%d with lines lw 1.5 lc %d title '%s'", best,
+                          2 + k, ntop + 1, plot_title(plot_layer_name(j, best), t, sizeof t));
+  }
+  return n;
+}
+
+/* One panel of a per-layer figure: figure k (column 2 + k of
+ * ID-layers.tsv) on a log axis; a figure with no positive value (one node:
+ * no inter-node residual) says so instead of an empty plot. */
+static size_t plot_layer_panel(char *b, size_t cap, const plot_job_t *j, int k, int nlayers,
+                               const char *title, double *last) {
+  double lo, hi;
+  plot_layer_stats(j, k, last, nlayers, &lo, &hi);
+  size_t n = (size_t)snprintf(b, cap, "set title '%s'\n", title);
+  n += plot_range(b + n, cap - n, "x", j->colmax[1], 1);
+  if (hi == 0)
+    return n + (size_t)snprintf(b + n, cap - n,
+                                "unset logscale y\nset yrange [0:1]\nset format y '%%g'\n"
+                                "set label 1 'no positive values' at graph 0.5,0.5 center\n"
+                                "plot NaN notitle\nunset label 1\n");
+  n += (size_t)snprintf(b + n, cap - n, "set logscale y\nset format y '%%.0e'\n");
+  if (lo == hi) n += (size_t)snprintf(b + n, cap - n, "set yrange [%g:%g]\n", lo / 2, hi * 2);
+  else n += (size_t)snprintf(b + n, cap - n, "set yrange [*:*]\n");
+  n += (size_t)snprintf(b + n, cap - n, "plot ");
+  if (n >= cap) return n;
+  n += plot_layer_series(b + n, cap - n, j, k, nlayers, last);
+  return n < cap ? n + (size_t)snprintf(b + n, cap - n, "\n") : n;
+}
+
+/* A per-layer figure of panels (figures ks[np] with their titles). */
+static int plot_layer_figure(FILE *gp, const char *out, const plot_job_t *j, const char *what,
+                              const char *layout, const int *ks, const char *const *titles, int np,
+                              char (*files)[4400], int *nfiles) {
+  int nlayers = plot_nlayers(j);
+  size_t cap = 65536, n;
+  char *b = px_malloc(cap, "pxctl.plot.body"), name[4096], t[200];
+  double *last = px_malloc((size_t)nlayers * sizeof *last, "pxctl.plot.last");
+  int rc = 0;
+  if (!b || !last) {
+    rc = pxctl_fail("out of memory drawing the %s of %s", what, j->id);
+    goto done;
+  }
+  n = (size_t)snprintf(b, cap,
+                       "f='%s/data/%s-layers.tsv'\ng='%s/data/%s-band.tsv'\n"
+                       "set multiplot layout %s title '%s per layer: %s (%d layers%s)'\n"
+                       "set key outside right top vertical font ',8' noenhanced\n"
+                       "set xlabel 'iteration'\n",
+                       out, j->key, out, j->key, layout, what, plot_title(j->name, t, sizeof t),
+                       nlayers, nlayers > PLOT_LAYER_LINES ? ": median, bands, the largest" : "");
+  for (int p = 0; p < np && n < cap; p++)
+    n += plot_layer_panel(b + n, cap - n, j, ks[p], nlayers, titles[p], last);
+  if (n + 32 >= cap) {
+    rc = pxctl_fail("the %s figure of %s is too large", what, j->id);
+    goto done;
+  }
+  snprintf(b + n, cap - n, "unset multiplot");
+  snprintf(name, sizeof name, "%s-%s", !strcmp(what, "Residuals") ? "residuals" : "rho", j->key);
+  plot_figure(gp, out, name, b, files, nfiles);
+done:
+  px_free(b);
+  px_free(last);
+  return rc;
+}
+
+/* One job's own figures: phase times, and per layer (H-SADMM) residuals
+ * and penalties. */
+static int plot_job_figures(FILE *gp, const char *out, const plot_job_t *j, char (*files)[4400],
+                            int *nfiles) {
+  plot_phases(gp, out, j, files, nfiles);
+  if (plot_nlayers(j) == 0) return 0; /* ddp, topk: no per-layer figures */
+  static const int rk[] = {0, 1, 2, 3}, pk[] = {4, 5};
+  static const char *const rt[] = {"intra primal r", "intra dual s", "inter primal r",
+                                   "inter dual s"};
+  static const char *const pt[] = {"rho1 (intra)", "rho2 (inter)"};
+  int rc = plot_layer_figure(gp, out, j, "Residuals", "2,2", rk, rt, 4, files, nfiles);
+  return rc ? rc : plot_layer_figure(gp, out, j, "Penalties", "1,2", pk, pt, 2, files, nfiles);
 }
 
 static void plot_print_files(const pxctl_opts_t *o, const char *script, char (*files)[4400],
@@ -435,7 +669,7 @@ int pxctl_cmd_plot(pxctl_opts_t *o) {
     fprintf(gp, "# written by pxctl plot; redraw with: gnuplot %s\nset datafile missing 'NaN'\n",
             script);
     rc = plot_overlays(gp, o->out, jobs, njobs, files, &nfiles);
-    for (int i = 0; i < njobs && !rc; i++) plot_job_figures(gp, o->out, &jobs[i], files, &nfiles);
+    for (int i = 0; i < njobs && !rc; i++) rc = plot_job_figures(gp, o->out, &jobs[i], files, &nfiles);
     fclose(gp);
     if (!rc) rc = plot_run_gnuplot(script, o->out);
   }

@@ -3,7 +3,8 @@
  * a YAML mapping (`key: value`), with the flags' names (listen, db,
  * advertise, heartbeat_timeout_ms, placement_timeout_ms, agent_grace_ms,
  * log_level, tls_cert, tls_key, tokens, retention_days, http, http_www,
- * http_js, http_max_per_address, http_max_per_proxy, http_trusted_proxies;
+ * http_js, http_max_per_address, http_max_per_proxy, http_trusted_proxies,
+ * http_metrics_ended_s;
  * dashes or underscores), and the
  * scheduling policy (docs/operations.md): priority_weight_job,
  * priority_weight_fairshare, priority_weight_age, fairshare_half_life_s,
@@ -36,6 +37,7 @@ void coord_config_defaults(coord_config_t *cfg) {
   cfg->log_level = -1;
   cfg->http_max_per_address = COORD_DEFAULT_HTTP_PER_ADDRESS;
   cfg->http_max_per_proxy = COORD_DEFAULT_HTTP_PER_PROXY;
+  cfg->http_metrics_ended_s = COORD_DEFAULT_HTTP_METRICS_ENDED_S;
   coord_sched_policy_defaults(&cfg->sched);
   snprintf(cfg->notify_states, sizeof cfg->notify_states, "end");
   cfg->notify_public = 1;
@@ -241,6 +243,12 @@ px_status_t coord_config_set(coord_config_t *cfg, const char *key_in, const char
     return coord_copy(cfg->http_www, sizeof cfg->http_www, value, "http_www", where);
   if (!strncmp(key, "http_max_per_", 13) || !strcmp(key, "http_trusted_proxies"))
     return coord_set_http_budget(cfg, key, value, where);
+  if (!strcmp(key, "http_metrics_ended_s")) {
+    double v;
+    PX_CHECK(coord_number(value, 0, 86400, 1, key, where, &v));
+    cfg->http_metrics_ended_s = (int)v;
+    return PX_OK;
+  }
   if (!strcmp(key, "http_js"))
     return coord_copy(cfg->http_js, sizeof cfg->http_js, value, "http_js", where);
   if (!strcmp(key, "heartbeat_timeout_ms")) {

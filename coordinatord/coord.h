@@ -75,6 +75,7 @@ typedef struct {
   int http_max_per_address; /* HTTP connections from one address */
   int http_max_per_proxy;   /* ... from one address of http_trusted_proxies */
   char http_trusted_proxies[1024]; /* addresses and CIDR blocks; "" : none */
+  int http_metrics_ended_s; /* an ended job's /metrics series stay this long (http_metrics.c) */
   char config_path[4096];  /* --config FILE ("" : none): re-read on SIGHUP for the policy */
   coord_sched_policy_t sched; /* priorities, fair share, quotas, time limits */
   char notify_url[1100];   /* every job's state changes are POSTed here ("" : none) */
@@ -87,6 +88,7 @@ typedef struct {
 
 #define COORD_DEFAULT_HTTP_PER_ADDRESS 32
 #define COORD_DEFAULT_HTTP_PER_PROXY 256
+#define COORD_DEFAULT_HTTP_METRICS_ENDED_S 120
 
 #define COORD_DEFAULT_HTTP_JS "/usr/share/javascript"
 

@@ -87,6 +87,7 @@ struct coord_http {
   char js[4096];
   int port;
   int64_t started_unix_ms;
+  int metrics_ended_s;     /* an ended job's series stay this long (http_metrics_ended_s) */
 };
 
 /* ---- authorisation ------------------------------------------------------------ */
@@ -365,7 +366,7 @@ static enum MHD_Result http_answer(void *cls, struct MHD_Connection *conn, const
       MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "cursor"),
   };
   if (!strcmp(url, "/metrics")) {
-    status = coord_http_metrics(h->db, h->started_unix_ms, &b);
+    status = coord_http_metrics(h->db, h->started_unix_ms, h->metrics_ended_s, &b);
     type = "text/plain; version=0.0.4; charset=utf-8";
   } else if (!strcmp(url, "/api/v1/jobs")) {
     status = coord_http_jobs(h->db, &pg, &b);
@@ -472,6 +473,7 @@ px_status_t coord_http_start(const char *listen, const char *db_path, const char
   }
   h->per_address = lim->per_address;
   h->per_proxy = lim->per_proxy;
+  h->metrics_ended_s = lim->metrics_ended_s;
   memcpy(h->proxies, proxies, sizeof proxies);
   h->nproxies = nproxies;
   snprintf(h->www, sizeof h->www, "%s", www_dir);

@@ -77,8 +77,10 @@ int coord_http_iterations(px_store_t *db, const char *job_id, const coord_http_p
 int coord_http_layers(px_store_t *db, const char *job_id, const coord_http_page_t *pg,
                       coord_hbuf_t *out);
 int coord_http_nodes(px_store_t *db, const coord_http_page_t *pg, coord_hbuf_t *out);
-/* Prometheus text format 0.0.4. */
-int coord_http_metrics(px_store_t *db, int64_t started_unix_ms, coord_hbuf_t *out);
+/* Prometheus text format 0.0.4: the running jobs' series, and those of the
+ * jobs that ended in the last ended_s seconds with their final values
+ * (0: none). */
+int coord_http_metrics(px_store_t *db, int64_t started_unix_ms, int ended_s, coord_hbuf_t *out);
 
 /* ---- the listener (http.c) ----------------------------------------------- */
 
@@ -128,6 +130,7 @@ typedef struct {
   int per_address;
   int per_proxy;
   const char *trusted_proxies;
+  int metrics_ended_s; /* http_metrics_ended_s: an ended job's series stay this long */
 } coord_http_limits_t;
 
 /* Starts the HTTP listener on listen ("HOST:PORT"; port 0 picks a free

@@ -6,8 +6,10 @@
  *   prunex_rpc_requests_total{method}                 counter
  *   prunex_rpc_handler_seconds{method}                histogram of the handler's
  *                                                     time on the event loop
- *   per RUNNING job (labels job_id, job_name, strategy: not `job`, which
- *   Prometheus sets to the scrape job), from rank 0's latest report:
+ *   per RUNNING job, and per job that ended in the last http_metrics_ended_s
+ *   seconds with its final values (labels job_id, job_name, strategy: not
+ *   `job`, which Prometheus sets to the scrape job), from rank 0's latest
+ *   report:
  *   prunex_job_iteration, prunex_job_loss, prunex_job_train_accuracy,
  *   prunex_job_test_accuracy (the latest evaluated), prunex_job_density,
  *   prunex_job_mask_drift (bits of the latest iteration), prunex_job_mask_groups,
@@ -15,7 +17,10 @@
  *   prunex_job_phase_seconds{phase} (latest iteration), and counters summed
  *   over the job's iterations: prunex_job_inter_bytes_total,
  *   prunex_job_intra_bytes_total, prunex_job_inter_dense_bytes_total,
- *   prunex_job_phase_seconds_total{phase}.
+ *   prunex_job_phase_seconds_total{phase}; for an ended job also
+ *   prunex_job_ended_time_seconds{state}. A job's series thus end with its
+ *   final values, scraped for http_metrics_ended_s (a scrape interval or
+ *   more), and then go: Prometheus marks them stale (docs/metrics.md).
  *
  * The per-job families are the report tables' metric and total fields
  * (prunex/report.h): names, help, labels and the SQL that reads them come
@@ -23,7 +28,9 @@
  * measured is left out (no sample), never -1. Runs on the HTTP thread
  * (read-only SQLite connection; RPC counters are atomics). */
 #include <assert.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 #include <string.h>
 
 #include "coord.h"
@@ -32,7 +39,7 @@
 #include "prunex/report.h"
 #include "prunex/strategy.h"
 
-#define HTTP_MAX_JOBS 256 /* running jobs exported; more are left out (and counted) */
+#define HTTP_MAX_JOBS 256 /* jobs exported (running first); more are left out (and counted) */
 #define HTTP_MAX_SAMPLES 48 /* samples per job: the report tables' metric and total fields */
 
 /* The per-job samples, made from the report tables (prunex/report.h): the
@@ -52,6 +59,8 @@ typedef struct {
   char name[128];
   char strategy[16];
   int has_row;                /* at least one iteration reported */
+  int state;                  /* JS_RUNNING, or the end state of a job that ended */
+  int64_t finished_ms;        /* when it ended (Unix ms) */
   double v[HTTP_MAX_SAMPLES];
   int present[HTTP_MAX_SAMPLES];
 } http_job_row_t;
@@ -124,6 +133,8 @@ static void http_job_read(px_store_stmt_t *st, const http_sample_t *s, int n, ht
   const px_strategy_info_t *si = spec ? px_strategy_info((px_strategy_kind_t)spec->strategy) : NULL;
   snprintf(j->strategy, sizeof j->strategy, "%s", si ? si->name : "");
   if (spec) prunex__v1__job_spec__free_unpacked(spec, NULL);
+  j->state = (int)px_store_column_int64(st, 5 + n);
+  j->finished_ms = px_store_column_int64(st, 6 + n);
   if (px_store_column_is_null(st, 3)) return; /* nothing reported yet */
   j->has_row = 1;
   int has_phases = (int)px_store_column_int64(st, 4);
@@ -148,10 +159,27 @@ static px_status_t http_job_row(void *arg, px_store_stmt_t *st) {
   return PX_OK;
 }
 
-static px_status_t http_load_jobs(px_store_t *db, http_jobs_t *r) {
+/* The running jobs, and those that ended at or after ended_since_ms. */
+static px_status_t http_load_jobs(px_store_t *db, int64_t ended_since_ms, http_jobs_t *r) {
   coord_db_sample_t cols[HTTP_MAX_SAMPLES];
   http_sample_cols(r->s, r->n, cols);
-  return coord_db_http_job_samples(db, JS_RUNNING, cols, r->n, http_job_row, r);
+  return coord_db_http_job_samples(db, JS_RUNNING, ended_since_ms, cols, r->n, http_job_row, r);
+}
+
+/* The label value of each job state, as prunex_jobs{state} spells it. */
+static const struct {
+  int s;
+  const char *n;
+} http_job_states[] = {{JS_PENDING, "pending"},     {JS_SCHEDULED, "scheduled"},
+                       {JS_RUNNING, "running"},     {JS_SUCCEEDED, "succeeded"},
+                       {JS_FAILED, "failed"},       {JS_CANCELLED, "cancelled"},
+                       {JS_TIMEOUT, "timeout"}};
+#define HTTP_NSTATES (sizeof http_job_states / sizeof http_job_states[0])
+
+static const char *http_state_name(int s) {
+  for (size_t i = 0; i < HTTP_NSTATES; i++)
+    if (http_job_states[i].s == s) return http_job_states[i].n;
+  return "unknown";
 }
 
 /* The coordinator itself: start time, version, nodes and jobs by state. */
@@ -172,12 +200,9 @@ static void http_metrics_service(coord_hbuf_t *out, int64_t started_unix_ms, con
   for (size_t i = 0; i < 3; i++)
     px_buf_printf(out, "prunex_nodes{state=\"%s\"} %lld\n", nst[i].n, ns[nst[i].s]);
   http_family(out, "prunex_jobs", "gauge", "Jobs known to the coordinator, by state.");
-  static const struct { int s; const char *n; } jst[] = {
-      {JS_PENDING, "pending"},     {JS_SCHEDULED, "scheduled"}, {JS_RUNNING, "running"},
-      {JS_SUCCEEDED, "succeeded"}, {JS_FAILED, "failed"},       {JS_CANCELLED, "cancelled"},
-      {JS_TIMEOUT, "timeout"}};
-  for (size_t i = 0; i < sizeof jst / sizeof jst[0]; i++)
-    px_buf_printf(out, "prunex_jobs{state=\"%s\"} %lld\n", jst[i].n, js[jst[i].s]);
+  for (size_t i = 0; i < HTTP_NSTATES; i++)
+    px_buf_printf(out, "prunex_jobs{state=\"%s\"} %lld\n", http_job_states[i].n,
+                  js[http_job_states[i].s]);
 }
 
 /* The gRPC calls handled, and the handlers' time on the loop (a histogram). */
@@ -215,8 +240,18 @@ static void http_metrics_rpc(coord_hbuf_t *out) {
 static void http_metrics_jobs(coord_hbuf_t *out, const http_sample_t *s, int n,
                               const http_job_row_t *jobs, int njobs, int dropped) {
   http_family(out, "prunex_running_jobs_not_exported", "gauge",
-              "Running jobs left out of the per-job families (more than 256 run).");
+              "Jobs (running, or just ended) left out of the per-job families (beyond 256).");
   px_buf_printf(out, "prunex_running_jobs_not_exported %d\n", dropped);
+  http_family(out, "prunex_job_ended_time_seconds", "gauge",
+              "Unix time at which the job ended; its series carry their final values for "
+              "http_metrics_ended_s after that, then go.");
+  for (int i = 0; i < njobs; i++) {
+    if (jobs[i].state == JS_RUNNING) continue;
+    px_buf_printf(out, "prunex_job_ended_time_seconds{");
+    http_job_labels(out, &jobs[i]);
+    px_buf_printf(out, ",state=\"%s\"} %.3f\n", http_state_name(jobs[i].state),
+                  (double)jobs[i].finished_ms / 1000.0);
+  }
   for (int k = 0; k < n;) {
     const char *type, *help, *name = http_sample_family(&s[k], &type, &help), *t2, *h2;
     int end = k + 1;
@@ -236,16 +271,21 @@ static void http_metrics_jobs(coord_hbuf_t *out, const http_sample_t *s, int n,
   }
 }
 
-int coord_http_metrics(px_store_t *db, int64_t started_unix_ms, coord_hbuf_t *out) {
+int coord_http_metrics(px_store_t *db, int64_t started_unix_ms, int ended_s, coord_hbuf_t *out) {
   static http_job_row_t jobs[HTTP_MAX_JOBS]; /* HTTP thread only: one request at a time */
   http_sample_t s[HTTP_MAX_SAMPLES];
   http_jobs_t r = {s, http_samples(s), jobs, 0, 0};
   long long ns[8], js[8];
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  int64_t since = ended_s > 0 ? (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 -
+                                    (int64_t)ended_s * 1000
+                              : INT64_MAX;
   /* One read transaction, so that every figure comes from the same snapshot. */
   px_status_t rc = coord_db_http_snapshot_begin(db);
   if (rc == PX_OK) rc = coord_db_http_state_counts(db, 1, ns, 8);
   if (rc == PX_OK) rc = coord_db_http_state_counts(db, 0, js, 8);
-  if (rc == PX_OK) rc = http_load_jobs(db, &r);
+  if (rc == PX_OK) rc = http_load_jobs(db, since, &r);
   coord_db_http_snapshot_end(db);
   if (rc != PX_OK) {
     px_buf_printf(out, "# database error: %s\n", px_last_error());

@@ -39,7 +39,7 @@ static void coord_usage(FILE *f) {
           "                [--retention-days N] [--read-only]\n"
           "                [--http HOST:PORT [--http-www DIR] [--http-js DIR]\n"
           "                 [--http-max-per-address N] [--http-trusted-proxies LIST]\n"
-          "                 [--http-max-per-proxy N]]\n"
+          "                 [--http-max-per-proxy N] [--http-metrics-ended-s S]]\n"
           "\n"
           "The PruneX coordinator: node registry, job queue and scheduler, rendezvous\n"
           "store, H-SADMM controller and metrics, served over gRPC (prunex.v1).\n"
@@ -87,6 +87,9 @@ static void coord_usage(FILE *f) {
           "                           larger budget of connections\n"
           "  --http-max-per-proxy N   at most N HTTP connections from each trusted\n"
           "                           proxy address (default %d)\n"
+          "  --http-metrics-ended-s S a job's /metrics series stay S seconds after it\n"
+          "                           ends, with its final values, then go (default %d;\n"
+          "                           at least the scrape interval; 0: at once)\n"
           "  --read-only              serve the queries (GetJob, ListJobs, GetIterations,\n"
           "                           GetRankLog, ...) of an existing database and change\n"
           "                           nothing: no scheduling, no node timeouts, every\n"
@@ -106,7 +109,7 @@ static void coord_usage(FILE *f) {
           COORD_DEFAULT_LISTEN, COORD_DEFAULT_HEARTBEAT_TIMEOUT_MS,
           COORD_DEFAULT_PLACEMENT_TIMEOUT_MS, COORD_DEFAULT_AGENT_GRACE_MS, PX_WWW_DIR,
           COORD_DEFAULT_HTTP_JS, COORD_DEFAULT_HTTP_PER_ADDRESS, COORD_HTTP_MAX_CONNECTIONS,
-          COORD_DEFAULT_HTTP_PER_PROXY);
+          COORD_DEFAULT_HTTP_PER_PROXY, COORD_DEFAULT_HTTP_METRICS_ENDED_S);
 }
 
 static int coord_bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -140,6 +143,7 @@ static const char *coord_flag_key(const char *flag) {
       {"--http-max-per-address", "http_max_per_address"},
       {"--http-trusted-proxies", "http_trusted_proxies"},
       {"--http-max-per-proxy", "http_max_per_proxy"},
+      {"--http-metrics-ended-s", "http_metrics_ended_s"},
   };
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
     if (!strcmp(flag, map[i][0])) return map[i][1];
@@ -475,7 +479,7 @@ static int coord_open_state(coord_t *c, int *lock_fd) {
 static void coord_start_http(coord_t *c) {
   const char *js = c->cfg.http_js[0] ? c->cfg.http_js : COORD_DEFAULT_HTTP_JS;
   coord_http_limits_t lim = {c->cfg.http_max_per_address, c->cfg.http_max_per_proxy,
-                             c->cfg.http_trusted_proxies};
+                             c->cfg.http_trusted_proxies, c->cfg.http_metrics_ended_s};
   if (coord_http_start(c->cfg.http, c->cfg.db, coord_www_dir(&c->cfg), js, c->cfg.tokens, &lim,
                        &c->http) != PX_OK) {
     fprintf(stderr, "pxcoordd: %s\n", px_last_error());

@@ -33,20 +33,23 @@ done
 check "$p/bin/pxcoordd" --help >"$tmp/h1" 2>&1; check grep -q 'usage: pxcoordd' "$tmp/h1"
 check "$p/bin/pxagent" --help >"$tmp/h2" 2>&1; check grep -q 'usage: pxagent' "$tmp/h2"
 check "$p/bin/pxagent" --version >/dev/null
-# units: written for this prefix at install time (ExecStart, and the
-# Documentation=file: page, which is installed), and `systemd-analyze
-# verify` accepts them as installed (it checks that ExecStart exists and,
-# with MANPATH at the installed pages, that the man: pages resolve)
+# units: written for this prefix at install time (ExecStart, the
+# Documentation=file: page and the Documentation=man: page by its path,
+# both installed), and `systemd-analyze verify` accepts them as installed
+# with no MANPATH (it checks that ExecStart exists and runs man on the page)
 for u in pxcoordd.service pxagent.service; do
   f=$p/lib/systemd/system/$u
   check test -f "$f"
   exe=$(sed -n 's/^ExecStart=\([^ ]*\).*/\1/p' "$f")
   doc=$(sed -n 's#^Documentation=file:##p' "$f")
-  echo "$u: ExecStart $exe, Documentation=file:$doc"
+  man=$(sed -n 's#^Documentation=man:##p' "$f")
+  echo "$u: ExecStart $exe, Documentation=file:$doc, Documentation=man:$man"
   check test "$exe" = "$p/bin/${u%.service}"
   check test "$doc" = "$p/share/doc/prunex/operations.md"
   check test -s "$doc"
-  out=$(cd "$p/lib/systemd/system" && MANPATH=$p/share/man systemd-analyze verify "./$u" 2>&1)
+  check test "$man" = "$p/share/man/man8/${u%.service}.8"
+  check test -s "$man"
+  out=$(cd "$p/lib/systemd/system" && env -u MANPATH systemd-analyze verify "./$u" 2>&1)
   rc=$?
   echo "systemd-analyze verify (installed) $u: exit $rc${out:+, said:}"
   [ -n "$out" ] && echo "$out"

@@ -9,8 +9,10 @@
  * cannot connect; that the tokens file is re-read on SIGHUP and refused when
  * others may read it; that a token removed from it loses the streams it
  * opened; that the daemon refuses a non-loopback address
- * without TLS and tokens; and that a hostile 400,000-layer report is refused
- * at once while the daemon keeps answering. */
+ * without TLS and tokens; that a hostile 400,000-layer report is refused
+ * at once while the daemon keeps answering; and that the dashboard (in
+ * headless Chromium) opened without a token says how to give one, and
+ * draws with one. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -47,7 +49,8 @@ static int setup(void **state) {
   snprintf(f->key, sizeof f->key, "%s/server.key", f->d.dir);
   snprintf(f->tokens, sizeof f->tokens, "%s/tokens", f->d.dir);
   const char *extra[] = {"--tls-cert", f->cert, "--tls-key", f->key, "--tokens", f->tokens,
-                         "--heartbeat-timeout-ms", "60000", "--http", "127.0.0.1:0", NULL};
+                         "--heartbeat-timeout-ms", "60000", "--http", "127.0.0.1:0",
+                         "--http-www", PX_SOURCE_DIR "/coordinatord/www", NULL};
   if (pxt_coordd_start(&f->d, extra) != 0) {
     pxt_rmtree(f->d.dir);
     free(f);
@@ -494,6 +497,65 @@ static void test_http_needs_a_user_token(void **state) {
   assert_int_equal(http_status(f->d.http_port, "/", NULL), 200);
 }
 
+/* Loads url in headless Chromium; its rendered DOM (with Chromium's own
+ * messages) in out[cap]. */
+static void dashboard_dom(const fixture_t *f, const char *url, char *out, size_t cap) {
+  char log[400], profile[440];
+  snprintf(log, sizeof log, "%s/chromium.out", f->d.dir);
+  snprintf(profile, sizeof profile, "--user-data-dir=%s/chromium-profile", f->d.dir);
+  unlink(log);
+  const char *argv[] = {"/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu",
+                        "--no-first-run", profile, "--virtual-time-budget=5000", "--dump-dom",
+                        url, NULL};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid = -1;
+  assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  if (pxt_wait_pid(pid, 90000) == -1) {
+    kill(pid, SIGKILL);
+    pxt_wait_pid(pid, 5000);
+    fail_msg("chromium did not finish in 90 s");
+  }
+  out[0] = '\0';
+  FILE *fp = fopen(log, "r");
+  assert_non_null(fp);
+  out[fread(out, 1, cap - 1, fp)] = '\0';
+  fclose(fp);
+}
+
+/* The dashboard of a coordinator with tokens: without one it says how to
+ * give one (#token=...), with a user's it draws the overview. */
+static void test_dashboard_without_a_token_says_how_to_give_one(void **state) {
+  fixture_t *f = *state;
+  if (access("/usr/bin/chromium", X_OK) != 0) {
+    fprintf(stderr, "SKIP: /usr/bin/chromium not installed (Debian package chromium)\n");
+    skip();
+  }
+  static char dom[1 << 20];
+  char url[256];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/", f->d.http_port);
+  dashboard_dom(f, url, dom, sizeof dom);
+  const char *msg = strstr(dom, "id=\"need-token\"");
+  if (!msg) fprintf(stderr, "DOM:\n%.3000s\n", dom);
+  assert_non_null(msg);
+  print_message("%.300s\n", msg);
+  char want[320];
+  snprintf(want, sizeof want, "open %s#token=TOKEN", url);
+  assert_non_null(strstr(msg, want));
+  assert_non_null(strstr(dom, "data-error=\"a bearer token is required\""));
+  assert_non_null(strstr(dom, "data-ready=\"0\""));
+  /* with alice's token in the fragment: the overview, no message */
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/#token=%s", f->d.http_port, PXT_TOK_ALICE);
+  dashboard_dom(f, url, dom, sizeof dom);
+  if (!strstr(dom, "data-ready=\"1\"")) fprintf(stderr, "DOM:\n%.3000s\n", dom);
+  assert_non_null(strstr(dom, "data-ready=\"1\""));
+  assert_null(strstr(dom, "need-token"));
+  assert_non_null(strstr(dom, "id=\"chart-nodes\""));
+}
+
 static void test_daemon_refuses_unsafe_settings(void **state) {
   fixture_t *f = *state;
   char out[512], err[2048], db[400];
@@ -541,6 +603,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_a_revoked_token_loses_its_open_streams, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_http_needs_a_user_token, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_dashboard_without_a_token_says_how_to_give_one, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_daemon_refuses_unsafe_settings, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

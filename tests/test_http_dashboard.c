@@ -14,13 +14,20 @@
  *     resnet20's 20+ layers draw a band, the median and the top layers with
  *     a legend (data-series, data-legend), the accuracy axes are [0, 1]
  *     whatever the number of points, the summary's inter-node MB is the
- *     job's, and times say UTC;
+ *     job's, and times say UTC; the axes of quantities that
+ *     start at 0 (bytes per iteration, drift, phase times, counts) start
+ *     at 0, the x axes at iteration 0, and the count axes (nodes, jobs,
+ *     changed mask bits) have whole-number ticks;
+ *   - a job that ended keeps its /metrics series, with its final values
+ *     and prunex_job_ended_time_seconds, for --http-metrics-ended-s (5 s
+ *     here), and then they go;
  *   - /api/v1/jobs/JOB's totals (iterations, bytes_inter, bytes_intra) are
  *     the sums of its iterations (they were read one column off), and its
  *     other keys are the listing's, in its order (one field table);
  *   - the JSON is paged (limit, cursor), validates its parameters, finds a
  *     job by name, and writes null, never -1, for what was not measured;
- *   - a bad --http value exits 2, a busy HTTP port 1, each with a message.
+ *   - a bad --http value (or --http-metrics-ended-s) exits 2, a busy HTTP
+ *     port 1, each with a message.
  * A tool that is not installed skips its test (scripts/bootstrap installs
  * them). Bounded: each step has its own deadline. */
 #include <setjmp.h>
@@ -45,7 +52,12 @@ typedef struct {
   px_rpc_channel_t *ch;
   char job[64];      /* the long job, running during the first tests */
   char done[64];     /* the short job, finished */
+  char *ended;       /* /metrics read the moment the short job ended */
 } fixture_t;
+
+#define ENDED_S 5 /* --http-metrics-ended-s */
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static fixture_t F;
 
@@ -154,7 +166,7 @@ static int group_setup(void **state) {
   (void)state;
   memset(&F, 0, sizeof F);
   const char *extra[] = {"--http", "127.0.0.1:0", "--http-www", PX_SOURCE_DIR "/coordinatord/www",
-                         NULL};
+                         "--http-metrics-ended-s", STR(ENDED_S), NULL};
   if (pxt_coordd_setup(&F.d, extra) != 0) return -1;
   if (px_rpc_channel_create(F.d.target, &F.ch) != PX_OK) return -1;
   for (int i = 0; i < 2; i++) {
@@ -210,6 +222,39 @@ static double chart_attr(const char *dom, const char *id, const char *attr) {
   for (const char *at = strstr(open, a); at && at < close; at = strstr(at + 1, a))
     return strtod(at + strlen(a), NULL);
   return NAN;
+}
+
+/* Attribute attr of chart box `id` in the dumped DOM as text ("" when absent). */
+static const char *chart_text(const char *dom, const char *id, const char *attr) {
+  static char text[512];
+  char key[96], a[64];
+  snprintf(key, sizeof key, "id=\"chart-%s\"", id);
+  snprintf(a, sizeof a, " %s=\"", attr);
+  text[0] = '\0';
+  const char *p = strstr(dom, key);
+  if (!p) return text;
+  const char *open = p, *close = strchr(p, '>');
+  while (open > dom && *open != '<') open--;
+  const char *at = strstr(open, a);
+  if (!at || at > close) return text;
+  at += strlen(a);
+  snprintf(text, sizeof text, "%.*s", (int)strcspn(at, "\""), at);
+  return text;
+}
+
+/* 1 when chart `id`'s y axis starts at 0 and its ticks (data-y-ticks) are
+ * at least two whole numbers. */
+static int y_from_zero_in_whole_numbers(const char *dom, const char *id) {
+  const char *t = chart_text(dom, id, "data-y-ticks");
+  print_message("%s: y from %g, ticks %s\n", id, chart_attr(dom, id, "data-y-min"), t);
+  int n = 0;
+  for (const char *p = t; *p; n++) {
+    char *end;
+    double v = strtod(p, &end);
+    if (end == p || v != floor(v)) return 0;
+    p = *end == ',' ? end + 1 : end;
+  }
+  return n >= 2 && chart_attr(dom, id, "data-y-min") == 0.0;
 }
 
 /* The text of the first table cell of column col (data-col="col"), "" if none. */
@@ -451,6 +496,17 @@ static void check_dashboard(const char *job, int expect_live) {
     assert_true(y0 == 0.0 && y1 == 1.0);
     assert_true(x0 == 0.0);
   }
+  /* bytes per iteration (beside the dense line) and phase times from 0 */
+  print_message("msg: x from %g, y from %g, series %g; phases: y from %g\n",
+                chart_attr(dom, "msg", "data-x-min"), chart_attr(dom, "msg", "data-y-min"),
+                chart_attr(dom, "msg", "data-series"), chart_attr(dom, "phases", "data-y-min"));
+  assert_true(chart_attr(dom, "msg", "data-x-min") == 0.0);
+  assert_true(chart_attr(dom, "msg", "data-y-min") == 0.0);
+  assert_true(chart_attr(dom, "msg", "data-series") == 2.0);
+  assert_true(chart_attr(dom, "phases", "data-y-min") == 0.0);
+  /* mask drift: a count, from 0 in whole numbers, from iteration 0 */
+  assert_true(y_from_zero_in_whole_numbers(dom, "drift"));
+  assert_true(chart_attr(dom, "drift", "data-x-min") == 0.0);
   /* resnet20's 20+ layers: a band, the median and the top layers, with a legend */
   static const char *const per_layer[] = {"r_intra", "s_intra", "r_inter", "s_inter", "rho1", "rho2"};
   for (int i = 0; i < 6; i++) {
@@ -459,6 +515,7 @@ static void check_dashboard(const char *job, int expect_live) {
                   chart_attr(dom, per_layer[i], "data-legend"));
     assert_true(series >= 3 && series <= 8);
     assert_true(chart_attr(dom, per_layer[i], "data-legend") == 1.0);
+    assert_true(chart_attr(dom, per_layer[i], "data-x-min") == 0.0);
   }
   /* named in the canvas's aria-label: the band over every layer, the median,
    * and layers by their parameter names */
@@ -500,6 +557,10 @@ static void test_dashboard_of_a_finished_job_has_data_in_every_chart(void **stat
   j.spec.name = "dash-short";
   assert_int_equal(pxt_job_submit(F.ch, &j, F.done, sizeof F.done), PX_OK);
   assert_int_equal(pxt_wait_job(F.ch, F.done, 0, 60000), PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED);
+  /* /metrics at once: the ended job's final series (checked in the next test) */
+  F.ended = malloc(1 << 20);
+  assert_non_null(F.ended);
+  assert_int_equal(http_get(F.d.http_port, "/metrics", F.ended, 1 << 20), 200);
   check_dashboard(F.done, 0);
   /* and the overview lists both jobs with its two charts drawn */
   char url[256];
@@ -511,6 +572,10 @@ static void test_dashboard_of_a_finished_job_has_data_in_every_chart(void **stat
   assert_int_equal(with_points, 2);
   assert_non_null(strstr(dom, F.job));
   assert_non_null(strstr(dom, F.done));
+  /* counts: from 0, whole-number ticks (2 nodes, 2 jobs: Chart.js would put
+   * ticks at 0.2 steps) */
+  assert_true(y_from_zero_in_whole_numbers(dom, "nodes"));
+  assert_true(y_from_zero_in_whole_numbers(dom, "jobs"));
   /* table times carry their zone (UTC, as the logs) */
   const char *created = cell(dom, "created");
   print_message("created: '%s'\n", created);
@@ -531,6 +596,75 @@ static void test_dashboard_of_a_finished_job_has_data_in_every_chart(void **stat
   snprintf(want, sizeof want, "test accuracy %s,", acc);
   print_message("dashboard test acc '%s'\n", acc);
   if (r.code != 0 || !strchr(acc, '%') || !strstr(r.out, want)) pxt_show("pxctl status", &r), fail();
+}
+
+/* The value of the sample of family `name` whose labels start with
+ * job_id="job" (and contain `also`, "" for any) in a /metrics body; NAN
+ * when there is none. */
+static double job_sample(const char *body, const char *name, const char *job, const char *also) {
+  char key[256];
+  snprintf(key, sizeof key, "\n%s{job_id=\"%s\"", name, job);
+  for (const char *p = strstr(body, key); p; p = strstr(p + 1, key)) {
+    const char *close = strstr(p, "} ");
+    const char *in = also[0] ? strstr(p, also) : p;
+    if (close && in && in < close) return strtod(close + 2, NULL);
+  }
+  return NAN;
+}
+
+/* A job that ended: its series carry the final values for ENDED_S seconds
+ * (the last iteration, the whole job's totals, when it ended), pass
+ * promtool, then go; the counts by state stay. */
+static void test_an_ended_jobs_series_keep_its_final_values_then_go(void **state) {
+  (void)state;
+  assert_non_null(F.ended);
+  pxj_t *j = job_json(F.done);
+  assert_non_null(j);
+  double fin = pxj_num(j, "finished_unix_ms"), inter = pxj_num(j, "bytes_inter");
+  double it = job_sample(F.ended, "prunex_job_iteration", F.done, "");
+  double bytes = job_sample(F.ended, "prunex_job_inter_bytes_total", F.done, "");
+  double ended = job_sample(F.ended, "prunex_job_ended_time_seconds", F.done,
+                            "state=\"succeeded\"");
+  print_message("%s ended at %.3f: iteration %g, inter bytes %g (job: %g), ended %.3f\n",
+                F.done, fin / 1000, it, bytes, inter, ended);
+  if (isnan(it)) fprintf(stderr, "%s\n", F.ended);
+  assert_true(it == 4.0); /* 5 iterations: the last */
+  assert_true(bytes == inter && inter > 0);
+  assert_true(fabs(ended - fin / 1000) < 0.0015);
+  pxj_free(j);
+  if (access(PROMTOOL, X_OK) == 0) {
+    char in[400], out[400], err[400];
+    snprintf(in, sizeof in, "%s/ended.txt", F.d.dir);
+    snprintf(out, sizeof out, "%s/promtool-ended.out", F.d.dir);
+    snprintf(err, sizeof err, "%s/promtool-ended.err", F.d.dir);
+    FILE *f = fopen(in, "w");
+    assert_non_null(f);
+    fputs(F.ended, f);
+    fclose(f);
+    const char *argv[] = {PROMTOOL, "check", "metrics", NULL};
+    int rc = run_tool(argv, in, out, err, 30000);
+    if (rc != 0) pxt_dump_file(out), pxt_dump_file(err);
+    assert_int_equal(rc, 0);
+  }
+  /* ENDED_S after the end: gone (the cancelled long job ended before) */
+  for (;;) { /* finished_unix_ms is wall-clock time */
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    if ((double)now.tv_sec * 1000 + (double)now.tv_nsec / 1e6 >= fin + ENDED_S * 1000 + 500) break;
+    pxt_sleep_ms(100);
+  }
+  static char body[1 << 20];
+  assert_int_equal(http_get(F.d.http_port, "/metrics", body, sizeof body), 200);
+  char id[96];
+  snprintf(id, sizeof id, "job_id=\"%s\"", F.done);
+  if (strstr(body, id)) fprintf(stderr, "%s\n", body);
+  assert_null(strstr(body, id));
+  snprintf(id, sizeof id, "job_id=\"%s\"", F.job);
+  assert_null(strstr(body, id));
+  assert_null(strstr(body, "\nprunex_job_ended_time_seconds{"));
+  assert_non_null(strstr(body, "prunex_jobs{state=\"succeeded\"} 1\n"));
+  free(F.ended);
+  F.ended = NULL;
 }
 
 /* The job object's totals are the sums of its iterations (they were read one
@@ -577,6 +711,12 @@ static void test_bad_or_busy_http_address_is_refused_clearly(void **state) {
   assert_int_equal(pxt_coordd_run(F.d.dir, taken, out, sizeof out, err, sizeof err, 15000), 1);
   if (!strstr(err, "cannot listen")) fprintf(stderr, "stderr: %s\n", err);
   assert_non_null(strstr(err, "cannot listen"));
+  /* how long an ended job's series stay: whole seconds, 0 to a day */
+  const char *ended[] = {"--db", db, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+                         "--http-metrics-ended-s", "-1", NULL};
+  assert_int_equal(pxt_coordd_run(F.d.dir, ended, out, sizeof out, err, sizeof err, 15000), 2);
+  if (!strstr(err, "http_metrics_ended_s = '-1'")) fprintf(stderr, "stderr: %s\n", err);
+  assert_non_null(strstr(err, "http_metrics_ended_s = '-1'"));
 }
 
 int main(void) {
@@ -586,6 +726,7 @@ int main(void) {
       cmocka_unit_test(test_json_is_paged_and_writes_null_for_missing_values),
       cmocka_unit_test(test_dashboard_of_a_running_job_has_data_in_every_chart),
       cmocka_unit_test(test_dashboard_of_a_finished_job_has_data_in_every_chart),
+      cmocka_unit_test(test_an_ended_jobs_series_keep_its_final_values_then_go),
       cmocka_unit_test(test_job_json_totals_are_its_iterations),
       cmocka_unit_test(test_bad_or_busy_http_address_is_refused_clearly),
   };

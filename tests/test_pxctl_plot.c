@@ -7,8 +7,15 @@
  * database serves `pxctl metrics --csv` (the expected columns, one row per
  * iteration, every test accuracy a number) and --json (null, never -1),
  * `pxctl run`'s progress shows the rate, the ETA and "drift N of M groups",
- * `pxctl drift` ("N of M groups") and finds the job by its name. gnuplot
- * missing skips the plot test (scripts/bootstrap installs gnuplot-nox). */
+ * `pxctl drift` ("N of M groups") and finds the job by its name. The
+ * figures do not mislead (issue 51): every axis of a quantity that starts
+ * at 0 starts at 0 in plot.gp, bytes per iteration are drawn beside their
+ * dense line, the per-layer figures draw the min-max and 10-90 % bands and
+ * the median over the 65 layers (the band file checked against the layers
+ * file) and the 3 layers largest at the end by name, and gnuplot warns of
+ * nothing, also for a ddp run alone (drift all 0: an "empty y range" for
+ * the old script). gnuplot missing skips the plot tests (scripts/bootstrap
+ * installs gnuplot-nox). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -165,6 +172,173 @@ static void test_plot_overlays_two_runs_as_png_and_svg(void **state) {
   pxj_free(v);
 }
 
+/* The block of plot.gp that draws figure NAME.png (from its `set output`
+ * to the next `reset`), into out[cap]; 0 when there is none. */
+static int gp_block(const char *dir, const char *name, char *out, size_t cap) {
+  static char gp[1 << 20];
+  char path[400], key[400];
+  snprintf(path, sizeof path, "%s/plot.gp", dir);
+  pxt_read_file(path, gp, sizeof gp);
+  snprintf(key, sizeof key, "/%s.png'\n", name);
+  const char *p = strstr(gp, key);
+  if (!p) return 0;
+  const char *end = strstr(p, "\nreset\n");
+  size_t n = end ? (size_t)(end - p) : strlen(p);
+  snprintf(out, cap, "%.*s", (int)(n < cap ? n : cap - 1), p);
+  return 1;
+}
+
+static int count_of(const char *s, const char *needle) {
+  int n = 0;
+  for (const char *p = strstr(s, needle); p; p = strstr(p + 1, needle)) n++;
+  return n;
+}
+
+/* gnuplot's messages (DIR/plot.log): none, not even a warning. */
+static void assert_gnuplot_quiet(const char *dir) {
+  char path[400], log[8192];
+  snprintf(path, sizeof path, "%s/plot.log", dir);
+  pxt_read_file(path, log, sizeof log);
+  if (log[0]) fprintf(stderr, "gnuplot said:\n%s\n", log);
+  assert_string_equal(log, "");
+}
+
+/* Layer figure column col (2: r_intra) of the job's layers file: per
+ * iteration its values, and each layer's value at its last iteration. */
+typedef struct {
+  double v[16][128];
+  int n[16], iters, nlayers;
+  double last[128];
+} layer_cols_t;
+
+static void read_layer_col(const char *path, int col, layer_cols_t *c) {
+  memset(c, 0, sizeof *c);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  char line[1024];
+  int layer = -1;
+  while (fgets(line, sizeof line, f)) {
+    if (!strncmp(line, "# layer ", 8)) layer = atoi(line + 8), c->nlayers = layer + 1;
+    if (line[0] == '#' || line[0] == '\n') continue;
+    char *p = line;
+    int it = (int)strtol(p, &p, 10);
+    double v = NAN;
+    for (int k = 2; k <= col; k++) v = strtod(p, &p);
+    assert_true(it >= 0 && it < 16 && layer >= 0 && layer < 128);
+    if (it + 1 > c->iters) c->iters = it + 1;
+    if (!isnan(v)) c->v[it][c->n[it]++] = v, c->last[layer] = v;
+  }
+  fclose(f);
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static void test_figures_start_at_zero_and_band_the_layers(void **state) {
+  (void)state;
+  if (access("/usr/bin/gnuplot", X_OK) != 0) skip();
+  static char b[1 << 16];
+  /* overlays: both axes from 0 (accuracy and density [0:1]) */
+  static const char *const figs[] = {"accuracy-time", "accuracy-bytes", "message-size", "drift",
+                                     "density", NULL};
+  for (int i = 0; figs[i]; i++) {
+    assert_true(gp_block(F->figs, figs[i], b, sizeof b));
+    if (!strstr(b, "set xrange [0:") || !strstr(b, "set yrange [0:")) fprintf(stderr, "%s\n", b);
+    assert_non_null(strstr(b, "set xrange [0:"));
+    assert_non_null(strstr(b, "set yrange [0:"));
+  }
+  /* inter-node MB per iteration beside the dense line (column 6), per run */
+  assert_true(gp_block(F->figs, "message-size", b, sizeof b));
+  assert_int_equal(count_of(b, "using 1:6 "), 2);
+  assert_int_equal(count_of(b, ": dense'"), 2);
+  /* stacked phase times from 0 */
+  assert_true(gp_block(F->figs, "phases-job-000001", b, sizeof b));
+  assert_non_null(strstr(b, "set yrange [0:*]"));
+  /* residuals: per panel the bands, the median and 3 layers by name */
+  assert_true(gp_block(F->figs, "residuals-job-000001", b, sizeof b));
+  assert_int_equal(count_of(b, "title 'min-max of 65 layers'"), 4);
+  assert_int_equal(count_of(b, "title '10-90%'"), 4);
+  assert_int_equal(count_of(b, "title 'median'"), 4);
+  assert_int_equal(count_of(b, "f index "), 4 * 3);
+  assert_int_equal(count_of(b, "set xrange [0:"), 4);
+  /* the 3 of r_intra are the largest at the last iteration (layers file) */
+  char path[400];
+  snprintf(path, sizeof path, "%s/data/job-000001-layers.tsv", F->figs);
+  static layer_cols_t c;
+  read_layer_col(path, 2, &c);
+  assert_int_equal(c.nlayers, 65);
+  const char *panel = strstr(b, "set title 'intra primal r'");
+  const char *next = strstr(b, "set title 'intra dual s'");
+  assert_true(panel && next);
+  for (int rank = 0; rank < 3; rank++) { /* the rank-th largest is drawn in this panel */
+    int best = -1;
+    for (int L = 0; L < c.nlayers; L++) {
+      int above = 0;
+      for (int M = 0; M < c.nlayers; M++) above += c.last[M] > c.last[L];
+      if (above == rank) best = L;
+    }
+    char want[64];
+    snprintf(want, sizeof want, "f index %d using 1:2 ", best);
+    const char *at = strstr(panel, want);
+    print_message("r_intra: #%d largest at the end is layer %d (%g)\n", rank + 1, best,
+                  best >= 0 ? c.last[best] : 0);
+    assert_true(best >= 0 && at && at < next);
+  }
+  /* the band file: min <= p10 <= median <= p90 <= max, the median the
+   * layers file's, per iteration */
+  snprintf(path, sizeof path, "%s/data/job-000001-band.tsv", F->figs);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  char line[4096];
+  int rows = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (line[0] == '#') continue;
+    char *p = line;
+    int it = (int)strtol(p, &p, 10);
+    double q[5];
+    for (int k = 0; k < 5; k++) q[k] = strtod(p, &p);
+    for (int k = 0; k < 4; k++) assert_true(q[k] <= q[k + 1]);
+    double *v = c.v[it];
+    qsort(v, (size_t)c.n[it], sizeof *v, cmp_d);
+    int n = c.n[it];
+    double med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    assert_true(fabs(q[2] - med) <= 1e-5 * med && q[0] == v[0] && q[4] == v[n - 1]);
+    rows++;
+  }
+  fclose(f);
+  assert_int_equal(rows, c.iters);
+  assert_int_equal(rows, 4);
+  /* the legend is in the drawing */
+  snprintf(path, sizeof path, "%s/residuals-job-000001.svg", F->figs);
+  assert_true(pxt_file_contains_text(path, ">median<"));
+  assert_true(pxt_file_contains_text(path, ">10-90%<"));
+  assert_true(gp_block(F->figs, "rho-job-000001", b, sizeof b));
+  assert_int_equal(count_of(b, "title 'median'"), 2);
+  assert_gnuplot_quiet(F->figs);
+}
+
+/* A ddp run alone: its drift is 0 throughout and its message size
+ * constant; every range is still from 0, and gnuplot warns of nothing. */
+static void test_a_flat_run_plots_without_empty_ranges(void **state) {
+  (void)state;
+  if (access("/usr/bin/gnuplot", X_OK) != 0) skip();
+  char out[400];
+  snprintf(out, sizeof out, "%s/figs-ddp", F->dir);
+  const char *args[] = {"plot", F->o2, "--out", out, NULL};
+  int code = pxt_pxctl(&F->r, F->dir, args, NULL, 120000);
+  if (code != 0) pxt_show("pxctl plot (ddp)", &F->r);
+  assert_int_equal(code, 0);
+  static char b[1 << 16];
+  assert_true(gp_block(out, "drift", b, sizeof b));
+  assert_non_null(strstr(b, "set yrange [0:1]")); /* all 0: an explicit range */
+  /* 3 iterations, no changed bit: counts ticked per unit, not at halves */
+  assert_non_null(strstr(b, "set xtics 1\n"));
+  assert_non_null(strstr(b, "set ytics 1\n"));
+  assert_gnuplot_quiet(out);
+}
+
 static void test_metrics_csv_json_and_drift_from_the_kept_database(void **state) {
   (void)state;
   pxt_coordd_t d;
@@ -233,6 +407,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_run_keeps_the_metrics_databases_next_to_the_model),
       cmocka_unit_test(test_plot_overlays_two_runs_as_png_and_svg),
+      cmocka_unit_test(test_figures_start_at_zero_and_band_the_layers),
+      cmocka_unit_test(test_a_flat_run_plots_without_empty_ranges),
       cmocka_unit_test(test_metrics_csv_json_and_drift_from_the_kept_database),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);

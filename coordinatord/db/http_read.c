@@ -221,7 +221,11 @@ px_status_t coord_db_http_state_counts(px_store_t *db, int nodes, long long *cou
                        NULL, 0, http_count_row, &r);
 }
 
-/* The SELECT of the jobs in state ?1 and their samples' values. */
+/* The jobs in state ?1, or in an end state since ?2 (Unix ms). */
+#define HTTP_JOBS_WHERE                                                                    \
+  "(j.state = ?1 OR (j.finished_unix_ms >= ?2 AND j.state IN (?3, ?4, ?5, ?6)))"
+
+/* The SELECT of the jobs of HTTP_JOBS_WHERE and their samples' values. */
 static void http_samples_sql(px_buf_t *q, const coord_db_sample_t *s, int n) {
   px_buf_puts(q, "SELECT j.job_id, j.name, j.spec, i.iteration, i.has_phases");
   for (int k = 0; k < n; k++) {
@@ -235,22 +239,28 @@ static void http_samples_sql(px_buf_t *q, const coord_db_sample_t *s, int n) {
                        " AND t.%s >= 0 ORDER BY iteration DESC LIMIT 1)", c, c);
     else px_buf_printf(q, ", i.%s", c);
   }
+  px_buf_puts(q, ", j.state, j.finished_unix_ms");
   px_buf_puts(q, " FROM jobs j LEFT JOIN iterations i ON i.job_id = j.job_id AND i.rank = 0"
                  " AND i.iteration = (SELECT max(iteration) FROM iterations m"
                  " WHERE m.job_id = j.job_id AND m.rank = 0) LEFT JOIN (SELECT job_id");
   for (int k = 0; k < n; k++)
     if (s[k].how == COORD_SAMPLE_TOTAL) px_buf_printf(q, ", total(%s) AS t%d", s[k].column, k);
-  px_buf_puts(q, " FROM iterations WHERE rank = 0 AND job_id IN (SELECT job_id FROM jobs"
-                 " WHERE state = ?1) GROUP BY job_id) s ON s.job_id = j.job_id"
-                 " WHERE j.state = ?1 ORDER BY j.id");
+  px_buf_puts(q, " FROM iterations WHERE rank = 0 AND job_id IN (SELECT job_id FROM jobs j"
+                 " WHERE " HTTP_JOBS_WHERE ") GROUP BY job_id) s ON s.job_id = j.job_id"
+                 " WHERE " HTTP_JOBS_WHERE " ORDER BY j.state <> ?1, j.id");
 }
 
-px_status_t coord_db_http_job_samples(px_store_t *db, int state, const coord_db_sample_t *s,
-                                      int n, px_store_row_fn fn, void *arg) {
+px_status_t coord_db_http_job_samples(px_store_t *db, int state, int64_t ended_since_ms,
+                                      const coord_db_sample_t *s, int n, px_store_row_fn fn,
+                                      void *arg) {
   px_buf_t q = {0};
   http_samples_sql(&q, s, n);
   px_status_t rc = q.oom ? px_set_error(PX_ERR_NOMEM, "http: no memory for a query")
-                         : px_store_each(db, q.p, PX_STORE_ARGS(PX_ARG_INT(state)), fn, arg);
+                         : px_store_each(db, q.p,
+                                         PX_STORE_ARGS(PX_ARG_INT(state), PX_ARG_INT(ended_since_ms),
+                                                       PX_ARG_INT(JS_SUCCEEDED), PX_ARG_INT(JS_FAILED),
+                                                       PX_ARG_INT(JS_CANCELLED), PX_ARG_INT(JS_TIMEOUT)),
+                                         fn, arg);
   px_buf_free(&q);
   return rc;
 }

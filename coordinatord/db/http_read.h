@@ -106,11 +106,13 @@ typedef struct {
   const char *column;
   coord_sample_how_t how;
 } coord_db_sample_t;
-/* The jobs in state `state`, by submission, fn called per job with the
- * columns job_id, name, spec (blob), the latest iteration (NULL when none
- * was reported), its has_phases, then the n samples' values (NULL when
- * there is none). */
-px_status_t coord_db_http_job_samples(px_store_t *db, int state, const coord_db_sample_t *s,
-                                      int n, px_store_row_fn fn, void *arg);
+/* The jobs in state `state`, then those that ended (an end state) at or
+ * after ended_since_ms (INT64_MAX: none), each by submission; fn called
+ * per job with the columns job_id, name, spec (blob), the latest iteration
+ * (NULL when none was reported), its has_phases, the n samples' values
+ * (NULL when there is none), then the job's state and finished_unix_ms. */
+px_status_t coord_db_http_job_samples(px_store_t *db, int state, int64_t ended_since_ms,
+                                      const coord_db_sample_t *s, int n, px_store_row_fn fn,
+                                      void *arg);
 
 #endif

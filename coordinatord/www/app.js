@@ -11,8 +11,10 @@
 // each is unreadable). Times are UTC, as in the logs. After drawing, every
 // chart's box carries data-points="N" (points drawn), data-series="N"
 // (lines), data-legend="0|1", its axes' ranges (data-x-min, data-x-max,
-// data-y-min, data-y-max) and its canvas an aria-label naming the series;
-// every table cell has data-col="COLUMN", and <body>
+// data-y-min, data-y-max), its canvas an aria-label naming the series, and
+// data-x-ticks and data-y-ticks (the tick values drawn); quantities that
+// start at 0 have axes from 0 and counts whole-number ticks. Every table
+// cell has data-col="COLUMN", and <body>
 // data-ready="1". The per-layer charts, the phases and the legends are not
 // spelled here: they come from the listings' `fields` (the coordinator's
 // report tables, prunex/report.h).
@@ -44,7 +46,11 @@ async function getJSON(url) {
   const headers = TOKEN ? {Authorization: 'Bearer ' + TOKEN} : {};
   const r = await fetch(url, {cache: 'no-store', headers});
   const body = await r.json();
-  if (!r.ok) throw new Error(body.error || r.statusText);
+  if (!r.ok) {
+    const e = new Error(body.error || r.statusText);
+    e.status = r.status;
+    throw e;
+  }
   return body;
 }
 
@@ -127,6 +133,8 @@ function draw(id, type, datasets, opts) {
   ['xMin', 'xMax', 'yMin', 'yMax'].forEach(k => {
     if (opts[k] != null) scales[k[0]][k.slice(1).toLowerCase()] = opts[k];
   });
+  // a count (nodes, jobs, changed bits) has whole-number ticks
+  if (opts.intY) scales.y.ticks = {precision: 0};
   if (opts.y2) scales.y2 = {type: 'linear', position: 'right', min: 0, max: 1, title: {display: true, text: opts.y2}, grid: {drawOnChartArea: false}};
   const many = datasets.length > 12;
   const config = {
@@ -152,6 +160,7 @@ function draw(id, type, datasets, opts) {
     if (!sc[a] || typeof sc[a].min !== 'number') return;
     div.setAttribute('data-' + a + '-min', String(sc[a].min));
     div.setAttribute('data-' + a + '-max', String(sc[a].max));
+    div.setAttribute('data-' + a + '-ticks', sc[a].ticks.map(t => t.value).join(','));
   });
 }
 
@@ -208,9 +217,9 @@ async function overview(main) {
   chartBox(grid, 'jobs', 'Jobs by state (latest 200)');
   const count = (rows, states) => states.map(s => ({x: s, y: rows.filter(r => r.state === s).length}));
   draw('nodes', 'bar', [{label: 'nodes', data: count(nodes, ['READY', 'BUSY', 'LOST'])}],
-       {x: 'state', y: 'nodes', xType: 'category'});
+       {x: 'state', y: 'nodes', xType: 'category', yMin: 0, intY: true});
   draw('jobs', 'bar', [{label: 'jobs', data: count(jobs.jobs, ['PENDING', 'SCHEDULED', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED', 'TIMEOUT'])}],
-       {x: 'state', y: 'jobs', xType: 'category'});
+       {x: 'state', y: 'jobs', xType: 'category', yMin: 0, intY: true});
   main.appendChild(el('h2', {}, 'Nodes'));
   table(main, [['name', r => r.name], ['state', r => r.state], ['job', r => r.job_id],
                ['devices', r => r.devices], ['host', r => r.hostname],
@@ -269,20 +278,20 @@ function drawJob() {
   draw('acc_time', 'line', [{label: L('test_accuracy'), data: accT}], {...acc, x: 'seconds since the job started'});
   draw('acc_bytes', 'line', [{label: L('test_accuracy'), data: accB}], {...acc, x: 'inter-node MB (cumulative)'});
   draw('msg', 'line', [{label: L('bytes_inter'), data: msg}, {label: L('bytes_inter_dense'), data: dense}],
-       {x: 'iteration', y: 'MB per iteration'});
+       {x: 'iteration', y: 'MB per iteration', xMin: 0, yMin: 0});
   const byLayer = {};
   st.layers.forEach(l => { (byLayer[l.layer] = byLayer[l.layer] || {name: l.name, rows: []}).rows.push(l); });
   const layerSets = key => layerDatasets(byLayer, key, true);
   const noLayers = job.strategy && job.strategy !== 'hsadmm' && job.strategy !== 'hsadmm-flat'
     ? 'no per-layer figures for ' + job.strategy : 'no data yet';
   layerKeys().forEach(k =>
-    draw(k, 'line', layerSets(k), {x: 'iteration', y: k + ' (log)', logY: true, emptyText: noLayers}));
+    draw(k, 'line', layerSets(k), {x: 'iteration', y: k + ' (log)', logY: true, xMin: 0, emptyText: noLayers}));
   draw('drift', 'line', [{label: L('mask_drift'), data: drift, yAxisID: 'y'},
                          {label: L('density'), data: dens, yAxisID: 'y2'}],
-       {x: 'iteration', y: 'changed mask bits', y2: 'kept fraction'});
+       {x: 'iteration', y: 'changed mask bits', y2: 'kept fraction', xMin: 0, yMin: 0, intY: true});
   const withPh = it.filter(r => r.phases);
   draw('phases', 'bar', phaseKeys().map(p => ({label: L(p), data: withPh.map(r => ({x: r.iteration, y: r.phases[p]}))})),
-       {x: 'iteration', y: 'seconds', stacked: true, emptyText: 'no phase times reported'});
+       {x: 'iteration', y: 'seconds', stacked: true, yMin: 0, emptyText: 'no phase times reported'});
 }
 
 function summary(main) {
@@ -329,11 +338,26 @@ async function jobView(main, ref) {
   if (live) setTimeout(() => jobView(main, ref).catch(showError), POLL_MS);
 }
 
+// A coordinator with a tokens file answers 401 without a token (or with
+// one it does not know): the page says how to give one.
+function tokenHelp() {
+  const here = location.origin + location.pathname + location.search;
+  return TOKEN ? 'the coordinator did not accept the token this tab holds: open ' + here +
+                 '#token=TOKEN with a user or admin token of its tokens file'
+               : 'this coordinator needs a token: open ' + here + '#token=TOKEN with a user or ' +
+                 'admin token of its tokens file (what follows # is not sent to the server; ' +
+                 'the page keeps the token for this tab only)';
+}
+
 function showError(e) {
   const s = document.getElementById('status');
   s.textContent = 'error: ' + e.message;
   s.className = 'error';
   document.body.setAttribute('data-error', e.message);
+  if (e.status === 401 && !document.getElementById('need-token')) {
+    const main = document.getElementById('main');
+    main.insertBefore(el('p', {class: 'error', id: 'need-token'}, tokenHelp()), main.firstChild);
+  }
 }
 
 function start() {
