@@ -46,6 +46,7 @@ typedef struct {
   int workers_per_node;       /* submit: --workers-per-node (0: the spec's) */
   const char *out;            /* plot: --out */
   const char *db;             /* plot: --db (a coordinator database file) */
+  const char *tensorboard;    /* export/watch/run: --tensorboard DIR */
   const char *http;           /* run: --http HOST:PORT for the private pxcoordd */
   int csv;                    /* metrics: --csv */
   const char *pos[8];         /* positional arguments */
