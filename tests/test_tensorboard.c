@@ -3,9 +3,9 @@
  * The CRC-32C and the TFRecord framing (cli/pxctl_tfrecord.c, compiled in)
  * against the Castagnoli check value and RFC 3720's vectors. Then a live
  * job: a pxcoordd and one pxagent (2 CPU workers), a tiny hsadmm job
- * (resnet20, synthetic data, 4 iterations) followed by `pxctl watch JOB
- * --tensorboard DIR` from its submission to its end, then `pxctl export JOB
- * --tensorboard DIR`; and a finished run: `pxctl run --tensorboard DIR`
+ * (resnet20, synthetic data, 6 iterations) followed by `pxctl watch JOB
+ * --tensorboard DIR` from its submission to its end (its file grows while
+ * the job runs), then `pxctl export JOB --tensorboard DIR`; and a finished run: `pxctl run --tensorboard DIR`
  * writing as the job goes, then `pxctl export OUTPUT --tensorboard DIR`
  * reading the run's directory offline. Every event file is read back by
  * tests/tensorboard_check.py with python3-protobuf (classes generated from
@@ -31,6 +31,11 @@ typedef struct {
   char dir[256];
   char out[320];       /* the output directory of `pxctl run` */
   pxt_result_t r;
+  /* the live job's coordinator and agent, stopped by the teardown also
+   * after a failed assertion */
+  pxt_coordd_t d;
+  pxt_agent_t a;
+  px_rpc_channel_t *ch;
 } fixture_t;
 
 static fixture_t *F;
@@ -45,6 +50,9 @@ static int group_setup(void **state) {
 
 static int group_teardown(void **state) {
   (void)state;
+  if (F->ch) px_rpc_channel_destroy(F->ch);
+  if (F->a.pid > 0) pxt_agents_stop(&F->a, 1);
+  if (F->d.pid > 0) pxt_coordd_teardown(&F->d);
   pxt_rmtree(F->dir);
   free(F);
   return 0;
@@ -148,35 +156,77 @@ static void check_event_files(const char *metrics, const char *const *dirs, int 
 
 /* ---- a live job: watch, then export ------------------------------------------------ */
 
+/* The size of the event file in dir (-1: none yet). */
+static long event_file_size(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  long size = -1;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (!strncmp(e->d_name, "events.out.tfevents.", 20)) {
+      char path[700];
+      struct stat sb;
+      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+      if (stat(path, &sb) == 0) size = (long)sb.st_size;
+    }
+  closedir(d);
+  return size;
+}
+
+/* Runs `pxctl watch` (args, env) to its end; its exit status, and in
+ * *grew whether its event file in dir grew past the file_version record
+ * (40 bytes) while the job was still RUNNING. */
+static int watch_live(const char *const *args, const char *const *env, const char *dir,
+                      px_rpc_channel_t *ch, const char *job, int *grew) {
+  char out[400], err[400];
+  snprintf(out, sizeof out, "%s/watch.out", F->dir);
+  snprintf(err, sizeof err, "%s/watch.err", F->dir);
+  pid_t pid = pxt_pxctl_start(args, env, out, err);
+  assert_true(pid > 0);
+  *grew = 0;
+  int status = -1;
+  for (int64_t end = pxt_now_ms() + 180000; pxt_now_ms() < end;) {
+    if ((status = pxt_wait_pid(pid, 100)) != -1) break;
+    long size = event_file_size(dir);
+    if (size > 40 && pxt_job_state(ch, job) == PRUNEX__V1__JOB_STATE__JOB_STATE_RUNNING) *grew = 1;
+  }
+  if (status == -1) kill(pid, SIGKILL);
+  int code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (code != 0) pxt_dump_file(err);
+  return code;
+}
+
 static void test_watch_and_export_of_a_live_job(void **state) {
   (void)state;
   if (!have_python_protobuf()) skip();
-  pxt_coordd_t d;
-  pxt_agent_t a;
-  px_rpc_channel_t *ch = NULL;
-  assert_int_equal(pxt_coordd_setup(&d, NULL), 0);
-  assert_int_equal(px_rpc_channel_create(d.target, &ch), PX_OK);
-  assert_int_equal(pxt_agent_start(&a, &d, "node0", 2, NULL), 0);
+  pxt_coordd_t *d = &F->d;
+  assert_int_equal(pxt_coordd_setup(d, NULL), 0);
+  assert_int_equal(px_rpc_channel_create(d->target, &F->ch), PX_OK);
+  px_rpc_channel_t *ch = F->ch;
+  assert_int_equal(pxt_agent_start(&F->a, d, "node0", 2, NULL), 0);
   assert_true(pxt_wait_node_named(ch, "node0", PRUNEX__V1__NODE_STATE__NODE_STATE_READY, 30000));
   pxt_job_t job;
-  pxt_job_init(&job, NULL, 1, 2, 4, 1);
+  pxt_job_init(&job, NULL, 1, 2, 6, 1);
   char id[64], coord[96], tbw[400], tbe[400], metrics[400];
   assert_int_equal(pxt_job_submit(ch, &job, id, sizeof id), PX_OK);
-  snprintf(coord, sizeof coord, "PRUNEX_COORDINATOR=%s", d.target);
+  snprintf(coord, sizeof coord, "PRUNEX_COORDINATOR=%s", d->target);
   snprintf(tbw, sizeof tbw, "%s/tb/watch", F->dir);
   snprintf(tbe, sizeof tbe, "%s/tb/export", F->dir);
   snprintf(metrics, sizeof metrics, "%s/live-metrics.json", F->dir);
   const char *env[] = {coord, NULL};
-  /* from just after the submission to the end of the job */
+  /* from just after the submission to the end of the job; the file grows
+   * while the job runs (about 1.4 s per iteration here, polled every 2 s) */
   const char *watch[] = {"watch", id, "--tensorboard", tbw, NULL};
-  assert_int_equal(pxt_pxctl(&F->r, F->dir, watch, env, 180000), 0);
+  int grew = 0;
+  assert_int_equal(watch_live(watch, env, tbw, ch, id, &grew), 0);
+  assert_true(grew);
   const char *exp[] = {"export", id, "--tensorboard", tbe, "--json", NULL};
   pxt_pxctl(&F->r, F->dir, exp, env, 60000);
   if (F->r.code != 0) pxt_show("pxctl export", &F->r);
   assert_int_equal(F->r.code, 0);
   pxj_t *j = pxj_parse(F->r.out);
   assert_non_null(j);
-  assert_true(pxj_num(j, "tensorboard_events") == 4.0);
+  assert_true(pxj_num(j, "tensorboard_events") == 6.0);
   assert_non_null(pxj_str(j, "tensorboard_file"));
   assert_non_null(strstr(pxj_str(j, "tensorboard_file"), "/events.out.tfevents."));
   pxj_free(j);
@@ -185,8 +235,11 @@ static void test_watch_and_export_of_a_live_job(void **state) {
   const char *dirs[] = {tbw, tbe};
   check_event_files(metrics, dirs, 2);
   px_rpc_channel_destroy(ch);
-  pxt_agents_stop(&a, 1);
-  assert_int_equal(pxt_coordd_teardown(&d), 0);
+  F->ch = NULL;
+  assert_int_equal(pxt_agents_stop(&F->a, 1), 0);
+  F->a.pid = 0;
+  assert_int_equal(pxt_coordd_teardown(d), 0);
+  d->pid = -1;
 }
 
 /* ---- a finished run: run --tensorboard, then export of its directory ------------------- */
