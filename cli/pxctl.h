@@ -89,8 +89,8 @@ typedef struct pxctl_tb pxctl_tb_t;
  * (pxctl_tb_close), or the exit status after saying which directory or
  * file and why. */
 int pxctl_tb_open(const char *dir, const char *job_id, pxctl_tb_t **out);
-/* Fetches the job's iteration reports not written yet (pxctl_iterations,
- * with layers) and appends them, flushed. final: every one, and a failed
+/* Fetches the job's iteration reports not written yet (with layers, a page
+ * at a time: pxctl_iterations_page) and appends them, flushed. final: every one, and a failed
  * fetch is reported; else the newest is kept for later and a failed fetch
  * is left for the next call. 0, or the exit status after saying why (a
  * failed write stops all further writes). */

@@ -5,8 +5,8 @@
  * user's other runs.
  *
  * The figures are those `pxctl metrics --layers` shows: the job's iteration
- * reports from GetIterations (pxctl_iterations: one per iteration, the
- * lowest rank's), read through the report tables (prunex/report.h), so a
+ * reports from GetIterations (pxctl_iterations_page, a page at a time: one
+ * per iteration, the lowest rank's), read through the report tables (prunex/report.h), so a
  * figure added there is written here too. Each iteration is one Event
  * (step: the iteration, wall_time: the report's time) with a Summary of
  * scalars (simple_value, a float); a figure not measured (a test accuracy
@@ -250,37 +250,58 @@ int pxctl_tb_open(const char *dir, const char *job_id, pxctl_tb_t **out) {
   return 0;
 }
 
-int pxctl_tb_sync(pxctl_tb_t *tb, px_rpc_channel_t *ch, int final) {
-  if (tb->failed) return PXCTL_EXIT_FAIL;
+/* Reports asked for per GetIterations (iteration x rank; with layers some
+ * KB each), so that a long job's export stays far below the RPC's size
+ * and time limits. $PRUNEX_TENSORBOARD_PAGE sets it (the tests page by
+ * threes). */
+static int pxctl_tb_page_size(void) {
+  const char *v = getenv("PRUNEX_TENSORBOARD_PAGE");
+  int n = v ? atoi(v) : 0;
+  return n > 0 ? n : 256;
+}
+
+/* One page of reports from tb->next on, written. The page's newest
+ * iteration waits for the next page when the page is full, and for the
+ * next iteration while the job runs (a lower rank's report of it may
+ * still come), unless it is the page's only one (so that paging moves
+ * on). *more: the page was full. 0, or the exit status. */
+static int pxctl_tb_page(pxctl_tb_t *tb, px_rpc_channel_t *ch, int final, int *more) {
   Prunex__V1__GetIterationsResponse *resp = NULL;
   Prunex__V1__IterationReport **rows = NULL;
   size_t n = 0;
-  int rc = 0;
-  if (pxctl_iterations(ch, tb->job_id, tb->next, 1, 0, &resp, &rows, &n) != PX_OK) {
+  int rc = 0, limit = pxctl_tb_page_size();
+  *more = 0;
+  if (pxctl_iterations_page(ch, tb->job_id, tb->next, limit, 1, 0, &resp, &rows, &n) != PX_OK) {
     /* while the job runs, the next poll tries again (watch itself says
      * when the coordinator is gone) */
     if (final) rc = resp ? pxctl_fail("%s", px_last_error()) : pxctl_rpc_fail(ch, tb->job_id);
     n = 0;
   }
-  /* the newest iteration waits for the next one (a lower rank's report of
-   * it may still come), unless the job has ended */
-  for (size_t i = 0; i < n && !rc; i++) {
-    if (!final && rows[i]->iteration >= rows[n - 1]->iteration) break;
-    if (rows[i]->iteration < tb->next) continue;
+  int full = resp && !rc && resp->n_iterations >= (size_t)limit;
+  size_t upto = n;
+  if (n > 0 && (full || !final) && !(full && n == 1)) upto = n - 1;
+  for (size_t i = 0; i < upto && !rc; i++) {
     if (pxctl_tb_write_iteration(tb, rows[i]) != 0) {
       tb->failed = 1;
       rc = pxctl_fail("tensorboard: cannot write %s: %s; no more events are written", tb->path,
                       strerror(errno));
-      break;
     }
     tb->next = rows[i]->iteration + 1;
   }
+  *more = full && !rc;
+  px_free(rows);
+  px_rpc_message_free(resp);
+  return rc;
+}
+
+int pxctl_tb_sync(pxctl_tb_t *tb, px_rpc_channel_t *ch, int final) {
+  if (tb->failed) return PXCTL_EXIT_FAIL;
+  int rc = 0, more = 1;
+  while (!rc && more) rc = pxctl_tb_page(tb, ch, final, &more);
   if (!rc && fflush(tb->f) != 0) {
     tb->failed = 1;
     rc = pxctl_fail("tensorboard: cannot write %s: %s", tb->path, strerror(errno));
   }
-  px_free(rows);
-  px_rpc_message_free(resp);
   return rc;
 }
 

@@ -5,7 +5,8 @@
  * job: a pxcoordd and one pxagent (2 CPU workers), a tiny hsadmm job
  * (resnet20, synthetic data, 6 iterations) followed by `pxctl watch JOB
  * --tensorboard DIR` from its submission to its end (its file grows while
- * the job runs), then `pxctl export JOB --tensorboard DIR`; and a finished run: `pxctl run --tensorboard DIR`
+ * the job runs), then `pxctl export JOB --tensorboard DIR`, both reading
+ * the reports three at a time; and a finished run: `pxctl run --tensorboard DIR`
  * writing as the job goes, then `pxctl export OUTPUT --tensorboard DIR`
  * reading the run's directory offline. Every event file is read back by
  * tests/tensorboard_check.py with python3-protobuf (classes generated from
@@ -213,7 +214,8 @@ static void test_watch_and_export_of_a_live_job(void **state) {
   snprintf(tbw, sizeof tbw, "%s/tb/watch", F->dir);
   snprintf(tbe, sizeof tbe, "%s/tb/export", F->dir);
   snprintf(metrics, sizeof metrics, "%s/live-metrics.json", F->dir);
-  const char *env[] = {coord, NULL};
+  /* pages of three reports (iteration x rank): the paging of a long job */
+  const char *env[] = {coord, "PRUNEX_TENSORBOARD_PAGE=3", NULL};
   /* from just after the submission to the end of the job; the file grows
    * while the job runs (about 1.4 s per iteration here, polled every 2 s) */
   const char *watch[] = {"watch", id, "--tensorboard", tbw, NULL};
