@@ -84,7 +84,8 @@ px_status_t pxctl_engine_count(const char *model, size_t *dense, size_t *compact
 typedef struct pxctl_tb pxctl_tb_t;
 
 /* Makes dir (and its parents) and a new event file in it
- * (events.out.tfevents.<time>.<host>.<pid>.pxctl) for job_id, whose first
+ * (events.out.tfevents.<time>.<host>.<pid>.pxctl) for job_id (NULL: named
+ * later, by pxctl_tb_follow), whose first
  * record says file_version "brain.Event:2". 0 with *out
  * (pxctl_tb_close), or the exit status after saying which directory or
  * file and why. */
@@ -97,8 +98,9 @@ int pxctl_tb_open(const char *dir, const char *job_id, pxctl_tb_t **out);
 int pxctl_tb_sync(pxctl_tb_t *tb, px_rpc_channel_t *ch, int final);
 /* While a job runs: pxctl_tb_poll(tb), called often (a pxctl_watch stop
  * function, which never asks to stop), syncs (not final) on *ch every 2 s.
- * ch points at the caller's channel, which it may replace. */
-void pxctl_tb_follow(pxctl_tb_t *tb, px_rpc_channel_t *const *ch);
+ * ch points at the caller's channel, which it may replace; job_id (NULL:
+ * the one given to pxctl_tb_open) is the job. */
+void pxctl_tb_follow(pxctl_tb_t *tb, px_rpc_channel_t *const *ch, const char *job_id);
 int pxctl_tb_poll(void *tb);
 /* The event file's path; the iteration events and scalars written. */
 const char *pxctl_tb_file(const pxctl_tb_t *tb);

@@ -501,9 +501,8 @@ static int pxctl_run_submit(pxctl_run_t *r) {
   px_rpc_message_free(resp);
   fprintf(r->progress, "pxctl: submitted %s to the private coordinator %s\n", r->job_id,
           r->target);
-  if (r->o->tensorboard) {
-    if (pxctl_tb_open(r->o->tensorboard, r->job_id, &r->tb) != 0) return -1;
-    pxctl_tb_follow(r->tb, &r->ch);
+  if (r->tb) {
+    pxctl_tb_follow(r->tb, &r->ch, r->job_id);
     fprintf(r->progress, "pxctl: TensorBoard events go to %s\n", pxctl_tb_file(r->tb));
   }
   return 0;
@@ -667,6 +666,12 @@ int pxctl_cmd_run(pxctl_opts_t *o) {
                          sizeof res.error) != 0) {
     pxctl_fail("%s", res.error);
     goto teardown; /* nothing started: it only reports */
+  }
+  /* --tensorboard: a directory that cannot be written is said before
+   * anything starts (the job is named when it is submitted) */
+  if (o->tensorboard && pxctl_tb_open(o->tensorboard, NULL, &r.tb) != 0) {
+    snprintf(res.error, sizeof res.error, "%s", pxctl_last_failure());
+    goto teardown;
   }
   /* From here on every exit goes through teardown. */
   pxctl_run_catch_signals();

@@ -305,8 +305,9 @@ int pxctl_tb_sync(pxctl_tb_t *tb, px_rpc_channel_t *ch, int final) {
   return rc;
 }
 
-void pxctl_tb_follow(pxctl_tb_t *tb, px_rpc_channel_t *const *ch) {
+void pxctl_tb_follow(pxctl_tb_t *tb, px_rpc_channel_t *const *ch, const char *job_id) {
   tb->ch = ch;
+  if (job_id) snprintf(tb->job_id, sizeof tb->job_id, "%s", job_id);
   tb->next_poll = 0;
 }
 

@@ -57,7 +57,7 @@ int pxctl_cmd_watch(pxctl_opts_t *o) {
     px_rpc_channel_destroy(ch);
     return tb_rc;
   }
-  if (tb) pxctl_tb_follow(tb, &ch);
+  if (tb) pxctl_tb_follow(tb, &ch, NULL);
   void *holder = NULL;
   const Prunex__V1__Job *fin = NULL;
   int rc = PXCTL_EXIT_OK;

@@ -298,6 +298,14 @@ static void test_a_directory_that_cannot_be_made_is_named(void **state) {
     assert_non_null(strstr(F->r.err, bad));
     assert_non_null(strstr(F->r.err, "Not a directory"));
   }
+  /* run says so before it starts anything */
+  char spec[400];
+  snprintf(spec, sizeof spec, "%s/tb.yaml", F->dir);
+  const char *run[] = {"run", spec, "--tensorboard", bad, NULL};
+  pxt_pxctl(&F->r, F->dir, run, NULL, 60000);
+  assert_int_equal(F->r.code, 1);
+  assert_non_null(strstr(F->r.err, bad));
+  assert_null(strstr(F->r.err, "submitted"));
   const char *empty[] = {"export", F->out, "--tensorboard=", NULL};
   pxt_pxctl(&F->r, F->dir, empty, NULL, 60000);
   assert_int_equal(F->r.code, 2);
