@@ -48,6 +48,7 @@ enum {
   OPT_SWEEP = 1 << 24,
   OPT_ME = 1 << 25,
   OPT_AFTER = 1 << 26,
+  OPT_TENSORBOARD = 1 << 27,
 };
 
 typedef struct {
@@ -73,6 +74,7 @@ static const pxctl_opt_t pxctl_options[] = {
     {"--field", OPT_FIELD, 1},
     {"--sweep", OPT_SWEEP, 1},
     {"--me", OPT_ME, 0},             {"--after", OPT_AFTER, 1},
+    {"--tensorboard", OPT_TENSORBOARD, 1},
 };
 
 typedef struct {
@@ -95,6 +97,12 @@ typedef struct {
 #define DB_HELP                                                                            \
   "  --db FILE                read JOB from this coordinator database file (a copy,\n"    \
   "                           a backup) instead of asking a coordinator\n"
+
+#define TB_HELP                                                                            \
+  "  --tensorboard DIR        write the job's iteration and per-layer figures into a\n"  \
+  "                           TensorBoard event file in DIR (created) as they are\n"     \
+  "                           reported: an iteration once the next one is, the rest\n"   \
+  "                           when the job ends (tags: docs/user-guide.md)\n"
 
 #define COMMON_HELP                                                                        \
   "  --coordinator HOST:PORT  the coordinator (default: $PRUNEX_COORDINATOR, else\n"      \
@@ -264,9 +272,10 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "Follows the job with WatchJob and draws a progress bar. A coordinator that\n"
      "restarts or cannot be reached is waited for (reconnecting, up to 15 minutes).\n"
      "Exit status 0 when the job SUCCEEDED, 1 when it failed or was cancelled (or\n"
-     "the coordinator stayed away).\n\n"
+     "the coordinator stayed away, or --tensorboard could not write).\n\n"
+     TB_HELP
      COMMON_HELP "  --json                   no bar; the final job as `status --json`\n",
-     OPT_COORD | OPT_JSON, 1, pxctl_cmd_watch},
+     OPT_COORD | OPT_JSON | OPT_TENSORBOARD, 1, pxctl_cmd_watch},
     {"run", "SPEC.yaml", "run a job on this machine (private coordinator and agents)",
      "The embedded mode: validates SPEC.yaml, starts a private pxcoordd on a free\n"
      "loopback port and one pxagent per cluster.nodes (node-0, node-1, ...; each with\n"
@@ -276,7 +285,8 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "against dense synchronisation, wall time, model path, dense and compact model\n"
      "sizes: the compact model is written beside the final one) and tears everything\n"
      "down, also on Ctrl-C (the job is cancelled first). Exit status 0 when the job\n"
-     "SUCCEEDED, 1 when not, 2 for a bad spec, 130 (143) after SIGINT (SIGTERM).\n"
+     "SUCCEEDED, 1 when not (or --tensorboard could not write), 2 for a bad spec,\n"
+     "130 (143) after SIGINT (SIGTERM).\n"
      "pxcoordd and pxagent are looked for in $PRUNEX_BIN_DIR, next to pxctl, in the\n"
      "build tree (../coordinatord, ../agent) and on PATH.\n\n"
      "  --work-dir DIR           where the run directory (database, logs, agent work\n"
@@ -286,6 +296,7 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "                           RUN_DIR/output, which is kept when the job succeeds)\n"
      "  --http HOST:PORT         the private pxcoordd also serves HTTP: the live\n"
      "                           dashboard at /, Prometheus /metrics (port 0: free)\n"
+     TB_HELP
      "  --json                   progress on stderr; the last stdout line is one\n"
      "                           object: job_id, name, state, reason, iterations,\n"
      "                           test_accuracy, density, inter_bytes, inter_bytes_dense,\n"
@@ -299,7 +310,8 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "The metrics databases are kept in OUTPUT/metrics (coordinator.db and each\n"
      "node's metrics.db) whenever the output directory is: `pxctl status OUTPUT`,\n"
      "`pxctl metrics OUTPUT`, `drift`, `logs` and `plot` read them afterwards.\n",
-     OPT_JSON | OPT_WORK_DIR | OPT_KEEP | OPT_OUTPUT | OPT_HTTP, 1, pxctl_cmd_run},
+     OPT_JSON | OPT_WORK_DIR | OPT_KEEP | OPT_OUTPUT | OPT_HTTP | OPT_TENSORBOARD, 1,
+     pxctl_cmd_run},
     {"export", "JOB|MODEL.safetensors", "the compact (physically pruned) model, and ONNX",
      "Removes the pruned filters and input channels from every convolution of a\n"
      "PruneX model (the final model of job JOB, whose path the coordinator's job\n"
@@ -310,15 +322,27 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "normalises them as the training loader does; the output is the logits; see\n"
      "docs/user-guide.md). Prints the parameter counts, file sizes and\n"
      "multiply-accumulates per image (what pruning tables call FLOPs), dense and\n"
-     "compact.\n\n"
-     "  --out DIR                the output directory (required; created if needed)\n"
-     "  --onnx                   also write the ONNX model\n" COMMON_HELP
+     "compact.\n"
+     "With --tensorboard DIR, the job's iteration and per-layer figures (those of\n"
+     "`pxctl metrics --layers`) as a TensorBoard event file in DIR (one scalar per\n"
+     "figure, the iteration as the step; tags: docs/user-guide.md), for\n"
+     "`tensorboard --logdir` beside other runs. JOB may then also be the directory\n"
+     "a `pxctl run` left, or a job of --db FILE, read offline (see `pxctl status`).\n"
+     "For a running job, `pxctl watch JOB --tensorboard DIR` writes as it goes.\n\n"
+     "  --out DIR                the output directory of the model (created if needed)\n"
+     "  --onnx                   also write the ONNX model\n"
+     "  --tensorboard DIR        write the TensorBoard event file into DIR (created;\n"
+     "                           --out or --tensorboard is required)\n"
+     "  --db FILE                (with --tensorboard) read JOB from this coordinator\n"
+     "                           database file\n" COMMON_HELP
      "                           (asked only for a JOB)\n"
      "  --json                   {\"source\", \"arch\", \"dense_params\", \"compact_params\",\n"
      "                           \"dense_bytes\", \"compact_bytes\", \"dense_macs\",\n"
      "                           \"compact_macs\", \"compact_path\",\n"
-     "                           \"onnx_path\", \"onnx_bytes\", \"widths\"}\n",
-     OPT_COORD | OPT_JSON | OPT_OUT | OPT_ONNX, 1, pxctl_cmd_export},
+     "                           \"onnx_path\", \"onnx_bytes\", \"widths\"}; --tensorboard\n"
+     "                           adds \"tensorboard_file\", \"tensorboard_events\" and\n"
+     "                           \"tensorboard_scalars\" (alone: with \"job_id\")\n",
+     OPT_COORD | OPT_JSON | OPT_OUT | OPT_ONNX | OPT_TENSORBOARD | OPT_DB, 1, pxctl_cmd_export},
 };
 #define PXCTL_NCMDS ((int)(sizeof pxctl_cmds / sizeof pxctl_cmds[0]))
 
@@ -510,6 +534,8 @@ static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
       return 0;
     case OPT_OUT: return pxctl_set_path(o, &o->out, v, "--out", "a directory");
     case OPT_DB: return pxctl_set_path(o, &o->db, v, "--db", "a file");
+    case OPT_TENSORBOARD:
+      return pxctl_set_path(o, &o->tensorboard, v, "--tensorboard", "a directory");
   }
   return 0;
 }
@@ -642,7 +668,10 @@ int main(int argc, char **argv) {
    * reads each of its JOBs on its own (pxctl_plot.c). */
   pxctl_offline_t *off = NULL;
   int is_plot = !strcmp(cmd->name, "plot");
-  if ((cmd->opts & OPT_DB) && !is_plot && (rc = pxctl_offline_begin(&o, &off)) >= 0) return rc;
+  /* export reads a run offline for --tensorboard only (its MODEL argument
+   * is a file path otherwise) */
+  int offline = (cmd->opts & OPT_DB) && !is_plot && (strcmp(cmd->name, "export") || o.tensorboard);
+  if (offline && (rc = pxctl_offline_begin(&o, &off)) >= 0) return rc;
   /* Commands taking JOB also take a job's name, where only one job has it. */
   rc = 0;
   int npos = !strcmp(cmd->name, "update") ? 1 : o.npos; /* update's others are FIELD=VALUE */

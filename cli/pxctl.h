@@ -7,7 +7,8 @@
  * pxctl_nodes.c, pxctl_metrics.c: metrics, drift, pxctl_watch.c,
  * pxctl_logs.c, pxctl_plot.c, pxctl_export.c, pxctl_acct.c,
  * pxctl_sweep.c, pxctl_run.c: the embedded mode); what the commands build
- * on: pxctl_supervise.c (child processes), pxctl_offline.c (finished runs
+ * on: pxctl_tensorboard.c (TensorBoard event files, framed by
+ * pxctl_tfrecord.c), pxctl_supervise.c (child processes), pxctl_offline.c (finished runs
  * read offline), pxctl_engine.c (pxtrain for the engine's work),
  * pxctl_json.c (the JSON emitter) and pxctl_fmt.c (tables and human
  * formatting). Files call down this list, never back up: no circle. */
@@ -74,6 +75,39 @@ void pxctl_print_model_sizes(const char *model_path);
 px_status_t pxctl_engine_export(const char *model, const char *dir, int onnx, const char *dataset,
                                 px_export_report_t *r);
 px_status_t pxctl_engine_count(const char *model, px_export_report_t *r);
+
+/* ---- TensorBoard event files (pxctl_tensorboard.c) ------------------------------
+ * export, watch and run --tensorboard DIR: a job's iteration reports (with
+ * their layers) as TensorBoard scalars, one Event per iteration; the tags
+ * are listed at the top of pxctl_tensorboard.c and in docs/user-guide.md. */
+
+typedef struct pxctl_tb pxctl_tb_t;
+
+/* Makes dir (and its parents) and a new event file in it
+ * (events.out.tfevents.<time>.<host>.<pid>.pxctl) for job_id (NULL: named
+ * later, by pxctl_tb_follow), whose first
+ * record says file_version "brain.Event:2". 0 with *out
+ * (pxctl_tb_close), or the exit status after saying which directory or
+ * file and why. */
+int pxctl_tb_open(const char *dir, const char *job_id, pxctl_tb_t **out);
+/* Fetches the job's iteration reports not written yet (with layers, a page
+ * at a time: pxctl_iterations_page) and appends them, flushed. final: every one, and a failed
+ * fetch is reported; else the newest is kept for later and a failed fetch
+ * is left for the next call. 0, or the exit status after saying why (a
+ * failed write stops all further writes). */
+int pxctl_tb_sync(pxctl_tb_t *tb, px_rpc_channel_t *ch, int final);
+/* While a job runs: pxctl_tb_poll(tb), called often (a pxctl_watch stop
+ * function, which never asks to stop), syncs (not final) on *ch every 2 s.
+ * ch points at the caller's channel, which it may replace; job_id (NULL:
+ * the one given to pxctl_tb_open) is the job. */
+void pxctl_tb_follow(pxctl_tb_t *tb, px_rpc_channel_t *const *ch, const char *job_id);
+int pxctl_tb_poll(void *tb);
+/* The event file's path; the iteration events and scalars written. */
+const char *pxctl_tb_file(const pxctl_tb_t *tb);
+void pxctl_tb_counts(const pxctl_tb_t *tb, size_t *events, size_t *scalars);
+/* Closes the file and frees tb (NULL: 0). 0, or PXCTL_EXIT_FAIL when a
+ * write failed (said when it did) or closing fails (said here). */
+int pxctl_tb_close(pxctl_tb_t *tb);
 
 /* ---- finished runs read offline (pxctl_offline.c) ----------------------------
  * status, metrics, drift, logs and plot read the directory a `pxctl run`

@@ -182,11 +182,19 @@ px_status_t pxctl_iterations(px_rpc_channel_t *ch, const char *job_id, int from,
                              int layers, int all_ranks,
                              Prunex__V1__GetIterationsResponse **resp,
                              Prunex__V1__IterationReport ***rows, size_t *n) {
+  return pxctl_iterations_page(ch, job_id, from, 0, layers, all_ranks, resp, rows, n);
+}
+
+px_status_t pxctl_iterations_page(px_rpc_channel_t *ch, const char *job_id, int from, int limit,
+                                  int layers, int all_ranks,
+                                  Prunex__V1__GetIterationsResponse **resp,
+                                  Prunex__V1__IterationReport ***rows, size_t *n) {
   *rows = NULL;
   *n = 0;
   Prunex__V1__GetIterationsRequest req = PRUNEX__V1__GET_ITERATIONS_REQUEST__INIT;
   req.job_id = (char *)job_id;
   req.from_iteration = from;
+  req.limit = limit;
   req.include_layers = layers;
   px_status_t st = px_rpc_get_iterations(ch, &req, PXCTL_DEADLINE_MS, resp);
   if (st != PX_OK) return st;

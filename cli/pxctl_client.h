@@ -46,6 +46,7 @@ typedef struct {
   int workers_per_node;       /* submit: --workers-per-node (0: the spec's) */
   const char *out;            /* plot: --out */
   const char *db;             /* plot: --db (a coordinator database file) */
+  const char *tensorboard;    /* export/watch/run: --tensorboard DIR */
   const char *http;           /* run: --http HOST:PORT for the private pxcoordd */
   int csv;                    /* metrics: --csv */
   const char *pos[8];         /* positional arguments */
@@ -140,6 +141,15 @@ int pxctl_job_done_iterations(const Prunex__V1__Job *job);
 px_status_t pxctl_iterations(px_rpc_channel_t *ch, const char *job_id, int from, int layers,
                              int all_ranks, Prunex__V1__GetIterationsResponse **resp,
                              Prunex__V1__IterationReport ***rows, size_t *n);
+/* The same, of at most limit reports (iteration x rank; 0: all) from
+ * iteration from on, in (iteration, rank) order: a page ends inside an
+ * iteration only after that iteration's lowest rank, so the next page
+ * starts at the page's last iteration + 1. (*resp)->n_iterations < limit
+ * on the last page. */
+px_status_t pxctl_iterations_page(px_rpc_channel_t *ch, const char *job_id, int from, int limit,
+                                  int layers, int all_ranks,
+                                  Prunex__V1__GetIterationsResponse **resp,
+                                  Prunex__V1__IterationReport ***rows, size_t *n);
 
 /* Figures of a finished job as `run` reports them. */
 typedef struct {

@@ -59,6 +59,7 @@ typedef struct {
   const pxctl_child_t *died; /* a child that exited while the job ran */
   FILE *progress;            /* stderr */
   double t0;
+  pxctl_tb_t *tb;            /* --tensorboard: the job's event file */
 } pxctl_run_t;
 
 /* ---- steps -------------------------------------------------------------------------- */
@@ -216,6 +217,7 @@ static int pxctl_wait_nodes(pxctl_run_t *r) {
 
 static int pxctl_run_stop(void *arg) {
   pxctl_run_t *r = arg;
+  pxctl_tb_poll(r->tb); /* --tensorboard: the iterations so far */
   return pxctl_signal || pxctl_check_children(r);
 }
 
@@ -506,6 +508,10 @@ static int pxctl_run_submit(pxctl_run_t *r) {
   px_rpc_message_free(resp);
   fprintf(r->progress, "pxctl: submitted %s to the private coordinator %s\n", r->job_id,
           r->target);
+  if (r->tb) {
+    pxctl_tb_follow(r->tb, &r->ch, r->job_id);
+    fprintf(r->progress, "pxctl: TensorBoard events go to %s\n", pxctl_tb_file(r->tb));
+  }
   return 0;
 }
 
@@ -515,6 +521,9 @@ static int pxctl_run_follow(pxctl_run_t *r, pxctl_result_t *res) {
   void *holder = NULL;
   const Prunex__V1__Job *fin = NULL;
   px_status_t st = pxctl_watch(r->ch, r->job_id, r->progress, pxctl_run_stop, r, &holder, &fin);
+  /* --tensorboard: what is left, all of it when the job is over */
+  if (r->tb && pxctl_tb_sync(r->tb, r->ch, st == PX_OK && fin) != 0 && st == PX_OK && fin)
+    snprintf(res->error, sizeof res->error, "%s", pxctl_last_failure());
   if (st == PX_OK && fin) {
     res->state = px_rpc_job_state_name(fin->state);
     snprintf(res->reason, sizeof res->reason, "%s", fin->reason);
@@ -665,6 +674,12 @@ int pxctl_cmd_run(pxctl_opts_t *o) {
     pxctl_fail("%s", res.error);
     goto teardown; /* nothing started: it only reports */
   }
+  /* --tensorboard: a directory that cannot be written is said before
+   * anything starts (the job is named when it is submitted) */
+  if (o->tensorboard && pxctl_tb_open(o->tensorboard, NULL, &r.tb) != 0) {
+    snprintf(res.error, sizeof res.error, "%s", pxctl_last_failure());
+    goto teardown;
+  }
   /* From here on every exit goes through teardown. */
   pxctl_run_catch_signals();
   if (pxctl_run_dirs(&r, &res, spec_output) != 0) goto teardown;
@@ -691,6 +706,7 @@ step_failed:
   }
 teardown:
   if (pxctl_signal) exit_code = pxctl_run_interrupted(&r, &res);
+  if (pxctl_tb_close(r.tb) != 0 && exit_code == PXCTL_EXIT_OK) exit_code = PXCTL_EXIT_FAIL;
   pxctl_run_cancel(&r, &res);
   pxctl_run_stop_all(&r);
   if (r.job_id[0] && r.output_dir[0]) pxctl_export_metrics(&r, &res);

@@ -1,5 +1,6 @@
 /* pxctl watch: follows a job to its end (pxctl_watch), waiting for a
- * coordinator that goes away. */
+ * coordinator that goes away; with --tensorboard DIR, writes the job's
+ * figures into an event file as they come (pxctl_tensorboard.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,29 +50,42 @@ int pxctl_cmd_watch(pxctl_opts_t *o) {
     px_rpc_channel_destroy(ch);
     return rc;
   }
+  pxctl_tb_t *tb = NULL;
+  int tb_rc = o->tensorboard ? pxctl_tb_open(o->tensorboard, job->job_id, &tb) : 0;
   px_rpc_message_free(job);
+  if (tb_rc) {
+    px_rpc_channel_destroy(ch);
+    return tb_rc;
+  }
+  if (tb) pxctl_tb_follow(tb, &ch, NULL);
   void *holder = NULL;
   const Prunex__V1__Job *fin = NULL;
   int rc = PXCTL_EXIT_OK;
   px_status_t st;
-  while ((st = pxctl_watch(ch, o->pos[0], o->json ? NULL : stdout, NULL, NULL, &holder, &fin)) !=
-         PX_OK) {
+  while ((st = pxctl_watch(ch, o->pos[0], o->json ? NULL : stdout, tb ? pxctl_tb_poll : NULL, tb,
+                           &holder, &fin)) != PX_OK) {
     px_rpc_message_free(holder);
     holder = NULL;
     if (!pxctl_watch_retry(o, &ch, &lost_at, &pause)) break;
   }
-  if (!ch) return PXCTL_EXIT_FAIL;
-  if (st != PX_OK) {
-    rc = pxctl_rpc_fail(ch, o->pos[0]);
-  } else if (o->json) {
+  if (!ch) {
+    pxctl_tb_close(tb);
+    return PXCTL_EXIT_FAIL;
+  }
+  if (st != PX_OK) rc = pxctl_rpc_fail(ch, o->pos[0]);
+  /* the iterations not written yet: all of them when the job is over */
+  if (tb) tb_rc = pxctl_tb_sync(tb, ch, st == PX_OK);
+  if (tb && !tb_rc) tb_rc = pxctl_tb_close(tb);
+  else pxctl_tb_close(tb);
+  if (st == PX_OK && o->json) {
     pxctl_json_print_job(fin);
     rc = fin->state == PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED ? 0 : PXCTL_EXIT_FAIL;
-  } else {
+  } else if (st == PX_OK) {
     printf("%s %s%s%s\n", fin->job_id, px_rpc_job_state_name(fin->state),
            fin->reason[0] ? ": " : "", fin->reason);
     rc = fin->state == PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED ? 0 : PXCTL_EXIT_FAIL;
   }
   px_rpc_message_free(holder);
   px_rpc_channel_destroy(ch);
-  return rc;
+  return rc ? rc : tb_rc;
 }
