@@ -91,7 +91,7 @@ def check_quoted(root, path, text, cache, errors):
     flat = text if path.endswith('.md') else COMMENT_LEAD.sub('\n', text)
     for m in QUOTED.finditer(flat):
         doc = os.path.join(root, 'docs', m.group(1) + '.md')
-        name = ' '.join(m.group(2).split()).lower()
+        name = ' '.join(m.group(2).replace('`', '').split()).lower()
         if doc not in cache:
             cache[doc] = headings(doc) if os.path.exists(doc) else ([], set())
         if not any(t.replace('`', '').lower().startswith(name) for t in cache[doc][0]):

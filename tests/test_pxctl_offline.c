@@ -177,7 +177,7 @@ static void plot_data(const char *figs, char *buf, size_t cap) {
   glob_t g;
   buf[0] = '\0';
   assert_int_equal(glob(pat, 0, NULL, &g), 0);
-  assert_int_equal(g.gl_pathc, 2); /* the job's rows, its layers' rows */
+  assert_int_equal(g.gl_pathc, 3); /* the job's rows, its layers' rows and their bands */
   size_t used = 0;
   for (size_t i = 0; i < g.gl_pathc && used + 1 < cap; i++) {
     pxt_read_file(g.gl_pathv[i], buf + used, cap - used);

@@ -1,4 +1,4 @@
-/* TensorBoard event files of a job (issue 51), with the real programs.
+/* TensorBoard event files of a job, with the real programs.
  *
  * The CRC-32C and the TFRecord framing (cli/pxctl_tfrecord.c, compiled in)
  * against the Castagnoli check value and RFC 3720's vectors. Then a live
