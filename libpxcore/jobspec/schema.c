@@ -92,6 +92,7 @@ const px__js_field_t px__js_fields[] = {
     {S_TRAIN, "lr_schedule", PX__JS_CHOICE, 0, 0, 0, "constant|cosine|step", 0, "cosine"},
     {S_TRAIN, "eval_every", PX__JS_INT, 0, 1, I32MAX, NULL, 1, NULL},
     {S_TRAIN, "precision", PX__JS_CHOICE, 0, 0, 0, "fp32|bf16", 0, "fp32"},
+    {S_TRAIN, "bn_calibration_batches", PX__JS_INT, 0, 1, 100000, NULL, 20, NULL},
 
     {S_PRUNE, "filter_keep", PX__JS_DOUBLE, LO_OPEN, 0, 1, NULL, 1.0, NULL},
     {S_PRUNE, "channel_keep", PX__JS_DOUBLE, LO_OPEN, 0, 1, NULL, 1.0, NULL},
@@ -124,6 +125,10 @@ const px__js_field_t px__js_fields[] = {
      * agree, not that the model has learned what the budget allows); the
      * residual test freezes the masks and is reported. */
     {S_ADMM, "stop_on_converged", PX__JS_BOOL, 0, 0, 0, NULL, 0, NULL},
+    /* After the freeze the local phases train the pruned network for
+     * accuracy: the pull toward the consensus kept as it is, decayed
+     * linearly to 0 at the last iteration, or released at once. */
+    {S_ADMM, "final_prox", PX__JS_CHOICE, 0, 0, 0, "keep|decay|release", 0, "keep"},
 
     /* Buckets are capped at 1 GiB so that element counts stay far inside the
      * int range of the collectives; 4-byte multiples keep f32 buckets whole. */

@@ -77,6 +77,13 @@ px_status_t px_jobspec_strategy_config(const Prunex__V1__JobSpec *s, int64_t ste
   c->compress = !cm || !cm[0] || !strcmp(cm, "none") ? 0 : !strcmp(cm, "lossless") ? 1 : -1;
   if (c->compress < 0)
     return px_set_error(PX_ERR_INVALID, "comm.compress = '%s': must be none or lossless", cm);
+  c->calibrate_batches = s->train->bn_calibration_batches; /* 0 (an older client's): 20 */
+  const char *fp = s->admm->final_prox;
+  c->final_prox = !fp || !fp[0] || !strcmp(fp, "keep") ? 0 : !strcmp(fp, "decay") ? 1
+                  : !strcmp(fp, "release") ? 2 : -1;
+  if (c->final_prox < 0)
+    return px_set_error(PX_ERR_INVALID, "admm.final_prox = '%s': must be keep, decay or release",
+                        fp);
   /* the last iteration is always tested; 0 is an unset field (1) */
   c->eval_every = s->train->eval_every > 0 ? s->train->eval_every : 1;
   if (s->recovery && s->recovery->checkpoint_every > 0) {

@@ -20,6 +20,9 @@ uint64_t px_model_macs(const px_model_t *m) {
       if (px_model_act_area(m, nd.out, &h, &w) != 0) return 0;
       int kh = nd.win.kh > 0 ? nd.win.kh : nd.kernel, kw = nd.win.kw > 0 ? nd.win.kw : nd.kernel;
       int g = nd.groups > 0 ? nd.groups : 1;
+      /* a depthwise 1 x 1 conv is a per-channel scale (an imported layer
+       * scale): left out, as batch norm's scale is */
+      if (kh == 1 && kw == 1 && g == nd.c_in && nd.c_in == nd.c_out) continue;
       macs += (uint64_t)nd.c_out * (uint64_t)(nd.c_in / g) * (uint64_t)kh * (uint64_t)kw *
               (uint64_t)h * (uint64_t)w;
     }

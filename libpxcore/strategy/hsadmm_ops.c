@@ -34,6 +34,7 @@ typedef struct {
   int dev;
   px_tensor_t d_backup;     /* [numel] theta while z is evaluated (a GPU model) */
   float *theta_backup;      /* d_backup's data, or backup on a CPU model */
+  float prox_f;             /* the factor on the pull of this local phase (final_prox) */
 } px__hsadmm_strategy_t;
 
 static int px__skipped(const char *const *skip_layers, int nskip, const char *name) {
@@ -156,6 +157,17 @@ static px_status_t px__hsadmm_restore_theta(px__strategy_run_t *r, void *priv) {
   return PX_OK;
 }
 
+/* The factor on the proximal pull of iteration it's local steps
+ * (cfg.final_prox): 1 until the masks freeze. Depends only on it and the
+ * frozen state, so a resumed run gets the same. */
+static float px__hsadmm_prox_factor(const px__strategy_run_t *r, const px__hsadmm_strategy_t *s,
+                                    int it) {
+  const px_strategy_config_t *c = r->cfg;
+  if (!c->final_prox || !px_hsadmm_frozen(s->h)) return 1.0f;
+  if (c->final_prox == 2 || c->iterations <= 1) return 0.0f;
+  return 1.0f - (float)it / (float)(c->iterations - 1);
+}
+
 /* ---- the round ------------------------------------------------------------------------- */
 
 /* The frozen union masks to the device buffer the mask kernel reads. */
@@ -190,11 +202,12 @@ static px_status_t px__hsadmm_overlap_begin(px__strategy_run_t *r, px__hsadmm_st
  * are the proximal targets, the restart copies z where the model is. */
 static px_status_t px__hsadmm_before_local_dev(px__strategy_run_t *r, px__hsadmm_strategy_t *s,
                                                int it) {
+  float f = px__hsadmm_prox_factor(r, s, it);
   for (int i = 0; i < r->np; i++) {
     const float *z, *u;
     float rho;
     px_hsadmm_prox(s->h, i, &z, &u, &rho);
-    PX_CHECK(px_sgd_set_prox(r->sgd, i, z, u, rho));
+    PX_CHECK(px_sgd_set_prox(r->sgd, i, z, u, rho * f));
   }
   if (!r->cfg->keep_local && it > 0) PX_CHECK(px__hsadmm_load_z(r, s, 0));
   if (!r->staged || !px_hsadmm_frozen(s->h)) return PX_OK;
@@ -204,7 +217,9 @@ static px_status_t px__hsadmm_before_local_dev(px__strategy_run_t *r, px__hsadmm
 /* ---- compact training after the freeze (compact_train.c) ------------------------------ */
 
 static void px__hsadmm_prox_of(void *ctx, int i, const float **z, const float **u, float *rho) {
-  px_hsadmm_prox(ctx, i, z, u, rho);
+  const px__hsadmm_strategy_t *s = ctx;
+  px_hsadmm_prox(s->h, i, z, u, rho);
+  *rho *= s->prox_f;
 }
 
 /* The first local phase after the freeze builds the compact model from the
@@ -231,7 +246,7 @@ static px_status_t px__hsadmm_compact_enter(px__strategy_run_t *r, px__hsadmm_st
       return PX_OK;
     }
   }
-  return px__ctrain_enter(r->ctrain, r, px__hsadmm_prox_of, s->h);
+  return px__ctrain_enter(r->ctrain, r, px__hsadmm_prox_of, s);
 }
 
 static px_status_t px__hsadmm_after_local(px__strategy_run_t *r, void *priv) {
@@ -247,6 +262,7 @@ static px_status_t px__hsadmm_before_local(px__strategy_run_t *r, void *priv, in
   int restart = !r->cfg->keep_local && it > 0;
   float *theta = r->staged ? r->h_theta : flat->data;
   float *dz = s->d_zu.data, *du = dz ? dz + r->numel : NULL;
+  float f = s->prox_f = px__hsadmm_prox_factor(r, s, it);
   size_t off = 0;
   for (int i = 0; i < r->np; i++) {
     size_t n = s->hp[i].numel;
@@ -260,7 +276,7 @@ static px_status_t px__hsadmm_before_local(px__strategy_run_t *r, void *priv, in
       z = dz + off;
       u = du + off;
     }
-    PX_CHECK(px_sgd_set_prox(r->sgd, i, z, u, rho));
+    PX_CHECK(px_sgd_set_prox(r->sgd, i, z, u, rho * f));
     if (restart) px_hsadmm_restart_point(s->h, i, theta + off);
     off += n;
   }

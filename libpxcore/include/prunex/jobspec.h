@@ -91,6 +91,8 @@
  *     eps_rel: 1e-3         >= 0
  *     stop_on_converged: false  true: residuals within eps_abs/eps_rel end the job;
  *                           false: they freeze the masks, the whole budget runs
+ *     final_prox: keep      keep | decay | release: the local steps' proximal pull
+ *                           once the masks are frozen
  *   comm:
  *     bucket_bytes: 32MiB   a positive multiple of 4, at most 1 GiB; an
  *                           integer or a size with a unit: B, KB, MB, GB

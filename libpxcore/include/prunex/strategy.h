@@ -152,6 +152,11 @@ typedef struct {
    * writes it back into the dense model; CPU host models only, others train
    * dense (logged). Channels the compact model drops stop moving. 0: off. */
   int32_t compact_local;
+  /* hsadmm: the proximal pull of the local steps once the masks are frozen
+   * (the final phase, which trains the pruned network for accuracy; the
+   * round and its exchange are unchanged): 0 kept, 1 decayed linearly with
+   * the run (rho times 1 - it / (iterations - 1)), 2 released (rho 0). */
+  int32_t final_prox;
 } px_strategy_config_t;
 
 /* One iteration's record (docs/metrics.md); what rank 0 reports. */
