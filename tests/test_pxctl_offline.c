@@ -158,6 +158,10 @@ static void test_status_metrics_drift_logs_read_the_output_directory_as_live(voi
   same_as_live("status", "--json", NULL);
   assert_non_null(strstr(F->r.out, "\"state\":\"SUCCEEDED\""));
   same_as_live("status", NULL, NULL);
+  /* the kept model's size and multiply-accumulates (filter_keep 0.5) */
+  if (!strstr(F->r.out, "MACs       ")) pxt_show("pxctl status", &F->r);
+  assert_non_null(strstr(F->r.out, "model size "));
+  assert_non_null(strstr(F->r.out, "MACs       40.81 M per image dense; "));
   same_as_live("metrics", NULL, NULL);
   same_as_live("metrics", "--json", NULL);
   same_as_live("metrics", "--csv", "--layers");
