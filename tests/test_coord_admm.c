@@ -212,6 +212,16 @@ static void test_masks_freeze_after_stable_drift(void **state) {
   }
 }
 
+/* Every rank of job reports a clean exit. */
+static void exit_ranks(fixture_t *f, const char *job, int n) {
+  Prunex__V1__RankExit ex = PRUNEX__V1__RANK_EXIT__INIT;
+  ex.job_id = (char *)job;
+  for (int rank = 0; rank < n; rank++) {
+    ex.rank = rank;
+    assert_int_equal(px_rpc_report_rank_exit(f->ch, &ex, 0), PX_OK);
+  }
+}
+
 static void job_reason(px_rpc_channel_t *ch, const char *job, char *buf, size_t cap) {
   Prunex__V1__Job *j = NULL;
   assert_int_equal(px_rpc_get_job(ch, job, 0, &j), PX_OK);
@@ -233,12 +243,7 @@ static void test_a_converged_job_says_so_when_it_ends(void **state) {
   assert_true(d->stop);
   assert_string_equal(d->stop_reason, "converged");
   px_rpc_message_free(d);
-  Prunex__V1__RankExit ex = PRUNEX__V1__RANK_EXIT__INIT;
-  ex.job_id = job;
-  for (int rank = 0; rank < 2; rank++) {
-    ex.rank = rank;
-    assert_int_equal(px_rpc_report_rank_exit(f->ch, &ex, 0), PX_OK);
-  }
+  exit_ranks(f, job, 2);
   assert_int_equal(pxt_job_state(f->ch, job), PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED);
   char reason[512];
   job_reason(f->ch, job, reason, sizeof reason);
@@ -267,12 +272,7 @@ static void test_converged_residuals_freeze_and_the_budget_runs_on(void **state)
     assert_int_equal(d->stop, it == 3);
     px_rpc_message_free(d);
   }
-  Prunex__V1__RankExit ex = PRUNEX__V1__RANK_EXIT__INIT;
-  ex.job_id = job;
-  for (int rank = 0; rank < 2; rank++) {
-    ex.rank = rank;
-    assert_int_equal(px_rpc_report_rank_exit(f->ch, &ex, 0), PX_OK);
-  }
+  exit_ranks(f, job, 2);
   char reason[512];
   job_reason(f->ch, job, reason, sizeof reason);
   assert_string_equal(reason, "it trained its whole budget (4 iterations); the residuals "
@@ -296,12 +296,7 @@ static void test_stop_at_max_iterations_and_defaults(void **state) {
   }
   /* No admm section at all: px_admm_policy_defaults (adaptive, tau 2). */
   char job2[64];
-  Prunex__V1__RankExit ex = PRUNEX__V1__RANK_EXIT__INIT;
-  ex.job_id = job;
-  for (int rank = 0; rank < 2; rank++) {
-    ex.rank = rank;
-    assert_int_equal(px_rpc_report_rank_exit(f->ch, &ex, 0), PX_OK);
-  }
+  exit_ranks(f, job, 2);
   /* the job's reason says why it ended */
   char reason[512];
   job_reason(f->ch, job, reason, sizeof reason);
