@@ -332,7 +332,8 @@ static char *plot_overlay(const char *dir, const plot_job_t *jobs, int njobs,
   n += (size_t)snprintf(b + n, cap - n, "plot ");
   for (int i = 0; i < njobs && n < cap; i++) {
     char title[300];
-    snprintf(title, sizeof title, "%s (%s, %s)", jobs[i].name, jobs[i].id, jobs[i].strategy);
+    snprintf(title, sizeof title, "%.180s (%.60s, %.40s)", jobs[i].name, jobs[i].id,
+             jobs[i].strategy);
     for (char *p = title; *p; p++)
       if (*p == '\'' || *p == '\n') *p = ' ';
     n += (size_t)snprintf(b + n, cap - n,
