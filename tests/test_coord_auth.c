@@ -541,7 +541,7 @@ static void test_dashboard_without_a_token_says_how_to_give_one(void **state) {
   const char *msg = strstr(dom, "id=\"need-token\"");
   if (!msg) fprintf(stderr, "DOM:\n%.3000s\n", dom);
   assert_non_null(msg);
-  print_message("%.300s\n", msg);
+  print_message("%.300s\n", msg ? msg : "");
   char want[320];
   snprintf(want, sizeof want, "open %s#token=TOKEN", url);
   assert_non_null(strstr(msg, want));
