@@ -1,12 +1,18 @@
 /* Shared test helpers: reproducible random numbers and float comparison. */
 #include "px_test_util.h"
 
+#include <fnmatch.h>
 #include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cmocka.h>
 
 #include "prunex/cuda.h"
 #include "prunex/data.h"
@@ -331,4 +337,27 @@ int px_test_resnet20_steps(px_ops_t *ops, int batch, px_precision_t prec, int st
   px_sgd_destroy(sgd);
   px_model_destroy(m);
   return st == PX_OK ? 0 : -1;
+}
+
+/* PX_TEST_FILTER: glob patterns separated by '|'; the tests whose names
+ * match one of them move to the front, and their count is returned (all
+ * of them without the variable). */
+size_t px_test_select(struct CMUnitTest *tests, size_t n) {
+  const char *f = getenv("PX_TEST_FILTER");
+  if (!f || !f[0]) return n;
+  size_t kept = 0;
+  for (size_t i = 0; i < n; i++) {
+    char pats[1024];
+    snprintf(pats, sizeof pats, "%s", f);
+    int match = 0;
+    for (char *save = NULL, *p = strtok_r(pats, "|", &save); p && !match;
+         p = strtok_r(NULL, "|", &save))
+      match = fnmatch(p, tests[i].name, 0) == 0;
+    if (match) {
+      struct CMUnitTest t = tests[kept];
+      tests[kept++] = tests[i];
+      tests[i] = t;
+    }
+  }
+  return kept;
 }

@@ -127,4 +127,12 @@ int px_test_python_has(const char *modules);
  * CUDA does not survive fork, so the parent stays free to fork ranks. */
 int px_test_gpu_ready(const char *what);
 
+/* PX_TEST_FILTER: glob patterns separated by '|'. The tests whose names
+ * match one of them move to the front of tests and their count is returned
+ * (n without the variable); run the first that many, e.g.
+ * _cmocka_run_group_tests(name, tests, px_test_select(tests, n), ...). The
+ * sanitizer build runs parts of long tests this way (tests/CMakeLists.txt). */
+struct CMUnitTest;
+size_t px_test_select(struct CMUnitTest *tests, size_t n);
+
 #endif

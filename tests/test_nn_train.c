@@ -167,10 +167,11 @@ static void test_pxtrain_usage_errors_and_bench(void **state) {
 }
 
 int main(void) {
-  const struct CMUnitTest tests[] = {
+  struct CMUnitTest tests[] = {
       cmocka_unit_test(test_loss_falls_on_a_real_subset),
       cmocka_unit_test(test_checkpoint_round_trip_is_exact),
       cmocka_unit_test(test_pxtrain_usage_errors_and_bench),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  size_t n = px_test_select(tests, sizeof tests / sizeof tests[0]);
+  return _cmocka_run_group_tests("nn_train", tests, n, setup, teardown);
 }

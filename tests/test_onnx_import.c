@@ -10,7 +10,6 @@
  * largest. The importer refuses
  * what it cannot take with the file, the node and the operator, and
  * survives truncated and garbage files. Skips without the Python packages. */
-#include <fnmatch.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -1141,30 +1140,6 @@ static void tensor_caps_take_real_networks_and_bound_hostile_ones(void **state) 
   assert_int_equal(system(cmd), 0);
 }
 
-/* PX_TEST_FILTER: glob patterns separated by '|'; the tests whose names
- * match one of them move to the front, and their count is returned (all
- * of them without the variable). The sanitizer build runs the importer's
- * refusals and a few graphs this way (tests/CMakeLists.txt). */
-static size_t select_tests(struct CMUnitTest *tests, size_t n) {
-  const char *f = getenv("PX_TEST_FILTER");
-  if (!f || !f[0]) return n;
-  size_t kept = 0;
-  for (size_t i = 0; i < n; i++) {
-    char pats[1024];
-    snprintf(pats, sizeof pats, "%s", f);
-    int match = 0;
-    for (char *save = NULL, *p = strtok_r(pats, "|", &save); p && !match;
-         p = strtok_r(NULL, "|", &save))
-      match = fnmatch(p, tests[i].name, 0) == 0;
-    if (match) {
-      struct CMUnitTest t = tests[kept];
-      tests[kept++] = tests[i];
-      tests[i] = t;
-    }
-  }
-  return kept;
-}
-
 int main(void) {
   struct CMUnitTest tests[] = {
       cmocka_unit_test(vgg_forward_and_gradients_match_pytorch),
@@ -1192,6 +1167,6 @@ int main(void) {
       cmocka_unit_test(unused_initializers_count_against_the_import_bound),
       cmocka_unit_test(tensor_caps_take_real_networks_and_bound_hostile_ones),
   };
-  size_t n = select_tests(tests, sizeof tests / sizeof tests[0]);
+  size_t n = px_test_select(tests, sizeof tests / sizeof tests[0]);
   return _cmocka_run_group_tests("onnx_import", tests, n, NULL, NULL);
 }
