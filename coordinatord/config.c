@@ -210,9 +210,11 @@ static const px_setting_t coord_settings[] = {
      "S", "user NAME's share of the cluster (a positive number, relative to the others'; "
      "default 1)", NULL, NULL, coord_user_set},
     {"max_running_nodes.", PX_SETTING_CUSTOM, R | PX_SETTING_PREFIX | PX_SETTING_FILE_ONLY, USERS,
-     NONE, NULL, "N", "max_running_nodes for user NAME", NULL, NULL, coord_user_set},
+     NONE, NULL, "N", "nodes user NAME's running jobs may hold (default: max_running_nodes)",
+     NULL, NULL, coord_user_set},
     {"max_queued_jobs.", PX_SETTING_CUSTOM, R | PX_SETTING_PREFIX | PX_SETTING_FILE_ONLY, USERS,
-     NONE, NULL, "N", "max_queued_jobs for user NAME", NULL, NULL, coord_user_set},
+     NONE, NULL, "N", "unfinished jobs user NAME may have (default: max_queued_jobs)", NULL,
+     NULL, coord_user_set},
     /* notifications (notify.c, notify_policy.c) */
     {"notify_url", PX_SETTING_STRING, R, F(notify_url), NONE, NULL, "URL", "POST every job's "
      "state changes here (http or https; default none)", NULL, coord_notify_url_check, NULL},

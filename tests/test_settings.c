@@ -239,7 +239,7 @@ static void test_flags_forms_and_errors(void **state) {
   assert_int_equal(parse(f, off), -1);
   assert_int_equal(f->o.verbose, 0);
   const char *next[] = {"p", "--verbose", "yes", "--read-only", "--job", "j", NULL};
-  assert_int_equal(parse(f, next), -1); /* a bool takes the next word when it is one */
+  assert_int_equal(parse(f, next), -1); /* a bool takes the next word unless it is a flag */
   assert_int_equal(f->o.verbose, 1);
   /* every bad command line: exit status 2 */
   const char *missing[] = {"p", "--job", "j", "--workers", NULL};
@@ -252,6 +252,9 @@ static void test_flags_forms_and_errors(void **state) {
   assert_int_equal(parse(f, underscores), 2); /* flags are spelled with dashes */
   const char *file_only[] = {"p", "--job", "j", "--share.al", "1", NULL};
   assert_int_equal(parse(f, file_only), 2);
+  const char *maybe[] = {"p", "--job", "j", "--verbose", "maybe", NULL};
+  assert_int_equal(parse(f, maybe), 2); /* a bool's value, wrong */
+  assert_non_null(strstr(px_last_error(), "--verbose: verbose = 'maybe': expected on or off"));
   const char *positional[] = {"p", "--job", "j", "extra", NULL};
   assert_int_equal(parse(f, positional), 2);
   const char *bad[] = {"p", "--job", "j", "--workers", "0", NULL};

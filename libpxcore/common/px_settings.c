@@ -242,17 +242,15 @@ static const char *px__settings_flag_name(const char *name, char *buf, size_t ca
 }
 
 /* The value of flag argv[*i] into *value (the next argument unless it
- * came with '='; a BOOL's only when it is on, off, ..., else "on");
+ * came with '='; a BOOL's only when it is not a flag, else "on");
  * PX_ERR_INVALID when missing. */
 static px_status_t px__settings_flag_value(const px_setting_t *e, int argc, char **argv, int *i,
                                            const char **value) {
   if (*value) return PX_OK;
   char flag[160];
   px__settings_flag_name(e->name, flag, sizeof flag);
-  if (e->type == PX_SETTING_BOOL) { /* "--flag", or "--flag off" */
-    *value = "on";
-    for (int b = 0; *i + 1 < argc && px__settings_bool_names[b]; b++)
-      if (!strcmp(argv[*i + 1], px__settings_bool_names[b])) *value = argv[++*i];
+  if (e->type == PX_SETTING_BOOL) { /* "--flag", or "--flag off" (no program takes operands) */
+    *value = *i + 1 < argc && argv[*i + 1][0] != '-' ? argv[++*i] : "on";
     return PX_OK;
   }
   PX_REQUIRE(*i + 1 < argc, "%s needs a value", flag);
