@@ -272,7 +272,7 @@ static void test_required_flags(void **state) {
 static void test_precedence_default_file_variable_flag(void **state) {
   fixture_t *f = *state;
   const char *p = write_file(f, "p.conf", "name = from-file\nworkers = 3\nweight = 7\n"
-                                          "share.al = 2\n");
+                                          "share.al-b = 2\n");
   char cfg[200];
   snprintf(cfg, sizeof cfg, "--config=%s", p);
   const char *args[] = {"p", "--job", "j", "--workers", "5", cfg, NULL};
@@ -280,7 +280,7 @@ static void test_precedence_default_file_variable_flag(void **state) {
   assert_string_equal(f->o.name, "from-file");
   assert_int_equal(f->o.workers, 5);
   assert_true(f->o.weight == 7);
-  assert_string_equal(f->o.users, "al=2");
+  assert_string_equal(f->o.users, "al-b=2"); /* a file's user name keeps its dashes too */
   assert_string_equal(f->o.config, p);
   setenv("PXT_NAME", "from-env", 1);
   assert_int_equal(parse(f, args), -1);
