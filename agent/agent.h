@@ -45,7 +45,6 @@
 #define PXA_LOG_PASS_CHUNKS 16     /* chunks per log per pass (1 MiB) */
 
 #define PXA_MAX_ROOTS 16
-#define PXA_CONFIG_STRINGS (2 * PXA_MAX_ROOTS + 16)
 /* Where data sets may be read from when no --data-root is given (besides
  * the work directory): Debian's data set packages install there. */
 #define PXA_DEFAULT_DATA_ROOT "/usr/share/datasets"
@@ -64,10 +63,16 @@ typedef struct {
   const char *data_roots[PXA_MAX_ROOTS];   /* --data-root: where dataset.path may be */
   int ndata_roots;
   const char *config;        /* --config FILE, or NULL */
-  const char *coordinator_from; /* where coordinator came from, for messages */
-  char *strings[PXA_CONFIG_STRINGS]; /* values read from the config file (px_malloc'd) */
-  int nstrings;
+  const char *ca;            /* --ca FILE (else PRUNEX_CA, else the file's), or NULL */
+  struct px_settings *settings; /* keeps the strings above (config.c) */
 } pxa_config_t;
+
+/* --help and --version (printed: 0), else the config file, PRUNEX_COORDINATOR
+ * and PRUNEX_CA, then the flags, into c (config.c's table): -1 to go on, 2
+ * after saying on stderr what is wrong. Either way c keeps its settings
+ * handle: pxa_config_free releases it and the strings of c. */
+int pxa_parse_args(int argc, char **argv, pxa_config_t *c);
+void pxa_config_free(pxa_config_t *c);
 
 
 typedef enum { PXA_CMD_START = 1, PXA_CMD_CANCEL = 2 } pxa_cmd_kind_t;

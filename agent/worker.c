@@ -21,8 +21,8 @@
  * peer makes every rank fail within the collective timeout), 2 bad flags,
  * 3 the job was cancelled (rank 0 learned it from the coordinator). */
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
@@ -42,6 +42,7 @@
 #include "prunex/report.h"
 #include "prunex/nn.h"
 #include "prunex/rpc.h"
+#include "prunex/settings.h"
 #include "prunex/strategy.h"
 #include "prunex/check.h"
 #include "prunex/text.h"
@@ -58,9 +59,10 @@ typedef struct {
   const char *coordinator, *job, *spec_path, *work_dir, *metrics_db, *leaders, *data_root,
       *cache_root;
   int rank, local_rank, world, node_index, num_nodes, threads;
-  int device_index;            /* the node's device for this rank; -1: the local rank */
-  px_log_level_t log_level;
-  int log_level_set;
+  int device_index;            /* the node's device for this rank (default: the local rank) */
+  int log_level;               /* px_log_level_t; -1: not set */
+  const char *ca;              /* --ca FILE, or NULL */
+  px_settings_t *settings;     /* keeps the strings above */
 } pxw_args_t;
 
 typedef struct {
@@ -89,154 +91,92 @@ typedef struct {
   int training;
 } pxw_t;
 
-static void pxw_usage(FILE *f) {
-  fprintf(f,
-          "usage: pxworker --coordinator HOST:PORT --job ID --rank R --local-rank L\n"
-          "                --world-size W --node-index I --num-nodes M --spec FILE\n"
-          "                [--device-index D] [--threads T] [--work-dir DIR] [--metrics-db PATH]\n"
-          "                [--leaders R0,R1,...] [--data-root DIR] [--cache-root DIR]\n"
-          "                [--log-level L]\n"
-          "\n"
-          "One PruneX training process (one per device), normally started by pxagent.\n"
-          "\n"
-          "  --coordinator HOST:PORT  the coordinator (rendezvous, control decisions)\n"
-          "  --job ID                 the job's id\n"
-          "  --rank R                 global rank, 0 <= R < W (ranks are placed node by node)\n"
-          "  --local-rank L           rank within the node, R mod (W / M)\n"
-          "  --world-size W           all ranks of the job (M nodes x P workers)\n"
-          "  --node-index I           this node's index in the job, R / (W / M)\n"
-          "  --num-nodes M            nodes of the job\n"
-          "  --spec FILE              the job spec, a packed prunex.v1.JobSpec\n"
-          "  --device-index D         the node's device for this rank: the GPU when\n"
-          "                           cluster.device is cuda (or auto and a GPU is found)\n"
-          "                           (default: the local rank)\n"
-          "  --threads T              compute threads (default: cluster.threads_per_worker,\n"
-          "                           else max(1, cores / P))\n"
-          "  --work-dir DIR           the agent's work directory (default .); the model goes\n"
-          "                           to output_dir, else DIR/jobs/ID\n"
-          "  --metrics-db PATH        node-local metrics file (default DIR/metrics.db)\n"
-          "  --leaders LIST           global rank of each node's leader, by node index\n"
-          "                           (default: local rank 0 of each node)\n"
-          "  --data-root DIR          no file of an image folder (dataset.path) is read from\n"
-          "                           outside DIR, through links neither (default: the\n"
-          "                           folder itself); pxagent passes the root it allowed\n"
-          "                           dataset.path under\n"
-          "  --cache-root DIR         dataset.cache_dir is made and written beneath DIR only,\n"
-          "                           through links neither (default: the --data-root);\n"
-          "                           pxagent passes the root it allowed the field under\n"
-          "  --log-level L            error, warn, info or debug (default: PX_LOG_LEVEL, info)\n"
-          "  --ca FILE                PEM CA bundle: TLS to the coordinator (default\n"
-          "                           $PRUNEX_CA). The rank's secret, which the coordinator's\n"
-          "                           calls need when it has tokens, is $PRUNEX_TOKEN (set by\n"
-          "                           pxagent; never on the command line)\n"
-          "  --help, --version\n"
-          "\n"
-          "Exit status: 0 success, 1 failure (the error on stderr), 2 bad flags,\n"
-          "3 the job was cancelled.\n");
-}
-
-static int pxw_bad_usage(const char *fmt, const char *arg) {
-  fprintf(stderr, "pxworker: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n");
-  pxw_usage(stderr);
-  return 2;
-}
-
-static int pxw_parse_level(const char *s, px_log_level_t *out) {
-  static const char *const names[] = {"error", "warn", "info", "debug"};
-  for (int i = 0; i < 4; i++)
-    if (!strcmp(s, names[i])) {
-      *out = (px_log_level_t)i;
-      return 0;
-    }
+static int pxw_readable_check(const char *v, char *why, size_t cap) {
+  if (access(v, R_OK) == 0) return 0;
+  snprintf(why, cap, "cannot read the file");
   return -1;
+}
+
+#define F(field) offsetof(pxw_args_t, field), sizeof(((pxw_args_t *)0)->field)
+#define REQ PX_SETTING_REQUIRED
+#define PXW_STR(name, flags, field, def, arg, help) \
+  {name, PX_SETTING_STRREF, flags, F(field), 0, 0, NULL, def, arg, help, NULL, NULL, NULL}
+#define PXW_INT(name, field, lo, arg, help) \
+  {name, PX_SETTING_INT, REQ, F(field), lo, 1 << 20, NULL, NULL, arg, help, NULL, NULL, NULL}
+
+static const char *const pxw_levels[] = {"error", "warn", "info", "debug", NULL};
+
+/* pxworker's settings (prunex/settings.h): flags only. pxagent starts it
+ * with them (workers.c); deploy/man/pxworker.8 lists the same ones. */
+static const px_setting_t pxw_settings[] = {
+    PXW_STR("coordinator", REQ, coordinator, NULL, "HOST:PORT",
+            "the coordinator (rendezvous, control decisions)"),
+    PXW_STR("job", REQ, job, NULL, "ID", "the job's id"),
+    PXW_INT("rank", rank, 0, "R", "global rank, 0 <= R < W (ranks are placed node by node)"),
+    PXW_INT("local_rank", local_rank, 0, "L", "rank within the node, R mod (W / M)"),
+    PXW_INT("world_size", world, 1, "W", "all ranks of the job (M nodes x P workers)"),
+    PXW_INT("node_index", node_index, 0, "I", "this node's index in the job, R / (W / M)"),
+    PXW_INT("num_nodes", num_nodes, 1, "M", "nodes of the job"),
+    PXW_STR("spec", REQ, spec_path, NULL, "FILE", "the job spec, a packed prunex.v1.JobSpec"),
+    {"device_index", PX_SETTING_INT, 0, F(device_index), 0, 1 << 20, NULL, NULL, "D",
+     "the node's device for this rank: the GPU when cluster.device is cuda (or auto and a GPU "
+     "is found) (default: the local rank)", NULL, NULL, NULL},
+    {"threads", PX_SETTING_INT, 0, F(threads), 1, 1 << 20, NULL, NULL, "T", "compute threads "
+     "(default: cluster.threads_per_worker, else max(1, cores / P))", NULL, NULL, NULL},
+    PXW_STR("work_dir", 0, work_dir, ".", "DIR", "the agent's work directory; the model goes to "
+            "output_dir, else DIR/jobs/ID"),
+    PXW_STR("metrics_db", 0, metrics_db, NULL, "PATH",
+            "node-local metrics file (default DIR/metrics.db)"),
+    PXW_STR("leaders", 0, leaders, NULL, "LIST", "global rank of each node's leader, by node "
+            "index, separated by commas (default: local rank 0 of each node)"),
+    PXW_STR("data_root", 0, data_root, NULL, "DIR", "no file of an image folder (dataset.path) "
+            "is read from outside DIR, through links neither (default: the folder itself); "
+            "pxagent passes the root it allowed dataset.path under"),
+    PXW_STR("cache_root", 0, cache_root, NULL, "DIR", "dataset.cache_dir is made and written "
+            "beneath DIR only, through links neither (default: the --data-root); pxagent passes "
+            "the root it allowed the field under"),
+    {"log_level", PX_SETTING_ENUM, 0, F(log_level), 0, 0, pxw_levels, NULL, "L",
+     "error, warn, info or debug (default: PX_LOG_LEVEL, info)", NULL, NULL, NULL},
+    {"ca", PX_SETTING_STRREF, 0, F(ca), 0, 0, NULL, NULL, "FILE", "PEM CA bundle: TLS to the "
+     "coordinator (default $PRUNEX_CA). The rank's secret, which the coordinator's calls need "
+     "when it has tokens, is $PRUNEX_TOKEN (set by pxagent; never on the command line)", NULL,
+     pxw_readable_check, NULL},
+};
+
+static const px_settings_spec_t pxw_spec = {
+    .program = "pxworker",
+    .synopsis = "--coordinator HOST:PORT --job ID --rank R --local-rank L\n"
+                "                --world-size W --node-index I --num-nodes M --spec FILE "
+                "[OPTIONS]",
+    .about = "One PruneX training process (one per device), normally started by pxagent.",
+    .epilogue = "Exit status: 0 success, 1 failure (the error on stderr), 2 bad flags,\n"
+                "3 the job was cancelled.",
+    .table = pxw_settings,
+    .n = sizeof pxw_settings / sizeof pxw_settings[0],
+};
+
+static int pxw_bad_usage(const char *msg) {
+  fprintf(stderr, "pxworker: %s\n(run pxworker --help for the flags)\n", msg);
+  return 2;
 }
 
 static px_status_t pxw_parse_leaders(const pxw_args_t *a, int *leader);
 
-/* Returns -1 to go on, else the exit status. */
+/* Returns -1 to go on, else the exit status; a->settings is set either way
+ * (pxw_args_free). */
 static int pxw_parse_args(int argc, char **argv, pxw_args_t *a) {
-  enum { O_COORD = 256, O_JOB, O_RANK, O_LRANK, O_WORLD, O_NODE, O_NODES, O_SPEC, O_DEVICE,
-         O_THREADS, O_WORK, O_METRICS, O_LEADERS, O_LOG, O_VERSION, O_CA, O_DATA_ROOT,
-         O_CACHE_ROOT };
-  static const struct option opts[] = {
-      {"coordinator", required_argument, NULL, O_COORD},
-      {"job", required_argument, NULL, O_JOB},
-      {"rank", required_argument, NULL, O_RANK},
-      {"local-rank", required_argument, NULL, O_LRANK},
-      {"world-size", required_argument, NULL, O_WORLD},
-      {"node-index", required_argument, NULL, O_NODE},
-      {"num-nodes", required_argument, NULL, O_NODES},
-      {"spec", required_argument, NULL, O_SPEC},
-      {"device-index", required_argument, NULL, O_DEVICE},
-      {"threads", required_argument, NULL, O_THREADS},
-      {"work-dir", required_argument, NULL, O_WORK},
-      {"metrics-db", required_argument, NULL, O_METRICS},
-      {"leaders", required_argument, NULL, O_LEADERS},
-      {"data-root", required_argument, NULL, O_DATA_ROOT},
-      {"cache-root", required_argument, NULL, O_CACHE_ROOT},
-      {"log-level", required_argument, NULL, O_LOG},
-      {"ca", required_argument, NULL, O_CA},
-      {"help", no_argument, NULL, 'h'},
-      {"version", no_argument, NULL, O_VERSION},
-      {NULL, 0, NULL, 0},
-  };
   memset(a, 0, sizeof *a);
-  a->rank = a->local_rank = a->world = a->node_index = a->num_nodes = a->device_index = -1;
-  a->work_dir = ".";
-  opterr = 0;
-  int c;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    int *target = NULL, lo = 0;
-    switch (c) {
-      case 'h': pxw_usage(stdout); return 0;
-      case O_VERSION: printf("pxworker %s\n", px_version()); return 0;
-      case O_COORD: a->coordinator = optarg; break;
-      case O_CA: /* the RPC client reads PRUNEX_CA */
-        if (access(optarg, R_OK) != 0) return pxw_bad_usage("--ca '%s': cannot read the file", optarg);
-        setenv("PRUNEX_CA", optarg, 1);
-        break;
-      case O_JOB: a->job = optarg; break;
-      case O_SPEC: a->spec_path = optarg; break;
-      case O_WORK: a->work_dir = optarg; break;
-      case O_METRICS: a->metrics_db = optarg; break;
-      case O_LEADERS: a->leaders = optarg; break;
-      case O_DATA_ROOT: a->data_root = optarg; break;
-      case O_CACHE_ROOT: a->cache_root = optarg; break;
-      case O_RANK: target = &a->rank; break;
-      case O_LRANK: target = &a->local_rank; break;
-      case O_WORLD: target = &a->world; lo = 1; break;
-      case O_NODE: target = &a->node_index; break;
-      case O_NODES: target = &a->num_nodes; lo = 1; break;
-      case O_DEVICE: target = &a->device_index; break;
-      case O_THREADS: target = &a->threads; lo = 1; break;
-      case O_LOG:
-        if (pxw_parse_level(optarg, &a->log_level) != 0)
-          return pxw_bad_usage("--log-level '%s': expected error, warn, info or debug", optarg);
-        a->log_level_set = 1;
-        break;
-      case '?':
-      default:
-        return pxw_bad_usage("unknown or incomplete option '%s'", argv[optind - 1]);
-    }
-    if (target && pxa_parse_int(optarg, lo, 1 << 20, target) != 0)
-      return pxw_bad_usage("'%s' is not a valid number here", optarg);
-  }
-  if (optind < argc) return pxw_bad_usage("unexpected argument '%s'", argv[optind]);
-  if (!a->coordinator || !a->coordinator[0]) return pxw_bad_usage("%s is required", "--coordinator");
-  if (!a->job || !a->job[0]) return pxw_bad_usage("%s is required", "--job");
-  if (!a->spec_path) return pxw_bad_usage("%s is required", "--spec");
-  if (a->rank < 0) return pxw_bad_usage("%s is required", "--rank");
-  if (a->local_rank < 0) return pxw_bad_usage("%s is required", "--local-rank");
-  if (a->world < 0) return pxw_bad_usage("%s is required", "--world-size");
-  if (a->node_index < 0) return pxw_bad_usage("%s is required", "--node-index");
-  if (a->num_nodes < 0) return pxw_bad_usage("%s is required", "--num-nodes");
+  if (px_settings_create(&pxw_spec, a, &a->settings) != PX_OK ||
+      px_settings_defaults(a->settings) != PX_OK)
+    return pxw_bad_usage(px_last_error());
+  int rc = px_settings_parse_args(a->settings, argc, argv);
+  if (rc >= 0) return rc;
+  if (a->ca) setenv("PRUNEX_CA", a->ca, 1); /* the RPC client reads it */
   char msg[160];
   if (a->world % a->num_nodes != 0) {
     snprintf(msg, sizeof msg, "--world-size %d is not a multiple of --num-nodes %d", a->world,
              a->num_nodes);
-    return pxw_bad_usage("%s", msg);
+    return pxw_bad_usage(msg);
   }
   int P = a->world / a->num_nodes;
   if (a->rank >= a->world || a->node_index >= a->num_nodes || a->rank / P != a->node_index ||
@@ -245,14 +185,14 @@ static int pxw_parse_args(int argc, char **argv, pxw_args_t *a) {
              "rank %d, local rank %d, node %d do not fit %d nodes x %d workers (ranks are "
              "placed node by node)",
              a->rank, a->local_rank, a->node_index, a->num_nodes, P);
-    return pxw_bad_usage("%s", msg);
+    return pxw_bad_usage(msg);
   }
-  if (a->device_index < 0) a->device_index = a->local_rank;
+  if (!px_settings_given(a->settings, "device_index")) a->device_index = a->local_rank;
   if (a->leaders) {
     int *l = px_calloc((size_t)a->num_nodes, sizeof *l, "worker.leaders");
     px_status_t st = l ? pxw_parse_leaders(a, l) : PX_ERR_NOMEM;
     px_free(l);
-    if (st != PX_OK) return pxw_bad_usage("%s", px_last_error());
+    if (st != PX_OK) return pxw_bad_usage(px_last_error());
   }
   return -1;
 }
@@ -808,9 +748,12 @@ int main(int argc, char **argv) {
   pxw_t w;
   memset(&w, 0, sizeof w);
   int rc = pxw_parse_args(argc, argv, &w.a);
-  if (rc >= 0) return rc;
+  if (rc >= 0) {
+    px_settings_destroy(w.a.settings);
+    return rc;
+  }
   /* Info by default: the rank's log is where its progress is read. */
-  if (w.a.log_level_set) px_log_set_level(w.a.log_level);
+  if (w.a.log_level >= 0) px_log_set_level((px_log_level_t)w.a.log_level);
   else if (!getenv("PX_LOG_LEVEL")) px_log_set_level(PX_LOG_INFO);
   /* Started by an agent: die with it rather than train for nobody. */
   const char *agent = getenv("PX_AGENT_PID");
@@ -830,6 +773,7 @@ int main(int argc, char **argv) {
   px_free(w.lm);
   px_free(w.lp);
   px_jobspec_free(w.spec);
+  px_settings_destroy(w.a.settings);
   grpc_shutdown();
   return rc;
 }

@@ -76,12 +76,14 @@ typedef struct {
   int http_max_per_proxy;   /* ... from one address of http_trusted_proxies */
   char http_trusted_proxies[1024]; /* addresses and CIDR blocks; "" : none */
   int http_metrics_ended_s; /* an ended job's /metrics series stay this long (http_metrics.c) */
-  char config_path[4096];  /* --config FILE ("" : none): re-read on SIGHUP for the policy */
+  char config_path[4096];  /* --config FILE, absolute ("" : none): re-read on SIGHUP */
   coord_sched_policy_t sched; /* priorities, fair share, quotas, time limits */
   char notify_url[1100];   /* every job's state changes are POSTed here ("" : none) */
   char notify_states[260]; /* which (px_jobspec_notify_states); default "end" */
   char notify_allow[COORD_NOTIFY_ALLOW_LEN]; /* where specs' notify.url may go */
   int notify_public;       /* 1 (default): also to any public address */
+  int argc;                /* the command line, applied again on SIGHUP */
+  char **argv;
   int read_only;           /* --read-only: serve the queries of an existing database, change
                             * nothing (pxctl's offline reading, cli/pxctl_offline.c) */
 } coord_config_t;
@@ -92,21 +94,22 @@ typedef struct {
 
 #define COORD_DEFAULT_HTTP_JS "/usr/share/javascript"
 
-void coord_config_defaults(coord_config_t *cfg);
+/* The settings are one table (config.c, prunex/settings.h) that the flags,
+ * the config file, --help and the reload are read from; docs/operations.md
+ * and deploy/man/pxcoordd.8 list the same settings.
+ * --help and --version (printed: 0), else the config file (--config), then
+ * the flags, into cfg, and the checks that span settings: -1 to go on, 2
+ * after saying on stderr what is wrong (file:line, key, value, what was
+ * expected). argv must outlive cfg (SIGHUP applies the flags again). */
+int coord_config_parse(int argc, char **argv, coord_config_t *cfg);
 
-/* Reads a config file (YAML mapping or `key = value` lines) into cfg. Every
- * key is optional; unknown keys and bad values fail with PX_ERR_INVALID and
- * a message naming the file and line. */
-px_status_t coord_config_load(const char *path, coord_config_t *cfg);
-
-/* Re-reads the config file's scheduling policy (share.*, quotas, weights,
- * time limits) into cfg->sched; the other settings need a restart and are
- * left as they are. On error cfg is unchanged. */
-px_status_t coord_config_reload_policy(coord_config_t *cfg);
-
-/* Parses one setting by its config-file name (also used for the flags). */
-px_status_t coord_config_set(coord_config_t *cfg, const char *key, const char *value,
-                             const char *where);
+/* SIGHUP: reads the config file again (then the same flags) and applies
+ * the settings the table marks RELOAD (the scheduling policy and the
+ * notifications); names in restart (comma-separated) the other settings
+ * whose value changed, which need a restart and keep their running value,
+ * and returns how many they are. On error (a negative status, the message
+ * naming file:line) cfg is unchanged. */
+int coord_config_reload(coord_config_t *cfg, char *restart, size_t cap);
 
 /* ---- identity (auth.c) ------------------------------------------------- */
 

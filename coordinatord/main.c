@@ -29,89 +29,6 @@ static px_service_watchdog_t coord_watchdog;
 #include "http.h"
 #include "notify_policy.h"
 
-static void coord_usage(FILE *f) {
-  fprintf(f,
-          "usage: pxcoordd --db PATH [--listen HOST:PORT] [--config FILE]\n"
-          "                [--heartbeat-timeout-ms N] [--advertise HOST:PORT]\n"
-          "                [--placement-timeout-ms N] [--agent-grace-ms N]\n"
-          "                [--log-level error|warn|info|debug]\n"
-          "                [--tls-cert FILE --tls-key FILE] [--tokens FILE]\n"
-          "                [--retention-days N] [--read-only]\n"
-          "                [--http HOST:PORT [--http-www DIR] [--http-js DIR]\n"
-          "                 [--http-max-per-address N] [--http-trusted-proxies LIST]\n"
-          "                 [--http-max-per-proxy N] [--http-metrics-ended-s S]]\n"
-          "\n"
-          "The PruneX coordinator: node registry, job queue and scheduler, rendezvous\n"
-          "store, H-SADMM controller and metrics, served over gRPC (prunex.v1).\n"
-          "\n"
-          "  --db PATH                SQLite database (created if missing; required,\n"
-          "                           here or in the config file)\n"
-          "  --listen HOST:PORT       address to serve on (default %s);\n"
-          "                           port 0 picks a free port\n"
-          "  --config FILE            settings file: `key = value` lines or a YAML\n"
-          "                           mapping with the keys listen, db, advertise,\n"
-          "                           heartbeat_timeout_ms, placement_timeout_ms,\n"
-          "                           agent_grace_ms, log_level; flags win\n"
-          "  --heartbeat-timeout-ms N a node silent this long becomes LOST, and the\n"
-          "                           job it holds FAILED naming it\n"
-          "                           (default %d; agents heartbeat every N/3)\n"
-          "  --placement-timeout-ms N a SCHEDULED job whose nodes have not started its\n"
-          "                           ranks this long after placement fails (default %d)\n"
-          "  --agent-grace-ms N       a node whose agent closed its assignment stream\n"
-          "                           and did not reopen it this long is LOST (default %d)\n"
-          "  --advertise HOST:PORT    address given to workers in assignments\n"
-          "                           (default: the listen address and bound port,\n"
-          "                           with the host name for 0.0.0.0)\n"
-          "  --log-level L            stderr log threshold (default info, or the\n"
-          "                           PX_LOG_LEVEL environment variable)\n"
-          "  --tls-cert FILE          PEM certificate (chain): serve TLS (with --tls-key)\n"
-          "  --tls-key FILE           PEM private key of the certificate\n"
-          "  --tokens FILE            bearer tokens, `TOKEN NAME admin|user|node` lines,\n"
-          "                           not readable by others; re-read on SIGHUP. Every\n"
-          "                           call must then carry a token. Without TLS and\n"
-          "                           tokens only loopback addresses are served.\n"
-          "  --retention-days N       remove finished jobs (and their metrics) N days\n"
-          "                           after they end (default 0: keep)\n"
-          "  --http HOST:PORT         also serve HTTP: Prometheus /metrics, JSON under\n"
-          "                           /api/v1 and the dashboard at / (port 0 picks a\n"
-          "                           free port; printed as `http on HOST:PORT`)\n"
-          "  --http-www DIR           the dashboard's files (default: the installed\n"
-          "                           ones, %s)\n"
-          "  --http-js DIR            JavaScript libraries from Debian packages\n"
-          "                           (default %s; Chart.js from libjs-chart.js)\n"
-          "  --http-max-per-address N at most N HTTP connections from one address\n"
-          "                           (default %d; of %d in all); at the limit a new\n"
-          "                           one closes that address's longest idle one\n"
-          "  --http-trusted-proxies LIST  addresses and CIDR blocks of reverse proxies\n"
-          "                           (\"127.0.0.2, ::1\"; default none): their own,\n"
-          "                           larger budget of connections\n"
-          "  --http-max-per-proxy N   at most N HTTP connections from each trusted\n"
-          "                           proxy address (default %d)\n"
-          "  --http-metrics-ended-s S a job's /metrics series stay S seconds after it\n"
-          "                           ends, with its final values, then go (default %d;\n"
-          "                           at least the scrape interval; 0: at once)\n"
-          "  --read-only              serve the queries (GetJob, ListJobs, GetIterations,\n"
-          "                           GetRankLog, ...) of an existing database and change\n"
-          "                           nothing: no scheduling, no node timeouts, every\n"
-          "                           other call refused (FAILED_PRECONDITION). An older\n"
-          "                           schema is migrated first: give it a copy. `pxctl`\n"
-          "                           starts one to read a finished run's directory\n"
-          "  --help, --version\n"
-          "\n"
-          "Without --db or db in the config file, $STATE_DIRECTORY/coordinator.db is used\n"
-          "when STATE_DIRECTORY is set (systemd's StateDirectory=prunex).\n"
-          "Under systemd (Type=notify) it sends READY=1 once it serves, STATUS= lines,\n"
-          "and WATCHDOG=1 from its event loop when WatchdogSec= is set.\n"
-          "\n"
-          "On start it prints `listening on HOST:PORT` on stdout. SIGTERM or SIGINT\n"
-          "shut it down cleanly. Exit status: 0 clean shutdown, 1 runtime failure\n"
-          "(database, address), 2 bad flags or configuration.\n",
-          COORD_DEFAULT_LISTEN, COORD_DEFAULT_HEARTBEAT_TIMEOUT_MS,
-          COORD_DEFAULT_PLACEMENT_TIMEOUT_MS, COORD_DEFAULT_AGENT_GRACE_MS, PX_WWW_DIR,
-          COORD_DEFAULT_HTTP_JS, COORD_DEFAULT_HTTP_PER_ADDRESS, COORD_HTTP_MAX_CONNECTIONS,
-          COORD_DEFAULT_HTTP_PER_PROXY, COORD_DEFAULT_HTTP_METRICS_ENDED_S);
-}
-
 static int coord_bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int coord_bad_usage(const char *fmt, ...) {
   va_list ap;
@@ -123,141 +40,13 @@ static int coord_bad_usage(const char *fmt, ...) {
   return 2;
 }
 
-/* Flag name -> config key; NULL for flags that are not settings. */
-static const char *coord_flag_key(const char *flag) {
-  static const char *const map[][2] = {
-      {"--listen", "listen"},
-      {"--db", "db"},
-      {"--advertise", "advertise"},
-      {"--heartbeat-timeout-ms", "heartbeat_timeout_ms"},
-      {"--placement-timeout-ms", "placement_timeout_ms"},
-      {"--agent-grace-ms", "agent_grace_ms"},
-      {"--log-level", "log_level"},
-      {"--tls-cert", "tls_cert"},
-      {"--tls-key", "tls_key"},
-      {"--tokens", "tokens"},
-      {"--retention-days", "retention_days"},
-      {"--http", "http"},
-      {"--http-www", "http_www"},
-      {"--http-js", "http_js"},
-      {"--http-max-per-address", "http_max_per_address"},
-      {"--http-trusted-proxies", "http_trusted_proxies"},
-      {"--http-max-per-proxy", "http_max_per_proxy"},
-      {"--http-metrics-ended-s", "http_metrics_ended_s"},
-  };
-  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-    if (!strcmp(flag, map[i][0])) return map[i][1];
-  return NULL;
-}
-
-/* 1 when the host of HOST:PORT is a loopback address (127.0.0.0/8, ::1,
- * localhost): the only ones served without TLS and tokens. */
-static int coord_listen_loopback(const char *listen) {
-  const char *colon = strrchr(listen, ':');
-  size_t n = colon ? (size_t)(colon - listen) : strlen(listen);
-  char host[256];
-  if (n >= sizeof host) return 0;
-  memcpy(host, listen, n);
-  host[n] = '\0';
-  if (!strcmp(host, "localhost") || !strcmp(host, "[::1]") || !strcmp(host, "::1")) return 1;
-  if (!strncmp(host, "ipv4:", 5)) memmove(host, host + 5, strlen(host + 5) + 1);
-  if (strncmp(host, "127.", 4) != 0) return 0;
-  for (const char *p = host + 4; *p; p++)
-    if (!(*p == '.' || (*p >= '0' && *p <= '9'))) return 0;
-  return 1;
-}
-
 /* Returns -1 to go on, else the exit status. */
 static int coord_parse_args(int argc, char **argv, coord_config_t *cfg) {
-  coord_config_defaults(cfg);
-  /* The config file first, so that flags override it wherever they are. */
-  const char *config = NULL;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--config")) {
-      if (i + 1 >= argc) return coord_bad_usage("%s needs a value", argv[i]);
-      config = argv[++i];
-    } else if (!strncmp(argv[i], "--config=", 9)) {
-      config = argv[i] + 9;
-    }
-  }
-  if (config && coord_config_load(config, cfg) != PX_OK) {
-    fprintf(stderr, "pxcoordd: %s\n", px_last_error());
-    return 2;
-  }
-  if (config) { /* SIGHUP re-reads its policy, whatever the directory then */
-    char *abs = realpath(config, NULL);
-    snprintf(cfg->config_path, sizeof cfg->config_path, "%s", abs ? abs : config);
-    free(abs);
-  }
-  for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i];
-    if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
-      coord_usage(stdout);
-      return 0;
-    }
-    if (!strcmp(arg, "--version")) {
-      printf("pxcoordd %s\n", px_version());
-      return 0;
-    }
-    if (!strcmp(arg, "--read-only")) {
-      cfg->read_only = 1;
-      continue;
-    }
-    char flag[64];
-    const char *value = NULL;
-    const char *eq = strchr(arg, '=');
-    if (eq && !strncmp(arg, "--", 2) && (size_t)(eq - arg) < sizeof flag) {
-      memcpy(flag, arg, (size_t)(eq - arg));
-      flag[eq - arg] = '\0';
-      value = eq + 1;
-    } else {
-      snprintf(flag, sizeof flag, "%s", arg);
-    }
-    if (!strcmp(flag, "--config")) {
-      if (!value) i++;
-      continue;
-    }
-    const char *key = coord_flag_key(flag);
-    if (!key) return coord_bad_usage("unknown argument '%s'", arg);
-    if (!value) {
-      if (i + 1 >= argc) return coord_bad_usage("%s needs a value", flag);
-      value = argv[++i];
-    }
-    if (coord_config_set(cfg, key, value, flag) != PX_OK) {
-      fprintf(stderr, "pxcoordd: %s\n(run pxcoordd --help for the flags)\n", px_last_error());
-      return 2;
-    }
-  }
-  /* Under systemd (StateDirectory=prunex) the database has a natural home. */
-  const char *state_dir = getenv("STATE_DIRECTORY");
-  if (!cfg->db[0] && state_dir && state_dir[0]) {
-    size_t n = strcspn(state_dir, ":"); /* the first of a colon-separated list */
-    if (snprintf(cfg->db, sizeof cfg->db, "%.*s/coordinator.db", (int)n, state_dir) >=
-        (int)sizeof cfg->db)
-      return coord_bad_usage("STATE_DIRECTORY '%s' is too long for a database path", state_dir);
-  }
-  if (!cfg->db[0])
-    return coord_bad_usage("%s", "no database: give --db PATH (or db in --config, or run with "
-                                 "STATE_DIRECTORY set)");
+  int rc = coord_config_parse(argc, argv, cfg);
+  if (rc >= 0) return rc;
   if (cfg->read_only && access(cfg->db, F_OK) != 0)
     return coord_bad_usage("--read-only: the database %s: %s (a read-only coordinator creates "
                            "nothing)", cfg->db, strerror(errno));
-  if (cfg->read_only) cfg->retention_days = 0; /* removes nothing either */
-  if (!cfg->tls_cert[0] != !cfg->tls_key[0])
-    return coord_bad_usage("%s", "TLS needs both --tls-cert and --tls-key (tls_cert, tls_key)");
-  /* The HTTP listener speaks plain HTTP: it stays on loopback (a TLS reverse
-   * proxy exposes it; docs/security.md). */
-  if (cfg->http[0] && !coord_listen_loopback(cfg->http))
-    return coord_bad_usage("http = %s is not a loopback address: the HTTP listener has no TLS; "
-                           "bind it to 127.0.0.1 and put a TLS reverse proxy in front of it "
-                           "(see docs/security.md)",
-                           cfg->http);
-  if (!coord_listen_loopback(cfg->listen) && !(cfg->tls_cert[0] && cfg->tokens[0]))
-    return coord_bad_usage("listen = %s is not a loopback address: serving other hosts needs "
-                           "TLS and tokens (--tls-cert, --tls-key, --tokens; see "
-                           "docs/security.md), so that nobody on the network can drive the "
-                           "cluster unauthenticated",
-                           cfg->listen);
   return -1;
 }
 
@@ -317,16 +106,23 @@ static void coord_on_signal(uv_signal_t *h, int signum) {
   coord_stop(h->data, signum == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
-/* SIGHUP: re-read the scheduling policy of the config file and the tokens
- * file (a bad file keeps what is in force). */
+/* SIGHUP: re-read the config file's reloadable settings (the scheduling
+ * policy, the notifications) and the tokens file (a bad file keeps what is
+ * in force); a changed other setting is logged as needing a restart. */
 static void coord_on_sighup(uv_signal_t *h, int signum) {
   (void)signum;
   coord_t *c = h->data;
   if (c->cfg.config_path[0]) {
-    if (coord_config_reload_policy(&c->cfg) != PX_OK)
+    char restart[512];
+    int n = coord_config_reload(&c->cfg, restart, sizeof restart);
+    if (n < 0)
       px_log(PX_LOG_ERROR, "SIGHUP: %s (the previous scheduling policy stays in force)",
              px_last_error());
     else px_log(PX_LOG_INFO, "SIGHUP: scheduling policy re-read from %s", c->cfg.config_path);
+    if (n > 0)
+      px_log(PX_LOG_WARN, "SIGHUP: %s changed in %s: %s a restart (the running value%s stay%s)",
+             restart, c->cfg.config_path, n == 1 ? "needs" : "need", n == 1 ? "" : "s",
+             n == 1 ? "s" : "");
     coord_notify_policy_update(c); /* the senders' copy of notify_allow */
     if (!c->cfg.read_only) coord_schedule(c); /* quotas or shares may let jobs start now */
   }

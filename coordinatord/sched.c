@@ -14,11 +14,11 @@
 
 void coord_sched_policy_defaults(coord_sched_policy_t *p) {
   memset(p, 0, sizeof *p);
-  p->weight_job = 1000;
-  p->weight_fairshare = 1000;
-  p->weight_age = 100;
-  p->half_life_s = 7 * 86400;
-  p->max_age_s = 7 * 86400;
+  p->weight_job = COORD_SCHED_WEIGHT_JOB;
+  p->weight_fairshare = COORD_SCHED_WEIGHT_FAIRSHARE;
+  p->weight_age = COORD_SCHED_WEIGHT_AGE;
+  p->half_life_s = COORD_SCHED_HALF_LIFE_S;
+  p->max_age_s = COORD_SCHED_MAX_AGE_S;
   p->preempt_grace_s = COORD_PREEMPT_GRACE_S;
 }
 

@@ -32,6 +32,11 @@
 #define COORD_SCHED_USERS_MAX 256
 #define COORD_SCHED_USER_NAME 128
 #define COORD_SCHED_NEVER INT64_MAX /* a busy node's free time when its job has no limit */
+#define COORD_SCHED_WEIGHT_JOB 1000       /* the policy's defaults (config.c's table) */
+#define COORD_SCHED_WEIGHT_FAIRSHARE 1000
+#define COORD_SCHED_WEIGHT_AGE 100
+#define COORD_SCHED_HALF_LIFE_S 604800    /* 7 days */
+#define COORD_SCHED_MAX_AGE_S 604800
 #define COORD_PREEMPT_GRACE_S 30 /* preemption_grace_s: as the time limit's grace */
 
 /* One user's line of the config (share.NAME, max_running_nodes.NAME,

@@ -92,7 +92,7 @@ check test "$(printf '%s\n' $ids | sort | tr '\n' ' ')" = "job-000001 job-000002
 kill -TERM $cpid; wait $cpid; check test $? -eq 0
 echo "bogus_key = 1" >"$tmp/a.conf"
 "$p/bin/pxagent" --config "$tmp/a.conf" >"$tmp/a.out" 2>&1; rc=$?
-check test $rc -eq 2; check grep -q "a.conf:1: bogus_key: unknown setting" "$tmp/a.out"
+check test $rc -eq 2; check grep -q "a.conf:1: unknown setting 'bogus_key'" "$tmp/a.out"
 # man pages
 for m in man1/pxctl.1 man1/pxtrain.1 man8/pxcoordd.8 man8/pxagent.8 man8/pxworker.8 \
          man5/prunex-jobspec.5; do

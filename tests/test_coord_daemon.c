@@ -1,8 +1,9 @@
 /* pxcoordd as a program: --help and --version, bad flags and bad config
  * files (exit 2 with a message naming the problem), config files in both
  * formats (`key = value` and YAML) with flags overriding them, the
- * --heartbeat-timeout-ms setting reaching the agents, one coordinator per
- * database, and an address already in use (exit 1). */
+ * --heartbeat-timeout-ms setting reaching the agents, SIGHUP applying only
+ * the reloadable settings, one coordinator per database, and an address
+ * already in use (exit 1). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -169,6 +170,57 @@ static void test_config_files_in_both_formats(void **state) {
   assert_int_equal(access(from, F_OK), 0);
 }
 
+/* 1 when the file holds needle within ms. */
+static int log_says(const char *path, const char *needle, int ms) {
+  for (int waited = 0; waited <= ms; waited += 20) {
+    char buf[65536];
+    FILE *fp = fopen(path, "r");
+    size_t n = fp ? fread(buf, 1, sizeof buf - 1, fp) : 0;
+    if (fp) fclose(fp);
+    buf[n] = '\0';
+    if (strstr(buf, needle)) return 1;
+    usleep(20 * 1000);
+  }
+  return 0;
+}
+
+/* SIGHUP applies the settings marked reloadable and names a changed other
+ * one as needing a restart, which keeps its running value; a flag still
+ * wins over the file re-read. */
+static void test_sighup_reloads_only_reloadable_settings(void **state) {
+  fixture_t *f = *state;
+  pxt_coordd_t d;
+  memset(&d, 0, sizeof d);
+  snprintf(d.dir, sizeof d.dir, "%s", f->dir);
+  snprintf(d.db, sizeof d.db, "%s", f->db);
+  char conf[400];
+  snprintf(conf, sizeof conf, "%s/reload.conf", f->dir);
+  write_text(conf, "heartbeat_timeout_ms = 2500\npriority_weight_age = 5\n");
+  const char *extra[] = {"--config", conf, "--retention-days", "3", NULL};
+  assert_int_equal(pxt_coordd_start(&d, extra), 0);
+  assert_int_equal(registered_timeout(d.target), 2500);
+  /* only policy keys change: nothing needs a restart */
+  write_text(conf, "heartbeat_timeout_ms = 2500\npriority_weight_age = 7\nretention_days = 9\n");
+  kill(d.pid, SIGHUP);
+  assert_true(log_says(d.log, "SIGHUP: scheduling policy re-read", 5000));
+  assert_false(log_says(d.log, "needs a restart", 200)); /* --retention-days 3 still wins */
+  write_text(conf, "heartbeat_timeout_ms = 4000\npriority_weight_age = 7\n");
+  kill(d.pid, SIGHUP);
+  char want[600];
+  snprintf(want, sizeof want, "SIGHUP: heartbeat_timeout_ms changed in %s: needs a restart", conf);
+  if (!log_says(d.log, want, 5000)) {
+    pxt_coordd_dump_log(&d);
+    fail_msg("no '%s' in the log", want);
+  }
+  assert_int_equal(registered_timeout(d.target), 2500); /* the running value stays */
+  /* a bad file keeps everything */
+  write_text(conf, "priority_weight_age = -1\n");
+  kill(d.pid, SIGHUP);
+  assert_true(log_says(d.log, "priority_weight_age = '-1': expected a number in [0, 1000000000]",
+                       5000));
+  assert_int_equal(pxt_coordd_stop(&d, SIGTERM), 0);
+}
+
 static void test_one_coordinator_per_database_and_port(void **state) {
   fixture_t *f = *state;
   pxt_coordd_t d;
@@ -198,6 +250,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_bad_config_files_exit_2_naming_file_and_line, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_config_files_in_both_formats, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_sighup_reloads_only_reloadable_settings, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_one_coordinator_per_database_and_port, setup,
                                       teardown),
   };

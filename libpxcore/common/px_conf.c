@@ -21,7 +21,7 @@ static px_status_t px__conf_apply(px_conf_set_fn set, void *ctx, const char *key
   char key[128];
   PX_REQUIRE(strlen(key_in) < sizeof key, "%s: setting name too long", where);
   snprintf(key, sizeof key, "%s", key_in);
-  for (char *p = key; *p; p++)
+  for (char *p = key; *p && *p != '.'; p++) /* a user's name after a dot keeps its dashes */
     if (*p == '-') *p = '_';
   return set(ctx, key, value, where);
 }

@@ -8,7 +8,8 @@
 
 #include "prunex/px.h"
 
-/* Applies one setting. key has dashes turned into underscores; where is
+/* Applies one setting. key has dashes turned into underscores (up to its
+ * first '.': `share.NAME` keeps NAME's); where is
  * "FILE:LINE" for messages. Returns PX_OK or an error set with
  * px_set_error naming where, the key and the value. */
 typedef px_status_t (*px_conf_set_fn)(void *ctx, const char *key, const char *value,
