@@ -64,12 +64,14 @@ enum {
 #define ARG_COORD                                                                          \
   {"coordinator", 0, "HOST:PORT", OPT_COORD,                                              \
    "the coordinator (default: $PRUNEX_COORDINATOR, else\n" PXCTL_DEFAULT_COORDINATOR ")"}
-#define CA_HELP "PEM CA bundle: TLS, verifying the coordinator (default\n$PRUNEX_CA; unset: plain text)"
+#define CA_HELP                                                                            \
+  "PEM CA bundle: TLS, verifying the coordinator (default\n$PRUNEX_CA; unset: plain text)"
 #define ARG_CA {"ca", 0, "FILE", OPT_CA, CA_HELP}
 #define ARG_JSON(help) {"json", 0, NULL, OPT_JSON, help}
 #define ARG_DB                                                                             \
   {"db", 0, "FILE", OPT_DB,                                                               \
-   "read JOB from this coordinator database file (a copy,\na backup) instead of asking a coordinator"}
+   "read JOB from this coordinator database file (a copy,\n"                                \
+   "a backup) instead of asking a coordinator"}
 #define ARG_TB                                                                             \
   {"tensorboard", 0, "DIR", OPT_TENSORBOARD,                                              \
    "write the job's iteration and per-layer figures into a\n"                             \
@@ -641,7 +643,8 @@ static size_t pxctl_known_args(pxctl_arg_t *known) {
   for (size_t i = 0; i < sizeof pxctl_global_args / sizeof pxctl_global_args[0]; i++)
     pxctl_add_arg(known, &n, &pxctl_global_args[i]);
   for (int c = 0; c < PXCTL_NCMDS; c++)
-    for (size_t i = 0; i < pxctl_cmds[c].nargs; i++) pxctl_add_arg(known, &n, &pxctl_cmds[c].args[i]);
+    for (size_t i = 0; i < pxctl_cmds[c].nargs; i++)
+      pxctl_add_arg(known, &n, &pxctl_cmds[c].args[i]);
   return n;
 }
 
@@ -654,7 +657,7 @@ static size_t pxctl_cmd_args(const pxctl_cmd_t *cmd, pxctl_arg_t *args) {
   return n;
 }
 
-/* The command named on the line into *cmd, its word's index into *cmd_at;
+/* The command named on the line into p->cmd, its word's index into *cmd_at;
  * -1, or the exit status of a line answered here (--version, --help
  * without a command, no or an unknown command). */
 static int pxctl_find_command(pxctl_parse_t *p, const pxctl_arg_t *known, size_t nknown,
@@ -736,7 +739,8 @@ int main(int argc, char **argv) {
   int is_plot = !strcmp(cmd->name, "plot");
   /* export reads a run offline for --tensorboard only (its MODEL argument
    * is a file path otherwise) */
-  int offline = pxctl_args_find(cmd->args, cmd->nargs, OPT_DB) && !is_plot && (strcmp(cmd->name, "export") || o.tensorboard);
+  int offline = pxctl_args_find(cmd->args, cmd->nargs, OPT_DB) && !is_plot &&
+                (strcmp(cmd->name, "export") || o.tensorboard);
   if (offline && (rc = pxctl_offline_begin(&o, &off)) >= 0) return rc;
   /* Commands taking JOB also take a job's name, where only one job has it. */
   rc = 0;

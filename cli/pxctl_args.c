@@ -88,7 +88,8 @@ static int pxctl_args_which(const pxctl_args_t *p, const char *word, int c, int 
     /* optopt is the option's id when the name was right and its value
      * wrong (given to a flag, or missing); 0 for an unknown long name,
      * the character for an unknown short one. */
-    const pxctl_arg_t *o = optopt >= PXCTL_ARG_ID0 ? pxctl_args_find(p->args, p->nargs, optopt) : NULL;
+    const pxctl_arg_t *o =
+        optopt >= PXCTL_ARG_ID0 ? pxctl_args_find(p->args, p->nargs, optopt) : NULL;
     if (o && pxctl_args_exact(word, o->name)) {
       snprintf(e->msg, sizeof e->msg, c == ':' ? "--%s needs a value" : "--%s takes no value",
                o->name);

@@ -228,11 +228,13 @@ static void test_the_command_is_found_behind_options_and_values(void **state) {
                    -1);
   assert_int_equal(at, 4);
   assert_string_equal(r.log, "json"); /* flags only: values are the command's to check */
-  assert_int_equal(command(&r, (const char *[]){"--limit=3", "-f", "--layers", "x", NULL}, &at), -1);
+  assert_int_equal(command(&r, (const char *[]){"--limit=3", "-f", "--layers", "x", NULL}, &at),
+                   -1);
   assert_int_equal(at, 4);
   assert_string_equal(r.log, "follow layers");
   /* unknown options are skipped as flags; a prefix is no option here either */
-  assert_int_equal(command(&r, (const char *[]){"--frob", "--coord", "h:1", "list", NULL}, &at), -1);
+  assert_int_equal(command(&r, (const char *[]){"--frob", "--coord", "h:1", "list", NULL}, &at),
+                   -1);
   assert_int_equal(at, 3);
   assert_int_equal(command(&r, (const char *[]){"--", "--json", NULL}, &at), -1);
   assert_int_equal(at, 2);
@@ -316,7 +318,8 @@ static void test_pxctl_takes_both_forms_and_names_what_is_wrong(void **state) {
          "pxctl run: option --out does not apply to 'run'");
   expect(f, (const char *[]){"run", "x.yaml", "--coordinator=h:1", NULL}, 2,
          "option --coordinator does not apply to 'run' (run starts its own private coordinator)");
-  expect(f, (const char *[]){"logs", "job-1", "--rank", NULL}, 2, "pxctl logs: --rank needs a value");
+  expect(f, (const char *[]){"logs", "job-1", "--rank", NULL}, 2,
+         "pxctl logs: --rank needs a value");
   expect(f, (const char *[]){"logs", "job-1", "-f=1", NULL}, 2, "pxctl logs: -f takes no value");
   expect(f, (const char *[]){"status", "job-1", "--", "--json", NULL}, 2,
          "unexpected argument '--json' (status takes JOB|SWEEP)");
