@@ -1,12 +1,16 @@
 /* pxctl: the user's command line for a PruneX cluster
  * (docs/architecture.md, "Processes").
  *
- * This file parses the command line (options may come before or after the
- * command, as --opt VALUE or --opt=VALUE), prints the help texts and hands
- * over to the command; each command lives in its own file (pxctl.h lists
- * them) and imports the client module (pxctl_client.c). Every command
- * accepts --help; every query command --json.
+ * This file declares the commands and their options, one table of options
+ * per command (pxctl_args.h), from which both getopt_long's parse and the
+ * command's --help are made; it applies what the parse finds and hands
+ * over to the command. Options may come before or after the command and
+ * between its arguments, as --opt VALUE or --opt=VALUE; "--" ends them.
+ * Each command lives in its own file (pxctl.h lists them) and imports the
+ * client module (pxctl_client.c). Every command accepts --help; every
+ * query command --json (and --field).
  * Exit status: 0 success, 1 failure, 2 bad usage or a bad job spec. */
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <signal.h>
@@ -18,74 +22,248 @@
 
 #include "prunex/strategy.h"
 #include "pxctl.h"
+#include "pxctl_args.h"
 
-/* Options, as bits of the set a command accepts. */
+/* The options' ids (pxctl_arg_t.id), what pxctl_apply switches on. */
 enum {
-  OPT_COORD = 1 << 0,
-  OPT_JSON = 1 << 1,
-  OPT_STATE = 1 << 2,
-  OPT_LIMIT = 1 << 3,
-  OPT_LAYERS = 1 << 4,
-  OPT_FROM = 1 << 5,
-  OPT_ALL_RANKS = 1 << 6,
-  OPT_RANK = 1 << 7,
-  OPT_FOLLOW = 1 << 8,
-  OPT_WORK_DIR = 1 << 9,
-  OPT_KEEP = 1 << 10,
-  OPT_OUTPUT = 1 << 11,
-  OPT_REASON = 1 << 12,
-  OPT_CA = 1 << 13,     /* accepted wherever OPT_COORD is */
-  OPT_NODES = 1 << 14,
-  OPT_WPN = 1 << 15,
-  OPT_CSV = 1 << 16,
-  OPT_OUT = 1 << 17,
-  OPT_DB = 1 << 18,
-  OPT_HTTP = 1 << 19,
-  OPT_ONNX = 1 << 20,
-  OPT_USER = 1 << 21,
-  OPT_SINCE = 1 << 22,
-  OPT_FIELD = 1 << 23, /* wherever --json is */
-  OPT_SWEEP = 1 << 24,
-  OPT_ME = 1 << 25,
-  OPT_AFTER = 1 << 26,
-  OPT_TENSORBOARD = 1 << 27,
+  OPT_COORD = PXCTL_ARG_ID0,
+  OPT_JSON,
+  OPT_STATE,
+  OPT_LIMIT,
+  OPT_LAYERS,
+  OPT_FROM,
+  OPT_ALL_RANKS,
+  OPT_RANK,
+  OPT_FOLLOW,
+  OPT_WORK_DIR,
+  OPT_KEEP,
+  OPT_OUTPUT,
+  OPT_REASON,
+  OPT_CA,
+  OPT_NODES,
+  OPT_WPN,
+  OPT_CSV,
+  OPT_OUT,
+  OPT_DB,
+  OPT_HTTP,
+  OPT_ONNX,
+  OPT_USER,
+  OPT_SINCE,
+  OPT_FIELD,
+  OPT_SWEEP,
+  OPT_ME,
+  OPT_AFTER,
+  OPT_TENSORBOARD,
+  OPT_HELP,
+  OPT_VERSION,
 };
 
-typedef struct {
-  const char *name;
-  unsigned bit;
-  int has_value;
-} pxctl_opt_t;
+/* The options most commands share. --ca goes wherever --coordinator does;
+ * --field (unlisted, main help) and --help wherever --json is and everywhere
+ * (pxctl_cmd_args adds them). */
+#define ARG_COORD                                                                          \
+  {"coordinator", 0, "HOST:PORT", OPT_COORD,                                              \
+   "the coordinator (default: $PRUNEX_COORDINATOR, else\n" PXCTL_DEFAULT_COORDINATOR ")"}
+#define CA_HELP                                                                            \
+  "PEM CA bundle: TLS, verifying the coordinator (default\n$PRUNEX_CA; unset: plain text)"
+#define ARG_CA {"ca", 0, "FILE", OPT_CA, CA_HELP}
+#define ARG_JSON(help) {"json", 0, NULL, OPT_JSON, help}
+#define ARG_DB                                                                             \
+  {"db", 0, "FILE", OPT_DB,                                                               \
+   "read JOB from this coordinator database file (a copy,\n"                                \
+   "a backup) instead of asking a coordinator"}
+#define ARG_TB                                                                             \
+  {"tensorboard", 0, "DIR", OPT_TENSORBOARD,                                              \
+   "write the job's iteration and per-layer figures into a\n"                             \
+   "TensorBoard event file in DIR (created) as they are\n"                                \
+   "reported: an iteration once the next one is, the rest\n"                              \
+   "when the job ends (tags: docs/user-guide.md)"}
+#define ARG_ALL_RANKS                                                                      \
+  {"all-ranks", 0, NULL, OPT_ALL_RANKS, "every rank's report, not one per iteration"}
+#define JOB_JSON "the job, as `status --json`"
 
-static const pxctl_opt_t pxctl_options[] = {
-    {"--coordinator", OPT_COORD, 1}, {"--json", OPT_JSON, 0},
-    {"--state", OPT_STATE, 1},       {"--limit", OPT_LIMIT, 1},
-    {"--layers", OPT_LAYERS, 0},     {"--from", OPT_FROM, 1},
-    {"--all-ranks", OPT_ALL_RANKS, 0}, {"--rank", OPT_RANK, 1},
-    {"--follow", OPT_FOLLOW, 0},     {"-f", OPT_FOLLOW, 0},
-    {"--work-dir", OPT_WORK_DIR, 1}, {"--keep", OPT_KEEP, 0},
-    {"--output", OPT_OUTPUT, 1},     {"--reason", OPT_REASON, 1},
-    {"--ca", OPT_CA, 1},
-    {"--nodes", OPT_NODES, 1},       {"--workers-per-node", OPT_WPN, 1},
-    {"--csv", OPT_CSV, 0},           {"--out", OPT_OUT, 1},
-    {"--db", OPT_DB, 1},             {"--http", OPT_HTTP, 1},
-    {"--onnx", OPT_ONNX, 0},
-    {"--user", OPT_USER, 1},         {"--since", OPT_SINCE, 1},
-    {"--field", OPT_FIELD, 1},
-    {"--sweep", OPT_SWEEP, 1},
-    {"--me", OPT_ME, 0},             {"--after", OPT_AFTER, 1},
-    {"--tensorboard", OPT_TENSORBOARD, 1},
+static const pxctl_arg_t pxctl_field_arg = {"field", 0, "NAME", OPT_FIELD, NULL};
+static const pxctl_arg_t pxctl_help_arg = {"help", 'h', NULL, OPT_HELP, "this help"};
+
+/* Before a command (and the main help's list): what every command that asks
+ * the coordinator takes. */
+static const pxctl_arg_t pxctl_global_args[] = {
+    ARG_COORD,
+    ARG_CA,
+    ARG_JSON("one JSON document (object or array) on stdout"),
+    {"field", 0, "NAME", OPT_FIELD,
+     "NAME of each object the JSON lists (or of its one\nobject), one per line: for scripts"},
+    {"help", 'h', NULL, OPT_HELP, "this help; `pxctl COMMAND --help` for a command's"},
+    {"version", 0, NULL, OPT_VERSION, ""},
+};
+
+static const pxctl_arg_t submit_args[] = {
+    {"nodes", 0, "M", OPT_NODES, "run on M nodes instead of the spec's cluster.nodes"},
+    {"workers-per-node", 0, "P", OPT_WPN,
+     "P workers per node instead of cluster.workers_per_node\n"
+     "(with either, an admm.max_iterations the spec does not\n"
+     "give is derived again for the new cluster; the Slurm\n"
+     "script passes the allocation's node count)"},
+    {"after", 0, "JOB[:ok|any]", OPT_AFTER,
+     "wait until JOB has ended: ok (the default) when it\n"
+     "SUCCEEDED, any in any end state (sbatch --dependency=\n"
+     "afterok/afterany); repeat for several. A job whose ok\n"
+     "dependency ended otherwise is CANCELLED, its reason\n"
+     "\"dependency never satisfied: ...\""},
+    ARG_COORD,
+    ARG_CA,
+    ARG_JSON("one JSON object"),
+};
+static const pxctl_arg_t status_args[] = {ARG_DB, ARG_COORD, ARG_CA, ARG_JSON("one JSON object")};
+static const pxctl_arg_t list_args[] = {
+    {"state", 0, "S", OPT_STATE,
+     "only jobs in state S (pending, scheduled, running,\nsucceeded, failed, cancelled)"},
+    {"limit", 0, "N", OPT_LIMIT, "the newest N jobs (0: all, fetched a page at a time)"},
+    {"sweep", 0, "SWEEP", OPT_SWEEP,
+     "only that sweep's jobs, with their values, then the\nsweep's summary (as `status SWEEP`)"},
+    {"user", 0, "NAME", OPT_USER, "only NAME's jobs (USER column: who submitted each)"},
+    {"me", 0, NULL, OPT_ME, "only the jobs of the token's user"},
+    ARG_COORD,
+    ARG_CA,
+    ARG_JSON("an array of the objects `status --json` prints"),
+};
+static const pxctl_arg_t acct_args[] = {
+    {"user", 0, "NAME", OPT_USER, "only NAME's jobs"},
+    {"since", 0, "WHEN", OPT_SINCE,
+     "only jobs submitted since WHEN: YYYY-MM-DD[THH:MM[:SS]]\n"
+     "(UTC) or a duration back from now (90m, 12h, 7d)"},
+    {"state", 0, "S", OPT_STATE, "only jobs in state S (pending, ..., cancelled)"},
+    {"limit", 0, "N", OPT_LIMIT,
+     "at most N rows (default 1000, at most 5000; the totals\nstill cover every matching job)"},
+    ARG_COORD,
+    ARG_CA,
+    ARG_JSON("{\"records\": [AcctRecord], \"totals\": [AcctUserTotal],\n"
+             "\"truncated\"} (proto field names)"),
+    {"csv", 0, NULL, OPT_CSV,
+     "the records as CSV with a header line: job_id, user,\n"
+     "name, nodes, devices, submit, start, end (ISO 8601 UTC,\n"
+     "empty when not yet), node_seconds, state, attempts, reason"},
+};
+static const pxctl_arg_t cancel_args[] = {
+    {"reason", 0, "TEXT", OPT_REASON, "recorded with the state change"},
+    ARG_COORD,
+    ARG_CA,
+    ARG_JSON("the cancelled job, as `status --json` (a sweep:\n"
+             "{\"sweep_id\", \"cancelled\": [JOB, ...]})"),
+};
+/* hold, release and update */
+static const pxctl_arg_t job_args[] = {ARG_COORD, ARG_CA, ARG_JSON(JOB_JSON)};
+static const pxctl_arg_t delete_args[] = {ARG_COORD, ARG_CA,
+                                          ARG_JSON("{\"job_id\", \"deleted\": true}")};
+static const pxctl_arg_t nodes_args[] = {
+    {"state", 0, "S", OPT_STATE, "only nodes in state S (ready, busy, lost)"},
+    ARG_COORD,
+    ARG_CA,
+    ARG_JSON("an array of Node objects (proto field names)"),
+};
+static const pxctl_arg_t metrics_args[] = {
+    {"layers", 0, NULL, OPT_LAYERS, "per-layer residuals (r/s intra, r/s inter) and rho1/rho2"},
+    {"from", 0, "N", OPT_FROM, "start at iteration N"},
+    {"limit", 0, "N", OPT_LIMIT, "at most N rows (0: all)"},
+    ARG_ALL_RANKS,
+    ARG_DB,
+    ARG_COORD,
+    ARG_CA,
+    ARG_JSON("{\"job_id\", \"iterations\": [IterationReport objects]}\n"
+             "(null where a figure was not measured)"),
+    {"csv", 0, NULL, OPT_CSV,
+     "CSV with a header line: iteration, rank, time_unix_ms,\n"
+     "epoch, loss, train_accuracy, test_accuracy, density,\n"
+     "mask_drift, mask_groups, frozen, bytes_intra,\n"
+     "bytes_inter, bytes_inter_dense, local_s, intra_s,\n"
+     "projection_s, inter_s, broadcast_s, control_s\n"
+     "(empty where not measured); with --layers one row per\n"
+     "iteration and layer: iteration, rank, layer, name,\n"
+     "r_intra, s_intra, r_inter, s_inter, rho1, rho2, density"},
+};
+static const pxctl_arg_t plot_args[] = {
+    {"out", 0, "DIR", OPT_OUT, "where the files go (created; required)"},
+    {"db", 0, "FILE", OPT_DB, "read this coordinator database instead of asking\na coordinator"},
+    ARG_COORD,
+    ARG_CA,
+    ARG_JSON("{\"out\", \"files\": [paths]}"),
+};
+static const pxctl_arg_t drift_args[] = {
+    ARG_ALL_RANKS,
+    ARG_DB,
+    ARG_COORD,
+    ARG_CA,
+    ARG_JSON("{\"job_id\", \"frozen\", \"frozen_at_iteration\",\n"
+             "\"iterations\": [{\"iteration\", \"rank\", \"mask_drift\",\n"
+             "\"density\", \"frozen\"}]}"),
+};
+static const pxctl_arg_t logs_args[] = {
+    {"rank", 0, "R", OPT_RANK, "only rank R (default: every rank)"},
+    {"follow", 'f', NULL, OPT_FOLLOW, "keep printing new lines until the job ends (Ctrl-C\nstops)"},
+    {"work-dir", 0, "DIR", OPT_WORK_DIR,
+     "this host's agent work directory, for the local files\n"
+     "(default: $PRUNEX_WORK_DIR, else " PXCTL_DEFAULT_WORK_DIR ")"},
+    ARG_DB,
+    ARG_COORD,
+    ARG_CA,
+    ARG_JSON("{\"job_id\", \"source\": \"coordinator\", \"files\": [{\"rank\",\n"
+             "\"text\", \"size\", \"start_offset\", \"eof\"}]}, or for local\n"
+             "files {\"job_id\", \"dir\", \"files\": [{\"rank\", \"path\",\n"
+             "\"text\"}]} (not with --follow)"),
+};
+static const pxctl_arg_t watch_args[] = {
+    ARG_TB, ARG_COORD, ARG_CA, ARG_JSON("no bar; the final job as `status --json`")};
+static const pxctl_arg_t run_args[] = {
+    {"work-dir", 0, "DIR", OPT_WORK_DIR,
+     "where the run directory (database, logs, agent work\n"
+     "directories) is made (default: $TMPDIR, else /tmp)"},
+    {"keep", 0, NULL, OPT_KEEP, "keep the run directory afterwards"},
+    {"output", 0, "DIR", OPT_OUTPUT,
+     "the job's output_dir (default: the spec's, else\n"
+     "RUN_DIR/output, which is kept when the job succeeds)"},
+    {"http", 0, "HOST:PORT", OPT_HTTP,
+     "the private pxcoordd also serves HTTP: the live\n"
+     "dashboard at /, Prometheus /metrics (port 0: free)"},
+    ARG_TB,
+    ARG_JSON("progress on stderr; the last stdout line is one\n"
+             "object: job_id, name, state, reason, iterations,\n"
+             "test_accuracy, density, inter_bytes, inter_bytes_dense,\n"
+             "inter_reduction, intra_bytes, wall_s, total_s,\n"
+             "model_path, metrics_dir, run_dir, summary_source;\n"
+             "after a successful job also dense_params,\n"
+             "dense_bytes, compact_params, compact_bytes,\n"
+             "dense_macs, compact_macs (multiply-accumulates per\n"
+             "image), compact_path (the compact model pxctl run\n"
+             "writes beside the final one)"),
+};
+static const pxctl_arg_t export_args[] = {
+    {"out", 0, "DIR", OPT_OUT, "the output directory of the model (created if needed)"},
+    {"onnx", 0, NULL, OPT_ONNX, "also write the ONNX model"},
+    {"tensorboard", 0, "DIR", OPT_TENSORBOARD,
+     "write the TensorBoard event file into DIR (created;\n--out or --tensorboard is required)"},
+    {"db", 0, "FILE", OPT_DB, "(with --tensorboard) read JOB from this coordinator\ndatabase file"},
+    ARG_COORD,
+    {"ca", 0, "FILE", OPT_CA, CA_HELP "\n(asked only for a JOB)"},
+    ARG_JSON("{\"source\", \"arch\", \"dense_params\", \"compact_params\",\n"
+             "\"dense_bytes\", \"compact_bytes\", \"dense_macs\",\n"
+             "\"compact_macs\", \"compact_path\",\n"
+             "\"onnx_path\", \"onnx_bytes\", \"widths\"}; --tensorboard\n"
+             "adds \"tensorboard_file\", \"tensorboard_events\" and\n"
+             "\"tensorboard_scalars\" (alone: with \"job_id\")"),
 };
 
 typedef struct {
   const char *name;
   const char *synopsis;
   const char *summary;
-  const char *details;   /* the command's own options and output */
-  unsigned opts;
-  int npos;              /* positional arguments it takes */
+  const char *details;      /* what it does, before its options ("" or paragraphs) */
+  const pxctl_arg_t *args;  /* its options, in the order its help lists them */
+  size_t nargs;
+  const char *epilog;       /* after its options */
+  int npos;                 /* positional arguments it takes */
   int (*fn)(pxctl_opts_t *);
 } pxctl_cmd_t;
+#define ARGS(table) table, sizeof table / sizeof table[0]
 
 /* The commands that read a finished run without a coordinator (pxctl_offline.c). */
 #define OFFLINE_HELP                                                                       \
@@ -94,21 +272,6 @@ typedef struct {
   "(coordinator.db; kept with --keep, or left by a run that was killed). A JOB with\n"     \
   "a '/' is always such a path. pxctl starts a private read-only pxcoordd on a copy\n"     \
   "of the database, so the output is the same as the live coordinator's.\n\n"
-#define DB_HELP                                                                            \
-  "  --db FILE                read JOB from this coordinator database file (a copy,\n"    \
-  "                           a backup) instead of asking a coordinator\n"
-
-#define TB_HELP                                                                            \
-  "  --tensorboard DIR        write the job's iteration and per-layer figures into a\n"  \
-  "                           TensorBoard event file in DIR (created) as they are\n"     \
-  "                           reported: an iteration once the next one is, the rest\n"   \
-  "                           when the job ends (tags: docs/user-guide.md)\n"
-
-#define COMMON_HELP                                                                        \
-  "  --coordinator HOST:PORT  the coordinator (default: $PRUNEX_COORDINATOR, else\n"      \
-  "                           " PXCTL_DEFAULT_COORDINATOR ")\n"                          \
-  "  --ca FILE                PEM CA bundle: TLS, verifying the coordinator (default\n"  \
-  "                           $PRUNEX_CA; unset: plain text)\n"
 
 static const pxctl_cmd_t pxctl_cmds[] = {
     {"submit", "SPEC.yaml", "validate a job spec and submit it; prints the job id",
@@ -116,110 +279,51 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "with FILE:LINE:COLUMN and what is wrong (exit 2), and nothing is submitted.\n"
      "Prints the new job's id (--json: {\"job_id\",\"name\",\"spec_file\"}). A spec\n"
      "with sweep: makes one job per combination under one sweep id: prints the sweep\n"
-     "id, then the jobs' ids one a line (--json adds \"sweep_id\" and \"job_ids\").\n\n"
-     "  --nodes M                run on M nodes instead of the spec's cluster.nodes\n"
-     "  --workers-per-node P     P workers per node instead of cluster.workers_per_node\n"
-     "                           (with either, an admm.max_iterations the spec does not\n"
-     "                           give is derived again for the new cluster; the Slurm\n"
-     "                           script passes the allocation's node count)\n"
-     "  --after JOB[:ok|any]     wait until JOB has ended: ok (the default) when it\n"
-     "                           SUCCEEDED, any in any end state (sbatch --dependency=\n"
-     "                           afterok/afterany); repeat for several. A job whose ok\n"
-     "                           dependency ended otherwise is CANCELLED, its reason\n"
-     "                           \"dependency never satisfied: ...\"\n" COMMON_HELP
-     "  --json                   one JSON object\n",
-     OPT_COORD | OPT_JSON | OPT_NODES | OPT_WPN | OPT_AFTER, 1, pxctl_cmd_submit},
+     "id, then the jobs' ids one a line (--json adds \"sweep_id\" and \"job_ids\").\n\n",
+     ARGS(submit_args), "", 1, pxctl_cmd_submit},
     {"status", "JOB|SWEEP", "a job's state, placement, progress, summary and history",
      "--json prints the Job message of proto/prunex.proto as one object keyed by the\n"
      "proto field names (job_id, name, state, spec, spec_yaml, reason, ..., summary).\n"
      "A sweep id (sweep-...): its jobs by state, the best test accuracy, the lowest\n"
      "density and the fewest inter-node bytes among them, and one line per job\n"
-     "(--json: {\"sweep_id\", \"jobs\", \"states\", \"best_accuracy\", ...}).\n\n"
-     OFFLINE_HELP DB_HELP COMMON_HELP "  --json                   one JSON object\n",
-     OPT_COORD | OPT_JSON | OPT_DB, 1, pxctl_cmd_status},
+     "(--json: {\"sweep_id\", \"jobs\", \"states\", \"best_accuracy\", ...}).\n\n" OFFLINE_HELP,
+     ARGS(status_args), "", 1, pxctl_cmd_status},
     {"list", "", "jobs, newest first",
      "Pending jobs also show their place in the queue: PRIORITY (0 to 1, the weighted\n"
      "mean of the job's own priority, its user's fair share and its age: the three\n"
      "factors under JOB/FAIR/AGE) and AHEAD (pending jobs before it); `status` says\n"
-     "why one waits.\n\n"
-     "  --state S                only jobs in state S (pending, scheduled, running,\n"
-     "                           succeeded, failed, cancelled)\n"
-     "  --limit N                the newest N jobs (0: all, fetched a page at a time)\n"
-     "  --sweep SWEEP            only that sweep's jobs, with their values, then the\n"
-     "                           sweep's summary (as `status SWEEP`)\n"
-     "  --user NAME              only NAME's jobs (USER column: who submitted each)\n"
-     "  --me                     only the jobs of the token's user\n"
-     COMMON_HELP
-     "  --json                   an array of the objects `status --json` prints\n",
-     OPT_COORD | OPT_JSON | OPT_STATE | OPT_LIMIT | OPT_SWEEP | OPT_USER | OPT_ME, 0,
-     pxctl_cmd_list},
+     "why one waits.\n\n",
+     ARGS(list_args), "", 0, pxctl_cmd_list},
     {"acct", "", "accounting: who used what, like sacct (kept past job retention)",
      "One row per job, newest first: user, name, nodes and devices, submit, start and\n"
      "end times, node-seconds (over every attempt; a running one up to now), state,\n"
-     "attempts and exit reason; then per-user totals over every matching job.\n\n"
-     "  --user NAME              only NAME's jobs\n"
-     "  --since WHEN             only jobs submitted since WHEN: YYYY-MM-DD[THH:MM[:SS]]\n"
-     "                           (UTC) or a duration back from now (90m, 12h, 7d)\n"
-     "  --state S                only jobs in state S (pending, ..., cancelled)\n"
-     "  --limit N                at most N rows (default 1000, at most 5000; the totals\n"
-     "                           still cover every matching job)\n" COMMON_HELP
-     "  --json                   {\"records\": [AcctRecord], \"totals\": [AcctUserTotal],\n"
-     "                           \"truncated\"} (proto field names)\n"
-     "  --csv                    the records as CSV with a header line: job_id, user,\n"
-     "                           name, nodes, devices, submit, start, end (ISO 8601 UTC,\n"
-     "                           empty when not yet), node_seconds, state, attempts, reason\n",
-     OPT_COORD | OPT_JSON | OPT_CSV | OPT_STATE | OPT_LIMIT | OPT_USER | OPT_SINCE, 0,
-     pxctl_cmd_acct},
-    {"cancel", "JOB|SWEEP", "cancel a pending or running job, or a sweep's unfinished jobs",
-     "  --reason TEXT            recorded with the state change\n" COMMON_HELP
-     "  --json                   the cancelled job, as `status --json` (a sweep:\n"
-     "                           {\"sweep_id\", \"cancelled\": [JOB, ...]})\n",
-     OPT_COORD | OPT_JSON | OPT_REASON, 1, pxctl_cmd_cancel},
+     "attempts and exit reason; then per-user totals over every matching job.\n\n",
+     ARGS(acct_args), "", 0, pxctl_cmd_acct},
+    {"cancel", "JOB|SWEEP", "cancel a pending or running job, or a sweep's unfinished jobs", "",
+     ARGS(cancel_args), "", 1, pxctl_cmd_cancel},
     {"hold", "JOB", "keep a pending job from starting (owner or admin; scontrol hold)",
      "The job stays PENDING and is passed over by the scheduler; its reason says who\n"
-     "holds it. A job an admin holds is released by an admin only.\n\n"
-     COMMON_HELP "  --json                   the job, as `status --json`\n",
-     OPT_COORD | OPT_JSON, 1, pxctl_cmd_hold},
-    {"release", "JOB", "let a held job be scheduled again (scontrol release)",
-     COMMON_HELP "  --json                   the job, as `status --json`\n",
-     OPT_COORD | OPT_JSON, 1, pxctl_cmd_release},
+     "holds it. A job an admin holds is released by an admin only.\n\n",
+     ARGS(job_args), "", 1, pxctl_cmd_hold},
+    {"release", "JOB", "let a held job be scheduled again (scontrol release)", "",
+     ARGS(job_args), "", 1, pxctl_cmd_release},
     {"update", "JOB FIELD=VALUE...", "change a job's priority or time limit (scontrol update)",
      "Fields: priority=N (1 to 1000; users may set 1 to 100, the default, only admins\n"
      "more) and time_limit=S (seconds, or with a unit: 90m, 2h, 1d; users up to the\n"
      "cluster's time_limit_max_s, admins beyond). A pending job's priority and time\n"
-     "limit; a running job's time limit (its priority then counts for preemption).\n\n"
-     COMMON_HELP "  --json                   the job, as `status --json`\n",
-     OPT_COORD | OPT_JSON, 3, pxctl_cmd_update},
+     "limit; a running job's time limit (its priority then counts for preemption).\n\n",
+     ARGS(job_args), "", 3, pxctl_cmd_update},
     {"delete", "JOB", "remove a finished job and its metrics (owner or admin)",
      "Removes the job, its events, metrics and rank exits from the coordinator. Only\n"
-     "finished jobs (cancel a running one first); only its owner or an admin.\n\n"
-     COMMON_HELP "  --json                   {\"job_id\", \"deleted\": true}\n",
-     OPT_COORD | OPT_JSON, 1, pxctl_cmd_delete},
-    {"nodes", "", "the registered nodes, their state and devices",
-     "  --state S                only nodes in state S (ready, busy, lost)\n" COMMON_HELP
-     "  --json                   an array of Node objects (proto field names)\n",
-     OPT_COORD | OPT_JSON | OPT_STATE, 0, pxctl_cmd_nodes},
+     "finished jobs (cancel a running one first); only its owner or an admin.\n\n",
+     ARGS(delete_args), "", 1, pxctl_cmd_delete},
+    {"nodes", "", "the registered nodes, their state and devices", "", ARGS(nodes_args), "", 0,
+     pxctl_cmd_nodes},
     {"metrics", "JOB", "per-iteration figures of a job",
      "One row per outer iteration: epoch, loss, train and test accuracy, density,\n"
      "mask drift, intra- and inter-node bytes (the job-level report of the lowest\n"
-     "rank that reported).\n\n" OFFLINE_HELP
-     "  --layers                 per-layer residuals (r/s intra, r/s inter) and rho1/rho2\n"
-     "  --from N                 start at iteration N\n"
-     "  --limit N                at most N rows (0: all)\n"
-     "  --all-ranks              every rank's report, not one per iteration\n" DB_HELP
-     COMMON_HELP
-     "  --json                   {\"job_id\", \"iterations\": [IterationReport objects]}\n"
-     "                           (null where a figure was not measured)\n"
-     "  --csv                    CSV with a header line: iteration, rank, time_unix_ms,\n"
-     "                           epoch, loss, train_accuracy, test_accuracy, density,\n"
-     "                           mask_drift, mask_groups, frozen, bytes_intra,\n"
-     "                           bytes_inter, bytes_inter_dense, local_s, intra_s,\n"
-     "                           projection_s, inter_s, broadcast_s, control_s\n"
-     "                           (empty where not measured); with --layers one row per\n"
-     "                           iteration and layer: iteration, rank, layer, name,\n"
-     "                           r_intra, s_intra, r_inter, s_inter, rho1, rho2, density\n",
-     OPT_COORD | OPT_JSON | OPT_LAYERS | OPT_FROM | OPT_LIMIT | OPT_ALL_RANKS | OPT_CSV | OPT_DB,
-     1, pxctl_cmd_metrics},
+     "rank that reported).\n\n" OFFLINE_HELP,
+     ARGS(metrics_args), "", 1, pxctl_cmd_metrics},
     {"plot", "JOB [JOB ...]", "figures of one job, or several overlaid, as PNG and SVG",
      "Draws with gnuplot (Debian's gnuplot-nox) into --out DIR, each figure as\n"
      "NAME.png (1200x800) and NAME.svg: accuracy-time, accuracy-bytes (test accuracy\n"
@@ -234,20 +338,10 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "`pxctl run` (which keeps its metrics in OUTPUT/metrics/coordinator.db), or a\n"
      "run directory kept with --keep (each read through a private read-only\n"
      "pxcoordd, as `pxctl status DIR`). Up to 8. The data goes to DIR/data/*.tsv and\n"
-     "the script to DIR/plot.gp (`gnuplot DIR/plot.gp` redraws).\n\n"
-     "  --out DIR                where the files go (created; required)\n"
-     "  --db FILE                read this coordinator database instead of asking\n"
-     "                           a coordinator\n" COMMON_HELP
-     "  --json                   {\"out\", \"files\": [paths]}\n",
-     OPT_COORD | OPT_JSON | OPT_OUT | OPT_DB, 8, pxctl_cmd_plot},
+     "the script to DIR/plot.gp (`gnuplot DIR/plot.gp` redraws).\n\n",
+     ARGS(plot_args), "", 8, pxctl_cmd_plot},
     {"drift", "JOB", "mask drift and density per iteration, and when the masks froze",
-     OFFLINE_HELP
-     "  --all-ranks              every rank's report, not one per iteration\n" DB_HELP
-     COMMON_HELP
-     "  --json                   {\"job_id\", \"frozen\", \"frozen_at_iteration\",\n"
-     "                           \"iterations\": [{\"iteration\", \"rank\", \"mask_drift\",\n"
-     "                           \"density\", \"frozen\"}]}\n",
-     OPT_COORD | OPT_JSON | OPT_ALL_RANKS | OPT_DB, 1, pxctl_cmd_drift},
+     OFFLINE_HELP, ARGS(drift_args), "", 1, pxctl_cmd_drift},
     {"logs", "JOB", "a job's per-rank logs, from any host (through the coordinator)",
      "The agents upload every rank's log (WORK_DIR/jobs/JOB/rank-R.log on the node\n"
      "that ran it) to the coordinator every few seconds and when the rank ends; the\n"
@@ -256,26 +350,14 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "host's agent are read instead. A run's directory as JOB (see `status`) is read\n"
      "from its database's log store (the agents of `pxctl run` upload every rank's\n"
      "log before they stop), else from the files of its node-0 when it is a kept run\n"
-     "directory.\n\n"
-     "  --rank R                 only rank R (default: every rank)\n"
-     "  -f, --follow             keep printing new lines until the job ends (Ctrl-C\n"
-     "                           stops)\n"
-     "  --work-dir DIR           this host's agent work directory, for the local files\n"
-     "                           (default: $PRUNEX_WORK_DIR, else " PXCTL_DEFAULT_WORK_DIR ")\n"
-     DB_HELP COMMON_HELP
-     "  --json                   {\"job_id\", \"source\": \"coordinator\", \"files\": [{\"rank\",\n"
-     "                           \"text\", \"size\", \"start_offset\", \"eof\"}]}, or for local\n"
-     "                           files {\"job_id\", \"dir\", \"files\": [{\"rank\", \"path\",\n"
-     "                           \"text\"}]} (not with --follow)\n",
-     OPT_COORD | OPT_JSON | OPT_RANK | OPT_FOLLOW | OPT_WORK_DIR | OPT_DB, 1, pxctl_cmd_logs},
+     "directory.\n\n",
+     ARGS(logs_args), "", 1, pxctl_cmd_logs},
     {"watch", "JOB", "live progress until the job ends",
      "Follows the job with WatchJob and draws a progress bar. A coordinator that\n"
      "restarts or cannot be reached is waited for (reconnecting, up to 15 minutes).\n"
      "Exit status 0 when the job SUCCEEDED, 1 when it failed or was cancelled (or\n"
-     "the coordinator stayed away, or --tensorboard could not write).\n\n"
-     TB_HELP
-     COMMON_HELP "  --json                   no bar; the final job as `status --json`\n",
-     OPT_COORD | OPT_JSON | OPT_TENSORBOARD, 1, pxctl_cmd_watch},
+     "the coordinator stayed away, or --tensorboard could not write).\n\n",
+     ARGS(watch_args), "", 1, pxctl_cmd_watch},
     {"run", "SPEC.yaml", "run a job on this machine (private coordinator and agents)",
      "The embedded mode: validates SPEC.yaml, starts a private pxcoordd on a free\n"
      "loopback port and one pxagent per cluster.nodes (node-0, node-1, ...; each with\n"
@@ -288,30 +370,12 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "SUCCEEDED, 1 when not (or --tensorboard could not write), 2 for a bad spec,\n"
      "130 (143) after SIGINT (SIGTERM).\n"
      "pxcoordd and pxagent are looked for in $PRUNEX_BIN_DIR, next to pxctl, in the\n"
-     "build tree (../coordinatord, ../agent) and on PATH.\n\n"
-     "  --work-dir DIR           where the run directory (database, logs, agent work\n"
-     "                           directories) is made (default: $TMPDIR, else /tmp)\n"
-     "  --keep                   keep the run directory afterwards\n"
-     "  --output DIR             the job's output_dir (default: the spec's, else\n"
-     "                           RUN_DIR/output, which is kept when the job succeeds)\n"
-     "  --http HOST:PORT         the private pxcoordd also serves HTTP: the live\n"
-     "                           dashboard at /, Prometheus /metrics (port 0: free)\n"
-     TB_HELP
-     "  --json                   progress on stderr; the last stdout line is one\n"
-     "                           object: job_id, name, state, reason, iterations,\n"
-     "                           test_accuracy, density, inter_bytes, inter_bytes_dense,\n"
-     "                           inter_reduction, intra_bytes, wall_s, total_s,\n"
-     "                           model_path, metrics_dir, run_dir, summary_source;\n"
-     "                           after a successful job also dense_params,\n"
-     "                           dense_bytes, compact_params, compact_bytes,\n"
-     "                           dense_macs, compact_macs (multiply-accumulates per\n"
-     "                           image), compact_path (the compact model pxctl run\n"
-     "                           writes beside the final one)\n"
+     "build tree (../coordinatord, ../agent) and on PATH.\n\n",
+     ARGS(run_args),
      "The metrics databases are kept in OUTPUT/metrics (coordinator.db and each\n"
      "node's metrics.db) whenever the output directory is: `pxctl status OUTPUT`,\n"
      "`pxctl metrics OUTPUT`, `drift`, `logs` and `plot` read them afterwards.\n",
-     OPT_JSON | OPT_WORK_DIR | OPT_KEEP | OPT_OUTPUT | OPT_HTTP | OPT_TENSORBOARD, 1,
-     pxctl_cmd_run},
+     1, pxctl_cmd_run},
     {"export", "JOB|MODEL.safetensors", "the compact (physically pruned) model, and ONNX",
      "Removes the pruned filters and input channels from every convolution of a\n"
      "PruneX model (the final model of job JOB, whose path the coordinator's job\n"
@@ -328,21 +392,8 @@ static const pxctl_cmd_t pxctl_cmds[] = {
      "figure, the iteration as the step; tags: docs/user-guide.md), for\n"
      "`tensorboard --logdir` beside other runs. JOB may then also be the directory\n"
      "a `pxctl run` left, or a job of --db FILE, read offline (see `pxctl status`).\n"
-     "For a running job, `pxctl watch JOB --tensorboard DIR` writes as it goes.\n\n"
-     "  --out DIR                the output directory of the model (created if needed)\n"
-     "  --onnx                   also write the ONNX model\n"
-     "  --tensorboard DIR        write the TensorBoard event file into DIR (created;\n"
-     "                           --out or --tensorboard is required)\n"
-     "  --db FILE                (with --tensorboard) read JOB from this coordinator\n"
-     "                           database file\n" COMMON_HELP
-     "                           (asked only for a JOB)\n"
-     "  --json                   {\"source\", \"arch\", \"dense_params\", \"compact_params\",\n"
-     "                           \"dense_bytes\", \"compact_bytes\", \"dense_macs\",\n"
-     "                           \"compact_macs\", \"compact_path\",\n"
-     "                           \"onnx_path\", \"onnx_bytes\", \"widths\"}; --tensorboard\n"
-     "                           adds \"tensorboard_file\", \"tensorboard_events\" and\n"
-     "                           \"tensorboard_scalars\" (alone: with \"job_id\")\n",
-     OPT_COORD | OPT_JSON | OPT_OUT | OPT_ONNX | OPT_TENSORBOARD | OPT_DB, 1, pxctl_cmd_export},
+     "For a running job, `pxctl watch JOB --tensorboard DIR` writes as it goes.\n\n",
+     ARGS(export_args), "", 1, pxctl_cmd_export},
 };
 #define PXCTL_NCMDS ((int)(sizeof pxctl_cmds / sizeof pxctl_cmds[0]))
 
@@ -369,12 +420,10 @@ static void pxctl_main_help(FILE *f) {
   }
   fprintf(f,
           "\n"
-          "Options of every command that asks the coordinator:\n" COMMON_HELP
-          "  --json                   one JSON document (object or array) on stdout\n"
-          "  --field NAME             NAME of each object the JSON lists (or of its one\n"
-          "                           object), one per line: for scripts\n"
-          "  -h, --help               this help; `pxctl COMMAND --help` for a command's\n"
-          "  --version\n"
+          "Options of every command that asks the coordinator:\n");
+  pxctl_args_print_help(f, pxctl_global_args,
+                        sizeof pxctl_global_args / sizeof pxctl_global_args[0]);
+  fprintf(f,
           "\n"
           "Credentials (a coordinator with tokens): the token is $PRUNEX_TOKEN, else the\n"
           "first line of $XDG_CONFIG_HOME/prunex/token (~/.config/prunex/token), which\n"
@@ -385,9 +434,11 @@ static void pxctl_main_help(FILE *f) {
 }
 
 static void pxctl_cmd_help(const pxctl_cmd_t *c, FILE *f) {
-  fprintf(f, "usage: pxctl %s%s%s [OPTIONS]\n\n%c%s.\n\n%s  -h, --help               this help\n",
-          c->name, c->synopsis[0] ? " " : "", c->synopsis, toupper((unsigned char)c->summary[0]),
-          c->summary + 1, c->details);
+  fprintf(f, "usage: pxctl %s%s%s [OPTIONS]\n\n%c%s.\n\n%s", c->name, c->synopsis[0] ? " " : "",
+          c->synopsis, toupper((unsigned char)c->summary[0]), c->summary + 1, c->details);
+  pxctl_args_print_help(f, c->args, c->nargs);
+  fputs(c->epilog, f);
+  pxctl_args_print_help(f, &pxctl_help_arg, 1);
 }
 
 /* The user's token when PRUNEX_TOKEN is not set: the first line of
@@ -425,12 +476,6 @@ static int pxctl_load_token(void) {
   return 0;
 }
 
-static const pxctl_opt_t *pxctl_find_option(const char *name) {
-  for (size_t i = 0; i < sizeof pxctl_options / sizeof pxctl_options[0]; i++)
-    if (!strcmp(pxctl_options[i].name, name)) return &pxctl_options[i];
-  return NULL;
-}
-
 static int pxctl_parse_count(pxctl_opts_t *o, const char *opt, const char *v, int *out) {
   char *end;
   errno = 0;
@@ -462,9 +507,10 @@ static int pxctl_parse_after(pxctl_opts_t *o, const char *v) {
   return 0;
 }
 
-/* Applies one option with its value (NULL for flags). */
-static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
-  switch (opt->bit) {
+/* Applies one option with its value (NULL for flags): 0, or the exit
+ * status after saying what is wrong with the value. */
+static int pxctl_apply_value(pxctl_opts_t *o, const pxctl_arg_t *opt, const char *v) {
+  switch (opt->id) {
     case OPT_COORD:
       if (!v[0] || !strrchr(v, ':'))
         return pxctl_usage_error(o, "--coordinator '%s': expected HOST:PORT", v);
@@ -520,8 +566,8 @@ static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
       return 0;
     case OPT_NODES:
     case OPT_WPN: {
-      const char *name = opt->bit == OPT_NODES ? "--nodes" : "--workers-per-node";
-      int *dst = opt->bit == OPT_NODES ? &o->nodes : &o->workers_per_node;
+      const char *name = opt->id == OPT_NODES ? "--nodes" : "--workers-per-node";
+      int *dst = opt->id == OPT_NODES ? &o->nodes : &o->workers_per_node;
       if (pxctl_parse_count(o, name, v, dst)) return PXCTL_EXIT_USAGE;
       if (*dst < 1) return pxctl_usage_error(o, "%s '%s': expected at least 1", name, v);
       return 0;
@@ -540,96 +586,132 @@ static int pxctl_apply(pxctl_opts_t *o, const pxctl_opt_t *opt, const char *v) {
   return 0;
 }
 
-/* The command is the first argument that is neither an option nor the
- * value of one; *help: --help or -h before it. Returns an exit status when
- * the line is answered here (--version, no command), -1 otherwise. */
-static int pxctl_find_command(int argc, char **argv, int *cmd_at, int *help) {
-  *cmd_at = -1;
-  *help = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--")) {
-      *cmd_at = i + 1 < argc ? i + 1 : -1;
-      break;
-    }
-    if (a[0] != '-' || !a[1]) {
-      *cmd_at = i;
-      break;
-    }
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      *help = 1;
-      continue;
-    }
-    if (!strcmp(a, "--version")) {
-      printf("pxctl %s\n", px_version());
-      return PXCTL_EXIT_OK;
-    }
-    const pxctl_opt_t *opt = pxctl_find_option(a);
-    if (opt && opt->has_value) i++;
-  }
-  if (*cmd_at >= 0) return -1;
-  if (*help) {
-    pxctl_main_help(stdout);
+/* What a parse of the command line works on (pxctl_args_t.ctx). */
+typedef struct {
+  pxctl_opts_t *o;
+  const pxctl_cmd_t *cmd; /* NULL while the command is looked for */
+  int help;               /* --help or -h before the command */
+} pxctl_parse_t;
+
+/* pxctl_args_t.apply: an option of the command; before the command, only
+ * its flags come here, and only --help and --version count there. */
+static int pxctl_on_option(void *ctx, const pxctl_arg_t *a, const char *v) {
+  pxctl_parse_t *p = ctx;
+  if (!p->cmd) {
+    if (a->id == OPT_HELP) p->help = 1;
+    if (a->id != OPT_VERSION) return -1;
+    printf("pxctl %s\n", px_version());
     return PXCTL_EXIT_OK;
   }
-  pxctl_main_help(stderr);
-  return pxctl_usage_error(NULL, "no command given");
+  if (a->id == OPT_HELP) {
+    pxctl_cmd_help(p->cmd, stdout);
+    return PXCTL_EXIT_OK;
+  }
+  int rc = pxctl_apply_value(p->o, a, v);
+  return rc ? rc : -1;
 }
 
-/* Every argument but the command: positional ones into o->pos, options
- * (--opt VALUE or --opt=VALUE) checked against the command and applied.
- * -1, or the exit status of a line answered here (a usage error, --help). */
-static int pxctl_parse_options(pxctl_opts_t *o, const pxctl_cmd_t *cmd, int argc, char **argv,
-                               int cmd_at) {
-  int only_pos = 0;
-  for (int i = 1; i < argc; i++) {
-    if (i == cmd_at) continue;
-    const char *a = argv[i];
-    if (!only_pos && !strcmp(a, "--")) {
-      only_pos = 1;
-      continue;
-    }
-    if (only_pos || a[0] != '-' || !a[1]) {
-      if (o->npos >= cmd->npos) {
-        return cmd->npos ? pxctl_usage_error(o, "unexpected argument '%s' (%s takes %s)", a,
-                                             cmd->name, cmd->synopsis)
-                         : pxctl_usage_error(o, "unexpected argument '%s' (%s takes none)", a,
-                                             cmd->name);
-      }
-      o->pos[o->npos++] = a;
-      continue;
-    }
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      pxctl_cmd_help(cmd, stdout);
+/* pxctl_args_t.positional: the command's arguments, as many as it takes. */
+static int pxctl_on_positional(void *ctx, const char *arg) {
+  pxctl_parse_t *p = ctx;
+  pxctl_opts_t *o = p->o;
+  if (o->npos >= p->cmd->npos)
+    return p->cmd->npos ? pxctl_usage_error(o, "unexpected argument '%s' (%s takes %s)", arg,
+                                            p->cmd->name, p->cmd->synopsis)
+                        : pxctl_usage_error(o, "unexpected argument '%s' (%s takes none)", arg,
+                                            p->cmd->name);
+  o->pos[o->npos++] = arg;
+  return -1;
+}
+
+/* Appends a to the n options of known unless one of that name is there
+ * (which must then take a value as a does). */
+static void pxctl_add_arg(pxctl_arg_t *known, size_t *n, const pxctl_arg_t *a) {
+  for (size_t i = 0; i < *n; i++) {
+    if (strcmp(known[i].name, a->name) != 0) continue;
+    assert(!known[i].arg == !a->arg && known[i].short_name == a->short_name);
+    return;
+  }
+  assert(*n < PXCTL_ARGS_MAX);
+  known[(*n)++] = *a;
+}
+
+/* Every option of pxctl once (the global ones, then each command's): what
+ * may stand before the command, and what "does not apply" elsewhere. */
+static size_t pxctl_known_args(pxctl_arg_t *known) {
+  size_t n = 0;
+  for (size_t i = 0; i < sizeof pxctl_global_args / sizeof pxctl_global_args[0]; i++)
+    pxctl_add_arg(known, &n, &pxctl_global_args[i]);
+  for (int c = 0; c < PXCTL_NCMDS; c++)
+    for (size_t i = 0; i < pxctl_cmds[c].nargs; i++)
+      pxctl_add_arg(known, &n, &pxctl_cmds[c].args[i]);
+  return n;
+}
+
+/* The options cmd takes: its table, --field wherever --json is, --help. */
+static size_t pxctl_cmd_args(const pxctl_cmd_t *cmd, pxctl_arg_t *args) {
+  size_t n = 0;
+  for (size_t i = 0; i < cmd->nargs; i++) pxctl_add_arg(args, &n, &cmd->args[i]);
+  if (pxctl_args_find(cmd->args, cmd->nargs, OPT_JSON)) pxctl_add_arg(args, &n, &pxctl_field_arg);
+  pxctl_add_arg(args, &n, &pxctl_help_arg);
+  return n;
+}
+
+/* The command named on the line into p->cmd, its word's index into *cmd_at;
+ * -1, or the exit status of a line answered here (--version, --help
+ * without a command, no or an unknown command). */
+static int pxctl_find_command(pxctl_parse_t *p, const pxctl_arg_t *known, size_t nknown,
+                              int argc, char **argv, int *cmd_at) {
+  pxctl_args_t a = {known, nknown, known, nknown, NULL, pxctl_on_option, NULL, p};
+  int rc = pxctl_args_command(&a, argc, argv, cmd_at);
+  if (rc >= 0) return rc;
+  if (!*cmd_at) {
+    if (p->help) {
+      pxctl_main_help(stdout);
       return PXCTL_EXIT_OK;
     }
-    char name[64];
-    const char *value = NULL, *eq = strchr(a, '=');
-    if (eq && (size_t)(eq - a) < sizeof name) {
-      memcpy(name, a, (size_t)(eq - a));
-      name[eq - a] = '\0';
-      value = eq + 1;
-    } else {
-      snprintf(name, sizeof name, "%s", a);
+    pxctl_main_help(stderr);
+    return pxctl_usage_error(NULL, "no command given");
+  }
+  for (int i = 0; i < PXCTL_NCMDS; i++)
+    if (!strcmp(argv[*cmd_at], pxctl_cmds[i].name)) p->cmd = &pxctl_cmds[i];
+  if (!p->cmd) {
+    if (p->help) {
+      pxctl_main_help(stdout);
+      return PXCTL_EXIT_OK;
     }
-    const pxctl_opt_t *opt = pxctl_find_option(name);
-    if (!opt) return pxctl_usage_error(o, "unknown option '%s'", a);
-    if (!(cmd->opts & opt->bit) && !(opt->bit == OPT_CA && (cmd->opts & OPT_COORD)) &&
-        !(opt->bit == OPT_FIELD && (cmd->opts & OPT_JSON)))
-      return pxctl_usage_error(o, "option %s does not apply to '%s'%s", name, cmd->name,
-                               !strcmp(cmd->name, "run") && opt->bit == OPT_COORD
-                                   ? " (run starts its own private coordinator)"
-                                   : "");
-    if (opt->has_value && !value) {
-      if (i + 1 >= argc) return pxctl_usage_error(o, "%s needs a value", name);
-      value = argv[++i];
-    } else if (!opt->has_value && value) {
-      return pxctl_usage_error(o, "%s takes no value", name);
-    }
-    int rc = pxctl_apply(o, opt, value);
-    if (rc) return rc;
+    return pxctl_usage_error(NULL, "unknown command '%s'", argv[*cmd_at]);
+  }
+  p->o->cmd = p->cmd->name;
+  if (p->help) {
+    pxctl_cmd_help(p->cmd, stdout);
+    return PXCTL_EXIT_OK;
   }
   return -1;
+}
+
+/* Every word but the command's, before and after it: options checked
+ * against the command's table and applied, positional arguments into
+ * o->pos. -1, or the exit status of a line answered here (a usage error,
+ * --help). */
+static int pxctl_parse_options(pxctl_parse_t *p, const pxctl_arg_t *known, size_t nknown,
+                               int argc, char **argv, int cmd_at) {
+  pxctl_arg_t args[PXCTL_ARGS_MAX];
+  size_t nargs = pxctl_cmd_args(p->cmd, args);
+  char **words = calloc((size_t)argc, sizeof *words);
+  if (!words) return pxctl_fail("out of memory");
+  int n = 0;
+  for (int i = 0; i < argc; i++)
+    if (i != cmd_at) words[n++] = argv[i];
+  pxctl_args_t a = {args, nargs, known, nknown, p->cmd->name, pxctl_on_option,
+                    pxctl_on_positional, p};
+  pxctl_args_error_t e;
+  int rc = pxctl_args_parse(&a, n, words, &e);
+  free(words);
+  if (rc != PXCTL_ARGS_BAD) return rc;
+  int own_coordinator = e.elsewhere && e.elsewhere->id == OPT_COORD && !strcmp(p->cmd->name, "run");
+  return pxctl_usage_error(p->o, "%s%s", e.msg,
+                           own_coordinator ? " (run starts its own private coordinator)" : "");
 }
 
 int main(int argc, char **argv) {
@@ -640,26 +722,13 @@ int main(int argc, char **argv) {
   const char *env = getenv("PRUNEX_COORDINATOR");
   o.coordinator = env && env[0] ? env : PXCTL_DEFAULT_COORDINATOR;
 
-  int cmd_at, help;
-  int rc = pxctl_find_command(argc, argv, &cmd_at, &help);
+  pxctl_arg_t known[PXCTL_ARGS_MAX];
+  size_t nknown = pxctl_known_args(known);
+  pxctl_parse_t p = {&o, NULL, 0};
+  int cmd_at, rc = pxctl_find_command(&p, known, nknown, argc, argv, &cmd_at);
   if (rc >= 0) return rc;
-  const pxctl_cmd_t *cmd = NULL;
-  for (int i = 0; i < PXCTL_NCMDS; i++)
-    if (!strcmp(argv[cmd_at], pxctl_cmds[i].name)) cmd = &pxctl_cmds[i];
-  if (!cmd) {
-    if (help) {
-      pxctl_main_help(stdout);
-      return PXCTL_EXIT_OK;
-    }
-    return pxctl_usage_error(NULL, "unknown command '%s'", argv[cmd_at]);
-  }
-  o.cmd = cmd->name;
-  if (help) {
-    pxctl_cmd_help(cmd, stdout);
-    return PXCTL_EXIT_OK;
-  }
-
-  if ((rc = pxctl_parse_options(&o, cmd, argc, argv, cmd_at)) >= 0) return rc;
+  const pxctl_cmd_t *cmd = p.cmd;
+  if ((rc = pxctl_parse_options(&p, known, nknown, argc, argv, cmd_at)) >= 0) return rc;
   if (o.npos < cmd->npos &&
       !(o.npos >= 1 && !strcmp(cmd->name, "plot")) && !(o.npos >= 2 && !strcmp(cmd->name, "update")))
     return pxctl_usage_error(&o, "missing %s", cmd->synopsis);
@@ -670,7 +739,8 @@ int main(int argc, char **argv) {
   int is_plot = !strcmp(cmd->name, "plot");
   /* export reads a run offline for --tensorboard only (its MODEL argument
    * is a file path otherwise) */
-  int offline = (cmd->opts & OPT_DB) && !is_plot && (strcmp(cmd->name, "export") || o.tensorboard);
+  int offline = pxctl_args_find(cmd->args, cmd->nargs, OPT_DB) && !is_plot &&
+                (strcmp(cmd->name, "export") || o.tensorboard);
   if (offline && (rc = pxctl_offline_begin(&o, &off)) >= 0) return rc;
   /* Commands taking JOB also take a job's name, where only one job has it. */
   rc = 0;

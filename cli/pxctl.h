@@ -1,5 +1,7 @@
 /* pxctl internals: what the files of the command-line client share. The
- * program is split by concern: pxctl.c (argument parsing, dispatch, help);
+ * program is split by concern: pxctl.c (the commands and their option
+ * tables, dispatch, help) over pxctl_args.c (getopt_long driven by such
+ * tables: pxctl_args.h, which imports nothing of pxctl);
  * pxctl_client.c (pxctl_client.h: the plumbing every command imports:
  * errors, connection, name resolution, spec loading, iteration reports,
  * watch, summary); one file per command or family of commands
