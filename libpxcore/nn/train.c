@@ -93,12 +93,18 @@ static px_status_t px__load_data(px_trainer_t *t) {
     PX_REQUIRE(c->data_dir != NULL, "dataset.path: a folder data set needs its directory");
     px_folder_config_t fc = {c->data_dir, PX_SPLIT_TRAIN, c->image_channels ? c->image_channels : 3,
                              c->image_size ? c->image_size : 32, c->cache_dir, c->data_root,
-                             c->max_skipped, c->cache_root};
+                             c->max_skipped, c->cache_root,
+                             c->cache_budget};
     px_folder_report_t rep;
     PX_CHECK(px_dataset_load_folder(&fc, &rep, &t->train));
-    px_log(PX_LOG_INFO, "image folder %s: %lld training images (%lld skipped), %d classes, %s "
-           "cache %s", c->data_dir, (long long)(rep.files - rep.skipped), (long long)rep.skipped,
-           rep.num_classes, rep.built ? "decoded into" : "read from", rep.cache_path);
+    if (rep.streamed)
+      px_log(PX_LOG_INFO, "image folder %s: %lld training images, %d classes, streamed (more "
+             "than the cache budget decoded)", c->data_dir, (long long)rep.files,
+             rep.num_classes);
+    else
+      px_log(PX_LOG_INFO, "image folder %s: %lld training images (%lld skipped), %d classes, %s "
+             "cache %s", c->data_dir, (long long)(rep.files - rep.skipped), (long long)rep.skipped,
+             rep.num_classes, rep.built ? "decoded into" : "read from", rep.cache_path);
     PX_CHECK(px_folder_class_names(c->data_dir, &t->classes));
     fc.split = PX_SPLIT_TEST;
     return px_dataset_load_folder(&fc, NULL, &t->test);
@@ -153,6 +159,8 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out) 
     lc.augment.crop_pad = 4;
     lc.augment.flip = 1;
   }
+  lc.threads = cfg->loader_threads;
+  if (px_dataset_streamed(t->train)) lc.prefetch = cfg->loader_prefetch > 0 ? cfg->loader_prefetch : 2;
   PX_CHECK_GOTO(px_loader_create(t->train, &lc, &t->train_loader), st, done);
   t->steps_per_epoch = px_loader_num_batches(t->train_loader);
   t->schedule_steps = t->steps_per_epoch * cfg->epochs;
@@ -173,6 +181,7 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out) 
   ec.batch_size = cfg->batch;
   ec.rank = cfg->rank;
   ec.world_size = cfg->world_size;
+  ec.threads = cfg->loader_threads;
   PX_CHECK_GOTO(px_loader_create(t->test, &ec, &t->test_loader), st, done);
 
   PX_CHECK_GOTO(px_ops_create(cfg->device, cfg->threads, &t->ops), st, done);
