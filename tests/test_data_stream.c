@@ -362,6 +362,14 @@ static void a_streamed_folder_trains(void **state) {
          (long long)ev.samples);
   assert_true(isfinite(e.loss) && e.loss > 0);
   assert_int_equal(ev.samples, NVAL);
+  /* the model's input contract: evaluated as torchvision does (37 = 32 x 256/224) */
+  const char *kv[14];
+  assert_int_equal(px_trainer_input_meta(t, kv, 7), 7);
+  assert_string_equal(kv[4], "input_resize");
+  assert_string_equal(kv[5], "37");
+  assert_string_equal(kv[7], "32");
+  assert_string_equal(kv[8], "input_mean");
+  assert_string_equal(kv[9], "0.485000014,0.456,0.405999988");
   px_trainer_destroy(t);
 }
 

@@ -123,6 +123,7 @@ static px_status_t px__loader_check(const px_dataset_t *ds, const px_loader_conf
              "loader rank %d of world %d: need 0 <= rank < world", cfg->rank, cfg->world_size);
   PX_REQUIRE(cfg->threads >= 0 && cfg->threads <= 256, "loader threads %d: must be in 0..256",
              cfg->threads);
+  PX_REQUIRE(!cfg->host_alloc == !cfg->host_free, "loader: host_alloc and host_free go together");
   PX_REQUIRE(cfg->prefetch >= 0 && cfg->prefetch <= PX__LOADER_MAX_PREFETCH,
              "loader prefetch %d: must be in 0..%d", cfg->prefetch, PX__LOADER_MAX_PREFETCH);
   PX_REQUIRE(cfg->augment.crop_pad >= 0 && cfg->augment.crop_pad <= 1024,
@@ -178,7 +179,8 @@ void px_loader_destroy(px_loader_t *l) {
   }
   if (l->slots) {
     for (int s = 0; s < l->nslots; s++) {
-      px_free(l->slots[s].x);
+      if (l->cfg.host_free && l->slots[s].x) l->cfg.host_free(l->slots[s].x, l->cfg.host_ctx);
+      else px_free(l->slots[s].x);
       px_free(l->slots[s].y);
     }
   }
@@ -214,8 +216,9 @@ px_status_t px_loader_create(const px_dataset_t *ds, const px_loader_config_t *c
   }
   size_t img = (size_t)info->channels * info->height * info->width;
   for (int s = 0; s < l->nslots; s++) {
-    l->slots[s].x = px_malloc_aligned((size_t)cfg->batch_size * img * sizeof(float),
-                                      "data.loader_x");
+    size_t xbytes = (size_t)cfg->batch_size * img * sizeof(float);
+    l->slots[s].x = cfg->host_alloc ? cfg->host_alloc(xbytes, cfg->host_ctx)
+                                    : px_malloc_aligned(xbytes, "data.loader_x");
     l->slots[s].y = px_malloc_aligned((size_t)cfg->batch_size * sizeof(int32_t),
                                       "data.loader_y");
     if (!l->slots[s].x || !l->slots[s].y) {

@@ -54,8 +54,9 @@ struct px__sbatch {
   char reasons[512];       /* the first files skipped, for the failure message */
 };
 
-/* Image i of the current batch into its slot, with worker w's decoder. */
-static px_status_t px__sbatch_one(px__sbatch_t *sb, int32_t w, int32_t i) {
+/* Image i of the current batch into its slot, with worker w's decoder;
+ * err[512] says why it failed. */
+static px_status_t px__sbatch_one(px__sbatch_t *sb, int32_t w, int32_t i, char *err) {
   const px_dataset_info_t *info = &sb->ds->info;
   size_t img = (size_t)info->channels * info->height * info->width;
   int64_t k = sb->indices[i];
@@ -89,9 +90,10 @@ static px_status_t px__sbatch_one(px__sbatch_t *sb, int32_t w, int32_t i) {
       }
     }
   }
-  snprintf(sb->err, sizeof sb->err, "image folder %.200s: no decodable image among %d files "
-           "from sample %u on: %.200s", px__fstream_dir(sb->fs), PX__SBATCH_TRIES, sb->indices[i],
-           sb->reasons);
+  pthread_mutex_lock(&sb->mu);
+  snprintf(err, 512, "image folder %.200s: no decodable image among %d files from sample %u "
+           "on: %.200s", px__fstream_dir(sb->fs), PX__SBATCH_TRIES, sb->indices[i], sb->reasons);
+  pthread_mutex_unlock(&sb->mu);
   return PX_ERR_FORMAT;
 }
 
@@ -100,12 +102,14 @@ static void px__sbatch_drain(px__sbatch_t *sb, int32_t w) {
   for (;;) {
     int32_t i = atomic_fetch_add(&sb->next, 1);
     if (i >= sb->n) return;
-    px_status_t st = px__sbatch_one(sb, w, i);
+    char err[512];
+    px_status_t st = px__sbatch_one(sb, w, i, err);
     if (st != PX_OK) {
+      if (st != PX_ERR_FORMAT) snprintf(err, sizeof err, "%s", px_last_error());
       pthread_mutex_lock(&sb->mu);
       if (sb->st == PX_OK) {
         sb->st = st;
-        if (st != PX_ERR_FORMAT) snprintf(sb->err, sizeof sb->err, "%s", px_last_error());
+        snprintf(sb->err, sizeof sb->err, "%s", err);
       }
       pthread_mutex_unlock(&sb->mu);
       atomic_store(&sb->next, sb->n); /* the others stop too */

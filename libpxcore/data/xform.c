@@ -34,6 +34,9 @@
 #include "data_int.h"
 #include "px_check.h"
 
+/* Four floats as one SSE register (GCC and clang vector extension). */
+typedef float px__v4_t __attribute__((vector_size(16)));
+
 typedef struct {
   struct jpeg_error_mgr pub;
   jmp_buf jump;
@@ -61,6 +64,8 @@ struct px__xform {
   size_t pix_cap;
   float *tmp;                 /* [rows][channels][size] horizontal pass */
   size_t tmp_cap;
+  float *rowf;                /* [cols * channels] one decoded row as floats */
+  size_t rowf_cap;
   px__taps_t tx, ty;
   char why[256];
 };
@@ -123,7 +128,7 @@ void px__xform_destroy(px__xform_t *x) {
   if (!x) return;
   if (x->have_cinfo) jpeg_destroy_decompress(&x->cinfo);
   px_image_decoder_destroy(x->whole);
-  PX_FREE_ALL(x->file, x->pix, x->tmp, x->tx.first, x->tx.n, x->tx.w, x->ty.first, x->ty.n,
+  PX_FREE_ALL(x->file, x->pix, x->tmp, x->rowf, x->tx.first, x->tx.n, x->tx.w, x->ty.first, x->ty.n,
               x->ty.w, x);
 }
 
@@ -245,31 +250,49 @@ static px_status_t px__taps_make(px__taps_t *t, const px__axis_t *a, int32_t out
 }
 
 /* The separable pass over a decoded region src [rows][cols][c] whose taps
- * are in x->tx, x->ty (relative to the region): dst [c][size][size]. */
+ * are in x->tx, x->ty (relative to the region): dst [c][size][size]. Each
+ * row is widened to floats once (each pixel feeds several taps), the
+ * horizontal taps then read floats; the vertical pass runs along whole
+ * output rows (vectorised: xform.c is compiled with -O3). */
 static px_status_t px__resample(px__xform_t *x, const uint8_t *src, size_t row, int32_t rows,
                                 const float *a, const float *b, int32_t flip, float *dst) {
   int32_t c = x->channels, s = x->size;
   size_t need = (size_t)rows * c * s * sizeof(float);
   PX_CHECK(px__grow_buf((void **)&x->tmp, &x->tmp_cap, need, "data.xform_rows"));
+  size_t cols = row / (size_t)c;
+  PX_CHECK(px__grow_buf((void **)&x->rowf, &x->rowf_cap, cols * 4 * sizeof(float),
+                        "data.xform_rowf"));
   const px__taps_t *tx = &x->tx, *ty = &x->ty;
+  float *restrict rf = x->rowf;
   for (int32_t r = 0; r < rows; r++) {
-    const uint8_t *sr = src + (size_t)r * row;
-    float *t = x->tmp + (size_t)r * c * s;
+    const uint8_t *restrict sr = src + (size_t)r * row;
+    float *restrict t = x->tmp + (size_t)r * c * s;
+    if (c == 3) {
+      /* R, G, B, 0 per pixel: one 4-wide multiply-add per tap for all three */
+      for (size_t k = 0; k < cols; k++) {
+        rf[4 * k] = (float)sr[3 * k];
+        rf[4 * k + 1] = (float)sr[3 * k + 1];
+        rf[4 * k + 2] = (float)sr[3 * k + 2];
+        rf[4 * k + 3] = 0.0f;
+      }
+      const px__v4_t *q = (const px__v4_t *)rf;
+      for (int32_t o = 0; o < s; o++) {
+        const px__v4_t *p = q + tx->first[o];
+        const float *w = tx->w + (size_t)o * tx->kmax;
+        px__v4_t acc = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int32_t k = 0; k < tx->n[o]; k++) acc += w[k] * p[k];
+        t[o] = acc[0];
+        t[s + o] = acc[1];
+        t[2 * s + o] = acc[2];
+      }
+      continue;
+    }
+    for (size_t k = 0; k < row; k++) rf[k] = (float)sr[k];
     for (int32_t o = 0; o < s; o++) {
-      const uint8_t *p = sr + (size_t)tx->first[o] * c;
+      const float *p = rf + (size_t)tx->first[o] * c;
       const float *w = tx->w + (size_t)o * tx->kmax;
       int32_t n = tx->n[o];
-      if (c == 3) {
-        float r0 = 0.0f, g0 = 0.0f, b0 = 0.0f;
-        for (int32_t k = 0; k < n; k++) {
-          r0 += w[k] * p[3 * k];
-          g0 += w[k] * p[3 * k + 1];
-          b0 += w[k] * p[3 * k + 2];
-        }
-        t[o] = r0;
-        t[s + o] = g0;
-        t[2 * s + o] = b0;
-      } else {
+      {
         float v = 0.0f;
         for (int32_t k = 0; k < n; k++) v += w[k] * p[k];
         t[o] = v;

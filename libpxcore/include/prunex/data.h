@@ -409,6 +409,13 @@ typedef struct {
   int32_t threads;                   /* a streamed image folder: threads that decode a
                                         batch (the producer among them), 0..256; 0: the
                                         online CPUs, at most PX_LOADER_DEFAULT_THREADS */
+  /* Where the batch buffers x come from: NULL, px_malloc_aligned; else
+   * host_alloc(bytes, host_ctx) at creation (NULL: out of memory) and
+   * host_free(p, host_ctx) at destruction, e.g. cudaHostAlloc'd (pinned)
+   * memory so that a batch's copy to the GPU can run asynchronously. */
+  void *(*host_alloc)(size_t bytes, void *ctx);
+  void (*host_free)(void *p, void *ctx);
+  void *host_ctx;
 } px_loader_config_t;
 
 #define PX_LOADER_DEFAULT_THREADS 8

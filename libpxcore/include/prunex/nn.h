@@ -415,8 +415,8 @@ typedef struct {
    * streamed */
   int64_t cache_budget;      /* bytes of decoded images a split may cache (0: a quarter
                                 of the memory); a larger split is streamed */
-  int32_t loader_threads;    /* decoding threads of a streamed split (0: the online CPUs,
-                                at most 8) */
+  int32_t loader_threads;    /* decoding threads of a streamed split (0: threads, at most
+                                8; else the online CPUs, at most 8) */
   int32_t loader_prefetch;   /* streamed training batches prepared ahead (0: 2) */
 } px_train_config_t;
 
