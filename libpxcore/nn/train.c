@@ -186,6 +186,7 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out) 
   ec.rank = cfg->rank;
   ec.world_size = cfg->world_size;
   ec.threads = lc.threads;
+  if (px_dataset_streamed(t->test)) ec.prefetch = 1; /* decode overlaps the evaluation */
   PX_CHECK_GOTO(px_loader_create(t->test, &ec, &t->test_loader), st, done);
 
   PX_CHECK_GOTO(px_ops_create(cfg->device, cfg->threads, &t->ops), st, done);
