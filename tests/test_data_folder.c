@@ -243,7 +243,7 @@ static void layout_errors_are_refused_naming_the_directory(void **state) {
   rm_tree(p);
   assert_int_equal(px_folder_check(dir, NULL, NULL), PX_ERR_FORMAT);
   assert_non_null(strstr(px_last_error(), "/val"));
-  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 8, NULL, NULL, 0, NULL};
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 8, NULL, NULL, 0, NULL, 0};
   px_dataset_t *ds = NULL;
   assert_int_equal(px_dataset_load_folder(&fc, NULL, &ds), PX_ERR_FORMAT);
   assert_null(ds);
@@ -324,7 +324,7 @@ static void corrupt_images_are_skipped_and_counted(void **state) {
   write_bytes(p, "", 0);
   snprintf(p, sizeof p, "%s/train/c/92.png", dir);
   write_bytes(p, "\x89PNG\r\n\x1a\n garbage", 16);
-  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 0.25, NULL};
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 0.25, NULL, 0};
   px_folder_report_t rep;
   px_dataset_t *ds;
   assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_OK);
@@ -362,7 +362,7 @@ static void the_cache_is_built_once_and_rebuilt_when_stale(void **state) {
   need_fixtures();
   char dir[256], p[512];
   make_folder(dir, sizeof dir, "cache", 4);
-  px_folder_config_t fc = {dir, PX_SPLIT_TEST, 1, 12, NULL, NULL, 0, NULL};
+  px_folder_config_t fc = {dir, PX_SPLIT_TEST, 1, 12, NULL, NULL, 0, NULL, 0};
   px_folder_report_t rep;
   px_dataset_t *a, *b;
   assert_int_equal(px_dataset_load_folder(&fc, &rep, &a), PX_OK);
@@ -423,7 +423,7 @@ static void concurrent_ranks_decode_once(void **state) {
     pids[r] = fork();
     assert_true(pids[r] >= 0);
     if (pids[r] == 0) {
-      px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 24, NULL, NULL, 0, NULL};
+      px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 24, NULL, NULL, 0, NULL, 0};
       px_folder_report_t rep;
       px_dataset_t *ds;
       if (px_dataset_load_folder(&fc, &rep, &ds) != PX_OK) _exit(100);
@@ -530,7 +530,7 @@ static void ranks_shard_a_mapped_folder(void **state) {
   need_fixtures();
   char dir[256];
   make_folder(dir, sizeof dir, "shard", 5);
-  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 0, NULL};
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 0, NULL, 0};
   px_dataset_t *ds;
   assert_int_equal(px_dataset_load_folder(&fc, NULL, &ds), PX_OK);
   int seen[15] = {0};
@@ -644,7 +644,7 @@ static void a_link_out_of_the_data_root_is_refused_by_name_only(void **state) {
   snprintf(p, sizeof p, "%s/train/c/zz_in_rel.jpg", dir);
   assert_int_equal(symlink("../../../pool/shared.jpg", p), 0);
 
-  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, droot, 1.0, NULL};
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, droot, 1.0, NULL, 0};
   px_folder_report_t rep;
   px_dataset_t *ds;
   assert_int_equal(load_logged(&fc, &rep, &ds, log, sizeof log), PX_OK);
@@ -764,7 +764,7 @@ static void one_corrupt_jpeg_skips_that_file_only(void **state) {
     make_jpeg_folder(dir, sizeof dir, "onebad", 10);
     snprintf(p, sizeof p, "%s/train/%s", dir, first ? "a/00.jpg" : "b/05.jpg");
     corrupt_jpeg(p);
-    px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 0.5, NULL};
+    px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 0.5, NULL, 0};
     px_folder_report_t rep;
     px_dataset_t *ds;
     assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_OK);
@@ -787,7 +787,7 @@ static void too_many_skipped_images_fail_with_the_count(void **state) {
   snprintf(p, sizeof p, "%s/train/c/07.jpg", dir);
   write_bytes(p, "not an image", 12);
   /* 2 of 30 is 6.7%: over the default 1% */
-  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 0, NULL};
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 0, NULL, 0};
   px_folder_report_t rep;
   px_dataset_t *ds = NULL;
   assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_ERR_FORMAT);
@@ -848,7 +848,7 @@ static void a_cache_dir_outside_its_root_or_open_to_others_is_refused(void **sta
   rm_tree(out);
   mkdir(croot, 0700);
   make_folder(dir, sizeof dir, "cfold", 1);
-  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, out, NULL, 1.0, croot};
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, out, NULL, 1.0, croot, 0};
   px_folder_report_t rep;
   px_dataset_t *ds;
   struct stat sb;
@@ -914,7 +914,7 @@ static void a_shared_tmp_cache_made_by_another_is_refused(void **state) {
   unsetenv("HOME");
   unsetenv("XDG_CACHE_HOME");
   setenv("TMPDIR", tmp, 1);
-  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 1.0, NULL};
+  px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 1.0, NULL, 0};
   px_folder_report_t rep;
   px_dataset_t *ds;
   px_status_t st = px_dataset_load_folder(&fc, &rep, &ds);

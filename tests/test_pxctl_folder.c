@@ -86,7 +86,7 @@ static void folder_job_learns_packs_less_and_its_onnx_agrees(void **state) {
 
   /* The workers left the caches beside the data; reading them decodes
    * nothing. */
-  px_folder_config_t fc = {data, PX_SPLIT_TRAIN, 1, SIZE, NULL, NULL, 0, NULL};
+  px_folder_config_t fc = {data, PX_SPLIT_TRAIN, 1, SIZE, NULL, NULL, 0, NULL, 0};
   px_folder_report_t rep;
   px_dataset_t *train, *val;
   assert_int_equal(px_dataset_load_folder(&fc, &rep, &train), PX_OK);

@@ -23,7 +23,7 @@ int main(int argc, char **argv) {
   }
   int size = atoi(argv[3]), feed = atoi(argv[4]), channels = atoi(argv[5]);
   int epochs = atoi(argv[6]);
-  px_folder_config_t fc = {argv[1], PX_SPLIT_TRAIN, channels, size, argv[2], NULL, 0, NULL};
+  px_folder_config_t fc = {argv[1], PX_SPLIT_TRAIN, channels, size, argv[2], NULL, 0, NULL, 0};
   px_folder_report_t rep;
   px_dataset_t *ds;
   double t0 = px__now();

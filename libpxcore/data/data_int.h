@@ -17,6 +17,8 @@ struct px_dataset {
   void *map;        /* non-NULL: images and labels point into this read-only mapping
                        of map_len bytes (an image folder's cache), unmapped at destroy */
   size_t map_len;
+  struct px__fstream *stream; /* non-NULL: a streamed image folder (images NULL, labels
+                                 its files' classes): the loader decodes every epoch */
 };
 
 /* Largest data set the pipeline handles (indices are uint32, counts int32
@@ -103,5 +105,80 @@ px_status_t px__dataset_wrap(const px_dataset_info_t *info, uint8_t *images, uin
  * on PX_ERR_FORMAT and PX_ERR_IO (not the path: the caller names it). */
 px_status_t px__image_decode_fd(px_image_decoder_t *d, int fd, int32_t channels, int32_t size,
                                 uint8_t *dst);
+
+/* The whole image in buf decoded to HWC pixels of `channels` at full scale
+ * (*pix owned by d, valid until its next call): what the streaming path
+ * resamples a PNG or a CMYK JPEG from. PX_ERR_FORMAT with d's reason. */
+px_status_t px__image_decode_whole(px_image_decoder_t *d, const uint8_t *buf, size_t len,
+                                   int32_t channels, const uint8_t **pix, int32_t *w,
+                                   int32_t *h);
+
+/* ---- streamed image folders (folder.c: the files; xform.c: one image;
+ * stream.c: a batch) ---------------------------------------------------------- */
+
+typedef struct px__fstream px__fstream_t;
+
+/* Opens file i of the streamed split beneath the folder's root (O_RDONLY);
+ * -1 with why[256] set when it cannot be (the file is then skipped). */
+int px__fstream_open(const px__fstream_t *fs, int64_t i, char *why);
+/* "CLASS/NAME" of file i, and the split's directory for messages
+ * ("DIR/train"); owned by fs. */
+const char *px__fstream_name(const px__fstream_t *fs, int64_t i);
+const char *px__fstream_dir(const px__fstream_t *fs);
+/* dataset.max_skipped of the load (a share of the split's files). */
+double px__fstream_max_skipped(const px__fstream_t *fs);
+void px__fstream_free(px__fstream_t *fs);
+
+/* What to do to one image: RandomResizedCrop (min_scale > 0) or
+ * Resize + CenterCrop (min_scale 0), flipped with probability 1/2 when flip,
+ * the choices drawn from (seed, epoch, index). */
+typedef struct {
+  double min_scale;
+  int32_t flip;
+  uint64_t seed;
+  int64_t epoch, index;
+} px__xform_params_t;
+
+/* The choices for a w x h source: box is mapped onto the output (output
+ * pixel (ox, oy) samples around box.x + (ox + 0.5) * sx, box.y + (oy + 0.5)
+ * * sy), nothing outside bounds is read. */
+typedef struct {
+  px_rect_t box, bounds;
+  double sx, sy;
+  int32_t flip;
+} px__xform_geom_t;
+
+void px__xform_choose(const px__xform_params_t *p, int32_t w, int32_t h, int32_t size,
+                      px__xform_geom_t *g);
+
+typedef struct px__xform px__xform_t;
+px_status_t px__xform_create(int32_t channels, int32_t size, px__xform_t **out);
+void px__xform_destroy(px__xform_t *x);
+/* The image in buf (or read from fd) transformed to dst[channels][size]
+ * [size] = pixel * a[c] + b[c]. PX_ERR_FORMAT (the file is to be skipped)
+ * with px__xform_reason set; PX_ERR_NOMEM. Allocates only while its
+ * buffers grow to the largest image seen. */
+px_status_t px__xform_run(px__xform_t *x, const uint8_t *buf, size_t len,
+                          const px__xform_params_t *p, const float *a, const float *b,
+                          float *dst);
+px_status_t px__xform_fd(px__xform_t *x, int fd, const px__xform_params_t *p, const float *a,
+                         const float *b, float *dst);
+const char *px__xform_reason(const px__xform_t *x);
+
+/* A loader's decoding side for a streamed data set: a pool of threads and
+ * one px__xform_t per thread, allocated at creation. */
+typedef struct px__sbatch px__sbatch_t;
+px_status_t px__sbatch_create(const px_dataset_t *ds, int32_t threads, px__sbatch_t **out);
+void px__sbatch_destroy(px__sbatch_t *sb);
+/* Fills x [n][c][size][size] and y [n] from data set samples indices[0..n)
+ * (with p's transform, p->index set per sample). A file that cannot be
+ * decoded is counted and replaced by the next good file of the data set;
+ * PX_ERR_FORMAT once more than max_skipped of the files were, with the
+ * message in err[512]. */
+px_status_t px__sbatch_fill(px__sbatch_t *sb, const uint32_t *indices, int32_t n,
+                            const px__xform_params_t *p, const float *a, const float *b,
+                            float *x, int32_t *y, char *err);
+/* Distinct files found undecodable so far. */
+int64_t px__sbatch_skipped(const px__sbatch_t *sb);
 
 #endif

@@ -130,6 +130,7 @@ px_status_t px_dataset_create_synthetic(const px_dataset_info_t *info, uint64_t 
 
 void px_dataset_destroy(px_dataset_t *ds) {
   if (!ds) return;
+  px__fstream_free(ds->stream);
   if (ds->map) {
     munmap(ds->map, ds->map_len);
   } else {
@@ -143,3 +144,4 @@ const px_dataset_info_t *px_dataset_info(const px_dataset_t *ds) { return &ds->i
 const uint8_t *px_dataset_images(const px_dataset_t *ds) { return ds->images; }
 const uint8_t *px_dataset_labels(const px_dataset_t *ds) { return ds->labels; }
 const char *px_dataset_name(const px_dataset_t *ds) { return ds->name; }
+int32_t px_dataset_streamed(const px_dataset_t *ds) { return ds->stream != NULL; }

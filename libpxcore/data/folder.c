@@ -848,6 +848,94 @@ static px_status_t px__cache_build(const px__cache_loc_t *loc, const px__root_t 
   return st;
 }
 
+/* ---- streaming ------------------------------------------------------------- */
+
+/* A split too large to cache decoded: its files, opened beneath the root as
+ * the loader asks for them (stream.c). */
+struct px__fstream {
+  px__root_t r;
+  px__flist_t l;
+  double max_skipped;
+  char dir[PX__PATH];  /* "DIR/SPLIT", for messages */
+  char split[8];
+};
+
+void px__fstream_free(px__fstream_t *fs) {
+  if (!fs) return;
+  px__root_close(&fs->r);
+  px__flist_free(&fs->l);
+  px_free(fs);
+}
+
+int px__fstream_open(const px__fstream_t *fs, int64_t i, char *why) {
+  const px__fent_t *e = &fs->l.e[i];
+  char sub[PX__PATH];
+  if (e->outside) return snprintf(why, 256, PX__OUTSIDE), -1;
+  if (snprintf(sub, sizeof sub, "%s/%s", fs->split, fs->l.names + e->name) >= (int)sizeof sub)
+    return snprintf(why, 256, "the path is too long"), -1;
+  int fd = px__open_sub(&fs->r, sub, O_RDONLY | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == EXDEV) snprintf(why, 256, PX__OUTSIDE);
+    else snprintf(why, 256, "cannot open: %s", strerror(errno));
+  }
+  return fd;
+}
+
+const char *px__fstream_name(const px__fstream_t *fs, int64_t i) {
+  return fs->l.names + fs->l.e[i].name;
+}
+const char *px__fstream_dir(const px__fstream_t *fs) { return fs->dir; }
+double px__fstream_max_skipped(const px__fstream_t *fs) { return fs->max_skipped; }
+
+/* The decoded bytes a split of nfiles may take in the cache: cfg's budget,
+ * else PX_FOLDER_CACHE_SHARE of the machine's memory. */
+static int px__folder_fits(const px_folder_config_t *cfg, size_t nfiles) {
+  double budget = (double)cfg->cache_budget;
+  if (cfg->cache_budget <= 0) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    budget = pages > 0 && page > 0 ? PX_FOLDER_CACHE_SHARE * (double)pages * (double)page : 1e18;
+  }
+  double img = (double)cfg->channels * cfg->size * cfg->size + 1.0;
+  return (double)nfiles * img <= budget;
+}
+
+/* The streamed data set of the split listed in *l, under *r: both are moved
+ * into it (and emptied here) on success. Its normalisation is ImageNet's
+ * (torchvision's constants): the pixels are never all seen at once. */
+static px_status_t px__stream_make(const px_folder_config_t *cfg, const char *split,
+                                   px__root_t *r, px__flist_t *l, px_dataset_t **out) {
+  static const float mean3[3] = {0.485f, 0.456f, 0.406f}, std3[3] = {0.229f, 0.224f, 0.225f};
+  px__fstream_t *fs = px_calloc(1, sizeof *fs, "data.fstream");
+  px_dataset_t *ds = px_calloc(1, sizeof *ds, "data.dataset");
+  uint8_t *labels = px_malloc(l->n, "data.labels");
+  if (!fs || !ds || !labels) {
+    PX_FREE_ALL(fs, ds, labels);
+    return PX_ERR_NOMEM;
+  }
+  for (size_t i = 0; i < l->n; i++) labels[i] = (uint8_t)l->e[i].cls;
+  fs->r = *r;
+  fs->l = *l;
+  r->fd = -1;
+  memset(l, 0, sizeof *l);
+  fs->max_skipped = cfg->max_skipped > 0 ? cfg->max_skipped : PX_FOLDER_MAX_SKIPPED;
+  snprintf(fs->dir, sizeof fs->dir, "%s/%s", cfg->dir, split);
+  snprintf(fs->split, sizeof fs->split, "%s", split);
+  ds->info.n = (int64_t)fs->l.n;
+  ds->info.channels = cfg->channels;
+  ds->info.height = ds->info.width = cfg->size;
+  ds->info.num_classes = fs->l.nclasses;
+  for (int c = 0; c < PX_DATA_MAX_CHANNELS; c++) ds->info.std[c] = 1.0f;
+  for (int c = 0; c < cfg->channels; c++) {
+    ds->info.mean[c] = cfg->channels == 3 ? mean3[c] : 0.449f; /* grey: the channels' average */
+    ds->info.std[c] = cfg->channels == 3 ? std3[c] : 0.226f;
+  }
+  ds->labels = labels;
+  ds->stream = fs;
+  snprintf(ds->name, sizeof ds->name, "folder/%s (streamed)", split);
+  *out = ds;
+  return PX_OK;
+}
+
 /* More than max_skipped of the split's files left out fails the load (the
  * cache stays: another job may allow more). first: the reasons when this
  * call built the cache, NULL when it was mapped. */
@@ -923,19 +1011,28 @@ px_status_t px_dataset_load_folder(const px_folder_config_t *cfg, px_folder_repo
   px_status_t st = px__root_open(&r, cfg->dir, cfg->root);
   if (st == PX_OK) st = px__check_classes(&r, &l);
   if (st == PX_OK) st = px__list_files(&r, split, &l);
-  if (st == PX_OK) st = px__cache_open(cfg, &r, &loc);
+  int stream = st == PX_OK && !px__folder_fits(cfg, l.n);
+  if (stream && report) {
+    memset(report, 0, sizeof *report);
+    report->files = (int64_t)l.n;
+    report->num_classes = l.nclasses;
+    report->streamed = 1;
+  }
+  if (stream) st = px__stream_make(cfg, split, &r, &l, out);
+  if (st == PX_OK && !stream) st = px__cache_open(cfg, &r, &loc);
   px__cache_hdr_t hdr;
   px__skips_t sk;
+  memset(&hdr, 0, sizeof hdr);
   memset(&sk, 0, sizeof sk);
   int built = 0;
-  if (st == PX_OK) st = px__cache_get(&loc, &r, split, cfg, &l, out, &hdr, &built, &sk);
-  if (st == PX_OK) st = px__skipped_ok(cfg, split, &hdr, built ? sk.first : NULL, loc.shown);
+  if (st == PX_OK && !stream) st = px__cache_get(&loc, &r, split, cfg, &l, out, &hdr, &built, &sk);
+  if (st == PX_OK && !stream) st = px__skipped_ok(cfg, split, &hdr, built ? sk.first : NULL, loc.shown);
   if (st != PX_OK && *out) { /* what px__cache_map made (px_dataset_destroy is engine code) */
     munmap((*out)->map, (*out)->map_len);
     px_free(*out);
     *out = NULL;
   }
-  if (st == PX_OK && report) {
+  if (st == PX_OK && report && !stream) {
     report->files = (int64_t)hdr.files;
     report->skipped = (int64_t)hdr.skipped;
     report->num_classes = l.nclasses;

@@ -384,3 +384,18 @@ px_status_t px_image_decode_file(px_image_decoder_t *d, const char *path, int32_
   if (st != PX_OK && d->why[0]) return px_set_error(st, "%s: %s", path, d->why);
   return st;
 }
+
+px_status_t px__image_decode_whole(px_image_decoder_t *d, const uint8_t *buf, size_t len,
+                                   int32_t channels, const uint8_t **pix, int32_t *w,
+                                   int32_t *h) {
+  d->why[0] = '\0';
+  px_status_t st;
+  if (len >= 3 && buf[0] == 0xFF && buf[1] == 0xD8 && buf[2] == 0xFF)
+    st = px__decode_jpeg(d, buf, len, channels, INT32_MAX, w, h); /* no size: full scale */
+  else if (len >= 8 && !memcmp(buf, "\x89PNG\r\n\x1a\n", 8))
+    st = px__decode_png(d, buf, len, channels, w, h);
+  else
+    st = PX__REFUSE(d, "not a JPEG or PNG file (%zu bytes)", len);
+  *pix = d->pixels;
+  return st;
+}

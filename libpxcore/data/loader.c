@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "data_int.h"
 #include "px_check.h"
@@ -26,6 +27,8 @@ typedef struct {
   float *x;    /* [batch_size][c][h][w] */
   int32_t *y;  /* [batch_size] */
   int32_t n;   /* samples in the batch held here */
+  px_status_t st;  /* a streamed batch that failed (err says why) */
+  char err[512];
 } px__slot_t;
 
 struct px_loader {
@@ -38,6 +41,7 @@ struct px_loader {
   uint32_t *perm;          /* [n] order of the current epoch */
   int nslots;
   px__slot_t *slots;       /* [nslots] */
+  px__sbatch_t *sb;        /* a streamed data set's decoders (stream.c), else NULL */
 
   /* Epoch state; under mu when there is a producer thread. */
   int active;
@@ -58,11 +62,29 @@ struct px_loader {
   double stall_s;          /* time px_loader_next waited or built (consumer only) */
 };
 
+/* A streamed data set's batch: decoded from the files (stream.c). */
+static void px__loader_stream(px_loader_t *l, int64_t epoch, const uint32_t *idx, int32_t n,
+                              px__slot_t *slot) {
+  const px_augment_t *aug = &l->cfg.augment;
+  px__xform_params_t p = {aug->rrc_scale, aug->flip, l->cfg.seed, epoch, 0};
+  float a[PX_DATA_MAX_CHANNELS], b[PX_DATA_MAX_CHANNELS];
+  for (int c = 0; c < l->ds->info.channels; c++) {
+    a[c] = 1.0f / (255.0f * l->cfg.std[c]);
+    b[c] = -l->cfg.mean[c] / l->cfg.std[c];
+  }
+  slot->st = px__sbatch_fill(l->sb, idx, n, &p, a, b, slot->x, slot->y, slot->err);
+}
+
 static void px__loader_build(px_loader_t *l, int64_t epoch, int64_t b) {
   px__slot_t *slot = &l->slots[b % l->nslots];
   int64_t first = b * l->cfg.batch_size;
   int64_t n = l->num_samples - first;
   if (n > l->cfg.batch_size) n = l->cfg.batch_size;
+  slot->n = (int32_t)n;
+  if (l->sb) {
+    px__loader_stream(l, epoch, l->perm + l->shard_begin + first, (int32_t)n, slot);
+    return;
+  }
   /* Cannot fail: indices come from a permutation of the data set and the
    * config was validated at creation. */
   px_data_fill_batch(l->ds, l->perm + l->shard_begin + first, (int32_t)n, &l->cfg.augment,
@@ -99,6 +121,9 @@ static px_status_t px__loader_check(const px_dataset_t *ds, const px_loader_conf
   PX_REQUIRE(cfg->batch_size >= 1, "loader batch size %d: must be positive", cfg->batch_size);
   PX_REQUIRE(cfg->world_size >= 1 && cfg->rank >= 0 && cfg->rank < cfg->world_size,
              "loader rank %d of world %d: need 0 <= rank < world", cfg->rank, cfg->world_size);
+  PX_REQUIRE(cfg->threads >= 0 && cfg->threads <= 256, "loader threads %d: must be in 0..256",
+             cfg->threads);
+  PX_REQUIRE(!cfg->host_alloc == !cfg->host_free, "loader: host_alloc and host_free go together");
   PX_REQUIRE(cfg->prefetch >= 0 && cfg->prefetch <= PX__LOADER_MAX_PREFETCH,
              "loader prefetch %d: must be in 0..%d", cfg->prefetch, PX__LOADER_MAX_PREFETCH);
   PX_REQUIRE(cfg->augment.crop_pad >= 0 && cfg->augment.crop_pad <= 1024,
@@ -154,10 +179,12 @@ void px_loader_destroy(px_loader_t *l) {
   }
   if (l->slots) {
     for (int s = 0; s < l->nslots; s++) {
-      px_free(l->slots[s].x);
+      if (l->cfg.host_free && l->slots[s].x) l->cfg.host_free(l->slots[s].x, l->cfg.host_ctx);
+      else px_free(l->slots[s].x);
       px_free(l->slots[s].y);
     }
   }
+  px__sbatch_destroy(l->sb); /* after the producer: it may be decoding */
   px_free(l->slots);
   px_free(l->perm);
   px_free(l);
@@ -189,8 +216,9 @@ px_status_t px_loader_create(const px_dataset_t *ds, const px_loader_config_t *c
   }
   size_t img = (size_t)info->channels * info->height * info->width;
   for (int s = 0; s < l->nslots; s++) {
-    l->slots[s].x = px_malloc_aligned((size_t)cfg->batch_size * img * sizeof(float),
-                                      "data.loader_x");
+    size_t xbytes = (size_t)cfg->batch_size * img * sizeof(float);
+    l->slots[s].x = cfg->host_alloc ? cfg->host_alloc(xbytes, cfg->host_ctx)
+                                    : px_malloc_aligned(xbytes, "data.loader_x");
     l->slots[s].y = px_malloc_aligned((size_t)cfg->batch_size * sizeof(int32_t),
                                       "data.loader_y");
     if (!l->slots[s].x || !l->slots[s].y) {
@@ -199,6 +227,15 @@ px_status_t px_loader_create(const px_dataset_t *ds, const px_loader_config_t *c
     }
   }
 
+  if (ds->stream) {
+    int32_t threads = cfg->threads;
+    if (threads == 0) {
+      long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+      threads = cpus < 1 ? 1 : cpus > PX_LOADER_DEFAULT_THREADS ? PX_LOADER_DEFAULT_THREADS
+                                                                 : (int32_t)cpus;
+    }
+    PX_CHECK_GOTO(px__sbatch_create(ds, threads, &l->sb), st, done);
+  }
   if (cfg->prefetch > 0) {
     int rc = pthread_mutex_init(&l->mu, NULL);
     if (rc == 0) {
@@ -294,6 +331,7 @@ px_status_t px_loader_next(px_loader_t *l, px_batch_t *out) {
     l->filled = l->taken = b + 1;
   }
   const px__slot_t *slot = &l->slots[b % l->nslots];
+  if (l->sb && slot->st != PX_OK) return px_set_error(slot->st, "%s", slot->err);
   out->x = slot->x;
   out->y = slot->y;
   out->n = slot->n;
@@ -335,3 +373,5 @@ int32_t px_loader_ready(px_loader_t *l) {
 }
 
 double px_loader_stall_seconds(const px_loader_t *l) { return l->stall_s; }
+
+int64_t px_loader_skipped(const px_loader_t *l) { return l->sb ? px__sbatch_skipped(l->sb) : 0; }

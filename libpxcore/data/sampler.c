@@ -151,6 +151,8 @@ px_status_t px_data_fill_batch(const px_dataset_t *ds, const uint32_t *indices, 
   PX_REQUIRE(ds && mean && std, "px_data_fill_batch: NULL argument");
   PX_REQUIRE(n >= 0, "px_data_fill_batch: negative batch size %d", n);
   PX_REQUIRE(n == 0 || (indices && x && y), "px_data_fill_batch: NULL buffer");
+  PX_REQUIRE(!ds->stream, "px_data_fill_batch: %s is streamed (decoded by a loader, not held "
+             "in memory)", ds->name);
   const px_dataset_info_t *info = &ds->info;
   int32_t c = info->channels, h = info->height, w = info->width;
   size_t img = (size_t)c * h * w;

@@ -72,6 +72,13 @@ const px__js_field_t px__js_fields[] = {
     /* a share, not a count; 0 is not a setting (a spec without the
      * field gets the default), a value below 1/N allows none of N */
     {S_DATASET, "max_skipped", PX__JS_DOUBLE, LO_OPEN, 0, 1, NULL, PX_FOLDER_MAX_SKIPPED, NULL},
+    /* streamed image folders (data.h): 0 is the default budget (a quarter
+     * of the memory) and the default thread count (the worker's compute
+     * threads, at most 8); prefetch 2: one batch being decoded while one
+     * waits, so a slow batch (large files) does not stall the step */
+    {S_DATASET, "cache_budget_mb", PX__JS_INT, 0, 0, I32MAX, NULL, 0, NULL},
+    {S_DATASET, "loader_threads", PX__JS_INT, 0, 0, 256, NULL, 0, NULL},
+    {S_DATASET, "prefetch", PX__JS_INT, 0, 1, 16, NULL, 2, NULL},
     {S_DATASET, "train_samples", PX__JS_INT, PX__JS_DERIVED | PX__JS_ZERO_OK, 1, I32MAX, NULL, 0,
      NULL},
 

@@ -40,6 +40,9 @@ void px_jobspec_train_config(const Prunex__V1__JobSpec *s, px_train_config_t *c)
   c->min_scale = (float)s->dataset->min_scale;
   c->cache_dir = s->dataset->cache_dir && s->dataset->cache_dir[0] ? s->dataset->cache_dir : NULL;
   c->max_skipped = s->dataset->max_skipped; /* 0 (an older client's spec): the default */
+  c->cache_budget = (int64_t)s->dataset->cache_budget_mb << 20;
+  c->loader_threads = s->dataset->loader_threads;
+  c->loader_prefetch = s->dataset->prefetch; /* 0 (an older client's spec): the default */
   if (s->cluster->threads_per_worker > 0) c->threads = s->cluster->threads_per_worker;
 }
 

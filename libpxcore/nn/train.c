@@ -30,7 +30,7 @@ struct px_trainer {
   px_sgd_t *step_sgd;      /* and with which optimiser (NULL: sgd) */
   /* an image folder's input contract (px_trainer_input_meta); classes NULL otherwise */
   char *classes;
-  char in_size[48], in_side[16], in_mean[64], in_std[64];
+  char in_size[48], in_side[16], in_resize[16], in_mean[64], in_std[64];
 };
 
 void px_trainer_set_grad_hook(px_trainer_t *t, px_grad_hook_t hook, void *ctx) {
@@ -93,12 +93,18 @@ static px_status_t px__load_data(px_trainer_t *t) {
     PX_REQUIRE(c->data_dir != NULL, "dataset.path: a folder data set needs its directory");
     px_folder_config_t fc = {c->data_dir, PX_SPLIT_TRAIN, c->image_channels ? c->image_channels : 3,
                              c->image_size ? c->image_size : 32, c->cache_dir, c->data_root,
-                             c->max_skipped, c->cache_root};
+                             c->max_skipped, c->cache_root,
+                             c->cache_budget};
     px_folder_report_t rep;
     PX_CHECK(px_dataset_load_folder(&fc, &rep, &t->train));
-    px_log(PX_LOG_INFO, "image folder %s: %lld training images (%lld skipped), %d classes, %s "
-           "cache %s", c->data_dir, (long long)(rep.files - rep.skipped), (long long)rep.skipped,
-           rep.num_classes, rep.built ? "decoded into" : "read from", rep.cache_path);
+    if (rep.streamed)
+      px_log(PX_LOG_INFO, "image folder %s: %lld training images, %d classes, streamed (more "
+             "than the cache budget decoded)", c->data_dir, (long long)rep.files,
+             rep.num_classes);
+    else
+      px_log(PX_LOG_INFO, "image folder %s: %lld training images (%lld skipped), %d classes, %s "
+             "cache %s", c->data_dir, (long long)(rep.files - rep.skipped), (long long)rep.skipped,
+             rep.num_classes, rep.built ? "decoded into" : "read from", rep.cache_path);
     PX_CHECK(px_folder_class_names(c->data_dir, &t->classes));
     fc.split = PX_SPLIT_TEST;
     return px_dataset_load_folder(&fc, NULL, &t->test);
@@ -153,6 +159,12 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out) 
     lc.augment.crop_pad = 4;
     lc.augment.flip = 1;
   }
+  /* decoding threads: the rank's share of the cores, as its compute threads */
+  lc.threads = cfg->loader_threads > 0 ? cfg->loader_threads
+               : cfg->threads > 0      ? (cfg->threads < PX_LOADER_DEFAULT_THREADS
+                                              ? cfg->threads : PX_LOADER_DEFAULT_THREADS)
+                                       : 0;
+  if (px_dataset_streamed(t->train)) lc.prefetch = cfg->loader_prefetch > 0 ? cfg->loader_prefetch : 2;
   PX_CHECK_GOTO(px_loader_create(t->train, &lc, &t->train_loader), st, done);
   t->steps_per_epoch = px_loader_num_batches(t->train_loader);
   t->schedule_steps = t->steps_per_epoch * cfg->epochs;
@@ -173,6 +185,8 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out) 
   ec.batch_size = cfg->batch;
   ec.rank = cfg->rank;
   ec.world_size = cfg->world_size;
+  ec.threads = lc.threads;
+  if (px_dataset_streamed(t->test)) ec.prefetch = 1; /* decode overlaps the evaluation */
   PX_CHECK_GOTO(px_loader_create(t->test, &ec, &t->test_loader), st, done);
 
   PX_CHECK_GOTO(px_ops_create(cfg->device, cfg->threads, &t->ops), st, done);
@@ -214,10 +228,15 @@ int px_trainer_input_meta(px_trainer_t *t, const char **kv, int cap) {
   snprintf(t->in_size, sizeof t->in_size, "%dx%dx%d", (int)info->channels, (int)info->height,
            (int)info->width);
   snprintf(t->in_side, sizeof t->in_side, "%d", (int)info->height);
+  /* a streamed folder is evaluated as torchvision does: shorter side to
+   * size * 256/224, then the centre crop (data.h) */
+  int resize = px_dataset_streamed(t->train) ? (int)floor(info->height * 256.0 / 224.0 + 0.5)
+                                              : (int)info->height;
+  snprintf(t->in_resize, sizeof t->in_resize, "%d", resize);
   px__floats(t->in_mean, sizeof t->in_mean, info->mean, info->channels);
   px__floats(t->in_std, sizeof t->in_std, info->std, info->channels);
   const char *pairs[14] = {"input_dataset", "folder",      "input_size", t->in_size,
-                           "input_resize",  t->in_side,    "input_crop", t->in_side,
+                           "input_resize",  t->in_resize,  "input_crop", t->in_side,
                            "input_mean",    t->in_mean,    "input_std",  t->in_std,
                            "classes",       t->classes};
   memcpy(kv, pairs, sizeof pairs);

@@ -140,6 +140,11 @@ PX_API const uint8_t *px_dataset_labels(const px_dataset_t *ds);
 /* Short description for logs, e.g. "fashion-mnist/train"; owned by ds. */
 PX_API const char *px_dataset_name(const px_dataset_t *ds);
 
+/* 1 when ds is a streamed image folder (see px_folder_config_t.cache_budget):
+ * its images are not in memory (px_dataset_images is NULL, px_data_fill_batch
+ * refuses it) and only a loader reads them; else 0. */
+PX_API int32_t px_dataset_streamed(const px_dataset_t *ds);
+
 /* ---- image folders ---------------------------------------------------------
  *
  * A folder in the ImageFolder layout: dir/train/CLASS/NAME and
@@ -181,7 +186,26 @@ PX_API const char *px_dataset_name(const px_dataset_t *ds);
  * it, a link leading out refused. A cache directory must be owned by the
  * effective user and writable by no one else (/tmp/prunex-cache-UID: mode
  * 0700): one another user could write to (or made first) is refused, as
- * such a user could plant a cache. */
+ * such a user could plant a cache.
+ *
+ * A split whose decoded images would take more than cache_budget bytes
+ * (default: PX_FOLDER_CACHE_SHARE of the machine's memory; ImageNet at
+ * 224x224 is 190 GB) is streamed instead: the load lists its files and
+ * decodes nothing, and a loader over it (px_loader_create) reads, decodes
+ * and transforms each epoch's shard on px_loader_config_t.threads threads
+ * into its prefetch + 1 batch buffers, torchvision's transforms straight from
+ * the file: with augmentation (rrc_scale > 0) RandomResizedCrop(size,
+ * scale=(rrc_scale, 1), ratio=(3/4, 4/3)) and the flip, without it
+ * Resize(size * 256/224) + CenterCrop(size), Pillow's antialiased bilinear
+ * filter in both. A JPEG is decoded at a reduced DCT scale where the crop
+ * allows, and only the columns and rows the crop needs. The choices come
+ * from (seed, epoch, index), so batches do not depend on the threads. A
+ * file that cannot be decoded is skipped when first read, named in a
+ * warning, counted (px_loader_skipped) and replaced by the next good file
+ * of the data set; more than max_skipped of the split fails the batch
+ * (px_loader_next: PX_ERR_FORMAT naming the count). mean/std are then
+ * ImageNet's (0.485, 0.456, 0.406 / 0.229, 0.224, 0.225; grey 0.449 /
+ * 0.226): the split's pixels are never all decoded at once. */
 
 #define PX_IMAGE_MAX_SIDE 16384            /* pixels per side of a source image */
 #define PX_IMAGE_MAX_PIXELS (1 << 26)      /* pixels of a source image */
@@ -190,6 +214,7 @@ PX_API const char *px_dataset_name(const px_dataset_t *ds);
 #define PX_FOLDER_MAX_CLASSES 256
 #define PX_FOLDER_MAX_FILES (1 << 24)      /* image files of one split */
 #define PX_FOLDER_MAX_SKIPPED 0.01         /* share of files that may be skipped */
+#define PX_FOLDER_CACHE_SHARE 0.25         /* of the memory: default decoded-cache budget */
 
 typedef struct {
   const char *dir;        /* the folder (train/ and val/ under it) */
@@ -210,6 +235,10 @@ typedef struct {
                              where it leads); else a directory that cache_dir must be
                              under (as text), made and opened beneath it (pxworker: the
                              agent's root that allowed dataset.cache_dir) */
+  int64_t cache_budget;   /* bytes the split's decoded images may take in the cache; a
+                             split that needs more is streamed (below); 0:
+                             PX_FOLDER_CACHE_SHARE of the machine's memory
+                             (dataset.cache_budget_mb) */
 } px_folder_config_t;
 
 typedef struct {
@@ -217,7 +246,9 @@ typedef struct {
   int64_t skipped;        /* of them, unreadable or corrupt and left out */
   int32_t num_classes;
   int32_t built;          /* 1: this call decoded and wrote the cache; 0: it mapped one */
-  char cache_path[4096];  /* the cache file used */
+  char cache_path[4096];  /* the cache file used ("" when streamed) */
+  int32_t streamed;       /* 1: too large for the cache budget, decoded every epoch by the
+                             loader (skipped is then 0: files are found corrupt as read) */
 } px_folder_report_t;
 
 /* Loads one split of an image folder as a data set whose images are mapped
@@ -375,7 +406,19 @@ typedef struct {
   float std[PX_DATA_MAX_CHANNELS];
   int32_t prefetch;                  /* batches prepared ahead on a background thread
                                         (1 = double buffering); 0 = synchronous */
+  int32_t threads;                   /* a streamed image folder: threads that decode a
+                                        batch (the producer among them), 0..256; 0: the
+                                        online CPUs, at most PX_LOADER_DEFAULT_THREADS */
+  /* Where the batch buffers x come from: NULL, px_malloc_aligned; else
+   * host_alloc(bytes, host_ctx) at creation (NULL: out of memory) and
+   * host_free(p, host_ctx) at destruction, e.g. cudaHostAlloc'd (pinned)
+   * memory so that a batch's copy to the GPU can run asynchronously. */
+  void *(*host_alloc)(size_t bytes, void *ctx);
+  void (*host_free)(void *p, void *ctx);
+  void *host_ctx;
 } px_loader_config_t;
+
+#define PX_LOADER_DEFAULT_THREADS 8
 
 /* Training defaults for ds: batch 128, rank 0 of 1, PX_SHARD_EQUAL, seed 0,
  * shuffle on, drop_last off, no augmentation, the data set's mean/std,
@@ -447,6 +490,11 @@ PX_API int32_t px_loader_ready(px_loader_t *l);
  * prefetch) or building batches (without), since creation: the time compute
  * was held up by the input pipeline. */
 PX_API double px_loader_stall_seconds(const px_loader_t *l);
+
+/* Files of a streamed image folder this loader has found undecodable (and
+ * replaced by the next good file) since creation; 0 for a data set held in
+ * memory. */
+PX_API int64_t px_loader_skipped(const px_loader_t *l);
 
 /* ---- synthetic inputs for benchmarks --------------------------------------- */
 

@@ -411,6 +411,13 @@ typedef struct {
   const char *onnx_sha256;   /* its SHA-256 as submitted (64 lowercase hex digits; NULL or
                                 "": unchecked): a file that differs fails px_trainer_create
                                 (PX_ERR_INVALID, "... changed since the job was submitted") */
+  /* dataset "folder" too large to cache decoded (px_folder_config_t.cache_budget):
+   * streamed */
+  int64_t cache_budget;      /* bytes of decoded images a split may cache (0: a quarter
+                                of the memory); a larger split is streamed */
+  int32_t loader_threads;    /* decoding threads of a streamed split (0: threads, at most
+                                8; else the online CPUs, at most 8) */
+  int32_t loader_prefetch;   /* streamed training batches prepared ahead (0: 2) */
 } px_train_config_t;
 
 /* Defaults: resnet20 on fashion-mnist, batch 128, lr 0.1, momentum 0.9,
