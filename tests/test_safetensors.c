@@ -493,18 +493,18 @@ static void test_corrupt_bad_json(void **state) {
       {"", "header is empty"},
       {" {}", "does not start with '{'"},
       {"[]", "does not start with '{'"},
-      {"{", "expected a string"},
-      {"{\"a\" {}}", "expected ':'"},
-      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,0]},}", "expected a string"},
-      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,0]}} x", "unexpected bytes"},
-      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,0]}}{}", "unexpected bytes"},
-      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,0]} \"b\":1}", "expected ','"},
+      {"{", "unexpected end of data"}, /* the structure: json-c's words */
+      {"{\"a\" {}}", "':' expected"},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,0]},}", "unexpected character"},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,0]}} x", "at byte 53"},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,0]}}{}", "at byte 52"},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,0]} \"b\":1}", "',' expected"},
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1.0],\"data_offsets\":[0,1]}}", "must be integers"},
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1e2],\"data_offsets\":[0,1]}}", "must be integers"},
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[01],\"data_offsets\":[0,1]}}", "leading zero"},
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[true],\"data_offsets\":[0,1]}}", "expected an integer"},
-      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1,],\"data_offsets\":[0,1]}}", "expected an integer"},
-      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1 2],\"data_offsets\":[0,1]}}", "expected ','"},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1,],\"data_offsets\":[0,1]}}", "unexpected character"},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1 2],\"data_offsets\":[0,1]}}", "',' expected"},
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[99999999999999999999],\"data_offsets\":[0,1]}}",
        "out of range"},
       {"{\"a\":{\"dtype\":null,\"shape\":[],\"data_offsets\":[0,1]}}", "dtype is not a string"},
@@ -527,6 +527,16 @@ static void test_corrupt_bad_json(void **state) {
       {"{\"abc", "unterminated string"},
       {"{\"__metadata__\":{\"k\":1}}", "value of 'k' is not a string"},
       {"{\"__metadata__\":[]}", "__metadata__ is not an object"},
+      /* what json-c itself would take: a single-quoted string, NaN, nesting
+       * past its bound, equal keys spelled apart, a duplicate deeper down */
+      {"{'a':{}}", "single-quoted string"},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[NaN],\"data_offsets\":[0,1]}}", "NaN"},
+      {"{\"a\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["
+       "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}",
+       "nested more than 64 deep"},
+      {"{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},\"\\u0077\":[]}",
+       "duplicate tensor name 'w'"},
+      {"{\"a\":{\"x\":{\"k\":1,\"k\":2}}}", "duplicate key 'k'"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     write_st(f->path, cases[i].json, "\0", 1);
