@@ -551,6 +551,17 @@ static void test_corrupt_bad_json(void **state) {
   }
 }
 
+/* A header padded with NUL bytes instead of spaces. */
+static void test_corrupt_nul_padding(void **state) {
+  fixture_t *f = *state;
+  static const char json[] = "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}\0\0";
+  uint8_t buf[8 + sizeof json - 1 + 1] = {(uint8_t)(sizeof json - 1)};
+  memcpy(buf + 8, json, sizeof json - 1);
+  buf[sizeof buf - 1] = 'x';
+  write_bytes(f->path, buf, sizeof buf);
+  expect_corrupt(f->path, "NUL byte");
+}
+
 static void test_corrupt_offsets_not_matching_shape(void **state) {
   fixture_t *f = *state;
   uint8_t data[40] = {0};
@@ -830,6 +841,7 @@ int main(void) {
       T(test_corrupt_gap_and_trailing_bytes),
       T(test_corrupt_unknown_dtype),
       T(test_corrupt_duplicate_keys),
+      T(test_corrupt_nul_padding),
       T(test_corrupt_negative_or_overflowing_shape),
       T(test_huge_dims_with_a_zero_are_an_empty_tensor),
       T(test_missing_file_is_io_error_naming_it),

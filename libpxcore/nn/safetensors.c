@@ -455,6 +455,7 @@ static px_status_t px__hd_scan(px__hd_t *hd) {
       continue;
     }
     if (c == '\'') return px__hd_syntax(hd, p, "single-quoted string");
+    if (c == '\0') return px__hd_syntax(hd, p, "NUL byte"); /* px_json_parse skips trailing ones */
     if (c == '0' && p + 1 < hd->len && s[p + 1] >= '0' && s[p + 1] <= '9' && px__hd_lead(s, p))
       return px__hd_syntax(hd, p, "integer with a leading zero");
     if (c == '{' || c == '[') {
