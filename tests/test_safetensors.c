@@ -493,18 +493,18 @@ static void test_corrupt_bad_json(void **state) {
       {"", "header is empty"},
       {" {}", "does not start with '{'"},
       {"[]", "does not start with '{'"},
-      {"{", "expected a string"},
-      {"{\"a\" {}}", "expected ':'"},
-      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,0]},}", "expected a string"},
-      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,0]}} x", "unexpected bytes"},
-      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,0]}}{}", "unexpected bytes"},
-      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,0]} \"b\":1}", "expected ','"},
+      {"{", "unexpected end of data"}, /* the structure: json-c's words */
+      {"{\"a\" {}}", "':' expected"},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,0]},}", "unexpected character"},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,0]}} x", "at byte 53"},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,0]}}{}", "at byte 52"},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,0]} \"b\":1}", "',' expected"},
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1.0],\"data_offsets\":[0,1]}}", "must be integers"},
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1e2],\"data_offsets\":[0,1]}}", "must be integers"},
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[01],\"data_offsets\":[0,1]}}", "leading zero"},
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[true],\"data_offsets\":[0,1]}}", "expected an integer"},
-      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1,],\"data_offsets\":[0,1]}}", "expected an integer"},
-      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1 2],\"data_offsets\":[0,1]}}", "expected ','"},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1,],\"data_offsets\":[0,1]}}", "unexpected character"},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1 2],\"data_offsets\":[0,1]}}", "',' expected"},
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[99999999999999999999],\"data_offsets\":[0,1]}}",
        "out of range"},
       {"{\"a\":{\"dtype\":null,\"shape\":[],\"data_offsets\":[0,1]}}", "dtype is not a string"},
@@ -527,6 +527,16 @@ static void test_corrupt_bad_json(void **state) {
       {"{\"abc", "unterminated string"},
       {"{\"__metadata__\":{\"k\":1}}", "value of 'k' is not a string"},
       {"{\"__metadata__\":[]}", "__metadata__ is not an object"},
+      /* what json-c itself would take: a single-quoted string, NaN, nesting
+       * past its bound, equal keys spelled apart, a duplicate deeper down */
+      {"{'a':{}}", "single-quoted string"},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[NaN],\"data_offsets\":[0,1]}}", "NaN"},
+      {"{\"a\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["
+       "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}",
+       "nested more than 64 deep"},
+      {"{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},\"\\u0077\":[]}",
+       "duplicate tensor name 'w'"},
+      {"{\"a\":{\"x\":{\"k\":1,\"k\":2}}}", "duplicate key 'k'"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     write_st(f->path, cases[i].json, "\0", 1);
@@ -539,6 +549,17 @@ static void test_corrupt_bad_json(void **state) {
     }
     assert_null(h);
   }
+}
+
+/* A header padded with NUL bytes instead of spaces. */
+static void test_corrupt_nul_padding(void **state) {
+  fixture_t *f = *state;
+  static const char json[] = "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}\0\0";
+  uint8_t buf[8 + sizeof json - 1 + 1] = {(uint8_t)(sizeof json - 1)};
+  memcpy(buf + 8, json, sizeof json - 1);
+  buf[sizeof buf - 1] = 'x';
+  write_bytes(f->path, buf, sizeof buf);
+  expect_corrupt(f->path, "NUL byte");
 }
 
 static void test_corrupt_offsets_not_matching_shape(void **state) {
@@ -820,6 +841,7 @@ int main(void) {
       T(test_corrupt_gap_and_trailing_bytes),
       T(test_corrupt_unknown_dtype),
       T(test_corrupt_duplicate_keys),
+      T(test_corrupt_nul_padding),
       T(test_corrupt_negative_or_overflowing_shape),
       T(test_huge_dims_with_a_zero_are_an_empty_tensor),
       T(test_missing_file_is_io_error_naming_it),

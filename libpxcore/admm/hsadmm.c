@@ -9,9 +9,10 @@
  * only the leader talks to other nodes and nothing but z and the masks is
  * broadcast inside the node.
  *
- * This is the core of the four rooms of hsadmm_int.h: the quantized
- * exchange lives in hsadmm_quant.c, the overlapped one in hsadmm_overlap.c,
- * the lossless coded one in hsadmm_code.c.
+ * This is the core of the four rooms of hsadmm_int.h: the exchange and z
+ * from it live in hsadmm_exchange.c, the quantized exchange in
+ * hsadmm_quant.c, the overlapped one in hsadmm_overlap.c, the lossless
+ * coded one in hsadmm_code.c.
  *
  * The families live where the state ops table of hsadmm_state.h keeps
  * them: host memory for px_hsadmm_create; for px__hsadmm_create_on (the
@@ -162,50 +163,15 @@ static px_status_t px__hsadmm_alloc_state(px_hsadmm_t *h, const px__hss_ops_t *o
   return px__hss_pack_set(&h->dv, &h->st, h->plan, h->sp, h->mask_union);
 }
 
-/* ---- collectives over state memory ------------------------------------------------- */
-
-/* Whether group g reads buf (n floats of state memory) itself: host state,
- * or a device buffer and NCCL. */
-static int px__state_direct(const px_hsadmm_t *h, px_group_t *g) {
-  return !h->st.ops->device || px_group_nccl(g);
-}
-
-/* SUM or AVG of n floats of state memory over g, in place, through the host
- * stage where g cannot read them (nothing moves for a group of one). */
-static px_status_t px__state_allreduce(px_hsadmm_t *h, px_group_t *g, float *buf, size_t n,
-                                       px_comm_op_t op) {
-  if (px__state_direct(h, g)) return px_comm_allreduce(g, buf, buf, n, PX_COMM_F32, op);
-  if (px_group_size(g) == 1) return PX_OK;
-  PX_CHECK(h->st.ops->download(h->stage, buf, n * sizeof(float)));
-  PX_CHECK(px_comm_allreduce(g, h->stage, h->stage, n, PX_COMM_F32, op));
-  return h->st.ops->upload(buf, h->stage, n * sizeof(float));
-}
-
-/* Rank 0's n floats of state memory on every rank of g. */
-static px_status_t px__state_broadcast(px_hsadmm_t *h, px_group_t *g, float *buf, size_t n) {
-  if (px__state_direct(h, g)) return px_comm_broadcast(g, buf, n, PX_COMM_F32, 0);
-  if (px_group_size(g) == 1) return PX_OK;
-  if (px_group_rank(g) == 0) PX_CHECK(h->st.ops->download(h->stage, buf, n * sizeof(float)));
-  PX_CHECK(px_comm_broadcast(g, h->stage, n, PX_COMM_F32, 0));
-  return px_group_rank(g) == 0 ? PX_OK : h->st.ops->upload(buf, h->stage, n * sizeof(float));
-}
-
 /* z = z_i = z_prev = z_i_prev = the ranks' mean initial model. */
 static px_status_t px__hsadmm_start(px_hsadmm_t *h) {
   const px__hss_ops_t *ops = h->st.ops;
   for (int i = 0; i < h->n; i++)
     PX_CHECK(ops->copy(h->st.z + h->st.off[i], h->params[i].theta, h->params[i].numel * 4));
-  PX_CHECK(px__state_allreduce(h, h->world, h->st.z, h->st.total, PX_COMM_AVG));
+  PX_CHECK(px__hsadmm_state_allreduce(h, h->world, h->st.z, h->st.total, PX_COMM_AVG));
   PX_CHECK(px__hss_copy(&h->st, h->st.zi, h->st.z));
   PX_CHECK(px__hss_copy(&h->st, h->st.zi_prev, h->st.z));
   return px__hss_copy(&h->st, h->st.z_prev, h->st.z);
-}
-
-/* The plan's layout from the union masks (and its copy on the device
- * state). */
-static px_status_t px__hsadmm_set_masks(px_hsadmm_t *h) {
-  PX_CHECK(px_pack_plan_set_masks(h->plan, h->mask_ptrs));
-  return h->dev ? px__hss_pack_set(&h->dv, &h->st, h->plan, h->sp, h->mask_union) : PX_OK;
 }
 
 px_status_t px_hsadmm_create(px_comm_t *comm, const px_hsadmm_param_t *params, int nparams,
@@ -285,24 +251,9 @@ void px_hsadmm_duals(const px_hsadmm_t *h, int i, const float **u, const float *
   *u = h->st.u + h->st.off[i];
   *v = h->st.v + h->st.off[i];
 }
-
-/* Projects the prunable tensors of a state family (zi or z) onto the
- * structured set, writing their group masks into mask (mask_node or mask_z),
- * or applies the frozen union mask. Deterministic: the same input gives the
- * same output and masks on every rank. */
-static px_status_t px__project(px_hsadmm_t *h, float *fam, uint8_t *mask) {
-  if (h->dev)
-    return h->frozen ? px__hss_apply(&h->st, &h->dv, h->sp, fam)
-                     : px__hss_project(&h->st, &h->dv, h->sp, fam, mask);
-  if (!h->frozen) return px_sparsity_project(h->sp, fam, h->st.off, mask);
-  px_sparsity_apply(h->sp, fam, h->st.off, h->mask_union);
-  return PX_OK;
-}
-
-/* s = SUM over group g of (theta + u). */
 static px_status_t px__sum_theta_u(px_hsadmm_t *h, px_group_t *g) {
   PX_CHECK(px__hss_theta_u(&h->st, h->theta));
-  return px__state_allreduce(h, g, h->st.s, h->st.total, PX_COMM_SUM);
+  return px__hsadmm_state_allreduce(h, g, h->st.s, h->st.total, PX_COMM_SUM);
 }
 
 /* Flat ablation: z = Pi(rho * sum(theta + u) / (lambda + N rho)). */
@@ -311,7 +262,7 @@ static px_status_t px__sync_flat(px_hsadmm_t *h) {
   PX_CHECK(px__sum_theta_u(h, h->world));
   double t1 = px__now();
   PX_CHECK(px__hss_z_flat(&h->st, h->rho1, h->cfg.lambda, h->N));
-  PX_CHECK(px__project(h, h->st.z, h->mask_node));
+  PX_CHECK(px__hsadmm_project(h, h->st.z, h->mask_node));
   /* every rank projected the same sum: the masks agree without a reduction */
   if (!h->frozen && h->mtotal) {
     memcpy(h->mask_union, h->mask_node, h->mtotal);
@@ -332,7 +283,7 @@ static px_status_t px__hier_node(px_hsadmm_t *h) {
   PX_CHECK(px__sum_theta_u(h, h->intra));
   double t1 = px__now();
   PX_CHECK(px__hss_zi(&h->st, h->rho1, h->rho2, h->cfg.lambda, h->M, h->P));
-  PX_CHECK(px__project(h, h->st.zi, h->mask_node));
+  PX_CHECK(px__hsadmm_project(h, h->st.zi, h->mask_node));
   h->round.intra_s = t1 - t0;
   h->round.projection_s = px__now() - t1;
   return PX_OK;
@@ -363,81 +314,6 @@ static px_status_t px__hier_pack(px_hsadmm_t *h) {
   }
   for (int b = 0; b < px_pack_num_buckets(h->plan); b++)
     PX_CHECK(px_pack_shrink_bucket(h->plan, b, (const float *const *)h->src_ptrs));
-  return PX_OK;
-}
-
-/* 4, the exchange itself (leaders), blocking: the f32 SUM of every packed
- * bucket, or the quantized exchange. *bytes: what it moved. */
-uint64_t px__hsadmm_bytes(const px_hsadmm_t *h) {
-  return px_comm_tier_bytes(h->comm, PX_TIER_INTER) + px_comm_tier_bytes(h->comm, PX_TIER_INTRA);
-}
-
-px_status_t px__hsadmm_exchange(px_hsadmm_t *h, uint64_t *bytes) {
-  *bytes = 0;
-  if (!h->inter) return PX_OK;
-  uint64_t before = px__hsadmm_bytes(h);
-  px_status_t st = PX_OK;
-  if (h->lc.on) { /* the whole packed buffer, coded (hsadmm_code.c) */
-    st = px__hsc_exchange(h);
-    *bytes = px__hsadmm_bytes(h) - before;
-    return st;
-  }
-  for (int b = 0; b < px_pack_num_buckets(h->plan) && st == PX_OK; b++) {
-    size_t nf;
-    float *buf = px_pack_bucket(h->plan, b, &nf);
-    if (h->dev && px_group_nccl(h->inter)) /* the same bucket of the device's packed buffer */
-      buf = h->dv.packed + (buf - px_pack_buffer(h->plan));
-    if (h->q.bits) st = px__hsq_bucket(h, b, buf, nf);
-    else st = px_comm_allreduce(h->inter, buf, buf, nf, PX_COMM_F32, PX_COMM_SUM);
-  }
-  *bytes = px__hsadmm_bytes(h) - before;
-  return st;
-}
-
-/* The device-state half of z from the summed buckets: up to the state
- * unless NCCL summed them there, the mean, and the expansion into z. */
-static px_status_t px__hsadmm_dev_unpack(px_hsadmm_t *h, float inv) {
-  size_t nf = px_pack_packed_floats(h->plan);
-  if (!px_group_nccl(h->inter))
-    PX_CHECK(h->st.ops->upload(h->dv.packed, px_pack_buffer(h->plan), nf * sizeof(float)));
-  PX_CHECK(px__hss_scale(&h->st, h->dv.packed, inv, nf));
-  return px__hss_expand(&h->st, &h->dv, h->st.z);
-}
-
-/* 4, second half: z from the summed buckets (leaders), projected when the
- * masks were not frozen at packing; z and the masks to the node; 5 (first
- * part): v_i += z_i - z on every rank of the node (same inputs, same
- * result). z_prev keeps the z it replaces. */
-px_status_t px__hsadmm_finish(px_hsadmm_t *h) {
-  double t3 = px__now();
-  PX_CHECK(px__hss_copy(&h->st, h->st.z_prev, h->st.z));
-  if (h->inter) {
-    float inv = 1.0f / (float)h->M;
-    float *buf = px_pack_buffer(h->plan);
-    size_t nf = px_pack_packed_floats(h->plan);
-    if (h->dev) {
-      PX_CHECK(px__hsadmm_dev_unpack(h, inv));
-    } else if (h->q.bits) {
-      px__hsq_take_sum(h);
-      px_pack_expand(h->plan, h->dst_ptrs);
-    } else {
-      PX_CHECK(px__hss_scale(&h->st, buf, inv, nf));
-      px_pack_expand(h->plan, h->dst_ptrs);
-    }
-    /* z is the projection of the mean onto S: the union of the node masks
-     * can hold more groups than S allows while the nodes disagree. The
-     * mean is bit-identical on every leader, so is the projection. */
-    if (h->project_z) PX_CHECK(px__project(h, h->st.z, h->mask_z));
-    if (h->q.bits) px__hsq_track_vsum(h); /* sum v_i += sum z_i - M z */
-  }
-  PX_CHECK(px__state_broadcast(h, h->intra, h->st.z, h->st.total));
-  if (h->project_z) {
-    PX_CHECK(px_comm_broadcast(h->intra, h->mask_union, h->mtotal, PX_COMM_U8, 0));
-    PX_CHECK(px_comm_broadcast(h->intra, h->mask_z, h->mtotal, PX_COMM_U8, 0));
-    if (!h->inter) PX_CHECK(px__hsadmm_set_masks(h));
-  }
-  PX_CHECK(px__hss_dual_v(&h->st));
-  h->round.broadcast_s = px__now() - t3;
   return PX_OK;
 }
 

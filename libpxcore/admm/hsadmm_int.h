@@ -1,9 +1,10 @@
 /* H-SADMM's four rooms and the handle they share.
  *
  *   hsadmm.c          the core: state families, masks, the round (intra
- *                     sum and node consensus, projection, the exact packed
- *                     exchange, z and the duals, residuals), the decision,
- *                     the checkpoint items;
+ *                     sum and node consensus, the duals, residuals), the
+ *                     decision, the checkpoint items;
+ *   hsadmm_exchange.c the leaders' packed exchange and z from it (projected,
+ *                     broadcast in the node), for the core and the overlap;
  *   hsadmm_quant.c    comm.quantize: the leaders' 4/8-bit exchange of z_i
  *                     with error feedback and the tracked sum of v_i;
  *   hsadmm_overlap.c  comm.overlap: the exact exchange of round k in flight
@@ -12,8 +13,9 @@
  *                     loss (lossless.h).
  *
  * The core calls the rooms through the px__hsq_*, px__hso_* and px__hsc_* functions
- * below; the rooms call back only px__hsadmm_exchange, px__hsadmm_finish and
- * px__hsadmm_bytes. Nothing here is seen outside admm/. */
+ * below; the exchange itself (px__hsadmm_exchange, px__hsadmm_finish,
+ * px__hsadmm_bytes) is hsadmm_exchange.c's, below the core and the
+ * overlapped room, which both run it. Nothing here is seen outside admm/. */
 #ifndef PX_HSADMM_INT_H
 #define PX_HSADMM_INT_H
 
@@ -118,7 +120,7 @@ struct px_hsadmm {
                            state memory where the group cannot read it (UCX) */
 };
 
-/* ---- the core, for the rooms (hsadmm.c) ---- */
+/* ---- the exchange, for the core and the rooms (hsadmm_exchange.c) ---- */
 
 /* Bytes this rank moved on both tiers so far. */
 uint64_t px__hsadmm_bytes(const px_hsadmm_t *h);
@@ -128,6 +130,16 @@ px_status_t px__hsadmm_exchange(px_hsadmm_t *h, uint64_t *bytes);
 /* z from the exchanged buckets, projected when project_z; z and the masks
  * to the node; v_i += z_i - z. */
 px_status_t px__hsadmm_finish(px_hsadmm_t *h);
+/* SUM or AVG of n floats of state memory over g, in place, through the host
+ * stage where g cannot read them (nothing moves for a group of one). */
+px_status_t px__hsadmm_state_allreduce(px_hsadmm_t *h, px_group_t *g, float *buf, size_t n,
+                                       px_comm_op_t op);
+/* The plan's layout from the union masks (and its copy on the device state). */
+px_status_t px__hsadmm_set_masks(px_hsadmm_t *h);
+/* Projects the prunable tensors of a state family (zi or z) onto the
+ * structured set, writing their group masks into mask (mask_node or
+ * mask_z), or applies the frozen union mask; the same on every rank. */
+px_status_t px__hsadmm_project(px_hsadmm_t *h, float *fam, uint8_t *mask);
 
 /* ---- comm.quantize (hsadmm_quant.c) ---- */
 

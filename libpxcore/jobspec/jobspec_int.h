@@ -97,6 +97,9 @@ const char *px__js_path(int fi, char *buf, size_t cap);
  * proto disagree, which test_jobspec checks). */
 const ProtobufCFieldDescriptor *px__js_fd(int fi);
 
+/* Where spec keeps the pointer to section s's message (NULL: not in the proto). */
+void **px__js_section_slot(const Prunex__V1__JobSpec *spec, int s);
+
 /* The message holding field fi in spec (NULL when its section is absent). */
 void *px__js_msg(const Prunex__V1__JobSpec *spec, int fi);
 
@@ -130,6 +133,10 @@ px_status_t px__js_underived(const Prunex__V1__JobSpec *spec, const char *prefix
  * 1 when it is a legal value; else 0 with " (did you mean 'x'?)" or "" in
  * hint (hcap may be 0). */
 int px__js_scalar(int fi, const char *text, px__js_value_t *v, char *hint, size_t hcap);
+
+/* " (did you mean 'x'?)" into buf for the word of words (separated by sep)
+ * closest to typed, or "" when none is close (scalar.c). */
+void px__js_suggest_word(const char *typed, const char *words, char sep, char *buf, size_t cap);
 
 /* 1 when field fi may be swept (numbers and enums). */
 int px__js_sweepable(int fi);

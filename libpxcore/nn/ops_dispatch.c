@@ -62,78 +62,6 @@ px_status_t px__ops_upload(px_ops_t *ops, int n, px_tensor_t *const *dst, const 
   return PX__BE(ops)->ops_upload(ops, n, dst, src);
 }
 
-static void px__spec_str(const px_tensor_t *t, char *buf, size_t len) {
-  char dev[16];
-  int k = snprintf(buf, len, "%s dtype %d [", px_device_str(t->device, dev, sizeof dev),
-                   (int)t->dtype);
-  for (int i = 0; i < t->ndim && k > 0 && (size_t)k < len; i++)
-    k += snprintf(buf + k, len - (size_t)k, i ? ",%lld" : "%lld", (long long)t->dims[i]);
-  if (k > 0 && (size_t)k < len) snprintf(buf + k, len - (size_t)k, "] %s", px_layout_name(t->layout));
-}
-
-/* px__ops_check_tensor with the message's subject in two words (op, arg),
- * joined only when a check fails: the calls allocate and format nothing. */
-static px_status_t px__check_as(const px_tensor_t *t, const px_tensor_t *spec, const char *op,
-                                const char *arg) {
-  const char *sep = arg ? " " : "";
-  if (!arg) arg = "";
-  if (!t) return px_set_error(PX_ERR_INVALID, "%s%s%s is NULL", op, sep, arg);
-  if (!t->data) return px_set_error(PX_ERR_INVALID, "%s%s%s has no storage", op, sep, arg);
-  if (!px_tensor_same_spec(t, spec)) {
-    char a[112], b[112];
-    px__spec_str(t, a, sizeof a);
-    px__spec_str(spec, b, sizeof b);
-    return px_set_error(PX_ERR_INVALID, "%s%s%s: tensor %s does not match the op's %s", op, sep,
-                        arg, a, b);
-  }
-  if (t->nbytes < spec->nbytes)
-    return px_set_error(PX_ERR_INVALID, "%s%s%s: storage of %zu bytes, %zu needed", op, sep, arg,
-                        t->nbytes, spec->nbytes);
-  return PX_OK;
-}
-
-px_status_t px__ops_check_tensor(const px_tensor_t *t, const px_tensor_t *spec, const char *what) {
-  return px__check_as(t, spec, what, NULL);
-}
-
-/* ---- the argument contract of the layers with weights --------------------------- */
-
-/* b in the forward direction, db in the backward one. */
-static px_status_t px__wlayer_check_bias(const px__wlayer_t *l, const px_tensor_t *b, int forward) {
-  if (l->bias) return px__check_as(b, &l->b_spec, l->name, forward ? "forward b" : "backward db");
-  if (b == NULL) return PX_OK;
-  if (forward)
-    return px_set_error(PX_ERR_INVALID, "%s forward: bias given to a %s without bias", l->name,
-                        l->noun);
-  return px_set_error(PX_ERR_INVALID, "%s backward: bias gradient asked of a %s without bias",
-                      l->name, l->noun);
-}
-
-px_status_t px__wlayer_check_forward(const px__wlayer_t *l, const px_tensor_t *y,
-                                     const px_tensor_t *x, const px_tensor_t *w,
-                                     const px_tensor_t *b) {
-  PX_CHECK(px__check_as(x, &l->x_spec, l->name, "forward x"));
-  PX_CHECK(px__check_as(w, &l->w_spec, l->name, "forward w"));
-  PX_CHECK(px__check_as(y, &l->y_spec, l->name, "forward y"));
-  return px__wlayer_check_bias(l, b, 1);
-}
-
-px_status_t px__wlayer_check_backward_data(const px__wlayer_t *l, const px_tensor_t *dx,
-                                           const px_tensor_t *dy, const px_tensor_t *w) {
-  PX_CHECK(px__check_as(dy, &l->y_spec, l->name, "backward dy"));
-  PX_CHECK(px__check_as(w, &l->w_spec, l->name, "backward w"));
-  return px__check_as(dx, &l->x_spec, l->name, "backward dx");
-}
-
-px_status_t px__wlayer_check_backward_weights(const px__wlayer_t *l, const px_tensor_t *dw,
-                                              const px_tensor_t *db, const px_tensor_t *x,
-                                              const px_tensor_t *dy) {
-  PX_CHECK(px__check_as(x, &l->x_spec, l->name, "backward x"));
-  PX_CHECK(px__check_as(dy, &l->y_spec, l->name, "backward dy"));
-  PX_CHECK(px__check_as(dw, &l->w_spec, l->name, "backward dw"));
-  return px__wlayer_check_bias(l, db, 0);
-}
-
 /* ---- creation: routed by the context ------------------------------------------ */
 
 #define PX__REQUIRE_OPS(ops, out, what)                                       \
@@ -418,7 +346,7 @@ px_status_t px__ops_act_forward(px_ops_t *ops, px_tensor_t *y, const px_tensor_t
                                 float alpha) {
   PX_CHECK(px__act_check(ops, act, "activation forward"));
   PX_CHECK(px__act_arg(ops, x, "activation forward"));
-  PX_CHECK(px__check_as(y, x, "activation forward", "y"));
+  PX_CHECK(px__ops_check_as(y, x, "activation forward", "y"));
   return PX__BE(ops)->act_forward(ops, y, x, act, alpha);
 }
 
@@ -427,9 +355,9 @@ px_status_t px__ops_act_backward(px_ops_t *ops, px_tensor_t *dx, const px_tensor
                                  float alpha) {
   PX_CHECK(px__act_check(ops, act, "activation backward"));
   PX_CHECK(px__act_arg(ops, x, "activation backward"));
-  PX_CHECK(px__check_as(y, x, "activation backward", "y"));
-  PX_CHECK(px__check_as(dy, x, "activation backward", "dy"));
-  PX_CHECK(px__check_as(dx, x, "activation backward", "dx"));
+  PX_CHECK(px__ops_check_as(y, x, "activation backward", "y"));
+  PX_CHECK(px__ops_check_as(dy, x, "activation backward", "dy"));
+  PX_CHECK(px__ops_check_as(dx, x, "activation backward", "dx"));
   return PX__BE(ops)->act_backward(ops, dx, dy, x, y, act, alpha);
 }
 
@@ -453,7 +381,7 @@ px_status_t px__ops_mul_forward(px_ops_t *ops, px_tensor_t *y, const px_tensor_t
   PX_REQUIRE(ops != NULL, "mul forward: ops context is NULL");
   PX_CHECK(px__graph_arg(ops, x, "mul forward", "x"));
   PX_CHECK(px__gate_check(ops, g, x, "mul forward", "g"));
-  PX_CHECK(px__check_as(y, x, "mul forward", "y"));
+  PX_CHECK(px__ops_check_as(y, x, "mul forward", "y"));
   return PX__BE(ops)->mul_forward(ops, y, x, g);
 }
 
@@ -463,9 +391,9 @@ px_status_t px__ops_mul_backward(px_ops_t *ops, px_tensor_t *dx, px_tensor_t *dg
   PX_REQUIRE(ops != NULL, "mul backward: ops context is NULL");
   PX_CHECK(px__graph_arg(ops, x, "mul backward", "x"));
   PX_CHECK(px__gate_check(ops, g, x, "mul backward", "g"));
-  PX_CHECK(px__check_as(dy, x, "mul backward", "dy"));
-  if (dx) PX_CHECK(px__check_as(dx, x, "mul backward", "dx"));
-  if (dg) PX_CHECK(px__check_as(dg, g, "mul backward", "dg"));
+  PX_CHECK(px__ops_check_as(dy, x, "mul backward", "dy"));
+  if (dx) PX_CHECK(px__ops_check_as(dx, x, "mul backward", "dx"));
+  if (dg) PX_CHECK(px__ops_check_as(dg, g, "mul backward", "dg"));
   return PX__BE(ops)->mul_backward(ops, dx, dg, dy, x, g);
 }
 
@@ -580,7 +508,7 @@ px_status_t px__ops_ln_forward(px_ops_t *ops, px_tensor_t *y, px_tensor_t *mean,
                                float eps) {
   PX_CHECK(px__ln_check(ops, x, g, mean, rstd, "layernorm forward"));
   PX_CHECK(px__ln_vec(ops, b, x->dims[1], "layernorm forward", "b"));
-  PX_CHECK(px__check_as(y, x, "layernorm forward", "y"));
+  PX_CHECK(px__ops_check_as(y, x, "layernorm forward", "y"));
   PX_REQUIRE(eps > 0.0f && eps <= 0.1f, "layernorm forward: eps %g out of (0, 0.1]", eps);
   return PX__BE(ops)->ln_forward(ops, y, mean, rstd, x, g, b, eps);
 }
@@ -592,7 +520,7 @@ px_status_t px__ops_ln_backward(px_ops_t *ops, px_tensor_t *dx, px_tensor_t *dg,
   PX_CHECK(px__ln_check(ops, x, g, mean, rstd, "layernorm backward"));
   PX_CHECK(px__ln_vec(ops, dg, x->dims[1], "layernorm backward", "dg"));
   PX_CHECK(px__ln_vec(ops, db, x->dims[1], "layernorm backward", "db"));
-  PX_CHECK(px__check_as(dy, x, "layernorm backward", "dy"));
-  if (dx) PX_CHECK(px__check_as(dx, x, "layernorm backward", "dx"));
+  PX_CHECK(px__ops_check_as(dy, x, "layernorm backward", "dy"));
+  if (dx) PX_CHECK(px__ops_check_as(dx, x, "layernorm backward", "dx"));
   return PX__BE(ops)->ln_backward(ops, dx, dg, db, dy, x, mean, rstd, g);
 }

@@ -186,6 +186,10 @@ px_status_t px__ops_ln_backward(px_ops_t *ops, px_tensor_t *dx, px_tensor_t *dg,
  * of at least spec->nbytes; PX_ERR_INVALID naming `what` otherwise. Shared
  * by backends that have no check of their own. */
 px_status_t px__ops_check_tensor(const px_tensor_t *t, const px_tensor_t *spec, const char *what);
+/* px__ops_check_tensor with the subject in two words, "op arg" (arg may be
+ * NULL), joined only when the check fails (nn/ops_check.c). */
+px_status_t px__ops_check_as(const px_tensor_t *t, const px_tensor_t *spec, const char *op,
+                             const char *arg);
 
 /* A copy of spec without storage or ownership flags: what an op keeps of the
  * input spec it was created for. */

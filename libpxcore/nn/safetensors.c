@@ -1,18 +1,22 @@
 /* safetensors checkpoints: an atomic writer and a validating reader.
  *
- * The header is parsed by a small strict JSON parser driven by the format's
- * schema (an object of tensor entries and an optional "__metadata__" object
- * of strings), so nothing the format does not allow gets through: no floats,
- * booleans or nulls, no unknown fields, no duplicate keys, no invalid UTF-8.
+ * The header is read by json-c (px_json_parse) after a linear pass that
+ * refuses what json-c would let through (duplicate keys, invalid UTF-8 and
+ * the rest: see "the header" below), and the tree is then checked against
+ * the format's schema (an object of tensor entries and an optional
+ * "__metadata__" object of strings), so nothing the format does not allow
+ * gets through: no floats, booleans or nulls, no unknown fields, no
+ * duplicate keys, no invalid UTF-8.
  * A file is checked completely at open, offsets against shapes and against
  * the file size included, so that a corrupt or hostile checkpoint fails there
  * with a message naming the file and the problem, never later as a short
  * read or an overrun. Data is read with pread, so one handle can serve
- * several threads. Strings are decoded in place inside the header buffer,
- * which the handle keeps: the names it hands out point into it. */
+ * several threads. The handle keeps the header's json-c tree: the names
+ * and metadata it hands out point into it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <json-c/json.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "prunex/json.h"
 #include "prunex/safetensors.h"
 #include "prunex/text.h"
 #include "px_check.h"
@@ -314,7 +319,8 @@ struct px_safetensors {
   int fd;
   uint64_t data_start;       /* 8 + header size */
   uint64_t data_len;         /* file size - data_start */
-  char *header;              /* header bytes; the decoded strings live in it */
+  char *header;              /* header bytes */
+  struct json_object *root;  /* the header's tree: the names and values point into it */
   px__st_entry_t *entries;   /* [n], in data order */
   px__st_entry_t **by_name;  /* [n], sorted by name for lookups */
   int n;
@@ -323,42 +329,35 @@ struct px_safetensors {
   int nmeta;
 };
 
-/* ---- the JSON parser -------------------------------------------------------
- * Recursive descent over the header buffer, shaped by the schema: the top
- * object, tensor entries, the metadata object, integer arrays. */
+/* ---- the header -------------------------------------------------------------
+ * json-c reads the JSON (px_json_parse: bounded in size and nesting, linear
+ * time). A pass over the bytes first refuses what json-c lets through and a
+ * checkpoint must not: control bytes, invalid UTF-8 (json-c takes overlong
+ * forms and encoded surrogates), lone surrogates (json-c makes them U+FFFD),
+ * \u0000 (names are C strings; json-c cuts a key there), single-quoted
+ * strings and integers with a leading zero; and it counts the keys of every
+ * object, since json-c keeps the last of two equal keys without a word,
+ * where two readers of a checkpoint must never disagree on a tensor. The
+ * tree is then walked by the schema: the top object, tensor entries, the
+ * metadata object, integer arrays. */
+
+#define PX__ST_DEPTH 64 /* px_json_parse's nesting bound */
 
 typedef struct {
   const char *path;
-  char *s;     /* header bytes, NUL-terminated */
+  const char *s; /* header bytes */
   size_t len;
-  size_t pos;
-  px_safetensors_t *h;
-  int cap_entries, cap_meta;
-} px__js_t;
+  int *keys;     /* [nobj] keys of each object, in the order of their '{' */
+  size_t *at;    /* [nobj] the offset of that '{' */
+  int nobj, cap;
+} px__hd_t;
 
-static px_status_t px__js_syntax(px__js_t *js, const char *what) {
-  return px__st_fail(PX_ERR_FORMAT, js->path, "bad JSON in the header at byte %zu: %s", js->pos,
+static px_status_t px__hd_syntax(const px__hd_t *hd, size_t pos, const char *what) {
+  return px__st_fail(PX_ERR_FORMAT, hd->path, "bad JSON in the header at byte %zu: %s", pos,
                      what);
 }
 
-static void px__js_ws(px__js_t *js) {
-  while (js->pos < js->len) {
-    char c = js->s[js->pos];
-    if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
-    js->pos++;
-  }
-}
-
-/* Next byte, or 0 at the end (a NUL inside the header is never valid). */
-static char px__js_peek(const px__js_t *js) { return js->pos < js->len ? js->s[js->pos] : 0; }
-
-static px_status_t px__js_expect(px__js_t *js, char c, const char *what) {
-  if (px__js_peek(js) != c) return px__js_syntax(js, what);
-  js->pos++;
-  return PX_OK;
-}
-
-static int px__js_hex4(const char *p, unsigned *out) {
+static int px__hd_hex4(const char *p, unsigned *out) {
   unsigned v = 0;
   for (int i = 0; i < 4; i++) {
     char c = p[i];
@@ -372,336 +371,332 @@ static int px__js_hex4(const char *p, unsigned *out) {
   return 0;
 }
 
-/* Parses a string at pos and decodes it in place: the decoded bytes and a
- * NUL are written from the opening quote on, which never overtakes the
- * reading position (every escape is longer than what it decodes to). *out
- * points into the header buffer. */
-static px_status_t px__js_string(px__js_t *js, const char **out) {
-  if (px__js_peek(js) != '"') return px__js_syntax(js, "expected a string");
-  char *w = js->s + js->pos;
-  char *start = w;
-  js->pos++;
+/* A \u escape at s[*pos] (the backslash): a surrogate only as a pair, no NUL. */
+static px_status_t px__hd_unicode(const px__hd_t *hd, size_t *pos) {
+  size_t p = *pos;
+  unsigned cp, lo;
+  if (hd->len - p < 6 || px__hd_hex4(hd->s + p + 2, &cp) != 0)
+    return px__hd_syntax(hd, p, "bad \\u escape");
+  p += 6;
+  if (cp >= 0xDC00 && cp <= 0xDFFF) return px__hd_syntax(hd, *pos, "lone low surrogate");
+  if (cp >= 0xD800 && cp <= 0xDBFF) {
+    if (hd->len - p < 6 || hd->s[p] != '\\' || hd->s[p + 1] != 'u' ||
+        px__hd_hex4(hd->s + p + 2, &lo) != 0 || lo < 0xDC00 || lo > 0xDFFF)
+      return px__hd_syntax(hd, *pos, "high surrogate not followed by a low one");
+    p += 6;
+  }
+  if (cp == 0) return px__hd_syntax(hd, *pos, "\\u0000 in a string (names cannot hold NUL)");
+  *pos = p;
+  return PX_OK;
+}
+
+/* The string whose opening quote is at *pos; *pos ends past its closing one. */
+static px_status_t px__hd_string(const px__hd_t *hd, size_t *pos) {
+  size_t p = *pos + 1;
   for (;;) {
-    if (js->pos >= js->len) return px__js_syntax(js, "unterminated string");
-    unsigned char c = (unsigned char)js->s[js->pos];
-    if (c == '"') {
-      js->pos++;
-      break;
-    }
-    if (c < 0x20) return px__js_syntax(js, "control character in a string");
+    if (p >= hd->len) return px__hd_syntax(hd, *pos, "unterminated string");
+    unsigned char c = (unsigned char)hd->s[p];
+    if (c == '"') break;
+    if (c < 0x20) return px__hd_syntax(hd, p, "control character in a string");
     if (c >= 0x80) {
-      size_t n = px_utf8_seq(js->s + js->pos, js->len - js->pos);
-      if (n == 0) return px__js_syntax(js, "invalid UTF-8 in a string");
-      memmove(w, js->s + js->pos, n);
-      w += n;
-      js->pos += n;
+      size_t n = px_utf8_seq(hd->s + p, hd->len - p);
+      if (n == 0) return px__hd_syntax(hd, p, "invalid UTF-8 in a string");
+      p += n;
+    } else if (c != '\\') {
+      p++;
+    } else if (p + 1 < hd->len && hd->s[p + 1] == 'u') {
+      PX_CHECK(px__hd_unicode(hd, &p));
+    } else {
+      if (p + 1 >= hd->len) return px__hd_syntax(hd, *pos, "unterminated string");
+      if (!strchr("\"\\/bfnrt", hd->s[p + 1]) || !hd->s[p + 1])
+        return px__hd_syntax(hd, p, "bad escape in a string");
+      p += 2;
+    }
+  }
+  *pos = p + 1;
+  return PX_OK;
+}
+
+/* Whether s[p] (outside strings) is the first digit of a number's integer
+ * part: no digit, point or exponent before it, or a minus sign that
+ * follows none. */
+static int px__hd_lead(const char *s, size_t p) {
+  if (p > 0 && s[p - 1] == '-') p--;
+  return p == 0 || !strchr("0123456789.eE+-", s[p - 1]) || !s[p - 1];
+}
+
+/* Room for one more object in hd->keys and hd->at. */
+static px_status_t px__hd_grow(px__hd_t *hd) {
+  if (hd->nobj < hd->cap) return PX_OK;
+  int ncap = hd->cap ? 2 * hd->cap : 64;
+  int *k = px_realloc(hd->keys, (size_t)ncap * sizeof *k, "safetensors.keys");
+  if (!k) return PX_ERR_NOMEM;
+  hd->keys = k;
+  size_t *a = px_realloc(hd->at, (size_t)ncap * sizeof *a, "safetensors.keys");
+  if (!a) return PX_ERR_NOMEM;
+  hd->at = a;
+  hd->cap = ncap;
+  return PX_OK;
+}
+
+/* The pass before json-c (the comment above): strings checked, keys
+ * counted; the structure is json-c's to judge. */
+static px_status_t px__hd_scan(px__hd_t *hd) {
+  int stack[PX__ST_DEPTH + 1], depth = 0; /* an object's index, -1 for an array */
+  const char *s = hd->s;
+  for (size_t p = 0; p < hd->len;) {
+    char c = s[p];
+    if (c == '"') {
+      PX_CHECK(px__hd_string(hd, &p));
+      size_t q = p;
+      while (q < hd->len && strchr(" \t\r\n", s[q]) && s[q]) q++;
+      if (q < hd->len && s[q] == ':' && depth > 0 && stack[depth - 1] >= 0)
+        hd->keys[stack[depth - 1]]++;
       continue;
     }
-    if (c != '\\') {
-      *w++ = (char)c;
-      js->pos++;
-      continue;
-    }
-    if (js->pos + 1 >= js->len) return px__js_syntax(js, "unterminated string");
-    char e = js->s[js->pos + 1];
-    js->pos += 2;
-    switch (e) {
-      case '"': *w++ = '"'; break;
-      case '\\': *w++ = '\\'; break;
-      case '/': *w++ = '/'; break;
-      case 'b': *w++ = '\b'; break;
-      case 'f': *w++ = '\f'; break;
-      case 'n': *w++ = '\n'; break;
-      case 'r': *w++ = '\r'; break;
-      case 't': *w++ = '\t'; break;
-      case 'u': {
-        unsigned cp;
-        if (js->len - js->pos < 4 || px__js_hex4(js->s + js->pos, &cp) != 0) {
-          return px__js_syntax(js, "bad \\u escape");
-        }
-        js->pos += 4;
-        if (cp >= 0xDC00 && cp <= 0xDFFF) return px__js_syntax(js, "lone low surrogate");
-        if (cp >= 0xD800 && cp <= 0xDBFF) {
-          unsigned lo;
-          if (js->len - js->pos < 6 || js->s[js->pos] != '\\' || js->s[js->pos + 1] != 'u' ||
-              px__js_hex4(js->s + js->pos + 2, &lo) != 0 || lo < 0xDC00 || lo > 0xDFFF) {
-            return px__js_syntax(js, "high surrogate not followed by a low one");
-          }
-          js->pos += 6;
-          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-        }
-        if (cp == 0) return px__js_syntax(js, "\\u0000 in a string (names cannot hold NUL)");
-        if (cp < 0x80) {
-          *w++ = (char)cp;
-        } else if (cp < 0x800) {
-          *w++ = (char)(0xC0 | (cp >> 6));
-          *w++ = (char)(0x80 | (cp & 0x3F));
-        } else if (cp < 0x10000) {
-          *w++ = (char)(0xE0 | (cp >> 12));
-          *w++ = (char)(0x80 | ((cp >> 6) & 0x3F));
-          *w++ = (char)(0x80 | (cp & 0x3F));
-        } else {
-          *w++ = (char)(0xF0 | (cp >> 18));
-          *w++ = (char)(0x80 | ((cp >> 12) & 0x3F));
-          *w++ = (char)(0x80 | ((cp >> 6) & 0x3F));
-          *w++ = (char)(0x80 | (cp & 0x3F));
-        }
-        break;
+    if (c == '\'') return px__hd_syntax(hd, p, "single-quoted string");
+    if (c == '\0') return px__hd_syntax(hd, p, "NUL byte"); /* px_json_parse skips trailing ones */
+    if (c == '0' && p + 1 < hd->len && s[p + 1] >= '0' && s[p + 1] <= '9' && px__hd_lead(s, p))
+      return px__hd_syntax(hd, p, "integer with a leading zero");
+    if (c == '{' || c == '[') {
+      if (depth == PX__ST_DEPTH) return px__hd_syntax(hd, p, "nested more than 64 deep");
+      stack[depth++] = -1;
+      if (c == '{') {
+        PX_CHECK(px__hd_grow(hd));
+        hd->keys[hd->nobj] = 0;
+        hd->at[hd->nobj] = p;
+        stack[depth - 1] = hd->nobj++;
       }
-      default:
-        js->pos -= 2;
-        return px__js_syntax(js, "bad escape in a string");
+    } else if ((c == '}' || c == ']') && depth > 0) {
+      depth--;
     }
+    p++;
   }
-  *w = '\0';
-  *out = start;
   return PX_OK;
 }
 
-/* An integer: -?(0|[1-9][0-9]*), no fraction or exponent, within int64. */
-static px_status_t px__js_int(px__js_t *js, int64_t *out) {
-  int neg = 0;
-  if (px__js_peek(js) == '-') {
-    neg = 1;
-    js->pos++;
-  }
-  char c = px__js_peek(js);
-  if (c < '0' || c > '9') return px__js_syntax(js, "expected an integer");
-  if (c == '0' && js->pos + 1 < js->len && js->s[js->pos + 1] >= '0' && js->s[js->pos + 1] <= '9') {
-    return px__js_syntax(js, "integer with a leading zero");
-  }
-  uint64_t v = 0;
-  while ((c = px__js_peek(js)) >= '0' && c <= '9') {
-    if (v > ((uint64_t)INT64_MAX - (uint64_t)(c - '0')) / 10) {
-      return px__js_syntax(js, "integer out of range");
+/* The first key of object k (its '{' at hd->at[k]) that an earlier key of
+ * it equals once decoded, into *dup (owned by *seen, a json-c object that
+ * the caller puts). */
+static px_status_t px__hd_dup_key(const px__hd_t *hd, int k, struct json_object **seen,
+                                  const char **dup) {
+  *dup = NULL;
+  if (!(*seen = json_object_new_object())) return PX_ERR_NOMEM;
+  int depth = 0;
+  for (size_t p = hd->at[k]; p < hd->len && !*dup;) {
+    char c = hd->s[p];
+    if (c != '"') {
+      depth += c == '{' || c == '[' ? 1 : c == '}' || c == ']' ? -1 : 0;
+      if (depth == 0) break;
+      p++;
+      continue;
     }
-    v = v * 10 + (uint64_t)(c - '0');
-    js->pos++;
+    size_t start = p;
+    PX_CHECK(px__hd_string(hd, &p));
+    size_t q = p;
+    while (q < hd->len && strchr(" \t\r\n", hd->s[q]) && hd->s[q]) q++;
+    if (depth != 1 || q >= hd->len || hd->s[q] != ':') continue;
+    struct json_object *key = NULL;
+    PX_CHECK(px_json_parse(hd->s + start, p - start, p - start, &key));
+    const char *name = json_object_get_string(key);
+    if (json_object_object_get_ex(*seen, name, NULL)) *dup = name;
+    int rc = json_object_object_add(*seen, name, key); /* keeps the decoded name alive */
+    if (rc != 0) return PX_ERR_NOMEM;
   }
-  if (c == '.' || c == 'e' || c == 'E') return px__js_syntax(js, "numbers must be integers");
-  *out = neg ? -(int64_t)v : (int64_t)v;
   return PX_OK;
 }
 
-/* The items of the array or object whose opening bracket js has just
- * consumed, up to and including close: item(js, ctx) is called with js at
- * each item and consumes it; bad_sep is the complaint when neither ',' nor
- * close follows one. Every list of the header is read through here. */
-typedef px_status_t (*px__js_item_fn)(px__js_t *js, void *ctx);
-static px_status_t px__js_list(px__js_t *js, char close, const char *bad_sep,
-                               px__js_item_fn item, void *ctx) {
-  px__js_ws(js);
-  if (px__js_peek(js) == close) {
-    js->pos++;
+/* The message for a duplicate key dup in object k, which is the top object
+ * (owner NULL) or the value of the top object's member owner. */
+static px_status_t px__hd_dup_fail(const px__hd_t *hd, int k, const char *owner,
+                                   const char *dup) {
+  const char *path = hd->path;
+  if (k == 0 && !strcmp(dup, PX__ST_META_KEY))
+    return px__st_fail(PX_ERR_FORMAT, path, "duplicate key '%s'", PX__ST_META_KEY);
+  if (k == 0) return px__st_fail(PX_ERR_FORMAT, path, "duplicate tensor name '%s'", dup);
+  if (owner && !strcmp(owner, PX__ST_META_KEY))
+    return px__st_fail(PX_ERR_FORMAT, path, "duplicate %s key '%s'", PX__ST_META_KEY, dup);
+  if (owner)
+    return px__st_fail(PX_ERR_FORMAT, path, "tensor '%s': duplicate field '%s'", owner, dup);
+  return px__st_fail(PX_ERR_FORMAT, path, "duplicate key '%s' in the object at byte %zu", dup,
+                     hd->at[k]);
+}
+
+/* Objects of o's tree in the order of their '{' (json-c keeps members in
+ * file order), each against the keys the scan counted: the first with
+ * fewer members than keys holds a duplicate. *next: o's index. */
+static px_status_t px__hd_unique(const px__hd_t *hd, struct json_object *o, const char *owner,
+                                 int *next) {
+  if (json_object_is_type(o, json_type_array)) {
+    size_t n = json_object_array_length(o);
+    for (size_t i = 0; i < n; i++)
+      PX_CHECK(px__hd_unique(hd, json_object_array_get_idx(o, i), NULL, next));
     return PX_OK;
   }
-  for (;;) {
-    px__js_ws(js);
-    PX_CHECK(item(js, ctx));
-    px__js_ws(js);
-    if (px__js_peek(js) == close) {
-      js->pos++;
-      return PX_OK;
-    }
-    PX_CHECK(px__js_expect(js, ',', bad_sep));
+  if (!json_object_is_type(o, json_type_object)) return PX_OK;
+  int k = (*next)++;
+  if (k >= hd->nobj)
+    return px_set_error(PX_ERR_INTERNAL, "%s: header objects miscounted", hd->path);
+  if (json_object_object_length(o) != hd->keys[k]) {
+    struct json_object *seen = NULL;
+    const char *dup = NULL;
+    px_status_t st = px__hd_dup_key(hd, k, &seen, &dup);
+    if (st == PX_OK)
+      st = dup ? px__hd_dup_fail(hd, k, owner, dup)
+               : px_set_error(PX_ERR_INTERNAL, "%s: header keys miscounted", hd->path);
+    json_object_put(seen);
+    return st;
   }
-}
-
-/* An integer array being read (px__js_int_array). */
-typedef struct {
-  int64_t *vals;
-  int max, *count;
-  const char *tensor, *what; /* name it in messages */
-} px__js_ints_t;
-
-static px_status_t px__js_int_item(px__js_t *js, void *ctx) {
-  px__js_ints_t *a = ctx;
-  int64_t v = 0;
-  PX_CHECK(px__js_int(js, &v));
-  if (*a->count == a->max) {
-    return px__st_fail(PX_ERR_FORMAT, js->path, "tensor '%s': %s has more than %d elements",
-                       a->tensor, a->what, a->max);
+  json_object_object_foreach(o, key, val) {
+    PX_CHECK(px__hd_unique(hd, val, k == 0 ? key : NULL, next));
   }
-  a->vals[(*a->count)++] = v;
   return PX_OK;
 }
 
-/* [int, int, ...] with at most max elements; what names it in messages. */
-static px_status_t px__js_int_array(px__js_t *js, int64_t *vals, int max, int *count,
-                                    const char *tensor, const char *what) {
-  if (px__js_peek(js) != '[') {
-    return px__st_fail(PX_ERR_FORMAT, js->path, "tensor '%s': %s is not an array of integers",
-                       tensor, what);
-  }
-  js->pos++;
-  *count = 0;
-  px__js_ints_t a = {vals, max, count, tensor, what};
-  return px__js_list(js, ']', "expected ',' or ']' in an array", px__js_int_item, &a);
+/* Element i of integer array a of tensor name (what: "shape", ...). */
+static px_status_t px__hd_int(const char *path, struct json_object *a, size_t i, const char *name,
+                              const char *what, int64_t *out) {
+  struct json_object *v = json_object_array_get_idx(a, i);
+  if (json_object_is_type(v, json_type_double))
+    return px__st_fail(PX_ERR_FORMAT, path, "tensor '%s': %s: numbers must be integers", name,
+                       what);
+  if (!json_object_is_type(v, json_type_int))
+    return px__st_fail(PX_ERR_FORMAT, path, "tensor '%s': %s: expected an integer, got %s", name,
+                       what, json_type_to_name(json_object_get_type(v)));
+  *out = json_object_get_int64(v);
+  if (*out == INT64_MIN || (*out == INT64_MAX && json_object_get_uint64(v) > (uint64_t)INT64_MAX))
+    return px__st_fail(PX_ERR_FORMAT, path, "tensor '%s': %s: integer out of range", name, what);
+  return PX_OK;
 }
 
-/* Parses the members of the object whose '{' js has just consumed, up to and
- * including its '}': member(js, key, ctx) is called with js at each value
- * and consumes it. Every object of the header is read through here. */
-typedef px_status_t (*px__js_member_fn)(px__js_t *js, const char *key, void *ctx);
-typedef struct {
-  px__js_member_fn member;
-  void *ctx;
-} px__js_object_t;
-
-static px_status_t px__js_member_item(px__js_t *js, void *ctx) {
-  px__js_object_t *o = ctx;
-  const char *key;
-  PX_CHECK(px__js_string(js, &key));
-  px__js_ws(js);
-  PX_CHECK(px__js_expect(js, ':', "expected ':' after a key"));
-  px__js_ws(js);
-  return o->member(js, key, o->ctx);
-}
-
-static px_status_t px__js_members(px__js_t *js, px__js_member_fn member, void *ctx) {
-  px__js_object_t o = {member, ctx};
-  return px__js_list(js, '}', "expected ',' or '}' in an object", px__js_member_item, &o);
+/* [int, int, ...] with at most max elements into vals[*count]. */
+static px_status_t px__hd_ints(const char *path, struct json_object *a, int64_t *vals, int max,
+                               int *count, const char *name, const char *what) {
+  if (!json_object_is_type(a, json_type_array))
+    return px__st_fail(PX_ERR_FORMAT, path, "tensor '%s': %s is not an array of integers", name,
+                       what);
+  size_t n = json_object_array_length(a);
+  if (n > (size_t)max)
+    return px__st_fail(PX_ERR_FORMAT, path, "tensor '%s': %s has more than %d elements", name,
+                       what, max);
+  for (size_t i = 0; i < n; i++) PX_CHECK(px__hd_int(path, a, i, name, what, &vals[i]));
+  *count = (int)n;
+  return PX_OK;
 }
 
 enum { PX__F_DTYPE = 1, PX__F_SHAPE = 2, PX__F_OFFSETS = 4 };
 
-/* The tensor entry being read, for px__js_tensor_field. */
-typedef struct {
-  px__st_entry_t *e;
-  const char *name;
-  unsigned seen; /* PX__F_* read so far */
-} px__js_tensor_t;
-
-static px_status_t px__js_tensor_field(px__js_t *js, const char *key, void *ctx) {
-  px__js_tensor_t *t = ctx;
-  px__st_entry_t *e = t->e;
-  const char *name = t->name;
+/* Field key (value v) of tensor entry e; *seen: the PX__F_* read so far. */
+static px_status_t px__hd_field(const char *path, px__st_entry_t *e, const char *key,
+                                struct json_object *v, unsigned *seen) {
+  const char *name = e->name;
   unsigned f = strcmp(key, "dtype") == 0          ? PX__F_DTYPE
                : strcmp(key, "shape") == 0        ? PX__F_SHAPE
                : strcmp(key, "data_offsets") == 0 ? PX__F_OFFSETS
                                                   : 0;
-  if (!f) {
-    return px__st_fail(PX_ERR_FORMAT, js->path, "tensor '%s': unknown field '%s'", name, key);
-  }
-  if (t->seen & f) {
-    return px__st_fail(PX_ERR_FORMAT, js->path, "tensor '%s': duplicate field '%s'", name, key);
-  }
-  t->seen |= f;
+  if (!f) return px__st_fail(PX_ERR_FORMAT, path, "tensor '%s': unknown field '%s'", name, key);
+  *seen |= f;
   if (f == PX__F_DTYPE) {
-    if (px__js_peek(js) != '"') {
-      return px__st_fail(PX_ERR_FORMAT, js->path, "tensor '%s': dtype is not a string", name);
-    }
-    const char *dt;
-    PX_CHECK(px__js_string(js, &dt));
+    if (!json_object_is_type(v, json_type_string))
+      return px__st_fail(PX_ERR_FORMAT, path, "tensor '%s': dtype is not a string", name);
+    const char *dt = json_object_get_string(v);
     int k = 0;
     while (k < PX_ST_DTYPE_COUNT && strcmp(px__st_dtypes[k].name, dt) != 0) k++;
-    if (k == PX_ST_DTYPE_COUNT) {
-      return px__st_fail(PX_ERR_FORMAT, js->path, "tensor '%s': unknown dtype '%s'", name, dt);
-    }
+    if (k == PX_ST_DTYPE_COUNT)
+      return px__st_fail(PX_ERR_FORMAT, path, "tensor '%s': unknown dtype '%s'", name, dt);
     e->dtype = (px_st_dtype_t)k;
   } else if (f == PX__F_SHAPE) {
-    PX_CHECK(px__js_int_array(js, e->shape, PX_ST_MAX_DIMS, &e->ndim, name, "shape"));
-    for (int d = 0; d < e->ndim; d++) {
-      if (e->shape[d] < 0) {
-        return px__st_fail(PX_ERR_FORMAT, js->path,
+    PX_CHECK(px__hd_ints(path, v, e->shape, PX_ST_MAX_DIMS, &e->ndim, name, "shape"));
+    for (int d = 0; d < e->ndim; d++)
+      if (e->shape[d] < 0)
+        return px__st_fail(PX_ERR_FORMAT, path,
                            "tensor '%s': shape has a negative dimension %" PRId64, name,
                            e->shape[d]);
-      }
-    }
   } else {
     int64_t off[2];
     int cnt;
-    PX_CHECK(px__js_int_array(js, off, 2, &cnt, name, "data_offsets"));
-    if (cnt != 2 || off[0] < 0 || off[1] < 0) {
-      return px__st_fail(PX_ERR_FORMAT, js->path,
+    PX_CHECK(px__hd_ints(path, v, off, 2, &cnt, name, "data_offsets"));
+    if (cnt != 2 || off[0] < 0 || off[1] < 0)
+      return px__st_fail(PX_ERR_FORMAT, path,
                          "tensor '%s': data_offsets must be two non-negative integers", name);
-    }
     e->begin = (uint64_t)off[0];
     e->end = (uint64_t)off[1];
   }
   return PX_OK;
 }
 
-/* Room in *arr (of *cap elements of elem bytes, first the first capacity)
- * for element n: doubles it when full; too_many is the complaint past 2^28. */
-static px_status_t px__js_grow(px__js_t *js, void **arr, int n, int *cap, int first, size_t elem,
-                               const char *name, const char *too_many) {
-  if (n < *cap) return PX_OK;
-  if (n > (1 << 28)) return px__st_fail(PX_ERR_FORMAT, js->path, "%s", too_many);
-  int ncap = *cap ? 2 * *cap : first;
-  void *p = px_realloc(*arr, (size_t)ncap * elem, name);
-  if (!p) return PX_ERR_NOMEM;
-  *arr = p;
-  *cap = ncap;
-  return PX_OK;
-}
-
-static px_status_t px__js_tensor(px__js_t *js, const char *name) {
-  px_safetensors_t *h = js->h;
-  if (px__js_peek(js) != '{') {
-    return px__st_fail(PX_ERR_FORMAT, js->path, "tensor '%s': entry is not an object", name);
+/* Tensor entry name (value v) into h->entries[h->n]. */
+static px_status_t px__hd_tensor(px_safetensors_t *h, const char *name, struct json_object *v) {
+  if (!json_object_is_type(v, json_type_object))
+    return px__st_fail(PX_ERR_FORMAT, h->path, "tensor '%s': entry is not an object", name);
+  px__st_entry_t *e = &h->entries[h->n];
+  memset(e, 0, sizeof *e);
+  e->name = name;
+  unsigned seen = 0;
+  json_object_object_foreach(v, key, fv) {
+    PX_CHECK(px__hd_field(h->path, e, key, fv, &seen));
   }
-  js->pos++;
-  PX_CHECK(px__js_grow(js, (void **)&h->entries, h->n, &js->cap_entries, 16, sizeof *h->entries,
-                       "safetensors.entries", "too many tensors"));
-  px__js_tensor_t t = {.e = &h->entries[h->n], .name = name, .seen = 0};
-  memset(t.e, 0, sizeof *t.e);
-  t.e->name = name;
-  PX_CHECK(px__js_members(js, px__js_tensor_field, &t));
   static const char *const field_names[] = {"dtype", "shape", "data_offsets"};
-  for (int k = 0; k < 3; k++) {
-    if (!(t.seen & (1u << k))) {
-      return px__st_fail(PX_ERR_FORMAT, js->path, "tensor '%s': missing field '%s'", name,
+  for (int k = 0; k < 3; k++)
+    if (!(seen & (1u << k)))
+      return px__st_fail(PX_ERR_FORMAT, h->path, "tensor '%s': missing field '%s'", name,
                          field_names[k]);
-    }
-  }
   h->n++;
   return PX_OK;
 }
 
-static px_status_t px__js_meta_pair(px__js_t *js, const char *key, void *ctx) {
-  px_safetensors_t *h = js->h;
-  const char *value;
-  if (px__js_peek(js) != '"') {
-    return px__st_fail(PX_ERR_FORMAT, js->path, "%s: value of '%s' is not a string",
-                       PX__ST_META_KEY, key);
+/* The metadata object v into h->meta, in file order. */
+static px_status_t px__hd_metadata(px_safetensors_t *h, struct json_object *v) {
+  if (!json_object_is_type(v, json_type_object))
+    return px__st_fail(PX_ERR_FORMAT, h->path, "%s is not an object", PX__ST_META_KEY);
+  h->meta = px_malloc(((size_t)json_object_object_length(v) + 1) * sizeof *h->meta,
+                      "safetensors.meta");
+  if (!h->meta) return PX_ERR_NOMEM;
+  json_object_object_foreach(v, key, val) {
+    if (!json_object_is_type(val, json_type_string))
+      return px__st_fail(PX_ERR_FORMAT, h->path, "%s: value of '%s' is not a string",
+                         PX__ST_META_KEY, key);
+    h->meta[h->nmeta].key = key;
+    h->meta[h->nmeta].value = json_object_get_string(val);
+    h->nmeta++;
   }
-  PX_CHECK(px__js_string(js, &value));
-  PX_CHECK(px__js_grow(js, (void **)&h->meta, h->nmeta, &js->cap_meta, 8, sizeof *h->meta,
-                       "safetensors.meta", "too much metadata"));
-  h->meta[h->nmeta].key = key;
-  h->meta[h->nmeta].value = value;
-  h->nmeta++;
   return PX_OK;
 }
 
-static px_status_t px__js_metadata(px__js_t *js) {
-  if (px__js_peek(js) != '{') {
-    return px__st_fail(PX_ERR_FORMAT, js->path, "%s is not an object", PX__ST_META_KEY);
+/* The json-c tree of the header (h->root) by the schema. */
+static px_status_t px__hd_schema(px_safetensors_t *h) {
+  struct json_object *root = h->root;
+  if (!json_object_is_type(root, json_type_object))
+    return px__st_fail(PX_ERR_FORMAT, h->path, "the header is not a JSON object");
+  size_t n = (size_t)json_object_object_length(root);
+  h->entries = px_malloc((n + 1) * sizeof *h->entries, "safetensors.entries");
+  if (!h->entries) return PX_ERR_NOMEM;
+  json_object_object_foreach(root, key, val) {
+    if (strcmp(key, PX__ST_META_KEY) == 0) PX_CHECK(px__hd_metadata(h, val));
+    else PX_CHECK(px__hd_tensor(h, key, val));
   }
-  js->pos++;
-  return px__js_members(js, px__js_meta_pair, NULL);
+  return PX_OK;
 }
 
-/* A member of the header: the metadata object (once) or a tensor entry. */
-static px_status_t px__js_header_member(px__js_t *js, const char *key, void *ctx) {
-  int *seen_meta = ctx;
-  if (strcmp(key, PX__ST_META_KEY) != 0) return px__js_tensor(js, key);
-  if (*seen_meta) return px__st_fail(PX_ERR_FORMAT, js->path, "duplicate key '%s'", PX__ST_META_KEY);
-  *seen_meta = 1;
-  return px__js_metadata(js);
-}
-
-static px_status_t px__js_header(px__js_t *js) {
-  if (js->len == 0) return px__st_fail(PX_ERR_FORMAT, js->path, "header is empty");
+/* Reads the header bytes s[0..len) into h (h->root keeps the tree its
+ * names and values point into). */
+static px_status_t px__hd_read(px_safetensors_t *h, const char *s, size_t len) {
+  if (len == 0) return px__st_fail(PX_ERR_FORMAT, h->path, "header is empty");
+  px__hd_t hd = {.path = h->path, .s = s, .len = len};
   /* The reference reader insists on '{' as the very first byte. */
-  if (js->s[0] != '{') return px__js_syntax(js, "header does not start with '{'");
-  js->pos = 1;
-  int seen_meta = 0;
-  PX_CHECK(px__js_members(js, px__js_header_member, &seen_meta));
-  px__js_ws(js);
-  if (js->pos != js->len) return px__js_syntax(js, "unexpected bytes after the header object");
-  return PX_OK;
+  if (s[0] != '{') return px__hd_syntax(&hd, 0, "header does not start with '{'");
+  px_status_t st = px__hd_scan(&hd);
+  if (st == PX_OK && px_json_parse(s, len, PX_ST_MAX_HEADER, &h->root) != PX_OK) {
+    char why[256];
+    snprintf(why, sizeof why, "%s", px_last_error());
+    st = px__st_fail(PX_ERR_FORMAT, h->path, "bad JSON in the header: %s", why);
+  }
+  int next = 0;
+  if (st == PX_OK) st = px__hd_unique(&hd, h->root, NULL, &next);
+  if (st == PX_OK) st = px__hd_schema(h);
+  px_free(hd.keys);
+  px_free(hd.at);
+  return st;
 }
 
 /* ---- validation of what the header says ------------------------------------- */
@@ -897,8 +892,7 @@ px_status_t px_safetensors_open(const char *path, px_safetensors_t **out) {
   PX_CHECK_GOTO(px__st_pread_all(h, h->header, (size_t)hlen, 8, "the header"), st, done);
   h->header[hlen] = '\0';
 
-  px__js_t js = {.path = path, .s = h->header, .len = (size_t)hlen, .h = h};
-  PX_CHECK_GOTO(px__js_header(&js), st, done);
+  PX_CHECK_GOTO(px__hd_read(h, h->header, (size_t)hlen), st, done);
   PX_CHECK_GOTO(px__st_validate(h), st, done);
 done:
   return PX_CREATED(st, h, out, px_safetensors_close);
@@ -907,6 +901,7 @@ done:
 void px_safetensors_close(px_safetensors_t *st) {
   if (!st) return;
   if (st->fd >= 0) close(st->fd);
+  json_object_put(st->root);
   PX_FREE_ALL(st->meta_by_key, st->meta, st->by_name, st->entries, st->header, st->path, st);
 }
 

@@ -2,7 +2,8 @@
  * mask (filter, channel, shape, and the N:M element part when that set is
  * on), what an element's activity is, and the layout-driven forms of the
  * mask algebra; plus the N:M projection along input channels and its plain
- * reference.
+ * reference, and the checks of a conv shape and of the keep fractions that
+ * the projections (project.c) rely on.
  *
  * Filter, channel and shape parts are always present, in that order, so a
  * layer without N:M has the mask it has always had and every result on the
@@ -20,6 +21,30 @@ px_status_t px__nm_check(int32_t n, int32_t m) {
              "prune.nm_n = %d, prune.nm_m = %d: N:M needs 1 <= N <= M <= %d (0, 0: off)",
              (int)n, (int)m, PX_PRUNE_NM_MAX);
   return PX_OK;
+}
+
+size_t px_conv_numel(px_conv_shape_t s) {
+  return (size_t)s.c_out * (size_t)s.c_in * (size_t)s.kh * (size_t)s.kw;
+}
+
+px_status_t px_conv_shape_validate(px_conv_shape_t s) {
+  PX_REQUIRE(s.c_out > 0 && s.c_in > 0 && s.kh > 0 && s.kw > 0,
+             "conv shape [%d, %d, %d, %d]: every dimension must be positive", s.c_out, s.c_in,
+             s.kh, s.kw);
+  return PX_OK;
+}
+
+px_status_t px__keep_check(const char *field, double keep) {
+  PX_REQUIRE(keep >= 0.0 && keep <= 1.0, "prune.%s = %g: must be a fraction in [0, 1]", field,
+             keep);
+  return PX_OK;
+}
+
+px_status_t px_prune_keep_validate(const px_prune_keep_t *keep) {
+  PX_CHECK(px__keep_check("filter_keep", keep->filter_keep));
+  PX_CHECK(px__keep_check("channel_keep", keep->channel_keep));
+  PX_CHECK(px__keep_check("shape_keep", keep->shape_keep));
+  return px__nm_check(keep->nm_n, keep->nm_m);
 }
 
 void px__prune_layout_set(px_prune_layout_t *L, px_conv_shape_t s, int32_t nm_n, int32_t nm_m) {
@@ -146,17 +171,6 @@ void px_prune_layout_index_sets(const px_prune_layout_t *L, const uint8_t *mask,
   if (nout == 0) nin = 0;
   *n_out = nout;
   *n_in = nin;
-}
-
-px_status_t px_prune_layout_project(const px_prune_layout_t *L, float *w,
-                                    const px_prune_keep_t *keep, uint8_t *mask, void *ws,
-                                    size_t ws_bytes) {
-  px_prune_keep_t k = *keep;
-  k.nm_n = k.nm_m = 0; /* the structured parts first, as px_prune_project does them */
-  PX_CHECK(px_prune_project(w, L->shape, &k, mask, ws, ws_bytes));
-  if (!px_prune_layout_per_element(L)) return PX_OK;
-  return px_prune_project_nm(w, L->shape, L->nm_n, L->nm_m,
-                             px_prune_part(L, mask, PX_PRUNE_PART_NM));
 }
 
 /* ---- N:M along input channels --------------------------------------------------------- */

@@ -1,5 +1,6 @@
 /* Projections of conv weights onto the filter, channel and shape sparsity
- * sets, and the group-mask algebra built on them (union, drift, index sets).
+ * sets (with a layout's N:M part: px_prune_layout_project), and the
+ * group-mask algebra built on them (union, drift, index sets).
  *
  * Group norms are accumulated in double in a fixed order and groups are
  * ranked by (norm descending, index ascending) with a total order, so two
@@ -21,18 +22,7 @@ static px_prune_layout_t px__classic(px_conv_shape_t s) {
   return L;
 }
 
-size_t px_conv_numel(px_conv_shape_t s) {
-  return (size_t)s.c_out * (size_t)s.c_in * (size_t)s.kh * (size_t)s.kw;
-}
-
 size_t px_prune_mask_size(px_conv_shape_t s) { return px__classic(s).size; }
-
-px_status_t px_conv_shape_validate(px_conv_shape_t s) {
-  PX_REQUIRE(s.c_out > 0 && s.c_in > 0 && s.kh > 0 && s.kw > 0,
-             "conv shape [%d, %d, %d, %d]: every dimension must be positive", s.c_out, s.c_in,
-             s.kh, s.kw);
-  return PX_OK;
-}
 
 size_t px_prune_keep_count(double keep, size_t count) {
   if (!(keep > 0.0)) return 0; /* also NaN */
@@ -42,19 +32,6 @@ size_t px_prune_keep_count(double keep, size_t count) {
   size_t k = fabs(x - r) <= 1e-9 * (count > 1 ? (double)count : 1.0) ? (size_t)r : (size_t)ceil(x);
   if (k == 0 && count > 0) k = 1; /* ceil of a positive product is at least 1 */
   return k > count ? count : k;
-}
-
-static px_status_t px__keep_check(const char *field, double keep) {
-  PX_REQUIRE(keep >= 0.0 && keep <= 1.0, "prune.%s = %g: must be a fraction in [0, 1]", field,
-             keep);
-  return PX_OK;
-}
-
-px_status_t px_prune_keep_validate(const px_prune_keep_t *keep) {
-  PX_CHECK(px__keep_check("filter_keep", keep->filter_keep));
-  PX_CHECK(px__keep_check("channel_keep", keep->channel_keep));
-  PX_CHECK(px__keep_check("shape_keep", keep->shape_keep));
-  return px__nm_check(keep->nm_n, keep->nm_m);
 }
 
 static size_t px__max_groups(px_conv_shape_t s) {
@@ -264,6 +241,17 @@ px_status_t px_prune_project(float *w, px_conv_shape_t s, const px_prune_keep_t 
 done:
   px_free(W.owned);
   return st;
+}
+
+px_status_t px_prune_layout_project(const px_prune_layout_t *L, float *w,
+                                    const px_prune_keep_t *keep, uint8_t *mask, void *ws,
+                                    size_t ws_bytes) {
+  px_prune_keep_t k = *keep;
+  k.nm_n = k.nm_m = 0; /* the structured parts first, as px_prune_project does them */
+  PX_CHECK(px_prune_project(w, L->shape, &k, mask, ws, ws_bytes));
+  if (!px_prune_layout_per_element(L)) return PX_OK;
+  return px_prune_project_nm(w, L->shape, L->nm_n, L->nm_m,
+                             px_prune_part(L, mask, PX_PRUNE_PART_NM));
 }
 
 void px_prune_apply_mask(float *w, px_conv_shape_t s, const uint8_t *mask) {

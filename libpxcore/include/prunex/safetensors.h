@@ -109,7 +109,8 @@ typedef struct {
 } px_st_info_t;
 
 /* Opens path and parses and validates its whole header: strict JSON (no
- * duplicate keys, no unknown fields, valid UTF-8, integers only), known
+ * duplicate keys, no unknown fields, valid UTF-8, integers only, nesting at
+ * most 64 deep; read with json-c, in time linear in its size), known
  * dtypes, 0..PX_ST_MAX_DIMS non-negative dimensions whose byte size does not
  * overflow, data_offsets equal to shape x dtype size, tensors packed from 0
  * to the end of the file without gaps or overlaps, header size within the
