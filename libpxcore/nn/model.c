@@ -48,6 +48,8 @@
 #include "nn/px_ops_int.h"
 #include "nn/px_train_int.h"
 #include "prunex/nn.h"
+#include "prunex/ops_internal.h"
+#include "prunex/tensor_internal.h"
 #include "px_check.h"
 
 /* ACT, MUL, CONCAT: the graph operators of imported networks (nn/px_graph_ops.h),
