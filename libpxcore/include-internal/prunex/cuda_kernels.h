@@ -90,7 +90,7 @@ static inline size_t px_prune_group_count(px_conv_shape_t s, px_prune_group_t ki
  * norms are bitwise the CPU projection's and so are the choices made from
  * them. */
 px_status_t px_cuda_prune_group_norms(double *norms, const float *w, px_conv_shape_t s,
-                                      px_prune_group_t kind, void *stream);
+                                             px_prune_group_t kind, void *stream);
 
 /* norms[c] += sum over the filters o, in index order, of ||w[o, c, :, :]||^2
  * (each filter's sum first), onto what norms[c_in] holds: project.c's
@@ -99,7 +99,7 @@ px_status_t px_cuda_prune_group_norms(double *norms, const float *w, px_conv_sha
  * (px_prune_project_coupled): px_cuda_prune_group_norms of the producer's
  * filters, then this over the consumer. */
 px_status_t px_cuda_prune_channel_norms_add(double *norms, const float *w,
-                                            px_conv_shape_t s, void *stream);
+                                                   px_conv_shape_t s, void *stream);
 
 /* keep[g] = 1 for the `alpha` best of `ngroups` norms and 0 for the others,
  * best meaning larger norm first, NaN after every number, then lower index:
@@ -108,7 +108,7 @@ px_status_t px_cuda_prune_channel_norms_add(double *norms, const float *w,
  * group is kept when fewer than alpha groups precede it; O(ngroups^2) work,
  * meant for the group counts of conv layers (up to a few thousand). */
 px_status_t px_cuda_prune_select(uint8_t *keep, const double *norms, size_t ngroups,
-                                 size_t alpha, void *stream);
+                                        size_t alpha, void *stream);
 
 /* Zeroes every element of w outside the active set of a group mask, given as
  * its three parts (prune.h layout): filter[c_out], channel[c_in] and
@@ -116,13 +116,13 @@ px_status_t px_cuda_prune_select(uint8_t *keep, const double *norms, size_t ngro
  * With the parts of one mask this is px_prune_apply_mask (the projection once
  * masks are frozen). */
 px_status_t px_cuda_prune_apply_mask(float *w, const uint8_t *filter, const uint8_t *channel,
-                                     const uint8_t *shape, px_conv_shape_t s, void *stream);
+                                            const uint8_t *shape, px_conv_shape_t s, void *stream);
 
 /* px_prune_layout_apply on a device tensor and a device mask laid out by L
  * (a host descriptor): the parts of px_cuda_prune_apply_mask, then the N:M
  * element part when L has one. */
 px_status_t px_cuda_prune_apply_layout(float *w, const uint8_t *mask,
-                                       const px_prune_layout_t *L, void *stream);
+                                              const px_prune_layout_t *L, void *stream);
 
 /* One projection in place, the twin of px_prune_project_filter / _channel /
  * _shape: norms, selection of px_prune_keep_count(keep, groups) groups, and
@@ -131,15 +131,15 @@ px_status_t px_cuda_prune_apply_layout(float *w, const uint8_t *mask,
  * px_prune_workspace_size(s) bytes. Fails with PX_ERR_INVALID on a bad shape,
  * fraction or buffer. */
 px_status_t px_cuda_prune_project_group(float *w, uint8_t *mask_part, px_conv_shape_t s,
-                                        px_prune_group_t kind, double keep, void *ws,
-                                        size_t ws_bytes, void *stream);
+                                               px_prune_group_t kind, double keep, void *ws,
+                                               size_t ws_bytes, void *stream);
 
 /* Composite projection in place, the twin of px_prune_project: filter, then
  * channel, then shape, each on the result of the one before; writes the whole
  * group mask (px_prune_mask_size(s) bytes, required). ws as above. */
 px_status_t px_cuda_prune_project(float *w, uint8_t *mask, px_conv_shape_t s,
-                                  const px_prune_keep_t *keep, void *ws, size_t ws_bytes,
-                                  void *stream);
+                                         const px_prune_keep_t *keep, void *ws, size_t ws_bytes,
+                                         void *stream);
 
 /* ---- shrink / expand of one conv weight (pack.c) ---------------------------
  * The packed block of a conv parameter is W[K_out][K_in][kh][kw]:
@@ -154,15 +154,15 @@ px_status_t px_cuda_prune_project(float *w, uint8_t *mask, px_conv_shape_t s,
 
 /* Gathers the block: packed[n_out * n_in * kh * kw]. */
 px_status_t px_cuda_pack_shrink(float *packed, const float *w, const int32_t *k_out,
-                                int32_t n_out, const int32_t *k_in, int32_t n_in,
-                                px_conv_shape_t s, void *stream);
+                                       int32_t n_out, const int32_t *k_in, int32_t n_in,
+                                       px_conv_shape_t s, void *stream);
 
 /* Writes the whole tensor w: the block's elements at their places, except
  * those whose shape group is pruned (shape_mask[c*kh*kw + j] == 0; NULL keeps
  * all), and zero everywhere else, as px_pack_expand does. */
 px_status_t px_cuda_pack_expand(float *w, const float *packed, const int32_t *k_out,
-                                int32_t n_out, const int32_t *k_in, int32_t n_in,
-                                const uint8_t *shape_mask, px_conv_shape_t s, void *stream);
+                                       int32_t n_out, const int32_t *k_in, int32_t n_in,
+                                       const uint8_t *shape_mask, px_conv_shape_t s, void *stream);
 
 /* ---- H-SADMM elementwise updates (hsadmm.c) --------------------------------
  * Over flat float buffers of n elements; each output may alias its inputs.
@@ -173,7 +173,7 @@ px_status_t px_cuda_pack_expand(float *w, const float *packed, const int32_t *k_
 /* out = a + b: theta + u before the intra sum, z_i + v before packing, and
  * the Top-K error feedback e += g. */
 px_status_t px_cuda_admm_add(float *out, const float *a, const float *b, size_t n,
-                             void *stream);
+                                    void *stream);
 
 /* x *= f: the mean of the packed sum (f = 1.0f / M). */
 px_status_t px_cuda_admm_scale(float *x, float f, size_t n, void *stream);
@@ -185,22 +185,22 @@ px_status_t px_cuda_admm_scale(float *x, float f, size_t n, void *stream);
  * s is the intra-node sum of theta + u, z the global consensus, v the inter
  * dual; M nodes (num_nodes), P ranks per node. */
 px_status_t px_cuda_admm_zi_update(float *zi, const float *s, const float *z, const float *v,
-                                   double rho1, double rho2, double lambda, int num_nodes,
-                                   int ranks_per_node, size_t n, void *stream);
+                                          double rho1, double rho2, double lambda, int num_nodes,
+                                          int ranks_per_node, size_t n, void *stream);
 
 /* Flat ablation: z = (float)(rho1 / (lambda + N * rho1)) * s, N ranks. */
 px_status_t px_cuda_admm_z_flat(float *z, const float *s, double rho1, double lambda,
-                                int num_ranks, size_t n, void *stream);
+                                       int num_ranks, size_t n, void *stream);
 
 /* Scaled-dual update x += a - b: u += theta - z_i (intra), v += z_i - z
  * (inter). */
 px_status_t px_cuda_admm_dual_update(float *x, const float *a, const float *b, size_t n,
-                                     void *stream);
+                                            void *stream);
 
 /* Rescale of a scaled dual when its penalty changes, so that rho * x is
  * unchanged: x *= (float)(rho_old / rho_new). Both must be > 0. */
 px_status_t px_cuda_admm_rescale(float *x, double rho_old, double rho_new, size_t n,
-                                 void *stream);
+                                        void *stream);
 
 /* Device workspace (bytes) of px_cuda_admm_sqdiff: one double per block of
  * its fixed grid. */
@@ -212,7 +212,7 @@ px_status_t px_cuda_admm_rescale(float *x, double rho_old, double rho_new, size_
  * device, which differ from the CPU's sequential sum only by rounding. out is
  * one device double; ws has PX_CUDA_SQDIFF_WS_BYTES. */
 px_status_t px_cuda_admm_sqdiff(double *out, const float *a, const float *b, size_t n,
-                                void *ws, size_t ws_bytes, void *stream);
+                                       void *ws, size_t ws_bytes, void *stream);
 
 /* ---- Top-K with error feedback (strategy/topk.c) -------------------------
  * Per tensor and step: e += g (px_cuda_admm_add), select the k entries of
@@ -240,7 +240,7 @@ px_status_t px_cuda_topk_workspace_size(size_t n, size_t *bytes);
  * px_cuda_kernels_alloc returns it). A stable CUB radix sort on
  * order-preserving keys. */
 px_status_t px_cuda_topk_select(px_topk_pair_t *pairs, float *e, size_t n, size_t k,
-                                void *ws, size_t ws_bytes, void *stream);
+                                       void *ws, size_t ws_bytes, void *stream);
 
 /* grad[q] += value * scale for each of one rank's k pairs (scale = 1.0f / N),
  * in strategy/topk.c's float arithmetic; call it once per source rank, in rank
@@ -249,7 +249,7 @@ px_status_t px_cuda_topk_select(px_topk_pair_t *pairs, float *e, size_t n, size_
  * counted into *bad (a device uint32, may be NULL) for the caller to turn
  * into PX_ERR_PEER after its next sync. */
 px_status_t px_cuda_topk_scatter_add(float *grad, uint32_t *bad, const px_topk_pair_t *pairs,
-                                     size_t k, size_t n, float scale, void *stream);
+                                            size_t k, size_t n, float scale, void *stream);
 
 #ifdef __cplusplus
 }

@@ -174,7 +174,7 @@ px_status_t px_jobspec_parse_file(const char *path, Prunex__V1__JobSpec **out);
  * name_for_errors is the file name the messages carry and the source of the
  * default job name (NULL: "<string>" in messages, "job" as the name). */
 px_status_t px_jobspec_parse_string(const char *text, size_t len,
-                                    const char *name_for_errors, Prunex__V1__JobSpec **out);
+                                           const char *name_for_errors, Prunex__V1__JobSpec **out);
 
 /* The fields a parse saw written (a value other than empty, `~` or `null`),
  * one bit per field of the schema: a default the parser filled in, or
@@ -188,13 +188,13 @@ typedef struct {
  * caller's: px_free; NULL: not wanted) and the fields it wrote in *given
  * (NULL: not wanted). On failure *text is NULL and *given empty. */
 px_status_t px_jobspec_parse_file_ex(const char *path, Prunex__V1__JobSpec **out,
-                                     char **text, px_jobspec_given_t *given);
+                                            char **text, px_jobspec_given_t *given);
 
 /* px_jobspec_parse_string with the fields written in *given (may be NULL). */
 px_status_t px_jobspec_parse_string_ex(const char *text, size_t len,
-                                       const char *name_for_errors,
-                                       Prunex__V1__JobSpec **out,
-                                       px_jobspec_given_t *given);
+                                              const char *name_for_errors,
+                                              Prunex__V1__JobSpec **out,
+                                              px_jobspec_given_t *given);
 
 /* 1 when the parse that filled given saw the field at path ("name",
  * "admm.max_iterations": section.key as in the schema above) written, 0
@@ -290,7 +290,7 @@ px_status_t px_jobspec_sweep_count(const Prunex__V1__JobSpec *spec, size_t *coun
  * too). The caller owns *out (px_jobspec_free). PX_ERR_INVALID,
  * PX_ERR_NOMEM. */
 px_status_t px_jobspec_sweep_point(const Prunex__V1__JobSpec *spec, size_t k,
-                                   Prunex__V1__JobSpec **out, char *label, size_t cap);
+                                          Prunex__V1__JobSpec **out, char *label, size_t cap);
 
 /* ---- the spec translated once ------------------------------------------------
  * What the coordinator and the worker know of a spec comes from here: they
@@ -338,7 +338,7 @@ void px_jobspec_train_config(const Prunex__V1__JobSpec *spec, px_train_config_t 
  * the caller's. Fails with PX_ERR_INVALID when the local steps of an
  * iteration exceed INT32_MAX or comm.quantize or comm.compress is unknown. */
 px_status_t px_jobspec_strategy_config(const Prunex__V1__JobSpec *spec,
-                                       int64_t steps_per_epoch, px_strategy_config_t *out);
+                                              int64_t steps_per_epoch, px_strategy_config_t *out);
 
 /* The data plane's options: px_comm_opts_default, then comm.timeout_ms and
  * comm.bucket_bytes. The rendezvous keys, the leaders and the backend

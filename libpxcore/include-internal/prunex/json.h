@@ -45,7 +45,7 @@ void px_json_put(px_buf_t *b, struct json_object *o);
  * single-quoted strings), PX_ERR_NOMEM. A JSON null document
  * gives *out == NULL with PX_OK. Linear in n. */
 px_status_t px_json_parse(const char *s, size_t n, size_t max_bytes,
-                          struct json_object **out);
+                                 struct json_object **out);
 
 #ifdef __cplusplus
 }

@@ -54,8 +54,8 @@ void px_lossless_destroy(px_lossless_t *lc);
  * against zeros. PX_ERR_INVALID when count exceeds the coder's or cap is
  * short; PX_ERR_BACKEND when zlib fails. */
 px_status_t px_lossless_encode(px_lossless_t *lc, const float *x, const float *ref,
-                               size_t count, uint32_t tag, uint8_t *out, size_t cap,
-                               size_t *len);
+                                      size_t count, uint32_t tag, uint8_t *out, size_t cap,
+                                      size_t *len);
 
 /* Decodes in[len] against ref[count] (NULL: zeros) into out[count] (out may
  * be ref). PX_ERR_FORMAT, naming what is wrong, when the payload is not a
@@ -63,7 +63,7 @@ px_status_t px_lossless_encode(px_lossless_t *lc, const float *x, const float *r
  * match what it decodes to (the two ends' references differ). Runs in time
  * linear in len + count; reads nothing beyond in[len]. */
 px_status_t px_lossless_decode(px_lossless_t *lc, const uint8_t *in, size_t len,
-                               const float *ref, size_t count, uint32_t tag, float *out);
+                                      const float *ref, size_t count, uint32_t tag, float *out);
 
 #ifdef __cplusplus
 }

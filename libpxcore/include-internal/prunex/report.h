@@ -103,10 +103,10 @@ double px_report_value(const px_report_field_t *f, const void *msg, int *present
  * ", " (each prefixed with prefix, e.g. "i."; NULL: none), into buf[cap];
  * returns buf, or NULL when cap is too small. */
 const char *px_report_columns(px_report_table_t t, unsigned where, const char *prefix,
-                              char *buf, size_t cap);
+                                     char *buf, size_t cap);
 /* "?first, ?first+1, ...": one parameter per such field; buf or NULL. */
 const char *px_report_params(px_report_table_t t, unsigned where, int first, char *buf,
-                             size_t cap);
+                                    size_t cap);
 
 /* "INSERT OR REPLACE INTO table (head, <the columns>) VALUES (?1, ...,
  * ?nhead, <their parameters>)": head names the caller's nhead columns
@@ -114,13 +114,13 @@ const char *px_report_params(px_report_table_t t, unsigned where, int first, cha
  * of `where` follow (px_report_bind(..., nhead + 1, ...)). Into buf[cap];
  * returns buf, or NULL when cap is too small. */
 const char *px_report_insert_sql(px_report_table_t t, unsigned where, const char *table,
-                                 const char *head, int nhead, char *buf, size_t cap);
+                                        const char *head, int nhead, char *buf, size_t cap);
 
 /* Binds msg's fields that have every flag of `where`, in the table's order,
  * to the parameters first, first + 1, ... of st (phase fields: 0 when msg
  * has no phases). Fails with the store's error. */
 px_status_t px_report_bind(px_report_table_t t, unsigned where, px_store_stmt_t *st,
-                           int first, const void *msg);
+                                  int first, const void *msg);
 
 /* Reads the result columns first, first + 1, ... of st's current row (a
  * SELECT of px_report_columns(t, where)) into msg, which the caller has
@@ -128,7 +128,7 @@ px_status_t px_report_bind(px_report_table_t t, unsigned where, px_store_stmt_t 
  * NULL (the caller sets msg->phases). Text is borrowed from st: valid until
  * st steps or is reset. Cannot fail. */
 void px_report_read(px_report_table_t t, unsigned where, px_store_stmt_t *st, int first,
-                    void *msg, Prunex__V1__PhaseTimes *phases);
+                           void *msg, Prunex__V1__PhaseTimes *phases);
 
 /* CSV (RFC 4180; text quoted, quotes doubled; a value not measured is
  * empty): the names of t's PX_REPORT_CSV fields, and msg's values, each
@@ -141,7 +141,7 @@ void px_report_csv_row(px_report_table_t t, int lead, const void *msg, FILE *f);
  * job_id, rank, time_unix_ms, the layers and checkpoint_problem are the
  * caller's. *rep and *ph are initialised first. Cannot fail. */
 void px_report_from_iteration(const px_iteration_t *it, Prunex__V1__IterationReport *rep,
-                              Prunex__V1__PhaseTimes *ph);
+                                     Prunex__V1__PhaseTimes *ph);
 
 /* Layer l of an iteration as the wire carries it: the layer index, its
  * name (it->layer_names[l], "" without names; borrowed from it), its
@@ -149,12 +149,12 @@ void px_report_from_iteration(const px_iteration_t *it, Prunex__V1__IterationRep
  * it->layers[l] (it->layers must not be NULL). *out is initialised first.
  * Cannot fail. */
 void px_layer_metrics_from_iteration(const px_iteration_t *it, int l,
-                                     Prunex__V1__LayerMetrics *out);
+                                            Prunex__V1__LayerMetrics *out);
 
 /* The figures the control policy reads (px_admm_decide) from a reported
  * layer: every field px_admm_layer_report_t has. Cannot fail. */
 void px_layer_metrics_to_admm(const Prunex__V1__LayerMetrics *m,
-                              px_admm_layer_report_t *out);
+                                     px_admm_layer_report_t *out);
 
 #ifdef __cplusplus
 }

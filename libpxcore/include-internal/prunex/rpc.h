@@ -117,7 +117,7 @@ typedef struct {
  * environment). Fails with PX_ERR_IO / PX_ERR_INVALID when the CA file
  * cannot be read or holds no certificate, or the token is malformed. */
 px_status_t px_rpc_channel_create_ex(const char *target, const px_rpc_channel_options_t *opt,
-                                     px_rpc_channel_t **out);
+                                            px_rpc_channel_t **out);
 
 /* Creates a channel to target ("HOST:PORT"; TLS and token from PRUNEX_CA and
  * PRUNEX_TOKEN, see px_rpc_channel_options_t). Connecting is lazy:
@@ -144,14 +144,14 @@ px_status_t px_rpc_channel_wait_ready(px_rpc_channel_t *ch, int timeout_ms);
  * names the method, the gRPC status and the server's details; a reply that
  * does not unpack as resp_desc is PX_ERR_FORMAT. */
 px_status_t px_rpc_call(px_rpc_channel_t *ch, const char *method,
-                        const ProtobufCMessage *req,
-                        const ProtobufCMessageDescriptor *resp_desc, int deadline_ms,
-                        ProtobufCMessage **resp);
+                               const ProtobufCMessage *req,
+                               const ProtobufCMessageDescriptor *resp_desc, int deadline_ms,
+                               ProtobufCMessage **resp);
 
 /* The same with raw bytes on both sides (tests send malformed requests with
  * it). *resp is allocated with px_malloc (NULL when *resp_len is 0). */
 px_status_t px_rpc_call_raw(px_rpc_channel_t *ch, const char *method, const void *req,
-                            size_t req_len, int deadline_ms, void **resp, size_t *resp_len);
+                                   size_t req_len, int deadline_ms, void **resp, size_t *resp_len);
 
 /* ---- server streams --------------------------------------------------- */
 
@@ -161,9 +161,9 @@ typedef struct px_rpc_stream px_rpc_stream_t;
  * ends it or the caller cancels). The caller owns *out
  * (px_rpc_stream_destroy). A stream is read by one thread at a time. */
 px_status_t px_rpc_stream_start(px_rpc_channel_t *ch, const char *method,
-                                const ProtobufCMessage *req,
-                                const ProtobufCMessageDescriptor *resp_desc,
-                                px_rpc_stream_t **out);
+                                       const ProtobufCMessage *req,
+                                       const ProtobufCMessageDescriptor *resp_desc,
+                                       px_rpc_stream_t **out);
 
 /* Waits up to timeout_ms (< 0: forever) for the next message:
  *   PX_OK, *msg set      a message (caller frees it, px_rpc_message_free);
@@ -187,74 +187,74 @@ void px_rpc_stream_destroy(px_rpc_stream_t *s);
 
 /* Coordinator service (pxagent, pxworker). */
 px_status_t px_rpc_register_node(px_rpc_channel_t *ch,
-                                 const Prunex__V1__RegisterNodeRequest *req, int deadline_ms,
-                                 Prunex__V1__RegisterNodeResponse **out);
+                                        const Prunex__V1__RegisterNodeRequest *req, int deadline_ms,
+                                        Prunex__V1__RegisterNodeResponse **out);
 px_status_t px_rpc_heartbeat(px_rpc_channel_t *ch, const Prunex__V1__HeartbeatRequest *req,
-                             int deadline_ms, Prunex__V1__HeartbeatResponse **out);
+                                    int deadline_ms, Prunex__V1__HeartbeatResponse **out);
 /* Opens the node's assignment stream; read it with px_rpc_read_assignment. */
 px_status_t px_rpc_watch_assignments(px_rpc_channel_t *ch, const char *node_id,
-                                     px_rpc_stream_t **out);
+                                            px_rpc_stream_t **out);
 px_status_t px_rpc_read_assignment(px_rpc_stream_t *s, int timeout_ms,
-                                   Prunex__V1__Assignment **out);
+                                          Prunex__V1__Assignment **out);
 px_status_t px_rpc_kv_put(px_rpc_channel_t *ch, const Prunex__V1__KvPutRequest *req,
-                          int deadline_ms);
+                                 int deadline_ms);
 /* The call's deadline is req->wait_ms plus deadline_ms (or the default), so
  * that the server's wait ends first and answers found = false. */
 px_status_t px_rpc_kv_get(px_rpc_channel_t *ch, const Prunex__V1__KvGetRequest *req,
-                          int deadline_ms, Prunex__V1__KvGetResponse **out);
+                                 int deadline_ms, Prunex__V1__KvGetResponse **out);
 px_status_t px_rpc_report_iteration(px_rpc_channel_t *ch,
-                                    const Prunex__V1__IterationReport *req, int deadline_ms,
-                                    Prunex__V1__ControlDecision **out);
+                                           const Prunex__V1__IterationReport *req, int deadline_ms,
+                                           Prunex__V1__ControlDecision **out);
 px_status_t px_rpc_report_rank_exit(px_rpc_channel_t *ch, const Prunex__V1__RankExit *req,
-                                    int deadline_ms);
+                                           int deadline_ms);
 
 /* Jobs service (pxctl). */
 px_status_t px_rpc_submit_job(px_rpc_channel_t *ch, const Prunex__V1__SubmitJobRequest *req,
-                              int deadline_ms, Prunex__V1__SubmitJobResponse **out);
+                                     int deadline_ms, Prunex__V1__SubmitJobResponse **out);
 /* GetJob leaves Job.spec_yaml empty; _ex asks for it too. */
 px_status_t px_rpc_get_job(px_rpc_channel_t *ch, const char *job_id, int deadline_ms,
-                           Prunex__V1__Job **out);
+                                  Prunex__V1__Job **out);
 px_status_t px_rpc_get_job_ex(px_rpc_channel_t *ch, const char *job_id, int with_spec_yaml,
-                              int deadline_ms, Prunex__V1__Job **out);
+                                     int deadline_ms, Prunex__V1__Job **out);
 px_status_t px_rpc_list_jobs(px_rpc_channel_t *ch, const Prunex__V1__ListJobsRequest *req,
-                             int deadline_ms, Prunex__V1__ListJobsResponse **out);
+                                    int deadline_ms, Prunex__V1__ListJobsResponse **out);
 px_status_t px_rpc_cancel_job(px_rpc_channel_t *ch, const char *job_id, const char *reason,
-                              int deadline_ms, Prunex__V1__CancelJobResponse **out);
+                                     int deadline_ms, Prunex__V1__CancelJobResponse **out);
 /* Removes a finished job and everything stored for it (owner or admin). */
 px_status_t px_rpc_delete_job(px_rpc_channel_t *ch, const char *job_id, int deadline_ms);
 px_status_t px_rpc_list_nodes(px_rpc_channel_t *ch, const Prunex__V1__ListNodesRequest *req,
-                              int deadline_ms, Prunex__V1__ListNodesResponse **out);
+                                     int deadline_ms, Prunex__V1__ListNodesResponse **out);
 px_status_t px_rpc_get_iterations(px_rpc_channel_t *ch,
-                                  const Prunex__V1__GetIterationsRequest *req,
-                                  int deadline_ms, Prunex__V1__GetIterationsResponse **out);
+                                         const Prunex__V1__GetIterationsRequest *req,
+                                         int deadline_ms, Prunex__V1__GetIterationsResponse **out);
 /* Opens a job's update stream: the first message is the job as it is; the
  * stream ends (status OK) after the update that shows a terminal state. */
 px_status_t px_rpc_watch_job(px_rpc_channel_t *ch, const char *job_id,
-                             px_rpc_stream_t **out);
+                                    px_rpc_stream_t **out);
 px_status_t px_rpc_read_job_update(px_rpc_stream_t *s, int timeout_ms,
-                                   Prunex__V1__JobUpdate **out);
+                                          Prunex__V1__JobUpdate **out);
 
 /* Rank logs held by the coordinator: an agent uploads new bytes of a
  * rank's log (the answer says where the next chunk must start); pxctl reads
  * them back from any host. */
 px_status_t px_rpc_append_rank_log(px_rpc_channel_t *ch, const Prunex__V1__RankLogChunk *req,
-                                   int deadline_ms, Prunex__V1__RankLogChunkResponse **out);
+                                          int deadline_ms, Prunex__V1__RankLogChunkResponse **out);
 px_status_t px_rpc_get_rank_log(px_rpc_channel_t *ch,
-                                const Prunex__V1__GetRankLogRequest *req, int deadline_ms,
-                                Prunex__V1__RankLog **out);
+                                       const Prunex__V1__GetRankLogRequest *req, int deadline_ms,
+                                       Prunex__V1__RankLog **out);
 /* Accounting records and per-user totals (`pxctl acct`). */
 px_status_t px_rpc_get_accounting(px_rpc_channel_t *ch,
-                                  const Prunex__V1__GetAccountingRequest *req,
-                                  int deadline_ms, Prunex__V1__GetAccountingResponse **out);
+                                         const Prunex__V1__GetAccountingRequest *req,
+                                         int deadline_ms, Prunex__V1__GetAccountingResponse **out);
 /* Queue controls (`pxctl hold`, `release`, `update`): the job as
  * it is afterwards into *out (px_rpc_message_free). Owner or admin. */
 px_status_t px_rpc_hold_job(px_rpc_channel_t *ch, const Prunex__V1__HoldJobRequest *req,
-                            int deadline_ms, Prunex__V1__Job **out);
+                                   int deadline_ms, Prunex__V1__Job **out);
 px_status_t px_rpc_release_job(px_rpc_channel_t *ch,
-                               const Prunex__V1__ReleaseJobRequest *req, int deadline_ms,
-                               Prunex__V1__Job **out);
+                                      const Prunex__V1__ReleaseJobRequest *req, int deadline_ms,
+                                      Prunex__V1__Job **out);
 px_status_t px_rpc_update_job(px_rpc_channel_t *ch, const Prunex__V1__UpdateJobRequest *req,
-                              int deadline_ms, Prunex__V1__Job **out);
+                                     int deadline_ms, Prunex__V1__Job **out);
 
 /* Names of the enums as the proto spells them without the prefix
  * ("RUNNING", "READY", "START"); "?" for values outside the enum. */

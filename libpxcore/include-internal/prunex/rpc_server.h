@@ -64,15 +64,15 @@ typedef struct {
  * the address cannot be bound; on failure the server's memory is released
  * by a handle close callback, so run the loop once before closing it. */
 px_status_t px_rpc_server_create(uv_loop_t *loop, const char *listen,
-                                 const px_rpc_method_t *methods, int nmethods, void *data,
-                                 px_rpc_server_t **out);
+                                        const px_rpc_method_t *methods, int nmethods, void *data,
+                                        px_rpc_server_t **out);
 
 /* The same with options (opt may be NULL). A certificate or key that cannot
  * be read or used fails with PX_ERR_IO or PX_ERR_INVALID naming the file. */
 px_status_t px_rpc_server_create_ex(uv_loop_t *loop, const char *listen,
-                                    const px_rpc_method_t *methods, int nmethods, void *data,
-                                    const px_rpc_server_options_t *opt,
-                                    px_rpc_server_t **out);
+                                           const px_rpc_method_t *methods, int nmethods, void *data,
+                                           const px_rpc_server_options_t *opt,
+                                           px_rpc_server_t **out);
 
 /* The bound port. */
 int px_rpc_server_port(const px_rpc_server_t *srv);
@@ -81,7 +81,7 @@ int px_rpc_server_port(const px_rpc_server_t *srv);
  * run) and, once gRPC has released everything, calls done on the loop
  * thread; done may call px_rpc_server_destroy. */
 void px_rpc_server_shutdown(px_rpc_server_t *srv, void (*done)(px_rpc_server_t *, void *),
-                            void *arg);
+                                   void *arg);
 
 /* Frees a server whose shutdown has completed. */
 void px_rpc_server_destroy(px_rpc_server_t *srv);
@@ -98,7 +98,7 @@ int64_t px_rpc_srv_remaining_ms(const px_rpc_srv_call_t *call);
  * "authorization") into buf, NUL-terminated: its length, or -1 when the
  * entry is absent or does not fit in cap. */
 int px_rpc_srv_metadata(const px_rpc_srv_call_t *call, const char *key, char *buf,
-                        size_t cap);
+                               size_t cap);
 
 /* Ends a unary call with msg and status OK. */
 px_status_t px_rpc_srv_reply(px_rpc_srv_call_t *call, const ProtobufCMessage *msg);
@@ -111,10 +111,10 @@ px_status_t px_rpc_srv_send(px_rpc_srv_call_t *call, const ProtobufCMessage *msg
 /* Ends the call with a status (after the queued messages of a stream).
  * Logged at debug level. */
 px_status_t px_rpc_srv_finish(px_rpc_srv_call_t *call, px_rpc_code_t code, const char *fmt,
-                              ...) __attribute__((format(printf, 3, 4)));
+                                     ...) __attribute__((format(printf, 3, 4)));
 
 /* Registers the callback for a call kept open past its handler. */
 void px_rpc_srv_on_cancel(px_rpc_srv_call_t *call, void (*cb)(px_rpc_srv_call_t *, void *),
-                          void *arg);
+                                 void *arg);
 
 #endif

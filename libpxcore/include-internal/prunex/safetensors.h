@@ -92,7 +92,7 @@ typedef struct {
  * errno text, PX_ERR_NOMEM. Allocates only the header; data is written
  * straight from the caller's buffers. */
 px_status_t px_safetensors_save(const char *path, const px_st_tensor_t *tensors, int n,
-                                const char *const *meta_kv, int nmeta);
+                                       const char *const *meta_kv, int nmeta);
 
 /* ---- reading --------------------------------------------------------------- */
 
@@ -133,14 +133,14 @@ const char *px_safetensors_name(const px_safetensors_t *st, int i);
 /* Looks a tensor up by name. Fails with PX_ERR_INVALID naming the file and
  * the tensor when there is none of that name (*info untouched). */
 px_status_t px_safetensors_find(const px_safetensors_t *st, const char *name,
-                                px_st_info_t *info);
+                                       px_st_info_t *info);
 
 /* Reads the data of tensor `name` into dst, which must be exactly its size:
  * bytes must equal the tensor's nbytes. Fails with PX_ERR_INVALID (no such
  * tensor, wrong size), PX_ERR_IO, PX_ERR_FORMAT (the file shrank since open);
  * dst may be partly written then. Safe from several threads on one handle. */
 px_status_t px_safetensors_read(const px_safetensors_t *st, const char *name, void *dst,
-                                size_t bytes);
+                                       size_t bytes);
 
 /* Value of metadata key, or NULL when absent; owned by the handle. */
 const char *px_safetensors_meta(const px_safetensors_t *st, const char *key);
@@ -149,7 +149,7 @@ const char *px_safetensors_meta(const px_safetensors_t *st, const char *key);
  * NULL key and value when i is out of range. Strings owned by the handle. */
 int px_safetensors_meta_count(const px_safetensors_t *st);
 void px_safetensors_meta_at(const px_safetensors_t *st, int i, const char **key,
-                            const char **value);
+                                   const char **value);
 
 /* Opens path and reads every listed tensor into its dst, after checking that
  * each exists with exactly the listed dtype and shape. With strict != 0 the
@@ -160,7 +160,7 @@ void px_safetensors_meta_at(const px_safetensors_t *st, int i, const char **key,
  * shapes), PX_ERR_INVALID (NULL or duplicate names, NULL dst for a
  * non-empty tensor), and whatever px_safetensors_open and _read fail with. */
 px_status_t px_safetensors_load_into(const char *path, const px_st_tensor_t *tensors, int n,
-                                     int strict);
+                                            int strict);
 
 #ifdef __cplusplus
 }

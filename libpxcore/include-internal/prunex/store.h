@@ -126,7 +126,7 @@ px_status_t px_store_bind_args(px_store_stmt_t *st, const px_store_arg_t *args, 
  *                     PX_STORE_ARGS(PX_ARG_TEXT(id), PX_ARG_INT(state)))
  * Negative on an error, as px_store_step. */
 px_status_t px_store_run_args(px_store_t *s, const char *sql, const px_store_arg_t *args,
-                              size_t nargs);
+                                     size_t nargs);
 
 /* Where a result column goes (px_store_row): made by PX_COL_INT (int64_t
  * *), PX_COL_I32 (int *), PX_COL_REAL (double *), PX_COL_TEXT (char buffer
@@ -154,8 +154,8 @@ void px_store_read_cols(px_store_stmt_t *st, const px_store_col_t *cols, size_t 
  * the targets untouched, *found 0 (found may be NULL). The statement is
  * reset either way. Negative on an error, as px_store_step. */
 px_status_t px_store_row(px_store_t *s, const char *sql, const px_store_arg_t *args,
-                         size_t nargs, const px_store_col_t *cols, size_t ncols,
-                         int *found);
+                                size_t nargs, const px_store_col_t *cols, size_t ncols,
+                                int *found);
 
 /* Calls fn(arg, st) for each row of sql (args bound), in order, until the
  * rows end or fn returns nonzero: a negative return is an error returned
@@ -163,7 +163,7 @@ px_status_t px_store_row(px_store_t *s, const char *sql, const px_store_arg_t *a
  * every outcome, so no read stays open. */
 typedef px_status_t (*px_store_row_fn)(void *arg, px_store_stmt_t *st);
 px_status_t px_store_each(px_store_t *s, const char *sql, const px_store_arg_t *args,
-                          size_t nargs, px_store_row_fn fn, void *arg);
+                                 size_t nargs, px_store_row_fn fn, void *arg);
 
 /* Steps the statement: 1 when a row is ready, 0 when done, negative on an
  * error (converted, naming the file and the statement). */
@@ -176,7 +176,7 @@ px_status_t px_store_run(px_store_stmt_t *st);
  * as integers into out[n], *found 1; no row leaves out untouched, *found 0.
  * The statement is reset. Negative on an error, as px_store_step. */
 px_status_t px_store_row_int64(px_store_t *s, const char *sql, const char *key,
-                               int64_t *out, int n, int *found);
+                                      int64_t *out, int n, int *found);
 
 /* Column accessors for the current row. Text and blobs are owned by the
  * statement and valid until the next step or reset; text is never NULL

@@ -76,13 +76,13 @@ typedef struct {
 /* Creates the temporary file with permissions mode (& ~umask). Fails with
  * PX_ERR_IO naming path; then nothing is left behind. */
 px_status_t px_atomic_file_open(px_atomic_file_t *f, const char *path, unsigned mode,
-                                unsigned flags);
+                                       unsigned flags);
 /* The same for the file name in the open directory dirfd (borrowed: it must
  * stay open until commit or abort): the temporary file is made there with
  * O_NOFOLLOW and renamed there, so a link swapped in for a component of the
  * directory's path since it was opened changes nothing. */
 px_status_t px_atomic_file_openat(px_atomic_file_t *f, int dirfd, const char *name,
-                                  unsigned mode, unsigned flags);
+                                         unsigned mode, unsigned flags);
 /* Appends data (retries short writes and EINTR). After a failure, further
  * writes do nothing and commit reports the first failure. */
 px_status_t px_atomic_file_write(px_atomic_file_t *f, const void *data, size_t len);
@@ -94,7 +94,7 @@ px_status_t px_atomic_file_commit(px_atomic_file_t *f);
 void px_atomic_file_abort(px_atomic_file_t *f);
 /* The whole file at once. */
 px_status_t px_file_write_atomic(const char *path, const void *data, size_t len,
-                                 unsigned mode, unsigned flags);
+                                        unsigned mode, unsigned flags);
 
 /* ---- directories --------------------------------------------------------- */
 
