@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "prunex/prune.h"
+#include "prunex/prune_internal.h"
 #include "px_bench_util.h"
 
 static double median(double *v, int n) {

@@ -1,5 +1,5 @@
 /* What pxctl needs the engine for, done by the engine's own program. pxctl
- * links the client part of libpxcore alone (libpxclient: no oneDNN, UCX or
+ * links the client part of libpxcore alone (its client objects: no oneDNN, UCX or
  * CUDA), so that a login node submits and follows jobs without the engine;
  * the compact model of a checkpoint (pxctl export, the end of pxctl run, the
  * sizes pxctl status prints) is built by `pxtrain --export ... --report` or

@@ -8,6 +8,7 @@
 #include "coord.h"
 #include "db/kv.h"
 #include "prunex/kv.h"
+#include "prunex/kv_internal.h"
 #include "prunex/check.h"
 
 struct coord_kv_wait {

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Checks libpxcore's boundary: the shared library exports its public API and
-nothing else.
+"""Checks libpxcore's boundary: the shared library (the SDK) exports its
+public API and nothing else, and the public API stays small.
 
 Reads every public header (libpxcore/include/prunex/*.h) for the functions and
 variables it declares at file scope, and `nm -D --defined-only` of the built
@@ -10,12 +10,17 @@ libpxcore.so, then fails (exit 1, one line per problem) when
   - an exported px_ symbol is declared in no public header (an internal that
     escaped, or a public header that forgot it),
   - any px__ (internal) or onnx__ (the private ONNX protobuf code) symbol is
-    exported.
+    exported,
+  - with INTERNAL_DIR (libpxcore/include-internal/prunex, not installed): a
+    declaration there carries PX_API (internal declarations are not
+    exported), or a public header includes an internal one (the installed
+    headers would not compile),
+  - with --max N: the public headers declare more than N functions and
+    variables.
 The generated protobuf-c API of prunex.proto (prunex__*) is public on purpose.
-With --subset (libpxclient.so, the client part of the API) a declared symbol
-that the library does not export is not a problem; the other checks hold.
+Prints the count of public declarations per header.
 
-Usage: check_exports.py [--subset] LIBRARY_SO INCLUDE_DIR
+Usage: check_exports.py [--max N] LIBRARY_SO INCLUDE_DIR [INTERNAL_DIR]
 """
 import os
 import re
@@ -37,9 +42,14 @@ def strip_comments(text):
 
 def declarations(header):
     """(name, has_px_api, line) for each file-scope declaration of header."""
+    return declarations_lines(open(header).read().split('\n'))
+
+
+def declarations_lines(lines):
+    """declarations() of a header's lines."""
     out = []
     depth = 0
-    lines = strip_comments(open(header).read()).split('\n')
+    lines = strip_comments('\n'.join(lines)).split('\n')
     for no, line in enumerate(lines, 1):
         s = line.strip()
         if s == 'extern "C" {' or (s == '}' and no > 1 and
@@ -53,30 +63,56 @@ def declarations(header):
     return out
 
 
+def headers(d):
+    return sorted(n for n in os.listdir(d) if n.endswith('.h'))
+
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"prunex/([\w]+\.h)"', re.M)
+
+
+def check_internal(incdir, intdir, problems):
+    """Internal headers mark nothing PX_API; public ones include none of them."""
+    internal = set(headers(intdir))
+    for name in sorted(internal):
+        path = os.path.join(intdir, name)
+        for sym, has_api, line in declarations(path):
+            if has_api:
+                problems.append('%s:%d: %s is internal but marked PX_API' % (path, line, sym))
+        if name in headers(incdir):
+            problems.append('%s: also a public header (%s)' % (path, incdir))
+    for name in headers(incdir):
+        path = os.path.join(incdir, name)
+        for inc in INCLUDE.findall(strip_comments(open(path).read())):
+            if inc in internal:
+                problems.append('%s includes the internal header prunex/%s' % (path, inc))
+
+
 def main():
     args = sys.argv[1:]
-    subset = bool(args) and args[0] == '--subset'
-    if subset:
-        args = args[1:]
-    if len(args) != 2:
+    limit = None
+    if len(args) >= 2 and args[0] == '--max':
+        limit = int(args[1])
+        args = args[2:]
+    if len(args) not in (2, 3):
         sys.exit(__doc__)
-    lib, incdir = args
+    lib, incdir = args[0], args[1]
     nm = subprocess.run(['nm', '-D', '--defined-only', lib], capture_output=True, text=True)
     if nm.returncode != 0:
         sys.exit('nm failed on %s: %s' % (lib, nm.stderr.strip()))
     exported = {f[2] for f in (l.split() for l in nm.stdout.splitlines()) if len(f) == 3}
     problems = []
     declared = {}
-    for name in sorted(os.listdir(incdir)):
-        if not name.endswith('.h'):
-            continue
+    per_header = []
+    for name in headers(incdir):
         path = os.path.join(incdir, name)
-        for sym, has_api, line in declarations(path):
+        decls = declarations(path)
+        per_header.append('%s %d' % (name, len(decls)))
+        for sym, has_api, line in decls:
             declared[sym] = (path, line)
             if not has_api:
                 problems.append('%s:%d: %s is declared without PX_API (hidden from users)'
                                 % (path, line, sym))
-            elif sym not in exported and not subset:
+            elif sym not in exported:
                 problems.append('%s:%d: %s is declared but %s does not export it'
                                 % (path, line, sym, lib))
     for sym in sorted(exported):
@@ -84,11 +120,19 @@ def main():
             problems.append('%s exports the internal symbol %s' % (lib, sym))
         elif sym.startswith('px_') and sym not in declared:
             problems.append('%s exports %s, which no public header declares' % (lib, sym))
+    if len(args) == 3:
+        check_internal(incdir, args[2], problems)
+    if limit is not None and len(declared) > limit:
+        problems.append('the public headers declare %d functions and variables, more than %d: '
+                        'what only the library, its programs and its tests use belongs in an '
+                        'internal header' % (len(declared), limit))
     for p in problems:
         print(p)
+    print('public declarations per header: ' + ', '.join(per_header))
     npx = sum(1 for s in exported if s.startswith('px_'))
-    print('%s: %d px_ symbols exported, %d declared in %s, %d problem(s)'
-          % (lib, npx, len(declared), incdir, len(problems)))
+    print('%s: %d px_ symbols exported, %d declared in %s%s, %d problem(s)'
+          % (lib, npx, len(declared), incdir, ' (at most %d)' % limit if limit else '',
+             len(problems)))
     return 1 if problems else 0
 
 

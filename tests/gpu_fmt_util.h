@@ -13,6 +13,7 @@
 
 #include "prunex/cuda.h"
 #include "prunex/ops.h"
+#include "prunex/ops_internal.h"
 
 typedef enum { FMT_NCHW = 0, FMT_NHWC = 1, FMT_BF16 = 2 } fmt_t;
 static const char *const fmt_name[] __attribute__((unused)) = {"nchw f32", "nhwc f32", "nhwc bf16"};

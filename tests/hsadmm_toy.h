@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "prunex/hsadmm.h"
+#include "prunex/hsadmm_internal.h"
 #include "px_test_util.h"
 
 typedef double (*px_toy_target_fn)(int rank, int j);

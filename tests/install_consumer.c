@@ -1,7 +1,22 @@
 /* Built by install_consumer.sh against an installed PruneX, through
- * pkg-config only: uses the pruning API and a generated proto type. */
+ * pkg-config only: uses the pruning API and a generated proto type, and
+ * includes every installed header (the public ones include no internal
+ * one, so they compile from an install alone). */
 #include <prunex.pb-c.h>
+#include <prunex/admm.h>
+#include <prunex/check.h>
+#include <prunex/comm.h>
+#include <prunex/cuda.h>
+#include <prunex/data.h>
+#include <prunex/export.h>
+#include <prunex/hsadmm.h>
+#include <prunex/kv.h>
+#include <prunex/nn.h>
+#include <prunex/ops.h>
 #include <prunex/prune.h>
+#include <prunex/px.h>
+#include <prunex/strategy.h>
+#include <prunex/tensor.h>
 #include <stdio.h>
 
 int main(void) {

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "prunex/ops.h"
+#include "prunex/ops_internal.h"
 #include "px_test_util.h"
 
 /* Not every test file uses every helper. */

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "prunex/hsadmm.h"
+#include "prunex/prune_internal.h"
 #include "prunex/strategy.h"
 #include "px_test_onnx.h"
 #include "px_test_util.h"

@@ -19,6 +19,7 @@
 
 #include "comm_harness.h"
 #include "px_test_util.h"
+#include "prunex/comm_internal.h"
 
 typedef struct {
   px_comm_algo_t algo;

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "comm_harness.h"
+#include "prunex/comm_internal.h"
 
 #define NSIZES(a) ((int)(sizeof(a) / sizeof((a)[0])))
 

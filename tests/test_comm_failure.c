@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "comm_harness.h"
+#include "prunex/comm_internal.h"
 
 #define TIMEOUT_MS 3000
 #define SLACK_MS 3000

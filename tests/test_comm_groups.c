@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "comm_harness.h"
+#include "prunex/comm_internal.h"
 #include "prunex/cuda.h"
 
 typedef struct {

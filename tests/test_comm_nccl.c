@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "comm_harness.h"
+#include "prunex/comm_internal.h"
 #include "prunex/cuda.h"
 
 typedef int (*cuda_malloc_t)(void **, size_t);

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "comm_harness.h"
+#include "prunex/comm_internal.h"
 
 /* exact f32 reference of a sum over the members of g */
 static int check_sum(px_group_t *g, const float *got, size_t n, uint64_t seed, double scale) {

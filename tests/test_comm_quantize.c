@@ -19,7 +19,9 @@
 
 #include "comm_harness.h"
 #include "hsadmm_toy.h"
+#include "prunex/comm_internal.h"
 #include "prunex/hsadmm.h"
+#include "prunex/hsadmm_internal.h"
 #include "prunex/jobspec.h"
 #include "prunex/quantize.h"
 #include "px_test_util.h"

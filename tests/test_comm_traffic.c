@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "comm_harness.h"
+#include "prunex/comm_internal.h"
 
 typedef struct {
   uint64_t sent[2], recv[2];

@@ -30,6 +30,7 @@
 #include "prunex/cuda.h"
 #include "prunex/nn.h"
 #include "prunex/ops.h"
+#include "prunex/ops_internal.h"
 #include "px_test_util.h"
 
 #include "ops_test_util.h"

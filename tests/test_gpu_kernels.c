@@ -24,6 +24,7 @@
 #include "prunex/cuda.h"
 #include "prunex/cuda_kernels.h"
 #include "prunex/prune.h"
+#include "prunex/prune_internal.h"
 #include "px_test_util.h"
 
 /* ---- harness ------------------------------------------------------------------ */

@@ -25,6 +25,8 @@
 
 #include "prunex/cuda.h"
 #include "prunex/ops.h"
+#include "prunex/ops_internal.h"
+#include "prunex/tensor_internal.h"
 #include "px_test_util.h"
 #include "tensor/px_mem_class.h"
 #include "tensor/px_tensor_cuda.h"

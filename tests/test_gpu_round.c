@@ -32,6 +32,7 @@
 
 #include "admm/hsadmm_state.h"
 #include "prunex/cuda.h"
+#include "prunex/prune_internal.h"
 #include "px_test_util.h"
 
 enum { NT = 3, NFAM = 7 };

@@ -28,6 +28,7 @@
 #include <cmocka.h>
 
 #include "comm_harness.h"
+#include "prunex/comm_internal.h"
 #include "prunex/cuda.h"
 #include "prunex/strategy.h"
 #include "px_test_util.h"

@@ -18,7 +18,9 @@
 #include <cmocka.h>
 
 #include "comm_harness.h"
+#include "prunex/comm_internal.h"
 #include "prunex/hsadmm.h"
+#include "prunex/hsadmm_internal.h"
 #include "px_test_util.h"
 
 enum { D = 15, ROWS = 10, DW = 12 }; /* w: conv [4, 3, 1, 1] (12), b: dense (3) */

@@ -25,6 +25,7 @@
 #include "prunex/hsadmm.h"
 #include "prunex/nn.h"
 #include "prunex/prune.h"
+#include "prunex/prune_internal.h"
 #include "prunex/strategy.h"
 #include "onnx.pb-c.h" /* the library's generated code: the tests edit files with it */
 #include "px_test_onnx.h"

@@ -25,6 +25,7 @@
 #include "nn/cpu/px_cpu_int.h"
 #include "nn/cpu/px_ref.h"
 #include "prunex/ops.h"
+#include "prunex/ops_internal.h"
 #include "px_test_util.h"
 
 #include "ops_test_util.h"

@@ -15,6 +15,7 @@
 
 #include "nn/cpu/px_ref.h"
 #include "prunex/ops.h"
+#include "prunex/ops_internal.h"
 #include "px_test_util.h"
 
 #include "ops_test_util.h"

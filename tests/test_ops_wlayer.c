@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "prunex/ops.h"
+#include "prunex/ops_internal.h"
 #include "px_test_util.h"
 
 #include "ops_test_util.h"

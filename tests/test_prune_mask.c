@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "prunex/prune.h"
+#include "prunex/prune_internal.h"
 
 static void test_union_is_bytewise_or(void **state) {
   (void)state;

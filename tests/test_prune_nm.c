@@ -19,6 +19,7 @@
 
 #include "prunex/jobspec.h"
 #include "prunex/prune.h"
+#include "prunex/prune_internal.h"
 #include "px_test_util.h"
 
 /* Random values with ties (a coarse grid) and, when nan is set, some NaN. */

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "prunex/prune.h"
+#include "prunex/prune_internal.h"
 #include "px_test_util.h"
 
 /* A model for the tests: parameters, their tensors and masks. */

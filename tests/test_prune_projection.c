@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "prunex/prune.h"
+#include "prunex/prune_internal.h"
 #include "px_test_util.h"
 
 enum { KIND_FILTER, KIND_CHANNEL, KIND_SHAPE };

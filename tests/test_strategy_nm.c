@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "comm_harness.h"
+#include "prunex/comm_internal.h"
 #include "prunex/data.h"
 #include "prunex/strategy.h"
 #include "px_test_util.h"

@@ -12,7 +12,9 @@
 
 #include "prunex/cuda.h"
 #include "prunex/ops.h"
+#include "prunex/ops_internal.h"
 #include "prunex/tensor.h"
+#include "prunex/tensor_internal.h"
 #include "px_test_util.h"
 
 static void init_computes_numel_and_bytes(void **state) {

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "prunex/comm.h"
+#include "prunex/comm_internal.h"
 #include "prunex/kv.h"
 #include "../px_bench_util.h"
 

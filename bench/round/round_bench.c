@@ -38,6 +38,7 @@
 #include "prunex/nn.h"
 #include "prunex/ops.h"
 #include "prunex/prune.h"
+#include "prunex/prune_internal.h"
 #include "prunex/strategy.h"
 
 enum { PH_INTRA, PH_ZI, PH_PROJECT, PH_PACK, PH_EXPAND, PH_DUALS, NPH };

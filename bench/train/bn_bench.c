@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "prunex/ops.h"
+#include "prunex/ops_internal.h"
 #include "prunex/tensor.h"
 #include "../px_bench_util.h"
 

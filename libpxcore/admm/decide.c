@@ -4,6 +4,7 @@
  * controller fails. */
 #include "admm/admm_int.h"
 #include "px_check.h"
+#include "prunex/comm_internal.h"
 
 px_status_t px__decide_broadcast(px_group_t *world, double *buf, size_t n,
                                  px__decide_fill_fn fill, void *ctx, int *stop) {

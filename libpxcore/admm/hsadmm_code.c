@@ -13,6 +13,9 @@
 
 #include "admm/hsadmm_int.h"
 #include "px_check.h"
+#include "prunex/comm_internal.h"
+#include "prunex/hsadmm_internal.h"
+#include "prunex/prune_internal.h"
 
 void px__hsc_free(px_hsadmm_t *h) {
   px__hsadmm_code_t *c = &h->lc;

@@ -20,6 +20,7 @@
 
 #include "admm/hsadmm_state.h"
 #include "px_check.h"
+#include "prunex/prune_internal.h"
 
 px_status_t px__hss_dev_create(px__hss_dev_t *d, const px__hss_t *st, const px_sparsity_t *sp) {
   const px__hss_ops_t *ops = st->ops;

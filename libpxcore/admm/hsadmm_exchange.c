@@ -9,6 +9,9 @@
 
 #include "admm/admm_int.h"
 #include "admm/hsadmm_int.h"
+#include "prunex/comm_internal.h"
+#include "prunex/hsadmm_internal.h"
+#include "prunex/prune_internal.h"
 #include "px_check.h"
 #include "px_clock.h"
 

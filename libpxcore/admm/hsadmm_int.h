@@ -24,6 +24,7 @@
 
 #include "admm/hsadmm_state.h"
 #include "prunex/hsadmm.h"
+#include "prunex/hsadmm_internal.h"
 #include "prunex/lossless.h"
 
 /* comm.quantize, on the leaders (every pointer NULL elsewhere and with

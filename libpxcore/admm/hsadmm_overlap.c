@@ -16,6 +16,9 @@
 
 #include "admm/hsadmm_int.h"
 #include "px_check.h"
+#include "prunex/comm_internal.h"
+#include "prunex/hsadmm_internal.h"
+#include "prunex/prune_internal.h"
 
 px_status_t px__hso_land(px_hsadmm_t *h, uint64_t *bytes) {
   px__hsadmm_overlap_t *ov = &h->ov;

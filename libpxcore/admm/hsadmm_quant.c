@@ -21,6 +21,9 @@
 #include <string.h>
 
 #include "admm/hsadmm_int.h"
+#include "prunex/comm_internal.h"
+#include "prunex/hsadmm_internal.h"
+#include "prunex/prune_internal.h"
 #include "prunex/quantize.h"
 #include "px_check.h"
 

@@ -10,6 +10,7 @@
 
 #include "admm/hsadmm_state.h"
 #include "prunex/cuda_kernels.h"
+#include "prunex/prune_internal.h"
 #include "px_check.h"
 
 /* ---- the host table: hsadmm.c's loops ----------------------------------------------- */

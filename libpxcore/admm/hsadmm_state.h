@@ -22,6 +22,7 @@
 
 #include "prunex/cuda_kernels.h"
 #include "prunex/prune.h"
+#include "prunex/prune_internal.h"
 #include "prunex/px.h"
 
 struct px__hss_block;

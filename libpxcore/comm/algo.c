@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "comm/comm_int.h"
+#include "prunex/comm_internal.h"
 
 #define PX__SMALL_BYTES_DEFAULT ((size_t)32 << 10)
 #define PX__RING_SEG_BYTES ((size_t)256 << 10)

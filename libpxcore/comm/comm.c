@@ -16,6 +16,8 @@
 #include <string.h>
 
 #include "comm/comm_int.h"
+#include "prunex/comm_internal.h"
+#include "prunex/kv_internal.h"
 
 void px_comm_opts_default(px_comm_opts_t *o) {
   memset(o, 0, sizeof *o);

@@ -8,6 +8,7 @@
  * enough for the compiler to vectorise, with the aliasing cases split out so
  * that it needs no run-time overlap checks. */
 #include "comm/comm_int.h"
+#include "prunex/comm_internal.h"
 
 #define PX__VEC __attribute__((optimize("O3")))
 

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "prunex/kv.h"
+#include "prunex/kv_internal.h"
 #include "px_check.h"
 
 struct px_kv {

@@ -1,7 +1,7 @@
 /* The check of a spec as a client submitted it (what SubmitJob refuses,
  * before any default is filled in; every point of a sweep is checked so
  * while parsing) and the coordinator's control policy of a spec. Client
- * code (libpxclient): it needs only the schema table and admm/policy.c, a
+ * code (the client part): it needs only the schema table and admm/policy.c, a
  * client file too; the engine's configurations are translate.c's. */
 #include <stdio.h>
 #include <string.h>

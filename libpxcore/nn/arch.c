@@ -1,6 +1,6 @@
 /* The built-in architectures as data: names and shapes of the ResNet family
  * (px_arch_int.h). Engine-free on purpose: the job-spec checks of pxctl
- * (libpxclient) and the model builder (nn/model.c, the engine) read this one
+ * (the client part) and the model builder (nn/model.c, the engine) read this one
  * table, so a name is valid in a spec exactly when the engine builds it. */
 #include <pthread.h>
 #include <stdio.h>

@@ -25,6 +25,9 @@
 
 #include "nn/model_int.h"
 #include "nn/px_train_int.h"
+#include "prunex/nn.h"
+#include "prunex/ops_internal.h"
+#include "prunex/tensor_internal.h"
 #include "px_check.h"
 
 static px_status_t px__publish(px_model_t *m) {

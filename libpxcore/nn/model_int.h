@@ -15,6 +15,8 @@
 #include "nn/px_onnx_int.h"
 #include "nn/px_ops_int.h"
 #include "prunex/nn.h"
+#include "prunex/ops_internal.h"
+#include "prunex/tensor_internal.h"
 
 /* ACT, MUL, CONCAT: the graph operators of imported networks (nn/px_graph_ops.h),
  * run through the ops context (px__ops_act_forward ...: nn/px_ops_int.h). */

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "nn/px_ops_int.h"
+#include "prunex/ops_internal.h"
 #include "px_check.h"
 
 static void px__spec_str(const px_tensor_t *t, char *buf, size_t len) {

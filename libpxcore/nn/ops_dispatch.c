@@ -8,6 +8,7 @@
 
 #include "nn/px_ops_int.h"
 #include "px_check.h"
+#include "prunex/ops_internal.h"
 
 /* The table of any context or op object (its first member). */
 #define PX__BE(obj) (((const px__ops_head_t *)(const void *)(obj))->be)

@@ -9,6 +9,7 @@
 
 #include "nn/px_sgd_cuda.h"
 #include "prunex/nn.h"
+#include "prunex/tensor_internal.h"
 #include "px_check.h"
 
 typedef struct {

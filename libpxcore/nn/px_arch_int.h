@@ -1,6 +1,6 @@
 /* Internals of the architecture table (nn/arch.c): the built-in ResNet
  * family as plain data, the one list of their names and shapes. It is
- * engine-free (a client file of libpxclient, see libpxcore/CMakeLists.txt):
+ * engine-free (a client file, see libpxcore/CMakeLists.txt):
  * job-spec checks read the names from it without the engine, and the model
  * builder (nn/model.c) builds from the same entries. */
 #ifndef PX_ARCH_INT_H

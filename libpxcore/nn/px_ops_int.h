@@ -16,6 +16,7 @@
 
 #include "nn/px_graph_ops.h"
 #include "prunex/ops.h"
+#include "prunex/ops_internal.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -14,6 +14,7 @@
 
 #include "prune/prune_int.h"
 #include "prunex/prune.h"
+#include "prunex/prune_internal.h"
 #include "px_check.h"
 
 px_status_t px__nm_check(int32_t n, int32_t m) {

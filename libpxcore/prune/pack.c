@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "prunex/prune.h"
+#include "prunex/prune_internal.h"
 #include "px_check.h"
 
 /* Kinds of run in a kept row. */

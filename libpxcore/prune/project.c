@@ -12,6 +12,7 @@
 
 #include "prune/prune_int.h"
 #include "prunex/prune.h"
+#include "prunex/prune_internal.h"
 #include "px_check.h"
 
 /* The filter | channel | shape layout of the classic mask functions, without

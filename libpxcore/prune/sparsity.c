@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "prunex/prune.h"
+#include "prunex/prune_internal.h"
 #include "px_check.h"
 
 struct px_sparsity {

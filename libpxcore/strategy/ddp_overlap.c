@@ -1,6 +1,7 @@
 /* DDP's gradient buckets, reduced during the backward pass (ddp_overlap.h). */
 #include <string.h>
 
+#include "prunex/comm_internal.h"
 #include "prunex/nn.h"
 #include "px_check.h"
 #include "strategy/ddp_overlap.h"

@@ -13,6 +13,8 @@
 #include "admm/hsadmm_state.h"
 #include "nn/px_train_int.h"
 #include "prunex/cuda_kernels.h"
+#include "prunex/hsadmm_internal.h"
+#include "prunex/prune_internal.h"
 #include "px_check.h"
 #include "strategy/strategy_int.h"
 

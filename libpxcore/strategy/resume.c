@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "prunex/comm_internal.h"
 #include "prunex/text.h"
 #include "px_check.h"
 #include "px_clock.h"

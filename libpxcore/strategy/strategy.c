@@ -38,6 +38,7 @@
 #include "px_clock.h"
 #include "strategy/px_resume.h"
 #include "strategy/strategy_int.h"
+#include "prunex/comm_internal.h"
 
 /* ---- the table ----------------------------------------------------------------------- */
 

@@ -7,6 +7,7 @@
 
 #include "px_check.h"
 #include "strategy/strategy_int.h"
+#include "prunex/comm_internal.h"
 
 typedef struct {
   px__strategy_run_t *run;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "prunex/tensor.h"
+#include "prunex/tensor_internal.h"
 #include "px_check.h"
 #include "tensor/px_tensor_cuda.h"
 #include "tensor/px_tensor_int.h"

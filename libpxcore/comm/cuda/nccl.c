@@ -31,6 +31,7 @@
 #include "comm/comm_int.h"
 #include "px_clock.h"
 #include "px_cuda_int.h"
+#include "prunex/comm_internal.h"
 
 struct px__nccl {
   ncclComm_t comm;     /* NULL once aborted */

@@ -171,79 +171,6 @@ PX_API px_status_t px_comm_status(const px_comm_t *c);
 /* 1 when this libpxcore can run NCCL communicators (built with CUDA). */
 PX_API int px_comm_nccl_built(void);
 
-/* The group of that kind, owned by the communicator; NULL when this rank is
- * not a member (inter on a non-leader). */
-PX_API px_group_t *px_comm_group(px_comm_t *c, px_group_kind_t kind);
-PX_API px_group_kind_t px_group_kind(const px_group_t *g);
-PX_API int px_group_rank(const px_group_t *g);
-PX_API int px_group_size(const px_group_t *g);
-/* World rank of group rank i (0 <= i < size). */
-PX_API int px_group_world_rank(const px_group_t *g, int i);
-/* 1 when the group has an NCCL communicator, so that its collectives take
- * device buffers (the communicator was created with opts.nccl = 1); 0 when
- * only host memory can be passed (NULL gives 0). */
-PX_API int px_group_nccl(const px_group_t *g);
-
-/* ---- collectives -----------------------------------------------------------
- * Buffers are host memory, or device memory when the group has an NCCL
- * communicator. Counts are in elements. All fail with PX_ERR_INVALID for bad
- * arguments (checked locally), PX_ERR_MISMATCH when ranks disagree,
- * PX_ERR_PEER / PX_ERR_TIMEOUT when a peer failed, PX_ERR_STATE (or the
- * original status) when the communicator is already broken. */
-
-/* recv[i] = op over ranks of send[i], i < count. send == recv is in place. */
-PX_API px_status_t px_comm_allreduce(px_group_t *g, const void *send, void *recv, size_t count,
-                                     px_comm_dtype_t dt, px_comm_op_t op);
-
-/* buf[count] of group rank root is copied to every member. */
-PX_API px_status_t px_comm_broadcast(px_group_t *g, void *buf, size_t count, px_comm_dtype_t dt,
-                                     int root);
-
-/* recv[size * count] = the send[count] blocks of ranks 0..size-1 in order.
- * send may be recv + rank * count (in place). */
-PX_API px_status_t px_comm_allgather(px_group_t *g, const void *send, void *recv, size_t count,
-                                     px_comm_dtype_t dt);
-
-/* Like allgather with counts[i] elements from rank i (counts identical on all
- * ranks, zeros allowed); block i starts at element sum(counts[0..i)). */
-PX_API px_status_t px_comm_allgatherv(px_group_t *g, const void *send, void *recv,
-                                      const size_t *counts, px_comm_dtype_t dt);
-
-PX_API px_status_t px_comm_barrier(px_group_t *g);
-
-/* In-place allreduce of n tensors bufs[i][counts[i]], packed into buckets of
- * opts.bucket_bytes (a tensor larger than a bucket is reduced in place, one
- * bucket-sized slice at a time). The bucket is allocated on first use and
- * kept: steady-state calls allocate nothing. */
-PX_API px_status_t px_comm_allreduce_list(px_group_t *g, void *const *bufs, const size_t *counts,
-                                          int n, px_comm_dtype_t dt, px_comm_op_t op);
-
-/* ---- non-blocking forms ----------------------------------------------------
- * Same arguments plus *req (owned by the caller until px_comm_wait). Buffers
- * (and counts / bufs arrays) must stay valid and untouched until the
- * request completes. Operations run in call order on the progress thread. */
-PX_API px_status_t px_comm_iallreduce(px_group_t *g, const void *send, void *recv, size_t count,
-                                      px_comm_dtype_t dt, px_comm_op_t op, px_comm_req_t **req);
-PX_API px_status_t px_comm_ibroadcast(px_group_t *g, void *buf, size_t count, px_comm_dtype_t dt,
-                                      int root, px_comm_req_t **req);
-PX_API px_status_t px_comm_iallgather(px_group_t *g, const void *send, void *recv, size_t count,
-                                      px_comm_dtype_t dt, px_comm_req_t **req);
-PX_API px_status_t px_comm_iallgatherv(px_group_t *g, const void *send, void *recv,
-                                       const size_t *counts, px_comm_dtype_t dt,
-                                       px_comm_req_t **req);
-PX_API px_status_t px_comm_ibarrier(px_group_t *g, px_comm_req_t **req);
-PX_API px_status_t px_comm_iallreduce_list(px_group_t *g, void *const *bufs, const size_t *counts,
-                                           int n, px_comm_dtype_t dt, px_comm_op_t op,
-                                           px_comm_req_t **req);
-
-/* *done = 1 when the request has completed (successfully or not); never
- * blocks. The request stays valid until px_comm_wait. */
-PX_API px_status_t px_comm_test(px_comm_req_t *req, int *done);
-
-/* Waits for the request (bounded by the communicator's timeout), frees it and
- * returns the operation's status. */
-PX_API px_status_t px_comm_wait(px_comm_req_t *req);
-
 /* ---- traffic ---------------------------------------------------------------
  * Payload bytes this rank passed to send calls and received, per tier,
  * since creation or the last reset, over all groups. NCCL operations add
@@ -255,13 +182,6 @@ typedef struct {
 } px_comm_traffic_t;
 
 PX_API void px_comm_traffic(const px_comm_t *c, px_comm_traffic_t *out);
-PX_API void px_comm_traffic_reset(px_comm_t *c);
-/* Bytes sent plus received on one tier so far (px_comm_traffic's sum): what
- * phase timers take before and after a phase. Cannot fail. */
-PX_API uint64_t px_comm_tier_bytes(const px_comm_t *c, px_comm_tier_t tier);
-
-/* Bytes per element of a dtype (4, 8, 1); 0 for an unknown one. */
-PX_API size_t px_comm_dtype_size(px_comm_dtype_t dt);
 
 #ifdef __cplusplus
 }

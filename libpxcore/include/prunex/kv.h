@@ -38,9 +38,6 @@ PX_API void px_kv_destroy(px_kv_t *kv);
 PX_API px_status_t px_kv_put(px_kv_t *kv, const char *key, const void *val, size_t len);
 PX_API px_status_t px_kv_get(px_kv_t *kv, const char *key, int wait_ms, void **val, size_t *len);
 
-/* PX_OK if the key is well formed, else PX_ERR_INVALID naming it. */
-PX_API px_status_t px_kv_key_validate(const char *key);
-
 /* A store in a directory shared by the ranks (same host or shared file
  * system): each key is one file, written atomically (temp file + rename);
  * get polls until the deadline. The directory is created if missing. */

@@ -138,29 +138,6 @@ typedef struct {
 
 typedef struct px_conv2d px_conv2d_t;
 
-/* Creates a convolution for input x_spec [N, C_in, H, W] f32 (any layout
- * from this context). Caller owns *out. Fails with PX_ERR_INVALID (bad
- * params, empty output), PX_ERR_BACKEND, PX_ERR_NOMEM. */
-PX_API px_status_t px_conv2d_create(px_ops_t *ops, const px_tensor_t *x_spec,
-                                    const px_conv2d_params_t *p, px_conv2d_t **out);
-PX_API void px_conv2d_destroy(px_conv2d_t *op);
-
-/* Specs (no storage): y [N, C_out, OH, OW] in the backend's layout; w plain
- * [C_out, C_in / groups, KH, KW]; b plain [C_out]. */
-PX_API void px_conv2d_y_spec(const px_conv2d_t *op, px_tensor_t *spec);
-PX_API void px_conv2d_w_spec(const px_conv2d_t *op, px_tensor_t *spec);
-PX_API void px_conv2d_b_spec(const px_conv2d_t *op, px_tensor_t *spec);
-
-/* y = conv(x, w) (+ b). b must be NULL iff the op has no bias. */
-PX_API px_status_t px_conv2d_forward(px_conv2d_t *op, px_tensor_t *y, const px_tensor_t *x,
-                                     const px_tensor_t *w, const px_tensor_t *b);
-/* dx = dL/dx from dy (spec of y) and w. */
-PX_API px_status_t px_conv2d_backward_data(px_conv2d_t *op, px_tensor_t *dx, const px_tensor_t *dy,
-                                           const px_tensor_t *w);
-/* dw (plain, spec of w) and db (spec of b, NULL iff no bias) from x and dy. */
-PX_API px_status_t px_conv2d_backward_weights(px_conv2d_t *op, px_tensor_t *dw, px_tensor_t *db,
-                                              const px_tensor_t *x, const px_tensor_t *dy);
-
 /* ---- batch normalisation ----------------------------------------------------
  * PyTorch BatchNorm2d semantics: training normalises with the batch mean and
  * biased batch variance over (N, H, W) and updates
@@ -178,70 +155,9 @@ typedef struct {
 
 typedef struct px_batchnorm px_batchnorm_t;
 
-/* Creates a batch norm for x_spec [N, C, H, W] f32 (any layout). Caller owns
- * *out. Fails with PX_ERR_INVALID, PX_ERR_BACKEND, PX_ERR_NOMEM. */
-PX_API px_status_t px_batchnorm_create(px_ops_t *ops, const px_tensor_t *x_spec,
-                                       const px_batchnorm_params_t *p, px_batchnorm_t **out);
-PX_API void px_batchnorm_destroy(px_batchnorm_t *op);
-
-/* Specs: y like x; per-channel tensors (scale, shift, running and batch
- * statistics) plain f32 [C]; workspace u8 [bytes] that carries the ReLU mask
- * from forward to backward (nbytes 0 when fuse_relu is off, and then
- * ws may be NULL in the calls). */
-PX_API void px_batchnorm_y_spec(const px_batchnorm_t *op, px_tensor_t *spec);
-PX_API void px_batchnorm_c_spec(const px_batchnorm_t *op, px_tensor_t *spec);
-PX_API void px_batchnorm_ws_spec(const px_batchnorm_t *op, px_tensor_t *spec);
-
-/* Training forward: y, the batch statistics mean/var (biased variance, kept
- * for the backward) and the workspace; updates running_mean/running_var in
- * place. Fails with PX_ERR_INVALID when N*H*W < 2 (no unbiased variance). */
-PX_API px_status_t px_batchnorm_forward_train(px_batchnorm_t *op, px_tensor_t *y, px_tensor_t *mean,
-                                              px_tensor_t *var, px_tensor_t *ws,
-                                              const px_tensor_t *x, const px_tensor_t *scale,
-                                              const px_tensor_t *shift, px_tensor_t *running_mean,
-                                              px_tensor_t *running_var);
-/* Inference forward with the running statistics (nothing is updated). */
-PX_API px_status_t px_batchnorm_forward_infer(px_batchnorm_t *op, px_tensor_t *y,
-                                              const px_tensor_t *x, const px_tensor_t *scale,
-                                              const px_tensor_t *shift,
-                                              const px_tensor_t *running_mean,
-                                              const px_tensor_t *running_var);
-/* The training forward's y once more, bit for bit, from the same x, scale
- * and shift and the mean/var that forward wrote (the running statistics
- * are not touched, no mask is written): what lets a model drop y after its
- * forward readers and make it again for its backward readers (the memory
- * plan's recomputation, nn/model.c). Only after a training forward of this
- * op (PX_ERR_STATE before), and only where px_batchnorm_can_recompute says
- * so (PX_ERR_INVALID elsewhere): the CPU engine (it keeps the forward's
- * coefficients) and CUDA's channels-last kernels (the forward's arithmetic
- * from the rounded var); not cuDNN's NCHW batch norm, whose training
- * forward no other call reproduces exactly. */
-PX_API int px_batchnorm_can_recompute(const px_batchnorm_t *op);
-PX_API px_status_t px_batchnorm_recompute(px_batchnorm_t *op, px_tensor_t *y, const px_tensor_t *x,
-                                          const px_tensor_t *scale, const px_tensor_t *shift,
-                                          const px_tensor_t *mean, const px_tensor_t *var);
-/* Backward of the training forward: dx, dscale, dshift from dy, x, the
- * parameters of the forward and the mean/var/ws it saved. dx may alias dy. */
-PX_API px_status_t px_batchnorm_backward(px_batchnorm_t *op, px_tensor_t *dx, px_tensor_t *dscale,
-                                         px_tensor_t *dshift, const px_tensor_t *dy,
-                                         const px_tensor_t *x, const px_tensor_t *scale,
-                                         const px_tensor_t *shift, const px_tensor_t *mean,
-                                         const px_tensor_t *var, const px_tensor_t *ws);
-
 /* ---- ReLU ------------------------------------------------------------------ */
 
 typedef struct px_relu px_relu_t;
-
-/* Creates a ReLU for x_spec (any shape and layout). Caller owns *out. */
-PX_API px_status_t px_relu_create(px_ops_t *ops, const px_tensor_t *x_spec, px_relu_t **out);
-PX_API void px_relu_destroy(px_relu_t *op);
-PX_API void px_relu_y_spec(const px_relu_t *op, px_tensor_t *spec); /* like x */
-
-/* y = max(x, 0); y may alias x. */
-PX_API px_status_t px_relu_forward(px_relu_t *op, px_tensor_t *y, const px_tensor_t *x);
-/* dx = dy * (y > 0), from the forward's output; dx may alias dy. */
-PX_API px_status_t px_relu_backward(px_relu_t *op, px_tensor_t *dx, const px_tensor_t *dy,
-                                    const px_tensor_t *y);
 
 /* ---- pooling ------------------------------------------------------------------
  * Output size as for convolution (floor), or with ceil_mode PyTorch's: rounded
@@ -266,27 +182,6 @@ typedef struct {
 
 typedef struct px_pool2d px_pool2d_t;
 
-/* Creates a pooling for x_spec [N, C, H, W] f32 (any layout). Caller owns *out. */
-PX_API px_status_t px_pool2d_create(px_ops_t *ops, const px_tensor_t *x_spec,
-                                    const px_pool2d_params_t *p, px_pool2d_t **out);
-/* Global average pooling: [N, C, H, W] -> [N, C, 1, 1] (a pool2d with an
- * H x W kernel; same forward/backward/destroy functions). */
-PX_API px_status_t px_global_avgpool_create(px_ops_t *ops, const px_tensor_t *x_spec,
-                                            px_pool2d_t **out);
-PX_API void px_pool2d_destroy(px_pool2d_t *op);
-
-/* Specs: y [N, C, OH, OW] in the backend's layout; ws u8 [bytes] holding
- * the arg-max positions of max pooling from forward to backward (nbytes 0
- * for average pooling, and then ws may be NULL). */
-PX_API void px_pool2d_y_spec(const px_pool2d_t *op, px_tensor_t *spec);
-PX_API void px_pool2d_ws_spec(const px_pool2d_t *op, px_tensor_t *spec);
-
-PX_API px_status_t px_pool2d_forward(px_pool2d_t *op, px_tensor_t *y, px_tensor_t *ws,
-                                     const px_tensor_t *x);
-/* dx from dy (and, for max pooling, the forward's ws). */
-PX_API px_status_t px_pool2d_backward(px_pool2d_t *op, px_tensor_t *dx, const px_tensor_t *dy,
-                                      const px_tensor_t *ws);
-
 /* ---- fully connected (inner product) -------------------------------------------
  * y[n, o] = b[o] + sum_i x[n, i] * w[o, i], where x [N, C] or [N, C, H, W]
  * is flattened in (c, h, w) order whatever its layout: a FC can take the
@@ -299,23 +194,6 @@ typedef struct {
 
 typedef struct px_fc px_fc_t;
 
-PX_API px_status_t px_fc_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_fc_params_t *p,
-                                px_fc_t **out);
-PX_API void px_fc_destroy(px_fc_t *op);
-
-/* Specs: y plain [N, out_features]; w plain [out_features, C*H*W]; b plain
- * [out_features]. */
-PX_API void px_fc_y_spec(const px_fc_t *op, px_tensor_t *spec);
-PX_API void px_fc_w_spec(const px_fc_t *op, px_tensor_t *spec);
-PX_API void px_fc_b_spec(const px_fc_t *op, px_tensor_t *spec);
-
-PX_API px_status_t px_fc_forward(px_fc_t *op, px_tensor_t *y, const px_tensor_t *x,
-                                 const px_tensor_t *w, const px_tensor_t *b);
-PX_API px_status_t px_fc_backward_data(px_fc_t *op, px_tensor_t *dx, const px_tensor_t *dy,
-                                       const px_tensor_t *w);
-PX_API px_status_t px_fc_backward_weights(px_fc_t *op, px_tensor_t *dw, px_tensor_t *db,
-                                          const px_tensor_t *x, const px_tensor_t *dy);
-
 /* ---- elementwise add (residual connections, gradient accumulation) -------------
  * y = a + b, or y = relu(a + b) when created with relu (the end of a ResNet
  * basic block). The backward is gradient routing: both inputs receive the
@@ -324,42 +202,9 @@ PX_API px_status_t px_fc_backward_weights(px_fc_t *op, px_tensor_t *dw, px_tenso
 
 typedef struct px_add px_add_t;
 
-/* Creates an add for two tensors of spec x_spec (any shape and layout). */
-PX_API px_status_t px_add_create(px_ops_t *ops, const px_tensor_t *x_spec, int relu,
-                                 px_add_t **out);
-PX_API void px_add_destroy(px_add_t *op);
-PX_API void px_add_y_spec(const px_add_t *op, px_tensor_t *spec); /* like x */
-
-/* y = a + b (relu'd when created so); y may alias a or b. */
-PX_API px_status_t px_add_forward(px_add_t *op, px_tensor_t *y, const px_tensor_t *a,
-                                  const px_tensor_t *b);
-/* g = dy * (y > 0) with relu, else g = dy (a copy unless g aliases dy). The
- * gradient of both a and b is g. g may alias dy. */
-PX_API px_status_t px_add_backward(px_add_t *op, px_tensor_t *g, const px_tensor_t *dy,
-                                   const px_tensor_t *y);
-
 /* ---- layout conversion ------------------------------------------------------------- */
 
 typedef struct px_reorder px_reorder_t;
-
-/* Creates a conversion from src_spec's layout to dst_spec's (same device,
- * dtype and dims), for the rare place where a producer's and a consumer's
- * layouts differ on a hot path. Caller owns *out. */
-PX_API px_status_t px_reorder_create(px_ops_t *ops, const px_tensor_t *dst_spec,
-                                     const px_tensor_t *src_spec, px_reorder_t **out);
-PX_API void px_reorder_destroy(px_reorder_t *op);
-PX_API px_status_t px_reorder_execute(px_reorder_t *op, px_tensor_t *dst, const px_tensor_t *src);
-
-/* ---- softmax cross-entropy ------------------------------------------------------------
- * For logits [N, K] plain f32 and labels [N] i32 in [0, K):
- *   loss = mean_n ( logsumexp(logits[n]) - logits[n, labels[n]] )
- *   dlogits[n, k] = (softmax(logits[n])[k] - [k == labels[n]]) / N
- *   correct = #{n : argmax_k logits[n, k] == labels[n]} (first max wins).
- * dlogits may be NULL (evaluation). loss and correct are host outputs (this
- * call waits for the device). Fails with PX_ERR_INVALID on a label out of
- * range. No allocation. */
-PX_API px_status_t px_softmax_ce(px_ops_t *ops, px_tensor_t *dlogits, float *loss, int64_t *correct,
-                                 const px_tensor_t *logits, const px_tensor_t *labels);
 
 #ifdef __cplusplus
 }

@@ -63,9 +63,6 @@ PX_API size_t px_prune_keep_count(double keep, size_t count);
 /* PX_OK if every fraction is in [0, 1]; else PX_ERR_INVALID naming the field. */
 PX_API px_status_t px_prune_keep_validate(const px_prune_keep_t *keep);
 
-/* PX_OK if every dimension is positive; else PX_ERR_INVALID. */
-PX_API px_status_t px_conv_shape_validate(px_conv_shape_t s);
-
 /* Scratch bytes the projections need for a layer of this shape. */
 PX_API size_t px_prune_workspace_size(px_conv_shape_t s);
 
@@ -103,15 +100,6 @@ PX_API px_status_t px_prune_project(float *w, px_conv_shape_t s, const px_prune_
  * packed block (K_out x K_in) shrink too. Fails with PX_ERR_INVALID when
  * producer c_out != consumer c_in, or on a bad shape or fraction; ws as for
  * the other projections, sized for the consumer. */
-/* The choice every projection makes from its group norms: keep[g] = 1 for
- * the alpha best of ngroups norms (larger first, NaN after every number,
- * then lower index: a total order, so every rank holding the same norms
- * chooses the same groups), 0 for the others; alpha >= ngroups keeps all
- * and 0 none without reading the norms. idx is scratch of ngroups int32.
- * H-SADMM's device projection (admm/) computes the norms on the device and
- * decides here, on the host. */
-PX_API void px_prune_select_groups(const double *norms, size_t ngroups, size_t alpha,
-                                   int32_t *idx, uint8_t *keep);
 
 PX_API px_status_t px_prune_project_coupled(float *producer, px_conv_shape_t sp, float *consumer,
                                             px_conv_shape_t sc, double keep,
@@ -144,38 +132,6 @@ typedef struct {
   size_t size;                   /* bytes of the whole mask */
 } px_prune_layout_t;
 
-/* The layout of a layer of shape s under keep (NULL: filter, channel and
- * shape only). Fails with PX_ERR_INVALID on a bad shape or keep. */
-PX_API px_status_t px_prune_layout_init(px_prune_layout_t *L, px_conv_shape_t s,
-                                        const px_prune_keep_t *keep);
-
-/* Part p of mask (borrowed, inside mask), or NULL when the set is off. */
-PX_API uint8_t *px_prune_part(const px_prune_layout_t *L, const uint8_t *mask, px_prune_part_t p);
-
-/* 1 when some part is finer than a filter x channel product, so that the
- * active elements of a row differ from filter to filter (N:M): such a layer
- * packs element by element (see the pack plan). */
-PX_API int px_prune_layout_per_element(const px_prune_layout_t *L);
-
-/* Whether element j (= c*kh*kw + h*kw + w) of filter o is active. */
-PX_API int px_prune_layout_active(const px_prune_layout_t *L, const uint8_t *mask, int32_t o,
-                                  size_t j);
-
-/* Layout form of px_prune_apply_mask below (which uses the layout without
- * N:M). */
-PX_API void px_prune_layout_apply(const px_prune_layout_t *L, float *w, const uint8_t *mask);
-PX_API double px_prune_layout_density(const px_prune_layout_t *L, const uint8_t *mask);
-PX_API void px_prune_layout_index_sets(const px_prune_layout_t *L, const uint8_t *mask,
-                                       int32_t *k_out, int32_t *n_out, int32_t *k_in,
-                                       int32_t *n_in);
-
-/* Composite projection in the layout's order: filter, channel, shape, then
- * N:M, each on the result of the one before; writes the whole mask
- * (L->size bytes) when mask is not NULL. ws as for px_prune_project. */
-PX_API px_status_t px_prune_layout_project(const px_prune_layout_t *L, float *w,
-                                           const px_prune_keep_t *keep, uint8_t *mask, void *ws,
-                                           size_t ws_bytes);
-
 /* N:M projection along input channels, in place: in every block
  * W[o, bM..min(bM+M, c_in)-1, h, w] keeps the min(N, block length) elements
  * of largest magnitude (ties by the lowest channel, NaN lowest), zeroes the
@@ -184,11 +140,6 @@ PX_API px_status_t px_prune_layout_project(const px_prune_layout_t *L, float *w,
  * shape or n, m. */
 PX_API px_status_t px_prune_project_nm(float *w, px_conv_shape_t s, int32_t n, int32_t m,
                                        uint8_t *mask_part);
-
-/* The same, written as plainly as possible (sort each block): the reference
- * that tests compare px_prune_project_nm with. */
-PX_API px_status_t px_prune_project_nm_ref(float *w, px_conv_shape_t s, int32_t n, int32_t m,
-                                           uint8_t *mask_part);
 
 /* ---- the sparsity set of a parameter list --------------------------------
  * One layout per prunable parameter, the offsets of their masks in one
@@ -229,18 +180,6 @@ PX_API size_t px_sparsity_mask_offset(const px_sparsity_t *sp, int i);
 /* Layout of parameter i (borrowed), NULL for a dense one. */
 PX_API const px_prune_layout_t *px_sparsity_layout(const px_sparsity_t *sp, int i);
 
-/* What px_sparsity_project's order reads, for a twin of it elsewhere (H-SADMM's
- * device projection): parameter i as given (borrowed), 1 when i is the
- * consumer of a coupled group (its channels are chosen with its producer's
- * filters), and the keep fractions (borrowed). */
-PX_API const px_sparsity_param_t *px_sparsity_param(const px_sparsity_t *sp, int i);
-PX_API int px_sparsity_is_consumer(const px_sparsity_t *sp, int i);
-PX_API const px_prune_keep_t *px_sparsity_keep(const px_sparsity_t *sp);
-/* A follower's mask in masks from its group's choice (the consumer's
- * channel part as its filter part, everything else kept); the tensor is
- * left to the caller. */
-PX_API void px_sparsity_follower_mask(const px_sparsity_t *sp, int i, uint8_t *masks);
-
 /* Projects the prunable tensors, parameter i at base + off[i], writing
  * their masks into masks (px_sparsity_mask_bytes). Deterministic. Uses the
  * set's own workspace: not thread-safe on one set. Fails as the projections
@@ -260,27 +199,6 @@ PX_API int px_sparsity_freeze_masks(const px_sparsity_t *sp, uint8_t *masks_unio
 
 /* Kept fraction of parameter i's elements (1 for a dense one). */
 PX_API double px_sparsity_density(const px_sparsity_t *sp, int i, const uint8_t *masks);
-
-/* Zeroes every element of w outside the mask's active set (the projection
- * used once masks are frozen). */
-PX_API void px_prune_apply_mask(float *w, px_conv_shape_t s, const uint8_t *mask);
-
-/* dst[i] = max(dst[i], src[i]): the union of two group masks. */
-PX_API void px_prune_mask_union(uint8_t *dst, const uint8_t *src, size_t n);
-
-/* Number of group bits that differ between two masks (bytes compared as
- * booleans). */
-PX_API size_t px_prune_mask_drift(const uint8_t *a, const uint8_t *b, size_t n);
-
-/* Sets every byte of a layer's mask to 1 (nothing pruned). */
-PX_API void px_prune_mask_fill(uint8_t *mask, px_conv_shape_t s);
-
-/* Index sets of a mask: K_out, the filters with any active element, and
- * K_in, the input channels with any active element, both ascending.
- * k_out needs c_out slots and k_in c_in slots; either may be NULL when only
- * the counts are wanted. */
-PX_API void px_prune_index_sets(const uint8_t *mask, px_conv_shape_t s, int32_t *k_out,
-                                int32_t *n_out, int32_t *k_in, int32_t *n_in);
 
 /* Fraction of the layer's elements that the mask keeps active. */
 PX_API double px_prune_mask_density(const uint8_t *mask, px_conv_shape_t s);
@@ -318,68 +236,6 @@ typedef struct {
 #define PX_PACK_DEFAULT_BUCKET_BYTES ((size_t)32 << 20)
 
 typedef struct px_pack_plan px_pack_plan_t;
-
-/* Creates a plan for nparams parameters with every group kept. bucket_bytes
- * of 0 means PX_PACK_DEFAULT_BUCKET_BYTES; otherwise it must be a positive
- * multiple of 4. The descriptors are copied (names are borrowed and must
- * outlive the plan). The caller owns *out and frees it with
- * px_pack_plan_destroy. Fails with PX_ERR_INVALID or PX_ERR_NOMEM. */
-PX_API px_status_t px_pack_plan_create(const px_param_desc_t *params, int nparams,
-                                       size_t bucket_bytes, px_pack_plan_t **out);
-PX_API void px_pack_plan_destroy(px_pack_plan_t *plan);
-
-/* Sets the layout from one group mask per parameter (masks[i] is read for conv
- * parameters, ignored for dense ones and may be NULL there). The masks are
- * read, not kept. Fails with PX_ERR_STATE once frozen, PX_ERR_INVALID on a
- * NULL conv mask, PX_ERR_NOMEM. */
-PX_API px_status_t px_pack_plan_set_masks(px_pack_plan_t *plan, const uint8_t *const *masks);
-
-/* Fixes the layout. Idempotent. */
-PX_API void px_pack_plan_freeze(px_pack_plan_t *plan);
-PX_API int px_pack_plan_is_frozen(const px_pack_plan_t *plan);
-
-PX_API int px_pack_plan_num_params(const px_pack_plan_t *plan);
-/* Floats / bytes in the packed stream (what crosses the inter-node link). */
-PX_API size_t px_pack_packed_floats(const px_pack_plan_t *plan);
-PX_API size_t px_pack_packed_bytes(const px_pack_plan_t *plan);
-/* Bytes of all parameters in full (what dense synchronisation sends). */
-PX_API size_t px_pack_dense_bytes(const px_pack_plan_t *plan);
-PX_API size_t px_pack_bucket_bytes(const px_pack_plan_t *plan);
-
-/* Buckets of the current layout: 0 when nothing is packed. */
-PX_API int px_pack_num_buckets(const px_pack_plan_t *plan);
-/* Pointer to bucket b's floats inside the plan's buffer, and their count.
- * Valid until the next set_masks or destroy. */
-PX_API float *px_pack_bucket(px_pack_plan_t *plan, int b, size_t *nfloats);
-/* The whole packed buffer (all buckets, contiguous). */
-PX_API float *px_pack_buffer(px_pack_plan_t *plan);
-
-/* Index sets of parameter i in the current layout (borrowed, valid until the
- * next set_masks). Dense parameters report n_out = n_in = 0. */
-PX_API void px_pack_param_sets(const px_pack_plan_t *plan, int i, const int32_t **k_out,
-                               int32_t *n_out, const int32_t **k_in, int32_t *n_in);
-
-/* Where parameter i's block sits in the packed buffer of the current layout:
- * its first float and its float count (borrowed figures, valid until the
- * next set_masks). Returns 1 when the parameter packs element by element
- * (N:M), whose block is not the K_out x K_in x kh x kw gather of
- * cuda_kernels.h's px_cuda_pack_shrink, else 0 (conv and dense). */
-PX_API int px_pack_param_block(const px_pack_plan_t *plan, int i, size_t *packed_off,
-                               size_t *packed_len);
-
-/* Packs params (one full tensor per parameter, in plan order) into the
- * buffer. */
-PX_API void px_pack_shrink(px_pack_plan_t *plan, const float *const *params);
-/* Unpacks the buffer into the full tensors, writing zeros everywhere outside
- * the active elements. */
-PX_API void px_pack_expand(const px_pack_plan_t *plan, float *const *params);
-
-/* The same for one bucket, so that packing, reducing and unpacking can be
- * pipelined. Expanding every bucket writes every element of every parameter
- * exactly once (zero regions belong to the bucket of the next packed element).
- * Fail with PX_ERR_INVALID on a bad bucket index. */
-PX_API px_status_t px_pack_shrink_bucket(px_pack_plan_t *plan, int b, const float *const *params);
-PX_API px_status_t px_pack_expand_bucket(const px_pack_plan_t *plan, int b, float *const *params);
 
 #ifdef __cplusplus
 }

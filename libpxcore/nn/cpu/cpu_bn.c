@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "nn/cpu/px_cpu_int.h"
+#include "prunex/ops_internal.h"
 
 #define PX__BN_VL 16 /* lanes of the partial sums: a multiple of every channel block */
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "nn/cpu/px_cpu_int.h"
+#include "prunex/ops_internal.h"
 
 /* ---- ReLU ----------------------------------------------------------------- */
 

@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "nn/cpu/px_cpu_int.h"
+#include "prunex/ops_internal.h"
 
 struct px_fc {
   px__ops_head_t head; /* first, the contract second: the dispatcher reads both */

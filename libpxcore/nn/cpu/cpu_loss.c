@@ -5,6 +5,7 @@
  * CUDA kernel runs too. */
 #include "nn/cpu/px_cpu_int.h"
 #include "nn/px_loss_row.h"
+#include "prunex/ops_internal.h"
 
 px_status_t px__cpu_softmax_ce(px_ops_t *ops, px_tensor_t *dlogits, float *loss, int64_t *correct,
                                const px_tensor_t *logits, const px_tensor_t *labels) {

@@ -17,6 +17,7 @@
 #include <dnnl_debug.h>
 
 #include "nn/cpu/px_cpu_int.h"
+#include "prunex/ops_internal.h"
 
 /* ---- status conversion -------------------------------------------------- */
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "nn/cpu/px_cpu_int.h"
+#include "prunex/ops_internal.h"
 
 struct px_pool2d {
   px__ops_head_t head; /* first: the dispatcher reads it */

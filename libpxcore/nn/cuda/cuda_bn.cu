@@ -54,6 +54,7 @@
 
 #include "nn/cuda/px_cuda_index.h"
 #include "nn/cuda/px_cuda_ops_int.h"
+#include "prunex/ops_internal.h"
 
 typedef struct px__cuda_batchnorm {
   px__ops_head_t head; /* first: the dispatcher reads it */

@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "nn/cuda/px_cuda_ops_int.h"
+#include "prunex/ops_internal.h"
 
 typedef struct px__cuda_conv2d {
   px__ops_head_t head; /* first, the contract second: the dispatcher reads both */

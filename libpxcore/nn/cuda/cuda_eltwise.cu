@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "nn/cuda/px_cuda_ops_int.h"
+#include "prunex/ops_internal.h"
 
 /* ---- kernels ---------------------------------------------------------------------- */
 

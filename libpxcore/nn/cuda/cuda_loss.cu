@@ -11,6 +11,7 @@
 
 #include "nn/cuda/px_cuda_ops_int.h"
 #include "nn/px_loss_row.h"
+#include "prunex/ops_internal.h"
 
 enum { PX__CE_THREADS = 256 };
 

@@ -20,6 +20,7 @@
 
 #include "nn/cuda/px_cuda_index.h"
 #include "nn/cuda/px_cuda_ops_int.h"
+#include "prunex/ops_internal.h"
 
 typedef struct {
   int64_t n, c, h, w, oh, ow;

@@ -33,6 +33,7 @@
 #include "px_cuda_int.h"
 #include "tensor/px_tensor_cuda.h"
 #include "tensor/px_tensor_int.h"
+#include "prunex/ops_internal.h"
 
 /* Device result of px_softmax_ce, copied back to pinned host memory. */
 typedef struct {

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "prunex/cuda_kernels.h"
+#include "prunex/prune_internal.h"
 #include "prune/cuda/px_kernels_int.h"
 #include "px_check.h"
 

@@ -56,50 +56,50 @@ typedef struct {
  * read-only, disk full), PX_ERR_FORMAT (not a database, corrupt, newer
  * schema, other program's schema), PX_ERR_INVALID (bad options or a failing
  * migration's SQL). *out is owned by the caller (px_store_close). */
-PX_API px_status_t px_store_open(const char *path, const px_store_options_t *opt, px_store_t **out);
+px_status_t px_store_open(const char *path, const px_store_options_t *opt, px_store_t **out);
 
 /* Finalizes cached statements and closes the database. NULL is a no-op. */
-PX_API void px_store_close(px_store_t *s);
+void px_store_close(px_store_t *s);
 
 /* The path given to px_store_open (owned by the store). */
-PX_API const char *px_store_path(const px_store_t *s);
+const char *px_store_path(const px_store_t *s);
 
 /* The schema version after open (the newest migration's version). */
-PX_API int px_store_schema_version(const px_store_t *s);
+int px_store_schema_version(const px_store_t *s);
 
 /* The underlying connection, for programs that link SQLite themselves. */
-PX_API struct sqlite3 *px_store_sqlite(px_store_t *s);
+struct sqlite3 *px_store_sqlite(px_store_t *s);
 
 /* 1 when the last call on s that failed did so for lack of space (a full
  * disk, a quota, a file-size limit): an operator's problem rather than a
  * bug. The message of that failure says "no space left". */
-PX_API int px_store_full(const px_store_t *s);
+int px_store_full(const px_store_t *s);
 
 /* Runs one or more SQL statements that return no rows of interest. */
-PX_API px_status_t px_store_exec(px_store_t *s, const char *sql);
+px_status_t px_store_exec(px_store_t *s, const char *sql);
 
 /* Transactions: begin is BEGIN IMMEDIATE (takes the write lock at once, so
  * a busy database fails here, not halfway through). rollback never fails. */
-PX_API px_status_t px_store_begin(px_store_t *s);
-PX_API px_status_t px_store_commit(px_store_t *s);
-PX_API void px_store_rollback(px_store_t *s);
+px_status_t px_store_begin(px_store_t *s);
+px_status_t px_store_commit(px_store_t *s);
+void px_store_rollback(px_store_t *s);
 
 /* Rowid of the last INSERT, and the rows changed by the last statement. */
-PX_API int64_t px_store_last_insert_id(px_store_t *s);
-PX_API int px_store_changes(px_store_t *s);
+int64_t px_store_last_insert_id(px_store_t *s);
+int px_store_changes(px_store_t *s);
 
 /* ---- prepared statements ------------------------------------------------
  * px_store_stmt returns the statement for sql, prepared once and cached by
  * the store (keyed by the text), reset and with its bindings cleared: do not
  * finalize it. Parameters are numbered from 1, result columns from 0. */
-PX_API px_status_t px_store_stmt(px_store_t *s, const char *sql, px_store_stmt_t **out);
+px_status_t px_store_stmt(px_store_t *s, const char *sql, px_store_stmt_t **out);
 
-PX_API px_status_t px_store_bind_int64(px_store_stmt_t *st, int idx, int64_t v);
-PX_API px_status_t px_store_bind_double(px_store_stmt_t *st, int idx, double v);
+px_status_t px_store_bind_int64(px_store_stmt_t *st, int idx, int64_t v);
+px_status_t px_store_bind_double(px_store_stmt_t *st, int idx, double v);
 /* Text and blobs are copied by SQLite (the caller keeps its buffer). */
-PX_API px_status_t px_store_bind_text(px_store_stmt_t *st, int idx, const char *v);
-PX_API px_status_t px_store_bind_blob(px_store_stmt_t *st, int idx, const void *v, size_t len);
-PX_API px_status_t px_store_bind_null(px_store_stmt_t *st, int idx);
+px_status_t px_store_bind_text(px_store_stmt_t *st, int idx, const char *v);
+px_status_t px_store_bind_blob(px_store_stmt_t *st, int idx, const void *v, size_t len);
+px_status_t px_store_bind_null(px_store_stmt_t *st, int idx);
 
 /* Several parameters at once: args[k] binds ?k+1, typed by its maker
  * (PX_ARG_INT, PX_ARG_REAL, PX_ARG_TEXT; text NULL binds NULL, as
@@ -118,14 +118,14 @@ typedef struct {
 #define PX_STORE_ARGS(...)                                                                   \
   (const px_store_arg_t[]){__VA_ARGS__},                                                     \
       sizeof((const px_store_arg_t[]){__VA_ARGS__}) / sizeof(px_store_arg_t)
-PX_API px_status_t px_store_bind_args(px_store_stmt_t *st, const px_store_arg_t *args, size_t n);
+px_status_t px_store_bind_args(px_store_stmt_t *st, const px_store_arg_t *args, size_t n);
 
 /* Runs sql (no rows of interest) with args bound: prepare, bind, run in
  * one call, e.g.
  *   px_store_run_args(s, "UPDATE jobs SET state = ?2 WHERE job_id = ?1",
  *                     PX_STORE_ARGS(PX_ARG_TEXT(id), PX_ARG_INT(state)))
  * Negative on an error, as px_store_step. */
-PX_API px_status_t px_store_run_args(px_store_t *s, const char *sql, const px_store_arg_t *args,
+px_status_t px_store_run_args(px_store_t *s, const char *sql, const px_store_arg_t *args,
                                      size_t nargs);
 
 /* Where a result column goes (px_store_row): made by PX_COL_INT (int64_t
@@ -148,12 +148,12 @@ typedef struct {
       sizeof((const px_store_col_t[]){__VA_ARGS__}) / sizeof(px_store_col_t)
 
 /* Reads the current row of st into cols (column k into cols[k]). */
-PX_API void px_store_read_cols(px_store_stmt_t *st, const px_store_col_t *cols, size_t ncols);
+void px_store_read_cols(px_store_stmt_t *st, const px_store_col_t *cols, size_t ncols);
 
 /* The first row of sql (args bound) into cols, *found 1; no row leaves
  * the targets untouched, *found 0 (found may be NULL). The statement is
  * reset either way. Negative on an error, as px_store_step. */
-PX_API px_status_t px_store_row(px_store_t *s, const char *sql, const px_store_arg_t *args,
+px_status_t px_store_row(px_store_t *s, const char *sql, const px_store_arg_t *args,
                                 size_t nargs, const px_store_col_t *cols, size_t ncols,
                                 int *found);
 
@@ -162,35 +162,35 @@ PX_API px_status_t px_store_row(px_store_t *s, const char *sql, const px_store_a
  * as it is, a positive one stops early (PX_OK). The statement is reset on
  * every outcome, so no read stays open. */
 typedef px_status_t (*px_store_row_fn)(void *arg, px_store_stmt_t *st);
-PX_API px_status_t px_store_each(px_store_t *s, const char *sql, const px_store_arg_t *args,
+px_status_t px_store_each(px_store_t *s, const char *sql, const px_store_arg_t *args,
                                  size_t nargs, px_store_row_fn fn, void *arg);
 
 /* Steps the statement: 1 when a row is ready, 0 when done, negative on an
  * error (converted, naming the file and the statement). */
-PX_API px_status_t px_store_step(px_store_stmt_t *st);
+px_status_t px_store_step(px_store_stmt_t *st);
 
 /* Steps a statement that returns no rows (INSERT, UPDATE, ...) to its end. */
-PX_API px_status_t px_store_run(px_store_stmt_t *st);
+px_status_t px_store_run(px_store_stmt_t *st);
 
 /* The first row of sql (one text parameter ?1 = key): its first n columns
  * as integers into out[n], *found 1; no row leaves out untouched, *found 0.
  * The statement is reset. Negative on an error, as px_store_step. */
-PX_API px_status_t px_store_row_int64(px_store_t *s, const char *sql, const char *key,
+px_status_t px_store_row_int64(px_store_t *s, const char *sql, const char *key,
                                       int64_t *out, int n, int *found);
 
 /* Column accessors for the current row. Text and blobs are owned by the
  * statement and valid until the next step or reset; text is never NULL
  * ("" for NULL), a NULL or empty blob gives NULL with *len 0. */
-PX_API int64_t px_store_column_int64(px_store_stmt_t *st, int col);
-PX_API double px_store_column_double(px_store_stmt_t *st, int col);
-PX_API const char *px_store_column_text(px_store_stmt_t *st, int col);
-PX_API const void *px_store_column_blob(px_store_stmt_t *st, int col, size_t *len);
-PX_API int px_store_column_is_null(px_store_stmt_t *st, int col);
+int64_t px_store_column_int64(px_store_stmt_t *st, int col);
+double px_store_column_double(px_store_stmt_t *st, int col);
+const char *px_store_column_text(px_store_stmt_t *st, int col);
+const void *px_store_column_blob(px_store_stmt_t *st, int col, size_t *len);
+int px_store_column_is_null(px_store_stmt_t *st, int col);
 /* The column's size in bytes (of its text or blob). */
-PX_API size_t px_store_column_bytes(px_store_stmt_t *st, int col);
+size_t px_store_column_bytes(px_store_stmt_t *st, int col);
 
 /* Resets the statement so that it can be stepped again (bindings kept). */
-PX_API void px_store_reset(px_store_stmt_t *st);
+void px_store_reset(px_store_stmt_t *st);
 
 #ifdef __cplusplus
 }

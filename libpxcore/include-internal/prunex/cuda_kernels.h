@@ -51,20 +51,20 @@ extern "C" {
  * for 0 bytes). `name` appears in the error message. The caller owns *dev and
  * frees it with px_cuda_kernels_free. Fails with PX_ERR_BACKEND (no device,
  * out of memory). */
-PX_API px_status_t px_cuda_kernels_alloc(size_t bytes, const char *name, void **dev);
+px_status_t px_cuda_kernels_alloc(size_t bytes, const char *name, void **dev);
 /* Frees a buffer of px_cuda_kernels_alloc; NULL is a no-op. Synchronises the
  * device (cudaFree does). */
-PX_API void px_cuda_kernels_free(void *dev);
+void px_cuda_kernels_free(void *dev);
 /* Blocking copies between host and device memory. */
-PX_API px_status_t px_cuda_kernels_upload(void *dev, const void *host, size_t bytes);
-PX_API px_status_t px_cuda_kernels_download(void *host, const void *dev, size_t bytes);
+px_status_t px_cuda_kernels_upload(void *dev, const void *host, size_t bytes);
+px_status_t px_cuda_kernels_download(void *host, const void *dev, size_t bytes);
 /* Queues a device-to-device copy of `bytes` (the buffers may not overlap)
  * or a fill with zero bytes on `stream` (NULL: the default stream). */
-PX_API px_status_t px_cuda_kernels_copy(void *dst, const void *src, size_t bytes, void *stream);
-PX_API px_status_t px_cuda_kernels_zero(void *dev, size_t bytes, void *stream);
+px_status_t px_cuda_kernels_copy(void *dst, const void *src, size_t bytes, void *stream);
+px_status_t px_cuda_kernels_zero(void *dev, size_t bytes, void *stream);
 /* Waits for `stream` (NULL: the default stream) and reports any error a
  * kernel raised on the device since the last check. */
-PX_API px_status_t px_cuda_kernels_sync(void *stream);
+px_status_t px_cuda_kernels_sync(void *stream);
 
 /* ---- projections (prune.h) ----------------------------------------------- */
 
@@ -89,7 +89,7 @@ static inline size_t px_prune_group_count(px_conv_shape_t s, px_prune_group_t ki
  * summed in exactly the order of project.c (one thread per group), so the
  * norms are bitwise the CPU projection's and so are the choices made from
  * them. */
-PX_API px_status_t px_cuda_prune_group_norms(double *norms, const float *w, px_conv_shape_t s,
+px_status_t px_cuda_prune_group_norms(double *norms, const float *w, px_conv_shape_t s,
                                              px_prune_group_t kind, void *stream);
 
 /* norms[c] += sum over the filters o, in index order, of ||w[o, c, :, :]||^2
@@ -98,7 +98,7 @@ PX_API px_status_t px_cuda_prune_group_norms(double *norms, const float *w, px_c
  * producer's filter norm plus its consumer's channel sums
  * (px_prune_project_coupled): px_cuda_prune_group_norms of the producer's
  * filters, then this over the consumer. */
-PX_API px_status_t px_cuda_prune_channel_norms_add(double *norms, const float *w,
+px_status_t px_cuda_prune_channel_norms_add(double *norms, const float *w,
                                                    px_conv_shape_t s, void *stream);
 
 /* keep[g] = 1 for the `alpha` best of `ngroups` norms and 0 for the others,
@@ -107,7 +107,7 @@ PX_API px_status_t px_cuda_prune_channel_norms_add(double *norms, const float *w
  * for the same norms (alpha >= ngroups keeps all, 0 none). Rank counting: a
  * group is kept when fewer than alpha groups precede it; O(ngroups^2) work,
  * meant for the group counts of conv layers (up to a few thousand). */
-PX_API px_status_t px_cuda_prune_select(uint8_t *keep, const double *norms, size_t ngroups,
+px_status_t px_cuda_prune_select(uint8_t *keep, const double *norms, size_t ngroups,
                                         size_t alpha, void *stream);
 
 /* Zeroes every element of w outside the active set of a group mask, given as
@@ -115,13 +115,13 @@ PX_API px_status_t px_cuda_prune_select(uint8_t *keep, const double *norms, size
  * shape[c_in*kh*kw], each nonzero for kept; a NULL part keeps all its groups.
  * With the parts of one mask this is px_prune_apply_mask (the projection once
  * masks are frozen). */
-PX_API px_status_t px_cuda_prune_apply_mask(float *w, const uint8_t *filter, const uint8_t *channel,
+px_status_t px_cuda_prune_apply_mask(float *w, const uint8_t *filter, const uint8_t *channel,
                                             const uint8_t *shape, px_conv_shape_t s, void *stream);
 
 /* px_prune_layout_apply on a device tensor and a device mask laid out by L
  * (a host descriptor): the parts of px_cuda_prune_apply_mask, then the N:M
  * element part when L has one. */
-PX_API px_status_t px_cuda_prune_apply_layout(float *w, const uint8_t *mask,
+px_status_t px_cuda_prune_apply_layout(float *w, const uint8_t *mask,
                                               const px_prune_layout_t *L, void *stream);
 
 /* One projection in place, the twin of px_prune_project_filter / _channel /
@@ -130,14 +130,14 @@ PX_API px_status_t px_cuda_prune_apply_layout(float *w, const uint8_t *mask,
  * the group mask, required). ws is device scratch of at least
  * px_prune_workspace_size(s) bytes. Fails with PX_ERR_INVALID on a bad shape,
  * fraction or buffer. */
-PX_API px_status_t px_cuda_prune_project_group(float *w, uint8_t *mask_part, px_conv_shape_t s,
+px_status_t px_cuda_prune_project_group(float *w, uint8_t *mask_part, px_conv_shape_t s,
                                                px_prune_group_t kind, double keep, void *ws,
                                                size_t ws_bytes, void *stream);
 
 /* Composite projection in place, the twin of px_prune_project: filter, then
  * channel, then shape, each on the result of the one before; writes the whole
  * group mask (px_prune_mask_size(s) bytes, required). ws as above. */
-PX_API px_status_t px_cuda_prune_project(float *w, uint8_t *mask, px_conv_shape_t s,
+px_status_t px_cuda_prune_project(float *w, uint8_t *mask, px_conv_shape_t s,
                                          const px_prune_keep_t *keep, void *ws, size_t ws_bytes,
                                          void *stream);
 
@@ -153,14 +153,14 @@ PX_API px_status_t px_cuda_prune_project(float *w, uint8_t *mask, px_conv_shape_
  * a plain device copy). */
 
 /* Gathers the block: packed[n_out * n_in * kh * kw]. */
-PX_API px_status_t px_cuda_pack_shrink(float *packed, const float *w, const int32_t *k_out,
+px_status_t px_cuda_pack_shrink(float *packed, const float *w, const int32_t *k_out,
                                        int32_t n_out, const int32_t *k_in, int32_t n_in,
                                        px_conv_shape_t s, void *stream);
 
 /* Writes the whole tensor w: the block's elements at their places, except
  * those whose shape group is pruned (shape_mask[c*kh*kw + j] == 0; NULL keeps
  * all), and zero everywhere else, as px_pack_expand does. */
-PX_API px_status_t px_cuda_pack_expand(float *w, const float *packed, const int32_t *k_out,
+px_status_t px_cuda_pack_expand(float *w, const float *packed, const int32_t *k_out,
                                        int32_t n_out, const int32_t *k_in, int32_t n_in,
                                        const uint8_t *shape_mask, px_conv_shape_t s, void *stream);
 
@@ -172,11 +172,11 @@ PX_API px_status_t px_cuda_pack_expand(float *w, const float *packed, const int3
 
 /* out = a + b: theta + u before the intra sum, z_i + v before packing, and
  * the Top-K error feedback e += g. */
-PX_API px_status_t px_cuda_admm_add(float *out, const float *a, const float *b, size_t n,
+px_status_t px_cuda_admm_add(float *out, const float *a, const float *b, size_t n,
                                     void *stream);
 
 /* x *= f: the mean of the packed sum (f = 1.0f / M). */
-PX_API px_status_t px_cuda_admm_scale(float *x, float f, size_t n, void *stream);
+px_status_t px_cuda_admm_scale(float *x, float f, size_t n, void *stream);
 
 /* The exact z_i update (step 2 of docs/architecture.md, "H-SADMM (one outer
  * iteration)"), before projection:
@@ -184,22 +184,22 @@ PX_API px_status_t px_cuda_admm_scale(float *x, float f, size_t n, void *stream)
  *     zi  = (float)(rho1 / den) * s + (float)(rho2 / den) * (z - v)
  * s is the intra-node sum of theta + u, z the global consensus, v the inter
  * dual; M nodes (num_nodes), P ranks per node. */
-PX_API px_status_t px_cuda_admm_zi_update(float *zi, const float *s, const float *z, const float *v,
+px_status_t px_cuda_admm_zi_update(float *zi, const float *s, const float *z, const float *v,
                                           double rho1, double rho2, double lambda, int num_nodes,
                                           int ranks_per_node, size_t n, void *stream);
 
 /* Flat ablation: z = (float)(rho1 / (lambda + N * rho1)) * s, N ranks. */
-PX_API px_status_t px_cuda_admm_z_flat(float *z, const float *s, double rho1, double lambda,
+px_status_t px_cuda_admm_z_flat(float *z, const float *s, double rho1, double lambda,
                                        int num_ranks, size_t n, void *stream);
 
 /* Scaled-dual update x += a - b: u += theta - z_i (intra), v += z_i - z
  * (inter). */
-PX_API px_status_t px_cuda_admm_dual_update(float *x, const float *a, const float *b, size_t n,
+px_status_t px_cuda_admm_dual_update(float *x, const float *a, const float *b, size_t n,
                                             void *stream);
 
 /* Rescale of a scaled dual when its penalty changes, so that rho * x is
  * unchanged: x *= (float)(rho_old / rho_new). Both must be > 0. */
-PX_API px_status_t px_cuda_admm_rescale(float *x, double rho_old, double rho_new, size_t n,
+px_status_t px_cuda_admm_rescale(float *x, double rho_old, double rho_new, size_t n,
                                         void *stream);
 
 /* Device workspace (bytes) of px_cuda_admm_sqdiff: one double per block of
@@ -211,7 +211,7 @@ PX_API px_status_t px_cuda_admm_rescale(float *x, double rho_old, double rho_new
  * fixed tree reductions: repeated calls give bitwise-identical results on any
  * device, which differ from the CPU's sequential sum only by rounding. out is
  * one device double; ws has PX_CUDA_SQDIFF_WS_BYTES. */
-PX_API px_status_t px_cuda_admm_sqdiff(double *out, const float *a, const float *b, size_t n,
+px_status_t px_cuda_admm_sqdiff(double *out, const float *a, const float *b, size_t n,
                                        void *ws, size_t ws_bytes, void *stream);
 
 /* ---- Top-K with error feedback (strategy/topk.c) -------------------------
@@ -230,7 +230,7 @@ typedef struct {
 /* Device workspace (bytes) px_cuda_topk_select needs for a tensor of n
  * entries; the need grows with n, so size one workspace for the largest
  * tensor. Asks CUB, so it needs a device: PX_ERR_BACKEND without one. */
-PX_API px_status_t px_cuda_topk_workspace_size(size_t n, size_t *bytes);
+px_status_t px_cuda_topk_workspace_size(size_t n, size_t *bytes);
 
 /* Writes pairs[k] for the k entries of e[n] of largest |e| and zeroes them
  * in e. Ties in |e| go to the lower index and NaN ranks below every number
@@ -239,7 +239,7 @@ PX_API px_status_t px_cuda_topk_workspace_size(size_t n, size_t *bytes);
  * deterministic. k <= n <= INT32_MAX; ws is 256-byte aligned (as
  * px_cuda_kernels_alloc returns it). A stable CUB radix sort on
  * order-preserving keys. */
-PX_API px_status_t px_cuda_topk_select(px_topk_pair_t *pairs, float *e, size_t n, size_t k,
+px_status_t px_cuda_topk_select(px_topk_pair_t *pairs, float *e, size_t n, size_t k,
                                        void *ws, size_t ws_bytes, void *stream);
 
 /* grad[q] += value * scale for each of one rank's k pairs (scale = 1.0f / N),
@@ -248,7 +248,7 @@ PX_API px_status_t px_cuda_topk_select(px_topk_pair_t *pairs, float *e, size_t n
  * px_cuda_topk_select makes them). Pairs with index >= n are skipped and
  * counted into *bad (a device uint32, may be NULL) for the caller to turn
  * into PX_ERR_PEER after its next sync. */
-PX_API px_status_t px_cuda_topk_scatter_add(float *grad, uint32_t *bad, const px_topk_pair_t *pairs,
+px_status_t px_cuda_topk_scatter_add(float *grad, uint32_t *bad, const px_topk_pair_t *pairs,
                                             size_t k, size_t n, float scale, void *stream);
 
 #ifdef __cplusplus

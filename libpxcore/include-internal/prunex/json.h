@@ -26,16 +26,16 @@ struct json_object;
  * (0.8631, not 0.86309999999999998); NULL (null) when v is not finite or
  * on allocation failure. Owned by the caller (or the container it is
  * added to). */
-PX_API struct json_object *px_json_double(double v);
+struct json_object *px_json_double(double v);
 
 /* A string of s[0..n), each byte that is not part of valid UTF-8 replaced
  * by U+FFFD (NUL bytes are kept: json-c writes them as \u0000); NULL s
  * gives NULL (null). Owned by the caller. */
-PX_API struct json_object *px_json_string(const char *s, size_t n);
+struct json_object *px_json_string(const char *s, size_t n);
 
 /* Appends o compactly (no spaces, "/" not escaped) to b; b->oom as
  * px_buf_put sets it. */
-PX_API void px_json_put(px_buf_t *b, struct json_object *o);
+void px_json_put(px_buf_t *b, struct json_object *o);
 
 /* Parses s[0..n) (n at most max_bytes, nesting at most 64 deep) into *out
  * (the caller's: json_object_put), with json-c's strict mode and UTF-8
@@ -44,7 +44,7 @@ PX_API void px_json_put(px_buf_t *b, struct json_object *o);
  * space, NaN and Infinity are errors; json-c's strict mode still takes
  * single-quoted strings), PX_ERR_NOMEM. A JSON null document
  * gives *out == NULL with PX_OK. Linear in n. */
-PX_API px_status_t px_json_parse(const char *s, size_t n, size_t max_bytes,
+px_status_t px_json_parse(const char *s, size_t n, size_t max_bytes,
                                  struct json_object **out);
 
 #ifdef __cplusplus

@@ -5,8 +5,9 @@
  * that stops turning stops the pings and systemd restarts the daemon.
  *
  * Outside a unit (no NOTIFY_SOCKET, no WATCHDOG_USEC) every call does
- * nothing. Public so that the daemons use the library through its exported
- * API only; it includes uv.h, so a program using it needs libuv's headers. */
+ * nothing. Internal, for the daemons (which link the static
+ * pxcore_internal); it includes uv.h, so a program using it needs libuv's
+ * headers. */
 #ifndef PX_SERVICE_H
 #define PX_SERVICE_H
 
@@ -17,7 +18,7 @@
  * assignments allowed) to $NOTIFY_SOCKET. Returns 1 when sent, 0 when no
  * service manager listens, negative errno on failure (logged at debug: a
  * notification is never worth failing the daemon for). Any thread. */
-PX_API int px_service_notify(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int px_service_notify(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* The watchdog keep-alive. Caller-owned; lives until its close callback has
  * run (the loop has turned once after px_service_watchdog_close). */
@@ -32,14 +33,14 @@ typedef struct {
  * (sd_watchdog_enabled: WATCHDOG_USEC, and WATCHDOG_PID when set must be
  * this process). The timer is unreferenced: it never keeps the loop alive.
  * Returns 1 when started, 0 when no watchdog is asked for. Loop thread. */
-PX_API int px_service_watchdog_start(px_service_watchdog_t *w, uv_loop_t *loop);
+int px_service_watchdog_start(px_service_watchdog_t *w, uv_loop_t *loop);
 
 /* Stops and closes the timer if it was started (idempotent). Loop thread. */
-PX_API void px_service_watchdog_close(px_service_watchdog_t *w);
+void px_service_watchdog_close(px_service_watchdog_t *w);
 
 /* 1 when stderr is connected to the journal (JOURNAL_STREAM names the
  * device and inode of fd 2), so log lines should carry "<N>" syslog
  * priority prefixes instead of timestamps. */
-PX_API int px_service_stderr_is_journal(void);
+int px_service_stderr_is_journal(void);
 
 #endif

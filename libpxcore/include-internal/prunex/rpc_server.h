@@ -13,8 +13,8 @@
  * or the server shuts down, and must end the call (px_rpc_srv_finish is then
  * a no-op on the wire).
  *
- * Public for the daemons, which use the library through its exported API
- * only; it uses libuv types, so a program using it needs libuv's headers. */
+ * Internal, for pxcoordd (which links the static pxcore_internal); it uses
+ * libuv types, so a program using it needs libuv's headers. */
 #ifndef PX_RPC_SERVER_H
 #define PX_RPC_SERVER_H
 
@@ -63,58 +63,58 @@ typedef struct {
  * Unregistered methods are answered UNIMPLEMENTED. Fails with PX_ERR_IO when
  * the address cannot be bound; on failure the server's memory is released
  * by a handle close callback, so run the loop once before closing it. */
-PX_API px_status_t px_rpc_server_create(uv_loop_t *loop, const char *listen,
+px_status_t px_rpc_server_create(uv_loop_t *loop, const char *listen,
                                         const px_rpc_method_t *methods, int nmethods, void *data,
                                         px_rpc_server_t **out);
 
 /* The same with options (opt may be NULL). A certificate or key that cannot
  * be read or used fails with PX_ERR_IO or PX_ERR_INVALID naming the file. */
-PX_API px_status_t px_rpc_server_create_ex(uv_loop_t *loop, const char *listen,
+px_status_t px_rpc_server_create_ex(uv_loop_t *loop, const char *listen,
                                            const px_rpc_method_t *methods, int nmethods, void *data,
                                            const px_rpc_server_options_t *opt,
                                            px_rpc_server_t **out);
 
 /* The bound port. */
-PX_API int px_rpc_server_port(const px_rpc_server_t *srv);
+int px_rpc_server_port(const px_rpc_server_t *srv);
 
 /* Stops accepting calls, cancels the open ones (their cancel callbacks
  * run) and, once gRPC has released everything, calls done on the loop
  * thread; done may call px_rpc_server_destroy. */
-PX_API void px_rpc_server_shutdown(px_rpc_server_t *srv, void (*done)(px_rpc_server_t *, void *),
+void px_rpc_server_shutdown(px_rpc_server_t *srv, void (*done)(px_rpc_server_t *, void *),
                                    void *arg);
 
 /* Frees a server whose shutdown has completed. */
-PX_API void px_rpc_server_destroy(px_rpc_server_t *srv);
+void px_rpc_server_destroy(px_rpc_server_t *srv);
 
 /* ---- calls (loop thread only) ------------------------------------------- */
 
 /* Method path of the call. */
-PX_API const char *px_rpc_srv_method(const px_rpc_srv_call_t *call);
+const char *px_rpc_srv_method(const px_rpc_srv_call_t *call);
 
 /* Milliseconds until the client's deadline (INT64_MAX when it has none). */
-PX_API int64_t px_rpc_srv_remaining_ms(const px_rpc_srv_call_t *call);
+int64_t px_rpc_srv_remaining_ms(const px_rpc_srv_call_t *call);
 
 /* Copies the value of the request's metadata entry key (lower case, e.g.
  * "authorization") into buf, NUL-terminated: its length, or -1 when the
  * entry is absent or does not fit in cap. */
-PX_API int px_rpc_srv_metadata(const px_rpc_srv_call_t *call, const char *key, char *buf,
+int px_rpc_srv_metadata(const px_rpc_srv_call_t *call, const char *key, char *buf,
                                size_t cap);
 
 /* Ends a unary call with msg and status OK. */
-PX_API px_status_t px_rpc_srv_reply(px_rpc_srv_call_t *call, const ProtobufCMessage *msg);
+px_status_t px_rpc_srv_reply(px_rpc_srv_call_t *call, const ProtobufCMessage *msg);
 
 /* Queues one message of a server stream (packed now: msg may be freed at
  * once). Messages go out in order, one at a time. PX_ERR_PEER when the
  * client has left (the call stays valid and must still be ended). */
-PX_API px_status_t px_rpc_srv_send(px_rpc_srv_call_t *call, const ProtobufCMessage *msg);
+px_status_t px_rpc_srv_send(px_rpc_srv_call_t *call, const ProtobufCMessage *msg);
 
 /* Ends the call with a status (after the queued messages of a stream).
  * Logged at debug level. */
-PX_API px_status_t px_rpc_srv_finish(px_rpc_srv_call_t *call, px_rpc_code_t code, const char *fmt,
+px_status_t px_rpc_srv_finish(px_rpc_srv_call_t *call, px_rpc_code_t code, const char *fmt,
                                      ...) __attribute__((format(printf, 3, 4)));
 
 /* Registers the callback for a call kept open past its handler. */
-PX_API void px_rpc_srv_on_cancel(px_rpc_srv_call_t *call, void (*cb)(px_rpc_srv_call_t *, void *),
+void px_rpc_srv_on_cancel(px_rpc_srv_call_t *call, void (*cb)(px_rpc_srv_call_t *, void *),
                                  void *arg);
 
 #endif

@@ -28,33 +28,33 @@ typedef struct {
   int oom;
 } px_buf_t;
 
-PX_API void px_buf_put(px_buf_t *b, const void *s, size_t n);
-PX_API void px_buf_puts(px_buf_t *b, const char *s);
-PX_API void px_buf_printf(px_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-PX_API void px_buf_vprintf(px_buf_t *b, const char *fmt, va_list ap);
+void px_buf_put(px_buf_t *b, const void *s, size_t n);
+void px_buf_puts(px_buf_t *b, const char *s);
+void px_buf_printf(px_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void px_buf_vprintf(px_buf_t *b, const char *fmt, va_list ap);
 /* s[0..n) as a JSON string, quotes included: ", \ and control characters
  * escaped, each byte that is not part of valid UTF-8 written as \ufffd (the
  * output is always valid JSON and valid UTF-8). */
-PX_API void px_buf_json_string(px_buf_t *b, const char *s, size_t n);
+void px_buf_json_string(px_buf_t *b, const char *s, size_t n);
 /* Empties the buffer and keeps its memory. */
-PX_API void px_buf_reset(px_buf_t *b);
+void px_buf_reset(px_buf_t *b);
 /* Frees the memory; the buffer is empty and ready again. */
-PX_API void px_buf_free(px_buf_t *b);
+void px_buf_free(px_buf_t *b);
 
 /* ---- UTF-8 ------------------------------------------------------------------ */
 
 /* Length (1-4) of the valid UTF-8 sequence at s, with n > 0 bytes left; 0
  * when it is not valid (overlong forms, surrogates, beyond U+10FFFF, a cut
  * sequence). A NUL byte is a valid one-byte sequence here. */
-PX_API size_t px_utf8_seq(const char *s, size_t n);
+size_t px_utf8_seq(const char *s, size_t n);
 /* 1 when s[0..n) is valid UTF-8 without NUL bytes. */
-PX_API int px_utf8_valid(const char *s, size_t n);
+int px_utf8_valid(const char *s, size_t n);
 /* 1 when the NUL-terminated s is valid UTF-8 without control characters
  * (below 0x20, or 0x7f): the rule for names and texts a user gives. */
-PX_API int px_text_ok(const char *s);
+int px_text_ok(const char *s);
 /* in copied into out[cap], each invalid byte replaced by '?', never cutting
  * a sequence; out is always NUL-terminated (cap > 0). */
-PX_API void px_utf8_clean(const char *in, char *out, size_t cap);
+void px_utf8_clean(const char *in, char *out, size_t cap);
 
 /* ---- atomic files ------------------------------------------------------------
  * A file written beside its destination under a unique temporary name
@@ -75,25 +75,25 @@ typedef struct {
 
 /* Creates the temporary file with permissions mode (& ~umask). Fails with
  * PX_ERR_IO naming path; then nothing is left behind. */
-PX_API px_status_t px_atomic_file_open(px_atomic_file_t *f, const char *path, unsigned mode,
+px_status_t px_atomic_file_open(px_atomic_file_t *f, const char *path, unsigned mode,
                                        unsigned flags);
 /* The same for the file name in the open directory dirfd (borrowed: it must
  * stay open until commit or abort): the temporary file is made there with
  * O_NOFOLLOW and renamed there, so a link swapped in for a component of the
  * directory's path since it was opened changes nothing. */
-PX_API px_status_t px_atomic_file_openat(px_atomic_file_t *f, int dirfd, const char *name,
+px_status_t px_atomic_file_openat(px_atomic_file_t *f, int dirfd, const char *name,
                                          unsigned mode, unsigned flags);
 /* Appends data (retries short writes and EINTR). After a failure, further
  * writes do nothing and commit reports the first failure. */
-PX_API px_status_t px_atomic_file_write(px_atomic_file_t *f, const void *data, size_t len);
+px_status_t px_atomic_file_write(px_atomic_file_t *f, const void *data, size_t len);
 /* fsync, close, rename over path, fsync of the directory (best effort).
  * On any failure the temporary file is removed and path is untouched. The
  * handle is finished either way. */
-PX_API px_status_t px_atomic_file_commit(px_atomic_file_t *f);
+px_status_t px_atomic_file_commit(px_atomic_file_t *f);
 /* Removes the temporary file (a writer that gave up). */
-PX_API void px_atomic_file_abort(px_atomic_file_t *f);
+void px_atomic_file_abort(px_atomic_file_t *f);
 /* The whole file at once. */
-PX_API px_status_t px_file_write_atomic(const char *path, const void *data, size_t len,
+px_status_t px_file_write_atomic(const char *path, const void *data, size_t len,
                                         unsigned mode, unsigned flags);
 
 /* ---- directories --------------------------------------------------------- */
@@ -102,7 +102,7 @@ PX_API px_status_t px_file_write_atomic(const char *path, const void *data, size
  * `mkdir -p` does; existing ones are fine. Fails with PX_ERR_INVALID for an
  * empty path or one of 4096 bytes or more, PX_ERR_IO naming the component
  * that could not be made, or dir when it is not a directory. */
-PX_API px_status_t px_mkdirs(const char *dir, unsigned mode);
+px_status_t px_mkdirs(const char *dir, unsigned mode);
 
 #ifdef __cplusplus
 }

@@ -42,18 +42,18 @@ typedef struct px_lossless px_lossless_t;
 #define PX_LOSSLESS_HEADER 32
 
 /* The largest payload of count floats. */
-PX_API size_t px_lossless_bound(size_t count);
+size_t px_lossless_bound(size_t count);
 
 /* A coder for streams of at most max_count floats. PX_ERR_NOMEM,
  * PX_ERR_BACKEND when zlib cannot start. */
-PX_API px_status_t px_lossless_create(size_t max_count, px_lossless_t **out);
-PX_API void px_lossless_destroy(px_lossless_t *lc);
+px_status_t px_lossless_create(size_t max_count, px_lossless_t **out);
+void px_lossless_destroy(px_lossless_t *lc);
 
 /* Codes x[count] against ref[count] into out[cap] (cap at least
  * px_lossless_bound(count)); *len: the payload's bytes. ref NULL codes
  * against zeros. PX_ERR_INVALID when count exceeds the coder's or cap is
  * short; PX_ERR_BACKEND when zlib fails. */
-PX_API px_status_t px_lossless_encode(px_lossless_t *lc, const float *x, const float *ref,
+px_status_t px_lossless_encode(px_lossless_t *lc, const float *x, const float *ref,
                                       size_t count, uint32_t tag, uint8_t *out, size_t cap,
                                       size_t *len);
 
@@ -62,7 +62,7 @@ PX_API px_status_t px_lossless_encode(px_lossless_t *lc, const float *x, const f
  * payload of count floats with this tag, or when its checksum does not
  * match what it decodes to (the two ends' references differ). Runs in time
  * linear in len + count; reads nothing beyond in[len]. */
-PX_API px_status_t px_lossless_decode(px_lossless_t *lc, const uint8_t *in, size_t len,
+px_status_t px_lossless_decode(px_lossless_t *lc, const uint8_t *in, size_t len,
                                       const float *ref, size_t count, uint32_t tag, float *out);
 
 #ifdef __cplusplus

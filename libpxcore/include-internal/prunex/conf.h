@@ -2,7 +2,7 @@
  * has always accepted (`key = value` lines, or a YAML mapping of scalars),
  * handing each setting to the program's own setter, so that a program
  * validates flags and file settings with the same code. pxagent reads
- * /etc/prunex/pxagent.conf through it; public for the daemons of this repository. */
+ * /etc/prunex/pxagent.conf through it. Internal: for the daemons of this repository. */
 #ifndef PX_CONF_H
 #define PX_CONF_H
 
@@ -19,6 +19,6 @@ typedef px_status_t (*px_conf_set_fn)(void *ctx, const char *key, const char *va
  * first error (the setter's, or a syntax error naming FILE:LINE). The first
  * setting line decides the format: '=' before any ':' means `key = value`
  * ('#' comments, values may be "quoted"), anything else YAML. */
-PX_API px_status_t px_conf_load(const char *path, px_conf_set_fn set, void *ctx);
+px_status_t px_conf_load(const char *path, px_conf_set_fn set, void *ctx);
 
 #endif

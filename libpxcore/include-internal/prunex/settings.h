@@ -85,47 +85,47 @@ typedef struct px_settings px_settings_t;
 /* Binds spec (borrowed, must outlive the handle) to obj. Can fail (NOMEM).
  * Caller owns *out and destroys it with px_settings_destroy after the last
  * use of obj's STRREF fields. */
-PX_API px_status_t px_settings_create(const px_settings_spec_t *spec, void *obj,
+px_status_t px_settings_create(const px_settings_spec_t *spec, void *obj,
                                       px_settings_t **out);
 /* Frees the kept strings: obj's STRREF fields that point at them dangle. */
-PX_API void px_settings_destroy(px_settings_t *s);
+void px_settings_destroy(px_settings_t *s);
 
 /* Sets every field of the table to its default (a bad default fails,
  * naming the setting: a table error). */
-PX_API px_status_t px_settings_defaults(px_settings_t *s);
+px_status_t px_settings_defaults(px_settings_t *s);
 
 /* One setting by key (dashes or underscores; with a PREFIX setting's
  * suffix). where names its origin in errors ("FILE:LINE", "--flag",
  * "$VARIABLE"). PX_ERR_INVALID for an unknown key or a bad value: "WHERE:
  * KEY = 'VALUE': expected ..." (an unknown key lists nothing). */
-PX_API px_status_t px_settings_set(px_settings_t *s, const char *key, const char *value,
+px_status_t px_settings_set(px_settings_t *s, const char *key, const char *value,
                                    const char *where);
 
 /* Reads a config file (px_conf_load's formats) into the settings; errors
  * name FILE:LINE. FLAG_ONLY settings are unknown keys there. */
-PX_API px_status_t px_settings_load(px_settings_t *s, const char *path);
+px_status_t px_settings_load(px_settings_t *s, const char *path);
 
 /* The command line: --help (-h) or --version print and return 0; else the
  * config file (the CONFIG flag's, when given), then the environment
  * variables, then the flags in order; REQUIRED settings checked. -1: go on;
  * 2: a bad flag or setting, said on stderr as "PROGRAM: ERROR" and a hint to
  * run --help. argv is kept by STRREF fields: it must outlive obj's use. */
-PX_API int px_settings_parse_args(px_settings_t *s, int argc, char **argv);
+int px_settings_parse_args(px_settings_t *s, int argc, char **argv);
 
 /* The environment variables, then the flags of argv (not the config file,
  * not --help): what px_settings_parse_args does after reading the file, for
  * a reload that reads the file again. PX_ERR_INVALID naming the flag or
  * variable, the key and the value; nothing printed. */
-PX_API px_status_t px_settings_apply_args(px_settings_t *s, int argc, char **argv);
+px_status_t px_settings_apply_args(px_settings_t *s, int argc, char **argv);
 
 /* 1 when the last px_settings_parse_args or px_settings_set gave the
  * setting a value (any origin; not the default). name as in the table. */
-PX_API int px_settings_given(const px_settings_t *s, const char *name);
+int px_settings_given(const px_settings_t *s, const char *name);
 
 /* --help from the table: usage, about, every flag (its argument, help,
  * default, variable, "re-read on SIGHUP"), the config-file-only keys, and
  * the epilogue. */
-PX_API void px_settings_usage(const px_settings_spec_t *spec, FILE *f);
+void px_settings_usage(const px_settings_spec_t *spec, FILE *f);
 
 /* SIGHUP: fresh holds the settings as re-read (same spec, same flags);
  * running those in force. Copies into running every RELOAD setting whose
@@ -133,7 +133,7 @@ PX_API void px_settings_usage(const px_settings_spec_t *spec, FILE *f);
  * the names of the other settings that differ, which need a restart, and
  * returns how many they are. Neither struct may hold STRREF fields kept by
  * different handles past the life of those handles. */
-PX_API int px_settings_reload(const px_settings_spec_t *spec, void *running, const void *fresh,
+int px_settings_reload(const px_settings_spec_t *spec, void *running, const void *fresh,
                               char *changed, size_t cap);
 
 #endif

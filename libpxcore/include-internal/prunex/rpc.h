@@ -48,28 +48,28 @@ typedef enum {
 } px_rpc_code_t;
 
 /* "NOT_FOUND", ...; never NULL. */
-PX_API const char *px_rpc_code_name(px_rpc_code_t code);
+const char *px_rpc_code_name(px_rpc_code_t code);
 
 /* The px status a gRPC code maps to: INVALID_ARGUMENT, OUT_OF_RANGE,
  * NOT_FOUND, ALREADY_EXISTS -> PX_ERR_INVALID; DEADLINE_EXCEEDED ->
  * PX_ERR_TIMEOUT; FAILED_PRECONDITION, ABORTED -> PX_ERR_STATE; UNAVAILABLE,
  * CANCELLED -> PX_ERR_PEER; UNIMPLEMENTED -> PX_ERR_NOT_BUILT; others ->
  * PX_ERR_BACKEND. */
-PX_API px_status_t px_rpc_code_status(px_rpc_code_t code);
+px_status_t px_rpc_code_status(px_rpc_code_t code);
 
 /* Status code of the last call made on this thread: PX_RPC_OK after a
  * success, the server's (or gRPC's) code after a failed call, and
  * PX_RPC_UNKNOWN when the call failed locally before reaching gRPC. */
-PX_API px_rpc_code_t px_rpc_last_code(void);
+px_rpc_code_t px_rpc_last_code(void);
 
 /* 1 when the last call on this thread failed in a way worth retrying: the
  * server was unreachable, restarting, slow or briefly unable to serve
  * (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, INTERNAL, RESOURCE_EXHAUSTED);
  * 0 after a success, a refusal, or a call that failed locally. */
-PX_API int px_rpc_last_retryable(void);
+int px_rpc_last_retryable(void);
 
 /* Frees a message returned by this API; NULL is a no-op. */
-PX_API void px_rpc_message_free(void *msg);
+void px_rpc_message_free(void *msg);
 
 /* Default deadline of a unary call, used when deadline_ms <= 0. */
 #define PX_RPC_DEFAULT_DEADLINE_MS 10000
@@ -116,25 +116,25 @@ typedef struct {
 /* Creates a channel with options (opt may be NULL: all from the
  * environment). Fails with PX_ERR_IO / PX_ERR_INVALID when the CA file
  * cannot be read or holds no certificate, or the token is malformed. */
-PX_API px_status_t px_rpc_channel_create_ex(const char *target, const px_rpc_channel_options_t *opt,
+px_status_t px_rpc_channel_create_ex(const char *target, const px_rpc_channel_options_t *opt,
                                             px_rpc_channel_t **out);
 
 /* Creates a channel to target ("HOST:PORT"; TLS and token from PRUNEX_CA and
  * PRUNEX_TOKEN, see px_rpc_channel_options_t). Connecting is lazy:
  * this does not fail when nobody listens (calls do, with UNAVAILABLE). The
  * caller owns *out (px_rpc_channel_destroy). Thread-safe once created. */
-PX_API px_status_t px_rpc_channel_create(const char *target, px_rpc_channel_t **out);
+px_status_t px_rpc_channel_create(const char *target, px_rpc_channel_t **out);
 
 /* Destroys the channel; streams opened on it must be destroyed first. */
-PX_API void px_rpc_channel_destroy(px_rpc_channel_t *ch);
+void px_rpc_channel_destroy(px_rpc_channel_t *ch);
 
 /* The target given at creation (owned by the channel). */
-PX_API const char *px_rpc_channel_target(const px_rpc_channel_t *ch);
+const char *px_rpc_channel_target(const px_rpc_channel_t *ch);
 
 /* Waits up to timeout_ms for the channel to connect: PX_OK when connected,
  * PX_ERR_TIMEOUT otherwise. Calls do not need this; daemons use it to wait
  * for a coordinator that is starting. */
-PX_API px_status_t px_rpc_channel_wait_ready(px_rpc_channel_t *ch, int timeout_ms);
+px_status_t px_rpc_channel_wait_ready(px_rpc_channel_t *ch, int timeout_ms);
 
 /* ---- generic calls ---------------------------------------------------- */
 
@@ -143,14 +143,14 @@ PX_API px_status_t px_rpc_channel_wait_ready(px_rpc_channel_t *ch, int timeout_m
  * *resp is NULL, the status is mapped (px_rpc_code_status) and the message
  * names the method, the gRPC status and the server's details; a reply that
  * does not unpack as resp_desc is PX_ERR_FORMAT. */
-PX_API px_status_t px_rpc_call(px_rpc_channel_t *ch, const char *method,
+px_status_t px_rpc_call(px_rpc_channel_t *ch, const char *method,
                                const ProtobufCMessage *req,
                                const ProtobufCMessageDescriptor *resp_desc, int deadline_ms,
                                ProtobufCMessage **resp);
 
 /* The same with raw bytes on both sides (tests send malformed requests with
  * it). *resp is allocated with px_malloc (NULL when *resp_len is 0). */
-PX_API px_status_t px_rpc_call_raw(px_rpc_channel_t *ch, const char *method, const void *req,
+px_status_t px_rpc_call_raw(px_rpc_channel_t *ch, const char *method, const void *req,
                                    size_t req_len, int deadline_ms, void **resp, size_t *resp_len);
 
 /* ---- server streams --------------------------------------------------- */
@@ -160,7 +160,7 @@ typedef struct px_rpc_stream px_rpc_stream_t;
 /* Starts a server-streaming call (no deadline: it lasts until the server
  * ends it or the caller cancels). The caller owns *out
  * (px_rpc_stream_destroy). A stream is read by one thread at a time. */
-PX_API px_status_t px_rpc_stream_start(px_rpc_channel_t *ch, const char *method,
+px_status_t px_rpc_stream_start(px_rpc_channel_t *ch, const char *method,
                                        const ProtobufCMessage *req,
                                        const ProtobufCMessageDescriptor *resp_desc,
                                        px_rpc_stream_t **out);
@@ -172,101 +172,101 @@ PX_API px_status_t px_rpc_stream_start(px_rpc_channel_t *ch, const char *method,
  *   other errors         the stream ended with that status (cancelled by
  *                        px_rpc_stream_cancel: PX_ERR_PEER, code CANCELLED).
  * After the end, further reads give the same end result. */
-PX_API px_status_t px_rpc_stream_read(px_rpc_stream_t *s, int timeout_ms, ProtobufCMessage **msg);
+px_status_t px_rpc_stream_read(px_rpc_stream_t *s, int timeout_ms, ProtobufCMessage **msg);
 
 /* Cancels the stream; a read blocked in another thread returns. Safe to
  * call from any thread while the stream exists. */
-PX_API void px_rpc_stream_cancel(px_rpc_stream_t *s);
+void px_rpc_stream_cancel(px_rpc_stream_t *s);
 
 /* Cancels if needed and frees the stream. NULL is a no-op. */
-PX_API void px_rpc_stream_destroy(px_rpc_stream_t *s);
+void px_rpc_stream_destroy(px_rpc_stream_t *s);
 
 /* ---- typed calls -------------------------------------------------------
  * One per RPC of prunex.v1. deadline_ms <= 0 takes the default. On success
  * the caller owns *out (px_rpc_message_free). */
 
 /* Coordinator service (pxagent, pxworker). */
-PX_API px_status_t px_rpc_register_node(px_rpc_channel_t *ch,
+px_status_t px_rpc_register_node(px_rpc_channel_t *ch,
                                         const Prunex__V1__RegisterNodeRequest *req, int deadline_ms,
                                         Prunex__V1__RegisterNodeResponse **out);
-PX_API px_status_t px_rpc_heartbeat(px_rpc_channel_t *ch, const Prunex__V1__HeartbeatRequest *req,
+px_status_t px_rpc_heartbeat(px_rpc_channel_t *ch, const Prunex__V1__HeartbeatRequest *req,
                                     int deadline_ms, Prunex__V1__HeartbeatResponse **out);
 /* Opens the node's assignment stream; read it with px_rpc_read_assignment. */
-PX_API px_status_t px_rpc_watch_assignments(px_rpc_channel_t *ch, const char *node_id,
+px_status_t px_rpc_watch_assignments(px_rpc_channel_t *ch, const char *node_id,
                                             px_rpc_stream_t **out);
-PX_API px_status_t px_rpc_read_assignment(px_rpc_stream_t *s, int timeout_ms,
+px_status_t px_rpc_read_assignment(px_rpc_stream_t *s, int timeout_ms,
                                           Prunex__V1__Assignment **out);
-PX_API px_status_t px_rpc_kv_put(px_rpc_channel_t *ch, const Prunex__V1__KvPutRequest *req,
+px_status_t px_rpc_kv_put(px_rpc_channel_t *ch, const Prunex__V1__KvPutRequest *req,
                                  int deadline_ms);
 /* The call's deadline is req->wait_ms plus deadline_ms (or the default), so
  * that the server's wait ends first and answers found = false. */
-PX_API px_status_t px_rpc_kv_get(px_rpc_channel_t *ch, const Prunex__V1__KvGetRequest *req,
+px_status_t px_rpc_kv_get(px_rpc_channel_t *ch, const Prunex__V1__KvGetRequest *req,
                                  int deadline_ms, Prunex__V1__KvGetResponse **out);
-PX_API px_status_t px_rpc_report_iteration(px_rpc_channel_t *ch,
+px_status_t px_rpc_report_iteration(px_rpc_channel_t *ch,
                                            const Prunex__V1__IterationReport *req, int deadline_ms,
                                            Prunex__V1__ControlDecision **out);
-PX_API px_status_t px_rpc_report_rank_exit(px_rpc_channel_t *ch, const Prunex__V1__RankExit *req,
+px_status_t px_rpc_report_rank_exit(px_rpc_channel_t *ch, const Prunex__V1__RankExit *req,
                                            int deadline_ms);
 
 /* Jobs service (pxctl). */
-PX_API px_status_t px_rpc_submit_job(px_rpc_channel_t *ch, const Prunex__V1__SubmitJobRequest *req,
+px_status_t px_rpc_submit_job(px_rpc_channel_t *ch, const Prunex__V1__SubmitJobRequest *req,
                                      int deadline_ms, Prunex__V1__SubmitJobResponse **out);
 /* GetJob leaves Job.spec_yaml empty; _ex asks for it too. */
-PX_API px_status_t px_rpc_get_job(px_rpc_channel_t *ch, const char *job_id, int deadline_ms,
+px_status_t px_rpc_get_job(px_rpc_channel_t *ch, const char *job_id, int deadline_ms,
                                   Prunex__V1__Job **out);
-PX_API px_status_t px_rpc_get_job_ex(px_rpc_channel_t *ch, const char *job_id, int with_spec_yaml,
+px_status_t px_rpc_get_job_ex(px_rpc_channel_t *ch, const char *job_id, int with_spec_yaml,
                                      int deadline_ms, Prunex__V1__Job **out);
-PX_API px_status_t px_rpc_list_jobs(px_rpc_channel_t *ch, const Prunex__V1__ListJobsRequest *req,
+px_status_t px_rpc_list_jobs(px_rpc_channel_t *ch, const Prunex__V1__ListJobsRequest *req,
                                     int deadline_ms, Prunex__V1__ListJobsResponse **out);
-PX_API px_status_t px_rpc_cancel_job(px_rpc_channel_t *ch, const char *job_id, const char *reason,
+px_status_t px_rpc_cancel_job(px_rpc_channel_t *ch, const char *job_id, const char *reason,
                                      int deadline_ms, Prunex__V1__CancelJobResponse **out);
 /* Removes a finished job and everything stored for it (owner or admin). */
-PX_API px_status_t px_rpc_delete_job(px_rpc_channel_t *ch, const char *job_id, int deadline_ms);
-PX_API px_status_t px_rpc_list_nodes(px_rpc_channel_t *ch, const Prunex__V1__ListNodesRequest *req,
+px_status_t px_rpc_delete_job(px_rpc_channel_t *ch, const char *job_id, int deadline_ms);
+px_status_t px_rpc_list_nodes(px_rpc_channel_t *ch, const Prunex__V1__ListNodesRequest *req,
                                      int deadline_ms, Prunex__V1__ListNodesResponse **out);
-PX_API px_status_t px_rpc_get_iterations(px_rpc_channel_t *ch,
+px_status_t px_rpc_get_iterations(px_rpc_channel_t *ch,
                                          const Prunex__V1__GetIterationsRequest *req,
                                          int deadline_ms, Prunex__V1__GetIterationsResponse **out);
 /* Opens a job's update stream: the first message is the job as it is; the
  * stream ends (status OK) after the update that shows a terminal state. */
-PX_API px_status_t px_rpc_watch_job(px_rpc_channel_t *ch, const char *job_id,
+px_status_t px_rpc_watch_job(px_rpc_channel_t *ch, const char *job_id,
                                     px_rpc_stream_t **out);
-PX_API px_status_t px_rpc_read_job_update(px_rpc_stream_t *s, int timeout_ms,
+px_status_t px_rpc_read_job_update(px_rpc_stream_t *s, int timeout_ms,
                                           Prunex__V1__JobUpdate **out);
 
 /* Rank logs held by the coordinator: an agent uploads new bytes of a
  * rank's log (the answer says where the next chunk must start); pxctl reads
  * them back from any host. */
-PX_API px_status_t px_rpc_append_rank_log(px_rpc_channel_t *ch, const Prunex__V1__RankLogChunk *req,
+px_status_t px_rpc_append_rank_log(px_rpc_channel_t *ch, const Prunex__V1__RankLogChunk *req,
                                           int deadline_ms, Prunex__V1__RankLogChunkResponse **out);
-PX_API px_status_t px_rpc_get_rank_log(px_rpc_channel_t *ch,
+px_status_t px_rpc_get_rank_log(px_rpc_channel_t *ch,
                                        const Prunex__V1__GetRankLogRequest *req, int deadline_ms,
                                        Prunex__V1__RankLog **out);
 /* Accounting records and per-user totals (`pxctl acct`). */
-PX_API px_status_t px_rpc_get_accounting(px_rpc_channel_t *ch,
+px_status_t px_rpc_get_accounting(px_rpc_channel_t *ch,
                                          const Prunex__V1__GetAccountingRequest *req,
                                          int deadline_ms, Prunex__V1__GetAccountingResponse **out);
 /* Queue controls (`pxctl hold`, `release`, `update`): the job as
  * it is afterwards into *out (px_rpc_message_free). Owner or admin. */
-PX_API px_status_t px_rpc_hold_job(px_rpc_channel_t *ch, const Prunex__V1__HoldJobRequest *req,
+px_status_t px_rpc_hold_job(px_rpc_channel_t *ch, const Prunex__V1__HoldJobRequest *req,
                                    int deadline_ms, Prunex__V1__Job **out);
-PX_API px_status_t px_rpc_release_job(px_rpc_channel_t *ch,
+px_status_t px_rpc_release_job(px_rpc_channel_t *ch,
                                       const Prunex__V1__ReleaseJobRequest *req, int deadline_ms,
                                       Prunex__V1__Job **out);
-PX_API px_status_t px_rpc_update_job(px_rpc_channel_t *ch, const Prunex__V1__UpdateJobRequest *req,
+px_status_t px_rpc_update_job(px_rpc_channel_t *ch, const Prunex__V1__UpdateJobRequest *req,
                                      int deadline_ms, Prunex__V1__Job **out);
 
 /* Names of the enums as the proto spells them without the prefix
  * ("RUNNING", "READY", "START"); "?" for values outside the enum. */
-PX_API const char *px_rpc_job_state_name(Prunex__V1__JobState s);
-PX_API const char *px_rpc_node_state_name(Prunex__V1__NodeState s);
+const char *px_rpc_job_state_name(Prunex__V1__JobState s);
+const char *px_rpc_node_state_name(Prunex__V1__NodeState s);
 
 /* ---- rendezvous store --------------------------------------------------
  * A px_kv_t backed by the coordinator's KvPut/KvGet for job job_id at
  * target (HOST:PORT). get asks the coordinator to wait (it parks the call),
  * so waiting costs no polling; both retry while the coordinator is
  * unavailable (restarting), put for up to 10 s, get until its wait ends. */
-PX_API px_status_t px_kv_open_coordinator(const char *target, const char *job_id, px_kv_t **out);
+px_status_t px_kv_open_coordinator(const char *target, const char *job_id, px_kv_t **out);
 
 #ifdef __cplusplus
 }

@@ -63,9 +63,9 @@ typedef enum {
 } px_st_dtype_t;
 
 /* The file's name of a dtype ("F32"); "?" for a value out of range. */
-PX_API const char *px_st_dtype_name(px_st_dtype_t dtype);
+const char *px_st_dtype_name(px_st_dtype_t dtype);
 /* Bytes per element; 0 for a value out of range. */
-PX_API size_t px_st_dtype_size(px_st_dtype_t dtype);
+size_t px_st_dtype_size(px_st_dtype_t dtype);
 
 /* One tensor of a table that is saved or loaded. The same table can serve
  * both directions: px_safetensors_save reads `data`, px_safetensors_load_into
@@ -91,7 +91,7 @@ typedef struct {
  * a non-empty tensor, duplicate metadata keys), PX_ERR_IO naming the path and
  * errno text, PX_ERR_NOMEM. Allocates only the header; data is written
  * straight from the caller's buffers. */
-PX_API px_status_t px_safetensors_save(const char *path, const px_st_tensor_t *tensors, int n,
+px_status_t px_safetensors_save(const char *path, const px_st_tensor_t *tensors, int n,
                                        const char *const *meta_kv, int nmeta);
 
 /* ---- reading --------------------------------------------------------------- */
@@ -118,38 +118,38 @@ typedef struct {
  * (px_safetensors_close); it keeps the file open for reads. Fails with
  * PX_ERR_IO (cannot open or read), PX_ERR_FORMAT, PX_ERR_NOMEM,
  * PX_ERR_INVALID (NULL argument); *out is NULL then. */
-PX_API px_status_t px_safetensors_open(const char *path, px_safetensors_t **out);
+px_status_t px_safetensors_open(const char *path, px_safetensors_t **out);
 
 /* Closes the file and frees the handle; NULL is a no-op. Invalidates every
  * name, info and metadata string obtained from it. */
-PX_API void px_safetensors_close(px_safetensors_t *st);
+void px_safetensors_close(px_safetensors_t *st);
 
 /* Number of tensors. */
-PX_API int px_safetensors_count(const px_safetensors_t *st);
+int px_safetensors_count(const px_safetensors_t *st);
 
 /* Name of tensor i (0 <= i < count), in the order of their data in the file;
  * owned by the handle. NULL when i is out of range. */
-PX_API const char *px_safetensors_name(const px_safetensors_t *st, int i);
+const char *px_safetensors_name(const px_safetensors_t *st, int i);
 
 /* Looks a tensor up by name. Fails with PX_ERR_INVALID naming the file and
  * the tensor when there is none of that name (*info untouched). */
-PX_API px_status_t px_safetensors_find(const px_safetensors_t *st, const char *name,
+px_status_t px_safetensors_find(const px_safetensors_t *st, const char *name,
                                        px_st_info_t *info);
 
 /* Reads the data of tensor `name` into dst, which must be exactly its size:
  * bytes must equal the tensor's nbytes. Fails with PX_ERR_INVALID (no such
  * tensor, wrong size), PX_ERR_IO, PX_ERR_FORMAT (the file shrank since open);
  * dst may be partly written then. Safe from several threads on one handle. */
-PX_API px_status_t px_safetensors_read(const px_safetensors_t *st, const char *name, void *dst,
+px_status_t px_safetensors_read(const px_safetensors_t *st, const char *name, void *dst,
                                        size_t bytes);
 
 /* Value of metadata key, or NULL when absent; owned by the handle. */
-PX_API const char *px_safetensors_meta(const px_safetensors_t *st, const char *key);
+const char *px_safetensors_meta(const px_safetensors_t *st, const char *key);
 
 /* Number of metadata pairs, and pair i (0 <= i < count, in file order);
  * NULL key and value when i is out of range. Strings owned by the handle. */
-PX_API int px_safetensors_meta_count(const px_safetensors_t *st);
-PX_API void px_safetensors_meta_at(const px_safetensors_t *st, int i, const char **key,
+int px_safetensors_meta_count(const px_safetensors_t *st);
+void px_safetensors_meta_at(const px_safetensors_t *st, int i, const char **key,
                                    const char **value);
 
 /* Opens path and reads every listed tensor into its dst, after checking that
@@ -160,7 +160,7 @@ PX_API void px_safetensors_meta_at(const px_safetensors_t *st, int i, const char
  * tensor in strict mode; the message names the tensor and both dtypes or
  * shapes), PX_ERR_INVALID (NULL or duplicate names, NULL dst for a
  * non-empty tensor), and whatever px_safetensors_open and _read fail with. */
-PX_API px_status_t px_safetensors_load_into(const char *path, const px_st_tensor_t *tensors, int n,
+px_status_t px_safetensors_load_into(const char *path, const px_st_tensor_t *tensors, int n,
                                             int strict);
 
 #ifdef __cplusplus

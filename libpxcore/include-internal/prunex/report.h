@@ -88,24 +88,24 @@ typedef struct {
 } px_report_field_t;
 
 /* Fields of table t, and its field i (NULL when out of range). */
-PX_API int px_report_count(px_report_table_t t);
-PX_API const px_report_field_t *px_report_field(px_report_table_t t, int i);
+int px_report_count(px_report_table_t t);
+const px_report_field_t *px_report_field(px_report_table_t t, int i);
 /* The field of t called name, or NULL. */
-PX_API const px_report_field_t *px_report_find(px_report_table_t t, const char *name);
+const px_report_field_t *px_report_find(px_report_table_t t, const char *name);
 
 /* Field f's value in msg (an IterationReport or LayerMetrics as f's table
  * says; a phase field reads msg->phases, 0 without phases) as a double;
  * *present (may be NULL) says whether it was measured (presence rule, and
  * a phase field of a report without phases is not). Text fields read 0. */
-PX_API double px_report_value(const px_report_field_t *f, const void *msg, int *present);
+double px_report_value(const px_report_field_t *f, const void *msg, int *present);
 
 /* The names of the fields of t that have every flag of `where`, joined by
  * ", " (each prefixed with prefix, e.g. "i."; NULL: none), into buf[cap];
  * returns buf, or NULL when cap is too small. */
-PX_API const char *px_report_columns(px_report_table_t t, unsigned where, const char *prefix,
+const char *px_report_columns(px_report_table_t t, unsigned where, const char *prefix,
                                      char *buf, size_t cap);
 /* "?first, ?first+1, ...": one parameter per such field; buf or NULL. */
-PX_API const char *px_report_params(px_report_table_t t, unsigned where, int first, char *buf,
+const char *px_report_params(px_report_table_t t, unsigned where, int first, char *buf,
                                     size_t cap);
 
 /* "INSERT OR REPLACE INTO table (head, <the columns>) VALUES (?1, ...,
@@ -113,13 +113,13 @@ PX_API const char *px_report_params(px_report_table_t t, unsigned where, int fir
  * (keys and its own), bound first; the table's fields that have every flag
  * of `where` follow (px_report_bind(..., nhead + 1, ...)). Into buf[cap];
  * returns buf, or NULL when cap is too small. */
-PX_API const char *px_report_insert_sql(px_report_table_t t, unsigned where, const char *table,
+const char *px_report_insert_sql(px_report_table_t t, unsigned where, const char *table,
                                         const char *head, int nhead, char *buf, size_t cap);
 
 /* Binds msg's fields that have every flag of `where`, in the table's order,
  * to the parameters first, first + 1, ... of st (phase fields: 0 when msg
  * has no phases). Fails with the store's error. */
-PX_API px_status_t px_report_bind(px_report_table_t t, unsigned where, px_store_stmt_t *st,
+px_status_t px_report_bind(px_report_table_t t, unsigned where, px_store_stmt_t *st,
                                   int first, const void *msg);
 
 /* Reads the result columns first, first + 1, ... of st's current row (a
@@ -127,20 +127,20 @@ PX_API px_status_t px_report_bind(px_report_table_t t, unsigned where, px_store_
  * initialised. Phase fields go to *phases, and only when phases is not
  * NULL (the caller sets msg->phases). Text is borrowed from st: valid until
  * st steps or is reset. Cannot fail. */
-PX_API void px_report_read(px_report_table_t t, unsigned where, px_store_stmt_t *st, int first,
+void px_report_read(px_report_table_t t, unsigned where, px_store_stmt_t *st, int first,
                            void *msg, Prunex__V1__PhaseTimes *phases);
 
 /* CSV (RFC 4180; text quoted, quotes doubled; a value not measured is
  * empty): the names of t's PX_REPORT_CSV fields, and msg's values, each
  * preceded by a comma except the very first when lead is 0. */
-PX_API void px_report_csv_header(px_report_table_t t, int lead, FILE *f);
-PX_API void px_report_csv_row(px_report_table_t t, int lead, const void *msg, FILE *f);
+void px_report_csv_header(px_report_table_t t, int lead, FILE *f);
+void px_report_csv_row(px_report_table_t t, int lead, const void *msg, FILE *f);
 
 /* The iteration as the wire carries it: every field of the table that the
  * strategy's record has, and the phase times into *ph (rep->phases = ph).
  * job_id, rank, time_unix_ms, the layers and checkpoint_problem are the
  * caller's. *rep and *ph are initialised first. Cannot fail. */
-PX_API void px_report_from_iteration(const px_iteration_t *it, Prunex__V1__IterationReport *rep,
+void px_report_from_iteration(const px_iteration_t *it, Prunex__V1__IterationReport *rep,
                                      Prunex__V1__PhaseTimes *ph);
 
 /* Layer l of an iteration as the wire carries it: the layer index, its
@@ -148,12 +148,12 @@ PX_API void px_report_from_iteration(const px_iteration_t *it, Prunex__V1__Itera
  * density (it->layer_density[l], -1 without densities) and every figure of
  * it->layers[l] (it->layers must not be NULL). *out is initialised first.
  * Cannot fail. */
-PX_API void px_layer_metrics_from_iteration(const px_iteration_t *it, int l,
+void px_layer_metrics_from_iteration(const px_iteration_t *it, int l,
                                             Prunex__V1__LayerMetrics *out);
 
 /* The figures the control policy reads (px_admm_decide) from a reported
  * layer: every field px_admm_layer_report_t has. Cannot fail. */
-PX_API void px_layer_metrics_to_admm(const Prunex__V1__LayerMetrics *m,
+void px_layer_metrics_to_admm(const Prunex__V1__LayerMetrics *m,
                                      px_admm_layer_report_t *out);
 
 #ifdef __cplusplus

@@ -32,29 +32,29 @@ extern "C" {
 #define PX_QUANT_BLOCK 512
 
 /* 1 for the supported widths (8 and 4), 0 otherwise. */
-PX_API int px_quant_bits_ok(int bits);
+int px_quant_bits_ok(int bits);
 
 /* The width that comm.quantize names: 0 for "none" (or an empty string, an
  * unset field), 8 or 4; -1 for anything else. */
-PX_API int px_quant_bits_from_name(const char *name);
+int px_quant_bits_from_name(const char *name);
 
 /* Payload bytes of count floats at that width (0 for count 0): the blocks'
  * headers (8 bytes each) plus the packed integers. */
-PX_API size_t px_quant_bytes(int bits, size_t count);
+size_t px_quant_bytes(int bits, size_t count);
 
 /* Encodes x[count] into out[px_quant_bytes(bits, count)] and replaces every
  * x[j] by its quantization error x[j] - decode(out)[j] (the error feedback
  * the caller keeps). seed keys the stochastic rounding: the same seed and
  * input give the same payload. Non-finite input is encoded as its block
  * minimum would allow (callers pass finite values). */
-PX_API void px_quant_encode(float *x, size_t count, int bits, uint64_t seed, uint8_t *out);
+void px_quant_encode(float *x, size_t count, int bits, uint64_t seed, uint8_t *out);
 
 /* acc[j] += decode(in)[j] for j < count. */
-PX_API void px_quant_decode_add(const uint8_t *in, size_t count, int bits, float *acc);
+void px_quant_decode_add(const uint8_t *in, size_t count, int bits, float *acc);
 
 /* A 64-bit key from several words (seed, iteration, rank, bucket): a
  * splitmix64 chain, the same on every platform. */
-PX_API uint64_t px_quant_key(uint64_t a, uint64_t b, uint64_t c, uint64_t d);
+uint64_t px_quant_key(uint64_t a, uint64_t b, uint64_t c, uint64_t d);
 
 #ifdef __cplusplus
 }

@@ -168,12 +168,12 @@ extern "C" {
  * message), PX_ERR_INVALID (syntax, schema or semantic error, the message
  * names file, line, column and field; also a file over 1 MiB or a NULL
  * argument), PX_ERR_NOMEM. */
-PX_API px_status_t px_jobspec_parse_file(const char *path, Prunex__V1__JobSpec **out);
+px_status_t px_jobspec_parse_file(const char *path, Prunex__V1__JobSpec **out);
 
 /* The same for len bytes at text (need not be NUL-terminated);
  * name_for_errors is the file name the messages carry and the source of the
  * default job name (NULL: "<string>" in messages, "job" as the name). */
-PX_API px_status_t px_jobspec_parse_string(const char *text, size_t len,
+px_status_t px_jobspec_parse_string(const char *text, size_t len,
                                            const char *name_for_errors, Prunex__V1__JobSpec **out);
 
 /* The fields a parse saw written (a value other than empty, `~` or `null`),
@@ -187,11 +187,11 @@ typedef struct {
  * the spec, read once: the file's bytes in *text (NUL-terminated, the
  * caller's: px_free; NULL: not wanted) and the fields it wrote in *given
  * (NULL: not wanted). On failure *text is NULL and *given empty. */
-PX_API px_status_t px_jobspec_parse_file_ex(const char *path, Prunex__V1__JobSpec **out,
+px_status_t px_jobspec_parse_file_ex(const char *path, Prunex__V1__JobSpec **out,
                                             char **text, px_jobspec_given_t *given);
 
 /* px_jobspec_parse_string with the fields written in *given (may be NULL). */
-PX_API px_status_t px_jobspec_parse_string_ex(const char *text, size_t len,
+px_status_t px_jobspec_parse_string_ex(const char *text, size_t len,
                                               const char *name_for_errors,
                                               Prunex__V1__JobSpec **out,
                                               px_jobspec_given_t *given);
@@ -200,11 +200,11 @@ PX_API px_status_t px_jobspec_parse_string_ex(const char *text, size_t len,
  * "admm.max_iterations": section.key as in the schema above) written, 0
  * when not, -1 when path names no field of the schema (or an argument is
  * NULL). Cannot fail otherwise; sets no error. */
-PX_API int px_jobspec_given(const px_jobspec_given_t *given, const char *path);
+int px_jobspec_given(const px_jobspec_given_t *given, const char *path);
 
 /* Frees a spec from this module or from protobuf-c's unpack with the
  * default allocator (sections, strings, lists included). NULL is a no-op. */
-PX_API void px_jobspec_free(Prunex__V1__JobSpec *spec);
+void px_jobspec_free(Prunex__V1__JobSpec *spec);
 
 /* Semantic checks of a complete spec, the ones parsing applies: every
  * section present, every field in range, names known, and the cross-field
@@ -212,15 +212,15 @@ PX_API void px_jobspec_free(Prunex__V1__JobSpec *spec);
  * message reads "job spec: FIELD: ...". Returns PX_OK or PX_ERR_INVALID; the
  * spec is not changed. A spec from a client that leaves fields at their
  * proto zero fails here: call px_jobspec_fill_defaults first. */
-PX_API px_status_t px_jobspec_validate(const Prunex__V1__JobSpec *spec);
+px_status_t px_jobspec_validate(const Prunex__V1__JobSpec *spec);
 
 /* notify.states as a bit mask of prunex.v1.JobState values (bit s for state s;
  * "" or "end": SUCCEEDED, FAILED, CANCELLED, TIMEOUT). 0, or the 1-based
  * position of the first unknown word (-1 when on is over 256 bytes). */
-PX_API int px_jobspec_notify_states(const char *states, unsigned *mask);
+int px_jobspec_notify_states(const char *states, unsigned *mask);
 /* 1 when url is "" or an http:// or https:// URL of at most 1024 bytes
  * without blanks or control characters. */
-PX_API int px_jobspec_notify_url_ok(const char *url);
+int px_jobspec_notify_url_ok(const char *url);
 
 /* The checks of a valid spec that need the data on this machine, run by
  * pxctl before it submits (the coordinator may not see the data): an image
@@ -228,7 +228,7 @@ PX_API int px_jobspec_notify_url_ok(const char *url);
  * model.num_classes against its classes. Other data sets pass. Fails with
  * the folder check's error (the message names the directory), or
  * PX_ERR_INVALID ("spec.model.num_classes: ..."). */
-PX_API px_status_t px_jobspec_check_data(const Prunex__V1__JobSpec *spec);
+px_status_t px_jobspec_check_data(const Prunex__V1__JobSpec *spec);
 
 /* Completes a spec that may have come from a client that did not use this
  * parser: adds every missing section with all its defaults, and within the
@@ -242,14 +242,14 @@ PX_API px_status_t px_jobspec_check_data(const Prunex__V1__JobSpec *spec);
  * replaced strings are freed, added ones malloc'd. Fails with PX_ERR_NOMEM
  * (the spec is then partly filled but still valid to free) or
  * PX_ERR_INVALID (NULL). */
-PX_API px_status_t px_jobspec_fill_defaults(Prunex__V1__JobSpec *spec);
+px_status_t px_jobspec_fill_defaults(Prunex__V1__JobSpec *spec);
 
 /* When spec's admm.max_iterations is the one its data set and shape derive
  * (left out of the spec, or given equal), writes how it was derived into
  * buf, e.g. "23 iterations, derived: 2 epochs of 5880 training images over
  * 2 nodes x 1 worker, batch 128, 4 local steps per iteration", and returns
  * 1; else writes "" and returns 0. For pxctl submit and status. */
-PX_API int px_jobspec_budget_text(const Prunex__V1__JobSpec *spec, char *buf, size_t cap);
+int px_jobspec_budget_text(const Prunex__V1__JobSpec *spec, char *buf, size_t cap);
 
 /* Writes spec as canonical YAML: every key of the schema in a fixed order,
  * strings double-quoted, numbers in their shortest exact form, sizes in
@@ -257,7 +257,7 @@ PX_API int px_jobspec_budget_text(const Prunex__V1__JobSpec *spec, char *buf, si
  * spec that px_jobspec_validate accepts; sections absent from spec are
  * written with the proto zero values. The caller owns *out (px_free).
  * Fails with PX_ERR_INVALID (NULL argument) or PX_ERR_NOMEM. */
-PX_API px_status_t px_jobspec_to_yaml(const Prunex__V1__JobSpec *spec, char **out);
+px_status_t px_jobspec_to_yaml(const Prunex__V1__JobSpec *spec, char **out);
 
 /* ---- sweeps ---------------------------------------------------------------------
  * A spec may carry `sweep:`, a mapping of field paths to lists of values:
@@ -277,7 +277,7 @@ PX_API px_status_t px_jobspec_to_yaml(const Prunex__V1__JobSpec *spec, char **ou
  * combinations) and sets *count to the number of combinations (1 without a
  * sweep). PX_ERR_INVALID with "spec.sweep.FIELD...: ..." messages (the
  * parser reports the same rules with file positions). */
-PX_API px_status_t px_jobspec_sweep_count(const Prunex__V1__JobSpec *spec, size_t *count);
+px_status_t px_jobspec_sweep_count(const Prunex__V1__JobSpec *spec, size_t *count);
 
 /* Combination k (0 <= k < count; the last field varies fastest) of a spec
  * with a sweep: a copy of spec with its defaults filled in
@@ -289,7 +289,7 @@ PX_API px_status_t px_jobspec_sweep_count(const Prunex__V1__JobSpec *spec, size_
  * again (a sweep of train.epochs keeps admm.max_iterations; sweep that
  * too). The caller owns *out (px_jobspec_free). PX_ERR_INVALID,
  * PX_ERR_NOMEM. */
-PX_API px_status_t px_jobspec_sweep_point(const Prunex__V1__JobSpec *spec, size_t k,
+px_status_t px_jobspec_sweep_point(const Prunex__V1__JobSpec *spec, size_t k,
                                           Prunex__V1__JobSpec **out, char *label, size_t cap);
 
 /* ---- the spec translated once ------------------------------------------------
@@ -309,14 +309,14 @@ PX_API px_status_t px_jobspec_sweep_point(const Prunex__V1__JobSpec *spec, size_
  * integer", "spec.admm.mu: expected a number > 1, got 0.5". Returns PX_OK,
  * PX_ERR_INVALID (also for a NULL spec: "spec: required") or PX_ERR_NOMEM;
  * spec is not changed. */
-PX_API px_status_t px_jobspec_check_submitted(const Prunex__V1__JobSpec *spec);
+px_status_t px_jobspec_check_submitted(const Prunex__V1__JobSpec *spec);
 
 /* The coordinator's H-SADMM control policy (admm.h) from a spec as
  * submitted or completed: proto zeros of mu, tau, rho_max, max_iterations,
  * eps_abs and eps_rel take the policy's defaults; freeze_on_stable and
  * freeze_iteration 0 mean never. A NULL spec or admm section gives the
  * defaults. Cannot fail (px_admm_policy_validate judges the result). */
-PX_API void px_jobspec_admm_policy(const Prunex__V1__JobSpec *spec, px_admm_policy_t *out);
+void px_jobspec_admm_policy(const Prunex__V1__JobSpec *spec, px_admm_policy_t *out);
 
 /* The producers below take a complete spec (px_jobspec_fill_defaults, then
  * px_jobspec_validate passed): every section present. Strings in the
@@ -327,7 +327,7 @@ PX_API void px_jobspec_admm_policy(const Prunex__V1__JobSpec *spec, px_admm_poli
  * cluster.threads_per_worker > 0). What depends on the rank's place (rank,
  * world_size, device, and threads when the spec leaves them to the
  * machine) is the caller's. Cannot fail. */
-PX_API void px_jobspec_train_config(const Prunex__V1__JobSpec *spec, px_train_config_t *out);
+void px_jobspec_train_config(const Prunex__V1__JobSpec *spec, px_train_config_t *out);
 
 /* The strategy's configuration: kind, iterations (admm.max_iterations),
  * local steps (train.local_steps, else train.local_epochs times
@@ -337,17 +337,17 @@ PX_API void px_jobspec_train_config(const Prunex__V1__JobSpec *spec, px_train_co
  * first: the callbacks (observe), checkpoint_dir and the test switches are
  * the caller's. Fails with PX_ERR_INVALID when the local steps of an
  * iteration exceed INT32_MAX or comm.quantize or comm.compress is unknown. */
-PX_API px_status_t px_jobspec_strategy_config(const Prunex__V1__JobSpec *spec,
+px_status_t px_jobspec_strategy_config(const Prunex__V1__JobSpec *spec,
                                               int64_t steps_per_epoch, px_strategy_config_t *out);
 
 /* The data plane's options: px_comm_opts_default, then comm.timeout_ms and
  * comm.bucket_bytes. The rendezvous keys, the leaders and the backend
  * (px_comm_choose_backend with comm.backend) are the caller's. */
-PX_API void px_jobspec_comm_opts(const Prunex__V1__JobSpec *spec, px_comm_opts_t *out);
+void px_jobspec_comm_opts(const Prunex__V1__JobSpec *spec, px_comm_opts_t *out);
 
 /* "hsadmm", "hsadmm-flat", "ddp", "topk", or "unspecified" for any other
  * value; a static string. */
-PX_API const char *px_jobspec_strategy_name(Prunex__V1__Strategy s);
+const char *px_jobspec_strategy_name(Prunex__V1__Strategy s);
 
 #ifdef __cplusplus
 }

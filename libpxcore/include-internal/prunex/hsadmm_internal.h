@@ -1,0 +1,89 @@
+/* The part of prunex/hsadmm.h internal to libpxcore, its programs and its tests
+ * (not installed, not exported: docs/architecture.md, "libpxcore"). */
+#ifndef PRUNEX_HSADMM_INTERNAL_H
+#define PRUNEX_HSADMM_INTERNAL_H
+
+#include "prunex/hsadmm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* comm.quantize: with bits 8 or 4, each leader sends its packed z_i (its
+ * change from z, with error feedback; the leaders track the sum of the v_i
+ * themselves, so v_i is not sent) as block-scaled integers with stochastic rounding and error feedback
+ * (quantize.h) in an allgather of bytes over the leaders, instead of the
+ * f32 allreduce, and every leader decodes and sums the payloads in node
+ * order, so z stays bit-identical on every rank; intra-node exchanges and
+ * masks stay exact. seed keys the rounding (with the iteration, the rank and
+ * the bucket), so a rerun sends the same bytes. bits 0 is the exact
+ * exchange. Call on every rank before the first px_hsadmm_sync (it
+ * allocates the buffers then; syncs allocate nothing). Fails with
+ * PX_ERR_INVALID for other widths or in flat mode, PX_ERR_STATE after a
+ * sync, PX_ERR_NOMEM. */
+px_status_t px_hsadmm_set_quantize(px_hsadmm_t *h, int bits, uint64_t seed);
+
+/* comm.compress lossless (strategy hsadmm, exact exchange, host state):
+ * each leader codes its packed z_i + v_i against its own payload of the
+ * round before, as every leader holds it (lossless.h), and the leaders
+ * allgather the payloads instead of the f32 allreduce; every leader decodes
+ * each payload against its copy of that leader's last one and sums them in
+ * node order. The same floats arrive, so with two nodes z is bit for bit
+ * what the plain exchange gives (the sum of two is the same in any order);
+ * with more, the order of the sum may differ from the allreduce's, the same
+ * on every leader. Each leader keeps every leader's last payload in
+ * parameter layout (M * total floats); they restart at zero on a resume,
+ * on every leader alike. A payload that does not decode to its sender's
+ * floats (a checksum in it) fails the round with PX_ERR_FORMAT naming the
+ * sending node. Call on every rank before the first px_hsadmm_sync (it
+ * allocates then; syncs allocate nothing). Fails with PX_ERR_INVALID in
+ * flat, quantized or overlapped mode or with the device state,
+ * PX_ERR_STATE after a sync, PX_ERR_NOMEM. */
+px_status_t px_hsadmm_set_compress(px_hsadmm_t *h, int lossless);
+
+/* comm.overlap (strategy hsadmm, exact exchange only): the leaders' exchange
+ * of a round is packed by px_hsadmm_sync but sent by px_hsadmm_overlap_start,
+ * which the caller calls on every rank when the next local phase begins
+ * (after the round's last collective); it then runs on the communicator's
+ * progress thread while the workers train, and the next px_hsadmm_sync
+ * takes its z first. This changes the math in one place: the next local
+ * phase starts from the z of the round before moved by the node's last step
+ * (px_hsadmm_restart_point; the proximal targets
+ * z_i and u are exact); the round's inter residuals are reported with that
+ * z too. px_hsadmm_set_drain(h, 1) before a sync makes that round exchange
+ * at once (a round that is evaluated, checkpointed or last: z is read);
+ * px_hsadmm_decide drains itself before a stop, a freeze or a change of rho;
+ * px_hsadmm_overlap_drain takes a pending z at once (collective over the
+ * node). Set on every rank before the first sync. Fails with PX_ERR_INVALID
+ * in flat or quantized mode, PX_ERR_STATE after a sync, PX_ERR_NOMEM. */
+px_status_t px_hsadmm_set_overlap(px_hsadmm_t *h, int on);
+void px_hsadmm_set_drain(px_hsadmm_t *h, int drain);
+px_status_t px_hsadmm_overlap_start(px_hsadmm_t *h);
+px_status_t px_hsadmm_overlap_drain(px_hsadmm_t *h);
+/* Where parameter i's next local phase starts (numel floats into dst): z;
+ * while an exchange is pending, z^(k-1) + z_i^k - z_i^(k-1), the last z
+ * moved by this node's latest step (the same on every rank of a node). */
+void px_hsadmm_restart_point(const px_hsadmm_t *h, int i, float *dst);
+/* 1 while a round's exchange is packed or in flight and its z not taken. */
+int px_hsadmm_pending(const px_hsadmm_t *h);
+
+/* The proximal target of parameter i for the local phase: z_i (z in flat
+ * mode), u and the current rho1. Pointers stay valid for the handle's life. */
+void px_hsadmm_prox(const px_hsadmm_t *h, int i, const float **z, const float **u,
+                    float *rho1);
+
+int px_hsadmm_frozen(const px_hsadmm_t *h);
+
+double px_hsadmm_rho1(const px_hsadmm_t *h, int i);
+/* The scaled duals of parameter i: u (this rank) and v (this node). */
+void px_hsadmm_duals(const px_hsadmm_t *h, int i, const float **u, const float **v);
+double px_hsadmm_rho2(const px_hsadmm_t *h, int i);
+
+px_status_t px_hsadmm_local_control(void *ctx, const px_hsadmm_round_t *round,
+                                    px_hsadmm_decision_t *decision);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
