@@ -642,7 +642,7 @@ static px_status_t px__build_onnx(px_model_t *m) {
       case PX__OL_CONV: {
         /* grouped convs and those on a 1 x 1 map (squeeze-and-excitation)
          * stay dense: see PX_WEIGHT_CONV_FIXED */
-        int fixed = L->groups > 1 || m->acts[in].dims[2] * m->acts[in].dims[3] == 1;
+        int fixed = L->groups > 1 || L->logits || m->acts[in].dims[2] * m->acts[in].dims[3] == 1;
         /* a compact depthwise conv keeps one group per kept channel */
         int groups = m->widths && L->groups > 1 && L->groups == L->c_out ? (int)m->acts[in].dims[1]
                                                                           : L->groups;
@@ -693,6 +693,10 @@ static px_status_t px__build_onnx(px_model_t *m) {
         break;
     }
   }
+  /* a classifier of convolutions ends in a global pooling: its map, plain
+   * [N, classes, 1, 1], is the logits (px__logits_2d) */
+  if (g->layers[g->nlayers - 1].kind != PX__OL_FC)
+    PX_CHECK_GOTO(px__plain(m, act[g->nlayers - 1], &x), st, done);
 done:
   px_free(act);
   return st;
@@ -1741,12 +1745,22 @@ static px_status_t px__load_input(px_model_t *m, const float *x, const int32_t *
   return px__ops_upload(m->ops, y ? 2 : 1, dst, src);
 }
 
+/* t, the logits, as the loss reads them: [N, classes] (a conv classifier's
+ * pooled plain [N, classes, 1, 1] is the same memory). */
+static px_tensor_t px__logits_2d(const px_tensor_t *t) {
+  px_tensor_t v = *t;
+  v.ndim = 2;
+  v.dims[2] = v.dims[3] = 1;
+  return v;
+}
+
 px_status_t px_model_train_step(px_model_t *m, const float *x, const int32_t *y, float *loss,
                                 int64_t *correct) {
   PX_CHECK(px__load_input(m, x, y));
   PX_CHECK(px__forward(m, 1));
   int lg = m->nacts - 1;
-  PX_CHECK(px_softmax_ce(m->ops, &m->grads[lg], loss, correct, &m->acts[lg], &m->labels));
+  px_tensor_t z = px__logits_2d(&m->acts[lg]), dz = px__logits_2d(&m->grads[lg]);
+  PX_CHECK(px_softmax_ce(m->ops, &dz, loss, correct, &z, &m->labels));
   return px__backward(m);
 }
 
