@@ -13,6 +13,7 @@
  * makes the descriptors; the executables, conversions, argument checks and
  * calls are those of every layer with weights (cpu_wlayer.c). */
 #include <stddef.h>
+#include <string.h>
 
 #include "nn/cpu/px_cpu_int.h"
 
@@ -175,6 +176,65 @@ static px_status_t px__conv_note_ref(px_ops_t *ops, px__cpu_wlayer_t *l, px_stat
   return st;
 }
 
+/* Whether pd runs on oneDNN's reference code. */
+static int px__pd_ref(const_dnnl_primitive_desc_t pd) {
+  const char *impl = NULL;
+  return pd && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) ==
+                   dnnl_success && impl && !strncmp(impl, "ref", 3);
+}
+
+/* A grouped convolution's three descriptors with source x, the destination
+ * y (`any` or a layout), into pd; how many run on the reference code. */
+static px_status_t px__conv_grouped_try(px_ops_t *ops, const dnnl_memory_desc_t *x,
+                                        const dnnl_memory_desc_t *y, const px__conv_mds_t *m,
+                                        dnnl_primitive_desc_t pd[PX__WL_NPD], int *nref) {
+  const px__conv_mds_t f = {x, m->w, m->b, y, m->g};
+  PX_CHECK(px__conv_pd(ops, pd, PX__WL_FWD, 0, &f, "grouped convolution forward"));
+  const dnnl_memory_desc_t y_md = *px__cpu_pd_md(pd[PX__WL_FWD], DNNL_ARG_DST);
+  PX_CHECK(px__conv_bwd_pds(ops, pd, 0, x, m->w, x, m->w, m->b, &y_md, m->g));
+  *nref = px__pd_ref(pd[PX__WL_FWD]) + px__pd_ref(pd[PX__WL_BWD_D]) + px__pd_ref(pd[PX__WL_BWD_W]);
+  return PX_OK;
+}
+
+/* A grouped convolution, not depthwise (ResNeXt's, RegNetY's). oneDNN 2.6
+ * has vector kernels (jit, or gemm per group) for it on a plain or
+ * channels-last source only with the destination alike (given `any` there,
+ * its reference code takes the layer), and on its blocked layout only where
+ * each group's channels fill whole blocks (not ResNeXt's 4-channel groups;
+ * nor, for the backward weights, RegNetY's 8-channel ones on 2 x 2 maps).
+ * So: the source as it comes with the destination like it (`any` after a
+ * blocked source); and where that leaves some primitive on the reference
+ * code, all three channels-last with the source converted (l->xcvt), when
+ * that leaves fewer. m: the weights, bias, geometry (x, y unused). */
+static px_status_t px__conv_grouped_pds(px_ops_t *ops, px__cpu_wlayer_t *l,
+                                        const dnnl_memory_desc_t *x_md, const int64_t *ydims,
+                                        const px__conv_mds_t *m,
+                                        dnnl_primitive_desc_t pd[PX__WL_NPD]) {
+  dnnl_memory_desc_t plain, y, x_cl, y_cl;
+  PX_DNNL(dnnl_memory_desc_init_by_tag(&plain, 4, x_md->dims, dnnl_f32, dnnl_abcd));
+  PX_DNNL(dnnl_memory_desc_init_by_tag(&x_cl, 4, x_md->dims, dnnl_f32, dnnl_acdb));
+  PX_DNNL(dnnl_memory_desc_init_by_tag(&y_cl, 4, ydims, dnnl_f32, dnnl_acdb));
+  const int is_cl = dnnl_memory_desc_equal(x_md, &x_cl);
+  dnnl_format_tag_t ytag = dnnl_memory_desc_equal(x_md, &plain) ? dnnl_abcd
+                           : is_cl                               ? dnnl_acdb
+                                                                 : dnnl_format_tag_any;
+  PX_DNNL(dnnl_memory_desc_init_by_tag(&y, 4, ydims, dnnl_f32, ytag));
+  int nref = 0, nref_cl = 0;
+  PX_CHECK(px__conv_grouped_try(ops, x_md, &y, m, pd, &nref));
+  if (nref > 0 && !is_cl) {
+    dnnl_primitive_desc_t alt[PX__WL_NPD] = {NULL, NULL, NULL};
+    px_status_t st = px__conv_grouped_try(ops, &x_cl, &y_cl, m, alt, &nref_cl);
+    int take = st == PX_OK && nref_cl < nref;
+    for (int i = 0; i < PX__WL_NPD; i++) {
+      dnnl_primitive_desc_t *drop = take ? &pd[i] : &alt[i];
+      if (*drop) dnnl_primitive_desc_destroy(*drop);
+      if (take) pd[i] = alt[i];
+    }
+    l->xcvt = take;
+  }
+  return px__cpu_spec_of(ops, px__cpu_pd_md(pd[PX__WL_FWD], DNNL_ARG_DST), &l->wl.y_spec);
+}
+
 /* The convolution's descriptors and specs (px__cpu_wlayer_pds_fn): y_spec
  * from the destination oneDNN chose; dx uses the layout of x, dy that of y. */
 static px_status_t px__conv_pds(px_ops_t *ops, px__cpu_wlayer_t *l, const void *params,
@@ -201,11 +261,22 @@ static px_status_t px__conv_pds(px_ops_t *ops, px__cpu_wlayer_t *l, const void *
      too), the layout of oneDNN's AMX kernels, so that residual adds meet one layout (without
      AMX the layouts oneDNN picks: its AVX512-BF16 kernels are blocked); the same in f32 where the
      context asks for it (conv_nhwc: a compact model's 8-channel layers, which oneDNN's blocked
-     layouts send to its reference code) */
+     layouts send to its reference code); and after a channels-last source (a grouped
+     convolution's, px__conv_grouped_pds), since oneDNN 2.6 takes one with `any` for the
+     destination on its reference code (a 1 x 1 map's plain layout is also channels-last:
+     there `any`, as before) */
+  dnnl_memory_desc_t x_cl, x_plain;
+  PX_DNNL(dnnl_memory_desc_init_by_tag(&x_cl, 4, x_md.dims, dnnl_f32, dnnl_acdb));
+  PX_DNNL(dnnl_memory_desc_init_by_tag(&x_plain, 4, x_md.dims, dnnl_f32, dnnl_abcd));
+  const int cl = ops->conv_bf16_cl || ops->conv_nhwc ||
+                 (dnnl_memory_desc_equal(&x_md, &x_cl) && !dnnl_memory_desc_equal(&x_md, &x_plain));
   PX_DNNL(dnnl_memory_desc_init_by_tag(&y_any, 4, ydims, dnnl_f32,
-                                       ops->conv_bf16_cl || ops->conv_nhwc ? dnnl_acdb
-                                                                        : dnnl_format_tag_any));
+                                       cl ? dnnl_acdb : dnnl_format_tag_any));
   const dnnl_memory_desc_t *bias = p->bias ? &b_md : NULL;
+  if (g > 1 && !(g == c_in && g == p->c_out) && !ops->conv_bf16_cl && !ops->conv_nhwc) {
+    const px__conv_mds_t gm = {NULL, &w_any, bias, NULL, &geo};
+    return px__conv_note_ref(ops, l, px__conv_grouped_pds(ops, l, &x_md, ydims, &gm, pd), pd);
+  }
   /* bf16 where the context asks for it: dense layers (oneDNN 2.6 has no AMX kernel for
      grouped ones), and not the channels-last layers of a compact model without AMX (there
      oneDNN 2.6 runs channels-last bf16 on its reference code: they stay f32) */
