@@ -183,48 +183,46 @@ static int px__pd_ref(const_dnnl_primitive_desc_t pd) {
                    dnnl_success && impl && !strncmp(impl, "ref", 3);
 }
 
-/* A grouped convolution's three descriptors with source x, the destination
- * y (`any` or a layout), into pd; how many run on the reference code. */
-static px_status_t px__conv_grouped_try(px_ops_t *ops, const dnnl_memory_desc_t *x,
-                                        const dnnl_memory_desc_t *y, const px__conv_mds_t *m,
-                                        dnnl_primitive_desc_t pd[PX__WL_NPD], int *nref) {
+/* A convolution's three descriptors with source x, the destination y
+ * (`any` or a layout), direct, into pd. */
+static px_status_t px__conv_try(px_ops_t *ops, const dnnl_memory_desc_t *x,
+                                const dnnl_memory_desc_t *y, const px__conv_mds_t *m,
+                                dnnl_primitive_desc_t pd[PX__WL_NPD]) {
   const px__conv_mds_t f = {x, m->w, m->b, y, m->g};
-  PX_CHECK(px__conv_pd(ops, pd, PX__WL_FWD, 0, &f, "grouped convolution forward"));
+  PX_CHECK(px__conv_pd(ops, pd, PX__WL_FWD, 0, &f, "convolution forward"));
   const dnnl_memory_desc_t y_md = *px__cpu_pd_md(pd[PX__WL_FWD], DNNL_ARG_DST);
-  PX_CHECK(px__conv_bwd_pds(ops, pd, 0, x, m->w, x, m->w, m->b, &y_md, m->g));
-  *nref = px__pd_ref(pd[PX__WL_FWD]) + px__pd_ref(pd[PX__WL_BWD_D]) + px__pd_ref(pd[PX__WL_BWD_W]);
-  return PX_OK;
+  return px__conv_bwd_pds(ops, pd, 0, x, m->w, x, m->w, m->b, &y_md, m->g);
 }
 
-/* A grouped convolution, not depthwise (ResNeXt's, RegNetY's). oneDNN 2.6
- * has vector kernels (jit, or gemm per group) for it on a plain or
- * channels-last source only with the destination alike (given `any` there,
- * its reference code takes the layer), and on its blocked layout only where
- * each group's channels fill whole blocks (not ResNeXt's 4-channel groups;
- * nor, for the backward weights, RegNetY's 8-channel ones on 2 x 2 maps).
- * So: the source as it comes with the destination like it (`any` after a
- * blocked source); and where that leaves some primitive on the reference
- * code, all three channels-last with the source converted (l->xcvt), when
- * that leaves fewer. m: the weights, bias, geometry (x, y unused). */
-static px_status_t px__conv_grouped_pds(px_ops_t *ops, px__cpu_wlayer_t *l,
+/* How many of pd's forward and backward weights run on the reference code
+ * (the backward data counts apart: a network's first layer, whose blocked
+ * kernels on a 3-channel plain input have no vector backward data, never
+ * runs it), and whether its backward data does. */
+static int px__pds_ref(dnnl_primitive_desc_t const pd[PX__WL_NPD], int *bwd_d) {
+  *bwd_d = px__pd_ref(pd[PX__WL_BWD_D]);
+  return px__pd_ref(pd[PX__WL_FWD]) + px__pd_ref(pd[PX__WL_BWD_W]);
+}
+
+/* Where pd (made on source x_md) has a forward or backward weights on
+ * oneDNN's reference code: all three channels-last with the source converted (l->xcvt), when
+ * that leaves fewer (oneDNN 2.6 on AVX2 has no blocked kernel for ResNeXt's
+ * 4-channel groups, nor for the weight gradient of a 3 x 3 convolution on
+ * a 2 x 2 map, dense or grouped, which channels-last it has). Off with
+ * PX_CPU_CHANNELS_LAST=0 (ops->cl_fallback). y_spec from pd's forward.
+ * m: the weights, bias, geometry (x, y unused). */
+static px_status_t px__conv_cl_fallback(px_ops_t *ops, px__cpu_wlayer_t *l,
                                         const dnnl_memory_desc_t *x_md, const int64_t *ydims,
                                         const px__conv_mds_t *m,
                                         dnnl_primitive_desc_t pd[PX__WL_NPD]) {
-  dnnl_memory_desc_t plain, y, x_cl, y_cl;
-  PX_DNNL(dnnl_memory_desc_init_by_tag(&plain, 4, x_md->dims, dnnl_f32, dnnl_abcd));
+  dnnl_memory_desc_t x_cl, y_cl;
   PX_DNNL(dnnl_memory_desc_init_by_tag(&x_cl, 4, x_md->dims, dnnl_f32, dnnl_acdb));
   PX_DNNL(dnnl_memory_desc_init_by_tag(&y_cl, 4, ydims, dnnl_f32, dnnl_acdb));
-  const int is_cl = dnnl_memory_desc_equal(x_md, &x_cl);
-  dnnl_format_tag_t ytag = dnnl_memory_desc_equal(x_md, &plain) ? dnnl_abcd
-                           : is_cl                               ? dnnl_acdb
-                                                                 : dnnl_format_tag_any;
-  PX_DNNL(dnnl_memory_desc_init_by_tag(&y, 4, ydims, dnnl_f32, ytag));
-  int nref = 0, nref_cl = 0;
-  PX_CHECK(px__conv_grouped_try(ops, x_md, &y, m, pd, &nref));
-  if (nref > 0 && !is_cl) {
+  int bwd_d, bwd_d_cl;
+  const int nref = px__pds_ref(pd, &bwd_d);
+  if (nref > 0 && ops->cl_fallback && !dnnl_memory_desc_equal(x_md, &x_cl)) {
     dnnl_primitive_desc_t alt[PX__WL_NPD] = {NULL, NULL, NULL};
-    px_status_t st = px__conv_grouped_try(ops, &x_cl, &y_cl, m, alt, &nref_cl);
-    int take = st == PX_OK && nref_cl < nref;
+    px_status_t st = px__conv_try(ops, &x_cl, &y_cl, m, alt);
+    int take = st == PX_OK && px__pds_ref(alt, &bwd_d_cl) < nref && bwd_d_cl <= bwd_d;
     for (int i = 0; i < PX__WL_NPD; i++) {
       dnnl_primitive_desc_t *drop = take ? &pd[i] : &alt[i];
       if (*drop) dnnl_primitive_desc_destroy(*drop);
@@ -233,6 +231,28 @@ static px_status_t px__conv_grouped_pds(px_ops_t *ops, px__cpu_wlayer_t *l,
     l->xcvt = take;
   }
   return px__cpu_spec_of(ops, px__cpu_pd_md(pd[PX__WL_FWD], DNNL_ARG_DST), &l->wl.y_spec);
+}
+
+/* A grouped convolution, not depthwise (ResNeXt's, RegNetY's). oneDNN 2.6
+ * has vector kernels (jit, or gemm per group) for it on a plain or
+ * channels-last source only with the destination alike (given `any` there,
+ * its reference code takes the layer), and on its blocked layout only where
+ * each group's channels fill whole blocks. So: the source as it comes with
+ * the destination like it (`any` after a blocked source), then
+ * px__conv_cl_fallback. */
+static px_status_t px__conv_grouped_pds(px_ops_t *ops, px__cpu_wlayer_t *l,
+                                        const dnnl_memory_desc_t *x_md, const int64_t *ydims,
+                                        const px__conv_mds_t *m,
+                                        dnnl_primitive_desc_t pd[PX__WL_NPD]) {
+  dnnl_memory_desc_t plain, x_cl, y;
+  PX_DNNL(dnnl_memory_desc_init_by_tag(&plain, 4, x_md->dims, dnnl_f32, dnnl_abcd));
+  PX_DNNL(dnnl_memory_desc_init_by_tag(&x_cl, 4, x_md->dims, dnnl_f32, dnnl_acdb));
+  dnnl_format_tag_t ytag = dnnl_memory_desc_equal(x_md, &plain)  ? dnnl_abcd
+                           : dnnl_memory_desc_equal(x_md, &x_cl) ? dnnl_acdb
+                                                                  : dnnl_format_tag_any;
+  PX_DNNL(dnnl_memory_desc_init_by_tag(&y, 4, ydims, dnnl_f32, ytag));
+  PX_CHECK(px__conv_try(ops, x_md, &y, m, pd));
+  return px__conv_cl_fallback(ops, l, x_md, ydims, m, pd);
 }
 
 /* The convolution's descriptors and specs (px__cpu_wlayer_pds_fn): y_spec
@@ -293,9 +313,9 @@ static px_status_t px__conv_pds(px_ops_t *ops, px__cpu_wlayer_t *l, const void *
     return px__conv_note_ref(ops, l, px__conv_pds_bf16(ops, p, &x_md, bias, &y_md, &geo, pd),
                              pd);
   }
-  return px__conv_note_ref(
-      ops, l, px__conv_bwd_pds(ops, pd, wino, &x_md, &w_any, &x_md, &w_any, bias, &y_md, &geo),
-      pd);
+  PX_CHECK(px__conv_bwd_pds(ops, pd, wino, &x_md, &w_any, &x_md, &w_any, bias, &y_md, &geo));
+  const px__conv_mds_t gm = {NULL, &w_any, bias, NULL, &geo};
+  return px__conv_note_ref(ops, l, px__conv_cl_fallback(ops, l, &x_md, ydims, &gm, pd), pd);
 }
 
 px_status_t px__cpu_conv2d_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_conv2d_params_t *p,

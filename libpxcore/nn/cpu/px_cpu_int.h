@@ -86,6 +86,10 @@ struct px_ops {
                                  they are faster (cpu_conv.c px__conv_wino); 0 with
                                  PX_CPU_WINOGRAD=0 */
   int wino_pds;               /* convolutions created on oneDNN's Winograd kernels */
+  int cl_fallback;            /* 1: an f32 convolution that oneDNN would run on its reference
+                                 code runs channels-last where it has vector kernels there
+                                 (cpu_conv.c px__conv_cl_fallback); 0 with
+                                 PX_CPU_CHANNELS_LAST=0 */
   int ref_warned;             /* px__cpu_warn_ref has logged its warning */
   int ref_pds;                /* training convolutions on oneDNN's reference code ("ref:"
                                  implementations, far slower than its vector kernels;
