@@ -204,10 +204,11 @@ static int px__pds_ref(dnnl_primitive_desc_t const pd[PX__WL_NPD], int *bwd_d) {
 }
 
 /* Where pd (made on source x_md) has a forward or backward weights on
- * oneDNN's reference code: all three channels-last with the source converted (l->xcvt), when
- * that leaves fewer (oneDNN 2.6 on AVX2 has no blocked kernel for ResNeXt's
- * 4-channel groups, nor for the weight gradient of a 3 x 3 convolution on
- * a 2 x 2 map, dense or grouped, which channels-last it has). Off with
+ * oneDNN's reference code: all three channels-last with the source
+ * converted (l->xcvt), when that leaves fewer and no new backward data
+ * there (oneDNN 2.6 on AVX2 has no blocked kernel for ResNeXt's 4-channel
+ * groups, nor for the weight gradient of a 3 x 3 convolution on a 2 x 2
+ * map, dense or grouped; channels-last it has). Off with
  * PX_CPU_CHANNELS_LAST=0 (ops->cl_fallback). y_spec from pd's forward.
  * m: the weights, bias, geometry (x, y unused). */
 static px_status_t px__conv_cl_fallback(px_ops_t *ops, px__cpu_wlayer_t *l,
