@@ -668,7 +668,52 @@ class ShuffleNet(nn.Module):
         return self.fc(x.mean([2, 3]))
 
 
-NETS = {"shufflenet": ShuffleNet, "vgg": Vgg, "vgg_flat": VggFlat, "vgg_view": VggView,
+class Fire(nn.Module):
+    """torchvision's squeezenet Fire: a 1x1 squeeze, then 1x1 and 3x3
+    expands joined on channels, each conv with a bias and a ReLU."""
+
+    def __init__(self, ci, s, e1, e3):
+        super().__init__()
+        self.squeeze = nn.Conv2d(ci, s, 1)
+        self.squeeze_activation = nn.ReLU(inplace=True)
+        self.expand1x1 = nn.Conv2d(s, e1, 1)
+        self.expand1x1_activation = nn.ReLU(inplace=True)
+        self.expand3x3 = nn.Conv2d(s, e3, 3, padding=1)
+        self.expand3x3_activation = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        x = self.squeeze_activation(self.squeeze(x))
+        return torch.cat([self.expand1x1_activation(self.expand1x1(x)),
+                          self.expand3x3_activation(self.expand3x3(x))], 1)
+
+
+class Squeeze(nn.Module):
+    """squeezenet1_1's structure at toy size: an unpadded stride-2 stem,
+    ceil_mode max pooling, two Fire modules, and its classifier of
+    convolutions: Dropout, a 1x1 conv to the classes, ReLU,
+    AdaptiveAvgPool2d(1) (GlobalAveragePool), flatten; mean=True: the conv
+    alone, then x.mean((2, 3)) (ReduceMean, keepdims 0)."""
+
+    def __init__(self, c, classes, mean=False):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(c, 16, 3, 2), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, ceil_mode=True),
+            Fire(16, 8, 16, 16), Fire(32, 8, 16, 16))
+        self.mean = mean
+        tail = [] if mean else [nn.ReLU(inplace=True), nn.AdaptiveAvgPool2d((1, 1))]
+        self.classifier = nn.Sequential(nn.Dropout(0.5), nn.Conv2d(32, classes, 1), *tail)
+
+    def forward(self, x):
+        x = self.classifier(self.features(x))
+        return x.mean((2, 3)) if self.mean else torch.flatten(x, 1)
+
+
+class SqueezeMean(Squeeze):
+    def __init__(self, c, classes):
+        super().__init__(c, classes, mean=True)
+
+
+NETS = {"shufflenet": ShuffleNet, "squeeze": Squeeze, "squeeze_mean": SqueezeMean, "vgg": Vgg, "vgg_flat": VggFlat, "vgg_view": VggView,
         "resnet": ResNet, "mobilenet": MobileNet, "seresnet": SEResNet,
         "acts": Acts, "scalars": Scalars, "elu": EluNet, "clip1": Clip1Net,
         "gelu_tanh": GeluTanhNet, "recip": RecipNet, "shapes": Shapes,

@@ -69,7 +69,7 @@ static int setup(void **state) {
   snprintf(cmd, sizeof cmd,
            PY " -c \"import sys; sys.path.insert(0, '%s/tests'); import onnx_import_nets as n\n"
               "for k in ('vgg', 'mobilenet', 'seresnet', 'acts', 'scalars', 'bn_eps',\n"
-              "          'fc_chain'):\n"
+              "          'fc_chain', 'squeeze'):\n"
               "    n.export(n.build(k, 1, 10), '%s/' + k + '.onnx', 1, 32, 32)\" >/dev/null",
            PX_SOURCE_DIR, dir);
   if (system(cmd) != 0) return -1;
@@ -426,6 +426,7 @@ int main(void) {
       cmocka_unit_test_prestate(compact_engine_matches_dense, (void *)"scalars"),
       cmocka_unit_test_prestate(compact_engine_matches_dense, (void *)"bn_eps"),
       cmocka_unit_test_prestate(compact_engine_matches_dense, (void *)"fc_chain"),
+      cmocka_unit_test_prestate(compact_engine_matches_dense, (void *)"squeeze"),
       cmocka_unit_test_prestate(job_evaluates_compact_as_dense, (void *)"mobilenet"),
       cmocka_unit_test_prestate(job_evaluates_compact_as_dense, (void *)"seresnet"),
   };

@@ -660,6 +660,47 @@ static void shufflenet_forward_and_gradients_match_pytorch(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* SqueezeNet's classifier of convolutions (a 1 x 1 conv to the classes,
+ * ReLU, global average pooling, flatten; and the conv alone under
+ * x.mean((2, 3))), at opsets 13 and 17, against PyTorch; then pruning: the
+ * classifier conv's filters are the classes, left out of pruning
+ * (PX_WEIGHT_CONV_FIXED), the Fire modules' convs prunable; a squeeze
+ * filter whose channel no expand reads is dead, and compaction drops it
+ * exactly, through the ONNX export (the pooled logits flattened) and back. */
+static void squeezenet_conv_classifier_matches_pytorch_and_compacts(void **state) {
+  (void)state;
+  if (!have_torch()) skip();
+  check_nets_at("13,17", (const char *const[]){"squeeze", "squeeze_mean", NULL});
+  char dir[64], cmd[128];
+  reference("squeeze", dir);
+  px_ops_t *ops;
+  assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
+  px_model_t *m = import(ops, dir);
+  assert_int_equal(param_kind(m, "classifier.1.weight"), PX_WEIGHT_CONV_FIXED);
+  assert_int_equal(param_kind(m, "features.4.squeeze.weight"), PX_WEIGHT_CONV);
+  assert_int_equal(param_kind(m, "features.4.expand3x3.weight"), PX_WEIGHT_CONV);
+  /* squeeze filter 2 (weights [8, 32, 1, 1]) and what both expands read of it */
+  const char *names[3] = {"features.4.squeeze.weight", "features.4.expand1x1.weight",
+                          "features.4.expand3x3.weight"};
+  for (int k = 0; k < 3; k++) {
+    int i = param_index(m, names[k]);
+    assert_true(i >= 0);
+    const px_tensor_t *t = px_model_param(m, i)->value;
+    float *w = t->data; /* plain host memory on the CPU engine */
+    const int64_t o = t->dims[0], ci = t->dims[1], kk = t->dims[2] * t->dims[3];
+    for (int64_t a = 0; a < o; a++)
+      for (int64_t b = 0; b < ci; b++)
+        if (k == 0 ? a == 2 : b == 2) memset(w + (a * ci + b) * kk, 0, (size_t)kk * sizeof *w);
+  }
+  size_t numel = compact_round_trip(ops, m, dir, "squeeze", C, HW, HW);
+  /* the filter (32 weights and its bias), 16 + 16 x 9 expand weights */
+  assert_int_equal(numel, px_model_numel(m) - (32 + 1 + 16 + 16 * 9));
+  px_model_destroy(m);
+  px_ops_destroy(ops);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 /* The message of checking path, which must fail. */
 static const char *refusal(const char *path) {
   px_model_onnx_info_t info;
@@ -1146,6 +1187,7 @@ int main(void) {
       cmocka_unit_test(vgg_forward_and_gradients_match_pytorch),
       cmocka_unit_test(vgg_classifier_on_a_flattened_map_matches_pytorch),
       cmocka_unit_test(shufflenet_forward_and_gradients_match_pytorch),
+      cmocka_unit_test(squeezenet_conv_classifier_matches_pytorch_and_compacts),
       cmocka_unit_test(resnet_forward_and_gradients_match_pytorch),
       cmocka_unit_test(mobilenet_forward_and_gradients_match_pytorch),
       cmocka_unit_test(seresnet_forward_and_gradients_match_pytorch),

@@ -81,10 +81,15 @@ static const int OPSETS[2] = {13, 17};
  * against 0.05%); elsewhere within a few times. PyTorch accumulates its CPU
  * batch-norm sums in double. vgg11_bn at 224 x 224: features.11's weight
  * gradient 5.7 times PyTorch float32's distance (1.6e-2 against 2.8e-3).
+ * mnasnet1_0 since the CPU engine runs convolutions that oneDNN's blocked
+ * layouts leave to its reference code channels-last (its last stage on
+ * 2 x 2 maps): layers.12.0's conv and batch norm 4.7 to 15.4 times
+ * PyTorch float32's distance (7.5e-2 against 4.9e-3), the whole model still
+ * within PyTorch's 9.2e-2; with PX_CPU_CHANNELS_LAST=0, within 1.01 times.
  * Reported for the engine; the factors below (twice the worst measured)
  * still catch a wrong gradient.
- * Today's state (flip an entry to {NULL, NULL} as support lands):
- * squeezenet's classifier is a Conv, ReLU and pooling, not a final Gemm. */
+ * Every network imports today (a refused one would name what the refusal
+ * must say, per opset). */
 static const zoo_net_t ZOO[] = {
     {"resnet18", 64, {NULL, NULL}, 0},
     {"resnet50", 64, {NULL, NULL}, 600},
@@ -99,9 +104,9 @@ static const zoo_net_t ZOO[] = {
     {"regnet_x_400mf", 64, {NULL, NULL}, 600},
     {"regnet_y_400mf", 64, {NULL, NULL}, 1200},
     {"shufflenet_v2_x1_0", 64, {NULL, NULL}, 0},
-    {"squeezenet1_1", 64, {"a final Gemm or MatMul", "a final Gemm or MatMul"}, 0},
+    {"squeezenet1_1", 64, {NULL, NULL}, 0},
     {"densenet121", 64, {NULL, NULL}, 0},
-    {"mnasnet1_0", 64, {NULL, NULL}, 0},
+    {"mnasnet1_0", 64, {NULL, NULL}, 32},
     {"googlenet", 64, {NULL, NULL}, 0},
     {"convnext_tiny", 64, {NULL, NULL}, 0},
 };

@@ -212,6 +212,46 @@ static void slice_channels(float *dst, const float *src, int64_t n, int64_t c, i
     }
 }
 
+/* A grouped case's input layout instead of cc->blocked's (set by
+ * grouped_convolutions_run_on_vector_kernels): 1 channels-last (acdb, what
+ * a grouped convolution on oneDNN's channels-last kernels writes), 2 a
+ * wide 1 x 1 convolution's blocked output (wide_blocked_spec). */
+static int group_input_cl;
+
+/* The spec of a blocked [n, c, h, w] input as a network gives it: the
+ * output of a stem (3 x 3 on 3 plain channels, which oneDNN's first-layer
+ * kernels write blocked on AVX2 too, where ops_test_util.h's 1 x 1 feeders
+ * get plain outputs at these sizes); plain where oneDNN gives no blocked
+ * one. */
+static void wide_blocked_spec(px_ops_t *ops, int64_t n, int64_t c, int64_t h, int64_t w,
+                              px_tensor_t *spec) {
+  px_tensor_t src;
+  assert_ok(px_tensor_init4(&src, px_device_cpu(), n, 3, h, w));
+  px_conv2d_params_t p = {.c_out = (int32_t)c, .kh = 3, .kw = 3, .stride_h = 1, .stride_w = 1,
+                          .pad_h = 1, .pad_w = 1};
+  px_conv2d_t *feeder = NULL;
+  assert_ok(px_conv2d_create(ops, &src, &p, &feeder));
+  px_conv2d_y_spec(feeder, spec);
+  px_conv2d_destroy(feeder);
+}
+
+/* The spec of a channels-last [n, c, h, w] input: the output of a grouped
+ * convolution of 4-channel groups on a blocked input (ResNeXt's first
+ * stage), which oneDNN 2.6 runs channels-last; plain on a CPU where it
+ * does not. */
+static void cl_input_spec(px_ops_t *ops, int64_t n, int64_t c, int64_t h, int64_t w,
+                          px_tensor_t *spec) {
+  px_tensor_t src;
+  wide_blocked_spec(ops, n, 32, h, w, &src);
+  px_conv2d_params_t p = {.c_out = (int32_t)c, .kh = 3, .kw = 3, .stride_h = 1, .stride_w = 1,
+                          .pad_h = 1, .pad_w = 1, .groups = 8};
+  px_conv2d_t *feeder = NULL;
+  assert_ok(px_conv2d_create(ops, &src, &p, &feeder));
+  px_conv2d_y_spec(feeder, spec);
+  px_conv2d_destroy(feeder);
+  print_message("channels-last input: %s\n", px_layout_name(spec->layout));
+}
+
 static void run_group_case(const group_case_t *gc, uint64_t seed) {
   const conv_case_t *cc = &gc->c;
   const int64_t g = gc->groups, cig = cc->c / g, cog = cc->c_out / g;
@@ -219,7 +259,9 @@ static void run_group_case(const group_case_t *gc, uint64_t seed) {
   px_test_rng_t rng;
   px_test_rng_seed(&rng, seed);
   px_tensor_t xs, ys, ws;
-  input_spec(ops, cc->blocked, cc->n, cc->c, cc->h, cc->w, &xs);
+  if (group_input_cl == 1) cl_input_spec(ops, cc->n, cc->c, cc->h, cc->w, &xs);
+  else if (group_input_cl == 2) wide_blocked_spec(ops, cc->n, cc->c, cc->h, cc->w, &xs);
+  else input_spec(ops, cc->blocked, cc->n, cc->c, cc->h, cc->w, &xs);
   px_conv2d_params_t p = params_of(cc);
   p.groups = gc->groups;
   px_conv2d_t *conv = NULL;
@@ -280,6 +322,10 @@ static void grouped_and_depthwise_match_reference(void **state) {
       {{8, 128, 20, 12, 128, 3, 1, 1, 0, 0}, 128}, /* the same on a plain input */
       {{2, 32, 9, 9, 32, 3, 2, 1, 0, 1}, 32},      /* depthwise, stride 2, odd size */
       {{2, 16, 9, 9, 32, 3, 2, 1, 0, 1}, 4},       /* grouped, 4 in and 8 out per group */
+      {{2, 128, 8, 8, 128, 3, 1, 1, 0, 1}, 32},    /* ResNeXt's 4-channel groups */
+      {{2, 128, 8, 8, 128, 3, 1, 1, 0, 0}, 32},    /* the same on a plain input */
+      {{2, 64, 9, 9, 64, 3, 2, 1, 0, 1}, 8},       /* 8 per group, stride 2 */
+      {{4, 80, 2, 2, 80, 3, 1, 1, 0, 1}, 10},      /* RegNetY's 8-channel groups on 2 x 2 */
   };
   for (size_t i = 0; i < sizeof gcases / sizeof *gcases; i++) {
     print_message("group case %zu: %d groups, x [%lld,%lld,%lld,%lld]\n", i, gcases[i].groups,
@@ -287,6 +333,55 @@ static void grouped_and_depthwise_match_reference(void **state) {
                   (long long)gcases[i].c.w);
     run_group_case(&gcases[i], 300 + i);
   }
+}
+
+/* Grouped convolutions (not depthwise) as ResNeXt and RegNetY have them, on
+ * blocked, plain and channels-last inputs, and a dense 1 x 1 convolution
+ * after a channels-last one: on AVX2, none of their primitives is oneDNN's
+ * reference code (a blocked input that its vector kernels do not take is
+ * converted to channels-last), and each matches the reference. */
+static void grouped_convolutions_run_on_vector_kernels(void **state) {
+  (void)state;
+  static const group_case_t gcases[] = {
+      {{4, 128, 16, 16, 128, 3, 1, 1, 0, 1}, 32}, /* ResNeXt stage 1 at 64 x 64 */
+      {{4, 256, 8, 8, 256, 3, 2, 1, 0, 1}, 32},   /* stage 2's first, stride 2 */
+      {{4, 48, 16, 16, 48, 3, 2, 1, 0, 1}, 6},    /* RegNetY's first */
+      {{4, 440, 2, 2, 440, 3, 1, 1, 0, 1}, 55},   /* RegNetY's last at 64 x 64 */
+      {{4, 128, 16, 16, 128, 3, 1, 1, 0, 0}, 32}, /* plain input */
+      {{4, 64, 8, 8, 64, 1, 1, 0, 0, 0}, 1},      /* dense 1 x 1 (channels-last input below) */
+  };
+  /* asserted where it was measured (AVX2 without AVX-512); printed elsewhere */
+  const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  const int avx2 = isa == dnnl_cpu_isa_avx2;
+  for (int cl = 0; cl < 2; cl++)
+    for (size_t i = 0; i < sizeof gcases / sizeof *gcases; i++) {
+      const group_case_t *gc = &gcases[i];
+      if (!cl && gc->groups == 1) continue;
+      px_ops_t *ops = new_ops();
+      px_tensor_t xs;
+      const int how = cl ? 1 : gc->c.blocked ? 2 : 0;
+      if (how == 1) cl_input_spec(ops, gc->c.n, gc->c.c, gc->c.h, gc->c.w, &xs);
+      else if (how == 2) wide_blocked_spec(ops, gc->c.n, gc->c.c, gc->c.h, gc->c.w, &xs);
+      else input_spec(ops, 0, gc->c.n, gc->c.c, gc->c.h, gc->c.w, &xs);
+      const int before = px__cpu_ops_ref_pds(ops);
+      px_conv2d_params_t p = params_of(&gc->c);
+      p.groups = gc->groups;
+      px_conv2d_t *conv = NULL;
+      assert_ok(px_conv2d_create(ops, &xs, &p, &conv));
+      px_tensor_t ys;
+      px_conv2d_y_spec(conv, &ys);
+      const int refs = px__cpu_ops_ref_pds(ops) - before;
+      print_message("%d groups, C %lld, %lldx%lld, %s input -> %s: %d reference primitives "
+                    "(ISA %s)\n", gc->groups, (long long)gc->c.c, (long long)gc->c.h,
+                    (long long)gc->c.w, px_layout_name(xs.layout), px_layout_name(ys.layout),
+                    refs, dnnl_cpu_isa2str(isa));
+      if (avx2) assert_int_equal(refs, 0);
+      px_conv2d_destroy(conv);
+      px_ops_destroy(ops);
+      group_input_cl = how;
+      run_group_case(gc, 700 + i);
+      group_input_cl = 0;
+    }
 }
 
 /* L = sum(y .* r) in double, from the backend's forward. */
@@ -461,9 +556,9 @@ static size_t stderr_since(FILE *f, long mark, char *buf, size_t cap) {
 }
 
 /* A convolution on oneDNN's reference code (case 3's odd widths in blocked
- * layouts) is counted when created but warned of only when it runs: a model
- * built only to be exported or counted, as pxctl's summary does, says
- * nothing. */
+ * layouts, kept there with PX_CPU_CHANNELS_LAST=0) is counted when created
+ * but warned of only when it runs: a model built only to be exported or
+ * counted, as pxctl's summary does, says nothing. */
 static void reference_code_is_warned_of_when_it_runs(void **state) {
   (void)state;
   const conv_case_t *cc = &cases[3];
@@ -474,7 +569,9 @@ static void reference_code_is_warned_of_when_it_runs(void **state) {
   px_log_set_level(PX_LOG_WARN);
   int saved = dup(2);
   assert_true(saved >= 0 && dup2(fileno(f), 2) == 2);
+  setenv("PX_CPU_CHANNELS_LAST", "0", 1);
   px_ops_t *ops = new_ops();
+  unsetenv("PX_CPU_CHANNELS_LAST");
   px_tensor_t xs, ys, ws, bs;
   if (!input_spec(ops, cc->blocked, cc->n, cc->c, cc->h, cc->w, &xs)) {
     dup2(saved, 2);
@@ -562,6 +659,7 @@ int main(void) {
       cmocka_unit_test(forward_and_backward_match_reference),
       cmocka_unit_test(windows_match_reference),
       cmocka_unit_test(grouped_and_depthwise_match_reference),
+      cmocka_unit_test(grouped_convolutions_run_on_vector_kernels),
       cmocka_unit_test(gradients_match_finite_differences),
       cmocka_unit_test(serial_weight_conversions_keep_the_thread_count),
       cmocka_unit_test(winograd_where_it_is_faster),

@@ -571,11 +571,20 @@ static void px__onnx_ln(px__pool_t *p, px__vec_t *nodes, px__vec_t *inits, const
   if (tn[1]) px__push(p, nodes, tn[1]);
 }
 
-/* Global average pooling: flattened when the classifier reads it, 4-D
- * otherwise (a squeeze-and-excitation's squeeze). */
+/* Whether activation a is the logits or becomes them through layout
+ * changes alone (a conv classifier's pooled map, SqueezeNet's). */
+static int px__onnx_is_logits(const px_model_t *m, int a) {
+  px_model_node_t r;
+  for (int j = 0; j < px_model_num_nodes(m); j++)
+    if (px_model_node(m, j, &r) == PX_OK && r.kind == PX_NODE_REORDER && r.in == a) a = r.out;
+  return a == px_model_num_acts(m) - 1;
+}
+
+/* Global average pooling: flattened when the classifier reads it or it
+ * gives the logits, 4-D otherwise (a squeeze-and-excitation's squeeze). */
 static void px__onnx_gap(px__pool_t *p, px__vec_t *nodes, const px_model_t *m,
                          const px_model_node_t *n, int k, const char *in, const char *out) {
-  int flat = 0;
+  int flat = px__onnx_is_logits(m, n->out);
   px_model_node_t r;
   for (int j = k + 1; j < px_model_num_nodes(m); j++)
     if (px_model_node(m, j, &r) == PX_OK && r.kind == PX_NODE_FC && r.in == n->out) flat = 1;

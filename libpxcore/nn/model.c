@@ -514,12 +514,22 @@ static px_status_t px__load_input(px_model_t *m, const float *x, const int32_t *
   return px__ops_upload(m->ops, y ? 2 : 1, dst, src);
 }
 
+/* t, the logits, as the loss reads them: [N, classes] (a conv classifier's
+ * pooled plain [N, classes, 1, 1] is the same memory). */
+static px_tensor_t px__logits_2d(const px_tensor_t *t) {
+  px_tensor_t v = *t;
+  v.ndim = 2;
+  v.dims[2] = v.dims[3] = 1;
+  return v;
+}
+
 px_status_t px_model_train_step(px_model_t *m, const float *x, const int32_t *y, float *loss,
                                 int64_t *correct) {
   PX_CHECK(px__load_input(m, x, y));
   PX_CHECK(px__forward(m, 1));
   int lg = m->nacts - 1;
-  PX_CHECK(px_softmax_ce(m->ops, &m->grads[lg], loss, correct, &m->acts[lg], &m->labels));
+  px_tensor_t z = px__logits_2d(&m->acts[lg]), dz = px__logits_2d(&m->grads[lg]);
+  PX_CHECK(px_softmax_ce(m->ops, &dz, loss, correct, &z, &m->labels));
   return px__backward(m);
 }
 

@@ -231,7 +231,7 @@ static px_status_t px__reorder(px_model_t *m, int in, const px_tensor_t *spec, i
 
 /* Activation a in plain f32 NCHW (what the graph operators read): a itself,
  * or a conversion of it. */
-static px_status_t px__plain(px_model_t *m, int a, int *out) {
+px_status_t px__plain(px_model_t *m, int a, int *out) {
   *out = a;
   if (px_tensor_is_plain(&m->acts[a])) return PX_OK;
   px_tensor_t plain;
@@ -349,8 +349,9 @@ px_status_t px__add(px_model_t *m, int a, int b, int relu, int *out) {
                         "model widths: a residual add (after %s) joins %lld and %lld channels",
                         m->pnames[m->nparams - 1], (long long)m->acts[a].dims[1],
                         (long long)m->acts[b].dims[1]);
-  if ((m->widths || m->graph) && !px_tensor_same_spec(&m->acts[a], &m->acts[b]))
-    PX_CHECK(px__reorder(m, b, &m->acts[a], &b));
+  /* (a built-in model too: the CPU engine runs a convolution channels-last
+   * where its blocked layout has only reference code, e.g. on 2 x 2 maps) */
+  if (!px_tensor_same_spec(&m->acts[a], &m->acts[b])) PX_CHECK(px__reorder(m, b, &m->acts[a], &b));
   if (!px_tensor_same_spec(&m->acts[a], &m->acts[b]))
     return px_set_error(PX_ERR_INTERNAL,
                         "residual add: the branches have different layouts (%s vs %s)",

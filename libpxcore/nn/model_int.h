@@ -127,6 +127,7 @@ px_status_t px__graph_node(px_model_t *m, px__node_kind_t kind, int in, int in2,
 px_status_t px__input(px_model_t *m, int *h);
 px_status_t px__ln_node(px_model_t *m, int in, float eps, const char *name, int *out);
 int px__on_cpu(const px_model_t *m);
+px_status_t px__plain(px_model_t *m, int a, int *out);
 px_status_t px__pool(px_model_t *m, int in, px_pool_mode_t mode, const px_window_t *win, int *out);
 
 /* The ONNX lowering (model_onnx.c). */

@@ -31,7 +31,7 @@ px_status_t px__build_onnx(px_model_t *m) {
       case PX__OL_CONV: {
         /* grouped convs and those on a 1 x 1 map (squeeze-and-excitation)
          * stay dense: see PX_WEIGHT_CONV_FIXED */
-        int fixed = L->groups > 1 || m->acts[in].dims[2] * m->acts[in].dims[3] == 1;
+        int fixed = L->groups > 1 || L->logits || m->acts[in].dims[2] * m->acts[in].dims[3] == 1;
         /* a compact depthwise conv keeps one group per kept channel */
         int groups = m->widths && L->groups > 1 && L->groups == L->c_out ? (int)m->acts[in].dims[1]
                                                                           : L->groups;
@@ -82,6 +82,10 @@ px_status_t px__build_onnx(px_model_t *m) {
         break;
     }
   }
+  /* a classifier of convolutions ends in a global pooling: its map, plain
+   * [N, classes, 1, 1], is the logits (px__logits_2d) */
+  if (g->layers[g->nlayers - 1].kind != PX__OL_FC)
+    PX_CHECK_GOTO(px__plain(m, act[g->nlayers - 1], &x), st, done);
 done:
   px_free(act);
   return st;

@@ -1914,6 +1914,34 @@ static px_status_t px__names(px__imp_t *im, const Onnx__GraphProto *gp) {
   return PX_OK;
 }
 
+/* The layers of g reading layer k's output. */
+static int px__readers(const px__onnx_graph_t *g, int k) {
+  int r = 0;
+  for (int i = 0; i < g->nlayers; i++) r += (g->layers[i].in == k) + (g->layers[i].in2 == k);
+  return r;
+}
+
+/* A classifier of convolutions (SqueezeNet's Conv, ReLU, global average
+ * pooling, Flatten): the graph's output out is the last layer, a GAP
+ * flattened to [N, classes], of a conv's output through standalone
+ * activations, each link read by the next alone. Marks that conv's
+ * filters as the classes (left out of pruning, as a final Gemm is) and
+ * returns 1; 0 when out is not such an output. */
+static int px__conv_classifier(px__onnx_graph_t *g, const px__value_t *out) {
+  int k = g->nlayers - 1;
+  if (k < 1 || out->kind != PX__V_ACT || out->layer != k || out->h != 0 || out->sq ||
+      out->perm || out->flat || g->layers[k].kind != PX__OL_GAP)
+    return 0;
+  int c = g->layers[k].in;
+  while (c >= 0 && g->layers[c].kind == PX__OL_ACT && px__readers(g, c) == 1)
+    c = g->layers[c].in;
+  if (c < 0 || g->layers[c].kind != PX__OL_CONV || g->layers[c].groups != 1 ||
+      px__readers(g, c) != 1)
+    return 0;
+  g->layers[c].logits = 1;
+  return 1;
+}
+
 static px_status_t px__lower(px__imp_t *im, const Onnx__ModelProto *mp) {
   const Onnx__GraphProto *gp = mp->graph;
   PX_CHECK(px__opset(im, mp));
@@ -1935,8 +1963,9 @@ static px_status_t px__lower(px__imp_t *im, const Onnx__ModelProto *mp) {
   px__onnx_graph_t *g = im->g;
   px__value_t *out = gp->n_output == 1 ? px__find(im, gp->output[0]->name) : NULL;
   const px__onnx_layer_t *last = g->nlayers ? &g->layers[g->nlayers - 1] : NULL;
-  if (!out || !last || last->kind != PX__OL_FC || out->kind != PX__V_ACT ||
-      out->layer != g->nlayers - 1) {
+  if (!out || !last ||
+      ((last->kind != PX__OL_FC || out->kind != PX__V_ACT || out->layer != g->nlayers - 1) &&
+       !px__conv_classifier(g, out))) {
     const Onnx__NodeProto *src = NULL; /* the node giving the (first) output */
     for (size_t k = 0; gp->n_output && k < gp->n_node; k++)
       if (gp->node[k]->n_output && !strcmp(gp->node[k]->output[0], gp->output[0]->name))
@@ -1945,9 +1974,10 @@ static px_status_t px__lower(px__imp_t *im, const Onnx__ModelProto *mp) {
       return px_set_error(PX_ERR_INVALID, "%s: the graph must have one output, the logits of a "
                           "final Gemm (the classifier); it has %zu", im->file, gp->n_output);
     return PX__NODE_FAIL(im, src, "the graph's output must be the logits of a final Gemm or "
-                                  "MatMul (the classifier), not this node's (a classifier "
-                                  "ending in a Conv and a pooling, as SqueezeNet's, is not "
-                                  "supported)");
+                                  "MatMul (the classifier), or a classifier of convolutions "
+                                  "(SqueezeNet's: a Conv, activations, a global average pooling "
+                                  "flattened to [N, classes], each read by the next alone), not "
+                                  "this node's");
   }
   g->classes = last->c_out;
   return PX_OK;

@@ -66,6 +66,9 @@ typedef struct {
   px__onnx_init_t w, b, rm, rv;        /* CONV: w [b]; BN: w b rm rv; FC: w b */
   const char *node;       /* the ONNX node's name (for messages) */
   int start;              /* SLICE: the first input channel taken */
+  int logits;             /* CONV: its filters are the classes (a classifier of convolutions,
+                             SqueezeNet's: conv, activations, global pooling giving the
+                             logits); left out of pruning, as a final FC is */
 } px__onnx_layer_t;
 
 /* A tensor the import computed (nn/onnx_shape.c): this header, then the
@@ -78,7 +81,8 @@ typedef struct px__onnx_graph {
   void *proto;                /* Onnx__ModelProto, owns every byte the layers point at */
   px__onnx_fold_t *folds;     /* the folded constants (a layer may point into them too) */
   size_t fold_bytes;          /* their size, at most PX__ONNX_FOLD_BYTES */
-  px__onnx_layer_t *layers;   /* [nlayers], forward order; the last is the FC giving the logits */
+  px__onnx_layer_t *layers;   /* [nlayers], forward order; the last gives the logits: an FC,
+                                 or a GAP of a conv classifier (px__onnx_layer_t.logits) */
   int nlayers;
   int in_c, in_h, in_w;       /* the graph input [N, in_c, in_h, in_w] */
   int classes;                /* the logits [N, classes] */

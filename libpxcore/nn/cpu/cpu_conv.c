@@ -13,6 +13,7 @@
  * makes the descriptors; the executables, conversions, argument checks and
  * calls are those of every layer with weights (cpu_wlayer.c). */
 #include <stddef.h>
+#include <string.h>
 
 #include "nn/cpu/px_cpu_int.h"
 #include "prunex/ops_internal.h"
@@ -176,6 +177,86 @@ static px_status_t px__conv_note_ref(px_ops_t *ops, px__cpu_wlayer_t *l, px_stat
   return st;
 }
 
+/* Whether pd runs on oneDNN's reference code. */
+static int px__pd_ref(const_dnnl_primitive_desc_t pd) {
+  const char *impl = NULL;
+  return pd && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) ==
+                   dnnl_success && impl && !strncmp(impl, "ref", 3);
+}
+
+/* A convolution's three descriptors with source x, the destination y
+ * (`any` or a layout), direct, into pd. */
+static px_status_t px__conv_try(px_ops_t *ops, const dnnl_memory_desc_t *x,
+                                const dnnl_memory_desc_t *y, const px__conv_mds_t *m,
+                                dnnl_primitive_desc_t pd[PX__WL_NPD]) {
+  const px__conv_mds_t f = {x, m->w, m->b, y, m->g};
+  PX_CHECK(px__conv_pd(ops, pd, PX__WL_FWD, 0, &f, "convolution forward"));
+  const dnnl_memory_desc_t y_md = *px__cpu_pd_md(pd[PX__WL_FWD], DNNL_ARG_DST);
+  return px__conv_bwd_pds(ops, pd, 0, x, m->w, x, m->w, m->b, &y_md, m->g);
+}
+
+/* How many of pd's forward and backward weights run on the reference code
+ * (the backward data counts apart: a network's first layer, whose blocked
+ * kernels on a 3-channel plain input have no vector backward data, never
+ * runs it), and whether its backward data does. */
+static int px__pds_ref(dnnl_primitive_desc_t const pd[PX__WL_NPD], int *bwd_d) {
+  *bwd_d = px__pd_ref(pd[PX__WL_BWD_D]);
+  return px__pd_ref(pd[PX__WL_FWD]) + px__pd_ref(pd[PX__WL_BWD_W]);
+}
+
+/* Where pd (made on source x_md) has a forward or backward weights on
+ * oneDNN's reference code: all three channels-last with the source
+ * converted (l->xcvt), when that leaves fewer and no new backward data
+ * there (oneDNN 2.6 on AVX2 has no blocked kernel for ResNeXt's 4-channel
+ * groups, nor for the weight gradient of a 3 x 3 convolution on a 2 x 2
+ * map, dense or grouped; channels-last it has). Off with
+ * PX_CPU_CHANNELS_LAST=0 (ops->cl_fallback). y_spec from pd's forward.
+ * m: the weights, bias, geometry (x, y unused). */
+static px_status_t px__conv_cl_fallback(px_ops_t *ops, px__cpu_wlayer_t *l,
+                                        const dnnl_memory_desc_t *x_md, const int64_t *ydims,
+                                        const px__conv_mds_t *m,
+                                        dnnl_primitive_desc_t pd[PX__WL_NPD]) {
+  dnnl_memory_desc_t x_cl, y_cl;
+  PX_DNNL(dnnl_memory_desc_init_by_tag(&x_cl, 4, x_md->dims, dnnl_f32, dnnl_acdb));
+  PX_DNNL(dnnl_memory_desc_init_by_tag(&y_cl, 4, ydims, dnnl_f32, dnnl_acdb));
+  int bwd_d, bwd_d_cl;
+  const int nref = px__pds_ref(pd, &bwd_d);
+  if (nref > 0 && ops->cl_fallback && !dnnl_memory_desc_equal(x_md, &x_cl)) {
+    dnnl_primitive_desc_t alt[PX__WL_NPD] = {NULL, NULL, NULL};
+    px_status_t st = px__conv_try(ops, &x_cl, &y_cl, m, alt);
+    int take = st == PX_OK && px__pds_ref(alt, &bwd_d_cl) < nref && bwd_d_cl <= bwd_d;
+    for (int i = 0; i < PX__WL_NPD; i++) {
+      dnnl_primitive_desc_t *drop = take ? &pd[i] : &alt[i];
+      if (*drop) dnnl_primitive_desc_destroy(*drop);
+      if (take) pd[i] = alt[i];
+    }
+    l->xcvt = take;
+  }
+  return px__cpu_spec_of(ops, px__cpu_pd_md(pd[PX__WL_FWD], DNNL_ARG_DST), &l->wl.y_spec);
+}
+
+/* A grouped convolution, not depthwise (ResNeXt's, RegNetY's). oneDNN 2.6
+ * has vector kernels (jit, or gemm per group) for it on a plain or
+ * channels-last source only with the destination alike (given `any` there,
+ * its reference code takes the layer), and on its blocked layout only where
+ * each group's channels fill whole blocks. So: the source as it comes with
+ * the destination like it (`any` after a blocked source), then
+ * px__conv_cl_fallback. */
+static px_status_t px__conv_grouped_pds(px_ops_t *ops, px__cpu_wlayer_t *l,
+                                        const dnnl_memory_desc_t *x_md, const int64_t *ydims,
+                                        const px__conv_mds_t *m,
+                                        dnnl_primitive_desc_t pd[PX__WL_NPD]) {
+  dnnl_memory_desc_t plain, x_cl, y;
+  PX_DNNL(dnnl_memory_desc_init_by_tag(&plain, 4, x_md->dims, dnnl_f32, dnnl_abcd));
+  PX_DNNL(dnnl_memory_desc_init_by_tag(&x_cl, 4, x_md->dims, dnnl_f32, dnnl_acdb));
+  dnnl_format_tag_t ytag = dnnl_memory_desc_equal(x_md, &plain)  ? dnnl_abcd
+                           : dnnl_memory_desc_equal(x_md, &x_cl) ? dnnl_acdb
+                                                                  : dnnl_format_tag_any;
+  PX_DNNL(dnnl_memory_desc_init_by_tag(&y, 4, ydims, dnnl_f32, ytag));
+  PX_CHECK(px__conv_try(ops, x_md, &y, m, pd));
+  return px__conv_cl_fallback(ops, l, x_md, ydims, m, pd);
+}
+
 /* The convolution's descriptors and specs (px__cpu_wlayer_pds_fn): y_spec
  * from the destination oneDNN chose; dx uses the layout of x, dy that of y. */
 static px_status_t px__conv_pds(px_ops_t *ops, px__cpu_wlayer_t *l, const void *params,
@@ -202,11 +283,22 @@ static px_status_t px__conv_pds(px_ops_t *ops, px__cpu_wlayer_t *l, const void *
      too), the layout of oneDNN's AMX kernels, so that residual adds meet one layout (without
      AMX the layouts oneDNN picks: its AVX512-BF16 kernels are blocked); the same in f32 where the
      context asks for it (conv_nhwc: a compact model's 8-channel layers, which oneDNN's blocked
-     layouts send to its reference code) */
+     layouts send to its reference code); and after a channels-last source (a grouped
+     convolution's, px__conv_grouped_pds), since oneDNN 2.6 takes one with `any` for the
+     destination on its reference code (a 1 x 1 map's plain layout is also channels-last:
+     there `any`, as before) */
+  dnnl_memory_desc_t x_cl, x_plain;
+  PX_DNNL(dnnl_memory_desc_init_by_tag(&x_cl, 4, x_md.dims, dnnl_f32, dnnl_acdb));
+  PX_DNNL(dnnl_memory_desc_init_by_tag(&x_plain, 4, x_md.dims, dnnl_f32, dnnl_abcd));
+  const int cl = ops->conv_bf16_cl || ops->conv_nhwc ||
+                 (dnnl_memory_desc_equal(&x_md, &x_cl) && !dnnl_memory_desc_equal(&x_md, &x_plain));
   PX_DNNL(dnnl_memory_desc_init_by_tag(&y_any, 4, ydims, dnnl_f32,
-                                       ops->conv_bf16_cl || ops->conv_nhwc ? dnnl_acdb
-                                                                        : dnnl_format_tag_any));
+                                       cl ? dnnl_acdb : dnnl_format_tag_any));
   const dnnl_memory_desc_t *bias = p->bias ? &b_md : NULL;
+  if (g > 1 && !(g == c_in && g == p->c_out) && !ops->conv_bf16_cl && !ops->conv_nhwc) {
+    const px__conv_mds_t gm = {NULL, &w_any, bias, NULL, &geo};
+    return px__conv_note_ref(ops, l, px__conv_grouped_pds(ops, l, &x_md, ydims, &gm, pd), pd);
+  }
   /* bf16 where the context asks for it: dense layers (oneDNN 2.6 has no AMX kernel for
      grouped ones), and not the channels-last layers of a compact model without AMX (there
      oneDNN 2.6 runs channels-last bf16 on its reference code: they stay f32) */
@@ -223,9 +315,9 @@ static px_status_t px__conv_pds(px_ops_t *ops, px__cpu_wlayer_t *l, const void *
     return px__conv_note_ref(ops, l, px__conv_pds_bf16(ops, p, &x_md, bias, &y_md, &geo, pd),
                              pd);
   }
-  return px__conv_note_ref(
-      ops, l, px__conv_bwd_pds(ops, pd, wino, &x_md, &w_any, &x_md, &w_any, bias, &y_md, &geo),
-      pd);
+  PX_CHECK(px__conv_bwd_pds(ops, pd, wino, &x_md, &w_any, &x_md, &w_any, bias, &y_md, &geo));
+  const px__conv_mds_t gm = {NULL, &w_any, bias, NULL, &geo};
+  return px__conv_note_ref(ops, l, px__conv_cl_fallback(ops, l, &x_md, ydims, &gm, pd), pd);
 }
 
 px_status_t px__cpu_conv2d_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_conv2d_params_t *p,

@@ -81,6 +81,8 @@ px_status_t px__cpu_ops_create(px_device_t dev, int nthreads, px_ops_t **out) {
       goto fail;
     }
     ops->winograd = !(wino && !strcmp(wino, "0"));
+    const char *cl = getenv("PX_CPU_CHANNELS_LAST");
+    ops->cl_fallback = !(cl && !strcmp(cl, "0"));
     snprintf(ops->desc, sizeof ops->desc, "oneDNN %d.%d.%d (cpu, %s, %d threads%s)", v->major,
              v->minor, v->patch, dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa()), threads,
              ops->winograd ? "" : ", no Winograd");

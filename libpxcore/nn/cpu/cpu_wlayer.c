@@ -52,6 +52,27 @@ static px_status_t px__wlayer_lowp_execs(px_ops_t *ops, px__cpu_wlayer_t *l,
   return px__cpu_grow_shared(&ops->lpscratch, &ops->lpscratch_bytes, need, "bf16 gradient scratch");
 }
 
+/* An f32 layer whose primitives take the source in their own layout
+ * (l->xcvt): the conversions of x into it and of the input gradient back,
+ * the buffer of the converted x (kept for the backward weights of the same
+ * step) and room for the gradient in the shared scratch. */
+static px_status_t px__wlayer_xcvt_execs(px_ops_t *ops, px__cpu_wlayer_t *l,
+                                         dnnl_primitive_desc_t const pd[PX__WL_NPD]) {
+  dnnl_memory_desc_t x_md;
+  PX_CHECK(px__cpu_md_of(ops, &l->wl.x_spec, &x_md));
+  const dnnl_memory_desc_t *x_pd = px__cpu_pd_md(pd[PX__WL_FWD], DNNL_ARG_SRC);
+  const dnnl_memory_desc_t *dx_pd = px__cpu_pd_md(pd[PX__WL_BWD_D], DNNL_ARG_DIFF_SRC);
+  if (!dnnl_memory_desc_equal(x_pd, px__cpu_pd_md(pd[PX__WL_BWD_W], DNNL_ARG_SRC)))
+    return px_set_error(PX_ERR_INTERNAL, "%s: backward weights wants another source layout "
+                        "than the forward", l->wl.name);
+  PX_CHECK(px__exec_create_reorder(ops, &l->x_cvt, &x_md, x_pd));
+  PX_CHECK(px__exec_create_reorder(ops, &l->dx_cvt, dx_pd, &x_md));
+  l->x_lp = px_malloc_aligned(dnnl_memory_desc_get_size(x_pd), "layer input (converted)");
+  if (!l->x_lp) return PX_ERR_NOMEM;
+  return px__cpu_grow_shared(&ops->lpscratch, &ops->lpscratch_bytes,
+                             dnnl_memory_desc_get_size(dx_pd), "input gradient scratch");
+}
+
 px_status_t px__cpu_wlayer_create(px_ops_t *ops, px__cpu_wlayer_t *l, px__cpu_wlayer_pds_fn pds,
                                   const void *params) {
   dnnl_primitive_desc_t pd[PX__WL_NPD] = {NULL, NULL, NULL};
@@ -59,6 +80,7 @@ px_status_t px__cpu_wlayer_create(px_ops_t *ops, px__cpu_wlayer_t *l, px__cpu_wl
   px_status_t st = pds(ops, l, params, pd, &w_plain);
   if (st == PX_OK) st = px__wlayer_execs(ops, l, pd, &w_plain);
   if (st == PX_OK && l->lowp) st = px__wlayer_lowp_execs(ops, l, pd);
+  if (st == PX_OK && l->xcvt) st = px__wlayer_xcvt_execs(ops, l, pd);
   for (int i = 0; i < PX__WL_NPD; i++)
     if (pd[i]) dnnl_primitive_desc_destroy(pd[i]);
   return st;
@@ -74,16 +96,17 @@ void px__cpu_wlayer_destroy(px__cpu_wlayer_t *l) {
   px__exec_destroy(&l->x_cvt);
   px__exec_destroy(&l->dy_cvt_d);
   px__exec_destroy(&l->dy_cvt_w);
+  px__exec_destroy(&l->dx_cvt);
   px_free(l->x_lp);
   l->x_lp = NULL;
 }
 
-/* The source a primitive reads: x itself, or (bf16 layers) x converted into
- * x_lp, which the backward weights of the step reuse. */
+/* The source a primitive reads: x itself, or (bf16 layers, xcvt) x
+ * converted into x_lp, which the backward weights of the step reuse. */
 static px_status_t px__wlayer_src(px_ops_t *ops, px__cpu_wlayer_t *l, const px_tensor_t *x,
                                   int convert, void **out) {
   *out = x->data;
-  if (!l->lowp) return PX_OK;
+  if (!l->lowp && !l->xcvt) return PX_OK;
   if (convert || l->x_lp_of != x->data) {
     void *ptrs[2] = {x->data, l->x_lp};
     PX_CHECK(px__exec_run(ops, &l->x_cvt, ptrs));
@@ -127,8 +150,11 @@ px_status_t px__cpu_wlayer_backward_data(px_ops_t *ops, px__cpu_wlayer_t *l, px_
   PX_CHECK(px__wbuf_in(ops, &l->w_bwd, w, &wp));
   void *dyp;
   PX_CHECK(px__wlayer_dy(ops, l, &l->dy_cvt_d, dy, &dyp));
-  void *ptrs[3] = {dyp, wp, dx->data};
-  return px__exec_run(ops, &l->bwd_d, ptrs);
+  void *ptrs[3] = {dyp, wp, l->xcvt ? ops->lpscratch : dx->data};
+  PX_CHECK(px__exec_run(ops, &l->bwd_d, ptrs));
+  if (!l->xcvt) return PX_OK;
+  void *back[2] = {ops->lpscratch, dx->data};
+  return px__exec_run(ops, &l->dx_cvt, back);
 }
 
 px_status_t px__cpu_wlayer_backward_weights(px_ops_t *ops, px__cpu_wlayer_t *l, px_tensor_t *dw,

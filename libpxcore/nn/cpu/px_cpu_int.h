@@ -71,7 +71,8 @@ struct px_ops {
   void *wscratch;             /* weights in a primitive's layout: shared by every op,
                                  refilled by each call (ops run one at a time) */
   size_t wscratch_bytes;
-  void *lpscratch;            /* an output gradient in bf16 for a bf16 convolution's backward:
+  void *lpscratch;            /* an output gradient in bf16 for a bf16 convolution's backward,
+                                 or an f32 one's input gradient in its own layout (xcvt):
                                  shared like wscratch */
   size_t lpscratch_bytes;
   int conv_bf16;              /* 1: convolutions created from now on compute in bf16 (set by
@@ -85,6 +86,10 @@ struct px_ops {
                                  they are faster (cpu_conv.c px__conv_wino); 0 with
                                  PX_CPU_WINOGRAD=0 */
   int wino_pds;               /* convolutions created on oneDNN's Winograd kernels */
+  int cl_fallback;            /* 1: an f32 convolution that oneDNN would run on its reference
+                                 code runs channels-last where it has vector kernels there
+                                 (cpu_conv.c px__conv_cl_fallback); 0 with
+                                 PX_CPU_CHANNELS_LAST=0 */
   int ref_warned;             /* px__cpu_warn_ref has logged its warning */
   int ref_pds;                /* training convolutions on oneDNN's reference code ("ref:"
                                  implementations, far slower than its vector kernels;
@@ -237,6 +242,12 @@ typedef struct {
   const void *x_lp_of; /* the x->data that x_lp holds, NULL before the first forward */
   char ref_fwd[PX__REF_NAME], ref_bwd_w[PX__REF_NAME]; /* px__cpu_note_ref: the reference
                                                           implementations, "" for none */
+  /* f32 primitives on another source layout than x's (set by the descriptors' maker: a grouped
+     convolution on a blocked input that oneDNN has vector kernels for only channels-last): x
+     is converted into x_lp as a bf16 layer's is (x_cvt), and the input gradient, written in
+     that layout into ops->lpscratch, converted back into dx's (dx_cvt) */
+  int xcvt;
+  px__exec_t dx_cvt;
 } px__cpu_wlayer_t;
 
 /* What makes one kind of layer: from its parameters, the forward,
