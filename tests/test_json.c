@@ -94,6 +94,11 @@ static void parse_is_strict_and_bounded(void **state) {
   assert_int_equal(px_json_parse(deep, 200, 1 << 20, &o), PX_ERR_INVALID);
   assert_int_equal(px_json_parse("[1,2,3]", 7, 6, &o), PX_ERR_INVALID);
   assert_non_null(strstr(px_last_error(), "at most 6"));
+  /* NUL bytes after the document are text, not white space */
+  assert_int_equal(px_json_parse("[1]\n\0\0", 6, 1 << 20, &o), PX_ERR_INVALID);
+  assert_non_null(strstr(px_last_error(), "text after the document"));
+  assert_int_equal(px_json_parse("[1]\n\0", 4, 1 << 20, &o), PX_OK);
+  json_object_put(o);
 }
 
 int main(void) {

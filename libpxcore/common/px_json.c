@@ -103,7 +103,8 @@ px_status_t px_json_parse(const char *s, size_t n, size_t max_bytes, struct json
   if (err != json_tokener_success)
     return px_set_error(PX_ERR_INVALID, "JSON at byte %zu: %s", at,
                         json_tokener_error_desc(err));
-  while (at < n && strchr(" \t\r\n", s[at])) at++;
+  /* (strchr would match the NUL that ends its set: a NUL is text, not space) */
+  while (at < n && s[at] && strchr(" \t\r\n", s[at])) at++;
   if (at < n) {
     json_object_put(o);
     return px_set_error(PX_ERR_INVALID, "JSON at byte %zu: text after the document", at);
