@@ -106,6 +106,11 @@ px_status_t px__dataset_wrap(const px_dataset_info_t *info, uint8_t *images, uin
 px_status_t px__image_decode_fd(px_image_decoder_t *d, int fd, int32_t channels, int32_t size,
                                 uint8_t *dst);
 
+/* PX_OK when a w x h image of format fmt ("JPEG", "PNG") is within
+ * PX_IMAGE_MAX_SIDE and PX_IMAGE_MAX_PIXELS; otherwise PX_ERR_FORMAT with
+ * the reason in why (cap bytes). */
+px_status_t px__image_dims_check(char *why, size_t cap, const char *fmt, int64_t w, int64_t h);
+
 /* The whole image in buf decoded to HWC pixels of `channels` at full scale
  * (*pix owned by d, valid until its next call): what the streaming path
  * resamples a PNG or a CMYK JPEG from. PX_ERR_FORMAT with d's reason. */

@@ -202,13 +202,18 @@ static void px__area_hwc(const uint8_t *src, int32_t w, int32_t h, int32_t c,
 
 #define PX__REFUSE(d, ...) (snprintf((d)->why, sizeof (d)->why, __VA_ARGS__), PX_ERR_FORMAT)
 
-static px_status_t px__dims_ok(px_image_decoder_t *d, const char *fmt, int64_t w, int64_t h) {
+px_status_t px__image_dims_check(char *why, size_t cap, const char *fmt, int64_t w, int64_t h) {
   if (w < 1 || h < 1 || w > PX_IMAGE_MAX_SIDE || h > PX_IMAGE_MAX_SIDE ||
-      w * h > PX_IMAGE_MAX_PIXELS)
-    return PX__REFUSE(d, "%s of %lldx%lld pixels: each side must be 1..%d and the image at most "
-                      "%d pixels", fmt, (long long)w, (long long)h, PX_IMAGE_MAX_SIDE,
-                      PX_IMAGE_MAX_PIXELS);
+      w * h > PX_IMAGE_MAX_PIXELS) {
+    snprintf(why, cap, "%s of %lldx%lld pixels: each side must be 1..%d and the image at most "
+             "%d pixels", fmt, (long long)w, (long long)h, PX_IMAGE_MAX_SIDE, PX_IMAGE_MAX_PIXELS);
+    return PX_ERR_FORMAT;
+  }
   return PX_OK;
+}
+
+static px_status_t px__dims_ok(px_image_decoder_t *d, const char *fmt, int64_t w, int64_t h) {
+  return px__image_dims_check(d->why, sizeof d->why, fmt, w, h);
 }
 
 /* A failed call can leave a TurboJPEG handle unusable: with libjpeg-turbo

@@ -338,15 +338,6 @@ static void px__axes(const px__xform_geom_t *g, double fx, double fy, px__axis_t
 
 #define PX__XREFUSE(x, ...) (snprintf((x)->why, sizeof (x)->why, __VA_ARGS__), PX_ERR_FORMAT)
 
-static px_status_t px__dims(px__xform_t *x, const char *fmt, int64_t w, int64_t h) {
-  if (w < 1 || h < 1 || w > PX_IMAGE_MAX_SIDE || h > PX_IMAGE_MAX_SIDE ||
-      w * h > PX_IMAGE_MAX_PIXELS)
-    return PX__XREFUSE(x, "%s of %lldx%lld pixels: each side must be 1..%d and the image at "
-                       "most %d pixels", fmt, (long long)w, (long long)h, PX_IMAGE_MAX_SIDE,
-                       PX_IMAGE_MAX_PIXELS);
-  return PX_OK;
-}
-
 /* The smallest DCT scale M/8 (M = 1..8) at which the box still covers at
  * least PX__DCT_GAP source pixels per output pixel on both axes: the DCT's
  * reduction is a box filter, so the last factor of two is left to the
@@ -444,7 +435,7 @@ static px_status_t px__xform_jpeg(px__xform_t *x, const uint8_t *buf, size_t len
   jpeg_read_header(ci, TRUE);
   started = 1;
   int32_t w = (int32_t)ci->image_width, h = (int32_t)ci->image_height;
-  if (px__dims(x, "JPEG", w, h) != PX_OK) {
+  if (px__image_dims_check(x->why, sizeof x->why, "JPEG", w, h) != PX_OK) {
     jpeg_abort_decompress(ci);
     return PX_ERR_FORMAT;
   }
