@@ -226,6 +226,7 @@ void px_hsadmm_destroy(px_hsadmm_t *h) {
   px__hso_free(h);
   px__hsq_free(h);
   px__hsc_free(h);
+  px__hse_free(h);
   px_pack_plan_destroy(h->plan);
   px_sparsity_destroy(h->sp);
   px__hss_dev_free(&h->dv, &h->st);
@@ -342,6 +343,7 @@ px_status_t px_hsadmm_sync(px_hsadmm_t *h, px_hsadmm_round_t **round) {
   uint64_t intra0 = px_comm_tier_bytes(h->comm, PX_TIER_INTRA);
   uint64_t inter0 = px_comm_tier_bytes(h->comm, PX_TIER_INTER);
   uint64_t value_bytes = 0;
+  if (h->el.on) PX_CHECK(px__hse_snapshot(h)); /* elastic: the round can be run again */
   if (h->cfg.flat) PX_CHECK(px__sync_flat(h));
   else PX_CHECK(px__sync_hier(h, &value_bytes));
 

@@ -48,6 +48,7 @@ px_status_t px_hsadmm_set_compress(px_hsadmm_t *h, int lossless) {
              "comm.compress: lossless codes the exact hierarchical exchange (strategy hsadmm, "
              "comm.quantize none, comm.overlap false) only");
   PX_REQUIRE(!lossless || !h->dev, "comm.compress: not with H-SADMM's device state");
+  PX_REQUIRE(!lossless || !h->el.on, "comm.compress: not with an elastic job");
   if (h->iteration > 0)
     return px_set_error(PX_ERR_STATE, "comm.compress: set before the first round");
   if (!lossless) {

@@ -80,6 +80,17 @@ typedef struct {
   uint64_t bytes0;      /* the traffic counters when it started */
 } px__hsadmm_overlap_t;
 
+/* Elastic runs (hsadmm_elastic.c): the state at the start of the round, so
+ * that a round broken by a lost node is run again over the survivors. */
+typedef struct {
+  int on;
+  int taken;            /* fam & co hold the start of the current round */
+  float *fam;           /* [6 * total] state memory: u, zi, zi_prev, v, z, z_prev */
+  uint8_t *masks;       /* [4 * mtotal] node, union, prev, z */
+  double *rho;          /* [2 n] rho1, then rho2 */
+  int frozen, iteration;
+} px__hsadmm_elastic_t;
+
 struct px_hsadmm {
   px_comm_t *comm;
   px_group_t *world, *intra, *inter; /* inter NULL off the leaders */
@@ -111,6 +122,7 @@ struct px_hsadmm {
   px__hsadmm_quant_t q;
   px__hsadmm_overlap_t ov;
   px__hsadmm_code_t lc;
+  px__hsadmm_elastic_t el;
   /* the device-state round (px__hsadmm_create_on with a table): st lives
    * where its table says, theta is read there, and pack/expand and the
    * projection run there too (hsadmm_dev.c); the host keeps the masks, the
@@ -170,6 +182,12 @@ px_status_t px__hsc_exchange(px_hsadmm_t *h);
 /* A resumed run: every history restarts at zero (on every leader). */
 void px__hsc_resumed(px_hsadmm_t *h);
 void px__hsc_free(px_hsadmm_t *h);
+
+/* ---- elastic runs (hsadmm_elastic.c) ---- */
+
+/* At the start of a sync (elastic runs): the state into the copy. */
+px_status_t px__hse_snapshot(px_hsadmm_t *h);
+void px__hse_free(px_hsadmm_t *h);
 
 /* ---- comm.overlap (hsadmm_overlap.c) ---- */
 

@@ -59,6 +59,7 @@ px_status_t px_hsadmm_set_overlap(px_hsadmm_t *h, int on) {
              "comm.overlap: applies to the exact hierarchical exchange (strategy hsadmm, "
              "comm.quantize none, comm.compress none) only");
   PX_REQUIRE(!on || !h->dev, "comm.overlap: not with H-SADMM's device state");
+  PX_REQUIRE(!on || !h->el.on, "comm.overlap: not with an elastic job");
   if (h->iteration > 0) return px_set_error(PX_ERR_STATE, "comm.overlap: set before the first round");
   h->ov.enabled = on ? 1 : 0;
   if (!on || h->ov.reqs) return PX_OK;

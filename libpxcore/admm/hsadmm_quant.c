@@ -76,6 +76,7 @@ px_status_t px_hsadmm_set_quantize(px_hsadmm_t *h, int bits, uint64_t seed) {
              bits);
   PX_REQUIRE(bits == 0 || !h->dev, "comm.quantize = %d: not with H-SADMM's device state",
              bits);
+  PX_REQUIRE(bits == 0 || !h->el.on, "comm.quantize = %d: not with an elastic job", bits);
   PX_REQUIRE(bits == 0 || !h->lc.on, "comm.quantize = %d: not with comm.compress lossless",
              bits);
   if (h->iteration > 0)

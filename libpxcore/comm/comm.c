@@ -60,11 +60,12 @@ static void px__group_fini(px_group_t *g) {
 }
 
 /* world, intra (ranks of my node) and, on leaders, inter (one leader per
- * node, in node-id order) */
+ * node, in node-id order); c->leader_of keeps each node's leader */
 static px_status_t px__groups_build(px_comm_t *c, const int *leader_of_node) {
-  int n = c->size;
+  int n = c->size, span = c->node_span;
   int *members = px_malloc((size_t)n * sizeof *members, "comm.members");
-  int *leader = px_malloc((size_t)n * sizeof *leader, "comm.leaders");
+  int *leader = px_malloc((size_t)span * sizeof *leader, "comm.leaders");
+  c->leader_of = leader;
   px_status_t st = PX_OK;
   if (!members || !leader) {
     st = PX_ERR_NOMEM;
@@ -76,14 +77,14 @@ static px_status_t px__groups_build(px_comm_t *c, const int *leader_of_node) {
   for (int i = 0; i < n; i++)
     if (c->node_of[i] == c->node) members[m++] = i;
   PX_CHECK_GOTO(px__group_init(c, PX_GROUP_INTRA, members, m), st, out);
-  /* leader[id]: -2 for a node id nobody has, else its leader */
-  for (int id = 0; id < n; id++) leader[id] = -2;
+  /* leader[id]: -1 for a node id nobody has, else its leader */
+  for (int id = 0; id < span; id++) leader[id] = -1;
   for (int i = n - 1; i >= 0; i--) leader[c->node_of[i]] = i;
   c->nnodes = 0;
   m = 0;
   int i_lead = 0;
-  for (int id = 0; id < n; id++) {
-    if (leader[id] == -2) continue;
+  for (int id = 0; id < span; id++) {
+    if (leader[id] == -1) continue;
     c->nnodes++;
     if (leader_of_node) leader[id] = leader_of_node[id];
     if (leader[id] < 0 || leader[id] >= n || c->node_of[leader[id]] != id) {
@@ -97,7 +98,6 @@ static px_status_t px__groups_build(px_comm_t *c, const int *leader_of_node) {
   if (i_lead) PX_CHECK_GOTO(px__group_init(c, PX_GROUP_INTER, members, m), st, out);
 out:
   px_free(members);
-  px_free(leader);
   return st;
 }
 
@@ -109,26 +109,49 @@ px_status_t px_comm_create(int rank, int world_size, const int *node_of_rank, px
   *out = NULL;
   PX_REQUIRE(world_size >= 1 && world_size <= PX__MAX_RANKS,
              "px_comm_create: world size %d outside 1..%d", world_size, PX__MAX_RANKS);
-  PX_REQUIRE(rank >= 0 && rank < world_size, "px_comm_create: rank %d outside 0..%d", rank,
-             world_size - 1);
-  PX_REQUIRE(node_of_rank != NULL && kv != NULL, "px_comm_create: node map or kv store is NULL");
+  PX_REQUIRE(node_of_rank != NULL, "px_comm_create: node map is NULL");
   for (int i = 0; i < world_size; i++)
     PX_REQUIRE(node_of_rank[i] >= 0 && node_of_rank[i] < world_size,
                "px_comm_create: node id %d of rank %d outside 0..%d", node_of_rank[i], i,
                world_size - 1);
-  px_comm_opts_t o;
-  px_comm_opts_default(&o);
-  if (opts) {
-    if (opts->timeout_ms > 0) o.timeout_ms = opts->timeout_ms;
-    if (opts->bucket_bytes > 0) o.bucket_bytes = opts->bucket_bytes;
-    if (opts->key_prefix) o.key_prefix = opts->key_prefix;
-    o.leader_of_node = opts->leader_of_node;
-    o.nccl = opts->nccl;
-    o.cuda_device = opts->cuda_device;
-    o.allreduce_algo = opts->allreduce_algo;
-    o.allgather_algo = opts->allgather_algo;
-    o.small_bytes = opts->small_bytes;
+  return px__comm_create(rank, world_size, node_of_rank, kv, opts, out);
+}
+
+/* The options with defaults where opts leaves them unset. */
+static void px__opts_resolve(const px_comm_opts_t *opts, px_comm_opts_t *o) {
+  px_comm_opts_default(o);
+  if (!opts) return;
+  if (opts->timeout_ms > 0) o->timeout_ms = opts->timeout_ms;
+  if (opts->bucket_bytes > 0) o->bucket_bytes = opts->bucket_bytes;
+  if (opts->key_prefix) o->key_prefix = opts->key_prefix;
+  o->leader_of_node = opts->leader_of_node;
+  o->nccl = opts->nccl;
+  o->cuda_device = opts->cuda_device;
+  o->allreduce_algo = opts->allreduce_algo;
+  o->allgather_algo = opts->allgather_algo;
+  o->small_bytes = opts->small_bytes;
+  o->lost_ms = opts->lost_ms;
+}
+
+px_status_t px__comm_create(int rank, int world_size, const int *node_of_rank, px_kv_t *kv,
+                            const px_comm_opts_t *opts, px_comm_t **out) {
+  PX_REQUIRE(out != NULL, "px_comm_create: out is NULL");
+  *out = NULL;
+  PX_REQUIRE(world_size >= 1 && world_size <= PX__MAX_RANKS,
+             "px_comm_create: world size %d outside 1..%d", world_size, PX__MAX_RANKS);
+  PX_REQUIRE(rank >= 0 && rank < world_size, "px_comm_create: rank %d outside 0..%d", rank,
+             world_size - 1);
+  PX_REQUIRE(node_of_rank != NULL && kv != NULL, "px_comm_create: node map or kv store is NULL");
+  int span = 0;
+  for (int i = 0; i < world_size; i++) {
+    PX_REQUIRE(node_of_rank[i] >= 0 && node_of_rank[i] < PX__MAX_RANKS,
+               "px_comm_create: node id %d of rank %d outside 0..%d", node_of_rank[i], i,
+               PX__MAX_RANKS - 1);
+    if (node_of_rank[i] + 1 > span) span = node_of_rank[i] + 1;
   }
+  px_comm_opts_t o;
+  px__opts_resolve(opts, &o);
+  PX_REQUIRE(o.lost_ms >= 0, "px_comm_create: lost_ms %d is negative", o.lost_ms);
   PX_REQUIRE(o.timeout_ms > 0, "px_comm_create: timeout %d ms", o.timeout_ms);
   PX_REQUIRE(strlen(o.key_prefix) < 200, "px_comm_create: key prefix too long");
   char probe[256];
@@ -143,7 +166,12 @@ px_status_t px_comm_create(int rank, int world_size, const int *node_of_rank, px
   if (!c) return PX_ERR_NOMEM;
   c->rank = rank;
   c->size = world_size;
+  c->node_span = span;
   c->timeout_ms = o.timeout_ms;
+  c->lost_ms = o.lost_ms;
+  c->lost_rank = -1;
+  snprintf(c->prefix, sizeof c->prefix, "%s", o.key_prefix);
+  snprintf(c->base, sizeof c->base, "%s", o.key_prefix);
   c->bucket_bytes = o.bucket_bytes;
   c->allreduce_algo = o.allreduce_algo;
   c->allgather_algo = o.allgather_algo;
@@ -204,7 +232,7 @@ void px_comm_destroy(px_comm_t *c) {
   }
   px_free(c->tmp);
   px_free(c->bucket);
-  px_free(c->node_of);
+  PX_FREE_ALL(c->node_of, c->leader_of, c->prev_rank);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
   px_free(c);

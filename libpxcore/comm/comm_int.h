@@ -67,6 +67,8 @@ typedef struct {
 typedef struct {
   int32_t status;
   int32_t origin;
+  int32_t lost;      /* the rank the origin found lost (-1: none, e.g. a mismatch) */
+  int32_t pad;
 } px__abort_msg_t;
 
 /* ---- operations ------------------------------------------------------------ */
@@ -117,7 +119,17 @@ struct px_group {
 struct px_comm {
   int rank, size, node, nnodes;
   int *node_of;                 /* [size] node id of each rank */
+  int node_span;                /* max node id + 1 */
+  int *leader_of;               /* [node_span] leader of each node id, -1 for no node */
   int timeout_ms;
+  int lost_ms;                  /* elastic bound (0: off) */
+  int lost_rank;                /* the rank this communicator lost, -1 while none is known */
+  int epoch;                    /* membership epoch (0: as created; px_comm_rebuild's) */
+  int *prev_rank;               /* [size] rank in the communicator this one was rebuilt
+                                   from; NULL for one made by px_comm_create */
+  char prefix[208];             /* rendezvous key prefix */
+  char base[208];               /* the first communicator's prefix: a rebuilt one's
+                                   is base + "/e<epoch>" */
   size_t bucket_bytes;
   px_comm_algo_t allreduce_algo, allgather_algo;
   size_t small_bytes;
@@ -184,6 +196,11 @@ void px__reduce(void *dst, const void *a, const void *b, size_t n, px_comm_dtype
                 px_comm_op_t op);
 void px__avg_finish(void *buf, size_t n, px_comm_dtype_t dt, int group_size);
 
+/* ---- comm.c: creation without the public range checks on node ids (any id
+ * in 0..PX__MAX_RANKS-1: a rebuilt communicator keeps the job's node ids) ---- */
+px_status_t px__comm_create(int rank, int world_size, const int *node_of_rank, px_kv_t *kv,
+                            const px_comm_opts_t *opts, px_comm_t **out);
+
 /* ---- ucx.c: transport ---- */
 px_status_t px__ucx_init(struct px_comm *c, px_kv_t *kv, const char *prefix);
 void px__ucx_fini(struct px_comm *c);
@@ -206,6 +223,9 @@ px_status_t px__fail(struct px_comm *c, px_status_t st, const char *fmt, ...)
  * (abort notice from a peer, px_comm_abort). */
 px_status_t px__check_health(struct px_comm *c);
 void *px__scratch(struct px_comm *c, size_t bytes);
+/* Records world rank r as the peer this communicator lost, unless it is
+ * already broken or one is known (the first wins). */
+void px__suspect(struct px_comm *c, int r);
 static inline px_comm_tier_t px__tier(const struct px_comm *c, int world_peer) {
   return c->node_of[world_peer] == c->node ? PX_TIER_INTRA : PX_TIER_INTER;
 }

@@ -110,6 +110,10 @@ void *px__scratch(px_comm_t *c, size_t bytes) {
 
 /* ---- failure --------------------------------------------------------------- */
 
+void px__suspect(px_comm_t *c, int r) {
+  if (!atomic_load(&c->failed) && c->lost_rank < 0 && r >= 0 && r < c->size) c->lost_rank = r;
+}
+
 /* Progresses until pred(c) is false or ms pass. */
 static void px__drain_for(px_comm_t *c, double ms, int (*busy)(px_comm_t *)) {
   double end = px__now_ms() + ms;
@@ -169,6 +173,7 @@ static void px__close_eps(px_comm_t *c, int force, double ms) {
 static void px__tell_peers(px_comm_t *c, px_status_t st) {
   c->abort_out_msg.status = st;
   c->abort_out_msg.origin = c->rank;
+  c->abort_out_msg.lost = c->lost_rank;
   uint64_t tag = (PX__TAG_CLASS_ABORT << PX__TAG_CLASS_SHIFT) |
                  ((uint64_t)(c->rank & 0xFFF) << PX__TAG_SRC_SHIFT);
   for (int p = 0; p < c->size; p++) {
@@ -228,6 +233,11 @@ static px_status_t px__on_abort_notice(px_comm_t *c) {
     return px__fail(c, PX_ERR_PEER, "abort notice receive failed: %s",
                     ucs_status_string(c->abort_in.status));
   if (st != PX_ERR_MISMATCH) st = PX_ERR_PEER;
+  int lost = c->abort_msg.lost;
+  px__suspect(c, lost);
+  if (lost >= 0 && lost < c->size)
+    return px__fail(c, st, "rank %d broke the communicator (%s): rank %d (node %d) lost", origin,
+                    px_status_name(c->abort_msg.status), lost, c->node_of[lost]);
   return px__fail(c, st, "rank %d broke the communicator (%s)", origin,
                   px_status_name(c->abort_msg.status));
 }
@@ -253,7 +263,8 @@ static px_status_t px__check_peers(px_comm_t *c) {
   if (bad < 0) return PX_OK;
   px__drain_for(c, 20.0, px__abort_not_in);
   if (c->abort_in.state == PX__XFER_DONE) return px__on_abort_notice(c);
-  return px__fail(c, PX_ERR_PEER, "rank %d failed or left: %s", bad,
+  px__suspect(c, bad);
+  return px__fail(c, PX_ERR_PEER, "rank %d (node %d) failed or left: %s", bad, c->node_of[bad],
                   ucs_status_string(c->peers[bad].ep_status));
 }
 
@@ -282,9 +293,11 @@ static void px__xfer_posted(px_comm_t *c, px__xfer_t *x, ucs_status_ptr_t sp) {
  * free. */
 static int px__xfer_new(px_comm_t *c, int wp, int is_recv, size_t bytes) {
   px__peer_t *peer = &c->peers[wp];
-  if (peer->failed || (!is_recv && !peer->ep))
-    return px__fail(c, PX_ERR_PEER, "rank %d failed or left: %s", wp,
+  if (peer->failed || (!is_recv && !peer->ep)) {
+    px__suspect(c, wp);
+    return px__fail(c, PX_ERR_PEER, "rank %d (node %d) failed or left: %s", wp, c->node_of[wp],
                     ucs_status_string(peer->ep_status));
+  }
   int i = px__slot_get(c);
   if (i < 0) return px__fail(c, PX_ERR_INTERNAL, "out of transfer slots");
   px__xfer_t *x = &c->xf[i];
@@ -346,7 +359,21 @@ int px__recv(px__coll_t *r, int gpeer, void *buf, size_t bytes, uint32_t step) {
 #define PX__SPIN_MS 0.1
 #define PX__SLEEP_NS 20000L
 
+/* Nothing from peer for limit_ms: with an elastic bound it is lost (its
+ * process may be alive but stopped: it is fenced from here). */
+static px_status_t px__silent(px_comm_t *c, int peer, int limit_ms) {
+  if (c->lost_ms > 0 && limit_ms == c->lost_ms) {
+    px__suspect(c, peer);
+    return px__fail(c, PX_ERR_PEER, "rank %d: rank %d (node %d) silent for %d ms: lost", c->rank,
+                    peer, c->node_of[peer], limit_ms);
+  }
+  return px__fail(c, PX_ERR_TIMEOUT,
+                  "rank %d: no progress from peer rank %d for %d ms (peer dead or stuck)", c->rank,
+                  peer, limit_ms);
+}
+
 static px_status_t px__progress_until_done(px_comm_t *c, px__xfer_t *x) {
+  int limit_ms = c->lost_ms > 0 && c->lost_ms < c->timeout_ms ? c->lost_ms : c->timeout_ms;
   unsigned idle = 0, iter = 0;
   uint64_t seen = c->completions;
   double idle_since = 0;
@@ -363,10 +390,8 @@ static px_status_t px__progress_until_done(px_comm_t *c, px__xfer_t *x) {
       if (c->completions != seen) {
         seen = c->completions;
         c->last_activity_ms = now;
-      } else if (now - c->last_activity_ms > (double)c->timeout_ms) {
-        return px__fail(c, PX_ERR_TIMEOUT,
-                        "rank %d: no progress from peer rank %d for %d ms (peer dead or stuck)",
-                        c->rank, x->peer, c->timeout_ms);
+      } else if (now - c->last_activity_ms > (double)limit_ms) {
+        return px__silent(c, x->peer, limit_ms);
       }
       int a = atomic_load_explicit(&c->abort_req, memory_order_relaxed);
       if (a) return px__fail(c, a, "aborted by rank %d (px_comm_abort)", c->rank);
@@ -398,8 +423,9 @@ static px_status_t px__finish(px__coll_t *r, int slot) {
      * give that notice a moment to arrive so every rank reports the cause */
     px__drain_for(c, 50.0, px__abort_not_in);
     if (c->abort_in.state == PX__XFER_DONE) return px__on_abort_notice(c);
-    return px__fail(c, PX_ERR_PEER, "transfer with rank %d failed: %s", peer,
-                    ucs_status_string(s));
+    px__suspect(c, peer);
+    return px__fail(c, PX_ERR_PEER, "transfer with rank %d (node %d) failed: %s", peer,
+                    c->node_of[peer], ucs_status_string(s));
   }
   if (x->is_recv) {
     int src = (int)((x->info.sender_tag & PX__TAG_SRC_MASK) >> PX__TAG_SRC_SHIFT);
@@ -472,7 +498,7 @@ static px_status_t px__ucx_read_config(const px_comm_t *c, ucp_config_t **out) {
   /* keepalive is how UCX notices a dead peer over shared memory: check
    * several times per timeout period (default interval: 20 s) */
   if (!getenv("UCX_KEEPALIVE_INTERVAL")) {
-    int ka = c->timeout_ms / 8;
+    int ka = (c->lost_ms > 0 && c->lost_ms < c->timeout_ms ? c->lost_ms : c->timeout_ms) / 8;
     if (ka < 100) ka = 100;
     if (ka > 20000) ka = 20000;
     char val[32];

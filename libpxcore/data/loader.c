@@ -268,6 +268,26 @@ done:
   return PX_CREATED(st, l, out, px_loader_destroy);
 }
 
+px_status_t px_loader_reshard(px_loader_t *l, int32_t rank, int32_t world_size) {
+  PX_REQUIRE(l != NULL, "px_loader_reshard: NULL loader");
+  if (l->active)
+    return px_set_error(PX_ERR_STATE, "loader: epoch %lld is still active (reshard between "
+                        "epochs)", (long long)l->epoch);
+  int64_t begin, count;
+  PX_CHECK(px_data_shard(l->ds->info.n, rank, world_size, l->cfg.shard_mode, &begin, &count));
+  /* no epoch is active: the producer is idle and reads none of this */
+  if (l->has_thread) pthread_mutex_lock(&l->mu);
+  l->cfg.rank = rank;
+  l->cfg.world_size = world_size;
+  l->shard_begin = begin;
+  l->shard_count = count;
+  int64_t bs = l->cfg.batch_size;
+  l->num_batches = l->cfg.drop_last ? count / bs : (count + bs - 1) / bs;
+  l->num_samples = l->cfg.drop_last ? l->num_batches * bs : count;
+  if (l->has_thread) pthread_mutex_unlock(&l->mu);
+  return PX_OK;
+}
+
 px_status_t px_loader_begin_epoch(px_loader_t *l, int64_t epoch) {
   return px_loader_begin_epoch_at(l, epoch, 0);
 }

@@ -91,6 +91,55 @@ uint64_t px_comm_tier_bytes(const px_comm_t *c, px_comm_tier_t tier);
 /* Bytes per element of a dtype (4, 8, 1); 0 for an unknown one. */
 size_t px_comm_dtype_size(px_comm_dtype_t dt);
 
+/* ---- elastic membership (comm/elastic.c; issue 53) --------------------------
+ * With opts.lost_ms set, a peer that is gone (process dead: UCX's keepalive
+ * every lost_ms / 8) or silent for lost_ms inside a collective breaks the
+ * communicator with PX_ERR_PEER on every survivor, the message and
+ * px_comm_lost naming it; survivors then agree on the members (the round's
+ * decision from the coordinator, or px_comm_survivors without one) and
+ * call px_comm_rebuild at the round boundary. */
+
+/* The world rank this communicator lost (the first one noticed here or named
+ * by the peer that broke it), -1 when none is known; *node (may be NULL)
+ * gets its node id or -1. Cannot fail. */
+int px_comm_lost(const px_comm_t *c, int *node);
+/* The membership epoch: 0 for px_comm_create's, px_comm_rebuild's epoch. */
+int px_comm_epoch(const px_comm_t *c);
+/* The rank that rank `rank` of c had in the communicator c was rebuilt from
+ * (rank itself for a communicator made by px_comm_create; -1 out of range). */
+int px_comm_prev_rank(const px_comm_t *c, int rank);
+/* Node id of a rank of c (-1 out of range). */
+int px_comm_node_of(const px_comm_t *c, int rank);
+
+/* The survivors' agreement when no coordinator names the members: puts
+ * "<prefix>/alive/<epoch>/<rank>" (with the rank c lost), then reads the
+ * others' keys for up to wait_ms, not waiting for the ranks of a node some
+ * survivor named lost. nodes[cap] gets the node ids every rank of which
+ * answered, ascending, *n their count. Not collective over the data plane
+ * (c may be broken); ranks that answer within the wait of some survivors
+ * but not of others give different lists, which px_comm_rebuild then
+ * refuses on every rank (PX_ERR_MISMATCH). epoch must exceed c's. Fails
+ * with the store's errors, PX_ERR_INVALID or PX_ERR_NOMEM. */
+px_status_t px_comm_survivors(px_comm_t *c, px_kv_t *kv, int epoch, int wait_ms, int *nodes,
+                              int cap, int *n);
+
+/* Collective over the ranks of the member nodes nodes[nnodes] (node ids of
+ * old, any order): at a round boundary, replaces old by a communicator over
+ * those nodes' ranks, in epoch `epoch` (> old's: a stale decision is
+ * refused). Ranks are renumbered 0..n-1 in their old order (px_comm_prev_rank
+ * maps back), node ids and each node's leader stay, the options are old's,
+ * the UCX endpoints are new (addresses through kv under the first prefix +
+ * "/e<epoch>"). A bad or stale list fails with PX_ERR_INVALID and leaves
+ * old as it was; past that check old is destroyed whatever happens (after
+ * its pending operations, healthy or broken), nothing of it in flight. A
+ * rank whose node is not a member gets PX_ERR_STATE and *out NULL (it
+ * leaves the job). Fails with PX_ERR_MISMATCH (the members
+ * were given different lists), PX_ERR_TIMEOUT / PX_ERR_PEER (a member did
+ * not come), PX_ERR_BACKEND. Allocates: call at boundaries only. The
+ * caller owns *out. */
+px_status_t px_comm_rebuild(px_comm_t *old, const int *nodes, int nnodes, int epoch, px_kv_t *kv,
+                            px_comm_t **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -82,6 +82,27 @@ double px_hsadmm_rho2(const px_hsadmm_t *h, int i);
 px_status_t px_hsadmm_local_control(void *ctx, const px_hsadmm_round_t *round,
                                     px_hsadmm_decision_t *decision);
 
+/* ---- elastic runs (issue 53) -------------------------------------------------
+ * on: every px_hsadmm_sync first copies the state it may change (u, z_i, v,
+ * z and their previous values, the masks, the penalties, the freeze flag,
+ * the round number) into a copy allocated here once (six families of state
+ * memory), so that a round broken by a lost node can be run again from where
+ * it began. Not with comm.overlap, comm.quantize or comm.compress (their
+ * state spans rounds or is sized by the node count): PX_ERR_INVALID. */
+px_status_t px_hsadmm_set_elastic(px_hsadmm_t *h, int on);
+
+/* After px_comm_rebuild (on every member rank): the handle runs on comm from
+ * here on, its consensus, mask OR and penalties over comm's nodes. rollback
+ * 1: the last round failed, so the state goes back to the start of its
+ * sync (which the caller runs again, with the same theta, then decides);
+ * 0: a boundary between complete rounds (a shrink by decision). Each rank
+ * keeps its own u, each node its z_i and v, every rank z, the masks, the
+ * penalties and the round number: no checkpoint, no restart. Fails with
+ * PX_ERR_INVALID (ranks per node differ, the handle is not elastic when
+ * rollback is asked) or PX_ERR_STATE (the broken round froze the masks on
+ * this rank). The old communicator's groups must not be used again. */
+px_status_t px_hsadmm_rebind(px_hsadmm_t *h, px_comm_t *comm, int rollback);
+
 #ifdef __cplusplus
 }
 #endif

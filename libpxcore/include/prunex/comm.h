@@ -106,6 +106,11 @@ typedef struct {
   px_comm_algo_t allgather_algo; /* AUTO, RING or DIRECT */
   size_t small_bytes;        /* AUTO: allreduce up to this size uses RD, allgather
                                 up to this total uses DIRECT; 0: tuned default */
+  int lost_ms;               /* elastic jobs: a peer that sends nothing for this long
+                                inside a collective, or whose process is gone, is lost
+                                (PX_ERR_PEER naming it, px_comm_lost); also sets UCX's
+                                keepalive to lost_ms / 8. A few times a normal round;
+                                0: off (timeout_ms alone) */
 } px_comm_opts_t;
 
 /* Fills *o with the defaults spelled out (same effect as zeroing it). */

@@ -1,0 +1,249 @@
+/* Elastic membership of the data plane (issue 53): what a survivor learns of
+ * a lost peer, the survivors' agreement on who is left when no coordinator
+ * names the members, and the rebuild of the three groups over a subset of
+ * the nodes at a round boundary.
+ *
+ * A rebuild is a new communicator: new UCX context, worker and endpoints,
+ * addresses exchanged through the rendezvous store under the key prefix
+ * base + "/e<epoch>", so nothing of the old one (its tags, its sequence
+ * numbers, a message of a lost rank still in flight) can reach the new one.
+ * The old communicator is waited for (its executor idle) and destroyed
+ * first. The job's node ids are kept (a member list names the same nodes in
+ * every epoch); ranks are renumbered densely in their old order, and each
+ * keeps its old node's leader.
+ *
+ * Whole nodes only: a rank lost inside a node drops its node (the node's
+ * other ranks are left out of the next epoch). H-SADMM needs the same
+ * number of ranks on every node (its z_i update weighs P ranks per node),
+ * and a node with a rank missing is usually a node whose agent or link is
+ * in trouble anyway. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_int.h"
+#include "prunex/comm_internal.h"
+#include "px_clock.h"
+
+int px_comm_lost(const px_comm_t *c, int *node) {
+  int r = c->lost_rank;
+  if (node) *node = r >= 0 ? c->node_of[r] : -1;
+  return r;
+}
+
+int px_comm_epoch(const px_comm_t *c) { return c->epoch; }
+
+int px_comm_prev_rank(const px_comm_t *c, int rank) {
+  if (rank < 0 || rank >= c->size) return -1;
+  return c->prev_rank ? c->prev_rank[rank] : rank;
+}
+
+int px_comm_node_of(const px_comm_t *c, int rank) {
+  return rank >= 0 && rank < c->size ? c->node_of[rank] : -1;
+}
+
+/* ---- the survivors' agreement ------------------------------------------------ */
+
+enum { PX__SV_UNKNOWN = 0, PX__SV_ALIVE = 1 };
+
+/* One look at rank r's alive key: marks it alive, and the node of the
+ * rank it names as lost as suspect. */
+static px_status_t px__sv_look(px_comm_t *c, px_kv_t *kv, int epoch, int r, uint8_t *state,
+                               uint8_t *suspect) {
+  char key[300];
+  snprintf(key, sizeof key, "%s/alive/%d/%d", c->prefix, epoch, r);
+  void *val = NULL;
+  size_t len = 0;
+  px_status_t st = px_kv_get(kv, key, 0, &val, &len);
+  if (st == PX_ERR_TIMEOUT) return PX_OK;
+  PX_CHECK(st);
+  int32_t lost = -1;
+  if (len == sizeof lost) memcpy(&lost, val, sizeof lost);
+  px_free(val);
+  state[r] = PX__SV_ALIVE;
+  if (lost >= 0 && lost < c->size) suspect[c->node_of[lost]] = 1;
+  return PX_OK;
+}
+
+/* Whether a rank not yet seen is still worth waiting for: its node is not
+ * suspect (ranks of a suspect node are looked at but not waited for). */
+static int px__sv_waiting(const px_comm_t *c, const uint8_t *state, const uint8_t *suspect) {
+  for (int r = 0; r < c->size; r++)
+    if (state[r] == PX__SV_UNKNOWN && !suspect[c->node_of[r]]) return 1;
+  return 0;
+}
+
+static px_status_t px__sv_collect(px_comm_t *c, px_kv_t *kv, int epoch, int wait_ms,
+                                  uint8_t *state, uint8_t *suspect) {
+  double end = px__now_ms() + wait_ms;
+  state[c->rank] = PX__SV_ALIVE;
+  if (c->lost_rank >= 0) suspect[c->node_of[c->lost_rank]] = 1;
+  for (;;) {
+    for (int r = 0; r < c->size; r++)
+      if (state[r] == PX__SV_UNKNOWN) PX_CHECK(px__sv_look(c, kv, epoch, r, state, suspect));
+    if (!px__sv_waiting(c, state, suspect) || px__now_ms() >= end) return PX_OK;
+    struct timespec ts = {0, 2000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
+px_status_t px_comm_survivors(px_comm_t *c, px_kv_t *kv, int epoch, int wait_ms, int *nodes,
+                              int cap, int *n) {
+  PX_REQUIRE(c && kv && nodes && n, "px_comm_survivors: NULL argument");
+  PX_REQUIRE(wait_ms >= 0, "px_comm_survivors: wait %d ms", wait_ms);
+  PX_REQUIRE(epoch > c->epoch, "px_comm_survivors: epoch %d is not after the communicator's %d",
+             epoch, c->epoch);
+  *n = 0;
+  char key[300];
+  snprintf(key, sizeof key, "%s/alive/%d/%d", c->prefix, epoch, c->rank);
+  int32_t mine = c->lost_rank;
+  PX_CHECK(px_kv_put(kv, key, &mine, sizeof mine));
+  uint8_t *state = px_calloc((size_t)c->size, 1, "comm.survivors");
+  uint8_t *suspect = px_calloc((size_t)c->node_span, 1, "comm.survivors");
+  px_status_t st = PX_ERR_NOMEM;
+  if (state && suspect) st = px__sv_collect(c, kv, epoch, wait_ms, state, suspect);
+  /* a node is kept when every rank of it answered */
+  uint8_t *keep = suspect; /* reused: 1 = dropped */
+  if (st == PX_OK) {
+    memset(keep, 0, (size_t)c->node_span);
+    for (int r = 0; r < c->size; r++)
+      if (state[r] != PX__SV_ALIVE) keep[c->node_of[r]] = 1;
+    for (int id = 0; id < c->node_span && st == PX_OK; id++) {
+      if (c->leader_of[id] < 0 || keep[id]) continue;
+      if (*n >= cap)
+        st = px_set_error(PX_ERR_INVALID, "px_comm_survivors: more than %d nodes left", cap);
+      else nodes[(*n)++] = id;
+    }
+  }
+  PX_FREE_ALL(state, suspect);
+  return st;
+}
+
+/* ---- rebuild ------------------------------------------------------------------ */
+
+static int px__int_cmp(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+/* The new world from old and the sorted member nodes: node_of[n],
+ * prev[n], leader[old span] (leader per node id, in new ranks), *me (this
+ * rank's new rank, -1 when its node is out), *n. */
+static void px__rebuild_map(const px_comm_t *old, const int *sorted, int nn, int *node_of,
+                            int *prev, int *leader, int *me, int *n) {
+  *n = 0;
+  *me = -1;
+  for (int id = 0; id < old->node_span; id++) leader[id] = -1;
+  for (int r = 0; r < old->size; r++) {
+    int id = old->node_of[r];
+    if (!bsearch(&id, sorted, (size_t)nn, sizeof *sorted, px__int_cmp)) continue;
+    if (r == old->rank) *me = *n;
+    if (old->leader_of[id] == r) leader[id] = *n;
+    node_of[*n] = id;
+    prev[(*n)++] = r;
+  }
+}
+
+/* The member list: node ids of old, without repeats, sorted into sorted[nn]. */
+static px_status_t px__rebuild_check(const px_comm_t *old, const int *nodes, int nn, int epoch,
+                                     int *sorted) {
+  PX_REQUIRE(epoch > old->epoch,
+             "px_comm_rebuild: epoch %d is not after the communicator's epoch %d (stale decision)",
+             epoch, old->epoch);
+  memcpy(sorted, nodes, (size_t)nn * sizeof *sorted);
+  qsort(sorted, (size_t)nn, sizeof *sorted, px__int_cmp);
+  for (int i = 0; i < nn; i++) {
+    int id = sorted[i];
+    PX_REQUIRE(id >= 0 && id < old->node_span && old->leader_of[id] >= 0,
+               "px_comm_rebuild: node %d of the member list is not a node of epoch %d", id,
+               old->epoch);
+    PX_REQUIRE(i == 0 || sorted[i - 1] != id, "px_comm_rebuild: node %d listed twice", id);
+  }
+  return PX_OK;
+}
+
+/* The options of the rebuilt communicator: old's, with the new prefix and
+ * leaders. */
+static void px__rebuild_opts(const px_comm_t *old, int epoch, const int *leader, char *prefix,
+                             size_t cap, px_comm_opts_t *o) {
+  px_comm_opts_default(o);
+  o->timeout_ms = old->timeout_ms;
+  o->bucket_bytes = old->bucket_bytes;
+  o->allreduce_algo = old->allreduce_algo;
+  o->allgather_algo = old->allgather_algo;
+  o->small_bytes = old->small_bytes;
+  o->nccl = old->use_nccl;
+  o->cuda_device = old->cuda_device;
+  o->lost_ms = old->lost_ms;
+  o->leader_of_node = leader;
+  snprintf(prefix, cap, "%s/e%d", old->base, epoch);
+  o->key_prefix = prefix;
+}
+
+/* Every member built the same list: a mismatch fails every rank. */
+static px_status_t px__rebuild_agree(px_comm_t *c, const int *sorted, int nn, int epoch) {
+  uint64_t h = 0x243F6A8885A308D3ull;
+  for (int i = 0; i < nn; i++) h = px__hash3(h, (uint64_t)sorted[i], (uint64_t)i);
+  px_status_t st = px__agree(&c->groups[PX_GROUP_WORLD], 0x7E, h, (uint64_t)epoch, (uint64_t)nn);
+  if (st == PX_ERR_MISMATCH)
+    return px_set_error(st, "px_comm_rebuild: the ranks of epoch %d were given different member "
+                        "lists (%d nodes here)", epoch, nn);
+  return st;
+}
+
+/* Creates the new communicator (old already destroyed) and checks that
+ * every member was given the same list. */
+static px_status_t px__rebuild_create(int me, int n, const int *node_of, px_kv_t *kv,
+                                      const px_comm_opts_t *o, const char *base, int epoch,
+                                      const int *sorted, int nn, int **prev, px_comm_t **out) {
+  px_comm_t *c = NULL;
+  PX_CHECK(px__comm_create(me, n, node_of, kv, o, &c));
+  c->epoch = epoch;
+  snprintf(c->base, sizeof c->base, "%s", base);
+  c->prev_rank = *prev;
+  *prev = NULL;
+  px_status_t st = px__rebuild_agree(c, sorted, nn, epoch);
+  if (st < 0) {
+    px_comm_destroy(c);
+    return st;
+  }
+  *out = c;
+  return PX_OK;
+}
+
+px_status_t px_comm_rebuild(px_comm_t *old, const int *nodes, int nnodes, int epoch, px_kv_t *kv,
+                            px_comm_t **out) {
+  PX_REQUIRE(out != NULL && old != NULL && kv != NULL, "px_comm_rebuild: NULL argument");
+  *out = NULL;
+  PX_REQUIRE(nodes != NULL && nnodes >= 1, "px_comm_rebuild: empty member list");
+  PX_REQUIRE(nnodes <= old->nnodes, "px_comm_rebuild: %d member nodes, epoch %d had %d", nnodes,
+             old->epoch, old->nnodes);
+  px_status_t st = PX_OK;
+  int *sorted = px_malloc((size_t)nnodes * sizeof *sorted, "comm.rebuild");
+  int *node_of = px_malloc((size_t)old->size * sizeof *node_of, "comm.rebuild");
+  int *prev = px_malloc((size_t)old->size * sizeof *prev, "comm.rebuild");
+  int *leader = px_malloc((size_t)old->node_span * sizeof *leader, "comm.rebuild");
+  if (!sorted || !node_of || !prev || !leader) {
+    st = PX_ERR_NOMEM;
+    goto out;
+  }
+  /* a bad or stale list leaves old as it was */
+  PX_CHECK_GOTO(px__rebuild_check(old, nodes, nnodes, epoch, sorted), st, out);
+  int me, n;
+  px__rebuild_map(old, sorted, nnodes, node_of, prev, leader, &me, &n);
+  char prefix[256], base[208];
+  px_comm_opts_t o;
+  px__rebuild_opts(old, epoch, leader, prefix, sizeof prefix, &o);
+  snprintf(base, sizeof base, "%s", old->base);
+  int old_rank = old->rank, old_node = old->node;
+  /* from here old is gone, with nothing of it in flight */
+  px_comm_destroy(old);
+  if (me < 0)
+    st = px_set_error(PX_ERR_STATE, "rank %d: its node %d is not a member of epoch %d", old_rank,
+                      old_node, epoch);
+  else
+    st = px__rebuild_create(me, n, node_of, kv, &o, base, epoch, sorted, nnodes, &prev, out);
+out:
+  PX_FREE_ALL(sorted, node_of, prev, leader);
+  return st;
+}

@@ -1,0 +1,304 @@
+/* Elastic H-SADMM (issue 53, the data plane): real ranks (forked, UCX on
+ * loopback) of 3 nodes x 2 run the toy problem of hsadmm_toy.h with
+ * adaptive penalties; one node's two processes are SIGKILLed in the middle
+ * of the run. The survivors must notice within the bound (opts.lost_ms,
+ * plus slack for a loaded host), agree on who is left, rebuild the groups
+ * over the two nodes left, run the broken round again from where it began
+ * and finish the run: their consensus models equal bit for bit, the loss
+ * over the survivors still falls, and no rank restarts or reloads. A shrink
+ * by decision (3 -> 2 nodes, no failure) gives, round for round, the
+ * consensus of a fresh 2-node run; stale or bad member lists are refused
+ * and leave the communicator as it was. */
+#include <math.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "comm_harness.h"
+#include "hsadmm_toy.h"
+#include "prunex/comm_internal.h"
+#include "prunex/hsadmm.h"
+#include "prunex/hsadmm_internal.h"
+#include "px_check.h"
+#include "px_test_util.h"
+
+enum { DW = 6 * 5 * 3 * 3, DD = 300, D = DW + DD }; /* conv [6, 5, 3, 3] and a dense tail */
+#define LAMBDA 0.05
+#define LOST_MS 1500   /* the bound: a few toy rounds on a loaded 2-core host */
+#define SLACK_MS 1500  /* scheduling on that host */
+enum { ROUNDS = 16, KILL_AT = 5, VICTIM_NODE = 2, P = 2, NODES = 3 };
+/* shared: [0] death time (ms), [8 + r] detection latency of rank r (ms),
+ * [16 + r] z hash, [24 + k] loss after round k (rank 0), [48 + r] the
+ * rank's lost node as reported, [56 + r] agreement + rebuild time (ms) */
+enum { SH_DEATH = 0, SH_LAT = 8, SH_Z = 16, SH_LOSS = 24, SH_LOST = 48, SH_RB = 56 };
+
+static double target(int r, int j) {
+  return px_th_val(41, 0, (size_t)j) + 0.25 * px_th_val(42, r, (size_t)j);
+}
+
+/* Residual balancing, a pure function of the round's figures (any rank can
+ * be rank 0 after a rebuild), and a freeze near the end. */
+static px_status_t balance(void *ctx, const px_hsadmm_round_t *rd, px_hsadmm_decision_t *d) {
+  (void)ctx;
+  for (int i = 0; i < rd->nlayers; i++) {
+    const px_admm_layer_report_t *L = &rd->layers[i];
+    if (L->r_inter > 4 * L->s_inter && d->rho2[i] < 8) d->rho2[i] *= 2;
+    else if (L->s_inter > 4 * L->r_inter && d->rho2[i] > 0.125) d->rho2[i] /= 2;
+    if (L->r_intra > 4 * L->s_intra && d->rho1[i] < 8) d->rho1[i] *= 2;
+  }
+  if (rd->iteration == ROUNDS - 4) d->freeze = 1;
+  return PX_OK;
+}
+
+static uint64_t z_fnv(px_hsadmm_t *h) {
+  return px_test_fnv64(px_hsadmm_z(h, 0), DW * 4) ^ 31 * px_test_fnv64(px_hsadmm_z(h, 1), DD * 4);
+}
+
+/* sum over the ranks of 1/2 |z - a_id|^2 (id: the rank's identity in the
+ * job, its first rank) */
+static px_status_t loss_of(px_hsadmm_t *h, px_group_t *world, int id, double *loss) {
+  double l = 0;
+  for (int i = 0; i < 2; i++) {
+    const float *z = px_hsadmm_z(h, i);
+    size_t o = i ? DW : 0, n = i ? DD : DW;
+    for (size_t j = 0; j < n; j++) {
+      double e = z[j] - target(id, (int)(o + j));
+      l += 0.5 * e * e;
+    }
+  }
+  PX_CHECK(px_comm_allreduce(world, &l, &l, 1, PX_COMM_F64, PX_COMM_SUM));
+  *loss = l;
+  return PX_OK;
+}
+
+/* The round after the local phase: sync, decision, loss. */
+static px_status_t round_sync(px_hsadmm_t *h, px_comm_t *comm, int id, double *loss) {
+  px_hsadmm_round_t *rd;
+  int stop;
+  PX_CHECK(px_hsadmm_sync(h, &rd));
+  PX_CHECK(px_hsadmm_decide(h, balance, NULL, &stop));
+  return loss_of(h, px_comm_group(comm, PX_GROUP_WORLD), id, loss);
+}
+
+/* After a broken round: who is left, the rebuild, the rollback. 0: go on;
+ * 2: this rank's node was left out (a rank of it died); 1: failure. */
+static int recover(px_th_ctx_t *ctx, px_kv_t *kv, px_comm_t **comm, px_hsadmm_t *h, int *epoch) {
+  int node = -1;
+  int lost = px_comm_lost(*comm, &node);
+  px_th_shared[SH_LOST + ctx->rank] = node;
+  if (lost < 0) PX_TH_FAIL("the broken communicator names no lost rank");
+  double t0 = px_th_now_ms();
+  int nodes[8], nn = 0;
+  (*epoch)++;
+  PX_TH_OK(px_comm_survivors(*comm, kv, *epoch, 2 * LOST_MS, nodes, 8, &nn));
+  px_status_t st = px_comm_rebuild(*comm, nodes, nn, *epoch, kv, comm);
+  if (st == PX_ERR_STATE && *comm == NULL && ctx->node_of[ctx->rank] == node) return 2;
+  PX_TH_OK(st);
+  PX_TH_OK(px_hsadmm_rebind(h, *comm, 1));
+  px_th_shared[SH_RB + ctx->rank] = px_th_now_ms() - t0;
+  return 0;
+}
+
+typedef struct {
+  int kill[6]; /* 1: the rank is SIGKILLed before the sync of round KILL_AT */
+} kill_case_t;
+
+static int rank_killed(px_th_ctx_t *ctx) {
+  const kill_case_t *kc = ctx->arg;
+  px_comm_opts_t o;
+  px_comm_opts_default(&o);
+  o.lost_ms = LOST_MS;
+  o.timeout_ms = 20000;
+  px_comm_t *comm;
+  PX_TH_OK(px_th_comm(ctx, &o, &comm));
+  px_kv_t *kv;
+  PX_TH_OK(px_kv_open_dir(ctx->kvdir, &kv));
+  static float theta[D]; /* every rank starts from zero */
+  px_hsadmm_param_t params[2] = {
+      {"w", theta, DW, 1, {6, 5, 3, 3}, 0, 0, 0},
+      {"b", theta + DW, DD, 0, {0, 0, 0, 0}, 0, 0, 0},
+  };
+  px_hsadmm_config_t cfg = {0, 1.0, 0.5, LAMBDA, {1.0, 0.67, 1.0, 0, 0}, 0};
+  px_hsadmm_t *h;
+  PX_TH_OK(px_hsadmm_create(comm, params, 2, &cfg, &h));
+  PX_TH_OK(px_hsadmm_set_elastic(h, 1));
+  int id = ctx->rank, epoch = 0, victim = kc->kill[ctx->rank];
+  for (int k = 0; k < ROUNDS; k++) {
+    px_toy_local_solve(h, theta, DW, DD, target, id);
+    if (victim && k == KILL_AT) {
+      px_th_shared[SH_DEATH] = px_th_now_ms();
+      raise(SIGKILL);
+    }
+    double loss;
+    px_status_t st = round_sync(h, comm, id, &loss);
+    if (st != PX_OK) {
+      if (epoch > 0) PX_TH_FAIL("a second failure: %s", px_last_error());
+      px_th_shared[SH_LAT + ctx->rank] = px_th_now_ms() - px_th_shared[SH_DEATH];
+      int rc = recover(ctx, kv, &comm, h, &epoch);
+      if (rc == 2) { /* left out of epoch 1: leaves the job cleanly, no hang */
+        px_hsadmm_destroy(h);
+        px_kv_destroy(kv);
+        return 42;
+      }
+      if (rc) return 1;
+      PX_TH_OK(round_sync(h, comm, id, &loss)); /* the broken round, over the survivors */
+    }
+    if (px_comm_rank(comm) == 0) px_th_shared[SH_LOSS + k] = loss;
+  }
+  PX_TH_CHECK(epoch == 1 && px_comm_size(comm) == 4 && px_comm_nnodes(comm) == 2);
+  PX_TH_CHECK(px_comm_prev_rank(comm, px_comm_rank(comm)) == ctx->rank);
+  px_th_shared[SH_Z + ctx->rank] = (double)(z_fnv(h) >> 12);
+  px_hsadmm_destroy(h);
+  px_comm_destroy(comm);
+  px_kv_destroy(kv);
+  return 0;
+}
+
+static void run_kill(const kill_case_t *kc) {
+  int nodes[6] = {0, 0, 1, 1, 2, 2}, codes[6];
+  double t0 = px_th_now_ms();
+  px_th_run_codes(6, nodes, rank_killed, kc, 90, codes);
+  printf("run: %.0f ms\n", px_th_now_ms() - t0);
+  for (int r = 0; r < 6; r++) {
+    if (kc->kill[r]) {
+      assert_int_equal(codes[r], 128 + SIGKILL);
+      continue;
+    }
+    printf("rank %d: detected node %.0f lost after %.0f ms (bound %d ms), agreed and rebuilt in "
+           "%.0f ms\n", r, px_th_shared[SH_LOST + r], px_th_shared[SH_LAT + r], LOST_MS,
+           px_th_shared[SH_RB + r]);
+    assert_true(px_th_shared[SH_LOST + r] == VICTIM_NODE);
+    assert_true(px_th_shared[SH_LAT + r] > 0 && px_th_shared[SH_LAT + r] < LOST_MS + SLACK_MS);
+    if (nodes[r] == VICTIM_NODE) { /* the dead rank's node mate: left out, cleanly */
+      assert_int_equal(codes[r], 42);
+      continue;
+    }
+    assert_int_equal(codes[r], 0);
+    assert_true(px_th_shared[SH_Z + r] == px_th_shared[SH_Z + 0]);
+  }
+  for (int k = 0; k < ROUNDS; k++) printf("round %2d: loss %.6f\n", k, px_th_shared[SH_LOSS + k]);
+  /* falling before the loss (3 nodes' targets) and after it (2 nodes') */
+  assert_true(px_th_shared[SH_LOSS + KILL_AT - 1] < px_th_shared[SH_LOSS + 0]);
+  assert_true(px_th_shared[SH_LOSS + ROUNDS - 1] < px_th_shared[SH_LOSS + KILL_AT]);
+}
+
+static void test_killed_node_is_dropped_and_the_survivors_finish(void **state) {
+  (void)state;
+  static const kill_case_t whole = {{0, 0, 0, 0, 1, 1}};
+  run_kill(&whole);
+}
+
+/* one rank of node 2 dies: its node mate is left out with it (whole nodes) */
+static void test_killed_rank_drops_its_node(void **state) {
+  (void)state;
+  static const kill_case_t one = {{0, 0, 0, 0, 0, 1}};
+  run_kill(&one);
+}
+
+/* ---- a shrink by decision equals a fresh run over the nodes left ------------------ */
+
+enum { SHRINK_ROUNDS = 6 };
+
+typedef struct {
+  int shrink; /* 1: start on 3 nodes and drop node 0 before round 0 */
+} shrink_case_t;
+
+/* Bad lists are refused and leave the communicator usable. */
+static int refuse_bad_lists(px_comm_t *comm, px_kv_t *kv) {
+  px_comm_t *out = (px_comm_t *)1;
+  int stale[2] = {1, 2}, twice[2] = {1, 1}, unknown[2] = {1, 7};
+  PX_TH_CHECK(px_comm_rebuild(comm, stale, 2, 0, kv, &out) == PX_ERR_INVALID && !out);
+  PX_TH_CHECK(px_comm_rebuild(comm, twice, 2, 1, kv, &out) == PX_ERR_INVALID);
+  PX_TH_CHECK(px_comm_rebuild(comm, unknown, 2, 1, kv, &out) == PX_ERR_INVALID);
+  PX_TH_OK(px_comm_barrier(px_comm_group(comm, PX_GROUP_WORLD)));
+  return 0;
+}
+
+static int rank_shrink(px_th_ctx_t *ctx) {
+  const shrink_case_t *sc = ctx->arg;
+  px_comm_t *comm;
+  PX_TH_OK(px_th_comm(ctx, NULL, &comm));
+  px_kv_t *kv;
+  PX_TH_OK(px_kv_open_dir(ctx->kvdir, &kv));
+  static float theta[D];
+  px_hsadmm_param_t params[2] = {
+      {"w", theta, DW, 1, {6, 5, 3, 3}, 0, 0, 0},
+      {"b", theta + DW, DD, 0, {0, 0, 0, 0}, 0, 0, 0},
+  };
+  px_hsadmm_config_t cfg = {0, 1.0, 0.5, LAMBDA, {1.0, 0.67, 1.0, 0, 0}, 0};
+  px_hsadmm_t *h;
+  PX_TH_OK(px_hsadmm_create(comm, params, 2, &cfg, &h));
+  int id = ctx->rank; /* identity: the rank in the 3-node job */
+  if (sc->shrink) {
+    if (refuse_bad_lists(comm, kv)) return 1;
+    int keep[2] = {2, 1};
+    px_status_t st = px_comm_rebuild(comm, keep, 2, 1, kv, &comm);
+    if (ctx->node_of[ctx->rank] == 0) { /* left out: leaves cleanly */
+      PX_TH_CHECK(st == PX_ERR_STATE && comm == NULL);
+      px_hsadmm_destroy(h);
+      px_kv_destroy(kv);
+      return 0;
+    }
+    PX_TH_OK(st);
+    PX_TH_CHECK(px_comm_node(comm) == ctx->node_of[ctx->rank] && px_comm_epoch(comm) == 1);
+    PX_TH_CHECK(px_comm_prev_rank(comm, px_comm_rank(comm)) == ctx->rank);
+    PX_TH_OK(px_hsadmm_rebind(h, comm, 0));
+  } else {
+    id = ctx->rank + P; /* the fresh 2-node run plays the 3-node job's nodes 1 and 2 */
+  }
+  for (int k = 0; k < SHRINK_ROUNDS; k++) {
+    px_toy_local_solve(h, theta, DW, DD, target, id);
+    double loss;
+    PX_TH_OK(round_sync(h, comm, id, &loss));
+    px_th_shared[8 * px_comm_rank(comm) + k] = (double)(z_fnv(h) >> 12);
+  }
+  px_th_shared[40 + px_comm_rank(comm)] = px_toy_state_hash(h, DW, DD);
+  px_hsadmm_destroy(h);
+  px_comm_destroy(comm);
+  px_kv_destroy(kv);
+  return 0;
+}
+
+static void test_shrink_by_decision_equals_a_fresh_run(void **state) {
+  (void)state;
+  double shrunk[4][SHRINK_ROUNDS], fresh[4][SHRINK_ROUNDS], sh_state[4], fr_state[4];
+  int three[6] = {0, 0, 1, 1, 2, 2}, two[4] = {0, 0, 1, 1};
+  static const shrink_case_t on = {1}, off = {0};
+  double t0 = px_th_now_ms();
+  assert_int_equal(px_th_run(6, three, rank_shrink, &on, 60), 0);
+  for (int r = 0; r < 4; r++) {
+    sh_state[r] = px_th_shared[40 + r];
+    for (int k = 0; k < SHRINK_ROUNDS; k++) shrunk[r][k] = px_th_shared[8 * r + k];
+  }
+  assert_int_equal(px_th_run(4, two, rank_shrink, &off, 60), 0);
+  printf("both runs: %.0f ms\n", px_th_now_ms() - t0);
+  for (int r = 0; r < 4; r++) {
+    fr_state[r] = px_th_shared[40 + r];
+    for (int k = 0; k < SHRINK_ROUNDS; k++) fresh[r][k] = px_th_shared[8 * r + k];
+  }
+  for (int r = 0; r < 4; r++) {
+    for (int k = 0; k < SHRINK_ROUNDS; k++) {
+      assert_true(shrunk[r][k] == fresh[r][k]);
+      assert_true(shrunk[r][k] == shrunk[0][k]);
+    }
+    printf("rank %d: state hash shrunk %.0f, fresh %.0f\n", r, sh_state[r], fr_state[r]);
+    assert_true(sh_state[r] == fr_state[r]);
+  }
+}
+
+int main(int argc, char **argv) {
+  px_th_init(argc, argv);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_shrink_by_decision_equals_a_fresh_run),
+      cmocka_unit_test(test_killed_node_is_dropped_and_the_survivors_finish),
+      cmocka_unit_test(test_killed_rank_drops_its_node),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
