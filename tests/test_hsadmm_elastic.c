@@ -78,11 +78,19 @@ static px_status_t loss_of(px_hsadmm_t *h, px_group_t *world, int id, double *lo
   return PX_OK;
 }
 
-/* The round after the local phase: sync, decision, loss. */
-static px_status_t round_sync(px_hsadmm_t *h, px_comm_t *comm, int id, double *loss) {
+static void die(void) {
+  px_th_shared[SH_DEATH] = px_th_now_ms();
+  raise(SIGKILL);
+}
+
+/* The round after the local phase: sync, decision, loss; die_between: this
+ * rank dies after its sync, before the decision. */
+static px_status_t round_sync(px_hsadmm_t *h, px_comm_t *comm, int id, double *loss,
+                              int die_between) {
   px_hsadmm_round_t *rd;
   int stop;
   PX_CHECK(px_hsadmm_sync(h, &rd));
+  if (die_between) die();
   PX_CHECK(px_hsadmm_decide(h, balance, NULL, &stop));
   return loss_of(h, px_comm_group(comm, PX_GROUP_WORLD), id, loss);
 }
@@ -107,8 +115,24 @@ static int recover(px_th_ctx_t *ctx, px_kv_t *kv, px_comm_t **comm, px_hsadmm_t 
 }
 
 typedef struct {
-  int kill[6]; /* 1: the rank is SIGKILLed before the sync of round KILL_AT */
+  int kill[6];  /* 1: the rank is SIGKILLed in round KILL_AT */
+  int after;    /* 0: before its sync, 1: after it, before the decision */
+  int decision; /* no kill: node 2 leaves by decision before round KILL_AT's sync */
 } kill_case_t;
+
+/* The decision run's boundary: node 2 leaves. 2: this rank was left out. */
+static int leave_by_decision(px_th_ctx_t *ctx, px_kv_t *kv, px_comm_t **comm, px_hsadmm_t *h,
+                             int *epoch) {
+  int keep[2] = {0, 1};
+  px_status_t st = px_comm_rebuild(*comm, keep, 2, ++*epoch, kv, comm);
+  if (ctx->node_of[ctx->rank] == VICTIM_NODE) {
+    PX_TH_CHECK(st == PX_ERR_STATE && *comm == NULL);
+    return 2;
+  }
+  PX_TH_OK(st);
+  PX_TH_OK(px_hsadmm_rebind(h, *comm, 0));
+  return 0;
+}
 
 static int rank_killed(px_th_ctx_t *ctx) {
   const kill_case_t *kc = ctx->arg;
@@ -132,23 +156,28 @@ static int rank_killed(px_th_ctx_t *ctx) {
   int id = ctx->rank, epoch = 0, victim = kc->kill[ctx->rank];
   for (int k = 0; k < ROUNDS; k++) {
     px_toy_local_solve(h, theta, DW, DD, target, id);
-    if (victim && k == KILL_AT) {
-      px_th_shared[SH_DEATH] = px_th_now_ms();
-      raise(SIGKILL);
+    if (victim && k == KILL_AT && !kc->after) die();
+    int rc = 0;
+    if (kc->decision && k == KILL_AT) rc = leave_by_decision(ctx, kv, &comm, h, &epoch);
+    if (rc == 2) {
+      px_hsadmm_destroy(h);
+      px_kv_destroy(kv);
+      return 42;
     }
+    if (rc) return 1;
     double loss;
-    px_status_t st = round_sync(h, comm, id, &loss);
+    px_status_t st = round_sync(h, comm, id, &loss, victim && k == KILL_AT && kc->after);
     if (st != PX_OK) {
       if (epoch > 0) PX_TH_FAIL("a second failure: %s", px_last_error());
       px_th_shared[SH_LAT + ctx->rank] = px_th_now_ms() - px_th_shared[SH_DEATH];
-      int rc = recover(ctx, kv, &comm, h, &epoch);
+      rc = recover(ctx, kv, &comm, h, &epoch);
       if (rc == 2) { /* left out of epoch 1: leaves the job cleanly, no hang */
         px_hsadmm_destroy(h);
         px_kv_destroy(kv);
         return 42;
       }
       if (rc) return 1;
-      PX_TH_OK(round_sync(h, comm, id, &loss)); /* the broken round, over the survivors */
+      PX_TH_OK(round_sync(h, comm, id, &loss, 0)); /* the broken round, over the survivors */
     }
     if (px_comm_rank(comm) == 0) px_th_shared[SH_LOSS + k] = loss;
   }
@@ -161,7 +190,8 @@ static int rank_killed(px_th_ctx_t *ctx) {
   return 0;
 }
 
-static void run_kill(const kill_case_t *kc) {
+/* Runs a case; answers rank 0's final z hash. */
+static double run_kill(const kill_case_t *kc) {
   int nodes[6] = {0, 0, 1, 1, 2, 2}, codes[6];
   double t0 = px_th_now_ms();
   px_th_run_codes(6, nodes, rank_killed, kc, 90, codes);
@@ -169,6 +199,11 @@ static void run_kill(const kill_case_t *kc) {
   for (int r = 0; r < 6; r++) {
     if (kc->kill[r]) {
       assert_int_equal(codes[r], 128 + SIGKILL);
+      continue;
+    }
+    if (kc->decision) {
+      assert_int_equal(codes[r], nodes[r] == VICTIM_NODE ? 42 : 0);
+      if (!codes[r]) assert_true(px_th_shared[SH_Z + r] == px_th_shared[SH_Z + 0]);
       continue;
     }
     printf("rank %d: detected node %.0f lost after %.0f ms (bound %d ms), agreed and rebuilt in "
@@ -187,19 +222,39 @@ static void run_kill(const kill_case_t *kc) {
   /* falling before the loss (3 nodes' targets) and after it (2 nodes') */
   assert_true(px_th_shared[SH_LOSS + KILL_AT - 1] < px_th_shared[SH_LOSS + 0]);
   assert_true(px_th_shared[SH_LOSS + ROUNDS - 1] < px_th_shared[SH_LOSS + KILL_AT]);
+  return px_th_shared[SH_Z + 0];
+}
+
+/* what a loss must end as: node 2 left by decision at round KILL_AT's boundary */
+static double reference_z(void) {
+  static double z = -1;
+  static const kill_case_t by_decision = {{0}, 0, 1};
+  if (z < 0) z = run_kill(&by_decision);
+  return z;
 }
 
 static void test_killed_node_is_dropped_and_the_survivors_finish(void **state) {
   (void)state;
-  static const kill_case_t whole = {{0, 0, 0, 0, 1, 1}};
-  run_kill(&whole);
+  static const kill_case_t whole = {{0, 0, 0, 0, 1, 1}, 0, 0};
+  double ref = reference_z();
+  assert_true(run_kill(&whole) == ref);
 }
 
 /* one rank of node 2 dies: its node mate is left out with it (whole nodes) */
 static void test_killed_rank_drops_its_node(void **state) {
   (void)state;
-  static const kill_case_t one = {{0, 0, 0, 0, 0, 1}};
-  run_kill(&one);
+  static const kill_case_t one = {{0, 0, 0, 0, 0, 1}, 0, 0};
+  double ref = reference_z();
+  assert_true(run_kill(&one) == ref);
+}
+
+/* node 2 dies after the round's sync completed everywhere, in the decision:
+ * the survivors go back to the round's start and end as the others do */
+static void test_killed_in_the_decision_rolls_the_round_back(void **state) {
+  (void)state;
+  static const kill_case_t late = {{0, 0, 0, 0, 1, 1}, 1, 0};
+  double ref = reference_z();
+  assert_true(run_kill(&late) == ref);
 }
 
 /* ---- a shrink by decision equals a fresh run over the nodes left ------------------ */
@@ -256,7 +311,7 @@ static int rank_shrink(px_th_ctx_t *ctx) {
   for (int k = 0; k < SHRINK_ROUNDS; k++) {
     px_toy_local_solve(h, theta, DW, DD, target, id);
     double loss;
-    PX_TH_OK(round_sync(h, comm, id, &loss));
+    PX_TH_OK(round_sync(h, comm, id, &loss, 0));
     px_th_shared[8 * px_comm_rank(comm) + k] = (double)(z_fnv(h) >> 12);
   }
   px_th_shared[40 + px_comm_rank(comm)] = px_toy_state_hash(h, DW, DD);
@@ -299,6 +354,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_shrink_by_decision_equals_a_fresh_run),
       cmocka_unit_test(test_killed_node_is_dropped_and_the_survivors_finish),
       cmocka_unit_test(test_killed_rank_drops_its_node),
+      cmocka_unit_test(test_killed_in_the_decision_rolls_the_round_back),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
