@@ -68,7 +68,7 @@ typedef struct {
   int32_t status;
   int32_t origin;
   int32_t lost;      /* the rank the origin found lost (-1: none, e.g. a mismatch) */
-  int32_t pad;
+  int32_t lost_hard; /* 1: its endpoint failed (gone); 0: it was silent (maybe stopped) */
 } px__abort_msg_t;
 
 /* ---- operations ------------------------------------------------------------ */
@@ -124,6 +124,7 @@ struct px_comm {
   int timeout_ms;
   int lost_ms;                  /* elastic bound (0: off) */
   int lost_rank;                /* the rank this communicator lost, -1 while none is known */
+  int lost_hard;                /* 1: its endpoint failed (the process is gone); 0: silent */
   int epoch;                    /* membership epoch (0: as created; px_comm_rebuild's) */
   int *prev_rank;               /* [size] rank in the communicator this one was rebuilt
                                    from; NULL for one made by px_comm_create */
@@ -223,9 +224,10 @@ px_status_t px__fail(struct px_comm *c, px_status_t st, const char *fmt, ...)
  * (abort notice from a peer, px_comm_abort). */
 px_status_t px__check_health(struct px_comm *c);
 void *px__scratch(struct px_comm *c, size_t bytes);
-/* Records world rank r as the peer this communicator lost, unless it is
- * already broken or one is known (the first wins). */
-void px__suspect(struct px_comm *c, int r);
+/* Records world rank r as the peer this communicator lost (hard: its
+ * endpoint failed; 0: it was silent for lost_ms), unless it is already
+ * broken or one is known (the first wins, a hard one over a silent one). */
+void px__suspect(struct px_comm *c, int r, int hard);
 static inline px_comm_tier_t px__tier(const struct px_comm *c, int world_peer) {
   return c->node_of[world_peer] == c->node ? PX_TIER_INTRA : PX_TIER_INTER;
 }

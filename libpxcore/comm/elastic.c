@@ -25,9 +25,10 @@
 #include "prunex/comm_internal.h"
 #include "px_clock.h"
 
-int px_comm_lost(const px_comm_t *c, int *node) {
+int px_comm_lost(const px_comm_t *c, int *node, int *gone) {
   int r = c->lost_rank;
   if (node) *node = r >= 0 ? c->node_of[r] : -1;
+  if (gone) *gone = r >= 0 && c->lost_hard;
   return r;
 }
 
@@ -40,6 +41,27 @@ int px_comm_prev_rank(const px_comm_t *c, int rank) {
 
 int px_comm_node_of(const px_comm_t *c, int rank) {
   return rank >= 0 && rank < c->size ? c->node_of[rank] : -1;
+}
+
+/* ---- fencing ------------------------------------------------------------------ */
+
+/* Whether epoch was formed already (its rank 0 puts "<base>/e<epoch>/formed"
+ * once every member is in): a rank that gets here now came too late (it
+ * was stopped, or cut off) and must not touch the new epoch. */
+static px_status_t px__formed(px_kv_t *kv, const char *base, int epoch, int *formed) {
+  char key[300];
+  snprintf(key, sizeof key, "%s/e%d/formed", base, epoch);
+  void *val = NULL;
+  size_t len = 0;
+  px_status_t st = px_kv_get(kv, key, 0, &val, &len);
+  px_free(val);
+  *formed = st == PX_OK;
+  return st == PX_ERR_TIMEOUT ? PX_OK : st;
+}
+
+static px_status_t px__fenced(int rank, int node, int epoch) {
+  return px_set_error(PX_ERR_STATE, "rank %d (node %d): epoch %d was formed without it (fenced)",
+                      rank, node, epoch);
 }
 
 /* ---- the survivors' agreement ------------------------------------------------ */
@@ -57,16 +79,18 @@ static px_status_t px__sv_look(px_comm_t *c, px_kv_t *kv, int epoch, int r, uint
   px_status_t st = px_kv_get(kv, key, 0, &val, &len);
   if (st == PX_ERR_TIMEOUT) return PX_OK;
   PX_CHECK(st);
-  int32_t lost = -1;
-  if (len == sizeof lost) memcpy(&lost, val, sizeof lost);
+  int32_t lost[2] = {-1, 0}; /* the rank it lost, whether gone for sure */
+  if (len == sizeof lost) memcpy(lost, val, sizeof lost);
   px_free(val);
   state[r] = PX__SV_ALIVE;
-  if (lost >= 0 && lost < c->size) suspect[c->node_of[lost]] = 1;
+  if (lost[0] >= 0 && lost[0] < c->size && lost[1]) suspect[c->node_of[lost[0]]] = 1;
   return PX_OK;
 }
 
 /* Whether a rank not yet seen is still worth waiting for: its node is not
- * suspect (ranks of a suspect node are looked at but not waited for). */
+ * suspect (ranks of a node whose rank is gone for sure are looked at but
+ * not waited for; a silent rank's node is waited for: the silent one may
+ * be a survivor that was itself waiting). */
 static int px__sv_waiting(const px_comm_t *c, const uint8_t *state, const uint8_t *suspect) {
   for (int r = 0; r < c->size; r++)
     if (state[r] == PX__SV_UNKNOWN && !suspect[c->node_of[r]]) return 1;
@@ -77,7 +101,7 @@ static px_status_t px__sv_collect(px_comm_t *c, px_kv_t *kv, int epoch, int wait
                                   uint8_t *state, uint8_t *suspect) {
   double end = px__now_ms() + wait_ms;
   state[c->rank] = PX__SV_ALIVE;
-  if (c->lost_rank >= 0) suspect[c->node_of[c->lost_rank]] = 1;
+  if (c->lost_rank >= 0 && c->lost_hard) suspect[c->node_of[c->lost_rank]] = 1;
   for (;;) {
     for (int r = 0; r < c->size; r++)
       if (state[r] == PX__SV_UNKNOWN) PX_CHECK(px__sv_look(c, kv, epoch, r, state, suspect));
@@ -94,10 +118,13 @@ px_status_t px_comm_survivors(px_comm_t *c, px_kv_t *kv, int epoch, int wait_ms,
   PX_REQUIRE(epoch > c->epoch, "px_comm_survivors: epoch %d is not after the communicator's %d",
              epoch, c->epoch);
   *n = 0;
+  int formed;
+  PX_CHECK(px__formed(kv, c->base, epoch, &formed));
+  if (formed) return px__fenced(c->rank, c->node, epoch);
   char key[300];
   snprintf(key, sizeof key, "%s/alive/%d/%d", c->prefix, epoch, c->rank);
-  int32_t mine = c->lost_rank;
-  PX_CHECK(px_kv_put(kv, key, &mine, sizeof mine));
+  int32_t mine[2] = {c->lost_rank, c->lost_hard};
+  PX_CHECK(px_kv_put(kv, key, mine, sizeof mine));
   uint8_t *state = px_calloc((size_t)c->size, 1, "comm.survivors");
   uint8_t *suspect = px_calloc((size_t)c->node_span, 1, "comm.survivors");
   px_status_t st = PX_ERR_NOMEM;
@@ -203,6 +230,12 @@ static px_status_t px__rebuild_create(int me, int n, const int *node_of, px_kv_t
   c->prev_rank = *prev;
   *prev = NULL;
   px_status_t st = px__rebuild_agree(c, sorted, nn, epoch);
+  if (st == PX_OK && c->rank == 0) { /* fences whoever comes later */
+    char key[300];
+    snprintf(key, sizeof key, "%s/e%d/formed", base, epoch);
+    st = px_kv_put(kv, key, sorted, (size_t)nn * sizeof *sorted);
+  }
+  if (st == PX_OK) st = px__barrier(&c->groups[PX_GROUP_WORLD]);
   if (st < 0) {
     px_comm_destroy(c);
     return st;
@@ -214,7 +247,6 @@ static px_status_t px__rebuild_create(int me, int n, const int *node_of, px_kv_t
 px_status_t px_comm_rebuild(px_comm_t *old, const int *nodes, int nnodes, int epoch, px_kv_t *kv,
                             px_comm_t **out) {
   PX_REQUIRE(out != NULL && old != NULL && kv != NULL, "px_comm_rebuild: NULL argument");
-  *out = NULL;
   PX_REQUIRE(nodes != NULL && nnodes >= 1, "px_comm_rebuild: empty member list");
   PX_REQUIRE(nnodes <= old->nnodes, "px_comm_rebuild: %d member nodes, epoch %d had %d", nnodes,
              old->epoch, old->nnodes);
@@ -229,6 +261,8 @@ px_status_t px_comm_rebuild(px_comm_t *old, const int *nodes, int nnodes, int ep
   }
   /* a bad or stale list leaves old as it was */
   PX_CHECK_GOTO(px__rebuild_check(old, nodes, nnodes, epoch, sorted), st, out);
+  int formed;
+  PX_CHECK_GOTO(px__formed(kv, old->base, epoch, &formed), st, out);
   int me, n;
   px__rebuild_map(old, sorted, nnodes, node_of, prev, leader, &me, &n);
   char prefix[256], base[208];
@@ -236,9 +270,12 @@ px_status_t px_comm_rebuild(px_comm_t *old, const int *nodes, int nnodes, int ep
   px__rebuild_opts(old, epoch, leader, prefix, sizeof prefix, &o);
   snprintf(base, sizeof base, "%s", old->base);
   int old_rank = old->rank, old_node = old->node;
+  *out = NULL; /* may be where old was: px_comm_rebuild(c, ..., &c) */
   /* from here old is gone, with nothing of it in flight */
   px_comm_destroy(old);
-  if (me < 0)
+  if (formed)
+    st = px__fenced(old_rank, old_node, epoch);
+  else if (me < 0)
     st = px_set_error(PX_ERR_STATE, "rank %d: its node %d is not a member of epoch %d", old_rank,
                       old_node, epoch);
   else

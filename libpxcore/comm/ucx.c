@@ -110,8 +110,11 @@ void *px__scratch(px_comm_t *c, size_t bytes) {
 
 /* ---- failure --------------------------------------------------------------- */
 
-void px__suspect(px_comm_t *c, int r) {
-  if (!atomic_load(&c->failed) && c->lost_rank < 0 && r >= 0 && r < c->size) c->lost_rank = r;
+void px__suspect(px_comm_t *c, int r, int hard) {
+  if (atomic_load(&c->failed) || r < 0 || r >= c->size) return;
+  if (c->lost_rank >= 0 && (c->lost_hard || !hard)) return;
+  c->lost_rank = r;
+  c->lost_hard = hard ? 1 : 0;
 }
 
 /* Progresses until pred(c) is false or ms pass. */
@@ -174,6 +177,7 @@ static void px__tell_peers(px_comm_t *c, px_status_t st) {
   c->abort_out_msg.status = st;
   c->abort_out_msg.origin = c->rank;
   c->abort_out_msg.lost = c->lost_rank;
+  c->abort_out_msg.lost_hard = c->lost_hard;
   uint64_t tag = (PX__TAG_CLASS_ABORT << PX__TAG_CLASS_SHIFT) |
                  ((uint64_t)(c->rank & 0xFFF) << PX__TAG_SRC_SHIFT);
   for (int p = 0; p < c->size; p++) {
@@ -234,7 +238,7 @@ static px_status_t px__on_abort_notice(px_comm_t *c) {
                     ucs_status_string(c->abort_in.status));
   if (st != PX_ERR_MISMATCH) st = PX_ERR_PEER;
   int lost = c->abort_msg.lost;
-  px__suspect(c, lost);
+  px__suspect(c, lost, c->abort_msg.lost_hard);
   if (lost >= 0 && lost < c->size)
     return px__fail(c, st, "rank %d broke the communicator (%s): rank %d (node %d) lost", origin,
                     px_status_name(c->abort_msg.status), lost, c->node_of[lost]);
@@ -263,7 +267,7 @@ static px_status_t px__check_peers(px_comm_t *c) {
   if (bad < 0) return PX_OK;
   px__drain_for(c, 20.0, px__abort_not_in);
   if (c->abort_in.state == PX__XFER_DONE) return px__on_abort_notice(c);
-  px__suspect(c, bad);
+  px__suspect(c, bad, 1);
   return px__fail(c, PX_ERR_PEER, "rank %d (node %d) failed or left: %s", bad, c->node_of[bad],
                   ucs_status_string(c->peers[bad].ep_status));
 }
@@ -294,7 +298,7 @@ static void px__xfer_posted(px_comm_t *c, px__xfer_t *x, ucs_status_ptr_t sp) {
 static int px__xfer_new(px_comm_t *c, int wp, int is_recv, size_t bytes) {
   px__peer_t *peer = &c->peers[wp];
   if (peer->failed || (!is_recv && !peer->ep)) {
-    px__suspect(c, wp);
+    px__suspect(c, wp, 1);
     return px__fail(c, PX_ERR_PEER, "rank %d (node %d) failed or left: %s", wp, c->node_of[wp],
                     ucs_status_string(peer->ep_status));
   }
@@ -363,7 +367,7 @@ int px__recv(px__coll_t *r, int gpeer, void *buf, size_t bytes, uint32_t step) {
  * process may be alive but stopped: it is fenced from here). */
 static px_status_t px__silent(px_comm_t *c, int peer, int limit_ms) {
   if (c->lost_ms > 0 && limit_ms == c->lost_ms) {
-    px__suspect(c, peer);
+    px__suspect(c, peer, 0);
     return px__fail(c, PX_ERR_PEER, "rank %d: rank %d (node %d) silent for %d ms: lost", c->rank,
                     peer, c->node_of[peer], limit_ms);
   }
@@ -423,7 +427,7 @@ static px_status_t px__finish(px__coll_t *r, int slot) {
      * give that notice a moment to arrive so every rank reports the cause */
     px__drain_for(c, 50.0, px__abort_not_in);
     if (c->abort_in.state == PX__XFER_DONE) return px__on_abort_notice(c);
-    px__suspect(c, peer);
+    px__suspect(c, peer, 1);
     return px__fail(c, PX_ERR_PEER, "transfer with rank %d (node %d) failed: %s", peer,
                     c->node_of[peer], ucs_status_string(s));
   }

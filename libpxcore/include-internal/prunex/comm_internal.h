@@ -100,9 +100,12 @@ size_t px_comm_dtype_size(px_comm_dtype_t dt);
  * call px_comm_rebuild at the round boundary. */
 
 /* The world rank this communicator lost (the first one noticed here or named
- * by the peer that broke it), -1 when none is known; *node (may be NULL)
- * gets its node id or -1. Cannot fail. */
-int px_comm_lost(const px_comm_t *c, int *node);
+ * by the peer that broke it; one whose endpoint failed wins over one that
+ * was only silent), -1 when none is known; *node gets its node id or -1,
+ * *gone 1 when its endpoint failed (the process is gone), 0 when it was
+ * silent for lost_ms (stopped, or a survivor waiting itself on the lost
+ * one). node and gone may be NULL. Cannot fail. */
+int px_comm_lost(const px_comm_t *c, int *node, int *gone);
 /* The membership epoch: 0 for px_comm_create's, px_comm_rebuild's epoch. */
 int px_comm_epoch(const px_comm_t *c);
 /* The rank that rank `rank` of c had in the communicator c was rebuilt from
@@ -114,7 +117,9 @@ int px_comm_node_of(const px_comm_t *c, int rank);
 /* The survivors' agreement when no coordinator names the members: puts
  * "<prefix>/alive/<epoch>/<rank>" (with the rank c lost), then reads the
  * others' keys for up to wait_ms, not waiting for the ranks of a node some
- * survivor named lost. nodes[cap] gets the node ids every rank of which
+ * survivor saw gone (endpoint failed; a silent one is waited for). Fenced:
+ * PX_ERR_STATE when epoch was formed already (this rank came too late, e.g.
+ * it was stopped). nodes[cap] gets the node ids every rank of which
  * answered, ascending, *n their count. Not collective over the data plane
  * (c may be broken); ranks that answer within the wait of some survivors
  * but not of others give different lists, which px_comm_rebuild then
@@ -130,10 +135,12 @@ px_status_t px_comm_survivors(px_comm_t *c, px_kv_t *kv, int epoch, int wait_ms,
  * maps back), node ids and each node's leader stay, the options are old's,
  * the UCX endpoints are new (addresses through kv under the first prefix +
  * "/e<epoch>"). A bad or stale list fails with PX_ERR_INVALID and leaves
- * old as it was; past that check old is destroyed whatever happens (after
- * its pending operations, healthy or broken), nothing of it in flight. A
- * rank whose node is not a member gets PX_ERR_STATE and *out NULL (it
- * leaves the job). Fails with PX_ERR_MISMATCH (the members
+ * old as it was and *out untouched (so px_comm_rebuild(c, ..., &c) keeps
+ * c); past that check old is destroyed whatever happens (after its pending
+ * operations, healthy or broken), nothing of it in flight. A rank whose
+ * node is not a member, or that comes after the epoch was formed without
+ * it (fenced: it was stopped or cut off), gets PX_ERR_STATE and *out NULL
+ * (it leaves the job). Fails with PX_ERR_MISMATCH (the members
  * were given different lists), PX_ERR_TIMEOUT / PX_ERR_PEER (a member did
  * not come), PX_ERR_BACKEND. Allocates: call at boundaries only. The
  * caller owns *out. */
