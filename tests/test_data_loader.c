@@ -515,6 +515,53 @@ static void test_config_defaults(void **state) {
   px_dataset_destroy(ds);
 }
 
+/* An elastic job loses rank 2 of 3: from the next epoch the survivors'
+ * loaders, resharded to a world of 2, cover every sample once and give the
+ * batches of loaders made for that world; not while an epoch is active. */
+static void test_reshard_spreads_a_lost_ranks_samples(void **state) {
+  (void)state;
+  enum { N = 301 };
+  px_dataset_t *ds = index_dataset(N);
+  px_loader_t *l[3], *fresh;
+  px_loader_config_t cfg;
+  px_loader_config_default(ds, &cfg);
+  cfg.shard_mode = PX_SHARD_SPREAD;
+  cfg.batch_size = 32;
+  cfg.seed = 5;
+  cfg.world_size = 3;
+  for (int32_t r = 0; r < 3; r++) {
+    cfg.rank = r;
+    cfg.prefetch = r % 2;
+    assert_int_equal(px_loader_create(ds, &cfg, &l[r]), PX_OK);
+  }
+  assert_int_equal(px_loader_begin_epoch(l[0], 0), PX_OK);
+  assert_int_equal(px_loader_reshard(l[0], 0, 2), PX_ERR_STATE);
+  assert_int_equal(px_loader_end_epoch(l[0]), PX_OK);
+  assert_int_equal(px_loader_reshard(l[0], 2, 2), PX_ERR_INVALID);
+  int seen[N] = {0};
+  for (int32_t r = 0; r < 2; r++) {
+    assert_int_equal(px_loader_reshard(l[r], r, 2), PX_OK);
+    cfg.rank = r;
+    cfg.world_size = 2;
+    cfg.prefetch = 0;
+    assert_int_equal(px_loader_create(ds, &cfg, &fresh), PX_OK);
+    assert_int_equal(px_loader_num_batches(l[r]), px_loader_num_batches(fresh));
+    assert_int_equal(px_loader_num_samples(l[r]), px_loader_num_samples(fresh));
+    epoch_dump_t a, b;
+    dump_epoch(l[r], ds, cfg.batch_size, 1, &a);
+    dump_epoch(fresh, ds, cfg.batch_size, 1, &b);
+    assert_dumps_equal(&a, &b, cfg.batch_size);
+    for (int64_t k = 0; k < a.nbatches; k++)
+      for (int32_t i = 0; i < a.n[k]; i++) seen[decode_index(a.x + k * a.floats_per_batch + 2 * i)]++;
+    free_dump(&a);
+    free_dump(&b);
+    px_loader_destroy(fresh);
+  }
+  for (int i = 0; i < N; i++) assert_int_equal(seen[i], 1);
+  for (int r = 0; r < 3; r++) px_loader_destroy(l[r]);
+  px_dataset_destroy(ds);
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
   const struct CMUnitTest tests[] = {
@@ -529,6 +576,7 @@ int main(void) {
       T(test_misuse_gives_state_errors),
       T(test_bad_config_is_invalid),
       T(test_config_defaults),
+      T(test_reshard_spreads_a_lost_ranks_samples),
   };
 #undef T
   return cmocka_run_group_tests(tests, NULL, NULL);

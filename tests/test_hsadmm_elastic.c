@@ -1,4 +1,4 @@
-/* Elastic H-SADMM (issue 53, the data plane): real ranks (forked, UCX on
+/* Elastic H-SADMM: real ranks (forked, UCX on
  * loopback) of 3 nodes x 2 run the toy problem of hsadmm_toy.h with
  * adaptive penalties; one node's two processes are SIGKILLed in the middle
  * of the run. The survivors must notice within the bound (opts.lost_ms,

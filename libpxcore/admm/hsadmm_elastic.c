@@ -1,4 +1,4 @@
-/* H-SADMM over a membership that shrinks (issue 53): the copy of the
+/* H-SADMM over a membership that shrinks: the copy of the
  * round's starting state that makes a round broken by a lost node
  * repeatable, and the rebinding of the handle to the rebuilt communicator.
  *

@@ -1,4 +1,4 @@
-/* Elastic membership of the data plane (issue 53): what a survivor learns of
+/* Elastic membership of the data plane: what a survivor learns of
  * a lost peer, the survivors' agreement on who is left when no coordinator
  * names the members, and the rebuild of the three groups over a subset of
  * the nodes at a round boundary.

@@ -91,7 +91,7 @@ uint64_t px_comm_tier_bytes(const px_comm_t *c, px_comm_tier_t tier);
 /* Bytes per element of a dtype (4, 8, 1); 0 for an unknown one. */
 size_t px_comm_dtype_size(px_comm_dtype_t dt);
 
-/* ---- elastic membership (comm/elastic.c; issue 53) --------------------------
+/* ---- elastic membership (comm/elastic.c) --------------------------
  * With opts.lost_ms set, a peer that is gone (process dead: UCX's keepalive
  * every lost_ms / 8) or silent for lost_ms inside a collective breaks the
  * communicator with PX_ERR_PEER on every survivor, the message and

@@ -82,7 +82,7 @@ double px_hsadmm_rho2(const px_hsadmm_t *h, int i);
 px_status_t px_hsadmm_local_control(void *ctx, const px_hsadmm_round_t *round,
                                     px_hsadmm_decision_t *decision);
 
-/* ---- elastic runs (issue 53) -------------------------------------------------
+/* ---- elastic runs -------------------------------------------------
  * on: every px_hsadmm_sync first copies the state it may change (u, z_i, v,
  * z and their previous values, the masks, the penalties, the freeze flag,
  * the round number) into a copy allocated here once (six families of state

@@ -42,6 +42,13 @@
  * later call fails at once with the same status; destroy it and build a new
  * one (with a new key prefix).
  *
+ * Elastic jobs set opts.lost_ms, a few times a normal round: a peer whose
+ * process is gone (keepalive every lost_ms / 8) or that sends nothing for
+ * lost_ms inside a collective is lost, and every survivor fails with
+ * PX_ERR_PEER naming the rank and node. The survivors then rebuild the
+ * groups over the nodes left at the round boundary (px_comm_rebuild in
+ * comm_internal.h) and go on; nothing waits for timeout_ms.
+ *
  * UCX settings the communicator chooses unless the environment sets them:
  * UCX_MM_ERROR_HANDLING=y (without it UCX would fall back to TCP within a
  * host), UCX_KEEPALIVE_INTERVAL=timeout_ms/8, UCX_RNDV_THRESH=64k (shared

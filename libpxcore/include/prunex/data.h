@@ -475,7 +475,7 @@ PX_API px_status_t px_loader_next(px_loader_t *l, px_batch_t *out);
  * A no-op when no epoch is active. Always PX_OK. */
 PX_API px_status_t px_loader_end_epoch(px_loader_t *l);
 
-/* Elastic jobs (issue 53): this rank's shard becomes rank's of world_size
+/* Elastic jobs: this rank's shard becomes rank's of world_size
  * (the membership changed), from the next px_loader_begin_epoch on; the
  * lost ranks' samples are spread over the survivors, as px_data_shard
  * spreads them. Between epochs only (PX_ERR_STATE while one is active);
