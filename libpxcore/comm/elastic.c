@@ -130,13 +130,13 @@ px_status_t px_comm_survivors(px_comm_t *c, px_kv_t *kv, int epoch, int wait_ms,
   px_status_t st = PX_ERR_NOMEM;
   if (state && suspect) st = px__sv_collect(c, kv, epoch, wait_ms, state, suspect);
   /* a node is kept when every rank of it answered */
-  uint8_t *keep = suspect; /* reused: 1 = dropped */
+  uint8_t *dropped = suspect; /* reused */
   if (st == PX_OK) {
-    memset(keep, 0, (size_t)c->node_span);
+    memset(dropped, 0, (size_t)c->node_span);
     for (int r = 0; r < c->size; r++)
-      if (state[r] != PX__SV_ALIVE) keep[c->node_of[r]] = 1;
+      if (state[r] != PX__SV_ALIVE) dropped[c->node_of[r]] = 1;
     for (int id = 0; id < c->node_span && st == PX_OK; id++) {
-      if (c->leader_of[id] < 0 || keep[id]) continue;
+      if (c->leader_of[id] < 0 || dropped[id]) continue;
       if (*n >= cap)
         st = px_set_error(PX_ERR_INVALID, "px_comm_survivors: more than %d nodes left", cap);
       else nodes[(*n)++] = id;
