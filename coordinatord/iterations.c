@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "coord.h"
-#include "effects.h"
+#include "flow.h"
 #include "prunex/check.h"
 #include "prunex/jobspec.h"
 #include "db/control.h"
@@ -205,11 +205,18 @@ void coord_rpc_report_iteration(px_rpc_srv_call_t *call, const ProtobufCMessage 
                       r->job_id, px_rpc_job_state_name(state));
     goto out;
   }
+  /* a rank of a node dropped, or of an epoch gone (membership.c) */
+  if (!coord_membership_fence(c, call, "ReportIteration", r->job_id, r->rank, r->iteration,
+                              r->membership_epoch))
+    goto out;
   if (coord_db_control_decision(c, &a, r->job_id, r->iteration, &stored) != PX_OK) goto internal;
   if (px_store_begin(c->db) != PX_OK) goto internal;
   if (stored) {
-    /* A repeated report (a retry, or another rank): same answer. */
-    if (coord_db_reports_put(c->db, r, coord_now_ms()) != PX_OK) goto rollback;
+    /* A repeated report (a retry, or another rank): same answer, with the
+     * membership of this attempt (a resumed one replays older decisions). */
+    if (coord_db_reports_put(c->db, r, coord_now_ms()) != PX_OK ||
+        coord_membership_decide(c, &a, r->job_id, r->iteration, 0, stored) != PX_OK)
+      goto rollback;
   } else {
     px_status_t rc = coord_decide(c, &a, r, spec, &d, &ps, &refused);
     if (refused) {
@@ -225,6 +232,8 @@ void coord_rpc_report_iteration(px_rpc_srv_call_t *call, const ProtobufCMessage 
       d.stop = 1;
       d.stop_reason = (char *)coord_stop_reason_name(stop_asked); /* or preempted */
     }
+    /* the round boundary: the next epoch, when a member node was lost */
+    if (rc == PX_OK) rc = coord_membership_decide(c, &a, r->job_id, r->iteration, 1, &d);
     if (rc != PX_OK || coord_commit_decision(c, r, &d, &ps, state) != PX_OK) goto rollback;
   }
   /* the watchers get the report as the update's latest (effects.h) */
