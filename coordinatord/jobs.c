@@ -534,7 +534,10 @@ static px_status_t coord_rank_exit_elastic(coord_t *c, coord_arena_t *a,
   char node[128];
   PX_CHECK(coord_db_rank_place(c, r->job_id, r->rank, &found, &index, node, sizeof node));
   if (!found || !node[0]) return PX_OK;
-  return coord_membership_lose(c, a, r->job_id, state, node, reason, fx, dropped);
+  char name[COORD_NAME_MAX], why[1024];
+  PX_CHECK(coord_db_node_name(c, node, name, sizeof name));
+  snprintf(why, sizeof why, "node %.127s (%.127s) lost its rank: %.640s", name, node, reason);
+  return coord_membership_lose(c, a, r->job_id, state, node, why, fx, dropped);
 }
 
 /* All the ranks have exited with code 0: of the placement now, when an

@@ -144,19 +144,20 @@ static px_status_t coord_db_blacklist_fill(coord_arena_t *a, px_store_stmt_t *st
   b->node_id = coord_strdup(a, px_store_column_text(st, 0));
   b->name = coord_strdup(a, px_store_column_text(st, 1));
   b->reason = coord_strdup(a, px_store_column_text(st, 5));
-  return b->node_id && b->name && b->reason ? PX_OK : PX_ERR_NOMEM;
+  b->job_id = coord_strdup(a, px_store_column_text(st, 6));
+  return b->node_id && b->name && b->reason && b->job_id ? PX_OK : PX_ERR_NOMEM;
 }
 
 #define COORD_BLACKLIST_SELECT                                                          \
   "SELECT b.node_id, coalesce(n.name, b.node_id), b.failures, b.last_unix_ms,"          \
-  " b.until_unix_ms, b.reason FROM job_blacklist b LEFT JOIN nodes n"                   \
-  " ON n.node_id = b.node_id WHERE b.job_id = ?1"
+  " b.until_unix_ms, b.reason, b.job_id FROM job_blacklist b LEFT JOIN nodes n"         \
+  " ON n.node_id = b.node_id"
 
 px_status_t coord_db_blacklist_get(coord_t *c, coord_arena_t *a, const char *job_id,
                                    const char *node_id, coord_db_blacklist_t *out, int *found) {
   coord_db_blacklist_t *rows = NULL;
   size_t n = 0;
-  PX_CHECK(coord_db_rows(c, a, COORD_BLACKLIST_SELECT " AND b.node_id = ?2",
+  PX_CHECK(coord_db_rows(c, a, COORD_BLACKLIST_SELECT " WHERE b.job_id = ?1 AND b.node_id = ?2",
                          PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_TEXT(node_id)), sizeof *rows,
                          &rows, &n, coord_db_blacklist_fill, NULL));
   *found = n > 0;
@@ -175,8 +176,17 @@ px_status_t coord_db_blacklist_put(coord_t *c, const char *job_id, const coord_d
 
 px_status_t coord_db_blacklist_active(coord_t *c, coord_arena_t *a, const char *job_id,
                                       int64_t now, coord_db_blacklist_t **out, size_t *n) {
-  return coord_db_rows(c, a, COORD_BLACKLIST_SELECT " AND b.until_unix_ms > ?2 ORDER BY b.node_id",
+  return coord_db_rows(c, a, COORD_BLACKLIST_SELECT " WHERE b.job_id = ?1 AND b.until_unix_ms > ?2"
+                       " ORDER BY b.node_id",
                        PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(now)), sizeof **out, out, n,
+                       coord_db_blacklist_fill, NULL);
+}
+
+px_status_t coord_db_blacklist_all(coord_t *c, coord_arena_t *a, int64_t now,
+                                   coord_db_blacklist_t **out, size_t *n) {
+  return coord_db_rows(c, a, COORD_BLACKLIST_SELECT " WHERE b.until_unix_ms > ?1"
+                       " ORDER BY b.job_id, b.node_id",
+                       PX_STORE_ARGS(PX_ARG_INT(now)), sizeof **out, out, n,
                        coord_db_blacklist_fill, NULL);
 }
 

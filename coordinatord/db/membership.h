@@ -67,6 +67,7 @@ px_status_t coord_db_rank_exits_ok_placed(coord_t *c, const char *job_id, int64_
 /* A node the job lost: failures, the time of the last one, until when it
  * is not taken back (0: it may be), the last cause; *found 0: never lost. */
 typedef struct {
+  char *job_id;
   char *node_id;
   char *name;
   int failures;
@@ -80,6 +81,9 @@ px_status_t coord_db_blacklist_put(coord_t *c, const char *job_id, const coord_d
  * their names, by node id (arena a). */
 px_status_t coord_db_blacklist_active(coord_t *c, coord_arena_t *a, const char *job_id,
                                       int64_t now, coord_db_blacklist_t **out, size_t *n);
+/* Every job's nodes not taken back at `now`, by job (arena a). */
+px_status_t coord_db_blacklist_all(coord_t *c, coord_arena_t *a, int64_t now,
+                                   coord_db_blacklist_t **out, size_t *n);
 /* The soonest end of a cooldown after `now` over every job (0: none). */
 px_status_t coord_db_blacklist_next_end(coord_t *c, int64_t now, int64_t *until);
 
