@@ -64,10 +64,12 @@ int coord_membership_fence(coord_t *c, px_rpc_srv_call_t *call, const char *what
  * records, it leaves the placement (freed; LOST when its agent has gone),
  * the next round boundary makes the epoch without it, its workers get a
  * CANCEL and the job's watchers an update (fx); *dropped 1. Else *dropped
- * 0 and the caller ends the attempt as for any job. In a transaction. */
+ * 0 and the caller ends the attempt as for any job, with note (cap bytes:
+ * " (elastic: 1 node would remain, below min_nodes 2)", or "") appended to
+ * its cause. In a transaction. */
 px_status_t coord_membership_lose(coord_t *c, coord_arena_t *a, const char *job_id, int state,
                                   const char *node_id, const char *reason, coord_effects_t *fx,
-                                  int *dropped);
+                                  int *dropped, char *note, size_t cap);
 /* The nodes of the job's placement now. */
 px_status_t coord_membership_members(coord_t *c, const char *job_id, int *n);
 /* The job's nodes in cooldown now (ids, arena a) and why, for its reason

@@ -2,7 +2,10 @@
  * policy (px_admm_decide) with the state and per-layer penalties kept in the
  * database, and answers the ControlDecision; GetIterations reads the metrics
  * back. Decisions are stored too, so a report retried (after a timeout or a
- * coordinator restart) gets the very answer the first one got. */
+ * coordinator restart) gets the very answer the first one got. A new
+ * decision is the round boundary of membership (membership.c): it makes the
+ * next epoch of an elastic job that lost a node, and every answer carries
+ * the epoch in force for the next iteration; a rank outside it is fenced. */
 #include <stdio.h>
 #include <string.h>
 

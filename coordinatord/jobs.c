@@ -527,7 +527,7 @@ static px_status_t coord_stop_reason(coord_t *c, coord_arena_t *a, const char *j
  * (membership.c: dropped while enough nodes remain, *dropped 1). */
 static px_status_t coord_rank_exit_elastic(coord_t *c, coord_arena_t *a,
                                            const Prunex__V1__RankExit *r, int state,
-                                           const char *reason, coord_effects_t *fx,
+                                           char *reason, size_t cap, coord_effects_t *fx,
                                            int *dropped) {
   *dropped = 0;
   int found = 0, index = -1;
@@ -537,7 +537,12 @@ static px_status_t coord_rank_exit_elastic(coord_t *c, coord_arena_t *a,
   char name[COORD_NAME_MAX], why[1024];
   PX_CHECK(coord_db_node_name(c, node, name, sizeof name));
   snprintf(why, sizeof why, "node %.127s (%.127s) lost its rank: %.640s", name, node, reason);
-  return coord_membership_lose(c, a, r->job_id, state, node, why, fx, dropped);
+  char note[128];
+  PX_CHECK(coord_membership_lose(c, a, r->job_id, state, node, why, fx, dropped, note,
+                                 sizeof note));
+  size_t used = strlen(reason);
+  if (!*dropped) snprintf(reason + used, cap - used, "%s", note);
+  return PX_OK;
 }
 
 /* All the ranks have exited with code 0: of the placement now, when an
@@ -579,7 +584,7 @@ static px_status_t coord_rank_exit(coord_t *c, coord_arena_t *a, const Prunex__V
       snprintf(reason, sizeof reason, "rank %d%s exited with code %d%s%s", r->rank, where,
                r->exit_code, r->reason[0] ? ": " : "", r->reason);
     int dropped = 0; /* an elastic job goes on without the rank's node */
-    PX_CHECK(coord_rank_exit_elastic(c, a, r, state, reason, fx, &dropped));
+    PX_CHECK(coord_rank_exit_elastic(c, a, r, state, reason, sizeof reason, fx, &dropped));
     if (dropped) return PX_OK;
     *to = JS_FAILED;
     /* A rank that lost its peers because a node's agent went away is not

@@ -232,8 +232,9 @@ static px_status_t coord_membership_drop(coord_t *c, coord_arena_t *a, const cha
 
 px_status_t coord_membership_lose(coord_t *c, coord_arena_t *a, const char *job_id, int state,
                                   const char *node_id, const char *reason, coord_effects_t *fx,
-                                  int *dropped) {
+                                  int *dropped, char *note, size_t cap) {
   *dropped = 0;
+  note[0] = '\0';
   int found = 0, js = 0, min_nodes = 0;
   Prunex__V1__JobSpec *spec = NULL;
   PX_CHECK(coord_job_lookup(c, a, job_id, &found, &js, &spec));
@@ -251,6 +252,8 @@ px_status_t coord_membership_lose(coord_t *c, coord_arena_t *a, const char *job_
   }
   PX_CHECK(coord_membership_count_loss(c, a, job_id, node_id, reason));
   if ((int)n - 1 < min_nodes) {
+    snprintf(note, cap, " (elastic: %d node%s would remain, below min_nodes %d)", (int)n - 1,
+             n == 2 ? "" : "s", min_nodes);
     px_log(PX_LOG_INFO, "job %s: losing node %s leaves %d node%s, below elastic.min_nodes %d: "
            "its attempt ends", job_id, node_id, (int)n - 1, n == 2 ? "" : "s", min_nodes);
     return PX_OK;

@@ -40,8 +40,12 @@ static px_status_t coord_node_lost_tx(coord_t *c, coord_arena_t *a, const char *
   snprintf(reason, sizeof reason, "node %s (%s) lost: %s", node.name, node_id, why);
   /* an elastic job with enough nodes left goes on without it */
   int dropped = 0;
-  PX_CHECK(coord_membership_lose(c, a, node.job_id, job_state, node_id, reason, fx, &dropped));
+  char note[128];
+  PX_CHECK(coord_membership_lose(c, a, node.job_id, job_state, node_id, reason, fx, &dropped,
+                                 note, sizeof note));
   if (dropped) return PX_OK;
+  size_t used = strlen(reason);
+  snprintf(reason + used, sizeof reason - used, "%s", note);
   PX_CHECK(coord_job_fault_node(c, a, node.job_id, job_state, node_id, reason, &f));
   return coord_fx_fault(fx, node.job_id, &f);
 }

@@ -287,6 +287,8 @@ static void test_below_min_restarts_and_a_twice_lost_node_cools_down(void **stat
   Prunex__V1__Job *j = get_job(f->ch, job);
   assert_int_equal(j->attempt, 2);
   assert_int_equal(j->n_attempts, 1);
+  if (!strstr(j->attempts[0]->cause, "exited (elastic: 1 node would remain, below min_nodes 2)"))
+    fail_msg("cause: %s", j->attempts[0]->cause);
   assert_int_equal(j->n_memberships, 1);
   assert_int_equal(j->memberships[0]->attempt, 2);
   assert_int_equal(j->memberships[0]->epoch, 1);
