@@ -217,6 +217,16 @@ static void check_dropped_n2(fixture_t *f, char ids[][64], const char *job, cons
   expect_fenced(report(f, job, 1, 1, 1, NULL), "rank 1", "not a member of membership epoch");
   expect_fenced(kv_put(f, job, 1), "membership epoch 1", "epoch 2");
   assert_int_equal(kv_put(f, job, 2), PX_OK);
+  Prunex__V1__KvGetRequest get = PRUNEX__V1__KV_GET_REQUEST__INIT;
+  Prunex__V1__KvGetResponse *got = NULL;
+  get.job_id = (char *)job;
+  get.key = "addr/0";
+  get.membership_epoch = 1;
+  expect_fenced(px_rpc_kv_get(f->ch, &get, 0, &got), "KvGet: membership epoch 1", "epoch 2");
+  get.membership_epoch = 2;
+  assert_int_equal(px_rpc_kv_get(f->ch, &get, 0, &got), PX_OK);
+  assert_true(got->found);
+  px_rpc_message_free(got);
   expect_fenced(rank_exit(f, job, ids[1], 1, 1, 0, 0), "rank 1", "epoch 2");
   assert_int_equal(report(f, job, 0, 2, 2, NULL), PX_OK);
   /* the members finish: the job succeeds, its dropped rank said why */
