@@ -33,11 +33,48 @@ static void pxctl_node_label(const Prunex__V1__ListNodesResponse *nodes, const c
   snprintf(buf, cap, "%s", id);
 }
 
+/* A node's name from ListNodes (its id when unknown). */
+static const char *pxctl_node_name(const Prunex__V1__ListNodesResponse *nodes, const char *id) {
+  for (size_t i = 0; nodes && i < nodes->n_nodes; i++)
+    if (!strcmp(nodes->nodes[i]->node_id, id)) return nodes->nodes[i]->name;
+  return id;
+}
+
+/* An elastic job's membership: its epochs (the members of each and why
+ * it began) and the nodes it does not take back now, with the reason. */
+static void pxctl_print_membership(const Prunex__V1__ListNodesResponse *nodes,
+                                   const Prunex__V1__Job *job) {
+  const Prunex__V1__JobSpec *s = job->spec;
+  int elastic = s && s->elastic && s->elastic->min_nodes > 0;
+  if (elastic)
+    printf("elastic    min %d, max %d nodes\n", s->elastic->min_nodes,
+           s->elastic->max_nodes > 0 ? s->elastic->max_nodes : s->cluster ? s->cluster->nodes : 0);
+  if (!elastic && job->n_memberships < 2 && job->n_blacklist == 0) return;
+  for (size_t i = 0; i < job->n_memberships; i++) {
+    const Prunex__V1__MembershipEpoch *e = job->memberships[i];
+    char on[1024] = "";
+    size_t used = 0;
+    for (size_t k = 0; k < e->n_node_ids && used < sizeof on; k++)
+      used += (size_t)snprintf(on + used, sizeof on - used, "%s%s", k ? ", " : "",
+                               pxctl_node_name(nodes, e->node_ids[k]));
+    printf("epoch %-4d from iteration %d: %zu node%s (%s)%s: %s\n", e->epoch, e->from_iteration,
+           e->n_node_ids, e->n_node_ids == 1 ? "" : "s", on,
+           i + 1 == job->n_memberships ? ", in force" : "", e->reason);
+  }
+  for (size_t i = 0; i < job->n_blacklist; i++) {
+    const Prunex__V1__BlacklistedNode *b = job->blacklist[i];
+    char t1[64];
+    pxctl_fmt_time(t1, sizeof t1, b->until_unix_ms);
+    printf("%s %s (%s) not taken back until %s: lost %d times, last: %s\n",
+           i ? "          " : "blacklist ", b->name, b->node_id, t1, b->failures, b->reason);
+  }
+}
+
 /* The job's nodes, and where and how its earlier attempts ended. */
 static void pxctl_print_placement(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
   char t1[64];
   Prunex__V1__ListNodesResponse *nodes = NULL;
-  if (job->n_node_ids > 0 || job->n_attempts > 0) {
+  if (job->n_node_ids > 0 || job->n_attempts > 0 || job->n_memberships > 0) {
     Prunex__V1__ListNodesRequest req = PRUNEX__V1__LIST_NODES_REQUEST__INIT;
     if (px_rpc_list_nodes(ch, &req, PXCTL_DEADLINE_MS, &nodes) != PX_OK) nodes = NULL;
   }
@@ -46,6 +83,7 @@ static void pxctl_print_placement(px_rpc_channel_t *ch, const Prunex__V1__Job *j
     pxctl_node_label(nodes, job->node_ids[i], label, sizeof label);
     printf("%s %zu     %s\n", i == 0 ? "node" : "    ", i, label);
   }
+  pxctl_print_membership(nodes, job);
   for (size_t i = 0; i < job->n_attempts; i++) {
     const Prunex__V1__JobAttempt *a = job->attempts[i];
     char on[1024] = "";

@@ -139,6 +139,13 @@ static const px_setting_t coord_settings[] = {
     {"agent_grace_ms", PX_SETTING_INT, 0, F(agent_grace_ms), NUM(10, INT_MAX / 2),
      COORD_STR(COORD_DEFAULT_AGENT_GRACE_MS), "N", "a node whose agent closed its assignment "
      "stream and did not reopen it this long is LOST", NULL, NULL, NULL},
+    {"blacklist_window_ms", PX_SETTING_INT, 0, F(blacklist_window_ms), NUM(1, INT_MAX / 2),
+     COORD_STR(COORD_DEFAULT_BLACKLIST_WINDOW_MS), "N", "an elastic job that loses a node twice "
+     "within this does not take the node back for --blacklist-cooldown-ms", NULL, NULL, NULL},
+    {"blacklist_cooldown_ms", PX_SETTING_INT, 0, F(blacklist_cooldown_ms), NUM(1, INT_MAX / 64),
+     COORD_STR(COORD_DEFAULT_BLACKLIST_COOLDOWN_MS), "N", "how long an elastic job does not take "
+     "back a node it lost twice within --blacklist-window-ms; doubled for each further loss, "
+     "at most 64 times", NULL, NULL, NULL},
     {"log_level", PX_SETTING_ENUM, 0, F(log_level), 0, 0, coord_levels, NULL, "L",
      "stderr log threshold: error, warn, info or debug (default info, or the PX_LOG_LEVEL "
      "environment variable)", NULL, NULL, NULL},

@@ -54,6 +54,8 @@ static inline int coord_job_active(int state) {
 #define COORD_DEFAULT_HEARTBEAT_TIMEOUT_MS 15000
 #define COORD_DEFAULT_PLACEMENT_TIMEOUT_MS 120000
 #define COORD_DEFAULT_AGENT_GRACE_MS 3000
+#define COORD_DEFAULT_BLACKLIST_WINDOW_MS 600000
+#define COORD_DEFAULT_BLACKLIST_COOLDOWN_MS 300000
 #define COORD_NOTIFY_ALLOW_LEN 4096 /* notify_allow (notify_policy.h) */
 
 typedef struct {
@@ -63,6 +65,8 @@ typedef struct {
   int heartbeat_timeout_ms;
   int placement_timeout_ms; /* a SCHEDULED job's nodes must start its ranks within this */
   int agent_grace_ms;       /* an agent whose assignment stream closed must reopen it within this */
+  int blacklist_window_ms;  /* an elastic job losing a node twice within this ... */
+  int blacklist_cooldown_ms; /* ... does not take it back this long (doubled per further loss) */
   int log_level;           /* px_log_level_t; -1: not set */
   /* the shared service (docs/security.md) */
   char tls_cert[4096];     /* PEM certificate chain; "" : plain text */
@@ -208,6 +212,7 @@ typedef struct {
   coord_notifier_t *notifier;   /* job notifications (notify.c) */
   int own_ports[2];             /* the gRPC and HTTP listeners' (0: none), never notified */
   coord_queue_t *queue;         /* the pending jobs, in step with the database */
+  int64_t blacklist_wake_ms;    /* a node's cooldown ends then: schedule (0: none known) */
 } coord_t;
 
 /* Re-reads the tokens file (when one is configured); on failure the old

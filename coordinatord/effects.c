@@ -53,4 +53,15 @@ px_status_t coord_fx_fault(coord_effects_t *fx, const char *job_id, const coord_
   return coord_fx_changed(fx, job_id);
 }
 
+px_status_t coord_fx_cancel_nodes(coord_effects_t *fx, const char *job_id, int attempt,
+                                  char **nodes, size_t n) {
+  coord_send_t *s =
+      coord_fx_send(fx, job_id, PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_CANCEL);
+  if (!s) return PX_ERR_NOMEM;
+  s->attempt = attempt;
+  s->nodes = nodes;
+  s->nnodes = n;
+  return PX_OK;
+}
+
 void coord_effects_clear(coord_effects_t *fx) { coord_effects_init(fx, fx->a); }

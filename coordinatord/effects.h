@@ -59,6 +59,12 @@ px_status_t coord_fx_report(coord_effects_t *fx, const char *job_id,
  * (which places a restarted job again). */
 px_status_t coord_fx_fault(coord_effects_t *fx, const char *job_id, const coord_fault_t *f);
 
+/* A CANCEL naming the attempt to these nodes only (nodes borrowed: in
+ * the record's arena or outliving the commit): the nodes an elastic job
+ * dropped stop its workers there while the others go on. */
+px_status_t coord_fx_cancel_nodes(coord_effects_t *fx, const char *job_id, int attempt,
+                                  char **nodes, size_t n);
+
 /* Empties fx (nothing recorded). */
 void coord_effects_clear(coord_effects_t *fx);
 

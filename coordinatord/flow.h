@@ -4,6 +4,8 @@
  *
  *   effects.c  the effects record (effects.h): recording calls nothing
  *   gone.c     the agents that went away (memory only)
+ *   membership.c  membership epochs, fencing, an elastic job's lost nodes,
+ *              the blacklist
  *   watch.c    WatchJob / WatchAssignments streams; coord_job_changed
  *   assign.c   assignments built from the placement and sent to nodes
  *   attempt.c  how an attempt ends: nodes released, faults, preemption
@@ -32,6 +34,48 @@ px_status_t coord_agents_gone_before(coord_t *c, coord_arena_t *a, int64_t befor
                                      size_t *n);
 /* Forgets every gone agent (at shutdown). */
 void coord_agents_forget(coord_t *c);
+
+/* ---- membership.c ------------------------------------------------------- */
+
+/* 1 when the spec makes the job elastic, with its elastic.min_nodes. */
+int coord_spec_elastic(const Prunex__V1__JobSpec *spec, int *min_nodes);
+/* Epoch 1 of the job's current attempt: its placement's nodes (after
+ * coord_place's rows; drops of an earlier attempt forgotten). In a
+ * transaction. */
+px_status_t coord_membership_start(coord_t *c, coord_arena_t *a, const char *job_id);
+/* At the round boundary of a decision for `iteration`: with advance (a new
+ * decision) the attempt's drops become the next epoch, in force from
+ * iteration + 1; then d's membership fields are set to the epoch in force
+ * at iteration + 1 (left 0 for a job placed without epochs). In a
+ * transaction when advance. */
+px_status_t coord_membership_decide(coord_t *c, coord_arena_t *a, const char *job_id,
+                                    int iteration, int advance,
+                                    Prunex__V1__ControlDecision *d);
+/* Fencing for method `what`: rank (-1: unknown) of job_id at iteration
+ * (-1: now) saying it is in membership epoch `epoch` (0: not said). 1 to
+ * go on; else 0 with the call answered (FAILED_PRECONDITION naming the
+ * epoch and its members: the rank's node is not a member, or the epoch is
+ * older than the one in force or unknown; INTERNAL). */
+int coord_membership_fence(coord_t *c, px_rpc_srv_call_t *call, const char *what,
+                           const char *job_id, int rank, int iteration, int epoch);
+/* The active job loses node_id (reason: why, for the record). For an
+ * elastic job the loss is counted (the blacklist), and while at least
+ * elastic.min_nodes would remain the node is dropped: its ranks get exit
+ * records, it leaves the placement (freed; LOST when its agent has gone),
+ * the next round boundary makes the epoch without it, its workers get a
+ * CANCEL and the job's watchers an update (fx); *dropped 1. Else *dropped
+ * 0 and the caller ends the attempt as for any job, with note (cap bytes:
+ * " (elastic: 1 node would remain, below min_nodes 2)", or "") appended to
+ * its cause. In a transaction. */
+px_status_t coord_membership_lose(coord_t *c, coord_arena_t *a, const char *job_id, int state,
+                                  const char *node_id, const char *reason, coord_effects_t *fx,
+                                  int *dropped, char *note, size_t cap);
+/* The nodes of the job's placement now. */
+px_status_t coord_membership_members(coord_t *c, const char *job_id, int *n);
+/* The job's nodes in cooldown now (ids, arena a) and why, for its reason
+ * (cap bytes; "" when none). */
+px_status_t coord_membership_blacklisted(coord_t *c, coord_arena_t *a, const char *job_id,
+                                         char ***ids, size_t *n, char *why, size_t cap);
 
 /* ---- assign.c -------------------------------------------------------------- */
 

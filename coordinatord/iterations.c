@@ -2,12 +2,15 @@
  * policy (px_admm_decide) with the state and per-layer penalties kept in the
  * database, and answers the ControlDecision; GetIterations reads the metrics
  * back. Decisions are stored too, so a report retried (after a timeout or a
- * coordinator restart) gets the very answer the first one got. */
+ * coordinator restart) gets the very answer the first one got. A new
+ * decision is the round boundary of membership (membership.c): it makes the
+ * next epoch of an elastic job that lost a node, and every answer carries
+ * the epoch in force for the next iteration; a rank outside it is fenced. */
 #include <stdio.h>
 #include <string.h>
 
 #include "coord.h"
-#include "effects.h"
+#include "flow.h"
 #include "prunex/check.h"
 #include "prunex/jobspec.h"
 #include "db/control.h"
@@ -205,11 +208,18 @@ void coord_rpc_report_iteration(px_rpc_srv_call_t *call, const ProtobufCMessage 
                       r->job_id, px_rpc_job_state_name(state));
     goto out;
   }
+  /* a rank of a node dropped, or of an epoch gone (membership.c) */
+  if (!coord_membership_fence(c, call, "ReportIteration", r->job_id, r->rank, r->iteration,
+                              r->membership_epoch))
+    goto out;
   if (coord_db_control_decision(c, &a, r->job_id, r->iteration, &stored) != PX_OK) goto internal;
   if (px_store_begin(c->db) != PX_OK) goto internal;
   if (stored) {
-    /* A repeated report (a retry, or another rank): same answer. */
-    if (coord_db_reports_put(c->db, r, coord_now_ms()) != PX_OK) goto rollback;
+    /* A repeated report (a retry, or another rank): same answer, with the
+     * membership of this attempt (a resumed one replays older decisions). */
+    if (coord_db_reports_put(c->db, r, coord_now_ms()) != PX_OK ||
+        coord_membership_decide(c, &a, r->job_id, r->iteration, 0, stored) != PX_OK)
+      goto rollback;
   } else {
     px_status_t rc = coord_decide(c, &a, r, spec, &d, &ps, &refused);
     if (refused) {
@@ -225,6 +235,8 @@ void coord_rpc_report_iteration(px_rpc_srv_call_t *call, const ProtobufCMessage 
       d.stop = 1;
       d.stop_reason = (char *)coord_stop_reason_name(stop_asked); /* or preempted */
     }
+    /* the round boundary: the next epoch, when a member node was lost */
+    if (rc == PX_OK) rc = coord_membership_decide(c, &a, r->job_id, r->iteration, 1, &d);
     if (rc != PX_OK || coord_commit_decision(c, r, &d, &ps, state) != PX_OK) goto rollback;
   }
   /* the watchers get the report as the update's latest (effects.h) */

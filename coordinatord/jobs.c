@@ -11,6 +11,7 @@
 
 #include "db/control.h"
 #include "db/db_core.h"
+#include "db/membership.h"
 #include "flow.h"
 #include "notify_policy.h"
 
@@ -522,8 +523,46 @@ static px_status_t coord_stop_reason(coord_t *c, coord_arena_t *a, const char *j
   return PX_OK;
 }
 
+/* A failed rank of an elastic job: its node is lost to the job
+ * (membership.c: dropped while enough nodes remain, *dropped 1). */
+static px_status_t coord_rank_exit_elastic(coord_t *c, coord_arena_t *a,
+                                           const Prunex__V1__RankExit *r, int state,
+                                           char *reason, size_t cap, coord_effects_t *fx,
+                                           int *dropped) {
+  *dropped = 0;
+  int found = 0, index = -1;
+  char node[128];
+  PX_CHECK(coord_db_rank_place(c, r->job_id, r->rank, &found, &index, node, sizeof node));
+  if (!found || !node[0]) return PX_OK;
+  char name[COORD_NAME_MAX], why[1024];
+  PX_CHECK(coord_db_node_name(c, node, name, sizeof name));
+  snprintf(why, sizeof why, "node %.127s (%.127s) lost its rank: %.640s", name, node, reason);
+  char note[128];
+  PX_CHECK(coord_membership_lose(c, a, r->job_id, state, node, why, fx, dropped, note,
+                                 sizeof note));
+  size_t used = strlen(reason);
+  if (!*dropped) snprintf(reason + used, cap - used, "%s", note);
+  return PX_OK;
+}
+
+/* All the ranks have exited with code 0: of the placement now, when an
+ * elastic job dropped nodes (their ranks' records say why), else all N. */
+static px_status_t coord_rank_exits_done(coord_t *c, const char *job_id, int64_t ok, int *N,
+                                         int *done) {
+  int64_t placed_ok = 0, placed = 0;
+  PX_CHECK(coord_db_rank_exits_ok_placed(c, job_id, &placed_ok, &placed));
+  if (placed > 0 && placed < *N) {
+    *done = placed_ok >= placed;
+    *N = (int)placed;
+  } else {
+    *done = ok >= *N;
+  }
+  return PX_OK;
+}
+
 static px_status_t coord_rank_exit(coord_t *c, coord_arena_t *a, const Prunex__V1__RankExit *r,
-                                   int state, int N, int *to, coord_fault_t *f) {
+                                   int state, int N, int *to, coord_fault_t *f,
+                                   coord_effects_t *fx) {
   *to = 0;
   memset(f, 0, sizeof *f);
   char clean[4096], path[4096];
@@ -544,6 +583,9 @@ static px_status_t coord_rank_exit(coord_t *c, coord_arena_t *a, const Prunex__V
     else
       snprintf(reason, sizeof reason, "rank %d%s exited with code %d%s%s", r->rank, where,
                r->exit_code, r->reason[0] ? ": " : "", r->reason);
+    int dropped = 0; /* an elastic job goes on without the rank's node */
+    PX_CHECK(coord_rank_exit_elastic(c, a, r, state, reason, sizeof reason, fx, &dropped));
+    if (dropped) return PX_OK;
     *to = JS_FAILED;
     /* A rank that lost its peers because a node's agent went away is not
      * the first cause: the node is. */
@@ -561,7 +603,9 @@ static px_status_t coord_rank_exit(coord_t *c, coord_arena_t *a, const Prunex__V
     int64_t ok = 0;
     char first[396];
     PX_CHECK(coord_db_rank_exits_ok(c, r->job_id, &ok, first, sizeof first));
-    if (ok < N) return PX_OK;
+    int done = 0;
+    PX_CHECK(coord_rank_exits_done(c, r->job_id, ok, &N, &done));
+    if (!done) return PX_OK;
     int held = 0; /* stopped for a preemption: queued again with the others (preempt.c) */
     PX_CHECK(coord_preempt_hold(c, a, r->job_id, &held));
     if (held) return PX_OK;
@@ -619,6 +663,10 @@ void coord_rpc_report_rank_exit(px_rpc_srv_call_t *call, const ProtobufCMessage 
                       r->rank, r->job_id, N - 1);
     return;
   }
+  /* a rank of a node an elastic job dropped (membership.c) */
+  if (coord_job_active(state) &&
+      !coord_membership_fence(c, call, "ReportRankExit", r->job_id, r->rank, -1, 0))
+    return;
   int to = 0;
   coord_arena_t a;
   coord_arena_init(&a);
@@ -626,7 +674,7 @@ void coord_rpc_report_rank_exit(px_rpc_srv_call_t *call, const ProtobufCMessage 
   coord_effects_t fx;
   coord_effects_init(&fx, &a);
   px_status_t rc = px_store_begin(c->db);
-  if (rc == PX_OK) rc = coord_rank_exit(c, &a, r, state, N, &to, &f);
+  if (rc == PX_OK) rc = coord_rank_exit(c, &a, r, state, N, &to, &f, &fx);
   if (rc == PX_OK && (to == JS_FAILED || to == JS_PENDING)) {
     rc = coord_fx_fault(&fx, r->job_id, &f);
   } else if (rc == PX_OK && to) {

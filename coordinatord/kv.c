@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "coord.h"
+#include "flow.h"
 #include "db/kv.h"
 #include "prunex/kv.h"
 #include "prunex/kv_internal.h"
@@ -126,11 +127,20 @@ static int coord_kv_put_allowed(coord_t *c, px_rpc_srv_call_t *call,
   return 1;
 }
 
+/* The caller's rank in job_id when its rank secret says (tokens), else -1:
+ * only then is the rank's node fenced, the epoch it says always. */
+static int coord_kv_rank(const coord_t *c, const char *job_id) {
+  return c->who.role == COORD_ROLE_RANK && !strcmp(c->who.job_id, job_id) ? c->who.rank : -1;
+}
+
 void coord_rpc_kv_put(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
   coord_t *c = data;
   const Prunex__V1__KvPutRequest *r = (const Prunex__V1__KvPutRequest *)msg;
   if (!coord_kv_check(c, call, r->job_id, r->key)) return;
   if (!coord_kv_put_allowed(c, call, r)) return;
+  if (!coord_membership_fence(c, call, "KvPut", r->job_id, coord_kv_rank(c, r->job_id), -1,
+                              r->membership_epoch))
+    return;
   if (coord_db_kv_put(c, r->job_id, r->key, r->value.data, r->value.len, coord_now_ms()) !=
       PX_OK) {
     coord_fail_internal(c, call);
@@ -167,6 +177,9 @@ void coord_rpc_kv_get(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void
   coord_t *c = data;
   const Prunex__V1__KvGetRequest *r = (const Prunex__V1__KvGetRequest *)msg;
   if (!coord_kv_check(c, call, r->job_id, r->key)) return;
+  if (!coord_membership_fence(c, call, "KvGet", r->job_id, coord_kv_rank(c, r->job_id), -1,
+                              r->membership_epoch))
+    return;
   if (r->wait_ms < 0) {
     px_rpc_srv_finish(call, PX_RPC_INVALID_ARGUMENT, "wait_ms = %d: must be >= 0", r->wait_ms);
     return;

@@ -41,7 +41,12 @@ px_status_t coord_place(coord_t *c, const char *job_id, int P, char **nodes, cha
     if (used < (int)sizeof reason)
       used += snprintf(reason + used, sizeof reason - (size_t)used, " %s", names[i]);
   }
-  return coord_job_set_state(c, job_id, JS_PENDING, JS_SCHEDULED, reason);
+  PX_CHECK(coord_job_set_state(c, job_id, JS_PENDING, JS_SCHEDULED, reason));
+  coord_arena_t a;
+  coord_arena_init(&a);
+  px_status_t rc = coord_membership_start(c, &a, job_id); /* epoch 1: these nodes */
+  coord_arena_free(&a);
+  return rc;
 }
 
 /* Counts the nodes that could ever take a job of P devices per node now
@@ -104,6 +109,30 @@ static px_status_t coord_schedule_reasons(coord_t *c, const coord_sched_view_t *
   return PX_OK;
 }
 
+/* The nodes coord_fitting_nodes picks for a job, less those the job does
+ * not take back now (an elastic job's blacklist, membership.c): *ready
+ * of them, at most M; why names the left-out nodes ("" : none). */
+static px_status_t coord_fitting_for_job(coord_t *c, coord_arena_t *a, const char *job_id,
+                                         int P, int M, const char *prefer, char ***nodes,
+                                         char ***names, size_t *ready, char *why, size_t cap) {
+  char **black = NULL;
+  size_t nb = 0;
+  int alive = 0;
+  PX_CHECK(coord_membership_blacklisted(c, a, job_id, &black, &nb, why, cap));
+  PX_CHECK(coord_fitting_nodes(c, a, P, M + (int)nb, prefer, &alive, nodes, names, ready));
+  size_t k = 0;
+  for (size_t i = 0; i < *ready; i++) {
+    int out = 0;
+    for (size_t b = 0; b < nb && !out; b++) out = !strcmp((*nodes)[i], black[b]);
+    if (out || (int)k >= M) continue;
+    (*nodes)[k] = (*nodes)[i];
+    (*names)[k] = (*names)[i];
+    k++;
+  }
+  *ready = k;
+  return PX_OK;
+}
+
 /* The policy (sched.h) orders the pending jobs over a snapshot and says
  * which start now; the jobs to start are placed in the policy's order, on
  * the nodes coord_fitting_nodes picks (a restarted job's previous nodes
@@ -124,11 +153,17 @@ px_status_t coord_schedule_pass(coord_t *c, coord_arena_t *a, coord_effects_t *f
     size_t i = v.s.order[r];
     const coord_sched_job_t *j = &v.s.jobs[i];
     if (!j->start) continue;
-    int alive = 0;
-    char **nodes = NULL, **names = NULL;
+    char **nodes = NULL, **names = NULL, why[600];
     size_t ready = 0;
-    rc = coord_fitting_nodes(c, a, j->per_node, j->nodes, v.prefer[i], &alive, &nodes, &names,
-                             &ready);
+    rc = coord_fitting_for_job(c, a, v.job_ids[i], j->per_node, j->nodes, v.prefer[i], &nodes,
+                               &names, &ready, why, sizeof why);
+    if (rc == PX_OK && (int)ready < j->nodes && why[0]) {
+      /* its blacklist keeps it waiting; the jobs behind it may go */
+      char reason[700];
+      snprintf(reason, sizeof reason, "waiting for nodes: %s", why);
+      if (strcmp(reason, v.reasons[i]) != 0) rc = coord_sched_set_reason(c, v.job_ids[i], reason);
+      continue;
+    }
     if (rc != PX_OK || (int)ready < j->nodes) break;
     rc = coord_place(c, v.job_ids[i], j->per_node, nodes, names, j->nodes);
     if (rc == PX_OK)

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "db/db_core.h"
+#include "db/membership.h"
 #include "flow.h"
 
 #include "prunex/check.h"
@@ -37,6 +38,14 @@ static px_status_t coord_node_lost_tx(coord_t *c, coord_arena_t *a, const char *
   char reason[640];
   coord_fault_t f;
   snprintf(reason, sizeof reason, "node %s (%s) lost: %s", node.name, node_id, why);
+  /* an elastic job with enough nodes left goes on without it */
+  int dropped = 0;
+  char note[128];
+  PX_CHECK(coord_membership_lose(c, a, node.job_id, job_state, node_id, reason, fx, &dropped,
+                                 note, sizeof note));
+  if (dropped) return PX_OK;
+  size_t used = strlen(reason);
+  snprintf(reason + used, sizeof reason - used, "%s", note);
   PX_CHECK(coord_job_fault_node(c, a, node.job_id, job_state, node_id, reason, &f));
   return coord_fx_fault(fx, node.job_id, &f);
 }
@@ -155,6 +164,18 @@ static px_status_t coord_nodes_mark_lost(coord_t *c, int64_t before, const char 
   return rc;
 }
 
+/* When a node's cooldown for an elastic job has ended (membership.c), a
+ * scheduler pass: the job may take the node back. */
+static void coord_blacklist_wake(coord_t *c) {
+  int64_t now = coord_now_ms();
+  if (!c->blacklist_wake_ms || now < c->blacklist_wake_ms) return;
+  int64_t next = 0;
+  if (coord_db_blacklist_next_end(c, now, &next) != PX_OK)
+    px_log(PX_LOG_ERROR, "blacklist: %s", px_last_error());
+  c->blacklist_wake_ms = next;
+  coord_schedule(c);
+}
+
 static void coord_sweep(uv_timer_t *t) {
   coord_t *c = t->data;
   if (coord_nodes_mark_lost(c, coord_now_ms() - c->cfg.heartbeat_timeout_ms, NULL) != PX_OK)
@@ -162,12 +183,15 @@ static void coord_sweep(uv_timer_t *t) {
   coord_recovery_sweep(c);
   coord_time_limit_sweep(c);
   coord_preempt_pass(c, 0);
+  coord_blacklist_wake(c);
 }
 
 px_status_t coord_nodes_start(coord_t *c) {
   /* Nobody has heartbeated this process yet: every node is LOST until it
    * heartbeats or registers again. */
   PX_CHECK(coord_nodes_mark_lost(c, INT64_MAX, "coordinator restarted"));
+  /* cooldowns that end after a restart still wake the scheduler */
+  PX_CHECK(coord_db_blacklist_next_end(c, coord_now_ms(), &c->blacklist_wake_ms));
   int64_t every = c->cfg.heartbeat_timeout_ms / 5;
   if (every < 10) every = 10;
   if (every > 1000) every = 1000;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "coord.h"
+#include "db/membership.h"
 #include "db/sched.h"
 #include "prunex/check.h"
 
@@ -105,6 +106,42 @@ static px_status_t coord_sched_blocked(coord_t *c, coord_arena_t *a, const coord
   return PX_OK;
 }
 
+/* An elastic job with nodes in cooldown (membership.c) waits while the
+ * alive nodes of P devices left to it are fewer than it needs: *why says
+ * which nodes and for how long (arena a), else NULL. bl: every job's
+ * cooldowns now (few rows: nodes lost twice within the window). */
+static px_status_t coord_sched_cooldown(const coord_t *c, coord_arena_t *a,
+                                        const coord_queue_entry_t *e,
+                                        const coord_db_blacklist_t *bl, size_t nbl,
+                                        const coord_db_sched_node_t *nodes, size_t nn,
+                                        int64_t now, char **why) {
+  *why = NULL;
+  size_t first = 0;
+  while (first < nbl && strcmp(bl[first].job_id, e->job_id) != 0) first++;
+  if (first == nbl) return PX_OK;
+  int avail = 0;
+  for (size_t i = 0; i < nn; i++) {
+    if (nodes[i].devices < e->per_node || coord_agent_is_gone(c, nodes[i].node_id)) continue;
+    int out = 0;
+    for (size_t k = first; k < nbl && !strcmp(bl[k].job_id, e->job_id) && !out; k++)
+      out = !strcmp(bl[k].node_id, nodes[i].node_id);
+    avail += !out;
+  }
+  if (avail >= e->nodes) return PX_OK;
+  char buf[700];
+  size_t used = (size_t)snprintf(buf, sizeof buf, "waiting for nodes: needs %d, %d left to it; ",
+                                 e->nodes, avail);
+  for (size_t k = first; k < nbl && !strcmp(bl[k].job_id, e->job_id) && used + 8 < sizeof buf;
+       k++)
+    used += (size_t)snprintf(buf + used, sizeof buf - used,
+                             "%snode %s not taken back for %lld s (lost %d times: %.160s)",
+                             k > first ? "; " : "", bl[k].name,
+                             (long long)((bl[k].until_unix_ms - now + 999) / 1000),
+                             bl[k].failures, bl[k].reason);
+  *why = coord_strdup(a, buf);
+  return *why ? PX_OK : PX_ERR_NOMEM;
+}
+
 /* ---- the snapshot ---------------------------------------------------------------- */
 
 /* The index of user name in v's users, added when new; -1 on NOMEM. */
@@ -125,6 +162,9 @@ px_status_t coord_sched_view(coord_t *c, coord_arena_t *a, coord_sched_view_t *v
   /* alive nodes: free now, or busy until their job's time limit */
   coord_db_sched_node_t *nodes = NULL;
   PX_CHECK(coord_db_sched_nodes(c, a, &nodes, &n));
+  size_t nnodes = n, nbl = 0;
+  coord_db_blacklist_t *bl = NULL; /* elastic jobs' nodes in cooldown */
+  PX_CHECK(coord_db_blacklist_all(c, a, now, &bl, &nbl));
   for (size_t i = 0; i < n; i++) {
     if (coord_agent_is_gone(c, nodes[i].node_id)) continue;
     coord_sched_node_t *o = coord_push(a, (void **)&v->s.nodes, &v->s.nnodes, &ncap, sizeof *o);
@@ -185,6 +225,8 @@ px_status_t coord_sched_view(coord_t *c, coord_arena_t *a, coord_sched_view_t *v
     j->submit_ms = e->submit_ms;
     j->time_limit_ms = e->time_limit_ms;
     PX_CHECK(coord_sched_blocked(c, a, e, &v->blocked[i], &v->never[i]));
+    if (!v->blocked[i] && nbl > 0)
+      PX_CHECK(coord_sched_cooldown(c, a, e, bl, nbl, nodes, nnodes, now, &v->blocked[i]));
     j->blocked = v->blocked[i] != NULL;
   }
   v->s.njobs = nq;

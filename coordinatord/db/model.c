@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "db_core.h"
+#include "membership.h"
 #include "prunex/check.h"
 
 px_status_t coord_job_set_state(coord_t *c, const char *job_id, int from, int to,
@@ -309,6 +310,7 @@ px_status_t coord_job_load_ex(coord_t *c, coord_arena_t *a, const char *job_id, 
   if (!j) return PX_OK;
   PX_CHECK(coord_job_history(c, a, job_id, j));
   PX_CHECK(coord_job_attempts(c, a, job_id, j));
+  PX_CHECK(coord_db_job_membership_fill(c, a, j, coord_now_ms()));
   PX_CHECK(coord_job_summary(c, a, job_id, scheduled, finished, &j->summary));
   *out = j;
   return PX_OK;
@@ -383,6 +385,9 @@ px_status_t coord_job_delete_rows(coord_t *c, const char *job_id) {
       "DELETE FROM rank_log_chunks WHERE job_id = ?1",
       "DELETE FROM rank_logs WHERE job_id = ?1",
       "DELETE FROM job_attempts WHERE job_id = ?1",
+      "DELETE FROM job_epochs WHERE job_id = ?1",
+      "DELETE FROM job_epoch_drops WHERE job_id = ?1",
+      "DELETE FROM job_blacklist WHERE job_id = ?1",
       "DELETE FROM jobs WHERE job_id = ?1",
   };
   for (size_t i = 0; i < sizeof sql / sizeof sql[0]; i++)

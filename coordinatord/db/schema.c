@@ -313,6 +313,40 @@ static const char coord_schema_v14[] =
     "ALTER TABLE jobs ADD COLUMN held_admin INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE jobs ADD COLUMN depends TEXT NOT NULL DEFAULT '';";
 
+/* v15: membership (elastic jobs, membership.c). job_epochs: each epoch of
+ * an attempt, the member nodes (ids one a line, their placement indexes
+ * comma-separated, both in node order) from from_iteration on, why it
+ * began; epoch 1 is the attempt's placement. job_epoch_drops: member nodes
+ * lost since the newest epoch, dropped from the next one at the next round
+ * boundary (the rows go then). job_blacklist: nodes an elastic job lost,
+ * counted per job; until_unix_ms > now: not taken back by the job. */
+static const char coord_schema_v15[] =
+    "CREATE TABLE job_epochs ("
+    "  job_id TEXT NOT NULL REFERENCES jobs(job_id),"
+    "  attempt INTEGER NOT NULL,"
+    "  epoch INTEGER NOT NULL,"
+    "  from_iteration INTEGER NOT NULL,"
+    "  node_ids TEXT NOT NULL,"
+    "  node_indexes TEXT NOT NULL,"
+    "  reason TEXT NOT NULL,"
+    "  time_unix_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (job_id, attempt, epoch));"
+    "CREATE TABLE job_epoch_drops ("
+    "  job_id TEXT NOT NULL REFERENCES jobs(job_id),"
+    "  attempt INTEGER NOT NULL,"
+    "  node_id TEXT NOT NULL,"
+    "  reason TEXT NOT NULL,"
+    "  time_unix_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (job_id, attempt, node_id));"
+    "CREATE TABLE job_blacklist ("
+    "  job_id TEXT NOT NULL REFERENCES jobs(job_id),"
+    "  node_id TEXT NOT NULL,"
+    "  failures INTEGER NOT NULL,"
+    "  last_unix_ms INTEGER NOT NULL,"
+    "  until_unix_ms INTEGER NOT NULL,"
+    "  reason TEXT NOT NULL,"
+    "  PRIMARY KEY (job_id, node_id));";
+
 const px_store_migration_t coord_migrations[] = {
     {1, coord_schema_v1},
     {2, coord_schema_v2},
@@ -328,6 +362,7 @@ const px_store_migration_t coord_migrations[] = {
     {12, coord_schema_v12},
     {13, coord_schema_v13},
     {14, coord_schema_v14},
+    {15, coord_schema_v15},
 };
 const int coord_nmigrations = (int)(sizeof coord_migrations / sizeof coord_migrations[0]);
 

@@ -215,6 +215,39 @@ static px_status_t px__js_check_notify(const Prunex__V1__JobSpec *spec, px__js_w
   return PX_OK;
 }
 
+/* The elastic section: both 0 (not elastic), or min_nodes >= 1 with
+ * min_nodes <= cluster.nodes <= max_nodes (max_nodes 0: cluster.nodes), and
+ * strategy hsadmm, whose consensus is an average over the node leaders and
+ * just as well one over the leaders left; the other strategies' world-wide
+ * collectives have no round boundary to change their members at. */
+static px_status_t px__js_check_elastic(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
+  const Prunex__V1__ElasticSpec *e = spec->elastic;
+  int fmin = px__js_find("elastic.min_nodes"), fmax = px__js_find("elastic.max_nodes");
+  int fn = px__js_find("cluster.nodes");
+  if (e->min_nodes == 0 && e->max_nodes == 0) return PX_OK;
+  int nodes = spec->cluster->nodes;
+  if (e->min_nodes == 0)
+    return px__js_fail(PX_ERR_INVALID, w, px__js_mark(w, fmin, fmax),
+                       "elastic.min_nodes: required with elastic.max_nodes (%d): the fewest "
+                       "nodes the job goes on with, 1..cluster.nodes (%d)",
+                       e->max_nodes, nodes);
+  if (e->min_nodes > nodes)
+    return px__js_fail(PX_ERR_INVALID, w, px__js_mark(w, fmin, fn),
+                       "elastic.min_nodes: %d is more than cluster.nodes (%d), the nodes the job "
+                       "starts on", e->min_nodes, nodes);
+  if (e->max_nodes != 0 && e->max_nodes < nodes)
+    return px__js_fail(PX_ERR_INVALID, w, px__js_mark(w, fmax, fn),
+                       "elastic.max_nodes: %d is less than cluster.nodes (%d), the nodes the job "
+                       "starts on (0: cluster.nodes)", e->max_nodes, nodes);
+  if (spec->strategy != PRUNEX__V1__STRATEGY__STRATEGY_HSADMM)
+    return px__js_fail(PX_ERR_INVALID, w, px__js_mark(w, fmin, px__js_find("strategy")),
+                       "elastic.min_nodes: elastic jobs need strategy hsadmm (its consensus "
+                       "averages over the node leaders left); strategy %s cannot change its "
+                       "members (leave the elastic section out)",
+                       px_jobspec_strategy_name(spec->strategy));
+  return PX_OK;
+}
+
 /* The dataset section's cross-field rules and the model's fit to it. */
 static px_status_t px__js_check_dataset(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
   const char *ds = spec->dataset->name;
@@ -316,6 +349,7 @@ px_status_t px__js_check(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
                        "auto, got cpu");
   px_status_t cst = px__js_check_comm(spec, w);
   if (cst == PX_OK) cst = px__js_check_notify(spec, w);
+  if (cst == PX_OK) cst = px__js_check_elastic(spec, w);
   if (cst == PX_OK) cst = px__js_check_sweep(spec, w, NULL);
   if (cst != PX_OK) return cst;
   const Prunex__V1__AdmmSpec *a = spec->admm;

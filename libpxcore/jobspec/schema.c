@@ -20,7 +20,9 @@
 
 /* ---- the table ------------------------------------------------------------ */
 
-enum { S_MODEL, S_DATASET, S_CLUSTER, S_TRAIN, S_PRUNE, S_ADMM, S_COMM, S_RECOVERY, S_NOTIFY };
+enum {
+  S_MODEL, S_DATASET, S_CLUSTER, S_TRAIN, S_PRUNE, S_ADMM, S_COMM, S_RECOVERY, S_NOTIFY, S_ELASTIC
+};
 
 const px__js_section_t px__js_sections[] = {
     [S_MODEL] = {"model", &prunex__v1__model_spec__descriptor},
@@ -32,6 +34,7 @@ const px__js_section_t px__js_sections[] = {
     [S_COMM] = {"comm", &prunex__v1__comm_spec__descriptor},
     [S_RECOVERY] = {"recovery", &prunex__v1__recovery_spec__descriptor},
     [S_NOTIFY] = {"notify", &prunex__v1__notify_spec__descriptor},
+    [S_ELASTIC] = {"elastic", &prunex__v1__elastic_spec__descriptor},
 };
 const int px__js_nsections = (int)(sizeof px__js_sections / sizeof px__js_sections[0]);
 
@@ -158,6 +161,12 @@ const px__js_field_t px__js_fields[] = {
     /* Notifications: checked by px__js_check_notify. */
     {S_NOTIFY, "url", PX__JS_STRING, 0, 0, 0, NULL, 0, ""},
     {S_NOTIFY, "states", PX__JS_STRING, 0, 0, 0, NULL, 0, "end"},
+
+    /* Elastic jobs (hsadmm): both 0, not elastic. max_nodes 0 with
+     * min_nodes set is cluster.nodes (the job never grows); the rules
+     * across fields are px__js_check_elastic's. */
+    {S_ELASTIC, "min_nodes", PX__JS_INT, PX__JS_ZERO_OK, 1, I32MAX, NULL, 0, NULL},
+    {S_ELASTIC, "max_nodes", PX__JS_INT, PX__JS_ZERO_OK, 1, I32MAX, NULL, 0, NULL},
 };
 const int px__js_nfields = (int)(sizeof px__js_fields / sizeof px__js_fields[0]);
 

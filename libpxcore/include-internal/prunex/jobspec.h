@@ -125,6 +125,11 @@
  *                           as JSON there when it enters one of `states`
  *     states: end           comma-separated states (pending, scheduled, running,
  *                           succeeded, failed, cancelled, timeout) or end
+ *   elastic:
+ *     min_nodes: 0          0 (with max_nodes 0: not elastic) or 1..cluster.nodes,
+ *                           strategy hsadmm: a lost node is dropped at the next
+ *                           round boundary while min_nodes remain
+ *     max_nodes: 0          0 (cluster.nodes) or >= cluster.nodes
  *
  * Booleans are true/false/yes/no/on/off (any case). Integers are decimal.
  *
