@@ -339,8 +339,8 @@ px_status_t px_jobspec_validate(const Prunex__V1__JobSpec *spec) {
 }
 
 /* The image folder a spec names, checked on this machine (pxctl, before it
- * submits): kept here, in the client part, rather than with the
- * configurations of translate.c. */
+ * submits): kept here, in the spec layer (pxctl links it), rather than
+ * with the configurations of strategy/jobspec_translate.c. */
 px_status_t px_jobspec_check_data(const Prunex__V1__JobSpec *spec) {
   PX_REQUIRE(spec && spec->dataset && spec->model, "px_jobspec_check_data: incomplete spec");
   if (strcmp(spec->dataset->name, "folder") != 0) return PX_OK;

@@ -84,7 +84,7 @@ typedef struct {
    * convolutions on AVX512-BF16/AMX with f32 activations between them; f32
    * weights, gradients, BN statistics and loss on both). */
   int32_t precision;
-  /* An imported model: the path of an ONNX file (nn/onnx_import.c says which
+  /* An imported model: the path of an ONNX file (arch/onnx_import.c says which
    * operators it may hold); arch is then ignored and reads "onnx" in the
    * model's config. NULL (the default) builds arch. Copied by px_model_create.
    * The file's input must be [N, in_channels, height, width] and its output

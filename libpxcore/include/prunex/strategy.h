@@ -52,7 +52,7 @@ typedef enum {
 
 /* The table of strategies: what the job spec accepts, what pxctl's help,
  * the coordinator and the docs list. One entry per strategy, in kind order;
- * adding a strategy adds an entry to the table (strategy/info.c, engine-free
+ * adding a strategy adds an entry to the table (policy/strategy_info.c, engine-free
  * data that pxctl reads too) and its operations (its file in strategy/, one
  * line in strategy.c's table). */
 typedef struct {

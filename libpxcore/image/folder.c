@@ -28,7 +28,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "data_int.h"
+#include "image/image_int.h"
 #include "prunex/text.h"
 #include "px_check.h"
 
