@@ -18,16 +18,16 @@ files of their own here: what they declare is defined in some .c file.
       holds no SQL any more is reported too (the list is to shrink).
 
 Layers. DIR/LAYERS lists the layers, lowest first, one line each:
-"layer: folder folder ..." (folders of DIR; "#" starts a comment), and a
-line "headers: folder ..." for the folders of API headers that declare the
-functions of every layer. A file of a layer may call functions defined in,
-and include headers of, its own layer and the layers listed before it; a
-call of a function defined in a later layer, or an #include "..." that
-resolves to a header of a later layer (beside the file, then from DIR and
-DIR/common, the library's include paths), is reported as FILE:LINE with
-both layers. A header folder's headers are judged by what they declare:
-the call is checked against the defining file. A folder of DIR that holds C
-files but is named on no line is reported too.
+"layer: folder folder ..." (folders of DIR, nested ones too, such as
+include/base; "#" starts a comment); a file belongs to the layer of the
+longest folder that holds it. A file of a layer may call functions defined
+in, and include headers of, its own layer and the layers listed before it;
+a call of a function defined in a later layer, or an #include "..." that
+resolves to a header of a later layer (beside the file, then from DIR,
+DIR/common and every listed folder: the library's include paths, so
+"prunex/x.h" finds include/<layer>/prunex/x.h), is reported as FILE:LINE
+with both layers. A folder of DIR that holds C files but is in no layer is
+reported too.
 
 Standard library only; linear in the size of the sources."""
 import argparse
@@ -217,9 +217,9 @@ def check_circles(dirs):
 
 
 def read_layers(path):
-    """([layer, ...] lowest first, {folder: layer}, {header folder}) of a
-    LAYERS file; ValueError naming the line of a malformed one."""
-    order, folder_layer, shared = [], {}, set()
+    """([layer, ...] lowest first, {folder: layer}) of a LAYERS file;
+    ValueError naming the line of a malformed one."""
+    order, folder_layer = [], {}
     with open(path, encoding='utf-8') as f:
         for no, line in enumerate(f, 1):
             line = line.split('#', 1)[0].strip()
@@ -232,15 +232,11 @@ def read_layers(path):
             if layer in order:
                 raise ValueError('%s:%d: layer %s listed twice' % (path, no, layer))
             for d in folders:
-                if d in folder_layer or d in shared:
+                if d in folder_layer:
                     raise ValueError('%s:%d: folder %s listed twice' % (path, no, d))
-                if layer == 'headers':
-                    shared.add(d)
-                else:
-                    folder_layer[d] = layer
-            if layer != 'headers':
-                order.append(layer)
-    return order, folder_layer, shared
+                folder_layer[d] = layer
+            order.append(layer)
+    return order, folder_layer
 
 
 INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
@@ -256,7 +252,7 @@ def includes(path):
 def check_layers(root):
     """Calls and includes of root's files against root/LAYERS."""
     try:
-        order, folder_layer, shared = read_layers(os.path.join(root, 'LAYERS'))
+        order, folder_layer = read_layers(os.path.join(root, 'LAYERS'))
     except (OSError, ValueError) as e:
         print(e)
         return 1
@@ -264,8 +260,13 @@ def check_layers(root):
     bad = []
 
     def folder_of(path):
-        rel = os.path.relpath(path, root)
-        return rel.split(os.sep)[0] if os.sep in rel else ''
+        """The longest listed folder that holds path, else its first
+        folder ('' at the top)."""
+        parts = os.path.relpath(path, root).split(os.sep)[:-1]
+        for n in range(len(parts), 0, -1):
+            if '/'.join(parts[:n]) in folder_layer:
+                return '/'.join(parts[:n])
+        return parts[0] if parts else ''
 
     def layer_of(path):
         return folder_layer.get(folder_of(path))
@@ -274,10 +275,10 @@ def check_layers(root):
     for d, _, names in os.walk(root):
         sources += [os.path.join(d, n) for n in sorted(names) if n.endswith(('.c', '.h', '.cu'))]
     for folder in sorted({folder_of(f) for f in sources}):
-        if folder not in folder_layer and folder not in shared:
+        if folder not in folder_layer:
             bad.append('%s/%s: a folder of C files in no layer (name it in %s)'
                        % (root, folder or '.', os.path.join(root, 'LAYERS')))
-    for folder in sorted(set(folder_layer) | shared):
+    for folder in sorted(folder_layer):
         if not os.path.isdir(os.path.join(root, folder)):
             bad.append('%s: LAYERS names %s, which is no folder of %s' % (root, folder, root))
     files = c_files(root)
@@ -293,7 +294,8 @@ def check_layers(root):
             if theirs is not None and rank[theirs] > rank[mine]:
                 bad.append('%s:%d: %s layer calls %s of %s, %s layer (above %s)'
                            % (f, used[name], mine, name, os.path.relpath(g, root), theirs, mine))
-    search = [root, os.path.join(root, 'common')]
+    search = [root, os.path.join(root, 'common')] + [os.path.join(root, d)
+                                                      for d in sorted(folder_layer)]
     for f in sources:
         mine = layer_of(f)
         if mine is None:
@@ -304,7 +306,7 @@ def check_layers(root):
                 if os.path.isfile(h):
                     break
             else:
-                continue  # generated or outside root (onnx.pb-c.h, prunex/*.h)
+                continue  # generated or outside root (onnx.pb-c.h, prunex.pb-c.h)
             theirs = layer_of(h)
             if theirs is not None and rank[theirs] > rank[mine]:
                 bad.append('%s:%d: %s layer includes %s, %s layer (above %s)'
@@ -388,18 +390,20 @@ def self_test():
 
 
 def self_test_layers():
-    """The layer check on a made-up library: a low file that calls up and
-    one that includes up are named with file:line and both layers, calls
-    down and through the shared header folder pass, and a folder in no
-    layer is reported."""
+    """The layer check on a made-up library: a low file that calls up, one
+    that includes up beside it and one that includes up through a layer's
+    header folder are named with file:line and both layers, calls and
+    includes down pass, and a folder in no layer is reported."""
     import contextlib
     import io
     import tempfile
     tree = {
-        'LAYERS': '# lowest first\nlow: base\nhigh: top\nheaders: include\n',
-        'include/api.h': 'int top_run(void);\nint base_run(void);\n',
-        'base/b.c': '#include "include/api.h"\nint base_run(void) { return 0; }\n',
-        'top/t.c': '#include "base/b_int.h"\nint top_run(void) { return base_run(); }\n',
+        'LAYERS': '# lowest first\nlow: base include/low\nhigh: top include/high\n',
+        'include/low/api/base.h': 'int base_run(void);\n',
+        'include/high/api/top.h': '#include "api/base.h"\nint top_run(void);\n',
+        'base/b.c': '#include "api/base.h"\nint base_run(void) { return 0; }\n',
+        'top/t.c': '#include "base/b_int.h"\n#include "api/top.h"\n'
+                   'int top_run(void) { return base_run(); }\n',
         'base/b_int.h': '#define B 1\n',
         'top/t_int.h': '#define T 1\n',
     }
@@ -416,13 +420,15 @@ def self_test_layers():
             rc = check_layers(root)
         if rc != 0:
             failures.append('check_layers failed a tree that keeps its layers: ' + out.getvalue())
-        write('base/up.c', '#include "top/t_int.h"\n\nint base_up(void) {\n  return top_run();\n}\n')
+        write('base/up.c', '#include "top/t_int.h"\n#include "api/top.h"\n'
+                           'int base_up(void) {\n  return top_run();\n}\n')
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             rc = check_layers(root)
         text = out.getvalue()
         for want in ['base/up.c:4: low layer calls top_run of top/t.c, high layer (above low)',
-                     'base/up.c:1: low layer includes top/t_int.h, high layer (above low)']:
+                     'base/up.c:1: low layer includes top/t_int.h, high layer (above low)',
+                     'base/up.c:2: low layer includes include/high/api/top.h, high layer']:
             if rc != 1 or want not in text:
                 failures.append('check_layers did not report %r: %s' % (want, text))
         os.remove(os.path.join(root, 'base/up.c'))

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "arch/px_arch_int.h"
-#include "prunex/nn.h"
+#include "prunex/arch.h"
 
 static const px__arch_t px__archs[] = {
     {"resnet20", 0, 3, {3, 3, 3, 0}, 16, 1},      {"resnet32", 0, 3, {5, 5, 5, 0}, 16, 1},

@@ -64,7 +64,7 @@
 #include "arch/px_onnx_fold.h"
 #include "arch/px_onnx_int.h"
 #include "onnx.pb-c.h"
-#include "prunex/nn.h"
+#include "prunex/arch.h"
 #include "px_check.h"
 
 /* PART: a step of PyTorch's exact GELU, x * (Erf(x / sqrt 2) + 1) * 0.5,

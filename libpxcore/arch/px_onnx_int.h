@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "prunex/nn.h"
+#include "prunex/arch.h"
 #include "prunex/px.h"
 
 #ifdef __cplusplus

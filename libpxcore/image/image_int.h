@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "prunex/data.h"
+#include "prunex/image.h"
 
 struct px_dataset {
   px_dataset_info_t info;

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "prunex/strategy.h"
+#include "prunex/strategy_table.h"
 
 static const px_strategy_info_t px__strategy_infos[] = {
     {PX_STRATEGY_HSADMM, "hsadmm",

@@ -13,6 +13,7 @@
 
 #include "jobspec/jobspec_int.h"
 #include "prunex/jobspec.h"
+#include "prunex/jobspec_translate.h"
 #include "prunex/quantize.h"
 #include "px_check.h"
 
