@@ -50,8 +50,8 @@ px_status_t px__image_decode_whole(px_image_decoder_t *d, const uint8_t *buf, si
                                    int32_t channels, const uint8_t **pix, int32_t *w,
                                    int32_t *h);
 
-/* ---- streamed image folders (folder.c: the files; xform.c: one image;
- * stream.c: a batch) ---------------------------------------------------------- */
+/* ---- streamed image folders (folder.c: the files; data/xform.c: one image;
+ * data/stream.c: a batch) ----------------------------------------------------- */
 
 typedef struct px__fstream px__fstream_t;
 
