@@ -39,6 +39,7 @@
 #include "prunex/comm.h"
 #include "prunex/cuda.h"
 #include "prunex/jobspec.h"
+#include "prunex/jobspec_translate.h"
 #include "prunex/report.h"
 #include "prunex/nn.h"
 #include "prunex/rpc.h"

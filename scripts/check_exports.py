@@ -2,7 +2,8 @@
 """Checks libpxcore's boundary: the shared library (the SDK) exports its
 public API and nothing else, and the public API stays small.
 
-Reads every public header (libpxcore/include/prunex/*.h) for the functions and
+Reads every public header (libpxcore/include/<layer>/prunex/*.h: every .h
+file under INCLUDE_DIR, at any depth) for the functions and
 variables it declares at file scope, and `nm -D --defined-only` of the built
 libpxcore.so, then fails (exit 1, one line per problem) when
   - a declaration in a public header lacks PX_API (it would be hidden),
@@ -11,7 +12,8 @@ libpxcore.so, then fails (exit 1, one line per problem) when
     escaped, or a public header that forgot it),
   - any px__ (internal) or onnx__ (the private ONNX protobuf code) symbol is
     exported,
-  - with INTERNAL_DIR (libpxcore/include-internal/prunex, not installed): a
+  - two headers of one name (they install to one include/prunex/),
+  - with INTERNAL_DIR (libpxcore/include-internal, not installed): a
     declaration there carries PX_API (internal declarations are not
     exported), or a public header includes an internal one (the installed
     headers would not compile),
@@ -63,8 +65,30 @@ def declarations_lines(lines):
     return out
 
 
+def header_paths(d):
+    """{name: [path, ...]} of the .h files under d, at any depth."""
+    out = {}
+    for root, _, names in os.walk(d):
+        for n in names:
+            if n.endswith('.h'):
+                out.setdefault(n, []).append(os.path.join(root, n))
+    return out
+
+
 def headers(d):
-    return sorted(n for n in os.listdir(d) if n.endswith('.h'))
+    """(name, path) of each header under d, by name; a name twice is
+    check_unique's problem (the first path is used)."""
+    return [(n, sorted(p)[0]) for n, p in sorted(header_paths(d).items())]
+
+
+def check_unique(dirs, problems):
+    seen = {}
+    for d in dirs:
+        for n, paths in header_paths(d).items():
+            seen.setdefault(n, []).extend(paths)
+    for n, paths in sorted(seen.items()):
+        if len(paths) > 1:
+            problems.append('prunex/%s is %d headers: %s' % (n, len(paths), ', '.join(sorted(paths))))
 
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"prunex/([\w]+\.h)"', re.M)
@@ -72,16 +96,15 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"prunex/([\w]+\.h)"', re.M)
 
 def check_internal(incdir, intdir, problems):
     """Internal headers mark nothing PX_API; public ones include none of them."""
-    internal = set(headers(intdir))
-    for name in sorted(internal):
-        path = os.path.join(intdir, name)
+    internal = dict(headers(intdir))
+    public = dict(headers(incdir))
+    for name, path in sorted(internal.items()):
         for sym, has_api, line in declarations(path):
             if has_api:
                 problems.append('%s:%d: %s is internal but marked PX_API' % (path, line, sym))
-        if name in headers(incdir):
-            problems.append('%s: also a public header (%s)' % (path, incdir))
-    for name in headers(incdir):
-        path = os.path.join(incdir, name)
+        if name in public:
+            problems.append('%s: also a public header (%s)' % (path, public[name]))
+    for name, path in sorted(public.items()):
         for inc in INCLUDE.findall(strip_comments(open(path).read())):
             if inc in internal:
                 problems.append('%s includes the internal header prunex/%s' % (path, inc))
@@ -103,8 +126,7 @@ def main():
     problems = []
     declared = {}
     per_header = []
-    for name in headers(incdir):
-        path = os.path.join(incdir, name)
+    for name, path in headers(incdir):
         decls = declarations(path)
         per_header.append('%s %d' % (name, len(decls)))
         for sym, has_api, line in decls:
@@ -120,6 +142,7 @@ def main():
             problems.append('%s exports the internal symbol %s' % (lib, sym))
         elif sym.startswith('px_') and sym not in declared:
             problems.append('%s exports %s, which no public header declares' % (lib, sym))
+    check_unique(args[1:], problems)
     if len(args) == 3:
         check_internal(incdir, args[2], problems)
     if limit is not None and len(declared) > limit:

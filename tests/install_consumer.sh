@@ -14,7 +14,7 @@ export PKG_CONFIG_PATH=$(dirname "$pc")
 # the public headers are installed, the internal ones are not
 inc=$(pkg-config --variable=includedir prunex)/prunex
 echo "installed headers: $(cd "$inc" && ls | tr '\n' ' ')"
-for h in "$(dirname "$src")"/../libpxcore/include-internal/prunex/*.h; do
+for h in "$(dirname "$src")"/../libpxcore/include-internal/*/prunex/*.h; do
   [ ! -e "$inc/$(basename "$h")" ] || { echo "internal header $(basename "$h") was installed"; exit 1; }
 done
 cc "$src" $(pkg-config --cflags --libs prunex) -o "$tmp/consumer"

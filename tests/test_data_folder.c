@@ -24,6 +24,7 @@
 
 #include "prunex/data.h"
 #include "prunex/jobspec.h"
+#include "prunex/jobspec_translate.h"
 #include "px_test_util.h"
 
 #define PY "/usr/bin/python3"

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "prunex/jobspec.h"
+#include "prunex/jobspec_translate.h"
 #include "px_test_util.h"
 
 /* A spec as a minimal client fills it: the required fields, the rest at

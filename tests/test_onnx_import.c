@@ -1,4 +1,4 @@
-/* ONNX import (nn/onnx_import.c) against the real thing: PyTorch
+/* ONNX import (arch/onnx_import.c) against the real thing: PyTorch
  * (python3-torch, Debian's /usr/bin/python3) builds a VGG-style net (max,
  * average and global pooling), a ResNet (residual adds), a MobileNetV2-style
  * net (depthwise convolutions, ReLU6, Concat) and a ResNet with

@@ -39,6 +39,7 @@
 #include "export/compact_int.h"
 #include "prunex/data.h"
 #include "prunex/jobspec.h"
+#include "prunex/jobspec_translate.h"
 #include "prunex/strategy.h"
 #include "px_test_util.h"
 #include "strategy/strategy_int.h"

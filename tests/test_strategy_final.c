@@ -23,6 +23,7 @@
 #include "comm_harness.h"
 #include "prunex/data.h"
 #include "prunex/jobspec.h"
+#include "prunex/jobspec_translate.h"
 #include "prunex/strategy.h"
 #include "px_test_util.h"
 

@@ -1,9 +1,9 @@
 /* The table of strategies (strategy.h): every kind has one entry with a
  * name the job spec accepts, names and kinds round-trip, and the lists the
  * job spec and the coordinator print come from it. The table is engine-free
- * data (strategy/info.c, in the client part too); the engine's operations
+ * data (policy/strategy_info.c, in the client part too); the engine's operations
  * (strategy.c) are checked against it: one set per entry, none besides.
- * The architecture names (nn/arch.c) are one table in the same way. */
+ * The architecture names (arch/arch.c) are one table in the same way. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -13,7 +13,7 @@
  * columns the crop touches (jpeg_crop_scanline, to iMCU boundaries), the
  * rows above it skipped (jpeg_skip_scanlines) and those below never read.
  * A PNG, or a JPEG in a colour space libjpeg cannot give as RGB (CMYK), is
- * decoded whole by image.c's decoder.
+ * decoded whole by image/image.c's decoder.
  *
  * The resampler is Pillow's bilinear filter with antialiasing (its
  * precompute_coeffs: a triangle of half-width max(scale, 1)), separable:
@@ -77,7 +77,7 @@ static void px__jerr_exit(j_common_ptr c) {
 }
 
 /* Warnings (a truncated file's "premature end") are not failures, as with
- * TurboJPEG's defaults in image.c: the missing rows read as grey. */
+ * TurboJPEG's defaults in image/image.c: the missing rows read as grey. */
 static void px__jerr_quiet(j_common_ptr c) { (void)c; }
 
 static px_status_t px__grow_buf(void **buf, size_t *cap, size_t need, const char *name) {

@@ -12,7 +12,7 @@
 #include <zlib.h>
 
 #include "jobspec/jobspec_int.h"
-#include "prunex/data.h"
+#include "prunex/image.h"
 #include "prunex/jobspec.h"
 #include "px_check.h"
 

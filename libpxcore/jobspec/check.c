@@ -9,10 +9,10 @@
 #include <string.h>
 
 #include "jobspec/jobspec_int.h"
-#include "prunex/data.h"
+#include "prunex/arch.h"
+#include "prunex/image.h"
 #include "prunex/jobspec.h"
-#include "prunex/nn.h"
-#include "prunex/strategy.h"
+#include "prunex/strategy_table.h"
 #include "px_check.h"
 
 /* The first known position among fields a, b (-1: none), else a's section. */
@@ -373,8 +373,8 @@ px_status_t px_jobspec_validate(const Prunex__V1__JobSpec *spec) {
 }
 
 /* The image folder a spec names, checked on this machine (pxctl, before it
- * submits): kept here, in the client part, rather than with the
- * configurations of translate.c. */
+ * submits): kept here, in the spec layer (pxctl links it), rather than
+ * with the configurations of strategy/jobspec_translate.c. */
 px_status_t px_jobspec_check_data(const Prunex__V1__JobSpec *spec) {
   PX_REQUIRE(spec && spec->dataset && spec->model, "px_jobspec_check_data: incomplete spec");
   if (strcmp(spec->dataset->name, "folder") != 0) return PX_OK;

@@ -12,7 +12,7 @@
 
 #include "jobspec/jobspec_int.h"
 #include "prunex/jobspec.h"
-#include "prunex/strategy.h"
+#include "prunex/strategy_table.h"
 #include "px_check.h"
 
 typedef struct {

@@ -12,9 +12,9 @@
 #include <strings.h>
 
 #include "jobspec/jobspec_int.h"
+#include "prunex/arch.h"
 #include "prunex/jobspec.h"
-#include "prunex/nn.h"
-#include "prunex/strategy.h"
+#include "prunex/strategy_table.h"
 #include "px_check.h"
 
 /* ---- scalars ----------------------------------------------------------------- */

@@ -12,10 +12,10 @@
 #include <string.h>
 
 #include "jobspec/jobspec_int.h"
-#include "prunex/data.h"
+#include "prunex/arch.h"
+#include "prunex/image.h"
 #include "prunex/jobspec.h"
-#include "prunex/nn.h"
-#include "prunex/strategy.h"
+#include "prunex/strategy_table.h"
 #include "px_check.h"
 
 /* ---- the table ------------------------------------------------------------ */

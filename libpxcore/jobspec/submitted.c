@@ -1,8 +1,9 @@
 /* The check of a spec as a client submitted it (what SubmitJob refuses,
  * before any default is filled in; every point of a sweep is checked so
- * while parsing) and the coordinator's control policy of a spec. Client
- * code (the client part): it needs only the schema table and admm/policy.c, a
- * client file too; the engine's configurations are translate.c's. */
+ * while parsing) and the coordinator's control policy of a spec. Spec-layer
+ * code (pxctl links it): it needs only the schema table and
+ * policy/admm_policy.c, spec-layer code too; the engine's configurations
+ * are strategy/jobspec_translate.c's. */
 #include <stdio.h>
 #include <string.h>
 

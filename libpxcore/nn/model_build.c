@@ -1,7 +1,7 @@
 /* Building a model (nn/model_int.h): the layer functions, each making a
  * node with its op (created for the exact input spec, so every primitive
  * exists before the first step), its output activation and its
- * parameters, and the built-in ResNets from nn/arch.c's table. */
+ * parameters, and the built-in ResNets from arch/arch.c's table. */
 #include <stdio.h>
 #include <string.h>
 

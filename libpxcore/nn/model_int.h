@@ -10,9 +10,9 @@
 
 #include <stdint.h>
 
-#include "nn/px_arch_int.h"
+#include "arch/px_arch_int.h"
 #include "nn/px_graph_ops.h"
-#include "nn/px_onnx_int.h"
+#include "arch/px_onnx_int.h"
 #include "nn/px_ops_int.h"
 #include "prunex/nn.h"
 #include "prunex/ops_internal.h"

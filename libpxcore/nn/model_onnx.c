@@ -1,4 +1,4 @@
-/* An imported ONNX graph (nn/onnx_import.c) lowered onto the model's
+/* An imported ONNX graph (arch/onnx_import.c) lowered onto the model's
  * nodes through the layer functions of model_build.c. */
 #include <stdio.h>
 
@@ -15,7 +15,7 @@ static px_status_t px__rename(px_model_t *m, int i, const char *name) {
   return PX_OK;
 }
 
-/* An imported graph (nn/onnx_import.c) through the same layer functions as
+/* An imported graph (arch/onnx_import.c) through the same layer functions as
  * the built-in architectures: the layers map one to one onto nodes. */
 px_status_t px__build_onnx(px_model_t *m) {
   const px__onnx_graph_t *g = m->graph;

@@ -15,23 +15,11 @@
 
 #include <stddef.h>
 
+#include "arch/px_layer_defs.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* The activations; alpha is the one parameter of those that have one.
- *   HSIGMOID: clamp(alpha * x + 0.5, 0, 1) (ONNX HardSigmoid with beta 0.5;
- *             PyTorch's Hardsigmoid is alpha = 1/6);
- *   HSWISH:   x * HSIGMOID(x) (ONNX HardSwish and PyTorch's Hardswish: 1/6);
- *   SILU:     x * sigmoid(x) (PyTorch's SiLU, exported as Mul(x, Sigmoid(x)));
- *   GELU:     x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) (the exact form);
- *   SCALE:    alpha * x, SHIFT: x + alpha (a Mul, Div, Add or Sub by a constant). */
-typedef enum {
-  PX__ACT_RELU = 0, PX__ACT_LEAKY = 1, PX__ACT_RELU6 = 2, PX__ACT_SIGMOID = 3,
-  PX__ACT_HSIGMOID = 4, PX__ACT_HSWISH = 5, PX__ACT_SILU = 6, PX__ACT_GELU = 7, PX__ACT_TANH = 8,
-  PX__ACT_SCALE = 9, PX__ACT_SHIFT = 10
-} px__act_t;
-#define PX__ACT_COUNT 11
 
 /* The activation's name as ONNX spells it ("Relu", "LeakyRelu", "Clip", "Sigmoid",
  * "HardSigmoid", "HardSwish", "Silu" (Mul(x, Sigmoid(x))), "Gelu", "Tanh", "Mul", "Add"). */

@@ -201,32 +201,6 @@ static inline px_tensor_t px__ops_spec_copy(const px_tensor_t *spec) {
   return s;
 }
 
-/* One axis of a window (convolution, pooling): input size, kernel, stride,
- * begin and end padding, dilation, ceil rounding (PyTorch's rule: up, less
- * one when the last window would start at or past in + pad0). Both engines'
- * ops size their outputs so. */
-typedef struct {
-  int64_t in, k, s, p0, p1, d;
-  int ceil;
-} px__axis_t;
-
-/* The output size of axis a, <= 0 when the padded input is smaller than the
- * dilated window. */
-static inline int64_t px__axis_out(const px__axis_t *a) {
-  const int64_t span = a->in + a->p0 + a->p1 - (a->d * (a->k - 1) + 1);
-  if (span < 0) return 0;
-  int64_t o = (a->ceil ? (span + a->s - 1) / a->s : span / a->s) + 1;
-  if (a->ceil && (o - 1) * a->s >= a->in + a->p0) o--;
-  return o;
-}
-
-/* How far out's last window runs past the end padding (ceil rounding), >= 0:
- * what a backend that pads explicitly adds to the end padding. */
-static inline int64_t px__axis_overrun(const px__axis_t *a, int64_t out) {
-  const int64_t r = (out - 1) * a->s + a->d * (a->k - 1) + 1 - (a->in + a->p0 + a->p1);
-  return r > 0 ? r : 0;
-}
-
 /* The argument contract of a layer with weights (px_conv2d_t, px_fc_t) in
  * either backend: the specs the op was created with and whether it has a
  * bias. Each backend's op embeds one and checks every call with the three

@@ -56,7 +56,7 @@ static void px__ddp_destroy(px__strategy_run_t *r, void *priv) {
 }
 
 const px__strategy_ops_t px__strategy_ddp_ops = {
-    .kind = PX_STRATEGY_DDP, /* names: strategy/info.c */
+    .kind = PX_STRATEGY_DDP, /* names: policy/strategy_info.c */
     .create = px__ddp_create,
     .dense_inter = px__ddp_dense_inter,
     .decide = px__strategy_decide_plain,

@@ -485,11 +485,11 @@ static void px__hsadmm_destroy(px__strategy_run_t *r, void *priv) {
   .resumed = px__hsadmm_resumed, .destroy = px__hsadmm_destroy
 
 const px__strategy_ops_t px__strategy_hsadmm_ops = {
-    .kind = PX_STRATEGY_HSADMM, /* names: strategy/info.c */
+    .kind = PX_STRATEGY_HSADMM, /* names: policy/strategy_info.c */
     PX__HSADMM_OPS,
 };
 
 const px__strategy_ops_t px__strategy_hsadmm_flat_ops = {
-    .kind = PX_STRATEGY_HSADMM_FLAT, /* names: strategy/info.c */
+    .kind = PX_STRATEGY_HSADMM_FLAT, /* names: policy/strategy_info.c */
     PX__HSADMM_OPS,
 };

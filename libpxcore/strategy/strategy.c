@@ -50,7 +50,7 @@ static const px__strategy_ops_t *const px__strategies[] = {
 };
 #define PX__NSTRATEGIES ((int)(sizeof px__strategies / sizeof px__strategies[0]))
 
-/* The operations of a kind (its names and description: strategy/info.c), or
+/* The operations of a kind (its names and description: policy/strategy_info.c), or
  * NULL when the engine has none. */
 const px__strategy_ops_t *px__strategy_ops(px_strategy_kind_t k) {
   for (int i = 0; i < PX__NSTRATEGIES; i++)

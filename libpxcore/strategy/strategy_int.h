@@ -91,7 +91,7 @@ typedef struct {
 } px__strategy_run_t;
 
 typedef struct {
-  px_strategy_kind_t kind;  /* its entry of the table of strategies (strategy/info.c) */
+  px_strategy_kind_t kind;  /* its entry of the table of strategies (policy/strategy_info.c) */
   /* Allocates the private state, installs the trainer's hooks and brings
    * every rank to the same starting model. On failure *priv may be set and
    * is destroyed. */

@@ -166,7 +166,7 @@ static void px__topk_destroy(px__strategy_run_t *r, void *priv) {
 }
 
 const px__strategy_ops_t px__strategy_topk_ops = {
-    .kind = PX_STRATEGY_TOPK, /* names: strategy/info.c */
+    .kind = PX_STRATEGY_TOPK, /* names: policy/strategy_info.c */
     .create = px__topk_create,
     .dense_inter = px__topk_dense_inter,
     .decide = px__strategy_decide_plain,

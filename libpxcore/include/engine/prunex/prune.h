@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "prunex/arch.h"
 #include "prunex/px.h"
 
 #ifdef __cplusplus
@@ -46,7 +47,7 @@ typedef struct {
   int32_t nm_n, nm_m;   /* N:M along input channels; 0, 0: off */
 } px_prune_keep_t;
 
-#define PX_PRUNE_NM_MAX 64
+/* PX_PRUNE_NM_MAX, the largest M: arch.h (a job spec is checked against it). */
 
 /* Number of elements of a conv weight. */
 PX_API size_t px_conv_numel(px_conv_shape_t s);

@@ -1,4 +1,4 @@
-/* The ONNX import's constant folding (nn/onnx_shape.c): the small shape
+/* The ONNX import's constant folding (arch/onnx_shape.c): the small shape
  * subgraphs exporters write around the layers (x.view(x.size(0), -1) is
  * Shape, Gather, Unsqueeze, Concat, Reshape) computed once at import into
  * new constant tensors, so the node reading them (a Reshape) sees a
@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "nn/px_onnx_int.h"
+#include "arch/px_onnx_int.h"
 #include "onnx.pb-c.h"
 
 #ifdef __cplusplus

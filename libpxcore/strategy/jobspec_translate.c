@@ -1,17 +1,19 @@
 /* The spec translated once: the configurations the programs build from a
  * complete spec: the trainer's, the strategy's and the data plane's (the
  * coordinator's control policy and the check of a spec as submitted are
- * submitted.c's, client code: a sweep's points are checked while parsing).
- * The coordinator and the worker call these and keep no rules of their own;
- * the rules themselves are the schema table's (schema.c). This file needs
- * the engine's defaults, so it is the one file of jobspec/ outside the
- * client part (PX_ENGINE_FILES in libpxcore/CMakeLists.txt). */
+ * jobspec/submitted.c's, spec-layer code: a sweep's points are checked
+ * while parsing). The coordinator and the worker call these and keep no
+ * rules of their own; the rules themselves are the schema table's
+ * (jobspec/schema.c). Here, in the distributed layer, rather than in
+ * jobspec/: it needs the trainer's and the data plane's defaults
+ * (px_train_config_default, px_comm_opts_default). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "jobspec/jobspec_int.h"
 #include "prunex/jobspec.h"
+#include "prunex/jobspec_translate.h"
 #include "prunex/quantize.h"
 #include "px_check.h"
 

@@ -28,7 +28,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "data_int.h"
+#include "image/image_int.h"
 #include "prunex/text.h"
 #include "px_check.h"
 
@@ -851,7 +851,7 @@ static px_status_t px__cache_build(const px__cache_loc_t *loc, const px__root_t 
 /* ---- streaming ------------------------------------------------------------- */
 
 /* A split too large to cache decoded: its files, opened beneath the root as
- * the loader asks for them (stream.c). */
+ * the loader asks for them (data/stream.c). */
 struct px__fstream {
   px__root_t r;
   px__flist_t l;

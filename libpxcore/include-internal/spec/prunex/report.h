@@ -29,7 +29,7 @@
 #include "prunex/admm.h"
 #include "prunex/px.h"
 #include "prunex/store.h"
-#include "prunex/strategy.h"
+#include "prunex/strategy_table.h"
 
 #ifdef __cplusplus
 extern "C" {

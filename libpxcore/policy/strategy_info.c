@@ -1,14 +1,13 @@
 /* The table of strategies as data (prunex/strategy.h): names, one-line
  * descriptions, which are H-SADMM and which is the default. Engine-free on
- * purpose (a client file, see libpxcore/CMakeLists.txt):
- * pxctl checks a spec's strategy and lists them in its help from this table
+ * purpose (the spec layer, libpxcore/LAYERS): pxctl checks a spec's strategy and lists them in its help from this table
  * without the engine, and the engine's table of operations (strategy.c)
  * holds one entry per kind listed here, checked by px_strategy_run and the
  * strategy tests. */
 #include <stdio.h>
 #include <string.h>
 
-#include "prunex/strategy.h"
+#include "prunex/strategy_table.h"
 
 static const px_strategy_info_t px__strategy_infos[] = {
     {PX_STRATEGY_HSADMM, "hsadmm",

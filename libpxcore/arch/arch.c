@@ -1,13 +1,13 @@
 /* The built-in architectures as data: names and shapes of the ResNet family
  * (px_arch_int.h). Engine-free on purpose: the job-spec checks of pxctl
- * (the client part) and the model builder (nn/model.c, the engine) read this one
- * table, so a name is valid in a spec exactly when the engine builds it. */
+ * (the spec layer) and the model builder (nn/model.c, the engine) read this
+ * one table, so a name is valid in a spec exactly when the engine builds it. */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "nn/px_arch_int.h"
-#include "prunex/nn.h"
+#include "arch/px_arch_int.h"
+#include "prunex/arch.h"
 
 static const px__arch_t px__archs[] = {
     {"resnet20", 0, 3, {3, 3, 3, 0}, 16, 1},      {"resnet32", 0, 3, {5, 5, 5, 0}, 16, 1},

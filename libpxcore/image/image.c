@@ -17,7 +17,7 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
-#include "data_int.h"
+#include "image/image_int.h"
 #include "px_check.h"
 
 struct px_image_decoder {

@@ -1,4 +1,4 @@
-/* Internals of the ONNX import (nn/onnx_import.c): an ONNX file lowered onto
+/* Internals of the ONNX import (arch/onnx_import.c): an ONNX file lowered onto
  * the layer set the model builder (nn/model.c) already has. The importer
  * reads and checks the file once (bounded sizes, linear time) and hands the
  * builder a list of layers in forward order, each naming the layer whose
@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "prunex/nn.h"
+#include "prunex/arch.h"
 #include "prunex/px.h"
 
 #ifdef __cplusplus
@@ -71,7 +71,7 @@ typedef struct {
                              logits); left out of pruning, as a final FC is */
 } px__onnx_layer_t;
 
-/* A tensor the import computed (nn/onnx_shape.c): this header, then the
+/* A tensor the import computed (arch/onnx_shape.c): this header, then the
  * Onnx__TensorProto, its dims and its data, in one allocation. */
 typedef struct px__onnx_fold {
   struct px__onnx_fold *next;

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "prunex/arch.h"
 #include "prunex/ops.h"
 #include "prunex/px.h"
 #include "prunex/tensor.h"
@@ -84,7 +85,7 @@ typedef struct {
    * convolutions on AVX512-BF16/AMX with f32 activations between them; f32
    * weights, gradients, BN statistics and loss on both). */
   int32_t precision;
-  /* An imported model: the path of an ONNX file (nn/onnx_import.c says which
+  /* An imported model: the path of an ONNX file (arch/onnx_import.c says which
    * operators it may hold); arch is then ignored and reads "onnx" in the
    * model's config. NULL (the default) builds arch. Copied by px_model_create.
    * The file's input must be [N, in_channels, height, width] and its output
@@ -93,30 +94,6 @@ typedef struct {
 } px_model_config_t;
 
 typedef struct px_model px_model_t;
-
-/* 1 if arch names a known architecture. */
-PX_API int px_model_arch_known(const char *arch);
-/* The static name string of a known architecture, NULL if unknown. */
-PX_API const char *px_model_arch_name(const char *arch);
-/* Space-separated list of the known architectures (static string). */
-PX_API const char *px_model_arch_list(void);
-
-/* What an ONNX file holds, as px_model_create would build it. */
-typedef struct {
-  int32_t in_channels, height, width; /* the graph input [N, C, H, W] */
-  int32_t num_classes;                /* the logits [N, num_classes] */
-  int32_t nconv;                      /* convolutions (prunable layers) */
-  int32_t nlayers;                    /* layers after fusing Relus and dropping Identities */
-  char sha256[65];                    /* the file's SHA-256, 64 lowercase hex digits */
-} px_model_onnx_info_t;
-
-/* Reads and checks an ONNX model file without building it (what a job
- * submission does): opset 11-20, every node an operator the import takes
- * (docs/user-guide.md lists them), shapes consistent, sizes bounded. info may
- * be NULL. Fails with PX_ERR_IO (unreadable, over 1.5 GiB) or PX_ERR_INVALID
- * whose message names the file and, for a node it refuses, the node's name
- * and operator. Linear in the file's size. */
-PX_API px_status_t px_model_onnx_check(const char *path, px_model_onnx_info_t *info);
 
 /* Builds the model on ops' device: creates every op and allocates every
  * family. Parameters are zero until px_model_init_params. The model borrows
@@ -171,21 +148,6 @@ PX_API const char *px_model_left_dense(const px_model_t *m);
  * a windowed pooling (the window win; AVGPOOL divides by the window's
  * positions inside the padded input, PyTorch's default count_include_pad,
  * or with win.exclude_pad by its real inputs). */
-/* The window of a CONV, MAXPOOL or AVGPOOL node: kernel kh x kw, strides,
- * zero padding before (pad_t, pad_l) and after (pad_b, pad_r) the input,
- * dilation (1: none), and for pools PyTorch's ceil_mode (the output size
- * rounded up, the last window starting inside the input or its top/left
- * padding) and count_include_pad = 0 (exclude_pad). All zero for other
- * nodes. The built-in models' convs are k x k, stride s, padding k / 2 on
- * every side. */
-typedef struct {
-  int kh, kw;
-  int stride_h, stride_w;
-  int pad_t, pad_l, pad_b, pad_r;
-  int dil_h, dil_w;
-  int ceil_mode;
-  int exclude_pad;
-} px_window_t;
 /* ACT, MUL, CONCAT (imported graphs): a standalone activation (act: 0 ReLU,
  * 1 LeakyReLU of slope alpha, 2 ReLU6, 3 sigmoid, 4 hard sigmoid
  * clamp(alpha x + 0.5, 0, 1), 5 hard swish x times that, 6 SiLU, 7 GELU

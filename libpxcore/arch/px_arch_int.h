@@ -1,7 +1,6 @@
-/* Internals of the architecture table (nn/arch.c): the built-in ResNet
+/* Internals of the architecture table (arch/arch.c): the built-in ResNet
  * family as plain data, the one list of their names and shapes. It is
- * engine-free (a client file, see libpxcore/CMakeLists.txt):
- * job-spec checks read the names from it without the engine, and the model
+ * engine-free (the spec layer, libpxcore/LAYERS): job-spec checks read the names from it without the engine, and the model
  * builder (nn/model.c) builds from the same entries. */
 #ifndef PX_ARCH_INT_H
 #define PX_ARCH_INT_H

@@ -1,4 +1,4 @@
-/* Constant folding for the ONNX import (nn/onnx_import.c): the shape
+/* Constant folding for the ONNX import (arch/onnx_import.c): the shape
  * subgraphs PyTorch's exporter writes for x.view(x.size(0), -1),
  * x.reshape(n, -1) and the like (Shape, Gather, Unsqueeze, Squeeze, Concat,
  * Cast, Slice, ConstantOfShape, and Add, Sub, Mul, Div of constants:
@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "nn/px_onnx_fold.h"
+#include "arch/px_onnx_fold.h"
 #include "prunex/px.h"
 #include "px_check.h"
 

@@ -38,7 +38,7 @@
  * subgraphs exporters write (Shape, Gather, Unsqueeze, Concat, Cast, Slice,
  * ConstantOfShape, Add, Sub, Mul, Div of shapes and constants), folded at
  * import into constants
- * (nn/onnx_shape.c: x.view(x.size(0), -1) is a Reshape by [N, -1]),
+ * (arch/onnx_shape.c: x.view(x.size(0), -1) is a Reshape by [N, -1]),
  * and Gemm or MatMul (+ Add of its bias) on the flattened features: the
  * classifier, or a chain of them with activations between (mobilenet_v3's
  * head), the last giving the logits; Dropout and Identity pass their input
@@ -60,13 +60,11 @@
 
 #include <openssl/evp.h>
 
-#include "nn/px_graph_ops.h"
-#include "nn/px_onnx_fold.h"
-#include "nn/px_onnx_int.h"
-#include "nn/px_ops_int.h"
+#include "arch/px_layer_defs.h"
+#include "arch/px_onnx_fold.h"
+#include "arch/px_onnx_int.h"
 #include "onnx.pb-c.h"
-#include "prunex/nn.h"
-#include "prunex/ops.h"
+#include "prunex/arch.h"
 #include "px_check.h"
 
 /* PART: a step of PyTorch's exact GELU, x * (Erf(x / sqrt 2) + 1) * 0.5,
@@ -1085,7 +1083,7 @@ static px_status_t px__folded(px__imp_t *im, const Onnx__NodeProto *n, px_status
 }
 
 /* A node computing on constants (Shape's, Gather's, ...): folded now into a
- * constant (nn/onnx_shape.c). An input that is an activation's data (not
+ * constant (arch/onnx_shape.c). An input that is an activation's data (not
  * its shape) is refused. */
 static px_status_t px__op_fold(px__imp_t *im, const Onnx__NodeProto *n) {
   const Onnx__TensorProto *in[64] = {NULL}, *t = NULL;

@@ -158,10 +158,10 @@
 
 #include "prunex.pb-c.h"
 #include "prunex/admm.h"
-#include "prunex/comm.h"
-#include "prunex/nn.h"
+#include "prunex/arch.h"
+#include "prunex/image.h"
 #include "prunex/px.h"
-#include "prunex/strategy.h"
+#include "prunex/strategy_table.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -298,8 +298,9 @@ px_status_t px_jobspec_sweep_point(const Prunex__V1__JobSpec *spec, size_t k,
                                           Prunex__V1__JobSpec **out, char *label, size_t cap);
 
 /* ---- the spec translated once ------------------------------------------------
- * What the coordinator and the worker know of a spec comes from here: they
- * keep no rules of their own. */
+ * What the coordinator and the worker know of a spec comes from here (and
+ * from jobspec_translate.h, the configurations they run): they keep no
+ * rules of their own. */
 
 /* Checks a spec as a client submitted it (SubmitJob), before any default is
  * filled in, so that a spec no rank could run is refused at submission:
@@ -322,33 +323,6 @@ px_status_t px_jobspec_check_submitted(const Prunex__V1__JobSpec *spec);
  * freeze_iteration 0 mean never. A NULL spec or admm section gives the
  * defaults. Cannot fail (px_admm_policy_validate judges the result). */
 void px_jobspec_admm_policy(const Prunex__V1__JobSpec *spec, px_admm_policy_t *out);
-
-/* The producers below take a complete spec (px_jobspec_fill_defaults, then
- * px_jobspec_validate passed): every section present. Strings in the
- * configurations point into spec, which must outlive them. */
-
-/* The trainer's configuration (px_train_config_default, then model, data
- * set, optimiser, schedule, seed, augmentation, and threads when
- * cluster.threads_per_worker > 0). What depends on the rank's place (rank,
- * world_size, device, and threads when the spec leaves them to the
- * machine) is the caller's. Cannot fail. */
-void px_jobspec_train_config(const Prunex__V1__JobSpec *spec, px_train_config_t *out);
-
-/* The strategy's configuration: kind, iterations (admm.max_iterations),
- * local steps (train.local_steps, else train.local_epochs times
- * steps_per_epoch, px_trainer_steps_per_epoch of the rank's trainer),
- * penalties, prune keeps and skip_layers, topk_ratio, bucket_bytes,
- * quantize bits, seed, eval_every, checkpoint_every and keep. Zeroes *out
- * first: the callbacks (observe), checkpoint_dir and the test switches are
- * the caller's. Fails with PX_ERR_INVALID when the local steps of an
- * iteration exceed INT32_MAX or comm.quantize or comm.compress is unknown. */
-px_status_t px_jobspec_strategy_config(const Prunex__V1__JobSpec *spec,
-                                              int64_t steps_per_epoch, px_strategy_config_t *out);
-
-/* The data plane's options: px_comm_opts_default, then comm.timeout_ms and
- * comm.bucket_bytes. The rendezvous keys, the leaders and the backend
- * (px_comm_choose_backend with comm.backend) are the caller's. */
-void px_jobspec_comm_opts(const Prunex__V1__JobSpec *spec, px_comm_opts_t *out);
 
 /* "hsadmm", "hsadmm-flat", "ddp", "topk", or "unspecified" for any other
  * value; a static string. */
