@@ -209,7 +209,9 @@ static int px__pds_ref(dnnl_primitive_desc_t const pd[PX__WL_NPD], int *bwd_d) {
  * converted (l->xcvt), when that leaves fewer and no new backward data
  * there (oneDNN 2.6 on AVX2 has no blocked kernel for ResNeXt's 4-channel
  * groups, nor for the weight gradient of a 3 x 3 convolution on a 2 x 2
- * map, dense or grouped; channels-last it has). Off with
+ * map, dense or grouped, or of a one-channel stem such as Fashion-MNIST's,
+ * 2,000 times slower there than the other layers' kernels; channels-last it
+ * has). Off with
  * PX_CPU_CHANNELS_LAST=0 (ops->cl_fallback). y_spec from pd's forward.
  * m: the weights, bias, geometry (x, y unused). */
 static px_status_t px__conv_cl_fallback(px_ops_t *ops, px__cpu_wlayer_t *l,
@@ -221,7 +223,10 @@ static px_status_t px__conv_cl_fallback(px_ops_t *ops, px__cpu_wlayer_t *l,
   PX_DNNL(dnnl_memory_desc_init_by_tag(&y_cl, 4, ydims, dnnl_f32, dnnl_acdb));
   int bwd_d, bwd_d_cl;
   const int nref = px__pds_ref(pd, &bwd_d);
-  if (nref > 0 && ops->cl_fallback && !dnnl_memory_desc_equal(x_md, &x_cl)) {
+  /* a one-channel plain source is channels-last already, the same bytes
+     (oneDNN calls the two equal): described as such, it needs no conversion */
+  const int same = dnnl_memory_desc_equal(x_md, &x_cl);
+  if (nref > 0 && ops->cl_fallback) {
     dnnl_primitive_desc_t alt[PX__WL_NPD] = {NULL, NULL, NULL};
     px_status_t st = px__conv_try(ops, &x_cl, &y_cl, m, alt);
     int take = st == PX_OK && px__pds_ref(alt, &bwd_d_cl) < nref && bwd_d_cl <= bwd_d;
@@ -230,7 +235,7 @@ static px_status_t px__conv_cl_fallback(px_ops_t *ops, px__cpu_wlayer_t *l,
       if (*drop) dnnl_primitive_desc_destroy(*drop);
       if (take) pd[i] = alt[i];
     }
-    l->xcvt = take;
+    l->xcvt = take && !same;
   }
   return px__cpu_spec_of(ops, px__cpu_pd_md(pd[PX__WL_FWD], DNNL_ARG_DST), &l->wl.y_spec);
 }
