@@ -3,8 +3,9 @@
 #   make run     set up the run set of packages, build the library and the
 #                programs the main job runs (no tests, no benchmarks, no CUDA
 #                unless RUN_CUDA=AUTO|ON), run it (pxctl run examples/quickstart.yaml)
-#   make test    set up, build and run the whole test suite, then the
-#                sanitizer build (AddressSanitizer + UBSan) runs every test
+#   make test    set up, build and run the whole test suite (the sanitizer
+#                and fuzz builds compile beside it at idle priority), then
+#                the sanitizer build (AddressSanitizer + UBSan) runs every test
 #                but the slow integration ones (ctest label `slow`,
 #                docs/testing.md), then fuzz every libFuzzer harness for
 #                FUZZ_SECONDS each (clang build); each phase's wall time is
@@ -42,7 +43,8 @@ else
 WERROR ?= OFF
 endif
 
-.PHONY: all setup setup-run build build-run run test test-normal test-asan test-fuzz bench install clean
+.PHONY: all setup setup-run build build-run run test test-normal test-asan test-fuzz bench install clean \
+        ctest-normal asan-build ctest-asan fuzz-build fuzz-run side-builds
 
 all: build
 
@@ -71,35 +73,56 @@ run: build-run
 
 # The phases one after the other, stopping at the first failure; the table
 # of their times is printed either way.
+# make test: the normal build, then its tests while the sanitizer and fuzz
+# builds compile beside them at idle priority (SCHED_IDLE, else nice 19: they take only
+# the CPU the tests leave, while a test waits on its daemons or its ranks on
+# each other), then the sanitizer tests and the fuzzing. The side builds'
+# output goes to $(SIDE_LOG), printed if they fail.
+SIDE_LOG = $(abspath $(BUILD_DIR))/side-builds.log
 test:
 	@rm -f $(PX_PHASE_LOG)
-	@$(MAKE) --no-print-directory test-normal && $(MAKE) --no-print-directory test-asan && \
-	  $(MAKE) --no-print-directory test-fuzz; rc=$$?; $(PHASE) --summary $(PX_PHASE_LOG); exit $$rc
+	@$(MAKE) --no-print-directory build || { $(PHASE) --summary $(PX_PHASE_LOG); exit 1; }; \
+	  idle="chrt --idle 0"; $$idle true 2>/dev/null || idle="nice -n 19"; \
+	  PX_PHASE_BESIDE=1 $$idle $(MAKE) --no-print-directory side-builds >$(SIDE_LOG) 2>&1 & \
+	  side=$$!; $(MAKE) --no-print-directory ctest-normal; rc=$$?; \
+	  t0=$$(date +%s); wait $$side; src=$$?; \
+	  $(PHASE) --record side-builds-rest $$(($$(date +%s) - t0)) $$src || { rc=1; tail -n 60 $(SIDE_LOG); }; \
+	  [ $$rc -eq 0 ] && $(MAKE) --no-print-directory ctest-asan && \
+	  $(MAKE) --no-print-directory fuzz-run; rc=$$?; $(PHASE) --summary $(PX_PHASE_LOG); exit $$rc
 
 # ctest starts the longest tests first (their COST in tests/CMakeLists.txt,
 # then the times it measured in this build directory) so that -j2 ends
 # with no long test alone.
-test-normal: build
+test-normal: build ctest-normal
+ctest-normal:
 	cd $(BUILD_DIR) && $(CURDIR)/$(PHASE) ctest ctest --output-on-failure -j$(JOBS)
 
 # The sanitizer build leaves CUDA out: the CUDA runtime and ASan do not mix,
 # and no GPU code runs on machines without a GPU anyway.
-test-asan: setup
+test-asan: setup asan-build ctest-asan
+asan-build:
 	$(PHASE) asan-configure cmake -S . -B $(ASAN_DIR) \
 	  -DPX_SANITIZE=ON -DPX_WITH_CUDA=OFF -DPX_BUILD_BENCH=OFF \
 	  -DPX_WERROR=$(WERROR) $(CMAKE_ARGS)
 	$(PHASE) asan-build cmake --build $(ASAN_DIR) -j$(JOBS)
+ctest-asan:
 	cd $(ASAN_DIR) && $(CURDIR)/$(PHASE) asan-ctest ctest --output-on-failure -j$(JOBS) $(ASAN_CTEST_ARGS)
 
 # libFuzzer (clang) over the job-spec parser, the safetensors, IDX and CIFAR
 # readers and the coordinator's request decoding; a crash fails the run.
 # The harnesses run JOBS at a time, each for FUZZ_SECONDS.
-test-fuzz: setup
+test-fuzz: setup fuzz-build fuzz-run
+fuzz-build:
 	$(PHASE) fuzz-configure cmake -S . -B $(FUZZ_DIR) \
 	  -DCMAKE_C_COMPILER=clang -DPX_FUZZ=ON -DPX_WITH_CUDA=OFF \
 	  -DPX_BUILD_BENCH=OFF -DPX_BUILD_TESTS=OFF $(CMAKE_ARGS)
 	$(PHASE) fuzz-build cmake --build $(FUZZ_DIR) -j$(JOBS) --target px_fuzzers
+fuzz-run:
 	$(PHASE) fuzz tests/fuzz/run.sh $(FUZZ_DIR) $(FUZZ_SECONDS) $(JOBS)
+
+# The sanitizer and fuzz builds, one after the other (make test runs them
+# beside the normal tests).
+side-builds: asan-build fuzz-build
 
 bench:
 	scripts/bootstrap bench
