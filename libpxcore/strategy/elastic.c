@@ -55,10 +55,20 @@ void px__elastic_teardown(px__strategy_run_t *r) {
   PX_FREE_ALL(r->el_theta, r->el_buf, r->el_nodes);
 }
 
+/* A model tensor (on any device) to a host copy and back. */
+static px_status_t px__elastic_down(const px_tensor_t *t, float *host) {
+  return px_tensor_copy_to_host(t, host, px_tensor_plain_bytes(t));
+}
+
+static px_status_t px__elastic_up(const px_tensor_t *t, const float *host) {
+  px_tensor_t v = *t; /* a view: the model's tensors are handed out const */
+  return px_tensor_copy_from_host(&v, host, px_tensor_plain_bytes(t));
+}
+
 px_status_t px__elastic_save(px__strategy_run_t *r) {
   const px_tensor_t *bn = px_model_flat_buffers(r->m);
-  PX_CHECK(px__strategy_down(px_model_flat_params(r->m), r->el_theta));
-  if (px_tensor_numel(bn) > 0) PX_CHECK(px__strategy_down(bn, r->el_buf));
+  PX_CHECK(px__elastic_down(px_model_flat_params(r->m), r->el_theta));
+  if (px_tensor_numel(bn) > 0) PX_CHECK(px__elastic_down(bn, r->el_buf));
   px_trainer_position(r->t, r->el_pos);
   return PX_OK;
 }
@@ -66,8 +76,8 @@ px_status_t px__elastic_save(px__strategy_run_t *r) {
 /* The model and the data stream back to the local phase's end. */
 static px_status_t px__elastic_undo(px__strategy_run_t *r) {
   const px_tensor_t *bn = px_model_flat_buffers(r->m);
-  PX_CHECK(px__strategy_up(px_model_flat_params(r->m), r->el_theta));
-  if (px_tensor_numel(bn) > 0) PX_CHECK(px__strategy_up(bn, r->el_buf));
+  PX_CHECK(px__elastic_up(px_model_flat_params(r->m), r->el_theta));
+  if (px_tensor_numel(bn) > 0) PX_CHECK(px__elastic_up(bn, r->el_buf));
   return px_trainer_set_position(r->t, r->el_pos);
 }
 
