@@ -10,7 +10,8 @@
  * nothing rolled back) ends with the very same model: the rollback undid
  * everything the broken round had changed, and the data shards moved the
  * same way. Below min_nodes the survivors fail as before, naming the lost
- * node, and hand back the communicator to destroy. */
+ * node, and hand back the communicator to destroy; what cannot run elastic
+ * is refused up front. */
 #include <math.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -247,10 +248,58 @@ static void test_below_min_nodes_fails_naming_the_node(void **state) {
   }
 }
 
+/* What cannot run elastic is refused before the first round, naming why. */
+static int rank_refusals(px_th_ctx_t *ctx) {
+  rank_ctx_t rc = {CASE_KILL, ctx->rank};
+  px_train_config_t tc;
+  px_test_rank_train_config(&tc, dir, ctx->rank, ctx->size);
+  px_trainer_t *t;
+  PX_TH_OK(px_trainer_create(&tc, &t));
+  px_comm_opts_t o;
+  px_comm_opts_default(&o);
+  o.lost_ms = LOST_MS;
+  px_comm_t *comm, *plain;
+  PX_TH_OK(px_th_comm(ctx, &o, &comm));
+  PX_TH_OK(px_th_comm(ctx, NULL, &plain));
+  px_kv_t *kv;
+  PX_TH_OK(px_kv_open_dir(ctx->kvdir, &kv));
+  px_strategy_config_t cfg;
+  px_strategy_result_t res;
+  config(&cfg, &rc, kv);
+  cfg.elastic.min_nodes = 0;
+  cfg.kind = PX_STRATEGY_DDP;
+  PX_TH_CHECK(px_strategy_run(t, comm, &cfg, control, &rc, &res) == PX_ERR_INVALID &&
+              strstr(px_last_error(), "ddp cannot run elastic"));
+  cfg.kind = PX_STRATEGY_HSADMM;
+  PX_TH_CHECK(px_strategy_run(t, plain, &cfg, control, &rc, &res) == PX_ERR_INVALID &&
+              strstr(px_last_error(), "lost_ms"));
+  cfg.elastic.kv = NULL;
+  PX_TH_CHECK(px_strategy_run(t, comm, &cfg, control, &rc, &res) == PX_ERR_INVALID &&
+              strstr(px_last_error(), "rendezvous store"));
+  cfg.elastic.kv = kv;
+  cfg.quantize_bits = 8;
+  PX_TH_CHECK(px_strategy_run(t, comm, &cfg, control, &rc, &res) == PX_ERR_INVALID &&
+              strstr(px_last_error(), "comm.quantize"));
+  PX_TH_CHECK(res.comm == comm);
+  px_comm_destroy(comm);
+  px_comm_destroy(plain);
+  px_kv_destroy(kv);
+  px_trainer_destroy(t);
+  return 0;
+}
+
+static void test_what_cannot_run_elastic_is_refused(void **state) {
+  (void)state;
+  if (!dir[0]) skip();
+  int one[1] = {0};
+  assert_int_equal(px_th_run(1, one, rank_refusals, NULL, 60), 0);
+}
+
 int main(int argc, char **argv) {
   px_th_init(argc, argv);
 
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_what_cannot_run_elastic_is_refused),
       cmocka_unit_test(test_killed_node_is_dropped_and_the_run_finishes),
       cmocka_unit_test(test_below_min_nodes_fails_naming_the_node),
   };

@@ -173,9 +173,9 @@ px_status_t px__elastic_recover(px__strategy_run_t *r, const px__strategy_ops_t 
     return px_set_error(PX_ERR_STATE, "node %d lost in iteration %d: this rank's node %d is not "
                         "a member of epoch %d", node, it, me, epoch);
   PX_CHECK(px__elastic_undo(r));
-  px_comm_t *c = NULL;
+  px_comm_t *c = r->comm; /* left as it is when the old one was not destroyed */
   px_status_t rb = px_comm_rebuild(r->comm, r->el_nodes, n, epoch, r->cfg->elastic.kv, &c);
-  if (rb != PX_OK && rb != PX_ERR_INVALID) r->comm = r->res->comm = NULL; /* destroyed */
+  if (c != r->comm) r->comm = r->res->comm = NULL; /* destroyed */
   PX_CHECK(rb);
   px__elastic_note(r, node, it);
   return px__elastic_adopt(r, ops, priv, c, 1, it, node);
@@ -189,9 +189,9 @@ px_status_t px__elastic_follow(px__strategy_run_t *r, const px__strategy_ops_t *
   if (!epoch) return PX_OK;
   for (int i = 0; i < n; i++) r->el_nodes[i] = nodes[i];
   int me = px_comm_node(r->comm);
-  px_comm_t *c = NULL;
+  px_comm_t *c = r->comm; /* left as it is when the old one was not destroyed */
   px_status_t st = px_comm_rebuild(r->comm, r->el_nodes, n, epoch, r->cfg->elastic.kv, &c);
-  if (st == PX_ERR_INVALID) return st; /* a bad list: the communicator is as it was */
+  if (c == r->comm) return st; /* a bad list: the communicator is as it was */
   if (st != PX_OK) r->comm = r->res->comm = NULL;
   if (st == PX_ERR_STATE && !px__elastic_member(r, n, me)) { /* left out by the decision */
     px_log(PX_LOG_INFO, "node %d is not a member of epoch %d from iteration %d: leaving", me,
