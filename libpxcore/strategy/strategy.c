@@ -445,6 +445,7 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
                             const px_strategy_config_t *cfg, px_strategy_control_fn control,
                             void *ctx, px_strategy_result_t *res) {
   memset(res, 0, sizeof *res);
+  res->comm = comm; /* whatever happens: what the caller destroys */
   const px__strategy_ops_t *ops = px__strategy_ops(cfg->kind);
   if (!ops) {
     char names[128];
@@ -455,7 +456,6 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
   PX_REQUIRE(cfg->local_steps >= 0, "strategy: %d local steps", cfg->local_steps);
   px__strategy_run_t r;
   memset(&r, 0, sizeof r);
-  res->comm = comm;
   r.res = res;
   r.t = trainer;
   r.m = px_trainer_model(trainer);
