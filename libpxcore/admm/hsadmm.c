@@ -408,28 +408,32 @@ typedef struct {
 } px__hsadmm_ask_t;
 
 /* Rank 0: the controller's decision into the broadcast buffer
- * [stop, freeze, rho1[n], rho2[n]]. */
+ * [stop, freeze, rho1[n], rho2[n]] (elastic runs: then [epoch, nmembers,
+ * members[cap]], hsadmm_elastic.c). */
 static px_status_t px__hsadmm_fill(void *ctx, double *buf) {
   px__hsadmm_ask_t *a = ctx;
   px_hsadmm_t *h = a->h;
   int n = h->n;
-  px_hsadmm_decision_t d = {buf + 2, buf + 2 + n, h->frozen, 0, ""};
+  px_hsadmm_decision_t d = {buf + 2, buf + 2 + n, h->frozen, 0, "", 0, 0, 0, NULL};
   for (int i = 0; i < n; i++) {
     d.rho1[i] = h->rho1[i];
     d.rho2[i] = h->rho2[i];
   }
+  px__hse_offer(h, &d);
   PX_REQUIRE(a->control != NULL, "rank 0 has no controller");
   PX_CHECK(a->control(a->ctx, &h->round, &d));
   buf[0] = px__decide_stop_code(d.stop);
   buf[1] = d.freeze ? 1 : 0;
-  return PX_OK;
+  return px__hse_pack(h, &d, buf + 2 + 2 * n);
 }
 
 px_status_t px_hsadmm_decide(px_hsadmm_t *h, px_hsadmm_control_fn control, void *ctx, int *stop) {
   double *buf = h->decision_buf;
   int n = h->n, end = 0;
   px__hsadmm_ask_t ask = {h, control, ctx};
-  PX_CHECK(px__decide_broadcast(h->world, buf, 2 + 2 * (size_t)n, px__hsadmm_fill, &ask, &end));
+  PX_CHECK(px__decide_broadcast(h->world, buf, 2 + 2 * (size_t)n + px__hse_tail(h),
+                                px__hsadmm_fill, &ask, &end));
+  px__hse_unpack(h, buf + 2 + 2 * n); /* elastic: a membership change */
   /* comm.overlap: a stop, a rescaled v or a freeze (the plan's masks are
    * set as the exchange lands) needs the round's own z first */
   int change = buf[1] > 0 && !h->frozen;

@@ -42,13 +42,65 @@ px_status_t px_hsadmm_set_elastic(px_hsadmm_t *h, int on) {
              "elastic H-SADMM: not with comm.overlap, comm.quantize or comm.compress");
   h->el.on = on ? 1 : 0;
   h->el.taken = 0;
+  h->el.next_epoch = h->el.nnext = 0;
   if (!on || h->el.fam) return PX_OK;
   size_t mt = h->mtotal ? h->mtotal : 1;
   PX_CHECK(h->st.ops->alloc(6 * h->st.total * sizeof(float), "hsadmm.elastic",
                             (void **)&h->el.fam));
   h->el.masks = px_malloc(4 * mt, "hsadmm.elastic");
   h->el.rho = px_malloc(2 * (size_t)h->n * sizeof(double), "hsadmm.elastic");
-  return h->el.masks && h->el.rho ? PX_OK : PX_ERR_NOMEM;
+  /* the decision carries a member list of up to the job's node count */
+  h->el.cap = px_comm_nnodes(h->comm);
+  h->el.next = px_malloc((size_t)h->el.cap * sizeof(int32_t), "hsadmm.elastic");
+  double *buf = px_calloc(2 + 2 * (size_t)h->n + 2 + (size_t)h->el.cap, sizeof(double),
+                          "hsadmm.decision");
+  if (!h->el.masks || !h->el.rho || !h->el.next || !buf) {
+    px_free(buf);
+    return PX_ERR_NOMEM;
+  }
+  px_free(h->decision_buf);
+  h->decision_buf = buf;
+  return PX_OK;
+}
+
+/* ---- a membership change carried by the decision ------------------------------- */
+
+size_t px__hse_tail(const px_hsadmm_t *h) { return h->el.on ? 2 + (size_t)h->el.cap : 0; }
+
+void px__hse_offer(px_hsadmm_t *h, px_hsadmm_decision_t *d) {
+  d->epoch = d->nmembers = 0;
+  d->members_cap = h->el.on ? h->el.cap : 0;
+  d->members = h->el.on ? h->el.next : NULL;
+}
+
+px_status_t px__hse_pack(px_hsadmm_t *h, const px_hsadmm_decision_t *d, double *tail) {
+  if (!h->el.on) {
+    PX_REQUIRE(d->epoch == 0, "the controller changed the membership (epoch %d) of a job that "
+               "is not elastic", (int)d->epoch);
+    return PX_OK;
+  }
+  int epoch = d->epoch, n = d->nmembers;
+  PX_REQUIRE(epoch == 0 || (epoch > px_comm_epoch(h->comm) && n >= 1 && n <= h->el.cap &&
+                            d->members == h->el.next),
+             "the controller's membership change: epoch %d (now %d) with %d member nodes (1..%d "
+             "in the members array given)", epoch, px_comm_epoch(h->comm), n, h->el.cap);
+  tail[0] = epoch;
+  tail[1] = epoch ? n : 0;
+  for (int i = 0; epoch && i < n; i++) tail[2 + i] = h->el.next[i];
+  return PX_OK;
+}
+
+void px__hse_unpack(px_hsadmm_t *h, const double *tail) {
+  if (!h->el.on) return;
+  h->el.next_epoch = (int)tail[0];
+  h->el.nnext = (int)tail[1];
+  for (int i = 0; i < h->el.nnext; i++) h->el.next[i] = (int32_t)tail[2 + i];
+}
+
+int px_hsadmm_next_members(const px_hsadmm_t *h, const int32_t **nodes, int *n) {
+  *nodes = h->el.next;
+  *n = h->el.next_epoch ? h->el.nnext : 0;
+  return h->el.next_epoch;
 }
 
 px_status_t px__hse_snapshot(px_hsadmm_t *h) {
@@ -65,6 +117,7 @@ px_status_t px__hse_snapshot(px_hsadmm_t *h) {
   e->frozen = h->frozen;
   e->iteration = h->iteration;
   e->taken = 1;
+  e->next_epoch = e->nnext = 0; /* a new round: no change named yet */
   return PX_OK;
 }
 
@@ -103,6 +156,7 @@ px_status_t px_hsadmm_rebind(px_hsadmm_t *h, px_comm_t *comm, int rollback) {
   PX_REQUIRE(h->cfg.flat || P == h->P,
              "elastic H-SADMM: %d ranks on this node, %d before (whole nodes only)", P, h->P);
   if (rollback) PX_CHECK(px__hse_restore(h));
+  h->el.next_epoch = h->el.nnext = 0;
   h->comm = comm;
   h->world = world;
   h->intra = intra;
@@ -115,6 +169,6 @@ px_status_t px_hsadmm_rebind(px_hsadmm_t *h, px_comm_t *comm, int rollback) {
 
 void px__hse_free(px_hsadmm_t *h) {
   if (h->el.fam) h->st.ops->release(h->el.fam);
-  PX_FREE_ALL(h->el.masks, h->el.rho);
+  PX_FREE_ALL(h->el.masks, h->el.rho, h->el.next);
   memset(&h->el, 0, sizeof h->el);
 }

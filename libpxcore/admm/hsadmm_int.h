@@ -89,6 +89,10 @@ typedef struct {
   uint8_t *masks;       /* [4 * mtotal] node, union, prev, z */
   double *rho;          /* [2 n] rho1, then rho2 */
   int frozen, iteration;
+  /* the membership change the last decision named (epoch 0: none) */
+  int cap;              /* member nodes the decision carries at most */
+  int next_epoch, nnext;
+  int32_t *next;        /* [cap] its nodes (the controller writes here on rank 0) */
 } px__hsadmm_elastic_t;
 
 struct px_hsadmm {
@@ -187,6 +191,14 @@ void px__hsc_free(px_hsadmm_t *h);
 
 /* At the start of a sync (elastic runs): the state into the copy. */
 px_status_t px__hse_snapshot(px_hsadmm_t *h);
+/* The decision's membership part: doubles it adds to the broadcast (0
+ * unless elastic), rank 0's decision pointed at the member scratch, the
+ * controller's change checked and written into tail, and read back from it
+ * on every rank. */
+size_t px__hse_tail(const px_hsadmm_t *h);
+void px__hse_offer(px_hsadmm_t *h, px_hsadmm_decision_t *d);
+px_status_t px__hse_pack(px_hsadmm_t *h, const px_hsadmm_decision_t *d, double *tail);
+void px__hse_unpack(px_hsadmm_t *h, const double *tail);
 void px__hse_free(px_hsadmm_t *h);
 
 /* ---- comm.overlap (hsadmm_overlap.c) ---- */

@@ -34,6 +34,8 @@ int px_comm_lost(const px_comm_t *c, int *node, int *gone) {
 
 int px_comm_epoch(const px_comm_t *c) { return c->epoch; }
 
+int px_comm_lost_ms(const px_comm_t *c) { return c->lost_ms; }
+
 int px_comm_prev_rank(const px_comm_t *c, int rank) {
   if (rank < 0 || rank >= c->size) return -1;
   return c->prev_rank ? c->prev_rank[rank] : rank;

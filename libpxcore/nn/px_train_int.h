@@ -16,6 +16,10 @@ void px__trainer_use(px_trainer_t *t, px_model_t *m, px_sgd_t *s);
  * as its optimiser was created with them. */
 void px__trainer_sgd_config(const px_trainer_t *t, px_sgd_config_t *out);
 
+/* Epochs of training data the px_trainer_steps stream has seen (steps over
+ * steps per epoch, counted across px_trainer_reshard's changes of it). */
+double px__trainer_epochs(const px_trainer_t *t);
+
 /* px_model_create, an imported file checked against sha256 as
  * px__onnx_load does (the trainer: the file the job was submitted with). */
 px_status_t px__model_create_ex(px_ops_t *ops, const px_model_config_t *cfg, const char *sha256,

@@ -24,6 +24,10 @@ struct px_trainer {
   int64_t schedule_steps;  /* steps the learning-rate schedule spans */
   int64_t global_step;     /* optimiser steps taken */
   int64_t cursor_epoch;    /* px_trainer_steps: epoch in progress, -1 when none */
+  /* epochs are numbered epoch_base + (global_step - base_step) / steps_per_epoch
+   * (0 and 0 until a reshard changes the steps per epoch) */
+  int64_t epoch_base, base_step;
+  int32_t reshard_rank, reshard_world; /* px_trainer_reshard pending (world 0: none) */
   px_grad_hook_t hook;
   void *hook_ctx;
   px_model_t *step_model;  /* px__trainer_use: what px_trainer_steps trains (NULL: model) */
@@ -334,6 +338,52 @@ end:
   return st;
 }
 
+/* The epoch the data stream is in or begins next (see epoch_base). */
+static int64_t px__epoch_at(const px_trainer_t *t) {
+  return t->epoch_base + (t->global_step - t->base_step) / t->steps_per_epoch;
+}
+
+/* The shard of a pending px_trainer_reshard, from epoch e on. */
+static px_status_t px__apply_reshard(px_trainer_t *t, int64_t e) {
+  int32_t rank = t->reshard_rank, world = t->reshard_world;
+  PX_CHECK(px_loader_reshard(t->train_loader, rank, world));
+  t->reshard_world = 0;
+  int64_t spe = px_loader_num_batches(t->train_loader);
+  if (spe < 1)
+    return px_set_error(PX_ERR_INVALID, "the training shard of rank %d of %d has fewer samples "
+                        "than one batch of %d", (int)rank, (int)world, t->cfg.batch);
+  t->steps_per_epoch = spe;
+  t->epoch_base = e;
+  t->base_step = t->global_step;
+  px_log(PX_LOG_INFO, "epoch %lld on: rank %d of %d, %lld steps per epoch", (long long)e,
+         (int)rank, (int)world, (long long)spe);
+  return PX_OK;
+}
+
+/* Begins the next epoch of the px_trainer_steps stream, with the shard of
+ * a pending px_trainer_reshard. */
+static px_status_t px__begin_stream_epoch(px_trainer_t *t) {
+  int64_t e = px__epoch_at(t);
+  if (t->reshard_world > 0) PX_CHECK(px__apply_reshard(t, e));
+  t->cursor_epoch = e;
+  return px_loader_begin_epoch(t->train_loader, e);
+}
+
+px_status_t px_trainer_reshard(px_trainer_t *t, int32_t rank, int32_t world_size) {
+  PX_REQUIRE(world_size >= 1 && rank >= 0 && rank < world_size,
+             "px_trainer_reshard: rank %d of world size %d", (int)rank, (int)world_size);
+  PX_CHECK(px_loader_reshard(t->test_loader, rank, world_size));
+  t->reshard_rank = rank;
+  t->reshard_world = world_size;
+  /* between epochs already: from the one that begins next */
+  return t->cursor_epoch < 0 ? px__apply_reshard(t, px__epoch_at(t)) : PX_OK;
+}
+
+double px__trainer_epochs(const px_trainer_t *t) {
+  return (double)t->epoch_base +
+         (double)(t->global_step - t->base_step) / (double)t->steps_per_epoch;
+}
+
 px_status_t px_trainer_steps(px_trainer_t *t, int64_t n, px_epoch_stats_t *out) {
   memset(out, 0, sizeof *out);
   px_model_t *m = t->step_model ? t->step_model : t->model;
@@ -342,10 +392,7 @@ px_status_t px_trainer_steps(px_trainer_t *t, int64_t n, px_epoch_stats_t *out) 
   int64_t correct_sum = 0;
   px_status_t st = PX_OK;
   while (out->steps < n) {
-    if (t->cursor_epoch < 0) {
-      t->cursor_epoch = t->global_step / t->steps_per_epoch;
-      PX_CHECK(px_loader_begin_epoch(t->train_loader, t->cursor_epoch));
-    }
+    if (t->cursor_epoch < 0) PX_CHECK(px__begin_stream_epoch(t));
     px_batch_t b;
     double w0 = px__now();
     px_status_t r = px_loader_next(t->train_loader, &b);
@@ -380,10 +427,7 @@ px_status_t px_trainer_steps(px_trainer_t *t, int64_t n, px_epoch_stats_t *out) 
  * as needed. */
 static px_status_t px__next_batch(px_trainer_t *t, px_batch_t *b) {
   for (;;) {
-    if (t->cursor_epoch < 0) {
-      t->cursor_epoch = t->global_step / t->steps_per_epoch;
-      PX_CHECK(px_loader_begin_epoch(t->train_loader, t->cursor_epoch));
-    }
+    if (t->cursor_epoch < 0) PX_CHECK(px__begin_stream_epoch(t));
     px_status_t r = px_loader_next(t->train_loader, b);
     if (r != 0) return r;
     px_loader_end_epoch(t->train_loader);

@@ -455,6 +455,7 @@ static px_status_t px__hsadmm_create(px__strategy_run_t *r, void **priv) {
   PX_REQUIRE(!c->overlap || !r->staged, "comm.overlap: host models only");
   PX_CHECK(px_hsadmm_set_overlap(s->h, c->overlap));
   PX_CHECK(px_hsadmm_set_compress(s->h, c->compress));
+  PX_CHECK(px_hsadmm_set_elastic(s->h, r->elastic));
   /* every rank starts from the consensus */
   PX_CHECK(px__hsadmm_load_z(r, s, 0));
   px_trainer_set_grad_hook(r->t, px__hsadmm_masked_hook, s);
@@ -476,13 +477,28 @@ static void px__hsadmm_destroy(px__strategy_run_t *r, void *priv) {
   PX_FREE_ALL(s->hp, s->backup, s->layer_density, s->h_zu, s->h_mask, s);
 }
 
+/* ---- elastic runs ------------------------------------------------------------------ */
+
+static px_status_t px__hsadmm_rebind(px__strategy_run_t *r, void *priv, int rollback) {
+  px__hsadmm_strategy_t *s = priv;
+  return px_hsadmm_rebind(s->h, r->comm, rollback);
+}
+
+static int px__hsadmm_next_members(px__strategy_run_t *r, void *priv, const int32_t **nodes,
+                                   int *n) {
+  (void)r;
+  px__hsadmm_strategy_t *s = priv;
+  return px_hsadmm_next_members(s->h, nodes, n);
+}
+
 #define PX__HSADMM_OPS                                                                   \
   .create = px__hsadmm_create, .before_local = px__hsadmm_before_local,                  \
   .after_local = px__hsadmm_after_local,                                                 \
   .synchronise = px__hsadmm_synchronise, .load_consensus = px__hsadmm_load_z,            \
   .restore_local = px__hsadmm_restore_theta, .dense_inter = px__hsadmm_dense_inter,      \
   .decide = px__hsadmm_decide, .resume_items = px__hsadmm_resume_items,                 \
-  .resumed = px__hsadmm_resumed, .destroy = px__hsadmm_destroy
+  .resumed = px__hsadmm_resumed, .destroy = px__hsadmm_destroy,                          \
+  .rebind = px__hsadmm_rebind, .next_members = px__hsadmm_next_members
 
 const px__strategy_ops_t px__strategy_hsadmm_ops = {
     .kind = PX_STRATEGY_HSADMM, /* names: policy/strategy_info.c */

@@ -7,6 +7,7 @@
  * prunex-resume-2), or for files of format prunex-resume-1,
  * which are still read so that a job restarted across an upgrade resumes,
  * the 64-bit FNV-1a that format was written with. */
+#include <assert.h>
 #include <dirent.h>
 #include <pthread.h>
 #include <errno.h>
@@ -92,6 +93,15 @@ px_status_t px__resume_create(px_comm_t *comm, const char *dir, int keep, px__re
   }
   *out = rs;
   return PX_OK;
+}
+
+void px__resume_rebind(px__resume_t *rs, px_comm_t *comm) {
+  assert(px_comm_size(comm) <= rs->size); /* the agreement's lists were sized for rs->size */
+  rs->comm = comm;
+  rs->world = px_comm_group(comm, PX_GROUP_WORLD);
+  rs->intra = px_comm_group(comm, PX_GROUP_INTRA);
+  rs->rank = px_comm_rank(comm);
+  rs->size = px_comm_size(comm);
 }
 
 void px__resume_destroy(px__resume_t *rs) {

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "admm/admm_int.h"
+#include "nn/px_train_int.h"
 #include "px_check.h"
 #include "px_clock.h"
 #include "strategy/px_resume.h"
@@ -105,7 +106,7 @@ static px_status_t px__strategy_fill_plain(void *ctx, double *buf) {
   buf[0] = 0;
   if (!r->control) return PX_OK;
   /* penalty arrays the controller may write into and ignore */
-  px_hsadmm_decision_t d = {buf + 1, buf + 1 + r->np, 0, 0, ""};
+  px_hsadmm_decision_t d = {buf + 1, buf + 1 + r->np, 0, 0, "", 0, 0, 0, NULL};
   PX_CHECK(r->control(r->ctx, &r->it, &d));
   buf[0] = px__decide_stop_code(d.stop);
   return PX_OK;
@@ -190,35 +191,59 @@ static void px__strategy_teardown(px__strategy_run_t *r) {
 
 /* ---- the loop ----------------------------------------------------------------------- */
 
-/* One iteration: local phase, synchronisation, evaluation, figures,
- * control. Sets *stop when the controller ends the run. */
-static px_status_t px__strategy_iteration(px__strategy_run_t *r, const px__strategy_ops_t *ops,
-                                          void *priv, int it, px_strategy_result_t *res,
-                                          int *stop) {
-  const px_strategy_config_t *cfg = r->cfg;
-  px_comm_t *comm = r->comm;
-  int last = it == cfg->iterations - 1;
+/* The local phase of iteration it (r->it is reset for the iteration). */
+static px_status_t px__strategy_local(px__strategy_run_t *r, const px__strategy_ops_t *ops,
+                                      void *priv, int it, px_epoch_stats_t *es) {
   memset(&r->it, 0, sizeof r->it);
   r->it.iteration = it;
   r->it.layer_names = r->names;
   r->it.checkpoint_complete = -1;
   r->it.checkpoint_problem = "";
+  r->it.lost_node = -1;
   if (r->rs) {
     r->it.checkpoint_complete = px__resume_complete(r->rs, r->ck_problem, sizeof r->ck_problem);
     r->it.checkpoint_problem = r->ck_problem;
   }
-  uint64_t intra0 = px_comm_tier_bytes(comm, PX_TIER_INTRA);
-  uint64_t inter0 = px_comm_tier_bytes(comm, PX_TIER_INTER);
-
-  /* ---- local phase ---- */
+  r->bytes0[0] = px_comm_tier_bytes(r->comm, PX_TIER_INTRA);
+  r->bytes0[1] = px_comm_tier_bytes(r->comm, PX_TIER_INTER);
   double t0 = px__now();
   if (ops->before_local) PX_CHECK(ops->before_local(r, priv, it));
-  px_epoch_stats_t es;
-  PX_CHECK(px_trainer_steps(r->t, r->steps, &es));
+  PX_CHECK(px_trainer_steps(r->t, r->steps, es));
   if (ops->after_local) PX_CHECK(ops->after_local(r, priv));
   r->it.local_s = px__now() - t0;
-  r->it.epoch =
-      (double)px_trainer_global_step(r->t) / (double)px_trainer_steps_per_epoch(r->t);
+  r->it.epoch = px__trainer_epochs(r->t);
+  return PX_OK;
+}
+
+/* The iteration's figures, summed over ranks. */
+static px_status_t px__strategy_figures(px__strategy_run_t *r, const px__strategy_ops_t *ops,
+                                        void *priv, const px_epoch_stats_t *es) {
+  double v[4] = {es->loss, es->accuracy,
+                 (double)(px_comm_tier_bytes(r->comm, PX_TIER_INTRA) - r->bytes0[0]),
+                 (double)(px_comm_tier_bytes(r->comm, PX_TIER_INTER) - r->bytes0[1])};
+  r->it.rank_bytes_intra = (uint64_t)v[2];
+  r->it.rank_bytes_inter = (uint64_t)v[3];
+  PX_CHECK(px_comm_allreduce(r->world, v, v, 4, PX_COMM_F64, PX_COMM_SUM));
+  int N = px_group_size(r->world);
+  r->it.loss = v[0] / N;
+  r->it.train_accuracy = v[1] / N;
+  r->it.bytes_intra = (uint64_t)v[2];
+  r->it.bytes_inter = (uint64_t)v[3];
+  r->it.bytes_inter_dense = ops->dense_inter(r, priv);
+  return PX_OK;
+}
+
+/* The round after the local phase: synchronisation, evaluation, figures,
+ * control, then the result and the observer. Nothing of res changes before
+ * the decision is in, so that an elastic run can run a broken round again.
+ * Sets *stop when the controller ends the run. */
+static px_status_t px__strategy_round(px__strategy_run_t *r, const px__strategy_ops_t *ops,
+                                      void *priv, int it, const px_epoch_stats_t *es,
+                                      px_strategy_result_t *res, int *stop) {
+  const px_strategy_config_t *cfg = r->cfg;
+  int last = it == cfg->iterations - 1;
+  r->it.member_epoch = px_comm_epoch(r->comm);
+  r->it.member_nodes = px_comm_nnodes(r->comm);
 
   /* ---- synchronisation ---- */
   r->it.density = 1.0;
@@ -233,34 +258,25 @@ static px_status_t px__strategy_iteration(px__strategy_run_t *r, const px__strat
   /* ---- evaluation of the consensus model ---- */
   r->it.test_accuracy = -1;
   r->it.test_loss = -1;
-  if (evaluate) {
-    PX_CHECK(px__strategy_evaluate_consensus(r, ops, priv, &res->test_loss, &res->test_accuracy));
-    r->it.test_accuracy = res->test_accuracy;
-    r->it.test_loss = res->test_loss;
-  }
+  if (evaluate)
+    PX_CHECK(px__strategy_evaluate_consensus(r, ops, priv, &r->it.test_loss,
+                                             &r->it.test_accuracy));
 
   /* ---- figures of the iteration, summed over ranks ---- */
-  double v[4] = {es.loss, es.accuracy,
-                 (double)(px_comm_tier_bytes(comm, PX_TIER_INTRA) - intra0),
-                 (double)(px_comm_tier_bytes(comm, PX_TIER_INTER) - inter0)};
-  r->it.rank_bytes_intra = (uint64_t)v[2];
-  r->it.rank_bytes_inter = (uint64_t)v[3];
-  PX_CHECK(px_comm_allreduce(r->world, v, v, 4, PX_COMM_F64, PX_COMM_SUM));
-  int N = px_group_size(r->world);
-  r->it.loss = v[0] / N;
-  r->it.train_accuracy = v[1] / N;
-  r->it.bytes_intra = (uint64_t)v[2];
-  r->it.bytes_inter = (uint64_t)v[3];
-  r->it.bytes_inter_dense = ops->dense_inter(r, priv);
+  PX_CHECK(px__strategy_figures(r, ops, priv, es));
   r->it.last = last;
-  res->bytes_intra += r->it.bytes_intra;
-  res->bytes_inter += r->it.bytes_inter;
-  res->bytes_inter_dense += r->it.bytes_inter_dense;
 
   /* ---- control: rank 0 decides, everyone applies ---- */
   double t1 = px__now();
   PX_CHECK(ops->decide(r, priv, stop));
   r->it.control_s = px__now() - t1;
+  if (evaluate) {
+    res->test_accuracy = r->it.test_accuracy;
+    res->test_loss = r->it.test_loss;
+  }
+  res->bytes_intra += r->it.bytes_intra;
+  res->bytes_inter += r->it.bytes_inter;
+  res->bytes_inter_dense += r->it.bytes_inter_dense;
   res->iterations = it + 1;
   res->density = r->it.density;
   if (cfg->observe) PX_CHECK(cfg->observe(cfg->observe_ctx, &r->it));
@@ -371,10 +387,65 @@ static px_status_t px__strategy_checkpoint(px__strategy_run_t *r, int it, int st
   return PX_OK;
 }
 
+/* One iteration: the local phase, then its round and checkpoint. In an
+ * elastic run a round broken by a lost node runs again over the nodes left
+ * (what it changed of the result undone first), and a membership change
+ * the decision named follows. */
+static px_status_t px__strategy_iteration(px__strategy_run_t *r, const px__strategy_ops_t *ops,
+                                          void *priv, int it, int *stop) {
+  const px_strategy_config_t *cfg = r->cfg;
+  px_strategy_result_t *res = r->res;
+  px_epoch_stats_t es;
+  PX_CHECK(px__strategy_local(r, ops, priv, it, &es));
+  if (r->elastic) PX_CHECK(px__elastic_save(r));
+  px_strategy_result_t res0 = *res;
+  for (;;) {
+    px_status_t st = px__strategy_round(r, ops, priv, it, &es, res, stop);
+    /* a suspended run (preemption) resumes after this checkpoint: it is
+     * not marked stopped */
+    if (st == PX_OK && r->rs &&
+        ((it + 1) % cfg->checkpoint_every == 0 || it == cfg->iterations - 1 || *stop))
+      st = px__strategy_checkpoint(r, it, *stop == PX_HSADMM_STOP, res);
+    if (st == PX_OK) break;
+    if (r->elastic) *res = res0;
+    PX_CHECK(px__elastic_recover(r, ops, priv, st, it));
+  }
+  return r->elastic && !*stop ? px__elastic_follow(r, ops, priv, it) : PX_OK;
+}
+
+/* The end of a run: the last checkpoint settled on every rank, the final
+ * model (a rank a decision left out keeps the last consensus it took part
+ * in, with no collective), the result's summary. */
+static px_status_t px__strategy_end(px__strategy_run_t *r, const px__strategy_ops_t *ops,
+                                    void *priv, int stop) {
+  px_strategy_result_t *res = r->res;
+  if (r->left) {
+    if (ops->load_consensus) PX_CHECK(ops->load_consensus(r, priv, 0));
+  } else {
+    if (r->rs) { /* the last checkpoint lands on every rank before the run ends */
+      double s;
+      PX_CHECK(px__resume_finish(r->rs, &s));
+      res->checkpoint_seconds += s;
+      res->checkpoint_complete = px__resume_complete(r->rs, res->checkpoint_problem,
+                                                     sizeof res->checkpoint_problem);
+    }
+    PX_CHECK(px__strategy_finish(r, ops, priv, res));
+  }
+  res->compact_builds = (int32_t)px__ceval_builds(r->ceval);
+  res->compact_train_numel = px__ctrain_numel(r->ctrain);
+  snprintf(res->stop_reason, sizeof res->stop_reason, "%s",
+           r->left                    ? "left"
+           : stop == PX_HSADMM_SUSPEND ? "suspended"
+           : stop                      ? "controller"
+                                       : "iterations");
+  return PX_OK;
+}
+
 px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
                             const px_strategy_config_t *cfg, px_strategy_control_fn control,
                             void *ctx, px_strategy_result_t *res) {
   memset(res, 0, sizeof *res);
+  res->comm = comm; /* whatever happens: what the caller destroys */
   const px__strategy_ops_t *ops = px__strategy_ops(cfg->kind);
   if (!ops) {
     char names[128];
@@ -385,6 +456,7 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
   PX_REQUIRE(cfg->local_steps >= 0, "strategy: %d local steps", cfg->local_steps);
   px__strategy_run_t r;
   memset(&r, 0, sizeof r);
+  r.res = res;
   r.t = trainer;
   r.m = px_trainer_model(trainer);
   r.sgd = px_trainer_sgd(trainer);
@@ -397,6 +469,7 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
   px_status_t st;
   double t_start = px__now();
   PX_CHECK_GOTO(px__strategy_setup(&r), st, done);
+  PX_CHECK_GOTO(px__elastic_setup(&r, ops), st, done);
   PX_CHECK_GOTO(ops->create(&r, &priv), st, done);
   r.compact_eval = px__ceval_wanted(&r, ops->load_consensus != NULL);
   res->test_accuracy = res->test_loss = -1;
@@ -411,30 +484,15 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
   r.steps = cfg->local_steps ? cfg->local_steps : px_trainer_steps_per_epoch(trainer);
   px_trainer_set_schedule_steps(trainer, r.steps * cfg->iterations);
   int stop = 0;
-  for (int it = first; it < cfg->iterations && !stop; it++) {
-    PX_CHECK_GOTO(px__strategy_iteration(&r, ops, priv, it, res, &stop), st, done);
-    /* a suspended run (preemption) resumes after this checkpoint: it is
-     * not marked stopped */
-    if (r.rs && ((it + 1) % cfg->checkpoint_every == 0 || it == cfg->iterations - 1 || stop))
-      PX_CHECK_GOTO(px__strategy_checkpoint(&r, it, stop == PX_HSADMM_STOP, res), st, done);
-  }
-  if (r.rs) { /* the last checkpoint lands on every rank before the run ends */
-    double s;
-    PX_CHECK_GOTO(px__resume_finish(r.rs, &s), st, done);
-    res->checkpoint_seconds += s;
-    res->checkpoint_complete = px__resume_complete(r.rs, res->checkpoint_problem,
-                                                   sizeof res->checkpoint_problem);
-  }
-  PX_CHECK_GOTO(px__strategy_finish(&r, ops, priv, res), st, done);
+  for (int it = first; it < cfg->iterations && !stop && !r.left; it++)
+    PX_CHECK_GOTO(px__strategy_iteration(&r, ops, priv, it, &stop), st, done);
+  PX_CHECK_GOTO(px__strategy_end(&r, ops, priv, stop), st, done);
   res->seconds = px__now() - t_start;
-  res->compact_builds = (int32_t)px__ceval_builds(r.ceval);
-  res->compact_train_numel = px__ctrain_numel(r.ctrain);
-  snprintf(res->stop_reason, sizeof res->stop_reason, "%s",
-           stop == PX_HSADMM_SUSPEND ? "suspended" : stop ? "controller" : "iterations");
   st = PX_OK;
 done:
   px__resume_destroy(r.rs); /* first: its writer thread reads the strategy's buffers */
   ops->destroy(&r, priv);
+  px__elastic_teardown(&r);
   px__strategy_teardown(&r);
   return st;
 }

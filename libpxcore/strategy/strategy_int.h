@@ -88,6 +88,16 @@ typedef struct {
   /* compact training after the freeze (compact_train.c; cfg.compact_local) */
   int compact_local;        /* 1: local phases after the freeze train the compact model */
   struct px__ctrain *ctrain; /* its state, built by the first frozen local phase */
+  /* the iteration's traffic counters at its start (of r->comm) */
+  uint64_t bytes0[2];
+  px_strategy_result_t *res;
+  /* elastic runs (elastic.c; cfg.elastic) */
+  int elastic;
+  float *el_theta;          /* [numel] the parameters as the local phase left them */
+  float *el_buf;            /* [BN statistics] the same */
+  int64_t el_pos[3];        /* the trainer's data position then */
+  int *el_nodes;            /* [job's nodes] a member list */
+  int left;                 /* a decision left this rank's node out */
 } px__strategy_run_t;
 
 typedef struct {
@@ -123,6 +133,13 @@ typedef struct {
   px_status_t (*resumed)(px__strategy_run_t *r, void *priv, int node_fresh, int rank_fresh);
   /* Frees priv and removes the hooks (priv may be NULL). */
   void (*destroy)(px__strategy_run_t *r, void *priv);
+  /* Elastic runs (NULL: the strategy cannot run elastic). After a rebuild:
+   * the strategy's state runs on r->comm from here on; rollback: back to
+   * the start of the round that failed, which runs again. */
+  px_status_t (*rebind)(px__strategy_run_t *r, void *priv, int rollback);
+  /* The membership change the last decision named: its epoch (0: none)
+   * and nodes[*n]. */
+  int (*next_members)(px__strategy_run_t *r, void *priv, const int32_t **nodes, int *n);
 } px__strategy_ops_t;
 
 extern const px__strategy_ops_t px__strategy_hsadmm_ops;
@@ -181,6 +198,28 @@ int px__ctrain_is(const px__ctrain_t *ct, const px_model_t *m);
 void px__ctrain_mask(const px__ctrain_t *ct);
 /* Parameter elements of the compact model (0 for NULL). */
 int64_t px__ctrain_numel(const px__ctrain_t *ct);
+
+/* ---- elastic runs (elastic.c) ---- */
+
+/* Checks an elastic configuration against the strategy and the
+ * communicator and allocates the copies (nothing when cfg.elastic is off). */
+px_status_t px__elastic_setup(px__strategy_run_t *r, const px__strategy_ops_t *ops);
+void px__elastic_teardown(px__strategy_run_t *r);
+/* After the local phase: the parameters, BN statistics and data position
+ * that a broken round is run again from. */
+px_status_t px__elastic_save(px__strategy_run_t *r);
+/* A round of iteration it failed with st: PX_OK when the run goes on (the
+ * model back to the local phase's result, the members agreed, the
+ * communicator rebuilt and the strategy rolled back: run the round again),
+ * else the status the run fails with (st itself when the run is not
+ * elastic or st is not a lost peer). */
+px_status_t px__elastic_recover(px__strategy_run_t *r, const px__strategy_ops_t *ops, void *priv,
+                                px_status_t st, int it);
+/* After iteration it's decision and checkpoint: the membership change the
+ * decision named, if any (no rollback). Sets r->left when this rank's node
+ * is not a member. */
+px_status_t px__elastic_follow(px__strategy_run_t *r, const px__strategy_ops_t *ops, void *priv,
+                               int it);
 
 /* ---- helpers of strategy.c the strategies share ---- */
 

@@ -108,6 +108,8 @@ size_t px_comm_dtype_size(px_comm_dtype_t dt);
 int px_comm_lost(const px_comm_t *c, int *node, int *gone);
 /* The membership epoch: 0 for px_comm_create's, px_comm_rebuild's epoch. */
 int px_comm_epoch(const px_comm_t *c);
+/* The bound opts.lost_ms it was created with (0: off). */
+int px_comm_lost_ms(const px_comm_t *c);
 /* The rank that rank `rank` of c had in the communicator c was rebuilt from
  * (rank itself for a communicator made by px_comm_create; -1 out of range). */
 int px_comm_prev_rank(const px_comm_t *c, int rank);

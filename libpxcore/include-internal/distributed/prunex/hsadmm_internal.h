@@ -103,6 +103,12 @@ px_status_t px_hsadmm_set_elastic(px_hsadmm_t *h, int on);
  * this rank). The old communicator's groups must not be used again. */
 px_status_t px_hsadmm_rebind(px_hsadmm_t *h, px_comm_t *comm, int rollback);
 
+/* The membership change the last px_hsadmm_decide carried (the controller's
+ * px_hsadmm_decision_t.epoch and members, the same on every rank): returns
+ * the new epoch and sets *nodes (valid until the next decide) and *n; 0
+ * when it named none. px_hsadmm_rebind and a new round clear it. */
+int px_hsadmm_next_members(const px_hsadmm_t *h, const int32_t **nodes, int *n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -98,6 +98,16 @@ typedef struct {
   int freeze;
   int stop;               /* PX_HSADMM_GO, _STOP or _SUSPEND */
   char reason[64];
+  /* Elastic runs (px_hsadmm_set_elastic): a membership change at this
+   * round boundary (the coordinator shrinking the job). epoch > 0 names the
+   * new membership epoch and members[0..nmembers) its nodes, which every
+   * rank then gets with the decision; preset to 0 (no change). members has
+   * room for members_cap nodes (the handle's node count; 0 and NULL when
+   * the handle is not elastic, where a change is refused). */
+  int32_t epoch;
+  int32_t nmembers;
+  int32_t members_cap;
+  int32_t *members;
 } px_hsadmm_decision_t;
 
 /* Rank 0's controller: from the round's figures, fill the decision (rho

@@ -50,6 +50,43 @@ extern "C" {
  * collective). */
 typedef px_status_t (*px_strategy_observe_fn)(void *ctx, const px_iteration_t *it);
 
+/* Elastic runs: the member nodes of membership epoch `epoch` after this
+ * rank's communicator lost a peer of node lost_node (gone: its process is
+ * known dead, else it was only silent) in a round, into nodes[0..*n) (cap:
+ * room; the job's node ids, as px_comm_create's node_of_rank gives them).
+ * Called on every surviving rank; every member must be given the same list
+ * (e.g. the coordinator's for that epoch). A list without this rank's node
+ * makes the rank leave (px_strategy_run fails with PX_ERR_STATE). */
+typedef px_status_t (*px_strategy_members_fn)(void *ctx, int epoch, int lost_node, int gone,
+                                              int *nodes, int cap, int *n);
+
+/* Elastic runs (hsadmm and hsadmm-flat with the exact exchange: not with
+ * comm.overlap, quantize or compress). The communicator must have been
+ * created with px_comm_opts_t.lost_ms (the bound for a lost peer, a few
+ * times a normal round). A round that fails because a node was lost
+ * (PX_ERR_PEER) is run again over the nodes left: what the broken round
+ * loaded is undone (the model back to the local phase's result, the BN
+ * statistics and the data position as they were, H-SADMM's state back to
+ * the round's start), the members are agreed, the communicator rebuilt
+ * over them (px_comm_rebuild) and the round run again; the training and
+ * test shards are spread over the new world (px_trainer_reshard). A
+ * controller's decision may shrink the job the same way at a round
+ * boundary (px_hsadmm_decision_t.epoch and members), with nothing undone.
+ * The rebuilt communicator replaces the caller's (which it destroys):
+ * px_strategy_result_t.comm. */
+typedef struct {
+  int32_t on;                /* 1: elastic */
+  int32_t min_nodes;         /* fewer nodes left: the run fails as without elastic, naming
+                                the lost node (the job restarts from its checkpoint); 0: 1 */
+  int32_t wait_ms;           /* px_comm_survivors' wait for the others' answers (members
+                                NULL); 0: twice the communicator's lost_ms */
+  px_kv_t *kv;               /* the rendezvous store the communicator was created with:
+                                the rebuilt one exchanges its addresses there (borrowed) */
+  px_strategy_members_fn members; /* NULL: the survivors agree among themselves through kv
+                                (px_comm_survivors) */
+  void *members_ctx;
+} px_strategy_elastic_t;
+
 typedef struct {
   px_strategy_kind_t kind;
   int32_t iterations;       /* outer iterations to run at most (the controller may stop sooner) */
@@ -120,6 +157,7 @@ typedef struct {
    * round and its exchange are unchanged): 0 kept, 1 decayed linearly with
    * the run (rho times 1 - it / (iterations - 1)), 2 released (rho 0). */
   int32_t final_prox;
+  px_strategy_elastic_t elastic; /* elastic runs (above); zeroed: off */
 } px_strategy_config_t;
 
 /* Rank 0's controller: reports the iteration (to the coordinator, say) and
@@ -146,6 +184,19 @@ typedef struct {
                                    dense evaluation ran) */
   int64_t compact_train_numel;  /* parameters of the compact model the local phases trained
                                    after the freeze (compact_local; 0: dense throughout) */
+  /* Elastic runs. comm: the communicator the run ended on, set on success
+   * and on failure: the caller's when the membership never changed, else
+   * the rebuilt one (the caller's was destroyed; the caller owns this one
+   * and destroys it), NULL when a rebuild failed or this rank left. */
+  px_comm_t *comm;
+  int32_t epoch;                /* membership epoch at the end (0: unchanged) */
+  int32_t nodes;                /* member nodes at the end */
+  int32_t nlost;                /* nodes dropped after a failure, ids in lost[] (the first 8) */
+  int32_t lost[8];
+  int32_t lost_at[8];           /* the iteration whose round each was lost in */
+  int32_t shrinks;              /* membership changes by decision */
+  int32_t left;                 /* 1: a decision left this rank's node out: it stopped there
+                                   (stop_reason "left"; its model is the last consensus) */
 } px_strategy_result_t;
 
 /* Fills out[0..px_model_num_params(m)) with H-SADMM's view of the model's
@@ -158,11 +209,14 @@ PX_API void px_strategy_hsadmm_params(px_model_t *m, const char *const *skip_lay
                                       px_hsadmm_param_t *out);
 
 /* Runs the strategy to the end on every rank of comm. Rank 0 calls control
- * after every iteration (other ranks may pass NULL) and its decision is
+ * after every iteration (other ranks may pass NULL, except in an elastic
+ * run, where any rank may become rank 0) and its decision is
  * broadcast. At the end every rank holds the final model in its trainer's
  * model (for hsadmm: the global consensus z and the averaged BN statistics);
  * the result is the same on every rank. Fails with the data plane's error on
- * every rank when a peer dies. */
+ * every rank when a peer dies, unless the run is elastic (cfg.elastic): then
+ * see px_strategy_elastic_t, and result->comm for the communicator the
+ * caller destroys. */
 PX_API px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
                                    const px_strategy_config_t *cfg, px_strategy_control_fn control,
                                    void *ctx, px_strategy_result_t *result);

@@ -474,6 +474,17 @@ PX_API int64_t px_trainer_global_step(const px_trainer_t *t);
 PX_API void px_trainer_position(const px_trainer_t *t, int64_t pos[3]);
 PX_API px_status_t px_trainer_set_position(px_trainer_t *t, const int64_t pos[3]);
 
+/* Elastic jobs: this rank is rank of world_size after a membership change.
+ * The test set's shard changes at once (the next evaluation covers the
+ * whole test set over the new world); the training shard from the next
+ * epoch of the px_trainer_steps stream (at once when none is in progress),
+ * so the lost ranks' samples are spread over the survivors
+ * (px_loader_reshard); epochs go on being numbered from where they were,
+ * with the new steps per epoch. Fails with PX_ERR_INVALID for a rank
+ * outside 0..world_size-1 (or, at that epoch, a shard under one batch).
+ * Allocates nothing. */
+PX_API px_status_t px_trainer_reshard(px_trainer_t *t, int32_t rank, int32_t world_size);
+
 /* Loss and accuracy of the current model on this rank's shard of the test
  * set (all of it for world size 1). */
 PX_API px_status_t px_trainer_evaluate(px_trainer_t *t, px_eval_stats_t *out);

@@ -80,6 +80,13 @@ struct px_iteration {
    * unusable ("iteration M: rank R: ERROR"; valid during the callback). */
   int32_t checkpoint_complete;
   const char *checkpoint_problem;
+  /* Elastic runs: the membership epoch and member nodes this iteration's
+   * round ran over, and the node lost in it (its round was run again
+   * without it; -1: none). An iteration run again is observed (and rank 0's
+   * controller asked) again, with the figures of the second run. */
+  int32_t member_epoch;
+  int32_t member_nodes;
+  int32_t lost_node;
 };
 
 #ifdef __cplusplus
