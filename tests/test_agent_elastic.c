@@ -41,6 +41,15 @@ static int job_iteration(const char *job) {
   return it;
 }
 
+/* Prints the lines of path that hold needle (what the survivors said). */
+static void print_lines(const char *path, const char *needle) {
+  FILE *f = fopen(path, "r");
+  char line[2048];
+  while (f && fgets(line, sizeof line, f))
+    if (strstr(line, needle)) printf("  %s", line);
+  if (f) fclose(f);
+}
+
 static void test_lost_node_dropped_job_succeeds(void **state) {
   (void)state;
   int64_t t0 = pxt_now_ms();
@@ -108,8 +117,16 @@ static void test_lost_node_dropped_job_succeeds(void **state) {
   char p[700];
   snprintf(p, sizeof p, "%s/jobs/%s/model.safetensors", A[0].work, job);
   assert_true(pxt_file_exists(p, 1));
+  /* the round the node was lost in ran again over the epoch the members
+   * callback got, or (the coordinator dropped the node first) the decision
+   * at the boundary shrank the job */
+  char p0[700];
+  snprintf(p0, sizeof p0, "%s/jobs/%s/rank-0.log", A[0].work, job);
   snprintf(p, sizeof p, "%s/jobs/%s/rank-1.log", A[1].work, job);
-  assert_true(pxt_file_contains(p, "membership epoch 2 has 2 nodes"));
+  print_lines(p0, "membership epoch");
+  print_lines(p0, "lost");
+  assert_true(pxt_file_contains(p, "membership epoch 2 has 2 nodes") ||
+              pxt_file_contains(p0, "membership epoch 2 from iteration"));
   printf("test time %lld ms\n", (long long)(pxt_now_ms() - t0));
   assert_int_equal(pxt_agents_stop(A, NODES), 0);
   px_rpc_channel_destroy(CH);
