@@ -17,6 +17,12 @@
  * end rank 0 saves the final model (the consensus z) as safetensors and
  * prints a one-line summary.
  *
+ * An elastic job (spec.elastic) survives a lost node: the survivors get the
+ * coordinator's next membership epoch (pxw_members), run the broken round
+ * again over it, and whichever rank is rank 0 of the communicator then
+ * reports, saves and summarises; a rank left out exits 0 (docs/
+ * architecture.md, "Elastic membership").
+ *
  * Exit status: 0 success, 1 runtime failure (the error on stderr; a failed
  * peer makes every rank fail within the collective timeout), 2 bad flags,
  * 3 the job was cancelled (rank 0 learned it from the coordinator). */
