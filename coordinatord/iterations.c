@@ -168,11 +168,13 @@ static int coord_report_layers_ok(coord_t *c, px_rpc_srv_call_t *call,
   return 1;
 }
 
-/* 1 in *latest when no decision follows the report's iteration yet. */
+/* 1 in *latest when the report's iteration is the latest decided one or the
+ * one before it: the boundary an elastic job's broken round started from
+ * (rank 0 may have had the round's decision before a peer was lost). */
 static px_status_t coord_report_latest(coord_t *c, coord_arena_t *a,
                                        const Prunex__V1__IterationReport *r, int *latest) {
   Prunex__V1__ControlDecision *next = NULL;
-  PX_CHECK(coord_db_control_decision(c, a, r->job_id, r->iteration + 1, &next));
+  PX_CHECK(coord_db_control_decision(c, a, r->job_id, r->iteration + 2, &next));
   *latest = next == NULL;
   return PX_OK;
 }
@@ -227,8 +229,8 @@ void coord_rpc_report_iteration(px_rpc_srv_call_t *call, const ProtobufCMessage 
     /* A repeated report (a retry, another rank, or the survivors of an
      * elastic job's lost node asking for the next epoch): same answer, with
      * the membership of this attempt (a resumed one replays older
-     * decisions); at the latest boundary, the next epoch when a node was
-     * dropped since, as a new decision would make it. */
+     * decisions); at the latest boundary (or the one before), the next epoch
+     * when a node was dropped since, as a new decision would make it. */
     int latest = 0;
     if (coord_db_reports_put(c->db, r, coord_now_ms()) != PX_OK ||
         coord_report_latest(c, &a, r, &latest) != PX_OK ||
