@@ -5,8 +5,8 @@
  * callback gets the coordinator's epoch 2 without node 2 (pxworker repeats
  * its last report, which the coordinator answers with the next epoch), the
  * broken round runs again over two nodes, and the job SUCCEEDS in its first
- * attempt with two nodes; `pxctl status` shows both epochs, and the
- * coordinator kept the repeated reports of an iteration. */
+ * attempt with two nodes; `pxctl status` shows both epochs. The same with
+ * node 0 lost: rank 1 becomes rank 0 and reports and saves the model. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -50,9 +50,13 @@ static void print_lines(const char *path, const char *needle) {
   if (f) fclose(f);
 }
 
-static void test_lost_node_dropped_job_succeeds(void **state) {
-  (void)state;
+/* Runs the job, SIGKILLs node `victim`'s agent and worker after iteration
+ * 3 and checks that the two others finish it in its first attempt. */
+static void lose_node(int victim) {
   int64_t t0 = pxt_now_ms();
+  int keep[2], k = 0;
+  for (int i = 0; i < NODES; i++)
+    if (i != victim) keep[k++] = i;
   static const char *const extra[] = {"--agent-grace-ms", "300", NULL};
   if (pxt_coordd_setup(&D, extra) != 0 || px_rpc_channel_create(D.target, &CH) != PX_OK)
     fail_msg("coordinator");
@@ -79,12 +83,12 @@ static void test_lost_node_dropped_job_succeeds(void **state) {
   while (job_iteration(job) < 3 && pxt_now_ms() < end) pxt_sleep_ms(20);
   if (job_iteration(job) < 3) fail_with_logs("the job did not reach iteration 3");
   pid_t pids[4];
-  if (pxt_worker_children(A[2].pid, pids, NULL, 4) != 1) fail_with_logs("node2: no worker");
+  if (pxt_worker_children(A[victim].pid, pids, NULL, 4) != 1) fail_with_logs("victim: no worker");
   int64_t tk = pxt_now_ms();
-  kill(A[2].pid, SIGKILL);
+  kill(A[victim].pid, SIGKILL);
   kill(pids[0], SIGKILL);
-  pxt_wait_pid(A[2].pid, 5000);
-  A[2].pid = -1;
+  pxt_wait_pid(A[victim].pid, 5000);
+  A[victim].pid = -1;
   int s = pxt_wait_job(CH, job, 0, 90000);
   Prunex__V1__Job *r = NULL;
   assert_int_equal(px_rpc_get_job(CH, job, 0, &r), PX_OK);
@@ -99,8 +103,8 @@ static void test_lost_node_dropped_job_succeeds(void **state) {
   const Prunex__V1__MembershipEpoch *last = r->memberships[r->n_memberships - 1];
   assert_int_equal(last->epoch, 2);
   assert_int_equal((int)last->n_node_indexes, 2);
-  assert_int_equal(last->node_indexes[0], 0);
-  assert_int_equal(last->node_indexes[1], 1);
+  assert_int_equal(last->node_indexes[0], keep[0]);
+  assert_int_equal(last->node_indexes[1], keep[1]);
   px_rpc_message_free(r);
   /* pxctl status shows both epochs */
   pxt_result_t pr;
@@ -113,16 +117,17 @@ static void test_lost_node_dropped_job_succeeds(void **state) {
   assert_int_equal(pr.code, 0);
   assert_non_null(strstr(pr.out, "epoch 1 "));
   assert_non_null(strstr(pr.out, "epoch 2 "));
-  /* the survivors' model and their exit */
+  /* the model, saved by the first survivor (rank 0 of the rebuilt
+   * communicator) */
   char p[700];
-  snprintf(p, sizeof p, "%s/jobs/%s/model.safetensors", A[0].work, job);
+  snprintf(p, sizeof p, "%s/jobs/%s/model.safetensors", A[keep[0]].work, job);
   assert_true(pxt_file_exists(p, 1));
   /* the round the node was lost in ran again over the epoch the members
    * callback got, or (the coordinator dropped the node first) the decision
    * at the boundary shrank the job */
   char p0[700];
-  snprintf(p0, sizeof p0, "%s/jobs/%s/rank-0.log", A[0].work, job);
-  snprintf(p, sizeof p, "%s/jobs/%s/rank-1.log", A[1].work, job);
+  snprintf(p0, sizeof p0, "%s/jobs/%s/rank-%d.log", A[keep[0]].work, job, keep[0]);
+  snprintf(p, sizeof p, "%s/jobs/%s/rank-%d.log", A[keep[1]].work, job, keep[1]);
   print_lines(p0, "membership epoch");
   print_lines(p0, "lost");
   assert_true(pxt_file_contains(p, "membership epoch 2 has 2 nodes") ||
@@ -133,9 +138,22 @@ static void test_lost_node_dropped_job_succeeds(void **state) {
   assert_int_equal(pxt_coordd_teardown(&D), 0);
 }
 
+/* The last node lost: ranks 0 and 1 go on as they were. */
+static void test_lost_node_dropped_job_succeeds(void **state) {
+  (void)state;
+  lose_node(2);
+}
+
+/* Rank 0's node lost: rank 1 becomes rank 0, reports, saves the model. */
+static void test_lost_rank0_node_dropped_job_succeeds(void **state) {
+  (void)state;
+  lose_node(0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lost_node_dropped_job_succeeds),
+      cmocka_unit_test(test_lost_rank0_node_dropped_job_succeeds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
