@@ -132,6 +132,26 @@ static void lose_node(int victim) {
   print_lines(p0, "lost");
   assert_true(pxt_file_contains(p, "membership epoch 2 has 2 nodes") ||
               pxt_file_contains(p0, "membership epoch 2 from iteration"));
+  /* one record per iteration: at the coordinator (the round run again and
+   * the survivors' repeated reports replaced the earlier ones) and in each
+   * survivor's metrics file */
+  Prunex__V1__GetIterationsRequest q = PRUNEX__V1__GET_ITERATIONS_REQUEST__INIT;
+  q.job_id = job;
+  Prunex__V1__GetIterationsResponse *its = NULL;
+  assert_int_equal(px_rpc_get_iterations(CH, &q, 0, &its), PX_OK);
+  assert_int_equal((int)its->n_iterations, ITERATIONS);
+  for (int i = 0; i < ITERATIONS; i++) assert_int_equal(its->iterations[i]->iteration, i);
+  px_rpc_message_free(its);
+  for (int i = 0; i < 2; i++) {
+    snprintf(p, sizeof p, "%s/metrics.db", A[keep[i]].work);
+    px_store_t *m = pxt_metrics_open(p);
+    assert_non_null(m);
+    assert_int_equal(pxt_query_int(m, "SELECT COUNT(*) FROM iterations WHERE job_id = ?1", job),
+                     ITERATIONS);
+    assert_int_equal(pxt_query_int(m, "SELECT COUNT(DISTINCT iteration) FROM iterations WHERE"
+                                      " job_id = ?1", job), ITERATIONS);
+    px_store_close(m);
+  }
   printf("test time %lld ms\n", (long long)(pxt_now_ms() - t0));
   assert_int_equal(pxt_agents_stop(A, NODES), 0);
   px_rpc_channel_destroy(CH);
