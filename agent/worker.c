@@ -17,6 +17,12 @@
  * end rank 0 saves the final model (the consensus z) as safetensors and
  * prints a one-line summary.
  *
+ * An elastic job (spec.elastic) survives a lost node: the survivors get the
+ * coordinator's next membership epoch (pxw_members), run the broken round
+ * again over it, and whichever rank is rank 0 of the communicator then
+ * reports, saves and summarises; a rank left out exits 0 (docs/
+ * architecture.md, "Elastic membership").
+ *
  * Exit status: 0 success, 1 runtime failure (the error on stderr; a failed
  * peer makes every rank fail within the collective timeout), 2 bad flags,
  * 3 the job was cancelled (rank 0 learned it from the coordinator). */
@@ -90,6 +96,12 @@ typedef struct {
   char checkpoint_dir[4200];   /* <work-dir>/jobs/<job>/checkpoints */
   char progress_path[4200];    /* <work-dir>/jobs/<job>/rank-R.progress while training */
   int training;
+  /* Elastic jobs (spec.elastic): the store the communicator met through,
+   * open for the whole run (a rebuild meets there again); the
+   * communicator's epoch e is the coordinator's membership epoch e + 1 */
+  int elastic;
+  px_kv_t *kv;
+  int lead;                    /* rank 0 of the communicator the run ended on */
 } pxw_t;
 
 static int pxw_readable_check(const char *v, char *why, size_t cap) {
@@ -401,6 +413,7 @@ static px_status_t pxw_fill_report(pxw_t *w, const px_iteration_t *it,
   rep->n_layers = (size_t)nl;
   rep->layers = nl ? w->lp : NULL;
   rep->time_unix_ms = pxa_unix_ms();
+  if (w->elastic) rep->membership_epoch = it->member_epoch + 1; /* the coordinator's */
   /* the job's status says it while it runs unprotected */
   w->ck_note[0] = '\0';
   if (it->checkpoint_problem && it->checkpoint_problem[0]) {
@@ -430,6 +443,88 @@ static void pxw_decide_alone(pxw_t *w, const px_iteration_t *it, px_hsadmm_decis
   }
 }
 
+/* The node ids of a decision's members (their indexes in the placement, as
+ * node_of_rank numbers the nodes) into nodes[0..cap); -1: one is not a
+ * node of the job. */
+static int pxw_member_nodes(const pxw_t *w, const Prunex__V1__ControlDecision *dec, int *nodes,
+                            int cap) {
+  if (dec->n_member_node_indexes > (size_t)cap) return -1;
+  for (size_t i = 0; i < dec->n_member_node_indexes; i++) {
+    int v = dec->member_node_indexes[i];
+    if (v < 0 || v >= w->a.num_nodes) return -1;
+    nodes[i] = v;
+  }
+  return (int)dec->n_member_node_indexes;
+}
+
+/* Elastic: a decision naming a membership epoch after the one this round
+ * ran over (the coordinator dropped a node) shrinks the job to its members
+ * at this boundary (the communicator's numbering: the coordinator's - 1). */
+static void pxw_follow_membership(pxw_t *w, const px_iteration_t *it,
+                                  const Prunex__V1__ControlDecision *dec,
+                                  px_hsadmm_decision_t *d) {
+  if (!w->elastic || dec->membership_epoch - 1 <= it->member_epoch || !d->members) return;
+  int n = pxw_member_nodes(w, dec, d->members, d->members_cap);
+  if (n <= 0) {
+    px_log(PX_LOG_WARN, "job %s: membership epoch %d: %zu member indexes do not fit the job's %d "
+           "nodes: not followed", w->a.job, dec->membership_epoch, dec->n_member_node_indexes,
+           w->a.num_nodes);
+    return;
+  }
+  d->epoch = dec->membership_epoch - 1;
+  d->nmembers = n;
+  px_log(PX_LOG_INFO, "job %s: membership epoch %d from iteration %d: %d node%s", w->a.job,
+         dec->membership_epoch, dec->membership_from_iteration, n, n == 1 ? "" : "s");
+}
+
+/* The elastic run's members callback (px_strategy_members_fn): the
+ * coordinator's member list once it has dropped the lost node. The rank
+ * repeats the report of the last iteration it recorded (the round boundary
+ * the broken round started from); the coordinator answers with the stored
+ * decision and the membership from the next iteration, making the next
+ * epoch there when it has dropped a node since. Asked again every 200 ms
+ * until that epoch comes, for the collective timeout at most. */
+static px_status_t pxw_members(void *ctx, int epoch, int lost_node, int gone, int *nodes, int cap,
+                               int *n) {
+  pxw_t *w = ctx;
+  *n = 0;
+  if (!w->have_last)
+    return px_set_error(PX_ERR_PEER, "job %s: node %d lost in the first round: no round boundary "
+                        "to drop it at (the attempt restarts)", w->a.job, lost_node);
+  px_rpc_channel_t *ch = NULL;
+  PX_CHECK(px_rpc_channel_create(w->a.coordinator, &ch));
+  Prunex__V1__IterationReport rep = w->last;
+  rep.membership_epoch = epoch; /* the coordinator's in force: the communicator's + 1 */
+  int64_t until = pxa_now_ms() + w->timeout_ms;
+  px_status_t st = PX_OK;
+  for (;;) {
+    Prunex__V1__ControlDecision *dec = NULL;
+    st = px_rpc_report_iteration(ch, &rep, 10000, &dec);
+    if (st == PX_OK && dec->membership_epoch >= epoch + 1) {
+      *n = pxw_member_nodes(w, dec, nodes, cap);
+      if (*n < 0) st = px_set_error(PX_ERR_FORMAT, "job %s: membership epoch %d names a node "
+                                    "outside the job's %d", w->a.job, dec->membership_epoch,
+                                    w->a.num_nodes);
+      px_rpc_message_free(dec);
+      break;
+    }
+    if (dec) px_rpc_message_free(dec);
+    if (pxa_now_ms() >= until) {
+      st = px_set_error(PX_ERR_PEER, "job %s: node %d lost (%s), but the coordinator named no "
+                        "membership epoch after %d within %d ms%s%s", w->a.job, lost_node,
+                        gone ? "gone" : "silent", epoch, w->timeout_ms, st ? ": " : "",
+                        st ? px_last_error() : "");
+      break;
+    }
+    usleep(200 * 1000);
+  }
+  px_rpc_channel_destroy(ch);
+  if (st == PX_OK)
+    px_log(PX_LOG_INFO, "job %s: rank %d: node %d lost: membership epoch %d has %d node%s",
+           w->a.job, w->a.rank, lost_node, epoch + 1, *n, *n == 1 ? "" : "s");
+  return st;
+}
+
 /* Rank 0: reports the iteration to the coordinator and applies its decision. */
 static px_status_t pxw_control(void *ctx, const px_iteration_t *it, px_hsadmm_decision_t *d) {
   pxw_t *w = ctx;
@@ -451,6 +546,7 @@ static px_status_t pxw_control(void *ctx, const px_iteration_t *it, px_hsadmm_de
     if (p->rho2 > 0) d->rho2[p->layer] = p->rho2;
   }
   if (dec->freeze) d->freeze = 1;
+  pxw_follow_membership(w, it, dec, d);
   if (dec->stop || dec->cancelled) {
     const char *why = dec->cancelled ? "cancelled" : dec->stop_reason;
     /* preempted: a checkpoint here, then exit; the job's next
@@ -525,7 +621,7 @@ static void pxw_record_final(pxw_t *w, const px_strategy_result_t *res) {
   if (w->metrics && pxa_metrics_record(w->metrics, w->a.rank, &w->last, res->test_loss,
                                        w->last_rank_intra, w->last_rank_inter) != PX_OK)
     px_log(PX_LOG_WARN, "job %s: rank %d: metrics: %s", w->a.job, w->a.rank, px_last_error());
-  if (w->a.rank == 0) pxa_outbox_resend(&w->out, &w->last);
+  if (w->lead) pxa_outbox_resend(&w->out, &w->last);
 }
 
 /* ---- the run ------------------------------------------------------------------------ */
@@ -644,7 +740,8 @@ static px_status_t pxw_meet(pxw_t *w, px_comm_opts_t *co, px_comm_t **comm) {
 out:
   co->key_prefix = NULL;
   co->leader_of_node = NULL;
-  px_kv_destroy(kv); /* only needed to meet */
+  if (st == PX_OK && w->elastic) w->kv = kv; /* a rebuild meets there again */
+  else px_kv_destroy(kv); /* only needed to meet */
   px_free(node_of_rank);
   px_free(leaders);
   return st;
@@ -661,10 +758,15 @@ static px_status_t pxw_conclude(pxw_t *w, px_trainer_t *trainer, px_strategy_kin
     *rc = PXW_EXIT_CANCELLED;
     return PX_OK;
   }
-  if (a->rank == 0) PX_CHECK(pxw_save_model(w, trainer, res, model_path, cap));
-  if (a->rank == 0 && res->checkpoint_problem[0]) pxw_write_note(w, res);
   *rc = 0;
-  if (a->rank != 0) return PX_OK;
+  if (res->left) { /* the coordinator dropped this node: nothing to save */
+    fprintf(stderr, "pxworker: rank %d: job %s: this node left the job (membership epoch %d)\n",
+            a->rank, a->job, res->epoch + 1);
+    return PX_OK;
+  }
+  if (w->lead) PX_CHECK(pxw_save_model(w, trainer, res, model_path, cap));
+  if (w->lead && res->checkpoint_problem[0]) pxw_write_note(w, res);
+  if (!w->lead) return PX_OK;
   char inter[32], dense[32];
   pxw_fmt_bytes(res->bytes_inter, inter, sizeof inter);
   pxw_fmt_bytes(res->bytes_inter_dense, dense, sizeof dense);
@@ -724,10 +826,19 @@ static int pxw_run(pxw_t *w) {
   PX_CHECK_GOTO(pxw_trainer_create(w, &trainer), st, fail);
   px_strategy_config_t sc;
   PX_CHECK_GOTO(pxw_strategy_config(w, trainer, &sc), st, fail);
+  w->elastic = sc.elastic.on;
   PX_CHECK_GOTO(pxw_meet(w, &co, &comm), st, fail);
   sc.observe = pxw_observe;
   sc.observe_ctx = w;
-  st = px_strategy_run(trainer, comm, &sc, a->rank == 0 ? pxw_control : NULL, w, &res);
+  if (w->elastic) { /* any rank may become rank 0: every one passes the controller */
+    sc.elastic.kv = w->kv;
+    sc.elastic.members = pxw_members;
+    sc.elastic.members_ctx = w;
+  }
+  st = px_strategy_run(trainer, comm, &sc, a->rank == 0 || w->elastic ? pxw_control : NULL, w,
+                       &res);
+  if (w->elastic) comm = res.comm; /* the one the run ended on (NULL: none) */
+  w->lead = comm && px_comm_rank(comm) == 0;
   if (w->training) unlink(w->progress_path); /* what follows may wait (final reports) */
   if (st != PX_OK) goto fail;
   if (!w->cancelled) pxw_record_final(w, &res);
@@ -740,6 +851,8 @@ fail:
 done:
   pxw_record_end(w, comm, &res, rc, model_path);
   px_comm_destroy(comm);
+  px_kv_destroy(w->kv);
+  w->kv = NULL;
   px_trainer_destroy(trainer);
   return rc;
 }

@@ -168,6 +168,17 @@ static int coord_report_layers_ok(coord_t *c, px_rpc_srv_call_t *call,
   return 1;
 }
 
+/* 1 in *latest when the report's iteration is the latest decided one or the
+ * one before it: the boundary an elastic job's broken round started from
+ * (rank 0 may have had the round's decision before a peer was lost). */
+static px_status_t coord_report_latest(coord_t *c, coord_arena_t *a,
+                                       const Prunex__V1__IterationReport *r, int *latest) {
+  Prunex__V1__ControlDecision *next = NULL;
+  PX_CHECK(coord_db_control_decision(c, a, r->job_id, r->iteration + 2, &next));
+  *latest = next == NULL;
+  return PX_OK;
+}
+
 void coord_rpc_report_iteration(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
   coord_t *c = data;
   const Prunex__V1__IterationReport *r = (const Prunex__V1__IterationReport *)msg;
@@ -215,10 +226,15 @@ void coord_rpc_report_iteration(px_rpc_srv_call_t *call, const ProtobufCMessage 
   if (coord_db_control_decision(c, &a, r->job_id, r->iteration, &stored) != PX_OK) goto internal;
   if (px_store_begin(c->db) != PX_OK) goto internal;
   if (stored) {
-    /* A repeated report (a retry, or another rank): same answer, with the
-     * membership of this attempt (a resumed one replays older decisions). */
+    /* A repeated report (a retry, another rank, or the survivors of an
+     * elastic job's lost node asking for the next epoch): same answer, with
+     * the membership of this attempt (a resumed one replays older
+     * decisions); at the latest boundary (or the one before), the next epoch
+     * when a node was dropped since, as a new decision would make it. */
+    int latest = 0;
     if (coord_db_reports_put(c->db, r, coord_now_ms()) != PX_OK ||
-        coord_membership_decide(c, &a, r->job_id, r->iteration, 0, stored) != PX_OK)
+        coord_report_latest(c, &a, r, &latest) != PX_OK ||
+        coord_membership_decide(c, &a, r->job_id, r->iteration, latest, stored) != PX_OK)
       goto rollback;
   } else {
     px_status_t rc = coord_decide(c, &a, r, spec, &d, &ps, &refused);

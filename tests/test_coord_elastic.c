@@ -278,6 +278,58 @@ static void test_dead_worker_drops_its_node_and_the_attempt_goes_on(void **state
   for (int i = 0; i < 3; i++) px_rpc_stream_destroy(s[i]);
 }
 
+/* What pxworker's members callback does after a lost peer broke round 3:
+ * the survivors repeat their report of iteration 2 (decided before the
+ * loss, the latest boundary). Once n2 is dropped the repeat makes epoch 2
+ * from iteration 3 there and names it; a repeat of an older iteration
+ * (two decisions follow it) makes none. Every repeat replaces the earlier
+ * record: one row per iteration, whichever rank sent it. */
+static void test_repeated_latest_report_names_the_next_epoch(void **state) {
+  fixture_t *f = *state;
+  char ids[3][64], job[64];
+  px_rpc_stream_t *s[3] = {NULL, NULL, NULL};
+  start_three(f, ids, s, job, sizeof job);
+  Prunex__V1__ControlDecision *d = NULL;
+  for (int it = 1; it <= 2; it++) {
+    assert_int_equal(report(f, job, 0, it, 1, &d), PX_OK);
+    expect_members(d, 1, 0, "0,1,2", ids);
+    px_rpc_message_free(d);
+  }
+  assert_int_equal(report(f, job, 2, 2, 1, &d), PX_OK); /* nothing dropped yet: as before */
+  expect_members(d, 1, 0, "0,1,2", ids);
+  px_rpc_message_free(d);
+  px_rpc_stream_destroy(s[1]); /* n2's agent is killed */
+  assert_true(pxt_wait_node_state(f->ch, ids[1], NS(LOST), 5000));
+  pxt_sleep_ms(100);
+  assert_int_equal(report(f, job, 0, 0, 1, &d), PX_OK); /* older: no epoch made there */
+  expect_members(d, 1, 0, "0,1,2", ids);
+  px_rpc_message_free(d);
+  for (int rank = 2; rank >= 0; rank -= 2) { /* both survivors; the first makes it */
+    assert_int_equal(report(f, job, rank, 2, 1, &d), PX_OK);
+    expect_members(d, 2, 3, "0,2", ids);
+    px_rpc_message_free(d);
+  }
+  Prunex__V1__Job *j = get_job(f->ch, job);
+  assert_int_equal(j->n_memberships, 2);
+  assert_int_equal(j->memberships[1]->from_iteration, 3);
+  px_rpc_message_free(j);
+  /* the broken round, run again over epoch 2, by the new rank 0 */
+  assert_int_equal(report(f, job, 2, 3, 2, &d), PX_OK);
+  expect_members(d, 2, 3, "0,2", ids);
+  px_rpc_message_free(d);
+  Prunex__V1__GetIterationsRequest q = PRUNEX__V1__GET_ITERATIONS_REQUEST__INIT;
+  q.job_id = job;
+  Prunex__V1__GetIterationsResponse *it = NULL;
+  assert_int_equal(px_rpc_get_iterations(f->ch, &q, 0, &it), PX_OK);
+  assert_int_equal((int)it->n_iterations, 4);
+  for (int i = 0; i < 4; i++) assert_int_equal(it->iterations[i]->iteration, i);
+  assert_int_equal(it->iterations[2]->rank, 0); /* the last repeat's */
+  assert_int_equal(it->iterations[3]->rank, 2);
+  px_rpc_message_free(it);
+  px_rpc_stream_destroy(s[0]);
+  px_rpc_stream_destroy(s[2]);
+}
+
 /* Below min_nodes: today's restart; epoch 1 again for the new attempt. A
  * node lost twice within the window waits out the cooldown before the job
  * takes it back. */
@@ -410,6 +462,8 @@ int main(void) {
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_below_min_restarts_and_a_twice_lost_node_cools_down,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(test_repeated_latest_report_names_the_next_epoch, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_not_elastic_fails_as_before, setup, teardown),
       cmocka_unit_test_setup_teardown(test_spec_rules, setup, teardown),
   };

@@ -323,6 +323,31 @@ static void test_the_producers_translate_every_field(void **state) {
   assert_true(p.mu == d.mu && p.max_iterations == d.max_iterations);
 }
 
+/* spec.elastic: the strategy's elastic.on and min_nodes, the data plane's
+ * lost_ms (half the collective timeout); a job without it: neither. */
+static void test_elastic_maps_to_the_strategy_and_the_data_plane(void **state) {
+  (void)state;
+  Prunex__V1__JobSpec *s = parse("strategy: hsadmm\ncluster: {nodes: 3}\n"
+                                 "elastic: {min_nodes: 2, max_nodes: 3}\n"
+                                 "comm: {timeout_ms: 8000}\n");
+  px_strategy_config_t sc;
+  assert_int_equal(px_jobspec_strategy_config(s, 100, &sc), PX_OK);
+  assert_int_equal(sc.elastic.on, 1);
+  assert_int_equal(sc.elastic.min_nodes, 2);
+  assert_null(sc.elastic.kv);
+  assert_null(sc.elastic.members);
+  px_comm_opts_t co;
+  px_jobspec_comm_opts(s, &co);
+  assert_int_equal(co.lost_ms, 4000);
+  px_jobspec_free(s);
+  s = parse("strategy: hsadmm\ncluster: {nodes: 3}\n");
+  assert_int_equal(px_jobspec_strategy_config(s, 100, &sc), PX_OK);
+  assert_int_equal(sc.elastic.on, 0);
+  px_jobspec_comm_opts(s, &co);
+  assert_int_equal(co.lost_ms, 0);
+  px_jobspec_free(s);
+}
+
 static void test_local_steps_win_and_baselines_need_none(void **state) {
   (void)state;
   Prunex__V1__JobSpec *s = parse("strategy: ddp\ntrain: {local_steps: 7, local_epochs: 3}\n");
@@ -346,6 +371,7 @@ int main(void) {
       cmocka_unit_test(test_examples_pass_as_submitted),
       cmocka_unit_test(test_the_producers_translate_every_field),
       cmocka_unit_test(test_local_steps_win_and_baselines_need_none),
+      cmocka_unit_test(test_elastic_maps_to_the_strategy_and_the_data_plane),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

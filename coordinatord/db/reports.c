@@ -36,12 +36,17 @@ static px_status_t coord_db_layers_put(px_store_t *db, const Prunex__V1__Iterati
 px_status_t coord_db_reports_put(px_store_t *db, const Prunex__V1__IterationReport *r,
                                  int64_t now_ms) {
   px_store_stmt_t *st;
-  PX_CHECK(px_store_stmt(db,
-                         "DELETE FROM iteration_layers WHERE job_id = ?1 AND iteration = ?2"
-                         " AND rank = ?3",
-                         &st));
-  PX_CHECK(coord_db_report_keys(st, r));
-  PX_CHECK(px_store_run(st));
+  /* one record per iteration: a repeated report replaces the earlier one,
+   * whichever rank sent either (an elastic job's rank 0 may change) */
+  static const char *const del[] = {
+      "DELETE FROM iteration_layers WHERE job_id = ?1 AND iteration = ?2",
+      "DELETE FROM iterations WHERE job_id = ?1 AND iteration = ?2"};
+  for (int i = 0; i < 2; i++) {
+    PX_CHECK(px_store_stmt(db, del[i], &st));
+    PX_CHECK(px_store_bind_args(st, PX_STORE_ARGS(PX_ARG_TEXT(r->job_id),
+                                                  PX_ARG_INT(r->iteration))));
+    PX_CHECK(px_store_run(st));
+  }
   char sql[1800];
   if (!px_report_insert_sql(PX_REPORT_ITERATION, ITER_WHERE, "iterations",
                             "job_id, iteration, rank, has_phases", 4, sql, sizeof sql))

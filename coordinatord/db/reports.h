@@ -8,7 +8,7 @@
 #include "prunex/report.h"
 
 /* Stores report r (its row and its layers, replacing an earlier report of
- * the same job, iteration and rank); a report without a time gets now_ms.
+ * the same job and iteration, from any rank); a report without a time gets now_ms.
  * The caller holds the transaction. Fails with the store's error. */
 px_status_t coord_db_reports_put(px_store_t *db, const Prunex__V1__IterationReport *r,
                                  int64_t now_ms);

@@ -96,6 +96,11 @@ px_status_t px_jobspec_strategy_config(const Prunex__V1__JobSpec *s, int64_t ste
     c->checkpoint_keep = s->recovery->keep;
     c->checkpoint_max_unprotected = s->recovery->max_unprotected_iterations;
   }
+  /* elastic: the caller adds the store (kv) and the members callback */
+  if (s->elastic && s->elastic->min_nodes > 0) {
+    c->elastic.on = 1;
+    c->elastic.min_nodes = s->elastic->min_nodes;
+  }
   return PX_OK;
 }
 
@@ -103,4 +108,7 @@ void px_jobspec_comm_opts(const Prunex__V1__JobSpec *s, px_comm_opts_t *o) {
   px_comm_opts_default(o);
   if (s->comm->timeout_ms > 0) o->timeout_ms = s->comm->timeout_ms;
   o->bucket_bytes = (size_t)s->comm->bucket_bytes;
+  /* elastic: a peer lost after half the collective timeout (keepalive
+   * lost_ms / 8), well before the timeout would fail the attempt */
+  if (s->elastic && s->elastic->min_nodes > 0) o->lost_ms = o->timeout_ms / 2;
 }

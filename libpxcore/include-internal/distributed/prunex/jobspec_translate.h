@@ -34,7 +34,9 @@ void px_jobspec_train_config(const Prunex__V1__JobSpec *spec, px_train_config_t 
  * local steps (train.local_steps, else train.local_epochs times
  * steps_per_epoch, px_trainer_steps_per_epoch of the rank's trainer),
  * penalties, prune keeps and skip_layers, topk_ratio, bucket_bytes,
- * quantize bits, seed, eval_every, checkpoint_every and keep. Zeroes *out
+ * quantize bits, seed, eval_every, checkpoint_every and keep, elastic.on and
+ * min_nodes (spec.elastic; the store and the members callback are the
+ * caller's). Zeroes *out
  * first: the callbacks (observe), checkpoint_dir and the test switches are
  * the caller's. Fails with PX_ERR_INVALID when the local steps of an
  * iteration exceed INT32_MAX or comm.quantize or comm.compress is unknown. */
@@ -42,7 +44,8 @@ px_status_t px_jobspec_strategy_config(const Prunex__V1__JobSpec *spec,
                                               int64_t steps_per_epoch, px_strategy_config_t *out);
 
 /* The data plane's options: px_comm_opts_default, then comm.timeout_ms and
- * comm.bucket_bytes. The rendezvous keys, the leaders and the backend
+ * comm.bucket_bytes; an elastic job (spec.elastic) gets lost_ms =
+ * timeout_ms / 2. The rendezvous keys, the leaders and the backend
  * (px_comm_choose_backend with comm.backend) are the caller's. */
 void px_jobspec_comm_opts(const Prunex__V1__JobSpec *spec, px_comm_opts_t *out);
 
