@@ -8,12 +8,15 @@ onnx_import_nets.py), 10 classes, at the smallest input it allows (SIZES).
 
   onnx_zoo.py list
       one line "NET SIZE" per network;
-  onnx_zoo.py reference NET OPSET DIR [BATCH]
+  onnx_zoo.py reference NET OPSET DIR [BATCH [OPSET2 DIR2]]
       DIR/model.onnx (NET exported at OPSET as onnx_import_nets.py exports,
       eval mode) and, for a random batch (default 2), what
       onnx_import_nets.py's reference writes: x.f32, y.i32, logits.f32,
       grads.txt with each parameter's float32 and float64 gradients
-      (BATCH 0: the file alone, for a network the import refuses). A
+      (BATCH 0: the file alone, for a network the import refuses); with
+      OPSET2 DIR2, NET exported at OPSET2 into DIR2 too, in the same run,
+      and the reference hard-linked there (the module's step is the same
+      whatever the opset of the file: computed once). A
       DIR/stamp naming this script's, onnx_import_nets.py's and torch's
       versions marks a finished directory: when it matches, nothing is redone
       (the test exports each network once per build tree);
@@ -91,27 +94,44 @@ def export(name, opset, path):
     nets.export(build(name), path, 3, s, s)
 
 
-def reference(name, opset, out, batch):
-    sp = os.path.join(out, "stamp")
+def reference(name, opset, out, batch, also=()):
+    """out for opset and, for each (opset, dir) of also, dir: the network
+    exported at each opset, and one reference (the module's, whatever the
+    opset) written to out and hard-linked into the others."""
+    todo = [(opset, out)] + list(also)
     want = "%s batch %d\n" % (stamp(), batch)
-    if os.path.exists(sp) and open(sp).read() == want:
+    stamps = [os.path.join(d, "stamp") for _, d in todo]
+    if all(os.path.exists(sp) and open(sp).read() == want for sp in stamps):
         return
-    os.makedirs(out, exist_ok=True)
-    if os.path.exists(sp):
-        os.unlink(sp)
+    for (_, d), sp in zip(todo, stamps):
+        os.makedirs(d, exist_ok=True)
+        if os.path.exists(sp):
+            os.unlink(sp)
     load()
     s = SIZES[name]
     net = build(name)
-    os.environ["PX_TEST_ONNX_OPSET"] = str(opset)
-    nets.export(net, os.path.join(out, "model.onnx"), 3, s, s)
+    # every export before the reference step (its train-mode forward moves
+    # the batch norms' running statistics)
+    for o, d in todo:
+        os.environ["PX_TEST_ONNX_OPSET"] = str(o)
+        nets.export(net, os.path.join(d, "model.onnx"), 3, s, s)
     if batch > 0:
         g = torch.Generator().manual_seed(1)
         x = torch.randn(batch, 3, s, s, generator=g)
         y = torch.randint(0, CLASSES, (batch,), generator=g, dtype=torch.int32)
         nets.write_reference(net, name, out, x, y)
-    with open(sp + ".tmp", "w") as f:
-        f.write(want)
-    os.rename(sp + ".tmp", sp)
+        for _, d in todo[1:]:
+            for f in os.listdir(out):
+                if f in ("model.onnx", "stamp") or f.endswith(".tmp"):
+                    continue
+                dst = os.path.join(d, f)
+                if os.path.exists(dst):
+                    os.unlink(dst)
+                os.link(os.path.join(out, f), dst)
+    for sp in stamps:
+        with open(sp + ".tmp", "w") as f:
+            f.write(want)
+        os.rename(sp + ".tmp", sp)
 
 
 def bench(name, batch, threads, steps, warmup):
@@ -146,8 +166,9 @@ def main(argv):
         for n, s in SIZES.items():
             print(n, s)
         return 0
-    if len(argv) in (5, 6) and argv[1] == "reference" and argv[2] in SIZES:
-        reference(argv[2], int(argv[3]), argv[4], int(argv[5]) if len(argv) == 6 else 2)
+    if len(argv) in (5, 6, 8) and argv[1] == "reference" and argv[2] in SIZES:
+        also = [(int(argv[6]), argv[7])] if len(argv) == 8 else []
+        reference(argv[2], int(argv[3]), argv[4], int(argv[5]) if len(argv) >= 6 else 2, also)
         return 0
     if len(argv) == 5 and argv[1] == "export" and argv[2] in SIZES:
         export(argv[2], int(argv[3]), argv[4])

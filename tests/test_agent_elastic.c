@@ -1,4 +1,4 @@
-/* An elastic job through the real processes (issue 53): pxcoordd, three
+/* An elastic job through the real processes (docs/operations.md, elastic jobs): pxcoordd, three
  * pxagents and their pxworkers on loopback, a 3-node job of one rank each
  * (hsadmm, resnet20 on a Fashion-MNIST subset, spec.elastic.min_nodes 2).
  * Node 2's agent and worker are SIGKILLed mid-run; the survivors' members
