@@ -43,8 +43,9 @@ TAGS = {
     "bytes_inter": "traffic/inter_bytes",
     "bytes_inter_dense": "traffic/inter_bytes_dense",
 }
+# not figures: the record's keys, and membership_epoch, the report's fence
 ITERATION_KEYS = {"job_id", "iteration", "rank", "time_unix_ms", "checkpoint_problem",
-                  "phases", "layers"}
+                  "phases", "layers", "membership_epoch"}
 LAYER_KEYS = {"layer", "name", "numel"}
 
 
