@@ -4,8 +4,9 @@
 #                programs the main job runs (no tests, no benchmarks, no CUDA
 #                unless RUN_CUDA=AUTO|ON), run it (pxctl run examples/quickstart.yaml)
 #   make test    set up, build and run the whole test suite (the sanitizer
-#                and fuzz builds compile beside it at idle priority), then
-#                the sanitizer build (AddressSanitizer + UBSan) runs every test
+#                build compiles beside it at idle priority), then the
+#                sanitizer build (AddressSanitizer + UBSan; the fuzz build
+#                compiles beside it) runs every test
 #                but the slow integration ones (ctest label `slow`,
 #                docs/testing.md), then fuzz every libFuzzer harness for
 #                FUZZ_SECONDS each (clang build); each phase's wall time is
@@ -44,7 +45,7 @@ WERROR ?= OFF
 endif
 
 .PHONY: all setup setup-run build build-run run test test-normal test-asan test-fuzz bench install clean \
-        ctest-normal asan-build ctest-asan fuzz-build fuzz-run side-builds
+        ctest-normal asan-build ctest-asan fuzz-build fuzz-run
 
 all: build
 
@@ -73,22 +74,32 @@ run: build-run
 
 # The phases one after the other, stopping at the first failure; the table
 # of their times is printed either way.
-# make test: the normal build, then its tests while the sanitizer and fuzz
-# builds compile beside them at idle priority (SCHED_IDLE, else nice 19: they take only
-# the CPU the tests leave, while a test waits on its daemons or its ranks on
-# each other), then the sanitizer tests and the fuzzing. The side builds'
-# output goes to $(SIDE_LOG), printed if they fail.
+# make test: the normal build; then its tests while the sanitizer build
+# compiles beside them at idle priority (SCHED_IDLE, else nice 19: it takes
+# only the CPU the tests leave, while a test waits on its daemons or its
+# ranks on each other); then the sanitizer tests while the fuzz build
+# compiles beside them the same way; then the fuzzing. The side builds run
+# one after the other in one background job ($(SIDE_LOG) has their output,
+# printed if they fail); what is left of each when its tests end is the
+# phase asan-build-rest or fuzz-build-rest.
 SIDE_LOG = $(abspath $(BUILD_DIR))/side-builds.log
+SIDE_DONE = $(abspath $(BUILD_DIR))/side-asan.done
 test:
-	@rm -f $(PX_PHASE_LOG)
+	@rm -f $(PX_PHASE_LOG) $(SIDE_DONE)
 	@$(MAKE) --no-print-directory build || { $(PHASE) --summary $(PX_PHASE_LOG); exit 1; }; \
 	  idle="chrt --idle 0"; $$idle true 2>/dev/null || idle="nice -n 19"; \
-	  PX_PHASE_BESIDE=1 $$idle $(MAKE) --no-print-directory side-builds >$(SIDE_LOG) 2>&1 & \
+	  { PX_PHASE_BESIDE=1 $$idle $(MAKE) --no-print-directory asan-build && touch $(SIDE_DONE) && \
+	    PX_PHASE_BESIDE=1 $$idle $(MAKE) --no-print-directory fuzz-build; } >$(SIDE_LOG) 2>&1 & \
 	  side=$$!; $(MAKE) --no-print-directory ctest-normal; rc=$$?; \
+	  t0=$$(date +%s); while [ ! -e $(SIDE_DONE) ] && kill -0 $$side 2>/dev/null; do sleep 1; done; \
+	  [ -e $(SIDE_DONE) ]; $(PHASE) --record asan-build-rest $$(($$(date +%s) - t0)) $$? || \
+	    { rc=1; tail -n 60 $(SIDE_LOG); }; \
+	  [ $$rc -eq 0 ] && $(MAKE) --no-print-directory ctest-asan; rc=$$?; \
 	  t0=$$(date +%s); wait $$side; src=$$?; \
-	  $(PHASE) --record side-builds-rest $$(($$(date +%s) - t0)) $$src || { rc=1; tail -n 60 $(SIDE_LOG); }; \
-	  [ $$rc -eq 0 ] && $(MAKE) --no-print-directory ctest-asan && \
-	  $(MAKE) --no-print-directory fuzz-run; rc=$$?; $(PHASE) --summary $(PX_PHASE_LOG); exit $$rc
+	  [ $$rc -eq 0 ] && { $(PHASE) --record fuzz-build-rest $$(($$(date +%s) - t0)) $$src || \
+	    { rc=1; tail -n 60 $(SIDE_LOG); }; }; \
+	  [ $$rc -eq 0 ] && $(MAKE) --no-print-directory fuzz-run; rc=$$?; \
+	  $(PHASE) --summary $(PX_PHASE_LOG); exit $$rc
 
 # ctest starts the longest tests first (their COST in tests/CMakeLists.txt,
 # then the times it measured in this build directory) so that -j2 ends
@@ -119,10 +130,6 @@ fuzz-build:
 	$(PHASE) fuzz-build cmake --build $(FUZZ_DIR) -j$(JOBS) --target px_fuzzers
 fuzz-run:
 	$(PHASE) fuzz tests/fuzz/run.sh $(FUZZ_DIR) $(FUZZ_SECONDS) $(JOBS)
-
-# The sanitizer and fuzz builds, one after the other (make test runs them
-# beside the normal tests).
-side-builds: asan-build fuzz-build
 
 bench:
 	scripts/bootstrap bench
