@@ -222,8 +222,8 @@ const char *px_test_python(void) {
 
 int px_test_python_has(const char *modules) {
   char cmd[1024];
-  snprintf(cmd, sizeof cmd, "%s -c 'import %s' >/dev/null 2>&1", px_test_python(), modules);
-  if (system(cmd) == 0) return 1;
+  snprintf(cmd, sizeof cmd, "-c 'import %s' >/dev/null 2>&1", modules);
+  if (px_test_py(cmd) == 0) return 1;
   printf("needs the Python modules %s (python3-torch, python3-onnx, python3-numpy, "
          "python3-opencv: scripts/bootstrap)\n", modules);
   return 0;

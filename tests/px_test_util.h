@@ -121,6 +121,16 @@ const char *px_test_python(void);
  * needs (scripts/bootstrap installs them) and returns 0: the caller skips. */
 int px_test_python_has(const char *modules);
 
+/* Runs a Python command line (what would follow "python3 " in a shell: a
+ * script with its arguments, "-c CODE ..." or "-m MODULE ...", optionally
+ * with ">/dev/null", "2>/dev/null" or "2>&1" at the end) and returns its
+ * exit status (0: success; -1 when Python could not be run). All of a test
+ * program's calls go to one px_test_python() process (tests/px_py_server.py)
+ * that runs each as a fresh process would (this directory and environment,
+ * the random generators as at start), so that PyTorch and ONNX are imported
+ * once per program, not once per call. */
+int px_test_py(const char *line);
+
 /* 1 when this libpxcore has CUDA and the machine a CUDA device; otherwise
  * prints why ("...: <what> skipped") and returns 0, and the caller skips.
  * The device count is taken in a child process, once per test program:

@@ -47,8 +47,8 @@ static int group_setup(void **state) {
   snprintf(root, sizeof root, "/tmp/px_folder_XXXXXX");
   if (!mkdtemp(fxdir) || !mkdtemp(root)) return -1;
   char cmd[512];
-  snprintf(cmd, sizeof cmd, PY " %s/tests/image_fixture.py %s >/dev/null 2>&1", PX_SOURCE_DIR, fxdir);
-  if (system(cmd) != 0) fxdir[0] = '\0'; /* tests that need OpenCV skip */
+  snprintf(cmd, sizeof cmd, "%s/tests/image_fixture.py %s >/dev/null 2>&1", PX_SOURCE_DIR, fxdir);
+  if (px_test_py(cmd) != 0) fxdir[0] = '\0'; /* tests that need OpenCV skip */
   return 0;
 }
 

@@ -44,9 +44,9 @@ static int group_setup(void **state) {
   snprintf(fx, sizeof fx, "/tmp/px_stream_XXXXXX");
   if (!mkdtemp(fx)) return -1;
   char cmd[512];
-  snprintf(cmd, sizeof cmd, PY " %s/tests/stream_fixture.py folder %s %d >/dev/null 2>&1",
+  snprintf(cmd, sizeof cmd, "%s/tests/stream_fixture.py folder %s %d >/dev/null 2>&1",
            PX_SOURCE_DIR, fx, SIZE);
-  if (system(cmd) != 0) {
+  if (px_test_py(cmd) != 0) {
     nftw(fx, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     fx[0] = '\0';
   }

@@ -23,12 +23,11 @@
 #include "prunex/ops.h"
 #include "px_test_util.h"
 
-#define PY "/usr/bin/python3"
 #define N 16
 
 static void rgb_export_runs_on_batches_in_opencv(void **state) {
   (void)state;
-  if (system(PY " -c 'import onnx, cv2, numpy' >/dev/null 2>&1") != 0) {
+  if (px_test_py("-c 'import onnx, cv2, numpy' >/dev/null 2>&1") != 0) {
     print_message("needs python3-onnx, python3-opencv, python3-numpy\n");
     skip();
   }
@@ -71,9 +70,9 @@ static void rgb_export_runs_on_batches_in_opencv(void **state) {
     opath[0] = '-';
     opath[1] = '\0';
   }
-  snprintf(cmd, sizeof cmd, PY " %s/tests/export_rgb_check.py %s %s %s %d 3 32 32 %s",
+  snprintf(cmd, sizeof cmd, "%s/tests/export_rgb_check.py %s %s %s %d 3 32 32 %s",
            PX_SOURCE_DIR, rep.onnx_path, xpath, lpath, N, opath);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(px_test_py(cmd), 0);
 
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   assert_int_equal(system(cmd), 0);

@@ -30,14 +30,13 @@
 #include "px_test_util.h"
 
 #define FMNIST "/usr/share/datasets/fashion-mnist"
-#define PY "/usr/bin/python3"
 #define KEEP 0.75 /* coupled channel keep: a few steps of training survive it */
 #define NTEST 2000 /* the first NTEST test images: the CI machines are small and shared */
 
 static void onnx_opencv_and_torch_agree_with_our_engine(void **state) {
   (void)state;
   if (access(FMNIST "/t10k-images-idx3-ubyte.gz", R_OK) != 0 ||
-      system(PY " -c 'import onnx, cv2, torch, numpy' >/dev/null 2>&1") != 0) {
+      px_test_py("-c 'import onnx, cv2, torch, numpy' >/dev/null 2>&1") != 0) {
     print_message("needs " FMNIST " and python3-onnx, python3-opencv, python3-torch\n");
     skip();
   }
@@ -97,9 +96,9 @@ static void onnx_opencv_and_torch_agree_with_our_engine(void **state) {
                 NTEST);
   assert_true(acc_c > 15); /* not a constant predictor (10%): accuracies to compare mean something */
 
-  snprintf(cmd, sizeof cmd, PY " %s/tests/export_check.py %s %s %s %d %.4f %s", PX_SOURCE_DIR,
+  snprintf(cmd, sizeof cmd, "%s/tests/export_check.py %s %s %s %d %.4f %s", PX_SOURCE_DIR,
            rep.onnx_path, rep.compact_path, logits_path, NTEST, acc_c, FMNIST);
-  int rc = system(cmd);
+  int rc = px_test_py(cmd);
   assert_int_equal(rc, 0);
 
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -49,7 +49,6 @@
 #include "px_check.h"
 #include "px_test_util.h"
 
-#define PY "/usr/bin/python3"
 #define NTEST 500 /* Fashion-MNIST test images */
 #define NRAND 50  /* random inputs */
 #define B 50      /* the dense model's batch */
@@ -66,13 +65,12 @@ static int setup(void **state) {
   snprintf(dir, sizeof dir, "/tmp/px_infer_graph_XXXXXX");
   if (!mkdtemp(dir)) return -1;
   char cmd[1024];
-  snprintf(cmd, sizeof cmd,
-           PY " -c \"import sys; sys.path.insert(0, '%s/tests'); import onnx_import_nets as n\n"
+  snprintf(cmd, sizeof cmd, "-c \"import sys; sys.path.insert(0, '%s/tests'); import onnx_import_nets as n\n"
               "for k in ('vgg', 'mobilenet', 'seresnet', 'acts', 'scalars', 'bn_eps',\n"
               "          'fc_chain', 'squeeze'):\n"
               "    n.export(n.build(k, 1, 10), '%s/' + k + '.onnx', 1, 32, 32)\" >/dev/null",
            PX_SOURCE_DIR, dir);
-  if (system(cmd) != 0) return -1;
+  if (px_test_py(cmd) != 0) return -1;
   have_data = px_test_write_fmnist_subset(dir, 1024, NTEST) == 1;
   return 0;
 }

@@ -31,7 +31,6 @@
 #include "px_test_onnx.h"
 #include "px_test_util.h"
 
-#define PY "/usr/bin/python3"
 #define NETS PX_SOURCE_DIR "/tests/onnx_import_nets.py"
 #define BATCH 8
 #define C 3
@@ -49,9 +48,9 @@ static void reference_at(const char *net, int c, int h, int w, char *dir) {
   strcpy(dir, "/tmp/px_onnx_import_XXXXXX");
   assert_non_null(mkdtemp(dir));
   char cmd[1024];
-  snprintf(cmd, sizeof cmd, PY " %s reference %s %s %d %d %d %d %d >/dev/null", NETS, net, dir,
+  snprintf(cmd, sizeof cmd, "%s reference %s %s %d %d %d %d %d >/dev/null", NETS, net, dir,
            BATCH, c, h, w, K);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(px_test_py(cmd), 0);
 }
 
 static void reference(const char *net, char *dir) { reference_at(net, C, HW, HW, dir); }
@@ -483,15 +482,14 @@ static void imported_graphs_prune_by_coupled_groups_and_compact_exactly(void **s
     f = fopen(ls, "wb");
     assert_int_equal(fwrite(lc, sizeof *lc, BATCH * K, f), (size_t)BATCH * K);
     fclose(f);
-    snprintf(cmd, sizeof cmd,
-             PY " -c \"import onnx, cv2, numpy as np; m = onnx.load('%s'); "
+    snprintf(cmd, sizeof cmd, "-c \"import onnx, cv2, numpy as np; m = onnx.load('%s'); "
                 "onnx.checker.check_model(m, full_check=True); n = cv2.dnn.readNetFromONNX('%s'); "
                 "n.setInput(np.fromfile('%s', np.float32).reshape(%d, %d, %d, %d)); a = n.forward(); "
                 "b = np.fromfile('%s', np.float32).reshape(%d, %d); d = float(np.abs(a - b).max()); "
                 "print('%s compact ONNX: checker ok, OpenCV logits within %%.2e' %% d); "
                 "assert (a.argmax(1) == b.argmax(1)).all() and d < 1e-4 * (1 + np.abs(b).max())\"",
              path, path, xs, BATCH, C, HW, HW, ls, BATCH, K, nets[k]);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(px_test_py(cmd), 0);
     free(x);
     px_model_destroy(cm);
     px_model_destroy(m);
@@ -533,9 +531,9 @@ static size_t compact_round_trip(px_ops_t *ops, px_model_t *m, const char *dir, 
   assert_true(px_model_numel(rm) == numel);
   assert_true(d <= 1e-4 * scale);
   assert_true(dr <= 1e-5 * scale);
-  snprintf(cmd, sizeof cmd, PY " -c \"import onnx; onnx.checker.check_model(onnx.load('%s'), "
+  snprintf(cmd, sizeof cmd, "-c \"import onnx; onnx.checker.check_model(onnx.load('%s'), "
                             "full_check=True)\"", path);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(px_test_py(cmd), 0);
   free(x);
   px_model_destroy(rm);
   px_model_destroy(cm);
@@ -717,42 +715,42 @@ static void unsupported_operator_is_refused_with_node_and_file(void **state) {
   strcpy(dir, "/tmp/px_onnx_import_XXXXXX");
   assert_non_null(mkdtemp(dir));
   snprintf(path, sizeof path, "%s/elu.onnx", dir);
-  snprintf(cmd, sizeof cmd, PY " %s export elu %s", NETS, path);
-  assert_int_equal(system(cmd), 0);
+  snprintf(cmd, sizeof cmd, "%s export elu %s", NETS, path);
+  assert_int_equal(px_test_py(cmd), 0);
   const char *msg = refusal(path);
   assert_non_null(strstr(msg, path));
   assert_non_null(strstr(msg, "/gate/Elu"));
   assert_non_null(strstr(msg, "operator Elu is not supported"));
   /* a Clip other than ReLU6 */
   snprintf(path, sizeof path, "%s/clip1.onnx", dir);
-  snprintf(cmd, sizeof cmd, PY " %s export clip1 %s", NETS, path);
-  assert_int_equal(system(cmd), 0);
+  snprintf(cmd, sizeof cmd, "%s export clip1 %s", NETS, path);
+  assert_int_equal(px_test_py(cmd), 0);
   msg = refusal(path);
   assert_non_null(strstr(msg, "(Clip): only Clip(min 0, max 6) (ReLU6)"));
   assert_non_null(strstr(msg, "clips to [0, 1]"));
   /* GELU's tanh approximation (its first step, x * x, is no product taken) and 1 / x
    * (PyTorch's Reciprocal) */
   snprintf(path, sizeof path, "%s/gelu_tanh.onnx", dir);
-  snprintf(cmd, sizeof cmd, PY " %s export gelu_tanh %s", NETS, path);
-  assert_int_equal(system(cmd), 0);
+  snprintf(cmd, sizeof cmd, "%s export gelu_tanh %s", NETS, path);
+  assert_int_equal(px_test_py(cmd), 0);
   msg = refusal(path);
   assert_non_null(strstr(msg, "node '/gate/Mul' (Mul): only a map"));
   snprintf(path, sizeof path, "%s/recip.onnx", dir);
-  snprintf(cmd, sizeof cmd, PY " %s export recip %s", NETS, path);
-  assert_int_equal(system(cmd), 0);
+  snprintf(cmd, sizeof cmd, "%s export recip %s", NETS, path);
+  assert_int_equal(px_test_py(cmd), 0);
   msg = refusal(path);
   assert_non_null(strstr(msg, "node '/gate/Reciprocal' (Reciprocal): operator Reciprocal is not"));
   /* a value computed from an activation's data (x[:, :8]), not its shape */
   snprintf(path, sizeof path, "%s/data_slice.onnx", dir);
-  snprintf(cmd, sizeof cmd, PY " %s export data_slice %s", NETS, path);
-  assert_int_equal(system(cmd), 0);
+  snprintf(cmd, sizeof cmd, "%s export data_slice %s", NETS, path);
+  assert_int_equal(px_test_py(cmd), 0);
   msg = refusal(path);
   assert_non_null(strstr(msg, "node '/Slice' (Slice): input '/Reshape_output_0' is an "
                               "activation: a value computed from a tensor's data is not taken"));
   /* a Linear layer's features viewed as a map (a squeeze-and-excitation of Linear layers) */
   snprintf(path, sizeof path, "%s/linear_se.onnx", dir);
-  snprintf(cmd, sizeof cmd, PY " %s export linear_se %s", NETS, path);
-  assert_int_equal(system(cmd), 0);
+  snprintf(cmd, sizeof cmd, "%s export linear_se %s", NETS, path);
+  assert_int_equal(px_test_py(cmd), 0);
   msg = refusal(path);
   assert_non_null(strstr(msg, "(Reshape): the features of a Gemm or MatMul are read only by"));
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
@@ -815,8 +813,8 @@ static void export_round_trip(const char *net, int torch_ref) {
   strcpy(dir, "/tmp/px_onnx_import_XXXXXX");
   assert_non_null(mkdtemp(dir));
   snprintf(orig, sizeof orig, "%s/%s.onnx", dir, net);
-  snprintf(cmd, sizeof cmd, PY " %s export %s %s 1 32 32 10", NETS, net, orig);
-  assert_int_equal(system(cmd), 0);
+  snprintf(cmd, sizeof cmd, "%s export %s %s 1 32 32 10", NETS, net, orig);
+  assert_int_equal(px_test_py(cmd), 0);
   px_ops_t *ops;
   assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
   px_model_config_t cfg = {"", 1, K, 2, 32, 32, NULL, 0, PX_PRECISION_FP32, orig};
@@ -828,9 +826,9 @@ static void export_round_trip(const char *net, int torch_ref) {
   px_export_report_t rep;
   if (px_export_file(ckpt, dir, 1, "fashion-mnist", &rep) != PX_OK)
     fail_msg("export: %s", px_last_error());
-  snprintf(cmd, sizeof cmd, PY " %s compare %s %s%s%s", NETS, orig, rep.onnx_path,
+  snprintf(cmd, sizeof cmd, "%s compare %s %s%s%s", NETS, orig, rep.onnx_path,
            torch_ref ? " " : "", torch_ref ? net : "");
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(px_test_py(cmd), 0);
   px_model_destroy(m);
   px_ops_destroy(ops);
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
@@ -871,9 +869,9 @@ static void imported_resnet20_is_the_builtin_graph(void **state) {
   strcpy(dir, "/tmp/px_onnx_import_XXXXXX");
   assert_non_null(mkdtemp(dir));
   snprintf(path, sizeof path, "%s/resnet20.onnx", dir);
-  snprintf(cmd, sizeof cmd, PY " %s/examples/export_onnx.py %s --channels 3 >/dev/null",
+  snprintf(cmd, sizeof cmd, "%s/examples/export_onnx.py %s --channels 3 >/dev/null",
            PX_SOURCE_DIR, path);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(px_test_py(cmd), 0);
   px_ops_t *ops;
   assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
   px_model_config_t bc = {"resnet20", 3, K, 4, 32, 32, NULL, 0, PX_PRECISION_FP32, NULL};

@@ -25,7 +25,6 @@
 #include "px_test_util.h"
 #include "pxctl_harness.h"
 
-#define PY "/usr/bin/python3"
 #define NETS PX_SOURCE_DIR "/tests/onnx_import_nets.py"
 #define FMNIST "/usr/share/datasets/fashion-mnist"
 #define NTEST 1000 /* the job's test images: the first NTEST of Fashion-MNIST's */
@@ -40,8 +39,8 @@ static int ready(void) {
 
 static void export_net(const char *net, const char *path) {
   char cmd[1024];
-  snprintf(cmd, sizeof cmd, PY " %s export %s %s 1 32 32 10", NETS, net, path);
-  assert_int_equal(system(cmd), 0);
+  snprintf(cmd, sizeof cmd, "%s export %s %s 1 32 32 10", NETS, net, path);
+  assert_int_equal(px_test_py(cmd), 0);
 }
 
 /* Each test's directory, removed by the teardown even when an assertion fails. */
@@ -156,9 +155,9 @@ static void imported_resnet_trains_packs_less_and_exports_valid_onnx(void **stat
   px_ops_destroy(ops);
   /* the compact ONNX, fed the raw 28x28 images as the user guide says:
    * onnx's checker, the contract, and OpenCV's predictions image by image */
-  snprintf(cmd, sizeof cmd, PY " %s/tests/export_check.py %s/model.onnx - %s %d %.4f %s",
+  snprintf(cmd, sizeof cmd, "%s/tests/export_check.py %s/model.onnx - %s %d %.4f %s",
            PX_SOURCE_DIR, exp, logits, NTEST, 100.0 * acc, FMNIST);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(px_test_py(cmd), 0);
   pxj_free(v);
 }
 
@@ -242,15 +241,14 @@ static void graph_net_job(const char *dir, const char *net, int opencv) {
   export_job(dir, v, exp, sizeof exp);
   snprintf(cmd, sizeof cmd, "%s/model.compact.safetensors", exp);
   compact_logits(dir, cmd, 8);
-  snprintf(cmd, sizeof cmd, PY " -c \"import onnx; onnx.checker.check_model(onnx.load("
+  snprintf(cmd, sizeof cmd, "-c \"import onnx; onnx.checker.check_model(onnx.load("
            "'%s/model.onnx'), full_check=True)\"", exp);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(px_test_py(cmd), 0);
   if (!opencv) {
     pxj_free(v);
     return;
   }
-  snprintf(cmd, sizeof cmd,
-           PY " -c \"import onnx, cv2, numpy as np; m = onnx.load('%s/model.onnx'); "
+  snprintf(cmd, sizeof cmd, "-c \"import onnx, cv2, numpy as np; m = onnx.load('%s/model.onnx'); "
               "onnx.checker.check_model(m, full_check=True); "
               "n = cv2.dnn.readNetFromONNX('%s/model.onnx'); "
               "n.setInput(np.fromfile('%s/x.f32', np.float32).reshape(8, 1, 28, 28)); "
@@ -258,7 +256,7 @@ static void graph_net_job(const char *dir, const char *net, int opencv) {
               "d = float(np.abs(a - b).max()); print('OpenCV logits within %%.2e' %% d); "
               "assert (a.argmax(1) == b.argmax(1)).all() and d < 1e-4\"",
            exp, exp, dir, dir);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(px_test_py(cmd), 0);
   pxj_free(v);
 }
 

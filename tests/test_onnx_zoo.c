@@ -47,7 +47,6 @@
 #include "px_test_onnx.h"
 #include "px_test_util.h"
 
-#define PY "/usr/bin/python3"
 #define ZOO_PY PX_SOURCE_DIR "/tests/onnx_zoo.py"
 #define NETS_PY PX_SOURCE_DIR "/tests/onnx_import_nets.py"
 #define ORT_JS PX_SOURCE_DIR "/tests/onnx_ort.js"
@@ -131,10 +130,10 @@ static void zoo_reference(const zoo_net_t *z, int k, char *dir, size_t cap) {
   char cmd[1024], also[600] = "";
   if (k == 0 && !z->refused[0] && !z->refused[1])
     snprintf(also, sizeof also, " %d " PX_BINARY_DIR "/zoo/%s-op%d", OPSETS[1], z->net, OPSETS[1]);
-  snprintf(cmd, sizeof cmd, PY " " ZOO_PY " reference %s %d %s %d%s", z->net, opset, dir,
+  snprintf(cmd, sizeof cmd, ZOO_PY " reference %s %d %s %d%s", z->net, opset, dir,
            z->refused[k] ? 0 : BATCH, also);
   double t0 = now_s();
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(px_test_py(cmd), 0);
   print_message("%s opset %d: reference in %.1f s (%s)\n", z->net, opset, now_s() - t0, dir);
 }
 
@@ -313,8 +312,8 @@ static void imported_input_size_drives_bench_and_spec(void **state) {
   char dir[] = "/tmp/px_onnx_zoo_XXXXXX", path[128], cmd[1024], out[8192];
   assert_non_null(mkdtemp(dir));
   snprintf(path, sizeof path, "%s/r64.onnx", dir);
-  snprintf(cmd, sizeof cmd, PY " " NETS_PY " export resnet %s 3 64 64 10", path);
-  assert_int_equal(system(cmd), 0);
+  snprintf(cmd, sizeof cmd, NETS_PY " export resnet %s 3 64 64 10", path);
+  assert_int_equal(px_test_py(cmd), 0);
   const char *b = PXTRAIN " --bench --batch 2 --steps 1 --warmup 0 --threads 1";
   snprintf(cmd, sizeof cmd, "%s --model-onnx %s", b, path);
   assert_int_equal(run_out(cmd, out, sizeof out), 0);

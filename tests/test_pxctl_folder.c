@@ -22,7 +22,6 @@
 #include "pxctl_harness.h"
 #include "px_test_util.h"
 
-#define PY "/usr/bin/python3"
 #define FMNIST "/usr/share/datasets/fashion-mnist"
 #define SIZE 16
 
@@ -36,7 +35,7 @@ static void write_file(const char *path, const void *p, size_t bytes) {
 static void folder_job_learns_packs_less_and_its_onnx_agrees(void **state) {
   (void)state;
   if (access(FMNIST "/train-images-idx3-ubyte.gz", R_OK) != 0 ||
-      system(PY " -c 'import cv2, numpy' >/dev/null 2>&1") != 0 ||
+      px_test_py("-c 'import cv2, numpy' >/dev/null 2>&1") != 0 ||
       access(PXT_PXAGENT, X_OK) != 0 || access(PXT_PXWORKER, X_OK) != 0) {
     print_message("needs " FMNIST ", python3-opencv and the agent programs\n");
     skip();
@@ -48,10 +47,9 @@ static void folder_job_learns_packs_less_and_its_onnx_agrees(void **state) {
   snprintf(runs, sizeof runs, "%s/runs", dir);
   snprintf(out, sizeof out, "%s/out", dir);
   assert_int_equal(mkdir(runs, 0755), 0);
-  snprintf(cmd, sizeof cmd,
-           PY " %s/examples/make_fmnist_folder.py %s --train 8000 --val 1000 >/dev/null",
+  snprintf(cmd, sizeof cmd, "%s/examples/make_fmnist_folder.py %s --train 8000 --val 1000 >/dev/null",
            PX_SOURCE_DIR, data);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(px_test_py(cmd), 0);
 
   FILE *fp = fopen(spec, "w");
   assert_non_null(fp);
@@ -130,9 +128,9 @@ static void folder_job_learns_packs_less_and_its_onnx_agrees(void **state) {
                    PX_OK);
   snprintf(xs, sizeof xs, "%s/x.raw", dir);
   write_file(xs, x, n * per * sizeof *x);
-  snprintf(cmd, sizeof cmd, PY " %s/tests/folder_onnx_check.py %s %s %s %s %zu 1 %d %.4f",
+  snprintf(cmd, sizeof cmd, "%s/tests/folder_onnx_check.py %s %s %s %s %zu 1 %d %.4f",
            PX_SOURCE_DIR, er.onnx_path, data, xs, ls, n, SIZE, 100.0 * ours);
-  int rc = system(cmd);
+  int rc = px_test_py(cmd);
   printf("our compact model: accuracy %.4f (the job's %.4f)\n", ours, acc);
   assert_int_equal(rc, 0);
   /* 1,000 images: at most one image apart (float summation order) */
