@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "db_core.h"
+#include "epoch_rows.h"
 
 #include "prunex/check.h"
 
@@ -256,6 +257,7 @@ px_status_t coord_db_job_membership_fill(coord_t *c, coord_arena_t *a, Prunex__V
   if (!j->memberships) return PX_ERR_NOMEM;
   for (size_t i = 0; i < n; i++) PX_CHECK(coord_db_epoch_message(a, &ep[i], &j->memberships[i]));
   j->n_memberships = n;
+  PX_CHECK(coord_db_epoch_enrich(c->db, a, j->job_id, j->attempt, j->memberships, n));
   coord_db_blacklist_t *bl = NULL;
   size_t nb = 0;
   PX_CHECK(coord_db_blacklist_active(c, a, j->job_id, now, &bl, &nb));
