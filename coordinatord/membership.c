@@ -83,6 +83,7 @@ static px_status_t coord_membership_advance(coord_t *c, coord_arena_t *a, const 
   e.epoch = found ? last.epoch + 1 : 1;
   size_t n = 0;
   PX_CHECK(coord_members_now(c, a, job_id, &e, &n));
+  PX_CHECK(coord_db_epoch_without(a, &e, drops, nd, &n)); /* nodes given to a preemption */
   char reason[2048] = "";
   size_t used = 0;
   for (size_t i = 0; i < nd && used + 8 < sizeof reason; i++)
