@@ -154,18 +154,24 @@ px_status_t coord_preempt_step(coord_t *c, coord_arena_t *a, coord_effects_t *fx
   coord_db_pstop_t *s = NULL;
   size_t n = 0;
   PX_CHECK(coord_db_sched_pstops(c, a, &s, &n));
+  int gave_up = 0;
   if (n > 0 && s[0].stopped == COORD_PSTOP_SHRINK) /* elastic jobs giving nodes (shrink.c) */
-    return coord_shrink_progress(c, a, fx, s, n, commit);
-  if (n > 0) return coord_preempt_progress(c, a, fx, s, n, commit);
-  if (!ask) return PX_OK;
+    PX_CHECK(coord_shrink_progress(c, a, fx, s, n, commit, &gave_up));
+  else if (n > 0) return coord_preempt_progress(c, a, fx, s, n, commit);
+  if (n > 0 && !gave_up) return PX_OK;
+  if (!ask && !gave_up) return PX_OK;
   coord_sched_view_t v;
   PX_CHECK(coord_sched_view(c, a, &v));
   long i = coord_preempt_waiter(&v);
   if (i < 0) return PX_OK;
-  PX_CHECK(coord_shrink_ask(c, a, &v, (size_t)i, commit)); /* elastic jobs shrink first */
-  if (*commit) return PX_OK;
-  PX_CHECK(coord_preempt_ask(c, a, &v, (size_t)i, commit));
-  *again = *commit; /* none to wait for (all cancelled): it ends at once */
+  if (!gave_up) { /* elastic jobs shrink first; after one that did not, stop jobs */
+    PX_CHECK(coord_shrink_ask(c, a, &v, (size_t)i, commit));
+    if (*commit) return PX_OK;
+  }
+  int asked = 0;
+  PX_CHECK(coord_preempt_ask(c, a, &v, (size_t)i, &asked));
+  *again = asked; /* none to wait for (all cancelled): it ends at once */
+  *commit |= asked;
   return PX_OK;
 }
 

@@ -220,14 +220,18 @@ static px_status_t coord_shrink_finish(coord_t *c, coord_arena_t *a, coord_effec
 }
 
 px_status_t coord_shrink_progress(coord_t *c, coord_arena_t *a, coord_effects_t *fx,
-                                  const coord_db_pstop_t *s, size_t n, int *commit) {
+                                  const coord_db_pstop_t *s, size_t n, int *commit,
+                                  int *gave_up) {
   size_t pending = 0;
+  *gave_up = 0;
   PX_CHECK(coord_shrink_pending(c, a, s, n, &pending));
   int64_t now = coord_now_ms(), grace = c->cfg.sched.preempt_grace_s * 1000;
   if (pending > 0 && now - s[0].asked_ms < grace) return PX_OK;
   for (size_t k = 0; pending > 0 && k < n; k++) {
     char **ids = NULL, why[400];
-    size_t nl = 0;
+    size_t nl = 0, nd = 0;
+    PX_CHECK(coord_db_shrink_pending_drops(c, a, s[k].job_id, &ids, &nd));
+    *gave_up |= nd > 0;
     snprintf(why, sizeof why, "job %s did not let it go within %lld s of a preemption by %s",
              s[k].job_id, (long long)c->cfg.sched.preempt_grace_s, s[k].by);
     PX_CHECK(coord_shrink_leaving(c, a, s[k].job_id, &ids, &nl));

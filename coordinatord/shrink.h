@@ -15,9 +15,12 @@
 px_status_t coord_shrink_ask(coord_t *c, coord_arena_t *a, const coord_sched_view_t *v, size_t i,
                              int *done);
 /* The shrink under way (rows s[0..n), all COORD_PSTOP_SHRINK): ended when
- * the victims have let every node go, or their grace is over (*commit 1). */
+ * the victims have let every node go, or their grace is over (*commit 1);
+ * *gave_up 1 when a victim's round boundary never came (its nodes kept:
+ * the caller may try the preemption that stops jobs). */
 px_status_t coord_shrink_progress(coord_t *c, coord_arena_t *a, coord_effects_t *fx,
-                                  const coord_db_pstop_t *s, size_t n, int *commit);
+                                  const coord_db_pstop_t *s, size_t n, int *commit,
+                                  int *gave_up);
 /* 1 when rank r is on a node its elastic job is giving to a preemption and
  * that is out of its epoch now: its exit is taken, not fenced. */
 int coord_shrink_rank_exit_ok(coord_t *c, const Prunex__V1__RankExit *r);
