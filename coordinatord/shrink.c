@@ -1,4 +1,4 @@
-/* Preemption that shrinks (issue 53, item 5): with `preemption = on`, the
+/* Preemption that shrinks (docs/operations.md): with `preemption = on`, the
  * first job in line waiting for nodes takes them from RUNNING elastic jobs
  * of a lower job priority above their elastic.min_nodes before it stops
  * any job (preempt.c): those jobs go on without the nodes.
@@ -26,7 +26,7 @@
  *   job keeps those nodes); the waiter is placed if it now fits, else the
  *   queue (and the next preemption pass) decide.
  *
- * Growing back needs joining (item 3, not here): coord_db_shrink_wanted_back
+ * Growing back needs joining (not built yet): coord_db_shrink_wanted_back
  * (db/shrink.h; Job.wanted_back, pxctl status) lists the nodes an elastic
  * job gave up to a preemption and does not hold now, for the scheduler to
  * offer it first when they free up. */

@@ -36,7 +36,7 @@ px_status_t coord_db_shrink_pending_drops(coord_t *c, coord_arena_t *a, const ch
 /* Forgets them (a shrink given up before its round boundary came). */
 px_status_t coord_db_shrink_drops_revert(coord_t *c, const char *job_id);
 
-/* The hook for growing back (joining, issue 53 item 3): the nodes the
+/* The hook for growing back (joining, not built yet): the nodes the
  * elastic job gave up to preemptions in its current attempt (an epoch of
  * kind "preempted" left them out) and does not hold now, ids in arena a,
  * to be offered to it first when they are free again. Job.wanted_back. */
