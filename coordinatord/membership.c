@@ -24,6 +24,7 @@
 
 #include "db/db_core.h"
 #include "db/membership.h"
+#include "db/shrink.h"
 #include "flow.h"
 
 #include "prunex/check.h"
@@ -252,11 +253,18 @@ px_status_t coord_membership_lose(coord_t *c, coord_arena_t *a, const char *job_
     return PX_OK;
   }
   PX_CHECK(coord_membership_count_loss(c, a, job_id, node_id, reason));
-  if ((int)n - 1 < min_nodes) {
-    snprintf(note, cap, " (elastic: %d node%s would remain, below min_nodes %d)", (int)n - 1,
-             n == 2 ? "" : "s", min_nodes);
+  /* nodes it gives to a preemption do not remain (shrink.c); losing one of
+   * them takes nothing more */
+  char **giving = NULL;
+  size_t ng = 0, is_giving = 0;
+  PX_CHECK(coord_db_shrink_giving(c, a, job_id, attempt, &giving, &ng));
+  for (size_t i = 0; i < ng; i++) is_giving |= !strcmp(giving[i], node_id);
+  int left = (int)(n - ng) - (is_giving ? 0 : 1);
+  if (left < min_nodes) {
+    snprintf(note, cap, " (elastic: %d node%s would remain, below min_nodes %d)", left,
+             left == 1 ? "" : "s", min_nodes);
     px_log(PX_LOG_INFO, "job %s: losing node %s leaves %d node%s, below elastic.min_nodes %d: "
-           "its attempt ends", job_id, node_id, (int)n - 1, n == 2 ? "" : "s", min_nodes);
+           "its attempt ends", job_id, node_id, left, left == 1 ? "" : "s", min_nodes);
     return PX_OK;
   }
   *dropped = 1;

@@ -13,7 +13,9 @@
  *   nothing: the other job waits;
  * - a node out of the epoch whose rank never exits is freed after
  *   preemption_grace_s (its workers told to stop) and the waiting job
- *   starts on it. */
+ *   starts on it;
+ * - a node lost while the job gives another: the node given does not
+ *   remain, so min_nodes counts without it (the attempt ends). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -49,7 +51,8 @@ static int setup(void **state) {
   if (!c || fprintf(c, "preemption = on\npreemption_grace_s = %d\n", GRACE_S) < 0 ||
       fclose(c) != 0)
     return -1;
-  const char *extra[] = {"--config", conf, "--http", "127.0.0.1:0", NULL};
+  const char *extra[] = {"--config", conf, "--http", "127.0.0.1:0", "--agent-grace-ms", "300",
+                         NULL};
   if (pxt_coordd_start(&f->d, extra) != 0) return -1;
   if (px_rpc_channel_create(f->d.target, &f->ch) != PX_OK) return -1;
   static const char *const names[] = {"n1", "n2", "n3"};
@@ -244,6 +247,30 @@ static void test_a_node_whose_rank_does_not_leave_is_freed_after_the_grace(void 
   assert_int_equal(rank_exit(f, f->low, 2, 2), PX_ERR_STATE);
 }
 
+static void test_a_node_lost_while_giving_one_counts_without_it(void **state) {
+  fixture_t *f = *state;
+  submit(f, 3, 2, 10, "elastic-low", f->low);
+  for (int i = 0; i < 3; i++) expect(f->s[i], START, f->low, 5000);
+  assert_int_equal(report(f, f->low, 0, 0, 1, NULL), 1);
+  submit(f, 1, 0, 500, "urgent", f->high);
+  pxt_sleep_ms(300); /* n3 asked to leave */
+  px_rpc_stream_destroy(f->s[1]); /* then n2's agent is killed */
+  f->s[1] = NULL;
+  assert_true(pxt_wait_node_state(f->ch, f->ids[1], NS(LOST), 5000));
+  int st = -1;
+  for (int64_t end = pxt_now_ms() + 5000; pxt_now_ms() < end; pxt_sleep_ms(50))
+    if ((st = pxt_job_state(f->ch, f->low)) == JS(FAILED)) break;
+  Prunex__V1__Job *j = get_job(f, f->low);
+  print_message("%s: %s\n", px_rpc_job_state_name(j->state), j->reason);
+  if (j->state != JS(FAILED) || !strstr(j->reason, "1 node would remain, below min_nodes 2"))
+    fail_msg("state %d: %s", (int)j->state, j->reason);
+  px_rpc_message_free(j);
+  /* the urgent job is placed on a node the failed job let go */
+  for (int64_t end = pxt_now_ms() + 5000; pxt_now_ms() < end; pxt_sleep_ms(50))
+    if ((st = pxt_job_state(f->ch, f->high)) != JS(PENDING)) break;
+  assert_int_equal(st, JS(SCHEDULED));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(
@@ -252,6 +279,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(
           test_a_node_whose_rank_does_not_leave_is_freed_after_the_grace, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_node_lost_while_giving_one_counts_without_it, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

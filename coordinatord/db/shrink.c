@@ -118,3 +118,25 @@ px_status_t coord_db_shrink_wanted_back(coord_t *c, coord_arena_t *a, const char
       PX_CHECK(coord_db_shrink_gone(a, &ep[k - 1], &ep[k], placed, np, ids, n, &cap));
   return PX_OK;
 }
+
+px_status_t coord_db_shrink_giving(coord_t *c, coord_arena_t *a, const char *job_id, int attempt,
+                                   char ***ids, size_t *n) {
+  PX_CHECK(coord_db_shrink_pending_drops(c, a, job_id, ids, n));
+  coord_db_epoch_t e;
+  int found = 0;
+  PX_CHECK(coord_db_epoch_at(c, a, job_id, attempt, -1, &e, &found));
+  if (!found) return PX_OK;
+  char **placed = NULL, **m = NULL;
+  int *idx = NULL;
+  int32_t *mi = NULL;
+  size_t np = 0, nm = 0, cap = *n;
+  PX_CHECK(coord_db_job_places(c, a, job_id, &placed, &idx, &np));
+  PX_CHECK(coord_db_epoch_members(a, &e, &m, &mi, &nm));
+  for (size_t i = 0; i < np; i++) {
+    if (coord_db_shrink_in(m, nm, placed[i]) || coord_db_shrink_in(*ids, *n, placed[i])) continue;
+    char **slot = coord_push(a, (void **)ids, n, &cap, sizeof *slot);
+    if (!slot) return PX_ERR_NOMEM;
+    *slot = placed[i];
+  }
+  return PX_OK;
+}

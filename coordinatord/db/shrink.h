@@ -36,6 +36,12 @@ px_status_t coord_db_shrink_pending_drops(coord_t *c, coord_arena_t *a, const ch
 /* Forgets them (a shrink given up before its round boundary came). */
 px_status_t coord_db_shrink_drops_revert(coord_t *c, const char *job_id);
 
+/* The job's placed nodes it is giving to a preemption: asked to leave at
+ * the next round boundary (a drop still placed), or out of its newest
+ * epoch of the attempt and not gone yet (ids in arena a). */
+px_status_t coord_db_shrink_giving(coord_t *c, coord_arena_t *a, const char *job_id, int attempt,
+                                   char ***ids, size_t *n);
+
 /* The hook for growing back (joining, not built yet): the nodes the
  * elastic job gave up to preemptions in its current attempt (an epoch of
  * kind "preempted" left them out) and does not hold now, ids in arena a,
