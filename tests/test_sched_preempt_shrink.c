@@ -15,7 +15,9 @@
  *   preemption_grace_s (its workers told to stop) and the waiting job
  *   starts on it;
  * - a node lost while the job gives another: the node given does not
- *   remain, so min_nodes counts without it (the attempt ends). */
+ *   remain, so min_nodes counts without it (the attempt ends);
+ * - a leaving rank killed on its way out: the node goes to the waiting job
+ *   all the same, with no loss counted against it and no other epoch. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -123,14 +125,19 @@ static int report(fixture_t *f, const char *job, int rank, int it, int epoch, ch
   return e;
 }
 
-static px_status_t rank_exit(fixture_t *f, const char *job, int node, int rank) {
+static px_status_t rank_exit_sig(fixture_t *f, const char *job, int node, int rank, int sig) {
   Prunex__V1__RankExit req = PRUNEX__V1__RANK_EXIT__INIT;
+  req.signal = sig;
   req.job_id = (char *)job;
   req.node_id = f->ids[node];
   req.rank = rank;
   req.attempt = 1;
-  req.reason = "pxworker exited";
+  req.reason = sig ? "pxworker was killed by signal 9 (Killed)" : "pxworker exited";
   return px_rpc_report_rank_exit(f->ch, &req, 0);
+}
+
+static px_status_t rank_exit(fixture_t *f, const char *job, int node, int rank) {
+  return rank_exit_sig(f, job, node, rank, 0);
 }
 
 static Prunex__V1__Job *get_job(fixture_t *f, const char *job) {
@@ -271,6 +278,21 @@ static void test_a_node_lost_while_giving_one_counts_without_it(void **state) {
   assert_int_equal(st, JS(SCHEDULED));
 }
 
+static void test_a_leaving_rank_killed_on_its_way_out_counts_no_loss(void **state) {
+  fixture_t *f = *state;
+  start_and_ask(f);
+  assert_int_equal(rank_exit_sig(f, f->low, 2, 2, 9), PX_OK);
+  expect(f->s[2], CANCEL, f->low, 5000);
+  expect(f->s[2], START, f->high, 5000);
+  assert_int_equal(report(f, f->low, 0, 2, 2, NULL), 2); /* no epoch 3 */
+  Prunex__V1__Job *j = get_job(f, f->low);
+  if (j->state != JS(RUNNING) || j->n_memberships != 2 || j->n_blacklist != 0 ||
+      j->n_node_ids != 2)
+    fail_msg("state %d, %zu epochs, %zu blacklisted, %zu nodes: %s", (int)j->state,
+             j->n_memberships, j->n_blacklist, j->n_node_ids, j->reason);
+  px_rpc_message_free(j);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(
@@ -281,6 +303,8 @@ int main(void) {
           test_a_node_whose_rank_does_not_leave_is_freed_after_the_grace, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_node_lost_while_giving_one_counts_without_it, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_a_leaving_rank_killed_on_its_way_out_counts_no_loss,
+                                      setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
