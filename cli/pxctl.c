@@ -322,7 +322,10 @@ static const pxctl_cmd_t pxctl_cmds[] = {
     {"metrics", "JOB", "per-iteration figures of a job",
      "One row per outer iteration: epoch, loss, train and test accuracy, density,\n"
      "mask drift, intra- and inter-node bytes (the job-level report of the lowest\n"
-     "rank that reported).\n\n" OFFLINE_HELP,
+     "rank that reported). Each membership change of an elastic job is a line\n"
+     "among the rows, before the first iteration of its epoch (\"-- membership\n"
+     "epoch 2 from iteration 7 (lost): out n2; nodes n1, n3: why\"); --json adds\n"
+     "\"memberships\" (every epoch, with its kind and nodes in and out).\n\n" OFFLINE_HELP,
      ARGS(metrics_args), "", 1, pxctl_cmd_metrics},
     {"plot", "JOB [JOB ...]", "figures of one job, or several overlaid, as PNG and SVG",
      "Draws with gnuplot (Debian's gnuplot-nox) into --out DIR, each figure as\n"

@@ -224,6 +224,9 @@ pxctl_table_t *pxctl_table_create(int ncols, const char *const *headers);
 /* Appends one cell to the current row (a row ends after ncols cells). */
 void pxctl_table_cell(pxctl_table_t *t, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Appends a row printed as one line of text across the columns (not
+ * aligned with them, nor counted in their widths); between rows only. */
+void pxctl_table_line(pxctl_table_t *t, const char *text);
 /* Prints (indent spaces before each line) and frees. */
 void pxctl_table_print(pxctl_table_t *t, FILE *f, int indent);
 void pxctl_table_destroy(pxctl_table_t *t);

@@ -63,16 +63,34 @@ static int pxctl__width(const char *s) {
   return w;
 }
 
+/* A row made by pxctl_table_line: its first cell starts with this byte. */
+#define PXCTL_TABLE_LINE '\x01'
+
+static int pxctl__is_line(const pxctl_table_t *t, size_t i) {
+  size_t row = i - i % (size_t)t->ncols;
+  return t->cells[row] && t->cells[row][0] == PXCTL_TABLE_LINE;
+}
+
+void pxctl_table_line(pxctl_table_t *t, const char *text) {
+  if (!t || t->ncells % (size_t)t->ncols) return; /* only between rows */
+  pxctl_table_cell(t, "%c%s", PXCTL_TABLE_LINE, text);
+  for (int c = 1; c < t->ncols; c++) pxctl_table_cell(t, "%s", "");
+}
+
 void pxctl_table_print(pxctl_table_t *t, FILE *f, int indent) {
   if (!t) return;
   int *w = px_calloc((size_t)t->ncols, sizeof *w, "pxctl.table.width");
   if (w) {
     for (size_t i = 0; i < t->ncells; i++) {
       int c = (int)(i % (size_t)t->ncols), cw = pxctl__width(t->cells[i]);
-      if (cw > w[c]) w[c] = cw;
+      if (cw > w[c] && !pxctl__is_line(t, i)) w[c] = cw;
     }
     for (size_t i = 0; i < t->ncells; i++) {
       int c = (int)(i % (size_t)t->ncols);
+      if (pxctl__is_line(t, i)) {
+        if (c == 0) fprintf(f, "%*s%s\n", indent, "", t->cells[i] + 1);
+        continue;
+      }
       const char *s = t->cells[i] ? t->cells[i] : "";
       int pad = w[c] - pxctl__width(s);
       if (c == 0) fprintf(f, "%*s", indent, "");

@@ -49,7 +49,8 @@ static void pxctl_print_membership(const Prunex__V1__ListNodesResponse *nodes,
   if (elastic)
     printf("elastic    min %d, max %d nodes\n", s->elastic->min_nodes,
            s->elastic->max_nodes > 0 ? s->elastic->max_nodes : s->cluster ? s->cluster->nodes : 0);
-  if (!elastic && job->n_memberships < 2 && job->n_blacklist == 0) return;
+  if (!elastic && job->n_memberships < 2 && job->n_blacklist == 0 && job->n_wanted_back == 0)
+    return;
   for (size_t i = 0; i < job->n_memberships; i++) {
     const Prunex__V1__MembershipEpoch *e = job->memberships[i];
     char on[1024] = "";
@@ -68,6 +69,11 @@ static void pxctl_print_membership(const Prunex__V1__ListNodesResponse *nodes,
     printf("%s %s (%s) not taken back until %s: lost %d times, last: %s\n",
            i ? "          " : "blacklist ", b->name, b->node_id, t1, b->failures, b->reason);
   }
+  /* nodes it gave to a preemption: it would take them back once free */
+  for (size_t i = 0; i < job->n_wanted_back; i++)
+    printf("%s %s (%s): given up to a preemption, wanted back when free\n",
+           i ? "          " : "wants back", pxctl_node_name(nodes, job->wanted_back[i]),
+           job->wanted_back[i]);
 }
 
 /* The job's nodes, and where and how its earlier attempts ended. */

@@ -165,7 +165,9 @@ px_status_t coord_job_fault_unreachable(coord_t *c, coord_arena_t *a, const char
   coord_db_pstop_t s;
   int found = 0;
   PX_CHECK(coord_db_sched_pstop_get(c, a, job_id, &s, &found));
-  if (!found) return coord_job_fault(c, a, job_id, state, reason, avoid_node, f);
+  /* an elastic job giving nodes (shrink.c) is not being stopped */
+  if (!found || s.stopped == COORD_PSTOP_SHRINK)
+    return coord_job_fault(c, a, job_id, state, reason, avoid_node, f);
   char by[1600];
   if (s.stopped == COORD_PSTOP_STOPPED)
     snprintf(by, sizeof by, "%s; it stopped at its checkpoint of iteration %d, then %s", s.by,

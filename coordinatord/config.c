@@ -208,7 +208,8 @@ static const px_setting_t coord_settings[] = {
     {"time_limit_max_s", PX_SETTING_INT, R, F(sched.time_limit_max_s), NUM(0, INT_MAX), "0", "S",
      "the most time a job may ask for; 0: no maximum", NULL, NULL, NULL},
     {"preemption", PX_SETTING_BOOL, R, F(sched.preempt), NONE, "off", "on|off",
-     "on: the first waiting job may preempt lower-priority jobs that checkpoint", NULL, NULL,
+     "on: the first waiting job may take nodes from lower-priority elastic jobs above their "
+     "min_nodes (they go on), else preempt lower-priority jobs that checkpoint", NULL, NULL,
      NULL},
     {"preemption_grace_s", PX_SETTING_INT, R, F(sched.preempt_grace_s), NUM(1, INT_MAX),
      COORD_STR(COORD_PREEMPT_GRACE_S), "S", "a preempted job not stopped at its checkpoint this "

@@ -10,6 +10,8 @@
  *   assign.c   assignments built from the placement and sent to nodes
  *   attempt.c  how an attempt ends: nodes released, faults, preemption
  *   place.c    placement and the scheduler's pass
+ *   shrink.c   preemption that shrinks elastic jobs (shrink.h): nodes given
+ *              at a round boundary, the waiting job placed on them
  *   preempt.c  preemption's steps, decided in a transaction (effects into fx)
  *   commit.c   coord_commit: commit, then send, notify, schedule; the
  *              scheduler's and preemption's passes committed the same way

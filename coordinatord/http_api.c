@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "coord.h"
+#include "db/epoch_rows.h"
 #include "db/http_read.h"
 #include "http.h"
 #include "prunex/json.h"
@@ -336,6 +337,42 @@ int coord_http_jobs(px_store_t *db, const coord_http_page_t *pg, coord_hbuf_t *o
   return http_list(db, pg, 1, LLONG_MAX, COORD_HTTP_JOB, coord_db_http_jobs, "jobs", out);
 }
 
+static struct json_object *http_names(char **v, size_t n) {
+  struct json_object *arr = json_object_new_array();
+  for (size_t i = 0; i < n; i++) json_object_array_add(arr, px_json_string(v[i], strlen(v[i])));
+  return arr;
+}
+
+/* "memberships": the job's membership epochs of every attempt, by attempt
+ * then epoch (db/epoch_rows.h): the members by name, the nodes in and out
+ * against the epoch before, the kind of change and why. The dashboard
+ * marks each change (kind other than "placed") on its accuracy charts. */
+static px_status_t http_memberships(px_store_t *db, const char *job, struct json_object *o) {
+  coord_arena_t a;
+  coord_arena_init(&a);
+  coord_epoch_row_t *rows = NULL;
+  size_t n = 0;
+  px_status_t rc = coord_db_epoch_rows(db, &a, job, 0, 1, &rows, &n);
+  struct json_object *arr = json_object_new_array();
+  for (size_t i = 0; rc == PX_OK && i < n; i++) {
+    const coord_epoch_row_t *r = &rows[i];
+    struct json_object *e = json_object_new_object();
+    json_object_object_add(e, "attempt", json_object_new_int(r->attempt));
+    json_object_object_add(e, "epoch", json_object_new_int(r->epoch));
+    json_object_object_add(e, "from_iteration", json_object_new_int(r->from_iteration));
+    json_object_object_add(e, "kind", json_object_new_string(coord_epoch_kind_name(r->kind)));
+    json_object_object_add(e, "nodes", http_names(r->names, r->n));
+    json_object_object_add(e, "nodes_in", http_names(r->in, r->n_in));
+    json_object_object_add(e, "nodes_out", http_names(r->out, r->n_out));
+    json_object_object_add(e, "reason", px_json_string(r->reason, strlen(r->reason)));
+    json_object_object_add(e, "time_unix_ms", json_object_new_int64(r->time_unix_ms));
+    json_object_array_add(arr, e);
+  }
+  json_object_object_add(o, "memberships", arr);
+  coord_arena_free(&a);
+  return rc;
+}
+
 int coord_http_job(px_store_t *db, const char *ref, coord_hbuf_t *out) {
   char job[160];
   int rc = http_resolve_job(db, ref, job, sizeof job, out);
@@ -344,6 +381,7 @@ int coord_http_job(px_store_t *db, const char *ref, coord_hbuf_t *out) {
   p.t = coord_db_http_fields(COORD_HTTP_JOB, &p.n);
   p.t2 = coord_db_http_fields(COORD_HTTP_JOB_TOTALS, &p.n2);
   px_status_t st = coord_db_http_job(db, job, http_page_row, &p);
+  if (st == PX_OK && p.count) st = http_memberships(db, job, p.one);
   if (st != PX_OK || !p.count) {
     json_object_put(p.one);
     return st != PX_OK ? http_db_fail(out) : http_fail(out, 404, "job %s not found", job);

@@ -18,7 +18,11 @@
  *   over the job's iterations: prunex_job_inter_bytes_total,
  *   prunex_job_intra_bytes_total, prunex_job_inter_dense_bytes_total,
  *   prunex_job_phase_seconds_total{phase}; for an ended job also
- *   prunex_job_ended_time_seconds{state}. A job's series thus end with its
+ *   prunex_job_ended_time_seconds{state}; and the membership
+ *   (db/epoch_rows.h): prunex_job_membership_epoch and
+ *   prunex_job_member_nodes (the epoch in force), and the counter
+ *   prunex_job_membership_changes_total{reason="lost"|"preempted"|"joined"|
+ *   "other"} over all the job's attempts. A job's series thus end with its
  *   final values, scraped for http_metrics_ended_s (a scrape interval or
  *   more), and then go: Prometheus marks them stale (docs/metrics.md).
  *
@@ -34,6 +38,7 @@
 #include <string.h>
 
 #include "coord.h"
+#include "db/epoch_rows.h"
 #include "db/http_read.h"
 #include "http.h"
 #include "prunex/report.h"
@@ -63,6 +68,8 @@ typedef struct {
   int64_t finished_ms;        /* when it ended (Unix ms) */
   double v[HTTP_MAX_SAMPLES];
   int present[HTTP_MAX_SAMPLES];
+  int epoch, members;         /* membership epoch in force, its nodes (0: not placed) */
+  long long changes[COORD_EPOCH_NKINDS]; /* membership changes of every attempt, by kind */
 } http_job_row_t;
 
 static int http_add_samples(http_sample_t *s, int n, px_report_table_t t, http_sample_kind_t kind) {
@@ -271,6 +278,56 @@ static void http_metrics_jobs(coord_hbuf_t *out, const http_sample_t *s, int n,
   }
 }
 
+/* The jobs' membership (db/epoch_rows.h): the newest attempt's epoch in
+ * force and its node count, and the changes of every attempt by kind. */
+static px_status_t http_load_membership(px_store_t *db, http_job_row_t *jobs, int njobs) {
+  px_status_t rc = PX_OK;
+  for (int i = 0; rc == PX_OK && i < njobs; i++) {
+    coord_arena_t a;
+    coord_arena_init(&a);
+    coord_epoch_row_t *rows = NULL;
+    size_t n = 0;
+    rc = coord_db_epoch_rows(db, &a, jobs[i].job, 0, 0, &rows, &n);
+    for (size_t k = 0; rc == PX_OK && k < n; k++) jobs[i].changes[rows[k].kind]++;
+    if (rc == PX_OK && n > 0) {
+      jobs[i].epoch = rows[n - 1].epoch;
+      jobs[i].members = (int)rows[n - 1].n;
+    }
+    coord_arena_free(&a);
+  }
+  return rc;
+}
+
+/* Membership families: the epoch in force, its nodes, and a counter of the
+ * changes by kind (reason: lost, preempted, joined, other: a bounded set,
+ * every one written, 0 included; an attempt's placement is no change). */
+static void http_metrics_membership(coord_hbuf_t *out, const http_job_row_t *jobs, int njobs) {
+  static const struct {
+    const char *name, *help;
+  } g[2] = {{"prunex_job_membership_epoch",
+             "Membership epoch in force in the job's current attempt (1 at its placement, one "
+             "more at each change at a round boundary)."},
+            {"prunex_job_member_nodes", "Member nodes of the job's membership epoch in force."}};
+  for (int f = 0; f < 2; f++) {
+    http_family(out, g[f].name, "gauge", g[f].help);
+    for (int i = 0; i < njobs; i++) {
+      if (!jobs[i].epoch) continue;
+      px_buf_printf(out, "%s{", g[f].name);
+      http_job_labels(out, &jobs[i]);
+      px_buf_printf(out, "} %d\n", f ? jobs[i].members : jobs[i].epoch);
+    }
+  }
+  http_family(out, "prunex_job_membership_changes_total", "counter",
+              "Membership changes of the job (a node lost, preempted away, joined), over all "
+              "its attempts, by kind.");
+  for (int i = 0; i < njobs; i++)
+    for (int k = COORD_EPOCH_LOST; jobs[i].epoch && k < COORD_EPOCH_NKINDS; k++) {
+      px_buf_printf(out, "prunex_job_membership_changes_total{");
+      http_job_labels(out, &jobs[i]);
+      px_buf_printf(out, ",reason=\"%s\"} %lld\n", coord_epoch_kind_name(k), jobs[i].changes[k]);
+    }
+}
+
 int coord_http_metrics(px_store_t *db, int64_t started_unix_ms, int ended_s, coord_hbuf_t *out) {
   static http_job_row_t jobs[HTTP_MAX_JOBS]; /* HTTP thread only: one request at a time */
   http_sample_t s[HTTP_MAX_SAMPLES];
@@ -286,6 +343,7 @@ int coord_http_metrics(px_store_t *db, int64_t started_unix_ms, int ended_s, coo
   if (rc == PX_OK) rc = coord_db_http_state_counts(db, 1, ns, 8);
   if (rc == PX_OK) rc = coord_db_http_state_counts(db, 0, js, 8);
   if (rc == PX_OK) rc = http_load_jobs(db, since, &r);
+  if (rc == PX_OK) rc = http_load_membership(db, jobs, r.njobs);
   coord_db_http_snapshot_end(db);
   if (rc != PX_OK) {
     px_buf_printf(out, "# database error: %s\n", px_last_error());
@@ -294,5 +352,6 @@ int coord_http_metrics(px_store_t *db, int64_t started_unix_ms, int ended_s, coo
   http_metrics_service(out, started_unix_ms, ns, js);
   http_metrics_rpc(out);
   http_metrics_jobs(out, s, r.n, jobs, r.njobs, r.dropped);
+  http_metrics_membership(out, jobs, r.njobs);
   return 200;
 }

@@ -14,6 +14,7 @@
 #include "prunex/check.h"
 #include "prunex/jobspec.h"
 #include "db/control.h"
+#include "db/epoch_rows.h"
 #include "db/reports.h"
 
 /* Penalty in force for a layer whose penalties were never decided: the
@@ -270,6 +271,21 @@ out:
 
 /* ---- GetIterations ------------------------------------------------------------- */
 
+/* The job's membership epochs in force from the first iteration asked for
+ * on (db/epoch_rows.h): each change is a row of its metrics. */
+static px_status_t coord_iterations_memberships(coord_t *c, coord_arena_t *a,
+                                                const Prunex__V1__GetIterationsRequest *r,
+                                                Prunex__V1__GetIterationsResponse *resp) {
+  coord_epoch_row_t *rows = NULL;
+  size_t n = 0, k = 0;
+  PX_CHECK(coord_db_epoch_rows(c->db, a, r->job_id, 0, 1, &rows, &n));
+  for (size_t i = 0; i < n; i++)
+    if (rows[i].from_iteration >= r->from_iteration) rows[k++] = rows[i];
+  PX_CHECK(coord_db_epoch_messages(a, rows, k, &resp->memberships));
+  resp->n_memberships = k;
+  return PX_OK;
+}
+
 void coord_rpc_get_iterations(px_rpc_srv_call_t *call, const ProtobufCMessage *msg, void *data) {
   coord_t *c = data;
   const Prunex__V1__GetIterationsRequest *r = (const Prunex__V1__GetIterationsRequest *)msg;
@@ -295,6 +311,7 @@ void coord_rpc_get_iterations(px_rpc_srv_call_t *call, const ProtobufCMessage *m
   if (rc == PX_OK)
     rc = coord_db_reports_list(c->db, &a, r->job_id, r->from_iteration, r->limit,
                                r->include_layers, &resp);
+  if (rc == PX_OK) rc = coord_iterations_memberships(c, &a, r, &resp);
   if (rc < 0) coord_fail_internal(c, call);
   else px_rpc_srv_reply(call, &resp.base);
   coord_arena_free(&a);

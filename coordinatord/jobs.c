@@ -14,6 +14,7 @@
 #include "db/membership.h"
 #include "flow.h"
 #include "notify_policy.h"
+#include "shrink.h"
 
 #include "prunex/check.h"
 #include "prunex/jobspec.h"
@@ -663,8 +664,10 @@ void coord_rpc_report_rank_exit(px_rpc_srv_call_t *call, const ProtobufCMessage 
                       r->rank, r->job_id, N - 1);
     return;
   }
-  /* a rank of a node an elastic job dropped (membership.c) */
-  if (coord_job_active(state) &&
+  /* a rank of a node an elastic job dropped (membership.c); one of a node
+   * it gives to a preemption is leaving, not fenced (shrink.c) */
+  int leaving = coord_job_active(state) && coord_shrink_rank_exit_ok(c, r);
+  if (coord_job_active(state) && !leaving &&
       !coord_membership_fence(c, call, "ReportRankExit", r->job_id, r->rank, -1, 0))
     return;
   int to = 0;
@@ -675,6 +678,7 @@ void coord_rpc_report_rank_exit(px_rpc_srv_call_t *call, const ProtobufCMessage 
   coord_effects_init(&fx, &a);
   px_status_t rc = px_store_begin(c->db);
   if (rc == PX_OK) rc = coord_rank_exit(c, &a, r, state, N, &to, &f, &fx);
+  if (rc == PX_OK && leaving) rc = coord_shrink_left(c, &a, r, &fx);
   if (rc == PX_OK && (to == JS_FAILED || to == JS_PENDING)) {
     rc = coord_fx_fault(&fx, r->job_id, &f);
   } else if (rc == PX_OK && to) {

@@ -24,6 +24,7 @@
 
 #include "db/db_core.h"
 #include "db/membership.h"
+#include "db/shrink.h"
 #include "flow.h"
 
 #include "prunex/check.h"
@@ -83,6 +84,9 @@ static px_status_t coord_membership_advance(coord_t *c, coord_arena_t *a, const 
   e.epoch = found ? last.epoch + 1 : 1;
   size_t n = 0;
   PX_CHECK(coord_members_now(c, a, job_id, &e, &n));
+  PX_CHECK(coord_db_epoch_without(a, &e, drops, nd, &n)); /* nodes given to a preemption */
+  if (found && !strcmp(e.node_ids, last.node_ids)) /* dropped already (a node given, then lost) */
+    return coord_db_epoch_drops_clear(c, job_id);
   char reason[2048] = "";
   size_t used = 0;
   for (size_t i = 0; i < nd && used + 8 < sizeof reason; i++)
@@ -250,12 +254,19 @@ px_status_t coord_membership_lose(coord_t *c, coord_arena_t *a, const char *job_
     *dropped = 1; /* dropped before: nothing more to lose */
     return PX_OK;
   }
-  PX_CHECK(coord_membership_count_loss(c, a, job_id, node_id, reason));
-  if ((int)n - 1 < min_nodes) {
-    snprintf(note, cap, " (elastic: %d node%s would remain, below min_nodes %d)", (int)n - 1,
-             n == 2 ? "" : "s", min_nodes);
+  /* nodes it gives to a preemption do not remain (shrink.c); losing one of
+   * them takes nothing more, nor counts against the node */
+  char **giving = NULL;
+  size_t ng = 0, is_giving = 0;
+  PX_CHECK(coord_db_shrink_giving(c, a, job_id, attempt, &giving, &ng));
+  for (size_t i = 0; i < ng; i++) is_giving |= !strcmp(giving[i], node_id);
+  if (!is_giving) PX_CHECK(coord_membership_count_loss(c, a, job_id, node_id, reason));
+  int left = (int)(n - ng) - (is_giving ? 0 : 1);
+  if (left < min_nodes) {
+    snprintf(note, cap, " (elastic: %d node%s would remain, below min_nodes %d)", left,
+             left == 1 ? "" : "s", min_nodes);
     px_log(PX_LOG_INFO, "job %s: losing node %s leaves %d node%s, below elastic.min_nodes %d: "
-           "its attempt ends", job_id, node_id, (int)n - 1, n == 2 ? "" : "s", min_nodes);
+           "its attempt ends", job_id, node_id, left, left == 1 ? "" : "s", min_nodes);
     return PX_OK;
   }
   *dropped = 1;

@@ -30,13 +30,16 @@
  * cancelled as soon as the other victims have stopped. A victim whose node
  * cannot be reached meanwhile (lost, its agent gone) is queued again at
  * once, as preempted too: it uses no restart (attempt.c). One
- * preemption is under way at a time. */
+ * preemption is under way at a time. Before any job is stopped, RUNNING
+ * elastic jobs of a lower priority are asked to give the nodes needed above
+ * their min_nodes and go on without them (shrink.c), when that is enough. */
 #include <stdio.h>
 #include <string.h>
 
 #include "db/control.h"
 #include "db/sched.h"
 #include "flow.h"
+#include "shrink.h"
 #include "prunex/check.h"
 
 /* The first job in line waiting for nodes, or -1. */
@@ -151,14 +154,24 @@ px_status_t coord_preempt_step(coord_t *c, coord_arena_t *a, coord_effects_t *fx
   coord_db_pstop_t *s = NULL;
   size_t n = 0;
   PX_CHECK(coord_db_sched_pstops(c, a, &s, &n));
-  if (n > 0) return coord_preempt_progress(c, a, fx, s, n, commit);
-  if (!ask) return PX_OK;
+  int gave_up = 0;
+  if (n > 0 && s[0].stopped == COORD_PSTOP_SHRINK) /* elastic jobs giving nodes (shrink.c) */
+    PX_CHECK(coord_shrink_progress(c, a, fx, s, n, commit, &gave_up));
+  else if (n > 0) return coord_preempt_progress(c, a, fx, s, n, commit);
+  if (n > 0 && !gave_up) return PX_OK;
+  if (!ask && !gave_up) return PX_OK;
   coord_sched_view_t v;
   PX_CHECK(coord_sched_view(c, a, &v));
   long i = coord_preempt_waiter(&v);
   if (i < 0) return PX_OK;
-  PX_CHECK(coord_preempt_ask(c, a, &v, (size_t)i, commit));
-  *again = *commit; /* none to wait for (all cancelled): it ends at once */
+  if (!gave_up) { /* elastic jobs shrink first; after one that did not, stop jobs */
+    PX_CHECK(coord_shrink_ask(c, a, &v, (size_t)i, commit));
+    if (*commit) return PX_OK;
+  }
+  int asked = 0;
+  PX_CHECK(coord_preempt_ask(c, a, &v, (size_t)i, &asked));
+  *again = asked; /* none to wait for (all cancelled): it ends at once */
+  *commit |= asked;
   return PX_OK;
 }
 

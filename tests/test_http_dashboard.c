@@ -449,11 +449,12 @@ static void test_json_is_paged_and_writes_null_for_missing_values(void **state) 
   assert_non_null(listed);
   pxj_t *one = job_json(F.job);
   assert_non_null(one);
-  assert_int_equal(one->n, listed->n + 3);
+  assert_int_equal(one->n, listed->n + 4);
   for (size_t i = 0; i < listed->n; i++) assert_string_equal(one->keys[i], listed->keys[i]);
   assert_string_equal(one->keys[listed->n], "iterations");
   assert_string_equal(one->keys[listed->n + 1], "bytes_inter");
   assert_string_equal(one->keys[listed->n + 2], "bytes_intra");
+  assert_string_equal(one->keys[listed->n + 3], "memberships");
   pxj_free(one);
   pxj_free(v);
   /* bad input is refused with a message; unknown things are 404 */

@@ -22,6 +22,7 @@
 #include "../agent/metrics_schema.h"
 #include "../coordinatord/arena.c"
 #include "../coordinatord/db/reports.c"
+#include "../coordinatord/db/epoch_rows.c"
 #include "../coordinatord/db/http_read.c"
 #include "../coordinatord/http_api.c"
 #include "../coordinatord/db/schema.c"

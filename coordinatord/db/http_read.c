@@ -42,6 +42,15 @@ static const coord_hfield_t http_job_fields[] = {
     {"attempt", "j.attempt", HF_INT, 0},
     /* "" while the checkpoints are usable */
     {"checkpoint_problem", "j.checkpoint_problem", HF_TEXT, 0},
+    /* the membership epoch in force in the current attempt and its node
+     * count (null before the job is placed) */
+    {"membership_epoch",
+     "(SELECT epoch FROM job_epochs e WHERE e.job_id = j.job_id AND e.attempt = j.attempt"
+     " ORDER BY e.epoch DESC LIMIT 1)", HF_INT_POS, 0},
+    {"member_nodes",
+     "(SELECT length(node_ids) - length(replace(node_ids, char(10), '')) + 1 FROM job_epochs e"
+     " WHERE e.job_id = j.job_id AND e.attempt = j.attempt ORDER BY e.epoch DESC LIMIT 1)",
+     HF_INT_POS, 0},
 };
 
 /* /api/v1/jobs/JOB adds the totals over rank 0's iterations. */

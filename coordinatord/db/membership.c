@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "db_core.h"
+#include "epoch_rows.h"
 
 #include "prunex/check.h"
 
@@ -256,6 +257,7 @@ px_status_t coord_db_job_membership_fill(coord_t *c, coord_arena_t *a, Prunex__V
   if (!j->memberships) return PX_ERR_NOMEM;
   for (size_t i = 0; i < n; i++) PX_CHECK(coord_db_epoch_message(a, &ep[i], &j->memberships[i]));
   j->n_memberships = n;
+  PX_CHECK(coord_db_epoch_enrich(c->db, a, j->job_id, j->attempt, j->memberships, n));
   coord_db_blacklist_t *bl = NULL;
   size_t nb = 0;
   PX_CHECK(coord_db_blacklist_active(c, a, j->job_id, now, &bl, &nb));
@@ -273,5 +275,34 @@ px_status_t coord_db_job_membership_fill(coord_t *c, coord_arena_t *a, Prunex__V
     j->blacklist[i] = b;
   }
   j->n_blacklist = nb;
+  return PX_OK;
+}
+
+static int coord_db_epoch_listed(char **ids, size_t n, const char *id) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(ids[i], id)) return 1;
+  return 0;
+}
+
+px_status_t coord_db_epoch_without(coord_arena_t *a, coord_db_epoch_t *e, char **drops, size_t nd,
+                                   size_t *count) {
+  char **ids = NULL;
+  int32_t *idx = NULL;
+  size_t n = 0;
+  PX_CHECK(coord_db_epoch_members(a, e, &ids, &idx, &n));
+  size_t cap = 1;
+  for (size_t i = 0; i < n; i++) cap += strlen(ids[i]) + 1;
+  char *text = coord_alloc(a, cap), *nums = coord_alloc(a, 12 * n + 1);
+  if (!text || !nums) return PX_ERR_NOMEM;
+  size_t u = 0, v = 0, k = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (coord_db_epoch_listed(drops, nd, ids[i])) continue;
+    u += (size_t)snprintf(text + u, cap - u, "%s%s", k ? "\n" : "", ids[i]);
+    v += (size_t)snprintf(nums + v, 12 * n + 1 - v, "%s%d", k ? "," : "", idx[i]);
+    k++;
+  }
+  e->node_ids = text;
+  e->node_indexes = nums;
+  *count = k;
   return PX_OK;
 }

@@ -28,6 +28,12 @@ px_status_t coord_db_epoch_members(coord_arena_t *a, const coord_db_epoch_t *e, 
 px_status_t coord_db_job_membership_fill(coord_t *c, coord_arena_t *a, Prunex__V1__Job *j,
                                          int64_t now);
 
+/* The epoch e (arena a) without the nodes drops[0..nd) (a node an elastic
+ * job gives to a preemption is still placed when its epoch is made,
+ * shrink.c): its member lists rewritten, *count its nodes. */
+px_status_t coord_db_epoch_without(coord_arena_t *a, coord_db_epoch_t *e, char **drops, size_t nd,
+                                   size_t *count);
+
 /* Records an epoch (replacing a row of the same job, attempt and epoch). */
 px_status_t coord_db_epoch_put(coord_t *c, const char *job_id, const coord_db_epoch_t *e);
 /* The attempt's epoch in force at iteration (the newest whose

@@ -6,6 +6,7 @@
 
 #include "db_core.h"
 #include "membership.h"
+#include "shrink.h"
 #include "prunex/check.h"
 
 px_status_t coord_job_set_state(coord_t *c, const char *job_id, int from, int to,
@@ -311,6 +312,9 @@ px_status_t coord_job_load_ex(coord_t *c, coord_arena_t *a, const char *job_id, 
   PX_CHECK(coord_job_history(c, a, job_id, j));
   PX_CHECK(coord_job_attempts(c, a, job_id, j));
   PX_CHECK(coord_db_job_membership_fill(c, a, j, coord_now_ms()));
+  if (coord_job_active((int)j->state)) /* a job that ended wants nothing back */
+    PX_CHECK(coord_db_shrink_wanted_back(c, a, job_id, j->attempt, &j->wanted_back,
+                                         &j->n_wanted_back));
   PX_CHECK(coord_job_summary(c, a, job_id, scheduled, finished, &j->summary));
   *out = j;
   return PX_OK;

@@ -15,8 +15,11 @@
 enum { COORD_STOP_NONE = 0, COORD_STOP_TIME_LIMIT = 1, COORD_STOP_PREEMPTED = 2 };
 
 /* preempt_stops.stopped: asked, stopped at its checkpoint, not asked (a job
- * whose stop would not resume bit for bit: its attempt is cancelled). */
-enum { COORD_PSTOP_ASKED = 0, COORD_PSTOP_STOPPED = 1, COORD_PSTOP_CANCEL = 2 };
+ * whose stop would not resume bit for bit: its attempt is cancelled);
+ * SHRINK: an elastic job asked to give nodes at its next round boundary,
+ * going on without them (shrink.c). */
+enum { COORD_PSTOP_ASKED = 0, COORD_PSTOP_STOPPED = 1, COORD_PSTOP_CANCEL = 2,
+       COORD_PSTOP_SHRINK = 3 };
 
 /* A job asked to stop for a waiting one (preempt_stops joined with jobs). */
 typedef struct {

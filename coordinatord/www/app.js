@@ -12,7 +12,10 @@
 // chart's box carries data-points="N" (points drawn), data-series="N"
 // (lines), data-legend="0|1", its axes' ranges (data-x-min, data-x-max,
 // data-y-min, data-y-max), its canvas an aria-label naming the series, and
-// data-x-ticks and data-y-ticks (the tick values drawn); quantities that
+// data-x-ticks and data-y-ticks (the tick values drawn), data-markers="N"
+// with data-marker-x and data-marker-labels (the membership changes marked
+// on the accuracy charts: a dashed vertical line with a label at the
+// round boundary of each); quantities that
 // start at 0 have axes from 0 and counts whole-number ticks. Every table
 // cell has data-col="COLUMN", and <body>
 // data-ready="1". The per-layer charts, the phases and the legends are not
@@ -106,6 +109,32 @@ function chartBox(grid, id, title) {
 const PALETTE = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2',
                  '#7f7f7f', '#bcbd22', '#17becf'];
 
+// Vertical lines with a label (opts.markers: [{x, label}]), drawn over the
+// datasets: the job's membership changes on its accuracy charts.
+const MARKERS = {
+  id: 'pxMarkers',
+  afterDatasetsDraw(chart, args, o) {
+    const x = chart.scales.x, area = chart.chartArea, ctx = chart.ctx;
+    if (!x || !o || !o.markers) return;
+    ctx.save();
+    ctx.strokeStyle = '#d62728';
+    ctx.fillStyle = '#d62728';
+    ctx.setLineDash([4, 3]);
+    ctx.font = '10px sans-serif';
+    o.markers.forEach((m, i) => {
+      const px = x.getPixelForValue(m.x);
+      if (!isFinite(px) || px < area.left - 1 || px > area.right + 1) return;
+      ctx.beginPath();
+      ctx.moveTo(px, area.top);
+      ctx.lineTo(px, area.bottom);
+      ctx.stroke();
+      ctx.fillText(m.label, Math.min(px + 3, area.right - ctx.measureText(m.label).width),
+                   area.top + 10 + 12 * (i % 3));
+    });
+    ctx.restore();
+  },
+};
+
 // Draws (or redraws) chart `id` with datasets [{label, data: [{x, y}], ...}].
 function draw(id, type, datasets, opts) {
   const div = document.getElementById('chart-' + id);
@@ -137,6 +166,9 @@ function draw(id, type, datasets, opts) {
   if (opts.intY) scales.y.ticks = {precision: 0};
   if (opts.y2) scales.y2 = {type: 'linear', position: 'right', min: 0, max: 1, title: {display: true, text: opts.y2}, grid: {drawOnChartArea: false}};
   const many = datasets.length > 12;
+  const markers = opts.markers || [];
+  // a marker beyond the last point still shows: the x axis reaches it
+  if (markers.length) scales.x.suggestedMax = Math.max(...markers.map(m => m.x));
   const config = {
     type: type,
     data: {datasets: datasets},
@@ -144,9 +176,10 @@ function draw(id, type, datasets, opts) {
       animation: false, responsive: true, maintainAspectRatio: false, parsing: true,
       interaction: {mode: 'nearest', intersect: false},
       plugins: {legend: {display: !many, labels: {boxWidth: 10, font: {size: 10}}},
-                tooltip: {enabled: true}},
+                tooltip: {enabled: true}, pxMarkers: {markers: markers}},
       scales: scales,
     },
+    plugins: [MARKERS],
   };
   if (charts[id]) charts[id].destroy();
   charts[id] = new Chart(div.querySelector('canvas'), config);
@@ -154,6 +187,10 @@ function draw(id, type, datasets, opts) {
   div.querySelector('canvas').setAttribute('aria-label', div.querySelector('h3').textContent + ': ' +
     datasets.map(d => d.label).join(', '));
   div.setAttribute('data-series', String(datasets.length));
+  // the membership changes marked (x on this chart's axis, and the label)
+  div.setAttribute('data-markers', String(markers.length));
+  div.setAttribute('data-marker-x', markers.map(m => String(m.x)).join(','));
+  div.setAttribute('data-marker-labels', markers.map(m => m.label).join(' | '));
   div.setAttribute('data-legend', many ? '0' : '1');
   const sc = charts[id].scales;
   ['x', 'y'].forEach(a => {
@@ -257,6 +294,26 @@ function jobCharts() {
 
 const st = {job: null, iters: [], layers: [], fields: {}, iterCursor: null, layerCursor: null, built: false};
 
+// The job's membership changes (the job's `memberships` other than an
+// attempt's placement) as markers at the round boundary they were made at,
+// the end of iteration from_iteration - 1: on the time axis when that
+// iteration was reported (else when the change was made), on the bytes
+// axis the inter-node bytes sent up to it. Label: "epoch 2: -n2 (lost)".
+function membershipMarkers(t0) {
+  const out = {time: [], bytes: []};
+  const changes = (st.job.memberships || []).filter(m => m.kind !== 'placed');
+  changes.forEach(m => {
+    let cum = 0, at = null;
+    st.iters.forEach(r => { if (r.iteration < m.from_iteration) { cum += r.bytes_inter; at = r; } });
+    const who = m.nodes_out.map(n => '-' + n).concat(m.nodes_in.map(n => '+' + n)).join(' ');
+    const text = 'epoch ' + m.epoch + ': ' + who + ' (' + m.kind + ')';
+    const t = at && at.iteration === m.from_iteration - 1 ? at.time_unix_ms : m.time_unix_ms;
+    out.time.push({x: (t - t0) / 1000, label: text});
+    out.bytes.push({x: cum / 1e6, label: text});
+  });
+  return out;
+}
+
 function drawJob() {
   const job = st.job, it = st.iters;
   const t0 = job.scheduled_unix_ms || job.created_unix_ms;
@@ -275,8 +332,11 @@ function drawJob() {
   });
   const acc = {y: 'accuracy', yMin: 0, yMax: 1, xMin: 0};
   const L = k => label('iterations', k);
-  draw('acc_time', 'line', [{label: L('test_accuracy'), data: accT}], {...acc, x: 'seconds since the job started'});
-  draw('acc_bytes', 'line', [{label: L('test_accuracy'), data: accB}], {...acc, x: 'inter-node MB (cumulative)'});
+  const mk = membershipMarkers(t0);
+  draw('acc_time', 'line', [{label: L('test_accuracy'), data: accT}],
+       {...acc, x: 'seconds since the job started', markers: mk.time});
+  draw('acc_bytes', 'line', [{label: L('test_accuracy'), data: accB}],
+       {...acc, x: 'inter-node MB (cumulative)', markers: mk.bytes});
   draw('msg', 'line', [{label: L('bytes_inter'), data: msg}, {label: L('bytes_inter_dense'), data: dense}],
        {x: 'iteration', y: 'MB per iteration', xMin: 0, yMin: 0});
   const byLayer = {};
@@ -304,6 +364,7 @@ function summary(main) {
   table(s, [['job', r => r.job_id], ['user', r => r.owner || '-'], ['name', r => r.name], ['state', r => r.state],
             ['strategy', r => r.strategy], ['model', r => r.model], ['dataset', r => r.dataset],
             ['nodes x workers', r => r.nodes + ' x ' + r.workers_per_node],
+            ['membership', r => r.membership_epoch ? 'epoch ' + r.membership_epoch + ': ' + r.member_nodes + ' nodes' : '-'],
             ['iteration', r => (r.iteration == null ? '-' : r.iteration) + (r.max_iterations ? ' / ' + r.max_iterations : '')],
             ['test acc', r => fmtPct(r.test_accuracy)], ['density', r => fmtNum(r.density, 3)],
             ['wall', r => fmtNum((end - t0) / 1000, 1) + ' s'],
