@@ -39,7 +39,8 @@
 # lost (its wall minus its undisturbed twin's) and the stall (stall.py: how
 # long it stood still at the disturbance beyond one normal round, which the
 # machine's load outside that window does not move). RESULT lines, with the
-# ratios elastic/restart and elastic/torch of both. Exits 1 naming each run
+# ratios elastic/restart and elastic/torch of both (a negative figure, load
+# noise, counts as 0). Exits 1 naming each run
 # that did not end as expected: elastic, link, stop, stop-short SUCCEEDED
 # with no restart and 2 nodes; restart SUCCEEDED after one restart; torch
 # FINAL after one restart on 2 nodes.
@@ -461,11 +462,13 @@ for name, r in rows.items():
         bad.append("%s ended %s with %d restarts on %d nodes (expected SUCCEEDED, %d restarts%s)"
                    % (name, r["state"], r["restarts"], r["nodes"], n_restarts,
                       "" if n_nodes is None else ", %d nodes" % n_nodes))
+# the ratios: a negative figure is noise (the load moved more than the
+# failure cost) and counts as 0; none where the other's is not above 0
 for what, v in (("lost", lost), ("stall", stall)):
     for other in ("restart", "torch"):
         e, o = v.get("elastic-kill"), v.get(other + "-kill")
-        if e is not None and o:
-            print("RESULT %s_elastic_over_%s %.3f ratio" % (what, other, e / o))
+        if e is not None and o is not None and o > 0:
+            print("RESULT %s_elastic_over_%s %.3f ratio" % (what, other, max(e, 0.0) / o))
 for b in bad:
     print("run.sh: FAILED: " + b, file=sys.stderr)
 sys.exit(1 if bad else 0)
