@@ -37,9 +37,9 @@ enum { NODES = 3, VICTIM = 2, ITERATIONS = 8, KILL_AFTER = 2, FREEZE_AT = 5, LOS
  * [12] test accuracy, [13] test loss, [14] first training loss, [15] last;
  * [16 + r] lost node, [20 + r] iteration it was lost in, [24 + r] epoch, [28 + r] nodes,
  * [32 + r] 1: the error named the lost node and min_nodes, [36 + r] rank 0 calls of the
- * controller at the lost round */
+ * controller at the lost round, [40 + r] the most inter-node bytes of one iteration (all ranks' or this one's) */
 enum { SH_HI = 0, SH_LO = 4, SH_OK = 8, SH_ACC = 12, SH_TLOSS = 13, SH_L0 = 14, SH_L1 = 15,
-       SH_LOST = 16, SH_AT = 20, SH_EPOCH = 24, SH_NODES = 28, SH_NAMED = 32 };
+       SH_LOST = 16, SH_AT = 20, SH_EPOCH = 24, SH_NODES = 28, SH_NAMED = 32, SH_BYTES = 40 };
 
 typedef enum { CASE_KILL, CASE_SHRINK, CASE_BELOW_MIN } case_t;
 
@@ -82,6 +82,8 @@ static px_status_t observe(void *ctx, const px_iteration_t *it) {
   const rank_ctx_t *rc = ctx;
   if (it->iteration == 0 && rc->rank == 0) px_th_shared[SH_L0] = it->loss;
   if (rc->rank == 0) px_th_shared[SH_L1] = it->loss;
+  double b = fmax((double)it->bytes_inter, (double)it->rank_bytes_inter);
+  if (b > px_th_shared[SH_BYTES + rc->rank]) px_th_shared[SH_BYTES + rc->rank] = b;
 
   if (rc->c != CASE_SHRINK && rc->rank == VICTIM && it->iteration == KILL_AFTER) {
     usleep(300 * 1000);
@@ -217,6 +219,9 @@ static void test_killed_node_is_dropped_and_the_run_finishes(void **state) {
     assert_true(px_th_shared[SH_LOST + r] == VICTIM);
     assert_true(px_th_shared[SH_AT + r] == KILL_AFTER + 1); /* the round after its death */
     assert_true(px_th_shared[SH_EPOCH + r] == 1 && px_th_shared[SH_NODES + r] == 2);
+    /* the round run again counts the new communicator's bytes (not a
+     * wrapped difference with the old one's) */
+    assert_true(px_th_shared[SH_BYTES + r] > 0 && px_th_shared[SH_BYTES + r] < 1e9);
     hi[r] = px_th_shared[SH_HI + r];
     lo[r] = px_th_shared[SH_LO + r];
   }

@@ -120,6 +120,9 @@ static px_status_t px__elastic_agree(px__strategy_run_t *r, int it, const char *
 static px_status_t px__elastic_adopt(px__strategy_run_t *r, const px__strategy_ops_t *ops,
                                      void *priv, px_comm_t *c, int rollback, int it, int lost) {
   r->comm = r->res->comm = c;
+  /* the round's bytes from here: c counts from 0, below the old one */
+  r->bytes0[0] = px_comm_tier_bytes(c, PX_TIER_INTRA);
+  r->bytes0[1] = px_comm_tier_bytes(c, PX_TIER_INTER);
   r->world = px_comm_group(c, PX_GROUP_WORLD);
   r->direct = r->cuda && px_group_nccl(r->world);
   if (r->rs) px__resume_rebind(r->rs, c);
