@@ -495,6 +495,7 @@ static px_status_t pxw_members(void *ctx, int epoch, int lost_node, int gone, in
   PX_CHECK(px_rpc_channel_create(w->a.coordinator, &ch));
   Prunex__V1__IterationReport rep = w->last;
   rep.membership_epoch = epoch; /* the coordinator's in force: the communicator's + 1 */
+  rep.roll_call = 1;            /* answers the survivors' roll call (a silent node is lost) */
   int64_t until = pxa_now_ms() + w->timeout_ms;
   px_status_t st = PX_OK;
   for (;;) {

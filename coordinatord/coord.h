@@ -187,6 +187,7 @@ typedef struct coord_gone coord_gone_t;       /* an agent that went away (gone.c
 typedef struct coord_http coord_http_t;       /* the HTTP listener (http.h) */
 typedef struct coord_notifier coord_notifier_t; /* the notifications' sender (notify.c) */
 typedef struct coord_queue coord_queue_t;     /* the pending jobs in memory (sched_queue.c) */
+typedef struct coord_rollcall coord_rollcall_t; /* an elastic job's roll call (rollcall.c) */
 
 typedef struct {
   uv_loop_t *loop;
@@ -213,6 +214,7 @@ typedef struct {
   int own_ports[2];             /* the gRPC and HTTP listeners' (0: none), never notified */
   coord_queue_t *queue;         /* the pending jobs, in step with the database */
   int64_t blacklist_wake_ms;    /* a node's cooldown ends then: schedule (0: none known) */
+  coord_rollcall_t *rollcalls;  /* the survivors' roll calls open now (rollcall.c) */
 } coord_t;
 
 /* Re-reads the tokens file (when one is configured); on failure the old

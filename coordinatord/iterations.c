@@ -16,6 +16,7 @@
 #include "db/control.h"
 #include "db/epoch_rows.h"
 #include "db/reports.h"
+#include "rollcall.h"
 
 /* Penalty in force for a layer whose penalties were never decided: the
  * reported one, else the spec's initial one, else 1. */
@@ -231,10 +232,12 @@ void coord_rpc_report_iteration(px_rpc_srv_call_t *call, const ProtobufCMessage 
      * elastic job's lost node asking for the next epoch): same answer, with
      * the membership of this attempt (a resumed one replays older
      * decisions); at the latest boundary (or the one before), the next epoch
-     * when a node was dropped since, as a new decision would make it. */
+     * when a node was dropped since, as a new decision would make it, or
+     * when the survivors' roll call found one silent (rollcall.c). */
     int latest = 0;
     if (coord_db_reports_put(c->db, r, coord_now_ms()) != PX_OK ||
         coord_report_latest(c, &a, r, &latest) != PX_OK ||
+        (latest && coord_rollcall_note(c, &a, r, spec, state, &fx) != PX_OK) ||
         coord_membership_decide(c, &a, r->job_id, r->iteration, latest, stored) != PX_OK)
       goto rollback;
   } else {

@@ -17,6 +17,7 @@
 #include "db/db_core.h"
 #include "db/membership.h"
 #include "flow.h"
+#include "rollcall.h"
 
 #include "prunex/check.h"
 
@@ -203,6 +204,7 @@ px_status_t coord_nodes_start(coord_t *c) {
 
 void coord_nodes_stop(coord_t *c) {
   coord_agents_forget(c);
+  coord_rollcalls_forget(c);
   uv_timer_stop(&c->sweep);
   uv_close((uv_handle_t *)&c->sweep, NULL);
 }

@@ -43,9 +43,10 @@ TAGS = {
     "bytes_inter": "traffic/inter_bytes",
     "bytes_inter_dense": "traffic/inter_bytes_dense",
 }
-# not figures: the record's keys, and membership_epoch, the report's fence
+# not figures: the record's keys, membership_epoch (the report's fence) and
+# roll_call (a survivor's repeat)
 ITERATION_KEYS = {"job_id", "iteration", "rank", "time_unix_ms", "checkpoint_problem",
-                  "phases", "layers", "membership_epoch"}
+                  "phases", "layers", "membership_epoch", "roll_call"}
 LAYER_KEYS = {"layer", "name", "numel"}
 
 

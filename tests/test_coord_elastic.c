@@ -74,10 +74,16 @@ static void nodes_up(fixture_t *f, int n, const char *const *names, char ids[][6
 
 /* Submits an hsadmm job of nodes x 1 worker, elastic down to min_nodes (0:
  * not elastic), with max_restarts. */
+/* comm.timeout_ms of the jobs submit() makes (0: not said, 60 s) */
+static int32_t spec_timeout_ms;
+
 static void submit(fixture_t *f, int nodes, int min_nodes, int max_restarts, char *job,
                    size_t cap) {
   pxt_spec_t s;
   pxt_spec_init(&s, nodes, 1);
+  Prunex__V1__CommSpec comm = PRUNEX__V1__COMM_SPEC__INIT;
+  comm.timeout_ms = spec_timeout_ms;
+  if (spec_timeout_ms) s.spec.comm = &comm;
   Prunex__V1__RecoverySpec rec = PRUNEX__V1__RECOVERY_SPEC__INIT;
   rec.max_restarts = max_restarts;
   s.spec.recovery = &rec;
@@ -97,10 +103,11 @@ static void expect(px_rpc_stream_t *s, int action, int attempt, const char *job)
   px_rpc_message_free(a);
 }
 
-/* ReportIteration of one layer by rank in epoch: the px status, the
- * decision into *out (may be NULL: freed). */
-static px_status_t report(fixture_t *f, const char *job, int rank, int iteration, int epoch,
-                          Prunex__V1__ControlDecision **out) {
+/* ReportIteration of one layer by rank in epoch, a survivor's roll-call
+ * repeat when roll_call: the px status, the decision into *out (may be
+ * NULL: freed). */
+static px_status_t report_as(fixture_t *f, const char *job, int rank, int iteration, int epoch,
+                             int roll_call, Prunex__V1__ControlDecision **out) {
   Prunex__V1__LayerMetrics L = PRUNEX__V1__LAYER_METRICS__INIT, *lp = &L;
   L.name = "conv1.weight";
   L.r_intra = L.s_intra = L.r_inter = L.s_inter = 1.0;
@@ -115,11 +122,17 @@ static px_status_t report(fixture_t *f, const char *job, int rank, int iteration
   r.n_layers = 1;
   r.layers = &lp;
   r.membership_epoch = epoch;
+  r.roll_call = roll_call;
   Prunex__V1__ControlDecision *d = NULL;
   px_status_t st = px_rpc_report_iteration(f->ch, &r, 0, &d);
   if (out) *out = d;
   else px_rpc_message_free(d);
   return st;
+}
+
+static px_status_t report(fixture_t *f, const char *job, int rank, int iteration, int epoch,
+                          Prunex__V1__ControlDecision **out) {
+  return report_as(f, job, rank, iteration, epoch, 0, out);
 }
 
 static px_status_t rank_exit(fixture_t *f, const char *job, const char *node, int rank,
@@ -330,6 +343,65 @@ static void test_repeated_latest_report_names_the_next_epoch(void **state) {
   px_rpc_stream_destroy(s[2]);
 }
 
+/* A node silent while its agent heartbeats (its worker stopped): the
+ * survivors' roll call loses it a quarter of comm.timeout_ms after their
+ * first answer; a call every member answers, or a plain repeat, loses
+ * nothing. */
+static void test_roll_call_loses_a_silent_node(void **state) {
+  fixture_t *f = *state;
+  char ids[3][64], job[64];
+  px_rpc_stream_t *s[3] = {NULL, NULL, NULL};
+  spec_timeout_ms = 2000; /* the call closes after 500 ms */
+  start_three(f, ids, s, job, sizeof job);
+  spec_timeout_ms = 0;
+  Prunex__V1__ControlDecision *d = NULL;
+  assert_int_equal(report(f, job, 0, 1, 1, NULL), PX_OK);
+  for (int pass = 0; pass < 2; pass++) { /* every node answers: nobody is lost */
+    for (int rank = 0; rank < 3; rank++) {
+      assert_int_equal(report_as(f, job, rank, 1, 1, 1, &d), PX_OK);
+      expect_members(d, 1, 0, "0,1,2", ids);
+      px_rpc_message_free(d);
+    }
+    pxt_sleep_ms(600);
+  }
+  assert_int_equal(report(f, job, 0, 2, 1, NULL), PX_OK);
+  assert_int_equal(report(f, job, 2, 2, 1, NULL), PX_OK); /* a plain repeat */
+  pxt_sleep_ms(600);
+  assert_int_equal(report(f, job, 2, 2, 1, &d), PX_OK);
+  expect_members(d, 1, 0, "0,1,2", ids);
+  px_rpc_message_free(d);
+  /* n2's worker stopped: ranks 0 and 2 answer, rank 1 does not */
+  int64_t t0 = wall_ms();
+  assert_int_equal(report_as(f, job, 2, 2, 1, 1, &d), PX_OK);
+  expect_members(d, 1, 0, "0,1,2", ids);
+  px_rpc_message_free(d);
+  assert_int_equal(report_as(f, job, 0, 2, 1, 1, &d), PX_OK);
+  if (wall_ms() - t0 < 500) expect_members(d, 1, 0, "0,1,2", ids); /* not yet */
+  px_rpc_message_free(d);
+  pxt_sleep_ms(600);
+  assert_int_equal(report_as(f, job, 0, 2, 1, 1, &d), PX_OK);
+  expect_members(d, 2, 3, "0,2", ids);
+  px_rpc_message_free(d);
+  Prunex__V1__Job *j = get_job(f->ch, job);
+  assert_int_equal(j->state, JS(RUNNING));
+  assert_int_equal(j->n_memberships, 2);
+  if (!strstr(j->memberships[1]->reason, "node n2 (") ||
+      !strstr(j->memberships[1]->reason, ") silent") ||
+      !strstr(j->memberships[1]->reason, "roll call after iteration 2"))
+    fail_msg("epoch 2's reason: %s", j->memberships[1]->reason);
+  px_rpc_message_free(j);
+  /* the stopped worker resumes: fenced */
+  expect_fenced(report(f, job, 1, 3, 1, NULL), "rank 1", "not a member of membership epoch");
+  assert_int_equal(report(f, job, 0, 3, 2, NULL), PX_OK);
+  assert_int_equal(rank_exit(f, job, ids[0], 0, 1, 0, 0), PX_OK);
+  assert_int_equal(rank_exit(f, job, ids[2], 2, 1, 0, 0), PX_OK);
+  j = get_job(f->ch, job);
+  if (j->state != JS(SUCCEEDED) || j->n_attempts != 0)
+    fail_msg("state %d (%zu attempts ended): %s", (int)j->state, j->n_attempts, j->reason);
+  px_rpc_message_free(j);
+  for (int i = 0; i < 3; i++) px_rpc_stream_destroy(s[i]);
+}
+
 /* Below min_nodes: today's restart; epoch 1 again for the new attempt. A
  * node lost twice within the window waits out the cooldown before the job
  * takes it back. */
@@ -464,6 +536,7 @@ int main(void) {
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_repeated_latest_report_names_the_next_epoch, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_roll_call_loses_a_silent_node, setup, teardown),
       cmocka_unit_test_setup_teardown(test_not_elastic_fails_as_before, setup, teardown),
       cmocka_unit_test_setup_teardown(test_spec_rules, setup, teardown),
   };

@@ -61,9 +61,9 @@ static int check_message(const ProtobufCMessageDescriptor *d, px_report_table_t 
 static void test_the_tables_are_the_proto_messages(void **state) {
   (void)state;
   /* the submessages have tables of their own; membership_epoch fences the
-   * report (the coordinator's job_epochs table keeps the membership), it is
-   * not a figure of the iteration */
-  static const char *const sub[] = {"layers", "phases", "membership_epoch", NULL};
+   * report (the coordinator's job_epochs table keeps the membership) and
+   * roll_call marks a survivor's repeat: not figures of the iteration */
+  static const char *const sub[] = {"layers", "phases", "membership_epoch", "roll_call", NULL};
   int n = check_message(&prunex__v1__iteration_report__descriptor, PX_REPORT_ITERATION, 0, sub);
   n += check_message(&prunex__v1__phase_times__descriptor, PX_REPORT_ITERATION, 1, NULL);
   assert_int_equal(n, px_report_count(PX_REPORT_ITERATION)); /* and nothing else */
