@@ -185,7 +185,7 @@ static void px__rebuild_map(const px_comm_t *old, const int *sorted, int nn, int
  * how many are not nodes of old (they join with old's ranks per node,
  * which must then be the same on every node: *per). */
 static px_status_t px__rebuild_check(const px_comm_t *old, const int *nodes, int nn, int epoch,
-                                     int *sorted, int *joining, int *per) {
+                                     int join, int *sorted, int *joining, int *per) {
   PX_REQUIRE(epoch > old->epoch,
              "px_comm_rebuild: epoch %d is not after the communicator's epoch %d (stale decision)",
              epoch, old->epoch);
@@ -198,7 +198,10 @@ static px_status_t px__rebuild_check(const px_comm_t *old, const int *nodes, int
     PX_REQUIRE(id >= 0 && id < PX__MAX_RANKS, "px_comm_rebuild: node id %d of the member list "
                "outside 0..%d", id, PX__MAX_RANKS - 1);
     PX_REQUIRE(i == 0 || sorted[i - 1] != id, "px_comm_rebuild: node %d listed twice", id);
-    *joining += id >= old->node_span || old->leader_of[id] < 0;
+    int known = id < old->node_span && old->leader_of[id] >= 0;
+    PX_REQUIRE(known || join, "px_comm_rebuild: node %d of the member list is not a node of "
+               "epoch %d", id, old->epoch);
+    *joining += !known;
   }
   if (!*joining) return PX_OK;
   int *count = px_calloc((size_t)old->node_span, sizeof *count, "comm.rebuild");
@@ -339,8 +342,8 @@ static px_status_t px__rebuild_world(const px_comm_t *old, px_kv_t *kv, int epoc
   return px__plan_put(kv, old->base, epoch, *n, nn, span, node_of, prev, sorted, leader);
 }
 
-px_status_t px_comm_rebuild(px_comm_t *old, const int *nodes, int nnodes, int epoch, px_kv_t *kv,
-                            px_comm_t **out) {
+static px_status_t px__rebuild(px_comm_t *old, const int *nodes, int nnodes, int epoch,
+                               px_kv_t *kv, int join, px_comm_t **out) {
   PX_REQUIRE(out != NULL && old != NULL && kv != NULL, "px_comm_rebuild: NULL argument");
   PX_REQUIRE(nodes != NULL && nnodes >= 1 && nnodes <= PX__MAX_RANKS,
              "px_comm_rebuild: %d member nodes", nnodes);
@@ -359,7 +362,8 @@ px_status_t px_comm_rebuild(px_comm_t *old, const int *nodes, int nnodes, int ep
   }
   /* a bad or stale list leaves old as it was */
   int joining = 0, per = 0;
-  PX_CHECK_GOTO(px__rebuild_check(old, nodes, nnodes, epoch, sorted, &joining, &per), st, out);
+  PX_CHECK_GOTO(px__rebuild_check(old, nodes, nnodes, epoch, join, sorted, &joining, &per), st,
+                out);
   int formed;
   PX_CHECK_GOTO(px__formed(kv, old->base, epoch, &formed), st, out);
   int me = -1, n = 0;
@@ -384,6 +388,16 @@ px_status_t px_comm_rebuild(px_comm_t *old, const int *nodes, int nnodes, int ep
 out:
   PX_FREE_ALL(sorted, node_of, prev, leader);
   return st;
+}
+
+px_status_t px_comm_rebuild(px_comm_t *old, const int *nodes, int nnodes, int epoch, px_kv_t *kv,
+                            px_comm_t **out) {
+  return px__rebuild(old, nodes, nnodes, epoch, kv, 0, out);
+}
+
+px_status_t px_comm_rebuild_join(px_comm_t *old, const int *nodes, int nnodes, int epoch,
+                                 px_kv_t *kv, px_comm_t **out) {
+  return px__rebuild(old, nodes, nnodes, epoch, kv, 1, out);
 }
 
 /* ---- joining ------------------------------------------------------------------ */

@@ -113,6 +113,12 @@ px_status_t px_hsadmm_rebind(px_hsadmm_t *h, px_comm_t *comm, int rollback);
  * receive goes to the elastic copy's memory). Fails with PX_ERR_INVALID
  * (not elastic, a joining root) and the data plane's errors. */
 px_status_t px_hsadmm_join(px_hsadmm_t *h, int root, int joining);
+/* px_hsadmm_create for a rank that joins a running job over comm (its
+ * px_comm_join communicator): no collective, the state zero until
+ * px_hsadmm_join (after px_hsadmm_set_elastic) fills it. */
+px_status_t px_hsadmm_create_joining(px_comm_t *comm, const px_hsadmm_param_t *params,
+                                     int nparams, const px_hsadmm_config_t *cfg,
+                                     px_hsadmm_t **out);
 /* The decision carries member lists of up to max_nodes nodes (the job's
  * elastic.max_nodes; default and at least the communicator's node count at
  * px_hsadmm_set_elastic): every rank must set the same. Allocates (set-up
