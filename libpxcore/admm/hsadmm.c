@@ -182,6 +182,12 @@ px_status_t px_hsadmm_create(px_comm_t *comm, const px_hsadmm_param_t *params, i
   return px__hsadmm_create_on(comm, params, nparams, cfg, NULL, out);
 }
 
+px_status_t px_hsadmm_create_joining(px_comm_t *comm, const px_hsadmm_param_t *params,
+                                     int nparams, const px_hsadmm_config_t *cfg,
+                                     px_hsadmm_t **out) {
+  return px__hsadmm_create_joining(comm, params, nparams, cfg, NULL, 1, out);
+}
+
 px_status_t px__hsadmm_create_on(px_comm_t *comm, const px_hsadmm_param_t *params, int nparams,
                                  const px_hsadmm_config_t *cfg, const px__hss_ops_t *ops,
                                  px_hsadmm_t **out) {

@@ -14,7 +14,6 @@
  * more. */
 #include <string.h>
 
-#include "admm/admm_int.h"
 #include "admm/hsadmm_int.h"
 #include "prunex/comm_internal.h"
 #include "prunex/hsadmm_internal.h"
@@ -214,12 +213,6 @@ static px_status_t px__hse_fresh(px_hsadmm_t *h) {
   if (h->mtotal) PX_CHECK(px__hsadmm_set_masks(h));
   if (h->frozen) px_pack_plan_freeze(h->plan);
   return PX_OK;
-}
-
-px_status_t px_hsadmm_create_joining(px_comm_t *comm, const px_hsadmm_param_t *params,
-                                     int nparams, const px_hsadmm_config_t *cfg,
-                                     px_hsadmm_t **out) {
-  return px__hsadmm_create_joining(comm, params, nparams, cfg, NULL, 1, out);
 }
 
 px_status_t px_hsadmm_join(px_hsadmm_t *h, int root, int joining) {
