@@ -467,6 +467,7 @@ static px_status_t pxa_open_rank_log(pxa_job_t *job, pxa_worker_t *w, const char
 typedef struct {
   char *args[32];
   char rank[16], lrank[16], dev[16], world[16], node[16], nodes[16], thr[16], leaders[1024];
+  char join[16];
   char droot[PXA_PATH_MAX + 200], croot[PXA_PATH_MAX + 200];
 } pxa_worker_argv_t;
 
@@ -499,6 +500,11 @@ static void pxa_worker_argv(pxa_agent_t *ag, pxa_job_t *job, const pxa_worker_t 
   if (v->leaders[0]) {
     v->args[n++] = "--leaders";
     v->args[n++] = v->leaders;
+  }
+  if (as->join_epoch > 0) { /* the node joins the running attempt (elastic) */
+    snprintf(v->join, sizeof v->join, "%d", as->join_epoch);
+    v->args[n++] = "--join-epoch";
+    v->args[n++] = v->join;
   }
   /* the root dataset.path was allowed under (pxa_check_read_path): the
    * worker opens every file of an image folder beneath it */

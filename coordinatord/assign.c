@@ -62,6 +62,23 @@ void coord_push_assignments(coord_t *c, const char *job_id, int action) {
   coord_arena_free(&a);
 }
 
+void coord_push_join(coord_t *c, const char *job_id, char **nodes, size_t n, int join_epoch) {
+  coord_arena_t a;
+  coord_arena_init(&a);
+  px_status_t rc = PX_OK;
+  for (size_t i = 0; rc >= 0 && i < n; i++) {
+    Prunex__V1__Assignment *as;
+    rc = coord_assignment_build(c, &a, job_id, nodes[i],
+                                PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_START, &as);
+    if (rc != PX_OK || !as) continue;
+    as->join_epoch = join_epoch;
+    coord_send_to_node(c, nodes[i], as);
+  }
+  if (rc < 0) px_log(PX_LOG_ERROR, "job %s: pushing a joining node's assignment: %s", job_id,
+                     px_last_error());
+  coord_arena_free(&a);
+}
+
 void coord_attempt_cancel(coord_t *c, const char *job_id, const coord_fault_t *f) {
   /* The old attempt's nodes stop it: its placement is gone, so the CANCEL
    * is built here, naming the attempt. */

@@ -275,3 +275,27 @@ px_status_t coord_db_job_membership_fill(coord_t *c, coord_arena_t *a, Prunex__V
   j->n_blacklist = nb;
   return PX_OK;
 }
+
+/* ---- joining ------------------------------------------------------------------ */
+
+px_status_t coord_db_jobs_short(coord_t *c, coord_arena_t *a, char ***ids, int **nodes,
+                                int **per_node, size_t *n) {
+  return coord_db_list(c, a,
+                       "SELECT j.job_id, j.num_nodes, j.workers_per_node FROM jobs j"
+                       " WHERE j.state = ?1 AND j.num_nodes >"
+                       " (SELECT count(*) FROM job_nodes n WHERE n.job_id = j.job_id)"
+                       " ORDER BY j.id",
+                       PX_STORE_ARGS(PX_ARG_INT(JS_RUNNING)),
+                       COORD_LIST_COLS(COORD_LIST_TEXT(ids), COORD_LIST_I32(nodes),
+                                       COORD_LIST_I32(per_node)),
+                       n);
+}
+
+px_status_t coord_db_place_clear_index(coord_t *c, const char *job_id, int idx, int per_node) {
+  PX_CHECK(px_store_run_args(c->db, "DELETE FROM job_ranks WHERE job_id = ?1 AND node_index = ?2",
+                             PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(idx))));
+  return px_store_run_args(c->db,
+                           "DELETE FROM rank_exits WHERE job_id = ?1 AND rank >= ?2 AND rank < ?3",
+                           PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(idx * per_node),
+                                         PX_ARG_INT((idx + 1) * per_node)));
+}

@@ -46,13 +46,13 @@ px_status_t px__elastic_setup(px__strategy_run_t *r, const px__strategy_ops_t *o
   PX_REQUIRE(e->min_nodes >= 0 && e->min_nodes <= top,
              "elastic.min_nodes = %d: must be in 0..%d (the job's nodes)", (int)e->min_nodes, top);
   PX_REQUIRE(e->wait_ms >= 0, "elastic.wait_ms = %d: must be >= 0", (int)e->wait_ms);
-  PX_REQUIRE(e->join_from >= 0 && e->join_from < r->cfg->iterations,
-             "elastic.join_from = %d: must be in 0..%d (the iterations)", (int)e->join_from,
-             r->cfg->iterations - 1);
+  PX_REQUIRE(e->join_from >= -1 && e->join_from < r->cfg->iterations,
+             "elastic.join_from = %d: must be -1 (the kept ranks' boundary) or 0..%d (the "
+             "iterations)", (int)e->join_from, r->cfg->iterations - 1);
   PX_REQUIRE(!e->join_from || ops->join, "elastic: strategy %s cannot take joining nodes",
              px_strategy_name(r->cfg->kind));
   r->elastic = 1;
-  r->joining = e->join_from > 0;
+  r->joining = e->join_from != 0;
   r->el_cap = top;
   nn = top;
   size_t nbuf = px_tensor_numel(px_model_flat_buffers(r->m));
@@ -116,6 +116,7 @@ static px_status_t px__elastic_members(px__strategy_run_t *r, int epoch, int los
 static px_status_t px__elastic_agree(px__strategy_run_t *r, int it, const char *failed,
                                      int lost) {
   double v[3] = {failed ? 1 : 0, it, -it};
+  if (it < 0) v[1] = v[2] = -1e9; /* a joining rank that takes the others' iteration */
   PX_CHECK(px_comm_allreduce(r->world, v, v, 3, PX_COMM_F64, PX_COMM_MAX));
   if (v[0] > 0)
     return px_set_error(PX_ERR_STATE, "elastic: a survivor of node %d's loss could not rebind "
@@ -215,13 +216,13 @@ static int px__elastic_joined(const px_comm_t *c, int *root) {
  * local steps, the BN statistics (el_buf stages them: the round is over,
  * the copy is not needed until the next local phase), the strategy's. */
 static px_status_t px__elastic_send(px__strategy_run_t *r, const px__strategy_ops_t *ops,
-                                    void *priv, int root) {
+                                    void *priv, int root, int *first) {
   int me = px_comm_rank(r->comm);
   int64_t pos[4];
   px__trainer_stream(r->t, pos);
-  double v[7] = {pos[0], pos[1], pos[2], pos[3], r->res->test_loss, r->res->test_accuracy,
-                 (double)r->steps};
-  PX_CHECK(px_comm_broadcast(r->world, v, 7, PX_COMM_F64, root));
+  double v[8] = {pos[0], pos[1], pos[2], pos[3], r->res->test_loss, r->res->test_accuracy,
+                 (double)r->steps, *first};
+  PX_CHECK(px_comm_broadcast(r->world, v, 8, PX_COMM_F64, root));
   const px_tensor_t *bn = px_model_flat_buffers(r->m);
   size_t nbuf = px_tensor_numel(bn);
   if (nbuf > 0) {
@@ -235,24 +236,30 @@ static px_status_t px__elastic_send(px__strategy_run_t *r, const px__strategy_op
     r->res->test_loss = v[4];
     r->res->test_accuracy = v[5];
     r->steps = (int64_t)v[6];
+    if (*first >= 0 && *first != (int)v[7])
+      return px_set_error(PX_ERR_STATE, "elastic: this rank joins before iteration %d, the kept "
+                          "ranks are before iteration %d", *first, (int)v[7]);
+    *first = (int)v[7];
   }
   return ops->join(r, priv, root);
 }
 
 px_status_t px__elastic_enter(px__strategy_run_t *r, const px__strategy_ops_t *ops, void *priv,
-                              int first) {
+                              int *first) {
   int root;
   PX_REQUIRE(px__elastic_joined(r->comm, &root) && root >= 0 &&
                  px_comm_prev_rank(r->comm, px_comm_rank(r->comm)) < 0,
              "elastic.join_from: the communicator (epoch %d) is not one this rank joined "
              "(px_comm_join)", px_comm_epoch(r->comm));
-  PX_CHECK(px__elastic_agree(r, first, NULL, -1));
-  PX_CHECK(px__elastic_send(r, ops, priv, root));
+  PX_CHECK(px__elastic_agree(r, *first, NULL, -1));
+  PX_CHECK(px__elastic_send(r, ops, priv, root, first));
+  PX_REQUIRE(*first > 0 && *first < r->cfg->iterations, "elastic: joined before iteration %d "
+             "of %d", *first, r->cfg->iterations);
   r->res->epoch = px_comm_epoch(r->comm);
   r->res->nodes = px_comm_nnodes(r->comm);
   r->res->joins = 1;
   px_log(PX_LOG_INFO, "joined membership epoch %d before iteration %d: %d nodes, %d ranks (this "
-         "one rank %d, state from rank %d)", px_comm_epoch(r->comm), first,
+         "one rank %d, state from rank %d)", px_comm_epoch(r->comm), *first,
          px_comm_nnodes(r->comm), px_comm_size(r->comm), px_comm_rank(r->comm), root);
   return PX_OK;
 }
@@ -281,5 +288,6 @@ px_status_t px__elastic_follow(px__strategy_run_t *r, const px__strategy_ops_t *
   if (n - joined < before) r->res->shrinks++; /* nodes of the epoch before were left out */
   if (!joined) return PX_OK;
   r->res->joins++;
-  return px__elastic_send(r, ops, priv, root);
+  int next = it + 1;
+  return px__elastic_send(r, ops, priv, root, &next);
 }

@@ -485,7 +485,7 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
   r.steps = cfg->local_steps ? cfg->local_steps : px_trainer_steps_per_epoch(trainer);
   if (r.joining) {
     first = cfg->elastic.join_from;
-    PX_CHECK_GOTO(px__elastic_enter(&r, ops, priv, first), st, done);
+    PX_CHECK_GOTO(px__elastic_enter(&r, ops, priv, &first), st, done);
   }
   px_trainer_set_schedule_steps(trainer, r.steps * cfg->iterations);
   int stop = 0;

@@ -226,11 +226,12 @@ px_status_t px__elastic_recover(px__strategy_run_t *r, const px__strategy_ops_t 
  * is not a member. */
 px_status_t px__elastic_follow(px__strategy_run_t *r, const px__strategy_ops_t *ops, void *priv,
                                int it);
-/* A joining rank (r->joining), after the strategy's create and before
- * iteration `first`: meets the kept ranks' px__elastic_follow at that
- * boundary (the same agreement) and takes the state from one of them. */
+/* A joining rank (r->joining), after the strategy's create: meets the kept
+ * ranks' px__elastic_follow at their boundary (the same agreement) and
+ * takes the state from one of them; *first: the iteration it joins before
+ * (-1: the kept ranks' boundary, set here; else checked against it). */
 px_status_t px__elastic_enter(px__strategy_run_t *r, const px__strategy_ops_t *ops, void *priv,
-                              int first);
+                              int *first);
 
 /* ---- helpers of strategy.c the strategies share ---- */
 

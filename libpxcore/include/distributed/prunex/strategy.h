@@ -92,7 +92,8 @@ typedef struct {
   void *members_ctx;
   int32_t max_nodes;         /* the most member nodes a decision may name (nodes join up to
                                 it); 0: the communicator's node count. The same on every rank */
-  int32_t join_from;         /* > 0: this rank joins a running job before iteration join_from:
+  int32_t join_from;         /* > 0: this rank joins a running job before iteration join_from
+                                (-1: before the iteration the kept ranks are at, as they say):
                                 comm is px_comm_join's (epoch and members of the decision that
                                 let it in), and a kept rank sends it the state (z, masks,
                                 penalties, round, BN statistics, data position) */
