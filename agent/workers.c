@@ -665,7 +665,9 @@ static int pxa_job_start(pxa_agent_t *ag, Prunex__V1__Assignment *as) {
   char dir[PXA_PATH_MAX + 256], spec_path[PXA_PATH_MAX + 300];
   pxa_spec_path(ag, as->job_id, attempt, dir, sizeof dir);
   struct stat sb;
-  if (stat(dir, &sb) == 0) {
+  /* (a node that joins the running attempt again, join_epoch, starts new
+   * ranks there: the coordinator placed them, knowing the old ones gone) */
+  if (as->join_epoch <= 0 && stat(dir, &sb) == 0) {
     /* An earlier agent on this work directory ran the job: its workers died
      * with it (PR_SET_PDEATHSIG), and the survivors elsewhere cannot take
      * new ones in. The coordinator must fail the job. */

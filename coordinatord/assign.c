@@ -32,6 +32,8 @@ px_status_t coord_assignment_build(coord_t *c, coord_arena_t *a, const char *job
   char **salts = NULL;
   PX_CHECK(coord_db_assignment_fill(c, a, node_id, as, &found, &salts));
   if (!found) return PX_OK;
+  if (state == JS_RUNNING) /* a node that joins the running attempt (join.c) */
+    PX_CHECK(coord_membership_join_epoch(c, a, job_id, as->node_index, &as->join_epoch));
   for (size_t i = 0; i < as->n_ranks; i++) {
     Prunex__V1__RankAssignment *r = as->ranks[i];
     if (r->secret[0] || !salts[i][0]) continue;

@@ -86,6 +86,11 @@ px_status_t coord_membership_blacklisted(coord_t *c, coord_arena_t *a, const cha
  * join_epoch recorded in fx); *grown counts them. In a transaction. */
 px_status_t coord_membership_grow(coord_t *c, coord_arena_t *a, coord_effects_t *fx,
                                   int *grown);
+/* The epoch a node of the job's placement (node_index) joins in: the next
+ * one when it is not a member of the attempt's last epoch (it joined the
+ * placement since), else 0. Every START built for it carries it. */
+px_status_t coord_membership_join_epoch(coord_t *c, coord_arena_t *a, const char *job_id,
+                                        int node_index, int *epoch);
 
 /* ---- assign.c -------------------------------------------------------------- */
 

@@ -1,7 +1,8 @@
 /* Joining: an elastic job that runs on fewer nodes than its cluster.nodes
  * (it dropped some, membership.c) takes a node back at its next round
- * boundary: a node that came back (its agent registered again) or any
- * other READY node that fits it, not in the job's cooldown.
+ * boundary: a node that came back (its agent registered again, or
+ * blacklist_cooldown_ms after the job lost it) or any other READY node
+ * that fits it, not in the job's cooldown.
  *
  * The scheduler's pass calls coord_membership_grow after it has placed the
  * pending jobs (priority rule: a waiting job gets a free node before a
@@ -17,6 +18,7 @@
  * One change per epoch: a job with a drop or a join not yet made an epoch
  * is left for a later pass. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "db/db_core.h"
@@ -60,6 +62,21 @@ static px_status_t coord_join_settled(coord_t *c, coord_arena_t *a, const char *
   return PX_OK;
 }
 
+/* Whether the job may take node_id: not one it lost, or one that came
+ * back since (its agent registered again) or was away for the cooldown
+ * (blacklist_cooldown_ms; a longer one for a node lost twice is the
+ * blacklist's). A node whose worker just died, its agent still there, is
+ * not taken straight back. */
+static px_status_t coord_join_welcome(coord_t *c, coord_arena_t *a, const char *job_id,
+                                      const char *node_id, int *ok) {
+  coord_db_blacklist_t b;
+  int found = 0;
+  PX_CHECK(coord_db_blacklist_get(c, a, job_id, node_id, &b, &found));
+  *ok = !found || coord_now_ms() - b.last_unix_ms >= c->cfg.blacklist_cooldown_ms;
+  if (!*ok) PX_CHECK(coord_db_node_back_since(c, node_id, b.last_unix_ms, ok));
+  return PX_OK;
+}
+
 /* A READY node with P devices for the job, not in its cooldown (NULL: none). */
 static px_status_t coord_join_pick(coord_t *c, coord_arena_t *a, const char *job_id, int P,
                                    char **node, char **name) {
@@ -72,7 +89,9 @@ static px_status_t coord_join_pick(coord_t *c, coord_arena_t *a, const char *job
   for (size_t i = 0; i < n && !*node; i++) {
     int out = states[i] != NS_READY || coord_agent_is_gone(c, ids[i]);
     for (size_t b = 0; b < nb && !out; b++) out = !strcmp(ids[i], black[b]);
-    if (out) continue;
+    int ok = 0;
+    if (!out) PX_CHECK(coord_join_welcome(c, a, job_id, ids[i], &ok));
+    if (!ok) continue;
     *node = ids[i];
     *name = names[i];
   }
@@ -129,6 +148,25 @@ static px_status_t coord_join_job(coord_t *c, coord_arena_t *a, coord_effects_t 
   (*grown)++;
   px_log(PX_LOG_INFO, "job %s: node %s joins as node %d of %d at the next round boundary "
          "(membership epoch %d)", job_id, name, idx, M, epoch + 1);
+  return PX_OK;
+}
+
+px_status_t coord_membership_join_epoch(coord_t *c, coord_arena_t *a, const char *job_id,
+                                        int node_index, int *epoch) {
+  int attempt = 1, preemptions = 0, found = 0;
+  *epoch = 0;
+  PX_CHECK(coord_db_job_attempts(c, job_id, &attempt, &preemptions));
+  coord_db_epoch_t last;
+  PX_CHECK(coord_db_epoch_at(c, a, job_id, attempt, -1, &last, &found));
+  if (!found) return PX_OK;
+  for (const char *p = last.node_indexes; p && *p;) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p) break;
+    if (v == node_index) return PX_OK; /* a member already */
+    p = *end == ',' ? end + 1 : end;
+  }
+  *epoch = last.epoch + 1;
   return PX_OK;
 }
 

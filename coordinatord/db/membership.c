@@ -299,3 +299,17 @@ px_status_t coord_db_place_clear_index(coord_t *c, const char *job_id, int idx, 
                            PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(idx * per_node),
                                          PX_ARG_INT((idx + 1) * per_node)));
 }
+
+px_status_t coord_db_node_back_since(coord_t *c, const char *node_id, int64_t since_ms,
+                                     int *back) {
+  int64_t n = 0;
+  int found = 0;
+  PX_CHECK(px_store_row(c->db,
+                        "SELECT count(*) FROM node_events WHERE node_id = ?1 AND from_state = ?2"
+                        " AND to_state = ?3 AND time_unix_ms >= ?4",
+                        PX_STORE_ARGS(PX_ARG_TEXT(node_id), PX_ARG_INT(NS_LOST),
+                                      PX_ARG_INT(NS_READY), PX_ARG_INT(since_ms)),
+                        PX_STORE_COLS(PX_COL_INT(&n)), &found));
+  *back = n > 0;
+  return PX_OK;
+}

@@ -96,5 +96,9 @@ px_status_t coord_db_jobs_short(coord_t *c, coord_arena_t *a, char ***ids, int *
 /* The job's rows of placement index idx cleared (ranks, their exit
  * records: a node that left it), for a node to take that index again. */
 px_status_t coord_db_place_clear_index(coord_t *c, const char *job_id, int idx, int per_node);
+/* Whether the node came back (its agent registered again: LOST -> READY)
+ * at or after since_ms. */
+px_status_t coord_db_node_back_since(coord_t *c, const char *node_id, int64_t since_ms,
+                                     int *back);
 
 #endif

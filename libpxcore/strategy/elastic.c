@@ -135,6 +135,9 @@ static px_status_t px__elastic_adopt(px__strategy_run_t *r, const px__strategy_o
                                      void *priv, px_comm_t *c, int rollback, int it, int lost) {
   r->comm = r->res->comm = c;
   r->world = px_comm_group(c, PX_GROUP_WORLD);
+  /* the round's traffic from here counts on c (the old one's counters are gone) */
+  r->bytes0[0] = px_comm_tier_bytes(c, PX_TIER_INTRA);
+  r->bytes0[1] = px_comm_tier_bytes(c, PX_TIER_INTER);
   r->direct = r->cuda && px_group_nccl(r->world);
   px_status_t rs = r->rs ? px__resume_rebind(r->rs, c) : PX_OK;
   r->res->epoch = px_comm_epoch(c);
