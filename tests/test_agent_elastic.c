@@ -188,7 +188,7 @@ static void start_job(int iterations, char *job, size_t cap) {
   el.min_nodes = 2;
   el.max_nodes = 3;
   j.spec.elastic = &el;
-  j.comm.timeout_ms = 8000;
+  j.comm.timeout_ms = 8000; /* lost_ms 4000: a dead peer noticed in 0.5 s */
   if (pxt_job_submit(CH, &j, job, cap) != PX_OK) fail_msg("submit: %s", px_last_error());
 }
 
@@ -223,9 +223,8 @@ static void test_node_that_comes_back_joins(void **state) {
   printf("job %s: %s (attempt %d, %zu epochs, agent back at iteration %d): %s\n", job,
          px_rpc_job_state_name(s), r->attempt, r->n_memberships, it_back, r->reason);
   if (s != PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED) fail_with_logs("the job did not succeed");
-  assert_int_equal(r->attempt, 1);
-  assert_int_equal(r->iteration, ITERS - 1);
-  assert_int_equal((int)r->n_memberships, 3);
+  if (r->attempt != 1 || r->iteration != ITERS - 1 || r->n_memberships != 3)
+    fail_with_logs("not one attempt with three epochs");
   const Prunex__V1__MembershipEpoch *last = r->memberships[2];
   printf("epoch 3 from iteration %d\n", last->from_iteration);
   assert_int_equal(last->epoch, 3);

@@ -277,7 +277,9 @@ px_status_t px__elastic_follow(px__strategy_run_t *r, const px__strategy_ops_t *
   int me = px_comm_node(r->comm), before = px_comm_nnodes(r->comm);
   px_comm_t *c = r->comm; /* left as it is when the old one was not destroyed */
   px_status_t st = px_comm_rebuild_join(r->comm, r->el_nodes, n, epoch, r->cfg->elastic.kv, &c);
-  if (c == r->comm) return st; /* a bad list: the communicator is as it was */
+  /* a bad list: the communicator is as it was (a new one may be where the
+   * old one was freed: only a failure with c unchanged kept the old one) */
+  if (st != PX_OK && c == r->comm) return st;
   if (st != PX_OK) r->comm = r->res->comm = NULL;
   if (st == PX_ERR_STATE && !px__elastic_member(r, n, me)) { /* left out by the decision */
     px_log(PX_LOG_INFO, "node %d is not a member of epoch %d from iteration %d: leaving", me,
