@@ -43,6 +43,7 @@
 #include "metrics.h"
 #include "outbox.h"
 #include "prunex/comm.h"
+#include "prunex/comm_internal.h"
 #include "prunex/cuda.h"
 #include "prunex/jobspec.h"
 #include "prunex/jobspec_translate.h"
@@ -67,6 +68,7 @@ typedef struct {
       *cache_root;
   int rank, local_rank, world, node_index, num_nodes, threads;
   int device_index;            /* the node's device for this rank (default: the local rank) */
+  int join_epoch;              /* > 0: joins the running attempt in this membership epoch */
   int log_level;               /* px_log_level_t; -1: not set */
   const char *ca;              /* --ca FILE, or NULL */
   px_settings_t *settings;     /* keeps the strings above */
@@ -148,6 +150,10 @@ static const px_setting_t pxw_settings[] = {
     PXW_STR("cache_root", 0, cache_root, NULL, "DIR", "dataset.cache_dir is made and written "
             "beneath DIR only, through links neither (default: the --data-root); pxagent passes "
             "the root it allowed the field under"),
+    {"join_epoch", PX_SETTING_INT, 0, F(join_epoch), 1, 1 << 20, NULL, NULL, "E",
+     "elastic jobs: this node joins the running attempt in the coordinator's membership "
+     "epoch E (pxagent passes it from the assignment): its ranks meet the others at that "
+     "round boundary and take the state from a kept rank", NULL, NULL, NULL},
     {"log_level", PX_SETTING_ENUM, 0, F(log_level), 0, 0, pxw_levels, NULL, "L",
      "error, warn, info or debug (default: PX_LOG_LEVEL, info)", NULL, NULL, NULL},
     {"ca", PX_SETTING_STRREF, 0, F(ca), 0, 0, NULL, NULL, "FILE", "PEM CA bundle: TLS to the "
@@ -711,6 +717,25 @@ static px_status_t pxw_prepare(pxw_t *w, px_comm_opts_t *co) {
   return PX_OK;
 }
 
+/* A joining node's rank (--join-epoch): its communicator made directly in
+ * that epoch (the communicator's numbering: the coordinator's - 1) through
+ * the job's prefix, once the kept ranks reach the boundary (at most the
+ * collective timeout twice: the boundary comes within a round). UCX only:
+ * the kept ranks' data plane was chosen without it. */
+static px_status_t pxw_join(pxw_t *w, px_kv_t *kv, px_comm_opts_t *co, px_comm_t **comm) {
+  const pxw_args_t *a = &w->a;
+  PX_REQUIRE(w->elastic, "job %s: --join-epoch %d, but the job is not elastic", a->job,
+             a->join_epoch);
+  PX_REQUIRE(w->device.kind != PX_DEVICE_CUDA, "job %s: a node joins a running job on the CPU "
+             "data plane only (UCX); this rank runs on a GPU", a->job);
+  co->nccl = 0;
+  co->leader_of_node = NULL;
+  px_log(PX_LOG_INFO, "job %s: rank %d (node %d): joining in membership epoch %d", a->job,
+         a->rank, a->node_index, a->join_epoch);
+  return px_comm_join(kv, co, a->node_index, a->local_rank, a->join_epoch - 1,
+                      2 * w->timeout_ms, comm);
+}
+
 /* The rendezvous through the coordinator and the communicator: ranks are
  * placed node by node. */
 static px_status_t pxw_meet(pxw_t *w, px_comm_opts_t *co, px_comm_t **comm) {
@@ -736,6 +761,10 @@ static px_status_t pxw_meet(pxw_t *w, px_comm_opts_t *co, px_comm_t **comm) {
   co->leader_of_node = leaders;
   px_log(PX_LOG_INFO, "job %s: rank %d of %d (node %d of %d): meeting the other ranks", a->job,
          a->rank, a->world, a->node_index, a->num_nodes);
+  if (a->join_epoch > 0) { /* the others meet it at their next round boundary */
+    PX_CHECK_GOTO(pxw_join(w, kv, co, comm), st, out);
+    goto out;
+  }
   PX_CHECK_GOTO(pxw_choose_backend(w, kv, co), st, out);
   PX_CHECK_GOTO(px_comm_create(a->rank, a->world, node_of_rank, kv, co, comm), st, out);
 out:
@@ -832,6 +861,8 @@ static int pxw_run(pxw_t *w) {
   sc.observe = pxw_observe;
   sc.observe_ctx = w;
   if (w->elastic) { /* any rank may become rank 0: every one passes the controller */
+    sc.elastic.join_from = a->join_epoch > 0 ? -1 : 0; /* -1: the kept ranks' boundary */
+    sc.elastic.max_nodes = a->num_nodes; /* the same on every rank: joins refill the job */
     sc.elastic.kv = w->kv;
     sc.elastic.members = pxw_members;
     sc.elastic.members_ctx = w;

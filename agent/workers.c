@@ -467,6 +467,7 @@ static px_status_t pxa_open_rank_log(pxa_job_t *job, pxa_worker_t *w, const char
 typedef struct {
   char *args[32];
   char rank[16], lrank[16], dev[16], world[16], node[16], nodes[16], thr[16], leaders[1024];
+  char join[16];
   char droot[PXA_PATH_MAX + 200], croot[PXA_PATH_MAX + 200];
 } pxa_worker_argv_t;
 
@@ -499,6 +500,11 @@ static void pxa_worker_argv(pxa_agent_t *ag, pxa_job_t *job, const pxa_worker_t 
   if (v->leaders[0]) {
     v->args[n++] = "--leaders";
     v->args[n++] = v->leaders;
+  }
+  if (as->join_epoch > 0) { /* the node joins the running attempt (elastic) */
+    snprintf(v->join, sizeof v->join, "%d", as->join_epoch);
+    v->args[n++] = "--join-epoch";
+    v->args[n++] = v->join;
   }
   /* the root dataset.path was allowed under (pxa_check_read_path): the
    * worker opens every file of an image folder beneath it */
@@ -659,7 +665,9 @@ static int pxa_job_start(pxa_agent_t *ag, Prunex__V1__Assignment *as) {
   char dir[PXA_PATH_MAX + 256], spec_path[PXA_PATH_MAX + 300];
   pxa_spec_path(ag, as->job_id, attempt, dir, sizeof dir);
   struct stat sb;
-  if (stat(dir, &sb) == 0) {
+  /* (a node that joins the running attempt again, join_epoch, starts new
+   * ranks there: the coordinator placed them, knowing the old ones gone) */
+  if (as->join_epoch <= 0 && stat(dir, &sb) == 0) {
     /* An earlier agent on this work directory ran the job: its workers died
      * with it (PR_SET_PDEATHSIG), and the survivors elsewhere cannot take
      * new ones in. The coordinator must fail the job. */

@@ -32,6 +32,8 @@ px_status_t coord_assignment_build(coord_t *c, coord_arena_t *a, const char *job
   char **salts = NULL;
   PX_CHECK(coord_db_assignment_fill(c, a, node_id, as, &found, &salts));
   if (!found) return PX_OK;
+  if (state == JS_RUNNING) /* a node that joins the running attempt (join.c) */
+    PX_CHECK(coord_membership_join_epoch(c, a, job_id, as->node_index, &as->join_epoch));
   for (size_t i = 0; i < as->n_ranks; i++) {
     Prunex__V1__RankAssignment *r = as->ranks[i];
     if (r->secret[0] || !salts[i][0]) continue;
@@ -59,6 +61,23 @@ void coord_push_assignments(coord_t *c, const char *job_id, int action) {
     if (rc == PX_OK && as) coord_send_to_node(c, ids[i], as);
   }
   if (rc < 0) px_log(PX_LOG_ERROR, "job %s: pushing assignments: %s", job_id, px_last_error());
+  coord_arena_free(&a);
+}
+
+void coord_push_join(coord_t *c, const char *job_id, char **nodes, size_t n, int join_epoch) {
+  coord_arena_t a;
+  coord_arena_init(&a);
+  px_status_t rc = PX_OK;
+  for (size_t i = 0; rc >= 0 && i < n; i++) {
+    Prunex__V1__Assignment *as;
+    rc = coord_assignment_build(c, &a, job_id, nodes[i],
+                                PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_START, &as);
+    if (rc != PX_OK || !as) continue;
+    as->join_epoch = join_epoch;
+    coord_send_to_node(c, nodes[i], as);
+  }
+  if (rc < 0) px_log(PX_LOG_ERROR, "job %s: pushing a joining node's assignment: %s", job_id,
+                     px_last_error());
   coord_arena_free(&a);
 }
 

@@ -16,6 +16,8 @@ static void coord_fx_apply(coord_t *c, coord_effects_t *fx) {
       coord_fault_t f = {.restarted = 1, .attempt = s->attempt, .nodes = s->nodes,
                          .nnodes = s->nnodes};
       coord_attempt_cancel(c, s->job_id, &f);
+    } else if (s->join_epoch > 0) {
+      coord_push_join(c, s->job_id, s->nodes, s->nnodes, s->join_epoch);
     } else {
       coord_push_assignments(c, s->job_id, s->action);
     }

@@ -325,6 +325,9 @@ void coord_nodes_stop(coord_t *c);
 /* Sends the job's assignment with this action to each of its nodes'
  * assignment streams (after the commit that made it so). */
 void coord_push_assignments(coord_t *c, const char *job_id, int action);
+/* The job's START to these nodes only, marked joining in membership epoch
+ * join_epoch (their agents start the workers with --join-epoch). */
+void coord_push_join(coord_t *c, const char *job_id, char **nodes, size_t n, int join_epoch);
 /* Sends one assignment to every open stream of node_id. */
 void coord_send_to_node(coord_t *c, const char *node_id, const Prunex__V1__Assignment *as);
 

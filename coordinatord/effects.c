@@ -64,4 +64,15 @@ px_status_t coord_fx_cancel_nodes(coord_effects_t *fx, const char *job_id, int a
   return PX_OK;
 }
 
+px_status_t coord_fx_start_nodes(coord_effects_t *fx, const char *job_id, int join_epoch,
+                                 char **nodes, size_t n) {
+  coord_send_t *s =
+      coord_fx_send(fx, job_id, PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_START);
+  if (!s) return PX_ERR_NOMEM;
+  s->join_epoch = join_epoch;
+  s->nodes = nodes;
+  s->nnodes = n;
+  return PX_OK;
+}
+
 void coord_effects_clear(coord_effects_t *fx) { coord_effects_init(fx, fx->a); }

@@ -27,6 +27,7 @@ typedef struct {
   int attempt;
   char **nodes;
   size_t nnodes;
+  int join_epoch;        /* > 0: a START to these nodes only, which join in that epoch */
 } coord_send_t;
 
 typedef struct {
@@ -65,6 +66,10 @@ px_status_t coord_fx_fault(coord_effects_t *fx, const char *job_id, const coord_
 px_status_t coord_fx_cancel_nodes(coord_effects_t *fx, const char *job_id, int attempt,
                                   char **nodes, size_t n);
 
+/* The job's START to these nodes only (borrowed, as above), which join
+ * its running attempt in membership epoch join_epoch (join.c). */
+px_status_t coord_fx_start_nodes(coord_effects_t *fx, const char *job_id, int join_epoch,
+                                 char **nodes, size_t n);
 /* Empties fx (nothing recorded). */
 void coord_effects_clear(coord_effects_t *fx);
 

@@ -79,6 +79,21 @@ px_status_t coord_membership_members(coord_t *c, const char *job_id, int *n);
 px_status_t coord_membership_blacklisted(coord_t *c, coord_arena_t *a, const char *job_id,
                                          char ***ids, size_t *n, char *why, size_t cap);
 
+/* ---- join.c ----------------------------------------------------------------- */
+
+/* The scheduler's pass, after the pending jobs: each running elastic job
+ * placed on fewer nodes than its cluster.nodes, with no membership change
+ * pending, takes a fitting READY node not in its cooldown at the lowest
+ * free placement index, oldest job first, one node per job (its START with
+ * join_epoch recorded in fx); *grown counts them. In a transaction. */
+px_status_t coord_membership_grow(coord_t *c, coord_arena_t *a, coord_effects_t *fx,
+                                  int *grown);
+/* The epoch a node of the job's placement (node_index) joins in: the next
+ * one when it is not a member of the attempt's last epoch (it joined the
+ * placement since), else 0. Every START built for it carries it. */
+px_status_t coord_membership_join_epoch(coord_t *c, coord_arena_t *a, const char *job_id,
+                                        int node_index, int *epoch);
+
 /* ---- assign.c -------------------------------------------------------------- */
 
 /* Builds the assignment of job_id for node_id in the arena; *out NULL when

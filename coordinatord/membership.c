@@ -76,7 +76,6 @@ static px_status_t coord_membership_advance(coord_t *c, coord_arena_t *a, const 
   char **drops = NULL, **why = NULL;
   size_t nd = 0;
   PX_CHECK(coord_db_epoch_drops(c, a, job_id, attempt, &drops, &why, &nd));
-  if (nd == 0) return PX_OK;
   coord_db_epoch_t last, e = {.attempt = attempt, .from_iteration = iteration + 1,
                               .time_unix_ms = coord_now_ms()};
   int found = 0;
@@ -85,12 +84,17 @@ static px_status_t coord_membership_advance(coord_t *c, coord_arena_t *a, const 
   size_t n = 0;
   PX_CHECK(coord_members_now(c, a, job_id, &e, &n));
   PX_CHECK(coord_db_epoch_without(a, &e, drops, nd, &n)); /* nodes given to a preemption */
-  if (found && !strcmp(e.node_ids, last.node_ids)) /* dropped already (a node given, then lost) */
-    return coord_db_epoch_drops_clear(c, job_id);
+  /* the same members: nothing dropped or joined (join.c), or a node given,
+   * then lost */
+  if (nd == 0 && !found) return PX_OK;
+  if (found && !strcmp(e.node_ids, last.node_ids))
+    return nd ? coord_db_epoch_drops_clear(c, job_id) : PX_OK;
   char reason[2048] = "";
   size_t used = 0;
   for (size_t i = 0; i < nd && used + 8 < sizeof reason; i++)
     used += (size_t)snprintf(reason + used, sizeof reason - used, "%s%s", i ? "; " : "", why[i]);
+  if (nd == 0) snprintf(reason, sizeof reason, "nodes joined: placement indexes %s",
+                        e.node_indexes);
   e.reason = reason;
   PX_CHECK(coord_db_epoch_put(c, job_id, &e));
   PX_CHECK(coord_db_epoch_drops_clear(c, job_id));
@@ -163,7 +167,9 @@ int coord_membership_fence(coord_t *c, px_rpc_srv_call_t *call, const char *what
   if (found) coord_epoch_names(&e, members, sizeof members);
   if (!found) {
     /* no epochs: placed by an older pxcoordd, nothing to fence on */
-  } else if (index >= 0 && (!node[0] || !coord_epoch_has(&e, node))) {
+  } else if (index >= 0 && (!node[0] || (!coord_epoch_has(&e, node) && iteration >= 0))) {
+    /* (a placed node not yet in an epoch is joining: it meets the others
+     * through the store before its epoch is made; join.c) */
     ok = 0;
     px_rpc_srv_finish(call, PX_RPC_FAILED_PRECONDITION,
                       "%s: rank %d of job %s is on node %d (%s), which is not a member of "

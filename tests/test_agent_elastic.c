@@ -158,6 +158,91 @@ static void lose_node(int victim) {
   assert_int_equal(pxt_coordd_teardown(&D), 0);
 }
 
+/* The job's membership epochs so far (-1: no answer). */
+static int job_epochs(const char *job) {
+  Prunex__V1__Job *j = NULL;
+  if (px_rpc_get_job(CH, job, 0, &j) != PX_OK) return -1;
+  int n = (int)j->n_memberships;
+  px_rpc_message_free(j);
+  return n;
+}
+
+/* The coordinator, three agents and the job (iterations, elastic 2..3). */
+static void start_job(int iterations, char *job, size_t cap) {
+  static const char *const extra[] = {"--agent-grace-ms", "300", NULL};
+  if (pxt_coordd_setup(&D, extra) != 0 || px_rpc_channel_create(D.target, &CH) != PX_OK)
+    fail_msg("coordinator");
+  int w = pxt_write_fmnist_subset(D.dir, 192, 48, DATA, sizeof DATA);
+  if (w < 0) fail_msg("data");
+  setenv("PX_LOG_LEVEL", "info", 1);
+  for (int i = 0; i < NODES; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "node%d", i);
+    if (pxt_agent_start(&A[i], &D, name, 1, NULL) != 0) fail_msg("agent %d", i);
+    if (!pxt_wait_node_named(CH, name, PRUNEX__V1__NODE_STATE__NODE_STATE_READY, 30000))
+      fail_with_logs("an agent did not register");
+  }
+  pxt_job_t j;
+  pxt_job_init(&j, w ? DATA : NULL, NODES, 1, iterations, 2);
+  static Prunex__V1__ElasticSpec el = PRUNEX__V1__ELASTIC_SPEC__INIT;
+  el.min_nodes = 2;
+  el.max_nodes = 3;
+  j.spec.elastic = &el;
+  j.comm.timeout_ms = 8000; /* lost_ms 4000: a dead peer noticed in 0.5 s */
+  if (pxt_job_submit(CH, &j, job, cap) != PX_OK) fail_msg("submit: %s", px_last_error());
+}
+
+/* Node 2's agent and worker are SIGKILLed after iteration 3; once the
+ * coordinator has made the epoch without it, its agent comes back: the
+ * scheduler gives the node back to the job (placement index 2), its worker
+ * joins at the next round boundary (epoch 3, the state from rank 0) and
+ * the job SUCCEEDS in its first attempt on three nodes. */
+static void test_node_that_comes_back_joins(void **state) {
+  (void)state;
+  enum { ITERS = 14 };
+  int64_t t0 = pxt_now_ms();
+  char job[64];
+  start_job(ITERS, job, sizeof job);
+  int64_t end = pxt_now_ms() + 60000;
+  while (job_iteration(job) < 3 && pxt_now_ms() < end) pxt_sleep_ms(20);
+  pid_t pids[4];
+  if (job_iteration(job) < 3 || pxt_worker_children(A[2].pid, pids, NULL, 4) != 1)
+    fail_with_logs("the job did not reach iteration 3 with a worker on node 2");
+  kill(A[2].pid, SIGKILL);
+  kill(pids[0], SIGKILL);
+  pxt_wait_pid(A[2].pid, 5000);
+  A[2].pid = -1;
+  end = pxt_now_ms() + 30000;
+  while (job_epochs(job) < 2 && pxt_now_ms() < end) pxt_sleep_ms(20);
+  if (job_epochs(job) < 2) fail_with_logs("no epoch without node 2");
+  int it_back = job_iteration(job);
+  if (pxt_agent_start(&A[2], &D, "node2", 1, NULL) != 0) fail_msg("agent 2 again");
+  int s = pxt_wait_job(CH, job, 0, 90000);
+  Prunex__V1__Job *r = NULL;
+  assert_int_equal(px_rpc_get_job(CH, job, 0, &r), PX_OK);
+  printf("job %s: %s (attempt %d, %zu epochs, agent back at iteration %d): %s\n", job,
+         px_rpc_job_state_name(s), r->attempt, r->n_memberships, it_back, r->reason);
+  if (s != PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED) fail_with_logs("the job did not succeed");
+  if (r->attempt != 1 || r->iteration != ITERS - 1 || r->n_memberships != 3)
+    fail_with_logs("not one attempt with three epochs");
+  const Prunex__V1__MembershipEpoch *last = r->memberships[2];
+  printf("epoch 3 from iteration %d\n", last->from_iteration);
+  assert_int_equal(last->epoch, 3);
+  assert_int_equal((int)last->n_node_indexes, 3);
+  for (int i = 0; i < 3; i++) assert_int_equal(last->node_indexes[i], i);
+  px_rpc_message_free(r);
+  char p[700];
+  snprintf(p, sizeof p, "%s/jobs/%s/rank-2.log", A[2].work, job);
+  print_lines(p, "join");
+  assert_true(pxt_file_contains(p, "joined membership epoch 2 before iteration"));
+  snprintf(p, sizeof p, "%s/jobs/%s/model.safetensors", A[0].work, job);
+  assert_true(pxt_file_exists(p, 1));
+  printf("test time %lld ms\n", (long long)(pxt_now_ms() - t0));
+  assert_int_equal(pxt_agents_stop(A, NODES), 0);
+  px_rpc_channel_destroy(CH);
+  assert_int_equal(pxt_coordd_teardown(&D), 0);
+}
+
 /* The last node lost: ranks 0 and 1 go on as they were. */
 static void test_lost_node_dropped_job_succeeds(void **state) {
   (void)state;
@@ -174,6 +259,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lost_node_dropped_job_succeeds),
       cmocka_unit_test(test_lost_rank0_node_dropped_job_succeeds),
+      cmocka_unit_test(test_node_that_comes_back_joins),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -291,6 +291,61 @@ static void test_dead_worker_drops_its_node_and_the_attempt_goes_on(void **state
   for (int i = 0; i < 3; i++) px_rpc_stream_destroy(s[i]);
 }
 
+/* A dropped node that comes back (its agent registers again) joins: the
+ * scheduler places the job's rank 1 on it again (placement index 1), its
+ * START says join_epoch 3, and the next round boundary makes epoch 3 with
+ * the three nodes. Until then the joining rank cannot report a round of
+ * epoch 2 (fenced), though its store calls go through (it meets the others
+ * there); after it, it reports as a member, and the job succeeds with all
+ * three ranks. A node whose worker just died, its agent still there, is
+ * not taken straight back (test_dead_worker_... above). */
+static void test_node_that_comes_back_joins_at_the_next_round(void **state) {
+  fixture_t *f = *state;
+  char ids[3][64], job[64], again[64];
+  px_rpc_stream_t *s[3] = {NULL, NULL, NULL};
+  start_three(f, ids, s, job, sizeof job);
+  px_rpc_stream_destroy(s[1]); /* n2's agent is killed */
+  assert_true(pxt_wait_node_state(f->ch, ids[1], NS(LOST), 5000));
+  pxt_sleep_ms(100);
+  Prunex__V1__ControlDecision *d = NULL;
+  assert_int_equal(report(f, job, 0, 1, 1, &d), PX_OK);
+  expect_members(d, 2, 2, "0,2", ids);
+  px_rpc_message_free(d);
+  /* its agent comes back */
+  assert_int_equal(pxt_register(f->ch, "n2", 1, 0, again, sizeof again), PX_OK);
+  assert_string_equal(again, ids[1]);
+  assert_int_equal(px_rpc_watch_assignments(f->ch, ids[1], &s[1]), PX_OK);
+  Prunex__V1__Assignment *a = pxt_next_assignment(s[1], 5000);
+  assert_non_null(a);
+  if ((int)a->action != START || a->attempt != 1 || a->join_epoch != 3 || a->node_index != 1 ||
+      a->n_ranks != 1 || a->ranks[0]->rank != 1)
+    fail_msg("assignment: action %d attempt %d join_epoch %d node %d (%zu ranks)",
+             (int)a->action, a->attempt, a->join_epoch, a->node_index, a->n_ranks);
+  px_rpc_message_free(a);
+  Prunex__V1__Job *j = get_job(f->ch, job);
+  assert_int_equal(j->n_node_ids, 3);
+  assert_int_equal(j->n_memberships, 2); /* no boundary since */
+  px_rpc_message_free(j);
+  expect_fenced(report(f, job, 1, 2, 0, NULL), "rank 1", "not a member of membership epoch 2");
+  assert_int_equal(kv_put(f, job, 0), PX_OK);
+  /* the next round boundary */
+  assert_int_equal(report(f, job, 0, 2, 2, &d), PX_OK);
+  expect_members(d, 3, 3, "0,1,2", ids);
+  px_rpc_message_free(d);
+  j = get_job(f->ch, job);
+  assert_int_equal(j->n_memberships, 3);
+  if (!strstr(j->memberships[2]->reason, "nodes joined"))
+    fail_msg("epoch 3's reason: %s", j->memberships[2]->reason);
+  px_rpc_message_free(j);
+  assert_int_equal(report(f, job, 1, 3, 3, NULL), PX_OK); /* a member now */
+  for (int r = 0; r < 3; r++) assert_int_equal(rank_exit(f, job, ids[r], r, 1, 0, 0), PX_OK);
+  j = get_job(f->ch, job);
+  if (j->state != JS(SUCCEEDED) || !strstr(j->reason, "all 3 ranks exited with code 0"))
+    fail_msg("state %d: %s", (int)j->state, j->reason);
+  px_rpc_message_free(j);
+  for (int i = 0; i < 3; i++) px_rpc_stream_destroy(s[i]);
+}
+
 /* What pxworker's members callback does after a lost peer broke round 3:
  * the survivors repeat their report of iteration 2 (decided before the
  * loss, the latest boundary). Once n2 is dropped the repeat makes epoch 2
@@ -534,6 +589,8 @@ int main(void) {
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_below_min_restarts_and_a_twice_lost_node_cools_down,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(test_node_that_comes_back_joins_at_the_next_round, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_repeated_latest_report_names_the_next_epoch, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_roll_call_loses_a_silent_node, setup, teardown),

@@ -377,6 +377,136 @@ static void test_shrink_by_decision_equals_a_fresh_run(void **state) {
   }
 }
 
+/* ---- a node joins at a boundary --------------------------------------------------- */
+
+enum { JOIN_BEFORE = 4, JOIN_ROUNDS = 8 };
+/* shared (this test): [r] z hash after the join, [8 + r] masks and penalties hash,
+ * [16 + r] 1: the joiner's z_i equals z and its duals are zero, [24 + r] round number of
+ * the first round after the join, [32 + r] final z hash, [40 + k] loss after round k */
+
+/* Residual balancing as above, and the freeze before the join (the joiner
+ * must take the frozen masks). */
+static px_status_t balance_early(void *ctx, const px_hsadmm_round_t *rd,
+                                 px_hsadmm_decision_t *d) {
+  PX_CHECK(balance(ctx, rd, d));
+  d->freeze = rd->iteration >= JOIN_BEFORE - 2;
+  return PX_OK;
+}
+
+/* The masks' densities, the penalties and the freeze flag, hashed. */
+static double masks_rho_hash(px_hsadmm_t *h) {
+  double v[7] = {px_hsadmm_density(h, 0), px_hsadmm_density(h, 1), px_hsadmm_rho1(h, 0),
+                 px_hsadmm_rho1(h, 1), px_hsadmm_rho2(h, 0), px_hsadmm_rho2(h, 1),
+                 px_hsadmm_frozen(h)};
+  return (double)(px_test_fnv64(v, sizeof v) >> 12);
+}
+
+/* A joining rank's own state: z_i = z, u = v = 0. */
+static int fresh_state(px_hsadmm_t *h) {
+  for (int i = 0; i < 2; i++) {
+    const float *z = px_hsadmm_z(h, i), *zi, *u, *v, *uu;
+    float rho;
+    px_hsadmm_prox(h, i, &zi, &uu, &rho);
+    px_hsadmm_duals(h, i, &u, &v);
+    for (size_t j = 0; j < (size_t)(i ? DD : DW); j++)
+      if (zi[j] != z[j] || u[j] != 0 || v[j] != 0) return 0;
+  }
+  return 1;
+}
+
+/* The handle of this rank at the join: the kept ranks rebuild over the
+ * three nodes and rebind theirs; node 2's ranks (left out at the start)
+ * meet them through px_comm_join with a new handle. */
+static int join_epoch(px_th_ctx_t *ctx, px_kv_t *kv, px_comm_t **comm, px_hsadmm_t **h,
+                      const px_hsadmm_param_t *params, const px_hsadmm_config_t *cfg) {
+  int all[3] = {2, 0, 1};
+  if (ctx->node_of[ctx->rank] != VICTIM_NODE) {
+    PX_TH_OK(px_comm_rebuild_join(*comm, all, 3, 2, kv, comm));
+    PX_TH_OK(px_hsadmm_rebind(*h, *comm, 0));
+    PX_TH_OK(px_hsadmm_join(*h, 0, 0));
+    return 0;
+  }
+  px_comm_opts_t o;
+  px_comm_opts_default(&o);
+  o.key_prefix = "test/c0"; /* the job's first prefix (px_th_comm's) */
+  PX_TH_OK(px_comm_join(kv, &o, VICTIM_NODE, ctx->rank - 2 * P, 2, 30000, comm));
+  PX_TH_CHECK(px_comm_rank(*comm) == ctx->rank && px_comm_epoch(*comm) == 2);
+  PX_TH_CHECK(px_comm_prev_rank(*comm, ctx->rank) == -1 && px_comm_prev_rank(*comm, 1) == 1);
+  PX_TH_OK(px_hsadmm_create_joining(*comm, params, 2, cfg, h));
+  PX_TH_OK(px_hsadmm_set_elastic(*h, 1));
+  PX_TH_OK(px_hsadmm_join(*h, 0, 1));
+  px_th_shared[16 + ctx->rank] = fresh_state(*h);
+  return 0;
+}
+
+/* 3 nodes x 2; node 2 is left out before round 0 and joins before round
+ * JOIN_BEFORE; the kept ranks trained in between (penalties balanced, masks
+ * frozen). */
+static int rank_join(px_th_ctx_t *ctx) {
+  px_comm_t *comm;
+  PX_TH_OK(px_th_comm(ctx, NULL, &comm));
+  px_kv_t *kv;
+  PX_TH_OK(px_kv_open_dir(ctx->kvdir, &kv));
+  static float theta[D];
+  px_hsadmm_param_t params[2] = {
+      {"w", theta, DW, 1, {6, 5, 3, 3}, 0, 0, 0},
+      {"b", theta + DW, DD, 0, {0, 0, 0, 0}, 0, 0, 0},
+  };
+  px_hsadmm_config_t cfg = {0, 1.0, 0.5, LAMBDA, {1.0, 0.67, 1.0, 0, 0}, 0};
+  px_hsadmm_t *h;
+  PX_TH_OK(px_hsadmm_create(comm, params, 2, &cfg, &h));
+  PX_TH_OK(px_hsadmm_set_elastic(h, 1));
+  int keep[2] = {0, 1}, joiner = ctx->node_of[ctx->rank] == VICTIM_NODE;
+  px_status_t st = px_comm_rebuild(comm, keep, 2, 1, kv, &comm);
+  PX_TH_CHECK(joiner ? st == PX_ERR_STATE && comm == NULL : st == PX_OK);
+  if (joiner) px_hsadmm_destroy(h);
+  else PX_TH_OK(px_hsadmm_rebind(h, comm, 0));
+  for (int k = 0; k < JOIN_ROUNDS; k++) {
+    if (k == JOIN_BEFORE && join_epoch(ctx, kv, &comm, &h, params, &cfg)) return 1;
+    if (joiner && k < JOIN_BEFORE) continue;
+    if (k == JOIN_BEFORE) {
+      px_th_shared[ctx->rank] = (double)(z_fnv(h) >> 12);
+      px_th_shared[8 + ctx->rank] = masks_rho_hash(h);
+    }
+    px_toy_local_solve(h, theta, DW, DD, target, ctx->rank);
+    px_hsadmm_round_t *rd;
+    int stop;
+    double loss;
+    PX_TH_OK(px_hsadmm_sync(h, &rd));
+    if (k == JOIN_BEFORE) px_th_shared[24 + ctx->rank] = rd->iteration;
+    PX_TH_OK(px_hsadmm_decide(h, balance_early, NULL, &stop));
+    PX_TH_OK(loss_of(h, px_comm_group(comm, PX_GROUP_WORLD), ctx->rank, &loss));
+    if (ctx->rank == 0) px_th_shared[40 + k] = loss;
+  }
+  px_th_shared[32 + ctx->rank] = (double)(z_fnv(h) >> 12);
+  px_hsadmm_destroy(h);
+  px_comm_destroy(comm);
+  px_kv_destroy(kv);
+  return 0;
+}
+
+/* Node 2's ranks take z, the frozen masks, the balanced penalties and the
+ * round number from rank 0 exactly, start their node's consensus at z and
+ * their duals at zero, and the six ranks then run on together: one
+ * consensus, the loss over the three nodes' targets falling. */
+static void test_joining_node_takes_the_state_and_runs_on(void **state) {
+  (void)state;
+  int nodes[6] = {0, 0, 1, 1, 2, 2};
+  double t0 = px_th_now_ms();
+  assert_int_equal(px_th_run(6, nodes, rank_join, NULL, 60), 0);
+  printf("join run: %.0f ms\n", px_th_now_ms() - t0);
+  for (int r = 0; r < 6; r++) {
+    assert_true(px_th_shared[r] == px_th_shared[0]);
+    assert_true(px_th_shared[8 + r] == px_th_shared[8]);
+    assert_true(px_th_shared[24 + r] == px_th_shared[24]);
+    assert_true(px_th_shared[32 + r] == px_th_shared[32]);
+    if (nodes[r] == VICTIM_NODE) assert_true(px_th_shared[16 + r] == 1);
+  }
+  for (int k = JOIN_BEFORE; k < JOIN_ROUNDS; k++)
+    printf("round %d: loss %.6f\n", k, px_th_shared[40 + k]);
+  assert_true(px_th_shared[40 + JOIN_ROUNDS - 1] < px_th_shared[40 + JOIN_BEFORE]);
+}
+
 int main(int argc, char **argv) {
   px_th_init(argc, argv);
   const struct CMUnitTest tests[] = {
@@ -385,6 +515,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_killed_rank_drops_its_node),
       cmocka_unit_test(test_killed_in_the_decision_rolls_the_round_back),
       cmocka_unit_test(test_stopped_node_is_dropped_and_fenced),
+      cmocka_unit_test(test_joining_node_takes_the_state_and_runs_on),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

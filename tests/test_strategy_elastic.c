@@ -32,7 +32,9 @@
 #include "prunex/strategy.h"
 #include "px_test_util.h"
 
-enum { NODES = 3, VICTIM = 2, ITERATIONS = 8, KILL_AFTER = 2, FREEZE_AT = 5, LOST_MS = 1500 };
+enum { NODES = 3, VICTIM = 2, ITERATIONS = 8, KILL_AFTER = 2, FREEZE_AT = 5, LOST_MS = 1500,
+       JOIN_AT = 5, /* the join case: node 2 comes back at this round's boundary */
+       JOIN_LOST_MS = 10000 /* nobody dies there: no false loss on a loaded host */ };
 /* shared: [0 + r] model hash (high 32 bits), [4 + r] low; [8 + r] result code (1: ok);
  * [12] test accuracy, [13] test loss, [14] first training loss, [15] last;
  * [16 + r] lost node, [20 + r] iteration it was lost in, [24 + r] epoch, [28 + r] nodes,
@@ -41,7 +43,7 @@ enum { NODES = 3, VICTIM = 2, ITERATIONS = 8, KILL_AFTER = 2, FREEZE_AT = 5, LOS
 enum { SH_HI = 0, SH_LO = 4, SH_OK = 8, SH_ACC = 12, SH_TLOSS = 13, SH_L0 = 14, SH_L1 = 15,
        SH_LOST = 16, SH_AT = 20, SH_EPOCH = 24, SH_NODES = 28, SH_NAMED = 32, SH_BYTES = 40 };
 
-typedef enum { CASE_KILL, CASE_SHRINK, CASE_BELOW_MIN } case_t;
+typedef enum { CASE_KILL, CASE_SHRINK, CASE_BELOW_MIN, CASE_JOIN } case_t;
 
 static char dir[256];
 
@@ -67,11 +69,16 @@ typedef struct {
 static px_status_t control(void *ctx, const px_iteration_t *it, px_hsadmm_decision_t *d) {
   const rank_ctx_t *rc = ctx;
   d->freeze = it->iteration >= FREEZE_AT;
-  if (rc->c == CASE_SHRINK && it->iteration == KILL_AFTER) {
+  if ((rc->c == CASE_SHRINK || rc->c == CASE_JOIN) && it->iteration == KILL_AFTER) {
     d->epoch = 1;
     d->nmembers = 2;
     d->members[0] = 0;
     d->members[1] = 1;
+  }
+  if (rc->c == CASE_JOIN && it->iteration == JOIN_AT) { /* node 2 back, with the freeze */
+    d->epoch = 2;
+    d->nmembers = 3;
+    for (int i = 0; i < 3; i++) d->members[i] = i;
   }
   return PX_OK;
 }
@@ -85,7 +92,8 @@ static px_status_t observe(void *ctx, const px_iteration_t *it) {
   double b = fmax((double)it->bytes_inter, (double)it->rank_bytes_inter);
   if (b > px_th_shared[SH_BYTES + rc->rank]) px_th_shared[SH_BYTES + rc->rank] = b;
 
-  if (rc->c != CASE_SHRINK && rc->rank == VICTIM && it->iteration == KILL_AFTER) {
+  if ((rc->c == CASE_KILL || rc->c == CASE_BELOW_MIN) && rc->rank == VICTIM &&
+      it->iteration == KILL_AFTER) {
     usleep(300 * 1000);
     raise(SIGKILL);
   }
@@ -120,6 +128,7 @@ static void config(px_strategy_config_t *cfg, const rank_ctx_t *rc, px_kv_t *kv)
   cfg->elastic.on = 1;
   cfg->elastic.kv = kv;
   cfg->elastic.min_nodes = rc->c == CASE_BELOW_MIN ? 3 : 2;
+  cfg->elastic.max_nodes = NODES;
   if (rc->c == CASE_BELOW_MIN) cfg->elastic.members = members;
 }
 
@@ -158,6 +167,52 @@ static int check_result(px_th_ctx_t *ctx, const rank_ctx_t *rc, const px_strateg
   return 0;
 }
 
+/* What a rank's result says after node 2 came back (joiner: node 2's). */
+static int check_join(px_th_ctx_t *ctx, const px_strategy_result_t *res, int joiner) {
+  PX_TH_CHECK(res->iterations == ITERATIONS && res->epoch == 2 && res->nodes == 3);
+  PX_TH_CHECK(res->comm != NULL && px_comm_size(res->comm) == 3 && px_comm_epoch(res->comm) == 2);
+  PX_TH_CHECK(px_comm_rank(res->comm) == ctx->rank); /* node order */
+  PX_TH_CHECK(px_comm_prev_rank(res->comm, ctx->rank) == (joiner ? -1 : ctx->rank));
+  PX_TH_CHECK(res->nlost == 0 && res->joins == 1 && res->shrinks == (joiner ? 0 : 1));
+  px_th_shared[SH_EPOCH + ctx->rank] = res->epoch;
+  px_th_shared[SH_NODES + ctx->rank] = res->nodes;
+  if (ctx->rank == 0) {
+    px_th_shared[SH_ACC] = res->test_accuracy;
+    px_th_shared[SH_TLOSS] = res->test_loss;
+  }
+  return 0;
+}
+
+/* Node 2 comes back after the decision left it out: with a fresh trainer
+ * (as a new worker has), it meets the kept ranks in epoch 2 through the
+ * job's first prefix (px_th_comm's "test/c0") and runs the rest of the
+ * job with them from the state a kept rank sends. */
+static int rejoin(px_th_ctx_t *ctx, const rank_ctx_t *rc, px_kv_t *kv, px_trainer_t **t) {
+  px_trainer_destroy(*t);
+  *t = NULL;
+  px_train_config_t tc;
+  px_test_rank_train_config(&tc, dir, ctx->rank, ctx->size);
+  PX_TH_OK(px_trainer_create(&tc, t));
+  px_comm_opts_t o;
+  px_comm_opts_default(&o);
+  o.lost_ms = JOIN_LOST_MS;
+  o.timeout_ms = 30000;
+  o.key_prefix = "test/c0";
+  px_comm_t *comm;
+  PX_TH_OK(px_comm_join(kv, &o, VICTIM, 0, 2, 60000, &comm));
+  PX_TH_CHECK(px_comm_epoch(comm) == 2 && px_comm_size(comm) == 3 && px_comm_rank(comm) == 2);
+  PX_TH_CHECK(px_comm_prev_rank(comm, 2) == -1 && px_comm_prev_rank(comm, 1) == 1);
+  px_strategy_config_t cfg;
+  config(&cfg, rc, kv);
+  cfg.elastic.join_from = JOIN_AT + 1;
+  px_strategy_result_t res;
+  px_status_t st = px_strategy_run(*t, comm, &cfg, control, (void *)rc, &res);
+  if (st != PX_OK) printf("joiner: %s\n", px_last_error());
+  int bad = st != PX_OK || check_join(ctx, &res, 1) || agree_on_model(ctx, *t, res.comm);
+  px_comm_destroy(res.comm);
+  return bad;
+}
+
 static int rank_main(px_th_ctx_t *ctx) {
   rank_ctx_t rc = {*(const case_t *)ctx->arg, ctx->rank};
   px_train_config_t tc;
@@ -166,7 +221,7 @@ static int rank_main(px_th_ctx_t *ctx) {
   PX_TH_OK(px_trainer_create(&tc, &t));
   px_comm_opts_t o;
   px_comm_opts_default(&o);
-  o.lost_ms = LOST_MS;
+  o.lost_ms = rc.c == CASE_JOIN ? JOIN_LOST_MS : LOST_MS;
   o.timeout_ms = 30000;
   px_comm_t *comm;
   PX_TH_OK(px_th_comm(ctx, &o, &comm));
@@ -182,6 +237,13 @@ static int rank_main(px_th_ctx_t *ctx) {
     px_th_shared[SH_NAMED + ctx->rank] =
         strstr(px_last_error(), "node 2 lost") && strstr(px_last_error(), "min_nodes = 3");
     printf("rank %d: %s\n", ctx->rank, px_last_error());
+  } else if (rc.c == CASE_JOIN && ctx->rank == VICTIM) {
+    PX_TH_OK(st);
+    PX_TH_CHECK(res.left == 1 && res.comm == NULL && res.iterations == KILL_AFTER + 1);
+    bad = rejoin(ctx, &rc, kv, &t);
+  } else if (rc.c == CASE_JOIN) {
+    PX_TH_OK(st);
+    bad = check_join(ctx, &res, 0) || agree_on_model(ctx, t, res.comm);
   } else if (rc.c == CASE_SHRINK && ctx->rank == VICTIM) {
     PX_TH_OK(st);
     PX_TH_CHECK(res.left == 1 && res.comm == NULL && !strcmp(res.stop_reason, "left"));
@@ -239,6 +301,30 @@ static void test_killed_node_is_dropped_and_the_run_finishes(void **state) {
   printf("shrunk: test accuracy %.3f\n", px_th_shared[SH_ACC]);
   for (int r = 0; r < 2; r++)
     assert_true(px_th_shared[SH_HI + r] == hi[0] && px_th_shared[SH_LO + r] == lo[0]);
+}
+
+/* Node 2, left out by a decision after round 2, comes back at round 5's
+ * boundary (the one that freezes the masks): it takes z, the masks, the
+ * penalties, the round, the BN statistics and the data position from rank
+ * 0 and trains rounds 6 and 7 with the others; all three end on the same
+ * consensus model, bit for bit, and a trained one. */
+static void test_a_node_that_comes_back_joins_at_a_boundary(void **state) {
+  (void)state;
+  if (!dir[0]) skip();
+  int codes[NODES];
+  run(CASE_JOIN, codes);
+  for (int r = 0; r < NODES; r++) {
+    assert_int_equal(codes[r], 0);
+    assert_true(px_th_shared[SH_OK + r] == 1);
+    assert_true(px_th_shared[SH_EPOCH + r] == 2 && px_th_shared[SH_NODES + r] == 3);
+    assert_true(px_th_shared[SH_HI + r] == px_th_shared[SH_HI] &&
+                px_th_shared[SH_LO + r] == px_th_shared[SH_LO]);
+  }
+  double acc = px_th_shared[SH_ACC], tl = px_th_shared[SH_TLOSS];
+  printf("joined: test accuracy %.3f, test loss %.3f, training loss %.3f -> %.3f\n", acc, tl,
+         px_th_shared[SH_L0], px_th_shared[SH_L1]);
+  assert_true(acc > 0.25 && acc <= 1.0 && isfinite(tl) && tl < 2.0);
+  assert_true(px_th_shared[SH_L1] < px_th_shared[SH_L0]);
 }
 
 static void test_below_min_nodes_fails_naming_the_node(void **state) {
@@ -307,6 +393,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_what_cannot_run_elastic_is_refused),
       cmocka_unit_test(test_killed_node_is_dropped_and_the_run_finishes),
       cmocka_unit_test(test_below_min_nodes_fails_naming_the_node),
+      cmocka_unit_test(test_a_node_that_comes_back_joins_at_a_boundary),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -306,3 +306,41 @@ px_status_t coord_db_epoch_without(coord_arena_t *a, coord_db_epoch_t *e, char *
   *count = k;
   return PX_OK;
 }
+
+/* ---- joining ------------------------------------------------------------------ */
+
+px_status_t coord_db_jobs_short(coord_t *c, coord_arena_t *a, char ***ids, int **nodes,
+                                int **per_node, size_t *n) {
+  return coord_db_list(c, a,
+                       "SELECT j.job_id, j.num_nodes, j.workers_per_node FROM jobs j"
+                       " WHERE j.state = ?1 AND j.num_nodes >"
+                       " (SELECT count(*) FROM job_nodes n WHERE n.job_id = j.job_id)"
+                       " ORDER BY j.id",
+                       PX_STORE_ARGS(PX_ARG_INT(JS_RUNNING)),
+                       COORD_LIST_COLS(COORD_LIST_TEXT(ids), COORD_LIST_I32(nodes),
+                                       COORD_LIST_I32(per_node)),
+                       n);
+}
+
+px_status_t coord_db_place_clear_index(coord_t *c, const char *job_id, int idx, int per_node) {
+  PX_CHECK(px_store_run_args(c->db, "DELETE FROM job_ranks WHERE job_id = ?1 AND node_index = ?2",
+                             PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(idx))));
+  return px_store_run_args(c->db,
+                           "DELETE FROM rank_exits WHERE job_id = ?1 AND rank >= ?2 AND rank < ?3",
+                           PX_STORE_ARGS(PX_ARG_TEXT(job_id), PX_ARG_INT(idx * per_node),
+                                         PX_ARG_INT((idx + 1) * per_node)));
+}
+
+px_status_t coord_db_node_back_since(coord_t *c, const char *node_id, int64_t since_ms,
+                                     int *back) {
+  int64_t n = 0;
+  int found = 0;
+  PX_CHECK(px_store_row(c->db,
+                        "SELECT count(*) FROM node_events WHERE node_id = ?1 AND from_state = ?2"
+                        " AND to_state = ?3 AND time_unix_ms >= ?4",
+                        PX_STORE_ARGS(PX_ARG_TEXT(node_id), PX_ARG_INT(NS_LOST),
+                                      PX_ARG_INT(NS_READY), PX_ARG_INT(since_ms)),
+                        PX_STORE_COLS(PX_COL_INT(&n)), &found));
+  *back = n > 0;
+  return PX_OK;
+}

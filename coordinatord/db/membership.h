@@ -93,4 +93,18 @@ px_status_t coord_db_blacklist_all(coord_t *c, coord_arena_t *a, int64_t now,
 /* The soonest end of a cooldown after `now` over every job (0: none). */
 px_status_t coord_db_blacklist_next_end(coord_t *c, int64_t now, int64_t *until);
 
+/* ---- joining (coordinatord/join.c) ---- */
+
+/* Running jobs whose placement has fewer nodes than their num_nodes, oldest
+ * first (arena a): ids, num_nodes, workers per node. */
+px_status_t coord_db_jobs_short(coord_t *c, coord_arena_t *a, char ***ids, int **nodes,
+                                int **per_node, size_t *n);
+/* The job's rows of placement index idx cleared (ranks, their exit
+ * records: a node that left it), for a node to take that index again. */
+px_status_t coord_db_place_clear_index(coord_t *c, const char *job_id, int idx, int per_node);
+/* Whether the node came back (its agent registered again: LOST -> READY)
+ * at or after since_ms. */
+px_status_t coord_db_node_back_since(coord_t *c, const char *node_id, int64_t since_ms,
+                                     int *back);
+
 #endif

@@ -47,6 +47,13 @@ struct px__hss_ops;
 px_status_t px__hsadmm_create_on(px_comm_t *comm, const px_hsadmm_param_t *params, int nparams,
                                  const px_hsadmm_config_t *cfg, const struct px__hss_ops *ops,
                                  px_hsadmm_t **out);
+/* The same, for a rank that joins a running job (joining 1): no collective
+ * (the kept ranks are mid-run); its state stays zero until px_hsadmm_join
+ * fills it. */
+px_status_t px__hsadmm_create_joining(px_comm_t *comm, const px_hsadmm_param_t *params,
+                                      int nparams, const px_hsadmm_config_t *cfg,
+                                      const struct px__hss_ops *ops, int joining,
+                                      px_hsadmm_t **out);
 /* dst = src, bytes of the state's memory (the device-state consensus into
  * the model, and back), queued after the round's work. */
 px_status_t px__hsadmm_state_copy(const px_hsadmm_t *h, void *dst, const void *src,

@@ -182,9 +182,21 @@ px_status_t px_hsadmm_create(px_comm_t *comm, const px_hsadmm_param_t *params, i
   return px__hsadmm_create_on(comm, params, nparams, cfg, NULL, out);
 }
 
+px_status_t px_hsadmm_create_joining(px_comm_t *comm, const px_hsadmm_param_t *params,
+                                     int nparams, const px_hsadmm_config_t *cfg,
+                                     px_hsadmm_t **out) {
+  return px__hsadmm_create_joining(comm, params, nparams, cfg, NULL, 1, out);
+}
+
 px_status_t px__hsadmm_create_on(px_comm_t *comm, const px_hsadmm_param_t *params, int nparams,
                                  const px_hsadmm_config_t *cfg, const px__hss_ops_t *ops,
                                  px_hsadmm_t **out) {
+  return px__hsadmm_create_joining(comm, params, nparams, cfg, ops, 0, out);
+}
+
+px_status_t px__hsadmm_create_joining(px_comm_t *comm, const px_hsadmm_param_t *params,
+                                      int nparams, const px_hsadmm_config_t *cfg,
+                                      const px__hss_ops_t *ops, int joining, px_hsadmm_t **out) {
   *out = NULL;
   PX_CHECK(px__hsadmm_validate(comm, params, nparams, cfg));
   px_hsadmm_t *h = px_calloc(1, sizeof *h, "hsadmm");
@@ -210,8 +222,9 @@ px_status_t px__hsadmm_create_on(px_comm_t *comm, const px_hsadmm_param_t *param
   memcpy(h->params, params, (size_t)nparams * sizeof *params);
   PX_CHECK_GOTO(px__hsadmm_layout(h), st, fail);
   PX_CHECK_GOTO(px__hsadmm_alloc_state(h, ops ? ops : &px__hss_host_ops), st, fail);
-  /* every rank starts from the same consensus whatever its initialisation */
-  PX_CHECK_GOTO(px__hsadmm_start(h), st, fail);
+  /* every rank starts from the same consensus whatever its initialisation
+   * (a joining rank gets the running job's from px_hsadmm_join) */
+  if (!joining) PX_CHECK_GOTO(px__hsadmm_start(h), st, fail);
   h->round.layers = h->layers;
   h->round.nlayers = nparams;
   *out = h;

@@ -63,6 +63,26 @@ px_status_t px_hsadmm_set_elastic(px_hsadmm_t *h, int on) {
   return PX_OK;
 }
 
+px_status_t px_hsadmm_set_elastic_max(px_hsadmm_t *h, int max_nodes) {
+  PX_REQUIRE(h && h->el.on, "px_hsadmm_set_elastic_max: the handle is not elastic");
+  PX_REQUIRE(max_nodes >= 1 && max_nodes <= 4096, "elastic: max_nodes = %d: must be in 1..4096",
+             max_nodes);
+  if (max_nodes <= h->el.cap) return PX_OK;
+  int32_t *next = px_malloc((size_t)max_nodes * sizeof(int32_t), "hsadmm.elastic");
+  double *buf = px_calloc(2 + 2 * (size_t)h->n + 2 + (size_t)max_nodes, sizeof(double),
+                          "hsadmm.decision");
+  if (!next || !buf) {
+    PX_FREE_ALL(next, buf);
+    return PX_ERR_NOMEM;
+  }
+  PX_FREE_ALL(h->el.next, h->decision_buf);
+  h->el.next = next;
+  h->decision_buf = buf;
+  h->el.cap = max_nodes;
+  h->el.next_epoch = h->el.nnext = 0;
+  return PX_OK;
+}
+
 /* ---- a membership change carried by the decision ------------------------------- */
 
 size_t px__hse_tail(const px_hsadmm_t *h) { return h->el.on ? 2 + (size_t)h->el.cap : 0; }
@@ -165,6 +185,62 @@ px_status_t px_hsadmm_rebind(px_hsadmm_t *h, px_comm_t *comm, int rollback) {
   h->P = P;
   h->M = M;
   return PX_OK;
+}
+
+/* ---- joining ------------------------------------------------------------------ */
+
+/* root's n floats of state family f to the world: a joining rank takes
+ * them into f, the others into scratch (they hold the same already). */
+static px_status_t px__hse_send_fam(px_hsadmm_t *h, float *f, int root, int joining) {
+  size_t n = h->st.total;
+  int me = px_group_rank(h->world);
+  float *buf = h->dev ? h->stage : me == root || joining ? f : h->el.fam;
+  if (h->dev && me == root) PX_CHECK(h->st.ops->download(buf, f, n * sizeof(float)));
+  PX_CHECK(px_comm_broadcast(h->world, buf, n, PX_COMM_F32, root));
+  return h->dev && joining ? h->st.ops->upload(f, buf, n * sizeof(float)) : PX_OK;
+}
+
+/* The rest of a joining rank's state from what it was sent: its node's
+ * consensus restarts at z, its duals at zero, as a node without state does
+ * after a checkpoint (px__hsadmm_state_resumed). */
+static px_status_t px__hse_fresh(px_hsadmm_t *h) {
+  size_t fb = h->st.total * sizeof(float);
+  PX_CHECK(h->st.ops->copy(h->st.zi, h->st.z, fb));
+  PX_CHECK(h->st.ops->copy(h->st.zi_prev, h->st.z, fb));
+  PX_CHECK(h->st.ops->zero(h->st.v, fb));
+  PX_CHECK(h->st.ops->zero(h->st.u, fb));
+  if (h->mtotal) memcpy(h->mask_node, h->mask_union, h->mtotal);
+  if (h->mtotal) PX_CHECK(px__hsadmm_set_masks(h));
+  if (h->frozen) px_pack_plan_freeze(h->plan);
+  return PX_OK;
+}
+
+px_status_t px_hsadmm_join(px_hsadmm_t *h, int root, int joining) {
+  PX_REQUIRE(h && h->el.on, "px_hsadmm_join: the handle is not elastic (px_hsadmm_set_elastic)");
+  PX_REQUIRE(root >= 0 && root < h->N, "px_hsadmm_join: root %d of %d ranks", root, h->N);
+  int me = px_group_rank(h->world);
+  PX_REQUIRE(!(joining && me == root), "px_hsadmm_join: the root (rank %d) is a joining rank",
+             root);
+  PX_CHECK(px__hse_send_fam(h, h->st.z, root, joining));
+  PX_CHECK(px__hse_send_fam(h, h->st.z_prev, root, joining));
+  uint8_t *m[4], *scratch = h->el.masks;
+  px__hse_masks(h, m);
+  for (int k = 1; k < 4 && h->mtotal; k++) /* union, prev, z: the node's is the union */
+    PX_CHECK(px_comm_broadcast(h->world, joining ? m[k] : scratch, h->mtotal, PX_COMM_U8, root));
+  double *rho = h->el.rho, sc[2] = {h->frozen, h->iteration};
+  if (me == root) {
+    memcpy(rho, h->rho1, (size_t)h->n * sizeof(double));
+    memcpy(rho + h->n, h->rho2, (size_t)h->n * sizeof(double));
+  }
+  PX_CHECK(px_comm_broadcast(h->world, rho, 2 * (size_t)h->n, PX_COMM_F64, root));
+  PX_CHECK(px_comm_broadcast(h->world, sc, 2, PX_COMM_F64, root));
+  h->el.taken = 0; /* the copy was scratch: nothing to roll back to */
+  if (!joining) return PX_OK;
+  memcpy(h->rho1, rho, (size_t)h->n * sizeof(double));
+  memcpy(h->rho2, rho + h->n, (size_t)h->n * sizeof(double));
+  h->frozen = (int)sc[0];
+  h->iteration = (int)sc[1];
+  return px__hse_fresh(h);
 }
 
 void px__hse_free(px_hsadmm_t *h) {

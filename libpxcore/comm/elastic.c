@@ -16,7 +16,15 @@
  * other ranks are left out of the next epoch). H-SADMM needs the same
  * number of ranks on every node (its z_i update weighs P ranks per node),
  * and a node with a rank missing is usually a node whose agent or link is
- * in trouble anyway. */
+ * in trouble anyway.
+ *
+ * Joining: a member list may name nodes the old communicator does not have
+ * (a node that comes back, a spare). The kept ranks then number the new
+ * world in node order (a kept node's ranks in their old order, a joining
+ * node with as many ranks as every kept node has) and put that plan in the
+ * store under base + "/e<epoch>/plan"; the joining ranks, which have no old
+ * communicator, read it there (px_comm_join) and create theirs directly at
+ * that epoch, under the same prefix. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,22 +181,96 @@ static void px__rebuild_map(const px_comm_t *old, const int *sorted, int nn, int
   }
 }
 
-/* The member list: node ids of old, without repeats, sorted into sorted[nn]. */
+/* The member list: node ids without repeats, sorted into sorted[nn]; *joining:
+ * how many are not nodes of old (they join with old's ranks per node,
+ * which must then be the same on every node: *per). */
 static px_status_t px__rebuild_check(const px_comm_t *old, const int *nodes, int nn, int epoch,
-                                     int *sorted) {
+                                     int join, int *sorted, int *joining, int *per) {
   PX_REQUIRE(epoch > old->epoch,
              "px_comm_rebuild: epoch %d is not after the communicator's epoch %d (stale decision)",
              epoch, old->epoch);
   memcpy(sorted, nodes, (size_t)nn * sizeof *sorted);
   qsort(sorted, (size_t)nn, sizeof *sorted, px__int_cmp);
+  *joining = 0;
+  *per = old->size / old->nnodes;
   for (int i = 0; i < nn; i++) {
     int id = sorted[i];
-    PX_REQUIRE(id >= 0 && id < old->node_span && old->leader_of[id] >= 0,
-               "px_comm_rebuild: node %d of the member list is not a node of epoch %d", id,
-               old->epoch);
+    PX_REQUIRE(id >= 0 && id < PX__MAX_RANKS, "px_comm_rebuild: node id %d of the member list "
+               "outside 0..%d", id, PX__MAX_RANKS - 1);
     PX_REQUIRE(i == 0 || sorted[i - 1] != id, "px_comm_rebuild: node %d listed twice", id);
+    int known = id < old->node_span && old->leader_of[id] >= 0;
+    PX_REQUIRE(known || join, "px_comm_rebuild: node %d of the member list is not a node of "
+               "epoch %d", id, old->epoch);
+    *joining += !known;
   }
+  if (!*joining) return PX_OK;
+  int *count = px_calloc((size_t)old->node_span, sizeof *count, "comm.rebuild");
+  if (!count) return PX_ERR_NOMEM;
+  for (int r = 0; r < old->size; r++) count[old->node_of[r]]++;
+  int uneven = -1;
+  for (int id = 0; id < old->node_span && uneven < 0; id++)
+    if (old->leader_of[id] >= 0 && count[id] != *per) uneven = id;
+  int has = uneven >= 0 ? count[uneven] : 0;
+  px_free(count);
+  PX_REQUIRE(uneven < 0 && *per * old->nnodes == old->size,
+             "px_comm_rebuild: %d nodes join epoch %d, but the nodes of epoch %d have different "
+             "rank counts (node %d: %d, %d on average): a joining node's ranks are not known",
+             *joining, epoch, old->epoch, uneven, has, *per);
   return PX_OK;
+}
+
+/* The new world when nodes join (sorted[nn], per ranks on each): ranks in
+ * node order, a kept node's ranks in their old order, a joining node's
+ * ranks new (prev -1, the first one its leader); leader[span] as in
+ * px__rebuild_map. */
+static void px__rebuild_map_join(const px_comm_t *old, const int *sorted, int nn, int per,
+                                 int span, int *node_of, int *prev, int *leader, int *me,
+                                 int *n) {
+  *n = 0;
+  *me = -1;
+  for (int id = 0; id < span; id++) leader[id] = -1;
+  for (int i = 0; i < nn; i++) {
+    int id = sorted[i];
+    if (id < old->node_span && old->leader_of[id] >= 0) {
+      for (int r = 0; r < old->size; r++) {
+        if (old->node_of[r] != id) continue;
+        if (r == old->rank) *me = *n;
+        if (old->leader_of[id] == r) leader[id] = *n;
+        node_of[*n] = id;
+        prev[(*n)++] = r;
+      }
+      continue;
+    }
+    leader[id] = *n;
+    for (int k = 0; k < per; k++) {
+      node_of[*n] = id;
+      prev[(*n)++] = -1;
+    }
+  }
+}
+
+/* The new world as a joining rank reads it: the plan of an epoch that
+ * nodes join, put by every kept rank under "<base>/e<epoch>/plan":
+ * int32 n, nn, span, then node_of[n], prev[n], sorted[nn], leader[span]. */
+static px_status_t px__plan_put(px_kv_t *kv, const char *base, int epoch, int n, int nn,
+                                int span, const int *node_of, const int *prev,
+                                const int *sorted, const int *leader) {
+  size_t words = 3 + 2 * (size_t)n + (size_t)nn + (size_t)span;
+  int32_t *p = px_malloc(words * sizeof *p, "comm.plan");
+  if (!p) return PX_ERR_NOMEM;
+  size_t k = 0;
+  p[k++] = n;
+  p[k++] = nn;
+  p[k++] = span;
+  for (int i = 0; i < n; i++) p[k++] = node_of[i];
+  for (int i = 0; i < n; i++) p[k++] = prev[i];
+  for (int i = 0; i < nn; i++) p[k++] = sorted[i];
+  for (int i = 0; i < span; i++) p[k++] = leader[i];
+  char key[300];
+  snprintf(key, sizeof key, "%s/e%d/plan", base, epoch);
+  px_status_t st = px_kv_put(kv, key, p, words * sizeof *p);
+  px_free(p);
+  return st;
 }
 
 /* The options of the rebuilt communicator: old's, with the new prefix and
@@ -246,27 +328,48 @@ static px_status_t px__rebuild_create(int me, int n, const int *node_of, px_kv_t
   return PX_OK;
 }
 
-px_status_t px_comm_rebuild(px_comm_t *old, const int *nodes, int nnodes, int epoch, px_kv_t *kv,
-                            px_comm_t **out) {
+/* The new world over sorted[nn] (nodes joining: node order, the plan put
+ * for the joining ranks; none: old order); the arrays sized by the caller. */
+static px_status_t px__rebuild_world(const px_comm_t *old, px_kv_t *kv, int epoch,
+                                     const int *sorted, int nn, int joining, int per, int span,
+                                     int *node_of, int *prev, int *leader, int *me, int *n) {
+  if (!joining) {
+    px__rebuild_map(old, sorted, nn, node_of, prev, leader, me, n);
+    return PX_OK;
+  }
+  px__rebuild_map_join(old, sorted, nn, per, span, node_of, prev, leader, me, n);
+  if (*me < 0) return PX_OK; /* left out: it does not speak for the epoch */
+  return px__plan_put(kv, old->base, epoch, *n, nn, span, node_of, prev, sorted, leader);
+}
+
+static px_status_t px__rebuild(px_comm_t *old, const int *nodes, int nnodes, int epoch,
+                               px_kv_t *kv, int join, px_comm_t **out) {
   PX_REQUIRE(out != NULL && old != NULL && kv != NULL, "px_comm_rebuild: NULL argument");
-  PX_REQUIRE(nodes != NULL && nnodes >= 1, "px_comm_rebuild: empty member list");
-  PX_REQUIRE(nnodes <= old->nnodes, "px_comm_rebuild: %d member nodes, epoch %d had %d", nnodes,
-             old->epoch, old->nnodes);
+  PX_REQUIRE(nodes != NULL && nnodes >= 1 && nnodes <= PX__MAX_RANKS,
+             "px_comm_rebuild: %d member nodes", nnodes);
   px_status_t st = PX_OK;
+  int span = old->node_span;
+  for (int i = 0; i < nnodes; i++)
+    if (nodes[i] >= span && nodes[i] < PX__MAX_RANKS) span = nodes[i] + 1;
+  size_t cap = (size_t)old->size * (1 + (size_t)nnodes); /* ranks, with joining nodes */
   int *sorted = px_malloc((size_t)nnodes * sizeof *sorted, "comm.rebuild");
-  int *node_of = px_malloc((size_t)old->size * sizeof *node_of, "comm.rebuild");
-  int *prev = px_malloc((size_t)old->size * sizeof *prev, "comm.rebuild");
-  int *leader = px_malloc((size_t)old->node_span * sizeof *leader, "comm.rebuild");
+  int *node_of = px_malloc(cap * sizeof *node_of, "comm.rebuild");
+  int *prev = px_malloc(cap * sizeof *prev, "comm.rebuild");
+  int *leader = px_malloc((size_t)span * sizeof *leader, "comm.rebuild");
   if (!sorted || !node_of || !prev || !leader) {
     st = PX_ERR_NOMEM;
     goto out;
   }
   /* a bad or stale list leaves old as it was */
-  PX_CHECK_GOTO(px__rebuild_check(old, nodes, nnodes, epoch, sorted), st, out);
+  int joining = 0, per = 0;
+  PX_CHECK_GOTO(px__rebuild_check(old, nodes, nnodes, epoch, join, sorted, &joining, &per), st,
+                out);
   int formed;
   PX_CHECK_GOTO(px__formed(kv, old->base, epoch, &formed), st, out);
-  int me, n;
-  px__rebuild_map(old, sorted, nnodes, node_of, prev, leader, &me, &n);
+  int me = -1, n = 0;
+  if (!formed)
+    PX_CHECK_GOTO(px__rebuild_world(old, kv, epoch, sorted, nnodes, joining, per, span, node_of,
+                                    prev, leader, &me, &n), st, out);
   char prefix[256], base[208];
   px_comm_opts_t o;
   px__rebuild_opts(old, epoch, leader, prefix, sizeof prefix, &o);
@@ -284,5 +387,106 @@ px_status_t px_comm_rebuild(px_comm_t *old, const int *nodes, int nnodes, int ep
     st = px__rebuild_create(me, n, node_of, kv, &o, base, epoch, sorted, nnodes, &prev, out);
 out:
   PX_FREE_ALL(sorted, node_of, prev, leader);
+  return st;
+}
+
+px_status_t px_comm_rebuild(px_comm_t *old, const int *nodes, int nnodes, int epoch, px_kv_t *kv,
+                            px_comm_t **out) {
+  return px__rebuild(old, nodes, nnodes, epoch, kv, 0, out);
+}
+
+px_status_t px_comm_rebuild_join(px_comm_t *old, const int *nodes, int nnodes, int epoch,
+                                 px_kv_t *kv, px_comm_t **out) {
+  return px__rebuild(old, nodes, nnodes, epoch, kv, 1, out);
+}
+
+/* ---- joining ------------------------------------------------------------------ */
+
+/* The plan of epoch (px__plan_put) for up to wait_ms: the kept ranks put
+ * it when they reach the boundary. */
+static px_status_t px__plan_get(px_kv_t *kv, const char *base, int epoch, int wait_ms,
+                                int32_t **plan, size_t *words) {
+  char key[300];
+  snprintf(key, sizeof key, "%s/e%d/plan", base, epoch);
+  double end = px__now_ms() + wait_ms;
+  void *val = NULL;
+  size_t len = 0;
+  px_status_t st;
+  for (;;) { /* in slices: the store's own wait may be shorter than ours */
+    int left = (int)(end - px__now_ms());
+    st = px_kv_get(kv, key, left < 1000 ? (left > 0 ? left : 0) : 1000, &val, &len);
+    if (st != PX_ERR_TIMEOUT || px__now_ms() >= end) break;
+  }
+  if (st == PX_ERR_TIMEOUT)
+    return px_set_error(st, "joining epoch %d: its members did not reach the boundary within "
+                        "%d ms (no %s)", epoch, wait_ms, key);
+  PX_CHECK(st);
+  int32_t *p = val;
+  *words = len / sizeof *p;
+  size_t need = *words >= 3 ? 3 + 2 * (size_t)p[0] + (size_t)p[1] + (size_t)p[2] : 0;
+  if (*words < 3 || p[0] < 1 || p[0] > PX__MAX_RANKS || p[1] < 1 || p[2] < 1 ||
+      p[2] > PX__MAX_RANKS || need != *words) {
+    px_free(val);
+    return px_set_error(PX_ERR_FORMAT, "joining epoch %d: %s holds %zu bytes, not a plan",
+                        epoch, key, len);
+  }
+  *plan = p;
+  return PX_OK;
+}
+
+/* This rank's place in the plan: the local-th rank of node (which must be
+ * one of the joining ranks). */
+static px_status_t px__plan_find(const int32_t *p, int node, int local, int epoch, int *me) {
+  int n = p[0], k = 0;
+  const int32_t *node_of = p + 3, *prev = p + 3 + n;
+  *me = -1;
+  for (int r = 0; r < n && *me < 0; r++)
+    if (node_of[r] == node && k++ == local) *me = r;
+  if (*me < 0)
+    return px_set_error(PX_ERR_STATE, "joining epoch %d: node %d has no rank %d in it (%d "
+                        "ranks of it)", epoch, node, local, k);
+  if (prev[*me] >= 0)
+    return px_set_error(PX_ERR_STATE, "joining epoch %d: node %d was a member before it (its "
+                        "rank %d is kept, not joining)", epoch, node, local);
+  return PX_OK;
+}
+
+px_status_t px_comm_join(px_kv_t *kv, const px_comm_opts_t *opts, int node, int local, int epoch,
+                         int wait_ms, px_comm_t **out) {
+  PX_REQUIRE(kv && opts && out, "px_comm_join: NULL argument");
+  PX_REQUIRE(node >= 0 && local >= 0 && epoch >= 1 && wait_ms >= 0,
+             "px_comm_join: node %d, local rank %d, epoch %d, wait %d ms", node, local, epoch,
+             wait_ms);
+  *out = NULL;
+  px_comm_opts_t o = *opts;
+  const char *base = o.key_prefix ? o.key_prefix : "px";
+  PX_REQUIRE(strlen(base) < 200, "px_comm_join: key prefix too long");
+  int formed;
+  PX_CHECK(px__formed(kv, base, epoch, &formed));
+  if (formed)
+    return px_set_error(PX_ERR_STATE, "node %d: epoch %d was formed without it (fenced: it came "
+                        "too late to join)", node, epoch);
+  int32_t *p = NULL;
+  size_t words;
+  PX_CHECK(px__plan_get(kv, base, epoch, wait_ms, &p, &words));
+  int me, n = p[0], nn = p[1], span = p[2];
+  px_status_t st = px__plan_find(p, node, local, epoch, &me);
+  int *node_of = px_malloc((size_t)n * sizeof *node_of, "comm.join");
+  int *prev = px_malloc((size_t)n * sizeof *prev, "comm.join");
+  int *sorted = px_malloc((size_t)nn * sizeof *sorted, "comm.join");
+  int *leader = px_malloc((size_t)span * sizeof *leader, "comm.join");
+  if (st == PX_OK && (!node_of || !prev || !sorted || !leader)) st = PX_ERR_NOMEM;
+  if (st == PX_OK) {
+    for (int i = 0; i < n; i++) node_of[i] = p[3 + i], prev[i] = p[3 + n + i];
+    for (int i = 0; i < nn; i++) sorted[i] = p[3 + 2 * n + i];
+    for (int i = 0; i < span; i++) leader[i] = p[3 + 2 * n + nn + i];
+    char prefix[256], b[208];
+    snprintf(b, sizeof b, "%s", base);
+    snprintf(prefix, sizeof prefix, "%s/e%d", b, epoch);
+    o.key_prefix = prefix;
+    o.leader_of_node = leader;
+    st = px__rebuild_create(me, n, node_of, kv, &o, b, epoch, sorted, nn, &prev, out);
+  }
+  PX_FREE_ALL(p, node_of, prev, sorted, leader);
   return st;
 }

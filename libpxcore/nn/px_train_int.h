@@ -20,6 +20,18 @@ void px__trainer_sgd_config(const px_trainer_t *t, px_sgd_config_t *out);
  * steps per epoch, counted across px_trainer_reshard's changes of it). */
 double px__trainer_epochs(const px_trainer_t *t);
 
+/* Where the px_trainer_steps stream stands, for a rank that joins: s[0] the
+ * global step, s[1] the epoch in progress (or beginning next), s[2] its
+ * steps left, s[3] 1 when between epochs. Cannot fail. */
+void px__trainer_stream(const px_trainer_t *t, int64_t s[4]);
+/* A joining rank's trainer follows another's stream s (px__trainer_stream)
+ * as rank `rank` of world_size: its shard of the new world at once, the
+ * global step (the learning-rate schedule) and the epoch numbers of s, its
+ * epoch in progress ending with the others' where its shard allows. Fails
+ * with PX_ERR_INVALID (a bad s, a shard smaller than one batch). */
+px_status_t px__trainer_follow(px_trainer_t *t, const int64_t s[4], int32_t rank,
+                               int32_t world_size);
+
 /* px_model_create, an imported file checked against sha256 as
  * px__onnx_load does (the trainer: the file the job was submitted with). */
 px_status_t px__model_create_ex(px_ops_t *ops, const px_model_config_t *cfg, const char *sha256,

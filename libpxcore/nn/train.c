@@ -379,6 +379,38 @@ px_status_t px_trainer_reshard(px_trainer_t *t, int32_t rank, int32_t world_size
   return t->cursor_epoch < 0 ? px__apply_reshard(t, px__epoch_at(t)) : PX_OK;
 }
 
+void px__trainer_stream(const px_trainer_t *t, int64_t s[4]) {
+  s[0] = t->global_step;
+  s[1] = t->cursor_epoch >= 0 ? t->cursor_epoch : px__epoch_at(t);
+  s[2] = t->cursor_epoch >= 0 ? t->steps_per_epoch - px_loader_position(t->train_loader) : 0;
+  if (s[2] < 0) s[2] = 0;
+  s[3] = t->cursor_epoch >= 0 ? 0 : 1; /* between epochs: s[1] begins next */
+}
+
+px_status_t px__trainer_follow(px_trainer_t *t, const int64_t s[4], int32_t rank,
+                               int32_t world_size) {
+  PX_REQUIRE(s[0] >= 0 && s[1] >= 0 && s[2] >= 0,
+             "trainer stream %lld/%lld/%lld to follow", (long long)s[0], (long long)s[1],
+             (long long)s[2]);
+  if (t->cursor_epoch >= 0) PX_CHECK(px_loader_end_epoch(t->train_loader));
+  t->cursor_epoch = -1;
+  PX_CHECK(px_trainer_reshard(t, rank, world_size)); /* at once: between epochs */
+  t->global_step = s[0];
+  t->epoch_base = s[1];
+  t->base_step = s[0];
+  if (s[3] || s[2] == 0) {
+    if (s[2] == 0 && !s[3]) t->epoch_base = s[1] + 1; /* its last step was taken */
+    return PX_OK;
+  }
+  /* mid-epoch: this shard's epoch ends where the others' does, when it is
+   * long enough (else it ends first and the next one begins early) */
+  int64_t q = t->steps_per_epoch - s[2];
+  if (q < 0) q = 0;
+  t->base_step = s[0] - q;
+  t->cursor_epoch = s[1];
+  return px_loader_begin_epoch_at(t->train_loader, s[1], q);
+}
+
 double px__trainer_epochs(const px_trainer_t *t) {
   return (double)t->epoch_base +
          (double)(t->global_step - t->base_step) / (double)t->steps_per_epoch;

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "nn/px_train_int.h"
 #include "prunex/comm_internal.h"
 #include "px_check.h"
 #include "strategy/strategy_int.h"
@@ -38,10 +39,22 @@ px_status_t px__elastic_setup(px__strategy_run_t *r, const px__strategy_ops_t *o
   PX_REQUIRE(px_comm_lost_ms(r->comm) > 0, "elastic: the communicator was created without "
              "px_comm_opts_t.lost_ms (the bound for a lost peer)");
   int nn = px_comm_nnodes(r->comm);
-  PX_REQUIRE(e->min_nodes >= 0 && e->min_nodes <= nn,
-             "elastic.min_nodes = %d: must be in 0..%d (the job's nodes)", (int)e->min_nodes, nn);
+  PX_REQUIRE(e->max_nodes == 0 || (e->max_nodes >= nn && e->max_nodes <= 4096),
+             "elastic.max_nodes = %d: must be in %d..4096 (the communicator has %d nodes)",
+             (int)e->max_nodes, nn, nn);
+  int top = e->max_nodes ? e->max_nodes : nn;
+  PX_REQUIRE(e->min_nodes >= 0 && e->min_nodes <= top,
+             "elastic.min_nodes = %d: must be in 0..%d (the job's nodes)", (int)e->min_nodes, top);
   PX_REQUIRE(e->wait_ms >= 0, "elastic.wait_ms = %d: must be >= 0", (int)e->wait_ms);
+  PX_REQUIRE(e->join_from >= -1 && e->join_from < r->cfg->iterations,
+             "elastic.join_from = %d: must be -1 (the kept ranks' boundary) or 0..%d (the "
+             "iterations)", (int)e->join_from, r->cfg->iterations - 1);
+  PX_REQUIRE(!e->join_from || ops->join, "elastic: strategy %s cannot take joining nodes",
+             px_strategy_name(r->cfg->kind));
   r->elastic = 1;
+  r->joining = e->join_from != 0;
+  r->el_cap = top;
+  nn = top;
   size_t nbuf = px_tensor_numel(px_model_flat_buffers(r->m));
   r->el_theta = px_malloc(r->numel * sizeof(float), "strategy.elastic");
   r->el_buf = px_malloc((nbuf ? nbuf : 1) * sizeof(float), "strategy.elastic");
@@ -86,7 +99,7 @@ static px_status_t px__elastic_undo(px__strategy_run_t *r) {
 static px_status_t px__elastic_members(px__strategy_run_t *r, int epoch, int lost, int gone,
                                        int *n) {
   const px_strategy_elastic_t *e = &r->cfg->elastic;
-  int cap = px_comm_nnodes(r->comm);
+  int cap = r->el_cap;
   *n = 0;
   if (e->members) {
     PX_CHECK(e->members(e->members_ctx, epoch, lost, gone, r->el_nodes, cap, n));
@@ -103,6 +116,7 @@ static px_status_t px__elastic_members(px__strategy_run_t *r, int epoch, int los
 static px_status_t px__elastic_agree(px__strategy_run_t *r, int it, const char *failed,
                                      int lost) {
   double v[3] = {failed ? 1 : 0, it, -it};
+  if (it < 0) v[1] = v[2] = -1e9; /* a joining rank that takes the others' iteration */
   PX_CHECK(px_comm_allreduce(r->world, v, v, 3, PX_COMM_F64, PX_COMM_MAX));
   if (v[0] > 0)
     return px_set_error(PX_ERR_STATE, "elastic: a survivor of node %d's loss could not rebind "
@@ -124,11 +138,14 @@ static px_status_t px__elastic_adopt(px__strategy_run_t *r, const px__strategy_o
   r->bytes0[0] = px_comm_tier_bytes(c, PX_TIER_INTRA);
   r->bytes0[1] = px_comm_tier_bytes(c, PX_TIER_INTER);
   r->world = px_comm_group(c, PX_GROUP_WORLD);
+  /* the round's traffic from here counts on c (the old one's counters are gone) */
+  r->bytes0[0] = px_comm_tier_bytes(c, PX_TIER_INTRA);
+  r->bytes0[1] = px_comm_tier_bytes(c, PX_TIER_INTER);
   r->direct = r->cuda && px_group_nccl(r->world);
-  if (r->rs) px__resume_rebind(r->rs, c);
+  px_status_t rs = r->rs ? px__resume_rebind(r->rs, c) : PX_OK;
   r->res->epoch = px_comm_epoch(c);
   r->res->nodes = px_comm_nnodes(c);
-  px_status_t st = ops->rebind(r, priv, rollback);
+  px_status_t st = rs != PX_OK ? rs : ops->rebind(r, priv, rollback);
   char why[256] = "";
   if (st != PX_OK) snprintf(why, sizeof why, "%s", px_last_error());
   PX_CHECK(px__elastic_agree(r, it, st == PX_OK ? NULL : why, lost));
@@ -184,6 +201,75 @@ px_status_t px__elastic_recover(px__strategy_run_t *r, const px__strategy_ops_t 
   return px__elastic_adopt(r, ops, priv, c, 1, it, node);
 }
 
+/* The lowest kept rank of c (one that was in the epoch before: the
+ * sender of the state), and how many nodes joined at c's epoch (their
+ * ranks are new, and in node order: px_comm_rebuild). */
+static int px__elastic_joined(const px_comm_t *c, int *root) {
+  int joined = 0;
+  *root = -1;
+  for (int k = 0; k < px_comm_size(c); k++) {
+    if (px_comm_prev_rank(c, k) >= 0) {
+      if (*root < 0) *root = k;
+    } else if (k == 0 || px_comm_node_of(c, k - 1) != px_comm_node_of(c, k)) {
+      joined++;
+    }
+  }
+  return joined;
+}
+
+/* The state joining ranks start from, from root (a kept rank) over the
+ * new world: the data stream's position, the run's last test figures and
+ * local steps, the BN statistics (el_buf stages them: the round is over,
+ * the copy is not needed until the next local phase), the strategy's. */
+static px_status_t px__elastic_send(px__strategy_run_t *r, const px__strategy_ops_t *ops,
+                                    void *priv, int root, int *first) {
+  int me = px_comm_rank(r->comm);
+  int64_t pos[4];
+  px__trainer_stream(r->t, pos);
+  double v[8] = {pos[0], pos[1], pos[2], pos[3], r->res->test_loss, r->res->test_accuracy,
+                 (double)r->steps, *first};
+  PX_CHECK(px_comm_broadcast(r->world, v, 8, PX_COMM_F64, root));
+  const px_tensor_t *bn = px_model_flat_buffers(r->m);
+  size_t nbuf = px_tensor_numel(bn);
+  if (nbuf > 0) {
+    if (me == root) PX_CHECK(px__elastic_down(bn, r->el_buf));
+    PX_CHECK(px_comm_broadcast(r->world, r->el_buf, nbuf, PX_COMM_F32, root));
+    if (r->joining) PX_CHECK(px__elastic_up(bn, r->el_buf));
+  }
+  if (r->joining) {
+    for (int k = 0; k < 4; k++) pos[k] = (int64_t)v[k];
+    PX_CHECK(px__trainer_follow(r->t, pos, me, px_comm_size(r->comm)));
+    r->res->test_loss = v[4];
+    r->res->test_accuracy = v[5];
+    r->steps = (int64_t)v[6];
+    if (*first >= 0 && *first != (int)v[7])
+      return px_set_error(PX_ERR_STATE, "elastic: this rank joins before iteration %d, the kept "
+                          "ranks are before iteration %d", *first, (int)v[7]);
+    *first = (int)v[7];
+  }
+  return ops->join(r, priv, root);
+}
+
+px_status_t px__elastic_enter(px__strategy_run_t *r, const px__strategy_ops_t *ops, void *priv,
+                              int *first) {
+  int root;
+  PX_REQUIRE(px__elastic_joined(r->comm, &root) && root >= 0 &&
+                 px_comm_prev_rank(r->comm, px_comm_rank(r->comm)) < 0,
+             "elastic.join_from: the communicator (epoch %d) is not one this rank joined "
+             "(px_comm_join)", px_comm_epoch(r->comm));
+  PX_CHECK(px__elastic_agree(r, *first, NULL, -1));
+  PX_CHECK(px__elastic_send(r, ops, priv, root, first));
+  PX_REQUIRE(*first > 0 && *first < r->cfg->iterations, "elastic: joined before iteration %d "
+             "of %d", *first, r->cfg->iterations);
+  r->res->epoch = px_comm_epoch(r->comm);
+  r->res->nodes = px_comm_nnodes(r->comm);
+  r->res->joins = 1;
+  px_log(PX_LOG_INFO, "joined membership epoch %d before iteration %d: %d nodes, %d ranks (this "
+         "one rank %d, state from rank %d)", px_comm_epoch(r->comm), *first,
+         px_comm_nnodes(r->comm), px_comm_size(r->comm), px_comm_rank(r->comm), root);
+  return PX_OK;
+}
+
 px_status_t px__elastic_follow(px__strategy_run_t *r, const px__strategy_ops_t *ops, void *priv,
                                int it) {
   const int32_t *nodes;
@@ -191,10 +277,12 @@ px_status_t px__elastic_follow(px__strategy_run_t *r, const px__strategy_ops_t *
   int epoch = ops->next_members(r, priv, &nodes, &n);
   if (!epoch) return PX_OK;
   for (int i = 0; i < n; i++) r->el_nodes[i] = nodes[i];
-  int me = px_comm_node(r->comm);
+  int me = px_comm_node(r->comm), before = px_comm_nnodes(r->comm);
   px_comm_t *c = r->comm; /* left as it is when the old one was not destroyed */
-  px_status_t st = px_comm_rebuild(r->comm, r->el_nodes, n, epoch, r->cfg->elastic.kv, &c);
-  if (c == r->comm) return st; /* a bad list: the communicator is as it was */
+  px_status_t st = px_comm_rebuild_join(r->comm, r->el_nodes, n, epoch, r->cfg->elastic.kv, &c);
+  /* a bad list: the communicator is as it was (a new one may be where the
+   * old one was freed: only a failure with c unchanged kept the old one) */
+  if (st != PX_OK && c == r->comm) return st;
   if (st != PX_OK) r->comm = r->res->comm = NULL;
   if (st == PX_ERR_STATE && !px__elastic_member(r, n, me)) { /* left out by the decision */
     px_log(PX_LOG_INFO, "node %d is not a member of epoch %d from iteration %d: leaving", me,
@@ -203,6 +291,11 @@ px_status_t px__elastic_follow(px__strategy_run_t *r, const px__strategy_ops_t *
     return PX_OK;
   }
   PX_CHECK(st);
-  r->res->shrinks++;
-  return px__elastic_adopt(r, ops, priv, c, 0, it + 1, -1);
+  int root, joined = px__elastic_joined(c, &root);
+  PX_CHECK(px__elastic_adopt(r, ops, priv, c, 0, it + 1, -1));
+  if (n - joined < before) r->res->shrinks++; /* nodes of the epoch before were left out */
+  if (!joined) return PX_OK;
+  r->res->joins++;
+  int next = it + 1;
+  return px__elastic_send(r, ops, priv, root, &next);
 }

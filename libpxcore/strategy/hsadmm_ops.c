@@ -449,13 +449,14 @@ static px_status_t px__hsadmm_create(px__strategy_run_t *r, void **priv) {
   px_sgd_set_weight_decay(r->sgd, 0.0);
   px_hsadmm_config_t hc = {c->kind == PX_STRATEGY_HSADMM_FLAT, c->rho1, c->rho2, lambda, c->keep,
                            c->bucket_bytes};
-  PX_CHECK(px__hsadmm_create_on(r->comm, s->hp, r->np, &hc, ops, &s->h));
+  PX_CHECK(px__hsadmm_create_joining(r->comm, s->hp, r->np, &hc, ops, r->joining, &s->h));
   if (r->staged) PX_CHECK(px__hsadmm_setup_staging(r, s));
   PX_CHECK(px_hsadmm_set_quantize(s->h, c->quantize_bits, c->seed));
   PX_REQUIRE(!c->overlap || !r->staged, "comm.overlap: host models only");
   PX_CHECK(px_hsadmm_set_overlap(s->h, c->overlap));
   PX_CHECK(px_hsadmm_set_compress(s->h, c->compress));
   PX_CHECK(px_hsadmm_set_elastic(s->h, r->elastic));
+  if (r->elastic) PX_CHECK(px_hsadmm_set_elastic_max(s->h, r->el_cap));
   /* every rank starts from the consensus */
   PX_CHECK(px__hsadmm_load_z(r, s, 0));
   px_trainer_set_grad_hook(r->t, px__hsadmm_masked_hook, s);
@@ -491,6 +492,14 @@ static int px__hsadmm_next_members(px__strategy_run_t *r, void *priv, const int3
   return px_hsadmm_next_members(s->h, nodes, n);
 }
 
+/* A joining rank takes z & co from root and starts its model from z; the
+ * kept ones keep theirs. */
+static px_status_t px__hsadmm_join(px__strategy_run_t *r, void *priv, int root) {
+  px__hsadmm_strategy_t *s = priv;
+  PX_CHECK(px_hsadmm_join(s->h, root, r->joining));
+  return r->joining ? px__hsadmm_load_z(r, s, 0) : PX_OK;
+}
+
 #define PX__HSADMM_OPS                                                                   \
   .create = px__hsadmm_create, .before_local = px__hsadmm_before_local,                  \
   .after_local = px__hsadmm_after_local,                                                 \
@@ -498,7 +507,8 @@ static int px__hsadmm_next_members(px__strategy_run_t *r, void *priv, const int3
   .restore_local = px__hsadmm_restore_theta, .dense_inter = px__hsadmm_dense_inter,      \
   .decide = px__hsadmm_decide, .resume_items = px__hsadmm_resume_items,                 \
   .resumed = px__hsadmm_resumed, .destroy = px__hsadmm_destroy,                          \
-  .rebind = px__hsadmm_rebind, .next_members = px__hsadmm_next_members
+  .rebind = px__hsadmm_rebind, .next_members = px__hsadmm_next_members,                 \
+  .join = px__hsadmm_join
 
 const px__strategy_ops_t px__strategy_hsadmm_ops = {
     .kind = PX_STRATEGY_HSADMM, /* names: policy/strategy_info.c */

@@ -40,9 +40,10 @@ typedef struct px_resume px__resume_t;
 /* keep: files kept per rank (>= 1). dir is created when missing. */
 px_status_t px__resume_create(px_comm_t *comm, const char *dir, int keep, px__resume_t **out);
 void px__resume_destroy(px__resume_t *rs);
-/* Elastic runs: the checkpoints go on over comm (rebuilt over fewer nodes:
- * px_comm_rebuild), as its rank of its world, from the next save on. */
-void px__resume_rebind(px__resume_t *rs, px_comm_t *comm);
+/* Elastic runs: the checkpoints go on over comm (rebuilt over fewer or
+ * more nodes: px_comm_rebuild), as its rank of its world, from the next
+ * save on. Fails with PX_ERR_NOMEM (a larger world's lists; rs as it was). */
+px_status_t px__resume_rebind(px__resume_t *rs, px_comm_t *comm);
 
 /* A host buffer of `bytes` bytes (dtype names its elements in the file). */
 px_status_t px__resume_add(px__resume_t *rs, const char *name, px_rs_scope_t scope,

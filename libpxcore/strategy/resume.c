@@ -95,13 +95,20 @@ px_status_t px__resume_create(px_comm_t *comm, const char *dir, int keep, px__re
   return PX_OK;
 }
 
-void px__resume_rebind(px__resume_t *rs, px_comm_t *comm) {
-  assert(px_comm_size(comm) <= rs->size); /* the agreement's lists were sized for rs->size */
+px_status_t px__resume_rebind(px__resume_t *rs, px_comm_t *comm) {
+  if (px_comm_size(comm) > rs->size) { /* nodes joined: the agreement's lists grow */
+    double *l = px_malloc((size_t)px_comm_size(comm) * PX_RS_MAX_KEEP * sizeof(double),
+                          "resume.lists");
+    if (!l) return PX_ERR_NOMEM;
+    px_free(rs->lists);
+    rs->lists = l;
+  }
   rs->comm = comm;
   rs->world = px_comm_group(comm, PX_GROUP_WORLD);
   rs->intra = px_comm_group(comm, PX_GROUP_INTRA);
   rs->rank = px_comm_rank(comm);
   rs->size = px_comm_size(comm);
+  return PX_OK;
 }
 
 void px__resume_destroy(px__resume_t *rs) {

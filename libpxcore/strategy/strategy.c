@@ -479,9 +479,14 @@ px_status_t px_strategy_run(px_trainer_t *trainer, px_comm_t *comm,
   int first = 0;
   if (cfg->checkpoint_every > 0 && cfg->checkpoint_dir) {
     PX_CHECK_GOTO(px__strategy_resume_setup(&r, ops, priv), st, done);
-    PX_CHECK_GOTO(px__strategy_resume(&r, ops, priv, res, &first), st, done);
+    if (!r.joining) /* a joining rank takes the running job's state instead */
+      PX_CHECK_GOTO(px__strategy_resume(&r, ops, priv, res, &first), st, done);
   }
   r.steps = cfg->local_steps ? cfg->local_steps : px_trainer_steps_per_epoch(trainer);
+  if (r.joining) {
+    first = cfg->elastic.join_from;
+    PX_CHECK_GOTO(px__elastic_enter(&r, ops, priv, &first), st, done);
+  }
   px_trainer_set_schedule_steps(trainer, r.steps * cfg->iterations);
   int stop = 0;
   for (int it = first; it < cfg->iterations && !stop && !r.left; it++)

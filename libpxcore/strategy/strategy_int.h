@@ -96,7 +96,9 @@ typedef struct {
   float *el_theta;          /* [numel] the parameters as the local phase left them */
   float *el_buf;            /* [BN statistics] the same */
   int64_t el_pos[3];        /* the trainer's data position then */
-  int *el_nodes;            /* [job's nodes] a member list */
+  int *el_nodes;            /* [el_cap] a member list */
+  int el_cap;               /* the most member nodes (cfg.elastic.max_nodes, the job's) */
+  int joining;              /* this rank joins a running job (cfg.elastic.join_from) */
   int left;                 /* a decision left this rank's node out */
 } px__strategy_run_t;
 
@@ -140,6 +142,10 @@ typedef struct {
   /* The membership change the last decision named: its epoch (0: none)
    * and nodes[*n]. */
   int (*next_members)(px__strategy_run_t *r, void *priv, const int32_t **nodes, int *n);
+  /* Nodes joined at a boundary (collective over r->comm's world): rank
+   * root (a kept rank) sends the strategy's state; a joining rank (r->joining)
+   * takes it and loads its model from it; the kept ranks keep theirs. */
+  px_status_t (*join)(px__strategy_run_t *r, void *priv, int root);
 } px__strategy_ops_t;
 
 extern const px__strategy_ops_t px__strategy_hsadmm_ops;
@@ -220,6 +226,12 @@ px_status_t px__elastic_recover(px__strategy_run_t *r, const px__strategy_ops_t 
  * is not a member. */
 px_status_t px__elastic_follow(px__strategy_run_t *r, const px__strategy_ops_t *ops, void *priv,
                                int it);
+/* A joining rank (r->joining), after the strategy's create: meets the kept
+ * ranks' px__elastic_follow at their boundary (the same agreement) and
+ * takes the state from one of them; *first: the iteration it joins before
+ * (-1: the kept ranks' boundary, set here; else checked against it). */
+px_status_t px__elastic_enter(px__strategy_run_t *r, const px__strategy_ops_t *ops, void *priv,
+                              int *first);
 
 /* ---- helpers of strategy.c the strategies share ---- */
 

@@ -148,6 +148,29 @@ px_status_t px_comm_survivors(px_comm_t *c, px_kv_t *kv, int epoch, int wait_ms,
  * caller owns *out. */
 px_status_t px_comm_rebuild(px_comm_t *old, const int *nodes, int nnodes, int epoch, px_kv_t *kv,
                             px_comm_t **out);
+/* Nodes join at a rebuild: px_comm_rebuild_join is px_comm_rebuild where
+ * nodes[] may also name node ids that old does not have (px_comm_rebuild
+ * refuses them: PX_ERR_INVALID). Then it numbers the new world in node order instead (a kept
+ * node's ranks in their old order, then each joining node with as many
+ * ranks as every node of old has, its first rank its leader; old's nodes
+ * must have the same rank count: PX_ERR_INVALID) and every kept rank puts
+ * that plan under "<first prefix>/e<epoch>/plan" for the joining ranks;
+ * their px_comm_prev_rank is -1.
+ *
+ * A joining rank (no old communicator: a node that comes back, a spare)
+ * meets them there: the local-th rank (0-based) of node `node` reads the
+ * plan of epoch (waiting up to wait_ms for the kept ranks to reach the
+ * boundary) and creates its communicator directly in that epoch, with
+ * opts (the job's first key prefix; the same timeout and lost_ms as the
+ * others). Collective with the kept ranks' px_comm_rebuild. Fails with
+ * PX_ERR_STATE (fenced: the epoch was formed without it; or the plan has
+ * no such joining rank), PX_ERR_TIMEOUT (no plan within wait_ms),
+ * PX_ERR_FORMAT (a malformed plan), and px_comm_rebuild's errors. The caller
+ * owns *out. */
+px_status_t px_comm_rebuild_join(px_comm_t *old, const int *nodes, int nnodes, int epoch,
+                                 px_kv_t *kv, px_comm_t **out);
+px_status_t px_comm_join(px_kv_t *kv, const px_comm_opts_t *opts, int node, int local, int epoch,
+                         int wait_ms, px_comm_t **out);
 
 #ifdef __cplusplus
 }

@@ -103,6 +103,28 @@ px_status_t px_hsadmm_set_elastic(px_hsadmm_t *h, int on);
  * this rank). The old communicator's groups must not be used again. */
 px_status_t px_hsadmm_rebind(px_hsadmm_t *h, px_comm_t *comm, int rollback);
 
+/* Nodes joined at a boundary (after px_hsadmm_rebind on the kept ranks,
+ * px__hsadmm_create_joining on the joining ones; collective over the new
+ * world): rank root (a kept rank) sends z and its previous value, the
+ * masks, the penalties, the freeze flag and the round number; a joining
+ * rank (joining 1) takes them, its node's z_i restarts at z and its duals
+ * at zero (as a node without state after a checkpoint), and it runs the
+ * next round with the others. The kept ranks keep their state (what they
+ * receive goes to the elastic copy's memory). Fails with PX_ERR_INVALID
+ * (not elastic, a joining root) and the data plane's errors. */
+px_status_t px_hsadmm_join(px_hsadmm_t *h, int root, int joining);
+/* px_hsadmm_create for a rank that joins a running job over comm (its
+ * px_comm_join communicator): no collective, the state zero until
+ * px_hsadmm_join (after px_hsadmm_set_elastic) fills it. */
+px_status_t px_hsadmm_create_joining(px_comm_t *comm, const px_hsadmm_param_t *params,
+                                     int nparams, const px_hsadmm_config_t *cfg,
+                                     px_hsadmm_t **out);
+/* The decision carries member lists of up to max_nodes nodes (the job's
+ * elastic.max_nodes; default and at least the communicator's node count at
+ * px_hsadmm_set_elastic): every rank must set the same. Allocates (set-up
+ * only); PX_ERR_INVALID when not elastic. */
+px_status_t px_hsadmm_set_elastic_max(px_hsadmm_t *h, int max_nodes);
+
 /* The membership change the last px_hsadmm_decide carried (the controller's
  * px_hsadmm_decision_t.epoch and members, the same on every rank): returns
  * the new epoch and sets *nodes (valid until the next decide) and *n; 0

@@ -72,6 +72,11 @@ typedef px_status_t (*px_strategy_members_fn)(void *ctx, int epoch, int lost_nod
  * test shards are spread over the new world (px_trainer_reshard). A
  * controller's decision may shrink the job the same way at a round
  * boundary (px_hsadmm_decision_t.epoch and members), with nothing undone.
+ * A decision may also name nodes the communicator does not have (a node
+ * that comes back, a spare, up to max_nodes): the kept ranks rebuild over
+ * them (px_comm_rebuild), the joining ranks meet them in that epoch
+ * (px_comm_join, then px_strategy_run with join_from), and a kept rank
+ * sends them the state; nothing changes on the kept ranks.
  * The rebuilt communicator replaces the caller's (which it destroys):
  * px_strategy_result_t.comm. */
 typedef struct {
@@ -85,6 +90,13 @@ typedef struct {
   px_strategy_members_fn members; /* NULL: the survivors agree among themselves through kv
                                 (px_comm_survivors) */
   void *members_ctx;
+  int32_t max_nodes;         /* the most member nodes a decision may name (nodes join up to
+                                it); 0: the communicator's node count. The same on every rank */
+  int32_t join_from;         /* > 0: this rank joins a running job before iteration join_from
+                                (-1: before the iteration the kept ranks are at, as they say):
+                                comm is px_comm_join's (epoch and members of the decision that
+                                let it in), and a kept rank sends it the state (z, masks,
+                                penalties, round, BN statistics, data position) */
 } px_strategy_elastic_t;
 
 typedef struct {
@@ -194,7 +206,8 @@ typedef struct {
   int32_t nlost;                /* nodes dropped after a failure, ids in lost[] (the first 8) */
   int32_t lost[8];
   int32_t lost_at[8];           /* the iteration whose round each was lost in */
-  int32_t shrinks;              /* membership changes by decision */
+  int32_t shrinks;              /* membership changes by decision that dropped nodes */
+  int32_t joins;                /* ... that let nodes join (a joining rank: 1, its own) */
   int32_t left;                 /* 1: a decision left this rank's node out: it stopped there
                                    (stop_reason "left"; its model is the last consensus) */
 } px_strategy_result_t;
