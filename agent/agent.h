@@ -132,6 +132,7 @@ struct pxa_job {
   struct pxa_agent *agent;
   char id[PXA_ID_MAX];
   int attempt;               /* 1, 2, ...: the coordinator's restarts of the job */
+  int join_epoch;            /* > 0: its ranks join the running attempt (elastic) */
   Prunex__V1__Assignment *pending; /* START of a newer attempt, run once this one's workers
                                       are gone (owned) */
   int nworkers;

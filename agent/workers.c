@@ -445,18 +445,23 @@ static int pxa_threads_for(const pxa_agent_t *ag, const Prunex__V1__Assignment *
 }
 
 /* The rank's log file, opened for the worker's stdout and stderr: a later
- * attempt appends (the earlier attempt's lines say why it ended). */
+ * attempt, or ranks that join the attempt again, append (the earlier lines
+ * say why those ended). */
 static px_status_t pxa_open_rank_log(pxa_job_t *job, pxa_worker_t *w, const char *dir, int *fd) {
   snprintf(w->log, sizeof w->log, "%s/rank-%d.log", dir, w->rank);
   snprintf(w->progress, sizeof w->progress, "%s/rank-%d.progress", dir, w->rank);
   unlink(w->progress); /* an earlier attempt's */
-  *fd = open(w->log, O_WRONLY | O_CREAT | O_CLOEXEC | (job->attempt > 1 ? O_APPEND : O_TRUNC),
-             0644);
+  int append = job->attempt > 1 || job->join_epoch > 0;
+  *fd = open(w->log, O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
   if (*fd < 0) return px_set_error(PX_ERR_IO, "%s: cannot create: %s", w->log, strerror(errno));
-  if (job->attempt > 1) {
-    char mark[96];
-    int m = snprintf(mark, sizeof mark, "--- pxagent: attempt %d of job %s starts here ---\n",
-                     job->attempt, job->id);
+  if (append) {
+    char mark[160];
+    int m = job->join_epoch > 0
+                ? snprintf(mark, sizeof mark, "--- pxagent: joins attempt %d of job %s in "
+                           "membership epoch %d here ---\n", job->attempt, job->id,
+                           job->join_epoch)
+                : snprintf(mark, sizeof mark, "--- pxagent: attempt %d of job %s starts here "
+                           "---\n", job->attempt, job->id);
     if (m > 0 && write(*fd, mark, (size_t)m) < 0)
       px_log(PX_LOG_WARN, "%s: cannot write: %s", w->log, strerror(errno));
   }
@@ -650,7 +655,11 @@ static int pxa_job_start(pxa_agent_t *ag, Prunex__V1__Assignment *as) {
     return 0;
   }
   int attempt = pxa_attempt_of(as);
-  if (pxa_job_find(ag, as->job_id, attempt) || pxa_job_finished(ag, as->job_id, attempt)) {
+  /* a node that joins the attempt again (its ranks left it, given to a
+   * preemption or dropped, and have exited) starts new ones */
+  int rejoin = as->join_epoch > 0;
+  if (pxa_job_find(ag, as->job_id, attempt) ||
+      (!rejoin && pxa_job_finished(ag, as->job_id, attempt))) {
     px_log(PX_LOG_INFO, "job %s: attempt %d already started here; START ignored", as->job_id,
            attempt);
     return 0;
@@ -702,6 +711,7 @@ static int pxa_job_start(pxa_agent_t *ag, Prunex__V1__Assignment *as) {
   }
   job->agent = ag;
   job->attempt = attempt;
+  job->join_epoch = as->join_epoch;
   snprintf(job->id, sizeof job->id, "%s", as->job_id);
   job->workers = ws;
   job->nworkers = (int)as->n_ranks;

@@ -6,8 +6,10 @@
  * 1-node job of priority 500 is submitted. Node 2 leaves the elastic job at
  * its next round boundary by decision (epoch 2 "preempted by" the urgent
  * job; its rank says it left and exits 0), the urgent job runs there and
- * succeeds, and the elastic job goes on over nodes 0 and 1 and SUCCEEDS in
- * its first attempt with every iteration recorded once. */
+ * succeeds, and the elastic job goes on over nodes 0 and 1, takes node 2
+ * back by joining once it is free (epoch 3, when that comes before its
+ * end) and SUCCEEDS in its first attempt with every iteration recorded
+ * once. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -110,7 +112,16 @@ static void test_urgent_job_takes_a_node_the_elastic_job_goes_on(void **state) {
   assert_int_equal(r->attempt, 1);
   assert_int_equal((int)r->n_attempts, 0);
   assert_int_equal(r->iteration, ITERATIONS - 1);
-  assert_int_equal((int)r->n_memberships, 2);
+  /* 3 epochs when node 2 came back before the end (the urgent job takes
+   * about 2 s, the elastic one 10 rounds), else 2 */
+  if (r->n_memberships != 2 && r->n_memberships != 3)
+    fail_msg("%zu membership epochs, expected 2 or 3", r->n_memberships);
+  if (r->n_memberships == 3) {
+    const Prunex__V1__MembershipEpoch *g = r->memberships[2];
+    assert_string_equal(g->kind, "joined");
+    assert_int_equal((int)g->n_node_indexes, 3);
+    assert_non_null(strstr(r->reason, "all 3 ranks exited with code 0"));
+  }
   const Prunex__V1__MembershipEpoch *e = r->memberships[1];
   assert_string_equal(e->kind, "preempted");
   assert_non_null(strstr(e->reason, high));
