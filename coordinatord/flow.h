@@ -128,6 +128,12 @@ px_status_t coord_job_fault_node(coord_t *c, coord_arena_t *a, const char *job_i
  * changed). On success the transaction is left open for coord_commit; on
  * failure it is rolled back and fx emptied. */
 px_status_t coord_schedule_pass(coord_t *c, coord_arena_t *a, coord_effects_t *fx, int *again);
+/* A preemption's waiting job placed on the nodes that fit it now (*placed
+ * its id), or left waiting (*placed NULL) when they no longer suffice;
+ * effects into fx. Both kinds of preemption end with it (preempt.c,
+ * shrink.c). */
+px_status_t coord_preempt_place_waiter(coord_t *c, coord_arena_t *a, coord_effects_t *fx,
+                                       const char *waiter, const char **placed);
 
 /* ---- jobs.c ------------------------------------------------------------------ */
 

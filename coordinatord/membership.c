@@ -123,19 +123,6 @@ px_status_t coord_membership_decide(coord_t *c, coord_arena_t *a, const char *jo
   return PX_OK;
 }
 
-/* 1 when id is one of the epoch's member lines. */
-static int coord_epoch_has(const coord_db_epoch_t *e, const char *id) {
-  size_t n = strlen(id);
-  for (const char *p = e->node_ids; p && *p;) {
-    const char *nl = strchr(p, '\n');
-    size_t len = nl ? (size_t)(nl - p) : strlen(p);
-    if (len == n && !strncmp(p, id, n)) return 1;
-    if (!nl) break;
-    p = nl + 1;
-  }
-  return 0;
-}
-
 /* The members as "a, b" for a message (at most cap bytes). */
 static void coord_epoch_names(const coord_db_epoch_t *e, char *out, size_t cap) {
   snprintf(out, cap, "%s", e->node_ids);
@@ -167,7 +154,7 @@ int coord_membership_fence(coord_t *c, px_rpc_srv_call_t *call, const char *what
   if (found) coord_epoch_names(&e, members, sizeof members);
   if (!found) {
     /* no epochs: placed by an older pxcoordd, nothing to fence on */
-  } else if (index >= 0 && (!node[0] || (!coord_epoch_has(&e, node) && iteration >= 0))) {
+  } else if (index >= 0 && (!node[0] || (!coord_db_epoch_has(&e, node) && iteration >= 0))) {
     /* (a placed node not yet in an epoch is joining: it meets the others
      * through the store before its epoch is made; join.c) */
     ok = 0;

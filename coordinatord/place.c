@@ -188,3 +188,27 @@ px_status_t coord_schedule_pass(coord_t *c, coord_arena_t *a, coord_effects_t *f
          coord_clock_ms() - t0, t1 - t0);
   return rc;
 }
+
+px_status_t coord_preempt_place_waiter(coord_t *c, coord_arena_t *a, coord_effects_t *fx,
+                                       const char *waiter, const char **placed) {
+  *placed = NULL;
+  coord_sched_view_t v;
+  PX_CHECK(coord_sched_view(c, a, &v));
+  for (size_t i = 0; i < v.s.njobs; i++) {
+    if (strcmp(v.job_ids[i], waiter) != 0) continue;
+    const coord_sched_job_t *j = &v.s.jobs[i];
+    int alive = 0;
+    char **nodes = NULL, **names = NULL;
+    size_t ready = 0;
+    PX_CHECK(coord_fitting_nodes(c, a, j->per_node, j->nodes, v.prefer[i], &alive, &nodes,
+                                 &names, &ready));
+    if ((int)ready < j->nodes) break; /* a node went away meanwhile: the queue decides */
+    PX_CHECK(coord_place(c, v.job_ids[i], j->per_node, nodes, names, j->nodes));
+    PX_CHECK(coord_fx_push(fx, v.job_ids[i],
+                           PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_START));
+    PX_CHECK(coord_fx_changed(fx, v.job_ids[i]));
+    *placed = v.job_ids[i];
+    break;
+  }
+  return PX_OK;
+}

@@ -40,19 +40,6 @@
 
 #include "prunex/check.h"
 
-/* 1 when id is one of the epoch's member lines. */
-static int coord_shrink_member(const coord_db_epoch_t *e, const char *id) {
-  size_t n = strlen(id);
-  for (const char *p = e->node_ids; p && *p;) {
-    const char *nl = strchr(p, '\n');
-    size_t len = nl ? (size_t)(nl - p) : strlen(p);
-    if (len == n && !strncmp(p, id, n)) return 1;
-    if (!nl) break;
-    p = nl + 1;
-  }
-  return 0;
-}
-
 static int coord_shrink_in(char **ids, size_t n, const char *id) {
   for (size_t i = 0; i < n; i++)
     if (!strcmp(ids[i], id)) return 1;
@@ -143,7 +130,7 @@ static px_status_t coord_shrink_leaving(coord_t *c, coord_arena_t *a, const char
   if (!found) return PX_OK;
   PX_CHECK(coord_db_job_places(c, a, job_id, &ids, &idx, &np));
   for (size_t i = 0; i < np; i++) {
-    if (coord_shrink_member(&e, ids[i])) continue;
+    if (coord_db_epoch_has(&e, ids[i])) continue;
     char **slot = coord_push(a, (void **)out, n, &cap, sizeof *slot);
     if (!slot) return PX_ERR_NOMEM;
     *slot = ids[i];
@@ -196,23 +183,7 @@ static px_status_t coord_shrink_finish(coord_t *c, coord_arena_t *a, coord_effec
                                        const coord_db_pstop_t *s, size_t n) {
   for (size_t k = 0; k < n; k++) PX_CHECK(coord_db_sched_pstop_drop(c, s[k].job_id));
   const char *placed = NULL;
-  coord_sched_view_t v;
-  PX_CHECK(coord_sched_view(c, a, &v));
-  for (size_t i = 0; i < v.s.njobs && !placed; i++) {
-    if (strcmp(v.job_ids[i], s[0].waiter) != 0) continue;
-    const coord_sched_job_t *j = &v.s.jobs[i];
-    int alive = 0;
-    char **nodes = NULL, **names = NULL;
-    size_t ready = 0;
-    PX_CHECK(coord_fitting_nodes(c, a, j->per_node, j->nodes, v.prefer[i], &alive, &nodes,
-                                 &names, &ready));
-    if ((int)ready < j->nodes) break; /* a node went away meanwhile: the queue decides */
-    PX_CHECK(coord_place(c, v.job_ids[i], j->per_node, nodes, names, j->nodes));
-    PX_CHECK(coord_fx_push(fx, v.job_ids[i],
-                           PRUNEX__V1__ASSIGNMENT_ACTION__ASSIGNMENT_ACTION_START));
-    PX_CHECK(coord_fx_changed(fx, v.job_ids[i]));
-    placed = v.job_ids[i];
-  }
+  PX_CHECK(coord_preempt_place_waiter(c, a, fx, s[0].waiter, &placed));
   coord_fx_schedule(fx);
   px_log(PX_LOG_INFO, "preemption for %s: %zu elastic job%s shrank, %s", s[0].waiter, n,
          n == 1 ? "" : "s", placed ? "it starts on the nodes they gave" : "it no longer waits");

@@ -284,6 +284,18 @@ static int coord_db_epoch_listed(char **ids, size_t n, const char *id) {
   return 0;
 }
 
+int coord_db_epoch_has(const coord_db_epoch_t *e, const char *id) {
+  size_t n = strlen(id);
+  for (const char *p = e->node_ids; p && *p;) {
+    const char *nl = strchr(p, '\n');
+    size_t len = nl ? (size_t)(nl - p) : strlen(p);
+    if (len == n && !strncmp(p, id, n)) return 1;
+    if (!nl) break;
+    p = nl + 1;
+  }
+  return 0;
+}
+
 px_status_t coord_db_epoch_without(coord_arena_t *a, coord_db_epoch_t *e, char **drops, size_t nd,
                                    size_t *count) {
   char **ids = NULL;

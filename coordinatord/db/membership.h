@@ -28,6 +28,8 @@ px_status_t coord_db_epoch_members(coord_arena_t *a, const coord_db_epoch_t *e, 
 px_status_t coord_db_job_membership_fill(coord_t *c, coord_arena_t *a, Prunex__V1__Job *j,
                                          int64_t now);
 
+/* 1 when id is one of the epoch's member nodes. */
+int coord_db_epoch_has(const coord_db_epoch_t *e, const char *id);
 /* The epoch e (arena a) without the nodes drops[0..nd) (a node an elastic
  * job gives to a preemption is still placed when its epoch is made,
  * shrink.c): its member lists rewritten, *count its nodes. */
