@@ -33,7 +33,7 @@ static PXT_UNUSED int pxt_http_get(int port, const char *path, char *body, size_
     close(fd);
     return -1;
   }
-  size_t cap_all = 1 << 22, used = 0;
+  size_t cap_all = 1 << 24, used = 0;
   char *all = malloc(cap_all);
   ssize_t r;
   while (all && used < cap_all - 1 && (r = read(fd, all + used, cap_all - 1 - used)) > 0)

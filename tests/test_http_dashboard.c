@@ -39,11 +39,10 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-#include "agent_harness.h"
-#include "pxctl_harness.h"
+#include "http_harness.h"
 
-#define CHROMIUM "/usr/bin/chromium"
-#define PROMTOOL "/usr/bin/promtool"
+#define CHROMIUM PXT_CHROMIUM
+#define PROMTOOL PXT_PROMTOOL
 #define PROMETHEUS "/usr/bin/prometheus"
 
 typedef struct {
@@ -61,44 +60,6 @@ typedef struct {
 
 static fixture_t F;
 
-/* ---- a minimal HTTP/1.0 GET ------------------------------------------------ */
-
-/* GETs path from 127.0.0.1:port into body (NUL-terminated, truncated to
- * cap); returns the status code, -1 on a connection failure. */
-static int http_get(int port, const char *path, char *body, size_t cap) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  struct sockaddr_in sa = {0};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons((uint16_t)port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  struct timeval tv = {20, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-    close(fd);
-    return -1;
-  }
-  char req[1024];
-  int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
-  if (write(fd, req, (size_t)n) != n) {
-    close(fd);
-    return -1;
-  }
-  size_t cap_all = 1 << 24, used = 0;
-  char *all = malloc(cap_all);
-  ssize_t r;
-  while (used < cap_all - 1 && (r = read(fd, all + used, cap_all - 1 - used)) > 0) used += (size_t)r;
-  close(fd);
-  all[used] = '\0';
-  int status = -1;
-  sscanf(all, "HTTP/1.%*d %d", &status);
-  const char *b = strstr(all, "\r\n\r\n");
-  b = b ? b + 4 : all + used;
-  snprintf(body, cap, "%s", b);
-  free(all);
-  return status;
-}
-
 /* A free TCP port on loopback (bound and released: good enough for a test). */
 static int free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -115,34 +76,12 @@ static int free_port(void) {
   return ntohs(sa.sin_port);
 }
 
-/* Runs argv (argv[0] the program), stdin from in_path (or /dev/null),
- * stdout to out_path, stderr to err_path; its exit code, -1 on timeout. */
-static int run_tool(const char *const *argv, const char *in_path, const char *out_path,
-                    const char *err_path, int timeout_ms) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, in_path ? in_path : "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) return -1;
-  int status = pxt_wait_pid(pid, timeout_ms);
-  if (status == -1) {
-    kill(pid, SIGKILL);
-    pxt_wait_pid(pid, 5000);
-    return -1;
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 /* The job's JSON object (caller frees), NULL when it cannot be read. */
 static pxj_t *job_json(const char *job) {
   static char body[1 << 16];
   char path[256];
   snprintf(path, sizeof path, "/api/v1/jobs/%s", job);
-  if (http_get(F.d.http_port, path, body, sizeof body) != 200) return NULL;
+  if (pxt_http_get(F.d.http_port, path, body, sizeof body) != 200) return NULL;
   return pxj_parse(body);
 }
 
@@ -271,33 +210,15 @@ static const char *cell(const char *dom, const char *col) {
   return text;
 }
 
-/* Loads URL in headless Chromium and returns its rendered DOM (static). */
-static const char *dump_dom(const char *url) {
-  static char dom[1 << 20];
-  char out[400], err[400];
-  snprintf(out, sizeof out, "%s/dom.html", F.d.dir);
-  snprintf(err, sizeof err, "%s/chromium.log", F.d.dir);
-  char profile[400], profile_arg[440];
-  snprintf(profile, sizeof profile, "%s/chromium-profile", F.d.dir);
-  snprintf(profile_arg, sizeof profile_arg, "--user-data-dir=%s", profile);
-  const char *argv[] = {CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-                        "--no-first-run", profile_arg, "--virtual-time-budget=6000",
-                        "--dump-dom", url, NULL};
-  int rc = run_tool(argv, NULL, out, err, 90000);
-  if (rc != 0) {
-    fprintf(stderr, "chromium exited with %d\n", rc);
-    pxt_dump_file(err);
-  }
-  pxt_read_file(out, dom, sizeof dom);
-  return dom;
-}
+/* The dashboard at url rendered by headless Chromium (http_harness.h). */
+static const char *dump_dom(const char *url) { return pxt_dump_dom(F.d.dir, url); }
 
 /* ---- tests -------------------------------------------------------------------- */
 
 static void test_metrics_of_a_running_job_pass_promtool(void **state) {
   (void)state;
   static char body[1 << 20];
-  assert_int_equal(http_get(F.d.http_port, "/metrics", body, sizeof body), 200);
+  assert_int_equal(pxt_http_get(F.d.http_port, "/metrics", body, sizeof body), 200);
   char want[160];
   snprintf(want, sizeof want, "prunex_job_iteration{job_id=\"%s\",job_name=\"dash-long\"", F.job);
   if (!strstr(body, want)) fprintf(stderr, "%s\n", body);
@@ -323,7 +244,7 @@ static void test_metrics_of_a_running_job_pass_promtool(void **state) {
   fputs(body, f);
   fclose(f);
   const char *argv[] = {PROMTOOL, "check", "metrics", NULL};
-  int rc = run_tool(argv, in, out, err, 30000);
+  int rc = pxt_run_tool(argv, in, out, err, 30000);
   if (rc != 0) {
     pxt_dump_file(out);
     pxt_dump_file(err);
@@ -364,7 +285,7 @@ static void test_prometheus_scrapes_a_prunex_series(void **state) {
   int64_t end = pxt_now_ms() + 60000;
   while (!found && pxt_now_ms() < end) {
     pxt_sleep_ms(500);
-    if (http_get(pport, query, body, sizeof body) != 200) continue;
+    if (pxt_http_get(pport, query, body, sizeof body) != 200) continue;
     pxj_t *v = pxj_parse(body);
     const pxj_t *data = pxj_get(v, "data");
     const pxj_t *result = pxj_get(data, "result");
@@ -403,7 +324,7 @@ static void test_json_is_paged_and_writes_null_for_missing_values(void **state) 
   for (int page = 0; page < 2; page++) {
     snprintf(path, sizeof path, "/api/v1/jobs/%s/iterations?limit=2%s%s", F.job,
              cursor[0] ? "&cursor=" : "", cursor);
-    assert_int_equal(http_get(F.d.http_port, path, body, sizeof body), 200);
+    assert_int_equal(pxt_http_get(F.d.http_port, path, body, sizeof body), 200);
     assert_null(strstr(body, ":-1"));
     pxj_t *v = pxj_parse(body);
     assert_non_null(v);
@@ -425,19 +346,19 @@ static void test_json_is_paged_and_writes_null_for_missing_values(void **state) 
   }
   /* per-layer figures, paged by "iteration:layer" */
   snprintf(path, sizeof path, "/api/v1/jobs/%s/layers?limit=3", F.job);
-  assert_int_equal(http_get(F.d.http_port, path, body, sizeof body), 200);
+  assert_int_equal(pxt_http_get(F.d.http_port, path, body, sizeof body), 200);
   pxj_t *v = pxj_parse(body);
   assert_non_null(v);
   assert_int_equal(pxj_get(v, "layers")->n, 3);
   assert_string_equal(pxj_str(v, "next_cursor"), "0:2");
   pxj_free(v);
   /* listings of jobs and nodes */
-  assert_int_equal(http_get(F.d.http_port, "/api/v1/nodes?limit=1", body, sizeof body), 200);
+  assert_int_equal(pxt_http_get(F.d.http_port, "/api/v1/nodes?limit=1", body, sizeof body), 200);
   v = pxj_parse(body);
   assert_int_equal(pxj_get(v, "nodes")->n, 1);
   assert_string_equal(pxj_str(v, "next_cursor"), "1");
   pxj_free(v);
-  assert_int_equal(http_get(F.d.http_port, "/api/v1/jobs", body, sizeof body), 200);
+  assert_int_equal(pxt_http_get(F.d.http_port, "/api/v1/jobs", body, sizeof body), 200);
   assert_non_null(strstr(body, F.job));
   /* one field table: the job of the listing and /api/v1/jobs/JOB have the
    * same keys in the same order, the latter plus its three totals */
@@ -458,15 +379,15 @@ static void test_json_is_paged_and_writes_null_for_missing_values(void **state) 
   pxj_free(one);
   pxj_free(v);
   /* bad input is refused with a message; unknown things are 404 */
-  assert_int_equal(http_get(F.d.http_port, "/api/v1/jobs?limit=0", body, sizeof body), 400);
+  assert_int_equal(pxt_http_get(F.d.http_port, "/api/v1/jobs?limit=0", body, sizeof body), 400);
   assert_non_null(strstr(body, "limit"));
-  assert_int_equal(http_get(F.d.http_port, "/api/v1/jobs?limit=99999999999999999999", body,
+  assert_int_equal(pxt_http_get(F.d.http_port, "/api/v1/jobs?limit=99999999999999999999", body,
                             sizeof body), 400);
   snprintf(path, sizeof path, "/api/v1/jobs/%s/layers?cursor=x", F.job);
-  assert_int_equal(http_get(F.d.http_port, path, body, sizeof body), 400);
-  assert_int_equal(http_get(F.d.http_port, "/api/v1/jobs/no-such-job", body, sizeof body), 404);
-  assert_int_equal(http_get(F.d.http_port, "/static/../coord.db", body, sizeof body), 404);
-  assert_int_equal(http_get(F.d.http_port, "/nothing", body, sizeof body), 404);
+  assert_int_equal(pxt_http_get(F.d.http_port, path, body, sizeof body), 400);
+  assert_int_equal(pxt_http_get(F.d.http_port, "/api/v1/jobs/no-such-job", body, sizeof body), 404);
+  assert_int_equal(pxt_http_get(F.d.http_port, "/static/../coord.db", body, sizeof body), 404);
+  assert_int_equal(pxt_http_get(F.d.http_port, "/nothing", body, sizeof body), 404);
 }
 
 static void check_dashboard(const char *job, int expect_live) {
@@ -561,7 +482,7 @@ static void test_dashboard_of_a_finished_job_has_data_in_every_chart(void **stat
   /* /metrics at once: the ended job's final series (checked in the next test) */
   F.ended = malloc(1 << 20);
   assert_non_null(F.ended);
-  assert_int_equal(http_get(F.d.http_port, "/metrics", F.ended, 1 << 20), 200);
+  assert_int_equal(pxt_http_get(F.d.http_port, "/metrics", F.ended, 1 << 20), 200);
   check_dashboard(F.done, 0);
   /* and the overview lists both jobs with its two charts drawn */
   char url[256];
@@ -643,7 +564,7 @@ static void test_an_ended_jobs_series_keep_its_final_values_then_go(void **state
     fputs(F.ended, f);
     fclose(f);
     const char *argv[] = {PROMTOOL, "check", "metrics", NULL};
-    int rc = run_tool(argv, in, out, err, 30000);
+    int rc = pxt_run_tool(argv, in, out, err, 30000);
     if (rc != 0) pxt_dump_file(out), pxt_dump_file(err);
     assert_int_equal(rc, 0);
   }
@@ -655,7 +576,7 @@ static void test_an_ended_jobs_series_keep_its_final_values_then_go(void **state
     pxt_sleep_ms(100);
   }
   static char body[1 << 20];
-  assert_int_equal(http_get(F.d.http_port, "/metrics", body, sizeof body), 200);
+  assert_int_equal(pxt_http_get(F.d.http_port, "/metrics", body, sizeof body), 200);
   char id[96];
   snprintf(id, sizeof id, "job_id=\"%s\"", F.done);
   if (strstr(body, id)) fprintf(stderr, "%s\n", body);
@@ -675,7 +596,7 @@ static void test_job_json_totals_are_its_iterations(void **state) {
   static char body[1 << 20];
   char path[256];
   snprintf(path, sizeof path, "/api/v1/jobs/%s/iterations", F.done);
-  assert_int_equal(http_get(F.d.http_port, path, body, sizeof body), 200);
+  assert_int_equal(pxt_http_get(F.d.http_port, path, body, sizeof body), 200);
   pxj_t *v = pxj_parse(body);
   const pxj_t *its = pxj_get(v, "iterations");
   assert_non_null(its);
