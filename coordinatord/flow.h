@@ -45,11 +45,15 @@ int coord_spec_elastic(const Prunex__V1__JobSpec *spec, int *min_nodes);
  * coord_place's rows; drops of an earlier attempt forgotten). In a
  * transaction. */
 px_status_t coord_membership_start(coord_t *c, coord_arena_t *a, const char *job_id);
-/* At the round boundary of a decision for `iteration`: with advance (a new
- * decision) the attempt's drops become the next epoch, in force from
- * iteration + 1; then d's membership fields are set to the epoch in force
- * at iteration + 1 (left 0 for a job placed without epochs). In a
- * transaction when advance. */
+/* At the round boundary of a decision for `iteration`: with advance the
+ * attempt's drops become the next epoch, in force from iteration + 1, and
+ * with COORD_ADVANCE_ALL (a new decision) so do nodes placed to join
+ * (join.c); a repeated report (COORD_ADVANCE_DROPS) makes an epoch for
+ * drops only, so that the survivors asking at one boundary all get the
+ * same one however the scheduler grows the job meanwhile. Then d's
+ * membership fields are set to the epoch in force at iteration + 1 (left 0
+ * for a job placed without epochs). In a transaction when advance. */
+enum { COORD_ADVANCE_NONE = 0, COORD_ADVANCE_ALL = 1, COORD_ADVANCE_DROPS = 2 };
 px_status_t coord_membership_decide(coord_t *c, coord_arena_t *a, const char *job_id,
                                     int iteration, int advance,
                                     Prunex__V1__ControlDecision *d);

@@ -238,7 +238,8 @@ void coord_rpc_report_iteration(px_rpc_srv_call_t *call, const ProtobufCMessage 
     if (coord_db_reports_put(c->db, r, coord_now_ms()) != PX_OK ||
         coord_report_latest(c, &a, r, &latest) != PX_OK ||
         (latest && coord_rollcall_note(c, &a, r, spec, state, &fx) != PX_OK) ||
-        coord_membership_decide(c, &a, r->job_id, r->iteration, latest, stored) != PX_OK)
+        coord_membership_decide(c, &a, r->job_id, r->iteration,
+                                latest ? COORD_ADVANCE_DROPS : COORD_ADVANCE_NONE, stored) != PX_OK)
       goto rollback;
   } else {
     px_status_t rc = coord_decide(c, &a, r, spec, &d, &ps, &refused);
@@ -256,7 +257,8 @@ void coord_rpc_report_iteration(px_rpc_srv_call_t *call, const ProtobufCMessage 
       d.stop_reason = (char *)coord_stop_reason_name(stop_asked); /* or preempted */
     }
     /* the round boundary: the next epoch, when a member node was lost */
-    if (rc == PX_OK) rc = coord_membership_decide(c, &a, r->job_id, r->iteration, 1, &d);
+    if (rc == PX_OK)
+      rc = coord_membership_decide(c, &a, r->job_id, r->iteration, COORD_ADVANCE_ALL, &d);
     /* a new epoch: a job that dropped a node may take one back (join.c) */
     if (rc == PX_OK && d.membership_from_iteration == r->iteration + 1) coord_fx_schedule(&fx);
     if (rc != PX_OK || coord_commit_decision(c, r, &d, &ps, state) != PX_OK) goto rollback;

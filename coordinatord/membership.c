@@ -72,10 +72,11 @@ px_status_t coord_membership_start(coord_t *c, coord_arena_t *a, const char *job
 
 /* The next epoch, from the attempt's drops (none: nothing). */
 static px_status_t coord_membership_advance(coord_t *c, coord_arena_t *a, const char *job_id,
-                                            int attempt, int iteration) {
+                                            int attempt, int iteration, int joins) {
   char **drops = NULL, **why = NULL;
   size_t nd = 0;
   PX_CHECK(coord_db_epoch_drops(c, a, job_id, attempt, &drops, &why, &nd));
+  if (nd == 0 && !joins) return PX_OK;
   coord_db_epoch_t last, e = {.attempt = attempt, .from_iteration = iteration + 1,
                               .time_unix_ms = coord_now_ms()};
   int found = 0;
@@ -108,7 +109,9 @@ px_status_t coord_membership_decide(coord_t *c, coord_arena_t *a, const char *jo
                                     Prunex__V1__ControlDecision *d) {
   int attempt = 1, preemptions = 0, found = 0;
   PX_CHECK(coord_db_job_attempts(c, job_id, &attempt, &preemptions));
-  if (advance) PX_CHECK(coord_membership_advance(c, a, job_id, attempt, iteration));
+  if (advance != COORD_ADVANCE_NONE)
+    PX_CHECK(coord_membership_advance(c, a, job_id, attempt, iteration,
+                                      advance == COORD_ADVANCE_ALL));
   coord_db_epoch_t e;
   PX_CHECK(coord_db_epoch_at(c, a, job_id, attempt, iteration + 1, &e, &found));
   d->membership_epoch = 0;
