@@ -116,7 +116,7 @@ static PXT_UNUSED const char *pxt_dump_dom(const char *dir, const char *url) {
  * (static; "" when absent). */
 static PXT_UNUSED const char *pxt_dom_attr(const char *dom, const char *id, const char *attr) {
   static char text[2048];
-  char key[96], a[64];
+  char key[160], a[64];
   snprintf(key, sizeof key, "id=\"%s\"", id);
   snprintf(a, sizeof a, " %s=\"", attr);
   text[0] = '\0';

@@ -165,20 +165,9 @@ static double chart_attr(const char *dom, const char *id, const char *attr) {
 
 /* Attribute attr of chart box `id` in the dumped DOM as text ("" when absent). */
 static const char *chart_text(const char *dom, const char *id, const char *attr) {
-  static char text[512];
-  char key[96], a[64];
-  snprintf(key, sizeof key, "id=\"chart-%s\"", id);
-  snprintf(a, sizeof a, " %s=\"", attr);
-  text[0] = '\0';
-  const char *p = strstr(dom, key);
-  if (!p) return text;
-  const char *open = p, *close = strchr(p, '>');
-  while (open > dom && *open != '<') open--;
-  const char *at = strstr(open, a);
-  if (!at || at > close) return text;
-  at += strlen(a);
-  snprintf(text, sizeof text, "%.*s", (int)strcspn(at, "\""), at);
-  return text;
+  char key[96];
+  snprintf(key, sizeof key, "chart-%s", id);
+  return pxt_dom_attr(dom, key, attr);
 }
 
 /* 1 when chart `id`'s y axis starts at 0 and its ticks (data-y-ticks) are
