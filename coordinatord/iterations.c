@@ -241,6 +241,9 @@ void coord_rpc_report_iteration(px_rpc_srv_call_t *call, const ProtobufCMessage 
         coord_membership_decide(c, &a, r->job_id, r->iteration,
                                 latest ? COORD_ADVANCE_DROPS : COORD_ADVANCE_NONE, stored) != PX_OK)
       goto rollback;
+    /* an epoch the survivors' repeat made (a drop): a spare may join (join.c)
+     * at once, not at the scheduler's next unrelated event */
+    if (latest && stored->membership_from_iteration == r->iteration + 1) coord_fx_schedule(&fx);
   } else {
     px_status_t rc = coord_decide(c, &a, r, spec, &d, &ps, &refused);
     if (refused) {

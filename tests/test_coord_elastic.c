@@ -351,12 +351,16 @@ static void test_node_that_comes_back_joins_at_the_next_round(void **state) {
  * loss, the latest boundary). Once n2 is dropped the repeat makes epoch 2
  * from iteration 3 there and names it; a repeat of an older iteration
  * (two decisions follow it) makes none. Every repeat replaces the earlier
- * record: one row per iteration, whichever rank sent it. */
+ * record: one row per iteration, whichever rank sent it. A spare node
+ * joins as soon as that epoch is made. */
 static void test_repeated_latest_report_names_the_next_epoch(void **state) {
   fixture_t *f = *state;
   char ids[3][64], job[64];
   px_rpc_stream_t *s[3] = {NULL, NULL, NULL};
   start_three(f, ids, s, job, sizeof job);
+  char spare[64];
+  px_rpc_stream_t *sp = NULL; /* a READY node the job may grow onto once it lost one */
+  nodes_up(f, 1, (const char *const[]){"n4"}, &spare, &sp);
   Prunex__V1__ControlDecision *d = NULL;
   for (int it = 1; it <= 2; it++) {
     assert_int_equal(report(f, job, 0, it, 1, &d), PX_OK);
@@ -381,9 +385,17 @@ static void test_repeated_latest_report_names_the_next_epoch(void **state) {
   assert_int_equal(j->n_memberships, 2);
   assert_int_equal(j->memberships[1]->from_iteration, 3);
   px_rpc_message_free(j);
-  /* the broken round, run again over epoch 2, by the new rank 0 */
+  /* the epoch the repeat made settles the job: the spare joins at once (no
+   * other event runs the scheduler here), at placement index 1 */
+  Prunex__V1__Assignment *a = pxt_next_assignment(sp, 3000);
+  if (!a || (int)a->action != START || a->join_epoch != 3 || a->node_index != 1)
+    fail_msg("the spare's assignment: %s", a ? "not a join of epoch 3 at index 1" : "none");
+  px_rpc_message_free(a);
+  snprintf(ids[1], sizeof ids[1], "%s", spare);
+  /* the broken round, run again over epoch 2, by the new rank 0; the spare
+   * is a member from the next one */
   assert_int_equal(report(f, job, 2, 3, 2, &d), PX_OK);
-  expect_members(d, 2, 3, "0,2", ids);
+  expect_members(d, 3, 4, "0,1,2", ids);
   px_rpc_message_free(d);
   Prunex__V1__GetIterationsRequest q = PRUNEX__V1__GET_ITERATIONS_REQUEST__INIT;
   q.job_id = job;
@@ -396,6 +408,7 @@ static void test_repeated_latest_report_names_the_next_epoch(void **state) {
   px_rpc_message_free(it);
   px_rpc_stream_destroy(s[0]);
   px_rpc_stream_destroy(s[2]);
+  px_rpc_stream_destroy(sp);
 }
 
 /* A node silent while its agent heartbeats (its worker stopped): the

@@ -64,6 +64,7 @@ static int teardown(void **state) {
 typedef struct {
   case_t c;
   int rank;
+  int back; /* node 2's second run in the join case */
 } rank_ctx_t;
 
 /* Every rank's controller (any may become rank 0): fixed penalties, the
@@ -133,6 +134,14 @@ static void config(px_strategy_config_t *cfg, const rank_ctx_t *rc, px_kv_t *kv)
   cfg->elastic.min_nodes = rc->c == CASE_BELOW_MIN ? 3 : 2;
   cfg->elastic.max_nodes = NODES;
   if (rc->c == CASE_BELOW_MIN) cfg->elastic.members = members;
+  if (rc->c == CASE_JOIN) { /* saves at 2, 5 (before node 2 is back) and 7 */
+    static char ck[512];  /* one rank per process */
+    snprintf(ck, sizeof ck, "%s/ck-join/node%d%s", dir, rc->rank,
+             rc->back ? "-back" : ""); /* the node back: a fresh work directory */
+    cfg->checkpoint_dir = ck;
+    cfg->checkpoint_every = 3;
+    cfg->checkpoint_keep = 2;
+  }
 }
 
 /* The final model's hash, compared over the communicator the run ended on. */
@@ -177,6 +186,10 @@ static int check_join(px_th_ctx_t *ctx, const px_strategy_result_t *res, int joi
   PX_TH_CHECK(px_comm_rank(res->comm) == ctx->rank); /* node order */
   PX_TH_CHECK(px_comm_prev_rank(res->comm, ctx->rank) == (joiner ? -1 : ctx->rank));
   PX_TH_CHECK(res->nlost == 0 && res->joins == 1 && res->shrinks == (joiner ? 0 : 1));
+  /* the save after the join settles on every rank (node 2 had none
+   * pending of iteration 5), and the last one lands everywhere */
+  PX_TH_CHECK(res->checkpoints == (joiner ? 1 : 3));
+  PX_TH_CHECK(res->checkpoint_complete == ITERATIONS - 1 && !res->checkpoint_problem[0]);
   px_th_shared[SH_EPOCH + ctx->rank] = res->epoch;
   px_th_shared[SH_NODES + ctx->rank] = res->nodes;
   if (ctx->rank == 0) {
@@ -205,8 +218,10 @@ static int rejoin(px_th_ctx_t *ctx, const rank_ctx_t *rc, px_kv_t *kv, px_traine
   PX_TH_OK(px_comm_join(kv, &o, VICTIM, 0, 2, 60000, &comm));
   PX_TH_CHECK(px_comm_epoch(comm) == 2 && px_comm_size(comm) == 3 && px_comm_rank(comm) == 2);
   PX_TH_CHECK(px_comm_prev_rank(comm, 2) == -1 && px_comm_prev_rank(comm, 1) == 1);
+  rank_ctx_t back = *rc;
+  back.back = 1;
   px_strategy_config_t cfg;
-  config(&cfg, rc, kv);
+  config(&cfg, &back, kv);
   cfg.elastic.join_from = JOIN_AT + 1;
   px_strategy_result_t res;
   px_status_t st = px_strategy_run(*t, comm, &cfg, control, (void *)rc, &res);
@@ -217,7 +232,7 @@ static int rejoin(px_th_ctx_t *ctx, const rank_ctx_t *rc, px_kv_t *kv, px_traine
 }
 
 static int rank_main(px_th_ctx_t *ctx) {
-  rank_ctx_t rc = {*(const case_t *)ctx->arg, ctx->rank};
+  rank_ctx_t rc = {*(const case_t *)ctx->arg, ctx->rank, 0};
   px_train_config_t tc;
   px_test_rank_train_config(&tc, dir, ctx->rank, ctx->size);
   px_trainer_t *t;
@@ -344,7 +359,7 @@ static void test_below_min_nodes_fails_naming_the_node(void **state) {
 
 /* What cannot run elastic is refused before the first round, naming why. */
 static int rank_refusals(px_th_ctx_t *ctx) {
-  rank_ctx_t rc = {CASE_KILL, ctx->rank};
+  rank_ctx_t rc = {CASE_KILL, ctx->rank, 0};
   px_train_config_t tc;
   px_test_rank_train_config(&tc, dir, ctx->rank, ctx->size);
   px_trainer_t *t;

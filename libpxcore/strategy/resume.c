@@ -362,25 +362,39 @@ static px_status_t px_rs_note_failure(px__resume_t *rs, int it) {
 /* Waits for the background write, agrees with the other ranks that it
  * landed everywhere, and then removes this rank's files beyond keep (and,
  * when it did not land everywhere, beyond keep plus the newest one that
- * did). Collective when a write was pending on every rank (the same
- * iterations save everywhere). */
+ * did). Collective on every save and at the end, pending or not: a rank
+ * that joined an elastic job after the others' last save has no write
+ * pending, and its part is that it holds no file of that iteration (so the
+ * checkpoint is not complete in the new world: its older one stays). */
 static px_status_t px_rs_settle(px__resume_t *rs) {
-  if (rs->pending < 0) return PX_OK;
-  if (!rs->inline_write) pthread_join(rs->thread, NULL);
+  int mine = rs->pending;
+  if (mine >= 0 && !rs->inline_write) pthread_join(rs->thread, NULL);
   rs->inline_write = 0;
-  int it = rs->pending;
   rs->pending = -1;
-  double failed = rs->write_status == PX_OK ? 0 : 1;
-  if (!failed) rs->own = it;
-  if (failed)
+  /* the newest write pending anywhere, whether some rank has none, whether
+   * one failed, and the newest complete one (a joined rank has none) */
+  double v[4] = {mine, -mine, mine >= 0 && rs->write_status != PX_OK, rs->complete};
+  PX_CHECK(px_comm_allreduce(rs->world, v, v, 4, PX_COMM_F64, PX_COMM_MAX));
+  if ((int)v[3] != rs->complete) {
+    rs->complete = (int)v[3];
+    rs->own_complete = 0;
+  }
+  if (v[0] < 0) return PX_OK; /* nothing pending anywhere */
+  int it = (int)v[0];
+  if (mine != it) {
+    rs->write_status = PX_ERR_STATE;
+    snprintf(rs->write_error, sizeof rs->write_error, "joined after the other ranks saved "
+             "iteration %d: holds no file of it", it);
+  } else if (rs->write_status != PX_OK) {
     px_log(PX_LOG_WARN, "rank %d: checkpoint of iteration %d not written: %s", rs->rank, it,
            rs->write_error);
-  else
+  } else {
+    rs->own = it;
     px_log(rs->rank == 0 ? PX_LOG_INFO : PX_LOG_DEBUG,
            "rank %d: checkpoint of iteration %d written in the background in %.1f ms", rs->rank,
            it, rs->write_seconds * 1e3);
-  PX_CHECK(px_comm_allreduce(rs->world, &failed, &failed, 1, PX_COMM_F64, PX_COMM_MAX));
-  if (failed != 0) {
+  }
+  if (v[2] != 0 || (int)-v[1] != it) {
     PX_CHECK(px_rs_note_failure(rs, it));
     if (rs->rank == 0) {
       char since[32];
