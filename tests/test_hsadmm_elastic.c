@@ -377,6 +377,81 @@ static void test_shrink_by_decision_equals_a_fresh_run(void **state) {
   }
 }
 
+/* ---- a drop does not move the consensus by the lost node's dual -------------------- */
+
+enum { RECENTER_AFTER = 6 };
+/* shared (this test): [r] max |z - mean of the members' z_i| over the dense
+ * tail after the first round without node 2, [8 + r] max |v| there before it */
+
+/* 3 nodes x 2 run RECENTER_AFTER rounds (their targets differ: the node
+ * duals are far from zero), node 2 leaves by decision, and the members run
+ * one more round. Its z must be the mean of the members' z_i in the
+ * unprojected tail: the members' duals re-centred, not z moved by minus
+ * the lost dual over the two. */
+static int rank_recenter(px_th_ctx_t *ctx) {
+  px_comm_t *comm;
+  PX_TH_OK(px_th_comm(ctx, NULL, &comm));
+  px_kv_t *kv;
+  PX_TH_OK(px_kv_open_dir(ctx->kvdir, &kv));
+  static float theta[D];
+  px_hsadmm_param_t params[2] = {
+      {"w", theta, DW, 1, {6, 5, 3, 3}, 0, 0, 0},
+      {"b", theta + DW, DD, 0, {0, 0, 0, 0}, 0, 0, 0},
+  };
+  px_hsadmm_config_t cfg = {0, 1.0, 0.5, LAMBDA, {1.0, 0.67, 1.0, 0, 0}, 0};
+  px_hsadmm_t *h;
+  PX_TH_OK(px_hsadmm_create(comm, params, 2, &cfg, &h));
+  PX_TH_OK(px_hsadmm_set_elastic(h, 1));
+  double loss;
+  for (int k = 0; k < RECENTER_AFTER; k++) {
+    px_toy_local_solve(h, theta, DW, DD, target, ctx->rank);
+    PX_TH_OK(round_sync(h, comm, ctx->rank, &loss, 0));
+  }
+  const float *u, *v, *zi, *uu;
+  float rho;
+  px_hsadmm_duals(h, 1, &u, &v);
+  double vmax = 0;
+  for (int j = 0; j < DD; j++) vmax = fmax(vmax, fabs(v[j]));
+  px_th_shared[8 + ctx->rank] = vmax;
+  int keep[2] = {0, 1};
+  px_status_t st = px_comm_rebuild(comm, keep, 2, 1, kv, &comm);
+  if (ctx->node_of[ctx->rank] == 2) { /* left out */
+    PX_TH_CHECK(st == PX_ERR_STATE && comm == NULL);
+    px_hsadmm_destroy(h);
+    px_kv_destroy(kv);
+    return 0;
+  }
+  PX_TH_OK(st);
+  PX_TH_OK(px_hsadmm_rebind(h, comm, 0));
+  px_toy_local_solve(h, theta, DW, DD, target, ctx->rank);
+  PX_TH_OK(round_sync(h, comm, ctx->rank, &loss, 0));
+  static float mean[DD];
+  px_hsadmm_prox(h, 1, &zi, &uu, &rho);
+  memcpy(mean, zi, sizeof mean);
+  px_group_t *world = px_comm_group(comm, PX_GROUP_WORLD);
+  PX_TH_OK(px_comm_allreduce(world, mean, mean, DD, PX_COMM_F32, PX_COMM_SUM));
+  const float *z = px_hsadmm_z(h, 1);
+  double d = 0;
+  for (int j = 0; j < DD; j++) d = fmax(d, fabs(z[j] - mean[j] / px_group_size(world)));
+  px_th_shared[px_comm_rank(comm)] = d;
+  px_hsadmm_destroy(h);
+  px_comm_destroy(comm);
+  px_kv_destroy(kv);
+  return 0;
+}
+
+static void test_a_drop_recentres_the_node_duals(void **state) {
+  (void)state;
+  int three[6] = {0, 0, 1, 1, 2, 2};
+  assert_int_equal(px_th_run(6, three, rank_recenter, NULL, 60), 0);
+  for (int r = 0; r < 4; r++) {
+    printf("member rank %d: |z - mean z_i| %.3g (node duals up to %.3g before the drop)\n", r,
+           px_th_shared[r], px_th_shared[8 + r]);
+    assert_true(px_th_shared[8 + r] > 0.05); /* a drop without re-centring would show */
+    assert_true(px_th_shared[r] < 1e-5);
+  }
+}
+
 /* ---- a node joins at a boundary --------------------------------------------------- */
 
 enum { JOIN_BEFORE = 4, JOIN_ROUNDS = 8 };
@@ -511,6 +586,7 @@ int main(int argc, char **argv) {
   px_th_init(argc, argv);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_shrink_by_decision_equals_a_fresh_run),
+      cmocka_unit_test(test_a_drop_recentres_the_node_duals),
       cmocka_unit_test(test_killed_node_is_dropped_and_the_survivors_finish),
       cmocka_unit_test(test_killed_rank_drops_its_node),
       cmocka_unit_test(test_killed_in_the_decision_rolls_the_round_back),

@@ -29,8 +29,9 @@
 #               of the same batch, undisturbed and with node 2's torchrun and
 #               worker SIGKILLed after step 4 x (KILL_AT + 1), the same point
 #               (both then train 2 rounds' steps again)
-#   link        the elastic job, the veth of rank 2's node down at KILL_AT for
-#               CUT_S seconds, then up
+#   link        the elastic job, the veth of rank 2's node (rank 1's when
+#               that is node 0, pxcoordd's) down at KILL_AT for CUT_S
+#               seconds, then up
 #   stop        the elastic job, rank 2's worker SIGSTOPped at KILL_AT for
 #               STOP_S seconds (past the agent's 10 s watchdog), then SIGCONTed
 #   stop-short  the same for SHORT_S seconds: past lost_ms, not the watchdog
@@ -261,10 +262,17 @@ descendants() {
   done
 }
 
-# victim_node JOB: the node index whose agent runs rank 2 of JOB
+# victim_node JOB [KIND]: the node index whose agent runs rank 2 of JOB; for
+# a link cut, rank 1's when rank 2 is on node 0 (pxcoordd's namespace: its
+# link down would cut the coordinator off from every node)
 victim_node() {
-  for i in $nodes; do
-    [ -e "$scr/agent$i/jobs/$1/rank-2.log" ] && { echo "$i"; return 0; }
+  for r in 2 1; do
+    for i in $nodes; do
+      [ -e "$scr/agent$i/jobs/$1/rank-$r.log" ] || continue
+      [ "$i" = 0 ] && [ "${2:-}" = link ] && continue
+      echo "$i"
+      return 0
+    done
   done
   return 1
 }
@@ -279,7 +287,7 @@ disturb() {
     [ $k -gt 1200 ] && { echo "run.sh: $2 never reached iteration $kill_at" >&2; return 1; }
     sleep 0.4
   done
-  v=$(victim_node "$2") || { echo "run.sh: no node holds rank 2 of $2" >&2; return 1; }
+  v=$(victim_node "$2" "$1") || { echo "run.sh: no node holds rank 2 of $2" >&2; return 1; }
   a=$(eval echo "\$apid$v")
   w=$(descendants "$a")
   echo "$(date -u +%T) $1 node$v (agent $a, workers $w) at iteration >= $kill_at" >> "$out/events"

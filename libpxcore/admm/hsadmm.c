@@ -356,7 +356,10 @@ px_status_t px_hsadmm_sync(px_hsadmm_t *h, px_hsadmm_round_t **round) {
   uint64_t intra0 = px_comm_tier_bytes(h->comm, PX_TIER_INTRA);
   uint64_t inter0 = px_comm_tier_bytes(h->comm, PX_TIER_INTER);
   uint64_t value_bytes = 0;
-  if (h->el.on) PX_CHECK(px__hse_snapshot(h)); /* elastic: the round can be run again */
+  if (h->el.on) { /* elastic: the round can be run again (from before the re-centring) */
+    PX_CHECK(px__hse_snapshot(h));
+    PX_CHECK(px__hse_recenter(h));
+  }
   if (h->cfg.flat) PX_CHECK(px__sync_flat(h));
   else PX_CHECK(px__sync_hier(h, &value_bytes));
 

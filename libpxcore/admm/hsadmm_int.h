@@ -85,6 +85,7 @@ typedef struct {
 typedef struct {
   int on;
   int taken;            /* fam & co hold the start of the current round */
+  int recenter;         /* nodes were dropped: the node duals re-centred at the next sync */
   float *fam;           /* [6 * total] state memory: u, zi, zi_prev, v, z, z_prev */
   uint8_t *masks;       /* [4 * mtotal] node, union, prev, z */
   double *rho;          /* [2 n] rho1, then rho2 */
@@ -191,6 +192,9 @@ void px__hsc_free(px_hsadmm_t *h);
 
 /* At the start of a sync (elastic runs): the state into the copy. */
 px_status_t px__hse_snapshot(px_hsadmm_t *h);
+/* After a membership without some node of the one before: the node duals
+ * re-centred over the members (hsadmm_elastic.c). Collective. */
+px_status_t px__hse_recenter(px_hsadmm_t *h);
 /* The decision's membership part: doubles it adds to the broadcast (0
  * unless elastic), rank 0's decision pointed at the member scratch, the
  * controller's change checked and written into tail, and read back from it

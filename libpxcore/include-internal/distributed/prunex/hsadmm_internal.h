@@ -97,7 +97,10 @@ px_status_t px_hsadmm_set_elastic(px_hsadmm_t *h, int on);
  * sync (which the caller runs again, with the same theta, then decides);
  * 0: a boundary between complete rounds (a shrink by decision). Each rank
  * keeps its own u, each node its z_i and v, every rank z, the masks, the
- * penalties and the round number: no checkpoint, no restart. Fails with
+ * penalties and the round number: no checkpoint, no restart. When a node
+ * of the old membership is not in comm, the next sync first re-centres
+ * the node duals over the members (v_i minus their mean: collective).
+ * Fails with
  * PX_ERR_INVALID (ranks per node differ, the handle is not elastic when
  * rollback is asked) or PX_ERR_STATE (the broken round froze the masks on
  * this rank). The old communicator's groups must not be used again. */
