@@ -286,6 +286,25 @@ static void test_stopped_node_is_dropped_and_fenced(void **state) {
   assert_true(run_kill(&stopped) == ref);
 }
 
+/* A toy rank of these tests: its communicator, the store, the conv and
+ * dense parameters over theta, the config, the handle (elastic: with the
+ * elastic copy). */
+static float theta[D];
+static px_hsadmm_param_t params[2] = {
+    {"w", theta, DW, 1, {6, 5, 3, 3}, 0, 0, 0},
+    {"b", theta + DW, DD, 0, {0, 0, 0, 0}, 0, 0, 0},
+};
+static px_hsadmm_config_t cfg = {0, 1.0, 0.5, LAMBDA, {1.0, 0.67, 1.0, 0, 0}, 0};
+
+static int toy_rank(px_th_ctx_t *ctx, int elastic, px_comm_t **comm, px_kv_t **kv,
+                    px_hsadmm_t **h) {
+  PX_TH_OK(px_th_comm(ctx, NULL, comm));
+  PX_TH_OK(px_kv_open_dir(ctx->kvdir, kv));
+  PX_TH_OK(px_hsadmm_create(*comm, params, 2, &cfg, h));
+  if (elastic) PX_TH_OK(px_hsadmm_set_elastic(*h, 1));
+  return 0;
+}
+
 /* ---- a shrink by decision equals a fresh run over the nodes left ------------------ */
 
 enum { SHRINK_ROUNDS = 6 };
@@ -308,17 +327,9 @@ static int refuse_bad_lists(px_comm_t *comm, px_kv_t *kv) {
 static int rank_shrink(px_th_ctx_t *ctx) {
   const shrink_case_t *sc = ctx->arg;
   px_comm_t *comm;
-  PX_TH_OK(px_th_comm(ctx, NULL, &comm));
   px_kv_t *kv;
-  PX_TH_OK(px_kv_open_dir(ctx->kvdir, &kv));
-  static float theta[D];
-  px_hsadmm_param_t params[2] = {
-      {"w", theta, DW, 1, {6, 5, 3, 3}, 0, 0, 0},
-      {"b", theta + DW, DD, 0, {0, 0, 0, 0}, 0, 0, 0},
-  };
-  px_hsadmm_config_t cfg = {0, 1.0, 0.5, LAMBDA, {1.0, 0.67, 1.0, 0, 0}, 0};
   px_hsadmm_t *h;
-  PX_TH_OK(px_hsadmm_create(comm, params, 2, &cfg, &h));
+  if (toy_rank(ctx, 0, &comm, &kv, &h)) return 1;
   int id = ctx->rank; /* identity: the rank in the 3-node job */
   if (sc->shrink) {
     if (refuse_bad_lists(comm, kv)) return 1;
@@ -390,18 +401,9 @@ enum { RECENTER_AFTER = 6 };
  * the lost dual over the two. */
 static int rank_recenter(px_th_ctx_t *ctx) {
   px_comm_t *comm;
-  PX_TH_OK(px_th_comm(ctx, NULL, &comm));
   px_kv_t *kv;
-  PX_TH_OK(px_kv_open_dir(ctx->kvdir, &kv));
-  static float theta[D];
-  px_hsadmm_param_t params[2] = {
-      {"w", theta, DW, 1, {6, 5, 3, 3}, 0, 0, 0},
-      {"b", theta + DW, DD, 0, {0, 0, 0, 0}, 0, 0, 0},
-  };
-  px_hsadmm_config_t cfg = {0, 1.0, 0.5, LAMBDA, {1.0, 0.67, 1.0, 0, 0}, 0};
   px_hsadmm_t *h;
-  PX_TH_OK(px_hsadmm_create(comm, params, 2, &cfg, &h));
-  PX_TH_OK(px_hsadmm_set_elastic(h, 1));
+  if (toy_rank(ctx, 1, &comm, &kv, &h)) return 1;
   double loss;
   for (int k = 0; k < RECENTER_AFTER; k++) {
     px_toy_local_solve(h, theta, DW, DD, target, ctx->rank);
@@ -491,9 +493,9 @@ static int fresh_state(px_hsadmm_t *h) {
 
 /* The handle of this rank at the join: the kept ranks rebuild over the
  * three nodes and rebind theirs; node 2's ranks (left out at the start)
- * meet them through px_comm_join with a new handle. */
-static int join_epoch(px_th_ctx_t *ctx, px_kv_t *kv, px_comm_t **comm, px_hsadmm_t **h,
-                      const px_hsadmm_param_t *params, const px_hsadmm_config_t *cfg) {
+ * meet them through px_comm_join with a new handle (toy_rank's
+ * parameters). */
+static int join_epoch(px_th_ctx_t *ctx, px_kv_t *kv, px_comm_t **comm, px_hsadmm_t **h) {
   int all[3] = {2, 0, 1};
   if (ctx->node_of[ctx->rank] != VICTIM_NODE) {
     PX_TH_OK(px_comm_rebuild_join(*comm, all, 3, 2, kv, comm));
@@ -507,7 +509,7 @@ static int join_epoch(px_th_ctx_t *ctx, px_kv_t *kv, px_comm_t **comm, px_hsadmm
   PX_TH_OK(px_comm_join(kv, &o, VICTIM_NODE, ctx->rank - 2 * P, 2, 30000, comm));
   PX_TH_CHECK(px_comm_rank(*comm) == ctx->rank && px_comm_epoch(*comm) == 2);
   PX_TH_CHECK(px_comm_prev_rank(*comm, ctx->rank) == -1 && px_comm_prev_rank(*comm, 1) == 1);
-  PX_TH_OK(px_hsadmm_create_joining(*comm, params, 2, cfg, h));
+  PX_TH_OK(px_hsadmm_create_joining(*comm, params, 2, &cfg, h));
   PX_TH_OK(px_hsadmm_set_elastic(*h, 1));
   PX_TH_OK(px_hsadmm_join(*h, 0, 1));
   px_th_shared[16 + ctx->rank] = fresh_state(*h);
@@ -519,25 +521,16 @@ static int join_epoch(px_th_ctx_t *ctx, px_kv_t *kv, px_comm_t **comm, px_hsadmm
  * frozen). */
 static int rank_join(px_th_ctx_t *ctx) {
   px_comm_t *comm;
-  PX_TH_OK(px_th_comm(ctx, NULL, &comm));
   px_kv_t *kv;
-  PX_TH_OK(px_kv_open_dir(ctx->kvdir, &kv));
-  static float theta[D];
-  px_hsadmm_param_t params[2] = {
-      {"w", theta, DW, 1, {6, 5, 3, 3}, 0, 0, 0},
-      {"b", theta + DW, DD, 0, {0, 0, 0, 0}, 0, 0, 0},
-  };
-  px_hsadmm_config_t cfg = {0, 1.0, 0.5, LAMBDA, {1.0, 0.67, 1.0, 0, 0}, 0};
   px_hsadmm_t *h;
-  PX_TH_OK(px_hsadmm_create(comm, params, 2, &cfg, &h));
-  PX_TH_OK(px_hsadmm_set_elastic(h, 1));
+  if (toy_rank(ctx, 1, &comm, &kv, &h)) return 1;
   int keep[2] = {0, 1}, joiner = ctx->node_of[ctx->rank] == VICTIM_NODE;
   px_status_t st = px_comm_rebuild(comm, keep, 2, 1, kv, &comm);
   PX_TH_CHECK(joiner ? st == PX_ERR_STATE && comm == NULL : st == PX_OK);
   if (joiner) px_hsadmm_destroy(h);
   else PX_TH_OK(px_hsadmm_rebind(h, comm, 0));
   for (int k = 0; k < JOIN_ROUNDS; k++) {
-    if (k == JOIN_BEFORE && join_epoch(ctx, kv, &comm, &h, params, &cfg)) return 1;
+    if (k == JOIN_BEFORE && join_epoch(ctx, kv, &comm, &h)) return 1;
     if (joiner && k < JOIN_BEFORE) continue;
     if (k == JOIN_BEFORE) {
       px_th_shared[ctx->rank] = (double)(z_fnv(h) >> 12);
