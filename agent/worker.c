@@ -866,6 +866,7 @@ static int pxw_run(pxw_t *w) {
     sc.elastic.kv = w->kv;
     sc.elastic.members = pxw_members;
     sc.elastic.members_ctx = w;
+    sc.elastic.epoch_offset = 1; /* the logs number epochs as the coordinator does */
   }
   st = px_strategy_run(trainer, comm, &sc, a->rank == 0 || w->elastic ? pxw_control : NULL, w,
                        &res);

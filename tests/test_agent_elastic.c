@@ -234,7 +234,7 @@ static void test_node_that_comes_back_joins(void **state) {
   char p[700];
   snprintf(p, sizeof p, "%s/jobs/%s/rank-2.log", A[2].work, job);
   print_lines(p, "join");
-  assert_true(pxt_file_contains(p, "joined membership epoch 2 before iteration"));
+  assert_true(pxt_file_contains(p, "joined membership epoch 3 before iteration"));
   snprintf(p, sizeof p, "%s/jobs/%s/model.safetensors", A[0].work, job);
   assert_true(pxt_file_exists(p, 1));
   printf("test time %lld ms\n", (long long)(pxt_now_ms() - t0));

@@ -104,7 +104,7 @@ static px_status_t px__elastic_members(px__strategy_run_t *r, int epoch, int los
   if (e->members) {
     PX_CHECK(e->members(e->members_ctx, epoch, lost, gone, r->el_nodes, cap, n));
     PX_REQUIRE(*n >= 0 && *n <= cap, "elastic: the member list of epoch %d has %d nodes (0..%d)",
-               epoch, *n, cap);
+               epoch + e->epoch_offset, *n, cap);
     return PX_OK;
   }
   int wait = e->wait_ms ? e->wait_ms : 2 * px_comm_lost_ms(r->comm);
@@ -152,7 +152,8 @@ static px_status_t px__elastic_adopt(px__strategy_run_t *r, const px__strategy_o
   PX_CHECK(px_trainer_reshard(r->t, px_comm_rank(c), px_comm_size(c)));
   px_log(px_comm_rank(c) == 0 ? PX_LOG_INFO : PX_LOG_DEBUG,
          "membership epoch %d from iteration %d: %d nodes, %d ranks (this one now rank %d)",
-         px_comm_epoch(c), it, px_comm_nnodes(c), px_comm_size(c), px_comm_rank(c));
+         px_comm_epoch(c) + r->cfg->elastic.epoch_offset, it, px_comm_nnodes(c),
+         px_comm_size(c), px_comm_rank(c));
   return PX_OK;
 }
 
@@ -191,7 +192,8 @@ px_status_t px__elastic_recover(px__strategy_run_t *r, const px__strategy_ops_t 
                         "elastic.min_nodes = %d (%s)", node, it, n, min, why);
   if (!px__elastic_member(r, n, me))
     return px_set_error(PX_ERR_STATE, "node %d lost in iteration %d: this rank's node %d is not "
-                        "a member of epoch %d", node, it, me, epoch);
+                        "a member of epoch %d", node, it, me,
+                        epoch + r->cfg->elastic.epoch_offset);
   PX_CHECK(px__elastic_undo(r));
   px_comm_t *c = r->comm; /* left as it is when the old one was not destroyed */
   px_status_t rb = px_comm_rebuild(r->comm, r->el_nodes, n, epoch, r->cfg->elastic.kv, &c);
@@ -265,7 +267,8 @@ px_status_t px__elastic_enter(px__strategy_run_t *r, const px__strategy_ops_t *o
   r->res->nodes = px_comm_nnodes(r->comm);
   r->res->joins = 1;
   px_log(PX_LOG_INFO, "joined membership epoch %d before iteration %d: %d nodes, %d ranks (this "
-         "one rank %d, state from rank %d)", px_comm_epoch(r->comm), *first,
+         "one rank %d, state from rank %d)", px_comm_epoch(r->comm) + r->cfg->elastic.epoch_offset,
+         *first,
          px_comm_nnodes(r->comm), px_comm_size(r->comm), px_comm_rank(r->comm), root);
   return PX_OK;
 }
@@ -286,7 +289,7 @@ px_status_t px__elastic_follow(px__strategy_run_t *r, const px__strategy_ops_t *
   if (st != PX_OK) r->comm = r->res->comm = NULL;
   if (st == PX_ERR_STATE && !px__elastic_member(r, n, me)) { /* left out by the decision */
     px_log(PX_LOG_INFO, "node %d is not a member of epoch %d from iteration %d: leaving", me,
-           epoch, it + 1);
+           epoch + r->cfg->elastic.epoch_offset, it + 1);
     r->left = r->res->left = 1;
     return PX_OK;
   }

@@ -97,6 +97,9 @@ typedef struct {
                                 comm is px_comm_join's (epoch and members of the decision that
                                 let it in), and a kept rank sends it the state (z, masks,
                                 penalties, round, BN statistics, data position) */
+  int32_t epoch_offset;      /* added to the communicator's epoch in the run's log lines, so
+                                they number epochs as the caller does (pxworker: 1, the
+                                coordinator's membership epochs); 0: the communicator's */
 } px_strategy_elastic_t;
 
 typedef struct {
