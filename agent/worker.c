@@ -264,12 +264,16 @@ static px_status_t pxw_load_spec(const pxw_args_t *a, Prunex__V1__JobSpec **out)
     px_jobspec_free(spec);
     return st;
   }
-  if (spec->cluster->nodes * spec->cluster->workers_per_node != a->world ||
-      spec->cluster->nodes != a->num_nodes) {
+  /* an elastic job grown past cluster.nodes (up to elastic.max_nodes) numbers
+   * a joining node's ranks past the first attempt's */
+  int most = spec->elastic && spec->elastic->max_nodes > spec->cluster->nodes
+                 ? spec->elastic->max_nodes : spec->cluster->nodes;
+  if (spec->cluster->workers_per_node * a->num_nodes != a->world ||
+      a->num_nodes < spec->cluster->nodes || a->num_nodes > most) {
     st = px_set_error(PX_ERR_INVALID,
-                      "job spec asks for %d nodes x %d workers, but this rank was placed in %d "
-                      "nodes x %d",
-                      spec->cluster->nodes, spec->cluster->workers_per_node, a->num_nodes,
+                      "job spec asks for %d nodes (at most %d) x %d workers, but this rank was "
+                      "placed in %d nodes x %d",
+                      spec->cluster->nodes, most, spec->cluster->workers_per_node, a->num_nodes,
                       a->world / a->num_nodes);
     px_jobspec_free(spec);
     return st;
@@ -452,12 +456,21 @@ static void pxw_decide_alone(pxw_t *w, const px_iteration_t *it, px_hsadmm_decis
 /* The node ids of a decision's members (their indexes in the placement, as
  * node_of_rank numbers the nodes) into nodes[0..cap); -1: one is not a
  * node of the job. */
+/* The most nodes the job may have: cluster.nodes, or an elastic job's
+ * max_nodes (the same on every rank). */
+static int pxw_max_nodes(const pxw_t *w) {
+  const Prunex__V1__JobSpec *s = w->spec;
+  int most = s->elastic && s->elastic->max_nodes > s->cluster->nodes ? s->elastic->max_nodes
+                                                                     : s->cluster->nodes;
+  return most > w->a.num_nodes ? most : w->a.num_nodes;
+}
+
 static int pxw_member_nodes(const pxw_t *w, const Prunex__V1__ControlDecision *dec, int *nodes,
                             int cap) {
   if (dec->n_member_node_indexes > (size_t)cap) return -1;
   for (size_t i = 0; i < dec->n_member_node_indexes; i++) {
     int v = dec->member_node_indexes[i];
-    if (v < 0 || v >= w->a.num_nodes) return -1;
+    if (v < 0 || v >= pxw_max_nodes(w)) return -1;
     nodes[i] = v;
   }
   return (int)dec->n_member_node_indexes;
@@ -474,7 +487,7 @@ static void pxw_follow_membership(pxw_t *w, const px_iteration_t *it,
   if (n <= 0) {
     px_log(PX_LOG_WARN, "job %s: membership epoch %d: %zu member indexes do not fit the job's %d "
            "nodes: not followed", w->a.job, dec->membership_epoch, dec->n_member_node_indexes,
-           w->a.num_nodes);
+           pxw_max_nodes(w));
     return;
   }
   d->epoch = dec->membership_epoch - 1;
@@ -511,7 +524,7 @@ static px_status_t pxw_members(void *ctx, int epoch, int lost_node, int gone, in
       *n = pxw_member_nodes(w, dec, nodes, cap);
       if (*n < 0) st = px_set_error(PX_ERR_FORMAT, "job %s: membership epoch %d names a node "
                                     "outside the job's %d", w->a.job, dec->membership_epoch,
-                                    w->a.num_nodes);
+                                    pxw_max_nodes(w));
       px_rpc_message_free(dec);
       break;
     }
@@ -862,7 +875,7 @@ static int pxw_run(pxw_t *w) {
   sc.observe_ctx = w;
   if (w->elastic) { /* any rank may become rank 0: every one passes the controller */
     sc.elastic.join_from = a->join_epoch > 0 ? -1 : 0; /* -1: the kept ranks' boundary */
-    sc.elastic.max_nodes = a->num_nodes; /* the same on every rank: joins refill the job */
+    sc.elastic.max_nodes = pxw_max_nodes(w); /* the same on every rank: joins up to it */
     sc.elastic.kv = w->kv;
     sc.elastic.members = pxw_members;
     sc.elastic.members_ctx = w;

@@ -86,11 +86,12 @@ px_status_t coord_membership_blacklisted(coord_t *c, coord_arena_t *a, const cha
 /* ---- join.c ----------------------------------------------------------------- */
 
 /* The scheduler's pass, after the pending jobs: each running elastic job
- * placed on fewer nodes than its cluster.nodes, with no membership change
+ * placed on fewer nodes than its cluster.nodes, or, while no job waits
+ * (waiting 0), than its elastic.max_nodes, with no membership change
  * pending, takes a fitting READY node not in its cooldown at the lowest
  * free placement index, oldest job first, one node per job (its START with
  * join_epoch recorded in fx); *grown counts them. In a transaction. */
-px_status_t coord_membership_grow(coord_t *c, coord_arena_t *a, coord_effects_t *fx,
+px_status_t coord_membership_grow(coord_t *c, coord_arena_t *a, coord_effects_t *fx, int waiting,
                                   int *grown);
 /* The epoch a node of the job's placement (node_index) joins in: the next
  * one when it is not a member of the attempt's last epoch (it joined the

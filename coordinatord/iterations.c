@@ -262,8 +262,11 @@ void coord_rpc_report_iteration(px_rpc_srv_call_t *call, const ProtobufCMessage 
     /* the round boundary: the next epoch, when a member node was lost */
     if (rc == PX_OK)
       rc = coord_membership_decide(c, &a, r->job_id, r->iteration, COORD_ADVANCE_ALL, &d);
-    /* a new epoch: a job that dropped a node may take one back (join.c) */
-    if (rc == PX_OK && d.membership_from_iteration == r->iteration + 1) coord_fx_schedule(&fx);
+    /* a new epoch: a job that dropped a node may take one back; now
+     * RUNNING: an elastic job may grow past cluster.nodes (join.c) */
+    if (rc == PX_OK && (d.membership_from_iteration == r->iteration + 1 ||
+                        state == JS_SCHEDULED))
+      coord_fx_schedule(&fx);
     if (rc != PX_OK || coord_commit_decision(c, r, &d, &ps, state) != PX_OK) goto rollback;
   }
   /* the watchers get the report as the update's latest (effects.h) */

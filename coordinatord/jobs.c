@@ -552,7 +552,7 @@ static px_status_t coord_rank_exits_done(coord_t *c, const char *job_id, int64_t
                                          int *done) {
   int64_t placed_ok = 0, placed = 0;
   PX_CHECK(coord_db_rank_exits_ok_placed(c, job_id, &placed_ok, &placed));
-  if (placed > 0 && placed < *N) {
+  if (placed > 0 && placed != *N) { /* fewer (dropped) or more (grown past num_nodes) */
     *done = placed_ok >= placed;
     *N = (int)placed;
   } else {

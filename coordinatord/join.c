@@ -1,8 +1,11 @@
-/* Joining: an elastic job that runs on fewer nodes than its cluster.nodes
- * (it dropped some, membership.c) takes a node back at its next round
- * boundary: a node that came back (its agent registered again, or
- * blacklist_cooldown_ms after the job lost it) or any other READY node
- * that fits it, not in the job's cooldown.
+/* Joining: an elastic job that runs on fewer nodes than its
+ * elastic.max_nodes (cluster.nodes when not given larger; it dropped some,
+ * membership.c, or was placed on cluster.nodes of more) takes a node at its
+ * next round boundary: a node that came back (its agent registered again,
+ * or blacklist_cooldown_ms after the job lost it) or any other READY node
+ * that fits it, not in the job's cooldown. Past cluster.nodes the node's
+ * index, ranks and world size number on (its workers' --num-nodes is the
+ * placement's highest index + 1).
  *
  * The scheduler's pass calls coord_membership_grow after it has placed the
  * pending jobs (priority rule: a waiting job gets a free node before a
@@ -127,11 +130,14 @@ static px_status_t coord_join_place(coord_t *c, const char *job_id, int P, int i
 
 /* One job: a node joins it when it is elastic, settled and a node fits. */
 static px_status_t coord_join_job(coord_t *c, coord_arena_t *a, coord_effects_t *fx,
-                                  const char *job_id, int M, int P, int *grown) {
+                                  const char *job_id, int M, int P, int waiting, int *grown) {
   int found = 0, js = 0, min_nodes = 0, idx, settled, epoch;
   Prunex__V1__JobSpec *spec = NULL;
   PX_CHECK(coord_job_lookup(c, a, job_id, &found, &js, &spec));
   if (!found || js != JS_RUNNING || !coord_spec_elastic(spec, &min_nodes)) return PX_OK;
+  /* past cluster.nodes only while no job waits: a waiting job gets the
+   * nodes an elastic job would merely gain */
+  if (!waiting && spec->elastic->max_nodes > M) M = spec->elastic->max_nodes;
   size_t n_now = 0;
   PX_CHECK(coord_join_index(c, a, job_id, M, &idx, &n_now));
   if (idx < 0) return PX_OK;
@@ -170,14 +176,18 @@ px_status_t coord_membership_join_epoch(coord_t *c, coord_arena_t *a, const char
   return PX_OK;
 }
 
-px_status_t coord_membership_grow(coord_t *c, coord_arena_t *a, coord_effects_t *fx,
+px_status_t coord_membership_grow(coord_t *c, coord_arena_t *a, coord_effects_t *fx, int waiting,
                                   int *grown) {
-  char **ids = NULL;
-  int *nodes = NULL, *per = NULL;
-  size_t n = 0;
+  char **ids = NULL, **ready = NULL, **names = NULL;
+  int *nodes = NULL, *per = NULL, *states = NULL;
+  size_t n = 0, nready = 0;
   *grown = 0;
-  PX_CHECK(coord_db_jobs_short(c, a, &ids, &nodes, &per, &n));
+  /* no READY node: nothing can join (and no running job's spec is read) */
+  PX_CHECK(coord_db_nodes_fitting(c, a, NS_READY, NS_READY, 1, "", &ready, &names, &states,
+                                  &nready));
+  if (nready == 0) return PX_OK;
+  PX_CHECK(coord_db_jobs_short(c, a, !waiting, &ids, &nodes, &per, &n));
   for (size_t i = 0; i < n; i++)
-    PX_CHECK(coord_join_job(c, a, fx, ids[i], nodes[i], per[i], grown));
+    PX_CHECK(coord_join_job(c, a, fx, ids[i], nodes[i], per[i], waiting, grown));
   return PX_OK;
 }

@@ -175,7 +175,7 @@ px_status_t coord_schedule_pass(coord_t *c, coord_arena_t *a, coord_effects_t *f
              " job can start", v.job_ids[i]);
   }
   int grown = 0; /* the pending jobs first: then running elastic jobs grow (join.c) */
-  if (rc == PX_OK) rc = coord_membership_grow(c, a, fx, &grown);
+  if (rc == PX_OK) rc = coord_membership_grow(c, a, fx, (int)(v.s.njobs - nplaced), &grown);
   if (rc != PX_OK) {
     px_store_rollback(c->db);
     coord_effects_clear(fx);

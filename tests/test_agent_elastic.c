@@ -6,7 +6,9 @@
  * its last report, which the coordinator answers with the next epoch), the
  * broken round runs again over two nodes, and the job SUCCEEDS in its first
  * attempt with two nodes; `pxctl status` shows both epochs. The same with
- * node 0 lost: rank 1 becomes rank 0 and reports and saves the model. */
+ * node 0 lost: rank 1 becomes rank 0 and reports and saves the model. Node
+ * 2 coming back joins; a 2-node job with max_nodes 3 grows onto the free
+ * third node. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -167,8 +169,9 @@ static int job_epochs(const char *job) {
   return n;
 }
 
-/* The coordinator, three agents and the job (iterations, elastic 2..3). */
-static void start_job(int iterations, char *job, size_t cap) {
+/* The coordinator, three agents and the job (iterations, `nodes` of them
+ * placed, elastic 2..3). */
+static void start_job_on(int iterations, int nodes, char *job, size_t cap) {
   static const char *const extra[] = {"--agent-grace-ms", "300", NULL};
   if (pxt_coordd_setup(&D, extra) != 0 || px_rpc_channel_create(D.target, &CH) != PX_OK)
     fail_msg("coordinator");
@@ -183,13 +186,17 @@ static void start_job(int iterations, char *job, size_t cap) {
       fail_with_logs("an agent did not register");
   }
   pxt_job_t j;
-  pxt_job_init(&j, w ? DATA : NULL, NODES, 1, iterations, 2);
+  pxt_job_init(&j, w ? DATA : NULL, nodes, 1, iterations, 2);
   static Prunex__V1__ElasticSpec el = PRUNEX__V1__ELASTIC_SPEC__INIT;
   el.min_nodes = 2;
   el.max_nodes = 3;
   j.spec.elastic = &el;
   j.comm.timeout_ms = 8000; /* lost_ms 4000: a dead peer noticed in 0.5 s */
   if (pxt_job_submit(CH, &j, job, cap) != PX_OK) fail_msg("submit: %s", px_last_error());
+}
+
+static void start_job(int iterations, char *job, size_t cap) {
+  start_job_on(iterations, NODES, job, cap);
 }
 
 /* Node 2's agent and worker are SIGKILLed after iteration 3; once the
@@ -243,6 +250,43 @@ static void test_node_that_comes_back_joins(void **state) {
   assert_int_equal(pxt_coordd_teardown(&D), 0);
 }
 
+/* A 2-node job with max_nodes 3 and a third node free: once it runs, the
+ * scheduler gives it that node past cluster.nodes (placement index 2, rank
+ * 2, world 3), whose worker joins at the next boundary (epoch 2, "nodes
+ * joined"), and the job SUCCEEDS in its first attempt with its three ranks'
+ * exits. */
+static void test_job_grows_past_its_nodes(void **state) {
+  (void)state;
+  enum { ITERS = 10 };
+  char job[64];
+  start_job_on(ITERS, 2, job, sizeof job);
+  int s = pxt_wait_job(CH, job, 0, 90000);
+  Prunex__V1__Job *r = NULL;
+  assert_int_equal(px_rpc_get_job(CH, job, 0, &r), PX_OK);
+  printf("job %s: %s (attempt %d, %zu epochs): %s\n", job, px_rpc_job_state_name(s), r->attempt,
+         r->n_memberships, r->reason);
+  if (s != PRUNEX__V1__JOB_STATE__JOB_STATE_SUCCEEDED || r->attempt != 1 ||
+      r->iteration != ITERS - 1 || r->n_memberships != 2 || !strstr(r->reason, "all 3 ranks"))
+    fail_with_logs("not one attempt grown to three nodes");
+  const Prunex__V1__MembershipEpoch *last = r->memberships[1];
+  printf("epoch 2 from iteration %d: %s\n", last->from_iteration, last->reason);
+  assert_int_equal(last->epoch, 2);
+  assert_int_equal((int)last->n_node_indexes, 3);
+  for (int i = 0; i < 3; i++) assert_int_equal(last->node_indexes[i], i);
+  assert_non_null(strstr(last->reason, "nodes joined"));
+  px_rpc_message_free(r);
+  int joined = 0;
+  for (int i = 0; i < NODES; i++) {
+    char p[700];
+    snprintf(p, sizeof p, "%s/jobs/%s/rank-2.log", A[i].work, job);
+    joined += pxt_file_contains(p, "joined membership epoch 2 before iteration");
+  }
+  assert_int_equal(joined, 1);
+  assert_int_equal(pxt_agents_stop(A, NODES), 0);
+  px_rpc_channel_destroy(CH);
+  assert_int_equal(pxt_coordd_teardown(&D), 0);
+}
+
 /* The last node lost: ranks 0 and 1 go on as they were. */
 static void test_lost_node_dropped_job_succeeds(void **state) {
   (void)state;
@@ -260,6 +304,7 @@ int main(void) {
       cmocka_unit_test(test_lost_node_dropped_job_succeeds),
       cmocka_unit_test(test_lost_rank0_node_dropped_job_succeeds),
       cmocka_unit_test(test_node_that_comes_back_joins),
+      cmocka_unit_test(test_job_grows_past_its_nodes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

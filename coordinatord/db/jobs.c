@@ -58,8 +58,10 @@ px_status_t coord_db_job_ranks_info(coord_t *c, const char *job_id, int *found, 
                                     int *nranks, int *attempt) {
   int64_t v[3] = {0, 0, 0};
   PX_CHECK(px_store_row_int64(c->db,
-                              "SELECT state, num_nodes * workers_per_node, attempt FROM jobs"
-                              " WHERE job_id = ?1",
+                              /* ranks past num_nodes x P: an elastic job grown */
+                              "SELECT state, max(num_nodes * workers_per_node, coalesce((SELECT"
+                              " max(rank) + 1 FROM job_ranks r WHERE r.job_id = jobs.job_id), 0)),"
+                              " attempt FROM jobs WHERE job_id = ?1",
                               job_id, v, 3, found));
   *state = (int)v[0];
   *nranks = (int)v[1];

@@ -321,14 +321,14 @@ px_status_t coord_db_epoch_without(coord_arena_t *a, coord_db_epoch_t *e, char *
 
 /* ---- joining ------------------------------------------------------------------ */
 
-px_status_t coord_db_jobs_short(coord_t *c, coord_arena_t *a, char ***ids, int **nodes,
+px_status_t coord_db_jobs_short(coord_t *c, coord_arena_t *a, int all, char ***ids, int **nodes,
                                 int **per_node, size_t *n) {
   return coord_db_list(c, a,
                        "SELECT j.job_id, j.num_nodes, j.workers_per_node FROM jobs j"
-                       " WHERE j.state = ?1 AND j.num_nodes >"
-                       " (SELECT count(*) FROM job_nodes n WHERE n.job_id = j.job_id)"
+                       " WHERE j.state = ?1 AND (?2 OR j.num_nodes >"
+                       " (SELECT count(*) FROM job_nodes n WHERE n.job_id = j.job_id))"
                        " ORDER BY j.id",
-                       PX_STORE_ARGS(PX_ARG_INT(JS_RUNNING)),
+                       PX_STORE_ARGS(PX_ARG_INT(JS_RUNNING), PX_ARG_INT(all)),
                        COORD_LIST_COLS(COORD_LIST_TEXT(ids), COORD_LIST_I32(nodes),
                                        COORD_LIST_I32(per_node)),
                        n);

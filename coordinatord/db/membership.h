@@ -97,9 +97,10 @@ px_status_t coord_db_blacklist_next_end(coord_t *c, int64_t now, int64_t *until)
 
 /* ---- joining (coordinatord/join.c) ---- */
 
-/* Running jobs whose placement has fewer nodes than their num_nodes, oldest
- * first (arena a): ids, num_nodes, workers per node. */
-px_status_t coord_db_jobs_short(coord_t *c, coord_arena_t *a, char ***ids, int **nodes,
+/* Running jobs whose placement has fewer nodes than their num_nodes (all:
+ * every running job, for those that may grow past it), oldest first
+ * (arena a): ids, num_nodes, workers per node. */
+px_status_t coord_db_jobs_short(coord_t *c, coord_arena_t *a, int all, char ***ids, int **nodes,
                                 int **per_node, size_t *n);
 /* The job's rows of placement index idx cleared (ranks, their exit
  * records: a node that left it), for a node to take that index again. */

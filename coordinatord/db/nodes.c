@@ -311,8 +311,10 @@ px_status_t coord_db_assignment_fill(coord_t *c, coord_arena_t *a, const char *n
                                      Prunex__V1__Assignment *as, int *found, char ***salts) {
   int per_node = 0;
   PX_CHECK(px_store_row(c->db,
-                        "SELECT j.num_nodes, j.workers_per_node, n.node_index, j.attempt"
-                        " FROM jobs j"
+                        /* an elastic job grown past num_nodes: its highest index + 1 */
+                        "SELECT max(j.num_nodes, coalesce((SELECT max(m.node_index) + 1 FROM job_nodes"
+                        "   m WHERE m.job_id = j.job_id), 0)), j.workers_per_node, n.node_index,"
+                        " j.attempt FROM jobs j"
                         " JOIN job_nodes n ON n.job_id = j.job_id"
                         " WHERE j.job_id = ?1 AND n.node_id = ?2",
                         PX_STORE_ARGS(PX_ARG_TEXT(as->job_id), PX_ARG_TEXT(node_id)),
