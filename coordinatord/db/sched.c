@@ -421,8 +421,11 @@ px_status_t coord_db_sched_usages(coord_t *c, coord_arena_t *a, coord_db_sched_u
 px_status_t coord_db_sched_running(coord_t *c, coord_arena_t *a, coord_db_sched_use_t **out,
                                    size_t *n) {
   return coord_db_sched_uses(c, a,
-                             "SELECT owner, num_nodes, scheduled_unix_ms FROM jobs"
-                             " WHERE state IN (?1, ?2)",
+                             /* the nodes it holds: fewer once an elastic job
+                              * dropped some, more once it grew past num_nodes */
+                             "SELECT owner, coalesce(nullif((SELECT count(*) FROM job_nodes n"
+                             " WHERE n.job_id = jobs.job_id), 0), num_nodes), scheduled_unix_ms"
+                             " FROM jobs WHERE state IN (?1, ?2)",
                              1, out, n);
 }
 

@@ -144,7 +144,8 @@ typedef struct {
 px_status_t coord_db_sched_nodes(coord_t *c, coord_arena_t *a, coord_db_sched_node_t **out,
                                  size_t *n);
 /* A user's figure: stored usage (value, as of ms), or a running job's nodes
- * (value, placed at ms). */
+ * (value: those it holds now, its num_nodes before any is placed; placed
+ * at ms). */
 typedef struct {
   char *user;
   double value;
