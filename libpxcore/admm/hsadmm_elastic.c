@@ -200,18 +200,19 @@ px_status_t px_hsadmm_rebind(px_hsadmm_t *h, px_comm_t *comm, int rollback) {
  * rounds (bench/elastic: the loss of the round after a drop went 1.13 ->
  * 1.38 and the final accuracy lost 1.25-1.7 points). Every rank of a node
  * holds the same v, so the mean over the world's ranks is the mean over
- * the nodes. Collective over the world, at the start of a sync (st.s, the
- * round's scratch, holds the mean). */
+ * the nodes. Flat (one level over the ranks): the ranks' u the same way.
+ * Collective over the world, at the start of a sync (st.s, the round's
+ * scratch, holds the mean). */
 px_status_t px__hse_recenter(px_hsadmm_t *h) {
   if (!h->el.recenter) return PX_OK;
   size_t n = h->st.total;
-  float *mean = h->dev ? h->stage : h->st.s;
-  if (h->dev) PX_CHECK(h->st.ops->download(mean, h->st.v, n * sizeof(float)));
-  else memcpy(mean, h->st.v, n * sizeof(float));
+  float *mean = h->dev ? h->stage : h->st.s, *dual = h->cfg.flat ? h->st.u : h->st.v;
+  if (h->dev) PX_CHECK(h->st.ops->download(mean, dual, n * sizeof(float)));
+  else memcpy(mean, dual, n * sizeof(float));
   PX_CHECK(px_comm_allreduce(h->world, mean, mean, n, PX_COMM_F32, PX_COMM_SUM));
   if (h->dev) PX_CHECK(h->st.ops->upload(h->st.s, mean, n * sizeof(float)));
   PX_CHECK(h->st.ops->scale(h->st.s, -1.0f / (float)h->N, n));
-  PX_CHECK(h->st.ops->add(h->st.v, h->st.v, h->st.s, n));
+  PX_CHECK(h->st.ops->add(dual, dual, h->st.s, n));
   h->el.recenter = 0;
   return PX_OK;
 }
