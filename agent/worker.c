@@ -453,9 +453,6 @@ static void pxw_decide_alone(pxw_t *w, const px_iteration_t *it, px_hsadmm_decis
   }
 }
 
-/* The node ids of a decision's members (their indexes in the placement, as
- * node_of_rank numbers the nodes) into nodes[0..cap); -1: one is not a
- * node of the job. */
 /* The most nodes the job may have: cluster.nodes, or an elastic job's
  * max_nodes (the same on every rank). */
 static int pxw_max_nodes(const pxw_t *w) {
@@ -465,6 +462,9 @@ static int pxw_max_nodes(const pxw_t *w) {
   return most > w->a.num_nodes ? most : w->a.num_nodes;
 }
 
+/* The node ids of a decision's members (their indexes in the placement, as
+ * node_of_rank numbers the nodes) into nodes[0..cap); -1: one is not a
+ * node of the job. */
 static int pxw_member_nodes(const pxw_t *w, const Prunex__V1__ControlDecision *dec, int *nodes,
                             int cap) {
   if (dec->n_member_node_indexes > (size_t)cap) return -1;
