@@ -9,8 +9,9 @@
 px_status_t coord_db_logs_job_ranks(coord_t *c, const char *job_id, int *found, int *nranks) {
   int64_t n = 0;
   PX_CHECK(px_store_row_int64(c->db,
-                              "SELECT max(num_nodes * workers_per_node, coalesce((SELECT max(rank) + 1"
-                              " FROM job_ranks r WHERE r.job_id = jobs.job_id), 0)) FROM jobs"
+                              "SELECT max(num_nodes * workers_per_node, coalesce((SELECT"
+                              " max(rank) + 1 FROM job_ranks r WHERE r.job_id = jobs.job_id), 0))"
+                              " FROM jobs"
                               " WHERE job_id = ?1",
                               job_id, &n, 1, found));
   *nranks = (int)n;

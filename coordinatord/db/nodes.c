@@ -312,8 +312,9 @@ px_status_t coord_db_assignment_fill(coord_t *c, coord_arena_t *a, const char *n
   int per_node = 0;
   PX_CHECK(px_store_row(c->db,
                         /* an elastic job grown past num_nodes: its highest index + 1 */
-                        "SELECT max(j.num_nodes, coalesce((SELECT max(m.node_index) + 1 FROM job_nodes"
-                        "   m WHERE m.job_id = j.job_id), 0)), j.workers_per_node, n.node_index,"
+                        "SELECT max(j.num_nodes, coalesce((SELECT max(m.node_index) + 1"
+                        " FROM job_nodes m WHERE m.job_id = j.job_id), 0)), j.workers_per_node,"
+                        " n.node_index,"
                         " j.attempt FROM jobs j"
                         " JOIN job_nodes n ON n.job_id = j.job_id"
                         " WHERE j.job_id = ?1 AND n.node_id = ?2",
