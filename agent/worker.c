@@ -245,6 +245,12 @@ static px_status_t pxw_parse_leaders(const pxw_args_t *a, int *leader) {
 
 /* ---- spec ---------------------------------------------------------------------- */
 
+/* cluster.nodes, or an elastic job's larger max_nodes. */
+static int pxw_spec_max_nodes(const Prunex__V1__JobSpec *s) {
+  return s->elastic && s->elastic->max_nodes > s->cluster->nodes ? s->elastic->max_nodes
+                                                                 : s->cluster->nodes;
+}
+
 static px_status_t pxw_load_spec(const pxw_args_t *a, Prunex__V1__JobSpec **out) {
   *out = NULL;
   uint8_t *data;
@@ -266,8 +272,7 @@ static px_status_t pxw_load_spec(const pxw_args_t *a, Prunex__V1__JobSpec **out)
   }
   /* an elastic job grown past cluster.nodes (up to elastic.max_nodes) numbers
    * a joining node's ranks past the first attempt's */
-  int most = spec->elastic && spec->elastic->max_nodes > spec->cluster->nodes
-                 ? spec->elastic->max_nodes : spec->cluster->nodes;
+  int most = pxw_spec_max_nodes(spec);
   if (spec->cluster->workers_per_node * a->num_nodes != a->world ||
       a->num_nodes < spec->cluster->nodes || a->num_nodes > most) {
     st = px_set_error(PX_ERR_INVALID,
@@ -456,9 +461,7 @@ static void pxw_decide_alone(pxw_t *w, const px_iteration_t *it, px_hsadmm_decis
 /* The most nodes the job may have: cluster.nodes, or an elastic job's
  * max_nodes (the same on every rank). */
 static int pxw_max_nodes(const pxw_t *w) {
-  const Prunex__V1__JobSpec *s = w->spec;
-  int most = s->elastic && s->elastic->max_nodes > s->cluster->nodes ? s->elastic->max_nodes
-                                                                     : s->cluster->nodes;
+  int most = pxw_spec_max_nodes(w->spec);
   return most > w->a.num_nodes ? most : w->a.num_nodes;
 }
 
