@@ -2,7 +2,10 @@
  * the real schema: coord_db_list appends each column to its arena array
  * (text copied, integers typed), coord_db_rows fills an array of structs
  * and drops the rows its fill refuses, coord_db_objects an array of
- * pointers; every one leaves no read open and reports a bad statement. */
+ * pointers; every one leaves no read open and reports a bad statement.
+ * The scheduler's running-job snapshot (db/sched.c, on those loops) counts
+ * the nodes a job holds: an elastic job grown or shrunk, num_nodes before
+ * any is placed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +18,7 @@
 
 #include "../coordinatord/arena.c"
 #include "../coordinatord/db/db_core.c"
+#include "../coordinatord/db/sched.c"
 #include "../coordinatord/db/schema.c"
 #include "coord_harness.h"
 
@@ -164,12 +168,57 @@ static void test_objects_allocate_one_per_row(void **state) {
   assert_string_equal(*names[1], "a-rather-long-node-name-2");
 }
 
+/* job_id, owner, state, num_nodes, then the node indices it holds (-1 ends) */
+static void add_job(fixture_t *f, const char *id, const char *owner, int st, int nodes,
+                    const int *held) {
+  assert_int_equal(px_store_run_args(f->c.db,
+                                     "INSERT INTO jobs (job_id, owner, state, spec, num_nodes,"
+                                     " workers_per_node, created_unix_ms, updated_unix_ms,"
+                                     " scheduled_unix_ms) VALUES (?1, ?2, ?3, x'', ?4, 1, 5, 5, 7)",
+                                     PX_STORE_ARGS(PX_ARG_TEXT(id), PX_ARG_TEXT(owner),
+                                                   PX_ARG_INT(st), PX_ARG_INT(nodes))),
+                   PX_OK);
+  for (int i = 0; held[i] >= 0; i++) {
+    char node[16];
+    snprintf(node, sizeof node, "node-%04d", held[i] % 3 + 1);
+    assert_int_equal(px_store_run_args(f->c.db,
+                                       "INSERT INTO job_nodes (job_id, node_index, node_id,"
+                                       " leader_rank) VALUES (?1, ?2, ?3, ?4)",
+                                       PX_STORE_ARGS(PX_ARG_TEXT(id), PX_ARG_INT(held[i]),
+                                                     PX_ARG_TEXT(node), PX_ARG_INT(held[i]))),
+                     PX_OK);
+  }
+}
+
+static void test_running_jobs_count_the_nodes_they_hold(void **state) {
+  fixture_t *f = *state;
+  add_job(f, "job-grown", "alice", JS_RUNNING, 2, (const int[]){0, 1, 2, -1});
+  add_job(f, "job-shrunk", "bob", JS_RUNNING, 3, (const int[]){0, 2, -1});
+  add_job(f, "job-placing", "carol", JS_SCHEDULED, 2, (const int[]){-1});
+  add_job(f, "job-waiting", "dave", JS_PENDING, 4, (const int[]){-1});
+  coord_db_sched_use_t *u = NULL;
+  size_t n = 0;
+  assert_int_equal(coord_db_sched_running(&f->c, &f->a, &u, &n), PX_OK);
+  assert_int_equal(n, 3);
+  const char *want_user[] = {"alice", "bob", "carol"};
+  const double want_nodes[] = {3, 2, 2};
+  for (int k = 0; k < 3; k++) {
+    size_t i = 0;
+    while (i < n && strcmp(u[i].user, want_user[k])) i++;
+    assert_true(i < n);
+    assert_true(u[i].value == want_nodes[k]);
+    assert_int_equal(u[i].ms, 7);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_list_appends_each_column_typed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rows_fill_structs_and_drop_refused_rows, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_objects_allocate_one_per_row, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_running_jobs_count_the_nodes_they_hold, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

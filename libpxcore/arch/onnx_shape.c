@@ -400,8 +400,8 @@ static px_status_t px__arith(px__onnx_graph_t *g, const Onnx__NodeProto *n,
 
 px_status_t px__onnx_fold_dims(px__onnx_graph_t *g, const int64_t *dims, int count, char *why,
                                size_t cap, const Onnx__TensorProto **out) {
-  Onnx__TensorProto *t;
-  uint8_t *o;
+  Onnx__TensorProto *t = NULL;
+  uint8_t *o = NULL;
   int64_t len = count;
   PX_CHECK(px__new(g, PX__I64, 1, &len, why, cap, &t, &o));
   memcpy(o, dims, (size_t)count * sizeof *dims);
