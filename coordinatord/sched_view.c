@@ -34,11 +34,10 @@ px_status_t coord_sched_state_changed(coord_t *c, const char *job_id, int from, 
     PX_CHECK(coord_db_sched_pstop_drop(c, job_id));
     /* an attempt ended: its node-seconds go to the user and the record */
     char owner[COORD_NAME_MAX + 32];
-    int64_t nodes = 0, since = 0;
+    double ns = 0;
     int found = 0;
-    PX_CHECK(coord_db_sched_attempt(c, job_id, &found, owner, sizeof owner, &nodes, &since));
+    PX_CHECK(coord_db_sched_attempt(c, job_id, now, &found, owner, sizeof owner, &ns));
     if (found) {
-      double ns = since > 0 && now > since ? (double)nodes * (double)(now - since) / 1000.0 : 0;
       PX_CHECK(coord_sched_charge(c, owner, ns, now));
       PX_CHECK(coord_db_sched_acct_charge(c, job_id, ns));
     }

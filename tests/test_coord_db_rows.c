@@ -5,7 +5,8 @@
  * pointers; every one leaves no read open and reports a bad statement.
  * The scheduler's running-job snapshot (db/sched.c, on those loops) counts
  * the nodes a job holds: an elastic job grown or shrunk, num_nodes before
- * any is placed. */
+ * any is placed; an attempt's node-seconds follow its membership epochs. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -211,6 +212,51 @@ static void test_running_jobs_count_the_nodes_they_hold(void **state) {
   }
 }
 
+/* an epoch of job-grown's attempt: its time and member node ids */
+static void add_epoch(fixture_t *f, int attempt, int epoch, int64_t ms, const char *ids) {
+  assert_int_equal(px_store_run_args(f->c.db,
+                                     "INSERT INTO job_epochs (job_id, attempt, epoch,"
+                                     " from_iteration, node_ids, node_indexes, reason,"
+                                     " time_unix_ms) VALUES ('job-grown', ?1, ?2, 0, ?3, '', 'r',"
+                                     " ?4)",
+                                     PX_STORE_ARGS(PX_ARG_INT(attempt), PX_ARG_INT(epoch),
+                                                   PX_ARG_TEXT(ids), PX_ARG_INT(ms))),
+                   PX_OK);
+}
+
+static void test_an_attempt_is_charged_the_nodes_of_each_epoch(void **state) {
+  fixture_t *f = *state;
+  add_job(f, "job-grown", "alice", JS_RUNNING, 2, (const int[]){0, 1, 2, -1});
+  add_job(f, "job-fixed", "bob", JS_RUNNING, 3, (const int[]){0, 1, 2, -1});
+  /* placed at 7 ms with 2 nodes; from 3,007 ms 1 node, from 5,007 ms 3 */
+  add_epoch(f, 1, 1, 7, "node-0001\nnode-0002");
+  add_epoch(f, 1, 2, 3007, "node-0002");
+  add_epoch(f, 1, 3, 5007, "node-0002\nnode-0001\nnode-0003");
+  add_epoch(f, 0, 1, 7, "node-0001"); /* another attempt's: not this one's */
+  char owner[64];
+  int found = 0;
+  double ns = -1;
+  assert_int_equal(coord_db_sched_attempt(&f->c, "job-grown", 10007, &found, owner, sizeof owner,
+                                          &ns),
+                   PX_OK);
+  assert_true(found);
+  assert_string_equal(owner, "alice");
+  assert_true(fabs(ns - (2 * 3 + 1 * 2 + 3 * 5)) < 1e-9);
+  /* before the second epoch began, and a job with no epochs: its num_nodes */
+  assert_int_equal(coord_db_sched_attempt(&f->c, "job-grown", 2007, &found, owner, sizeof owner,
+                                          &ns),
+                   PX_OK);
+  assert_true(fabs(ns - 2 * 2) < 1e-9);
+  assert_int_equal(coord_db_sched_attempt(&f->c, "job-fixed", 4007, &found, owner, sizeof owner,
+                                          &ns),
+                   PX_OK);
+  assert_true(fabs(ns - 3 * 4) < 1e-9);
+  assert_int_equal(coord_db_sched_attempt(&f->c, "job-none", 4007, &found, owner, sizeof owner,
+                                          &ns),
+                   PX_OK);
+  assert_false(found);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_list_appends_each_column_typed, setup, teardown),
@@ -218,6 +264,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_objects_allocate_one_per_row, setup, teardown),
       cmocka_unit_test_setup_teardown(test_running_jobs_count_the_nodes_they_hold, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_an_attempt_is_charged_the_nodes_of_each_epoch, setup,
                                       teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -308,14 +308,40 @@ px_status_t coord_db_sched_usage_put(coord_t *c, const char *user, double usage,
                            PX_STORE_ARGS(PX_ARG_TEXT(user), PX_ARG_REAL(usage), PX_ARG_INT(now)));
 }
 
-px_status_t coord_db_sched_attempt(coord_t *c, const char *job_id, int *found, char *owner,
-                                   size_t cap, int64_t *nodes, int64_t *since_ms) {
-  return px_store_row(c->db,
-                      "SELECT owner, num_nodes, scheduled_unix_ms FROM jobs WHERE job_id = ?1",
-                      PX_STORE_ARGS(PX_ARG_TEXT(job_id)),
-                      PX_STORE_COLS(PX_COL_TEXT(owner, cap), PX_COL_INT(nodes),
-                                    PX_COL_INT(since_ms)),
-                      found);
+px_status_t coord_db_sched_attempt(coord_t *c, const char *job_id, int64_t now, int *found,
+                                   char *owner, size_t cap, double *node_seconds) {
+  int64_t nodes = 0, since = 0;
+  *node_seconds = 0;
+  PX_CHECK(px_store_row(c->db,
+                        "SELECT owner, num_nodes, scheduled_unix_ms FROM jobs WHERE job_id = ?1",
+                        PX_STORE_ARGS(PX_ARG_TEXT(job_id)),
+                        PX_STORE_COLS(PX_COL_TEXT(owner, cap), PX_COL_INT(&nodes),
+                                      PX_COL_INT(&since)),
+                        found));
+  if (!*found || since <= 0 || now <= since) return PX_OK;
+  /* an elastic attempt's epochs: from each one's time, its member nodes */
+  coord_arena_t a;
+  coord_arena_init(&a);
+  int64_t *at = NULL, *count = NULL;
+  size_t n = 0;
+  px_status_t st = coord_db_list(
+      c, &a,
+      "SELECT e.time_unix_ms, length(e.node_ids) - length(replace(e.node_ids, char(10), '')) + 1"
+      " FROM job_epochs e JOIN jobs j ON j.job_id = e.job_id AND j.attempt = e.attempt"
+      " WHERE e.job_id = ?1 ORDER BY e.epoch",
+      PX_STORE_ARGS(PX_ARG_TEXT(job_id)), COORD_LIST_COLS(COORD_LIST_INT(&at), COORD_LIST_INT(&count)),
+      &n);
+  int64_t t = since;
+  double ns = 0;
+  for (size_t i = 0; st == PX_OK && i < n; i++) {
+    int64_t from = at[i] < since ? since : at[i] > now ? now : at[i];
+    ns += (double)nodes * (double)(from - t);
+    t = from;
+    nodes = count[i];
+  }
+  coord_arena_free(&a);
+  *node_seconds = (ns + (double)nodes * (double)(now - t)) / 1000.0;
+  return st;
 }
 
 px_status_t coord_db_sched_acct_charge(coord_t *c, const char *job_id, double node_seconds) {

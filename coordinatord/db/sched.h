@@ -117,9 +117,12 @@ px_status_t coord_db_sched_acct(coord_t *c, coord_arena_t *a, const char *user, 
 px_status_t coord_db_sched_usage_get(coord_t *c, const char *user, int *found, double *usage,
                                      int64_t *updated_ms);
 px_status_t coord_db_sched_usage_put(coord_t *c, const char *user, double usage, int64_t now);
-/* The job's owner, nodes and when its attempt was placed. */
-px_status_t coord_db_sched_attempt(coord_t *c, const char *job_id, int *found, char *owner,
-                                   size_t cap, int64_t *nodes, int64_t *since_ms);
+/* The job's owner and the node-seconds of its attempt until now: the
+ * nodes it was placed with since it was placed, then (an elastic attempt)
+ * each membership epoch's member nodes from the epoch's time; 0 before it
+ * is placed. */
+px_status_t coord_db_sched_attempt(coord_t *c, const char *job_id, int64_t now, int *found,
+                                   char *owner, size_t cap, double *node_seconds);
 /* Adds node_seconds to the job's accounting row. */
 px_status_t coord_db_sched_acct_charge(coord_t *c, const char *job_id, double node_seconds);
 /* The accounting row follows the job's state `to` (start, attempts, end,
