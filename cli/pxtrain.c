@@ -34,6 +34,14 @@ static void usage(FILE *f) {
           "                      32)\n"
           "  --channels N        folder: 1 (grey) or 3 (R, G, B; default); --bench: the input\n"
           "                      channels of a built-in model (an imported one has its own)\n"
+          "  --cache-budget-mb N folder: MiB of decoded images a split may cache (default a\n"
+          "                      quarter of the memory); a larger split is decoded every\n"
+          "                      epoch by the loader threads (streamed)\n"
+          "  --loader-threads N  folder, streamed: decoding threads (default --threads, at\n"
+          "                      most 8)\n"
+          "  --prefetch N        folder, streamed: training batches prepared ahead (default 2)\n"
+          "  --max-skipped X     folder: share of a split's images that may be corrupt and\n"
+          "                      left out, (0, 1] (default 0.01)\n"
           "  --epochs N          epochs (default 15)\n"
           "  --batch N           batch size (default 128)\n"
           "  --lr X              peak learning rate (default 0.1)\n"
@@ -338,7 +346,8 @@ typedef struct {
 enum { O_MODEL = 256, O_DATASET, O_DATADIR, O_EPOCHS, O_BATCH, O_LR, O_MOM, O_WD, O_NEST,
        O_SCHED, O_NOAUG, O_THREADS, O_SEED, O_SAVE, O_LOAD, O_EVAL, O_NOPROG, O_BENCH, O_STEPS,
        O_WARMUP, O_DEVICE, O_EXPORT, O_OUT, O_ONNX, O_PRECISION, O_VERSION, O_IMGSIZE,
-       O_CHANNELS, O_MODEL_ONNX, O_REPORT, O_COUNT };
+       O_CHANNELS, O_MODEL_ONNX, O_REPORT, O_COUNT, O_CACHE_MB, O_LOADERS, O_PREFETCH,
+       O_MAX_SKIPPED };
 static const struct option pxtrain_opts[] = {
     {"model", required_argument, 0, O_MODEL},
     {"dataset", required_argument, 0, O_DATASET},
@@ -370,6 +379,10 @@ static const struct option pxtrain_opts[] = {
     {"model-onnx", required_argument, 0, O_MODEL_ONNX},
     {"image-size", required_argument, 0, O_IMGSIZE},
     {"channels", required_argument, 0, O_CHANNELS},
+    {"cache-budget-mb", required_argument, 0, O_CACHE_MB},
+    {"loader-threads", required_argument, 0, O_LOADERS},
+    {"prefetch", required_argument, 0, O_PREFETCH},
+    {"max-skipped", required_argument, 0, O_MAX_SKIPPED},
     {"help", no_argument, 0, 'h'},
     {"version", no_argument, 0, O_VERSION},
     {0, 0, 0, 0},
@@ -495,6 +508,21 @@ static int parse_run_option(pxtrain_args_t *a, int o) {
     case O_ONNX: a->onnx = 1; break;
     case O_REPORT: a->report = 1; break;
     case O_COUNT: a->count_path = optarg; break;
+    case O_CACHE_MB: { /* MiB, as the spec's dataset.cache_budget_mb */
+      int mb;
+      if ((rc = parse_int("--cache-budget-mb", optarg, 1, 2147483647, &mb))) return rc;
+      a->c.cache_budget = (int64_t)mb << 20;
+      break;
+    }
+    case O_LOADERS:
+      if ((rc = parse_int("--loader-threads", optarg, 1, 256, &a->c.loader_threads))) return rc;
+      break;
+    case O_PREFETCH:
+      if ((rc = parse_int("--prefetch", optarg, 1, 16, &a->c.loader_prefetch))) return rc;
+      break;
+    case O_MAX_SKIPPED:
+      if ((rc = parse_double("--max-skipped", optarg, 1e-9, 1, &a->c.max_skipped))) return rc;
+      break;
     case 'h': usage(stdout); return -1;
     case O_VERSION: printf("pxtrain %s\n", px_version()); return -1;
     default: return 1;

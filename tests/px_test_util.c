@@ -215,6 +215,15 @@ size_t px_test_read_bytes(const char *dir, const char *name, void *buf, size_t b
   return n;
 }
 
+int px_test_capture(const char *cmd, char *out, size_t cap) {
+  FILE *p = popen(cmd, "r");
+  if (!p) return -1;
+  size_t k = fread(out, 1, cap - 1, p);
+  out[k] = '\0';
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 const char *px_test_python(void) {
   const char *py = getenv("PX_TEST_PYTHON");
   return py && *py ? py : "/usr/bin/python3";

@@ -111,6 +111,11 @@ char *px_test_read_file(const char *path, size_t *len);
  * cannot be opened). The callers compare it with what they expect. */
 size_t px_test_read_bytes(const char *dir, const char *name, void *buf, size_t bytes);
 
+/* Runs a shell command line and keeps what it writes to stdout (at most
+ * cap - 1 bytes, NUL-terminated; "2>&1" in cmd for stderr too); its exit
+ * status, or -1 when it could not be run or did not exit. */
+int px_test_capture(const char *cmd, char *out, size_t cap);
+
 /* The Python the tests run: $PX_TEST_PYTHON when set (the GPU machine's
  * python3, which has PyTorch; scripts/gpu-kit sets it), else Debian's
  * /usr/bin/python3 with the packages scripts/bootstrap installs. */

@@ -327,8 +327,10 @@ static void corrupt_images_are_skipped_and_counted(void **state) {
   write_bytes(p, "\x89PNG\r\n\x1a\n garbage", 16);
   px_folder_config_t fc = {dir, PX_SPLIT_TRAIN, 3, 16, NULL, NULL, 0.25, NULL, 0};
   px_folder_report_t rep;
+  memset(&rep, 0xff, sizeof rep); /* every field is set: a cached split is not streamed */
   px_dataset_t *ds;
   assert_int_equal(px_dataset_load_folder(&fc, &rep, &ds), PX_OK);
+  assert_int_equal(rep.streamed, 0);
   assert_int_equal(rep.files, 12);
   assert_int_equal(rep.skipped, 3);
   assert_int_equal(rep.built, 1);

@@ -4,7 +4,8 @@
  * torchvision's resized_crop of the same box (tests/stream_fixture.py, with
  * Pillow and torchvision), training batches the same whatever the thread
  * count and prefetch, corrupt files skipped, counted and failing the epoch
- * past dataset.max_skipped, and a short training run on a streamed folder.
+ * past dataset.max_skipped, a short training run on a streamed folder, and
+ * pxtrain's flags for it.
  * Skips without /usr/bin/python3 with Pillow and torchvision. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -373,6 +374,41 @@ static void a_streamed_folder_trains(void **state) {
   px_trainer_destroy(t);
 }
 
+/* pxtrain's flags for a folder: --cache-budget-mb sends a split over it to
+ * the loader threads (streamed); a folder within the default budget is
+ * cached decoded and says so; bad values name their flag. */
+static void pxtrain_streams_a_folder_over_its_budget(void **state) {
+  (void)state;
+  need_fixture();
+  char cmd[1024], out[8192];
+  const char *common = "--dataset folder --image-size 128 --epochs 1 --batch 8 --threads 2 "
+                       "--no-progress";
+  /* 24 images of 128 x 128 x 3 bytes: 1.13 MiB */
+  snprintf(cmd, sizeof cmd,
+           "PX_LOG_LEVEL=info %s/cli/pxtrain --data-dir %s %s --cache-budget-mb 1 "
+           "--loader-threads 2 --prefetch 3 --max-skipped 0.5 2>&1",
+           PX_BINARY_DIR, fx, common);
+  assert_int_equal(px_test_capture(cmd, out, sizeof out), 0);
+  printf("%s", out);
+  assert_non_null(strstr(out, "24 training images, 3 classes, streamed"));
+  assert_non_null(strstr(out, "final test accuracy"));
+  snprintf(cmd, sizeof cmd, "PX_LOG_LEVEL=info %s/cli/pxtrain --data-dir %s %s 2>&1",
+           PX_BINARY_DIR, fx, common);
+  assert_int_equal(px_test_capture(cmd, out, sizeof out), 0);
+  assert_null(strstr(out, "streamed"));
+  assert_non_null(strstr(out, "cache"));
+  static const char *bad[] = {"--prefetch 0", "--loader-threads 0", "--cache-budget-mb 0",
+                              "--max-skipped 1.5"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(cmd, sizeof cmd, "%s/cli/pxtrain --data-dir %s %s %s 2>&1", PX_BINARY_DIR, fx,
+             common, bad[i]);
+    assert_int_equal(px_test_capture(cmd, out, sizeof out), 2);
+    char flag[32];
+    snprintf(flag, sizeof flag, "%.*s", (int)strcspn(bad[i], " "), bad[i]);
+    assert_non_null(strstr(out, flag));
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(eval_transform_matches_torchvision),
@@ -381,6 +417,7 @@ int main(void) {
       cmocka_unit_test(corrupt_files_are_skipped_then_fail_the_epoch),
       cmocka_unit_test(fill_batch_refuses_a_streamed_set),
       cmocka_unit_test(a_streamed_folder_trains),
+      cmocka_unit_test(pxtrain_streams_a_folder_over_its_budget),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -124,45 +124,36 @@ static void test_checkpoint_round_trip_is_exact(void **state) {
   px_trainer_destroy(a);
 }
 
-static int run(const char *cmd, char *out, size_t outlen) {
-  FILE *p = popen(cmd, "r");
-  if (!p) return -1;
-  size_t k = fread(out, 1, outlen - 1, p);
-  out[k] = '\0';
-  int st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static void test_pxtrain_usage_errors_and_bench(void **state) {
   (void)state;
   char cmd[512], out[8192];
   const char *bin = PX_BINARY_DIR "/cli/pxtrain";
   snprintf(cmd, sizeof cmd, "%s --epochs 0 2>&1", bin);
-  assert_int_equal(run(cmd, out, sizeof out), 2);
+  assert_int_equal(px_test_capture(cmd, out, sizeof out), 2);
   assert_non_null(strstr(out, "--epochs"));
   assert_non_null(strstr(out, "usage"));
   snprintf(cmd, sizeof cmd, "%s --model resnet7 2>&1", bin);
-  assert_int_equal(run(cmd, out, sizeof out), 2);
+  assert_int_equal(px_test_capture(cmd, out, sizeof out), 2);
   snprintf(cmd, sizeof cmd, "%s --frobnicate 2>&1", bin);
-  assert_int_equal(run(cmd, out, sizeof out), 2);
+  assert_int_equal(px_test_capture(cmd, out, sizeof out), 2);
   snprintf(cmd, sizeof cmd, "%s --help 2>&1", bin);
-  assert_int_equal(run(cmd, out, sizeof out), 0);
+  assert_int_equal(px_test_capture(cmd, out, sizeof out), 0);
   snprintf(cmd, sizeof cmd, "%s --version 2>&1", bin);
-  assert_int_equal(run(cmd, out, sizeof out), 0);
+  assert_int_equal(px_test_capture(cmd, out, sizeof out), 0);
   assert_true(strncmp(out, "pxtrain ", 8) == 0 && out[8] >= '0' && out[8] <= '9');
   /* --eval-only trains nothing: its banner has no training settings */
   snprintf(cmd, sizeof cmd, "%s --dataset synthetic --eval-only --threads 1 --batch 32 2>&1", bin);
-  assert_int_equal(run(cmd, out, sizeof out), 0);
+  assert_int_equal(px_test_capture(cmd, out, sizeof out), 0);
   printf("%s", out);
   assert_non_null(strstr(out, "pxtrain: evaluating resnet20"));
   assert_null(strstr(out, "epochs"));
   assert_null(strstr(out, "lr "));
   assert_non_null(strstr(out, "test accuracy"));
   snprintf(cmd, sizeof cmd, "%s --dataset cifar10 --data-dir /nonexistent --epochs 1 2>&1", bin);
-  assert_int_equal(run(cmd, out, sizeof out), 1);
+  assert_int_equal(px_test_capture(cmd, out, sizeof out), 1);
   assert_non_null(strstr(out, "/nonexistent"));
   snprintf(cmd, sizeof cmd, "%s --bench --model resnet20 --batch 8 --steps 2 --warmup 1 --threads 2 2>&1", bin);
-  assert_int_equal(run(cmd, out, sizeof out), 0);
+  assert_int_equal(px_test_capture(cmd, out, sizeof out), 0);
   assert_non_null(strstr(out, "RESULT images_per_sec "));
 }
 

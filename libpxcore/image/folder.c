@@ -1033,6 +1033,7 @@ px_status_t px_dataset_load_folder(const px_folder_config_t *cfg, px_folder_repo
     *out = NULL;
   }
   if (st == PX_OK && report && !stream) {
+    memset(report, 0, sizeof *report); /* streamed 0, as every field not set below */
     report->files = (int64_t)hdr.files;
     report->skipped = (int64_t)hdr.skipped;
     report->num_classes = l.nclasses;
