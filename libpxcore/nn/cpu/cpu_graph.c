@@ -89,13 +89,23 @@ void px__act_backward(float *dx, const float *dy, const float *x, const float *y
                       px__act_t a, float alpha) {
   switch (a) {
     case PX__ACT_RELU:
-      for (size_t i = 0; i < n; i++) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+      /* dy read whatever x is: a conditional load keeps the loop scalar */
+      for (size_t i = 0; i < n; i++) {
+        const float d = dy[i];
+        dx[i] = x[i] > 0.0f ? d : 0.0f;
+      }
       break;
     case PX__ACT_LEAKY:
-      for (size_t i = 0; i < n; i++) dx[i] = x[i] > 0.0f ? dy[i] : alpha * dy[i];
+      for (size_t i = 0; i < n; i++) {
+        const float d = dy[i];
+        dx[i] = x[i] > 0.0f ? d : alpha * d;
+      }
       break;
     case PX__ACT_RELU6: /* PyTorch's hardtanh backward: 0 at and outside the bounds */
-      for (size_t i = 0; i < n; i++) dx[i] = x[i] > 0.0f && x[i] < 6.0f ? dy[i] : 0.0f;
+      for (size_t i = 0; i < n; i++) {
+        const float d = dy[i];
+        dx[i] = x[i] > 0.0f && x[i] < 6.0f ? d : 0.0f;
+      }
       break;
     case PX__ACT_SIGMOID:
       for (size_t i = 0; i < n; i++) dx[i] = dy[i] * y[i] * (1.0f - y[i]);
