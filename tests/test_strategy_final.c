@@ -8,7 +8,10 @@
  *   density never moves after the freeze and the drift is 0), the exchange
  *   is the same compact one (the bytes of every iteration equal keep's),
  *   every rank ends with the same consensus, and the final model does
- *   differ from keep's (the knob acts on the local steps). */
+ *   differ from keep's (the knob acts on the local steps);
+ * - admm.weight_decay_in: the weight decay in the z update instead of the
+ *   local steps gives another model, and with no weight decay the two are
+ *   the same bits (the field moves the regulariser, nothing else). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -64,10 +67,17 @@ static px_status_t observe(void *ctx, const px_iteration_t *it) {
   return PX_OK;
 }
 
+/* A run's recipe: admm.final_prox, admm.weight_decay_in, train.weight_decay. */
+typedef struct {
+  int final_prox, decay_consensus;
+  double weight_decay;
+} recipe_t;
+
 static int rank_main(px_th_ctx_t *ctx) {
-  const int *final_prox = ctx->arg;
+  const recipe_t *rc = ctx->arg;
   px_train_config_t tc;
   px_test_rank_train_config(&tc, dir, ctx->rank, ctx->size);
+  tc.weight_decay = rc->weight_decay;
   px_trainer_t *t;
   PX_TH_OK(px_trainer_create(&tc, &t));
   px_comm_t *comm;
@@ -81,7 +91,8 @@ static int rank_main(px_th_ctx_t *ctx) {
   cfg.keep = (px_prune_keep_t){1.0, 0.5, 1.0, 0, 0};
   cfg.eval_every = ITERATIONS;
   cfg.calibrate_batches = 2;
-  cfg.final_prox = *final_prox;
+  cfg.final_prox = rc->final_prox;
+  cfg.decay_consensus = rc->decay_consensus;
   cfg.observe = observe;
   cfg.observe_ctx = &ctx->rank;
   px_strategy_result_t res;
@@ -95,10 +106,11 @@ static int rank_main(px_th_ctx_t *ctx) {
 }
 
 static const int nodes[4] = {0, 0, 1, 1};
+static double keep_hash; /* the default recipe's final model, once run */
 
 /* One run: its per-iteration figures into fig, the final hash into *hash. */
-static void run(int final_prox, double fig[ITERATIONS * PER], double *hash) {
-  assert_int_equal(px_th_run(4, nodes, rank_main, &final_prox, 300), 0);
+static void run(recipe_t rc, double fig[ITERATIONS * PER], double *hash) {
+  assert_int_equal(px_th_run(4, nodes, rank_main, &rc, 300), 0);
   for (int k = 1; k < 4; k++) assert_true(px_th_shared[k] == px_th_shared[0]);
   *hash = px_th_shared[0];
   for (int i = 0; i < ITERATIONS * PER; i++) fig[i] = px_th_shared[8 + i];
@@ -109,7 +121,8 @@ static void the_final_phase_changes_only_the_local_steps(void **state) {
   if (!dir[0]) skip();
   static const char *const names[] = {"keep", "decay", "release"};
   double fig[3][ITERATIONS * PER], hash[3];
-  for (int v = 0; v < 3; v++) run(v, fig[v], &hash[v]);
+  for (int v = 0; v < 3; v++) run((recipe_t){v, 0, 5e-4}, fig[v], &hash[v]);
+  keep_hash = hash[0];
   for (int v = 0; v < 3; v++) {
     for (int i = 0; i < ITERATIONS; i++) {
       const double *f = &fig[v][i * PER];
@@ -130,16 +143,32 @@ static void the_final_phase_changes_only_the_local_steps(void **state) {
   assert_true(hash[2] != hash[1]);
 }
 
+static void weight_decay_in_moves_the_regulariser_only(void **state) {
+  (void)state;
+  if (!dir[0]) skip();
+  double fig[ITERATIONS * PER], local = keep_hash, consensus, local0, consensus0;
+  if (local == 0) run((recipe_t){0, 0, 5e-4}, fig, &local);
+  run((recipe_t){0, 1, 5e-4}, fig, &consensus);
+  run((recipe_t){0, 0, 0}, fig, &local0);
+  run((recipe_t){0, 1, 0}, fig, &consensus0);
+  printf("final model hashes: local %.0f, consensus %.0f; no decay: %.0f, %.0f\n", local,
+         consensus, local0, consensus0);
+  assert_true(consensus != local);
+  assert_true(local0 != local);
+  assert_true(consensus0 == local0);
+}
+
 static void the_spec_fields_reach_the_strategy(void **state) {
   (void)state;
   static const struct {
     const char *yaml;
-    int final_prox, calibrate;
+    int final_prox, calibrate, decay_consensus;
   } ok[] = {
-      {"strategy: hsadmm\n", 0, 20},
-      {"strategy: hsadmm\nadmm: {final_prox: decay}\ntrain: {bn_calibration_batches: 5}\n", 1, 5},
-      {"strategy: hsadmm\nadmm: {final_prox: release}\n", 2, 20},
-      {"strategy: hsadmm\nadmm: {final_prox: keep}\n", 0, 20},
+      {"strategy: hsadmm\n", 0, 20, 0},
+      {"strategy: hsadmm\nadmm: {final_prox: decay}\ntrain: {bn_calibration_batches: 5}\n", 1, 5,
+       0},
+      {"strategy: hsadmm\nadmm: {final_prox: release, weight_decay_in: consensus}\n", 2, 20, 1},
+      {"strategy: hsadmm\nadmm: {final_prox: keep, weight_decay_in: local}\n", 0, 20, 0},
   };
   for (size_t k = 0; k < sizeof ok / sizeof ok[0]; k++) {
     Prunex__V1__JobSpec *spec = NULL;
@@ -149,10 +178,13 @@ static void the_spec_fields_reach_the_strategy(void **state) {
     assert_int_equal(px_jobspec_strategy_config(spec, 10, &c), PX_OK);
     assert_int_equal(c.final_prox, ok[k].final_prox);
     assert_int_equal(c.calibrate_batches, ok[k].calibrate);
+    assert_int_equal(c.decay_consensus, ok[k].decay_consensus);
     px_jobspec_free(spec);
   }
   assert_true(px_test_spec_outcome("strategy: hsadmm\nadmm: {final_prox: sometimes}\n",
                                    "admm.final_prox"));
+  assert_true(px_test_spec_outcome("strategy: hsadmm\nadmm: {weight_decay_in: z}\n",
+                                   "admm.weight_decay_in"));
   assert_true(px_test_spec_outcome("strategy: hsadmm\ntrain: {bn_calibration_batches: 0}\n",
                                    "train.bn_calibration_batches"));
 }
@@ -162,6 +194,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(the_spec_fields_reach_the_strategy),
       cmocka_unit_test(the_final_phase_changes_only_the_local_steps),
+      cmocka_unit_test(weight_decay_in_moves_the_regulariser_only),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -140,6 +140,11 @@ const px__js_field_t px__js_fields[] = {
      * accuracy: the pull toward the consensus kept as it is, decayed
      * linearly to 0 at the last iteration, or released at once. */
     {S_ADMM, "final_prox", PX__JS_CHOICE, 0, 0, 0, "keep|decay|release", 0, "keep"},
+    /* Where train.weight_decay acts: each local SGD step, as DDP's does
+     * (measured best: docs/performance.md, "Accuracy over seeds"), or the
+     * z update's lambda/2 ||z||^2 (the paper's form, whose dual leaves the
+     * local models about lambda / N of decay). */
+    {S_ADMM, "weight_decay_in", PX__JS_CHOICE, 0, 0, 0, "local|consensus", 0, "local"},
 
     /* Buckets are capped at 1 GiB so that element counts stay far inside the
      * int range of the collectives; 4-byte multiples keep f32 buckets whole. */

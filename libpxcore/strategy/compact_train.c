@@ -158,7 +158,7 @@ px_status_t px__ctrain_build(px__strategy_run_t *r, const float *keep, px__ctrai
   PX_CHECK_GOTO(px__compact_index(ct->plan, r->m, ct->cm, ct->pmap, ct->bmap), st, fail);
   px_sgd_config_t sc;
   px__trainer_sgd_config(r->t, &sc);
-  sc.weight_decay = px_sgd_weight_decay(r->sgd); /* H-SADMM moved it into the z update */
+  sc.weight_decay = px_sgd_weight_decay(r->sgd); /* 0 when H-SADMM moved it into z */
   PX_CHECK_GOTO(px_sgd_create(ct->cm, &sc, &ct->sgd), st, fail);
   PX_CHECK_GOTO(px__ctrain_tables(ct, r, keep), st, fail);
   px_log(PX_LOG_INFO,

@@ -89,6 +89,11 @@ px_status_t px_jobspec_strategy_config(const Prunex__V1__JobSpec *s, int64_t ste
   if (c->final_prox < 0)
     return px_set_error(PX_ERR_INVALID, "admm.final_prox = '%s': must be keep, decay or release",
                         fp);
+  const char *wd = s->admm->weight_decay_in;
+  c->decay_consensus = !wd || !wd[0] || !strcmp(wd, "local") ? 0 : !strcmp(wd, "consensus") ? 1 : -1;
+  if (c->decay_consensus < 0)
+    return px_set_error(PX_ERR_INVALID, "admm.weight_decay_in = '%s': must be local or consensus",
+                        wd);
   /* the last iteration is always tested; 0 is an unset field (1) */
   c->eval_every = s->train->eval_every > 0 ? s->train->eval_every : 1;
   if (s->recovery && s->recovery->checkpoint_every > 0) {

@@ -93,6 +93,8 @@
  *                           false: they freeze the masks, the whole budget runs
  *     final_prox: keep      keep | decay | release: the local steps' proximal pull
  *                           once the masks are frozen
+ *     weight_decay_in: local  local | consensus: train.weight_decay in each local
+ *                           step (as DDP) or in the z update
  *   comm:
  *     bucket_bytes: 32MiB   a positive multiple of 4, at most 1 GiB; an
  *                           integer or a size with a unit: B, KB, MB, GB

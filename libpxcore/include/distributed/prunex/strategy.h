@@ -172,6 +172,10 @@ typedef struct {
    * round and its exchange are unchanged): 0 kept, 1 decayed linearly with
    * the run (rho times 1 - it / (iterations - 1)), 2 released (rho 0). */
   int32_t final_prox;
+  /* hsadmm: where the optimizer's weight decay acts: 0 each local SGD step
+   * (as DDP's; the z update has no regulariser), 1 the z update's
+   * lambda/2 ||z||^2 (the paper's form; the local steps have none). */
+  int32_t decay_consensus;
   px_strategy_elastic_t elastic; /* elastic runs (above); zeroed: off */
 } px_strategy_config_t;
 
