@@ -104,32 +104,23 @@ static void trainer_on_cuda_is_refused_cleanly_when_absent(void **state) {
   assert_int_equal(r, px_cuda_built() ? PX_ERR_NO_DEVICE : PX_ERR_NOT_BUILT);
 }
 
-static int run(const char *cmd, char *out, size_t outlen) {
-  FILE *p = popen(cmd, "r");
-  if (!p) return -1;
-  size_t k = fread(out, 1, outlen - 1, p);
-  out[k] = '\0';
-  int st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static void pxtrain_device_option(void **state) {
   (void)state;
   char cmd[512], out[8192];
   const char *bin = PX_BINARY_DIR "/cli/pxtrain";
   snprintf(cmd, sizeof cmd, "%s --device tpu 2>&1", bin);
-  assert_int_equal(run(cmd, out, sizeof out), 2);
+  assert_int_equal(px_test_capture(cmd, out, sizeof out), 2);
   assert_non_null(strstr(out, "--device"));
   snprintf(cmd, sizeof cmd, "%s --device cuda:x 2>&1", bin);
-  assert_int_equal(run(cmd, out, sizeof out), 2);
+  assert_int_equal(px_test_capture(cmd, out, sizeof out), 2);
   snprintf(cmd, sizeof cmd,
            "%s --device auto --bench --model resnet20 --batch 8 --steps 2 --warmup 1 --threads 2 2>&1",
            bin);
-  assert_int_equal(run(cmd, out, sizeof out), 0);
+  assert_int_equal(px_test_capture(cmd, out, sizeof out), 0);
   assert_non_null(strstr(out, "RESULT images_per_sec "));
   snprintf(cmd, sizeof cmd, "%s --device cuda --bench --model resnet20 --batch 8 --steps 2 2>&1",
            bin);
-  int rc = run(cmd, out, sizeof out);
+  int rc = px_test_capture(cmd, out, sizeof out);
   if (!gpu_ready()) {
     assert_int_equal(rc, 1);
     assert_non_null(strstr(out, px_cuda_built() ? "no CUDA device" : "without CUDA"));
