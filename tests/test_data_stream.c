@@ -392,7 +392,7 @@ static void pxtrain_streams_a_folder_over_its_budget(void **state) {
   printf("%s", out);
   assert_non_null(strstr(out, "24 training images, 3 classes, streamed"));
   assert_non_null(strstr(out, "final test accuracy"));
-  snprintf(cmd, sizeof cmd, "PX_LOG_LEVEL=info %s/cli/pxtrain --data-dir %s %s 2>&1",
+  snprintf(cmd, sizeof cmd, "PX_LOG_LEVEL=info %s/cli/pxtrain --data-dir %s %s --eval-only 2>&1",
            PX_BINARY_DIR, fx, common);
   assert_int_equal(px_test_capture(cmd, out, sizeof out), 0);
   assert_null(strstr(out, "streamed"));

@@ -71,6 +71,7 @@ static px_status_t observe(void *ctx, const px_iteration_t *it) {
 typedef struct {
   int final_prox, decay_consensus;
   double weight_decay;
+  int iterations; /* 0: ITERATIONS */
 } recipe_t;
 
 static int rank_main(px_th_ctx_t *ctx) {
@@ -84,7 +85,7 @@ static int rank_main(px_th_ctx_t *ctx) {
   PX_TH_OK(px_th_comm(ctx, NULL, &comm));
   px_strategy_config_t cfg = {0};
   cfg.kind = PX_STRATEGY_HSADMM;
-  cfg.iterations = ITERATIONS;
+  cfg.iterations = rc->iterations ? rc->iterations : ITERATIONS;
   cfg.local_steps = 2;
   cfg.rho1 = 0.05;
   cfg.rho2 = 0.01;
@@ -106,7 +107,6 @@ static int rank_main(px_th_ctx_t *ctx) {
 }
 
 static const int nodes[4] = {0, 0, 1, 1};
-static double keep_hash; /* the default recipe's final model, once run */
 
 /* One run: its per-iteration figures into fig, the final hash into *hash. */
 static void run(recipe_t rc, double fig[ITERATIONS * PER], double *hash) {
@@ -121,8 +121,7 @@ static void the_final_phase_changes_only_the_local_steps(void **state) {
   if (!dir[0]) skip();
   static const char *const names[] = {"keep", "decay", "release"};
   double fig[3][ITERATIONS * PER], hash[3];
-  for (int v = 0; v < 3; v++) run((recipe_t){v, 0, 5e-4}, fig[v], &hash[v]);
-  keep_hash = hash[0];
+  for (int v = 0; v < 3; v++) run((recipe_t){v, 0, 5e-4, 0}, fig[v], &hash[v]);
   for (int v = 0; v < 3; v++) {
     for (int i = 0; i < ITERATIONS; i++) {
       const double *f = &fig[v][i * PER];
@@ -146,11 +145,12 @@ static void the_final_phase_changes_only_the_local_steps(void **state) {
 static void weight_decay_in_moves_the_regulariser_only(void **state) {
   (void)state;
   if (!dir[0]) skip();
-  double fig[ITERATIONS * PER], local = keep_hash, consensus, local0, consensus0;
-  if (local == 0) run((recipe_t){0, 0, 5e-4}, fig, &local);
-  run((recipe_t){0, 1, 5e-4}, fig, &consensus);
-  run((recipe_t){0, 0, 0}, fig, &local0);
-  run((recipe_t){0, 1, 0}, fig, &consensus0);
+  /* the masks' freeze plays no part: 3 iterations, the freeze's first */
+  double fig[ITERATIONS * PER], local, consensus, local0, consensus0;
+  run((recipe_t){0, 0, 5e-4, FREEZE + 1}, fig, &local);
+  run((recipe_t){0, 1, 5e-4, FREEZE + 1}, fig, &consensus);
+  run((recipe_t){0, 0, 0, FREEZE + 1}, fig, &local0);
+  run((recipe_t){0, 1, 0, FREEZE + 1}, fig, &consensus0);
   printf("final model hashes: local %.0f, consensus %.0f; no decay: %.0f, %.0f\n", local,
          consensus, local0, consensus0);
   assert_true(consensus != local);
