@@ -329,8 +329,8 @@ px_status_t coord_db_sched_attempt(coord_t *c, const char *job_id, int64_t now, 
       "SELECT e.time_unix_ms, length(e.node_ids) - length(replace(e.node_ids, char(10), '')) + 1"
       " FROM job_epochs e JOIN jobs j ON j.job_id = e.job_id AND j.attempt = e.attempt"
       " WHERE e.job_id = ?1 ORDER BY e.epoch",
-      PX_STORE_ARGS(PX_ARG_TEXT(job_id)), COORD_LIST_COLS(COORD_LIST_INT(&at), COORD_LIST_INT(&count)),
-      &n);
+      PX_STORE_ARGS(PX_ARG_TEXT(job_id)),
+      COORD_LIST_COLS(COORD_LIST_INT(&at), COORD_LIST_INT(&count)), &n);
   int64_t t = since;
   double ns = 0;
   for (size_t i = 0; st == PX_OK && i < n; i++) {
