@@ -20,8 +20,9 @@ onnx_import_nets.py), 10 classes, at the smallest input it allows (SIZES).
       DIR/stamp naming this script's, onnx_import_nets.py's and torch's
       versions marks a finished directory: when it matches, nothing is redone
       (the test exports each network once per build tree);
-  onnx_zoo.py export NET OPSET OUT.onnx
-      the file alone;
+  onnx_zoo.py export NET OPSET OUT.onnx [SIZE [CLASSES]]
+      the file alone (at SIZE x SIZE, default NET's, with CLASSES, default
+      10: bench/gpu/imagenet.sh exports ResNet-50 at 224 with 1000);
   onnx_zoo.py bench NET BATCH THREADS STEPS [WARMUP]
       PyTorch training torchvision's own module at NET's size on random
       inputs (SGD as pxtrain --bench), printing RESULT images_per_sec.
@@ -63,10 +64,10 @@ SIZES = {
 }
 
 
-def build(name):
+def build(name, classes=CLASSES):
     torch.manual_seed(0)
     kw = {"aux_logits": False, "init_weights": False} if name == "googlenet" else {}
-    net = getattr(torchvision.models, name)(num_classes=CLASSES, **kw)
+    net = getattr(torchvision.models, name)(num_classes=classes, **kw)
     nets.randomize_bn(net)
     return net
 
@@ -87,11 +88,11 @@ def stamp():
     return h.hexdigest()
 
 
-def export(name, opset, path):
+def export(name, opset, path, size=None, classes=CLASSES):
     load()
     os.environ["PX_TEST_ONNX_OPSET"] = str(opset)
-    s = SIZES[name]
-    nets.export(build(name), path, 3, s, s)
+    s = size or SIZES[name]
+    nets.export(build(name, classes), path, 3, s, s)
 
 
 def reference(name, opset, out, batch, also=()):
@@ -170,8 +171,9 @@ def main(argv):
         also = [(int(argv[6]), argv[7])] if len(argv) == 8 else []
         reference(argv[2], int(argv[3]), argv[4], int(argv[5]) if len(argv) >= 6 else 2, also)
         return 0
-    if len(argv) == 5 and argv[1] == "export" and argv[2] in SIZES:
-        export(argv[2], int(argv[3]), argv[4])
+    if len(argv) in (5, 6, 7) and argv[1] == "export" and argv[2] in SIZES:
+        export(argv[2], int(argv[3]), argv[4], int(argv[5]) if len(argv) >= 6 else None,
+               int(argv[6]) if len(argv) == 7 else CLASSES)
         return 0
     if len(argv) in (6, 7) and argv[1] == "bench" and argv[2] in SIZES:
         bench(argv[2], int(argv[3]), int(argv[4]), int(argv[5]),

@@ -14,6 +14,9 @@
  *   (d) the compact model (pruned channels removed) exported to ONNX runs
  *       in ONNX Runtime (onnxruntime-node, tests/onnx_ort.js) with our
  *       compact model's logits and predictions.
+ * With PX_TEST_ZOO_DEVICE=cuda (ctest's gpu_zoo_NET, label gpu: they skip
+ * without a GPU) (a) and (b) run on the CUDA engine instead, in a
+ * directory of their own (PX_BINARY_DIR/zoo-cuda).
  * A network the import does not take yet is listed with what its refusal
  * must name (the operator or attribute; the node is named too, as every
  * refusal of an unsupported input does): the test checks that contract, and
@@ -119,6 +122,20 @@ static double now_s(void) {
   return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* PX_TEST_ZOO_DEVICE=cuda (the gpu_zoo_NET tests): (a) and (b) on the CUDA
+ * engine, in its default channels-last f32 activations with TF32 off; (c)
+ * and (d) are left to the CPU test (the projection, the packing and the
+ * export are the same code whatever ran the steps). */
+static int on_cuda(void) {
+  const char *d = getenv("PX_TEST_ZOO_DEVICE");
+  return d && !strcmp(d, "cuda");
+}
+
+/* Where the references go: the CUDA tests' own, so that both may run at once. */
+static const char *zoo_root(void) {
+  return on_cuda() ? PX_BINARY_DIR "/zoo-cuda" : PX_BINARY_DIR "/zoo";
+}
+
 /* The reference of net at opset k in PX_BINARY_DIR/zoo (made once; the
  * file alone for a network listed as refused). The first opset's run also
  * exports the second when both import (one PyTorch step for both: the
@@ -126,10 +143,10 @@ static double now_s(void) {
  * then finds it made. */
 static void zoo_reference(const zoo_net_t *z, int k, char *dir, size_t cap) {
   int opset = OPSETS[k];
-  snprintf(dir, cap, PX_BINARY_DIR "/zoo/%s-op%d", z->net, opset);
+  snprintf(dir, cap, "%s/%s-op%d", zoo_root(), z->net, opset);
   char cmd[1024], also[600] = "";
   if (k == 0 && !z->refused[0] && !z->refused[1])
-    snprintf(also, sizeof also, " %d " PX_BINARY_DIR "/zoo/%s-op%d", OPSETS[1], z->net, OPSETS[1]);
+    snprintf(also, sizeof also, " %d %s/%s-op%d", OPSETS[1], zoo_root(), z->net, OPSETS[1]);
   snprintf(cmd, sizeof cmd, ZOO_PY " reference %s %d %s %d%s", z->net, opset, dir,
            z->refused[k] ? 0 : BATCH, also);
   double t0 = now_s();
@@ -235,12 +252,17 @@ done:
   px_model_destroy(cm);
 }
 
-/* (a) to (d) for one exported file. */
+/* (a) to (d) for one exported file ((a) and (b) on CUDA). */
 static void check_imported(const zoo_net_t *z, const char *dir, int *ort_skipped) {
   char path[640];
   snprintf(path, sizeof path, "%s/model.onnx", dir);
   px_ops_t *ops;
-  assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
+  if (on_cuda()) {
+    assert_int_equal(px_ops_create(px_device_cuda(0), 0, &ops), PX_OK);
+    assert_int_equal(px_ops_set_tf32(ops, 0), PX_OK);
+  } else {
+    assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
+  }
   px_model_config_t cfg = {"", 3, K, BATCH, z->size, z->size, NULL, 0, PX_PRECISION_FP32, path};
   px_model_t *m = NULL;
   if (px_model_create(ops, &cfg, &m) != PX_OK)
@@ -256,8 +278,10 @@ static void check_imported(const zoo_net_t *z, const char *dir, int *ort_skipped
   assert_int_equal(px_model_train_step(m, x, y, &loss, &correct), PX_OK);
   px_test_onnx_check_grads(m, dir, z->net, GRAD_TOL, z->grad_factor ? z->grad_factor : GRAD_FACTOR,
                            NULL, NULL);
-  check_packing(m, z->net);
-  check_compact_ort(m, ops, dir, z->net, x, z->size, ort_skipped);
+  if (!on_cuda()) {
+    check_packing(m, z->net);
+    check_compact_ort(m, ops, dir, z->net, x, z->size, ort_skipped);
+  }
   free(x);
   px_model_destroy(m);
   px_ops_destroy(ops);
@@ -265,10 +289,13 @@ static void check_imported(const zoo_net_t *z, const char *dir, int *ort_skipped
 
 static void zoo_network_imports_trains_prunes_and_exports(void **state) {
   (void)state;
+  if (on_cuda() && !px_test_gpu_ready("the zoo on the CUDA engine")) skip();
   if (!px_test_python_has("torch, torchvision, onnx, numpy")) skip();
   const zoo_net_t *z = the_net;
   int ort_skipped = 0;
-  assert_int_equal(system("mkdir -p " PX_BINARY_DIR "/zoo"), 0);
+  char mk[600];
+  snprintf(mk, sizeof mk, "mkdir -p %s", zoo_root());
+  assert_int_equal(system(mk), 0);
   for (int k = 0; k < 2; k++) {
     char dir[512], path[600];
     zoo_reference(z, k, dir, sizeof dir);

@@ -1,7 +1,11 @@
 /* GPU training throughput of the PruneX engine: a model of the ResNet family
  * on a CUDA ops context, trained with SGD (momentum 0.9, weight decay 5e-4)
  * on a few pre-made random batches of 3x32x32 inputs, 10 classes, copied from
- * host memory every step as in real training. Times `--steps` steps after
+ * host memory every step as in real training. `--model-onnx FILE` trains an
+ * imported network instead, at the file's own input size and classes (the
+ * ImageNet-size bench, bench/gpu/imagenet.sh: torchvision's ResNet-50 at
+ * 3x224x224, 1000 classes), and prints its multiply-accumulates per image
+ * (RESULT macs_per_image) for the model FLOPs utilisation. Times `--steps` steps after
  * `--warmup` untimed ones (the device is synchronised at both ends) and prints
  * RESULT images_per_sec and the GPU memory peak (every device block the
  * engine held at once, cuDNN workspaces included), with the blocks it was
@@ -46,8 +50,9 @@ static int parse_int(const char *s, int lo, int hi, int *out) {
 }
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: px_bench_gpu_train [--model NAME] [--batch N] [--steps N] [--warmup N]\n"
-             "                          [--tf32 0|1] [--precision fp32|bf16] [--device N] [--check]\n");
+  fprintf(f, "usage: px_bench_gpu_train [--model NAME | --model-onnx FILE] [--batch N] [--steps N]\n"
+             "                          [--warmup N] [--tf32 0|1] [--precision fp32|bf16] [--device N]\n"
+             "                          [--check]\n");
 }
 
 /* 0 when device `dev` is usable, else prints why and returns 1. */
@@ -71,7 +76,7 @@ static int check_gpu(int dev) {
 }
 
 int main(int argc, char **argv) {
-  const char *arch = "resnet18";
+  const char *arch = "resnet18", *onnx = NULL;
   int batch = 128, steps = 30, warmup = 5, tf32 = 1, dev = 0, check_only = 0, bf16 = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -86,6 +91,7 @@ int main(int argc, char **argv) {
     }
     if (!v) bad = 1;
     else if (!strcmp(a, "--model")) arch = v;
+    else if (!strcmp(a, "--model-onnx")) onnx = v;
     else if (!strcmp(a, "--batch")) bad = parse_int(v, 1, 1 << 16, &batch);
     else if (!strcmp(a, "--steps")) bad = parse_int(v, 1, 1000000, &steps);
     else if (!strcmp(a, "--warmup")) bad = parse_int(v, 0, 1000000, &warmup);
@@ -103,7 +109,7 @@ int main(int argc, char **argv) {
     }
     i++;
   }
-  if (!px_model_arch_known(arch)) {
+  if (!onnx && !px_model_arch_known(arch)) {
     fprintf(stderr, "px_bench_gpu_train: unknown model '%s' (%s)\n", arch, px_model_arch_list());
     return 2;
   }
@@ -121,15 +127,18 @@ int main(int argc, char **argv) {
   px_sgd_t *sgd = NULL;
   if (px_ops_create(px_device_cuda(dev), 0, &ops) < 0) return fail("ops");
   if (px_ops_set_tf32(ops, tf32) < 0) return fail("tf32");
-  px_model_config_t mc = {arch, 3, 10, batch, 32, 32, NULL, 0,
-                          bf16 ? PX_PRECISION_BF16 : PX_PRECISION_FP32, NULL};
+  px_model_onnx_info_t info = {.in_channels = 3, .height = 32, .width = 32, .num_classes = 10};
+  if (onnx && px_model_onnx_check(onnx, &info) < 0) return fail(onnx);
+  px_model_config_t mc = {onnx ? "" : arch, info.in_channels, info.num_classes, batch,
+                          info.height, info.width, NULL, 0,
+                          bf16 ? PX_PRECISION_BF16 : PX_PRECISION_FP32, onnx};
   px_sgd_config_t sc = {0.1, 0.9, 5e-4, 0};
   if (px_model_create(ops, &mc, &m) < 0 || px_model_init_params(m, 1) < 0 ||
       px_sgd_create(m, &sc, &sgd) < 0)
     return fail("model");
 
   enum { NBATCH = 4 };
-  const size_t per = 3 * 32 * 32;
+  const size_t per = (size_t)info.in_channels * info.height * info.width;
   float *x = malloc(NBATCH * (size_t)batch * per * sizeof *x);
   int32_t *y = malloc(NBATCH * (size_t)batch * sizeof *y);
   if (!x || !y) {
@@ -138,12 +147,18 @@ int main(int argc, char **argv) {
   }
   px_synth_config_t syn;
   px_synth_config_default(&syn);
+  syn.channels = info.in_channels;
+  syn.height = info.height;
+  syn.width = info.width;
+  syn.num_classes = info.num_classes;
   for (int b = 0; b < NBATCH; b++)
     if (px_synth_batch(&syn, b, batch, x + (size_t)b * batch * per, y + (size_t)b * batch) < 0)
       return fail("synthetic batch");
 
-  printf("px_bench_gpu_train: %s, batch %d, %s, %s, %zu parameters\n", arch, batch,
+  printf("px_bench_gpu_train: %s, %dx%dx%d inputs, %d classes, batch %d, %s, %s, %zu parameters\n",
+         onnx ? onnx : arch, info.in_channels, info.height, info.width, info.num_classes, batch,
          bf16 ? "bf16" : "fp32", px_ops_describe(ops), px_model_numel(m));
+  printf("RESULT macs_per_image %llu\n", (unsigned long long)px_model_macs(m));
   /* the memory plan's arena, to set beside px_bench_mem_plan's CPU figures */
   const char *plan = getenv("PX_MEM_PLAN");
   printf("working memory %.1f MB (activations, their gradients, BN statistics; PX_MEM_PLAN %s)\n",

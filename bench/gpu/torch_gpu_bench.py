@@ -9,7 +9,12 @@ RESULT lines; exits 1 with a message when there is no GPU.
 The configurations users tune PyTorch to: --cudnn-benchmark 1 (cuDNN times
 its algorithms), --channels-last 1 (model and inputs in
 torch.channels_last) and --bf16 1 (torch.autocast to bfloat16 around the
-forward pass and the loss, fp32 master weights)."""
+forward pass and the loss, fp32 master weights).
+
+--torchvision NAME trains torchvision's own module instead (random weights,
+--classes, default 1000) at --image-size (default 224): the ImageNet-size
+bench (bench/gpu/imagenet.sh); --compile default|max-autotune wraps it in
+torch.compile (its compilation runs in the warm-up steps, untimed)."""
 import argparse
 import os
 import sys
@@ -38,6 +43,14 @@ def main():
                     help="1: model and inputs in torch.channels_last")
     ap.add_argument("--bf16", type=int, default=0,
                     help="1: bf16 autocast around the forward pass and the loss")
+    ap.add_argument("--torchvision", default=None,
+                    help="torchvision's module NAME instead of --model")
+    ap.add_argument("--image-size", type=int, default=None,
+                    help="input side (default 32, 224 with --torchvision)")
+    ap.add_argument("--classes", type=int, default=None,
+                    help="classes (default 10, 1000 with --torchvision)")
+    ap.add_argument("--compile", default="none", choices=("none", "default", "max-autotune"),
+                    help="torch.compile mode")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("torch_gpu_bench.py: PyTorch sees no CUDA GPU (torch %s)" % torch.__version__,
@@ -48,16 +61,28 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = bool(a.tf32)
     torch.backends.cudnn.benchmark = bool(a.cudnn_benchmark)
     torch.manual_seed(1)
-    model = ResNet(a.model).to(dev)
+    if a.torchvision:
+        import torchvision
+        size = a.image_size or 224
+        classes = a.classes or 1000
+        model = getattr(torchvision.models, a.torchvision)(num_classes=classes).to(dev)
+        name = a.torchvision
+    else:
+        size = a.image_size or 32
+        classes = a.classes or 10
+        model = ResNet(a.model).to(dev)
+        name = a.model
     fmt = torch.channels_last if a.channels_last else torch.contiguous_format
     model = model.to(memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
     crit = nn.CrossEntropyLoss()
     model.train()
+    step_model = model if a.compile == "none" else torch.compile(model, mode=a.compile)
     g = torch.Generator().manual_seed(0)
     nb = 4
-    xs = [(torch.rand(a.batch, 3, 32, 32, generator=g) * 2 - 1).pin_memory() for _ in range(nb)]
-    ys = [torch.randint(0, 10, (a.batch,), generator=g).pin_memory() for _ in range(nb)]
+    xs = [(torch.rand(a.batch, 3, size, size, generator=g) * 2 - 1).pin_memory()
+          for _ in range(nb)]
+    ys = [torch.randint(0, classes, (a.batch,), generator=g).pin_memory() for _ in range(nb)]
     torch.cuda.reset_peak_memory_stats(dev)
     t0 = None
     loss = None
@@ -71,7 +96,7 @@ def main():
         y = ys[s % nb].to(dev, non_blocking=True)
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bool(a.bf16)):
-            loss = crit(model(x), y)
+            loss = crit(step_model(x), y)
         loss.backward()
         opt.step()
         loss.item()  # as PruneX returns the loss to the host every step
@@ -79,10 +104,11 @@ def main():
     el = time.perf_counter() - t0
     if profile:
         torch.cuda.profiler.stop()
-    print("torch %s %s on %s (benchmark %d, channels_last %d, bf16 %d): %d steps in %.3f s "
-          "(%.2f ms/step), last loss %.4f"
-          % (torch.__version__, a.model, torch.cuda.get_device_name(dev), a.cudnn_benchmark,
-             a.channels_last, a.bf16, a.steps, el, 1e3 * el / a.steps, loss.item()))
+    print("torch %s %s at %dx%d on %s (benchmark %d, channels_last %d, bf16 %d, compile %s): "
+          "%d steps in %.3f s (%.2f ms/step), last loss %.4f"
+          % (torch.__version__, name, size, size, torch.cuda.get_device_name(dev),
+             a.cudnn_benchmark, a.channels_last, a.bf16, a.compile, a.steps, el,
+             1e3 * el / a.steps, loss.item()))
     print("RESULT images_per_sec %.1f img/s" % (a.steps * a.batch / el))
     print("RESULT gpu_peak_mb %.1f MB" % (torch.cuda.max_memory_allocated(dev) / 1e6))
 
