@@ -46,8 +46,9 @@ static void grad_diffs(const px_model_t *m, const char *dir, const char *net, co
   free(ours);
 }
 
-void px_test_onnx_check_grads(const px_model_t *m, const char *dir, const char *net, double tol,
-                              double factor, double *worst_out, double *worst_torch_out) {
+static void check_grads(const px_model_t *m, const px_model_t *cpu, const char *dir,
+                        const char *net, double tol, double factor, double *worst_out,
+                        double *worst_torch_out) {
   char line[512], name[256], file[64], file64[64], p[512];
   size_t numel;
   snprintf(p, sizeof p, "%s/grads.txt", dir);
@@ -60,15 +61,22 @@ void px_test_onnx_check_grads(const px_model_t *m, const char *dir, const char *
          sscanf(line, "%255s %zu %63s %63s", name, &numel, file, file64) == 4) {
     double r[3];
     grad_diffs(m, dir, net, name, numel, file, file64, r);
-    double d = r[0], dt = r[1], gmax = r[2];
+    double d = r[0], dt = r[1], gmax = r[2], dc = -1;
+    if (cpu) {
+      double rc[3];
+      grad_diffs(cpu, dir, net, name, numel, file, file64, rc);
+      dc = rc[0];
+    }
     if (getenv("PX_TEST_GRAD_TABLE"))
       print_message("  %-32s ours %.2e  torch f32 %.2e  (of the largest, %.2e, float64)\n", name,
                     d / gmax, dt / gmax, gmax);
     worst = fmax(worst, d / gmax);
     worst_torch = fmax(worst_torch, dt / gmax);
-    if (d > tol * gmax && (factor == 0 || d > factor * dt) && !nbad++)
+    if (d > tol * gmax && (factor == 0 || d > factor * dt) && (dc < 0 || d > factor * dc) &&
+        !nbad++)
       snprintf(bad, sizeof bad, "gradient of %s differs from float64's by %.3e (largest %.3e; "
-               "PyTorch float32 by %.3e)", name, d, gmax, dt);
+               "PyTorch float32 by %.3e%s%.3e)", name, d, gmax, dt,
+               cpu ? ", our CPU engine by " : "", cpu ? dc : 0.0);
     nparams++;
   }
   fclose(f);
@@ -78,6 +86,16 @@ void px_test_onnx_check_grads(const px_model_t *m, const char *dir, const char *
   assert_int_equal(nparams, px_model_num_params(m));
   if (worst_out) *worst_out = worst;
   if (worst_torch_out) *worst_torch_out = worst_torch;
+}
+
+void px_test_onnx_check_grads(const px_model_t *m, const char *dir, const char *net, double tol,
+                              double factor, double *worst_out, double *worst_torch_out) {
+  check_grads(m, NULL, dir, net, tol, factor, worst_out, worst_torch_out);
+}
+
+void px_test_onnx_check_grads_vs(const px_model_t *m, const px_model_t *cpu, const char *dir,
+                                 const char *net, double tol, double factor) {
+  check_grads(m, cpu, dir, net, tol, factor, NULL, NULL);
 }
 
 px_sparsity_t *px_test_onnx_sparsity(px_model_t *m, double keep, px_sparsity_param_t *sp,

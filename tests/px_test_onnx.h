@@ -20,6 +20,12 @@
  * of PyTorch float32's. PX_TEST_GRAD_TABLE=1 prints them per parameter. */
 void px_test_onnx_check_grads(const px_model_t *m, const char *dir, const char *net, double tol,
                               double factor, double *worst, double *worst_torch);
+/* The same with a second yardstick: a parameter of m (the CUDA engine's
+ * step) also passes within `factor` times the distance of the same
+ * parameter of `cpu` (the CPU engine's step on the same batch) from the
+ * float64 gradient: as accurate as our CPU engine is. */
+void px_test_onnx_check_grads_vs(const px_model_t *m, const px_model_t *cpu, const char *dir,
+                                 const char *net, double tol, double factor);
 
 /* The sparsity set of m's parameters as H-SADMM builds it
  * (px_strategy_hsadmm_params: the coupling and its followers from the

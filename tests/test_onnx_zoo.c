@@ -16,7 +16,12 @@
  *       compact model's logits and predictions.
  * With PX_TEST_ZOO_DEVICE=cuda (ctest's gpu_zoo_NET, label gpu: they skip
  * without a GPU) (a) and (b) run on the CUDA engine instead, in a
- * directory of their own (PX_BINARY_DIR/zoo-cuda).
+ * directory of their own (PX_BINARY_DIR/zoo-cuda); (b) then takes a
+ * gradient within GRAD_FACTOR times PyTorch float32's distance or our CPU
+ * engine's on the same batch (the known gaps below come with float32
+ * batch norms over 8 values; on an H200, 2026-11-30, the CUDA engine's
+ * resnet50 layer4.0.bn3 bias gradient was 23% of the largest from
+ * float64's, PyTorch 2.11's float32 0.02%).
  * A network the import does not take yet is listed with what its refusal
  * must name (the operator or attribute; the node is named too, as every
  * refusal of an unsupported input does): the test checks that contract, and
@@ -276,8 +281,22 @@ static void check_imported(const zoo_net_t *z, const char *dir, int *ort_skipped
   assert_int_equal(px_test_read_bytes(dir, "y.i32", y, sizeof y), sizeof y);
   check_logits(m, dir, z->net, x);
   assert_int_equal(px_model_train_step(m, x, y, &loss, &correct), PX_OK);
-  px_test_onnx_check_grads(m, dir, z->net, GRAD_TOL, z->grad_factor ? z->grad_factor : GRAD_FACTOR,
-                           NULL, NULL);
+  const double factor = z->grad_factor ? z->grad_factor : GRAD_FACTOR;
+  if (on_cuda()) { /* as close as PyTorch float32's, or as our CPU engine's step */
+    px_ops_t *cops;
+    px_model_t *cm = NULL;
+    float closs;
+    assert_int_equal(px_ops_create(px_device_cpu(), 4, &cops), PX_OK);
+    assert_int_equal(px_model_create(cops, &cfg, &cm), PX_OK);
+    assert_int_equal(px_model_init_params(cm, 1), PX_OK);
+    assert_int_equal(px_model_train_step(cm, x, y, &closs, &correct), PX_OK);
+    print_message("%s: loss on CUDA %.6f, on the CPU %.6f\n", z->net, loss, closs);
+    px_test_onnx_check_grads_vs(m, cm, dir, z->net, GRAD_TOL, GRAD_FACTOR);
+    px_model_destroy(cm);
+    px_ops_destroy(cops);
+  } else {
+    px_test_onnx_check_grads(m, dir, z->net, GRAD_TOL, factor, NULL, NULL);
+  }
   if (!on_cuda()) {
     check_packing(m, z->net);
     check_compact_ort(m, ops, dir, z->net, x, z->size, ort_skipped);

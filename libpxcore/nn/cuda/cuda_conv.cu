@@ -1,5 +1,6 @@
 /* 2-D convolution on cuDNN: forward, backward data and backward filter,
- * plus the bias through cudnnAddTensor / cudnnConvolutionBackwardBias. The
+ * plus the bias through cudnnAddTensor / cudnnConvolutionBackwardBias (on bf16
+ * activations two small kernels of this file). The
  * three directions run on cuDNN's graph API by default (cuda_conv_graph.cu:
  * planned at creation for the tensors the legacy descriptors describe,
  * chosen by the same rules; on an H200 it ran ResNet-50 in bf16 2.4-2.9x
@@ -400,9 +401,6 @@ extern "C" px_status_t px__cuda_conv2d_create(px_ops_t *o, const px_tensor_t *x_
              "px_conv2d_create: asymmetric padding (%+d, %+d at the end) or dilation (%dx%d) is "
              "not supported on the CUDA engine yet", p->pad_h_extra, p->pad_w_extra, p->dil_h,
              p->dil_w);
-  PX_REQUIRE(!(p->bias && x_spec->dtype == PX_DTYPE_BF16),
-             "px_conv2d_create: a bias on bf16 activations is not supported (fold it into the "
-             "batch norm that follows)");
   const int64_t g = p->groups > 1 ? p->groups : 1;
   PX_REQUIRE(p->groups >= 0 && x_spec->dims[1] % g == 0 && p->c_out % g == 0,
              "px_conv2d_create: %lld input and %d output channels in %lld groups",
@@ -534,6 +532,38 @@ static px_status_t px__dw_back(px__cuda_conv2d_t *op, px_tensor_t *dw, const voi
   return PX_OK;
 }
 
+/* The bias on bf16 activations (channels-last; cudnnAddTensor and
+ * cudnnConvolutionBackwardBias take no f32 bias beside bf16 data: an
+ * imported ConvNeXt's 1 x 1 convolutions). Forward: y += b[channel], in f32
+ * and rounded once. */
+__global__ static void px__bias_add_bf16(__nv_bfloat16 *y, const float *__restrict__ b, int64_t n,
+                                         int64_t c) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    y[i] = __float2bfloat16(__bfloat162float(y[i]) + b[i % c]);
+}
+
+enum { PX__BIAS_SUM_THREADS = 256 };
+
+/* db[ch] = the sum of dy over every pixel: block ch sums fixed strided
+ * slices of the pixels, then a fixed tree (as LayerNorm's shift gradient:
+ * the same sums in the same order every run, no atomics). */
+__global__ static void px__bias_grad_bf16(float *db, const __nv_bfloat16 *__restrict__ dy,
+                                          int64_t npix, int64_t c) {
+  __shared__ float part[PX__BIAS_SUM_THREADS];
+  const int64_t ch = blockIdx.x;
+  float s = 0.0f;
+  for (int64_t q = threadIdx.x; q < npix; q += PX__BIAS_SUM_THREADS)
+    s += __bfloat162float(dy[q * c + ch]);
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = PX__BIAS_SUM_THREADS / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) db[ch] = part[0];
+}
+
 extern "C" px_status_t px__cuda_conv2d_forward(px_conv2d_t *o, px_tensor_t *y, const px_tensor_t *x,
                                                const px_tensor_t *w, const px_tensor_t *b) {
   px__cuda_conv2d_t *op = px__op(o);
@@ -549,7 +579,14 @@ extern "C" px_status_t px__cuda_conv2d_forward(px_conv2d_t *o, px_tensor_t *y, c
     PX_CUDNN(cudnnConvolutionForward(ops->cudnn, &one, op->x_desc, x->data, op->w_desc, wd,
                                      op->fwd_desc, op->fwd_algo, ops->ws, op->fwd_ws, &zero,
                                      op->y_desc, y->data));
-  if (b) PX_CUDNN(cudnnAddTensor(ops->cudnn, &one, op->b_desc, b->data, &one, op->y_desc, y->data));
+  if (b && op->bf16) {
+    const int64_t n = (int64_t)px_tensor_numel(y);
+    px__bias_add_bf16<<<px__cuda_blocks((size_t)n), PX__CUDA_THREADS, 0, ops->stream>>>(
+        (__nv_bfloat16 *)y->data, (const float *)b->data, n, op->wl.w_spec.dims[0]);
+    PX_CUDA_LAUNCHED("conv bias (bf16)");
+  } else if (b) {
+    PX_CUDNN(cudnnAddTensor(ops->cudnn, &one, op->b_desc, b->data, &one, op->y_desc, y->data));
+  }
   return PX_OK;
 }
 
@@ -587,8 +624,14 @@ extern "C" px_status_t px__cuda_conv2d_backward_weights(px_conv2d_t *o, px_tenso
                                             dy->data, op->bwd_filter_desc, op->bwd_filter_algo,
                                             ops->ws, op->bwd_filter_ws, &zero, op->w_desc, dwd));
   PX_CHECK(px__dw_back(op, dw, dwd));
-  if (db)
+  if (db && op->bf16) {
+    const int64_t c = op->wl.w_spec.dims[0];
+    px__bias_grad_bf16<<<(unsigned)c, PX__BIAS_SUM_THREADS, 0, ops->stream>>>(
+        (float *)db->data, (const __nv_bfloat16 *)dy->data, (int64_t)px_tensor_numel(dy) / c, c);
+    PX_CUDA_LAUNCHED("conv bias gradient (bf16)");
+  } else if (db) {
     PX_CUDNN(cudnnConvolutionBackwardBias(ops->cudnn, &one, op->y_desc, dy->data, &zero, op->b_desc,
                                           db->data));
+  }
   return PX_OK;
 }

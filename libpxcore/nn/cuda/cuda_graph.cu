@@ -25,8 +25,15 @@
 
 /* The arithmetic of px__act_forward / px__act_backward, one element
  * (nn/cpu/cpu_graph.c: the same expressions, PyTorch's values at the kinks). */
+/* The hard sigmoid's argument alpha x + 1/2 rounded twice, as the CPU
+ * computes it: a fused multiply-add moves it off 0 at x = -3 (alpha 1/6
+ * rounded), and HardSwish's gradient there from -dy/2 to 0. */
+__device__ static inline float px__hsig_t(float x, float alpha) {
+  return __fadd_rn(__fmul_rn(alpha, x), 0.5f);
+}
+
 __device__ static inline float px__hsig_f(float x, float alpha) {
-  const float t = alpha * x + 0.5f;
+  const float t = px__hsig_t(x, alpha);
   return t < 0.0f ? 0.0f : t > 1.0f ? 1.0f : t;
 }
 
@@ -47,7 +54,7 @@ __device__ static inline float px__act_f(float x, int act, float alpha) {
 }
 
 __device__ static inline float px__act_df(float dy, float x, float y, int act, float alpha) {
-  const float t = alpha * x + 0.5f; /* the hard sigmoid's argument */
+  const float t = px__hsig_t(x, alpha);
   switch (act) {
     case PX__ACT_RELU: return x > 0.0f ? dy : 0.0f;
     case PX__ACT_LEAKY: return x > 0.0f ? dy : alpha * dy;

@@ -55,30 +55,34 @@ static px_status_t px__cuda_fail(cudaError_t e, const char *what) {
 
 /* Records the live blocks by name (the caller holds the lock and has just
  * set a new peak): one pass over the table, at an allocation, which a
- * training step makes none of. The last entry is kept for the names beyond
- * the others, named "(other names)" when any came. */
+ * training step makes none of. Up to PX__MEM_PEAK_NAMES names have an entry
+ * each; from one more name on, the last entry becomes "(other names)" and
+ * sums its own name's blocks and those of every name beyond. */
 static void px__note_peak(void) {
-  px_cuda_mem_use_t *const other = &px__peak_uses[PX__MEM_PEAK_NAMES - 1];
-  const int named = PX__MEM_PEAK_NAMES - 1;
-  int n = 0;
-  memset(other, 0, sizeof *other);
+  px_cuda_mem_use_t *const last = &px__peak_uses[PX__MEM_PEAK_NAMES - 1];
+  int n = 0, merged = 0;
   for (int h = 0; h < PX__MEM_BUCKETS; h++)
     for (const px__cblock_t *b = px__live[h]; b; b = b->next) {
       px_cuda_mem_use_t *u = px__peak_uses;
-      while (u < px__peak_uses + n && strncmp(u->name, b->name, sizeof u->name - 1)) u++;
-      if (u == px__peak_uses + n) {
-        if (n == named) u = other;
-        else {
+      px_cuda_mem_use_t *const end = px__peak_uses + (merged ? n - 1 : n);
+      while (u < end && strncmp(u->name, b->name, sizeof u->name - 1)) u++;
+      if (u == end) {
+        if (merged) {
+          u = last;
+        } else if (n < PX__MEM_PEAK_NAMES) {
           memset(u, 0, sizeof *u);
           strncpy(u->name, b->name, sizeof u->name - 1);
           n++;
+        } else {
+          strcpy(last->name, "(other names)");
+          merged = 1;
+          u = last;
         }
       }
       u->bytes += (int64_t)b->size;
       u->blocks++;
     }
-  if (other->blocks) strcpy(other->name, "(other names)");
-  px__npeak_uses = other->blocks ? PX__MEM_PEAK_NAMES : n;
+  px__npeak_uses = n;
 }
 
 static size_t px__bucket(const void *p) { return ((uintptr_t)p >> 8) % PX__MEM_BUCKETS; }
