@@ -1,7 +1,7 @@
 /* Imported graphs on the CUDA engine: the graph operators of
  * nn/px_graph_ops.h (every activation, the squeeze-and-excitation Mul, Concat)
- * and windowed max / average pooling, LayerNorm over channels, in every CUDA
- * activation format.
+ * and windowed max / average pooling (ceil_mode, asymmetric padding and
+ * dilation too), LayerNorm over channels, in every CUDA activation format.
  *
  * CPU half (runs everywhere): the index maps the CUDA kernels use
  * (nn/cuda/px_cuda_index.h, the same code on the host) against brute-force
@@ -26,6 +26,7 @@
 
 #include <cmocka.h>
 
+#include "arch/px_layer_defs.h"
 #include "nn/cuda/px_cuda_index.h"
 #include "nn/px_graph_ops.h"
 #include "nn/px_ops_int.h"
@@ -409,10 +410,14 @@ static void pool_kernel(px_ops_t *ops, px_ops_t *cpu, fmt_t f, const px_pool2d_p
   assert_ok(px_pool2d_backward(gp, &gdx, &gdy, gwss.nbytes ? &gws : NULL));
   float *y = host_of(ops, &gy), *dx = host_of(ops, &gdx);
   const char *mode = p->mode == PX_POOL_MAX ? "max pool" : "average pool";
-  char what[96];
-  snprintf(what, sizeof what, "%s %dx%d/%d pad %d forward", mode, p->kh, p->kw, p->stride_h, p->pad_h);
+  char geo[96], what[128];
+  snprintf(geo, sizeof geo, "%s %dx%d/%dx%d pad %dx%d%+d%+d%s dil %d", mode, p->kh, p->kw,
+           p->stride_h, p->stride_w, p->pad_h, p->pad_w, p->pad_h_extra, p->pad_w_extra,
+           p->ceil_mode ? " ceil" : "", p->dil_h);
+  assert_int_equal(px_tensor_numel(&gys), ny); /* the CPU engine's output size */
+  snprintf(what, sizeof what, "%s forward", geo);
   expect_rel(what, f, y, want_y, ny, tol_of(f, 1e-6));
-  snprintf(what, sizeof what, "%s %dx%d/%d pad %d backward", mode, p->kh, p->kw, p->stride_h, p->pad_h);
+  snprintf(what, sizeof what, "%s backward", geo);
   expect_rel(what, f, dx, want_dx, n, tol_of(f, 1e-6));
   px_tensor_t *all[] = {&cx, &cy, &cws, &cdx, &cdy, &gx, &gy, &gdx, &gdy, &gws};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
@@ -475,17 +480,52 @@ static void grouped_conv(px_ops_t *ops, px_ops_t *cpu, fmt_t f, int groups, px_t
       free(dw);
 }
 
+/* The pooling windows the GPU half compares (pool_kernel's 9 x 8 input). */
+static const px_pool2d_params_t POOLS[] = {
+    {PX_POOL_MAX, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0},
+    {PX_POOL_MAX, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0, 0},
+    {PX_POOL_AVG, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0},
+    {PX_POOL_AVG, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0, 0},
+    {PX_POOL_AVG_EXCLUDE_PAD, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 0},
+    /* ceil_mode (SqueezeNet's, GoogLeNet's): the last windows run past the input */
+    {PX_POOL_MAX, 3, 3, 2, 2, 0, 0, 0, 0, 1, 0, 0},
+    {PX_POOL_AVG, 3, 3, 2, 2, 0, 0, 0, 0, 1, 0, 0},
+    {PX_POOL_AVG_EXCLUDE_PAD, 2, 2, 2, 2, 1, 1, 0, 0, 1, 0, 0},
+    /* asymmetric padding, a non-square window, dilation */
+    {PX_POOL_MAX, 2, 3, 1, 2, 0, 1, 1, 0, 0, 0, 0},
+    {PX_POOL_AVG, 2, 3, 1, 2, 0, 1, 1, 0, 0, 0, 0},
+    {PX_POOL_MAX, 3, 3, 1, 1, 1, 1, 0, 0, 0, 2, 2}};
+
+/* CPU half: the CPU engine takes every window of POOLS, and its output is
+ * what px__axis_out says (the size the CUDA engine gives them). */
+static void pool_windows_are_the_cpu_engines(void **state) {
+  (void)state;
+  px_ops_t *cpu = new_ops();
+  px_tensor_t xs, ys;
+  assert_ok(px_tensor_init4(&xs, px_device_cpu(), 2, 4, 9, 8));
+  for (size_t i = 0; i < sizeof POOLS / sizeof POOLS[0]; i++) {
+    const px_pool2d_params_t *p = &POOLS[i];
+    px_pool2d_t *op = NULL;
+    if (px_pool2d_create(cpu, &xs, p, &op) != PX_OK) fail_msg("pool %zu: %s", i, px_last_error());
+    px_pool2d_y_spec(op, &ys);
+    const px__axis_t ah = {9, p->kh, p->stride_h, p->pad_h, p->pad_h + p->pad_h_extra,
+                           p->dil_h > 1 ? p->dil_h : 1, p->ceil_mode};
+    const px__axis_t aw = {8, p->kw, p->stride_w, p->pad_w, p->pad_w + p->pad_w_extra,
+                           p->dil_w > 1 ? p->dil_w : 1, p->ceil_mode};
+    assert_int_equal(ys.dims[2], px__axis_out(&ah));
+    assert_int_equal(ys.dims[3], px__axis_out(&aw));
+    px_pool2d_destroy(op);
+  }
+  px_ops_destroy(cpu);
+}
+
 static void graph_kernels_match_the_cpu_reference(void **state) {
   (void)state;
   REQUIRE_GPU();
   px_ops_t *cpu = new_ops();
   px_test_rng_t rng;
   px_test_rng_seed(&rng, 5);
-  const px_pool2d_params_t pools[] = {{PX_POOL_MAX, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0},
-                                      {PX_POOL_MAX, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0, 0},
-                                      {PX_POOL_AVG, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0},
-                                      {PX_POOL_AVG, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0, 0},
-                                      {PX_POOL_AVG_EXCLUDE_PAD, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 0}};
+
   for (int f = FMT_NCHW; f <= FMT_BF16; f++) {
     px_ops_t *ops = gpu_ops((fmt_t)f);
     act_kernels(ops, (fmt_t)f, &rng);
@@ -493,8 +533,8 @@ static void graph_kernels_match_the_cpu_reference(void **state) {
     if (f != FMT_NCHW) mul_kernels(ops, (fmt_t)f, 1, &rng);
     concat_kernels(ops, (fmt_t)f, &rng);
     ln_kernels(ops, (fmt_t)f, &rng);
-    for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++)
-      pool_kernel(ops, cpu, (fmt_t)f, &pools[i], &rng);
+    for (size_t i = 0; i < sizeof POOLS / sizeof POOLS[0]; i++)
+      pool_kernel(ops, cpu, (fmt_t)f, &POOLS[i], &rng);
     grouped_conv(ops, cpu, (fmt_t)f, 2, &rng);
     grouped_conv(ops, cpu, (fmt_t)f, 8, &rng); /* depthwise */
     px_ops_destroy(ops);
@@ -625,6 +665,7 @@ int main(void) {
       cmocka_unit_test(pool_covering_matches_brute_force),
       cmocka_unit_test(cpu_entries_give_the_plain_loops_bits),
       cmocka_unit_test(bad_arguments_are_refused_naming_the_op),
+      cmocka_unit_test(pool_windows_are_the_cpu_engines),
       cmocka_unit_test(graph_kernels_match_the_cpu_reference),
       cmocka_unit_test(vgg_trains_a_step_on_cuda_like_the_cpu),
       cmocka_unit_test(mobilenet_trains_a_step_on_cuda_like_the_cpu),

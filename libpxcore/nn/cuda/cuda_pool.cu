@@ -6,6 +6,8 @@
  * gathers from the outputs whose windows cover it, so no atomics and no
  * zero-fill are needed and the sums are deterministic.
  *
+ * Windows of any geometry the CPU engine takes (asymmetric and end padding,
+ * ceil_mode, dilation for max pooling), sized by px__axis_out as there.
  * Windowed max and average pooling take plain f32 NCHW and channels-last
  * input (NHWC, f32 or bf16: px_cuda_ops_int.h; an imported VGG-style net's
  * MaxPool / AveragePool on the CUDA path's default format) and give their
@@ -18,13 +20,19 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "arch/px_layer_defs.h"
 #include "nn/cuda/px_cuda_index.h"
 #include "nn/cuda/px_cuda_ops_int.h"
 #include "prunex/ops_internal.h"
 
+/* ph, pw: the top and left padding (where the windows start); the end
+ * padding, ceil_mode and dilation size oh and ow (px__axis_out, as the CPU
+ * engine). mode is what the windows divide by: PX_POOL_AVG whose ceil_mode
+ * windows run past the end (no padding, else refused as on the CPU) divides
+ * by the real inputs, as PX_POOL_AVG_EXCLUDE_PAD. */
 typedef struct {
   int64_t n, c, h, w, oh, ow;
-  int kh, kw, sh, sw, ph, pw;
+  int kh, kw, sh, sw, ph, pw, dh, dw;
   int mode; /* px_pool_mode_t */
 } px__pool_geom_t;
 
@@ -82,10 +90,10 @@ __global__ static void px__pool_fwd_kernel(T *__restrict__ y, int32_t *__restric
       float best = 0.0f;
       int32_t arg = -1;
       for (int i = 0; i < g.kh; i++) {
-        const int64_t ih = hs + i;
+        const int64_t ih = hs + (int64_t)i * g.dh;
         if (ih < 0 || ih >= g.h) continue;
         for (int j = 0; j < g.kw; j++) {
-          const int64_t iw = ws + j;
+          const int64_t iw = ws + (int64_t)j * g.dw;
           if (iw < 0 || iw >= g.w) continue;
           const float v = px__ld(x + px__pool_at(nc, ih * g.w + iw, g.c, g.h * g.w, nhwc));
           if (arg < 0 || v > best) { /* strict: the first maximum wins */
@@ -122,9 +130,9 @@ __global__ static void px__pool_bwd_kernel(T *__restrict__ dx, const T *__restri
     int64_t nc, ip;
     px__pool_split(i, g.c, g.h * g.w, nhwc, &nc, &ip);
     const int64_t iw = ip % g.w, ih = ip / g.w;
-    int64_t oh0, oh1, ow0, ow1;
-    px__pool_covering(ih, g.kh, g.sh, g.ph, g.oh, &oh0, &oh1);
-    px__pool_covering(iw, g.kw, g.sw, g.pw, g.ow, &ow0, &ow1);
+    int64_t oh0, oh1, ow0, ow1; /* the windows' dilated extents: max pooling's arg-max picks */
+    px__pool_covering(ih, g.dh * (g.kh - 1) + 1, g.sh, g.ph, g.oh, &oh0, &oh1);
+    px__pool_covering(iw, g.dw * (g.kw - 1) + 1, g.sw, g.pw, g.ow, &ow0, &ow1);
     const int32_t me = (int32_t)ip;
     float sum = 0.0f;
     for (int64_t oh = oh0; oh <= oh1; oh++)
@@ -177,34 +185,43 @@ extern "C" px_status_t px__cuda_pool2d_create(px_ops_t *o, const px_tensor_t *x_
   PX_REQUIRE(out && p, "px_pool2d_create: NULL argument");
   *out = NULL;
   PX_CHECK(px__cuda_check_act(ops, x_spec, 4, 4, "px_pool2d_create"));
+  /* the CPU engine's checks (nn/cpu/cpu_pool.c), in the same words */
+  const int64_t pb = (int64_t)p->pad_h + p->pad_h_extra, pr = (int64_t)p->pad_w + p->pad_w_extra;
+  const int dh = p->dil_h > 1 ? p->dil_h : 1, dw = p->dil_w > 1 ? p->dil_w : 1;
   PX_REQUIRE(p->kh > 0 && p->kw > 0 && p->stride_h > 0 && p->stride_w > 0 && p->pad_h >= 0 &&
-                 p->pad_w >= 0 && p->pad_h < p->kh && p->pad_w < p->kw,
-             "px_pool2d_create: bad parameters (kernel %dx%d, stride %dx%d, pad %dx%d)", p->kh,
-             p->kw, p->stride_h, p->stride_w, p->pad_h, p->pad_w);
+                 p->pad_w >= 0 && pb >= 0 && pr >= 0 && p->pad_h < p->kh && p->pad_w < p->kw &&
+                 pb < p->kh && pr < p->kw && p->dil_h >= 0 && p->dil_w >= 0 &&
+                 (p->mode == PX_POOL_MAX || (dh == 1 && dw == 1)),
+             "px_pool2d_create: bad parameters (kernel %dx%d, stride %dx%d, pad %dx%d (+%dx%d at "
+             "the end), dilation %dx%d, mode %d)", p->kh, p->kw, p->stride_h, p->stride_w,
+             p->pad_h, p->pad_w, p->pad_h_extra, p->pad_w_extra, p->dil_h, p->dil_w, (int)p->mode);
   PX_REQUIRE(p->mode == PX_POOL_MAX || p->mode == PX_POOL_AVG || p->mode == PX_POOL_AVG_EXCLUDE_PAD,
              "px_pool2d_create: unknown mode %d", (int)p->mode);
-  /* not yet on CUDA (the CPU engine runs these windows) */
-  PX_REQUIRE(!p->pad_h_extra && !p->pad_w_extra && p->dil_h <= 1 && p->dil_w <= 1 && !p->ceil_mode,
-             "px_pool2d_create: asymmetric padding, dilation or ceil_mode is not supported on "
-             "the CUDA engine yet");
   px__pool_geom_t g;
   memset(&g, 0, sizeof g);
   g.n = x_spec->dims[0];
   g.c = x_spec->dims[1];
   g.h = x_spec->dims[2];
   g.w = x_spec->dims[3];
-  const int64_t span_h = g.h + 2 * (int64_t)p->pad_h - p->kh, span_w = g.w + 2 * (int64_t)p->pad_w - p->kw;
-  PX_REQUIRE(span_h >= 0 && span_w >= 0, "px_pool2d_create: kernel larger than the padded input");
+  const px__axis_t ah = {g.h, p->kh, p->stride_h, p->pad_h, pb, dh, p->ceil_mode != 0};
+  const px__axis_t aw = {g.w, p->kw, p->stride_w, p->pad_w, pr, dw, p->ceil_mode != 0};
+  g.oh = px__axis_out(&ah);
+  g.ow = px__axis_out(&aw);
+  PX_REQUIRE(g.oh > 0 && g.ow > 0, "px_pool2d_create: kernel larger than the padded input");
   PX_REQUIRE(g.h * g.w <= INT32_MAX, "px_pool2d_create: input plane too large");
-  g.oh = span_h / p->stride_h + 1;
-  g.ow = span_w / p->stride_w + 1;
+  const int over = px__axis_overrun(&ah, g.oh) > 0 || px__axis_overrun(&aw, g.ow) > 0;
+  PX_REQUIRE(!(over && p->mode == PX_POOL_AVG && (p->pad_h || p->pad_w || pb || pr)),
+             "px_pool2d_create: an average pooling counting its padding whose ceil_mode windows "
+             "run past the padding is not supported on the CUDA engine");
   g.kh = p->kh;
   g.kw = p->kw;
   g.sh = p->stride_h;
   g.sw = p->stride_w;
   g.ph = p->pad_h;
   g.pw = p->pad_w;
-  g.mode = (int)p->mode;
+  g.dh = dh;
+  g.dw = dw;
+  g.mode = over && p->mode == PX_POOL_AVG ? (int)PX_POOL_AVG_EXCLUDE_PAD : (int)p->mode;
 
   px_status_t st = PX_OK;
   px__cuda_pool2d_t *op = (px__cuda_pool2d_t *)px__cuda_op_new(ops, sizeof *op, "cuda pool2d");
@@ -235,7 +252,8 @@ extern "C" px_status_t px__cuda_global_avgpool_create(px_ops_t *o, const px_tens
   PX_CHECK(px__cuda_check_act(ops, x_spec, 4, 4, "px_global_avgpool_create"));
   PX_REQUIRE(x_spec->dims[2] <= INT32_MAX && x_spec->dims[3] <= INT32_MAX,
              "px_global_avgpool_create: input plane too large");
-  px_pool2d_params_t p = {PX_POOL_AVG, (int32_t)x_spec->dims[2], (int32_t)x_spec->dims[3], 1, 1, 0, 0, 0, 0, 0, 0, 0};
+  px_pool2d_params_t p = {PX_POOL_AVG, (int32_t)x_spec->dims[2], (int32_t)x_spec->dims[3], 1, 1,
+                          0, 0, 0, 0, 0, 0, 0};
   if (!px__cuda_nhwc(x_spec)) return px__cuda_pool2d_create(o, x_spec, &p, out);
   /* channels-last: the geometry of a plain one, the input's own spec kept */
   px_tensor_t plain;
