@@ -101,6 +101,28 @@ static void expect_match_l2(const char *what, const px_tensor_t *gpu, const px_t
 
 /* ---- refusal without CUDA or GPU ------------------------------------------------- */
 
+/* Everywhere: px_cuda_host_alloc gives 64-byte aligned memory to write,
+ * page-locked on a machine with a GPU and ordinary without one, and
+ * px_cuda_host_free takes either. */
+static void host_buffers_are_page_locked_with_a_gpu(void **state) {
+  (void)state;
+  const size_t bytes = (size_t)3 << 20;
+  unsigned char *p = px_cuda_host_alloc(bytes);
+  assert_non_null(p);
+  assert_int_equal((uintptr_t)p % 64, 0);
+  memset(p, 0xa5, bytes);
+  assert_int_equal(p[bytes - 1], 0xa5);
+  int n = 0;
+  const int gpu = px_cuda_built() && px_cuda_device_count(&n) == PX_OK && n > 0;
+  printf("%s host buffer\n", px_cuda_host_pinned(p) ? "page-locked" : "ordinary");
+  assert_int_equal(px_cuda_host_pinned(p), gpu);
+  unsigned char plain[64];
+  assert_false(px_cuda_host_pinned(plain));
+  assert_false(px_cuda_host_pinned(NULL));
+  px_cuda_host_free(p);
+  px_cuda_host_free(NULL);
+}
+
 static void cuda_backend_is_refused_cleanly_when_absent(void **state) {
   (void)state;
   px_ops_t *ops = NULL;
@@ -840,6 +862,7 @@ static void reorder_is_a_copy_on_gpu(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(cuda_backend_is_refused_cleanly_when_absent),
+      cmocka_unit_test(host_buffers_are_page_locked_with_a_gpu),
       cmocka_unit_test(device_allocator_reuses_freed_blocks),
       cmocka_unit_test(allocator_size_classes_bound_the_waste),
       cmocka_unit_test(large_blocks_are_whole_units_reused_best_fit),

@@ -1,7 +1,8 @@
 /* GPU training throughput of the PruneX engine: a model of the ResNet family
  * on a CUDA ops context, trained with SGD (momentum 0.9, weight decay 5e-4)
  * on a few pre-made random batches of 3x32x32 inputs, 10 classes, copied from
- * host memory every step as in real training. `--model-onnx FILE` trains an
+ * page-locked host memory every step as in real training (the trainer's
+ * loader batches on a GPU are page-locked too). `--model-onnx FILE` trains an
  * imported network instead, at the file's own input size and classes (the
  * ImageNet-size bench, bench/gpu/imagenet.sh: torchvision's ResNet-50 at
  * 3x224x224, 1000 classes), and prints its multiply-accumulates per image
@@ -139,7 +140,8 @@ int main(int argc, char **argv) {
 
   enum { NBATCH = 4 };
   const size_t per = (size_t)info.in_channels * info.height * info.width;
-  float *x = malloc(NBATCH * (size_t)batch * per * sizeof *x);
+  /* page-locked, as the trainer's loader batches on a GPU: copied by DMA */
+  float *x = px_cuda_host_alloc(NBATCH * (size_t)batch * per * sizeof *x);
   int32_t *y = malloc(NBATCH * (size_t)batch * sizeof *y);
   if (!x || !y) {
     fprintf(stderr, "px_bench_gpu_train: out of host memory\n");
@@ -196,7 +198,7 @@ int main(int argc, char **argv) {
     printf("%s %s %.1f MB (%d block%s)", i ? "," : "", use[i].name, use[i].bytes / 1e6,
            use[i].blocks, use[i].blocks == 1 ? "" : "s");
   printf("\n");
-  free(x);
+  px_cuda_host_free(x);
   free(y);
   px_sgd_destroy(sgd);
   px_model_destroy(m);

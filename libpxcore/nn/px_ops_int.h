@@ -117,13 +117,17 @@ typedef struct {
 px_status_t px__cpu_ops_create(px_device_t dev, int nthreads, px_ops_t **out);
 px_status_t px__cuda_ops_create(px_device_t dev, int nthreads, px_ops_t **out);
 
-/* Copies n plain host buffers into the tensors dst[0..n) of ops' device
- * (each src[i] holds px_tensor_plain_bytes(dst[i]) bytes; dst must be plain
- * on the GPU). On the CPU this is px_tensor_copy_from_host. On CUDA the data
- * go through the context's pinned staging buffer (grown on first use, then
- * reused) and are copied asynchronously on the context's stream, ordered
- * before the ops issued after it; the host buffers may be reused as soon as
- * the call returns. This is how the model feeds its input batches. */
+/* Copies n (at most 8) plain host buffers into the tensors dst[0..n) of
+ * ops' device (each src[i] holds px_tensor_plain_bytes(dst[i]) bytes; dst
+ * must be plain on the GPU). On the CPU this is px_tensor_copy_from_host.
+ * On CUDA ordinary memory goes through the context's pinned staging buffer
+ * (grown on first use, then reused) and may be reused as soon as the call
+ * returns; page-locked memory (px_cuda_host_alloc) is copied from where it
+ * is and must stay unchanged until the stream has passed the copy, which
+ * every caller of the model waits for (it reads back a loss, logits or
+ * counts before it returns). Both are copied asynchronously on the context's
+ * stream, ordered before the ops issued after it. This is how the model
+ * feeds its input batches. */
 px_status_t px__ops_upload(px_ops_t *ops, int n, px_tensor_t *const *dst, const void *const *src);
 
 /* The graph operators of imported networks (nn/px_graph_ops.h) on any

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "prunex/cuda.h"
 #include "prunex/data.h"
 #include "nn/px_train_int.h"
 #include "prunex/nn.h"
@@ -118,6 +119,17 @@ static px_status_t px__load_data(px_trainer_t *t) {
                       c->dataset);
 }
 
+/* The loaders' batch buffers on a GPU: page-locked (px_cuda_host_alloc). */
+static void *px__pinned_alloc(size_t bytes, void *ctx) {
+  (void)ctx;
+  return px_cuda_host_alloc(bytes);
+}
+
+static void px__pinned_free(void *p, void *ctx) {
+  (void)ctx;
+  px_cuda_host_free(p);
+}
+
 px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out) {
   *out = NULL;
   PX_REQUIRE(cfg->arch && cfg->dataset, "training config without a model or data set");
@@ -169,6 +181,10 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out) 
                                               ? cfg->threads : PX_LOADER_DEFAULT_THREADS)
                                        : 0;
   if (px_dataset_streamed(t->train)) lc.prefetch = cfg->loader_prefetch > 0 ? cfg->loader_prefetch : 2;
+  if (cfg->device.kind == PX_DEVICE_CUDA) { /* batches the GPU copies by DMA, no staging */
+    lc.host_alloc = px__pinned_alloc;
+    lc.host_free = px__pinned_free;
+  }
   PX_CHECK_GOTO(px_loader_create(t->train, &lc, &t->train_loader), st, done);
   t->steps_per_epoch = px_loader_num_batches(t->train_loader);
   t->schedule_steps = t->steps_per_epoch * cfg->epochs;
@@ -191,6 +207,8 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out) 
   ec.world_size = cfg->world_size;
   ec.threads = lc.threads;
   if (px_dataset_streamed(t->test)) ec.prefetch = 1; /* decode overlaps the evaluation */
+  ec.host_alloc = lc.host_alloc;
+  ec.host_free = lc.host_free;
   PX_CHECK_GOTO(px_loader_create(t->test, &ec, &t->test_loader), st, done);
 
   PX_CHECK_GOTO(px_ops_create(cfg->device, cfg->threads, &t->ops), st, done);

@@ -353,20 +353,28 @@ extern "C" px_status_t px__cuda_ops_set_tf32(px_ops_t *o, int allow) {
   return PX_OK;
 }
 
+enum { PX__UPLOAD_MAX = 8 };
+
 extern "C" px_status_t px__cuda_ops_upload(px_ops_t *o, int n, px_tensor_t *const *dst,
                                            const void *const *src) {
   px__cuda_ops_t *ops = px__cuda_ctx(o);
   const size_t align = 256;
   size_t total = 0;
+  int direct[PX__UPLOAD_MAX]; /* page-locked sources: copied from where they are */
+  PX_REQUIRE(n >= 0 && n <= PX__UPLOAD_MAX, "upload: %d tensors (at most %d)", n, PX__UPLOAD_MAX);
+  PX_CHECK(px__cuda_enter(ops));
   for (int i = 0; i < n; i++) {
     const px_tensor_t *t = dst[i];
     PX_REQUIRE(t && t->data && src[i], "upload: tensor %d or its host data is missing", i);
     PX_REQUIRE(px_device_equal(t->device, ops->device) && t->layout == NULL,
                "upload: tensor %d is not a plain tensor of this device", i);
-    total += (px_tensor_plain_bytes(t) + align - 1) / align * align;
+    direct[i] = px_cuda_host_pinned(src[i]);
+    if (direct[i])
+      PX_CUDA(cudaMemcpyAsync(t->data, src[i], px_tensor_plain_bytes(t), cudaMemcpyHostToDevice,
+                              ops->stream));
+    else total += (px_tensor_plain_bytes(t) + align - 1) / align * align;
   }
   if (total == 0) return PX_OK;
-  PX_CHECK(px__cuda_enter(ops));
   if (ops->staging_pending) { /* the previous upload's copies may still read staging */
     PX_CUDA(cudaEventSynchronize(ops->staging_done));
     ops->staging_pending = 0;
@@ -380,6 +388,7 @@ extern "C" px_status_t px__cuda_ops_upload(px_ops_t *o, int n, px_tensor_t *cons
   }
   size_t off = 0;
   for (int i = 0; i < n; i++) {
+    if (direct[i]) continue;
     const size_t bytes = px_tensor_plain_bytes(dst[i]);
     char *stage = (char *)ops->staging + off;
     memcpy(stage, src[i], bytes);

@@ -323,3 +323,25 @@ extern "C" px_status_t px_cuda_mem_trim(void) {
   }
   return PX_OK;
 }
+
+extern "C" int px_cuda_host_pinned(const void *p) {
+  cudaPointerAttributes a;
+  if (!p || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError(); /* no driver or device: nothing is page-locked */
+    return 0;
+  }
+  return a.type == cudaMemoryTypeHost;
+}
+
+extern "C" void *px_cuda_host_alloc(size_t bytes) {
+  void *p = NULL;
+  if (bytes && cudaHostAlloc(&p, bytes, cudaHostAllocDefault) == cudaSuccess) return p;
+  cudaGetLastError(); /* ordinary memory instead */
+  return px_malloc_aligned(bytes, "pageable host buffer");
+}
+
+extern "C" void px_cuda_host_free(void *p) {
+  if (!p) return;
+  if (px_cuda_host_pinned(p)) cudaFreeHost(p);
+  else px_free(p);
+}
