@@ -530,8 +530,8 @@ static void serial_weight_conversions_keep_the_thread_count(void **state) {
 /* Which convolutions go to oneDNN's Winograd kernels (px__conv_wino): on a
  * CPU with AVX-512, forward and backward data from 32 channels in and out,
  * backward weights from 64, 3x3 stride 1 only; none with PX_CPU_WINOGRAD=0,
- * nor on a CPU without AVX-512 (oneDNN 2.6 has no f32 Winograd there); a
- * value other than 0 or 1 is refused. The results against the reference:
+ * nor where oneDNN 2.6 has no f32 Winograd (without AVX-512, or on an AMD
+ * processor); a value other than 0 or 1 is refused. The results against the reference:
  * cases 8 to 10 of run_case. */
 static int wino_count(int64_t c, int32_t c_out, int32_t stride) {
   px_ops_t *ops = new_ops();
@@ -547,14 +547,40 @@ static int wino_count(int64_t c, int32_t c_out, int32_t stride) {
   return n;
 }
 
+/* Whether oneDNN itself has a Winograd forward kernel on this CPU for the
+ * input wino_count(64, 64, 1) makes, in the layout the engine gives it: its
+ * jit_wino_4x3 needs AVX-512 and a blocked layout (on the Zen 5 VM,
+ * 2026-11-30, the engine's maps are channels-last there and none is had). */
+static int dnnl_has_winograd(void) {
+  px_ops_t *ops = new_ops();
+  px_tensor_t xs;
+  input_spec(ops, 1, 2, 64, 8, 8, &xs);
+  dnnl_memory_desc_t x, w, y;
+  dnnl_dims_t wd = {64, 64, 3, 3}, st = {1, 1}, pad = {1, 1};
+  dnnl_convolution_desc_t cd;
+  dnnl_primitive_desc_t pd = NULL;
+  int ok = px__cpu_md_of(ops, &xs, &x) == PX_OK &&
+           dnnl_memory_desc_init_by_tag(&w, 4, wd, dnnl_f32, dnnl_format_tag_any) == dnnl_success &&
+           dnnl_memory_desc_init_by_tag(&y, 4, x.dims, dnnl_f32, dnnl_format_tag_any) ==
+               dnnl_success &&
+           dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training,
+                                              dnnl_convolution_winograd, &x, &w, NULL, &y, st,
+                                              pad, pad) == dnnl_success &&
+           dnnl_primitive_desc_create(&pd, &cd, NULL, ops->engine, NULL) == dnnl_success;
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  px_ops_destroy(ops);
+  return ok;
+}
+
 static void winograd_where_it_is_faster(void **state) {
   (void)state;
   const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
   const char *env = getenv("PX_CPU_WINOGRAD"); /* =0 by hand: the direct kernels' errors */
   const int avx512 = (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
-  const int on = avx512 && !(env && !strcmp(env, "0"));
-  if (!avx512) print_message("no AVX-512 (%s): no Winograd kernels, none expected\n",
-                             dnnl_cpu_isa2str(isa));
+  const int has = avx512 && dnnl_has_winograd();
+  const int on = has && !(env && !strcmp(env, "0"));
+  if (!has) print_message("%s: oneDNN has no Winograd kernels here, none expected\n",
+                          dnnl_cpu_isa2str(isa));
   assert_int_equal(wino_count(64, 64, 1), on ? 3 : 0);
   assert_int_equal(wino_count(32, 32, 1), on ? 2 : 0);
   assert_int_equal(wino_count(64, 32, 1), on ? 2 : 0);

@@ -525,3 +525,19 @@ px_status_t px__ops_ln_backward(px_ops_t *ops, px_tensor_t *dx, px_tensor_t *dg,
   if (dx) PX_CHECK(px__ops_check_as(dx, x, "layernorm backward", "dx"));
   return PX__BE(ops)->ln_backward(ops, dx, dg, db, dy, x, mean, rstd, g);
 }
+
+px_status_t px__pool_axes(const px_tensor_t *x_spec, const px_pool2d_params_t *p, px__axis_t *ah,
+                          px__axis_t *aw) {
+  const int64_t pb = (int64_t)p->pad_h + p->pad_h_extra, pr = (int64_t)p->pad_w + p->pad_w_extra;
+  const int64_t dh = p->dil_h > 1 ? p->dil_h : 1, dw = p->dil_w > 1 ? p->dil_w : 1;
+  PX_REQUIRE(p->kh > 0 && p->kw > 0 && p->stride_h > 0 && p->stride_w > 0 && p->pad_h >= 0 &&
+                 p->pad_w >= 0 && pb >= 0 && pr >= 0 && p->pad_h < p->kh && p->pad_w < p->kw &&
+                 pb < p->kh && pr < p->kw && p->dil_h >= 0 && p->dil_w >= 0 &&
+                 (p->mode == PX_POOL_MAX || (dh == 1 && dw == 1)),
+             "px_pool2d_create: bad parameters (kernel %dx%d, stride %dx%d, pad %dx%d (+%dx%d at "
+             "the end), dilation %dx%d, mode %d)", p->kh, p->kw, p->stride_h, p->stride_w,
+             p->pad_h, p->pad_w, p->pad_h_extra, p->pad_w_extra, p->dil_h, p->dil_w, (int)p->mode);
+  *ah = (px__axis_t){x_spec->dims[2], p->kh, p->stride_h, p->pad_h, pb, dh, p->ceil_mode != 0};
+  *aw = (px__axis_t){x_spec->dims[3], p->kw, p->stride_w, p->pad_w, pr, dw, p->ceil_mode != 0};
+  return PX_OK;
+}

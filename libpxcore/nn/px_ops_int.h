@@ -257,6 +257,13 @@ px_status_t px__wlayer_check_backward_weights(const px__wlayer_t *l, const px_te
  * in every build). */
 px_status_t px__cudnn_api_parse(const char *value, int *graph);
 
+/* The axes (height, width) of pooling window p on x_spec [N, C, H, W] after
+ * the checks both engines make (ops_dispatch.c): PX_ERR_INVALID naming the
+ * parameters when they are bad. Each engine sizes its output by
+ * px__axis_out of them. */
+px_status_t px__pool_axes(const px_tensor_t *x_spec, const px_pool2d_params_t *p, px__axis_t *ah,
+                          px__axis_t *aw);
+
 #ifdef __cplusplus
 }
 #endif

@@ -39,27 +39,18 @@ typedef struct {
 
 static px_status_t px__pool_geom(const px_tensor_t *x_spec, const px_pool2d_params_t *p,
                                  px__pool_geom_t *g) {
-  const int64_t pb = (int64_t)p->pad_h + p->pad_h_extra, pr = (int64_t)p->pad_w + p->pad_w_extra;
-  const int64_t dh = p->dil_h > 1 ? p->dil_h : 1, dw = p->dil_w > 1 ? p->dil_w : 1;
-  PX_REQUIRE(p->kh > 0 && p->kw > 0 && p->stride_h > 0 && p->stride_w > 0 && p->pad_h >= 0 &&
-                 p->pad_w >= 0 && pb >= 0 && pr >= 0 && p->pad_h < p->kh && p->pad_w < p->kw &&
-                 pb < p->kh && pr < p->kw && p->dil_h >= 0 && p->dil_w >= 0 &&
-                 (p->mode == PX_POOL_MAX || (dh == 1 && dw == 1)),
-             "px_pool2d_create: bad parameters (kernel %dx%d, stride %dx%d, pad %dx%d (+%dx%d at "
-             "the end), dilation %dx%d, mode %d)", p->kh, p->kw, p->stride_h, p->stride_w,
-             p->pad_h, p->pad_w, p->pad_h_extra, p->pad_w_extra, p->dil_h, p->dil_w, (int)p->mode);
-  const px__axis_t ah = {x_spec->dims[2], p->kh, p->stride_h, p->pad_h, pb, dh, p->ceil_mode != 0};
-  const px__axis_t aw = {x_spec->dims[3], p->kw, p->stride_w, p->pad_w, pr, dw, p->ceil_mode != 0};
+  px__axis_t ah, aw;
+  PX_CHECK(px__pool_axes(x_spec, p, &ah, &aw));
   g->oh = px__axis_out(&ah);
   g->ow = px__axis_out(&aw);
   PX_REQUIRE(g->oh > 0 && g->ow > 0, "px_pool2d_create: kernel larger than the padded input");
   const int64_t xh = px__axis_overrun(&ah, g->oh), xw = px__axis_overrun(&aw, g->ow);
   g->over = xh > 0 || xw > 0;
-  PX_REQUIRE(!(g->over && p->mode == PX_POOL_AVG && (p->pad_h || p->pad_w || pb || pr)),
+  PX_REQUIRE(!(g->over && p->mode == PX_POOL_AVG && (p->pad_h || p->pad_w || ah.p1 || aw.p1)),
              "px_pool2d_create: an average pooling counting its padding whose ceil_mode windows "
              "run past the padding is not supported on the CPU engine");
   *g = (px__pool_geom_t){g->oh, g->ow, g->over, {p->stride_h, p->stride_w}, {p->kh, p->kw},
-                         {dh - 1, dw - 1}, {p->pad_h, p->pad_w}, {pb + xh, pr + xw}};
+                         {ah.d - 1, aw.d - 1}, {p->pad_h, p->pad_w}, {ah.p1 + xh, aw.p1 + xw}};
   return PX_OK;
 }
 

@@ -20,9 +20,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "arch/px_layer_defs.h"
 #include "nn/cuda/px_cuda_index.h"
 #include "nn/cuda/px_cuda_ops_int.h"
+#include "nn/px_ops_int.h"
 #include "prunex/ops_internal.h"
 
 /* ph, pw: the top and left padding (where the windows start); the end
@@ -185,16 +185,8 @@ extern "C" px_status_t px__cuda_pool2d_create(px_ops_t *o, const px_tensor_t *x_
   PX_REQUIRE(out && p, "px_pool2d_create: NULL argument");
   *out = NULL;
   PX_CHECK(px__cuda_check_act(ops, x_spec, 4, 4, "px_pool2d_create"));
-  /* the CPU engine's checks (nn/cpu/cpu_pool.c), in the same words */
-  const int64_t pb = (int64_t)p->pad_h + p->pad_h_extra, pr = (int64_t)p->pad_w + p->pad_w_extra;
-  const int dh = p->dil_h > 1 ? p->dil_h : 1, dw = p->dil_w > 1 ? p->dil_w : 1;
-  PX_REQUIRE(p->kh > 0 && p->kw > 0 && p->stride_h > 0 && p->stride_w > 0 && p->pad_h >= 0 &&
-                 p->pad_w >= 0 && pb >= 0 && pr >= 0 && p->pad_h < p->kh && p->pad_w < p->kw &&
-                 pb < p->kh && pr < p->kw && p->dil_h >= 0 && p->dil_w >= 0 &&
-                 (p->mode == PX_POOL_MAX || (dh == 1 && dw == 1)),
-             "px_pool2d_create: bad parameters (kernel %dx%d, stride %dx%d, pad %dx%d (+%dx%d at "
-             "the end), dilation %dx%d, mode %d)", p->kh, p->kw, p->stride_h, p->stride_w,
-             p->pad_h, p->pad_w, p->pad_h_extra, p->pad_w_extra, p->dil_h, p->dil_w, (int)p->mode);
+  px__axis_t ah, aw; /* the CPU engine's checks and sizes */
+  PX_CHECK(px__pool_axes(x_spec, p, &ah, &aw));
   PX_REQUIRE(p->mode == PX_POOL_MAX || p->mode == PX_POOL_AVG || p->mode == PX_POOL_AVG_EXCLUDE_PAD,
              "px_pool2d_create: unknown mode %d", (int)p->mode);
   px__pool_geom_t g;
@@ -203,14 +195,12 @@ extern "C" px_status_t px__cuda_pool2d_create(px_ops_t *o, const px_tensor_t *x_
   g.c = x_spec->dims[1];
   g.h = x_spec->dims[2];
   g.w = x_spec->dims[3];
-  const px__axis_t ah = {g.h, p->kh, p->stride_h, p->pad_h, pb, dh, p->ceil_mode != 0};
-  const px__axis_t aw = {g.w, p->kw, p->stride_w, p->pad_w, pr, dw, p->ceil_mode != 0};
   g.oh = px__axis_out(&ah);
   g.ow = px__axis_out(&aw);
   PX_REQUIRE(g.oh > 0 && g.ow > 0, "px_pool2d_create: kernel larger than the padded input");
   PX_REQUIRE(g.h * g.w <= INT32_MAX, "px_pool2d_create: input plane too large");
   const int over = px__axis_overrun(&ah, g.oh) > 0 || px__axis_overrun(&aw, g.ow) > 0;
-  PX_REQUIRE(!(over && p->mode == PX_POOL_AVG && (p->pad_h || p->pad_w || pb || pr)),
+  PX_REQUIRE(!(over && p->mode == PX_POOL_AVG && (p->pad_h || p->pad_w || ah.p1 || aw.p1)),
              "px_pool2d_create: an average pooling counting its padding whose ceil_mode windows "
              "run past the padding is not supported on the CUDA engine");
   g.kh = p->kh;
@@ -219,8 +209,8 @@ extern "C" px_status_t px__cuda_pool2d_create(px_ops_t *o, const px_tensor_t *x_
   g.sw = p->stride_w;
   g.ph = p->pad_h;
   g.pw = p->pad_w;
-  g.dh = dh;
-  g.dw = dw;
+  g.dh = (int)ah.d;
+  g.dw = (int)aw.d;
   g.mode = over && p->mode == PX_POOL_AVG ? (int)PX_POOL_AVG_EXCLUDE_PAD : (int)p->mode;
 
   px_status_t st = PX_OK;
