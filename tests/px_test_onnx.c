@@ -75,8 +75,9 @@ static void check_grads(const px_model_t *m, const px_model_t *cpu, const char *
     if (d > tol * gmax && (factor == 0 || d > factor * dt) && (dc < 0 || d > factor * dc) &&
         !nbad++)
       snprintf(bad, sizeof bad, "gradient of %s differs from float64's by %.3e (largest %.3e; "
-               "PyTorch float32 by %.3e%s%.3e)", name, d, gmax, dt,
-               cpu ? ", our CPU engine by " : "", cpu ? dc : 0.0);
+               "PyTorch float32 by %.3e%s)", name, d, gmax, dt, cpu ? ", see below" : "");
+    if (cpu && d > tol * gmax && d > factor * dt && d > factor * dc)
+      print_message("%s: our CPU engine's %s differs from float64's by %.3e\n", net, name, dc);
     nparams++;
   }
   fclose(f);

@@ -70,12 +70,13 @@
 /* One network: its input side, per opset (13, 17) NULL when it imports or
  * what the refusal must name, and (b)'s factor where our gradients are
  * known to be further from float64's than PyTorch float32's by more than
- * GRAD_FACTOR (0: GRAD_FACTOR). */
+ * GRAD_FACTOR (0: GRAD_FACTOR), and its tolerance where even that factor
+ * depends on the CPU PyTorch runs on (0: GRAD_TOL of the largest). */
 typedef struct {
   const char *net;
   int size;
   const char *refused[2];
-  double grad_factor;
+  double grad_factor, grad_tol;
 } zoo_net_t;
 
 static const int OPSETS[2] = {13, 17};
@@ -93,29 +94,36 @@ static const int OPSETS[2] = {13, 17};
  * 2 x 2 maps): layers.12.0's conv and batch norm 4.7 to 15.4 times
  * PyTorch float32's distance (7.5e-2 against 4.9e-3), the whole model still
  * within PyTorch's 9.2e-2; with PX_CPU_CHANNELS_LAST=0, within 1.01 times.
- * Reported for the engine; the factors below (twice the worst measured)
- * still catch a wrong gradient.
+ * On the Zen 5 VM (2026-11-30) Debian's PyTorch float32 is far closer to
+ * float64 in those layers than on the AVX2 VM (vgg11_bn's features.12-23:
+ * 2e-6 of the largest against ours 1e-2 to 7.7e-2, the same on both VMs
+ * and with oneDNN capped at AVX2; wide_resnet50_2's layer4.2.conv3 22% and
+ * layer4.2.bn3 bias 12% against 5e-4 and 1.4e-5): there a tolerance of
+ * twice our worst bounds those two networks instead (the factor is
+ * meaningless against a yardstick that moves 4,000-fold with the CPU).
+ * Reported for the engine; the factors and tolerances below (twice the worst
+ * measured) still catch a wrong gradient of the size of a lost term.
  * Every network imports today (a refused one would name what the refusal
  * must say, per opset). */
 static const zoo_net_t ZOO[] = {
-    {"resnet18", 64, {NULL, NULL}, 0},
-    {"resnet50", 64, {NULL, NULL}, 600},
-    {"resnext50_32x4d", 64, {NULL, NULL}, 0},
-    {"wide_resnet50_2", 64, {NULL, NULL}, 60},
-    {"vgg11_bn", 224, {NULL, NULL}, 12},
-    {"mobilenet_v2", 64, {NULL, NULL}, 0},
-    {"mobilenet_v3_small", 64, {NULL, NULL}, 0},
-    {"mobilenet_v3_large", 64, {NULL, NULL}, 0},
-    {"efficientnet_b0", 64, {NULL, NULL}, 0},
-    {"efficientnet_v2_s", 64, {NULL, NULL}, 0},
-    {"regnet_x_400mf", 64, {NULL, NULL}, 600},
-    {"regnet_y_400mf", 64, {NULL, NULL}, 1200},
-    {"shufflenet_v2_x1_0", 64, {NULL, NULL}, 0},
-    {"squeezenet1_1", 64, {NULL, NULL}, 0},
-    {"densenet121", 64, {NULL, NULL}, 0},
-    {"mnasnet1_0", 64, {NULL, NULL}, 32},
-    {"googlenet", 64, {NULL, NULL}, 0},
-    {"convnext_tiny", 64, {NULL, NULL}, 0},
+    {"resnet18", 64, {NULL, NULL}, 0, 0},
+    {"resnet50", 64, {NULL, NULL}, 600, 0},
+    {"resnext50_32x4d", 64, {NULL, NULL}, 0, 0},
+    {"wide_resnet50_2", 64, {NULL, NULL}, 60, 0.45},
+    {"vgg11_bn", 224, {NULL, NULL}, 12, 0.16},
+    {"mobilenet_v2", 64, {NULL, NULL}, 0, 0},
+    {"mobilenet_v3_small", 64, {NULL, NULL}, 0, 0},
+    {"mobilenet_v3_large", 64, {NULL, NULL}, 0, 0},
+    {"efficientnet_b0", 64, {NULL, NULL}, 0, 0},
+    {"efficientnet_v2_s", 64, {NULL, NULL}, 0, 0},
+    {"regnet_x_400mf", 64, {NULL, NULL}, 600, 0},
+    {"regnet_y_400mf", 64, {NULL, NULL}, 1200, 0},
+    {"shufflenet_v2_x1_0", 64, {NULL, NULL}, 0, 0},
+    {"squeezenet1_1", 64, {NULL, NULL}, 0, 0},
+    {"densenet121", 64, {NULL, NULL}, 0, 0},
+    {"mnasnet1_0", 64, {NULL, NULL}, 32, 0},
+    {"googlenet", 64, {NULL, NULL}, 0, 0},
+    {"convnext_tiny", 64, {NULL, NULL}, 0, 0},
 };
 #define NZOO ((int)(sizeof ZOO / sizeof ZOO[0]))
 
@@ -295,7 +303,8 @@ static void check_imported(const zoo_net_t *z, const char *dir, int *ort_skipped
     px_model_destroy(cm);
     px_ops_destroy(cops);
   } else {
-    px_test_onnx_check_grads(m, dir, z->net, GRAD_TOL, factor, NULL, NULL);
+    px_test_onnx_check_grads(m, dir, z->net, z->grad_tol ? z->grad_tol : GRAD_TOL, factor, NULL,
+                             NULL);
   }
   if (!on_cuda()) {
     check_packing(m, z->net);
