@@ -100,7 +100,9 @@ static const int OPSETS[2] = {13, 17};
  * and with oneDNN capped at AVX2; wide_resnet50_2's layer4.2.conv3 22% and
  * layer4.2.bn3 bias 12% against 5e-4 and 1.4e-5): there a tolerance of
  * twice our worst bounds those two networks instead (the factor is
- * meaningless against a yardstick that moves 4,000-fold with the CPU).
+ * meaningless against a yardstick that moves 4,000-fold with the CPU), and
+ * resnext50_32x4d's last stage needs a factor (layer4.2.bn2 bias 12.9
+ * times PyTorch's distance there, 18.6% of the largest).
  * Reported for the engine; the factors and tolerances below (twice the worst
  * measured) still catch a wrong gradient of the size of a lost term.
  * Every network imports today (a refused one would name what the refusal
@@ -108,7 +110,7 @@ static const int OPSETS[2] = {13, 17};
 static const zoo_net_t ZOO[] = {
     {"resnet18", 64, {NULL, NULL}, 0, 0},
     {"resnet50", 64, {NULL, NULL}, 600, 0},
-    {"resnext50_32x4d", 64, {NULL, NULL}, 0, 0},
+    {"resnext50_32x4d", 64, {NULL, NULL}, 26, 0},
     {"wide_resnet50_2", 64, {NULL, NULL}, 60, 0.45},
     {"vgg11_bn", 224, {NULL, NULL}, 12, 0.16},
     {"mobilenet_v2", 64, {NULL, NULL}, 0, 0},
