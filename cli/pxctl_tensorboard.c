@@ -26,7 +26,7 @@
  * with file_version "brain.Event:2".
  *
  * While a job runs, the writer is polled (pxctl_tb_poll, between reads of
- * the watch stream) every PXCTL_TB_POLL_S: an iteration is written once a
+ * the watch stream) every PXCTL_TB_POLL_S (2 s): an iteration is written once a
  * later one has been reported (so that the lowest rank's report is the one
  * written), the rest when the job has ended. */
 #include <errno.h>
@@ -311,11 +311,20 @@ void pxctl_tb_follow(pxctl_tb_t *tb, px_rpc_channel_t *const *ch, const char *jo
   tb->next_poll = 0;
 }
 
+/* Seconds between polls: PXCTL_TB_POLL_S, or $PRUNEX_TENSORBOARD_POLL_S
+ * (0.05 to 60; the tests poll a job of a few short iterations every 0.2 s,
+ * so that its file grows while it runs on a fast machine too). */
+static double pxctl_tb_poll_s(void) {
+  const char *v = getenv("PRUNEX_TENSORBOARD_POLL_S");
+  double s = v ? atof(v) : 0;
+  return s >= 0.05 && s <= 60 ? s : PXCTL_TB_POLL_S;
+}
+
 int pxctl_tb_poll(void *arg) {
   pxctl_tb_t *tb = arg;
   if (!tb || tb->failed || !tb->ch || !*tb->ch || pxctl_mono_s() < tb->next_poll) return 0;
   pxctl_tb_sync(tb, *tb->ch, 0);
-  tb->next_poll = pxctl_mono_s() + PXCTL_TB_POLL_S;
+  tb->next_poll = pxctl_mono_s() + pxctl_tb_poll_s();
   return 0;
 }
 
