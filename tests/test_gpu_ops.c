@@ -107,7 +107,7 @@ static void expect_match_l2(const char *what, const px_tensor_t *gpu, const px_t
 static void host_buffers_are_page_locked_with_a_gpu(void **state) {
   (void)state;
   const size_t bytes = (size_t)3 << 20;
-  unsigned char *p = px_cuda_host_alloc(bytes);
+  unsigned char *p = px_cuda_host_alloc(0, bytes);
   assert_non_null(p);
   assert_int_equal((uintptr_t)p % 64, 0);
   memset(p, 0xa5, bytes);

@@ -250,7 +250,7 @@ static void pinned_batch_trains_the_same_bits(void **state) {
   px_test_rng_t rng;
   px_test_rng_seed(&rng, 23);
   const size_t nx = (size_t)mc.batch * 3 * 16 * 16;
-  float *x = malloc(nx * sizeof *x), *xp = px_cuda_host_alloc(nx * sizeof *x);
+  float *x = malloc(nx * sizeof *x), *xp = px_cuda_host_alloc(0, nx * sizeof *x);
   int32_t y[8];
   assert_non_null(x);
   assert_non_null(xp);

@@ -141,7 +141,7 @@ int main(int argc, char **argv) {
   enum { NBATCH = 4 };
   const size_t per = (size_t)info.in_channels * info.height * info.width;
   /* page-locked, as the trainer's loader batches on a GPU: copied by DMA */
-  float *x = px_cuda_host_alloc(NBATCH * (size_t)batch * per * sizeof *x);
+  float *x = px_cuda_host_alloc(dev, NBATCH * (size_t)batch * per * sizeof *x);
   int32_t *y = malloc(NBATCH * (size_t)batch * sizeof *y);
   if (!x || !y) {
     fprintf(stderr, "px_bench_gpu_train: out of host memory\n");

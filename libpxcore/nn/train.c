@@ -119,10 +119,10 @@ static px_status_t px__load_data(px_trainer_t *t) {
                       c->dataset);
 }
 
-/* The loaders' batch buffers on a GPU: page-locked (px_cuda_host_alloc). */
+/* The loaders' batch buffers on a GPU: page-locked (px_cuda_host_alloc)
+ * with the trainer's device's context (ctx: its px_device_t). */
 static void *px__pinned_alloc(size_t bytes, void *ctx) {
-  (void)ctx;
-  return px_cuda_host_alloc(bytes);
+  return px_cuda_host_alloc(((const px_device_t *)ctx)->index, bytes);
 }
 
 static void px__pinned_free(void *p, void *ctx) {
@@ -184,6 +184,7 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out) 
   if (cfg->device.kind == PX_DEVICE_CUDA) { /* batches the GPU copies by DMA, no staging */
     lc.host_alloc = px__pinned_alloc;
     lc.host_free = px__pinned_free;
+    lc.host_ctx = &t->cfg.device;
   }
   PX_CHECK_GOTO(px_loader_create(t->train, &lc, &t->train_loader), st, done);
   t->steps_per_epoch = px_loader_num_batches(t->train_loader);
@@ -209,6 +210,7 @@ px_status_t px_trainer_create(const px_train_config_t *cfg, px_trainer_t **out) 
   if (px_dataset_streamed(t->test)) ec.prefetch = 1; /* decode overlaps the evaluation */
   ec.host_alloc = lc.host_alloc;
   ec.host_free = lc.host_free;
+  ec.host_ctx = lc.host_ctx;
   PX_CHECK_GOTO(px_loader_create(t->test, &ec, &t->test_loader), st, done);
 
   PX_CHECK_GOTO(px_ops_create(cfg->device, cfg->threads, &t->ops), st, done);

@@ -49,7 +49,10 @@ int px_cuda_mem_peak_uses(px_cuda_mem_use_t *out, int n) {
 
 px_status_t px_cuda_mem_trim(void) { return PX_OK; }
 
-void *px_cuda_host_alloc(size_t bytes) { return px_malloc_aligned(bytes, "pageable host buffer"); }
+void *px_cuda_host_alloc(int device, size_t bytes) {
+  (void)device;
+  return px_malloc_aligned(bytes, "pageable host buffer");
+}
 
 void px_cuda_host_free(void *p) { px_free(p); }
 

@@ -333,9 +333,14 @@ extern "C" int px_cuda_host_pinned(const void *p) {
   return a.type == cudaMemoryTypeHost;
 }
 
-extern "C" void *px_cuda_host_alloc(size_t bytes) {
+extern "C" void *px_cuda_host_alloc(int device, size_t bytes) {
   void *p = NULL;
-  if (bytes && cudaHostAlloc(&p, bytes, cudaHostAllocDefault) == cudaSuccess) return p;
+  int prev;
+  if (bytes && px__enter(device, &prev) == PX_OK) {
+    const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    px__leave(device, prev);
+    if (e == cudaSuccess) return p;
+  }
   cudaGetLastError(); /* ordinary memory instead */
   return px_malloc_aligned(bytes, "pageable host buffer");
 }

@@ -77,12 +77,14 @@ PX_API px_status_t px_cuda_mem_trim(void);
  * Host buffers a GPU copies from directly: an input batch in such memory goes
  * to the device by DMA, without the copy into the engine's staging buffer
  * that ordinary memory takes (154 MB a step for ResNet-50 at 224 x 224, batch
- * 256). px_cuda_host_alloc gives `bytes` of page-locked memory, or ordinary
+ * 256). px_cuda_host_alloc gives `bytes` of page-locked memory, registered
+ * with the context of `device` (the one that will copy from it: no context
+ * is made on another GPU) and usable by every context, or ordinary
  * 64-byte aligned memory where none can be had (a build or a machine without
  * CUDA, the driver's limit reached); NULL only when neither can.
  * px_cuda_host_free takes either (NULL: nothing); px_cuda_host_pinned says
  * which p is. */
-PX_API void *px_cuda_host_alloc(size_t bytes);
+PX_API void *px_cuda_host_alloc(int device, size_t bytes);
 PX_API void px_cuda_host_free(void *p);
 PX_API int px_cuda_host_pinned(const void *p);
 
