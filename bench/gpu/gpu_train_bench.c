@@ -51,9 +51,9 @@ static int parse_int(const char *s, int lo, int hi, int *out) {
 }
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: px_bench_gpu_train [--model NAME | --model-onnx FILE] [--batch N] [--steps N]\n"
-             "                          [--warmup N] [--tf32 0|1] [--precision fp32|bf16] [--device N]\n"
-             "                          [--check]\n");
+  fprintf(f, "usage: px_bench_gpu_train [--model NAME | --model-onnx FILE] [--batch N]\n"
+             "                          [--steps N] [--warmup N] [--tf32 0|1]\n"
+             "                          [--precision fp32|bf16] [--device N] [--check]\n");
 }
 
 /* 0 when device `dev` is usable, else prints why and returns 1. */
