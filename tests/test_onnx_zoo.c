@@ -103,6 +103,14 @@ static const int OPSETS[2] = {13, 17};
  * meaningless against a yardstick that moves 4,000-fold with the CPU), and
  * resnext50_32x4d's last stage needs a factor (layer4.2.bn2 bias 12.9
  * times PyTorch's distance there, 18.6% of the largest).
+ * mobilenet_v2 since imported networks with depthwise convolutions train
+ * channels-last (model_onnx.c px__onnx_wants_cl; 2026-12-01): one input of
+ * features.13.conv.1's ReLU6 (4 x 4 maps, a batch of 2) is 8.5e-8 there and
+ * at most 0 in the blocked layout's sums (float64 agrees with the latter):
+ * that one gate passes a gradient the other step does not, and everything
+ * before it moves (features.13.conv.1.1's bias 2.0e-2 of the largest,
+ * features.0.0 8.3e-4; PyTorch float32 7.3e-5 and 4.6e-5); a tolerance of
+ * twice the worst.
  * Reported for the engine; the factors and tolerances below (twice the worst
  * measured) still catch a wrong gradient of the size of a lost term.
  * Every network imports today (a refused one would name what the refusal
@@ -113,7 +121,7 @@ static const zoo_net_t ZOO[] = {
     {"resnext50_32x4d", 64, {NULL, NULL}, 26, 0},
     {"wide_resnet50_2", 64, {NULL, NULL}, 60, 0.45},
     {"vgg11_bn", 224, {NULL, NULL}, 12, 0.16},
-    {"mobilenet_v2", 64, {NULL, NULL}, 0, 0},
+    {"mobilenet_v2", 64, {NULL, NULL}, 0, 0.04},
     {"mobilenet_v3_small", 64, {NULL, NULL}, 0, 0},
     {"mobilenet_v3_large", 64, {NULL, NULL}, 0, 0},
     {"efficientnet_b0", 64, {NULL, NULL}, 0, 0},

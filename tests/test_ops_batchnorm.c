@@ -172,6 +172,7 @@ static void forward_and_backward_match_reference(void **state) {
   run_case(2, 3, 8, 6, 5, 0, 12);
   run_case(2, 3, 21, 5, 7, 1, 13);
   run_case(2, 16, 64, 12, 10, 1, 14); /* 1.2 MB: on both threads */
+  run_case(2, 2, 576, 4, 4, 0, 15); /* MobileNetV2 features.13 (4 x 4 maps, 2 images) */
   run_case(1, 32, 16, 28, 28, 1, 9);
   run_case(1, 32, 64, 7, 7, 1, 10);
   run_case(1, 32, 32, 14, 14, 0, 11);

@@ -259,7 +259,11 @@ static void run_group_case(const group_case_t *gc, uint64_t seed) {
   px_test_rng_t rng;
   px_test_rng_seed(&rng, seed);
   px_tensor_t xs, ys, ws;
-  if (group_input_cl == 1) cl_input_spec(ops, cc->n, cc->c, cc->h, cc->w, &xs);
+  if (group_input_cl == 3) { /* the model's channels-last mode (px__ops_channels_last) */
+    px__ops_channels_last(ops, 1);
+    assert_ok(px_tensor_init4(&xs, px_device_cpu(), cc->n, cc->c, cc->h, cc->w));
+    assert_ok(px_ops_act_format(ops, PX_PRECISION_FP32, &xs));
+  } else if (group_input_cl == 1) cl_input_spec(ops, cc->n, cc->c, cc->h, cc->w, &xs);
   else if (group_input_cl == 2) wide_blocked_spec(ops, cc->n, cc->c, cc->h, cc->w, &xs);
   else input_spec(ops, cc->blocked, cc->n, cc->c, cc->h, cc->w, &xs);
   px_conv2d_params_t p = params_of(cc);
@@ -333,6 +337,23 @@ static void grouped_and_depthwise_match_reference(void **state) {
                   (long long)gcases[i].c.w);
     run_group_case(&gcases[i], 300 + i);
   }
+}
+
+static void channels_last_models_match_reference(void **state) {
+  (void)state;
+  static const group_case_t gcases[] = {
+      {{2, 96, 4, 4, 576, 1, 1, 0, 0, 0}, 1},   /* MobileNetV2 features.13: expand */
+      {{2, 576, 4, 4, 576, 3, 1, 1, 0, 0}, 576}, /* its depthwise */
+      {{2, 576, 4, 4, 96, 1, 1, 0, 0, 0}, 1},   /* its projection */
+      {{2, 24, 16, 16, 144, 1, 1, 0, 0, 0}, 1},
+      {{2, 144, 16, 16, 144, 3, 2, 1, 0, 0}, 144},
+  };
+  group_input_cl = 3;
+  for (size_t i = 0; i < sizeof gcases / sizeof *gcases; i++) {
+    print_message("channels-last case %zu\n", i);
+    run_group_case(&gcases[i], 400 + i);
+  }
+  group_input_cl = 0;
 }
 
 /* Grouped convolutions (not depthwise) as ResNeXt and RegNetY have them, on
@@ -710,6 +731,7 @@ int main(void) {
       cmocka_unit_test(forward_and_backward_match_reference),
       cmocka_unit_test(windows_match_reference),
       cmocka_unit_test(grouped_and_depthwise_match_reference),
+      cmocka_unit_test(channels_last_models_match_reference),
       cmocka_unit_test(grouped_convolutions_run_on_vector_kernels),
       cmocka_unit_test(gradients_match_finite_differences),
       cmocka_unit_test(serial_weight_conversions_keep_the_thread_count),

@@ -15,14 +15,52 @@ static px_status_t px__rename(px_model_t *m, int i, const char *name) {
   return PX_OK;
 }
 
+/* Whether graph g (with the compact widths m->widths, if any) trains faster
+ * on channels-last maps on the CPU (px__ops_channels_last). oneDNN 2.6's
+ * blocked layouts (16 channels on AVX-512; 8 on AVX2 divide 16) pad a
+ * channel count that is not a multiple of 16, and the layer after a padded
+ * map read it plain, where oneDNN has gemm convolutions only (slow for
+ * depthwise and 1 x 1 ones); its depthwise and narrow-group kernels, and
+ * the plain f32 graph operators (Mul, Concat, the channel shuffle,
+ * LayerNorm), are also faster between channels-last maps. Networks of whole
+ * blocks without those (ResNet, VGG, RegNetX: groups of 16) stay blocked,
+ * where oneDNN's direct kernels are faster (vgg11_bn 2.2x, wide_resnet50_2
+ * 1.2x; docs/performance.md, "The model zoo"). A classifier conv's classes
+ * do not count. */
+static int px__onnx_wants_cl(const px_model_t *m) {
+  const px__onnx_graph_t *g = m->graph;
+  for (int k = 0, conv = 0; k < g->nlayers; k++) {
+    const px__onnx_layer_t *L = &g->layers[k];
+    switch (L->kind) {
+      case PX__OL_MUL:
+      case PX__OL_CONCAT:
+      case PX__OL_LN:
+      case PX__OL_SHUFFLE:
+      case PX__OL_SLICE: return 1;
+      case PX__OL_CONV: {
+        const int c_in = L->in < 0 ? g->in_c : g->layers[L->in].c_out;
+        const int c_out = m->widths && conv < m->cfg.nwidths ? m->widths[conv] : L->c_out;
+        conv++;
+        if ((L->groups > 1 && (c_in / L->groups) % 16) || (!L->logits && c_out % 16)) return 1;
+        break;
+      }
+      default: break;
+    }
+  }
+  return 0;
+}
+
 /* An imported graph (arch/onnx_import.c) through the same layer functions as
- * the built-in architectures: the layers map one to one onto nodes. */
+ * the built-in architectures: the layers map one to one onto nodes; on the
+ * CPU in f32 channels-last where px__onnx_wants_cl says so. */
 px_status_t px__build_onnx(px_model_t *m) {
   const px__onnx_graph_t *g = m->graph;
   int *act = px_malloc((size_t)g->nlayers * sizeof *act, "model.onnx_acts");
   if (!act) return PX_ERR_NOMEM;
   px_status_t st = PX_OK;
-  int x;
+  int x, cl_was = -1;
+  if (px__on_cpu(m) && m->cfg.precision == PX_PRECISION_FP32 && px__onnx_wants_cl(m))
+    cl_was = px__ops_channels_last(m->ops, 1);
   PX_CHECK_GOTO(px__input(m, &x), st, done);
   for (int k = 0; k < g->nlayers; k++) {
     const px__onnx_layer_t *L = &g->layers[k];
@@ -87,6 +125,7 @@ px_status_t px__build_onnx(px_model_t *m) {
   if (g->layers[g->nlayers - 1].kind != PX__OL_FC)
     PX_CHECK_GOTO(px__plain(m, act[g->nlayers - 1], &x), st, done);
 done:
+  if (cl_was >= 0) px__ops_channels_last(m->ops, cl_was);
   px_free(act);
   return st;
 }

@@ -38,6 +38,7 @@ extern "C" {
   X(px_status_t, ops_set_tf32, (px_ops_t *ops, int allow)) \
   X(px_status_t, ops_act_format, (px_ops_t *ops, px_precision_t precision, px_tensor_t *spec)) \
   X(px_status_t, ops_upload, (px_ops_t *ops, int n, px_tensor_t *const *dst, const void *const *src)) \
+  X(int, ops_channels_last, (px_ops_t *ops, int on)) \
   X(px_status_t, conv2d_create, (px_ops_t *ops, const px_tensor_t *x_spec, const px_conv2d_params_t *p, px_conv2d_t **out)) \
   X(void, conv2d_destroy, (px_conv2d_t *op)) \
   X(px_status_t, conv2d_forward, (px_conv2d_t *op, px_tensor_t *y, const px_tensor_t *x, const px_tensor_t *w, const px_tensor_t *b)) \
@@ -129,6 +130,17 @@ px_status_t px__cuda_ops_create(px_device_t dev, int nthreads, px_ops_t **out);
  * stream, ordered before the ops issued after it. This is how the model
  * feeds its input batches. */
 px_status_t px__ops_upload(px_ops_t *ops, int n, px_tensor_t *const *dst, const void *const *src);
+
+/* on = 1: the f32 convolutions created from now on write channels-last
+ * (NHWC) maps, and px_ops_act_format gives the model's input that layout;
+ * on = 0: the backend's own choice again. Returns the setting before the
+ * call. The CPU's choice is otherwise oneDNN's blocked layouts, which pad a
+ * channel count that is not a multiple of its block to a whole one and have
+ * no fast depthwise or narrow-group kernels on f32 plain maps
+ * (model_onnx.c px__onnx_wants_cl); PX_CPU_CHANNELS_LAST=0 keeps it off.
+ * CUDA's maps are NHWC already (px_ops_act_format): there the call does
+ * nothing and returns 0. */
+int px__ops_channels_last(px_ops_t *ops, int on);
 
 /* The graph operators of imported networks (nn/px_graph_ops.h) on any
  * engine, with the arithmetic of the CPU functions there; the entries

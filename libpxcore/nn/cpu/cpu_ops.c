@@ -156,6 +156,12 @@ px_status_t px__cpu_ops_act_format(px_ops_t *ops, px_precision_t precision, px_t
   return px__cpu_spec_of(ops, &md, spec);
 }
 
+int px__cpu_ops_channels_last(px_ops_t *ops, int on) {
+  const int was = ops->conv_nhwc;
+  ops->conv_nhwc = on && ops->cl_fallback;
+  return was;
+}
+
 /* oneDNN computes in f32 whatever is asked: nothing to switch. */
 px_status_t px__cpu_ops_set_tf32(px_ops_t *ops, int allow) {
   (void)ops;

@@ -353,6 +353,12 @@ extern "C" px_status_t px__cuda_ops_set_tf32(px_ops_t *o, int allow) {
   return PX_OK;
 }
 
+extern "C" int px__cuda_ops_channels_last(px_ops_t *o, int on) {
+  (void)o;
+  (void)on;
+  return 0;
+}
+
 enum { PX__UPLOAD_MAX = 8 };
 
 extern "C" px_status_t px__cuda_ops_upload(px_ops_t *o, int n, px_tensor_t *const *dst,
