@@ -173,6 +173,93 @@ static void cpu_entries_give_the_plain_loops_bits(void **state) {
   px_ops_destroy(ops);
 }
 
+static void expect_refused(px_status_t st, const char *a, const char *b);
+
+/* A channels-last map of plain host data (NULL: none), as the convolutions of a model built
+ * channels-last write them (px__ops_channels_last). */
+static void cl_tensor(px_ops_t *ops, px_tensor_t *t, int64_t n, int64_t c, int64_t h, int64_t w,
+                      const float *host) {
+  px_tensor_t s;
+  assert_ok(px_tensor_init4(&s, px_device_cpu(), n, c, h, w));
+  const int was = px__ops_channels_last(ops, 1);
+  assert_ok(px_ops_act_format(ops, PX_PRECISION_FP32, &s));
+  px__ops_channels_last(ops, was);
+  assert_non_null(s.layout);
+  assert_string_equal(px_layout_name(s.layout), "acdb");
+  make_tensor(t, &s, host);
+}
+
+static void expect_cl_bits(const char *what, const px_tensor_t *t, const float *want) {
+  float *got = read_host(t);
+  const int same = !memcmp(got, want, px_tensor_plain_bytes(t));
+  free(got);
+  if (!same) fail_msg("%s: channels-last, not the plain loop's bits", what);
+}
+
+/* The Mul, Concat and channel selections on channels-last maps give the plain loops' bits
+ * (the maps read back in NCHW), and refuse plain and channels-last maps mixed. */
+static void cpu_entries_take_channels_last_maps(void **state) {
+  (void)state;
+  px_ops_t *ops = new_ops();
+  px_test_rng_t rng;
+  px_test_rng_seed(&rng, 12);
+  const size_t na = (size_t)N * CA * H * W, nb = (size_t)N * CB * H * W;
+  float *x = rand_host(&rng, na, 3.0f, 0.0f), *dy = rand_host(&rng, na + nb, 1.0f, 0.0f);
+  float *g = rand_host(&rng, (size_t)N * CA, 1.0f, 0.5f), *b = rand_host(&rng, nb, 1.0f, 0.0f);
+  float *want = malloc((na + nb) * sizeof *want), *want2 = malloc((na + nb) * sizeof *want2);
+  assert_non_null(want);
+  assert_non_null(want2);
+  px_tensor_t tx, ty, tdy, tdx, tg, tdg, tb, tdb, tcat, tdcat, plain;
+  cl_tensor(ops, &tx, N, CA, H, W, x);
+  cl_tensor(ops, &ty, N, CA, H, W, NULL);
+  cl_tensor(ops, &tdy, N, CA, H, W, dy);
+  cl_tensor(ops, &tdx, N, CA, H, W, NULL);
+  plain_tensor(&tg, N, CA, 1, 1, g);
+  plain_tensor(&tdg, N, CA, 1, 1, NULL);
+  cl_tensor(ops, &tb, N, CB, H, W, b);
+  cl_tensor(ops, &tdb, N, CB, H, W, NULL);
+  cl_tensor(ops, &tcat, N, CA + CB, H, W, NULL);
+  cl_tensor(ops, &tdcat, N, CA + CB, H, W, dy);
+  plain_tensor(&plain, N, CA, H, W, x);
+  assert_ok(px__ops_mul_forward(ops, &ty, &tx, &tg));
+  px__mul_forward(want, x, g, (size_t)N * CA, (size_t)H * W);
+  expect_cl_bits("mul forward", &ty, want);
+  assert_ok(px__ops_mul_backward(ops, &tdx, &tdg, &tdy, &tx, &tg));
+  px__mul_backward(want, want2, dy, x, g, (size_t)N * CA, (size_t)H * W);
+  expect_cl_bits("mul backward dx", &tdx, want);
+  expect_bits("mul backward dg", &tdg, want2, (size_t)N * CA);
+  assert_ok(px__ops_concat_forward(ops, &tcat, &tx, &tb));
+  px__concat_forward(want, x, b, N, CA, CB, (size_t)H * W);
+  expect_cl_bits("concat forward", &tcat, want);
+  assert_ok(px__ops_concat_backward(ops, &tdx, &tdb, &tdcat));
+  px__concat_backward(want, want2, dy, N, CA, CB, (size_t)H * W);
+  expect_cl_bits("concat backward da", &tdx, want);
+  expect_cl_bits("concat backward db", &tdb, want2);
+  /* a Split's part (channels 1..3 of 5) and a shuffle of the 8 concatenated channels */
+  px_tensor_t part, shuf, dshuf;
+  cl_tensor(ops, &part, N, CB, H, W, NULL);
+  assert_ok(px__ops_chan_forward(ops, &part, &tx, 1, 1));
+  px__chan_forward(want, x, N, CA, CB, (size_t)H * W, 1, 1);
+  expect_cl_bits("slice forward", &part, want);
+  assert_ok(px__ops_chan_backward(ops, &tdx, &part, 1, 1));
+  px__chan_backward(want2, want, N, CA, CB, (size_t)H * W, 1, 1);
+  expect_cl_bits("slice backward", &tdx, want2);
+  cl_tensor(ops, &shuf, N, CA + CB, H, W, NULL);
+  cl_tensor(ops, &dshuf, N, CA + CB, H, W, NULL);
+  assert_ok(px__ops_chan_forward(ops, &shuf, &tdcat, 2, 0));
+  px__chan_forward(want, dy, N, CA + CB, CA + CB, (size_t)H * W, 2, 0);
+  expect_cl_bits("shuffle forward", &shuf, want);
+  assert_ok(px__ops_chan_backward(ops, &dshuf, &shuf, 2, 0));
+  px__chan_backward(want2, want, N, CA + CB, CA + CB, (size_t)H * W, 2, 0);
+  expect_cl_bits("shuffle backward", &dshuf, want2);
+  expect_refused(px__ops_mul_forward(ops, &ty, &plain, &tg), "mul forward", "match");
+  px_tensor_t *all[] = {&tx, &ty, &tdy, &tdx, &tg, &tdg, &tb, &tdb, &tcat, &tdcat, &plain,
+                        &part, &shuf, &dshuf};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) px_tensor_release(all[i]);
+  free(x), free(dy), free(g), free(b), free(want), free(want2);
+  px_ops_destroy(ops);
+}
+
 static void expect_refused(px_status_t st, const char *a, const char *b) {
   assert_int_equal(st, PX_ERR_INVALID);
   const char *e = px_last_error();
@@ -198,9 +285,18 @@ static void bad_arguments_are_refused_naming_the_op(void **state) {
                  "does not match");
   expect_refused(px__ops_act_forward(ops, &y, NULL, PX__ACT_RELU, 0.0f), "activation forward x",
                  "NULL");
-  /* the CPU engine's Mul reads plain NCHW: a blocked map is refused, not misread */
-  px_tensor_t bs;
-  const int is_blocked = input_spec(ops, 1, N, 16, H, W, &bs);
+  /* the CPU engine's Mul reads plain NCHW or channels-last: a blocked map is refused, not
+     misread */
+  px_tensor_t bs, stem_in;
+  assert_ok(px_tensor_init4(&stem_in, px_device_cpu(), N, 3, H, W));
+  px_conv2d_params_t stem = {.c_out = 16, .kh = 3, .kw = 3, .stride_h = 1, .stride_w = 1,
+                             .pad_h = 1, .pad_w = 1};
+  px_conv2d_t *feeder = NULL; /* a stem: oneDNN's first-layer kernels write blocked maps */
+  assert_ok(px_conv2d_create(ops, &stem_in, &stem, &feeder));
+  px_conv2d_y_spec(feeder, &bs);
+  px_conv2d_destroy(feeder);
+  const int is_blocked = bs.layout && strcmp(px_layout_name(bs.layout), "acdb") != 0;
+  print_message("the stem writes %s\n", px_layout_name(bs.layout));
   make_tensor(&blocked, &bs, NULL);
   px_tensor_t g16;
   plain_tensor(&g16, N, 16, 1, 1, NULL);
@@ -665,6 +761,7 @@ int main(void) {
       cmocka_unit_test(pool_covering_matches_brute_force),
       cmocka_unit_test(cpu_entries_give_the_plain_loops_bits),
       cmocka_unit_test(bad_arguments_are_refused_naming_the_op),
+      cmocka_unit_test(cpu_entries_take_channels_last_maps),
       cmocka_unit_test(pool_windows_are_the_cpu_engines),
       cmocka_unit_test(graph_kernels_match_the_cpu_reference),
       cmocka_unit_test(vgg_trains_a_step_on_cuda_like_the_cpu),

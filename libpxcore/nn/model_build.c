@@ -257,13 +257,23 @@ static px_status_t px__engine_format(px_model_t *m, int a, int *out) {
 
 /* A graph operator's node (MUL, CONCAT; ACT on the CPU's padded layouts),
  * giving an [N, c_out, H, W] output of in's size. On the CPU its inputs and
- * output are plain f32. On CUDA a Mul keeps its map's format (the gate
+ * output are plain f32, or channels-last in a model built so
+ * (px__ops_channels_last: all but ACT and LN). On CUDA a Mul keeps its map's format (the gate
  * [N, C, 1, 1] is the same memory in either order) and a Concat joins two
  * maps in the engine's format. */
 px_status_t px__graph_node(px_model_t *m, px__node_kind_t kind, int in, int in2, int c_out,
                            int *out) {
   px_tensor_t ys;
-  if (px__on_cpu(m)) {
+  if (px__on_cpu(m) && kind != PX__ACT && kind != PX__LN && px__ops_channels_last(m->ops, -1) > 0) {
+    /* a channels-last model's (px__ops_channels_last): its maps as the
+       convolutions write them, a Mul's gate plain */
+    PX_CHECK(px__engine_format(m, in, &in));
+    if (in2 >= 0)
+      PX_CHECK(kind == PX__MUL ? px__plain(m, in2, &in2) : px__engine_format(m, in2, &in2));
+    const px_tensor_t *x = &m->acts[in];
+    PX_CHECK(px_tensor_init4(&ys, x->device, x->dims[0], c_out, x->dims[2], x->dims[3]));
+    PX_CHECK(px_ops_act_format(m->ops, (px_precision_t)m->cfg.precision, &ys));
+  } else if (px__on_cpu(m)) {
     PX_CHECK(px__plain(m, in, &in));
     if (in2 >= 0) PX_CHECK(px__plain(m, in2, &in2));
     const px_tensor_t *x = &m->acts[in];

@@ -64,7 +64,7 @@ px_status_t px__ops_upload(px_ops_t *ops, int n, px_tensor_t *const *dst, const 
 }
 
 int px__ops_channels_last(px_ops_t *ops, int on) {
-  return ops ? PX__BE(ops)->ops_channels_last(ops, on ? 1 : 0) : 0;
+  return ops ? PX__BE(ops)->ops_channels_last(ops, on < 0 ? -1 : on ? 1 : 0) : 0;
 }
 
 /* ---- creation: routed by the context ------------------------------------------ */

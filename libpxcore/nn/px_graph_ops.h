@@ -40,6 +40,12 @@ void px__mul_forward(float *y, const float *x, const float *g, size_t nc, size_t
 void px__mul_backward(float *dx, float *dg, const float *dy, const float *x, const float *g,
                       size_t nc, size_t hw);
 
+/* The same on channels-last maps [n, hw, c] (x, y, dx, dy), the gate g
+ * [n, c]: dg[n, c] sums over the pixels in the same order, in double. */
+void px__mul_forward_cl(float *y, const float *x, const float *g, size_t n, size_t c, size_t hw);
+void px__mul_backward_cl(float *dx, float *dg, const float *dy, const float *x, const float *g,
+                         size_t n, size_t c, size_t hw);
+
 /* y[n] = [a[n]; b[n]] for n < batch: a holds ca, b cb channels of hw values. */
 void px__concat_forward(float *y, const float *a, const float *b, size_t batch, size_t ca,
                         size_t cb, size_t hw);
@@ -71,7 +77,8 @@ static inline size_t px__chan_src(size_t j, size_t cy, size_t groups, size_t sta
 void px__chan_forward(float *y, const float *x, size_t batch, size_t cx, size_t cy, size_t hw,
                       size_t groups, size_t start);
 /* dx [batch, cx, hw] whole: dy's channel j at px__chan_src(j), zero in the
- * channels no output took. */
+ * channels no output took. A channels-last map [n, hw, c] is batch n * hw
+ * of hw 1 to these two and to the concatenation's. */
 void px__chan_backward(float *dx, const float *dy, size_t batch, size_t cx, size_t cy, size_t hw,
                        size_t groups, size_t start);
 

@@ -133,8 +133,8 @@ px_status_t px__ops_upload(px_ops_t *ops, int n, px_tensor_t *const *dst, const 
 
 /* on = 1: the f32 convolutions created from now on write channels-last
  * (NHWC) maps, and px_ops_act_format gives the model's input that layout;
- * on = 0: the backend's own choice again. Returns the setting before the
- * call. The CPU's choice is otherwise oneDNN's blocked layouts, which pad a
+ * on = 0: the backend's own choice again; on < 0: no change. Returns the
+ * setting before the call. The CPU's choice is otherwise oneDNN's blocked layouts, which pad a
  * channel count that is not a multiple of its block to a whole one and have
  * no fast depthwise or narrow-group kernels on f32 plain maps
  * (model_onnx.c px__onnx_wants_cl); PX_CPU_CHANNELS_LAST=0 keeps it off.

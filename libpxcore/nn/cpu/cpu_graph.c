@@ -165,6 +165,27 @@ void px__mul_backward(float *dx, float *dg, const float *dy, const float *x, con
   }
 }
 
+void px__mul_forward_cl(float *y, const float *x, const float *g, size_t n, size_t c, size_t hw) {
+  for (size_t i = 0; i < n; i++)
+    for (size_t p = 0; p < hw; p++) {
+      const float *xr = x + (i * hw + p) * c, *gr = g + i * c;
+      float *yr = y + (i * hw + p) * c;
+      for (size_t k = 0; k < c; k++) yr[k] = xr[k] * gr[k];
+    }
+}
+
+void px__mul_backward_cl(float *dx, float *dg, const float *dy, const float *x, const float *g,
+                         size_t n, size_t c, size_t hw) {
+  if (dg)
+    for (size_t i = 0; i < n; i++)
+      for (size_t k = 0; k < c; k++) {
+        double s = 0.0;
+        for (size_t p = 0; p < hw; p++) s += (double)dy[(i * hw + p) * c + k] * x[(i * hw + p) * c + k];
+        dg[i * c + k] = (float)s;
+      }
+  if (dx) px__mul_forward_cl(dx, dy, g, n, c, hw);
+}
+
 void px__concat_forward(float *y, const float *a, const float *b, size_t batch, size_t ca,
                         size_t cb, size_t hw) {
   size_t na = ca * hw, nb = cb * hw;
@@ -185,19 +206,33 @@ void px__concat_backward(float *da, float *db, const float *dy, size_t batch, si
 
 void px__chan_forward(float *y, const float *x, size_t batch, size_t cx, size_t cy, size_t hw,
                       size_t groups, size_t start) {
-  for (size_t n = 0; n < batch; n++)
-    for (size_t j = 0; j < cy; j++)
-      memcpy(y + (n * cy + j) * hw, x + (n * cx + px__chan_src(j, cy, groups, start)) * hw,
-             hw * sizeof *y);
+  for (size_t n = 0; n < batch; n++) {
+    if (groups == 1) { /* one run of channels */
+      memcpy(y + n * cy * hw, x + (n * cx + start) * hw, cy * hw * sizeof *y);
+      continue;
+    }
+    for (size_t j = 0; j < cy; j++) {
+      const size_t src = (n * cx + px__chan_src(j, cy, groups, start)) * hw;
+      if (hw == 1) y[n * cy + j] = x[src]; /* a channels-last row */
+      else memcpy(y + (n * cy + j) * hw, x + src, hw * sizeof *y);
+    }
+  }
 }
 
 void px__chan_backward(float *dx, const float *dy, size_t batch, size_t cx, size_t cy, size_t hw,
                        size_t groups, size_t start) {
   if (groups == 1 && cy < cx) memset(dx, 0, batch * cx * hw * sizeof *dx);
-  for (size_t n = 0; n < batch; n++)
-    for (size_t j = 0; j < cy; j++)
-      memcpy(dx + (n * cx + px__chan_src(j, cy, groups, start)) * hw, dy + (n * cy + j) * hw,
-             hw * sizeof *dx);
+  for (size_t n = 0; n < batch; n++) {
+    if (groups == 1) {
+      memcpy(dx + (n * cx + start) * hw, dy + n * cy * hw, cy * hw * sizeof *dx);
+      continue;
+    }
+    for (size_t j = 0; j < cy; j++) {
+      const size_t dst = (n * cx + px__chan_src(j, cy, groups, start)) * hw;
+      if (hw == 1) dx[dst] = dy[n * cy + j];
+      else memcpy(dx + dst, dy + (n * cy + j) * hw, hw * sizeof *dx);
+    }
+  }
 }
 
 /* ---- the CPU engine's entries of the ops table (nn/px_ops_int.h) ------------------
@@ -237,61 +272,132 @@ px_status_t px__cpu_act_backward(px_ops_t *ops, px_tensor_t *dx, const px_tensor
   return PX_OK;
 }
 
+/* Whether t is an f32 channels-last map (acdb, unpadded: what the
+ * convolutions write in px__ops_channels_last's mode). */
+static int px__cpu_is_cl(px_ops_t *ops, const px_tensor_t *t) {
+  dnnl_memory_desc_t md;
+  if (!t->layout || t->ndim != 4 || t->dtype != PX_DTYPE_F32 || px__cpu_md_of(ops, t, &md) < 0)
+    return 0;
+  const dnnl_blocking_desc_t *b = &md.format_desc.blocking;
+  const int64_t *d = md.dims;
+  return md.format_kind == dnnl_blocked && b->inner_nblks == 0 && md.offset0 == 0 &&
+         md.padded_dims[1] == d[1] && b->strides[1] == 1 && b->strides[3] == d[1] &&
+         b->strides[2] == d[1] * d[3] && b->strides[0] == d[1] * d[2] * d[3];
+}
+
+/* The maps of a graph operator (NULL ones skipped): 0 when all are plain
+ * f32 NCHW, 1 when all are channels-last; anything else is refused. */
+static px_status_t px__cpu_maps_format(px_ops_t *ops, const char *op, int n,
+                                       const px_tensor_t *const *t, const char *const *names,
+                                       int *cl) {
+  int plain = 0, last = 0;
+  for (int i = 0; i < n; i++) {
+    if (!t[i]) continue;
+    if (px__cpu_is_cl(ops, t[i])) last++;
+    else if (t[i]->dtype == PX_DTYPE_F32 && px_tensor_is_plain(t[i])) plain++;
+    else return px_set_error(PX_ERR_INVALID, "%s %s: the CPU engine takes plain f32 NCHW or "
+                             "channels-last maps here, not %s", op, names[i],
+                             px_layout_name(t[i]->layout));
+  }
+  if (plain && last)
+    return px_set_error(PX_ERR_INVALID, "%s: plain and channels-last maps mixed", op);
+  *cl = last > 0;
+  return PX_OK;
+}
+
+/* A gate [N, C, 1, 1]: plain (or channels-last, the same bytes). */
+static px_status_t px__cpu_gate(px_ops_t *ops, const px_tensor_t *g, const char *op) {
+  if (g->dtype == PX_DTYPE_F32 && (px_tensor_is_plain(g) || px__cpu_is_cl(ops, g))) return PX_OK;
+  return px_set_error(PX_ERR_INVALID, "%s g: the CPU engine takes a plain f32 gate here", op);
+}
+
 px_status_t px__cpu_mul_forward(px_ops_t *ops, px_tensor_t *y, const px_tensor_t *x,
                                 const px_tensor_t *g) {
-  (void)ops;
-  PX_CHECK(px__cpu_plain_f32(x, "mul forward", "x"));
-  PX_CHECK(px__cpu_plain_f32(g, "mul forward", "g"));
-  px__mul_forward(y->data, x->data, g->data, (size_t)(x->dims[0] * x->dims[1]),
-                  (size_t)(x->dims[2] * x->dims[3]));
+  int cl;
+  const px_tensor_t *maps[] = {x, y};
+  const char *names[] = {"x", "y"};
+  PX_CHECK(px__cpu_maps_format(ops, "mul forward", 2, maps, names, &cl));
+  PX_CHECK(px__cpu_gate(ops, g, "mul forward"));
+  const size_t n = (size_t)x->dims[0], c = (size_t)x->dims[1];
+  const size_t hw = (size_t)(x->dims[2] * x->dims[3]);
+  if (cl) px__mul_forward_cl(y->data, x->data, g->data, n, c, hw);
+  else px__mul_forward(y->data, x->data, g->data, n * c, hw);
   return PX_OK;
 }
 
 px_status_t px__cpu_mul_backward(px_ops_t *ops, px_tensor_t *dx, px_tensor_t *dg,
                                  const px_tensor_t *dy, const px_tensor_t *x, const px_tensor_t *g) {
-  (void)ops;
-  PX_CHECK(px__cpu_plain_f32(x, "mul backward", "x"));
-  PX_CHECK(px__cpu_plain_f32(g, "mul backward", "g"));
-  px__mul_backward(dx ? dx->data : NULL, dg ? dg->data : NULL, dy->data, x->data, g->data,
-                   (size_t)(x->dims[0] * x->dims[1]), (size_t)(x->dims[2] * x->dims[3]));
+  int cl;
+  const px_tensor_t *maps[] = {x, dy, dx};
+  const char *names[] = {"x", "dy", "dx"};
+  PX_CHECK(px__cpu_maps_format(ops, "mul backward", 3, maps, names, &cl));
+  PX_CHECK(px__cpu_gate(ops, g, "mul backward"));
+  if (dg) PX_CHECK(px__cpu_gate(ops, dg, "mul backward"));
+  const size_t n = (size_t)x->dims[0], c = (size_t)x->dims[1];
+  const size_t hw = (size_t)(x->dims[2] * x->dims[3]);
+  float *dxp = dx ? dx->data : NULL, *dgp = dg ? dg->data : NULL;
+  if (cl) px__mul_backward_cl(dxp, dgp, dy->data, x->data, g->data, n, c, hw);
+  else px__mul_backward(dxp, dgp, dy->data, x->data, g->data, n * c, hw);
   return PX_OK;
+}
+
+/* A map's rows for the concatenation and channel selections: batch and
+ * pixels per channel run (channels-last: every pixel a row of one value). */
+static void px__cpu_rows(const px_tensor_t *t, int cl, size_t *batch, size_t *hw) {
+  const size_t n = (size_t)t->dims[0], p = (size_t)(t->dims[2] * t->dims[3]);
+  *batch = cl ? n * p : n;
+  *hw = cl ? 1 : p;
 }
 
 px_status_t px__cpu_concat_forward(px_ops_t *ops, px_tensor_t *y, const px_tensor_t *a,
                                    const px_tensor_t *b) {
-  (void)ops;
-  PX_CHECK(px__cpu_plain_f32(y, "concat forward", "y"));
-  px__concat_forward(y->data, a->data, b->data, (size_t)y->dims[0], (size_t)a->dims[1],
-                     (size_t)b->dims[1], (size_t)(y->dims[2] * y->dims[3]));
+  int cl;
+  size_t batch, hw;
+  const px_tensor_t *maps[] = {y, a, b};
+  const char *names[] = {"y", "a", "b"};
+  PX_CHECK(px__cpu_maps_format(ops, "concat forward", 3, maps, names, &cl));
+  px__cpu_rows(y, cl, &batch, &hw);
+  px__concat_forward(y->data, a->data, b->data, batch, (size_t)a->dims[1], (size_t)b->dims[1], hw);
   return PX_OK;
 }
 
 px_status_t px__cpu_concat_backward(px_ops_t *ops, px_tensor_t *da, px_tensor_t *db,
                                     const px_tensor_t *dy) {
-  (void)ops;
-  PX_CHECK(px__cpu_plain_f32(dy, "concat backward", "dy"));
+  int cl;
+  size_t batch, hw;
+  const px_tensor_t *maps[] = {dy, da, db};
+  const char *names[] = {"dy", "da", "db"};
+  PX_CHECK(px__cpu_maps_format(ops, "concat backward", 3, maps, names, &cl));
+  px__cpu_rows(dy, cl, &batch, &hw);
   const int64_t ca = da ? da->dims[1] : dy->dims[1] - db->dims[1];
-  px__concat_backward(da ? da->data : NULL, db ? db->data : NULL, dy->data, (size_t)dy->dims[0],
-                      (size_t)ca, (size_t)(dy->dims[1] - ca), (size_t)(dy->dims[2] * dy->dims[3]));
+  px__concat_backward(da ? da->data : NULL, db ? db->data : NULL, dy->data, batch, (size_t)ca,
+                      (size_t)(dy->dims[1] - ca), hw);
   return PX_OK;
 }
 
 px_status_t px__cpu_chan_forward(px_ops_t *ops, px_tensor_t *y, const px_tensor_t *x, int groups,
                                  int start) {
-  (void)ops;
-  PX_CHECK(px__cpu_plain_f32(x, "channel selection forward", "x"));
-  px__chan_forward(y->data, x->data, (size_t)x->dims[0], (size_t)x->dims[1], (size_t)y->dims[1],
-                   (size_t)(x->dims[2] * x->dims[3]), (size_t)groups, (size_t)start);
+  int cl;
+  size_t batch, hw;
+  const px_tensor_t *maps[] = {x, y};
+  const char *names[] = {"x", "y"};
+  PX_CHECK(px__cpu_maps_format(ops, "channel selection forward", 2, maps, names, &cl));
+  px__cpu_rows(x, cl, &batch, &hw);
+  px__chan_forward(y->data, x->data, batch, (size_t)x->dims[1], (size_t)y->dims[1], hw,
+                   (size_t)groups, (size_t)start);
   return PX_OK;
 }
 
 px_status_t px__cpu_chan_backward(px_ops_t *ops, px_tensor_t *dx, const px_tensor_t *dy, int groups,
                                   int start) {
-  (void)ops;
-  PX_CHECK(px__cpu_plain_f32(dy, "channel selection backward", "dy"));
-  px__chan_backward(dx->data, dy->data, (size_t)dx->dims[0], (size_t)dx->dims[1],
-                    (size_t)dy->dims[1], (size_t)(dx->dims[2] * dx->dims[3]), (size_t)groups,
-                    (size_t)start);
+  int cl;
+  size_t batch, hw;
+  const px_tensor_t *maps[] = {dy, dx};
+  const char *names[] = {"dy", "dx"};
+  PX_CHECK(px__cpu_maps_format(ops, "channel selection backward", 2, maps, names, &cl));
+  px__cpu_rows(dx, cl, &batch, &hw);
+  px__chan_backward(dx->data, dy->data, batch, (size_t)dx->dims[1], (size_t)dy->dims[1], hw,
+                    (size_t)groups, (size_t)start);
   return PX_OK;
 }
 

@@ -158,7 +158,7 @@ px_status_t px__cpu_ops_act_format(px_ops_t *ops, px_precision_t precision, px_t
 
 int px__cpu_ops_channels_last(px_ops_t *ops, int on) {
   const int was = ops->conv_nhwc;
-  ops->conv_nhwc = on && ops->cl_fallback;
+  if (on >= 0) ops->conv_nhwc = on && ops->cl_fallback;
   return was;
 }
 
