@@ -165,7 +165,8 @@ static void forward_and_backward_match_reference(void **state) {
   run_case(1, 16, 32, 24, 20, 1, 7); /* larger maps; the 1.6 MB ones run on both threads */
   run_case(0, 16, 32, 24, 20, 0, 8);
   /* channels-last: 32 channels (a task per image and 16 channels, a vector per pixel), 8 (a
-     task per image, one run), 21 (a task per image and channel, strided), 1 */
+     task per image, one run), 21 (a task per image, rows of 21 channels in vectors, the last
+     partial), 1 */
   run_case(2, 4, 32, 5, 7, 0, 9);
   run_case(2, 4, 32, 5, 7, 1, 10);
   run_case(2, 3, 8, 6, 5, 1, 11);
@@ -173,6 +174,8 @@ static void forward_and_backward_match_reference(void **state) {
   run_case(2, 3, 21, 5, 7, 1, 13);
   run_case(2, 16, 64, 12, 10, 1, 14); /* 1.2 MB: on both threads */
   run_case(2, 2, 576, 4, 4, 0, 15); /* MobileNetV2 features.13 (4 x 4 maps, 2 images) */
+  run_case(2, 3, 40, 9, 9, 1, 16);  /* EfficientNet-B0's 40: two whole vectors and a half, ReLU */
+  run_case(2, 5, 116, 8, 8, 0, 17); /* ShuffleNetV2's 116, on both threads */
   run_case(1, 32, 16, 28, 28, 1, 9);
   run_case(1, 32, 64, 7, 7, 1, 10);
   run_case(1, 32, 32, 14, 14, 0, 11);

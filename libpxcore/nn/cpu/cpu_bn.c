@@ -47,6 +47,11 @@ typedef struct {
   int64_t vs;            /* with rows: floats from one vector of a task to the next
                             (PX__BN_VL in a run, s_p for a pixel's block) */
   int64_t mbytes;        /* bytes of a task's ReLU mask: a bit per value, whole 16-bit words */
+  int cl;                /* channels-last with c neither a multiple nor a divisor of 16: a task
+                            is an image (blk = c), its pixels' rows of c channels in vectors of
+                            16, the last one partial; mask bit p * mrow + l (rows of whole
+                            16-bit words) */
+  int64_t mrow;          /* with cl: c rounded up to 16 */
 } px__bn_geom_t;
 
 struct px_batchnorm {
@@ -65,6 +70,7 @@ struct px_batchnorm {
   double *stat;        /* [2, Cpad] per channel: the two sums (or mean and variance) */
   float *coef;         /* [4, Cpad] per channel, the maps' coefficients: centre, factor,
                           offset (forwards) or mean of masked dy (backward), dx's x factor */
+  float *centre;       /* [N, Cpad] with g.cl: each image task's centre for its sums */
 };
 
 /* ---- layout ------------------------------------------------------------------ */
@@ -102,9 +108,14 @@ static px_status_t px__bn_geom(const dnnl_memory_desc_t *md, px__bn_geom_t *g) {
       g->blk = g->c;
       g->nblk = 1;
       g->rows = 1;
-    } /* else a task per (image, channel), strided */
+    } else { /* a task: an image, a row of c channels per pixel */
+      g->blk = g->c;
+      g->nblk = 1;
+      g->cl = 1;
+      g->mrow = (g->c + PX__BN_VL - 1) / PX__BN_VL * PX__BN_VL;
+    }
   }
-  g->mbytes = (g->hw * g->blk + PX__BN_VL - 1) / PX__BN_VL * 2;
+  g->mbytes = g->cl ? g->hw * g->mrow / 8 : (g->hw * g->blk + PX__BN_VL - 1) / PX__BN_VL * 2;
   return PX_OK;
 }
 
@@ -194,6 +205,52 @@ PX__BN_INLINE void px__bn_fold(double *out, px__bn_vd lanes, int64_t blk) {
   for (int j = 0; j < PX__BN_VL; j++) out[j & (blk - 1)] += lanes[j];
 }
 
+/* The first n (<= PX__BN_VL) floats at p as a vector (the rest 0), and
+ * storing the first n lanes of v. */
+PX__BN_INLINE px__bn_vf px__bn_ldn(const float *p, int64_t n) {
+  if (n == PX__BN_VL) return px__bn_ld(p);
+  px__bn_vf v = {0};
+  memcpy(&v, p, (size_t)n * sizeof(float));
+  return v;
+}
+
+PX__BN_INLINE void px__bn_stn(float *p, px__bn_vf v, int64_t n) {
+  if (n == PX__BN_VL) px__bn_st(p, v);
+  else memcpy(p, &v, (size_t)n * sizeof(float));
+}
+
+/* px__bn_sums_k on a channels-last image task (g->cl): per channel the
+ * same sums in the same order as a 16-channel task's (float over
+ * PX__BN_CHUNK pixels, then double), over the image's rows. */
+PX__BN_INLINE void px__bn_sums_cl(double *o1, double *o2, const px__bn_geom_t *g, const float *u,
+                                  const float *x, const uint8_t *m, const float *ctr,
+                                  const int centred, const int masked) {
+  const int64_t c = g->c;
+  for (int64_t l = 0; l < c; l++) o1[l] = o2[l] = 0.0;
+  for (int64_t p0 = 0; p0 < g->hw; p0 += PX__BN_CHUNK) {
+    const int64_t p1 = p0 + PX__BN_CHUNK < g->hw ? p0 + PX__BN_CHUNK : g->hw;
+    for (int64_t k0 = 0; k0 < c; k0 += PX__BN_VL) {
+      const int64_t nl = c - k0 < PX__BN_VL ? c - k0 : PX__BN_VL;
+      const px__bn_vf cv = px__bn_ldn(ctr + k0, nl);
+      px__bn_vf a = {0}, b = {0};
+      for (int64_t p = p0; p < p1; p++) {
+        const int64_t k = p * c + k0;
+        px__bn_vf d = px__bn_ldn(u + k, nl);
+        if (centred) d -= cv;
+        if (masked) d = (px__bn_vf)((px__bn_vi)d & px__bn_ld_mask(m, (p * g->mrow + k0) / PX__BN_VL));
+        a += d;
+        b += d * (centred ? d : px__bn_ldn(x + k, nl) - cv);
+      }
+      const px__bn_vd da = __builtin_convertvector(a, px__bn_vd);
+      const px__bn_vd db = __builtin_convertvector(b, px__bn_vd);
+      for (int64_t j = 0; j < nl; j++) {
+        o1[k0 + j] += da[j];
+        o2[k0 + j] += db[j];
+      }
+    }
+  }
+}
+
 /* o1[l] = the sum of u and o2[l] = the sum of u (x - ctr[l]) over the task,
  * where u is x - ctr[l] (centred 1: the sums of the forward's statistics)
  * or dy, counted only where the ReLU mask m is set (masked 1: the
@@ -201,6 +258,10 @@ PX__BN_INLINE void px__bn_fold(double *out, px__bn_vd lanes, int64_t blk) {
 PX__BN_INLINE void px__bn_sums_k(double *o1, double *o2, const px__bn_geom_t *g, const float *u,
                                  const float *x, const uint8_t *m, const float *ctr,
                                  const int centred, const int masked) {
+  if (g->cl) {
+    px__bn_sums_cl(o1, o2, g, u, x, m, ctr, centred, masked);
+    return;
+  }
   if (g->rows) {
     px__bn_vd s1 = {0}, s2 = {0};
     const px__bn_vf c = px__bn_lanes(ctr, g);
@@ -253,6 +314,21 @@ PX__BN_INLINE void px__bn_y1(float *y, uint8_t *m, const float *x, int64_t k, in
 PX__BN_INLINE void px__bn_map_y_k(float *y, uint8_t *m, const px__bn_geom_t *g, const float *x,
                                   const float *ctr, const float *f, const float *o, const int relu,
                                   const int record) {
+  if (g->cl) { /* row by row (the coefficients stay in L1) */
+    for (int64_t p = 0; p < g->hw; p++)
+      for (int64_t k0 = 0; k0 < g->c; k0 += PX__BN_VL) {
+        const int64_t nl = g->c - k0 < PX__BN_VL ? g->c - k0 : PX__BN_VL;
+        const px__bn_vf c = px__bn_ldn(ctr + k0, nl), a = px__bn_ldn(f + k0, nl);
+        const px__bn_vf b = px__bn_ldn(o + k0, nl);
+        const int64_t k = p * g->c + k0;
+        px__bn_vf u = (px__bn_ldn(x + k, nl) - c) * a + b;
+        const px__bn_vi pos = u > 0.0f;
+        if (record) px__bn_st_mask(m, (p * g->mrow + k0) / PX__BN_VL, pos);
+        if (relu) u = (px__bn_vf)((px__bn_vi)u & pos);
+        px__bn_stn(y + k, u, nl);
+      }
+    return;
+  }
   if (g->rows) {
     const px__bn_vf c = px__bn_lanes(ctr, g), a = px__bn_lanes(f, g), b = px__bn_lanes(o, g);
     const int64_t len = g->hw * g->blk, nv = len / PX__BN_VL;
@@ -289,6 +365,19 @@ PX__BN_INLINE void px__bn_map_dx_k(float *dx, const px__bn_geom_t *g, const floa
                                    const float *x, const uint8_t *m, const float *ctr,
                                    const float *a, const float *kx, const float *gm,
                                    const int masked) {
+  if (g->cl) {
+    for (int64_t p = 0; p < g->hw; p++)
+      for (int64_t k0 = 0; k0 < g->c; k0 += PX__BN_VL) {
+        const int64_t nl = g->c - k0 < PX__BN_VL ? g->c - k0 : PX__BN_VL;
+        const px__bn_vf c = px__bn_ldn(ctr + k0, nl), f = px__bn_ldn(a + k0, nl);
+        const px__bn_vf q = px__bn_ldn(kx + k0, nl), s = px__bn_ldn(gm + k0, nl);
+        const int64_t k = p * g->c + k0;
+        px__bn_vf d = px__bn_ldn(dy + k, nl);
+        if (masked) d = (px__bn_vf)((px__bn_vi)d & px__bn_ld_mask(m, (p * g->mrow + k0) / PX__BN_VL));
+        px__bn_stn(dx + k, (d - s) * f - (px__bn_ldn(x + k, nl) - c) * q, nl);
+      }
+    return;
+  }
   if (g->rows) {
     const px__bn_vf c = px__bn_lanes(ctr, g), f = px__bn_lanes(a, g);
     const px__bn_vf q = px__bn_lanes(kx, g), s = px__bn_lanes(gm, g);
@@ -340,7 +429,24 @@ static void px__bn_reduce(const px_batchnorm_t *op, double *o1, double *o2) {
  * (task mean - c) / spread (a one-pass sum about 0 loses those of
  * mean / spread, oneDNN 2.6's case). */
 PX__BN_INLINE void px__bn_task_stats(double *o1, double *o2, const px__bn_geom_t *g,
-                                     const float *r) {
+                                     const float *r, float *cc) {
+  if (g->cl) { /* the centre: each channel's mean over the first pixels, in cc[c] */
+    const int64_t np = g->hw < PX__BN_CHUNK ? g->hw : PX__BN_CHUNK;
+    for (int64_t k0 = 0; k0 < g->c; k0 += PX__BN_VL) {
+      const int64_t nl = g->c - k0 < PX__BN_VL ? g->c - k0 : PX__BN_VL;
+      px__bn_vf a = {0};
+      for (int64_t p = 0; p < np; p++) a += px__bn_ldn(r + p * g->c + k0, nl);
+      px__bn_stn(cc + k0, a / (float)np, nl);
+    }
+    px__bn_sums_cl(o1, o2, g, r, r, NULL, cc, 1, 0);
+    const double n = (double)g->hw, inv = 1.0 / n;
+    for (int64_t l = 0; l < g->c; l++) {
+      const double m2 = o2[l] - o1[l] * o1[l] * inv;
+      o1[l] += n * cc[l];
+      o2[l] = m2 > 0.0 ? m2 : 0.0;
+    }
+    return;
+  }
   float c[PX__BN_VL] = {0};
   double d1[PX__BN_VL];
   const int64_t nv = g->rows ? g->hw * g->blk / PX__BN_VL : 0;
@@ -381,8 +487,8 @@ PX__BN_INLINE void px__bn_task_stats(double *o1, double *o2, const px__bn_geom_t
 #endif
 
 PX__BN_TASK void px__bn_task_stats_v(double *o1, double *o2, const px__bn_geom_t *g,
-                                     const float *r) {
-  px__bn_task_stats(o1, o2, g, r);
+                                     const float *r, float *cc) {
+  px__bn_task_stats(o1, o2, g, r, cc);
 }
 
 PX__BN_TASK void px__bn_task_y(float *y, uint8_t *m, const px__bn_geom_t *g, const float *x,
@@ -419,7 +525,8 @@ static void px__bn_stats(px_batchnorm_t *op, const float *x) {
   for (int64_t t = 0; t < tasks; t++) {
     const int64_t i = t / g->nblk, cb = t % g->nblk;
     double *q = op->part + i * 2 * cpad + cb * g->blk;
-    px__bn_task_stats_v(q, q + cpad, g, x + i * g->s_n + cb * g->s_b);
+    px__bn_task_stats_v(q, q + cpad, g, x + i * g->s_n + cb * g->s_b,
+                        g->cl ? op->centre + i * cpad : NULL);
   }
   px__bn_reduce(op, mean, var);
   for (int64_t ch = 0; ch < cpad; ch++) mean[ch] /= cnt;
@@ -475,6 +582,7 @@ void px__cpu_batchnorm_destroy(px_batchnorm_t *op) {
   px_free(op->stat);
   px_free(op->coef);
   px_free(op->fcoef);
+  px_free(op->centre);
   if (op->ops) px__cpu_op_died(op->ops);
   px_free(op);
 }
@@ -504,7 +612,9 @@ px_status_t px__cpu_batchnorm_create(px_ops_t *ops, const px_tensor_t *x_spec,
     op->stat = px_malloc(2 * cpad * sizeof(double), "px_batchnorm.stat");
     op->coef = px_malloc(4 * cpad * sizeof(float), "px_batchnorm.coef");
     op->fcoef = px_malloc(3 * cpad * sizeof(float), "px_batchnorm.fcoef");
-    if (!op->part || !op->stat || !op->coef || !op->fcoef) {
+    op->centre = op->g.cl ? px_malloc((size_t)op->g.n * cpad * sizeof(float), "px_batchnorm.centre")
+                          : NULL;
+    if (!op->part || !op->stat || !op->coef || !op->fcoef || (op->g.cl && !op->centre)) {
       st = px_set_error(PX_ERR_NOMEM, "px_batchnorm_create: out of memory");
       goto fail;
     }
