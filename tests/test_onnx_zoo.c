@@ -104,7 +104,7 @@ static const int OPSETS[2] = {13, 17};
  * resnext50_32x4d's last stage needs a factor (layer4.2.bn2 bias 12.9
  * times PyTorch's distance there, 18.6% of the largest).
  * mobilenet_v2 since imported networks with depthwise convolutions train
- * channels-last (model_onnx.c px__onnx_wants_cl; 2026-12-01): one input of
+ * channels-last (model_onnx.c px__onnx_wants_cl; 2026-11-30): one input of
  * features.13.conv.1's ReLU6 (4 x 4 maps, a batch of 2) is 8.5e-8 there and
  * at most 0 in the blocked layout's sums (float64 agrees with the latter):
  * that one gate passes a gradient the other step does not, and everything
