@@ -122,17 +122,35 @@ static void expect_bits(const char *what, const px_tensor_t *t, const float *wan
   if (memcmp(t->data, want, n * sizeof *want)) fail_msg("%s: not the plain loop's bits", what);
 }
 
+/* The random maps of the graph-operator checks (N x CA x H x W and N x CB x H x W), a gate, and
+ * room for two results. */
+typedef struct {
+  size_t na, nb;
+  float *x, *dy, *g, *b, *want, *want2;
+} graph_data_t;
+
+static void graph_data(graph_data_t *d, uint64_t seed) {
+  px_test_rng_t rng;
+  px_test_rng_seed(&rng, seed);
+  d->na = (size_t)N * CA * H * W;
+  d->nb = (size_t)N * CB * H * W;
+  d->x = rand_host(&rng, d->na, 3.0f, 0.0f);
+  d->dy = rand_host(&rng, d->na + d->nb, 1.0f, 0.0f);
+  d->g = rand_host(&rng, (size_t)N * CA, 1.0f, 0.5f);
+  d->b = rand_host(&rng, d->nb, 1.0f, 0.0f);
+  d->want = malloc((d->na + d->nb) * sizeof *d->want);
+  d->want2 = malloc((d->na + d->nb) * sizeof *d->want2);
+  assert_non_null(d->want);
+  assert_non_null(d->want2);
+}
+
 static void cpu_entries_give_the_plain_loops_bits(void **state) {
   (void)state;
   px_ops_t *ops = new_ops();
-  px_test_rng_t rng;
-  px_test_rng_seed(&rng, 11);
-  const size_t na = (size_t)N * CA * H * W, nb = (size_t)N * CB * H * W;
-  float *x = rand_host(&rng, na, 3.0f, 0.0f), *dy = rand_host(&rng, na + nb, 1.0f, 0.0f);
-  float *g = rand_host(&rng, (size_t)N * CA, 1.0f, 0.5f), *b = rand_host(&rng, nb, 1.0f, 0.0f);
-  float *want = malloc((na + nb) * sizeof *want), *want2 = malloc((na + nb) * sizeof *want2);
-  assert_non_null(want);
-  assert_non_null(want2);
+  graph_data_t d;
+  graph_data(&d, 11);
+  const size_t na = d.na, nb = d.nb;
+  float *x = d.x, *dy = d.dy, *g = d.g, *b = d.b, *want = d.want, *want2 = d.want2;
   px_tensor_t tx, ty, tdy, tdx, tg, tdg, tb, tdb, tcat, tdcat;
   plain_tensor(&tx, N, CA, H, W, x);
   plain_tensor(&ty, N, CA, H, W, NULL);
@@ -201,14 +219,9 @@ static void expect_cl_bits(const char *what, const px_tensor_t *t, const float *
 static void cpu_entries_take_channels_last_maps(void **state) {
   (void)state;
   px_ops_t *ops = new_ops();
-  px_test_rng_t rng;
-  px_test_rng_seed(&rng, 12);
-  const size_t na = (size_t)N * CA * H * W, nb = (size_t)N * CB * H * W;
-  float *x = rand_host(&rng, na, 3.0f, 0.0f), *dy = rand_host(&rng, na + nb, 1.0f, 0.0f);
-  float *g = rand_host(&rng, (size_t)N * CA, 1.0f, 0.5f), *b = rand_host(&rng, nb, 1.0f, 0.0f);
-  float *want = malloc((na + nb) * sizeof *want), *want2 = malloc((na + nb) * sizeof *want2);
-  assert_non_null(want);
-  assert_non_null(want2);
+  graph_data_t d;
+  graph_data(&d, 12);
+  float *x = d.x, *dy = d.dy, *g = d.g, *b = d.b, *want = d.want, *want2 = d.want2;
   px_tensor_t tx, ty, tdy, tdx, tg, tdg, tb, tdb, tcat, tdcat, plain;
   cl_tensor(ops, &tx, N, CA, H, W, x);
   cl_tensor(ops, &ty, N, CA, H, W, NULL);
