@@ -151,6 +151,48 @@ static void test_tolerance_scales_with_ranks_and_norms(void **state) {
   assert_true(d.converged);
 }
 
+/* admm.rho1_ramp: rho1 grows by the factor at every decision before the
+ * freeze (rho2 not), the freezing decision takes the ramp back out, and
+ * from then on rho1 stays; the ramp stops at rho_max. */
+static void test_rho1_ramp_until_the_freeze(void **state) {
+  (void)state;
+  px_admm_policy_t p;
+  px_admm_policy_defaults(&p);
+  p.adaptive_rho = 0;
+  p.freeze_on_stable = 0;
+  p.freeze_iteration = 3;
+  p.max_iterations = 0;
+  p.rho1_ramp = 1.5;
+  px_admm_policy_state_t st = {0};
+  px_admm_layer_report_t L = layer(1, 1, 1, 1);
+  L.rho1 = 0.01;
+  px_admm_layer_decision_t d;
+  px_admm_decision_t g;
+  const double want[] = {0.015, 0.0225, 0.03375};
+  for (int it = 0; it < 3; it++) {
+    assert_int_equal(px_admm_decide(&p, &st, it, 0, 2, 2, &L, 1, &d, &g), PX_OK);
+    assert_false(g.freeze);
+    assert_float_equal(d.rho1, want[it], 1e-15);
+    assert_float_equal(d.rho2, 0.5, 0);
+    L.rho1 = d.rho1;
+  }
+  assert_int_equal(px_admm_decide(&p, &st, 3, 0, 2, 2, &L, 1, &d, &g), PX_OK);
+  assert_true(g.freeze);
+  assert_float_equal(d.rho1, 0.01, 1e-15);
+  L.rho1 = d.rho1;
+  assert_int_equal(px_admm_decide(&p, &st, 4, 0, 2, 2, &L, 1, &d, &g), PX_OK);
+  assert_float_equal(d.rho1, 0.01, 0);
+  /* clamped at rho_max; out of [1, 10] refused, naming the field */
+  px_admm_policy_state_t st2 = {0};
+  p.rho_max = 0.02;
+  L.rho1 = 0.018;
+  assert_int_equal(px_admm_decide(&p, &st2, 1, 0, 2, 2, &L, 1, &d, &g), PX_OK);
+  assert_float_equal(d.rho1, 0.02, 0);
+  p.rho1_ramp = 0.5;
+  assert_int_equal(px_admm_decide(&p, &st2, 2, 0, 2, 2, &L, 1, &d, &g), PX_ERR_INVALID);
+  assert_non_null(strstr(px_last_error(), "admm.rho1_ramp"));
+}
+
 static void test_bad_input_is_refused(void **state) {
   (void)state;
   px_admm_policy_t p;
@@ -191,6 +233,7 @@ int main(void) {
       cmocka_unit_test(test_freeze_at_set_iteration),
       cmocka_unit_test(test_stop_at_max_iterations_and_on_convergence),
       cmocka_unit_test(test_tolerance_scales_with_ranks_and_norms),
+      cmocka_unit_test(test_rho1_ramp_until_the_freeze),
       cmocka_unit_test(test_bad_input_is_refused),
       cmocka_unit_test(test_dual_rescaling_keeps_unscaled_dual),
   };

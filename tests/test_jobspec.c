@@ -342,6 +342,7 @@ static void test_out_of_range_values_are_refused(void **state) {
   expect_error("comm:\n  bucket_bytes: 2GiB\n", 2, "comm.bucket_bytes", "got '2GiB'", NULL);
   expect_error("admm:\n  mu: 1\n", 2, "admm.mu: expected a number > 1", NULL);
   expect_error("admm:\n  max_iterations: 0\n", 2, "admm.max_iterations", NULL);
+  expect_error("admm:\n  rho1_ramp: 0.9\n", 2, "admm.rho1_ramp", "[1, 10]", NULL);
   expect_error("dataset:\n  crop_padding: 40\n", 2,
                "dataset.crop_padding: expected an integer in [0, 32]", NULL);
   expect_error("model:\n  num_classes: 1\n", 2, "model.num_classes: expected 0 or an integer >= 2",

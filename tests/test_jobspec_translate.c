@@ -319,8 +319,16 @@ static void test_the_producers_translate_every_field(void **state) {
   assert_int_equal(sc.overlap, 0);
   px_jobspec_free(s);
 
+  /* admm.rho1_ramp reaches the policy (absent: 1, no ramp) */
+  s = parse("strategy: hsadmm\nmodel: {name: resnet20}\ndataset: {name: synthetic}\n"
+            "cluster: {nodes: 2, workers_per_node: 1}\nadmm: {rho1_ramp: 1.2}\n");
+  px_jobspec_admm_policy(s, &p);
+  assert_true(p.rho1_ramp == 1.2);
+  px_jobspec_free(s);
+
   px_jobspec_admm_policy(NULL, &p); /* no spec: the defaults */
   assert_true(p.mu == d.mu && p.max_iterations == d.max_iterations);
+  assert_true(p.rho1_ramp == 1.0);
 }
 
 /* spec.elastic: the strategy's elastic.on and min_nodes, the data plane's

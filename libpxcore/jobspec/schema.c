@@ -136,6 +136,9 @@ const px__js_field_t px__js_fields[] = {
      * agree, not that the model has learned what the budget allows); the
      * residual test freezes the masks and is reported. */
     {S_ADMM, "stop_on_converged", PX__JS_BOOL, 0, 0, 0, NULL, 0, NULL},
+    /* rho1 grows by this factor each iteration until the masks freeze and
+     * is back at its value without the ramp from then on (1: off). */
+    {S_ADMM, "rho1_ramp", PX__JS_DOUBLE, 0, 1, 10, NULL, 1, NULL},
     /* After the freeze the local phases train the pruned network for
      * accuracy: the pull toward the consensus kept as it is, decayed
      * linearly to 0 at the last iteration, or released at once. */

@@ -122,4 +122,5 @@ void px_jobspec_admm_policy(const Prunex__V1__JobSpec *spec, px_admm_policy_t *p
   if (a->eps_abs != 0.0) p->eps_abs = a->eps_abs;
   if (a->eps_rel != 0.0) p->eps_rel = a->eps_rel;
   p->stop_on_converged = a->stop_on_converged ? 1 : 0;
+  if (a->rho1_ramp > 1.0) p->rho1_ramp = a->rho1_ramp;
 }

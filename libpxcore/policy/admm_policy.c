@@ -13,7 +13,7 @@ void px_admm_policy_defaults(px_admm_policy_t *p) {
   *p = (px_admm_policy_t){
       .adaptive_rho = 1, .mu = 10.0, .tau = 2.0, .rho_min = 1e-6, .rho_max = 1e4,
       .freeze_on_stable = 3, .freeze_iteration = 0, .max_iterations = 100,
-      .eps_abs = 1e-4, .eps_rel = 1e-3,
+      .eps_abs = 1e-4, .eps_rel = 1e-3, .rho1_ramp = 1.0,
   };
 }
 
@@ -28,6 +28,8 @@ px_status_t px_admm_policy_validate(const px_admm_policy_t *p) {
   PX_REQUIRE(p->freeze_iteration >= 0, "admm.freeze_iteration = %d: must be >= 0",
              p->freeze_iteration);
   PX_REQUIRE(p->max_iterations >= 0, "admm.max_iterations = %d: must be >= 0", p->max_iterations);
+  PX_REQUIRE(p->rho1_ramp >= 1.0 && p->rho1_ramp <= 10.0,
+             "admm.rho1_ramp = %g: must be in [1, 10]", p->rho1_ramp);
   PX_REQUIRE(p->eps_abs >= 0.0 && p->eps_rel >= 0.0,
              "admm.eps_abs = %g, admm.eps_rel = %g: must be >= 0", p->eps_abs, p->eps_rel);
   return PX_OK;
@@ -93,6 +95,7 @@ px_status_t px_admm_decide(const px_admm_policy_t *policy, px_admm_policy_state_
   memset(out, 0, sizeof *out);
   out->converged = all_converged && tolerances;
   /* converged residuals say the ranks agree on the masks too: they freeze */
+  const int was_frozen = state->frozen;
   if (!state->frozen) {
     state->stable_iterations = mask_drift == 0 ? state->stable_iterations + 1 : 0;
     if ((policy->freeze_on_stable > 0 && state->stable_iterations >= policy->freeze_on_stable) ||
@@ -101,6 +104,18 @@ px_status_t px_admm_decide(const px_admm_policy_t *policy, px_admm_policy_state_
       state->frozen = 1;
   }
   out->freeze = state->frozen;
+  /* the ramp: rho1 grows until the freeze, whose decision takes the
+     iteration factors it added back out (the iteration numbers say how
+     many: a restarted run decides the same) */
+  if (policy->rho1_ramp > 1.0)
+    for (int l = 0; l < nlayers; l++) {
+      double r = out_layers[l].rho1;
+      r = state->frozen ? (was_frozen ? r : r / pow(policy->rho1_ramp, iteration))
+                        : r * policy->rho1_ramp;
+      if (r < policy->rho_min) r = policy->rho_min;
+      if (policy->rho_max > 0.0 && r > policy->rho_max) r = policy->rho_max;
+      out_layers[l].rho1 = r;
+    }
   if (policy->max_iterations > 0 && iteration + 1 >= policy->max_iterations) {
     out->stop = 1;
     snprintf(out->stop_reason, sizeof out->stop_reason, "max_iterations");

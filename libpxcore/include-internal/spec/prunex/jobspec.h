@@ -91,6 +91,8 @@
  *     eps_rel: 1e-3         >= 0
  *     stop_on_converged: false  true: residuals within eps_abs/eps_rel end the job;
  *                           false: they freeze the masks, the whole budget runs
+ *     rho1_ramp: 1          1..10: rho1's factor per iteration until the masks
+ *                           freeze, taken back out at the freeze (1: none)
  *     final_prox: keep      keep | decay | release: the local steps' proximal pull
  *                           once the masks are frozen
  *     weight_decay_in: local  local | consensus: train.weight_decay in each local

@@ -28,6 +28,9 @@ typedef struct {
   double eps_abs, eps_rel; /* residual tolerances (Boyd 3.3.1); both 0: never converged */
   int stop_on_converged; /* 1: converged residuals stop the run; 0: they freeze the masks
                             and are reported, and the run trains its whole budget */
+  double rho1_ramp;      /* >= 1: each decision before the masks freeze multiplies rho1 by
+                            it (within rho_max); the decision that freezes them divides
+                            it by rho1_ramp^iteration, taking the ramp back out (1: none) */
 } px_admm_policy_t;
 
 /* Defaults: adaptive, mu 10, tau 2, rho in [1e-6, 1e4], freeze after 3
