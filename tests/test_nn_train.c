@@ -81,6 +81,58 @@ static void test_loss_falls_on_a_real_subset(void **state) {
   px_trainer_destroy(t);
 }
 
+/* The BN calibration averages its batches: the k-th moves the running
+ * statistics by 1/k (a momentum of 1 first: whatever they held is gone),
+ * and the layers' own momentum is back afterwards. */
+static float cal_moms[8];
+static int cal_n;
+static void record_momentum(void *ctx, float momentum) {
+  if (cal_n < 8) cal_moms[cal_n++] = momentum;
+  px_model_set_bn_momentum(ctx, momentum);
+}
+static px_status_t cal_forward(void *ctx, const float *x) { return px_model_forward_train(ctx, x); }
+
+static void test_calibration_averages_its_batches(void **state) {
+  (void)state;
+  if (!dir[0]) skip();
+  px_train_config_t c = small_config();
+  px_trainer_t *t;
+  assert_int_equal(px_trainer_create(&c, &t), PX_OK);
+  px_model_t *m = px_trainer_model(t);
+  px_tensor_t *buf = (px_tensor_t *)px_model_flat_buffers(m); /* written as the strategies do */
+  const size_t nb = px_tensor_numel(buf), bytes = nb * sizeof(float);
+  float *a = malloc(bytes), *b = malloc(bytes), *junk = malloc(bytes);
+  assert_non_null(a);
+  assert_non_null(b);
+  assert_non_null(junk);
+  for (size_t i = 0; i < nb; i++) junk[i] = 123.0f;
+  assert_int_equal(px_trainer_calibrate_with(t, cal_forward, record_momentum, m, 3), PX_OK);
+  assert_int_equal(cal_n, 4);
+  assert_true(cal_moms[0] == 1.0f && cal_moms[1] == 0.5f && cal_moms[3] == 0.0f);
+  assert_float_equal(cal_moms[2], 1.0 / 3.0, 1e-7);
+  /* a momentum of 1 replaces the statistics: two different starting points, the same result */
+  const px_model_config_t *mc = px_model_config(m);
+  const size_t per = (size_t)mc->batch * mc->in_channels * mc->height * mc->width;
+  float *x = malloc(per * sizeof *x);
+  assert_non_null(x);
+  for (size_t i = 0; i < per; i++) x[i] = (float)((i * 7919) % 1000) / 1000.0f;
+  px_model_set_bn_momentum(m, 1.0f);
+  assert_int_equal(px_model_forward_train(m, x), PX_OK);
+  assert_int_equal(px_tensor_copy_to_host(buf, a, bytes), PX_OK);
+  assert_int_equal(px_tensor_copy_from_host(buf, junk, bytes), PX_OK);
+  assert_int_equal(px_model_forward_train(m, x), PX_OK);
+  assert_int_equal(px_tensor_copy_to_host(buf, b, bytes), PX_OK);
+  assert_memory_equal(a, b, bytes);
+  /* the layers' own momentum (0.1) again: from the junk, a tenth of the way */
+  px_model_set_bn_momentum(m, 0.0f);
+  assert_int_equal(px_tensor_copy_from_host(buf, junk, bytes), PX_OK);
+  assert_int_equal(px_model_forward_train(m, x), PX_OK);
+  assert_int_equal(px_tensor_copy_to_host(buf, b, bytes), PX_OK);
+  assert_float_equal(b[0], 0.9 * 123.0 + 0.1 * a[0], 1e-3);
+  free(a), free(b), free(junk), free(x);
+  px_trainer_destroy(t);
+}
+
 static void test_checkpoint_round_trip_is_exact(void **state) {
   (void)state;
   if (!dir[0]) skip();
@@ -160,6 +212,7 @@ static void test_pxtrain_usage_errors_and_bench(void **state) {
 int main(void) {
   struct CMUnitTest tests[] = {
       cmocka_unit_test(test_loss_falls_on_a_real_subset),
+      cmocka_unit_test(test_calibration_averages_its_batches),
       cmocka_unit_test(test_checkpoint_round_trip_is_exact),
       cmocka_unit_test(test_pxtrain_usage_errors_and_bench),
   };

@@ -79,6 +79,7 @@ static double macs(const px_model_t *m) {
 }
 
 static px_status_t calibrate(void *c, const float *x) { return px__infer_calibrate(c, x); }
+static void calibrate_momentum(void *c, float momentum) { px__infer_calib_momentum(c, momentum); }
 
 /* bf16 (unchecked) against f32 logits, per image: the largest difference
  * e, relative to the largest f32 logit's magnitude, the predictions that
@@ -244,7 +245,7 @@ int main(int argc, char **argv) {
     if (px_trainer_calibrate_bn(t, CALIBRATE) < 0) return die("dense calibration");
     double a = pxb_cpu_s() - t0;
     t0 = pxb_cpu_s();
-    if (px__infer_load(cal) < 0 || px_trainer_calibrate_with(t, calibrate, cal, CALIBRATE) < 0)
+    if (px__infer_load(cal) < 0 || px_trainer_calibrate_with(t, calibrate, calibrate_momentum, cal, CALIBRATE) < 0)
       return die("compact calibration");
     double c = pxb_cpu_s() - t0;
     if (a < dense_cal) dense_cal = a;

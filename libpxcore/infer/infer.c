@@ -95,6 +95,7 @@ struct px__infer {
   px_model_t *m;
   px_ops_t *ops;
   int train_bn;          /* 1: BN in training mode (batch statistics; running ones updated) */
+  float calib_m;         /* > 0: the momentum of those updates instead of each layer's */
   double *stat;          /* [2][max channels] train_bn's per-channel sums */
   int32_t batch, classes, in_c, in_h, in_w;
   int nsteps;
@@ -723,7 +724,7 @@ static px_status_t px__bn_train_run(px__infer_t *net, px__istep_t *s) {
                    (void *)px__param(net->m, s->pb), net->slot[s->sout], s->bstat,
                    s->bstat + C, s->ws};
   PX_CHECK(px__exec_run(net->ops, &s->fwd, ptrs));
-  const float m = s->momentum;
+  const float m = net->calib_m > 0.0f ? net->calib_m : s->momentum;
   const float unbias = (float)((double)count / (double)(count - 1));
   float *rm = (float *)px__buffer(net->m, s->rm), *rv = (float *)px__buffer(net->m, s->rv);
   for (size_t c = 0; c < C; c++) {
@@ -977,7 +978,7 @@ static void px__bn_train(px__infer_t *net, const px__istep_t *s, const float *x,
       double d = x[p * C + c] - mean[c];
       var[c] += d * d;
     }
-  const float m = s->momentum;
+  const float m = net->calib_m > 0.0f ? net->calib_m : s->momentum;
   const float unbias = (float)((double)P / (double)(P - 1));
   for (size_t c = 0; c < C; c++) {
     var[c] /= (double)P;
@@ -1283,6 +1284,8 @@ static px_status_t px__logits(px__infer_t *net, const float *x, int32_t n, float
   }
   return np ? px__flush_exact(net, np, logits) : PX_OK;
 }
+
+void px__infer_calib_momentum(px__infer_t *net, float momentum) { net->calib_m = momentum; }
 
 px_status_t px__infer_calibrate(px__infer_t *net, const float *x) {
   PX_REQUIRE(net->train_bn, "px__infer_calibrate: a net built for inference");

@@ -96,6 +96,9 @@ px_status_t px__infer_load(px__infer_t *net);
 /* One training-mode forward of a calibration net over exactly its batch of
  * samples x: m's BN running statistics move. Allocates nothing. */
 px_status_t px__infer_calibrate(px__infer_t *net, const float *x);
+/* The momentum px__infer_calibrate's batch norms move the running statistics
+ * by (0: each layer's own): px_trainer_calibrate_with's average. */
+void px__infer_calib_momentum(px__infer_t *net, float momentum);
 
 /* Logits [n][classes] of n >= 1 samples x ([n][C][H][W] plain host f32),
  * into the caller's logits. Allocates nothing. */

@@ -136,6 +136,12 @@ done:
   return PX_CREATED(st, m, out, px_model_destroy);
 }
 
+void px_model_set_bn_momentum(px_model_t *m, float momentum) {
+  for (int i = 0; m && i < m->nnodes; i++)
+    if (m->nodes[i].bn)
+      px_batchnorm_set_momentum(m->nodes[i].bn, momentum > 0.0f ? momentum : m->nodes[i].momentum);
+}
+
 void px_model_destroy(px_model_t *m) {
   if (!m) return;
   for (int i = 0; i < m->nnodes; i++) {

@@ -207,6 +207,10 @@ px_status_t px_batchnorm_forward_infer(px_batchnorm_t *op, px_tensor_t *y, const
   return PX__BE(op)->batchnorm_forward_infer(op, y, x, scale, shift, running_mean, running_var);
 }
 
+void px_batchnorm_set_momentum(px_batchnorm_t *op, float momentum) {
+  if (op && momentum >= 0.0f && momentum <= 1.0f) PX__BE(op)->batchnorm_set_momentum(op, momentum);
+}
+
 int px_batchnorm_can_recompute(const px_batchnorm_t *op) {
   return op && PX__BE(op)->batchnorm_can_recompute(op);
 }

@@ -52,6 +52,7 @@ extern "C" {
   X(px_status_t, batchnorm_forward_train, (px_batchnorm_t *op, px_tensor_t *y, px_tensor_t *mean, px_tensor_t *var, px_tensor_t *ws, const px_tensor_t *x, const px_tensor_t *scale, const px_tensor_t *shift, px_tensor_t *running_mean, px_tensor_t *running_var)) \
   X(px_status_t, batchnorm_forward_infer, (px_batchnorm_t *op, px_tensor_t *y, const px_tensor_t *x, const px_tensor_t *scale, const px_tensor_t *shift, const px_tensor_t *running_mean, const px_tensor_t *running_var)) \
   X(int, batchnorm_can_recompute, (const px_batchnorm_t *op)) \
+  X(void, batchnorm_set_momentum, (px_batchnorm_t *op, float momentum)) \
   X(px_status_t, batchnorm_recompute, (px_batchnorm_t *op, px_tensor_t *y, const px_tensor_t *x, const px_tensor_t *scale, const px_tensor_t *shift, const px_tensor_t *mean, const px_tensor_t *var)) \
   X(px_status_t, batchnorm_backward, (px_batchnorm_t *op, px_tensor_t *dx, px_tensor_t *dscale, px_tensor_t *dshift, const px_tensor_t *dy, const px_tensor_t *x, const px_tensor_t *scale, const px_tensor_t *shift, const px_tensor_t *mean, const px_tensor_t *var, const px_tensor_t *ws)) \
   X(px_status_t, relu_create, (px_ops_t *ops, const px_tensor_t *x_spec, px_relu_t **out)) \

@@ -487,23 +487,31 @@ static px_status_t px__next_batch(px_trainer_t *t, px_batch_t *b) {
   }
 }
 
-px_status_t px_trainer_calibrate_with(px_trainer_t *t, px_train_batch_fn fn, void *ctx,
-                                     int64_t n) {
-  for (int64_t i = 0; i < n; i++) {
+px_status_t px_trainer_calibrate_with(px_trainer_t *t, px_train_batch_fn fn,
+                                     px_bn_momentum_fn mom, void *ctx, int64_t n) {
+  px_status_t st = PX_OK;
+  for (int64_t i = 0; i < n && st == PX_OK; i++) {
     px_batch_t b;
-    px_status_t r = px__next_batch(t, &b);
-    if (r < 0) return r;
-    PX_CHECK(fn(ctx, b.x));
+    st = px__next_batch(t, &b);
+    if (st < 0) break;
+    st = PX_OK;
+    if (mom) mom(ctx, (float)(1.0 / (double)(i + 1))); /* batch i + 1 of the average */
+    st = fn(ctx, b.x);
   }
-  return PX_OK;
+  if (mom) mom(ctx, 0.0f);
+  return st;
 }
 
 static px_status_t px__forward_train(void *ctx, const float *x) {
   return px_model_forward_train(ctx, x);
 }
 
+static void px__model_momentum(void *ctx, float momentum) {
+  px_model_set_bn_momentum(ctx, momentum);
+}
+
 px_status_t px_trainer_calibrate_bn(px_trainer_t *t, int64_t n) {
-  return px_trainer_calibrate_with(t, px__forward_train, t->model, n);
+  return px_trainer_calibrate_with(t, px__forward_train, px__model_momentum, t->model, n);
 }
 
 static px_status_t px__eval_model(void *ctx, const float *x, const int32_t *y, int32_t n,

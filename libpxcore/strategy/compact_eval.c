@@ -124,11 +124,15 @@ static px_status_t px__ceval_train_batch(void *ctx, const float *x) {
   return px__infer_calibrate(ctx, x);
 }
 
+static void px__ceval_momentum(void *ctx, float momentum) {
+  px__infer_calib_momentum(ctx, momentum);
+}
+
 px_status_t px__ceval_calibrate(px__strategy_run_t *r, int64_t n) {
   PX_CHECK(px__ceval_sync(r));
   px__ceval_t *ce = r->ceval;
   PX_CHECK(px__infer_load(ce->cal));
-  PX_CHECK(px_trainer_calibrate_with(r->t, px__ceval_train_batch, ce->cal, n));
+  PX_CHECK(px_trainer_calibrate_with(r->t, px__ceval_train_batch, px__ceval_momentum, ce->cal, n));
   /* the kept channels' statistics back into the dense model */
   int32_t *idx = ce->plan->ko;
   for (int k = 0; k < ce->plan->nn; k++) {

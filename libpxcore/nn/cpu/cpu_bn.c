@@ -697,6 +697,10 @@ px_status_t px__cpu_batchnorm_forward_infer(px_batchnorm_t *op, px_tensor_t *y, 
   return PX_OK;
 }
 
+void px__cpu_batchnorm_set_momentum(px_batchnorm_t *op, float momentum) {
+  op->p.momentum = momentum;
+}
+
 int px__cpu_batchnorm_can_recompute(const px_batchnorm_t *op) {
   (void)op;
   return 1;

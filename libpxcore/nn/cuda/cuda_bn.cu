@@ -749,6 +749,10 @@ extern "C" px_status_t px__cuda_batchnorm_forward_infer(px_batchnorm_t *o, px_te
   return PX_OK;
 }
 
+extern "C" void px__cuda_batchnorm_set_momentum(px_batchnorm_t *o, float momentum) {
+  px__op(o)->p.momentum = momentum;
+}
+
 extern "C" int px__cuda_batchnorm_can_recompute(const px_batchnorm_t *o) {
   return px__cop(o)->nhwc;
 }

@@ -71,6 +71,10 @@ px_status_t px_batchnorm_forward_infer(px_batchnorm_t *op, px_tensor_t *y,
  * from the rounded var); not cuDNN's NCHW batch norm, whose training
  * forward no other call reproduces exactly. */
 int px_batchnorm_can_recompute(const px_batchnorm_t *op);
+/* The momentum the training forwards from now on move the running
+ * statistics by (in [0, 1]; the op's params.momentum until then): the
+ * calibration's cumulative average (nn/train.c). */
+void px_batchnorm_set_momentum(px_batchnorm_t *op, float momentum);
 px_status_t px_batchnorm_recompute(px_batchnorm_t *op, px_tensor_t *y, const px_tensor_t *x,
                                    const px_tensor_t *scale, const px_tensor_t *shift,
                                    const px_tensor_t *mean, const px_tensor_t *var);
