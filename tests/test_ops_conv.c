@@ -263,6 +263,8 @@ static void run_group_case(const group_case_t *gc, uint64_t seed) {
     px__ops_channels_last(ops, 1);
     assert_ok(px_tensor_init4(&xs, px_device_cpu(), cc->n, cc->c, cc->h, cc->w));
     assert_ok(px_ops_act_format(ops, PX_PRECISION_FP32, &xs));
+    assert_non_null(xs.layout); /* the mode's layout, or the case checks the plain kernels */
+    assert_string_equal(px_layout_name(xs.layout), "acdb");
   } else if (group_input_cl == 1) cl_input_spec(ops, cc->n, cc->c, cc->h, cc->w, &xs);
   else if (group_input_cl == 2) wide_blocked_spec(ops, cc->n, cc->c, cc->h, cc->w, &xs);
   else input_spec(ops, cc->blocked, cc->n, cc->c, cc->h, cc->w, &xs);

@@ -245,7 +245,8 @@ int main(int argc, char **argv) {
     if (px_trainer_calibrate_bn(t, CALIBRATE) < 0) return die("dense calibration");
     double a = pxb_cpu_s() - t0;
     t0 = pxb_cpu_s();
-    if (px__infer_load(cal) < 0 || px_trainer_calibrate_with(t, calibrate, calibrate_momentum, cal, CALIBRATE) < 0)
+    if (px__infer_load(cal) < 0 ||
+        px_trainer_calibrate_with(t, calibrate, calibrate_momentum, cal, CALIBRATE) < 0)
       return die("compact calibration");
     double c = pxb_cpu_s() - t0;
     if (a < dense_cal) dense_cal = a;

@@ -490,16 +490,15 @@ static px_status_t px__next_batch(px_trainer_t *t, px_batch_t *b) {
 px_status_t px_trainer_calibrate_with(px_trainer_t *t, px_train_batch_fn fn,
                                      px_bn_momentum_fn mom, void *ctx, int64_t n) {
   px_status_t st = PX_OK;
-  for (int64_t i = 0; i < n && st == PX_OK; i++) {
+  for (int64_t i = 0; i < n && st >= 0; i++) {
     px_batch_t b;
-    st = px__next_batch(t, &b);
+    st = px__next_batch(t, &b); /* 1: a batch */
     if (st < 0) break;
-    st = PX_OK;
     if (mom) mom(ctx, (float)(1.0 / (double)(i + 1))); /* batch i + 1 of the average */
     st = fn(ctx, b.x);
   }
-  if (mom) mom(ctx, 0.0f);
-  return st;
+  if (mom) mom(ctx, 0.0f); /* the layers' own momentum again, also after a failure */
+  return st < 0 ? st : PX_OK;
 }
 
 static px_status_t px__forward_train(void *ctx, const float *x) {
