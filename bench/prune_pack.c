@@ -61,7 +61,7 @@ static float rnd(void) {
 }
 
 int main(int argc, char **argv) {
-  px_prune_keep_t keep = {1.0, 0.5, 1.0, 0, 0};
+  px_prune_keep_t keep = {1.0, 0.5, 1.0, 0, 0, 0};
   int reps = 30, demo = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--demo")) demo = 1;

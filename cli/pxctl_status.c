@@ -191,6 +191,9 @@ static void pxctl_print_job(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
       printf("pruning    keep filters %.3g, channels %.3g, shapes %.3g%s\n", s->prune->filter_keep,
              s->prune->channel_keep, s->prune->shape_keep,
              s->prune->compact_training ? "; the compact model trains after the freeze" : "");
+    if (s->prune && s->prune->uncoupled_channel_keep > 0)
+      printf("           uncoupled convs keep %.3g of their input channels\n",
+             s->prune->uncoupled_channel_keep);
     if (s->prune && s->prune->nm_m > 0)
       printf("           N:M %d:%d along input channels\n", s->prune->nm_n, s->prune->nm_m);
   }

@@ -111,7 +111,7 @@ px_sparsity_t *px_test_onnx_sparsity(px_model_t *m, double keep, px_sparsity_par
                                   hp[i].has_consumer ? hp[i].consumer : -1, hp[i].follower};
   }
   free(hp);
-  px_prune_keep_t k = {1.0, keep, 1.0, 0, 0};
+  px_prune_keep_t k = {1.0, keep, 1.0, 0, 0, 0};
   px_sparsity_t *set;
   assert_int_equal(px_sparsity_create(sp, NULL, np, &k, &set), PX_OK);
   return set;

@@ -179,7 +179,7 @@ static int rank_main(px_th_ctx_t *ctx) {
       {"b", theta + DW, DD, 0, {0, 0, 0, 0}, 0, 0, 0},
   };
   /* small buckets, so that the exchange has several */
-  px_hsadmm_config_t cfg = {0, 1.0, 1.0, LAMBDA, {1.0, sc->keep_channel, 1.0, 0, 0}, 4 * 1024};
+  px_hsadmm_config_t cfg = {0, 1.0, 1.0, LAMBDA, {1.0, sc->keep_channel, 1.0, 0, 0, 0}, 4 * 1024};
   px_hsadmm_t *h;
   PX_TH_OK(px_hsadmm_create(comm, params, 2, &cfg, &h));
   PX_TH_OK(px_hsadmm_set_quantize(h, sc->bits, 1234));

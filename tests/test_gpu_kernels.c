@@ -186,7 +186,7 @@ static const char *const KIND_NAMES[] = {"filter", "channel", "shape"};
 static void test_stubs_and_argument_errors(void **state) {
   (void)state;
   px_conv_shape_t s = {4, 3, 3, 3}, bad = {4, 0, 3, 3};
-  px_prune_keep_t keep = {0.5, 0.5, 0.5, 0, 0};
+  px_prune_keep_t keep = {0.5, 0.5, 0.5, 0, 0, 0};
   float f = 0;
   uint8_t m[64];
   double d;
@@ -387,7 +387,7 @@ static void test_composite_projection_equals_cpu(void **state) {
   px_test_rng_t rng;
   px_test_rng_seed(&rng, 14);
   const px_prune_keep_t keeps[] = {
-      {0.5, 0.5, 0.5, 0, 0}, {0.3, 0.8, 0.6, 0, 0}, {1, 1, 0.25, 0, 0}, {1, 1, 1, 0, 0}};
+      {0.5, 0.5, 0.5, 0, 0, 0}, {0.3, 0.8, 0.6, 0, 0, 0}, {1, 1, 0.25, 0, 0, 0}, {1, 1, 1, 0, 0, 0}};
   for (size_t t = 0; t < NSHAPES; t++) {
     px_conv_shape_t s = SHAPES[t];
     size_t n = px_conv_numel(s), M = px_prune_mask_size(s), wsb = px_prune_workspace_size(s);
@@ -468,7 +468,7 @@ static void test_apply_layout_equals_cpu(void **state) {
   px_test_rng_seed(&rng, 25);
   for (size_t t = 0; t < NSHAPES; t++) {
     px_conv_shape_t s = SHAPES[t];
-    px_prune_keep_t k = {0.75, 0.75, 0.75, t % 2 ? 1 : 2, t % 2 ? 3 : 4};
+    px_prune_keep_t k = {0.75, 0.75, 0.75, t % 2 ? 1 : 2, t % 2 ? 3 : 4, 0};
     px_prune_layout_t L;
     OK(px_prune_layout_init(&L, s, &k));
     size_t n = px_conv_numel(s);
@@ -513,7 +513,7 @@ static void test_shrink_expand_equal_pack_plan(void **state) {
       {"conv_c", PX_PARAM_CONV, {6, 4, 3, 3}, 0, NULL},
   };
   const px_prune_keep_t keeps[] = {
-      {0.5, 0.75, 0.5, 0, 0}, {1, 1, 1, 0, 0}, {0.6, 0.5, 1, 0, 0}, {0, 1, 1, 0, 0}};
+      {0.5, 0.75, 0.5, 0, 0, 0}, {1, 1, 1, 0, 0, 0}, {0.6, 0.5, 1, 0, 0, 0}, {0, 1, 1, 0, 0, 0}};
   enum { NP = 4 };
   float *x[NP], *y[NP];
   uint8_t *mask[NP] = {NULL};

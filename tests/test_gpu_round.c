@@ -316,9 +316,10 @@ typedef struct {
   size_t numel[NP], off[NP], total;
 } set_t;
 
-static void set_init(set_t *f, double filter_keep, double channel_keep, double shape_keep) {
+static void set_init_u(set_t *f, double filter_keep, double channel_keep, double shape_keep,
+                       double uncoupled_keep) {
   memset(f, 0, sizeof *f);
-  px_prune_keep_t keep = {filter_keep, channel_keep, shape_keep, 0, 0};
+  px_prune_keep_t keep = {filter_keep, channel_keep, shape_keep, 0, 0, uncoupled_keep};
   assert_int_equal(px_sparsity_create(k_sp, NULL, NP, &keep, &f->sp), PX_OK);
   px_param_desc_t desc[NP];
   memset(desc, 0, sizeof desc);
@@ -332,6 +333,10 @@ static void set_init(set_t *f, double filter_keep, double channel_keep, double s
     desc[i].layout = px_sparsity_layout(f->sp, i);
   }
   assert_int_equal(px_pack_plan_create(desc, NP, 64, &f->plan), PX_OK); /* small buckets */
+}
+
+static void set_init(set_t *f, double filter_keep, double channel_keep, double shape_keep) {
+  set_init_u(f, filter_keep, channel_keep, shape_keep, 0.0);
 }
 
 static void set_free(set_t *f) {
@@ -370,10 +375,11 @@ static void state_project(const set_t *f, const px__hss_ops_t *ops, const float 
   px__hss_free(&st);
 }
 
+/* uk: prune.uncoupled_channel_keep (0: ck), the channels of A and C */
 static void check_projection(const px__hss_ops_t *ops, double fk, double ck, double sk,
-                             uint64_t seed) {
+                             double uk, uint64_t seed) {
   set_t f;
-  set_init(&f, fk, ck, sk);
+  set_init_u(&f, fk, ck, sk, uk);
   size_t mb = px_sparsity_mask_bytes(f.sp);
   float *w = set_weights(&f, seed), *want = malloc(f.total * 4), *got = malloc(f.total * 4);
   uint8_t *mwant = malloc(mb), *mgot = malloc(mb);
@@ -454,9 +460,11 @@ static void test_host_blocks_are_the_pack_plan(void **state) {
 
 static void test_host_projection_is_px_sparsity_project(void **state) {
   (void)state;
-  check_projection(&px__hss_host_ops, 0.75, 0.5, 0.3, 41);
-  check_projection(&px__hss_host_ops, 0.0, 1.0, 0.5, 42); /* nothing and everything kept */
-  check_projection(&px__hss_host_ops, 1.0, 0.3, 1.0, 43);
+  check_projection(&px__hss_host_ops, 0.75, 0.5, 0.3, 0, 41);
+  check_projection(&px__hss_host_ops, 0.0, 1.0, 0.5, 0, 42); /* nothing and everything kept */
+  check_projection(&px__hss_host_ops, 1.0, 0.3, 1.0, 0, 43);
+  check_projection(&px__hss_host_ops, 1.0, 0.5, 1.0, 1.0, 44); /* uncoupled channels all kept */
+  check_projection(&px__hss_host_ops, 0.75, 0.5, 1.0, 0.4, 45);
 }
 
 static void test_cuda_blocks_are_the_pack_plan(void **state) {
@@ -468,9 +476,11 @@ static void test_cuda_blocks_are_the_pack_plan(void **state) {
 static void test_cuda_projection_is_px_sparsity_project(void **state) {
   (void)state;
   if (!px_test_gpu_ready("the device projection")) skip();
-  check_projection(&px__hss_cuda_ops, 0.75, 0.5, 0.3, 61);
-  check_projection(&px__hss_cuda_ops, 0.0, 1.0, 0.5, 62);
-  check_projection(&px__hss_cuda_ops, 1.0, 0.3, 1.0, 63);
+  check_projection(&px__hss_cuda_ops, 0.75, 0.5, 0.3, 0, 61);
+  check_projection(&px__hss_cuda_ops, 0.0, 1.0, 0.5, 0, 62);
+  check_projection(&px__hss_cuda_ops, 1.0, 0.3, 1.0, 0, 63);
+  check_projection(&px__hss_cuda_ops, 1.0, 0.5, 1.0, 1.0, 64);
+  check_projection(&px__hss_cuda_ops, 0.75, 0.5, 1.0, 0.4, 65);
 }
 
 /* Where the device state cannot be had, it says why: without CUDA compiled

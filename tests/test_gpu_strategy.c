@@ -98,7 +98,7 @@ static int rank_main(px_th_ctx_t *ctx) {
   cfg.iterations = sc->iterations;
   cfg.local_steps = 3;
   cfg.rho1 = cfg.rho2 = 1e-2;
-  cfg.keep = (px_prune_keep_t){1.0, sc->channel_keep, 1.0, 0, 0};
+  cfg.keep = (px_prune_keep_t){1.0, sc->channel_keep, 1.0, 0, 0, 0};
   cfg.topk_ratio = 0.01;
   cfg.eval_every = 1;
   cfg.hsadmm_state = sc->hsadmm_state;

@@ -140,7 +140,7 @@ static int rank_main(px_th_ctx_t *ctx) {
       {"w", theta, DW, sc->keep_channel < 1.0, {4, 3, 1, 1}, 0, 0, 0},
       {"b", theta + DW, D - DW, 0, {0, 0, 0, 0}, 0, 0, 0},
   };
-  px_hsadmm_config_t cfg = {sc->flat, 1.0, 1.0, LAMBDA, {1.0, sc->keep_channel, 1.0, 0, 0}, 0};
+  px_hsadmm_config_t cfg = {sc->flat, 1.0, 1.0, LAMBDA, {1.0, sc->keep_channel, 1.0, 0, 0, 0}, 0};
   px_hsadmm_t *h;
   PX_TH_OK(px_hsadmm_create(comm, params, 2, &cfg, &h));
   px_hsadmm_local_ctl_t ctl;
@@ -299,7 +299,7 @@ static int coupled_rank(px_th_ctx_t *ctx) {
       {"b", theta + CA, CB, 1, {5, 6, 1, 1}, 0, 0, 0},
       {"t", theta + CA + CB, CD, 0, {0, 0, 0, 0}, 0, 0, 0},
   };
-  px_hsadmm_config_t cfg = {0, 1.0, 1.0, 0.0, {1.0, 0.5, 1.0, 0, 0}, 0};
+  px_hsadmm_config_t cfg = {0, 1.0, 1.0, 0.0, {1.0, 0.5, 1.0, 0, 0, 0}, 0};
   px_hsadmm_t *h;
   PX_TH_OK(px_hsadmm_create(comm, params, 3, &cfg, &h));
   for (int round = 0; round < 4; round++) {

@@ -60,7 +60,7 @@ static int rank_main(px_th_ctx_t *ctx) {
       {"w", theta, DW, 1, {6, 5, 3, 3}, 0, 0, 0},
       {"b", theta + DW, DD, 0, {0, 0, 0, 0}, 0, 0, 0},
   };
-  px_hsadmm_config_t cfg = {0, 1.0, 0.5, LAMBDA, {1.0, 0.6, 1.0, 0, 0}, 1024};
+  px_hsadmm_config_t cfg = {0, 1.0, 0.5, LAMBDA, {1.0, 0.6, 1.0, 0, 0, 0}, 1024};
   px_hsadmm_t *h;
   PX_TH_OK(px_hsadmm_create(comm, params, 2, &cfg, &h));
   PX_TH_OK(px_hsadmm_set_compress(h, *lossless));
@@ -150,7 +150,7 @@ static int refuse_main(px_th_ctx_t *ctx) {
   static float theta[D];
   px_hsadmm_param_t params[1] = {{"b", theta, DD, 0, {0, 0, 0, 0}, 0, 0, 0}};
   for (int mode = 0; mode < 5; mode++) {
-    px_hsadmm_config_t cfg = {mode == 2, 1.0, 1.0, LAMBDA, {1.0, 1.0, 1.0, 0, 0}, 0};
+    px_hsadmm_config_t cfg = {mode == 2, 1.0, 1.0, LAMBDA, {1.0, 1.0, 1.0, 0, 0, 0}, 0};
     px_hsadmm_t *h;
     PX_TH_OK(px_hsadmm_create(comm, params, 1, &cfg, &h));
     if (mode == 0) PX_TH_OK(px_hsadmm_set_quantize(h, 8, 1));

@@ -162,7 +162,7 @@ static int rank_killed(px_th_ctx_t *ctx) {
       {"w", theta, DW, 1, {6, 5, 3, 3}, 0, 0, 0},
       {"b", theta + DW, DD, 0, {0, 0, 0, 0}, 0, 0, 0},
   };
-  px_hsadmm_config_t cfg = {0, 1.0, 0.5, LAMBDA, {1.0, 0.67, 1.0, 0, 0}, 0};
+  px_hsadmm_config_t cfg = {0, 1.0, 0.5, LAMBDA, {1.0, 0.67, 1.0, 0, 0, 0}, 0};
   px_hsadmm_t *h;
   PX_TH_OK(px_hsadmm_create(comm, params, 2, &cfg, &h));
   PX_TH_OK(px_hsadmm_set_elastic(h, 1));
@@ -294,7 +294,7 @@ static px_hsadmm_param_t params[2] = {
     {"w", theta, DW, 1, {6, 5, 3, 3}, 0, 0, 0},
     {"b", theta + DW, DD, 0, {0, 0, 0, 0}, 0, 0, 0},
 };
-static px_hsadmm_config_t cfg = {0, 1.0, 0.5, LAMBDA, {1.0, 0.67, 1.0, 0, 0}, 0};
+static px_hsadmm_config_t cfg = {0, 1.0, 0.5, LAMBDA, {1.0, 0.67, 1.0, 0, 0, 0}, 0};
 
 static int toy_rank(px_th_ctx_t *ctx, int elastic, px_comm_t **comm, px_kv_t **kv,
                     px_hsadmm_t **h) {

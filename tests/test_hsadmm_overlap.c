@@ -70,7 +70,7 @@ static int rank_main(px_th_ctx_t *ctx) {
       {"b", theta + DW, DD, 0, {0, 0, 0, 0}, 0, 0, 0},
   };
   /* small buckets: the exchange has several requests in flight */
-  px_hsadmm_config_t cfg = {0, 1.0, 0.5, LAMBDA, {1.0, 0.6, 1.0, 0, 0}, 1024};
+  px_hsadmm_config_t cfg = {0, 1.0, 0.5, LAMBDA, {1.0, 0.6, 1.0, 0, 0, 0}, 1024};
   px_hsadmm_t *h;
   PX_TH_OK(px_hsadmm_create(comm, params, 2, &cfg, &h));
   PX_TH_OK(px_hsadmm_set_overlap(h, sc->overlap));
@@ -128,7 +128,7 @@ static int refuse_main(px_th_ctx_t *ctx) {
   static float theta[D];
   px_hsadmm_param_t params[1] = {{"b", theta, DD, 0, {0, 0, 0, 0}, 0, 0, 0}};
   for (int flat = 0; flat < 2; flat++) {
-    px_hsadmm_config_t cfg = {flat, 1.0, 1.0, LAMBDA, {1.0, 1.0, 1.0, 0, 0}, 0};
+    px_hsadmm_config_t cfg = {flat, 1.0, 1.0, LAMBDA, {1.0, 1.0, 1.0, 0, 0, 0}, 0};
     px_hsadmm_t *h;
     PX_TH_OK(px_hsadmm_create(comm, params, 1, &cfg, &h));
     if (!flat) PX_TH_OK(px_hsadmm_set_quantize(h, 8, 1));

@@ -109,7 +109,7 @@ static void prune(px_model_t *m) {
     sp[i] = (px_sparsity_param_t){hp[i].prunable, hp[i].shape,
                                   hp[i].has_consumer ? hp[i].consumer : -1, hp[i].follower};
   }
-  px_prune_keep_t keep = {1.0, 0.5, 1.0, 0, 0};
+  px_prune_keep_t keep = {1.0, 0.5, 1.0, 0, 0, 0};
   px_sparsity_t *set;
   assert_int_equal(px_sparsity_create(sp, NULL, np, &keep, &set), PX_OK);
   uint8_t *masks = calloc(px_sparsity_mask_bytes(set) + 1, 1);
@@ -364,7 +364,7 @@ static int rank_main(px_th_ctx_t *ctx) {
   cfg.iterations = ITERATIONS;
   cfg.local_steps = 8;
   cfg.rho1 = cfg.rho2 = 1e-2;
-  cfg.keep = (px_prune_keep_t){1.0, 0.5, 1.0, 0, 0};
+  cfg.keep = (px_prune_keep_t){1.0, 0.5, 1.0, 0, 0, 0};
   cfg.eval_every = ITERATIONS;
   cfg.calibrate_batches = 4;
   cfg.eval_dense = job->eval_dense;

@@ -102,7 +102,8 @@ static void test_quickstart_is_the_small_hsadmm_job(void **state) {
   assert_int_equal(s->cluster->nodes, 2);
   assert_int_equal(s->cluster->workers_per_node, 2);
   assert_string_equal(s->cluster->device, "cpu");
-  assert_float_equal(s->prune->channel_keep, 0.5, 0);
+  assert_float_equal(s->prune->channel_keep, 0.45, 0);
+  assert_float_equal(s->prune->uncoupled_channel_keep, 1.0, 0);
   /* two passes over the data: 60000 / 4 workers / batch 64 = 234 steps per
    * epoch, in outer iterations of 4 local steps */
   assert_int_equal(s->train->epochs, 2);
@@ -343,6 +344,8 @@ static void test_out_of_range_values_are_refused(void **state) {
   expect_error("admm:\n  mu: 1\n", 2, "admm.mu: expected a number > 1", NULL);
   expect_error("admm:\n  max_iterations: 0\n", 2, "admm.max_iterations", NULL);
   expect_error("admm:\n  rho1_ramp: 0.9\n", 2, "admm.rho1_ramp", "[1, 10]", NULL);
+  expect_error("prune:\n  uncoupled_channel_keep: 1.5\n", 2, "prune.uncoupled_channel_keep",
+               "[0, 1]", NULL);
   expect_error("dataset:\n  crop_padding: 40\n", 2,
                "dataset.crop_padding: expected an integer in [0, 32]", NULL);
   expect_error("model:\n  num_classes: 1\n", 2, "model.num_classes: expected 0 or an integer >= 2",

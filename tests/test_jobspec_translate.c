@@ -238,7 +238,7 @@ static void test_the_producers_translate_every_field(void **state) {
       " weight_decay: 1e-4, local_epochs: 2, seed: 77, lr_schedule: step, eval_every: 3,"
       " precision: bf16}\n"
       "prune: {filter_keep: 0.5, channel_keep: 0.75, shape_keep: 0.9, nm_n: 2, nm_m: 4,"
-      " skip_layers: [conv1]}\n"
+      " skip_layers: [conv1], uncoupled_channel_keep: 1}\n"
       "admm: {rho1: 0.01, rho2: 0.02, max_iterations: 9, mu: 5, tau: 3, rho_max: 100,"
       " freeze_on_stable: 0, eps_abs: 0, eps_rel: 0}\n"
       "comm: {bucket_bytes: 4KiB, timeout_ms: 1234, topk_ratio: 0.5, quantize: 8}\n"
@@ -265,7 +265,7 @@ static void test_the_producers_translate_every_field(void **state) {
   assert_int_equal(sc.local_steps, 100); /* 2 local epochs of 50 steps */
   assert_true(sc.rho1 == 0.01 && sc.rho2 == 0.02);
   assert_true(sc.keep.filter_keep == 0.5 && sc.keep.channel_keep == 0.75 &&
-              sc.keep.shape_keep == 0.9);
+              sc.keep.shape_keep == 0.9 && sc.keep.uncoupled_keep == 1.0);
   assert_int_equal(sc.keep.nm_n, 2);
   assert_int_equal(sc.keep.nm_m, 4);
   assert_int_equal(sc.nskip, 1);
@@ -324,6 +324,10 @@ static void test_the_producers_translate_every_field(void **state) {
             "cluster: {nodes: 2, workers_per_node: 1}\nadmm: {rho1_ramp: 1.2}\n");
   px_jobspec_admm_policy(s, &p);
   assert_true(p.rho1_ramp == 1.2);
+  /* prune.uncoupled_channel_keep absent: 0, channel_keep's */
+  assert_int_equal(px_jobspec_strategy_config(s, 50, &sc), PX_OK);
+  assert_true(sc.keep.uncoupled_keep == 0.0);
+  assert_true(px_prune_uncoupled_keep(&sc.keep) == sc.keep.channel_keep);
   px_jobspec_free(s);
 
   px_jobspec_admm_policy(NULL, &p); /* no spec: the defaults */

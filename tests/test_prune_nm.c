@@ -115,7 +115,7 @@ static void test_layout_parts(void **state) {
   assert_false(px_prune_layout_per_element(&L));
   uint8_t buf[1];
   assert_null(px_prune_part(&L, buf, PX_PRUNE_PART_NM));
-  px_prune_keep_t k = {1, 1, 1, 2, 4};
+  px_prune_keep_t k = {1, 1, 1, 2, 4, 0};
   assert_int_equal(px_prune_layout_init(&L, s, &k), PX_OK);
   assert_true(px_prune_layout_per_element(&L));
   assert_int_equal(L.off[PX_PRUNE_PART_NM], px_prune_mask_size(s));
@@ -123,7 +123,7 @@ static void test_layout_parts(void **state) {
   /* bad N:M */
   const int32_t bad[][2] = {{3, 2}, {0, 4}, {2, 0}, {65, 65}, {-1, 4}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    px_prune_keep_t b = {1, 1, 1, bad[i][0], bad[i][1]};
+    px_prune_keep_t b = {1, 1, 1, bad[i][0], bad[i][1], 0};
     assert_int_equal(px_prune_keep_validate(&b), PX_ERR_INVALID);
     assert_int_equal(px_prune_layout_init(&L, s, &b), PX_ERR_INVALID);
   }
@@ -135,7 +135,7 @@ static void test_layout_parts(void **state) {
 static void test_layout_project_apply_density(void **state) {
   (void)state;
   px_conv_shape_t s = {12, 10, 3, 3};
-  px_prune_keep_t k = {0.75, 0.6, 0.7, 2, 4};
+  px_prune_keep_t k = {0.75, 0.6, 0.7, 2, 4, 0};
   px_prune_layout_t L;
   assert_int_equal(px_prune_layout_init(&L, s, &k), PX_OK);
   size_t ne = px_conv_numel(s);
@@ -184,7 +184,7 @@ static void pmodel_init(pmodel_t *m, uint64_t seed) {
   const px_conv_shape_t sh[NP] = {{16, 12, 3, 3}, {0, 0, 0, 0}, {8, 16, 1, 1}, {6, 8, 3, 3},
                                   {0, 0, 0, 0}};
   const size_t dense[NP] = {0, 17, 0, 0, 5};
-  px_prune_keep_t k = {0.75, 0.75, 1, 2, 4}, plain = {0.5, 0.5, 1, 0, 0};
+  px_prune_keep_t k = {0.75, 0.75, 1, 2, 4, 0}, plain = {0.5, 0.5, 1, 0, 0, 0};
   px_test_rng_t rng;
   px_test_rng_seed(&rng, seed);
   memset(m, 0, sizeof *m);
@@ -298,7 +298,7 @@ static void test_sparsity_set_projects_and_freezes(void **state) {
   const px_sparsity_param_t p[4] = {{1, {8, 3, 3, 3}, 1, 0}, {1, {8, 8, 3, 3}, -1, 0},
                                     {0, {0, 0, 0, 0}, -1, 0}, {1, {4, 8, 1, 1}, -1, 0}};
   const size_t numel[4] = {216, 576, 8, 32};
-  px_prune_keep_t k = {1, 0.5, 1, 2, 4};
+  px_prune_keep_t k = {1, 0.5, 1, 2, 4, 0};
   px_sparsity_t *sp;
   assert_int_equal(px_sparsity_create(p, NULL, 4, &k, &sp), PX_OK);
   size_t off[4], total = 0;
@@ -350,7 +350,7 @@ static void test_sparsity_set_projects_and_freezes(void **state) {
   px_sparsity_param_t q[2] = {{1, {8, 3, 3, 3}, 1, 0}, {1, {8, 5, 3, 3}, -1, 0}};
   assert_int_equal(px_sparsity_create(q, NULL, 2, &k, &bad), PX_ERR_INVALID);
   /* without N:M nothing is frozen specially */
-  px_prune_keep_t plain = {1, 0.5, 1, 0, 0};
+  px_prune_keep_t plain = {1, 0.5, 1, 0, 0, 0};
   px_sparsity_t *sp2;
   assert_int_equal(px_sparsity_create(p, NULL, 4, &plain, &sp2), PX_OK);
   assert_int_equal(px_sparsity_freeze_masks(sp2, mask, mz), 0);
@@ -387,6 +387,54 @@ static void test_nm_jobspec(void **state) {
   }
 }
 
+/* prune.uncoupled_channel_keep: conv0 -> conv1 coupled at channel_keep 0.5,
+ * conv0 (reading the input) and conv2 (reading conv1's map beside others)
+ * uncoupled. Their input channels keep their own fraction, the pair still
+ * channel_keep's; 0 is channel_keep's; a fraction out of [0, 1] is refused
+ * naming the field. */
+static int kept_channels(const px_sparsity_t *sp, const uint8_t *mask, int i) {
+  const px_prune_layout_t *L = px_sparsity_layout(sp, i);
+  const uint8_t *c = px_prune_part(L, mask + px_sparsity_mask_offset(sp, i), PX_PRUNE_PART_CHANNEL);
+  int n = 0;
+  for (size_t j = 0; j < L->len[PX_PRUNE_PART_CHANNEL]; j++) n += c[j];
+  return n;
+}
+
+static void test_uncoupled_channels_keep_their_own_fraction(void **state) {
+  (void)state;
+  const px_sparsity_param_t p[3] = {
+      {1, {8, 6, 3, 3}, 1, 0}, {1, {8, 8, 3, 3}, -1, 0}, {1, {4, 8, 1, 1}, -1, 0}};
+  const size_t numel[3] = {432, 576, 32};
+  size_t off[3] = {0, 432, 1008}, total = 1040;
+  const double uk[4] = {1.0, 0.25, 0.0, 0.5};
+  const int want0[4] = {6, 2, 3, 3}, want2[4] = {8, 2, 4, 4};
+  for (int t = 0; t < 4; t++) {
+    px_prune_keep_t k = {1, 0.5, 1, 0, 0, uk[t]};
+    px_sparsity_t *sp;
+    assert_int_equal(px_sparsity_create(p, NULL, 3, &k, &sp), PX_OK);
+    float *x = malloc(total * 4);
+    uint8_t *mask = malloc(px_sparsity_mask_bytes(sp));
+    px_test_rng_t rng;
+    px_test_rng_seed(&rng, 40 + (uint64_t)t);
+    px_test_fill_normal(&rng, x, total);
+    assert_int_equal(px_sparsity_project(sp, x, off, mask), PX_OK);
+    assert_int_equal(kept_channels(sp, mask, 0), want0[t]);
+    assert_int_equal(kept_channels(sp, mask, 1), 4); /* the coupled pair: channel_keep */
+    assert_int_equal(kept_channels(sp, mask, 2), want2[t]);
+    size_t zeros = 0; /* conv0's 6 - want0 channels are zero in all 8 filters... */
+    for (size_t j = 0; j < numel[0]; j++) zeros += x[j] == 0.0f;
+    /* ...and so are its 4 filters pruned with conv1's channels */
+    assert_int_equal(zeros, (size_t)(4 * 54 + 4 * (6 - want0[t]) * 9));
+    free(x), free(mask);
+    px_sparsity_destroy(sp);
+  }
+  px_prune_keep_t bad = {1, 0.5, 1, 0, 0, 1.5};
+  px_sparsity_t *sp = NULL;
+  assert_int_equal(px_sparsity_create(p, NULL, 3, &bad, &sp), PX_ERR_INVALID);
+  assert_null(sp);
+  assert_non_null(strstr(px_last_error(), "uncoupled_channel_keep"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_nm_projection_matches_reference),
@@ -395,6 +443,7 @@ int main(void) {
       cmocka_unit_test(test_layout_project_apply_density),
       cmocka_unit_test(test_nm_pack_roundtrip),
       cmocka_unit_test(test_sparsity_set_projects_and_freezes),
+      cmocka_unit_test(test_uncoupled_channels_keep_their_own_fraction),
       cmocka_unit_test(test_nm_jobspec),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -221,9 +221,9 @@ static void test_roundtrip_on_resnet_like_model(void **state) {
   (void)state;
   px_param_desc_t d[32];
   int n = resnet_like(d, 31, 16);
-  check_plan(d, n, (px_prune_keep_t){1, 0.5, 1, 0, 0}, PX_PACK_DEFAULT_BUCKET_BYTES, 1);
-  check_plan(d, n, (px_prune_keep_t){0.75, 0.5, 1, 0, 0}, 4096, 2);
-  check_plan(d, n, (px_prune_keep_t){0.5, 0.75, 0.7, 0, 0}, 1000, 3); /* shape pruning inside blocks */
+  check_plan(d, n, (px_prune_keep_t){1, 0.5, 1, 0, 0, 0}, PX_PACK_DEFAULT_BUCKET_BYTES, 1);
+  check_plan(d, n, (px_prune_keep_t){0.75, 0.5, 1, 0, 0, 0}, 4096, 2);
+  check_plan(d, n, (px_prune_keep_t){0.5, 0.75, 0.7, 0, 0, 0}, 1000, 3); /* shape pruning inside blocks */
 }
 
 static void test_layer_larger_than_a_bucket(void **state) {
@@ -233,9 +233,9 @@ static void test_layer_larger_than_a_bucket(void **state) {
       {"bias", PX_PARAM_DENSE, {0, 0, 0, 0}, 7, NULL},
   };
   /* buckets of 1, 3 and 37 floats: every boundary lands mid-row */
-  check_plan(d, 2, (px_prune_keep_t){0.5, 0.5, 1, 0, 0}, 4, 4);
-  check_plan(d, 2, (px_prune_keep_t){0.5, 0.5, 0.5, 0, 0}, 12, 5);
-  check_plan(d, 2, (px_prune_keep_t){1, 0.3, 1, 0, 0}, 148, 6);
+  check_plan(d, 2, (px_prune_keep_t){0.5, 0.5, 1, 0, 0, 0}, 4, 4);
+  check_plan(d, 2, (px_prune_keep_t){0.5, 0.5, 0.5, 0, 0, 0}, 12, 5);
+  check_plan(d, 2, (px_prune_keep_t){1, 0.3, 1, 0, 0, 0}, 148, 6);
 }
 
 static void test_hundreds_of_tiny_layers(void **state) {
@@ -245,9 +245,9 @@ static void test_hundreds_of_tiny_layers(void **state) {
   for (int i = 0; i < N; i++)
     d[i] = i % 3 == 2 ? (px_param_desc_t){"b", PX_PARAM_DENSE, {0, 0, 0, 0}, 1 + (size_t)i % 4, NULL}
                       : (px_param_desc_t){"c", PX_PARAM_CONV, {1 + i % 3, 1 + i % 4, 1, 1 + i % 2}, 0, NULL};
-  check_plan(d, N, (px_prune_keep_t){0.5, 0.5, 1, 0, 0}, 64, 7);
-  check_plan(d, N, (px_prune_keep_t){1, 1, 1, 0, 0}, 4, 8);
-  check_plan(d, N, (px_prune_keep_t){0.6, 0.4, 0.5, 0, 0}, PX_PACK_DEFAULT_BUCKET_BYTES, 9);
+  check_plan(d, N, (px_prune_keep_t){0.5, 0.5, 1, 0, 0, 0}, 64, 7);
+  check_plan(d, N, (px_prune_keep_t){1, 1, 1, 0, 0, 0}, 4, 8);
+  check_plan(d, N, (px_prune_keep_t){0.6, 0.4, 0.5, 0, 0, 0}, PX_PACK_DEFAULT_BUCKET_BYTES, 9);
 }
 
 static void test_everything_pruned(void **state) {
@@ -257,13 +257,13 @@ static void test_everything_pruned(void **state) {
       {"b", PX_PARAM_CONV, {4, 8, 1, 1}, 0, NULL},
       {"c", PX_PARAM_CONV, {2, 4, 3, 3}, 0, NULL},
   };
-  check_plan(d, 3, (px_prune_keep_t){0, 1, 1, 0, 0}, 64, 10); /* no buckets at all */
-  check_plan(d, 3, (px_prune_keep_t){1, 0, 1, 0, 0}, 64, 11);
-  check_plan(d, 3, (px_prune_keep_t){1, 1, 0, 0, 0}, 64, 12);
+  check_plan(d, 3, (px_prune_keep_t){0, 1, 1, 0, 0, 0}, 64, 10); /* no buckets at all */
+  check_plan(d, 3, (px_prune_keep_t){1, 0, 1, 0, 0, 0}, 64, 11);
+  check_plan(d, 3, (px_prune_keep_t){1, 1, 0, 0, 0, 0}, 64, 12);
 
   /* with nothing packed there are no buckets, and expand zeroes everything */
   model_t m;
-  model_init(&m, d, 3, (px_prune_keep_t){0, 0, 0, 0, 0}, 13);
+  model_init(&m, d, 3, (px_prune_keep_t){0, 0, 0, 0, 0, 0}, 13);
   px_pack_plan_t *plan;
   assert_int_equal(px_pack_plan_create(m.desc, 3, 64, &plan), PX_OK);
   assert_int_equal(px_pack_plan_set_masks(plan, (const uint8_t *const *)m.mask), PX_OK);
@@ -281,7 +281,7 @@ static void test_nothing_pruned_packs_everything(void **state) {
   (void)state;
   px_param_desc_t d[32];
   int n = resnet_like(d, 31, 8);
-  check_plan(d, n, (px_prune_keep_t){1, 1, 1, 0, 0}, 256, 14);
+  check_plan(d, n, (px_prune_keep_t){1, 1, 1, 0, 0, 0}, 256, 14);
   /* a fresh plan (no masks set) is the dense layout */
   px_pack_plan_t *plan;
   assert_int_equal(px_pack_plan_create(d, n, 0, &plan), PX_OK);
@@ -295,7 +295,7 @@ static void test_frozen_plan_allocates_nothing(void **state) {
   px_param_desc_t d[32];
   int n = resnet_like(d, 31, 16);
   model_t m;
-  model_init(&m, d, n, (px_prune_keep_t){1, 0.5, 1, 0, 0}, 15);
+  model_init(&m, d, n, (px_prune_keep_t){1, 0.5, 1, 0, 0, 0}, 15);
   px_pack_plan_t *plan;
   assert_int_equal(px_pack_plan_create(m.desc, n, 2048, &plan), PX_OK);
   assert_int_equal(px_pack_plan_set_masks(plan, (const uint8_t *const *)m.mask), PX_OK);

@@ -228,7 +228,7 @@ static void test_keep_counts_are_exact(void **state) {
   double keeps[] = {0.1, 0.25, 0.3, 0.5, 0.7, 0.9};
   for (size_t i = 0; i < sizeof keeps / sizeof keeps[0]; i++) {
     px_test_fill_normal(&rng, w, n);
-    px_prune_keep_t k = {keeps[i], keeps[i], keeps[i], 0, 0};
+    px_prune_keep_t k = {keeps[i], keeps[i], keeps[i], 0, 0, 0};
     assert_int_equal(px_prune_project(w, s, &k, mask, NULL, 0), PX_OK);
     size_t f = 0, c = 0, g = 0;
     for (int o = 0; o < s.c_out; o++) f += mask[o];
@@ -291,7 +291,7 @@ static void test_composite_is_filter_then_channel_then_shape(void **state) {
   uint8_t *mask = malloc(ms), *mb = malloc(ms);
   void *ws = malloc(px_prune_workspace_size(s));
   px_test_fill_normal(&rng, x, n);
-  px_prune_keep_t k = {0.75, 0.5, 0.6, 0, 0};
+  px_prune_keep_t k = {0.75, 0.5, 0.6, 0, 0, 0};
   memcpy(a, x, n * sizeof *x);
   memcpy(b, x, n * sizeof *x);
   assert_int_equal(px_prune_project(a, s, &k, mask, ws, px_prune_workspace_size(s)), PX_OK);
@@ -324,7 +324,7 @@ static void test_composite_is_filter_then_channel_then_shape(void **state) {
   px_prune_apply_mask(b, s, mask);
   assert_memory_equal(a, b, n * sizeof *a);
   /* a projection with every keep at 1 changes nothing and keeps every group */
-  px_prune_keep_t all = {1, 1, 1, 0, 0};
+  px_prune_keep_t all = {1, 1, 1, 0, 0, 0};
   memcpy(a, x, n * sizeof *x);
   assert_int_equal(px_prune_project(a, s, &all, mask, NULL, 0), PX_OK);
   assert_memory_equal(a, x, n * sizeof *a);
@@ -336,7 +336,7 @@ static void test_bad_arguments_are_rejected(void **state) {
   (void)state;
   float w[4] = {1, 2, 3, 4};
   uint8_t m[16];
-  px_prune_keep_t bad = {0.5, 1.5, 1.0, 0, 0};
+  px_prune_keep_t bad = {0.5, 1.5, 1.0, 0, 0, 0};
   assert_int_equal(px_prune_project(w, (px_conv_shape_t){2, 2, 1, 1}, &bad, m, NULL, 0),
                    PX_ERR_INVALID);
   assert_non_null(strstr(px_last_error(), "channel_keep"));
@@ -361,7 +361,7 @@ static void test_projection_with_workspace_allocates_nothing(void **state) {
   uint8_t *mask = malloc(px_prune_mask_size(s));
   size_t wsb = px_prune_workspace_size(s);
   void *ws = malloc(wsb);
-  px_prune_keep_t k = {0.5, 0.5, 0.8, 0, 0};
+  px_prune_keep_t k = {0.5, 0.5, 0.8, 0, 0, 0};
   px_mem_stats_t before, after;
   px_mem_stats(&before);
   for (int it = 0; it < 20; it++) {

@@ -83,7 +83,7 @@ static void rank_setup(px_th_ctx_t *ctx, const scenario_t *sc, px_trainer_t **t,
   cfg->iterations = ITERS;
   cfg->local_steps = 3;
   cfg->rho1 = cfg->rho2 = 1e-2;
-  cfg->keep = (px_prune_keep_t){1.0, sc->kind == PX_STRATEGY_HSADMM ? 0.5 : 1.0, 1.0, 0, 0};
+  cfg->keep = (px_prune_keep_t){1.0, sc->kind == PX_STRATEGY_HSADMM ? 0.5 : 1.0, 1.0, 0, 0, 0};
   cfg->topk_ratio = 0.05;
   cfg->eval_every = 2;
   cfg->checkpoint_dir = ck;

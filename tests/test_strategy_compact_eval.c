@@ -81,7 +81,7 @@ static int rank_main(px_th_ctx_t *ctx) {
   cfg.iterations = ITERATIONS;
   cfg.local_steps = 4;
   cfg.rho1 = cfg.rho2 = 1e-2;
-  cfg.keep = (px_prune_keep_t){1.0, 0.5, 1.0, 0, 0};
+  cfg.keep = (px_prune_keep_t){1.0, 0.5, 1.0, 0, 0, 0};
   cfg.eval_every = 2;
   cfg.calibrate_batches = 8;
   cfg.eval_dense = *eval_dense;

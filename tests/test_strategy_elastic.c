@@ -125,7 +125,7 @@ static void config(px_strategy_config_t *cfg, const rank_ctx_t *rc, px_kv_t *kv)
   cfg->iterations = ITERATIONS;
   cfg->local_steps = 4;
   cfg->rho1 = cfg->rho2 = 1e-2;
-  cfg->keep = (px_prune_keep_t){1.0, 1.0, 1.0, 0, 0};
+  cfg->keep = (px_prune_keep_t){1.0, 1.0, 1.0, 0, 0, 0};
   cfg->calibrate_batches = 4;
   cfg->observe = observe;
   cfg->observe_ctx = (void *)rc;

@@ -89,7 +89,7 @@ static int rank_main(px_th_ctx_t *ctx) {
   cfg.local_steps = 2;
   cfg.rho1 = 0.05;
   cfg.rho2 = 0.01;
-  cfg.keep = (px_prune_keep_t){1.0, 0.5, 1.0, 0, 0};
+  cfg.keep = (px_prune_keep_t){1.0, 0.5, 1.0, 0, 0, 0};
   cfg.eval_every = ITERATIONS;
   cfg.calibrate_batches = 2;
   cfg.final_prox = rc->final_prox;

@@ -91,7 +91,7 @@ static int rank_main(px_th_ctx_t *ctx) {
   cfg.stage_host = *stage_host;
   cfg.local_steps = 4;
   cfg.rho1 = cfg.rho2 = 1e-2;
-  cfg.keep = (px_prune_keep_t){1.0, 1.0, 1.0, 2, 4};
+  cfg.keep = (px_prune_keep_t){1.0, 1.0, 1.0, 2, 4, 0};
   cfg.eval_every = 1;
   cfg.observe = observe;
   cfg.observe_ctx = &ctx->rank;

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Accuracy over seeds: hsadmm (channel keep 0.5 and 0.3) beside dense DDP
-# with the same data budget, each over SEEDS, on the quickstart's recipe
-# (examples/quickstart.yaml, examples/ddp.yaml) and, with LONG=1, on longer
-# ones (ResNet-20 for 10 epochs; ResNet-18 at channel keep 0.5). Each run is
-# `pxctl run` of the example with train.seed set (and the keep or epochs
-# changed); its JSON summary is kept in OUT/CONFIG-sSEED.json and reused when
-# there, so seeds can be added run by run.
+# Accuracy over seeds: hsadmm (the quickstart's recipe, and at channel keep
+# 0.3) beside dense DDP with the same data budget, each over SEEDS, on the
+# quickstart's recipe (examples/quickstart.yaml, examples/ddp.yaml) and,
+# with LONG=1, on longer ones (ResNet-20 for 10 epochs; ResNet-18). Each run
+# is `pxctl run` of the example with train.seed set (and the keep or epochs
+# changed); its JSON summary is kept in OUT/CONFIG-sSEED.json and reused
+# when there, so seeds can be added run by run.
 #
 #   bench/accuracy/run.sh [BUILD_DIR]
-#   SEEDS="1 2 3" CONFIGS="quick-ddp quick-hsadmm-0.5" OUT=~/acc bench/accuracy/run.sh
+#   SEEDS="1 2 3" CONFIGS="quick-ddp quick-hsadmm" OUT=~/acc bench/accuracy/run.sh
+#
+# Configurations: PREFIX-ddp (examples/ddp.yaml), PREFIX-hsadmm (the
+# quickstart as it is), PREFIX-hsadmm-K (its prune.channel_keep set to K);
+# PREFIX quick (2 epochs), long (10 epochs) or r18 (ResNet-18).
 #
 # Prints a RUN line per run and, per configuration, RESULT lines: the mean
 # and standard deviation (sample, n-1) of the final test accuracy in percent,
@@ -24,9 +28,9 @@ pxctl=$build/cli/pxctl
 [ -x "$pxctl" ] || { echo "run.sh: $pxctl not built (make build)" >&2; exit 1; }
 SEEDS=${SEEDS:-1 2 3 4 5}
 if [ "${LONG:-0}" = 1 ]; then
-  CONFIGS=${CONFIGS:-quick-ddp quick-hsadmm-0.5 quick-hsadmm-0.3 long-ddp long-hsadmm-0.5 r18-ddp r18-hsadmm-0.5}
+  CONFIGS=${CONFIGS:-quick-ddp quick-hsadmm quick-hsadmm-0.3 long-ddp long-hsadmm r18-ddp r18-hsadmm}
 else
-  CONFIGS=${CONFIGS:-quick-ddp quick-hsadmm-0.5 quick-hsadmm-0.3}
+  CONFIGS=${CONFIGS:-quick-ddp quick-hsadmm quick-hsadmm-0.3}
 fi
 bench_scratch
 OUT=${OUT:-$dir/runs}
@@ -38,6 +42,7 @@ spec() {
   local base sedx=""
   case $1 in
     *-ddp) base=$root/examples/ddp.yaml ;;
+    *-hsadmm) base=$root/examples/quickstart.yaml ;;
     *-hsadmm-*) base=$root/examples/quickstart.yaml
                 sedx="s/^  channel_keep: .*/  channel_keep: ${1##*-}/" ;;
     *) echo "run.sh: unknown configuration $1" >&2; exit 2 ;;
@@ -58,7 +63,7 @@ spec() {
 # tag CONFIG: "-<the variant's letters>" for an hsadmm configuration with a
 # VARIANT, else "".
 tag() {
-  case $1 in *-hsadmm-*) [ -n "${VARIANT:-}" ] && printf -- '-%s' "$(echo "$VARIANT" | tr -cd 'a-z0-9_.')" ;; esac
+  case $1 in *-hsadmm | *-hsadmm-*) [ -n "${VARIANT:-}" ] && printf -- '-%s' "$(echo "$VARIANT" | tr -cd 'a-z0-9_.')" ;; esac
   return 0
 }
 
@@ -106,7 +111,7 @@ for c in configs:
     print("RESULT inter_bytes_%s %.0f B" % (c, statistics.mean(r["inter_bytes"] for r in runs)))
     print("RESULT wall_s_%s %.1f s" % (c, statistics.mean(r["wall_s"] for r in runs)))
 for c in configs:
-    dense = c.split("-hsadmm-", 1)[0] + "-ddp"
-    if "-hsadmm-" in c and dense in means:
+    dense = c.split("-hsadmm", 1)[0] + "-ddp"
+    if "-hsadmm" in c and dense in means:
         print("RESULT accuracy_gap_pt_%s %+.2f pt (vs %s)" % (c, means[c] - means[dense], dense))
 PYEOF

@@ -116,7 +116,7 @@ static int bench_setup(bench_t *b, const char *arch, double channel_keep) {
     spp[i].shape = b->hp[i].shape;
     spp[i].consumer = b->hp[i].has_consumer ? b->hp[i].consumer : -1;
   }
-  b->keep = (px_prune_keep_t){1.0, channel_keep, 1.0, 0, 0};
+  b->keep = (px_prune_keep_t){1.0, channel_keep, 1.0, 0, 0, 0};
   TRY(px_sparsity_create(spp, names, b->np, &b->keep, &b->sp), "sparsity set");
   b->mbytes = px_sparsity_mask_bytes(b->sp);
   b->mask = malloc(b->mbytes ? b->mbytes : 1);

@@ -73,7 +73,7 @@ static int rank_main(int rank, const char *arch, double fkeep, double keep, cons
     fprintf(stderr, "rank %d: %s\n", rank, px_last_error());
     return 1;
   }
-  px_hsadmm_config_t cfg = {0, 1e-3, 1e-3, 5e-4, {fkeep, keep, 1.0, 0, 0}, 0};
+  px_hsadmm_config_t cfg = {0, 1e-3, 1e-3, 5e-4, {fkeep, keep, 1.0, 0, 0, 0}, 0};
   px_hsadmm_t *h;
   if (px_hsadmm_create(c, hp, np, &cfg, &h)) {
     fprintf(stderr, "rank %d: %s\n", rank, px_last_error());

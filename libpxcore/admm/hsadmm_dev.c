@@ -201,7 +201,8 @@ px_status_t px__hss_project(const px__hss_t *st, px__hss_dev_t *d, const px_spar
                               px_prune_part(L, masks + mo, PX_PRUNE_PART_FILTER),
                               px_prune_part(L, d->scratch + mo, PX_PRUNE_PART_FILTER)));
     if (px_sparsity_is_consumer(sp, i)) continue; /* chosen with its producer below */
-    PX_CHECK(px__project_kind(st, d, x, L->shape, PX_PRUNE_GROUP_CHANNEL, k->channel_keep,
+    PX_CHECK(px__project_kind(st, d, x, L->shape, PX_PRUNE_GROUP_CHANNEL,
+                              px_prune_uncoupled_keep(k),
                               px_prune_part(L, masks + mo, PX_PRUNE_PART_CHANNEL),
                               px_prune_part(L, d->scratch + mo, PX_PRUNE_PART_CHANNEL)));
   }

@@ -112,6 +112,8 @@ const px__js_field_t px__js_fields[] = {
     {S_PRUNE, "nm_n", PX__JS_INT, 0, 0, PX_PRUNE_NM_MAX, NULL, 0, NULL},
     {S_PRUNE, "nm_m", PX__JS_INT, 0, 0, PX_PRUNE_NM_MAX, NULL, 0, NULL},
     {S_PRUNE, "compact_training", PX__JS_BOOL, 0, 0, 0, NULL, 0, NULL},
+    /* 0: channel_keep's (the fraction every conv kept before the field) */
+    {S_PRUNE, "uncoupled_channel_keep", PX__JS_DOUBLE, 0, 0, 1, NULL, 0, NULL},
 
     /* rho1 = rho2 = 1e-3: the proximal pull rho * (theta - z + u) then has
      * the size of the weight decay (5e-4 * theta) for CNN weights of the

@@ -41,10 +41,15 @@ px_status_t px__keep_check(const char *field, double keep) {
   return PX_OK;
 }
 
+double px_prune_uncoupled_keep(const px_prune_keep_t *keep) {
+  return keep->uncoupled_keep > 0.0 ? keep->uncoupled_keep : keep->channel_keep;
+}
+
 px_status_t px_prune_keep_validate(const px_prune_keep_t *keep) {
   PX_CHECK(px__keep_check("filter_keep", keep->filter_keep));
   PX_CHECK(px__keep_check("channel_keep", keep->channel_keep));
   PX_CHECK(px__keep_check("shape_keep", keep->shape_keep));
+  PX_CHECK(px__keep_check("uncoupled_channel_keep", keep->uncoupled_keep));
   return px__nm_check(keep->nm_n, keep->nm_m);
 }
 

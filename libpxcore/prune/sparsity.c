@@ -149,7 +149,7 @@ px_status_t px_sparsity_project(px_sparsity_t *sp, float *base, const size_t *of
                                      px_prune_part(L, m, PX_PRUNE_PART_FILTER), sp->ws,
                                      sp->ws_bytes));
     if (sp->is_consumer[i]) continue; /* its channels are chosen with its producer below */
-    PX_CHECK(px_prune_project_channel(x, L->shape, k->channel_keep,
+    PX_CHECK(px_prune_project_channel(x, L->shape, px_prune_uncoupled_keep(k),
                                       px_prune_part(L, m, PX_PRUNE_PART_CHANNEL), sp->ws,
                                       sp->ws_bytes));
   }

@@ -70,6 +70,9 @@
  *                           consecutive input channels of a filter at one kernel
  *                           position at most nm_n stay; 1 <= nm_n <= nm_m <= 64,
  *                           both 0: off
+ *     uncoupled_channel_keep: 0  [0, 1], the input channels of convs not
+ *                           coupled with a producer (readers of the image, a
+ *                           residual stream, a concatenation); 0: channel_keep
  *   admm:
  *     rho1: 1e-3            > 0, initial intra-node penalty
  *     rho2: 1e-3            > 0, initial inter-node penalty

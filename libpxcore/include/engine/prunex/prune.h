@@ -45,7 +45,14 @@ typedef struct {
   double channel_keep;  /* groups W[:,c,:,:] */
   double shape_keep;    /* groups W[:,c,h,w] */
   int32_t nm_n, nm_m;   /* N:M along input channels; 0, 0: off */
+  /* groups W[:,c,:,:] of a conv whose input channels are not coupled with a
+   * producer's filters (px_sparsity_param_t.consumer): 0 is channel_keep's */
+  double uncoupled_keep;
 } px_prune_keep_t;
+
+/* The channel keep of an uncoupled conv: keep->uncoupled_keep, or
+ * keep->channel_keep where that is 0. */
+PX_API double px_prune_uncoupled_keep(const px_prune_keep_t *keep);
 
 /* PX_PRUNE_NM_MAX, the largest M: arch.h (a job spec is checked against it). */
 
