@@ -50,12 +50,19 @@ static void test_residual_balancing_moves_rho_towards_balance(void **state) {
   assert_float_equal(d[0].rho2, 0.5, 0);
 }
 
-static void test_freeze_after_stable_iterations_is_sticky(void **state) {
-  (void)state;
+/* The defaults with the freeze rules given and no iteration limit. */
+static px_admm_policy_t freeze_policy(int32_t on_stable, int32_t at_iteration) {
   px_admm_policy_t p;
   px_admm_policy_defaults(&p);
-  p.freeze_on_stable = 2;
+  p.freeze_on_stable = on_stable;
+  p.freeze_iteration = at_iteration;
   p.max_iterations = 0;
+  return p;
+}
+
+static void test_freeze_after_stable_iterations_is_sticky(void **state) {
+  (void)state;
+  px_admm_policy_t p = freeze_policy(2, 0);
   px_admm_policy_state_t st = {0};
   px_admm_layer_report_t L = layer(1, 1, 1, 1);
   px_admm_layer_decision_t d;
@@ -70,11 +77,7 @@ static void test_freeze_after_stable_iterations_is_sticky(void **state) {
 
 static void test_freeze_at_set_iteration(void **state) {
   (void)state;
-  px_admm_policy_t p;
-  px_admm_policy_defaults(&p);
-  p.freeze_on_stable = 0;
-  p.freeze_iteration = 3;
-  p.max_iterations = 0;
+  px_admm_policy_t p = freeze_policy(0, 3);
   px_admm_policy_state_t st = {0};
   px_admm_layer_report_t L = layer(1, 1, 1, 1);
   px_admm_layer_decision_t d;
@@ -156,12 +159,8 @@ static void test_tolerance_scales_with_ranks_and_norms(void **state) {
  * from then on rho1 stays; the ramp stops at rho_max. */
 static void test_rho1_ramp_until_the_freeze(void **state) {
   (void)state;
-  px_admm_policy_t p;
-  px_admm_policy_defaults(&p);
+  px_admm_policy_t p = freeze_policy(0, 3);
   p.adaptive_rho = 0;
-  p.freeze_on_stable = 0;
-  p.freeze_iteration = 3;
-  p.max_iterations = 0;
   p.rho1_ramp = 1.5;
   px_admm_policy_state_t st = {0};
   px_admm_layer_report_t L = layer(1, 1, 1, 1);

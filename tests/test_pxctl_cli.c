@@ -665,19 +665,20 @@ static void small_spec(fixture_t *f, char *spec, size_t n, const char *name, con
   write_text(spec, text);
 }
 
-/* Status says the precision and whether the compact model trains after
- * the freeze, as the spec asks. */
+/* Status says the precision, whether the compact model trains after the
+ * freeze and the uncoupled convs' keep, as the spec asks. */
 static void test_status_shows_precision_and_compact_training(void **state) {
   fixture_t *f = *state;
   char spec[400];
   small_spec(f, spec, sizeof spec, "compact",
              "train: {batch_size: 16, local_steps: 2, precision: bf16}\n"
-             "prune: {channel_keep: 0.5, compact_training: true}\n");
+             "prune: {channel_keep: 0.5, compact_training: true, uncoupled_channel_keep: 1}\n");
   assert_int_equal(pxctl(f, (const char *[]){"submit", spec, NULL}), 0);
   assert_int_equal(pxctl(f, (const char *[]){"status", "compact", NULL}), 0);
   assert_non_null(strstr(f->r.out, "training   batch 16 per worker, precision bf16"));
   assert_non_null(
       strstr(f->r.out, "channels 0.5, shapes 1; the compact model trains after the freeze"));
+  assert_non_null(strstr(f->r.out, "uncoupled convs keep 1 of their input channels"));
 }
 
 /* submit --nodes/--workers-per-node (the Slurm script's allocation) change
