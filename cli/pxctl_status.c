@@ -187,10 +187,15 @@ static void pxctl_print_job(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
     if (s->train)
       printf("training   batch %d per worker, precision %s\n", s->train->batch_size,
              s->train->precision[0] ? s->train->precision : "fp32");
-    if (s->prune)
-      printf("pruning    keep filters %.3g, channels %.3g, shapes %.3g%s\n", s->prune->filter_keep,
-             s->prune->channel_keep, s->prune->shape_keep,
+    if (s->prune) {
+      char kept[64]; /* a MAC budget chooses the channel keep when the job starts */
+      if (s->prune->mac_keep > 0)
+        snprintf(kept, sizeof kept, "within %.3g of the dense MACs", s->prune->mac_keep);
+      else snprintf(kept, sizeof kept, "%.3g", s->prune->channel_keep);
+      printf("pruning    keep filters %.3g, channels %s, shapes %.3g%s\n", s->prune->filter_keep,
+             kept, s->prune->shape_keep,
              s->prune->compact_training ? "; the compact model trains after the freeze" : "");
+    }
     if (s->prune && s->prune->uncoupled_channel_keep > 0)
       printf("           uncoupled convs keep %.3g of their input channels\n",
              s->prune->uncoupled_channel_keep);

@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include "prunex/export.h"
 #include "prunex/hsadmm.h"
 #include "prunex/prune_internal.h"
 #include "prunex/strategy.h"
@@ -101,6 +102,12 @@ void px_test_onnx_check_grads_vs(const px_model_t *m, const px_model_t *cpu, con
 
 px_sparsity_t *px_test_onnx_sparsity(px_model_t *m, double keep, px_sparsity_param_t *sp,
                                      size_t *off) {
+  px_prune_keep_t k = {1.0, keep, 1.0, 0, 0, 0};
+  return px_test_onnx_sparsity_keep(m, &k, sp, off);
+}
+
+px_sparsity_t *px_test_onnx_sparsity_keep(px_model_t *m, const px_prune_keep_t *k,
+                                          px_sparsity_param_t *sp, size_t *off) {
   int np = px_model_num_params(m);
   px_hsadmm_param_t *hp = calloc((size_t)np, sizeof *hp);
   px_strategy_hsadmm_params(m, NULL, 0, hp);
@@ -111,10 +118,49 @@ px_sparsity_t *px_test_onnx_sparsity(px_model_t *m, double keep, px_sparsity_par
                                   hp[i].has_consumer ? hp[i].consumer : -1, hp[i].follower};
   }
   free(hp);
-  px_prune_keep_t k = {1.0, keep, 1.0, 0, 0, 0};
   px_sparsity_t *set;
-  assert_int_equal(px_sparsity_create(sp, NULL, np, &k, &set), PX_OK);
+  assert_int_equal(px_sparsity_create(sp, NULL, np, k, &set), PX_OK);
   return set;
+}
+
+double px_test_mac_budget(px_ops_t *ops, px_model_t *m, int32_t batch, double mac_keep,
+                          double uncoupled, uint64_t *macs_out) {
+  int np = px_model_num_params(m);
+  px_hsadmm_param_t *hp = calloc((size_t)np, sizeof *hp);
+  px_strategy_hsadmm_params(m, NULL, 0, hp);
+  double keep = 0;
+  uint64_t macs = 0, dense = px_model_macs(m);
+  if (px_strategy_mac_keep(m, hp, mac_keep, &keep, &macs) != PX_OK)
+    fail_msg("mac_keep %g: %s", mac_keep, px_last_error());
+  assert_true((double)macs <= mac_keep * (double)dense);
+  assert_true(px_strategy_coupled_macs(m, hp, keep) == macs);
+  /* the next channel any group would keep is over the budget */
+  if (keep < 1.0) assert_true((double)px_strategy_coupled_macs(m, hp, keep + 1e-6) >
+                              mac_keep * (double)dense);
+  free(hp);
+  /* the masks projected at that keep, and the compact model they give */
+  px_sparsity_param_t *sp = calloc((size_t)np, sizeof *sp);
+  size_t *off = calloc((size_t)np, sizeof *off);
+  px_prune_keep_t k = {1.0, keep, 1.0, 0, 0, uncoupled};
+  px_sparsity_t *set = px_test_onnx_sparsity_keep(m, &k, sp, off);
+  uint8_t *masks = calloc(px_sparsity_mask_bytes(set) + 1, 1);
+  assert_int_equal(px_sparsity_project(set, px_model_flat_params(m)->data, off, masks), PX_OK);
+  px_model_t *cm = NULL;
+  if (px_model_compact(m, ops, batch, &cm) != PX_OK) fail_msg("compact: %s", px_last_error());
+  uint64_t cmacs = px_model_macs(cm);
+  print_message("mac_keep %g (uncoupled keep %g): channel keep %.6g, %llu of %llu MACs counted, "
+                "%llu compact\n", mac_keep, uncoupled, keep, (unsigned long long)macs,
+                (unsigned long long)dense, (unsigned long long)cmacs);
+  /* exact where every uncoupled conv keeps its inputs; a bound elsewhere */
+  if (uncoupled >= 1.0) assert_true(cmacs == macs);
+  else assert_true(cmacs <= macs);
+  px_model_destroy(cm);
+  px_sparsity_destroy(set);
+  free(masks);
+  free(off);
+  free(sp);
+  if (macs_out) *macs_out = macs;
+  return keep;
 }
 
 size_t px_test_onnx_packed_floats(px_model_t *m, const px_sparsity_t *set,

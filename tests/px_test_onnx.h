@@ -1,6 +1,7 @@
 /* Checks shared by the ONNX import tests (test_onnx_import, test_onnx_zoo)
- * against the references tests/onnx_import_nets.py writes; they fail the
- * running cmocka test on a mismatch. */
+ * against the references tests/onnx_import_nets.py writes, and the MAC
+ * budget's (test_mac_budget too); they fail the running cmocka test on a
+ * mismatch. */
 #ifndef PX_TEST_ONNX_H
 #define PX_TEST_ONNX_H
 
@@ -33,6 +34,19 @@ void px_test_onnx_check_grads_vs(const px_model_t *m, const px_model_t *cpu, con
  * parameter's offset in the flat parameters). */
 px_sparsity_t *px_test_onnx_sparsity(px_model_t *m, double keep, px_sparsity_param_t *sp,
                                      size_t *off);
+/* The same with every keep of k. */
+px_sparsity_t *px_test_onnx_sparsity_keep(px_model_t *m, const px_prune_keep_t *k,
+                                          px_sparsity_param_t *sp, size_t *off);
+
+/* prune.mac_keep on m (a CPU model; its weights are pruned): the channel
+ * keep px_strategy_mac_keep chooses is returned and its count into
+ * *macs_out (may be NULL). Checked: the count is within the budget and the
+ * next channel any group keeps is over it; masks projected at that keep
+ * (uncoupled convs at `uncoupled`, 0: the channel keep) give a compact
+ * model (px_model_compact for `batch` samples) of exactly that count when
+ * uncoupled is 1, at most it otherwise. */
+double px_test_mac_budget(px_ops_t *ops, px_model_t *m, int32_t batch, double mac_keep,
+                          double uncoupled, uint64_t *macs_out);
 
 /* The packed floats of m's parameters by masks (px_sparsity's, as
  * px_sparsity_project writes them), the followers packed by theirs or

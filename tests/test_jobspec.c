@@ -346,6 +346,7 @@ static void test_out_of_range_values_are_refused(void **state) {
   expect_error("admm:\n  rho1_ramp: 0.9\n", 2, "admm.rho1_ramp", "[1, 10]", NULL);
   expect_error("prune:\n  uncoupled_channel_keep: 1.5\n", 2, "prune.uncoupled_channel_keep",
                "[0, 1]", NULL);
+  expect_error("prune:\n  mac_keep: -0.5\n", 2, "prune.mac_keep", "[0, 1]", NULL);
   expect_error("dataset:\n  crop_padding: 40\n", 2,
                "dataset.crop_padding: expected an integer in [0, 32]", NULL);
   expect_error("model:\n  num_classes: 1\n", 2, "model.num_classes: expected 0 or an integer >= 2",
@@ -375,6 +376,9 @@ static void test_cross_field_rules_are_refused(void **state) {
   expect_error("name: c\ndataset:\n  name: cifar10\n", 3, "dataset.path: cifar10", NULL);
   expect_error("cluster:\n  nodes: 2048\n  workers_per_node: 1024\n", 3,
                "cluster.workers_per_node: 2048 nodes x 1024 workers", NULL);
+  /* a MAC budget chooses the channel keep: not both (the budget's line) */
+  expect_error("prune:\n  mac_keep: 0.5\n  channel_keep: 0.45\n", 2,
+               "prune.mac_keep: 0.5 chooses the channel keep itself", "(it is 0.45)", NULL);
 }
 
 static void test_error_in_a_real_file_names_its_path(void **state) {

@@ -328,6 +328,13 @@ static void test_the_producers_translate_every_field(void **state) {
   assert_int_equal(px_jobspec_strategy_config(s, 50, &sc), PX_OK);
   assert_true(sc.keep.uncoupled_keep == 0.0);
   assert_true(px_prune_uncoupled_keep(&sc.keep) == sc.keep.channel_keep);
+  assert_true(sc.mac_keep == 0.0); /* no budget */
+  px_jobspec_free(s);
+  /* prune.mac_keep reaches the strategy, which chooses the channel keep */
+  s = parse("strategy: hsadmm\nmodel: {name: resnet20}\ndataset: {name: synthetic}\n"
+            "cluster: {nodes: 2, workers_per_node: 1}\nprune: {mac_keep: 0.5}\n");
+  assert_int_equal(px_jobspec_strategy_config(s, 50, &sc), PX_OK);
+  assert_true(sc.mac_keep == 0.5 && sc.keep.channel_keep == 1.0);
   px_jobspec_free(s);
 
   px_jobspec_admm_policy(NULL, &p); /* no spec: the defaults */

@@ -499,6 +499,33 @@ static void imported_graphs_prune_by_coupled_groups_and_compact_exactly(void **s
   px_ops_destroy(ops);
 }
 
+/* prune.mac_keep on the imported MobileNetV2-style net: its groups run
+ * through depthwise followers (expansion -> depthwise -> projection), and
+ * the masks projected at the keep the budget chooses give a compact model
+ * of exactly the counted MACs (the stream readers keeping their inputs),
+ * at most them where the readers prune theirs (px_test_mac_budget). */
+static void imported_mobilenet_meets_a_mac_budget(void **state) {
+  (void)state;
+  if (!have_torch()) skip();
+  px_ops_t *ops;
+  assert_int_equal(px_ops_create(px_device_cpu(), 1, &ops), PX_OK);
+  const double budget[2] = {0.5, 0.3}, uncoupled[2] = {1.0, 0.0};
+  for (int k = 0; k < 2; k++) {
+    char dir[64], cmd[128];
+    reference("mobilenet", dir);
+    px_model_t *m = import(ops, dir);
+    uint64_t dense = px_model_macs(m), macs;
+    double keep = px_test_mac_budget(ops, m, BATCH, budget[k], uncoupled[k], &macs);
+    print_message("mobilenet at %g of %llu MACs: channel keep %.4g, %llu\n", budget[k],
+                  (unsigned long long)dense, keep, (unsigned long long)macs);
+    assert_true(keep > 0.0 && keep < 1.0);
+    px_model_destroy(m);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+  }
+  px_ops_destroy(ops);
+}
+
 /* The compact model of m (which the caller pruned), its ONNX export
  * (dir/compact.onnx, onnx's full check) imported again: the logits of all
  * three on one random batch of c x h x w; the compact model's numel. */
@@ -1198,6 +1225,7 @@ int main(void) {
       cmocka_unit_test(other_input_sizes_match_pytorch),
       cmocka_unit_test(depthwise_and_se_convs_are_left_out_of_pruning),
       cmocka_unit_test(imported_graphs_prune_by_coupled_groups_and_compact_exactly),
+      cmocka_unit_test(imported_mobilenet_meets_a_mac_budget),
       cmocka_unit_test(unsupported_operator_is_refused_with_node_and_file),
       cmocka_unit_test(truncated_and_garbage_files_are_refused),
       cmocka_unit_test(imported_vgg_exports_to_onnx_that_opencv_runs_alike),

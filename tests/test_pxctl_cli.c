@@ -666,7 +666,7 @@ static void small_spec(fixture_t *f, char *spec, size_t n, const char *name, con
 }
 
 /* Status says the precision, whether the compact model trains after the
- * freeze and the uncoupled convs' keep, as the spec asks. */
+ * freeze, the uncoupled convs' keep and a MAC budget, as the spec asks. */
 static void test_status_shows_precision_and_compact_training(void **state) {
   fixture_t *f = *state;
   char spec[400];
@@ -679,6 +679,12 @@ static void test_status_shows_precision_and_compact_training(void **state) {
   assert_non_null(
       strstr(f->r.out, "channels 0.5, shapes 1; the compact model trains after the freeze"));
   assert_non_null(strstr(f->r.out, "uncoupled convs keep 1 of their input channels"));
+  /* a MAC budget in place of the channel keep */
+  small_spec(f, spec, sizeof spec, "budget",
+             "train: {batch_size: 16, local_steps: 2}\nprune: {mac_keep: 0.5}\n");
+  assert_int_equal(pxctl(f, (const char *[]){"submit", spec, NULL}), 0);
+  assert_int_equal(pxctl(f, (const char *[]){"status", "budget", NULL}), 0);
+  assert_non_null(strstr(f->r.out, "keep filters 1, channels within 0.5 of the dense MACs, shapes 1\n"));
 }
 
 /* submit --nodes/--workers-per-node (the Slurm script's allocation) change

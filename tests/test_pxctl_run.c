@@ -3,7 +3,9 @@
  * iterations of 2 local steps) runs to SUCCEEDED and the last line of
  * --json output carries the figures; Ctrl-C (SIGINT) in the middle of a
  * long job cancels it and leaves no process and no directory behind;
- * missing programs are named. The tests that need pxagent and pxworker
+ * missing programs are named; a job with a MAC budget gets the compact
+ * model the hand count says, and one whose budget is too small fails
+ * naming it. The tests that need pxagent and pxworker
  * skip, saying so, when those are not built. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -187,9 +189,9 @@ static void test_every_other_strategy_runs_through_pxctl_run(void **state) {
 }
 
 /* Runs an hsadmm job whose residuals converge at once (the tolerances are
- * huge), stop_on_converged as given; answers pxctl run's JSON summary of a
- * job that SUCCEEDED (the caller frees it). */
-static pxj_t *run_converging_job(fixture_t *f, int stop_on_converged) {
+ * huge), stop_on_converged and the prune section as given; answers pxctl
+ * run's JSON summary of a job that SUCCEEDED (the caller frees it). */
+static pxj_t *run_converging_job(fixture_t *f, int stop_on_converged, const char *prune) {
   FILE *fp = fopen(f->spec, "w");
   assert_non_null(fp);
   fprintf(fp,
@@ -197,10 +199,10 @@ static pxj_t *run_converging_job(fixture_t *f, int stop_on_converged) {
           "dataset:\n  name: synthetic\n  augment: false\n"
           "cluster:\n  nodes: 2\n  workers_per_node: 1\n  device: cpu\n"
           "train:\n  batch_size: 8\n  local_steps: 1\n  lr: 0.05\n  eval_every: 50\n"
-          "prune:\n  channel_keep: 0.5\n"
+          "prune:\n%s"
           "admm:\n  max_iterations: 5\n  eps_abs: 1e9\n  eps_rel: 1e9\n"
           "  stop_on_converged: %s\n",
-          stop_on_converged ? "true" : "false");
+          prune, stop_on_converged ? "true" : "false");
   fclose(fp);
   const char *args[] = {"run", f->spec, "--json", "--work-dir", f->runs, NULL};
   int code = pxt_pxctl(&f->r, f->dir, args, NULL, 240000);
@@ -220,7 +222,7 @@ static pxj_t *run_converging_job(fixture_t *f, int stop_on_converged) {
 static void test_early_stop_still_reports_the_final_accuracy(void **state) {
   fixture_t *f = *state;
   if (!have_agent()) skip();
-  pxj_t *v = run_converging_job(f, 1);
+  pxj_t *v = run_converging_job(f, 1, "  channel_keep: 0.5\n");
   double iters = pxj_num(v, "iterations"), acc = pxj_num(v, "test_accuracy");
   assert_true(iters >= 1.0 && iters < 5.0);
   assert_true(acc >= 0.0 && acc <= 1.0);
@@ -233,11 +235,49 @@ static void test_early_stop_still_reports_the_final_accuracy(void **state) {
 static void test_the_whole_budget_runs_by_default(void **state) {
   fixture_t *f = *state;
   if (!have_agent()) skip();
-  pxj_t *v = run_converging_job(f, 0);
+  /* with a budget of half the MACs instead of a channel keep: 8, 15 and 30
+   * of each stage's 16, 32 and 64 inner channels (test_mac_budget), the
+   * stream readers' inputs kept (a budget's default); the stem, the two shortcuts and the
+   * classifier as in the hand count of the tiny job above */
+  pxj_t *v = run_converging_job(f, 0, "  mac_keep: 0.5\n");
   assert_true(pxj_num(v, "iterations") == 5.0);
   assert_non_null(strstr(pxj_str(v, "reason"), "it trained its whole budget (5 iterations); the "
                                                "residuals converged at iteration 0"));
+  double inner = 8.0 * 3 * 2 * 16 * 9 * 1024 + 15.0 * (16 * 9 * 256 + 32 * 9 * 256 + 4 * 32 * 9 * 256) +
+                 30.0 * (32 * 9 * 64 + 64 * 9 * 64 + 4 * 64 * 9 * 64);
+  double fixed = 16.0 * 3 * 9 * 1024 + 32.0 * 16 * 256 + 64.0 * 32 * 64 + 64.0 * 10;
+  printf("compact MACs %.0f of %.0f\n", pxj_num(v, "compact_macs"), pxj_num(v, "dense_macs"));
+  assert_true(pxj_num(v, "compact_macs") == inner + fixed);
+  assert_true(pxj_num(v, "compact_macs") <= 0.5 * pxj_num(v, "dense_macs"));
   pxj_free(v);
+}
+
+/* A budget below what the unpruned layers compute fails the job as it
+ * starts, the reason naming the field and both figures. */
+static void test_a_mac_budget_too_small_fails_naming_both_figures(void **state) {
+  fixture_t *f = *state;
+  if (!have_agent()) skip();
+  FILE *fp = fopen(f->spec, "w");
+  assert_non_null(fp);
+  fprintf(fp, "strategy: hsadmm\nname: budget\nmodel:\n  name: resnet20\n"
+              "dataset:\n  name: synthetic\n  augment: false\n"
+              "cluster:\n  nodes: 2\n  workers_per_node: 1\n  device: cpu\n"
+              "train:\n  batch_size: 8\n  local_steps: 1\n"
+              "prune:\n  mac_keep: 0.01\nadmm:\n  max_iterations: 3\n");
+  fclose(fp);
+  const char *args[] = {"run", f->spec, "--json", "--work-dir", f->runs, NULL};
+  assert_int_not_equal(pxt_pxctl(&f->r, f->dir, args, NULL, 240000), 0);
+  char line[8192];
+  pxj_t *v = pxj_parse(pxt_last_line(f->r.out, line, sizeof line));
+  assert_non_null(v);
+  assert_string_equal(pxj_str(v, "state"), "FAILED");
+  const char *reason = pxj_str(v, "reason");
+  printf("%.300s\n", reason);
+  assert_non_null(strstr(reason, "prune.mac_keep: 0.01 of the model's 40813184 "
+                                 "multiply-accumulates per image is less than the 2198144 (5.4%)"));
+  pxj_free(v);
+  pid_t left[16];
+  assert_int_equal(pxt_procs_mentioning(f->runs, left, 16), 0);
 }
 
 /* Starts a long job with pxctl run and waits until it is RUNNING; returns
@@ -391,6 +431,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_every_other_strategy_runs_through_pxctl_run, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_the_whole_budget_runs_by_default, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_mac_budget_too_small_fails_naming_both_figures, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_early_stop_still_reports_the_final_accuracy, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_run_of_a_tiny_job_succeeds_and_reports_json, setup,

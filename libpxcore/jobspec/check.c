@@ -100,7 +100,8 @@ static px_status_t px__js_check_onnx(const Prunex__V1__JobSpec *spec, px__js_whe
 }
 
 /* The prune section's cross-field rules: N:M is both numbers or neither;
- * compact training is H-SADMM's (the strategies with frozen masks). */
+ * compact training is H-SADMM's (the strategies with frozen masks); a MAC
+ * budget chooses the channel keep, so the spec does not give both. */
 static px_status_t px__js_check_prune(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
   const Prunex__V1__PruneSpec *p = spec->prune;
   if (p->compact_training && spec->strategy != PRUNEX__V1__STRATEGY__STRATEGY_HSADMM &&
@@ -111,6 +112,13 @@ static px_status_t px__js_check_prune(const Prunex__V1__JobSpec *spec, px__js_wh
                        "prune.compact_training: trains the compact model once H-SADMM's masks "
                        "are frozen and has no meaning for strategy %s (use false)",
                        px_jobspec_strategy_name(spec->strategy));
+  if (p->mac_keep > 0.0 && p->channel_keep < 1.0)
+    return px__js_fail(PX_ERR_INVALID, w,
+                       px__js_mark(w, px__js_find("prune.mac_keep"),
+                                   px__js_find("prune.channel_keep")),
+                       "prune.mac_keep: %g chooses the channel keep itself; leave out "
+                       "prune.channel_keep (it is %g) or mac_keep",
+                       p->mac_keep, p->channel_keep);
   /* the field named first is the one set alone, else nm_n (too large) */
   const char *field = p->nm_m == 0 ? "prune.nm_m" : "prune.nm_n";
   if ((p->nm_n == 0) != (p->nm_m == 0) || p->nm_n > p->nm_m)

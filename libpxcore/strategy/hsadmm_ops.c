@@ -423,6 +423,23 @@ static void px__hsadmm_log_fc(const px_model_t *m) {
            "all %d stay dense", nfc, nfc);
 }
 
+/* prune.mac_keep: the channel keep that meets the budget, the same on
+ * every rank (px_strategy_mac_keep reads the graph alone). The uncoupled
+ * convs keep their inputs unless the spec says otherwise: then the count
+ * is the compact model's, where their own pruning would leave it a loose
+ * bound (the channels another reader keeps stay). */
+static px_status_t px__hsadmm_mac_budget(const px__strategy_run_t *r,
+                                         const px__hsadmm_strategy_t *s, px_prune_keep_t *keep) {
+  uint64_t macs = 0, dense = px_model_macs(r->m);
+  if (keep->uncoupled_keep == 0.0) keep->uncoupled_keep = 1.0;
+  PX_CHECK(px_strategy_mac_keep(r->m, s->hp, r->cfg->mac_keep, &keep->channel_keep, &macs));
+  if (px_comm_rank(r->comm) == 0)
+    px_log(PX_LOG_INFO, "prune.mac_keep %g: channel keep %.6g, %.2f M of the dense %.2f M "
+           "multiply-accumulates per image (%.1f%%)", r->cfg->mac_keep, keep->channel_keep,
+           (double)macs / 1e6, (double)dense / 1e6, 100.0 * (double)macs / (double)dense);
+  return PX_OK;
+}
+
 static px_status_t px__hsadmm_create(px__strategy_run_t *r, void **priv) {
   const px_strategy_config_t *c = r->cfg;
   px__hsadmm_strategy_t *s = px_calloc(1, sizeof *s, "strategy.hsadmm");
@@ -454,6 +471,7 @@ static px_status_t px__hsadmm_create(px__strategy_run_t *r, void **priv) {
   }
   px_hsadmm_config_t hc = {c->kind == PX_STRATEGY_HSADMM_FLAT, c->rho1, c->rho2, lambda, c->keep,
                            c->bucket_bytes};
+  if (c->mac_keep > 0.0) PX_CHECK(px__hsadmm_mac_budget(r, s, &hc.keep));
   PX_CHECK(px__hsadmm_create_joining(r->comm, s->hp, r->np, &hc, ops, r->joining, &s->h));
   if (r->staged) PX_CHECK(px__hsadmm_setup_staging(r, s));
   PX_CHECK(px_hsadmm_set_quantize(s->h, c->quantize_bits, c->seed));

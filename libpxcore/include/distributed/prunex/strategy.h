@@ -108,6 +108,9 @@ typedef struct {
   int32_t local_steps;      /* optimiser steps per iteration; 0: one epoch */
   double rho1, rho2;        /* initial penalties (hsadmm) */
   px_prune_keep_t keep;     /* structured set of conv weights (hsadmm) */
+  double mac_keep;          /* hsadmm: > 0: keep.channel_keep is the largest whose model keeps
+                               at most this fraction of the dense MACs (px_strategy_mac_keep),
+                               and keep.uncoupled_keep 0 means 1 */
   const char *const *skip_layers; /* parameter names never pruned (borrowed) */
   int32_t nskip;
   double topk_ratio;        /* topk: fraction of each tensor's entries sent (0, 1] */
@@ -227,6 +230,25 @@ typedef struct {
  * at a host mirror for a model on a GPU). */
 PX_API void px_strategy_hsadmm_params(px_model_t *m, const char *const *skip_layers, int nskip,
                                       px_hsadmm_param_t *out);
+
+/* Multiply-accumulates per image (px_model_macs_kept) of m with every
+ * coupled group of hp (px_strategy_hsadmm_params: a producer's filters, its
+ * consumer's input channels and the depthwise convs between) at
+ * px_prune_keep_count(keep, C) of its C channels and every other channel
+ * kept: the compact model's count when the masks are frozen at that keep,
+ * an upper bound where filter_keep or uncoupled convs' channel keeps leave
+ * zeros that the compact model drops. 0 when the graph cannot be read. */
+PX_API uint64_t px_strategy_coupled_macs(const px_model_t *m, const px_hsadmm_param_t *hp,
+                                         double keep);
+
+/* prune.mac_keep: *channel_keep = the largest keep j / C (of some coupled
+ * group's C channels) whose px_strategy_coupled_macs is at most mac_keep
+ * (in (0, 1]) times the dense model's, 1 when the whole model is within
+ * it; *macs (may be NULL) gets that count. Depends on m's graph and hp
+ * alone, so every rank chooses the same. PX_ERR_INVALID, naming
+ * prune.mac_keep, when one channel per group is already over the budget. */
+PX_API px_status_t px_strategy_mac_keep(const px_model_t *m, const px_hsadmm_param_t *hp,
+                                        double mac_keep, double *channel_keep, uint64_t *macs);
 
 /* Runs the strategy to the end on every rank of comm. Rank 0 calls control
  * after every iteration (other ranks may pass NULL, except in an elastic

@@ -226,6 +226,12 @@ PX_API size_t px_model_activation_bytes(const px_model_t *m);
  * for resnet20 on 1 x 32 x 32): of the dense model, or of a compact one
  * (px_model_compact). 0 when the graph cannot be read. */
 PX_API uint64_t px_model_macs(const px_model_t *m);
+/* The same count with some convs narrower: node k (px_model_node) computes
+ * out_kept[k] output and in_kept[k] input channels where those are >= 0
+ * (either array may be NULL: all kept). A grouped conv counts c_in / groups
+ * inputs per filter whatever in_kept says. */
+PX_API uint64_t px_model_macs_kept(const px_model_t *m, const int32_t *out_kept,
+                                   const int32_t *in_kept);
 
 /* One training step's forward and backward on a full batch: x is
  * [batch][in_channels][height][width] plain host f32, y [batch] labels.
