@@ -11,7 +11,8 @@
 #   SEEDS="1 2 3" CONFIGS="quick-ddp quick-hsadmm" OUT=~/acc bench/accuracy/run.sh
 #
 # Configurations: PREFIX-ddp (examples/ddp.yaml), PREFIX-hsadmm (the
-# quickstart as it is), PREFIX-hsadmm-K (its prune.channel_keep set to K);
+# quickstart as it is), PREFIX-hsadmm-K (its prune.channel_keep set to K),
+# PREFIX-hsadmm-macK (prune.mac_keep K in place of its channel keep);
 # PREFIX quick (2 epochs), long (10 epochs) or r18 (ResNet-18).
 #
 # Prints a RUN line per run and, per configuration, RESULT lines: the mean
@@ -43,6 +44,8 @@ spec() {
   case $1 in
     *-ddp) base=$root/examples/ddp.yaml ;;
     *-hsadmm) base=$root/examples/quickstart.yaml ;;
+    *-hsadmm-mac*) base=$root/examples/quickstart.yaml
+                   sedx="s/^  channel_keep: .*/  mac_keep: ${1##*-mac}/" ;;
     *-hsadmm-*) base=$root/examples/quickstart.yaml
                 sedx="s/^  channel_keep: .*/  channel_keep: ${1##*-}/" ;;
     *) echo "run.sh: unknown configuration $1" >&2; exit 2 ;;
