@@ -53,6 +53,7 @@ typedef struct {
   int iterations;
   int freeze_at; /* > 0: the controller freezes the masks at this iteration */
   int hsadmm_state; /* px_strategy_config_t.hsadmm_state */
+  double mac_keep;  /* px_strategy_config_t.mac_keep (0: channel_keep as given) */
 } scenario_t;
 
 static px_status_t control(void *ctx, const px_iteration_t *it, px_hsadmm_decision_t *d) {
@@ -83,6 +84,50 @@ static int pruned_filters_are_zero(px_model_t *m, const float *w) {
   return zero_filters;
 }
 
+/* A MAC budget on the device model: the keep and count the CPU model of
+ * the same graph gives (test_mac_budget: 0.46875 and 19,653,248 at half
+ * of resnet20 on 1 x 32 x 32), and the final model's coupled producers
+ * keep that many nonzero filters. */
+static int budget_kept(px_model_t *m, const float *w, double mac_keep) {
+  int np = px_model_num_params(m), ok = 1;
+  px_hsadmm_param_t *hp = calloc((size_t)np, sizeof *hp);
+  px_strategy_hsadmm_params(m, NULL, 0, hp);
+  double keep = 0, cpu_keep = 0;
+  uint64_t macs = 0, cpu_macs = 0;
+  ok &= px_strategy_mac_keep(m, hp, mac_keep, &keep, &macs) == PX_OK;
+  px_ops_t *ops;
+  px_model_t *cm;
+  px_model_config_t cfg = *px_model_config(m);
+  ok &= px_ops_create(px_device_cpu(), 1, &ops) == PX_OK && px_model_create(ops, &cfg, &cm) == PX_OK;
+  if (ok) {
+    px_hsadmm_param_t *cp = calloc((size_t)np, sizeof *cp);
+    px_strategy_hsadmm_params(cm, NULL, 0, cp);
+    ok &= px_strategy_mac_keep(cm, cp, mac_keep, &cpu_keep, &cpu_macs) == PX_OK;
+    free(cp);
+    px_model_destroy(cm);
+    px_ops_destroy(ops);
+  }
+  printf("mac_keep %g on the device model: keep %.6g, %llu MACs (CPU model: %.6g, %llu)\n",
+         mac_keep, keep, (unsigned long long)macs, cpu_keep, (unsigned long long)cpu_macs);
+  ok &= keep == cpu_keep && macs == cpu_macs && macs <= mac_keep * (double)px_model_macs(m);
+  size_t off = 0;
+  for (int i = 0; i < np; i++) {
+    const px_tensor_t *v = px_model_param(m, i)->value;
+    if (hp[i].prunable && hp[i].has_consumer && !hp[i].follower) {
+      size_t per = px_tensor_numel(v) / (size_t)v->dims[0], kept = 0;
+      for (int64_t o = 0; o < v->dims[0]; o++) {
+        int any = 0;
+        for (size_t j = 0; j < per && !any; j++) any = w[off + (size_t)o * per + j] != 0.0f;
+        kept += (size_t)any;
+      }
+      ok &= kept == px_prune_keep_count(keep, (size_t)v->dims[0]);
+    }
+    off += px_tensor_numel(v);
+  }
+  free(hp);
+  return ok;
+}
+
 static int rank_main(px_th_ctx_t *ctx) {
   const scenario_t *sc = ctx->arg;
   px_train_config_t tc;
@@ -102,6 +147,7 @@ static int rank_main(px_th_ctx_t *ctx) {
   cfg.topk_ratio = 0.01;
   cfg.eval_every = 1;
   cfg.hsadmm_state = sc->hsadmm_state;
+  cfg.mac_keep = sc->mac_keep;
   px_strategy_result_t res;
   PX_TH_OK(px_strategy_run(t, comm, &cfg, control, (void *)sc, &res));
   PX_TH_CHECK(res.iterations == sc->iterations);
@@ -126,6 +172,7 @@ static int rank_main(px_th_ctx_t *ctx) {
     px_th_shared[4] = pruned_filters_are_zero(m, w);
     px_th_shared[6] = (double)(mine[0] >> 32);
     px_th_shared[7] = (double)(mine[0] & 0xffffffffu);
+    if (sc->mac_keep > 0) PX_TH_CHECK(budget_kept(m, w, sc->mac_keep));
   }
   free(w);
   px_comm_destroy(comm);
@@ -150,7 +197,7 @@ static void run(const scenario_t *sc) {
 
 static void test_hsadmm_on_the_gpu(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_HSADMM, 0.5, 4, 1, 0};
+  scenario_t sc = {PX_STRATEGY_HSADMM, 0.5, 4, 1, 0, 0};
   run(&sc);
   assert_true(px_th_shared[0] > 0.3 && px_th_shared[0] < 0.6);
   assert_true(px_th_shared[1] > 0 && px_th_shared[1] < 0.75 * px_th_shared[2]);
@@ -163,7 +210,7 @@ static void test_hsadmm_on_the_gpu(void **state) {
  * model, accuracy, density and bytes, through pruning and frozen rounds. */
 static void test_device_state_matches_host_state(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_HSADMM, 0.5, 3, 1, 1};
+  scenario_t sc = {PX_STRATEGY_HSADMM, 0.5, 3, 1, 1, 0};
   run(&sc);
   double host[8];
   memcpy(host, (const void *)px_th_shared, sizeof host);
@@ -174,16 +221,25 @@ static void test_device_state_matches_host_state(void **state) {
       fail_msg("figure %d: device state %.17g, host state %.17g", i, px_th_shared[i], host[i]);
 }
 
+/* prune.mac_keep on the device: the budget's keep is the CPU graph's, and
+ * the device-state projection keeps that many channels per group. */
+static void test_a_mac_budget_on_the_gpu(void **state) {
+  (void)state;
+  scenario_t sc = {PX_STRATEGY_HSADMM, 1.0, 3, 1, 1, 0.5};
+  run(&sc);
+  assert_true(px_th_shared[4] > 0); /* the producers' pruned filters */
+}
+
 static void test_ddp_on_the_gpu(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_DDP, 1.0, 2, 0, 0};
+  scenario_t sc = {PX_STRATEGY_DDP, 1.0, 2, 0, 0, 0};
   run(&sc);
   assert_true(px_th_shared[1] > 0 && px_th_shared[1] == px_th_shared[2]);
 }
 
 static void test_topk_on_the_gpu(void **state) {
   (void)state;
-  scenario_t sc = {PX_STRATEGY_TOPK, 1.0, 2, 0, 0};
+  scenario_t sc = {PX_STRATEGY_TOPK, 1.0, 2, 0, 0, 0};
   run(&sc);
   assert_true(px_th_shared[1] > 0 && px_th_shared[1] < 0.2 * px_th_shared[2]);
 }
@@ -195,6 +251,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_hsadmm_on_the_gpu),
       cmocka_unit_test(test_device_state_matches_host_state),
+      cmocka_unit_test(test_a_mac_budget_on_the_gpu),
       cmocka_unit_test(test_ddp_on_the_gpu),
       cmocka_unit_test(test_topk_on_the_gpu),
   };
