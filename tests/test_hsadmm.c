@@ -347,6 +347,73 @@ static void test_coupled_channels_take_their_filters(void **state) {
   assert_int_equal(px_th_run(4, nodes, coupled_rank, NULL, 120), 0);
 }
 
+/* The same two coupled convs, the masks frozen after the second round,
+ * when the nodes' choices differ and their union keeps more than half of
+ * A's 6 filters: the frozen masks keep that union, or with the exact
+ * freeze (prune.mac_keep) z's own 3, which the budget was counted for. */
+static px_status_t freeze_now(void *ctx, const px_hsadmm_round_t *round,
+                              px_hsadmm_decision_t *d) {
+  (void)ctx;
+  (void)round;
+  d->freeze = 1;
+  return PX_OK;
+}
+
+static int exact_freeze_rank(px_th_ctx_t *ctx) {
+  const int *exact = ctx->arg;
+  px_comm_t *comm;
+  PX_TH_OK(px_th_comm(ctx, NULL, &comm));
+  float theta[CN];
+  for (int i = 0; i < CN; i++) theta[i] = (float)px_th_val(7, 0, (size_t)i);
+  px_hsadmm_param_t params[3] = {
+      {"a", theta, CA, 1, {6, 4, 1, 1}, 1, 1, 0},
+      {"b", theta + CA, CB, 1, {5, 6, 1, 1}, 0, 0, 0},
+      {"t", theta + CA + CB, CD, 0, {0, 0, 0, 0}, 0, 0, 0},
+  };
+  px_hsadmm_config_t cfg = {0, 1.0, 1.0, 0.0, {1.0, 0.5, 1.0, 0, 0, 0}, 0};
+  px_hsadmm_t *h;
+  PX_TH_OK(px_hsadmm_create(comm, params, 3, &cfg, &h));
+  px_hsadmm_set_exact_freeze(h, *exact);
+  int at_freeze = 0;
+  for (int round = 0; round < 4; round++) {
+    for (int i = 0; i < CN; i++) theta[i] += (float)px_th_val(11 + (uint64_t)round, ctx->rank, (size_t)i);
+    px_hsadmm_round_t *rd;
+    PX_TH_OK(px_hsadmm_sync(h, &rd));
+    const uint8_t *ma = px_hsadmm_mask(h, 0), *mb = px_hsadmm_mask(h, 1);
+    const float *za = px_hsadmm_z(h, 0);
+    int kept = 0, nz = 0;
+    for (int c = 0; c < 6; c++) {
+      PX_TH_CHECK(ma[c] == mb[5 + c]);
+      kept += ma[c];
+      int any = 0;
+      for (int i = 0; i < 4; i++) any |= za[c * 4 + i] != 0.0f;
+      if (!ma[c]) PX_TH_CHECK(!any);
+      nz += any;
+    }
+    /* z is projected until the freeze; after it, masked by the frozen masks */
+    PX_TH_CHECK(nz <= (round >= 2 && !*exact ? at_freeze : 3));
+    if (round == 1) at_freeze = kept;
+    if (round >= 2) PX_TH_CHECK(px_hsadmm_frozen(h) && kept == (*exact ? 3 : at_freeze));
+    int stop;
+    PX_TH_OK(px_hsadmm_decide(h, round == 1 ? freeze_now : keep_going, NULL, &stop));
+  }
+  if (ctx->rank == 0) px_th_shared[0] = at_freeze;
+  px_hsadmm_destroy(h);
+  px_comm_destroy(comm);
+  return 0;
+}
+
+static void test_exact_freeze_keeps_z_own_groups(void **state) {
+  (void)state;
+  int nodes[4] = {0, 0, 1, 1};
+  for (int exact = 0; exact <= 1; exact++) {
+    assert_int_equal(px_th_run(4, nodes, exact_freeze_rank, &exact, 120), 0);
+    print_message("exact freeze %d: the union held %.0f of 6 filters at the freeze\n", exact,
+                  px_th_shared[0]);
+    assert_true(px_th_shared[0] > 3); /* the nodes disagreed: the union held more */
+  }
+}
+
 int main(int argc, char **argv) {
   px_th_init(argc, argv);
   const struct CMUnitTest tests[] = {
@@ -355,6 +422,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sparse_consensus_stays_in_set_and_freezes),
       cmocka_unit_test(test_rho_change_keeps_unscaled_duals),
       cmocka_unit_test(test_coupled_channels_take_their_filters),
+      cmocka_unit_test(test_exact_freeze_keeps_z_own_groups),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

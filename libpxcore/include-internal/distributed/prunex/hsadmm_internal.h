@@ -57,6 +57,14 @@ px_status_t px_hsadmm_set_compress(px_hsadmm_t *h, int lossless);
  * node). Set on every rank before the first sync. Fails with PX_ERR_INVALID
  * in flat or quantized mode, PX_ERR_STATE after a sync, PX_ERR_NOMEM. */
 px_status_t px_hsadmm_set_overlap(px_hsadmm_t *h, int on);
+
+/* prune.mac_keep: at the freeze every part of the masks becomes z's own
+ * projection (mask_z, the same on every rank) instead of the OR of the
+ * nodes' masks, which keeps more groups wherever the nodes chose
+ * differently and would take the compact model over the budget the keep
+ * was chosen for. Set on every rank alike (a rank joining an elastic job
+ * too) before the freeze. */
+void px_hsadmm_set_exact_freeze(px_hsadmm_t *h, int on);
 void px_hsadmm_set_drain(px_hsadmm_t *h, int drain);
 px_status_t px_hsadmm_overlap_start(px_hsadmm_t *h);
 px_status_t px_hsadmm_overlap_drain(px_hsadmm_t *h);
