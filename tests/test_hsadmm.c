@@ -289,19 +289,34 @@ static void test_rho_change_keeps_unscaled_duals(void **state) {
  * every pruned group, and the leaders move exactly the packed blocks. */
 enum { CA = 24, CB = 30, CD = 3, CN = CA + CB + CD };
 
+/* A rank's coupled pair: its model, the three parameters over it and the
+ * configuration (channel keep 0.5); coupled_create makes the handle. */
+typedef struct {
+  float theta[CN];
+  px_hsadmm_param_t params[3];
+  px_hsadmm_config_t cfg;
+} coupled_t;
+
+static px_status_t coupled_create(coupled_t *c, px_comm_t *comm, px_hsadmm_t **h) {
+  for (int i = 0; i < CN; i++) c->theta[i] = (float)px_th_val(7, 0, (size_t)i);
+  const px_hsadmm_param_t params[3] = {
+      {"a", c->theta, CA, 1, {6, 4, 1, 1}, 1, 1, 0},
+      {"b", c->theta + CA, CB, 1, {5, 6, 1, 1}, 0, 0, 0},
+      {"t", c->theta + CA + CB, CD, 0, {0, 0, 0, 0}, 0, 0, 0},
+  };
+  memcpy(c->params, params, sizeof params);
+  c->cfg = (px_hsadmm_config_t){0, 1.0, 1.0, 0.0, {1.0, 0.5, 1.0, 0, 0, 0}, 0};
+  return px_hsadmm_create(comm, c->params, 3, &c->cfg, h);
+}
+
 static int coupled_rank(px_th_ctx_t *ctx) {
   px_comm_t *comm;
   PX_TH_OK(px_th_comm(ctx, NULL, &comm));
-  float theta[CN];
-  for (int i = 0; i < CN; i++) theta[i] = (float)px_th_val(7, 0, (size_t)i);
-  px_hsadmm_param_t params[3] = {
-      {"a", theta, CA, 1, {6, 4, 1, 1}, 1, 1, 0},
-      {"b", theta + CA, CB, 1, {5, 6, 1, 1}, 0, 0, 0},
-      {"t", theta + CA + CB, CD, 0, {0, 0, 0, 0}, 0, 0, 0},
-  };
-  px_hsadmm_config_t cfg = {0, 1.0, 1.0, 0.0, {1.0, 0.5, 1.0, 0, 0, 0}, 0};
+  coupled_t cp;
+  float *theta = cp.theta;
+  px_hsadmm_param_t *params = cp.params;
   px_hsadmm_t *h;
-  PX_TH_OK(px_hsadmm_create(comm, params, 3, &cfg, &h));
+  PX_TH_OK(coupled_create(&cp, comm, &h));
   for (int round = 0; round < 4; round++) {
     for (int i = 0; i < CN; i++) theta[i] += (float)px_th_val(11 + (uint64_t)round, ctx->rank, (size_t)i);
     px_hsadmm_round_t *rd;
@@ -333,10 +348,10 @@ static int coupled_rank(px_th_ctx_t *ctx) {
   px_hsadmm_destroy(h);
   /* a consumer whose channels do not match the producer's filters */
   params[0].consumer = 2;
-  PX_TH_CHECK(px_hsadmm_create(comm, params, 3, &cfg, &h) == PX_ERR_INVALID);
+  PX_TH_CHECK(px_hsadmm_create(comm, params, 3, &cp.cfg, &h) == PX_ERR_INVALID);
   params[0].consumer = 1;
   params[1].shape.c_in = 5;
-  PX_TH_CHECK(px_hsadmm_create(comm, params, 3, &cfg, &h) == PX_ERR_INVALID);
+  PX_TH_CHECK(px_hsadmm_create(comm, params, 3, &cp.cfg, &h) == PX_ERR_INVALID);
   px_comm_destroy(comm);
   return 0;
 }
@@ -363,16 +378,10 @@ static int exact_freeze_rank(px_th_ctx_t *ctx) {
   const int *exact = ctx->arg;
   px_comm_t *comm;
   PX_TH_OK(px_th_comm(ctx, NULL, &comm));
-  float theta[CN];
-  for (int i = 0; i < CN; i++) theta[i] = (float)px_th_val(7, 0, (size_t)i);
-  px_hsadmm_param_t params[3] = {
-      {"a", theta, CA, 1, {6, 4, 1, 1}, 1, 1, 0},
-      {"b", theta + CA, CB, 1, {5, 6, 1, 1}, 0, 0, 0},
-      {"t", theta + CA + CB, CD, 0, {0, 0, 0, 0}, 0, 0, 0},
-  };
-  px_hsadmm_config_t cfg = {0, 1.0, 1.0, 0.0, {1.0, 0.5, 1.0, 0, 0, 0}, 0};
+  coupled_t cp;
+  float *theta = cp.theta;
   px_hsadmm_t *h;
-  PX_TH_OK(px_hsadmm_create(comm, params, 3, &cfg, &h));
+  PX_TH_OK(coupled_create(&cp, comm, &h));
   px_hsadmm_set_exact_freeze(h, *exact);
   int at_freeze = 0;
   for (int round = 0; round < 4; round++) {
