@@ -382,9 +382,12 @@ static void pxctl_print_result(const pxctl_run_t *r, const pxctl_result_t *res) 
            res->compact.compact_bytes / 1e6, res->model_path[0] ? " in " : "",
            res->model_path[0] ? res->compact.compact_path : "");
   if (res->have_compact) {
-    char macs[96];
+    char macs[96], budget[64] = "";
     pxctl_fmt_macs(macs, sizeof macs, res->compact.dense_macs, res->compact.compact_macs);
-    printf("  multiply-adds       %s\n", macs);
+    if (r->spec->prune && r->spec->prune->mac_keep > 0) /* what the spec asked for */
+      snprintf(budget, sizeof budget, "; the budget: %.4g%% (prune.mac_keep)",
+               100.0 * r->spec->prune->mac_keep);
+    printf("  multiply-adds       %s%s\n", macs, budget);
   }
   if (!res->model_path[0] && res->have_summary && !strcmp(res->state, "SUCCEEDED"))
     printf("  model               none kept (use --keep or --output DIR)\n");

@@ -250,6 +250,13 @@ static void test_the_whole_budget_runs_by_default(void **state) {
   assert_true(pxj_num(v, "compact_macs") == inner + fixed);
   assert_true(pxj_num(v, "compact_macs") <= 0.5 * pxj_num(v, "dense_macs"));
   pxj_free(v);
+  /* the summary for people says the budget beside the count */
+  const char *args[] = {"run", f->spec, "--work-dir", f->runs, NULL};
+  int code = pxt_pxctl(&f->r, f->dir, args, NULL, 240000);
+  if (code != 0) pxt_show("pxctl run", &f->r);
+  assert_int_equal(code, 0);
+  assert_non_null(strstr(f->r.out, "multiply-adds       40.81 M per image dense; 19.95 M (48.9%) "
+                                   "compact; the budget: 50% (prune.mac_keep)\n"));
 }
 
 /* A budget below what the unpruned layers compute fails the job as it
