@@ -354,6 +354,11 @@ static void test_sparsity_set_projects_and_freezes(void **state) {
   px_sparsity_t *sp2;
   assert_int_equal(px_sparsity_create(p, NULL, 4, &plain, &sp2), PX_OK);
   assert_int_equal(px_sparsity_freeze_masks(sp2, mask, mz), 0);
+  /* ... unless the rule spans the set (a MAC budget): all of z's masks */
+  px_sparsity_set_exact_freeze(sp2, 1);
+  assert_int_equal(px_sparsity_freeze_masks(sp2, mask, mz), 1);
+  assert_memory_equal(mask, mz, px_sparsity_mask_bytes(sp2));
+  assert_int_equal(px_sparsity_freeze_masks(sp2, mask, mz), 0); /* nothing left to change */
   px_sparsity_destroy(sp2);
   free(x), free(y), free(mask), free(mz);
   px_sparsity_destroy(sp);

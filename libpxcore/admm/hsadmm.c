@@ -471,12 +471,7 @@ px_status_t px_hsadmm_decide(px_hsadmm_t *h, px_hsadmm_control_fn control, void 
     }
   }
   if (buf[1] > 0 && !h->frozen) {
-    int changed = px_sparsity_freeze_masks(h->sp, h->mask_union, h->mask_z); /* N:M: prune.h */
-    if (h->exact_freeze && h->mtotal && memcmp(h->mask_union, h->mask_z, h->mtotal)) {
-      memcpy(h->mask_union, h->mask_z, h->mtotal); /* a MAC budget: z's own groups */
-      changed = 1;
-    }
-    if (changed)
+    if (px_sparsity_freeze_masks(h->sp, h->mask_union, h->mask_z)) /* N:M, a budget: prune.h */
       PX_CHECK(px__hsadmm_set_masks(h));
     else if (h->dev) /* the frozen projection applies the union where the state is */
       PX_CHECK(px__hss_pack_set(&h->dv, &h->st, h->plan, h->sp, h->mask_union));
@@ -487,7 +482,9 @@ px_status_t px_hsadmm_decide(px_hsadmm_t *h, px_hsadmm_control_fn control, void 
   return PX_OK;
 }
 
-void px_hsadmm_set_exact_freeze(px_hsadmm_t *h, int on) { h->exact_freeze = on ? 1 : 0; }
+void px_hsadmm_set_exact_freeze(px_hsadmm_t *h, int on) {
+  px_sparsity_set_exact_freeze(h->sp, on);
+}
 
 px_status_t px_hsadmm_local_control(void *ctx, const px_hsadmm_round_t *round,
                                     px_hsadmm_decision_t *d) {

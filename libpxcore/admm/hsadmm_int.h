@@ -118,7 +118,6 @@ struct px_hsadmm {
   int frozen;
   int iteration;
   int project_z;        /* the exchange packed last projects its z (masks not frozen then) */
-  int exact_freeze;     /* the frozen masks are mask_z (px_hsadmm_set_exact_freeze) */
   double *sums;         /* [n * NSUMS + 4] */
   px_admm_layer_report_t *layers;
   px_hsadmm_round_t round;

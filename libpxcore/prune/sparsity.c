@@ -19,6 +19,7 @@ struct px_sparsity {
   size_t *moff;                 /* [n], SIZE_MAX for dense parameters */
   uint8_t *is_consumer;         /* [n] 1: channels chosen with a producer's filters */
   size_t mtotal;
+  int exact_freeze;             /* px_sparsity_set_exact_freeze */
   void *ws;
   size_t ws_bytes;
 };
@@ -190,9 +191,15 @@ double px_sparsity_density(const px_sparsity_t *sp, int i, const uint8_t *masks)
   return px_prune_layout_density(&sp->layouts[i], masks + sp->moff[i]);
 }
 
+void px_sparsity_set_exact_freeze(px_sparsity_t *sp, int on) { sp->exact_freeze = on ? 1 : 0; }
+
 int px_sparsity_freeze_masks(const px_sparsity_t *sp, uint8_t *masks_union,
                              const uint8_t *masks_z) {
   int changed = 0;
+  if (sp->exact_freeze && sp->mtotal && memcmp(masks_union, masks_z, sp->mtotal)) {
+    memcpy(masks_union, masks_z, sp->mtotal); /* a set-wide rule: z's own groups */
+    changed = 1;
+  }
   for (int i = 0; i < sp->n; i++) {
     const px_prune_layout_t *L = &sp->layouts[i];
     if (!sp->params[i].prunable || !px_prune_layout_per_element(L)) continue;

@@ -200,10 +200,15 @@ PX_API void px_sparsity_apply(const px_sparsity_t *sp, float *base, const size_t
 /* At the freeze: the union of the node masks may break a set whose rule is
  * per element (N:M: two nodes' 2:4 choices OR to 4:4), so its part of the
  * frozen mask becomes z's own projection (mask_z, the same on every rank);
- * the other parts keep the union. Returns 1 when masks_union changed (its
- * pack layout must be set again), 0 when no layer has such a part. */
+ * the other parts keep the union, unless the set's rule spans the whole
+ * model (px_sparsity_set_exact_freeze: a MAC budget, which the groups only
+ * some node kept would exceed), when every part becomes z's. Returns 1 when
+ * masks_union changed (its pack layout must be set again), 0 when nothing
+ * did and no layer has an N:M part. */
 PX_API int px_sparsity_freeze_masks(const px_sparsity_t *sp, uint8_t *masks_union,
                                     const uint8_t *masks_z);
+/* Whether px_sparsity_freeze_masks takes all of z's masks (0 when made). */
+PX_API void px_sparsity_set_exact_freeze(px_sparsity_t *sp, int on);
 
 /* Kept fraction of parameter i's elements (1 for a dense one). */
 PX_API double px_sparsity_density(const px_sparsity_t *sp, int i, const uint8_t *masks);
