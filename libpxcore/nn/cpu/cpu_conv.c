@@ -166,22 +166,17 @@ static px_status_t px__conv_pds_bf16(px_ops_t *ops, const px_conv2d_params_t *p,
   return px__conv_bwd_pds(ops, pd, 0, x_md, &w_any, &x_lp, &w_f32, b_md, &dy_any, geo);
 }
 
-/* st, after noting a forward or backward weights on oneDNN's reference code
- * (warned of when it first runs, px__cpu_wlayer_forward and _backward_weights). */
+/* st, after noting a forward, backward weights or backward data on oneDNN's
+ * reference code (warned of when it first runs, px__cpu_wlayer_forward,
+ * _backward_weights and _backward_data; the backward data counted apart). */
 static px_status_t px__conv_note_ref(px_ops_t *ops, px__cpu_wlayer_t *l, px_status_t st,
                                      dnnl_primitive_desc_t pd[PX__WL_NPD]) {
   if (st == PX_OK) {
     px__cpu_note_ref(ops, pd[PX__WL_FWD], l->ref_fwd);
     px__cpu_note_ref(ops, pd[PX__WL_BWD_W], l->ref_bwd_w);
+    if (px__cpu_pd_is_ref(pd[PX__WL_BWD_D], l->ref_bwd_d)) ops->ref_bwd_d_pds++;
   }
   return st;
-}
-
-/* Whether pd runs on oneDNN's reference code. */
-static int px__pd_ref(const_dnnl_primitive_desc_t pd) {
-  const char *impl = NULL;
-  return pd && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) ==
-                   dnnl_success && impl && !strncmp(impl, "ref", 3);
 }
 
 /* A convolution's three descriptors with source x, the destination y
@@ -200,8 +195,8 @@ static px_status_t px__conv_try(px_ops_t *ops, const dnnl_memory_desc_t *x,
  * kernels on a 3-channel plain input have no vector backward data, never
  * runs it), and whether its backward data does. */
 static int px__pds_ref(dnnl_primitive_desc_t const pd[PX__WL_NPD], int *bwd_d) {
-  *bwd_d = px__pd_ref(pd[PX__WL_BWD_D]);
-  return px__pd_ref(pd[PX__WL_FWD]) + px__pd_ref(pd[PX__WL_BWD_W]);
+  *bwd_d = px__cpu_pd_is_ref(pd[PX__WL_BWD_D], NULL);
+  return px__cpu_pd_is_ref(pd[PX__WL_FWD], NULL) + px__cpu_pd_is_ref(pd[PX__WL_BWD_W], NULL);
 }
 
 /* Where pd (made on source x_md) has a forward or backward weights on
@@ -238,6 +233,46 @@ static px_status_t px__conv_cl_fallback(px_ops_t *ops, px__cpu_wlayer_t *l,
     l->xcvt = take && !same;
   }
   return px__cpu_spec_of(ops, px__cpu_pd_md(pd[PX__WL_FWD], DNNL_ARG_DST), &l->wl.y_spec);
+}
+
+/* Where pd's backward data alone runs on oneDNN's reference code: the same
+ * primitive with the input gradient channels-last, or in the layout oneDNN
+ * picks, converted back into x's layout after it (l->dxcvt). oneDNN 2.6 has
+ * no vector backward data for a 2- or 3-channel plain input under a blocked
+ * output gradient (a compact model's conv2 after a 2-channel conv1: 3.5 s a
+ * batch of 256 on its reference code, 700 times its other layers); the
+ * forward and backward weights keep x's layout. Off with
+ * PX_CPU_CHANNELS_LAST=0, as px__conv_cl_fallback. m: the weights and the
+ * geometry. */
+static px_status_t px__conv_dx_fallback(px_ops_t *ops, px__cpu_wlayer_t *l,
+                                        const px__conv_mds_t *m,
+                                        dnnl_primitive_desc_t pd[PX__WL_NPD]) {
+  if (!ops->cl_fallback || l->lowp || l->xcvt || !px__cpu_pd_is_ref(pd[PX__WL_BWD_D], NULL))
+    return PX_OK;
+  const dnnl_memory_desc_t x_md = *px__cpu_pd_md(pd[PX__WL_BWD_D], DNNL_ARG_DIFF_SRC);
+  const dnnl_memory_desc_t dy = *px__cpu_pd_md(pd[PX__WL_BWD_D], DNNL_ARG_DIFF_DST);
+  const dnnl_format_tag_t tags[] = {dnnl_acdb, dnnl_format_tag_any};
+  for (size_t i = 0; i < sizeof tags / sizeof *tags; i++) {
+    dnnl_memory_desc_t dx;
+    dnnl_convolution_desc_t cd;
+    dnnl_primitive_desc_t alt = NULL;
+    PX_DNNL(dnnl_memory_desc_init_by_tag(&dx, 4, x_md.dims, dnnl_f32, tags[i]));
+    const px__conv_mds_t d = {&dx, m->w, NULL, &dy, m->g};
+    if (px__conv_desc(PX__WL_BWD_D, dnnl_convolution_direct, &d, &cd) != dnnl_success ||
+        dnnl_primitive_desc_create(&alt, (const_dnnl_op_desc_t)&cd, ops->attr, ops->engine,
+                                   pd[PX__WL_FWD]) != dnnl_success)
+      continue;
+    if (px__cpu_pd_is_ref(alt, NULL)) {
+      dnnl_primitive_desc_destroy(alt);
+      continue;
+    }
+    dnnl_primitive_desc_destroy(pd[PX__WL_BWD_D]);
+    pd[PX__WL_BWD_D] = alt;
+    l->dxcvt = 1;
+    l->dx_bytes = dnnl_memory_desc_get_size(px__cpu_pd_md(alt, DNNL_ARG_DIFF_SRC));
+    return PX_OK;
+  }
+  return PX_OK;
 }
 
 /* A grouped convolution, not depthwise (ResNeXt's, RegNetY's). oneDNN 2.6
@@ -322,7 +357,9 @@ static px_status_t px__conv_pds(px_ops_t *ops, px__cpu_wlayer_t *l, const void *
   }
   PX_CHECK(px__conv_bwd_pds(ops, pd, wino, &x_md, &w_any, &x_md, &w_any, bias, &y_md, &geo));
   const px__conv_mds_t gm = {NULL, &w_any, bias, NULL, &geo};
-  return px__conv_note_ref(ops, l, px__conv_cl_fallback(ops, l, &x_md, ydims, &gm, pd), pd);
+  px_status_t st = px__conv_cl_fallback(ops, l, &x_md, ydims, &gm, pd);
+  if (st == PX_OK) st = px__conv_dx_fallback(ops, l, &gm, pd);
+  return px__conv_note_ref(ops, l, st, pd);
 }
 
 px_status_t px__cpu_conv2d_create(px_ops_t *ops, const px_tensor_t *x_spec, const px_conv2d_params_t *p,

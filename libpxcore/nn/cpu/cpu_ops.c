@@ -363,14 +363,18 @@ px_status_t px__cpu_pd_create(px_ops_t *ops, dnnl_primitive_desc_t *pd, const vo
                       "oneDNN: no %s primitive for these shapes: %s", what, dnnl_status2str(s));
 }
 
-void px__cpu_note_ref(px_ops_t *ops, const_dnnl_primitive_desc_t pd, char ref[PX__REF_NAME]) {
+int px__cpu_pd_is_ref(const_dnnl_primitive_desc_t pd, char ref[PX__REF_NAME]) {
   const char *impl = NULL;
-  ref[0] = '\0';
-  if (pd && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
-      impl && !strncmp(impl, "ref", 3)) {
-    ops->ref_pds++;
-    snprintf(ref, PX__REF_NAME, "%s", impl);
-  }
+  if (ref) ref[0] = '\0';
+  if (!pd || dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
+      !impl || strncmp(impl, "ref", 3))
+    return 0;
+  if (ref) snprintf(ref, PX__REF_NAME, "%s", impl);
+  return 1;
+}
+
+void px__cpu_note_ref(px_ops_t *ops, const_dnnl_primitive_desc_t pd, char ref[PX__REF_NAME]) {
+  if (px__cpu_pd_is_ref(pd, ref)) ops->ref_pds++;
 }
 
 void px__cpu_warn_ref(px_ops_t *ops, char ref[PX__REF_NAME], const char *what) {
@@ -383,6 +387,7 @@ void px__cpu_warn_ref(px_ops_t *ops, char ref[PX__REF_NAME], const char *what) {
 }
 
 int px__cpu_ops_ref_pds(const px_ops_t *ops) { return ops->ref_pds; }
+int px__cpu_ops_ref_bwd_d_pds(const px_ops_t *ops) { return ops->ref_bwd_d_pds; }
 int px__cpu_ops_wino_pds(const px_ops_t *ops) { return ops->wino_pds; }
 
 const dnnl_memory_desc_t *px__cpu_pd_md(const_dnnl_primitive_desc_t pd, int arg) {

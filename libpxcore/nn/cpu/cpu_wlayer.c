@@ -73,6 +73,18 @@ static px_status_t px__wlayer_xcvt_execs(px_ops_t *ops, px__cpu_wlayer_t *l,
                              dnnl_memory_desc_get_size(dx_pd), "input gradient scratch");
 }
 
+/* An f32 layer whose backward data alone writes another layout than x's
+ * (l->dxcvt): the conversion of the input gradient back into x's. The
+ * scratch it is written into grows at the first backward data
+ * (px__cpu_wlayer_backward_data). */
+static px_status_t px__wlayer_dxcvt_exec(px_ops_t *ops, px__cpu_wlayer_t *l,
+                                         dnnl_primitive_desc_t const pd[PX__WL_NPD]) {
+  dnnl_memory_desc_t x_md;
+  PX_CHECK(px__cpu_md_of(ops, &l->wl.x_spec, &x_md));
+  return px__exec_create_reorder(ops, &l->dx_cvt, px__cpu_pd_md(pd[PX__WL_BWD_D],
+                                                               DNNL_ARG_DIFF_SRC), &x_md);
+}
+
 px_status_t px__cpu_wlayer_create(px_ops_t *ops, px__cpu_wlayer_t *l, px__cpu_wlayer_pds_fn pds,
                                   const void *params) {
   dnnl_primitive_desc_t pd[PX__WL_NPD] = {NULL, NULL, NULL};
@@ -81,6 +93,7 @@ px_status_t px__cpu_wlayer_create(px_ops_t *ops, px__cpu_wlayer_t *l, px__cpu_wl
   if (st == PX_OK) st = px__wlayer_execs(ops, l, pd, &w_plain);
   if (st == PX_OK && l->lowp) st = px__wlayer_lowp_execs(ops, l, pd);
   if (st == PX_OK && l->xcvt) st = px__wlayer_xcvt_execs(ops, l, pd);
+  if (st == PX_OK && l->dxcvt) st = px__wlayer_dxcvt_exec(ops, l, pd);
   for (int i = 0; i < PX__WL_NPD; i++)
     if (pd[i]) dnnl_primitive_desc_destroy(pd[i]);
   return st;
@@ -150,9 +163,14 @@ px_status_t px__cpu_wlayer_backward_data(px_ops_t *ops, px__cpu_wlayer_t *l, px_
   PX_CHECK(px__wbuf_in(ops, &l->w_bwd, w, &wp));
   void *dyp;
   PX_CHECK(px__wlayer_dy(ops, l, &l->dy_cvt_d, dy, &dyp));
-  void *ptrs[3] = {dyp, wp, l->xcvt ? ops->lpscratch : dx->data};
+  if (l->dxcvt) /* once: a layer whose backward data never runs (the first) holds none */
+    PX_CHECK(px__cpu_grow_shared(&ops->lpscratch, &ops->lpscratch_bytes, l->dx_bytes,
+                                 "input gradient scratch"));
+  const int cvt = l->xcvt || l->dxcvt;
+  void *ptrs[3] = {dyp, wp, cvt ? ops->lpscratch : dx->data};
+  px__cpu_warn_ref(ops, l->ref_bwd_d, "convolution backward data");
   PX_CHECK(px__exec_run(ops, &l->bwd_d, ptrs));
-  if (!l->xcvt) return PX_OK;
+  if (!cvt) return PX_OK;
   void *back[2] = {ops->lpscratch, dx->data};
   return px__exec_run(ops, &l->dx_cvt, back);
 }

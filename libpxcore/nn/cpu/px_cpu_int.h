@@ -94,6 +94,10 @@ struct px_ops {
   int ref_pds;                /* training convolutions on oneDNN's reference code ("ref:"
                                  implementations, far slower than its vector kernels;
                                  px__cpu_note_ref) */
+  int ref_bwd_d_pds;          /* convolutions whose backward data is left on oneDNN's
+                                 reference code (cpu_conv.c px__conv_dx_fallback found no
+                                 vector kernel): counted apart, since a network's first layer
+                                 never runs its backward data */
   int conv_nhwc;              /* 1: convolutions created from now on write channels-last (acdb)
                                  outputs, as in a bf16 context with AMX, in f32 (set around the build of a
                                  compact training model, strategy/compact_train.c: oneDNN 2.6 has
@@ -153,6 +157,12 @@ px_status_t px__cpu_pd_create(px_ops_t *ops, dnnl_primitive_desc_t *pd, const vo
 void px__cpu_note_ref(px_ops_t *ops, const_dnnl_primitive_desc_t pd, char ref[PX__REF_NAME]);
 void px__cpu_warn_ref(px_ops_t *ops, char ref[PX__REF_NAME], const char *what);
 int px__cpu_ops_ref_pds(const px_ops_t *ops);
+/* Whether pd runs on oneDNN's reference code; its implementation's name to
+ * ref when ref is not NULL ("" for a vector kernel). */
+int px__cpu_pd_is_ref(const_dnnl_primitive_desc_t pd, char ref[PX__REF_NAME]);
+/* Convolutions whose backward data runs on oneDNN's reference code
+ * (ops->ref_bwd_d_pds). */
+int px__cpu_ops_ref_bwd_d_pds(const px_ops_t *ops);
 
 /* Convolutions (forward, backward data or backward weights) this context
  * created on oneDNN's Winograd kernels (cpu_conv.c px__conv_wino). */
@@ -242,12 +252,20 @@ typedef struct {
   const void *x_lp_of; /* the x->data that x_lp holds, NULL before the first forward */
   char ref_fwd[PX__REF_NAME], ref_bwd_w[PX__REF_NAME]; /* px__cpu_note_ref: the reference
                                                           implementations, "" for none */
+  char ref_bwd_d[PX__REF_NAME]; /* the same for the backward data, warned of when it runs */
   /* f32 primitives on another source layout than x's (set by the descriptors' maker: a grouped
      convolution on a blocked input that oneDNN has vector kernels for only channels-last): x
      is converted into x_lp as a bf16 layer's is (x_cvt), and the input gradient, written in
      that layout into ops->lpscratch, converted back into dx's (dx_cvt) */
   int xcvt;
   px__exec_t dx_cvt;
+  /* f32 backward data alone in another layout than x's (cpu_conv.c px__conv_dx_fallback: a 2- or
+     3-channel plain input, whose backward data oneDNN 2.6 has only reference code for on its
+     blocked output gradients): written into ops->lpscratch and converted back into dx's layout
+     by dx_cvt; the scratch grows to dx_bytes at the first backward data, so a network's first
+     layer, which never runs one, holds none */
+  int dxcvt;
+  size_t dx_bytes;
 } px__cpu_wlayer_t;
 
 /* What makes one kind of layer: from its parameters, the forward,
