@@ -2,11 +2,17 @@
 """Exports a CIFAR-style ResNet-20 written in PyTorch to ONNX, the way a
 user brings their own network to PruneX (examples/imported-model.yaml).
 
-  python3 examples/export_onnx.py [OUT.onnx] [--channels 1|3]
+  python3 examples/export_onnx.py [OUT.onnx] [--channels 1|3] [--seed S]
+                                  [--inner W1,W2,W3] [--he]
 
 OUT defaults to resnet20.onnx beside this script; --channels 1 (the default)
 for Fashion-MNIST, 3 for CIFAR-10; the input is N x C x 32 x 32 (PruneX's
-data sets are trained at 32x32). What matters for the import
+data sets are trained at 32x32). --inner gives each stage's blocks that many
+inner channels (conv1's filters, conv2's inputs; the residual stream keeps
+16, 32, 64): the architecture a pruned job compacts to, to train from
+scratch (bench/accuracy/run.sh's quick-ddp-innerA.B.C). --he draws the
+convolutions He-normal (fan out), as PruneX's built-in models, in place of
+PyTorch's default. What matters for the import
 (docs/user-guide.md, "Your own model"):
   * export in eval mode with do_constant_folding=False and
     training=TrainingMode.PRESERVE, so BatchNormalization stays a node of
@@ -26,10 +32,11 @@ def conv_bn(ci, co, k, s):
 
 
 class BasicBlock(nn.Module):
-    def __init__(self, ci, co, stride):
+    def __init__(self, ci, co, stride, mid=None):
         super().__init__()
-        self.conv1, self.bn1 = conv_bn(ci, co, 3, stride)
-        self.conv2, self.bn2 = conv_bn(co, co, 3, 1)
+        mid = mid or co
+        self.conv1, self.bn1 = conv_bn(ci, mid, 3, stride)
+        self.conv2, self.bn2 = conv_bn(mid, co, 3, 1)
         self.downsample = None
         if stride != 1 or ci != co:
             self.downsample = nn.Sequential(*conv_bn(ci, co, 1, stride))
@@ -41,14 +48,15 @@ class BasicBlock(nn.Module):
 
 
 class ResNet20(nn.Module):
-    def __init__(self, channels=1, classes=10, blocks=3, width=16):
+    def __init__(self, channels=1, classes=10, blocks=3, width=16, inner=None):
         super().__init__()
         self.conv1, self.bn1 = conv_bn(channels, width, 3, 1)
         layers, ci = [], width
         for stage in range(3):
             co = width << stage
             for b in range(blocks):
-                layers.append(BasicBlock(ci, co, 2 if stage > 0 and b == 0 else 1))
+                layers.append(BasicBlock(ci, co, 2 if stage > 0 and b == 0 else 1,
+                                         inner[stage] if inner else None))
                 ci = co
         self.layers = nn.Sequential(*layers)
         self.fc = nn.Linear(ci, classes)
@@ -65,9 +73,19 @@ def main():
                                          "resnet20.onnx"))
     ap.add_argument("--channels", type=int, default=1, choices=(1, 3))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--inner", help="three inner widths, one per stage (e.g. 8,15,29)")
+    ap.add_argument("--he", action="store_true", help="He-normal (fan out) convolutions")
     a = ap.parse_args()
+    inner = [int(w) for w in a.inner.split(",")] if a.inner else None
+    if inner and (len(inner) != 3 or min(inner) < 1):
+        ap.error("--inner takes three widths, each at least 1")
     torch.manual_seed(a.seed)
-    net = ResNet20(a.channels).eval()
+    net = ResNet20(a.channels, inner=inner)
+    if a.he:
+        for m in net.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+    net.eval()
     tmp = a.out + ".tmp%d" % os.getpid()  # written whole, then renamed: readers never see half
     torch.onnx.export(net, torch.randn(1, a.channels, 32, 32), tmp, opset_version=13,
                       input_names=["input"], output_names=["logits"],

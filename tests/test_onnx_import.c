@@ -925,6 +925,18 @@ static void imported_resnet20_is_the_builtin_graph(void **state) {
                 px_model_num_nodes(m), px_model_numel(m));
   px_model_destroy(m);
   px_model_destroy(b);
+  /* --inner: the quickstart's compact architecture (bench/accuracy's quick-ddp-inner8.15.29),
+     19,450,496 multiply-accumulates on 1 x 32 x 32 as the quickstart's compact model and
+     bench/accuracy/fresh_compact.py's count of it */
+  snprintf(cmd, sizeof cmd, "%s/examples/export_onnx.py %s --inner 8,15,29 --he --seed 1 "
+           ">/dev/null", PX_SOURCE_DIR, path);
+  assert_int_equal(px_test_py(cmd), 0);
+  px_model_config_t cc = {"resnet20", 1, K, 4, 32, 32, NULL, 0, PX_PRECISION_FP32, path};
+  assert_int_equal(px_model_create(ops, &cc, &m), PX_OK);
+  assert_int_equal(px_model_macs(m), 19450496);
+  const px_tensor_t *w = px_model_param(m, 3)->value; /* layer1.0.conv1: 8 filters */
+  assert_int_equal(w->dims[0], 8);
+  px_model_destroy(m);
   px_ops_destroy(ops);
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   assert_int_equal(system(cmd), 0);

@@ -12,7 +12,12 @@
 #
 # Configurations: PREFIX-ddp (examples/ddp.yaml), PREFIX-hsadmm (the
 # quickstart as it is), PREFIX-hsadmm-K (its prune.channel_keep set to K),
-# PREFIX-hsadmm-macK (prune.mac_keep K in place of its channel keep);
+# PREFIX-hsadmm-macK (prune.mac_keep K in place of its channel keep),
+# PREFIX-ddp-innerA.B.C (examples/ddp.yaml on a ResNet-20 whose blocks have
+# A, B, C inner channels per stage, fresh He-normal weights drawn with the
+# seed: examples/export_onnx.py --inner A,B,C --he; the architecture a
+# pruned run compacts to, trained from scratch; its capacity_gap_pt is
+# against quick-ddp-inner16.32.64, the dense one made the same way);
 # PREFIX quick (2 epochs), long (10 epochs) or r18 (ResNet-18).
 #
 # Prints a RUN line per run and, per configuration, RESULT lines: the mean
@@ -42,6 +47,11 @@ mkdir -p "$OUT"
 spec() {
   local base sedx=""
   case $1 in
+    *-ddp-inner*) # the architecture a pruned run compacts to, trained from scratch
+      base=$root/examples/ddp.yaml
+      local w=${1##*-inner} onnx="$dir/work/$1-s$2.onnx"
+      "$PY" "$root/examples/export_onnx.py" "$onnx" --seed "$2" --inner "${w//./,}" --he >/dev/null
+      sedx="s|^  name: resnet20|  onnx: $onnx|" ;;
     *-ddp) base=$root/examples/ddp.yaml ;;
     *-hsadmm) base=$root/examples/quickstart.yaml ;;
     *-hsadmm-mac*) base=$root/examples/quickstart.yaml
@@ -117,4 +127,7 @@ for c in configs:
     dense = c.split("-hsadmm", 1)[0] + "-ddp"
     if "-hsadmm" in c and dense in means:
         print("RESULT accuracy_gap_pt_%s %+.2f pt (vs %s)" % (c, means[c] - means[dense], dense))
+    dense = c.split("-inner", 1)[0] + "-inner16.32.64"
+    if "-ddp-inner" in c and c != dense and dense in means:
+        print("RESULT capacity_gap_pt_%s %+.2f pt (vs %s)" % (c, means[c] - means[dense], dense))
 PYEOF
