@@ -81,6 +81,45 @@ static void test_loss_falls_on_a_real_subset(void **state) {
   px_trainer_destroy(t);
 }
 
+
+/* A calibration takes the batches training takes next and puts the stream
+ * back: a trainer that calibrates between its steps (before the first
+ * epoch, mid-epoch, and past the epoch's end) trains exactly what one that
+ * never calibrates does. Taking them from the stream shifted every later
+ * batch and began the first epoch's permutation again. */
+static void test_calibration_leaves_the_training_stream(void **state) {
+  (void)state;
+  if (!dir[0]) skip();
+  px_train_config_t c = small_config();
+  px_trainer_t *a, *b;
+  assert_int_equal(px_trainer_create(&c, &a), PX_OK);
+  assert_int_equal(px_trainer_create(&c, &b), PX_OK);
+  const int64_t spe = px_trainer_steps_per_epoch(a); /* 24 */
+  px_epoch_stats_t e;
+  assert_int_equal(px_trainer_calibrate_bn(a, 3), PX_OK); /* no epoch begun yet */
+  assert_int_equal(px_trainer_steps(a, 5, &e), PX_OK);
+  assert_int_equal(px_trainer_calibrate_bn(a, spe + 2), PX_OK); /* wraps its epoch */
+  assert_int_equal(px_trainer_steps(a, spe, &e), PX_OK);        /* into the second */
+  assert_int_equal(px_trainer_steps(b, 5, &e), PX_OK);
+  assert_int_equal(px_trainer_steps(b, spe, &e), PX_OK);
+  int64_t pa[3], pb[3];
+  px_trainer_position(a, pa);
+  px_trainer_position(b, pb);
+  assert_memory_equal(pa, pb, sizeof pa);
+  assert_int_equal(pa[1], 1);
+  const px_tensor_t *fa = px_model_flat_params(px_trainer_model(a));
+  const px_tensor_t *fb = px_model_flat_params(px_trainer_model(b));
+  const size_t bytes = px_tensor_numel(fa) * sizeof(float);
+  float *ha = malloc(bytes), *hb = malloc(bytes);
+  assert_non_null(ha);
+  assert_non_null(hb);
+  assert_int_equal(px_tensor_copy_to_host(fa, ha, bytes), PX_OK);
+  assert_int_equal(px_tensor_copy_to_host(fb, hb, bytes), PX_OK);
+  assert_memory_equal(ha, hb, bytes);
+  free(ha), free(hb);
+  px_trainer_destroy(a);
+  px_trainer_destroy(b);
+}
 /* The BN calibration averages its batches: the k-th moves the running
  * statistics by 1/k (a momentum of 1 first: whatever they held is gone),
  * and the layers' own momentum is back afterwards. */
@@ -213,6 +252,7 @@ int main(void) {
   struct CMUnitTest tests[] = {
       cmocka_unit_test(test_loss_falls_on_a_real_subset),
       cmocka_unit_test(test_calibration_averages_its_batches),
+      cmocka_unit_test(test_calibration_leaves_the_training_stream),
       cmocka_unit_test(test_checkpoint_round_trip_is_exact),
       cmocka_unit_test(test_pxtrain_usage_errors_and_bench),
   };

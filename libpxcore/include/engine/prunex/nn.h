@@ -459,12 +459,13 @@ PX_API void px_trainer_set_grad_hook(px_trainer_t *t, px_grad_hook_t hook, void 
 
 /* Re-estimates the BN running statistics of the current weights from n
  * training batches (forward passes in training mode, no update of the
- * weights), continuing the training data stream of px_trainer_steps. */
+ * weights): the batches px_trainer_steps takes next (from where its stream
+ * stands, wrapping to the epoch's start), after which the stream is back
+ * where it was, so calibrating changes nothing that is trained. */
 PX_API px_status_t px_trainer_calibrate_bn(px_trainer_t *t, int64_t n);
 /* The same batches handed to fn instead (x: a full batch, [batch][C][H][W]
  * host f32), which runs its own training-mode forward (the compact
- * evaluation's calibration): the stream advances exactly as
- * px_trainer_calibrate_bn would advance it. */
+ * evaluation's calibration), the stream likewise left where it was. */
 typedef px_status_t (*px_train_batch_fn)(void *ctx, const float *x);
 /* Sets the momentum of every batch norm fn's forwards update (momentum 0:
  * each layer's own again). */
