@@ -38,8 +38,9 @@
 #           phases after the freeze train the compact model)
 #
 # SPEC OVERRIDES (the recipes are examples/*.yaml; only the evaluation
-# cadence and the epochs change): hsadmm and hsadmm-flat evaluate every 10
-# outer iterations (the examples say 40), ddp and topk report an iteration
+# cadence and the epochs change): hsadmm and hsadmm-flat evaluate every 40
+# local steps (10 outer iterations of the examples' 4 steps, which test
+# every 40; a test changes nothing trained), ddp and topk report an iteration
 # every 39 steps (an epoch is 234 steps) and evaluate each one; torch-ddp
 # evaluates every 39 steps too.
 set -eu
@@ -202,7 +203,9 @@ text = re.sub(r"(?m)^name: .*$", "name: bench-" + run, text)
 text = re.sub(r"(?m)^(  epochs:) *\d+", r"\g<1> " + epochs, text)
 hs = re.search(r"(?m)^strategy: hsadmm", text) is not None
 text = re.sub(r"(?m)^  eval_every:.*\n", "", text)
-text = re.sub(r"(?m)^train:\n", "train:\n  eval_every: %s\n" % ("10" if hs else "1"), text)
+ls = re.search(r"(?m)^  local_steps: *(\d+)", text)
+every = max(1, 40 // int(ls.group(1))) if hs and ls and int(ls.group(1)) > 0 else (10 if hs else 1)
+text = re.sub(r"(?m)^train:\n", "train:\n  eval_every: %d\n" % every, text)
 if not hs:
     text = re.sub(r"(?m)^train:\n", "train:\n  local_steps: 39\n", text)
 if hs and compact == "1":
