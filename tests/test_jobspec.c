@@ -105,13 +105,15 @@ static void test_quickstart_is_the_small_hsadmm_job(void **state) {
   assert_float_equal(s->prune->channel_keep, 0.45, 0);
   assert_float_equal(s->prune->uncoupled_channel_keep, 1.0, 0);
   /* two passes over the data: 60000 / 4 workers / batch 64 = 234 steps per
-   * epoch, in outer iterations of 4 local steps */
+   * epoch, in outer iterations of one local step, the leaders' exchange
+   * quantized to 8 bits */
   assert_int_equal(s->train->epochs, 2);
   assert_int_equal(s->train->batch_size, 64);
-  assert_int_equal(s->train->local_steps, 4);
-  assert_int_equal(s->train->eval_every, 40);
-  assert_int_equal(s->admm->max_iterations, 117);
+  assert_int_equal(s->train->local_steps, 1);
+  assert_int_equal(s->train->eval_every, 120);
+  assert_int_equal(s->admm->max_iterations, 468);
   assert_false(s->admm->adaptive_rho);
+  assert_string_equal(s->comm->quantize, "8");
   int epochs = s->train->epochs;
   double lr = s->train->lr;
   px_jobspec_free(s);

@@ -41,7 +41,8 @@ ASSUMED = {
     "intra_GBps": 100.0,      # NVLink-class fabric inside a node
     "alpha_inter_s": 25e-6,   # per message between nodes (TCP/RoCE class)
     "devices_per_node": 4,
-    "local_steps": 4,         # hsadmm: steps per outer iteration (the quickstart's)
+    "local_steps": 4,         # hsadmm: steps per outer iteration (the quickstart's until
+                              # 2026-11-30; it takes 1 now, with an 8-bit exchange)
     "update_passes": 10,      # hsadmm: element-wise passes over the parameters per round
                               # (z_i, v, u, residuals) at elementwise_GBps
     "elementwise_GBps": 8.41, # element-wise passes, packing, top-k selection: the measured
