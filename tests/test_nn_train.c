@@ -81,7 +81,6 @@ static void test_loss_falls_on_a_real_subset(void **state) {
   px_trainer_destroy(t);
 }
 
-
 /* A calibration takes the batches training takes next and puts the stream
  * back: a trainer that calibrates between its steps (before the first
  * epoch, mid-epoch, and past the epoch's end) trains exactly what one that
