@@ -26,9 +26,11 @@
 #
 # Environment:
 #   RATES   link rates, tc syntax (default "25mbit 100mbit 1gbit")
-#   RUNS    of hsadmm hsadmm-q8 hsadmm-q4 hsadmm-ovl hsadmm-ll hsadmm-flat ddp topk
-#           torch-ddp (hsadmm-ovl: the quickstart with comm.overlap: true;
-#           hsadmm-ll: with comm.compress: lossless)
+#   RUNS    of hsadmm hsadmm-f32 hsadmm-q8 hsadmm-q4 hsadmm-ovl hsadmm-ll hsadmm-flat
+#           ddp topk torch-ddp (hsadmm: the quickstart as it is, its exchange
+#           in 8 bits; the others set comm.quantize, the quickstart's
+#           replaced: -f32 none, -q8 8, -q4 4; hsadmm-ovl none with
+#           comm.overlap: true; hsadmm-ll none with comm.compress: lossless)
 #           (default "hsadmm hsadmm-flat ddp topk torch-ddp")
 #   EPOCHS  train.epochs of every run (default 2, the examples' budget)
 #   TARGET  accuracy for the time-to-accuracy figure (default 0.85)
@@ -186,6 +188,7 @@ now_ms() { date +%s%3N; }
 spec() {
   case $1 in
     hsadmm) ex=quickstart; extra="" ;;
+    hsadmm-f32) ex=quickstart; extra="f32" ;;
     hsadmm-q8) ex=quickstart; extra="q8" ;;
     hsadmm-q4) ex=quickstart; extra="q4" ;;
     hsadmm-ovl) ex=quickstart; extra="overlap" ;;
@@ -210,13 +213,17 @@ if not hs:
     text = re.sub(r"(?m)^train:\n", "train:\n  local_steps: 39\n", text)
 if hs and compact == "1":
     text = re.sub(r"(?m)^prune:\n", "prune:\n  compact_training: true\n", text)
-if extra:
-    line = {"overlap": "overlap: true", "lossless": "compress: lossless"}.get(
-        extra, "quantize: %s" % extra[1:])
+if extra:  # the exchange, in place of the recipe's comm.quantize
+    lines = {"f32": ["quantize: none"],
+             "overlap": ["quantize: none", "overlap: true"],
+             "lossless": ["quantize: none", "compress: lossless"]}.get(
+                 extra, ["quantize: %s" % extra[1:]])
+    text = re.sub(r"(?m)^  quantize:.*\n(?:^ {20,}#.*\n)*", "", text)
+    body = "".join("  %s\n" % l for l in lines)
     if re.search(r"(?m)^comm:", text):
-        text = re.sub(r"(?m)^comm:\n", "comm:\n  %s\n" % line, text)
+        text = re.sub(r"(?m)^comm:\n", "comm:\n" + body, text)
     else:
-        text += "comm:\n  %s\n" % line
+        text += "comm:\n" + body
 print(text)
 EOF
 }
@@ -308,7 +315,7 @@ for rate in $rates; do
   for r in $runs; do
     case $r in
       torch-ddp) run_torch "$rate" ;;
-      hsadmm|hsadmm-q8|hsadmm-q4|hsadmm-ovl|hsadmm-ll|hsadmm-flat|ddp|topk) run_px "$r" "$rate" || true ;;
+      hsadmm|hsadmm-f32|hsadmm-q8|hsadmm-q4|hsadmm-ovl|hsadmm-ll|hsadmm-flat|ddp|topk) run_px "$r" "$rate" || true ;;
       *) echo "run.sh: unknown run '$r'" >&2 ;;
     esac
   done

@@ -485,10 +485,11 @@ px_status_t px_trainer_steps(px_trainer_t *t, int64_t n, px_epoch_stats_t *out) 
  * eval_every. */
 px_status_t px_trainer_calibrate_with(px_trainer_t *t, px_train_batch_fn fn,
                                      px_bn_momentum_fn mom, void *ctx, int64_t n) {
-  int64_t epoch = t->cursor_epoch, first = 0;
+  int64_t pos[3];
+  px_trainer_position(t, pos);
+  int64_t epoch = pos[1];
   px_status_t st = PX_OK;
-  if (epoch >= 0) first = px_loader_position(t->train_loader);
-  else st = px_loader_begin_epoch(t->train_loader, epoch = px__epoch_at(t));
+  if (epoch < 0) st = px_loader_begin_epoch(t->train_loader, epoch = px__epoch_at(t));
   for (int64_t i = 0; i < n && st >= 0; i++) {
     px_batch_t b;
     st = px_loader_next(t->train_loader, &b);
@@ -503,10 +504,8 @@ px_status_t px_trainer_calibrate_with(px_trainer_t *t, px_train_batch_fn fn,
     st = fn(ctx, b.x);
   }
   if (mom) mom(ctx, 0.0f); /* the layers' own momentum again, also after a failure */
-  px_status_t back = px_loader_end_epoch(t->train_loader);
-  if (back >= 0 && t->cursor_epoch >= 0)
-    back = px_loader_begin_epoch_at(t->train_loader, t->cursor_epoch, first);
-  return st < 0 ? st : back < 0 ? back : PX_OK;
+  px_status_t back = px_trainer_set_position(t, pos);
+  return st < 0 ? st : back;
 }
 
 static px_status_t px__forward_train(void *ctx, const float *x) {
