@@ -113,6 +113,10 @@ static void test_quickstart_is_the_small_hsadmm_job(void **state) {
   assert_int_equal(s->train->eval_every, 120);
   assert_int_equal(s->admm->max_iterations, 468);
   assert_false(s->admm->adaptive_rho);
+  /* one local step a round: the node consensus keeps rho2 / (2 rho1 + rho2)
+   * of the last z, 0.05% (test_strategy_final) */
+  assert_float_equal(s->admm->rho1, 0.01, 0);
+  assert_float_equal(s->admm->rho2, 1e-5, 0);
   assert_string_equal(s->comm->quantize, "8");
   int epochs = s->train->epochs;
   double lr = s->train->lr;
