@@ -200,7 +200,8 @@ typedef struct {
   px_strategy_kind_t kind;
   double rho2;
   int rounds;
-  char out[320]; /* rank 0 writes its final parameters here, and the start to out.init */
+  char out[320]; /* rank 0 writes its final parameters here; DDP's run also the start,
+                    to out.init */
 } one_step_t;
 
 static int write_floats(const char *path, const float *v, size_t n) {
@@ -221,7 +222,7 @@ static int rank_one_step(px_th_ctx_t *ctx) {
   PX_TH_OK(px_th_comm(ctx, NULL, &comm));
   px_model_t *m = px_trainer_model(t);
   size_t n = (size_t)px_model_numel(m);
-  if (ctx->rank == 0) {
+  if (ctx->rank == 0 && os->kind == PX_STRATEGY_DDP) {
     char init[340];
     snprintf(init, sizeof init, "%s.init", os->out);
     PX_TH_CHECK(write_floats(init, px_model_flat_params(m)->data, n));
@@ -273,13 +274,11 @@ static void one_step_runs(int rounds, double off[2]) {
     assert_int_equal(px_th_run(4, nodes, rank_one_step, &os, 300), 0);
     w[k] = read_floats(os.out, &n[k]);
     assert_non_null(w[k]);
-    if (k == 0) {
-      char p[340];
-      snprintf(p, sizeof p, "%s.init", os.out);
-      init = read_floats(p, &n0);
-      assert_non_null(init);
-    }
   }
+  char p[340];
+  snprintf(p, sizeof p, "%s/one-step-0.f32.init", dir); /* DDP's run wrote the start */
+  init = read_floats(p, &n0);
+  assert_non_null(init);
   assert_true(n0 > 0 && n[0] == n0 && n[1] == n0 && n[2] == n0);
   double moved = distance(w[0], init, n0);
   assert_true(moved > 0);
