@@ -201,6 +201,9 @@ static void pxctl_print_job(px_rpc_channel_t *ch, const Prunex__V1__Job *job) {
              s->prune->uncoupled_channel_keep);
     if (s->prune && s->prune->nm_m > 0)
       printf("           N:M %d:%d along input channels\n", s->prune->nm_n, s->prune->nm_m);
+    if (s->prune && s->prune->ramp_iterations > 0)
+      printf("           the keeps fall from 1 over the first %d iterations, the masks "
+             "freezing no earlier\n", s->prune->ramp_iterations);
   }
   int max = pxctl_job_max_iterations(job);
   if (max > 0) printf("progress   %d of %d iterations\n", pxctl_job_done_iterations(job), max);

@@ -423,6 +423,51 @@ static void test_exact_freeze_keeps_z_own_groups(void **state) {
   }
 }
 
+/* prune.ramp_iterations: the coupled pair at channel keep 0.5 with a ramp
+ * of 4 rounds, a controller asking for the freeze every round. Round t's z
+ * keeps exactly ceil((0.5 + 0.5 (1 - t/4)^3) 6) of A's filters (6, 5, 4, 4,
+ * then 3), and the masks freeze after round 4, the first projected with the
+ * target keep, not before (then z keeps the union of the nodes' choices,
+ * 3 or more). */
+static int ramp_rank(px_th_ctx_t *ctx) {
+  px_comm_t *comm;
+  PX_TH_OK(px_th_comm(ctx, NULL, &comm));
+  coupled_t cp;
+  float *theta = cp.theta;
+  px_hsadmm_t *h;
+  PX_TH_OK(coupled_create(&cp, comm, &h));
+  PX_TH_CHECK(px_hsadmm_set_keep_ramp(h, -1) == PX_ERR_INVALID);
+  PX_TH_OK(px_hsadmm_set_keep_ramp(h, 4));
+  const int want[6] = {6, 5, 4, 4, 3, 3};
+  for (int round = 0; round < 6; round++) {
+    for (int i = 0; i < CN; i++) theta[i] += (float)px_th_val(11 + (uint64_t)round, ctx->rank, (size_t)i);
+    px_hsadmm_round_t *rd;
+    PX_TH_OK(px_hsadmm_sync(h, &rd));
+    const float *za = px_hsadmm_z(h, 0);
+    int nz = 0;
+    for (int c = 0; c < 6; c++) {
+      int any = 0;
+      for (int i = 0; i < 4; i++) any |= za[c * 4 + i] != 0.0f;
+      nz += any;
+    }
+    /* once frozen, z keeps the union of the nodes' masks (at least z's own) */
+    if (round <= 4 ? nz != want[round] : nz < want[round])
+      PX_TH_FAIL("round %d: z keeps %d of A's 6 filters, want %d", round, nz, want[round]);
+    int stop;
+    PX_TH_OK(px_hsadmm_decide(h, freeze_now, NULL, &stop));
+    PX_TH_CHECK(px_hsadmm_frozen(h) == (round >= 4));
+  }
+  px_hsadmm_destroy(h);
+  px_comm_destroy(comm);
+  return 0;
+}
+
+static void test_keep_ramp_falls_to_the_target_then_freezes(void **state) {
+  (void)state;
+  int nodes[4] = {0, 0, 1, 1};
+  assert_int_equal(px_th_run(4, nodes, ramp_rank, NULL, 120), 0);
+}
+
 int main(int argc, char **argv) {
   px_th_init(argc, argv);
   const struct CMUnitTest tests[] = {
@@ -432,6 +477,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_rho_change_keeps_unscaled_duals),
       cmocka_unit_test(test_coupled_channels_take_their_filters),
       cmocka_unit_test(test_exact_freeze_keeps_z_own_groups),
+      cmocka_unit_test(test_keep_ramp_falls_to_the_target_then_freezes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -385,6 +385,15 @@ static void test_cross_field_rules_are_refused(void **state) {
   /* a MAC budget chooses the channel keep: not both (the budget's line) */
   expect_error("prune:\n  mac_keep: 0.5\n  channel_keep: 0.45\n", 2,
                "prune.mac_keep: 0.5 chooses the channel keep itself", "(it is 0.45)", NULL);
+  /* the keep's ramp: H-SADMM's, and not with an exchange that lands late */
+  expect_error("strategy: ddp\nprune:\n  ramp_iterations: 50\n", 3,
+               "prune.ramp_iterations: ramps H-SADMM's projection", "strategy ddp", NULL);
+  expect_error("prune:\n  ramp_iterations: 50\ncomm:\n  overlap: true\n", 2,
+               "prune.ramp_iterations: 50 needs comm.overlap false", NULL);
+  expect_error("prune:\n  ramp_iterations: -1\n", 2, "prune.ramp_iterations", NULL);
+  Prunex__V1__JobSpec *r = parse_ok("strategy: hsadmm-flat\nprune:\n  ramp_iterations: 50\n");
+  assert_int_equal(r->prune->ramp_iterations, 50);
+  px_jobspec_free(r);
 }
 
 static void test_error_in_a_real_file_names_its_path(void **state) {

@@ -329,12 +329,14 @@ static void test_the_producers_translate_every_field(void **state) {
   assert_true(sc.keep.uncoupled_keep == 0.0);
   assert_true(px_prune_uncoupled_keep(&sc.keep) == sc.keep.channel_keep);
   assert_true(sc.mac_keep == 0.0); /* no budget */
+  assert_int_equal(sc.keep_ramp, 0); /* prune.ramp_iterations absent: no ramp */
   px_jobspec_free(s);
   /* prune.mac_keep reaches the strategy, which chooses the channel keep */
   s = parse("strategy: hsadmm\nmodel: {name: resnet20}\ndataset: {name: synthetic}\n"
-            "cluster: {nodes: 2, workers_per_node: 1}\nprune: {mac_keep: 0.5}\n");
+            "cluster: {nodes: 2, workers_per_node: 1}\nprune: {mac_keep: 0.5, ramp_iterations: 30}\n");
   assert_int_equal(px_jobspec_strategy_config(s, 50, &sc), PX_OK);
   assert_true(sc.mac_keep == 0.5 && sc.keep.channel_keep == 1.0);
+  assert_int_equal(sc.keep_ramp, 30);
   px_jobspec_free(s);
 
   px_jobspec_admm_policy(NULL, &p); /* no spec: the defaults */

@@ -373,6 +373,32 @@ static void test_projection_with_workspace_allocates_nothing(void **state) {
   free(w); free(mask); free(ws);
 }
 
+/* prune.ramp_iterations' schedule: every fraction below 1 falls from 1 at
+ * round 0 to the target at round K along f + (1 - f)(1 - t/K)^3; 1, 0 (the
+ * uncoupled keep's "channel_keep's") and N:M stay as they are. */
+static void test_keep_ramp_is_cubic_from_one_to_the_target(void **state) {
+  (void)state;
+  const px_prune_keep_t target = {0.5, 0.25, 1.0, 2, 4, 0.0};
+  px_prune_keep_t k;
+  px_prune_keep_ramp(&target, 0, 8, &k);
+  assert_true(k.filter_keep == 1.0 && k.channel_keep == 1.0 && k.shape_keep == 1.0);
+  assert_true(k.uncoupled_keep == 0.0 && k.nm_n == 2 && k.nm_m == 4);
+  px_prune_keep_ramp(&target, 4, 8, &k);
+  assert_true(fabs(k.filter_keep - 0.5625) < 1e-12 && fabs(k.channel_keep - 0.34375) < 1e-12);
+  double last = 1.0;
+  for (int t = 0; t <= 10; t++) {
+    px_prune_keep_ramp(&target, t, 8, &k);
+    assert_true(k.channel_keep <= last && k.channel_keep >= 0.25);
+    last = k.channel_keep;
+    if (t >= 8) assert_memory_equal(&k, &target, sizeof k);
+  }
+  const px_prune_keep_t unc = {1.0, 0.5, 1.0, 0, 0, 0.6};
+  px_prune_keep_ramp(&unc, 1, 2, &k);
+  assert_true(fabs(k.uncoupled_keep - 0.65) < 1e-12 && k.filter_keep == 1.0);
+  px_prune_keep_ramp(&unc, 0, 0, &k); /* no ramp */
+  assert_memory_equal(&k, &unc, sizeof k);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_filter_projection_is_nearest_point),
@@ -386,6 +412,7 @@ int main(void) {
       cmocka_unit_test(test_composite_is_filter_then_channel_then_shape),
       cmocka_unit_test(test_bad_arguments_are_rejected),
       cmocka_unit_test(test_projection_with_workspace_allocates_nothing),
+      cmocka_unit_test(test_keep_ramp_is_cubic_from_one_to_the_target),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

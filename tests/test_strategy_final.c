@@ -12,6 +12,8 @@
  * - admm.weight_decay_in: the weight decay in the z update instead of the
  *   local steps gives another model, and with no weight decay the two are
  *   the same bits (the field moves the regulariser, nothing else);
+ * - prune.ramp_iterations: the keep falls from 1 to its target over the
+ *   ramp, and the masks freeze no earlier than its end;
  * - one local step a round, nothing pruned, against DDP on the same data:
  *   a round's z is DDP's step less the share rho2 / (P rho1 + rho2) of it
  *   (the node consensus keeps that much of the last z), 0.05% with rho2 a
@@ -72,11 +74,13 @@ static px_status_t observe(void *ctx, const px_iteration_t *it) {
   return PX_OK;
 }
 
-/* A run's recipe: admm.final_prox, admm.weight_decay_in, train.weight_decay. */
+/* A run's recipe: admm.final_prox, admm.weight_decay_in, train.weight_decay,
+ * prune.ramp_iterations. */
 typedef struct {
   int final_prox, decay_consensus;
   double weight_decay;
   int iterations; /* 0: ITERATIONS */
+  int keep_ramp;
 } recipe_t;
 
 static int rank_main(px_th_ctx_t *ctx) {
@@ -99,6 +103,7 @@ static int rank_main(px_th_ctx_t *ctx) {
   cfg.calibrate_batches = 2;
   cfg.final_prox = rc->final_prox;
   cfg.decay_consensus = rc->decay_consensus;
+  cfg.keep_ramp = rc->keep_ramp;
   cfg.observe = observe;
   cfg.observe_ctx = &ctx->rank;
   px_strategy_result_t res;
@@ -126,7 +131,7 @@ static void the_final_phase_changes_only_the_local_steps(void **state) {
   if (!dir[0]) skip();
   static const char *const names[] = {"keep", "decay", "release"};
   double fig[3][ITERATIONS * PER], hash[3];
-  for (int v = 0; v < 3; v++) run((recipe_t){v, 0, 5e-4, 0}, fig[v], &hash[v]);
+  for (int v = 0; v < 3; v++) run((recipe_t){v, 0, 5e-4, 0, 0}, fig[v], &hash[v]);
   for (int v = 0; v < 3; v++) {
     for (int i = 0; i < ITERATIONS; i++) {
       const double *f = &fig[v][i * PER];
@@ -152,15 +157,43 @@ static void weight_decay_in_moves_the_regulariser_only(void **state) {
   if (!dir[0]) skip();
   /* the masks' freeze plays no part: 3 iterations, the freeze's first */
   double fig[ITERATIONS * PER], local, consensus, local0, consensus0;
-  run((recipe_t){0, 0, 5e-4, FREEZE + 1}, fig, &local);
-  run((recipe_t){0, 1, 5e-4, FREEZE + 1}, fig, &consensus);
-  run((recipe_t){0, 0, 0, FREEZE + 1}, fig, &local0);
-  run((recipe_t){0, 1, 0, FREEZE + 1}, fig, &consensus0);
+  run((recipe_t){0, 0, 5e-4, FREEZE + 1, 0}, fig, &local);
+  run((recipe_t){0, 1, 5e-4, FREEZE + 1, 0}, fig, &consensus);
+  run((recipe_t){0, 0, 0, FREEZE + 1, 0}, fig, &local0);
+  run((recipe_t){0, 1, 0, FREEZE + 1, 0}, fig, &consensus0);
   printf("final model hashes: local %.0f, consensus %.0f; no decay: %.0f, %.0f\n", local,
          consensus, local0, consensus0);
   assert_true(consensus != local);
   assert_true(local0 != local);
   assert_true(consensus0 == local0);
+}
+
+/* prune.ramp_iterations 4, the controller asking for the freeze from
+ * iteration FREEZE (2) on: z's density falls from 1 at iteration 0 to the
+ * target keep's at iteration 4 (what the run without a ramp has from the
+ * first round: 16, 12, 9, 9, 8 of a stage-1 conv's 16 channels, 64, 46, 36,
+ * 33, 32 of a stage-3 one), the masks freeze after iteration 4, not 2, and
+ * the exchange shrinks with the keep. */
+static void the_keep_ramp_falls_to_the_target_then_freezes(void **state) {
+  (void)state;
+  if (!dir[0]) skip();
+  double ramp[ITERATIONS * PER], base[ITERATIONS * PER], h_ramp, h_base;
+  run((recipe_t){0, 0, 5e-4, 0, 4}, ramp, &h_ramp);
+  run((recipe_t){0, 0, 5e-4, 0, 0}, base, &h_base);
+  for (int i = 0; i < ITERATIONS; i++) {
+    const double *f = &ramp[i * PER];
+    printf("ramp 4 it %d: density %.4f inter %.0f frozen %.0f (no ramp: %.4f, %.0f, %.0f)\n", i,
+           f[0], f[2], f[4], base[i * PER], base[i * PER + 2], base[i * PER + 4]);
+    if (i > 0 && i <= 4) {
+      assert_true(f[0] < ramp[(i - 1) * PER]);     /* the keep falls */
+      assert_true(f[2] < ramp[(i - 1) * PER + 2]); /* and so do the exchange's bytes */
+    }
+    assert_true(f[4] == (i > 4)); /* frozen after iteration 4's decision */
+    assert_true(base[i * PER + 4] == (i > FREEZE));
+  }
+  assert_true(ramp[0] == 1.0);
+  assert_true(ramp[4 * PER] == base[0]); /* the target keep's counts */
+  assert_true(h_ramp != h_base);
 }
 
 static void the_spec_fields_reach_the_strategy(void **state) {
@@ -310,6 +343,7 @@ int main(void) {
       cmocka_unit_test(the_spec_fields_reach_the_strategy),
       cmocka_unit_test(the_final_phase_changes_only_the_local_steps),
       cmocka_unit_test(weight_decay_in_moves_the_regulariser_only),
+      cmocka_unit_test(the_keep_ramp_falls_to_the_target_then_freezes),
       cmocka_unit_test(one_local_step_follows_ddp_when_rho2_is_small),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

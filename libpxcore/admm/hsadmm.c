@@ -360,6 +360,11 @@ px_status_t px_hsadmm_sync(px_hsadmm_t *h, px_hsadmm_round_t **round) {
     PX_CHECK(px__hse_snapshot(h));
     PX_CHECK(px__hse_recenter(h));
   }
+  if (h->keep_ramp > 0 && !h->frozen) { /* the ramp's fractions for this round */
+    px_prune_keep_t k;
+    px_prune_keep_ramp(&h->cfg.keep, h->iteration, h->keep_ramp, &k);
+    PX_CHECK(px_sparsity_set_keep(h->sp, &k));
+  }
   if (h->cfg.flat) PX_CHECK(px__sync_flat(h));
   else PX_CHECK(px__sync_hier(h, &value_bytes));
 
@@ -452,7 +457,9 @@ px_status_t px_hsadmm_decide(px_hsadmm_t *h, px_hsadmm_control_fn control, void 
   px__hse_unpack(h, buf + 2 + 2 * n); /* elastic: a membership change */
   /* comm.overlap: a stop, a rescaled v or a freeze (the plan's masks are
    * set as the exchange lands) needs the round's own z first */
-  int change = buf[1] > 0 && !h->frozen;
+  /* a ramp's masks freeze once a round projected with its last keep */
+  int freeze = buf[1] > 0 && !h->frozen && h->iteration > h->keep_ramp;
+  int change = freeze;
   for (int i = 0; i < n; i++) change |= buf[2 + i] != h->rho1[i] || buf[2 + n + i] != h->rho2[i];
   if (px_hsadmm_pending(h) && (end || change)) PX_CHECK(px_hsadmm_overlap_drain(h));
   for (int i = 0; i < n; i++) {
@@ -470,7 +477,7 @@ px_status_t px_hsadmm_decide(px_hsadmm_t *h, px_hsadmm_control_fn control, void 
       h->rho2[i] = r2;
     }
   }
-  if (buf[1] > 0 && !h->frozen) {
+  if (freeze) {
     if (px_sparsity_freeze_masks(h->sp, h->mask_union, h->mask_z)) /* N:M, a budget: prune.h */
       PX_CHECK(px__hsadmm_set_masks(h));
     else if (h->dev) /* the frozen projection applies the union where the state is */
@@ -479,6 +486,14 @@ px_status_t px_hsadmm_decide(px_hsadmm_t *h, px_hsadmm_control_fn control, void 
     px_pack_plan_freeze(h->plan);
   }
   *stop = end;
+  return PX_OK;
+}
+
+px_status_t px_hsadmm_set_keep_ramp(px_hsadmm_t *h, int K) {
+  PX_REQUIRE(K >= 0, "prune.ramp_iterations = %d: must be >= 0", K);
+  PX_REQUIRE(K == 0 || !h->ov.enabled,
+             "prune.ramp_iterations needs comm.overlap false (an exchange lands a round late)");
+  h->keep_ramp = K;
   return PX_OK;
 }
 

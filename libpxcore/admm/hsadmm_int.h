@@ -117,6 +117,7 @@ struct px_hsadmm {
   px_pack_plan_t *plan;
   int frozen;
   int iteration;
+  int keep_ramp;        /* prune.ramp_iterations: the keep falls to cfg.keep over these rounds */
   int project_z;        /* the exchange packed last projects its z (masks not frozen then) */
   double *sums;         /* [n * NSUMS + 4] */
   px_admm_layer_report_t *layers;

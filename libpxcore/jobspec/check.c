@@ -100,18 +100,35 @@ static px_status_t px__js_check_onnx(const Prunex__V1__JobSpec *spec, px__js_whe
 }
 
 /* The prune section's cross-field rules: N:M is both numbers or neither;
- * compact training is H-SADMM's (the strategies with frozen masks); a MAC
- * budget chooses the channel keep, so the spec does not give both. */
+ * compact training and the keep's ramp are H-SADMM's (the strategies with
+ * frozen masks), the ramp without comm.overlap (whose exchange lands a
+ * round late); a MAC budget chooses the channel keep, so the spec does not
+ * give both. */
 static px_status_t px__js_check_prune(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
   const Prunex__V1__PruneSpec *p = spec->prune;
-  if (p->compact_training && spec->strategy != PRUNEX__V1__STRATEGY__STRATEGY_HSADMM &&
-      spec->strategy != PRUNEX__V1__STRATEGY__STRATEGY_HSADMM_FLAT)
+  int hsadmm = spec->strategy == PRUNEX__V1__STRATEGY__STRATEGY_HSADMM ||
+               spec->strategy == PRUNEX__V1__STRATEGY__STRATEGY_HSADMM_FLAT;
+  if (p->compact_training && !hsadmm)
     return px__js_fail(PX_ERR_INVALID, w,
                        px__js_mark(w, px__js_find("prune.compact_training"),
                                    px__js_find("strategy")),
                        "prune.compact_training: trains the compact model once H-SADMM's masks "
                        "are frozen and has no meaning for strategy %s (use false)",
                        px_jobspec_strategy_name(spec->strategy));
+  if (p->ramp_iterations > 0 && !hsadmm)
+    return px__js_fail(PX_ERR_INVALID, w,
+                       px__js_mark(w, px__js_find("prune.ramp_iterations"),
+                                   px__js_find("strategy")),
+                       "prune.ramp_iterations: ramps H-SADMM's projection and has no meaning "
+                       "for strategy %s (use 0)",
+                       px_jobspec_strategy_name(spec->strategy));
+  if (p->ramp_iterations > 0 && spec->comm->overlap)
+    return px__js_fail(PX_ERR_INVALID, w,
+                       px__js_mark(w, px__js_find("prune.ramp_iterations"),
+                                   px__js_find("comm.overlap")),
+                       "prune.ramp_iterations: %d needs comm.overlap false (an overlapped "
+                       "exchange lands a round late, after the keep moved on)",
+                       p->ramp_iterations);
   if (p->mac_keep > 0.0 && p->channel_keep < 1.0)
     return px__js_fail(PX_ERR_INVALID, w,
                        px__js_mark(w, px__js_find("prune.mac_keep"),

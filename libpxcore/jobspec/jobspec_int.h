@@ -54,7 +54,7 @@ typedef struct {
   const ProtobufCMessageDescriptor *desc;
 } px__js_section_t;
 
-#define PX__JS_MAX_FIELDS 80
+#define PX__JS_MAX_FIELDS 96
 #define PX__JS_MAX_SECTIONS 12
 
 extern const px__js_section_t px__js_sections[];

@@ -116,6 +116,8 @@ const px__js_field_t px__js_fields[] = {
     {S_PRUNE, "uncoupled_channel_keep", PX__JS_DOUBLE, 0, 0, 1, NULL, 0, NULL},
     /* 0: no budget (channel_keep as written) */
     {S_PRUNE, "mac_keep", PX__JS_DOUBLE, 0, 0, 1, NULL, 0, NULL},
+    /* 0: the target keep from the first round */
+    {S_PRUNE, "ramp_iterations", PX__JS_INT, 0, 0, I32MAX, NULL, 0, NULL},
 
     /* rho1 = rho2 = 1e-3: the proximal pull rho * (theta - z + u) then has
      * the size of the weight decay (5e-4 * theta) for CNN weights of the

@@ -45,6 +45,20 @@ double px_prune_uncoupled_keep(const px_prune_keep_t *keep) {
   return keep->uncoupled_keep > 0.0 ? keep->uncoupled_keep : keep->channel_keep;
 }
 
+static double px__ramped(double f, double left) {
+  return f < 1.0 && f > 0.0 ? f + (1.0 - f) * left * left * left : f;
+}
+
+void px_prune_keep_ramp(const px_prune_keep_t *target, int t, int K, px_prune_keep_t *out) {
+  *out = *target;
+  if (K <= 0 || t >= K) return;
+  double left = 1.0 - (double)(t < 0 ? 0 : t) / (double)K;
+  out->filter_keep = px__ramped(target->filter_keep, left);
+  out->channel_keep = px__ramped(target->channel_keep, left);
+  out->shape_keep = px__ramped(target->shape_keep, left);
+  out->uncoupled_keep = px__ramped(target->uncoupled_keep, left);
+}
+
 px_status_t px_prune_keep_validate(const px_prune_keep_t *keep) {
   PX_CHECK(px__keep_check("filter_keep", keep->filter_keep));
   PX_CHECK(px__keep_check("channel_keep", keep->channel_keep));

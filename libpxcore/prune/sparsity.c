@@ -191,6 +191,15 @@ double px_sparsity_density(const px_sparsity_t *sp, int i, const uint8_t *masks)
   return px_prune_layout_density(&sp->layouts[i], masks + sp->moff[i]);
 }
 
+px_status_t px_sparsity_set_keep(px_sparsity_t *sp, const px_prune_keep_t *keep) {
+  PX_CHECK(px_prune_keep_validate(keep));
+  PX_REQUIRE(keep->nm_n == sp->keep.nm_n && keep->nm_m == sp->keep.nm_m,
+             "px_sparsity_set_keep: N:M %d:%d is not the set's %d:%d", (int)keep->nm_n,
+             (int)keep->nm_m, (int)sp->keep.nm_n, (int)sp->keep.nm_m);
+  sp->keep = *keep;
+  return PX_OK;
+}
+
 void px_sparsity_set_exact_freeze(px_sparsity_t *sp, int on) { sp->exact_freeze = on ? 1 : 0; }
 
 int px_sparsity_freeze_masks(const px_sparsity_t *sp, uint8_t *masks_union,

@@ -478,6 +478,7 @@ static px_status_t px__hsadmm_create(px__strategy_run_t *r, void **priv) {
   PX_REQUIRE(!c->overlap || !r->staged, "comm.overlap: host models only");
   PX_CHECK(px_hsadmm_set_overlap(s->h, c->overlap));
   PX_CHECK(px_hsadmm_set_compress(s->h, c->compress));
+  PX_CHECK(px_hsadmm_set_keep_ramp(s->h, c->keep_ramp));
   px_hsadmm_set_exact_freeze(s->h, c->mac_keep > 0.0);
   PX_CHECK(px_hsadmm_set_elastic(s->h, r->elastic));
   if (r->elastic) PX_CHECK(px_hsadmm_set_elastic_max(s->h, r->el_cap));

@@ -69,6 +69,7 @@ px_status_t px_jobspec_strategy_config(const Prunex__V1__JobSpec *s, int64_t ste
   c->keep.nm_m = s->prune->nm_m;
   c->keep.uncoupled_keep = s->prune->uncoupled_channel_keep;
   c->mac_keep = s->prune->mac_keep;
+  c->keep_ramp = s->prune->ramp_iterations;
   c->skip_layers = (const char *const *)s->prune->skip_layers;
   c->nskip = (int32_t)s->prune->n_skip_layers;
   c->compact_local = s->prune->compact_training ? 1 : 0;

@@ -65,6 +65,12 @@ px_status_t px_hsadmm_set_overlap(px_hsadmm_t *h, int on);
  * was chosen for. Set on every rank alike (a rank joining an elastic job
  * too) before the freeze. */
 void px_hsadmm_set_exact_freeze(px_hsadmm_t *h, int on);
+/* prune.ramp_iterations: round t < K projects with
+ * px_prune_keep_ramp(cfg.keep, t, K), falling from everything kept to
+ * cfg.keep, and the masks freeze no earlier than round K (a freeze the
+ * controller decides before waits for it). Set on every rank alike before
+ * the first sync; 0: off. PX_ERR_INVALID for K < 0 or comm.overlap. */
+px_status_t px_hsadmm_set_keep_ramp(px_hsadmm_t *h, int K);
 void px_hsadmm_set_drain(px_hsadmm_t *h, int drain);
 px_status_t px_hsadmm_overlap_start(px_hsadmm_t *h);
 px_status_t px_hsadmm_overlap_drain(px_hsadmm_t *h);

@@ -73,6 +73,9 @@
  *     uncoupled_channel_keep: 0  [0, 1], the input channels of convs not
  *                           coupled with a producer (readers of the image, a
  *                           residual stream, a concatenation); 0: channel_keep
+ *     ramp_iterations: 0    >= 0, hsadmm: the fractions fall from 1 to theirs
+ *                           over these outer iterations (cubic); the masks
+ *                           freeze no earlier; 0: the target from the start
  *   admm:
  *     rho1: 1e-3            > 0, initial intra-node penalty
  *     rho2: 1e-3            > 0, initial inter-node penalty

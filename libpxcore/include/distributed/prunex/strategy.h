@@ -111,6 +111,8 @@ typedef struct {
   double mac_keep;          /* hsadmm: > 0: keep.channel_keep is the largest whose model keeps
                                at most this fraction of the dense MACs (px_strategy_mac_keep),
                                and keep.uncoupled_keep 0 means 1 */
+  int32_t keep_ramp;        /* hsadmm: > 0: the keep falls from 1 to `keep` over these outer
+                               iterations, the masks freezing no earlier (prune.ramp_iterations) */
   const char *const *skip_layers; /* parameter names never pruned (borrowed) */
   int32_t nskip;
   double topk_ratio;        /* topk: fraction of each tensor's entries sent (0, 1] */

@@ -54,6 +54,13 @@ typedef struct {
  * keep->channel_keep where that is 0. */
 PX_API double px_prune_uncoupled_keep(const px_prune_keep_t *keep);
 
+/* The keep fractions of round t of a gradual ramp over K rounds
+ * (prune.ramp_iterations; Zhu & Gupta's cubic schedule): each fraction f of
+ * target below 1 is f + (1 - f) (1 - t / K)^3, 1 at round 0 and f from
+ * round K on; an uncoupled_keep of 0 stays 0 (channel_keep's ramp). N:M is
+ * target's. K <= 0 or t >= K: target itself. */
+PX_API void px_prune_keep_ramp(const px_prune_keep_t *target, int t, int K, px_prune_keep_t *out);
+
 /* PX_PRUNE_NM_MAX, the largest M: arch.h (a job spec is checked against it). */
 
 /* Number of elements of a conv weight. */
@@ -209,6 +216,11 @@ PX_API int px_sparsity_freeze_masks(const px_sparsity_t *sp, uint8_t *masks_unio
                                     const uint8_t *masks_z);
 /* Whether px_sparsity_freeze_masks takes all of z's masks (0 when made). */
 PX_API void px_sparsity_set_exact_freeze(px_sparsity_t *sp, int on);
+
+/* The fractions the next px_sparsity_project uses (a ramp's round,
+ * px_prune_keep_ramp); N:M must stay the set's. PX_ERR_INVALID for a
+ * fraction out of [0, 1] or another N:M. */
+PX_API px_status_t px_sparsity_set_keep(px_sparsity_t *sp, const px_prune_keep_t *keep);
 
 /* Kept fraction of parameter i's elements (1 for a dense one). */
 PX_API double px_sparsity_density(const px_sparsity_t *sp, int i, const uint8_t *masks);
