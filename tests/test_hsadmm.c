@@ -374,6 +374,22 @@ static px_status_t freeze_now(void *ctx, const px_hsadmm_round_t *round,
   return PX_OK;
 }
 
+/* A coupled rank's round: its model moved by the round's own noise, then
+ * the sync. */
+static px_status_t coupled_round(px_hsadmm_t *h, float *theta, int round, int rank) {
+  for (int i = 0; i < CN; i++) theta[i] += (float)px_th_val(11 + (uint64_t)round, rank, (size_t)i);
+  px_hsadmm_round_t *rd;
+  return px_hsadmm_sync(h, &rd);
+}
+
+/* Whether z holds any of A's filter c (its 4 weights). */
+static int a_filter_in_z(const px_hsadmm_t *h, int c) {
+  const float *za = px_hsadmm_z(h, 0);
+  int any = 0;
+  for (int i = 0; i < 4; i++) any |= za[c * 4 + i] != 0.0f;
+  return any;
+}
+
 static int exact_freeze_rank(px_th_ctx_t *ctx) {
   const int *exact = ctx->arg;
   px_comm_t *comm;
@@ -385,17 +401,13 @@ static int exact_freeze_rank(px_th_ctx_t *ctx) {
   px_hsadmm_set_exact_freeze(h, *exact);
   int at_freeze = 0;
   for (int round = 0; round < 4; round++) {
-    for (int i = 0; i < CN; i++) theta[i] += (float)px_th_val(11 + (uint64_t)round, ctx->rank, (size_t)i);
-    px_hsadmm_round_t *rd;
-    PX_TH_OK(px_hsadmm_sync(h, &rd));
+    PX_TH_OK(coupled_round(h, theta, round, ctx->rank));
     const uint8_t *ma = px_hsadmm_mask(h, 0), *mb = px_hsadmm_mask(h, 1);
-    const float *za = px_hsadmm_z(h, 0);
     int kept = 0, nz = 0;
     for (int c = 0; c < 6; c++) {
       PX_TH_CHECK(ma[c] == mb[5 + c]);
       kept += ma[c];
-      int any = 0;
-      for (int i = 0; i < 4; i++) any |= za[c * 4 + i] != 0.0f;
+      int any = a_filter_in_z(h, c);
       if (!ma[c]) PX_TH_CHECK(!any);
       nz += any;
     }
@@ -440,16 +452,9 @@ static int ramp_rank(px_th_ctx_t *ctx) {
   PX_TH_OK(px_hsadmm_set_keep_ramp(h, 4));
   const int want[6] = {6, 5, 4, 4, 3, 3};
   for (int round = 0; round < 6; round++) {
-    for (int i = 0; i < CN; i++) theta[i] += (float)px_th_val(11 + (uint64_t)round, ctx->rank, (size_t)i);
-    px_hsadmm_round_t *rd;
-    PX_TH_OK(px_hsadmm_sync(h, &rd));
-    const float *za = px_hsadmm_z(h, 0);
+    PX_TH_OK(coupled_round(h, theta, round, ctx->rank));
     int nz = 0;
-    for (int c = 0; c < 6; c++) {
-      int any = 0;
-      for (int i = 0; i < 4; i++) any |= za[c * 4 + i] != 0.0f;
-      nz += any;
-    }
+    for (int c = 0; c < 6; c++) nz += a_filter_in_z(h, c);
     /* once frozen, z keeps the union of the nodes' masks (at least z's own) */
     if (round <= 4 ? nz != want[round] : nz < want[round])
       PX_TH_FAIL("round %d: z keeps %d of A's 6 filters, want %d", round, nz, want[round]);
