@@ -104,24 +104,26 @@ static px_status_t px__js_check_onnx(const Prunex__V1__JobSpec *spec, px__js_whe
  * frozen masks), the ramp without comm.overlap (whose exchange lands a
  * round late); a MAC budget chooses the channel keep, so the spec does not
  * give both. */
+/* A field of H-SADMM's set under another strategy: refused, naming both. */
+static px_status_t px__js_hsadmm_only(const Prunex__V1__JobSpec *spec, px__js_where_t *w,
+                                      const char *field, const char *what, const char *off) {
+  return px__js_fail(PX_ERR_INVALID, w,
+                     px__js_mark(w, px__js_find(field), px__js_find("strategy")),
+                     "%s: %s and has no meaning for strategy %s (use %s)", field, what,
+                     px_jobspec_strategy_name(spec->strategy), off);
+}
+
 static px_status_t px__js_check_prune(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
   const Prunex__V1__PruneSpec *p = spec->prune;
   int hsadmm = spec->strategy == PRUNEX__V1__STRATEGY__STRATEGY_HSADMM ||
                spec->strategy == PRUNEX__V1__STRATEGY__STRATEGY_HSADMM_FLAT;
   if (p->compact_training && !hsadmm)
-    return px__js_fail(PX_ERR_INVALID, w,
-                       px__js_mark(w, px__js_find("prune.compact_training"),
-                                   px__js_find("strategy")),
-                       "prune.compact_training: trains the compact model once H-SADMM's masks "
-                       "are frozen and has no meaning for strategy %s (use false)",
-                       px_jobspec_strategy_name(spec->strategy));
+    return px__js_hsadmm_only(spec, w, "prune.compact_training",
+                              "trains the compact model once H-SADMM's masks are frozen",
+                              "false");
   if (p->ramp_iterations > 0 && !hsadmm)
-    return px__js_fail(PX_ERR_INVALID, w,
-                       px__js_mark(w, px__js_find("prune.ramp_iterations"),
-                                   px__js_find("strategy")),
-                       "prune.ramp_iterations: ramps H-SADMM's projection and has no meaning "
-                       "for strategy %s (use 0)",
-                       px_jobspec_strategy_name(spec->strategy));
+    return px__js_hsadmm_only(spec, w, "prune.ramp_iterations", "ramps H-SADMM's projection",
+                              "0");
   if (p->ramp_iterations > 0 && spec->comm->overlap)
     return px__js_fail(PX_ERR_INVALID, w,
                        px__js_mark(w, px__js_find("prune.ramp_iterations"),
