@@ -118,8 +118,11 @@ static void test_quickstart_is_the_small_hsadmm_job(void **state) {
   assert_float_equal(s->admm->rho1, 0.01, 0);
   assert_float_equal(s->admm->rho2, 1e-5, 0);
   assert_string_equal(s->comm->quantize, "8");
+  /* twice the default 5e-4 (docs/performance.md, "Accuracy over seeds") */
+  assert_float_equal(s->train->weight_decay, 1e-3, 0);
   int epochs = s->train->epochs;
   double lr = s->train->lr;
+  double weight_decay = s->train->weight_decay;
   px_jobspec_free(s);
 
   const char *others[] = {"ddp", "topk", "hsadmm-flat"};
@@ -134,6 +137,7 @@ static void test_quickstart_is_the_small_hsadmm_job(void **state) {
     /* the same budget, so that the figures compare like for like */
     assert_int_equal(s->train->epochs, epochs);
     assert_float_equal(s->train->lr, lr, 0);
+    assert_float_equal(s->train->weight_decay, weight_decay, 0);
     px_jobspec_free(s);
   }
   assert_int_equal(px_jobspec_parse_file(PX_SOURCE_DIR "/examples/resnet18-cifar10.yaml", &s),

@@ -1,16 +1,16 @@
 """PyTorch DDP peer of bench/cluster/run.sh: the recipe of examples/ddp.yaml
 (ResNet-20, Fashion-MNIST 28x28 normalised with mean 0.2860 / std 0.3530,
-random crop with 4 pixels of padding and horizontal flip drawn per image
-(as libpxcore/data/sampler.c does: the padding is a black pixel, 0 before
+random crop with 4 pixels of padding and horizontal flip drawn per image (as
+libpxcore/data/sampler.c does: the padding is a black pixel, 0 before
 normalisation, not the mean), batch 64 per rank, SGD lr 0.05 momentum 0.9
-weight decay 5e-4 on every parameter, cosine schedule over the run, a
-disjoint shard of the training set per rank, convolutions initialised as
-libpxcore does (Kaiming normal, fan out), over gloo, one process per rank
-with one compute thread. Before each evaluation the BN running statistics
-are averaged over the ranks (our ddp averages them every step), so every
-rank holds the same model; the test set is evaluated on the unwrapped module
-every --eval-steps steps and at the end, each rank on its shard of the test
-set, the counts summed with an allreduce; rank 0 prints
+weight decay 1e-3 (--weight-decay) on every parameter, cosine schedule over
+the run, a disjoint shard of the training set per rank, convolutions
+initialised as libpxcore does (Kaiming normal, fan out), over gloo, one
+process per rank with one compute thread. Before each evaluation the BN
+running statistics are averaged over the ranks (our ddp averages them every
+step), so every rank holds the same model; the test set is evaluated on the
+unwrapped module every --eval-steps steps and at the end, each rank on its
+shard of the test set, the counts summed with an allreduce; rank 0 prints
 `EVAL <seconds since --start> <accuracy>` lines and a `FINAL` line.
 
 Run as: python3 torch_ddp.py --rank R --world N --master ADDR:PORT --start T"""
@@ -48,6 +48,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--weight-decay", type=float, default=1e-3)
     ap.add_argument("--eval-steps", type=int, default=39)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--max-steps", type=int, default=0, help="stop after this many (smoke test)")
@@ -76,7 +77,7 @@ def main():
         if isinstance(mod, nn.Conv2d):  # libpxcore/nn/model.c: N(0, 2 / fan_out)
             nn.init.kaiming_normal_(mod.weight, mode="fan_out", nonlinearity="relu")
     ddp = nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=0.9, weight_decay=5e-4)
+    opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=0.9, weight_decay=a.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: 0.5 * (1.0 + np.cos(np.pi * min(s, total) / total)))
     te_lo = a.rank * len(xte) // a.world
