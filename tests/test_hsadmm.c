@@ -390,14 +390,36 @@ static int a_filter_in_z(const px_hsadmm_t *h, int c) {
   return any;
 }
 
-static int exact_freeze_rank(px_th_ctx_t *ctx) {
-  const int *exact = ctx->arg;
+/* A rank's test on the coupled pair: coupled_main makes the rank's
+ * communicator and handle, runs the body and destroys both; run_coupled runs
+ * it on 2 nodes x 2 ranks. */
+typedef int (*coupled_body_t)(px_th_ctx_t *ctx, px_hsadmm_t *h, float *theta, const void *arg);
+typedef struct {
+  coupled_body_t body;
+  const void *arg;
+} coupled_job_t;
+
+static int coupled_main(px_th_ctx_t *ctx) {
+  const coupled_job_t *job = ctx->arg;
   px_comm_t *comm;
   PX_TH_OK(px_th_comm(ctx, NULL, &comm));
   coupled_t cp;
-  float *theta = cp.theta;
   px_hsadmm_t *h;
   PX_TH_OK(coupled_create(&cp, comm, &h));
+  int rc = job->body(ctx, h, cp.theta, job->arg);
+  px_hsadmm_destroy(h);
+  px_comm_destroy(comm);
+  return rc;
+}
+
+static int run_coupled(coupled_body_t body, const void *arg) {
+  static const int nodes[4] = {0, 0, 1, 1};
+  const coupled_job_t job = {body, arg};
+  return px_th_run(4, nodes, coupled_main, &job, 120);
+}
+
+static int exact_freeze_rank(px_th_ctx_t *ctx, px_hsadmm_t *h, float *theta, const void *arg) {
+  const int *exact = arg;
   px_hsadmm_set_exact_freeze(h, *exact);
   int at_freeze = 0;
   for (int round = 0; round < 4; round++) {
@@ -419,16 +441,13 @@ static int exact_freeze_rank(px_th_ctx_t *ctx) {
     PX_TH_OK(px_hsadmm_decide(h, round == 1 ? freeze_now : keep_going, NULL, &stop));
   }
   if (ctx->rank == 0) px_th_shared[0] = at_freeze;
-  px_hsadmm_destroy(h);
-  px_comm_destroy(comm);
   return 0;
 }
 
 static void test_exact_freeze_keeps_z_own_groups(void **state) {
   (void)state;
-  int nodes[4] = {0, 0, 1, 1};
   for (int exact = 0; exact <= 1; exact++) {
-    assert_int_equal(px_th_run(4, nodes, exact_freeze_rank, &exact, 120), 0);
+    assert_int_equal(run_coupled(exact_freeze_rank, &exact), 0);
     print_message("exact freeze %d: the union held %.0f of 6 filters at the freeze\n", exact,
                   px_th_shared[0]);
     assert_true(px_th_shared[0] > 3); /* the nodes disagreed: the union held more */
@@ -441,13 +460,8 @@ static void test_exact_freeze_keeps_z_own_groups(void **state) {
  * then 3), and the masks freeze after round 4, the first projected with the
  * target keep, not before (then z keeps the union of the nodes' choices,
  * 3 or more). */
-static int ramp_rank(px_th_ctx_t *ctx) {
-  px_comm_t *comm;
-  PX_TH_OK(px_th_comm(ctx, NULL, &comm));
-  coupled_t cp;
-  float *theta = cp.theta;
-  px_hsadmm_t *h;
-  PX_TH_OK(coupled_create(&cp, comm, &h));
+static int ramp_rank(px_th_ctx_t *ctx, px_hsadmm_t *h, float *theta, const void *arg) {
+  (void)arg;
   PX_TH_CHECK(px_hsadmm_set_keep_ramp(h, -1) == PX_ERR_INVALID);
   PX_TH_OK(px_hsadmm_set_keep_ramp(h, 4));
   const int want[6] = {6, 5, 4, 4, 3, 3};
@@ -462,15 +476,12 @@ static int ramp_rank(px_th_ctx_t *ctx) {
     PX_TH_OK(px_hsadmm_decide(h, freeze_now, NULL, &stop));
     PX_TH_CHECK(px_hsadmm_frozen(h) == (round >= 4));
   }
-  px_hsadmm_destroy(h);
-  px_comm_destroy(comm);
   return 0;
 }
 
 static void test_keep_ramp_falls_to_the_target_then_freezes(void **state) {
   (void)state;
-  int nodes[4] = {0, 0, 1, 1};
-  assert_int_equal(px_th_run(4, nodes, ramp_rank, NULL, 120), 0);
+  assert_int_equal(run_coupled(ramp_rank, NULL), 0);
 }
 
 int main(int argc, char **argv) {

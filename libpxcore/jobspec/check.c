@@ -99,11 +99,6 @@ static px_status_t px__js_check_onnx(const Prunex__V1__JobSpec *spec, px__js_whe
   return PX_OK;
 }
 
-/* The prune section's cross-field rules: N:M is both numbers or neither;
- * compact training and the keep's ramp are H-SADMM's (the strategies with
- * frozen masks), the ramp without comm.overlap (whose exchange lands a
- * round late); a MAC budget chooses the channel keep, so the spec does not
- * give both. */
 /* A field of H-SADMM's set under another strategy: refused, naming both. */
 static px_status_t px__js_hsadmm_only(const Prunex__V1__JobSpec *spec, px__js_where_t *w,
                                       const char *field, const char *what, const char *off) {
@@ -113,6 +108,11 @@ static px_status_t px__js_hsadmm_only(const Prunex__V1__JobSpec *spec, px__js_wh
                      px_jobspec_strategy_name(spec->strategy), off);
 }
 
+/* The prune section's cross-field rules: N:M is both numbers or neither;
+ * compact training and the keep's ramp are H-SADMM's (the strategies with
+ * frozen masks), the ramp without comm.overlap (whose exchange lands a
+ * round late); a MAC budget chooses the channel keep, so the spec does not
+ * give both. */
 static px_status_t px__js_check_prune(const Prunex__V1__JobSpec *spec, px__js_where_t *w) {
   const Prunex__V1__PruneSpec *p = spec->prune;
   int hsadmm = spec->strategy == PRUNEX__V1__STRATEGY__STRATEGY_HSADMM ||
